@@ -1,0 +1,187 @@
+"""Canonical topic model shared by every part of wsnmom.
+
+A concrete topic is ``Topic(namespace, path)``: the topic namespace URI and a non-empty
+tuple of NCName segments.  Prefixes never survive parsing.
+
+Every Simple, Concrete and Full TopicExpression normalises to a union of
+``PathPattern`` branches.  A pattern is a namespace plus a tuple of segments, where a
+segment is either a literal NCName, ``ANY`` (exactly one level: Full ``*``) or ``DEEP``
+(zero or more levels).  The Full dialect's axes map onto this alphabet as follows::
+
+    a/b      -> (a, b)             a/*     -> (a, ANY)
+    a//b     -> (a, DEEP, b)       a//*    -> (a, DEEP, ANY)
+    a//.     -> (a, DEEP)          a/.     -> (a,)
+    //b      -> (DEEP, b)          *       -> (ANY,)
+
+Consecutive ``DEEP`` segments collapse into one.  This is the same alphabet as a RabbitMQ
+binding key (words, ``*``, ``#``), which keeps translation to middleware patterns simple.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+
+class Wildcard(enum.Enum):
+    """Wildcard segments of a ``PathPattern``."""
+
+    #: exactly one topic level (Full ``*``)
+    ANY = "*"
+    #: zero or more topic levels (Full ``//`` descendant-or-self axis)
+    DEEP = "**"
+
+    def __repr__(self) -> str:
+        return f"Wildcard.{self.name}"
+
+
+ANY = Wildcard.ANY
+DEEP = Wildcard.DEEP
+
+Segment = str | Wildcard
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class Topic:
+    """A concrete topic: namespace URI and a non-empty path of NCNames."""
+
+    namespace: str
+    path: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        if not self.path:
+            raise ValueError("a topic path has at least one segment")
+
+    @property
+    def root(self) -> str:
+        """Name of the root topic."""
+        return self.path[0]
+
+    def child(self, name: str) -> Topic:
+        """The child topic called ``name``."""
+        return Topic(self.namespace, (*self.path, name))
+
+    def parent(self) -> Topic | None:
+        """The parent topic, or None for a root topic."""
+        return Topic(self.namespace, self.path[:-1]) if len(self.path) > 1 else None
+
+    def ancestors_and_self(self) -> list[Topic]:
+        """Root first, this topic last."""
+        return [Topic(self.namespace, self.path[: i + 1]) for i in range(len(self.path))]
+
+    def __str__(self) -> str:
+        return "{" + self.namespace + "}" + "/".join(self.path)
+
+
+def _collapse_deep(segments: tuple[Segment, ...]) -> tuple[Segment, ...]:
+    out: list[Segment] = []
+    for seg in segments:
+        if seg is DEEP and out and out[-1] is DEEP:
+            continue
+        out.append(seg)
+    return tuple(out)
+
+
+@dataclass(frozen=True, slots=True)
+class PathPattern:
+    """One branch of a topic expression: namespace plus segments (literals and wildcards)."""
+
+    namespace: str
+    segments: tuple[Segment, ...]
+
+    def __post_init__(self) -> None:
+        if not self.segments:
+            raise ValueError("a path pattern has at least one segment")
+        object.__setattr__(self, "segments", _collapse_deep(self.segments))
+        if self.segments == (DEEP,):
+            raise ValueError("a path pattern must select at least one level")
+
+    @property
+    def is_concrete(self) -> bool:
+        """True when the pattern has no wildcard, i.e. names exactly one topic."""
+        return all(isinstance(s, str) for s in self.segments)
+
+    def as_topic(self) -> Topic:
+        """The topic named by a concrete pattern."""
+        if not self.is_concrete:
+            raise ValueError(f"{self} has wildcards")
+        return Topic(self.namespace, tuple(s for s in self.segments if isinstance(s, str)))
+
+    def matches(self, topic: Topic) -> bool:
+        """Whether ``topic`` is selected by this pattern (dynamic evaluation)."""
+        if topic.namespace != self.namespace:
+            return False
+        return match_segments(self.segments, topic.path)
+
+    def __str__(self) -> str:
+        parts: list[str] = []
+        for seg in self.segments:
+            if seg is DEEP:
+                parts.append("")  # renders as '//' between neighbours
+            elif seg is ANY:
+                parts.append("*")
+            else:
+                parts.append(str(seg))
+        text = "/".join(parts)
+        if self.segments[-1] is DEEP:
+            text += "/."
+        if self.segments[0] is DEEP:
+            text = "/" + text
+        return "{" + self.namespace + "}" + text
+
+
+def match_segments(pattern: tuple[Segment, ...], path: tuple[str, ...]) -> bool:
+    """Glob match of ``pattern`` against a concrete ``path`` (iterative, no backtracking blow-up)."""
+    # Classic wildcard matching with a single backtrack point per DEEP (like fnmatch's '*').
+    p = 0
+    t = 0
+    star_p = -1
+    star_t = 0
+    n_p = len(pattern)
+    n_t = len(path)
+    while t < n_t:
+        if p < n_p:
+            seg = pattern[p]
+            if seg is DEEP:
+                star_p = p
+                star_t = t
+                p += 1
+                continue
+            if seg is ANY or seg == path[t]:
+                p += 1
+                t += 1
+                continue
+        if star_p >= 0:
+            p = star_p + 1
+            star_t += 1
+            t = star_t
+            continue
+        return False
+    while p < n_p and pattern[p] is DEEP:
+        p += 1
+    return p == n_p
+
+
+@dataclass(frozen=True, slots=True)
+class TopicExpression:
+    """A parsed TopicExpression: its dialect, source text and the union of its branches.
+
+    ``patterns`` is what matching and translation use.  For the XPath dialect the patterns
+    are the concrete topics the XPath selected from the topic set when it was evaluated
+    (``static`` is then True: topics added later are not selected).
+    """
+
+    dialect: str
+    text: str
+    patterns: tuple[PathPattern, ...]
+    namespaces: tuple[tuple[str, str], ...] = field(default=())
+    static: bool = False
+
+    @property
+    def is_concrete(self) -> bool:
+        """True when the expression names exactly one topic."""
+        return len(self.patterns) == 1 and self.patterns[0].is_concrete
+
+    def matches(self, topic: Topic) -> bool:
+        """Whether ``topic`` is selected by any branch."""
+        return any(p.matches(topic) for p in self.patterns)

@@ -1,0 +1,5 @@
+"""Allow ``python -m wsnmom``."""
+
+from wsnmom.cli import main
+
+main()

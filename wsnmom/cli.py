@@ -1,0 +1,18 @@
+"""The ``wsnmom`` command line: one click group; each area adds its subcommands here."""
+
+from __future__ import annotations
+
+import click
+
+from wsnmom import __version__
+
+
+@click.group()
+@click.version_option(__version__, prog_name="wsnmom")
+def cli() -> None:
+    """wsnmom: WS-Notification gateway for RabbitMQ, Kafka and MQTT."""
+
+
+def main() -> None:
+    """Console-script entry point."""
+    cli()

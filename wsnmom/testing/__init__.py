@@ -1,0 +1,1 @@
+"""Test support shipped with wsnmom: the adapter conformance kit (a pytest plugin)."""

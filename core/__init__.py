@@ -1,0 +1,2 @@
+"""Broker core: domain model, broker service, store, delivery, lifetimes, filters, plugin
+manager and hookspecs.  Knows WS-N semantics, no middleware and no SOAP."""

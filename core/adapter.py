@@ -1,0 +1,264 @@
+"""The adapter contract: what a middleware adapter must provide to back the broker.
+
+An adapter knows its middleware and nothing of WS-N.  Core hands it concrete topics and
+topic patterns (``wsnmom.topic_mapping`` types) and opaque message bodies; the adapter turns
+them into native names with ``wsnmom.topic_mapping.translate`` driven by its
+``Capabilities.syntax`` and never parses topic expressions itself.
+
+Delivery guarantees
+    ``publish`` returns only after the middleware confirmed the message (publisher confirm,
+    Kafka delivery report with acks=all, MQTT PUBACK, SQLite commit).  Every WS-N subscription
+    and pull point is a *durable subscription* named by core (``SubscriptionSpec.name``) that
+    keeps accumulating while nobody consumes it — also while the gateway is down.  Messages
+    are handed out as ``Received`` objects; core calls ``ack()`` only once the consumer has
+    answered 2xx (push) or GetMessages has handed the message out (pull), so delivery is
+    at-least-once.  ``nack(requeue=True)`` puts a message back for redelivery.
+
+How the three middleware families fit
+    RabbitMQ: a durable queue per subscription, bound with one binding key per pattern;
+    ``ack``/``nack`` are per message.  Kafka: a consumer group per subscription; ``ack``
+    marks an offset done and the adapter commits, per partition, the highest offset below
+    which everything is acked (``ack_mode="offset"``).  MQTT: a persistent session
+    (clean_start=false) per subscription with QoS 1 and manual PUBACK on ``ack``.
+
+Threading
+    Core calls adapter methods from many threads (HTTP workers, delivery workers, the
+    scheduler): every public method must be thread-safe.  Client libraries that are not
+    (pika) must own one I/O thread per connection and marshal calls onto it.  The
+    ``on_message`` callback given to ``SubscriptionHandle.start`` is called on an adapter
+    thread and must not block: core only enqueues there.  ``Received.ack``/``nack`` may be
+    called from any thread.
+"""
+
+from __future__ import annotations
+
+import abc
+import enum
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
+
+from wsnmom.topic_mapping.model import PathPattern, Topic
+
+if TYPE_CHECKING:
+    from wsnmom.topic_mapping.syntax import WildcardSyntax
+
+
+#: Metadata header names carried with every message (AMQP headers, Kafka record headers,
+#: MQTT 5 user properties).  Natively published messages may lack all of them.
+HEADER_MESSAGE_ID = "wsnmom-message-id"
+HEADER_TOPIC_NAMESPACE = "wsnmom-topic-ns"
+HEADER_TOPIC_PATH = "wsnmom-topic-path"
+HEADER_TOPIC_DIALECT = "wsnmom-topic-dialect"
+HEADER_PRODUCER_REFERENCE = "wsnmom-producer-ref"
+HEADER_PUBLISHED_AT = "wsnmom-published-at"
+
+
+class AdapterError(Exception):
+    """Base class of adapter failures."""
+
+
+class AdapterUnavailable(AdapterError):
+    """The middleware cannot be reached now (connection lost, not yet open)."""
+
+
+class PublishFailed(AdapterError):
+    """The middleware did not confirm a publish (nacked, timed out, rejected)."""
+
+
+class Overflow(enum.Enum):
+    """What a full durable subscription does with one more message."""
+
+    DROP_OLDEST = "drop_oldest"
+    DROP_NEWEST = "drop_newest"
+
+
+@dataclass(frozen=True, slots=True)
+class QueueLimits:
+    """Bounds on what a durable subscription accumulates; None = unbounded."""
+
+    max_messages: int | None = None
+    max_bytes: int | None = None
+    overflow: Overflow = Overflow.DROP_OLDEST
+    #: retention: messages older than this are discarded undelivered
+    max_age: timedelta | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Capabilities:
+    """What an adapter can do.  New fields are only ever added, with safe defaults."""
+
+    #: native topic syntax; topic_mapping compiles patterns against it
+    syntax: WildcardSyntax
+    #: "per_message" (RabbitMQ, MQTT, embedded) or "offset" (Kafka)
+    ack_mode: Literal["per_message", "offset"] = "per_message"
+    #: subscriptions survive gateway and middleware restarts
+    durable_subscriptions: bool = True
+    #: SubscriptionHandle.pull is served natively (not emulated from a push buffer)
+    native_pull: bool = True
+    #: the middleware keeps the last message per topic (MQTT retain, embedded table)
+    retained_current_message: bool = False
+    #: metadata travels as native headers (False: MQTT 3.1.1, wrapped in the body)
+    native_headers: bool = True
+    #: QueueLimits are enforced by the middleware itself (RabbitMQ x-max-length ...)
+    native_queue_limits: bool = False
+    #: order is kept per subscription ("subscription") or only per partition ("partition")
+    ordering: Literal["subscription", "partition", "none"] = "subscription"
+    #: several gateway processes can consume one subscription without duplicates
+    competing_consumers: bool = True
+    #: largest message body the middleware accepts, None = no practical limit
+    max_message_bytes: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class OutboundMessage:
+    """A message core asks the adapter to publish."""
+
+    topic: Topic
+    body: bytes
+    message_id: str
+    headers: Mapping[str, str] = field(default_factory=dict)
+    content_type: str = "application/xml"
+
+
+@dataclass(frozen=True, slots=True)
+class PublishReceipt:
+    """The middleware's answer to a confirmed publish."""
+
+    #: False when the middleware said no subscription received it (RabbitMQ unroutable);
+    #: None when the middleware cannot tell.  Not an error: there may be no subscriber yet.
+    routed: bool | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StoredMessage:
+    """A message read back from the middleware without consuming it (current message)."""
+
+    topic: Topic
+    body: bytes
+    headers: Mapping[str, str]
+    content_type: str = "application/xml"
+
+
+class Received(abc.ABC):
+    """A message handed to core from a durable subscription; settle it exactly once."""
+
+    topic: Topic
+    body: bytes
+    headers: Mapping[str, str]
+    content_type: str
+    #: True when the middleware says this message was handed out before
+    redelivered: bool
+
+    @abc.abstractmethod
+    def ack(self) -> None:
+        """Done: the middleware may forget the message for this subscription."""
+
+    @abc.abstractmethod
+    def nack(self, requeue: bool = True) -> None:
+        """Not done: requeue for redelivery (in order where possible) or drop it."""
+
+
+@dataclass(frozen=True, slots=True)
+class SubscriptionSpec:
+    """A durable subscription core wants to exist.
+
+    ``patterns`` None means every topic of every namespace.  The same ``name`` always
+    re-attaches to the same durable state (after restarts too); a different ``patterns``
+    for an existing name re-binds it.
+    """
+
+    name: str
+    patterns: tuple[PathPattern, ...] | None
+    limits: QueueLimits = QueueLimits()
+
+
+class SubscriptionHandle(abc.ABC):
+    """A live handle on one durable subscription."""
+
+    name: str
+
+    @abc.abstractmethod
+    def start(self, on_message: Callable[[Received], None], prefetch: int = 64) -> None:
+        """Push mode: call ``on_message`` for each message; at most ``prefetch`` unsettled.
+
+        Idempotent; resumes after ``stop``.  Unsettled messages are redelivered when the
+        handle is stopped or the gateway dies.
+        """
+
+    @abc.abstractmethod
+    def stop(self) -> None:
+        """Stop consuming; the durable subscription keeps accumulating (pause)."""
+
+    @abc.abstractmethod
+    def pull(self, max_messages: int, timeout: float = 0.0) -> list[Received]:
+        """Pull mode: take up to ``max_messages`` now (waiting up to ``timeout`` seconds
+        for the first one), oldest first.  Not to be mixed with ``start`` on one handle."""
+
+    @abc.abstractmethod
+    def depth(self) -> int | None:
+        """Messages waiting (not yet handed out), or None when the middleware can't tell."""
+
+    @abc.abstractmethod
+    def delete(self) -> None:
+        """Destroy the durable subscription and everything it holds.  Idempotent."""
+
+
+class Adapter(abc.ABC):
+    """Base class of middleware adapters.
+
+    Subclasses are registered by URL scheme (see ``core.plugins``) and constructed with the
+    adapter URL and a mapping of options (from configuration).  Importing an adapter module
+    whose client library is missing raises ImportError naming the extra to install.
+    """
+
+    #: short name shown by ``wsnmom adapters``
+    name: ClassVar[str]
+    #: URL schemes this adapter serves, e.g. ("amqp", "amqps")
+    schemes: ClassVar[tuple[str, ...]]
+    #: the pip extra that installs the client library, e.g. "rabbitmq"
+    extra: ClassVar[str | None] = None
+    capabilities: ClassVar[Capabilities]
+
+    def __init__(self, url: str, options: Mapping[str, Any] | None = None) -> None:
+        self.url = url
+        self.options: Mapping[str, Any] = dict(options or {})
+
+    @abc.abstractmethod
+    def open(self) -> None:
+        """Connect and declare what is needed.  Raises AdapterUnavailable on failure."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Disconnect; idempotent.  Durable subscriptions stay on the middleware."""
+
+    @abc.abstractmethod
+    def ping(self, timeout: float = 1.0) -> bool:
+        """True when the middleware answers now (readiness)."""
+
+    @abc.abstractmethod
+    def publish(self, message: OutboundMessage, timeout: float = 10.0) -> PublishReceipt:
+        """Publish and wait for the middleware's confirmation; raises PublishFailed."""
+
+    def publish_many(
+        self, messages: Sequence[OutboundMessage], timeout: float = 10.0
+    ) -> list[PublishReceipt]:
+        """Publish several messages, all confirmed on return.  Override to pipeline."""
+        return [self.publish(m, timeout) for m in messages]
+
+    @abc.abstractmethod
+    def subscription(self, spec: SubscriptionSpec) -> SubscriptionHandle:
+        """Create, or re-attach to, the durable subscription ``spec.name``."""
+
+    @abc.abstractmethod
+    def delete_subscription(self, name: str) -> None:
+        """Destroy the durable subscription ``name`` without a handle; idempotent."""
+
+    def current_message(self, topic: Topic) -> StoredMessage | None:
+        """The last message published on ``topic`` (also by native producers), if kept.
+
+        Adapters whose middleware keeps no such thing return None; core then answers
+        GetCurrentMessage from its own cache.
+        """
+        return None

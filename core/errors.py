@@ -1,0 +1,209 @@
+"""Broker errors, one class per WS-N / WS-RF fault.
+
+Core raises these; the SOAP frontend renders each as a SOAP fault whose detail is the fault
+element ``{namespace}fault_name`` (a WS-BaseFaults BaseFaultType with Timestamp and
+Description).  Core knows the fault names because they are part of WS-N semantics, not of
+SOAP.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+BN = "http://docs.oasis-open.org/wsn/b-2"
+BR = "http://docs.oasis-open.org/wsn/br-2"
+RF = "http://docs.oasis-open.org/wsrf/r-2"
+RP = "http://docs.oasis-open.org/wsrf/rp-2"
+
+
+class WsnError(Exception):
+    """Base class: a request the broker refuses with a WS-N fault."""
+
+    namespace: ClassVar[str] = BN
+    fault_name: ClassVar[str] = "BaseFault"
+    #: "Sender" (client's fault) or "Receiver" (broker's fault)
+    code: ClassVar[str] = "Sender"
+
+    def __init__(self, description: str) -> None:
+        super().__init__(description)
+        self.description = description
+
+
+class ResourceUnknown(WsnError):
+    """ResourceUnknownFault."""
+
+    namespace = RF
+    fault_name = "ResourceUnknownFault"
+
+
+class ResourceUnavailable(WsnError):
+    """ResourceUnavailableFault."""
+
+    namespace = RF
+    fault_name = "ResourceUnavailableFault"
+    code = "Receiver"
+
+
+class InvalidResourcePropertyQName(WsnError):
+    """InvalidResourcePropertyQNameFault."""
+
+    namespace = RP
+    fault_name = "InvalidResourcePropertyQNameFault"
+
+
+class InvalidFilter(WsnError):
+    """InvalidFilterFault."""
+
+    fault_name = "InvalidFilterFault"
+
+
+class TopicExpressionDialectUnknown(WsnError):
+    """TopicExpressionDialectUnknownFault."""
+
+    fault_name = "TopicExpressionDialectUnknownFault"
+
+
+class InvalidTopicExpression(WsnError):
+    """InvalidTopicExpressionFault."""
+
+    fault_name = "InvalidTopicExpressionFault"
+
+
+class TopicNotSupported(WsnError):
+    """TopicNotSupportedFault."""
+
+    fault_name = "TopicNotSupportedFault"
+
+
+class MultipleTopicsSpecified(WsnError):
+    """MultipleTopicsSpecifiedFault."""
+
+    fault_name = "MultipleTopicsSpecifiedFault"
+
+
+class InvalidProducerPropertiesExpression(WsnError):
+    """InvalidProducerPropertiesExpressionFault."""
+
+    fault_name = "InvalidProducerPropertiesExpressionFault"
+
+
+class InvalidMessageContentExpression(WsnError):
+    """InvalidMessageContentExpressionFault."""
+
+    fault_name = "InvalidMessageContentExpressionFault"
+
+
+class UnrecognizedPolicyRequest(WsnError):
+    """UnrecognizedPolicyRequestFault."""
+
+    fault_name = "UnrecognizedPolicyRequestFault"
+
+
+class UnsupportedPolicyRequest(WsnError):
+    """UnsupportedPolicyRequestFault."""
+
+    fault_name = "UnsupportedPolicyRequestFault"
+
+
+class NotifyMessageNotSupported(WsnError):
+    """NotifyMessageNotSupportedFault."""
+
+    fault_name = "NotifyMessageNotSupportedFault"
+
+
+class UnacceptableInitialTerminationTime(WsnError):
+    """UnacceptableInitialTerminationTimeFault."""
+
+    fault_name = "UnacceptableInitialTerminationTimeFault"
+
+
+class UnacceptableTerminationTime(WsnError):
+    """UnacceptableTerminationTimeFault."""
+
+    fault_name = "UnacceptableTerminationTimeFault"
+
+
+class SubscribeCreationFailed(WsnError):
+    """SubscribeCreationFailedFault."""
+
+    fault_name = "SubscribeCreationFailedFault"
+    code = "Receiver"
+
+
+class NoCurrentMessageOnTopic(WsnError):
+    """NoCurrentMessageOnTopicFault."""
+
+    fault_name = "NoCurrentMessageOnTopicFault"
+
+
+class UnableToGetMessages(WsnError):
+    """UnableToGetMessagesFault."""
+
+    fault_name = "UnableToGetMessagesFault"
+    code = "Receiver"
+
+
+class UnableToDestroyPullPoint(WsnError):
+    """UnableToDestroyPullPointFault."""
+
+    fault_name = "UnableToDestroyPullPointFault"
+    code = "Receiver"
+
+
+class UnableToCreatePullPoint(WsnError):
+    """UnableToCreatePullPointFault."""
+
+    fault_name = "UnableToCreatePullPointFault"
+    code = "Receiver"
+
+
+class UnableToDestroySubscription(WsnError):
+    """UnableToDestroySubscriptionFault."""
+
+    fault_name = "UnableToDestroySubscriptionFault"
+    code = "Receiver"
+
+
+class PauseFailed(WsnError):
+    """PauseFailedFault."""
+
+    fault_name = "PauseFailedFault"
+    code = "Receiver"
+
+
+class ResumeFailed(WsnError):
+    """ResumeFailedFault."""
+
+    fault_name = "ResumeFailedFault"
+    code = "Receiver"
+
+
+class PublisherRegistrationRejected(WsnError):
+    """PublisherRegistrationRejectedFault."""
+
+    namespace = BR
+    fault_name = "PublisherRegistrationRejectedFault"
+
+
+class PublisherRegistrationFailed(WsnError):
+    """PublisherRegistrationFailedFault."""
+
+    namespace = BR
+    fault_name = "PublisherRegistrationFailedFault"
+    code = "Receiver"
+
+
+class ResourceNotDestroyed(WsnError):
+    """ResourceNotDestroyedFault."""
+
+    namespace = BR
+    fault_name = "ResourceNotDestroyedFault"
+    code = "Receiver"
+
+
+def _all_faults(base: type[WsnError]) -> dict[str, type[WsnError]]:
+    return {cls.fault_name: cls for cls in base.__subclasses__()}
+
+
+#: every fault class, by fault element local name
+ALL_FAULTS: dict[str, type[WsnError]] = _all_faults(WsnError)

@@ -1,0 +1,198 @@
+"""Domain records of the broker: resources (subscriptions, pull points, publisher
+registrations), notification messages, and the request records the SOAP frontend hands to
+``core.service.BrokerService``.
+
+XML fragments that the broker must echo unchanged (reference parameters, filters, policies)
+are kept as serialised UTF-8 XML bytes; the frontend parses and serialises, core stores and
+evaluates.  Expressions that need the broker's topic set to be understood (topic and message
+content expressions) arrive unparsed as ``ExpressionSource`` and are parsed by core.
+"""
+
+from __future__ import annotations
+
+import enum
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from wsnmom.topic_mapping.model import Topic
+
+
+class SoapVersion(enum.Enum):
+    """SOAP version a peer speaks; replies and deliveries use the peer's version."""
+
+    SOAP11 = "1.1"
+    SOAP12 = "1.2"
+
+
+def new_resource_id() -> str:
+    """An unguessable resource id (122 random bits, URL-safe)."""
+    return uuid.uuid4().hex
+
+
+@dataclass(frozen=True, slots=True)
+class EndpointReference:
+    """A WS-Addressing 1.0 endpoint reference.
+
+    ``reference_parameters`` holds each child of ``wsa:ReferenceParameters`` serialised as
+    XML; they are echoed as SOAP headers when the EPR is addressed.
+    """
+
+    address: str
+    reference_parameters: tuple[bytes, ...] = ()
+    metadata: bytes | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ExpressionSource:
+    """An expression as the client wrote it: dialect URI, text and in-scope namespaces."""
+
+    dialect: str | None
+    text: str
+    namespaces: Mapping[str | None, str] = field(default_factory=dict)
+
+
+#: Requested termination time: absolute (timezone-aware) datetime, a relative duration
+#: (``timedelta``; or an ``isodate.Duration`` when it has years/months), or None for
+#: "not given" (the broker default applies).
+RequestedTime = datetime | timedelta | object | None
+
+
+@dataclass(frozen=True, slots=True)
+class NotificationMessage:
+    """One notification as it travels through the broker and the middleware.
+
+    ``payload`` is the child element of ``wsnt:Message`` serialised as UTF-8 XML with the
+    namespace declarations it needs.  A message that came from a native (non WS-N) producer
+    and is not XML has ``content_type`` other than ``application/xml``; it is wrapped for WS-N
+    consumers at delivery time.
+    """
+
+    message_id: str
+    payload: bytes
+    topic: Topic | None = None
+    #: dialect URI the publisher used for the topic, echoed in deliveries when known
+    topic_dialect: str | None = None
+    producer_reference: EndpointReference | None = None
+    content_type: str = "application/xml"
+    #: when the broker accepted it (UTC)
+    published_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class InboundNotification:
+    """One ``wsnt:NotificationMessage`` of an inbound Notify, before core validates it."""
+
+    payload: bytes
+    topic: ExpressionSource | None = None
+    producer_reference: EndpointReference | None = None
+    subscription_reference: EndpointReference | None = None
+
+
+class SubscriptionState(enum.Enum):
+    """Lifecycle of a subscription."""
+
+    ACTIVE = "active"
+    PAUSED = "paused"
+
+
+@dataclass(slots=True)
+class Subscription:
+    """A WS-N subscription: a durable native subscription plus WS-N bookkeeping."""
+
+    id: str
+    consumer: EndpointReference
+    creation_time: datetime
+    termination_time: datetime | None  # None = no expiry (only when configured)
+    topic: ExpressionSource | None = None
+    message_content: ExpressionSource | None = None
+    producer_properties: ExpressionSource | None = None
+    #: the wsnt:Filter element as received, echoed by GetResourceProperty(Filter)
+    filter_xml: bytes | None = None
+    #: the wsnt:SubscriptionPolicy element as received
+    policy_xml: bytes | None = None
+    use_raw: bool = False
+    #: NCIA extension: topic on which SubscriptionEnd is published for this subscriber
+    subscription_end_topic: ExpressionSource | None = None
+    state: SubscriptionState = SubscriptionState.ACTIVE
+    soap_version: SoapVersion = SoapVersion.SOAP12
+    #: set when the consumer EPR points at one of this broker's pull points
+    pull_point_id: str | None = None
+    #: set for the broker's own subscriptions made on behalf of a registration (demand)
+    owner: str | None = None
+
+
+@dataclass(slots=True)
+class PullPoint:
+    """A pull point: a durable native subscription drained by GetMessages."""
+
+    id: str
+    creation_time: datetime
+    termination_time: datetime | None
+    #: optional client-chosen name (CXF ``wsnt:pullPointQueueName``) to re-attach to
+    name: str | None = None
+
+
+@dataclass(slots=True)
+class PublisherRegistration:
+    """A RegisterPublisher registration."""
+
+    id: str
+    creation_time: datetime
+    termination_time: datetime | None
+    publisher_reference: EndpointReference | None
+    topics: tuple[ExpressionSource, ...] = ()
+    demand: bool = False
+    #: demand-based publishing: SubscriptionReference the publisher gave the broker
+    demand_subscription: EndpointReference | None = None
+    #: demand-based publishing: whether that subscription is currently paused
+    demand_paused: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class SubscribeRequest:
+    """Subscribe, after XML parsing."""
+
+    consumer: EndpointReference
+    topic: ExpressionSource | None = None
+    message_content: ExpressionSource | None = None
+    producer_properties: ExpressionSource | None = None
+    filter_xml: bytes | None = None
+    initial_termination_time: RequestedTime = None
+    #: True when the element was present but empty/invalid (fault), distinct from absent
+    initial_termination_time_invalid: bool = False
+    policy_xml: bytes | None = None
+    use_raw: bool = False
+    subscription_end_topic: ExpressionSource | None = None
+    soap_version: SoapVersion = SoapVersion.SOAP12
+    #: any SubscriptionPolicy child the broker does not understand (fault if not ignorable)
+    unsupported_policy: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class RegisterPublisherRequest:
+    """RegisterPublisher, after XML parsing."""
+
+    publisher_reference: EndpointReference | None
+    topics: tuple[ExpressionSource, ...] = ()
+    demand: bool = False
+    initial_termination_time: RequestedTime = None
+
+
+@dataclass(frozen=True, slots=True)
+class CreatePullPointRequest:
+    """CreatePullPoint, after XML parsing."""
+
+    initial_termination_time: RequestedTime = None
+    name: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Delivered:
+    """A message handed to a consumer: the notification plus the subscription it matched."""
+
+    message: NotificationMessage
+    subscription_id: str
+    #: the SubscriptionReference rendered in the wrapped Notify
+    subscription_reference: EndpointReference | None = None

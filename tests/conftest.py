@@ -1,0 +1,7 @@
+"""Shared pytest configuration: fixture modules are plugins so every test folder sees them."""
+
+import importlib.util
+
+_FIXTURE_MODULES = ("tests.fixtures.brokers", "tests.fixtures.server")
+
+pytest_plugins = [name for name in _FIXTURE_MODULES if importlib.util.find_spec(name)]

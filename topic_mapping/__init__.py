@@ -3,3 +3,86 @@ and translation of topic expressions to RabbitMQ, MQTT and Kafka patterns.
 
 Pure functions and data: no Flask, no middleware client, no I/O.
 """
+
+from .dialects import (
+    CONCRETE,
+    DIALECT_ALIASES,
+    FULL,
+    SIMPLE,
+    SUPPORTED_DIALECTS,
+    XPATH,
+    canonical_dialect,
+    is_ncname,
+    parse_topic_expression,
+    parse_topic_expression_element,
+    require_concrete_topic,
+)
+from .errors import (
+    InvalidTopicExpression,
+    InvalidTopicNamespace,
+    MultipleTopicsSpecified,
+    NameNotRepresentable,
+    TopicError,
+    TopicExpressionDialectUnknown,
+    TopicNotSupported,
+)
+from .index import TopicIndex
+from .model import (
+    ANY,
+    DEEP,
+    PathPattern,
+    Segment,
+    Topic,
+    TopicExpression,
+    Wildcard,
+    match_segments,
+)
+from .namespaces import (
+    WSTOP_10,
+    WSTOP_13,
+    QueryExpression,
+    TopicDefinition,
+    TopicNamespace,
+    TopicSet,
+    load_topic_namespace,
+)
+
+__all__ = [
+    "ANY",
+    "CONCRETE",
+    "DEEP",
+    "DIALECT_ALIASES",
+    "FULL",
+    "SIMPLE",
+    "SUPPORTED_DIALECTS",
+    "WSTOP_10",
+    "WSTOP_13",
+    "XPATH",
+    "InvalidTopicExpression",
+    "InvalidTopicNamespace",
+    "MultipleTopicsSpecified",
+    "NameNotRepresentable",
+    "PathPattern",
+    "QueryExpression",
+    "Segment",
+    "Topic",
+    "TopicDefinition",
+    "TopicError",
+    "TopicExpression",
+    "TopicExpressionDialectUnknown",
+    "TopicIndex",
+    "TopicNamespace",
+    "TopicNotSupported",
+    "TopicSet",
+    "Wildcard",
+    "canonical_dialect",
+    "is_ncname",
+    "load_topic_namespace",
+    "match_segments",
+    "parse_topic_expression",
+    "parse_topic_expression_element",
+    "require_concrete_topic",
+]
+
+# --- translation (syntax / escaping / translate): re-exports are appended below by the
+# --- engineer who owns those modules; keep this marker.

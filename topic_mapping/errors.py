@@ -26,3 +26,8 @@ class TopicNotSupported(TopicError):
 
 class NameNotRepresentable(TopicError):
     """A topic or pattern cannot be written in a middleware's native syntax (e.g. too long)."""
+
+
+class InvalidTopicNamespace(TopicError):
+    """A TopicNamespace / TopicSpace document is malformed (duplicate sibling names, missing
+    targetNamespace, an alias with children, ...).  A configuration error, not a WS-N fault."""

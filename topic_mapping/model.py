@@ -131,7 +131,7 @@ class PathPattern:
 
 
 def match_segments(pattern: tuple[Segment, ...], path: tuple[str, ...]) -> bool:
-    """Glob match of ``pattern`` against a concrete ``path`` (iterative, no backtracking blow-up)."""
+    """Glob match of ``pattern`` against a concrete ``path`` (iterative, no blow-up)."""
     # Classic wildcard matching with a single backtrack point per DEEP (like fnmatch's '*').
     p = 0
     t = 0

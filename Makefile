@@ -34,7 +34,7 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 
 typecheck: $(STAMP)
-	$(BIN)/mypy
+	MYPY=$(BIN)/mypy bash scripts/typecheck.sh
 
 bench: $(STAMP) system-deps
 	$(BIN)/python -m bench $(ARGS)

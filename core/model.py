@@ -53,9 +53,30 @@ class ExpressionSource:
     namespaces: Mapping[str | None, str] = field(default_factory=dict)
 
 
+class _Infinite:
+    """Type of :data:`INFINITE`."""
+
+    _instance: _Infinite | None = None
+
+    def __new__(cls) -> _Infinite:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "INFINITE"
+
+    def __reduce__(self) -> str:
+        return "INFINITE"
+
+
+#: Requested termination time ``xsi:nil="true"``: no scheduled termination (infinite).
+#: The broker grants it only when configured to (``termination.allow_infinite``).
+INFINITE = _Infinite()
+
 #: Requested termination time: absolute (timezone-aware) datetime, a relative duration
-#: (``timedelta``; or an ``isodate.Duration`` when it has years/months), or None for
-#: "not given" (the broker default applies).
+#: (``timedelta``; or an ``isodate.Duration`` when it has years/months), ``INFINITE`` for
+#: ``xsi:nil="true"``, or None for "not given" (the broker default applies).
 RequestedTime = datetime | timedelta | object | None
 
 
@@ -78,6 +99,9 @@ class NotificationMessage:
     content_type: str = "application/xml"
     #: when the broker accepted it (UTC)
     published_at: datetime | None = None
+    #: SubscriptionReference of the NotificationMessage as accumulated in a pull point
+    #: (GM-07: GetMessages returns the NotificationMessage exactly as accumulated)
+    subscription_reference: EndpointReference | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,30 @@
+"""Embedded adapter: an in-process, SQLite-backed middleware -- the zero-setup default.
+
+Features
+    * Type: native (the middleware *is* this package: no server to run)
+    * Topic routing: full wildcards (one level, zero-or-more levels, anywhere in the path)
+      through a topic trie; a message is stored once and referenced by every subscription
+      that receives it
+    * Durable subscriptions: yes (SQLite queue per subscription; survives restarts and
+      crashes; unsettled messages come back with ``redelivered=True``)
+    * Ack: per message; nack with requeue keeps the original position (FIFO)
+    * Pull: native; push: one dispatcher thread per store, ``prefetch`` respected
+    * Queue limits: native (max messages, max bytes, max age; drop oldest / drop newest)
+    * Current message: retained per topic
+    * Competing consumers: within one process only; a store directory is locked by the
+      process that opened it
+
+Connection String
+    ``embedded://PATH`` -- ``PATH`` is a directory, created if absent
+    (``embedded:///var/lib/wsnmom`` absolute, ``embedded://data`` relative).
+    ``embedded://:memory:`` is a private, non-durable store for tests.
+
+Options (URL query or adapter options; options win)
+    ``synchronous`` -- ``NORMAL`` (default): every commit survives a crash of the process,
+    the last ones may be lost on power failure or OS crash.  ``FULL``: every commit is
+    fsynced, survives those too, at a throughput cost.
+"""
+
+from .adapter import EMBEDDED_SYNTAX, EmbeddedAdapter, EmbeddedHandle, EmbeddedReceived
+
+__all__ = ["EMBEDDED_SYNTAX", "EmbeddedAdapter", "EmbeddedHandle", "EmbeddedReceived"]

@@ -1,0 +1,761 @@
+"""The embedded middleware engine: SQLite storage, topic routing and push dispatch.
+
+One :class:`Engine` exists per database (per directory) and per process; every
+``EmbeddedAdapter`` opened on the same directory shares it.  A second *process* opening the
+same directory is refused (an advisory ``flock`` on ``PATH/wsnmom.lock``), because routing
+state — the subscription index — lives in the owning process.
+
+Storage layout (one SQLite database, ``PATH/embedded.sqlite3``)::
+
+    messages(id, ns, path, body, headers, ctype, msgid, size, published, refs)
+    subscriptions(id, name UNIQUE, patterns, limits)
+    queue_entries(sub, mid, state, delivered)   PRIMARY KEY (sub, mid), WITHOUT ROWID
+    current(ns, path, mid)                       the retained message per topic
+
+A published message is stored once; fan-out adds one narrow ``queue_entries`` row per
+receiving subscription.  ``messages.refs`` counts the rows (plus the ``current`` row) that
+reference a message and the message is deleted when it drops to zero.  ``mid`` grows
+monotonically (AUTOINCREMENT), so ordering a subscription's rows by ``mid`` is FIFO and a
+requeued message goes back to its original place.  ``state`` is 0 (ready) or 1 (handed
+out, unsettled); ``delivered`` counts hand-outs and drives ``redelivered``.  On open every
+handed-out row returns to ready: that is how unacked messages survive a crash.
+
+Durability: WAL journal.  ``synchronous=NORMAL`` (default) makes every commit survive a
+crash of the process (SIGKILL included) but the last commits may be lost on power failure
+or an OS crash; ``synchronous=FULL`` fsyncs every commit and survives those too.
+
+Concurrency: one connection, used only under ``Engine.lock``; each operation is one
+transaction (``publish_many`` writes its whole batch in one transaction).  Push delivery
+runs on one dispatcher thread per engine that serves started handles round-robin and
+never holds the database lock while it calls ``on_message``.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import json
+import logging
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from wsnmom.core.adapter import (
+    HEADER_MESSAGE_ID,
+    AdapterUnavailable,
+    OutboundMessage,
+    Overflow,
+    QueueLimits,
+    StoredMessage,
+)
+from wsnmom.topic_mapping.index import TopicIndex
+from wsnmom.topic_mapping.model import ANY, DEEP, PathPattern, Segment, Topic
+
+try:  # pragma: no cover - platform dependent
+    import fcntl
+except ImportError:  # pragma: no cover - Windows
+    fcntl = None  # type: ignore[assignment]
+
+if TYPE_CHECKING:
+    from wsnmom.adapters.embedded.adapter import EmbeddedHandle
+
+log = logging.getLogger(__name__)
+
+DB_FILE = "embedded.sqlite3"
+LOCK_FILE = "wsnmom.lock"
+MEMORY = ":memory:"
+
+#: largest batch the dispatcher fetches for one handle in one transaction
+_FETCH_BATCH = 256
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS messages(
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    ns TEXT NOT NULL,
+    path TEXT NOT NULL,
+    body BLOB NOT NULL,
+    headers TEXT NOT NULL,
+    ctype TEXT NOT NULL,
+    msgid TEXT NOT NULL,
+    size INTEGER NOT NULL,
+    published REAL NOT NULL,
+    refs INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS subscriptions(
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    name TEXT NOT NULL UNIQUE,
+    patterns TEXT,
+    limits TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS queue_entries(
+    sub INTEGER NOT NULL,
+    mid INTEGER NOT NULL,
+    state INTEGER NOT NULL DEFAULT 0,
+    delivered INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (sub, mid)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS current(
+    ns TEXT NOT NULL,
+    path TEXT NOT NULL,
+    mid INTEGER NOT NULL,
+    PRIMARY KEY (ns, path)
+) WITHOUT ROWID;
+"""
+
+_SCHEMA_VERSION = "1"
+
+
+# --------------------------------------------------------------------------- encoding
+
+
+def encode_patterns(patterns: tuple[PathPattern, ...] | None) -> str | None:
+    """Patterns as JSON: ``[[ns, [seg, ...]], ...]``; wildcards as ``"*"`` / ``"**"``."""
+    if patterns is None:
+        return None
+    return json.dumps([[p.namespace, [_seg(s) for s in p.segments]] for p in patterns])
+
+
+def _seg(s: Segment) -> str:
+    return s if isinstance(s, str) else s.value
+
+
+def decode_patterns(text: str | None) -> tuple[PathPattern, ...] | None:
+    """Inverse of :func:`encode_patterns` (NCNames are never ``*`` or ``**``)."""
+    if text is None:
+        return None
+    out: list[PathPattern] = []
+    for ns, segs in json.loads(text):
+        decoded: list[Segment] = []
+        for s in segs:
+            decoded.append(ANY if s == ANY.value else DEEP if s == DEEP.value else s)
+        out.append(PathPattern(ns, tuple(decoded)))
+    return tuple(out)
+
+
+def encode_limits(limits: QueueLimits) -> str:
+    """QueueLimits as JSON (max_age in seconds)."""
+    return json.dumps(
+        {
+            "max_messages": limits.max_messages,
+            "max_bytes": limits.max_bytes,
+            "overflow": limits.overflow.value,
+            "max_age": limits.max_age.total_seconds() if limits.max_age is not None else None,
+        }
+    )
+
+
+def decode_limits(text: str) -> QueueLimits:
+    """Inverse of :func:`encode_limits`."""
+    raw = json.loads(text)
+    age = raw.get("max_age")
+    return QueueLimits(
+        max_messages=raw.get("max_messages"),
+        max_bytes=raw.get("max_bytes"),
+        overflow=Overflow(raw.get("overflow", Overflow.DROP_OLDEST.value)),
+        max_age=timedelta(seconds=age) if age is not None else None,
+    )
+
+
+def _topic_key(topic: Topic) -> str:
+    return "/".join(topic.path)
+
+
+# --------------------------------------------------------------------------- records
+
+
+@dataclass(slots=True)
+class SubState:
+    """In-memory view of one durable subscription."""
+
+    id: int
+    name: str
+    patterns: tuple[PathPattern, ...] | None
+    limits: QueueLimits
+    #: entries and bytes held (ready + handed out); tracked only when a count/byte bound
+    #: exists, otherwise None
+    count: int | None = None
+    bytes: int | None = None
+
+    @property
+    def bounded(self) -> bool:
+        return self.limits.max_messages is not None or self.limits.max_bytes is not None
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """One message handed out from a subscription."""
+
+    sub: int
+    mid: int
+    topic: Topic
+    body: bytes
+    headers: dict[str, str]
+    content_type: str
+    redelivered: bool
+
+
+# --------------------------------------------------------------------------- engine
+
+
+class Engine:
+    """Shared state of one embedded database; see the module docstring."""
+
+    def __init__(self, path: str, *, synchronous: str = "NORMAL") -> None:
+        self.path = path
+        self.memory = path == MEMORY
+        self.lock = threading.RLock()
+        self.users = 0
+        self._lock_fd: int | None = None
+        self._closed = False
+        if self.memory:
+            db = MEMORY
+        else:
+            os.makedirs(path, exist_ok=True)
+            self._acquire_process_lock()
+            db = os.path.join(path, DB_FILE)
+        try:
+            self.conn = sqlite3.connect(db, check_same_thread=False, isolation_level=None)
+            self.conn.execute("PRAGMA journal_mode=WAL")
+            self.conn.execute(f"PRAGMA synchronous={_synchronous(synchronous)}")
+            self.conn.execute("PRAGMA temp_store=MEMORY")
+            self.conn.execute("PRAGMA cache_size=-32000")
+            self.conn.executescript(_SCHEMA)
+            self.conn.execute(
+                "INSERT OR IGNORE INTO meta(key, value) VALUES ('schema', ?)", (_SCHEMA_VERSION,)
+            )
+        except sqlite3.Error as exc:
+            self._release_process_lock()
+            raise AdapterUnavailable(f"cannot open embedded store {path!r}: {exc}") from exc
+        self.index: TopicIndex[int] = TopicIndex()
+        self.match_all: set[int] = set()
+        self.subs: dict[int, SubState] = {}
+        self.by_name: dict[str, int] = {}
+        #: started push handles per subscription id
+        self.started: dict[int, set[EmbeddedHandle]] = collections.defaultdict(set)
+        self._recover()
+        # dispatcher
+        self._cv = threading.Condition()
+        self._ready: collections.deque[EmbeddedHandle] = collections.deque()
+        self._queued: set[EmbeddedHandle] = set()
+        self._dispatcher: threading.Thread | None = None
+        # pull waiters
+        self._arrival = threading.Condition()
+        self._arrivals = 0
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def _acquire_process_lock(self) -> None:
+        if fcntl is None:  # pragma: no cover - Windows: no cross-process guard
+            return
+        fd = os.open(os.path.join(self.path, LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            os.close(fd)
+            raise AdapterUnavailable(
+                f"embedded store {self.path!r} is in use by another process"
+            ) from exc
+        os.ftruncate(fd, 0)
+        os.write(fd, str(os.getpid()).encode())
+        self._lock_fd = fd
+
+    def _release_process_lock(self) -> None:
+        if self._lock_fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._lock_fd)  # closing releases the flock
+            self._lock_fd = None
+
+    def _recover(self) -> None:
+        """Return handed-out rows to the queue and load subscriptions into the index."""
+        with self.lock, self.tx():
+            self.conn.execute("UPDATE queue_entries SET state = 0 WHERE state = 1")
+            rows = self.conn.execute("SELECT id, name, patterns, limits FROM subscriptions")
+            for sid, name, patterns, limits in rows.fetchall():
+                st = SubState(sid, name, decode_patterns(patterns), decode_limits(limits))
+                self._install(st)
+
+    def close(self) -> None:
+        """Stop the dispatcher and close the database (the last user closes)."""
+        with self._cv:
+            self._closed = True
+            self._cv.notify_all()
+        if self._dispatcher is not None and self._dispatcher is not threading.current_thread():
+            self._dispatcher.join(timeout=5)
+        with self._arrival:
+            self._arrival.notify_all()
+        with self.lock:
+            with contextlib.suppress(sqlite3.Error):
+                if not self.memory:
+                    self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+                self.conn.close()
+            self._release_process_lock()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @contextlib.contextmanager
+    def tx(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction; call with ``self.lock`` held."""
+        if self._closed:
+            raise AdapterUnavailable("the embedded adapter is closed")
+        conn = self.conn
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield conn
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+
+    def ping(self) -> bool:
+        if self._closed:
+            return False
+        try:
+            with self.lock:
+                self.conn.execute("SELECT 1").fetchone()
+        except sqlite3.Error:
+            return False
+        return True
+
+    # ------------------------------------------------------------------ subscriptions
+
+    def _install(self, st: SubState) -> None:
+        self.subs[st.id] = st
+        self.by_name[st.name] = st.id
+        if st.patterns is None:
+            self.index.remove(st.id)
+            self.match_all.add(st.id)
+        else:
+            self.match_all.discard(st.id)
+            self.index.add(st.id, st.patterns)
+        self._count(st)
+
+    def _count(self, st: SubState) -> None:
+        if not st.bounded:
+            st.count = st.bytes = None
+            return
+        n, b = self.conn.execute(
+            "SELECT count(*), coalesce(sum(m.size), 0) FROM queue_entries e "
+            "JOIN messages m ON m.id = e.mid WHERE e.sub = ?",
+            (st.id,),
+        ).fetchone()
+        st.count, st.bytes = int(n), int(b)
+
+    def attach(
+        self, name: str, patterns: tuple[PathPattern, ...] | None, limits: QueueLimits
+    ) -> SubState:
+        """Create the durable subscription ``name`` or re-bind it to new patterns/limits."""
+        enc_p, enc_l = encode_patterns(patterns), encode_limits(limits)
+        with self.lock:
+            sid = self.by_name.get(name)
+            if sid is not None:
+                st = self.subs[sid]
+                if st.patterns == patterns and st.limits == limits:
+                    return st
+                with self.tx() as c:
+                    c.execute(
+                        "UPDATE subscriptions SET patterns = ?, limits = ? WHERE id = ?",
+                        (enc_p, enc_l, sid),
+                    )
+                st.patterns, st.limits = patterns, limits
+                self._install(st)
+                if st.bounded:
+                    with self.tx():
+                        self._enforce_limits(st)
+                return st
+            with self.tx() as c:
+                cur = c.execute(
+                    "INSERT INTO subscriptions(name, patterns, limits) VALUES (?, ?, ?)",
+                    (name, enc_p, enc_l),
+                )
+                sid = cur.lastrowid
+            assert sid is not None
+            st = SubState(sid, name, patterns, limits)
+            self._install(st)
+            return st
+
+    def delete_subscription(self, name: str) -> int | None:
+        """Destroy ``name`` and its queue; returns its id (None when unknown)."""
+        with self.lock:
+            sid = self.by_name.pop(name, None)
+            if sid is None:
+                return None
+            self.subs.pop(sid, None)
+            self.index.remove(sid)
+            self.match_all.discard(sid)
+            with self.tx() as c:
+                c.execute(
+                    "UPDATE messages SET refs = refs - 1 "
+                    "WHERE id IN (SELECT mid FROM queue_entries WHERE sub = ?)",
+                    (sid,),
+                )
+                c.execute(
+                    "DELETE FROM messages WHERE refs <= 0 "
+                    "AND id IN (SELECT mid FROM queue_entries WHERE sub = ?)",
+                    (sid,),
+                )
+                c.execute("DELETE FROM queue_entries WHERE sub = ?", (sid,))
+                c.execute("DELETE FROM subscriptions WHERE id = ?", (sid,))
+        handles = self.started.pop(sid, set())
+        for h in list(handles):
+            h.detach()
+        return sid
+
+    def subscription_names(self) -> list[str]:
+        with self.lock:
+            return sorted(self.by_name)
+
+    # ------------------------------------------------------------------ publish
+
+    def targets(self, topic: Topic) -> set[int]:
+        """Subscription ids that receive ``topic`` (one entry each, whatever the patterns)."""
+        found = self.index.match(topic)
+        if self.match_all:
+            found |= self.match_all
+        return found
+
+    def publish_many(self, messages: Sequence[OutboundMessage]) -> list[int]:
+        """Store and route ``messages`` in one transaction; returns the fan-out of each."""
+        now = time.time()
+        fanouts: list[int] = []
+        touched: set[int] = set()
+        with self.lock, self.tx() as c:
+            for m in messages:
+                targets = self.targets(m.topic)
+                size = len(m.body)
+                accepted: list[SubState] = []
+                for sid in sorted(targets):
+                    st = self.subs.get(sid)
+                    if st is None:
+                        continue
+                    if st.bounded and not self._make_room(st, size):
+                        continue
+                    accepted.append(st)
+                headers = dict(m.headers)
+                headers.setdefault(HEADER_MESSAGE_ID, m.message_id)
+                cur = c.execute(
+                    "INSERT INTO messages(ns, path, body, headers, ctype, msgid, size, "
+                    "published, refs) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (
+                        m.topic.namespace,
+                        _topic_key(m.topic),
+                        m.body,
+                        json.dumps(headers),
+                        m.content_type,
+                        m.message_id,
+                        size,
+                        now,
+                        len(accepted) + 1,
+                    ),
+                )
+                mid = cur.lastrowid
+                assert mid is not None
+                old = c.execute(
+                    "SELECT mid FROM current WHERE ns = ? AND path = ?",
+                    (m.topic.namespace, _topic_key(m.topic)),
+                ).fetchone()
+                c.execute(
+                    "INSERT OR REPLACE INTO current(ns, path, mid) VALUES (?, ?, ?)",
+                    (m.topic.namespace, _topic_key(m.topic), mid),
+                )
+                if old is not None:
+                    self._decref(c, [old[0]])
+                if accepted:
+                    c.executemany(
+                        "INSERT INTO queue_entries(sub, mid) VALUES (?, ?)",
+                        [(st.id, mid) for st in accepted],
+                    )
+                for st in accepted:
+                    if st.count is not None and st.bytes is not None:
+                        st.count += 1
+                        st.bytes += size
+                    touched.add(st.id)
+                fanouts.append(len(targets))
+        self._wake(touched)
+        return fanouts
+
+    def _make_room(self, st: SubState, size: int) -> bool:
+        """Apply the overflow policy before one more ``size``-byte message; False = drop it."""
+        lim = st.limits
+        assert st.count is not None and st.bytes is not None
+
+        def full() -> bool:
+            assert st.count is not None and st.bytes is not None
+            if lim.max_messages is not None and st.count + 1 > lim.max_messages:
+                return True
+            return lim.max_bytes is not None and st.bytes + size > lim.max_bytes
+
+        if not full():
+            return True
+        if lim.overflow is Overflow.DROP_NEWEST:
+            return False
+        if lim.max_bytes is not None and size > lim.max_bytes:
+            return False
+        if lim.max_messages is not None and lim.max_messages <= 0:
+            return False
+        while full():
+            if not self._drop_one(st):
+                return False  # everything left is handed out: nothing to drop
+        return True
+
+    def _drop_one(self, st: SubState) -> bool:
+        """Discard the oldest ready message of ``st``; False when none is ready."""
+        row = self.conn.execute(
+            "SELECT e.mid, m.size FROM queue_entries e JOIN messages m ON m.id = e.mid "
+            "WHERE e.sub = ? AND e.state = 0 ORDER BY e.mid LIMIT 1",
+            (st.id,),
+        ).fetchone()
+        if row is None:
+            return False
+        self.conn.execute("DELETE FROM queue_entries WHERE sub = ? AND mid = ?", (st.id, row[0]))
+        self._decref(self.conn, [row[0]])
+        if st.count is not None and st.bytes is not None:
+            st.count -= 1
+            st.bytes -= int(row[1])
+        return True
+
+    def _enforce_limits(self, st: SubState) -> None:
+        """Trim an existing queue to new, tighter limits (drops the oldest)."""
+        lim = st.limits
+        while (
+            st.count is not None
+            and st.bytes is not None
+            and (
+                (lim.max_messages is not None and st.count > lim.max_messages)
+                or (lim.max_bytes is not None and st.bytes > lim.max_bytes)
+            )
+        ):
+            if not self._drop_one(st):
+                return
+
+    @staticmethod
+    def _decref(c: sqlite3.Connection, mids: Iterable[int]) -> None:
+        params = [(m,) for m in mids]
+        if not params:
+            return
+        c.executemany("UPDATE messages SET refs = refs - 1 WHERE id = ?", params)
+        c.executemany("DELETE FROM messages WHERE id = ? AND refs <= 0", params)
+
+    # ------------------------------------------------------------------ consume
+
+    def _expire(self, st: SubState) -> None:
+        if st.limits.max_age is None:
+            return
+        cutoff = time.time() - st.limits.max_age.total_seconds()
+        rows = self.conn.execute(
+            "SELECT e.mid, m.size FROM queue_entries e JOIN messages m ON m.id = e.mid "
+            "WHERE e.sub = ? AND e.state = 0 AND m.published < ?",
+            (st.id, cutoff),
+        ).fetchall()
+        if not rows:
+            return
+        self.conn.executemany(
+            "DELETE FROM queue_entries WHERE sub = ? AND mid = ?", [(st.id, r[0]) for r in rows]
+        )
+        self._decref(self.conn, [r[0] for r in rows])
+        if st.count is not None and st.bytes is not None:
+            st.count -= len(rows)
+            st.bytes -= sum(r[1] for r in rows)
+
+    def fetch(self, sid: int, n: int) -> list[Row]:
+        """Hand out up to ``n`` ready messages of ``sid``, oldest first."""
+        if n <= 0:
+            return []
+        with self.lock:
+            st = self.subs.get(sid)
+            if st is None or self._closed:
+                return []
+            with self.tx() as c:
+                self._expire(st)
+                rows = c.execute(
+                    "SELECT e.mid, e.delivered, m.ns, m.path, m.body, m.headers, m.ctype "
+                    "FROM queue_entries e JOIN messages m ON m.id = e.mid "
+                    "WHERE e.sub = ? AND e.state = 0 ORDER BY e.mid LIMIT ?",
+                    (sid, n),
+                ).fetchall()
+                if rows:
+                    c.executemany(
+                        "UPDATE queue_entries SET state = 1, delivered = delivered + 1 "
+                        "WHERE sub = ? AND mid = ?",
+                        [(sid, r[0]) for r in rows],
+                    )
+        return [
+            Row(
+                sub=sid,
+                mid=mid,
+                topic=Topic(ns, tuple(path.split("/"))),
+                body=bytes(body),
+                headers=json.loads(headers),
+                content_type=ctype,
+                redelivered=delivered > 0,
+            )
+            for mid, delivered, ns, path, body, headers, ctype in rows
+        ]
+
+    def settle(self, sid: int, mids: Sequence[int], *, remove: bool) -> None:
+        """Ack (``remove``) or requeue handed-out messages; unknown rows are ignored."""
+        if not mids:
+            return
+        with self.lock:
+            if self._closed:
+                return
+            st = self.subs.get(sid)
+            with self.tx() as c:
+                if remove:
+                    gone: list[int] = []
+                    for mid in mids:
+                        cur = c.execute(
+                            "DELETE FROM queue_entries WHERE sub = ? AND mid = ?", (sid, mid)
+                        )
+                        if cur.rowcount:
+                            gone.append(mid)
+                    if gone and st is not None and st.count is not None:
+                        sizes = c.execute(
+                            f"SELECT coalesce(sum(size), 0) FROM messages WHERE id IN "
+                            f"({','.join('?' * len(gone))})",
+                            gone,
+                        ).fetchone()[0]
+                        assert st.bytes is not None
+                        st.count -= len(gone)
+                        st.bytes -= int(sizes)
+                    self._decref(c, gone)
+                else:
+                    c.executemany(
+                        "UPDATE queue_entries SET state = 0 "
+                        "WHERE sub = ? AND mid = ? AND state = 1",
+                        [(sid, m) for m in mids],
+                    )
+        if not remove:
+            self._wake({sid})
+
+    def depth(self, sid: int) -> int:
+        with self.lock:
+            st = self.subs.get(sid)
+            if st is None:
+                return 0
+            if st.limits.max_age is not None:
+                with self.tx():
+                    self._expire(st)
+            row = self.conn.execute(
+                "SELECT count(*) FROM queue_entries WHERE sub = ? AND state = 0", (sid,)
+            ).fetchone()
+            return int(row[0])
+
+    def current_message(self, topic: Topic) -> StoredMessage | None:
+        with self.lock:
+            if self._closed:
+                raise AdapterUnavailable("the embedded adapter is closed")
+            row = self.conn.execute(
+                "SELECT m.body, m.headers, m.ctype FROM current c JOIN messages m ON m.id = c.mid "
+                "WHERE c.ns = ? AND c.path = ?",
+                (topic.namespace, _topic_key(topic)),
+            ).fetchone()
+        if row is None:
+            return None
+        return StoredMessage(
+            topic=topic, body=bytes(row[0]), headers=json.loads(row[1]), content_type=row[2]
+        )
+
+    # ------------------------------------------------------------------ dispatch
+
+    def wait_arrival(self, since: int, timeout: float) -> int:
+        """Block until a publish after ``since`` (an ``arrivals`` value) or timeout."""
+        with self._arrival:
+            if self._arrivals == since and not self._closed:
+                self._arrival.wait(timeout)
+            return self._arrivals
+
+    @property
+    def arrivals(self) -> int:
+        return self._arrivals
+
+    def _wake(self, sids: Iterable[int]) -> None:
+        sids = set(sids)
+        if not sids:
+            return
+        with self._arrival:
+            self._arrivals += 1
+            self._arrival.notify_all()
+        handles = [h for sid in sids for h in self.started.get(sid, ())]
+        if handles:
+            self.schedule(handles)
+
+    def schedule(self, handles: Iterable[EmbeddedHandle]) -> None:
+        """Queue started handles for a dispatcher round."""
+        with self._cv:
+            for h in handles:
+                if h not in self._queued:
+                    self._queued.add(h)
+                    self._ready.append(h)
+            if self._dispatcher is None and not self._closed:
+                self._dispatcher = threading.Thread(
+                    target=self._dispatch_loop, name=f"wsnmom-embedded-{self.path}", daemon=True
+                )
+                self._dispatcher.start()
+            self._cv.notify()
+
+    def _dispatch_loop(self) -> None:
+        while True:
+            with self._cv:
+                while not self._ready and not self._closed:
+                    self._cv.wait()
+                if self._closed:
+                    return
+                h = self._ready.popleft()
+                self._queued.discard(h)
+            try:
+                more = h.dispatch_round(_FETCH_BATCH)
+            except Exception:  # pragma: no cover - defensive: keep the dispatcher alive
+                log.exception("embedded dispatcher failed for %s", h.name)
+                more = False
+            if more:
+                self.schedule([h])
+
+
+def _synchronous(value: str) -> str:
+    v = str(value).upper()
+    if v not in {"OFF", "NORMAL", "FULL", "EXTRA"}:
+        raise ValueError(f"synchronous must be NORMAL or FULL, not {value!r}")
+    return v
+
+
+# --------------------------------------------------------------------------- engines
+
+
+_engines: dict[str, Engine] = {}
+_engines_lock = threading.Lock()
+
+
+def acquire_engine(path: str, options: Mapping[str, Any]) -> Engine:
+    """The engine of ``path`` (shared within the process); call :func:`release_engine`."""
+    sync = str(options.get("synchronous", "NORMAL"))
+    if path == MEMORY:
+        eng = Engine(MEMORY, synchronous=sync)
+        eng.users = 1
+        return eng
+    key = os.path.realpath(path)
+    with _engines_lock:
+        eng = _engines.get(key)
+        if eng is None or eng.closed:
+            eng = Engine(key, synchronous=sync)
+            _engines[key] = eng
+        eng.users += 1
+        return eng
+
+
+def release_engine(engine: Engine) -> None:
+    """Drop one user of ``engine``; the last one closes it."""
+    with _engines_lock:
+        engine.users -= 1
+        if engine.users > 0:
+            return
+        if not engine.memory:
+            _engines.pop(engine.path, None)
+    engine.close()

@@ -9,7 +9,7 @@ import pytest
 from wsnmom.topic_mapping import Topic, TopicExpression, TopicNamespace, load_topic_namespace
 
 TNS = "http://example.org/topicSpace/example1"
-NS = {"tns": TNS, "xyz": "http://example.org/anotherNamespace"}
+NS: dict[str | None, str] = {"tns": TNS, "xyz": "http://example.org/anotherNamespace"}
 
 #: TREE-S as printed in WS-Topics 1.0 §4 (lower-case 1.0 spellings, AliasRef on t6).
 TREE_S_XML = """<?xml version="1.0" encoding="UTF-8"?>

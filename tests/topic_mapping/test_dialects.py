@@ -16,6 +16,7 @@ from wsnmom.topic_mapping import (
     InvalidTopicExpression,
     MultipleTopicsSpecified,
     PathPattern,
+    Segment,
     Topic,
     TopicExpressionDialectUnknown,
     canonical_dialect,
@@ -120,9 +121,9 @@ def test_missing_dialect_otherwise_full(text: str) -> None:
         ("p:a/q:b", ("a", "b")),
     ],
 )
-def test_full_patterns(text: str, segments: tuple[object, ...]) -> None:
+def test_full_patterns(text: str, segments: tuple[Segment, ...]) -> None:
     expr = parse_topic_expression(text, FULL, {"p": URI, "q": URI})
-    assert expr.patterns == (PathPattern(URI, segments),)  # type: ignore[arg-type]
+    assert expr.patterns == (PathPattern(URI, segments),)
 
 
 def test_union_spans_namespaces_and_tolerates_spaces_around_bar() -> None:

@@ -144,8 +144,9 @@ def test_full_syntax_negatives(text: str) -> None:
 
 @pytest.mark.parametrize("text", ["//tns:t1", "/tns:t1"])
 def test_full_negatives_also_with_a_default_namespace(text: str) -> None:
+    ns: dict[str | None, str] = {**NS, None: TNS}
     with pytest.raises(InvalidTopicExpression):
-        parse_topic_expression(text, FULL, {**NS, None: TNS})
+        parse_topic_expression(text, FULL, ns)
 
 
 @pytest.mark.parametrize("text", ["tns:t1/t2", "tns:*"])

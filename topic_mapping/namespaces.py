@@ -488,7 +488,10 @@ class TopicSet:
                             f"TopicExpression {expr.text!r} refers to a topic that is not "
                             f"permitted: {reason}"
                         )
-            resolved = self._resolve(expr.patterns, frozenset())
+            aliases: list[tuple[Topic, TopicExpression]] = []
+            if not all(p.is_concrete for p in expr.patterns):
+                aliases = list(self._alias_items())
+            resolved = self._resolve(expr.patterns, frozenset(), aliases)
             if expr.patterns and not resolved:
                 raise TopicNotSupported(
                     f"TopicExpression {expr.text!r} resolves (through aliases) to no topic"
@@ -509,7 +512,10 @@ class TopicSet:
                     yield topic, d.alias
 
     def _resolve(
-        self, patterns: Iterable[PathPattern], visited: frozenset[Topic]
+        self,
+        patterns: Iterable[PathPattern],
+        visited: frozenset[Topic],
+        aliases: list[tuple[Topic, TopicExpression]],
     ) -> list[PathPattern]:
         out: list[PathPattern] = []
         for pattern in patterns:
@@ -519,13 +525,15 @@ class TopicSet:
                 if d is None or d.alias is None:
                     out.append(pattern)
                 elif topic not in visited:  # rule 5: a cycle contributes nothing
-                    out.extend(self._resolve(d.alias.patterns, visited | {topic}))
+                    if not aliases and not d.alias.is_concrete:
+                        aliases.extend(self._alias_items())
+                    out.extend(self._resolve(d.alias.patterns, visited | {topic}, aliases))
                 continue
             out.append(pattern)
             # Intent reading of rule 3: aliases a wildcard selects are resolved as well.
-            for topic, alias in list(self._alias_items()):
+            for topic, alias in aliases:
                 if topic not in visited and pattern.matches(topic):
-                    out.extend(self._resolve(alias.patterns, visited | {topic}))
+                    out.extend(self._resolve(alias.patterns, visited | {topic}, aliases))
         return out
 
     # -- resource property -----------------------------------------------------------------

@@ -324,3 +324,18 @@ def test_child_of_alias_is_rejected(tree_s: TopicNamespace) -> None:
     with pytest.raises(TopicNotSupported, match="alias"):
         ts.validate(parse_topic_expression("tns:t4/t6/x", FULL, NS))
     assert not ts.permits(Topic(TNS, ("t4", "t6", "x")))
+
+
+def test_concrete_alias_to_wildcard_that_selects_another_alias() -> None:
+    """Intent reading applies inside alias resolution too: b -> d/* selects alias d/x -> a."""
+    ts = TopicSet(
+        [
+            _space(
+                '<w:Topic name="a"/><w:Topic name="d"><w:Topic name="e"/>'
+                + _alias("x", C10, "tns:a")
+                + "</w:Topic>"
+                + _alias("b", F10, "tns:d/*")
+            )
+        ]
+    )
+    assert _resolve(ts, "tns:b") == {"d/e", "a"}

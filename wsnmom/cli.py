@@ -13,6 +13,11 @@ def cli() -> None:
     """wsnmom: WS-Notification gateway for RabbitMQ, Kafka and MQTT."""
 
 
+from wsnmom.topic_mapping.cli import topics  # noqa: E402
+
+cli.add_command(topics)
+
+
 def main() -> None:
     """Console-script entry point."""
     cli()

@@ -1,0 +1,568 @@
+"""Plugin manager and adapter registry.
+
+Everything pluggable is loaded through one path: the ``wsnmom.adapters`` entry-point group.
+The built-in adapters (``embedded``, ``rabbitmq``) are declared there by wsnmom's own
+``pyproject.toml`` exactly like a third-party distribution would declare its plugin, so
+they can be listed, blocked and replaced the same way.  (When wsnmom runs from a source
+tree without installed metadata, the built-in plugin modules are imported by name.)
+
+Plugins contribute adapter classes to an :class:`AdapterRegistry` in the
+``wsnmom_register_adapters`` hook, **by dotted name**.  Resolving a URL imports the class
+only then, so importing wsnmom never imports pika, confluent_kafka or paho; a missing
+client library surfaces as an ImportError naming the extra to install.
+
+Environment toggles
+    ``WSNMOM_DISABLE_PLUGIN_AUTOLOAD=1``
+        load only the built-in plugins (and those named in ``WSNMOM_PLUGINS``).
+    ``WSNMOM_PLUGINS=name,pkg.module``
+        load only these third-party plugins: entry-point names, or module paths that are
+        imported and registered even when they have no entry point.
+    ``WSNMOM_BLOCKED_PLUGINS=name,...``
+        never register these plugins (built-in ones too).
+    ``WSNMOM_TRACE_PLUGINS=1``
+        log every hook call (logger ``wsnmom.plugins``, DEBUG).
+
+Core talks to plugins through the typed methods of :class:`PluginManager` and never
+through ``pm.hook`` directly.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import importlib.metadata
+import logging
+import os
+import sys
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+import pluggy
+from wsnmom.core import hookspecs
+from wsnmom.core.hookspecs import PROJECT, hookimpl
+
+if TYPE_CHECKING:
+    import click
+    from wsnmom.core.adapter import Adapter, OutboundMessage, PublishReceipt
+    from wsnmom.core.model import NotificationMessage
+
+__all__ = [
+    "BUILTIN_PLUGINS",
+    "ENTRY_POINT_GROUP",
+    "AdapterEntry",
+    "AdapterRegistry",
+    "PluginInfo",
+    "PluginManager",
+    "UnknownAdapterScheme",
+    "create_adapter",
+    "get_plugin_manager",
+    "hookimpl",
+    "resolve",
+]
+
+log = logging.getLogger("wsnmom.plugins")
+
+#: entry-point group plugins declare themselves in
+ENTRY_POINT_GROUP = "wsnmom.adapters"
+
+#: built-in plugins: entry-point name -> plugin module
+BUILTIN_PLUGINS: Mapping[str, str] = {
+    "embedded": "wsnmom.adapters.embedded.plugin",
+    "rabbitmq": "wsnmom.adapters.rabbitmq.plugin",
+}
+
+#: schemes of adapters wsnmom knows about even when their plugin cannot be loaded, with
+#: the extra that installs them; only used to turn "unknown scheme" into "install X"
+KNOWN_SCHEMES: Mapping[str, str] = {
+    "amqp": "rabbitmq",
+    "amqps": "rabbitmq",
+    "kafka": "kafka",
+    "mqtt": "mqtt",
+    "mqtts": "mqtt",
+}
+
+ENV_DISABLE_AUTOLOAD = "WSNMOM_DISABLE_PLUGIN_AUTOLOAD"
+ENV_PLUGINS = "WSNMOM_PLUGINS"
+ENV_BLOCKED = "WSNMOM_BLOCKED_PLUGINS"
+ENV_TRACE = "WSNMOM_TRACE_PLUGINS"
+
+
+class UnknownAdapterScheme(LookupError):
+    """No adapter is registered for a URL scheme."""
+
+    def __init__(self, scheme: str, known: Sequence[str], hint: str = "") -> None:
+        self.scheme = scheme
+        self.known = tuple(known)
+        self.hint = hint
+        msg = f"no adapter for URL scheme {scheme!r}"
+        close = difflib.get_close_matches(scheme, self.known, n=1)
+        if close:
+            msg += f". Did you mean {close[0]!r}?"
+        msg += f" (known: {', '.join(sorted(self.known)) or 'none'})"
+        if hint:
+            msg += f". {hint}"
+        super().__init__(msg)
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+def _truthy(value: str | None) -> bool:
+    return (value or "").strip().lower() not in {"", "0", "false", "no", "off"}
+
+
+def _split(value: str | None) -> list[str]:
+    return [v.strip() for v in (value or "").split(",") if v.strip()]
+
+
+def _import_target(target: str) -> Any:
+    module_name, _, attr = target.partition(":")
+    obj: Any = importlib.import_module(module_name)
+    for part in attr.split(".") if attr else ():
+        obj = getattr(obj, part)
+    return obj
+
+
+# --------------------------------------------------------------------------- registry
+
+
+@dataclass(frozen=True, slots=True)
+class AdapterEntry:
+    """One registered scheme."""
+
+    #: URL scheme, lower case
+    scheme: str
+    #: ``"package.module:ClassName"`` (or the class itself, for test plugins)
+    target: str | type[Adapter]
+    #: pip extra that installs the client library, None when nothing extra is needed
+    extra: str | None = None
+    #: module that registered it (the plugin), for ``wsnmom adapters``
+    registered_by: str | None = None
+
+    @property
+    def target_name(self) -> str:
+        """The dotted name of the class."""
+        if isinstance(self.target, str):
+            return self.target
+        return f"{self.target.__module__}:{self.target.__qualname__}"
+
+
+class AdapterRegistry:
+    """URL scheme -> adapter class, imported lazily (kombu's transport alias table)."""
+
+    def __init__(self) -> None:
+        self._entries: dict[str, AdapterEntry] = {}
+        self._cache: dict[str, type[Adapter]] = {}
+        self._lock = threading.Lock()
+
+    def add(
+        self,
+        scheme: str,
+        target: str | type[Adapter],
+        *,
+        extra: str | None = None,
+        replace: bool = False,
+    ) -> None:
+        """Register ``target`` (``"module:Class"``) for ``scheme``.
+
+        :param replace: allow overriding a scheme another plugin registered; without it a
+            duplicate raises ValueError.
+        """
+        key = scheme.lower()
+        if isinstance(target, str) and ":" not in target:
+            raise ValueError(f"adapter target must be 'module:Class', not {target!r}")
+        caller = sys._getframe(1).f_globals.get("__name__")
+        with self._lock:
+            old = self._entries.get(key)
+            if old is not None and not replace and old.target_name != _name_of(target):
+                raise ValueError(
+                    f"scheme {key!r} is already registered to {old.target_name} "
+                    f"(by {old.registered_by}); pass replace=True to override"
+                )
+            self._entries[key] = AdapterEntry(key, target, extra, caller)
+            self._cache.pop(key, None)
+
+    def remove(self, scheme: str) -> None:
+        """Forget ``scheme`` (no error when absent)."""
+        with self._lock:
+            self._entries.pop(scheme.lower(), None)
+            self._cache.pop(scheme.lower(), None)
+
+    def get(self, scheme: str) -> AdapterEntry | None:
+        """The entry of ``scheme``, if registered."""
+        return self._entries.get(scheme.lower())
+
+    def schemes(self) -> list[str]:
+        """Registered schemes, sorted."""
+        return sorted(self._entries)
+
+    def entries(self) -> list[AdapterEntry]:
+        """Registered entries, sorted by scheme."""
+        return [self._entries[s] for s in self.schemes()]
+
+    def __contains__(self, scheme: object) -> bool:
+        return isinstance(scheme, str) and scheme.lower() in self._entries
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def load(self, scheme: str) -> type[Adapter]:
+        """Import and return the class of ``scheme``.
+
+        :raises UnknownAdapterScheme: nothing is registered for ``scheme``.
+        :raises ImportError: the class (or its client library) cannot be imported; the
+            message names the extra to install.
+        """
+        key = scheme.lower()
+        cached = self._cache.get(key)
+        if cached is not None:
+            return cached
+        entry = self._entries.get(key)
+        if entry is None:
+            hint = ""
+            if key in KNOWN_SCHEMES:
+                extra = KNOWN_SCHEMES[key]
+                hint = f'Its adapter is installed with: pip install "wsnmom[{extra}]"'
+            raise UnknownAdapterScheme(key, self.schemes(), hint)
+        if isinstance(entry.target, str):
+            try:
+                cls = _import_target(entry.target)
+            except ImportError as exc:
+                if entry.extra:
+                    raise ImportError(
+                        f"the {key}:// adapter ({entry.target}) cannot be imported: {exc}. "
+                        f'Install it with: pip install "wsnmom[{entry.extra}]"'
+                    ) from exc
+                raise
+            except AttributeError as exc:
+                raise ImportError(f"{entry.target} does not exist: {exc}") from exc
+        else:
+            cls = entry.target
+        from wsnmom.core.adapter import Adapter
+
+        if not (isinstance(cls, type) and issubclass(cls, Adapter)):
+            raise TypeError(f"{entry.target_name} is not a wsnmom.core.adapter.Adapter")
+        self._cache[key] = cls
+        return cls
+
+    def resolve(self, url: str) -> type[Adapter]:
+        """The adapter class for ``url``'s scheme (see :meth:`load`)."""
+        return self.load(scheme_of(url))
+
+
+def _name_of(target: str | type[Adapter]) -> str:
+    if isinstance(target, str):
+        return target
+    return f"{target.__module__}:{target.__qualname__}"
+
+
+def scheme_of(url: str) -> str:
+    """The lower-case scheme of an adapter URL (ValueError when there is none)."""
+    scheme = urlsplit(url).scheme if "://" in url else ""
+    if not scheme:
+        raise ValueError(f"adapter URL needs a scheme (e.g. embedded://data): {url!r}")
+    return scheme.lower()
+
+
+# --------------------------------------------------------------------------- manager
+
+
+@dataclass(frozen=True, slots=True)
+class PluginInfo:
+    """What ``wsnmom plugins`` shows about one plugin."""
+
+    name: str
+    module: str | None
+    builtin: bool
+    distribution: str | None = None
+    version: str | None = None
+    hooks: tuple[str, ...] = ()
+    schemes: tuple[str, ...] = ()
+    #: why it could not be loaded (None when it was)
+    error: str | None = None
+    blocked: bool = False
+
+
+@dataclass(slots=True)
+class _Failure:
+    name: str
+    module: str | None
+    error: str
+    builtin: bool
+    distribution: str | None = None
+    version: str | None = None
+
+
+class PluginManager:
+    """Typed facade over ``pluggy.PluginManager("wsnmom")``.
+
+    :param environ: environment to read the toggles from (``os.environ`` by default).
+    :param autoload: override ``WSNMOM_DISABLE_PLUGIN_AUTOLOAD`` (None: read the env).
+    """
+
+    def __init__(
+        self, *, environ: Mapping[str, str] | None = None, autoload: bool | None = None
+    ) -> None:
+        self.pm = pluggy.PluginManager(PROJECT)
+        self.pm.add_hookspecs(hookspecs)
+        self.adapters = AdapterRegistry()
+        self._env = dict(os.environ if environ is None else environ)
+        self._autoload = (
+            not _truthy(self._env.get(ENV_DISABLE_AUTOLOAD)) if autoload is None else autoload
+        )
+        self._failures: dict[str, _Failure] = {}
+        #: entry-point name -> (distribution, version)
+        self._dists: dict[str, tuple[str | None, str | None]] = {}
+        self._loaded = False
+        self._lock = threading.Lock()
+        self._undo_trace: Any = None
+        if _truthy(self._env.get(ENV_TRACE)):
+            self.enable_tracing()
+
+    # ------------------------------------------------------------------ loading
+
+    @property
+    def blocked(self) -> list[str]:
+        """Plugin names blocked by ``WSNMOM_BLOCKED_PLUGINS``."""
+        return _split(self._env.get(ENV_BLOCKED))
+
+    def load(self) -> PluginManager:
+        """Discover and register plugins, then call ``wsnmom_register_adapters``; idempotent."""
+        with self._lock:
+            if self._loaded:
+                return self
+            self._loaded = True
+            for name in self.blocked:
+                self.pm.set_blocked(name)
+            wanted = _split(self._env.get(ENV_PLUGINS))
+            seen: set[str] = set()
+            for ep in _entry_points():
+                seen.add(ep.name)
+                builtin = ep.name in BUILTIN_PLUGINS
+                if not builtin:
+                    if wanted and ep.name not in wanted:
+                        continue
+                    if not self._autoload and ep.name not in wanted:
+                        continue
+                dist = getattr(ep, "dist", None)
+                self._dists[ep.name] = (
+                    getattr(dist, "name", None),
+                    getattr(dist, "version", None),
+                )
+                self._load_one(ep.name, ep.value, builtin, loader=ep.load)
+            for name, module in BUILTIN_PLUGINS.items():
+                if name not in seen:  # running from a source tree without metadata
+                    self._load_one(name, module, True)
+            for item in wanted:
+                if item not in seen and item not in BUILTIN_PLUGINS:
+                    self._load_one(item, item, False)
+            self.pm.check_pending()
+        self.pm.hook.wsnmom_register_adapters.call_historic(kwargs={"registry": self.adapters})
+        return self
+
+    def _load_one(self, name: str, module: str, builtin: bool, loader: Any | None = None) -> None:
+        if self.pm.is_blocked(name) or self.pm.has_plugin(name):
+            return
+        try:
+            plugin = loader() if loader is not None else importlib.import_module(module)
+        except Exception as exc:  # a broken plugin must not take the gateway down
+            dist, version = self._dists.get(name, (None, None))
+            self._failures[name] = _Failure(
+                name, module, f"{type(exc).__name__}: {exc}", builtin, dist, version
+            )
+            log.warning("plugin %s (%s) could not be loaded: %s", name, module, exc)
+            return
+        self.pm.register(plugin, name=name)
+
+    def register(self, plugin: object, name: str | None = None) -> str:
+        """Register a plugin object or module (tests, embedding applications).
+
+        ``wsnmom_register_adapters`` is historic, so the plugin's adapters are added even
+        when the manager is already loaded.
+        """
+        registered = self.pm.register(plugin, name=name)
+        if registered is None:
+            raise ValueError(f"plugin {name or plugin!r} is blocked")
+        self.pm.check_pending()
+        return registered
+
+    def unregister(self, name: str) -> None:
+        """Unregister a plugin by name (its adapter schemes stay registered)."""
+        self.pm.unregister(name=name)
+
+    def enable_tracing(self) -> None:
+        """Log every hook call and its result at DEBUG level."""
+
+        def before(hook_name: str, impls: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
+            log.debug("hook %s(%s) -> %d impl(s)", hook_name, ", ".join(kwargs), len(impls))
+
+        def after(outcome: Any, hook_name: str, impls: Sequence[Any], kwargs: Any) -> None:
+            log.debug("hook %s done: %r", hook_name, outcome.get_result())
+
+        self._undo_trace = self.pm.add_hookcall_monitoring(before, after)
+
+    # ------------------------------------------------------------------ introspection
+
+    def plugins(self) -> list[PluginInfo]:
+        """Registered, failed and blocked plugins."""
+        out: list[PluginInfo] = []
+        schemes_by_module: dict[str, list[str]] = {}
+        for entry in self.adapters.entries():
+            if entry.registered_by:
+                schemes_by_module.setdefault(entry.registered_by, []).append(entry.scheme)
+        for name, plugin in self.pm.list_name_plugin():
+            if plugin is None:
+                continue
+            module = getattr(plugin, "__name__", type(plugin).__module__)
+            dist, version = self._dists.get(name, (None, None))
+            hooks = tuple(sorted(h.name for h in self.pm.get_hookcallers(plugin) or ()))
+            out.append(
+                PluginInfo(
+                    name=name,
+                    module=module,
+                    builtin=name in BUILTIN_PLUGINS,
+                    distribution=dist,
+                    version=version,
+                    hooks=hooks,
+                    schemes=tuple(schemes_by_module.get(module, ())),
+                )
+            )
+        for f in self._failures.values():
+            out.append(
+                PluginInfo(
+                    name=f.name,
+                    module=f.module,
+                    builtin=f.builtin,
+                    distribution=f.distribution,
+                    version=f.version,
+                    error=f.error,
+                )
+            )
+        for name in self.blocked:
+            out.append(
+                PluginInfo(name=name, module=None, builtin=name in BUILTIN_PLUGINS, blocked=True)
+            )
+        return sorted(out, key=lambda p: (not p.builtin, p.name))
+
+    def failures(self) -> dict[str, str]:
+        """Plugins that could not be loaded: name -> reason."""
+        return {n: f.error for n, f in self._failures.items()}
+
+    # ------------------------------------------------------------------ adapters
+
+    def resolve(self, url: str) -> type[Adapter]:
+        """The adapter class serving ``url`` (see :meth:`AdapterRegistry.load`)."""
+        self.load()
+        try:
+            return self.adapters.resolve(url)
+        except UnknownAdapterScheme as exc:
+            failed = self.failures()
+            if failed:
+                detail = "; ".join(f"{n}: {e}" for n, e in sorted(failed.items()))
+                hint = f"{exc.hint}. " if exc.hint else ""
+                raise UnknownAdapterScheme(
+                    exc.scheme, exc.known, f"{hint}Plugins that failed to load: {detail}"
+                ) from None
+            raise
+
+    def create_adapter(self, url: str, options: Mapping[str, Any] | None = None) -> Adapter:
+        """Construct (not open) the adapter for ``url``."""
+        return self.resolve(url)(url, options)
+
+    # ------------------------------------------------------------------ typed hook calls
+
+    def register_commands(self, cli: click.Group) -> None:
+        """Let plugins add CLI subcommands."""
+        self.load()
+        self.pm.hook.wsnmom_register_commands(cli=cli)
+
+    def configure_app(self, app: Any, service: Any) -> None:
+        """Let plugins customise the Flask app."""
+        self.load()
+        self.pm.hook.wsnmom_configure_app(app=app, service=service)
+
+    def startup(self, runtime: Any) -> None:
+        """Broker started; exceptions propagate (they abort the start)."""
+        self.load()
+        self.pm.hook.wsnmom_startup(runtime=runtime)
+
+    def shutdown(self, runtime: Any) -> None:
+        """Broker stopping; exceptions are logged."""
+        self._observe("wsnmom_shutdown", runtime=runtime)
+
+    def adapter_opened(self, adapter: Adapter) -> None:
+        """An adapter was opened; exceptions are logged."""
+        self._observe("wsnmom_adapter_opened", adapter=adapter)
+
+    def notification_published(
+        self, message: NotificationMessage | OutboundMessage, receipt: PublishReceipt | None = None
+    ) -> None:
+        """Observer: a publish was confirmed."""
+        self._observe("wsnmom_notification_published", message=message, receipt=receipt)
+
+    def notification_delivered(self, message: NotificationMessage, subscription_id: str) -> None:
+        """Observer: a notification reached its consumer."""
+        self._observe(
+            "wsnmom_notification_delivered", message=message, subscription_id=subscription_id
+        )
+
+    def delivery_failed(
+        self, message: NotificationMessage, subscription_id: str, error: BaseException
+    ) -> None:
+        """Observer: a push attempt failed."""
+        self._observe(
+            "wsnmom_delivery_failed",
+            message=message,
+            subscription_id=subscription_id,
+            error=error,
+        )
+
+    def _observe(self, hook: str, **kwargs: Any) -> None:
+        caller = getattr(self.pm.hook, hook)
+        if not caller.get_hookimpls():
+            return
+        try:
+            caller(**kwargs)
+        except Exception:
+            log.exception("plugin hook %s raised", hook)
+
+
+def _entry_points() -> list[importlib.metadata.EntryPoint]:
+    eps = importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)
+    unique: dict[str, importlib.metadata.EntryPoint] = {}
+    for ep in eps:
+        unique.setdefault(ep.name, ep)  # an editable + regular install may list one twice
+    return list(unique.values())
+
+
+# --------------------------------------------------------------------------- defaults
+
+_default: PluginManager | None = None
+_default_lock = threading.Lock()
+
+
+def get_plugin_manager() -> PluginManager:
+    """The process-wide plugin manager, loaded on first use."""
+    global _default
+    with _default_lock:
+        if _default is None:
+            _default = PluginManager()
+        pm = _default
+    return pm.load()
+
+
+def resolve(url: str) -> type[Adapter]:
+    """The adapter class serving ``url``, from the process-wide plugin manager.
+
+    :raises UnknownAdapterScheme: no plugin registered the scheme ("Did you mean ...?").
+    :raises ImportError: the adapter's client library is missing (names the extra).
+    """
+    return get_plugin_manager().resolve(url)
+
+
+def create_adapter(url: str, options: Mapping[str, Any] | None = None) -> Adapter:
+    """Construct (not open) the adapter for ``url`` with ``options``."""
+    return get_plugin_manager().create_adapter(url, options)

@@ -67,7 +67,7 @@ def translate_command(
 ) -> None:
     """Print the native pattern(s) for EXPRESSION, whether they are exact, and the
     residual in-process filter otherwise."""
-    namespaces: dict[str | None, str] = dict(_pairs(ns_pairs, "PREFIX=URI"))
+    namespaces: dict[str | None, str] = {k: v for k, v in _pairs(ns_pairs, "PREFIX=URI").items()}
     syntax = BUILTIN_SYNTAXES[target]
     try:
         roots = NamespaceRoots.for_syntax(_pairs(root_pairs, "URI=ROOT"), syntax)

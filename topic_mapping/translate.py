@@ -377,8 +377,12 @@ def _native_tokens(
     prefix = segments[:cut]
     tail = segments[cut:]
     if tail[0] is DEEP and all(isinstance(s, Wildcard) for s in tail):
-        # "at least k more levels": expressible without a residual
-        return _at_least(prefix, sum(1 for s in tail if s is ANY), syntax)
+        # "at least k more levels" (ANYs just before the DEEP count too): no residual needed
+        k = sum(1 for s in tail if s is ANY)
+        while prefix and prefix[-1] is ANY:
+            prefix = prefix[:-1]
+            k += 1
+        return _at_least(prefix, k, syntax)
     # cut here: every remaining non-DEEP step still needs one level
     options, _ = _at_least(prefix, sum(1 for s in tail if s is not DEEP), syntax)
     return options, False
@@ -463,7 +467,8 @@ def _covers(p: _Tokens, q: _Tokens) -> bool:
         elif p[i] is DEEP:
             result = go(i + 1, j) or go(i, j + 1)
         elif q[j] is DEEP:
-            result = False
+            # q's DEEP is either nothing, or one arbitrary level followed by DEEP again
+            result = go(i, j + 1) and p[i] is ANY and go(i + 1, j)
         elif p[i] is ANY:
             result = go(i + 1, j + 1)
         else:
@@ -501,8 +506,9 @@ def translate(
     """Compile ``expr`` (a union of branches) to native patterns for ``syntax``.
 
     Patterns covered by another pattern on the same root are dropped (by a sound syntactic
-    containment test; equal patterns keep the first).  NameNotRepresentable when a branch
-    cannot be written (pattern too long, empty, no wildcard to widen to).
+    containment test; of equivalent patterns an exact one is kept, else the first).
+    NameNotRepresentable when a branch cannot be written (pattern too long, empty, no
+    wildcard to widen to).
     """
     branches = expr.patterns if isinstance(expr, TopicExpression) else tuple(expr)
     if not branches:
@@ -540,7 +546,12 @@ def translate(
         for j, d in enumerate(candidates):
             if i == j or d.root != c.root or not _covers(d.semantic, c.semantic):
                 continue
-            if j < i or not _covers(c.semantic, d.semantic):
+            # strictly covered, or equivalent and d is preferred (exact first, then earlier)
+            if (
+                not _covers(c.semantic, d.semantic)
+                or (d.exact and not c.exact)
+                or (d.exact == c.exact and j < i)
+            ):
                 dropped = True
                 break
         if not dropped:

@@ -1,0 +1,1062 @@
+"""RabbitMQ adapter: WS-Topics namespaces on topic exchanges, WS-N subscriptions on durable
+queues, through pika.
+
+Features
+    * Each topic namespace is a durable **topic exchange** (configured name, or derived by
+      ``wsnmom.topic_mapping.translate.NamespaceRoots``).  An exchange that already exists
+      is used as it is (passive declare first); a missing one is declared durable.  The
+      topic path, escaped with ``topic_mapping``'s RabbitMQ syntax, is the routing key;
+      topic patterns become binding keys (one per branch of a union).
+    * Every namespace exchange the gateway uses is exchange-to-exchange bound with ``#`` to
+      one topic exchange, ``wsnmom.all`` (option ``all_exchange``).  A subscription without
+      patterns ("everything") binds its queue with ``#`` there.
+    * Each durable subscription / pull point is a durable queue ``wsnmom.sub.<name>``
+      (classic by default).  ``QueueLimits`` become queue arguments: ``x-max-length``,
+      ``x-max-length-bytes``, ``x-overflow`` (``drop-head`` for DROP_OLDEST,
+      ``reject-publish`` for DROP_NEWEST) and ``x-message-ttl`` for ``max_age``.  Consumers
+      use manual acks and ``basic.qos`` prefetch; ``pull`` is ``basic.get``.
+    * ``publish`` waits for the publisher confirm; messages are persistent, published with
+      ``mandatory`` so unroutable ones are reported as ``PublishReceipt(routed=False)``.
+      ``publish_many`` pipelines the confirms.
+    * Metadata travels in AMQP headers (``wsnmom-*``), ``content_type`` is the message's.
+      Natively published messages (any body, no ``wsnmom-*`` headers) are received with
+      the topic derived from their exchange and routing key.
+    * Current message (GetCurrentMessage) covers native publishers too: a tap queue
+      ``wsnmom.current.<instance>`` bound with ``#`` to ``wsnmom.all`` feeds an in-memory
+      last-message-per-routing-key map (see ``docs/adapters/rabbitmq.md``).
+    * Threading: two connections (publishing, consuming), each driven by its own I/O
+      thread (``_link.Link``); public methods are thread-safe and marshal onto those
+      threads.  Lost connections are re-established with backoff; exchanges, queues,
+      bindings and consumers are declared again and consumers resumed.  Publishes not
+      confirmed when the connection drops raise ``PublishFailed``.
+
+Connection String
+    ``amqp://user:password@host:5672/vhost`` or ``amqps://...`` (TLS, port 5671), parsed by
+    ``pika.URLParameters`` (so its query arguments such as ``heartbeat``,
+    ``connection_attempts`` or ``ssl_options`` work).  The scheme ``rabbitmq://`` is an
+    alias of ``amqp://``.  The vhost is the URL path (``%2F`` for ``/``).  These wsnmom
+    options may also be given as query arguments: ``prefetch``, ``queue_type``,
+    ``instance``.
+
+Options
+    ``exchanges``
+        mapping namespace URI -> exchange name; other namespaces get derived names.
+    ``all_exchange``
+        name of the catch-all exchange (default ``wsnmom.all``).
+    ``queue_prefix``
+        prefix of subscription queue names (default ``wsnmom.sub.``).
+    ``queue_type``
+        ``classic`` (default) or ``quorum``.
+    ``queue_arguments``
+        extra arguments for every subscription queue (e.g. ``x-queue-mode``).
+    ``prefetch``
+        default prefetch for consumers when core gives none (default 64).
+    ``heartbeat``
+        AMQP heartbeat in seconds (default 30; 0 disables).
+    ``tls``
+        mapping with ``ca_file``, ``cert_file``, ``key_file``, ``verify`` (default True),
+        ``server_hostname`` for ``amqps`` (default: the system trust store).
+    ``instance``
+        stable name of this gateway instance for its current-message tap queue (default:
+        random per process).
+    ``current_message``
+        keep the current-message tap (default True).
+    ``current_tap_max_length``, ``current_tap_expires``, ``current_cache_size``
+        tap queue length (10000), seconds an unused tap queue survives (3600) and number
+        of routing keys remembered (100000).
+    ``fail_on_nack``
+        raise PublishFailed when the broker nacks a publish (default False: a nack is what
+        a full DROP_NEWEST queue answers; see the docs).
+    ``operation_timeout``, ``reconnect_max_delay``
+        seconds to wait for declarations (10) and the longest reconnect backoff (5).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import ssl
+import threading
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+try:
+    import pika
+    from pika import spec
+except ImportError as exc:  # pragma: no cover - depends on the installation
+    raise ImportError('the RabbitMQ adapter needs pika: pip install "wsnmom[rabbitmq]"') from exc
+
+from wsnmom.core.adapter import (
+    HEADER_MESSAGE_ID,
+    HEADER_TOPIC_NAMESPACE,
+    HEADER_TOPIC_PATH,
+    Adapter,
+    AdapterUnavailable,
+    Capabilities,
+    OutboundMessage,
+    Overflow,
+    PublishFailed,
+    PublishReceipt,
+    QueueLimits,
+    Received,
+    StoredMessage,
+    SubscriptionHandle,
+    SubscriptionSpec,
+)
+from wsnmom.topic_mapping.errors import NameNotRepresentable
+from wsnmom.topic_mapping.model import PathPattern, Topic
+from wsnmom.topic_mapping.syntax import RABBITMQ
+from wsnmom.topic_mapping.translate import (
+    NamespaceRoots,
+    derived_root,
+    native_to_topic,
+    topic_to_native,
+    translate,
+)
+
+from ._link import (
+    NOT_FOUND,
+    PRECONDITION_FAILED,
+    RESOURCE_LOCKED,
+    Channel,
+    ChannelError,
+    Link,
+    LinkDown,
+)
+
+log = logging.getLogger("wsnmom.adapters.rabbitmq")
+
+#: RabbitMQ's default largest message (``max_message_size``, 128 MiB)
+MAX_MESSAGE_BYTES = 128 * 1024 * 1024
+#: header on the barrier messages of the current-message tap
+_BARRIER_HEADER = "wsnmom-barrier"
+#: header marking messages the gateway published (value "gateway"); the current-message
+#: tap filters them out of its native path (they reach it as explicit copies instead)
+HEADER_ORIGIN = "wsnmom-origin"
+#: headers of the tap copies: where the original message was published
+_TAP_EXCHANGE_HEADER = "wsnmom-tap-exchange"
+_TAP_KEY_HEADER = "wsnmom-tap-key"
+_URL_OPTIONS = ("prefetch", "queue_type", "instance")
+
+Binding = tuple[str, str]  # (exchange, binding key)
+
+
+class PublishUnavailable(PublishFailed, AdapterUnavailable):
+    """A publish could not even be attempted: no connection to RabbitMQ."""
+
+
+@dataclass(frozen=True, slots=True)
+class RabbitMQOptions:
+    """Validated adapter options (see the module docstring)."""
+
+    exchanges: Mapping[str, str]
+    all_exchange: str = "wsnmom.all"
+    queue_prefix: str = "wsnmom.sub."
+    queue_type: str = "classic"
+    queue_arguments: Mapping[str, Any] | None = None
+    prefetch: int = 64
+    heartbeat: int = 30
+    tls: Mapping[str, Any] | None = None
+    instance: str | None = None
+    current_message: bool = True
+    current_tap_max_length: int = 10000
+    current_tap_expires: float = 3600.0
+    current_cache_size: int = 100000
+    fail_on_nack: bool = False
+    operation_timeout: float = 10.0
+    reconnect_max_delay: float = 5.0
+
+    @classmethod
+    def parse(cls, options: Mapping[str, Any]) -> RabbitMQOptions:
+        """Build from a plain mapping (configuration), converting scalar strings."""
+        known = set(cls.__dataclass_fields__)
+        unknown = sorted(set(options) - known)
+        if unknown:
+            raise ValueError(f"unknown RabbitMQ adapter options: {', '.join(unknown)}")
+        values: dict[str, Any] = dict(options)
+        values.setdefault("exchanges", {})
+        for key in ("prefetch", "heartbeat", "current_tap_max_length", "current_cache_size"):
+            if key in values:
+                values[key] = int(values[key])
+        for key in ("current_tap_expires", "operation_timeout", "reconnect_max_delay"):
+            if key in values:
+                values[key] = float(values[key])
+        for key in ("current_message", "fail_on_nack"):
+            if isinstance(values.get(key), str):
+                values[key] = values[key].strip().lower() in ("1", "true", "yes", "on")
+        opts = cls(**values)
+        if opts.queue_type not in ("classic", "quorum"):
+            raise ValueError(f"queue_type must be classic or quorum, not {opts.queue_type!r}")
+        if opts.prefetch < 1:
+            raise ValueError("prefetch must be at least 1")
+        return opts
+
+
+def _header_text(value: Any) -> str | None:
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    if isinstance(value, str | int | float | bool):
+        return str(value)
+    return None
+
+
+def _headers_of(properties: Any) -> dict[str, str]:
+    raw = getattr(properties, "headers", None) or {}
+    out: dict[str, str] = {}
+    for key, value in raw.items():
+        text = _header_text(value)
+        if text is not None:
+            out[str(key)] = text
+    return out
+
+
+class _Delivery(Received):
+    """A message taken from a subscription queue; settles on the channel it came from."""
+
+    def __init__(
+        self,
+        link: Link,
+        channel: Channel,
+        delivery_tag: int,
+        topic: Topic,
+        body: bytes,
+        headers: Mapping[str, str],
+        content_type: str,
+        redelivered: bool,
+    ) -> None:
+        self.topic = topic
+        self.body = body
+        self.headers = headers
+        self.content_type = content_type
+        self.redelivered = redelivered
+        self._link = link
+        self._channel = channel
+        self._tag = delivery_tag
+        self._settled = False
+        self._lock = threading.Lock()
+
+    def _settle(self, ack: bool, requeue: bool) -> None:
+        with self._lock:
+            if self._settled:
+                return
+            self._settled = True
+        self._link.call_soon(self._settle_on_loop, ack, requeue)
+
+    def _settle_on_loop(self, ack: bool, requeue: bool) -> None:
+        # A delivery tag is only valid on its channel; once that channel is gone the
+        # broker has already requeued the message (it will be redelivered).
+        if not self._channel.is_open:
+            return
+        if ack:
+            self._channel.pika.basic_ack(self._tag)
+        else:
+            self._channel.pika.basic_nack(self._tag, requeue=requeue)
+
+    def ack(self) -> None:
+        self._settle(True, False)
+
+    def nack(self, requeue: bool = True) -> None:
+        self._settle(False, requeue)
+
+    def __repr__(self) -> str:
+        return f"<RabbitMQ delivery {self.topic} tag={self._tag}>"
+
+
+class RabbitMQSubscription(SubscriptionHandle):
+    """Handle on one subscription queue.  Methods are thread-safe."""
+
+    def __init__(self, adapter: RabbitMQAdapter, spec_: SubscriptionSpec) -> None:
+        self.name = spec_.name
+        self.spec = spec_
+        self.queue = adapter.queue_name(spec_.name)
+        self._adapter = adapter
+        #: bindings in place on the broker (as far as this process knows)
+        self.bound: set[Binding] = set()
+        self.on_message: Callable[[Received], None] | None = None
+        self.prefetch = adapter.opts.prefetch
+        self.consuming = False
+        self.deleted = False
+        self.consumer: Channel | None = None
+        self.puller: Channel | None = None
+
+    def start(self, on_message: Callable[[Received], None], prefetch: int = 64) -> None:
+        a = self._adapter
+        self.on_message = on_message
+        self.prefetch = max(1, prefetch)
+        self.consuming = True
+        a._run(a._start_consumer(self))
+
+    def stop(self) -> None:
+        self.consuming = False
+        a = self._adapter
+        a._run(a._stop_consumer(self))
+
+    def pull(self, max_messages: int, timeout: float = 0.0) -> list[Received]:
+        if max_messages <= 0:
+            return []
+        a = self._adapter
+        return a._run(a._pull(self, max_messages, timeout), extra=timeout)
+
+    def depth(self) -> int | None:
+        a = self._adapter
+        try:
+            return a._run(a._depth(self.queue))
+        except AdapterUnavailable:
+            return None
+
+    def delete(self) -> None:
+        a = self._adapter
+        self.consuming = False
+        self.deleted = True
+        a._forget(self)
+        a._run(a._delete_queue(self.queue, self))
+
+    def __repr__(self) -> str:
+        return f"<RabbitMQSubscription {self.name} queue={self.queue}>"
+
+
+@dataclass(slots=True)
+class _Pending:
+    """A publish waiting for its confirm."""
+
+    #: None for the tap copies (nobody waits for them)
+    future: asyncio.Future[PublishReceipt] | None
+    exchange: str
+    routing_key: str
+    message_id: str
+    returned: bool = False
+
+
+class RabbitMQAdapter(Adapter):
+    """WS-N subscriptions on RabbitMQ queues, topics on topic exchanges (pika)."""
+
+    name = "rabbitmq"
+    schemes = ("amqp", "amqps", "rabbitmq")
+    extra = "rabbitmq"
+    capabilities = Capabilities(
+        syntax=RABBITMQ,
+        ack_mode="per_message",
+        durable_subscriptions=True,
+        native_pull=True,
+        retained_current_message=True,
+        native_headers=True,
+        native_queue_limits=True,
+        ordering="subscription",
+        competing_consumers=True,
+        max_message_bytes=MAX_MESSAGE_BYTES,
+    )
+
+    def __init__(self, url: str, options: Mapping[str, Any] | None = None) -> None:
+        super().__init__(url, options)
+        pika_url, from_url = self._split_url(url)
+        merged = {**from_url, **self.options}
+        self.opts = RabbitMQOptions.parse(merged)
+        self.roots = NamespaceRoots.for_syntax(self.opts.exchanges, RABBITMQ)
+        self.parameters = self._parameters(pika_url)
+        self.instance = self.opts.instance or uuid.uuid4().hex[:12]
+        self.tap_queue = f"wsnmom.current.{self.instance}"
+        self._lock = threading.Lock()
+        self._subs: dict[str, RabbitMQSubscription] = {}
+        self._closed = False
+        self._opened = False
+        # loop-thread state (consumer link)
+        self._declared: dict[str, set[str]] = {"consumer": set(), "publisher": set()}
+        self._tap: Channel | None = None
+        self._barriers: dict[str, asyncio.Future[None]] = {}
+        self._current: OrderedDict[Binding, StoredMessage] = OrderedDict()
+        self._current_lock = threading.Lock()
+        # loop-thread state (publisher link)
+        self._pub: Channel | None = None
+        self._pub_tag = 0
+        self._pending: dict[int, _Pending] = {}
+        self._consumer = Link(
+            "consumer",
+            self.parameters,
+            self._on_consumer_connected,
+            self._on_consumer_lost,
+            max_delay=self.opts.reconnect_max_delay,
+        )
+        self._publisher = Link(
+            "publisher",
+            self.parameters,
+            self._on_publisher_connected,
+            self._on_publisher_lost,
+            max_delay=self.opts.reconnect_max_delay,
+        )
+
+    # --- construction helpers -------------------------------------------------------
+
+    @staticmethod
+    def _split_url(url: str) -> tuple[str, dict[str, str]]:
+        """The URL pika should see (amqp/amqps) and the wsnmom options in its query."""
+        parts = urlsplit(url)
+        scheme = "amqp" if parts.scheme == "rabbitmq" else parts.scheme
+        query = parse_qsl(parts.query, keep_blank_values=True)
+        ours = {k: v for k, v in query if k in _URL_OPTIONS}
+        theirs = [(k, v) for k, v in query if k not in _URL_OPTIONS]
+        return urlunsplit((scheme, parts.netloc, parts.path, urlencode(theirs), "")), ours
+
+    def _parameters(self, url: str) -> pika.URLParameters:
+        params = pika.URLParameters(url)
+        if "heartbeat" not in urlsplit(url).query:
+            params.heartbeat = self.opts.heartbeat
+        params.client_properties = {"connection_name": f"wsnmom {self.name}"}
+        if self.opts.tls is not None:
+            params.ssl_options = self._ssl_options(params.host, self.opts.tls)
+        elif url.startswith("amqps") and "ssl_options" not in urlsplit(url).query:
+            params.ssl_options = self._ssl_options(params.host, {})
+        return params
+
+    @staticmethod
+    def _ssl_options(host: str, tls: Mapping[str, Any]) -> pika.SSLOptions:
+        context = ssl.create_default_context(cafile=tls.get("ca_file"))
+        if tls.get("cert_file"):
+            context.load_cert_chain(tls["cert_file"], tls.get("key_file"))
+        if not tls.get("verify", True):
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+        return pika.SSLOptions(context, tls.get("server_hostname") or host)
+
+    def queue_name(self, subscription: str) -> str:
+        """The queue that backs the durable subscription ``subscription``."""
+        return self.opts.queue_prefix + subscription
+
+    def queue_arguments(self, limits: QueueLimits) -> dict[str, Any]:
+        """Queue arguments for ``limits`` (plus the configured type and extras)."""
+        args: dict[str, Any] = {"x-queue-type": self.opts.queue_type}
+        args.update(self.opts.queue_arguments or {})
+        if limits.max_messages is not None:
+            args["x-max-length"] = int(limits.max_messages)
+        if limits.max_bytes is not None:
+            args["x-max-length-bytes"] = int(limits.max_bytes)
+        if limits.max_messages is not None or limits.max_bytes is not None:
+            args["x-overflow"] = (
+                "reject-publish" if limits.overflow is Overflow.DROP_NEWEST else "drop-head"
+            )
+        if limits.max_age is not None:
+            args["x-message-ttl"] = max(0, int(limits.max_age.total_seconds() * 1000))
+        return args
+
+    # --- topic names ----------------------------------------------------------------
+
+    def exchange_for(self, namespace: str) -> str:
+        """Exchange of a topic namespace (configured or derived)."""
+        return topic_to_native(Topic(namespace, ("x",)), RABBITMQ, self.roots).root
+
+    def native_name(self, topic: Topic) -> tuple[str, str]:
+        """(exchange, routing key) of ``topic``."""
+        native = topic_to_native(topic, RABBITMQ, self.roots)
+        return native.root, native.name
+
+    def bindings_for(self, patterns: Sequence[PathPattern] | None) -> list[Binding]:
+        """(exchange, binding key) pairs for a subscription's patterns."""
+        if patterns is None:
+            return [(self.opts.all_exchange, "#")]
+        translation = translate(patterns, RABBITMQ, self.roots)
+        return [(p.root, p.pattern) for p in translation.patterns]
+
+    def topic_of(self, exchange: str, routing_key: str, headers: Mapping[str, str]) -> Topic:
+        """Topic of a delivered message, from its exchange and routing key.
+
+        An exchange this process has not mapped yet because its name was derived from a
+        namespace (after a gateway restart) is learnt from the ``wsnmom-topic-ns`` header
+        when that namespace derives to exactly this exchange.  NameNotRepresentable for an
+        empty routing key.
+        """
+        if exchange and self.roots.namespace_for_root((exchange,)) is None:
+            namespace = headers.get(HEADER_TOPIC_NAMESPACE)
+            if namespace and derived_root(namespace) == exchange:
+                with contextlib.suppress(NameNotRepresentable):
+                    self.roots.register(namespace)
+        return native_to_topic(exchange, routing_key, RABBITMQ, self.roots)
+
+    # --- lifecycle ------------------------------------------------------------------
+
+    def open(self) -> None:
+        if self._opened:
+            if self._closed:
+                raise AdapterUnavailable("a closed RabbitMQ adapter cannot be opened again")
+            return
+        self._opened = True
+        self._closed = False
+        wait = self.opts.operation_timeout
+        up = self._consumer.start(wait) and self._publisher.start(wait)
+        if not up:
+            error = self._consumer.last_error or self._publisher.last_error
+            self.close()
+            raise AdapterUnavailable(f"cannot connect to RabbitMQ at {self._safe_url}: {error}")
+
+    @property
+    def _safe_url(self) -> str:
+        p = self.parameters
+        return f"{'amqps' if p.ssl_options else 'amqp'}://{p.host}:{p.port}/{p.virtual_host}"
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._publisher.close()
+        self._consumer.close()
+
+    def ping(self, timeout: float = 1.0) -> bool:
+        if self._closed or not (self._consumer.is_up and self._publisher.is_up):
+            return False
+        try:
+            self._consumer.submit(self._ping(), timeout)
+        except Exception:
+            return False
+        return True
+
+    async def _ping(self) -> None:
+        link = self._consumer
+        assert link.admin_lock is not None
+        async with link.admin_lock:
+            ch = await link.admin()
+            await ch.call("exchange_declare", self.opts.all_exchange, passive=True)
+
+    def _run(self, coro: Any, extra: float = 0.0) -> Any:
+        """Run a coroutine on the consumer link; map failures to AdapterUnavailable."""
+        try:
+            return self._consumer.submit(coro, self.opts.operation_timeout + extra)
+        except (LinkDown, TimeoutError) as exc:
+            raise AdapterUnavailable(str(exc)) from exc
+        except ChannelError as exc:
+            raise AdapterUnavailable(f"RabbitMQ refused: {exc}") from exc
+
+    # --- declarations (run on either link's loop) ------------------------------------
+
+    async def _ensure_exchange(self, link: Link, exchange: str) -> None:
+        """Declare ``exchange`` if absent (used as it is if present) and bind it to the
+        catch-all exchange; once per connection."""
+        declared = self._declared[link.name]
+        if exchange in declared:
+            return
+        if exchange == "":
+            declared.add(exchange)  # the default exchange: nothing to declare or bind
+            return
+        all_exchange = self.opts.all_exchange
+        if exchange != all_exchange and all_exchange not in declared:
+            await self._ensure_exchange(link, all_exchange)
+        assert link.admin_lock is not None
+        async with link.admin_lock:
+            try:
+                await (await link.admin()).call("exchange_declare", exchange, passive=True)
+            except ChannelError as exc:
+                if exc.code != NOT_FOUND:
+                    raise
+                await (await link.admin()).call(
+                    "exchange_declare", exchange, exchange_type="topic", durable=True
+                )
+                log.info("declared topic exchange %r", exchange)
+            if exchange != all_exchange:
+                await (await link.admin()).call(
+                    "exchange_bind", destination=all_exchange, source=exchange, routing_key="#"
+                )
+        declared.add(exchange)
+
+    async def _declare_queue(self, link: Link, queue: str, args: dict[str, Any]) -> None:
+        """Declare a durable queue; on an argument mismatch re-create it if it is empty
+        and unused, else keep the existing queue (and its arguments) with a warning."""
+        assert link.admin_lock is not None
+        async with link.admin_lock:
+            try:
+                await (await link.admin()).call(
+                    "queue_declare", queue, durable=True, arguments=args
+                )
+                return
+            except ChannelError as exc:
+                if exc.code != PRECONDITION_FAILED:
+                    raise
+                mismatch = exc.text
+            try:
+                await (await link.admin()).call(
+                    "queue_delete", queue, if_unused=True, if_empty=True
+                )
+            except ChannelError as exc:
+                if exc.code not in (PRECONDITION_FAILED, RESOURCE_LOCKED):
+                    raise
+                await (await link.admin()).call("queue_declare", queue, passive=True)
+                log.warning(
+                    "queue %r exists with other arguments and holds messages or consumers; "
+                    "it keeps its arguments (%s)",
+                    queue,
+                    mismatch,
+                )
+                return
+            await (await link.admin()).call("queue_declare", queue, durable=True, arguments=args)
+            log.info("queue %r re-created with new arguments %s", queue, args)
+
+    async def _declare_subscription(self, sub: RabbitMQSubscription) -> None:
+        link = self._consumer
+        bindings = self.bindings_for(sub.spec.patterns)
+        for exchange in dict.fromkeys(ex for ex, _ in bindings):
+            await self._ensure_exchange(link, exchange)
+        await self._declare_queue(link, sub.queue, self.queue_arguments(sub.spec.limits))
+        wanted = set(bindings)
+        assert link.admin_lock is not None
+        async with link.admin_lock:
+            for exchange, key in sorted(sub.bound - wanted):
+                await (await link.admin()).call("queue_unbind", sub.queue, exchange, key)
+            for exchange, key in bindings:
+                await (await link.admin()).call("queue_bind", sub.queue, exchange, key)
+        sub.bound = wanted
+
+    # --- consumer link --------------------------------------------------------------
+
+    async def _on_consumer_connected(self, link: Link) -> None:
+        self._declared["consumer"] = set()
+        self._tap = None
+        await self._ensure_exchange(link, self.opts.all_exchange)
+        for namespace in self.opts.exchanges:
+            await self._ensure_exchange(link, self.exchange_for(namespace))
+        if self.opts.current_message:
+            await self._start_tap(link)
+        with self._lock:
+            subs = [s for s in self._subs.values() if not s.deleted]
+        for sub in subs:
+            sub.consumer = None
+            sub.puller = None
+            await self._declare_subscription(sub)
+            if sub.consuming:
+                await self._start_consumer(sub, ready=False)
+
+    def _on_consumer_lost(self, link: Link, reason: BaseException | None) -> None:
+        self._tap = None
+        for fut in self._barriers.values():
+            if not fut.done():
+                fut.set_result(None)
+        self._barriers.clear()
+
+    def subscription(self, spec: SubscriptionSpec) -> SubscriptionHandle:
+        with self._lock:
+            sub = self._subs.get(spec.name)
+            if sub is None or sub.deleted:
+                sub = RabbitMQSubscription(self, spec)
+                self._subs[spec.name] = sub
+            else:
+                sub.spec = spec
+        self._run(self._declare_for(sub))
+        return sub
+
+    async def _declare_for(self, sub: RabbitMQSubscription) -> None:
+        await self._consumer.ready(self.opts.operation_timeout)
+        await self._declare_subscription(sub)
+
+    def _forget(self, sub: RabbitMQSubscription) -> None:
+        with self._lock:
+            if self._subs.get(sub.name) is sub:
+                del self._subs[sub.name]
+
+    def delete_subscription(self, name: str) -> None:
+        with self._lock:
+            sub = self._subs.get(name)
+        if sub is not None:
+            sub.delete()
+        else:
+            self._run(self._delete_queue(self.queue_name(name), None))
+
+    async def _delete_queue(self, queue: str, sub: RabbitMQSubscription | None) -> None:
+        link = self._consumer
+        await link.ready(self.opts.operation_timeout)
+        if sub is not None:
+            await self._stop_consumer(sub)
+            if sub.puller is not None:
+                await sub.puller.close()
+                sub.puller = None
+        assert link.admin_lock is not None
+        async with link.admin_lock:
+            await (await link.admin()).call("queue_delete", queue)
+
+    async def _start_consumer(self, sub: RabbitMQSubscription, ready: bool = True) -> None:
+        link = self._consumer
+        if ready:
+            await link.ready(self.opts.operation_timeout)
+        if (sub.consumer is not None and sub.consumer.is_open) or not sub.consuming:
+            return
+        ch = await link.open_channel()
+        await ch.call("basic_qos", prefetch_count=sub.prefetch)
+        generation = link.generation
+
+        def on_message(_ch: Any, method: Any, properties: Any, body: bytes) -> None:
+            self._dispatch(sub, ch, method, properties, body)
+
+        def on_close(closed: Channel, reason: BaseException) -> None:
+            # Closed by the broker while the connection stays up (queue deleted
+            # elsewhere, an ack for an unknown tag): consume again shortly.
+            if sub.consumer is closed:
+                sub.consumer = None
+            conn = link.connection
+            if (
+                sub.consuming
+                and not sub.deleted
+                and conn is not None
+                and conn.is_open
+                and link.generation == generation
+            ):
+                log.warning("consumer channel of %s closed (%s); restarting", sub.queue, reason)
+                link.loop.call_later(0.5, lambda: link.loop.create_task(self._restart(sub)))
+
+        ch.add_close_listener(on_close)
+        await ch.call("basic_consume", sub.queue, on_message, auto_ack=False)
+        sub.consumer = ch
+
+    async def _restart(self, sub: RabbitMQSubscription) -> None:
+        try:
+            await self._declare_subscription(sub)
+            await self._start_consumer(sub, ready=False)
+        except Exception as exc:
+            log.warning("cannot restart consumer of %s: %s", sub.queue, exc)
+
+    async def _stop_consumer(self, sub: RabbitMQSubscription) -> None:
+        ch = sub.consumer
+        sub.consumer = None
+        if ch is not None:
+            # closing the channel also requeues what was delivered but not settled
+            await ch.close()
+
+    def _dispatch(
+        self,
+        sub: RabbitMQSubscription,
+        ch: Channel,
+        method: Any,
+        properties: Any,
+        body: bytes,
+    ) -> None:
+        delivery = self._delivery(ch, method, properties, body)
+        if delivery is None:
+            return
+        callback = sub.on_message
+        if callback is None:
+            delivery.nack(requeue=True)
+            return
+        try:
+            callback(delivery)
+        except Exception:
+            log.exception("on_message callback failed for %s; message requeued", sub.queue)
+            delivery.nack(requeue=True)
+
+    def _delivery(self, ch: Channel, method: Any, properties: Any, body: bytes) -> _Delivery | None:
+        headers = _headers_of(properties)
+        try:
+            topic = self.topic_of(method.exchange, method.routing_key, headers)
+        except NameNotRepresentable as exc:
+            # Nothing a WS-N consumer could be told about; do not redeliver it forever.
+            log.warning("dropping message without a topic: %s", exc)
+            ch.pika.basic_nack(method.delivery_tag, requeue=False)
+            return None
+        return _Delivery(
+            self._consumer,
+            ch,
+            method.delivery_tag,
+            topic,
+            body,
+            headers,
+            properties.content_type or "application/octet-stream",
+            bool(method.redelivered),
+        )
+
+    async def _pull(
+        self, sub: RabbitMQSubscription, max_messages: int, timeout: float
+    ) -> list[Received]:
+        link = self._consumer
+        await link.ready(self.opts.operation_timeout)
+        if sub.puller is None or not sub.puller.is_open:
+            sub.puller = await link.open_channel()
+        ch = sub.puller
+        deadline = time.monotonic() + max(0.0, timeout)
+        out: list[Received] = []
+        while len(out) < max_messages:
+            got = await ch.get(sub.queue)
+            if got is None:
+                if out or time.monotonic() >= deadline:
+                    break
+                await asyncio.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
+                continue
+            method, properties, body = got
+            delivery = self._delivery(ch, method, properties, body)
+            if delivery is not None:
+                out.append(delivery)
+        return out
+
+    async def _depth(self, queue: str) -> int:
+        link = self._consumer
+        await link.ready(self.opts.operation_timeout)
+        assert link.admin_lock is not None
+        async with link.admin_lock:
+            frame = await (await link.admin()).call("queue_declare", queue, passive=True)
+        return int(frame.method.message_count)
+
+    # --- current message tap ---------------------------------------------------------
+
+    @property
+    def tap_exchanges(self) -> tuple[str, str, str]:
+        """(headers filter, native fanout, drop) exchanges of the current-message tap."""
+        base = self.opts.all_exchange
+        return f"{base}.tap", f"{base}.tap.native", f"{base}.tap.drop"
+
+    async def _start_tap(self, link: Link) -> None:
+        """Declare the tap topology (shared by all gateway instances) and consume this
+        instance's tap queue.
+
+        ``<all>`` -> ``<all>.tap`` (headers exchange, alternate exchange
+        ``<all>.tap.native``) -> ``<all>.tap.drop`` (no bindings) for messages carrying
+        ``wsnmom-origin: gateway``; everything else is unroutable there and goes to the
+        alternate exchange, a fanout every instance's tap queue is bound to.  So the tap
+        never counts as a route for the gateway's own (mandatory) publishes, which reach
+        the tap as explicit copies published to the fanout.
+        """
+        filter_x, native_x, drop_x = self.tap_exchanges
+        args = {
+            "x-queue-type": "classic",
+            "x-max-length": self.opts.current_tap_max_length,
+            "x-overflow": "drop-head",
+            "x-expires": int(self.opts.current_tap_expires * 1000),
+        }
+        assert link.admin_lock is not None
+        async with link.admin_lock:
+            admin = await link.admin()
+            await admin.call("exchange_declare", native_x, exchange_type="fanout", durable=True)
+            await admin.call("exchange_declare", drop_x, exchange_type="fanout", durable=True)
+            await admin.call(
+                "exchange_declare",
+                filter_x,
+                exchange_type="headers",
+                durable=True,
+                arguments={"alternate-exchange": native_x},
+            )
+            await admin.call(
+                "exchange_bind",
+                destination=drop_x,
+                source=filter_x,
+                routing_key="",
+                arguments={"x-match": "any", HEADER_ORIGIN: "gateway"},
+            )
+            await admin.call(
+                "exchange_bind",
+                destination=filter_x,
+                source=self.opts.all_exchange,
+                routing_key="#",
+            )
+            await admin.call("queue_declare", self.tap_queue, durable=False, arguments=args)
+            await admin.call("queue_bind", self.tap_queue, native_x, "")
+        ch = await link.open_channel()
+
+        def on_message(_ch: Any, method: Any, properties: Any, body: bytes) -> None:
+            self._on_tap(method, properties, body)
+
+        await ch.call("basic_consume", self.tap_queue, on_message, auto_ack=True)
+        self._tap = ch
+
+    def _on_tap(self, method: Any, properties: Any, body: bytes) -> None:
+        headers = _headers_of(properties)
+        barrier = headers.get(_BARRIER_HEADER)
+        if barrier is not None and method.exchange == "":
+            fut = self._barriers.pop(barrier, None)
+            if fut is not None and not fut.done():
+                fut.set_result(None)
+            return
+        exchange, key = method.exchange, method.routing_key
+        if exchange == self.tap_exchanges[1] and _TAP_EXCHANGE_HEADER in headers:
+            exchange = headers.pop(_TAP_EXCHANGE_HEADER)
+            key = headers.pop(_TAP_KEY_HEADER, "")
+        try:
+            topic = self.topic_of(exchange, key, headers)
+        except NameNotRepresentable:
+            return
+        stored = StoredMessage(
+            topic=topic,
+            body=body,
+            headers=headers,
+            content_type=properties.content_type or "application/octet-stream",
+        )
+        with self._current_lock:
+            self._current[(exchange, key)] = stored
+            self._current.move_to_end((exchange, key))
+            while len(self._current) > self.opts.current_cache_size:
+                self._current.popitem(last=False)
+
+    async def _tap_barrier(self, timeout: float) -> None:
+        """Wait until the tap consumed everything routed before now (best effort)."""
+        if self._tap is None or not self._tap.is_open:
+            return
+        token = uuid.uuid4().hex
+        fut: asyncio.Future[None] = self._consumer.loop.create_future()
+        self._barriers[token] = fut
+        self._tap.pika.basic_publish(
+            "",
+            self.tap_queue,
+            b"",
+            pika.BasicProperties(headers={_BARRIER_HEADER: token}),
+        )
+        try:
+            await asyncio.wait_for(fut, timeout)
+        except TimeoutError:
+            log.debug("current-message barrier timed out")
+        finally:
+            self._barriers.pop(token, None)
+
+    def current_message(self, topic: Topic) -> StoredMessage | None:
+        if not self.opts.current_message:
+            return None
+        try:
+            key = self.native_name(topic)
+        except NameNotRepresentable:
+            return None
+        if self._consumer.is_up:
+            with contextlib.suppress(Exception):
+                self._consumer.submit(self._tap_barrier(2.0), 3.0)
+        with self._current_lock:
+            stored = self._current.get(key)
+        if stored is None:
+            return None
+        return StoredMessage(topic, stored.body, stored.headers, stored.content_type)
+
+    # --- publisher link --------------------------------------------------------------
+
+    async def _on_publisher_connected(self, link: Link) -> None:
+        self._declared["publisher"] = set()
+        await self._open_publish_channel(link)
+
+    async def _open_publish_channel(self, link: Link) -> Channel:
+        ch = await link.open_channel()
+        self._pub_tag = 0
+        ch.pika.add_on_return_callback(self._on_return)
+        ch.add_close_listener(self._on_publish_channel_closed)
+        await ch.call("confirm_delivery", self._on_confirm)
+        self._pub = ch
+        return ch
+
+    def _fail_pending(self, reason: str) -> None:
+        pending = list(self._pending.values())
+        self._pending.clear()
+        for p in pending:
+            if p.future is not None and not p.future.done():
+                p.future.set_exception(PublishFailed(reason))
+
+    def _on_publish_channel_closed(self, ch: Channel, reason: BaseException) -> None:
+        if self._pub is ch:
+            self._pub = None
+            self._fail_pending(f"channel closed before the broker confirmed: {reason}")
+
+    def _on_publisher_lost(self, link: Link, reason: BaseException | None) -> None:
+        self._pub = None
+        self._fail_pending(f"connection lost before the broker confirmed: {reason}")
+
+    def _on_return(self, _ch: Any, method: Any, properties: Any, _body: bytes) -> None:
+        # A return precedes the confirm of the same message on the channel.
+        for tag in sorted(self._pending):
+            p = self._pending[tag]
+            if (
+                not p.returned
+                and p.exchange == method.exchange
+                and p.routing_key == method.routing_key
+                and p.message_id == (properties.message_id or "")
+            ):
+                p.returned = True
+                return
+
+    def _on_confirm(self, frame: Any) -> None:
+        method = frame.method
+        tag = method.delivery_tag
+        tags = [t for t in self._pending if t <= tag] if method.multiple else [tag]
+        nack = isinstance(method, spec.Basic.Nack)
+        for t in tags:
+            p = self._pending.pop(t, None)
+            if p is None or p.future is None or p.future.done():
+                continue
+            if not nack:
+                p.future.set_result(PublishReceipt(routed=not p.returned))
+            elif self.opts.fail_on_nack:
+                p.future.set_exception(PublishFailed("RabbitMQ rejected the message (nack)"))
+            else:
+                log.warning(
+                    "RabbitMQ nacked message %s on %s/%s (a full reject-publish queue?)",
+                    p.message_id,
+                    p.exchange,
+                    p.routing_key,
+                )
+                p.future.set_result(PublishReceipt(routed=None))
+
+    def _properties(self, message: OutboundMessage) -> pika.BasicProperties:
+        headers: dict[str, Any] = dict(message.headers)
+        headers[HEADER_MESSAGE_ID] = message.message_id
+        headers[HEADER_TOPIC_NAMESPACE] = message.topic.namespace
+        headers[HEADER_TOPIC_PATH] = "/".join(message.topic.path)
+        headers[HEADER_ORIGIN] = "gateway"
+        return pika.BasicProperties(
+            content_type=message.content_type,
+            delivery_mode=pika.DeliveryMode.Persistent,
+            message_id=message.message_id,
+            timestamp=int(time.time()),
+            headers=headers,
+        )
+
+    async def _publish(
+        self, messages: Sequence[OutboundMessage], timeout: float
+    ) -> list[PublishReceipt]:
+        link = self._publisher
+        try:
+            await link.ready(timeout)
+        except LinkDown as exc:
+            raise PublishUnavailable(str(exc)) from None
+        targets: list[tuple[str, str]] = []
+        for message in messages:
+            try:
+                targets.append(self.native_name(message.topic))
+            except NameNotRepresentable as exc:
+                raise PublishFailed(f"{message.topic} has no RabbitMQ name: {exc}") from exc
+        for exchange in dict.fromkeys(ex for ex, _ in targets):
+            await self._ensure_exchange(link, exchange)
+        ch = self._pub
+        if ch is None or not ch.is_open:
+            ch = await self._open_publish_channel(link)
+        futures: list[asyncio.Future[PublishReceipt]] = []
+        tap = self.tap_exchanges[1] if self.opts.current_message else None
+        for message, (exchange, key) in zip(messages, targets, strict=True):
+            fut: asyncio.Future[PublishReceipt] = link.loop.create_future()
+            properties = self._properties(message)
+            ch.pika.basic_publish(exchange, key, message.body, properties, mandatory=True)
+            self._pub_tag += 1
+            self._pending[self._pub_tag] = _Pending(fut, exchange, key, message.message_id)
+            futures.append(fut)
+            if tap is not None:
+                # right behind the original on the same channel: the taps see gateway
+                # and native messages of one topic in (almost exactly) routing order
+                copy_headers = dict(properties.headers or {})
+                copy_headers[_TAP_EXCHANGE_HEADER] = exchange
+                copy_headers[_TAP_KEY_HEADER] = key
+                copy = pika.BasicProperties(
+                    content_type=properties.content_type,
+                    message_id=properties.message_id,
+                    timestamp=properties.timestamp,
+                    headers=copy_headers,
+                )
+                ch.pika.basic_publish(tap, "", message.body, copy)
+                self._pub_tag += 1
+                self._pending[self._pub_tag] = _Pending(None, tap, "", message.message_id)
+        return list(await asyncio.gather(*futures))
+
+    def publish(self, message: OutboundMessage, timeout: float = 10.0) -> PublishReceipt:
+        return self.publish_many([message], timeout)[0]
+
+    def publish_many(
+        self, messages: Sequence[OutboundMessage], timeout: float = 10.0
+    ) -> list[PublishReceipt]:
+        if not messages:
+            return []
+        if self._closed or not self._opened:
+            raise PublishUnavailable("the RabbitMQ adapter is not open")
+        try:
+            return self._publisher.submit(self._publish(list(messages), timeout), timeout + 1)
+        except PublishFailed:
+            raise
+        except (LinkDown, TimeoutError) as exc:
+            raise PublishFailed(f"not confirmed: {exc}") from exc
+        except ChannelError as exc:
+            raise PublishFailed(f"RabbitMQ refused the publish: {exc}") from exc

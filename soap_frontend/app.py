@@ -1,0 +1,413 @@
+"""Flask application factory: one blueprint per WS-N role, SOAP dispatch, metadata.
+
+Endpoints
+    ``POST /wsn/broker``                 NotificationBroker: Notify, Subscribe, GetCurrentMessage,
+                                        RegisterPublisher, CreatePullPoint, WS-RP reads
+    ``POST /wsn/subscriptions/<id>``     SubscriptionManager (pausable) + GetResourceProperty
+    ``POST /wsn/pullpoints/<id>``        PullPoint: GetMessages, DestroyPullPoint, Notify + RP
+    ``POST /wsn/registrations/<id>``     PublisherRegistrationManager + RP (Notify accepted too:
+                                        the registration's ConsumerReference is the broker)
+    ``GET  /wsn/broker?wsdl``, ``/wsn/wsdl``   the WSDL (address = the request's base URL)
+    ``GET  /wsn/schemas/<name>``         the OASIS XSDs the WSDL imports
+    ``GET  /wsn/policy``                 the broker policy document
+    ``GET  /healthz`` ``/readyz`` ``/metrics``
+
+Dispatch is on the QName of the Body's first child; ``wsa:Action`` is not required and not
+checked.  A resource operation finds its resource from the URL path, else from ``wsa:To``
+(an address of the resource kind), else from the ``wsnmom:ResourceId`` reference parameter
+echoed as a header; with none of these it answers ResourceUnknownFault.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from flask import Blueprint, Flask, Response, current_app, request
+from lxml import etree
+from wsnmom.core import errors
+from wsnmom.core.model import EndpointReference
+
+from . import codec
+from .codec import Op
+from .envelope import (
+    HttpError,
+    SoapProtocolErrorWithContext,
+    SoapRequest,
+    build_envelope,
+    content_type_for,
+    parse_request,
+    to_bytes,
+)
+from .faults import BaseFaultError, count_fault, count_request, fault_for_error, invalid_log
+from .metadata import SCHEMA_FILES, render_wsdl, schema_bytes
+from .xml import WSNMOM, text_of
+
+log = logging.getLogger("wsnmom.soap")
+
+DEFAULT_MAX_REQUEST_BYTES = 10 * 1024 * 1024
+
+
+class Role(enum.Enum):
+    """Which endpoint a request was posted to."""
+
+    BROKER = "broker"
+    SUBSCRIPTION = "subscriptions"
+    PULL_POINT = "pullpoints"
+    REGISTRATION = "registrations"
+
+
+#: operations that act on one resource, and the resource kind they need
+RESOURCE_OPS: dict[Op, Role] = {
+    Op.RENEW: Role.SUBSCRIPTION,
+    Op.UNSUBSCRIBE: Role.SUBSCRIPTION,
+    Op.PAUSE: Role.SUBSCRIPTION,
+    Op.RESUME: Role.SUBSCRIPTION,
+    Op.GET_MESSAGES: Role.PULL_POINT,
+    Op.DESTROY_PULL_POINT: Role.PULL_POINT,
+    Op.DESTROY_REGISTRATION: Role.REGISTRATION,
+}
+#: operations of the broker endpoint only
+BROKER_OPS = frozenset(
+    {Op.SUBSCRIBE, Op.GET_CURRENT_MESSAGE, Op.CREATE_PULL_POINT, Op.REGISTER_PUBLISHER}
+)
+RP_OPS = frozenset(
+    {
+        Op.GET_RESOURCE_PROPERTY,
+        Op.GET_MULTIPLE_RESOURCE_PROPERTIES,
+        Op.GET_RESOURCE_PROPERTY_DOCUMENT,
+    }
+)
+
+_PATH_RE = re.compile(r"/wsn/(subscriptions|pullpoints|registrations)/([A-Za-z0-9_.~-]+)/?$")
+
+
+@dataclass(slots=True)
+class Frontend:
+    """What the blueprints need, kept in ``app.extensions["wsnmom.soap"]``."""
+
+    service: Any
+    settings: Any
+
+
+def _setting(settings: Any, names: tuple[str, ...], default: Any) -> Any:
+    for name in names:
+        value = getattr(settings, name, None) if settings is not None else None
+        if value is not None:
+            return value
+    return default
+
+
+def create_app(service: Any, settings: Any = None) -> Flask:
+    """Create the WSGI application serving the WS-N endpoints for ``service``."""
+    app = Flask("wsnmom.soap_frontend")
+    app.config["MAX_CONTENT_LENGTH"] = int(
+        _setting(
+            settings,
+            ("max_request_bytes", "max_request_size", "max_content_length"),
+            DEFAULT_MAX_REQUEST_BYTES,
+        )
+    )
+    app.extensions["wsnmom.soap"] = Frontend(service, settings)
+
+    broker = Blueprint("notification_broker", __name__)
+    broker.add_url_rule(
+        "/wsn/broker", "soap", lambda: _endpoint(Role.BROKER, None), methods=["GET", "POST"]
+    )
+    app.register_blueprint(broker)
+    for role, name in (
+        (Role.SUBSCRIPTION, "subscription_manager"),
+        (Role.PULL_POINT, "pull_point"),
+        (Role.REGISTRATION, "publisher_registration_manager"),
+    ):
+        bp = Blueprint(name, __name__)
+        bp.add_url_rule(
+            f"/wsn/{role.value}/<resource_id>",
+            "soap",
+            _make_view(role),
+            methods=["GET", "POST"],
+        )
+        app.register_blueprint(bp)
+
+    meta = Blueprint("metadata", __name__)
+    meta.add_url_rule("/wsn/wsdl", "wsdl", _wsdl_view)
+    meta.add_url_rule("/wsn/schemas/<name>", "schema", _schema_view)
+    meta.add_url_rule("/wsn/policy", "policy", _policy_view)
+    meta.add_url_rule("/healthz", "healthz", lambda: Response("ok\n", mimetype="text/plain"))
+    meta.add_url_rule("/readyz", "readyz", _readyz_view)
+    meta.add_url_rule("/metrics", "metrics", _metrics_view)
+    app.register_blueprint(meta)
+    return app
+
+
+def _make_view(role: Role) -> Callable[[str], Response]:
+    def view(resource_id: str) -> Response:
+        return _endpoint(role, resource_id)
+
+    return view
+
+
+def _frontend() -> Frontend:
+    fe: Frontend = current_app.extensions["wsnmom.soap"]
+    return fe
+
+
+# --- metadata views --------------------------------------------------------------------
+def _base_url() -> str:
+    return request.host_url.rstrip("/")
+
+
+def _wsdl_response() -> Response:
+    fe = _frontend()
+    policy = None
+    try:
+        policy = codec.policy_element(fe.service.policy())
+    except Exception:  # the WSDL must stay available even if the policy is not
+        log.warning("could not render the broker policy for the WSDL", exc_info=True)
+    return Response(render_wsdl(_base_url(), policy), mimetype="text/xml")
+
+
+def _wsdl_view() -> Response:
+    return _wsdl_response()
+
+
+def _schema_view(name: str) -> Response:
+    if name not in SCHEMA_FILES:
+        return Response("unknown schema\n", status=404, mimetype="text/plain")
+    return Response(schema_bytes(name), mimetype="text/xml")
+
+
+def _policy_view() -> Response:
+    el = codec.policy_element(_frontend().service.policy())
+    return Response(
+        etree.tostring(el, encoding="utf-8", xml_declaration=True, pretty_print=True),
+        mimetype="application/xml",
+    )
+
+
+def _readyz_view() -> Response:
+    try:
+        ready = bool(_frontend().service.ready())
+    except Exception:
+        log.warning("readiness check failed", exc_info=True)
+        ready = False
+    if ready:
+        return Response("ready\n", mimetype="text/plain")
+    return Response("not ready\n", status=503, mimetype="text/plain")
+
+
+def _metrics_view() -> Response:
+    try:
+        from wsnmom.core.metrics import render
+    except ImportError:  # pragma: no cover - core without metrics
+        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+        return Response(generate_latest(), content_type=CONTENT_TYPE_LATEST)
+    body, ctype = render()
+    return Response(body, content_type=ctype)
+
+
+# --- SOAP endpoint ---------------------------------------------------------------------
+def _endpoint(role: Role, resource_id: str | None) -> Response:
+    if request.method == "GET":
+        if "wsdl" in {k.lower() for k in request.args}:
+            return _wsdl_response()
+        return Response("SOAP endpoint: POST a SOAP envelope\n", status=405, mimetype="text/plain")
+    fe = _frontend()
+    try:
+        req = parse_request(request.method, request.content_type, request.get_data(cache=False))
+    except HttpError as exc:
+        invalid_log.info("rejected request to %s: %s", request.path, exc.message)
+        return Response(exc.message + "\n", status=exc.status, mimetype="text/plain")
+    except SoapProtocolErrorWithContext as exc:
+        invalid_log.info("unusable SOAP request to %s: %s", request.path, exc)
+        return _fault(fe, BaseFaultError(str(exc)), exc.version, exc.addressing.message_id)
+    op = codec.OPERATIONS.get(req.operation)
+    count_request(op.local if op else "unknown")
+    try:
+        if op is None:
+            raise BaseFaultError(f"unsupported operation {req.operation}")
+        result = _dispatch(fe.service, role, resource_id, op, req)
+    except Exception as exc:
+        if isinstance(exc, errors.WsnError):
+            invalid_log.info("%s on %s: %s", exc.fault_name, req.operation, exc.description)
+        return _fault(fe, exc, req.version, req.addressing.message_id)
+    if result is None:  # one-way
+        return Response(status=202)
+    action = codec.response_action(op)
+    env = build_envelope(req.version, result, action=action, relates_to=req.addressing.message_id)
+    return Response(to_bytes(env), status=200, content_type=content_type_for(req.version, action))
+
+
+def _fault(fe: Frontend, exc: BaseException, version: Any, relates_to: str | None) -> Response:
+    now: datetime | None
+    try:
+        now = fe.service.now()
+        originator: EndpointReference | None = EndpointReference(_broker_address(fe.service))
+    except Exception:
+        now, originator = datetime.now(UTC), None
+    fault, action, rendered = fault_for_error(exc, version, now=now, originator=originator)
+    count_fault(rendered.fault_name)
+    env = build_envelope(version, fault, action=action, relates_to=relates_to)
+    return Response(to_bytes(env), status=500, content_type=content_type_for(version, action))
+
+
+def _broker_address(service: Any) -> str:
+    addr = service.broker_address
+    return str(addr() if callable(addr) else addr)
+
+
+def _resolve(role: Role, resource_id: str | None, kind: Role, req: SoapRequest) -> str:
+    """The id of the ``kind`` resource a request targets (path, wsa:To, ResourceId)."""
+    if role is kind and resource_id:
+        return resource_id
+    to = req.addressing.to
+    if to:
+        parts = urlsplit(to)
+        m = _PATH_RE.search(parts.path)
+        if m and m.group(1) == kind.value:
+            return m.group(2)
+        if kind is Role.SUBSCRIPTION:  # OKSE style ...?wsn-subscriberkey=<id>
+            key = parse_qs(parts.query).get("wsn-subscriberkey")
+            if key:
+                return key[0]
+    header_id = _resource_id_header(req)
+    if header_id:
+        return header_id
+    if kind is Role.SUBSCRIPTION and request.args.get("wsn-subscriberkey"):
+        return str(request.args["wsn-subscriberkey"])
+    raise errors.ResourceUnknown(
+        f"no {kind.value[:-1]} is addressed by this request (use the EPR returned when it was "
+        "created: its address, or echo its reference parameters)"
+    )
+
+
+def _resource_id_header(req: SoapRequest) -> str | None:
+    for block in req.addressing.other_headers:
+        if block.tag == f"{{{WSNMOM}}}ResourceId":
+            value = text_of(block)
+            if value:
+                return value
+    return None
+
+
+def _dispatch(service: Any, role: Role, resource_id: str | None, op: Op, req: SoapRequest) -> Any:
+    body = req.body
+    now = service.now
+    if op in BROKER_OPS and role is not Role.BROKER:
+        raise BaseFaultError(f"{op.local} is not an operation of this endpoint; use the broker")
+    if op is Op.NOTIFY:
+        messages = codec.parse_notify(body)
+        if role is Role.PULL_POINT:
+            service.notify_pull_point(_resolve(role, resource_id, Role.PULL_POINT, req), messages)
+        elif role is Role.SUBSCRIPTION:
+            raise BaseFaultError("a subscription manager does not accept Notify")
+        else:
+            service.notify(messages)
+        return None
+    if op is Op.SUBSCRIBE:
+        sub = service.subscribe(codec.parse_subscribe(body, req.version))
+        return codec.subscribe_response(sub, service.subscription_address(sub.id), now())
+    if op is Op.GET_CURRENT_MESSAGE:
+        message = service.get_current_message(codec.parse_get_current_message(body))
+        return codec.get_current_message_response(message)
+    if op is Op.CREATE_PULL_POINT:
+        pp = service.create_pull_point(codec.parse_create_pull_point(body))
+        return codec.create_pull_point_response(pp, service.pull_point_address(pp.id))
+    if op is Op.REGISTER_PUBLISHER:
+        reg = service.register_publisher(codec.parse_register_publisher(body))
+        return codec.register_publisher_response(
+            reg, service.registration_address(reg.id), _broker_address(service)
+        )
+    if op in RESOURCE_OPS:
+        rid = _resolve(role, resource_id, RESOURCE_OPS[op], req)
+        return _resource_op(service, op, rid, body)
+    if op in RP_OPS:
+        return _resource_properties(service, role, resource_id, op, req)
+    raise BaseFaultError(f"unsupported operation {op.local}")  # pragma: no cover
+
+
+def _resource_op(service: Any, op: Op, rid: str, body: etree._Element) -> etree._Element:
+    T = codec.T
+    if op is Op.RENEW:
+        value, invalid = codec.parse_renew(body)
+        sub = service.renew(rid, value, invalid=invalid)
+        return codec.renew_response(sub, service.now())
+    if op is Op.UNSUBSCRIBE:
+        service.unsubscribe(rid)
+        return codec.empty_response(T("UnsubscribeResponse"))
+    if op is Op.PAUSE:
+        service.pause(rid)
+        return codec.empty_response(T("PauseSubscriptionResponse"))
+    if op is Op.RESUME:
+        service.resume(rid)
+        return codec.empty_response(T("ResumeSubscriptionResponse"))
+    if op is Op.GET_MESSAGES:
+        maximum = codec.parse_get_messages(body)
+        return codec.get_messages_response(service.get_messages(rid, maximum))
+    if op is Op.DESTROY_PULL_POINT:
+        service.destroy_pull_point(rid)
+        return codec.empty_response(T("DestroyPullPointResponse"))
+    if op is Op.DESTROY_REGISTRATION:
+        service.destroy_registration(rid)
+        return codec.empty_response(codec.BR("DestroyRegistrationResponse"))
+    raise BaseFaultError(f"unsupported operation {op.local}")  # pragma: no cover
+
+
+def _property_table(
+    service: Any, role: Role, resource_id: str | None, req: SoapRequest
+) -> tuple[dict[str, codec.PropertyRenderer], str]:
+    now = service.now()
+    target_role, rid = role, resource_id
+    if role is Role.BROKER:
+        # a resource's properties asked at the broker URL: find it from the headers
+        to_match = _PATH_RE.search(urlsplit(req.addressing.to or "").path)
+        if to_match:
+            target_role, rid = Role(to_match.group(1)), to_match.group(2)
+        elif (header_id := _resource_id_header(req)) is not None:
+            for candidate in (Role.SUBSCRIPTION, Role.PULL_POINT, Role.REGISTRATION):
+                try:
+                    _lookup(service, candidate, header_id)
+                except errors.ResourceUnknown:
+                    continue
+                target_role, rid = candidate, header_id
+                break
+            else:
+                raise errors.ResourceUnknown(f"no resource {header_id}")
+    if target_role is Role.BROKER or rid is None:
+        return codec.broker_properties(service), codec.BR("NotificationBrokerRP")
+    obj = _lookup(service, target_role, rid)
+    if target_role is Role.SUBSCRIPTION:
+        return codec.subscription_properties(obj, now), codec.T("SubscriptionManagerRP")
+    if target_role is Role.PULL_POINT:
+        return codec.pull_point_properties(obj, now), f"{{{WSNMOM}}}PullPointRP"
+    return codec.registration_properties(obj, now), codec.BR("PublisherRegistrationRP")
+
+
+def _lookup(service: Any, role: Role, rid: str) -> Any:
+    if role is Role.SUBSCRIPTION:
+        return service.get_subscription(rid)
+    if role is Role.PULL_POINT:
+        return service.get_pull_point(rid)
+    return service.get_registration(rid)
+
+
+def _resource_properties(
+    service: Any, role: Role, resource_id: str | None, op: Op, req: SoapRequest
+) -> etree._Element:
+    if op is Op.GET_RESOURCE_PROPERTY:
+        name = codec.parse_get_resource_property(req.body)
+        table, _ = _property_table(service, role, resource_id, req)
+        return codec.get_resource_property_response(table, [name])
+    if op is Op.GET_MULTIPLE_RESOURCE_PROPERTIES:
+        names = codec.parse_get_multiple_resource_properties(req.body)
+        table, _ = _property_table(service, role, resource_id, req)
+        return codec.get_resource_property_response(table, names, multiple=True)
+    table, doc_tag = _property_table(service, role, resource_id, req)
+    return codec.resource_property_document(table, doc_tag)

@@ -1,0 +1,845 @@
+"""WS-N message codec: request bodies → core request records, core results → response XML.
+
+Parsing is strict about what the specifications make mandatory and lenient elsewhere
+(unknown ``##other`` extension children are ignored, prefixes never matter, a
+TopicExpression without ``Dialect`` is passed on with ``dialect=None``).  Every malformed
+body raises the precise ``WsnError`` of the operation, never a bare exception:
+
+==========================  ===============================================================
+Subscribe                   SubscribeCreationFailed (no/invalid ConsumerReference),
+                            InvalidFilter with ``unknown_filters`` (unknown Filter child or a
+                            second expression of one kind), InitialTerminationTime that is
+                            empty or not a dateTime/duration → ``initial_termination_time_
+                            invalid`` (core answers UnacceptableInitialTerminationTime)
+Renew                       TerminationTime missing/invalid → ``invalid=True`` for core
+RegisterPublisher           PublisherRegistrationFailed (bad Demand, Demand=true without
+                            PublisherReference), UnacceptableInitialTerminationTime
+GetCurrentMessage           InvalidTopicExpression (no Topic)
+GetMessages                 UnableToGetMessages (MaximumNumber not a non-negative integer)
+Get(Multiple)ResourceProp.  InvalidResourcePropertyQName (unresolvable QName)
+Notify                      BaseFault (no NotificationMessage, Message without one element)
+==========================  ===============================================================
+
+``xsi:nil="true"`` on a termination time means "no scheduled termination" and is passed to
+core as :data:`INFINITE` (``datetime.max`` in UTC), so core's usual "later than allowed"
+check applies to it.
+
+Every EPR the broker issues carries the resource id twice: in the address path and as the
+reference parameter ``<wsnmom:ResourceId>`` (so clients that post to the wrong URL but echo
+reference parameters still reach the resource).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any, Final
+
+import isodate
+from lxml import etree
+from wsnmom.core import errors
+from wsnmom.core.model import (
+    CreatePullPointRequest,
+    Delivered,
+    EndpointReference,
+    ExpressionSource,
+    InboundNotification,
+    NotificationMessage,
+    PublisherRegistration,
+    PullPoint,
+    RegisterPublisherRequest,
+    RequestedTime,
+    SoapVersion,
+    SubscribeRequest,
+    Subscription,
+    SubscriptionState,
+)
+from wsnmom.topic_mapping.model import Topic
+
+from .envelope import parse_epr
+from .faults import BaseFaultError, xsd_datetime
+from .xml import (
+    NATO,
+    PREFIXES,
+    WSA,
+    WSNBR,
+    WSNBRW,
+    WSNBW,
+    WSNMOM,
+    WSNMOM_POLICY,
+    WSNT,
+    WSRF_RL,
+    WSRF_RP,
+    WSRF_RPW,
+    WSTOP,
+    XSI,
+    append_serialized,
+    children,
+    is_nil,
+    parse_fragment,
+    qname,
+    resolve_qname,
+    serialize_standalone,
+    text_of,
+)
+
+#: requested "no scheduled termination" (xsi:nil="true")
+INFINITE: Final = datetime.max.replace(tzinfo=UTC)
+
+SIMPLE: Final = "http://docs.oasis-open.org/wsn/t-1/TopicExpression/Simple"
+CONCRETE: Final = "http://docs.oasis-open.org/wsn/t-1/TopicExpression/Concrete"
+FULL: Final = "http://docs.oasis-open.org/wsn/t-1/TopicExpression/Full"
+
+
+def T(local: str) -> str:
+    """QName in the b-2 namespace."""
+    return qname(WSNT, local)
+
+
+def BR(local: str) -> str:
+    """QName in the br-2 namespace."""
+    return qname(WSNBR, local)
+
+
+# --- operations and actions ------------------------------------------------------------
+class Op(enum.Enum):
+    """Operations the frontend dispatches, keyed by the body element QName."""
+
+    NOTIFY = T("Notify")
+    SUBSCRIBE = T("Subscribe")
+    GET_CURRENT_MESSAGE = T("GetCurrentMessage")
+    CREATE_PULL_POINT = T("CreatePullPoint")
+    GET_MESSAGES = T("GetMessages")
+    DESTROY_PULL_POINT = T("DestroyPullPoint")
+    RENEW = T("Renew")
+    UNSUBSCRIBE = T("Unsubscribe")
+    PAUSE = T("PauseSubscription")
+    RESUME = T("ResumeSubscription")
+    REGISTER_PUBLISHER = BR("RegisterPublisher")
+    DESTROY_REGISTRATION = BR("DestroyRegistration")
+    GET_RESOURCE_PROPERTY = qname(WSRF_RP, "GetResourceProperty")
+    GET_MULTIPLE_RESOURCE_PROPERTIES = qname(WSRF_RP, "GetMultipleResourceProperties")
+    GET_RESOURCE_PROPERTY_DOCUMENT = qname(WSRF_RP, "GetResourcePropertyDocument")
+
+    @property
+    def local(self) -> str:
+        """Local name of the body element."""
+        return self.value.split("}", 1)[1]
+
+
+OPERATIONS: Final[dict[str, Op]] = {op.value: op for op in Op}
+
+_BW = WSNBW
+_BRW = WSNBRW
+_RPW = WSRF_RPW
+
+#: (request action, response action); Notify is one-way
+ACTIONS: Final[dict[Op, tuple[str, str | None]]] = {
+    Op.NOTIFY: (f"{_BW}/NotificationConsumer/Notify", None),
+    Op.SUBSCRIBE: (
+        f"{_BW}/NotificationProducer/SubscribeRequest",
+        f"{_BW}/NotificationProducer/SubscribeResponse",
+    ),
+    Op.GET_CURRENT_MESSAGE: (
+        f"{_BW}/NotificationProducer/GetCurrentMessageRequest",
+        f"{_BW}/NotificationProducer/GetCurrentMessageResponse",
+    ),
+    Op.CREATE_PULL_POINT: (
+        f"{_BW}/CreatePullPoint/CreatePullPointRequest",
+        f"{_BW}/CreatePullPoint/CreatePullPointResponse",
+    ),
+    Op.GET_MESSAGES: (
+        f"{_BW}/PullPoint/GetMessagesRequest",
+        f"{_BW}/PullPoint/GetMessagesResponse",
+    ),
+    Op.DESTROY_PULL_POINT: (
+        f"{_BW}/PullPoint/DestroyPullPointRequest",
+        f"{_BW}/PullPoint/DestroyPullPointResponse",
+    ),
+    Op.RENEW: (
+        f"{_BW}/SubscriptionManager/RenewRequest",
+        f"{_BW}/SubscriptionManager/RenewResponse",
+    ),
+    Op.UNSUBSCRIBE: (
+        f"{_BW}/SubscriptionManager/UnsubscribeRequest",
+        f"{_BW}/SubscriptionManager/UnsubscribeResponse",
+    ),
+    Op.PAUSE: (
+        f"{_BW}/SubscriptionManager/PauseSubscriptionRequest",
+        f"{_BW}/SubscriptionManager/PauseSubscriptionResponse",
+    ),
+    Op.RESUME: (
+        f"{_BW}/SubscriptionManager/ResumeSubscriptionRequest",
+        f"{_BW}/SubscriptionManager/ResumeSubscriptionResponse",
+    ),
+    Op.REGISTER_PUBLISHER: (
+        f"{_BRW}/RegisterPublisher/RegisterPublisherRequest",
+        f"{_BRW}/RegisterPublisher/RegisterPublisherResponse",
+    ),
+    Op.DESTROY_REGISTRATION: (
+        f"{_BRW}/PublisherRegistrationManager/DestroyRegistrationRequest",
+        f"{_BRW}/PublisherRegistrationManager/DestroyRegistrationResponse",
+    ),
+    Op.GET_RESOURCE_PROPERTY: (
+        f"{_RPW}/GetResourceProperty/GetResourcePropertyRequest",
+        f"{_RPW}/GetResourceProperty/GetResourcePropertyResponse",
+    ),
+    Op.GET_MULTIPLE_RESOURCE_PROPERTIES: (
+        f"{_RPW}/GetMultipleResourceProperties/GetMultipleResourcePropertiesRequest",
+        f"{_RPW}/GetMultipleResourceProperties/GetMultipleResourcePropertiesResponse",
+    ),
+    Op.GET_RESOURCE_PROPERTY_DOCUMENT: (
+        f"{_RPW}/GetResourcePropertyDocument/GetResourcePropertyDocumentRequest",
+        f"{_RPW}/GetResourcePropertyDocument/GetResourcePropertyDocumentResponse",
+    ),
+}
+
+NOTIFY_ACTION: Final = ACTIONS[Op.NOTIFY][0]
+
+
+def response_action(op: Op) -> str | None:
+    """The wsa:Action of the response to ``op``."""
+    return ACTIONS[op][1]
+
+
+# --- small parsers ---------------------------------------------------------------------
+def expression(el: etree._Element) -> ExpressionSource:
+    """A TopicExpression/QueryExpression element → ExpressionSource with in-scope nsmap."""
+    dialect = el.get("Dialect")
+    return ExpressionSource(
+        dialect.strip() if dialect is not None else None,
+        text_of(el),
+        dict(el.nsmap),
+    )
+
+
+def parse_time(el: etree._Element, *, allow_duration: bool = True) -> tuple[RequestedTime, bool]:
+    """A termination-time element → (value, invalid).
+
+    dateTime (a value without timezone is UTC), xsd:duration (``timedelta`` or
+    ``isodate.Duration``), ``xsi:nil`` → :data:`INFINITE`; empty or unparsable → invalid.
+    """
+    if is_nil(el):
+        return INFINITE, False
+    text = text_of(el)
+    if not text:
+        return None, True
+    try:
+        if text.startswith(("P", "-P")):
+            if not allow_duration:
+                return None, True
+            value: Any = isodate.parse_duration(text)
+            return value, False
+        parsed = isodate.parse_datetime(text)
+    except (isodate.ISO8601Error, ValueError, OverflowError):
+        return None, True
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=UTC)
+    return parsed, False
+
+
+def _epr_or_fault(el: etree._Element, make: Callable[[str], errors.WsnError]) -> EndpointReference:
+    try:
+        return parse_epr(el)
+    except ValueError as exc:
+        raise make(str(exc)) from None
+
+
+# --- request parsers -------------------------------------------------------------------
+def parse_subscribe(body: etree._Element, version: SoapVersion) -> SubscribeRequest:
+    """Subscribe body → SubscribeRequest."""
+    consumer: EndpointReference | None = None
+    topic = message_content = producer_properties = end_topic = None
+    filter_xml = policy_xml = None
+    itt: RequestedTime = None
+    itt_invalid = False
+    use_raw = False
+    unsupported: list[str] = []
+    for child in children(body):
+        tag = child.tag
+        if tag == T("ConsumerReference"):
+            consumer = _epr_or_fault(child, errors.SubscribeCreationFailed)
+        elif tag == T("Filter"):
+            filter_xml = serialize_standalone(child)
+            topic, message_content, producer_properties = _parse_filter(child)
+        elif tag == T("InitialTerminationTime"):
+            itt, itt_invalid = parse_time(child)
+        elif tag == T("SubscriptionPolicy"):
+            policy_xml = serialize_standalone(child)
+            for p in children(child):
+                if p.tag == T("UseRaw"):
+                    use_raw = True
+                elif p.tag == qname(NATO, "SubscriptionEndTopic"):
+                    end_topic = expression(p)  # lenient placement
+                else:
+                    unsupported.append(str(p.tag))
+        elif tag == qname(NATO, "SubscriptionEndTopic"):
+            end_topic = expression(child)  # NCIA SIP: /wsnt:Subscribe/wsn-nato:...
+    if consumer is None:
+        raise errors.SubscribeCreationFailed("Subscribe has no wsnt:ConsumerReference")
+    return SubscribeRequest(
+        consumer=consumer,
+        topic=topic,
+        message_content=message_content,
+        producer_properties=producer_properties,
+        filter_xml=filter_xml,
+        initial_termination_time=itt,
+        initial_termination_time_invalid=itt_invalid,
+        policy_xml=policy_xml,
+        use_raw=use_raw,
+        subscription_end_topic=end_topic,
+        soap_version=version,
+        unsupported_policy=tuple(unsupported),
+    )
+
+
+def _invalid_filter(description: str, qnames: Iterable[str]) -> errors.InvalidFilter:
+    err = errors.InvalidFilter(description)
+    err.unknown_filters = tuple(qnames)  # type: ignore[attr-defined]
+    return err
+
+
+def _parse_filter(
+    el: etree._Element,
+) -> tuple[ExpressionSource | None, ExpressionSource | None, ExpressionSource | None]:
+    found: dict[str, ExpressionSource] = {}
+    unknown: list[str] = []
+    duplicate: list[str] = []
+    kinds = (T("TopicExpression"), T("MessageContent"), T("ProducerProperties"))
+    for child in children(el):
+        tag = str(child.tag)
+        if tag not in kinds:
+            unknown.append(tag)
+        elif tag in found:
+            duplicate.append(tag)
+        else:
+            found[tag] = expression(child)
+    if unknown:
+        raise _invalid_filter("The Filter contains filter elements that are not supported", unknown)
+    if duplicate:
+        raise _invalid_filter(
+            "Only one filter expression of each kind is supported per Filter "
+            "(combine topics with the Full dialect's '|')",
+            duplicate,
+        )
+    return found.get(kinds[0]), found.get(kinds[1]), found.get(kinds[2])
+
+
+def parse_notify(body: etree._Element) -> list[InboundNotification]:
+    """Notify body → one InboundNotification per NotificationMessage."""
+    out: list[InboundNotification] = []
+    for holder in children(body):
+        if holder.tag != T("NotificationMessage"):
+            continue  # ##other extension content
+        sub_ref = topic = producer = None
+        payload: bytes | None = None
+        for part in children(holder):
+            if part.tag == T("SubscriptionReference"):
+                sub_ref = _epr_or_fault(part, BaseFaultError)
+            elif part.tag == T("Topic"):
+                topic = expression(part)
+            elif part.tag == T("ProducerReference"):
+                producer = _epr_or_fault(part, BaseFaultError)
+            elif part.tag == T("Message"):
+                content = children(part)
+                if len(content) != 1:
+                    raise BaseFaultError(
+                        "wsnt:Message must contain exactly one element (the notification payload)"
+                    )
+                payload = serialize_standalone(content[0])
+        if payload is None:
+            raise BaseFaultError("a wsnt:NotificationMessage has no wsnt:Message")
+        out.append(InboundNotification(payload, topic, producer, sub_ref))
+    if not out:
+        raise BaseFaultError("Notify contains no wsnt:NotificationMessage")
+    return out
+
+
+def parse_register_publisher(body: etree._Element) -> RegisterPublisherRequest:
+    """RegisterPublisher body → RegisterPublisherRequest (br-2 children; b-2 tolerated)."""
+    publisher: EndpointReference | None = None
+    topics: list[ExpressionSource] = []
+    demand = False
+    itt: RequestedTime = None
+    for child in children(body):
+        local = _local_in(child, (WSNBR, WSNT))
+        if local == "PublisherReference":
+            publisher = _epr_or_fault(child, errors.PublisherRegistrationFailed)
+        elif local == "Topic":
+            topics.append(expression(child))
+        elif local == "Demand":
+            value = text_of(child).lower()
+            if value not in ("true", "false", "1", "0"):
+                raise errors.PublisherRegistrationFailed(f"Demand is not a boolean: {value!r}")
+            demand = value in ("true", "1")
+        elif local == "InitialTerminationTime":
+            itt, invalid = parse_time(child)
+            if invalid:
+                raise errors.UnacceptableInitialTerminationTime(
+                    "InitialTerminationTime is not an xsd:dateTime"
+                )
+    if demand and publisher is None:
+        raise errors.PublisherRegistrationFailed(
+            "Demand-based publishing requires a PublisherReference"
+        )
+    return RegisterPublisherRequest(publisher, tuple(topics), demand, itt)
+
+
+def _local_in(el: etree._Element, namespaces: Sequence[str]) -> str | None:
+    tag = str(el.tag)
+    for ns in namespaces:
+        prefix = "{" + ns + "}"
+        if tag.startswith(prefix):
+            return tag[len(prefix) :]
+    return None
+
+
+def parse_create_pull_point(body: etree._Element) -> CreatePullPointRequest:
+    """CreatePullPoint body (no parameters; CXF's ``wsnt:pullPointQueueName`` attribute)."""
+    name = body.get(T("pullPointQueueName")) or body.get("pullPointQueueName")
+    itt: RequestedTime = None
+    for child in children(body):
+        if child.tag == T("InitialTerminationTime"):
+            itt, invalid = parse_time(child)
+            if invalid:
+                raise errors.UnableToCreatePullPoint("InitialTerminationTime is not valid")
+    return CreatePullPointRequest(itt, name.strip() if name else None)
+
+
+def parse_get_messages(body: etree._Element) -> int | None:
+    """GetMessages body → MaximumNumber (None when absent)."""
+    el = body.find(T("MaximumNumber"))
+    if el is None:
+        return None
+    text = text_of(el)
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0 or not text.lstrip("+").isdigit():
+        raise errors.UnableToGetMessages(
+            f"MaximumNumber must be a non-negative integer, got {text!r}"
+        )
+    return value
+
+
+def parse_renew(body: etree._Element) -> tuple[RequestedTime, bool]:
+    """Renew body → (termination time, invalid)."""
+    el = body.find(T("TerminationTime"))
+    if el is None:
+        return None, True
+    return parse_time(el)
+
+
+def parse_get_current_message(body: etree._Element) -> ExpressionSource:
+    """GetCurrentMessage body → its Topic expression."""
+    el = body.find(T("Topic"))
+    if el is None:
+        raise errors.InvalidTopicExpression("GetCurrentMessage has no wsnt:Topic")
+    return expression(el)
+
+
+def parse_get_resource_property(body: etree._Element) -> str:
+    """GetResourceProperty body → property QName (Clark notation)."""
+    return _rp_qname(body)
+
+
+def parse_get_multiple_resource_properties(body: etree._Element) -> list[str]:
+    """GetMultipleResourceProperties body → property QNames."""
+    names = [_rp_qname(c) for c in children(body) if c.tag == qname(WSRF_RP, "ResourceProperty")]
+    if not names:
+        raise errors.InvalidResourcePropertyQName("no wsrf-rp:ResourceProperty given")
+    return names
+
+
+def _rp_qname(el: etree._Element) -> str:
+    text = text_of(el)
+    resolved = resolve_qname(text, el.nsmap)
+    if resolved is None or not resolved.startswith("{"):
+        raise errors.InvalidResourcePropertyQName(
+            f"{text!r} is not a resolvable resource property QName"
+        )
+    return resolved
+
+
+# --- builders --------------------------------------------------------------------------
+def new(tag: str, text: str | None = None) -> etree._Element:
+    """A response element with the standard prefixes declared."""
+    el = etree.Element(tag, nsmap=dict(PREFIXES))
+    if text is not None:
+        el.text = text
+    return el
+
+
+def add(parent: etree._Element, tag: str, text: str | None = None) -> etree._Element:
+    """Append a child element."""
+    el = etree.SubElement(parent, tag)
+    if text is not None:
+        el.text = text
+    return el
+
+
+def resource_epr(address: str, resource_id: str) -> EndpointReference:
+    """EPR the broker issues: id in the address and as ``wsnmom:ResourceId`` parameter."""
+    param = etree.Element(qname(WSNMOM, "ResourceId"), nsmap={"wsnmom": WSNMOM})
+    param.text = resource_id
+    return EndpointReference(address, (etree.tostring(param),))
+
+
+def add_epr(parent: etree._Element, tag: str, epr: EndpointReference) -> etree._Element:
+    """Append an EndpointReferenceType element."""
+    el = add(parent, tag)
+    add(el, qname(WSA, "Address"), epr.address)
+    if epr.reference_parameters:
+        append_serialized(add(el, qname(WSA, "ReferenceParameters")), epr.reference_parameters)
+    if epr.metadata:
+        meta = parse_fragment(epr.metadata)
+        if meta.tag == qname(WSA, "Metadata"):
+            el.append(meta)
+    return el
+
+
+def add_time(parent: etree._Element, tag: str, value: datetime | None) -> etree._Element:
+    """Append a (nillable) dateTime element; None → ``xsi:nil="true"``."""
+    el = add(parent, tag)
+    if value is None or value >= INFINITE:
+        el.set(qname(XSI, "nil"), "true")
+    else:
+        el.text = xsd_datetime(value)
+    return el
+
+
+def add_expression(parent: etree._Element, tag: str, expr: ExpressionSource) -> etree._Element:
+    """Append a TopicExpressionType element with the namespaces its text needs."""
+    nsmap = {p: u for p, u in expr.namespaces.items() if u}
+    el = etree.SubElement(parent, tag, nsmap=nsmap)
+    el.set("Dialect", expr.dialect or SIMPLE)
+    el.text = expr.text
+    return el
+
+
+def topic_dialect_for(topic: Topic, hint: str | None) -> str:
+    """Dialect used to render a concrete topic: Simple for roots, else Concrete (or Full
+    when the publisher used Full)."""
+    if hint == FULL:
+        return FULL
+    if len(topic.path) == 1 and hint in (None, SIMPLE):
+        return SIMPLE
+    return CONCRETE
+
+
+def add_topic(
+    parent: etree._Element, tag: str, topic: Topic, dialect_hint: str | None = None
+) -> etree._Element:
+    """Append a ``Topic`` element naming a concrete topic, declaring its prefix on itself."""
+    dialect = topic_dialect_for(topic, dialect_hint)
+    path = "/".join(topic.path)
+    if topic.namespace:
+        prefix = "tns"
+        el = etree.SubElement(parent, tag, nsmap={prefix: topic.namespace})
+        if el.nsmap.get(prefix) != topic.namespace:  # pragma: no cover - defensive
+            prefix = next(p for p, u in el.nsmap.items() if u == topic.namespace and p)
+        el.text = f"{prefix}:{path}"
+    else:
+        el = etree.SubElement(parent, tag)
+        el.text = path
+    el.set("Dialect", dialect)
+    return el
+
+
+def payload_element(message: NotificationMessage) -> etree._Element:
+    """The payload as an element; non-XML native content is wrapped in core's
+    ``wsnmom:NativeMessage contentType=… encoding="text"|"base64"``."""
+    from wsnmom.core.codec import xml_payload
+
+    data = xml_payload(message.payload, message.content_type)
+    try:
+        return parse_fragment(data)
+    except ValueError:
+        wrapped = xml_payload(message.payload, "application/octet-stream")
+        return parse_fragment(wrapped)
+
+
+def add_notification_message(
+    parent: etree._Element,
+    message: NotificationMessage,
+    subscription_reference: EndpointReference | None = None,
+) -> etree._Element:
+    """Append a ``wsnt:NotificationMessage`` (SubscriptionReference?, Topic?,
+    ProducerReference?, Message)."""
+    holder = add(parent, T("NotificationMessage"))
+    if subscription_reference is not None:
+        add_epr(holder, T("SubscriptionReference"), subscription_reference)
+    if message.topic is not None:
+        add_topic(holder, T("Topic"), message.topic, message.topic_dialect)
+    if message.producer_reference is not None:
+        add_epr(holder, T("ProducerReference"), message.producer_reference)
+    add(holder, T("Message")).append(payload_element(message))
+    return holder
+
+
+def notify_element(deliveries: Sequence[Delivered]) -> etree._Element:
+    """A wrapped ``wsnt:Notify`` holding every delivery."""
+    notify = new(T("Notify"))
+    for d in deliveries:
+        add_notification_message(notify, d.message, d.subscription_reference)
+    return notify
+
+
+def subscribe_response(sub: Subscription, address: str, now: datetime) -> etree._Element:
+    """SubscribeResponse: SubscriptionReference, CurrentTime, TerminationTime."""
+    resp = new(T("SubscribeResponse"))
+    add_epr(resp, T("SubscriptionReference"), resource_epr(address, sub.id))
+    add_time(resp, T("CurrentTime"), now)
+    add_time(resp, T("TerminationTime"), sub.termination_time)
+    return resp
+
+
+def renew_response(sub: Subscription, now: datetime) -> etree._Element:
+    """RenewResponse: TerminationTime (required), CurrentTime."""
+    resp = new(T("RenewResponse"))
+    add_time(resp, T("TerminationTime"), sub.termination_time)
+    add_time(resp, T("CurrentTime"), now)
+    return resp
+
+
+def empty_response(tag: str) -> etree._Element:
+    """A response element without content (Unsubscribe, Pause, Resume, Destroy...)."""
+    return new(tag)
+
+
+def get_messages_response(messages: Iterable[NotificationMessage]) -> etree._Element:
+    """GetMessagesResponse with each message as a NotificationMessage."""
+    resp = new(T("GetMessagesResponse"))
+    for m in messages:
+        add_notification_message(resp, m)
+    return resp
+
+
+def get_current_message_response(message: NotificationMessage) -> etree._Element:
+    """GetCurrentMessageResponse holding the raw payload element."""
+    resp = new(T("GetCurrentMessageResponse"))
+    resp.append(payload_element(message))
+    return resp
+
+
+def create_pull_point_response(pp: PullPoint, address: str) -> etree._Element:
+    """CreatePullPointResponse with the PullPoint EPR."""
+    resp = new(T("CreatePullPointResponse"))
+    add_epr(resp, T("PullPoint"), resource_epr(address, pp.id))
+    return resp
+
+
+def register_publisher_response(
+    reg: PublisherRegistration, address: str, consumer_address: str
+) -> etree._Element:
+    """RegisterPublisherResponse: PublisherRegistrationReference and ConsumerReference."""
+    resp = new(BR("RegisterPublisherResponse"))
+    add_epr(resp, BR("PublisherRegistrationReference"), resource_epr(address, reg.id))
+    add_epr(resp, BR("ConsumerReference"), EndpointReference(consumer_address))
+    return resp
+
+
+# --- resource properties ---------------------------------------------------------------
+PropertyRenderer = Callable[[], list[etree._Element]]
+
+
+def _el(tag: str, text: str | None = None) -> etree._Element:
+    return new(tag, text)
+
+
+def _bool(value: Any) -> str:
+    return "true" if value else "false"
+
+
+def _time_el(tag: str, value: datetime | None) -> etree._Element:
+    holder = new(qname(WSNMOM, "_"))
+    return add_time(holder, tag, value)
+
+
+def _expr_el(tag: str, expr: Any) -> etree._Element:
+    holder = new(qname(WSNMOM, "_"))
+    if isinstance(expr, ExpressionSource):
+        return add_expression(holder, tag, expr)
+    if isinstance(expr, Topic):
+        return add_topic(holder, tag, expr, CONCRETE)
+    return add_expression(holder, tag, ExpressionSource(SIMPLE, str(expr), {}))
+
+
+def _epr_el(tag: str, epr: EndpointReference) -> etree._Element:
+    holder = new(qname(WSNMOM, "_"))
+    return add_epr(holder, tag, epr)
+
+
+def _fragment(data: bytes | None) -> list[etree._Element]:
+    return [parse_fragment(data)] if data else []
+
+
+def broker_properties(service: Any) -> dict[str, PropertyRenderer]:
+    """Resource properties of the NotificationBroker (NotificationBrokerRP + policy)."""
+
+    def props() -> Any:
+        return service.broker_properties()
+
+    def topic_set() -> list[etree._Element]:
+        ts = getattr(props(), "topic_set", None)
+        if ts is None:
+            return []
+        if isinstance(ts, bytes | str):
+            return [parse_fragment(ts.encode() if isinstance(ts, str) else ts)]
+        return [parse_fragment(etree.tostring(ts))]
+
+    return {
+        T("TopicExpression"): lambda: [
+            _expr_el(T("TopicExpression"), e) for e in getattr(props(), "topic_expressions", ())
+        ],
+        T("FixedTopicSet"): lambda: [
+            _el(T("FixedTopicSet"), _bool(getattr(props(), "fixed_topic_set", False)))
+        ],
+        T("TopicExpressionDialect"): lambda: [
+            _el(T("TopicExpressionDialect"), d) for d in getattr(props(), "dialects", ())
+        ],
+        qname(WSTOP, "TopicSet"): topic_set,
+        BR("RequiresRegistration"): lambda: [
+            _el(BR("RequiresRegistration"), _bool(getattr(props(), "requires_registration", False)))
+        ],
+        qname(WSNMOM_POLICY, "BrokerPolicy"): lambda: [policy_element(service.policy())],
+    }
+
+
+def subscription_properties(sub: Subscription, now: datetime) -> dict[str, PropertyRenderer]:
+    """Resource properties of a subscription (SubscriptionManagerRP + WSRL times)."""
+    return {
+        T("ConsumerReference"): lambda: [_epr_el(T("ConsumerReference"), sub.consumer)],
+        T("Filter"): lambda: _fragment(sub.filter_xml),
+        T("SubscriptionPolicy"): lambda: _fragment(sub.policy_xml),
+        T("CreationTime"): lambda: [_time_el(T("CreationTime"), sub.creation_time)],
+        T("CurrentTime"): lambda: [_time_el(T("CurrentTime"), now)],
+        T("TerminationTime"): lambda: [_time_el(T("TerminationTime"), sub.termination_time)],
+        qname(WSRF_RL, "CurrentTime"): lambda: [_time_el(qname(WSRF_RL, "CurrentTime"), now)],
+        qname(WSRF_RL, "TerminationTime"): lambda: [
+            _time_el(qname(WSRF_RL, "TerminationTime"), sub.termination_time)
+        ],
+        qname(WSNMOM, "Paused"): lambda: [
+            _el(qname(WSNMOM, "Paused"), _bool(sub.state is SubscriptionState.PAUSED))
+        ],
+    }
+
+
+def registration_properties(
+    reg: PublisherRegistration, now: datetime
+) -> dict[str, PropertyRenderer]:
+    """Resource properties of a publisher registration (PublisherRegistrationRP)."""
+    return {
+        T("CurrentTime"): lambda: [_time_el(T("CurrentTime"), now)],
+        T("TerminationTime"): lambda: [_time_el(T("TerminationTime"), reg.termination_time)],
+        BR("PublisherReference"): lambda: (
+            [_epr_el(BR("PublisherReference"), reg.publisher_reference)]
+            if reg.publisher_reference
+            else []
+        ),
+        BR("Topic"): lambda: [_expr_el(BR("Topic"), t) for t in reg.topics],
+        BR("Demand"): lambda: [_el(BR("Demand"), _bool(reg.demand))],
+        BR("CreationTime"): lambda: [_time_el(BR("CreationTime"), reg.creation_time)],
+    }
+
+
+def pull_point_properties(pp: PullPoint, now: datetime) -> dict[str, PropertyRenderer]:
+    """Resource properties of a pull point (WSRL-style times, creation time, name)."""
+    props: dict[str, PropertyRenderer] = {
+        T("CurrentTime"): lambda: [_time_el(T("CurrentTime"), now)],
+        T("TerminationTime"): lambda: [_time_el(T("TerminationTime"), pp.termination_time)],
+        qname(WSRF_RL, "CurrentTime"): lambda: [_time_el(qname(WSRF_RL, "CurrentTime"), now)],
+        qname(WSRF_RL, "TerminationTime"): lambda: [
+            _time_el(qname(WSRF_RL, "TerminationTime"), pp.termination_time)
+        ],
+        qname(WSNMOM, "CreationTime"): lambda: [
+            _time_el(qname(WSNMOM, "CreationTime"), pp.creation_time)
+        ],
+    }
+    if pp.name:
+        name = pp.name
+        props[qname(WSNMOM, "Name")] = lambda: [_el(qname(WSNMOM, "Name"), name)]
+    return props
+
+
+def get_resource_property_response(
+    table: Mapping[str, PropertyRenderer], names: Sequence[str], *, multiple: bool = False
+) -> etree._Element:
+    """GetResourcePropertyResponse / GetMultipleResourcePropertiesResponse."""
+    tag = "GetMultipleResourcePropertiesResponse" if multiple else "GetResourcePropertyResponse"
+    resp = new(qname(WSRF_RP, tag))
+    for name in names:
+        renderer = table.get(name)
+        if renderer is None:
+            raise errors.InvalidResourcePropertyQName(
+                f"{name} is not a resource property of this resource"
+            )
+        for el in renderer():
+            resp.append(el)
+    return resp
+
+
+def resource_property_document(table: Mapping[str, PropertyRenderer], tag: str) -> etree._Element:
+    """GetResourcePropertyDocumentResponse wrapping every property in ``tag``."""
+    resp = new(qname(WSRF_RP, "GetResourcePropertyDocumentResponse"))
+    doc = add(resp, tag)
+    for renderer in table.values():
+        for el in renderer():
+            doc.append(el)
+    return resp
+
+
+# --- policy ----------------------------------------------------------------------------
+def _camel(name: str) -> str:
+    return "".join(part[:1].upper() + part[1:] for part in name.split("_"))
+
+
+def _policy_value(parent: etree._Element, name: str, value: Any) -> None:
+    tag = qname(WSNMOM_POLICY, _camel(name))
+    if value is None:
+        return
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        child = add(parent, tag)
+        for f in dataclasses.fields(value):
+            _policy_value(child, f.name, getattr(value, f.name))
+        return
+    if isinstance(value, Mapping):
+        child = add(parent, tag)
+        for k, v in value.items():
+            _policy_value(child, str(k), v)
+        return
+    if isinstance(value, list | tuple | set | frozenset):
+        for item in value:
+            _policy_value(parent, name, item)
+        return
+    add(parent, tag, _policy_text(value))
+
+
+def _policy_text(value: Any) -> str:
+    if isinstance(value, bool):
+        return _bool(value)
+    if isinstance(value, enum.Enum):
+        return str(value.value)
+    if isinstance(value, timedelta):
+        return isodate.duration_isoformat(value)
+    if isinstance(value, datetime):
+        return xsd_datetime(value)
+    return str(value)
+
+
+def policy_element(policy: Any) -> etree._Element:
+    """Render the broker's policy (a dataclass, mapping or element) as
+    ``<wsnmom-policy:BrokerPolicy>`` with one child per field (CamelCase)."""
+    if isinstance(policy, etree._Element):
+        return policy
+    root = etree.Element(qname(WSNMOM_POLICY, "BrokerPolicy"), nsmap={"wsp-b": WSNMOM_POLICY})
+    if dataclasses.is_dataclass(policy) and not isinstance(policy, type):
+        for f in dataclasses.fields(policy):
+            _policy_value(root, f.name, getattr(policy, f.name))
+    elif isinstance(policy, Mapping):
+        for k, v in policy.items():
+            _policy_value(root, str(k), v)
+    return root

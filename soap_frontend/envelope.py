@@ -1,0 +1,228 @@
+"""SOAP 1.1 / 1.2 envelopes and WS-Addressing 1.0 (2005/08) headers.
+
+Inbound: :func:`parse_request` checks the HTTP method and content type, parses the body
+with the hardened parser, works out the SOAP version from the envelope namespace (the
+content type only has to be one of the two SOAP media types: real clients mix them up)
+and collects the addressing headers.  Transport-level problems raise :class:`HttpError`
+with the HTTP status to answer (405, 415, 400); everything after that is a SOAP fault.
+
+Outbound: :func:`build_envelope` wraps body elements in an envelope of the given version
+with ``wsa:Action``, ``wsa:MessageID``, ``wsa:RelatesTo`` and ``wsa:To`` and any extra
+header elements (echoed reference parameters).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from lxml import etree
+from wsnmom.core.model import EndpointReference, SoapVersion
+
+from .xml import (
+    SOAP11,
+    SOAP12,
+    WSA,
+    WSA_ANONYMOUS,
+    XmlRejected,
+    children,
+    parse_xml,
+    qname,
+    serialize_standalone,
+    text_of,
+)
+
+SOAP_NS: dict[SoapVersion, str] = {SoapVersion.SOAP11: SOAP11, SoapVersion.SOAP12: SOAP12}
+
+#: media types accepted on POST (parameters such as charset/action are ignored)
+ACCEPTED_MEDIA_TYPES = frozenset({"text/xml", "application/soap+xml"})
+
+
+class HttpError(Exception):
+    """A request refused at the HTTP level, before SOAP processing."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+class SoapProtocolError(Exception):
+    """A SOAP envelope that is well-formed but unusable (answered with a Sender fault)."""
+
+
+@dataclass(slots=True)
+class Addressing:
+    """The WS-Addressing message addressing properties of a request."""
+
+    to: str | None = None
+    action: str | None = None
+    message_id: str | None = None
+    reply_to: EndpointReference | None = None
+    #: non-WS-A header blocks: echoed reference parameters (marked or not) and others
+    other_headers: list[etree._Element] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class SoapRequest:
+    """A parsed SOAP request."""
+
+    version: SoapVersion
+    envelope: etree._Element
+    #: first child of the Body (the operation element)
+    body: etree._Element
+    addressing: Addressing
+
+    @property
+    def operation(self) -> str:
+        """Clark-notation QName of the body's first child."""
+        return str(self.body.tag)
+
+
+def media_type(content_type: str | None) -> str:
+    """The bare media type of a Content-Type header, lower-cased."""
+    return (content_type or "").split(";", 1)[0].strip().lower()
+
+
+def version_for_media_type(content_type: str | None) -> SoapVersion | None:
+    """The SOAP version a content type indicates, or None when it is not a SOAP type."""
+    mt = media_type(content_type)
+    if mt == "text/xml":
+        return SoapVersion.SOAP11
+    if mt == "application/soap+xml":
+        return SoapVersion.SOAP12
+    return None
+
+
+def parse_epr(el: etree._Element) -> EndpointReference:
+    """An EndpointReferenceType element → EndpointReference (Address required)."""
+    address: str | None = None
+    params: list[bytes] = []
+    metadata: bytes | None = None
+    for child in children(el):
+        if child.tag == qname(WSA, "Address"):
+            address = text_of(child)
+        elif child.tag == qname(WSA, "ReferenceParameters"):
+            params.extend(serialize_standalone(p) for p in children(child))
+        elif child.tag == qname(WSA, "Metadata"):
+            metadata = serialize_standalone(child)
+    if not address:
+        raise ValueError(f"{el.tag} has no wsa:Address")
+    return EndpointReference(address, tuple(params), metadata)
+
+
+def parse_request(method: str, content_type: str | None, data: bytes) -> SoapRequest:
+    """Check and parse an HTTP request carrying a SOAP envelope."""
+    if method.upper() != "POST":
+        raise HttpError(405, "SOAP requests must be POSTed")
+    if media_type(content_type) not in ACCEPTED_MEDIA_TYPES:
+        raise HttpError(
+            415, "Content-Type must be text/xml (SOAP 1.1) or application/soap+xml (SOAP 1.2)"
+        )
+    try:
+        root = parse_xml(data)
+    except XmlRejected as exc:
+        raise HttpError(400, str(exc)) from None
+    if root.tag == qname(SOAP11, "Envelope"):
+        version = SoapVersion.SOAP11
+    elif root.tag == qname(SOAP12, "Envelope"):
+        version = SoapVersion.SOAP12
+    else:
+        raise HttpError(400, "the document is not a SOAP 1.1 or 1.2 Envelope")
+    ns = SOAP_NS[version]
+    header = root.find(qname(ns, "Header"))
+    body = root.find(qname(ns, "Body"))
+    if body is None:
+        raise HttpError(400, "the SOAP Envelope has no Body")
+    addressing = parse_addressing(header)
+    ops = children(body)
+    if not ops:
+        raise SoapProtocolErrorWithContext(version, addressing, "the SOAP Body is empty")
+    return SoapRequest(version, root, ops[0], addressing)
+
+
+class SoapProtocolErrorWithContext(SoapProtocolError):
+    """A SoapProtocolError that knows the request's version and addressing."""
+
+    def __init__(self, version: SoapVersion, addressing: Addressing, message: str) -> None:
+        super().__init__(message)
+        self.version = version
+        self.addressing = addressing
+
+
+def parse_addressing(header: etree._Element | None) -> Addressing:
+    """Collect WS-A headers; everything else is kept in ``other_headers``."""
+    result = Addressing()
+    if header is None:
+        return result
+    for block in children(header):
+        tag = block.tag
+        if tag == qname(WSA, "To"):
+            result.to = text_of(block)
+        elif tag == qname(WSA, "Action"):
+            result.action = text_of(block)
+        elif tag == qname(WSA, "MessageID"):
+            result.message_id = text_of(block)
+        elif tag == qname(WSA, "ReplyTo"):
+            try:
+                result.reply_to = parse_epr(block)
+            except ValueError:
+                result.reply_to = None
+        elif isinstance(tag, str) and tag.startswith("{" + WSA + "}"):
+            continue
+        else:
+            result.other_headers.append(block)
+    return result
+
+
+def build_envelope(
+    version: SoapVersion,
+    body: Sequence[etree._Element] | etree._Element | None,
+    *,
+    action: str | None,
+    relates_to: str | None = None,
+    to: str | None = None,
+    message_id: str | None = None,
+    extra_headers: Iterable[etree._Element] = (),
+) -> etree._Element:
+    """An Envelope of ``version`` with WS-A headers and the given body elements."""
+    ns = SOAP_NS[version]
+    env = etree.Element(qname(ns, "Envelope"), nsmap={"s": ns, "wsa": WSA})
+    header = etree.SubElement(env, qname(ns, "Header"))
+    if action:
+        etree.SubElement(header, qname(WSA, "Action")).text = action
+    etree.SubElement(header, qname(WSA, "MessageID")).text = message_id or new_message_id()
+    if relates_to:
+        etree.SubElement(header, qname(WSA, "RelatesTo")).text = relates_to
+    etree.SubElement(header, qname(WSA, "To")).text = to or WSA_ANONYMOUS
+    for extra in extra_headers:
+        header.append(extra)
+    body_el = etree.SubElement(env, qname(ns, "Body"))
+    if body is None:
+        pass
+    elif isinstance(body, etree._Element):
+        body_el.append(body)
+    else:
+        for item in body:
+            body_el.append(item)
+    return env
+
+
+def new_message_id() -> str:
+    """A fresh ``urn:uuid:`` message id."""
+    return f"urn:uuid:{uuid.uuid4()}"
+
+
+def content_type_for(version: SoapVersion, action: str | None = None) -> str:
+    """Content-Type of a message of ``version`` (SOAP 1.2 carries the action parameter)."""
+    if version is SoapVersion.SOAP11:
+        return "text/xml; charset=utf-8"
+    if action:
+        return f'application/soap+xml; charset=utf-8; action="{action}"'
+    return "application/soap+xml; charset=utf-8"
+
+
+def to_bytes(env: etree._Element) -> bytes:
+    """Serialise an envelope as UTF-8 with an XML declaration."""
+    return etree.tostring(env, encoding="utf-8", xml_declaration=True)

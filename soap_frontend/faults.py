@@ -1,0 +1,261 @@
+"""SOAP fault rendering for WS-N / WS-RF errors.
+
+Every ``WsnError`` becomes a SOAP fault (1.1 ``faultcode``/``faultstring``/``detail`` or
+1.2 ``Code``/``Reason``/``Detail``) whose detail holds exactly one element,
+``{error.namespace}error.fault_name``, of a type derived from ``wsrf-bf:BaseFaultType``:
+``wsrf-bf:Timestamp``, ``wsrf-bf:Originator`` (the broker EPR) and ``wsrf-bf:Description``,
+followed by the fault's own required children (``UnknownFilter``, ``MinimumTime``, ...),
+so the detail validates against bf-2.xsd with b-2/br-2/r-2/rp-2.
+
+Fault-specific hints travel as optional attributes of the exception object, set by whoever
+raises it:
+
+``unknown_filters``      QNames (Clark notation) for InvalidFilterFault (1..n)
+``policies``             QNames for Unrecognized/UnsupportedPolicyRequestFault
+``minimum_time`` / ``maximum_time``   datetimes for the Unacceptable*TerminationTime faults
+
+The SOAP action of a WS-N fault is ``http://docs.oasis-open.org/wsn/fault``; faults in the
+WS-RF namespaces use ``http://docs.oasis-open.org/wsrf/fault``.  Faults answer HTTP 500.
+Anything that is not a ``WsnError`` becomes a generic Receiver fault whose text says
+nothing about the exception (it is logged instead).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from typing import Any
+
+from lxml import etree
+from wsnmom.core import errors
+from wsnmom.core.errors import WsnError
+from wsnmom.core.model import EndpointReference, SoapVersion
+
+from .envelope import SOAP_NS
+from .xml import (
+    PREFIXES,
+    SOAP11,
+    WSA,
+    WSN_FAULT_ACTION,
+    WSNBR,
+    WSNT,
+    WSRF_BF,
+    WSRF_FAULT_ACTION,
+    XML_NS,
+    qname,
+    split_qname,
+)
+
+log = logging.getLogger("wsnmom.soap")
+invalid_log = logging.getLogger("wsnmom.soap.invalid")
+
+
+class BaseFaultError(WsnError):
+    """A request problem with no specific WS-N fault: rendered as ``wsrf-bf:BaseFault``.
+
+    Used for malformed Notify messages, operations sent to the wrong endpoint, empty SOAP
+    bodies and unknown body elements.
+    """
+
+    namespace = WSRF_BF
+    fault_name = "BaseFault"
+
+
+class InternalError(WsnError):
+    """Placeholder for unexpected exceptions: a Receiver fault without details."""
+
+    namespace = WSRF_BF
+    fault_name = "BaseFault"
+    code = "Receiver"
+
+
+def fault_action(error: WsnError) -> str:
+    """The wsa:Action of the fault message for ``error``."""
+    if error.namespace in (WSNT, WSNBR):
+        return WSN_FAULT_ACTION
+    return WSRF_FAULT_ACTION
+
+
+def xsd_datetime(value: datetime) -> str:
+    """xsd:dateTime in UTC with a ``Z`` suffix."""
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    text = value.astimezone(UTC).isoformat()
+    return text.replace("+00:00", "Z")
+
+
+def _epr(parent: etree._Element, tag: str, epr: EndpointReference) -> etree._Element:
+    from .xml import append_serialized  # local: avoid a cycle at import time
+
+    el = etree.SubElement(parent, tag)
+    etree.SubElement(el, qname(WSA, "Address")).text = epr.address
+    if epr.reference_parameters:
+        rp = etree.SubElement(el, qname(WSA, "ReferenceParameters"))
+        append_serialized(rp, epr.reference_parameters)
+    return el
+
+
+def _qname_text(el: etree._Element, clark: str) -> str:
+    """Text for a QName value, declaring the namespace on ``el``."""
+    ns, local = split_qname(clark)
+    if ns is None:
+        return local
+    for p, uri in el.nsmap.items():
+        if uri == ns and p:
+            return f"{p}:{local}"
+    return ""
+
+
+def fault_detail(
+    error: WsnError,
+    *,
+    now: datetime,
+    originator: EndpointReference | None,
+) -> etree._Element:
+    """The WS-BaseFaults element that goes into the SOAP fault detail."""
+    qnames: list[str] = []
+    unknown: Iterable[str] = getattr(error, "unknown_filters", ()) or ()
+    policies: Iterable[str] = getattr(error, "policies", ()) or ()
+    if error.fault_name == "InvalidFilterFault":
+        qnames = list(unknown) or [qname(WSNT, "Filter")]
+    elif error.fault_name in ("UnrecognizedPolicyRequestFault", "UnsupportedPolicyRequestFault"):
+        qnames = list(policies)
+    nsmap: dict[str | None, str] = {
+        "wsrf-bf": WSRF_BF,
+        "wsa": WSA,
+        "wsnt": WSNT,
+        "wsn-br": WSNBR,
+    }
+    for ns in [error.namespace, *(split_qname(q)[0] for q in qnames)]:
+        if ns and ns not in nsmap.values():
+            known = [p for p, u in PREFIXES.items() if u == ns]
+            nsmap[known[0] if known else f"q{len(nsmap)}"] = ns
+    el = etree.Element(qname(error.namespace, error.fault_name), nsmap=nsmap)
+    etree.SubElement(el, qname(WSRF_BF, "Timestamp")).text = xsd_datetime(now)
+    if originator is not None:
+        _epr(el, qname(WSRF_BF, "Originator"), originator)
+    desc = etree.SubElement(el, qname(WSRF_BF, "Description"))
+    desc.set(qname(XML_NS, "lang"), "en")
+    desc.text = error.description
+    name = error.fault_name
+    if name == "InvalidFilterFault":
+        for q in qnames:
+            etree.SubElement(el, qname(WSNT, "UnknownFilter")).text = _qname_text(el, q)
+    elif name == "UnrecognizedPolicyRequestFault":
+        for q in qnames:
+            etree.SubElement(el, qname(WSNT, "UnrecognizedPolicy")).text = _qname_text(el, q)
+    elif name == "UnsupportedPolicyRequestFault":
+        for q in qnames:
+            etree.SubElement(el, qname(WSNT, "UnsupportedPolicy")).text = _qname_text(el, q)
+    elif name in ("UnacceptableInitialTerminationTimeFault", "UnacceptableTerminationTimeFault"):
+        minimum: datetime = getattr(error, "minimum_time", None) or now
+        maximum: datetime | None = getattr(error, "maximum_time", None)
+        etree.SubElement(el, qname(WSNT, "MinimumTime")).text = xsd_datetime(minimum)
+        if maximum is not None:
+            etree.SubElement(el, qname(WSNT, "MaximumTime")).text = xsd_datetime(maximum)
+    return el
+
+
+def soap_fault(
+    version: SoapVersion,
+    code: str,
+    reason: str,
+    detail: etree._Element | None,
+) -> etree._Element:
+    """A SOAP Fault element of ``version``: code is "Sender" or "Receiver"."""
+    ns = SOAP_NS[version]
+    fault = etree.Element(qname(ns, "Fault"), nsmap={"s": ns})
+    if version is SoapVersion.SOAP11:
+        value = "s:Client" if code == "Sender" else "s:Server"
+        etree.SubElement(fault, "faultcode").text = value
+        fs = etree.SubElement(fault, "faultstring")
+        fs.set(qname(XML_NS, "lang"), "en")
+        fs.text = reason
+        if detail is not None:
+            etree.SubElement(fault, "detail").append(detail)
+    else:
+        code_el = etree.SubElement(fault, qname(ns, "Code"))
+        etree.SubElement(code_el, qname(ns, "Value")).text = f"s:{code}"
+        reason_el = etree.SubElement(fault, qname(ns, "Reason"))
+        text = etree.SubElement(reason_el, qname(ns, "Text"))
+        text.set(qname(XML_NS, "lang"), "en")
+        text.text = reason
+        if detail is not None:
+            etree.SubElement(fault, qname(ns, "Detail")).append(detail)
+    return fault
+
+
+def fault_for_error(
+    error: BaseException,
+    version: SoapVersion,
+    *,
+    now: datetime | None = None,
+    originator: EndpointReference | None = None,
+) -> tuple[etree._Element, str, WsnError]:
+    """(SOAP Fault element, wsa:Action, the WsnError rendered) for any exception."""
+    mapped = as_wsn_error(error)
+    if mapped is None:
+        log.error("unexpected error while handling a SOAP request", exc_info=error)
+        mapped = InternalError("The broker could not process the request (internal error).")
+    error = mapped
+    moment = now or datetime.now(UTC)
+    detail = fault_detail(error, now=moment, originator=originator)
+    reason = error.description or error.fault_name
+    return soap_fault(version, error.code, reason, detail), fault_action(error), error
+
+
+def count_request(operation: str) -> None:
+    """Metrics hook: one request handled (no-op when core has no metrics module)."""
+    _metric("count_request", operation)
+
+
+def count_fault(fault_name: str) -> None:
+    """Metrics hook: one fault answered."""
+    _metric("count_fault", fault_name)
+
+
+def _metric(name: str, *args: Any) -> None:
+    try:
+        from wsnmom.core import metrics
+    except ImportError:
+        return
+    fn = getattr(metrics, name, None)
+    if callable(fn):
+        try:
+            fn(*args)
+        except Exception:  # metrics must never break a request
+            log.debug("metrics hook %s failed", name, exc_info=True)
+
+
+def as_wsn_error(error: BaseException) -> WsnError | None:
+    """The WsnError for ``error``: itself, or the fault a topic_mapping error stands for."""
+    if isinstance(error, WsnError):
+        return error
+    try:
+        from wsnmom.topic_mapping.errors import NameNotRepresentable, TopicError
+    except ImportError:  # pragma: no cover
+        return None
+    if isinstance(error, NameNotRepresentable):
+        return errors.TopicNotSupported(str(error))
+    if isinstance(error, TopicError):
+        cls = errors.ALL_FAULTS.get(type(error).__name__ + "Fault")
+        if cls is not None:
+            return cls(str(error))
+    return None
+
+
+__all__ = [
+    "SOAP11",
+    "BaseFaultError",
+    "InternalError",
+    "as_wsn_error",
+    "count_fault",
+    "count_request",
+    "fault_action",
+    "fault_detail",
+    "fault_for_error",
+    "invalid_log",
+    "soap_fault",
+    "xsd_datetime",
+]

@@ -1,0 +1,355 @@
+"""The broker's WSDL 1.1 description and the schemas it imports.
+
+The WSDL is generated from the operation table below rather than kept as a static file, so
+port types, SOAP 1.1 and 1.2 bindings and services cannot drift apart.  It describes:
+
+* port types NotificationConsumer, NotificationProducer, PullPoint, CreatePullPoint,
+  SubscriptionManager, PausableSubscriptionManager, RegisterPublisher,
+  PublisherRegistrationManager, ResourceProperties (WS-RP reads) and NotificationBroker
+  (Notify, Subscribe, GetCurrentMessage, RegisterPublisher, plus CreatePullPoint and the
+  WS-RP reads, which the broker endpoint also serves);
+* every input/output with its ``wsam:Action`` (the WS-N prose URIs);
+* a document/literal SOAP 1.1 and a SOAP 1.2 binding per port type, each referencing the
+  broker's WS-Policy (``wsam:Addressing`` plus the wsnmom policy assertions);
+* one service per port type with a SOAP 1.1 and a SOAP 1.2 port at the request's base URL.
+  Resource port types (subscriptions, pull points, registrations) point at their collection
+  URL; the concrete address of a resource is the one in its EPR.
+
+The types section imports the OASIS schemas served from ``<base>/wsn/schemas/``.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from dataclasses import dataclass
+from importlib import resources
+
+from lxml import etree
+
+from .codec import ACTIONS, Op
+from .xml import SOAP11, SOAP12, WSAM, WSNBR, WSNT, WSP, WSRF_R, WSRF_RP, WSU, XSD
+
+WSDL = "http://schemas.xmlsoap.org/wsdl/"
+WSDL_SOAP11 = "http://schemas.xmlsoap.org/wsdl/soap/"
+WSDL_SOAP12 = "http://schemas.xmlsoap.org/wsdl/soap12/"
+HTTP_TRANSPORT = "http://schemas.xmlsoap.org/soap/http"
+TNS = "urn:wsnmom:wsdl:1"
+POLICY_ID = "WsnmomBrokerPolicy"
+
+SCHEMA_FILES = frozenset(
+    {"b-2.xsd", "br-2.xsd", "bf-2.xsd", "r-2.xsd", "rp-2.xsd", "t-1.xsd", "ws-addr.xsd", "xml.xsd"}
+)
+_IMPORTS = ((WSNT, "b-2.xsd"), (WSNBR, "br-2.xsd"), (WSRF_RP, "rp-2.xsd"), (WSRF_R, "r-2.xsd"))
+
+
+@functools.cache
+def schema_bytes(name: str) -> bytes:
+    """An OASIS schema shipped with the package."""
+    if name not in SCHEMA_FILES:
+        raise KeyError(name)
+    return (resources.files(__package__) / "wsdl" / name).read_bytes()
+
+
+# --- operation table -------------------------------------------------------------------
+RU = (WSRF_R, "ResourceUnknownFault")
+
+
+def _t(name: str) -> tuple[str, str]:
+    return (WSNT, name)
+
+
+def _br(name: str) -> tuple[str, str]:
+    return (WSNBR, name)
+
+
+def _rp(name: str) -> tuple[str, str]:
+    return (WSRF_RP, name)
+
+
+@dataclass(frozen=True)
+class Operation:
+    """One WSDL operation: input/output elements, faults and actions."""
+
+    name: str
+    op: Op
+    output: tuple[str, str] | None
+    faults: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def input(self) -> tuple[str, str]:
+        ns, local = self.op.value[1:].split("}", 1)
+        return ns, local
+
+
+_TOPIC_FAULTS = (
+    _t("TopicExpressionDialectUnknownFault"),
+    _t("InvalidTopicExpressionFault"),
+    _t("TopicNotSupportedFault"),
+)
+NOTIFY = Operation("Notify", Op.NOTIFY, None)
+SUBSCRIBE = Operation(
+    "Subscribe",
+    Op.SUBSCRIBE,
+    _t("SubscribeResponse"),
+    (
+        RU,
+        _t("InvalidFilterFault"),
+        *_TOPIC_FAULTS,
+        _t("InvalidProducerPropertiesExpressionFault"),
+        _t("InvalidMessageContentExpressionFault"),
+        _t("UnacceptableInitialTerminationTimeFault"),
+        _t("UnrecognizedPolicyRequestFault"),
+        _t("UnsupportedPolicyRequestFault"),
+        _t("NotifyMessageNotSupportedFault"),
+        _t("SubscribeCreationFailedFault"),
+    ),
+)
+GET_CURRENT_MESSAGE = Operation(
+    "GetCurrentMessage",
+    Op.GET_CURRENT_MESSAGE,
+    _t("GetCurrentMessageResponse"),
+    (RU, *_TOPIC_FAULTS, _t("MultipleTopicsSpecifiedFault"), _t("NoCurrentMessageOnTopicFault")),
+)
+GET_MESSAGES = Operation(
+    "GetMessages",
+    Op.GET_MESSAGES,
+    _t("GetMessagesResponse"),
+    (RU, _t("UnableToGetMessagesFault")),
+)
+DESTROY_PULL_POINT = Operation(
+    "DestroyPullPoint",
+    Op.DESTROY_PULL_POINT,
+    _t("DestroyPullPointResponse"),
+    (RU, _t("UnableToDestroyPullPointFault")),
+)
+CREATE_PULL_POINT = Operation(
+    "CreatePullPoint",
+    Op.CREATE_PULL_POINT,
+    _t("CreatePullPointResponse"),
+    (_t("UnableToCreatePullPointFault"),),
+)
+RENEW = Operation(
+    "Renew", Op.RENEW, _t("RenewResponse"), (RU, _t("UnacceptableTerminationTimeFault"))
+)
+UNSUBSCRIBE = Operation(
+    "Unsubscribe",
+    Op.UNSUBSCRIBE,
+    _t("UnsubscribeResponse"),
+    (RU, _t("UnableToDestroySubscriptionFault")),
+)
+PAUSE = Operation(
+    "PauseSubscription", Op.PAUSE, _t("PauseSubscriptionResponse"), (RU, _t("PauseFailedFault"))
+)
+RESUME = Operation(
+    "ResumeSubscription",
+    Op.RESUME,
+    _t("ResumeSubscriptionResponse"),
+    (RU, _t("ResumeFailedFault")),
+)
+REGISTER_PUBLISHER = Operation(
+    "RegisterPublisher",
+    Op.REGISTER_PUBLISHER,
+    _br("RegisterPublisherResponse"),
+    (
+        RU,
+        _t("InvalidTopicExpressionFault"),
+        _t("TopicNotSupportedFault"),
+        _br("PublisherRegistrationRejectedFault"),
+        _br("PublisherRegistrationFailedFault"),
+        _t("UnacceptableInitialTerminationTimeFault"),
+    ),
+)
+DESTROY_REGISTRATION = Operation(
+    "DestroyRegistration",
+    Op.DESTROY_REGISTRATION,
+    _br("DestroyRegistrationResponse"),
+    (RU, _br("ResourceNotDestroyedFault")),
+)
+_RP_FAULTS = (RU, (WSRF_R, "ResourceUnavailableFault"), _rp("InvalidResourcePropertyQNameFault"))
+GET_RP = Operation(
+    "GetResourceProperty",
+    Op.GET_RESOURCE_PROPERTY,
+    _rp("GetResourcePropertyResponse"),
+    _RP_FAULTS,
+)
+GET_MULTIPLE_RP = Operation(
+    "GetMultipleResourceProperties",
+    Op.GET_MULTIPLE_RESOURCE_PROPERTIES,
+    _rp("GetMultipleResourcePropertiesResponse"),
+    _RP_FAULTS,
+)
+GET_RP_DOCUMENT = Operation(
+    "GetResourcePropertyDocument",
+    Op.GET_RESOURCE_PROPERTY_DOCUMENT,
+    _rp("GetResourcePropertyDocumentResponse"),
+    _RP_FAULTS[:2],
+)
+_RP_OPS = (GET_RP, GET_MULTIPLE_RP, GET_RP_DOCUMENT)
+
+#: port type → (operations, URL path of its service)
+PORT_TYPES: dict[str, tuple[tuple[Operation, ...], str]] = {
+    "NotificationConsumer": ((NOTIFY,), "/wsn/broker"),
+    "NotificationProducer": ((SUBSCRIBE, GET_CURRENT_MESSAGE), "/wsn/broker"),
+    "NotificationBroker": (
+        (NOTIFY, SUBSCRIBE, GET_CURRENT_MESSAGE, REGISTER_PUBLISHER, CREATE_PULL_POINT, *_RP_OPS),
+        "/wsn/broker",
+    ),
+    "CreatePullPoint": ((CREATE_PULL_POINT,), "/wsn/broker"),
+    "RegisterPublisher": ((REGISTER_PUBLISHER,), "/wsn/broker"),
+    "PullPoint": ((GET_MESSAGES, DESTROY_PULL_POINT, NOTIFY, *_RP_OPS), "/wsn/pullpoints"),
+    "SubscriptionManager": ((RENEW, UNSUBSCRIBE, *_RP_OPS), "/wsn/subscriptions"),
+    "PausableSubscriptionManager": (
+        (RENEW, UNSUBSCRIBE, PAUSE, RESUME, *_RP_OPS),
+        "/wsn/subscriptions",
+    ),
+    "PublisherRegistrationManager": (
+        (DESTROY_REGISTRATION, *_RP_OPS),
+        "/wsn/registrations",
+    ),
+    "ResourceProperties": (_RP_OPS, "/wsn/broker"),
+}
+
+
+def _q(ns: str, local: str) -> str:
+    return f"{{{ns}}}{local}"
+
+
+def _build(base: str, policy: etree._Element | None) -> etree._Element:
+    nsmap = {
+        "wsdl": WSDL,
+        "soap": WSDL_SOAP11,
+        "soap12": WSDL_SOAP12,
+        "xsd": XSD,
+        "wsam": WSAM,
+        "wsp": WSP,
+        "wsu": WSU,
+        "wsnt": WSNT,
+        "wsn-br": WSNBR,
+        "wsrf-r": WSRF_R,
+        "wsrf-rp": WSRF_RP,
+        "tns": TNS,
+    }
+    defs = etree.Element(_q(WSDL, "definitions"), nsmap=nsmap)  # type: ignore[arg-type]
+    defs.set("name", "WsnmomNotificationBroker")
+    defs.set("targetNamespace", TNS)
+    doc = etree.SubElement(defs, _q(WSDL, "documentation"))
+    doc.text = (
+        "wsnmom WS-Notification broker (WS-BaseNotification 1.3, WS-BrokeredNotification 1.3, "
+        "WS-Topics 1.3). Dispatch is on the SOAP Body element; WS-Addressing 1.0 is used."
+    )
+
+    # WS-Policy: addressing plus the broker's advertised behaviour
+    pol = etree.SubElement(defs, _q(WSP, "Policy"))
+    pol.set(_q(WSU, "Id"), POLICY_ID)
+    everything = etree.SubElement(etree.SubElement(pol, _q(WSP, "ExactlyOne")), _q(WSP, "All"))
+    addressing = etree.SubElement(everything, _q(WSAM, "Addressing"))
+    etree.SubElement(addressing, _q(WSP, "Policy"))
+    if policy is not None:
+        everything.append(etree.fromstring(etree.tostring(policy)))
+
+    types = etree.SubElement(defs, _q(WSDL, "types"))
+    schema = etree.SubElement(types, _q(XSD, "schema"))
+    schema.set("targetNamespace", TNS + ":types")
+    schema.set("elementFormDefault", "qualified")
+    for ns, name in _IMPORTS:
+        imp = etree.SubElement(schema, _q(XSD, "import"))
+        imp.set("namespace", ns)
+        imp.set("schemaLocation", f"{base}/wsn/schemas/{name}")
+
+    # messages: one per element used anywhere
+    elements: dict[tuple[str, str], None] = {}
+    for ops, _ in PORT_TYPES.values():
+        for o in ops:
+            elements[o.input] = None
+            if o.output:
+                elements[o.output] = None
+            for f in o.faults:
+                elements[f] = None
+    prefix = {WSNT: "wsnt", WSNBR: "wsn-br", WSRF_R: "wsrf-r", WSRF_RP: "wsrf-rp"}
+    for ns, local in elements:
+        msg = etree.SubElement(defs, _q(WSDL, "message"), name=local)
+        part = etree.SubElement(msg, _q(WSDL, "part"), name=_part_name(local))
+        part.set("element", f"{prefix[ns]}:{local}")
+
+    for pt_name, (ops, _) in PORT_TYPES.items():
+        pt = etree.SubElement(defs, _q(WSDL, "portType"), name=pt_name)
+        for o in ops:
+            op_el = etree.SubElement(pt, _q(WSDL, "operation"), name=o.name)
+            req_action, resp_action = ACTIONS[o.op]
+            inp = etree.SubElement(op_el, _q(WSDL, "input"), message=f"tns:{o.input[1]}")
+            inp.set("name", o.input[1] if o.output else o.name)
+            inp.set(_q(WSAM, "Action"), req_action)
+            if o.output:
+                out = etree.SubElement(op_el, _q(WSDL, "output"), message=f"tns:{o.output[1]}")
+                out.set("name", o.output[1])
+                if resp_action:
+                    out.set(_q(WSAM, "Action"), resp_action)
+            for _, fault_local in o.faults:
+                f = etree.SubElement(op_el, _q(WSDL, "fault"), name=fault_local)
+                f.set("message", f"tns:{fault_local}")
+                f.set(_q(WSAM, "Action"), "http://docs.oasis-open.org/wsn/fault")
+
+    for pt_name, (ops, _) in PORT_TYPES.items():
+        for suffix, soap_ns in (("Soap11", WSDL_SOAP11), ("Soap12", WSDL_SOAP12)):
+            b = etree.SubElement(
+                defs, _q(WSDL, "binding"), name=f"{pt_name}{suffix}Binding", type=f"tns:{pt_name}"
+            )
+            etree.SubElement(b, _q(WSP, "PolicyReference"), URI=f"#{POLICY_ID}")
+            etree.SubElement(b, _q(soap_ns, "binding"), style="document", transport=HTTP_TRANSPORT)
+            for o in ops:
+                op_el = etree.SubElement(b, _q(WSDL, "operation"), name=o.name)
+                etree.SubElement(
+                    op_el, _q(soap_ns, "operation"), soapAction=ACTIONS[o.op][0], style="document"
+                )
+                inp = etree.SubElement(op_el, _q(WSDL, "input"))
+                inp.set("name", o.input[1] if o.output else o.name)
+                etree.SubElement(inp, _q(soap_ns, "body"), use="literal")
+                if o.output:
+                    out = etree.SubElement(op_el, _q(WSDL, "output"), name=o.output[1])
+                    etree.SubElement(out, _q(soap_ns, "body"), use="literal")
+                for _, fault_local in o.faults:
+                    f = etree.SubElement(op_el, _q(WSDL, "fault"), name=fault_local)
+                    etree.SubElement(f, _q(soap_ns, "fault"), name=fault_local, use="literal")
+
+    for pt_name, (_, path) in PORT_TYPES.items():
+        svc = etree.SubElement(defs, _q(WSDL, "service"), name=f"{pt_name}Service")
+        for suffix, soap_ns in (("Soap11", WSDL_SOAP11), ("Soap12", WSDL_SOAP12)):
+            port = etree.SubElement(
+                svc,
+                _q(WSDL, "port"),
+                name=f"{pt_name}{suffix}Port",
+                binding=f"tns:{pt_name}{suffix}Binding",
+            )
+            etree.SubElement(port, _q(soap_ns, "address"), location=f"{base}{path}")
+    return defs
+
+
+def _part_name(local: str) -> str:
+    if local.endswith("Fault"):
+        return "fault"
+    if local.endswith("Response"):
+        return "response"
+    return "request"
+
+
+_cache: dict[tuple[str, bytes], bytes] = {}
+_lock = threading.Lock()
+
+
+def render_wsdl(base: str, policy: etree._Element | None = None) -> bytes:
+    """The WSDL for a broker reachable at ``base`` (scheme://host[:port]), cached."""
+    key = (base, etree.tostring(policy) if policy is not None else b"")
+    with _lock:
+        cached = _cache.get(key)
+        if cached is None:
+            if len(_cache) > 64:
+                _cache.clear()
+            cached = etree.tostring(
+                _build(base, policy), encoding="utf-8", xml_declaration=True, pretty_print=True
+            )
+            _cache[key] = cached
+    return cached
+
+
+__all__ = ["PORT_TYPES", "SCHEMA_FILES", "SOAP11", "SOAP12", "render_wsdl", "schema_bytes"]

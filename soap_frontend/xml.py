@@ -1,0 +1,217 @@
+"""XML plumbing of the SOAP frontend: namespace constants, a hardened parser and helpers.
+
+Every byte that reaches the broker from the network is parsed by :func:`parse_xml`, which
+refuses document type declarations (no DTD, so no entity expansion of any kind), never
+touches the network, keeps libxml2's default size limits (``huge_tree`` off) and rejects
+documents nested deeper than :data:`MAX_DEPTH` elements.
+
+Payloads are kept as serialised XML that carries every namespace declaration it needs
+(:func:`serialize_standalone`): a payload element cut out of a Notify must still parse on
+its own, including prefixes that are only used inside text or attribute values (QNames).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Mapping
+from typing import Final
+
+from lxml import etree
+
+# --- namespaces ------------------------------------------------------------------------
+SOAP11: Final = "http://schemas.xmlsoap.org/soap/envelope/"
+SOAP12: Final = "http://www.w3.org/2003/05/soap-envelope"
+WSA: Final = "http://www.w3.org/2005/08/addressing"
+WSAM: Final = "http://www.w3.org/2007/05/addressing/metadata"
+WSNT: Final = "http://docs.oasis-open.org/wsn/b-2"
+WSNBW: Final = "http://docs.oasis-open.org/wsn/bw-2"
+WSNBR: Final = "http://docs.oasis-open.org/wsn/br-2"
+WSNBRW: Final = "http://docs.oasis-open.org/wsn/brw-2"
+WSTOP: Final = "http://docs.oasis-open.org/wsn/t-1"
+WSRF_BF: Final = "http://docs.oasis-open.org/wsrf/bf-2"
+WSRF_R: Final = "http://docs.oasis-open.org/wsrf/r-2"
+WSRF_RP: Final = "http://docs.oasis-open.org/wsrf/rp-2"
+WSRF_RPW: Final = "http://docs.oasis-open.org/wsrf/rpw-2"
+WSRF_RL: Final = "http://docs.oasis-open.org/wsrf/rl-2"
+XSI: Final = "http://www.w3.org/2001/XMLSchema-instance"
+XSD: Final = "http://www.w3.org/2001/XMLSchema"
+XML_NS: Final = "http://www.w3.org/XML/1998/namespace"
+#: NCIA broker profile extension namespace (SubscriptionEndTopic, SubscriptionEnd)
+NATO: Final = "http://nc3a.nato.int/ces/wsn/extension"
+#: wsnmom's own elements: the ResourceId reference parameter, wrapped native messages
+WSNMOM: Final = "urn:wsnmom:ns:1"
+#: wsnmom broker policy assertions (GET /wsn/policy, BrokerPolicy property, WS-Policy)
+WSNMOM_POLICY: Final = "urn:wsnmom:policy:1"
+WSP: Final = "http://www.w3.org/ns/ws-policy"
+WSU: Final = "http://docs.oasis-open.org/wss/2004/01/oasis-200401-wss-wssecurity-utility-1.0.xsd"
+
+#: Action of every WS-N fault (BN L201, BR L254) and of WS-RF faults
+WSN_FAULT_ACTION: Final = "http://docs.oasis-open.org/wsn/fault"
+WSRF_FAULT_ACTION: Final = "http://docs.oasis-open.org/wsrf/fault"
+WSA_ANONYMOUS: Final = "http://www.w3.org/2005/08/addressing/anonymous"
+
+#: preferred prefixes for the namespaces the frontend writes
+PREFIXES: Final[dict[str, str]] = {
+    "wsa": WSA,
+    "wsnt": WSNT,
+    "wsn-br": WSNBR,
+    "wstop": WSTOP,
+    "wsrf-bf": WSRF_BF,
+    "wsrf-r": WSRF_R,
+    "wsrf-rp": WSRF_RP,
+    "wsrf-rl": WSRF_RL,
+    "xsi": XSI,
+    "wsnmom": WSNMOM,
+}
+
+#: namespaces of the envelope and protocol layers; never needed by a payload unless used
+INFRASTRUCTURE_NAMESPACES: Final = frozenset(
+    {SOAP11, SOAP12, WSA, WSNT, WSNBR, WSRF_BF, WSRF_R, WSRF_RP, WSNMOM}
+)
+
+#: deepest element nesting accepted in a request
+MAX_DEPTH: Final = 128
+
+
+class XmlRejected(ValueError):
+    """The bytes are not acceptable XML (syntax error, DTD, too deep)."""
+
+
+_local = threading.local()
+
+
+def _parser() -> etree.XMLParser:
+    parser: etree.XMLParser | None = getattr(_local, "parser", None)
+    if parser is None:
+        parser = etree.XMLParser(
+            resolve_entities=False,
+            no_network=True,
+            load_dtd=False,
+            dtd_validation=False,
+            huge_tree=False,
+            remove_pis=True,
+            collect_ids=False,
+        )
+        _local.parser = parser
+    return parser
+
+
+def _check_depth(root: etree._Element, limit: int) -> None:
+    depth = 0
+    for event, _ in etree.iterwalk(root, events=("start", "end")):
+        if event == "start":
+            depth += 1
+            if depth > limit:
+                raise XmlRejected(f"XML nested deeper than {limit} elements")
+        else:
+            depth -= 1
+
+
+def parse_xml(data: bytes, *, max_depth: int = MAX_DEPTH) -> etree._Element:
+    """Parse untrusted bytes into an element; raise :class:`XmlRejected` on anything unsafe."""
+    if not data or not data.strip():
+        raise XmlRejected("empty document")
+    try:
+        root = etree.fromstring(data, _parser())
+    except etree.XMLSyntaxError as exc:
+        raise XmlRejected(f"not well-formed XML: {exc}") from None
+    tree = root.getroottree()
+    if tree.docinfo.doctype or tree.docinfo.internalDTD is not None:
+        raise XmlRejected("document type declarations are not accepted")
+    _check_depth(root, max_depth)
+    return root
+
+
+def qname(ns: str, local: str) -> str:
+    """Clark notation ``{ns}local``."""
+    return f"{{{ns}}}{local}"
+
+
+def split_qname(tag: str) -> tuple[str | None, str]:
+    """``{ns}local`` → (ns, local); a tag without namespace → (None, local)."""
+    if tag.startswith("{"):
+        ns, local = tag[1:].split("}", 1)
+        return ns, local
+    return None, tag
+
+
+def children(el: etree._Element) -> list[etree._Element]:
+    """Element children only (no comments or processing instructions)."""
+    return [c for c in el if isinstance(c.tag, str)]
+
+
+def text_of(el: etree._Element) -> str:
+    """All text content of an element, stripped."""
+    return "".join(el.itertext()).strip()
+
+
+def is_nil(el: etree._Element) -> bool:
+    """Whether ``xsi:nil`` is true on ``el``."""
+    return el.get(qname(XSI, "nil"), "").strip() in ("true", "1")
+
+
+def resolve_qname(text: str, nsmap: Mapping[str | None, str]) -> str | None:
+    """Resolve a lexical QName against in-scope namespaces; None when a prefix is unbound."""
+    text = text.strip()
+    if not text:
+        return None
+    if ":" in text:
+        prefix, local = text.split(":", 1)
+        ns = nsmap.get(prefix)
+        if ns is None or not local:
+            return None
+        return qname(ns, local)
+    default = nsmap.get(None)
+    return qname(default, text) if default else text
+
+
+def serialize_standalone(el: etree._Element) -> bytes:
+    """Serialise ``el`` as a standalone UTF-8 document fragment with the namespace
+    declarations it needs.
+
+    In-scope declarations of the surrounding document are copied onto the root, then the
+    envelope/protocol namespaces that the fragment does not use are dropped.  Application
+    namespaces are kept even when unused by element or attribute names, because a payload
+    may use their prefixes inside QName-valued text.
+    """
+    copy = etree.fromstring(etree.tostring(el))  # re-rooted: inherits in-scope nsmap
+    keep = [p for p, uri in copy.nsmap.items() if p and uri not in INFRASTRUCTURE_NAMESPACES]
+    etree.cleanup_namespaces(copy, keep_ns_prefixes=keep)
+    return etree.tostring(copy, encoding="utf-8")
+
+
+def parse_fragment(data: bytes) -> etree._Element:
+    """Parse a fragment the broker produced or stored (still hardened)."""
+    return parse_xml(data, max_depth=MAX_DEPTH * 2)
+
+
+def sub(
+    parent: etree._Element,
+    tag: str,
+    text: str | None = None,
+    attrib: Mapping[str, str] | None = None,
+    nsmap: Mapping[str | None, str] | None = None,
+) -> etree._Element:
+    """Append a child element with optional text."""
+    child = etree.SubElement(parent, tag, attrib=dict(attrib or {}), nsmap=dict(nsmap or {}))
+    if text is not None:
+        child.text = text
+    return child
+
+
+def element(
+    tag: str,
+    text: str | None = None,
+    nsmap: Mapping[str | None, str] | None = None,
+) -> etree._Element:
+    """A new element using the preferred prefixes."""
+    el = etree.Element(tag, nsmap=dict(nsmap) if nsmap is not None else dict(PREFIXES))
+    if text is not None:
+        el.text = text
+    return el
+
+
+def append_serialized(parent: etree._Element, fragments: Iterable[bytes]) -> None:
+    """Parse stored fragments and append them to ``parent``."""
+    for frag in fragments:
+        parent.append(parse_fragment(frag))

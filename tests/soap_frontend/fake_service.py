@@ -1,0 +1,263 @@
+"""A small in-memory stand-in for ``core.service.BrokerService`` used by the frontend unit
+tests: it records calls and implements just enough semantics (lifetimes, exact topic
+matching, pull point queues) to exercise every code path of the SOAP layer."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from lxml import etree
+from wsnmom.core import errors
+from wsnmom.core.model import (
+    CreatePullPointRequest,
+    InboundNotification,
+    NotificationMessage,
+    PublisherRegistration,
+    PullPoint,
+    RegisterPublisherRequest,
+    SubscribeRequest,
+    Subscription,
+    SubscriptionState,
+)
+from wsnmom.topic_mapping.model import Topic
+
+SIMPLE = "http://docs.oasis-open.org/wsn/t-1/TopicExpression/Simple"
+CONCRETE = "http://docs.oasis-open.org/wsn/t-1/TopicExpression/Concrete"
+MAX = timedelta(days=30)
+
+
+@dataclass
+class Props:
+    topic_expressions: tuple[Any, ...] = ()
+    fixed_topic_set: bool = False
+    dialects: tuple[str, ...] = (SIMPLE, CONCRETE)
+    topic_set: Any = None
+    requires_registration: bool = False
+
+
+@dataclass(frozen=True)
+class Policy:
+    filter_combination: str = "AND"
+    default_termination_time: timedelta = timedelta(hours=1)
+    use_raw_supported: bool = True
+    nested: tuple[str, ...] = ("a", "b")
+
+
+def _topic(expr: Any) -> Topic | None:
+    if expr is None:
+        return None
+    text = expr.text.strip()
+    prefix, _, local = text.rpartition(":")
+    ns = expr.namespaces.get(prefix or None, "")
+    return Topic(ns, tuple(local.split("/")))
+
+
+@dataclass
+class FakeService:
+    base: str = "http://testserver"
+    now_value: datetime = field(default_factory=lambda: datetime.now(UTC))
+    subs: dict[str, Subscription] = field(default_factory=dict)
+    pps: dict[str, PullPoint] = field(default_factory=dict)
+    regs: dict[str, PublisherRegistration] = field(default_factory=dict)
+    pp_queues: dict[str, list[NotificationMessage]] = field(default_factory=dict)
+    notified: list[InboundNotification] = field(default_factory=list)
+    calls: list[tuple[str, Any]] = field(default_factory=list)
+    is_ready: bool = True
+    counter: int = 0
+    fail_with: BaseException | None = None
+
+    # --- addresses
+    @property
+    def broker_address(self) -> str:
+        return f"{self.base}/wsn/broker"
+
+    def subscription_address(self, sid: str) -> str:
+        return f"{self.base}/wsn/subscriptions/{sid}"
+
+    def pull_point_address(self, pid: str) -> str:
+        return f"{self.base}/wsn/pullpoints/{pid}"
+
+    def registration_address(self, rid: str) -> str:
+        return f"{self.base}/wsn/registrations/{rid}"
+
+    def now(self) -> datetime:
+        return self.now_value
+
+    def ready(self) -> bool:
+        return self.is_ready
+
+    def _id(self, kind: str) -> str:
+        self.counter += 1
+        return f"{kind}{self.counter:04d}"
+
+    def _check(self) -> None:
+        if self.fail_with is not None:
+            raise self.fail_with
+
+    def _termination(self, value: Any, invalid: bool, fault: type[errors.WsnError]) -> datetime:
+        if invalid:
+            raise fault("invalid termination time")
+        now = self.now()
+        if value is None:
+            return now + timedelta(hours=1)
+        if isinstance(value, timedelta):
+            value = now + value
+        elif not isinstance(value, datetime):
+            value = now + MAX  # isodate.Duration with years/months: good enough here
+        if value <= now:
+            raise fault("termination time is not in the future")
+        if value > now + MAX:
+            err = fault("termination time beyond the maximum")
+            err.maximum_time = now + MAX  # type: ignore[attr-defined]
+            raise err
+        return value
+
+    # --- producer
+    def subscribe(self, req: SubscribeRequest) -> Subscription:
+        self._check()
+        self.calls.append(("subscribe", req))
+        if req.topic is not None and req.topic.dialect not in (None, SIMPLE, CONCRETE):
+            raise errors.TopicExpressionDialectUnknown(f"unknown dialect {req.topic.dialect}")
+        if req.producer_properties is not None:
+            raise errors.InvalidProducerPropertiesExpression("ProducerProperties unsupported")
+        if req.unsupported_policy:
+            err = errors.UnrecognizedPolicyRequest("unknown policy")
+            err.policies = req.unsupported_policy  # type: ignore[attr-defined]
+            raise err
+        term = self._termination(
+            req.initial_termination_time,
+            req.initial_termination_time_invalid,
+            errors.UnacceptableInitialTerminationTime,
+        )
+        sub = Subscription(
+            id=self._id("s"),
+            consumer=req.consumer,
+            creation_time=self.now(),
+            termination_time=term,
+            topic=req.topic,
+            message_content=req.message_content,
+            filter_xml=req.filter_xml,
+            policy_xml=req.policy_xml,
+            use_raw=req.use_raw,
+            subscription_end_topic=req.subscription_end_topic,
+            soap_version=req.soap_version,
+        )
+        self.subs[sub.id] = sub
+        return sub
+
+    def get_subscription(self, sid: str) -> Subscription:
+        try:
+            return self.subs[sid]
+        except KeyError:
+            raise errors.ResourceUnknown(f"no subscription {sid}") from None
+
+    def renew(self, sid: str, termination: Any, *, invalid: bool = False) -> Subscription:
+        sub = self.get_subscription(sid)
+        sub.termination_time = self._termination(
+            termination, invalid, errors.UnacceptableTerminationTime
+        )
+        return sub
+
+    def unsubscribe(self, sid: str) -> None:
+        self.get_subscription(sid)
+        del self.subs[sid]
+
+    def pause(self, sid: str) -> None:
+        self.get_subscription(sid).state = SubscriptionState.PAUSED
+
+    def resume(self, sid: str) -> None:
+        self.get_subscription(sid).state = SubscriptionState.ACTIVE
+
+    def notify(self, messages: Sequence[InboundNotification]) -> None:
+        self._check()
+        self.notified.extend(messages)
+
+    def get_current_message(self, topic: Any) -> NotificationMessage:
+        wanted = _topic(topic)
+        for m in reversed(self.notified):
+            if _topic(m.topic) == wanted:
+                return NotificationMessage("m", m.payload, wanted)
+        raise errors.NoCurrentMessageOnTopic("nothing published on that topic")
+
+    # --- pull points
+    def create_pull_point(self, req: CreatePullPointRequest) -> PullPoint:
+        pp = PullPoint(self._id("p"), self.now(), self.now() + timedelta(days=1), req.name)
+        self.pps[pp.id] = pp
+        self.pp_queues[pp.id] = []
+        return pp
+
+    def get_pull_point(self, pid: str) -> PullPoint:
+        try:
+            return self.pps[pid]
+        except KeyError:
+            raise errors.ResourceUnknown(f"no pull point {pid}") from None
+
+    def get_messages(self, pid: str, maximum: int | None) -> list[NotificationMessage]:
+        self.get_pull_point(pid)
+        queue = self.pp_queues[pid]
+        n = maximum if maximum else len(queue)
+        out, self.pp_queues[pid] = queue[:n], queue[n:]
+        return out
+
+    def destroy_pull_point(self, pid: str) -> None:
+        self.get_pull_point(pid)
+        del self.pps[pid]
+
+    def notify_pull_point(self, pid: str, messages: Sequence[InboundNotification]) -> None:
+        self.get_pull_point(pid)
+        for m in messages:
+            self.pp_queues[pid].append(
+                NotificationMessage(
+                    f"m{len(self.pp_queues[pid])}",
+                    m.payload,
+                    _topic(m.topic),
+                    m.topic.dialect if m.topic else None,
+                    m.producer_reference,
+                )
+            )
+
+    # --- registrations
+    def register_publisher(self, req: RegisterPublisherRequest) -> PublisherRegistration:
+        reg = PublisherRegistration(
+            self._id("r"),
+            self.now(),
+            self.now() + timedelta(days=1),
+            req.publisher_reference,
+            req.topics,
+            req.demand,
+        )
+        self.regs[reg.id] = reg
+        return reg
+
+    def get_registration(self, rid: str) -> PublisherRegistration:
+        try:
+            return self.regs[rid]
+        except KeyError:
+            raise errors.ResourceUnknown(f"no registration {rid}") from None
+
+    def destroy_registration(self, rid: str) -> None:
+        self.get_registration(rid)
+        del self.regs[rid]
+
+    # --- properties
+    def broker_properties(self) -> Props:
+        ts = etree.fromstring(
+            b'<wstop:TopicSet xmlns:wstop="http://docs.oasis-open.org/wsn/t-1" '
+            b'xmlns:t="urn:t"><t:a wstop:topic="true"/></wstop:TopicSet>'
+        )
+        from wsnmom.core.model import ExpressionSource
+
+        return Props(
+            topic_expressions=(ExpressionSource(SIMPLE, "t:a", {"t": "urn:t"}),),
+            topic_set=ts,
+        )
+
+    def policy(self) -> Policy:
+        return Policy()
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self.policy())

@@ -1,0 +1,204 @@
+"""How notifications travel on the middleware: ``NotificationMessage`` <-> ``OutboundMessage``
+/ ``Received`` (architecture §5).
+
+Body
+    The payload element (the child of ``wsnt:Message``) as UTF-8 XML, content type
+    ``application/xml``.
+
+Headers (``core.adapter.HEADER_*``)
+    ``wsnmom-message-id``; ``wsnmom-topic-ns`` and ``wsnmom-topic-path`` (segments joined
+    with ``/``; NCNames never contain one); ``wsnmom-topic-dialect`` (the publisher's dialect
+    URI); ``wsnmom-producer-ref`` and ``wsnmom-subscription-ref`` (endpoint references as
+    compact JSON: ``{"address": ..., "reference_parameters": [base64 XML...], "metadata":
+    base64|null}``); ``wsnmom-published-at`` (ISO 8601 UTC).  When present, the topic headers
+    are authoritative over the native routing topic: messages forwarded into a pull point's
+    inbox keep the topic they were published on.
+
+Topicless notifications
+    A Notify without ``wsnt:Topic`` is published on the reserved topic :data:`NO_TOPIC`
+    (namespace :data:`NO_TOPIC_NAMESPACE`).  Subscriptions without a topic filter bind to
+    every topic (``SubscriptionSpec.patterns=None``) and so see topicless notifications;
+    subscriptions with a topic filter never do (their patterns are always in a real topic
+    namespace, and core re-checks every message).  Clients may not use the reserved
+    namespaces in topic expressions (TopicNotSupportedFault).
+
+Native messages that are not XML
+    A message published natively (no wsnmom headers) whose content type is not XML, or whose
+    body does not parse as XML, is wrapped for WS-N consumers in::
+
+        <wsnmom:NativeMessage xmlns:wsnmom="urn:wsnmom:ns:1"
+                              contentType="application/json" encoding="text">{"a": 1}</...>
+
+    ``encoding`` is ``text`` (the body was UTF-8 text made of XML characters) or ``base64``.
+    MessageContent filters are evaluated over the wrapper element.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import uuid
+from collections.abc import Mapping
+from datetime import UTC, datetime
+
+from lxml import etree
+from wsnmom.core.adapter import (
+    HEADER_MESSAGE_ID,
+    HEADER_PRODUCER_REFERENCE,
+    HEADER_PUBLISHED_AT,
+    HEADER_TOPIC_DIALECT,
+    HEADER_TOPIC_NAMESPACE,
+    HEADER_TOPIC_PATH,
+    OutboundMessage,
+    Received,
+    StoredMessage,
+)
+from wsnmom.core.model import EndpointReference, NotificationMessage
+from wsnmom.core.store import epr_from_json, epr_to_json
+from wsnmom.topic_mapping.model import Topic
+
+#: namespace of wsnmom's own XML elements (NativeMessage, SubscriptionEnd reason)
+WSNMOM_NS = "urn:wsnmom:ns:1"
+#: reserved namespace of the topic topicless notifications are published on
+NO_TOPIC_NAMESPACE = "urn:wsnmom:no-topic"
+#: the reserved topic of topicless notifications
+NO_TOPIC = Topic(NO_TOPIC_NAMESPACE, ("NoTopic",))
+#: reserved namespace of pull point inbox topics
+PULL_POINT_NAMESPACE = "urn:wsnmom:pull-point"
+#: every namespace clients may not use
+RESERVED_NAMESPACES = frozenset({NO_TOPIC_NAMESPACE, PULL_POINT_NAMESPACE})
+
+HEADER_SUBSCRIPTION_REFERENCE = "wsnmom-subscription-ref"
+
+XML_CONTENT_TYPES = ("application/xml", "text/xml")
+
+_PARSER = etree.XMLParser(
+    resolve_entities=False, no_network=True, load_dtd=False, huge_tree=False, remove_comments=False
+)
+_XML_CHARS = re.compile("^[\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]*$")
+
+
+def safe_parse(data: bytes) -> etree._Element:
+    """Parse XML without DTDs, entity expansion or network access."""
+    return etree.fromstring(data, _PARSER)
+
+
+def pull_point_inbox(pull_point_id: str) -> Topic:
+    """The private topic a pull point's durable subscription is bound to."""
+    return Topic(PULL_POINT_NAMESPACE, ("p" + pull_point_id,))
+
+
+def _epr_header(epr: EndpointReference) -> str:
+    return json.dumps(epr_to_json(epr), separators=(",", ":"))
+
+
+def _epr_from_header(text: str | None) -> EndpointReference | None:
+    if not text:
+        return None
+    try:
+        return epr_from_json(json.loads(text))
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def encode(message: NotificationMessage, *, route: Topic | None = None) -> OutboundMessage:
+    """The middleware message for ``message``.
+
+    It is published on ``route`` when given (pull point inbox), else on its topic, or on
+    :data:`NO_TOPIC` when it has none; the topic headers always name the message's own
+    topic.
+    """
+    topic = message.topic or NO_TOPIC
+    headers: dict[str, str] = {
+        HEADER_MESSAGE_ID: message.message_id,
+        HEADER_TOPIC_NAMESPACE: topic.namespace,
+        HEADER_TOPIC_PATH: "/".join(topic.path),
+    }
+    if message.topic_dialect:
+        headers[HEADER_TOPIC_DIALECT] = message.topic_dialect
+    if message.producer_reference is not None:
+        headers[HEADER_PRODUCER_REFERENCE] = _epr_header(message.producer_reference)
+    if message.subscription_reference is not None:
+        headers[HEADER_SUBSCRIPTION_REFERENCE] = _epr_header(message.subscription_reference)
+    if message.published_at is not None:
+        headers[HEADER_PUBLISHED_AT] = message.published_at.isoformat()
+    return OutboundMessage(
+        topic=route or topic,
+        body=message.payload,
+        message_id=message.message_id,
+        headers=headers,
+        content_type=message.content_type,
+    )
+
+
+def _is_xml_type(content_type: str) -> bool:
+    base = content_type.split(";", 1)[0].strip().lower()
+    return base in XML_CONTENT_TYPES or base.endswith("+xml")
+
+
+def wrap_native(body: bytes, content_type: str) -> bytes:
+    """The ``wsnmom:NativeMessage`` element for a non-XML body."""
+    root = etree.Element(f"{{{WSNMOM_NS}}}NativeMessage", nsmap={"wsnmom": WSNMOM_NS})
+    root.set("contentType", content_type or "application/octet-stream")
+    try:
+        text = body.decode("utf-8")
+        if not _XML_CHARS.match(text):
+            raise ValueError("not XML characters")
+        root.set("encoding", "text")
+        root.text = text
+    except ValueError:
+        root.set("encoding", "base64")
+        root.text = base64.b64encode(body).decode("ascii")
+    return etree.tostring(root, encoding="UTF-8", xml_declaration=False)
+
+
+def xml_payload(body: bytes, content_type: str) -> bytes:
+    """``body`` when it is an XML element, else its ``NativeMessage`` wrapper."""
+    if not content_type or _is_xml_type(content_type):
+        try:
+            safe_parse(body)
+        except etree.XMLSyntaxError:
+            pass
+        else:
+            return body
+    return wrap_native(body, content_type)
+
+
+def _topic_from(headers: Mapping[str, str], fallback: Topic | None) -> Topic | None:
+    ns = headers.get(HEADER_TOPIC_NAMESPACE)
+    path = headers.get(HEADER_TOPIC_PATH)
+    topic = fallback
+    if ns is not None and path:
+        topic = Topic(ns, tuple(path.split("/")))
+    if topic is None or topic.namespace == NO_TOPIC_NAMESPACE:
+        return None
+    return topic
+
+
+def _published_at(headers: Mapping[str, str]) -> datetime | None:
+    text = headers.get(HEADER_PUBLISHED_AT)
+    if not text:
+        return None
+    try:
+        value = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return value if value.tzinfo else value.replace(tzinfo=UTC)
+
+
+def decode(received: Received | StoredMessage) -> NotificationMessage:
+    """The notification carried by a middleware message (native ones included)."""
+    headers = received.headers
+    content_type = received.content_type or "application/xml"
+    payload = xml_payload(received.body, content_type)
+    return NotificationMessage(
+        message_id=headers.get(HEADER_MESSAGE_ID) or uuid.uuid4().hex,
+        payload=payload,
+        topic=_topic_from(headers, received.topic),
+        topic_dialect=headers.get(HEADER_TOPIC_DIALECT) or None,
+        producer_reference=_epr_from_header(headers.get(HEADER_PRODUCER_REFERENCE)),
+        content_type="application/xml",
+        published_at=_published_at(headers),
+        subscription_reference=_epr_from_header(headers.get(HEADER_SUBSCRIPTION_REFERENCE)),
+    )

@@ -1,0 +1,187 @@
+"""Demand-based publishing (WS-BrokeredNotification §4, DEM-01..06).
+
+For each live registration with ``Demand=true`` the broker keeps at most one subscription
+at the publisher's NotificationProducer (DEM-04), covering all registered topics, with the
+broker's own NotificationBroker address as consumer (so the publisher's Notify messages
+arrive at the normal Notify path).
+
+Decisions (advertised in the policy document):
+
+* *Demand* exists while at least one active (not paused, not expired) subscription has a
+  topic filter that can select one of the registered topics; a subscription without a
+  topic filter selects everything.  MessageContent filters are not considered.
+* The broker subscribes lazily, when demand first appears (not at registration time): a
+  publisher nobody wants is never contacted (the peers' tests expect this).
+* When demand disappears the broker sends PauseSubscription (DEM-03); if pausing fails it
+  falls back to Unsubscribe and subscribes afresh on the next demand (DEM-06).
+* When demand comes back it sends ResumeSubscription; if resuming fails it subscribes
+  afresh.
+* DestroyRegistration and registration expiry send Unsubscribe.
+* Calls to publishers run on a background thread (``reconcile``) after every change and
+  every ``interval`` seconds, so a slow or unreachable publisher never delays a
+  Subscribe; failures are retried on the next pass.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from wsnmom.core.filters import expressions_overlap
+from wsnmom.core.model import EndpointReference, PublisherRegistration
+from wsnmom.core.ports import DeliveryFailed, OutboundSoap
+from wsnmom.topic_mapping.model import TopicExpression
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class DemandEntry:
+    """A demand-based registration as the demand manager sees it."""
+
+    registration: PublisherRegistration
+    topics: tuple[TopicExpression, ...]
+
+
+class DemandManager:
+    """Keeps the broker's subscriptions at demand-based publishers in line with demand."""
+
+    def __init__(
+        self,
+        outbound: OutboundSoap,
+        *,
+        broker_consumer: Callable[[], EndpointReference],
+        entries: Callable[[], Sequence[DemandEntry]],
+        active_filters: Callable[[], Sequence[TopicExpression | None]],
+        save: Callable[[PublisherRegistration], None],
+        timeout: float = 10.0,
+        interval: float = 5.0,
+    ) -> None:
+        self.outbound = outbound
+        self._broker_consumer = broker_consumer
+        self._entries = entries
+        self._active_filters = active_filters
+        self._save = save
+        self.timeout = timeout
+        self.interval = interval
+        self._lock = threading.Lock()
+        self._event = threading.Event()
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+        self._retired: list[EndpointReference] = []
+
+    # -- thread ----------------------------------------------------------------------------
+    def start(self) -> None:
+        """Start the background reconciler (idempotent)."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._loop, name="wsnmom-demand", daemon=True)
+            self._thread.start()
+
+    def poke(self) -> None:
+        """Demand may have changed: reconcile soon."""
+        self._event.set()
+
+    def stop(self) -> None:
+        """Stop the reconciler."""
+        self._stopping = True
+        self._event.set()
+        if self._thread is not None:
+            self._thread.join(timeout=self.timeout + 5)
+            self._thread = None
+
+    def _loop(self) -> None:
+        while not self._stopping:
+            self._event.wait(self.interval)
+            self._event.clear()
+            if self._stopping:
+                return
+            try:
+                self.reconcile()
+            except Exception:
+                log.exception("demand reconciliation failed")
+
+    # -- logic -----------------------------------------------------------------------------
+    @staticmethod
+    def wanted(entry: DemandEntry, filters: Sequence[TopicExpression | None]) -> bool:
+        """Whether any active subscription filter overlaps the registered topics."""
+        return any(expressions_overlap(f, t) for f in filters for t in entry.topics)
+
+    def reconcile(self) -> None:
+        """Subscribe / pause / resume / unsubscribe at publishers as demand requires."""
+        with self._lock:
+            retired, self._retired = self._retired, []
+            for ref in retired:
+                self._unsubscribe(ref)
+            filters = list(self._active_filters())
+            for entry in self._entries():
+                reg = entry.registration
+                if not reg.demand or reg.publisher_reference is None:
+                    continue
+                if self.wanted(entry, filters):
+                    self._ensure_flowing(reg)
+                else:
+                    self._ensure_paused(reg)
+
+    def release(self, reg: PublisherRegistration) -> None:
+        """The registration is gone: unsubscribe at the publisher (in the background)."""
+        if reg.demand_subscription is not None:
+            with self._lock:
+                self._retired.append(reg.demand_subscription)
+                reg.demand_subscription = None
+            self.poke()
+
+    def _ensure_flowing(self, reg: PublisherRegistration) -> None:
+        assert reg.publisher_reference is not None
+        if reg.demand_subscription is not None and not reg.demand_paused:
+            return
+        if reg.demand_subscription is not None:
+            try:
+                self.outbound.resume(reg.demand_subscription, timeout=self.timeout)
+            except DeliveryFailed as exc:
+                log.info("resume at publisher failed (%s); subscribing afresh", exc.reason)
+                self._unsubscribe(reg.demand_subscription)
+                reg.demand_subscription = None
+            else:
+                reg.demand_paused = False
+                self._save(reg)
+                return
+        try:
+            ref = self.outbound.subscribe(
+                reg.publisher_reference,
+                self._broker_consumer(),
+                list(reg.topics),
+                timeout=self.timeout,
+            )
+        except DeliveryFailed as exc:
+            log.warning(
+                "demand subscribe at publisher %s failed: %s; will retry",
+                reg.publisher_reference.address,
+                exc.reason,
+            )
+            self._save(reg)
+            return
+        reg.demand_subscription = ref
+        reg.demand_paused = False
+        self._save(reg)
+
+    def _ensure_paused(self, reg: PublisherRegistration) -> None:
+        if reg.demand_subscription is None or reg.demand_paused:
+            return
+        try:
+            self.outbound.pause(reg.demand_subscription, timeout=self.timeout)
+        except DeliveryFailed as exc:
+            log.info("pause at publisher failed (%s); unsubscribing instead", exc.reason)
+            self._unsubscribe(reg.demand_subscription)
+            reg.demand_subscription = None
+            reg.demand_paused = False
+        else:
+            reg.demand_paused = True
+        self._save(reg)
+
+    def _unsubscribe(self, ref: EndpointReference) -> None:
+        try:
+            self.outbound.unsubscribe(ref, timeout=self.timeout)
+        except DeliveryFailed as exc:
+            log.info("unsubscribe at publisher %s failed: %s", ref.address, exc.reason)

@@ -1,0 +1,228 @@
+"""Subscription filters: compilation at Subscribe time and evaluation per message.
+
+Decisions (checklist §6, NCIA §2.3.4):
+
+* Filter children combine with **AND** (FLT-02).  A subscription without TopicExpression
+  receives every notification, topicless ones included; one with a TopicExpression never
+  receives topicless notifications (BRK-16).
+* TopicExpression: Simple, Concrete, Full and XPath dialects via ``wsnmom.topic_mapping``;
+  the expression is validated against the broker's TopicSet.  topic_mapping errors map to
+  the same-named WS-N faults.  The reserved wsnmom namespaces cannot be subscribed to.
+* MessageContent: XPath 1.0 (dialect ``http://www.w3.org/TR/1999/REC-xpath-19991116``; a
+  missing Dialect is read as XPath 1.0).  Compiled at Subscribe time with lxml, so syntax
+  errors, undeclared prefixes and unknown functions fault with
+  InvalidMessageContentExpressionFault (MC-06 d); any other dialect faults the same way
+  (MC-05).  Prefixes resolve against the in-scope namespaces of ``wsnt:MessageContent``
+  (MC-06 a).  The context node is the payload element, parsed into its own document, so
+  relative (``ncex:Producer``) and absolute (``/npex:NotifyContent``) paths both work
+  (MC-06 b).  The result is converted with XPath 1.0 ``boolean()`` rules (MC-06 c): a
+  non-boolean expression such as ``gibberish`` is accepted and selects a (normally empty)
+  node-set, so it never matches unless the payload has such a child.  An evaluation error
+  at delivery time counts as "does not match".
+* ProducerProperties: not supported.  The broker is not a WS-Resource whose properties
+  vary per notification, so every ProducerProperties filter is refused with
+  InvalidProducerPropertiesExpressionFault (PPF-04; WS-Nu vector "unsupported").
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from lxml import etree
+from wsnmom.core import errors
+from wsnmom.core.codec import RESERVED_NAMESPACES, safe_parse
+from wsnmom.core.model import ExpressionSource, NotificationMessage
+from wsnmom.topic_mapping import errors as tm_errors
+from wsnmom.topic_mapping.dialects import parse_topic_expression, require_concrete_topic
+from wsnmom.topic_mapping.model import DEEP, PathPattern, Segment, Topic, TopicExpression
+from wsnmom.topic_mapping.namespaces import TopicSet
+
+log = logging.getLogger(__name__)
+
+XPATH10 = "http://www.w3.org/TR/1999/REC-xpath-19991116"
+MESSAGE_CONTENT_DIALECTS = (XPATH10,)
+
+
+@contextmanager
+def topic_errors(*, unknown_dialect: type[errors.WsnError] | None = None) -> Iterator[None]:
+    """Translate ``topic_mapping`` errors into WS-N errors.
+
+    ``unknown_dialect`` overrides the error for an unknown dialect (RegisterPublisher has
+    no TopicExpressionDialectUnknownFault and uses InvalidTopicExpressionFault).
+    """
+    try:
+        yield
+    except tm_errors.TopicExpressionDialectUnknown as exc:
+        cls = unknown_dialect or errors.TopicExpressionDialectUnknown
+        raise cls(str(exc)) from exc
+    except tm_errors.MultipleTopicsSpecified as exc:
+        raise errors.MultipleTopicsSpecified(str(exc)) from exc
+    except tm_errors.TopicNotSupported as exc:
+        raise errors.TopicNotSupported(str(exc)) from exc
+    except tm_errors.InvalidTopicExpression as exc:
+        raise errors.InvalidTopicExpression(str(exc)) from exc
+    except tm_errors.TopicError as exc:
+        raise errors.InvalidTopicExpression(str(exc)) from exc
+
+
+def _check_reserved(expr: TopicExpression) -> None:
+    for pattern in expr.patterns:
+        if pattern.namespace in RESERVED_NAMESPACES:
+            raise errors.TopicNotSupported(
+                f"topic namespace {pattern.namespace!r} is reserved by the broker"
+            )
+
+
+def compile_topic_filter(source: ExpressionSource, topic_set: TopicSet) -> TopicExpression:
+    """Parse and validate a subscription's TopicExpression (wildcards allowed)."""
+    with topic_errors():
+        expr = parse_topic_expression(
+            source.text, source.dialect, source.namespaces, topic_set=topic_set
+        )
+        _check_reserved(expr)
+        return topic_set.validate(expr)
+
+
+def concrete_topic(
+    source: ExpressionSource,
+    topic_set: TopicSet,
+    *,
+    unknown_dialect: type[errors.WsnError] | None = None,
+) -> tuple[Topic, str]:
+    """The single topic named by ``source`` (Notify, GetCurrentMessage, SubscriptionEnd)
+    and the canonical dialect URI it was written in."""
+    with topic_errors(unknown_dialect=unknown_dialect):
+        expr = parse_topic_expression(
+            source.text, source.dialect, source.namespaces, topic_set=topic_set
+        )
+        _check_reserved(expr)
+        return require_concrete_topic(expr), expr.dialect
+
+
+class MessageContentFilter:
+    """A compiled MessageContent XPath 1.0 expression."""
+
+    def __init__(self, source: ExpressionSource) -> None:
+        dialect = source.dialect or XPATH10
+        if dialect not in MESSAGE_CONTENT_DIALECTS:
+            raise errors.InvalidMessageContentExpression(
+                f"MessageContent dialect {dialect!r} is not supported; supported: {XPATH10}"
+            )
+        text = source.text.strip()
+        namespaces = {p: uri for p, uri in source.namespaces.items() if p and uri}
+        try:
+            self._xpath = etree.XPath(text, namespaces=namespaces, smart_strings=False)
+        except (etree.XPathSyntaxError, etree.XPathEvalError) as exc:
+            raise errors.InvalidMessageContentExpression(
+                f"invalid XPath 1.0 MessageContent expression {text!r}: {exc}"
+            ) from exc
+        self.text = text
+        self._lock = threading.Lock()
+
+    def matches_element(self, element: etree._Element) -> bool:
+        """Evaluate over ``element`` (the payload root) with XPath ``boolean()`` rules."""
+        try:
+            with self._lock:
+                result = self._xpath(element)
+        except etree.XPathError as exc:
+            log.debug("MessageContent %r failed on a message: %s", self.text, exc)
+            return False
+        return xpath_boolean(result)
+
+    def matches(self, payload: bytes) -> bool:
+        """Evaluate over a serialised payload element."""
+        try:
+            element = safe_parse(payload)
+        except etree.XMLSyntaxError:
+            return False
+        return self.matches_element(element)
+
+
+def xpath_boolean(result: object) -> bool:
+    """XPath 1.0 ``boolean()`` of an lxml XPath result."""
+    if isinstance(result, bool):
+        return result
+    if isinstance(result, float | int):
+        return result != 0 and not math.isnan(result)
+    if isinstance(result, str | bytes):
+        return len(result) > 0
+    if isinstance(result, list):
+        return len(result) > 0
+    return bool(result)
+
+
+def check_producer_properties(source: ExpressionSource) -> None:
+    """ProducerProperties filters are not supported (see the module docstring)."""
+    raise errors.InvalidProducerPropertiesExpression(
+        f"ProducerProperties filters are not supported by this broker "
+        f"(dialect {source.dialect!r}, expression {source.text.strip()!r})"
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class CompiledFilter:
+    """Everything a subscription filters on; ``matches`` is the residual check in core."""
+
+    topic: TopicExpression | None = None
+    content: MessageContentFilter | None = None
+
+    @property
+    def native_patterns(self) -> tuple[PathPattern, ...] | None:
+        """Patterns for ``SubscriptionSpec``: None (everything) without a topic filter."""
+        return None if self.topic is None else self.topic.patterns
+
+    def matches(self, message: NotificationMessage) -> bool:
+        """True when every filter accepts ``message`` (AND)."""
+        if self.topic is not None and (
+            message.topic is None or not self.topic.matches(message.topic)
+        ):
+            return False
+        return self.content is None or self.content.matches(message.payload)
+
+
+def patterns_overlap(a: PathPattern, b: PathPattern) -> bool:
+    """Whether some concrete topic matches both patterns (demand evaluation)."""
+    if a.namespace != b.namespace:
+        return False
+    return _segments_overlap(a.segments, b.segments)
+
+
+def _segments_overlap(a: tuple[Segment, ...], b: tuple[Segment, ...]) -> bool:
+    seen: set[tuple[int, int]] = set()
+    stack = [(0, 0)]
+    while stack:
+        i, j = stack.pop()
+        if (i, j) in seen:
+            continue
+        seen.add((i, j))
+        if i == len(a) and j == len(b):
+            return True
+        sa = a[i] if i < len(a) else None
+        sb = b[j] if j < len(b) else None
+        if sa is DEEP:
+            stack.append((i + 1, j))  # DEEP absorbs nothing
+            if sb is not None and sb is not DEEP:
+                stack.append((i, j + 1))  # DEEP absorbs the level b consumes
+        if sb is DEEP:
+            stack.append((i, j + 1))
+            if sa is not None and sa is not DEEP:
+                stack.append((i + 1, j))
+        if sa is not None and sb is not None and sa is not DEEP and sb is not DEEP:
+            if isinstance(sa, str) and isinstance(sb, str):
+                if sa == sb:
+                    stack.append((i + 1, j + 1))
+            else:
+                stack.append((i + 1, j + 1))
+    return False
+
+
+def expressions_overlap(a: TopicExpression | None, b: TopicExpression | None) -> bool:
+    """Whether two topic filters can select a common topic (None selects everything)."""
+    if a is None or b is None:
+        return True
+    return any(patterns_overlap(p, q) for p in a.patterns for q in b.patterns)

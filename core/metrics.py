@@ -1,0 +1,90 @@
+"""Prometheus metrics of the broker, on a registry of their own (``REGISTRY``).
+
+The SOAP frontend counts requests and faults with :func:`count_request` and
+:func:`count_fault` and serves :func:`render` at ``GET /metrics``; core counts
+notifications in and out, delivery failures and resource gauges.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+REGISTRY = CollectorRegistry(auto_describe=True)
+
+REQUESTS = Counter(
+    "wsnmom_requests", "SOAP requests handled, by operation", ["operation"], registry=REGISTRY
+)
+FAULTS = Counter("wsnmom_faults", "SOAP faults returned, by fault", ["fault"], registry=REGISTRY)
+NOTIFICATIONS_IN = Counter(
+    "wsnmom_notifications_in", "Notifications accepted and published", registry=REGISTRY
+)
+NOTIFICATIONS_REJECTED = Counter(
+    "wsnmom_notifications_rejected",
+    "Notifications refused, by reason",
+    ["reason"],
+    registry=REGISTRY,
+)
+NOTIFICATIONS_OUT = Counter(
+    "wsnmom_notifications_out",
+    "Notifications handed to consumers, by mode (push, pull, forward)",
+    ["mode"],
+    registry=REGISTRY,
+)
+NOTIFICATIONS_FILTERED = Counter(
+    "wsnmom_notifications_filtered",
+    "Notifications received by a subscription but removed by its filters",
+    registry=REGISTRY,
+)
+DELIVERY_FAILURES = Counter(
+    "wsnmom_delivery_failures", "Failed outbound Notify attempts", registry=REGISTRY
+)
+SUBSCRIPTIONS_ENDED = Counter(
+    "wsnmom_subscriptions_ended",
+    "Subscriptions ended by the broker, by reason",
+    ["reason"],
+    registry=REGISTRY,
+)
+DELIVERY_SECONDS = Histogram(
+    "wsnmom_delivery_seconds", "Duration of successful outbound Notify calls", registry=REGISTRY
+)
+SUBSCRIPTIONS = Gauge("wsnmom_subscriptions", "Live subscriptions", registry=REGISTRY)
+PULL_POINTS = Gauge("wsnmom_pull_points", "Live pull points", registry=REGISTRY)
+REGISTRATIONS = Gauge("wsnmom_registrations", "Live publisher registrations", registry=REGISTRY)
+QUEUED = Gauge(
+    "wsnmom_delivery_queued",
+    "Messages held in memory by the delivery engine, not yet settled",
+    registry=REGISTRY,
+)
+BACKLOG = Gauge(
+    "wsnmom_backlog_messages",
+    "Messages waiting in durable subscriptions (where the middleware can tell)",
+    registry=REGISTRY,
+)
+
+
+def count_request(operation: str) -> None:
+    """Count one SOAP request for ``operation`` (e.g. "Subscribe")."""
+    REQUESTS.labels(operation=operation).inc()
+
+
+def count_fault(fault: str) -> None:
+    """Count one SOAP fault (fault element local name)."""
+    FAULTS.labels(fault=fault).inc()
+
+
+def set_queued_source(fn: Callable[[], float]) -> None:
+    """Make the in-memory queue gauge read ``fn`` at scrape time."""
+    QUEUED.set_function(fn)
+
+
+def set_backlog_source(fn: Callable[[], float]) -> None:
+    """Make the backlog gauge read ``fn`` at scrape time."""
+    BACKLOG.set_function(fn)
+
+
+def render() -> tuple[bytes, str]:
+    """The exposition text and its content type."""
+    return generate_latest(REGISTRY), CONTENT_TYPE_LATEST

@@ -1,0 +1,215 @@
+"""The broker policy document: every behaviour the specifications leave open, as decided by
+this broker and its configuration (architecture §7, NCIA §2.3, checklist §14.18).
+
+``BrokerPolicy`` is plain data; the SOAP frontend renders it as XML (resource property,
+``GET /wsn/policy``, WS-Policy assertions in the WSDL).  ``as_dict`` gives a JSON-able view.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from wsnmom.core.config import Settings
+
+
+def xsd_duration(value: timedelta | None) -> str | None:
+    """``timedelta`` as an xsd:duration (``PT3600S`` style), None stays None."""
+    if value is None:
+        return None
+    seconds = value.total_seconds()
+    text = f"{seconds:.3f}".rstrip("0").rstrip(".")
+    return f"PT{text}S"
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """Retries towards unreachable consumers (NCIA §2.3.2)."""
+
+    max_attempts: int
+    initial_delay: timedelta
+    multiplier: float
+    max_delay: timedelta
+    #: "keep": keep accumulating and retry at max_delay forever; "end": end the
+    #: subscription (SubscriptionEnd when requested)
+    give_up: str
+
+
+@dataclass(frozen=True, slots=True)
+class AccumulationPolicy:
+    """Bounds of what a subscription or pull point keeps undelivered."""
+
+    max_messages: int | None
+    max_bytes: int | None
+    #: retention time of undelivered notifications
+    retention: timedelta | None
+    #: "drop_oldest" (dispose of earlier ones, keep accumulating) or "drop_newest"
+    #: (ignore the most recent ones)
+    overflow: str
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerPolicy:
+    """Everything the broker advertises about its behaviour."""
+
+    #: several Filter children: all must accept (logical AND)
+    filter_combination: str
+    #: what a subscription without a TopicExpression receives
+    no_topic_filter: str
+    #: MessageContent dialects; XPath result conversion
+    message_content_dialects: tuple[str, ...]
+    message_content_evaluation: str
+    producer_properties: str
+    default_termination_time: timedelta
+    maximum_termination_time: timedelta | None
+    infinite_termination_allowed: bool
+    #: termination time beyond the maximum (Subscribe / Renew / RegisterPublisher)
+    termination_beyond_maximum: str
+    termination_at_expiry: str
+    pull_point_default_termination_time: timedelta
+    registration_default_termination_time: timedelta
+    retry: RetryPolicy
+    accumulation: AccumulationPolicy
+    #: what a paused subscription does and what ResumeSubscription delivers (RES-05)
+    pause_behaviour: str
+    delivery_order: str
+    delivery_guarantee: str
+    batching: int
+    #: GetMessages: order, MaximumNumber handling, cap when absent/0
+    get_messages_order: str
+    get_messages_maximum_number: str
+    get_messages_cap: int
+    pull_point_notify: str
+    pull_point_destroy_with_subscriptions: str
+    unused_pull_points: str
+    use_raw_supported: bool
+    #: demand-based publishing behaviour
+    demand: str
+    register_publisher_without_reference: str
+    requires_registration: bool
+    unregistered_notify: str
+    topicless_notify: str
+    unknown_topic_notify: str
+    fixed_topic_set: bool
+    current_message: str
+    subscription_end: str
+    subscription_persistence: str
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-able view; durations as xsd:duration strings."""
+
+        def conv(value: Any) -> Any:
+            if isinstance(value, timedelta):
+                return xsd_duration(value)
+            if dataclasses.is_dataclass(value) and not isinstance(value, type):
+                return {f.name: conv(getattr(value, f.name)) for f in dataclasses.fields(value)}
+            if isinstance(value, tuple):
+                return [conv(v) for v in value]
+            return value
+
+        result = conv(self)
+        assert isinstance(result, dict)
+        return result
+
+
+def build_policy(
+    settings: Settings, *, message_content_dialects: tuple[str, ...], use_raw: bool = True
+) -> BrokerPolicy:
+    """The policy the broker runs with under ``settings``."""
+    t = settings.termination
+    r = settings.retry
+    lim = settings.limits
+    return BrokerPolicy(
+        filter_combination="AND",
+        no_topic_filter="all notifications, topicless ones included",
+        message_content_dialects=message_content_dialects,
+        message_content_evaluation=(
+            "XPath 1.0 over the payload element in its own document; result converted "
+            "with boolean(); prefixes from the MessageContent element's scope"
+        ),
+        producer_properties="unsupported: InvalidProducerPropertiesExpressionFault",
+        default_termination_time=t.default,
+        maximum_termination_time=t.maximum,
+        infinite_termination_allowed=t.allow_infinite,
+        termination_beyond_maximum=(
+            "fault: UnacceptableInitialTerminationTimeFault / UnacceptableTerminationTimeFault "
+            "with MaximumTime (a shorter lifetime than requested is never granted)"
+        ),
+        termination_at_expiry="destroyed (durable subscription deleted); no SubscriptionEnd",
+        pull_point_default_termination_time=t.pull_point_default,
+        registration_default_termination_time=t.registration_default,
+        retry=RetryPolicy(
+            max_attempts=r.max_attempts,
+            initial_delay=r.initial_delay,
+            multiplier=r.multiplier,
+            max_delay=r.max_delay,
+            give_up=r.give_up,
+        ),
+        accumulation=AccumulationPolicy(
+            max_messages=lim.max_messages,
+            max_bytes=lim.max_bytes,
+            retention=lim.max_age,
+            overflow=lim.overflow,
+        ),
+        pause_behaviour=(
+            "paused subscriptions keep accumulating (bounded by the accumulation policy); "
+            "ResumeSubscription delivers everything accumulated, in order (RES-05 option 1)"
+        ),
+        delivery_order="FIFO per subscription",
+        delivery_guarantee=(
+            "at-least-once: acknowledged to the middleware only after the consumer answered "
+            "2xx; undelivered notifications survive restarts in the durable subscription"
+        ),
+        batching=settings.delivery.batch_size,
+        get_messages_order="FIFO (oldest first)",
+        get_messages_maximum_number=(
+            "MaximumNumber=n returns at most n; absent or 0 returns all available up to "
+            "get_messages_cap; messages beyond stay in the pull point for later GetMessages"
+        ),
+        get_messages_cap=lim.get_messages_cap,
+        pull_point_notify=(
+            "pull points accept Notify; subscriptions whose consumer is one of this "
+            "broker's pull points feed it internally (durably)"
+        ),
+        pull_point_destroy_with_subscriptions=(
+            "DestroyPullPoint (and pull point expiry) destroys the subscriptions feeding it"
+        ),
+        unused_pull_points="removed at their termination time only",
+        use_raw_supported=use_raw,
+        demand=(
+            "the broker subscribes to a demand-based publisher when the first active "
+            "subscription overlapping its registered topics appears, pauses that "
+            "subscription when none is left (falls back to Unsubscribe when pausing fails), "
+            "resumes it on new demand, and unsubscribes on DestroyRegistration or expiry"
+        ),
+        register_publisher_without_reference=(
+            "accepted (also without Topic: any topic); such a registration cannot identify "
+            "its publisher and so does not authorise Notify when registration is required"
+        ),
+        requires_registration=settings.requires_registration,
+        unregistered_notify=(
+            "fault PublisherRegistrationRejectedFault (nothing of the Notify is published)"
+            if settings.requires_registration
+            else "accepted and distributed"
+        ),
+        topicless_notify=(
+            "accepted; delivered only to subscriptions without a TopicExpression filter"
+        ),
+        unknown_topic_notify=(
+            "TopicNotSupportedFault (fixed topic set)"
+            if settings.fixed_topic_set
+            else "topic added to the topic set and distributed"
+        ),
+        fixed_topic_set=settings.fixed_topic_set,
+        current_message="last notification per concrete topic, kept durably",
+        subscription_end=(
+            "NCIA SubscriptionEnd published on the subscriber's SubscriptionEndTopic when the "
+            "broker ends a subscription for any reason other than Unsubscribe or expiry"
+        ),
+        subscription_persistence=(
+            "subscriptions, pull points, registrations and current messages are stored; "
+            "restored after restart, expired ones removed"
+        ),
+    )

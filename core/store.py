@@ -1,0 +1,506 @@
+"""Persistent broker state: subscriptions, pull points, publisher registrations and the
+current message per topic (when the adapter does not keep it).
+
+``Store`` is the small interface core uses; ``SqliteStore`` is the default implementation
+(plain ``sqlite3``, WAL journal, one connection guarded by a lock, parameterised SQL, a
+``schema_version`` table).  Records are kept as JSON documents next to the columns queries
+need (id, termination time, name), so a PostgreSQL implementation can follow with the same
+schema.  Notifications themselves are *not* stored here: accepted-but-undelivered messages
+live in the middleware's durable subscriptions.
+
+Store URLs: ``sqlite:///relative/path.db``, ``sqlite:////absolute/path.db``,
+``sqlite:///:memory:`` (tests).
+"""
+
+from __future__ import annotations
+
+import abc
+import base64
+import json
+import sqlite3
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from wsnmom.core.model import (
+    EndpointReference,
+    ExpressionSource,
+    NotificationMessage,
+    PublisherRegistration,
+    PullPoint,
+    SoapVersion,
+    Subscription,
+    SubscriptionState,
+)
+from wsnmom.topic_mapping.model import Topic
+
+SCHEMA_VERSION = 1
+
+
+class StoreError(Exception):
+    """The store cannot be opened or used."""
+
+
+class Store(abc.ABC):
+    """What core persists.  Every method is thread-safe."""
+
+    # subscriptions
+    @abc.abstractmethod
+    def put_subscription(self, sub: Subscription) -> None:
+        """Insert or replace."""
+
+    @abc.abstractmethod
+    def get_subscription(self, sub_id: str) -> Subscription | None:
+        """The subscription, or None."""
+
+    @abc.abstractmethod
+    def delete_subscription(self, sub_id: str) -> bool:
+        """Remove; False when it was not there."""
+
+    @abc.abstractmethod
+    def list_subscriptions(self) -> list[Subscription]:
+        """Every subscription."""
+
+    # pull points
+    @abc.abstractmethod
+    def put_pull_point(self, pp: PullPoint) -> None:
+        """Insert or replace."""
+
+    @abc.abstractmethod
+    def get_pull_point(self, pp_id: str) -> PullPoint | None:
+        """The pull point, or None."""
+
+    @abc.abstractmethod
+    def find_pull_point(self, name: str) -> PullPoint | None:
+        """The pull point created with ``name``, or None."""
+
+    @abc.abstractmethod
+    def delete_pull_point(self, pp_id: str) -> bool:
+        """Remove; False when it was not there."""
+
+    @abc.abstractmethod
+    def list_pull_points(self) -> list[PullPoint]:
+        """Every pull point."""
+
+    # registrations
+    @abc.abstractmethod
+    def put_registration(self, reg: PublisherRegistration) -> None:
+        """Insert or replace."""
+
+    @abc.abstractmethod
+    def get_registration(self, reg_id: str) -> PublisherRegistration | None:
+        """The registration, or None."""
+
+    @abc.abstractmethod
+    def delete_registration(self, reg_id: str) -> bool:
+        """Remove; False when it was not there."""
+
+    @abc.abstractmethod
+    def list_registrations(self) -> list[PublisherRegistration]:
+        """Every registration."""
+
+    # current messages
+    @abc.abstractmethod
+    def put_current_message(self, message: NotificationMessage) -> None:
+        """Remember ``message`` as the last one on its topic (topic must be set)."""
+
+    @abc.abstractmethod
+    def get_current_message(self, topic: Topic) -> NotificationMessage | None:
+        """The last message on ``topic``, or None."""
+
+    @abc.abstractmethod
+    def ping(self) -> bool:
+        """True when the store answers."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Release the store; idempotent."""
+
+
+# --------------------------------------------------------------------------------------------
+# JSON (de)serialisation of the domain records
+# --------------------------------------------------------------------------------------------
+
+
+def _b64(data: bytes | None) -> str | None:
+    return None if data is None else base64.b64encode(data).decode("ascii")
+
+
+def _unb64(text: str | None) -> bytes | None:
+    return None if text is None else base64.b64decode(text)
+
+
+def _dt(value: datetime | None) -> str | None:
+    return None if value is None else value.isoformat()
+
+
+def _undt(text: str | None) -> datetime | None:
+    return None if text is None else datetime.fromisoformat(text)
+
+
+def epr_to_json(epr: EndpointReference | None) -> dict[str, Any] | None:
+    """JSON form of an endpoint reference."""
+    if epr is None:
+        return None
+    return {
+        "address": epr.address,
+        "reference_parameters": [_b64(p) for p in epr.reference_parameters],
+        "metadata": _b64(epr.metadata),
+    }
+
+
+def epr_from_json(data: dict[str, Any] | None) -> EndpointReference | None:
+    """Inverse of :func:`epr_to_json`."""
+    if data is None:
+        return None
+    params = tuple(base64.b64decode(p) for p in data.get("reference_parameters", ()))
+    return EndpointReference(data["address"], params, _unb64(data.get("metadata")))
+
+
+def expr_to_json(expr: ExpressionSource | None) -> dict[str, Any] | None:
+    """JSON form of an expression source (the None prefix is the default namespace)."""
+    if expr is None:
+        return None
+    return {
+        "dialect": expr.dialect,
+        "text": expr.text,
+        "namespaces": [[p, uri] for p, uri in expr.namespaces.items()],
+    }
+
+
+def expr_from_json(data: dict[str, Any] | None) -> ExpressionSource | None:
+    """Inverse of :func:`expr_to_json`."""
+    if data is None:
+        return None
+    return ExpressionSource(data["dialect"], data["text"], {p: u for p, u in data["namespaces"]})
+
+
+def topic_to_json(topic: Topic | None) -> dict[str, Any] | None:
+    """JSON form of a topic."""
+    return None if topic is None else {"namespace": topic.namespace, "path": list(topic.path)}
+
+
+def topic_from_json(data: dict[str, Any] | None) -> Topic | None:
+    """Inverse of :func:`topic_to_json`."""
+    return None if data is None else Topic(data["namespace"], tuple(data["path"]))
+
+
+def subscription_to_json(sub: Subscription) -> dict[str, Any]:
+    """JSON document of a subscription."""
+    return {
+        "id": sub.id,
+        "consumer": epr_to_json(sub.consumer),
+        "creation_time": _dt(sub.creation_time),
+        "termination_time": _dt(sub.termination_time),
+        "topic": expr_to_json(sub.topic),
+        "message_content": expr_to_json(sub.message_content),
+        "producer_properties": expr_to_json(sub.producer_properties),
+        "filter_xml": _b64(sub.filter_xml),
+        "policy_xml": _b64(sub.policy_xml),
+        "use_raw": sub.use_raw,
+        "subscription_end_topic": expr_to_json(sub.subscription_end_topic),
+        "state": sub.state.value,
+        "soap_version": sub.soap_version.value,
+        "pull_point_id": sub.pull_point_id,
+        "owner": sub.owner,
+    }
+
+
+def subscription_from_json(d: dict[str, Any]) -> Subscription:
+    """Inverse of :func:`subscription_to_json`."""
+    consumer = epr_from_json(d["consumer"])
+    created = _undt(d["creation_time"])
+    assert consumer is not None and created is not None
+    return Subscription(
+        id=d["id"],
+        consumer=consumer,
+        creation_time=created,
+        termination_time=_undt(d["termination_time"]),
+        topic=expr_from_json(d["topic"]),
+        message_content=expr_from_json(d["message_content"]),
+        producer_properties=expr_from_json(d["producer_properties"]),
+        filter_xml=_unb64(d["filter_xml"]),
+        policy_xml=_unb64(d["policy_xml"]),
+        use_raw=d["use_raw"],
+        subscription_end_topic=expr_from_json(d["subscription_end_topic"]),
+        state=SubscriptionState(d["state"]),
+        soap_version=SoapVersion(d["soap_version"]),
+        pull_point_id=d["pull_point_id"],
+        owner=d["owner"],
+    )
+
+
+def pull_point_to_json(pp: PullPoint) -> dict[str, Any]:
+    """JSON document of a pull point."""
+    return {
+        "id": pp.id,
+        "creation_time": _dt(pp.creation_time),
+        "termination_time": _dt(pp.termination_time),
+        "name": pp.name,
+    }
+
+
+def pull_point_from_json(d: dict[str, Any]) -> PullPoint:
+    """Inverse of :func:`pull_point_to_json`."""
+    created = _undt(d["creation_time"])
+    assert created is not None
+    return PullPoint(d["id"], created, _undt(d["termination_time"]), d["name"])
+
+
+def registration_to_json(reg: PublisherRegistration) -> dict[str, Any]:
+    """JSON document of a publisher registration."""
+    return {
+        "id": reg.id,
+        "creation_time": _dt(reg.creation_time),
+        "termination_time": _dt(reg.termination_time),
+        "publisher_reference": epr_to_json(reg.publisher_reference),
+        "topics": [expr_to_json(t) for t in reg.topics],
+        "demand": reg.demand,
+        "demand_subscription": epr_to_json(reg.demand_subscription),
+        "demand_paused": reg.demand_paused,
+    }
+
+
+def registration_from_json(d: dict[str, Any]) -> PublisherRegistration:
+    """Inverse of :func:`registration_to_json`."""
+    created = _undt(d["creation_time"])
+    assert created is not None
+    topics = tuple(t for t in (expr_from_json(x) for x in d["topics"]) if t is not None)
+    return PublisherRegistration(
+        id=d["id"],
+        creation_time=created,
+        termination_time=_undt(d["termination_time"]),
+        publisher_reference=epr_from_json(d["publisher_reference"]),
+        topics=topics,
+        demand=d["demand"],
+        demand_subscription=epr_from_json(d["demand_subscription"]),
+        demand_paused=d["demand_paused"],
+    )
+
+
+def message_to_json(msg: NotificationMessage) -> dict[str, Any]:
+    """JSON document of a notification message."""
+    return {
+        "message_id": msg.message_id,
+        "payload": _b64(msg.payload),
+        "topic": topic_to_json(msg.topic),
+        "topic_dialect": msg.topic_dialect,
+        "producer_reference": epr_to_json(msg.producer_reference),
+        "content_type": msg.content_type,
+        "published_at": _dt(msg.published_at),
+        "subscription_reference": epr_to_json(msg.subscription_reference),
+    }
+
+
+def message_from_json(d: dict[str, Any]) -> NotificationMessage:
+    """Inverse of :func:`message_to_json`."""
+    payload = _unb64(d["payload"])
+    assert payload is not None
+    return NotificationMessage(
+        message_id=d["message_id"],
+        payload=payload,
+        topic=topic_from_json(d["topic"]),
+        topic_dialect=d["topic_dialect"],
+        producer_reference=epr_from_json(d["producer_reference"]),
+        content_type=d["content_type"],
+        published_at=_undt(d["published_at"]),
+        subscription_reference=epr_from_json(d.get("subscription_reference")),
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# SQLite
+# --------------------------------------------------------------------------------------------
+
+_SCHEMA = [
+    """CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)""",
+    """CREATE TABLE IF NOT EXISTS subscriptions (
+        id TEXT PRIMARY KEY, termination_time TEXT, data TEXT NOT NULL)""",
+    """CREATE TABLE IF NOT EXISTS pull_points (
+        id TEXT PRIMARY KEY, name TEXT, termination_time TEXT, data TEXT NOT NULL)""",
+    """CREATE INDEX IF NOT EXISTS pull_points_name ON pull_points (name)""",
+    """CREATE TABLE IF NOT EXISTS registrations (
+        id TEXT PRIMARY KEY, termination_time TEXT, data TEXT NOT NULL)""",
+    """CREATE TABLE IF NOT EXISTS current_messages (
+        namespace TEXT NOT NULL, path TEXT NOT NULL, data TEXT NOT NULL,
+        PRIMARY KEY (namespace, path))""",
+]
+
+
+def sqlite_path(url: str) -> str:
+    """The file path of a ``sqlite:///`` URL (``:memory:`` allowed)."""
+    prefix = "sqlite:///"
+    if not url.startswith(prefix):
+        raise StoreError(f"not a SQLite store URL: {url!r} (expected sqlite:///PATH)")
+    path = url[len(prefix) :]
+    if not path:
+        raise StoreError(f"SQLite store URL without a path: {url!r}")
+    return path
+
+
+class SqliteStore(Store):
+    """SQLite implementation of :class:`Store`."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        if path != ":memory:":
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.RLock()
+        try:
+            self._conn: sqlite3.Connection | None = sqlite3.connect(
+                path, check_same_thread=False, isolation_level=None, timeout=30.0
+            )
+            self._conn.execute("PRAGMA journal_mode=WAL")
+            self._conn.execute("PRAGMA synchronous=NORMAL")
+            self._migrate()
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot open SQLite store {path!r}: {exc}") from exc
+
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            if self._conn is None:
+                raise StoreError("store is closed")
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._conn
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+            else:
+                self._conn.execute("COMMIT")
+
+    def _query(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        with self._lock:
+            if self._conn is None:
+                raise StoreError("store is closed")
+            return list(self._conn.execute(sql, params).fetchall())
+
+    def _migrate(self) -> None:
+        with self._tx() as conn:
+            for stmt in _SCHEMA:
+                conn.execute(stmt)
+            row = conn.execute("SELECT version FROM schema_version").fetchone()
+            if row is None:
+                conn.execute("INSERT INTO schema_version (version) VALUES (?)", (SCHEMA_VERSION,))
+            elif row[0] > SCHEMA_VERSION:
+                raise StoreError(
+                    f"store schema version {row[0]} is newer than this wsnmom ({SCHEMA_VERSION})"
+                )
+
+    @property
+    def schema_version(self) -> int:
+        """The schema version recorded in the store."""
+        return int(self._query("SELECT version FROM schema_version")[0][0])
+
+    # subscriptions
+    def put_subscription(self, sub: Subscription) -> None:
+        with self._tx() as conn:
+            conn.execute(
+                "INSERT OR REPLACE INTO subscriptions (id, termination_time, data) "
+                "VALUES (?, ?, ?)",
+                (sub.id, _dt(sub.termination_time), json.dumps(subscription_to_json(sub))),
+            )
+
+    def get_subscription(self, sub_id: str) -> Subscription | None:
+        rows = self._query("SELECT data FROM subscriptions WHERE id = ?", (sub_id,))
+        return subscription_from_json(json.loads(rows[0][0])) if rows else None
+
+    def delete_subscription(self, sub_id: str) -> bool:
+        with self._tx() as conn:
+            return conn.execute("DELETE FROM subscriptions WHERE id = ?", (sub_id,)).rowcount > 0
+
+    def list_subscriptions(self) -> list[Subscription]:
+        rows = self._query("SELECT data FROM subscriptions ORDER BY rowid")
+        return [subscription_from_json(json.loads(r[0])) for r in rows]
+
+    # pull points
+    def put_pull_point(self, pp: PullPoint) -> None:
+        with self._tx() as conn:
+            conn.execute(
+                "INSERT OR REPLACE INTO pull_points (id, name, termination_time, data) "
+                "VALUES (?, ?, ?, ?)",
+                (pp.id, pp.name, _dt(pp.termination_time), json.dumps(pull_point_to_json(pp))),
+            )
+
+    def get_pull_point(self, pp_id: str) -> PullPoint | None:
+        rows = self._query("SELECT data FROM pull_points WHERE id = ?", (pp_id,))
+        return pull_point_from_json(json.loads(rows[0][0])) if rows else None
+
+    def find_pull_point(self, name: str) -> PullPoint | None:
+        rows = self._query("SELECT data FROM pull_points WHERE name = ?", (name,))
+        return pull_point_from_json(json.loads(rows[0][0])) if rows else None
+
+    def delete_pull_point(self, pp_id: str) -> bool:
+        with self._tx() as conn:
+            return conn.execute("DELETE FROM pull_points WHERE id = ?", (pp_id,)).rowcount > 0
+
+    def list_pull_points(self) -> list[PullPoint]:
+        rows = self._query("SELECT data FROM pull_points ORDER BY rowid")
+        return [pull_point_from_json(json.loads(r[0])) for r in rows]
+
+    # registrations
+    def put_registration(self, reg: PublisherRegistration) -> None:
+        with self._tx() as conn:
+            conn.execute(
+                "INSERT OR REPLACE INTO registrations (id, termination_time, data) "
+                "VALUES (?, ?, ?)",
+                (reg.id, _dt(reg.termination_time), json.dumps(registration_to_json(reg))),
+            )
+
+    def get_registration(self, reg_id: str) -> PublisherRegistration | None:
+        rows = self._query("SELECT data FROM registrations WHERE id = ?", (reg_id,))
+        return registration_from_json(json.loads(rows[0][0])) if rows else None
+
+    def delete_registration(self, reg_id: str) -> bool:
+        with self._tx() as conn:
+            return conn.execute("DELETE FROM registrations WHERE id = ?", (reg_id,)).rowcount > 0
+
+    def list_registrations(self) -> list[PublisherRegistration]:
+        rows = self._query("SELECT data FROM registrations ORDER BY rowid")
+        return [registration_from_json(json.loads(r[0])) for r in rows]
+
+    # current messages
+    def put_current_message(self, message: NotificationMessage) -> None:
+        if message.topic is None:
+            raise ValueError("a current message needs a topic")
+        with self._tx() as conn:
+            conn.execute(
+                "INSERT OR REPLACE INTO current_messages (namespace, path, data) VALUES (?, ?, ?)",
+                (
+                    message.topic.namespace,
+                    "/".join(message.topic.path),
+                    json.dumps(message_to_json(message)),
+                ),
+            )
+
+    def get_current_message(self, topic: Topic) -> NotificationMessage | None:
+        rows = self._query(
+            "SELECT data FROM current_messages WHERE namespace = ? AND path = ?",
+            (topic.namespace, "/".join(topic.path)),
+        )
+        return message_from_json(json.loads(rows[0][0])) if rows else None
+
+    def ping(self) -> bool:
+        try:
+            self._query("SELECT 1")
+        except (sqlite3.Error, StoreError):
+            return False
+        return True
+
+    def close(self) -> None:
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
+
+def open_store(url: str) -> Store:
+    """Open the store named by ``url`` (SQLite now; PostgreSQL is planned)."""
+    if url.startswith("sqlite:"):
+        return SqliteStore(sqlite_path(url))
+    scheme = url.split(":", 1)[0]
+    raise StoreError(f"unsupported store URL scheme {scheme!r} (supported: sqlite)")

@@ -1,0 +1,283 @@
+"""Fixtures for service-level tests: the real embedded adapter (SQLite files under
+``tmp_path``), a real SQLite store, a controllable clock, and a recording consumer side
+(``RecordingOutbound``: the consumer/publisher endpoints, not the middleware)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from wsnmom.adapters.embedded.adapter import EmbeddedAdapter
+from wsnmom.core.config import Settings
+from wsnmom.core.model import (
+    Delivered,
+    EndpointReference,
+    ExpressionSource,
+    InboundNotification,
+    SoapVersion,
+    SubscribeRequest,
+)
+from wsnmom.core.ports import DeliveryFailed
+from wsnmom.core.service import BrokerService
+from wsnmom.core.store import SqliteStore
+from wsnmom.topic_mapping.dialects import CONCRETE, FULL, SIMPLE
+from wsnmom.topic_mapping.namespaces import TopicSet
+
+NS = "urn:test:topics"
+NSMAP = {"t": NS}
+
+
+def simple(text: str, ns: dict[str | None, str] | None = None) -> ExpressionSource:
+    return ExpressionSource(SIMPLE, text, dict(ns or NSMAP))
+
+
+def concrete(text: str, ns: dict[str | None, str] | None = None) -> ExpressionSource:
+    return ExpressionSource(CONCRETE, text, dict(ns or NSMAP))
+
+
+def full(text: str, ns: dict[str | None, str] | None = None) -> ExpressionSource:
+    return ExpressionSource(FULL, text, dict(ns or NSMAP))
+
+
+def note(
+    payload: str | bytes,
+    topic: ExpressionSource | None = None,
+    producer: str | None = None,
+) -> InboundNotification:
+    body = payload.encode() if isinstance(payload, str) else payload
+    return InboundNotification(
+        payload=body,
+        topic=topic,
+        producer_reference=EndpointReference(producer) if producer else None,
+    )
+
+
+def consumer(address: str = "http://127.0.0.1:9/consumer") -> EndpointReference:
+    return EndpointReference(address)
+
+
+def sub_req(address: str = "http://127.0.0.1:9/consumer", **kw: Any) -> SubscribeRequest:
+    return SubscribeRequest(consumer=consumer(address), **kw)
+
+
+class FakeClock:
+    """A settable UTC clock."""
+
+    def __init__(self, start: datetime | None = None) -> None:
+        self.value = start or datetime(2030, 1, 1, tzinfo=UTC)
+        self._lock = threading.Lock()
+
+    def __call__(self) -> datetime:
+        with self._lock:
+            return self.value
+
+    def advance(self, **kw: float) -> None:
+        with self._lock:
+            self.value += timedelta(**kw)
+
+
+@dataclass
+class Call:
+    at: float
+    address: str
+    messages: list[Delivered]
+    use_raw: bool
+    soap_version: SoapVersion
+
+
+@dataclass
+class RecordingOutbound:
+    """Consumer and publisher side of the broker's outbound SOAP calls."""
+
+    down: set[str] = field(default_factory=set)
+    attempts: list[Call] = field(default_factory=list)
+    delivered: list[Call] = field(default_factory=list)
+    events: list[tuple[str, str]] = field(default_factory=list)
+    fail_publisher_pause: bool = False
+    cond: threading.Condition = field(default_factory=threading.Condition)
+    _n: int = 0
+
+    def notify(
+        self,
+        consumer: EndpointReference,
+        soap_version: SoapVersion,
+        messages: Sequence[Delivered],
+        *,
+        use_raw: bool,
+        timeout: float,
+    ) -> None:
+        call = Call(time.monotonic(), consumer.address, list(messages), use_raw, soap_version)
+        with self.cond:
+            self.attempts.append(call)
+            if consumer.address in self.down:
+                self.cond.notify_all()
+                raise DeliveryFailed(f"{consumer.address} is down")
+            self.delivered.append(call)
+            self.cond.notify_all()
+
+    def subscribe(
+        self,
+        producer: EndpointReference,
+        consumer: EndpointReference,
+        topics: Sequence[ExpressionSource],
+        *,
+        timeout: float,
+    ) -> EndpointReference:
+        with self.cond:
+            self._n += 1
+            ref = EndpointReference(f"{producer.address}/subscriptions/{self._n}")
+            self.events.append(("subscribe", ref.address))
+            self.cond.notify_all()
+            return ref
+
+    def unsubscribe(self, subscription: EndpointReference, *, timeout: float) -> None:
+        with self.cond:
+            self.events.append(("unsubscribe", subscription.address))
+            self.cond.notify_all()
+
+    def pause(self, subscription: EndpointReference, *, timeout: float) -> None:
+        with self.cond:
+            if self.fail_publisher_pause:
+                raise DeliveryFailed("pause not supported")
+            self.events.append(("pause", subscription.address))
+            self.cond.notify_all()
+
+    def resume(self, subscription: EndpointReference, *, timeout: float) -> None:
+        with self.cond:
+            self.events.append(("resume", subscription.address))
+            self.cond.notify_all()
+
+    # -- helpers ---------------------------------------------------------------------------
+    def messages_to(self, address: str) -> list[Delivered]:
+        with self.cond:
+            return [m for c in self.delivered if c.address == address for m in c.messages]
+
+    def payloads_to(self, address: str) -> list[bytes]:
+        return [d.message.payload for d in self.messages_to(address)]
+
+    def wait(self, predicate: Callable[[], bool], timeout: float = 5.0) -> bool:
+        deadline = time.monotonic() + timeout
+        with self.cond:
+            while not predicate():
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self.cond.wait(remaining)
+        return True
+
+    def wait_messages(self, address: str, n: int, timeout: float = 5.0) -> list[Delivered]:
+        self.wait(
+            lambda: sum(len(c.messages) for c in self.delivered if c.address == address) >= n,
+            timeout,
+        )
+        return self.messages_to(address)
+
+
+def make_settings(**overrides: Any) -> Settings:
+    s = Settings()
+    s.public_url = "http://broker.test:8080"
+    s.retry.initial_delay = timedelta(seconds=0.05)
+    s.retry.multiplier = 2.0
+    s.retry.max_delay = timedelta(seconds=0.2)
+    s.retry.max_attempts = 3
+    s.retry.timeout = 1.0
+    s.delivery.workers = 4
+    s.termination.sweep_interval = timedelta(seconds=3600)
+    for key, value in overrides.items():
+        section, _, name = key.partition("__")
+        if name:
+            setattr(getattr(s, section), name, value)
+        else:
+            setattr(s, key, value)
+    return s
+
+
+@dataclass
+class Broker:
+    """A broker under test plus what is needed to restart it on the same data."""
+
+    tmp: Path
+    outbound: RecordingOutbound
+    clock: FakeClock
+    settings: Settings
+    topic_set_factory: Callable[[], TopicSet]
+    service: BrokerService | None = None
+    adapter: EmbeddedAdapter | None = None
+
+    def start(self) -> BrokerService:
+        self.adapter = EmbeddedAdapter(f"embedded://{self.tmp / 'mw'}")
+        self.adapter.open()
+        store = SqliteStore(str(self.tmp / "store.db"))
+        self.service = BrokerService(
+            self.settings,
+            self.adapter,
+            store,
+            self.outbound,
+            topic_set=self.topic_set_factory(),
+            clock=self.clock,
+            demand_interval=0.2,
+        )
+        return self.service
+
+    def stop(self) -> None:
+        if self.service is not None:
+            self.service.close()
+            self.service.store.close()
+            self.service = None
+        if self.adapter is not None:
+            self.adapter.close()
+            self.adapter = None
+
+    def restart(self) -> BrokerService:
+        self.stop()
+        return self.start()
+
+
+@pytest.fixture
+def outbound() -> RecordingOutbound:
+    return RecordingOutbound()
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def make_broker(
+    tmp_path: Path, outbound: RecordingOutbound, clock: FakeClock
+) -> Iterator[Callable[..., Broker]]:
+    brokers: list[Broker] = []
+
+    def make(topic_set: Callable[[], TopicSet] | None = None, **overrides: Any) -> Broker:
+        b = Broker(
+            tmp_path / f"b{len(brokers)}",
+            outbound,
+            clock,
+            make_settings(**overrides),
+            topic_set or (lambda: TopicSet(fixed=False)),
+        )
+        brokers.append(b)
+        b.start()
+        return b
+
+    yield make
+    for b in brokers:
+        b.stop()
+
+
+@pytest.fixture
+def broker(make_broker: Callable[..., Broker]) -> Broker:
+    return make_broker()
+
+
+@pytest.fixture
+def service(broker: Broker) -> BrokerService:
+    assert broker.service is not None
+    return broker.service

@@ -1,0 +1,102 @@
+"""The ingress baseline: a bare Flask endpoint on waitress that parses the same SOAP
+envelope with lxml, walks its NotificationMessages and returns a canned answer.
+
+It runs with the same WSGI server, host and thread count as ``wsnmom serve`` so that the
+ratio wsnmom/baseline measures what the broker adds on top of "receive, parse, answer".
+Run as ``python -m bench.baseline_app --port N --threads T``; prints READY when listening.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+
+from flask import Flask, Response, request
+from lxml import etree
+
+from bench.client import get_json_status
+from bench.util import free_port, wait_until
+
+WSNT = "{http://docs.oasis-open.org/wsn/b-2}"
+_PARSER = etree.XMLParser(resolve_entities=False, no_network=True, huge_tree=False)
+
+
+def create_app() -> Flask:
+    """The baseline Flask application."""
+    app = Flask("wsnmom-bench-baseline")
+
+    @app.post("/wsn/broker")
+    def notify() -> Response:
+        root = etree.fromstring(request.get_data(), _PARSER)
+        count = sum(1 for _ in root.iter(f"{WSNT}NotificationMessage"))
+        if count == 0:
+            return Response("no message", status=400)
+        return Response(b"", status=202)
+
+    @app.get("/readyz")
+    def readyz() -> Response:
+        return Response("ok", status=200)
+
+    return app
+
+
+class BaselineServer:
+    """The baseline app in a child process."""
+
+    def __init__(self, threads: int, port: int | None = None) -> None:
+        self.threads = threads
+        self.port = port or free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def base_url(self) -> str:
+        """http://127.0.0.1:PORT"""
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 30.0) -> BaselineServer:
+        """Start the process and wait for /readyz."""
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "bench.baseline_app",
+                "--port",
+                str(self.port),
+                "--threads",
+                str(self.threads),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        if not wait_until(lambda: get_json_status(self.base_url + "/readyz") == 200, timeout):
+            self.stop()
+            raise RuntimeError("baseline server did not start")
+        return self
+
+    def stop(self) -> None:
+        """Terminate it."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        self.proc = None
+
+
+def main() -> None:
+    """Entry point of ``python -m bench.baseline_app``."""
+    parser = argparse.ArgumentParser(description="ingress baseline (bare Flask + lxml)")
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--threads", type=int, default=4)
+    args = parser.parse_args()
+    import waitress
+
+    print("READY", flush=True)
+    waitress.serve(create_app(), host="127.0.0.1", port=args.port, threads=args.threads, ident=None)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,300 @@
+"""The middlewares a benchmark run covers, and their raw-client baselines.
+
+Each :class:`Middleware` says whether it can run here (adapter package registered, client
+library installed, a broker it can start or reach), starts a private broker on 127.0.0.1,
+hands out an isolated adapter URL per gateway process, and measures the raw baseline of the
+delivery scenario: the same count of messages published and consumed with the middleware's
+own client library.  To cover another middleware, subclass it and add it to ``MIDDLEWARES``.
+
+RabbitMQ nodes come from ``tests/fixtures/brokers.py`` (``RabbitNode``), the same code the
+test suite uses; ``WSNMOM_BENCH_AMQP_URL`` points the benchmark at an existing broker instead.
+"""
+
+from __future__ import annotations
+
+import abc
+import importlib
+import importlib.metadata
+import importlib.util
+import os
+import shutil
+import subprocess
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from bench import soap
+
+RAW_PUBLISHERS = 4
+
+
+def _entry_point_registered(name: str) -> bool:
+    eps = importlib.metadata.entry_points(group="wsnmom.adapters")
+    return any(ep.name == name for ep in eps)
+
+
+class Middleware(abc.ABC):
+    """One middleware the gateway can front."""
+
+    #: short name used in tables, JSON and ``--adapters``
+    name: str
+    #: the entry-point name of its adapter plugin (group ``wsnmom.adapters``)
+    plugin: str
+    #: Python modules its client needs
+    client_modules: tuple[str, ...] = ()
+
+    def unavailable(self) -> str | None:
+        """None when it can be benchmarked here, else the reason."""
+        if not _entry_point_registered(self.plugin):
+            return f"no '{self.plugin}' adapter plugin is registered (wsnmom.adapters)"
+        for module in self.client_modules:
+            if importlib.util.find_spec(module) is None:
+                return f"client library '{module}' is not installed"
+        return None
+
+    def start(self, workdir: Path) -> None:  # noqa: B027 - optional hook
+        """Start the broker (once per run)."""
+
+    def stop(self) -> None:  # noqa: B027 - optional hook
+        """Stop what ``start`` started."""
+
+    @abc.abstractmethod
+    def adapter_url(self, workdir: Path) -> str:
+        """A fresh, isolated adapter URL for one gateway process."""
+
+    @abc.abstractmethod
+    def raw_roundtrip(self, count: int, body: bytes, workdir: Path) -> dict[str, float]:
+        """Publish ``count`` messages and consume them with the raw client; return
+        ``{"seconds": s, "msgs_per_s": r}`` (first publish to last ack)."""
+
+    def describe(self) -> str | None:
+        """Where the broker runs (for the report)."""
+        return None
+
+
+class Embedded(Middleware):
+    """The embedded SQLite middleware; its raw API is the adapter's own publish/consume."""
+
+    name = "embedded"
+    plugin = "embedded"
+
+    def adapter_url(self, workdir: Path) -> str:
+        path = workdir / f"embedded-{uuid.uuid4().hex[:8]}"
+        path.mkdir(parents=True, exist_ok=True)
+        return f"embedded://{path.resolve()}"
+
+    def raw_roundtrip(self, count: int, body: bytes, workdir: Path) -> dict[str, float]:
+        from wsnmom.core.adapter import OutboundMessage, Received, SubscriptionSpec
+        from wsnmom.topic_mapping import PathPattern, Topic
+
+        module = importlib.import_module("wsnmom.adapters.embedded.adapter")
+        adapter = module.EmbeddedAdapter(self.adapter_url(workdir))
+        adapter.open()
+        topic = Topic(soap.BENCH_NS, ("raw",))
+        handle = adapter.subscription(
+            SubscriptionSpec(name="bench-raw", patterns=(PathPattern(soap.BENCH_NS, ("raw",)),))
+        )
+        done = threading.Event()
+        received = [0]
+        lock = threading.Lock()
+
+        def on_message(msg: Received) -> None:
+            msg.ack()
+            with lock:
+                received[0] += 1
+                if received[0] >= count:
+                    done.set()
+
+        handle.start(on_message, prefetch=64)
+
+        def publisher(k: int) -> None:
+            for i in range(k, count, RAW_PUBLISHERS):
+                adapter.publish(OutboundMessage(topic=topic, body=body, message_id=f"m{i}"))
+
+        started = time.perf_counter()
+        threads = [threading.Thread(target=publisher, args=(k,)) for k in range(RAW_PUBLISHERS)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        finished = done.wait(120)
+        elapsed = time.perf_counter() - started
+        handle.stop()
+        handle.delete()
+        adapter.close()
+        if not finished:
+            raise RuntimeError(f"raw embedded round trip: only {received[0]}/{count} consumed")
+        return {"seconds": elapsed, "msgs_per_s": count / elapsed}
+
+
+class RabbitMQ(Middleware):
+    """RabbitMQ: a private node from tests/fixtures/brokers.py; raw baseline with pika."""
+
+    name = "rabbitmq"
+    plugin = "rabbitmq"
+    client_modules = ("pika",)
+
+    def __init__(self) -> None:
+        self.url: str | None = None
+        self.node: Any = None
+
+    def unavailable(self) -> str | None:
+        reason = super().unavailable()
+        if reason or os.environ.get("WSNMOM_BENCH_AMQP_URL"):
+            return reason
+        try:
+            importlib.import_module("tests.fixtures.brokers")
+        except ImportError as exc:
+            return f"cannot import the RabbitMQ node starter tests/fixtures/brokers.py: {exc}"
+        if (
+            shutil.which("rabbitmq-server") is None
+            and not Path("/usr/sbin/rabbitmq-server").exists()
+        ):
+            return "rabbitmq-server is not installed"
+        return None
+
+    def start(self, workdir: Path) -> None:
+        env_url = os.environ.get("WSNMOM_BENCH_AMQP_URL")
+        if env_url:
+            self.url = env_url
+            return
+        brokers = importlib.import_module("tests.fixtures.brokers")
+        self.node = brokers.RabbitNode()
+        self.node.start()
+        self.url = self.node.url
+
+    def stop(self) -> None:
+        if self.node is not None:
+            self.node.cleanup()
+            self.node = None
+
+    def describe(self) -> str | None:
+        if self.node is not None:
+            return f"private local node on 127.0.0.1:{self.node.port}"
+        return "WSNMOM_BENCH_AMQP_URL" if self.url else None
+
+    def _vhost_url(self, vhost: str) -> str:
+        assert self.url is not None
+        base = self.url.rsplit("/", 1)[0]
+        return f"{base}/{quote(vhost, safe='')}"
+
+    def adapter_url(self, workdir: Path) -> str:
+        """A new vhost per gateway process, so no queue of an earlier scenario is bound."""
+        assert self.url is not None
+        if self.node is None:
+            return self.url
+        vhost = f"bench-{uuid.uuid4().hex[:8]}"
+        kwargs = self.node._popen_kwargs()
+        ctl = [self.node.ctl_script, "-n", self.node.nodename]
+        for args in (
+            ["add_vhost", vhost],
+            ["set_permissions", "-p", vhost, "guest", ".*", ".*", ".*"],
+        ):
+            subprocess.run(ctl + args, capture_output=True, timeout=60, check=True, **kwargs)
+        return self._vhost_url(vhost)
+
+    def raw_roundtrip(self, count: int, body: bytes, workdir: Path) -> dict[str, float]:
+        import pika
+
+        params = pika.URLParameters(self.adapter_url(workdir))
+        queue = f"bench-raw-{uuid.uuid4().hex[:8]}"
+        setup = pika.BlockingConnection(params)
+        setup.channel().queue_declare(queue, durable=True)
+        setup.close()
+        received = [0]
+        done = threading.Event()
+        errors: list[BaseException] = []
+
+        def consumer() -> None:
+            try:
+                conn = pika.BlockingConnection(params)
+                ch = conn.channel()
+                ch.basic_qos(prefetch_count=64)
+
+                def on_msg(chan: Any, method: Any, _props: Any, _body: bytes) -> None:
+                    chan.basic_ack(method.delivery_tag)
+                    received[0] += 1
+                    if received[0] >= count:
+                        chan.stop_consuming()
+
+                ch.basic_consume(queue, on_msg)
+                ready.set()
+                ch.start_consuming()
+                done.set()
+                conn.close()
+            except BaseException as exc:
+                errors.append(exc)
+                ready.set()
+                done.set()
+
+        def publisher(k: int) -> None:
+            try:
+                conn = pika.BlockingConnection(params)
+                ch = conn.channel()
+                ch.confirm_delivery()
+                props = pika.BasicProperties(delivery_mode=2, content_type="application/xml")
+                for _ in range(k, count, RAW_PUBLISHERS):
+                    ch.basic_publish("", queue, body, props, mandatory=False)
+                conn.close()
+            except BaseException as exc:
+                errors.append(exc)
+
+        ready = threading.Event()
+        cthread = threading.Thread(target=consumer)
+        cthread.start()
+        ready.wait(30)
+        started = time.perf_counter()
+        pubs = [threading.Thread(target=publisher, args=(k,)) for k in range(RAW_PUBLISHERS)]
+        for t in pubs:
+            t.start()
+        for t in pubs:
+            t.join()
+        done.wait(120)
+        elapsed = time.perf_counter() - started
+        cthread.join(5)
+        if errors:
+            raise RuntimeError(f"raw pika round trip failed: {errors[0]!r}")
+        if received[0] < count:
+            raise RuntimeError(f"raw pika round trip: only {received[0]}/{count} consumed")
+        return {"seconds": elapsed, "msgs_per_s": count / elapsed}
+
+
+class _Planned(Middleware):
+    """A middleware whose adapter or broker starter does not exist yet."""
+
+    fixture_hint = ""
+
+    def unavailable(self) -> str | None:
+        reason = super().unavailable()
+        return reason or f"no benchmark starter for {self.name} yet ({self.fixture_hint})"
+
+    def adapter_url(self, workdir: Path) -> str:
+        raise NotImplementedError
+
+    def raw_roundtrip(self, count: int, body: bytes, workdir: Path) -> dict[str, float]:
+        raise NotImplementedError
+
+
+class Kafka(_Planned):
+    """Kafka (confluent-kafka): reported as not available until its adapter exists."""
+
+    name = "kafka"
+    plugin = "kafka"
+    client_modules = ("confluent_kafka",)
+    fixture_hint = "add a Kafka class here with a node starter from tests/fixtures/brokers.py"
+
+
+class Mosquitto(_Planned):
+    """MQTT via Mosquitto (paho-mqtt): reported as not available until its adapter exists."""
+
+    name = "mqtt"
+    plugin = "mqtt"
+    client_modules = ("paho",)
+    fixture_hint = "add an MQTT class here with a mosquitto starter from tests/fixtures/brokers.py"
+
+
+#: every middleware a run considers, in report order
+MIDDLEWARES: tuple[type[Middleware], ...] = (Embedded, RabbitMQ, Kafka, Mosquitto)

@@ -1,0 +1,132 @@
+"""Runs the selected scenarios on every available middleware and builds the report."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Sequence
+from pathlib import Path
+
+from bench.middleware import MIDDLEWARES, Middleware
+from bench.model import AdapterInfo, RunReport, ScenarioResult, machine_info, now_iso
+from bench.scenarios import SCENARIOS, Scenario
+from bench.scenarios.base import Context
+from bench.server import serve_available
+from bench.util import REPO
+
+
+def log(message: str) -> None:
+    """Progress output (stderr, so stdout keeps only the table)."""
+    print(message, file=sys.stderr, flush=True)
+
+
+def select_scenarios(names: Sequence[str] | None) -> list[Scenario]:
+    """The scenarios named (all when None), in run order; ValueError on an unknown name."""
+    known = {cls.name: cls for cls in SCENARIOS}
+    if not names:
+        return [cls() for cls in SCENARIOS]
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise ValueError(f"unknown scenario(s) {unknown}; known: {', '.join(known)}")
+    return [cls() for cls in SCENARIOS if cls.name in names]
+
+
+def run(
+    scenario_names: Sequence[str] | None,
+    adapter_names: Sequence[str] | None,
+    quick: bool,
+    json_path: Path,
+    keep: bool = False,
+) -> RunReport:
+    """Run everything selected; the JSON report is rewritten after every scenario."""
+    scenarios = select_scenarios(scenario_names)
+    report = RunReport(
+        started_at=now_iso(),
+        quick=quick,
+        machine=machine_info(REPO),
+        scenarios=[s.name for s in scenarios],
+    )
+    workdir = Path(tempfile.mkdtemp(prefix="wsnmom-bench-"))
+    ctx = Context(quick=quick, workdir=workdir, log=log)
+    wanted = [cls() for cls in MIDDLEWARES if not adapter_names or cls.name in adapter_names]
+    needs_mw = {
+        mw.name
+        for s in scenarios
+        if s.middlewares != ()
+        for mw in wanted
+        if s.middlewares is None or mw.name in s.middlewares
+    }
+    if any(s.needs_server for s in scenarios):
+        ctx.serve_unavailable = serve_available()
+        if ctx.serve_unavailable:
+            log(f"! {ctx.serve_unavailable}")
+    live: dict[str, Middleware] = {}
+    infos: dict[str, AdapterInfo] = {}
+    try:
+        for mw in wanted:
+            reason = mw.unavailable()
+            if reason is None and mw.name in needs_mw and ctx.serve_unavailable is None:
+                try:
+                    log(f"starting {mw.name} ...")
+                    mw.start(workdir / f"mw-{mw.name}")
+                except Exception as exc:
+                    reason = f"could not start: {exc}"[:500]
+            info = AdapterInfo(mw.name, reason is None, reason, mw.describe())
+            infos[mw.name] = info
+            report.adapters.append(info)
+            if reason is None:
+                live[mw.name] = mw
+            else:
+                log(f"- {mw.name}: not available ({reason})")
+        for scenario in scenarios:
+            log(f"== {scenario.name}: {scenario.title}")
+            if scenario.middlewares == ():
+                report.results.append(_run_one(ctx, scenario, None))
+            else:
+                for mw in wanted:
+                    if scenario.middlewares is not None and mw.name not in scenario.middlewares:
+                        continue
+                    res = ScenarioResult(scenario.name, mw.name)
+                    if mw.name not in live:
+                        res.status = "not_available"
+                        res.reason = infos[mw.name].reason
+                    elif scenario.needs_server and ctx.serve_unavailable:
+                        res.status = "not_available"
+                        res.reason = ctx.serve_unavailable
+                    else:
+                        res = _run_one(ctx, scenario, mw)
+                    report.results.append(res)
+            report.finished_at = now_iso()
+            report.write(json_path)
+    finally:
+        for mw in live.values():
+            try:
+                mw.stop()
+            except Exception as exc:
+                log(f"! stopping {mw.name}: {exc}")
+        if not keep:
+            shutil.rmtree(workdir, ignore_errors=True)
+        else:
+            log(f"work directory kept: {workdir}")
+    report.finished_at = now_iso()
+    report.write(json_path)
+    return report
+
+
+def _run_one(ctx: Context, scenario: Scenario, mw: Middleware | None) -> ScenarioResult:
+    result = ScenarioResult(scenario.name, mw.name if mw else "-")
+    if mw is not None:
+        log(f"-- {scenario.name} on {mw.name}")
+    started = time.perf_counter()
+    try:
+        scenario.run(ctx, mw, result)
+    except Exception as exc:
+        result.status = "error"
+        result.reason = f"{type(exc).__name__}: {exc}"[:1000]
+        result.details["traceback"] = traceback.format_exc()[-3000:]
+        log(f"! {scenario.name}/{result.adapter} failed: {result.reason}")
+    result.duration_s = time.perf_counter() - started
+    return result

@@ -1,0 +1,25 @@
+"""The benchmark scenarios, in run order (see docs/performance.md for what each measures)."""
+
+from __future__ import annotations
+
+from bench.scenarios.base import Scenario
+from bench.scenarios.delivery import Delivery
+from bench.scenarios.fanout import FanOut
+from bench.scenarios.ingress import Ingress
+from bench.scenarios.matching import Matching
+from bench.scenarios.memory import Memory
+from bench.scenarios.recovery import Recovery
+from bench.scenarios.spark import SparkBridge
+
+#: every scenario, in the order a full run executes them
+SCENARIOS: tuple[type[Scenario], ...] = (
+    Ingress,
+    Delivery,
+    FanOut,
+    Matching,
+    Memory,
+    Recovery,
+    SparkBridge,
+)
+
+__all__ = ["SCENARIOS", "Scenario"]

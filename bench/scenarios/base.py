@@ -1,0 +1,121 @@
+"""What a scenario is, and the context the runner hands it."""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import ClassVar
+
+from bench import client, soap
+from bench.middleware import Middleware
+from bench.model import ScenarioResult
+from bench.server import ServerProcess
+
+
+@dataclass(slots=True)
+class Context:
+    """Run-wide settings and services handed to every scenario."""
+
+    quick: bool
+    workdir: Path
+    log: Callable[[str], None]
+    #: why ``wsnmom serve`` cannot run (None when it can)
+    serve_unavailable: str | None = None
+    #: scenario -> extra notes for the report
+    notes: dict[str, str] = field(default_factory=dict)
+
+    def pick(self, full: int, quick: int) -> int:
+        """``quick`` in quick mode, else ``full``."""
+        return quick if self.quick else full
+
+    def pickf(self, full: float, quick: float) -> float:
+        """Float version of ``pick``."""
+        return quick if self.quick else full
+
+
+class Scenario(abc.ABC):
+    """A benchmark scenario; ``run`` fills one ScenarioResult per middleware."""
+
+    #: identifier used by ``--scenarios``
+    name: ClassVar[str]
+    title: ClassVar[str]
+    #: middlewares it runs on: None = every available one; () = runs once, adapter "-"
+    middlewares: ClassVar[tuple[str, ...] | None] = None
+    needs_server: ClassVar[bool] = True
+
+    @abc.abstractmethod
+    def run(self, ctx: Context, mw: Middleware | None, result: ScenarioResult) -> None:
+        """Measure, adding metrics/details to ``result``; raise on failure."""
+
+
+@contextmanager
+def running_server(
+    ctx: Context, mw: Middleware, tag: str, config_extra: str = ""
+) -> Iterator[ServerProcess]:
+    """A fresh gateway (new store, new isolated adapter URL) for the block."""
+    workdir = ctx.workdir / f"{tag}-{mw.name}"
+    server = ServerProcess(mw.adapter_url(workdir), workdir, config_extra)
+    startup = server.start()
+    ctx.log(f"  server up on {server.base_url} in {startup:.1f}s ({mw.name})")
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def check_notify(server: ServerProcess, topic: str) -> None:
+    """One Notify must be accepted, or the scenario fails with the server's answer."""
+    kc = client.KeepAliveClient()
+    try:
+        status, body = kc.post(server.broker_url, soap.notify(server.broker_url, topic))
+    finally:
+        kc.close()
+    if status >= 300 or soap.is_fault(body):
+        raise RuntimeError(f"Notify answered {status}: {body[:400]!r}")
+
+
+def subscribe_all(
+    server: ServerProcess, consumers: list[str], topics: list[str]
+) -> tuple[list[str], float]:
+    """Subscribe ``consumers[i]`` to ``topics[i]`` concurrently; (references, seconds)."""
+    reqs = [
+        client.Request(server.broker_url, soap.subscribe(server.broker_url, c, t))
+        for c, t in zip(consumers, topics, strict=True)
+    ]
+    answers, secs = client.run_requests(reqs, extract="address")
+    refs: list[str] = []
+    for status, value in answers:
+        if status != 200 or not isinstance(value, str) or not value.startswith("http"):
+            raise RuntimeError(f"Subscribe failed: {status} {value!r}")
+        refs.append(value)
+    return refs, secs
+
+
+def create_pull_points(server: ServerProcess, count: int) -> tuple[list[str], float]:
+    """Create ``count`` pull points concurrently; (their addresses, seconds)."""
+    reqs = [
+        client.Request(server.broker_url, soap.create_pull_point(server.broker_url))
+        for _ in range(count)
+    ]
+    answers, secs = client.run_requests(reqs, extract="address")
+    out: list[str] = []
+    for status, value in answers:
+        if status != 200 or not isinstance(value, str) or not value.startswith("http"):
+            raise RuntimeError(f"CreatePullPoint failed: {status} {value!r}")
+        out.append(value)
+    return out, secs
+
+
+def drain_once(addresses: list[str], maximum: int = 1) -> list[int]:
+    """One GetMessages on every pull point concurrently; messages returned by each."""
+    reqs = [client.Request(a, soap.get_messages(a, maximum)) for a in addresses]
+    answers, _ = client.run_requests(reqs, extract="notifications")
+    counts: list[int] = []
+    for status, value in answers:
+        if status != 200:
+            raise RuntimeError(f"GetMessages failed: {status}")
+        counts.append(int(value or 0))
+    return counts

@@ -1,0 +1,165 @@
+"""Scenario 3, fan-out: one Notify to 100, 1,000 and 10,000 subscriptions on one topic;
+time until every subscription has its message, as cost per delivery.
+
+Push: subscriptions spread over four consumer servers (separate processes), each with its
+own path, so "all delivered" is "every path seen".  Pull: one pull point per subscription,
+drained with concurrent GetMessages until every pull point returned the message.
+Subscriptions are created incrementally (100, then 900 more, ...) with concurrent keep-alive
+clients; their creation time is recorded as set-up, not as a figure.
+
+Baseline: the cost per delivery at the smallest size in the same run.  Target: cost at
+10,000 <= 1.5 x cost at 100.
+"""
+
+from __future__ import annotations
+
+import time
+
+from bench import client, soap
+from bench.consumer import ConsumerPool
+from bench.middleware import Middleware
+from bench.model import Metric, ScenarioResult, Target
+from bench.scenarios.base import (
+    Context,
+    Scenario,
+    check_notify,
+    create_pull_points,
+    drain_once,
+    running_server,
+    subscribe_all,
+)
+from bench.server import ServerProcess
+from bench.util import median
+
+CONSUMERS = 4
+TARGET = Target("<=", 1.5)
+
+
+def _repeats(size: int) -> int:
+    return 5 if size <= 100 else 3 if size <= 1000 else 1
+
+
+def _notify(server: ServerProcess, topic: str) -> None:
+    kc = client.KeepAliveClient()
+    try:
+        status, body = kc.post(server.broker_url, soap.notify(server.broker_url, topic))
+    finally:
+        kc.close()
+    if status >= 300:
+        raise RuntimeError(f"Notify answered {status}: {body[:300]!r}")
+
+
+class FanOut(Scenario):
+    """Cost per delivery of one Notify to many subscriptions."""
+
+    name = "fanout"
+    title = "Fan-out: one Notify to N subscriptions"
+
+    def run(self, ctx: Context, mw: Middleware | None, result: ScenarioResult) -> None:
+        assert mw is not None
+        sizes = (10, 100) if ctx.quick else (100, 1000, 10000)
+        timeout = 300.0
+        result.details["sizes"] = list(sizes)
+        with running_server(ctx, mw, "fanout") as server:
+            check_notify(server, "fanpush")
+            pool = ConsumerPool(CONSUMERS).start()
+            try:
+                push = self._push(ctx, server, pool, sizes, timeout, result)
+            finally:
+                pool.stop()
+            pull = self._pull(ctx, server, sizes, timeout, result)
+        for mode, costs in (("push", push), ("pull", pull)):
+            result.details[f"{mode}_cost_us"] = {str(k): v for k, v in costs.items()}
+            for size in sizes:
+                result.add(
+                    Metric(
+                        name=f"{mode}_cost_per_delivery_{size}",
+                        value=costs.get(size),
+                        unit="us",
+                    )
+                )
+            small, large = sizes[0], sizes[-1]
+            result.add(
+                Metric(
+                    name=f"{mode}_cost_{large}_vs_{small}",
+                    value=costs.get(large),
+                    unit="us",
+                    baseline=costs.get(small),
+                    baseline_name=f"{mode} cost per delivery at {small}",
+                    target=TARGET,
+                )
+            )
+
+    def _push(
+        self,
+        ctx: Context,
+        server: ServerProcess,
+        pool: ConsumerPool,
+        sizes: tuple[int, ...],
+        timeout: float,
+        result: ScenarioResult,
+    ) -> dict[int, float]:
+        costs: dict[int, float] = {}
+        have = 0
+        for size in sizes:
+            new = range(have, size)
+            _, secs = subscribe_all(server, [pool.address(i) for i in new], ["fanpush"] * len(new))
+            result.setup[f"push_subscribe_{size}_s"] = secs
+            have = size
+            times: list[float] = []
+            for _ in range(_repeats(size)):
+                time.sleep(0.3)
+                pool.reset()
+                started = time.time()
+                _notify(server, "fanpush")
+                got = pool.wait_paths(size, timeout)
+                if got is None:
+                    seen = pool.totals()["distinct_paths"]
+                    raise RuntimeError(
+                        f"push fan-out {size}: {seen}/{size} delivered in {timeout}s"
+                    )
+                times.append(got["last"] - started)
+            best = median(times) or 0.0
+            costs[size] = best / size * 1e6
+            result.details[f"push_times_{size}_s"] = times
+            ctx.log(
+                f"  push {size:>6}: {best * 1000:8.1f} ms, {costs[size]:8.1f} us/delivery "
+                f"(subscribe {secs:.1f}s)"
+            )
+        return costs
+
+    def _pull(
+        self,
+        ctx: Context,
+        server: ServerProcess,
+        sizes: tuple[int, ...],
+        timeout: float,
+        result: ScenarioResult,
+    ) -> dict[int, float]:
+        costs: dict[int, float] = {}
+        points: list[str] = []
+        for size in sizes:
+            more, secs_pp = create_pull_points(server, size - len(points))
+            _, secs_sub = subscribe_all(server, more, ["fanpull"] * len(more))
+            points += more
+            result.setup[f"pull_create_{size}_s"] = secs_pp + secs_sub
+            times: list[float] = []
+            for _ in range(_repeats(size)):
+                time.sleep(0.3)
+                started = time.time()
+                _notify(server, "fanpull")
+                pending = list(points)
+                while pending:
+                    counts = drain_once(pending, maximum=10)
+                    pending = [a for a, n in zip(pending, counts, strict=True) if n == 0]
+                    if pending and time.time() - started > timeout:
+                        raise RuntimeError(f"pull fan-out {size}: {len(pending)} pull points empty")
+                times.append(time.time() - started)
+            best = median(times) or 0.0
+            costs[size] = best / size * 1e6
+            result.details[f"pull_times_{size}_s"] = times
+            ctx.log(
+                f"  pull {size:>6}: {best * 1000:8.1f} ms, {costs[size]:8.1f} us/delivery "
+                f"(set-up {secs_pp + secs_sub:.1f}s)"
+            )
+        return costs

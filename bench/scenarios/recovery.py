@@ -1,0 +1,106 @@
+"""Scenario 6, recovery: restart the gateway (embedded adapter) holding 10k subscriptions
+and 100k accumulated notifications; time until delivery resumes for all of them.
+
+Set-up: 10k pull points, each subscribed to one topic; ten Notifies then put 100k
+notifications in their durable subscriptions.  The gateway is stopped gracefully and
+started again on the same store and middleware directory.  Measured from the new process'
+start: ``/readyz`` answering, every pull point having returned a message again (concurrent
+GetMessages), and all 100k drained.  Target: resumed for all <= 10 s.
+"""
+
+from __future__ import annotations
+
+import time
+
+from bench import client, soap
+from bench.middleware import Middleware
+from bench.model import Metric, ScenarioResult, Target
+from bench.scenarios.base import Context, Scenario, create_pull_points, drain_once, subscribe_all
+from bench.server import ServerProcess
+
+TOPIC = "recovery"
+
+
+class Recovery(Scenario):
+    """Restart time with accumulated state."""
+
+    name = "recovery"
+    title = "Recovery: restart with 10k subscriptions, 100k notifications"
+    middlewares = ("embedded",)
+
+    def run(self, ctx: Context, mw: Middleware | None, result: ScenarioResult) -> None:
+        assert mw is not None
+        subs = ctx.pick(10_000, 200)
+        per_sub = 10
+        workdir = ctx.workdir / f"recovery-{mw.name}"
+        url = mw.adapter_url(workdir)
+        server = ServerProcess(url, workdir)
+        server.start()
+        try:
+            t0 = time.perf_counter()
+            points, _ = create_pull_points(server, subs)
+            subscribe_all(server, points, [TOPIC] * subs)
+            result.setup["create_s"] = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            reqs = [
+                client.Request(server.broker_url, soap.notify(server.broker_url, TOPIC, seq0=i))
+                for i in range(per_sub)
+            ]
+            answers, _ = client.run_requests(reqs, processes=1, threads=1)
+            bad = [s for s, _ in answers if not 200 <= s < 300]
+            if bad:
+                raise RuntimeError(f"Notify failed during set-up: {bad[:3]}")
+            result.setup["accumulate_s"] = time.perf_counter() - t0
+            ctx.log(
+                f"  {subs} pull points, {subs * per_sub} notifications accumulated "
+                f"({result.setup['create_s']:.1f}s + {result.setup['accumulate_s']:.1f}s)"
+            )
+            t0 = time.perf_counter()
+            server.stop()
+            stop_s = time.perf_counter() - t0
+            restarted = time.perf_counter()
+            ready_s = server.start(timeout=120)
+            pending = list(points)
+            rounds = 0
+            while pending and time.perf_counter() - restarted < 300:
+                counts = drain_once(pending, maximum=1)
+                pending = [a for a, n in zip(pending, counts, strict=True) if n == 0]
+                rounds += 1
+            resumed_s = time.perf_counter() - restarted
+            if pending:
+                raise RuntimeError(f"{len(pending)} pull points returned nothing after restart")
+            drained = subs
+            while True:
+                counts = drain_once(points, maximum=100)
+                drained += sum(counts)
+                if sum(counts) == 0:
+                    break
+            drained_s = time.perf_counter() - restarted
+            rss = server.rss()
+        finally:
+            server.stop()
+        ctx.log(
+            f"  ready {ready_s:.2f}s, resumed for all {resumed_s:.2f}s, "
+            f"{drained} drained at {drained_s:.2f}s (stop took {stop_s:.2f}s)"
+        )
+        result.details.update(
+            subscriptions=subs,
+            accumulated=subs * per_sub,
+            drained=drained,
+            get_rounds=rounds,
+            stop_s=stop_s,
+            rss_after_mb=(rss or 0) / 1024 / 1024,
+        )
+        result.add(Metric(name="ready_s", value=ready_s, unit="s"))
+        result.add(
+            Metric(
+                name="resumed_all_s",
+                value=resumed_s,
+                unit="s",
+                target=Target("<=", 10.0, on="value"),
+                note=f"{subs} subscriptions, {subs * per_sub} accumulated",
+            )
+        )
+        result.add(
+            Metric(name="drained_all_s", value=drained_s, unit="s", note=f"{drained} messages")
+        )

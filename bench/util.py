@@ -1,0 +1,66 @@
+"""Small helpers shared by the benchmark modules: ports, polling, percentiles, RSS."""
+
+from __future__ import annotations
+
+import math
+import socket
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float, poll: float = 0.05) -> bool:
+    """Poll ``predicate`` until it is true (True) or ``timeout`` seconds passed (False)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if predicate():
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(poll)
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """The ``q`` percentile (0-100) of ``values`` by nearest rank; None when empty."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = max(1, math.ceil(q / 100.0 * len(ordered)))
+    return ordered[min(rank, len(ordered)) - 1]
+
+
+def rss_bytes(pid: int) -> int | None:
+    """Resident set size of process ``pid`` (psutil when installed, else /proc)."""
+    try:
+        import psutil
+
+        return int(psutil.Process(pid).memory_info().rss)
+    except ImportError:
+        pass
+    except Exception:
+        return None
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+def median(values: Sequence[float]) -> float | None:
+    """The median of ``values``; None when empty."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2

@@ -17,6 +17,10 @@ from wsnmom.topic_mapping.cli import topics  # noqa: E402
 
 cli.add_command(topics)
 
+from wsnmom.server import serve  # noqa: E402
+
+cli.add_command(serve)
+
 
 def main() -> None:
     """Console-script entry point."""

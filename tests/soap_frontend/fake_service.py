@@ -104,10 +104,8 @@ class FakeService:
         now = self.now()
         if value is None:
             return now + timedelta(hours=1)
-        if isinstance(value, timedelta):
-            value = now + value
-        elif not isinstance(value, datetime):
-            value = now + MAX  # isodate.Duration with years/months: good enough here
+        if not isinstance(value, datetime):
+            value = now + value  # timedelta or isodate.Duration
         if value <= now:
             raise fault("termination time is not in the future")
         if value > now + MAX:

@@ -450,8 +450,11 @@ class RabbitMQAdapter(Adapter):
         return topic_to_native(Topic(namespace, ("x",)), RABBITMQ, self.roots).root
 
     def native_name(self, topic: Topic) -> tuple[str, str]:
-        """(exchange, routing key) of ``topic``."""
-        native = topic_to_native(topic, RABBITMQ, self.roots)
+        """(exchange, routing key) of ``topic``; NameNotRepresentable when it has none."""
+        try:
+            native = topic_to_native(topic, RABBITMQ, self.roots)
+        except ValueError as exc:  # a path segment that is not an NCName
+            raise NameNotRepresentable(f"{topic}: {exc}") from exc
         return native.root, native.name
 
     def bindings_for(self, patterns: Sequence[PathPattern] | None) -> list[Binding]:

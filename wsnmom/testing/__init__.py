@@ -1,1 +1,5 @@
-"""Test support shipped with wsnmom: the adapter conformance kit (a pytest plugin)."""
+"""Test support shipped with wsnmom: the adapter conformance kit (a pytest plugin).
+
+``from wsnmom.testing.conformance import AdapterConformance`` and subclass it; see
+:mod:`wsnmom.testing.conformance`.
+"""

@@ -1,0 +1,899 @@
+"""Adapter conformance kit: the behaviour every wsnmom adapter must show, as pytest classes.
+
+Subclass :class:`AdapterConformance` in your adapter's test suite and provide an
+``adapter_url`` fixture (and, optionally, ``adapter_options``)::
+
+    import pytest
+    from wsnmom.testing.conformance import AdapterConformance
+
+    class TestNatsConformance(AdapterConformance):
+        @pytest.fixture
+        def adapter_url(self, nats_server):
+            return nats_server.url
+
+        # brokers that route asynchronously may need more time
+        receive_timeout = 10.0
+
+Every test uses its own topic namespace and subscription names (uuid4), so the classes can
+share one broker, also with other suites running against it.  A test that needs something
+the adapter's ``Capabilities`` say it cannot do is *skipped*, with the capability name as
+the reason (``retained_current_message``, ``syntax.multi_level_mid_path``, ...); it never
+fails for that reason.  Pick single groups by subclassing only some of the base classes
+(``class TestMine(TopicRouting, AckSemantics)``: each group brings the fixtures).
+
+The adapter is resolved from the URL through the plugin registry (so your plugin's entry
+point is exercised too), unless you override the ``adapter_class`` fixture.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from wsnmom.core.adapter import (
+    Adapter,
+    Capabilities,
+    OutboundMessage,
+    Overflow,
+    PublishReceipt,
+    QueueLimits,
+    Received,
+    SubscriptionHandle,
+    SubscriptionSpec,
+)
+from wsnmom.topic_mapping.model import ANY, DEEP, PathPattern, Segment, Topic
+from wsnmom.topic_mapping.syntax import WildcardSyntax
+
+__all__ = [
+    "AckSemantics",
+    "AdapterBasics",
+    "AdapterConformance",
+    "AdapterFixtures",
+    "Collector",
+    "CurrentMessage",
+    "Delete",
+    "Durability",
+    "HeadersAndBodies",
+    "PauseResume",
+    "PullSemantics",
+    "QueueLimitsSemantics",
+    "TopicRouting",
+    "require",
+]
+
+
+#: fixture types: a factory of unique subscription names, a factory of open adapters
+Names = Callable[[], str]
+MakeAdapter = Callable[[], Adapter]
+
+# --------------------------------------------------------------------------- helpers
+
+
+def require(adapter: Adapter, flag: str, expected: object = True) -> None:
+    """Skip the running test unless ``adapter.capabilities.<flag> == expected``.
+
+    ``flag`` may be dotted into the syntax (``"syntax.multi_level_mid_path"``); the skip
+    reason is the flag name.
+    """
+    value: Any = adapter.capabilities
+    for part in flag.split("."):
+        value = getattr(value, part)
+    if value != expected:
+        pytest.skip(flag)
+
+
+def require_pattern_support(adapter: Adapter, *kinds: str) -> None:
+    """Skip unless the adapter's syntax expresses the wildcard ``kinds``.
+
+    Kinds: ``"single"`` (one level), ``"multi"`` (trailing zero-or-more levels),
+    ``"multi_mid"`` (zero-or-more levels before the last level).
+    """
+    syntax: WildcardSyntax = adapter.capabilities.syntax
+    if syntax.regex:
+        return
+    for kind in kinds:
+        if kind == "single" and syntax.single_level is None:
+            pytest.skip("syntax.single_level")
+        if kind in {"multi", "multi_mid"} and syntax.multi_level is None:
+            pytest.skip("syntax.multi_level")
+        if kind == "multi_mid" and not syntax.multi_level_mid_path:
+            pytest.skip("syntax.multi_level_mid_path")
+
+
+class Collector:
+    """An ``on_message`` callback that records what it gets (optionally acking it)."""
+
+    def __init__(self, *, ack: bool = True) -> None:
+        self.ack = ack
+        self.received: list[Received] = []
+        self._cv = threading.Condition()
+
+    def __call__(self, message: Received) -> None:
+        with self._cv:
+            self.received.append(message)
+            self._cv.notify_all()
+        if self.ack:
+            message.ack()
+
+    def wait_for(self, n: int, timeout: float) -> list[Received]:
+        """Wait until at least ``n`` messages arrived (or timeout); returns all so far."""
+        deadline = time.monotonic() + timeout
+        with self._cv:
+            while len(self.received) < n:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                self._cv.wait(remaining)
+            return list(self.received)
+
+    def bodies(self) -> list[bytes]:
+        with self._cv:
+            return [m.body for m in self.received]
+
+    def clear(self) -> None:
+        with self._cv:
+            self.received.clear()
+
+
+# --------------------------------------------------------------------------- fixtures
+
+
+class AdapterFixtures:
+    """Fixtures and helpers every conformance group uses.  Authors provide ``adapter_url``."""
+
+    #: seconds to wait for an expected message
+    receive_timeout: float = 5.0
+    #: seconds of silence that count as "nothing more arrives"
+    quiet_period: float = 0.5
+
+    @pytest.fixture
+    def adapter_url(self) -> str:
+        """The URL of the middleware under test.  Override in the subclass."""
+        raise NotImplementedError("provide an adapter_url fixture in your conformance class")
+
+    @pytest.fixture
+    def adapter_options(self) -> Mapping[str, Any]:
+        """Options passed to the adapter constructor (override to add some)."""
+        return {}
+
+    @pytest.fixture
+    def adapter_class(self, adapter_url: str) -> type[Adapter]:
+        """The class serving ``adapter_url``, resolved through the plugin registry."""
+        from wsnmom.core.plugins import resolve
+
+        return resolve(adapter_url)
+
+    @pytest.fixture
+    def make_adapter(
+        self,
+        adapter_class: type[Adapter],
+        adapter_url: str,
+        adapter_options: Mapping[str, Any],
+    ) -> Iterator[Callable[[], Adapter]]:
+        """Factory of open adapters on the URL under test; all are closed at teardown."""
+        made: list[Adapter] = []
+
+        def make() -> Adapter:
+            adapter = adapter_class(adapter_url, dict(adapter_options))
+            adapter.open()
+            made.append(adapter)
+            return adapter
+
+        yield make
+        for adapter in reversed(made):
+            adapter.close()
+
+    @pytest.fixture
+    def adapter(self, make_adapter: MakeAdapter) -> Adapter:
+        """An open adapter."""
+        return make_adapter()
+
+    @pytest.fixture
+    def namespace(self) -> str:
+        """A topic namespace no other test uses."""
+        return f"urn:wsnmom:conformance:{uuid.uuid4().hex}"
+
+    @pytest.fixture
+    def cleanup(self, adapter: Adapter) -> Iterator[list[str]]:
+        """Subscription names to delete at teardown (``unique_name`` adds to it)."""
+        names: list[str] = []
+        yield names
+        for name in names:
+            with contextlib.suppress(Exception):  # the test may have closed the adapter
+                adapter.delete_subscription(name)
+
+    @pytest.fixture
+    def unique_name(self, cleanup: list[str]) -> Callable[[], str]:
+        """Factory of fresh subscription names (deleted at teardown)."""
+
+        def make() -> str:
+            name = f"conformance-{uuid.uuid4().hex}"
+            cleanup.append(name)
+            return name
+
+        return make
+
+    # -- helpers (not fixtures) -----------------------------------------------------
+
+    @staticmethod
+    def topic(namespace: str, path: str) -> Topic:
+        """``Topic(namespace, ("a", "b"))`` from ``"a/b"``."""
+        return Topic(namespace, tuple(path.split("/")))
+
+    @staticmethod
+    def pattern(namespace: str, *segments: Segment) -> PathPattern:
+        return PathPattern(namespace, tuple(segments))
+
+    @staticmethod
+    def message(
+        topic: Topic, body: bytes, headers: Mapping[str, str] | None = None
+    ) -> OutboundMessage:
+        return OutboundMessage(
+            topic=topic, body=body, message_id=uuid.uuid4().hex, headers=dict(headers or {})
+        )
+
+    def publish(
+        self, adapter: Adapter, topic: Topic, body: bytes, **headers: str
+    ) -> PublishReceipt:
+        receipt = adapter.publish(self.message(topic, body, headers))
+        assert isinstance(receipt, PublishReceipt)
+        return receipt
+
+    def subscribe(
+        self,
+        adapter: Adapter,
+        name: str,
+        patterns: tuple[PathPattern, ...] | None,
+        limits: QueueLimits | None = None,
+    ) -> SubscriptionHandle:
+        spec = SubscriptionSpec(name=name, patterns=patterns, limits=limits or QueueLimits())
+        return adapter.subscription(spec)
+
+    def receive(
+        self, handle: SubscriptionHandle, n: int, *, ack: bool = True, timeout: float | None = None
+    ) -> list[Received]:
+        """Pull until ``n`` messages arrived or the timeout passed."""
+        deadline = time.monotonic() + (self.receive_timeout if timeout is None else timeout)
+        got: list[Received] = []
+        while len(got) < n:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            batch = handle.pull(n - len(got), timeout=min(remaining, 0.5))
+            assert len(batch) <= n - len(got), "pull returned more than max_messages"
+            got.extend(batch)
+        if ack:
+            for m in got:
+                m.ack()
+        return got
+
+    def assert_quiet(self, handle: SubscriptionHandle, namespace: str | None = None) -> None:
+        """Nothing (of ``namespace``) arrives within ``quiet_period``."""
+        extra = handle.pull(100, timeout=self.quiet_period)
+        for m in extra:
+            m.nack(requeue=True)
+        if namespace is not None:
+            extra = [m for m in extra if m.topic.namespace == namespace]
+        assert extra == [], f"unexpected messages: {[(str(m.topic), m.body) for m in extra]}"
+
+    def routed(
+        self,
+        adapter: Adapter,
+        name: str,
+        patterns: tuple[PathPattern, ...] | None,
+        namespace: str,
+        publish: list[str],
+        publish_ns: str | None = None,
+    ) -> list[str]:
+        """Subscribe, publish one message per topic path, return the paths received.
+
+        Waits for as many messages as the canonical matcher selects, then for
+        ``quiet_period`` more, so extra deliveries are caught too.
+        """
+        handle = self.subscribe(adapter, name, patterns)
+        ns = publish_ns or namespace
+        topics = [self.topic(ns, path) for path in publish]
+        for t in topics:
+            self.publish(adapter, t, "/".join(t.path).encode())
+        expected = sum(1 for t in topics if patterns is None or any(p.matches(t) for p in patterns))
+        got = self.receive(handle, expected)
+        got += self.receive(handle, 100, timeout=self.quiet_period)
+        return sorted(m.body.decode() for m in got)
+
+
+# --------------------------------------------------------------------------- groups
+
+
+class AdapterBasics(AdapterFixtures):
+    """Lifecycle: open, ping, close; class attributes."""
+
+    def test_declares_itself(self, adapter: Adapter, adapter_url: str) -> None:
+        assert isinstance(adapter.capabilities, Capabilities)
+        assert isinstance(adapter.capabilities.syntax, WildcardSyntax)
+        assert adapter.name
+        assert adapter_url.split("://", 1)[0].lower() in adapter.schemes
+
+    def test_open_is_idempotent(self, adapter: Adapter) -> None:
+        adapter.open()
+        assert adapter.ping(timeout=2.0) is True
+
+    def test_close_is_idempotent(self, make_adapter: MakeAdapter) -> None:
+        adapter = make_adapter()
+        assert adapter.ping(timeout=2.0) is True
+        adapter.close()
+        adapter.close()
+        assert adapter.ping(timeout=1.0) is False
+
+    def test_publish_without_subscriber(self, adapter: Adapter, namespace: str) -> None:
+        receipt = self.publish(adapter, self.topic(namespace, "nobody/listens"), b"<x/>")
+        assert receipt.routed in (False, None)
+
+    def test_publish_many_one_receipt_each(self, adapter: Adapter, namespace: str) -> None:
+        msgs = [self.message(self.topic(namespace, f"t{i}"), b"<x/>") for i in range(5)]
+        receipts = adapter.publish_many(msgs)
+        assert len(receipts) == 5
+        assert all(isinstance(r, PublishReceipt) for r in receipts)
+
+
+class TopicRouting(AdapterFixtures):
+    """Which messages a subscription's patterns select."""
+
+    def test_exact(self, adapter: Adapter, namespace: str, unique_name: Names) -> None:
+        got = self.routed(
+            adapter,
+            unique_name(),
+            (self.pattern(namespace, "a", "b"),),
+            namespace,
+            ["a/b", "a/c", "a/b/c", "a", "b"],
+        )
+        assert got == ["a/b"]
+
+    def test_routed_receipt(self, adapter: Adapter, namespace: str, unique_name: Names) -> None:
+        self.subscribe(adapter, unique_name(), (self.pattern(namespace, "r"),))
+        assert self.publish(adapter, self.topic(namespace, "r"), b"1").routed in (True, None)
+
+    def test_single_level(self, adapter: Adapter, namespace: str, unique_name: Names) -> None:
+        require_pattern_support(adapter, "single")
+        got = self.routed(
+            adapter,
+            unique_name(),
+            (self.pattern(namespace, "a", ANY),),
+            namespace,
+            ["a/b", "a/c", "a", "a/b/c", "x/b"],
+        )
+        assert got == ["a/b", "a/c"]
+
+    def test_single_level_first(self, adapter: Adapter, namespace: str, unique_name: Names) -> None:
+        require_pattern_support(adapter, "single")
+        got = self.routed(
+            adapter,
+            unique_name(),
+            (self.pattern(namespace, ANY, "z"),),
+            namespace,
+            ["a/z", "b/z", "z", "a/b/z", "a/y"],
+        )
+        assert got == ["a/z", "b/z"]
+
+    def test_multi_level_trailing(
+        self, adapter: Adapter, namespace: str, unique_name: Names
+    ) -> None:
+        require_pattern_support(adapter, "multi")
+        got = self.routed(
+            adapter,
+            unique_name(),
+            (self.pattern(namespace, "a", DEEP),),
+            namespace,
+            ["a", "a/b", "a/b/c", "b", "b/a"],
+        )
+        if (
+            adapter.capabilities.syntax.multi_level_matches_parent
+            or adapter.capabilities.syntax.regex
+        ):
+            assert got == ["a", "a/b", "a/b/c"]
+        else:
+            assert got == ["a/b", "a/b/c"]
+
+    def test_multi_level_mid_path(
+        self, adapter: Adapter, namespace: str, unique_name: Names
+    ) -> None:
+        require_pattern_support(adapter, "multi_mid")
+        got = self.routed(
+            adapter,
+            unique_name(),
+            (self.pattern(namespace, "a", DEEP, "z"),),
+            namespace,
+            ["a/z", "a/b/z", "a/b/c/z", "a/b", "a/z/b", "z"],
+        )
+        assert got == ["a/b/c/z", "a/b/z", "a/z"]
+
+    def test_namespace_isolation(
+        self, adapter: Adapter, namespace: str, unique_name: Names
+    ) -> None:
+        other = f"{namespace}:other"
+        handle = self.subscribe(adapter, unique_name(), (self.pattern(namespace, "a"),))
+        self.publish(adapter, self.topic(other, "a"), b"other")
+        self.publish(adapter, self.topic(namespace, "a"), b"mine")
+        got = self.receive(handle, 1)
+        assert [m.body for m in got] == [b"mine"]
+        assert got[0].topic == self.topic(namespace, "a")
+        self.assert_quiet(handle)
+
+    def test_wildcards_stay_in_namespace(
+        self, adapter: Adapter, namespace: str, unique_name: Names
+    ) -> None:
+        require_pattern_support(adapter, "multi")
+        other = f"{namespace}:other"
+        handle = self.subscribe(adapter, unique_name(), (self.pattern(namespace, "a", DEEP),))
+        self.publish(adapter, self.topic(other, "a/b"), b"other")
+        self.publish(adapter, self.topic(namespace, "a/b"), b"mine")
+        assert [m.body for m in self.receive(handle, 1)] == [b"mine"]
+        self.assert_quiet(handle)
+
+    def test_patterns_none_gets_everything(
+        self, adapter: Adapter, namespace: str, unique_name: Names
+    ) -> None:
+        other = f"{namespace}:other"
+        handle = self.subscribe(adapter, unique_name(), None)
+        self.publish(adapter, self.topic(namespace, "a"), b"1")
+        self.publish(adapter, self.topic(namespace, "a/b/c"), b"2")
+        self.publish(adapter, self.topic(other, "x"), b"3")
+        mine: list[Received] = []
+        deadline = time.monotonic() + self.receive_timeout
+        while len(mine) < 3 and time.monotonic() < deadline:
+            # a shared broker may carry other suites' traffic: keep only ours
+            for m in handle.pull(100, timeout=0.5):
+                m.ack()
+                if m.topic.namespace in (namespace, other):
+                    mine.append(m)
+        assert sorted(m.body for m in mine) == [b"1", b"2", b"3"]
+
+    def test_union_patterns_deliver_one_copy(
+        self, adapter: Adapter, namespace: str, unique_name: Names
+    ) -> None:
+        patterns: list[PathPattern] = [self.pattern(namespace, "a", "b")]
+        syntax = adapter.capabilities.syntax
+        if syntax.regex or syntax.single_level is not None:
+            patterns.append(self.pattern(namespace, "a", ANY))
+        if syntax.regex or syntax.multi_level is not None:
+            patterns.append(self.pattern(namespace, "a", DEEP))
+        patterns.append(self.pattern(namespace, "c"))
+        handle = self.subscribe(adapter, unique_name(), tuple(patterns))
+        self.publish(adapter, self.topic(namespace, "a/b"), b"once")
+        assert [m.body for m in self.receive(handle, 1)] == [b"once"]
+        self.assert_quiet(handle)
+
+    def test_rebind_changes_patterns(
+        self, adapter: Adapter, namespace: str, unique_name: Names
+    ) -> None:
+        name = unique_name()
+        self.subscribe(adapter, name, (self.pattern(namespace, "old"),))
+        handle = self.subscribe(adapter, name, (self.pattern(namespace, "new"),))
+        self.publish(adapter, self.topic(namespace, "old"), b"old")
+        self.publish(adapter, self.topic(namespace, "new"), b"new")
+        assert [m.body for m in self.receive(handle, 1)] == [b"new"]
+        self.assert_quiet(handle)
+
+
+class AckSemantics(AdapterFixtures):
+    """ack removes, nack requeues (redelivered) or drops, unsettled comes back."""
+
+    def test_first_delivery_not_redelivered(
+        self, adapter: Adapter, namespace: str, unique_name: Names
+    ) -> None:
+        handle = self.subscribe(adapter, unique_name(), (self.pattern(namespace, "t"),))
+        self.publish(adapter, self.topic(namespace, "t"), b"1")
+        (m,) = self.receive(handle, 1)
+        assert m.redelivered is False
+
+    def test_nack_requeue_redelivers(
+        self, adapter: Adapter, namespace: str, unique_name: Names
+    ) -> None:
+        handle = self.subscribe(adapter, unique_name(), (self.pattern(namespace, "t"),))
+        self.publish(adapter, self.topic(namespace, "t"), b"again")
+        (first,) = self.receive(handle, 1, ack=False)
+        first.nack(requeue=True)
+        (second,) = self.receive(handle, 1)
+        assert second.body == b"again"
+        assert second.redelivered is True
+
+    def test_nack_without_requeue_drops(
+        self, adapter: Adapter, namespace: str, unique_name: Names
+    ) -> None:
+        handle = self.subscribe(adapter, unique_name(), (self.pattern(namespace, "t"),))
+        self.publish(adapter, self.topic(namespace, "t"), b"gone")
+        (first,) = self.receive(handle, 1, ack=False)
+        first.nack(requeue=False)
+        self.assert_quiet(handle)
+
+    def test_ack_removes(self, adapter: Adapter, namespace: str, unique_name: Names) -> None:
+        name = unique_name()
+        patterns = (self.pattern(namespace, "t"),)
+        handle = self.subscribe(adapter, name, patterns)
+        self.publish(adapter, self.topic(namespace, "t"), b"done")
+        assert len(self.receive(handle, 1)) == 1
+        handle.stop()
+        again = self.subscribe(adapter, name, patterns)
+        self.assert_quiet(again)
+        assert again.depth() in (0, None)
+
+    def test_unacked_redelivered_after_stop(
+        self, adapter: Adapter, namespace: str, unique_name: Names
+    ) -> None:
+        handle = self.subscribe(adapter, unique_name(), (self.pattern(namespace, "t"),))
+        first = Collector(ack=False)
+        handle.start(first, prefetch=10)
+        self.publish(adapter, self.topic(namespace, "t"), b"unsettled")
+        assert [m.body for m in first.wait_for(1, self.receive_timeout)] == [b"unsettled"]
+        handle.stop()
+        second = Collector(ack=True)
+        handle.start(second, prefetch=10)
+        got = second.wait_for(1, self.receive_timeout)
+        handle.stop()
+        assert [m.body for m in got] == [b"unsettled"]
+        assert got[0].redelivered is True
+
+    def test_unacked_redelivered_after_close(
+        self, make_adapter: MakeAdapter, namespace: str, unique_name: Names
+    ) -> None:
+        first = make_adapter()
+        require(first, "durable_subscriptions")
+        name = unique_name()
+        patterns = (self.pattern(namespace, "t"),)
+        handle = self.subscribe(first, name, patterns)
+        self.publish(first, self.topic(namespace, "t"), b"unsettled")
+        assert len(self.receive(handle, 1, ack=False)) == 1
+        first.close()
+        second = make_adapter()
+        got = self.receive(self.subscribe(second, name, patterns), 1)
+        second.delete_subscription(name)
+        assert [m.body for m in got] == [b"unsettled"]
+        assert got[0].redelivered is True
+
+    def test_settle_from_another_thread(
+        self, adapter: Adapter, namespace: str, unique_name: Names
+    ) -> None:
+        handle = self.subscribe(adapter, unique_name(), (self.pattern(namespace, "t"),))
+        self.publish(adapter, self.topic(namespace, "t"), b"x")
+        (m,) = self.receive(handle, 1, ack=False)
+        t = threading.Thread(target=m.ack)
+        t.start()
+        t.join(10)
+        self.assert_quiet(handle)
+
+
+class PullSemantics(AdapterFixtures):
+    """GetMessages: FIFO, bounded batches, waiting."""
+
+    def test_fifo(self, adapter: Adapter, namespace: str, unique_name: Names) -> None:
+        require(adapter, "ordering", "subscription")
+        handle = self.subscribe(adapter, unique_name(), (self.pattern(namespace, "t"),))
+        bodies = [str(i).encode() for i in range(20)]
+        for b in bodies:
+            self.publish(adapter, self.topic(namespace, "t"), b)
+        assert [m.body for m in self.receive(handle, 20)] == bodies
+
+    def test_fifo_across_topics(self, adapter: Adapter, namespace: str, unique_name: Names) -> None:
+        require(adapter, "ordering", "subscription")
+        require_pattern_support(adapter, "single")
+        handle = self.subscribe(adapter, unique_name(), (self.pattern(namespace, "t", ANY),))
+        bodies = [f"t/{i % 3}/{i}".encode() for i in range(12)]
+        for b in bodies:
+            self.publish(adapter, self.topic(namespace, "/".join(b.decode().split("/")[:2])), b)
+        assert [m.body for m in self.receive(handle, 12)] == bodies
+
+    def test_max_messages(self, adapter: Adapter, namespace: str, unique_name: Names) -> None:
+        handle = self.subscribe(adapter, unique_name(), (self.pattern(namespace, "t"),))
+        adapter.publish_many(
+            [self.message(self.topic(namespace, "t"), b"%d" % i) for i in range(5)]
+        )
+        got: list[Received] = []
+        deadline = time.monotonic() + self.receive_timeout
+        while len(got) < 5 and time.monotonic() < deadline:
+            batch = handle.pull(2, timeout=0.5)
+            assert len(batch) <= 2
+            for m in batch:
+                m.ack()
+            got.extend(batch)
+        assert sorted(m.body for m in got) == [b"0", b"1", b"2", b"3", b"4"]
+
+    def test_empty_pull_returns_after_timeout(
+        self, adapter: Adapter, namespace: str, unique_name: Names
+    ) -> None:
+        handle = self.subscribe(adapter, unique_name(), (self.pattern(namespace, "t"),))
+        t0 = time.monotonic()
+        assert handle.pull(5, timeout=0.3) == []
+        assert time.monotonic() - t0 < 0.3 + 5.0
+
+    def test_pull_waits_for_a_message(
+        self, adapter: Adapter, namespace: str, unique_name: Names
+    ) -> None:
+        handle = self.subscribe(adapter, unique_name(), (self.pattern(namespace, "t"),))
+        timer = threading.Timer(0.3, self.publish, (adapter, self.topic(namespace, "t"), b"late"))
+        timer.start()
+        try:
+            got = handle.pull(1, timeout=self.receive_timeout + 0.3)
+            got += self.receive(handle, 1 - len(got), ack=False)
+        finally:
+            timer.join()
+        assert [m.body for m in got] == [b"late"]
+        got[0].ack()
+
+    def test_depth(self, adapter: Adapter, namespace: str, unique_name: Names) -> None:
+        handle = self.subscribe(adapter, unique_name(), (self.pattern(namespace, "t"),))
+        if handle.depth() is None:
+            pytest.skip("depth")
+        adapter.publish_many([self.message(self.topic(namespace, "t"), b"x") for _ in range(3)])
+        deadline = time.monotonic() + self.receive_timeout
+        while handle.depth() != 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert handle.depth() == 3
+        self.receive(handle, 3)
+        assert handle.depth() == 0
+
+
+class PauseResume(AdapterFixtures):
+    """stop() pauses (messages accumulate), start() resumes; prefetch bounds unsettled."""
+
+    def test_stop_accumulates_start_delivers_in_order(
+        self, adapter: Adapter, namespace: str, unique_name: Names
+    ) -> None:
+        handle = self.subscribe(adapter, unique_name(), (self.pattern(namespace, "t"),))
+        got = Collector()
+        handle.start(got, prefetch=64)
+        handle.stop()
+        bodies = [b"%d" % i for i in range(10)]
+        for b in bodies:
+            self.publish(adapter, self.topic(namespace, "t"), b)
+        time.sleep(self.quiet_period)
+        assert got.bodies() == []
+        handle.start(got, prefetch=64)
+        got.wait_for(10, self.receive_timeout)
+        handle.stop()
+        if adapter.capabilities.ordering == "subscription":
+            assert got.bodies() == bodies
+        else:
+            assert sorted(got.bodies()) == sorted(bodies)
+
+    def test_start_is_idempotent(
+        self, adapter: Adapter, namespace: str, unique_name: Names
+    ) -> None:
+        handle = self.subscribe(adapter, unique_name(), (self.pattern(namespace, "t"),))
+        got = Collector()
+        handle.start(got)
+        handle.start(got)
+        self.publish(adapter, self.topic(namespace, "t"), b"one")
+        got.wait_for(1, self.receive_timeout)
+        time.sleep(self.quiet_period)
+        handle.stop()
+        handle.stop()
+        assert got.bodies() == [b"one"]
+
+    def test_prefetch_bounds_unsettled(
+        self, adapter: Adapter, namespace: str, unique_name: Names
+    ) -> None:
+        handle = self.subscribe(adapter, unique_name(), (self.pattern(namespace, "t"),))
+        adapter.publish_many(
+            [self.message(self.topic(namespace, "t"), b"%d" % i) for i in range(6)]
+        )
+        got = Collector(ack=False)
+        handle.start(got, prefetch=2)
+        got.wait_for(2, self.receive_timeout)
+        time.sleep(self.quiet_period)
+        assert len(got.received) == 2
+        for m in list(got.received):
+            m.ack()
+        got.wait_for(4, self.receive_timeout)
+        time.sleep(self.quiet_period)
+        assert len(got.received) == 4
+        for m in got.received[2:]:
+            m.ack()
+        got.wait_for(6, self.receive_timeout)
+        handle.stop()
+        for m in got.received[4:]:
+            m.ack()
+        assert sorted(got.bodies()) == [b"%d" % i for i in range(6)]
+
+
+class Durability(AdapterFixtures):
+    """Subscriptions outlive the adapter instance (and the gateway process)."""
+
+    def test_reattach_finds_messages(
+        self, make_adapter: MakeAdapter, namespace: str, unique_name: Names
+    ) -> None:
+        first = make_adapter()
+        require(first, "durable_subscriptions")
+        name = unique_name()
+        patterns = (self.pattern(namespace, "t"),)
+        self.subscribe(first, name, patterns)
+        first.publish_many([self.message(self.topic(namespace, "t"), b"%d" % i) for i in range(3)])
+        first.close()
+        second = make_adapter()
+        handle = self.subscribe(second, name, patterns)
+        got = self.receive(handle, 3)
+        second.delete_subscription(name)
+        assert sorted(m.body for m in got) == [b"0", b"1", b"2"]
+
+    def test_accumulates_while_nobody_consumes(
+        self, make_adapter: MakeAdapter, namespace: str, unique_name: Names
+    ) -> None:
+        first = make_adapter()
+        require(first, "durable_subscriptions")
+        name = unique_name()
+        patterns = (self.pattern(namespace, "t"),)
+        self.subscribe(first, name, patterns)
+        first.close()
+        publisher = make_adapter()
+        self.publish(publisher, self.topic(namespace, "t"), b"while-away")
+        handle = self.subscribe(publisher, name, patterns)
+        got = self.receive(handle, 1)
+        publisher.delete_subscription(name)
+        assert [m.body for m in got] == [b"while-away"]
+
+
+class QueueLimitsSemantics(AdapterFixtures):
+    """QueueLimits enforced by the middleware (``native_queue_limits``)."""
+
+    def _fill(
+        self,
+        adapter: Adapter,
+        namespace: str,
+        name: str,
+        limits: QueueLimits,
+        n: int,
+        size: int = 1,
+    ) -> list[bytes]:
+        require(adapter, "native_queue_limits")
+        handle = self.subscribe(adapter, name, (self.pattern(namespace, "t"),), limits)
+        for i in range(n):
+            self.publish(adapter, self.topic(namespace, "t"), (b"%d" % i).rjust(size, b"."))
+        got = self.receive(handle, 3)  # every case keeps three
+        got += self.receive(handle, n, timeout=self.quiet_period)
+        return [m.body.lstrip(b".") for m in got]
+
+    def test_drop_oldest(self, adapter: Adapter, namespace: str, unique_name: Names) -> None:
+        limits = QueueLimits(max_messages=3, overflow=Overflow.DROP_OLDEST)
+        assert self._fill(adapter, namespace, unique_name(), limits, 6) == [b"3", b"4", b"5"]
+
+    def test_drop_newest(self, adapter: Adapter, namespace: str, unique_name: Names) -> None:
+        limits = QueueLimits(max_messages=3, overflow=Overflow.DROP_NEWEST)
+        assert self._fill(adapter, namespace, unique_name(), limits, 6) == [b"0", b"1", b"2"]
+
+    def test_max_bytes(self, adapter: Adapter, namespace: str, unique_name: Names) -> None:
+        limits = QueueLimits(max_bytes=30, overflow=Overflow.DROP_OLDEST)
+        assert self._fill(adapter, namespace, unique_name(), limits, 5, size=10) == [
+            b"2",
+            b"3",
+            b"4",
+        ]
+
+    def test_max_age(self, adapter: Adapter, namespace: str, unique_name: Names) -> None:
+        require(adapter, "native_queue_limits")
+        limits = QueueLimits(max_age=timedelta(milliseconds=300))
+        handle = self.subscribe(adapter, unique_name(), (self.pattern(namespace, "t"),), limits)
+        self.publish(adapter, self.topic(namespace, "t"), b"old")
+        time.sleep(1.0)
+        self.publish(adapter, self.topic(namespace, "t"), b"fresh")
+        got = self.receive(handle, 1)
+        got += self.receive(handle, 1, timeout=self.quiet_period)
+        assert [m.body for m in got] == [b"fresh"]
+
+
+class CurrentMessage(AdapterFixtures):
+    """The middleware keeps the last message per topic (``retained_current_message``)."""
+
+    def test_last_message_per_topic(self, adapter: Adapter, namespace: str) -> None:
+        require(adapter, "retained_current_message")
+        topic = self.topic(namespace, "cur/a")
+        assert adapter.current_message(topic) is None
+        self.publish(adapter, topic, b"<first/>")
+        self.publish(adapter, topic, b"<second/>", **{"x-h": "v"})
+        self.publish(adapter, self.topic(namespace, "cur/b"), b"<other/>")
+        deadline = time.monotonic() + self.receive_timeout
+        cur = adapter.current_message(topic)
+        while (cur is None or cur.body != b"<second/>") and time.monotonic() < deadline:
+            time.sleep(0.05)
+            cur = adapter.current_message(topic)
+        assert cur is not None
+        assert cur.body == b"<second/>"
+        assert cur.topic == topic
+        if adapter.capabilities.native_headers:
+            assert cur.headers.get("x-h") == "v"
+
+    def test_no_current_message_for_parent(self, adapter: Adapter, namespace: str) -> None:
+        require(adapter, "retained_current_message")
+        self.publish(adapter, self.topic(namespace, "p/child"), b"<c/>")
+        assert adapter.current_message(self.topic(namespace, "p")) is None
+
+
+class Delete(AdapterFixtures):
+    """Deleting a subscription destroys what it holds."""
+
+    def test_handle_delete(self, adapter: Adapter, namespace: str, unique_name: Names) -> None:
+        name = unique_name()
+        patterns = (self.pattern(namespace, "t"),)
+        handle = self.subscribe(adapter, name, patterns)
+        self.publish(adapter, self.topic(namespace, "t"), b"doomed")
+        time.sleep(min(self.quiet_period, 0.2))
+        handle.delete()
+        handle.delete()  # idempotent
+        self.publish(adapter, self.topic(namespace, "t"), b"unrouted")
+        again = self.subscribe(adapter, name, patterns)
+        self.assert_quiet(again)
+
+    def test_delete_subscription_by_name(
+        self, adapter: Adapter, namespace: str, unique_name: Names
+    ) -> None:
+        name = unique_name()
+        patterns = (self.pattern(namespace, "t"),)
+        self.subscribe(adapter, name, patterns)
+        self.publish(adapter, self.topic(namespace, "t"), b"doomed")
+        time.sleep(min(self.quiet_period, 0.2))
+        adapter.delete_subscription(name)
+        adapter.delete_subscription(name)
+        again = self.subscribe(adapter, name, patterns)
+        self.assert_quiet(again)
+
+    def test_delete_unknown_is_noop(self, adapter: Adapter) -> None:
+        adapter.delete_subscription(f"never-existed-{uuid.uuid4().hex}")
+
+
+class HeadersAndBodies(AdapterFixtures):
+    """Bodies are opaque bytes; headers and content type travel with them."""
+
+    def test_binary_body_round_trips(
+        self, adapter: Adapter, namespace: str, unique_name: Names
+    ) -> None:
+        handle = self.subscribe(adapter, unique_name(), (self.pattern(namespace, "bin"),))
+        body = bytes(range(256)) * 4 + b"\x00\xff\x00"
+        self.publish(adapter, self.topic(namespace, "bin"), body)
+        (m,) = self.receive(handle, 1)
+        assert m.body == body
+        assert m.topic == self.topic(namespace, "bin")
+
+    def test_large_body(self, adapter: Adapter, namespace: str, unique_name: Names) -> None:
+        limit = adapter.capabilities.max_message_bytes
+        size = 512 * 1024 if limit is None else min(512 * 1024, limit // 2)
+        handle = self.subscribe(adapter, unique_name(), (self.pattern(namespace, "big"),))
+        body = b"<big>" + b"x" * size + b"</big>"
+        self.publish(adapter, self.topic(namespace, "big"), body)
+        (m,) = self.receive(handle, 1)
+        assert m.body == body
+
+    def test_headers_round_trip(self, adapter: Adapter, namespace: str, unique_name: Names) -> None:
+        require(adapter, "native_headers")
+        handle = self.subscribe(adapter, unique_name(), (self.pattern(namespace, "h"),))
+        headers = {"x-plain": "value", "x-unicode": "é€😀", "x-empty": ""}
+        msg = OutboundMessage(
+            topic=self.topic(namespace, "h"),
+            body=b"<h/>",
+            message_id=uuid.uuid4().hex,
+            headers=headers,
+            content_type="application/octet-stream",
+        )
+        adapter.publish(msg)
+        (m,) = self.receive(handle, 1)
+        for key, value in headers.items():
+            assert m.headers.get(key) == value, key
+        assert m.content_type == "application/octet-stream"
+
+
+class AdapterConformance(
+    AdapterBasics,
+    TopicRouting,
+    AckSemantics,
+    PullSemantics,
+    PauseResume,
+    Durability,
+    QueueLimitsSemantics,
+    CurrentMessage,
+    Delete,
+    HeadersAndBodies,
+):
+    """Every conformance group.  Subclass it (name it ``Test...``) and give ``adapter_url``."""

@@ -117,6 +117,9 @@ class MessageContentFilter:
         namespaces = {p: uri for p, uri in source.namespaces.items() if p and uri}
         try:
             self._xpath = etree.XPath(text, namespaces=namespaces, smart_strings=False)
+            # lxml reports undeclared prefixes and unknown functions only when evaluating:
+            # probe once so they fault at Subscribe time (MC-06 d)
+            self._xpath(etree.fromstring(b"<probe/>"))
         except (etree.XPathSyntaxError, etree.XPathEvalError) as exc:
             raise errors.InvalidMessageContentExpression(
                 f"invalid XPath 1.0 MessageContent expression {text!r}: {exc}"

@@ -281,3 +281,22 @@ def broker(make_broker: Callable[..., Broker]) -> Broker:
 def service(broker: Broker) -> BrokerService:
     assert broker.service is not None
     return broker.service
+
+
+def wait_idle(service: BrokerService, timeout: float = 10.0) -> None:
+    """Wait until every active subscription has consumed and settled everything."""
+    deadline = time.monotonic() + timeout
+    quiet = 0
+    while time.monotonic() < deadline:
+        busy = service.engine.held() > 0
+        for state in list(service._subs.values()):
+            channel = service.engine.channel(state.record.id)
+            if channel is None or not channel.active or state.handle is None:
+                continue
+            if (state.handle.depth() or 0) > 0 or channel.held() > 0:
+                busy = True
+        quiet = 0 if busy else quiet + 1
+        if quiet >= 3:
+            return
+        time.sleep(0.03)
+    raise AssertionError("broker did not become idle")

@@ -89,7 +89,7 @@ def ncnames(draw: st.DrawFn) -> str:
 
 
 raw_texts = st.lists(
-    st.one_of(st.characters(blacklist_categories=("Cs",)), st.sampled_from(TRICKY)),
+    st.one_of(st.characters(exclude_categories=["Cs"]), st.sampled_from(TRICKY)),
     max_size=8,
 ).map("".join)
 
@@ -99,7 +99,7 @@ def native_words(syntax: WildcardSyntax) -> st.SearchStrategy[str]:
     if syntax is KAFKA:
         chars: st.SearchStrategy[str] = st.sampled_from(list("aZ09_-xABCDEF"))
     else:
-        chars = st.characters(blacklist_categories=("Cs",))
+        chars = st.characters(exclude_categories=["Cs"])
     return (
         st.lists(st.one_of(chars, st.sampled_from(TRICKY)), max_size=8)
         .map("".join)

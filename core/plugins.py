@@ -359,7 +359,6 @@ class PluginManager:
             for item in wanted:
                 if item not in seen and item not in BUILTIN_PLUGINS:
                     self._load_one(item, item, False)
-            self.pm.check_pending()
         self.pm.hook.wsnmom_register_adapters.call_historic(kwargs={"registry": self.adapters})
         return self
 
@@ -375,7 +374,17 @@ class PluginManager:
             )
             log.warning("plugin %s (%s) could not be loaded: %s", name, module, exc)
             return
-        self.pm.register(plugin, name=name)
+        try:
+            self.pm.register(plugin, name=name)
+            self.pm.check_pending()
+        except pluggy.PluginValidationError as exc:  # e.g. a misspelled hookimpl
+            if self.pm.has_plugin(name):
+                self.pm.unregister(name=name)
+            dist, version = self._dists.get(name, (None, None))
+            self._failures[name] = _Failure(
+                name, module, f"invalid plugin: {exc}", builtin, dist, version
+            )
+            log.warning("plugin %s (%s) is invalid: %s", name, module, exc)
 
     def register(self, plugin: object, name: str | None = None) -> str:
         """Register a plugin object or module (tests, embedding applications).

@@ -583,7 +583,7 @@ class PullSemantics(AdapterFixtures):
         require(adapter, "ordering", "subscription")
         require_pattern_support(adapter, "single")
         handle = self.subscribe(adapter, unique_name(), (self.pattern(namespace, "t", ANY),))
-        bodies = [f"t/{i % 3}/{i}".encode() for i in range(12)]
+        bodies = [f"t/n{i % 3}/{i}".encode() for i in range(12)]  # paths are NCNames
         for b in bodies:
             self.publish(adapter, self.topic(namespace, "/".join(b.decode().split("/")[:2])), b)
         assert [m.body for m in self.receive(handle, 12)] == bodies

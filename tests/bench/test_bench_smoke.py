@@ -1,0 +1,82 @@
+"""Smoke test of the benchmark harness: ``python -m bench --quick`` on two cheap scenarios
+(embedded adapter only) must run to the end and write a well-formed JSON report.
+
+It checks the harness, not the figures: targets are never asserted here.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    out = tmp_path_factory.mktemp("bench") / "report.json"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bench",
+            "--quick",
+            "--scenarios",
+            "ingress,matching",
+            "--adapters",
+            "embedded",
+            "--no-plots",
+            "--json",
+            str(out),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=90,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "targets:" in proc.stdout
+    data: dict[str, Any] = json.loads(out.read_text())
+    return data
+
+
+@pytest.mark.timeout(120)
+def test_report_structure(report: dict[str, Any]) -> None:
+    assert report["schema"] == 1
+    assert report["quick"] is True
+    assert report["scenarios"] == ["ingress", "matching"]
+    assert {"cpu", "cores", "python", "commit"} <= set(report["machine"])
+    assert [a["name"] for a in report["adapters"]] == ["embedded"]
+    summary = report["summary"]
+    assert summary["targets"] == summary["passed"] + summary["missed"] + summary["unmeasured"]
+    for res in report["results"]:
+        assert {"scenario", "adapter", "status", "metrics", "setup", "details"} <= set(res)
+        assert res["status"] in ("ok", "not_available"), res.get("reason")
+        if res["status"] != "ok":
+            assert isinstance(res["reason"], str) and res["reason"]
+        for metric in res["metrics"]:
+            assert {"name", "value", "unit", "baseline", "ratio", "target", "passed"} <= set(metric)
+
+
+@pytest.mark.timeout(120)
+def test_ratios_against_same_run_baselines(report: dict[str, Any]) -> None:
+    by_scenario = {r["scenario"]: r for r in report["results"]}
+    assert set(by_scenario) == {"ingress", "matching"}
+    ingress = by_scenario["ingress"]
+    if ingress["status"] == "ok":
+        for batch in (1, 100):
+            m = next(m for m in ingress["metrics"] if m["name"] == f"notify_{batch}msg_rps")
+            assert m["baseline"] > 0 and m["value"] >= 0
+            assert m["ratio"] == pytest.approx(m["value"] / m["baseline"])
+            assert m["target"] == {"op": ">=", "threshold": 0.75, "on": "ratio"}
+            assert m["passed"] is (m["ratio"] >= 0.75)
+    matching = by_scenario["matching"]
+    if matching["status"] == "ok":
+        ratio = matching["metrics"][-1]
+        assert ratio["target"]["op"] == "<=" and ratio["baseline"] > 0

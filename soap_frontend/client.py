@@ -1,0 +1,322 @@
+"""Outbound SOAP: ``SoapClient`` implements ``wsnmom.core.ports.OutboundSoap``.
+
+Deliveries
+    A wrapped delivery is one ``wsnt:Notify`` holding every message of the batch; a raw
+    delivery (UseRaw) is one POST per message whose Body is the payload element.  Both use
+    the consumer's SOAP version, the Notify action, ``wsa:To`` = the consumer address,
+    a fresh ``wsa:MessageID`` and the consumer EPR's reference parameters echoed as header
+    blocks marked ``wsa:IsReferenceParameter="true"``.
+
+Demand-based publishing
+    ``subscribe`` / ``unsubscribe`` / ``pause`` / ``resume`` talk to a registered publisher's
+    NotificationProducer and its subscription manager (SOAP 1.1, the most widely
+    understood binding).  Several topics are combined into one Full-dialect expression
+    (``a | b``) because several TopicExpression filters would be ANDed (FLT-02).
+
+Failures
+    Connection errors, timeouts and non-2xx answers raise ``DeliveryFailed``.  A SOAP fault
+    with a Sender/Client code is ``permanent`` (the peer will not accept it again).
+    Destinations refused by the outbound policy (scheme, deny/allow lists, loopback,
+    link-local) raise ``DeliveryFailed(permanent=True)`` without any network traffic.
+    Host names are resolved for the check; the policy is a guard against obvious abuse of
+    attacker-chosen consumer addresses, not a defence against DNS rebinding.
+
+Connections are pooled per host in one ``requests.Session`` (keep-alive, bounded pool).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import ipaddress
+import logging
+import re
+import socket
+from collections.abc import Iterable, Sequence
+from typing import Any
+from urllib.parse import urlsplit
+
+import requests
+from lxml import etree
+from requests.adapters import HTTPAdapter
+from wsnmom.core.model import Delivered, EndpointReference, ExpressionSource, SoapVersion
+from wsnmom.core.ports import DeliveryFailed
+
+from . import codec
+from .codec import ACTIONS, FULL, SIMPLE, Op
+from .envelope import SOAP_NS, build_envelope, content_type_for, to_bytes
+from .xml import WSA, WSNT, XmlRejected, children, parse_fragment, parse_xml, qname, text_of
+
+log = logging.getLogger("wsnmom.soap.client")
+
+USER_AGENT = "wsnmom-soap-client"
+_PATH_DIALECTS = (None, SIMPLE, codec.CONCRETE, FULL)
+_PREFIX_RE = re.compile(r"([A-Za-z_][\w.-]*):")
+
+
+class DestinationPolicy:
+    """Which outbound addresses may be called (``core.config.OutboundSettings`` shape)."""
+
+    def __init__(
+        self,
+        *,
+        allow: Iterable[str] = (),
+        deny: Iterable[str] = (),
+        allow_loopback: bool = True,
+        allow_link_local: bool = False,
+        schemes: Iterable[str] = ("http", "https"),
+    ) -> None:
+        self.allow = list(allow)
+        self.deny = list(deny)
+        self.allow_loopback = allow_loopback
+        self.allow_link_local = allow_link_local
+        self.schemes = {s.lower() for s in schemes}
+
+    @classmethod
+    def from_settings(cls, outbound: Any) -> DestinationPolicy:
+        """From an object with the OutboundSettings attributes (or None: defaults)."""
+        if outbound is None:
+            return cls()
+        return cls(
+            allow=getattr(outbound, "allow", ()) or (),
+            deny=getattr(outbound, "deny", ()) or (),
+            allow_loopback=getattr(outbound, "allow_loopback", True),
+            allow_link_local=getattr(outbound, "allow_link_local", False),
+            schemes=getattr(outbound, "schemes", ("http", "https")) or ("http", "https"),
+        )
+
+    @staticmethod
+    def _matches(rule: str, host: str, addresses: Sequence[Any]) -> bool:
+        try:
+            net = ipaddress.ip_network(rule, strict=False)
+        except ValueError:
+            return fnmatch.fnmatch(host.lower(), rule.lower())
+        return any(a.version == net.version and a in net for a in addresses)
+
+    def check(self, url: str) -> None:
+        """Raise DeliveryFailed(permanent=True) when ``url`` may not be called."""
+        parts = urlsplit(url)
+        if parts.scheme.lower() not in self.schemes:
+            raise DeliveryFailed(f"scheme of {url!r} is not allowed", permanent=True)
+        host = parts.hostname
+        if not host:
+            raise DeliveryFailed(f"{url!r} has no host", permanent=True)
+        addresses = self._resolve(host, parts.port)
+        for a in addresses:
+            if a.is_link_local and not self.allow_link_local:
+                raise DeliveryFailed(f"{host} is link-local; refused by policy", permanent=True)
+            if a.is_loopback and not self.allow_loopback:
+                raise DeliveryFailed(f"{host} is loopback; refused by policy", permanent=True)
+            if a.is_unspecified or a.is_multicast:
+                raise DeliveryFailed(f"{host} is not a unicast address", permanent=True)
+        if any(self._matches(rule, host, addresses) for rule in self.deny):
+            raise DeliveryFailed(f"{host} is denied by policy", permanent=True)
+        if self.allow and not any(self._matches(rule, host, addresses) for rule in self.allow):
+            raise DeliveryFailed(f"{host} is not in the allow list", permanent=True)
+
+    @staticmethod
+    def _resolve(host: str, port: int | None) -> list[Any]:
+        try:
+            return [ipaddress.ip_address(host.strip("[]"))]
+        except ValueError:
+            pass
+        try:
+            infos = socket.getaddrinfo(host, port or 80, proto=socket.IPPROTO_TCP)
+        except OSError as exc:
+            raise DeliveryFailed(f"cannot resolve {host}: {exc}") from None
+        out = []
+        for info in infos:
+            addr = str(info[4][0]).split("%", 1)[0]
+            try:
+                out.append(ipaddress.ip_address(addr))
+            except ValueError:
+                continue
+        return out
+
+
+class SoapClient:
+    """Outbound SOAP calls with a pooled ``requests.Session``."""
+
+    def __init__(
+        self,
+        settings: Any = None,
+        *,
+        pool_size: int = 32,
+        publisher_soap_version: SoapVersion = SoapVersion.SOAP11,
+        session: requests.Session | None = None,
+    ) -> None:
+        outbound = getattr(settings, "outbound", settings)
+        self.policy = DestinationPolicy.from_settings(outbound)
+        self.publisher_soap_version = publisher_soap_version
+        self.session = session or requests.Session()
+        adapter = HTTPAdapter(pool_connections=pool_size, pool_maxsize=pool_size, max_retries=0)
+        self.session.mount("http://", adapter)
+        self.session.mount("https://", adapter)
+        self.session.headers["User-Agent"] = USER_AGENT
+
+    def close(self) -> None:
+        """Close pooled connections."""
+        self.session.close()
+
+    # --- deliveries ------------------------------------------------------------------------
+    def notify(
+        self,
+        consumer: EndpointReference,
+        soap_version: SoapVersion,
+        messages: Sequence[Delivered],
+        *,
+        use_raw: bool,
+        timeout: float,
+    ) -> None:
+        """Deliver ``messages`` wrapped in one Notify, or raw one by one."""
+        if not messages:
+            return
+        self.policy.check(consumer.address)
+        action = codec.NOTIFY_ACTION
+        if use_raw:
+            for d in messages:
+                self._post(
+                    consumer, soap_version, codec.payload_element(d.message), action, timeout
+                )
+        else:
+            self._post(consumer, soap_version, codec.notify_element(messages), action, timeout)
+
+    # --- demand-based publishing ---------------------------------------------------------
+    def subscribe(
+        self,
+        producer: EndpointReference,
+        consumer: EndpointReference,
+        topics: Sequence[ExpressionSource],
+        *,
+        timeout: float,
+    ) -> EndpointReference:
+        """Subscribe ``consumer`` at ``producer`` for ``topics``; returns the
+        SubscriptionReference."""
+        self.policy.check(producer.address)
+        body = codec.new(qname(WSNT, "Subscribe"))
+        codec.add_epr(body, qname(WSNT, "ConsumerReference"), consumer)
+        if topics:
+            filt = codec.add(body, qname(WSNT, "Filter"))
+            for expr in combine_topics(topics):
+                codec.add_expression(filt, qname(WSNT, "TopicExpression"), expr)
+        reply = self._post(
+            producer, self.publisher_soap_version, body, ACTIONS[Op.SUBSCRIBE][0], timeout
+        )
+        ref = reply.find(qname(WSNT, "SubscriptionReference")) if reply is not None else None
+        if ref is None:
+            raise DeliveryFailed("the publisher's SubscribeResponse has no SubscriptionReference")
+        from .envelope import parse_epr
+
+        try:
+            return parse_epr(ref)
+        except ValueError as exc:
+            raise DeliveryFailed(str(exc), permanent=True) from None
+
+    def unsubscribe(self, subscription: EndpointReference, *, timeout: float) -> None:
+        """Unsubscribe a subscription made with ``subscribe``."""
+        self._manage(subscription, Op.UNSUBSCRIBE, timeout)
+
+    def pause(self, subscription: EndpointReference, *, timeout: float) -> None:
+        """PauseSubscription on a subscription made with ``subscribe``."""
+        self._manage(subscription, Op.PAUSE, timeout)
+
+    def resume(self, subscription: EndpointReference, *, timeout: float) -> None:
+        """ResumeSubscription on a subscription made with ``subscribe``."""
+        self._manage(subscription, Op.RESUME, timeout)
+
+    def _manage(self, subscription: EndpointReference, op: Op, timeout: float) -> None:
+        self.policy.check(subscription.address)
+        body = codec.new(op.value)
+        self._post(subscription, self.publisher_soap_version, body, ACTIONS[op][0], timeout)
+
+    # --- HTTP ----------------------------------------------------------------------------
+    def _post(
+        self,
+        target: EndpointReference,
+        version: SoapVersion,
+        body: etree._Element,
+        action: str,
+        timeout: float,
+    ) -> etree._Element | None:
+        headers = [_reference_header(p) for p in target.reference_parameters]
+        env = build_envelope(version, body, action=action, to=target.address, extra_headers=headers)
+        http_headers = {"Content-Type": content_type_for(version, action)}
+        if version is SoapVersion.SOAP11:
+            http_headers["SOAPAction"] = f'"{action}"'
+        connect = min(timeout, 5.0)
+        try:
+            resp = self.session.post(
+                target.address,
+                data=to_bytes(env),
+                headers=http_headers,
+                timeout=(connect, timeout),
+                allow_redirects=False,
+            )
+        except requests.RequestException as exc:
+            raise DeliveryFailed(f"{target.address}: {type(exc).__name__}: {exc}") from None
+        if 200 <= resp.status_code < 300:
+            return _reply_body(resp.content)
+        permanent, reason = _fault_reason(resp.content)
+        raise DeliveryFailed(
+            f"{target.address} answered HTTP {resp.status_code}"
+            + (f": {reason}" if reason else ""),
+            permanent=permanent,
+        )
+
+
+def _reference_header(param: bytes) -> etree._Element:
+    el = parse_fragment(param)
+    el.set(qname(WSA, "IsReferenceParameter"), "true")
+    return el
+
+
+def _reply_body(content: bytes) -> etree._Element | None:
+    if not content.strip():
+        return None
+    try:
+        env = parse_xml(content)
+    except XmlRejected:
+        return None
+    for ns in SOAP_NS.values():
+        body = env.find(qname(ns, "Body"))
+        if body is not None:
+            kids = children(body)
+            return kids[0] if kids else None
+    return None
+
+
+def _fault_reason(content: bytes) -> tuple[bool, str]:
+    """(permanent, reason) from a fault response; transient when it is not a SOAP fault."""
+    body = _reply_body(content)
+    if body is None or not str(body.tag).endswith("}Fault"):
+        return False, ""
+    code = body.findtext("faultcode") or body.findtext("{*}Code/{*}Value") or ""
+    reason = body.findtext("faultstring") or ""
+    if not reason:
+        text = body.find("{*}Reason/{*}Text")
+        reason = text_of(text) if text is not None else ""
+    local = code.strip().rsplit(":", 1)[-1]
+    return local in ("Client", "Sender"), reason.strip()
+
+
+def combine_topics(topics: Sequence[ExpressionSource]) -> list[ExpressionSource]:
+    """One expression selecting any of ``topics``: a Full-dialect union when the dialects
+    are path dialects and their prefixes agree, else the expressions unchanged."""
+    if len(topics) <= 1:
+        return list(topics)
+    if not all(t.dialect in _PATH_DIALECTS for t in topics):
+        return list(topics)
+    merged: dict[str | None, str] = {}
+    for t in topics:
+        used: set[str | None] = set(_PREFIX_RE.findall(t.text))
+        used.add(None)
+        for prefix in used:
+            uri = t.namespaces.get(prefix)
+            if uri is None:
+                continue
+            if merged.setdefault(prefix, uri) != uri:
+                return list(topics)
+    text = " | ".join(t.text.strip() for t in topics)
+    return [ExpressionSource(FULL, text, merged)]
+
+
+__all__ = ["DestinationPolicy", "SoapClient", "combine_topics"]

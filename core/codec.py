@@ -22,6 +22,12 @@ Topicless notifications
     namespace, and core re-checks every message).  Clients may not use the reserved
     namespaces in topic expressions (TopicNotSupportedFault).
 
+Pull point inboxes
+    A pull point is a durable subscription bound to its private topic
+    ``{urn:wsnmom:pull-point}p<id>``; Notify to a pull point and subscriptions feeding it
+    publish there.  Subscriptions without a topic filter are bound to every topic and so
+    also receive inbox traffic: core drops (acks) it for them by its routing namespace.
+
 Native messages that are not XML
     A message published natively (no wsnmom headers) whose content type is not XML, or whose
     body does not parse as XML, is wrapped for WS-N consumers in::

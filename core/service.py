@@ -65,7 +65,7 @@ from wsnmom.core.adapter import (
     SubscriptionHandle,
     SubscriptionSpec,
 )
-from wsnmom.core.codec import decode, encode, pull_point_inbox
+from wsnmom.core.codec import PULL_POINT_NAMESPACE, decode, encode, pull_point_inbox
 from wsnmom.core.config import Settings
 from wsnmom.core.delivery import Backoff, DeliveryEngine
 from wsnmom.core.demand import DemandEntry, DemandManager
@@ -619,6 +619,8 @@ class BrokerService:
         sub = state.record
 
         def prepare(received: Received) -> Delivered | None:
+            if _internal(received):
+                return None
             message = decode(received)
             if not state.filter.matches(message):
                 return None
@@ -647,6 +649,8 @@ class BrokerService:
         inbox = pull_point_inbox(pull_point_id)
 
         def prepare(received: Received) -> NotificationMessage | None:
+            if _internal(received):
+                return None
             message = decode(received)
             if not state.filter.matches(message):
                 return None
@@ -1114,6 +1118,13 @@ class BrokerService:
                 self._destroy_registration(reg)
             except errors.WsnError:
                 log.exception("destroying expired registration %s failed", reg.record.id)
+
+
+def _internal(received: Received) -> bool:
+    """A message routed to a pull point inbox: only that pull point may see it (a
+    subscription without topic filter is bound to every topic, inboxes included)."""
+    topic = received.topic
+    return topic is not None and topic.namespace == PULL_POINT_NAMESPACE
 
 
 def _inbox_pattern(pull_point_id: str) -> PathPattern:

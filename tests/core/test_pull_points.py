@@ -1,0 +1,131 @@
+"""Pull points: FIFO GetMessages with MaximumNumber, Notify to a pull point, pull point as a
+subscription's consumer, destruction (CXF/ServiceMix scenarios, GM-*, PP-*)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+from lxml import etree
+from wsnmom.core import errors
+from wsnmom.core.filters import XPATH10
+from wsnmom.core.model import CreatePullPointRequest, EndpointReference, ExpressionSource
+from wsnmom.core.service import BrokerService
+
+from .conftest import note, simple, sub_req
+
+
+def texts(messages: list[Any]) -> list[str]:
+    return [etree.fromstring(m.payload).text or "" for m in messages]
+
+
+def drain(service: BrokerService, pp_id: str, n: int, timeout: float = 5.0) -> list[Any]:
+    """Poll GetMessages until ``n`` messages arrived (forwarding is asynchronous)."""
+    out: list[Any] = []
+    deadline = time.monotonic() + timeout
+    while len(out) < n and time.monotonic() < deadline:
+        out += service.get_messages(pp_id, None)
+        if len(out) < n:
+            time.sleep(0.02)
+    return out
+
+
+def test_notify_to_pull_point_fifo_and_maximum_number(service: BrokerService) -> None:
+    pp = service.create_pull_point(CreatePullPointRequest())
+    ref = EndpointReference("http://producer.test/sub/1")
+    service.notify_pull_point(
+        pp.id,
+        [note(f"<m>{i}</m>", simple("t:a")) if i % 2 else note(f"<m>{i}</m>") for i in range(7)],
+    )
+    first = service.get_messages(pp.id, 3)
+    assert texts(first) == ["0", "1", "2"]
+    assert first[1].topic is not None and first[1].topic.path == ("a",)
+    assert first[0].topic is None
+    rest = service.get_messages(pp.id, None)  # absent = all available
+    assert texts(rest) == ["3", "4", "5", "6"]
+    assert service.get_messages(pp.id, 0) == []  # destructive: nothing left
+    del ref
+
+
+def test_get_messages_zero_means_all_up_to_cap(make_broker: Any) -> None:
+    b = make_broker(limits__get_messages_cap=4)
+    service: BrokerService = b.service
+    pp = service.create_pull_point(CreatePullPointRequest())
+    service.notify_pull_point(pp.id, [note(f"<m>{i}</m>") for i in range(6)])
+    assert texts(service.get_messages(pp.id, 0)) == ["0", "1", "2", "3"]
+    assert texts(service.get_messages(pp.id, 10)) == ["4", "5"]
+
+
+def test_subscription_with_pull_point_consumer(service: BrokerService) -> None:
+    pp = service.create_pull_point(CreatePullPointRequest())
+    sub = service.subscribe(
+        sub_req(service.pull_point_address(pp.id), topic=simple("t:myTopic"), use_raw=True)
+    )
+    assert sub.pull_point_id == pp.id
+    assert sub.use_raw is False  # pull points hold NotificationMessages (PP-10)
+    service.notify([note("<hello>world</hello>", simple("t:myTopic"))])
+    service.notify([note("<other/>", simple("t:other"))])
+    got = drain(service, pp.id, 1)
+    assert texts(got) == ["world"]
+    assert got[0].subscription_reference == EndpointReference(service.subscription_address(sub.id))
+    # ServiceMix testUnsubscribe: after Unsubscribe nothing more arrives
+    service.unsubscribe(sub.id)
+    service.notify([note("<hello>again</hello>", simple("t:myTopic"))])
+    time.sleep(0.2)
+    assert service.get_messages(pp.id, 0) == []
+
+
+def test_servicemix_pull_with_filter(service: BrokerService) -> None:
+    pp1 = service.create_pull_point(CreatePullPointRequest())
+    pp2 = service.create_pull_point(CreatePullPointRequest())
+    for pp, kind in ((pp1, "a"), (pp2, "b")):
+        service.subscribe(
+            sub_req(
+                service.pull_point_address(pp.id),
+                message_content=ExpressionSource(XPATH10, f"@type = '{kind}'", {}),
+            )
+        )
+    service.notify([note("<msg type='a'/>"), note("<msg type='b'/>"), note("<msg type='c'/>")])
+    a = drain(service, pp1.id, 1)
+    b = drain(service, pp2.id, 1)
+    time.sleep(0.1)
+    a += service.get_messages(pp1.id, None)
+    b += service.get_messages(pp2.id, None)
+    assert [etree.fromstring(m.payload).get("type") for m in a] == ["a"]
+    assert [etree.fromstring(m.payload).get("type") for m in b] == ["b"]
+
+
+def test_pause_resume_pull_point_subscription(service: BrokerService) -> None:
+    pp = service.create_pull_point(CreatePullPointRequest())
+    sub = service.subscribe(sub_req(service.pull_point_address(pp.id)))
+    service.notify([note("<m>0</m>")])
+    assert texts(drain(service, pp.id, 1)) == ["0"]
+    service.pause(sub.id)
+    service.notify([note("<m>1</m>"), note("<m>2</m>")])
+    time.sleep(0.2)
+    assert service.get_messages(pp.id, None) == []
+    service.resume(sub.id)
+    assert texts(drain(service, pp.id, 2)) == ["1", "2"]
+
+
+def test_destroy_pull_point_destroys_feeding_subscriptions(service: BrokerService) -> None:
+    pp = service.create_pull_point(CreatePullPointRequest())
+    sub = service.subscribe(sub_req(service.pull_point_address(pp.id)))
+    service.destroy_pull_point(pp.id)
+    with pytest.raises(errors.ResourceUnknown):
+        service.get_pull_point(pp.id)
+    with pytest.raises(errors.ResourceUnknown):
+        service.get_subscription(sub.id)
+    with pytest.raises(errors.ResourceUnknown):
+        service.get_messages(pp.id, 1)
+    with pytest.raises(errors.ResourceUnknown):
+        service.destroy_pull_point(pp.id)
+
+
+def test_named_pull_point_reattaches(service: BrokerService) -> None:
+    pp = service.create_pull_point(CreatePullPointRequest(name="testQueue"))
+    again = service.create_pull_point(CreatePullPointRequest(name="testQueue"))
+    assert again.id == pp.id
+    other = service.create_pull_point(CreatePullPointRequest())
+    assert other.id != pp.id

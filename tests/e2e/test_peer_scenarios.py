@@ -1,0 +1,287 @@
+"""Peer scenarios over HTTP against the running gateway: Apache CXF WsnBrokerTest 1-8
+(peer-implementations §4.1) and ServiceMix WSNComponentTest (§4.2), with NCIA semantics
+where they differ (expiry destroys the subscription)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from lxml import etree
+
+from tests.e2e.conftest import Wsn
+from tests.fixtures.server import ConsumerServer, poll
+from tests.support.soap import NS, XPATH, epr_address
+from tests.support.wsn_schemas import assert_body_valid
+
+pytestmark = pytest.mark.e2e
+
+
+def _no_more(consumer: ConsumerServer, count: int, wait: float = 0.6) -> None:
+    time.sleep(wait)
+    assert len(consumer.messages()) == count
+
+
+# --- CXF WsnBrokerTest --------------------------------------------------------------------
+def test_cxf_broker(wsn: Wsn, consumer: ConsumerServer) -> None:
+    sub = wsn.subscribe(consumer.address())
+    wsn.notify(("tns:myTopic", '<foo xmlns="urn:test:org">bar</foo>'))
+    (msg,) = consumer.wait_for_messages(1)
+    ref = msg.find("wsnt:SubscriptionReference", NS)
+    assert ref is not None and epr_address(ref) == sub.address
+    payload = msg.find("wsnt:Message/{urn:test:org}foo", NS)
+    assert payload is not None and payload.text == "bar"
+    # the outbound Notify is schema-valid and carries the Notify action and wsa:To
+    rec = consumer.notifies()[0]
+    assert_body_valid(rec.body)
+    assert rec.header(f"{{{NS['wsa']}}}Action")[0].text == (
+        "http://docs.oasis-open.org/wsn/bw-2/NotificationConsumer/Notify"
+    )
+    assert rec.header(f"{{{NS['wsa']}}}To")[0].text == consumer.address()
+    wsn.post(sub.address, "<wsnt:Unsubscribe/>").ok()
+    wsn.notify(("tns:myTopic", "<foo/>"))
+    _no_more(consumer, 1)
+
+
+def test_cxf_renew_expiry_destroys(wsn: Wsn, consumer: ConsumerServer) -> None:
+    sub = wsn.subscribe(consumer.address(), itt="PT1S")
+    time.sleep(1.6)
+    renew = "<wsnt:Renew><wsnt:TerminationTime>PT60S</wsnt:TerminationTime></wsnt:Renew>"
+    ans = poll(
+        lambda: (a := wsn.post(sub.address, renew)).status == 500 and a,
+        timeout=3,
+        what="expired subscription to be destroyed",
+    )
+    assert ans.fault == "ResourceUnknownFault"
+    wsn.notify(("tns:myTopic", "<foo/>"))
+    _no_more(consumer, 0)
+
+
+def test_cxf_renew_before_expiry_keeps_receiving(wsn: Wsn, consumer: ConsumerServer) -> None:
+    sub = wsn.subscribe(consumer.address(), itt="PT2S")
+    renew = "<wsnt:Renew><wsnt:TerminationTime>PT60S</wsnt:TerminationTime></wsnt:Renew>"
+    wsn.post(sub.address, renew).ok()
+    time.sleep(2.3)
+    wsn.notify(("tns:myTopic", "<foo/>"))
+    (msg,) = consumer.wait_for_messages(1)
+    assert epr_address(msg.find("wsnt:SubscriptionReference", NS)) == sub.address  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("queue_name", [None, "testQueue"])
+def test_cxf_pull_point(wsn: Wsn, queue_name: str | None) -> None:
+    attrs = f'wsnt:pullPointQueueName="{queue_name}-{wsn.ns[-6:]}"' if queue_name else ""
+    _, pp = wsn.create_pull_point(attrs)
+    sub = wsn.subscribe(pp)
+    wsn.notify(("tns:myTopic", "<foo>1</foo>"))
+    msgs = poll(lambda: wsn.get_messages(pp, 10), timeout=5, what="pulled message")
+    assert len(msgs) >= 1
+    assert msgs[0].findtext("wsnt:Message/foo", namespaces=NS) == "1"
+    wsn.post(sub.address, "<wsnt:Unsubscribe/>").ok()
+    wsn.post(pp, "<wsnt:DestroyPullPoint/>").ok()
+    assert wsn.post(pp, "<wsnt:GetMessages/>").fault == "ResourceUnknownFault"
+
+
+def _register(wsn: Wsn, publisher: str | None, topics: list[str], demand: bool) -> etree._Element:
+    ref = (
+        f"<wsn-br:PublisherReference><wsa:Address>{publisher}</wsa:Address>"
+        "</wsn-br:PublisherReference>"
+        if publisher
+        else ""
+    )
+    tops = "".join(
+        f'<wsn-br:Topic xmlns:tns="{wsn.ns}" '
+        f'Dialect="http://docs.oasis-open.org/wsn/t-1/TopicExpression/Simple">tns:{t}'
+        "</wsn-br:Topic>"
+        for t in topics
+    )
+    body = (
+        f"<wsn-br:RegisterPublisher>{ref}{tops}<wsn-br:Demand>{str(demand).lower()}"
+        "</wsn-br:Demand></wsn-br:RegisterPublisher>"
+    )
+    return wsn.post(wsn.broker, body).ok()
+
+
+def test_cxf_publisher(wsn: Wsn, consumer: ConsumerServer) -> None:
+    sub = wsn.subscribe(consumer.address())
+    resp = _register(wsn, "http://publisher.example/p", ["myTopic"], False)
+    reg = resp.find("wsn-br:PublisherRegistrationReference", NS)
+    consumer_ref = resp.find("wsn-br:ConsumerReference", NS)
+    assert reg is not None and consumer_ref is not None
+    wsn.notify(
+        ("tns:myTopic", "<foo/>"),
+        url=epr_address(consumer_ref),
+        producer="http://publisher.example/p",
+    )
+    (msg,) = consumer.wait_for_messages(1)
+    assert epr_address(msg.find("wsnt:SubscriptionReference", NS)) == sub.address  # type: ignore[arg-type]
+    producer = msg.find("wsnt:ProducerReference", NS)
+    assert producer is not None and epr_address(producer) == "http://publisher.example/p"
+    wsn.post(sub.address, "<wsnt:Unsubscribe/>").ok()
+    wsn.post(epr_address(reg), "<wsn-br:DestroyRegistration/>").ok()
+    assert wsn.post(epr_address(reg), "<wsn-br:DestroyRegistration/>").fault == (
+        "ResourceUnknownFault"
+    )
+
+
+def test_cxf_null_publisher_reference(wsn: Wsn, consumer: ConsumerServer) -> None:
+    _register(wsn, None, ["myTopicNullEPR"], False)
+    wsn.subscribe(consumer.address(), "tns:myTopicNullEPR")
+    wsn.notify(("tns:myTopicNullEPR", "<foo/>"))
+    assert len(consumer.wait_for_messages(1)) == 1
+
+
+def test_cxf_publisher_on_demand(wsn: Wsn, consumer_factory: object) -> None:
+    make = consumer_factory  # type: ignore[assignment]
+    publisher: ConsumerServer = make()  # type: ignore[operator]
+    sink: ConsumerServer = make()  # type: ignore[operator]
+    _register(wsn, publisher.address("/producer"), ["myTopic1", "myTopic2"], True)
+    sub = wsn.subscribe(sink.address(), "tns:myTopic1")
+    poll(
+        lambda: any(op in ("Subscribe", "ResumeSubscription") for op, _ in publisher.control),
+        timeout=5,
+        what="the broker to subscribe to the demand-based publisher",
+    )
+    wsn.notify(("tns:myTopic1", "<demand/>"))
+    assert len(sink.wait_for_messages(1)) == 1
+    wsn.post(sub.address, "<wsnt:Unsubscribe/>").ok()
+    poll(
+        lambda: any(op in ("Unsubscribe", "PauseSubscription") for op, _ in publisher.control),
+        timeout=5,
+        what="the broker to pause/unsubscribe at the publisher",
+    )
+
+
+def test_cxf_demand_without_publisher_reference(wsn: Wsn) -> None:
+    body = (
+        f'<wsn-br:RegisterPublisher><wsn-br:Topic xmlns:tns="{wsn.ns}" '
+        'Dialect="http://docs.oasis-open.org/wsn/t-1/TopicExpression/Simple">tns:t</wsn-br:Topic>'
+        "<wsn-br:Demand>true</wsn-br:Demand></wsn-br:RegisterPublisher>"
+    )
+    assert wsn.post(wsn.broker, body).fault == "PublisherRegistrationFailedFault"
+
+
+def test_cxf_custom_payload_round_trips(wsn: Wsn, consumer: ConsumerServer) -> None:
+    payload = (
+        '<c:CustomType xmlns:c="urn:custom" xmlns:x="urn:other" c:version="2">'
+        '<c:a>1</c:a><c:b x:unit="m">2</c:b><c:qname>x:Thing</c:qname></c:CustomType>'
+    )
+    wsn.subscribe(consumer.address())
+    wsn.notify(("tns:myTopic", payload))
+    (msg,) = consumer.wait_for_messages(1)
+    got = msg.find("wsnt:Message/{urn:custom}CustomType", NS)
+    assert got is not None
+    assert etree.tostring(got, method="c14n", exclusive=True) == etree.tostring(
+        etree.fromstring(payload), method="c14n", exclusive=True
+    )
+    q = got.findtext("{urn:custom}qname")
+    assert q is not None and got.nsmap[q.split(":")[0]] == "urn:other"
+
+
+# --- ServiceMix WSNComponentTest ------------------------------------------------------------
+def test_smx_wsdl_has_notification_broker(wsn: Wsn) -> None:
+    data = wsn.http.get(wsn.broker + "?wsdl").content
+    doc = etree.fromstring(data)
+    wsdl = {"wsdl": "http://schemas.xmlsoap.org/wsdl/"}
+    assert doc.xpath("//wsdl:portType[@name='NotificationBroker']", namespaces=wsdl)
+    locations = doc.xpath("//*[local-name()='address']/@location")
+    assert f"{wsn.server.base_url}/wsn/broker" in locations
+
+
+def test_smx_invalid_subscription(wsn: Wsn) -> None:
+    assert wsn.post(wsn.broker, "<wsnt:Subscribe/>").status == 500
+
+
+def test_smx_notify_wrapped(wsn: Wsn, consumer: ConsumerServer) -> None:
+    wsn.subscribe(consumer.address())
+    wsn.notify(("tns:myTopic", "<hello>world</hello>"))
+    (rec,) = consumer.wait_for_requests(1)
+    assert etree.QName(rec.body_child).localname == "Notify"
+
+
+def test_smx_raw_notify(wsn: Wsn, consumer: ConsumerServer) -> None:
+    wsn.subscribe(consumer.address(), policy="<wsnt:UseRaw/>")
+    wsn.notify(("tns:myTopic", "<hello>world</hello>"))
+    (rec,) = consumer.wait_for_requests(1)
+    assert rec.body_child.tag == "hello" and rec.body_child.text == "world"
+
+
+def test_smx_unsubscribe_pull(wsn: Wsn) -> None:
+    _, pp = wsn.create_pull_point()
+    sub = wsn.subscribe(pp)
+    wsn.notify(("tns:myTopic", "<m/>"))
+    assert len(poll(lambda: wsn.get_messages(pp, 0), what="message")) == 1
+    wsn.post(sub.address, "<wsnt:Unsubscribe/>").ok()
+    wsn.notify(("tns:myTopic", "<m/>"))
+    time.sleep(0.5)
+    assert wsn.get_messages(pp, 0) == []
+
+
+def test_smx_pause_resume(wsn: Wsn) -> None:
+    _, pp = wsn.create_pull_point()
+    sub = wsn.subscribe(pp)
+    wsn.notify(("tns:myTopic", "<m>1</m>"))
+    assert len(poll(lambda: wsn.get_messages(pp), what="message")) == 1
+    wsn.post(sub.address, "<wsnt:PauseSubscription/>").ok()
+    wsn.post(sub.address, "<wsnt:PauseSubscription/>").ok()  # idempotent
+    wsn.notify(("tns:myTopic", "<m>2</m>"))
+    time.sleep(0.5)
+    assert wsn.get_messages(pp) == []
+    wsn.post(sub.address, "<wsnt:ResumeSubscription/>").ok()
+    wsn.notify(("tns:myTopic", "<m>3</m>"))
+    # policy: paused subscriptions accumulate; resume delivers everything in order
+    got: list[etree._Element] = []
+    poll(lambda: got.extend(wsn.get_messages(pp)) or len(got) >= 2, what="messages after resume")
+    assert [m.findtext("wsnt:Message/m", namespaces=NS) for m in got] == ["2", "3"]
+
+
+def test_smx_pull_with_message_content_filter(wsn: Wsn) -> None:
+    pps = []
+    for kind in ("a", "b"):
+        _, pp = wsn.create_pull_point()
+        mc = f"<wsnt:MessageContent Dialect=\"{XPATH}\">@type = '{kind}'</wsnt:MessageContent>"
+        wsn.subscribe(pp, extra_filter=mc)
+        pps.append(pp)
+    for kind, expected in (("a", [1, 0]), ("b", [0, 1]), ("c", [0, 0])):
+        wsn.notify(("tns:myTopic", f"<msg type='{kind}'/>"))
+        time.sleep(0.4)
+        assert [len(wsn.get_messages(pp)) for pp in pps] == expected, kind
+
+
+def test_smx_ws_rf_rp(wsn: Wsn) -> None:
+    resp = wsn.post(
+        wsn.broker,
+        "<wsrf-rp:GetResourceProperty>wsnt:TopicExpressionDialect</wsrf-rp:GetResourceProperty>",
+    ).ok()
+    dialects = [e.text for e in resp.findall("wsnt:TopicExpressionDialect", NS)]
+    assert "http://docs.oasis-open.org/wsn/t-1/TopicExpression/Simple" in dialects
+
+
+def test_get_current_message(wsn: Wsn) -> None:
+    gcm = f"<wsnt:GetCurrentMessage>{wsn.simple('current')}</wsnt:GetCurrentMessage>"
+    assert wsn.post(wsn.broker, gcm).fault == "NoCurrentMessageOnTopicFault"
+    wsn.notify(
+        ("tns:current", '<p:v xmlns:p="urn:p">1</p:v>'),
+        ("tns:current", '<p:v xmlns:p="urn:p">2</p:v>'),
+    )
+    resp = poll(
+        lambda: (a := wsn.post(wsn.broker, gcm)).status == 200 and a, what="current message"
+    )
+    body = resp.ok()
+    assert body[0].tag == "{urn:p}v" and body[0].text == "2"
+    multi = (
+        f'<wsnt:GetCurrentMessage><wsnt:Topic xmlns:tns="{wsn.ns}" '
+        'Dialect="http://docs.oasis-open.org/wsn/t-1/TopicExpression/Full">tns:current//*'
+        "</wsnt:Topic></wsnt:GetCurrentMessage>"
+    )
+    assert wsn.post(wsn.broker, multi).fault == "MultipleTopicsSpecifiedFault"
+
+
+def test_notify_batch_many_messages_one_request(wsn: Wsn, consumer: ConsumerServer) -> None:
+    wsn.subscribe(consumer.address())
+    wsn.notify(*[("tns:myTopic", f"<n>{i}</n>") for i in range(5)])
+    msgs = consumer.wait_for_messages(5)
+    assert [m.findtext("wsnt:Message/n", namespaces=NS) for m in msgs] == [str(i) for i in range(5)]
+    assert all(m.find("wsnt:Topic", NS) is not None for m in msgs)
+    topic = msgs[0].find("wsnt:Topic", NS)
+    prefix = (topic.text or "").split(":")[0]  # type: ignore[union-attr]
+    assert topic.nsmap[prefix] == wsn.ns  # type: ignore[union-attr]

@@ -61,6 +61,13 @@ class ChannelError(Exception):
         return cls(0, str(reason or "channel closed"))
 
 
+def describe(exc: BaseException | None) -> str:
+    """A readable one-line description (some pika errors have an empty ``str``)."""
+    if exc is None:
+        return "closed"
+    return str(exc) or type(exc).__name__
+
+
 class LinkDown(Exception):
     """The link has no open connection (within the time allowed)."""
 
@@ -185,6 +192,7 @@ class Link:
         self._stop: asyncio.Event | None = None
         self._lost: asyncio.Future[BaseException | None] | None = None
         self._closing = False
+        self._connecting: AsyncioConnection | None = None
         self._first_attempt = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"wsnmom-amqp-{name}", daemon=True)
 
@@ -218,10 +226,10 @@ class Link:
     def _request_stop(self) -> None:
         if self._stop is not None:
             self._stop.set()
-        conn = self.connection
-        if conn is not None and conn.is_open:
-            with contextlib.suppress(Exception):
-                conn.close()
+        for conn in (self.connection, self._connecting):
+            if conn is not None and not conn.is_closed and not conn.is_closing:
+                with contextlib.suppress(Exception):
+                    conn.close()
 
     def _run(self) -> None:
         asyncio.set_event_loop(self.loop)
@@ -245,7 +253,7 @@ class Link:
                 conn = await self._connect()
             except Exception as exc:
                 self.last_error = exc
-                log.warning("%s: cannot connect to RabbitMQ: %s", self.name, exc)
+                log.warning("%s: cannot connect to RabbitMQ: %s", self.name, describe(exc))
                 self._first_attempt.set()
                 await self._pause(delay)
                 delay = min(delay * 2, self.max_delay)
@@ -258,7 +266,7 @@ class Link:
                 await asyncio.wait_for(self._on_connected(self), self.connect_timeout * 3)
             except Exception as exc:
                 self.last_error = exc
-                log.warning("%s: setting up after connect failed: %s", self.name, exc)
+                log.warning("%s: setting up after connect failed: %s", self.name, describe(exc))
                 with contextlib.suppress(Exception):
                     conn.close()
             else:
@@ -280,7 +288,7 @@ class Link:
             except Exception:  # pragma: no cover - defensive
                 log.exception("%s: disconnect handler failed", self.name)
             if not self._closing:
-                log.warning("%s: connection to RabbitMQ lost: %s", self.name, reason)
+                log.warning("%s: connection to RabbitMQ lost: %s", self.name, describe(reason))
                 await self._pause(delay)
                 delay = min(delay * 2, self.max_delay)
         self._first_attempt.set()
@@ -313,12 +321,15 @@ class Link:
             on_close_callback=closed,
             custom_ioloop=self.loop,
         )
+        self._connecting = conn
         try:
             return await asyncio.wait_for(fut, self.connect_timeout)
         except BaseException:
             with contextlib.suppress(Exception):
                 conn.close()
             raise
+        finally:
+            self._connecting = None
 
     # --- use from the loop thread -----------------------------------------------------
 
@@ -330,7 +341,7 @@ class Link:
         try:
             await asyncio.wait_for(self._up_async.wait(), timeout)
         except TimeoutError:
-            raise LinkDown(f"not connected to RabbitMQ: {self.last_error}") from None
+            raise LinkDown(f"not connected to RabbitMQ: {describe(self.last_error)}") from None
 
     async def open_channel(self) -> Channel:
         """Open a new channel on the current connection."""

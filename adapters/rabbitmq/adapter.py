@@ -128,6 +128,7 @@ from ._link import (
     ChannelError,
     Link,
     LinkDown,
+    describe,
 )
 
 log = logging.getLogger("wsnmom.adapters.rabbitmq")
@@ -493,7 +494,9 @@ class RabbitMQAdapter(Adapter):
         if not up:
             error = self._consumer.last_error or self._publisher.last_error
             self.close()
-            raise AdapterUnavailable(f"cannot connect to RabbitMQ at {self._safe_url}: {error}")
+            raise AdapterUnavailable(
+                f"cannot connect to RabbitMQ at {self._safe_url}: {describe(error)}"
+            )
 
     @property
     def _safe_url(self) -> str:
@@ -625,9 +628,13 @@ class RabbitMQAdapter(Adapter):
         for sub in subs:
             sub.consumer = None
             sub.puller = None
-            await self._declare_subscription(sub)
-            if sub.consuming:
-                await self._start_consumer(sub, ready=False)
+            try:
+                await self._declare_subscription(sub)
+                if sub.consuming:
+                    await self._start_consumer(sub, ready=False)
+            except ChannelError as exc:
+                # one broken subscription must not keep the others from resuming
+                log.error("cannot restore subscription queue %s: %s", sub.queue, exc)
 
     def _on_consumer_lost(self, link: Link, reason: BaseException | None) -> None:
         self._tap = None

@@ -1,0 +1,581 @@
+"""RabbitMQ adapter behaviour beyond the conformance kit, against a real node.
+
+Native interoperability both ways with plain pika clients, the current-message tap, queue
+arguments for limits, the node going down mid-stream and a gateway process killed with
+unacked messages.  Every test uses its own namespace and exchange names.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from datetime import timedelta
+from typing import Any
+
+import pika
+import pytest
+from wsnmom.adapters.rabbitmq.adapter import (
+    HEADER_ORIGIN,
+    RabbitMQAdapter,
+    RabbitMQOptions,
+)
+from wsnmom.core.adapter import (
+    HEADER_MESSAGE_ID,
+    HEADER_TOPIC_NAMESPACE,
+    HEADER_TOPIC_PATH,
+    AdapterUnavailable,
+    OutboundMessage,
+    Overflow,
+    PublishFailed,
+    QueueLimits,
+    Received,
+    SubscriptionSpec,
+)
+from wsnmom.topic_mapping.model import ANY, DEEP, PathPattern, Topic
+from wsnmom.topic_mapping.translate import fallback_namespace
+
+from tests.fixtures.brokers import RabbitNode
+from wsnmom.testing.conformance import Collector
+
+pytestmark = pytest.mark.rabbitmq
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def wait_until(check: Callable[[], bool], timeout: float = 10.0, step: float = 0.05) -> bool:
+    """Poll ``check`` until it is true or ``timeout`` passed; returns the last result."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(step)
+    return check()
+
+
+def message(topic: Topic, body: bytes, **headers: str) -> OutboundMessage:
+    return OutboundMessage(topic=topic, body=body, message_id=uuid.uuid4().hex, headers=headers)
+
+
+def pull_all(handle: Any, n: int, timeout: float = 5.0, ack: bool = True) -> list[Received]:
+    got: list[Received] = []
+    deadline = time.monotonic() + timeout
+    while len(got) < n and time.monotonic() < deadline:
+        got += handle.pull(n - len(got), timeout=0.2)
+    if ack:
+        for m in got:
+            m.ack()
+    return got
+
+
+@pytest.fixture
+def ns() -> str:
+    return f"urn:test:rabbit:{uuid.uuid4().hex}"
+
+
+@pytest.fixture
+def exchange() -> str:
+    return f"test.ex.{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture
+def make_adapter(rabbitmq_url: str) -> Iterator[Callable[..., RabbitMQAdapter]]:
+    made: list[RabbitMQAdapter] = []
+
+    def make(url: str | None = None, **options: Any) -> RabbitMQAdapter:
+        adapter = RabbitMQAdapter(url or rabbitmq_url, options)
+        adapter.open()
+        made.append(adapter)
+        return adapter
+
+    yield make
+    for adapter in made:
+        adapter.close()
+
+
+@pytest.fixture
+def native(rabbitmq_url: str) -> Iterator[Any]:
+    """A plain pika BlockingChannel (publisher confirms on), as a native client uses."""
+    conn = pika.BlockingConnection(pika.URLParameters(rabbitmq_url))
+    ch = conn.channel()
+    ch.confirm_delivery()
+    yield ch
+    with contextlib.suppress(Exception):
+        conn.close()
+
+
+def sub_name() -> str:
+    return f"t-{uuid.uuid4().hex[:12]}"
+
+
+# --------------------------------------------------------------------------- unit level
+
+
+class TestConfiguration:
+    """Option parsing, URL handling and argument mapping (no broker needed)."""
+
+    def test_queue_arguments_for_limits(self) -> None:
+        a = RabbitMQAdapter("amqp://guest:guest@localhost/%2F")
+        assert a.queue_arguments(QueueLimits()) == {"x-queue-type": "classic"}
+        args = a.queue_arguments(
+            QueueLimits(
+                max_messages=10,
+                max_bytes=2048,
+                overflow=Overflow.DROP_NEWEST,
+                max_age=timedelta(seconds=1.5),
+            )
+        )
+        assert args == {
+            "x-queue-type": "classic",
+            "x-max-length": 10,
+            "x-max-length-bytes": 2048,
+            "x-overflow": "reject-publish",
+            "x-message-ttl": 1500,
+        }
+        assert a.queue_arguments(QueueLimits(max_messages=1))["x-overflow"] == "drop-head"
+
+    def test_options_from_url_query_and_mapping(self) -> None:
+        a = RabbitMQAdapter(
+            "rabbitmq://u:p@broker:5673/vh?prefetch=7&queue_type=quorum&heartbeat=11",
+            {"exchanges": {"urn:x": "x.events"}, "queue_arguments": {"x-queue-mode": "lazy"}},
+        )
+        assert a.opts.prefetch == 7
+        assert a.opts.queue_type == "quorum"
+        assert a.parameters.host == "broker"
+        assert a.parameters.port == 5673
+        assert a.parameters.virtual_host == "vh"
+        assert a.parameters.heartbeat == 11
+        assert a.parameters.ssl_options is None
+        assert a.queue_arguments(QueueLimits())["x-queue-mode"] == "lazy"
+        assert a.exchange_for("urn:x") == "x.events"
+
+    def test_amqps_uses_tls(self) -> None:
+        a = RabbitMQAdapter("amqps://u:p@broker.example/%2F")
+        assert a.parameters.ssl_options is not None
+        assert a.parameters.port == 5671
+        assert a.parameters.ssl_options.server_hostname == "broker.example"
+        b = RabbitMQAdapter("amqp://u:p@h/%2F", {"tls": {"verify": False}})
+        assert b.parameters.ssl_options is not None
+
+    def test_bad_options(self) -> None:
+        with pytest.raises(ValueError, match="unknown"):
+            RabbitMQOptions.parse({"prefetchh": 3})
+        with pytest.raises(ValueError, match="queue_type"):
+            RabbitMQOptions.parse({"queue_type": "stream"})
+
+    def test_names(self) -> None:
+        a = RabbitMQAdapter("amqp://localhost", {"exchanges": {"urn:x": "x.ex"}})
+        # '.' inside a segment is escaped, so it never splits a routing key word
+        assert a.native_name(Topic("urn:x", ("stock.IBM", "price"))) == (
+            "x.ex",
+            "stock_x002E_IBM.price",
+        )
+        assert a.bindings_for((PathPattern("urn:x", ("a", ANY, DEEP)),)) == [("x.ex", "a.*.#")]
+        assert a.bindings_for(None) == [("wsnmom.all", "#")]
+        # a native routing key word that is not an NCName comes back escaped
+        assert a.topic_of("x.ex", "2024.a b", {}) == Topic("urn:x", ("_x0032_024", "a_x0020_b"))
+        assert a.topic_of("orders", "eu.new", {}) == Topic(
+            fallback_namespace("orders"), ("eu", "new")
+        )
+
+    def test_plugin_registers_schemes(self) -> None:
+        from wsnmom.adapters.rabbitmq import plugin
+        from wsnmom.core.plugins import AdapterRegistry
+
+        registry = AdapterRegistry()
+        plugin.wsnmom_register_adapters(registry)
+        assert set(registry.schemes()) == {"amqp", "amqps", "rabbitmq"}
+        assert registry.load("amqps") is RabbitMQAdapter
+
+    def test_open_fails_cleanly_without_broker(self) -> None:
+        from tests.fixtures.brokers import free_port
+
+        a = RabbitMQAdapter(
+            f"amqp://guest:guest@127.0.0.1:{free_port()}/%2F", {"operation_timeout": 1}
+        )
+        with pytest.raises(AdapterUnavailable):
+            a.open()
+        assert a.ping() is False
+        with pytest.raises(PublishFailed):
+            a.publish(message(Topic("urn:x", ("a",)), b"<x/>"))
+
+
+# --------------------------------------------------------------------------- interop
+
+
+class TestNativeInterop:
+    def test_native_publish_reaches_subscription(
+        self, make_adapter: Callable[..., RabbitMQAdapter], native: Any, ns: str, exchange: str
+    ) -> None:
+        adapter = make_adapter(exchanges={ns: exchange})
+        handle = adapter.subscription(
+            SubscriptionSpec(sub_name(), (PathPattern(ns, ("sensors", DEEP)),))
+        )
+        bodies: list[tuple[bytes, str | None]] = [
+            (json.dumps({"t": 21.5}).encode(), "application/json"),
+            ("plain text é".encode(), "text/plain; charset=utf-8"),
+            (bytes(range(256)), "application/octet-stream"),
+            (b"<reading xmlns='urn:r'>1</reading>", "application/xml"),
+            (b"no content type", None),
+        ]
+        for body, ctype in bodies:
+            native.basic_publish(
+                exchange,
+                "sensors.room1.temp",
+                body,
+                pika.BasicProperties(content_type=ctype, headers={"origin": "plc-7"}),
+            )
+        native.basic_publish(exchange, "other.thing", b"not selected")
+        got = pull_all(handle, len(bodies))
+        assert [m.body for m in got] == [b for b, _ in bodies]
+        assert [m.content_type for m in got] == [c or "application/octet-stream" for _, c in bodies]
+        for m in got:
+            assert m.topic == Topic(ns, ("sensors", "room1", "temp"))
+            assert m.headers.get("origin") == "plc-7"
+            assert HEADER_MESSAGE_ID not in m.headers
+        assert handle.pull(5, timeout=0.3) == []
+        handle.delete()
+
+    def test_adapter_publish_reaches_native_queue(
+        self, make_adapter: Callable[..., RabbitMQAdapter], native: Any, ns: str, exchange: str
+    ) -> None:
+        adapter = make_adapter(exchanges={ns: exchange})
+        # the exchange exists once the adapter has opened (configured namespaces)
+        queue = native.queue_declare("", exclusive=True).method.queue
+        native.queue_bind(queue, exchange, "alerts.*")
+        receipt = adapter.publish(
+            message(Topic(ns, ("alerts", "fire")), b"<alarm/>", **{"x-app": "demo"})
+        )
+        assert receipt.routed is True
+        adapter.publish(message(Topic(ns, ("alerts", "fire", "deep")), b"<no/>"))
+        method, props, body = None, None, None
+        assert wait_until(lambda: native.queue_declare(queue, passive=True).method.message_count)
+        method, props, body = native.basic_get(queue, auto_ack=True)
+        assert body == b"<alarm/>"
+        assert method.exchange == exchange
+        assert method.routing_key == "alerts.fire"
+        assert props.content_type == "application/xml"
+        assert props.delivery_mode == 2
+        assert props.headers[HEADER_TOPIC_NAMESPACE] == ns
+        assert props.headers[HEADER_TOPIC_PATH] == "alerts/fire"
+        assert props.headers[HEADER_ORIGIN] == "gateway"
+        assert props.headers["x-app"] == "demo"
+        assert props.message_id == props.headers[HEADER_MESSAGE_ID]
+        assert native.basic_get(queue, auto_ack=True)[0] is None
+
+    def test_existing_exchange_used_as_is(
+        self, make_adapter: Callable[..., RabbitMQAdapter], native: Any, ns: str, exchange: str
+    ) -> None:
+        # a pre-existing, non-durable exchange would clash with a durable re-declare
+        native.exchange_declare(exchange, "topic", durable=False, auto_delete=False)
+        adapter = make_adapter(exchanges={ns: exchange})
+        handle = adapter.subscription(SubscriptionSpec(sub_name(), (PathPattern(ns, ("a",)),)))
+        assert adapter.publish(message(Topic(ns, ("a",)), b"<x/>")).routed is True
+        assert [m.body for m in pull_all(handle, 1)] == [b"<x/>"]
+        handle.delete()
+        native.exchange_delete(exchange)
+
+    def test_unconfigured_native_exchange_via_fallback_namespace(
+        self, make_adapter: Callable[..., RabbitMQAdapter], native: Any, exchange: str
+    ) -> None:
+        native.exchange_declare(exchange, "topic")
+        adapter = make_adapter()
+        ns = fallback_namespace(exchange)
+        handle = adapter.subscription(SubscriptionSpec(sub_name(), (PathPattern(ns, ("eu", ANY)),)))
+        native.basic_publish(exchange, "eu.orders", b'{"id": 1}')
+        (m,) = pull_all(handle, 1)
+        assert m.topic == Topic(ns, ("eu", "orders"))
+        handle.delete()
+        native.exchange_delete(exchange)
+
+    def test_everything_subscription_spans_namespaces(
+        self, make_adapter: Callable[..., RabbitMQAdapter], native: Any, ns: str, exchange: str
+    ) -> None:
+        adapter = make_adapter(exchanges={ns: exchange})
+        handle = adapter.subscription(SubscriptionSpec(sub_name(), None))
+        other = f"{ns}:other"
+        adapter.publish(message(Topic(other, ("x",)), b"gw-other"))
+        native.basic_publish(exchange, "y", b"native-configured")
+        adapter.publish(message(Topic(ns, ("z",)), b"gw-configured"))
+        got = pull_all(handle, 3)
+        mine = {m.body: m.topic for m in got if m.topic.namespace in (ns, other)}
+        assert mine == {
+            b"gw-other": Topic(other, ("x",)),
+            b"native-configured": Topic(ns, ("y",)),
+            b"gw-configured": Topic(ns, ("z",)),
+        }
+        handle.delete()
+
+
+# --------------------------------------------------------------------------- current message
+
+
+class TestCurrentMessage:
+    def test_native_publishes_are_current(
+        self, make_adapter: Callable[..., RabbitMQAdapter], native: Any, ns: str, exchange: str
+    ) -> None:
+        adapter = make_adapter(exchanges={ns: exchange})
+        topic = Topic(ns, ("plant", "valve"))
+        assert adapter.current_message(topic) is None
+        native.basic_publish(
+            exchange,
+            "plant.valve",
+            b'{"open": true}',
+            pika.BasicProperties(content_type="application/json"),
+        )
+        cur = adapter.current_message(topic)
+        assert cur is not None
+        assert (cur.body, cur.content_type, cur.topic) == (
+            b'{"open": true}',
+            "application/json",
+            topic,
+        )
+        # gateway and native publishes interleave: the last one wins
+        adapter.publish(message(topic, b"<closed/>"))
+        cur = adapter.current_message(topic)
+        assert cur is not None and cur.body == b"<closed/>"
+        assert cur.content_type == "application/xml"
+        native.basic_publish(exchange, "plant.valve", b"half")
+        cur = adapter.current_message(topic)
+        assert cur is not None and cur.body == b"half"
+        assert adapter.current_message(Topic(ns, ("plant",))) is None
+
+    def test_seen_by_another_gateway_instance(
+        self, make_adapter: Callable[..., RabbitMQAdapter], ns: str
+    ) -> None:
+        first = make_adapter()
+        second = make_adapter()
+        topic = Topic(ns, ("shared",))
+        first.publish(message(topic, b"<from-first/>"))
+        cur = second.current_message(topic)
+        assert cur is not None and cur.body == b"<from-first/>"
+
+    def test_tap_does_not_count_as_a_route(
+        self, make_adapter: Callable[..., RabbitMQAdapter], ns: str
+    ) -> None:
+        adapter = make_adapter()
+        assert adapter.publish(message(Topic(ns, ("nobody",)), b"<x/>")).routed is False
+        assert adapter.current_message(Topic(ns, ("nobody",))) is not None
+
+
+# --------------------------------------------------------------------------- limits
+
+
+class TestLimits:
+    @pytest.mark.parametrize(
+        ("overflow", "kept"),
+        [(Overflow.DROP_OLDEST, [b"3", b"4", b"5"]), (Overflow.DROP_NEWEST, [b"0", b"1", b"2"])],
+    )
+    def test_overflow_on_paused_subscription(
+        self,
+        make_adapter: Callable[..., RabbitMQAdapter],
+        ns: str,
+        overflow: Overflow,
+        kept: list[bytes],
+    ) -> None:
+        adapter = make_adapter()
+        topic = Topic(ns, ("t",))
+        limits = QueueLimits(max_messages=3, overflow=overflow)
+        handle = adapter.subscription(
+            SubscriptionSpec(sub_name(), (PathPattern(ns, ("t",)),), limits)
+        )
+        unbounded = adapter.subscription(SubscriptionSpec(sub_name(), (PathPattern(ns, ("t",)),)))
+        got = Collector()
+        handle.start(got, prefetch=10)
+        handle.stop()  # paused: the queue accumulates, bounded
+        for i in range(6):
+            # a full reject-publish queue nacks; the publish still succeeds for the others
+            adapter.publish(message(topic, b"%d" % i))
+        assert handle.depth() == 3
+        handle.start(got, prefetch=10)
+        got.wait_for(3, 5.0)
+        time.sleep(0.3)
+        handle.stop()
+        assert got.bodies() == kept
+        assert [m.body for m in pull_all(unbounded, 6)] == [b"%d" % i for i in range(6)]
+        handle.delete()
+        unbounded.delete()
+
+    def test_changed_limits_recreate_an_empty_queue(
+        self, make_adapter: Callable[..., RabbitMQAdapter], native: Any, ns: str
+    ) -> None:
+        adapter = make_adapter()
+        name = sub_name()
+        patterns = (PathPattern(ns, ("t",)),)
+        adapter.subscription(SubscriptionSpec(name, patterns, QueueLimits(max_messages=2)))
+        handle = adapter.subscription(SubscriptionSpec(name, patterns, QueueLimits(max_messages=5)))
+        # declaring with the new arguments succeeds only if they are in force
+        native.queue_declare(
+            adapter.queue_name(name),
+            durable=True,
+            arguments=adapter.queue_arguments(QueueLimits(max_messages=5)),
+        )
+        handle.delete()
+
+    def test_changed_limits_keep_a_queue_with_messages(
+        self, make_adapter: Callable[..., RabbitMQAdapter], ns: str
+    ) -> None:
+        adapter = make_adapter()
+        name = sub_name()
+        patterns = (PathPattern(ns, ("t",)),)
+        adapter.subscription(SubscriptionSpec(name, patterns, QueueLimits(max_messages=2)))
+        adapter.publish(message(Topic(ns, ("t",)), b"keep me"))
+        handle = adapter.subscription(SubscriptionSpec(name, patterns, QueueLimits(max_messages=9)))
+        assert [m.body for m in pull_all(handle, 1)] == [b"keep me"]
+        handle.delete()
+
+    def test_rebinding_changes_patterns(
+        self, make_adapter: Callable[..., RabbitMQAdapter], ns: str
+    ) -> None:
+        adapter = make_adapter()
+        name = sub_name()
+        adapter.subscription(SubscriptionSpec(name, (PathPattern(ns, ("a",)),)))
+        handle = adapter.subscription(SubscriptionSpec(name, (PathPattern(ns, ("b",)),)))
+        adapter.publish(message(Topic(ns, ("a",)), b"a"))
+        adapter.publish(message(Topic(ns, ("b",)), b"b"))
+        assert [m.body for m in pull_all(handle, 2, timeout=1.0)] == [b"b"]
+        handle.delete()
+
+
+# --------------------------------------------------------------------------- concurrency
+
+
+def test_publish_from_many_threads(make_adapter: Callable[..., RabbitMQAdapter], ns: str) -> None:
+    adapter = make_adapter()
+    handle = adapter.subscription(SubscriptionSpec(sub_name(), (PathPattern(ns, (ANY,)),)))
+    errors: list[BaseException] = []
+
+    def work(k: int) -> None:
+        try:
+            for i in range(25):
+                adapter.publish(message(Topic(ns, (f"w{k}",)), b"%d-%d" % (k, i)))
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    got = Collector()
+    handle.start(got, prefetch=50)
+    got.wait_for(200, 10.0)
+    handle.stop()
+    assert len(set(got.bodies())) == 200
+    handle.delete()
+
+
+# --------------------------------------------------------------------------- failures
+
+
+def test_node_restart_mid_stream(
+    rabbitmq_node: RabbitNode, make_adapter: Callable[..., RabbitMQAdapter], ns: str
+) -> None:
+    """Stop the node while a publisher and a consumer run: ping is False while it is down,
+    publishes fail loudly, nothing confirmed is lost, delivery resumes by itself."""
+    adapter = make_adapter(reconnect_max_delay=0.5, heartbeat=5)
+    topic = Topic(ns, ("stream",))
+    handle = adapter.subscription(SubscriptionSpec(sub_name(), (PathPattern(ns, ("stream",)),)))
+    got = Collector()
+    handle.start(got, prefetch=20)
+
+    confirmed: list[bytes] = []
+    failed: list[bytes] = []
+    stop = threading.Event()
+
+    def publisher() -> None:
+        i = 0
+        while not stop.is_set():
+            body = b"m%d" % i
+            i += 1
+            try:
+                adapter.publish(message(topic, body), timeout=1.0)
+                confirmed.append(body)
+            except PublishFailed:
+                failed.append(body)
+            time.sleep(0.005)
+
+    thread = threading.Thread(target=publisher)
+    thread.start()
+    try:
+        assert wait_until(lambda: len(got.received) >= 50, 10)
+        rabbitmq_node.stop()
+        assert adapter.ping(timeout=1.0) is False
+        assert wait_until(lambda: len(failed) >= 1, 5)
+        before = len(confirmed)
+        rabbitmq_node.start()
+        assert wait_until(lambda: adapter.ping(timeout=1.0), 20)
+        assert wait_until(lambda: len(confirmed) >= before + 50, 20)
+    finally:
+        stop.set()
+        thread.join()
+    received = set(got.bodies())
+    assert wait_until(lambda: set(confirmed) <= set(got.bodies()), 15), sorted(
+        set(confirmed) - set(got.bodies())
+    )[:10]
+    assert len(received) > 0
+    handle.stop()
+    handle.delete()
+
+
+_CHILD = textwrap.dedent(
+    """
+    import sys, time
+    from wsnmom.adapters.rabbitmq.adapter import RabbitMQAdapter
+    from wsnmom.core.adapter import SubscriptionSpec
+    from wsnmom.topic_mapping.model import PathPattern
+
+    url, ns, name = sys.argv[1:4]
+    adapter = RabbitMQAdapter(url, {})
+    adapter.open()
+    handle = adapter.subscription(SubscriptionSpec(name, (PathPattern(ns, ("t",)),)))
+    held = []
+    handle.start(held.append, prefetch=100)   # never acks
+    while len(held) < 5:
+        time.sleep(0.02)
+    print("holding", len(held), flush=True)
+    time.sleep(60)
+    """
+)
+
+
+def test_killed_gateway_leaves_messages_for_redelivery(
+    make_adapter: Callable[..., RabbitMQAdapter], rabbitmq_url: str, ns: str
+) -> None:
+    adapter = make_adapter()
+    name = sub_name()
+    patterns = (PathPattern(ns, ("t",)),)
+    adapter.subscription(SubscriptionSpec(name, patterns))
+    adapter.publish_many([message(Topic(ns, ("t",)), b"%d" % i) for i in range(5)])
+    child = subprocess.Popen(
+        [sys.executable, "-c", _CHILD, rabbitmq_url, ns, name],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=os.getcwd(),
+    )
+    try:
+        assert child.stdout is not None
+        line = child.stdout.readline()
+        assert line.startswith("holding 5"), line
+        handle = adapter.subscription(SubscriptionSpec(name, patterns))
+        assert handle.pull(5, timeout=0.3) == []  # all unacked, held by the child
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait(10)
+        got = pull_all(handle, 5, timeout=10)
+        assert [m.body for m in got] == [b"%d" % i for i in range(5)]
+        assert all(m.redelivered for m in got)
+        handle.delete()
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()

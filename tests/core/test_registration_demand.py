@@ -1,0 +1,166 @@
+"""RegisterPublisher, requires_registration, demand-based publishing (CXF testPublisher*,
+ServiceMix testDemandBasedPublisher, DEM-*), GetCurrentMessage."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from wsnmom.core import errors
+from wsnmom.core.model import EndpointReference, ExpressionSource, RegisterPublisherRequest
+from wsnmom.core.service import BrokerService
+from wsnmom.topic_mapping.namespaces import TopicSet
+
+from .conftest import NS, RecordingOutbound, full, note, simple, sub_req, wait_idle
+
+P = "http://127.0.0.1:9/publisher"
+C = "http://127.0.0.1:9/consumer"
+
+
+def reg_req(**kw: Any) -> RegisterPublisherRequest:
+    kw.setdefault("publisher_reference", EndpointReference(P))
+    return RegisterPublisherRequest(**kw)
+
+
+def test_register_publisher_faults(service: BrokerService) -> None:
+    with pytest.raises(errors.PublisherRegistrationFailed):
+        service.register_publisher(
+            RegisterPublisherRequest(None, topics=(simple("t:a"),), demand=True)
+        )
+    with pytest.raises(errors.InvalidTopicExpression):
+        service.register_publisher(reg_req(demand=True))
+    with pytest.raises(errors.InvalidTopicExpression):  # BR lists no dialect fault
+        service.register_publisher(
+            reg_req(topics=(ExpressionSource("urn:unknown-dialect", "t:a", {"t": NS}),))
+        )
+    with pytest.raises(errors.InvalidTopicExpression):
+        service.register_publisher(reg_req(topics=(simple("t:a/b"),)))
+
+
+def test_null_publisher_reference(service: BrokerService, outbound: RecordingOutbound) -> None:
+    """CXF testNullPublisherReference."""
+    reg = service.register_publisher(
+        RegisterPublisherRequest(None, topics=(simple("t:myTopicNullEPR"),))
+    )
+    assert service.get_registration(reg.id).publisher_reference is None
+    service.subscribe(sub_req(C, topic=simple("t:myTopicNullEPR")))
+    service.notify([note("<x/>", simple("t:myTopicNullEPR"))])
+    assert len(outbound.wait_messages(C, 1)) == 1
+    service.destroy_registration(reg.id)
+    with pytest.raises(errors.ResourceUnknown):
+        service.destroy_registration(reg.id)
+
+
+def test_producer_reference_forwarded(service: BrokerService, outbound: RecordingOutbound) -> None:
+    """CXF testPublisher."""
+    service.subscribe(sub_req(C, topic=simple("t:myTopic")))
+    reg = service.register_publisher(reg_req(topics=(simple("t:myTopic"),)))
+    service.notify([note("<x/>", simple("t:myTopic"), producer=P)])
+    got = outbound.wait_messages(C, 1)
+    assert got[0].message.producer_reference == EndpointReference(P)
+    service.destroy_registration(reg.id)
+
+
+def test_requires_registration(make_broker: Any, outbound: RecordingOutbound) -> None:
+    b = make_broker(requires_registration=True)
+    service: BrokerService = b.service
+    assert service.broker_properties().requires_registration is True
+    service.subscribe(sub_req(C))
+    with pytest.raises(errors.PublisherRegistrationRejected):
+        service.notify([note("<x>anon</x>", simple("t:a"))])
+    with pytest.raises(errors.PublisherRegistrationRejected):
+        service.notify([note("<x>unregistered</x>", simple("t:a"), producer=P)])
+    reg = service.register_publisher(reg_req(topics=(simple("t:a"),)))
+    service.notify([note("<x>ok</x>", simple("t:a"), producer=P)])
+    with pytest.raises(errors.PublisherRegistrationRejected):  # outside its topics
+        service.notify([note("<x>other topic</x>", simple("t:b"), producer=P)])
+    service.destroy_registration(reg.id)
+    with pytest.raises(errors.PublisherRegistrationRejected):
+        service.notify([note("<x>after destroy</x>", simple("t:a"), producer=P)])
+    wait_idle(service)
+    assert outbound.payloads_to(C) == [b"<x>ok</x>"]
+
+
+def test_demand_based_publishing(service: BrokerService, outbound: RecordingOutbound) -> None:
+    """CXF testPublisherOnDemand / ServiceMix testDemandBasedPublisher, with DEM-03 pause."""
+    reg = service.register_publisher(
+        reg_req(topics=(simple("t:myTopic1"), simple("t:myTopic2")), demand=True)
+    )
+    service.demand.reconcile()
+    assert outbound.events == []  # nobody wants it yet: the publisher is not contacted
+    other = service.subscribe(sub_req(C, topic=simple("t:unrelated")))
+    service.demand.reconcile()
+    assert outbound.events == []
+    sub = service.subscribe(sub_req(C, topic=full("t:myTopic1//.")))
+    assert outbound.wait(lambda: len(outbound.events) >= 1)
+    kind, ref = outbound.events[0]
+    assert kind == "subscribe"
+    stored = service.get_registration(reg.id)
+    assert stored.demand_subscription == EndpointReference(ref)
+    # the publisher's notifications come back through Notify
+    service.notify([note("<x/>", simple("t:myTopic1"), producer=P)])
+    assert len(outbound.wait_messages(C, 1)) == 1
+    service.unsubscribe(sub.id)
+    assert outbound.wait(lambda: ("pause", ref) in outbound.events)
+    assert service.get_registration(reg.id).demand_paused is True
+    service.subscribe(sub_req(C))  # no topic filter: wants everything
+    assert outbound.wait(lambda: ("resume", ref) in outbound.events)
+    service.destroy_registration(reg.id)
+    assert outbound.wait(lambda: ("unsubscribe", ref) in outbound.events)
+    del other
+
+
+def test_demand_pause_failure_falls_back_to_unsubscribe(
+    service: BrokerService, outbound: RecordingOutbound
+) -> None:
+    outbound.fail_publisher_pause = True
+    reg = service.register_publisher(reg_req(topics=(simple("t:d"),), demand=True))
+    sub = service.subscribe(sub_req(C, topic=simple("t:d")))
+    assert outbound.wait(lambda: any(k == "subscribe" for k, _ in outbound.events))
+    ref = outbound.events[0][1]
+    service.pause(sub.id)  # a paused subscription is no demand
+    assert outbound.wait(lambda: ("unsubscribe", ref) in outbound.events)
+    assert service.get_registration(reg.id).demand_subscription is None
+    service.resume(sub.id)
+    assert outbound.wait(lambda: [k for k, _ in outbound.events].count("subscribe") == 2)
+
+
+def test_get_current_message(service: BrokerService) -> None:
+    with pytest.raises(errors.NoCurrentMessageOnTopic):
+        service.get_current_message(simple("t:cm"))
+    service.notify([note("<m>1</m>", simple("t:cm")), note("<m>2</m>", simple("t:cm"))])
+    assert service.get_current_message(simple("t:cm")).payload == b"<m>2</m>"
+    with pytest.raises(errors.MultipleTopicsSpecified):
+        service.get_current_message(full("t:cm/*"))
+    with pytest.raises(errors.TopicExpressionDialectUnknown):
+        service.get_current_message(ExpressionSource("urn:nope", "t:cm", {"t": NS}))
+    with pytest.raises(errors.InvalidTopicExpression):
+        service.get_current_message(simple("t:cm/x"))
+
+
+def test_fixed_topic_set(make_broker: Any) -> None:
+    from wsnmom.topic_mapping.model import Topic
+
+    def topic_set() -> TopicSet:
+        return TopicSet(topics=[Topic(NS, ("known",))], fixed=True)
+
+    b = make_broker(topic_set=topic_set, fixed_topic_set=True)
+    service: BrokerService = b.service
+    props = service.broker_properties()
+    assert props.fixed_topic_set is True
+    assert [e.text for e in props.topic_expressions] == ["tns:known"]
+    service.subscribe(sub_req(C, topic=simple("t:known")))
+    with pytest.raises(errors.TopicNotSupported):
+        service.subscribe(sub_req(C, topic=simple("t:unknown")))
+    with pytest.raises(errors.TopicNotSupported):
+        service.notify([note("<x/>", simple("t:unknown"))])
+    with pytest.raises(errors.TopicNotSupported):
+        service.register_publisher(reg_req(topics=(simple("t:unknown"),)))
+
+
+def test_topics_grow_ad_hoc(service: BrokerService) -> None:
+    service.notify([note("<x/>", simple("t:grown"))])
+    props = service.broker_properties()
+    assert "tns:grown" in [e.text for e in props.topic_expressions]
+    assert props.topic_set.tag == "{http://docs.oasis-open.org/wsn/t-1}TopicSet"
+    assert props.fixed_topic_set is False

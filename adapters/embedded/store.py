@@ -72,6 +72,10 @@ MEMORY = ":memory:"
 
 #: largest batch the dispatcher fetches for one handle in one transaction
 _FETCH_BATCH = 256
+#: pending acks that force an immediate commit
+_ACK_BATCH = 512
+#: seconds acks may wait for others to share their commit
+_ACK_DELAY = 0.002
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -212,6 +216,9 @@ class Engine:
         self.lock = threading.RLock()
         self.users = 0
         self._lock_fd: int | None = None
+        #: acked (sub, mid) rows not yet deleted: applied at the start of the next
+        #: transaction (group commit); a crash before that redelivers them
+        self._pending_acks: list[tuple[int, int]] = []
         self._closed = False
         if self.memory:
             db = MEMORY
@@ -290,6 +297,12 @@ class Engine:
         with self._arrival:
             self._arrival.notify_all()
         with self.lock:
+            if self._pending_acks:
+                with contextlib.suppress(sqlite3.Error):
+                    self.conn.execute("BEGIN IMMEDIATE")
+                    self._apply_acks(self.conn, self._pending_acks)
+                    self.conn.execute("COMMIT")
+                self._pending_acks = []
             with contextlib.suppress(sqlite3.Error):
                 if not self.memory:
                     self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
@@ -307,12 +320,39 @@ class Engine:
             raise AdapterUnavailable("the embedded adapter is closed")
         conn = self.conn
         conn.execute("BEGIN IMMEDIATE")
+        acks, self._pending_acks = self._pending_acks, []
         try:
+            if acks:
+                self._apply_acks(conn, acks)
             yield conn
         except BaseException:
             conn.execute("ROLLBACK")
+            self._pending_acks[:0] = acks
             raise
         conn.execute("COMMIT")
+
+    def _apply_acks(self, c: sqlite3.Connection, acks: list[tuple[int, int]]) -> None:
+        """Delete acked rows (inside the current transaction) and release their messages."""
+        gone: list[tuple[int, int]] = []
+        for sid, mid in acks:
+            if c.execute(
+                "DELETE FROM queue_entries WHERE sub = ? AND mid = ?", (sid, mid)
+            ).rowcount:
+                gone.append((sid, mid))
+        for sid, mid in gone:
+            st = self.subs.get(sid)
+            if st is not None and st.count is not None and st.bytes is not None:
+                row = c.execute("SELECT size FROM messages WHERE id = ?", (mid,)).fetchone()
+                st.count -= 1
+                st.bytes -= int(row[0]) if row else 0
+        self._decref(c, [mid for _, mid in gone])
+
+    def flush_acks(self) -> None:
+        """Commit pending acks now."""
+        with self.lock:
+            if self._pending_acks and not self._closed:
+                with self.tx():
+                    pass
 
     def ping(self) -> bool:
         if self._closed:
@@ -606,41 +646,36 @@ class Engine:
         with self.lock:
             if self._closed:
                 return
-            st = self.subs.get(sid)
-            with self.tx() as c:
-                if remove:
-                    gone: list[int] = []
-                    for mid in mids:
-                        cur = c.execute(
-                            "DELETE FROM queue_entries WHERE sub = ? AND mid = ?", (sid, mid)
-                        )
-                        if cur.rowcount:
-                            gone.append(mid)
-                    if gone and st is not None and st.count is not None:
-                        sizes = c.execute(
-                            f"SELECT coalesce(sum(size), 0) FROM messages WHERE id IN "
-                            f"({','.join('?' * len(gone))})",
-                            gone,
-                        ).fetchone()[0]
-                        assert st.bytes is not None
-                        st.count -= len(gone)
-                        st.bytes -= int(sizes)
-                    self._decref(c, gone)
-                else:
+            if remove:
+                # group commit: acks are applied by the next transaction, or by the
+                # dispatcher thread within a few milliseconds
+                self._pending_acks.extend((sid, m) for m in mids)
+                if len(self._pending_acks) >= _ACK_BATCH:
+                    self.flush_acks()
+            else:
+                with self.tx() as c:
                     c.executemany(
                         "UPDATE queue_entries SET state = 0 "
                         "WHERE sub = ? AND mid = ? AND state = 1",
                         [(sid, m) for m in mids],
                     )
-        if not remove:
+        if remove:
+            self._kick()
+        else:
             self._wake({sid})
+
+    def _kick(self) -> None:
+        """Make sure the dispatcher thread runs (it flushes pending acks)."""
+        with self._cv:
+            self._ensure_dispatcher()
+            self._cv.notify()
 
     def depth(self, sid: int) -> int:
         with self.lock:
             st = self.subs.get(sid)
             if st is None:
                 return 0
-            if st.limits.max_age is not None:
+            if st.limits.max_age is not None or self._pending_acks:
                 with self.tx():
                     self._expire(st)
             row = self.conn.execute(
@@ -694,22 +729,37 @@ class Engine:
                 if h not in self._queued:
                     self._queued.add(h)
                     self._ready.append(h)
-            if self._dispatcher is None and not self._closed:
-                self._dispatcher = threading.Thread(
-                    target=self._dispatch_loop, name=f"wsnmom-embedded-{self.path}", daemon=True
-                )
-                self._dispatcher.start()
+            self._ensure_dispatcher()
             self._cv.notify()
+
+    def _ensure_dispatcher(self) -> None:
+        # call with self._cv held
+        if self._dispatcher is None and not self._closed:
+            self._dispatcher = threading.Thread(
+                target=self._dispatch_loop, name=f"wsnmom-embedded-{self.path}", daemon=True
+            )
+            self._dispatcher.start()
 
     def _dispatch_loop(self) -> None:
         while True:
+            h: EmbeddedHandle | None = None
             with self._cv:
                 while not self._ready and not self._closed:
+                    if self._pending_acks:
+                        self._cv.wait(_ACK_DELAY)  # let acks coalesce, then flush them
+                        break
                     self._cv.wait()
                 if self._closed:
                     return
-                h = self._ready.popleft()
-                self._queued.discard(h)
+                if self._ready:
+                    h = self._ready.popleft()
+                    self._queued.discard(h)
+            if h is None:
+                try:
+                    self.flush_acks()
+                except Exception:  # pragma: no cover - e.g. closed meanwhile
+                    log.exception("embedded store: flushing acks failed")
+                continue
             try:
                 more = h.dispatch_round(_FETCH_BATCH)
             except Exception:  # pragma: no cover - defensive: keep the dispatcher alive

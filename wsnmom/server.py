@@ -73,11 +73,11 @@ def load_topic_set(settings: Settings) -> TopicSet:
     return TopicSet(namespaces, fixed=settings.fixed_topic_set)
 
 
-def default_outbound() -> OutboundSoap:
-    """The SOAP frontend's outbound client."""
+def default_outbound(settings: Settings) -> OutboundSoap:
+    """The SOAP frontend's outbound client, with the configured destination policy."""
     from wsnmom.soap_frontend.client import SoapClient
 
-    client: OutboundSoap = SoapClient()
+    client: OutboundSoap = SoapClient(settings)
     return client
 
 
@@ -98,7 +98,7 @@ def build_runtime(settings: Settings, *, outbound: OutboundSoap | None = None) -
         raise
     try:
         service = BrokerService(
-            settings, adapter, store, outbound or default_outbound(), topic_set=topic_set
+            settings, adapter, store, outbound or default_outbound(settings), topic_set=topic_set
         )
     except Exception:
         adapter.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from wsnmom.core.config import load_settings
+
 from wsnmom.server import build_runtime
 
 from .conftest import RecordingOutbound

@@ -84,5 +84,37 @@ __all__ = [
     "require_concrete_topic",
 ]
 
-# --- translation (syntax / escaping / translate): re-exports are appended below by the
-# --- engineer who owns those modules; keep this marker.
+from wsnmom.topic_mapping.escaping import (
+    decode_segment,
+    encode_segment,
+    native_word_to_ncname,
+    ncname_to_native_word,
+)
+from wsnmom.topic_mapping.syntax import KAFKA, MQTT, RABBITMQ, WildcardSyntax
+from wsnmom.topic_mapping.translate import (
+    NamespaceRoots,
+    NativeName,
+    NativePattern,
+    Translation,
+    native_to_topic,
+    topic_to_native,
+    translate,
+)
+
+__all__ += [
+    "KAFKA",
+    "MQTT",
+    "RABBITMQ",
+    "NamespaceRoots",
+    "NativeName",
+    "NativePattern",
+    "Translation",
+    "WildcardSyntax",
+    "decode_segment",
+    "encode_segment",
+    "native_to_topic",
+    "native_word_to_ncname",
+    "ncname_to_native_word",
+    "topic_to_native",
+    "translate",
+]

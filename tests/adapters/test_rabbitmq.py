@@ -579,3 +579,18 @@ def test_killed_gateway_leaves_messages_for_redelivery(
         if child.poll() is None:
             child.kill()
             child.wait()
+
+
+def test_quorum_queues(make_adapter: Callable[..., RabbitMQAdapter], native: Any, ns: str) -> None:
+    adapter = make_adapter(queue_type="quorum")
+    name = sub_name()
+    limits = QueueLimits(max_messages=2, overflow=Overflow.DROP_OLDEST)
+    handle = adapter.subscription(SubscriptionSpec(name, (PathPattern(ns, ("q",)),), limits))
+    for i in range(4):
+        adapter.publish(message(Topic(ns, ("q",)), b"%d" % i))
+    assert [m.body for m in pull_all(handle, 4, timeout=1.0)] == [b"2", b"3"]
+    # the queue really is a quorum queue with those arguments (re-declare must match)
+    native.queue_declare(
+        adapter.queue_name(name), durable=True, arguments=adapter.queue_arguments(limits)
+    )
+    handle.delete()

@@ -90,6 +90,10 @@ class LimitSettings:
     #: retention: messages older than this are discarded undelivered
     max_age: timedelta | None = timedelta(days=7)
     overflow: Literal["drop_oldest", "drop_newest"] = "drop_oldest"
+    #: when a push subscription's backlog reaches ``max_messages``: "drop" (apply
+    #: ``overflow`` and go on) or "end" (end the subscription, SubscriptionEnd published;
+    #: checked by the lifetime sweep)
+    on_full: Literal["drop", "end"] = "drop"
     #: cap on messages one GetMessages returns when MaximumNumber is absent or 0
     get_messages_cap: int = 1000
 

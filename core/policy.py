@@ -48,6 +48,8 @@ class AccumulationPolicy:
     #: "drop_oldest" (dispose of earlier ones, keep accumulating) or "drop_newest"
     #: (ignore the most recent ones)
     overflow: str
+    #: "drop": apply ``overflow``; "end": end the subscription when its backlog is full
+    on_full: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,6 +154,7 @@ def build_policy(
             max_bytes=lim.max_bytes,
             retention=lim.max_age,
             overflow=lim.overflow,
+            on_full=lim.on_full,
         ),
         pause_behaviour=(
             "paused subscriptions keep accumulating (bounded by the accumulation policy); "

@@ -38,8 +38,9 @@ Decisions not made in the other core modules (filters, lifetimes, demand, codec)
   PublisherReference (with or without Topic) is accepted; without Topic it covers every
   topic.
 * SubscriptionEnd (NCIA Annex 1) is published when the broker ends a subscription itself:
-  retry give-up, adapter loss, administrative removal (``end_subscription``), a filter that
-  no longer compiles after restart.  Never for Unsubscribe or expiry.
+  retry give-up, a full backlog with ``limits.on_full = "end"`` (checked by the lifetime
+  sweep), administrative removal (``end_subscription``), a filter that no longer compiles
+  after restart.  Never for Unsubscribe or expiry.
 """
 
 from __future__ import annotations
@@ -1093,6 +1094,26 @@ class BrokerService:
     # lifetimes
     # ==========================================================================================
 
+    def _full_subscriptions(self) -> list[_Sub]:
+        """Subscriptions whose backlog reached ``limits.max_messages`` when the configured
+        reaction is to end them (``limits.on_full = "end"``)."""
+        lim = self.settings.limits
+        if lim.on_full != "end" or lim.max_messages is None:
+            return []
+        with self._lock:
+            states = list(self._subs.values())
+        full: list[_Sub] = []
+        for state in states:
+            if state.handle is None:
+                continue
+            try:
+                depth = state.handle.depth()
+            except Exception:
+                continue
+            if depth is not None and depth >= lim.max_messages:
+                full.append(state)
+        return full
+
     def sweep(self) -> None:
         """Destroy every expired subscription, pull point and registration."""
         now = self.now()
@@ -1100,6 +1121,9 @@ class BrokerService:
             subs = [s for s in self._subs.values() if is_expired(s.record.termination_time, now)]
             pps = [p for p in self._pps.values() if is_expired(p.record.termination_time, now)]
             regs = [r for r in self._regs.values() if is_expired(r.record.termination_time, now)]
+        for sub in self._full_subscriptions():
+            metrics.SUBSCRIPTIONS_ENDED.labels(reason="overflow").inc()
+            self._finish_subscription(sub, "accumulation limit reached")
         for sub in subs:
             log.info("subscription %s expired", sub.record.id)
             try:

@@ -199,3 +199,22 @@ def test_subscribe_refuses_disallowed_consumers(make_broker: Any) -> None:
         with pytest.raises(errors.SubscribeCreationFailed):
             b.service.subscribe(sub_req(address))
     b.service.subscribe(sub_req("http://localhost:1/ok"))
+
+
+def test_overflow_end_ends_subscription(make_broker: Any, outbound: RecordingOutbound) -> None:
+    b: Broker = make_broker(limits__max_messages=3, limits__on_full="end")
+    assert b.service is not None
+    watcher = "http://127.0.0.1:9/watcher"
+    b.service.subscribe(sub_req(watcher, topic=simple("t:ends")))
+    sub = b.service.subscribe(
+        sub_req(C, topic=simple("t:a"), subscription_end_topic=simple("t:ends"))
+    )
+    b.service.pause(sub.id)
+    publish(b.service, 2)
+    b.service.sweep()
+    assert sub.id in b.service._subs  # not full yet
+    publish(b.service, 2, start=2)
+    b.service.sweep()
+    assert sub.id not in b.service._subs
+    got = outbound.wait_messages(watcher, 1)
+    assert b"accumulation limit reached" in got[0].message.payload

@@ -1,0 +1,380 @@
+"""Embedded adapter specifics: crash durability across processes, fan-out storage, limits,
+URL parsing, the process lock."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from wsnmom.adapters.embedded import EmbeddedAdapter
+from wsnmom.adapters.embedded.adapter import parse_url
+from wsnmom.adapters.embedded.store import DB_FILE
+from wsnmom.core.adapter import (
+    HEADER_MESSAGE_ID,
+    AdapterUnavailable,
+    OutboundMessage,
+    Overflow,
+    QueueLimits,
+    SubscriptionSpec,
+)
+from wsnmom.topic_mapping.model import ANY, DEEP, PathPattern, Topic
+
+NS = "urn:wsnmom:test:embedded"
+
+
+def msg(path: str, body: bytes, ns: str = NS) -> OutboundMessage:
+    return OutboundMessage(Topic(ns, tuple(path.split("/"))), body, uuid.uuid4().hex)
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Path:
+    return tmp_path / "store"
+
+
+@pytest.fixture
+def adapter(store: Path) -> Iterator[EmbeddedAdapter]:
+    a = EmbeddedAdapter(f"embedded://{store}")
+    a.open()
+    yield a
+    a.close()
+
+
+def count_rows(store: Path, table: str) -> int:
+    with sqlite3.connect(store / DB_FILE) as c:
+        return int(c.execute(f"SELECT count(*) FROM {table}").fetchone()[0])
+
+
+# --------------------------------------------------------------------------- URL
+
+
+@pytest.mark.parametrize(
+    ("url", "path", "opts"),
+    [
+        ("embedded:///var/lib/x", "/var/lib/x", {}),
+        ("embedded://data", "data", {}),
+        ("embedded://data/sub?synchronous=full", "data/sub", {"synchronous": "full"}),
+        ("embedded://:memory:", ":memory:", {}),
+        ("embedded:///with%20space", "/with space", {}),
+    ],
+)
+def test_parse_url(url: str, path: str, opts: dict[str, str]) -> None:
+    assert parse_url(url) == (path, opts)
+
+
+@pytest.mark.parametrize("url", ["embedded://", "amqp://x", "embedded:/x"])
+def test_parse_url_rejects(url: str) -> None:
+    with pytest.raises(ValueError):
+        parse_url(url)
+
+
+def test_bad_synchronous_option(store: Path) -> None:
+    with pytest.raises(ValueError):
+        EmbeddedAdapter(f"embedded://{store}?synchronous=sometimes").open()
+
+
+def test_directory_is_created(tmp_path: Path) -> None:
+    target = tmp_path / "a" / "b"
+    a = EmbeddedAdapter(f"embedded://{target}")
+    a.open()
+    a.close()
+    assert (target / DB_FILE).exists()
+
+
+def test_not_open_is_unavailable(store: Path) -> None:
+    a = EmbeddedAdapter(f"embedded://{store}")
+    with pytest.raises(AdapterUnavailable):
+        a.publish(msg("a", b"x"))
+
+
+# --------------------------------------------------------------------------- fan-out
+
+
+def test_fanout_stores_message_once(adapter: EmbeddedAdapter, store: Path) -> None:
+    handles = [
+        adapter.subscription(SubscriptionSpec(f"s{i}", (PathPattern(NS, ("a", ANY)),)))
+        for i in range(500)
+    ]
+    receipt = adapter.publish(msg("a/b", b"<x/>" * 100))
+    assert receipt.routed is True
+    assert count_rows(store, "messages") == 1
+    assert count_rows(store, "queue_entries") == 500
+    assert all(h.depth() == 1 for h in handles)
+    for h in handles:
+        (m,) = h.pull(10)
+        assert m.body == b"<x/>" * 100
+        m.ack()
+    assert all(h.depth() == 0 for h in handles)
+    assert count_rows(store, "queue_entries") == 0
+    # only the retained current message keeps the body
+    assert count_rows(store, "messages") == 1
+    adapter.publish(msg("a/b", b"next"))
+    assert count_rows(store, "messages") == 1  # one row: current and 500 queue entries
+
+
+def test_superseded_current_message_is_released(adapter: EmbeddedAdapter, store: Path) -> None:
+    for i in range(10):
+        adapter.publish(msg("lonely", b"%d" % i))
+    assert count_rows(store, "messages") == 1
+    cur = adapter.current_message(Topic(NS, ("lonely",)))
+    assert cur is not None and cur.body == b"9"
+
+
+def test_fanout_mixed_patterns(adapter: EmbeddedAdapter) -> None:
+    specs = {
+        "exact": (PathPattern(NS, ("a", "b", "c")),),
+        "one": (PathPattern(NS, ("a", ANY, "c")),),
+        "deep": (PathPattern(NS, ("a", DEEP)),),
+        "mid": (PathPattern(NS, (DEEP, "c")),),
+        "none": (PathPattern(NS, ("x",)),),
+        "all": None,
+        "union": (PathPattern(NS, ("a", DEEP)), PathPattern(NS, ("a", "b", "c"))),
+    }
+    handles = {k: adapter.subscription(SubscriptionSpec(k, v)) for k, v in specs.items()}
+    adapter.publish(msg("a/b/c", b"1"))
+    depths = {k: h.depth() for k, h in handles.items()}
+    assert depths == {
+        "exact": 1,
+        "one": 1,
+        "deep": 1,
+        "mid": 1,
+        "none": 0,
+        "all": 1,
+        "union": 1,
+    }
+
+
+def test_publish_many_is_one_transaction_in_order(adapter: EmbeddedAdapter) -> None:
+    h = adapter.subscription(SubscriptionSpec("s", (PathPattern(NS, ("t",)),)))
+    receipts = adapter.publish_many([msg("t", b"%d" % i) for i in range(1000)])
+    assert len(receipts) == 1000 and all(r.routed for r in receipts)
+    got = h.pull(1000)
+    assert [m.body for m in got] == [b"%d" % i for i in range(1000)]
+    assert got[0].headers[HEADER_MESSAGE_ID]
+
+
+# --------------------------------------------------------------------------- limits
+
+
+def test_drop_oldest_skips_handed_out(adapter: EmbeddedAdapter) -> None:
+    lim = QueueLimits(max_messages=2, overflow=Overflow.DROP_OLDEST)
+    h = adapter.subscription(SubscriptionSpec("s", (PathPattern(NS, ("t",)),), lim))
+    adapter.publish(msg("t", b"0"))
+    (first,) = h.pull(1)  # handed out: counts, but is never dropped
+    adapter.publish(msg("t", b"1"))
+    adapter.publish(msg("t", b"2"))
+    adapter.publish(msg("t", b"3"))
+    assert [m.body for m in h.pull(10)] == [b"3"]
+    first.ack()
+
+
+def test_tighter_limits_trim_existing_queue(adapter: EmbeddedAdapter) -> None:
+    pats = (PathPattern(NS, ("t",)),)
+    adapter.subscription(SubscriptionSpec("s", pats))
+    adapter.publish_many([msg("t", b"%d" % i) for i in range(10)])
+    h = adapter.subscription(SubscriptionSpec("s", pats, QueueLimits(max_messages=4)))
+    assert [m.body for m in h.pull(10)] == [b"6", b"7", b"8", b"9"]
+
+
+def test_oversized_message_dropped_even_with_drop_oldest(adapter: EmbeddedAdapter) -> None:
+    lim = QueueLimits(max_bytes=10, overflow=Overflow.DROP_OLDEST)
+    h = adapter.subscription(SubscriptionSpec("s", (PathPattern(NS, ("t",)),), lim))
+    adapter.publish(msg("t", b"small"))
+    adapter.publish(msg("t", b"x" * 11))
+    assert [m.body for m in h.pull(10)] == [b"small"]
+
+
+def test_limits_survive_restart(store: Path) -> None:
+    pats = (PathPattern(NS, ("t",)),)
+    a = EmbeddedAdapter(f"embedded://{store}")
+    a.open()
+    a.subscription(SubscriptionSpec("s", pats, QueueLimits(max_messages=3)))
+    a.publish_many([msg("t", b"%d" % i) for i in range(3)])
+    a.close()
+    b = EmbeddedAdapter(f"embedded://{store}")
+    b.open()
+    try:
+        b.publish(msg("t", b"3"))  # the limit and the count were restored
+        h = b.subscription(SubscriptionSpec("s", pats, QueueLimits(max_messages=3)))
+        assert [m.body for m in h.pull(10)] == [b"1", b"2", b"3"]
+    finally:
+        b.close()
+
+
+# --------------------------------------------------------------------------- sharing
+
+
+def test_two_adapters_in_one_process_share_the_store(store: Path) -> None:
+    a = EmbeddedAdapter(f"embedded://{store}")
+    b = EmbeddedAdapter(f"embedded://{store}")
+    a.open()
+    b.open()
+    try:
+        h = b.subscription(SubscriptionSpec("s", (PathPattern(NS, ("t",)),)))
+        a.publish(msg("t", b"shared"))
+        assert [m.body for m in h.pull(1)] == [b"shared"]
+        a.close()
+        assert b.ping()
+    finally:
+        a.close()
+        b.close()
+
+
+def test_competing_handles_share_the_work(adapter: EmbeddedAdapter) -> None:
+    spec = SubscriptionSpec("s", (PathPattern(NS, ("t",)),))
+    h1, h2 = adapter.subscription(spec), adapter.subscription(spec)
+    adapter.publish_many([msg("t", b"%d" % i) for i in range(10)])
+    got1 = h1.pull(5)
+    got2 = h2.pull(10)
+    assert len(got1) == 5 and len(got2) == 5
+    assert {m.body for m in got1}.isdisjoint({m.body for m in got2})
+
+
+# --------------------------------------------------------------------------- processes
+
+CHILD = textwrap.dedent(
+    """
+    import os, sys, time, uuid
+    from wsnmom.adapters.embedded import EmbeddedAdapter
+    from wsnmom.core.adapter import OutboundMessage, SubscriptionSpec
+    from wsnmom.topic_mapping.model import PathPattern, Topic
+
+    ns = sys.argv[2]
+    a = EmbeddedAdapter("embedded://" + sys.argv[1])
+    a.open()
+    h = a.subscription(SubscriptionSpec("crash", (PathPattern(ns, ("t",)),)))
+    a.publish_many([
+        OutboundMessage(Topic(ns, ("t",)), b"%d" % i, uuid.uuid4().hex) for i in range(50)
+    ])
+    for i in range(50, 60):
+        a.publish(OutboundMessage(Topic(ns, ("t",)), b"%d" % i, uuid.uuid4().hex))
+    taken = h.pull(5)          # handed out, never settled
+    print("ready", flush=True)
+    time.sleep(60)             # killed here
+    """
+)
+
+
+def _spawn(store: Path) -> subprocess.Popen[str]:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", CHILD, str(store), NS],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    assert line.strip() == "ready", line
+    return proc
+
+
+@pytest.mark.timeout(60)
+def test_sigkill_loses_nothing_committed(store: Path) -> None:
+    proc = _spawn(store)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(10)
+    a = EmbeddedAdapter(f"embedded://{store}")
+    a.open()
+    try:
+        h = a.subscription(SubscriptionSpec("crash", (PathPattern(NS, ("t",)),)))
+        got = h.pull(100)
+        assert [m.body for m in got] == [b"%d" % i for i in range(60)]
+        assert [m.redelivered for m in got[:5]] == [True] * 5
+        assert not any(m.redelivered for m in got[5:])
+    finally:
+        a.close()
+
+
+@pytest.mark.timeout(60)
+def test_store_is_locked_by_its_process(store: Path) -> None:
+    proc = _spawn(store)
+    try:
+        a = EmbeddedAdapter(f"embedded://{store}")
+        with pytest.raises(AdapterUnavailable, match="another process"):
+            a.open()
+    finally:
+        proc.kill()
+        proc.wait(10)
+    a = EmbeddedAdapter(f"embedded://{store}")
+    a.open()  # the lock dies with the process
+    a.close()
+
+
+# --------------------------------------------------------------------------- misc
+
+
+def test_push_respects_prefetch_and_delivers_everything(adapter: EmbeddedAdapter) -> None:
+    h = adapter.subscription(SubscriptionSpec("s", (PathPattern(NS, ("t",)),)))
+    adapter.publish_many([msg("t", b"%d" % i) for i in range(2000)])
+    seen: list[bytes] = []
+    h.start(lambda m: (seen.append(m.body), m.ack()), prefetch=16)
+    deadline = time.monotonic() + 20
+    while len(seen) < 2000 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    h.stop()
+    assert seen == [b"%d" % i for i in range(2000)]
+    assert h.depth() == 0
+
+
+def test_max_age_expires(adapter: EmbeddedAdapter) -> None:
+    from datetime import timedelta
+
+    lim = QueueLimits(max_age=timedelta(milliseconds=100))
+    h = adapter.subscription(SubscriptionSpec("s", (PathPattern(NS, ("t",)),), lim))
+    adapter.publish(msg("t", b"old"))
+    time.sleep(0.25)
+    assert h.depth() == 0
+    assert h.pull(10) == []
+
+
+def test_delete_releases_messages(adapter: EmbeddedAdapter, store: Path) -> None:
+    h = adapter.subscription(SubscriptionSpec("s", (PathPattern(NS, ("t",)),)))
+    adapter.publish_many([msg("t", b"%d" % i) for i in range(5)])
+    h.delete()
+    assert count_rows(store, "queue_entries") == 0
+    assert count_rows(store, "messages") == 1  # the current message
+    assert "s" not in adapter.subscription_names()
+
+
+@pytest.mark.slow
+def test_scale_10k_fanout_100k_subscriptions(store: Path) -> None:
+    a = EmbeddedAdapter(f"embedded://{store}")
+    a.open()
+    try:
+        for i in range(10_000):
+            a.subscription(SubscriptionSpec(f"wide{i}", (PathPattern(NS, ("wide", ANY)),)))
+        for i in range(90_000):
+            a.subscription(SubscriptionSpec(f"narrow{i}", (PathPattern(NS, ("n", f"t{i}")),)))
+        t0 = time.perf_counter()
+        assert a.publish(msg("wide/x", b"<x/>")).routed
+        fanout = time.perf_counter() - t0
+        assert count_rows(store, "queue_entries") == 10_000
+        assert fanout < 5.0, fanout
+    finally:
+        a.close()
+    t0 = time.perf_counter()
+    b = EmbeddedAdapter(f"embedded://{store}")
+    b.open()
+    reopen = time.perf_counter() - t0
+    try:
+        assert len(b.subscription_names()) == 100_000
+        assert b.publish(msg("n/t77", b"1")).routed
+        assert reopen < 60, reopen
+    finally:
+        b.close()
+
+
+def test_env_does_not_leak_pids(store: Path) -> None:
+    a = EmbeddedAdapter(f"embedded://{store}")
+    a.open()
+    try:
+        assert (store / "wsnmom.lock").read_text() == str(os.getpid())
+    finally:
+        a.close()

@@ -175,7 +175,15 @@ def serialize_standalone(el: etree._Element) -> bytes:
     may use their prefixes inside QName-valued text.
     """
     copy = etree.fromstring(etree.tostring(el))  # re-rooted: inherits in-scope nsmap
-    keep = [p for p, uri in copy.nsmap.items() if p and uri not in INFRASTRUCTURE_NAMESPACES]
+    keep = sorted(
+        {
+            p
+            for el in copy.iter()
+            if isinstance(el.tag, str)
+            for p, uri in el.nsmap.items()
+            if p and uri not in INFRASTRUCTURE_NAMESPACES
+        }
+    )
     etree.cleanup_namespaces(copy, keep_ns_prefixes=keep)
     return etree.tostring(copy, encoding="utf-8")
 

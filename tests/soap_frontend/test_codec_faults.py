@@ -65,6 +65,12 @@ def test_serialize_standalone_keeps_needed_namespaces() -> None:
     assert again.tag == "{urn:p}payload"
     assert again.nsmap.get("p") == "urn:p"
     assert b"soap-envelope" not in data
+    nested = parse_xml(
+        b'<r xmlns:wsnt="http://docs.oasis-open.org/wsn/b-2"><wsnt:Filter>'
+        b'<wsnt:TopicExpression xmlns:tns="urn:t">tns:a</wsnt:TopicExpression></wsnt:Filter></r>'
+    )
+    again = etree.fromstring(serialize_standalone(nested[0]))
+    assert again[0].nsmap["tns"] == "urn:t"
 
 
 # --- envelope ---------------------------------------------------------------------------

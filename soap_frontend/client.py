@@ -100,6 +100,8 @@ class DestinationPolicy:
         host = parts.hostname
         if not host:
             raise DeliveryFailed(f"{url!r} has no host", permanent=True)
+        if any(self._matches(rule, host, ()) for rule in self.deny):
+            raise DeliveryFailed(f"{host} is denied by policy", permanent=True)
         addresses = self._resolve(host, parts.port)
         for a in addresses:
             if a.is_link_local and not self.allow_link_local:

@@ -1,0 +1,163 @@
+"""SoapClient against a recording HTTP endpoint: wrapped and raw Notify, WS-A headers,
+failures, destination policy and the demand-based control calls."""
+
+from __future__ import annotations
+
+import pytest
+from wsnmom.core.model import (
+    Delivered,
+    EndpointReference,
+    ExpressionSource,
+    NotificationMessage,
+    SoapVersion,
+)
+from wsnmom.core.ports import DeliveryFailed
+from wsnmom.soap_frontend.client import DestinationPolicy, SoapClient, combine_topics
+from wsnmom.topic_mapping.model import Topic
+
+from tests.fixtures.server import ConsumerServer
+from tests.support.soap import NS, WSNT
+from tests.support.wsn_schemas import assert_body_valid
+
+PARAM = b'<k:Key xmlns:k="urn:k">7</k:Key>'
+
+
+def _deliveries(n: int = 2) -> list[Delivered]:
+    ref = EndpointReference("http://b/wsn/subscriptions/s1")
+    return [
+        Delivered(
+            NotificationMessage(
+                f"m{i}", f'<p:v xmlns:p="urn:p">{i}</p:v>'.encode(), Topic("urn:t", ("a",))
+            ),
+            "s1",
+            ref,
+        )
+        for i in range(n)
+    ]
+
+
+@pytest.mark.parametrize("version", list(SoapVersion))
+def test_wrapped_notify(consumer: ConsumerServer, version: SoapVersion) -> None:
+    client = SoapClient()
+    target = EndpointReference(consumer.address("/c"), (PARAM,))
+    client.notify(target, version, _deliveries(3), use_raw=False, timeout=5)
+    (rec,) = consumer.notifies()
+    assert_body_valid(rec.body)
+    env = rec.envelope
+    expected = (
+        "http://www.w3.org/2003/05/soap-envelope"
+        if version is SoapVersion.SOAP12
+        else "http://schemas.xmlsoap.org/soap/envelope/"
+    )
+    assert env.tag == f"{{{expected}}}Envelope"
+    assert len(rec.body_child.findall(f"{{{WSNT}}}NotificationMessage")) == 3
+    assert rec.header(f"{{{NS['wsa']}}}To")[0].text == consumer.address("/c")
+    assert rec.header(f"{{{NS['wsa']}}}Action")[0].text.endswith("NotificationConsumer/Notify")  # type: ignore[union-attr]
+    key = rec.header("{urn:k}Key")[0]
+    assert key.text == "7" and key.get(f"{{{NS['wsa']}}}IsReferenceParameter") == "true"
+
+
+def test_raw_notify_one_request_per_message(consumer: ConsumerServer) -> None:
+    SoapClient().notify(
+        EndpointReference(consumer.address()),
+        SoapVersion.SOAP11,
+        _deliveries(2),
+        use_raw=True,
+        timeout=5,
+    )
+    recs = consumer.notifies()
+    assert [r.body_child.tag for r in recs] == ["{urn:p}v", "{urn:p}v"]
+    assert [r.body_child.text for r in recs] == ["0", "1"]
+
+
+def test_failures_raise_delivery_failed(consumer: ConsumerServer) -> None:
+    client = SoapClient()
+    target = EndpointReference(consumer.address())
+    consumer.mode = "error"
+    with pytest.raises(DeliveryFailed) as info:
+        client.notify(target, SoapVersion.SOAP12, _deliveries(1), use_raw=False, timeout=5)
+    assert not info.value.permanent  # a Receiver fault may go away
+    consumer.mode = "drop"
+    with pytest.raises(DeliveryFailed):
+        client.notify(target, SoapVersion.SOAP12, _deliveries(1), use_raw=False, timeout=5)
+    closed = EndpointReference(f"http://127.0.0.1:{_closed_port()}/x")
+    with pytest.raises(DeliveryFailed):
+        client.notify(closed, SoapVersion.SOAP12, _deliveries(1), use_raw=False, timeout=2)
+
+
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.parametrize(
+    ("policy", "url"),
+    [
+        (DestinationPolicy(), "http://169.254.169.254/latest/meta-data"),
+        (DestinationPolicy(), "ftp://example.org/x"),
+        (DestinationPolicy(allow_loopback=False), "http://127.0.0.1:9/x"),
+        (DestinationPolicy(deny=["10.0.0.0/8"]), "http://10.1.2.3/x"),
+        (DestinationPolicy(deny=["*.internal"]), "http://db.internal/x"),
+        (DestinationPolicy(allow=["192.0.2.0/24"]), "http://127.0.0.1/x"),
+        (DestinationPolicy(), "http://[fe80::1]/x"),
+    ],
+)
+def test_destination_policy_refuses(policy: DestinationPolicy, url: str) -> None:
+    with pytest.raises(DeliveryFailed) as info:
+        policy.check(url)
+    assert info.value.permanent
+
+
+def test_destination_policy_from_settings() -> None:
+    from wsnmom.core.config import OutboundSettings
+
+    policy = DestinationPolicy.from_settings(OutboundSettings(deny=["192.0.2.0/24"]))
+    policy.check("http://127.0.0.1/x")
+    with pytest.raises(DeliveryFailed):
+        policy.check("http://192.0.2.7/x")
+
+
+def test_demand_control_calls(consumer: ConsumerServer) -> None:
+    client = SoapClient()
+    topics = [
+        ExpressionSource(None, "t:a", {"t": "urn:t"}),
+        ExpressionSource(
+            "http://docs.oasis-open.org/wsn/t-1/TopicExpression/Simple", "t:b", {"t": "urn:t"}
+        ),
+    ]
+    ref = client.subscribe(
+        EndpointReference(consumer.address("/producer")),
+        EndpointReference("http://broker/wsn/broker"),
+        topics,
+        timeout=5,
+    )
+    assert ref.address.startswith(consumer.url + "/publisher-subscriptions/")
+    client.pause(ref, timeout=5)
+    client.resume(ref, timeout=5)
+    client.unsubscribe(ref, timeout=5)
+    assert [op for op, _ in consumer.control] == [
+        "Subscribe",
+        "PauseSubscription",
+        "ResumeSubscription",
+        "Unsubscribe",
+    ]
+
+
+def test_combine_topics() -> None:
+    (one,) = combine_topics(
+        [
+            ExpressionSource(None, "t:a", {"t": "urn:t"}),
+            ExpressionSource(None, "t:b/c", {"t": "urn:t"}),
+        ]
+    )
+    assert one.text == "t:a | t:b/c" and one.dialect.endswith("/Full")  # type: ignore[union-attr]
+    clash = combine_topics(
+        [
+            ExpressionSource(None, "t:a", {"t": "urn:1"}),
+            ExpressionSource(None, "t:b", {"t": "urn:2"}),
+        ]
+    )
+    assert len(clash) == 2

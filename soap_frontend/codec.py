@@ -35,7 +35,7 @@ import dataclasses
 import enum
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any, Final
+from typing import Any, Final, cast
 
 import isodate
 from lxml import etree
@@ -514,7 +514,7 @@ def add_time(parent: etree._Element, tag: str, value: datetime | None) -> etree.
 def add_expression(parent: etree._Element, tag: str, expr: ExpressionSource) -> etree._Element:
     """Append a TopicExpressionType element with the namespaces its text needs."""
     nsmap = {p: u for p, u in expr.namespaces.items() if u}
-    el = etree.SubElement(parent, tag, nsmap=nsmap)
+    el = etree.SubElement(parent, tag, nsmap=cast(Any, nsmap))
     el.set("Dialect", expr.dialect or SIMPLE)
     el.text = expr.text
     return el
@@ -824,7 +824,7 @@ def _policy_text(value: Any) -> str:
     if isinstance(value, enum.Enum):
         return str(value.value)
     if isinstance(value, timedelta):
-        return isodate.duration_isoformat(value)
+        return str(isodate.duration_isoformat(value))
     if isinstance(value, datetime):
         return xsd_datetime(value)
     return str(value)

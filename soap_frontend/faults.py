@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 from lxml import etree
 from wsnmom.core import errors
@@ -131,7 +131,7 @@ def fault_detail(
         if ns and ns not in nsmap.values():
             known = [p for p, u in PREFIXES.items() if u == ns]
             nsmap[known[0] if known else f"q{len(nsmap)}"] = ns
-    el = etree.Element(qname(error.namespace, error.fault_name), nsmap=nsmap)
+    el = etree.Element(qname(error.namespace, error.fault_name), nsmap=cast(Any, nsmap))
     etree.SubElement(el, qname(WSRF_BF, "Timestamp")).text = xsd_datetime(now)
     if originator is not None:
         _epr(el, qname(WSRF_BF, "Originator"), originator)

@@ -230,7 +230,7 @@ def _build(base: str, policy: etree._Element | None) -> etree._Element:
         "wsrf-rp": WSRF_RP,
         "tns": TNS,
     }
-    defs = etree.Element(_q(WSDL, "definitions"), nsmap=nsmap)  # type: ignore[arg-type]
+    defs = etree.Element(_q(WSDL, "definitions"), nsmap=nsmap)
     defs.set("name", "WsnmomNotificationBroker")
     defs.set("targetNamespace", TNS)
     doc = etree.SubElement(defs, _q(WSDL, "documentation"))
@@ -286,9 +286,9 @@ def _build(base: str, policy: etree._Element | None) -> etree._Element:
                 if resp_action:
                     out.set(_q(WSAM, "Action"), resp_action)
             for _, fault_local in o.faults:
-                f = etree.SubElement(op_el, _q(WSDL, "fault"), name=fault_local)
-                f.set("message", f"tns:{fault_local}")
-                f.set(_q(WSAM, "Action"), "http://docs.oasis-open.org/wsn/fault")
+                fault_el = etree.SubElement(op_el, _q(WSDL, "fault"), name=fault_local)
+                fault_el.set("message", f"tns:{fault_local}")
+                fault_el.set(_q(WSAM, "Action"), "http://docs.oasis-open.org/wsn/fault")
 
     for pt_name, (ops, _) in PORT_TYPES.items():
         for suffix, soap_ns in (("Soap11", WSDL_SOAP11), ("Soap12", WSDL_SOAP12)):
@@ -309,8 +309,10 @@ def _build(base: str, policy: etree._Element | None) -> etree._Element:
                     out = etree.SubElement(op_el, _q(WSDL, "output"), name=o.output[1])
                     etree.SubElement(out, _q(soap_ns, "body"), use="literal")
                 for _, fault_local in o.faults:
-                    f = etree.SubElement(op_el, _q(WSDL, "fault"), name=fault_local)
-                    etree.SubElement(f, _q(soap_ns, "fault"), name=fault_local, use="literal")
+                    fault_el = etree.SubElement(op_el, _q(WSDL, "fault"), name=fault_local)
+                    etree.SubElement(
+                        fault_el, _q(soap_ns, "fault"), name=fault_local, use="literal"
+                    )
 
     for pt_name, (_, path) in PORT_TYPES.items():
         svc = etree.SubElement(defs, _q(WSDL, "service"), name=f"{pt_name}Service")

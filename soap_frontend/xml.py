@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterable, Mapping
-from typing import Final
+from typing import Any, Final, cast
 
 from lxml import etree
 
@@ -116,7 +116,8 @@ def parse_xml(data: bytes, *, max_depth: int = MAX_DEPTH) -> etree._Element:
     except etree.XMLSyntaxError as exc:
         raise XmlRejected(f"not well-formed XML: {exc}") from None
     tree = root.getroottree()
-    if tree.docinfo.doctype or tree.docinfo.internalDTD is not None:
+    docinfo: Any = tree.docinfo
+    if docinfo.doctype or docinfo.internalDTD is not None:
         raise XmlRejected("document type declarations are not accepted")
     _check_depth(root, max_depth)
     return root
@@ -142,7 +143,7 @@ def children(el: etree._Element) -> list[etree._Element]:
 
 def text_of(el: etree._Element) -> str:
     """All text content of an element, stripped."""
-    return "".join(el.itertext()).strip()
+    return "".join(str(t) for t in el.itertext()).strip()
 
 
 def is_nil(el: etree._Element) -> bool:
@@ -201,7 +202,9 @@ def sub(
     nsmap: Mapping[str | None, str] | None = None,
 ) -> etree._Element:
     """Append a child element with optional text."""
-    child = etree.SubElement(parent, tag, attrib=dict(attrib or {}), nsmap=dict(nsmap or {}))
+    child = etree.SubElement(
+        parent, tag, attrib=dict(attrib or {}), nsmap=cast(Any, dict(nsmap or {}))
+    )
     if text is not None:
         child.text = text
     return child
@@ -213,7 +216,7 @@ def element(
     nsmap: Mapping[str | None, str] | None = None,
 ) -> etree._Element:
     """A new element using the preferred prefixes."""
-    el = etree.Element(tag, nsmap=dict(nsmap) if nsmap is not None else dict(PREFIXES))
+    el = etree.Element(tag, nsmap=cast(Any, dict(nsmap) if nsmap is not None else dict(PREFIXES)))
     if text is not None:
         el.text = text
     return el

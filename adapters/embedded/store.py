@@ -718,7 +718,7 @@ class Engine:
         with self._arrival:
             self._arrivals += 1
             self._arrival.notify_all()
-        handles = [h for sid in sids for h in self.started.get(sid, ())]
+        handles = [h for sid in sids for h in tuple(self.started.get(sid, ()))]
         if handles:
             self.schedule(handles)
 
@@ -762,6 +762,8 @@ class Engine:
                 continue
             try:
                 more = h.dispatch_round(_FETCH_BATCH)
+            except AdapterUnavailable:  # closed while dispatching
+                more = False
             except Exception:  # pragma: no cover - defensive: keep the dispatcher alive
                 log.exception("embedded dispatcher failed for %s", h.name)
                 more = False
@@ -786,10 +788,11 @@ _engines_lock = threading.Lock()
 def acquire_engine(path: str, options: Mapping[str, Any]) -> Engine:
     """The engine of ``path`` (shared within the process); call :func:`release_engine`."""
     sync = str(options.get("synchronous", "NORMAL"))
+    _synchronous(sync)  # validate before anything is locked or created
     if path == MEMORY:
-        eng = Engine(MEMORY, synchronous=sync)
-        eng.users = 1
-        return eng
+        mem = Engine(MEMORY, synchronous=sync)
+        mem.users = 1
+        return mem
     key = os.path.realpath(path)
     with _engines_lock:
         eng = _engines.get(key)

@@ -326,7 +326,6 @@ class RabbitMQSubscription(SubscriptionHandle):
 class _Pending:
     """A publish waiting for its confirm."""
 
-    #: None for the tap copies (nobody waits for them)
     future: asyncio.Future[PublishReceipt] | None
     exchange: str
     routing_key: str
@@ -524,7 +523,8 @@ class RabbitMQAdapter(Adapter):
         assert link.admin_lock is not None
         async with link.admin_lock:
             ch = await link.admin()
-            await ch.call("exchange_declare", self.opts.all_exchange, passive=True)
+            # a round trip that cannot fail for topology reasons
+            await ch.call("basic_qos", prefetch_count=0)
 
     def _run(self, coro: Any, extra: float = 0.0) -> Any:
         """Run a coroutine on the consumer link; map failures to AdapterUnavailable."""
@@ -1027,6 +1027,7 @@ class RabbitMQAdapter(Adapter):
         if ch is None or not ch.is_open:
             ch = await self._open_publish_channel(link)
         futures: list[asyncio.Future[PublishReceipt]] = []
+        copies: list[asyncio.Future[PublishReceipt]] = []
         tap = self.tap_exchanges[1] if self.opts.current_message else None
         for message, (exchange, key) in zip(messages, targets, strict=True):
             fut: asyncio.Future[PublishReceipt] = link.loop.create_future()
@@ -1049,8 +1050,14 @@ class RabbitMQAdapter(Adapter):
                 )
                 ch.pika.basic_publish(tap, "", message.body, copy)
                 self._pub_tag += 1
-                self._pending[self._pub_tag] = _Pending(None, tap, "", message.message_id)
-        return list(await asyncio.gather(*futures))
+                copy_fut: asyncio.Future[PublishReceipt] = link.loop.create_future()
+                self._pending[self._pub_tag] = _Pending(copy_fut, tap, "", message.message_id)
+                copies.append(copy_fut)
+        receipts = list(await asyncio.gather(*futures))
+        # the tap copies are confirmed together with the originals; waiting for them makes
+        # a following current_message() see this publish (their failure is not fatal)
+        await asyncio.gather(*copies, return_exceptions=True)
+        return receipts
 
     def publish(self, message: OutboundMessage, timeout: float = 10.0) -> PublishReceipt:
         return self.publish_many([message], timeout)[0]

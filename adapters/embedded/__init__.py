@@ -7,7 +7,9 @@ Features
       that receives it
     * Durable subscriptions: yes (SQLite queue per subscription; survives restarts and
       crashes; unsettled messages come back with ``redelivered=True``)
-    * Ack: per message; nack with requeue keeps the original position (FIFO)
+    * Ack: per message; nack with requeue keeps the original position (FIFO).  Acks are
+      group-committed (with the next write, or within ~2 ms by the dispatcher thread); a
+      crash inside that window redelivers those messages (at-least-once)
     * Pull: native; push: one dispatcher thread per store, ``prefetch`` respected
     * Queue limits: native (max messages, max bytes, max age; drop oldest / drop newest)
     * Current message: retained per topic

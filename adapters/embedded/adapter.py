@@ -7,6 +7,7 @@ dispatcher thread live in the store module.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import threading
 import time
 import weakref
@@ -31,6 +32,8 @@ from wsnmom.topic_mapping.syntax import WildcardSyntax
 from .store import MEMORY, Engine, Row, acquire_engine, release_engine
 
 SCHEME = "embedded"
+
+log = logging.getLogger(__name__)
 
 
 def _any_char(ch: str) -> bool:
@@ -167,11 +170,7 @@ class EmbeddedHandle(SubscriptionHandle):
                 try:
                     callback(EmbeddedReceived(self, row))
                 except Exception:  # pragma: no cover - core's callback must not raise
-                    import logging
-
-                    logging.getLogger(__name__).exception(
-                        "on_message raised for subscription %s", self.name
-                    )
+                    log.exception("on_message raised for subscription %s", self.name)
             return len(rows) == n
 
     def _settle(self, mid: int, *, remove: bool) -> None:

@@ -294,3 +294,9 @@ def test_cli_plugins() -> None:
     names = {p["name"] for p in json.loads(result.output)}
     assert {"embedded", "rabbitmq"} <= names
     assert "embedded  [builtin]" in CliRunner().invoke(cli, ["plugins"]).output
+
+
+def test_trace_plugins_logs_hook_calls(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level("DEBUG", logger="wsnmom.plugins")
+    PluginManager(environ={"WSNMOM_TRACE_PLUGINS": "1"}).load()
+    assert "hook wsnmom_register_adapters" in caplog.text

@@ -92,9 +92,7 @@ class KeepAliveClient:
 
 def _extract(status: int, body: bytes, extract: Extract) -> Answer:
     if extract == "address":
-        return status, soap.first_address(body) if status < 300 else body[:300].decode(
-            "utf-8", "replace"
-        )
+        return status, soap.first_address(body) if status < 300 else soap.fault_summary(body)
     if extract == "notifications":
         return status, soap.count_notifications(body)
     return status, None

@@ -35,6 +35,9 @@ _ADDRESS_RE = re.compile(rb"<(?:[\w.-]+:)?Address(?:\s[^>]*)?>\s*([^<\s]+)\s*</"
 _NOTIFICATION_RE = re.compile(rb"<(?:[\w.-]+:)?NotificationMessage[\s>]")
 _TS_RE = re.compile(rb'\sts="([0-9.]+)"')
 _FAULT_RE = re.compile(rb"<(?:[\w.-]+:)?Fault[\s>]")
+_FAULT_TEXT_RE = re.compile(
+    rb"<(?:[\w.-]+:)?(?:Text|faultstring|Description|Subcode|Value)(?:\s[^>]*)?>([^<]+)</"
+)
 
 
 def envelope(action: str, to: str, body: str) -> bytes:
@@ -116,3 +119,10 @@ def timestamps(body: bytes) -> list[float]:
 def is_fault(body: bytes) -> bool:
     """True when ``body`` is a SOAP fault."""
     return _FAULT_RE.search(body) is not None
+
+
+def fault_summary(body: bytes, limit: int = 400) -> str:
+    """The texts of a SOAP fault (reason, codes, WS-BaseFaults descriptions), for messages."""
+    texts = [t.decode("utf-8", "replace").strip() for t in _FAULT_TEXT_RE.findall(body)]
+    summary = " / ".join(t for t in texts if t)
+    return (summary or body[:limit].decode("utf-8", "replace"))[:limit]

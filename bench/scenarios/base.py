@@ -74,7 +74,7 @@ def check_notify(server: ServerProcess, topic: str) -> None:
     finally:
         kc.close()
     if status >= 300 or soap.is_fault(body):
-        raise RuntimeError(f"Notify answered {status}: {body[:400]!r}")
+        raise RuntimeError(f"Notify answered {status}: {soap.fault_summary(body)}")
 
 
 def subscribe_all(
@@ -86,12 +86,22 @@ def subscribe_all(
         for c, t in zip(consumers, topics, strict=True)
     ]
     answers, secs = client.run_requests(reqs, extract="address")
-    refs: list[str] = []
-    for status, value in answers:
-        if status != 200 or not isinstance(value, str) or not value.startswith("http"):
-            raise RuntimeError(f"Subscribe failed: {status} {value!r}")
-        refs.append(value)
-    return refs, secs
+    return _addresses("Subscribe", answers), secs
+
+
+def _addresses(operation: str, answers: list[client.Answer]) -> list[str]:
+    """The addresses of successful answers; RuntimeError naming failures (count, first)."""
+    bad = [
+        (status, value)
+        for status, value in answers
+        if status != 200 or not isinstance(value, str) or not value.startswith("http")
+    ]
+    if bad:
+        raise RuntimeError(
+            f"{operation} failed {len(bad)} of {len(answers)} times; first: "
+            f"HTTP {bad[0][0]} {bad[0][1]}"
+        )
+    return [str(value) for _, value in answers]
 
 
 def create_pull_points(server: ServerProcess, count: int) -> tuple[list[str], float]:
@@ -101,12 +111,7 @@ def create_pull_points(server: ServerProcess, count: int) -> tuple[list[str], fl
         for _ in range(count)
     ]
     answers, secs = client.run_requests(reqs, extract="address")
-    out: list[str] = []
-    for status, value in answers:
-        if status != 200 or not isinstance(value, str) or not value.startswith("http"):
-            raise RuntimeError(f"CreatePullPoint failed: {status} {value!r}")
-        out.append(value)
-    return out, secs
+    return _addresses("CreatePullPoint", answers), secs
 
 
 def drain_once(addresses: list[str], maximum: int = 1) -> list[int]:

@@ -4,7 +4,8 @@ latency at a fixed offered load of 50 % of that maximum.
 
 Baseline: the same count published and consumed with the middleware's raw client in the
 same run (``Middleware.raw_roundtrip``: pika for RabbitMQ, the embedded adapter's own
-publish/consume API for embedded).  Targets: throughput/raw >= 0.25; p99 <= 50 ms.
+publish/consume API for embedded), once before and once after; the better one counts.
+Targets: throughput/raw >= 0.25; p99 <= 50 ms.
 """
 
 from __future__ import annotations
@@ -33,9 +34,10 @@ class Delivery(Scenario):
         count = ctx.pick(5000, 300)
         paced_s = ctx.pickf(10.0, 3.0)
         body = soap.payload(0, "0", 64).encode()
-        raw = mw.raw_roundtrip(count, body, ctx.workdir / f"raw-{mw.name}")
-        ctx.log(f"  raw {mw.name}: {raw['msgs_per_s']:,.0f} msg/s")
-        result.details.update(count=count, paced_duration_s=paced_s, raw=raw)
+        raw_dir = ctx.workdir / f"raw-{mw.name}"
+        raws = [mw.raw_roundtrip(count, body, raw_dir)]
+        ctx.log(f"  raw {mw.name}: {raws[0]['msgs_per_s']:,.0f} msg/s")
+        result.details.update(count=count, paced_duration_s=paced_s)
         consumer = ConsumerProcess().start()
         try:
             with running_server(ctx, mw, "delivery") as server:
@@ -63,6 +65,10 @@ class Delivery(Scenario):
                 last = stats["last"] or time.time()
                 elapsed = last - started
                 rate = stats["messages"] / elapsed if elapsed > 0 else 0.0
+                # the raw baseline again, after: the better of the two counts
+                raws.append(mw.raw_roundtrip(count, body, raw_dir))
+                raw = max(raws, key=lambda r: r["msgs_per_s"])
+                result.details["raw"] = raws
                 ctx.log(
                     f"  {mw.name}: {stats['messages']}/{accepted} delivered in {elapsed:.2f}s "
                     f"= {rate:,.0f} msg/s (ingress took {send_s:.2f}s)"

@@ -46,7 +46,7 @@ def _notify(server: ServerProcess, topic: str) -> None:
     finally:
         kc.close()
     if status >= 300:
-        raise RuntimeError(f"Notify answered {status}: {body[:300]!r}")
+        raise RuntimeError(f"Notify answered {status}: {soap.fault_summary(body)}")
 
 
 class FanOut(Scenario):

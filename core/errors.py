@@ -8,6 +8,7 @@ SOAP.
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import ClassVar
 
 BN = "http://docs.oasis-open.org/wsn/b-2"
@@ -27,6 +28,29 @@ class WsnError(Exception):
     def __init__(self, description: str) -> None:
         super().__init__(description)
         self.description = description
+
+
+class TerminationTimeFault(WsnError):
+    """A refused termination time; the fault detail states the acceptable range."""
+
+    def __init__(
+        self,
+        description: str,
+        *,
+        minimum_time: datetime | None = None,
+        maximum_time: datetime | None = None,
+    ) -> None:
+        super().__init__(description)
+        self.minimum_time = minimum_time
+        self.maximum_time = maximum_time
+
+
+class PolicyFault(WsnError):
+    """A refused SubscriptionPolicy; the fault detail names the offending policies."""
+
+    def __init__(self, description: str, *, policies: tuple[str, ...] = ()) -> None:
+        super().__init__(description)
+        self.policies = policies
 
 
 class ResourceUnknown(WsnError):
@@ -93,13 +117,13 @@ class InvalidMessageContentExpression(WsnError):
     fault_name = "InvalidMessageContentExpressionFault"
 
 
-class UnrecognizedPolicyRequest(WsnError):
+class UnrecognizedPolicyRequest(PolicyFault):
     """UnrecognizedPolicyRequestFault."""
 
     fault_name = "UnrecognizedPolicyRequestFault"
 
 
-class UnsupportedPolicyRequest(WsnError):
+class UnsupportedPolicyRequest(PolicyFault):
     """UnsupportedPolicyRequestFault."""
 
     fault_name = "UnsupportedPolicyRequestFault"
@@ -111,13 +135,13 @@ class NotifyMessageNotSupported(WsnError):
     fault_name = "NotifyMessageNotSupportedFault"
 
 
-class UnacceptableInitialTerminationTime(WsnError):
+class UnacceptableInitialTerminationTime(TerminationTimeFault):
     """UnacceptableInitialTerminationTimeFault."""
 
     fault_name = "UnacceptableInitialTerminationTimeFault"
 
 
-class UnacceptableTerminationTime(WsnError):
+class UnacceptableTerminationTime(TerminationTimeFault):
     """UnacceptableTerminationTimeFault."""
 
     fault_name = "UnacceptableTerminationTimeFault"
@@ -202,7 +226,12 @@ class ResourceNotDestroyed(WsnError):
 
 
 def _all_faults(base: type[WsnError]) -> dict[str, type[WsnError]]:
-    return {cls.fault_name: cls for cls in base.__subclasses__()}
+    found: dict[str, type[WsnError]] = {}
+    for cls in base.__subclasses__():
+        if "fault_name" in vars(cls):  # intermediate bases declare no fault element
+            found[cls.fault_name] = cls
+        found.update(_all_faults(cls))
+    return found
 
 
 #: every fault class, by fault element local name

@@ -27,6 +27,7 @@ import logging
 import threading
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from typing import Any, cast
 
 from wsnmom.core import errors
 from wsnmom.core.model import INFINITE, RequestedTime
@@ -41,10 +42,11 @@ def _fault(
     now: datetime,
     maximum: timedelta | None,
 ) -> errors.WsnError:
-    err = cls(message)
-    err.minimum_time = now
-    err.maximum_time = None if maximum is None else now + maximum
-    return err
+    if issubclass(cls, errors.TerminationTimeFault):
+        return cls(
+            message, minimum_time=now, maximum_time=None if maximum is None else now + maximum
+        )
+    return cls(message)
 
 
 def resolve_termination(
@@ -78,7 +80,7 @@ def resolve_termination(
         result_dt = now + requested
     else:
         try:
-            added = now + requested  # isodate.Duration
+            added = now + cast(Any, requested)  # isodate.Duration
         except TypeError:
             raise _fault(
                 error, f"unusable termination time {requested!r}", now=now, maximum=maximum

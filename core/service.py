@@ -68,7 +68,7 @@ from wsnmom.core.adapter import (
 )
 from wsnmom.core.codec import PULL_POINT_NAMESPACE, decode, encode, pull_point_inbox
 from wsnmom.core.config import Settings
-from wsnmom.core.delivery import Backoff, DeliveryEngine
+from wsnmom.core.delivery import Backoff, Channel, DeliveryEngine
 from wsnmom.core.demand import DemandEntry, DemandManager
 from wsnmom.core.filters import (
     MESSAGE_CONTENT_DIALECTS,
@@ -521,11 +521,10 @@ class BrokerService:
         if not address:
             raise errors.SubscribeCreationFailed("Subscribe needs a ConsumerReference address")
         if req.unsupported_policy:
-            err = errors.UnrecognizedPolicyRequest(
-                "SubscriptionPolicy requests not recognised: " + ", ".join(req.unsupported_policy)
+            raise errors.UnrecognizedPolicyRequest(
+                "SubscriptionPolicy requests not recognised: " + ", ".join(req.unsupported_policy),
+                policies=tuple(req.unsupported_policy),
             )
-            err.policies = tuple(req.unsupported_policy)
-            raise err
         compiled = self._compile_filter(req.topic, req.message_content, req.producer_properties)
         end_topic = self._end_topic(req.subscription_end_topic)
         if req.initial_termination_time_invalid:
@@ -578,20 +577,22 @@ class BrokerService:
             )
         )
         state.handle = handle
-        prepare: Callable[[Received], Any]
-        send: Callable[[Sequence[Any]], None]
+
+        def give_up(reason: str) -> None:
+            self._give_up(sub.id, reason)
+
+        batch_size = self.settings.delivery.batch_size
+        channel: Channel[Any]
         if sub.pull_point_id is not None:
-            prepare, send = self._forwarder(state, sub.pull_point_id)
+            forward, store = self._forwarder(state, sub.pull_point_id)
+            channel = self.engine.open_channel(
+                sub.id, handle, forward, store, give_up, batch_size=batch_size
+            )
         else:
-            prepare, send = self._pusher(state)
-        channel = self.engine.open_channel(
-            sub.id,
-            handle,
-            prepare,
-            send,
-            lambda reason: self._give_up(sub.id, reason),
-            batch_size=self.settings.delivery.batch_size,
-        )
+            push, send = self._pusher(state)
+            channel = self.engine.open_channel(
+                sub.id, handle, push, send, give_up, batch_size=batch_size
+            )
         with self._lock:
             self._subs[sub.id] = state
         if sub.state is SubscriptionState.ACTIVE:

@@ -611,10 +611,12 @@ def empty_response(tag: str) -> etree._Element:
 
 
 def get_messages_response(messages: Iterable[NotificationMessage]) -> etree._Element:
-    """GetMessagesResponse with each message as a NotificationMessage."""
+    """GetMessagesResponse with each message as a NotificationMessage, exactly as it was
+    accumulated (GM-07): with the SubscriptionReference of the subscription that fed it
+    into the pull point, when it came through one."""
     resp = new(T("GetMessagesResponse"))
     for m in messages:
-        add_notification_message(resp, m)
+        add_notification_message(resp, m, m.subscription_reference)
     return resp
 
 

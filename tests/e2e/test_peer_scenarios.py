@@ -76,6 +76,8 @@ def test_cxf_pull_point(wsn: Wsn, queue_name: str | None) -> None:
     msgs = poll(lambda: wsn.get_messages(pp, 10), timeout=5, what="pulled message")
     assert len(msgs) >= 1
     assert msgs[0].findtext("wsnt:Message/foo", namespaces=NS) == "1"
+    # fed through a subscription: GetMessages names it (validated against b-2.xsd by post)
+    assert epr_address(msgs[0].find("wsnt:SubscriptionReference", NS)) == sub.address  # type: ignore[arg-type]
     wsn.post(sub.address, "<wsnt:Unsubscribe/>").ok()
     wsn.post(pp, "<wsnt:DestroyPullPoint/>").ok()
     assert wsn.post(pp, "<wsnt:GetMessages/>").fault == "ResourceUnknownFault"

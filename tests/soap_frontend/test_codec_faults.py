@@ -24,7 +24,7 @@ from wsnmom.soap_frontend.faults import BaseFaultError, fault_detail, fault_for_
 from wsnmom.soap_frontend.xml import XmlRejected, parse_xml, serialize_standalone
 from wsnmom.topic_mapping.model import Topic
 
-from tests.support.soap import CONCRETE, SIMPLE, WSNT, envelope, notify_body, subscribe_body
+from tests.support.soap import CONCRETE, SIMPLE, WSA, WSNT, envelope, notify_body, subscribe_body
 from tests.support.wsn_schemas import assert_valid
 
 NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
@@ -368,6 +368,33 @@ def test_get_messages_and_current_message_valid() -> None:
     gcm = codec.get_current_message_response(msg)
     assert_valid(gcm)
     assert gcm[0].tag == "{urn:p}x"
+
+
+def test_get_messages_renders_subscription_reference() -> None:
+    """A message a subscription fed into a pull point carries that subscription's
+    reference; GetMessages returns it as accumulated (GM-07), schema-valid."""
+    ref = codec.resource_epr("http://b/wsn/subscriptions/s1", "s1")
+    fed = NotificationMessage(
+        "m1",
+        b'<p:x xmlns:p="urn:p"/>',
+        Topic("urn:t", ("a",)),
+        producer_reference=EndpointReference("http://producer"),
+        subscription_reference=ref,
+    )
+    direct = NotificationMessage("m2", b"<y/>", Topic("urn:t", ("a",)))
+    resp = codec.get_messages_response([fed, direct])
+    assert_valid(resp)
+    first, second = resp.findall(f"{{{WSNT}}}NotificationMessage")
+    assert [etree.QName(c).localname for c in first] == [
+        "SubscriptionReference",
+        "Topic",
+        "ProducerReference",
+        "Message",
+    ]
+    address = first.findtext(f"{{{WSNT}}}SubscriptionReference/{{{WSA}}}Address")
+    assert address == "http://b/wsn/subscriptions/s1"
+    assert first.find(f"{{{WSNT}}}SubscriptionReference/{{{WSA}}}ReferenceParameters") is not None
+    assert second.find(f"{{{WSNT}}}SubscriptionReference") is None
 
 
 def test_resource_property_documents_valid() -> None:

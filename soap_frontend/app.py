@@ -319,7 +319,7 @@ def _dispatch(service: Any, role: Role, resource_id: str | None, op: Op, req: So
         return codec.get_current_message_response(message)
     if op is Op.CREATE_PULL_POINT:
         pp = service.create_pull_point(codec.parse_create_pull_point(body))
-        return codec.create_pull_point_response(pp, service.pull_point_address(pp.id))
+        return codec.create_pull_point_response(pp, service.pull_point_address(pp.id), now())
     if op is Op.REGISTER_PUBLISHER:
         reg = service.register_publisher(codec.parse_register_publisher(body))
         return codec.register_publisher_response(

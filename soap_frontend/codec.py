@@ -627,10 +627,18 @@ def get_current_message_response(message: NotificationMessage) -> etree._Element
     return resp
 
 
-def create_pull_point_response(pp: PullPoint, address: str) -> etree._Element:
-    """CreatePullPointResponse with the PullPoint EPR."""
+def create_pull_point_response(
+    pp: PullPoint, address: str, now: datetime | None = None
+) -> etree._Element:
+    """CreatePullPointResponse with the PullPoint EPR and, when ``now`` is given, the
+    granted lifetime as ``wsrf-rl:CurrentTime`` and ``wsrf-rl:TerminationTime`` in the
+    response's ``##other`` extension (b-2 has no wsnt elements for it; clients such as
+    ONVIF ones expect the lifetime to be reported, peer-implementations.md §4.6)."""
     resp = new(T("CreatePullPointResponse"))
     add_epr(resp, T("PullPoint"), resource_epr(address, pp.id))
+    if now is not None:
+        add_time(resp, qname(WSRF_RL, "CurrentTime"), now)
+        add_time(resp, qname(WSRF_RL, "TerminationTime"), pp.termination_time)
     return resp
 
 

@@ -27,6 +27,7 @@ from tests.support.soap import (
 pytestmark = pytest.mark.e2e
 
 BW = "http://docs.oasis-open.org/wsn/bw-2"
+WSRF_RL = "http://docs.oasis-open.org/wsrf/rl-2"
 
 
 def _times(resp: etree._Element) -> tuple[datetime, datetime]:
@@ -65,6 +66,23 @@ def test_itt_unacceptable(wsn: Wsn, consumer: ConsumerServer, itt: str) -> None:
         f"<wsnt:InitialTerminationTime>{itt}</wsnt:InitialTerminationTime></wsnt:Subscribe>"
     )
     assert wsn.post(wsn.broker, body).fault == "UnacceptableInitialTerminationTimeFault"
+
+
+def test_create_pull_point_without_itt_reports_finite_time(wsn: Wsn) -> None:
+    """ONVIF interop scenario 1 (peer-implementations.md §4.6): CreatePullPoint without
+    InitialTerminationTime succeeds and reports a finite TerminationTime, in the response
+    (WS-ResourceLifetime elements in its ##other extension) and as resource property."""
+    ans = wsn.post(wsn.broker, "<wsnt:CreatePullPoint/>")
+    resp = ans.ok()
+    pp = resp.find("wsnt:PullPoint", NS)
+    assert pp is not None
+    ct = isodate.parse_datetime(resp.findtext(f"{{{WSRF_RL}}}CurrentTime") or "")
+    tt = isodate.parse_datetime(resp.findtext(f"{{{WSRF_RL}}}TerminationTime") or "")
+    assert ct < tt < ct + timedelta(days=400)
+    rp = "<wsrf-rp:GetResourceProperty>wsnt:TerminationTime</wsrf-rp:GetResourceProperty>"
+    prop = wsn.post(epr_address(pp), rp).ok()
+    assert isodate.parse_datetime(prop.findtext("wsnt:TerminationTime", namespaces=NS) or "") == tt
+    wsn.post(epr_address(pp), "<wsnt:DestroyPullPoint/>").ok()
 
 
 def test_itt_absolute_future_and_relative(wsn: Wsn, consumer: ConsumerServer) -> None:

@@ -6,8 +6,10 @@ Decisions (checklist §6, NCIA §2.3.4):
   receives every notification, topicless ones included; one with a TopicExpression never
   receives topicless notifications (BRK-16).
 * TopicExpression: Simple, Concrete, Full and XPath dialects via ``wsnmom.topic_mapping``;
-  the expression is validated against the broker's TopicSet.  topic_mapping errors map to
-  the same-named WS-N faults.  The reserved wsnmom namespaces cannot be subscribed to.
+  the expression is validated against the broker's TopicSet (aliases resolved, §8); the
+  single topic of Notify / GetCurrentMessage is resolved the same way (``concrete_topic``).
+  topic_mapping errors map to the same-named WS-N faults.  The reserved wsnmom namespaces
+  cannot be subscribed to.
 * MessageContent: XPath 1.0 (dialect ``http://www.w3.org/TR/1999/REC-xpath-19991116``; a
   missing Dialect is read as XPath 1.0).  Compiled at Subscribe time with lxml, so syntax
   errors, undeclared prefixes and unknown functions fault with
@@ -95,13 +97,23 @@ def concrete_topic(
     unknown_dialect: type[errors.WsnError] | None = None,
 ) -> tuple[Topic, str]:
     """The single topic named by ``source`` (Notify, GetCurrentMessage, SubscriptionEnd)
-    and the canonical dialect URI it was written in."""
+    and the canonical dialect URI it was written in.
+
+    A declared alias topic is resolved through the topic set (WS-Topics 1.0 §8): an alias
+    resolving to exactly one concrete topic stands for that topic; one resolving to a
+    wildcard or to several topics is MultipleTopicsSpecified; one resolving to nothing (a
+    cycle) or outside a fixed set is TopicNotSupported.  Callers still check the returned
+    topic against the set (``admit`` / ``permits``).
+    """
     with topic_errors(unknown_dialect=unknown_dialect):
         expr = parse_topic_expression(
             source.text, source.dialect, source.namespaces, topic_set=topic_set
         )
         _check_reserved(expr)
-        return require_concrete_topic(expr), expr.dialect
+        topic = require_concrete_topic(expr)  # a wildcard or union: refused as such
+        if topic_set.is_alias(topic):  # cheap check first: this is the Notify hot path
+            topic = require_concrete_topic(topic_set.validate(expr))
+        return topic, expr.dialect
 
 
 class MessageContentFilter:

@@ -319,6 +319,9 @@ class PluginManager:
         self._loaded = False
         self._lock = threading.Lock()
         self._undo_trace: Any = None
+        #: names of the hooks at least one registered plugin implements (None: recompute);
+        #: lets the hot path skip observer calls without asking pluggy every time
+        self._implemented: frozenset[str] | None = None
         if _truthy(self._env.get(ENV_TRACE)):
             self.enable_tracing()
 
@@ -374,6 +377,7 @@ class PluginManager:
             )
             log.warning("plugin %s (%s) could not be loaded: %s", name, module, exc)
             return
+        self._implemented = None
         try:
             self.pm.register(plugin, name=name)
             self.pm.check_pending()
@@ -392,15 +396,37 @@ class PluginManager:
         ``wsnmom_register_adapters`` is historic, so the plugin's adapters are added even
         when the manager is already loaded.
         """
-        registered = self.pm.register(plugin, name=name)
-        if registered is None:
-            raise ValueError(f"plugin {name or plugin!r} is blocked")
-        self.pm.check_pending()
+        self._implemented = None
+        try:
+            registered = self.pm.register(plugin, name=name)
+            if registered is None:
+                raise ValueError(f"plugin {name or plugin!r} is blocked")
+            self.pm.check_pending()
+        finally:
+            self._implemented = None
         return registered
 
     def unregister(self, name: str) -> None:
         """Unregister a plugin by name (its adapter schemes stay registered)."""
-        self.pm.unregister(name=name)
+        try:
+            self.pm.unregister(name=name)
+        finally:
+            self._implemented = None
+
+    def observes(self, hook: str) -> bool:
+        """Whether some registered plugin implements ``hook`` (e.g.
+        ``"wsnmom_notification_delivered"``).  Cheap (a set lookup): core asks it on the
+        hot path before building an observer call's arguments.  Plugins must be
+        (un)registered through this facade for it to stay current."""
+        implemented = self._implemented
+        if implemented is None:
+            implemented = frozenset(
+                name
+                for name in dir(self.pm.hook)
+                if name.startswith("wsnmom_") and getattr(self.pm.hook, name).get_hookimpls()
+            )
+            self._implemented = implemented
+        return hook in implemented
 
     def enable_tracing(self) -> None:
         """Log every hook call and its result at DEBUG level."""
@@ -530,11 +556,10 @@ class PluginManager:
         )
 
     def _observe(self, hook: str, **kwargs: Any) -> None:
-        caller = getattr(self.pm.hook, hook)
-        if not caller.get_hookimpls():
+        if not self.observes(hook):
             return
         try:
-            caller(**kwargs)
+            getattr(self.pm.hook, hook)(**kwargs)
         except Exception:
             log.exception("plugin hook %s raised", hook)
 

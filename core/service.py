@@ -37,6 +37,13 @@ Decisions not made in the other core modules (filters, lifetimes, demand, codec)
   InvalidTopicExpression (BR lists no dialect fault).  A registration without
   PublisherReference (with or without Topic) is accepted; without Topic it covers every
   topic.
+* Observer hooks (``wsnmom.core.hookspecs``), called through the ``plugins`` facade only
+  when some plugin implements them: ``wsnmom_notification_published`` per message after
+  the middleware confirmed a Notify (to the broker or to a pull point) or a
+  SubscriptionEnd; ``wsnmom_notification_delivered`` per message after a consumer answered
+  2xx (subscription id) or GetMessages returned it (pull point id);
+  ``wsnmom_delivery_failed`` per message of a failed push attempt, or of a failed copy
+  into a pull point (subscription id).  Copies into a pull point are not "delivered".
 * SubscriptionEnd (NCIA Annex 1) is published when the broker ends a subscription itself:
   retry give-up, a full backlog with ``limits.on_full = "end"`` (checked by the lifetime
   sweep), administrative removal (``end_subscription``), a filter that no longer compiles
@@ -52,7 +59,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from fnmatch import fnmatch
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from lxml import etree
@@ -110,7 +117,15 @@ from wsnmom.topic_mapping.dialects import (
 from wsnmom.topic_mapping.model import PathPattern, Topic, TopicExpression
 from wsnmom.topic_mapping.namespaces import TopicSet
 
+if TYPE_CHECKING:
+    from wsnmom.core.plugins import PluginManager
+
 log = logging.getLogger(__name__)
+
+#: observer hooks core calls (``wsnmom.core.hookspecs``), checked with ``observes`` first
+_PUBLISHED = "wsnmom_notification_published"
+_DELIVERED = "wsnmom_notification_delivered"
+_FAILED = "wsnmom_delivery_failed"
 
 #: NCIA extension namespace (SubscriptionEnd, SubscriptionEndTopic)
 NATO_NS = "http://nc3a.nato.int/ces/wsn/extension"
@@ -221,8 +236,11 @@ class BrokerService:
         clock: Callable[[], datetime] = utc_now,
         autostart: bool = True,
         demand_interval: float = 5.0,
+        plugins: PluginManager | None = None,
     ) -> None:
         self.settings = settings
+        #: observer hooks are called through it (None: no observers)
+        self.plugins = plugins
         self.adapter = adapter
         self.store = store
         self.outbound = outbound
@@ -342,6 +360,24 @@ class BrokerService:
         metrics.SUBSCRIPTIONS.set(len(self._subs))
         metrics.PULL_POINTS.set(len(self._pps))
         metrics.REGISTRATIONS.set(len(self._regs))
+
+    def _observes(self, hook: str) -> bool:
+        """Whether a plugin implements the observer ``hook`` (a set lookup: call it before
+        doing any per-message work for observers)."""
+        plugins = self.plugins
+        return plugins is not None and plugins.observes(hook)
+
+    def _delivered(self, messages: Sequence[NotificationMessage], subscription_id: str) -> None:
+        if self.plugins is not None and self._observes(_DELIVERED):
+            for m in messages:
+                self.plugins.notification_delivered(m, subscription_id)
+
+    def _failed(
+        self, messages: Sequence[NotificationMessage], subscription_id: str, error: BaseException
+    ) -> None:
+        if self.plugins is not None and self._observes(_FAILED):
+            for m in messages:
+                self.plugins.delivery_failed(m, subscription_id, error)
 
     # ==========================================================================================
     # start-up / shutdown
@@ -630,15 +666,20 @@ class BrokerService:
             return Delivered(rendered, sub.id, rendered.subscription_reference)
 
         def send(batch: Sequence[Delivered]) -> None:
-            with metrics.DELIVERY_SECONDS.time():
-                self.outbound.notify(
-                    sub.consumer,
-                    sub.soap_version,
-                    list(batch),
-                    use_raw=sub.use_raw,
-                    timeout=self.settings.retry.timeout,
-                )
+            try:
+                with metrics.DELIVERY_SECONDS.time():
+                    self.outbound.notify(
+                        sub.consumer,
+                        sub.soap_version,
+                        list(batch),
+                        use_raw=sub.use_raw,
+                        timeout=self.settings.retry.timeout,
+                    )
+            except Exception as exc:
+                self._failed([d.message for d in batch], sub.id, exc)
+                raise
             metrics.NOTIFICATIONS_OUT.labels(mode="push").inc(len(batch))
+            self._delivered([d.message for d in batch], sub.id)
 
         return prepare, send
 
@@ -649,6 +690,7 @@ class BrokerService:
         Callable[[Sequence[NotificationMessage]], None],
     ]:
         inbox = pull_point_inbox(pull_point_id)
+        sub_id = state.record.id
 
         def prepare(received: Received) -> NotificationMessage | None:
             if _internal(received):
@@ -666,7 +708,9 @@ class BrokerService:
             try:
                 self.adapter.publish_many([encode(m, route=inbox) for m in batch])
             except AdapterError as exc:
-                raise DeliveryFailed(f"publishing into the pull point failed: {exc}") from exc
+                failure = DeliveryFailed(f"publishing into the pull point failed: {exc}")
+                self._failed(batch, sub_id, failure)
+                raise failure from exc
             metrics.NOTIFICATIONS_OUT.labels(mode="forward").inc(len(batch))
 
         return prepare, send
@@ -858,12 +902,15 @@ class BrokerService:
         if not messages:
             return
         try:
-            self.adapter.publish_many([encode(m, route=route) for m in messages])
+            receipts = self.adapter.publish_many([encode(m, route=route) for m in messages])
         except AdapterError as exc:
             raise errors.ResourceUnavailable(
                 f"the middleware did not confirm the notifications: {exc}"
             ) from exc
         metrics.NOTIFICATIONS_IN.inc(len(messages))
+        if self.plugins is not None and self._observes(_PUBLISHED):
+            for m, receipt in zip(messages, receipts, strict=False):
+                self.plugins.notification_published(m, receipt)
         if route is None and not self.adapter.capabilities.retained_current_message:
             for m in messages:
                 if m.topic is not None:
@@ -962,6 +1009,7 @@ class BrokerService:
                 except Exception:
                     log.warning("ack in pull point %s failed", pull_point_id, exc_info=True)
         metrics.NOTIFICATIONS_OUT.labels(mode="pull").inc(len(out))
+        self._delivered(out, pull_point_id)
         return out
 
     def notify_pull_point(

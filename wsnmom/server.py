@@ -98,7 +98,12 @@ def build_runtime(settings: Settings, *, outbound: OutboundSoap | None = None) -
         raise
     try:
         service = BrokerService(
-            settings, adapter, store, outbound or default_outbound(settings), topic_set=topic_set
+            settings,
+            adapter,
+            store,
+            outbound or default_outbound(settings),
+            topic_set=topic_set,
+            plugins=plugins,
         )
     except Exception:
         adapter.close()

@@ -209,6 +209,8 @@ class Broker:
     topic_set_factory: Callable[[], TopicSet]
     service: BrokerService | None = None
     adapter: EmbeddedAdapter | None = None
+    #: a ``PluginManager`` whose observer hooks the service calls (None: none)
+    plugins: Any = None
 
     def start(self) -> BrokerService:
         self.adapter = EmbeddedAdapter(f"embedded://{self.tmp / 'mw'}")
@@ -222,6 +224,7 @@ class Broker:
             topic_set=self.topic_set_factory(),
             clock=self.clock,
             demand_interval=0.2,
+            plugins=self.plugins,
         )
         return self.service
 
@@ -255,13 +258,16 @@ def make_broker(
 ) -> Iterator[Callable[..., Broker]]:
     brokers: list[Broker] = []
 
-    def make(topic_set: Callable[[], TopicSet] | None = None, **overrides: Any) -> Broker:
+    def make(
+        topic_set: Callable[[], TopicSet] | None = None, *, plugins: Any = None, **overrides: Any
+    ) -> Broker:
         b = Broker(
             tmp_path / f"b{len(brokers)}",
             outbound,
             clock,
             make_settings(**overrides),
             topic_set or (lambda: TopicSet(fixed=False)),
+            plugins=plugins,
         )
         brokers.append(b)
         b.start()

@@ -14,6 +14,18 @@ Delivery guarantees
     answered 2xx (push) or GetMessages has handed the message out (pull), so delivery is
     at-least-once.  ``nack(requeue=True)`` puts a message back for redelivery.
 
+Internal namespaces
+    Topic namespaces starting with :data:`INTERNAL_NAMESPACE_PREFIX` carry wsnmom's own
+    traffic (a pull point's private inbox ``urn:wsnmom:internal:pull-point``).  Such a topic
+    reaches only subscriptions whose ``patterns`` name its namespace explicitly:
+    ``SubscriptionSpec.patterns=None`` means every topic of every *non-internal* namespace.
+    (Otherwise every subscription without a topic filter would receive, and have to ack
+    away, every copy made into every pull point.)  RabbitMQ: internal exchanges are not
+    bound to the catch-all exchange; Kafka: the "everything" regex excludes the internal
+    topic prefix; MQTT: "everything" subscribes to the non-internal namespace roots, not
+    to a bare ``#``; embedded: the router skips match-all subscriptions for internal topics.
+    The conformance kit checks it (``TopicRouting.test_patterns_none_skips_internal``).
+
 How the three middleware families fit
     RabbitMQ: a durable queue per subscription, bound with one binding key per pattern;
     ``ack``/``nack`` are per message.  Kafka: a consumer group per subscription; ``ack``
@@ -53,6 +65,15 @@ HEADER_TOPIC_PATH = "wsnmom-topic-path"
 HEADER_TOPIC_DIALECT = "wsnmom-topic-dialect"
 HEADER_PRODUCER_REFERENCE = "wsnmom-producer-ref"
 HEADER_PUBLISHED_AT = "wsnmom-published-at"
+
+#: Namespaces starting with this prefix are internal to wsnmom (see the module docstring):
+#: never matched by ``SubscriptionSpec.patterns=None``, never usable by clients.
+INTERNAL_NAMESPACE_PREFIX = "urn:wsnmom:internal:"
+
+
+def is_internal_namespace(namespace: str) -> bool:
+    """True for a namespace reserved for wsnmom's internal traffic."""
+    return namespace.startswith(INTERNAL_NAMESPACE_PREFIX)
 
 
 class AdapterError(Exception):
@@ -164,7 +185,9 @@ class Received(abc.ABC):
 class SubscriptionSpec:
     """A durable subscription core wants to exist.
 
-    ``patterns`` None means every topic of every namespace.  The same ``name`` always
+    ``patterns`` None means every topic of every namespace except the internal ones
+    (:func:`is_internal_namespace`); an internal topic reaches only subscriptions whose
+    patterns name its namespace.  The same ``name`` always
     re-attaches to the same durable state (after restarts too); a different ``patterns``
     for an existing name re-binds it.
     """

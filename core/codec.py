@@ -24,9 +24,14 @@ Topicless notifications
 
 Pull point inboxes
     A pull point is a durable subscription bound to its private topic
-    ``{urn:wsnmom:pull-point}p<id>``; Notify to a pull point and subscriptions feeding it
-    publish there.  Subscriptions without a topic filter are bound to every topic and so
-    also receive inbox traffic: core drops (acks) it for them by its routing namespace.
+    ``{urn:wsnmom:internal:pull-point}p<id>``; Notify to a pull point and subscriptions
+    feeding it publish there.  The namespace is internal (``core.adapter``
+    ``INTERNAL_NAMESPACE_PREFIX``), so subscriptions without a topic filter
+    (``patterns=None``) do not receive inbox traffic: the adapter contract excludes internal
+    namespaces from "everything".  Core still drops an internal message that reaches a
+    subscription (by its routing namespace, :func:`is_internal_routing`): a defence for
+    adapters that predate the rule and for inbox copies queued under the pre-0.2 inbox
+    namespace used before internal namespaces existed, ``urn:wsnmom:pull-point``.
 
 Native messages that are not XML
     A message published natively (no wsnmom headers) whose content type is not XML, or whose
@@ -56,9 +61,11 @@ from wsnmom.core.adapter import (
     HEADER_TOPIC_DIALECT,
     HEADER_TOPIC_NAMESPACE,
     HEADER_TOPIC_PATH,
+    INTERNAL_NAMESPACE_PREFIX,
     OutboundMessage,
     Received,
     StoredMessage,
+    is_internal_namespace,
 )
 from wsnmom.core.model import EndpointReference, NotificationMessage
 from wsnmom.core.store import epr_from_json, epr_to_json
@@ -70,10 +77,29 @@ WSNMOM_NS = "urn:wsnmom:ns:1"
 NO_TOPIC_NAMESPACE = "urn:wsnmom:no-topic"
 #: the reserved topic of topicless notifications
 NO_TOPIC = Topic(NO_TOPIC_NAMESPACE, ("NoTopic",))
-#: reserved namespace of pull point inbox topics
-PULL_POINT_NAMESPACE = "urn:wsnmom:pull-point"
-#: every namespace clients may not use
-RESERVED_NAMESPACES = frozenset({NO_TOPIC_NAMESPACE, PULL_POINT_NAMESPACE})
+#: internal namespace of pull point inbox topics
+PULL_POINT_NAMESPACE = INTERNAL_NAMESPACE_PREFIX + "pull-point"
+#: the inbox namespace before it became internal (copies may still sit in queues)
+LEGACY_PULL_POINT_NAMESPACE = "urn:wsnmom:pull-point"
+#: namespaces clients may not use (besides every internal one, see ``is_reserved``)
+RESERVED_NAMESPACES = frozenset(
+    {NO_TOPIC_NAMESPACE, PULL_POINT_NAMESPACE, LEGACY_PULL_POINT_NAMESPACE}
+)
+
+
+def is_reserved(namespace: str) -> bool:
+    """True for a namespace clients may not use in topic expressions."""
+    return namespace in RESERVED_NAMESPACES or is_internal_namespace(namespace)
+
+
+def is_internal_routing(received: Received) -> bool:
+    """True when ``received`` was routed on an internal topic (a pull point inbox), which
+    only the subscription bound to that topic may see; see "Pull point inboxes"."""
+    topic = received.topic
+    return topic is not None and (
+        is_internal_namespace(topic.namespace) or topic.namespace == LEGACY_PULL_POINT_NAMESPACE
+    )
+
 
 HEADER_SUBSCRIPTION_REFERENCE = "wsnmom-subscription-ref"
 

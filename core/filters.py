@@ -37,7 +37,7 @@ from dataclasses import dataclass
 
 from lxml import etree
 from wsnmom.core import errors
-from wsnmom.core.codec import RESERVED_NAMESPACES, safe_parse
+from wsnmom.core.codec import is_reserved, safe_parse
 from wsnmom.core.model import ExpressionSource, NotificationMessage
 from wsnmom.topic_mapping import errors as tm_errors
 from wsnmom.topic_mapping.dialects import parse_topic_expression, require_concrete_topic
@@ -74,7 +74,7 @@ def topic_errors(*, unknown_dialect: type[errors.WsnError] | None = None) -> Ite
 
 def _check_reserved(expr: TopicExpression) -> None:
     for pattern in expr.patterns:
-        if pattern.namespace in RESERVED_NAMESPACES:
+        if is_reserved(pattern.namespace):
             raise errors.TopicNotSupported(
                 f"topic namespace {pattern.namespace!r} is reserved by the broker"
             )

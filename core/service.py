@@ -73,7 +73,7 @@ from wsnmom.core.adapter import (
     SubscriptionHandle,
     SubscriptionSpec,
 )
-from wsnmom.core.codec import PULL_POINT_NAMESPACE, decode, encode, pull_point_inbox
+from wsnmom.core.codec import decode, encode, is_internal_routing, pull_point_inbox
 from wsnmom.core.config import Settings
 from wsnmom.core.delivery import Backoff, Channel, DeliveryEngine
 from wsnmom.core.demand import DemandEntry, DemandManager
@@ -657,7 +657,7 @@ class BrokerService:
         sub = state.record
 
         def prepare(received: Received) -> Delivered | None:
-            if _internal(received):
+            if is_internal_routing(received):
                 return None
             message = decode(received)
             if not state.filter.matches(message):
@@ -693,7 +693,7 @@ class BrokerService:
         sub_id = state.record.id
 
         def prepare(received: Received) -> NotificationMessage | None:
-            if _internal(received):
+            if is_internal_routing(received):
                 return None
             message = decode(received)
             if not state.filter.matches(message):
@@ -1191,13 +1191,6 @@ class BrokerService:
                 self._destroy_registration(reg)
             except errors.WsnError:
                 log.exception("destroying expired registration %s failed", reg.record.id)
-
-
-def _internal(received: Received) -> bool:
-    """A message routed to a pull point inbox: only that pull point may see it (a
-    subscription without topic filter is bound to every topic, inboxes included)."""
-    topic = received.topic
-    return topic is not None and topic.namespace == PULL_POINT_NAMESPACE
 
 
 def _inbox_pattern(pull_point_id: str) -> PathPattern:

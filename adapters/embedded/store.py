@@ -10,7 +10,7 @@ Storage layout (one SQLite database, ``PATH/embedded.sqlite3``)::
     messages(id, ns, path, body, headers, ctype, msgid, size, published, refs)
     subscriptions(id, name UNIQUE, patterns, limits)
     queue_entries(sub, mid, state, delivered)   PRIMARY KEY (sub, mid), WITHOUT ROWID
-    current(ns, path, mid)                       the retained message per topic
+    current(ns, path, mid)                       the retained message per topic (not internal ones)
 
 A published message is stored once; fan-out adds one narrow ``queue_entries`` row per
 receiving subscription.  ``messages.refs`` counts the rows (plus the ``current`` row) that
@@ -52,6 +52,7 @@ from wsnmom.core.adapter import (
     Overflow,
     QueueLimits,
     StoredMessage,
+    is_internal_namespace,
 )
 from wsnmom.topic_mapping.index import TopicIndex
 from wsnmom.topic_mapping.model import ANY, DEEP, PathPattern, Segment, Topic
@@ -455,9 +456,12 @@ class Engine:
     # ------------------------------------------------------------------ publish
 
     def targets(self, topic: Topic) -> set[int]:
-        """Subscription ids that receive ``topic`` (one entry each, whatever the patterns)."""
+        """Subscription ids that receive ``topic`` (one entry each, whatever the patterns).
+
+        Match-all subscriptions (``patterns=None``) get every topic except those of internal
+        namespaces (adapter contract, ``core.adapter.is_internal_namespace``)."""
         found = self.index.match(topic)
-        if self.match_all:
+        if self.match_all and not is_internal_namespace(topic.namespace):
             found |= self.match_all
         return found
 
@@ -478,6 +482,11 @@ class Engine:
                     if st.bounded and not self._make_room(st, size):
                         continue
                     accepted.append(st)
+                # internal topics (pull point inboxes) keep no current message
+                retain = not is_internal_namespace(m.topic.namespace)
+                if not accepted and not retain:
+                    fanouts.append(len(targets))
+                    continue
                 headers = dict(m.headers)
                 headers.setdefault(HEADER_MESSAGE_ID, m.message_id)
                 cur = c.execute(
@@ -492,21 +501,22 @@ class Engine:
                         m.message_id,
                         size,
                         now,
-                        len(accepted) + 1,
+                        len(accepted) + int(retain),
                     ),
                 )
                 mid = cur.lastrowid
                 assert mid is not None
-                old = c.execute(
-                    "SELECT mid FROM current WHERE ns = ? AND path = ?",
-                    (m.topic.namespace, _topic_key(m.topic)),
-                ).fetchone()
-                c.execute(
-                    "INSERT OR REPLACE INTO current(ns, path, mid) VALUES (?, ?, ?)",
-                    (m.topic.namespace, _topic_key(m.topic), mid),
-                )
-                if old is not None:
-                    self._decref(c, [old[0]])
+                if retain:
+                    old = c.execute(
+                        "SELECT mid FROM current WHERE ns = ? AND path = ?",
+                        (m.topic.namespace, _topic_key(m.topic)),
+                    ).fetchone()
+                    c.execute(
+                        "INSERT OR REPLACE INTO current(ns, path, mid) VALUES (?, ?, ?)",
+                        (m.topic.namespace, _topic_key(m.topic), mid),
+                    )
+                    if old is not None:
+                        self._decref(c, [old[0]])
                 if accepted:
                     c.executemany(
                         "INSERT INTO queue_entries(sub, mid) VALUES (?, ?)",

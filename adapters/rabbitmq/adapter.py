@@ -9,7 +9,11 @@ Features
       topic patterns become binding keys (one per branch of a union).
     * Every namespace exchange the gateway uses is exchange-to-exchange bound with ``#`` to
       one topic exchange, ``wsnmom.all`` (option ``all_exchange``).  A subscription without
-      patterns ("everything") binds its queue with ``#`` there.
+      patterns ("everything") binds its queue with ``#`` there.  Exchanges of *internal*
+      namespaces (``core.adapter.is_internal_namespace``: pull point inboxes) are not bound
+      to it (an existing binding from older versions is removed), so "everything" never
+      includes internal traffic, as the adapter contract requires; their messages get no
+      current-message tap copy either.
     * Each durable subscription / pull point is a durable queue ``wsnmom.sub.<name>``
       (classic by default).  ``QueueLimits`` become queue arguments: ``x-max-length``,
       ``x-max-length-bytes``, ``x-overflow`` (``drop-head`` for DROP_OLDEST,
@@ -81,7 +85,7 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -108,6 +112,7 @@ from wsnmom.core.adapter import (
     StoredMessage,
     SubscriptionHandle,
     SubscriptionSpec,
+    is_internal_namespace,
 )
 from wsnmom.topic_mapping.errors import NameNotRepresentable
 from wsnmom.topic_mapping.model import PathPattern, Topic
@@ -537,9 +542,11 @@ class RabbitMQAdapter(Adapter):
 
     # --- declarations (run on either link's loop) ------------------------------------
 
-    async def _ensure_exchange(self, link: Link, exchange: str) -> None:
+    async def _ensure_exchange(self, link: Link, exchange: str, internal: bool = False) -> None:
         """Declare ``exchange`` if absent (used as it is if present) and bind it to the
-        catch-all exchange; once per connection."""
+        catch-all exchange -- unless it is the exchange of an ``internal`` namespace, which
+        is kept (and, if an older version bound it, taken) out of the catch-all; once per
+        connection."""
         declared = self._declared[link.name]
         if exchange in declared:
             return
@@ -561,8 +568,12 @@ class RabbitMQAdapter(Adapter):
                 )
                 log.info("declared topic exchange %r", exchange)
             if exchange != all_exchange:
+                # exchange.unbind of a missing binding is a no-op in RabbitMQ
                 await (await link.admin()).call(
-                    "exchange_bind", destination=all_exchange, source=exchange, routing_key="#"
+                    "exchange_unbind" if internal else "exchange_bind",
+                    destination=all_exchange,
+                    source=exchange,
+                    routing_key="#",
                 )
         declared.add(exchange)
 
@@ -598,11 +609,16 @@ class RabbitMQAdapter(Adapter):
             await (await link.admin()).call("queue_declare", queue, durable=True, arguments=args)
             log.info("queue %r re-created with new arguments %s", queue, args)
 
+    def _internal_exchanges(self, namespaces: Iterable[str]) -> set[str]:
+        """Exchanges of the internal namespaces among ``namespaces``."""
+        return {self.exchange_for(ns) for ns in namespaces if is_internal_namespace(ns)}
+
     async def _declare_subscription(self, sub: RabbitMQSubscription) -> None:
         link = self._consumer
         bindings = self.bindings_for(sub.spec.patterns)
+        internal = self._internal_exchanges(p.namespace for p in sub.spec.patterns or ())
         for exchange in dict.fromkeys(ex for ex, _ in bindings):
-            await self._ensure_exchange(link, exchange)
+            await self._ensure_exchange(link, exchange, exchange in internal)
         await self._declare_queue(link, sub.queue, self.queue_arguments(sub.spec.limits))
         wanted = set(bindings)
         assert link.admin_lock is not None
@@ -620,7 +636,9 @@ class RabbitMQAdapter(Adapter):
         self._tap = None
         await self._ensure_exchange(link, self.opts.all_exchange)
         for namespace in self.opts.exchanges:
-            await self._ensure_exchange(link, self.exchange_for(namespace))
+            await self._ensure_exchange(
+                link, self.exchange_for(namespace), is_internal_namespace(namespace)
+            )
         if self.opts.current_message:
             await self._start_tap(link)
         with self._lock:
@@ -1021,8 +1039,9 @@ class RabbitMQAdapter(Adapter):
                 targets.append(self.native_name(message.topic))
             except NameNotRepresentable as exc:
                 raise PublishFailed(f"{message.topic} has no RabbitMQ name: {exc}") from exc
+        internal = self._internal_exchanges(m.topic.namespace for m in messages)
         for exchange in dict.fromkeys(ex for ex, _ in targets):
-            await self._ensure_exchange(link, exchange)
+            await self._ensure_exchange(link, exchange, exchange in internal)
         ch = self._pub
         if ch is None or not ch.is_open:
             ch = await self._open_publish_channel(link)
@@ -1036,7 +1055,7 @@ class RabbitMQAdapter(Adapter):
             self._pub_tag += 1
             self._pending[self._pub_tag] = _Pending(fut, exchange, key, message.message_id)
             futures.append(fut)
-            if tap is not None:
+            if tap is not None and exchange not in internal:
                 # right behind the original on the same channel: the taps see gateway
                 # and native messages of one topic in (almost exactly) routing order
                 copy_headers = dict(properties.headers or {})

@@ -129,3 +129,31 @@ def test_named_pull_point_reattaches(service: BrokerService) -> None:
     assert again.id == pp.id
     other = service.create_pull_point(CreatePullPointRequest())
     assert other.id != pp.id
+
+
+def test_unfiltered_subscription_gets_no_pull_point_inbox_traffic(
+    service: BrokerService, outbound: Any
+) -> None:
+    """Copies into a pull point's inbox travel on an internal namespace, which
+    ``patterns=None`` (a subscription without topic filter) does not include: the
+    unfiltered subscription's durable queue never holds them (nothing to ack away)."""
+    from wsnmom.core import metrics
+
+    everything = "http://127.0.0.1:9/everything"
+    pp = service.create_pull_point(CreatePullPointRequest(None))
+    service.subscribe(sub_req(service.pull_point_address(pp.id), topic=simple("t:inbox")))
+    service.pause(service.subscribe(sub_req(everything)).id)  # accumulates: count its queue
+    unfiltered = next(s for s in service._subs.values() if s.record.consumer.address == everything)
+    filtered_before = metrics.NOTIFICATIONS_FILTERED._value.get()
+    service.notify([note(f"<n>{i}</n>", simple("t:inbox")) for i in range(5)])
+    service.notify_pull_point(pp.id, [note("<n>direct</n>", simple("t:inbox"))])
+    assert len(drain(service, pp.id, 6)) == 6  # 5 forwarded + 1 sent to the pull point
+    # the unfiltered subscription holds the 5 notifications, not the 6 inbox copies
+    assert unfiltered.handle is not None and unfiltered.handle.depth() == 5
+    assert metrics.NOTIFICATIONS_FILTERED._value.get() == filtered_before
+
+
+def test_internal_namespaces_are_reserved(service: BrokerService) -> None:
+    for ns in ("urn:wsnmom:internal:pull-point", "urn:wsnmom:internal:other"):
+        with pytest.raises(errors.TopicNotSupported):
+            service.subscribe(sub_req(topic=simple("x:p1", {"x": ns})))

@@ -38,6 +38,7 @@ from typing import Any
 import pytest
 
 from wsnmom.core.adapter import (
+    INTERNAL_NAMESPACE_PREFIX,
     Adapter,
     Capabilities,
     OutboundMessage,
@@ -453,6 +454,34 @@ class TopicRouting(AdapterFixtures):
                 if m.topic.namespace in (namespace, other):
                     mine.append(m)
         assert sorted(m.body for m in mine) == [b"1", b"2", b"3"]
+
+    def test_patterns_none_skips_internal(
+        self, adapter: Adapter, namespace: str, unique_name: Names
+    ) -> None:
+        """``patterns=None`` is every topic of every *non-internal* namespace: a topic of an
+        internal namespace (``INTERNAL_NAMESPACE_PREFIX``, e.g. a pull point inbox) reaches
+        only subscriptions that name it."""
+        internal = f"{INTERNAL_NAMESPACE_PREFIX}conformance:{uuid.uuid4().hex}"
+        everything = self.subscribe(adapter, unique_name(), None)
+        inbox = self.subscribe(adapter, unique_name(), (self.pattern(internal, "inbox"),))
+        self.publish(adapter, self.topic(internal, "inbox"), b"internal")
+        self.publish(adapter, self.topic(namespace, "a"), b"public")
+        assert [m.body for m in self.receive(inbox, 1)] == [b"internal"]
+        mine: list[Received] = []
+        deadline = time.monotonic() + self.receive_timeout
+        while time.monotonic() < deadline:
+            # a shared broker may carry other suites' traffic: keep only ours
+            for m in everything.pull(100, timeout=0.2):
+                m.ack()
+                if m.topic.namespace in (namespace, internal):
+                    mine.append(m)
+            if any(m.body == b"public" for m in mine):
+                break
+        # the public message, published after the internal one, arrived: so would have it
+        mine += [m for m in self.receive(everything, 100, timeout=self.quiet_period)]
+        assert [
+            (m.topic.namespace, m.body) for m in mine if m.topic.namespace in (namespace, internal)
+        ] == [(namespace, b"public")]
 
     def test_union_patterns_deliver_one_copy(
         self, adapter: Adapter, namespace: str, unique_name: Names

@@ -47,7 +47,7 @@ from .envelope import (
 )
 from .faults import BaseFaultError, count_fault, count_request, fault_for_error, invalid_log
 from .metadata import SCHEMA_FILES, render_wsdl, schema_bytes
-from .xml import WSNMOM, text_of
+from .xml import WSNMOM, WSRF_RL, qname, text_of
 
 log = logging.getLogger("wsnmom.soap")
 
@@ -330,7 +330,36 @@ def _dispatch(service: Any, role: Role, resource_id: str | None, op: Op, req: So
         return _resource_op(service, op, rid, body)
     if op in RP_OPS:
         return _resource_properties(service, role, resource_id, op, req)
+    if op is Op.DESTROY:
+        return _wsrl_destroy(service, role, resource_id, req)
     raise BaseFaultError(f"unsupported operation {op.local}")  # pragma: no cover
+
+
+def _wsrl_destroy(
+    service: Any, role: Role, resource_id: str | None, req: SoapRequest
+) -> etree._Element:
+    """WS-ResourceLifetime immediate termination (``wsrf-rl:Destroy``) of a subscription,
+    pull point or publisher registration: the resources expose WS-RP properties, so they
+    must support it (checklist RP-02, PP-03, PRM-02).  The broker itself is not
+    destroyable."""
+    target, rid = role, resource_id
+    if role is Role.BROKER:
+        match = _PATH_RE.search(urlsplit(req.addressing.to or "").path)
+        if match is None:
+            raise errors.ResourceUnknown(
+                "wsrf-rl:Destroy needs a subscription, pull point or "
+                "registration; the broker cannot be destroyed"
+            )
+        target, rid = Role(match.group(1)), match.group(2)
+    if rid is None:  # pragma: no cover - resource endpoints always carry an id
+        raise errors.ResourceUnknown("no resource addressed")
+    if target is Role.SUBSCRIPTION:
+        service.unsubscribe(rid)
+    elif target is Role.PULL_POINT:
+        service.destroy_pull_point(rid)
+    else:
+        service.destroy_registration(rid)
+    return codec.empty_response(qname(WSRF_RL, "DestroyResponse"))
 
 
 def _resource_op(service: Any, op: Op, rid: str, body: etree._Element) -> etree._Element:

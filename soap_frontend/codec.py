@@ -122,6 +122,9 @@ class Op(enum.Enum):
     GET_RESOURCE_PROPERTY = qname(WSRF_RP, "GetResourceProperty")
     GET_MULTIPLE_RESOURCE_PROPERTIES = qname(WSRF_RP, "GetMultipleResourceProperties")
     GET_RESOURCE_PROPERTY_DOCUMENT = qname(WSRF_RP, "GetResourcePropertyDocument")
+    #: WS-ResourceLifetime immediate termination of a subscription, pull point or
+    #: registration (checklist RP-02, PP-03, PRM-02)
+    DESTROY = qname(WSRF_RL, "Destroy")
 
     @property
     def local(self) -> str:
@@ -193,6 +196,10 @@ ACTIONS: Final[dict[Op, tuple[str, str | None]]] = {
     Op.GET_RESOURCE_PROPERTY_DOCUMENT: (
         f"{_RPW}/GetResourcePropertyDocument/GetResourcePropertyDocumentRequest",
         f"{_RPW}/GetResourcePropertyDocument/GetResourcePropertyDocumentResponse",
+    ),
+    Op.DESTROY: (
+        "http://docs.oasis-open.org/wsrf/rlw-2/ImmediateResourceTermination/DestroyRequest",
+        "http://docs.oasis-open.org/wsrf/rlw-2/ImmediateResourceTermination/DestroyResponse",
     ),
 }
 

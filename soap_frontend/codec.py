@@ -799,11 +799,43 @@ def get_resource_property_response(
     return resp
 
 
+#: members of the standard resource property documents, in schema order (b-2.xsd,
+#: br-2.xsd: closed sequences).  Other properties of these resources (WSRL times, the
+#: broker policy) are read with GetResourceProperty, not listed in the document, so the
+#: document stays schema-valid (checklist BRP-01, PRP-01, §14.9).
+_DOCUMENT_MEMBERS: Final[dict[str, tuple[str, ...]]] = {
+    T("SubscriptionManagerRP"): (
+        T("ConsumerReference"),
+        T("Filter"),
+        T("SubscriptionPolicy"),
+        T("CreationTime"),
+    ),
+    BR("NotificationBrokerRP"): (
+        T("TopicExpression"),
+        T("FixedTopicSet"),
+        T("TopicExpressionDialect"),
+        qname(WSTOP, "TopicSet"),
+        BR("RequiresRegistration"),
+    ),
+    BR("PublisherRegistrationRP"): (
+        BR("PublisherReference"),
+        BR("Topic"),
+        BR("Demand"),
+        BR("CreationTime"),
+    ),
+}
+
+
 def resource_property_document(table: Mapping[str, PropertyRenderer], tag: str) -> etree._Element:
-    """GetResourcePropertyDocumentResponse wrapping every property in ``tag``."""
+    """GetResourcePropertyDocumentResponse wrapping the properties of ``tag`` (its schema
+    members in schema order for the standard documents, else every property)."""
     resp = new(qname(WSRF_RP, "GetResourcePropertyDocumentResponse"))
     doc = add(resp, tag)
-    for renderer in table.values():
+    members = _DOCUMENT_MEMBERS.get(tag)
+    renderers = (
+        [table[name] for name in members if name in table] if members else list(table.values())
+    )
+    for renderer in renderers:
         for el in renderer():
             doc.append(el)
     return resp

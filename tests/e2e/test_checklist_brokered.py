@@ -217,3 +217,36 @@ def test_notify_through_registration_consumer_reference(wsn: Wsn, consumer: Cons
     assert ref is not None
     wsn.notify(("tns:viaReg", "<v/>"), url=epr_address(ref))
     assert len(consumer.wait_for_messages(1)) == 1
+
+
+def test_unspecified_behaviour_is_advertised(wsn: Wsn) -> None:
+    """§14.18, GCM-03, RES-05, CPP-04, PP-07, PP-09, PP-B1, BRK-03, BRK-04, DPP-04, SUB-03,
+    POL-02: every choice the specifications leave open is in the broker policy document
+    (``GET /wsn/policy``, also a resource property and WS-Policy in the WSDL)."""
+    policy = etree.fromstring(wsn.http.get(f"{wsn.server.base_url}/wsn/policy").content)
+    p = "{urn:wsnmom:policy:1}"
+    for name in (
+        "FilterCombination",
+        "NoTopicFilter",
+        "DefaultTerminationTime",
+        "PauseBehaviour",
+        "DeliveryOrder",
+        "DeliveryGuarantee",
+        "GetMessagesOrder",
+        "GetMessagesMaximumNumber",
+        "PullPointNotify",
+        "PullPointDestroyWithSubscriptions",
+        "UseRawSupported",
+        "Demand",
+        "UnregisteredNotify",
+        "TopiclessNotify",
+        "UnknownTopicNotify",
+        "CurrentMessage",
+        "SubscriptionPersistence",
+        "Retry",
+        "Accumulation",
+    ):
+        assert policy.findtext(f"{p}{name}") or len(policy.find(f"{p}{name}") or []), name
+    assert (policy.findtext(f"{p}GetMessagesOrder") or "").startswith("FIFO")
+    wsdl = wsn.http.get(wsn.broker + "?wsdl").content
+    assert b"urn:wsnmom:policy:1" in wsdl

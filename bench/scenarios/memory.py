@@ -4,7 +4,9 @@ subscriptions, topics spread over 1,000 root topics).
 
 RSS is sampled after every tenth of the subscriptions, so the plot shows the growth; the
 idle RSS of the same server before any subscription is the reference.  Creation runs with
-concurrent keep-alive clients and is bounded in time (set-up is reported separately).
+concurrent keep-alive clients and is bounded in time (set-up is reported separately); when
+the time runs out first, the RSS at 100k is extrapolated linearly from the measured growth
+and labelled so.
 Target: RSS <= 500 MB (absolute: memory does not depend on machine speed).
 """
 
@@ -38,7 +40,7 @@ class Memory(Scenario):
     def run(self, ctx: Context, mw: Middleware | None, result: ScenarioResult) -> None:
         assert mw is not None
         total = ctx.pick(100_000, 2_000)
-        budget_s = ctx.pickf(600.0, 60.0)
+        budget_s = ctx.pickf(420.0, 60.0)
         steps = 10
         with running_server(ctx, mw, "memory") as server:
             check_notify(server, "m0")
@@ -78,12 +80,18 @@ class Memory(Scenario):
         result.add(Metric(name="rss_idle", value=idle / MB, unit="MB"))
         per_sub = (final - idle / MB) * MB / created if created else None
         result.add(Metric(name="bytes_per_subscription", value=per_sub, unit="B"))
+        value, note = final, None
+        if created < total and per_sub is not None:
+            # set-up ran out of time: extrapolate linearly from the measured growth
+            value = idle / MB + per_sub * total / MB
+            note = f"extrapolated from {created} measured ({final:.0f} MB)"
+        result.details["rss_final_mb"] = final
         result.add(
             Metric(
-                name=f"rss_{created // 1000}k_subscriptions",
-                value=final,
+                name=f"rss_{total // 1000}k_subscriptions",
+                value=value,
                 unit="MB",
                 target=Target("<=", 500.0, on="value"),
-                note=None if created == 100_000 else f"{created} subscriptions (quick/truncated)",
+                note=note,
             )
         )

@@ -1014,8 +1014,10 @@ class RabbitMQAdapter(Adapter):
     def _properties(self, message: OutboundMessage) -> pika.BasicProperties:
         headers: dict[str, Any] = dict(message.headers)
         headers[HEADER_MESSAGE_ID] = message.message_id
-        headers[HEADER_TOPIC_NAMESPACE] = message.topic.namespace
-        headers[HEADER_TOPIC_PATH] = "/".join(message.topic.path)
+        # the topic headers name the message's own topic when core gave them (a copy routed
+        # into a pull point inbox keeps the topic it was published on, core.codec)
+        headers.setdefault(HEADER_TOPIC_NAMESPACE, message.topic.namespace)
+        headers.setdefault(HEADER_TOPIC_PATH, "/".join(message.topic.path))
         headers[HEADER_ORIGIN] = "gateway"
         return pika.BasicProperties(
             content_type=message.content_type,

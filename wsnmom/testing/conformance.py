@@ -38,6 +38,8 @@ from typing import Any
 import pytest
 
 from wsnmom.core.adapter import (
+    HEADER_TOPIC_NAMESPACE,
+    HEADER_TOPIC_PATH,
     INTERNAL_NAMESPACE_PREFIX,
     Adapter,
     Capabilities,
@@ -911,6 +913,21 @@ class HeadersAndBodies(AdapterFixtures):
         for key, value in headers.items():
             assert m.headers.get(key) == value, key
         assert m.content_type == "application/octet-stream"
+
+    def test_topic_headers_given_by_core_are_kept(
+        self, adapter: Adapter, namespace: str, unique_name: Names
+    ) -> None:
+        """A message routed on one topic whose ``wsnmom-topic-*`` headers name another (a
+        copy into a pull point inbox keeps the topic it was published on) arrives with
+        those headers unchanged, while ``Received.topic`` is the routing topic."""
+        require(adapter, "native_headers")
+        handle = self.subscribe(adapter, unique_name(), (self.pattern(namespace, "inbox"),))
+        headers = {HEADER_TOPIC_NAMESPACE: f"{namespace}:origin", HEADER_TOPIC_PATH: "a/b"}
+        adapter.publish(self.message(self.topic(namespace, "inbox"), b"<copy/>", headers))
+        (m,) = self.receive(handle, 1)
+        assert m.headers.get(HEADER_TOPIC_NAMESPACE) == f"{namespace}:origin"
+        assert m.headers.get(HEADER_TOPIC_PATH) == "a/b"
+        assert m.topic == self.topic(namespace, "inbox")
 
 
 class AdapterConformance(

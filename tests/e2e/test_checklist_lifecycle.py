@@ -109,12 +109,14 @@ def test_expiry_during_pause_destroys(wsn: Wsn, consumer: ConsumerServer) -> Non
     destroyed (ResourceUnknownFault afterwards) and never delivers."""
     sub = wsn.subscribe(consumer.address(), itt="PT1S")
     wsn.post(sub.address, "<wsnt:PauseSubscription/>").ok()
-    poll(
-        lambda: wsn.post(sub.address, "<wsnt:ResumeSubscription/>").fault == "ResourceUnknownFault",
+    rp = "<wsrf-rp:GetResourceProperty>wsnt:CreationTime</wsrf-rp:GetResourceProperty>"
+    poll(  # probe with a read: a ResumeSubscription probe would un-pause it
+        lambda: wsn.post(sub.address, rp).fault == "ResourceUnknownFault",
         timeout=5,
         interval=0.2,
         what="the paused subscription to expire",
     )
+    assert wsn.post(sub.address, "<wsnt:ResumeSubscription/>").fault == "ResourceUnknownFault"
     wsn.notify(("tns:myTopic", "<late/>"))
     time.sleep(0.4)
     assert consumer.messages() == []

@@ -14,7 +14,7 @@ from lxml import etree
 
 from tests.e2e.conftest import Wsn
 from tests.fixtures.server import ConsumerServer, poll
-from tests.support.soap import CONCRETE, FULL, NS, SIMPLE, XPATH, subscribe_body
+from tests.support.soap import CONCRETE, FULL, NS, SIMPLE, XPATH, epr_address, subscribe_body
 
 pytestmark = pytest.mark.e2e
 
@@ -74,16 +74,20 @@ def test_empty_filter_places_no_constraint(wsn: Wsn, consumer: ConsumerServer) -
     body = subscribe_body(consumer.address(), None, ns=wsn.ns).replace(
         "</wsnt:ConsumerReference>", "</wsnt:ConsumerReference><wsnt:Filter/>"
     )
-    wsn.post(wsn.broker, body).ok()
+    ref = wsn.post(wsn.broker, body).ok().find("wsnt:SubscriptionReference", NS)
+    assert ref is not None
     marker = f"m{wsn.ns[-8:]}"
-    wsn.notify(("tns:anything", f'<{marker} xmlns="{wsn.ns}"/>'))
-    poll(
-        lambda: any(
-            m.find(f"wsnt:Message/{{{wsn.ns}}}{marker}", NS) is not None
-            for m in consumer.messages()
-        ),
-        what="notification through an empty filter",
-    )
+    try:
+        wsn.notify(("tns:anything", f'<{marker} xmlns="{wsn.ns}"/>'))
+        poll(
+            lambda: any(
+                m.find(f"wsnt:Message/{{{wsn.ns}}}{marker}", NS) is not None
+                for m in consumer.messages()
+            ),
+            what="notification through an empty filter",
+        )
+    finally:  # a subscription to everything is demand for every publisher: remove it
+        wsn.post(epr_address(ref), "<wsnt:Unsubscribe/>").ok()
 
 
 def test_filter_fault_precedence(wsn: Wsn, consumer: ConsumerServer) -> None:
@@ -209,12 +213,15 @@ def test_notify_without_topic_reaches_only_topicless_subscriptions(
     marker = f"nt{wsn.ns[-8:]}"
     expr = f'self::*[local-name()="{marker}"]'
     mc = f'<wsnt:MessageContent Dialect="{XPATH}">{expr}</wsnt:MessageContent>'
-    wsn.subscribe(everything.address(), None, extra_filter=mc)
-    wsn.notify((None, f"<{marker}/>"))
-    (msg,) = everything.wait_for_messages(1)
-    assert msg.find("wsnt:Topic", NS) is None
-    time.sleep(0.4)
-    assert topical.messages() == []
+    sub = wsn.subscribe(everything.address(), None, extra_filter=mc)
+    try:
+        wsn.notify((None, f"<{marker}/>"))
+        (msg,) = everything.wait_for_messages(1)
+        assert msg.find("wsnt:Topic", NS) is None
+        time.sleep(0.4)
+        assert topical.messages() == []
+    finally:  # a topic-less subscription is demand for every publisher: remove it
+        wsn.post(sub.address, "<wsnt:Unsubscribe/>").ok()
 
 
 def test_initial_termination_time_forms(wsn: Wsn, consumer: ConsumerServer) -> None:

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 
 from wsnmom.core.filters import expressions_overlap
 from wsnmom.core.model import EndpointReference, PublisherRegistration
+from wsnmom.core.periodic import PeriodicTask
 from wsnmom.core.ports import DeliveryFailed, OutboundSoap
 from wsnmom.topic_mapping.model import TopicExpression
 
@@ -67,40 +68,23 @@ class DemandManager:
         self.timeout = timeout
         self.interval = interval
         self._lock = threading.Lock()
-        self._event = threading.Event()
-        self._stopping = False
-        self._thread: threading.Thread | None = None
+        self._task = PeriodicTask(
+            self.reconcile, name="wsnmom-demand", interval=interval, join_timeout=timeout + 5
+        )
         self._retired: list[EndpointReference] = []
 
     # -- thread ----------------------------------------------------------------------------
     def start(self) -> None:
         """Start the background reconciler (idempotent)."""
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._loop, name="wsnmom-demand", daemon=True)
-            self._thread.start()
+        self._task.start()
 
-    def poke(self) -> None:
+    def wake(self) -> None:
         """Demand may have changed: reconcile soon."""
-        self._event.set()
+        self._task.wake()
 
     def stop(self) -> None:
         """Stop the reconciler."""
-        self._stopping = True
-        self._event.set()
-        if self._thread is not None:
-            self._thread.join(timeout=self.timeout + 5)
-            self._thread = None
-
-    def _loop(self) -> None:
-        while not self._stopping:
-            self._event.wait(self.interval)
-            self._event.clear()
-            if self._stopping:
-                return
-            try:
-                self.reconcile()
-            except Exception:
-                log.exception("demand reconciliation failed")
+        self._task.stop()
 
     # -- logic -----------------------------------------------------------------------------
     @staticmethod
@@ -130,7 +114,7 @@ class DemandManager:
             with self._lock:
                 self._retired.append(reg.demand_subscription)
                 reg.demand_subscription = None
-            self.poke()
+            self.wake()
 
     def _ensure_flowing(self, reg: PublisherRegistration) -> None:
         assert reg.publisher_reference is not None

@@ -15,7 +15,7 @@ Termination-time rules (architecture §7; checklist ITT-01..08, REN-02..07, REG-
 The fault raised carries ``minimum_time`` and ``maximum_time`` attributes (datetime or
 None) for the frontend's ``MinimumTime`` / ``MaximumTime`` elements.
 
-``LifetimeScheduler`` runs a sweep function every ``interval`` seconds (and on ``wake``);
+The expiry sweep itself runs on a ``core.periodic.PeriodicTask``;
 the service's sweep destroys subscriptions, pull points and registrations whose
 termination time has passed, native durable subscriptions included.  Resources that expired
 while the broker was down are removed by the start-up restore.
@@ -23,16 +23,11 @@ while the broker was down are removed by the start-up restore.
 
 from __future__ import annotations
 
-import logging
-import threading
-from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
 from wsnmom.core import errors
 from wsnmom.core.model import INFINITE, RequestedTime
-
-log = logging.getLogger(__name__)
 
 
 def _fault(
@@ -112,47 +107,6 @@ def resolve_termination(
 def is_expired(termination_time: datetime | None, now: datetime) -> bool:
     """True when a resource with ``termination_time`` has expired at ``now``."""
     return termination_time is not None and termination_time <= now
-
-
-class LifetimeScheduler:
-    """A daemon thread calling ``sweep`` every ``interval`` seconds or when woken."""
-
-    def __init__(self, sweep: Callable[[], None], interval: float = 1.0) -> None:
-        self._sweep = sweep
-        self.interval = interval
-        self._event = threading.Event()
-        self._stopping = False
-        self._thread: threading.Thread | None = None
-
-    def start(self) -> None:
-        """Start the thread (idempotent)."""
-        if self._thread is not None:
-            return
-        self._thread = threading.Thread(target=self._loop, name="wsnmom-lifetimes", daemon=True)
-        self._thread.start()
-
-    def wake(self) -> None:
-        """Sweep now."""
-        self._event.set()
-
-    def _loop(self) -> None:
-        while not self._stopping:
-            self._event.wait(self.interval)
-            self._event.clear()
-            if self._stopping:
-                return
-            try:
-                self._sweep()
-            except Exception:
-                log.exception("lifetime sweep failed")
-
-    def stop(self) -> None:
-        """Stop the thread."""
-        self._stopping = True
-        self._event.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-            self._thread = None
 
 
 def utc_now() -> datetime:

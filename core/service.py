@@ -86,7 +86,7 @@ from wsnmom.core.filters import (
     concrete_topic,
     topic_errors,
 )
-from wsnmom.core.lifetimes import LifetimeScheduler, is_expired, resolve_termination, utc_now
+from wsnmom.core.lifetimes import is_expired, resolve_termination, utc_now
 from wsnmom.core.model import (
     INFINITE,
     CreatePullPointRequest,
@@ -104,6 +104,7 @@ from wsnmom.core.model import (
     SubscriptionState,
     new_resource_id,
 )
+from wsnmom.core.periodic import PeriodicTask
 from wsnmom.core.policy import BrokerPolicy, build_policy
 from wsnmom.core.ports import DeliveryFailed, OutboundSoap
 from wsnmom.core.store import Store
@@ -264,8 +265,10 @@ class BrokerService:
             ),
             prefetch=settings.delivery.prefetch,
         )
-        self.lifetimes = LifetimeScheduler(
-            self.sweep, settings.termination.sweep_interval.total_seconds()
+        self.lifetimes = PeriodicTask(
+            self.sweep,
+            name="wsnmom-lifetimes",
+            interval=settings.termination.sweep_interval.total_seconds(),
         )
         self.demand = DemandManager(
             outbound,
@@ -446,7 +449,7 @@ class BrokerService:
         self._update_gauges()
         self.lifetimes.start()
         self.demand.start()
-        self.demand.poke()
+        self.demand.wake()
 
     def close(self) -> None:
         """Stop delivery and background threads; state stays in the store and middleware."""
@@ -601,7 +604,7 @@ class BrokerService:
             self._delete_native(sub.id)
             raise errors.SubscribeCreationFailed(f"the middleware refused: {exc}") from exc
         self._update_gauges()
-        self.demand.poke()
+        self.demand.wake()
         return replace(sub)
 
     def _attach(self, state: _Sub) -> None:
@@ -762,7 +765,7 @@ class BrokerService:
                 raise errors.PauseFailed(str(exc)) from exc
             state.record.state = SubscriptionState.PAUSED
             self.store.put_subscription(state.record)
-        self.demand.poke()
+        self.demand.wake()
 
     def resume(self, subscription_id: str) -> None:
         """ResumeSubscription: deliver what accumulated, in order; no-op when not paused."""
@@ -781,7 +784,7 @@ class BrokerService:
                 state.record.state = SubscriptionState.PAUSED
                 raise errors.ResumeFailed(str(exc)) from exc
             self.store.put_subscription(state.record)
-        self.demand.poke()
+        self.demand.wake()
 
     def end_subscription(self, subscription_id: str, reason: str) -> None:
         """Administrative removal: destroy and publish SubscriptionEnd (NCIA Annex 1)."""
@@ -815,7 +818,7 @@ class BrokerService:
         finally:
             self.store.delete_subscription(sub_id)
             self._update_gauges()
-            self.demand.poke()
+            self.demand.wake()
 
     def _publish_subscription_end(self, state: _Sub, reason: str) -> None:
         sub = state.record
@@ -1098,7 +1101,7 @@ class BrokerService:
             self._regs[reg.id] = _Reg(reg, topics)
         self._update_gauges()
         if reg.demand:
-            self.demand.poke()
+            self.demand.wake()
         return replace(reg)
 
     def get_registration(self, registration_id: str) -> PublisherRegistration:

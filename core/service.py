@@ -654,16 +654,29 @@ class BrokerService:
             subscription_reference=EndpointReference(self.subscription_address(state.record.id)),
         )
 
+    def _accepted(self, state: _Sub, received: Received) -> NotificationMessage | None:
+        """The message if this subscription is to deliver it; None to drop it (acked).
+
+        Drops internal traffic, messages the filters refuse, and everything once the
+        subscription has expired: clients already get ResourceUnknown for it, so it must not
+        deliver in the moments before the sweep destroys it (the sweep is woken now).
+        """
+        if is_expired(state.record.termination_time, self.now()):
+            self.lifetimes.wake()
+            return None
+        if is_internal_routing(received):
+            return None
+        message = decode(received)
+        return message if state.filter.matches(message) else None
+
     def _pusher(
         self, state: _Sub
     ) -> tuple[Callable[[Received], Delivered | None], Callable[[Sequence[Delivered]], None]]:
         sub = state.record
 
         def prepare(received: Received) -> Delivered | None:
-            if is_internal_routing(received):
-                return None
-            message = decode(received)
-            if not state.filter.matches(message):
+            message = self._accepted(state, received)
+            if message is None:
                 return None
             rendered = self._render(state, message)
             return Delivered(rendered, sub.id, rendered.subscription_reference)
@@ -696,12 +709,8 @@ class BrokerService:
         sub_id = state.record.id
 
         def prepare(received: Received) -> NotificationMessage | None:
-            if is_internal_routing(received):
-                return None
-            message = decode(received)
-            if not state.filter.matches(message):
-                return None
-            return self._render(state, message)
+            message = self._accepted(state, received)
+            return None if message is None else self._render(state, message)
 
         def send(batch: Sequence[NotificationMessage]) -> None:
             with self._lock:

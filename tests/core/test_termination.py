@@ -138,3 +138,26 @@ def test_pull_point_and_registration_default_lifetimes(
         service.register_publisher(
             RegisterPublisherRequest(None, initial_termination_time=clock() - timedelta(1))
         )
+
+
+def test_expired_subscription_delivers_nothing_before_the_sweep(
+    service: BrokerService, clock: FakeClock, outbound: RecordingOutbound
+) -> None:
+    """Between its termination time and the next sweep a subscription is already unknown to
+    clients, so it must not deliver either (a Notify answered after expiry never arrives)."""
+    short = timedelta(seconds=2)
+    service.subscribe(
+        sub_req("http://127.0.0.1:9/late", topic=simple("t:late"), initial_termination_time=short)
+    )
+    pp = service.create_pull_point(CreatePullPointRequest())
+    service.subscribe(
+        sub_req(
+            service.pull_point_address(pp.id),
+            topic=simple("t:late"),
+            initial_termination_time=short,
+        )
+    )
+    clock.advance(seconds=3)  # both expired; the sweep (hourly in these tests) has not run
+    service.notify([note("<late/>", simple("t:late"))])
+    assert not outbound.wait(lambda: bool(outbound.attempts), timeout=0.5)
+    assert service.get_messages(pp.id, None) == []

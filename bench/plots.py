@@ -205,7 +205,12 @@ def _recovery(report: dict[str, Any], out: Path) -> Path | None:
     names = ("ready_s", "resumed_all_s", "drained_all_s")
     width = 0.8 / len(results)
     for n, res in enumerate(results):
-        vals = [(_metric(res, k) or {}).get("value") or 0 for k in names]
+        vals = [
+            (_metric(res, k) or _metric(res, "drained_partial_s") or {}).get("value") or 0
+            if k == "drained_all_s"
+            else (_metric(res, k) or {}).get("value") or 0
+            for k in names
+        ]
         xs = [i + n * width for i in range(len(names))]
         bars = ax.bar(xs, vals, width, label=res["adapter"])
         for bar, v in zip(bars, vals, strict=True):

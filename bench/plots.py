@@ -187,6 +187,18 @@ def _memory(report: dict[str, Any], out: Path) -> Path | None:
     for res in results:
         samples = res["details"].get("samples") or []
         ax.plot([s[0] for s in samples], [s[1] for s in samples], "-o", label=res["adapter"])
+        extra = next((m for m in res["metrics"] if "extrapolated" in (m.get("note") or "")), None)
+        if extra is not None and samples:
+            target_n = int(extra["name"].split("_")[1].rstrip("k")) * 1000
+            ax.plot([samples[-1][0], target_n], [samples[-1][1], extra["value"]], ":", color="gray")
+            ax.plot(
+                [target_n],
+                [extra["value"]],
+                "o",
+                mfc="none",
+                color="gray",
+                label=f"extrapolated: {extra['value']:.0f} MB at {target_n:,}",
+            )
     ax.axhline(500, color="red", linestyle="--", linewidth=1, label="target 500 MB")
     ax.set_xlabel("active subscriptions (pull point consumers)")
     ax.set_ylabel("server RSS (MB)")

@@ -138,7 +138,17 @@ def _fanout(report: dict[str, Any], out: Path) -> Path | None:
                     style,
                     label=f"{res['adapter']} {mode}",
                 )
-                ax.plot([pts[-1][0]], [pts[0][1] * 1.5], "x", color="red")
+                largest = (res["details"].get("sizes") or [pts[-1][0]])[-1]
+                ax.plot([largest], [pts[0][1] * 1.5], "x", color="red")
+                if pts[-1][0] < largest:
+                    ax.annotate(
+                        f"{res['adapter']} {mode}: failed at {largest:,}",
+                        (pts[-1][0], pts[-1][1]),
+                        fontsize=7,
+                        color="red",
+                        xytext=(5, -12),
+                        textcoords="offset points",
+                    )
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("subscriptions on the topic")

@@ -19,7 +19,9 @@ Decisions (advertised in the policy document):
 * DestroyRegistration and registration expiry send Unsubscribe.
 * Calls to publishers run on a background thread (``reconcile``) after every change and
   every ``interval`` seconds, so a slow or unreachable publisher never delays a
-  Subscribe; failures are retried on the next pass.
+  Subscribe; failures are retried on the next pass.  Wake-ups are coalesced (at most one
+  pass per ``min_spacing`` seconds), and a pass with no demand-based registration returns
+  without looking at the subscriptions: a Subscribe costs O(1) here, not O(subscriptions).
 """
 
 from __future__ import annotations
@@ -59,6 +61,7 @@ class DemandManager:
         save: Callable[[PublisherRegistration], None],
         timeout: float = 10.0,
         interval: float = 5.0,
+        min_spacing: float = 0.1,
     ) -> None:
         self.outbound = outbound
         self._broker_consumer = broker_consumer
@@ -69,7 +72,11 @@ class DemandManager:
         self.interval = interval
         self._lock = threading.Lock()
         self._task = PeriodicTask(
-            self.reconcile, name="wsnmom-demand", interval=interval, join_timeout=timeout + 5
+            self.reconcile,
+            name="wsnmom-demand",
+            interval=interval,
+            join_timeout=timeout + 5,
+            min_spacing=min_spacing,
         )
         self._retired: list[EndpointReference] = []
 
@@ -93,16 +100,25 @@ class DemandManager:
         return any(expressions_overlap(f, t) for f in filters for t in entry.topics)
 
     def reconcile(self) -> None:
-        """Subscribe / pause / resume / unsubscribe at publishers as demand requires."""
+        """Subscribe / pause / resume / unsubscribe at publishers as demand requires.
+
+        The active subscription filters (a scan of every subscription) are asked for only
+        when there is a demand-based registration with a publisher to call.
+        """
         with self._lock:
             retired, self._retired = self._retired, []
             for ref in retired:
                 self._unsubscribe(ref)
+            entries = [
+                e
+                for e in self._entries()
+                if e.registration.demand and e.registration.publisher_reference is not None
+            ]
+            if not entries:
+                return
             filters = list(self._active_filters())
-            for entry in self._entries():
+            for entry in entries:
                 reg = entry.registration
-                if not reg.demand or reg.publisher_reference is None:
-                    continue
                 if self.wanted(entry, filters):
                     self._ensure_flowing(reg)
                 else:

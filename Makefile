@@ -36,7 +36,9 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	MYPY=$(BIN)/mypy bash scripts/typecheck.sh
 
-bench: $(STAMP) system-deps
+## bench: benchmarks against the embedded adapter and local brokers (bench/results/latest.json)
+bench: system-deps
+	$(MAKE) --no-print-directory EXTRAS=test,rabbitmq,bench venv
 	$(BIN)/python -m bench $(ARGS)
 
 clean:

@@ -28,11 +28,15 @@ Features
     * Current message (GetCurrentMessage) covers native publishers too: a tap queue
       ``wsnmom.current.<instance>`` bound with ``#`` to ``wsnmom.all`` feeds an in-memory
       last-message-per-routing-key map (see ``docs/adapters/rabbitmq.md``).
-    * Threading: two connections (publishing, consuming), each driven by its own I/O
-      thread (``_link.Link``); public methods are thread-safe and marshal onto those
-      threads.  Lost connections are re-established with backoff; exchanges, queues,
-      bindings and consumers are declared again and consumers resumed.  Publishes not
-      confirmed when the connection drops raise ``PublishFailed``.
+    * Threading: one publishing connection and a pool of consuming connections (one to
+      start with; another one per ``consumers_per_connection`` subscriptions), each
+      driven by its own I/O thread (``_link.Link``); public methods are thread-safe and
+      marshal onto those threads.  Every subscription lives on one consuming connection
+      with its own channel per consumer (and per puller), so the number of subscriptions
+      is not bounded by the channel limit of one connection (2,047 by default).  Lost
+      connections are re-established with backoff; exchanges, queues, bindings and
+      consumers are declared again and consumers resumed.  Publishes not confirmed when
+      the connection drops raise ``PublishFailed``.
 
 Connection String
     ``amqp://user:password@host:5672/vhost`` or ``amqps://...`` (TLS, port 5671), parsed by
@@ -71,6 +75,9 @@ Options
     ``fail_on_nack``
         raise PublishFailed when the broker nacks a publish (default False: a nack is what
         a full DROP_NEWEST queue answers; see the docs).
+    ``consumers_per_connection``
+        subscriptions per consuming connection (default 1000; each uses up to two
+        channels, so it is lowered automatically to fit the negotiated channel limit).
     ``operation_timeout``, ``reconnect_max_delay``
         seconds to wait for declarations (10) and the longest reconnect backoff (5).
 """
@@ -101,6 +108,7 @@ from wsnmom.core.adapter import (
     HEADER_TOPIC_NAMESPACE,
     HEADER_TOPIC_PATH,
     Adapter,
+    AdapterError,
     AdapterUnavailable,
     Capabilities,
     OutboundMessage,
@@ -174,6 +182,7 @@ class RabbitMQOptions:
     current_tap_max_length: int = 10000
     current_tap_expires: float = 3600.0
     current_cache_size: int = 100000
+    consumers_per_connection: int = 1000
     fail_on_nack: bool = False
     operation_timeout: float = 10.0
     reconnect_max_delay: float = 5.0
@@ -187,7 +196,13 @@ class RabbitMQOptions:
             raise ValueError(f"unknown RabbitMQ adapter options: {', '.join(unknown)}")
         values: dict[str, Any] = dict(options)
         values.setdefault("exchanges", {})
-        for key in ("prefetch", "heartbeat", "current_tap_max_length", "current_cache_size"):
+        for key in (
+            "prefetch",
+            "heartbeat",
+            "current_tap_max_length",
+            "current_cache_size",
+            "consumers_per_connection",
+        ):
             if key in values:
                 values[key] = int(values[key])
         for key in ("current_tap_expires", "operation_timeout", "reconnect_max_delay"):
@@ -201,6 +216,8 @@ class RabbitMQOptions:
             raise ValueError(f"queue_type must be classic or quorum, not {opts.queue_type!r}")
         if opts.prefetch < 1:
             raise ValueError("prefetch must be at least 1")
+        if opts.consumers_per_connection < 1:
+            raise ValueError("consumers_per_connection must be at least 1")
         return opts
 
 
@@ -277,8 +294,10 @@ class _Delivery(Received):
 class RabbitMQSubscription(SubscriptionHandle):
     """Handle on one subscription queue.  Methods are thread-safe."""
 
-    def __init__(self, adapter: RabbitMQAdapter, spec_: SubscriptionSpec) -> None:
+    def __init__(self, adapter: RabbitMQAdapter, spec_: SubscriptionSpec, link: Link) -> None:
         self.name = spec_.name
+        #: the consuming connection this subscription's channels live on
+        self.link = link
         self.spec = spec_
         self.queue = adapter.queue_name(spec_.name)
         self._adapter = adapter
@@ -296,23 +315,23 @@ class RabbitMQSubscription(SubscriptionHandle):
         self.on_message = on_message
         self.prefetch = max(1, prefetch)
         self.consuming = True
-        a._run(a._start_consumer(self))
+        a._run(a._start_consumer(self), link=self.link)
 
     def stop(self) -> None:
         self.consuming = False
         a = self._adapter
-        a._run(a._stop_consumer(self))
+        a._run(a._stop_consumer(self), link=self.link)
 
     def pull(self, max_messages: int, timeout: float = 0.0) -> list[Received]:
         if max_messages <= 0:
             return []
         a = self._adapter
-        return a._run(a._pull(self, max_messages, timeout), extra=timeout)
+        return a._run(a._pull(self, max_messages, timeout), extra=timeout, link=self.link)
 
     def depth(self) -> int | None:
         a = self._adapter
         try:
-            return a._run(a._depth(self.queue))
+            return a._run(a._depth(self.queue, self.link), link=self.link)
         except AdapterUnavailable:
             return None
 
@@ -321,7 +340,7 @@ class RabbitMQSubscription(SubscriptionHandle):
         self.consuming = False
         self.deleted = True
         a._forget(self)
-        a._run(a._delete_queue(self.queue, self))
+        a._run(a._delete_queue(self.queue, self), link=self.link)
 
     def __repr__(self) -> str:
         return f"<RabbitMQSubscription {self.name} queue={self.queue}>"
@@ -368,6 +387,8 @@ class RabbitMQAdapter(Adapter):
         self.tap_queue = f"wsnmom.current.{self.instance}"
         self._lock = threading.Lock()
         self._subs: dict[str, RabbitMQSubscription] = {}
+        #: serialises opening further consuming connections
+        self._pool_lock = threading.Lock()
         self._closed = False
         self._opened = False
         # loop-thread state (consumer link)
@@ -387,6 +408,10 @@ class RabbitMQAdapter(Adapter):
             self._on_consumer_lost,
             max_delay=self.opts.reconnect_max_delay,
         )
+        #: consuming connections (the first is ``_consumer``, which also runs the tap)
+        self._links: list[Link] = [self._consumer]
+        #: subscriptions assigned to each consuming connection, by link name
+        self._load: dict[str, int] = {self._consumer.name: 0}
         self._publisher = Link(
             "publisher",
             self.parameters,
@@ -512,10 +537,15 @@ class RabbitMQAdapter(Adapter):
             return
         self._closed = True
         self._publisher.close()
-        self._consumer.close()
+        with self._lock:
+            links = list(self._links)
+        for link in links:
+            link.close()
 
     def ping(self, timeout: float = 1.0) -> bool:
-        if self._closed or not (self._consumer.is_up and self._publisher.is_up):
+        with self._lock:
+            links = list(self._links)
+        if self._closed or not (self._publisher.is_up and all(ln.is_up for ln in links)):
             return False
         try:
             self._consumer.submit(self._ping(), timeout)
@@ -531,14 +561,26 @@ class RabbitMQAdapter(Adapter):
             # a round trip that cannot fail for topology reasons
             await ch.call("basic_qos", prefetch_count=0)
 
-    def _run(self, coro: Any, extra: float = 0.0) -> Any:
-        """Run a coroutine on the consumer link; map failures to AdapterUnavailable."""
+    def _run(self, coro: Any, extra: float = 0.0, link: Link | None = None) -> Any:
+        """Run a coroutine on a consuming link (default: the first one).
+
+        Failures become adapter errors, so that core answers with a WS-N fault instead of
+        an internal error: no connection or no answer -> AdapterUnavailable, a channel the
+        broker closed -> AdapterUnavailable, anything else pika or the adapter raises
+        (``NoFreeChannels``, a connection closed under the call) -> AdapterError.
+        """
+        target = link or self._consumer
         try:
-            return self._consumer.submit(coro, self.opts.operation_timeout + extra)
+            return target.submit(coro, self.opts.operation_timeout + extra)
+        except AdapterError:
+            raise
         except (LinkDown, TimeoutError) as exc:
             raise AdapterUnavailable(str(exc)) from exc
         except ChannelError as exc:
             raise AdapterUnavailable(f"RabbitMQ refused: {exc}") from exc
+        except Exception as exc:
+            log.warning("RabbitMQ operation failed: %r", exc)
+            raise AdapterError(f"RabbitMQ operation failed: {describe(exc)}") from exc
 
     # --- declarations (run on either link's loop) ------------------------------------
 
@@ -547,7 +589,7 @@ class RabbitMQAdapter(Adapter):
         catch-all exchange -- unless it is the exchange of an ``internal`` namespace, which
         is kept (and, if an older version bound it, taken) out of the catch-all; once per
         connection."""
-        declared = self._declared[link.name]
+        declared = self._declared.setdefault(link.name, set())
         if exchange in declared:
             return
         if exchange == "":
@@ -614,7 +656,7 @@ class RabbitMQAdapter(Adapter):
         return {self.exchange_for(ns) for ns in namespaces if is_internal_namespace(ns)}
 
     async def _declare_subscription(self, sub: RabbitMQSubscription) -> None:
-        link = self._consumer
+        link = sub.link
         bindings = self.bindings_for(sub.spec.patterns)
         internal = self._internal_exchanges(p.namespace for p in sub.spec.patterns or ())
         for exchange in dict.fromkeys(ex for ex, _ in bindings):
@@ -632,17 +674,19 @@ class RabbitMQAdapter(Adapter):
     # --- consumer link --------------------------------------------------------------
 
     async def _on_consumer_connected(self, link: Link) -> None:
-        self._declared["consumer"] = set()
-        self._tap = None
+        self._declared[link.name] = set()
+        primary = link is self._consumer
+        if primary:
+            self._tap = None
         await self._ensure_exchange(link, self.opts.all_exchange)
         for namespace in self.opts.exchanges:
             await self._ensure_exchange(
                 link, self.exchange_for(namespace), is_internal_namespace(namespace)
             )
-        if self.opts.current_message:
+        if primary and self.opts.current_message:
             await self._start_tap(link)
         with self._lock:
-            subs = [s for s in self._subs.values() if not s.deleted]
+            subs = [s for s in self._subs.values() if not s.deleted and s.link is link]
         for sub in subs:
             sub.consumer = None
             sub.puller = None
@@ -655,6 +699,8 @@ class RabbitMQAdapter(Adapter):
                 log.error("cannot restore subscription queue %s: %s", sub.queue, exc)
 
     def _on_consumer_lost(self, link: Link, reason: BaseException | None) -> None:
+        if link is not self._consumer:
+            return
         self._tap = None
         for fut in self._barriers.values():
             if not fut.done():
@@ -664,22 +710,75 @@ class RabbitMQAdapter(Adapter):
     def subscription(self, spec: SubscriptionSpec) -> SubscriptionHandle:
         with self._lock:
             sub = self._subs.get(spec.name)
-            if sub is None or sub.deleted:
-                sub = RabbitMQSubscription(self, spec)
-                self._subs[spec.name] = sub
-            else:
+            if sub is not None and not sub.deleted:
                 sub.spec = spec
-        self._run(self._declare_for(sub))
+            else:
+                sub = None
+        if sub is None:
+            link = self._reserve_link()
+            with self._lock:
+                sub = self._subs.get(spec.name)
+                if sub is not None and not sub.deleted:  # created concurrently
+                    self._load[link.name] -= 1
+                    sub.spec = spec
+                else:
+                    sub = RabbitMQSubscription(self, spec, link)
+                    self._subs[spec.name] = sub
+        self._run(self._declare_for(sub), link=sub.link)
         return sub
 
+    def _capacity(self) -> int:
+        """Subscriptions per consuming connection: the option, lowered so that a
+        subscription's two channels (consumer, puller) plus the admin and tap channels fit
+        the channel limit negotiated with the broker."""
+        per = self.opts.consumers_per_connection
+        conn = self._consumer.connection
+        channel_max = int(getattr(getattr(conn, "params", None), "channel_max", 0) or 0)
+        if channel_max > 0:
+            per = min(per, max(1, (channel_max - 3) // 2))
+        return per
+
+    def _reserve_link(self) -> Link:
+        """A consuming connection with room for one more subscription (counted as taken);
+        opens another connection when all are full."""
+        per = self._capacity()
+        with self._pool_lock:
+            with self._lock:
+                for link in self._links:
+                    if self._load[link.name] < per:
+                        self._load[link.name] += 1
+                        return link
+                name = f"consumer-{len(self._links)}"
+            if self._closed:
+                raise AdapterUnavailable("the RabbitMQ adapter is closed")
+            link = Link(
+                name,
+                self.parameters,
+                self._on_consumer_connected,
+                self._on_consumer_lost,
+                max_delay=self.opts.reconnect_max_delay,
+            )
+            if not link.start(self.opts.operation_timeout):
+                error = link.last_error
+                link.close()
+                raise AdapterUnavailable(
+                    f"cannot open another consuming connection: {describe(error)}"
+                )
+            log.info("opened consuming connection %s (%d subscriptions each)", name, per)
+            with self._lock:
+                self._links.append(link)
+                self._load[name] = 1
+            return link
+
     async def _declare_for(self, sub: RabbitMQSubscription) -> None:
-        await self._consumer.ready(self.opts.operation_timeout)
+        await sub.link.ready(self.opts.operation_timeout)
         await self._declare_subscription(sub)
 
     def _forget(self, sub: RabbitMQSubscription) -> None:
         with self._lock:
             if self._subs.get(sub.name) is sub:
                 del self._subs[sub.name]
+                self._load[sub.link.name] -= 1
 
     def delete_subscription(self, name: str) -> None:
         with self._lock:
@@ -690,7 +789,7 @@ class RabbitMQAdapter(Adapter):
             self._run(self._delete_queue(self.queue_name(name), None))
 
     async def _delete_queue(self, queue: str, sub: RabbitMQSubscription | None) -> None:
-        link = self._consumer
+        link = sub.link if sub is not None else self._consumer
         await link.ready(self.opts.operation_timeout)
         if sub is not None:
             await self._stop_consumer(sub)
@@ -702,7 +801,7 @@ class RabbitMQAdapter(Adapter):
             await (await link.admin()).call("queue_delete", queue)
 
     async def _start_consumer(self, sub: RabbitMQSubscription, ready: bool = True) -> None:
-        link = self._consumer
+        link = sub.link
         if ready:
             await link.ready(self.opts.operation_timeout)
         if (sub.consumer is not None and sub.consumer.is_open) or not sub.consuming:
@@ -779,7 +878,7 @@ class RabbitMQAdapter(Adapter):
             ch.pika.basic_nack(method.delivery_tag, requeue=False)
             return None
         return _Delivery(
-            self._consumer,
+            ch.link,
             ch,
             method.delivery_tag,
             topic,
@@ -792,7 +891,7 @@ class RabbitMQAdapter(Adapter):
     async def _pull(
         self, sub: RabbitMQSubscription, max_messages: int, timeout: float
     ) -> list[Received]:
-        link = self._consumer
+        link = sub.link
         await link.ready(self.opts.operation_timeout)
         if sub.puller is None or not sub.puller.is_open:
             sub.puller = await link.open_channel()
@@ -812,8 +911,7 @@ class RabbitMQAdapter(Adapter):
                 out.append(delivery)
         return out
 
-    async def _depth(self, queue: str) -> int:
-        link = self._consumer
+    async def _depth(self, queue: str, link: Link) -> int:
         await link.ready(self.opts.operation_timeout)
         assert link.admin_lock is not None
         async with link.admin_lock:

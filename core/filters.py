@@ -31,7 +31,8 @@ from __future__ import annotations
 import logging
 import math
 import threading
-from collections.abc import Iterator
+from collections import OrderedDict
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -40,7 +41,12 @@ from wsnmom.core import errors
 from wsnmom.core.codec import is_reserved, safe_parse
 from wsnmom.core.model import ExpressionSource, NotificationMessage
 from wsnmom.topic_mapping import errors as tm_errors
-from wsnmom.topic_mapping.dialects import parse_topic_expression, require_concrete_topic
+from wsnmom.topic_mapping.dialects import (
+    XPATH,
+    canonical_dialect,
+    parse_topic_expression,
+    require_concrete_topic,
+)
 from wsnmom.topic_mapping.model import DEEP, PathPattern, Segment, Topic, TopicExpression
 from wsnmom.topic_mapping.namespaces import TopicSet
 
@@ -104,16 +110,92 @@ def concrete_topic(
     wildcard or to several topics is MultipleTopicsSpecified; one resolving to nothing (a
     cycle) or outside a fixed set is TopicNotSupported.  Callers still check the returned
     topic against the set (``admit`` / ``permits``).
+
+    Successful parses of the Simple, Concrete and Full dialects are memoised (a bounded
+    LRU, see :func:`_concrete_key`): a Notify repeats the same expression for each of its
+    messages.  Alias resolution and the XPath dialect depend on the topic set and are
+    evaluated on every call.
     """
     with topic_errors(unknown_dialect=unknown_dialect):
-        expr = parse_topic_expression(
-            source.text, source.dialect, source.namespaces, topic_set=topic_set
-        )
-        _check_reserved(expr)
-        topic = require_concrete_topic(expr)  # a wildcard or union: refused as such
+        key = _concrete_key(source)
+        hit = _CONCRETE_CACHE.get(key) if key is not None else None
+        if hit is None:
+            expr = parse_topic_expression(
+                source.text, source.dialect, source.namespaces, topic_set=topic_set
+            )
+            _check_reserved(expr)
+            topic = require_concrete_topic(expr)  # a wildcard or union: refused as such
+            if key is not None:
+                _CONCRETE_CACHE.put(key, (expr, topic))
+        else:
+            expr, topic = hit
+        # aliases depend on the topic set (which can change): never memoised
         if topic_set.is_alias(topic):  # cheap check first: this is the Notify hot path
             topic = require_concrete_topic(topic_set.validate(expr))
         return topic, expr.dialect
+
+
+class _LruCache:
+    """A small thread-safe LRU map (the memo of :func:`concrete_topic`)."""
+
+    def __init__(self, maxsize: int) -> None:
+        self.maxsize = maxsize
+        self._data: OrderedDict[object, tuple[TopicExpression, Topic]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: object) -> tuple[TopicExpression, Topic] | None:
+        """The cached value (now the most recently used), or None."""
+        with self._lock:
+            value = self._data.get(key)
+            if value is not None:
+                self._data.move_to_end(key)
+            return value
+
+    def put(self, key: object, value: tuple[TopicExpression, Topic]) -> None:
+        """Store ``value``, evicting the least recently used entry beyond ``maxsize``."""
+        with self._lock:
+            self._data[key] = value
+            self._data.move_to_end(key)
+            while len(self._data) > self.maxsize:
+                self._data.popitem(last=False)
+
+    def clear(self) -> None:
+        """Forget everything."""
+        with self._lock:
+            self._data.clear()
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._data)
+
+
+#: parsed concrete topic expressions of Notify / GetCurrentMessage, keyed by
+#: :func:`_concrete_key`; only successful parses are kept
+_CONCRETE_CACHE = _LruCache(1024)
+
+
+def _concrete_key(source: ExpressionSource) -> tuple[object, ...] | None:
+    """The memo key of ``source``: dialect, text and the bindings of every prefix the text
+    may use plus the default namespace; None for expressions that are not memoised (the
+    XPath dialect, whose result is evaluated over the topic set, and unknown dialects).
+
+    Parsing the Simple/Concrete/Full dialects depends on nothing else, so equal keys give
+    equal expressions; bindings of prefixes the text does not mention (the rest of the
+    envelope's namespaces) do not split the cache.
+    """
+    dialect = source.dialect
+    if dialect is not None:
+        try:
+            if canonical_dialect(dialect) == XPATH:
+                return None
+        except tm_errors.TopicError:
+            return None
+    text = source.text
+    ns: Mapping[str | None, str] = source.namespaces
+    used = tuple(
+        sorted((p, uri) for p, uri in ns.items() if p and uri is not None and f"{p}:" in text)
+    )
+    return (dialect, text, ns.get(None), ns.get(""), used)
 
 
 class MessageContentFilter:

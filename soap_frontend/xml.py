@@ -174,7 +174,66 @@ def serialize_standalone(el: etree._Element) -> bytes:
     envelope/protocol namespaces that the fragment does not use are dropped.  Application
     namespaces are kept even when unused by element or attribute names, because a payload
     may use their prefixes inside QName-valued text.
+
+    The common case takes one C serialisation and a few byte operations
+    (:func:`_serialize_fast`); anything unusual falls back to the general path (re-parse,
+    walk, ``cleanup_namespaces``), which gives the same bytes.
     """
+    fast = _serialize_fast(el)
+    return fast if fast is not None else _serialize_general(el)
+
+
+def _serialize_fast(el: etree._Element) -> bytes | None:
+    """:func:`serialize_standalone` without re-parsing, or None when it cannot be sure.
+
+    ``etree.tostring`` of an element already declares every in-scope namespace on the
+    fragment's root.  When no descendant declares a namespace of its own (the number of
+    ``xmlns`` in the output equals the in-scope declarations), the general path only ever
+    removes root declarations of envelope/protocol namespaces whose prefix no element or
+    attribute name uses (and an unused default namespace); those are cut out of the bytes.
+    Any doubt (the prefix or ``xmlns`` appearing elsewhere, a default namespace the root
+    does not use) returns None.
+    """
+    tag = el.tag
+    if not isinstance(tag, str):
+        return None
+    nsmap = el.nsmap
+    data: bytes = etree.tostring(el, encoding="utf-8", with_tail=False)
+    if data.count(b"xmlns") != len(nsmap):
+        return None
+    end = -1
+    for prefix, uri in nsmap.items():
+        if uri not in INFRASTRUCTURE_NAMESPACES:
+            if prefix is None and (el.prefix is not None or not tag.startswith(f"{{{uri}}}")):
+                return None  # a default namespace the root does not use: maybe used below
+            continue  # application namespace (or the root's default namespace): kept
+        if prefix is None:
+            return None
+        needles = _NEEDLES.get(prefix)
+        if needles is None:
+            p = prefix.encode()
+            needles = _NEEDLES[prefix] = (b"<" + p + b":", b" " + p + b":", b" xmlns:" + p)
+        element_use, attribute_use, decl = needles
+        if element_use in data or attribute_use in data:
+            return None  # perhaps used by a name (or just text that looks like one)
+        if end < 0:
+            end = data.find(b">")
+        declaration = decl + b'="' + _URI_BYTES[uri] + b'"'
+        at = data.find(declaration, 0, end)
+        if at < 0:
+            return None
+        data = data[:at] + data[at + len(declaration) :]
+        end -= len(declaration)
+    return data
+
+
+#: per prefix: how an element name, an attribute name and a declaration of it start
+_NEEDLES: dict[str, tuple[bytes, bytes, bytes]] = {}
+_URI_BYTES: Final = {uri: uri.encode() for uri in INFRASTRUCTURE_NAMESPACES}
+
+
+def _serialize_general(el: etree._Element) -> bytes:
+    """The general path of :func:`serialize_standalone`."""
     copy = etree.fromstring(etree.tostring(el))  # re-rooted: inherits in-scope nsmap
     keep = sorted(
         {

@@ -470,8 +470,14 @@ class Engine:
         now = time.time()
         fanouts: list[int] = []
         touched: set[int] = set()
+        # several messages for one retained topic in this batch: only the last one becomes
+        # the current message (the others would be replaced within the same transaction)
+        last_on_topic: dict[tuple[str, str], int] = {}
+        for i, m in enumerate(messages):
+            if not is_internal_namespace(m.topic.namespace):
+                last_on_topic[(m.topic.namespace, _topic_key(m.topic))] = i
         with self.lock, self.tx() as c:
-            for m in messages:
+            for i, m in enumerate(messages):
                 targets = self.targets(m.topic)
                 size = len(m.body)
                 accepted: list[SubState] = []
@@ -482,8 +488,11 @@ class Engine:
                     if st.bounded and not self._make_room(st, size):
                         continue
                     accepted.append(st)
-                # internal topics (pull point inboxes) keep no current message
-                retain = not is_internal_namespace(m.topic.namespace)
+                # internal topics (pull point inboxes) keep no current message, nor does a
+                # message superseded by a later one on its topic in this batch; a message
+                # with neither a queue nor the current slot to go to is not stored at all
+                key = _topic_key(m.topic)
+                retain = last_on_topic.get((m.topic.namespace, key)) == i
                 if not accepted and not retain:
                     fanouts.append(len(targets))
                     continue
@@ -494,7 +503,7 @@ class Engine:
                     "published, refs) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (
                         m.topic.namespace,
-                        _topic_key(m.topic),
+                        key,
                         m.body,
                         json.dumps(headers),
                         m.content_type,
@@ -509,11 +518,11 @@ class Engine:
                 if retain:
                     old = c.execute(
                         "SELECT mid FROM current WHERE ns = ? AND path = ?",
-                        (m.topic.namespace, _topic_key(m.topic)),
+                        (m.topic.namespace, key),
                     ).fetchone()
                     c.execute(
                         "INSERT OR REPLACE INTO current(ns, path, mid) VALUES (?, ?, ?)",
-                        (m.topic.namespace, _topic_key(m.topic), mid),
+                        (m.topic.namespace, key, mid),
                     )
                     if old is not None:
                         self._decref(c, [old[0]])

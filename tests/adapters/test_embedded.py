@@ -161,6 +161,48 @@ def test_publish_many_is_one_transaction_in_order(adapter: EmbeddedAdapter) -> N
     assert got[0].headers[HEADER_MESSAGE_ID]
 
 
+def test_batch_stores_only_the_last_unrouted_message_per_topic(
+    adapter: EmbeddedAdapter, store: Path
+) -> None:
+    """F3: in one publish_many, messages nobody receives that a later message on the same
+    topic supersedes as current are not stored; the last one per topic is current."""
+    batch = [msg("a", b"a%d" % i) for i in range(100)]
+    batch += [msg("b", b"b0"), msg("a", b"a-last"), msg("b", b"b-last")]
+    receipts = adapter.publish_many(batch)
+    assert len(receipts) == 103 and not any(r.routed for r in receipts)
+    assert count_rows(store, "messages") == 2
+    cur_a = adapter.current_message(Topic(NS, ("a",)))
+    cur_b = adapter.current_message(Topic(NS, ("b",)))
+    assert cur_a is not None and cur_a.body == b"a-last"
+    assert cur_b is not None and cur_b.body == b"b-last"
+    # the next batch replaces them and releases the old rows
+    adapter.publish_many([msg("a", b"x1"), msg("a", b"x2")])
+    assert count_rows(store, "messages") == 2
+    cur_a = adapter.current_message(Topic(NS, ("a",)))
+    assert cur_a is not None and cur_a.body == b"x2"
+
+
+def test_batch_superseded_messages_still_reach_subscribers(
+    adapter: EmbeddedAdapter, store: Path
+) -> None:
+    h = adapter.subscription(SubscriptionSpec("s", (PathPattern(NS, ("t",)),)))
+    adapter.publish_many([msg("t", b"%d" % i) for i in range(5)] + [msg("u", b"u")])
+    assert count_rows(store, "messages") == 6  # five queued (one also current) + u current
+    cur = adapter.current_message(Topic(NS, ("t",)))
+    assert cur is not None and cur.body == b"4"
+    got = h.pull(10)
+    assert [m.body for m in got] == [b"0", b"1", b"2", b"3", b"4"]
+    for m in got:
+        m.ack()
+    assert count_rows(store, "messages") == 2  # the two current messages
+    adapter.publish(msg("t", b"next"))
+    (m,) = h.pull(10)
+    m.ack()
+    assert count_rows(store, "messages") == 2
+    cur = adapter.current_message(Topic(NS, ("t",)))
+    assert cur is not None and cur.body == b"next"
+
+
 # --------------------------------------------------------------------------- limits
 
 

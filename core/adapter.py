@@ -200,6 +200,9 @@ class SubscriptionSpec:
 class SubscriptionHandle(abc.ABC):
     """A live handle on one durable subscription."""
 
+    #: empty, so a subclass that declares ``__slots__`` has no per-instance ``__dict__``
+    __slots__ = ()
+
     name: str
 
     @abc.abstractmethod

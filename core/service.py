@@ -59,6 +59,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from fnmatch import fnmatch
+from functools import partial
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
@@ -169,6 +170,28 @@ class _PP:
 class _Reg:
     record: PublisherRegistration
     topics: tuple[TopicExpression, ...]
+
+
+class _Forwarder:
+    """The delivery functions of a subscription whose consumer is one of the broker's pull
+    points: bound methods of one small object (not closures) since there is one per
+    subscription."""
+
+    __slots__ = ("pull_point_id", "service", "state")
+
+    def __init__(self, service: BrokerService, state: _Sub, pull_point_id: str) -> None:
+        self.service = service
+        self.state = state
+        self.pull_point_id = pull_point_id
+
+    def prepare(self, received: Received) -> NotificationMessage | None:
+        """The message as the pull point is to hold it, or None to drop it."""
+        message = self.service._accepted(self.state, received)
+        return None if message is None else self.service._render(self.state, message)
+
+    def send(self, batch: Sequence[NotificationMessage]) -> None:
+        """Publish ``batch`` into the pull point's inbox."""
+        self.service._forward(self.state, self.pull_point_id, batch)
 
 
 def _normalise_requested(value: RequestedTime) -> RequestedTime:
@@ -616,16 +639,13 @@ class BrokerService:
             )
         )
         state.handle = handle
-
-        def give_up(reason: str) -> None:
-            self._give_up(sub.id, reason)
-
+        give_up = partial(self._give_up, sub.id)
         batch_size = self.settings.delivery.batch_size
         channel: Channel[Any]
         if sub.pull_point_id is not None:
-            forward, store = self._forwarder(state, sub.pull_point_id)
+            forwarder = _Forwarder(self, state, sub.pull_point_id)
             channel = self.engine.open_channel(
-                sub.id, handle, forward, store, give_up, batch_size=batch_size
+                sub.id, handle, forwarder.prepare, forwarder.send, give_up, batch_size=batch_size
             )
         else:
             push, send = self._pusher(state)
@@ -699,33 +719,22 @@ class BrokerService:
 
         return prepare, send
 
-    def _forwarder(
-        self, state: _Sub, pull_point_id: str
-    ) -> tuple[
-        Callable[[Received], NotificationMessage | None],
-        Callable[[Sequence[NotificationMessage]], None],
-    ]:
+    def _forward(
+        self, state: _Sub, pull_point_id: str, batch: Sequence[NotificationMessage]
+    ) -> None:
+        """Publish a subscription's accepted messages into its pull point's inbox."""
+        with self._lock:
+            alive = pull_point_id in self._pps
+        if not alive:
+            raise DeliveryFailed(f"pull point {pull_point_id} is gone", permanent=True)
         inbox = pull_point_inbox(pull_point_id)
-        sub_id = state.record.id
-
-        def prepare(received: Received) -> NotificationMessage | None:
-            message = self._accepted(state, received)
-            return None if message is None else self._render(state, message)
-
-        def send(batch: Sequence[NotificationMessage]) -> None:
-            with self._lock:
-                alive = pull_point_id in self._pps
-            if not alive:
-                raise DeliveryFailed(f"pull point {pull_point_id} is gone", permanent=True)
-            try:
-                self.adapter.publish_many([encode(m, route=inbox) for m in batch])
-            except AdapterError as exc:
-                failure = DeliveryFailed(f"publishing into the pull point failed: {exc}")
-                self._failed(batch, sub_id, failure)
-                raise failure from exc
-            metrics.NOTIFICATIONS_OUT.labels(mode="forward").inc(len(batch))
-
-        return prepare, send
+        try:
+            self.adapter.publish_many([encode(m, route=inbox) for m in batch])
+        except AdapterError as exc:
+            failure = DeliveryFailed(f"publishing into the pull point failed: {exc}")
+            self._failed(batch, state.record.id, failure)
+            raise failure from exc
+        metrics.NOTIFICATIONS_OUT.labels(mode="forward").inc(len(batch))
 
     # ==========================================================================================
     # SubscriptionManager

@@ -108,7 +108,26 @@ class EmbeddedReceived(Received):
 
 
 class EmbeddedHandle(SubscriptionHandle):
-    """A handle on one embedded durable subscription (push or pull)."""
+    """A handle on one embedded durable subscription (push or pull).
+
+    One exists per subscription: ``__slots__``, and the in-flight message ids are kept in
+    a dict (an empty one is a quarter of an empty set).
+    """
+
+    __slots__ = (
+        "__weakref__",
+        "_adapter",
+        "_delivering",
+        "_detached",
+        "_engine",
+        "_inflight",
+        "_on_message",
+        "_prefetch",
+        "_sid",
+        "_started",
+        "_state",
+        "name",
+    )
 
     def __init__(self, adapter: EmbeddedAdapter, engine: Engine, sid: int, name: str) -> None:
         self.name = name
@@ -118,7 +137,8 @@ class EmbeddedHandle(SubscriptionHandle):
         #: held while a batch is delivered, so ``stop`` waits for deliveries in progress
         self._delivering = threading.RLock()
         self._state = threading.Lock()
-        self._inflight: set[int] = set()
+        #: message ids handed out and not settled (a dict used as an ordered set)
+        self._inflight: dict[int, None] = {}
         self._on_message: Callable[[Received], None] | None = None
         self._prefetch = 64
         self._started = False
@@ -163,7 +183,7 @@ class EmbeddedHandle(SubscriptionHandle):
             n = min(credit, batch)
             rows = self._engine.fetch(self._sid, n)
             with self._state:
-                self._inflight.update(r.mid for r in rows)
+                self._inflight.update(dict.fromkeys(r.mid for r in rows))
             for row in rows:
                 if not self._started:
                     break  # stopped from inside the callback: the rest was returned
@@ -179,7 +199,7 @@ class EmbeddedHandle(SubscriptionHandle):
         self._engine.settle(self._sid, [mid], remove=remove)
         with self._state:
             was = mid in self._inflight
-            self._inflight.discard(mid)
+            self._inflight.pop(mid, None)
             started = self._started
         if was and started:
             self._engine.schedule([self])
@@ -201,7 +221,7 @@ class EmbeddedHandle(SubscriptionHandle):
                 return []
             self._engine.wait_arrival(since, remaining)
         with self._state:
-            self._inflight.update(r.mid for r in rows)
+            self._inflight.update(dict.fromkeys(r.mid for r in rows))
         return [EmbeddedReceived(self, r) for r in rows]
 
     # -- admin

@@ -27,7 +27,10 @@ Features
       the topic derived from their exchange and routing key.
     * Current message (GetCurrentMessage) covers native publishers too: a tap queue
       ``wsnmom.current.<instance>`` bound with ``#`` to ``wsnmom.all`` feeds an in-memory
-      last-message-per-routing-key map (see ``docs/adapters/rabbitmq.md``).
+      last-message-per-routing-key map with native messages; the gateway's own confirmed
+      publishes update the map directly, and reach *other* gateway instances' taps as
+      copies that the broker keeps from the publishing instance's own tap queue (see
+      ``docs/adapters/rabbitmq.md``).
     * Threading: one publishing connection and a pool of consuming connections (one to
       start with; another one per ``consumers_per_connection`` subscriptions), each
       driven by its own I/O thread (``_link.Link``); public methods are thread-safe and
@@ -69,6 +72,9 @@ Options
         random per process).
     ``current_message``
         keep the current-message tap (default True).
+    ``current_peers``
+        send a copy of every gateway publish to the other gateway instances' taps
+        (default True; false when a single instance runs).
     ``current_tap_max_length``, ``current_tap_expires``, ``current_cache_size``
         tap queue length (10000), seconds an unused tap queue survives (3600) and number
         of routing keys remembered (100000).
@@ -156,6 +162,10 @@ HEADER_ORIGIN = "wsnmom-origin"
 #: headers of the tap copies: where the original message was published
 _TAP_EXCHANGE_HEADER = "wsnmom-tap-exchange"
 _TAP_KEY_HEADER = "wsnmom-tap-key"
+#: header of the tap copies: the instance that published them (its own tap skips them)
+_TAP_INSTANCE_HEADER = "wsnmom-tap-instance"
+#: a header no message carries: a binding on it never matches
+_NEVER_HEADER = "wsnmom-tap-never"
 _URL_OPTIONS = ("prefetch", "queue_type", "instance")
 
 Binding = tuple[str, str]  # (exchange, binding key)
@@ -182,6 +192,7 @@ class RabbitMQOptions:
     current_tap_max_length: int = 10000
     current_tap_expires: float = 3600.0
     current_cache_size: int = 100000
+    current_peers: bool = True
     consumers_per_connection: int = 1000
     fail_on_nack: bool = False
     operation_timeout: float = 10.0
@@ -208,7 +219,7 @@ class RabbitMQOptions:
         for key in ("current_tap_expires", "operation_timeout", "reconnect_max_delay"):
             if key in values:
                 values[key] = float(values[key])
-        for key in ("current_message", "fail_on_nack"):
+        for key in ("current_message", "current_peers", "fail_on_nack"):
             if isinstance(values.get(key), str):
                 values[key] = values[key].strip().lower() in ("1", "true", "yes", "on")
         opts = cls(**values)
@@ -926,6 +937,59 @@ class RabbitMQAdapter(Adapter):
         base = self.opts.all_exchange
         return f"{base}.tap", f"{base}.tap.native", f"{base}.tap.drop"
 
+    @property
+    def peer_exchanges(self) -> tuple[str, str, str, str]:
+        """Exchanges that carry gateway copies to the *other* instances' tap queues:
+        (shared fanout, this instance's headers filter, own-copy sink, inlet fanout)."""
+        base, me = self.opts.all_exchange, self.instance
+        return (
+            f"{base}.tap.peers",
+            f"{base}.tap.from.{me}",
+            f"{base}.tap.own.{me}",
+            f"{base}.tap.in.{me}",
+        )
+
+    async def _start_peer_tap(self, admin: Channel) -> None:
+        """Let the gateway copies of other instances, but not this instance's own, reach
+        this instance's tap queue.
+
+        ``<all>.tap.peers`` (fanout, shared) -> ``<all>.tap.from.<me>`` (headers,
+        alternate exchange ``<all>.tap.in.<me>``, a fanout bound to the tap queue).  A copy
+        whose ``wsnmom-tap-instance`` is this instance matches the filter's one binding, to
+        ``<all>.tap.own.<me>``, whose only binding to the tap queue never matches: the copy
+        is dropped by the broker.  Every other copy is unroutable at the filter and goes
+        to the alternate exchange, so into the tap queue.  The three per-instance exchanges
+        are auto-delete and bound, directly or in a chain, only to the tap queue: when the
+        tap queue expires they go away with it.
+        """
+        peers_x, from_x, own_x, in_x = self.peer_exchanges
+        await admin.call("exchange_declare", peers_x, exchange_type="fanout", durable=True)
+        await admin.call("exchange_declare", in_x, exchange_type="fanout", auto_delete=True)
+        await admin.call("queue_bind", self.tap_queue, in_x, "")
+        await admin.call("exchange_declare", own_x, exchange_type="headers", auto_delete=True)
+        await admin.call(
+            "queue_bind",
+            self.tap_queue,
+            own_x,
+            "",
+            arguments={"x-match": "all", _NEVER_HEADER: "never"},
+        )
+        await admin.call(
+            "exchange_declare",
+            from_x,
+            exchange_type="headers",
+            auto_delete=True,
+            arguments={"alternate-exchange": in_x},
+        )
+        await admin.call(
+            "exchange_bind",
+            destination=own_x,
+            source=from_x,
+            routing_key="",
+            arguments={"x-match": "all", _TAP_INSTANCE_HEADER: self.instance},
+        )
+        await admin.call("exchange_bind", destination=from_x, source=peers_x, routing_key="")
+
     async def _start_tap(self, link: Link) -> None:
         """Declare the tap topology (shared by all gateway instances) and consume this
         instance's tap queue.
@@ -934,8 +998,9 @@ class RabbitMQAdapter(Adapter):
         ``<all>.tap.native``) -> ``<all>.tap.drop`` (no bindings) for messages carrying
         ``wsnmom-origin: gateway``; everything else is unroutable there and goes to the
         alternate exchange, a fanout every instance's tap queue is bound to.  So the tap
-        never counts as a route for the gateway's own (mandatory) publishes, which reach
-        the tap as explicit copies published to the fanout.
+        never counts as a route for the gateway's own (mandatory) publishes.  Those update
+        this instance's map directly when confirmed, and reach the other instances' taps
+        as explicit copies (see :meth:`_start_peer_tap`).
         """
         filter_x, native_x, drop_x = self.tap_exchanges
         args = {
@@ -971,6 +1036,7 @@ class RabbitMQAdapter(Adapter):
             )
             await admin.call("queue_declare", self.tap_queue, durable=False, arguments=args)
             await admin.call("queue_bind", self.tap_queue, native_x, "")
+            await self._start_peer_tap(admin)
         ch = await link.open_channel()
 
         def on_message(_ch: Any, method: Any, properties: Any, body: bytes) -> None:
@@ -988,7 +1054,12 @@ class RabbitMQAdapter(Adapter):
                 fut.set_result(None)
             return
         exchange, key = method.exchange, method.routing_key
-        if exchange == self.tap_exchanges[1] and _TAP_EXCHANGE_HEADER in headers:
+        if _TAP_EXCHANGE_HEADER in headers and exchange in (
+            self.tap_exchanges[1],  # copies from gateway versions before the peer tap
+            self.peer_exchanges[0],
+        ):
+            if headers.pop(_TAP_INSTANCE_HEADER, None) == self.instance:
+                return  # already in the map (the broker normally drops these)
             exchange = headers.pop(_TAP_EXCHANGE_HEADER)
             key = headers.pop(_TAP_KEY_HEADER, "")
         try:
@@ -1001,9 +1072,14 @@ class RabbitMQAdapter(Adapter):
             headers=headers,
             content_type=properties.content_type or "application/octet-stream",
         )
+        self._remember([((exchange, key), stored)])
+
+    def _remember(self, entries: Iterable[tuple[Binding, StoredMessage]]) -> None:
+        """Make ``entries`` the current messages of their (exchange, routing key)."""
         with self._current_lock:
-            self._current[(exchange, key)] = stored
-            self._current.move_to_end((exchange, key))
+            for where, stored in entries:
+                self._current[where] = stored
+                self._current.move_to_end(where)
             while len(self._current) > self.opts.current_cache_size:
                 self._current.popitem(last=False)
 
@@ -1147,7 +1223,9 @@ class RabbitMQAdapter(Adapter):
             ch = await self._open_publish_channel(link)
         futures: list[asyncio.Future[PublishReceipt]] = []
         copies: list[asyncio.Future[PublishReceipt]] = []
-        tap = self.tap_exchanges[1] if self.opts.current_message else None
+        current: list[tuple[Binding, StoredMessage]] = []
+        keep_current = self.opts.current_message
+        peers = self.peer_exchanges[0] if keep_current and self.opts.current_peers else None
         for message, (exchange, key) in zip(messages, targets, strict=True):
             fut: asyncio.Future[PublishReceipt] = link.loop.create_future()
             properties = self._properties(message)
@@ -1155,26 +1233,44 @@ class RabbitMQAdapter(Adapter):
             self._pub_tag += 1
             self._pending[self._pub_tag] = _Pending(fut, exchange, key, message.message_id)
             futures.append(fut)
-            if tap is not None and exchange not in internal:
-                # right behind the original on the same channel: the taps see gateway
-                # and native messages of one topic in (almost exactly) routing order
-                copy_headers = dict(properties.headers or {})
-                copy_headers[_TAP_EXCHANGE_HEADER] = exchange
-                copy_headers[_TAP_KEY_HEADER] = key
+            if not keep_current or exchange in internal:
+                continue
+            headers: dict[str, str] = dict(properties.headers or {})
+            current.append(
+                (
+                    (exchange, key),
+                    StoredMessage(message.topic, message.body, headers, message.content_type),
+                )
+            )
+            if peers is not None:
+                # for the other instances' taps, right behind the original on the same
+                # channel: they see gateway and native messages of one topic in (almost
+                # exactly) routing order; this instance's own tap never gets it
+                copy_headers = {
+                    **headers,
+                    _TAP_EXCHANGE_HEADER: exchange,
+                    _TAP_KEY_HEADER: key,
+                    _TAP_INSTANCE_HEADER: self.instance,
+                }
                 copy = pika.BasicProperties(
                     content_type=properties.content_type,
                     message_id=properties.message_id,
                     timestamp=properties.timestamp,
                     headers=copy_headers,
                 )
-                ch.pika.basic_publish(tap, "", message.body, copy)
+                ch.pika.basic_publish(peers, "", message.body, copy)
                 self._pub_tag += 1
                 copy_fut: asyncio.Future[PublishReceipt] = link.loop.create_future()
-                self._pending[self._pub_tag] = _Pending(copy_fut, tap, "", message.message_id)
+                self._pending[self._pub_tag] = _Pending(copy_fut, peers, "", message.message_id)
                 copies.append(copy_fut)
         receipts = list(await asyncio.gather(*futures))
-        # the tap copies are confirmed together with the originals; waiting for them makes
-        # a following current_message() see this publish (their failure is not fatal)
+        # confirmed: this instance's current-message map has them from now on (no tap
+        # round trip through the broker)
+        if current:
+            self._remember(current)
+        # the peer copies are confirmed together with the originals; waiting for them makes
+        # another instance's following current_message() see this publish (their failure
+        # is not fatal)
         await asyncio.gather(*copies, return_exceptions=True)
         return receipts
 

@@ -366,6 +366,70 @@ class TestCurrentMessage:
         assert adapter.publish(message(Topic(ns, ("nobody",)), b"<x/>")).routed is False
         assert adapter.current_message(Topic(ns, ("nobody",))) is not None
 
+    def test_own_publishes_skip_the_tap(
+        self, make_adapter: Callable[..., RabbitMQAdapter], ns: str, monkeypatch: Any
+    ) -> None:
+        """A confirmed gateway publish is current at once, without a copy travelling
+        through the broker back into this instance's own tap (docs/performance.md, F4)."""
+        adapter = make_adapter()
+        tapped: list[str] = []
+        on_tap = adapter._on_tap
+
+        def counting(method: Any, properties: Any, body: bytes) -> None:
+            if "wsnmom-barrier" not in (properties.headers or {}):
+                tapped.append(method.routing_key)
+            on_tap(method, properties, body)
+
+        monkeypatch.setattr(adapter, "_on_tap", counting)
+        topic = Topic(ns, ("own", "writes"))
+        adapter.publish_many([message(topic, b"<n>%d</n>" % i) for i in range(20)])
+        # in the map before any barrier or tap round trip
+        with adapter._current_lock:
+            stored = adapter._current.get(adapter.native_name(topic))
+        assert stored is not None and stored.body == b"<n>19</n>"
+        assert stored.headers[HEADER_ORIGIN] == "gateway"
+        assert not any(h.startswith("wsnmom-tap-") for h in stored.headers)
+        cur = adapter.current_message(topic)  # the barrier drains the tap queue
+        assert cur is not None and cur.body == b"<n>19</n>"
+        assert tapped == []
+
+    def test_peer_copies_reach_only_other_instances(
+        self, make_adapter: Callable[..., RabbitMQAdapter], ns: str
+    ) -> None:
+        first = make_adapter()
+        second = make_adapter()
+        quiet = make_adapter(current_peers=False)
+        topic = Topic(ns, ("peers",))
+        first.publish(message(topic, b"<1/>"))
+        second.publish(message(topic, b"<2/>"))
+        for adapter in (first, second, quiet):
+            cur = adapter.current_message(topic)
+            assert cur is not None and cur.body == b"<2/>"
+            assert "wsnmom-tap-instance" not in cur.headers
+        quiet.publish(message(topic, b"<quiet/>"))
+        cur = quiet.current_message(topic)
+        assert cur is not None and cur.body == b"<quiet/>"
+        cur = first.current_message(topic)
+        assert cur is not None and cur.body == b"<2/>"
+
+    def test_peer_exchanges_go_with_the_tap_queue(
+        self, make_adapter: Callable[..., RabbitMQAdapter], native: Any
+    ) -> None:
+        """The per-instance exchanges are auto-delete and hang off the tap queue only:
+        when the unused tap queue expires they are deleted with it."""
+        adapter = make_adapter(current_tap_expires=1)
+        exchanges = adapter.peer_exchanges[1:]
+        for name in exchanges:
+            native.exchange_declare(name, passive=True)
+        adapter.close()
+        time.sleep(2.5)
+        conn = native.connection
+        for name in exchanges:
+            ch = conn.channel()
+            with pytest.raises(pika.exceptions.ChannelClosedByBroker) as info:
+                ch.exchange_declare(name, passive=True)
+            assert info.value.reply_code == 404
+
 
 # --------------------------------------------------------------------------- limits
 

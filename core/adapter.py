@@ -130,6 +130,12 @@ class Capabilities:
     competing_consumers: bool = True
     #: largest message body the middleware accepts, None = no practical limit
     max_message_bytes: int | None = None
+    #: every message reaches the middleware through this one gateway process (no native
+    #: publishers, no other gateway instances).  Core may then route a notification to the
+    #: subscriptions feeding its own pull points when it publishes, instead of keeping a
+    #: durable subscription per such subscription (embedded: the directory is locked to
+    #: one process).
+    sole_publisher: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -280,6 +286,11 @@ class Adapter(abc.ABC):
     @abc.abstractmethod
     def delete_subscription(self, name: str) -> None:
         """Destroy the durable subscription ``name`` without a handle; idempotent."""
+
+    def subscription_names(self) -> list[str] | None:
+        """Names of the durable subscriptions that exist now, or None when the middleware
+        cannot list them (core then assumes any name may exist)."""
+        return None
 
     def current_message(self, topic: Topic) -> StoredMessage | None:
         """The last message published on ``topic`` (also by native producers), if kept.

@@ -145,6 +145,9 @@ class Subscription:
     pull_point_id: str | None = None
     #: set for the broker's own subscriptions made on behalf of a registration (demand)
     owner: str | None = None
+    #: a subscription feeding a pull point that keeps its own durable subscription (since
+    #: its first pause) rather than being routed into the pull point when published
+    queued: bool = False
 
 
 @dataclass(slots=True)

@@ -19,10 +19,22 @@ Decisions not made in the other core modules (filters, lifetimes, demand, codec)
   refuses -> SubscribeCreationFailedFault (SUB-05 names no fault).
 * A consumer address that is one of this broker's pull points (same address, or a path
   ``/wsn/pullpoints/<id>`` of a live pull point) makes the subscription *feed* that pull
-  point: it still has its own durable native subscription (so nothing is lost across
-  restarts), and a delivery channel republishes its matching messages into the pull
-  point's inbox (confirmed publish, then ack).  UseRaw is ignored for such subscriptions:
-  pull points always hold NotificationMessages (PP-10).
+  point.  UseRaw is ignored for such subscriptions: pull points always hold
+  NotificationMessages (PP-10).  How its messages reach the pull point depends on the
+  middleware:
+
+  - ``Capabilities.sole_publisher`` (every message comes through this process): the
+    subscription has no durable subscription of its own.  When a notification is
+    published, core finds the feeding subscriptions it matches (a ``TopicIndex`` plus the
+    residual filter) and publishes the rendered copies into their pull points' inboxes in
+    the same ``publish_many`` as the notification itself, so they are as durable as it is
+    and nothing waits to be forwarded after a restart.  The first PauseSubscription gives
+    it a durable subscription of its own (``Subscription.queued``), which it keeps: paused
+    messages accumulate there and are forwarded on resume, in order.  A ``PublishGate``
+    keeps publishes out while a subscription switches.
+  - otherwise (native publishers may exist): it has its own durable native subscription,
+    and a delivery channel republishes its matching messages into the pull point's inbox
+    (confirmed publish, then ack).
 * DestroyPullPoint and pull point expiry destroy the subscriptions feeding it (DPP-04).
 * GetMessages: FIFO; MaximumNumber absent or 0 returns everything available up to
   ``limits.get_messages_cap``; the read is destructive (acked before the response is
@@ -68,6 +80,7 @@ from wsnmom.core import errors, metrics
 from wsnmom.core.adapter import (
     Adapter,
     AdapterError,
+    OutboundMessage,
     Overflow,
     QueueLimits,
     Received,
@@ -87,6 +100,7 @@ from wsnmom.core.filters import (
     concrete_topic,
     topic_errors,
 )
+from wsnmom.core.gate import PublishGate
 from wsnmom.core.lifetimes import is_expired, resolve_termination, utc_now
 from wsnmom.core.model import (
     INFINITE,
@@ -116,6 +130,7 @@ from wsnmom.topic_mapping.dialects import (
     SUPPORTED_DIALECTS,
     parse_topic_expression,
 )
+from wsnmom.topic_mapping.index import TopicIndex
 from wsnmom.topic_mapping.model import PathPattern, Topic, TopicExpression
 from wsnmom.topic_mapping.namespaces import TopicSet
 
@@ -157,6 +172,8 @@ class _Sub:
     filter: CompiledFilter
     end_topic: tuple[Topic, str] | None = None
     handle: SubscriptionHandle | None = None
+    #: routed into its pull point when published (no durable subscription of its own)
+    direct: bool = False
 
 
 @dataclass(slots=True)
@@ -274,6 +291,11 @@ class BrokerService:
         self._subs: dict[str, _Sub] = {}
         self._pps: dict[str, _PP] = {}
         self._regs: dict[str, _Reg] = {}
+        #: subscriptions routed into their pull points at publish time, by topic pattern,
+        #: and those without a topic filter (see the module docstring)
+        self._direct_index: TopicIndex[str] = TopicIndex()
+        self._direct_any: set[str] = set()
+        self._gate = PublishGate()
         self._started = False
         self._closed = False
         r = settings.retry
@@ -442,7 +464,20 @@ class BrokerService:
                 log.exception("cannot reopen pull point %s; it stays stored", pp.id)
                 continue
             self._pps[pp.id] = _PP(pp, handle)
+        sole_publisher = self.adapter.capabilities.sole_publisher
+        listed = self.adapter.subscription_names() if sole_publisher else None
+        native_names = set(listed) if listed is not None else None
         for sub in self.store.list_subscriptions():
+            if (
+                sole_publisher
+                and sub.pull_point_id is not None
+                and not sub.queued
+                and (native_names is None or sub.id in native_names)
+            ):
+                # made before routing at publish time, or a pause cut short by a crash:
+                # its durable subscription may hold messages, so it keeps using it
+                sub.queued = True
+                self.store.put_subscription(sub)
             if is_expired(sub.termination_time, now):
                 log.info("subscription %s expired while the broker was down", sub.id)
                 self._delete_native(sub.id)
@@ -630,9 +665,40 @@ class BrokerService:
         self.demand.wake()
         return replace(sub)
 
+    def _routes_direct(self, sub: Subscription) -> bool:
+        """Whether ``sub`` is routed into its pull point at publish time."""
+        return (
+            sub.pull_point_id is not None
+            and not sub.queued
+            and sub.state is SubscriptionState.ACTIVE
+            and self.adapter.capabilities.sole_publisher
+        )
+
+    def _add_direct(self, state: _Sub) -> None:
+        """Route ``state`` at publish time (call with ``_lock`` held)."""
+        state.direct = True
+        patterns = state.filter.native_patterns
+        if patterns is None:
+            self._direct_any.add(state.record.id)
+        else:
+            self._direct_index.add(state.record.id, patterns)
+
+    def _drop_direct(self, state: _Sub) -> None:
+        """Stop routing ``state`` at publish time (call with ``_lock`` held)."""
+        if state.direct:
+            state.direct = False
+            self._direct_any.discard(state.record.id)
+            self._direct_index.remove(state.record.id)
+
     def _attach(self, state: _Sub) -> None:
-        """Open the durable subscription and its delivery channel (started unless paused)."""
+        """Open the durable subscription and its delivery channel (started unless paused),
+        or, for a subscription routed at publish time, just index it."""
         sub = state.record
+        if self._routes_direct(sub):
+            with self._lock:
+                self._subs[sub.id] = state
+                self._add_direct(state)
+            return
         handle = self.adapter.subscription(
             SubscriptionSpec(
                 name=sub.id, patterns=state.filter.native_patterns, limits=self._limits()
@@ -772,8 +838,13 @@ class BrokerService:
     def pause(self, subscription_id: str) -> None:
         """PauseSubscription: stop delivering, keep accumulating; idempotent."""
         state = self._live_sub(subscription_id)
-        with self._lock:
+        # the gate before the lock: publishes hold the gate while they route (lock order)
+        with self._gate.exclusive(), self._lock:
             if state.record.state is SubscriptionState.PAUSED:
+                return
+            if state.direct:
+                self._queue_direct(state)
+                self.store.put_subscription(state.record)
                 return
             channel = self.engine.channel(subscription_id)
             try:
@@ -784,6 +855,21 @@ class BrokerService:
             state.record.state = SubscriptionState.PAUSED
             self.store.put_subscription(state.record)
         self.demand.wake()
+
+    def _queue_direct(self, state: _Sub) -> None:
+        """Pause a subscription routed at publish time: from now on it has a durable
+        subscription of its own, which accumulates while paused (hold the gate)."""
+        record = state.record
+        self._drop_direct(state)
+        record.queued = True
+        record.state = SubscriptionState.PAUSED
+        try:
+            self._attach(state)
+        except AdapterError as exc:
+            record.queued = False
+            record.state = SubscriptionState.ACTIVE
+            self._add_direct(state)
+            raise errors.PauseFailed(str(exc)) from exc
 
     def resume(self, subscription_id: str) -> None:
         """ResumeSubscription: deliver what accumulated, in order; no-op when not paused."""
@@ -830,9 +916,12 @@ class BrokerService:
         sub_id = state.record.id
         with self._lock:
             self._subs.pop(sub_id, None)
+            direct = state.direct
+            self._drop_direct(state)
         self.engine.close_channel(sub_id)
         try:
-            self.adapter.delete_subscription(sub_id)
+            if not direct:
+                self.adapter.delete_subscription(sub_id)
         finally:
             self.store.delete_subscription(sub_id)
             self._update_gauges()
@@ -922,8 +1011,14 @@ class BrokerService:
     def _publish(self, messages: Sequence[NotificationMessage], route: Topic | None = None) -> None:
         if not messages:
             return
+        outbound = [encode(m, route=route) for m in messages]
         try:
-            receipts = self.adapter.publish_many([encode(m, route=route) for m in messages])
+            if route is None and self.adapter.capabilities.sole_publisher:
+                with self._gate.shared():
+                    outbound.extend(self._direct_routes(messages))
+                    receipts = self.adapter.publish_many(outbound)
+            else:
+                receipts = self.adapter.publish_many(outbound)
         except AdapterError as exc:
             raise errors.ResourceUnavailable(
                 f"the middleware did not confirm the notifications: {exc}"
@@ -939,6 +1034,40 @@ class BrokerService:
                         self.store.put_current_message(m)
                     except Exception:
                         log.exception("storing the current message failed")
+
+    def _direct_routes(self, messages: Sequence[NotificationMessage]) -> list[OutboundMessage]:
+        """Copies of ``messages`` for the pull points of the subscriptions routed at
+        publish time, rendered for each subscription (hold the gate shared).  Reads the
+        index and ``_subs`` without ``_lock``: single dict/set reads are atomic."""
+        if not self._direct_any and not len(self._direct_index):
+            return []
+        now = self.now()
+        copies: list[OutboundMessage] = []
+        expired = False
+        for message in messages:
+            ids = self._direct_index.match(message.topic) if message.topic is not None else set()
+            if self._direct_any:
+                ids = ids | self._direct_any
+            for sub_id in sorted(ids):
+                state = self._subs.get(sub_id)
+                if state is None or not state.direct:
+                    continue
+                record = state.record
+                if is_expired(record.termination_time, now):
+                    expired = True
+                    continue
+                if not state.filter.matches(message) or record.pull_point_id is None:
+                    continue
+                copies.append(
+                    encode(
+                        self._render(state, message), route=pull_point_inbox(record.pull_point_id)
+                    )
+                )
+        if expired:
+            self.lifetimes.wake()
+        if copies:
+            metrics.NOTIFICATIONS_OUT.labels(mode="forward").inc(len(copies))
+        return copies
 
     def notify(self, messages: Sequence[InboundNotification]) -> None:
         """Publish; returns once the middleware confirmed every message (all or nothing

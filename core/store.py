@@ -206,6 +206,7 @@ def subscription_to_json(sub: Subscription) -> dict[str, Any]:
         "soap_version": sub.soap_version.value,
         "pull_point_id": sub.pull_point_id,
         "owner": sub.owner,
+        "queued": sub.queued,
     }
 
 
@@ -230,6 +231,7 @@ def subscription_from_json(d: dict[str, Any]) -> Subscription:
         soap_version=SoapVersion(d["soap_version"]),
         pull_point_id=d["pull_point_id"],
         owner=d["owner"],
+        queued=d.get("queued", False),
     )
 
 

@@ -6,10 +6,12 @@ more levels).  Matching runs the trie as an NFA over the topic path: the active 
 is bounded by the distinct pattern shapes, so the cost grows with topic depth and the
 number of matching keys, not with the number of subscriptions.
 
-Concurrency: mutations are serialised by a lock.  Readers take no lock: every node's key
-set is an immutable ``frozenset`` replaced as a whole by the writer, and child tables are
-only read with ``dict.get`` (atomic under the GIL), so a concurrent reader sees either the
-old or the new state of each node.
+Concurrency: mutations are serialised by a lock.  Readers take no lock: a node's key set
+is changed in place by the writer (one ``set.add``/``set.discard``) and read by the reader
+in one ``set.update`` call, and child tables are only read with ``dict.get``; each of
+these is a single C call, atomic under the GIL, so a concurrent reader sees either the old
+or the new state of each node.  (Replacing a node's set by a copy on every change, as an
+earlier version did, made adding n keys under one pattern cost O(n²).)
 """
 
 from __future__ import annotations
@@ -24,9 +26,6 @@ __all__ = ["TopicIndex"]
 
 K = TypeVar("K", bound=Hashable)
 
-_EMPTY: frozenset[object] = frozenset()
-
-
 class _Node:
     __slots__ = ("any", "children", "deep", "keys", "loops")
 
@@ -34,7 +33,8 @@ class _Node:
         self.children: dict[str, _Node] = {}
         self.any: _Node | None = None
         self.deep: _Node | None = None
-        self.keys: frozenset[object] = _EMPTY
+        #: created on the first key (most nodes are inner nodes and hold none)
+        self.keys: set[object] | None = None
         #: True for a node reached through a DEEP edge: it absorbs any number of levels.
         self.loops = loops
 
@@ -65,7 +65,9 @@ class TopicIndex(Generic[K]):
                     self._roots[pattern.namespace] = node
                 for seg in pattern.segments:
                     node = _step_create(node, seg)
-                node.keys = node.keys | {key}
+                if node.keys is None:
+                    node.keys = set()
+                node.keys.add(key)
 
     def remove(self, key: K) -> bool:
         """Drop ``key``; returns False when it was not indexed."""
@@ -92,7 +94,10 @@ class TopicIndex(Generic[K]):
                 node = nxt
             if node is None:
                 continue
-            node.keys = node.keys - {key}
+            if node.keys is not None:
+                node.keys.discard(key)
+                if not node.keys:
+                    node.keys = None
             # prune empty nodes bottom-up
             child = node
             for parent, seg in reversed(trail):
@@ -130,8 +135,9 @@ class TopicIndex(Generic[K]):
             states = _closure(nxt)
         result: set[K] = set()
         for node in states:
-            if node.keys:
-                result.update(node.keys)  # type: ignore[arg-type]
+            keys = node.keys  # one read: the writer may swap it for None meanwhile
+            if keys:
+                result.update(keys)  # type: ignore[arg-type]
         return result
 
     def patterns(self, key: K) -> tuple[PathPattern, ...]:

@@ -267,6 +267,7 @@ class EmbeddedAdapter(Adapter):
         ordering="subscription",
         competing_consumers=False,
         max_message_bytes=None,
+        sole_publisher=True,
     )
 
     def __init__(self, url: str, options: Mapping[str, Any] | None = None) -> None:

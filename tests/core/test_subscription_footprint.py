@@ -18,6 +18,10 @@ def _pull_point_subscription(service: BrokerService) -> tuple[str, str]:
     pp = service.create_pull_point(CreatePullPointRequest())
     consumer = EndpointReference(service.pull_point_address(pp.id))
     sub = service.subscribe(SubscribeRequest(consumer, topic=simple("t:f")))
+    # a pause gives it a durable subscription and a forwarding channel of its own (the
+    # embedded middleware otherwise routes it into the pull point when published)
+    service.pause(sub.id)
+    service.resume(sub.id)
     return pp.id, sub.id
 
 

@@ -467,6 +467,7 @@ class BrokerService:
         sole_publisher = self.adapter.capabilities.sole_publisher
         listed = self.adapter.subscription_names() if sole_publisher else None
         native_names = set(listed) if listed is not None else None
+        compiled_topics: dict[tuple[Any, ...], TopicExpression] = {}
         for sub in self.store.list_subscriptions():
             if (
                 sole_publisher
@@ -490,7 +491,7 @@ class BrokerService:
                 continue
             try:
                 compiled = self._compile_filter(
-                    sub.topic, sub.message_content, sub.producer_properties
+                    sub.topic, sub.message_content, sub.producer_properties, compiled_topics
                 )
                 end_topic = self._end_topic(sub.subscription_end_topic)
             except errors.WsnError as exc:
@@ -551,8 +552,19 @@ class BrokerService:
         topic: ExpressionSource | None,
         content: ExpressionSource | None,
         producer_properties: ExpressionSource | None,
+        memo: dict[tuple[Any, ...], TopicExpression] | None = None,
     ) -> CompiledFilter:
-        expr = compile_topic_filter(topic, self.topic_set) if topic is not None else None
+        """The subscription's filters; ``memo`` shares compiled topic expressions between
+        calls while the topic set does not change (start-up: thousands of subscriptions
+        often use a handful of expressions)."""
+        expr: TopicExpression | None = None
+        if topic is not None:
+            key = (topic.dialect, topic.text, tuple(sorted(topic.namespaces.items(), key=str)))
+            expr = memo.get(key) if memo is not None else None
+            if expr is None:
+                expr = compile_topic_filter(topic, self.topic_set)
+                if memo is not None:
+                    memo[key] = expr
         if producer_properties is not None:
             check_producer_properties(producer_properties)
         mc = MessageContentFilter(content) if content is not None else None

@@ -283,10 +283,19 @@ class Engine:
         """Return handed-out rows to the queue and load subscriptions into the index."""
         with self.lock, self.tx():
             self.conn.execute("UPDATE queue_entries SET state = 0 WHERE state = 1")
+            # one grouped count for all subscriptions, not one query each (start-up time
+            # grows with the number of subscriptions)
+            held = {
+                sid: (int(n), int(b))
+                for sid, n, b in self.conn.execute(
+                    "SELECT e.sub, count(*), coalesce(sum(m.size), 0) FROM queue_entries e "
+                    "JOIN messages m ON m.id = e.mid GROUP BY e.sub"
+                )
+            }
             rows = self.conn.execute("SELECT id, name, patterns, limits FROM subscriptions")
             for sid, name, patterns, limits in rows.fetchall():
                 st = SubState(sid, name, decode_patterns(patterns), decode_limits(limits))
-                self._install(st)
+                self._install(st, held=held.get(sid, (0, 0)))
 
     def close(self) -> None:
         """Stop the dispatcher and close the database (the last user closes)."""
@@ -367,7 +376,9 @@ class Engine:
 
     # ------------------------------------------------------------------ subscriptions
 
-    def _install(self, st: SubState) -> None:
+    def _install(self, st: SubState, held: tuple[int, int] | None = None) -> None:
+        """Register ``st`` in the maps and index; ``held`` = (entries, bytes) when already
+        known, else counted now."""
         self.subs[st.id] = st
         self.by_name[st.name] = st.id
         if st.patterns is None:
@@ -376,7 +387,10 @@ class Engine:
         else:
             self.match_all.discard(st.id)
             self.index.add(st.id, st.patterns)
-        self._count(st)
+        if held is not None and st.bounded:
+            st.count, st.bytes = held
+        else:
+            self._count(st)
 
     def _count(self, st: SubState) -> None:
         if not st.bounded:
@@ -393,24 +407,24 @@ class Engine:
         self, name: str, patterns: tuple[PathPattern, ...] | None, limits: QueueLimits
     ) -> SubState:
         """Create the durable subscription ``name`` or re-bind it to new patterns/limits."""
-        enc_p, enc_l = encode_patterns(patterns), encode_limits(limits)
         with self.lock:
             sid = self.by_name.get(name)
-            if sid is not None:
-                st = self.subs[sid]
-                if st.patterns == patterns and st.limits == limits:
-                    return st
+            known = self.subs[sid] if sid is not None else None
+            if known is not None and known.patterns == patterns and known.limits == limits:
+                return known  # the usual re-attach at start-up: nothing to encode or write
+            enc_p, enc_l = encode_patterns(patterns), encode_limits(limits)
+            if known is not None:
                 with self.tx() as c:
                     c.execute(
                         "UPDATE subscriptions SET patterns = ?, limits = ? WHERE id = ?",
-                        (enc_p, enc_l, sid),
+                        (enc_p, enc_l, known.id),
                     )
-                st.patterns, st.limits = patterns, limits
-                self._install(st)
-                if st.bounded:
+                known.patterns, known.limits = patterns, limits
+                self._install(known)
+                if known.bounded:
                     with self.tx():
-                        self._enforce_limits(st)
-                return st
+                        self._enforce_limits(known)
+                return known
             with self.tx() as c:
                 cur = c.execute(
                     "INSERT INTO subscriptions(name, patterns, limits) VALUES (?, ?, ?)",

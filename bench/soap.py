@@ -27,6 +27,12 @@ ACTION_CREATE_PULL_POINT = (
     "http://docs.oasis-open.org/wsn/bw-2/CreatePullPoint/CreatePullPointRequest"
 )
 ACTION_GET_MESSAGES = "http://docs.oasis-open.org/wsn/bw-2/PullPoint/GetMessagesRequest"
+ACTION_PAUSE = (
+    "http://docs.oasis-open.org/wsn/bw-2/PausableSubscriptionManager/PauseSubscriptionRequest"
+)
+ACTION_RESUME = (
+    "http://docs.oasis-open.org/wsn/bw-2/PausableSubscriptionManager/ResumeSubscriptionRequest"
+)
 
 #: placeholder in body templates replaced by the send timestamp (see ``bench.pacer``)
 TS_MARK = "__TS__"
@@ -90,6 +96,16 @@ def subscribe(to: str, consumer: str, topic: str, termination: str = "PT4H") -> 
 def create_pull_point(to: str) -> bytes:
     """A CreatePullPoint request."""
     return envelope(ACTION_CREATE_PULL_POINT, to, "<wsnt:CreatePullPoint/>")
+
+
+def pause(subscription: str) -> bytes:
+    """A PauseSubscription sent to ``subscription`` (its SubscriptionManager address)."""
+    return envelope(ACTION_PAUSE, subscription, "<wsnt:PauseSubscription/>")
+
+
+def resume(subscription: str) -> bytes:
+    """A ResumeSubscription sent to ``subscription``."""
+    return envelope(ACTION_RESUME, subscription, "<wsnt:ResumeSubscription/>")
 
 
 def get_messages(to: str, maximum: int = 1) -> bytes:

@@ -12,6 +12,7 @@ its own, including prefixes that are only used inside text or attribute values (
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Iterable, Mapping
 from typing import Any, Final, cast
@@ -97,14 +98,22 @@ def _parser() -> etree.XMLParser:
 
 
 def _check_depth(root: etree._Element, limit: int) -> None:
-    depth = 0
-    for event, _ in etree.iterwalk(root, events=("start", "end")):
-        if event == "start":
-            depth += 1
-            if depth > limit:
-                raise XmlRejected(f"XML nested deeper than {limit} elements")
-        else:
-            depth -= 1
+    """Raise :class:`XmlRejected` when an element of ``root``'s document is nested deeper
+    than ``limit`` elements (``root`` counts as depth 1; comments and PIs do not count).
+
+    One compiled XPath (``/*/*/...``, ``limit + 1`` steps) evaluated in C: each step only
+    looks at the children of the previous one, so the cost is linear in the elements down
+    to that depth, without a Python-level walk of the tree.
+    """
+    probe = _DEPTH_PROBES.get(limit)
+    if probe is None:
+        probe = _DEPTH_PROBES[limit] = etree.XPath("boolean(" + "/*" * (limit + 1) + ")")
+    if probe(root):
+        raise XmlRejected(f"XML nested deeper than {limit} elements")
+
+
+#: per depth limit: an XPath that is true when an element sits below that depth
+_DEPTH_PROBES: dict[int, etree.XPath] = {}
 
 
 def parse_xml(data: bytes, *, max_depth: int = MAX_DEPTH) -> etree._Element:
@@ -143,6 +152,9 @@ def children(el: etree._Element) -> list[etree._Element]:
 
 def text_of(el: etree._Element) -> str:
     """All text content of an element, stripped."""
+    if len(el) == 0:  # no child nodes (elements, comments, PIs): the text is all there is
+        text = el.text
+        return text.strip() if text else ""
     return "".join(str(t) for t in el.itertext()).strip()
 
 
@@ -188,48 +200,98 @@ def _serialize_fast(el: etree._Element) -> bytes | None:
 
     ``etree.tostring`` of an element already declares every in-scope namespace on the
     fragment's root.  When no descendant declares a namespace of its own (the number of
-    ``xmlns`` in the output equals the in-scope declarations), the general path only ever
-    removes root declarations of envelope/protocol namespaces whose prefix no element or
-    attribute name uses (and an unused default namespace); those are cut out of the bytes.
-    Any doubt (the prefix or ``xmlns`` appearing elsewhere, a default namespace the root
-    does not use) returns None.
+    ``xmlns`` in the output equals the in-scope declarations, so every ``xmlns`` in the
+    bytes is one of the root's declarations), the general path only ever removes root
+    declarations of envelope/protocol namespaces whose prefix no element or attribute name
+    uses (and an unused default namespace); those are cut out of the bytes.  Any doubt (an
+    element or attribute of a leaf in such a namespace, the prefix appearing after ``<`` or
+    a space in a larger fragment, a default namespace the root does not use) returns None.
+
+    What to look for and what to cut depends only on the in-scope namespaces, which are the
+    same for every payload of a Notify: it is worked out once per distinct ``nsmap``
+    (:func:`_fast_plan`).
     """
     tag = el.tag
     if not isinstance(tag, str):
         return None
     nsmap = el.nsmap
-    data: bytes = etree.tostring(el, encoding="utf-8", with_tail=False)
-    if data.count(b"xmlns") != len(nsmap):
+    key = tuple(nsmap.items())
+    plan = _PLANS.get(key)
+    if plan is None:
+        plan = _fast_plan(nsmap)
+        if len(_PLANS) >= _MAX_PLANS:
+            _PLANS.clear()
+        _PLANS[key] = plan
+    if plan is _NO_PLAN:
         return None
-    end = -1
-    for prefix, uri in nsmap.items():
-        if uri not in INFRASTRUCTURE_NAMESPACES:
-            if prefix is None and (el.prefix is not None or not tag.startswith(f"{{{uri}}}")):
-                return None  # a default namespace the root does not use: maybe used below
-            continue  # application namespace (or the root's default namespace): kept
-        if prefix is None:
+    data: bytes = etree.tostring(el, encoding="utf-8", with_tail=False)
+    if data.count(b"xmlns") != len(key):
+        return None
+    default_ns, used, cut, cuts, block = plan
+    if default_ns is not None and (el.prefix is not None or not tag.startswith(default_ns)):
+        return None  # a default namespace the root does not use: maybe used below
+    if used is None:
+        return data
+    if len(el) == 0:
+        # a leaf (the usual payload): its own names are all there is to look at
+        if tag[0] == "{" and tag[1 : tag.index("}")] in INFRASTRUCTURE_NAMESPACES:
             return None
-        needles = _NEEDLES.get(prefix)
-        if needles is None:
-            p = prefix.encode()
-            needles = _NEEDLES[prefix] = (b"<" + p + b":", b" " + p + b":", b" xmlns:" + p)
-        element_use, attribute_use, decl = needles
-        if element_use in data or attribute_use in data:
-            return None  # perhaps used by a name (or just text that looks like one)
-        if end < 0:
-            end = data.find(b">")
-        declaration = decl + b'="' + _URI_BYTES[uri] + b'"'
-        at = data.find(declaration, 0, end)
-        if at < 0:
-            return None
-        data = data[:at] + data[at + len(declaration) :]
-        end -= len(declaration)
-    return data
+        for name in el.keys():  # noqa: SIM118 (attribute names; iterating el gives children)
+            if name[0] == "{" and name[1 : name.index("}")] in INFRASTRUCTURE_NAMESPACES:
+                return None
+    elif used.search(data) is not None:
+        return None  # perhaps used by a name (or just text that looks like one)
+    if block:
+        # the declarations to cut, as lxml writes them when they are adjacent
+        cut_data = data.replace(block, b"", 1)
+        if len(cut_data) == len(data) - len(block):
+            return cut_data
+    assert cut is not None
+    data, n = cut.subn(b"", data, count=cuts)
+    return data if n == cuts else None
 
 
-#: per prefix: how an element name, an attribute name and a declaration of it start
-_NEEDLES: dict[str, tuple[bytes, bytes, bytes]] = {}
-_URI_BYTES: Final = {uri: uri.encode() for uri in INFRASTRUCTURE_NAMESPACES}
+#: see :func:`_fast_plan`
+_Plan = tuple[str | None, re.Pattern[bytes] | None, re.Pattern[bytes] | None, int, bytes]
+#: the plan of in-scope namespaces that always take the general path
+_NO_PLAN: Final[_Plan] = (None, None, None, -1, b"")
+#: fast-path plans by in-scope namespaces (``tuple(nsmap.items())``)
+_PLANS: dict[tuple[tuple[str | None, str], ...], _Plan] = {}
+_MAX_PLANS: Final = 256
+
+
+def _fast_plan(nsmap: Mapping[str | None, str]) -> _Plan:
+    """What :func:`_serialize_fast` checks and cuts for an element with these in-scope
+    namespaces: ``(default, used, cut, cuts, block)``.
+
+    ``default`` is ``{uri}`` of an application default namespace (the root must be in it),
+    ``used`` finds an envelope/protocol prefix used by an element or attribute name (lxml
+    writes ``<p:`` and `` p:``), ``cut`` matches the root's declarations of those prefixes
+    (``cuts`` of them; ``None`` when there is nothing to cut) and ``block`` is those
+    declarations as one byte string when they are adjacent in ``nsmap`` (lxml declares
+    the in-scope namespaces in that order), else empty.  :data:`_NO_PLAN` when an
+    envelope/protocol namespace is the default namespace.
+    """
+    default: str | None = None
+    prefixes: list[str] = []
+    positions: list[int] = []
+    for position, (prefix, uri) in enumerate(nsmap.items()):
+        if uri in INFRASTRUCTURE_NAMESPACES:
+            if prefix is None:
+                return _NO_PLAN
+            prefixes.append(prefix)
+            positions.append(position)
+        elif prefix is None:
+            default = "{" + uri + "}"
+    if not prefixes:
+        return (default, None, None, 0, b"")
+    names = b"|".join(re.escape(p.encode()) for p in prefixes)
+    used = re.compile(b"[< ](?:" + names + b"):")
+    cut = re.compile(b" xmlns:(?:" + names + b')="[^"]*"')
+    block = b""
+    if positions[-1] - positions[0] == len(positions) - 1:
+        block = b"".join(f' xmlns:{p}="{nsmap[p]}"'.encode() for p in prefixes)
+    return (default, used, cut, len(prefixes), block)
 
 
 def _serialize_general(el: etree._Element) -> bytes:

@@ -378,7 +378,10 @@ def parse_notify(body: etree._Element) -> list[InboundNotification]:
             elif tag == _NM_PRODUCER_REFERENCE:
                 producer = _epr_or_fault(part, BaseFaultError)
             elif tag == _NM_MESSAGE:
-                content = children(part)
+                if len(part) == 1 and isinstance(part[0].tag, str):
+                    content = [part[0]]  # the usual shape: just the payload element
+                else:
+                    content = children(part)
                 if len(content) != 1:
                     raise BaseFaultError(
                         "wsnt:Message must contain exactly one element (the notification payload)"

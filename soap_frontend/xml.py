@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 import threading
 from collections.abc import Iterable, Mapping
-from typing import Any, Final, cast
+from typing import Any, Final, NamedTuple, cast
 
 from lxml import etree
 
@@ -198,14 +198,17 @@ def serialize_standalone(el: etree._Element) -> bytes:
 def _serialize_fast(el: etree._Element) -> bytes | None:
     """:func:`serialize_standalone` without re-parsing, or None when it cannot be sure.
 
-    ``etree.tostring`` of an element already declares every in-scope namespace on the
-    fragment's root.  When no descendant declares a namespace of its own (the number of
-    ``xmlns`` in the output equals the in-scope declarations, so every ``xmlns`` in the
-    bytes is one of the root's declarations), the general path only ever removes root
-    declarations of envelope/protocol namespaces whose prefix no element or attribute name
-    uses (and an unused default namespace); those are cut out of the bytes.  Any doubt (an
-    element or attribute of a leaf in such a namespace, the prefix appearing after ``<`` or
-    a space in a larger fragment, a default namespace the root does not use) returns None.
+    ``etree.tostring`` of an element declares every in-scope namespace on the fragment's
+    root.  When no descendant declares a namespace of its own, the general path only ever
+    removes root declarations of envelope/protocol namespaces whose prefix no element or
+    attribute name uses (and an unused default namespace); those are cut out of the bytes.
+
+    A leaf (the usual payload) has no descendants, and its names are its tag and
+    attributes, which are checked directly.  For a larger fragment, the number of
+    ``xmlns`` in the bytes must equal the in-scope declarations (so no descendant declares
+    any, and every ``xmlns`` is a root declaration), and no envelope/protocol prefix may
+    follow ``<`` or a space anywhere.  Any doubt (also: a default namespace the root does
+    not use) returns None.
 
     What to look for and what to cut depends only on the in-scope namespaces, which are the
     same for every payload of a Notify: it is worked out once per distinct ``nsmap``
@@ -214,84 +217,112 @@ def _serialize_fast(el: etree._Element) -> bytes | None:
     tag = el.tag
     if not isinstance(tag, str):
         return None
+    global _last_plan
     nsmap = el.nsmap
-    key = tuple(nsmap.items())
-    plan = _PLANS.get(key)
+    last_nsmap, plan = _last_plan
+    if nsmap != last_nsmap:
+        key = tuple(nsmap.items())
+        found = _PLANS.get(key)
+        if found is None:
+            found = _fast_plan(nsmap)
+            if len(_PLANS) >= _MAX_PLANS:
+                _PLANS.clear()
+            _PLANS[key] = found
+        plan = found
+        _last_plan = (nsmap, plan)
     if plan is None:
-        plan = _fast_plan(nsmap)
-        if len(_PLANS) >= _MAX_PLANS:
-            _PLANS.clear()
-        _PLANS[key] = plan
-    if plan is _NO_PLAN:
         return None
-    data: bytes = etree.tostring(el, encoding="utf-8", with_tail=False)
-    if data.count(b"xmlns") != len(key):
-        return None
-    default_ns, used, cut, cuts, block = plan
+    default_ns, prefixes, used, cut, block = plan
     if default_ns is not None and (el.prefix is not None or not tag.startswith(default_ns)):
         return None  # a default namespace the root does not use: maybe used below
-    if used is None:
-        return data
+    data: bytes
     if len(el) == 0:
-        # a leaf (the usual payload): its own names are all there is to look at
-        if tag[0] == "{" and tag[1 : tag.index("}")] in INFRASTRUCTURE_NAMESPACES:
-            return None
-        for name in el.keys():  # noqa: SIM118 (attribute names; iterating el gives children)
-            if name[0] == "{" and name[1 : name.index("}")] in INFRASTRUCTURE_NAMESPACES:
+        if prefixes:
+            if el.prefix in prefixes:
                 return None
-    elif used.search(data) is not None:
-        return None  # perhaps used by a name (or just text that looks like one)
+            for name in el.keys():  # noqa: SIM118 (attribute names; iterating el gives children)
+                if name[0] == "{" and name[1 : name.index("}")] in INFRASTRUCTURE_NAMESPACES:
+                    return None
+        data = etree.tostring(el, encoding="utf-8", with_tail=False)
+        if not prefixes:
+            return data
+    else:
+        data = etree.tostring(el, encoding="utf-8", with_tail=False)
+        if data.count(b"xmlns") != len(nsmap):
+            return None
+        if not prefixes:
+            return data
+        assert used is not None
+        if used.search(data) is not None:
+            return None  # perhaps used by a name (or just text that looks like one)
     if block:
         # the declarations to cut, as lxml writes them when they are adjacent
         cut_data = data.replace(block, b"", 1)
         if len(cut_data) == len(data) - len(block):
             return cut_data
     assert cut is not None
-    data, n = cut.subn(b"", data, count=cuts)
-    return data if n == cuts else None
+    data, n = cut.subn(b"", data, count=len(prefixes))
+    return data if n == len(prefixes) else None
 
 
-#: see :func:`_fast_plan`
-_Plan = tuple[str | None, re.Pattern[bytes] | None, re.Pattern[bytes] | None, int, bytes]
-#: the plan of in-scope namespaces that always take the general path
-_NO_PLAN: Final[_Plan] = (None, None, None, -1, b"")
-#: fast-path plans by in-scope namespaces (``tuple(nsmap.items())``)
-_PLANS: dict[tuple[tuple[str | None, str], ...], _Plan] = {}
+class _Plan(NamedTuple):
+    """What :func:`_serialize_fast` checks and cuts for one set of in-scope namespaces."""
+
+    #: ``{uri}`` of an application default namespace (the root must be in it), or None
+    default: str | None
+    #: the prefixes bound to envelope/protocol namespaces: their declarations are cut
+    prefixes: frozenset[str]
+    #: finds such a prefix used by an element or attribute name (lxml writes ``<p:`` and
+    #: `` p:``); None when there are no such prefixes
+    used: re.Pattern[bytes] | None
+    #: matches the root's declarations of those prefixes
+    cut: re.Pattern[bytes] | None
+    #: those declarations as one byte string when they are adjacent in ``nsmap`` (lxml
+    #: declares the in-scope namespaces in that order), else empty
+    block: bytes
+
+
+#: fast-path plans by in-scope namespaces (``tuple(nsmap.items())``); None: take the
+#: general path (an envelope/protocol namespace is the default namespace)
+_PLANS: dict[tuple[tuple[str | None, str], ...], _Plan | None] = {}
 _MAX_PLANS: Final = 256
+#: the in-scope namespaces of the last element planned for, and its plan: consecutive
+#: payloads of a Notify usually share them (dict equality; a plan does not depend on the
+#: order of the declarations, only its ``block`` shortcut does, and that is verified on
+#: the bytes).  Replaced as a whole: safe to read from any thread.
+_last_plan: tuple[dict[str | None, str], _Plan | None] = (
+    {},
+    _Plan(None, frozenset(), None, None, b""),
+)
 
 
-def _fast_plan(nsmap: Mapping[str | None, str]) -> _Plan:
-    """What :func:`_serialize_fast` checks and cuts for an element with these in-scope
-    namespaces: ``(default, used, cut, cuts, block)``.
-
-    ``default`` is ``{uri}`` of an application default namespace (the root must be in it),
-    ``used`` finds an envelope/protocol prefix used by an element or attribute name (lxml
-    writes ``<p:`` and `` p:``), ``cut`` matches the root's declarations of those prefixes
-    (``cuts`` of them; ``None`` when there is nothing to cut) and ``block`` is those
-    declarations as one byte string when they are adjacent in ``nsmap`` (lxml declares
-    the in-scope namespaces in that order), else empty.  :data:`_NO_PLAN` when an
-    envelope/protocol namespace is the default namespace.
-    """
+def _fast_plan(nsmap: Mapping[str | None, str]) -> _Plan | None:
+    """The :class:`_Plan` for elements with these in-scope namespaces (None: always take
+    the general path)."""
     default: str | None = None
     prefixes: list[str] = []
     positions: list[int] = []
     for position, (prefix, uri) in enumerate(nsmap.items()):
         if uri in INFRASTRUCTURE_NAMESPACES:
             if prefix is None:
-                return _NO_PLAN
+                return None
             prefixes.append(prefix)
             positions.append(position)
         elif prefix is None:
             default = "{" + uri + "}"
     if not prefixes:
-        return (default, None, None, 0, b"")
+        return _Plan(default, frozenset(), None, None, b"")
     names = b"|".join(re.escape(p.encode()) for p in prefixes)
-    used = re.compile(b"[< ](?:" + names + b"):")
-    cut = re.compile(b" xmlns:(?:" + names + b')="[^"]*"')
     block = b""
     if positions[-1] - positions[0] == len(positions) - 1:
         block = b"".join(f' xmlns:{p}="{nsmap[p]}"'.encode() for p in prefixes)
-    return (default, used, cut, len(prefixes), block)
+    return _Plan(
+        default,
+        frozenset(prefixes),
+        re.compile(b"[< ](?:" + names + b"):"),
+        re.compile(b" xmlns:(?:" + names + b')="[^"]*"'),
+        block,
+    )
 
 
 def _serialize_general(el: etree._Element) -> bytes:

@@ -140,28 +140,72 @@ def encode(message: NotificationMessage, *, route: Topic | None = None) -> Outbo
     It is published on ``route`` when given (pull point inbox), else on its topic, or on
     :data:`NO_TOPIC` when it has none; the topic headers always name the message's own
     topic.
+
+    The headers other than the message id depend only on fields that the messages of one
+    Notify share (the same objects: topic, dialect, references, timestamp); they are built
+    once and reused while consecutive messages carry the same objects (:data:`_shared`).
     """
+    global _shared
     topic = message.topic or NO_TOPIC
-    headers: dict[str, str] = {
-        HEADER_MESSAGE_ID: message.message_id,
-        HEADER_TOPIC_NAMESPACE: topic.namespace,
-        HEADER_TOPIC_PATH: "/".join(topic.path),
-    }
-    if message.topic_dialect:
-        headers[HEADER_TOPIC_DIALECT] = message.topic_dialect
-    if message.producer_reference is not None:
-        headers[HEADER_PRODUCER_REFERENCE] = _epr_header(message.producer_reference)
-    if message.subscription_reference is not None:
-        headers[HEADER_SUBSCRIPTION_REFERENCE] = _epr_header(message.subscription_reference)
-    if message.published_at is not None:
-        headers[HEADER_PUBLISHED_AT] = message.published_at.isoformat()
+    dialect = message.topic_dialect
+    producer = message.producer_reference
+    subscription = message.subscription_reference
+    published_at = message.published_at
+    last = _shared
+    if (
+        last[0] is topic
+        and last[1] is dialect
+        and last[2] is producer
+        and last[3] is subscription
+        and last[4] is published_at
+    ):
+        common = last[5]
+    else:
+        common = _common_headers(topic, dialect, producer, subscription, published_at)
+        _shared = (topic, dialect, producer, subscription, published_at, common)
     return OutboundMessage(
         topic=route or topic,
         body=message.payload,
         message_id=message.message_id,
-        headers=headers,
+        headers={HEADER_MESSAGE_ID: message.message_id, **common},
         content_type=message.content_type,
     )
+
+
+def _common_headers(
+    topic: Topic,
+    dialect: str | None,
+    producer: EndpointReference | None,
+    subscription: EndpointReference | None,
+    published_at: datetime | None,
+) -> dict[str, str]:
+    """The headers of :func:`encode` after the message id, in their order."""
+    headers: dict[str, str] = {
+        HEADER_TOPIC_NAMESPACE: topic.namespace,
+        HEADER_TOPIC_PATH: "/".join(topic.path),
+    }
+    if dialect:
+        headers[HEADER_TOPIC_DIALECT] = dialect
+    if producer is not None:
+        headers[HEADER_PRODUCER_REFERENCE] = _epr_header(producer)
+    if subscription is not None:
+        headers[HEADER_SUBSCRIPTION_REFERENCE] = _epr_header(subscription)
+    if published_at is not None:
+        headers[HEADER_PUBLISHED_AT] = published_at.isoformat()
+    return headers
+
+
+#: the last (topic, dialect, producer, subscription reference, published_at) encoded, by
+#: identity, and its common headers (never handed out: each message gets its own dict).
+#: Replaced as a whole, so threads encoding at the same time at worst rebuild it.
+_shared: tuple[
+    Topic | None,
+    str | None,
+    EndpointReference | None,
+    EndpointReference | None,
+    datetime | None,
+    dict[str, str],
+] = (None, None, None, None, None, {})
 
 
 def _is_xml_type(content_type: str) -> bool:

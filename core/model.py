@@ -11,6 +11,7 @@ content expressions) arrive unparsed as ``ExpressionSource`` and are parsed by c
 from __future__ import annotations
 
 import enum
+import os
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -29,6 +30,25 @@ class SoapVersion(enum.Enum):
 def new_resource_id() -> str:
     """An unguessable resource id (122 random bits, URL-safe)."""
     return uuid.uuid4().hex
+
+
+#: hexadecimal suffixes of :func:`new_message_ids` for the usual batch sizes
+_ID_SUFFIXES: tuple[str, ...] = tuple(f"{i:08x}" for i in range(1024))
+
+
+def new_message_ids(count: int) -> list[str]:
+    """``count`` distinct message ids for the messages of one batch (one Notify).
+
+    32 hexadecimal characters like :func:`new_resource_id`: 96 random bits drawn once per
+    batch, then the message's index in the batch (8 hex digits).  Ids of different batches
+    are as unguessable as resource ids; ids within one batch follow each other.  Message
+    ids identify notifications (middleware message ids, duplicate detection); they grant
+    no access to anything, unlike resource ids.
+    """
+    prefix = os.urandom(12).hex()
+    if count <= len(_ID_SUFFIXES):
+        return [prefix + suffix for suffix in _ID_SUFFIXES[:count]]
+    return [f"{prefix}{i:08x}" for i in range(count)]
 
 
 @dataclass(frozen=True, slots=True)

@@ -974,24 +974,52 @@ class BrokerService:
     def _inbound(
         self, items: Sequence[InboundNotification], *, registration_check: bool
     ) -> list[NotificationMessage]:
-        out: list[NotificationMessage] = []
+        """Validate a Notify's messages and make them NotificationMessages.
+
+        Work that is the same for every message of one Notify is done once: one timestamp,
+        one draw of message ids (``new_message_ids``), each topic expression resolved and
+        admitted once while consecutive messages repeat it (the frontend hands them one
+        shared ``ExpressionSource``), and each producer/topic pair checked against the
+        registrations once.  A Notify is still validated in message order and refused as a
+        whole at its first invalid message.
+        """
+        # imported here so that this method is the only part of the module this change touches
+        from wsnmom.core.model import new_message_ids
+
         now = self.now()
-        for item in items:
+        ids = new_message_ids(len(items))
+        topic_set = self.topic_set
+        check = registration_check and self.settings.requires_registration
+        registered: set[tuple[str | None, Topic | None]] = set()
+        last_source: ExpressionSource | None = None
+        last_topic: Topic | None = None
+        last_dialect: str | None = None
+        out: list[NotificationMessage] = []
+        for item, message_id in zip(items, ids, strict=True):
+            source = item.topic
             topic: Topic | None = None
             dialect: str | None = None
-            if item.topic is not None:
-                topic, dialect = concrete_topic(item.topic, self.topic_set)
-                with topic_errors():
-                    self.topic_set.admit(topic)
-            if registration_check and self.settings.requires_registration:
-                self._check_registered(item.producer_reference, topic)
+            if source is not None:
+                if source is last_source or source == last_source:
+                    topic, dialect = last_topic, last_dialect
+                else:
+                    topic, dialect = concrete_topic(source, topic_set)
+                    with topic_errors():
+                        topic_set.admit(topic)
+                    last_source, last_topic, last_dialect = source, topic, dialect
+            producer = item.producer_reference
+            if check:
+                key = (producer.address if producer is not None else None, topic)
+                if key not in registered:
+                    self._check_registered(producer, topic)
+                    registered.add(key)
             out.append(
                 NotificationMessage(
-                    message_id=new_resource_id(),
+                    message_id=message_id,
                     payload=item.payload,
                     topic=topic,
                     topic_dialect=dialect,
-                    producer_reference=item.producer_reference,
+                    producer_reference=producer,
                     published_at=now,
                     subscription_reference=item.subscription_reference,
                 )

@@ -334,23 +334,54 @@ def _parse_filter(
     return found.get(kinds[0]), found.get(kinds[1]), found.get(kinds[2])
 
 
+_NOTIFICATION_MESSAGE: Final = T("NotificationMessage")
+_NM_SUBSCRIPTION_REFERENCE: Final = T("SubscriptionReference")
+_NM_TOPIC: Final = T("Topic")
+_NM_PRODUCER_REFERENCE: Final = T("ProducerReference")
+_NM_MESSAGE: Final = T("Message")
+
+
+def _notify_topic(el: etree._Element, previous: ExpressionSource | None) -> ExpressionSource:
+    """:func:`expression` of a NotificationMessage's Topic; ``previous`` (the topic of an
+    earlier message of the same Notify) itself when it is equal, so that one Notify's
+    messages on one topic share one record (core resolves it once per Notify)."""
+    dialect = el.get("Dialect")
+    if dialect is not None:
+        dialect = dialect.strip()
+    text = text_of(el)
+    namespaces = el.nsmap
+    if (
+        previous is not None
+        and previous.text == text
+        and previous.dialect == dialect
+        and previous.namespaces == namespaces
+    ):
+        return previous
+    return ExpressionSource(dialect, text, dict(namespaces))
+
+
 def parse_notify(body: etree._Element) -> list[InboundNotification]:
     """Notify body → one InboundNotification per NotificationMessage."""
     out: list[InboundNotification] = []
-    for holder in children(body):
-        if holder.tag != T("NotificationMessage"):
-            continue  # ##other extension content
+    last_topic: ExpressionSource | None = None
+    for holder in body:
+        if holder.tag != _NOTIFICATION_MESSAGE:
+            continue  # ##other extension content (comments and PIs have no str tag)
         sub_ref = topic = producer = None
         payload: bytes | None = None
-        for part in children(holder):
-            if part.tag == T("SubscriptionReference"):
+        for part in holder:
+            tag = part.tag
+            if tag == _NM_SUBSCRIPTION_REFERENCE:
                 sub_ref = _epr_or_fault(part, BaseFaultError)
-            elif part.tag == T("Topic"):
-                topic = expression(part)
-            elif part.tag == T("ProducerReference"):
+            elif tag == _NM_TOPIC:
+                topic = last_topic = _notify_topic(part, last_topic)
+            elif tag == _NM_PRODUCER_REFERENCE:
                 producer = _epr_or_fault(part, BaseFaultError)
-            elif part.tag == T("Message"):
-                content = children(part)
+            elif tag == _NM_MESSAGE:
+                if len(part) == 1 and isinstance(part[0].tag, str):
+                    content = [part[0]]  # the usual shape: just the payload element
+                else:
+                    content = children(part)
                 if len(content) != 1:
                     raise BaseFaultError(
                         "wsnt:Message must contain exactly one element (the notification payload)"

@@ -12,9 +12,10 @@ its own, including prefixes that are only used inside text or attribute values (
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Iterable, Mapping
-from typing import Any, Final, cast
+from typing import Any, Final, NamedTuple, cast
 
 from lxml import etree
 
@@ -97,14 +98,22 @@ def _parser() -> etree.XMLParser:
 
 
 def _check_depth(root: etree._Element, limit: int) -> None:
-    depth = 0
-    for event, _ in etree.iterwalk(root, events=("start", "end")):
-        if event == "start":
-            depth += 1
-            if depth > limit:
-                raise XmlRejected(f"XML nested deeper than {limit} elements")
-        else:
-            depth -= 1
+    """Raise :class:`XmlRejected` when an element of ``root``'s document is nested deeper
+    than ``limit`` elements (``root`` counts as depth 1; comments and PIs do not count).
+
+    One compiled XPath (``/*/*/...``, ``limit + 1`` steps) evaluated in C: each step only
+    looks at the children of the previous one, so the cost is linear in the elements down
+    to that depth, without a Python-level walk of the tree.
+    """
+    probe = _DEPTH_PROBES.get(limit)
+    if probe is None:
+        probe = _DEPTH_PROBES[limit] = etree.XPath("boolean(" + "/*" * (limit + 1) + ")")
+    if probe(root):
+        raise XmlRejected(f"XML nested deeper than {limit} elements")
+
+
+#: per depth limit: an XPath that is true when an element sits below that depth
+_DEPTH_PROBES: dict[int, etree.XPath] = {}
 
 
 def parse_xml(data: bytes, *, max_depth: int = MAX_DEPTH) -> etree._Element:
@@ -143,6 +152,9 @@ def children(el: etree._Element) -> list[etree._Element]:
 
 def text_of(el: etree._Element) -> str:
     """All text content of an element, stripped."""
+    if len(el) == 0:  # no child nodes (elements, comments, PIs): the text is all there is
+        text = el.text
+        return text.strip() if text else ""
     return "".join(str(t) for t in el.itertext()).strip()
 
 
@@ -186,50 +198,131 @@ def serialize_standalone(el: etree._Element) -> bytes:
 def _serialize_fast(el: etree._Element) -> bytes | None:
     """:func:`serialize_standalone` without re-parsing, or None when it cannot be sure.
 
-    ``etree.tostring`` of an element already declares every in-scope namespace on the
-    fragment's root.  When no descendant declares a namespace of its own (the number of
-    ``xmlns`` in the output equals the in-scope declarations), the general path only ever
+    ``etree.tostring`` of an element declares every in-scope namespace on the fragment's
+    root.  When no descendant declares a namespace of its own, the general path only ever
     removes root declarations of envelope/protocol namespaces whose prefix no element or
     attribute name uses (and an unused default namespace); those are cut out of the bytes.
-    Any doubt (the prefix or ``xmlns`` appearing elsewhere, a default namespace the root
-    does not use) returns None.
+
+    A leaf (the usual payload) has no descendants, and its names are its tag and
+    attributes, which are checked directly.  For a larger fragment, the number of
+    ``xmlns`` in the bytes must equal the in-scope declarations (so no descendant declares
+    any, and every ``xmlns`` is a root declaration), and no envelope/protocol prefix may
+    follow ``<`` or a space anywhere.  Any doubt (also: a default namespace the root does
+    not use) returns None.
+
+    What to look for and what to cut depends only on the in-scope namespaces, which are the
+    same for every payload of a Notify: it is worked out once per distinct ``nsmap``
+    (:func:`_fast_plan`).
     """
     tag = el.tag
     if not isinstance(tag, str):
         return None
+    global _last_plan
     nsmap = el.nsmap
-    data: bytes = etree.tostring(el, encoding="utf-8", with_tail=False)
-    if data.count(b"xmlns") != len(nsmap):
+    last_nsmap, plan = _last_plan
+    if nsmap != last_nsmap:
+        key = tuple(nsmap.items())
+        found = _PLANS.get(key)
+        if found is None:
+            found = _fast_plan(nsmap)
+            if len(_PLANS) >= _MAX_PLANS:
+                _PLANS.clear()
+            _PLANS[key] = found
+        plan = found
+        _last_plan = (nsmap, plan)
+    if plan is None:
         return None
-    end = -1
-    for prefix, uri in nsmap.items():
-        if uri not in INFRASTRUCTURE_NAMESPACES:
-            if prefix is None and (el.prefix is not None or not tag.startswith(f"{{{uri}}}")):
-                return None  # a default namespace the root does not use: maybe used below
-            continue  # application namespace (or the root's default namespace): kept
-        if prefix is None:
+    default_ns, prefixes, used, cut, block = plan
+    if default_ns is not None and (el.prefix is not None or not tag.startswith(default_ns)):
+        return None  # a default namespace the root does not use: maybe used below
+    data: bytes
+    if len(el) == 0:
+        if prefixes:
+            if el.prefix in prefixes:
+                return None
+            for name in el.keys():  # noqa: SIM118 (attribute names; iterating el gives children)
+                if name[0] == "{" and name[1 : name.index("}")] in INFRASTRUCTURE_NAMESPACES:
+                    return None
+        data = etree.tostring(el, encoding="utf-8", with_tail=False)
+        if not prefixes:
+            return data
+    else:
+        data = etree.tostring(el, encoding="utf-8", with_tail=False)
+        if data.count(b"xmlns") != len(nsmap):
             return None
-        needles = _NEEDLES.get(prefix)
-        if needles is None:
-            p = prefix.encode()
-            needles = _NEEDLES[prefix] = (b"<" + p + b":", b" " + p + b":", b" xmlns:" + p)
-        element_use, attribute_use, decl = needles
-        if element_use in data or attribute_use in data:
+        if not prefixes:
+            return data
+        assert used is not None
+        if used.search(data) is not None:
             return None  # perhaps used by a name (or just text that looks like one)
-        if end < 0:
-            end = data.find(b">")
-        declaration = decl + b'="' + _URI_BYTES[uri] + b'"'
-        at = data.find(declaration, 0, end)
-        if at < 0:
-            return None
-        data = data[:at] + data[at + len(declaration) :]
-        end -= len(declaration)
-    return data
+    if block:
+        # the declarations to cut, as lxml writes them when they are adjacent
+        cut_data = data.replace(block, b"", 1)
+        if len(cut_data) == len(data) - len(block):
+            return cut_data
+    assert cut is not None
+    data, n = cut.subn(b"", data, count=len(prefixes))
+    return data if n == len(prefixes) else None
 
 
-#: per prefix: how an element name, an attribute name and a declaration of it start
-_NEEDLES: dict[str, tuple[bytes, bytes, bytes]] = {}
-_URI_BYTES: Final = {uri: uri.encode() for uri in INFRASTRUCTURE_NAMESPACES}
+class _Plan(NamedTuple):
+    """What :func:`_serialize_fast` checks and cuts for one set of in-scope namespaces."""
+
+    #: ``{uri}`` of an application default namespace (the root must be in it), or None
+    default: str | None
+    #: the prefixes bound to envelope/protocol namespaces: their declarations are cut
+    prefixes: frozenset[str]
+    #: finds such a prefix used by an element or attribute name (lxml writes ``<p:`` and
+    #: `` p:``); None when there are no such prefixes
+    used: re.Pattern[bytes] | None
+    #: matches the root's declarations of those prefixes
+    cut: re.Pattern[bytes] | None
+    #: those declarations as one byte string when they are adjacent in ``nsmap`` (lxml
+    #: declares the in-scope namespaces in that order), else empty
+    block: bytes
+
+
+#: fast-path plans by in-scope namespaces (``tuple(nsmap.items())``); None: take the
+#: general path (an envelope/protocol namespace is the default namespace)
+_PLANS: dict[tuple[tuple[str | None, str], ...], _Plan | None] = {}
+_MAX_PLANS: Final = 256
+#: the in-scope namespaces of the last element planned for, and its plan: consecutive
+#: payloads of a Notify usually share them (dict equality; a plan does not depend on the
+#: order of the declarations, only its ``block`` shortcut does, and that is verified on
+#: the bytes).  Replaced as a whole: safe to read from any thread.
+_last_plan: tuple[dict[str | None, str], _Plan | None] = (
+    {},
+    _Plan(None, frozenset(), None, None, b""),
+)
+
+
+def _fast_plan(nsmap: Mapping[str | None, str]) -> _Plan | None:
+    """The :class:`_Plan` for elements with these in-scope namespaces (None: always take
+    the general path)."""
+    default: str | None = None
+    prefixes: list[str] = []
+    positions: list[int] = []
+    for position, (prefix, uri) in enumerate(nsmap.items()):
+        if uri in INFRASTRUCTURE_NAMESPACES:
+            if prefix is None:
+                return None
+            prefixes.append(prefix)
+            positions.append(position)
+        elif prefix is None:
+            default = "{" + uri + "}"
+    if not prefixes:
+        return _Plan(default, frozenset(), None, None, b"")
+    names = b"|".join(re.escape(p.encode()) for p in prefixes)
+    block = b""
+    if positions[-1] - positions[0] == len(positions) - 1:
+        block = b"".join(f' xmlns:{p}="{nsmap[p]}"'.encode() for p in prefixes)
+    return _Plan(
+        default,
+        frozenset(prefixes),
+        re.compile(b"[< ](?:" + names + b"):"),
+        re.compile(b" xmlns:(?:" + names + b')="[^"]*"'),
+        block,
+    )
 
 
 def _serialize_general(el: etree._Element) -> bytes:

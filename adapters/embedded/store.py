@@ -205,6 +205,20 @@ class Row:
     redelivered: bool
 
 
+@dataclass(frozen=True, slots=True)
+class _Route:
+    """Where the messages of one topic go in one ``publish_many`` batch."""
+
+    namespace: str
+    #: the topic path as stored (``_topic_key``)
+    key: str
+    #: the current-message slot ``(namespace, key)``; None for internal topics
+    slot: tuple[str, str] | None
+    #: receiving subscription ids, in the order they are served
+    targets: list[int]
+    fanout: int
+
+
 # --------------------------------------------------------------------------- engine
 
 
@@ -480,44 +494,56 @@ class Engine:
         return found
 
     def publish_many(self, messages: Sequence[OutboundMessage]) -> list[int]:
-        """Store and route ``messages`` in one transaction; returns the fan-out of each."""
+        """Store and route ``messages`` in one transaction; returns the fan-out of each.
+
+        Routing is worked out once per distinct topic of the batch (:meth:`_routes`).  A
+        message is stored once, with one ``queue_entries`` row per subscription that accepts
+        it; the batch's last message on a topic that is not internal becomes the topic's
+        current message (the others would be replaced within the same transaction), and a
+        message with neither a queue nor the current slot to go to is not stored at all.
+        Rows are written with ``executemany`` when the batch is done, with message ids
+        assigned here in AUTOINCREMENT order (:meth:`_next_message_id`); a bounded
+        subscription's overflow policy sees every earlier message of the batch (the rows
+        are written before it runs).
+        """
         now = time.time()
-        fanouts: list[int] = []
+        fanouts: list[int] = [0] * len(messages)
         touched: set[int] = set()
-        # several messages for one retained topic in this batch: only the last one becomes
-        # the current message (the others would be replaced within the same transaction)
-        last_on_topic: dict[tuple[str, str], int] = {}
-        for i, m in enumerate(messages):
-            if not is_internal_namespace(m.topic.namespace):
-                last_on_topic[(m.topic.namespace, _topic_key(m.topic))] = i
         with self.lock, self.tx() as c:
+            routes, last_in_slot = self._routes(messages)
+            subs = self.subs
+            message_rows: list[tuple[Any, ...]] = []
+            entry_rows: list[tuple[int, int]] = []
+            current: list[tuple[str, str, int]] = []
+            mid = 0  # the id of the next stored message, once known
             for i, m in enumerate(messages):
-                targets = self.targets(m.topic)
+                route = routes[i]
+                fanouts[i] = route.fanout
+                retain = route.slot is not None and last_in_slot.get(route.slot) == i
+                if not route.targets and not retain:
+                    continue
                 size = len(m.body)
                 accepted: list[SubState] = []
-                for sid in sorted(targets):
-                    st = self.subs.get(sid)
+                for sid in route.targets:
+                    st = subs.get(sid)
                     if st is None:
                         continue
-                    if st.bounded and not self._make_room(st, size):
-                        continue
+                    if st.bounded:
+                        self._write_rows(c, message_rows, entry_rows)
+                        if not self._make_room(st, size):
+                            continue
                     accepted.append(st)
-                # internal topics (pull point inboxes) keep no current message, nor does a
-                # message superseded by a later one on its topic in this batch; a message
-                # with neither a queue nor the current slot to go to is not stored at all
-                key = _topic_key(m.topic)
-                retain = last_on_topic.get((m.topic.namespace, key)) == i
                 if not accepted and not retain:
-                    fanouts.append(len(targets))
                     continue
+                if not mid:
+                    mid = self._next_message_id(c)
                 headers = dict(m.headers)
                 headers.setdefault(HEADER_MESSAGE_ID, m.message_id)
-                cur = c.execute(
-                    "INSERT INTO messages(ns, path, body, headers, ctype, msgid, size, "
-                    "published, refs) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                message_rows.append(
                     (
-                        m.topic.namespace,
-                        key,
+                        mid,
+                        route.namespace,
+                        route.key,
                         m.body,
                         json.dumps(headers),
                         m.content_type,
@@ -525,34 +551,87 @@ class Engine:
                         size,
                         now,
                         len(accepted) + int(retain),
-                    ),
+                    )
                 )
-                mid = cur.lastrowid
-                assert mid is not None
                 if retain:
-                    old = c.execute(
-                        "SELECT mid FROM current WHERE ns = ? AND path = ?",
-                        (m.topic.namespace, key),
-                    ).fetchone()
-                    c.execute(
-                        "INSERT OR REPLACE INTO current(ns, path, mid) VALUES (?, ?, ?)",
-                        (m.topic.namespace, key, mid),
-                    )
-                    if old is not None:
-                        self._decref(c, [old[0]])
-                if accepted:
-                    c.executemany(
-                        "INSERT INTO queue_entries(sub, mid) VALUES (?, ?)",
-                        [(st.id, mid) for st in accepted],
-                    )
+                    current.append((route.namespace, route.key, mid))
                 for st in accepted:
+                    entry_rows.append((st.id, mid))
                     if st.count is not None and st.bytes is not None:
                         st.count += 1
                         st.bytes += size
                     touched.add(st.id)
-                fanouts.append(len(targets))
+                mid += 1
+            self._write_rows(c, message_rows, entry_rows)
+            for ns, key, new in current:
+                old = c.execute(
+                    "SELECT mid FROM current WHERE ns = ? AND path = ?", (ns, key)
+                ).fetchone()
+                c.execute(
+                    "INSERT OR REPLACE INTO current(ns, path, mid) VALUES (?, ?, ?)", (ns, key, new)
+                )
+                if old is not None:
+                    self._decref(c, [old[0]])
         self._wake(touched)
         return fanouts
+
+    def _routes(
+        self, messages: Sequence[OutboundMessage]
+    ) -> tuple[list[_Route], dict[tuple[str, str], int]]:
+        """The route of each message (one per distinct topic, looked up once) and, per
+        current-message slot ``(namespace, path)``, the index of the batch's last message
+        in it (internal topics keep no current message).  Call with ``self.lock`` held."""
+        routes: list[_Route] = []
+        last_in_slot: dict[tuple[str, str], int] = {}
+        by_topic: dict[Topic, _Route] = {}
+        topic: Topic | None = None
+        route: _Route | None = None
+        for i, m in enumerate(messages):
+            if m.topic is not topic or route is None:
+                topic = m.topic
+                route = by_topic.get(topic)
+                if route is None:
+                    found = self.targets(topic)
+                    key = _topic_key(topic)
+                    route = by_topic[topic] = _Route(
+                        topic.namespace,
+                        key,
+                        None if is_internal_namespace(topic.namespace) else (topic.namespace, key),
+                        sorted(found),
+                        len(found),
+                    )
+            if route.slot is not None:
+                last_in_slot[route.slot] = i
+            routes.append(route)
+        return routes, last_in_slot
+
+    @staticmethod
+    def _next_message_id(c: sqlite3.Connection) -> int:
+        """The id the next inserted message would get (AUTOINCREMENT: above every id ever
+        used); only this connection writes, under ``self.lock``."""
+        row = c.execute(
+            "SELECT max(coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'messages'), 0), "
+            "coalesce((SELECT max(id) FROM messages), 0))"
+        ).fetchone()
+        return int(row[0]) + 1
+
+    @staticmethod
+    def _write_rows(
+        c: sqlite3.Connection,
+        message_rows: list[tuple[Any, ...]],
+        entry_rows: list[tuple[int, int]],
+    ) -> None:
+        """Insert the pending ``messages`` and ``queue_entries`` rows and clear the lists."""
+        if message_rows:
+            c.executemany(
+                "INSERT INTO messages(id, ns, path, body, headers, ctype, msgid, size, "
+                "published, refs) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                message_rows,
+            )
+            message_rows.clear()
+        if entry_rows:
+            c.executemany("INSERT INTO queue_entries(sub, mid) VALUES (?, ?)", entry_rows)
+            entry_rows.clear()
 
     def _make_room(self, st: SubState, size: int) -> bool:
         """Apply the overflow policy before one more ``size``-byte message; False = drop it."""

@@ -26,6 +26,7 @@ __all__ = ["TopicIndex"]
 
 K = TypeVar("K", bound=Hashable)
 
+
 class _Node:
     __slots__ = ("any", "children", "deep", "keys", "loops")
 

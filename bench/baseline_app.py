@@ -1,6 +1,10 @@
 """The ingress baseline: a bare Flask endpoint on waitress that parses the same SOAP
 envelope with lxml, walks its NotificationMessages and returns a canned answer.
 
+It also answers GetMessages at ``/wsn/pullpoints/<id>`` (the recovery scenario's baseline):
+parse the request, read MaximumNumber, return a canned GetMessagesResponse holding one
+NotificationMessage -- "receive, parse, answer" without any broker work.
+
 It runs with the same WSGI server, host and thread count as ``wsnmom serve`` so that the
 ratio wsnmom/baseline measures what the broker adds on top of "receive, parse, answer".
 Run as ``python -m bench.baseline_app --port N --threads T``; prints READY when listening.
@@ -19,6 +23,16 @@ from bench.client import get_json_status
 from bench.util import free_port, wait_until
 
 WSNT = "{http://docs.oasis-open.org/wsn/b-2}"
+_GET_MESSAGES_RESPONSE = (
+    b'<?xml version="1.0" encoding="UTF-8"?>'
+    b'<s:Envelope xmlns:s="http://www.w3.org/2003/05/soap-envelope" '
+    b'xmlns:wsa="http://www.w3.org/2005/08/addressing" '
+    b'xmlns:wsnt="http://docs.oasis-open.org/wsn/b-2"><s:Header>'
+    b"<wsa:Action>http://docs.oasis-open.org/wsn/bw-2/PullPoint/GetMessagesResponse"
+    b"</wsa:Action></s:Header><s:Body><wsnt:GetMessagesResponse><wsnt:NotificationMessage>"
+    b'<wsnt:Message><b:event xmlns:b="urn:wsnmom:bench" seq="0" ts="0"/></wsnt:Message>'
+    b"</wsnt:NotificationMessage></wsnt:GetMessagesResponse></s:Body></s:Envelope>"
+)
 _PARSER = etree.XMLParser(resolve_entities=False, no_network=True, huge_tree=False)
 
 
@@ -33,6 +47,13 @@ def create_app() -> Flask:
         if count == 0:
             return Response("no message", status=400)
         return Response(b"", status=202)
+
+    @app.post("/wsn/pullpoints/<pull_point>")
+    def get_messages(pull_point: str) -> Response:
+        root = etree.fromstring(request.get_data(), _PARSER)
+        if root.find(f".//{WSNT}MaximumNumber") is None or not pull_point:
+            return Response("no GetMessages", status=400)
+        return Response(_GET_MESSAGES_RESPONSE, status=200, content_type="application/soap+xml")
 
     @app.get("/readyz")
     def readyz() -> Response:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 
 from bench import client, soap
+from bench.baseline_app import BaselineServer
 from bench.middleware import Middleware
 from bench.model import Metric, ScenarioResult, Target
 from bench.scenarios.base import Context, Scenario, create_pull_points, drain_once, subscribe_all
@@ -85,6 +86,19 @@ class Recovery(Scenario):
             rss = server.rss()
         finally:
             server.stop()
+        # the same round of GetMessages against a bare Flask endpoint (same server, same
+        # client): what one request per pull point costs without any broker work
+        baseline = BaselineServer(threads=16).start()
+        try:
+            prefix = server.base_url + "/wsn/pullpoints/"
+            fake = [baseline.base_url + "/wsn/pullpoints/" + a[len(prefix) :] for a in points]
+            started = time.perf_counter()
+            counts = drain_once(fake, maximum=1)
+            baseline_round_s = time.perf_counter() - started
+            if sum(counts) != len(fake):
+                raise RuntimeError("the GetMessages baseline answered without a message")
+        finally:
+            baseline.stop()
         ctx.log(
             f"  ready {ready_s:.2f}s, resumed for all {resumed_s:.2f}s, "
             f"{drained} drained at {drained_s:.2f}s (stop took {stop_s:.2f}s)"
@@ -118,6 +132,9 @@ class Recovery(Scenario):
                     name="first_round_get_messages_per_s",
                     value=subs / round_s[0],
                     unit="req/s",
-                    note=f"{subs} GetMessages in {round_s[0]:.1f} s, {rounds} round(s)",
+                    baseline=subs / baseline_round_s,
+                    baseline_name="bare Flask+lxml GetMessages on waitress",
+                    note=f"{subs} GetMessages in {round_s[0]:.1f} s, {rounds} round(s); "
+                    f"baseline {baseline_round_s:.1f} s",
                 )
             )

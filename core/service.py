@@ -983,7 +983,8 @@ class BrokerService:
         registrations once.  A Notify is still validated in message order and refused as a
         whole at its first invalid message.
         """
-        # imported here so that this method is the only part of the module this change touches
+        # local import: keeps this change to _inbound alone (the module's import block can
+        # take it once the parallel rework of this module is merged)
         from wsnmom.core.model import new_message_ids
 
         now = self.now()

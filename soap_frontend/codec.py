@@ -378,15 +378,16 @@ def parse_notify(body: etree._Element) -> list[InboundNotification]:
             elif tag == _NM_PRODUCER_REFERENCE:
                 producer = _epr_or_fault(part, BaseFaultError)
             elif tag == _NM_MESSAGE:
-                if len(part) == 1 and isinstance(part[0].tag, str):
-                    content = [part[0]]  # the usual shape: just the payload element
-                else:
+                element = part[0] if len(part) == 1 else None  # the usual shape
+                if element is None or not isinstance(element.tag, str):
                     content = children(part)
-                if len(content) != 1:
-                    raise BaseFaultError(
-                        "wsnt:Message must contain exactly one element (the notification payload)"
-                    )
-                payload = serialize_standalone(content[0])
+                    if len(content) != 1:
+                        raise BaseFaultError(
+                            "wsnt:Message must contain exactly one element "
+                            "(the notification payload)"
+                        )
+                    element = content[0]
+                payload = serialize_standalone(element)
         if payload is None:
             raise BaseFaultError("a wsnt:NotificationMessage has no wsnt:Message")
         out.append(InboundNotification(payload, topic, producer, sub_ref))

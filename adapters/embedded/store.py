@@ -219,6 +219,41 @@ class _Route:
     fanout: int
 
 
+class _HeadersJson:
+    """The stored JSON of a message's headers (the message id added when missing), for the
+    messages of one ``publish_many`` batch.
+
+    Core's messages carry the message id first and then headers that are the same for
+    every message of a Notify (``core.codec.encode``); the JSON of that common part is
+    made once and the id put in front of it, which gives the same text as
+    ``json.dumps`` of the whole headers.  Anything else is dumped as it is.
+    """
+
+    __slots__ = ("rest", "tail")
+
+    def __init__(self) -> None:
+        #: the headers after the message id of the last message, and their JSON after "{"
+        self.rest: list[tuple[str, str]] | None = None
+        self.tail = ""
+
+    def __call__(self, m: OutboundMessage) -> str:
+        headers = m.headers
+        if type(headers) is dict and len(headers) > 1:
+            items = list(headers.items())
+            if items[0][0] == HEADER_MESSAGE_ID:
+                rest = items[1:]
+                if rest != self.rest:
+                    self.rest = rest
+                    self.tail = json.dumps(dict(rest))[1:]
+                return _ID_JSON + json.dumps(items[0][1]) + ", " + self.tail
+        full = dict(headers)
+        full.setdefault(HEADER_MESSAGE_ID, m.message_id)
+        return json.dumps(full)
+
+
+_ID_JSON = "{" + json.dumps(HEADER_MESSAGE_ID) + ": "
+
+
 # --------------------------------------------------------------------------- engine
 
 
@@ -516,6 +551,7 @@ class Engine:
             entry_rows: list[tuple[int, int]] = []
             current: list[tuple[str, str, int]] = []
             mid = 0  # the id of the next stored message, once known
+            headers_json = _HeadersJson()
             for i, m in enumerate(messages):
                 route = routes[i]
                 fanouts[i] = route.fanout
@@ -537,15 +573,13 @@ class Engine:
                     continue
                 if not mid:
                     mid = self._next_message_id(c)
-                headers = dict(m.headers)
-                headers.setdefault(HEADER_MESSAGE_ID, m.message_id)
                 message_rows.append(
                     (
                         mid,
                         route.namespace,
                         route.key,
                         m.body,
-                        json.dumps(headers),
+                        headers_json(m),
                         m.content_type,
                         m.message_id,
                         size,

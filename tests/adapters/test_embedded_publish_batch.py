@@ -5,6 +5,7 @@ processing gave, bounded queues and id order included."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import uuid
 from collections.abc import Iterator
@@ -13,7 +14,7 @@ from pathlib import Path
 import pytest
 from wsnmom.adapters.embedded import EmbeddedAdapter
 from wsnmom.adapters.embedded.adapter import EmbeddedReceived
-from wsnmom.adapters.embedded.store import DB_FILE
+from wsnmom.adapters.embedded.store import DB_FILE, _HeadersJson
 from wsnmom.core.adapter import (
     HEADER_MESSAGE_ID,
     INTERNAL_NAMESPACE_PREFIX,
@@ -182,3 +183,27 @@ def test_wildcard_subscriber_and_retained_topics_in_one_batch(
     # nine queued (three of them also current) plus q, which is only current
     assert rows(store, "SELECT count(*) FROM messages") == [(10,)]
     assert sorted(rows(store, "SELECT path FROM current")) == [("q",), ("r/0",), ("r/1",), ("r/2",)]
+
+
+def test_headers_json_equals_json_dumps_of_the_headers() -> None:
+    from types import MappingProxyType
+
+    dumps = _HeadersJson()
+    base = {"k": "v", "é": 'quote " and \\ and \u2028', "n": "1"}
+    cases: list[OutboundMessage] = []
+    for i in range(3):  # the shape core's encode gives: id first, then shared headers
+        cases.append(msg("t", b"", headers={HEADER_MESSAGE_ID: f"id-{i}", **base}))
+    cases += [
+        msg("t", b"", headers={HEADER_MESSAGE_ID: "x", **base, "extra": "e"}),
+        msg("t", b"", headers={HEADER_MESSAGE_ID: 'odd "id"\n', "k": "other"}),
+        msg("t", b"", headers={"k": "v", HEADER_MESSAGE_ID: "not first"}),
+        msg("t", b"", headers={"k": "no id"}),
+        msg("t", b"", headers={HEADER_MESSAGE_ID: "only"}),
+        msg("t", b"", headers={}),
+        msg("t", b"", headers=MappingProxyType({HEADER_MESSAGE_ID: "proxy", "k": "v"})),  # type: ignore[arg-type]
+        msg("t", b"", headers={HEADER_MESSAGE_ID: "again", **base}),
+    ]
+    for m in cases:
+        expected = dict(m.headers)
+        expected.setdefault(HEADER_MESSAGE_ID, m.message_id)
+        assert dumps(m) == json.dumps(expected)

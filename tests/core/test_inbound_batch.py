@@ -6,7 +6,11 @@ results must be what per-message work gave."""
 
 from __future__ import annotations
 
+import copy
+import dataclasses
+import inspect
 import json
+import pickle
 import re
 from datetime import UTC, datetime
 from typing import Any
@@ -218,3 +222,43 @@ def test_published_messages_carry_the_batch_fields(
     assert {d.message.published_at for d in got} == {service.now()}
     assert {d.message.producer_reference for d in got} == {producer}
     assert all(d.message.topic == T1 for d in got)
+
+
+# --- the records' direct __init__ ----------------------------------------------------------
+@pytest.mark.parametrize("cls", [NotificationMessage, InboundNotification])
+def test_direct_init_has_the_dataclass_parameters(cls: type) -> None:
+    params = list(inspect.signature(cls).parameters.values())
+    fields = dataclasses.fields(cls)
+    assert [p.name for p in params] == [f.name for f in fields]
+    assert all(p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD for p in params)
+    assert [p.default for p in params] == [
+        inspect.Parameter.empty if f.default is dataclasses.MISSING else f.default for f in fields
+    ]
+
+
+def test_direct_init_records_behave_as_dataclasses() -> None:
+    m = NotificationMessage("id", b"<x/>", T1, "urn:d", PRODUCER, published_at=AT)
+    assert m == NotificationMessage(
+        message_id="id",
+        payload=b"<x/>",
+        topic=T1,
+        topic_dialect="urn:d",
+        producer_reference=PRODUCER,
+        content_type="application/xml",
+        published_at=AT,
+        subscription_reference=None,
+    )
+    assert hash(m) == hash(dataclasses.replace(m))
+    assert dataclasses.replace(m, payload=b"<y/>").payload == b"<y/>"
+    assert pickle.loads(pickle.dumps(m)) == m
+    assert copy.copy(m) == m
+    assert "message_id='id'" in repr(m)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        m.payload = b"other"  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        NotificationMessage("id")  # type: ignore[call-arg]
+    with pytest.raises(TypeError):
+        NotificationMessage("id", b"", unknown=1)  # type: ignore[call-arg]
+    n = InboundNotification(b"<x/>")
+    assert (n.topic, n.producer_reference, n.subscription_reference) == (None, None, None)
+    assert NotificationMessage.__init__.__qualname__ == "NotificationMessage.__init__"

@@ -81,6 +81,10 @@ Options
     ``fail_on_nack``
         raise PublishFailed when the broker nacks a publish (default False: a nack is what
         a full DROP_NEWEST queue answers; see the docs).
+    ``prime_queues``
+        send every new (empty) classic subscription queue a primer, a persistent message
+        that expires at once, so that the broker creates the queue's files then and not
+        with the first notification (default True; see ``RabbitMQAdapter._prime``).
     ``consumers_per_connection``
         subscriptions per consuming connection (default 1000; each uses up to two
         channels, so it is lowered automatically to fit the negotiated channel limit).
@@ -134,6 +138,7 @@ from wsnmom.topic_mapping.syntax import RABBITMQ
 from wsnmom.topic_mapping.translate import (
     NamespaceRoots,
     derived_root,
+    fallback_root,
     native_to_topic,
     topic_to_native,
     translate,
@@ -145,9 +150,12 @@ from ._link import (
     RESOURCE_LOCKED,
     Channel,
     ChannelError,
+    FrameReader,
     Link,
     LinkDown,
+    PublishFrames,
     describe,
+    encode_table,
 )
 
 log = logging.getLogger("wsnmom.adapters.rabbitmq")
@@ -167,6 +175,11 @@ _TAP_INSTANCE_HEADER = "wsnmom-tap-instance"
 #: a header no message carries: a binding on it never matches
 _NEVER_HEADER = "wsnmom-tap-never"
 _URL_OPTIONS = ("prefetch", "queue_type", "instance")
+#: header of the primer a new subscription queue gets (``RabbitMQAdapter._prime``)
+_PRIMER_HEADER = "wsnmom-primer"
+_PRIMER_PROPERTIES = pika.BasicProperties(
+    delivery_mode=pika.DeliveryMode.Persistent, expiration="0", headers={_PRIMER_HEADER: 1}
+)
 
 Binding = tuple[str, str]  # (exchange, binding key)
 
@@ -195,6 +208,7 @@ class RabbitMQOptions:
     current_peers: bool = True
     consumers_per_connection: int = 1000
     fail_on_nack: bool = False
+    prime_queues: bool = True
     operation_timeout: float = 10.0
     reconnect_max_delay: float = 5.0
 
@@ -219,7 +233,7 @@ class RabbitMQOptions:
         for key in ("current_tap_expires", "operation_timeout", "reconnect_max_delay"):
             if key in values:
                 values[key] = float(values[key])
-        for key in ("current_message", "current_peers", "fail_on_nack"):
+        for key in ("current_message", "current_peers", "fail_on_nack", "prime_queues"):
             if isinstance(values.get(key), str):
                 values[key] = values[key].strip().lower() in ("1", "true", "yes", "on")
         opts = cls(**values)
@@ -320,6 +334,8 @@ class RabbitMQSubscription(SubscriptionHandle):
         self.deleted = False
         self.consumer: Channel | None = None
         self.puller: Channel | None = None
+        #: the queue got its primer from this process (``RabbitMQAdapter._prime``)
+        self.primed = False
 
     def start(self, on_message: Callable[[Received], None], prefetch: int = 64) -> None:
         a = self._adapter
@@ -357,15 +373,45 @@ class RabbitMQSubscription(SubscriptionHandle):
         return f"<RabbitMQSubscription {self.name} queue={self.queue}>"
 
 
+class _Batch:
+    """The messages of one ``publish_many`` call waiting for their confirms: one future
+    for the whole batch instead of one per message."""
+
+    __slots__ = ("future", "receipts", "remaining")
+
+    def __init__(self, future: asyncio.Future[None], size: int) -> None:
+        self.future = future
+        self.receipts: list[PublishReceipt] = [_ROUTED] * size
+        #: confirms still to come (messages and their peer copies)
+        self.remaining = 0
+
+    def confirmed(self) -> None:
+        self.remaining -= 1
+        if self.remaining <= 0 and not self.future.done():
+            self.future.set_result(None)
+
+    def fail(self, error: BaseException) -> None:
+        if not self.future.done():
+            self.future.set_exception(error)
+
+
 @dataclass(slots=True)
 class _Pending:
-    """A publish waiting for its confirm."""
+    """A publish waiting for its confirm: message ``index`` of ``batch`` (-1: a peer copy,
+    whose receipt is not reported)."""
 
-    future: asyncio.Future[PublishReceipt] | None
+    batch: _Batch
+    index: int
     exchange: str
     routing_key: str
     message_id: str
-    returned: bool = False
+
+
+_ROUTED = PublishReceipt(routed=True)
+_UNROUTED = PublishReceipt(routed=False)
+_NACKED = PublishReceipt(routed=None)
+#: entries kept in the topic <-> (exchange, routing key) memos
+_NAME_CACHE_SIZE = 10000
 
 
 class RabbitMQAdapter(Adapter):
@@ -411,7 +457,13 @@ class RabbitMQAdapter(Adapter):
         # loop-thread state (publisher link)
         self._pub: Channel | None = None
         self._pub_tag = 0
-        self._pending: dict[int, _Pending] = {}
+        #: publishes waiting for their confirm, by delivery tag (in tag order)
+        self._pending: OrderedDict[int, _Pending] = OrderedDict()
+        #: basic.return counts by (exchange, routing key, message id), until the confirm
+        self._returned: dict[tuple[str, str, str], int] = {}
+        self._frames: PublishFrames | None = None
+        #: memo of _target
+        self._targets: dict[Topic, tuple[str, str, bool]] = {}
         self._consumer = Link(
             "consumer",
             self.parameters,
@@ -630,16 +682,19 @@ class RabbitMQAdapter(Adapter):
                 )
         declared.add(exchange)
 
-    async def _declare_queue(self, link: Link, queue: str, args: dict[str, Any]) -> None:
+    async def _declare_queue(self, link: Link, queue: str, args: dict[str, Any]) -> int | None:
         """Declare a durable queue; on an argument mismatch re-create it if it is empty
-        and unused, else keep the existing queue (and its arguments) with a warning."""
+        and unused, else keep the existing queue (and its arguments) with a warning.
+
+        Returns the number of messages the queue holds (None when it was kept with other
+        arguments)."""
         assert link.admin_lock is not None
         async with link.admin_lock:
             try:
-                await (await link.admin()).call(
+                frame = await (await link.admin()).call(
                     "queue_declare", queue, durable=True, arguments=args
                 )
-                return
+                return int(frame.method.message_count)
             except ChannelError as exc:
                 if exc.code != PRECONDITION_FAILED:
                     raise
@@ -658,9 +713,38 @@ class RabbitMQAdapter(Adapter):
                     queue,
                     mismatch,
                 )
-                return
-            await (await link.admin()).call("queue_declare", queue, durable=True, arguments=args)
+                return None
+            frame = await (await link.admin()).call(
+                "queue_declare", queue, durable=True, arguments=args
+            )
             log.info("queue %r re-created with new arguments %s", queue, args)
+            return int(frame.method.message_count)
+
+    def _primes(self, args: Mapping[str, Any]) -> bool:
+        """Whether queues declared with ``args`` get a primer (see :meth:`_prime`)."""
+        return (
+            self.opts.prime_queues
+            and args.get("x-queue-type", "classic") == "classic"
+            and "x-dead-letter-exchange" not in args
+        )
+
+    async def _prime(self, link: Link, queue: str) -> None:
+        """Make the broker create a new classic queue's files now rather than on its first
+        real message.
+
+        RabbitMQ creates a classic queue's directory and index journal (and fsyncs them)
+        lazily, with the first persistent message.  That costs ~1.3 ms of broker I/O per
+        queue; a Notify to thousands of new subscriptions pays it for all of them before
+        the publish is confirmed (13 s for 10,000 here, beyond core's publish timeout).
+        The primer is a persistent, empty message that expires at once (``expiration``
+        0): the broker writes it, which creates the files, and drops it.  Nobody waits
+        for it.  A consumer that happens to get it before it expires never sees it: the
+        adapter acks primers silently (:meth:`_delivery`).
+        """
+        assert link.admin_lock is not None
+        async with link.admin_lock:
+            admin = await link.admin()
+            admin.pika.basic_publish("", queue, b"", _PRIMER_PROPERTIES)
 
     def _internal_exchanges(self, namespaces: Iterable[str]) -> set[str]:
         """Exchanges of the internal namespaces among ``namespaces``."""
@@ -672,7 +756,11 @@ class RabbitMQAdapter(Adapter):
         internal = self._internal_exchanges(p.namespace for p in sub.spec.patterns or ())
         for exchange in dict.fromkeys(ex for ex, _ in bindings):
             await self._ensure_exchange(link, exchange, exchange in internal)
-        await self._declare_queue(link, sub.queue, self.queue_arguments(sub.spec.limits))
+        args = self.queue_arguments(sub.spec.limits)
+        depth = await self._declare_queue(link, sub.queue, args)
+        if depth == 0 and not sub.primed and self._primes(args):
+            await self._prime(link, sub.queue)
+            sub.primed = True
         wanted = set(bindings)
         assert link.admin_lock is not None
         async with link.admin_lock:
@@ -841,6 +929,9 @@ class RabbitMQAdapter(Adapter):
                 link.loop.call_later(0.5, lambda: link.loop.create_task(self._restart(sub)))
 
         ch.add_close_listener(on_close)
+        # deliveries are read straight from the wire; pika's consumer callback is the
+        # fallback
+        ch.read(FrameReader(on_deliver=lambda m, p, b: self._dispatch(sub, ch, m, p, b)))
         await ch.call("basic_consume", sub.queue, on_message, auto_ack=False)
         sub.consumer = ch
 
@@ -881,6 +972,9 @@ class RabbitMQAdapter(Adapter):
 
     def _delivery(self, ch: Channel, method: Any, properties: Any, body: bytes) -> _Delivery | None:
         headers = _headers_of(properties)
+        if _PRIMER_HEADER in headers:
+            ch.pika.basic_ack(method.delivery_tag)  # a queue primer (see _prime), not a message
+            return None
         try:
             topic = self.topic_of(method.exchange, method.routing_key, headers)
         except NameNotRepresentable as exc:
@@ -1042,6 +1136,7 @@ class RabbitMQAdapter(Adapter):
         def on_message(_ch: Any, method: Any, properties: Any, body: bytes) -> None:
             self._on_tap(method, properties, body)
 
+        ch.read(FrameReader(on_deliver=lambda m, p, b: self._on_tap(m, p, b)))
         await ch.call("basic_consume", self.tap_queue, on_message, auto_ack=True)
         self._tap = ch
 
@@ -1128,78 +1223,106 @@ class RabbitMQAdapter(Adapter):
     async def _open_publish_channel(self, link: Link) -> Channel:
         ch = await link.open_channel()
         self._pub_tag = 0
+        self._frames = None
         ch.pika.add_on_return_callback(self._on_return)
         ch.add_close_listener(self._on_publish_channel_closed)
         await ch.call("confirm_delivery", self._on_confirm)
+        # confirms and returns are read straight from the wire (pika's callbacks above
+        # stay as the fallback); Confirm.SelectOk has gone through pika
+        ch.read(FrameReader(on_confirm=self._confirmed, on_return=self._on_returned))
         self._pub = ch
         return ch
 
     def _fail_pending(self, reason: str) -> None:
         pending = list(self._pending.values())
         self._pending.clear()
+        self._returned.clear()
         for p in pending:
-            if p.future is not None and not p.future.done():
-                p.future.set_exception(PublishFailed(reason))
+            p.batch.fail(PublishFailed(reason))
 
     def _on_publish_channel_closed(self, ch: Channel, reason: BaseException) -> None:
         if self._pub is ch:
             self._pub = None
+            self._frames = None
             self._fail_pending(f"channel closed before the broker confirmed: {reason}")
 
     def _on_publisher_lost(self, link: Link, reason: BaseException | None) -> None:
         self._pub = None
+        self._frames = None
         self._fail_pending(f"connection lost before the broker confirmed: {reason}")
 
-    def _on_return(self, _ch: Any, method: Any, properties: Any, _body: bytes) -> None:
-        # A return precedes the confirm of the same message on the channel.
-        for tag in sorted(self._pending):
-            p = self._pending[tag]
-            if (
-                not p.returned
-                and p.exchange == method.exchange
-                and p.routing_key == method.routing_key
-                and p.message_id == (properties.message_id or "")
-            ):
-                p.returned = True
-                return
+    def _on_return(self, _ch: Any, method: Any, properties: Any, body: bytes) -> None:
+        self._on_returned(method, properties, body)
+
+    def _on_returned(self, method: Any, properties: Any, _body: bytes) -> None:
+        # A return precedes the confirm of the same message on the channel: count it, and
+        # the confirm of the oldest pending message with this exchange, routing key and
+        # message id reports it unrouted.
+        key = (method.exchange, method.routing_key, properties.message_id or "")
+        self._returned[key] = self._returned.get(key, 0) + 1
 
     def _on_confirm(self, frame: Any) -> None:
         method = frame.method
-        tag = method.delivery_tag
-        tags = [t for t in self._pending if t <= tag] if method.multiple else [tag]
         nack = isinstance(method, spec.Basic.Nack)
-        for t in tags:
-            p = self._pending.pop(t, None)
-            if p is None or p.future is None or p.future.done():
-                continue
-            if not nack:
-                p.future.set_result(PublishReceipt(routed=not p.returned))
-            elif self.opts.fail_on_nack:
-                p.future.set_exception(PublishFailed("RabbitMQ rejected the message (nack)"))
-            else:
+        self._confirmed(method.delivery_tag, method.multiple, nack)
+
+    def _confirmed(self, tag: int, multiple: bool, nack: bool) -> None:
+        pending = self._pending
+        if multiple:
+            # tags are confirmed in order: pop from the front, O(1) each
+            while pending:
+                first = next(iter(pending))
+                if first > tag:
+                    break
+                self._settle(pending.pop(first), nack)
+        else:
+            p = pending.pop(tag, None)
+            if p is not None:
+                self._settle(p, nack)
+
+    def _settle(self, p: _Pending, nack: bool) -> None:
+        batch = p.batch
+        if p.index >= 0:
+            returned = self._returned
+            if returned:
+                key = (p.exchange, p.routing_key, p.message_id)
+                count = returned.get(key, 0)
+                if count:
+                    if count == 1:
+                        del returned[key]
+                    else:
+                        returned[key] = count - 1
+                    batch.receipts[p.index] = _UNROUTED
+            if nack:
+                if self.opts.fail_on_nack:
+                    batch.fail(PublishFailed("RabbitMQ rejected the message (nack)"))
+                    return
                 log.warning(
                     "RabbitMQ nacked message %s on %s/%s (a full reject-publish queue?)",
                     p.message_id,
                     p.exchange,
                     p.routing_key,
                 )
-                p.future.set_result(PublishReceipt(routed=None))
+                batch.receipts[p.index] = _NACKED
+        # a peer copy's nack is not the publisher's concern
+        batch.confirmed()
 
-    def _properties(self, message: OutboundMessage) -> pika.BasicProperties:
-        headers: dict[str, Any] = dict(message.headers)
-        headers[HEADER_MESSAGE_ID] = message.message_id
-        # the topic headers name the message's own topic when core gave them (a copy routed
-        # into a pull point inbox keeps the topic it was published on, core.codec)
-        headers.setdefault(HEADER_TOPIC_NAMESPACE, message.topic.namespace)
-        headers.setdefault(HEADER_TOPIC_PATH, "/".join(message.topic.path))
-        headers[HEADER_ORIGIN] = "gateway"
-        return pika.BasicProperties(
-            content_type=message.content_type,
-            delivery_mode=pika.DeliveryMode.Persistent,
-            message_id=message.message_id,
-            timestamp=int(time.time()),
-            headers=headers,
-        )
+    def _target(self, topic: Topic) -> tuple[str, str, bool]:
+        """(exchange, routing key, internal namespace) of a published topic, memoised."""
+        target = self._targets.get(topic)
+        if target is None:
+            try:
+                exchange, key = self.native_name(topic)
+            except NameNotRepresentable as exc:
+                raise PublishFailed(f"{topic} has no RabbitMQ name: {exc}") from exc
+            target = (exchange, key, is_internal_namespace(topic.namespace))
+            # a fallback namespace's name may stop being representable once another
+            # namespace claims its exchange: only configured or derived names are stable
+            if fallback_root(topic.namespace) is None:
+                if len(self._targets) >= _NAME_CACHE_SIZE:
+                    self._targets.clear()
+                self._targets[topic] = target
+        return target
 
     async def _publish(
         self, messages: Sequence[OutboundMessage], timeout: float
@@ -1209,37 +1332,59 @@ class RabbitMQAdapter(Adapter):
             await link.ready(timeout)
         except LinkDown as exc:
             raise PublishUnavailable(str(exc)) from None
-        targets: list[tuple[str, str]] = []
-        for message in messages:
-            try:
-                targets.append(self.native_name(message.topic))
-            except NameNotRepresentable as exc:
-                raise PublishFailed(f"{message.topic} has no RabbitMQ name: {exc}") from exc
-        internal = self._internal_exchanges(m.topic.namespace for m in messages)
-        for exchange in dict.fromkeys(ex for ex, _ in targets):
-            await self._ensure_exchange(link, exchange, exchange in internal)
+        targets = [self._target(m.topic) for m in messages]
+        for exchange, internal in {t[0]: t[2] for t in targets}.items():
+            await self._ensure_exchange(link, exchange, internal)
         ch = self._pub
         if ch is None or not ch.is_open:
             ch = await self._open_publish_channel(link)
-        futures: list[asyncio.Future[PublishReceipt]] = []
-        copies: list[asyncio.Future[PublishReceipt]] = []
-        current: list[tuple[Binding, StoredMessage]] = []
+        frames = self._frames
+        if frames is None:
+            frames = self._frames = ch.frames()
         keep_current = self.opts.current_message
         peers = self.peer_exchanges[0] if keep_current and self.opts.current_peers else None
-        for message, (exchange, key) in zip(messages, targets, strict=True):
-            fut: asyncio.Future[PublishReceipt] = link.loop.create_future()
-            properties = self._properties(message)
-            ch.pika.basic_publish(exchange, key, message.body, properties, mandatory=True)
-            self._pub_tag += 1
-            self._pending[self._pub_tag] = _Pending(fut, exchange, key, message.message_id)
-            futures.append(fut)
-            if not keep_current or exchange in internal:
+        # only the last message per (exchange, routing key) of the batch becomes current
+        # and is copied to the other instances: the earlier ones are superseded at once
+        last: dict[tuple[str, str], int] = {}
+        if keep_current:
+            last = {(ex, key): i for i, (ex, key, internal) in enumerate(targets) if not internal}
+        batch = _Batch(link.loop.create_future(), len(messages))
+        pending = self._pending
+        out: list[bytes] = []
+        current: list[tuple[Binding, StoredMessage]] = []
+        timestamp = int(time.time())
+        tag = self._pub_tag
+        instance = self.instance
+        for i, message in enumerate(messages):
+            exchange, key, _internal = targets[i]
+            headers: dict[str, Any] = dict(message.headers)
+            headers[HEADER_MESSAGE_ID] = message.message_id
+            # the topic headers name the message's own topic when core gave them (a copy
+            # routed into a pull point inbox keeps the topic it was published on)
+            topic = message.topic
+            if HEADER_TOPIC_NAMESPACE not in headers:
+                headers[HEADER_TOPIC_NAMESPACE] = topic.namespace
+            if HEADER_TOPIC_PATH not in headers:
+                headers[HEADER_TOPIC_PATH] = "/".join(topic.path)
+            headers[HEADER_ORIGIN] = "gateway"
+            frames.message(
+                out,
+                frames.method(exchange, key, True),
+                message.body,
+                content_type=message.content_type,
+                table=encode_table(headers),
+                persistent=True,
+                message_id=message.message_id,
+                timestamp=timestamp,
+            )
+            tag += 1
+            pending[tag] = _Pending(batch, i, exchange, key, message.message_id)
+            if last.get((exchange, key)) != i:
                 continue
-            headers: dict[str, str] = dict(properties.headers or {})
             current.append(
                 (
                     (exchange, key),
-                    StoredMessage(message.topic, message.body, headers, message.content_type),
+                    StoredMessage(topic, message.body, headers, message.content_type),
                 )
             )
             if peers is not None:
@@ -1250,29 +1395,30 @@ class RabbitMQAdapter(Adapter):
                     **headers,
                     _TAP_EXCHANGE_HEADER: exchange,
                     _TAP_KEY_HEADER: key,
-                    _TAP_INSTANCE_HEADER: self.instance,
+                    _TAP_INSTANCE_HEADER: instance,
                 }
-                copy = pika.BasicProperties(
-                    content_type=properties.content_type,
-                    message_id=properties.message_id,
-                    timestamp=properties.timestamp,
-                    headers=copy_headers,
+                frames.message(
+                    out,
+                    frames.method(peers, "", False),
+                    message.body,
+                    content_type=message.content_type,
+                    table=encode_table(copy_headers),
+                    persistent=False,
+                    message_id=message.message_id,
+                    timestamp=timestamp,
                 )
-                ch.pika.basic_publish(peers, "", message.body, copy)
-                self._pub_tag += 1
-                copy_fut: asyncio.Future[PublishReceipt] = link.loop.create_future()
-                self._pending[self._pub_tag] = _Pending(copy_fut, peers, "", message.message_id)
-                copies.append(copy_fut)
-        receipts = list(await asyncio.gather(*futures))
-        # confirmed: this instance's current-message map has them from now on (no tap
-        # round trip through the broker)
+                tag += 1
+                pending[tag] = _Pending(batch, -1, peers, "", message.message_id)
+        batch.remaining = tag - self._pub_tag
+        self._pub_tag = tag
+        ch.write(b"".join(out))
+        await batch.future
+        # confirmed (with the peer copies: another instance's following current_message()
+        # sees this publish): this instance's current-message map has them from now on,
+        # without a tap round trip through the broker
         if current:
             self._remember(current)
-        # the peer copies are confirmed together with the originals; waiting for them makes
-        # another instance's following current_message() see this publish (their failure
-        # is not fatal)
-        await asyncio.gather(*copies, return_exceptions=True)
-        return receipts
+        return batch.receipts
 
     def publish(self, message: OutboundMessage, timeout: float = 10.0) -> PublishReceipt:
         return self.publish_many([message], timeout)[0]

@@ -1,0 +1,416 @@
+"""RabbitMQ adapter: its own AMQP framing (docs/performance.md, F4 follow-up).
+
+The adapter encodes Basic.Publish frames itself (``_link.PublishFrames``) and reads
+confirms, returns and deliveries itself (``_link.FastConnection``/``FrameReader``) instead
+of pika's per-frame objects and callback dispatch.  The encoder must write exactly the
+bytes pika writes, the reader must understand everything a broker or a native client
+sends, and the publish receipts (confirm, return, nack) must stay per message.  The
+byte-level checks need no broker; the others run against a real node.
+"""
+
+from __future__ import annotations
+
+import struct
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pika
+import pytest
+from pika import frame, spec
+from wsnmom.adapters.rabbitmq._link import (
+    Delivered,
+    FrameReader,
+    Properties,
+    PublishFrames,
+    encode_table,
+)
+from wsnmom.adapters.rabbitmq.adapter import RabbitMQAdapter
+from wsnmom.core.adapter import (
+    OutboundMessage,
+    Overflow,
+    QueueLimits,
+    SubscriptionSpec,
+)
+from wsnmom.topic_mapping.model import PathPattern, Topic
+
+from wsnmom.testing.conformance import Collector
+
+FRAME_MAX = 131072
+HEADERS: dict[str, Any] = {
+    "wsnmom-message-id": "m-1",
+    "wsnmom-topic-path": "plant/välve",  # non-ASCII
+    "empty": "",
+    "count": 7,
+    "big": 2**40,
+    "flag": True,
+    "raw": b"\x00\x01",
+    "nested": {"a": "b"},
+}
+
+
+def pika_publish_bytes(
+    channel: int,
+    exchange: str,
+    key: str,
+    mandatory: bool,
+    body: bytes,
+    properties: pika.BasicProperties,
+) -> bytes:
+    """What pika's ``basic_publish`` writes (Connection._send_message)."""
+    out = [
+        frame.Method(
+            channel, spec.Basic.Publish(exchange=exchange, routing_key=key, mandatory=mandatory)
+        ).marshal(),
+        frame.Header(channel, len(body), properties).marshal(),
+    ]
+    step = FRAME_MAX - spec.FRAME_HEADER_SIZE - spec.FRAME_END_SIZE
+    for start in range(0, len(body), step):
+        out.append(frame.Body(channel, body[start : start + step]).marshal())
+    return b"".join(out)
+
+
+class TestEncoding:
+    """Byte-for-byte the frames pika writes (no broker needed)."""
+
+    @pytest.mark.parametrize("size", [0, 1, 500, FRAME_MAX - 8, FRAME_MAX - 7, 3 * FRAME_MAX])
+    @pytest.mark.parametrize("persistent", [True, False])
+    def test_publish_frames_equal_pikas(self, size: int, persistent: bool) -> None:
+        body = bytes(i % 251 for i in range(size))
+        frames = PublishFrames(7, FRAME_MAX)
+        out: list[bytes] = []
+        frames.message(
+            out,
+            frames.method("ex.ä", "a.b", True),
+            body,
+            content_type="application/xml",
+            table=encode_table(HEADERS),
+            persistent=persistent,
+            message_id="m-1",
+            timestamp=1_700_000_000,
+        )
+        properties = pika.BasicProperties(
+            content_type="application/xml",
+            headers=HEADERS,
+            delivery_mode=2 if persistent else None,
+            message_id="m-1",
+            timestamp=1_700_000_000,
+        )
+        assert b"".join(out) == pika_publish_bytes(7, "ex.ä", "a.b", True, body, properties)
+
+    def test_optional_properties_left_out(self) -> None:
+        frames = PublishFrames(1, FRAME_MAX)
+        out: list[bytes] = []
+        frames.message(
+            out,
+            frames.method("", "q", False),
+            b"x",
+            content_type=None,
+            table=None,
+            persistent=False,
+            message_id=None,
+            timestamp=None,
+        )
+        expected = pika_publish_bytes(1, "", "q", False, b"x", pika.BasicProperties())
+        assert b"".join(out) == expected
+        assert encode_table({}) == b"\x00\x00\x00\x00"
+
+    def test_too_long_names_are_refused(self) -> None:
+        with pytest.raises(pika.exceptions.ShortStringTooLong):
+            PublishFrames(1, FRAME_MAX).method("x" * 256, "k", True)
+        with pytest.raises(pika.exceptions.ShortStringTooLong):
+            encode_table({"k" * 256: "v"})
+
+
+class TestReading:
+    """The reader understands pika-encoded frames (no broker needed)."""
+
+    @staticmethod
+    def feed(reader: FrameReader, data: bytes) -> None:
+        offset = 0
+        while offset < len(data):
+            kind, _channel, length = struct.unpack_from(">BHI", data, offset)
+            start, end = offset + 7, offset + 7 + length
+            if kind == spec.FRAME_METHOD:
+                assert reader.method(data, start, end)
+            else:
+                assert reader.reading_content
+                reader.content(kind, data, start, end)
+            offset = end + 1
+
+    @pytest.mark.parametrize("size", [0, 10, 3 * FRAME_MAX + 5])
+    def test_deliver_with_every_property(self, size: int) -> None:
+        got: list[tuple[Delivered, Properties, bytes]] = []
+        reader = FrameReader(on_deliver=lambda m, p, b: got.append((m, p, b)))
+        props = pika.BasicProperties(
+            content_type="application/json",
+            content_encoding="gzip",
+            headers=HEADERS,
+            delivery_mode=2,
+            priority=3,
+            correlation_id="c",
+            reply_to="r",
+            expiration="60000",
+            message_id="m",
+            timestamp=12345,
+            type="t",
+            user_id="u",
+            app_id="a",
+            cluster_id="cl",
+        )
+        body = b"b" * size
+        data = (
+            frame.Method(3, spec.Basic.Deliver("ctag", 2**40 + 1, True, "ex", "a.b.c")).marshal()
+            + frame.Header(3, len(body), props).marshal()
+        )
+        step = FRAME_MAX - 8
+        for start in range(0, len(body), step):
+            data += frame.Body(3, body[start : start + step]).marshal()
+        self.feed(reader, data)
+        assert len(got) == 1
+        method, properties, received = got[0]
+        assert (method.consumer_tag, method.delivery_tag, method.redelivered) == (
+            "ctag",
+            2**40 + 1,
+            True,
+        )
+        assert (method.exchange, method.routing_key) == ("ex", "a.b.c")
+        assert received == body
+        decoded = spec.BasicProperties()
+        decoded.decode(frame.Header(3, len(body), props).marshal()[7 + 12 : -1])
+        for name in Properties.__slots__:
+            assert getattr(properties, name) == getattr(decoded, name), name
+        assert not reader.reading_content
+
+    def test_return_skips_the_headers_and_confirms(self) -> None:
+        returned: list[tuple[Delivered, Properties, bytes]] = []
+        confirms: list[tuple[int, bool, bool]] = []
+        reader = FrameReader(
+            on_return=lambda m, p, b: returned.append((m, p, b)),
+            on_confirm=lambda *args: confirms.append(args),
+        )
+        props = pika.BasicProperties(headers=HEADERS, message_id="m-9", content_type="x/y")
+        data = (
+            frame.Method(1, spec.Basic.Return(312, "NO_ROUTE", "ex", "k")).marshal()
+            + frame.Header(1, 3, props).marshal()
+            + frame.Body(1, b"abc").marshal()
+            + frame.Method(1, spec.Basic.Ack(5, multiple=True)).marshal()
+            + frame.Method(1, spec.Basic.Nack(6, multiple=False, requeue=False)).marshal()
+        )
+        self.feed(reader, data)
+        method, properties, body = returned[0]
+        assert (method.reply_code, method.reply_text, method.exchange, method.routing_key) == (
+            312,
+            "NO_ROUTE",
+            "ex",
+            "k",
+        )
+        assert (properties.message_id, properties.content_type, properties.headers) == (
+            "m-9",
+            "x/y",
+            None,
+        )
+        assert body == b"abc"
+        assert confirms == [(5, True, False), (6, False, True)]
+
+    def test_other_methods_are_left_to_pika(self) -> None:
+        reader = FrameReader(on_confirm=lambda *a: None)
+        for method in (spec.Basic.QosOk(), spec.Channel.Close(406, "x", 0, 0)):
+            data = frame.Method(1, method).marshal()
+            assert not reader.method(data, 7, len(data) - 1)
+        deliver = frame.Method(1, spec.Basic.Deliver("c", 1, False, "e", "k")).marshal()
+        assert not reader.method(deliver, 7, len(deliver) - 1)  # no on_deliver
+
+
+# --------------------------------------------------------------------------- real node
+
+
+@pytest.fixture
+def ns() -> str:
+    return f"urn:test:rabbit-frames:{uuid.uuid4().hex}"
+
+
+@pytest.fixture
+def make_adapter(rabbitmq_url: str) -> Iterator[Callable[..., RabbitMQAdapter]]:
+    made: list[RabbitMQAdapter] = []
+
+    def make(**options: Any) -> RabbitMQAdapter:
+        adapter = RabbitMQAdapter(rabbitmq_url, options)
+        adapter.open()
+        made.append(adapter)
+        return adapter
+
+    yield make
+    for adapter in made:
+        adapter.close()
+
+
+@pytest.fixture
+def native(rabbitmq_url: str) -> Iterator[Any]:
+    conn = pika.BlockingConnection(pika.URLParameters(rabbitmq_url))
+    ch = conn.channel()
+    ch.confirm_delivery()
+    yield ch
+    conn.close()
+
+
+def message(topic: Topic, body: bytes, **headers: str) -> OutboundMessage:
+    return OutboundMessage(topic=topic, body=body, message_id=uuid.uuid4().hex, headers=headers)
+
+
+@pytest.mark.rabbitmq
+class TestOnTheWire:
+    @pytest.mark.parametrize("size", [0, 300_000])
+    def test_native_consumer_reads_adapter_publishes(
+        self, make_adapter: Callable[..., RabbitMQAdapter], native: Any, ns: str, size: int
+    ) -> None:
+        """Properties, headers and a body spanning several frames arrive as published."""
+        adapter = make_adapter()
+        topic = Topic(ns, ("wire", "test"))
+        exchange, key = adapter.native_name(topic)
+        adapter.publish(message(topic, b"<boot/>"))  # declares the exchange
+        queue = native.queue_declare("", exclusive=True).method.queue
+        native.queue_bind(queue, exchange, key)
+        body = b"<a>" + b"z" * size + b"</a>"
+        sent = message(topic, body, **{"wsnmom-extra": "välue"})
+        assert adapter.publish(sent).routed is True
+        method, properties, got = native.basic_get(queue, auto_ack=True)
+        assert got == body
+        assert properties.content_type == "application/xml"
+        assert properties.delivery_mode == 2
+        assert properties.message_id == sent.message_id
+        assert abs(properties.timestamp - time.time()) < 60
+        assert properties.headers["wsnmom-extra"] == "välue"
+        assert properties.headers["wsnmom-message-id"] == sent.message_id
+        assert properties.headers["wsnmom-topic-path"] == "wire/test"
+        assert properties.headers["wsnmom-origin"] == "gateway"
+        assert method.routing_key == key
+
+    def test_adapter_consumer_reads_native_publishes(
+        self, make_adapter: Callable[..., RabbitMQAdapter], native: Any, ns: str
+    ) -> None:
+        """A native message with every property and a multi-frame body reaches a started
+        subscription (the fast reader) and a pull (pika) alike."""
+        exchange = f"test.ex.{uuid.uuid4().hex[:8]}"
+        adapter = make_adapter(exchanges={ns: exchange})
+        patterns = (PathPattern(ns, ("n",)),)
+        pushed = adapter.subscription(SubscriptionSpec(f"w-{uuid.uuid4().hex[:8]}", patterns))
+        pulled = adapter.subscription(SubscriptionSpec(f"w-{uuid.uuid4().hex[:8]}", patterns))
+        got = Collector()
+        pushed.start(got, prefetch=4)
+        body = b"{" + b"1" * 400_000 + b"}"
+        props = pika.BasicProperties(
+            content_type="application/json",
+            content_encoding="identity",
+            headers={"app": "native", "n": 3, "wsnmom-topic-ns": ns},
+            delivery_mode=2,
+            priority=1,
+            correlation_id="c",
+            reply_to="r",
+            message_id="native-1",
+            timestamp=1,
+            type="t",
+            app_id="a",
+        )
+        native.basic_publish(exchange, "n", body, props)
+        native.basic_publish(exchange, "n", b"", pika.BasicProperties())
+        for received in (got.wait_for(2, 10.0), pulled.pull(2, timeout=5.0)):
+            assert len(received) == 2
+            first, empty = received
+            assert first.topic == Topic(ns, ("n",))
+            assert first.body == body
+            assert first.content_type == "application/json"
+            assert first.headers["app"] == "native"
+            assert first.headers["n"] == "3"
+            assert empty.body == b""
+            assert empty.content_type == "application/octet-stream"
+            assert not first.redelivered
+        for m in got.received:
+            m.ack()
+        pushed.stop()
+        pushed.delete()
+        pulled.delete()
+
+    def test_receipts_per_message_in_one_batch(
+        self, make_adapter: Callable[..., RabbitMQAdapter], ns: str
+    ) -> None:
+        """Returned (unrouted) and routed messages interleaved in one publish_many, also
+        with the same message id on two topics: each gets its own receipt."""
+        adapter = make_adapter()
+        routed = Topic(ns, ("bound",))
+        handle = adapter.subscription(
+            SubscriptionSpec(f"r-{uuid.uuid4().hex[:8]}", (PathPattern(ns, ("bound",)),))
+        )
+        batch = []
+        for i in range(60):
+            topic = routed if i % 3 == 0 else Topic(ns, ("nobody", f"t{i % 2}"))
+            batch.append(OutboundMessage(topic=topic, body=b"<%d/>" % i, message_id=f"id{i // 2}"))
+        receipts = adapter.publish_many(batch)
+        assert [r.routed for r in receipts] == [i % 3 == 0 for i in range(60)]
+        assert handle.depth() == 20
+        assert adapter._pending == {} and adapter._returned == {}
+        handle.delete()
+
+    def test_nack_of_a_full_queue_inside_a_batch(
+        self, make_adapter: Callable[..., RabbitMQAdapter], ns: str
+    ) -> None:
+        adapter = make_adapter()
+        topic = Topic(ns, ("full",))
+        limits = QueueLimits(max_messages=2, overflow=Overflow.DROP_NEWEST)
+        handle = adapter.subscription(
+            SubscriptionSpec(f"n-{uuid.uuid4().hex[:8]}", (PathPattern(ns, ("full",)),), limits)
+        )
+        receipts = adapter.publish_many([message(topic, b"%d" % i) for i in range(5)])
+        assert [r.routed for r in receipts] == [True, True, None, None, None]
+        strict = make_adapter(fail_on_nack=True)
+        with pytest.raises(Exception, match="nack"):
+            strict.publish(message(topic, b"refused"))
+        assert handle.depth() == 2
+        handle.delete()
+
+    def test_one_peer_copy_per_topic_and_batch(
+        self, make_adapter: Callable[..., RabbitMQAdapter], native: Any, ns: str
+    ) -> None:
+        """Only the last message per topic of a batch becomes current and is copied to the
+        other instances; they see it as current."""
+        first = make_adapter()
+        second = make_adapter()
+        spy = native.queue_declare("", exclusive=True).method.queue
+        native.queue_bind(spy, first.peer_exchanges[0], "")
+        a, b = Topic(ns, ("a",)), Topic(ns, ("b",))
+        batch = [message(a if i % 2 else b, b"<m>%d</m>" % i) for i in range(10)]
+        first.publish_many(batch)
+        copies = []
+        while (got := native.basic_get(spy, auto_ack=True))[0] is not None:
+            copies.append(got[2])
+        assert sorted(copies) == [b"<m>8</m>", b"<m>9</m>"]
+        for adapter in (first, second):
+            assert adapter.current_message(a).body == b"<m>9</m>"  # type: ignore[union-attr]
+            assert adapter.current_message(b).body == b"<m>8</m>"  # type: ignore[union-attr]
+
+    def test_many_batches_from_many_threads(
+        self, make_adapter: Callable[..., RabbitMQAdapter], ns: str
+    ) -> None:
+        """Concurrent batches share the channel's delivery tags; confirms with
+        ``multiple`` settle them in order and every message arrives once."""
+        adapter = make_adapter()
+        topic = Topic(ns, ("many",))
+        handle = adapter.subscription(
+            SubscriptionSpec(f"m-{uuid.uuid4().hex[:8]}", (PathPattern(ns, ("many",)),))
+        )
+
+        def send(k: int) -> list[bool | None]:
+            batch = [message(topic, b"%d-%d" % (k, i)) for i in range(50)]
+            return [r.routed for r in adapter.publish_many(batch)]
+
+        with ThreadPoolExecutor(8) as pool:
+            results = list(pool.map(send, range(40)))
+        assert all(r == [True] * 50 for r in results)
+        deadline = time.monotonic() + 10
+        while handle.depth() != 2000 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert handle.depth() == 2000
+        assert not adapter._pending
+        handle.delete()

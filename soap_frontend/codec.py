@@ -591,8 +591,15 @@ def add_topic(
 def payload_element(message: NotificationMessage) -> etree._Element:
     """The payload as an element; non-XML native content is wrapped in core's
     ``wsnmom:NativeMessage contentType=… encoding="text"|"base64"``."""
-    from wsnmom.core.codec import xml_payload
+    from wsnmom.core.codec import is_xml_type, xml_payload
 
+    if is_xml_type(message.content_type):
+        # what xml_payload returns for XML that parses as a fragment (anything
+        # parse_fragment accepts safe_parse accepts too): parse it once, not twice
+        try:
+            return parse_fragment(message.payload)
+        except ValueError:
+            pass
     data = xml_payload(message.payload, message.content_type)
     try:
         return parse_fragment(data)

@@ -51,6 +51,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
+from wsnmom.core.model import _direct_init
 from wsnmom.topic_mapping.model import PathPattern, Topic
 
 if TYPE_CHECKING:
@@ -138,6 +139,7 @@ class Capabilities:
     sole_publisher: bool = False
 
 
+@_direct_init
 @dataclass(frozen=True, slots=True)
 class OutboundMessage:
     """A message core asks the adapter to publish."""
@@ -149,6 +151,7 @@ class OutboundMessage:
     content_type: str = "application/xml"
 
 
+@_direct_init
 @dataclass(frozen=True, slots=True)
 class PublishReceipt:
     """The middleware's answer to a confirmed publish."""

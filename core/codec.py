@@ -208,7 +208,10 @@ _shared: tuple[
 ] = (None, None, None, None, None, {})
 
 
-def _is_xml_type(content_type: str) -> bool:
+def is_xml_type(content_type: str) -> bool:
+    """Whether :func:`xml_payload` takes ``content_type`` for XML (empty counts)."""
+    if not content_type or content_type == "application/xml":
+        return True
     base = content_type.split(";", 1)[0].strip().lower()
     return base in XML_CONTENT_TYPES or base.endswith("+xml")
 
@@ -231,7 +234,7 @@ def wrap_native(body: bytes, content_type: str) -> bytes:
 
 def xml_payload(body: bytes, content_type: str) -> bytes:
     """``body`` when it is an XML element, else its ``NativeMessage`` wrapper."""
-    if not content_type or _is_xml_type(content_type):
+    if is_xml_type(content_type):
         try:
             safe_parse(body)
         except etree.XMLSyntaxError:

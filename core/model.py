@@ -105,6 +105,18 @@ RequestedTime = datetime | timedelta | object | None
 _C = TypeVar("_C", bound=type)
 
 
+class _FactoryDefault:
+    """The default of a ``default_factory`` parameter (shown as dataclass shows it)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "<factory>"
+
+
+_FACTORY = _FactoryDefault()
+
+
 def _direct_init(cls: _C) -> _C:
     """Give a frozen, slotted dataclass an ``__init__`` that stores each field through its
     slot descriptor.
@@ -114,16 +126,21 @@ def _direct_init(cls: _C) -> _C:
     time; calling the slots' descriptors directly stores the same values for about half
     the cost, which counts for the records made per notification.  Same parameters,
     defaults, keyword use and resulting objects (equality, hashing, ``replace``, pickling
-    are the dataclass's own).  Only for fields with no default or a plain default.
+    are the dataclass's own).  Only for init fields without ``__post_init__``; a
+    ``default_factory`` is called when its argument is left out, as dataclass does.
     """
     params: list[str] = []
     body: list[str] = []
-    namespace: dict[str, Any] = {}
+    namespace: dict[str, Any] = {"_FACTORY": _FACTORY}
     for f in dataclasses.fields(cls):
-        if not f.init or f.default_factory is not dataclasses.MISSING:
-            raise TypeError(f"{cls.__name__}.{f.name}: only plain fields are supported")
+        if not f.init:
+            raise TypeError(f"{cls.__name__}.{f.name}: only init fields are supported")
         namespace[f"_set_{f.name}"] = cls.__dict__[f.name].__set__
-        if f.default is dataclasses.MISSING:
+        if f.default_factory is not dataclasses.MISSING:
+            namespace[f"_factory_{f.name}"] = f.default_factory
+            params.append(f"{f.name}=_FACTORY")
+            body.append(f"    if {f.name} is _FACTORY:\n        {f.name} = _factory_{f.name}()\n")
+        elif f.default is dataclasses.MISSING:
             params.append(f.name)
         else:
             namespace[f"_default_{f.name}"] = f.default

@@ -128,8 +128,15 @@ def parse_xml(data: bytes, *, max_depth: int = MAX_DEPTH) -> etree._Element:
     docinfo: Any = tree.docinfo
     if docinfo.doctype or docinfo.internalDTD is not None:
         raise XmlRejected("document type declarations are not accepted")
-    _check_depth(root, max_depth)
+    if len(data) >= _MIN_DEPTH_BYTES * max_depth:
+        _check_depth(root, max_depth)
     return root
+
+
+#: a document nested deeper than ``limit`` elements is at least ``7 * limit + 4`` bytes
+#: (each enclosing element at least ``<a>`` + ``</a>``, the innermost ``<a/>``), so
+#: shorter ones need no depth probe
+_MIN_DEPTH_BYTES = 7
 
 
 def qname(ns: str, local: str) -> str:

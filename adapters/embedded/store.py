@@ -78,6 +78,11 @@ _ACK_BATCH = 512
 #: seconds acks may wait for others to share their commit
 _ACK_DELAY = 0.002
 
+#: mark one ready entry handed out
+_HAND_OUT = (
+    "UPDATE queue_entries SET state = 1, delivered = delivered + 1 WHERE sub = ? AND mid = ?"
+)
+
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS messages(
@@ -387,6 +392,8 @@ class Engine:
         except BaseException:
             conn.execute("ROLLBACK")
             self._pending_acks[:0] = acks
+            if acks:
+                self._kick()  # settle only wakes the dispatcher for a first pending ack
             raise
         conn.execute("COMMIT")
 
@@ -766,12 +773,10 @@ class Engine:
                     "WHERE e.sub = ? AND e.state = 0 ORDER BY e.mid LIMIT ?",
                     (sid, n),
                 ).fetchall()
-                if rows:
-                    c.executemany(
-                        "UPDATE queue_entries SET state = 1, delivered = delivered + 1 "
-                        "WHERE sub = ? AND mid = ?",
-                        [(sid, r[0]) for r in rows],
-                    )
+                if len(rows) == 1:  # GetMessages' usual MaximumNumber=1: no executemany
+                    c.execute(_HAND_OUT, (sid, rows[0][0]))
+                elif rows:
+                    c.executemany(_HAND_OUT, [(sid, r[0]) for r in rows])
         return [
             Row(
                 sub=sid,
@@ -792,9 +797,13 @@ class Engine:
         with self.lock:
             if self._closed:
                 return
+            kick = False
             if remove:
                 # group commit: acks are applied by the next transaction, or by the
-                # dispatcher thread within a few milliseconds
+                # dispatcher thread within a few milliseconds.  Only the first pending ack
+                # wakes the dispatcher: waking it for each one would cut its coalescing
+                # wait short and commit (nearly) every ack on its own.
+                kick = not self._pending_acks
                 self._pending_acks.extend((sid, m) for m in mids)
                 if len(self._pending_acks) >= _ACK_BATCH:
                     self.flush_acks()
@@ -805,9 +814,9 @@ class Engine:
                         "WHERE sub = ? AND mid = ? AND state = 1",
                         [(sid, m) for m in mids],
                     )
-        if remove:
+        if kick:
             self._kick()
-        else:
+        elif not remove:
             self._wake({sid})
 
     def _kick(self) -> None:

@@ -97,6 +97,17 @@ _FLAG_TIMESTAMP = 1 << 6
 _PERSISTENT = b"\x02"
 
 
+#: Basic.Ack (class 60, method 80) / Basic.Nack (120): method frame of 13 payload bytes
+_SETTLE = struct.Struct(">BHIHHQBB")
+
+
+def settle_frame(channel_number: int, delivery_tag: int, ack: bool, requeue: bool) -> bytes:
+    """A Basic.Ack, or a Basic.Nack with ``requeue``, for one delivery tag."""
+    if ack:
+        return _SETTLE.pack(1, channel_number, 13, 60, 80, delivery_tag, 0, 0xCE)
+    return _SETTLE.pack(1, channel_number, 13, 60, 120, delivery_tag, 2 if requeue else 0, 0xCE)
+
+
 def _shortstr(text: str) -> bytes:
     data = text.encode()
     if len(data) > 255:
@@ -628,6 +639,9 @@ class Link:
         self._closing = False
         self._connecting: FastConnection | None = None
         self._first_attempt = threading.Event()
+        #: acks/nacks from other threads, written by the loop in one go (see settle)
+        self._settles: list[tuple[Channel, int, bool, bool]] = []
+        self._settle_lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name=f"wsnmom-amqp-{name}", daemon=True)
 
     # --- lifecycle ------------------------------------------------------------------
@@ -817,6 +831,40 @@ class Link:
         except concurrent.futures.TimeoutError:
             fut.cancel()
             raise TimeoutError(f"RabbitMQ did not answer within {timeout:.1f}s") from None
+
+    def settle(self, channel: Channel, delivery_tag: int, ack: bool, requeue: bool) -> None:
+        """Ack (or nack) a delivery of ``channel``, from any thread.
+
+        Settlements from other threads are collected and written by the loop in one
+        socket write per wake-up, instead of one loop wake-up (a write to the loop's
+        self-pipe) and one pika frame object per message.
+        """
+        if self.on_loop_thread:
+            self._settle_now([(channel, delivery_tag, ack, requeue)])
+            return
+        with self._settle_lock:
+            self._settles.append((channel, delivery_tag, ack, requeue))
+            if len(self._settles) > 1:
+                return  # a flush is already scheduled
+        with contextlib.suppress(RuntimeError):
+            self.loop.call_soon_threadsafe(self._flush_settles)
+
+    def _flush_settles(self) -> None:
+        with self._settle_lock:
+            items, self._settles = self._settles, []
+        self._settle_now(items)
+
+    def _settle_now(self, items: list[tuple[Channel, int, bool, bool]]) -> None:
+        conn = self.connection
+        # A delivery tag is only valid on its channel; once that channel is gone the
+        # broker has already requeued the message (it will be redelivered).
+        frames = [
+            settle_frame(ch.pika.channel_number, tag, ack, requeue)
+            for ch, tag, ack, requeue in items
+            if ch.is_open and ch.pika.connection is conn
+        ]
+        if frames and conn is not None and conn.is_open:
+            conn._output_marshaled_frames([b"".join(frames)])
 
     def call_soon(self, fn: Callable[..., Any], *args: Any) -> None:
         """Run ``fn(*args)`` on the loop thread soon (no result); ignored once closed."""

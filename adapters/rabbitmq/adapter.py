@@ -95,6 +95,7 @@ Options
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import logging
 import ssl
@@ -286,25 +287,15 @@ class _Delivery(Received):
         self._link = link
         self._channel = channel
         self._tag = delivery_tag
-        self._settled = False
-        self._lock = threading.Lock()
+        #: settled at most once: the first ack()/nack() takes the only token
+        self._token = [True]
 
     def _settle(self, ack: bool, requeue: bool) -> None:
-        with self._lock:
-            if self._settled:
-                return
-            self._settled = True
-        self._link.call_soon(self._settle_on_loop, ack, requeue)
-
-    def _settle_on_loop(self, ack: bool, requeue: bool) -> None:
-        # A delivery tag is only valid on its channel; once that channel is gone the
-        # broker has already requeued the message (it will be redelivered).
-        if not self._channel.is_open:
+        try:
+            self._token.pop()  # atomic: a second settle finds the list empty
+        except IndexError:
             return
-        if ack:
-            self._channel.pika.basic_ack(self._tag)
-        else:
-            self._channel.pika.basic_nack(self._tag, requeue=requeue)
+        self._link.settle(self._channel, self._tag, ack, requeue)
 
     def ack(self) -> None:
         self._settle(True, False)
@@ -373,13 +364,20 @@ class RabbitMQSubscription(SubscriptionHandle):
         return f"<RabbitMQSubscription {self.name} queue={self.queue}>"
 
 
+class _Stale(Exception):
+    """The publishing channel changed between encoding a batch and writing it."""
+
+
 class _Batch:
     """The messages of one ``publish_many`` call waiting for their confirms: one future
-    for the whole batch instead of one per message."""
+    for the whole batch instead of one per message (an asyncio future when a coroutine
+    on the loop waits, a concurrent one when the publishing thread does)."""
 
     __slots__ = ("future", "receipts", "remaining")
 
-    def __init__(self, future: asyncio.Future[None], size: int) -> None:
+    def __init__(
+        self, future: asyncio.Future[None] | concurrent.futures.Future[None], size: int
+    ) -> None:
         self.future = future
         self.receipts: list[PublishReceipt] = [_ROUTED] * size
         #: confirms still to come (messages and their peer copies)
@@ -462,8 +460,9 @@ class RabbitMQAdapter(Adapter):
         #: basic.return counts by (exchange, routing key, message id), until the confirm
         self._returned: dict[tuple[str, str, str], int] = {}
         self._frames: PublishFrames | None = None
-        #: memo of _target
+        #: memos of _target and topic_of
         self._targets: dict[Topic, tuple[str, str, bool]] = {}
+        self._topics: dict[Binding, Topic] = {}
         self._consumer = Link(
             "consumer",
             self.parameters,
@@ -565,12 +564,24 @@ class RabbitMQAdapter(Adapter):
         when that namespace derives to exactly this exchange.  NameNotRepresentable for an
         empty routing key.
         """
-        if exchange and self.roots.namespace_for_root((exchange,)) is None:
+        where = (exchange, routing_key)
+        topic = self._topics.get(where)
+        if topic is not None:
+            return topic
+        known = bool(exchange) and self.roots.namespace_for_root((exchange,)) is not None
+        if exchange and not known:
             namespace = headers.get(HEADER_TOPIC_NAMESPACE)
             if namespace and derived_root(namespace) == exchange:
                 with contextlib.suppress(NameNotRepresentable):
                     self.roots.register(namespace)
-        return native_to_topic(exchange, routing_key, RABBITMQ, self.roots)
+                    known = True
+        topic = native_to_topic(exchange, routing_key, RABBITMQ, self.roots)
+        if known:
+            # the exchange's namespace is registered for good: the answer cannot change
+            if len(self._topics) >= _NAME_CACHE_SIZE:
+                self._topics.clear()
+            self._topics[where] = topic
+        return topic
 
     # --- lifecycle ------------------------------------------------------------------
 
@@ -1014,6 +1025,8 @@ class RabbitMQAdapter(Adapter):
             delivery = self._delivery(ch, method, properties, body)
             if delivery is not None:
                 out.append(delivery)
+            if out and not method.message_count:
+                break  # the queue had nothing behind it: spare the basic.get-empty trip
         return out
 
     async def _depth(self, queue: str, link: Link) -> int:
@@ -1324,23 +1337,15 @@ class RabbitMQAdapter(Adapter):
                 self._targets[topic] = target
         return target
 
-    async def _publish(
-        self, messages: Sequence[OutboundMessage], timeout: float
-    ) -> list[PublishReceipt]:
-        link = self._publisher
-        try:
-            await link.ready(timeout)
-        except LinkDown as exc:
-            raise PublishUnavailable(str(exc)) from None
-        targets = [self._target(m.topic) for m in messages]
-        for exchange, internal in {t[0]: t[2] for t in targets}.items():
-            await self._ensure_exchange(link, exchange, internal)
-        ch = self._pub
-        if ch is None or not ch.is_open:
-            ch = await self._open_publish_channel(link)
-        frames = self._frames
-        if frames is None:
-            frames = self._frames = ch.frames()
+    def _encode(
+        self,
+        messages: Sequence[OutboundMessage],
+        targets: Sequence[tuple[str, str, bool]],
+        frames: PublishFrames,
+        batch: _Batch,
+    ) -> tuple[bytes, list[_Pending], list[tuple[Binding, StoredMessage]]]:
+        """The frames of ``messages`` (and their peer copies), the pending entries in
+        publish order and the current-message updates.  Pure: runs on any thread."""
         keep_current = self.opts.current_message
         peers = self.peer_exchanges[0] if keep_current and self.opts.current_peers else None
         # only the last message per (exchange, routing key) of the batch becomes current
@@ -1348,12 +1353,10 @@ class RabbitMQAdapter(Adapter):
         last: dict[tuple[str, str], int] = {}
         if keep_current:
             last = {(ex, key): i for i, (ex, key, internal) in enumerate(targets) if not internal}
-        batch = _Batch(link.loop.create_future(), len(messages))
-        pending = self._pending
         out: list[bytes] = []
+        pendings: list[_Pending] = []
         current: list[tuple[Binding, StoredMessage]] = []
         timestamp = int(time.time())
-        tag = self._pub_tag
         instance = self.instance
         for i, message in enumerate(messages):
             exchange, key, _internal = targets[i]
@@ -1377,8 +1380,7 @@ class RabbitMQAdapter(Adapter):
                 message_id=message.message_id,
                 timestamp=timestamp,
             )
-            tag += 1
-            pending[tag] = _Pending(batch, i, exchange, key, message.message_id)
+            pendings.append(_Pending(batch, i, exchange, key, message.message_id))
             if last.get((exchange, key)) != i:
                 continue
             current.append(
@@ -1407,15 +1409,85 @@ class RabbitMQAdapter(Adapter):
                     message_id=message.message_id,
                     timestamp=timestamp,
                 )
-                tag += 1
-                pending[tag] = _Pending(batch, -1, peers, "", message.message_id)
-        batch.remaining = tag - self._pub_tag
+                pendings.append(_Pending(batch, -1, peers, "", message.message_id))
+        return b"".join(out), pendings, current
+
+    def _send(self, ch: Channel, data: bytes, pendings: list[_Pending]) -> None:
+        """Number ``pendings`` with the channel's next delivery tags and write ``data``
+        (loop thread)."""
+        pending = self._pending
+        tag = self._pub_tag
+        for p in pendings:
+            tag += 1
+            pending[tag] = p
+        pendings[0].batch.remaining = len(pendings)
         self._pub_tag = tag
-        ch.write(b"".join(out))
+        ch.write(data)
+
+    async def _publish(
+        self, messages: Sequence[OutboundMessage], timeout: float
+    ) -> list[PublishReceipt]:
+        link = self._publisher
+        try:
+            await link.ready(timeout)
+        except LinkDown as exc:
+            raise PublishUnavailable(str(exc)) from None
+        targets = [self._target(m.topic) for m in messages]
+        for exchange, internal in {t[0]: t[2] for t in targets}.items():
+            await self._ensure_exchange(link, exchange, internal)
+        ch = self._pub
+        if ch is None or not ch.is_open:
+            ch = await self._open_publish_channel(link)
+        frames = self._frames
+        if frames is None:
+            frames = self._frames = ch.frames()
+        batch = _Batch(link.loop.create_future(), len(messages))
+        data, pendings, current = self._encode(messages, targets, frames, batch)
+        self._send(ch, data, pendings)
         await batch.future
         # confirmed (with the peer copies: another instance's following current_message()
         # sees this publish): this instance's current-message map has them from now on,
         # without a tap round trip through the broker
+        if current:
+            self._remember(current)
+        return batch.receipts
+
+    def _publish_direct(
+        self, messages: Sequence[OutboundMessage], timeout: float
+    ) -> list[PublishReceipt] | None:
+        """The common case without a coroutine: connected, publishing channel open, every
+        exchange declared.  Encodes on the calling thread, hands the bytes to the loop in
+        one callback and waits for the batch's confirms.  None when the case does not
+        apply (or the channel changed before the write): then :meth:`_publish` runs."""
+        link = self._publisher
+        ch, frames = self._pub, self._frames
+        if not link.is_up or ch is None or frames is None or not ch.is_open:
+            return None
+        targets = [self._target(m.topic) for m in messages]
+        declared = self._declared.get(link.name, ())
+        if any(t[0] not in declared for t in targets):
+            return None
+        batch = _Batch(concurrent.futures.Future(), len(messages))
+        data, pendings, current = self._encode(messages, targets, frames, batch)
+
+        def send() -> None:
+            if self._pub is not ch or self._frames is not frames or not ch.is_open:
+                batch.fail(_Stale())  # nothing written: take the coroutine path
+                return
+            self._send(ch, data, pendings)
+
+        try:
+            link.loop.call_soon_threadsafe(send)
+        except RuntimeError:
+            return None  # the loop is closed
+        try:
+            batch.future.result(timeout)
+        except _Stale:
+            return None
+        except concurrent.futures.TimeoutError:
+            raise PublishFailed(
+                f"not confirmed: RabbitMQ did not answer within {timeout:.1f}s"
+            ) from None
         if current:
             self._remember(current)
         return batch.receipts
@@ -1430,8 +1502,12 @@ class RabbitMQAdapter(Adapter):
             return []
         if self._closed or not self._opened:
             raise PublishUnavailable("the RabbitMQ adapter is not open")
+        messages = list(messages)
         try:
-            return self._publisher.submit(self._publish(list(messages), timeout), timeout + 1)
+            receipts = self._publish_direct(messages, timeout)
+            if receipts is not None:
+                return receipts
+            return self._publisher.submit(self._publish(messages, timeout), timeout + 1)
         except PublishFailed:
             raise
         except (LinkDown, TimeoutError) as exc:

@@ -26,6 +26,7 @@ from wsnmom.adapters.rabbitmq._link import (
     Properties,
     PublishFrames,
     encode_table,
+    settle_frame,
 )
 from wsnmom.adapters.rabbitmq.adapter import RabbitMQAdapter
 from wsnmom.core.adapter import (
@@ -413,4 +414,93 @@ class TestOnTheWire:
             time.sleep(0.05)
         assert handle.depth() == 2000
         assert not adapter._pending
+        handle.delete()
+
+
+@pytest.mark.parametrize(
+    ("ack", "requeue", "method"),
+    [
+        (True, False, spec.Basic.Ack(2**33 + 5)),
+        (False, True, spec.Basic.Nack(2**33 + 5, requeue=True)),
+        (False, False, spec.Basic.Nack(2**33 + 5, requeue=False)),
+    ],
+)
+def test_settle_frames_equal_pikas(ack: bool, requeue: bool, method: Any) -> None:
+    assert settle_frame(9, 2**33 + 5, ack, requeue) == frame.Method(9, method).marshal()
+
+
+@pytest.mark.rabbitmq
+class TestThreadsAndSettling:
+    def test_publish_after_the_channel_closed_uses_a_new_one(
+        self, make_adapter: Callable[..., RabbitMQAdapter], ns: str
+    ) -> None:
+        """Publishes normally skip the loop's coroutine (encoded on the calling thread);
+        with the publishing channel gone they take it and open a new channel."""
+        adapter = make_adapter()
+        topic = Topic(ns, ("again",))
+        handle = adapter.subscription(
+            SubscriptionSpec(f"a-{uuid.uuid4().hex[:8]}", (PathPattern(ns, ("again",)),))
+        )
+        assert adapter.publish(message(topic, b"<1/>")).routed is True
+        old = adapter._pub
+        assert old is not None
+        adapter._publisher.submit(old.close(), 5.0)
+        assert adapter.publish(message(topic, b"<2/>")).routed is True
+        assert adapter._pub is not None and adapter._pub is not old
+        assert [m.body for m in handle.pull(5, timeout=2.0)] == [b"<1/>", b"<2/>"]
+        handle.delete()
+
+    def test_settled_from_many_threads_exactly_once(
+        self, make_adapter: Callable[..., RabbitMQAdapter], ns: str
+    ) -> None:
+        """Acks and nacks from many threads are written in batches by the loop; the first
+        settlement of a delivery wins, a second is ignored."""
+        adapter = make_adapter()
+        topic = Topic(ns, ("acks",))
+        handle = adapter.subscription(
+            SubscriptionSpec(f"s-{uuid.uuid4().hex[:8]}", (PathPattern(ns, ("acks",)),))
+        )
+        got = Collector(ack=False)
+        handle.start(got, prefetch=1000)
+        adapter.publish_many([message(topic, b"%d" % i) for i in range(600)])
+        received = got.wait_for(600, 10.0)
+        assert len(received) == 600
+
+        def settle(k: int) -> None:
+            for m in received[k::8]:
+                if int(m.body) % 10 == 0:
+                    m.nack(requeue=True)
+                    m.ack()  # ignored: already settled
+                else:
+                    m.ack()
+                    m.nack(requeue=True)  # ignored
+
+        with ThreadPoolExecutor(8) as pool:
+            list(pool.map(settle, range(8)))
+        redelivered = got.wait_for(660, 10.0)[600:]
+        assert sorted(int(m.body) for m in redelivered) == list(range(0, 600, 10))
+        assert all(m.redelivered for m in redelivered)
+        for m in redelivered:
+            m.ack()
+        handle.stop()
+        assert handle.depth() == 0
+        handle.delete()
+
+    def test_pull_stops_when_the_queue_is_empty(
+        self, make_adapter: Callable[..., RabbitMQAdapter], ns: str
+    ) -> None:
+        adapter = make_adapter()
+        topic = Topic(ns, ("pull",))
+        handle = adapter.subscription(
+            SubscriptionSpec(f"p-{uuid.uuid4().hex[:8]}", (PathPattern(ns, ("pull",)),))
+        )
+        adapter.publish_many([message(topic, b"%d" % i) for i in range(3)])
+        first = handle.pull(2, timeout=1.0)
+        assert [m.body for m in first] == [b"0", b"1"]
+        started = time.monotonic()
+        rest = handle.pull(10, timeout=5.0)
+        assert [m.body for m in rest] == [b"2"]
+        assert time.monotonic() - started < 2.0  # no waiting once something was taken
+        for m in first + rest:
+            m.ack()
         handle.delete()

@@ -115,17 +115,38 @@ def _shortstr(text: str) -> bytes:
     return bytes((len(data),)) + data
 
 
+#: encoded table entries of string headers that repeat from message to message (topic,
+#: dialect, producer reference, origin); cleared when full
+_ENTRIES: dict[tuple[str, str], bytes] = {}
+_ENTRIES_MAX = 4096
+#: headers whose values are unique per message: not worth remembering
+UNIQUE_HEADERS = frozenset({"wsnmom-message-id"})
+
+
+def _entry(key: str, value: str) -> bytes:
+    data = value.encode()
+    return _shortstr(key) + b"S" + _U32(len(data)) + data
+
+
 def encode_table(headers: Mapping[str, Any]) -> bytes:
     """An AMQP field table (with its length), byte for byte what pika writes: ``str``
     values as long strings (``S``), any other value through pika's encoder."""
     parts: list[bytes] = []
+    entries = _ENTRIES
     for key, value in headers.items():
-        parts.append(_shortstr(key))
         if type(value) is str:
-            data = value.encode()
-            parts.append(b"S" + _U32(len(data)))
-            parts.append(data)
+            if key in UNIQUE_HEADERS:
+                parts.append(_entry(key, value))
+                continue
+            entry = entries.get((key, value))
+            if entry is None:
+                entry = _entry(key, value)
+                if len(entries) >= _ENTRIES_MAX:
+                    entries.clear()
+                entries[(key, value)] = entry
+            parts.append(entry)
         else:
+            parts.append(_shortstr(key))
             pika.data.encode_value(parts, value)
     table = b"".join(parts)
     return _U32(len(table)) + table

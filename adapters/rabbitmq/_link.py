@@ -449,7 +449,7 @@ class FrameReader:
         handler(method, props, body)
 
 
-class FastConnection(AsyncioConnection):
+class FastConnection(AsyncioConnection):  # type: ignore[misc]
     """An ``AsyncioConnection`` whose channels can read their traffic themselves
     (:attr:`readers`, by channel number); other frames go through pika."""
 
@@ -468,7 +468,8 @@ class FastConnection(AsyncioConnection):
             transport._MAX_RECV_BYTES = self.RECV_BYTES
 
     def _on_data_available(self, data_in: bytes) -> None:
-        buf = self._frame_buffer + data_in if self._frame_buffer else data_in
+        pending: bytes = self._frame_buffer  # type: ignore[has-type]
+        buf = pending + data_in if pending else data_in
         if buf[:4] == b"AMQP":  # a protocol header (version mismatch): pika's business
             self._frame_buffer = b""
             super()._on_data_available(buf)
@@ -617,8 +618,13 @@ class Channel:
         """Close the channel (unacked deliveries go back to their queues)."""
         if not self.is_open:
             return
-        fut = self.link.loop.create_future()
-        self.add_close_listener(lambda _c, _r: fut.done() or fut.set_result(None))
+        fut: asyncio.Future[None] = self.link.loop.create_future()
+
+        def closed(_channel: Channel, _reason: BaseException) -> None:
+            if not fut.done():
+                fut.set_result(None)
+
+        self.add_close_listener(closed)
         with contextlib.suppress(Exception):
             self.pika.close()
             await asyncio.wait_for(fut, 5.0)

@@ -115,17 +115,38 @@ def _shortstr(text: str) -> bytes:
     return bytes((len(data),)) + data
 
 
+#: encoded table entries of string headers that repeat from message to message (topic,
+#: dialect, producer reference, origin); cleared when full
+_ENTRIES: dict[tuple[str, str], bytes] = {}
+_ENTRIES_MAX = 4096
+#: headers whose values are unique per message: not worth remembering
+UNIQUE_HEADERS = frozenset({"wsnmom-message-id"})
+
+
+def _entry(key: str, value: str) -> bytes:
+    data = value.encode()
+    return _shortstr(key) + b"S" + _U32(len(data)) + data
+
+
 def encode_table(headers: Mapping[str, Any]) -> bytes:
     """An AMQP field table (with its length), byte for byte what pika writes: ``str``
     values as long strings (``S``), any other value through pika's encoder."""
     parts: list[bytes] = []
+    entries = _ENTRIES
     for key, value in headers.items():
-        parts.append(_shortstr(key))
         if type(value) is str:
-            data = value.encode()
-            parts.append(b"S" + _U32(len(data)))
-            parts.append(data)
+            if key in UNIQUE_HEADERS:
+                parts.append(_entry(key, value))
+                continue
+            entry = entries.get((key, value))
+            if entry is None:
+                entry = _entry(key, value)
+                if len(entries) >= _ENTRIES_MAX:
+                    entries.clear()
+                entries[(key, value)] = entry
+            parts.append(entry)
         else:
+            parts.append(_shortstr(key))
             pika.data.encode_value(parts, value)
     table = b"".join(parts)
     return _U32(len(table)) + table
@@ -428,7 +449,7 @@ class FrameReader:
         handler(method, props, body)
 
 
-class FastConnection(AsyncioConnection):
+class FastConnection(AsyncioConnection):  # type: ignore[misc]
     """An ``AsyncioConnection`` whose channels can read their traffic themselves
     (:attr:`readers`, by channel number); other frames go through pika."""
 
@@ -447,7 +468,8 @@ class FastConnection(AsyncioConnection):
             transport._MAX_RECV_BYTES = self.RECV_BYTES
 
     def _on_data_available(self, data_in: bytes) -> None:
-        buf = self._frame_buffer + data_in if self._frame_buffer else data_in
+        pending: bytes = self._frame_buffer  # type: ignore[has-type]
+        buf = pending + data_in if pending else data_in
         if buf[:4] == b"AMQP":  # a protocol header (version mismatch): pika's business
             self._frame_buffer = b""
             super()._on_data_available(buf)
@@ -596,8 +618,13 @@ class Channel:
         """Close the channel (unacked deliveries go back to their queues)."""
         if not self.is_open:
             return
-        fut = self.link.loop.create_future()
-        self.add_close_listener(lambda _c, _r: fut.done() or fut.set_result(None))
+        fut: asyncio.Future[None] = self.link.loop.create_future()
+
+        def closed(_channel: Channel, _reason: BaseException) -> None:
+            if not fut.done():
+                fut.set_result(None)
+
+        self.add_close_listener(closed)
         with contextlib.suppress(Exception):
             self.pika.close()
             await asyncio.wait_for(fut, 5.0)

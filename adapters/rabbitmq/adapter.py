@@ -344,12 +344,16 @@ class RabbitMQSubscription(SubscriptionHandle):
         if max_messages <= 0:
             return []
         a = self._adapter
-        return a._run(a._pull(self, max_messages, timeout), extra=timeout, link=self.link)
+        got: list[Received] = a._run(
+            a._pull(self, max_messages, timeout), extra=timeout, link=self.link
+        )
+        return got
 
     def depth(self) -> int | None:
         a = self._adapter
         try:
-            return a._run(a._depth(self.queue, self.link), link=self.link)
+            depth: int = a._run(a._depth(self.queue, self.link), link=self.link)
+            return depth
         except AdapterUnavailable:
             return None
 
@@ -1441,10 +1445,11 @@ class RabbitMQAdapter(Adapter):
         frames = self._frames
         if frames is None:
             frames = self._frames = ch.frames()
-        batch = _Batch(link.loop.create_future(), len(messages))
+        done: asyncio.Future[None] = link.loop.create_future()
+        batch = _Batch(done, len(messages))
         data, pendings, current = self._encode(messages, targets, frames, batch)
         self._send(ch, data, pendings)
-        await batch.future
+        await done
         # confirmed (with the peer copies: another instance's following current_message()
         # sees this publish): this instance's current-message map has them from now on,
         # without a tap round trip through the broker
@@ -1467,7 +1472,8 @@ class RabbitMQAdapter(Adapter):
         declared = self._declared.get(link.name, ())
         if any(t[0] not in declared for t in targets):
             return None
-        batch = _Batch(concurrent.futures.Future(), len(messages))
+        done: concurrent.futures.Future[None] = concurrent.futures.Future()
+        batch = _Batch(done, len(messages))
         data, pendings, current = self._encode(messages, targets, frames, batch)
 
         def send() -> None:
@@ -1481,7 +1487,7 @@ class RabbitMQAdapter(Adapter):
         except RuntimeError:
             return None  # the loop is closed
         try:
-            batch.future.result(timeout)
+            done.result(timeout)
         except _Stale:
             return None
         except concurrent.futures.TimeoutError:

@@ -117,6 +117,7 @@ from wsnmom.core.model import (
     SubscribeRequest,
     Subscription,
     SubscriptionState,
+    new_message_ids,
     new_resource_id,
 )
 from wsnmom.core.periodic import PeriodicTask
@@ -983,10 +984,6 @@ class BrokerService:
         registrations once.  A Notify is still validated in message order and refused as a
         whole at its first invalid message.
         """
-        # local import: keeps this change to _inbound alone (the module's import block can
-        # take it once the parallel rework of this module is merged)
-        from wsnmom.core.model import new_message_ids
-
         now = self.now()
         ids = new_message_ids(len(items))
         topic_set = self.topic_set

@@ -88,21 +88,6 @@ def exchange() -> str:
 
 
 @pytest.fixture
-def make_adapter(rabbitmq_url: str) -> Iterator[Callable[..., RabbitMQAdapter]]:
-    made: list[RabbitMQAdapter] = []
-
-    def make(url: str | None = None, **options: Any) -> RabbitMQAdapter:
-        adapter = RabbitMQAdapter(url or rabbitmq_url, options)
-        adapter.open()
-        made.append(adapter)
-        return adapter
-
-    yield make
-    for adapter in made:
-        adapter.close()
-
-
-@pytest.fixture
 def native(rabbitmq_url: str) -> Iterator[Any]:
     """A plain pika BlockingChannel (publisher confirms on), as a native client uses."""
     conn = pika.BlockingConnection(pika.URLParameters(rabbitmq_url))

@@ -33,21 +33,6 @@ def ns() -> str:
 
 
 @pytest.fixture
-def make_adapter(rabbitmq_url: str) -> Iterator[Callable[..., RabbitMQAdapter]]:
-    made: list[RabbitMQAdapter] = []
-
-    def make(**options: Any) -> RabbitMQAdapter:
-        adapter = RabbitMQAdapter(rabbitmq_url, options)
-        adapter.open()
-        made.append(adapter)
-        return adapter
-
-    yield make
-    for adapter in made:
-        adapter.close()
-
-
-@pytest.fixture
 def native(rabbitmq_url: str) -> Iterator[Any]:
     conn = pika.BlockingConnection(pika.URLParameters(rabbitmq_url))
     yield conn.channel()

@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -36,21 +36,6 @@ pytestmark = pytest.mark.rabbitmq
 @pytest.fixture
 def ns() -> str:
     return f"urn:test:rabbit-scale:{uuid.uuid4().hex}"
-
-
-@pytest.fixture
-def make_adapter(rabbitmq_url: str) -> Iterator[Callable[..., RabbitMQAdapter]]:
-    made: list[RabbitMQAdapter] = []
-
-    def make(**options: Any) -> RabbitMQAdapter:
-        adapter = RabbitMQAdapter(rabbitmq_url, options)
-        adapter.open()
-        made.append(adapter)
-        return adapter
-
-    yield make
-    for adapter in made:
-        adapter.close()
 
 
 def message(topic: Topic, body: bytes) -> OutboundMessage:

@@ -1,0 +1,28 @@
+"""Fixtures shared by the adapter tests."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+
+@pytest.fixture
+def make_adapter(rabbitmq_url: str) -> Iterator[Callable[..., Any]]:
+    """Open ``RabbitMQAdapter``s on the test node (another URL when given); all are closed
+    at the end of the test."""
+    # imported here: the embedded adapter's tests must not need pika
+    from wsnmom.adapters.rabbitmq.adapter import RabbitMQAdapter
+
+    made: list[RabbitMQAdapter] = []
+
+    def make(url: str | None = None, **options: Any) -> RabbitMQAdapter:
+        adapter = RabbitMQAdapter(url or rabbitmq_url, options)
+        adapter.open()
+        made.append(adapter)
+        return adapter
+
+    yield make
+    for adapter in made:
+        adapter.close()

@@ -3,9 +3,26 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+from wsnmom.adapters.embedded.adapter import EmbeddedAdapter
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Path:
+    """Directory of an embedded middleware for one test."""
+    return tmp_path / "store"
+
+
+@pytest.fixture
+def adapter(store: Path) -> Iterator[EmbeddedAdapter]:
+    """An open embedded adapter on ``store`` (test files may define their own ``adapter``)."""
+    a = EmbeddedAdapter(f"embedded://{store}")
+    a.open()
+    yield a
+    a.close()
 
 
 @pytest.fixture

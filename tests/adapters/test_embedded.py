@@ -11,7 +11,6 @@ import sys
 import textwrap
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -33,19 +32,6 @@ NS = "urn:wsnmom:test:embedded"
 
 def msg(path: str, body: bytes, ns: str = NS) -> OutboundMessage:
     return OutboundMessage(Topic(ns, tuple(path.split("/"))), body, uuid.uuid4().hex)
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Path:
-    return tmp_path / "store"
-
-
-@pytest.fixture
-def adapter(store: Path) -> Iterator[EmbeddedAdapter]:
-    a = EmbeddedAdapter(f"embedded://{store}")
-    a.open()
-    yield a
-    a.close()
 
 
 def count_rows(store: Path, table: str) -> int:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import sqlite3
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -33,19 +32,6 @@ def msg(
     path: str, body: bytes, ns: str = NS, headers: dict[str, str] | None = None
 ) -> OutboundMessage:
     return OutboundMessage(Topic(ns, tuple(path.split("/"))), body, uuid.uuid4().hex, headers or {})
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Path:
-    return tmp_path / "store"
-
-
-@pytest.fixture
-def adapter(store: Path) -> Iterator[EmbeddedAdapter]:
-    a = EmbeddedAdapter(f"embedded://{store}")
-    a.open()
-    yield a
-    a.close()
 
 
 def rows(store: Path, sql: str) -> list[tuple[object, ...]]:

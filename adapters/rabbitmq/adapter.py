@@ -35,9 +35,8 @@ Features
       start with; another one per ``consumers_per_connection`` subscriptions), each
       driven by its own I/O thread (``_link.Link``); public methods are thread-safe and
       marshal onto those threads.  Every subscription lives on one consuming connection
-      with its own channel per consumer (pulls share one channel per connection), so the
-      number of subscriptions is not bounded by the channel limit of one connection
-      (2,047 by default).  Lost
+      with its own channel per consumer (and per puller), so the number of subscriptions
+      is not bounded by the channel limit of one connection (2,047 by default).  Lost
       connections are re-established with backoff; exchanges, queues, bindings and
       consumers are declared again and consumers resumed.  Publishes not confirmed when
       the connection drops raise ``PublishFailed``.
@@ -87,8 +86,8 @@ Options
         that expires at once, so that the broker creates the queue's files then and not
         with the first notification (default True; see ``RabbitMQAdapter._prime``).
     ``consumers_per_connection``
-        subscriptions per consuming connection (default 1000; each started one uses a
-        channel, so it is lowered automatically to fit the negotiated channel limit).
+        subscriptions per consuming connection (default 1000; each uses up to two
+        channels, so it is lowered automatically to fit the negotiated channel limit).
     ``operation_timeout``, ``reconnect_max_delay``
         seconds to wait for declarations (10) and the longest reconnect backoff (5).
 """
@@ -328,6 +327,7 @@ class RabbitMQSubscription(SubscriptionHandle):
         self.consuming = False
         self.deleted = False
         self.consumer: Channel | None = None
+        self.puller: Channel | None = None
         #: the queue got its primer from this process (``RabbitMQAdapter._prime``)
         self.primed = False
 
@@ -460,8 +460,6 @@ class RabbitMQAdapter(Adapter):
         # loop-thread state (consumer link)
         self._declared: dict[str, set[str]] = {"consumer": set(), "publisher": set()}
         self._tap: Channel | None = None
-        #: the shared basic.get channel of each consuming connection, by link name
-        self._pullers: dict[str, Channel] = {}
         self._barriers: dict[str, asyncio.Future[None]] = {}
         self._current: OrderedDict[Binding, StoredMessage] = OrderedDict()
         self._current_lock = threading.Lock()
@@ -810,9 +808,9 @@ class RabbitMQAdapter(Adapter):
             await self._start_tap(link)
         with self._lock:
             subs = [s for s in self._subs.values() if not s.deleted and s.link is link]
-        self._pullers.pop(link.name, None)
         for sub in subs:
             sub.consumer = None
+            sub.puller = None
             try:
                 await self._declare_subscription(sub)
                 if sub.consuming:
@@ -852,13 +850,13 @@ class RabbitMQAdapter(Adapter):
 
     def _capacity(self) -> int:
         """Subscriptions per consuming connection: the option, lowered so that a
-        consumer channel per subscription plus the admin, tap and shared pull channels
-        fit the channel limit negotiated with the broker."""
+        subscription's two channels (consumer, puller) plus the admin and tap channels fit
+        the channel limit negotiated with the broker."""
         per = self.opts.consumers_per_connection
         conn = self._consumer.connection
         channel_max = int(getattr(getattr(conn, "params", None), "channel_max", 0) or 0)
         if channel_max > 0:
-            per = min(per, max(1, channel_max - 4))
+            per = min(per, max(1, (channel_max - 3) // 2))
         return per
 
     def _reserve_link(self) -> Link:
@@ -916,6 +914,9 @@ class RabbitMQAdapter(Adapter):
         await link.ready(self.opts.operation_timeout)
         if sub is not None:
             await self._stop_consumer(sub)
+            if sub.puller is not None:
+                await sub.puller.close()
+                sub.puller = None
         assert link.admin_lock is not None
         async with link.admin_lock:
             await (await link.admin()).call("queue_delete", queue)
@@ -1019,7 +1020,10 @@ class RabbitMQAdapter(Adapter):
     ) -> list[Received]:
         link = sub.link
         await link.ready(self.opts.operation_timeout)
-        ch = await self._puller(link)
+        if sub.puller is None or not sub.puller.is_open:
+            sub.puller = await link.open_channel()
+            sub.puller.start_fast_get()
+        ch = sub.puller
         deadline = time.monotonic() + max(0.0, timeout)
         out: list[Received] = []
         while len(out) < max_messages:
@@ -1037,27 +1041,12 @@ class RabbitMQAdapter(Adapter):
                 break  # the queue had nothing behind it: spare the basic.get-empty trip
         return out
 
-    async def _puller(self, link: Link) -> Channel:
-        """The channel ``pull`` runs ``basic.get`` on: one per consuming connection, shared
-        by its subscriptions (see ``docs/adapters/rabbitmq.md``, pull mode)."""
-        ch = self._pullers.get(link.name)
-        if ch is None or not ch.is_open:
-            new = await link.open_channel()
-            ch = self._pullers.get(link.name)
-            if ch is not None and ch.is_open:  # opened concurrently meanwhile
-                link.loop.create_task(new.close())
-                return ch
-            new.start_fast_get()
-            self._pullers[link.name] = ch = new
-        return ch
-
     def _pull_direct(self, sub: RabbitMQSubscription, max_messages: int) -> list[Received] | None:
         """``pull`` without waiting (GetMessages) and without a coroutine: the gets are
         chained by their replies on the loop thread; the caller waits for the last.  None
         when the puller channel is not ready (then :meth:`_pull` runs)."""
-        link = sub.link
-        ch = self._pullers.get(link.name)
-        if not link.is_up or ch is None or not ch.is_open:
+        link, ch = sub.link, sub.puller
+        if not link.is_up or ch is None or not ch.fast_get or not ch.is_open:
             return None
         queue = sub.queue
         out: list[Received] = []

@@ -30,7 +30,6 @@ from wsnmom.adapters.rabbitmq._link import (
 )
 from wsnmom.adapters.rabbitmq.adapter import RabbitMQAdapter
 from wsnmom.core.adapter import (
-    AdapterUnavailable,
     OutboundMessage,
     Overflow,
     QueueLimits,
@@ -557,53 +556,3 @@ def test_pulls_in_flight_together(make_adapter: Callable[..., RabbitMQAdapter], 
     again.ack()
     assert handle.depth() == 0
     handle.delete()
-
-
-@pytest.mark.rabbitmq
-class TestSharedPullChannel:
-    def test_pull_points_share_one_channel_per_connection(
-        self, make_adapter: Callable[..., RabbitMQAdapter], ns: str
-    ) -> None:
-        adapter = make_adapter()
-        conn = adapter._consumer.connection
-        assert conn is not None
-        before = len(conn._channels)
-        handles = [
-            adapter.subscription(
-                SubscriptionSpec(f"sp-{uuid.uuid4().hex[:8]}", (PathPattern(ns, (f"t{i}",)),))
-            )
-            for i in range(40)
-        ]
-        adapter.publish_many([message(Topic(ns, (f"t{i}",)), b"%d" % i) for i in range(40)])
-        for i, handle in enumerate(handles):
-            (got,) = handle.pull(10)
-            assert got.body == b"%d" % i
-            got.ack()
-        assert len(adapter._pullers) == 1
-        assert len(conn._channels) <= before + 1  # the pull channel, not one per pull point
-        for handle in handles:
-            handle.delete()
-
-    def test_a_broken_pull_does_not_lose_others_messages(
-        self, make_adapter: Callable[..., RabbitMQAdapter], native: Any, ns: str
-    ) -> None:
-        """A basic.get on a queue deleted behind the adapter's back closes the shared
-        channel: that pull fails (AdapterUnavailable), a message another pull took but
-        had not acked yet comes back redelivered, and the next pull works again."""
-        adapter = make_adapter()
-        keep = adapter.subscription(
-            SubscriptionSpec(f"k-{uuid.uuid4().hex[:8]}", (PathPattern(ns, ("k",)),))
-        )
-        gone_name = f"x-{uuid.uuid4().hex[:8]}"
-        gone = adapter.subscription(SubscriptionSpec(gone_name, (PathPattern(ns, ("x",)),)))
-        adapter.publish(message(Topic(ns, ("k",)), b"<kept/>"))
-        (taken,) = keep.pull(5)  # not acked yet
-        native.queue_delete(adapter.queue_name(gone_name))
-        with pytest.raises(AdapterUnavailable):
-            gone.pull(5)
-        taken.ack()  # its channel is gone: ignored, the broker requeued it
-        (again,) = keep.pull(5, timeout=2.0)
-        assert again.body == b"<kept/>" and again.redelivered
-        again.ack()
-        assert keep.pull(5) == []
-        keep.delete()

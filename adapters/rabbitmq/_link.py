@@ -23,6 +23,7 @@ import contextlib
 import logging
 import struct
 import threading
+from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import Any, TypeVar
 
@@ -243,6 +244,8 @@ _LONGLONG = struct.Struct(">Q")
 _BASIC = 60
 _BASIC_RETURN = 50
 _BASIC_DELIVER = 60
+_BASIC_GET_OK = 71
+_BASIC_GET_EMPTY = 72
 _BASIC_ACK = 80
 _BASIC_NACK = 120
 _CONTENT_FRAMES = (spec.FRAME_HEADER, spec.FRAME_BODY)
@@ -322,13 +325,14 @@ class Properties:
 
 
 class Delivered:
-    """Basic.Deliver / Basic.Return fields of a message read by a :class:`FrameReader`
-    (the attribute names of pika's method objects)."""
+    """Basic.Deliver / Basic.Return / Basic.GetOk fields of a message read by a
+    :class:`FrameReader` (the attribute names of pika's method objects)."""
 
     __slots__ = (
         "consumer_tag",
         "delivery_tag",
         "exchange",
+        "message_count",
         "redelivered",
         "reply_code",
         "reply_text",
@@ -336,6 +340,7 @@ class Delivered:
     )
 
     def __init__(self) -> None:
+        self.message_count = 0
         self.consumer_tag = ""
         self.delivery_tag = 0
         self.redelivered = False
@@ -349,12 +354,15 @@ class Delivered:
 ConfirmHandler = Callable[[int, bool, bool], None]
 #: on_message(method, properties, body) for Basic.Deliver and Basic.Return
 MessageHandler = Callable[[Delivered, Properties, bytes], None]
+#: on_get(method, properties, body) for Basic.GetOk; (None, None, b"") for Basic.GetEmpty
+GetHandler = Callable[[Delivered | None, Properties | None, bytes], None]
 
 
 class FrameReader:
     """What one channel reads itself (see :class:`FastConnection`): publisher confirms
     (``on_confirm``), returned messages (``on_return``; their headers table is skipped,
-    not decoded) and deliveries to its consumer (``on_deliver``)."""
+    not decoded), deliveries to its consumer (``on_deliver``) and ``basic.get`` replies
+    (``on_get``)."""
 
     __slots__ = (
         "_body",
@@ -364,6 +372,7 @@ class FrameReader:
         "_size",
         "on_confirm",
         "on_deliver",
+        "on_get",
         "on_return",
     )
 
@@ -373,10 +382,12 @@ class FrameReader:
         on_confirm: ConfirmHandler | None = None,
         on_return: MessageHandler | None = None,
         on_deliver: MessageHandler | None = None,
+        on_get: GetHandler | None = None,
     ) -> None:
         self.on_confirm = on_confirm
         self.on_return = on_return
         self.on_deliver = on_deliver
+        self.on_get = on_get
         #: the content being read: its method, handler, properties, body parts, size
         self._method: Delivered | None = None
         self._handler: MessageHandler | None = None
@@ -411,6 +422,20 @@ class FrameReader:
             m.exchange, offset = _read_shortstr(data, offset + 9)
             m.routing_key, _ = _read_shortstr(data, offset)
             self._method, self._handler = m, self.on_deliver
+            return True
+        if method_id in (_BASIC_GET_OK, _BASIC_GET_EMPTY):
+            if self.on_get is None:
+                return False
+            if method_id == _BASIC_GET_EMPTY:
+                self.on_get(None, None, b"")
+                return True
+            m = Delivered()
+            m.delivery_tag, bits = _CONFIRM.unpack_from(data, offset)
+            m.redelivered = bool(bits & 1)
+            m.exchange, offset = _read_shortstr(data, offset + 9)
+            m.routing_key, offset = _read_shortstr(data, offset)
+            m.message_count = _LONG.unpack_from(data, offset)[0]
+            self._method, self._handler = m, self.on_get
             return True
         if method_id == _BASIC_RETURN:
             if self.on_return is None:
@@ -512,6 +537,12 @@ class LinkDown(Exception):
     """The link has no open connection (within the time allowed)."""
 
 
+#: what a basic.get request gets back: the message, None (empty) or the channel's error
+GetReply = tuple[Any, Any, bytes] | None | BaseException
+#: Basic.Get: class 60, method 70, reserved ticket 0
+_GET_HEAD = struct.pack(">HHH", 60, 70, 0)
+
+
 class Channel:
     """A pika channel whose RPCs are awaitable.  Use only on the link's loop thread."""
 
@@ -523,6 +554,9 @@ class Channel:
         self._get_waiter: asyncio.Future[Any] | None = None
         self._close_listeners: list[Callable[[Channel, BaseException], None]] = []
         self._reader: FrameReader | None = None
+        #: basic.get requests awaiting their reply, oldest first (replies come in order)
+        self._getters: deque[Callable[[GetReply], None]] = deque()
+        self._get_frames: dict[str, bytes] | None = None
         channel.add_on_close_callback(self._on_close)
         channel.add_callback(self._on_get_empty, [spec.Basic.GetEmpty], one_shot=False)
 
@@ -556,6 +590,12 @@ class Channel:
             if not fut.done():
                 fut.set_exception(error)
         self._pending.clear()
+        getters, self._getters = self._getters, deque()
+        for reply in getters:
+            try:
+                reply(error)
+            except Exception:  # pragma: no cover - defensive
+                log.exception("basic.get reply handler failed")
         for listener in self._close_listeners:
             try:
                 listener(self, reason)
@@ -581,8 +621,57 @@ class Channel:
         getattr(self.pika, method)(*args, callback=done, **kwargs)
         return await fut
 
+    @property
+    def fast_get(self) -> bool:
+        """True once :meth:`start_fast_get` ran."""
+        return self._get_frames is not None
+
+    def start_fast_get(self) -> None:
+        """Send ``basic.get`` frames directly and read the replies with a
+        :class:`FrameReader` (no pika frame objects); several requests may be in flight."""
+        self.read(FrameReader(on_get=self._on_get_reply))
+        self._get_frames = {}
+
+    def request_get(self, queue: str, reply: Callable[[GetReply], None]) -> None:
+        """Send ``basic.get`` (manual ack) for ``queue``; ``reply`` gets (method,
+        properties, body), None when the queue was empty, or the ChannelError that closed
+        the channel.  Loop thread, after :meth:`start_fast_get`."""
+        frames = self._get_frames
+        assert frames is not None
+        if not self.is_open:
+            reply(ChannelError.from_reason(self.close_reason))
+            return
+        frame = frames.get(queue)
+        if frame is None:
+            payload = _GET_HEAD + _shortstr(queue) + b"\x00"
+            frame = _FRAME_HEAD.pack(1, self.pika.channel_number, len(payload)) + payload
+            frame = frames[queue] = frame + _FRAME_END
+        self._getters.append(reply)
+        self.write(frame)
+
+    def _on_get_reply(self, method: Delivered | None, properties: Any, body: bytes) -> None:
+        if not self._getters:  # pragma: no cover - a reply nobody asked for
+            log.warning("unexpected basic.get reply on channel %s", self.pika.channel_number)
+            return
+        reply = self._getters.popleft()
+        reply(None if method is None else (method, properties, body))
+
     async def get(self, queue: str) -> tuple[Any, Any, bytes] | None:
         """``basic.get`` with manual ack: (method, properties, body) or None when empty."""
+        if self._get_frames is not None:
+            waiter = self._future()
+
+            def reply(result: GetReply) -> None:
+                if waiter.done():
+                    return
+                if isinstance(result, BaseException):
+                    waiter.set_exception(result)
+                else:
+                    waiter.set_result(result)
+
+            self.request_get(queue, reply)
+            message: tuple[Any, Any, bytes] | None = await waiter
+            return message
         fut = self._future()
         self._get_waiter = fut
 

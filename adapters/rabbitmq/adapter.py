@@ -152,6 +152,7 @@ from ._link import (
     Channel,
     ChannelError,
     FrameReader,
+    GetReply,
     Link,
     LinkDown,
     PublishFrames,
@@ -257,6 +258,8 @@ def _header_text(value: Any) -> str | None:
 
 def _headers_of(properties: Any) -> dict[str, str]:
     raw = getattr(properties, "headers", None) or {}
+    if all(type(key) is str and type(value) is str for key, value in raw.items()):
+        return raw if type(raw) is dict else dict(raw)  # the usual case: no copy
     out: dict[str, str] = {}
     for key, value in raw.items():
         text = _header_text(value)
@@ -344,6 +347,10 @@ class RabbitMQSubscription(SubscriptionHandle):
         if max_messages <= 0:
             return []
         a = self._adapter
+        if timeout <= 0:
+            direct = a._pull_direct(self, max_messages)
+            if direct is not None:
+                return direct
         got: list[Received] = a._run(
             a._pull(self, max_messages, timeout), extra=timeout, link=self.link
         )
@@ -1015,6 +1022,7 @@ class RabbitMQAdapter(Adapter):
         await link.ready(self.opts.operation_timeout)
         if sub.puller is None or not sub.puller.is_open:
             sub.puller = await link.open_channel()
+            sub.puller.start_fast_get()
         ch = sub.puller
         deadline = time.monotonic() + max(0.0, timeout)
         out: list[Received] = []
@@ -1031,6 +1039,50 @@ class RabbitMQAdapter(Adapter):
                 out.append(delivery)
             if out and not method.message_count:
                 break  # the queue had nothing behind it: spare the basic.get-empty trip
+        return out
+
+    def _pull_direct(self, sub: RabbitMQSubscription, max_messages: int) -> list[Received] | None:
+        """``pull`` without waiting (GetMessages) and without a coroutine: the gets are
+        chained by their replies on the loop thread; the caller waits for the last.  None
+        when the puller channel is not ready (then :meth:`_pull` runs)."""
+        link, ch = sub.link, sub.puller
+        if not link.is_up or ch is None or not ch.fast_get or not ch.is_open:
+            return None
+        queue = sub.queue
+        out: list[Received] = []
+        done: concurrent.futures.Future[None] = concurrent.futures.Future()
+
+        def reply(result: GetReply) -> None:
+            if done.done():
+                return
+            if isinstance(result, BaseException):
+                done.set_exception(result)
+                return
+            if result is not None:
+                method, properties, body = result
+                delivery = self._delivery(ch, method, properties, body)
+                if delivery is not None:
+                    out.append(delivery)
+                # stop when full, or when the queue had nothing behind this message
+                if len(out) < max_messages and (method.message_count or not out):
+                    ch.request_get(queue, reply)
+                    return
+            done.set_result(None)
+
+        try:
+            link.loop.call_soon_threadsafe(ch.request_get, queue, reply)
+        except RuntimeError:
+            return None
+        try:
+            done.result(self.opts.operation_timeout)
+        except concurrent.futures.TimeoutError:
+            # what was taken meanwhile goes back to the queue with the channel
+            link.loop.call_soon_threadsafe(lambda: link.loop.create_task(ch.close()))
+            raise AdapterUnavailable(
+                f"RabbitMQ did not answer within {self.opts.operation_timeout:.1f}s"
+            ) from None
+        except ChannelError as exc:
+            raise AdapterUnavailable(f"RabbitMQ refused: {exc}") from exc
         return out
 
     async def _depth(self, queue: str, link: Link) -> int:

@@ -489,3 +489,55 @@ class TestThreadsAndSettling:
         for m in first + rest:
             m.ack()
         handle.delete()
+
+
+def test_reader_get_ok_and_get_empty() -> None:
+    replies: list[tuple[Any, Any, bytes]] = []
+    reader = FrameReader(on_get=lambda m, p, b: replies.append((m, p, b)))
+    props = pika.BasicProperties(headers={"k": "v"}, content_type="a/b")
+    data = (
+        frame.Method(2, spec.Basic.GetOk(2**35, True, "ex", "r.k", 41)).marshal()
+        + frame.Header(2, 2, props).marshal()
+        + frame.Body(2, b"hi").marshal()
+        + frame.Method(2, spec.Basic.GetEmpty()).marshal()
+    )
+    TestReading.feed(reader, data)
+    (method, properties, body), empty = replies
+    assert (method.delivery_tag, method.redelivered, method.exchange) == (2**35, True, "ex")
+    assert (method.routing_key, method.message_count) == ("r.k", 41)
+    assert (properties.headers, properties.content_type, body) == ({"k": "v"}, "a/b", b"hi")
+    assert empty == (None, None, b"")
+
+
+@pytest.mark.rabbitmq
+def test_pulls_in_flight_together(make_adapter: Callable[..., RabbitMQAdapter], ns: str) -> None:
+    """basic.get requests are written directly and their replies matched in order, so
+    pulls of one subscription from several threads may overlap: every message is
+    returned exactly once; a nack puts it back (redelivered)."""
+    adapter = make_adapter()
+    topic = Topic(ns, ("gets",))
+    handle = adapter.subscription(
+        SubscriptionSpec(f"g-{uuid.uuid4().hex[:8]}", (PathPattern(ns, ("gets",)),))
+    )
+    assert handle.pull(5) == []  # opens the puller channel (coroutine path)
+    adapter.publish_many([message(topic, b"%d" % i) for i in range(300)])
+
+    def drain(_: int) -> list[Any]:
+        got: list[Any] = []
+        while batch := handle.pull(7):
+            got += batch
+        return got
+
+    with ThreadPoolExecutor(6) as pool:
+        results = list(pool.map(drain, range(6)))
+    bodies = sorted(int(m.body) for got in results for m in got)
+    assert bodies == list(range(300))
+    every = [m for got in results for m in got]
+    every[0].nack(requeue=True)
+    for m in every[1:]:
+        m.ack()
+    (again,) = handle.pull(10, timeout=2.0)
+    assert again.body == every[0].body and again.redelivered
+    again.ack()
+    assert handle.depth() == 0
+    handle.delete()

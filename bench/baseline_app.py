@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import subprocess
 import sys
+import threading
 
 from flask import Flask, Response, request
 from lxml import etree
@@ -33,7 +34,17 @@ _GET_MESSAGES_RESPONSE = (
     b'<wsnt:Message><b:event xmlns:b="urn:wsnmom:bench" seq="0" ts="0"/></wsnt:Message>'
     b"</wsnt:NotificationMessage></wsnt:GetMessagesResponse></s:Body></s:Envelope>"
 )
-_PARSER = etree.XMLParser(resolve_entities=False, no_network=True, huge_tree=False)
+_LOCAL = threading.local()
+
+
+def _parser() -> etree.XMLParser:
+    """This thread's parser: a shared lxml parser serialises the request threads."""
+    parser: etree.XMLParser | None = getattr(_LOCAL, "parser", None)
+    if parser is None:
+        parser = _LOCAL.parser = etree.XMLParser(
+            resolve_entities=False, no_network=True, huge_tree=False
+        )
+    return parser
 
 
 def create_app() -> Flask:
@@ -42,7 +53,7 @@ def create_app() -> Flask:
 
     @app.post("/wsn/broker")
     def notify() -> Response:
-        root = etree.fromstring(request.get_data(), _PARSER)
+        root = etree.fromstring(request.get_data(), _parser())
         count = sum(1 for _ in root.iter(f"{WSNT}NotificationMessage"))
         if count == 0:
             return Response("no message", status=400)
@@ -50,7 +61,7 @@ def create_app() -> Flask:
 
     @app.post("/wsn/pullpoints/<pull_point>")
     def get_messages(pull_point: str) -> Response:
-        root = etree.fromstring(request.get_data(), _PARSER)
+        root = etree.fromstring(request.get_data(), _parser())
         if root.find(f".//{WSNT}MaximumNumber") is None or not pull_point:
             return Response("no GetMessages", status=400)
         return Response(_GET_MESSAGES_RESPONSE, status=200, content_type="application/soap+xml")

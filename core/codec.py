@@ -68,6 +68,7 @@ from wsnmom.core.adapter import (
     is_internal_namespace,
 )
 from wsnmom.core.model import EndpointReference, NotificationMessage
+from wsnmom.core.per_thread import PerThread
 from wsnmom.core.store import epr_from_json, epr_to_json
 from wsnmom.topic_mapping.model import Topic
 
@@ -105,15 +106,21 @@ HEADER_SUBSCRIPTION_REFERENCE = "wsnmom-subscription-ref"
 
 XML_CONTENT_TYPES = ("application/xml", "text/xml")
 
-_PARSER = etree.XMLParser(
-    resolve_entities=False, no_network=True, load_dtd=False, huge_tree=False, remove_comments=False
+_PARSERS: PerThread[etree.XMLParser] = PerThread(
+    lambda: etree.XMLParser(
+        resolve_entities=False,
+        no_network=True,
+        load_dtd=False,
+        huge_tree=False,
+        remove_comments=False,
+    )
 )
 _XML_CHARS = re.compile("^[\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]*$")
 
 
 def safe_parse(data: bytes) -> etree._Element:
     """Parse XML without DTDs, entity expansion or network access."""
-    return etree.fromstring(data, _PARSER)
+    return etree.fromstring(data, _PARSERS.get())
 
 
 def pull_point_inbox(pull_point_id: str) -> Topic:

@@ -40,6 +40,7 @@ from lxml import etree
 from wsnmom.core import errors
 from wsnmom.core.codec import is_reserved, safe_parse
 from wsnmom.core.model import ExpressionSource, NotificationMessage
+from wsnmom.core.per_thread import PerThread
 from wsnmom.topic_mapping import errors as tm_errors
 from wsnmom.topic_mapping.dialects import (
     XPATH,
@@ -209,23 +210,27 @@ class MessageContentFilter:
             )
         text = source.text.strip()
         namespaces = {p: uri for p, uri in source.namespaces.items() if p and uri}
+
+        def compile_xpath() -> etree.XPath:
+            return etree.XPath(text, namespaces=namespaces, smart_strings=False)
+
         try:
-            self._xpath = etree.XPath(text, namespaces=namespaces, smart_strings=False)
+            first = compile_xpath()
             # lxml reports undeclared prefixes and unknown functions only when evaluating:
             # probe once so they fault at Subscribe time (MC-06 d)
-            self._xpath(etree.fromstring(b"<probe/>"))
+            first(etree.fromstring(b"<probe/>"))
         except (etree.XPathSyntaxError, etree.XPathEvalError) as exc:
             raise errors.InvalidMessageContentExpression(
                 f"invalid XPath 1.0 MessageContent expression {text!r}: {exc}"
             ) from exc
         self.text = text
-        self._lock = threading.Lock()
+        # a compiled XPath locks its callers: each evaluating thread gets its own copy
+        self._xpaths = PerThread(compile_xpath, first)
 
     def matches_element(self, element: etree._Element) -> bool:
         """Evaluate over ``element`` (the payload root) with XPath ``boolean()`` rules."""
         try:
-            with self._lock:
-                result = self._xpath(element)
+            result = self._xpaths.get()(element)
         except etree.XPathError as exc:
             log.debug("MessageContent %r failed on a message: %s", self.text, exc)
             return False

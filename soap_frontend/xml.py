@@ -13,11 +13,11 @@ its own, including prefixes that are only used inside text or attribute values (
 from __future__ import annotations
 
 import re
-import threading
 from collections.abc import Iterable, Mapping
 from typing import Any, Final, NamedTuple, cast
 
 from lxml import etree
+from wsnmom.core.per_thread import PerThread
 
 # --- namespaces ------------------------------------------------------------------------
 SOAP11: Final = "http://schemas.xmlsoap.org/soap/envelope/"
@@ -78,23 +78,20 @@ class XmlRejected(ValueError):
     """The bytes are not acceptable XML (syntax error, DTD, too deep)."""
 
 
-_local = threading.local()
+def _new_parser() -> etree.XMLParser:
+    return etree.XMLParser(
+        resolve_entities=False,
+        no_network=True,
+        load_dtd=False,
+        dtd_validation=False,
+        huge_tree=False,
+        remove_pis=True,
+        collect_ids=False,
+    )
 
 
-def _parser() -> etree.XMLParser:
-    parser: etree.XMLParser | None = getattr(_local, "parser", None)
-    if parser is None:
-        parser = etree.XMLParser(
-            resolve_entities=False,
-            no_network=True,
-            load_dtd=False,
-            dtd_validation=False,
-            huge_tree=False,
-            remove_pis=True,
-            collect_ids=False,
-        )
-        _local.parser = parser
-    return parser
+#: one parser per request thread: a shared lxml parser serialises its callers
+_PARSERS: Final[PerThread[etree.XMLParser]] = PerThread(_new_parser)
 
 
 def _check_depth(root: etree._Element, limit: int) -> None:
@@ -105,15 +102,17 @@ def _check_depth(root: etree._Element, limit: int) -> None:
     looks at the children of the previous one, so the cost is linear in the elements down
     to that depth, without a Python-level walk of the tree.
     """
-    probe = _DEPTH_PROBES.get(limit)
-    if probe is None:
-        probe = _DEPTH_PROBES[limit] = etree.XPath("boolean(" + "/*" * (limit + 1) + ")")
-    if probe(root):
+    probes = _DEPTH_PROBES.get(limit)
+    if probes is None:
+        expression = "boolean(" + "/*" * (limit + 1) + ")"
+        probes = _DEPTH_PROBES[limit] = PerThread(lambda: etree.XPath(expression))
+    if probes.get()(root):
         raise XmlRejected(f"XML nested deeper than {limit} elements")
 
 
-#: per depth limit: an XPath that is true when an element sits below that depth
-_DEPTH_PROBES: dict[int, etree.XPath] = {}
+#: per depth limit: an XPath that is true when an element sits below that depth (one
+#: compiled copy per thread, as a compiled XPath serialises its callers)
+_DEPTH_PROBES: dict[int, PerThread[etree.XPath]] = {}
 
 
 def parse_xml(data: bytes, *, max_depth: int = MAX_DEPTH) -> etree._Element:
@@ -121,7 +120,7 @@ def parse_xml(data: bytes, *, max_depth: int = MAX_DEPTH) -> etree._Element:
     if not data or not data.strip():
         raise XmlRejected("empty document")
     try:
-        root = etree.fromstring(data, _parser())
+        root = etree.fromstring(data, _PARSERS.get())
     except etree.XMLSyntaxError as exc:
         raise XmlRejected(f"not well-formed XML: {exc}") from None
     tree = root.getroottree()

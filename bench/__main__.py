@@ -42,6 +42,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help=f"write one PNG per scenario here (default for full runs: {DEFAULT_PLOTS})",
     )
     parser.add_argument("--no-plots", action="store_true", help="write no plots")
+    parser.add_argument(
+        "--no-pin",
+        action="store_true",
+        help="do not pin the process under test and the load side to separate CPUs",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the temporary work directory")
     return parser.parse_args(argv)
 
@@ -50,7 +55,9 @@ def main(argv: list[str] | None = None) -> int:
     """Run and return the exit status."""
     args = parse_args(argv)
     try:
-        report = run(args.scenarios, args.adapters, args.quick, args.json, args.keep)
+        report = run(
+            args.scenarios, args.adapters, args.quick, args.json, args.keep, pin=not args.no_pin
+        )
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

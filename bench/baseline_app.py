@@ -20,6 +20,7 @@ import threading
 from flask import Flask, Response, request
 from lxml import etree
 
+from bench import cpus
 from bench.client import get_json_status
 from bench.util import free_port, wait_until
 
@@ -90,6 +91,7 @@ class BaselineServer:
         """Start the process and wait for /readyz."""
         self.proc = subprocess.Popen(
             [
+                *cpus.server_prefix(),
                 sys.executable,
                 "-m",
                 "bench.baseline_app",

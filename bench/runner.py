@@ -10,6 +10,7 @@ import traceback
 from collections.abc import Sequence
 from pathlib import Path
 
+from bench import cpus
 from bench.middleware import MIDDLEWARES, Middleware
 from bench.model import AdapterInfo, RunReport, ScenarioResult, machine_info, now_iso
 from bench.scenarios import SCENARIOS, Scenario
@@ -40,6 +41,7 @@ def run(
     quick: bool,
     json_path: Path,
     keep: bool = False,
+    pin: bool = True,
 ) -> RunReport:
     """Run everything selected; the JSON report is rewritten after every scenario."""
     scenarios = select_scenarios(scenario_names)
@@ -49,6 +51,8 @@ def run(
         machine=machine_info(REPO),
         scenarios=[s.name for s in scenarios],
     )
+    plan = cpus.choose(pin)
+    report.machine["cpu_plan"] = plan.describe() if plan else None
     workdir = Path(tempfile.mkdtemp(prefix="wsnmom-bench-"))
     ctx = Context(quick=quick, workdir=workdir, log=log)
     wanted = [cls() for cls in MIDDLEWARES if not adapter_names or cls.name in adapter_names]
@@ -81,6 +85,10 @@ def run(
                 live[mw.name] = mw
             else:
                 log(f"- {mw.name}: not available ({reason})")
+        if plan is not None:
+            # after the brokers started (they keep every CPU), before any load side starts
+            cpus.pin_bench_to_clients()
+            log(f"CPUs: process under test {plan.server}, load side {plan.clients}")
         for scenario in scenarios:
             log(f"== {scenario.name}: {scenario.title}")
             if scenario.middlewares == ():

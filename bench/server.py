@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+from bench import cpus
 from bench.client import get_json_status
 from bench.util import free_port, rss_bytes
 
@@ -106,7 +107,7 @@ class ServerProcess:
         started = time.perf_counter()
         with self.log_path.open("ab") as log:
             self.proc = subprocess.Popen(
-                self.command(),
+                cpus.server_prefix() + self.command(),
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 cwd=self.workdir,

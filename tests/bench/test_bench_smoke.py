@@ -7,6 +7,8 @@ It checks the harness, not the figures: targets are never asserted here.
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -80,3 +82,27 @@ def test_ratios_against_same_run_baselines(report: dict[str, Any]) -> None:
     if matching["status"] == "ok":
         ratio = matching["metrics"][-1]
         assert ratio["target"]["op"] == "<=" and ratio["baseline"] > 0
+
+
+@pytest.mark.timeout(120)
+def test_process_under_test_and_load_side_on_separate_cpus(report: dict[str, Any]) -> None:
+    plan = report["machine"]["cpu_plan"]
+    allowed = sorted(os.sched_getaffinity(0))
+    if len(allowed) < 2 or shutil.which("taskset") is None:
+        assert plan is None
+        return
+    assert plan == {"server": allowed[:1], "clients": allowed[1:]}
+
+
+def test_no_pin_chooses_no_plan() -> None:
+    from bench import cpus
+
+    try:
+        assert cpus.choose(False) is None
+        assert cpus.server_prefix() == []
+        plan = cpus.choose(True)
+        if plan is not None:
+            assert set(plan.server).isdisjoint(plan.clients)
+            assert cpus.server_prefix() == ["taskset", "-c", ",".join(map(str, plan.server))]
+    finally:
+        cpus.choose(False)

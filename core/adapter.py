@@ -231,6 +231,22 @@ class SubscriptionHandle(abc.ABC):
         """Pull mode: take up to ``max_messages`` now (waiting up to ``timeout`` seconds
         for the first one), oldest first.  Not to be mixed with ``start`` on one handle."""
 
+    def take(self, max_messages: int) -> list[Received]:
+        """Pull mode, consumed on hand-out: up to ``max_messages`` messages that are ready
+        now, oldest first, already removed from the subscription.  The caller must not
+        settle them (``ack``/``nack`` do nothing).  For callers that would acknowledge
+        everything they pull straight away (GetMessages): a crash after this returns loses
+        the messages, exactly as after ``pull`` and ``ack``.
+
+        The default pulls without waiting and acknowledges each message; override it when
+        the middleware hands out and removes in one step (one transaction, an auto-ack
+        ``basic.get``, ...).
+        """
+        received = self.pull(max_messages, timeout=0.0)
+        for r in received:
+            r.ack()
+        return received
+
     @abc.abstractmethod
     def depth(self) -> int | None:
         """Messages waiting (not yet handed out), or None when the middleware can't tell."""

@@ -1182,20 +1182,16 @@ class BrokerService:
         limit = maximum if maximum else self.settings.limits.get_messages_cap
         with state.lock:
             try:
-                received = state.handle.pull(limit, timeout=0.0)
+                # removed on hand-out: GetMessages is destructive and settles nothing later
+                received = state.handle.take(limit)
             except AdapterError as exc:
                 raise errors.UnableToGetMessages(f"middleware unavailable: {exc}") from exc
-            out: list[NotificationMessage] = []
-            for r in received:
-                try:
-                    out.append(decode(r))
-                except Exception:
-                    log.exception("undecodable message in pull point %s dropped", pull_point_id)
-            for r in received:
-                try:
-                    r.ack()
-                except Exception:
-                    log.warning("ack in pull point %s failed", pull_point_id, exc_info=True)
+        out: list[NotificationMessage] = []
+        for r in received:
+            try:
+                out.append(decode(r))
+            except Exception:
+                log.exception("undecodable message in pull point %s dropped", pull_point_id)
         metrics.NOTIFICATIONS_OUT.labels(mode="pull").inc(len(out))
         self._delivered(out, pull_point_id)
         return out

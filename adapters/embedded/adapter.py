@@ -77,10 +77,10 @@ def parse_url(url: str) -> tuple[str, dict[str, str]]:
 class EmbeddedReceived(Received):
     """A message handed out by an embedded subscription."""
 
-    def __init__(self, handle: EmbeddedHandle, row: Row) -> None:
+    def __init__(self, handle: EmbeddedHandle, row: Row, *, settled: bool = False) -> None:
         self._handle = handle
         self._mid = row.mid
-        self._settled = False
+        self._settled = settled
         self._lock = threading.Lock()
         self.topic = row.topic
         self.body = row.body
@@ -223,6 +223,14 @@ class EmbeddedHandle(SubscriptionHandle):
         with self._state:
             self._inflight.update(dict.fromkeys(r.mid for r in rows))
         return [EmbeddedReceived(self, r) for r in rows]
+
+    def take(self, max_messages: int) -> list[Received]:
+        """Up to ``max_messages`` ready messages, removed in the transaction that reads
+        them (nothing to settle)."""
+        if self._detached:
+            raise AdapterUnavailable(f"subscription {self.name!r} is deleted or closed")
+        rows = self._engine.take(self._sid, max_messages)
+        return [EmbeddedReceived(self, r, settled=True) for r in rows]
 
     # -- admin
 

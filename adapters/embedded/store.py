@@ -82,6 +82,13 @@ _ACK_DELAY = 0.002
 _HAND_OUT = (
     "UPDATE queue_entries SET state = 1, delivered = delivered + 1 WHERE sub = ? AND mid = ?"
 )
+#: a subscription's ready messages, oldest first (``fetch`` and ``take``; see ``_rows``)
+_READY = (
+    "SELECT e.mid, e.delivered, m.ns, m.path, m.body, m.headers, m.ctype, m.size "
+    "FROM queue_entries e JOIN messages m ON m.id = e.mid "
+    "WHERE e.sub = ? AND e.state = 0 ORDER BY e.mid LIMIT ?"
+)
+_REMOVE = "DELETE FROM queue_entries WHERE sub = ? AND mid = ?"
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -208,6 +215,22 @@ class Row:
     headers: dict[str, str]
     content_type: str
     redelivered: bool
+
+
+def _rows(sid: int, selected: Sequence[tuple[Any, ...]]) -> list[Row]:
+    """:class:`Row` objects of ``selected`` rows of the ``_READY`` query."""
+    return [
+        Row(
+            sub=sid,
+            mid=mid,
+            topic=Topic(ns, tuple(path.split("/"))),
+            body=bytes(body),
+            headers=json.loads(headers),
+            content_type=ctype,
+            redelivered=delivered > 0,
+        )
+        for mid, delivered, ns, path, body, headers, ctype, _size in selected
+    ]
 
 
 @dataclass(frozen=True, slots=True)
@@ -401,9 +424,7 @@ class Engine:
         """Delete acked rows (inside the current transaction) and release their messages."""
         gone: list[tuple[int, int]] = []
         for sid, mid in acks:
-            if c.execute(
-                "DELETE FROM queue_entries WHERE sub = ? AND mid = ?", (sid, mid)
-            ).rowcount:
+            if c.execute(_REMOVE, (sid, mid)).rowcount:
                 gone.append((sid, mid))
         for sid, mid in gone:
             st = self.subs.get(sid)
@@ -707,7 +728,7 @@ class Engine:
         ).fetchone()
         if row is None:
             return False
-        self.conn.execute("DELETE FROM queue_entries WHERE sub = ? AND mid = ?", (st.id, row[0]))
+        self.conn.execute(_REMOVE, (st.id, row[0]))
         self._decref(self.conn, [row[0]])
         if st.count is not None and st.bytes is not None:
             st.count -= 1
@@ -749,9 +770,7 @@ class Engine:
         ).fetchall()
         if not rows:
             return
-        self.conn.executemany(
-            "DELETE FROM queue_entries WHERE sub = ? AND mid = ?", [(st.id, r[0]) for r in rows]
-        )
+        self.conn.executemany(_REMOVE, [(st.id, r[0]) for r in rows])
         self._decref(self.conn, [r[0] for r in rows])
         if st.count is not None and st.bytes is not None:
             st.count -= len(rows)
@@ -767,28 +786,36 @@ class Engine:
                 return []
             with self.tx() as c:
                 self._expire(st)
-                rows = c.execute(
-                    "SELECT e.mid, e.delivered, m.ns, m.path, m.body, m.headers, m.ctype "
-                    "FROM queue_entries e JOIN messages m ON m.id = e.mid "
-                    "WHERE e.sub = ? AND e.state = 0 ORDER BY e.mid LIMIT ?",
-                    (sid, n),
-                ).fetchall()
+                rows = c.execute(_READY, (sid, n)).fetchall()
                 if len(rows) == 1:  # GetMessages' usual MaximumNumber=1: no executemany
                     c.execute(_HAND_OUT, (sid, rows[0][0]))
                 elif rows:
                     c.executemany(_HAND_OUT, [(sid, r[0]) for r in rows])
-        return [
-            Row(
-                sub=sid,
-                mid=mid,
-                topic=Topic(ns, tuple(path.split("/"))),
-                body=bytes(body),
-                headers=json.loads(headers),
-                content_type=ctype,
-                redelivered=delivered > 0,
-            )
-            for mid, delivered, ns, path, body, headers, ctype in rows
-        ]
+        return _rows(sid, rows)
+
+    def take(self, sid: int, n: int) -> list[Row]:
+        """Like :meth:`fetch`, but the messages are removed in the same transaction (no
+        hand-out state, no ack to apply later)."""
+        if n <= 0:
+            return []
+        with self.lock:
+            st = self.subs.get(sid)
+            if st is None or self._closed:
+                return []
+            with self.tx() as c:
+                self._expire(st)
+                rows = c.execute(_READY, (sid, n)).fetchall()
+                if rows:
+                    mids = [r[0] for r in rows]
+                    if len(mids) == 1:
+                        c.execute(_REMOVE, (sid, mids[0]))
+                    else:
+                        c.executemany(_REMOVE, [(sid, m) for m in mids])
+                    self._decref(c, mids)
+                    if st.count is not None and st.bytes is not None:
+                        st.count -= len(rows)
+                        st.bytes -= sum(r[7] for r in rows)
+        return _rows(sid, rows)
 
     def settle(self, sid: int, mids: Sequence[int], *, remove: bool) -> None:
         """Ack (``remove``) or requeue handed-out messages; unknown rows are ignored."""

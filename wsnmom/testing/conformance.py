@@ -668,6 +668,60 @@ class PullSemantics(AdapterFixtures):
         self.receive(handle, 3)
         assert handle.depth() == 0
 
+    def take_until(self, handle: SubscriptionHandle, n: int) -> list[Received]:
+        """``take`` until ``n`` messages arrived or the receive timeout passed."""
+        deadline = time.monotonic() + self.receive_timeout
+        got: list[Received] = []
+        while len(got) < n and time.monotonic() < deadline:
+            batch = handle.take(n - len(got))
+            assert len(batch) <= n - len(got), "take returned more than max_messages"
+            got.extend(batch)
+            if not batch:
+                time.sleep(0.05)
+        return got
+
+    def test_take_removes_on_hand_out(
+        self, adapter: Adapter, namespace: str, unique_name: Names
+    ) -> None:
+        handle = self.subscribe(adapter, unique_name(), (self.pattern(namespace, "t"),))
+        adapter.publish_many(
+            [self.message(self.topic(namespace, "t"), b"%d" % i) for i in range(3)]
+        )
+        first = self.take_until(handle, 2)
+        rest = self.take_until(handle, 1)
+        bodies = [m.body for m in first + rest]
+        if adapter.capabilities.ordering == "subscription":
+            assert bodies == [b"0", b"1", b"2"]
+        assert sorted(bodies) == [b"0", b"1", b"2"]
+        assert not any(m.redelivered for m in first + rest)
+        assert handle.take(5) == []
+        assert handle.pull(5, timeout=self.quiet_period) == []
+        if handle.depth() is not None:
+            assert handle.depth() == 0
+
+    def test_settling_taken_messages_does_nothing(
+        self, adapter: Adapter, namespace: str, unique_name: Names
+    ) -> None:
+        handle = self.subscribe(adapter, unique_name(), (self.pattern(namespace, "t"),))
+        self.publish(adapter, self.topic(namespace, "t"), b"once")
+        (taken,) = self.take_until(handle, 1)
+        taken.nack(requeue=True)
+        taken.ack()
+        assert handle.pull(5, timeout=self.quiet_period) == []
+
+    def test_take_returns_at_most_max_and_does_not_wait(
+        self, adapter: Adapter, namespace: str, unique_name: Names
+    ) -> None:
+        handle = self.subscribe(adapter, unique_name(), (self.pattern(namespace, "t"),))
+        t0 = time.monotonic()
+        assert handle.take(3) == []
+        assert time.monotonic() - t0 < 2.0
+        adapter.publish_many(
+            [self.message(self.topic(namespace, "t"), b"%d" % i) for i in range(4)]
+        )
+        got = self.take_until(handle, 4)
+        assert len(got) == 4
+
 
 class PauseResume(AdapterFixtures):
     """stop() pauses (messages accumulate), start() resumes; prefetch bounds unsettled."""
@@ -750,6 +804,28 @@ class Durability(AdapterFixtures):
         got = self.receive(handle, 3)
         second.delete_subscription(name)
         assert sorted(m.body for m in got) == [b"0", b"1", b"2"]
+
+    def test_taken_messages_stay_gone_after_reattach(
+        self, make_adapter: MakeAdapter, namespace: str, unique_name: Names
+    ) -> None:
+        first = make_adapter()
+        require(first, "durable_subscriptions")
+        name = unique_name()
+        patterns = (self.pattern(namespace, "t"),)
+        handle = self.subscribe(first, name, patterns)
+        first.publish_many([self.message(self.topic(namespace, "t"), b"%d" % i) for i in range(3)])
+        deadline = time.monotonic() + self.receive_timeout
+        taken: list[Received] = []
+        while len(taken) < 2 and time.monotonic() < deadline:
+            taken += handle.take(2 - len(taken))
+        assert len(taken) == 2
+        first.close()
+        second = make_adapter()
+        again = self.subscribe(second, name, patterns)
+        left = self.receive(again, 3, timeout=self.quiet_period + 1.0)
+        second.delete_subscription(name)
+        assert sorted(m.body for m in left + taken) == [b"0", b"1", b"2"]
+        assert len(left) == 1
 
     def test_accumulates_while_nobody_consumes(
         self, make_adapter: MakeAdapter, namespace: str, unique_name: Names

@@ -82,12 +82,15 @@ _ACK_DELAY = 0.002
 _HAND_OUT = (
     "UPDATE queue_entries SET state = 1, delivered = delivered + 1 WHERE sub = ? AND mid = ?"
 )
-#: a subscription's ready messages, oldest first (``fetch`` and ``take``; see ``_rows``)
+#: a subscription's ready messages, oldest first (``fetch``; see ``_rows``)
 _READY = (
-    "SELECT e.mid, e.delivered, m.ns, m.path, m.body, m.headers, m.ctype, m.size "
+    "SELECT e.mid, e.delivered, m.ns, m.path, m.body, m.headers, m.ctype, m.published "
     "FROM queue_entries e JOIN messages m ON m.id = e.mid "
     "WHERE e.sub = ? AND e.state = 0 ORDER BY e.mid LIMIT ?"
 )
+#: the same, after a message id (``take``: above the messages whose removal is pending)
+_READY_AFTER = _READY.replace("e.state = 0", "e.state = 0 AND e.mid > ?")
+_PUBLISHED = 7
 _REMOVE = "DELETE FROM queue_entries WHERE sub = ? AND mid = ?"
 
 _SCHEMA = """
@@ -198,6 +201,9 @@ class SubState:
     #: exists, otherwise None
     count: int | None = None
     bytes: int | None = None
+    #: the highest message id handed out by ``take``: removals up to it may still be
+    #: pending, so the next take starts above it
+    taken_upto: int = 0
 
     @property
     def bounded(self) -> bool:
@@ -229,7 +235,7 @@ def _rows(sid: int, selected: Sequence[tuple[Any, ...]]) -> list[Row]:
             content_type=ctype,
             redelivered=delivered > 0,
         )
-        for mid, delivered, ns, path, body, headers, ctype, _size in selected
+        for mid, delivered, ns, path, body, headers, ctype, _published in selected
     ]
 
 
@@ -794,27 +800,41 @@ class Engine:
         return _rows(sid, rows)
 
     def take(self, sid: int, n: int) -> list[Row]:
-        """Like :meth:`fetch`, but the messages are removed in the same transaction (no
-        hand-out state, no ack to apply later)."""
+        """Hand out up to ``n`` ready messages of ``sid``, oldest first, as consumed: their
+        removal joins the pending acks (group commit), so a take is a read, not a
+        transaction of its own.
+
+        ``SubState.taken_upto`` keeps later takes from returning a message whose removal
+        is still pending: messages are taken in id order and new ones get higher ids.  A
+        crash before the removal is committed hands those messages out again after the
+        restart (a duplicate, never a loss).  When the oldest selected message is older
+        than the subscription's ``max_age``, expired messages are removed first, as
+        :meth:`fetch` does on every call.
+        """
         if n <= 0:
             return []
+        kick = False
         with self.lock:
             st = self.subs.get(sid)
             if st is None or self._closed:
                 return []
-            with self.tx() as c:
-                self._expire(st)
-                rows = c.execute(_READY, (sid, n)).fetchall()
-                if rows:
-                    mids = [r[0] for r in rows]
-                    if len(mids) == 1:
-                        c.execute(_REMOVE, (sid, mids[0]))
-                    else:
-                        c.executemany(_REMOVE, [(sid, m) for m in mids])
-                    self._decref(c, mids)
-                    if st.count is not None and st.bytes is not None:
-                        st.count -= len(rows)
-                        st.bytes -= sum(r[7] for r in rows)
+            rows = self.conn.execute(_READY_AFTER, (sid, st.taken_upto, n)).fetchall()
+            max_age = st.limits.max_age
+            if rows and max_age is not None:
+                cutoff = time.time() - max_age.total_seconds()
+                if rows[0][_PUBLISHED] < cutoff:  # ids follow publish order
+                    with self.tx():
+                        self._expire(st)
+                    rows = self.conn.execute(_READY_AFTER, (sid, st.taken_upto, n)).fetchall()
+            if rows:
+                st.taken_upto = rows[-1][0]
+                kick = not self._pending_acks
+                self._pending_acks.extend((sid, r[0]) for r in rows)
+                if len(self._pending_acks) >= _ACK_BATCH:
+                    self.flush_acks()
+                    kick = False
+        if kick:
+            self._kick()
         return _rows(sid, rows)
 
     def settle(self, sid: int, mids: Sequence[int], *, remove: bool) -> None:
@@ -841,6 +861,11 @@ class Engine:
                         "WHERE sub = ? AND mid = ? AND state = 1",
                         [(sid, m) for m in mids],
                     )
+                st = self.subs.get(sid)
+                if st is not None:
+                    # requeued below the take watermark: pending removals were applied
+                    # at the start of that transaction, so the watermark can go
+                    st.taken_upto = 0
         if kick:
             self._kick()
         elif not remove:

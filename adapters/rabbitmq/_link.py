@@ -556,7 +556,8 @@ class Channel:
         self._reader: FrameReader | None = None
         #: basic.get requests awaiting their reply, oldest first (replies come in order)
         self._getters: deque[Callable[[GetReply], None]] = deque()
-        self._get_frames: dict[str, bytes] | None = None
+        #: encoded basic.get frames per (queue, no_ack)
+        self._get_frames: dict[tuple[str, bool], bytes] | None = None
         channel.add_on_close_callback(self._on_close)
         channel.add_callback(self._on_get_empty, [spec.Basic.GetEmpty], one_shot=False)
 
@@ -632,20 +633,24 @@ class Channel:
         self.read(FrameReader(on_get=self._on_get_reply))
         self._get_frames = {}
 
-    def request_get(self, queue: str, reply: Callable[[GetReply], None]) -> None:
-        """Send ``basic.get`` (manual ack) for ``queue``; ``reply`` gets (method,
-        properties, body), None when the queue was empty, or the ChannelError that closed
-        the channel.  Loop thread, after :meth:`start_fast_get`."""
+    def request_get(
+        self, queue: str, reply: Callable[[GetReply], None], *, no_ack: bool = False
+    ) -> None:
+        """Send ``basic.get`` for ``queue`` (manual ack, or removed on delivery with
+        ``no_ack``); ``reply`` gets (method, properties, body), None when the queue was
+        empty, or the ChannelError that closed the channel.  Loop thread, after
+        :meth:`start_fast_get`."""
         frames = self._get_frames
         assert frames is not None
         if not self.is_open:
             reply(ChannelError.from_reason(self.close_reason))
             return
-        frame = frames.get(queue)
+        key = (queue, no_ack)
+        frame = frames.get(key)
         if frame is None:
-            payload = _GET_HEAD + _shortstr(queue) + b"\x00"
+            payload = _GET_HEAD + _shortstr(queue) + (b"\x01" if no_ack else b"\x00")
             frame = _FRAME_HEAD.pack(1, self.pika.channel_number, len(payload)) + payload
-            frame = frames[queue] = frame + _FRAME_END
+            frame = frames[key] = frame + _FRAME_END
         self._getters.append(reply)
         self.write(frame)
 

@@ -281,6 +281,7 @@ class _Delivery(Received):
         headers: Mapping[str, str],
         content_type: str,
         redelivered: bool,
+        settled: bool = False,
     ) -> None:
         self.topic = topic
         self.body = body
@@ -290,8 +291,9 @@ class _Delivery(Received):
         self._link = link
         self._channel = channel
         self._tag = delivery_tag
-        #: settled at most once: the first ack()/nack() takes the only token
-        self._token = [True]
+        #: settled at most once: the first ack()/nack() takes the only token (none when
+        #: RabbitMQ removed the message on delivery)
+        self._token = [] if settled else [True]
 
     def _settle(self, ack: bool, requeue: bool) -> None:
         try:
@@ -355,6 +357,18 @@ class RabbitMQSubscription(SubscriptionHandle):
             a._pull(self, max_messages, timeout), extra=timeout, link=self.link
         )
         return got
+
+    def take(self, max_messages: int) -> list[Received]:
+        """``basic.get`` with auto-ack: RabbitMQ removes each message as it delivers it
+        (no ack frame, no unacked state); falls back to pull-and-ack while the puller
+        channel is not ready."""
+        if max_messages <= 0:
+            return []
+        a = self._adapter
+        direct = a._pull_direct(self, max_messages, no_ack=True)
+        if direct is not None:
+            return direct
+        return super().take(max_messages)
 
     def depth(self) -> int | None:
         a = self._adapter
@@ -992,17 +1006,23 @@ class RabbitMQAdapter(Adapter):
             log.exception("on_message callback failed for %s; message requeued", sub.queue)
             delivery.nack(requeue=True)
 
-    def _delivery(self, ch: Channel, method: Any, properties: Any, body: bytes) -> _Delivery | None:
+    def _delivery(
+        self, ch: Channel, method: Any, properties: Any, body: bytes, *, no_ack: bool = False
+    ) -> _Delivery | None:
+        """The Received for a delivery, or None (settled here) for a queue primer or a
+        message without a representable topic; ``no_ack``: RabbitMQ already removed it."""
         headers = _headers_of(properties)
         if _PRIMER_HEADER in headers:
-            ch.pika.basic_ack(method.delivery_tag)  # a queue primer (see _prime), not a message
+            if not no_ack:  # a queue primer (see _prime), not a message
+                ch.pika.basic_ack(method.delivery_tag)
             return None
         try:
             topic = self.topic_of(method.exchange, method.routing_key, headers)
         except NameNotRepresentable as exc:
             # Nothing a WS-N consumer could be told about; do not redeliver it forever.
             log.warning("dropping message without a topic: %s", exc)
-            ch.pika.basic_nack(method.delivery_tag, requeue=False)
+            if not no_ack:
+                ch.pika.basic_nack(method.delivery_tag, requeue=False)
             return None
         return _Delivery(
             ch.link,
@@ -1013,6 +1033,7 @@ class RabbitMQAdapter(Adapter):
             headers,
             properties.content_type or "application/octet-stream",
             bool(method.redelivered),
+            settled=no_ack,
         )
 
     async def _pull(
@@ -1041,10 +1062,13 @@ class RabbitMQAdapter(Adapter):
                 break  # the queue had nothing behind it: spare the basic.get-empty trip
         return out
 
-    def _pull_direct(self, sub: RabbitMQSubscription, max_messages: int) -> list[Received] | None:
+    def _pull_direct(
+        self, sub: RabbitMQSubscription, max_messages: int, *, no_ack: bool = False
+    ) -> list[Received] | None:
         """``pull`` without waiting (GetMessages) and without a coroutine: the gets are
         chained by their replies on the loop thread; the caller waits for the last.  None
-        when the puller channel is not ready (then :meth:`_pull` runs)."""
+        when the puller channel is not ready (then :meth:`_pull` runs).  ``no_ack``: the
+        messages are removed on delivery (``take``)."""
         link, ch = sub.link, sub.puller
         if not link.is_up or ch is None or not ch.fast_get or not ch.is_open:
             return None
@@ -1060,17 +1084,20 @@ class RabbitMQAdapter(Adapter):
                 return
             if result is not None:
                 method, properties, body = result
-                delivery = self._delivery(ch, method, properties, body)
+                delivery = self._delivery(ch, method, properties, body, no_ack=no_ack)
                 if delivery is not None:
                     out.append(delivery)
                 # stop when full, or when the queue had nothing behind this message
                 if len(out) < max_messages and (method.message_count or not out):
-                    ch.request_get(queue, reply)
+                    ch.request_get(queue, reply, no_ack=no_ack)
                     return
             done.set_result(None)
 
+        def first() -> None:
+            ch.request_get(queue, reply, no_ack=no_ack)
+
         try:
-            link.loop.call_soon_threadsafe(ch.request_get, queue, reply)
+            link.loop.call_soon_threadsafe(first)
         except RuntimeError:
             return None
         try:

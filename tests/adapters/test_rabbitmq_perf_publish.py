@@ -541,3 +541,36 @@ def test_pulls_in_flight_together(make_adapter: Callable[..., RabbitMQAdapter], 
     again.ack()
     assert handle.depth() == 0
     handle.delete()
+
+
+@pytest.mark.rabbitmq
+def test_take_removes_on_delivery(make_adapter: Callable[..., RabbitMQAdapter], ns: str) -> None:
+    """``take`` is an auto-ack basic.get: concurrent takes return every message exactly
+    once (the queue primer is skipped without an ack), nothing is left unacked, and a new
+    adapter on the same queue finds it empty."""
+    adapter = make_adapter()
+    topic = Topic(ns, ("takes",))
+    name = f"t-{uuid.uuid4().hex[:8]}"
+    spec_ = SubscriptionSpec(name, (PathPattern(ns, ("takes",)),))
+    handle = adapter.subscription(spec_)
+    assert handle.take(5) == []  # before the puller channel exists: pull and ack
+    adapter.publish_many([message(topic, b"%d" % i) for i in range(200)])
+
+    def drain(_: int) -> list[Any]:
+        got: list[Any] = []
+        while batch := handle.take(7):
+            assert len(batch) <= 7
+            got += batch
+        return got
+
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(drain, range(4)))
+    every = [m for got in results for m in got]
+    assert sorted(int(m.body) for m in every) == list(range(200))
+    for m in every:
+        m.nack(requeue=True)  # does nothing: already removed
+    assert handle.depth() == 0
+    adapter.close()
+    again = make_adapter().subscription(spec_)
+    assert again.pull(10, timeout=1.0) == []
+    again.delete()

@@ -23,7 +23,7 @@ from typing import Any
 
 from flask import Flask, signals
 from flask.sessions import SecureCookieSessionInterface
-from werkzeug.exceptions import NotFound
+from werkzeug.exceptions import ClientDisconnected, NotFound
 from werkzeug.http import HTTP_STATUS_CODES
 from werkzeug.wsgi import get_input_stream
 
@@ -46,6 +46,45 @@ _SIGNALS = (
 )
 
 _NO_ARGS: dict[str, str] = {}
+
+
+def _request_body(environ: dict[str, Any], limit: int | None) -> bytes:
+    """What Flask's ``request.get_data()`` reads: werkzeug's ``get_input_stream`` (the
+    same 413 for a Content-Length over ``limit``, 400 for a body that ends early).
+
+    The usual case under waitress -- ``wsgi.input_terminated`` (the server ends the body
+    at its Content-Length), a plain Content-Length within ``limit`` -- is read here
+    without werkzeug's stream wrapper, with its semantics: read up to ``limit`` bytes
+    until the stream ends; a read error is a client disconnect.
+    """
+    length = environ.get("CONTENT_LENGTH")
+    if (
+        limit is None
+        or "wsgi.input_terminated" not in environ
+        or "HTTP_TRANSFER_ENCODING" in environ
+        or not isinstance(length, str)
+        or not length.isdigit()
+        or not length.isascii()
+        or int(length) > limit
+    ):
+        return bytes(get_input_stream(environ, max_content_length=limit).read())
+    stream = environ["wsgi.input"]
+    parts: list[bytes] = []
+    got = 0
+    while got < limit:
+        try:
+            chunk = stream.read(min(limit - got, _READ_SIZE))
+        except (OSError, ValueError) as exc:
+            raise ClientDisconnected() from exc
+        if not chunk:
+            break
+        parts.append(chunk)
+        got += len(chunk)
+    return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+#: largest read of the request body at once (werkzeug's LimitedStream reads 64 KiB)
+_READ_SIZE = 64 * 1024
 
 
 def _status_line(code: int) -> str:
@@ -79,12 +118,7 @@ class SoapFastPath:
         # what Flask's full_dispatch_request does first: no setup methods after this
         app._got_first_request = True
         try:
-            # Flask's request.get_data(): the same stream guards (Content-Length,
-            # MAX_CONTENT_LENGTH -> 413, a body that ends early -> 400)
-            stream = get_input_stream(
-                environ, max_content_length=app.config.get("MAX_CONTENT_LENGTH")
-            )
-            data = stream.read()
+            data = _request_body(environ, app.config.get("MAX_CONTENT_LENGTH"))
             fe: Frontend = app.extensions["wsnmom.soap"]
             reply = soap_post(
                 fe,

@@ -659,7 +659,7 @@ class Engine:
                     "INSERT OR REPLACE INTO current(ns, path, mid) VALUES (?, ?, ?)", (ns, key, new)
                 )
                 if old is not None:
-                    self._decref(c, [old])
+                    self._release(c, old)
         if len(current_mids) + len(current) > _CURRENT_MIDS_MAX:
             current_mids.clear()
         for ns, key, new in current:
@@ -773,6 +773,13 @@ class Engine:
         ):
             if not self._drop_one(st):
                 return
+
+    @staticmethod
+    def _release(c: sqlite3.Connection, mid: int) -> None:
+        """``_decref`` of one message: the same outcome, and one statement instead of two
+        when this was its last reference (the usual case of a replaced current message)."""
+        if not c.execute("DELETE FROM messages WHERE id = ? AND refs <= 1", (mid,)).rowcount:
+            c.execute("UPDATE messages SET refs = refs - 1 WHERE id = ?", (mid,))
 
     @staticmethod
     def _decref(c: sqlite3.Connection, mids: Iterable[int]) -> None:

@@ -113,3 +113,25 @@ def test_batch_storing_nothing_keeps_the_known_id(adapter: EmbeddedAdapter) -> N
 
 def store_path(adapter: EmbeddedAdapter) -> Path:
     return Path(engine(adapter).path)
+
+
+def test_replaced_current_message_still_queued_is_kept(
+    adapter: EmbeddedAdapter, store: Path
+) -> None:
+    from wsnmom.core.adapter import QueueLimits, SubscriptionSpec
+    from wsnmom.topic_mapping.model import PathPattern
+
+    handle = adapter.subscription(SubscriptionSpec("s", (PathPattern(NS, ("a",)),), QueueLimits()))
+    adapter.publish_many([msg("a", b"<one/>")])
+    assert rows(store, "SELECT id, refs FROM messages") == [(1, 2)]  # queued + current
+    adapter.publish_many([msg("a", b"<two/>")])
+    # the first one left the current slot but is still queued; the second is in both
+    assert rows(store, "SELECT id, refs FROM messages ORDER BY id") == [(1, 1), (2, 2)]
+    received = handle.pull(10)
+    assert [r.body for r in received] == [b"<one/>", b"<two/>"]
+    for r in received:
+        r.ack()
+    engine(adapter).flush_acks()
+    assert rows(store, "SELECT id, refs FROM messages") == [(2, 1)]
+    adapter.publish_many([msg("a", b"<three/>")])
+    assert rows(store, "SELECT id, refs FROM messages ORDER BY id") == [(3, 2)]

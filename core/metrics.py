@@ -67,7 +67,15 @@ BACKLOG = Gauge(
 
 def count_request(operation: str) -> None:
     """Count one SOAP request for ``operation`` (e.g. "Subscribe")."""
-    REQUESTS.labels(operation=operation).inc()
+    child = _REQUEST_CHILDREN.get(operation)
+    if child is None:
+        child = _REQUEST_CHILDREN[operation] = REQUESTS.labels(operation=operation)
+    child.inc()
+
+
+#: REQUESTS' child per operation: ``labels()`` validates and locks on every call, and
+#: returns the same child for the same value (operations are a small fixed set)
+_REQUEST_CHILDREN: dict[str, Counter] = {}
 
 
 def count_fault(fault: str) -> None:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import enum
 import logging
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -117,9 +117,11 @@ def create_app(service: Any, settings: Any = None) -> Flask:
     app.extensions["wsnmom.soap"] = Frontend(service, settings)
 
     broker = Blueprint("notification_broker", __name__)
-    broker.add_url_rule(
-        "/wsn/broker", "soap", lambda: _endpoint(Role.BROKER, None), methods=["GET", "POST"]
-    )
+
+    def broker_view() -> Response:
+        return _endpoint(Role.BROKER, None)
+
+    broker.add_url_rule("/wsn/broker", "soap", broker_view, methods=["GET", "POST"])
     app.register_blueprint(broker)
     for role, name in (
         (Role.SUBSCRIPTION, "subscription_manager"),
@@ -143,6 +145,10 @@ def create_app(service: Any, settings: Any = None) -> Flask:
     meta.add_url_rule("/readyz", "readyz", _readyz_view)
     meta.add_url_rule("/metrics", "metrics", _metrics_view)
     app.register_blueprint(meta)
+
+    from .fastpath import SoapFastPath
+
+    app.wsgi_app = SoapFastPath(app, app.wsgi_app, broker_view)  # type: ignore[method-assign]
     return app
 
 
@@ -214,38 +220,78 @@ def _metrics_view() -> Response:
 
 
 # --- SOAP endpoint ---------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """The HTTP answer to a SOAP POST: status, body and the full Content-Type value."""
+
+    status: int
+    body: bytes
+    content_type: str
+
+
+#: Flask's default Content-Type of a Response without one (the body-less 202 of one-ways)
+_DEFAULT_CONTENT_TYPE = "text/html; charset=utf-8"
+_PLAIN_TEXT = "text/plain; charset=utf-8"
+
+
 def _endpoint(role: Role, resource_id: str | None) -> Response:
     if request.method == "GET":
         if "wsdl" in {k.lower() for k in request.args}:
             return _wsdl_response()
         return Response("SOAP endpoint: POST a SOAP envelope\n", status=405, mimetype="text/plain")
     fe = _frontend()
+    reply = soap_post(
+        fe,
+        role,
+        resource_id,
+        request.method,
+        request.content_type,
+        request.get_data(cache=False),
+        request.path,
+        request.args,
+    )
+    return Response(reply.body, status=reply.status, content_type=reply.content_type)
+
+
+def soap_post(
+    fe: Frontend,
+    role: Role,
+    resource_id: str | None,
+    method: str,
+    content_type: str | None,
+    data: bytes,
+    path: str,
+    args: Mapping[str, str],
+) -> Reply:
+    """Handle one SOAP request posted to ``path`` (the endpoint of ``role``); ``args`` is
+    the query string.  Independent of Flask's request context, so that the WSGI fast path
+    (:mod:`.fastpath`) and the Flask view give the same answers."""
     try:
-        req = parse_request(request.method, request.content_type, request.get_data(cache=False))
+        req = parse_request(method, content_type, data)
     except HttpError as exc:
-        invalid_log.info("rejected request to %s: %s", request.path, exc.message)
-        return Response(exc.message + "\n", status=exc.status, mimetype="text/plain")
+        invalid_log.info("rejected request to %s: %s", path, exc.message)
+        return Reply(exc.status, (exc.message + "\n").encode(), _PLAIN_TEXT)
     except SoapProtocolErrorWithContext as exc:
-        invalid_log.info("unusable SOAP request to %s: %s", request.path, exc)
+        invalid_log.info("unusable SOAP request to %s: %s", path, exc)
         return _fault(fe, BaseFaultError(str(exc)), exc.version, exc.addressing.message_id)
     op = codec.OPERATIONS.get(req.operation)
     count_request(op.local if op else "unknown")
     try:
         if op is None:
             raise BaseFaultError(f"unsupported operation {req.operation}")
-        result = _dispatch(fe.service, role, resource_id, op, req)
+        result = _dispatch(fe.service, role, resource_id, op, req, args)
     except Exception as exc:
         if isinstance(exc, errors.WsnError):
             invalid_log.info("%s on %s: %s", exc.fault_name, req.operation, exc.description)
         return _fault(fe, exc, req.version, req.addressing.message_id)
     if result is None:  # one-way
-        return Response(status=202)
+        return Reply(202, b"", _DEFAULT_CONTENT_TYPE)
     action = codec.response_action(op)
     env = build_envelope(req.version, result, action=action, relates_to=req.addressing.message_id)
-    return Response(to_bytes(env), status=200, content_type=content_type_for(req.version, action))
+    return Reply(200, to_bytes(env), content_type_for(req.version, action))
 
 
-def _fault(fe: Frontend, exc: BaseException, version: Any, relates_to: str | None) -> Response:
+def _fault(fe: Frontend, exc: BaseException, version: Any, relates_to: str | None) -> Reply:
     now: datetime | None
     try:
         now = fe.service.now()
@@ -255,7 +301,7 @@ def _fault(fe: Frontend, exc: BaseException, version: Any, relates_to: str | Non
     fault, action, rendered = fault_for_error(exc, version, now=now, originator=originator)
     count_fault(rendered.fault_name)
     env = build_envelope(version, fault, action=action, relates_to=relates_to)
-    return Response(to_bytes(env), status=500, content_type=content_type_for(version, action))
+    return Reply(500, to_bytes(env), content_type_for(version, action))
 
 
 def _broker_address(service: Any) -> str:
@@ -263,7 +309,9 @@ def _broker_address(service: Any) -> str:
     return str(addr() if callable(addr) else addr)
 
 
-def _resolve(role: Role, resource_id: str | None, kind: Role, req: SoapRequest) -> str:
+def _resolve(
+    role: Role, resource_id: str | None, kind: Role, req: SoapRequest, args: Mapping[str, str]
+) -> str:
     """The id of the ``kind`` resource a request targets (path, wsa:To, ResourceId)."""
     if role is kind and resource_id:
         return resource_id
@@ -280,8 +328,8 @@ def _resolve(role: Role, resource_id: str | None, kind: Role, req: SoapRequest) 
     header_id = _resource_id_header(req)
     if header_id:
         return header_id
-    if kind is Role.SUBSCRIPTION and request.args.get("wsn-subscriberkey"):
-        return str(request.args["wsn-subscriberkey"])
+    if kind is Role.SUBSCRIPTION and args.get("wsn-subscriberkey"):
+        return str(args["wsn-subscriberkey"])
     raise errors.ResourceUnknown(
         f"no {kind.value[:-1]} is addressed by this request (use the EPR returned when it was "
         "created: its address, or echo its reference parameters)"
@@ -297,7 +345,14 @@ def _resource_id_header(req: SoapRequest) -> str | None:
     return None
 
 
-def _dispatch(service: Any, role: Role, resource_id: str | None, op: Op, req: SoapRequest) -> Any:
+def _dispatch(
+    service: Any,
+    role: Role,
+    resource_id: str | None,
+    op: Op,
+    req: SoapRequest,
+    args: Mapping[str, str],
+) -> Any:
     body = req.body
     now = service.now
     if op in BROKER_OPS and role is not Role.BROKER:
@@ -305,7 +360,9 @@ def _dispatch(service: Any, role: Role, resource_id: str | None, op: Op, req: So
     if op is Op.NOTIFY:
         messages = codec.parse_notify(body)
         if role is Role.PULL_POINT:
-            service.notify_pull_point(_resolve(role, resource_id, Role.PULL_POINT, req), messages)
+            service.notify_pull_point(
+                _resolve(role, resource_id, Role.PULL_POINT, req, args), messages
+            )
         elif role is Role.SUBSCRIPTION:
             raise BaseFaultError("a subscription manager does not accept Notify")
         else:
@@ -326,7 +383,7 @@ def _dispatch(service: Any, role: Role, resource_id: str | None, op: Op, req: So
             reg, service.registration_address(reg.id), _broker_address(service)
         )
     if op in RESOURCE_OPS:
-        rid = _resolve(role, resource_id, RESOURCE_OPS[op], req)
+        rid = _resolve(role, resource_id, RESOURCE_OPS[op], req, args)
         return _resource_op(service, op, rid, body)
     if op in RP_OPS:
         return _resource_properties(service, role, resource_id, op, req)

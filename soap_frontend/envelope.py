@@ -125,15 +125,21 @@ def parse_request(method: str, content_type: str | None, data: bytes) -> SoapReq
         root = parse_xml(data)
     except XmlRejected as exc:
         raise HttpError(400, str(exc)) from None
-    if root.tag == qname(SOAP11, "Envelope"):
-        version = SoapVersion.SOAP11
-    elif root.tag == qname(SOAP12, "Envelope"):
-        version = SoapVersion.SOAP12
-    else:
+    version = _ENVELOPE_VERSIONS.get(root.tag)
+    if version is None:
         raise HttpError(400, "the document is not a SOAP 1.1 or 1.2 Envelope")
-    ns = SOAP_NS[version]
-    header = root.find(qname(ns, "Header"))
-    body = root.find(qname(ns, "Body"))
+    # the first Header and the first Body child, as root.find() would (without its path
+    # parser)
+    header_tag, body_tag = _PART_TAGS[version]
+    header: etree._Element | None = None
+    body: etree._Element | None = None
+    for child in root:
+        tag = child.tag
+        if tag == body_tag:
+            if body is None:
+                body = child
+        elif tag == header_tag and header is None:
+            header = child
     if body is None:
         raise HttpError(400, "the SOAP Envelope has no Body")
     addressing = parse_addressing(header)
@@ -141,6 +147,16 @@ def parse_request(method: str, content_type: str | None, data: bytes) -> SoapReq
     if not ops:
         raise SoapProtocolErrorWithContext(version, addressing, "the SOAP Body is empty")
     return SoapRequest(version, root, ops[0], addressing)
+
+
+#: Clark name of the Envelope element -> SOAP version
+_ENVELOPE_VERSIONS: dict[object, SoapVersion] = {
+    qname(ns, "Envelope"): version for version, ns in SOAP_NS.items()
+}
+#: per SOAP version: Clark names of the Header and Body elements
+_PART_TAGS: dict[SoapVersion, tuple[str, str]] = {
+    version: (qname(ns, "Header"), qname(ns, "Body")) for version, ns in SOAP_NS.items()
+}
 
 
 class SoapProtocolErrorWithContext(SoapProtocolError):
@@ -159,22 +175,29 @@ def parse_addressing(header: etree._Element | None) -> Addressing:
         return result
     for block in children(header):
         tag = block.tag
-        if tag == qname(WSA, "To"):
+        if tag == _WSA_TO:
             result.to = text_of(block)
-        elif tag == qname(WSA, "Action"):
+        elif tag == _WSA_ACTION:
             result.action = text_of(block)
-        elif tag == qname(WSA, "MessageID"):
+        elif tag == _WSA_MESSAGE_ID:
             result.message_id = text_of(block)
-        elif tag == qname(WSA, "ReplyTo"):
+        elif tag == _WSA_REPLY_TO:
             try:
                 result.reply_to = parse_epr(block)
             except ValueError:
                 result.reply_to = None
-        elif isinstance(tag, str) and tag.startswith("{" + WSA + "}"):
+        elif isinstance(tag, str) and tag.startswith(_WSA_PREFIX):
             continue
         else:
             result.other_headers.append(block)
     return result
+
+
+_WSA_TO = qname(WSA, "To")
+_WSA_ACTION = qname(WSA, "Action")
+_WSA_MESSAGE_ID = qname(WSA, "MessageID")
+_WSA_REPLY_TO = qname(WSA, "ReplyTo")
+_WSA_PREFIX = "{" + WSA + "}"
 
 
 def build_envelope(

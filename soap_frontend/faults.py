@@ -216,9 +216,8 @@ def count_fault(fault_name: str) -> None:
 
 
 def _metric(name: str, *args: Any) -> None:
-    try:
-        from wsnmom.core import metrics
-    except ImportError:
+    metrics = _metrics_module()
+    if metrics is None:
         return
     fn = getattr(metrics, name, None)
     if callable(fn):
@@ -226,6 +225,23 @@ def _metric(name: str, *args: Any) -> None:
             fn(*args)
         except Exception:  # metrics must never break a request
             log.debug("metrics hook %s failed", name, exc_info=True)
+
+
+def _metrics_module() -> Any:
+    """``wsnmom.core.metrics``, or None without it (imported once)."""
+    global _METRICS
+    if _METRICS is _UNSET:
+        try:
+            from wsnmom.core import metrics
+        except ImportError:
+            _METRICS = None
+        else:
+            _METRICS = metrics
+    return _METRICS
+
+
+_UNSET: Any = object()
+_METRICS: Any = _UNSET
 
 
 def as_wsn_error(error: BaseException) -> WsnError | None:

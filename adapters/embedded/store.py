@@ -78,6 +78,9 @@ _ACK_BATCH = 512
 #: seconds acks may wait for others to share their commit
 _ACK_DELAY = 0.002
 
+#: topics whose current message id ``Engine`` remembers (beyond: forget them all)
+_CURRENT_MIDS_MAX = 4096
+
 #: mark one ready entry handed out
 _HAND_OUT = (
     "UPDATE queue_entries SET state = 1, delivered = delivered + 1 WHERE sub = ? AND mid = ?"
@@ -288,6 +291,20 @@ class _HeadersJson:
 _ID_JSON = "{" + json.dumps(HEADER_MESSAGE_ID) + ": "
 
 
+_INSERT_MESSAGE = (
+    "INSERT INTO messages(id, ns, path, body, headers, ctype, msgid, size, published, refs) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+
+
+def _execute_rows(c: sqlite3.Connection, sql: str, rows: Sequence[tuple[Any, ...]]) -> None:
+    """``executemany``, or ``execute`` for a single row (cheaper: no iterator protocol)."""
+    if len(rows) == 1:
+        c.execute(sql, rows[0])
+    else:
+        c.executemany(sql, rows)
+
+
 # --------------------------------------------------------------------------- engine
 
 
@@ -303,6 +320,12 @@ class Engine:
         #: acked (sub, mid) rows not yet deleted: applied at the start of the next
         #: transaction (group commit); a crash before that redelivers them
         self._pending_acks: list[tuple[int, int]] = []
+        #: what ``_next_message_id`` would answer, known after a publish committed (only
+        #: ``publish_many`` inserts messages); None = ask the database
+        self._next_mid: int | None = None
+        #: the ``current`` table's mid per (namespace, path) as read or written by
+        #: committed publishes (only ``publish_many`` writes that table)
+        self._current_mids: dict[tuple[str, str], int] = {}
         self._closed = False
         if self.memory:
             db = MEMORY
@@ -578,7 +601,28 @@ class Engine:
         now = time.time()
         fanouts: list[int] = [0] * len(messages)
         touched: set[int] = set()
-        with self.lock, self.tx() as c:
+        with self.lock:
+            known_mid = self._next_mid
+            # forgotten until this transaction commits: a failed one leaves them unknown
+            self._next_mid = None
+            current_mids, self._current_mids = self._current_mids, {}
+            self._publish_tx(messages, now, fanouts, touched, known_mid, current_mids)
+            self._current_mids = current_mids
+        self._wake(touched)
+        return fanouts
+
+    def _publish_tx(
+        self,
+        messages: Sequence[OutboundMessage],
+        now: float,
+        fanouts: list[int],
+        touched: set[int],
+        known_mid: int | None,
+        current_mids: dict[tuple[str, str], int],
+    ) -> None:
+        """The transaction of :meth:`publish_many` (``self.lock`` held); on success sets
+        ``self._next_mid`` and brings ``current_mids`` up to date."""
+        with self.tx() as c:
             routes, last_in_slot = self._routes(messages)
             subs = self.subs
             message_rows: list[tuple[Any, ...]] = []
@@ -606,7 +650,7 @@ class Engine:
                 if not accepted and not retain:
                     continue
                 if not mid:
-                    mid = self._next_message_id(c)
+                    mid = known_mid or self._next_message_id(c)
                 message_rows.append(
                     (
                         mid,
@@ -632,16 +676,22 @@ class Engine:
                 mid += 1
             self._write_rows(c, message_rows, entry_rows)
             for ns, key, new in current:
-                old = c.execute(
-                    "SELECT mid FROM current WHERE ns = ? AND path = ?", (ns, key)
-                ).fetchone()
+                old = current_mids.get((ns, key))
+                if old is None:
+                    row = c.execute(
+                        "SELECT mid FROM current WHERE ns = ? AND path = ?", (ns, key)
+                    ).fetchone()
+                    old = row[0] if row is not None else None
                 c.execute(
                     "INSERT OR REPLACE INTO current(ns, path, mid) VALUES (?, ?, ?)", (ns, key, new)
                 )
                 if old is not None:
-                    self._decref(c, [old[0]])
-        self._wake(touched)
-        return fanouts
+                    self._release(c, old)
+        if len(current_mids) + len(current) > _CURRENT_MIDS_MAX:
+            current_mids.clear()
+        for ns, key, new in current:
+            current_mids[(ns, key)] = new
+        self._next_mid = mid or known_mid
 
     def _routes(
         self, messages: Sequence[OutboundMessage]
@@ -691,14 +741,10 @@ class Engine:
     ) -> None:
         """Insert the pending ``messages`` and ``queue_entries`` rows and clear the lists."""
         if message_rows:
-            c.executemany(
-                "INSERT INTO messages(id, ns, path, body, headers, ctype, msgid, size, "
-                "published, refs) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                message_rows,
-            )
+            _execute_rows(c, _INSERT_MESSAGE, message_rows)
             message_rows.clear()
         if entry_rows:
-            c.executemany("INSERT INTO queue_entries(sub, mid) VALUES (?, ?)", entry_rows)
+            _execute_rows(c, "INSERT INTO queue_entries(sub, mid) VALUES (?, ?)", entry_rows)
             entry_rows.clear()
 
     def _make_room(self, st: SubState, size: int) -> bool:
@@ -756,12 +802,19 @@ class Engine:
                 return
 
     @staticmethod
+    def _release(c: sqlite3.Connection, mid: int) -> None:
+        """``_decref`` of one message: the same outcome, and one statement instead of two
+        when this was its last reference (the usual case of a replaced current message)."""
+        if not c.execute("DELETE FROM messages WHERE id = ? AND refs <= 1", (mid,)).rowcount:
+            c.execute("UPDATE messages SET refs = refs - 1 WHERE id = ?", (mid,))
+
+    @staticmethod
     def _decref(c: sqlite3.Connection, mids: Iterable[int]) -> None:
         params = [(m,) for m in mids]
         if not params:
             return
-        c.executemany("UPDATE messages SET refs = refs - 1 WHERE id = ?", params)
-        c.executemany("DELETE FROM messages WHERE id = ? AND refs <= 0", params)
+        _execute_rows(c, "UPDATE messages SET refs = refs - 1 WHERE id = ?", params)
+        _execute_rows(c, "DELETE FROM messages WHERE id = ? AND refs <= 0", params)
 
     # ------------------------------------------------------------------ consume
 

@@ -123,18 +123,15 @@ def create_app(service: Any, settings: Any = None) -> Flask:
 
     broker.add_url_rule("/wsn/broker", "soap", broker_view, methods=["GET", "POST"])
     app.register_blueprint(broker)
+    resource_views: dict[Role, Callable[[str], Response]] = {}
     for role, name in (
         (Role.SUBSCRIPTION, "subscription_manager"),
         (Role.PULL_POINT, "pull_point"),
         (Role.REGISTRATION, "publisher_registration_manager"),
     ):
         bp = Blueprint(name, __name__)
-        bp.add_url_rule(
-            f"/wsn/{role.value}/<resource_id>",
-            "soap",
-            _make_view(role),
-            methods=["GET", "POST"],
-        )
+        view = resource_views[role] = _make_view(role)
+        bp.add_url_rule(f"/wsn/{role.value}/<resource_id>", "soap", view, methods=["GET", "POST"])
         app.register_blueprint(bp)
 
     meta = Blueprint("metadata", __name__)
@@ -148,7 +145,9 @@ def create_app(service: Any, settings: Any = None) -> Flask:
 
     from .fastpath import SoapFastPath
 
-    app.wsgi_app = SoapFastPath(app, app.wsgi_app, broker_view)  # type: ignore[method-assign]
+    app.wsgi_app = SoapFastPath(  # type: ignore[method-assign]
+        app, app.wsgi_app, broker_view, resource_views
+    )
     return app
 
 

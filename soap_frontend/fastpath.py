@@ -1,10 +1,13 @@
-"""WSGI fast path for SOAP POSTs to the broker endpoint (``POST /wsn/broker``).
+"""WSGI fast path for SOAP POSTs to the WS-N endpoints: ``POST /wsn/broker`` and
+``POST /wsn/{subscriptions,pullpoints,registrations}/<id>``.
 
 Flask's per-request machinery (request and app contexts, URL matching, signals, request
 and response objects) cost about as much CPU as a whole one-message Notify does in the
-broker.  :class:`SoapFastPath` wraps ``app.wsgi_app`` and answers a POST to
-``/wsn/broker`` by calling :func:`.app.soap_post` directly, which is what the Flask view
-calls too, and writes the same status line, headers and body Flask would.
+broker.  :class:`SoapFastPath` wraps ``app.wsgi_app`` and answers such a POST by calling
+:func:`.app.soap_post` directly, which is what the Flask views call too, and writes the
+same status line, headers and body Flask would.  A resource id is taken only when it is
+plain ASCII (letters, digits, ``-._~``), which Flask's ``<resource_id>`` converter passes
+unchanged; anything else goes through Flask.
 
 It only does so while skipping Flask cannot change the outcome: no ``before_request`` /
 ``after_request`` / teardown functions or URL value preprocessors, no receivers on
@@ -18,7 +21,8 @@ handling inside a request context, as Flask's ``wsgi_app`` would.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import re
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from flask import Flask, signals
@@ -33,6 +37,16 @@ WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 
 BROKER_PATH = "/wsn/broker"
 BROKER_ENDPOINT = "notification_broker.soap"
+#: the Flask endpoint of each resource role's view (see ``create_app``)
+RESOURCE_ENDPOINTS: Mapping[Role, str] = {
+    Role.SUBSCRIPTION: "subscription_manager.soap",
+    Role.PULL_POINT: "pull_point.soap",
+    Role.REGISTRATION: "publisher_registration_manager.soap",
+}
+_RESOURCE_ROLES = {role.value: role for role in RESOURCE_ENDPOINTS}
+_RESOURCE_PATH = re.compile(
+    r"/wsn/(" + "|".join(map(re.escape, _RESOURCE_ROLES)) + r")/([A-Za-z0-9._~-]+)"
+)
 
 #: Flask's signals sent while it handles a request (a receiver makes the fast path step aside)
 _SIGNALS = (
@@ -95,25 +109,51 @@ def _status_line(code: int) -> str:
 class SoapFastPath:
     """WSGI middleware around ``app.wsgi_app``; see the module docstring."""
 
-    def __init__(self, app: Flask, wsgi_app: WsgiApp, view: Callable[..., Any]) -> None:
+    def __init__(
+        self,
+        app: Flask,
+        wsgi_app: WsgiApp,
+        view: Callable[..., Any],
+        resource_views: Mapping[Role, Callable[..., Any]] | None = None,
+    ) -> None:
         self.app = app
         self.wsgi_app = wsgi_app
-        #: the broker view create_app registered; replaced = the fast path stays out
-        self.view = view
-        #: whether the URL map routes POST /wsn/broker to ``view`` (checked once: after the
+        #: the views create_app registered, by endpoint; one replaced = the fast path
+        #: stays out
+        self.views: dict[str, Callable[..., Any]] = {BROKER_ENDPOINT: view}
+        for role, resource_view in (resource_views or {}).items():
+            self.views[RESOURCE_ENDPOINTS[role]] = resource_view
+        #: whether the URL map routes each POST to its view (checked once: after the
         #: first request Flask refuses further setup such as new rules)
         self._routed: bool | None = None
         self._status: dict[int, str] = {}
 
+    def _target(self, path: object) -> tuple[Role, str | None] | None:
+        """(role, resource id) of a path the fast path serves, else None."""
+        if path == BROKER_PATH:
+            return Role.BROKER, None
+        if not isinstance(path, str) or len(self.views) == 1:
+            return None
+        match = _RESOURCE_PATH.fullmatch(path)
+        if match is None:
+            return None
+        role = _RESOURCE_ROLES[match.group(1)]
+        if RESOURCE_ENDPOINTS[role] not in self.views:
+            return None
+        return role, match.group(2)
+
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
+        path = environ.get("PATH_INFO")
+        target = self._target(path)
         if (
-            environ.get("PATH_INFO") != BROKER_PATH
+            target is None
             or environ.get("REQUEST_METHOD") != "POST"
             or environ.get("QUERY_STRING")
             or "werkzeug.debug.preserve_context" in environ
             or not self._plain_flask()
         ):
             return self.wsgi_app(environ, start_response)
+        role, resource_id = target
         app = self.app
         # what Flask's full_dispatch_request does first: no setup methods after this
         app._got_first_request = True
@@ -122,12 +162,12 @@ class SoapFastPath:
             fe: Frontend = app.extensions["wsnmom.soap"]
             reply = soap_post(
                 fe,
-                Role.BROKER,
-                None,
+                role,
+                resource_id,
                 "POST",
                 environ.get("CONTENT_TYPE"),
                 data,
-                BROKER_PATH,
+                str(path),
                 _NO_ARGS,
             )
         except Exception as exc:
@@ -154,7 +194,7 @@ class SoapFastPath:
             or any(app.teardown_request_funcs.values())
             or any(app.url_value_preprocessors.values())
             or app.teardown_appcontext_funcs
-            or app.view_functions.get(BROKER_ENDPOINT) is not self.view
+            or any(app.view_functions.get(ep) is not v for ep, v in self.views.items())
             or app.secret_key
             or type(app.session_interface) is not SecureCookieSessionInterface
         ):
@@ -176,13 +216,21 @@ class SoapFastPath:
             or app.config.get("APPLICATION_ROOT", "/") != "/"
         ):
             return False
-        try:
-            endpoint, _ = app.url_map.bind("localhost").match(BROKER_PATH, method="POST")
-        except NotFound:
-            return False
-        except Exception:
-            return False
-        return bool(endpoint == BROKER_ENDPOINT)
+        adapter = app.url_map.bind("localhost")
+        probes = {BROKER_ENDPOINT: BROKER_PATH}
+        for role, endpoint in RESOURCE_ENDPOINTS.items():
+            if endpoint in self.views:
+                probes[endpoint] = f"/wsn/{role.value}/probe-id"
+        for endpoint, probe in probes.items():
+            try:
+                found, _ = adapter.match(probe, method="POST")
+            except NotFound:
+                return False
+            except Exception:
+                return False
+            if found != endpoint:
+                return False
+        return True
 
     def _flask_error(
         self, environ: dict[str, Any], start_response: Callable[..., Any], exc: Exception

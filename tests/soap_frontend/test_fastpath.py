@@ -13,6 +13,7 @@ from flask import Flask, Response, request_started
 from flask.testing import FlaskClient
 from werkzeug.test import EnvironBuilder
 from wsnmom.core import errors
+from wsnmom.core.model import CreatePullPointRequest, NotificationMessage
 from wsnmom.soap_frontend import create_app
 from wsnmom.soap_frontend.fastpath import SoapFastPath
 
@@ -281,3 +282,93 @@ def test_body_limits_match_werkzeug(extra: dict[str, str], size: int) -> None:
         )
     assert answers[0][0] == answers[1][0]
     assert len(answers[0][1]) == len(answers[1][1])
+
+
+# --------------------------------------------------------------------------- resources
+
+GET_MESSAGES = "<wsnt:GetMessages><wsnt:MaximumNumber>1</wsnt:MaximumNumber></wsnt:GetMessages>"
+
+
+def _with_pull_point(service: FakeService) -> str:
+    """An empty pull point (the same id in every FakeService)."""
+    return service.create_pull_point(CreatePullPointRequest()).id
+
+
+RESOURCE_REQUESTS: list[tuple[str, str, bytes]] = [
+    ("get messages", "/wsn/pullpoints/{pp}", envelope(GET_MESSAGES)),
+    ("get messages 1.1", "/wsn/pullpoints/{pp}", envelope(GET_MESSAGES, version="1.1")),
+    ("unknown pull point", "/wsn/pullpoints/nope", envelope(GET_MESSAGES)),
+    ("destroy pull point", "/wsn/pullpoints/{pp}", envelope("<wsnt:DestroyPullPoint/>")),
+    ("broker op on a resource", "/wsn/pullpoints/{pp}", envelope(NOTIFY)),
+    ("unknown subscription", "/wsn/subscriptions/s-x", envelope("<wsnt:PauseSubscription/>")),
+    ("unknown registration", "/wsn/registrations/r-x", envelope("<wsnt:PauseSubscription/>")),
+    ("not soap", "/wsn/pullpoints/{pp}", b"<a/>"),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "path", "data"), RESOURCE_REQUESTS, ids=[r[0] for r in RESOURCE_REQUESTS]
+)
+def test_resource_endpoints_same_answer_as_flask(name: str, path: str, data: bytes) -> None:
+    fast_service, slow_service = FakeService(), FakeService()
+    slow_service.now_value = fast_service.now_value
+    pp = _with_pull_point(fast_service)
+    assert _with_pull_point(slow_service) == pp
+    fast, fast_calls = _app(fast_service)
+    slow, slow_calls = _app(slow_service)
+    slow.before_request(lambda: None)
+    answers = []
+    for app in (fast, slow):
+        resp = app.test_client().post(
+            path.format(pp=pp), data=data, content_type=content_type("1.2")
+        )
+        body = _MESSAGE_ID.sub(rb"\1X\2", resp.data)
+        answers.append((resp.status, list(resp.headers.items()), body))
+    assert answers[0] == answers[1]
+    assert fast_calls == [] and slow_calls == [1]
+    assert fast_service.pps.keys() == slow_service.pps.keys()
+
+
+def test_get_messages_reaches_the_service_without_flask() -> None:
+    service = FakeService()
+    pp = _with_pull_point(service)
+    service.pp_queues[pp] = [
+        NotificationMessage("m1", b"<p:x xmlns:p='urn:p'>1</p:x>", None),
+        NotificationMessage("m2", b"<p:x xmlns:p='urn:p'>2</p:x>", None),
+    ]
+    app, flask_calls = _app(service)
+    resp = app.test_client().post(
+        f"/wsn/pullpoints/{pp}", data=envelope(GET_MESSAGES), content_type=content_type("1.2")
+    )
+    assert resp.status_code == 200 and b"GetMessagesResponse" in resp.data
+    assert resp.data.count(b"NotificationMessage>") == 2  # one element: open and close tag
+    assert [m.message_id for m in service.pp_queues[pp]] == ["m2"]
+    assert flask_calls == []
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/wsn/pullpoints/p%C3%A9",  # not plain ASCII once decoded
+        "/wsn/pullpoints/a b",
+        "/wsn/pullpoints/p1/",  # trailing slash: Flask's routing decides
+        "/wsn/pullpoints/",
+        "/wsn/other/p1",
+    ],
+)
+def test_unusual_resource_paths_go_through_flask(path: str) -> None:
+    app, flask_calls = _app(FakeService())
+    app.test_client().post(path, data=envelope(GET_MESSAGES), content_type=content_type("1.2"))
+    assert flask_calls == [1]
+
+
+def test_replaced_resource_view_makes_it_step_aside() -> None:
+    app, flask_calls = _app(FakeService())
+    app.view_functions["pull_point.soap"] = lambda resource_id: Response("mine")
+    resp = app.test_client().post(
+        "/wsn/pullpoints/p1", data=envelope(GET_MESSAGES), content_type=content_type("1.2")
+    )
+    assert resp.data == b"mine" and flask_calls == [1]
+    # the broker endpoint steps aside too: the decision covers the whole application
+    app.test_client().post("/wsn/broker", data=envelope(NOTIFY), content_type=content_type("1.2"))
+    assert flask_calls == [1, 1]

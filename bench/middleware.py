@@ -70,6 +70,13 @@ class Middleware(abc.ABC):
         """Publish ``count`` messages and consume them with the raw client; return
         ``{"seconds": s, "msgs_per_s": r}`` (first publish to last ack)."""
 
+    def raw_fanout(self, size: int, workdir: Path) -> float | None:
+        """Seconds for the raw client to publish one message to ``size`` durable
+        subscriptions on one topic and take it from each (None: not measured for this
+        middleware).  The fan-out scenario's reference for what the middleware alone
+        costs per delivery at each size."""
+        return None
+
     def describe(self) -> str | None:
         """Where the broker runs (for the report)."""
         return None
@@ -260,6 +267,35 @@ class RabbitMQ(Middleware):
         if received[0] < count:
             raise RuntimeError(f"raw pika round trip: only {received[0]}/{count} consumed")
         return {"seconds": elapsed, "msgs_per_s": count / elapsed}
+
+    def raw_fanout(self, size: int, workdir: Path) -> float | None:
+        """pika: a topic exchange with ``size`` durable queues bound to one key, one
+        persistent message published with a confirm, then one auto-ack ``basic.get`` per
+        queue (what the gateway's pull fan-out asks of the broker, without the gateway)."""
+        import pika
+
+        conn = pika.BlockingConnection(pika.URLParameters(self.adapter_url(workdir)))
+        try:
+            ch = conn.channel()
+            ch.confirm_delivery()
+            exchange = f"bench-fan-{uuid.uuid4().hex[:8]}"
+            ch.exchange_declare(exchange, "topic", durable=True)
+            queues = [f"{exchange}.{i}" for i in range(size)]
+            for q in queues:
+                ch.queue_declare(q, durable=True)
+                ch.queue_bind(q, exchange, "fan.out")
+            started = time.perf_counter()
+            ch.basic_publish(exchange, "fan.out", b"<x/>", pika.BasicProperties(delivery_mode=2))
+            got = sum(ch.basic_get(q, auto_ack=True)[0] is not None for q in queues)
+            elapsed = time.perf_counter() - started
+            if got != size:
+                raise RuntimeError(f"raw fan-out {size}: {got}/{size} queues had the message")
+            for q in queues:
+                ch.queue_delete(q)
+            ch.exchange_delete(exchange)
+            return elapsed
+        finally:
+            conn.close()
 
 
 class _Planned(Middleware):

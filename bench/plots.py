@@ -128,7 +128,7 @@ def _fanout(report: dict[str, Any], out: Path) -> Path | None:
         return None
     fig, ax = plt.subplots(figsize=(8, 4.8))
     for res in results:
-        for mode, style in (("push", "-o"), ("pull", "--s")):
+        for mode, style in (("push", "-o"), ("pull", "--s"), ("raw", ":^")):
             costs = res["details"].get(f"{mode}_cost_us") or {}
             pts = sorted((int(k), v) for k, v in costs.items() if v is not None)
             if pts:
@@ -136,8 +136,11 @@ def _fanout(report: dict[str, Any], out: Path) -> Path | None:
                     [p[0] for p in pts],
                     [p[1] for p in pts],
                     style,
-                    label=f"{res['adapter']} {mode}",
+                    label=f"{res['adapter']} {mode}"
+                    + (" (raw client, no gateway)" if mode == "raw" else ""),
                 )
+                if mode == "raw":
+                    continue
                 largest = (res["details"].get("sizes") or [pts[-1][0]])[-1]
                 ax.plot([largest], [pts[0][1] * 1.5], "x", color="red")
                 if pts[-1][0] < largest:

@@ -8,7 +8,10 @@ Subscriptions are created incrementally (100, then 900 more, ...) with concurren
 clients; their creation time is recorded as set-up, not as a figure.
 
 Baseline: the cost per delivery at the smallest size in the same run.  Target: cost at
-10,000 <= 1.5 x cost at 100.
+10,000 <= 1.5 x cost at 100.  Where the middleware has a raw fan-out reference
+(``Middleware.raw_fanout``: the raw client publishes one message to N durable queues and
+takes it from each), its cost per delivery at each size and its own 10,000-vs-100 ratio
+are reported next to the gateway's, without a target: what the broker alone pays.
 """
 
 from __future__ import annotations
@@ -81,6 +84,7 @@ class FanOut(Scenario):
             except RuntimeError as exc:
                 result.details["pull_failed"] = str(exc)
                 ctx.log(f"  pull failed: {str(exc)[:300]}")
+        self._raw(ctx, mw, sizes, result)
         if not push and not pull:
             raise RuntimeError(
                 f"push: {result.details.get('push_failed')}; "
@@ -112,6 +116,34 @@ class FanOut(Scenario):
             )
             if failure and large not in costs:
                 metric.passed = False  # could not be done at all: a miss, not "unmeasured"
+
+    def _raw(
+        self, ctx: Context, mw: Middleware, sizes: tuple[int, ...], result: ScenarioResult
+    ) -> None:
+        """The raw client's fan-out at each size (informative; median of the repeats)."""
+        raw: dict[int, float] = {}
+        for size in sizes:
+            times: list[float] = []
+            for _ in range(min(_repeats(size), 3)):
+                secs = mw.raw_fanout(size, ctx.workdir / f"fanout-raw-{mw.name}")
+                if secs is None:
+                    return
+                times.append(secs)
+            raw[size] = (median(times) or 0.0) / size * 1e6
+            ctx.log(f"  raw  {size:>6}: {raw[size]:8.1f} us/delivery (raw client, no gateway)")
+            result.add(Metric(name=f"raw_cost_per_delivery_{size}", value=raw[size], unit="us"))
+        result.details["raw_cost_us"] = {str(k): v for k, v in raw.items()}
+        small, large = sizes[0], sizes[-1]
+        result.add(
+            Metric(
+                name=f"raw_cost_{large}_vs_{small}",
+                value=raw[large],
+                unit="us",
+                baseline=raw[small],
+                baseline_name=f"raw client cost per delivery at {small}",
+                note="the middleware alone: informative, no target",
+            )
+        )
 
     def _push(
         self,

@@ -277,6 +277,18 @@ class AdapterFixtures:
                 m.ack()
         return got
 
+    def take_until(self, handle: SubscriptionHandle, n: int) -> list[Received]:
+        """``take`` until ``n`` messages arrived or the receive timeout passed."""
+        deadline = time.monotonic() + self.receive_timeout
+        got: list[Received] = []
+        while len(got) < n and time.monotonic() < deadline:
+            batch = handle.take(n - len(got))
+            assert len(batch) <= n - len(got), "take returned more than max_messages"
+            got.extend(batch)
+            if not batch:
+                time.sleep(0.05)
+        return got
+
     def assert_quiet(self, handle: SubscriptionHandle, namespace: str | None = None) -> None:
         """Nothing (of ``namespace``) arrives within ``quiet_period``."""
         extra = handle.pull(100, timeout=self.quiet_period)
@@ -668,18 +680,6 @@ class PullSemantics(AdapterFixtures):
         self.receive(handle, 3)
         assert handle.depth() == 0
 
-    def take_until(self, handle: SubscriptionHandle, n: int) -> list[Received]:
-        """``take`` until ``n`` messages arrived or the receive timeout passed."""
-        deadline = time.monotonic() + self.receive_timeout
-        got: list[Received] = []
-        while len(got) < n and time.monotonic() < deadline:
-            batch = handle.take(n - len(got))
-            assert len(batch) <= n - len(got), "take returned more than max_messages"
-            got.extend(batch)
-            if not batch:
-                time.sleep(0.05)
-        return got
-
     def test_take_removes_on_hand_out(
         self, adapter: Adapter, namespace: str, unique_name: Names
     ) -> None:
@@ -814,10 +814,7 @@ class Durability(AdapterFixtures):
         patterns = (self.pattern(namespace, "t"),)
         handle = self.subscribe(first, name, patterns)
         first.publish_many([self.message(self.topic(namespace, "t"), b"%d" % i) for i in range(3)])
-        deadline = time.monotonic() + self.receive_timeout
-        taken: list[Received] = []
-        while len(taken) < 2 and time.monotonic() < deadline:
-            taken += handle.take(2 - len(taken))
+        taken = self.take_until(handle, 2)
         assert len(taken) == 2
         first.close()
         second = make_adapter()

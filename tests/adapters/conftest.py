@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -43,3 +44,16 @@ def make_adapter(rabbitmq_url: str) -> Iterator[Callable[..., Any]]:
     yield make
     for adapter in made:
         adapter.close()
+
+
+@pytest.fixture
+def native(rabbitmq_url: str) -> Iterator[Any]:
+    """A plain pika BlockingChannel (publisher confirms on), as a native client uses."""
+    import pika
+
+    conn = pika.BlockingConnection(pika.URLParameters(rabbitmq_url))
+    ch = conn.channel()
+    ch.confirm_delivery()
+    yield ch
+    with contextlib.suppress(Exception):
+        conn.close()

@@ -7,7 +7,6 @@ unacked messages.  Every test uses its own namespace and exchange names.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
@@ -17,7 +16,7 @@ import textwrap
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -85,17 +84,6 @@ def ns() -> str:
 @pytest.fixture
 def exchange() -> str:
     return f"test.ex.{uuid.uuid4().hex[:10]}"
-
-
-@pytest.fixture
-def native(rabbitmq_url: str) -> Iterator[Any]:
-    """A plain pika BlockingChannel (publisher confirms on), as a native client uses."""
-    conn = pika.BlockingConnection(pika.URLParameters(rabbitmq_url))
-    ch = conn.channel()
-    ch.confirm_delivery()
-    yield ch
-    with contextlib.suppress(Exception):
-        conn.close()
 
 
 def sub_name() -> str:

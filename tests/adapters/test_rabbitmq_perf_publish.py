@@ -13,7 +13,7 @@ from __future__ import annotations
 import struct
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -231,15 +231,6 @@ class TestReading:
 @pytest.fixture
 def ns() -> str:
     return f"urn:test:rabbit-frames:{uuid.uuid4().hex}"
-
-
-@pytest.fixture
-def native(rabbitmq_url: str) -> Iterator[Any]:
-    conn = pika.BlockingConnection(pika.URLParameters(rabbitmq_url))
-    ch = conn.channel()
-    ch.confirm_delivery()
-    yield ch
-    conn.close()
 
 
 def message(topic: Topic, body: bytes, **headers: str) -> OutboundMessage:

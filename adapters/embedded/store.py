@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import itertools
 import json
 import logging
 import os
@@ -95,6 +96,13 @@ _READY = (
 _READY_AFTER = _READY.replace("e.state = 0", "e.state = 0 AND e.mid > ?")
 _PUBLISHED = 7
 _REMOVE = "DELETE FROM queue_entries WHERE sub = ? AND mid = ?"
+#: a subscription's oldest ready entries after a message id, with size and publish time
+_OLDEST_READY = (
+    "SELECT e.mid, m.size, m.published FROM queue_entries e JOIN messages m ON m.id = e.mid "
+    "WHERE e.sub = ? AND e.state = 0 AND e.mid > ? ORDER BY e.mid LIMIT ?"
+)
+#: entries ``_expire`` reads per query
+_EXPIRE_CHUNK = 256
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -760,6 +768,10 @@ class Engine:
 
         if not full():
             return True
+        if lim.max_age is not None:  # expired messages make room before any live one goes
+            self._expire(st)
+            if not full():
+                return True
         if lim.overflow is Overflow.DROP_NEWEST:
             return False
         if lim.max_bytes is not None and size > lim.max_bytes:
@@ -819,21 +831,34 @@ class Engine:
     # ------------------------------------------------------------------ consume
 
     def _expire(self, st: SubState) -> None:
+        """Remove the ready messages of ``st`` older than its ``max_age`` (inside a
+        transaction).  Ids follow publish order, so this walks from the oldest entry and
+        stops at the first one that is still young: the cost is the count expired, not the
+        backlog (a full scan on every fetch made draining a backlog quadratic)."""
         if st.limits.max_age is None:
             return
         cutoff = time.time() - st.limits.max_age.total_seconds()
-        rows = self.conn.execute(
-            "SELECT e.mid, m.size FROM queue_entries e JOIN messages m ON m.id = e.mid "
-            "WHERE e.sub = ? AND e.state = 0 AND m.published < ?",
-            (st.id, cutoff),
-        ).fetchall()
-        if not rows:
-            return
-        self.conn.executemany(_REMOVE, [(st.id, r[0]) for r in rows])
-        self._decref(self.conn, [r[0] for r in rows])
-        if st.count is not None and st.bytes is not None:
-            st.count -= len(rows)
-            st.bytes -= sum(r[1] for r in rows)
+        after = 0
+        while True:
+            rows = self.conn.execute(_OLDEST_READY, (st.id, after, _EXPIRE_CHUNK)).fetchall()
+            expired = list(itertools.takewhile(lambda r: r[2] < cutoff, rows))
+            if expired:
+                self.conn.executemany(_REMOVE, [(st.id, r[0]) for r in expired])
+                self._decref(self.conn, [r[0] for r in expired])
+                if st.count is not None and st.bytes is not None:
+                    st.count -= len(expired)
+                    st.bytes -= sum(r[1] for r in expired)
+            if len(expired) < _EXPIRE_CHUNK:
+                return
+            after = expired[-1][0]
+
+    def _head_expired(self, st: SubState, rows: Sequence[tuple[Any, ...]]) -> bool:
+        """True when the oldest of these ``_READY`` rows is past the subscription's
+        ``max_age`` (ids follow publish order: if it is not, none of them is)."""
+        max_age = st.limits.max_age
+        if not rows or max_age is None:
+            return False
+        return bool(rows[0][_PUBLISHED] < time.time() - max_age.total_seconds())
 
     def fetch(self, sid: int, n: int) -> list[Row]:
         """Hand out up to ``n`` ready messages of ``sid``, oldest first."""
@@ -844,8 +869,10 @@ class Engine:
             if st is None or self._closed:
                 return []
             with self.tx() as c:
-                self._expire(st)
                 rows = c.execute(_READY, (sid, n)).fetchall()
+                if self._head_expired(st, rows):
+                    self._expire(st)
+                    rows = c.execute(_READY, (sid, n)).fetchall()
                 if len(rows) == 1:  # GetMessages' usual MaximumNumber=1: no executemany
                     c.execute(_HAND_OUT, (sid, rows[0][0]))
                 elif rows:
@@ -872,13 +899,10 @@ class Engine:
             if st is None or self._closed:
                 return []
             rows = self.conn.execute(_READY_AFTER, (sid, st.taken_upto, n)).fetchall()
-            max_age = st.limits.max_age
-            if rows and max_age is not None:
-                cutoff = time.time() - max_age.total_seconds()
-                if rows[0][_PUBLISHED] < cutoff:  # ids follow publish order
-                    with self.tx():
-                        self._expire(st)
-                    rows = self.conn.execute(_READY_AFTER, (sid, st.taken_upto, n)).fetchall()
+            if self._head_expired(st, rows):
+                with self.tx():
+                    self._expire(st)
+                rows = self.conn.execute(_READY_AFTER, (sid, st.taken_upto, n)).fetchall()
             if rows:
                 st.taken_upto = rows[-1][0]
                 kick = not self._pending_acks

@@ -1,0 +1,81 @@
+"""Embedded ``max_age`` expiry: it removes every expired message however many there are,
+frees room for new ones before a bound refuses them, and reading a subscription costs the
+same whatever its backlog (a scan of all ready entries on every fetch once made draining a
+backlog quadratic)."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from datetime import timedelta
+
+from wsnmom.adapters.embedded import EmbeddedAdapter
+from wsnmom.core.adapter import OutboundMessage, Overflow, QueueLimits, SubscriptionSpec
+from wsnmom.topic_mapping.model import PathPattern, Topic
+
+NS = "urn:wsnmom:test:embedded-expiry"
+PATTERNS = (PathPattern(NS, ("t",)),)
+
+
+def msg(body: bytes) -> OutboundMessage:
+    return OutboundMessage(Topic(NS, ("t",)), body, uuid.uuid4().hex)
+
+
+def test_expiry_removes_more_than_one_chunk(adapter: EmbeddedAdapter) -> None:
+    h = adapter.subscription(
+        SubscriptionSpec("aged", PATTERNS, QueueLimits(max_age=timedelta(seconds=0.3)))
+    )
+    adapter.publish_many([msg(b"old-%d" % i) for i in range(700)])  # > 2 chunks of 256
+    time.sleep(0.5)
+    adapter.publish(msg(b"new"))
+    assert h.depth() == 1
+    (only,) = h.pull(10)
+    assert only.body == b"new"
+
+
+def test_expired_messages_make_room_before_drop_newest_refuses(adapter: EmbeddedAdapter) -> None:
+    limits = QueueLimits(
+        max_messages=3, overflow=Overflow.DROP_NEWEST, max_age=timedelta(seconds=0.3)
+    )
+    h = adapter.subscription(SubscriptionSpec("bounded", PATTERNS, limits))
+    adapter.publish_many([msg(b"old-%d" % i) for i in range(3)])
+    adapter.publish(msg(b"refused"))  # full, nothing expired yet: the newest is dropped
+    time.sleep(0.5)
+    adapter.publish_many([msg(b"new-1"), msg(b"new-2")])
+    assert [m.body for m in h.pull(10)] == [b"new-1", b"new-2"]
+
+
+def _vm_steps(adapter: EmbeddedAdapter, action: Callable[[], object]) -> int:
+    """SQLite virtual-machine steps (in units of 10) that ``action`` costs."""
+    conn = adapter._require().conn
+    steps = 0
+
+    def count() -> int:
+        nonlocal steps
+        steps += 1
+        return 0
+
+    conn.set_progress_handler(count, 10)
+    try:
+        action()
+    finally:
+        conn.set_progress_handler(None, 10)
+    return steps
+
+
+def test_reading_costs_the_same_whatever_the_backlog(adapter: EmbeddedAdapter) -> None:
+    limits = QueueLimits(max_age=timedelta(days=7))  # the service's default bound
+    long = adapter.subscription(SubscriptionSpec("long", PATTERNS, limits))
+    for start in range(0, 20_000, 2_000):
+        adapter.publish_many([msg(b"%d" % i) for i in range(start, start + 2_000)])
+    short = adapter.subscription(SubscriptionSpec("short", PATTERNS, limits))
+    adapter.publish_many([msg(b"x%d" % i) for i in range(200)])
+    for handle in (long, short):  # warm the statement cache
+        handle.pull(1)[0].ack()
+    cost_short = _vm_steps(adapter, lambda: short.pull(1))
+    cost_long = _vm_steps(adapter, lambda: long.pull(1))
+    cost_take = _vm_steps(adapter, lambda: long.take(1))
+    assert cost_short > 0
+    # 20,200 queued against 200: a scan of the backlog would cost ~100 times as much
+    assert max(cost_long, cost_take) < 3 * cost_short

@@ -21,15 +21,11 @@ Failures
     Host names are resolved for the check; the policy is a guard against obvious abuse of
     attacker-chosen consumer addresses, not a defence against DNS rebinding.
 
-Connections are pooled per host in one ``requests.Session`` (keep-alive, bounded pool).
-
-Proxies and CA bundle
-    The environment is read once, when the client is made (:class:`OutboundEnvironment`):
-    ``http_proxy``/``https_proxy``/``all_proxy``/``no_proxy`` (any case) and
-    ``REQUESTS_CA_BUNDLE``/``CURL_CA_BUNDLE``.  requests would look all of it up again, and
-    stat ``~/.netrc``, on every POST (~300 µs each, a third of a push delivery's client
-    cost); the no_proxy decision is kept per scheme and host instead.  ``~/.netrc``
-    credentials are never sent to consumers or publishers.
+HTTP
+    Connections are pooled per host and kept alive (``outbound_http.OutboundConnections``,
+    urllib3).  Proxies (``http_proxy``, ``no_proxy``, ...) and the CA bundle
+    (``REQUESTS_CA_BUNDLE``/``CURL_CA_BUNDLE``) are read from the environment once, when the
+    client is made; ``~/.netrc`` credentials are never sent to consumers or publishers.
 """
 
 from __future__ import annotations
@@ -37,23 +33,20 @@ from __future__ import annotations
 import fnmatch
 import ipaddress
 import logging
-import os
 import re
 import socket
-import urllib.request
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
-import requests
 from lxml import etree
-from requests.adapters import HTTPAdapter
 from wsnmom.core.model import Delivered, EndpointReference, ExpressionSource, SoapVersion
 from wsnmom.core.ports import DeliveryFailed
 
 from . import codec
 from .codec import ACTIONS, FULL, SIMPLE, Op
 from .envelope import SOAP_NS, build_envelope, content_type_for, to_bytes
+from .outbound_http import TRANSPORT_ERRORS, OutboundConnections, OutboundEnvironment
 from .xml import WSA, WSNT, XmlRejected, children, parse_fragment, parse_xml, qname, text_of
 
 log = logging.getLogger("wsnmom.soap.client")
@@ -145,43 +138,8 @@ class DestinationPolicy:
         return out
 
 
-class OutboundEnvironment:
-    """Proxy and CA-bundle settings of the environment, read once."""
-
-    #: per-host no_proxy decisions kept at most (then they are worked out again)
-    MAX_HOSTS = 4096
-
-    def __init__(self, proxies: Mapping[str, str], ca_bundle: str | None) -> None:
-        self.proxies = {k: v for k, v in proxies.items() if k != "no"}
-        self.no_proxy = proxies.get("no")
-        self.ca_bundle = ca_bundle
-        self._by_host: dict[tuple[str, str], dict[str, str]] = {}
-
-    @classmethod
-    def from_environ(cls) -> OutboundEnvironment:
-        """What requests would read from the process environment now."""
-        env = os.environ
-        bundle = env.get("REQUESTS_CA_BUNDLE") or env.get("CURL_CA_BUNDLE") or None
-        return cls(urllib.request.getproxies(), bundle)
-
-    def proxies_for(self, url: str) -> dict[str, str]:
-        """The proxies requests would use for ``url`` (empty: connect directly)."""
-        if not self.proxies:
-            return self.proxies
-        parts = urlsplit(url)
-        key = (parts.scheme, parts.netloc)
-        found = self._by_host.get(key)
-        if found is None:
-            bypass = requests.utils.should_bypass_proxies(url, no_proxy=self.no_proxy)
-            found = {} if bypass else self.proxies
-            if len(self._by_host) >= self.MAX_HOSTS:
-                self._by_host.clear()
-            self._by_host[key] = found
-        return found
-
-
 class SoapClient:
-    """Outbound SOAP calls with a pooled ``requests.Session``."""
+    """Outbound SOAP calls over pooled keep-alive connections."""
 
     def __init__(
         self,
@@ -189,25 +147,17 @@ class SoapClient:
         *,
         pool_size: int = 32,
         publisher_soap_version: SoapVersion = SoapVersion.SOAP11,
-        session: requests.Session | None = None,
         environment: OutboundEnvironment | None = None,
     ) -> None:
         outbound = getattr(settings, "outbound", settings)
         self.policy = DestinationPolicy.from_settings(outbound)
         self.publisher_soap_version = publisher_soap_version
-        self.session = session or requests.Session()
         self.environment = environment or OutboundEnvironment.from_environ()
-        self.session.trust_env = False  # read once above, not on every request
-        if self.environment.ca_bundle:
-            self.session.verify = self.environment.ca_bundle
-        adapter = HTTPAdapter(pool_connections=pool_size, pool_maxsize=pool_size, max_retries=0)
-        self.session.mount("http://", adapter)
-        self.session.mount("https://", adapter)
-        self.session.headers["User-Agent"] = USER_AGENT
+        self.connections = OutboundConnections(self.environment, pool_size=pool_size)
 
     def close(self) -> None:
         """Close pooled connections."""
-        self.session.close()
+        self.connections.close()
 
     # --- deliveries ------------------------------------------------------------------------
     def notify(
@@ -291,27 +241,27 @@ class SoapClient:
     ) -> etree._Element | None:
         headers = [_reference_header(p) for p in target.reference_parameters]
         env = build_envelope(version, body, action=action, to=target.address, extra_headers=headers)
-        http_headers = {"Content-Type": content_type_for(version, action)}
+        http_headers = {
+            "Content-Type": content_type_for(version, action),
+            "User-Agent": USER_AGENT,
+        }
         if version is SoapVersion.SOAP11:
             http_headers["SOAPAction"] = f'"{action}"'
-        connect = min(timeout, 5.0)
         try:
-            resp = self.session.post(
+            status, content = self.connections.post(
                 target.address,
-                data=to_bytes(env),
-                headers=http_headers,
-                timeout=(connect, timeout),
-                allow_redirects=False,
-                proxies=self.environment.proxies_for(target.address),
+                to_bytes(env),
+                http_headers,
+                connect_timeout=min(timeout, 5.0),
+                read_timeout=timeout,
             )
-        except requests.RequestException as exc:
+        except TRANSPORT_ERRORS as exc:
             raise DeliveryFailed(f"{target.address}: {type(exc).__name__}: {exc}") from None
-        if 200 <= resp.status_code < 300:
-            return _reply_body(resp.content)
-        permanent, reason = _fault_reason(resp.content)
+        if 200 <= status < 300:
+            return _reply_body(content)
+        permanent, reason = _fault_reason(content)
         raise DeliveryFailed(
-            f"{target.address} answered HTTP {resp.status_code}"
-            + (f": {reason}" if reason else ""),
+            f"{target.address} answered HTTP {status}" + (f": {reason}" if reason else ""),
             permanent=permanent,
         )
 
@@ -372,4 +322,4 @@ def combine_topics(topics: Sequence[ExpressionSource]) -> list[ExpressionSource]
     return [ExpressionSource(FULL, text, merged)]
 
 
-__all__ = ["DestinationPolicy", "SoapClient", "combine_topics"]
+__all__ = ["DestinationPolicy", "OutboundEnvironment", "SoapClient", "combine_topics"]

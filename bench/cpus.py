@@ -13,14 +13,24 @@ With pinning (the default when there are at least two CPUs and ``taskset`` exist
   CPUs for both -- runs on the first allowed CPU (:func:`server_prefix`);
 * the bench process itself, and so every load generator and consumer it starts afterwards,
   runs on the others (:func:`pin_bench_to_clients`);
-* middleware brokers started before that (RabbitMQ, ...) keep every CPU.
+* middleware brokers the bench starts (RabbitMQ, ...) run on the load side too
+  (:func:`pin_process_tree`): they are not under test, and in a deployment they run on
+  other hosts.  Left on every CPU, the broker took CPU time from the gateway under test;
+  pinned, the RabbitMQ ingress rate rose from 2,049 to 2,366 Notifies/s (docs/performance.md,
+  F15);
+* a raw middleware baseline (the raw client publishing and consuming, the raw fan-out) runs
+  on the server CPUs (:func:`on_server_cpus`), where the gateway runs in the measurement it
+  is compared with: both then have the broker on the load side's CPUs.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,8 +41,13 @@ class CpuPlan:
     clients: tuple[int, ...]
 
     def describe(self) -> dict[str, list[int]]:
-        """JSON-able form for the report."""
-        return {"server": list(self.server), "clients": list(self.clients)}
+        """JSON-able form for the report (middleware brokers share the clients' CPUs)."""
+        return {
+            "server": list(self.server),
+            "clients": list(self.clients),
+            "middleware": list(self.clients),
+            "raw_baselines": list(self.server),
+        }
 
 
 _plan: CpuPlan | None = None
@@ -68,3 +83,57 @@ def pin_bench_to_clients() -> None:
     processes it creates from now on inherit them."""
     if _plan is not None:
         os.sched_setaffinity(0, _plan.clients)
+
+
+def _children(pid: int) -> list[int]:
+    """Direct child processes of ``pid`` (from /proc)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        # the command name in parentheses may contain spaces: split after the last ')'
+        fields = stat.rsplit(")", 1)[1].split()
+        if int(fields[1]) == pid:
+            found.append(int(entry.name))
+    return found
+
+
+def pin_process_tree(pid: int) -> int:
+    """Move every thread of ``pid`` and of its descendants to the client CPUs; children
+    they start later inherit them.  Returns the number of threads moved (0 when nothing
+    is pinned in this run)."""
+    if _plan is None:
+        return 0
+    moved = 0
+    todo = [pid]
+    while todo:
+        proc = todo.pop()
+        try:
+            tids = [int(t.name) for t in Path(f"/proc/{proc}/task").iterdir()]
+        except OSError:
+            continue
+        for tid in tids:
+            with contextlib.suppress(OSError):
+                os.sched_setaffinity(tid, _plan.clients)
+                moved += 1
+        todo.extend(_children(proc))
+    return moved
+
+
+@contextlib.contextmanager
+def on_server_cpus() -> Iterator[None]:
+    """Run the calling thread (and the threads it starts) on the server CPUs for the
+    block: for raw middleware baselines (see the module docstring)."""
+    if _plan is None:
+        yield
+        return
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, _plan.server)
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, before)

@@ -77,6 +77,11 @@ class Middleware(abc.ABC):
         costs per delivery at each size."""
         return None
 
+    def pids(self) -> list[int]:
+        """Processes the bench started for this middleware (pinned to the load side's
+        CPUs, see bench/cpus.py); none for an in-process or external one."""
+        return []
+
     def describe(self) -> str | None:
         """Where the broker runs (for the report)."""
         return None
@@ -177,6 +182,11 @@ class RabbitMQ(Middleware):
         if self.node is not None:
             self.node.cleanup()
             self.node = None
+
+    def pids(self) -> list[int]:
+        """The private node's server process (its beam VM is a descendant)."""
+        proc = self.node._proc if self.node is not None else None
+        return [proc.pid] if proc is not None else []
 
     def describe(self) -> str | None:
         if self.node is not None:

@@ -86,9 +86,15 @@ def run(
             else:
                 log(f"- {mw.name}: not available ({reason})")
         if plan is not None:
-            # after the brokers started (they keep every CPU), before any load side starts
+            # brokers are not under test: they share the load side's CPUs
+            for mw in live.values():
+                for pid in mw.pids():
+                    cpus.pin_process_tree(pid)
             cpus.pin_bench_to_clients()
-            log(f"CPUs: process under test {plan.server}, load side {plan.clients}")
+            log(
+                f"CPUs: process under test {plan.server}, load side and middleware "
+                f"{plan.clients}, raw baselines {plan.server}"
+            )
         for scenario in scenarios:
             log(f"== {scenario.name}: {scenario.title}")
             if scenario.middlewares == ():

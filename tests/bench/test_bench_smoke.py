@@ -91,7 +91,12 @@ def test_process_under_test_and_load_side_on_separate_cpus(report: dict[str, Any
     if len(allowed) < 2 or shutil.which("taskset") is None:
         assert plan is None
         return
-    assert plan == {"server": allowed[:1], "clients": allowed[1:]}
+    assert plan == {
+        "server": allowed[:1],
+        "clients": allowed[1:],
+        "middleware": allowed[1:],
+        "raw_baselines": allowed[:1],
+    }
 
 
 def test_no_pin_chooses_no_plan() -> None:

@@ -123,9 +123,10 @@ class SoapFastPath:
         self.views: dict[str, Callable[..., Any]] = {BROKER_ENDPOINT: view}
         for role, resource_view in (resource_views or {}).items():
             self.views[RESOURCE_ENDPOINTS[role]] = resource_view
-        #: whether the URL map routes each POST to its view (checked once: after the
-        #: first request Flask refuses further setup such as new rules)
-        self._routed: bool | None = None
+        #: whether the application's setup (hooks, views, URL map) leaves the SOAP views
+        #: alone; fixed once Flask handled its first request, when it refuses further
+        #: setup methods (so it is computed on every request before that, once after)
+        self._setup_plain: bool | None = None
         self._status: dict[int, str] = {}
 
     def _target(self, path: object) -> tuple[Role, str | None] | None:
@@ -188,24 +189,29 @@ class SoapFastPath:
     def _plain_flask(self) -> bool:
         """True while Flask's request handling would add nothing to the SOAP view's."""
         app = self.app
-        if (
+        setup = self._setup_plain
+        if setup is None:
+            setup = self._setup_adds_nothing() and self._routes_here()
+            if app._got_first_request:
+                # Flask refuses setup methods (hooks, rules, views) from now on
+                self._setup_plain = setup
+        if not setup:
+            return False
+        if app.secret_key or type(app.session_interface) is not SecureCookieSessionInterface:
+            return False
+        return all(not signal.receivers for signal in _SIGNALS)
+
+    def _setup_adds_nothing(self) -> bool:
+        """No request hook, URL value preprocessor or replaced view is registered."""
+        app = self.app
+        return not (
             any(app.before_request_funcs.values())
             or any(app.after_request_funcs.values())
             or any(app.teardown_request_funcs.values())
             or any(app.url_value_preprocessors.values())
             or app.teardown_appcontext_funcs
             or any(app.view_functions.get(ep) is not v for ep, v in self.views.items())
-            or app.secret_key
-            or type(app.session_interface) is not SecureCookieSessionInterface
-        ):
-            return False
-        for signal in _SIGNALS:
-            if signal.receivers:
-                return False
-        routed = self._routed
-        if routed is None:
-            routed = self._routed = self._routes_here()
-        return routed
+        )
 
     def _routes_here(self) -> bool:
         app = self.app

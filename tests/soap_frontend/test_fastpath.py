@@ -151,6 +151,30 @@ def test_signal_receiver_makes_it_step_aside() -> None:
     assert flask_calls == [1] and seen == [app]
 
 
+@pytest.mark.parametrize("late_change", ["session secret", "signal receiver"])
+def test_changes_possible_after_the_first_request_are_still_seen(late_change: str) -> None:
+    service = FakeService()
+    app, flask_calls = _app(service)
+    client = app.test_client()
+    _answer(client, envelope(NOTIFY), content_type("1.2"))
+    _answer(client, envelope(NOTIFY), content_type("1.2"))
+    assert flask_calls == []  # the setup checks are now cached
+
+    def receiver(sender: Any, **kw: Any) -> None:
+        pass
+
+    if late_change == "session secret":
+        app.secret_key = "k"
+    else:
+        request_started.connect(receiver, app)
+    try:
+        _answer(client, envelope(NOTIFY), content_type("1.2"))
+    finally:
+        request_started.disconnect(receiver, app)
+    assert flask_calls == [1]
+    assert len(service.notified) == 3
+
+
 def test_other_requests_go_through_flask() -> None:
     service = FakeService()
     app, flask_calls = _app(service)

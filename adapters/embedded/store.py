@@ -10,11 +10,15 @@ Storage layout (one SQLite database, ``PATH/embedded.sqlite3``)::
     messages(id, ns, path, body, headers, ctype, msgid, size, published, refs)
     subscriptions(id, name UNIQUE, patterns, limits)
     queue_entries(sub, mid, state, delivered)   PRIMARY KEY (sub, mid), WITHOUT ROWID
-    current(ns, path, mid)                       the retained message per topic (not internal ones)
+    current(ns, path, mid, body, headers, ctype) the retained message per topic (not internal ones)
 
 A published message is stored once; fan-out adds one narrow ``queue_entries`` row per
 receiving subscription.  ``messages.refs`` counts the rows (plus the ``current`` row) that
-reference a message and the message is deleted when it drops to zero.  ``mid`` grows
+reference a message and the message is deleted when it drops to zero.  A message that no
+subscription receives is not put in ``messages`` at all: its ``current`` row holds it
+(``mid`` 0, body, headers and content type inline), so publishing on a topic without
+subscribers writes one row instead of inserting a message and deleting the one it
+replaces.  ``mid`` grows
 monotonically (AUTOINCREMENT), so ordering a subscription's rows by ``mid`` is FIFO and a
 requeued message goes back to its original place.  ``state`` is 0 (ready) or 1 (handed
 out, unsettled); ``delivered`` counts hand-outs and drives ``redelivered``.  On open every
@@ -135,11 +139,18 @@ CREATE TABLE IF NOT EXISTS current(
     ns TEXT NOT NULL,
     path TEXT NOT NULL,
     mid INTEGER NOT NULL,
+    body BLOB,
+    headers TEXT,
+    ctype TEXT,
     PRIMARY KEY (ns, path)
 ) WITHOUT ROWID;
 """
 
-_SCHEMA_VERSION = "1"
+#: 2: ``current`` can hold its message inline (``mid`` 0); a version 1 database gets the
+#: three columns on open (its rows all reference ``messages`` and stay valid)
+_SCHEMA_VERSION = "2"
+#: the ``current.mid`` of a message held inline in its ``current`` row
+_INLINE = 0
 
 
 # --------------------------------------------------------------------------- encoding
@@ -299,6 +310,10 @@ class _HeadersJson:
 _ID_JSON = "{" + json.dumps(HEADER_MESSAGE_ID) + ": "
 
 
+_SET_CURRENT = (
+    "INSERT OR REPLACE INTO current(ns, path, mid, body, headers, ctype) VALUES (?, ?, ?, ?, ?, ?)"
+)
+
 _INSERT_MESSAGE = (
     "INSERT INTO messages(id, ns, path, body, headers, ctype, msgid, size, published, refs) "
     "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
@@ -332,7 +347,8 @@ class Engine:
         #: ``publish_many`` inserts messages); None = ask the database
         self._next_mid: int | None = None
         #: the ``current`` table's mid per (namespace, path) as read or written by
-        #: committed publishes (only ``publish_many`` writes that table)
+        #: committed publishes (only ``publish_many`` writes that table); _INLINE when the
+        #: row holds the message itself
         self._current_mids: dict[tuple[str, str], int] = {}
         self._closed = False
         if self.memory:
@@ -348,9 +364,7 @@ class Engine:
             self.conn.execute("PRAGMA temp_store=MEMORY")
             self.conn.execute("PRAGMA cache_size=-32000")
             self.conn.executescript(_SCHEMA)
-            self.conn.execute(
-                "INSERT OR IGNORE INTO meta(key, value) VALUES ('schema', ?)", (_SCHEMA_VERSION,)
-            )
+            self._upgrade_schema()
         except sqlite3.Error as exc:
             self._release_process_lock()
             raise AdapterUnavailable(f"cannot open embedded store {path!r}: {exc}") from exc
@@ -371,6 +385,23 @@ class Engine:
         self._arrivals = 0
 
     # ------------------------------------------------------------------ lifecycle
+
+    def _upgrade_schema(self) -> None:
+        """Bring a database made by an earlier version up to :data:`_SCHEMA_VERSION`."""
+        conn = self.conn
+        columns = {row[1] for row in conn.execute("PRAGMA table_info(current)")}
+        if "body" not in columns:  # version 1
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                for column in ("body BLOB", "headers TEXT", "ctype TEXT"):
+                    conn.execute(f"ALTER TABLE current ADD COLUMN {column}")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+        conn.execute(
+            "INSERT OR REPLACE INTO meta(key, value) VALUES ('schema', ?)", (_SCHEMA_VERSION,)
+        )
 
     def _acquire_process_lock(self) -> None:
         if fcntl is None:  # pragma: no cover - Windows: no cross-process guard
@@ -599,8 +630,9 @@ class Engine:
         Routing is worked out once per distinct topic of the batch (:meth:`_routes`).  A
         message is stored once, with one ``queue_entries`` row per subscription that accepts
         it; the batch's last message on a topic that is not internal becomes the topic's
-        current message (the others would be replaced within the same transaction), and a
-        message with neither a queue nor the current slot to go to is not stored at all.
+        current message (the others would be replaced within the same transaction); one
+        that no subscription receives is held inline in its ``current`` row, and a message
+        with neither a queue nor the current slot to go to is not stored at all.
         Rows are written with ``executemany`` when the batch is done, with message ids
         assigned here in AUTOINCREMENT order (:meth:`_next_message_id`); a bounded
         subscription's overflow policy sees every earlier message of the batch (the rows
@@ -635,7 +667,9 @@ class Engine:
             subs = self.subs
             message_rows: list[tuple[Any, ...]] = []
             entry_rows: list[tuple[int, int]] = []
-            current: list[tuple[str, str, int]] = []
+            #: (ns, path, mid, body, headers, ctype): a stored message by id, or _INLINE
+            #: and the message itself when no subscription received it
+            current: list[tuple[str, str, int, bytes | None, str | None, str | None]] = []
             mid = 0  # the id of the next stored message, once known
             headers_json = _HeadersJson()
             for i, m in enumerate(messages):
@@ -655,7 +689,18 @@ class Engine:
                         if not self._make_room(st, size):
                             continue
                     accepted.append(st)
-                if not accepted and not retain:
+                if not accepted:
+                    if retain:
+                        current.append(
+                            (
+                                route.namespace,
+                                route.key,
+                                _INLINE,
+                                m.body,
+                                headers_json(m),
+                                m.content_type,
+                            )
+                        )
                     continue
                 if not mid:
                     mid = known_mid or self._next_message_id(c)
@@ -674,7 +719,7 @@ class Engine:
                     )
                 )
                 if retain:
-                    current.append((route.namespace, route.key, mid))
+                    current.append((route.namespace, route.key, mid, None, None, None))
                 for st in accepted:
                     entry_rows.append((st.id, mid))
                     if st.count is not None and st.bytes is not None:
@@ -683,22 +728,21 @@ class Engine:
                     touched.add(st.id)
                 mid += 1
             self._write_rows(c, message_rows, entry_rows)
-            for ns, key, new in current:
+            for slot in current:
+                ns, key = slot[0], slot[1]
                 old = current_mids.get((ns, key))
                 if old is None:
                     row = c.execute(
                         "SELECT mid FROM current WHERE ns = ? AND path = ?", (ns, key)
                     ).fetchone()
                     old = row[0] if row is not None else None
-                c.execute(
-                    "INSERT OR REPLACE INTO current(ns, path, mid) VALUES (?, ?, ?)", (ns, key, new)
-                )
-                if old is not None:
+                c.execute(_SET_CURRENT, slot)
+                if old:  # neither unknown (None) nor inline (_INLINE)
                     self._release(c, old)
         if len(current_mids) + len(current) > _CURRENT_MIDS_MAX:
             current_mids.clear()
-        for ns, key, new in current:
-            current_mids[(ns, key)] = new
+        for slot in current:
+            current_mids[(slot[0], slot[1])] = slot[2]
         self._next_mid = mid or known_mid
 
     def _routes(
@@ -972,11 +1016,12 @@ class Engine:
             if self._closed:
                 raise AdapterUnavailable("the embedded adapter is closed")
             row = self.conn.execute(
-                "SELECT m.body, m.headers, m.ctype FROM current c JOIN messages m ON m.id = c.mid "
+                "SELECT coalesce(c.body, m.body), coalesce(c.headers, m.headers), "
+                "coalesce(c.ctype, m.ctype) FROM current c LEFT JOIN messages m ON m.id = c.mid "
                 "WHERE c.ns = ? AND c.path = ?",
                 (topic.namespace, _topic_key(topic)),
             ).fetchone()
-        if row is None:
+        if row is None or row[0] is None:
             return None
         return StoredMessage(
             topic=topic, body=bytes(row[0]), headers=json.loads(row[1]), content_type=row[2]

@@ -106,10 +106,13 @@ def test_fanout_stores_message_once(adapter: EmbeddedAdapter, store: Path) -> No
     assert count_rows(store, "messages") == 1  # one row: current and 500 queue entries
 
 
-def test_superseded_current_message_is_released(adapter: EmbeddedAdapter, store: Path) -> None:
+def test_current_message_without_subscribers_is_held_inline(
+    adapter: EmbeddedAdapter, store: Path
+) -> None:
     for i in range(10):
         adapter.publish(msg("lonely", b"%d" % i))
-    assert count_rows(store, "messages") == 1
+    assert count_rows(store, "messages") == 0  # nothing queued: the current row holds it
+    assert count_rows(store, "current") == 1
     cur = adapter.current_message(Topic(NS, ("lonely",)))
     assert cur is not None and cur.body == b"9"
 
@@ -156,14 +159,15 @@ def test_batch_stores_only_the_last_unrouted_message_per_topic(
     batch += [msg("b", b"b0"), msg("a", b"a-last"), msg("b", b"b-last")]
     receipts = adapter.publish_many(batch)
     assert len(receipts) == 103 and not any(r.routed for r in receipts)
-    assert count_rows(store, "messages") == 2
+    assert count_rows(store, "messages") == 0  # held inline in their current rows
+    assert count_rows(store, "current") == 2
     cur_a = adapter.current_message(Topic(NS, ("a",)))
     cur_b = adapter.current_message(Topic(NS, ("b",)))
     assert cur_a is not None and cur_a.body == b"a-last"
     assert cur_b is not None and cur_b.body == b"b-last"
-    # the next batch replaces them and releases the old rows
+    # the next batch replaces one of them
     adapter.publish_many([msg("a", b"x1"), msg("a", b"x2")])
-    assert count_rows(store, "messages") == 2
+    assert (count_rows(store, "messages"), count_rows(store, "current")) == (0, 2)
     cur_a = adapter.current_message(Topic(NS, ("a",)))
     assert cur_a is not None and cur_a.body == b"x2"
 
@@ -173,7 +177,7 @@ def test_batch_superseded_messages_still_reach_subscribers(
 ) -> None:
     h = adapter.subscription(SubscriptionSpec("s", (PathPattern(NS, ("t",)),)))
     adapter.publish_many([msg("t", b"%d" % i) for i in range(5)] + [msg("u", b"u")])
-    assert count_rows(store, "messages") == 6  # five queued (one also current) + u current
+    assert count_rows(store, "messages") == 5  # five queued (one also current); u inline
     cur = adapter.current_message(Topic(NS, ("t",)))
     assert cur is not None and cur.body == b"4"
     got = h.pull(10)
@@ -182,7 +186,7 @@ def test_batch_superseded_messages_still_reach_subscribers(
         m.ack()
     # acks are group-committed by the next transaction: this publish
     adapter.publish(msg("t", b"next"))
-    assert count_rows(store, "messages") == 2  # "next" (queued and current) + u current
+    assert count_rows(store, "messages") == 1  # "next" (queued and current); u inline
     cur = adapter.current_message(Topic(NS, ("t",)))
     assert cur is not None and cur.body == b"next"
 

@@ -565,3 +565,31 @@ def test_take_removes_on_delivery(make_adapter: Callable[..., RabbitMQAdapter], 
     again = make_adapter().subscription(spec_)
     assert again.pull(10, timeout=1.0) == []
     again.delete()
+
+
+def test_writes_go_straight_to_the_socket_and_large_ones_still_arrive_whole(
+    make_adapter: Callable[..., RabbitMQAdapter], ns: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """FastConnection sends a publish on the socket itself when nothing is buffered; what
+    the socket does not take (a batch larger than its buffer) goes through pika's
+    transport after the part that was sent, so the broker gets every byte in order."""
+    adapter = make_adapter()
+    topic = Topic(ns, ("direct",))
+    handle = adapter.subscription(
+        SubscriptionSpec(f"d-{uuid.uuid4().hex[:8]}", (PathPattern(ns, ("direct",)),))
+    )
+    adapter.publish(message(topic, b"<warm/>"))  # publishing channel open
+    assert adapter._pub is not None
+    transport = adapter._pub.pika.connection._transport
+    buffered: list[int] = []
+    write = transport.write
+    monkeypatch.setattr(transport, "write", lambda data: (buffered.append(len(data)), write(data)))
+    small = [message(topic, b"<s>%d</s>" % i) for i in range(20)]
+    assert all(r.routed for r in adapter.publish_many(small))
+    assert buffered == []  # all of it went out directly
+    large = [message(topic, b"<l>" + bytes([65 + i]) * 1_000_000 + b"</l>") for i in range(16)]
+    assert all(r.routed for r in adapter.publish_many(large))
+    assert buffered, "16 MB in one write should not fit the socket buffer"
+    got = [m.body for m in handle.take(100)]
+    assert got == [b"<warm/>"] + [m.body for m in small] + [m.body for m in large]
+    handle.delete()

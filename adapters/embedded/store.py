@@ -619,7 +619,7 @@ class Engine:
 
         Match-all subscriptions (``patterns=None``) get every topic except those of internal
         namespaces (adapter contract, ``core.adapter.is_internal_namespace``)."""
-        found = self.index.match(topic)
+        found: set[int] = self.index.match(topic)
         if self.match_all and not is_internal_namespace(topic.namespace):
             found |= self.match_all
         return found

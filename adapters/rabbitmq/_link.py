@@ -487,6 +487,12 @@ class FastConnection(AsyncioConnection):  # type: ignore[misc]
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.readers: dict[int, FrameReader] = {}
+        #: held by every write of this connection, from the loop (pika's own writes,
+        #: below) or from another thread (:meth:`send_now`); reentrant, as a writer
+        #: holding it may end in pika's write path
+        self.write_lock = threading.RLock()
+        #: what a :meth:`send_now` left unsent: written before anything else
+        self._tail = b""
 
     def _proto_connection_made(self, transport: Any) -> None:
         super()._proto_connection_made(transport)
@@ -496,31 +502,63 @@ class FastConnection(AsyncioConnection):  # type: ignore[misc]
             transport._MAX_RECV_BYTES = self.RECV_BYTES
 
     def _adapter_emit_data(self, data: bytes) -> None:
-        """Write ``data`` straight to the socket when nothing is buffered before it.
+        """Write ``data`` (loop thread): after any tail a :meth:`send_now` left, straight
+        to the socket when nothing is buffered before it.
 
-        pika's plaintext transport always buffers, turns the socket's writability watch on
-        (an ``epoll_ctl``), sends from the next loop iteration and turns the watch off again
-        (another one): three system calls and an extra iteration per publish.  Here a
-        non-blocking ``send`` goes first; what it does not take (a full socket buffer, or
-        an error the transport will then report itself) is handed to the transport as
-        before, behind nothing, so the byte order stays pika's.  TLS transports are left
-        alone.  Loop thread only, like every other write of the connection."""
+        pika's plaintext transport buffers every write, turns the socket's writability
+        watch on (an ``epoll_ctl``), sends from the next loop iteration and turns the watch
+        off again (another one): three system calls and an extra iteration per publish.
+        Here a non-blocking ``send`` goes first; what it does not take (a full socket
+        buffer, or an error the transport will then report itself) is handed to the
+        transport, behind nothing, so the byte order stays pika's.  TLS transports are
+        left alone."""
+        with self.write_lock:
+            if self._tail:
+                data, self._tail = self._tail + data, b""
+            if self.idle():
+                data = data[self._send_some(data) :]
+                if not data:
+                    return
+            self._transport.write(data)
+
+    def idle(self) -> bool:
+        """Nothing waits to be written before new data (call with ``write_lock``)."""
         transport = self._transport
-        if (
-            type(transport) is _PLAINTEXT_TRANSPORT
+        return (
+            not self._tail
+            and type(transport) is _PLAINTEXT_TRANSPORT
             and transport._state == _PLAINTEXT_TRANSPORT._STATE_ACTIVE
             and not transport.get_write_buffer_size()
-        ):
-            try:
-                sent = transport._sock.send(data)
-            except (BlockingIOError, InterruptedError):
-                sent = 0
-            except OSError:
-                sent = 0  # the transport's own send meets the error and handles it
-            if sent == len(data):
-                return
-            data = data[sent:]
-        transport.write(data)
+        )
+
+    def _send_some(self, data: bytes) -> int:
+        """One non-blocking ``send`` on the socket; the bytes it took (0 on any error:
+        the transport's own send then meets it and handles it)."""
+        try:
+            return int(self._transport._sock.send(data))
+        except OSError:  # BlockingIOError, InterruptedError, a reset connection, ...
+            return 0
+
+    def send_now(self, data: bytes) -> bool:
+        """Write ``data`` from the calling thread, which holds ``write_lock``, when
+        nothing waits before it; False (nothing written) otherwise.  What the socket does
+        not take becomes the tail, which the loop writes before anything else.  Any
+        thread: a publisher saves the loop wake-up per publish this way."""
+        if not self.idle():
+            return False
+        sent = self._send_some(data)
+        if sent < len(data):
+            self._tail = data[sent:]
+            with contextlib.suppress(RuntimeError):  # loop closed: the connection is gone
+                self.ioloop.call_soon_threadsafe(self._flush_tail)
+        return True
+
+    def _flush_tail(self) -> None:
+        """Loop thread: hand a :meth:`send_now` remainder to the transport."""
+        with self.write_lock:
+            if self._tail:
+                tail, self._tail = self._tail, b""
+                self._transport.write(tail)
 
     def _on_data_available(self, data_in: bytes) -> None:
         pending: bytes = self._frame_buffer  # type: ignore[has-type]
@@ -732,6 +770,26 @@ class Channel:
             raise ChannelError.from_reason(self.close_reason)
         # the same call pika's own _send_message ends in (it also keeps the byte count)
         self.pika.connection._output_marshaled_frames([data])
+
+    @property
+    def write_lock(self) -> contextlib.AbstractContextManager[Any]:
+        """The connection's write lock (see :class:`FastConnection`)."""
+        lock = getattr(self.pika.connection, "write_lock", None)
+        return lock if lock is not None else contextlib.nullcontext()
+
+    def can_send_now(self) -> bool:
+        """Whether :meth:`send_now` would write (call with :attr:`write_lock` held)."""
+        conn = self.pika.connection
+        return self.is_open and isinstance(conn, FastConnection) and conn.idle()
+
+    def send_now(self, data: bytes) -> None:
+        """Write pre-encoded frames from the calling thread (any thread), right after
+        :meth:`can_send_now` said yes, :attr:`write_lock` held all along."""
+        conn = self.pika.connection
+        sent = conn.send_now(data)
+        assert sent, "send_now without can_send_now under the same write lock"
+        conn.bytes_sent += len(data)
+        conn.frames_sent += 1
 
     def _on_get_empty(self, _frame: Any) -> None:
         waiter = self._get_waiter

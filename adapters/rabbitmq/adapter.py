@@ -485,6 +485,10 @@ class RabbitMQAdapter(Adapter):
         #: basic.return counts by (exchange, routing key, message id), until the confirm
         self._returned: dict[tuple[str, str, str], int] = {}
         self._frames: PublishFrames | None = None
+        #: guards _pending and _pub_tag: publishing threads number and register their
+        #: publishes while the loop settles confirms (taken before the connection's
+        #: write lock, never after it)
+        self._pub_lock = threading.RLock()
         #: memos of _target and topic_of
         self._targets: dict[Topic, tuple[str, str, bool]] = {}
         self._topics: dict[Binding, Topic] = {}
@@ -1318,7 +1322,8 @@ class RabbitMQAdapter(Adapter):
 
     async def _open_publish_channel(self, link: Link) -> Channel:
         ch = await link.open_channel()
-        self._pub_tag = 0
+        with self._pub_lock:
+            self._pub_tag = 0
         self._frames = None
         ch.pika.add_on_return_callback(self._on_return)
         ch.add_close_listener(self._on_publish_channel_closed)
@@ -1330,8 +1335,9 @@ class RabbitMQAdapter(Adapter):
         return ch
 
     def _fail_pending(self, reason: str) -> None:
-        pending = list(self._pending.values())
-        self._pending.clear()
+        with self._pub_lock:
+            pending = list(self._pending.values())
+            self._pending.clear()
         self._returned.clear()
         for p in pending:
             p.batch.fail(PublishFailed(reason))
@@ -1364,17 +1370,20 @@ class RabbitMQAdapter(Adapter):
 
     def _confirmed(self, tag: int, multiple: bool, nack: bool) -> None:
         pending = self._pending
-        if multiple:
-            # tags are confirmed in order: pop from the front, O(1) each
-            while pending:
-                first = next(iter(pending))
-                if first > tag:
-                    break
-                self._settle(pending.pop(first), nack)
-        else:
-            p = pending.pop(tag, None)
-            if p is not None:
-                self._settle(p, nack)
+        with self._pub_lock:
+            if multiple:
+                # tags are confirmed in order: pop from the front, O(1) each
+                settled = []
+                while pending:
+                    first = next(iter(pending))
+                    if first > tag:
+                        break
+                    settled.append(pending.pop(first))
+            else:
+                p = pending.pop(tag, None)
+                settled = [p] if p is not None else []
+        for p in settled:
+            self._settle(p, nack)
 
     def _settle(self, p: _Pending, nack: bool) -> None:
         batch = p.batch
@@ -1495,9 +1504,9 @@ class RabbitMQAdapter(Adapter):
                 pendings.append(_Pending(batch, -1, peers, "", message.message_id))
         return b"".join(out), pendings, current
 
-    def _send(self, ch: Channel, data: bytes, pendings: list[_Pending]) -> None:
-        """Number ``pendings`` with the channel's next delivery tags and write ``data``
-        (loop thread)."""
+    def _register(self, pendings: list[_Pending]) -> None:
+        """Number ``pendings`` with the channel's next delivery tags (with ``_pub_lock``
+        and the connection's write lock held, right before their frames are written)."""
         pending = self._pending
         tag = self._pub_tag
         for p in pendings:
@@ -1505,7 +1514,25 @@ class RabbitMQAdapter(Adapter):
             pending[tag] = p
         pendings[0].batch.remaining = len(pendings)
         self._pub_tag = tag
-        ch.write(data)
+
+    def _send(self, ch: Channel, data: bytes, pendings: list[_Pending]) -> None:
+        """Number ``pendings`` and write ``data`` (loop thread)."""
+        with self._pub_lock, ch.write_lock:
+            self._register(pendings)
+            ch.write(data)
+
+    def _send_now(
+        self, ch: Channel, frames: PublishFrames, data: bytes, pendings: list[_Pending]
+    ) -> bool:
+        """Number ``pendings`` and write ``data`` from the calling thread, when the
+        publishing channel is current and nothing waits to be written before it; False
+        (nothing done) otherwise.  This saves the loop wake-up per publish."""
+        with self._pub_lock, ch.write_lock:
+            if self._pub is not ch or self._frames is not frames or not ch.can_send_now():
+                return False
+            self._register(pendings)
+            ch.send_now(data)
+            return True
 
     async def _publish(
         self, messages: Sequence[OutboundMessage], timeout: float
@@ -1554,6 +1581,8 @@ class RabbitMQAdapter(Adapter):
         done: concurrent.futures.Future[None] = concurrent.futures.Future()
         batch = _Batch(done, len(messages))
         data, pendings, current = self._encode(messages, targets, frames, batch)
+        if self._send_now(ch, frames, data, pendings):
+            return self._wait_confirms(done, batch, current, timeout)
 
         def send() -> None:
             if self._pub is not ch or self._frames is not frames or not ch.is_open:
@@ -1565,6 +1594,16 @@ class RabbitMQAdapter(Adapter):
             link.loop.call_soon_threadsafe(send)
         except RuntimeError:
             return None  # the loop is closed
+        return self._wait_confirms(done, batch, current, timeout)
+
+    def _wait_confirms(
+        self,
+        done: concurrent.futures.Future[None],
+        batch: _Batch,
+        current: list[tuple[Binding, StoredMessage]],
+        timeout: float,
+    ) -> list[PublishReceipt] | None:
+        """Wait for a directly published batch's confirms (None: take the coroutine path)."""
         try:
             done.result(timeout)
         except _Stale:

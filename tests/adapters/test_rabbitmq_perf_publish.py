@@ -570,9 +570,10 @@ def test_take_removes_on_delivery(make_adapter: Callable[..., RabbitMQAdapter], 
 def test_writes_go_straight_to_the_socket_and_large_ones_still_arrive_whole(
     make_adapter: Callable[..., RabbitMQAdapter], ns: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """FastConnection sends a publish on the socket itself when nothing is buffered; what
-    the socket does not take (a batch larger than its buffer) goes through pika's
-    transport after the part that was sent, so the broker gets every byte in order."""
+    """A publish is written by the publishing thread itself, straight to the socket, when
+    nothing is buffered (no loop wake-up); what the socket does not take (a batch larger
+    than its buffer) goes through pika's transport after the part that was sent, so the
+    broker gets every byte in order."""
     adapter = make_adapter()
     topic = Topic(ns, ("direct",))
     handle = adapter.subscription(
@@ -584,12 +585,21 @@ def test_writes_go_straight_to_the_socket_and_large_ones_still_arrive_whole(
     buffered: list[int] = []
     write = transport.write
     monkeypatch.setattr(transport, "write", lambda data: (buffered.append(len(data)), write(data)))
+    loop = adapter._publisher.loop
+    wakeups: list[object] = []
+    wake = loop.call_soon_threadsafe
+    monkeypatch.setattr(
+        loop, "call_soon_threadsafe", lambda *a, **k: (wakeups.append(a[0]), wake(*a, **k))[1]
+    )
     small = [message(topic, b"<s>%d</s>" % i) for i in range(20)]
     assert all(r.routed for r in adapter.publish_many(small))
+    assert all(adapter.publish(m).routed for m in small[:5])
     assert buffered == []  # all of it went out directly
+    assert wakeups == []  # written by this thread: the loop was not woken to write
     large = [message(topic, b"<l>" + bytes([65 + i]) * 1_000_000 + b"</l>") for i in range(16)]
     assert all(r.routed for r in adapter.publish_many(large))
     assert buffered, "16 MB in one write should not fit the socket buffer"
     got = [m.body for m in handle.take(100)]
-    assert got == [b"<warm/>"] + [m.body for m in small] + [m.body for m in large]
+    expected = [b"<warm/>"] + [m.body for m in small + small[:5] + large]
+    assert got == expected
     handle.delete()

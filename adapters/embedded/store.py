@@ -26,7 +26,9 @@ handed-out row returns to ready: that is how unacked messages survive a crash.
 
 Durability: WAL journal.  ``synchronous=NORMAL`` (default) makes every commit survive a
 crash of the process (SIGKILL included) but the last commits may be lost on power failure
-or an OS crash; ``synchronous=FULL`` fsyncs every commit and survives those too.
+or an OS crash; ``synchronous=FULL`` fsyncs every commit and survives those too.  WAL
+checkpoints run on a thread and connection of their own every half second
+(``Engine._checkpoint_loop``), never inside a commit.
 
 Concurrency: one connection, used only under ``Engine.lock``; each operation is one
 transaction (``publish_many`` writes its whole batch in one transaction).  Push delivery
@@ -82,6 +84,8 @@ _FETCH_BATCH = 256
 _ACK_BATCH = 512
 #: seconds acks may wait for others to share their commit
 _ACK_DELAY = 0.002
+#: seconds between WAL checkpoints (``Engine._checkpoint_loop``)
+_CHECKPOINT_INTERVAL = 0.5
 
 #: topics whose current message id ``Engine`` remembers (beyond: forget them all)
 _CURRENT_MIDS_MAX = 4096
@@ -363,11 +367,22 @@ class Engine:
             self.conn.execute(f"PRAGMA synchronous={_synchronous(synchronous)}")
             self.conn.execute("PRAGMA temp_store=MEMORY")
             self.conn.execute("PRAGMA cache_size=-32000")
+            if not self.memory:
+                # checkpoints run on their own thread (_checkpoint_loop), not inside a commit
+                self.conn.execute("PRAGMA wal_autocheckpoint=0")
             self.conn.executescript(_SCHEMA)
             self._upgrade_schema()
         except sqlite3.Error as exc:
             self._release_process_lock()
             raise AdapterUnavailable(f"cannot open embedded store {path!r}: {exc}") from exc
+        self._db_file = db
+        self._stop_checkpoints = threading.Event()
+        self._checkpointer: threading.Thread | None = None
+        if not self.memory:
+            self._checkpointer = threading.Thread(
+                target=self._checkpoint_loop, name=f"wsnmom-checkpoint-{path}", daemon=True
+            )
+            self._checkpointer.start()
         self.index: TopicIndex[int] = TopicIndex()
         self.match_all: set[int] = set()
         self.subs: dict[int, SubState] = {}
@@ -442,11 +457,39 @@ class Engine:
                 st = SubState(sid, name, decode_patterns(patterns), decode_limits(limits))
                 self._install(st, held=held.get(sid, (0, 0)))
 
+    def _checkpoint_loop(self) -> None:
+        """Copy committed WAL pages into the database file every
+        :data:`_CHECKPOINT_INTERVAL` seconds, on a connection of its own.
+
+        SQLite's automatic checkpoint runs inside the commit that crosses its threshold:
+        that commit then waits for two fsyncs while holding the engine lock, and every
+        publish, fetch and acknowledgement waits with it (8 ms at the 99.9th percentile of
+        commits here, up to ~80 ms, and the delivery latency scenario measured a p99 of
+        115 ms once).  A PASSIVE checkpoint from another connection takes no write lock, so
+        commits go on meanwhile; the WAL is reused from its start by the first commit after
+        a complete checkpoint, so it does not grow while this keeps up."""
+        try:
+            conn = sqlite3.connect(self._db_file, isolation_level=None)
+        except sqlite3.Error:  # pragma: no cover - the main connection opened the same file
+            log.exception("embedded store: no checkpoint connection; the WAL will grow")
+            return
+        try:
+            while not self._stop_checkpoints.wait(_CHECKPOINT_INTERVAL):
+                try:
+                    conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+                except sqlite3.Error:
+                    log.warning("embedded store: checkpoint failed", exc_info=True)
+        finally:
+            conn.close()
+
     def close(self) -> None:
         """Stop the dispatcher and close the database (the last user closes)."""
         with self._cv:
             self._closed = True
             self._cv.notify_all()
+        self._stop_checkpoints.set()
+        if self._checkpointer is not None:
+            self._checkpointer.join(timeout=30)
         if self._dispatcher is not None and self._dispatcher is not threading.current_thread():
             self._dispatcher.join(timeout=5)
         with self._arrival:

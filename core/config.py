@@ -147,6 +147,11 @@ class Settings:
     topic_namespaces: list[str] = field(default_factory=list)
     #: forward the publisher's ProducerReference to consumers (False: anonymous)
     forward_producer_reference: bool = True
+    #: seconds the middleware may take to confirm a Notify's messages before the Notify
+    #: is answered with a fault (the messages may still arrive: a retry can duplicate
+    #: them).  One persistent message routed into 10,000 RabbitMQ queues took over 10 s
+    #: to confirm on a busy one-CPU broker.
+    publish_timeout: float = 30.0
     log_level: str = "INFO"
     termination: TerminationSettings = field(default_factory=TerminationSettings)
     retry: RetrySettings = field(default_factory=RetrySettings)
@@ -338,3 +343,5 @@ def validate(settings: Settings) -> None:
         raise ConfigError("delivery.workers and delivery.batch_size must be at least 1")
     if settings.limits.get_messages_cap < 1:
         raise ConfigError("limits.get_messages_cap must be at least 1")
+    if not settings.publish_timeout > 0:
+        raise ConfigError("publish_timeout must be a positive number of seconds")

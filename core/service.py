@@ -1050,13 +1050,14 @@ class BrokerService:
         if not messages:
             return
         outbound = [encode(m, route=route) for m in messages]
+        timeout = self.settings.publish_timeout
         try:
             if route is None and self.adapter.capabilities.sole_publisher:
                 with self._gate.shared():
                     outbound.extend(self._direct_routes(messages))
-                    receipts = self.adapter.publish_many(outbound)
+                    receipts = self.adapter.publish_many(outbound, timeout)
             else:
-                receipts = self.adapter.publish_many(outbound)
+                receipts = self.adapter.publish_many(outbound, timeout)
         except AdapterError as exc:
             raise errors.ResourceUnavailable(
                 f"the middleware did not confirm the notifications: {exc}"

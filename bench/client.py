@@ -94,7 +94,7 @@ def _extract(status: int, body: bytes, extract: Extract) -> Answer:
     if extract == "address":
         return status, soap.first_address(body) if status < 300 else soap.fault_summary(body)
     if extract == "notifications":
-        return status, soap.count_notifications(body)
+        return status, soap.count_notifications(body) if status < 300 else soap.fault_summary(body)
     return status, None
 
 

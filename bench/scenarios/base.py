@@ -121,6 +121,6 @@ def drain_once(addresses: list[str], maximum: int = 1) -> list[int]:
     counts: list[int] = []
     for status, value in answers:
         if status != 200:
-            raise RuntimeError(f"GetMessages failed: {status}")
+            raise RuntimeError(f"GetMessages failed: {status}: {value}")
         counts.append(int(value or 0))
     return counts

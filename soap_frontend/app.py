@@ -47,6 +47,7 @@ from .envelope import (
 )
 from .faults import BaseFaultError, count_fault, count_request, fault_for_error, invalid_log
 from .metadata import SCHEMA_FILES, render_wsdl, schema_bytes
+from .splice import Spliced
 from .xml import WSNMOM, WSRF_RL, qname, text_of
 
 log = logging.getLogger("wsnmom.soap")
@@ -286,8 +287,12 @@ def soap_post(
     if result is None:  # one-way
         return Reply(202, b"", _DEFAULT_CONTENT_TYPE)
     action = codec.response_action(op)
-    env = build_envelope(req.version, result, action=action, relates_to=req.addressing.message_id)
-    return Reply(200, to_bytes(env), content_type_for(req.version, action))
+    element = result.element if isinstance(result, Spliced) else result
+    env = build_envelope(req.version, element, action=action, relates_to=req.addressing.message_id)
+    data = to_bytes(env)
+    if isinstance(result, Spliced):
+        data = result.fill(data)
+    return Reply(200, data, content_type_for(req.version, action))
 
 
 def _fault(fe: Frontend, exc: BaseException, version: Any, relates_to: str | None) -> Reply:

@@ -47,6 +47,7 @@ from . import codec
 from .codec import ACTIONS, FULL, SIMPLE, Op
 from .envelope import SOAP_NS, build_envelope, content_type_for, to_bytes
 from .outbound_http import TRANSPORT_ERRORS, OutboundConnections, OutboundEnvironment
+from .splice import Spliced
 from .xml import WSA, WSNT, XmlRejected, children, parse_fragment, parse_xml, qname, text_of
 
 log = logging.getLogger("wsnmom.soap.client")
@@ -176,9 +177,7 @@ class SoapClient:
         action = codec.NOTIFY_ACTION
         if use_raw:
             for d in messages:
-                self._post(
-                    consumer, soap_version, codec.payload_element(d.message), action, timeout
-                )
+                self._post(consumer, soap_version, codec.raw_payload(d.message), action, timeout)
         else:
             self._post(consumer, soap_version, codec.notify_element(messages), action, timeout)
 
@@ -235,12 +234,18 @@ class SoapClient:
         self,
         target: EndpointReference,
         version: SoapVersion,
-        body: etree._Element,
+        body: etree._Element | Spliced,
         action: str,
         timeout: float,
     ) -> etree._Element | None:
         headers = [_reference_header(p) for p in target.reference_parameters]
-        env = build_envelope(version, body, action=action, to=target.address, extra_headers=headers)
+        element = body.element if isinstance(body, Spliced) else body
+        env = build_envelope(
+            version, element, action=action, to=target.address, extra_headers=headers
+        )
+        data = to_bytes(env)
+        if isinstance(body, Spliced):
+            data = body.fill(data)
         http_headers = {
             "Content-Type": content_type_for(version, action),
             "User-Agent": USER_AGENT,
@@ -250,7 +255,7 @@ class SoapClient:
         try:
             status, content = self.connections.post(
                 target.address,
-                to_bytes(env),
+                data,
                 http_headers,
                 connect_timeout=min(timeout, 5.0),
                 read_timeout=timeout,

@@ -61,6 +61,7 @@ from wsnmom.topic_mapping.model import Topic
 
 from .envelope import parse_epr
 from .faults import BaseFaultError, xsd_datetime
+from .splice import MARKER, MARKER_TAG, Spliced, add_marker
 from .xml import (
     NATO,
     PREFIXES,
@@ -615,13 +616,35 @@ def payload_element(message: NotificationMessage) -> etree._Element:
         return parse_fragment(wrapped)
 
 
-def add_notification_message(
+def payload_xml(message: NotificationMessage) -> bytes:
+    """The payload as it is written inside ``wsnt:Message``: the stored bytes themselves
+    when they are a bare UTF-8 element, else :func:`payload_element` serialised.
+
+    An XML payload is a well-formed document by the time it is a ``NotificationMessage``
+    (the frontend serialised it, or ``core.codec.decode`` checked it).  One that starts with
+    its root element has no XML declaration (so it is UTF-8), no DOCTYPE and no leading
+    comment, and its prefixes are declared on itself: its bytes can stand inside any element
+    that declares no default namespace.  Anything else takes the parse and serialise path.
+    """
+    from wsnmom.core.codec import is_xml_type
+
+    payload = message.payload
+    if (
+        payload[:1] == b"<"
+        and payload[1:2] not in (b"?", b"!", b"")
+        and is_xml_type(message.content_type)
+    ):
+        return payload
+    return etree.tostring(payload_element(message), encoding="utf-8")
+
+
+def _add_message_frame(
     parent: etree._Element,
     message: NotificationMessage,
-    subscription_reference: EndpointReference | None = None,
+    subscription_reference: EndpointReference | None,
 ) -> etree._Element:
-    """Append a ``wsnt:NotificationMessage`` (SubscriptionReference?, Topic?,
-    ProducerReference?, Message)."""
+    """Append a ``wsnt:NotificationMessage`` without its payload; returns its
+    ``wsnt:Message``."""
     holder = add(parent, T("NotificationMessage"))
     if subscription_reference is not None:
         add_epr(holder, T("SubscriptionReference"), subscription_reference)
@@ -629,16 +652,75 @@ def add_notification_message(
         add_topic(holder, T("Topic"), message.topic, message.topic_dialect)
     if message.producer_reference is not None:
         add_epr(holder, T("ProducerReference"), message.producer_reference)
-    add(holder, T("Message")).append(payload_element(message))
-    return holder
+    return add(holder, T("Message"))
 
 
-def notify_element(deliveries: Sequence[Delivered]) -> etree._Element:
+_FrameKey = tuple[EndpointReference | None, Topic | None, str | None, EndpointReference | None]
+#: serialised NotificationMessage frames (before and after the payload) by what they hold
+_frames: dict[_FrameKey, tuple[bytes, bytes]] = {}
+_FRAMES_MAX = 4096
+
+
+def _message_frame(
+    message: NotificationMessage, subscription_reference: EndpointReference | None
+) -> tuple[bytes, bytes]:
+    """The bytes of a ``wsnt:NotificationMessage`` before and after its payload, as they
+    are serialised inside an element made by :func:`new` (which declares the standard
+    prefixes, as every response and Notify element does).
+
+    The frame depends only on the subscription reference, the topic, its dialect and the
+    producer reference, which most messages of a subscription share, so frames are kept
+    (up to :data:`_FRAMES_MAX`, then the table starts afresh).
+    """
+    key = (
+        subscription_reference,
+        message.topic,
+        message.topic_dialect,
+        message.producer_reference,
+    )
+    frame = _frames.get(key)
+    if frame is None:
+        container = new(qname(WSNMOM, "frame"))
+        add_marker(_add_message_frame(container, message, subscription_reference))
+        data = etree.tostring(container, encoding="utf-8")
+        inner = data[data.index(b">") + 1 : data.rindex(b"</")]
+        head, _, tail = inner.partition(MARKER)
+        frame = (head, tail)
+        if len(_frames) >= _FRAMES_MAX:
+            _frames.clear()
+        _frames[key] = frame
+    return frame
+
+
+def notification_messages_xml(
+    items: Iterable[tuple[NotificationMessage, EndpointReference | None]],
+) -> bytes:
+    """``wsnt:NotificationMessage`` elements, serialised for a :func:`new` container, with
+    their payloads copied in as bytes (:func:`payload_xml`)."""
+    parts: list[bytes] = []
+    for message, subscription_reference in items:
+        head, tail = _message_frame(message, subscription_reference)
+        parts += (head, payload_xml(message), tail)
+    return b"".join(parts)
+
+
+def _spliced(tag: str, content: bytes) -> Spliced:
+    el = new(tag)
+    add_marker(el)
+    return Spliced(el, content)
+
+
+def notify_element(deliveries: Sequence[Delivered]) -> Spliced:
     """A wrapped ``wsnt:Notify`` holding every delivery."""
-    notify = new(T("Notify"))
-    for d in deliveries:
-        add_notification_message(notify, d.message, d.subscription_reference)
-    return notify
+    return _spliced(
+        T("Notify"),
+        notification_messages_xml((d.message, d.subscription_reference) for d in deliveries),
+    )
+
+
+def raw_payload(message: NotificationMessage) -> Spliced:
+    """The payload alone as a SOAP body (raw delivery, UseRaw)."""
+    return Spliced(etree.Element(MARKER_TAG), payload_xml(message))
 
 
 def subscribe_response(sub: Subscription, address: str, now: datetime) -> etree._Element:
@@ -663,21 +745,19 @@ def empty_response(tag: str) -> etree._Element:
     return new(tag)
 
 
-def get_messages_response(messages: Iterable[NotificationMessage]) -> etree._Element:
+def get_messages_response(messages: Iterable[NotificationMessage]) -> Spliced:
     """GetMessagesResponse with each message as a NotificationMessage, exactly as it was
     accumulated (GM-07): with the SubscriptionReference of the subscription that fed it
     into the pull point, when it came through one."""
-    resp = new(T("GetMessagesResponse"))
-    for m in messages:
-        add_notification_message(resp, m, m.subscription_reference)
-    return resp
+    return _spliced(
+        T("GetMessagesResponse"),
+        notification_messages_xml((m, m.subscription_reference) for m in messages),
+    )
 
 
-def get_current_message_response(message: NotificationMessage) -> etree._Element:
+def get_current_message_response(message: NotificationMessage) -> Spliced:
     """GetCurrentMessageResponse holding the raw payload element."""
-    resp = new(T("GetCurrentMessageResponse"))
-    resp.append(payload_element(message))
-    return resp
+    return _spliced(T("GetCurrentMessageResponse"), payload_xml(message))
 
 
 def create_pull_point_response(

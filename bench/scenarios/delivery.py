@@ -76,7 +76,8 @@ class Delivery(Scenario):
                 result.details["raw"] = raws
                 ctx.log(
                     f"  {mw.name}: {stats['messages']}/{accepted} delivered in {elapsed:.2f}s "
-                    f"= {rate:,.0f} msg/s (ingress took {send_s:.2f}s)"
+                    f"= {rate:,.0f} msg/s in {stats['requests']} outbound Notifies "
+                    f"(ingress took {send_s:.2f}s)"
                 )
                 result.add(
                     Metric(
@@ -90,7 +91,10 @@ class Delivery(Scenario):
                     )
                 )
                 result.details.update(
-                    accepted=accepted, delivered=stats["messages"], ingress_s=send_s
+                    accepted=accepted,
+                    delivered=stats["messages"],
+                    outbound_notifies=stats["requests"],
+                    ingress_s=send_s,
                 )
                 # fixed offered load at 50 % of the measured maximum
                 offered = max(1.0, rate * 0.5)

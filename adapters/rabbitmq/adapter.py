@@ -95,7 +95,6 @@ Options
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import logging
 import ssl
@@ -145,6 +144,7 @@ from wsnmom.topic_mapping.translate import (
     translate,
 )
 
+from ._completion import Completion
 from ._link import (
     NOT_FOUND,
     PRECONDITION_FAILED,
@@ -396,13 +396,11 @@ class _Stale(Exception):
 class _Batch:
     """The messages of one ``publish_many`` call waiting for their confirms: one future
     for the whole batch instead of one per message (an asyncio future when a coroutine
-    on the loop waits, a concurrent one when the publishing thread does)."""
+    on the loop waits, a :class:`Completion` when the publishing thread does)."""
 
     __slots__ = ("future", "receipts", "remaining")
 
-    def __init__(
-        self, future: asyncio.Future[None] | concurrent.futures.Future[None], size: int
-    ) -> None:
+    def __init__(self, future: asyncio.Future[None] | Completion, size: int) -> None:
         self.future = future
         self.receipts: list[PublishReceipt] = [_ROUTED] * size
         #: confirms still to come (messages and their peer copies)
@@ -1078,7 +1076,7 @@ class RabbitMQAdapter(Adapter):
             return None
         queue = sub.queue
         out: list[Received] = []
-        done: concurrent.futures.Future[None] = concurrent.futures.Future()
+        done = Completion()
 
         def reply(result: GetReply) -> None:
             if done.done():
@@ -1106,7 +1104,7 @@ class RabbitMQAdapter(Adapter):
             return None
         try:
             done.result(self.opts.operation_timeout)
-        except concurrent.futures.TimeoutError:
+        except TimeoutError:
             # what was taken meanwhile goes back to the queue with the channel
             link.loop.call_soon_threadsafe(lambda: link.loop.create_task(ch.close()))
             raise AdapterUnavailable(
@@ -1578,7 +1576,7 @@ class RabbitMQAdapter(Adapter):
         declared = self._declared.get(link.name, ())
         if any(t[0] not in declared for t in targets):
             return None
-        done: concurrent.futures.Future[None] = concurrent.futures.Future()
+        done = Completion()
         batch = _Batch(done, len(messages))
         data, pendings, current = self._encode(messages, targets, frames, batch)
         if self._send_now(ch, frames, data, pendings):
@@ -1598,7 +1596,7 @@ class RabbitMQAdapter(Adapter):
 
     def _wait_confirms(
         self,
-        done: concurrent.futures.Future[None],
+        done: Completion,
         batch: _Batch,
         current: list[tuple[Binding, StoredMessage]],
         timeout: float,
@@ -1608,7 +1606,7 @@ class RabbitMQAdapter(Adapter):
             done.result(timeout)
         except _Stale:
             return None
-        except concurrent.futures.TimeoutError:
+        except TimeoutError:
             raise PublishFailed(
                 f"not confirmed: RabbitMQ did not answer within {timeout:.1f}s"
             ) from None

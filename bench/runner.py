@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from bench import cpus
-from bench.middleware import MIDDLEWARES, Middleware
+from bench.middleware import MIDDLEWARES, PLANNED, Middleware
 from bench.model import AdapterInfo, RunReport, ScenarioResult, machine_info, now_iso
 from bench.scenarios import SCENARIOS, Scenario
 from bench.scenarios.base import Context
@@ -55,7 +55,12 @@ def run(
     report.machine["cpu_plan"] = plan.describe() if plan else None
     workdir = Path(tempfile.mkdtemp(prefix="wsnmom-bench-"))
     ctx = Context(quick=quick, workdir=workdir, log=log)
-    wanted = [cls() for cls in MIDDLEWARES if not adapter_names or cls.name in adapter_names]
+
+    def chosen(name: str) -> bool:
+        return not adapter_names or name in adapter_names
+
+    wanted = [cls() for cls in MIDDLEWARES if chosen(cls.name)]
+    planned = [p for p in PLANNED if chosen(p.name)]
     needs_mw = {
         mw.name
         for s in scenarios
@@ -78,13 +83,15 @@ def run(
                     mw.start(workdir / f"mw-{mw.name}")
                 except Exception as exc:
                     reason = f"could not start: {exc}"[:500]
-            info = AdapterInfo(mw.name, reason is None, reason, mw.describe())
-            infos[mw.name] = info
-            report.adapters.append(info)
+            infos[mw.name] = AdapterInfo(mw.name, reason is None, reason, mw.describe())
             if reason is None:
                 live[mw.name] = mw
-            else:
-                log(f"- {mw.name}: not available ({reason})")
+        for p in planned:
+            infos[p.name] = AdapterInfo(p.name, False, p.unavailable(), None)
+        for info in infos.values():
+            report.adapters.append(info)
+            if not info.available:
+                log(f"- {info.name}: not available ({info.reason})")
         if plan is not None:
             # brokers are not under test: they share the load side's CPUs
             for mw in live.values():
@@ -100,18 +107,19 @@ def run(
             if scenario.middlewares == ():
                 report.results.append(_run_one(ctx, scenario, None))
             else:
-                for mw in wanted:
-                    if scenario.middlewares is not None and mw.name not in scenario.middlewares:
+                for name, info in infos.items():
+                    if scenario.middlewares is not None and name not in scenario.middlewares:
                         continue
-                    res = ScenarioResult(scenario.name, mw.name)
-                    if mw.name not in live:
+                    res = ScenarioResult(scenario.name, name)
+                    target = live.get(name)
+                    if target is None:
                         res.status = "not_available"
-                        res.reason = infos[mw.name].reason
+                        res.reason = info.reason
                     elif scenario.needs_server and ctx.serve_unavailable:
                         res.status = "not_available"
                         res.reason = ctx.serve_unavailable
                     else:
-                        res = _run_one(ctx, scenario, mw)
+                        res = _run_one(ctx, scenario, target)
                     report.results.append(res)
             report.finished_at = now_iso()
             report.write(json_path)

@@ -1,0 +1,195 @@
+"""A/B comparison of two commits under the same load, for changes smaller than the noise
+between benchmark runs.
+
+``python -m bench.ab --base HEAD~1 --adapter rabbitmq --load notify`` exports BASE
+(``git archive``) to a temporary folder, starts one gateway from it (through
+``bench/ab_launch.py``) and one from the working tree, both on the same middleware and
+pinned to the same CPU (``bench/cpus.py``), and then alternates load rounds between them:
+A B, B A, A B ...  For each round it reads the server process's CPU time from ``/proc``
+and reports the CPU per request and the requests/s, with the median of each side.
+
+Loads: ``notify`` (1-message Notify, no subscription: the ingress path), ``notify-100``
+(100 messages per Notify) and ``push`` (1-message Notify with one push subscription to a
+consumer server: ingress and delivery on the same CPU).  CPU per request is the steadier
+figure on a shared machine (requests/s also moves with the load side).  Only ever loads
+127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bench import client, cpus, load, soap
+from bench.consumer import ConsumerProcess
+from bench.middleware import MIDDLEWARES, Middleware
+from bench.server import ServerProcess
+
+REPO = Path(__file__).resolve().parents[1]
+LAUNCHER = Path(__file__).with_name("ab_launch.py")
+LOADS = ("notify", "notify-100", "push")
+TOPIC = "ab"
+
+
+class TreeServer(ServerProcess):
+    """A gateway run from another source tree (an exported commit)."""
+
+    def __init__(self, tree: Path, adapter_url: str, workdir: Path) -> None:
+        super().__init__(adapter_url, workdir)
+        self.tree = tree
+
+    def command(self) -> list[str]:
+        """``python bench/ab_launch.py TREE serve ...`` instead of ``python -m wsnmom``."""
+        base = super().command()
+        return [base[0], str(LAUNCHER), str(self.tree), *base[3:]]
+
+
+def process_cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a whole process (all its threads) from ``/proc``."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def export_commit(rev: str, dest: Path) -> str:
+    """Write the files of ``rev`` to ``dest``; returns its short hash."""
+    short = subprocess.run(
+        ["git", "rev-parse", "--short", rev], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout.strip()
+    dest.mkdir(parents=True)
+    archive = subprocess.Popen(["git", "archive", rev], cwd=REPO, stdout=subprocess.PIPE)
+    subprocess.run(["tar", "-x", "-C", str(dest)], stdin=archive.stdout, check=True)
+    if archive.wait() != 0:
+        raise RuntimeError(f"git archive {rev} failed")
+    return short
+
+
+@dataclass
+class Side:
+    """One gateway of the comparison and its rounds."""
+
+    label: str
+    server: ServerProcess
+    #: (CPU µs per request, requests/s) per round
+    rounds: list[tuple[float, float]] = field(default_factory=list)
+
+    def medians(self) -> tuple[float, float]:
+        """Median CPU µs per request and median requests/s."""
+        return (
+            statistics.median(r[0] for r in self.rounds),
+            statistics.median(r[1] for r in self.rounds),
+        )
+
+
+def _body(kind: str, url: str) -> bytes:
+    return soap.notify(url, TOPIC, messages=100 if kind == "notify-100" else 1)
+
+
+def measure_round(side: Side, kind: str, seconds: float, settle: float) -> tuple[float, float]:
+    """One load round on ``side``; (CPU µs per request, requests/s)."""
+    pid = side.server.pid
+    assert pid is not None
+    time.sleep(settle)
+    before = process_cpu_seconds(pid)
+    result = load.run_load(side.server.broker_url, _body(kind, side.server.broker_url), seconds)
+    time.sleep(settle)  # deliveries still under way belong to this round
+    spent = process_cpu_seconds(pid) - before
+    if result.requests == 0 or result.errors:
+        raise RuntimeError(
+            f"{side.label}: {result.requests} requests, {result.errors} errors: "
+            f"{side.server.log_tail()}"
+        )
+    return spent * 1e6 / result.requests, result.rps
+
+
+def compare(
+    base: str,
+    adapter: str,
+    kind: str,
+    rounds: int,
+    seconds: float,
+    log: Callable[[str], None] = print,
+) -> list[Side]:
+    """Run the comparison; returns the two sides (base first) with their rounds."""
+    mw: Middleware = next(cls() for cls in MIDDLEWARES if cls.name == adapter)
+    reason = mw.unavailable()
+    if reason:
+        raise RuntimeError(reason)
+    cpus.choose(True)
+    cpus.pin_bench_to_clients()
+    with tempfile.TemporaryDirectory(prefix="wsnmom-ab-") as tmp:
+        work = Path(tmp)
+        short = export_commit(base, work / "base-tree")
+        mw.start(work / "mw")
+        consumer = ConsumerProcess().start() if kind == "push" else None
+        sides = [
+            Side(
+                f"base {short}",
+                TreeServer(work / "base-tree", mw.adapter_url(work / "a"), work / "a"),
+            ),
+            Side("working tree", ServerProcess(mw.adapter_url(work / "b"), work / "b")),
+        ]
+        try:
+            for pid in mw.pids():
+                cpus.pin_process_tree(pid)
+            for side in sides:
+                side.server.start()
+                url = side.server.broker_url
+                if consumer is not None:
+                    kc = client.KeepAliveClient()
+                    try:
+                        status, _ = kc.post(
+                            url, soap.subscribe(url, consumer.base_url + "/c/0", TOPIC)
+                        )
+                    finally:
+                        kc.close()
+                    if status != 200:
+                        raise RuntimeError(f"{side.label}: Subscribe answered {status}")
+                load.run_load(url, _body(kind, url), 2.0)  # warm-up
+            settle = 1.0 if kind == "push" else 0.3
+            for i in range(rounds):
+                order = sides if i % 2 == 0 else sides[::-1]
+                for side in order:
+                    us, rps = measure_round(side, kind, seconds, settle)
+                    side.rounds.append((us, rps))
+                    log(f"  round {i + 1} {side.label:>14}: {us:7.1f} µs/request {rps:8,.0f} req/s")
+        finally:
+            for side in sides:
+                side.server.stop()
+            if consumer is not None:
+                consumer.stop()
+            mw.stop()
+    return sides
+
+
+def main() -> None:
+    """Entry point of ``python -m bench.ab``."""
+    parser = argparse.ArgumentParser(description="A/B: a base commit against the working tree")
+    parser.add_argument("--base", default="HEAD", help="commit to compare against (HEAD)")
+    parser.add_argument("--adapter", default="embedded")
+    parser.add_argument("--load", choices=LOADS, default="notify")
+    parser.add_argument("--rounds", type=int, default=8, help="rounds per side")
+    parser.add_argument("--seconds", type=float, default=4.0, help="length of one round")
+    args = parser.parse_args()
+    sides = compare(args.base, args.adapter, args.load, args.rounds, args.seconds)
+    (base_us, base_rps), (new_us, new_rps) = (s.medians() for s in sides)
+    print(f"{args.load} on {args.adapter}, {args.rounds} rounds of {args.seconds:g} s per side")
+    for side in sides:
+        us, rps = side.medians()
+        print(f"  {side.label:>14}: median {us:7.1f} µs/request, {rps:8,.0f} req/s")
+    print(
+        f"  working tree vs base: CPU per request {new_us / base_us - 1:+.1%}, "
+        f"requests/s {new_rps / base_rps - 1:+.1%}"
+    )
+    sys.exit(0)
+
+
+if __name__ == "__main__":
+    main()

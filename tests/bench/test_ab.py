@@ -1,0 +1,46 @@
+"""The A/B tool of the benchmarks (bench/ab.py, bench/ab_launch.py): a gateway run from an
+exported commit really runs that tree's code, and a short comparison measures both sides."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench import ab
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_exported_tree_is_what_the_launcher_imports(tmp_path: Path) -> None:
+    tree = tmp_path / "tree"
+    short = ab.export_commit("HEAD", tree)
+    assert short and (tree / "pyproject.toml").is_file() and (tree / "core").is_dir()
+    marker = tree / "core" / "ab_marker.py"
+    marker.write_text("WHERE = 'exported tree'\n")
+    probe = (
+        "import pathlib, runpy; "
+        f"runpy.run_path({str(ab.LAUNCHER)!r})['install'](pathlib.Path({str(tree)!r})); "
+        "import wsnmom.core.ab_marker as m, wsnmom.adapters.embedded as e; "
+        "print(m.WHERE); print(e.__file__)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True, check=True
+    ).stdout.splitlines()
+    assert out[0] == "exported tree"
+    assert out[1].startswith(str(tree))
+
+
+@pytest.mark.timeout(180)
+def test_short_comparison_measures_both_sides() -> None:
+    lines: list[str] = []
+    sides = ab.compare("HEAD", "embedded", "notify", rounds=2, seconds=1.0, log=lines.append)
+    assert [s.label.split()[0] for s in sides] == ["base", "working"]
+    for side in sides:
+        assert len(side.rounds) == 2
+        us, rps = side.medians()
+        assert 0 < us < 100_000 and rps > 0
+    # rounds alternate: A B, then B A
+    assert [line.split()[2] for line in lines] == ["base", "working", "working", "base"]

@@ -7,12 +7,20 @@ from hypothesis import given
 from hypothesis import strategies as st
 from wsnmom.topic_mapping.dialects import is_ncname as dialects_is_ncname
 from wsnmom.topic_mapping.escaping import (
+    _NAME_EXTRA_RANGES,
+    _NAME_START_RANGES,
+    _NCNAME_CODEC,
     EMPTY_LEVEL,
+    _Codec,
+    _in_ranges,
+    _native_codec,
     decode_segment,
     encode_segment,
     escape_char,
     escape_word,
     is_ncname,
+    is_ncname_char,
+    is_ncname_start_char,
     native_word_to_ncname,
     ncname_to_native_word,
     unescape_word,
@@ -271,3 +279,50 @@ def test_encoding_is_injective(syntax: WildcardSyntax, data: st.DataObject) -> N
     b = data.draw(ncnames())
     if a != b:
         assert encode_segment(a, syntax) != encode_segment(b, syntax)
+
+
+# --- the ASCII fast paths give what the general code gives --------------------------------
+
+ascii_texts = st.lists(
+    st.one_of(st.characters(max_codepoint=127), st.sampled_from(TRICKY)), max_size=12
+).map("".join)
+_CODECS = [("ncname", _NCNAME_CODEC)] + [(s.name, _native_codec(s)) for s in SYNTAXES]
+
+
+def _ncname_by_ranges(text: str) -> bool:
+    return (
+        bool(text)
+        and _in_ranges(ord(text[0]), _NAME_START_RANGES)
+        and all(
+            _in_ranges(ord(ch), _NAME_START_RANGES) or _in_ranges(ord(ch), _NAME_EXTRA_RANGES)
+            for ch in text[1:]
+        )
+    )
+
+
+def test_ascii_character_classes_match_the_ranges() -> None:
+    for code in range(128):
+        ch = chr(code)
+        assert is_ncname_start_char(ch) == _in_ranges(code, _NAME_START_RANGES)
+        assert is_ncname_char(ch) == _ncname_by_ranges("a" + ch)
+
+
+@given(st.one_of(ascii_texts, raw_texts))
+def test_is_ncname_fast_path_matches_the_ranges(text: str) -> None:
+    assert is_ncname(text) == _ncname_by_ranges(text)
+
+
+@pytest.mark.parametrize("name,codec", _CODECS, ids=[n for n, _ in _CODECS])
+@given(text=st.one_of(ascii_texts, raw_texts))
+def test_codec_fast_paths_match_the_general_code(name: str, codec: _Codec, text: str) -> None:
+    assert codec.encode(text) == codec._encode_general(text)
+    assert codec.decode(text) == codec._decode_general(text)
+
+
+@pytest.mark.parametrize("syntax", SYNTAXES, ids=ids)
+def test_plain_names_take_the_fast_path(syntax: WildcardSyntax) -> None:
+    """What the fast path is for: a pull point inbox segment ("p" + 32 hex digits)."""
+    codec = _native_codec(syntax)
+    word = "p" + "0123456789abcdef" * 2
+    assert codec.literal_start.issuperset(word[:1]) and codec.literal.issuperset(word)
+    assert encode_segment(word, syntax) == word == decode_segment(word, syntax)

@@ -122,50 +122,57 @@ def compare(
     reason = mw.unavailable()
     if reason:
         raise RuntimeError(reason)
+    affinity = os.sched_getaffinity(0)
     cpus.choose(True)
     cpus.pin_bench_to_clients()
-    with tempfile.TemporaryDirectory(prefix="wsnmom-ab-") as tmp:
-        work = Path(tmp)
-        short = export_commit(base, work / "base-tree")
-        mw.start(work / "mw")
-        consumer = ConsumerProcess().start() if kind == "push" else None
-        sides = [
-            Side(
-                f"base {short}",
-                TreeServer(work / "base-tree", mw.adapter_url(work / "a"), work / "a"),
-            ),
-            Side("working tree", ServerProcess(mw.adapter_url(work / "b"), work / "b")),
-        ]
-        try:
-            for pid in mw.pids():
-                cpus.pin_process_tree(pid)
-            for side in sides:
-                side.server.start()
-                url = side.server.broker_url
+    try:
+        with tempfile.TemporaryDirectory(prefix="wsnmom-ab-") as tmp:
+            work = Path(tmp)
+            short = export_commit(base, work / "base-tree")
+            mw.start(work / "mw")
+            consumer = ConsumerProcess().start() if kind == "push" else None
+            sides = [
+                Side(
+                    f"base {short}",
+                    TreeServer(work / "base-tree", mw.adapter_url(work / "a"), work / "a"),
+                ),
+                Side("working tree", ServerProcess(mw.adapter_url(work / "b"), work / "b")),
+            ]
+            try:
+                for pid in mw.pids():
+                    cpus.pin_process_tree(pid)
+                for side in sides:
+                    side.server.start()
+                    url = side.server.broker_url
+                    if consumer is not None:
+                        kc = client.KeepAliveClient()
+                        try:
+                            status, _ = kc.post(
+                                url, soap.subscribe(url, consumer.base_url + "/c/0", TOPIC)
+                            )
+                        finally:
+                            kc.close()
+                        if status != 200:
+                            raise RuntimeError(f"{side.label}: Subscribe answered {status}")
+                    load.run_load(url, _body(kind, url), 2.0)  # warm-up
+                settle = 1.0 if kind == "push" else 0.3
+                for i in range(rounds):
+                    order = sides if i % 2 == 0 else sides[::-1]
+                    for side in order:
+                        us, rps = measure_round(side, kind, seconds, settle)
+                        side.rounds.append((us, rps))
+                        label = f"  round {i + 1} {side.label:>14}:"
+                        log(f"{label} {us:7.1f} µs/request {rps:8,.0f} req/s")
+            finally:
+                for side in sides:
+                    side.server.stop()
                 if consumer is not None:
-                    kc = client.KeepAliveClient()
-                    try:
-                        status, _ = kc.post(
-                            url, soap.subscribe(url, consumer.base_url + "/c/0", TOPIC)
-                        )
-                    finally:
-                        kc.close()
-                    if status != 200:
-                        raise RuntimeError(f"{side.label}: Subscribe answered {status}")
-                load.run_load(url, _body(kind, url), 2.0)  # warm-up
-            settle = 1.0 if kind == "push" else 0.3
-            for i in range(rounds):
-                order = sides if i % 2 == 0 else sides[::-1]
-                for side in order:
-                    us, rps = measure_round(side, kind, seconds, settle)
-                    side.rounds.append((us, rps))
-                    log(f"  round {i + 1} {side.label:>14}: {us:7.1f} µs/request {rps:8,.0f} req/s")
-        finally:
-            for side in sides:
-                side.server.stop()
-            if consumer is not None:
-                consumer.stop()
-            mw.stop()
+                    consumer.stop()
+                mw.stop()
+    finally:
+        # the caller (a test, an interactive session) gets its CPUs and an unpinned plan back
+        cpus.choose(False)
+        os.sched_setaffinity(0, affinity)
     return sides
 
 

@@ -3,13 +3,14 @@ exported commit really runs that tree's code, and a short comparison measures bo
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from bench import ab
+from bench import ab, cpus
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -36,7 +37,10 @@ def test_exported_tree_is_what_the_launcher_imports(tmp_path: Path) -> None:
 @pytest.mark.timeout(180)
 def test_short_comparison_measures_both_sides() -> None:
     lines: list[str] = []
+    affinity = os.sched_getaffinity(0)
     sides = ab.compare("HEAD", "embedded", "notify", rounds=2, seconds=1.0, log=lines.append)
+    # the pinning of the comparison does not outlive it (later tests need every CPU)
+    assert os.sched_getaffinity(0) == affinity and cpus.current() is None
     assert [s.label.split()[0] for s in sides] == ["base", "working"]
     for side in sides:
         assert len(side.rounds) == 2

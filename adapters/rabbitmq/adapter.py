@@ -20,7 +20,9 @@ Features
       ``reject-publish`` for DROP_NEWEST) and ``x-message-ttl`` for ``max_age``.  Consumers
       use manual acks and ``basic.qos`` prefetch; ``pull`` is ``basic.get``.
     * ``publish`` waits for the publisher confirm; messages are persistent, published with
-      ``mandatory`` so unroutable ones are reported as ``PublishReceipt(routed=False)``.
+      ``mandatory`` so unroutable ones are reported as ``PublishReceipt(routed=False)``
+      (``report_unrouted = false``: not mandatory, receipts say ``routed=None``, and the
+      broker does not send every message no queue takes back to the gateway).
       ``publish_many`` pipelines the confirms.
     * Metadata travels in AMQP headers (``wsnmom-*``), ``content_type`` is the message's.
       Natively published messages (any body, no ``wsnmom-*`` headers) are received with
@@ -75,6 +77,11 @@ Options
     ``current_peers``
         send a copy of every gateway publish to the other gateway instances' taps
         (default True; false when a single instance runs).
+    ``report_unrouted``
+        publish with ``mandatory`` so that a message no queue takes is reported to
+        ``wsnmom_notification_published`` observers as ``routed=False`` (default True).
+        False: receipts say ``routed=None`` and the broker does not return each such
+        message to the gateway (for topics that often have no subscriber).
     ``current_tap_max_length``, ``current_tap_expires``, ``current_cache_size``
         tap queue length (10000), seconds an unused tap queue survives (3600) and number
         of routing keys remembered (100000).
@@ -208,6 +215,7 @@ class RabbitMQOptions:
     current_tap_expires: float = 3600.0
     current_cache_size: int = 100000
     current_peers: bool = True
+    report_unrouted: bool = True
     consumers_per_connection: int = 1000
     fail_on_nack: bool = False
     prime_queues: bool = True
@@ -235,7 +243,13 @@ class RabbitMQOptions:
         for key in ("current_tap_expires", "operation_timeout", "reconnect_max_delay"):
             if key in values:
                 values[key] = float(values[key])
-        for key in ("current_message", "current_peers", "fail_on_nack", "prime_queues"):
+        for key in (
+            "current_message",
+            "current_peers",
+            "report_unrouted",
+            "fail_on_nack",
+            "prime_queues",
+        ):
             if isinstance(values.get(key), str):
                 values[key] = values[key].strip().lower() in ("1", "true", "yes", "on")
         opts = cls(**values)
@@ -400,9 +414,12 @@ class _Batch:
 
     __slots__ = ("future", "receipts", "remaining")
 
-    def __init__(self, future: asyncio.Future[None] | Completion, size: int) -> None:
+    def __init__(
+        self, future: asyncio.Future[None] | Completion, size: int, receipt: PublishReceipt
+    ) -> None:
         self.future = future
-        self.receipts: list[PublishReceipt] = [_ROUTED] * size
+        #: each message's receipt: ``receipt`` unless a return or nack says otherwise
+        self.receipts: list[PublishReceipt] = [receipt] * size
         #: confirms still to come (messages and their peer copies)
         self.remaining = 0
 
@@ -430,6 +447,8 @@ class _Pending:
 
 _ROUTED = PublishReceipt(routed=True)
 _UNROUTED = PublishReceipt(routed=False)
+#: without ``mandatory`` (``report_unrouted = false``) the broker does not tell
+_UNKNOWN = PublishReceipt(routed=None)
 _NACKED = PublishReceipt(routed=None)
 #: entries kept in the topic <-> (exchange, routing key) memos
 _NAME_CACHE_SIZE = 10000
@@ -459,6 +478,8 @@ class RabbitMQAdapter(Adapter):
         pika_url, from_url = self._split_url(url)
         merged = {**from_url, **self.options}
         self.opts = RabbitMQOptions.parse(merged)
+        #: a confirmed publish's receipt unless the broker returns or nacks it
+        self._receipt = _ROUTED if self.opts.report_unrouted else _UNKNOWN
         self.roots = NamespaceRoots.for_syntax(self.opts.exchanges, RABBITMQ)
         self.parameters = self._parameters(pika_url)
         self.instance = self.opts.instance or uuid.uuid4().hex[:12]
@@ -1462,7 +1483,7 @@ class RabbitMQAdapter(Adapter):
             headers[HEADER_ORIGIN] = "gateway"
             frames.message(
                 out,
-                frames.method(exchange, key, True),
+                frames.method(exchange, key, self.opts.report_unrouted),
                 message.body,
                 content_type=message.content_type,
                 table=encode_table(headers),
@@ -1550,7 +1571,7 @@ class RabbitMQAdapter(Adapter):
         if frames is None:
             frames = self._frames = ch.frames()
         done: asyncio.Future[None] = link.loop.create_future()
-        batch = _Batch(done, len(messages))
+        batch = _Batch(done, len(messages), self._receipt)
         data, pendings, current = self._encode(messages, targets, frames, batch)
         self._send(ch, data, pendings)
         await done
@@ -1577,7 +1598,7 @@ class RabbitMQAdapter(Adapter):
         if any(t[0] not in declared for t in targets):
             return None
         done = Completion()
-        batch = _Batch(done, len(messages))
+        batch = _Batch(done, len(messages), self._receipt)
         data, pendings, current = self._encode(messages, targets, frames, batch)
         if self._send_now(ch, frames, data, pendings):
             return self._wait_confirms(done, batch, current, timeout)

@@ -366,6 +366,30 @@ class TestCurrentMessage:
         assert cur is not None and cur.body == b"<n>19</n>"
         assert tapped == []
 
+    def test_unrouted_is_not_reported_when_switched_off(
+        self, make_adapter: Callable[..., RabbitMQAdapter], ns: str
+    ) -> None:
+        """``report_unrouted = false``: publishes are not mandatory (so the broker sends
+        nothing back), receipts cannot tell (None), and routing is unchanged."""
+        adapter = make_adapter(report_unrouted="false")
+        nobody = Topic(ns, ("nobody",))
+        receipts = adapter.publish_many([message(nobody, b"<x>%d</x>" % i) for i in range(5)])
+        assert [r.routed for r in receipts] == [None] * 5
+        somebody = Topic(ns, ("somebody",))
+        handle = adapter.subscription(
+            SubscriptionSpec(sub_name(), (PathPattern(ns, ("somebody",)),))
+        )
+        assert adapter.publish(message(somebody, b"<y/>")).routed is None
+        assert [m.body for m in pull_all(handle, 1)] == [b"<y/>"]
+        cur = adapter.current_message(nobody)
+        assert cur is not None and cur.body == b"<x>4</x>"
+        frames = adapter._frames
+        assert frames is not None
+        assert {mandatory for _, _, mandatory in frames._methods} == {False}
+        handle.delete()
+        mandatory = make_adapter()
+        assert mandatory.publish(message(nobody, b"<z/>")).routed is False
+
     def test_peer_copies_reach_only_other_instances(
         self, make_adapter: Callable[..., RabbitMQAdapter], ns: str
     ) -> None:

@@ -40,10 +40,9 @@ from .envelope import (
     HttpError,
     SoapProtocolErrorWithContext,
     SoapRequest,
-    build_envelope,
     content_type_for,
+    envelope_bytes,
     parse_request,
-    to_bytes,
 )
 from .faults import BaseFaultError, count_fault, count_request, fault_for_error, invalid_log
 from .metadata import SCHEMA_FILES, render_wsdl, schema_bytes
@@ -287,11 +286,7 @@ def soap_post(
     if result is None:  # one-way
         return Reply(202, b"", _DEFAULT_CONTENT_TYPE)
     action = codec.response_action(op)
-    element = result.element if isinstance(result, Spliced) else result
-    env = build_envelope(req.version, element, action=action, relates_to=req.addressing.message_id)
-    data = to_bytes(env)
-    if isinstance(result, Spliced):
-        data = result.fill(data)
+    data = envelope_bytes(req.version, result, action=action, relates_to=req.addressing.message_id)
     return Reply(200, data, content_type_for(req.version, action))
 
 
@@ -304,8 +299,8 @@ def _fault(fe: Frontend, exc: BaseException, version: Any, relates_to: str | Non
         now, originator = datetime.now(UTC), None
     fault, action, rendered = fault_for_error(exc, version, now=now, originator=originator)
     count_fault(rendered.fault_name)
-    env = build_envelope(version, fault, action=action, relates_to=relates_to)
-    return Reply(500, to_bytes(env), content_type_for(version, action))
+    data = envelope_bytes(version, fault, action=action, relates_to=relates_to)
+    return Reply(500, data, content_type_for(version, action))
 
 
 def _broker_address(service: Any) -> str:
@@ -423,7 +418,7 @@ def _wsrl_destroy(
     return codec.empty_response(qname(WSRF_RL, "DestroyResponse"))
 
 
-def _resource_op(service: Any, op: Op, rid: str, body: etree._Element) -> etree._Element:
+def _resource_op(service: Any, op: Op, rid: str, body: etree._Element) -> etree._Element | Spliced:
     T = codec.T
     if op is Op.RENEW:
         value, invalid = codec.parse_renew(body)

@@ -45,7 +45,7 @@ from wsnmom.core.ports import DeliveryFailed
 
 from . import codec
 from .codec import ACTIONS, FULL, SIMPLE, Op
-from .envelope import SOAP_NS, build_envelope, content_type_for, to_bytes
+from .envelope import SOAP_NS, content_type_for, envelope_bytes
 from .outbound_http import TRANSPORT_ERRORS, OutboundConnections, OutboundEnvironment
 from .splice import Spliced
 from .xml import WSA, WSNT, XmlRejected, children, parse_fragment, parse_xml, qname, text_of
@@ -239,13 +239,9 @@ class SoapClient:
         timeout: float,
     ) -> etree._Element | None:
         headers = [_reference_header(p) for p in target.reference_parameters]
-        element = body.element if isinstance(body, Spliced) else body
-        env = build_envelope(
-            version, element, action=action, to=target.address, extra_headers=headers
+        data = envelope_bytes(
+            version, body, action=action, to=target.address, extra_headers=headers
         )
-        data = to_bytes(env)
-        if isinstance(body, Spliced):
-            data = body.fill(data)
         http_headers = {
             "Content-Type": content_type_for(version, action),
             "User-Agent": USER_AGENT,

@@ -635,7 +635,7 @@ def payload_xml(message: NotificationMessage) -> bytes:
         and is_xml_type(message.content_type)
     ):
         return payload
-    return etree.tostring(payload_element(message), encoding="utf-8")
+    return bytes(etree.tostring(payload_element(message), encoding="utf-8"))
 
 
 def _add_message_frame(

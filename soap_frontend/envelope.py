@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from lxml import etree
 from wsnmom.core.model import EndpointReference, SoapVersion
 
+from .splice import Spliced
 from .xml import (
     SOAP11,
     SOAP12,
@@ -259,3 +260,22 @@ def content_type_for(version: SoapVersion, action: str | None = None) -> str:
 def to_bytes(env: etree._Element) -> bytes:
     """Serialise an envelope as UTF-8 with an XML declaration."""
     return etree.tostring(env, encoding="utf-8", xml_declaration=True)
+
+
+def envelope_bytes(
+    version: SoapVersion,
+    body: etree._Element | Spliced | None,
+    *,
+    action: str | None,
+    relates_to: str | None = None,
+    to: str | None = None,
+    extra_headers: Iterable[etree._Element] = (),
+) -> bytes:
+    """:func:`build_envelope` serialised with :func:`to_bytes`; a :class:`Spliced` body
+    gets its content put in place of its marker."""
+    element = body.element if isinstance(body, Spliced) else body
+    env = build_envelope(
+        version, element, action=action, relates_to=relates_to, to=to, extra_headers=extra_headers
+    )
+    data = to_bytes(env)
+    return body.fill(data) if isinstance(body, Spliced) else data

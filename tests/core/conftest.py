@@ -295,7 +295,7 @@ def wait_idle(service: BrokerService, timeout: float = 10.0) -> None:
     quiet = 0
     while time.monotonic() < deadline:
         busy = service.engine.held() > 0
-        for state in list(service._subs.values()):
+        for state in list(service.registry.subscriptions.values()):
             channel = service.engine.channel(state.record.id)
             if channel is None or not channel.active or state.handle is None:
                 continue

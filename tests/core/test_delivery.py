@@ -141,7 +141,7 @@ def test_give_up_end_publishes_subscription_end(
     assert address is not None and address.text == service.subscription_address(sub.id)
     assert "unreachable" in "".join(end.itertext())
     assert got[0].message.topic is not None and got[0].message.topic.path == ("ends",)
-    assert sub.id not in service._subs
+    assert sub.id not in service.registry.subscriptions
     assert service.store.get_subscription(sub.id) is None
     # three attempts (max_attempts) were made
     assert len([a for a in outbound.attempts if a.address == C]) == 3
@@ -212,9 +212,9 @@ def test_overflow_end_ends_subscription(make_broker: Any, outbound: RecordingOut
     b.service.pause(sub.id)
     publish(b.service, 2)
     b.service.sweep()
-    assert sub.id in b.service._subs  # not full yet
+    assert sub.id in b.service.registry.subscriptions  # not full yet
     publish(b.service, 2, start=2)
     b.service.sweep()
-    assert sub.id not in b.service._subs
+    assert sub.id not in b.service.registry.subscriptions
     got = outbound.wait_messages(watcher, 1)
     assert b"accumulation limit reached" in got[0].message.payload

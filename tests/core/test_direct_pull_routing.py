@@ -56,7 +56,7 @@ def test_routed_at_publish_time_without_own_durable_subscription(broker: Broker)
     pp = new_pp(s)
     sub_id, sub_address = feed(s, pp)
     assert sub_id not in native_names(broker)
-    assert s._subs[sub_id].direct
+    assert s.registry.subscriptions[sub_id].direct
     s.notify([note(f"<m>{i}</m>", simple("t:a")) for i in range(3)])
     s.notify([note("<m>other</m>", simple("t:b"))])
     # no forwarding step: the copies are in the pull point when Notify returns
@@ -114,13 +114,13 @@ def test_unsubscribe_and_expiry_stop_routing(broker: Broker) -> None:
     s.notify([note("<m>after</m>", simple("t:a"))])
     # what was routed before the Unsubscribe is the pull point's, like any delivery
     assert texts(s, pp) == ["before"]
-    assert len(s._direct_index) == 0
+    assert len(s.delivery.direct.index) == 0
     short, _ = feed(s, pp, initial_termination_time=broker.clock() + timedelta(seconds=5))
     broker.clock.advance(seconds=10)
     s.notify([note("<m>late</m>", simple("t:a"))])
     assert texts(s, pp) == []
     s.sweep()
-    assert short not in s._subs
+    assert short not in s.registry.subscriptions
 
 
 def test_destroying_the_pull_point_destroys_routed_subscriptions(broker: Broker) -> None:
@@ -129,7 +129,7 @@ def test_destroying_the_pull_point_destroys_routed_subscriptions(broker: Broker)
     pp = new_pp(s)
     sub_id, _ = feed(s, pp)
     s.destroy_pull_point(pp)
-    assert sub_id not in s._subs and len(s._direct_index) == 0
+    assert sub_id not in s.registry.subscriptions and len(s.delivery.direct.index) == 0
     assert s.store.get_subscription(sub_id) is None
     s.notify([note("<m>x</m>", simple("t:a"))])  # routes nowhere, fails nothing
 
@@ -143,7 +143,7 @@ def test_pause_accumulates_in_an_own_durable_subscription_and_resume_delivers_in
     sub_id, _ = feed(s, pp)
     s.notify([note("<m>0</m>", simple("t:a"))])
     s.pause(sub_id)
-    state = s._subs[sub_id]
+    state = s.registry.subscriptions[sub_id]
     assert not state.direct and state.record.queued and state.handle is not None
     assert sub_id in native_names(broker)
     stored = s.store.get_subscription(sub_id)
@@ -162,7 +162,8 @@ def test_pause_accumulates_in_an_own_durable_subscription_and_resume_delivers_in
     s.notify([note("<m>3</m>", simple("t:a"))])
     wait_idle(s)
     s = broker.restart()
-    assert not s._subs[sub_id].direct and s._subs[sub_id].record.queued
+    state = s.registry.subscriptions[sub_id]
+    assert not state.direct and state.record.queued
     got = []
     deadline = time.monotonic() + 5
     while not got and time.monotonic() < deadline:
@@ -202,7 +203,7 @@ def test_pause_resume_while_publishing_loses_and_duplicates_nothing(broker: Brok
     # everything routed before the pause is in the pull point first; from the pause on,
     # the subscription's own durable subscription keeps the rest in order
     assert got == [str(i) for i in range(total)]
-    assert s._subs[sub_id].record.queued
+    assert s.registry.subscriptions[sub_id].record.queued
 
 
 def test_restart_keeps_routing_and_pull_point_content(broker: Broker) -> None:
@@ -212,7 +213,7 @@ def test_restart_keeps_routing_and_pull_point_content(broker: Broker) -> None:
     sub_id, _ = feed(s, pp)
     s.notify([note(f"<m>{i}</m>", simple("t:a")) for i in range(3)])
     s = broker.restart()
-    assert s._subs[sub_id].direct and sub_id not in native_names(broker)
+    assert s.registry.subscriptions[sub_id].direct and sub_id not in native_names(broker)
     s.notify([note("<m>3</m>", simple("t:a"))])
     assert texts(s, pp) == ["0", "1", "2", "3"]
 
@@ -237,7 +238,7 @@ def test_subscription_with_a_leftover_durable_subscription_keeps_using_it(
     del data["queued"]
     s.store.put_subscription(subscription_from_json(data))
     s = broker.restart()
-    state = s._subs[sub_id]
+    state = s.registry.subscriptions[sub_id]
     assert not state.direct and state.record.queued
     stored = s.store.get_subscription(sub_id)
     assert stored is not None and stored.queued

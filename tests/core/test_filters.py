@@ -134,7 +134,7 @@ def test_filter_faults(
 ) -> None:
     with pytest.raises(fault):
         service.subscribe(sub_req(**kw))
-    assert service._subs == {}
+    assert service.registry.subscriptions == {}
 
 
 def test_message_content_context_is_payload_document() -> None:

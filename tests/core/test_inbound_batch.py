@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 from wsnmom.core import codec, errors
-from wsnmom.core import service as service_module
+from wsnmom.core import inbound as inbound_module
 from wsnmom.core.adapter import (
     HEADER_MESSAGE_ID,
     HEADER_PRODUCER_REFERENCE,
@@ -140,17 +140,17 @@ def test_decode_of_encode_gives_the_message() -> None:
         assert decode(_Stored(m)) == m  # type: ignore[arg-type]
 
 
-# --- BrokerService._inbound ---------------------------------------------------------------
+# --- Inbound.prepare ---------------------------------------------------------------------
 @pytest.fixture
 def resolutions(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     calls: list[str] = []
-    real = service_module.concrete_topic
+    real = inbound_module.concrete_topic
 
     def counting(source: Any, *args: Any, **kw: Any) -> Any:
         calls.append(source.text)
         return real(source, *args, **kw)
 
-    monkeypatch.setattr(service_module, "concrete_topic", counting)
+    monkeypatch.setattr(inbound_module, "concrete_topic", counting)
     return calls
 
 
@@ -160,7 +160,7 @@ def test_one_notify_one_timestamp_distinct_ids_topics_resolved_once(
     shared = simple("t:a")
     items = [note(f"<x>{i}</x>", shared) for i in range(5)]
     items += [note("<y/>", simple("t:b")), note("<z/>", simple("t:a")), note("<n/>")]
-    out = service._inbound(items, registration_check=True)
+    out = service.inbound.prepare(items, registration_check=True)
     assert resolutions == ["t:a", "t:b", "t:a"]  # one per run of equal expressions
     assert [m.payload for m in out] == [i.payload for i in items]
     assert [m.topic for m in out] == [T1] * 5 + [Topic(NS, ("b",)), T1, None]
@@ -191,13 +191,13 @@ def test_registration_checked_once_per_producer_and_topic(
         RegisterPublisherRequest(EndpointReference(P), topics=(simple("t:a"),))
     )
     checks: list[tuple[str | None, Topic | None]] = []
-    real = service._check_registered
+    real = service.inbound.check_registered
 
     def counting(producer: EndpointReference | None, topic: Topic | None) -> None:
         checks.append((producer.address if producer else None, topic))
         real(producer, topic)
 
-    monkeypatch.setattr(service, "_check_registered", counting)
+    monkeypatch.setattr(service.inbound, "check_registered", counting)
     service.notify([note(f"<x>{i}</x>", simple("t:a"), producer=P) for i in range(10)])
     assert checks == [(P, T1)]
     checks.clear()

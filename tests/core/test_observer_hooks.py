@@ -102,7 +102,7 @@ def test_observers_registered_at_runtime_see_publish_delivery_failure_and_pull(
     assert "down" in str(error)
 
     # a forward into the pull point is not a delivery; GetMessages is
-    wait(lambda: (service._pps[pp.id].handle.depth() or 0) >= 2)
+    wait(lambda: (service.registry.pull_points[pp.id].handle.depth() or 0) >= 2)
     assert not any(sid == pp.id for _, sid in observer.delivered)
     got = service.get_messages(pp.id, None)
     assert [m.payload for m in got] == [b"<one/>", b"<two/>"]

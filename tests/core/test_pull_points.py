@@ -143,7 +143,11 @@ def test_unfiltered_subscription_gets_no_pull_point_inbox_traffic(
     pp = service.create_pull_point(CreatePullPointRequest(None))
     service.subscribe(sub_req(service.pull_point_address(pp.id), topic=simple("t:inbox")))
     service.pause(service.subscribe(sub_req(everything)).id)  # accumulates: count its queue
-    unfiltered = next(s for s in service._subs.values() if s.record.consumer.address == everything)
+    unfiltered = next(
+        s
+        for s in service.registry.subscriptions.values()
+        if s.record.consumer.address == everything
+    )
     filtered_before = metrics.NOTIFICATIONS_FILTERED._value.get()
     service.notify([note(f"<n>{i}</n>", simple("t:inbox")) for i in range(5)])
     service.notify_pull_point(pp.id, [note("<n>direct</n>", simple("t:inbox"))])

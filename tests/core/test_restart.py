@@ -44,7 +44,8 @@ def test_everything_survives_a_restart(make_broker: Any, outbound: RecordingOutb
     assert outbound.wait(lambda: len(outbound.attempts) >= 1)
     # the embedded middleware has no other publisher: the feeding subscription is routed
     # into the pull point when published, with no durable subscription of its own
-    assert s._subs[feeding.id].direct and s._subs[feeding.id].handle is None
+    state = s.registry.subscriptions[feeding.id]
+    assert state.direct and state.handle is None
 
     s = b.restart()
     assert s.get_subscription(push.id).consumer.address == C

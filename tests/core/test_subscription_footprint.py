@@ -60,8 +60,8 @@ def test_forwarding_into_a_gone_pull_point_fails_permanently(service: BrokerServ
     pp_id, sub_id = _pull_point_subscription(service)
     channel = service.engine.channel(sub_id)
     assert channel is not None
-    with service._lock:
-        service._pps.pop(pp_id)
+    with service.registry.lock:
+        service.registry.pull_points.pop(pp_id)
     with pytest.raises(DeliveryFailed) as info:
         channel.send([])
     assert info.value.permanent is True

@@ -50,7 +50,7 @@ def test_unacceptable_initial_termination(service: BrokerService, requested: obj
     with pytest.raises(errors.UnacceptableInitialTerminationTime) as info:
         service.subscribe(sub_req(initial_termination_time=requested))
     assert info.value.minimum_time == service.now()  # type: ignore[attr-defined]
-    assert service._subs == {}
+    assert service.registry.subscriptions == {}
 
 
 def test_empty_initial_termination_time_faults(service: BrokerService) -> None:

@@ -1,0 +1,132 @@
+"""``BrokerContext``: what the parts of the broker share.
+
+``core.service.BrokerService`` builds one context and hands it to each part (subscription
+lifecycle, inbound notifications, pull points, registrations, recovery, sweep).  It holds
+the collaborators (settings, adapter, store, outbound SOAP port, topic set, delivery
+engine, observers), the live-resource registry, the clock, the resource addresses, and the
+two wake-ups parts use to ask for background work (lifetime sweep, demand reconciliation).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+
+from wsnmom.core import errors
+from wsnmom.core.adapter import Adapter, Overflow, QueueLimits
+from wsnmom.core.addresses import ResourceKind, broker_address, resource_address
+from wsnmom.core.config import Settings
+from wsnmom.core.delivery import DeliveryEngine
+from wsnmom.core.lifetimes import resolve_termination
+from wsnmom.core.model import INFINITE, RequestedTime
+from wsnmom.core.observers import Observers
+from wsnmom.core.ports import OutboundSoap
+from wsnmom.core.registry import Registry
+from wsnmom.core.store import Store
+from wsnmom.topic_mapping.namespaces import TopicSet
+
+__all__ = ["BrokerContext"]
+
+_log = logging.getLogger("wsnmom.core.service")
+
+_ALMOST_FOREVER = datetime(9999, 12, 31, 23, 59, 59)
+
+
+def _normalise_requested(value: RequestedTime) -> RequestedTime:
+    """The frontend may pass ``datetime.max`` (UTC) for ``xsi:nil``: treat as INFINITE."""
+    if isinstance(value, datetime) and value.replace(tzinfo=None) >= _ALMOST_FOREVER:
+        return INFINITE
+    return value
+
+
+def _nothing() -> None:
+    return None
+
+
+class BrokerContext:
+    """Shared collaborators and helpers of one broker (see the module docstring)."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        adapter: Adapter,
+        store: Store,
+        outbound: OutboundSoap,
+        topic_set: TopicSet,
+        engine: DeliveryEngine,
+        observers: Observers,
+        clock: Callable[[], datetime],
+    ) -> None:
+        self.settings = settings
+        self.adapter = adapter
+        self.store = store
+        self.outbound = outbound
+        self.topic_set = topic_set
+        self.engine = engine
+        self.observers = observers
+        self._clock = clock
+        self.registry = Registry(self.now)
+        #: wake the lifetime sweep (set by the service once the sweep exists)
+        self.wake_sweep: Callable[[], None] = _nothing
+        #: wake the demand reconciler (set by the service once it exists)
+        self.wake_demand: Callable[[], None] = _nothing
+
+    def now(self) -> datetime:
+        """The broker's clock (UTC, timezone-aware)."""
+        value = self._clock()
+        return value if value.tzinfo else value.replace(tzinfo=UTC)
+
+    # -- addresses -------------------------------------------------------------------------
+    @property
+    def broker_address(self) -> str:
+        """Address of the NotificationBroker endpoint."""
+        return broker_address(self.settings.base_url)
+
+    def subscription_address(self, subscription_id: str) -> str:
+        """Address of a subscription's SubscriptionManager."""
+        return resource_address(self.settings.base_url, ResourceKind.SUBSCRIPTION, subscription_id)
+
+    def pull_point_address(self, pull_point_id: str) -> str:
+        """Address of a pull point."""
+        return resource_address(self.settings.base_url, ResourceKind.PULL_POINT, pull_point_id)
+
+    def registration_address(self, registration_id: str) -> str:
+        """Address of a PublisherRegistrationManager resource."""
+        return resource_address(self.settings.base_url, ResourceKind.REGISTRATION, registration_id)
+
+    # -- settings-derived values -----------------------------------------------------------
+    def limits(self) -> QueueLimits:
+        """What every durable subscription and pull point may accumulate."""
+        lim = self.settings.limits
+        return QueueLimits(
+            max_messages=lim.max_messages,
+            max_bytes=lim.max_bytes,
+            overflow=Overflow(lim.overflow),
+            max_age=lim.max_age,
+        )
+
+    def termination(
+        self,
+        requested: RequestedTime,
+        error: type[errors.WsnError],
+        default: timedelta | None = None,
+    ) -> datetime | None:
+        """The termination time to grant for ``requested`` (None = never) or raise ``error``."""
+        t = self.settings.termination
+        granted: datetime | None = resolve_termination(
+            _normalise_requested(requested),
+            now=self.now(),
+            default=default or t.default,
+            maximum=t.maximum,
+            allow_infinite=t.allow_infinite,
+            error=error,
+        )
+        return granted
+
+    def delete_native(self, name: str) -> None:
+        """Delete the durable subscription ``name``; failures are logged, not raised."""
+        try:
+            self.adapter.delete_subscription(name)
+        except Exception:
+            _log.warning("deleting durable subscription %s failed", name, exc_info=True)

@@ -1,0 +1,179 @@
+"""Inbound notifications: Notify to the broker or to a pull point, publishing into the
+middleware, and the current message per topic (GetCurrentMessage).
+
+A Notify is validated as a whole before anything is published (topics resolved and
+admitted to the topic set, ``requires_registration`` checked) and answered only once the
+middleware confirmed every message.  With ``requires_registration`` a message is accepted
+when its ProducerReference address equals the PublisherReference of a live registration
+whose topics cover the message's topic; otherwise the whole Notify is refused with
+PublisherRegistrationRejectedFault.  A middleware that does not confirm a publish gives
+ResourceUnavailableFault (Receiver).
+
+The current message of a topic comes from the middleware when it keeps one
+(``retained_current_message``), otherwise from the store, which core updates after each
+confirmed publish.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+from wsnmom.core import errors, metrics
+from wsnmom.core.adapter import AdapterError, PublishReceipt
+from wsnmom.core.codec import decode, encode
+from wsnmom.core.context import BrokerContext
+from wsnmom.core.direct_routing import DirectRouting
+from wsnmom.core.filters import concrete_topic, topic_errors
+from wsnmom.core.lifetimes import is_expired
+from wsnmom.core.model import (
+    EndpointReference,
+    ExpressionSource,
+    InboundNotification,
+    NotificationMessage,
+    new_message_ids,
+)
+from wsnmom.topic_mapping.model import Topic
+
+__all__ = ["Inbound"]
+
+log = logging.getLogger(__name__)
+
+
+class Inbound:
+    """Validates and publishes notifications; answers GetCurrentMessage."""
+
+    def __init__(self, ctx: BrokerContext, direct: DirectRouting) -> None:
+        self._ctx = ctx
+        self._direct = direct
+
+    def prepare(
+        self, items: Sequence[InboundNotification], *, registration_check: bool
+    ) -> list[NotificationMessage]:
+        """Validate a Notify's messages and make them NotificationMessages.
+
+        Work that is the same for every message of one Notify is done once: one timestamp,
+        one draw of message ids (``new_message_ids``), each topic expression resolved and
+        admitted once while consecutive messages repeat it (the frontend hands them one
+        shared ``ExpressionSource``), and each producer/topic pair checked against the
+        registrations once.  A Notify is still validated in message order and refused as a
+        whole at its first invalid message.
+        """
+        ctx = self._ctx
+        now = ctx.now()
+        ids = new_message_ids(len(items))
+        topic_set = ctx.topic_set
+        check = registration_check and ctx.settings.requires_registration
+        registered: set[tuple[str | None, Topic | None]] = set()
+        last_source: ExpressionSource | None = None
+        last_topic: Topic | None = None
+        last_dialect: str | None = None
+        out: list[NotificationMessage] = []
+        for item, message_id in zip(items, ids, strict=True):
+            source = item.topic
+            topic: Topic | None = None
+            dialect: str | None = None
+            if source is not None:
+                if source is last_source or source == last_source:
+                    topic, dialect = last_topic, last_dialect
+                else:
+                    topic, dialect = concrete_topic(source, topic_set)
+                    with topic_errors():
+                        topic_set.admit(topic)
+                    last_source, last_topic, last_dialect = source, topic, dialect
+            producer = item.producer_reference
+            if check:
+                key = (producer.address if producer is not None else None, topic)
+                if key not in registered:
+                    self.check_registered(producer, topic)
+                    registered.add(key)
+            out.append(
+                NotificationMessage(
+                    message_id=message_id,
+                    payload=item.payload,
+                    topic=topic,
+                    topic_dialect=dialect,
+                    producer_reference=producer,
+                    published_at=now,
+                    subscription_reference=item.subscription_reference,
+                )
+            )
+        return out
+
+    def check_registered(self, producer: EndpointReference | None, topic: Topic | None) -> None:
+        """Raise PublisherRegistrationRejected unless a live registration covers
+        ``producer`` publishing on ``topic``."""
+        ctx = self._ctx
+        if producer is not None:
+            now = ctx.now()
+            with ctx.registry.lock:
+                regs = list(ctx.registry.registrations.values())
+            for reg in regs:
+                ref = reg.record.publisher_reference
+                if ref is None or ref.address != producer.address:
+                    continue
+                if is_expired(reg.record.termination_time, now):
+                    continue
+                if not reg.topics or (
+                    topic is not None and any(t.matches(topic) for t in reg.topics)
+                ):
+                    return
+        metrics.NOTIFICATIONS_REJECTED.labels(reason="unregistered").inc()
+        who = producer.address if producer is not None else "an anonymous producer"
+        raise errors.PublisherRegistrationRejected(
+            f"this broker requires registration; {who} is not registered for "
+            f"{topic if topic is not None else 'topicless notifications'}"
+        )
+
+    def publish(self, messages: Sequence[NotificationMessage], route: Topic | None = None) -> None:
+        """Publish ``messages`` (on their topics, or all on ``route``) and wait for the
+        middleware's confirmation; ResourceUnavailable when it does not confirm."""
+        if not messages:
+            return
+        ctx = self._ctx
+        outbound = [encode(m, route=route) for m in messages]
+        timeout = ctx.settings.publish_timeout
+        capabilities = ctx.adapter.capabilities
+        receipts: list[PublishReceipt]
+        try:
+            if route is None and capabilities.sole_publisher:
+                receipts = self._direct.publish(outbound, messages, timeout)
+            else:
+                receipts = ctx.adapter.publish_many(outbound, timeout)
+        except AdapterError as exc:
+            raise errors.ResourceUnavailable(
+                f"the middleware did not confirm the notifications: {exc}"
+            ) from exc
+        metrics.NOTIFICATIONS_IN.inc(len(messages))
+        ctx.observers.published(messages, receipts)
+        if route is None and not capabilities.retained_current_message:
+            for m in messages:
+                if m.topic is not None:
+                    try:
+                        ctx.store.put_current_message(m)
+                    except Exception:
+                        log.exception("storing the current message failed")
+
+    def notify(self, items: Sequence[InboundNotification]) -> None:
+        """Notify to the broker: validate, publish, return once confirmed."""
+        self.publish(self.prepare(items, registration_check=True))
+
+    def get_current_message(self, topic: ExpressionSource) -> NotificationMessage:
+        """The last notification on exactly one topic (BN §4.3)."""
+        ctx = self._ctx
+        concrete, _ = concrete_topic(topic, ctx.topic_set)
+        if not ctx.topic_set.permits(concrete):
+            raise errors.TopicNotSupported(f"topic {concrete} is not supported")
+        message: NotificationMessage | None = None
+        if ctx.adapter.capabilities.retained_current_message:
+            try:
+                stored = ctx.adapter.current_message(concrete)
+            except AdapterError as exc:
+                raise errors.ResourceUnavailable(f"middleware unavailable: {exc}") from exc
+            if stored is not None:
+                message = decode(stored)
+        if message is None:
+            message = ctx.store.get_current_message(concrete)
+        if message is None:
+            raise errors.NoCurrentMessageOnTopic(f"no current message on topic {concrete}")
+        return message

@@ -1,0 +1,159 @@
+"""Pull points: CreatePullPoint, GetMessages, Notify to a pull point, DestroyPullPoint.
+
+A pull point is a durable subscription bound to its private inbox topic
+``{urn:wsnmom:internal:pull-point}p<id>`` (``core.codec.pull_point_inbox``); Notify to the
+pull point and every subscription feeding it publish copies there.
+
+* CreatePullPoint with a known ``name`` re-attaches to that pull point.
+* GetMessages: FIFO; MaximumNumber absent or 0 returns everything available up to
+  ``limits.get_messages_cap``; the read is destructive (the messages are removed as they
+  are handed to the response: at-most-once if the response is lost).
+* DestroyPullPoint and pull point expiry destroy the subscriptions feeding it (DPP-04).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+
+from wsnmom.core import errors, metrics
+from wsnmom.core.adapter import AdapterError, SubscriptionHandle, SubscriptionSpec
+from wsnmom.core.codec import decode, pull_point_inbox
+from wsnmom.core.context import BrokerContext
+from wsnmom.core.inbound import Inbound
+from wsnmom.core.lifetimes import is_expired
+from wsnmom.core.model import (
+    CreatePullPointRequest,
+    InboundNotification,
+    NotificationMessage,
+    PullPoint,
+    new_resource_id,
+)
+from wsnmom.core.registry import LivePullPoint, LiveSubscription
+from wsnmom.topic_mapping.model import PathPattern
+
+__all__ = ["PullPoints", "inbox_pattern"]
+
+log = logging.getLogger(__name__)
+
+
+def inbox_pattern(pull_point_id: str) -> PathPattern:
+    """The topic pattern of a pull point's inbox."""
+    topic = pull_point_inbox(pull_point_id)
+    return PathPattern(topic.namespace, topic.path)
+
+
+class PullPoints:
+    """Creates, reads and destroys pull points."""
+
+    def __init__(
+        self,
+        ctx: BrokerContext,
+        inbound: Inbound,
+        destroy_subscription: Callable[[LiveSubscription], None],
+    ) -> None:
+        self._ctx = ctx
+        self._inbound = inbound
+        self._destroy_subscription = destroy_subscription
+
+    def open_handle(self, pull_point_id: str) -> SubscriptionHandle:
+        """Create, or re-attach to, the pull point's durable subscription."""
+        ctx = self._ctx
+        return ctx.adapter.subscription(
+            SubscriptionSpec(
+                name=pull_point_id,
+                patterns=(inbox_pattern(pull_point_id),),
+                limits=ctx.limits(),
+            )
+        )
+
+    def create(self, req: CreatePullPointRequest) -> PullPoint:
+        """CreatePullPoint (BN §5.2); a known ``name`` re-attaches to its pull point."""
+        ctx = self._ctx
+        registry = ctx.registry
+        if req.name:
+            with registry.lock:
+                for state in registry.pull_points.values():
+                    if state.record.name == req.name and not is_expired(
+                        state.record.termination_time, ctx.now()
+                    ):
+                        return replace(state.record)
+        termination = ctx.termination(
+            req.initial_termination_time,
+            errors.UnableToCreatePullPoint,
+            default=ctx.settings.termination.pull_point_default,
+        )
+        pp = PullPoint(new_resource_id(), ctx.now(), termination, req.name)
+        try:
+            handle = self.open_handle(pp.id)
+            ctx.store.put_pull_point(pp)
+        except AdapterError as exc:
+            ctx.delete_native(pp.id)
+            raise errors.UnableToCreatePullPoint(f"the middleware refused: {exc}") from exc
+        with registry.lock:
+            registry.pull_points[pp.id] = LivePullPoint(pp, handle)
+        registry.update_gauges()
+        return replace(pp)
+
+    def get(self, pull_point_id: str) -> PullPoint:
+        """The pull point (a copy); ResourceUnknown when unknown or expired."""
+        return replace(self._ctx.registry.live_pull_point(pull_point_id).record)
+
+    def get_messages(self, pull_point_id: str, maximum: int | None) -> list[NotificationMessage]:
+        """Destructive FIFO read (BN §5.1.2); None/0 = all available up to the cap."""
+        ctx = self._ctx
+        state = ctx.registry.live_pull_point(pull_point_id)
+        if maximum is not None and maximum < 0:
+            raise errors.UnableToGetMessages("MaximumNumber must not be negative")
+        limit = maximum if maximum else ctx.settings.limits.get_messages_cap
+        with state.lock:
+            try:
+                # removed on hand-out: GetMessages is destructive and settles nothing later
+                received = state.handle.take(limit)
+            except AdapterError as exc:
+                raise errors.UnableToGetMessages(f"middleware unavailable: {exc}") from exc
+        out: list[NotificationMessage] = []
+        for r in received:
+            try:
+                out.append(decode(r))
+            except Exception:
+                log.exception("undecodable message in pull point %s dropped", pull_point_id)
+        metrics.NOTIFICATIONS_OUT.labels(mode="pull").inc(len(out))
+        ctx.observers.delivered(out, pull_point_id)
+        return out
+
+    def notify(self, pull_point_id: str, messages: Sequence[InboundNotification]) -> None:
+        """Notify sent to a pull point: accumulate as received (PP-05)."""
+        self._ctx.registry.live_pull_point(pull_point_id)
+        prepared = self._inbound.prepare(messages, registration_check=False)
+        self._inbound.publish(prepared, route=pull_point_inbox(pull_point_id))
+
+    def destroy(self, pull_point_id: str) -> None:
+        """DestroyPullPoint: destroys the subscriptions feeding it too."""
+        state = self._ctx.registry.live_pull_point(pull_point_id)
+        try:
+            self.remove(state)
+        except AdapterError as exc:
+            raise errors.UnableToDestroyPullPoint(str(exc)) from exc
+
+    def remove(self, state: LivePullPoint) -> None:
+        """Remove the pull point everywhere, feeding subscriptions included."""
+        ctx = self._ctx
+        registry = ctx.registry
+        pp_id = state.record.id
+        with registry.lock:
+            registry.pull_points.pop(pp_id, None)
+            feeding = [
+                s for s in registry.subscriptions.values() if s.record.pull_point_id == pp_id
+            ]
+        for sub in feeding:
+            try:
+                self._destroy_subscription(sub)
+            except AdapterError:
+                log.exception("destroying subscription %s failed", sub.record.id)
+        try:
+            ctx.adapter.delete_subscription(pp_id)
+        finally:
+            ctx.store.delete_pull_point(pp_id)
+            registry.update_gauges()

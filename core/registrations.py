@@ -1,0 +1,135 @@
+"""Publisher registrations: RegisterPublisher, DestroyRegistration, and what the demand
+manager (``core.demand``) needs to know about them.
+
+Decisions:
+
+* Demand=true without PublisherReference -> PublisherRegistrationFailed; Demand=true
+  without Topic -> InvalidTopicExpression; an unknown topic dialect ->
+  InvalidTopicExpression (BR lists no dialect fault).
+* A registration without PublisherReference (with or without Topic) is accepted; without
+  Topic it covers every topic.
+* A demand-based publisher's address must pass the outbound policy, since the broker will
+  call it (PublisherRegistrationRejected otherwise).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+from wsnmom.core import errors
+from wsnmom.core.context import BrokerContext
+from wsnmom.core.demand import DemandEntry, DemandManager
+from wsnmom.core.filters import topic_errors
+from wsnmom.core.model import (
+    ExpressionSource,
+    PublisherRegistration,
+    RegisterPublisherRequest,
+    new_resource_id,
+)
+from wsnmom.core.outbound_policy import address_refusal
+from wsnmom.core.registry import LiveRegistration
+from wsnmom.topic_mapping.dialects import parse_topic_expression
+from wsnmom.topic_mapping.model import TopicExpression
+
+__all__ = ["Registrations"]
+
+
+class Registrations:
+    """Creates and destroys publisher registrations."""
+
+    def __init__(self, ctx: BrokerContext, demand: DemandManager) -> None:
+        self._ctx = ctx
+        self._demand = demand
+
+    def compile_topics(self, topics: Sequence[ExpressionSource]) -> tuple[TopicExpression, ...]:
+        """Parse and validate a registration's topic expressions (concrete ones are admitted
+        to the topic set)."""
+        topic_set = self._ctx.topic_set
+        out: list[TopicExpression] = []
+        for source in topics:
+            with topic_errors(unknown_dialect=errors.InvalidTopicExpression):
+                expr = parse_topic_expression(
+                    source.text, source.dialect, source.namespaces, topic_set=topic_set
+                )
+                expr = topic_set.validate(expr)
+                if expr.is_concrete:
+                    topic_set.admit(expr.patterns[0].as_topic())
+            out.append(expr)
+        return tuple(out)
+
+    def register(self, req: RegisterPublisherRequest) -> PublisherRegistration:
+        """RegisterPublisher (BR §6.1)."""
+        ctx = self._ctx
+        if req.demand and req.publisher_reference is None:
+            raise errors.PublisherRegistrationFailed(
+                "Demand=true requires a PublisherReference (REG-04)"
+            )
+        if req.demand and not req.topics:
+            raise errors.InvalidTopicExpression(
+                "Demand=true requires at least one Topic to subscribe to at the publisher"
+            )
+        topics = self.compile_topics(req.topics)
+        termination = ctx.termination(
+            req.initial_termination_time,
+            errors.UnacceptableInitialTerminationTime,
+            default=ctx.settings.termination.registration_default,
+        )
+        if req.demand and req.publisher_reference is not None:
+            refusal = address_refusal(req.publisher_reference.address, ctx.settings)
+            if refusal is not None:
+                raise errors.PublisherRegistrationRejected(
+                    f"publisher address {req.publisher_reference.address!r} refused: {refusal}"
+                )
+        reg = PublisherRegistration(
+            id=new_resource_id(),
+            creation_time=ctx.now(),
+            termination_time=termination,
+            publisher_reference=req.publisher_reference,
+            topics=tuple(req.topics),
+            demand=req.demand,
+        )
+        ctx.store.put_registration(reg)
+        with ctx.registry.lock:
+            ctx.registry.registrations[reg.id] = LiveRegistration(reg, topics)
+        ctx.registry.update_gauges()
+        if reg.demand:
+            self._demand.wake()
+        return replace(reg)
+
+    def get(self, registration_id: str) -> PublisherRegistration:
+        """The registration (a copy); ResourceUnknown when unknown or expired."""
+        return replace(self._ctx.registry.live_registration(registration_id).record)
+
+    def destroy(self, registration_id: str) -> None:
+        """DestroyRegistration (BR §7.2); a demand subscription is unsubscribed."""
+        self.remove(self._ctx.registry.live_registration(registration_id))
+
+    def remove(self, state: LiveRegistration) -> None:
+        """Remove the registration everywhere and release its demand subscription."""
+        ctx = self._ctx
+        with ctx.registry.lock:
+            ctx.registry.registrations.pop(state.record.id, None)
+        try:
+            ctx.store.delete_registration(state.record.id)
+        except Exception as exc:
+            raise errors.ResourceNotDestroyed(str(exc)) from exc
+        self._demand.release(state.record)
+        ctx.registry.update_gauges()
+
+    def save(self, reg: PublisherRegistration) -> None:
+        """Store ``reg`` again (the demand manager changed it) while it lives."""
+        ctx = self._ctx
+        with ctx.registry.lock:
+            if reg.id in ctx.registry.registrations:
+                ctx.store.put_registration(reg)
+
+    def demand_entries(self) -> list[DemandEntry]:
+        """The demand-based registrations."""
+        ctx = self._ctx
+        with ctx.registry.lock:
+            return [
+                DemandEntry(r.record, r.topics)
+                for r in ctx.registry.registrations.values()
+                if r.record.demand
+            ]

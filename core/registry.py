@@ -1,0 +1,106 @@
+"""The live resources of one broker and the lock that guards them.
+
+Subscriptions, pull points and publisher registrations are loaded from the store at start
+(``core.recovery``) and kept here while they live; the store stays the source of truth.
+Each entry couples the stored record with what only a running broker has: compiled
+filters, the adapter handle, the delivery mode.  Lookups that clients drive
+(``live_subscription`` ...) treat an expired resource as unknown, since the lifetime sweep
+may not have destroyed it yet.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from wsnmom.core import errors, metrics
+from wsnmom.core.adapter import SubscriptionHandle
+from wsnmom.core.filters import CompiledFilter
+from wsnmom.core.lifetimes import is_expired
+from wsnmom.core.model import PublisherRegistration, PullPoint, Subscription
+from wsnmom.topic_mapping.model import Topic, TopicExpression
+
+__all__ = ["LivePullPoint", "LiveRegistration", "LiveSubscription", "Registry"]
+
+
+@dataclass(slots=True)
+class LiveSubscription:
+    """A subscription as the running broker holds it."""
+
+    record: Subscription
+    filter: CompiledFilter
+    #: the SubscriptionEnd topic and dialect the subscriber asked for
+    end_topic: tuple[Topic, str] | None = None
+    #: the durable native subscription (None while routed at publish time)
+    handle: SubscriptionHandle | None = None
+    #: routed into its pull point when published (no durable subscription of its own)
+    direct: bool = False
+
+
+@dataclass(slots=True)
+class LivePullPoint:
+    """A pull point as the running broker holds it."""
+
+    record: PullPoint
+    handle: SubscriptionHandle
+    #: serialises GetMessages on this pull point
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+@dataclass(slots=True)
+class LiveRegistration:
+    """A publisher registration with its compiled topic expressions."""
+
+    record: PublisherRegistration
+    topics: tuple[TopicExpression, ...]
+
+
+class Registry:
+    """Live subscriptions, pull points and registrations by id.
+
+    ``lock`` (reentrant) guards the three maps and the state changes of their entries.
+    Single reads of a map (``dict.get``) are atomic and may be done without it.
+    """
+
+    def __init__(self, now: Callable[[], datetime]) -> None:
+        self._now = now
+        self.lock = threading.RLock()
+        self.subscriptions: dict[str, LiveSubscription] = {}
+        self.pull_points: dict[str, LivePullPoint] = {}
+        self.registrations: dict[str, LiveRegistration] = {}
+
+    def live_subscription(self, subscription_id: str) -> LiveSubscription:
+        """The subscription; ResourceUnknown when unknown or expired."""
+        state = self.subscriptions.get(subscription_id)
+        if state is None or is_expired(state.record.termination_time, self._now()):
+            raise errors.ResourceUnknown(f"no subscription {subscription_id!r}")
+        return state
+
+    def live_pull_point(self, pull_point_id: str) -> LivePullPoint:
+        """The pull point; ResourceUnknown when unknown or expired."""
+        state = self.pull_points.get(pull_point_id)
+        if state is None or is_expired(state.record.termination_time, self._now()):
+            raise errors.ResourceUnknown(f"no pull point {pull_point_id!r}")
+        return state
+
+    def live_registration(self, registration_id: str) -> LiveRegistration:
+        """The registration; ResourceUnknown when unknown or expired."""
+        state = self.registrations.get(registration_id)
+        if state is None or is_expired(state.record.termination_time, self._now()):
+            raise errors.ResourceUnknown(f"no publisher registration {registration_id!r}")
+        return state
+
+    def handles(self) -> list[SubscriptionHandle]:
+        """Every open adapter handle (subscriptions and pull points)."""
+        with self.lock:
+            out = [s.handle for s in self.subscriptions.values() if s.handle is not None]
+            out += [p.handle for p in self.pull_points.values()]
+        return out
+
+    def update_gauges(self) -> None:
+        """Publish the resource counts to ``/metrics``."""
+        metrics.SUBSCRIPTIONS.set(len(self.subscriptions))
+        metrics.PULL_POINTS.set(len(self.pull_points))
+        metrics.REGISTRATIONS.set(len(self.registrations))

@@ -1,0 +1,190 @@
+"""How a subscription's messages reach its consumer: the delivery channel of each
+subscription, and the message as that subscriber sees it.
+
+A push subscription has a durable native subscription whose messages a delivery channel
+(``core.delivery``) decodes, filters (residual topic match, MessageContent, expiry) and
+posts to the consumer with the outbound SOAP port.  A subscription whose consumer is one of
+the broker's pull points either forwards its accepted messages into the pull point's inbox
+through the same kind of channel, or, with ``sole_publisher``, is routed at publish time
+(``core.direct_routing``) and has no channel.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from typing import Any
+
+from wsnmom.core import metrics
+from wsnmom.core.adapter import AdapterError, Received, SubscriptionSpec
+from wsnmom.core.codec import decode, encode, is_internal_routing, pull_point_inbox
+from wsnmom.core.context import BrokerContext
+from wsnmom.core.delivery import Channel
+from wsnmom.core.direct_routing import DirectRouting
+from wsnmom.core.lifetimes import is_expired
+from wsnmom.core.model import (
+    Delivered,
+    EndpointReference,
+    NotificationMessage,
+    SubscriptionState,
+)
+from wsnmom.core.ports import DeliveryFailed
+from wsnmom.core.registry import LiveSubscription
+from wsnmom.topic_mapping.dialects import CONCRETE, SIMPLE
+
+__all__ = ["SubscriptionDelivery"]
+
+log = logging.getLogger(__name__)
+
+
+class SubscriptionDelivery:
+    """Opens subscriptions' delivery and renders messages for their subscribers."""
+
+    def __init__(self, ctx: BrokerContext) -> None:
+        self._ctx = ctx
+        self.direct = DirectRouting(ctx, self.render)
+
+    def render(self, state: LiveSubscription, message: NotificationMessage) -> NotificationMessage:
+        """The message as this subscriber sees it: topic dialect (META-04), producer
+        reference per configuration, the broker's SubscriptionReference (META-B1)."""
+        ctx = self._ctx
+        dialect: str | None = None
+        if message.topic is not None:
+            if state.filter.topic is not None:
+                dialect = state.filter.topic.dialect
+            else:
+                dialect = SIMPLE if len(message.topic.path) == 1 else CONCRETE
+        producer = message.producer_reference if ctx.settings.forward_producer_reference else None
+        return replace(
+            message,
+            topic_dialect=dialect,
+            producer_reference=producer,
+            subscription_reference=EndpointReference(ctx.subscription_address(state.record.id)),
+        )
+
+    def accepted(self, state: LiveSubscription, received: Received) -> NotificationMessage | None:
+        """The message if this subscription is to deliver it; None to drop it (acked).
+
+        Drops internal traffic, messages the filters refuse, and everything once the
+        subscription has expired: clients already get ResourceUnknown for it, so it must not
+        deliver in the moments before the sweep destroys it (the sweep is woken now).
+        """
+        if is_expired(state.record.termination_time, self._ctx.now()):
+            self._ctx.wake_sweep()
+            return None
+        if is_internal_routing(received):
+            return None
+        message = decode(received)
+        return message if state.filter.matches(message) else None
+
+    def attach(self, state: LiveSubscription, give_up: Callable[[str], None]) -> None:
+        """Open the durable subscription and its delivery channel (started unless paused),
+        or, for a subscription routed at publish time, just index it."""
+        ctx = self._ctx
+        registry = ctx.registry
+        sub = state.record
+        if self.direct.wanted(sub):
+            with registry.lock:
+                registry.subscriptions[sub.id] = state
+                self.direct.add(state)
+            return
+        handle = ctx.adapter.subscription(
+            SubscriptionSpec(
+                name=sub.id, patterns=state.filter.native_patterns, limits=ctx.limits()
+            )
+        )
+        state.handle = handle
+        batch_size = ctx.settings.delivery.batch_size
+        channel: Channel[Any]
+        if sub.pull_point_id is not None:
+            forwarder = _Forwarder(self, state, sub.pull_point_id)
+            channel = ctx.engine.open_channel(
+                sub.id, handle, forwarder.prepare, forwarder.send, give_up, batch_size=batch_size
+            )
+        else:
+            pusher = _Pusher(self, state)
+            channel = ctx.engine.open_channel(
+                sub.id, handle, pusher.prepare, pusher.send, give_up, batch_size=batch_size
+            )
+        with registry.lock:
+            registry.subscriptions[sub.id] = state
+        if sub.state is SubscriptionState.ACTIVE:
+            channel.start()
+
+    def forward(
+        self, state: LiveSubscription, pull_point_id: str, batch: Sequence[NotificationMessage]
+    ) -> None:
+        """Publish a subscription's accepted messages into its pull point's inbox."""
+        ctx = self._ctx
+        if pull_point_id not in ctx.registry.pull_points:
+            raise DeliveryFailed(f"pull point {pull_point_id} is gone", permanent=True)
+        inbox = pull_point_inbox(pull_point_id)
+        try:
+            ctx.adapter.publish_many([encode(m, route=inbox) for m in batch])
+        except AdapterError as exc:
+            failure = DeliveryFailed(f"publishing into the pull point failed: {exc}")
+            ctx.observers.failed(batch, state.record.id, failure)
+            raise failure from exc
+        metrics.NOTIFICATIONS_OUT.labels(mode="forward").inc(len(batch))
+
+
+class _Pusher:
+    """The delivery functions of a push subscription: bound methods of one small object
+    (not closures), since there is one per subscription."""
+
+    __slots__ = ("delivery", "state")
+
+    def __init__(self, delivery: SubscriptionDelivery, state: LiveSubscription) -> None:
+        self.delivery = delivery
+        self.state = state
+
+    def prepare(self, received: Received) -> Delivered | None:
+        """The message as the consumer is to get it, or None to drop it."""
+        message = self.delivery.accepted(self.state, received)
+        if message is None:
+            return None
+        rendered = self.delivery.render(self.state, message)
+        return Delivered(rendered, self.state.record.id, rendered.subscription_reference)
+
+    def send(self, batch: Sequence[Delivered]) -> None:
+        """Post ``batch`` to the consumer (one Notify, or one raw message each)."""
+        ctx = self.delivery._ctx
+        sub = self.state.record
+        try:
+            with metrics.DELIVERY_SECONDS.time():
+                ctx.outbound.notify(
+                    sub.consumer,
+                    sub.soap_version,
+                    list(batch),
+                    use_raw=sub.use_raw,
+                    timeout=ctx.settings.retry.timeout,
+                )
+        except Exception as exc:
+            ctx.observers.failed([d.message for d in batch], sub.id, exc)
+            raise
+        metrics.NOTIFICATIONS_OUT.labels(mode="push").inc(len(batch))
+        ctx.observers.delivered([d.message for d in batch], sub.id)
+
+
+class _Forwarder:
+    """The delivery functions of a subscription whose consumer is one of the broker's pull
+    points."""
+
+    __slots__ = ("delivery", "pull_point_id", "state")
+
+    def __init__(
+        self, delivery: SubscriptionDelivery, state: LiveSubscription, pull_point_id: str
+    ) -> None:
+        self.delivery = delivery
+        self.state = state
+        self.pull_point_id = pull_point_id
+
+    def prepare(self, received: Received) -> NotificationMessage | None:
+        """The message as the pull point is to hold it, or None to drop it."""
+        message = self.delivery.accepted(self.state, received)
+        return None if message is None else self.delivery.render(self.state, message)
+
+    def send(self, batch: Sequence[NotificationMessage]) -> None:
+        """Publish ``batch`` into the pull point's inbox."""
+        self.delivery.forward(self.state, self.pull_point_id, batch)

@@ -1,0 +1,351 @@
+"""Subscription lifecycle: Subscribe, Renew, Unsubscribe, Pause/Resume, and the ends the
+broker decides itself (retry give-up, overflow, administrative removal) with their
+SubscriptionEnd notice.
+
+Decisions:
+
+* Subscribe without a consumer address, or with a consumer address the outbound policy
+  refuses -> SubscribeCreationFailedFault (SUB-05 names no fault).
+* A consumer address that is one of this broker's pull points (same address, or a path
+  ``/wsn/pullpoints/<id>`` of a live pull point) makes the subscription *feed* that pull
+  point (``core.subscription_delivery``).  UseRaw is ignored for such subscriptions: pull
+  points always hold NotificationMessages (PP-10).
+* PauseSubscription stops delivery and keeps accumulating; ResumeSubscription delivers what
+  accumulated, in order.  Both are idempotent.
+* SubscriptionEnd (``core.subscription_end``) is published when the broker ends a
+  subscription itself; never for Unsubscribe or expiry.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+from functools import partial
+from typing import Any
+from urllib.parse import urlsplit
+
+from wsnmom.core import errors, metrics
+from wsnmom.core.adapter import AdapterError
+from wsnmom.core.addresses import ResourceKind, parse_resource_path, resource_address
+from wsnmom.core.context import BrokerContext
+from wsnmom.core.filters import (
+    CompiledFilter,
+    MessageContentFilter,
+    check_producer_properties,
+    compile_topic_filter,
+    concrete_topic,
+    topic_errors,
+)
+from wsnmom.core.inbound import Inbound
+from wsnmom.core.lifetimes import is_expired
+from wsnmom.core.model import (
+    EndpointReference,
+    ExpressionSource,
+    NotificationMessage,
+    RequestedTime,
+    SubscribeRequest,
+    Subscription,
+    SubscriptionState,
+    new_resource_id,
+)
+from wsnmom.core.outbound_policy import address_refusal
+from wsnmom.core.registry import LiveSubscription
+from wsnmom.core.subscription_delivery import SubscriptionDelivery
+from wsnmom.core.subscription_end import subscription_end_payload
+from wsnmom.topic_mapping.model import Topic, TopicExpression
+
+__all__ = ["Subscriptions"]
+
+log = logging.getLogger(__name__)
+
+TopicMemo = dict[tuple[Any, ...], TopicExpression]
+
+
+class Subscriptions:
+    """Creates, changes and ends subscriptions."""
+
+    def __init__(self, ctx: BrokerContext, delivery: SubscriptionDelivery, inbound: Inbound):
+        self._ctx = ctx
+        self.delivery = delivery
+        self._inbound = inbound
+
+    # -- filters ---------------------------------------------------------------------------
+    def compile_filter(
+        self,
+        topic: ExpressionSource | None,
+        content: ExpressionSource | None,
+        producer_properties: ExpressionSource | None,
+        memo: TopicMemo | None = None,
+    ) -> CompiledFilter:
+        """The subscription's filters; ``memo`` shares compiled topic expressions between
+        calls while the topic set does not change (start-up: thousands of subscriptions
+        often use a handful of expressions)."""
+        expr: TopicExpression | None = None
+        if topic is not None:
+            key = (topic.dialect, topic.text, tuple(sorted(topic.namespaces.items(), key=str)))
+            expr = memo.get(key) if memo is not None else None
+            if expr is None:
+                expr = compile_topic_filter(topic, self._ctx.topic_set)
+                if memo is not None:
+                    memo[key] = expr
+        if producer_properties is not None:
+            check_producer_properties(producer_properties)
+        mc = MessageContentFilter(content) if content is not None else None
+        return CompiledFilter(expr, mc)
+
+    def end_topic(self, source: ExpressionSource | None) -> tuple[Topic, str] | None:
+        """The SubscriptionEnd topic and dialect of ``source`` (admitted to the topic set)."""
+        if source is None:
+            return None
+        topic, dialect = concrete_topic(source, self._ctx.topic_set)
+        with topic_errors():
+            self._ctx.topic_set.admit(topic)
+        return topic, dialect
+
+    def pull_point_for(self, address: str) -> str | None:
+        """The id of the local pull point ``address`` designates, if any."""
+        ctx = self._ctx
+        base = resource_address(ctx.settings.base_url, ResourceKind.PULL_POINT, "")
+        candidates = []
+        if address.startswith(base):
+            candidates.append(address[len(base) :].split("?", 1)[0].strip("/"))
+        try:
+            parsed = parse_resource_path(urlsplit(address).path.rstrip("/"))
+        except ValueError:
+            parsed = None
+        if parsed is not None and parsed[0] is ResourceKind.PULL_POINT:
+            candidates.append(parsed[1])
+        with ctx.registry.lock:
+            for c in candidates:
+                if c in ctx.registry.pull_points:
+                    return c
+        return None
+
+    # -- Subscribe -------------------------------------------------------------------------
+    def subscribe(self, req: SubscribeRequest) -> Subscription:
+        """Create a subscription (BN §4.2)."""
+        ctx = self._ctx
+        address = (req.consumer.address or "").strip() if req.consumer else ""
+        if not address:
+            raise errors.SubscribeCreationFailed("Subscribe needs a ConsumerReference address")
+        if req.unsupported_policy:
+            raise errors.UnrecognizedPolicyRequest(
+                "SubscriptionPolicy requests not recognised: " + ", ".join(req.unsupported_policy),
+                policies=tuple(req.unsupported_policy),
+            )
+        compiled = self.compile_filter(req.topic, req.message_content, req.producer_properties)
+        end_topic = self.end_topic(req.subscription_end_topic)
+        if req.initial_termination_time_invalid:
+            raise errors.UnacceptableInitialTerminationTime(
+                "InitialTerminationTime is empty or not a dateTime/duration"
+            )
+        termination = ctx.termination(
+            req.initial_termination_time, errors.UnacceptableInitialTerminationTime
+        )
+        pull_point_id = self.pull_point_for(address)
+        if pull_point_id is None:
+            refusal = address_refusal(address, ctx.settings)
+            if refusal is not None:
+                raise errors.SubscribeCreationFailed(
+                    f"consumer address {address!r} refused: {refusal}"
+                )
+        sub = Subscription(
+            id=new_resource_id(),
+            consumer=req.consumer,
+            creation_time=ctx.now(),
+            termination_time=termination,
+            topic=req.topic,
+            message_content=req.message_content,
+            producer_properties=req.producer_properties,
+            filter_xml=req.filter_xml,
+            policy_xml=req.policy_xml,
+            use_raw=req.use_raw and pull_point_id is None,
+            subscription_end_topic=req.subscription_end_topic,
+            soap_version=req.soap_version,
+            pull_point_id=pull_point_id,
+        )
+        state = LiveSubscription(sub, compiled, end_topic)
+        try:
+            ctx.store.put_subscription(sub)
+            self.attach(state)
+        except AdapterError as exc:
+            ctx.store.delete_subscription(sub.id)
+            ctx.delete_native(sub.id)
+            raise errors.SubscribeCreationFailed(f"the middleware refused: {exc}") from exc
+        ctx.registry.update_gauges()
+        ctx.wake_demand()
+        return replace(sub)
+
+    def attach(self, state: LiveSubscription) -> None:
+        """Open the subscription's delivery (see ``SubscriptionDelivery.attach``)."""
+        self.delivery.attach(state, partial(self.give_up, state.record.id))
+
+    # -- SubscriptionManager ---------------------------------------------------------------
+    def get(self, subscription_id: str) -> Subscription:
+        """The subscription (a copy); ResourceUnknown when unknown or expired."""
+        return replace(self._ctx.registry.live_subscription(subscription_id).record)
+
+    def renew(
+        self, subscription_id: str, termination: RequestedTime, *, invalid: bool = False
+    ) -> Subscription:
+        """Set a new termination time (BN §6.1.1)."""
+        ctx = self._ctx
+        state = ctx.registry.live_subscription(subscription_id)
+        if invalid:
+            raise errors.UnacceptableTerminationTime(
+                "TerminationTime is empty or not a dateTime/duration"
+            )
+        if termination is None:
+            raise errors.UnacceptableTerminationTime("Renew needs a TerminationTime")
+        new_time = ctx.termination(termination, errors.UnacceptableTerminationTime)
+        with ctx.registry.lock:
+            state.record.termination_time = new_time
+            ctx.store.put_subscription(state.record)
+        return replace(state.record)
+
+    def unsubscribe(self, subscription_id: str) -> None:
+        """Destroy the subscription (BN §6.1.2); no SubscriptionEnd."""
+        state = self._ctx.registry.live_subscription(subscription_id)
+        try:
+            self.destroy(state)
+        except AdapterError as exc:
+            raise errors.UnableToDestroySubscription(str(exc)) from exc
+
+    def pause(self, subscription_id: str) -> None:
+        """PauseSubscription: stop delivering, keep accumulating; idempotent."""
+        ctx = self._ctx
+        state = ctx.registry.live_subscription(subscription_id)
+        # the gate before the lock: publishes hold the gate while they route (lock order)
+        with self.delivery.direct.gate.exclusive(), ctx.registry.lock:
+            if state.record.state is SubscriptionState.PAUSED:
+                return
+            if state.direct:
+                self._queue_direct(state)
+                ctx.store.put_subscription(state.record)
+                return
+            channel = ctx.engine.channel(subscription_id)
+            try:
+                if channel is not None:
+                    channel.stop()
+            except AdapterError as exc:
+                raise errors.PauseFailed(str(exc)) from exc
+            state.record.state = SubscriptionState.PAUSED
+            ctx.store.put_subscription(state.record)
+        ctx.wake_demand()
+
+    def _queue_direct(self, state: LiveSubscription) -> None:
+        """Pause a subscription routed at publish time: from now on it has a durable
+        subscription of its own, which accumulates while paused (hold the gate)."""
+        record = state.record
+        direct = self.delivery.direct
+        direct.drop(state)
+        record.queued = True
+        record.state = SubscriptionState.PAUSED
+        try:
+            self.attach(state)
+        except AdapterError as exc:
+            record.queued = False
+            record.state = SubscriptionState.ACTIVE
+            direct.add(state)
+            raise errors.PauseFailed(str(exc)) from exc
+
+    def resume(self, subscription_id: str) -> None:
+        """ResumeSubscription: deliver what accumulated, in order; no-op when not paused."""
+        ctx = self._ctx
+        state = ctx.registry.live_subscription(subscription_id)
+        with ctx.registry.lock:
+            if state.record.state is SubscriptionState.ACTIVE:
+                return
+            channel = ctx.engine.channel(subscription_id)
+            state.record.state = SubscriptionState.ACTIVE
+            try:
+                if channel is None:
+                    self.attach(state)
+                else:
+                    channel.start()
+            except AdapterError as exc:
+                state.record.state = SubscriptionState.PAUSED
+                raise errors.ResumeFailed(str(exc)) from exc
+            ctx.store.put_subscription(state.record)
+        ctx.wake_demand()
+
+    # -- ends ------------------------------------------------------------------------------
+    def end(self, subscription_id: str, reason: str) -> None:
+        """Administrative removal: destroy and publish SubscriptionEnd (NCIA Annex 1)."""
+        self.finish(self._ctx.registry.live_subscription(subscription_id), reason)
+
+    def give_up(self, subscription_id: str, reason: str) -> None:
+        """The retry policy gave up on the consumer: end the subscription."""
+        state = self._ctx.registry.subscriptions.get(subscription_id)
+        if state is None:
+            return
+        metrics.SUBSCRIPTIONS_ENDED.labels(reason="delivery").inc()
+        self.finish(state, f"consumer unreachable: {reason}")
+
+    def finish(self, state: LiveSubscription, reason: str) -> None:
+        """End a subscription for a reason other than Unsubscribe/expiry."""
+        log.warning("ending subscription %s: %s", state.record.id, reason)
+        try:
+            self.destroy(state)
+        except AdapterError:
+            log.exception("destroying subscription %s failed", state.record.id)
+        self._publish_end(state, reason)
+
+    def destroy(self, state: LiveSubscription) -> None:
+        """Remove the subscription everywhere: delivery, middleware, store."""
+        ctx = self._ctx
+        sub_id = state.record.id
+        with ctx.registry.lock:
+            ctx.registry.subscriptions.pop(sub_id, None)
+            direct = state.direct
+            self.delivery.direct.drop(state)
+        ctx.engine.close_channel(sub_id)
+        try:
+            if not direct:
+                ctx.adapter.delete_subscription(sub_id)
+        finally:
+            ctx.store.delete_subscription(sub_id)
+            ctx.registry.update_gauges()
+            ctx.wake_demand()
+
+    def _publish_end(self, state: LiveSubscription, reason: str) -> None:
+        ctx = self._ctx
+        sub = state.record
+        if sub.subscription_end_topic is None:
+            return
+        end_topic = state.end_topic
+        if end_topic is None:
+            try:
+                end_topic = self.end_topic(sub.subscription_end_topic)
+            except errors.WsnError:
+                log.warning("subscription %s: SubscriptionEndTopic unusable", sub.id)
+                return
+        if end_topic is None:
+            return
+        topic, dialect = end_topic
+        payload = subscription_end_payload(ctx.subscription_address(sub.id), reason)
+        message = NotificationMessage(
+            message_id=new_resource_id(),
+            payload=payload,
+            topic=topic,
+            topic_dialect=dialect,
+            producer_reference=EndpointReference(ctx.broker_address),
+            published_at=ctx.now(),
+        )
+        try:
+            self._inbound.publish([message])
+        except errors.WsnError:
+            log.exception("publishing SubscriptionEnd for %s failed", sub.id)
+
+    # -- demand ----------------------------------------------------------------------------
+    def active_topic_filters(self) -> list[TopicExpression | None]:
+        """The topic filters of active, unexpired subscriptions (demand-based publishing)."""
+        ctx = self._ctx
+        now = ctx.now()
+        with ctx.registry.lock:
+            return [
+                s.filter.topic
+                for s in ctx.registry.subscriptions.values()
+                if s.record.state is SubscriptionState.ACTIVE
+                and not is_expired(s.record.termination_time, now)
+            ]

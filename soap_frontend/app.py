@@ -12,6 +12,9 @@ Endpoints
     ``GET  /wsn/policy``                 the broker policy document
     ``GET  /healthz`` ``/readyz`` ``/metrics``
 
+Every response carries ``X-Request-Id`` (the client's, or a new one), which log records
+emitted while handling the request carry too (:mod:`.request_ids`).
+
 Dispatch is on the QName of the Body's first child; ``wsa:Action`` is not required and not
 checked.  A resource operation finds its resource from the URL path, else from ``wsa:To``
 (an address of the resource kind), else from the ``wsnmom:ResourceId`` reference parameter
@@ -144,9 +147,10 @@ def create_app(service: Any, settings: Any = None) -> Flask:
     app.register_blueprint(meta)
 
     from .fastpath import SoapFastPath
+    from .request_ids import RequestIds
 
-    app.wsgi_app = SoapFastPath(  # type: ignore[method-assign]
-        app, app.wsgi_app, broker_view, resource_views
+    app.wsgi_app = RequestIds(  # type: ignore[method-assign]
+        SoapFastPath(app, app.wsgi_app, broker_view, resource_views)
     )
     return app
 

@@ -17,7 +17,7 @@ from wsnmom.topic_mapping.cli import topics  # noqa: E402
 
 cli.add_command(topics)
 
-from wsnmom.server import serve  # noqa: E402
+from wsnmom.serve_command import serve  # noqa: E402
 
 cli.add_command(serve)
 

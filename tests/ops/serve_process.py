@@ -43,12 +43,17 @@ def run_serve(
 
 @contextmanager
 def running_serve(
-    args: list[str], env: dict[str, str], port: int, timeout: float = 30
+    args: list[str],
+    env: dict[str, str],
+    port: int,
+    timeout: float = 30,
+    cwd: Path | None = None,
 ) -> Iterator[subprocess.Popen[str]]:
     """``wsnmom serve --port PORT ARGS`` until the block ends (SIGTERM); fails when it does
     not become ready."""
     process = subprocess.Popen(
         [sys.executable, "-m", "wsnmom", "serve", "--port", str(port), *args],
+        cwd=cwd,
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,

@@ -7,7 +7,8 @@ Endpoints
     ``POST /wsn/pullpoints/<id>``        PullPoint: GetMessages, DestroyPullPoint, Notify + RP
     ``POST /wsn/registrations/<id>``     PublisherRegistrationManager + RP (Notify accepted too:
                                         the registration's ConsumerReference is the broker)
-    ``GET  /wsn/broker?wsdl``, ``/wsn/wsdl``   the WSDL (address = the request's base URL)
+    ``GET  /wsn/broker?wsdl``, ``/wsn/wsdl``   the WSDL (addresses: ``public_url``, trusted
+                                        forwarding headers, or the listen address)
     ``GET  /wsn/schemas/<name>``         the OASIS XSDs the WSDL imports
     ``GET  /wsn/policy``                 the broker policy document
     ``GET  /healthz`` ``/readyz`` ``/metrics``
@@ -49,6 +50,7 @@ from .envelope import (
 )
 from .faults import BaseFaultError, count_fault, count_request, fault_for_error, invalid_log
 from .metadata import SCHEMA_FILES, render_wsdl, schema_bytes
+from .public_base import public_base
 from .splice import Spliced
 from .xml import WSNMOM, WSRF_RL, qname, text_of
 
@@ -169,7 +171,8 @@ def _frontend() -> Frontend:
 
 # --- metadata views --------------------------------------------------------------------
 def _base_url() -> str:
-    return request.host_url.rstrip("/")
+    """The base of the WSDL's addresses: the EPRs' base (:mod:`.public_base`)."""
+    return public_base(_frontend().settings, request.environ, request.host_url)
 
 
 def _wsdl_response() -> Response:

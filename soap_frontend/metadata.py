@@ -11,7 +11,8 @@ port types, SOAP 1.1 and 1.2 bindings and services cannot drift apart.  It descr
 * every input/output with its ``wsam:Action`` (the WS-N prose URIs);
 * a document/literal SOAP 1.1 and a SOAP 1.2 binding per port type, each referencing the
   broker's WS-Policy (``wsam:Addressing`` plus the wsnmom policy assertions);
-* one service per port type with a SOAP 1.1 and a SOAP 1.2 port at the request's base URL.
+* one service per port type with a SOAP 1.1 and a SOAP 1.2 port at the broker's public base
+  URL (the base of its endpoint references; see :mod:`.public_base`).
   Resource port types (subscriptions, pull points, registrations) point at their collection
   URL; the concrete address of a resource is the one in its EPR.
 

@@ -69,11 +69,20 @@ def _fail(error: StartupError, exc: BaseException | None, debug: bool) -> NoRetu
 
 
 def _advise(settings: Settings) -> None:
-    if settings.public_url is None and settings.host.strip() in _WILDCARDS:
+    """Warn about settings that start but serve clients badly."""
+    if settings.public_url is not None:
+        return
+    if settings.host.strip() in _WILDCARDS:
         log.warning(
             "listening on all addresses (%s) without public_url: endpoint references will "
             "say %s, which clients cannot use; set public_url (--public-url)",
             settings.host,
+            settings.base_url,
+        )
+    elif settings.trusted_proxies:
+        log.warning(
+            "trusted_proxies without public_url: the WSDL follows the proxy's forwarded "
+            "scheme and host but endpoint references say %s; set public_url",
             settings.base_url,
         )
 

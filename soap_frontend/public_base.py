@@ -82,9 +82,9 @@ def forwarded_base(environ: Mapping[str, Any], request_base: str) -> str | None:
     if host is None:
         host = own_host.rstrip("/")
     port = _last(environ.get("HTTP_X_FORWARDED_PORT"))
-    if port and _PORT.fullmatch(port) and not _has_port(host):
-        if (scheme, port) not in (("http", "80"), ("https", "443")):
-            host = f"{host}:{port}"
+    default_port = (scheme, port) in (("http", "80"), ("https", "443"))
+    if port and _PORT.fullmatch(port) and not _has_port(host) and not default_port:
+        host = f"{host}:{port}"
     return f"{scheme}://{host}"
 
 

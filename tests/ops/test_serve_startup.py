@@ -314,3 +314,35 @@ def test_rabbitmq_wrong_vhost(tmp_path: Path, rabbitmq_url: str) -> None:
     url = _with(rabbitmq_url, vhost="no-such-vhost")
     result = run_serve(["--adapter", url, "--port", str(free_port())], serve_env(tmp_path))
     _expect(result, ExitStatus.MIDDLEWARE_ACCESS, "no-such-vhost", "virtual host")
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        ({"host": "0.0.0.0"}, "without public_url: endpoint references will say http://0.0.0.0"),
+        ({"trusted_proxies": ["10.0.0.0/8"]}, "trusted_proxies without public_url"),
+        ({"host": "0.0.0.0", "public_url": "https://gw.example"}, None),
+        ({}, None),
+    ],
+)
+def test_start_up_advice(
+    overrides: dict[str, object], expected: str | None, caplog: pytest.LogCaptureFixture
+) -> None:
+    from wsnmom.core.config import load_settings
+
+    from wsnmom.serve_command import _advise
+
+    with caplog.at_level("WARNING", logger="wsnmom.server"):
+        _advise(load_settings(None, environ={}, overrides=overrides))
+    messages = [r.getMessage() for r in caplog.records if r.name == "wsnmom.server"]
+    if expected is None:
+        assert messages == []
+    else:
+        assert len(messages) == 1 and expected in messages[0]
+
+
+def test_banner_hides_the_password() -> None:
+    from wsnmom.serve_command import redact
+
+    assert redact("amqp://wsn:s3cret@rabbit:5672/v") == "amqp://wsn:***@rabbit:5672/v"
+    assert redact("embedded:///var/lib/wsnmom") == "embedded:///var/lib/wsnmom"

@@ -335,7 +335,11 @@ class Adapter(abc.ABC):
 
     @abc.abstractmethod
     def open(self) -> None:
-        """Connect and declare what is needed.  Raises AdapterUnavailable on failure."""
+        """Connect and declare what is needed.  Raises AdapterUnavailable when the
+        middleware cannot be reached; core may call ``open()`` again later (a gateway
+        started before its middleware keeps retrying), so a failed ``open`` leaves the
+        adapter ready for another attempt.  Other errors (bad credentials, bad options)
+        raise ``AdapterError`` and are not retried."""
 
     @abc.abstractmethod
     def close(self) -> None:
@@ -344,6 +348,13 @@ class Adapter(abc.ABC):
     @abc.abstractmethod
     def ping(self, timeout: float = 1.0) -> bool:
         """True when the middleware answers now (readiness)."""
+
+    def available(self) -> bool:
+        """False while the adapter *knows* it cannot reach the middleware (connection lost
+        and not re-established yet, or not opened yet).  Must answer at once, without I/O:
+        core asks before every operation that needs the middleware and fails fast (after
+        a short grace) instead of waiting for a timeout.  Default: True."""
+        return True
 
     @abc.abstractmethod
     def publish(self, message: OutboundMessage, timeout: float = 10.0) -> PublishReceipt:

@@ -289,8 +289,9 @@ class EmbeddedAdapter(Adapter):
         self._handles: weakref.WeakSet[EmbeddedHandle] = weakref.WeakSet()
         if self.memory:
             # nothing outlives the adapter: say so, so the conformance kit skips durability
-            caps = dataclasses.replace(type(self).capabilities, durable_subscriptions=False)
-            object.__setattr__(self, "capabilities", caps)
+            self.capabilities = dataclasses.replace(
+                type(self).capabilities, durable_subscriptions=False
+            )
 
     @property
     def memory(self) -> bool:

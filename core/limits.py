@@ -6,8 +6,8 @@ all subscriptions share the stored records) core applies them:
 
 * ``max_age``: a message older than ``max_age`` when it is handed out (pushed, forwarded
   into a pull point, or returned by GetMessages) is dropped (settled, never delivered).
-  Its age comes from the middleware's timestamp (``Received.timestamp``) or the gateway's
-  own ``wsnmom-published-at`` header.
+  Its age comes from the gateway's own ``wsnmom-published-at`` header or, for a message
+  published natively, the middleware's timestamp (``Received.timestamp``).
 * ``max_messages``: every sweep (``termination.sweep_interval``) core reads the depth of
   every subscription and pull point in one ``Adapter.depths`` call and asks those above
   the bound to drop the excess (``SubscriptionHandle.discard``): the oldest messages, or
@@ -46,15 +46,15 @@ NOT_ENFORCED = "not enforced"
 
 
 def _timestamp(received: Received) -> datetime | None:
-    if received.timestamp is not None:
-        return received.timestamp
+    """When ``received`` was published: the gateway's own header (same clock as the
+    broker's) or, for a native message, the middleware's timestamp."""
     text = received.headers.get(HEADER_PUBLISHED_AT)
-    if not text:
-        return None
-    try:
-        return datetime.fromisoformat(text)
-    except ValueError:
-        return None
+    if text:
+        try:
+            return datetime.fromisoformat(text)
+        except ValueError:
+            pass
+    return received.timestamp
 
 
 class LimitKeeper:

@@ -88,7 +88,10 @@ def build_runtime(settings: Settings, *, outbound: OutboundSoap | None = None) -
 
     plugins = get_plugin_manager()
     topic_set = load_topic_set(settings)
-    adapter = plugins.create_adapter(settings.adapter_url, settings.adapter_options)
+    try:
+        adapter = plugins.create_adapter(settings.adapter_url, settings.adapter_options)
+    except (ValueError, TypeError) as exc:  # the URL or the options cannot be used
+        raise ConfigError(f"adapter_url / adapter_options: {exc}") from exc
     store_lock = lock_store(settings.store_url)
     try:
         adapter.open()

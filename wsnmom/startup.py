@@ -162,20 +162,22 @@ def middleware_failure(exc: BaseException) -> ExitStatus | None:
     :class:`~wsnmom.core.adapter.AccessRefused` are classified by type; for the others the
     broker's reply in the message decides (AMQP reply 403 with "Login was refused" =
     credentials, other 403 and 530 = access).  Any other :class:`AdapterUnavailable` is
-    "unreachable".
+    "unreachable"; other adapter errors are not middleware failures (None).
     """
     if isinstance(exc, CredentialsRefused):
         return ExitStatus.MIDDLEWARE_CREDENTIALS
     if isinstance(exc, AccessRefused):
         return ExitStatus.MIDDLEWARE_ACCESS
-    if not isinstance(exc, AdapterUnavailable):
+    if not isinstance(exc, AdapterError):
         return None
     text = str(exc)
     if _AMQP_LOGIN_REFUSED.search(text):
         return ExitStatus.MIDDLEWARE_CREDENTIALS
     if _AMQP_ACCESS_REFUSED.search(text):
         return ExitStatus.MIDDLEWARE_ACCESS
-    return ExitStatus.MIDDLEWARE_UNREACHABLE
+    if isinstance(exc, AdapterUnavailable):
+        return ExitStatus.MIDDLEWARE_UNREACHABLE
+    return None
 
 
 #: what to do, per middleware failure
@@ -234,8 +236,6 @@ def explain(exc: BaseException) -> StartupError:
             f"cannot create or write {exc.filename}: {_reason(exc)}; "
             "set --data-dir / WSNMOM_DATA_DIR to a writable directory",
         )
-    if isinstance(exc, ValueError) and "adapter URL" in str(exc):
-        return StartupError(ExitStatus.CONFIG, f"configuration: adapter_url: {exc}")
     return StartupError(
         ExitStatus.INTERNAL,
         f"unexpected error: {type(exc).__name__}: {exc} (run with --debug for the traceback)",
@@ -257,4 +257,6 @@ def _adapter_error(exc: AdapterError) -> StartupError:
     status = middleware_failure(exc)
     if status is None:
         return StartupError(ExitStatus.MIDDLEWARE_UNREACHABLE, f"middleware: {text}")
+    # the adapter keeps trying in the background, but this process is about to exit
+    text = text.removesuffix(" (still trying)")
     return StartupError(status, f"{text}; {_MIDDLEWARE_ADVICE[status]}")

@@ -136,6 +136,24 @@ def test_unknown_adapter_scheme(tmp_path: Path) -> None:
     _expect(result, ExitStatus.ADAPTER, "no adapter for URL scheme 'embeded'", "'embedded'")
 
 
+@pytest.mark.parametrize(
+    ("args", "env", "fragment"),
+    [
+        (["--adapter", "/no/scheme"], {}, "adapter URL needs a scheme"),
+        (
+            ["--adapter", "amqp://guest:guest@127.0.0.1:1/"],
+            {"WSNMOM_ADAPTER_OPTIONS__NO_SUCH_OPTION": "1"},
+            "unknown RabbitMQ adapter options: no_such_option",
+        ),
+    ],
+)
+def test_unusable_adapter_url_or_options(
+    tmp_path: Path, args: list[str], env: dict[str, str], fragment: str
+) -> None:
+    result = run_serve([*args, "--port", str(free_port())], serve_env(tmp_path, **env))
+    _expect(result, ExitStatus.CONFIG, "adapter_url / adapter_options", fragment)
+
+
 def test_kafka_is_not_offered_as_an_extra(tmp_path: Path) -> None:
     result = run_serve(
         ["--adapter", "kafka://127.0.0.1:9092", "--port", str(free_port())], serve_env(tmp_path)
@@ -292,7 +310,8 @@ def _with(
 @pytest.mark.rabbitmq
 def test_rabbitmq_connection_refused(tmp_path: Path, rabbitmq_url: str) -> None:
     url = _with(rabbitmq_url, port=free_port())  # nothing listens there
-    result = run_serve(["--adapter", url, "--port", str(free_port())], serve_env(tmp_path))
+    env = serve_env(tmp_path, WSNMOM_ADAPTER_OPTIONS__OPERATION_TIMEOUT="2")
+    result = run_serve(["--adapter", url, "--port", str(free_port())], env)
     _expect(
         result,
         ExitStatus.MIDDLEWARE_UNREACHABLE,

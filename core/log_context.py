@@ -10,9 +10,10 @@ and running it inside ``bound_request_id(captured)``.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import re
-import uuid
+import secrets
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -37,9 +38,15 @@ def current_request_id() -> str | None:
     return _request_id.get()
 
 
+#: new ids: a random prefix per process and a counter (unique without a uuid4 per request,
+#: which cost more than the rest of the request-id handling together)
+_PREFIX = secrets.token_hex(8)
+_COUNTER = itertools.count(1)
+
+
 def new_request_id() -> str:
-    """A fresh request id (32 hex digits)."""
-    return uuid.uuid4().hex
+    """A fresh request id (32 hex digits: 16 random per process, 16 counting)."""
+    return f"{_PREFIX}{next(_COUNTER):016x}"
 
 
 def usable_request_id(value: str | None) -> str | None:

@@ -393,16 +393,26 @@ def test_a_recreated_log_is_read_again_from_its_start() -> None:
     engine.start()
     try:
         riding = engine.subscription(spec("riding", "t"))
-        got = Collector()
+        paused = engine.subscription(spec("paused", "t"))
+        got, got_paused = Collector(), Collector()
         riding.start(got)
+        paused.start(got_paused)
         for i in range(5):
             log.append(stream, b"old%d" % i)
         got.wait_for(5, 5)
+        got_paused.wait_for(5, 5)
+        riding.stop()  # back on the head through a catch-up: it now has a floor at 5
+        riding.start(got)
+        wait(lambda: engine.stats()["attached"] == 2)
+        paused.stop()  # behind, at position 5
         log.recreate(stream)
         time.sleep(0.3)
         log.append(stream, b"new0")
         log.append(stream, b"new1")
         got.wait_for(7, 5)
+        paused.start(got_paused)
+        got_paused.wait_for(7, 5)
         assert bodies(got.received)[5:] == [b"new0", b"new1"]
+        assert bodies(got_paused.received)[5:] == [b"new0", b"new1"]
     finally:
         engine.close()

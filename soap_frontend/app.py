@@ -11,6 +11,8 @@ Endpoints
     ``GET  /wsn/schemas/<name>``         the OASIS XSDs the WSDL imports
     ``GET  /wsn/policy``                 the broker policy document
     ``GET  /healthz`` ``/readyz`` ``/metrics``
+    ``GET  /wsn/admin/api/subscriptions[/<id>]``  read-only JSON list (loopback clients only,
+                                        see :mod:`.admin_api`)
 
 Dispatch is on the QName of the Body's first child; ``wsa:Action`` is not required and not
 checked.  A resource operation finds its resource from the URL path, else from ``wsa:To``
@@ -142,6 +144,10 @@ def create_app(service: Any, settings: Any = None) -> Flask:
     meta.add_url_rule("/readyz", "readyz", _readyz_view)
     meta.add_url_rule("/metrics", "metrics", _metrics_view)
     app.register_blueprint(meta)
+
+    from .admin_api import admin_api
+
+    app.register_blueprint(admin_api)
 
     from .fastpath import SoapFastPath
 

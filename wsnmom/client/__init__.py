@@ -28,6 +28,8 @@ Built on lxml and requests (no zeep, no Flask): importing this package starts no
 =========================  ==========================================================
 """
 
+from wsnmom.core.model import SoapVersion
+
 from .broker import DEFAULT_BROKER, Target, WsnClient
 from .consumer import NotificationConsumer
 from .errors import (
@@ -84,6 +86,7 @@ __all__ = [
     "PullPoint",
     "ResourceUnknownFault",
     "SoapFault",
+    "SoapVersion",
     "Subscription",
     "SubscriptionProperties",
     "Target",

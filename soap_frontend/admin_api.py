@@ -87,8 +87,10 @@ def _from_loopback() -> bool:
         return False
 
 
-@admin_api.before_request
-def _only_loopback() -> Response | None:
+def _refused() -> Response | None:
+    """403 for a client that is not on the gateway's host.  Checked in each view: a
+    ``before_request`` hook, even a blueprint's, would take every SOAP request off the
+    WSGI fast path (:mod:`.fastpath`)."""
     if not _from_loopback():
         return _json({"error": "the admin API answers loopback clients only"}, 403)
     return None
@@ -105,6 +107,8 @@ def _live(service: Any) -> list[Subscription]:
 @admin_api.get("/subscriptions")
 def list_subscriptions() -> Response:
     """Every live subscription, oldest first."""
+    if (refused := _refused()) is not None:
+        return refused
     service = current_app.extensions["wsnmom.soap"].service
     subs = sorted(_live(service), key=lambda s: (s.creation_time, s.id))
     items = [subscription_json(s, service.subscription_address(s.id)) for s in subs]
@@ -114,6 +118,8 @@ def list_subscriptions() -> Response:
 @admin_api.get("/subscriptions/<subscription_id>")
 def show_subscription(subscription_id: str) -> Response:
     """One subscription with the number of notifications waiting for it."""
+    if (refused := _refused()) is not None:
+        return refused
     service = current_app.extensions["wsnmom.soap"].service
     state = service.registry.subscriptions.get(subscription_id)
     if state is None or is_expired(state.record.termination_time, service.now()):

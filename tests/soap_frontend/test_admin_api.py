@@ -90,3 +90,11 @@ def test_lists_and_shows_live_subscriptions(runtime: Runtime) -> None:
     service.unsubscribe(first.id)
     data = _client(runtime).get(API).json
     assert data is not None and [s["id"] for s in data["subscriptions"]] == [second.id]
+
+
+def test_the_admin_api_keeps_soap_on_the_fast_path() -> None:
+    """No request hook: a ``before_request`` function would send every SOAP request through
+    Flask's slow path."""
+    app = create_app(FakeService())
+    assert not any(app.before_request_funcs.values())
+    assert not any(app.after_request_funcs.values())

@@ -80,7 +80,7 @@ def broker_url(url: str) -> str:
 
 def _read_wsdl(report: Report, http: requests.Session, timeout: float) -> None:
     url = report.broker + "?wsdl"
-    pending, seen = [url], set()
+    pending, seen = [url], set[str]()
     while pending and len(seen) < 6:
         location = pending.pop()
         seen.add(location)
@@ -211,8 +211,8 @@ def _print(report: Report, verbose: bool) -> None:
         hidden = len(report.policy) - len(shown)
         more = f"; {hidden} longer ones with --verbose" if hidden else ""
         click.echo(f"policy ({len(report.policy)} assertions{more}):")
-        for key, value in shown.items():
-            click.echo(f"  {key}: {value}")
+        for key, text in shown.items():
+            click.echo(f"  {key}: {text}")
     verdict = (
         "a WS-Notification broker"
         if report.is_broker

@@ -298,3 +298,18 @@ def test_no_generated_class_names_collide() -> None:
     assert len(names) == len(set(names))
     bindings = {b.get("name") for b in wsdl.findall(f"{{{WSDL}}}binding")}
     assert bindings == {f"{p}Soap{v}Binding" for p in port_types for v in ("11", "12")}
+
+
+def test_python_m_zeep_lists_the_operations(live: str) -> None:
+    import subprocess
+    import sys
+
+    result = subprocess.run(
+        [sys.executable, "-m", "zeep", f"{live}/wsn/broker?wsdl"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "Subscribe(ConsumerReference:" in result.stdout
+    assert "Traceback" not in result.stderr

@@ -26,12 +26,16 @@ Internal namespaces
     to a bare ``#``; embedded: the router skips match-all subscriptions for internal topics.
     The conformance kit checks it (``TopicRouting.test_patterns_none_skips_internal``).
 
-How the three middleware families fit
-    RabbitMQ: a durable queue per subscription, bound with one binding key per pattern;
-    ``ack``/``nack`` are per message.  Kafka: a consumer group per subscription; ``ack``
-    marks an offset done and the adapter commits, per partition, the highest offset below
-    which everything is acked (``ack_mode="offset"``).  MQTT: a persistent session
-    (clean_start=false) per subscription with QoS 1 and manual PUBACK on ``ack``.
+How the three middleware families fit (``Capabilities.shape``)
+    *queue* (RabbitMQ, embedded): a durable queue per subscription, bound with one binding
+    key per pattern; ``ack``/``nack`` settle one message each.  *log* (Kafka, RabbitMQ
+    streams): every subscription is a cursor over shared append-only logs, served by a
+    bounded set of shared readers (``wsnmom.adapters.logbase``); an ``ack`` lets the
+    cursor's committed position advance past the message once everything before it is
+    settled (``ack_mode="offset"``: core settles in order); there is no per-message nack
+    (``per_message_nack=False``: a requeue rewinds the cursor).  *session* (MQTT): a
+    persistent session delivers into queues the gateway keeps durable per subscription;
+    acknowledgements to the middleware go out in arrival order.
 
 Threading
     Core calls adapter methods from many threads (HTTP workers, delivery workers, the
@@ -48,7 +52,7 @@ import abc
 import enum
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from wsnmom.core.model import _direct_init
@@ -109,21 +113,34 @@ class QueueLimits:
 
 @dataclass(frozen=True, slots=True)
 class Capabilities:
-    """What an adapter can do.  New fields are only ever added, with safe defaults."""
+    """What an adapter can do.  New fields are only ever added, with safe defaults.
+
+    The class attribute ``Adapter.capabilities`` says what the adapter class can do in
+    general (``wsnmom adapters`` lists it); an adapter whose abilities depend on the
+    connection (MQTT 3.1.1 or 5) sets its own instance attribute in ``open()``.  Core reads
+    ``adapter.capabilities`` after ``open()`` and acts on it (see each field).
+    """
 
     #: native topic syntax; topic_mapping compiles patterns against it
     syntax: WildcardSyntax
-    #: "per_message" (RabbitMQ, MQTT, embedded) or "offset" (Kafka)
+    #: "per_message" (RabbitMQ, MQTT, embedded) or "offset" (Kafka).  With "offset" core
+    #: settles the messages of a subscription in the order it received them, filtered-out
+    #: ones included, so the adapter can commit a contiguous prefix
     ack_mode: Literal["per_message", "offset"] = "per_message"
     #: subscriptions survive gateway and middleware restarts
     durable_subscriptions: bool = True
-    #: SubscriptionHandle.pull is served natively (not emulated from a push buffer)
+    #: SubscriptionHandle.pull / take are served by the middleware.  False: core never
+    #: calls them; it starts pull points' handles in push mode and keeps a pull buffer of
+    #: unsettled messages, settled as GetMessages hands them out
     native_pull: bool = True
     #: the middleware keeps the last message per topic (MQTT retain, embedded table)
     retained_current_message: bool = False
     #: metadata travels as native headers (False: MQTT 3.1.1, wrapped in the body)
     native_headers: bool = True
-    #: QueueLimits are enforced by the middleware itself (RabbitMQ x-max-length ...)
+    #: QueueLimits are enforced by the middleware itself as messages arrive (RabbitMQ
+    #: x-max-length ...).  False: core enforces them (``max_age`` when a message is handed
+    #: out; counts and bytes every sweep, with ``Adapter.depths`` and
+    #: ``SubscriptionHandle.discard``), and the policy document says so
     native_queue_limits: bool = False
     #: order is kept per subscription ("subscription") or only per partition ("partition")
     ordering: Literal["subscription", "partition", "none"] = "subscription"
@@ -137,6 +154,20 @@ class Capabilities:
     #: durable subscription per such subscription (embedded: the directory is locked to
     #: one process).
     sole_publisher: bool = False
+    #: ``nack(requeue=True)`` puts back exactly that message (queues).  False (logs): a
+    #: requeue rewinds the subscription to that message, so later ones may come again
+    per_message_nack: bool = True
+    #: acknowledgements must reach the middleware in the order messages arrived (MQTT
+    #: QoS 1 PUBACK order); core then settles in order as for ``ack_mode="offset"``
+    ordered_acks: bool = False
+    #: how subscriptions are built on the middleware (documentation and tooling only):
+    #: "queue", "log" (cursors over shared logs) or "session"
+    shape: Literal["queue", "log", "session"] = "queue"
+
+    @property
+    def settles_in_order(self) -> bool:
+        """Whether core must settle each subscription's messages in arrival order."""
+        return self.ack_mode == "offset" or self.ordered_acks
 
 
 @_direct_init
@@ -180,6 +211,10 @@ class Received(abc.ABC):
     content_type: str
     #: True when the middleware says this message was handed out before
     redelivered: bool
+    #: when the middleware stored the message (UTC), None when it cannot tell; core uses
+    #: it (or the gateway's own ``wsnmom-published-at`` header) for ``QueueLimits.max_age``
+    #: when the middleware does not enforce limits itself
+    timestamp: datetime | None = None
 
     @abc.abstractmethod
     def ack(self) -> None:
@@ -251,6 +286,25 @@ class SubscriptionHandle(abc.ABC):
     def depth(self) -> int | None:
         """Messages waiting (not yet handed out), or None when the middleware can't tell."""
 
+    def discard(self, count: int, *, newest: bool = False) -> int:
+        """Drop up to ``count`` waiting messages (not handed out): the oldest ones, or with
+        ``newest`` the most recent ones.  Returns how many were dropped.
+
+        Core calls it to enforce ``QueueLimits`` when the middleware does not
+        (``native_queue_limits=False``).  The default takes the oldest messages; an
+        adapter that cannot drop the newest raises ``NotImplementedError`` for it (core
+        then refuses the ``drop_newest`` setting at start-up).
+        """
+        if newest:
+            raise NotImplementedError("this adapter cannot drop the newest messages")
+        return len(self.take(count))
+
+    def lost(self) -> int:
+        """Messages the middleware deleted before this subscription read them (a log's
+        retention), since the subscription was created.  Core reports the count in the
+        subscription's properties.  0 when nothing can be lost."""
+        return 0
+
     @abc.abstractmethod
     def delete(self) -> None:
         """Destroy the durable subscription and everything it holds.  Idempotent."""
@@ -270,7 +324,10 @@ class Adapter(abc.ABC):
     schemes: ClassVar[tuple[str, ...]]
     #: the pip extra that installs the client library, e.g. "rabbitmq"
     extra: ClassVar[str | None] = None
-    capabilities: ClassVar[Capabilities]
+    #: what the adapter can do.  Set it on the class; an adapter whose abilities depend on
+    #: the connection assigns an instance attribute in ``open()`` (never the class's).
+    #: Core reads it after ``open()``.
+    capabilities: Capabilities
 
     def __init__(self, url: str, options: Mapping[str, Any] | None = None) -> None:
         self.url = url
@@ -278,7 +335,11 @@ class Adapter(abc.ABC):
 
     @abc.abstractmethod
     def open(self) -> None:
-        """Connect and declare what is needed.  Raises AdapterUnavailable on failure."""
+        """Connect and declare what is needed.  Raises AdapterUnavailable when the
+        middleware cannot be reached; core may call ``open()`` again later (a gateway
+        started before its middleware keeps retrying), so a failed ``open`` leaves the
+        adapter ready for another attempt.  Other errors (bad credentials, bad options)
+        raise ``AdapterError`` and are not retried."""
 
     @abc.abstractmethod
     def close(self) -> None:
@@ -287,6 +348,13 @@ class Adapter(abc.ABC):
     @abc.abstractmethod
     def ping(self, timeout: float = 1.0) -> bool:
         """True when the middleware answers now (readiness)."""
+
+    def available(self) -> bool:
+        """False while the adapter *knows* it cannot reach the middleware (connection lost
+        and not re-established yet, or not opened yet).  Must answer at once, without I/O:
+        core asks before every operation that needs the middleware and fails fast (after
+        a short grace) instead of waiting for a timeout.  Default: True."""
+        return True
 
     @abc.abstractmethod
     def publish(self, message: OutboundMessage, timeout: float = 10.0) -> PublishReceipt:
@@ -305,6 +373,32 @@ class Adapter(abc.ABC):
     @abc.abstractmethod
     def delete_subscription(self, name: str) -> None:
         """Destroy the durable subscription ``name`` without a handle; idempotent."""
+
+    def depths(self, handles: Sequence[SubscriptionHandle]) -> list[int | None]:
+        """``handle.depth()`` of each handle, in order, in as few middleware round trips
+        as possible (``/metrics`` and the sweep call this once for every subscription).
+        Override when the middleware can answer for many subscriptions at once."""
+        out: list[int | None] = []
+        for handle in handles:
+            try:
+                out.append(handle.depth())
+            except AdapterError:
+                out.append(None)
+        return out
+
+    def restoring(self) -> None:
+        """Core is about to re-attach (``subscription``) the durable subscriptions it
+        keeps, at start-up; ``restored`` follows.  Adapters that dispatch from shared
+        readers to many subscriptions hold dispatching back until then, so no
+        subscription misses what arrives before core re-attached it.  Without this call
+        (the conformance kit, scripts) they dispatch as soon as a handle starts.
+        Default: nothing."""
+        return None
+
+    def restored(self) -> None:
+        """Core has re-attached every durable subscription it keeps (see ``restoring``).
+        Default: nothing."""
+        return None
 
     def subscription_names(self) -> list[str] | None:
         """Names of the durable subscriptions that exist now, or None when the middleware

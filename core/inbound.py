@@ -141,6 +141,9 @@ class Inbound:
             else:
                 receipts = ctx.adapter.publish_many(outbound, timeout)
         except AdapterError as exc:
+            refusal = ctx.gate.refusal(exc)
+            if refusal is not None:
+                raise refusal from exc
             raise errors.ResourceUnavailable(
                 f"the middleware did not confirm the notifications: {exc}"
             ) from exc
@@ -169,7 +172,7 @@ class Inbound:
             try:
                 stored = ctx.adapter.current_message(concrete)
             except AdapterError as exc:
-                raise errors.ResourceUnavailable(f"middleware unavailable: {exc}") from exc
+                raise ctx.gate.unavailable(exc) from exc
             if stored is not None:
                 message = decode(stored)
         if message is None:

@@ -289,8 +289,9 @@ class EmbeddedAdapter(Adapter):
         self._handles: weakref.WeakSet[EmbeddedHandle] = weakref.WeakSet()
         if self.memory:
             # nothing outlives the adapter: say so, so the conformance kit skips durability
-            caps = dataclasses.replace(type(self).capabilities, durable_subscriptions=False)
-            object.__setattr__(self, "capabilities", caps)
+            self.capabilities = dataclasses.replace(
+                type(self).capabilities, durable_subscriptions=False
+            )
 
     @property
     def memory(self) -> bool:
@@ -353,6 +354,22 @@ class EmbeddedAdapter(Adapter):
     def current_message(self, topic: Topic) -> StoredMessage | None:
         """The last message published on ``topic`` (kept in the store)."""
         return self._require().current_message(topic)
+
+    def depths(self, handles: Sequence[SubscriptionHandle]) -> list[int | None]:
+        """Depths of many subscriptions in one transaction (see ``Engine.depths``)."""
+        engine = self._require()
+        ours = [
+            (i, h._sid)
+            for i, h in enumerate(handles)
+            if isinstance(h, EmbeddedHandle) and h._engine is engine and not h._detached
+        ]
+        out: list[int | None] = [0 if isinstance(h, EmbeddedHandle) else None for h in handles]
+        for (i, _), depth in zip(ours, engine.depths([sid for _, sid in ours]), strict=True):
+            out[i] = depth
+        for i, h in enumerate(handles):
+            if not isinstance(h, EmbeddedHandle):
+                out[i] = h.depth()
+        return out
 
     def subscription_names(self) -> list[str]:
         """Names of every durable subscription in the store (diagnostics)."""

@@ -47,8 +47,12 @@ def test_start_gateway_embedded_with_settings() -> None:
 
 
 def test_start_gateway_keeps_a_given_data_dir(tmp_path: Path) -> None:
-    with start_gateway("embedded", data_dir=tmp_path / "gw") as gateway:
-        pass
+    with start_gateway("filelog", data_dir=tmp_path / "gw") as gateway:
+        assert gateway.adapter_url == f"filelog://{tmp_path / 'gw'}/log"
+        with gateway.client(namespaces={"t": "urn:t"}) as wsn, NotificationConsumer() as inbox:
+            wsn.subscribe(inbox, "t:x")
+            wsn.notify("<on-filelog/>", "t:x")
+            assert inbox.get(timeout=10).payload.tag == "on-filelog"
     assert gateway.log_path.is_file() and (tmp_path / "gw" / "store.db").is_file()
 
 
@@ -71,7 +75,8 @@ def test_a_gateway_that_does_not_start_says_why(tmp_path: Path) -> None:
 
 # --- middleware -------------------------------------------------------------------------------
 def test_middleware_names_and_urls(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert resolve_middleware("embedded").url is None
+    assert resolve_middleware("embedded").url == "embedded://{data_dir}/middleware"
+    assert resolve_middleware("filelog").url == "filelog://{data_dir}/log"
     given = resolve_middleware("amqp://u:p@127.0.0.1:5/v")
     assert (given.url, given.source) == ("amqp://u:p@127.0.0.1:5/v", "given")
     monkeypatch.setenv("WSNMOM_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/%2F")

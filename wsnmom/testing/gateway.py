@@ -190,7 +190,7 @@ def start_gateway(
     own_dir = data_dir is None
     directory = Path(data_dir) if data_dir is not None else Path(tempfile.mkdtemp(prefix="wsnmom-"))
     name = adapter if "://" not in adapter else adapter.split("://", 1)[0]
-    url = middleware.url or f"embedded://{directory / 'middleware'}"
+    url = middleware.url.replace("{data_dir}", str(directory))
     gateway = Gateway(name, url, directory, extra_env=dict(env or {}))
     try:
         gateway.start(timeout)

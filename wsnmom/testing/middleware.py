@@ -2,8 +2,9 @@
 
 :func:`resolve_middleware` turns an adapter name into the URL a gateway is started with:
 
-``embedded``
-    nothing to resolve (the gateway keeps its data in its own directory);
+``embedded``, ``filelog``
+    nothing to resolve: the middleware lives in the gateway's data directory
+    (``embedded://<data_dir>/middleware``, ``filelog://<data_dir>/log``);
 a URL (``amqp://…``, ``embedded://…``, any scheme an adapter plugin registers)
     used as it is;
 ``rabbitmq``
@@ -38,6 +39,11 @@ __all__ = [
 RABBITMQ_IMAGE: Final = "rabbitmq:3.13-alpine"
 #: environment variable naming an existing RabbitMQ broker for tests
 AMQP_URL_VARIABLE: Final = "WSNMOM_TEST_AMQP_URL"
+#: adapters whose middleware is a directory of the gateway's: their URL, ``{data_dir}`` filled in
+IN_DATA_DIR: Final = {
+    "embedded": "embedded://{data_dir}/middleware",
+    "filelog": "filelog://{data_dir}/log",
+}
 
 
 class MiddlewareUnavailable(Exception):
@@ -48,9 +54,9 @@ class MiddlewareUnavailable(Exception):
 class Middleware:
     """A middleware to start a gateway on."""
 
-    #: the adapter URL (``None`` for the embedded adapter: the gateway picks its directory)
-    url: str | None
-    #: where it came from: "embedded", "given", "env" or "testcontainers"
+    #: the adapter URL; ``{data_dir}`` in it stands for the gateway's data directory
+    url: str
+    #: where it came from: "data_dir", "given", "env" or "testcontainers"
     source: str
     _finalizers: list[Callable[[], None]] = field(default_factory=list, repr=False)
 
@@ -108,8 +114,8 @@ def resolve_middleware(adapter: str) -> Middleware:
     """The middleware for ``adapter`` (a name or an adapter URL); see the module docstring."""
     if "://" in adapter:
         return Middleware(adapter, "given")
-    if adapter == "embedded":
-        return Middleware(None, "embedded")
+    if adapter in IN_DATA_DIR:
+        return Middleware(IN_DATA_DIR[adapter], "data_dir")
     if adapter == "rabbitmq":
         url = os.environ.get(AMQP_URL_VARIABLE)
         if url:

@@ -1,0 +1,144 @@
+"""What a log-based middleware offers the cursor engine (``adapters.logbase.engine``).
+
+A log-based middleware (Kafka, RabbitMQ streams, the local test log) stores messages in
+append-only *streams* (a Kafka topic partition) and lets readers start anywhere.  The
+cursor engine turns that into the adapter contract's durable subscriptions: every
+subscription is a *cursor* (a position per stream), served by a bounded number of readers
+whatever the number of subscriptions.  A backend implements the four protocols below;
+the engine does the rest (dispatch, in-order settling, pause, catch-up, persistence).
+
+Streams are named ``(log, partition)``: ``log`` is the middleware's name of the log (a
+Kafka topic name), ``partition`` its partition number.  Offsets grow within a stream and
+need not be contiguous (Kafka compaction and transaction markers leave gaps).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Protocol
+
+from wsnmom.topic_mapping.model import PathPattern, Topic
+
+__all__ = [
+    "EARLIEST",
+    "HeadReader",
+    "LogBackend",
+    "LogReader",
+    "LogRecord",
+    "PositionStore",
+    "RecordsLost",
+    "StreamId",
+]
+
+#: (log name, partition)
+StreamId = tuple[str, int]
+
+#: an offset meaning "the first record the stream still holds" (``LogReader.assign``)
+EARLIEST = -2
+
+
+@dataclass(frozen=True, slots=True)
+class LogRecord:
+    """One record of a stream, with the canonical topic the backend derived for it."""
+
+    stream: StreamId
+    offset: int
+    topic: Topic
+    body: bytes
+    headers: Mapping[str, str] = field(default_factory=dict)
+    content_type: str = "application/xml"
+    #: when the middleware stored it (UTC), None when unknown
+    timestamp: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RecordsLost:
+    """A reader asked for offsets the stream no longer holds (retention deleted them).
+
+    ``first`` is the offset asked for, ``next`` the first offset the stream still holds;
+    the reader continues from ``next``.
+    """
+
+    stream: StreamId
+    first: int
+    next: int
+
+
+class LogReader(Protocol):
+    """A reader the engine points at chosen positions (Kafka: a consumer with ``assign``,
+    no group, auto commit off).  Used by one thread at a time."""
+
+    def assign(self, positions: Mapping[StreamId, int]) -> None:
+        """Read exactly these streams, each from the given offset (replaces the previous
+        assignment; an empty mapping stops reading).  ``EARLIEST`` reads from the first
+        record the stream still holds, without reporting ``RecordsLost``."""
+
+    def poll(self, max_records: int, timeout: float) -> Sequence[LogRecord | RecordsLost]:
+        """Up to ``max_records`` records, in offset order within each stream, waiting up to
+        ``timeout`` seconds for the first; an empty result means nothing more now."""
+
+    def close(self) -> None:
+        """Release the reader."""
+
+
+class HeadReader(Protocol):
+    """The reader that follows the end of every stream the gateway maps (Kafka: one
+    consumer in the gateway's own group, subscribed by pattern).  Used by one thread."""
+
+    def poll(self, max_records: int, timeout: float) -> Sequence[LogRecord | RecordsLost]:
+        """The next records at the end of the streams (see ``LogReader.poll``)."""
+
+    def positions(self) -> dict[StreamId, int]:
+        """The next offset (>= 0) this reader will return for each stream it follows now.
+
+        A stream the reader starts following later (a log created after it started) is
+        read from its beginning, so nothing published on it is missed; its position is
+        then its first offset (0 for a new log)."""
+
+    def commit(self, positions: Mapping[StreamId, int]) -> None:
+        """Remember where following resumes after a restart (below every unsettled record
+        of the cursors that ride on the head)."""
+
+    def close(self) -> None:
+        """Release the reader."""
+
+
+class PositionStore(Protocol):
+    """Where cursors that left the head keep their positions (Kafka: one consumer group
+    per cursor, so the usual tools show each subscription's lag).  Thread-safe."""
+
+    def load(self) -> dict[str, dict[StreamId, int]]:
+        """Every stored cursor's positions, by cursor name."""
+
+    def save(self, changes: Mapping[str, Mapping[StreamId, int]]) -> None:
+        """Store these cursors' positions (replacing the streams named; others kept)."""
+
+    def delete(self, names: Iterable[str]) -> None:
+        """Forget these cursors; unknown names are ignored."""
+
+
+class LogBackend(Protocol):
+    """A log-based middleware as the cursor engine sees it."""
+
+    def head_reader(self) -> HeadReader:
+        """A reader following every stream the gateway maps, from where the last
+        ``HeadReader.commit`` left it (at first start: the current end of each stream)."""
+
+    def reader(self) -> LogReader:
+        """A new reader for catching up from chosen positions."""
+
+    def position_store(self) -> PositionStore:
+        """Where cursors keep their positions."""
+
+    def end_positions(self) -> dict[StreamId, int] | None:
+        """The exact current end (next offset) of every stream, or None when the
+        middleware cannot tell cheaply and reliably (the engine then waits for its head
+        reader to reach the end instead).  Used to start a new cursor exactly at the
+        end, so it gets nothing published before it was created."""
+
+    def may_carry(self, log: str, patterns: tuple[PathPattern, ...] | None) -> bool:
+        """Whether log ``log`` can hold a record matching ``patterns`` (None: any
+        non-internal topic), so a cursor needs to read it.  May say True too often (the
+        engine matches each record's topic), never too rarely."""

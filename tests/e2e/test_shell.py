@@ -226,6 +226,10 @@ def test_subscribe_usage_errors(opts: list[str]) -> None:
     assert run("subscribe", *opts, "--pull", "t:a")[0] == 2
     code, _, err = run("subscribe", *opts, "--print", "--lifetime", "soon", "t:a")
     assert code == 2 and "neither seconds nor an xsd:duration" in err
+    code, _, err = run("subscribe", *opts, "--print", "--listen", "0.0.0.0:0", "t:a")
+    assert code == 2 and "give --advertise URL" in err
+    code, _, err = run("subscribe", *opts, "--print", "--listen", "nowhere", "t:a")
+    assert code == 2 and "is not HOST:PORT" in err
 
 
 # --- pull -------------------------------------------------------------------------------------

@@ -184,6 +184,11 @@ def subscribe_command(
             host, _, port = listen.rpartition(":")
             if not host or not port.isdigit():
                 raise click.BadParameter(f"{listen!r} is not HOST:PORT", param_hint="--listen")
+            if host.strip("[]") in ("0.0.0.0", "::") and advertise is None:
+                raise click.UsageError(
+                    f"listening on {host} (every interface): give --advertise URL, the "
+                    "address the broker reaches this consumer at"
+                )
             with NotificationConsumer(host, int(port), advertised_address=advertise) as inbox:
                 _print_pushed(inbox, subscribe, life, limits, fmt)
         click.echo(f"received {limits.received} notification(s)", err=True)

@@ -20,7 +20,7 @@ import logging
 from collections.abc import Sequence
 
 from wsnmom.core import errors, metrics
-from wsnmom.core.adapter import AdapterError, PublishReceipt
+from wsnmom.core.adapter import AdapterError, PublishReceipt, TopicUnavailable
 from wsnmom.core.codec import decode, encode
 from wsnmom.core.context import BrokerContext
 from wsnmom.core.direct_routing import DirectRouting
@@ -140,6 +140,8 @@ class Inbound:
                 receipts = self._direct.publish(outbound, messages, timeout)
             else:
                 receipts = ctx.adapter.publish_many(outbound, timeout)
+        except TopicUnavailable as exc:
+            raise errors.TopicNotSupported(str(exc)) from exc
         except AdapterError as exc:
             refusal = ctx.gate.refusal(exc)
             if refusal is not None:

@@ -12,6 +12,8 @@ Endpoints
     ``GET  /wsn/schemas/<name>``         the OASIS XSDs the WSDL imports
     ``GET  /wsn/policy``                 the broker policy document
     ``GET  /healthz`` ``/readyz`` ``/metrics``
+    ``GET  /wsn/admin/api/subscriptions[/<id>]``  read-only JSON list (loopback clients only,
+                                        see :mod:`.admin_api`)
 
 Every response carries ``X-Request-Id`` (the client's, or a new one), which log records
 emitted while handling the request carry too (:mod:`.request_ids`).
@@ -147,6 +149,10 @@ def create_app(service: Any, settings: Any = None) -> Flask:
     meta.add_url_rule("/readyz", "readyz", _readyz_view)
     meta.add_url_rule("/metrics", "metrics", _metrics_view)
     app.register_blueprint(meta)
+
+    from .admin_api import admin_api
+
+    app.register_blueprint(admin_api)
 
     from .fastpath import SoapFastPath
     from .request_ids import RequestIds

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import enum
 import logging
+import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -234,11 +235,13 @@ def _metrics_view() -> Response:
 # --- SOAP endpoint ---------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class Reply:
-    """The HTTP answer to a SOAP POST: status, body and the full Content-Type value."""
+    """The HTTP answer to a SOAP POST: status, body, the full Content-Type value and any
+    other headers."""
 
     status: int
     body: bytes
     content_type: str
+    headers: tuple[tuple[str, str], ...] = ()
 
 
 #: Flask's default Content-Type of a Response without one (the body-less 202 of one-ways)
@@ -262,7 +265,9 @@ def _endpoint(role: Role, resource_id: str | None) -> Response:
         request.path,
         request.args,
     )
-    return Response(reply.body, status=reply.status, content_type=reply.content_type)
+    return Response(
+        reply.body, status=reply.status, content_type=reply.content_type, headers=reply.headers
+    )
 
 
 def soap_post(
@@ -313,6 +318,11 @@ def _fault(fe: Frontend, exc: BaseException, version: Any, relates_to: str | Non
     fault, action, rendered = fault_for_error(exc, version, now=now, originator=originator)
     count_fault(rendered.fault_name)
     data = envelope_bytes(version, fault, action=action, relates_to=relates_to)
+    retry_after = getattr(exc, "retry_after", None)
+    if isinstance(exc, errors.ResourceUnavailable) and retry_after is not None:
+        # temporary (the middleware is unreachable): 503 tells HTTP clients to come back
+        seconds = str(max(1, math.ceil(retry_after)))
+        return Reply(503, data, content_type_for(version, action), (("Retry-After", seconds),))
     return Reply(500, data, content_type_for(version, action))
 
 

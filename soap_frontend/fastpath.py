@@ -180,10 +180,10 @@ class SoapFastPath:
         if status is None:
             status = self._status[reply.status] = _status_line(reply.status)
         body = reply.body
-        start_response(
-            status,
-            [("Content-Type", reply.content_type), ("Content-Length", str(len(body)))],
-        )
+        headers = [("Content-Type", reply.content_type), ("Content-Length", str(len(body)))]
+        if reply.headers:
+            headers.extend(reply.headers)
+        start_response(status, headers)
         return [body]
 
     def _plain_flask(self) -> bool:

@@ -70,7 +70,9 @@ class Middleware:
 def docker_available() -> bool:
     """Whether a Docker engine answers a ping (False without the ``docker`` package)."""
     try:
-        import docker
+        # imported by name: the repository's docker/ folder would shadow the package
+        # for type checkers run from the checkout
+        docker: Any = importlib.import_module("docker")
     except ImportError:
         return False
     try:

@@ -92,8 +92,9 @@ class AdapterUnavailable(AdapterError):
     and turned the gateway away, which needs an operator."""
 
 
-class MiddlewareRefused(AdapterUnavailable):
-    """The middleware answered but will not serve the gateway; retrying does not help."""
+class MiddlewareRefused(AdapterError):
+    """The middleware answered but will not serve the gateway; retrying does not help
+    (not an ``AdapterUnavailable``: a gateway does not keep waiting for it)."""
 
 
 class CredentialsRefused(MiddlewareRefused):

@@ -175,6 +175,21 @@ _INTERNAL = {"internal": True}
 
 
 @dataclass(slots=True)
+class MiddlewareSettings:
+    """What the gateway does while its middleware is unreachable."""
+
+    #: seconds an operation may wait for the middleware to come back, counted from when
+    #: the outage was first seen (later requests are refused at once: HTTP 503)
+    grace: float = field(default=2.0, metadata=limits(0, 60))
+    #: the Retry-After (seconds) of those refusals
+    retry_after: float = field(default=5.0, metadata=limits(1, 3600))
+    #: at start-up, seconds to wait for an unreachable middleware before exiting with
+    #: status 9; 0 waits forever (the gateway serves /healthz and answers WS-N requests
+    #: with HTTP 503 until it connects)
+    wait: float = field(default=0.0, metadata=limits(0))
+
+
+@dataclass(slots=True)
 class Settings:
     """Everything the gateway can be configured with."""
 
@@ -222,6 +237,7 @@ class Settings:
     limits: LimitSettings = field(default_factory=LimitSettings)
     delivery: DeliverySettings = field(default_factory=DeliverySettings)
     outbound: OutboundSettings = field(default_factory=OutboundSettings)
+    middleware: MiddlewareSettings = field(default_factory=MiddlewareSettings)
     #: dotted setting name -> where its value came from ("WSNMOM_PORT=9090", a file,
     #: "--port=9090"); settings left at their default are absent
     origins: dict[str, str] = field(

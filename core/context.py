@@ -72,7 +72,11 @@ class BrokerContext:
         #: limits the middleware leaves to core
         self.limit_keeper = LimitKeeper(adapter, self.limits())
         #: fails operations fast while the broker cannot serve them
-        self.gate = MiddlewareGate(adapter)
+        self.gate = MiddlewareGate(
+            adapter,
+            grace=settings.middleware.grace,
+            retry_after=settings.middleware.retry_after,
+        )
         #: wake the lifetime sweep (set by the service once the sweep exists)
         self.wake_sweep: Callable[[], None] = _nothing
         #: wake the demand reconciler (set by the service once it exists)

@@ -201,11 +201,18 @@ class BrokerService:
         return self._ctx.registration_address(registration_id)
 
     def ready(self) -> bool:
-        """Adapter answers and the store works."""
+        """Restored from the store, the adapter answers and the store works."""
+        if not self._gate.ready or self._closed:
+            return False
         try:
-            return bool(self.adapter.ping()) and self.store.ping() and not self._closed
+            return bool(self.adapter.ping()) and self.store.ping()
         except Exception:
             return False
+
+    @property
+    def started(self) -> bool:
+        """Whether ``start`` restored the broker's state (it serves requests)."""
+        return self._gate.ready
 
     def policy(self) -> BrokerPolicy:
         """The advertised broker policy."""

@@ -39,6 +39,7 @@ OPTIONS = {
     "port": "--port",
     "public_url": "--public-url",
     "threads": "--threads",
+    "middleware__wait": "--wait-for-middleware",
 }
 
 _WILDCARDS = {"0.0.0.0", "::", "[::]", ""}
@@ -105,6 +106,14 @@ def _advise(settings: Settings) -> None:
     type=click.Path(dir_okay=False),
     help="TOML configuration file (also $WSNMOM_CONFIG).",
 )
+@click.option(
+    "--wait-for-middleware",
+    "wait_for_middleware",
+    type=float,
+    help="Seconds to wait for an unreachable middleware at start-up before exiting with "
+    "status 9 (default 0: wait forever, serving /healthz and answering WS-N requests with "
+    "HTTP 503 meanwhile).",
+)
 @click.option("--debug", is_flag=True, help="Show the traceback of a start-up error.")
 def serve(
     adapter_url: str | None,
@@ -115,6 +124,7 @@ def serve(
     public_url: str | None,
     threads: int | None,
     config_file: str | None,
+    wait_for_middleware: float | None,
     debug: bool,
 ) -> None:
     """Run the WS-Notification broker (embedded middleware on http://127.0.0.1:8080 by
@@ -128,6 +138,7 @@ def serve(
         "port": port,
         "public_url": public_url,
         "threads": threads,
+        "middleware__wait": wait_for_middleware,
     }
     try:
         settings = load_settings(
@@ -152,7 +163,7 @@ def _run(settings: Settings, debug: bool) -> None:
     sockets: list[socket.socket] = []
     try:
         sockets = open_listeners(settings.host, settings.port)
-        runtime = build_runtime(settings)
+        runtime = build_runtime(settings, wait=True)
     except Exception as exc:
         for sock in sockets:
             sock.close()
@@ -190,3 +201,6 @@ def _run(settings: Settings, debug: bool) -> None:
         runtime.close()
         for s, handler in previous.items():
             signal.signal(s, handler)
+    if runtime.exit_status:
+        click.echo(f"wsnmom serve: {runtime.exit_message}", err=True)
+        sys.exit(runtime.exit_status)

@@ -54,6 +54,7 @@ from typing import TYPE_CHECKING, Any
 
 from wsnmom.core.adapter import (
     HEADER_MESSAGE_ID,
+    AdapterError,
     AdapterUnavailable,
     OutboundMessage,
     Overflow,
@@ -374,7 +375,8 @@ class Engine:
             self._upgrade_schema()
         except sqlite3.Error as exc:
             self._release_process_lock()
-            raise AdapterUnavailable(f"cannot open embedded store {path!r}: {exc}") from exc
+            # not AdapterUnavailable: waiting would not help (a gateway does not retry)
+            raise AdapterError(f"cannot open embedded store {path!r}: {exc}") from exc
         self._db_file = db
         self._stop_checkpoints = threading.Event()
         self._checkpointer: threading.Thread | None = None
@@ -426,7 +428,7 @@ class Engine:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
             os.close(fd)
-            raise AdapterUnavailable(
+            raise AdapterError(  # another gateway owns it: waiting would not help
                 f"embedded store {self.path!r} is in use by another process"
             ) from exc
         os.ftruncate(fd, 0)

@@ -31,7 +31,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
-from wsnmom.core.adapter import AdapterUnavailable, is_internal_namespace
+from wsnmom.core.adapter import AdapterError, AdapterUnavailable, is_internal_namespace
 from wsnmom.topic_mapping.model import PathPattern, Topic
 
 from ..logbase.backend import EARLIEST, LogRecord, RecordsLost, StreamId
@@ -88,7 +88,7 @@ class FileLog:
             fcntl.flock(lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
             lock_file.close()
-            raise AdapterUnavailable(
+            raise AdapterError(  # another gateway owns it: waiting would not help
                 f"{self.path} is in use by another process (filelog.lock)"
             ) from exc
         self._lock_file = lock_file

@@ -124,10 +124,13 @@ from wsnmom.core.adapter import (
     HEADER_MESSAGE_ID,
     HEADER_TOPIC_NAMESPACE,
     HEADER_TOPIC_PATH,
+    AccessRefused,
     Adapter,
     AdapterError,
     AdapterUnavailable,
     Capabilities,
+    CredentialsRefused,
+    MiddlewareRefused,
     OutboundMessage,
     Overflow,
     PublishFailed,
@@ -195,20 +198,26 @@ _PRIMER_PROPERTIES = pika.BasicProperties(
 Binding = tuple[str, str]  # (exchange, binding key)
 
 
-def _refused(error: BaseException | None) -> bool:
-    """Whether ``error`` is RabbitMQ refusing us (credentials, vhost, permissions), which
-    no retry will change, rather than RabbitMQ being unreachable."""
+def _refusal(error: BaseException | None, where: str) -> MiddlewareRefused | None:
+    """The permanent error for RabbitMQ refusing us (credentials, vhost, permissions),
+    which no retry will change, or None when ``error`` means RabbitMQ is unreachable."""
     if error is None:
-        return False
+        return None
+    text = f"RabbitMQ at {where} refused the connection: {describe(error)}"
     if isinstance(
-        error,
-        pika.exceptions.ProbableAuthenticationError
-        | pika.exceptions.ProbableAccessDeniedError
-        | pika.exceptions.AuthenticationError,
+        error, pika.exceptions.ProbableAuthenticationError | pika.exceptions.AuthenticationError
     ):
-        return True
+        return CredentialsRefused(text)
+    if isinstance(error, pika.exceptions.ProbableAccessDeniedError):
+        return AccessRefused(text)
     code = getattr(error, "reply_code", None)
-    return code in (403, 530)  # ACCESS_REFUSED, NOT_ALLOWED (vhost)
+    if code == 403:  # ACCESS_REFUSED: a login refused, or no permission
+        if "login" in describe(error).lower():
+            return CredentialsRefused(text)
+        return AccessRefused(text)
+    if code == 530:  # NOT_ALLOWED: the vhost does not exist or the user may not use it
+        return AccessRefused(text)
+    return None
 
 
 class PublishUnavailable(PublishFailed, AdapterUnavailable):
@@ -666,24 +675,18 @@ class RabbitMQAdapter(Adapter):
             self._consumer.start(wait)
             self._publisher.start(wait)
         deadline = time.monotonic() + wait
-        while not self.available() and time.monotonic() < deadline:
+        while not self.available():
             error = self._consumer.last_error or self._publisher.last_error
-            if _refused(error):
+            refusal = _refusal(error, self._safe_url)
+            if refusal is not None:
                 self.close()
-                raise AdapterError(
-                    f"RabbitMQ at {self._safe_url} refused the connection: {describe(error)}"
+                raise refusal
+            if time.monotonic() >= deadline:
+                raise AdapterUnavailable(
+                    f"cannot connect to RabbitMQ at {self._safe_url}: {describe(error)} "
+                    "(still trying)"
                 )
             time.sleep(0.05)
-        if not self.available():
-            error = self._consumer.last_error or self._publisher.last_error
-            if _refused(error):
-                self.close()
-                raise AdapterError(
-                    f"RabbitMQ at {self._safe_url} refused the connection: {describe(error)}"
-                )
-            raise AdapterUnavailable(
-                f"cannot connect to RabbitMQ at {self._safe_url}: {describe(error)} (still trying)"
-            )
 
     def available(self) -> bool:
         """Both the publishing and every consuming connection are up."""

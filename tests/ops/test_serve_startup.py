@@ -7,6 +7,7 @@ import errno
 import re
 import socket
 import subprocess
+import time
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
@@ -308,16 +309,23 @@ def _with(
 
 
 @pytest.mark.rabbitmq
-def test_rabbitmq_connection_refused(tmp_path: Path, rabbitmq_url: str) -> None:
+def test_rabbitmq_connection_refused_with_a_bounded_wait(tmp_path: Path, rabbitmq_url: str) -> None:
+    """By default the gateway waits for its middleware (tests/e2e/test_middleware_outage.py);
+    ``--wait-for-middleware`` bounds the wait and exits with status 9."""
     url = _with(rabbitmq_url, port=free_port())  # nothing listens there
-    env = serve_env(tmp_path, WSNMOM_ADAPTER_OPTIONS__OPERATION_TIMEOUT="2")
-    result = run_serve(["--adapter", url, "--port", str(free_port())], env)
+    env = serve_env(tmp_path, WSNMOM_ADAPTER_OPTIONS__OPERATION_TIMEOUT="1")
+    started = time.monotonic()
+    result = run_serve(
+        ["--adapter", url, "--port", str(free_port()), "--wait-for-middleware", "3"], env
+    )
     _expect(
         result,
         ExitStatus.MIDDLEWARE_UNREACHABLE,
         "cannot connect to RabbitMQ",
         "check that it runs",
+        "waited 3 s",
     )
+    assert 3 <= time.monotonic() - started < 30
 
 
 @pytest.mark.rabbitmq

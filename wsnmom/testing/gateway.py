@@ -110,27 +110,29 @@ class Gateway:
         inherited = {k: v for k, v in os.environ.items() if not k.startswith("WSNMOM_TEST_")}
         return {**inherited, **self.extra_env}
 
-    def start(self, timeout: float = 30.0) -> None:
-        """Start the process and wait until it is ready; on any failure it is stopped."""
+    def start(self, timeout: float = 30.0, *, wait_for: str = "/readyz") -> None:
+        """Start the process and wait until ``wait_for`` answers 200 (``/readyz``: ready
+        to serve; ``/healthz``: up, e.g. while its middleware is still unreachable); on
+        any failure it is stopped."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(
                 self.command(), env=self.environment(), stdout=log, stderr=subprocess.STDOUT
             )
         try:
-            self._wait_ready(timeout)
+            self._wait_ready(timeout, wait_for)
         except BaseException:
             self.stop()  # never leave a gateway behind that nobody will stop
             raise
 
-    def _wait_ready(self, timeout: float) -> None:
+    def _wait_ready(self, timeout: float, path: str = "/readyz") -> None:
         assert self.process is not None
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise GatewayFailed(f"wsnmom serve exited:\n{self.log_tail()}")
             try:
-                if requests.get(f"{self.base_url}/readyz", timeout=1).status_code == 200:
+                if requests.get(f"{self.base_url}{path}", timeout=1).status_code == 200:
                     return
             except requests.RequestException:
                 pass

@@ -1,0 +1,159 @@
+"""The gateway while its middleware is down (Core v2 §4), against a private RabbitMQ node
+that the tests stop and start: operations that need the middleware answer a SOAP Receiver
+fault (ResourceUnavailableFault) with HTTP 503 and Retry-After within seconds, a burst of
+them leaves the gateway responsive, nothing acknowledged is lost, and a gateway started
+before its node serves once the node is up."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import requests
+
+from tests.fixtures.brokers import RabbitNode
+from tests.fixtures.server import ConsumerServer, RunningServer, free_port
+from tests.support.soap import content_type, envelope, fault_name, notify_body, subscribe_body
+
+pytestmark = [pytest.mark.rabbitmq, pytest.mark.e2e]
+
+#: short grace and reconnect delays so the tests see both sides of an outage quickly
+OUTAGE_ENV = {
+    "WSNMOM_MIDDLEWARE__GRACE": "1",
+    "WSNMOM_MIDDLEWARE__RETRY_AFTER": "3",
+    "WSNMOM_ADAPTER_OPTIONS__RECONNECT_MAX_DELAY": "0.5",
+    "WSNMOM_ADAPTER_OPTIONS__OPERATION_TIMEOUT": "2",
+    "WSNMOM_ADAPTER_OPTIONS__HEARTBEAT": "2",
+}
+
+
+@pytest.fixture
+def gateway(rabbitmq_node: RabbitNode) -> Iterator[RunningServer]:
+    data_dir = Path(tempfile.mkdtemp(prefix="wsnmom-outage-"))
+    server = RunningServer("rabbitmq", rabbitmq_node.url, data_dir, free_port(), OUTAGE_ENV)
+    try:
+        yield server
+    finally:
+        server.stop()
+        rabbitmq_node.start()  # whatever the test did, the node runs again for the others
+
+
+def post(url: str, body: str, timeout: float = 30.0) -> requests.Response:
+    return requests.post(
+        url,
+        data=envelope(body),
+        headers={"Content-Type": content_type()},
+        timeout=timeout,
+    )
+
+
+def wait_status(url: str, status: int, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if requests.get(url, timeout=1).status_code == status:
+                return
+        except requests.RequestException:
+            pass
+        time.sleep(0.1)
+    raise AssertionError(f"{url} did not answer {status} within {timeout}s")
+
+
+def assert_unavailable(resp: requests.Response) -> None:
+    assert resp.status_code == 503, resp.content
+    assert resp.headers.get("Retry-After") == "3"
+    assert fault_name(resp.content) == "ResourceUnavailableFault"
+    assert b"Receiver" in resp.content
+
+
+def test_outage_faults_fast_keeps_serving_and_loses_nothing(
+    gateway: RunningServer, rabbitmq_node: RabbitNode, consumer: ConsumerServer
+) -> None:
+    gateway.start()
+    ns = f"urn:test:{uuid.uuid4().hex[:12]}"
+    broker = gateway.broker_url
+    resp = post(broker, subscribe_body(consumer.address(), "tns:t", ns=ns))
+    assert resp.status_code == 200, resp.content
+    accepted: list[str] = []
+
+    def notify(text: str) -> requests.Response:
+        return post(broker, notify_body(("tns:t", f"<m>{text}</m>"), ns=ns))
+
+    for i in range(5):
+        assert notify(f"before{i}").status_code == 202
+        accepted.append(f"before{i}")
+
+    rabbitmq_node.stop()
+    wait_status(f"{gateway.base_url}/readyz", 503, 30)
+    # each operation that needs the middleware answers a fault within 5 s
+    for body in (
+        notify_body(("tns:t", "<m>during</m>"), ns=ns),
+        subscribe_body(consumer.address(), "tns:t", ns=ns),
+        "<wsnt:CreatePullPoint/>",
+    ):
+        started = time.monotonic()
+        resp = post(broker, body)
+        assert time.monotonic() - started < 5
+        assert_unavailable(resp)
+
+    # 30 concurrent Notifies leave /healthz answering within a second
+    with concurrent.futures.ThreadPoolExecutor(30) as pool:
+        burst = [pool.submit(notify, f"burst{i}") for i in range(30)]
+        slowest = 0.0
+        while not all(f.done() for f in burst):
+            started = time.monotonic()
+            assert requests.get(f"{gateway.base_url}/healthz", timeout=5).status_code == 200
+            slowest = max(slowest, time.monotonic() - started)
+            time.sleep(0.05)
+        results = [f.result() for f in burst]
+    assert slowest < 1.0, slowest
+    for resp in results:
+        assert_unavailable(resp)
+
+    rabbitmq_node.start()
+    wait_status(f"{gateway.base_url}/readyz", 200, 60)
+    deadline = time.monotonic() + 30
+    while True:  # the consuming side may need a moment more than the readiness check
+        resp = notify("after0")
+        if resp.status_code == 202 or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert resp.status_code == 202, resp.content
+    accepted.append("after0")
+    for i in range(1, 5):
+        assert notify(f"after{i}").status_code == 202
+        accepted.append(f"after{i}")
+
+    # every notification the gateway acknowledged reaches the subscriber
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        got = {m.findtext("{*}Message/{*}m") for m in consumer.messages()}
+        if set(accepted) <= got:
+            break
+        time.sleep(0.2)
+    got = {m.findtext("{*}Message/{*}m") for m in consumer.messages()}
+    assert set(accepted) <= got, sorted(set(accepted) - got)
+    assert not {g for g in got if g and g.startswith(("during", "burst"))}
+
+
+def test_gateway_started_before_its_node_serves_once_it_is_up(
+    gateway: RunningServer, rabbitmq_node: RabbitNode, consumer: ConsumerServer
+) -> None:
+    rabbitmq_node.stop()
+    gateway.start(wait_for="/healthz")
+    assert requests.get(f"{gateway.base_url}/readyz", timeout=5).status_code == 503
+    ns = f"urn:test:{uuid.uuid4().hex[:12]}"
+    assert_unavailable(post(gateway.broker_url, notify_body(("tns:t", "<m>early</m>"), ns=ns)))
+    assert_unavailable(post(gateway.broker_url, subscribe_body(consumer.address(), "tns:t", ns=ns)))
+
+    rabbitmq_node.start()
+    wait_status(f"{gateway.base_url}/readyz", 200, 60)
+    resp = post(gateway.broker_url, subscribe_body(consumer.address(), "tns:t", ns=ns))
+    assert resp.status_code == 200, resp.content
+    assert post(gateway.broker_url, notify_body(("tns:t", "<m>late</m>"), ns=ns)).status_code == 202
+    assert [m.findtext("{*}Message/{*}m") for m in consumer.wait_for_messages(1, 20)] == ["late"]

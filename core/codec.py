@@ -103,6 +103,8 @@ def is_internal_routing(received: Received) -> bool:
 
 
 HEADER_SUBSCRIPTION_REFERENCE = "wsnmom-subscription-ref"
+#: the ``X-Request-Id`` of the request that published a message (for logs)
+HEADER_REQUEST_ID = "wsnmom-request-id"
 
 XML_CONTENT_TYPES = ("application/xml", "text/xml")
 
@@ -158,6 +160,7 @@ def encode(message: NotificationMessage, *, route: Topic | None = None) -> Outbo
     producer = message.producer_reference
     subscription = message.subscription_reference
     published_at = message.published_at
+    request_id = message.request_id
     last = _shared
     if (
         last[0] is topic
@@ -165,11 +168,14 @@ def encode(message: NotificationMessage, *, route: Topic | None = None) -> Outbo
         and last[2] is producer
         and last[3] is subscription
         and last[4] is published_at
+        and last[5] is request_id
     ):
-        common = last[5]
+        common = last[6]
     else:
         common = _common_headers(topic, dialect, producer, subscription, published_at)
-        _shared = (topic, dialect, producer, subscription, published_at, common)
+        if request_id is not None:
+            common[HEADER_REQUEST_ID] = request_id
+        _shared = (topic, dialect, producer, subscription, published_at, request_id, common)
     return OutboundMessage(
         topic=route or topic,
         body=message.payload,
@@ -202,17 +208,18 @@ def _common_headers(
     return headers
 
 
-#: the last (topic, dialect, producer, subscription reference, published_at) encoded, by
-#: identity, and its common headers (never handed out: each message gets its own dict).
-#: Replaced as a whole, so threads encoding at the same time at worst rebuild it.
+#: the last (topic, dialect, producer, subscription reference, published_at, request id)
+#: encoded, by identity, and its common headers (never handed out: each message gets its
+#: own dict).  Replaced as a whole, so threads encoding at the same time at worst rebuild it.
 _shared: tuple[
     Topic | None,
     str | None,
     EndpointReference | None,
     EndpointReference | None,
     datetime | None,
+    str | None,
     dict[str, str],
-] = (None, None, None, None, None, {})
+] = (None, None, None, None, None, None, {})
 
 
 def is_xml_type(content_type: str) -> bool:
@@ -287,4 +294,5 @@ def decode(received: Received | StoredMessage) -> NotificationMessage:
         content_type="application/xml",
         published_at=_published_at(headers),
         subscription_reference=_epr_from_header(headers.get(HEADER_SUBSCRIPTION_REFERENCE)),
+        request_id=headers.get(HEADER_REQUEST_ID),
     )

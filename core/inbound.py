@@ -26,6 +26,7 @@ from wsnmom.core.context import BrokerContext
 from wsnmom.core.direct_routing import DirectRouting
 from wsnmom.core.filters import concrete_topic, topic_errors
 from wsnmom.core.lifetimes import is_expired
+from wsnmom.core.log_context import current_request_id
 from wsnmom.core.model import (
     EndpointReference,
     ExpressionSource,
@@ -62,6 +63,7 @@ class Inbound:
         ctx = self._ctx
         now = ctx.now()
         ids = new_message_ids(len(items))
+        request_id = current_request_id()
         topic_set = ctx.topic_set
         check = registration_check and ctx.settings.requires_registration
         registered: set[tuple[str | None, Topic | None]] = set()
@@ -96,6 +98,7 @@ class Inbound:
                     producer_reference=producer,
                     published_at=now,
                     subscription_reference=item.subscription_reference,
+                    request_id=request_id,
                 )
             )
         return out

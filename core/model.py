@@ -180,6 +180,9 @@ class NotificationMessage:
     #: SubscriptionReference of the NotificationMessage as accumulated in a pull point
     #: (GM-07: GetMessages returns the NotificationMessage exactly as accumulated)
     subscription_reference: EndpointReference | None = None
+    #: the id of the request that published it (``X-Request-Id``), carried through the
+    #: middleware so delivery logs can name it; never sent to consumers
+    request_id: str | None = None
 
 
 @_direct_init

@@ -20,7 +20,7 @@ def test_failed_start_stops_the_process(monkeypatch: pytest.MonkeyPatch) -> None
     data_dir = Path(tempfile.mkdtemp(prefix="wsnmom-fixture-"))
     server = RunningServer("embedded", f"embedded://{data_dir}/mw", data_dir, free_port())
 
-    def boom(self: RunningServer, timeout: float) -> None:
+    def boom(self: RunningServer, *args: object) -> None:
         raise _Boom
 
     monkeypatch.setattr(RunningServer, "_wait_ready", boom)

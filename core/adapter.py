@@ -386,12 +386,18 @@ class Adapter(abc.ABC):
                 out.append(None)
         return out
 
-    def restored(self) -> None:
-        """Core has re-attached (``subscription``) every durable subscription it keeps.
+    def restoring(self) -> None:
+        """Core is about to re-attach (``subscription``) the durable subscriptions it
+        keeps, at start-up; ``restored`` follows.  Adapters that dispatch from shared
+        readers to many subscriptions hold dispatching back until then, so no
+        subscription misses what arrives before core re-attached it.  Without this call
+        (the conformance kit, scripts) they dispatch as soon as a handle starts.
+        Default: nothing."""
+        return None
 
-        Called once after start-up.  Adapters that dispatch from shared readers to many
-        subscriptions start dispatching here, so no subscription misses what arrives
-        before core re-attached it.  Default: nothing."""
+    def restored(self) -> None:
+        """Core has re-attached every durable subscription it keeps (see ``restoring``).
+        Default: nothing."""
         return None
 
     def subscription_names(self) -> list[str] | None:

@@ -72,6 +72,7 @@ ENTRY_POINT_GROUP = "wsnmom.adapters"
 BUILTIN_PLUGINS: Mapping[str, str] = {
     "embedded": "wsnmom.adapters.embedded.plugin",
     "rabbitmq": "wsnmom.adapters.rabbitmq.plugin",
+    "filelog": "wsnmom.adapters.filelog.plugin",
 }
 
 #: schemes of adapters wsnmom knows about even when their plugin cannot be loaded, with

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Type-checks core/ and topic_mapping/ as the packages wsnmom.core and wsnmom.topic_mapping.
+# Type-checks core/, topic_mapping/ and the log adapters as packages of wsnmom.
 # mypy cannot follow setuptools' editable-install finder for the package-dir mapping, so the
 # import package is laid out as a tree of symlinks under .typecheck/ first.
 set -euo pipefail
@@ -11,4 +11,5 @@ ln -s ../../wsnmom/testing "$root/testing"
 for d in core topic_mapping soap_frontend; do [[ -d $d ]] && ln -s "../../$d" "$root/$d"; done
 ln -s ../../../adapters/__init__.py "$root/adapters/__init__.py"
 for d in adapters/*/; do d=${d%/}; ln -s "../../../$d" "$root/$d"; done
-MYPYPATH=.typecheck exec "${MYPY:-.venv/bin/mypy}" -p wsnmom.core -p wsnmom.topic_mapping "$@"
+MYPYPATH=.typecheck exec "${MYPY:-.venv/bin/mypy}" -p wsnmom.core -p wsnmom.topic_mapping \
+  -p wsnmom.adapters.logbase -p wsnmom.adapters.filelog "$@"

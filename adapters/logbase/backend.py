@@ -22,6 +22,7 @@ from typing import Protocol
 from wsnmom.topic_mapping.model import PathPattern, Topic
 
 __all__ = [
+    "EARLIEST",
     "HeadReader",
     "LogBackend",
     "LogReader",
@@ -33,6 +34,9 @@ __all__ = [
 
 #: (log name, partition)
 StreamId = tuple[str, int]
+
+#: an offset meaning "the first record the stream still holds" (``LogReader.assign``)
+EARLIEST = -2
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +72,8 @@ class LogReader(Protocol):
 
     def assign(self, positions: Mapping[StreamId, int]) -> None:
         """Read exactly these streams, each from the given offset (replaces the previous
-        assignment; an empty mapping stops reading)."""
+        assignment; an empty mapping stops reading).  ``EARLIEST`` reads from the first
+        record the stream still holds, without reporting ``RecordsLost``."""
 
     def poll(self, max_records: int, timeout: float) -> Sequence[LogRecord | RecordsLost]:
         """Up to ``max_records`` records, in offset order within each stream, waiting up to
@@ -86,10 +91,11 @@ class HeadReader(Protocol):
         """The next records at the end of the streams (see ``LogReader.poll``)."""
 
     def positions(self) -> dict[StreamId, int]:
-        """The next offset this reader will return for each stream it follows now.
+        """The next offset (>= 0) this reader will return for each stream it follows now.
 
         A stream the reader starts following later (a log created after it started) is
-        read from its beginning, so nothing published on it is missed."""
+        read from its beginning, so nothing published on it is missed; its position is
+        then its first offset (0 for a new log)."""
 
     def commit(self, positions: Mapping[StreamId, int]) -> None:
         """Remember where following resumes after a restart (below every unsettled record
@@ -125,6 +131,12 @@ class LogBackend(Protocol):
 
     def position_store(self) -> PositionStore:
         """Where cursors keep their positions."""
+
+    def end_positions(self) -> dict[StreamId, int] | None:
+        """The exact current end (next offset) of every stream, or None when the
+        middleware cannot tell cheaply and reliably (the engine then waits for its head
+        reader to reach the end instead).  Used to start a new cursor exactly at the
+        end, so it gets nothing published before it was created."""
 
     def may_carry(self, log: str, patterns: tuple[PathPattern, ...] | None) -> bool:
         """Whether log ``log`` can hold a record matching ``patterns`` (None: any

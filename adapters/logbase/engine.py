@@ -1,0 +1,741 @@
+"""``CursorEngine``: durable subscriptions of a log-based middleware as cursors over shared
+logs, served by a bounded number of readers and threads whatever the number of
+subscriptions.
+
+Threads and readers (all fixed in number):
+
+* one **head** thread with the backend's ``HeadReader``: it follows the end of every
+  stream and hands each record to every *attached* cursor whose patterns match (a
+  ``TopicIndex`` lookup, so the cost grows with the matching cursors, not with all);
+* ``catch_up_readers`` **catch-up** threads, each with a ``LogReader``: a *detached*
+  cursor (paused and resumed, its window was full, it was rewound, or it was restored at
+  start-up) is queued, and a catch-up thread reads its streams from its positions until it
+  reaches the head, where it re-attaches; a cursor whose window fills yields its reader to
+  the next one;
+* one **commit** thread: every ``commit_interval`` it saves the positions of detached
+  cursors that changed (``PositionStore``) and removes stored positions of cursors that
+  re-attached, and the head thread commits the head (``HeadReader.commit``) below every
+  unsettled record of the attached cursors and of detached cursors not yet saved.
+
+After a crash an attached cursor resumes from the head's commit, a detached one from its
+stored positions: nothing settled-out-of-order or unsettled is skipped (at-least-once).
+A cursor that was attached has no stored positions, so the head must not hand out records
+before core re-attached every subscription: ``restoring()`` holds the head back until
+``restored()`` (core calls both at start-up; without them the head starts with the first
+started cursor).
+
+Limits the middleware cannot enforce are applied on request (``discard``): skipping the
+oldest matching records, or delivering only a budget and then jumping to the head.  The
+depth of a detached cursor counts the records between its positions and the head in the
+streams it reads, which includes records of other topics when a stream is shared
+(``may_carry`` True for a namespace-wide log): an estimate, said so in ``depth``.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from wsnmom.core.adapter import (
+    AdapterUnavailable,
+    QueueLimits,
+    Received,
+    SubscriptionHandle,
+    SubscriptionSpec,
+)
+from wsnmom.topic_mapping.index import TopicIndex
+
+from .backend import (
+    EARLIEST,
+    HeadReader,
+    LogBackend,
+    LogReader,
+    LogRecord,
+    PositionStore,
+    RecordsLost,
+    StreamId,
+)
+from .cursor import Cursor, CursorHandle
+
+__all__ = ["CursorEngine"]
+
+log = logging.getLogger(__name__)
+
+
+class CursorEngine:
+    """Cursors over a ``LogBackend`` (see the module docstring).  Thread-safe."""
+
+    def __init__(
+        self,
+        backend: LogBackend,
+        *,
+        catch_up_readers: int = 4,
+        batch: int = 500,
+        poll_timeout: float = 0.1,
+        commit_interval: float = 0.2,
+        catch_up_slice: int = 20,
+    ) -> None:
+        self.backend = backend
+        self.catch_up_readers = catch_up_readers
+        self.batch = batch
+        self.poll_timeout = poll_timeout
+        self.commit_interval = commit_interval
+        #: batches a catch-up thread reads for one cursor before serving the next one
+        self.catch_up_slice = catch_up_slice
+        self.lock = threading.RLock()
+        self._cursors: dict[str, Cursor] = {}
+        self._index: TopicIndex[str] = TopicIndex()
+        self._match_all: set[str] = set()
+        #: next offset the head reader returns per stream
+        self._head: dict[StreamId, int] = {}
+        self._stored: dict[str, dict[StreamId, int]] = {}
+        self._to_delete: set[str] = set()
+        self._catch_up: queue.SimpleQueue[Cursor | None] = queue.SimpleQueue()
+        self._store: PositionStore | None = None
+        self._head_reader: HeadReader | None = None
+        self._threads: list[threading.Thread] = []
+        self._running = False
+        self._dispatching = False
+        self._hold = False
+        self._head_started = threading.Event()
+        #: head sync: polls asked for / the last one that reached the end
+        self._sync_asked = 0
+        self._sync_done = 0
+        self._sync_cv = threading.Condition(self.lock)
+        self._wake_commit = threading.Event()
+        self._last_head_commit = 0.0
+        self._last_head_positions: dict[StreamId, int] = {}
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def start(self) -> None:
+        """Open the head reader and the position store and load stored positions."""
+        with self.lock:
+            if self._running:
+                return
+            self._store = self.backend.position_store()
+            self._stored = self._store.load()
+            self._head_reader = self.backend.head_reader()
+            self._head = dict(self._head_reader.positions())
+            self._running = True
+        self._spawn(self._commit_loop, "wsnmom-log-commit")
+        for i in range(self.catch_up_readers):
+            self._spawn(self._catch_up_loop, f"wsnmom-log-catch-up-{i}")
+
+    def _spawn(self, target: Callable[[], None], name: str) -> None:
+        thread = threading.Thread(target=target, name=name, daemon=True)
+        self._threads.append(thread)
+        thread.start()
+
+    def restoring(self) -> None:
+        """Hold the head back until ``restored`` (see the module docstring)."""
+        with self.lock:
+            self._hold = True
+
+    def restored(self) -> None:
+        """Every cursor is re-attached: start following the head."""
+        with self.lock:
+            self._hold = False
+        self._start_head()
+
+    def _start_head(self) -> None:
+        with self.lock:
+            if self._dispatching or self._hold or not self._running:
+                return
+            self._dispatching = True
+        self._spawn(self._head_loop, "wsnmom-log-head")
+        self._head_started.wait(5.0)
+
+    def close(self) -> None:
+        """Stop every thread, save every cursor's positions, release the readers."""
+        with self.lock:
+            if not self._running:
+                return
+            self._running = False
+            self._sync_cv.notify_all()
+            for cursor in self._cursors.values():
+                if cursor.started or cursor.attached or cursor.inflight:
+                    cursor.forget_inflight(self._head)
+                    cursor.started = False
+                    cursor.callback = None
+        for _ in range(self.catch_up_readers):
+            self._catch_up.put(None)
+        self._wake_commit.set()
+        for thread in self._threads:
+            thread.join(timeout=10)
+        self._threads = []
+        self._flush_positions(final=True)
+        head = self._head_reader
+        if head is not None:
+            try:
+                head.commit(self._head_commit_positions())
+            except Exception:
+                log.warning("committing the head position at close failed", exc_info=True)
+            head.close()
+        self._head_reader = None
+        self._dispatching = False
+
+    # -- subscriptions ---------------------------------------------------------------------
+    def subscription(self, spec: SubscriptionSpec) -> SubscriptionHandle:
+        """Create, or re-attach to, the cursor ``spec.name``."""
+        with self.lock:
+            if not self._running:
+                raise AdapterUnavailable("the log adapter is not open")
+            cursor = self._cursors.get(spec.name)
+            if cursor is not None:
+                if cursor.patterns != spec.patterns or cursor.limits != spec.limits:
+                    self._rebind(cursor, spec.patterns, spec.limits)
+                return CursorHandle(cursor)
+            stored = self._stored.get(spec.name)
+            held = self._hold
+        if stored is not None:
+            positions = dict(stored)
+        elif held:
+            # restoring: a cursor without stored positions rode on the head, which has
+            # not moved since its last commit
+            with self.lock:
+                positions = dict(self._head)
+        else:
+            positions = self._end_now()
+        with self.lock:
+            cursor = self._cursors.get(spec.name)
+            if cursor is None:
+                cursor = Cursor(self, spec.name, spec.patterns, spec.limits, positions)
+                # saved unless it attaches first, so it never pins the head's commit
+                cursor.dirty = stored is None
+                self._cursors[spec.name] = cursor
+                self._index_cursor(cursor)
+            return CursorHandle(cursor)
+
+    def _end_now(self) -> dict[StreamId, int]:
+        """Where a new cursor starts: the current end of every stream (from the backend
+        when it can tell, else once the head reader has caught up)."""
+        ends = self.backend.end_positions()
+        self._start_head()
+        with self.lock:
+            if ends is None:
+                self._sync_head_locked(timeout=max(1.0, 10 * self.poll_timeout))
+                return dict(self._head)
+            out = dict(self._head)
+            for stream, offset in ends.items():
+                out[stream] = max(out.get(stream, 0), offset)
+            return out
+
+    def _sync_head_locked(self, timeout: float) -> None:
+        """Wait until a head poll that began after this call found the end (hold the
+        lock; it is released while waiting)."""
+        if not self._dispatching:
+            return
+        self._sync_asked += 1
+        target = self._sync_asked
+        deadline = time.monotonic() + timeout
+        while self._sync_done < target and self._running:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                log.warning("the head reader did not reach the end within %.1fs", timeout)
+                return
+            self._sync_cv.wait(remaining)
+
+    def _index_cursor(self, cursor: Cursor) -> None:
+        if cursor.patterns is None:
+            self._match_all.add(cursor.name)
+            self._index.remove(cursor.name)
+        else:
+            self._match_all.discard(cursor.name)
+            self._index.add(cursor.name, cursor.patterns)
+
+    def _rebind(
+        self, cursor: Cursor, patterns: tuple[Any, ...] | None, limits: QueueLimits
+    ) -> None:
+        cursor.patterns = patterns
+        cursor.limits = limits
+        self._index_cursor(cursor)
+        if not cursor.attached:
+            # streams the new patterns add are read from the head on (a new subscription
+            # to those topics), not from their beginning
+            for stream, offset in self._head.items():
+                if stream not in cursor.positions and self._relevant(cursor, stream):
+                    cursor.positions[stream] = offset
+            cursor.dirty = True
+
+    def delete_subscription(self, name: str) -> None:
+        """Forget the cursor ``name`` and its stored positions (idempotent)."""
+        with self.lock:
+            cursor = self._cursors.pop(name, None)
+            self._stored.pop(name, None)
+            self._index.remove(name)
+            self._match_all.discard(name)
+            if cursor is not None:
+                cursor.deleted = True
+                cursor.started = False
+                cursor.callback = None
+                cursor.inflight = {}
+                cursor.unsettled = 0
+            self._to_delete.add(name)
+        self._wake_commit.set()
+
+    def names(self) -> list[str]:
+        """Cursors open now or stored."""
+        with self.lock:
+            return sorted(set(self._cursors) | set(self._stored))
+
+    # -- start / stop ----------------------------------------------------------------------
+    def start_cursor(
+        self, cursor: Cursor, on_message: Callable[[Received], None], prefetch: int
+    ) -> None:
+        """Push mode for ``cursor`` (idempotent)."""
+        with self.lock:
+            if cursor.deleted:
+                raise AdapterUnavailable(f"subscription {cursor.name} was deleted")
+            cursor.callback = on_message
+            cursor.prefetch = max(1, prefetch)
+            if cursor.started:
+                return
+            cursor.started = True
+            if not self._try_attach(cursor):
+                self._queue_catch_up(cursor)
+        self._start_head()
+
+    def stop_cursor(self, cursor: Cursor) -> None:
+        """Pause ``cursor``: it detaches; what was in flight comes again (redelivered)."""
+        with self.lock:
+            if not cursor.started:
+                return
+            cursor.started = False
+            cursor.forget_inflight(self._head)
+            cursor.callback = None
+        self._wake_commit.set()
+
+    # -- settling --------------------------------------------------------------------------
+    def settle(self, cursor: Cursor, stream: StreamId, offset: int, gen: int, rewind: bool) -> None:
+        """A subscriber settled one record (see ``CursorReceived``)."""
+        requeue = False
+        with self.lock:
+            if gen != cursor.gen or cursor.deleted:
+                return  # handed out before a stop or rewind: it comes again anyway
+            if rewind:
+                cursor.forget_inflight(self._head)
+                cursor.positions[stream] = min(cursor.positions.get(stream, offset), offset)
+                requeue = cursor.started
+            else:
+                was_full = cursor.window_full
+                moved = cursor.settle(stream, offset)
+                if moved and not cursor.attached:
+                    cursor.dirty = True
+                requeue = was_full and not cursor.window_full and not cursor.attached
+            if requeue:
+                self._queue_catch_up(cursor)
+
+    # -- queries ---------------------------------------------------------------------------
+    def depth(self, cursor: Cursor) -> int:
+        """Records waiting for ``cursor``: 0 while it rides on the head; detached, the
+        records between its positions and the head in the streams it reads (an estimate
+        where a stream carries other topics too), less what ``discard`` will skip."""
+        with self.lock:
+            if cursor.attached:
+                return 0
+            total = 0
+            for stream, head in self._head.items():
+                if not self._relevant(cursor, stream):
+                    continue
+                position = max(cursor.positions.get(stream, 0), 0)
+                if cursor.cap_budget is not None:
+                    position = max(position, cursor.cap_until.get(stream, 0))
+                total += max(0, head - position)
+            if cursor.cap_budget is not None:
+                total += cursor.cap_budget
+            return max(0, total - cursor.skip_oldest)
+
+    def depths(self, handles: Sequence[SubscriptionHandle]) -> list[int | None]:
+        """``depth`` of each handle under one lock acquisition."""
+        with self.lock:
+            return [
+                self.depth(h._cursor) if isinstance(h, CursorHandle) else h.depth() for h in handles
+            ]
+
+    def discard(self, cursor: Cursor, count: int, *, newest: bool) -> int:
+        """Skip ``count`` of the records waiting now: the oldest matching ones as the
+        cursor reads them, or (``newest``) keep the oldest ``depth - count`` and jump
+        past the rest.  Paused cursors are brought forward by a catch-up reader too
+        (skipping only).  Returns how many records will be skipped (an estimate where the
+        depth is one)."""
+        if count <= 0:
+            return 0
+        with self.lock:
+            waiting = self.depth(cursor)
+            count = min(count, waiting)
+            if not count:
+                return 0
+            if newest:
+                cursor.cap_budget = waiting - count
+                cursor.cap_until = dict(self._head)
+            else:
+                cursor.skip_oldest += count
+            cursor.dirty = True
+            if not cursor.attached:
+                self._queue_catch_up(cursor, skipping=True)
+            return count
+
+    # -- internals: attach / catch-up ------------------------------------------------------
+    def _relevant(self, cursor: Cursor, stream: StreamId) -> bool:
+        return self.backend.may_carry(stream[0], cursor.patterns)
+
+    def _at_head(self, cursor: Cursor) -> bool:
+        """Whether ``cursor`` has read up to the head in every stream it reads."""
+        for stream, head in self._head.items():
+            if not self._relevant(cursor, stream):
+                continue
+            position = cursor.positions.get(stream)
+            if position is None or position == EARLIEST:
+                position = 0
+            if position < head:
+                return False
+        return True
+
+    def _try_attach(self, cursor: Cursor) -> bool:
+        """Attach ``cursor`` when it has read up to the head in every stream it reads
+        (hold the lock).  Skips and caps still pending then have nothing left to apply
+        to (the depth was an estimate) and are dropped; a paused cursor stays detached."""
+        if cursor.attached:
+            return True
+        if not self._at_head(cursor):
+            return False
+        cursor.skip_oldest = 0
+        cursor.cap_budget = None
+        cursor.cap_until = {}
+        if not cursor.started:
+            return False
+        cursor.attached = True
+        cursor.floor = {s: p for s, p in cursor.positions.items() if p >= 0}
+        if cursor.name in self._stored:
+            self._to_delete.add(cursor.name)
+        cursor.dirty = False
+        return True
+
+    def _queue_catch_up(self, cursor: Cursor, *, skipping: bool = False) -> None:
+        """Give ``cursor`` to a catch-up reader (started cursors; paused ones only to
+        apply a ``discard``)."""
+        wanted = cursor.started or (
+            skipping and (cursor.skip_oldest > 0 or cursor.cap_budget is not None)
+        )
+        if wanted and not cursor.queued and not cursor.deleted:
+            cursor.queued = True
+            self._catch_up.put(cursor)
+
+    def _detach_at(self, cursor: Cursor, stream: StreamId, offset: int) -> None:
+        """The head could not hand ``cursor`` the record at ``offset`` (window full): it
+        continues from there with a catch-up reader (hold the lock)."""
+        positions = dict(self._head)
+        for s, floor in cursor.floor.items():
+            positions[s] = max(positions.get(s, floor), floor)
+        positions[stream] = offset
+        cursor.positions = positions
+        cursor.attached = False
+        cursor.floor = {}
+        cursor.dirty = True
+
+    def _catch_up_loop(self) -> None:
+        reader: LogReader | None = None
+        assigned: dict[StreamId, int] | None = None
+        try:
+            while True:
+                cursor = self._catch_up.get()
+                if cursor is None:
+                    return
+                if reader is None:
+                    reader = self.backend.reader()
+                    assigned = None
+                try:
+                    assigned = self._catch_up_one(reader, cursor, assigned)
+                except Exception:
+                    log.exception("catching up subscription %s failed; retrying", cursor.name)
+                    try:
+                        reader.close()
+                    except Exception:
+                        log.debug("closing a reader failed", exc_info=True)
+                    reader, assigned = None, None
+                    time.sleep(0.5)
+                    with self.lock:
+                        cursor.queued = False
+                        self._queue_catch_up(cursor)
+        finally:
+            if reader is not None:
+                reader.close()
+
+    def _catch_up_one(
+        self, reader: LogReader, cursor: Cursor, assigned: dict[StreamId, int] | None
+    ) -> dict[StreamId, int] | None:
+        """Read for ``cursor`` until it attaches, its window fills or its slice ends;
+        returns the reader's assignment afterwards."""
+        with self.lock:
+            cursor.queued = False
+            if not self._running or cursor.attached or cursor.deleted:
+                return assigned
+            if not cursor.started and not (cursor.skip_oldest or cursor.cap_budget is not None):
+                return assigned
+            if cursor.window_full:
+                return assigned
+            if self._try_attach(cursor) or not self._has_work(cursor):
+                return assigned
+            wanted = self._assignment(cursor)
+        if wanted != assigned:
+            reader.assign(wanted)
+            assigned = dict(wanted)
+        empty_polls = 0
+        for _ in range(self.catch_up_slice):
+            records = reader.poll(self.batch, self.poll_timeout)
+            with self.lock:
+                if not self._running or cursor.deleted or cursor.attached:
+                    return None
+                if not records:
+                    empty_polls += 1
+                    if self._try_attach(cursor) or not self._has_work(cursor):
+                        return assigned
+                    if self._apply_cap_at_head(cursor):
+                        return None
+                    if empty_polls >= 3 and self._head_missing(cursor, assigned):
+                        return None  # new streams appeared: re-assign on the next turn
+                    continue
+                empty_polls = 0
+                stopped = self._read_for(cursor, records)
+                if assigned is not None:
+                    for r in records:
+                        assigned[r.stream] = r.offset + 1 if isinstance(r, LogRecord) else r.next
+            cursor.drain()
+            with self.lock:
+                if stopped or cursor.window_full:
+                    return None  # positions moved back: assign afresh next time
+        with self.lock:
+            if not cursor.attached and not self._try_attach(cursor):
+                self._queue_catch_up(cursor, skipping=True)
+        return None
+
+    @staticmethod
+    def _has_work(cursor: Cursor) -> bool:
+        """A started cursor reads; a paused one only while it has records to skip."""
+        return cursor.started or cursor.skip_oldest > 0 or cursor.cap_budget is not None
+
+    def _assignment(self, cursor: Cursor) -> dict[StreamId, int]:
+        """The streams ``cursor`` reads and where (hold the lock)."""
+        out: dict[StreamId, int] = {}
+        streams = set(self._head) | set(cursor.positions)
+        for stream in streams:
+            if not self._relevant(cursor, stream):
+                continue
+            out[stream] = cursor.positions.get(stream, EARLIEST)
+        return out
+
+    def _head_missing(self, cursor: Cursor, assigned: dict[StreamId, int] | None) -> bool:
+        """The head follows a relevant stream the reader does not read (hold the lock)."""
+        known = assigned or {}
+        return any(s not in known and self._relevant(cursor, s) for s in self._head)
+
+    def _apply_cap_at_head(self, cursor: Cursor) -> bool:
+        """A ``discard(newest=True)`` whose budget is spent: jump (hold the lock)."""
+        if cursor.cap_budget is not None and cursor.cap_budget <= 0:
+            for stream, offset in cursor.cap_until.items():
+                if cursor.positions.get(stream, EARLIEST) < offset:
+                    cursor.positions[stream] = offset
+            cursor.cap_budget = None
+            cursor.cap_until = {}
+            cursor.dirty = True
+            self._queue_catch_up(cursor, skipping=True)
+            return True
+        return False
+
+    def _read_for(self, cursor: Cursor, records: Sequence[LogRecord | RecordsLost]) -> bool:
+        """Apply records a catch-up reader read for ``cursor`` (hold the lock); True when
+        it must stop (window full, or a jump moved its positions)."""
+        for item in records:
+            if isinstance(item, RecordsLost):
+                self._lost(cursor, item)
+                continue
+            stream = item.stream
+            position = cursor.positions.get(stream, EARLIEST)
+            if item.offset < position:
+                continue
+            if not cursor.wants(item.topic):
+                cursor.positions[stream] = item.offset + 1
+                cursor.dirty = True
+                continue
+            if cursor.skip_oldest:
+                cursor.skip_oldest -= 1
+                cursor.positions[stream] = item.offset + 1
+                cursor.dirty = True
+                continue
+            if cursor.cap_budget is not None and cursor.cap_budget <= 0:
+                self._apply_cap_at_head(cursor)
+                return True
+            if not cursor.started or cursor.window_full:
+                return True  # paused: only skipping; full: wait for settles
+            if cursor.cap_budget is not None:
+                cursor.cap_budget -= 1
+            cursor.positions[stream] = item.offset + 1
+            cursor.dirty = True
+            cursor.hand_out(item)
+        return False
+
+    def _lost(self, cursor: Cursor, item: RecordsLost) -> None:
+        count = max(0, item.next - max(item.first, 0))
+        cursor.lost += count
+        cursor.positions[item.stream] = item.next
+        cursor.dirty = True
+        log.warning(
+            "subscription %s: %d message(s) of %s were deleted by retention before it "
+            "read them (offsets %d..%d)",
+            cursor.name,
+            count,
+            item.stream,
+            item.first,
+            item.next - 1,
+        )
+
+    # -- internals: head -------------------------------------------------------------------
+    def _head_loop(self) -> None:
+        head = self._head_reader
+        assert head is not None
+        self._head_started.set()
+        while True:
+            with self.lock:
+                if not self._running:
+                    return
+                asked = self._sync_asked
+            try:
+                records = head.poll(self.batch, self.poll_timeout)
+            except Exception:
+                log.exception("the head reader failed; retrying")
+                time.sleep(0.5)
+                continue
+            touched: dict[str, Cursor] = {}
+            with self.lock:
+                if not self._running:
+                    return
+                for stream, offset in head.positions().items():
+                    self._head.setdefault(stream, offset)
+                for item in records:
+                    self._dispatch(item, touched)
+                if len(records) < self.batch and asked > self._sync_done:
+                    self._sync_done = asked
+                    self._sync_cv.notify_all()
+            for cursor in touched.values():
+                cursor.drain()
+            self._maybe_commit_head(head)
+
+    def _dispatch(self, item: LogRecord | RecordsLost, touched: dict[str, Cursor]) -> None:
+        """Hand one head record to every attached cursor that wants it (hold the lock)."""
+        if isinstance(item, RecordsLost):
+            log.warning(
+                "the head reader skipped %s offsets %d..%d", item.stream, item.first, item.next
+            )
+            self._head[item.stream] = item.next
+            return
+        stream = item.stream
+        offset = item.offset
+        self._head[stream] = max(self._head.get(stream, 0), offset + 1)
+        names = self._index.match(item.topic)
+        if self._match_all:
+            names = names | {n for n in self._match_all if self._cursors[n].wants(item.topic)}
+        for name in names:
+            cursor = self._cursors.get(name)
+            if cursor is None or not cursor.attached:
+                continue
+            if offset < cursor.floor.get(stream, -1):
+                continue
+            if cursor.window_full:
+                self._detach_at(cursor, stream, offset)
+                continue
+            cursor.hand_out(item)
+            touched[name] = cursor
+
+    def _head_commit_positions(self) -> dict[StreamId, int]:
+        """Where the head may resume after a crash: below every unsettled record of the
+        attached cursors and of detached ones whose positions are not saved yet (hold
+        the lock, or call when the threads are stopped)."""
+        positions = dict(self._head)
+        for cursor in self._cursors.values():
+            if cursor.attached:
+                for stream in list(cursor.inflight):
+                    if stream in positions:
+                        positions[stream] = cursor.committed(stream, positions[stream])
+            elif cursor.dirty or cursor.name not in self._stored:
+                for stream, offset in cursor.positions.items():
+                    if stream in positions and offset >= 0:
+                        positions[stream] = min(positions[stream], cursor.committed(stream, offset))
+        return positions
+
+    def _maybe_commit_head(self, head: HeadReader) -> None:
+        now = time.monotonic()
+        if now - self._last_head_commit < self.commit_interval:
+            return
+        self._last_head_commit = now
+        with self.lock:
+            positions = self._head_commit_positions()
+        if positions != self._last_head_positions:
+            try:
+                head.commit(positions)
+                self._last_head_positions = positions
+            except Exception:
+                log.warning("committing the head position failed", exc_info=True)
+
+    # -- internals: stored positions -------------------------------------------------------
+    def _commit_loop(self) -> None:
+        while True:
+            self._wake_commit.wait(self.commit_interval)
+            self._wake_commit.clear()
+            with self.lock:
+                running = self._running
+            if not running:
+                return
+            try:
+                self._flush_positions()
+            except Exception:
+                log.warning("saving subscription positions failed; retrying", exc_info=True)
+
+    def _flush_positions(self, *, final: bool = False) -> None:
+        """Save changed positions of detached cursors, drop those of re-attached ones."""
+        store = self._store
+        if store is None:
+            return
+        with self.lock:
+            changes: dict[str, dict[StreamId, int]] = {}
+            for cursor in self._cursors.values():
+                if cursor.attached or not (cursor.dirty or final):
+                    continue
+                if not cursor.dirty and cursor.name in self._stored:
+                    continue
+                committed = {
+                    stream: cursor.committed(stream, offset)
+                    for stream, offset in cursor.positions.items()
+                    if offset >= 0
+                }
+                changes[cursor.name] = committed
+                cursor.dirty = False
+            deletes = {n for n in self._to_delete if n not in changes}
+            self._to_delete = set()
+        if changes:
+            store.save(changes)
+            with self.lock:
+                for name, positions in changes.items():
+                    self._stored[name] = positions
+        if deletes:
+            store.delete(deletes)
+            with self.lock:
+                for name in deletes:
+                    live = self._cursors.get(name)
+                    if live is None or live.attached:
+                        self._stored.pop(name, None)
+
+    # -- diagnostics -----------------------------------------------------------------------
+    def stats(self) -> Mapping[str, int]:
+        """Counts for tests and ``/metrics``: cursors, attached, queued, threads."""
+        with self.lock:
+            cursors = list(self._cursors.values())
+            return {
+                "cursors": len(cursors),
+                "attached": sum(1 for c in cursors if c.attached),
+                "detached_started": sum(1 for c in cursors if c.started and not c.attached),
+                "threads": len(self._threads),
+            }

@@ -65,7 +65,7 @@ class KafkaSettings:
     catch_up_readers: int = 4
     fetch_wait_ms: int = 20
     discovery_interval: float = 2.0
-    topic_id_check_interval: float = 30.0
+    topic_id_check_interval: float = 10.0
     delivery_timeout: float = 30.0
     health_interval: float = 1.0
     health_timeout: float = 2.0

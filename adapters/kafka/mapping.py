@@ -6,7 +6,7 @@ Three kinds of Kafka topic (called *logs* here, as in ``adapters.logbase``):
   ``[prefix.]root.level.level`` through ``topic_mapping``'s Kafka translation (escaped
   levels, configured or derived roots).  Every record of such a log is on that one topic.
 * **per-namespace** logs (mode ``namespace``): one Kafka topic for a whole namespace; a
-  record's WS topic path is its ``wsnmom-topic-path`` header, else its key (``a/b/c``),
+  record's WS topic path is its key (``a/b/c``), else its ``wsnmom-topic-path`` header,
   else the configured ``default_path``.
 * the **internal** log: pull point inboxes (``core.adapter.is_internal_namespace``), keyed
   by the inbox topic in Clark notation (``{urn:wsnmom:internal:pull-point}p12``).  Never
@@ -221,10 +221,12 @@ class KafkaMapping:
             return Topic(UNMAPPED_NAMESPACE, ("_x_",))
         namespace = self._shared.get(log)
         if namespace is not None:
-            path = headers.get(HEADER_TOPIC_PATH)
-            segments = _parse_path(path) if path else None
-            if segments is None and key:
-                segments = _parse_path(key.decode("utf-8", "replace"))
+            # the key first: the gateway keys by the routing path, while its topic headers
+            # may name the topic a message was first published on
+            segments = _parse_path(key.decode("utf-8", "replace")) if key else None
+            if segments is None:
+                path = headers.get(HEADER_TOPIC_PATH)
+                segments = _parse_path(path) if path else None
             return Topic(namespace, segments or self.default_path)
         return self.log_topic(log, headers)
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from confluent_kafka import KafkaError, KafkaException, TopicCollection
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -41,6 +41,8 @@ class Topics:
         self._listed_at = 0.0
         #: serialises creation per topic name
         self._creating: dict[str, threading.Lock] = {}
+        #: called after this process created a topic (the head reader looks for it)
+        self.on_created: Callable[[], None] | None = None
 
     # -- listing ----------------------------------------------------------------------------
     def refresh(self, timeout: float = 5.0) -> dict[str, int]:
@@ -130,3 +132,5 @@ class Topics:
             log.info("created Kafka topic %s (%d partitions)", name, partitions)
         with self._lock:
             self._partitions[name] = max(self._partitions.get(name, 0), partitions)
+        if self.on_created is not None:
+            self.on_created()

@@ -103,7 +103,7 @@ from typing import Any
 
 try:
     from confluent_kafka import KafkaError, KafkaException, TopicPartition
-    from confluent_kafka.admin import AdminClient, OffsetSpec
+    from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
 except ImportError as exc:  # pragma: no cover - depends on the installation
     raise ImportError(
         'the Kafka adapter needs confluent-kafka: pip install "wsnmom[kafka]"'
@@ -165,7 +165,7 @@ class _Backend(KafkaBackend):
             return None
         listing = self.topics.listing(max_age=self.settings.discovery_interval)
         request = {
-            TopicPartition(name, p): OffsetSpec.latest()
+            TopicPartition(name, p): OffsetSpec.latest()  # type: ignore[no-untyped-call]
             for name, count in listing.items()
             if self.mapping.follows(name)
             for p in range(count)

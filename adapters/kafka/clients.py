@@ -159,12 +159,14 @@ def sniff_content_type(body: bytes) -> str:
     return "text/plain"
 
 
-def _headers(raw: list[tuple[str, bytes | None]] | None) -> dict[str, str]:
+def _headers(raw: Any) -> dict[str, str]:
     if not raw:
         return {}
     out: dict[str, str] = {}
-    for key, value in raw:
-        out[key] = value.decode("utf-8", "replace") if value is not None else ""
+    for key, value in raw.items() if isinstance(raw, dict) else raw:
+        if isinstance(value, bytes):
+            value = value.decode("utf-8", "replace")
+        out[key] = value if value is not None else ""
     return out
 
 

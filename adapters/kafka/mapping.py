@@ -225,8 +225,8 @@ class KafkaMapping:
             # may name the topic a message was first published on
             segments = _parse_path(key.decode("utf-8", "replace")) if key else None
             if segments is None:
-                path = headers.get(HEADER_TOPIC_PATH)
-                segments = _parse_path(path) if path else None
+                header = headers.get(HEADER_TOPIC_PATH)
+                segments = _parse_path(header) if header else None
             return Topic(namespace, segments or self.default_path)
         return self.log_topic(log, headers)
 

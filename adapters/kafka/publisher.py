@@ -216,7 +216,9 @@ class Publisher:
         dest: Destination,
         deadline: float,
     ) -> None:
-        headers = [(k, v.encode()) for k, v in message.headers.items()]
+        headers: list[tuple[str, str | bytes | None]] = [
+            (k, v.encode()) for k, v in message.headers.items()
+        ]
         headers.append((HEADER_MESSAGE_ID, message.message_id.encode()))
         headers.append((HEADER_CONTENT_TYPE, message.content_type.encode()))
 

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Iterable
 
 from confluent_kafka import KafkaError, KafkaException, TopicCollection
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 from wsnmom.core.adapter import AdapterError, AdapterUnavailable
 from wsnmom.topic_mapping.errors import TopicNotSupported
 

@@ -83,9 +83,11 @@ Options
     ``max_message_bytes``
         largest body accepted (1000000, Kafka's default ``message.max.bytes``).
     ``exact_watermarks``
-        the brokers report exact end offsets (Apache Kafka; default false because tansu
-        does not): a new subscription then starts at the end without waiting for the
-        head reader to reach it.
+        the brokers report exact end offsets (default true, as Apache Kafka does): a new
+        subscription starts at the end offsets the cluster reports (one ListOffsets
+        request).  Set it false for brokers whose high watermark is not exact (tansu
+        reports the first offset of the last batch): a new subscription then starts where
+        the head reader is once it has read everything fetched (a few tens of ms).
     ``connect_timeout``
         seconds ``open()`` waits for the cluster to answer (10).
     ``config``, ``producer_config``, ``consumer_config``
@@ -210,7 +212,7 @@ class KafkaAdapter(Adapter):
     def __init__(self, url: str, options: Mapping[str, Any] | None = None) -> None:
         super().__init__(url, options)
         opts = dict(options or {})
-        self._exact = _truthy(opts.pop("exact_watermarks", False))
+        self._exact = _truthy(opts.pop("exact_watermarks", True))
         self._connect_timeout = float(opts.pop("connect_timeout", 10.0))
         try:
             self.settings: KafkaSettings = parse_settings(url, opts)
@@ -263,7 +265,7 @@ class KafkaAdapter(Adapter):
             backend.exact_watermarks = self._exact
             topics.on_created = backend.topic_created
             engine = CursorEngine(
-                backend, catch_up_readers=settings.catch_up_readers, poll_timeout=0.05
+                backend, catch_up_readers=settings.catch_up_readers, poll_timeout=0.02
             )
             engine.start()
         except KafkaException as exc:
@@ -375,7 +377,7 @@ class KafkaAdapter(Adapter):
         """The newest record on ``topic`` (native ones included), if any."""
         state = self._require()
         try:
-            return state.current.get(topic)
+            return state.current.get(topic, following=state.backend.following)
         except NameNotRepresentable:
             return None
         except KafkaException as exc:

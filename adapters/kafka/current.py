@@ -5,7 +5,8 @@ Kafka keeps no "last message per topic" that can be looked up, so the adapter ke
 in-memory map (``current_cache_size`` topics, least recently used dropped first), fed by
 every record the head reader reads (the gateway's own and native ones) and by the
 gateway's own confirmed publishes.  A topic not in the map is looked up once in Kafka by
-reading the tail of its log backwards in windows of 100 records per partition: the
+reading the tail of its log backwards in windows of 100 records per partition (also while
+the head reader is not reading, before core restored the subscriptions): the
 newest record on that topic (per-path logs: the newest record of the Kafka topic;
 per-namespace logs: the newest whose path matches), scanning at most
 ``current_scan_limit`` records per partition.  "Newest" across partitions is the record
@@ -110,11 +111,13 @@ class CurrentMessages:
         self._offer(topic, _Entry(stored, partition, offset, ts))
 
     # -- lookup -----------------------------------------------------------------------------
-    def get(self, topic: Topic) -> StoredMessage | None:
-        """The newest message on ``topic`` (see the module docstring)."""
+    def get(self, topic: Topic, *, following: bool = True) -> StoredMessage | None:
+        """The newest message on ``topic`` (see the module docstring).  ``following``:
+        the head reader is reading now, so what the map holds is current; otherwise the
+        tail of the topic is read again."""
         with self._lock:
             entry = self._entries.get(topic)
-            if entry is not None:
+            if entry is not None and following:
                 self._entries.move_to_end(topic)
                 return entry.message
         dest = self._mapping.destination(topic)

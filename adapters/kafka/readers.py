@@ -263,6 +263,7 @@ class KafkaHeadReader(_Consuming):
     # -- the HeadReader protocol ------------------------------------------------------------
     def poll(self, max_records: int, timeout: float) -> Sequence[Item]:
         """The next records at the end of the followed streams."""
+        self._backend.head_polled = time.monotonic()
         self._discover()
         if self._pending:
             pending, self._pending = self._pending, []
@@ -409,6 +410,13 @@ class KafkaBackend:
         self.observe = observe
         self._head: KafkaHeadReader | None = None
         self._readers = 0
+        #: when the head reader last polled (monotonic; 0: never)
+        self.head_polled = 0.0
+
+    @property
+    def following(self) -> bool:
+        """Whether the head reader is reading now (polled within the last second)."""
+        return self._head is not None and time.monotonic() - self.head_polled < 1.0
 
     def head_reader(self) -> KafkaHeadReader:
         """A new head reader (the engine keeps one)."""

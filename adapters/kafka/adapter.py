@@ -101,6 +101,7 @@ import logging
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any
 
 try:
@@ -264,6 +265,7 @@ class KafkaAdapter(Adapter):
             backend = _Backend(settings, self.mapping, admin, topics, health, current.observe)
             backend.exact_watermarks = self._exact
             topics.on_created = backend.topic_created
+            backend.on_reset = partial(publisher.renew, "a followed topic was re-created")
             engine = CursorEngine(
                 backend, catch_up_readers=settings.catch_up_readers, poll_timeout=0.02
             )

@@ -100,6 +100,9 @@ class Publisher:
         self._outstanding: set[_Batch] = set()
         self._running = False
         self._thread: threading.Thread | None = None
+        #: ``Health.epoch`` when the producer was made (connections lost since: a publish
+        #: timeout may be a broker that forgot the producer id)
+        self._epoch = 0
 
     # -- lifecycle --------------------------------------------------------------------------
     def _new_producer(self) -> Producer:
@@ -125,6 +128,7 @@ class Publisher:
             if self._running:
                 return
             self._producer = self._new_producer()
+            self._epoch = self._health.epoch
             self._running = True
         self._thread = threading.Thread(
             target=self._poll_loop, name="wsnmom-kafka-poll", daemon=True
@@ -173,8 +177,28 @@ class Publisher:
                 return
             batches, self._outstanding = self._outstanding, set()
             self._producer = self._new_producer()
+            self._epoch = self._health.epoch
         for batch in batches:
             batch.fail_all(error)
+
+    def renew(self, why: str) -> None:
+        """Start a fresh producer (a new producer id) and drop what the old one still
+        holds: its publishes fail, none was confirmed.  For a broker that forgot the
+        producer id (a memory-only broker restarted): librdkafka then retries with a
+        locally bumped epoch the broker does not know either, until the message times
+        out."""
+        with self._lock:
+            if not self._running or self._producer is None:
+                return
+            old = self._producer
+            self._producer = self._new_producer()
+            self._epoch = self._health.epoch
+        log.warning("replacing the Kafka producer: %s", why)
+        try:
+            old.purge(in_queue=True, in_flight=True)
+            old.poll(0)  # the purged messages' delivery callbacks fail their publishes
+        except Exception:
+            log.debug("purging the old Kafka producer failed", exc_info=True)
 
     # -- publishing -------------------------------------------------------------------------
     def publish_many(
@@ -201,7 +225,10 @@ class Publisher:
             for index, (message, dest) in enumerate(zip(messages, destinations, strict=True)):
                 self._produce(producer, batch, index, message, dest, deadline)
             if not batch.done.wait(max(0.0, deadline - time.monotonic())):
-                raise self._timeout_error(len(messages), batch)
+                error = self._timeout_error(len(messages), batch)
+                if self._epoch != self._health.epoch:
+                    self.renew("a publish timed out after the connection was lost")
+                raise error
         finally:
             with self._lock:
                 self._outstanding.discard(batch)

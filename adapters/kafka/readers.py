@@ -253,6 +253,9 @@ class KafkaHeadReader(_Consuming):
                     old,
                 )
                 self._pending.append(RecordsLost(stream, old, start))
+                reset = self._backend.on_reset
+                if reset is not None:
+                    reset()
             self._next[stream] = start
             self._committed.pop(stream, None)
             changed = True
@@ -367,8 +370,14 @@ class KafkaPositionStore:
                 failed.append(f"{name}: {exc}")
                 continue
             for tp in result.topic_partitions or []:
-                if tp.error is not None:
-                    failed.append(f"{name} {tp.topic}[{tp.partition}]: {tp.error}")
+                if tp.error is None:
+                    continue
+                if tp.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                    # the topic is gone (deleted, or the broker restarted empty): a
+                    # position in it means nothing any more
+                    log.debug("not saving %s's position in vanished %s", name, tp.topic)
+                    continue
+                failed.append(f"{name} {tp.topic}[{tp.partition}]: {tp.error}")
         if failed:
             raise AdapterError("saving positions failed: " + "; ".join(failed[:5]))
 
@@ -410,6 +419,9 @@ class KafkaBackend:
         self.observe = observe
         self._head: KafkaHeadReader | None = None
         self._readers = 0
+        #: called when a followed topic started again below its old end (re-created,
+        #: or the broker restarted empty): the publisher renews its producer id
+        self.on_reset: Callable[[], None] | None = None
         #: when the head reader last polled (monotonic; 0: never)
         self.head_polled = 0.0
 

@@ -20,21 +20,19 @@ import pytest
 pytest.importorskip("confluent_kafka")
 
 from confluent_kafka import Consumer, Producer, TopicPartition
-
 from wsnmom.adapters.kafka.adapter import KafkaAdapter
 from wsnmom.core.adapter import (
     HEADER_MESSAGE_ID,
     HEADER_TOPIC_NAMESPACE,
-    HEADER_TOPIC_PATH,
     OutboundMessage,
     SubscriptionHandle,
     SubscriptionSpec,
 )
-from wsnmom.testing.conformance import Collector
 from wsnmom.topic_mapping.errors import TopicNotSupported
 from wsnmom.topic_mapping.model import ANY, DEEP, PathPattern, Topic
 
 from tests.adapters.test_kafka_conformance import isolated_options
+from wsnmom.testing.conformance import Collector
 
 pytestmark = pytest.mark.kafka
 

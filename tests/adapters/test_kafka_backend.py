@@ -14,7 +14,6 @@ pytest.importorskip("confluent_kafka")
 
 from confluent_kafka import KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
-
 from wsnmom.adapters.kafka.clients import Health
 from wsnmom.adapters.kafka.config import parse_settings
 from wsnmom.adapters.kafka.mapping import KafkaMapping
@@ -182,9 +181,7 @@ def test_head_reports_a_log_that_restarted_empty_as_records_lost(
     on tansu's metadata answer for the deleted topic id, see docs/adapters/kafka.md.)"""
     node = tansu_factory()
     admin = AdminClient({"bootstrap.servers": node.bootstrap})
-    settings = parse_settings(
-        node.url, {"topic_prefix": f"b{tag}", "topic_id_check_interval": 0.3}
-    )
+    settings = parse_settings(node.url, {"topic_prefix": f"b{tag}", "topic_id_check_interval": 0.3})
     health = Health(1.0, 2.0)
     backend = KafkaBackend(settings, KafkaMapping(settings), admin, Topics(admin, settings), health)
     name = f"b{tag}.again"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from wsnmom.adapters.kafka.config import parse_settings, redact_config, redact_url
 from wsnmom.adapters.kafka.mapping import KafkaMapping
 from wsnmom.core.adapter import HEADER_TOPIC_NAMESPACE, HEADER_TOPIC_PATH

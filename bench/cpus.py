@@ -9,8 +9,8 @@ cost the broker 1,400-1,700 µs of CPU per Notify instead of ~620 µs pinned
 
 With pinning (the default when there are at least two CPUs and ``taskset`` exists):
 
-* the process under test -- ``wsnmom serve`` or the bare-Flask baseline, always the same
-  CPUs for both -- runs on the first allowed CPU (:func:`server_prefix`);
+* the process under test -- ``wsnmom serve``, the bare-Flask baseline or the minimal relay,
+  always the same CPUs for all -- runs on the first allowed CPU (:func:`server_prefix`);
 * the bench process itself, and so every load generator and consumer it starts afterwards,
   runs on the others (:func:`pin_bench_to_clients`);
 * middleware brokers the bench starts (RabbitMQ, ...) run on the load side too

@@ -19,6 +19,7 @@ from wsnmom.core.addresses import ResourceKind, broker_address, resource_address
 from wsnmom.core.config import Settings
 from wsnmom.core.delivery import DeliveryEngine
 from wsnmom.core.lifetimes import resolve_termination
+from wsnmom.core.limits import LimitKeeper
 from wsnmom.core.model import INFINITE, RequestedTime
 from wsnmom.core.observers import Observers
 from wsnmom.core.ports import OutboundSoap
@@ -67,6 +68,8 @@ class BrokerContext:
         self.observers = observers
         self._clock = clock
         self.registry = Registry(self.now)
+        #: limits the middleware leaves to core
+        self.limit_keeper = LimitKeeper(adapter, self.limits())
         #: wake the lifetime sweep (set by the service once the sweep exists)
         self.wake_sweep: Callable[[], None] = _nothing
         #: wake the demand reconciler (set by the service once it exists)

@@ -9,7 +9,10 @@ channels; a channel is run by at most one worker at a time, which keeps per-cons
 A run takes up to ``batch_size`` messages from the head of the queue, passes each through
 ``prepare`` (decode + residual topic / MessageContent filter: a message that does not match
 is acked at once and never delivered) and hands the rest to ``send`` as one batch (one
-wrapped Notify).  Success acks the batch.  ``DeliveryFailed`` keeps the batch (unsettled at
+wrapped Notify).  Success acks the batch.  An *ordered* channel (the adapter needs
+acknowledgements in arrival order: Kafka offsets, MQTT PUBACK order) acks a filtered
+message only once every message before it is settled: it stays with the batch and is
+acked after it, in order.  ``DeliveryFailed`` keeps the batch (unsettled at
 the middleware) as the channel's *pending* batch and arms a timer: exponential backoff
 ``initial_delay * multiplier**(n-1)`` capped at ``max_delay``; no thread sleeps or spins
 meanwhile.  Later messages wait behind the pending batch, so order holds.  After
@@ -100,6 +103,7 @@ class Channel(Generic[T]):
         "handle",
         "name",
         "on_give_up",
+        "ordered",
         "prepare",
         "send",
     )
@@ -113,6 +117,7 @@ class Channel(Generic[T]):
         send: Callable[[Sequence[T]], None],
         on_give_up: Callable[[str], None],
         batch_size: int,
+        ordered: bool = False,
     ) -> None:
         self.engine = engine
         self.name = name
@@ -121,10 +126,14 @@ class Channel(Generic[T]):
         self.send = send
         self.on_give_up = on_give_up
         self.batch_size = batch_size
+        #: settle in arrival order (filtered messages wait for the ones before them)
+        self.ordered = ordered
         self._lock = threading.Lock()
         #: received, not yet taken by a worker (created on the first message)
         self._queue: deque[Received] | None = None
-        self._pending: list[tuple[Received, T]] = []
+        #: the batch being sent: (message, item to send, or None for a filtered message
+        #: kept only to be settled in order)
+        self._pending: list[tuple[Received, T | None]] = []
         self._failures = 0
         self._gen = 0
         self._scheduled = False
@@ -230,13 +239,17 @@ class Channel(Generic[T]):
                     item = None
                 if item is None:
                     metrics.NOTIFICATIONS_FILTERED.inc()
-                    _settle(received, ack=True)
+                    if self.ordered and any(i is not None for _, i in pending):
+                        pending.append((received, None))  # acked after those before it
+                    else:
+                        _settle(received, ack=True)
                 else:
                     pending.append((received, item))
-            if pending:
+            batch = [item for _, item in pending if item is not None]
+            if batch:
                 self.attempts.append(time.monotonic())
                 try:
-                    self.send([item for _, item in pending])
+                    self.send(batch)
                 except DeliveryFailed as exc:
                     ok = False
                     reason = exc.reason
@@ -250,7 +263,7 @@ class Channel(Generic[T]):
         self._after_send(gen, pending, ok, reason)
 
     def _after_send(
-        self, gen: int, pending: list[tuple[Received, T]], ok: bool, reason: str
+        self, gen: int, pending: list[tuple[Received, T | None]], ok: bool, reason: str
     ) -> None:
         give_up = False
         delay: float | None = None
@@ -351,9 +364,12 @@ class DeliveryEngine:
         on_give_up: Callable[[str], None],
         *,
         batch_size: int = 10,
+        ordered: bool = False,
     ) -> Channel[T]:
         """Create (not start) the channel ``name``, replacing a closed one."""
-        channel: Channel[T] = Channel(self, name, handle, prepare, send, on_give_up, batch_size)
+        channel: Channel[T] = Channel(
+            self, name, handle, prepare, send, on_give_up, batch_size, ordered
+        )
         with self._channels_lock:
             old = self._channels.get(name)
             self._channels[name] = channel

@@ -38,6 +38,16 @@ NOTIFICATIONS_FILTERED = Counter(
     "Notifications received by a subscription but removed by its filters",
     registry=REGISTRY,
 )
+NOTIFICATIONS_EXPIRED = Counter(
+    "wsnmom_notifications_expired",
+    "Notifications dropped by the gateway for being older than limits.max_age",
+    registry=REGISTRY,
+)
+NOTIFICATIONS_DROPPED = Counter(
+    "wsnmom_notifications_dropped",
+    "Notifications dropped by the gateway to keep a backlog within limits.max_messages",
+    registry=REGISTRY,
+)
 DELIVERY_FAILURES = Counter(
     "wsnmom_delivery_failures", "Failed outbound Notify attempts", registry=REGISTRY
 )

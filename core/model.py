@@ -227,6 +227,9 @@ class Subscription:
     #: a subscription feeding a pull point that keeps its own durable subscription (since
     #: its first pause) rather than being routed into the pull point when published
     queued: bool = False
+    #: not stored: messages the middleware deleted (retention) before this subscription
+    #: read them, filled in when the subscription is read (``SubscriptionHandle.lost``)
+    messages_lost: int = 0
 
 
 @dataclass(slots=True)

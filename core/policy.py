@@ -50,6 +50,9 @@ class AccumulationPolicy:
     overflow: str
     #: "drop": apply ``overflow``; "end": end the subscription when its backlog is full
     on_full: str
+    #: who enforces each bound: "middleware" (as messages arrive), "gateway" (when
+    #: handed out, or every sweep) or "not enforced" (the middleware cannot measure it)
+    enforced_by: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,9 +120,14 @@ class BrokerPolicy:
 
 
 def build_policy(
-    settings: Settings, *, message_content_dialects: tuple[str, ...], use_raw: bool = True
+    settings: Settings,
+    *,
+    message_content_dialects: tuple[str, ...],
+    use_raw: bool = True,
+    limits_enforced_by: dict[str, str] | None = None,
 ) -> BrokerPolicy:
-    """The policy the broker runs with under ``settings``."""
+    """The policy the broker runs with under ``settings``; ``limits_enforced_by`` says who
+    enforces each accumulation bound (``core.limits.LimitKeeper.enforcement``)."""
     t = settings.termination
     r = settings.retry
     lim = settings.limits
@@ -155,6 +163,7 @@ def build_policy(
             retention=lim.max_age,
             overflow=lim.overflow,
             on_full=lim.on_full,
+            enforced_by=dict(limits_enforced_by or {}),
         ),
         pause_behaviour=(
             "paused subscriptions keep accumulating (bounded by the accumulation policy); "

@@ -30,6 +30,7 @@ from wsnmom.core.model import (
     PullPoint,
     new_resource_id,
 )
+from wsnmom.core.pull_buffer import PullBuffer
 from wsnmom.core.registry import LivePullPoint, LiveSubscription
 from wsnmom.topic_mapping.model import PathPattern
 
@@ -68,6 +69,16 @@ class PullPoints:
             )
         )
 
+    def live(self, record: PullPoint, handle: SubscriptionHandle) -> LivePullPoint:
+        """The live pull point over ``handle``: with a started pull buffer when the
+        middleware has no pull of its own (``Capabilities.native_pull`` False)."""
+        ctx = self._ctx
+        if ctx.adapter.capabilities.native_pull:
+            return LivePullPoint(record, handle)
+        buffer = PullBuffer(handle, ctx.settings.limits.get_messages_cap)
+        buffer.start()
+        return LivePullPoint(record, handle, buffer)
+
     def create(self, req: CreatePullPointRequest) -> PullPoint:
         """CreatePullPoint (BN §5.2); a known ``name`` re-attaches to its pull point."""
         ctx = self._ctx
@@ -86,13 +97,13 @@ class PullPoints:
         )
         pp = PullPoint(new_resource_id(), ctx.now(), termination, req.name)
         try:
-            handle = self.open_handle(pp.id)
+            live = self.live(pp, self.open_handle(pp.id))
             ctx.store.put_pull_point(pp)
         except AdapterError as exc:
             ctx.delete_native(pp.id)
             raise errors.UnableToCreatePullPoint(f"the middleware refused: {exc}") from exc
         with registry.lock:
-            registry.pull_points[pp.id] = LivePullPoint(pp, handle)
+            registry.pull_points[pp.id] = live
         registry.update_gauges()
         return replace(pp)
 
@@ -110,11 +121,14 @@ class PullPoints:
         with state.lock:
             try:
                 # removed on hand-out: GetMessages is destructive and settles nothing later
-                received = state.handle.take(limit)
+                received = state.source.take(limit)
             except AdapterError as exc:
                 raise errors.UnableToGetMessages(f"middleware unavailable: {exc}") from exc
         out: list[NotificationMessage] = []
+        now = ctx.now()
         for r in received:
+            if ctx.limit_keeper.expired(r, now):
+                continue
             try:
                 out.append(decode(r))
             except Exception:

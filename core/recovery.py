@@ -18,7 +18,7 @@ from wsnmom.core.filters import CompiledFilter
 from wsnmom.core.lifetimes import is_expired
 from wsnmom.core.pull_points import PullPoints
 from wsnmom.core.registrations import Registrations
-from wsnmom.core.registry import LivePullPoint, LiveRegistration, LiveSubscription
+from wsnmom.core.registry import LiveRegistration, LiveSubscription
 from wsnmom.core.subscriptions import Subscriptions, TopicMemo
 
 __all__ = ["restore"]
@@ -32,10 +32,18 @@ def restore(
     pull_points: PullPoints,
     registrations: Registrations,
 ) -> None:
-    """Load every stored resource into the registry and resume delivery."""
-    _restore_registrations(ctx, registrations)
-    _restore_pull_points(ctx, pull_points)
-    _restore_subscriptions(ctx, subscriptions)
+    """Load every stored resource into the registry and resume delivery.
+
+    The adapter is told before and after (``Adapter.restoring`` / ``restored``), so an
+    adapter that dispatches from shared readers holds back until every durable
+    subscription is re-attached."""
+    ctx.adapter.restoring()
+    try:
+        _restore_registrations(ctx, registrations)
+        _restore_pull_points(ctx, pull_points)
+        _restore_subscriptions(ctx, subscriptions)
+    finally:
+        ctx.adapter.restored()
     ctx.registry.update_gauges()
 
 
@@ -64,11 +72,11 @@ def _restore_pull_points(ctx: BrokerContext, pull_points: PullPoints) -> None:
             ctx.store.delete_pull_point(pp.id)
             continue
         try:
-            handle = pull_points.open_handle(pp.id)
+            live = pull_points.live(pp, pull_points.open_handle(pp.id))
         except AdapterError:
             log.exception("cannot reopen pull point %s; it stays stored", pp.id)
             continue
-        ctx.registry.pull_points[pp.id] = LivePullPoint(pp, handle)
+        ctx.registry.pull_points[pp.id] = live
 
 
 def _restore_subscriptions(ctx: BrokerContext, subscriptions: Subscriptions) -> None:

@@ -20,6 +20,7 @@ from wsnmom.core.adapter import SubscriptionHandle
 from wsnmom.core.filters import CompiledFilter
 from wsnmom.core.lifetimes import is_expired
 from wsnmom.core.model import PublisherRegistration, PullPoint, Subscription
+from wsnmom.core.pull_buffer import PullBuffer
 from wsnmom.topic_mapping.model import Topic, TopicExpression
 
 __all__ = ["LivePullPoint", "LiveRegistration", "LiveSubscription", "Registry"]
@@ -45,8 +46,22 @@ class LivePullPoint:
 
     record: PullPoint
     handle: SubscriptionHandle
+    #: core's pull buffer over ``handle`` when the middleware has no pull of its own
+    buffer: PullBuffer | None = None
     #: serialises GetMessages on this pull point
     lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def source(self) -> SubscriptionHandle | PullBuffer:
+        """What GetMessages takes from."""
+        return self.buffer if self.buffer is not None else self.handle
+
+    def stop(self) -> None:
+        """Stop consuming (broker closing): buffered messages stay in the middleware."""
+        if self.buffer is not None:
+            self.buffer.stop()
+        else:
+            self.handle.stop()
 
 
 @dataclass(slots=True)
@@ -98,6 +113,12 @@ class Registry:
             out = [s.handle for s in self.subscriptions.values() if s.handle is not None]
             out += [p.handle for p in self.pull_points.values()]
         return out
+
+    def buffered(self) -> int:
+        """Messages held in core's pull buffers (push-only middleware)."""
+        with self.lock:
+            buffers = [p.buffer for p in self.pull_points.values() if p.buffer is not None]
+        return sum(b.buffered() for b in buffers)
 
     def update_gauges(self) -> None:
         """Publish the resource counts to ``/metrics``."""

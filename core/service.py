@@ -166,7 +166,11 @@ class BrokerService:
         )
         ctx.wake_sweep = self.lifetimes.wake
         ctx.wake_demand = self.demand.wake
-        self._policy = build_policy(settings, message_content_dialects=MESSAGE_CONTENT_DIALECTS)
+        self._policy = build_policy(
+            settings,
+            message_content_dialects=MESSAGE_CONTENT_DIALECTS,
+            limits_enforced_by=ctx.limit_keeper.enforcement(),
+        )
         self._started = False
         self._closed = False
         metrics.set_backlog_source(self._backlog)
@@ -222,14 +226,14 @@ class BrokerService:
         )
 
     def _backlog(self) -> float:
-        total = 0
-        for handle in self.registry.handles():
-            try:
-                depth = handle.depth()
-            except Exception:
-                depth = None
-            total += depth or 0
-        return float(total)
+        """Messages waiting over every subscription and pull point: one bulk ``depths``
+        call to the adapter, plus what core's pull buffers hold."""
+        try:
+            depths = self.adapter.depths(self.registry.handles())
+        except Exception:
+            log.debug("reading the backlog failed", exc_info=True)
+            depths = []
+        return float(sum(d or 0 for d in depths) + self.registry.buffered())
 
     # -- start-up / shutdown ---------------------------------------------------------------
     def start(self) -> None:
@@ -238,6 +242,7 @@ class BrokerService:
             if self._started:
                 return
             self._started = True
+        self._ctx.limit_keeper.warn_unenforced()
         restore(self._ctx, self.subscriptions, self.pull_points, self.registrations)
         self.lifetimes.start()
         self.demand.start()
@@ -255,7 +260,7 @@ class BrokerService:
         with self.registry.lock:
             for pp in self.registry.pull_points.values():
                 try:
-                    pp.handle.stop()
+                    pp.stop()
                 except Exception:
                     log.debug("stopping pull point handle failed", exc_info=True)
 

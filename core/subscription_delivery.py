@@ -66,14 +66,18 @@ class SubscriptionDelivery:
     def accepted(self, state: LiveSubscription, received: Received) -> NotificationMessage | None:
         """The message if this subscription is to deliver it; None to drop it (acked).
 
-        Drops internal traffic, messages the filters refuse, and everything once the
-        subscription has expired: clients already get ResourceUnknown for it, so it must not
+        Drops internal traffic, messages the filters refuse, messages older than
+        ``limits.max_age`` where core enforces it, and everything once the subscription has
+        expired: clients already get ResourceUnknown for it, so it must not
         deliver in the moments before the sweep destroys it (the sweep is woken now).
         """
-        if is_expired(state.record.termination_time, self._ctx.now()):
+        now = self._ctx.now()
+        if is_expired(state.record.termination_time, now):
             self._ctx.wake_sweep()
             return None
         if is_internal_routing(received):
+            return None
+        if self._ctx.limit_keeper.expired(received, now):
             return None
         message = decode(received)
         return message if state.filter.matches(message) else None
@@ -96,16 +100,29 @@ class SubscriptionDelivery:
         )
         state.handle = handle
         batch_size = ctx.settings.delivery.batch_size
+        ordered = ctx.adapter.capabilities.settles_in_order
         channel: Channel[Any]
         if sub.pull_point_id is not None:
             forwarder = _Forwarder(self, state, sub.pull_point_id)
             channel = ctx.engine.open_channel(
-                sub.id, handle, forwarder.prepare, forwarder.send, give_up, batch_size=batch_size
+                sub.id,
+                handle,
+                forwarder.prepare,
+                forwarder.send,
+                give_up,
+                batch_size=batch_size,
+                ordered=ordered,
             )
         else:
             pusher = _Pusher(self, state)
             channel = ctx.engine.open_channel(
-                sub.id, handle, pusher.prepare, pusher.send, give_up, batch_size=batch_size
+                sub.id,
+                handle,
+                pusher.prepare,
+                pusher.send,
+                give_up,
+                batch_size=batch_size,
+                ordered=ordered,
             )
         with registry.lock:
             registry.subscriptions[sub.id] = state

@@ -182,8 +182,16 @@ class Subscriptions:
 
     # -- SubscriptionManager ---------------------------------------------------------------
     def get(self, subscription_id: str) -> Subscription:
-        """The subscription (a copy); ResourceUnknown when unknown or expired."""
-        return replace(self._ctx.registry.live_subscription(subscription_id).record)
+        """The subscription (a copy, with the count of messages the middleware lost for
+        it); ResourceUnknown when unknown or expired."""
+        state = self._ctx.registry.live_subscription(subscription_id)
+        lost = 0
+        if state.handle is not None:
+            try:
+                lost = state.handle.lost()
+            except Exception:
+                log.debug("reading the lost count of %s failed", subscription_id, exc_info=True)
+        return replace(state.record, messages_lost=lost)
 
     def renew(
         self, subscription_id: str, termination: RequestedTime, *, invalid: bool = False

@@ -14,7 +14,7 @@ from wsnmom.core.context import BrokerContext
 from wsnmom.core.lifetimes import is_expired
 from wsnmom.core.pull_points import PullPoints
 from wsnmom.core.registrations import Registrations
-from wsnmom.core.registry import LiveSubscription
+from wsnmom.core.registry import LivePullPoint, LiveSubscription
 from wsnmom.core.subscriptions import Subscriptions
 
 __all__ = ["Sweeper"]
@@ -37,26 +37,33 @@ class Sweeper:
         self._pull_points = pull_points
         self._registrations = registrations
 
-    def full_subscriptions(self) -> list[LiveSubscription]:
+    def _depths(
+        self,
+    ) -> tuple[list[LiveSubscription], list[int | None], list[LivePullPoint], list[int | None]]:
+        """Every subscription with a handle and every pull point, with their depths from
+        one bulk ``Adapter.depths`` call."""
+        registry = self._ctx.registry
+        with registry.lock:
+            subs = [s for s in registry.subscriptions.values() if s.handle is not None]
+            pps = list(registry.pull_points.values())
+        handles = [s.handle for s in subs if s.handle is not None] + [p.handle for p in pps]
+        try:
+            depths = self._ctx.adapter.depths(handles)
+        except Exception:
+            log.debug("reading depths failed", exc_info=True)
+            depths = [None] * len(handles)
+        return subs, depths[: len(subs)], pps, depths[len(subs) :]
+
+    def full_subscriptions(
+        self, subs: list[LiveSubscription], depths: list[int | None]
+    ) -> list[LiveSubscription]:
         """Subscriptions whose backlog reached ``limits.max_messages`` when the configured
         reaction is to end them (``limits.on_full = "end"``)."""
         lim = self._ctx.settings.limits
         if lim.on_full != "end" or lim.max_messages is None:
             return []
-        registry = self._ctx.registry
-        with registry.lock:
-            states = list(registry.subscriptions.values())
-        full: list[LiveSubscription] = []
-        for state in states:
-            if state.handle is None:
-                continue
-            try:
-                depth = state.handle.depth()
-            except Exception:
-                continue
-            if depth is not None and depth >= lim.max_messages:
-                full.append(state)
-        return full
+        bound = lim.max_messages
+        return [s for s, d in zip(subs, depths, strict=True) if d is not None and d >= bound]
 
     def sweep(self) -> None:
         """Destroy every expired subscription, pull point and registration."""
@@ -79,9 +86,23 @@ class Sweeper:
                 for r in registry.registrations.values()
                 if is_expired(r.record.termination_time, now)
             ]
-        for sub in self.full_subscriptions():
-            metrics.SUBSCRIPTIONS_ENDED.labels(reason="overflow").inc()
-            self._subscriptions.finish(sub, "accumulation limit reached")
+        keeper = ctx.limit_keeper
+        if ctx.settings.limits.on_full == "end" or not keeper.native:
+            with_handles, depths, pull_points, pp_depths = self._depths()
+            ending = self.full_subscriptions(with_handles, depths)
+            for sub in ending:
+                metrics.SUBSCRIPTIONS_ENDED.labels(reason="overflow").inc()
+                self._subscriptions.finish(sub, "accumulation limit reached")
+            if not keeper.native:
+                ended = {s.record.id for s in ending}
+                handles = [s.handle for s in with_handles if s.record.id not in ended]
+                kept = [
+                    d for s, d in zip(with_handles, depths, strict=True) if s.record.id not in ended
+                ]
+                keeper.enforce_counts(
+                    [h for h in handles if h is not None] + [p.handle for p in pull_points],
+                    kept + pp_depths,
+                )
         for sub in subs:
             log.info("subscription %s expired", sub.record.id)
             try:

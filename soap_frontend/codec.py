@@ -868,6 +868,9 @@ def subscription_properties(sub: Subscription, now: datetime) -> dict[str, Prope
         qname(WSNMOM, "Paused"): lambda: [
             _el(qname(WSNMOM, "Paused"), _bool(sub.state is SubscriptionState.PAUSED))
         ],
+        qname(WSNMOM, "MessagesLost"): lambda: [
+            _el(qname(WSNMOM, "MessagesLost"), str(sub.messages_lost))
+        ],
     }
 
 

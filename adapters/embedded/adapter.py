@@ -355,6 +355,22 @@ class EmbeddedAdapter(Adapter):
         """The last message published on ``topic`` (kept in the store)."""
         return self._require().current_message(topic)
 
+    def depths(self, handles: Sequence[SubscriptionHandle]) -> list[int | None]:
+        """Depths of many subscriptions in one transaction (see ``Engine.depths``)."""
+        engine = self._require()
+        ours = [
+            (i, h._sid)
+            for i, h in enumerate(handles)
+            if isinstance(h, EmbeddedHandle) and h._engine is engine and not h._detached
+        ]
+        out: list[int | None] = [0 if isinstance(h, EmbeddedHandle) else None for h in handles]
+        for (i, _), depth in zip(ours, engine.depths([sid for _, sid in ours]), strict=True):
+            out[i] = depth
+        for i, h in enumerate(handles):
+            if not isinstance(h, EmbeddedHandle):
+                out[i] = h.depth()
+        return out
+
     def subscription_names(self) -> list[str]:
         """Names of every durable subscription in the store (diagnostics)."""
         return self._require().subscription_names()

@@ -1054,6 +1054,22 @@ class Engine:
             ).fetchone()
             return int(row[0])
 
+    def depths(self, sids: Sequence[int]) -> list[int]:
+        """``depth`` of each subscription in one transaction and one grouped count."""
+        with self.lock:
+            bounded = [self.subs[s] for s in sids if s in self.subs]
+            aged = [st for st in bounded if st.limits.max_age is not None]
+            if aged or self._pending_acks:
+                with self.tx():
+                    for st in aged:
+                        self._expire(st)
+            counts = dict(
+                self.conn.execute(
+                    "SELECT sub, count(*) FROM queue_entries WHERE state = 0 GROUP BY sub"
+                ).fetchall()
+            )
+        return [int(counts.get(s, 0)) for s in sids]
+
     def current_message(self, topic: Topic) -> StoredMessage | None:
         with self.lock:
             if self._closed:

@@ -484,22 +484,21 @@ class CursorEngine:
         if wanted != assigned:
             reader.assign(wanted)
             assigned = dict(wanted)
-        empty_polls = 0
         for _ in range(self.catch_up_slice):
             records = reader.poll(self.batch, self.poll_timeout)
             with self.lock:
                 if not self._running or cursor.deleted or cursor.attached:
                     return None
                 if not records:
-                    empty_polls += 1
                     if self._try_attach(cursor) or not self._has_work(cursor):
                         return assigned
                     if self._apply_cap_at_head(cursor):
                         return None
-                    if empty_polls >= 3 and self._head_missing(cursor, assigned):
-                        return None  # new streams appeared: re-assign on the next turn
+                    if self._head_missing(cursor, assigned):
+                        # the head follows streams the reader does not: assign afresh
+                        self._queue_catch_up(cursor, skipping=True)
+                        return None
                     continue
-                empty_polls = 0
                 stopped = self._read_for(cursor, records)
                 if assigned is not None:
                     for r in records:
@@ -525,7 +524,9 @@ class CursorEngine:
         for stream in streams:
             if not self._relevant(cursor, stream):
                 continue
-            out[stream] = cursor.positions.get(stream, EARLIEST)
+            # a stream the cursor has no position in appeared after it was created (or
+            # left the head): everything on it is new to the cursor
+            out[stream] = cursor.positions.get(stream, 0)
         return out
 
     def _head_missing(self, cursor: Cursor, assigned: dict[StreamId, int] | None) -> bool:
@@ -537,7 +538,7 @@ class CursorEngine:
         """A ``discard(newest=True)`` whose budget is spent: jump (hold the lock)."""
         if cursor.cap_budget is not None and cursor.cap_budget <= 0:
             for stream, offset in cursor.cap_until.items():
-                if cursor.positions.get(stream, EARLIEST) < offset:
+                if cursor.positions.get(stream, 0) < offset:
                     cursor.positions[stream] = offset
             cursor.cap_budget = None
             cursor.cap_until = {}
@@ -554,7 +555,7 @@ class CursorEngine:
                 self._lost(cursor, item)
                 continue
             stream = item.stream
-            position = cursor.positions.get(stream, EARLIEST)
+            position = cursor.positions.get(stream, 0)
             if item.offset < position:
                 continue
             if not cursor.wants(item.topic):
@@ -579,10 +580,13 @@ class CursorEngine:
         return False
 
     def _lost(self, cursor: Cursor, item: RecordsLost) -> None:
+        """Count records deleted before ``cursor`` read them (all records of the range:
+        where a stream carries other topics too, an upper bound)."""
         count = max(0, item.next - max(item.first, 0))
         cursor.lost += count
-        cursor.positions[item.stream] = item.next
-        cursor.dirty = True
+        if not cursor.attached:
+            cursor.positions[item.stream] = item.next
+            cursor.dirty = True
         log.warning(
             "subscription %s: %d message(s) of %s were deleted by retention before it "
             "read them (offsets %d..%d)",
@@ -627,10 +631,18 @@ class CursorEngine:
     def _dispatch(self, item: LogRecord | RecordsLost, touched: dict[str, Cursor]) -> None:
         """Hand one head record to every attached cursor that wants it (hold the lock)."""
         if isinstance(item, RecordsLost):
+            # retention deleted records before even the head read them: every cursor
+            # riding on the head that reads this stream lost them
             log.warning(
-                "the head reader skipped %s offsets %d..%d", item.stream, item.first, item.next
+                "the head reader found %s offsets %d..%d deleted",
+                item.stream,
+                item.first,
+                item.next - 1,
             )
             self._head[item.stream] = item.next
+            for rider in self._cursors.values():
+                if rider.attached and self._relevant(rider, item.stream):
+                    self._lost(rider, item)
             return
         stream = item.stream
         offset = item.offset

@@ -184,6 +184,8 @@ _TAP_INSTANCE_HEADER = "wsnmom-tap-instance"
 #: a header no message carries: a binding on it never matches
 _NEVER_HEADER = "wsnmom-tap-never"
 _URL_OPTIONS = ("prefetch", "queue_type", "instance")
+#: channels one bulk depth query uses at once per connection
+_DEPTH_CHANNELS = 8
 #: header of the primer a new subscription queue gets (``RabbitMQAdapter._prime``)
 _PRIMER_HEADER = "wsnmom-primer"
 _PRIMER_PROPERTIES = pika.BasicProperties(
@@ -1134,6 +1136,57 @@ class RabbitMQAdapter(Adapter):
         except ChannelError as exc:
             raise AdapterUnavailable(f"RabbitMQ refused: {exc}") from exc
         return out
+
+    def depths(self, handles: Sequence[SubscriptionHandle]) -> list[int | None]:
+        """Depths of many subscription queues: per consuming connection one call onto its
+        I/O thread, which asks for all its queues concurrently over a few channels
+        (AMQP has no bulk query; ``queue.declare`` passive answers one queue)."""
+        out: list[int | None] = [None] * len(handles)
+        by_link: dict[str, tuple[Link, list[tuple[int, str]]]] = {}
+        for i, handle in enumerate(handles):
+            if isinstance(handle, RabbitMQSubscription):
+                if not handle.deleted:
+                    entry = by_link.setdefault(handle.link.name, (handle.link, []))
+                    entry[1].append((i, handle.queue))
+            else:
+                out[i] = handle.depth()
+        for link, items in by_link.values():
+            queues = [q for _, q in items]
+            try:
+                counts: list[int | None] = self._run(
+                    self._depths(link, queues), extra=len(queues) * 0.01, link=link
+                )
+            except AdapterError:
+                continue
+            for (i, _), count in zip(items, counts, strict=True):
+                out[i] = count
+        return out
+
+    async def _depths(self, link: Link, queues: Sequence[str]) -> list[int | None]:
+        """Passive declares of ``queues`` on up to ``_DEPTH_CHANNELS`` channels at once;
+        None for a queue that is gone (its channel is replaced)."""
+        await link.ready(self.opts.operation_timeout)
+        results: list[int | None] = [None] * len(queues)
+        pending = iter(range(len(queues)))
+
+        async def worker() -> None:
+            channel: Channel | None = None
+            try:
+                for i in pending:
+                    if channel is None or not channel.is_open:
+                        channel = await link.open_channel()
+                    try:
+                        frame = await channel.call("queue_declare", queues[i], passive=True)
+                        results[i] = int(frame.method.message_count)
+                    except ChannelError:
+                        results[i] = None  # deleted meanwhile: the broker closed the channel
+            finally:
+                if channel is not None and channel.is_open:
+                    await channel.close()
+
+        width = min(_DEPTH_CHANNELS, len(queues))
+        await asyncio.gather(*(worker() for _ in range(width)))
+        return results
 
     async def _depth(self, queue: str, link: Link) -> int:
         await link.ready(self.opts.operation_timeout)

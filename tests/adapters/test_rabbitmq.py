@@ -655,3 +655,43 @@ def test_quorum_queues(make_adapter: Callable[..., RabbitMQAdapter], native: Any
         adapter.queue_name(name), durable=True, arguments=adapter.queue_arguments(limits)
     )
     handle.delete()
+
+
+# --------------------------------------------------------------------------- bulk depths
+
+
+def test_depths_answers_many_queues_in_one_call(
+    make_adapter: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``depths`` gives every queue's count with one call onto each connection's thread,
+    and None for a queue deleted meanwhile."""
+    adapter = make_adapter()
+    ns = f"urn:test:depths:{uuid.uuid4().hex}"
+    handles = []
+    for _ in range(30):
+        spec = SubscriptionSpec(f"depth-{uuid.uuid4().hex}", (PathPattern(ns, ("t", ANY)),))
+        handles.append(adapter.subscription(spec))
+    adapter.publish_many(
+        [OutboundMessage(Topic(ns, ("t", f"n{i}")), b"<x/>", uuid.uuid4().hex) for i in range(30)]
+    )
+    handles[7].delete()
+    runs: list[Any] = []
+    real_run = adapter._run
+
+    def counting(coro: Any, extra: float = 0.0, link: Any = None) -> Any:
+        runs.append(coro)
+        return real_run(coro, extra, link)
+
+    monkeypatch.setattr(adapter, "_run", counting)
+    deadline = time.monotonic() + 10
+    while True:
+        runs.clear()
+        depths = adapter.depths(handles)
+        if depths == [None if i == 7 else 30 for i in range(30)] or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert depths == [None if i == 7 else 30 for i in range(30)]
+    assert len(runs) == 1  # one consuming connection: one call
+    for i, handle in enumerate(handles):
+        if i != 7:
+            handle.delete()

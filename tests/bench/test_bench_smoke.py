@@ -83,6 +83,15 @@ def test_ratios_against_same_run_baselines(report: dict[str, Any]) -> None:
             assert m["ratio"] == pytest.approx(m["value"] / m["baseline"])
             assert m["target"] == {"op": ">=", "threshold": 0.75, "on": "ratio"}
             assert m["passed"] is (m["ratio"] >= 0.75)
+        # 100 messages: the target's baseline also serialises each payload; the ratio against
+        # the parse-only baseline (the definition before) is reported too, without a target
+        by_name = {m["name"]: m for m in ingress["metrics"]}
+        new, old = by_name["notify_100msg_rps"], by_name["notify_100msg_rps_vs_parse_only"]
+        assert "serialising" in new["baseline_name"] and "parse only" in old["baseline_name"]
+        assert old["value"] == new["value"] and old["baseline"] > 0 and old["target"] is None
+        assert old["ratio"] == pytest.approx(old["value"] / old["baseline"])
+        assert len(ingress["details"]["baseline_serialising_100"]) == ingress["details"]["rounds"]
+        assert "notify_1msg_rps_vs_parse_only" not in by_name
     matching = by_scenario["matching"]
     if matching["status"] == "ok":
         ratio = matching["metrics"][-1]

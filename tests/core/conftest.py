@@ -208,12 +208,20 @@ class Broker:
     settings: Settings
     topic_set_factory: Callable[[], TopicSet]
     service: BrokerService | None = None
-    adapter: EmbeddedAdapter | None = None
+    adapter: Any = None
     #: a ``PluginManager`` whose observer hooks the service calls (None: none)
     plugins: Any = None
+    #: adapter URL template (``{tmp}`` = the broker's directory); default embedded
+    adapter_url: str | None = None
 
     def start(self) -> BrokerService:
-        self.adapter = EmbeddedAdapter(f"embedded://{self.tmp / 'mw'}")
+        if self.adapter_url is None:
+            self.adapter = EmbeddedAdapter(f"embedded://{self.tmp / 'mw'}")
+        else:
+            from wsnmom.core.plugins import resolve
+
+            url = self.adapter_url.format(tmp=self.tmp)
+            self.adapter = resolve(url)(url)
         self.adapter.open()
         store = SqliteStore(str(self.tmp / "store.db"))
         self.service = BrokerService(
@@ -259,7 +267,11 @@ def make_broker(
     brokers: list[Broker] = []
 
     def make(
-        topic_set: Callable[[], TopicSet] | None = None, *, plugins: Any = None, **overrides: Any
+        topic_set: Callable[[], TopicSet] | None = None,
+        *,
+        plugins: Any = None,
+        adapter_url: str | None = None,
+        **overrides: Any,
     ) -> Broker:
         b = Broker(
             tmp_path / f"b{len(brokers)}",
@@ -268,6 +280,7 @@ def make_broker(
             make_settings(**overrides),
             topic_set or (lambda: TopicSet(fixed=False)),
             plugins=plugins,
+            adapter_url=adapter_url,
         )
         brokers.append(b)
         b.start()

@@ -381,6 +381,26 @@ class AdapterBasics(AdapterFixtures):
         assert len(receipts) == 5
         assert all(isinstance(r, PublishReceipt) for r in receipts)
 
+    def test_depths_bulk_equals_single(
+        self, adapter: Adapter, namespace: str, unique_name: Names
+    ) -> None:
+        handles = [
+            self.subscribe(adapter, unique_name(), (self.pattern(namespace, f"d{i}"),))
+            for i in range(3)
+        ]
+        for i in range(3):
+            adapter.publish_many(
+                [self.message(self.topic(namespace, f"d{i}"), b"x") for _ in range(i + 1)]
+            )
+        deadline = time.monotonic() + self.receive_timeout
+        single = [h.depth() for h in handles]
+        while time.monotonic() < deadline:
+            single = [h.depth() for h in handles]
+            if single in ([1, 2, 3], [None, None, None], [0, 0, 0]):
+                break
+            time.sleep(0.05)
+        assert adapter.depths(handles) == single
+
 
 class TopicRouting(AdapterFixtures):
     """Which messages a subscription's patterns select."""

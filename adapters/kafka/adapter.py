@@ -141,10 +141,6 @@ __all__ = ["KafkaAdapter"]
 
 log = logging.getLogger("wsnmom.adapters.kafka")
 
-#: options read here rather than by ``parse_settings``
-_ADAPTER_OPTIONS = ("exact_watermarks", "connect_timeout")
-
-
 @dataclass
 class _Open:
     """Everything an open adapter holds."""
@@ -184,10 +180,6 @@ class _Backend(KafkaBackend):
         return out
 
 
-def _truthy(value: Any) -> bool:
-    return str(value).strip().lower() in ("1", "true", "yes", "on")
-
-
 class KafkaAdapter(Adapter):
     """Kafka adapter (see the module docstring)."""
 
@@ -212,11 +204,8 @@ class KafkaAdapter(Adapter):
 
     def __init__(self, url: str, options: Mapping[str, Any] | None = None) -> None:
         super().__init__(url, options)
-        opts = dict(options or {})
-        self._exact = _truthy(opts.pop("exact_watermarks", True))
-        self._connect_timeout = float(opts.pop("connect_timeout", 10.0))
         try:
-            self.settings: KafkaSettings = parse_settings(url, opts)
+            self.settings: KafkaSettings = parse_settings(url, options)
             self.mapping = KafkaMapping(self.settings)
         except ValueError as exc:
             raise AdapterError(f"bad Kafka adapter configuration: {exc}") from exc
@@ -245,7 +234,7 @@ class KafkaAdapter(Adapter):
         )
         topics = Topics(admin, settings)
         try:
-            topics.refresh(timeout=self._connect_timeout)
+            topics.refresh(timeout=settings.connect_timeout)
         except AdapterUnavailable:
             if health.fatal is not None:
                 raise AdapterError(f"Kafka refused the gateway: {health.fatal.str()}") from None
@@ -263,7 +252,7 @@ class KafkaAdapter(Adapter):
             publisher.start()
             parts.append(publisher)
             backend = _Backend(settings, self.mapping, admin, topics, health, current.observe)
-            backend.exact_watermarks = self._exact
+            backend.exact_watermarks = settings.exact_watermarks
             topics.on_created = backend.topic_created
             backend.on_reset = partial(publisher.renew, "a followed topic was re-created")
             engine = CursorEngine(

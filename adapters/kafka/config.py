@@ -72,6 +72,8 @@ class KafkaSettings:
     current_cache_size: int = 100_000
     current_scan_limit: int = 1000
     max_message_bytes: int = 1_000_000
+    exact_watermarks: bool = True
+    connect_timeout: float = 10.0
     #: librdkafka properties for every client (security, SASL, SSL, ...)
     client_config: Mapping[str, str] = field(default_factory=dict)
     producer_config: Mapping[str, str] = field(default_factory=dict)
@@ -166,6 +168,7 @@ _FLOAT_OPTIONS = (
     "delivery_timeout",
     "health_interval",
     "health_timeout",
+    "connect_timeout",
 )
 _STR_OPTIONS = ("topic_prefix", "internal_topic", "default_path", "group_prefix", "head_group")
 _KAFKA_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
@@ -268,6 +271,9 @@ def parse_settings(url: str, options: Mapping[str, Any] | None = None) -> KafkaS
     for name in _FLOAT_OPTIONS:
         if name in merged:
             kwargs[name] = float(merged.pop(name))
+    if "exact_watermarks" in merged:
+        value = merged.pop("exact_watermarks")
+        kwargs["exact_watermarks"] = str(value).strip().lower() in ("1", "true", "yes", "on")
     for name in _STR_OPTIONS:
         if name in merged:
             kwargs[name] = str(merged.pop(name))

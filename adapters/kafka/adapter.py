@@ -77,6 +77,9 @@ Options
         ``message.timeout.ms`` of the producer, in seconds (30).
     ``health_interval``, ``health_timeout``
         reachability probe period and timeout, seconds (1, 2).
+    ``unavailable_grace``
+        seconds a publish waits for an unreachable cluster before it fails without
+        sending anything (2).
     ``current_cache_size``, ``current_scan_limit``
         topics remembered for GetCurrentMessage (100000) and records per partition read
         back to find one (1000).

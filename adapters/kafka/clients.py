@@ -65,6 +65,7 @@ class Health:
         #: the last error no retry cures (authentication, authorisation), if any
         self.fatal: KafkaError | None = None
         self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._listeners: list[Callable[[bool], None]] = []
@@ -94,6 +95,7 @@ class Health:
             self.available = available
             if not available:
                 self.epoch += 1
+            self._changed.notify_all()
         if available:
             log.info("the Kafka cluster answers again")
         else:
@@ -103,6 +105,13 @@ class Health:
                 listener(available)
             except Exception:
                 log.exception("a Kafka availability listener failed")
+
+    def wait_available(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for the cluster to be reachable."""
+        with self._changed:
+            if not self.available and timeout > 0:
+                self._changed.wait_for(lambda: self.available, timeout)
+            return self.available
 
     def start(self, probe: Callable[[float], None]) -> None:
         """Probe with ``probe(timeout)`` (raises when the cluster does not answer) on a

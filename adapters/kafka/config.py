@@ -69,6 +69,7 @@ class KafkaSettings:
     delivery_timeout: float = 30.0
     health_interval: float = 1.0
     health_timeout: float = 2.0
+    unavailable_grace: float = 2.0
     current_cache_size: int = 100_000
     current_scan_limit: int = 1000
     max_message_bytes: int = 1_000_000
@@ -169,6 +170,7 @@ _FLOAT_OPTIONS = (
     "health_interval",
     "health_timeout",
     "connect_timeout",
+    "unavailable_grace",
 )
 _STR_OPTIONS = ("topic_prefix", "internal_topic", "default_path", "group_prefix", "head_group")
 _KAFKA_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")

@@ -7,6 +7,9 @@ poll thread, and publishes that return only once the broker confirmed every mess
   callbacks only record the outcome and wake the waiting publisher (they never produce).
   ``flush`` runs only at ``close``.
 * A full local queue (``BufferError``) is waited out within the publish timeout.
+* While the cluster is known to be unreachable (``Health``), a publish waits at most
+  ``unavailable_grace`` seconds for it and then fails without producing anything, so a
+  message the publisher was told had failed is never sent later.
 * A fatal producer error (the idempotent producer's state is lost, e.g. the broker
   forgot the producer id) fails what is outstanding and a new producer takes over.
 """
@@ -208,6 +211,13 @@ class Publisher:
         docstring); PublishFailed when one is refused or not confirmed in time."""
         deadline = time.monotonic() + timeout
         destinations = [self._mapping.destination(m.topic) for m in messages]
+        grace = min(timeout, self._settings.unavailable_grace)
+        if not self._health.wait_available(grace):
+            # nothing is produced: a message queued now would be sent when the cluster
+            # answers again, after the publisher was told it failed (a duplicate on retry)
+            raise PublishUnavailable(
+                f"the Kafka cluster is unreachable (waited {grace:.1f}s for it)"
+            )
         for dest in {d.log: d for d in destinations}.values():
             internal = dest.log == self._mapping.internal_topic
             self._topics.ensure(

@@ -38,7 +38,7 @@ typecheck: $(STAMP)
 
 ## bench: benchmarks against the embedded adapter and local brokers (bench/results/latest.json)
 bench: system-deps
-	$(MAKE) --no-print-directory EXTRAS=test,rabbitmq,bench venv
+	$(MAKE) --no-print-directory EXTRAS=test,rabbitmq,kafka,bench venv
 	$(BIN)/python -m bench $(ARGS)
 
 clean:

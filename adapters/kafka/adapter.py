@@ -144,6 +144,7 @@ __all__ = ["KafkaAdapter"]
 
 log = logging.getLogger("wsnmom.adapters.kafka")
 
+
 @dataclass
 class _Open:
     """Everything an open adapter holds."""

@@ -93,6 +93,11 @@ class PublishFailed(AdapterError):
     """The middleware did not confirm a publish (nacked, timed out, rejected)."""
 
 
+class TopicUnavailable(AdapterError):
+    """The middleware has no place for this topic and will not create one (e.g. a Kafka
+    topic that must exist already); core answers TopicNotSupportedFault."""
+
+
 class Overflow(enum.Enum):
     """What a full durable subscription does with one more message."""
 

@@ -16,6 +16,7 @@ from datetime import UTC, datetime, timedelta
 from wsnmom.core import errors
 from wsnmom.core.adapter import Adapter, Overflow, QueueLimits
 from wsnmom.core.addresses import ResourceKind, broker_address, resource_address
+from wsnmom.core.availability import MiddlewareGate
 from wsnmom.core.config import Settings
 from wsnmom.core.delivery import DeliveryEngine
 from wsnmom.core.lifetimes import resolve_termination
@@ -70,6 +71,8 @@ class BrokerContext:
         self.registry = Registry(self.now)
         #: limits the middleware leaves to core
         self.limit_keeper = LimitKeeper(adapter, self.limits())
+        #: fails operations fast while the broker cannot serve them
+        self.gate = MiddlewareGate(adapter)
         #: wake the lifetime sweep (set by the service once the sweep exists)
         self.wake_sweep: Callable[[], None] = _nothing
         #: wake the demand reconciler (set by the service once it exists)

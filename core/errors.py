@@ -61,11 +61,17 @@ class ResourceUnknown(WsnError):
 
 
 class ResourceUnavailable(WsnError):
-    """ResourceUnavailableFault."""
+    """ResourceUnavailableFault.  ``retry_after`` (seconds), when set, says the condition
+    is temporary (the middleware is unreachable): the frontend then answers HTTP 503 with
+    a ``Retry-After`` header."""
 
     namespace = RF
     fault_name = "ResourceUnavailableFault"
     code = "Receiver"
+
+    def __init__(self, description: str, *, retry_after: float | None = None) -> None:
+        super().__init__(description)
+        self.retry_after = retry_after
 
 
 class InvalidResourcePropertyQName(WsnError):

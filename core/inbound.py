@@ -20,7 +20,7 @@ import logging
 from collections.abc import Sequence
 
 from wsnmom.core import errors, metrics
-from wsnmom.core.adapter import AdapterError, PublishReceipt
+from wsnmom.core.adapter import AdapterError, PublishReceipt, TopicUnavailable
 from wsnmom.core.codec import decode, encode
 from wsnmom.core.context import BrokerContext
 from wsnmom.core.direct_routing import DirectRouting
@@ -140,7 +140,12 @@ class Inbound:
                 receipts = self._direct.publish(outbound, messages, timeout)
             else:
                 receipts = ctx.adapter.publish_many(outbound, timeout)
+        except TopicUnavailable as exc:
+            raise errors.TopicNotSupported(str(exc)) from exc
         except AdapterError as exc:
+            refusal = ctx.gate.refusal(exc)
+            if refusal is not None:
+                raise refusal from exc
             raise errors.ResourceUnavailable(
                 f"the middleware did not confirm the notifications: {exc}"
             ) from exc
@@ -169,7 +174,7 @@ class Inbound:
             try:
                 stored = ctx.adapter.current_message(concrete)
             except AdapterError as exc:
-                raise errors.ResourceUnavailable(f"middleware unavailable: {exc}") from exc
+                raise ctx.gate.unavailable(exc) from exc
             if stored is not None:
                 message = decode(stored)
         if message is None:

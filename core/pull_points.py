@@ -101,6 +101,9 @@ class PullPoints:
             ctx.store.put_pull_point(pp)
         except AdapterError as exc:
             ctx.delete_native(pp.id)
+            refusal = ctx.gate.refusal(exc)
+            if refusal is not None:
+                raise refusal from exc
             raise errors.UnableToCreatePullPoint(f"the middleware refused: {exc}") from exc
         with registry.lock:
             registry.pull_points[pp.id] = live
@@ -123,7 +126,10 @@ class PullPoints:
                 # removed on hand-out: GetMessages is destructive and settles nothing later
                 received = state.source.take(limit)
             except AdapterError as exc:
-                raise errors.UnableToGetMessages(f"middleware unavailable: {exc}") from exc
+                refusal = ctx.gate.refusal(exc)
+                if refusal is not None:
+                    raise refusal from exc
+                raise errors.UnableToGetMessages(f"the middleware failed: {exc}") from exc
         out: list[NotificationMessage] = []
         now = ctx.now()
         for r in received:
@@ -149,7 +155,7 @@ class PullPoints:
         try:
             self.remove(state)
         except AdapterError as exc:
-            raise errors.UnableToDestroyPullPoint(str(exc)) from exc
+            raise self._ctx.gate.fault(exc, errors.UnableToDestroyPullPoint(str(exc))) from exc
 
     def remove(self, state: LivePullPoint) -> None:
         """Remove the pull point everywhere, feeding subscriptions included."""

@@ -144,6 +144,7 @@ class BrokerService:
             clock,
         )
         self.registry: Registry = ctx.registry
+        self._gate = ctx.gate
         self.delivery = SubscriptionDelivery(ctx)
         self.inbound = Inbound(ctx, self.delivery.direct)
         self.subscriptions = Subscriptions(ctx, self.delivery, self.inbound)
@@ -244,6 +245,7 @@ class BrokerService:
             self._started = True
         self._ctx.limit_keeper.warn_unenforced()
         restore(self._ctx, self.subscriptions, self.pull_points, self.registrations)
+        self._gate.ready = True
         self.lifetimes.start()
         self.demand.start()
         self.demand.wake()
@@ -254,6 +256,7 @@ class BrokerService:
             if self._closed:
                 return
             self._closed = True
+        self._gate.ready = False
         self.lifetimes.stop()
         self.demand.stop()
         self.engine.close()
@@ -267,78 +270,98 @@ class BrokerService:
     # -- NotificationProducer / SubscriptionManager ---------------------------------------
     def subscribe(self, req: SubscribeRequest) -> Subscription:
         """Create a subscription (BN §4.2)."""
+        self._gate.require_middleware()
         return self.subscriptions.subscribe(req)
 
     def get_subscription(self, subscription_id: str) -> Subscription:
         """The subscription (a copy); ResourceUnknown when unknown or expired."""
+        self._gate.require_ready()
         return self.subscriptions.get(subscription_id)
 
     def renew(
         self, subscription_id: str, termination: RequestedTime, *, invalid: bool = False
     ) -> Subscription:
         """Set a new termination time (BN §6.1.1)."""
+        self._gate.require_ready()
         return self.subscriptions.renew(subscription_id, termination, invalid=invalid)
 
     def unsubscribe(self, subscription_id: str) -> None:
         """Destroy the subscription (BN §6.1.2); no SubscriptionEnd."""
+        self._gate.require_middleware()
         self.subscriptions.unsubscribe(subscription_id)
 
     def pause(self, subscription_id: str) -> None:
         """PauseSubscription: stop delivering, keep accumulating; idempotent."""
+        self._gate.require_middleware()
         self.subscriptions.pause(subscription_id)
 
     def resume(self, subscription_id: str) -> None:
         """ResumeSubscription: deliver what accumulated, in order; no-op when not paused."""
+        self._gate.require_middleware()
         self.subscriptions.resume(subscription_id)
 
     def end_subscription(self, subscription_id: str, reason: str) -> None:
         """Administrative removal: destroy and publish SubscriptionEnd (NCIA Annex 1)."""
+        self._gate.require_ready()
         self.subscriptions.end(subscription_id, reason)
 
     # -- NotificationConsumer / current message -------------------------------------------
     def notify(self, messages: Sequence[InboundNotification]) -> None:
         """Publish; returns once the middleware confirmed every message (all or nothing
         is validated before anything is published)."""
+        self._gate.require_middleware()
         self.inbound.notify(messages)
 
     def get_current_message(self, topic: ExpressionSource) -> NotificationMessage:
         """The last notification on exactly one topic (BN §4.3)."""
+        if self.adapter.capabilities.retained_current_message:
+            self._gate.require_middleware()
+        else:
+            self._gate.require_ready()
         return self.inbound.get_current_message(topic)
 
     # -- PullPoints ------------------------------------------------------------------------
     def create_pull_point(self, req: CreatePullPointRequest) -> PullPoint:
         """CreatePullPoint (BN §5.2); a known ``name`` re-attaches to its pull point."""
+        self._gate.require_middleware()
         return self.pull_points.create(req)
 
     def get_pull_point(self, pull_point_id: str) -> PullPoint:
         """The pull point (a copy); ResourceUnknown when unknown or expired."""
+        self._gate.require_ready()
         return self.pull_points.get(pull_point_id)
 
     def get_messages(self, pull_point_id: str, maximum: int | None) -> list[NotificationMessage]:
         """Destructive FIFO read (BN §5.1.2); None/0 = all available up to the cap."""
+        self._gate.require_middleware()
         return self.pull_points.get_messages(pull_point_id, maximum)
 
     def notify_pull_point(
         self, pull_point_id: str, messages: Sequence[InboundNotification]
     ) -> None:
         """Notify sent to a pull point: accumulate as received (PP-05)."""
+        self._gate.require_middleware()
         self.pull_points.notify(pull_point_id, messages)
 
     def destroy_pull_point(self, pull_point_id: str) -> None:
         """DestroyPullPoint: destroys the subscriptions feeding it too."""
+        self._gate.require_middleware()
         self.pull_points.destroy(pull_point_id)
 
     # -- RegisterPublisher / PublisherRegistrationManager ---------------------------------
     def register_publisher(self, req: RegisterPublisherRequest) -> PublisherRegistration:
         """RegisterPublisher (BR §6.1)."""
+        self._gate.require_ready()
         return self.registrations.register(req)
 
     def get_registration(self, registration_id: str) -> PublisherRegistration:
         """The registration (a copy); ResourceUnknown when unknown or expired."""
+        self._gate.require_ready()
         return self.registrations.get(registration_id)
 
     def destroy_registration(self, registration_id: str) -> None:
         """DestroyRegistration (BR §7.2); a demand subscription is unsubscribed."""
+        self._gate.require_ready()
         self.registrations.destroy(registration_id)
 
     # -- lifetimes -------------------------------------------------------------------------

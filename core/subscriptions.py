@@ -171,7 +171,9 @@ class Subscriptions:
         except AdapterError as exc:
             ctx.store.delete_subscription(sub.id)
             ctx.delete_native(sub.id)
-            raise errors.SubscribeCreationFailed(f"the middleware refused: {exc}") from exc
+            raise ctx.gate.fault(
+                exc, errors.SubscribeCreationFailed(f"the middleware refused: {exc}")
+            ) from exc
         ctx.registry.update_gauges()
         ctx.wake_demand()
         return replace(sub)
@@ -217,7 +219,9 @@ class Subscriptions:
         try:
             self.destroy(state)
         except AdapterError as exc:
-            raise errors.UnableToDestroySubscription(str(exc)) from exc
+            raise self._ctx.gate.refusal(exc) or errors.UnableToDestroySubscription(
+                str(exc)
+            ) from exc
 
     def pause(self, subscription_id: str) -> None:
         """PauseSubscription: stop delivering, keep accumulating; idempotent."""
@@ -236,7 +240,7 @@ class Subscriptions:
                 if channel is not None:
                     channel.stop()
             except AdapterError as exc:
-                raise errors.PauseFailed(str(exc)) from exc
+                raise self._ctx.gate.fault(exc, errors.PauseFailed(str(exc))) from exc
             state.record.state = SubscriptionState.PAUSED
             ctx.store.put_subscription(state.record)
         ctx.wake_demand()
@@ -255,7 +259,7 @@ class Subscriptions:
             record.queued = False
             record.state = SubscriptionState.ACTIVE
             direct.add(state)
-            raise errors.PauseFailed(str(exc)) from exc
+            raise self._ctx.gate.fault(exc, errors.PauseFailed(str(exc))) from exc
 
     def resume(self, subscription_id: str) -> None:
         """ResumeSubscription: deliver what accumulated, in order; no-op when not paused."""
@@ -273,7 +277,7 @@ class Subscriptions:
                     channel.start()
             except AdapterError as exc:
                 state.record.state = SubscriptionState.PAUSED
-                raise errors.ResumeFailed(str(exc)) from exc
+                raise self._ctx.gate.fault(exc, errors.ResumeFailed(str(exc))) from exc
             ctx.store.put_subscription(state.record)
         ctx.wake_demand()
 

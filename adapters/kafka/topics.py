@@ -5,8 +5,8 @@ again, or when a memory-only broker restarts empty).
 ``Topics.ensure`` runs before the first publish to a topic: with ``topic_policy =
 "create"`` a missing topic is created with the configured partitions, replication factor
 and topic configuration; with ``"existing"`` a missing topic raises
-``topic_mapping.errors.TopicNotSupported``, which the SOAP frontend answers with
-TopicNotSupportedFault.  The producer never lets the broker create topics implicitly
+``core.adapter.TopicUnavailable``, which core answers with TopicNotSupportedFault.  The
+producer never lets the broker create topics implicitly
 (``allow.auto.create.topics`` false), so every topic has the configured shape.
 """
 
@@ -19,8 +19,7 @@ from collections.abc import Callable, Iterable
 
 from confluent_kafka import KafkaError, KafkaException, TopicCollection
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
-from wsnmom.core.adapter import AdapterError, AdapterUnavailable
-from wsnmom.topic_mapping.errors import TopicNotSupported
+from wsnmom.core.adapter import AdapterError, AdapterUnavailable, TopicUnavailable
 
 from .config import KafkaSettings
 
@@ -105,7 +104,7 @@ class Topics:
             if name in self.refresh():
                 return
             if self._settings.topic_policy != "create" and not internal:
-                raise TopicNotSupported(
+                raise TopicUnavailable(
                     f"the Kafka topic {name!r} does not exist and this gateway does not "
                     "create topics (topic_policy = existing)"
                 )

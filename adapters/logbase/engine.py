@@ -630,6 +630,9 @@ class CursorEngine:
 
     def _dispatch(self, item: LogRecord | RecordsLost, touched: dict[str, Cursor]) -> None:
         """Hand one head record to every attached cursor that wants it (hold the lock)."""
+        if isinstance(item, RecordsLost) and item.next < item.first:
+            self._stream_restarted(item.stream, item.next)
+            return
         if isinstance(item, RecordsLost):
             # retention deleted records before even the head read them: every cursor
             # riding on the head that reads this stream lost them
@@ -661,6 +664,25 @@ class CursorEngine:
                 continue
             cursor.hand_out(item)
             touched[name] = cursor
+
+    def _stream_restarted(self, stream: StreamId, start: int) -> None:
+        """The stream now ends below where the head was (the log was deleted and created
+        again, or a memory-only broker restarted empty): every cursor reads it again from
+        ``start``.  Messages of the old log still in flight are given back (settling them
+        does nothing), so no offset of the new log is mistaken for one of the old."""
+        log.warning("%s starts again at offset %d (the log was re-created)", stream, start)
+        self._head[stream] = start
+        for cursor in self._cursors.values():
+            if stream in cursor.inflight or (cursor.attached and stream in cursor.floor):
+                cursor.forget_inflight(self._head)
+                if cursor.started:
+                    self._queue_catch_up(cursor)
+            cursor.redeliver_below.pop(stream, None)
+            if cursor.attached:
+                cursor.floor[stream] = min(cursor.floor.get(stream, start), start)
+            elif cursor.positions.get(stream, start) > start:
+                cursor.positions[stream] = start
+                cursor.dirty = True
 
     def _head_commit_positions(self) -> dict[StreamId, int]:
         """Where the head may resume after a crash: below every unsettled record of the

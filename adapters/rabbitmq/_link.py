@@ -839,6 +839,8 @@ class Link:
         self.generation = 0
         #: last connection error, for messages
         self.last_error: BaseException | None = None
+        #: connection attempts are failing (logged once per outage)
+        self._failing = False
         self.admin_lock: asyncio.Lock | None = None
         self._admin: Channel | None = None
         self._up = threading.Event()
@@ -909,8 +911,13 @@ class Link:
             try:
                 conn = await self._connect()
             except Exception as exc:
+                # one line per outage, not one per attempt
+                level = logging.DEBUG if self._failing else logging.WARNING
+                self._failing = True
                 self.last_error = exc
-                log.warning("%s: cannot connect to RabbitMQ: %s", self.name, describe(exc))
+                log.log(
+                    level, "%s: cannot connect to RabbitMQ (retrying): %s", self.name, describe(exc)
+                )
                 self._first_attempt.set()
                 await self._pause(delay)
                 delay = min(delay * 2, self.max_delay)
@@ -931,8 +938,9 @@ class Link:
                     self._up.set()
                     self._up_async.set()
                     delay = self.min_delay
-                    if self.generation > 1:
-                        log.info("%s: reconnected to RabbitMQ", self.name)
+                    if self.generation > 1 or self._failing:
+                        log.info("%s: connected to RabbitMQ again", self.name)
+                    self._failing = False
             self._first_attempt.set()
             reason = await self._lost
             self._up.clear()

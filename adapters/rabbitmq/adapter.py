@@ -195,6 +195,22 @@ _PRIMER_PROPERTIES = pika.BasicProperties(
 Binding = tuple[str, str]  # (exchange, binding key)
 
 
+def _refused(error: BaseException | None) -> bool:
+    """Whether ``error`` is RabbitMQ refusing us (credentials, vhost, permissions), which
+    no retry will change, rather than RabbitMQ being unreachable."""
+    if error is None:
+        return False
+    if isinstance(
+        error,
+        pika.exceptions.ProbableAuthenticationError
+        | pika.exceptions.ProbableAccessDeniedError
+        | pika.exceptions.AuthenticationError,
+    ):
+        return True
+    code = getattr(error, "reply_code", None)
+    return code in (403, 530)  # ACCESS_REFUSED, NOT_ALLOWED (vhost)
+
+
 class PublishUnavailable(PublishFailed, AdapterUnavailable):
     """A publish could not even be attempted: no connection to RabbitMQ."""
 
@@ -636,20 +652,46 @@ class RabbitMQAdapter(Adapter):
     # --- lifecycle ------------------------------------------------------------------
 
     def open(self) -> None:
-        if self._opened:
-            if self._closed:
-                raise AdapterUnavailable("a closed RabbitMQ adapter cannot be opened again")
-            return
-        self._opened = True
-        self._closed = False
+        """Connect (both connections up within ``operation_timeout``).
+
+        When RabbitMQ cannot be reached, raises ``AdapterUnavailable`` and keeps trying in
+        the background: a later ``open()`` waits again, and ``available()`` turns True
+        once connected.  Refused credentials or an unknown vhost are not retried: they
+        raise ``AdapterError`` and the adapter is closed."""
+        if self._closed:
+            raise AdapterUnavailable("a closed RabbitMQ adapter cannot be opened again")
         wait = self.opts.operation_timeout
-        up = self._consumer.start(wait) and self._publisher.start(wait)
-        if not up:
+        if not self._opened:
+            self._opened = True
+            self._consumer.start(wait)
+            self._publisher.start(wait)
+        deadline = time.monotonic() + wait
+        while not self.available() and time.monotonic() < deadline:
             error = self._consumer.last_error or self._publisher.last_error
-            self.close()
+            if _refused(error):
+                self.close()
+                raise AdapterError(
+                    f"RabbitMQ at {self._safe_url} refused the connection: {describe(error)}"
+                )
+            time.sleep(0.05)
+        if not self.available():
+            error = self._consumer.last_error or self._publisher.last_error
+            if _refused(error):
+                self.close()
+                raise AdapterError(
+                    f"RabbitMQ at {self._safe_url} refused the connection: {describe(error)}"
+                )
             raise AdapterUnavailable(
-                f"cannot connect to RabbitMQ at {self._safe_url}: {describe(error)}"
+                f"cannot connect to RabbitMQ at {self._safe_url}: {describe(error)} (still trying)"
             )
+
+    def available(self) -> bool:
+        """Both the publishing and every consuming connection are up."""
+        if not self._opened or self._closed or not self._publisher.is_up:
+            return False
+        with self._lock:
+            links = list(self._links)
+        return all(link.is_up for link in links)
 
     @property
     def _safe_url(self) -> str:

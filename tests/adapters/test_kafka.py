@@ -27,8 +27,8 @@ from wsnmom.core.adapter import (
     OutboundMessage,
     SubscriptionHandle,
     SubscriptionSpec,
+    TopicUnavailable,
 )
-from wsnmom.topic_mapping.errors import TopicNotSupported
 from wsnmom.topic_mapping.model import ANY, DEEP, PathPattern, Topic
 
 from tests.adapters.test_kafka_conformance import isolated_options
@@ -167,7 +167,7 @@ def test_existing_topics_policy_refuses_missing_topics(
     make_kafka: Callable[..., KafkaAdapter],
 ) -> None:
     adapter = make_kafka(topic_policy="existing", namespaces={NS: "plant"})
-    with pytest.raises(TopicNotSupported):
+    with pytest.raises(TopicUnavailable):
         adapter.publish(message(Topic(NS, ("never", "created")), b"<x/>"))
     creator = make_kafka(topic_prefix=adapter.settings.topic_prefix, namespaces={NS: "plant"})
     creator.publish(message(Topic(NS, ("now", "there")), b"<x/>"))

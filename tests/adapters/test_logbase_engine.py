@@ -13,6 +13,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from wsnmom.adapters.filelog.adapter import FileLogAdapter
@@ -277,3 +278,141 @@ def test_crash_recovery_of_riders_and_paused_cursors(tmp_path: Path) -> None:
         assert bodies(got_paused.received) == [b"%d" % i for i in range(6)]
     finally:
         adapter.close()
+
+
+# --------------------------------------------------------------------------- a log re-created
+
+
+class _MemoryLog:
+    """An in-memory log whose streams can be re-created (emptied, offsets from 0)."""
+
+    def __init__(self) -> None:
+        self.cond = threading.Condition()
+        self.records: dict[tuple[str, int], list[Any]] = {}
+        self.epoch: dict[tuple[str, int], int] = {}
+
+    def append(self, stream: tuple[str, int], body: bytes) -> None:
+        from wsnmom.adapters.logbase.backend import LogRecord
+
+        with self.cond:
+            records = self.records.setdefault(stream, [])
+            records.append(
+                LogRecord(stream, len(records), topic("t"), body, {}, "application/xml", None)
+            )
+            self.cond.notify_all()
+
+    def recreate(self, stream: tuple[str, int]) -> None:
+        with self.cond:
+            self.records[stream] = []
+            self.epoch[stream] = self.epoch.get(stream, 0) + 1
+            self.cond.notify_all()
+
+
+class _MemoryReader:
+    def __init__(self, log: _MemoryLog, follow: bool) -> None:
+        self.log = log
+        self.follow = follow
+        self.pos: dict[tuple[str, int], int] = {}
+        self.seen_epoch: dict[tuple[str, int], int] = {}
+        if follow:
+            with log.cond:
+                self.pos = {s: len(r) for s, r in log.records.items()}
+                self.seen_epoch = dict(log.epoch)
+
+    def assign(self, positions: Any) -> None:
+        self.pos = {s: max(0, o) for s, o in positions.items()}
+        self.seen_epoch = dict(self.log.epoch)
+
+    def poll(self, max_records: int, timeout: float) -> list[Any]:
+        from wsnmom.adapters.logbase.backend import RecordsLost
+
+        with self.log.cond:
+            if self.follow:
+                for s in self.log.records:
+                    self.pos.setdefault(s, 0)
+            out: list[Any] = []
+            for s, p in list(self.pos.items()):
+                records = self.log.records.get(s, [])
+                if self.log.epoch.get(s, 0) != self.seen_epoch.get(s, 0):
+                    self.seen_epoch[s] = self.log.epoch.get(s, 0)
+                    out.append(RecordsLost(s, p, 0))  # the log starts again below us
+                    self.pos[s] = p = 0
+                out.extend(records[p : p + max_records])
+                self.pos[s] = p + len(records[p : p + max_records])
+            if not out:
+                self.log.cond.wait(timeout)
+            return out
+
+    def positions(self) -> dict[tuple[str, int], int]:
+        return dict(self.pos)
+
+    def commit(self, positions: Any) -> None:
+        return None
+
+    def close(self) -> None:
+        return None
+
+
+class _MemoryStore:
+    def load(self) -> dict[str, Any]:
+        return {}
+
+    def save(self, changes: Any) -> None:
+        return None
+
+    def delete(self, names: Any) -> None:
+        return None
+
+
+class _MemoryBackend:
+    def __init__(self, log: _MemoryLog) -> None:
+        self.log = log
+
+    def head_reader(self) -> _MemoryReader:
+        return _MemoryReader(self.log, follow=True)
+
+    def reader(self) -> _MemoryReader:
+        return _MemoryReader(self.log, follow=False)
+
+    def position_store(self) -> _MemoryStore:
+        return _MemoryStore()
+
+    def end_positions(self) -> None:
+        return None
+
+    def may_carry(self, log: str, patterns: Any) -> bool:
+        return True
+
+
+def test_a_recreated_log_is_read_again_from_its_start() -> None:
+    from wsnmom.adapters.logbase.engine import CursorEngine
+
+    log = _MemoryLog()
+    stream = ("t", 0)
+    engine = CursorEngine(_MemoryBackend(log), catch_up_readers=1)  # type: ignore[arg-type]
+    engine.start()
+    try:
+        riding = engine.subscription(spec("riding", "t"))
+        paused = engine.subscription(spec("paused", "t"))
+        got, got_paused = Collector(), Collector()
+        riding.start(got)
+        paused.start(got_paused)
+        for i in range(5):
+            log.append(stream, b"old%d" % i)
+        got.wait_for(5, 5)
+        got_paused.wait_for(5, 5)
+        riding.stop()  # back on the head through a catch-up: it now has a floor at 5
+        riding.start(got)
+        wait(lambda: engine.stats()["attached"] == 2)
+        paused.stop()  # behind, at position 5
+        log.recreate(stream)
+        time.sleep(0.3)
+        log.append(stream, b"new0")
+        log.append(stream, b"new1")
+        got.wait_for(7, 5)
+        paused.start(got_paused)
+        got_paused.wait_for(7, 5)
+        assert bodies(got.received)[5:] == [b"new0", b"new1"]
+        assert bodies(got_paused.received)[5:] == [b"new0", b"new1"]
+    finally:
+        engine.close()

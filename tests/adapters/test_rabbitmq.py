@@ -31,6 +31,7 @@ from wsnmom.core.adapter import (
     HEADER_MESSAGE_ID,
     HEADER_TOPIC_NAMESPACE,
     HEADER_TOPIC_PATH,
+    AdapterError,
     AdapterUnavailable,
     OutboundMessage,
     Overflow,
@@ -175,11 +176,32 @@ class TestConfiguration:
         a = RabbitMQAdapter(
             f"amqp://guest:guest@127.0.0.1:{free_port()}/%2F", {"operation_timeout": 1}
         )
-        with pytest.raises(AdapterUnavailable):
+        try:
+            with pytest.raises(AdapterUnavailable):
+                a.open()
+            assert a.ping() is False
+            assert a.available() is False
+            with pytest.raises(PublishFailed):
+                a.publish(message(Topic("urn:x", ("a",)), b"<x/>"))
+        finally:
+            a.close()
+
+    @pytest.mark.parametrize(
+        "change", [("guest:guest@", "guest:wrong@"), ("/%2F", "/no-such-vhost")]
+    )
+    def test_refused_credentials_and_vhost_are_not_retried(
+        self, rabbitmq_url: str, change: tuple[str, str]
+    ) -> None:
+        url = rabbitmq_url.replace(*change)
+        assert url != rabbitmq_url
+        a = RabbitMQAdapter(url, {"operation_timeout": 10})
+        started = time.monotonic()
+        with pytest.raises(AdapterError) as raised:
             a.open()
-        assert a.ping() is False
-        with pytest.raises(PublishFailed):
-            a.publish(message(Topic("urn:x", ("a",)), b"<x/>"))
+        assert not isinstance(raised.value, AdapterUnavailable)
+        assert "refused" in str(raised.value)
+        assert time.monotonic() - started < 8  # not a timeout: refused at once
+        assert a.available() is False
 
 
 # --------------------------------------------------------------------------- interop
@@ -695,3 +717,23 @@ def test_depths_answers_many_queues_in_one_call(
     for i, handle in enumerate(handles):
         if i != 7:
             handle.delete()
+
+
+def test_open_retries_until_the_node_is_up(rabbitmq_node: RabbitNode) -> None:
+    """``open`` while the node is down raises AdapterUnavailable and keeps trying; once
+    the node is up, ``available`` turns True and ``open`` succeeds."""
+    rabbitmq_node.stop()
+    adapter = RabbitMQAdapter(
+        rabbitmq_node.url, {"operation_timeout": 1, "reconnect_max_delay": 0.5}
+    )
+    try:
+        with pytest.raises(AdapterUnavailable):
+            adapter.open()
+        assert adapter.available() is False
+        rabbitmq_node.start()
+        assert wait_until(adapter.available, 30)
+        adapter.open()
+        assert adapter.ping(timeout=2.0)
+    finally:
+        adapter.close()
+        rabbitmq_node.start()

@@ -1,0 +1,103 @@
+"""Failing fast while the broker cannot serve: before its state is restored at start-up,
+and while the adapter knows the middleware is unreachable.
+
+Without this, an operation during a middleware outage waits for the middleware's timeouts
+(a Notify for ``publish_timeout``, a Subscribe for the adapter's operation timeout), each
+holding one of the HTTP server's threads, so a handful of clients make the whole gateway
+unresponsive.  Instead:
+
+* every WS-N operation is refused until the broker has restored its resources from the
+  store (a gateway started before its middleware keeps serving ``/healthz``);
+* an operation that needs the middleware asks the adapter (``Adapter.available``, which
+  answers at once).  When it is down, the request may wait for it to come back, but only
+  within ``grace`` seconds of the moment the outage was first seen, and only a few
+  requests at a time (``max_waiters``); every other request is refused at once.
+
+A refusal is ``errors.ResourceUnavailable`` with ``retry_after`` set: a SOAP Receiver
+fault with a ResourceUnavailableFault detail, which the frontend answers with HTTP 503 and
+a ``Retry-After`` header.  A connected but slow middleware is not affected: its operations
+keep their full timeouts.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+from wsnmom.core import errors
+from wsnmom.core.adapter import Adapter, AdapterUnavailable
+
+__all__ = ["MiddlewareGate"]
+
+
+class MiddlewareGate:
+    """Refuses operations the broker cannot serve now (see the module docstring)."""
+
+    def __init__(
+        self,
+        adapter: Adapter,
+        *,
+        grace: float = 2.0,
+        retry_after: float = 5.0,
+        max_waiters: int = 4,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._adapter = adapter
+        self.grace = grace
+        self.retry_after = retry_after
+        self._clock = clock
+        self._waiters = threading.BoundedSemaphore(max(1, max_waiters))
+        self._down_since: float | None = None
+        #: the broker's resources are restored and it serves requests
+        self.ready = False
+
+    def require_ready(self) -> None:
+        """Refuse while the broker has not restored its resources yet."""
+        if not self.ready:
+            raise errors.ResourceUnavailable(
+                "the broker is starting: its middleware is not reachable yet",
+                retry_after=self.retry_after,
+            )
+
+    def require_middleware(self) -> None:
+        """Refuse unless the middleware is reachable now, or comes back within the grace
+        that remains of the current outage."""
+        self.require_ready()
+        if self._adapter.available():
+            self._down_since = None
+            return
+        now = self._clock()
+        if self._down_since is None:
+            self._down_since = now
+        deadline = self._down_since + self.grace
+        if now < deadline and self._waiters.acquire(blocking=False):
+            try:
+                while self._clock() < deadline:
+                    time.sleep(0.05)
+                    if self._adapter.available():
+                        self._down_since = None
+                        return
+            finally:
+                self._waiters.release()
+        raise self.unavailable()
+
+    def unavailable(self, cause: BaseException | None = None) -> errors.ResourceUnavailable:
+        """The refusal for an operation that found the middleware unreachable."""
+        detail = f": {cause}" if cause is not None else ""
+        return errors.ResourceUnavailable(
+            f"the middleware is not reachable{detail}; retry later",
+            retry_after=self.retry_after,
+        )
+
+    def fault(self, exc: Exception, otherwise: errors.WsnError) -> errors.WsnError:
+        """``unavailable`` for an ``AdapterUnavailable``, else ``otherwise``."""
+        refusal = self.refusal(exc)
+        return otherwise if refusal is None else refusal
+
+    def refusal(self, exc: Exception) -> errors.ResourceUnavailable | None:
+        """``unavailable`` for an ``AdapterUnavailable`` raised mid-operation, else None
+        (the caller keeps its own fault for other adapter errors)."""
+        if isinstance(exc, AdapterUnavailable):
+            return self.unavailable(exc)
+        return None

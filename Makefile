@@ -2,38 +2,44 @@
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
-EXTRAS ?= test,rabbitmq,kafka
 comma  := ,
-STAMP  := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
+# what `make run` installs: the gateway and the client libraries of its adapters
+RUN_EXTRAS  ?= rabbitmq,kafka
+# what `make test` / `lint` / `typecheck` install: the above plus the test and lint tools
+TEST_EXTRAS ?= test,rabbitmq,kafka
+# `make venv EXTRAS=...` installs any set of extras
+EXTRAS ?= $(TEST_EXTRAS)
+# one stamp per set of extras: .venv/.installed-test-rabbitmq
+stamp = $(VENV)/.installed-$(subst $(comma),-,$(1))
 
-.PHONY: run test lint typecheck bench system-deps clean
+.PHONY: run test lint typecheck bench system-deps clean venv
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 
-$(STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/pip install -q -e '.[$(EXTRAS)]'
+$(VENV)/.installed-%: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q -e '.[$(subst -,$(comma),$*)]'
 	touch $@
 
-venv: $(STAMP)
+venv: $(call stamp,$(EXTRAS))
 
 ## run: start the broker on the embedded adapter at http://127.0.0.1:8080/wsn/broker
-run: $(STAMP)
+run: $(call stamp,$(RUN_EXTRAS))
 	$(BIN)/wsnmom serve $(ARGS)
 
 system-deps:
 	bash scripts/system-deps.sh
 
 ## test: lint, type-check and run the whole test suite (starts local brokers itself)
-test: $(STAMP) system-deps lint typecheck
+test: $(call stamp,$(TEST_EXTRAS)) system-deps lint typecheck
 	$(BIN)/pytest $(PYTEST_ARGS)
 
-lint: $(STAMP)
+lint: $(call stamp,$(TEST_EXTRAS))
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-typecheck: $(STAMP)
+typecheck: $(call stamp,$(TEST_EXTRAS))
 	MYPY=$(BIN)/mypy bash scripts/typecheck.sh
 
 ## bench: benchmarks against the embedded adapter and local brokers (bench/results/latest.json)

@@ -86,7 +86,23 @@ class AdapterError(Exception):
 
 
 class AdapterUnavailable(AdapterError):
-    """The middleware cannot be reached now (connection lost, not yet open)."""
+    """The middleware cannot be reached now (connection lost, not yet open).
+
+    Retrying may help, unless it is a :class:`MiddlewareRefused`: the middleware answered
+    and turned the gateway away, which needs an operator."""
+
+
+class MiddlewareRefused(AdapterUnavailable):
+    """The middleware answered but will not serve the gateway; retrying does not help."""
+
+
+class CredentialsRefused(MiddlewareRefused):
+    """Wrong user name, password or client certificate."""
+
+
+class AccessRefused(MiddlewareRefused):
+    """The credentials were accepted but the virtual host / namespace does not exist or
+    the user may not use it."""
 
 
 class PublishFailed(AdapterError):

@@ -6,7 +6,7 @@ Precedence (highest first): CLI overrides > environment > TOML file > defaults.
 TOML layout mirrors the dataclasses; top-level scalars plus one table per section::
 
     adapter_url = "amqp://guest:guest@localhost/"
-    store_url = "sqlite:///./wsnmom-data/store.db"
+    data_dir = "/var/lib/wsnmom"
     port = 8080
 
     [termination]
@@ -22,47 +22,93 @@ Environment variables use ``__`` for nesting: ``WSNMOM_PORT=9090``,
 ``WSNMOM_RETRY__MAX_ATTEMPTS=3``, ``WSNMOM_OUTBOUND__DENY=10.0.0.0/8,*.internal``
 (lists are comma separated; booleans accept 1/0, true/false, yes/no, on/off).
 Durations accept ISO 8601 / xsd:duration (``PT30S``) or a number of seconds.
+
+An unknown key or ``WSNMOM_*`` variable is reported as a warning (with a "did you mean"),
+never an error: :data:`OTHER_VARIABLES` and :data:`RESERVED_PREFIXES` name the variables
+that are not settings.  An unusable value is a :class:`ConfigError` naming the setting
+and where the value came from (``WSNMOM_RETRY__MAX_DELAY=5min: retry.max_delay: ...``).
+
+Where data lives (:func:`default_data_dir`): ``data_dir`` (default
+``$XDG_DATA_HOME/wsnmom`` or ``~/.local/share/wsnmom``) holds the store
+(``store.db``) and the embedded middleware, unless ``store_url`` / ``adapter_url`` say
+otherwise; an explicit ``embedded://PATH`` without a ``data_dir`` makes PATH the data
+directory, so one directory holds everything.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import difflib
+import logging
 import os
 import tomllib
-import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import quote, unquote
 
-import isodate
+from wsnmom.core.config_values import InvalidValue, convert, limits, parse_duration
+
+__all__ = [
+    "ENV_PREFIX",
+    "OTHER_VARIABLES",
+    "RESERVED_PREFIXES",
+    "ConfigError",
+    "Settings",
+    "default_data_dir",
+    "env_name",
+    "load_settings",
+    "parse_duration",
+    "setting_names",
+    "validate",
+]
 
 ENV_PREFIX = "WSNMOM_"
 
+#: ``WSNMOM_*`` variables that are read but are not settings, with what they are for
+#: (docs/configuration.md lists them; core.plugins reads the plugin ones)
+OTHER_VARIABLES: Mapping[str, str] = {
+    "WSNMOM_CONFIG": "the TOML configuration file to read",
+    "WSNMOM_PLUGINS": "load only these third-party plugins (names or module paths)",
+    "WSNMOM_BLOCKED_PLUGINS": "never register these plugins",
+    "WSNMOM_DISABLE_PLUGIN_AUTOLOAD": "load only the built-in plugins (and WSNMOM_PLUGINS)",
+    "WSNMOM_TRACE_PLUGINS": "log every plugin hook call at DEBUG level",
+}
+#: prefixes of variables read by the test suite and the benchmarks, never by the gateway
+RESERVED_PREFIXES = ("WSNMOM_TEST_", "WSNMOM_BENCH_")
+
+log = logging.getLogger("wsnmom.config")
+
 
 class ConfigError(ValueError):
-    """A setting has an unusable value."""
+    """A setting has an unusable value (the message names it and where it came from)."""
+
+
+# --------------------------------------------------------------------------------------------
+# the model
+# --------------------------------------------------------------------------------------------
 
 
 @dataclass(slots=True)
 class TerminationSettings:
-    """Lifetimes of subscriptions, pull points and registrations (architecture §7)."""
+    """Lifetimes of subscriptions, pull points and registrations."""
 
     #: granted when Subscribe / CreatePullPoint / RegisterPublisher gives no time
-    default: timedelta = timedelta(hours=1)
+    default: timedelta = field(default=timedelta(hours=1), metadata=limits(above=0))
     #: longest lifetime granted; a longer request is refused with the
     #: Unacceptable(Initial)TerminationTimeFault (ITT-03 / REN-04 forbid granting less)
-    maximum: timedelta | None = timedelta(days=30)
+    maximum: timedelta | None = field(default=timedelta(days=30), metadata=limits(above=0))
     #: whether ``xsi:nil`` (infinite) requests are granted
     allow_infinite: bool = False
     #: pull points: default lifetime (CreatePullPoint has no lifetime parameter)
-    pull_point_default: timedelta = timedelta(days=1)
+    pull_point_default: timedelta = field(default=timedelta(days=1), metadata=limits(above=0))
     #: publisher registrations: default lifetime
-    registration_default: timedelta = timedelta(days=1)
+    registration_default: timedelta = field(default=timedelta(days=1), metadata=limits(above=0))
     #: how often the lifetime scheduler looks for expired resources
-    sweep_interval: timedelta = timedelta(seconds=1)
+    sweep_interval: timedelta = field(default=timedelta(seconds=1), metadata=limits(above=0))
 
 
 @dataclass(slots=True)
@@ -70,32 +116,32 @@ class RetrySettings:
     """Push delivery retries (NCIA §2.3.2)."""
 
     #: delivery attempts per batch, the first one included
-    max_attempts: int = 8
-    initial_delay: timedelta = timedelta(seconds=1)
-    multiplier: float = 2.0
-    max_delay: timedelta = timedelta(minutes=5)
+    max_attempts: int = field(default=8, metadata=limits(1))
+    initial_delay: timedelta = field(default=timedelta(seconds=1), metadata=limits(0))
+    multiplier: float = field(default=2.0, metadata=limits(1))
+    max_delay: timedelta = field(default=timedelta(minutes=5), metadata=limits(0))
     #: after ``max_attempts``: "keep" retries at ``max_delay`` forever while the
     #: middleware accumulates; "end" ends the subscription (SubscriptionEnd is published)
     give_up: Literal["keep", "end"] = "end"
     #: timeout of one outbound Notify, seconds
-    timeout: float = 10.0
+    timeout: float = field(default=10.0, metadata=limits(above=0))
 
 
 @dataclass(slots=True)
 class LimitSettings:
-    """What a subscription or pull point accumulates (architecture §7); None = unbounded."""
+    """What a subscription or pull point accumulates; None = unbounded."""
 
-    max_messages: int | None = 100_000
-    max_bytes: int | None = 256 * 1024 * 1024
+    max_messages: int | None = field(default=100_000, metadata=limits(1))
+    max_bytes: int | None = field(default=256 * 1024 * 1024, metadata=limits(1))
     #: retention: messages older than this are discarded undelivered
-    max_age: timedelta | None = timedelta(days=7)
+    max_age: timedelta | None = field(default=timedelta(days=7), metadata=limits(above=0))
     overflow: Literal["drop_oldest", "drop_newest"] = "drop_oldest"
     #: when a push subscription's backlog reaches ``max_messages``: "drop" (apply
     #: ``overflow`` and go on) or "end" (end the subscription, SubscriptionEnd published;
     #: checked by the lifetime sweep)
     on_full: Literal["drop", "end"] = "drop"
     #: cap on messages one GetMessages returns when MaximumNumber is absent or 0
-    get_messages_cap: int = 1000
+    get_messages_cap: int = field(default=1000, metadata=limits(1))
 
 
 @dataclass(slots=True)
@@ -103,16 +149,16 @@ class DeliverySettings:
     """Push delivery engine."""
 
     #: worker threads shared by all push subscriptions
-    workers: int = 8
+    workers: int = field(default=8, metadata=limits(1, 1024))
     #: notifications per outbound Notify (wrapped form; raw sends one per message)
-    batch_size: int = 10
+    batch_size: int = field(default=10, metadata=limits(1))
     #: unsettled messages per subscription held in memory
-    prefetch: int = 64
+    prefetch: int = field(default=64, metadata=limits(1, 65535))
 
 
 @dataclass(slots=True)
 class OutboundSettings:
-    """Which consumer / publisher addresses the broker may call (architecture §9)."""
+    """Which consumer / publisher addresses the broker may call."""
 
     #: host patterns (fnmatch) or CIDR networks that are allowed; empty = all
     allow: list[str] = field(default_factory=list)
@@ -124,21 +170,34 @@ class OutboundSettings:
     schemes: list[str] = field(default_factory=lambda: ["http", "https"])
 
 
+#: field metadata of settings that are bookkeeping, not configurable
+_INTERNAL = {"internal": True}
+
+
 @dataclass(slots=True)
 class Settings:
     """Everything the gateway can be configured with."""
 
-    adapter_url: str = "embedded://./wsnmom-data"
+    #: directory of the store and of the embedded middleware (see the module docstring);
+    #: None = derived by :func:`load_settings`
+    data_dir: str | None = None
+    #: the middleware; "" = ``embedded://<data_dir>``
+    adapter_url: str = ""
     #: adapter-specific options passed to the adapter constructor
     adapter_options: dict[str, Any] = field(default_factory=dict)
-    store_url: str = "sqlite:///./wsnmom-data/store.db"
+    #: where subscriptions, pull points and registrations are kept;
+    #: "" = ``sqlite:///<data_dir>/store.db``
+    store_url: str = ""
     host: str = "127.0.0.1"
-    port: int = 8080
+    port: int = field(default=8080, metadata=limits(1, 65535))
     #: base URL clients reach the gateway at; default ``http://host:port``
-    public_url: str | None = None
+    public_url: str | None = field(default=None, metadata=limits(check="http_url"))
+    #: peers (IP addresses or networks, ``*`` = any) whose ``Forwarded`` /
+    #: ``X-Forwarded-Proto`` / ``X-Forwarded-Host`` headers are believed (WSDL addresses)
+    trusted_proxies: list[str] = field(default_factory=list, metadata=limits(check="networks"))
     #: waitress worker threads
-    threads: int = 16
-    max_request_bytes: int = 10 * 1024 * 1024
+    threads: int = field(default=16, metadata=limits(1, 1024))
+    max_request_bytes: int = field(default=10 * 1024 * 1024, metadata=limits(1))
     #: Notify only from registered publishers (RequiresRegistration)
     requires_registration: bool = False
     #: FixedTopicSet: only topics of the configured namespaces / topic list
@@ -151,151 +210,248 @@ class Settings:
     #: is answered with a fault (the messages may still arrive: a retry can duplicate
     #: them).  One persistent message routed into 10,000 RabbitMQ queues took over 10 s
     #: to confirm on a busy one-CPU broker.
-    publish_timeout: float = 30.0
-    log_level: str = "INFO"
+    publish_timeout: float = field(default=30.0, metadata=limits(above=0))
+    log_level: str = field(default="INFO", metadata=limits(check="log_level"))
+    #: "text" (one line per record) or "json" (one JSON object per line)
+    log_format: Literal["text", "json"] = "text"
+    #: levels of individual loggers (``{"pika" = "INFO"}``); third-party libraries log
+    #: WARNING and above unless named here
+    log_levels: dict[str, str] = field(default_factory=dict, metadata=limits(check="log_level"))
     termination: TerminationSettings = field(default_factory=TerminationSettings)
     retry: RetrySettings = field(default_factory=RetrySettings)
     limits: LimitSettings = field(default_factory=LimitSettings)
     delivery: DeliverySettings = field(default_factory=DeliverySettings)
     outbound: OutboundSettings = field(default_factory=OutboundSettings)
+    #: dotted setting name -> where its value came from ("WSNMOM_PORT=9090", a file,
+    #: "--port=9090"); settings left at their default are absent
+    origins: dict[str, str] = field(
+        default_factory=dict, repr=False, compare=False, metadata=_INTERNAL
+    )
+
+    def __post_init__(self) -> None:
+        if not self.adapter_url or not self.store_url:
+            given = frozenset(
+                n for n in ("data_dir", "adapter_url", "store_url") if getattr(self, n)
+            )
+            _derive_locations(self, explicit=given, environ=os.environ)
 
     @property
     def base_url(self) -> str:
         """``public_url`` without a trailing slash (default ``http://host:port``)."""
-        url = self.public_url or f"http://{self.host}:{self.port}"
+        url = self.public_url or f"http://{_url_host(self.host)}:{self.port}"
         return url.rstrip("/")
 
+    def origin(self, name: str) -> str:
+        """Where the setting ``name`` (dotted) came from, "default" when not set."""
+        return self.origins.get(name, "default")
+
+
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host and not host.startswith("[") else host
+
 
 # --------------------------------------------------------------------------------------------
-# conversion
+# where data lives
 # --------------------------------------------------------------------------------------------
 
-
-def parse_duration(value: object) -> timedelta:
-    """A duration from seconds (int/float/numeric string), ``timedelta`` or xsd:duration."""
-    if isinstance(value, timedelta):
-        return value
-    if isinstance(value, bool):
-        raise ConfigError(f"not a duration: {value!r}")
-    if isinstance(value, int | float):
-        return timedelta(seconds=value)
-    if isinstance(value, str):
-        text = value.strip()
-        try:
-            return timedelta(seconds=float(text))
-        except ValueError:
-            pass
-        try:
-            parsed = isodate.parse_duration(text)
-        except (isodate.ISO8601Error, ValueError) as exc:
-            raise ConfigError(f"not a duration: {value!r}") from exc
-        if isinstance(parsed, timedelta):
-            return parsed
-        approx: timedelta = parsed.totimedelta(start=_EPOCH)  # years/months: approximated
-        return approx
-    raise ConfigError(f"not a duration: {value!r}")
+EMBEDDED_PREFIX = "embedded://"
 
 
-_EPOCH = datetime(2000, 1, 1)
-
-_TRUE = {"1", "true", "yes", "on"}
-_FALSE = {"0", "false", "no", "off"}
-
-
-def _parse_bool(value: object) -> bool:
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
-        return value.strip().lower() in _TRUE
-    if isinstance(value, int):
-        return bool(value)
-    raise ConfigError(f"not a boolean: {value!r}")
-
-
-def _is_none_text(value: object) -> bool:
-    return isinstance(value, str) and value.strip().lower() in {"", "none", "null", "unbounded"}
-
-
-def _convert(value: object, tp: Any, name: str) -> Any:
-    origin = typing.get_origin(tp)
-    if origin in (typing.Union, types.UnionType):
-        args = [a for a in typing.get_args(tp) if a is not type(None)]
-        if (value is None or _is_none_text(value)) and len(args) < len(typing.get_args(tp)):
-            return None
-        return _convert(value, args[0], name)
-    if origin is Literal:
-        allowed = typing.get_args(tp)
-        if value not in allowed:
-            raise ConfigError(f"{name}: {value!r} is not one of {allowed}")
-        return value
-    if origin is list:
-        (item,) = typing.get_args(tp)
-        if isinstance(value, str):
-            value = [v.strip() for v in value.split(",") if v.strip()]
-        if not isinstance(value, list | tuple):
-            raise ConfigError(f"{name}: expected a list, got {value!r}")
-        return [_convert(v, item, name) for v in value]
-    if origin is dict:
-        if not isinstance(value, Mapping):
-            raise ConfigError(f"{name}: expected a table, got {value!r}")
-        return dict(value)
-    if tp is timedelta:
-        return parse_duration(value)
-    if tp is bool:
-        return _parse_bool(value)
-    if tp is int:
-        if isinstance(value, bool):
-            raise ConfigError(f"{name}: not an integer: {value!r}")
-        try:
-            return int(value)  # type: ignore[call-overload]
-        except (TypeError, ValueError) as exc:
-            raise ConfigError(f"{name}: not an integer: {value!r}") from exc
-    if tp is float:
-        try:
-            return float(value)  # type: ignore[arg-type]
-        except (TypeError, ValueError) as exc:
-            raise ConfigError(f"{name}: not a number: {value!r}") from exc
-    if tp is str:
-        return str(value)
-    if tp is Any:
-        return value
-    raise ConfigError(f"{name}: unsupported setting type {tp!r}")
-
-
-def _apply(obj: Any, data: Mapping[str, Any], where: str) -> None:
-    hints = typing.get_type_hints(type(obj))
-    names = {f.name for f in dataclasses.fields(obj)}
-    for key, value in data.items():
-        attr = key.replace("-", "_").lower()
-        if attr not in names:
-            raise ConfigError(f"{where}: unknown setting {key!r}")
-        tp = hints[attr]
-        current = getattr(obj, attr)
-        if dataclasses.is_dataclass(current) and not isinstance(current, type):
-            if not isinstance(value, Mapping):
-                raise ConfigError(f"{where}: {key!r} must be a table")
-            _apply(current, value, f"{where}.{attr}")
-        else:
-            setattr(obj, attr, _convert(value, tp, f"{where}.{attr}"))
-
-
-def _nest(flat: Mapping[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in flat.items():
-        parts = key.lower().split("__")
-        node = out
-        for part in parts[:-1]:
-            node = node.setdefault(part, {})
-        node[parts[-1]] = value
-    return out
-
-
-def env_overrides(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """Settings from ``WSNMOM_*`` variables, nested on ``__``."""
+def default_data_dir(environ: Mapping[str, str] | None = None) -> Path:
+    """``$XDG_DATA_HOME/wsnmom``, else ``~/.local/share/wsnmom`` (XDG Base Directory spec:
+    a relative ``XDG_DATA_HOME`` is ignored)."""
     env = os.environ if environ is None else environ
-    flat = {k[len(ENV_PREFIX) :]: v for k, v in env.items() if k.startswith(ENV_PREFIX)}
-    flat.pop("CONFIG", None)  # WSNMOM_CONFIG names the file, it is not a setting
-    return _nest(flat)
+    xdg = env.get("XDG_DATA_HOME", "")
+    if xdg and os.path.isabs(xdg):
+        return Path(xdg) / "wsnmom"
+    home = env.get("HOME") or str(Path.home())
+    return Path(home) / ".local" / "share" / "wsnmom"
+
+
+def _embedded_path(url: str) -> str | None:
+    """The directory of an ``embedded://PATH`` URL (None for other URLs and :memory:)."""
+    if not url.startswith(EMBEDDED_PREFIX):
+        return None
+    path = unquote(url[len(EMBEDDED_PREFIX) :].partition("?")[0])
+    return path if path and path != ":memory:" else None
+
+
+def _derive_locations(
+    settings: Settings, explicit: frozenset[str], environ: Mapping[str, str]
+) -> None:
+    """Fill in ``data_dir``, ``adapter_url`` and ``store_url`` that were not given."""
+    data_dir = settings.data_dir if "data_dir" in explicit else None
+    if data_dir is None and "adapter_url" in explicit:
+        data_dir = _embedded_path(settings.adapter_url)
+    if data_dir is None:
+        data_dir = str(default_data_dir(environ))
+    settings.data_dir = data_dir
+    if "adapter_url" not in explicit or not settings.adapter_url:
+        settings.adapter_url = EMBEDDED_PREFIX + quote(data_dir, safe="/~")
+    if "store_url" not in explicit or not settings.store_url:
+        settings.store_url = "sqlite:///" + os.path.join(data_dir, "store.db")
+
+
+# --------------------------------------------------------------------------------------------
+# names
+# --------------------------------------------------------------------------------------------
+
+
+def _fields(cls: type) -> dict[str, dataclasses.Field[Any]]:
+    return {f.name: f for f in dataclasses.fields(cls) if not f.metadata.get("internal", False)}
+
+
+def _is_section(tp: Any) -> bool:
+    return isinstance(tp, type) and dataclasses.is_dataclass(tp)
+
+
+def setting_names(cls: type = Settings, prefix: str = "") -> list[str]:
+    """Every dotted setting name (``port``, ``retry.max_delay``, ...)."""
+    hints = typing.get_type_hints(cls)
+    names: list[str] = []
+    for name in _fields(cls):
+        if _is_section(hints[name]):
+            names.extend(setting_names(hints[name], f"{prefix}{name}."))
+        else:
+            names.append(prefix + name)
+    return names
+
+
+def env_name(dotted: str) -> str:
+    """The environment variable of a dotted setting name (``retry.max_delay`` ->
+    ``WSNMOM_RETRY__MAX_DELAY``)."""
+    return ENV_PREFIX + dotted.replace(".", "__").upper()
+
+
+def _suggest(word: str, candidates: list[str], *, quote: bool = False, strip: str = "") -> str:
+    """ " (did you mean X?)" for the candidate closest to ``word``, or ""; a common
+    ``strip`` prefix is left out of the comparison (it would make everything similar)."""
+    by_name = {c.removeprefix(strip): c for c in candidates}
+    close = difflib.get_close_matches(word.removeprefix(strip), list(by_name), n=1, cutoff=0.75)
+    if not close:
+        return ""
+    best = by_name[close[0]]
+    return f" (did you mean {best!r}?)" if quote else f" (did you mean {best}?)"
+
+
+# --------------------------------------------------------------------------------------------
+# applying values
+# --------------------------------------------------------------------------------------------
+
+Warn = Callable[[str], None]
+
+
+class _Loader:
+    """Applies values from the sources to one :class:`Settings`, recording origins."""
+
+    def __init__(self, settings: Settings, warn: Warn) -> None:
+        self.settings = settings
+        self.warn = warn
+        self.explicit: set[str] = set()
+
+    def set(self, path: list[str], value: object, origin: str) -> None:
+        """Set the setting at ``path`` (lower-case parts) to ``value``.  Unknown names are
+        warnings; unusable values are :class:`ConfigError`."""
+        obj: Any = self.settings
+        for i, part in enumerate(path):
+            dotted = ".".join(path[: i + 1])
+            known = _fields(type(obj))
+            if part not in known:
+                self._unknown(origin, path, type(obj), i)
+                return
+            tp = typing.get_type_hints(type(obj))[part]
+            rest = path[i + 1 :]
+            if _is_section(tp):
+                if not rest:
+                    if not isinstance(value, Mapping):
+                        raise ConfigError(
+                            f"{origin}: {dotted}: is a section; set its members "
+                            f"(e.g. {env_name(dotted + '.' + next(iter(_fields(tp))))})"
+                        )
+                    for key, item in value.items():
+                        self.set([*path, _key(key)], item, origin)
+                    return
+                obj = getattr(obj, part)
+                continue
+            if rest and typing.get_origin(tp) is dict:  # one key of a table setting
+                value, rest = {"__".join(rest): value}, []
+            if rest:
+                self._unknown(origin, path, type(obj), i + 1)
+                return
+            self._assign(obj, part, tp, known[part], value, origin, dotted)
+            return
+
+    def _assign(
+        self,
+        obj: Any,
+        attr: str,
+        tp: Any,
+        spec: dataclasses.Field[Any],
+        value: object,
+        origin: str,
+        dotted: str,
+    ) -> None:
+        try:
+            converted = convert(value, tp, spec.metadata)
+        except InvalidValue as exc:
+            raise ConfigError(f"{origin}: {dotted}: {exc}") from None
+        if isinstance(converted, dict):  # tables merge across sources
+            converted = {**getattr(obj, attr), **converted}
+        setattr(obj, attr, converted)
+        self.settings.origins[dotted] = origin
+        self.explicit.add(dotted)
+
+    def _unknown(self, origin: str, path: list[str], cls: type, depth: int) -> None:
+        dotted = ".".join(path)
+        if origin.startswith(ENV_PREFIX):
+            variable = origin.split("=", 1)[0]
+            names = [env_name(n) for n in setting_names()] + list(OTHER_VARIABLES)
+            hint = _suggest(variable, names, strip=ENV_PREFIX)
+            self.warn(f"{variable}: not a wsnmom setting, ignored{hint}")
+            return
+        prefix = ".".join(path[:depth])
+        prefix = prefix + "." if prefix else ""
+        names = setting_names(cls, prefix) + [prefix + name for name in _fields(cls)]
+        self.warn(
+            f"{origin}: unknown setting {dotted!r}, ignored{_suggest(dotted, names, quote=True)}"
+        )
+
+
+def _key(key: object) -> str:
+    return str(key).replace("-", "_").lower()
+
+
+def _file_values(path: str | Path) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as fh:
+            return tomllib.load(fh)
+    except OSError as exc:
+        raise ConfigFileError(
+            f"cannot read configuration file {path}: {exc.strerror or exc}"
+        ) from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigFileError(f"configuration file {path} is not valid TOML: {exc}") from exc
+
+
+class ConfigFileError(ConfigError):
+    """The configuration file cannot be read or parsed."""
+
+
+def _env_entries(env: Mapping[str, str], warn: Warn) -> list[tuple[list[str], str, str]]:
+    """(path, value, origin) of every ``WSNMOM_*`` variable that should be a setting."""
+    entries = []
+    for variable in sorted(env):
+        if not variable.startswith(ENV_PREFIX) or variable in OTHER_VARIABLES:
+            continue
+        if variable.startswith(RESERVED_PREFIXES):
+            continue
+        name = variable[len(ENV_PREFIX) :]
+        path = [p for p in name.lower().split("__")]
+        if not all(path):
+            warn(f"{variable}: not a wsnmom setting (empty name part), ignored")
+            continue
+        entries.append((path, env[variable], f"{variable}={env[variable]}"))
+    return entries
 
 
 def load_settings(
@@ -303,45 +459,48 @@ def load_settings(
     *,
     environ: Mapping[str, str] | None = None,
     overrides: Mapping[str, Any] | None = None,
+    options: Mapping[str, str] | None = None,
+    warn: Warn | None = None,
 ) -> Settings:
     """Build settings: defaults < TOML file < environment < ``overrides`` (CLI).
 
-    ``config_file`` defaults to ``$WSNMOM_CONFIG`` when set.  ``overrides`` keys may be
-    nested mappings or ``section__name`` flat keys; None values are ignored.
+    ``config_file`` defaults to ``$WSNMOM_CONFIG`` when set.  ``overrides`` keys are
+    setting names, nested mappings or ``section__name`` flat keys; None values are
+    ignored.  ``options`` names the command-line option of an override key for messages
+    (default ``--key-with-dashes``).  ``warn`` receives each warning (unknown settings);
+    by default they are logged to ``wsnmom.config``.
+
+    :raises ConfigFileError: the file cannot be read or parsed.
+    :raises ConfigError: a value cannot be used (the message names it and its source).
     """
     env = os.environ if environ is None else environ
-    settings = Settings()
+    loader = _Loader(Settings(), warn or log.warning)
     path = config_file or env.get(ENV_PREFIX + "CONFIG")
     if path:
-        try:
-            with open(path, "rb") as fh:
-                data = tomllib.load(fh)
-        except (OSError, tomllib.TOMLDecodeError) as exc:
-            raise ConfigError(f"cannot read configuration file {path}: {exc}") from exc
-        _apply(settings, data, str(path))
-    _apply(settings, env_overrides(env), "environment")
-    if overrides:
-        clean = {k: v for k, v in overrides.items() if v is not None}
-        _apply(settings, _nest(clean), "command line")
+        for key, value in _file_values(path).items():
+            loader.set([_key(key)], value, str(path))
+    for entry_path, value, origin in _env_entries(env, loader.warn):
+        loader.set(entry_path, value, origin)
+    for key, value in (overrides or {}).items():
+        if value is None:
+            continue
+        option = (options or {}).get(key) or "--" + key.replace("_", "-")
+        loader.set(key.lower().split("__"), value, f"{option}={value}")
+    settings = loader.settings
+    _derive_locations(settings, frozenset(loader.explicit), env)
     validate(settings)
     return settings
 
 
 def validate(settings: Settings) -> None:
-    """Reject combinations that cannot work."""
+    """Reject combinations of settings that cannot work (single values are checked as
+    they are read)."""
     t = settings.termination
-    if t.default <= timedelta(0):
-        raise ConfigError("termination.default must be positive")
     if t.maximum is not None and t.maximum < t.default:
-        raise ConfigError("termination.maximum must not be shorter than termination.default")
-    r = settings.retry
-    if r.max_attempts < 1:
-        raise ConfigError("retry.max_attempts must be at least 1")
-    if r.multiplier < 1.0:
-        raise ConfigError("retry.multiplier must be >= 1")
-    if settings.delivery.workers < 1 or settings.delivery.batch_size < 1:
-        raise ConfigError("delivery.workers and delivery.batch_size must be at least 1")
-    if settings.limits.get_messages_cap < 1:
-        raise ConfigError("limits.get_messages_cap must be at least 1")
-    if not settings.publish_timeout > 0:
-        raise ConfigError("publish_timeout must be a positive number of seconds")
+        raise ConfigError(
+            f"termination.maximum ({t.maximum}, from {settings.origin('termination.maximum')})"
+            f" must not be shorter than termination.default ({t.default}, from "
+            f"{settings.origin('termination.default')})"
+        )
+    if not settings.host.strip():
+        raise ConfigError(f"{settings.origin('host')}: host: must not be empty")

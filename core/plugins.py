@@ -75,14 +75,19 @@ BUILTIN_PLUGINS: Mapping[str, str] = {
     "filelog": "wsnmom.adapters.filelog.plugin",
 }
 
-#: schemes of adapters wsnmom knows about even when their plugin cannot be loaded, with
-#: the extra that installs them; only used to turn "unknown scheme" into "install X"
+#: schemes of adapters wsnmom ships even when their plugin cannot be loaded (blocked, or
+#: installed without metadata), with the extra that installs their client library; only
+#: used to turn "unknown scheme" into "install X"
 KNOWN_SCHEMES: Mapping[str, str] = {
     "amqp": "rabbitmq",
     "amqps": "rabbitmq",
-    "kafka": "kafka",
-    "mqtt": "mqtt",
-    "mqtts": "mqtt",
+}
+#: schemes of adapters that are being built but are not part of this version yet, with
+#: the middleware's name: "unknown scheme" says so instead of suggesting an extra
+PLANNED_SCHEMES: Mapping[str, str] = {
+    "kafka": "Kafka",
+    "mqtt": "MQTT",
+    "mqtts": "MQTT",
 }
 
 ENV_DISABLE_AUTOLOAD = "WSNMOM_DISABLE_PLUGIN_AUTOLOAD"
@@ -227,6 +232,11 @@ class AdapterRegistry:
             if key in KNOWN_SCHEMES:
                 extra = KNOWN_SCHEMES[key]
                 hint = f'Its adapter is installed with: pip install "wsnmom[{extra}]"'
+            elif key in PLANNED_SCHEMES:
+                hint = (
+                    f"The {PLANNED_SCHEMES[key]} adapter is in progress and not part of this "
+                    "version of wsnmom yet"
+                )
             raise UnknownAdapterScheme(key, self.schemes(), hint)
         if isinstance(entry.target, str):
             try:

@@ -7,10 +7,16 @@ Endpoints
     ``POST /wsn/pullpoints/<id>``        PullPoint: GetMessages, DestroyPullPoint, Notify + RP
     ``POST /wsn/registrations/<id>``     PublisherRegistrationManager + RP (Notify accepted too:
                                         the registration's ConsumerReference is the broker)
-    ``GET  /wsn/broker?wsdl``, ``/wsn/wsdl``   the WSDL (address = the request's base URL)
+    ``GET  /wsn/broker?wsdl``, ``/wsn/wsdl``   the WSDL (addresses: ``public_url``, trusted
+                                        forwarding headers, or the listen address)
     ``GET  /wsn/schemas/<name>``         the OASIS XSDs the WSDL imports
     ``GET  /wsn/policy``                 the broker policy document
     ``GET  /healthz`` ``/readyz`` ``/metrics``
+    ``GET  /wsn/admin/api/subscriptions[/<id>]``  read-only JSON list (loopback clients only,
+                                        see :mod:`.admin_api`)
+
+Every response carries ``X-Request-Id`` (the client's, or a new one), which log records
+emitted while handling the request carry too (:mod:`.request_ids`).
 
 Dispatch is on the QName of the Body's first child; ``wsa:Action`` is not required and not
 checked.  A resource operation finds its resource from the URL path, else from ``wsa:To``
@@ -46,6 +52,7 @@ from .envelope import (
 )
 from .faults import BaseFaultError, count_fault, count_request, fault_for_error, invalid_log
 from .metadata import SCHEMA_FILES, render_wsdl, schema_bytes
+from .public_base import public_base
 from .splice import Spliced
 from .xml import WSNMOM, WSRF_RL, qname, text_of
 
@@ -143,10 +150,15 @@ def create_app(service: Any, settings: Any = None) -> Flask:
     meta.add_url_rule("/metrics", "metrics", _metrics_view)
     app.register_blueprint(meta)
 
-    from .fastpath import SoapFastPath
+    from .admin_api import admin_api
 
-    app.wsgi_app = SoapFastPath(  # type: ignore[method-assign]
-        app, app.wsgi_app, broker_view, resource_views
+    app.register_blueprint(admin_api)
+
+    from .fastpath import SoapFastPath
+    from .request_ids import RequestIds
+
+    app.wsgi_app = RequestIds(  # type: ignore[method-assign]
+        SoapFastPath(app, app.wsgi_app, broker_view, resource_views)
     )
     return app
 
@@ -165,7 +177,8 @@ def _frontend() -> Frontend:
 
 # --- metadata views --------------------------------------------------------------------
 def _base_url() -> str:
-    return request.host_url.rstrip("/")
+    """The base of the WSDL's addresses: the EPRs' base (:mod:`.public_base`)."""
+    return public_base(_frontend().settings, request.environ, request.host_url)
 
 
 def _wsdl_response() -> Response:

@@ -11,11 +11,17 @@ port types, SOAP 1.1 and 1.2 bindings and services cannot drift apart.  It descr
 * every input/output with its ``wsam:Action`` (the WS-N prose URIs);
 * a document/literal SOAP 1.1 and a SOAP 1.2 binding per port type, each referencing the
   broker's WS-Policy (``wsam:Addressing`` plus the wsnmom policy assertions);
-* one service per port type with a SOAP 1.1 and a SOAP 1.2 port at the request's base URL.
+* one service per port type with a SOAP 1.1 and a SOAP 1.2 port at the broker's public base
+  URL (the base of its endpoint references; see :mod:`.public_base`).
   Resource port types (subscriptions, pull points, registrations) point at their collection
   URL; the concrete address of a resource is the one in its EPR.
 
-The types section imports the OASIS schemas served from ``<base>/wsn/schemas/``.
+The types section imports the OASIS schemas served from ``<base>/wsn/schemas/`` (two of them
+with a client-friendly variant of one shape, :mod:`.schema_variants`).  The policy
+assertions are marked ``wsp:Optional`` (the broker does not require WS-Addressing headers:
+it dispatches on the Body) and the broker's own assertions ``wsp:Ignorable`` (they describe
+behaviour, nothing on the wire), so toolkits that enforce WS-Policy, such as Apache CXF,
+accept the WSDL without knowing them.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from importlib import resources
 from lxml import etree
 
 from .codec import ACTIONS, Op
+from .schema_variants import apply_variant
 from .xml import SOAP11, SOAP12, WSAM, WSNBR, WSNT, WSP, WSRF_R, WSRF_RP, WSU, XSD
 
 WSDL = "http://schemas.xmlsoap.org/wsdl/"
@@ -44,11 +51,18 @@ _IMPORTS = ((WSNT, "b-2.xsd"), (WSNBR, "br-2.xsd"), (WSRF_RP, "rp-2.xsd"), (WSRF
 
 
 @functools.cache
-def schema_bytes(name: str) -> bytes:
-    """An OASIS schema shipped with the package."""
+def official_schema_bytes(name: str) -> bytes:
+    """An OASIS schema shipped with the package, as published."""
     if name not in SCHEMA_FILES:
         raise KeyError(name)
     return (resources.files(__package__) / "wsdl" / name).read_bytes()
+
+
+@functools.cache
+def schema_bytes(name: str) -> bytes:
+    """An OASIS schema as served: with its client-friendly variant, if it has one
+    (:mod:`.schema_variants`)."""
+    return apply_variant(name, official_schema_bytes(name))
 
 
 # --- operation table -------------------------------------------------------------------
@@ -244,9 +258,13 @@ def _build(base: str, policy: etree._Element | None) -> etree._Element:
     pol.set(_q(WSU, "Id"), POLICY_ID)
     everything = etree.SubElement(etree.SubElement(pol, _q(WSP, "ExactlyOne")), _q(WSP, "All"))
     addressing = etree.SubElement(everything, _q(WSAM, "Addressing"))
+    addressing.set(_q(WSP, "Optional"), "true")
     etree.SubElement(addressing, _q(WSP, "Policy"))
     if policy is not None:
-        everything.append(etree.fromstring(etree.tostring(policy)))
+        assertion = etree.fromstring(etree.tostring(policy))
+        assertion.set(_q(WSP, "Optional"), "true")
+        assertion.set(_q(WSP, "Ignorable"), "true")
+        everything.append(assertion)
 
     types = etree.SubElement(defs, _q(WSDL, "types"))
     schema = etree.SubElement(types, _q(XSD, "schema"))
@@ -354,4 +372,12 @@ def render_wsdl(base: str, policy: etree._Element | None = None) -> bytes:
     return cached
 
 
-__all__ = ["PORT_TYPES", "SCHEMA_FILES", "SOAP11", "SOAP12", "render_wsdl", "schema_bytes"]
+__all__ = [
+    "PORT_TYPES",
+    "SCHEMA_FILES",
+    "SOAP11",
+    "SOAP12",
+    "official_schema_bytes",
+    "render_wsdl",
+    "schema_bytes",
+]

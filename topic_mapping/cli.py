@@ -10,13 +10,19 @@ from pathlib import Path
 
 import click
 
-from .dialects import CONCRETE, FULL, SIMPLE, XPATH, parse_topic_expression
+from .dialects import CONCRETE, FULL, ONVIF_CONCRETE_SET, SIMPLE, XPATH, parse_topic_expression
 from .errors import TopicError
 from .namespaces import load_topic_namespace
 from .syntax import BUILTIN_SYNTAXES
 from .translate import NamespaceRoots, translate
 
-_DIALECT_NAMES = {"simple": SIMPLE, "concrete": CONCRETE, "full": FULL, "xpath": XPATH}
+_DIALECT_NAMES = {
+    "simple": SIMPLE,
+    "concrete": CONCRETE,
+    "full": FULL,
+    "xpath": XPATH,
+    "concreteset": ONVIF_CONCRETE_SET,
+}
 
 
 def _pairs(values: tuple[str, ...], what: str) -> dict[str, str]:

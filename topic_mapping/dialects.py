@@ -1,8 +1,9 @@
-"""TopicExpression dialects: URIs and parsers for Simple, Concrete, Full and XPath.
+"""TopicExpression dialects: URIs and parsers for Simple, Concrete, Full, XPath and ONVIF's
+ConcreteSet.
 
-Every accepted dialect URI is normalised to one of four canonical URIs (the WS-Topics 1.3
-ones plus XPath 1.0).  The WS-Topics 1.0 (2004/03, IBM namespace) and WSN 1.2 draft
-(2004/06) URIs are exact-match aliases; URIs are compared case-sensitively.
+Every accepted dialect URI is normalised to one of five canonical URIs (the WS-Topics 1.3
+ones, XPath 1.0 and ONVIF's ConcreteSet).  The WS-Topics 1.0 (2004/03, IBM namespace) and
+WSN 1.2 draft (2004/06) URIs are exact-match aliases; URIs are compared case-sensitively.
 
 Parsing resolves namespace prefixes against the namespace declarations that were in scope
 on the carrying element and produces a :class:`~wsnmom.topic_mapping.model.TopicExpression`
@@ -21,6 +22,15 @@ prefixed child step (allowed by the 1.3 schema) must resolve to the namespace of
 a topic tree lives in one namespace, so ``tns:t1/xyz:t2`` is rejected.  An unprefixed root
 uses the in-scope default namespace; with no default namespace declared it is an
 InvalidTopicExpression.
+
+ONVIF's ConcreteSet dialect (``http://www.onvif.org/ver10/tev/topicExpression/ConcreteSet``,
+what ONVIF event clients subscribe with) is a union of Concrete paths::
+
+    ConcreteSetExpression ::= ConcretePath ( S? '|' S? ConcretePath )*
+    ConcretePath          ::= QName ( '/' (QName | NCName) )* ( '//.' )?
+
+No ``*`` and no ``//`` inside a path; the one extension is a trailing ``//.`` ("this topic
+and everything below it"), which ONVIF's own examples use (``tns1:RuleEngine//.``).
 """
 
 from __future__ import annotations
@@ -43,6 +53,7 @@ __all__ = [
     "FULL",
     "NCNAME_PATTERN",
     "NCNAME_RE",
+    "ONVIF_CONCRETE_SET",
     "SIMPLE",
     "SUPPORTED_DIALECTS",
     "XPATH",
@@ -58,6 +69,8 @@ SIMPLE: Final = "http://docs.oasis-open.org/wsn/t-1/TopicExpression/Simple"
 CONCRETE: Final = "http://docs.oasis-open.org/wsn/t-1/TopicExpression/Concrete"
 FULL: Final = "http://docs.oasis-open.org/wsn/t-1/TopicExpression/Full"
 XPATH: Final = "http://www.w3.org/TR/1999/REC-xpath-19991116"
+#: ONVIF's topic expression dialect: a union (``|``) of concrete paths
+ONVIF_CONCRETE_SET: Final = "http://www.onvif.org/ver10/tev/topicExpression/ConcreteSet"
 
 _T10 = "http://www.ibm.com/xmlns/stdwip/web-services/WS-Topics/TopicExpression/"
 _D0406 = "http://docs.oasis-open.org/wsn/2004/06/TopicExpression/"
@@ -73,16 +86,27 @@ DIALECT_ALIASES: Final[dict[str, str]] = {
 }
 
 #: Every dialect URI this engine accepts (the TopicExpressionDialect resource property).
-SUPPORTED_DIALECTS: Final[tuple[str, ...]] = (SIMPLE, CONCRETE, FULL, XPATH, *DIALECT_ALIASES)
+SUPPORTED_DIALECTS: Final[tuple[str, ...]] = (
+    SIMPLE,
+    CONCRETE,
+    FULL,
+    XPATH,
+    ONVIF_CONCRETE_SET,
+    *DIALECT_ALIASES,
+)
 
-_CANONICAL = frozenset((SIMPLE, CONCRETE, FULL, XPATH))
+_CANONICAL = frozenset((SIMPLE, CONCRETE, FULL, XPATH, ONVIF_CONCRETE_SET))
 
 _DIALECT_NAMES: Final[dict[str, str]] = {
     SIMPLE: "Simple",
     CONCRETE: "Concrete",
     FULL: "Full",
     XPATH: "XPath",
+    ONVIF_CONCRETE_SET: "ConcreteSet",
 }
+
+#: dialects whose expressions may be unions of paths (``a | b``)
+_UNION_DIALECTS = frozenset((FULL, ONVIF_CONCRETE_SET))
 
 # XML 1.0 (5th edition) NameStartChar and NameChar, without ':'.
 _NAME_START = (
@@ -181,7 +205,7 @@ class _Parser:
             while self.pos < len(self.text) and self.text[self.pos].isspace():
                 self.pos += 1
             if self.peek("|"):
-                if self.dialect != FULL:
+                if self.dialect not in _UNION_DIALECTS:
                     raise self.fail(f"union '|' is not allowed in the {self.name} dialect")
                 self.pos += 1
                 while self.pos < len(self.text) and self.text[self.pos].isspace():
@@ -227,6 +251,10 @@ class _Parser:
                 raise self.fail("the Simple dialect names a root topic only; '/' is not allowed")
             step_pos = self.pos
             self.pos += 1
+            if self.peek("/") and self.dialect == ONVIF_CONCRETE_SET:
+                self.subtree_step(step_pos)
+                segments.append(DEEP)
+                break
             if self.peek("/"):
                 self.forbid_wildcard("descendant '//'", step_pos)
                 self.pos += 1
@@ -273,11 +301,23 @@ class _Parser:
             return [local]
         return [name]
 
+    def subtree_step(self, step_pos: int) -> None:
+        """ConcreteSet's trailing ``//.`` (the topic and its descendants): consume it, or
+        fail when ``//`` is used any other way."""
+        end = self.pos + 2  # past "/."
+        if not self.text.startswith("/.", self.pos) or (
+            end < len(self.text) and not (self.text[end] == "|" or self.text[end].isspace())
+        ):
+            raise self.fail(
+                "the ConcreteSet dialect allows '//' only as a final '//.' (the topic and "
+                "everything below it)",
+                step_pos,
+            )
+        self.pos = end
+
     def forbid_wildcard(self, what: str, pos: int | None = None) -> None:
-        if self.dialect == SIMPLE:
-            raise self.fail(f"{what} is not allowed in the Simple dialect", pos)
-        if self.dialect == CONCRETE:
-            raise self.fail(f"{what} is not allowed in the Concrete dialect", pos)
+        if self.dialect in (SIMPLE, CONCRETE, ONVIF_CONCRETE_SET):
+            raise self.fail(f"{what} is not allowed in the {self.name} dialect", pos)
 
 
 def _is_single_qname(text: str) -> bool:
@@ -308,8 +348,8 @@ def parse_topic_expression(
     as Simple, anything else as Full.  Both readings agree on a single QName, so this only
     decides which dialect URI the result reports.
 
-    The result's ``dialect`` is the canonical URI (``SIMPLE``, ``CONCRETE``, ``FULL`` or
-    ``XPATH``).  The XPath dialect is evaluated over ``topic_set`` (see
+    The result's ``dialect`` is the canonical URI (``SIMPLE``, ``CONCRETE``, ``FULL``,
+    ``XPATH`` or ``ONVIF_CONCRETE_SET``).  The XPath dialect is evaluated over ``topic_set`` (see
     :func:`wsnmom.topic_mapping.xpath_dialect.parse_xpath`).
 
     Raises TopicExpressionDialectUnknown for an unknown URI, InvalidTopicExpression (the

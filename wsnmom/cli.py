@@ -17,9 +17,13 @@ from wsnmom.topic_mapping.cli import topics  # noqa: E402
 
 cli.add_command(topics)
 
-from wsnmom.server import serve  # noqa: E402
+from wsnmom.serve_command import serve  # noqa: E402
 
 cli.add_command(serve)
+
+from wsnmom.shell import install as install_shell_commands  # noqa: E402
+
+install_shell_commands(cli)  # notify, subscribe, pull, subscriptions, check
 
 from wsnmom.core.plugin_cli import install as install_plugin_commands  # noqa: E402
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +25,7 @@ from tests.support.soap import (
     subscribe_body,
 )
 from tests.support.wsn_schemas import assert_body_valid
+from wsnmom.client import NotificationConsumer, WsnClient
 
 pytestmark = pytest.mark.e2e
 
@@ -119,3 +121,18 @@ class Wsn:
 def wsn(wsnmom_server: RunningServer) -> Wsn:
     """A raw SOAP client with a fresh topic namespace (isolates tests sharing the server)."""
     return Wsn(wsnmom_server, f"urn:test:{uuid.uuid4().hex[:12]}")
+
+
+@pytest.fixture
+def client(wsnmom_server: RunningServer, wsn: Wsn) -> Iterator[WsnClient]:
+    """``wsnmom.client`` bound to the running gateway; the prefix ``tns`` is the test's own
+    topic namespace (the same as ``wsn.ns``)."""
+    with WsnClient(wsnmom_server.broker_url, namespaces={"tns": wsn.ns}, timeout=10) as c:
+        yield c
+
+
+@pytest.fixture
+def inbox() -> Iterator[NotificationConsumer]:
+    """A ``wsnmom.client`` consumer endpoint on a free loopback port."""
+    with NotificationConsumer() as consumer:
+        yield consumer

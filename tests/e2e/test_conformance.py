@@ -13,7 +13,7 @@ import requests
 from lxml import etree
 
 from tests.e2e.conftest import Wsn
-from tests.fixtures.server import ConsumerServer, RunningServer, poll
+from tests.fixtures.server import ConsumerServer, RunningServer, free_port, poll
 from tests.support.soap import (
     FULL,
     NS,
@@ -23,8 +23,11 @@ from tests.support.soap import (
     envelope,
     epr_address,
 )
+from wsnmom.client import NotificationConsumer, ResourceUnknownFault, WsnClient
 
 pytestmark = pytest.mark.e2e
+
+NATO = "http://nc3a.nato.int/ces/wsn/extension"
 
 BW = "http://docs.oasis-open.org/wsn/bw-2"
 WSRF_RL = "http://docs.oasis-open.org/wsrf/rl-2"
@@ -353,28 +356,20 @@ def test_onvif_consumer_down_then_back(wsn: Wsn, consumer: ConsumerServer) -> No
     assert msgs[0].findtext("wsnt:Message/q", namespaces=NS) == "1"
 
 
-def test_onvif_consumer_unreachable_ends_subscription(wsn: Wsn, consumer_factory: object) -> None:
-    make = consumer_factory  # type: ignore[assignment]
-    dead: ConsumerServer = make()  # type: ignore[operator]
-    watcher: ConsumerServer = make()  # type: ignore[operator]
-    dead.mode = "drop"
-    end_topic = (
-        '<nato:SubscriptionEndTopic xmlns:nato="http://nc3a.nato.int/ces/wsn/extension" '
-        f'xmlns:tns="{wsn.ns}" Dialect="{SIMPLE}">tns:ended</nato:SubscriptionEndTopic>'
-    )
-    wsn.subscribe(watcher.address(), "tns:ended")
-    sub = wsn.subscribe(dead.address(), extra=end_topic)
-    wsn.notify(("tns:myTopic", "<q/>"))
-    renew = "<wsnt:Renew><wsnt:TerminationTime>PT5M</wsnt:TerminationTime></wsnt:Renew>"
-    poll(
-        lambda: wsn.post(sub.address, renew).fault == "ResourceUnknownFault",
-        timeout=15,
-        interval=0.3,
-        what="the broker to end the subscription of an unreachable consumer",
-    )
-    (end,) = watcher.wait_for_messages(1, timeout=5)
-    ended = end.find("wsnt:Message/{http://nc3a.nato.int/ces/wsn/extension}SubscriptionEnd", NS)
-    assert ended is not None
+def test_onvif_consumer_unreachable_ends_subscription(
+    client: WsnClient, inbox: NotificationConsumer
+) -> None:
+    """NCIA: the broker ends the subscription of a consumer it cannot reach and publishes a
+    SubscriptionEnd naming it on the topic the subscriber gave."""
+    client.subscribe(inbox, "tns:ended")
+    dead = f"http://127.0.0.1:{free_port()}/gone"
+    sub = client.subscribe(dead, "tns:myTopic", subscription_end_topic="tns:ended")
+    client.notify("<q/>", "tns:myTopic")
+    end = inbox.get(timeout=20)
+    assert end.payload.tag == f"{{{NATO}}}SubscriptionEnd"
+    assert end.payload.findtext(f"{{{NATO}}}SubscriptionReference/{{*}}Address") == sub.address
+    with pytest.raises(ResourceUnknownFault):
+        sub.renew(timedelta(minutes=5))
 
 
 # --- spec example messages ---------------------------------------------------------------------

@@ -5,14 +5,22 @@ where they differ (expiry destroys the subscription)."""
 from __future__ import annotations
 
 import time
+from datetime import timedelta
 
 import pytest
 from lxml import etree
 
 from tests.e2e.conftest import Wsn
 from tests.fixtures.server import ConsumerServer, poll
-from tests.support.soap import NS, XPATH, epr_address
+from tests.support.soap import NS, SIMPLE, epr_address
 from tests.support.wsn_schemas import assert_body_valid
+from wsnmom.client import (
+    Notification,
+    NotificationConsumer,
+    ResourceUnknownFault,
+    WsnClient,
+)
+from wsnmom.client.errors import PublisherRegistrationFailedFault
 
 pytestmark = pytest.mark.e2e
 
@@ -43,44 +51,47 @@ def test_cxf_broker(wsn: Wsn, consumer: ConsumerServer) -> None:
     _no_more(consumer, 1)
 
 
-def test_cxf_renew_expiry_destroys(wsn: Wsn, consumer: ConsumerServer) -> None:
-    sub = wsn.subscribe(consumer.address(), itt="PT1S")
+def test_cxf_renew_expiry_destroys(client: WsnClient, inbox: NotificationConsumer) -> None:
+    sub = client.subscribe(inbox, "tns:myTopic", initial_termination_time="PT1S")
     time.sleep(1.6)
-    renew = "<wsnt:Renew><wsnt:TerminationTime>PT60S</wsnt:TerminationTime></wsnt:Renew>"
-    ans = poll(
-        lambda: (a := wsn.post(sub.address, renew)).status == 500 and a,
-        timeout=3,
-        what="expired subscription to be destroyed",
-    )
-    assert ans.fault == "ResourceUnknownFault"
-    wsn.notify(("tns:myTopic", "<foo/>"))
-    _no_more(consumer, 0)
+
+    def renew_faults() -> bool:
+        try:
+            sub.renew(timedelta(seconds=60))
+        except ResourceUnknownFault:
+            return True
+        return False
+
+    poll(renew_faults, timeout=3, what="expired subscription to be destroyed")
+    client.notify("<foo/>", "tns:myTopic")
+    time.sleep(0.6)
+    assert inbox.drain() == []
 
 
-def test_cxf_renew_before_expiry_keeps_receiving(wsn: Wsn, consumer: ConsumerServer) -> None:
-    sub = wsn.subscribe(consumer.address(), itt="PT2S")
-    renew = "<wsnt:Renew><wsnt:TerminationTime>PT60S</wsnt:TerminationTime></wsnt:Renew>"
-    wsn.post(sub.address, renew).ok()
+def test_cxf_renew_before_expiry_keeps_receiving(
+    client: WsnClient, inbox: NotificationConsumer
+) -> None:
+    sub = client.subscribe(inbox, "tns:myTopic", initial_termination_time="PT2S")
+    sub.renew(timedelta(seconds=60))
     time.sleep(2.3)
-    wsn.notify(("tns:myTopic", "<foo/>"))
-    (msg,) = consumer.wait_for_messages(1)
-    assert epr_address(msg.find("wsnt:SubscriptionReference", NS)) == sub.address  # type: ignore[arg-type]
+    client.notify("<foo/>", "tns:myTopic")
+    assert inbox.get(timeout=5).subscription_address == sub.address
 
 
 @pytest.mark.parametrize("queue_name", [None, "testQueue"])
-def test_cxf_pull_point(wsn: Wsn, queue_name: str | None) -> None:
-    attrs = f'wsnt:pullPointQueueName="{queue_name}-{wsn.ns[-6:]}"' if queue_name else ""
-    _, pp = wsn.create_pull_point(attrs)
-    sub = wsn.subscribe(pp)
-    wsn.notify(("tns:myTopic", "<foo>1</foo>"))
-    msgs = poll(lambda: wsn.get_messages(pp, 10), timeout=5, what="pulled message")
+def test_cxf_pull_point(client: WsnClient, wsn: Wsn, queue_name: str | None) -> None:
+    pp = client.create_pull_point(name=f"{queue_name}-{wsn.ns[-6:]}" if queue_name else None)
+    sub = client.subscribe(pp, "tns:myTopic")
+    client.notify("<foo>1</foo>", "tns:myTopic")
+    msgs = poll(lambda: pp.get_messages(10), timeout=5, what="pulled message")
     assert len(msgs) >= 1
-    assert msgs[0].findtext("wsnt:Message/foo", namespaces=NS) == "1"
-    # fed through a subscription: GetMessages names it (validated against b-2.xsd by post)
-    assert epr_address(msgs[0].find("wsnt:SubscriptionReference", NS)) == sub.address  # type: ignore[arg-type]
-    wsn.post(sub.address, "<wsnt:Unsubscribe/>").ok()
-    wsn.post(pp, "<wsnt:DestroyPullPoint/>").ok()
-    assert wsn.post(pp, "<wsnt:GetMessages/>").fault == "ResourceUnknownFault"
+    assert msgs[0].payload.tag == "foo" and msgs[0].payload.text == "1"
+    # fed through a subscription: GetMessages names it
+    assert msgs[0].subscription_address == sub.address
+    sub.unsubscribe()
+    pp.destroy()
+    with pytest.raises(ResourceUnknownFault):
+        pp.get_messages()
 
 
 def _register(wsn: Wsn, publisher: str | None, topics: list[str], demand: bool) -> etree._Element:
@@ -125,11 +136,11 @@ def test_cxf_publisher(wsn: Wsn, consumer: ConsumerServer) -> None:
     )
 
 
-def test_cxf_null_publisher_reference(wsn: Wsn, consumer: ConsumerServer) -> None:
-    _register(wsn, None, ["myTopicNullEPR"], False)
-    wsn.subscribe(consumer.address(), "tns:myTopicNullEPR")
-    wsn.notify(("tns:myTopicNullEPR", "<foo/>"))
-    assert len(consumer.wait_for_messages(1)) == 1
+def test_cxf_null_publisher_reference(client: WsnClient, inbox: NotificationConsumer) -> None:
+    client.register_publisher(None, ["tns:myTopicNullEPR"])
+    client.subscribe(inbox, "tns:myTopicNullEPR")
+    client.notify("<foo/>", "tns:myTopicNullEPR")
+    assert inbox.get(timeout=5).payload.tag == "foo"
 
 
 def test_cxf_publisher_on_demand(wsn: Wsn, consumer_factory: object) -> None:
@@ -153,13 +164,9 @@ def test_cxf_publisher_on_demand(wsn: Wsn, consumer_factory: object) -> None:
     )
 
 
-def test_cxf_demand_without_publisher_reference(wsn: Wsn) -> None:
-    body = (
-        f'<wsn-br:RegisterPublisher><wsn-br:Topic xmlns:tns="{wsn.ns}" '
-        'Dialect="http://docs.oasis-open.org/wsn/t-1/TopicExpression/Simple">tns:t</wsn-br:Topic>'
-        "<wsn-br:Demand>true</wsn-br:Demand></wsn-br:RegisterPublisher>"
-    )
-    assert wsn.post(wsn.broker, body).fault == "PublisherRegistrationFailedFault"
+def test_cxf_demand_without_publisher_reference(client: WsnClient) -> None:
+    with pytest.raises(PublisherRegistrationFailedFault):
+        client.register_publisher(None, ["tns:t"], demand=True)
 
 
 def test_cxf_custom_payload_round_trips(wsn: Wsn, consumer: ConsumerServer) -> None:
@@ -200,62 +207,56 @@ def test_smx_notify_wrapped(wsn: Wsn, consumer: ConsumerServer) -> None:
     assert etree.QName(rec.body_child).localname == "Notify"
 
 
-def test_smx_raw_notify(wsn: Wsn, consumer: ConsumerServer) -> None:
-    wsn.subscribe(consumer.address(), policy="<wsnt:UseRaw/>")
-    wsn.notify(("tns:myTopic", "<hello>world</hello>"))
-    (rec,) = consumer.wait_for_requests(1)
-    assert rec.body_child.tag == "hello" and rec.body_child.text == "world"
+def test_smx_raw_notify(client: WsnClient, inbox: NotificationConsumer) -> None:
+    client.subscribe(inbox, "tns:myTopic", use_raw=True)
+    client.notify("<hello>world</hello>", "tns:myTopic")
+    got = inbox.get(timeout=5)
+    assert got.raw and got.payload.tag == "hello" and got.payload.text == "world"
 
 
-def test_smx_unsubscribe_pull(wsn: Wsn) -> None:
-    _, pp = wsn.create_pull_point()
-    sub = wsn.subscribe(pp)
-    wsn.notify(("tns:myTopic", "<m/>"))
-    assert len(poll(lambda: wsn.get_messages(pp, 0), what="message")) == 1
-    wsn.post(sub.address, "<wsnt:Unsubscribe/>").ok()
-    wsn.notify(("tns:myTopic", "<m/>"))
+def test_smx_unsubscribe_pull(client: WsnClient) -> None:
+    pp = client.create_pull_point()
+    sub = client.subscribe(pp, "tns:myTopic")
+    client.notify("<m/>", "tns:myTopic")
+    assert len(poll(lambda: pp.get_messages(0), what="message")) == 1
+    sub.unsubscribe()
+    client.notify("<m/>", "tns:myTopic")
     time.sleep(0.5)
-    assert wsn.get_messages(pp, 0) == []
+    assert pp.get_messages(0) == []
 
 
-def test_smx_pause_resume(wsn: Wsn) -> None:
-    _, pp = wsn.create_pull_point()
-    sub = wsn.subscribe(pp)
-    wsn.notify(("tns:myTopic", "<m>1</m>"))
-    assert len(poll(lambda: wsn.get_messages(pp), what="message")) == 1
-    wsn.post(sub.address, "<wsnt:PauseSubscription/>").ok()
-    wsn.post(sub.address, "<wsnt:PauseSubscription/>").ok()  # idempotent
-    wsn.notify(("tns:myTopic", "<m>2</m>"))
+def test_smx_pause_resume(client: WsnClient) -> None:
+    pp = client.create_pull_point()
+    sub = client.subscribe(pp, "tns:myTopic")
+    client.notify("<m>1</m>", "tns:myTopic")
+    assert len(poll(lambda: pp.get_messages(), what="message")) == 1
+    sub.pause()
+    sub.pause()  # idempotent
+    client.notify("<m>2</m>", "tns:myTopic")
     time.sleep(0.5)
-    assert wsn.get_messages(pp) == []
-    wsn.post(sub.address, "<wsnt:ResumeSubscription/>").ok()
-    wsn.notify(("tns:myTopic", "<m>3</m>"))
+    assert pp.get_messages() == []
+    sub.resume()
+    client.notify("<m>3</m>", "tns:myTopic")
     # policy: paused subscriptions accumulate; resume delivers everything in order
-    got: list[etree._Element] = []
-    poll(lambda: got.extend(wsn.get_messages(pp)) or len(got) >= 2, what="messages after resume")
-    assert [m.findtext("wsnt:Message/m", namespaces=NS) for m in got] == ["2", "3"]
+    got: list[Notification] = []
+    poll(lambda: got.extend(pp.get_messages()) or len(got) >= 2, what="messages after resume")
+    assert [m.payload.text for m in got] == ["2", "3"]
 
 
-def test_smx_pull_with_message_content_filter(wsn: Wsn) -> None:
+def test_smx_pull_with_message_content_filter(client: WsnClient) -> None:
     pps = []
     for kind in ("a", "b"):
-        _, pp = wsn.create_pull_point()
-        mc = f"<wsnt:MessageContent Dialect=\"{XPATH}\">@type = '{kind}'</wsnt:MessageContent>"
-        wsn.subscribe(pp, extra_filter=mc)
+        pp = client.create_pull_point()
+        client.subscribe(pp, "tns:myTopic", message_content=f"@type = '{kind}'")
         pps.append(pp)
     for kind, expected in (("a", [1, 0]), ("b", [0, 1]), ("c", [0, 0])):
-        wsn.notify(("tns:myTopic", f"<msg type='{kind}'/>"))
+        client.notify(f"<msg type='{kind}'/>", "tns:myTopic")
         time.sleep(0.4)
-        assert [len(wsn.get_messages(pp)) for pp in pps] == expected, kind
+        assert [len(pp.get_messages()) for pp in pps] == expected, kind
 
 
-def test_smx_ws_rf_rp(wsn: Wsn) -> None:
-    resp = wsn.post(
-        wsn.broker,
-        "<wsrf-rp:GetResourceProperty>wsnt:TopicExpressionDialect</wsrf-rp:GetResourceProperty>",
-    ).ok()
-    dialects = [e.text for e in resp.findall("wsnt:TopicExpressionDialect", NS)]
-    assert "http://docs.oasis-open.org/wsn/t-1/TopicExpression/Simple" in dialects
+def test_smx_ws_rf_rp(client: WsnClient) -> None:
+    assert SIMPLE in client.topic_expression_dialects()
 
 
 def test_get_current_message(wsn: Wsn) -> None:
@@ -278,12 +279,11 @@ def test_get_current_message(wsn: Wsn) -> None:
     assert wsn.post(wsn.broker, multi).fault == "MultipleTopicsSpecifiedFault"
 
 
-def test_notify_batch_many_messages_one_request(wsn: Wsn, consumer: ConsumerServer) -> None:
-    wsn.subscribe(consumer.address())
-    wsn.notify(*[("tns:myTopic", f"<n>{i}</n>") for i in range(5)])
-    msgs = consumer.wait_for_messages(5)
-    assert [m.findtext("wsnt:Message/n", namespaces=NS) for m in msgs] == [str(i) for i in range(5)]
-    assert all(m.find("wsnt:Topic", NS) is not None for m in msgs)
-    topic = msgs[0].find("wsnt:Topic", NS)
-    prefix = (topic.text or "").split(":")[0]  # type: ignore[union-attr]
-    assert topic.nsmap[prefix] == wsn.ns  # type: ignore[union-attr]
+def test_notify_batch_many_messages_one_request(
+    client: WsnClient, inbox: NotificationConsumer, wsn: Wsn
+) -> None:
+    client.subscribe(inbox, "tns:myTopic")
+    assert client.notify_many([(f"<n>{i}</n>", "tns:myTopic") for i in range(5)]) == 5
+    msgs = inbox.wait_for(5)
+    assert [m.payload.text for m in msgs] == [str(i) for i in range(5)]
+    assert all(m.topic is not None and str(m.topic) == f"{{{wsn.ns}}}myTopic" for m in msgs)

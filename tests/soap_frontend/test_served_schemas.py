@@ -1,4 +1,6 @@
-"""The XSDs the gateway serves beside its WSDL are the official OASIS files, unchanged."""
+"""The XSD files the gateway ships beside its WSDL are the official OASIS files, unchanged
+(two are served with a client-friendly variant applied on the way out: see
+``soap_frontend/schema_variants.py`` and tests/soap_frontend/test_wsdl_interop.py)."""
 
 from __future__ import annotations
 

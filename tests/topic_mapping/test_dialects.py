@@ -60,7 +60,7 @@ def test_old_dialect_uris_are_aliases(uri: str, canonical: str) -> None:
 
 
 def test_supported_dialects_lists_everything_once() -> None:
-    assert len(set(SUPPORTED_DIALECTS)) == len(SUPPORTED_DIALECTS) == 10
+    assert len(set(SUPPORTED_DIALECTS)) == len(SUPPORTED_DIALECTS) == 11
     assert {SIMPLE, CONCRETE, FULL, XPATH} <= set(SUPPORTED_DIALECTS)
 
 

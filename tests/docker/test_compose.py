@@ -1,0 +1,275 @@
+"""docker/compose.yml and docker/Dockerfile, checked without a Docker engine: structure,
+pinned images, profiles, referenced files, ports, healthchecks, the gateway's settings, and
+a non-root image whose COPY sources exist."""
+
+from __future__ import annotations
+
+import re
+import shlex
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from wsnmom.core.config import OTHER_VARIABLES, env_name, load_settings, setting_names
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCKER = ROOT / "docker"
+COMPOSE = DOCKER / "compose.yml"
+DOCKERFILE = DOCKER / "Dockerfile"
+
+#: profile -> the services it starts, and what each image must be
+PROFILES: dict[str, dict[str, str | None]] = {
+    "rabbitmq": {"gateway-rabbitmq": None, "rabbitmq": r"rabbitmq:3\.13[\w.-]*-management"},
+    "kafka": {"gateway-kafka": None, "kafka": r"apache/kafka:\d[\w.-]*"},
+    "mosquitto": {"gateway-mosquitto": None, "mosquitto": r"eclipse-mosquitto:\d[\w.-]*"},
+    "postgres": {"postgres": r"postgres:\d[\w.-]*"},
+    "spark": {
+        "spark-master": r"(apache|bitnami)/spark:\d[\w.-]*",
+        "spark-worker": r"(apache|bitnami)/spark:\d[\w.-]*",
+    },
+}
+_PORT = re.compile(
+    r"^(?:(?P<ip>[0-9.]+|\[[0-9a-fA-F:]+\]):)?(?P<host>\d+):(?P<container>\d+)(?:/(?:tcp|udp))?$"
+)
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict[str, Any]:
+    data = yaml.safe_load(COMPOSE.read_text())
+    assert isinstance(data, dict) and isinstance(data.get("services"), dict)
+    return data
+
+
+@pytest.fixture(scope="module")
+def services(compose: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return compose["services"]
+
+
+def _gateways(services: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {name: s for name, s in services.items() if "build" in s}
+
+
+def _is_pinned(image: str) -> bool:
+    name, _, tag = image.rpartition(":")
+    return bool(name) and "/" not in tag and tag not in ("", "latest")
+
+
+# --- compose.yml ---------------------------------------------------------------------------
+
+
+def test_profiles_are_exactly_the_documented_ones(services: dict[str, dict[str, Any]]) -> None:
+    by_profile: dict[str, set[str]] = {}
+    for name, service in services.items():
+        profiles = service.get("profiles")
+        assert profiles, f"{name} has no profile: it would start with every `up`"
+        for profile in profiles:
+            by_profile.setdefault(profile, set()).add(name)
+    assert {p: set(s) for p, s in PROFILES.items()} == by_profile
+
+
+@pytest.mark.parametrize("profile", sorted(PROFILES))
+def test_images_are_pinned_and_the_expected_ones(
+    services: dict[str, dict[str, Any]], profile: str
+) -> None:
+    for name, pattern in PROFILES[profile].items():
+        service = services[name]
+        if pattern is None:  # a gateway: built from docker/Dockerfile
+            assert service["build"]["dockerfile"] == "docker/Dockerfile"
+            assert "image" not in service or _is_pinned(service["image"])
+            continue
+        image = service["image"]
+        assert _is_pinned(image), image
+        assert re.fullmatch(pattern, image), image
+
+
+def test_every_service_has_an_image_or_a_build(services: dict[str, dict[str, Any]]) -> None:
+    for name, service in services.items():
+        assert "build" in service or _is_pinned(service.get("image", "")), name
+
+
+def test_build_context_and_dockerfile_exist(services: dict[str, dict[str, Any]]) -> None:
+    for name, service in _gateways(services).items():
+        context = (DOCKER / service["build"]["context"]).resolve()
+        assert context == ROOT, name
+        assert (context / service["build"]["dockerfile"]).is_file(), name
+
+
+def test_referenced_files_and_volumes_exist(compose: dict[str, Any]) -> None:
+    declared = set(compose.get("volumes") or {})
+    used: set[str] = set()
+    for name, service in compose["services"].items():
+        for env_file in service.get("env_file", []) or []:
+            assert (DOCKER / env_file).is_file(), (name, env_file)
+        for volume in service.get("volumes", []):
+            source = volume.split(":", 1)[0]
+            if source.startswith((".", "/")):
+                assert (DOCKER / source).exists(), (name, source)
+            else:
+                used.add(source)
+    assert used <= declared, used - declared
+    assert declared <= used, f"declared but unused: {declared - used}"
+
+
+def test_dependencies_exist_and_share_the_profile(services: dict[str, dict[str, Any]]) -> None:
+    for name, service in services.items():
+        for dependency in service.get("depends_on", {}) or {}:
+            assert dependency in services, (name, dependency)
+            assert set(services[dependency]["profiles"]) >= set(service["profiles"])
+
+
+def test_port_mappings_are_well_formed_and_distinct(services: dict[str, dict[str, Any]]) -> None:
+    host_ports: dict[int, str] = {}
+    for name, service in services.items():
+        for mapping in service.get("ports", []):
+            assert isinstance(mapping, str), f"{name}: quote port mappings ({mapping!r})"
+            match = _PORT.fullmatch(mapping)
+            assert match, (name, mapping)
+            host, container = int(match["host"]), int(match["container"])
+            assert 1 <= host <= 65535 and 1 <= container <= 65535, (name, mapping)
+            assert host not in host_ports, (
+                f"{name} and {host_ports.get(host)} share host port {host}"
+            )
+            host_ports[host] = name
+
+
+def test_every_service_has_a_healthcheck(services: dict[str, dict[str, Any]]) -> None:
+    for name, service in services.items():
+        check = service.get("healthcheck")
+        assert check and check.get("test"), name
+        assert check["test"][0] in ("CMD", "CMD-SHELL"), name
+
+
+def test_gateways_check_healthz_and_wait_for_their_middleware(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    for name, gateway in _gateways(services).items():
+        assert any("/healthz" in part for part in gateway["healthcheck"]["test"]), name
+        for condition in gateway["depends_on"].values():
+            assert condition == {"condition": "service_healthy"}, name
+        assert any(v.endswith(":/var/lib/wsnmom") for v in gateway["volumes"]), name
+
+
+def test_gateway_environment_is_made_of_known_settings(services: dict[str, dict[str, Any]]) -> None:
+    known = {env_name(n) for n in setting_names()} | set(OTHER_VARIABLES)
+    for name, gateway in _gateways(services).items():
+        env = {k: str(v) for k, v in gateway["environment"].items()}
+        assert set(env) <= known, (name, set(env) - known)
+        warnings: list[str] = []
+        settings = load_settings(None, environ=env, warn=warnings.append)
+        assert warnings == []
+        middleware = next(iter(gateway["depends_on"]))
+        assert f"@{middleware}:" in settings.adapter_url or f"//{middleware}:" in (
+            settings.adapter_url
+        ), (name, settings.adapter_url)
+        published = int(gateway["ports"][0].split(":")[0])
+        assert settings.public_url == f"http://localhost:{published}"
+
+
+def test_rabbitmq_credentials_match_the_gateway(services: dict[str, dict[str, Any]]) -> None:
+    env = services["rabbitmq"]["environment"]
+    url = services["gateway-rabbitmq"]["environment"]["WSNMOM_ADAPTER_URL"]
+    user, password, vhost = (
+        env["RABBITMQ_DEFAULT_USER"],
+        env["RABBITMQ_DEFAULT_PASS"],
+        env["RABBITMQ_DEFAULT_VHOST"],
+    )
+    assert url == f"amqp://{user}:{password}@rabbitmq:5672/{vhost}"
+
+
+def test_mosquitto_config_keeps_queued_messages(services: dict[str, dict[str, Any]]) -> None:
+    mounts = [v for v in services["mosquitto"]["volumes"] if v.startswith("./")]
+    (mount,) = [m for m in mounts if m.split(":")[1] == "/mosquitto/config/mosquitto.conf"]
+    lines = {
+        line.split("#", 1)[0].strip()
+        for line in (DOCKER / mount.split(":")[0]).read_text().splitlines()
+    }
+    assert "persistence true" in lines
+    assert "max_queued_messages 0" in lines
+
+
+def test_readme_shows_the_compose_command() -> None:
+    assert (
+        "docker compose -f docker/compose.yml --profile rabbitmq up"
+        in (ROOT / "README.md").read_text()
+    )
+
+
+# --- Dockerfile ----------------------------------------------------------------------------
+
+
+def _instructions() -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) with continuation lines joined and comments dropped."""
+    text = re.sub(r"\\\n", " ", DOCKERFILE.read_text())
+    out = []
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        keyword, _, args = line.partition(" ")
+        out.append((keyword.upper(), args.strip()))
+    return out
+
+
+def test_dockerfile_copy_sources_exist() -> None:
+    copies = [args for keyword, args in _instructions() if keyword == "COPY"]
+    assert copies
+    for args in copies:
+        parts = shlex.split(args)
+        if any(p.startswith("--from") for p in parts):
+            continue
+        sources = [p for p in parts[:-1] if not p.startswith("--")]
+        for source in sources:
+            assert (ROOT / source).exists(), source
+
+
+def test_dockerfile_copies_every_package_directory() -> None:
+    """Every folder setuptools maps to a package is in the image."""
+    copied = {
+        shlex.split(args)[0].rstrip("/")
+        for keyword, args in _instructions()
+        if keyword == "COPY" and "--from" not in args
+    }
+    mapping = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"][
+        "package-dir"
+    ]
+    tops = {path.split("/")[0] for path in mapping.values()}
+    assert tops <= copied, tops - copied
+
+
+def test_dockerfile_runs_as_a_non_root_user() -> None:
+    users = [args for keyword, args in _instructions() if keyword == "USER"]
+    assert users, "no USER: the image would run as root"
+    user = users[-1].split(":")[0]
+    assert user not in ("root", "0")
+
+
+def test_dockerfile_base_images_are_pinned_slim_python() -> None:
+    bases = [args.split()[0] for keyword, args in _instructions() if keyword == "FROM"]
+    assert bases
+    for base in bases:
+        assert _is_pinned(base), base
+        assert base.startswith("python:3.11") and "slim" in base, base
+
+
+def test_dockerfile_healthcheck_port_volume_and_extras() -> None:
+    instructions = _instructions()
+    health = [args for keyword, args in instructions if keyword == "HEALTHCHECK"]
+    assert len(health) == 1 and "/healthz" in health[0] and "8080" in health[0]
+    assert ("EXPOSE", "8080") in instructions
+    volumes = [args for keyword, args in instructions if keyword == "VOLUME"]
+    assert volumes and "/var/lib/wsnmom" in volumes[0]
+    env = " ".join(args for keyword, args in instructions if keyword == "ENV")
+    assert "WSNMOM_DATA_DIR=/var/lib/wsnmom" in env and "WSNMOM_HOST=0.0.0.0" in env
+    extras_used = set(
+        re.findall(r"\[([a-z,]+)\]", " ".join(a for k, a in instructions if k == "RUN"))
+    )
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    for extras in extras_used:
+        assert set(extras.split(",")) <= set(project["optional-dependencies"]), extras
+
+
+def test_dockerignore_keeps_the_context_small() -> None:
+    ignored = (ROOT / ".dockerignore").read_text().split()
+    assert {".venv", ".git"} <= set(ignored)

@@ -1,0 +1,91 @@
+"""ONVIF-style event clients against the gateway: subscriptions in ONVIF's ConcreteSet
+dialect, ONVIF topic names (``tns1:RuleEngine/CellMotionDetector/Motion``) and ``tt:Message``
+payloads, pushed (Basic Notification Interface) and pulled."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from tests.fixtures.server import poll
+from wsnmom.client import (
+    ONVIF_CONCRETE_SET,
+    InvalidTopicExpressionFault,
+    NotificationConsumer,
+    TopicExpression,
+    WsnClient,
+)
+
+pytestmark = pytest.mark.e2e
+
+TT = "http://www.onvif.org/ver10/schema"
+
+
+def _onvif(ns: str, text: str) -> TopicExpression:
+    return TopicExpression(text, {"tns1": ns}, ONVIF_CONCRETE_SET)
+
+
+def _event(rule: str, state: str) -> str:
+    return (
+        f'<tt:Message xmlns:tt="{TT}" UtcTime="2030-01-01T12:00:00Z" PropertyOperation="Changed">'
+        '<tt:Source><tt:SimpleItem Name="VideoSourceConfigurationToken" Value="1"/>'
+        f'<tt:SimpleItem Name="Rule" Value="{rule}"/></tt:Source>'
+        f'<tt:Data><tt:SimpleItem Name="IsMotion" Value="{state}"/></tt:Data></tt:Message>'
+    )
+
+
+def test_dialect_is_advertised(client: WsnClient) -> None:
+    assert ONVIF_CONCRETE_SET in client.topic_expression_dialects()
+
+
+def test_union_of_concrete_topics(client: WsnClient, inbox: NotificationConsumer) -> None:
+    ns = client.namespaces["tns"]  # the test's own namespace stands in for ONVIF's tns1
+    client.subscribe(
+        inbox,
+        _onvif(ns, "tns1:RuleEngine/CellMotionDetector/Motion|tns1:VideoSource/MotionAlarm"),
+    )
+    for topic, rule in (
+        ("RuleEngine/CellMotionDetector/Motion", "cell"),
+        ("VideoSource/MotionAlarm", "alarm"),
+        ("VideoSource/ImageTooDark", "dark"),  # not asked for
+        ("RuleEngine/CellMotionDetector", "parent"),  # not asked for
+    ):
+        # ONVIF devices label the Topic of their Notify with the same dialect
+        client.notify(_event(rule, "true"), _onvif(ns, "tns1:" + topic))
+    got = inbox.wait_for(2)
+    rules = [n.payload.find(f"{{{TT}}}Source/{{{TT}}}SimpleItem[@Name='Rule']") for n in got]
+    assert [r.get("Value") for r in rules if r is not None] == ["cell", "alarm"]
+    assert str(got[0].topic) == "{" + ns + "}RuleEngine/CellMotionDetector/Motion"
+    time.sleep(0.4)
+    assert inbox.drain() == []
+
+
+def test_subtree_suffix(client: WsnClient, inbox: NotificationConsumer) -> None:
+    ns = client.namespaces["tns"]
+    client.subscribe(inbox, _onvif(ns, "tns1:RuleEngine//."))
+    client.notify(_event("root", "true"), _onvif(ns, "tns1:RuleEngine"))
+    client.notify(_event("deep", "true"), _onvif(ns, "tns1:RuleEngine/LineDetector/Crossed"))
+    client.notify(_event("other", "true"), _onvif(ns, "tns1:Device/Trigger"))
+    assert len(inbox.wait_for(2)) == 2
+    time.sleep(0.4)
+    assert inbox.drain() == []
+
+
+def test_pull_point_with_concrete_set(client: WsnClient) -> None:
+    """ONVIF clients without a reachable endpoint pull instead: a WS-N pull point fed by a
+    ConcreteSet subscription (the gateway has no ONVIF PullMessages operation)."""
+    ns = client.namespaces["tns"]
+    with client.create_pull_point(initial_termination_time="PT1M") as pp:
+        client.subscribe(pp, _onvif(ns, "tns1:VideoSource/MotionAlarm | tns1:Device//."))
+        client.notify(_event("a", "true"), _onvif(ns, "tns1:VideoSource/MotionAlarm"))
+        client.notify(_event("b", "true"), _onvif(ns, "tns1:Device/HardwareFailure/Storage"))
+        client.notify(_event("c", "true"), _onvif(ns, "tns1:VideoSource/Other"))
+        got = poll(lambda: (m := pp.get_messages()) and len(m) >= 2 and m, what="2 events")
+        assert len(got) == 2
+
+
+def test_wildcards_are_refused(client: WsnClient, inbox: NotificationConsumer) -> None:
+    ns = client.namespaces["tns"]
+    with pytest.raises(InvalidTopicExpressionFault, match="ConcreteSet"):
+        client.subscribe(inbox, _onvif(ns, "tns1:RuleEngine/*"))

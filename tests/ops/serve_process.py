@@ -1,0 +1,84 @@
+"""Run ``wsnmom serve`` as a subprocess for start-up tests: to completion (a start-up
+failure) or until ready (``/readyz``), with a private data directory."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import requests
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def serve_env(home: Path, **extra: str) -> dict[str, str]:
+    """The environment without WSNMOM_* settings of the caller, data under ``home``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WSNMOM_")}
+    env.update(XDG_DATA_HOME=str(home / "xdg"), HOME=str(home), **extra)
+    return env
+
+
+def run_serve(
+    args: list[str], env: dict[str, str], timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    """``wsnmom serve ARGS`` expected to stop by itself (a start-up failure)."""
+    return subprocess.run(
+        [sys.executable, "-m", "wsnmom", "serve", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+@contextmanager
+def running_serve(
+    args: list[str],
+    env: dict[str, str],
+    port: int,
+    timeout: float = 30,
+    cwd: Path | None = None,
+) -> Iterator[subprocess.Popen[str]]:
+    """``wsnmom serve --port PORT ARGS`` until the block ends (SIGTERM); fails when it does
+    not become ready."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "wsnmom", "serve", "--port", str(port), *args],
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            if process.poll() is not None:
+                out = process.stdout.read() if process.stdout else ""
+                raise AssertionError(f"wsnmom serve exited with {process.returncode}:\n{out}")
+            try:
+                if requests.get(f"http://127.0.0.1:{port}/readyz", timeout=1).ok:
+                    break
+            except requests.RequestException:
+                pass
+            if time.monotonic() > deadline:
+                raise AssertionError("wsnmom serve did not become ready")
+            time.sleep(0.1)
+        yield process
+    finally:
+        if process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(15)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(5)

@@ -1,0 +1,79 @@
+"""Packaging: `make run` installs the runtime only, `make test` the test tools too; the
+license is an SPDX expression (no setuptools deprecation warning); the default data
+directory of older versions is ignored by git."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import tomllib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _dry_run(target: str, venv: Path) -> list[str]:
+    if shutil.which("make") is None:
+        pytest.fail("make is not installed")
+    out = subprocess.run(
+        ["make", "-n", target, f"VENV={venv}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return [line for line in out.splitlines() if "pip install" in line and " -e " in line]
+
+
+def _extras(install_line: str) -> set[str]:
+    match = re.search(r"-e '\.\[([^\]]*)\]'", install_line)
+    assert match, install_line
+    return {e for e in match.group(1).split(",") if e}
+
+
+def test_make_run_installs_the_runtime_only(tmp_path: Path) -> None:
+    (line,) = _dry_run("run", tmp_path / "fresh-venv")
+    extras = _extras(line)
+    assert "test" not in extras and "bench" not in extras
+    assert "rabbitmq" in extras  # the README's `--adapter amqp://...` works after `make run`
+
+
+def test_make_test_installs_the_test_tools(tmp_path: Path) -> None:
+    (line,) = _dry_run("test", tmp_path / "fresh-venv")
+    assert {"test", "rabbitmq"} <= _extras(line)
+
+
+def test_test_extra_has_the_tools_and_runtime_does_not() -> None:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    names = {re.split(r"[<>=\[ ]", d)[0].lower() for d in project["dependencies"]}
+    assert not names & {"pytest", "ruff", "mypy", "zeep", "hypothesis"}
+    test_tools = {
+        re.split(r"[<>=\[ ]", d)[0].lower() for d in project["optional-dependencies"]["test"]
+    }
+    assert {"pytest", "ruff", "mypy"} <= test_tools
+
+
+def test_license_is_an_spdx_expression() -> None:
+    data = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert data["project"]["license"] == "Apache-2.0"
+    (setuptools,) = [r for r in data["build-system"]["requires"] if r.startswith("setuptools")]
+    floor = re.search(r">=\s*(\d+)", setuptools)
+    assert floor and int(floor.group(1)) >= 77  # license expressions: setuptools 77+
+
+
+def test_served_schemas_are_package_data() -> None:
+    data = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    assert "wsnmom.soap_frontend.wsdl" in data["packages"]
+    assert data["package-data"]["wsnmom.soap_frontend.wsdl"] == ["*.xsd"]
+
+
+def test_data_directory_is_ignored_by_git() -> None:
+    if shutil.which("git") is None or not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    result = subprocess.run(
+        ["git", "check-ignore", "-q", "wsnmom-data/store.db"], cwd=ROOT, check=False
+    )
+    assert result.returncode == 0

@@ -1,0 +1,161 @@
+"""``wsnmom.testing``: the gateway other projects test against (``start_gateway``, the
+``wsnmom_gateway`` pytest fixture, docs/testing.md's examples) and where its middleware
+comes from."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from wsnmom.client import NotificationConsumer
+from wsnmom.testing import middleware
+from wsnmom.testing.gateway import GatewayFailed, start_gateway
+from wsnmom.testing.middleware import MiddlewareUnavailable, resolve_middleware
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "testing.md"
+
+
+def _doc_block(marker: str) -> str:
+    """The python block of docs/testing.md whose first line is ``# <marker>``."""
+    for block in re.findall(r"```python\n(.*?)```", DOC.read_text(), re.S):
+        if block.startswith(f"# {marker}\n"):
+            return str(block)
+    raise AssertionError(f"no '# {marker}' block in {DOC}")
+
+
+def test_start_gateway_embedded_with_settings() -> None:
+    with start_gateway("embedded", env={"WSNMOM_TERMINATION__DEFAULT": "PT2M"}) as gateway:
+        assert gateway.running and gateway.data_dir.is_dir()
+        assert gateway.broker_url == f"http://127.0.0.1:{gateway.port}/wsn/broker"
+        assert gateway.adapter_url.startswith("embedded://")
+        with gateway.client(namespaces={"t": "urn:t"}) as wsn, NotificationConsumer() as inbox:
+            sub = wsn.subscribe(inbox, "t:x")
+            assert sub.termination_time is not None
+            expected = datetime.now(UTC) + timedelta(minutes=2)
+            assert abs(sub.termination_time - expected) < timedelta(seconds=30)
+            gateway.restart()
+            wsn.notify("<after-restart/>", "t:x")
+            assert inbox.get(timeout=10).payload.tag == "after-restart"
+        assert "wsnmom broker at" in gateway.log_tail()
+    assert not gateway.running
+    assert not gateway.data_dir.exists()
+
+
+def test_start_gateway_keeps_a_given_data_dir(tmp_path: Path) -> None:
+    with start_gateway("filelog", data_dir=tmp_path / "gw") as gateway:
+        assert gateway.adapter_url == f"filelog://{tmp_path / 'gw'}/log"
+        with gateway.client(namespaces={"t": "urn:t"}) as wsn, NotificationConsumer() as inbox:
+            wsn.subscribe(inbox, "t:x")
+            wsn.notify("<on-filelog/>", "t:x")
+            assert inbox.get(timeout=10).payload.tag == "on-filelog"
+    assert gateway.log_path.is_file() and (tmp_path / "gw" / "store.db").is_file()
+
+
+@pytest.mark.rabbitmq
+def test_start_gateway_on_rabbitmq(rabbitmq_url: str) -> None:
+    with start_gateway(rabbitmq_url) as gateway:
+        assert gateway.adapter == "amqp" and gateway.adapter_url == rabbitmq_url
+        with gateway.client(namespaces={"t": "urn:t"}) as wsn, NotificationConsumer() as inbox:
+            wsn.subscribe(inbox, "t:rabbit")
+            wsn.notify("<via-rabbit/>", "t:rabbit")
+            assert inbox.get(timeout=10).payload.tag == "via-rabbit"
+
+
+def test_a_gateway_that_does_not_start_says_why(tmp_path: Path) -> None:
+    failing = start_gateway("nosuchscheme://x", data_dir=tmp_path, timeout=20)
+    with pytest.raises(GatewayFailed, match="wsnmom serve exited") as info, failing:
+        pass  # pragma: no cover
+    assert "nosuchscheme" in str(info.value)
+
+
+# --- middleware -------------------------------------------------------------------------------
+def test_middleware_names_and_urls(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert resolve_middleware("embedded").url == "embedded://{data_dir}/middleware"
+    assert resolve_middleware("filelog").url == "filelog://{data_dir}/log"
+    given = resolve_middleware("amqp://u:p@127.0.0.1:5/v")
+    assert (given.url, given.source) == ("amqp://u:p@127.0.0.1:5/v", "given")
+    monkeypatch.setenv("WSNMOM_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/%2F")
+    from_env = resolve_middleware("rabbitmq")
+    assert (from_env.url, from_env.source) == (
+        "amqp://guest:guest@127.0.0.1:5672/%2F",
+        "env",
+    )
+    with pytest.raises(MiddlewareUnavailable, match="pass its adapter URL"):
+        resolve_middleware("kafka")
+
+
+def test_rabbitmq_without_env_or_docker_says_what_to_do(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("WSNMOM_TEST_AMQP_URL", raising=False)
+    monkeypatch.setattr(middleware, "docker_available", lambda: False)
+    with pytest.raises(MiddlewareUnavailable) as info:
+        resolve_middleware("rabbitmq")
+    message = str(info.value)
+    assert "WSNMOM_TEST_AMQP_URL" in message and "Docker" in message
+
+
+class _StandInContainer:
+    """Records what the testcontainers path does with a container (no Docker here)."""
+
+    made: list[_StandInContainer] = []
+
+    def __init__(self, image: str) -> None:
+        self.image, self.port, self.events = image, 5672, ["made"]
+        _StandInContainer.made.append(self)
+
+    def start(self) -> None:
+        self.events.append("start")
+
+    def stop(self) -> None:
+        self.events.append("stop")
+
+    def get_container_host_ip(self) -> str:
+        return "127.0.0.1"
+
+    def get_exposed_port(self, port: int) -> int:
+        return 40000 + port % 1000
+
+
+def test_testcontainers_code_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("WSNMOM_TEST_AMQP_URL", raising=False)
+    monkeypatch.setattr(middleware, "docker_available", lambda: True)
+    monkeypatch.setattr(middleware, "import_testcontainer", lambda m, n: _StandInContainer)
+    found = resolve_middleware("rabbitmq")
+    (container,) = _StandInContainer.made
+    assert container.image == middleware.RABBITMQ_IMAGE == "rabbitmq:3.13-alpine"
+    assert (found.url, found.source) == ("amqp://guest:guest@127.0.0.1:40672/%2F", "testcontainers")
+    found.close()
+    found.close()
+    assert container.events == ["made", "start", "stop"]
+
+
+# --- the pytest plugin ------------------------------------------------------------------------
+@pytest.fixture
+def project(pytester: pytest.Pytester) -> Iterator[pytest.Pytester]:
+    pytester.makeconftest(_doc_block("conftest.py"))
+    pytester.makepyfile(test_alarms=_doc_block("test_alarms.py"))
+    yield pytester
+
+
+def test_fixture_runs_the_documented_example(
+    project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("CI", raising=False)
+    result = project.runpytest_subprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
+
+
+@pytest.mark.parametrize(("ci", "outcome"), [("", {"skipped": 1}), ("true", {"errors": 1})])
+def test_fixture_without_middleware(
+    project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, ci: str, outcome: dict[str, Any]
+) -> None:
+    monkeypatch.setenv("CI", ci)
+    result = project.runpytest_subprocess(
+        "-p", "no:cacheprovider", "-rA", "--wsnmom-adapter", "kafka"
+    )
+    result.assert_outcomes(**outcome)
+    result.stdout.fnmatch_lines(["*wsnmom_gateway: no built-in way to provide middleware*"])

@@ -1,0 +1,103 @@
+"""A typed WS-Notification client (WS-BaseNotification 1.3, WS-BrokeredNotification 1.3)
+for any WS-N broker over HTTP, and a small consumer endpoint that receives notifications.
+
+::
+
+    from wsnmom.client import NotificationConsumer, WsnClient
+
+    with WsnClient("http://127.0.0.1:8080/wsn/broker") as wsn, NotificationConsumer() as inbox:
+        sub = wsn.subscribe(inbox, "{urn:example}alarms//*")
+        wsn.notify("<alarm level='high'/>", "{urn:example}alarms/fire")
+        print(inbox.get(timeout=5).payload_xml)
+        sub.unsubscribe()
+
+Built on lxml and requests (no zeep, no Flask): importing this package starts nothing.
+
+=========================  ==========================================================
+:class:`WsnClient`         every broker operation (Subscribe, Notify, GetCurrentMessage,
+                           CreatePullPoint, RegisterPublisher, WS-RP reads) and the
+                           resource operations (Renew, Unsubscribe, Pause/Resume,
+                           GetMessages, DestroyPullPoint, DestroyRegistration)
+:class:`Subscription`,     handles of the resources the broker creates (their EPR, times,
+:class:`PullPoint`,        and operations); context managers that end the resource
+:class:`PublisherRegistration`
+:class:`NotificationConsumer`  a threaded HTTP server receiving Notify (wrapped and raw)
+:class:`TopicExpression`   topic expression text + prefixes + dialect
+:class:`Notification`      a received notification (payload, topic, references)
+:mod:`.errors`             ``WsnFault`` subclasses, one per WS-N / WS-RF fault
+=========================  ==========================================================
+"""
+
+from wsnmom.core.model import SoapVersion
+
+from .broker import DEFAULT_BROKER, Target, WsnClient
+from .consumer import NotificationConsumer
+from .errors import (
+    ClientError,
+    InvalidFilterFault,
+    InvalidMessageContentExpressionFault,
+    InvalidTopicExpressionFault,
+    MultipleTopicsSpecifiedFault,
+    NoCurrentMessageOnTopicFault,
+    ResourceUnknownFault,
+    SoapFault,
+    TopicExpressionDialectUnknownFault,
+    TopicNotSupportedFault,
+    TransportError,
+    UnableToGetMessagesFault,
+    UnacceptableInitialTerminationTimeFault,
+    UnacceptableTerminationTimeFault,
+    WsnFault,
+)
+from .model import (
+    CONCRETE,
+    FULL,
+    NO_TERMINATION,
+    ONVIF_CONCRETE_SET,
+    SIMPLE,
+    XPATH,
+    EndpointReference,
+    Message,
+    Notification,
+    TopicExpression,
+    text_payload,
+)
+from .resources import PublisherRegistration, PullPoint, Subscription, SubscriptionProperties
+
+__all__ = [
+    "CONCRETE",
+    "DEFAULT_BROKER",
+    "FULL",
+    "NO_TERMINATION",
+    "ONVIF_CONCRETE_SET",
+    "SIMPLE",
+    "XPATH",
+    "ClientError",
+    "EndpointReference",
+    "InvalidFilterFault",
+    "InvalidMessageContentExpressionFault",
+    "InvalidTopicExpressionFault",
+    "Message",
+    "MultipleTopicsSpecifiedFault",
+    "NoCurrentMessageOnTopicFault",
+    "Notification",
+    "NotificationConsumer",
+    "PublisherRegistration",
+    "PullPoint",
+    "ResourceUnknownFault",
+    "SoapFault",
+    "SoapVersion",
+    "Subscription",
+    "SubscriptionProperties",
+    "Target",
+    "TopicExpression",
+    "TopicExpressionDialectUnknownFault",
+    "TopicNotSupportedFault",
+    "TransportError",
+    "UnableToGetMessagesFault",
+    "UnacceptableInitialTerminationTimeFault",
+    "UnacceptableTerminationTimeFault",
+    "WsnClient",
+    "WsnFault",
+    "text_payload",
+]

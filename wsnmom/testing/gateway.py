@@ -1,0 +1,202 @@
+"""A real wsnmom gateway for tests: ``wsnmom serve`` in a subprocess on a free loopback port.
+
+::
+
+    from wsnmom.testing.gateway import start_gateway
+
+    with start_gateway("embedded") as gateway:          # or "rabbitmq", or an adapter URL
+        with gateway.client(namespaces={"t": "urn:test"}) as wsn:
+            wsn.notify("<hello/>", "t:greetings")
+
+:class:`Gateway` is one ``wsnmom serve`` process: it starts with a store and log in its data
+directory, waits until ``/readyz`` answers, and stops gracefully (SIGTERM, then SIGKILL);
+``restart()`` keeps its port, data and middleware.  :func:`start_gateway` also provides the
+middleware (:mod:`wsnmom.testing.middleware`) and a temporary data directory, and removes
+both afterwards.  The pytest plugin's ``wsnmom_gateway`` fixture is built on it.
+
+Settings reach the gateway as ``WSNMOM_*`` environment variables (``env=``), for example
+``{"WSNMOM_RETRY__MAX_ATTEMPTS": "2"}``; the variables of the calling process are inherited,
+except the test-only ``WSNMOM_TEST_*`` ones.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import requests
+
+from .middleware import resolve_middleware
+
+if TYPE_CHECKING:
+    from wsnmom.client import WsnClient
+
+__all__ = ["Gateway", "GatewayFailed", "free_port", "start_gateway"]
+
+
+class GatewayFailed(RuntimeError):
+    """The gateway process exited or did not become ready (the message has its log tail)."""
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port nothing listens on now (for a server started right after)."""
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Gateway:
+    """One ``wsnmom serve`` process (see the module docstring)."""
+
+    #: a label for logs and test ids ("embedded", "rabbitmq", ...)
+    adapter: str
+    adapter_url: str
+    data_dir: Path
+    port: int = 0
+    #: settings for this gateway (``WSNMOM_*`` variables), over the inherited environment
+    extra_env: dict[str, str] = field(default_factory=dict)
+    process: subprocess.Popen[bytes] | None = None
+    host: str = "127.0.0.1"
+
+    def __post_init__(self) -> None:
+        if not self.port:
+            self.port = free_port(self.host)
+
+    @property
+    def base_url(self) -> str:
+        """``http://127.0.0.1:PORT``."""
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def broker_url(self) -> str:
+        """The NotificationBroker endpoint."""
+        return f"{self.base_url}/wsn/broker"
+
+    @property
+    def log_path(self) -> Path:
+        """The process's output (appended across restarts)."""
+        return self.data_dir / "server.log"
+
+    def command(self) -> list[str]:
+        """The ``wsnmom serve`` command line."""
+        return [
+            sys.executable,
+            "-m",
+            "wsnmom",
+            "serve",
+            "--adapter",
+            self.adapter_url,
+            "--store",
+            f"sqlite:///{self.data_dir / 'store.db'}",
+            "--host",
+            self.host,
+            "--port",
+            str(self.port),
+        ]
+
+    def environment(self) -> dict[str, str]:
+        """The process environment: inherited (without ``WSNMOM_TEST_*``) + ``extra_env``."""
+        inherited = {k: v for k, v in os.environ.items() if not k.startswith("WSNMOM_TEST_")}
+        return {**inherited, **self.extra_env}
+
+    def start(self, timeout: float = 30.0) -> None:
+        """Start the process and wait until it is ready; on any failure it is stopped."""
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        with self.log_path.open("ab") as log:
+            self.process = subprocess.Popen(
+                self.command(), env=self.environment(), stdout=log, stderr=subprocess.STDOUT
+            )
+        try:
+            self._wait_ready(timeout)
+        except BaseException:
+            self.stop()  # never leave a gateway behind that nobody will stop
+            raise
+
+    def _wait_ready(self, timeout: float) -> None:
+        assert self.process is not None
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise GatewayFailed(f"wsnmom serve exited:\n{self.log_tail()}")
+            try:
+                if requests.get(f"{self.base_url}/readyz", timeout=1).status_code == 200:
+                    return
+            except requests.RequestException:
+                pass
+            time.sleep(0.1)
+        raise GatewayFailed(f"wsnmom serve not ready after {timeout}s:\n{self.log_tail()}")
+
+    @property
+    def running(self) -> bool:
+        """Whether the process lives."""
+        return self.process is not None and self.process.poll() is None
+
+    def stop(self, timeout: float = 15.0) -> None:
+        """Stop gracefully (SIGTERM; SIGKILL after ``timeout`` seconds).  Idempotent."""
+        if self.process is None or self.process.poll() is not None:
+            return
+        self.process.terminate()
+        try:
+            self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(5)
+
+    def restart(self) -> None:
+        """Stop and start again on the same port, data and middleware."""
+        self.stop()
+        self.start()
+
+    def log_tail(self, lines: int = 40) -> str:
+        """The last lines of the process's output."""
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+    def client(self, **kwargs: Any) -> WsnClient:
+        """A :class:`wsnmom.client.WsnClient` for this gateway (keyword arguments are the
+        client's)."""
+        from wsnmom.client import WsnClient
+
+        return WsnClient(self.broker_url, **kwargs)
+
+
+@contextmanager
+def start_gateway(
+    adapter: str = "embedded",
+    *,
+    env: Mapping[str, str] | None = None,
+    data_dir: Path | str | None = None,
+    timeout: float = 30.0,
+) -> Iterator[Gateway]:
+    """A running gateway on ``adapter`` ("embedded", "rabbitmq" or an adapter URL); stopped,
+    and its middleware and temporary data directory removed, on exit.
+
+    Raises :class:`~wsnmom.testing.middleware.MiddlewareUnavailable` when the middleware
+    cannot be provided and :class:`GatewayFailed` when the gateway does not start."""
+    middleware = resolve_middleware(adapter)
+    own_dir = data_dir is None
+    directory = Path(data_dir) if data_dir is not None else Path(tempfile.mkdtemp(prefix="wsnmom-"))
+    name = adapter if "://" not in adapter else adapter.split("://", 1)[0]
+    url = middleware.url.replace("{data_dir}", str(directory))
+    gateway = Gateway(name, url, directory, extra_env=dict(env or {}))
+    try:
+        gateway.start(timeout)
+        yield gateway
+    finally:
+        gateway.stop()
+        middleware.close()
+        if own_dir:
+            shutil.rmtree(directory, ignore_errors=True)

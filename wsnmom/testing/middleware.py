@@ -1,0 +1,134 @@
+"""Middleware for a test gateway: an explicit URL, or a throwaway container.
+
+:func:`resolve_middleware` turns an adapter name into the URL a gateway is started with:
+
+``embedded``, ``filelog``
+    nothing to resolve: the middleware lives in the gateway's data directory
+    (``embedded://<data_dir>/middleware``, ``filelog://<data_dir>/log``);
+a URL (``amqp://…``, ``embedded://…``, any scheme an adapter plugin registers)
+    used as it is;
+``rabbitmq``
+    ``$WSNMOM_TEST_AMQP_URL`` when set; otherwise, when a Docker engine answers, a RabbitMQ
+    container started with testcontainers (``pip install testcontainers``) and stopped by
+    :meth:`Middleware.close`; otherwise :class:`MiddlewareUnavailable` saying what to do.
+
+The Docker engine is pinged cheaply before testcontainers is touched, so a machine without
+Docker gets a clear message instead of testcontainers' connection errors.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+__all__ = [
+    "RABBITMQ_IMAGE",
+    "Middleware",
+    "MiddlewareUnavailable",
+    "docker_available",
+    "import_testcontainer",
+    "rabbitmq_container",
+    "resolve_middleware",
+]
+
+#: pinned image for the testcontainers path (the module's default is ``:latest``)
+RABBITMQ_IMAGE: Final = "rabbitmq:3.13-alpine"
+#: environment variable naming an existing RabbitMQ broker for tests
+AMQP_URL_VARIABLE: Final = "WSNMOM_TEST_AMQP_URL"
+#: adapters whose middleware is a directory of the gateway's: their URL, ``{data_dir}`` filled in
+IN_DATA_DIR: Final = {
+    "embedded": "embedded://{data_dir}/middleware",
+    "filelog": "filelog://{data_dir}/log",
+}
+
+
+class MiddlewareUnavailable(Exception):
+    """No middleware could be provided (the message says why and what to do)."""
+
+
+@dataclass
+class Middleware:
+    """A middleware to start a gateway on."""
+
+    #: the adapter URL; ``{data_dir}`` in it stands for the gateway's data directory
+    url: str
+    #: where it came from: "data_dir", "given", "env" or "testcontainers"
+    source: str
+    _finalizers: list[Callable[[], None]] = field(default_factory=list, repr=False)
+
+    def close(self) -> None:
+        """Stop whatever was started for it (a container)."""
+        while self._finalizers:
+            with contextlib.suppress(Exception):
+                self._finalizers.pop()()
+
+
+def docker_available() -> bool:
+    """Whether a Docker engine answers a ping (False without the ``docker`` package)."""
+    try:
+        import docker
+    except ImportError:
+        return False
+    try:
+        client = docker.from_env(timeout=3)
+        try:
+            return bool(client.ping())
+        finally:
+            client.close()
+    except Exception:
+        return False
+
+
+def import_testcontainer(module: str, name: str) -> Any:
+    """A testcontainers class, from the 4.15+ (``community``) or the older module layout."""
+    for path in (f"testcontainers.community.{module}", f"testcontainers.{module}"):
+        try:
+            return getattr(importlib.import_module(path), name)
+        except (ImportError, AttributeError):
+            continue
+    raise MiddlewareUnavailable(f"testcontainers has no {module}.{name} (install testcontainers)")
+
+
+def rabbitmq_container(image: str = RABBITMQ_IMAGE) -> Middleware:
+    """A RabbitMQ container (needs a Docker engine and testcontainers)."""
+    if not docker_available():
+        raise MiddlewareUnavailable("no Docker engine answers")
+    container_cls = import_testcontainer("rabbitmq", "RabbitMqContainer")
+    container = container_cls(image)
+    try:
+        container.start()
+    except Exception as exc:
+        raise MiddlewareUnavailable(f"the RabbitMQ container did not start: {exc}") from None
+    host = container.get_container_host_ip()
+    port = container.get_exposed_port(container.port)
+    middleware = Middleware(f"amqp://guest:guest@{host}:{port}/%2F", "testcontainers")
+    middleware._finalizers.append(container.stop)
+    return middleware
+
+
+def resolve_middleware(adapter: str) -> Middleware:
+    """The middleware for ``adapter`` (a name or an adapter URL); see the module docstring."""
+    if "://" in adapter:
+        return Middleware(adapter, "given")
+    if adapter in IN_DATA_DIR:
+        return Middleware(IN_DATA_DIR[adapter], "data_dir")
+    if adapter == "rabbitmq":
+        url = os.environ.get(AMQP_URL_VARIABLE)
+        if url:
+            return Middleware(url, "env")
+        try:
+            return rabbitmq_container()
+        except MiddlewareUnavailable as exc:
+            raise MiddlewareUnavailable(
+                f"no RabbitMQ for the gateway: {AMQP_URL_VARIABLE} is not set and a "
+                f"container cannot be started ({exc}); set {AMQP_URL_VARIABLE}=amqp://… or "
+                "start a Docker engine"
+            ) from None
+    raise MiddlewareUnavailable(
+        f"no built-in way to provide middleware for adapter {adapter!r}: pass its adapter "
+        "URL instead (for example amqp://user:pass@host:5672/vhost)"
+    )

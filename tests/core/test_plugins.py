@@ -80,7 +80,7 @@ def test_did_you_mean() -> None:
 
 
 def test_known_scheme_names_the_extra() -> None:
-    pm = PluginManager(environ={"WSNMOM_BLOCKED_PLUGINS": "rabbitmq"}).load()
+    pm = PluginManager(environ={"WSNMOM_BLOCKED_PLUGINS": "rabbitmq,kafka"}).load()
     with pytest.raises(UnknownAdapterScheme, match=r'pip install "wsnmom\[rabbitmq\]"'):
         pm.resolve("amqp://localhost")
 

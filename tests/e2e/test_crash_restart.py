@@ -10,7 +10,8 @@ N (at-least-once: duplicates allowed and reported, nothing missing), GetMessages
 all N, and ResumeSubscription delivers the paused subscription's N in order.
 
 Each test runs its own ``wsnmom serve`` (``RunningServer``) on a temporary data directory;
-RabbitMQ runs use the session's broker with a unique topic namespace.
+RabbitMQ and Kafka runs use the session's broker with a unique topic namespace (Kafka: also
+unique topics and consumer groups per gateway).
 """
 
 from __future__ import annotations
@@ -29,7 +30,13 @@ import pytest
 from lxml import etree
 
 from tests.e2e.conftest import Wsn
-from tests.fixtures.server import ConsumerServer, RunningServer, free_port, poll
+from tests.fixtures.server import (
+    ConsumerServer,
+    RunningServer,
+    free_port,
+    kafka_gateway_url,
+    poll,
+)
 from tests.support.soap import NS, WSNMOM, epr_address, resource_id
 
 pytestmark = pytest.mark.e2e
@@ -43,7 +50,11 @@ ENV = {"WSNMOM_RETRY__GIVE_UP": "keep", "WSNMOM_RETRY__MAX_DELAY": "0.5"}
 
 
 @pytest.fixture(
-    params=[pytest.param("embedded"), pytest.param("rabbitmq", marks=pytest.mark.rabbitmq)]
+    params=[
+        pytest.param("embedded"),
+        pytest.param("rabbitmq", marks=pytest.mark.rabbitmq),
+        pytest.param("kafka", marks=pytest.mark.kafka),
+    ]
 )
 def own_server(request: pytest.FixtureRequest) -> Iterator[RunningServer]:
     """A gateway of this test only (it gets killed), on a temporary data directory."""
@@ -51,8 +62,10 @@ def own_server(request: pytest.FixtureRequest) -> Iterator[RunningServer]:
     data_dir = Path(tempfile.mkdtemp(prefix=f"wsnmom-crash-{name}-"))
     if name == "embedded":
         url = f"embedded://{data_dir / 'middleware'}"
-    else:
+    elif name == "rabbitmq":
         url = str(request.getfixturevalue("rabbitmq_url"))
+    else:  # the restarted gateway keeps the URL: the same topics and groups
+        url = kafka_gateway_url(str(request.getfixturevalue("kafka_url")))
     server = RunningServer(name, url, data_dir, free_port(), extra_env=dict(ENV))
     server.start()
     try:

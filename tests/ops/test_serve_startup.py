@@ -155,12 +155,10 @@ def test_unusable_adapter_url_or_options(
     _expect(result, ExitStatus.CONFIG, "adapter_url / adapter_options", fragment)
 
 
-def test_kafka_is_not_offered_as_an_extra(tmp_path: Path) -> None:
-    result = run_serve(
-        ["--adapter", "kafka://127.0.0.1:9092", "--port", str(free_port())], serve_env(tmp_path)
-    )
-    line = _expect(result, ExitStatus.ADAPTER, "in progress")
-    assert "pip install" not in line
+def test_kafka_cluster_that_does_not_answer(tmp_path: Path) -> None:
+    url = f"kafka://127.0.0.1:{free_port()}?connect_timeout=1"
+    result = run_serve(["--adapter", url, "--port", str(free_port())], serve_env(tmp_path))
+    _expect(result, ExitStatus.MIDDLEWARE_UNREACHABLE, "Kafka cluster", "does not answer")
 
 
 # --- listening -----------------------------------------------------------------------------

@@ -1,0 +1,382 @@
+"""Kafka adapter: WS-Topics trees on Kafka topics, WS-N subscriptions as cursors over the
+log, through confluent-kafka (librdkafka).
+
+Features
+    * **Mapping per namespace** (``KafkaMapping``): *topic-per-path* (default) stores the
+      WS topic ``tns:a/b/c`` in the Kafka topic ``[topic_prefix.]root.a.b.c`` (the root is
+      configured per namespace or derived from its URI; levels escaped by
+      ``topic_mapping``'s Kafka syntax); *topic-per-namespace* stores a whole namespace in
+      one Kafka topic, the WS topic path in the record key and a header.  Pull point
+      inboxes share one internal topic (``internal_topic``), keyed by the inbox.
+    * **Subscriptions are cursors** (``adapters.logbase.CursorEngine``): one head reader
+      follows every mapped topic and dispatches in process to every subscription at the
+      head; a few catch-up readers serve subscriptions that lag (paused, slow consumer,
+      restored at start-up).  Positions of cursors away from the head are the offsets of
+      one consumer group per subscription (``group_prefix`` + name, no members), so
+      ``kafka-consumer-groups --describe --group wsnmom.sub.<id>`` shows its lag; the
+      head's position is the offsets of the group ``head_group``.  10,000 subscriptions
+      cost no more Kafka clients or threads than one.
+    * Offset acknowledgement (``ack_mode="offset"``): a position advances only past records
+      that were settled in order; no per-message nack (a requeue rewinds the cursor); no
+      native pull (core keeps a pull buffer); ``QueueLimits`` enforced by core; order per
+      partition (a WS topic always goes to one partition: the key is its path).
+    * Publishing (``Publisher``): idempotent producer, ``acks=all``; ``publish`` returns after
+      the delivery report; ``publish_many`` pipelines.  Topics are created on first publish
+      with ``partitions``, ``replication_factor`` and ``topic_config``, or, with
+      ``topic_policy = "existing"``, a missing topic is refused (TopicNotSupportedFault).
+    * Record headers carry the metadata (``wsnmom-*``, ``content-type``).  Records produced
+      natively by any Kafka client (no wsnmom headers; XML, JSON, text or binary body) reach
+      matching subscribers: their topic comes from the Kafka topic (and the key or header
+      in a per-namespace topic), their media type from a ``content-type`` header or the body.
+    * GetCurrentMessage (``CurrentMessages``): the newest record of the WS topic, native
+      ones included, from an in-memory map the head reader keeps current, looked up in the
+      tail of the Kafka topic on a miss.
+    * Reachability (``Health``): ``available()`` is False while the cluster is known to be
+      unreachable (all brokers down, or a metadata probe unanswered for ``health_timeout``);
+      ``open()`` raises ``AdapterUnavailable`` then and can be retried.
+
+Connection String
+    ``kafka://host1:9092,host2:9092`` (the ``bootstrap.servers`` list).  Query arguments:
+    adapter options (``?topic_prefix=wsn&partitions=3``) and, when the name contains a dot,
+    librdkafka properties for every client (``?security.protocol=SASL_SSL``).  A user part
+    (``kafka://user:secret@host:9092``) sets ``sasl.username``/``sasl.password``
+    (mechanism ``PLAIN`` and ``SASL_PLAINTEXT`` unless configured otherwise).  Passwords
+    and other secrets never appear in log lines or ``repr``.
+
+Options
+    ``topic_prefix``
+        prefix level of every per-path Kafka topic (default none: every topic of the
+        cluster whose name does not start with ``_`` is followed and mapped).
+    ``mode``
+        ``path`` (default) or ``namespace``: the mapping of namespaces not configured.
+    ``namespaces``
+        table namespace URI -> root name (``"orders"``), or a table with ``mode``
+        (``path``/``namespace``), ``root`` and, in namespace mode, ``topic`` (the full Kafka
+        topic name).
+    ``internal_topic``, ``internal_partitions``
+        the pull point inbox topic (``wsnmom-internal``) and its partitions (1).
+    ``topic_policy``
+        ``create`` (default) or ``existing``.
+    ``partitions``, ``replication_factor``, ``topic_config``
+        for created topics: 1, -1 (the broker's default) and a table of topic configs
+        (e.g. ``retention.ms``).
+    ``default_path``
+        WS topic path of a record in a per-namespace topic that has neither a path header
+        nor a key that is a topic path (default ``native``).
+    ``group_prefix``, ``head_group``
+        consumer group names: ``wsnmom.sub.`` + subscription, ``wsnmom.head``.  Give each
+        gateway instance sharing a cluster its own ``head_group``.
+    ``catch_up_readers``
+        readers for lagging subscriptions (4).
+    ``fetch_wait_ms``
+        ``fetch.wait.max.ms`` of the readers (20): an upper bound of the head's latency on
+        brokers that do not answer a fetch as soon as data arrives (tansu).
+    ``discovery_interval``, ``topic_id_check_interval``
+        seconds between looks for new topics (2) and between topic id checks (10).
+    ``delivery_timeout``
+        ``message.timeout.ms`` of the producer, in seconds (30).
+    ``health_interval``, ``health_timeout``
+        reachability probe period and timeout, seconds (1, 2).
+    ``unavailable_grace``
+        seconds a publish waits for an unreachable cluster before it fails without
+        sending anything (2).
+    ``current_cache_size``, ``current_scan_limit``
+        topics remembered for GetCurrentMessage (100000) and records per partition read
+        back to find one (1000).
+    ``max_message_bytes``
+        largest body accepted (1000000, Kafka's default ``message.max.bytes``).
+    ``exact_watermarks``
+        the brokers report exact end offsets (default true, as Apache Kafka does): a new
+        subscription starts at the end offsets the cluster reports (one ListOffsets
+        request).  Set it false for brokers whose high watermark is not exact (tansu
+        reports the first offset of the last batch): a new subscription then starts where
+        the head reader is once it has read everything fetched (a few tens of ms).
+    ``connect_timeout``
+        seconds ``open()`` waits for the cluster to answer (10).
+    ``config``, ``producer_config``, ``consumer_config``
+        tables of librdkafka properties (all clients, the producer, the readers): SASL,
+        SSL (``ssl.ca.location``, ...), ``client.id`` and tuning.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from functools import partial
+from typing import Any
+
+try:
+    from confluent_kafka import KafkaError, KafkaException, TopicPartition
+    from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
+except ImportError as exc:  # pragma: no cover - depends on the installation
+    raise ImportError(
+        'the Kafka adapter needs confluent-kafka: pip install "wsnmom[kafka]"'
+    ) from exc
+
+from wsnmom.core.adapter import (
+    Adapter,
+    AdapterError,
+    AdapterUnavailable,
+    Capabilities,
+    OutboundMessage,
+    PublishReceipt,
+    StoredMessage,
+    SubscriptionHandle,
+    SubscriptionSpec,
+)
+from wsnmom.topic_mapping.errors import NameNotRepresentable
+from wsnmom.topic_mapping.model import Topic
+from wsnmom.topic_mapping.syntax import KAFKA
+
+from ..logbase.backend import StreamId
+from ..logbase.engine import CursorEngine
+from .clients import Health, client_hooks
+from .config import KafkaSettings, parse_settings, redact_url
+from .current import CurrentMessages
+from .mapping import KafkaMapping
+from .publisher import Publisher
+from .readers import KafkaBackend
+from .topics import Topics
+
+__all__ = ["KafkaAdapter"]
+
+log = logging.getLogger("wsnmom.adapters.kafka")
+
+
+@dataclass
+class _Open:
+    """Everything an open adapter holds."""
+
+    health: Health
+    admin: AdminClient
+    topics: Topics
+    current: CurrentMessages
+    publisher: Publisher
+    backend: KafkaBackend
+    engine: CursorEngine
+
+
+class _Backend(KafkaBackend):
+    """The engine's backend, with exact end offsets where the option says they are."""
+
+    exact_watermarks = False
+
+    def end_positions(self) -> dict[StreamId, int] | None:
+        if not self.exact_watermarks:
+            return None
+        listing = self.topics.listing(max_age=self.settings.discovery_interval)
+        request = {
+            TopicPartition(name, p): OffsetSpec.latest()  # type: ignore[no-untyped-call]
+            for name, count in listing.items()
+            if self.mapping.follows(name)
+            for p in range(count)
+        }
+        if not request:
+            return {}
+        out: dict[StreamId, int] = {}
+        for tp, future in self.admin.list_offsets(request, request_timeout=10).items():
+            try:
+                out[(tp.topic, tp.partition)] = max(0, future.result().offset)
+            except KafkaException:
+                return None
+        return out
+
+
+class KafkaAdapter(Adapter):
+    """Kafka adapter (see the module docstring)."""
+
+    name = "kafka"
+    schemes = ("kafka",)
+    extra = "kafka"
+    capabilities = Capabilities(
+        syntax=KAFKA,
+        ack_mode="offset",
+        durable_subscriptions=True,
+        native_pull=False,
+        retained_current_message=True,
+        native_headers=True,
+        native_queue_limits=False,
+        ordering="partition",
+        competing_consumers=False,
+        max_message_bytes=1_000_000,
+        sole_publisher=False,
+        per_message_nack=False,
+        shape="log",
+    )
+
+    def __init__(self, url: str, options: Mapping[str, Any] | None = None) -> None:
+        super().__init__(url, options)
+        try:
+            self.settings: KafkaSettings = parse_settings(url, options)
+            self.mapping = KafkaMapping(self.settings)
+        except ValueError as exc:
+            raise AdapterError(f"bad Kafka adapter configuration: {exc}") from exc
+        self.capabilities = replace(
+            KafkaAdapter.capabilities, max_message_bytes=self.settings.max_message_bytes
+        )
+        self._lock = threading.Lock()
+        self._open: _Open | None = None
+
+    def __repr__(self) -> str:
+        return f"<KafkaAdapter {redact_url(self.url)} {self.settings.redacted()}>"
+
+    # -- lifecycle --------------------------------------------------------------------------
+    def open(self) -> None:
+        """Connect, create the internal topic, start the cursor engine."""
+        with self._lock:
+            if self._open is not None:
+                return
+            self._open = self._connect()
+
+    def _connect(self) -> _Open:
+        settings = self.settings
+        health = Health(settings.health_interval, settings.health_timeout)
+        admin = AdminClient(
+            {**settings.admin(), **client_hooks(health), "allow.auto.create.topics": False}
+        )
+        topics = Topics(admin, settings)
+        try:
+            topics.refresh(timeout=settings.connect_timeout)
+        except AdapterUnavailable:
+            if health.fatal is not None:
+                raise AdapterError(f"Kafka refused the gateway: {health.fatal.str()}") from None
+            raise AdapterUnavailable(
+                f"the Kafka cluster {settings.bootstrap} does not answer"
+            ) from None
+        parts: list[Any] = []
+        try:
+            topics.ensure(
+                settings.internal_topic, partitions=settings.internal_partitions, internal=True
+            )
+            current = CurrentMessages(settings, self.mapping, topics, health)
+            parts.append(current)
+            publisher = Publisher(settings, self.mapping, topics, health, current.published)
+            publisher.start()
+            parts.append(publisher)
+            backend = _Backend(settings, self.mapping, admin, topics, health, current.observe)
+            backend.exact_watermarks = settings.exact_watermarks
+            topics.on_created = backend.topic_created
+            backend.on_reset = partial(publisher.renew, "a followed topic was re-created")
+            engine = CursorEngine(
+                backend, catch_up_readers=settings.catch_up_readers, poll_timeout=0.02
+            )
+            engine.start()
+        except KafkaException as exc:
+            self._release(parts)
+            raise AdapterUnavailable(f"the Kafka cluster did not answer: {exc}") from exc
+        except Exception:
+            self._release(parts)
+            raise
+
+        def probe(timeout: float) -> None:
+            admin.list_topics(topic=settings.internal_topic, timeout=timeout)
+
+        health.start(probe)
+        log.info("Kafka adapter open on %s", redact_url(self.url))
+        return _Open(health, admin, topics, current, publisher, backend, engine)
+
+    @staticmethod
+    def _release(parts: list[Any]) -> None:
+        for part in reversed(parts):
+            try:
+                part.close()
+            except Exception:
+                log.debug("releasing %r failed", part, exc_info=True)
+
+    def close(self) -> None:
+        """Stop the engine (positions saved), deliver what is queued, disconnect."""
+        with self._lock:
+            state, self._open = self._open, None
+        if state is None:
+            return
+        state.health.stop()
+        try:
+            state.engine.close()
+        finally:
+            self._release([state.current, state.publisher])
+
+    def _require(self) -> _Open:
+        state = self._open
+        if state is None:
+            raise AdapterUnavailable("the Kafka adapter is not open")
+        return state
+
+    def ping(self, timeout: float = 1.0) -> bool:
+        """Whether the cluster answers a metadata request now."""
+        state = self._open
+        if state is None:
+            return False
+        try:
+            state.admin.list_topics(topic=self.settings.internal_topic, timeout=timeout)
+        except KafkaException:
+            return False
+        return True
+
+    def available(self) -> bool:
+        """False while the cluster is known to be unreachable (no I/O)."""
+        state = self._open
+        return state is not None and state.health.available
+
+    # -- publishing -------------------------------------------------------------------------
+    def publish(self, message: OutboundMessage, timeout: float = 10.0) -> PublishReceipt:
+        """Publish and wait for the delivery report."""
+        return self._require().publisher.publish_many([message], timeout)[0]
+
+    def publish_many(
+        self, messages: Sequence[OutboundMessage], timeout: float = 10.0
+    ) -> list[PublishReceipt]:
+        """Publish all, then wait for every delivery report (pipelined)."""
+        if not messages:
+            return []
+        return self._require().publisher.publish_many(messages, timeout)
+
+    # -- subscriptions ----------------------------------------------------------------------
+    def subscription(self, spec: SubscriptionSpec) -> SubscriptionHandle:
+        """The cursor ``spec.name`` (created at the end of the logs, or re-attached)."""
+        state = self._require()
+        for pattern in spec.patterns or ():
+            self.mapping.register(pattern.namespace)
+        try:
+            return state.engine.subscription(spec)
+        except KafkaException as exc:
+            raise AdapterUnavailable(f"Kafka did not answer: {exc}") from exc
+
+    def delete_subscription(self, name: str) -> None:
+        """Forget the cursor and delete its consumer group (idempotent)."""
+        self._require().engine.delete_subscription(name)
+
+    def subscription_names(self) -> list[str] | None:
+        """Cursors open now or stored as consumer groups."""
+        return self._require().engine.names()
+
+    def depths(self, handles: Sequence[SubscriptionHandle]) -> list[int | None]:
+        """Records waiting per cursor, under one engine lock."""
+        return self._require().engine.depths(handles)
+
+    def restoring(self) -> None:
+        """Hold the head reader back while core re-attaches subscriptions."""
+        self._require().engine.restoring()
+
+    def restored(self) -> None:
+        """Every subscription is re-attached: follow the head."""
+        self._require().engine.restored()
+
+    def stats(self) -> Mapping[str, int]:
+        """The engine's counts (cursors, attached, threads) for tests and metrics."""
+        return self._require().engine.stats()
+
+    # -- current message --------------------------------------------------------------------
+    def current_message(self, topic: Topic) -> StoredMessage | None:
+        """The newest record on ``topic`` (native ones included), if any."""
+        state = self._require()
+        try:
+            return state.current.get(topic, following=state.backend.following)
+        except NameNotRepresentable:
+            return None
+        except KafkaException as exc:
+            error = exc.args[0]
+            if isinstance(error, KafkaError) and error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                return None
+            raise AdapterUnavailable(f"reading the current message failed: {exc}") from exc

@@ -1,0 +1,205 @@
+"""What every confluent-kafka client of the adapter shares: the reachability of the cluster
+(``Health``), librdkafka's log lines in Python logging, and turning a consumed Kafka
+message into a ``LogRecord``.
+
+Reachability
+    librdkafka reconnects by itself and tells little: an error callback reports "all
+    brokers down" when every connection failed, but a broker that stops answering with its
+    connections open (overloaded, or stopped with SIGSTOP) is noticed only when requests
+    time out, a minute later by default.  ``Health`` therefore also probes the cluster
+    every ``health_interval`` seconds with a metadata request for the internal topic that
+    must answer within ``health_timeout``: one failed probe or "all brokers down" makes
+    ``available`` False, the next answered probe makes it True again.  Every lost
+    connection bumps ``epoch``, which the readers use to check whether topics were
+    re-created behind their back (a memory-only broker that restarted).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from confluent_kafka import KafkaError, Message
+from wsnmom.adapters.logbase.backend import LogRecord
+
+from .mapping import KafkaMapping
+
+__all__ = ["Health", "kafka_logger", "record_from_message", "sniff_content_type"]
+
+log = logging.getLogger("wsnmom.adapters.kafka")
+
+#: librdkafka's own log lines (connection failures etc.)
+kafka_logger = logging.getLogger("wsnmom.adapters.kafka.librdkafka")
+
+#: record header carrying the body's media type (also read: Content-Type, contentType)
+HEADER_CONTENT_TYPE = "content-type"
+_CONTENT_TYPE_HEADERS = (HEADER_CONTENT_TYPE, "Content-Type", "contentType")
+#: error codes that mean a connection or the whole cluster went away
+_DOWN = {KafkaError._ALL_BROKERS_DOWN}
+_LOST = {KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._RESOLVE}
+#: errors that no retry will cure
+_FATAL_AUTH = {
+    KafkaError._AUTHENTICATION,
+    KafkaError.SASL_AUTHENTICATION_FAILED,
+    KafkaError._SSL,
+    KafkaError.TOPIC_AUTHORIZATION_FAILED,
+    KafkaError.CLUSTER_AUTHORIZATION_FAILED,
+    KafkaError.GROUP_AUTHORIZATION_FAILED,
+}
+
+
+class Health:
+    """What the adapter knows about the cluster's reachability (see the module docstring).
+    Thread-safe; ``available`` answers without I/O."""
+
+    def __init__(self, interval: float, timeout: float) -> None:
+        self.interval = interval
+        self.timeout = timeout
+        self.available = False
+        #: bumped whenever a connection is lost (readers re-check topic ids)
+        self.epoch = 0
+        #: the last error no retry cures (authentication, authorisation), if any
+        self.fatal: KafkaError | None = None
+        self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._listeners: list[Callable[[bool], None]] = []
+
+    def on_change(self, listener: Callable[[bool], None]) -> None:
+        """Call ``listener(available)`` on every change (on the probing thread)."""
+        self._listeners.append(listener)
+
+    def error_cb(self, error: KafkaError) -> None:
+        """librdkafka's ``error_cb`` for every client."""
+        code = error.code()
+        if code in _FATAL_AUTH:
+            self.fatal = error
+            log.error("Kafka refused the gateway's credentials or rights: %s", error.str())
+        if code in _LOST:
+            with self._lock:
+                self.epoch += 1
+        if code in _DOWN:
+            self._set(False, error.str())
+        else:
+            log.debug("Kafka client error: %s", error.str())
+
+    def _set(self, available: bool, why: str = "") -> None:
+        with self._lock:
+            if available == self.available:
+                return
+            self.available = available
+            if not available:
+                self.epoch += 1
+            self._changed.notify_all()
+        if available:
+            log.info("the Kafka cluster answers again")
+        else:
+            log.warning("the Kafka cluster is unreachable: %s", why)
+        for listener in list(self._listeners):
+            try:
+                listener(available)
+            except Exception:
+                log.exception("a Kafka availability listener failed")
+
+    def wait_available(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for the cluster to be reachable."""
+        with self._changed:
+            if not self.available and timeout > 0:
+                self._changed.wait_for(lambda: self.available, timeout)
+            return self.available
+
+    def start(self, probe: Callable[[float], None]) -> None:
+        """Probe with ``probe(timeout)`` (raises when the cluster does not answer) on a
+        thread of its own until ``stop``."""
+        self._stop.clear()
+        self._set(True)
+
+        def run() -> None:
+            while not self._stop.wait(self.interval):
+                try:
+                    probe(self.timeout)
+                except Exception as exc:
+                    self._set(False, str(exc))
+                else:
+                    self._set(True)
+
+        self._thread = threading.Thread(target=run, name="wsnmom-kafka-health", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop probing; ``available`` is False afterwards."""
+        self._stop.set()
+        thread, self._thread = self._thread, None
+        if thread is not None:
+            thread.join(timeout=self.timeout + self.interval + 1)
+        with self._lock:
+            self.available = False
+
+
+def client_hooks(health: Health) -> dict[str, Any]:
+    """The configuration entries that connect a client to ``health`` and logging."""
+    return {"error_cb": health.error_cb, "logger": kafka_logger}
+
+
+# -- records --------------------------------------------------------------------------------
+
+
+def sniff_content_type(body: bytes) -> str:
+    """A media type for a body that came without one: XML when it starts like XML, JSON
+    when it parses as JSON, text when it is UTF-8, else binary."""
+    head = body.lstrip()[:1]
+    if head == b"<":
+        return "application/xml"
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError:
+        return "application/octet-stream"
+    if head in (b"{", b"["):
+        try:
+            json.loads(text)
+        except ValueError:
+            return "text/plain"
+        return "application/json"
+    return "text/plain"
+
+
+def _headers(raw: Any) -> dict[str, str]:
+    if not raw:
+        return {}
+    out: dict[str, str] = {}
+    for key, value in raw.items() if isinstance(raw, dict) else raw:
+        if isinstance(value, bytes):
+            value = value.decode("utf-8", "replace")
+        out[key] = value if value is not None else ""
+    return out
+
+
+def record_from_message(message: Message, mapping: KafkaMapping) -> LogRecord:
+    """The ``LogRecord`` of a consumed message (no error)."""
+    log_name = message.topic()
+    assert log_name is not None
+    headers = _headers(message.headers())
+    body = message.value() or b""
+    content_type = ""
+    for name in _CONTENT_TYPE_HEADERS:
+        value = headers.pop(name, None)
+        if value and not content_type:
+            content_type = value
+    if not content_type:
+        content_type = sniff_content_type(body)
+    kind, millis = message.timestamp()
+    stamp = datetime.fromtimestamp(millis / 1000, UTC) if kind and millis > 0 else None
+    return LogRecord(
+        stream=(log_name, message.partition() or 0),
+        offset=message.offset() or 0,
+        topic=mapping.record_topic(log_name, message.key(), headers),
+        body=body,
+        headers=headers,
+        content_type=content_type,
+        timestamp=stamp,
+    )

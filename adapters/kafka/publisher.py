@@ -1,0 +1,301 @@
+"""Publishing: one idempotent producer (``acks=all``), its delivery reports served by a
+poll thread, and publishes that return only once the broker confirmed every message.
+
+* ``publish_many`` produces every message of a batch first and then waits for all their
+  delivery reports (pipelined), so a 100-message Notify costs one round trip, not 100.
+* The poll thread (``wsnmom-kafka-poll``) calls ``Producer.poll`` continuously; delivery
+  callbacks only record the outcome and wake the waiting publisher (they never produce).
+  ``flush`` runs only at ``close``.
+* A full local queue (``BufferError``) is waited out within the publish timeout.
+* While the cluster is known to be unreachable (``Health``), a publish waits at most
+  ``unavailable_grace`` seconds for it and then fails without producing anything, so a
+  message the publisher was told had failed is never sent later.
+* A fatal producer error (the idempotent producer's state is lost, e.g. the broker
+  forgot the producer id) fails what is outstanding and a new producer takes over.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException, Message, Producer
+from wsnmom.core.adapter import (
+    HEADER_MESSAGE_ID,
+    AdapterUnavailable,
+    OutboundMessage,
+    PublishFailed,
+    PublishReceipt,
+)
+
+from .clients import HEADER_CONTENT_TYPE, Health, client_hooks
+from .config import KafkaSettings
+from .mapping import Destination, KafkaMapping
+from .topics import Topics
+
+__all__ = ["PublishUnavailable", "Publisher"]
+
+log = logging.getLogger("wsnmom.adapters.kafka")
+
+#: called with (destination, message, partition, offset, timestamp ms) for each confirmed
+#: message (the current-message cache)
+Confirmed = Callable[[Destination, OutboundMessage, int, int, int], None]
+
+
+class PublishUnavailable(PublishFailed, AdapterUnavailable):
+    """A publish could not be confirmed because the cluster is unreachable."""
+
+
+class _Batch:
+    """Delivery reports of one ``publish_many`` call."""
+
+    __slots__ = ("done", "errors", "lock", "remaining", "reports")
+
+    def __init__(self, size: int) -> None:
+        self.lock = threading.Lock()
+        self.remaining = size
+        self.errors: list[KafkaError | None] = [None] * size
+        self.reports: list[tuple[int, int, int] | None] = [None] * size
+        self.done = threading.Event()
+        if size == 0:
+            self.done.set()
+
+    def report(self, index: int, error: KafkaError | None, message: Message) -> None:
+        if error is None:
+            _, stamp = message.timestamp()
+            self.reports[index] = (message.partition() or 0, message.offset() or 0, stamp)
+        with self.lock:
+            self.errors[index] = error
+            self.remaining -= 1
+            if self.remaining <= 0:
+                self.done.set()
+
+    def fail_all(self, error: KafkaError) -> None:
+        with self.lock:
+            for i, report in enumerate(self.reports):
+                if report is None and self.errors[i] is None:
+                    self.errors[i] = error
+            self.remaining = 0
+            self.done.set()
+
+
+class Publisher:
+    """The adapter's producer (see the module docstring).  Thread-safe."""
+
+    def __init__(
+        self,
+        settings: KafkaSettings,
+        mapping: KafkaMapping,
+        topics: Topics,
+        health: Health,
+        confirmed: Confirmed | None = None,
+    ) -> None:
+        self._settings = settings
+        self._mapping = mapping
+        self._topics = topics
+        self._health = health
+        self._confirmed = confirmed
+        self._lock = threading.Lock()
+        self._producer: Producer | None = None
+        self._outstanding: set[_Batch] = set()
+        self._running = False
+        self._thread: threading.Thread | None = None
+        #: ``Health.epoch`` when the producer was made (connections lost since: a publish
+        #: timeout may be a broker that forgot the producer id)
+        self._epoch = 0
+
+    # -- lifecycle --------------------------------------------------------------------------
+    def _new_producer(self) -> Producer:
+        config: dict[str, Any] = {
+            **self._settings.producer(),
+            **client_hooks(self._health),
+            "allow.auto.create.topics": False,
+        }
+        original = config["error_cb"]
+
+        def on_error(error: KafkaError) -> None:
+            original(error)
+            if error.fatal():
+                log.error("the Kafka producer failed fatally (%s); replacing it", error.str())
+                self._replace(error)
+
+        config["error_cb"] = on_error
+        return Producer(config)
+
+    def start(self) -> None:
+        """Create the producer and its poll thread."""
+        with self._lock:
+            if self._running:
+                return
+            self._producer = self._new_producer()
+            self._epoch = self._health.epoch
+            self._running = True
+        self._thread = threading.Thread(
+            target=self._poll_loop, name="wsnmom-kafka-poll", daemon=True
+        )
+        self._thread.start()
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Deliver what is queued (up to ``timeout``), then stop."""
+        with self._lock:
+            if not self._running:
+                return
+            self._running = False
+            producer = self._producer
+        thread, self._thread = self._thread, None
+        if thread is not None:
+            thread.join(timeout=5)
+        if producer is not None:
+            remaining = producer.flush(timeout)
+            if remaining:
+                log.warning("%d message(s) were not confirmed by Kafka before close", remaining)
+        with self._lock:
+            batches, self._outstanding = self._outstanding, set()
+            self._producer = None
+        for batch in batches:
+            batch.fail_all(KafkaError(KafkaError._DESTROY, "the adapter closed"))
+
+    def _poll_loop(self) -> None:
+        while True:
+            with self._lock:
+                if not self._running:
+                    return
+                producer = self._producer
+            if producer is None:
+                time.sleep(0.05)
+                continue
+            try:
+                producer.poll(0.1)
+            except Exception:
+                log.exception("polling the Kafka producer failed")
+                time.sleep(0.1)
+
+    def _replace(self, error: KafkaError) -> None:
+        """A fatal error: fail every outstanding batch and start a fresh producer."""
+        with self._lock:
+            if not self._running:
+                return
+            batches, self._outstanding = self._outstanding, set()
+            self._producer = self._new_producer()
+            self._epoch = self._health.epoch
+        for batch in batches:
+            batch.fail_all(error)
+
+    def renew(self, why: str) -> None:
+        """Start a fresh producer (a new producer id) and drop what the old one still
+        holds: its publishes fail, none was confirmed.  For a broker that forgot the
+        producer id (a memory-only broker restarted): librdkafka then retries with a
+        locally bumped epoch the broker does not know either, until the message times
+        out."""
+        with self._lock:
+            if not self._running or self._producer is None:
+                return
+            old = self._producer
+            self._producer = self._new_producer()
+            self._epoch = self._health.epoch
+        log.warning("replacing the Kafka producer: %s", why)
+        try:
+            old.purge(in_queue=True, in_flight=True)
+            old.poll(0)  # the purged messages' delivery callbacks fail their publishes
+        except Exception:
+            log.debug("purging the old Kafka producer failed", exc_info=True)
+
+    # -- publishing -------------------------------------------------------------------------
+    def publish_many(
+        self, messages: Sequence[OutboundMessage], timeout: float
+    ) -> list[PublishReceipt]:
+        """Produce ``messages`` and wait for every delivery report (see the module
+        docstring); PublishFailed when one is refused or not confirmed in time."""
+        deadline = time.monotonic() + timeout
+        destinations = [self._mapping.destination(m.topic) for m in messages]
+        grace = min(timeout, self._settings.unavailable_grace)
+        if not self._health.wait_available(grace):
+            # nothing is produced: a message queued now would be sent when the cluster
+            # answers again, after the publisher was told it failed (a duplicate on retry)
+            raise PublishUnavailable(
+                f"the Kafka cluster is unreachable (waited {grace:.1f}s for it)"
+            )
+        for dest in {d.log: d for d in destinations}.values():
+            internal = dest.log == self._mapping.internal_topic
+            self._topics.ensure(
+                dest.log,
+                partitions=self._settings.internal_partitions if internal else None,
+                internal=internal,
+            )
+        batch = _Batch(len(messages))
+        with self._lock:
+            producer = self._producer
+            if producer is None or not self._running:
+                raise PublishUnavailable("the Kafka adapter is not open")
+            self._outstanding.add(batch)
+        try:
+            for index, (message, dest) in enumerate(zip(messages, destinations, strict=True)):
+                self._produce(producer, batch, index, message, dest, deadline)
+            if not batch.done.wait(max(0.0, deadline - time.monotonic())):
+                error = self._timeout_error(len(messages), batch)
+                if self._epoch != self._health.epoch:
+                    self.renew("a publish timed out after the connection was lost")
+                raise error
+        finally:
+            with self._lock:
+                self._outstanding.discard(batch)
+        return self._receipts(messages, destinations, batch)
+
+    def _produce(
+        self,
+        producer: Producer,
+        batch: _Batch,
+        index: int,
+        message: OutboundMessage,
+        dest: Destination,
+        deadline: float,
+    ) -> None:
+        headers: list[tuple[str, str | bytes | None]] = [
+            (k, v.encode()) for k, v in message.headers.items()
+        ]
+        headers.append((HEADER_MESSAGE_ID, message.message_id.encode()))
+        headers.append((HEADER_CONTENT_TYPE, message.content_type.encode()))
+
+        def on_delivery(error: KafkaError | None, msg: Message) -> None:
+            batch.report(index, error, msg)
+
+        while True:
+            try:
+                producer.produce(
+                    dest.log, message.body, dest.key, headers=headers, on_delivery=on_delivery
+                )
+                return
+            except BufferError:
+                # the local queue is full: the poll thread drains it as reports arrive
+                if time.monotonic() >= deadline:
+                    raise PublishFailed("the Kafka producer queue stayed full") from None
+                time.sleep(0.005)
+            except KafkaException as exc:
+                raise PublishFailed(f"Kafka refused the message: {exc}") from exc
+
+    def _timeout_error(self, count: int, batch: _Batch) -> PublishFailed:
+        waiting = batch.remaining
+        text = f"Kafka did not confirm {waiting} of {count} message(s) in time"
+        if not self._health.available:
+            return PublishUnavailable(text + " (the cluster is unreachable)")
+        return PublishFailed(text)
+
+    def _receipts(
+        self, messages: Sequence[OutboundMessage], destinations: list[Destination], batch: _Batch
+    ) -> list[PublishReceipt]:
+        failed = [(i, e) for i, e in enumerate(batch.errors) if e is not None]
+        if failed:
+            index, error = failed[0]
+            if error.code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC):
+                self._topics.forget(destinations[index].log)
+            cls = PublishUnavailable if error.code() == KafkaError._MSG_TIMED_OUT else PublishFailed
+            raise cls(f"Kafka refused {len(failed)} of {len(messages)} message(s): {error.str()}")
+        if self._confirmed is not None:
+            for message, dest, report in zip(messages, destinations, batch.reports, strict=True):
+                if report is not None:
+                    self._confirmed(dest, message, *report)
+        receipt = PublishReceipt(routed=None)
+        return [receipt] * len(messages)

@@ -1,0 +1,455 @@
+"""The ``adapters.logbase`` backend over confluent-kafka: the head reader, catch-up readers,
+the position store and ``may_carry``.
+
+Readers never join a consumer group: each is a consumer with ``assign`` at chosen offsets
+(no group membership means no rebalances and no group-join delay).  Offsets out of range
+are reported (``auto.offset.reset=error``) and become ``RecordsLost``.
+
+Head reader
+    Follows every stream (topic partition) the gateway maps (``KafkaMapping.follows``).
+    It looks for new topics and partitions every ``discovery_interval`` seconds (and at
+    once when the adapter created a topic), so a wildcard subscription receives a topic
+    created after it within that bound plus one fetch.  A stream found later is read from
+    its beginning; at the very first start (no committed offsets in the head's consumer
+    group ``head_group``) existing streams are followed from their end.  Its position is
+    committed as that group's offsets.  Topic ids are compared every
+    ``topic_id_check_interval`` seconds and after every lost connection: a topic that was
+    deleted and created again (or emptied by a restart of a memory-only broker) starts
+    from its beginning, reported as ``RecordsLost(stream, old position, new start)``.
+
+Position store
+    One consumer group per cursor, ``group_prefix + name``, with offsets and never a
+    member, written with ``AdminClient.alter_consumer_group_offsets`` (one request per
+    cursor, all in flight at once), so ``kafka-consumer-groups --describe`` shows each
+    subscription's lag.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    ConsumerGroupTopicPartitions,
+    KafkaError,
+    KafkaException,
+    Message,
+    TopicPartition,
+)
+from confluent_kafka.admin import AdminClient
+from wsnmom.adapters.logbase.backend import EARLIEST, LogRecord, RecordsLost, StreamId
+from wsnmom.core.adapter import AdapterError
+from wsnmom.topic_mapping.model import PathPattern
+
+from .clients import Health, client_hooks, record_from_message
+from .config import KafkaSettings
+from .mapping import KafkaMapping
+from .topics import Topics
+
+__all__ = ["KafkaBackend", "KafkaHeadReader", "KafkaPositionStore", "KafkaReader"]
+
+log = logging.getLogger("wsnmom.adapters.kafka")
+
+Item = LogRecord | RecordsLost
+#: errors of a consumed message that mean "this offset is gone or never was"
+_OUT_OF_RANGE = {KafkaError.OFFSET_OUT_OF_RANGE, KafkaError._AUTO_OFFSET_RESET}
+_BENIGN = {KafkaError._PARTITION_EOF, KafkaError.UNKNOWN_TOPIC_OR_PART}
+
+
+class _Consuming:
+    """What the head and catch-up readers share: a consumer and message conversion."""
+
+    def __init__(self, backend: KafkaBackend, group: str) -> None:
+        self._backend = backend
+        self._mapping = backend.mapping
+        config: dict[str, Any] = {
+            **backend.settings.consumer(group),
+            **client_hooks(backend.health),
+        }
+        self._consumer = Consumer(config)
+        #: next offset expected per assigned stream
+        self._next: dict[StreamId, int] = {}
+
+    def _earliest(self, stream: StreamId) -> int:
+        low, _ = self._consumer.get_watermark_offsets(TopicPartition(*stream), timeout=5)
+        return max(0, int(low))
+
+    def _convert(self, messages: Sequence[Message]) -> list[Item]:
+        out: list[Item] = []
+        for message in messages:
+            error = message.error()
+            if error is None:
+                record = record_from_message(message, self._mapping)
+                self._next[record.stream] = record.offset + 1
+                out.append(record)
+                continue
+            code = error.code()
+            topic, partition = message.topic(), message.partition()
+            if code in _OUT_OF_RANGE and topic is not None and partition is not None:
+                out.append(self._lost((topic, partition)))
+            elif code not in _BENIGN:
+                log.debug("Kafka consumer: %s", error.str())
+        return out
+
+    def _lost(self, stream: StreamId) -> RecordsLost:
+        """The broker no longer has the offset this reader asked for: continue from the
+        first offset it has."""
+        first = self._next.get(stream, 0)
+        try:
+            start = self._earliest(stream)
+        except KafkaException:
+            start = first
+        self._next[stream] = start
+        self._consumer.seek(TopicPartition(stream[0], stream[1], start))
+        return RecordsLost(stream, first, start)
+
+    def close(self) -> None:
+        """Release the consumer."""
+        try:
+            self._consumer.close()
+        except Exception:
+            log.debug("closing a Kafka consumer failed", exc_info=True)
+
+
+class KafkaReader(_Consuming):
+    """``LogReader``: a consumer assigned to chosen offsets.  One thread at a time."""
+
+    def assign(self, positions: Mapping[StreamId, int]) -> None:
+        """Read exactly these streams from these offsets (``EARLIEST``: the first the
+        stream still holds)."""
+        self._next = {s: o for s, o in positions.items() if o >= 0}
+        self._consumer.assign(
+            [
+                TopicPartition(log_, part, OFFSET_BEGINNING if offset == EARLIEST else offset)
+                for (log_, part), offset in positions.items()
+            ]
+        )
+
+    def poll(self, max_records: int, timeout: float) -> Sequence[Item]:
+        """Up to ``max_records`` records, waiting up to ``timeout`` for the first."""
+        return self._convert(self._consumer.consume(max_records, timeout))
+
+
+class KafkaHeadReader(_Consuming):
+    """``HeadReader``: follows every mapped stream (see the module docstring).  Used by
+    the engine's head thread only, except ``discover_soon``."""
+
+    def __init__(self, backend: KafkaBackend) -> None:
+        super().__init__(backend, backend.settings.head_group)
+        self._settings = backend.settings
+        self._pending: list[Item] = []
+        self._topic_ids: dict[str, str] = {}
+        self._discovered_at = 0.0
+        self._ids_checked_at = 0.0
+        self._epoch = backend.health.epoch
+        self._committed: dict[StreamId, int] = {}
+        #: streams whose topic disappeared, and the position they had
+        self._gone: dict[StreamId, int] = {}
+        streams = self._followed_streams(self._backend.topics.refresh())
+        committed = self._committed_offsets(streams)
+        first_start = not committed
+        ends = self._ends(streams) if first_start else {}
+        for stream in streams:
+            if stream in committed:
+                self._next[stream] = committed[stream]
+            elif first_start:
+                self._next[stream] = ends.get(stream, 0)
+            else:
+                self._next[stream] = self._earliest(stream)
+        self._topic_ids = self._backend.topics.topic_ids({s[0] for s in streams})
+        self._assign_all()
+        self._discovered_at = self._ids_checked_at = time.monotonic()
+
+    # -- discovery --------------------------------------------------------------------------
+    def _followed_streams(self, listing: Mapping[str, int]) -> list[StreamId]:
+        return [
+            (name, p)
+            for name, count in listing.items()
+            if self._mapping.follows(name)
+            for p in range(count)
+        ]
+
+    def _committed_offsets(self, streams: list[StreamId]) -> dict[StreamId, int]:
+        if not streams:
+            return {}
+        found = self._consumer.committed([TopicPartition(*s) for s in streams], timeout=10)
+        return {(tp.topic, tp.partition): tp.offset for tp in found if tp.offset >= 0}
+
+    def _ends(self, streams: list[StreamId]) -> dict[StreamId, int]:
+        out: dict[StreamId, int] = {}
+        for stream in streams:
+            try:
+                _, high = self._consumer.get_watermark_offsets(TopicPartition(*stream), timeout=5)
+            except KafkaException:
+                continue
+            out[stream] = max(0, int(high))
+        return out
+
+    def _assign_all(self) -> None:
+        self._consumer.assign([TopicPartition(s[0], s[1], o) for s, o in self._next.items()])
+
+    def discover_soon(self) -> None:
+        """Look for new topics at the next poll (the adapter created one)."""
+        self._discovered_at = 0.0
+
+    def _discover(self) -> None:
+        now = time.monotonic()
+        epoch = self._backend.health.epoch
+        check_ids = (
+            epoch != self._epoch
+            or now - self._ids_checked_at >= self._settings.topic_id_check_interval
+        )
+        if now - self._discovered_at < self._settings.discovery_interval and not check_ids:
+            return
+        self._discovered_at = now
+        try:
+            listing = self._backend.topics.refresh()
+        except AdapterError:
+            return
+        streams = set(self._followed_streams(listing))
+        changed = False
+        for stream in [s for s in self._next if s not in streams]:
+            # the topic is gone (deleted, or the broker restarted empty) or lost a
+            # partition: stop reading it, remember where we were
+            self._gone[stream] = self._next.pop(stream)
+            changed = True
+        new_names = {s[0] for s in streams if s not in self._next}
+        if check_ids or new_names:
+            try:
+                ids = self._backend.topics.topic_ids({s[0] for s in streams})
+            except KafkaException:
+                ids = {}
+            else:
+                self._epoch, self._ids_checked_at = epoch, now
+        else:
+            ids = {}
+        recreated = {name for name, tid in ids.items() if self._topic_ids.get(name, tid) != tid}
+        for stream in sorted(streams):
+            if stream in self._next and stream[0] not in recreated:
+                continue
+            old = self._next.pop(stream, None)
+            if old is None:
+                old = self._gone.pop(stream, None)
+                if old is not None and stream[0] not in recreated and stream[0] in ids:
+                    # back after a gap in the listing, same topic id: nothing was lost
+                    self._next[stream] = old
+                    changed = True
+                    continue
+            try:
+                start = self._earliest(stream)
+            except KafkaException:
+                start = 0
+            if old is not None and old != start:
+                log.warning(
+                    "Kafka topic %s was created again: following partition %d from its "
+                    "beginning (offset %d) instead of offset %d",
+                    stream[0],
+                    stream[1],
+                    start,
+                    old,
+                )
+                self._pending.append(RecordsLost(stream, old, start))
+                reset = self._backend.on_reset
+                if reset is not None:
+                    reset()
+            self._next[stream] = start
+            self._committed.pop(stream, None)
+            changed = True
+        self._topic_ids.update(ids)
+        if changed:
+            self._assign_all()
+
+    # -- the HeadReader protocol ------------------------------------------------------------
+    def poll(self, max_records: int, timeout: float) -> Sequence[Item]:
+        """The next records at the end of the followed streams."""
+        self._backend.head_polled = time.monotonic()
+        self._discover()
+        if self._pending:
+            pending, self._pending = self._pending, []
+            return pending
+        items = self._convert(self._consumer.consume(max_records, timeout))
+        observe = self._backend.observe
+        if observe is not None:
+            for item in items:
+                if isinstance(item, LogRecord):
+                    observe(item)
+        return items
+
+    def positions(self) -> dict[StreamId, int]:
+        """The next offset per followed stream."""
+        return dict(self._next)
+
+    def commit(self, positions: Mapping[StreamId, int]) -> None:
+        """Commit ``positions`` as the head group's offsets (asynchronously: the head
+        thread never waits for the broker)."""
+        offsets = [
+            TopicPartition(s[0], s[1], o)
+            for s, o in positions.items()
+            if o >= 0 and s in self._next and self._committed.get(s) != o
+        ]
+        if not offsets:
+            return
+        self._consumer.commit(offsets=offsets, asynchronous=True)
+        for tp in offsets:
+            self._committed[(tp.topic, tp.partition)] = tp.offset
+
+    def close(self) -> None:
+        """Commit what was given last (waiting, when the cluster answers) and release."""
+        if self._committed and self._backend.health.available:
+            try:
+                self._consumer.commit(
+                    offsets=[TopicPartition(s[0], s[1], o) for s, o in self._committed.items()],
+                    asynchronous=False,
+                )
+            except KafkaException as exc:
+                log.warning("committing the head position at close failed: %s", exc)
+        super().close()
+
+
+class KafkaPositionStore:
+    """``PositionStore``: one consumer group per cursor (see the module docstring)."""
+
+    def __init__(self, admin: AdminClient, settings: KafkaSettings) -> None:
+        self._admin = admin
+        self._prefix = settings.group_prefix
+        self._timeout = 30.0
+
+    def _group(self, name: str) -> str:
+        return self._prefix + name
+
+    def load(self) -> dict[str, dict[StreamId, int]]:
+        """Every cursor group's offsets, by cursor name."""
+        result = self._admin.list_consumer_groups(request_timeout=self._timeout).result()
+        names = [
+            g.group_id[len(self._prefix) :]
+            for g in result.valid
+            if g.group_id.startswith(self._prefix)
+        ]
+        futures = []
+        for name in names:
+            request = [ConsumerGroupTopicPartitions(self._group(name))]
+            future = self._admin.list_consumer_group_offsets(
+                request, request_timeout=self._timeout
+            )[self._group(name)]
+            futures.append((name, future))
+        out: dict[str, dict[StreamId, int]] = {}
+        for name, future in futures:
+            try:
+                partitions = future.result().topic_partitions or []
+            except KafkaException as exc:
+                raise AdapterError(f"reading the positions of {name} failed: {exc}") from exc
+            out[name] = {(tp.topic, tp.partition): tp.offset for tp in partitions if tp.offset >= 0}
+        return out
+
+    def save(self, changes: Mapping[str, Mapping[StreamId, int]]) -> None:
+        """Write these cursors' offsets (other streams of each group are kept)."""
+        futures = []
+        for name, positions in changes.items():
+            tps = [TopicPartition(s[0], s[1], o) for s, o in positions.items() if o >= 0]
+            if not tps:
+                continue
+            group = self._group(name)
+            request = [ConsumerGroupTopicPartitions(group, tps)]
+            futures.append(
+                (
+                    name,
+                    self._admin.alter_consumer_group_offsets(
+                        request, request_timeout=self._timeout
+                    )[group],
+                )
+            )
+        failed: list[str] = []
+        for name, future in futures:
+            try:
+                result = future.result()
+            except KafkaException as exc:
+                failed.append(f"{name}: {exc}")
+                continue
+            for tp in result.topic_partitions or []:
+                if tp.error is None:
+                    continue
+                if tp.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                    # the topic is gone (deleted, or the broker restarted empty): a
+                    # position in it means nothing any more
+                    log.debug("not saving %s's position in vanished %s", name, tp.topic)
+                    continue
+                failed.append(f"{name} {tp.topic}[{tp.partition}]: {tp.error}")
+        if failed:
+            raise AdapterError("saving positions failed: " + "; ".join(failed[:5]))
+
+    def delete(self, names: Iterable[str]) -> None:
+        """Delete these cursors' groups; unknown ones are ignored."""
+        groups = [self._group(n) for n in names]
+        for start in range(0, len(groups), 500):
+            chunk = groups[start : start + 500]
+            futures = self._admin.delete_consumer_groups(chunk, request_timeout=self._timeout)
+            for group, future in futures.items():
+                try:
+                    future.result()
+                except KafkaException as exc:
+                    if exc.args[0].code() not in (
+                        KafkaError.GROUP_ID_NOT_FOUND,
+                        KafkaError.NON_EMPTY_GROUP,
+                    ):
+                        raise AdapterError(f"deleting group {group} failed: {exc}") from exc
+
+
+class KafkaBackend:
+    """``LogBackend`` over one Kafka cluster."""
+
+    def __init__(
+        self,
+        settings: KafkaSettings,
+        mapping: KafkaMapping,
+        admin: AdminClient,
+        topics: Topics,
+        health: Health,
+        observe: Callable[[LogRecord], None] | None = None,
+    ) -> None:
+        self.settings = settings
+        self.mapping = mapping
+        self.admin = admin
+        self.topics = topics
+        self.health = health
+        #: sees every record the head reads (the current-message cache)
+        self.observe = observe
+        self._head: KafkaHeadReader | None = None
+        self._readers = 0
+        #: called when a followed topic started again below its old end (re-created,
+        #: or the broker restarted empty): the publisher renews its producer id
+        self.on_reset: Callable[[], None] | None = None
+        #: when the head reader last polled (monotonic; 0: never)
+        self.head_polled = 0.0
+
+    @property
+    def following(self) -> bool:
+        """Whether the head reader is reading now (polled within the last second)."""
+        return self._head is not None and time.monotonic() - self.head_polled < 1.0
+
+    def head_reader(self) -> KafkaHeadReader:
+        """A new head reader (the engine keeps one)."""
+        self._head = KafkaHeadReader(self)
+        return self._head
+
+    def reader(self) -> KafkaReader:
+        """A new catch-up reader."""
+        self._readers += 1
+        return KafkaReader(self, f"{self.settings.head_group}.reader")
+
+    def position_store(self) -> KafkaPositionStore:
+        """The cursor groups."""
+        return KafkaPositionStore(self.admin, self.settings)
+
+    def may_carry(self, log: str, patterns: tuple[PathPattern, ...] | None) -> bool:
+        """See ``KafkaMapping.may_carry``."""
+        return self.mapping.may_carry(log, patterns)
+
+    def topic_created(self) -> None:
+        """The adapter created a topic: the head looks for it at once."""
+        head = self._head
+        if head is not None:
+            head.discover_soon()

@@ -1,0 +1,143 @@
+"""Raw confluent-kafka baselines of the Kafka benchmark (``bench.middleware.Kafka``): what
+the broker does for the delivery and fan-out scenarios without the gateway."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+
+def _setter(event: threading.Event) -> Callable[[Any, Any], None]:
+    """A delivery callback that sets ``event``."""
+    return lambda error, message: event.set()
+
+
+def _topic(bootstrap: str, partitions: int = 1) -> str:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    name = f"bench-raw-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(name, partitions, 1)])[name].result()
+    return name
+
+
+def roundtrip(bootstrap: str, count: int, body: bytes, publishers: int) -> dict[str, float]:
+    """``publishers`` idempotent producers (acks=all), each waiting for the
+    delivery report of every message before the next (as the gateway confirms each
+    Notify), and one consumer reading the topic from its start."""
+    from confluent_kafka import Consumer, Producer, TopicPartition
+
+    topic = _topic(bootstrap)
+    received = [0]
+    errors: list[BaseException] = []
+    done = threading.Event()
+    ready = threading.Event()
+
+    def consumer() -> None:
+        try:
+            c = Consumer(
+                {
+                    "bootstrap.servers": bootstrap,
+                    "group.id": f"bench-{uuid.uuid4().hex[:8]}",
+                    "enable.auto.commit": False,
+                    "fetch.wait.max.ms": 20,
+                }
+            )
+            c.assign([TopicPartition(topic, 0, 0)])
+            ready.set()
+            deadline = time.monotonic() + 120
+            while received[0] < count and time.monotonic() < deadline:
+                received[0] += sum(1 for m in c.consume(500, 0.1) if m.error() is None)
+            c.close()
+        except BaseException as exc:
+            errors.append(exc)
+            ready.set()
+        finally:
+            done.set()
+
+    def publisher(k: int) -> None:
+        try:
+            producer = Producer(
+                {
+                    "bootstrap.servers": bootstrap,
+                    "enable.idempotence": True,
+                    "acks": "all",
+                    "linger.ms": 0,
+                }
+            )
+            headers = [("content-type", b"application/xml")]
+            for _ in range(k, count, publishers):
+                confirmed = threading.Event()
+                producer.produce(topic, body, headers=headers, on_delivery=_setter(confirmed))
+                while not confirmed.is_set():
+                    producer.poll(0.01)
+            producer.flush(10)
+        except BaseException as exc:
+            errors.append(exc)
+
+    cthread = threading.Thread(target=consumer)
+    cthread.start()
+    ready.wait(30)
+    started = time.perf_counter()
+    pubs = [threading.Thread(target=publisher, args=(k,)) for k in range(publishers)]
+    for t in pubs:
+        t.start()
+    for t in pubs:
+        t.join()
+    done.wait(120)
+    elapsed = time.perf_counter() - started
+    cthread.join(5)
+    if errors:
+        raise RuntimeError(f"raw confluent-kafka round trip failed: {errors[0]!r}")
+    if received[0] < count:
+        raise RuntimeError(f"raw Kafka round trip: only {received[0]}/{count} consumed")
+    return {"seconds": elapsed, "msgs_per_s": count / elapsed}
+
+
+def fanout(bootstrap: str, size: int) -> float:
+    """One record produced (acks=all), read once, and ``size`` durable positions moved
+    past it: one consumer-group offset commit per subscription, all in flight at once
+    (what the gateway's cursors cost Kafka, without the gateway)."""
+    from confluent_kafka import (
+        Consumer,
+        ConsumerGroupTopicPartitions,
+        Producer,
+        TopicPartition,
+    )
+    from confluent_kafka.admin import AdminClient
+
+    topic = _topic(bootstrap)
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-fan"})
+    prefix = f"bench-fan-{uuid.uuid4().hex[:8]}."
+    try:
+        started = time.perf_counter()
+        producer.produce(topic, b"<x/>")
+        producer.flush(10)
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        record = None
+        while record is None or record.error() is not None:
+            record = consumer.poll(5)
+            if record is None:
+                raise RuntimeError("raw Kafka fan-out: the record did not arrive")
+        futures = [
+            future
+            for i in range(size)
+            for future in admin.alter_consumer_group_offsets(
+                [ConsumerGroupTopicPartitions(f"{prefix}{i}", [TopicPartition(topic, 0, 1)])]
+            ).values()
+        ]
+        for future in futures:
+            future.result()
+        elapsed = time.perf_counter() - started
+        groups = [f"{prefix}{i}" for i in range(size)]
+        for start in range(0, size, 500):
+            for future in admin.delete_consumer_groups(groups[start : start + 500]).values():
+                future.result()
+        return elapsed
+    finally:
+        consumer.close()

@@ -1,0 +1,141 @@
+"""The Kafka adapter while its broker is stopped (SIGSTOP/SIGCONT) or killed and started
+again, on private tansu nodes (a restarted tansu is empty: memory-only storage)."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+pytest.importorskip("confluent_kafka")
+
+from wsnmom.adapters.kafka.adapter import KafkaAdapter
+from wsnmom.core.adapter import PublishFailed
+from wsnmom.topic_mapping.model import ANY, PathPattern, Topic
+
+from tests.adapters.test_kafka import message, subscribe
+from tests.adapters.test_kafka_conformance import isolated_options
+from tests.fixtures.brokers import TansuNode
+from wsnmom.testing.conformance import Collector
+
+pytestmark = [pytest.mark.kafka, pytest.mark.slow]
+
+NS = "http://example.org/outage"
+
+
+@pytest.fixture
+def node(tansu_factory: Callable[[], TansuNode]) -> TansuNode:
+    return tansu_factory()
+
+
+@pytest.fixture
+def adapter(node: TansuNode) -> Iterator[KafkaAdapter]:
+    options: dict[str, Any] = {
+        **isolated_options(),
+        "namespaces": {NS: "out"},
+        "health_interval": 0.5,
+        "health_timeout": 1.0,
+        "discovery_interval": 0.5,
+        "delivery_timeout": 20,
+    }
+    a = KafkaAdapter(node.url, options)
+    a.open()
+    yield a
+    node.resume()
+    a.close()
+
+
+def wait(check: Callable[[], bool], timeout: float) -> float:
+    started = time.monotonic()
+    while not check():
+        if time.monotonic() - started > timeout:
+            raise AssertionError("timed out")
+        time.sleep(0.05)
+    return time.monotonic() - started
+
+
+def bodies(got: Collector) -> list[bytes]:
+    return got.bodies()
+
+
+def test_broker_stopped_faults_fast_and_loses_nothing_acknowledged(
+    node: TansuNode, adapter: KafkaAdapter
+) -> None:
+    got = subscribe(adapter, PathPattern(NS, ("t", ANY)))
+    topic = Topic(NS, ("t", "a"))
+    acked = []
+    for i in range(5):
+        adapter.publish(message(topic, b"<b%d/>" % i))
+        acked.append(b"<b%d/>" % i)
+    got.wait_for(5, 10)
+    node.pause()
+    noticed = wait(lambda: not adapter.available(), 5.0)
+    started = time.monotonic()
+    with pytest.raises(PublishFailed):
+        adapter.publish(message(topic, b"<during/>"), timeout=1.0)
+    failed_after = time.monotonic() - started
+    node.resume()
+    back = wait(adapter.available, 10.0)
+    for i in range(5, 10):
+        adapter.publish(message(topic, b"<b%d/>" % i))
+        acked.append(b"<b%d/>" % i)
+    wait(lambda: set(acked) <= set(bodies(got)), 15.0)
+    print(
+        f"\nunavailable after {noticed:.1f}s, publish failed after {failed_after:.1f}s, "
+        f"available again {back:.1f}s after SIGCONT"
+    )
+    assert noticed < 4.0 and failed_after < 2.0
+    # in order per partition; "<during/>" may or may not have been written
+    seen = [b for b in bodies(got) if b != b"<during/>"]
+    assert sorted(set(seen), key=seen.index) == acked
+
+
+def test_broker_killed_and_restarted_empty_is_reconnected_without_reopening(
+    node: TansuNode, adapter: KafkaAdapter
+) -> None:
+    got = subscribe(adapter, PathPattern(NS, ("t", ANY)))
+    topic = Topic(NS, ("t", "r"))
+    adapter.publish_many([message(topic, b"<before%d/>" % i) for i in range(3)])
+    got.wait_for(3, 10)
+    node.restart()
+    # the broker is back, empty: the first publishes may fail while clients reconnect
+    deadline = time.monotonic() + 30
+    after: list[bytes] = []
+    while time.monotonic() < deadline and len(after) < 3:
+        body = b"<after%d/>" % len(after)
+        try:
+            adapter.publish(message(topic, body), timeout=5)
+        except PublishFailed:
+            time.sleep(0.5)
+            continue
+        after.append(body)
+    assert len(after) == 3
+    wait(lambda: set(after) <= set(bodies(got)), 20.0)
+    assert bodies(got)[:3] == [b"<before0/>", b"<before1/>", b"<before2/>"]
+    assert adapter.available()
+    # a pull point inbox (the internal topic) works again too
+    inbox = Topic("urn:wsnmom:internal:pull-point", (f"p{uuid.uuid4().hex[:6]}",))
+    pulled = subscribe(adapter, PathPattern(inbox.namespace, inbox.path))
+    adapter.publish(message(inbox, b"<copy/>"))
+    assert [m.body for m in pulled.wait_for(1, 10)] == [b"<copy/>"]
+
+
+def test_open_while_the_broker_is_down_is_retryable(node: TansuNode) -> None:
+    from wsnmom.core.adapter import AdapterUnavailable
+
+    node.kill()
+    a = KafkaAdapter(node.url, {**isolated_options(), "connect_timeout": 1.0})
+    started = time.monotonic()
+    with pytest.raises(AdapterUnavailable):
+        a.open()
+    assert time.monotonic() - started < 5
+    assert not a.available()
+    node.start()
+    a.open()
+    try:
+        assert a.available() and a.ping()
+    finally:
+        a.close()

@@ -1,0 +1,217 @@
+"""The gateway on Kafka over HTTP, beyond the shared e2e suite: native interop both ways
+with plain confluent-kafka clients (non-XML bodies included), GetCurrentMessage of a native
+record, the ``existing`` topic policy as TopicNotSupportedFault, and the broker stopped
+(SIGSTOP) or killed and restarted under a running gateway."""
+
+from __future__ import annotations
+
+import base64
+import json
+import shutil
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from lxml import etree
+
+pytest.importorskip("confluent_kafka")
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from tests.e2e.conftest import Wsn
+from tests.fixtures.brokers import TansuNode
+from tests.fixtures.server import ConsumerServer, RunningServer, free_port, kafka_gateway_url, poll
+from tests.support.soap import CONCRETE, NS, WSNMOM
+
+pytestmark = [pytest.mark.e2e, pytest.mark.kafka]
+
+NATIVE = "urn:wsnmom:native"
+
+
+def start_gateway(url: str, **env: str) -> RunningServer:
+    data_dir = Path(tempfile.mkdtemp(prefix="wsnmom-kafka-e2e-"))
+    server = RunningServer("kafka", url, data_dir, free_port(), extra_env=dict(env))
+    server.start()
+    return server
+
+
+def stop_gateway(server: RunningServer) -> None:
+    server.stop()
+    shutil.rmtree(server.data_dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def tagged(kafka_url: str) -> Iterator[tuple[RunningServer, str]]:
+    """A gateway of this module and the prefix of its Kafka topics."""
+    tag = uuid.uuid4().hex[:10]
+    server = start_gateway(kafka_gateway_url(kafka_url, tag))
+    try:
+        yield server, f"g{tag}"
+    finally:
+        stop_gateway(server)
+
+
+def concrete(wsn: Wsn, consumer: str, path: str) -> str:
+    return wsn.subscribe(consumer, f"tns:{path}", dialect=CONCRETE).address
+
+
+def native_message(element) -> tuple[str | None, str | None, str]:  # type: ignore[no-untyped-def]
+    wrapper = element.find(f"wsnt:Message/{{{WSNMOM}}}NativeMessage", NS)
+    assert wrapper is not None, etree.tostring(element)
+    return wrapper.get("contentType"), wrapper.get("encoding"), wrapper.text or ""
+
+
+def test_native_records_reach_ws_n_consumers(
+    tagged: tuple[RunningServer, str], kafka_bootstrap: str, consumer: ConsumerServer
+) -> None:
+    server, prefix = tagged
+    wsn = Wsn(server, NATIVE)
+    wsn.subscribe(consumer.address(), "tns:orders/created", dialect=CONCRETE)
+    # the subscription follows the topic once it exists (found within discovery_interval);
+    # one key keeps the records in one partition, so in order
+    producer = Producer({"bootstrap.servers": kafka_bootstrap, "acks": "all"})
+    producer.produce(f"{prefix}.orders.created", b'{"order": 17, "total": 9.5}', key=b"o")
+    producer.produce(f"{prefix}.orders.created", bytes([0, 255, 7]), key=b"o")
+    producer.produce(f"{prefix}.orders.created", b'<order xmlns="urn:o" id="18"/>', key=b"o")
+    assert producer.flush(10) == 0
+    messages = consumer.wait_for_messages(3, timeout=15)
+    first, second = native_message(messages[0]), native_message(messages[1])
+    assert first[0] == "application/json" and json.loads(first[2]) == {"order": 17, "total": 9.5}
+    assert second[:2] == ("application/octet-stream", "base64")
+    assert base64.b64decode(second[2]) == bytes([0, 255, 7])
+    xml = messages[2].find("wsnt:Message/{urn:o}order", NS)
+    assert xml is not None and xml.get("id") == "18"
+    topic = messages[0].find("wsnt:Topic", NS)
+    assert topic is not None and (topic.text or "").endswith("orders/created")
+    # GetCurrentMessage answers with the newest native record
+    gcm = (
+        f'<wsnt:GetCurrentMessage><wsnt:Topic xmlns:tns="{NATIVE}" Dialect="{CONCRETE}">'
+        "tns:orders/created</wsnt:Topic></wsnt:GetCurrentMessage>"
+    )
+    current = wsn.post(wsn.broker, gcm).ok()
+    assert current.find("{urn:o}order") is not None, etree.tostring(current)
+
+
+def test_notify_is_readable_by_a_plain_consumer(
+    tagged: tuple[RunningServer, str], kafka_bootstrap: str
+) -> None:
+    server, prefix = tagged
+    wsn = Wsn(server, NATIVE)
+    wsn.notify(("tns:orders/shipped", '<s xmlns="urn:o">42</s>'), dialect=CONCRETE)
+    consumer = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": uuid.uuid4().hex})
+    consumer.assign([TopicPartition(f"{prefix}.orders.shipped", 0, 0)])
+    try:
+        record = poll(lambda: consumer.poll(0.5), timeout=10, what="the record")
+    finally:
+        consumer.close()
+    headers = {k: (v or b"").decode() for k, v in record.headers() or []}
+    body = etree.fromstring(record.value())  # the payload element (namespaces in scope kept)
+    assert (body.tag, body.text) == ("{urn:o}s", "42")
+    assert headers["content-type"] == "application/xml"
+    assert headers["wsnmom-topic-ns"] == NATIVE
+    assert headers["wsnmom-topic-path"] == "orders/shipped"
+
+
+def test_existing_topic_policy_answers_topic_not_supported(
+    kafka_url: str, kafka_bootstrap: str
+) -> None:
+    tag = uuid.uuid4().hex[:10]
+    server = start_gateway(kafka_gateway_url(kafka_url, tag) + "&topic_policy=existing")
+    try:
+        wsn = Wsn(server, NATIVE)
+        body = (
+            f'<wsnt:Notify><wsnt:NotificationMessage><wsnt:Topic xmlns:tns="{NATIVE}" '
+            f'Dialect="{CONCRETE}">tns:not/there</wsnt:Topic><wsnt:Message><x/></wsnt:Message>'
+            "</wsnt:NotificationMessage></wsnt:Notify>"
+        )
+        answer = wsn.post(wsn.broker, body)
+        assert (answer.status, answer.fault) == (500, "TopicNotSupportedFault")
+        from confluent_kafka.admin import AdminClient, NewTopic
+
+        name = f"g{tag}.is.there"
+        admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+        admin.create_topics([NewTopic(name, 1, 1)])[name].result()
+        wsn.notify(("tns:is/there", "<x/>"), dialect=CONCRETE)  # exists now: accepted
+    finally:
+        stop_gateway(server)
+
+
+@pytest.mark.slow
+def test_broker_outage_faults_fast_then_delivers_everything_acknowledged(
+    tansu_factory: Callable[[], TansuNode], consumer: ConsumerServer
+) -> None:
+    node = tansu_factory()
+    server = start_gateway(kafka_gateway_url(node.url))
+    try:
+        wsn = Wsn(server, f"urn:test:{uuid.uuid4().hex[:8]}")
+        wsn.subscribe(consumer.address(), "tns:outage")
+        acked = []
+        for i in range(5):
+            wsn.notify(("tns:outage", f'<n xmlns="urn:n">{i}</n>'))
+            acked.append(str(i))
+        node.pause()
+        time.sleep(3.5)  # the health probe notices within health_interval + health_timeout
+        started = time.monotonic()
+        answer = wsn.post(
+            wsn.broker,
+            f'<wsnt:Notify><wsnt:NotificationMessage><wsnt:Topic xmlns:tns="{wsn.ns}" '
+            'Dialect="http://docs.oasis-open.org/wsn/t-1/TopicExpression/Simple">tns:outage'
+            '</wsnt:Topic><wsnt:Message><n xmlns="urn:n">lost</n></wsnt:Message>'
+            "</wsnt:NotificationMessage></wsnt:Notify>",
+        )
+        took = time.monotonic() - started
+        assert answer.status == 500 and answer.fault == "ResourceUnavailableFault"
+        assert took < 5.0, took
+        node.resume()
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and len(acked) < 10:
+            try:
+                wsn.notify(("tns:outage", f'<n xmlns="urn:n">{len(acked)}</n>'))
+            except AssertionError:
+                time.sleep(0.5)
+                continue
+            acked.append(str(len(acked)))
+        assert len(acked) == 10
+
+        def delivered() -> set[str]:
+            return {
+                m.findtext("wsnt:Message/{urn:n}n", namespaces=NS) or ""
+                for m in consumer.messages()
+            }
+
+        poll(lambda: set(acked) <= delivered(), timeout=20, what="every acknowledged Notify")
+    finally:
+        node.resume()
+        stop_gateway(server)
+
+
+@pytest.mark.slow
+def test_broker_restarted_empty_is_reconnected_without_a_gateway_restart(
+    tansu_factory: Callable[[], TansuNode], consumer: ConsumerServer
+) -> None:
+    node = tansu_factory()
+    server = start_gateway(kafka_gateway_url(node.url))
+    try:
+        wsn = Wsn(server, f"urn:test:{uuid.uuid4().hex[:8]}")
+        wsn.subscribe(consumer.address(), "tns:restart")
+        wsn.notify(("tns:restart", '<n xmlns="urn:n">before</n>'))
+        consumer.wait_for_messages(1, timeout=10)
+        node.restart()
+        deadline = time.monotonic() + 30
+        sent = False
+        while time.monotonic() < deadline and not sent:
+            try:
+                wsn.notify(("tns:restart", '<n xmlns="urn:n">after</n>'))
+                sent = True
+            except AssertionError:
+                time.sleep(0.5)
+        assert sent
+        messages = consumer.wait_for_messages(2, timeout=20)
+        texts = [m.findtext("wsnt:Message/{urn:n}n", namespaces=NS) for m in messages]
+        assert texts[:1] == ["before"] and "after" in texts
+        assert server.process is not None and server.process.poll() is None
+    finally:
+        stop_gateway(server)

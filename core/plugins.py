@@ -85,7 +85,6 @@ KNOWN_SCHEMES: Mapping[str, str] = {
 #: schemes of adapters that are being built but are not part of this version yet, with
 #: the middleware's name: "unknown scheme" says so instead of suggesting an extra
 PLANNED_SCHEMES: Mapping[str, str] = {
-    "kafka": "Kafka",
     "mqtt": "MQTT",
     "mqtts": "MQTT",
 }

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Type-checks core/, topic_mapping/, the log adapters, wsnmom/client/, wsnmom/shell/ and the
-# gateway test support (wsnmom.testing.gateway/.middleware) as packages of wsnmom.
+# Type-checks the whole import package wsnmom (core, topic_mapping, soap_frontend, every
+# adapter, the CLI and start-up, the clients and the test support) with strict mypy.
 # mypy cannot follow setuptools' editable-install finder for the package-dir mapping, so the
 # import package is laid out as a tree of symlinks under .typecheck/ first.
 set -euo pipefail
@@ -14,6 +14,6 @@ ln -s ../../wsnmom/shell "$root/shell"
 for d in core topic_mapping soap_frontend; do [[ -d $d ]] && ln -s "../../$d" "$root/$d"; done
 ln -s ../../../adapters/__init__.py "$root/adapters/__init__.py"
 for d in adapters/*/; do d=${d%/}; ln -s "../../../$d" "$root/$d"; done
-MYPYPATH=.typecheck exec "${MYPY:-.venv/bin/mypy}" -p wsnmom.core -p wsnmom.topic_mapping \
-  -p wsnmom.adapters.logbase -p wsnmom.adapters.filelog -p wsnmom.adapters.kafka -p wsnmom.client -p wsnmom.shell \
-  -m wsnmom.testing.gateway -m wsnmom.testing.middleware "$@"
+# every package of the distribution: core, topic_mapping, soap_frontend, the adapters, the
+# CLI and start-up, the clients and the test support
+MYPYPATH=.typecheck exec "${MYPY:-.venv/bin/mypy}" -p wsnmom "$@"

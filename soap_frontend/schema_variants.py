@@ -29,7 +29,7 @@ expression) is served as before.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Final
+from typing import Any, Final
 
 from lxml import etree
 
@@ -50,7 +50,9 @@ def _text_expression(schema: etree._Element, type_name: str) -> None:
     old = schema.find(f"{_xs('complexType')}[@name='{type_name}']")
     if old is None:
         raise KeyError(f"no complexType {type_name}")
-    new = etree.Element(_xs("complexType"), name=type_name, nsmap=old.nsmap)
+    # lxml takes a None key (the default namespace) that its stubs do not admit
+    nsmap: Any = old.nsmap
+    new = etree.Element(_xs("complexType"), name=type_name, nsmap=nsmap)
     new.text, new.tail = old.text, old.tail
     ext = etree.SubElement(etree.SubElement(new, _xs("simpleContent")), _xs("extension"))
     ext.set("base", f"{_prefix(schema, XSD)}:string")
@@ -69,7 +71,8 @@ def _explicit_any_type(schema: etree._Element) -> None:
     assert old is not None
     attribute = old.find(f".//{_xs('attribute')}[@name='dialect']")
     assert attribute is not None
-    new = etree.Element(_xs("complexType"), mixed="true", nsmap=old.nsmap)
+    nsmap: Any = old.nsmap  # a None key (default namespace): see _text_expression
+    new = etree.Element(_xs("complexType"), mixed="true", nsmap=nsmap)
     any_el = etree.SubElement(etree.SubElement(new, _xs("sequence")), _xs("any"))
     any_el.set("namespace", "##any")
     any_el.set("processContents", "lax")

@@ -246,7 +246,8 @@ def _serialize_fast(el: etree._Element) -> bytes | None:
         if prefixes:
             if el.prefix in prefixes:
                 return None
-            for name in el.keys():  # noqa: SIM118 (attribute names; iterating el gives children)
+            for attribute in el.keys():  # noqa: SIM118 (names; iterating el gives children)
+                name = str(attribute)
                 if name[0] == "{" and name[1 : name.index("}")] in INFRASTRUCTURE_NAMESPACES:
                     return None
         data = etree.tostring(el, encoding="utf-8", with_tail=False)

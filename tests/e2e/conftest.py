@@ -43,7 +43,7 @@ class Answer:
 
     @property
     def fault(self) -> str | None:
-        return fault_name(self.data) if self.status == 500 else None
+        return fault_name(self.data) if self.status in (500, 503) else None
 
     def ok(self, validate: bool = True) -> etree._Element:
         assert self.status == 200, self.data
@@ -76,7 +76,7 @@ class Wsn:
     ) -> Answer:
         data = envelope(body, version=version, **kw)
         resp = self.http.post(url, data=data, headers={"Content-Type": content_type(version)})
-        if validate and resp.status_code in (200, 500):
+        if validate and resp.status_code in (200, 500, 503):
             assert_body_valid(resp.content)
         return Answer(resp.status_code, resp.content)
 

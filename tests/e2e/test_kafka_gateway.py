@@ -163,7 +163,7 @@ def test_broker_outage_faults_fast_then_delivers_everything_acknowledged(
             "</wsnt:NotificationMessage></wsnt:Notify>",
         )
         took = time.monotonic() - started
-        assert answer.status == 500 and answer.fault == "ResourceUnavailableFault"
+        assert answer.status == 503 and answer.fault == "ResourceUnavailableFault"
         assert took < 5.0, took
         node.resume()
         deadline = time.monotonic() + 20

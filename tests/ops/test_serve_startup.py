@@ -157,7 +157,10 @@ def test_unusable_adapter_url_or_options(
 
 def test_kafka_cluster_that_does_not_answer(tmp_path: Path) -> None:
     url = f"kafka://127.0.0.1:{free_port()}?connect_timeout=1"
-    result = run_serve(["--adapter", url, "--port", str(free_port())], serve_env(tmp_path))
+    result = run_serve(
+        ["--adapter", url, "--port", str(free_port()), "--wait-for-middleware", "2"],
+        serve_env(tmp_path),
+    )
     _expect(result, ExitStatus.MIDDLEWARE_UNREACHABLE, "Kafka cluster", "does not answer")
 
 

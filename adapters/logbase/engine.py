@@ -167,7 +167,11 @@ class CursorEngine:
         for thread in self._threads:
             thread.join(timeout=10)
         self._threads = []
-        self._flush_positions(final=True)
+        try:
+            self._flush_positions(final=True)
+        except Exception:
+            # the head's commit below still stays behind every cursor not saved
+            log.warning("saving subscription positions at close failed", exc_info=True)
         head = self._head_reader
         if head is not None:
             try:
@@ -750,12 +754,27 @@ class CursorEngine:
             deletes = {n for n in self._to_delete if n not in changes}
             self._to_delete = set()
         if changes:
-            store.save(changes)
+            try:
+                store.save(changes)
+            except Exception:
+                with self.lock:
+                    # saved again next time, and meanwhile they pin the head's commit
+                    for name in changes:
+                        live = self._cursors.get(name)
+                        if live is not None and not live.attached:
+                            live.dirty = True
+                    self._to_delete |= deletes
+                raise
             with self.lock:
                 for name, positions in changes.items():
                     self._stored[name] = positions
         if deletes:
-            store.delete(deletes)
+            try:
+                store.delete(deletes)
+            except Exception:
+                with self.lock:
+                    self._to_delete |= deletes  # tried again next time
+                raise
             with self.lock:
                 for name in deletes:
                     live = self._cursors.get(name)

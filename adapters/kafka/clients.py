@@ -142,8 +142,14 @@ class Health:
 
 
 def client_hooks(health: Health) -> dict[str, Any]:
-    """The configuration entries that connect a client to ``health`` and logging."""
-    return {"error_cb": health.error_cb, "logger": kafka_logger}
+    """The configuration entries that connect a client to ``health`` and logging.
+
+    librdkafka's log lines are queued (``log.queue``) and handed to Python logging by the
+    client's own ``poll``/``consume`` (the publisher's poll thread, the readers, the
+    health probe), never from librdkafka's threads: with a ``logger`` called from them, the
+    producer's broker thread spent 285-550 us of CPU per message instead of 70-130 under
+    16 concurrent publishing threads (even with no line logged), halving the throughput."""
+    return {"error_cb": health.error_cb, "logger": kafka_logger, "log.queue": True}
 
 
 # -- records --------------------------------------------------------------------------------

@@ -377,9 +377,10 @@ class KafkaPositionStore:
         timed_out = self._save(changes)
         if timed_out:
             self._renew("a request timed out")
-            still = self._save({n: changes[n] for n in timed_out})
-            if still:
-                raise AdapterError(f"saving positions timed out for {len(still)} cursor(s)")
+            timed_out = self._save({n: changes[n] for n in timed_out})
+        self._admin.poll(0)  # its queued log lines and errors
+        if timed_out:
+            raise AdapterError(f"saving positions timed out for {len(timed_out)} cursor(s)")
 
     def _save(self, changes: Mapping[str, Mapping[StreamId, int]]) -> list[str]:
         """Write; the names whose request timed out (other failures raise)."""

@@ -74,6 +74,21 @@ class _Consuming:
         #: next offset expected per assigned stream
         self._next: dict[StreamId, int] = {}
 
+    def _take(self, max_records: int, timeout: float) -> list[Message]:
+        """Up to ``max_records`` messages, returning as soon as the first is there.
+
+        ``Consumer.consume(n, timeout)`` waits until it has ``n`` messages or the timeout
+        ran out, so a lone record waited the whole timeout (20 ms on the head) before it
+        was dispatched.  Instead: what is queued now, else one ``poll`` that returns on
+        the first arrival, then whatever came with it."""
+        messages = self._consumer.consume(max_records, 0)
+        if messages or timeout <= 0:
+            return messages
+        first = self._consumer.poll(timeout)
+        if first is None:
+            return []
+        return [first, *self._consumer.consume(max_records - 1, 0)] if max_records > 1 else [first]
+
     def _earliest(self, stream: StreamId) -> int:
         low, _ = self._consumer.get_watermark_offsets(TopicPartition(*stream), timeout=5)
         return max(0, int(low))
@@ -131,7 +146,7 @@ class KafkaReader(_Consuming):
 
     def poll(self, max_records: int, timeout: float) -> Sequence[Item]:
         """Up to ``max_records`` records, waiting up to ``timeout`` for the first."""
-        return self._convert(self._consumer.consume(max_records, timeout))
+        return self._convert(self._take(max_records, timeout))
 
 
 class KafkaHeadReader(_Consuming):
@@ -271,7 +286,7 @@ class KafkaHeadReader(_Consuming):
         if self._pending:
             pending, self._pending = self._pending, []
             return pending
-        items = self._convert(self._consumer.consume(max_records, timeout))
+        items = self._convert(self._take(max_records, timeout))
         observe = self._backend.observe
         if observe is not None:
             for item in items:

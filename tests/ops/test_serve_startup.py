@@ -374,3 +374,6 @@ def test_banner_hides_the_password() -> None:
 
     assert redact("amqp://wsn:s3cret@rabbit:5672/v") == "amqp://wsn:***@rabbit:5672/v"
     assert redact("embedded:///var/lib/wsnmom") == "embedded:///var/lib/wsnmom"
+    # a Kafka bootstrap list with a SASL user part and librdkafka properties
+    kafka = "kafka://gw:hunter2@k1:9092,k2:9092?security.protocol=SASL_SSL"
+    assert redact(kafka) == "kafka://gw:***@k1:9092,k2:9092?security.protocol=SASL_SSL"

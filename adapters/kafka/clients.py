@@ -186,26 +186,31 @@ def _headers(raw: Any) -> dict[str, str]:
 
 
 def record_from_message(message: Message, mapping: KafkaMapping) -> LogRecord:
-    """The ``LogRecord`` of a consumed message (no error)."""
+    """The ``LogRecord`` of a consumed message (no error).  Only what routing needs is
+    converted now (the WS topic: for a per-path topic the mapping's cached answer, else
+    from the key and headers); body, headers, media type and timestamp on first use."""
     log_name = message.topic()
     assert log_name is not None
-    headers = _headers(message.headers())
-    body = message.value() or b""
-    content_type = ""
-    for name in _CONTENT_TYPE_HEADERS:
-        value = headers.pop(name, None)
-        if value and not content_type:
-            content_type = value
-    if not content_type:
-        content_type = sniff_content_type(body)
-    kind, millis = message.timestamp()
-    stamp = datetime.fromtimestamp(millis / 1000, UTC) if kind and millis > 0 else None
+    headers: dict[str, str] | None = None
+    topic = mapping.cached_log_topic(log_name)
+    if topic is None:
+        headers = _headers(message.headers())
+        topic = mapping.record_topic(log_name, message.key(), headers)
+
+    def details() -> tuple[bytes, dict[str, str], str, datetime | None]:
+        found = dict(headers) if headers is not None else _headers(message.headers())
+        body = message.value() or b""
+        content_type = ""
+        for name in _CONTENT_TYPE_HEADERS:
+            value = found.pop(name, None)
+            if value and not content_type:
+                content_type = value
+        if not content_type:
+            content_type = sniff_content_type(body)
+        kind, millis = message.timestamp()
+        stamp = datetime.fromtimestamp(millis / 1000, UTC) if kind and millis > 0 else None
+        return body, found, content_type, stamp
+
     return LogRecord(
-        stream=(log_name, message.partition() or 0),
-        offset=message.offset() or 0,
-        topic=mapping.record_topic(log_name, message.key(), headers),
-        body=body,
-        headers=headers,
-        content_type=content_type,
-        timestamp=stamp,
+        (log_name, message.partition() or 0), message.offset() or 0, topic, details=details
     )

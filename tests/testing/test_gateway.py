@@ -5,16 +5,18 @@ comes from."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+import socket
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
+import requests
 
 from wsnmom.client import NotificationConsumer
 from wsnmom.testing import middleware
-from wsnmom.testing.gateway import GatewayFailed, start_gateway
+from wsnmom.testing.gateway import Gateway, GatewayFailed, free_port, start_gateway
 from wsnmom.testing.middleware import MiddlewareUnavailable, resolve_middleware
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "testing.md"
@@ -159,3 +161,50 @@ def test_fixture_without_middleware(
     )
     result.assert_outcomes(**outcome)
     result.stdout.fnmatch_lines(["*wsnmom_gateway: no built-in way to provide middleware*"])
+
+
+# --- ports ------------------------------------------------------------------------------------
+@pytest.fixture
+def occupied() -> Iterator[Callable[[int], None]]:
+    """Listen on given ports (as another program would) until the test ends."""
+    sockets: list[socket.socket] = []
+
+    def occupy(port: int) -> None:
+        s = socket.socket()
+        s.bind(("127.0.0.1", port))
+        s.listen()
+        sockets.append(s)
+
+    yield occupy
+    for s in sockets:
+        s.close()
+
+
+def test_a_first_start_moves_off_a_taken_port_a_restart_does_not(
+    tmp_path: Path, occupied: Callable[[int], None]
+) -> None:
+    gateway = Gateway("embedded", f"embedded://{tmp_path / 'mw'}", tmp_path)
+    taken = gateway.port
+    occupied(taken)  # taken between picking the port and binding it
+    try:
+        gateway.start()
+        assert gateway.running and gateway.port != taken
+        assert requests.get(gateway.base_url + "/healthz", timeout=5).status_code == 200
+        assert "already in use" in gateway.log_tail()
+        moved = gateway.port
+        gateway.stop()
+        occupied(moved)
+        with pytest.raises(GatewayFailed, match="wsnmom serve exited"):
+            gateway.start()  # a restart keeps its port: the gateway's addresses hold it
+        assert gateway.port == moved and gateway.port_taken()
+    finally:
+        gateway.stop()
+
+
+def test_a_given_port_never_moves(tmp_path: Path, occupied: Callable[[int], None]) -> None:
+    port = free_port()
+    occupied(port)
+    gateway = Gateway("embedded", f"embedded://{tmp_path / 'mw'}", tmp_path, port)
+    with pytest.raises(GatewayFailed, match="wsnmom serve exited"):
+        gateway.start()
+    assert gateway.port == port and gateway.port_taken() and not gateway.running

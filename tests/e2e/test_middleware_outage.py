@@ -17,7 +17,7 @@ import pytest
 import requests
 
 from tests.fixtures.brokers import RabbitNode
-from tests.fixtures.server import ConsumerServer, RunningServer, free_port
+from tests.fixtures.server import ConsumerServer, RunningServer
 from tests.support.soap import content_type, envelope, fault_name, notify_body, subscribe_body
 
 pytestmark = [pytest.mark.rabbitmq, pytest.mark.e2e]
@@ -35,7 +35,7 @@ OUTAGE_ENV = {
 @pytest.fixture
 def gateway(rabbitmq_node: RabbitNode) -> Iterator[RunningServer]:
     data_dir = Path(tempfile.mkdtemp(prefix="wsnmom-outage-"))
-    server = RunningServer("rabbitmq", rabbitmq_node.url, data_dir, free_port(), OUTAGE_ENV)
+    server = RunningServer("rabbitmq", rabbitmq_node.url, data_dir, extra_env=OUTAGE_ENV)
     try:
         yield server
     finally:

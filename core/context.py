@@ -26,6 +26,7 @@ from wsnmom.core.observers import Observers
 from wsnmom.core.ports import OutboundSoap
 from wsnmom.core.registry import Registry
 from wsnmom.core.store import Store
+from wsnmom.core.topic_stats import TopicStats
 from wsnmom.topic_mapping.namespaces import TopicSet
 
 __all__ = ["BrokerContext"]
@@ -69,6 +70,8 @@ class BrokerContext:
         self.observers = observers
         self._clock = clock
         self.registry = Registry(self.now)
+        #: messages and rates per topic, for operators
+        self.topic_stats = TopicStats()
         #: limits the middleware leaves to core
         self.limit_keeper = LimitKeeper(adapter, self.limits())
         #: fails operations fast while the broker cannot serve them

@@ -48,6 +48,27 @@ T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
+class ChannelStatus:
+    """A channel's delivery state as operators see it (``Channel.status``); times are
+    POSIX seconds."""
+
+    #: consuming (False while paused, after a give-up, or closed)
+    active: bool
+    #: consecutive failed attempts of the batch being retried (0: none failing)
+    failures: int
+    #: when that batch is tried again, None when no retry is scheduled
+    retry_at: float | None
+    #: why the last attempt failed, None after a success
+    last_error: str | None
+    #: messages delivered since the gateway started
+    delivered: int
+    #: when the last delivery succeeded, None before the first
+    last_delivery: float | None
+    #: messages held in memory (received, not yet settled)
+    held: int
+
+
+@dataclass(frozen=True, slots=True)
 class Backoff:
     """Retry schedule (seconds)."""
 
@@ -88,17 +109,20 @@ class Channel(Generic[T]):
 
     __slots__ = (
         "_closed",
+        "_error",
         "_failures",
         "_gen",
+        "_last_delivery",
         "_lock",
         "_pending",
         "_queue",
         "_rerun",
+        "_retry_at",
         "_running",
         "_scheduled",
         "_stopped",
-        "attempts",
         "batch_size",
+        "delivered",
         "engine",
         "handle",
         "name",
@@ -141,8 +165,12 @@ class Channel(Generic[T]):
         self._rerun = False
         self._stopped = True
         self._closed = False
-        #: timestamps (monotonic) of every send attempt, for tests and diagnostics
-        self.attempts: list[float] = []
+        #: operators' view (``status``): when the pending batch is retried (POSIX
+        #: seconds, 0: not scheduled), the last failure, deliveries and the last one
+        self._retry_at = 0.0
+        self._error: str | None = None
+        self.delivered = 0
+        self._last_delivery = 0.0
 
     # -- lifecycle -------------------------------------------------------------------------
     @property
@@ -162,6 +190,7 @@ class Channel(Generic[T]):
                 return
             self._stopped = False
             self._failures = 0
+            self._retry_at = 0.0
             self._gen += 1
             self._scheduled = False
             self._queue = None
@@ -177,6 +206,7 @@ class Channel(Generic[T]):
             self._stopped = True
             self._gen += 1
             self._scheduled = False
+            self._retry_at = 0.0
             self._queue = None
             if not self._running:
                 self._pending = []
@@ -191,6 +221,19 @@ class Channel(Generic[T]):
     def held(self) -> int:
         """Messages held in memory (queued plus pending)."""
         return len(self._queue or ()) + len(self._pending)
+
+    def status(self) -> ChannelStatus:
+        """The delivery state for operators (the admin page and API)."""
+        with self._lock:
+            return ChannelStatus(
+                active=not self._stopped and not self._closed,
+                failures=self._failures,
+                retry_at=self._retry_at or None,
+                last_error=self._error,
+                delivered=self.delivered,
+                last_delivery=self._last_delivery or None,
+                held=len(self._queue or ()) + len(self._pending),
+            )
 
     # -- adapter callback ------------------------------------------------------------------
     def on_message(self, received: Received) -> None:
@@ -247,7 +290,6 @@ class Channel(Generic[T]):
                     pending.append((received, item))
             batch = [item for _, item in pending if item is not None]
             if batch:
-                self.attempts.append(time.monotonic())
                 try:
                     self.send(batch)
                 except DeliveryFailed as exc:
@@ -270,11 +312,18 @@ class Channel(Generic[T]):
         reschedule = False
         with self._lock:
             current = gen == self._gen and not self._stopped
+            self._retry_at = 0.0
             if ok:
                 self._pending = [] if current else self._pending
                 self._failures = 0
+                sent = sum(1 for _, item in pending if item is not None)
+                if sent:
+                    self.delivered += sent
+                    self._last_delivery = time.time()
+                    self._error = None
             elif pending:
                 metrics.DELIVERY_FAILURES.inc()
+                self._error = reason
                 if current:
                     self._failures += 1
                     policy = self.engine.backoff
@@ -286,6 +335,7 @@ class Channel(Generic[T]):
                         self._pending = []
                     else:
                         delay = policy.delay(self._failures)
+                        self._retry_at = time.time() + delay
             if not current and not self._running and self._pending is pending:
                 # stopped (or restarted) meanwhile: the handle redelivers what is unsettled
                 self._pending = []

@@ -153,6 +153,8 @@ class Inbound:
                 f"the middleware did not confirm the notifications: {exc}"
             ) from exc
         metrics.NOTIFICATIONS_IN.inc(len(messages))
+        if route is None:
+            ctx.topic_stats.count(m.topic for m in messages)
         ctx.observers.published(messages, receipts)
         if route is None and not capabilities.retained_current_message:
             for m in messages:

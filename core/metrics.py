@@ -48,6 +48,11 @@ NOTIFICATIONS_DROPPED = Counter(
     "Notifications dropped by the gateway to keep a backlog within limits.max_messages",
     registry=REGISTRY,
 )
+NOTIFICATIONS_PURGED = Counter(
+    "wsnmom_notifications_purged",
+    "Notifications dropped by an operator's purge of a subscription or pull point",
+    registry=REGISTRY,
+)
 DELIVERY_FAILURES = Counter(
     "wsnmom_delivery_failures", "Failed outbound Notify attempts", registry=REGISTRY
 )

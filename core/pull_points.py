@@ -143,6 +143,32 @@ class PullPoints:
         ctx.observers.delivered(out, pull_point_id)
         return out
 
+    def purge(self, pull_point_id: str) -> int | None:
+        """An operator's purge: drop every message waiting in the pull point (core's pull
+        buffer included); returns how many the middleware dropped (None: it cannot tell).
+
+        :raises NotImplementedError: the middleware can neither purge nor count.
+        """
+        ctx = self._ctx
+        state = ctx.registry.live_pull_point(pull_point_id)
+        with state.lock:  # no GetMessages meanwhile
+            buffer = state.buffer
+            try:
+                if buffer is not None:
+                    buffer.stop()  # buffered messages go back to the middleware, then go
+                dropped = state.handle.purge()
+            except AdapterError as exc:
+                raise ctx.gate.fault(
+                    exc, errors.ResourceUnavailable(f"the middleware failed: {exc}")
+                ) from exc
+            finally:
+                if buffer is not None:
+                    buffer.start()
+        log.warning("pull point %s purged: %s message(s) dropped", pull_point_id, dropped)
+        if dropped:
+            metrics.NOTIFICATIONS_PURGED.inc(dropped)
+        return dropped
+
     def notify(self, pull_point_id: str, messages: Sequence[InboundNotification]) -> None:
         """Notify sent to a pull point: accumulate as received (PP-05)."""
         self._ctx.registry.live_pull_point(pull_point_id)

@@ -17,6 +17,7 @@ broker's parts and delegates to them.
 ``core.registrations``    RegisterPublisher, DestroyRegistration
 ``core.recovery``         restore from the store at start
 ``core.sweep``            expiry and overflow ends
+``core.operations``       what operators see (all resources, delivery state, topics)
 ========================  ===========================================================
 
 Resource ids are unguessable (``new_resource_id``); addresses follow ``core.addresses``.
@@ -54,6 +55,7 @@ from wsnmom.core.model import (
     Subscription,
 )
 from wsnmom.core.observers import Observers
+from wsnmom.core.operations import Operations, Overview, SubscriptionStatus
 from wsnmom.core.outbound_policy import address_refusal
 from wsnmom.core.periodic import PeriodicTask
 from wsnmom.core.policy import BrokerPolicy, build_policy
@@ -159,6 +161,7 @@ class BrokerService:
             interval=demand_interval,
         )
         self.registrations = Registrations(ctx, self.demand)
+        self.operations = Operations(ctx)
         self.sweeper = Sweeper(ctx, self.subscriptions, self.pull_points, self.registrations)
         self.lifetimes = PeriodicTask(
             self.sweeper.sweep,
@@ -311,6 +314,25 @@ class BrokerService:
         """Administrative removal: destroy and publish SubscriptionEnd (NCIA Annex 1)."""
         self._gate.require_ready()
         self.subscriptions.end(subscription_id, reason)
+
+    # -- operators ------------------------------------------------------------------------
+    def overview(self) -> Overview:
+        """Every live resource with its state, the topics and the health (admin page)."""
+        return self.operations.overview()
+
+    def subscription_status(self, subscription_id: str) -> SubscriptionStatus:
+        """One subscription with its backlog and delivery state."""
+        return self.operations.subscription(subscription_id)
+
+    def purge_subscription(self, subscription_id: str) -> int | None:
+        """Drop every message waiting for the subscription; how many (None: unknown)."""
+        self._gate.require_middleware()
+        return self.subscriptions.purge(subscription_id)
+
+    def purge_pull_point(self, pull_point_id: str) -> int | None:
+        """Drop every message waiting in the pull point; how many (None: unknown)."""
+        self._gate.require_middleware()
+        return self.pull_points.purge(pull_point_id)
 
     # -- NotificationConsumer / current message -------------------------------------------
     def notify(self, messages: Sequence[InboundNotification]) -> None:

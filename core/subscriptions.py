@@ -281,6 +281,40 @@ class Subscriptions:
             ctx.store.put_subscription(state.record)
         ctx.wake_demand()
 
+    def purge(self, subscription_id: str) -> int | None:
+        """An operator's purge: drop every message waiting for the subscription, those
+        its delivery holds in memory (a batch being retried) included; returns how many
+        the middleware dropped (None: it cannot tell).  A subscription routed at publish
+        time into its pull point holds nothing of its own (0).
+
+        :raises NotImplementedError: the middleware can neither purge nor count.
+        """
+        ctx = self._ctx
+        state = ctx.registry.live_subscription(subscription_id)
+        with ctx.registry.lock:
+            handle = state.handle
+            if handle is None:
+                return 0
+            channel = ctx.engine.channel(subscription_id)
+            restart = channel is not None and channel.active
+            try:
+                if restart:
+                    assert channel is not None
+                    channel.stop()  # what it held goes back to the middleware, then goes
+                dropped = handle.purge()
+            except AdapterError as exc:
+                raise ctx.gate.fault(
+                    exc, errors.ResourceUnavailable(f"the middleware failed: {exc}")
+                ) from exc
+            finally:
+                if restart:
+                    assert channel is not None
+                    channel.start()
+        log.warning("subscription %s purged: %s message(s) dropped", subscription_id, dropped)
+        if dropped:
+            metrics.NOTIFICATIONS_PURGED.inc(dropped)
+        return dropped
+
     # -- ends ------------------------------------------------------------------------------
     def end(self, subscription_id: str, reason: str) -> None:
         """Administrative removal: destroy and publish SubscriptionEnd (NCIA Annex 1)."""

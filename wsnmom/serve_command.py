@@ -19,10 +19,10 @@ import sys
 import traceback
 from types import FrameType
 from typing import NoReturn
-from urllib.parse import urlsplit, urlunsplit
 
 import click
 
+from wsnmom.core.addresses import redact_url
 from wsnmom.core.config import Settings, load_settings
 from wsnmom.logs import configure_logging
 from wsnmom.startup import StartupError, explain, open_listeners
@@ -49,17 +49,8 @@ def _raise_exit(signum: int, frame: FrameType | None) -> None:
     raise SystemExit(0)
 
 
-def redact(url: str) -> str:
-    """``url`` without its password (for logs and the banner)."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return url
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.rpartition("@")[2]
-    user = parts.username or ""
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc}"))
+#: ``url`` without its password (for logs and the banner)
+redact = redact_url
 
 
 def _fail(error: StartupError, exc: BaseException | None, debug: bool) -> NoReturn:

@@ -189,6 +189,22 @@ class MiddlewareSettings:
     wait: float = field(default=0.0, metadata=limits(0))
 
 
+#: field metadata of a secret: never shown (origins and messages say ``***``)
+def _secret() -> dict[str, Any]:
+    return {**limits(check="secret"), "secret": True}
+
+
+@dataclass(slots=True)
+class AdminSettings:
+    """The admin page (``/admin``) and its API."""
+
+    #: signing in with this token enables the page's actions (pause, resume, unsubscribe,
+    #: purge) for a session; unset, the page is read-only.  At least 16 characters
+    token: str | None = field(default=None, repr=False, metadata=_secret())
+    #: how long a sign-in lasts
+    session: timedelta = field(default=timedelta(hours=8), metadata=limits(above=0))
+
+
 @dataclass(slots=True)
 class Settings:
     """Everything the gateway can be configured with."""
@@ -238,6 +254,7 @@ class Settings:
     delivery: DeliverySettings = field(default_factory=DeliverySettings)
     outbound: OutboundSettings = field(default_factory=OutboundSettings)
     middleware: MiddlewareSettings = field(default_factory=MiddlewareSettings)
+    admin: AdminSettings = field(default_factory=AdminSettings)
     #: dotted setting name -> where its value came from ("WSNMOM_PORT=9090", a file,
     #: "--port=9090"); settings left at their default are absent
     origins: dict[str, str] = field(
@@ -407,6 +424,8 @@ class _Loader:
         origin: str,
         dotted: str,
     ) -> None:
+        if spec.metadata.get("secret") and "=" in origin:
+            origin = origin.split("=", 1)[0] + "=***"  # never echo a secret
         try:
             converted = convert(value, tp, spec.metadata)
         except InvalidValue as exc:

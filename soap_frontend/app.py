@@ -12,8 +12,9 @@ Endpoints
     ``GET  /wsn/schemas/<name>``         the OASIS XSDs the WSDL imports
     ``GET  /wsn/policy``                 the broker policy document
     ``GET  /healthz`` ``/readyz`` ``/metrics``
-    ``GET  /wsn/admin/api/subscriptions[/<id>]``  read-only JSON list (loopback clients only,
-                                        see :mod:`.admin_api`)
+    ``GET  /admin``                      the admin page (:mod:`.admin_page`)
+    ``GET  /wsn/admin/api/...``          its JSON API; ``POST`` for operators' actions
+                                        (loopback clients read, admins act: :mod:`.admin_api`)
 
 Every response carries ``X-Request-Id`` (the client's, or a new one), which log records
 emitted while handling the request carry too (:mod:`.request_ids`).
@@ -112,8 +113,11 @@ def _setting(settings: Any, names: tuple[str, ...], default: Any) -> Any:
     return default
 
 
-def create_app(service: Any, settings: Any = None) -> Flask:
-    """Create the WSGI application serving the WS-N endpoints for ``service``."""
+def create_app(service: Any, settings: Any = None, *, identity: Any = None) -> Flask:
+    """Create the WSGI application serving the WS-N endpoints for ``service``.
+
+    ``identity`` tells who calls the admin page and API (an :class:`.admin_auth.Identity`);
+    by default :class:`.admin_auth.TokenIdentity` over ``settings.admin``."""
     app = Flask("wsnmom.soap_frontend")
     app.config["MAX_CONTENT_LENGTH"] = int(
         _setting(
@@ -151,9 +155,19 @@ def create_app(service: Any, settings: Any = None) -> Flask:
     meta.add_url_rule("/metrics", "metrics", _metrics_view)
     app.register_blueprint(meta)
 
-    from .admin_api import admin_api
+    from .admin_api import AdminState, admin_api
+    from .admin_auth import TokenIdentity
+    from .admin_page import admin_page
 
+    if identity is None:
+        admin = getattr(settings, "admin", None)
+        identity = TokenIdentity(
+            getattr(admin, "token", None),
+            admin.session.total_seconds() if admin is not None else 8 * 3600.0,
+        )
+    app.extensions["wsnmom.admin"] = AdminState(identity)
     app.register_blueprint(admin_api)
+    app.register_blueprint(admin_page)
 
     from .fastpath import SoapFastPath
     from .request_ids import RequestIds

@@ -59,7 +59,7 @@
     return el("span", { title: [dialect, ...namespaces].join("\n") },
       el("code", {}, expr.text), el("span", { class: "dialect" }, dialect));
   }
-  const shortId = (id) => el("span", { class: "id", title: id }, id.length > 14 ? `${id.slice(0, 12)}…` : id);
+  const shortId = (id) => el("span", { class: "id", title: id }, id.length > 12 ? `${id.slice(0, 10)}…` : id);
 
   function cell(key, cls, value, title) {
     const td = el("td", { class: cls, title }, value);
@@ -160,9 +160,38 @@
     renderRegistrations(data.registrations, t.registrations);
   }
 
+  // Rows are updated in place, keyed by data-key: a cell is replaced only when what it
+  // shows changed, so buttons, hover and text selection survive a refresh.
+  function patchRow(row, fresh) {
+    for (const name of fresh.getAttributeNames()) row.setAttribute(name, fresh.getAttribute(name));
+    const cells = Array.from(fresh.children);
+    const old = Array.from(row.children);
+    cells.forEach((cellNode, i) => {
+      const before = old[i];
+      if (!before) { row.append(cellNode); return; }
+      const same = before.className.replace(" changed", "") === cellNode.className.replace(" changed", "")
+        && before.title === cellNode.title
+        && (cellNode.dataset.sig !== undefined
+          ? before.dataset.sig === cellNode.dataset.sig
+          : before.innerHTML === cellNode.innerHTML);
+      if (!same) row.replaceChild(cellNode, before);
+    });
+    old.slice(cells.length).forEach((extra) => extra.remove());
+  }
+
   function fill(name, rows, total) {
     const body = document.querySelector(`#${name} tbody`);
-    body.replaceChildren(...rows);
+    const existing = new Map(Array.from(body.children).map((r) => [r.dataset.key, r]));
+    const keep = new Set();
+    rows.forEach((fresh, i) => {
+      const key = fresh.dataset.key;
+      const row = existing.get(key);
+      let node = fresh;
+      if (row) { patchRow(row, fresh); node = row; }
+      keep.add(key);
+      if (body.children[i] !== node) body.insertBefore(node, body.children[i] || null);
+    });
+    for (const [key, row] of existing) if (!keep.has(key)) row.remove();
     $(`empty-${name}`).hidden = rows.length > 0;
     $(`count-${name}`).textContent = rows.length < total ? `(${rows.length} of ${total})` : `(${total})`;
   }
@@ -179,14 +208,14 @@
       const failing = d && d.failures > 0;
       const state = failing ? "failing" : s.state;
       const key = (field) => `s/${s.id}/${field}`;
-      const actions = el("td", { class: "actions" },
+      const actions = el("td", { class: "actions", "data-sig": s.state },
         s.state === "paused"
           ? button("Resume", (b) => act(b, "subscriptions", s.id, "resume"))
           : button("Pause", (b) => act(b, "subscriptions", s.id, "pause")),
         button("Purge", (b) => act(b, "subscriptions", s.id, "purge", "Drop every message waiting for this subscription?"), true),
         button("Unsubscribe", (b) => act(b, "subscriptions", s.id, "unsubscribe", "End this subscription?"), true));
       const consumer = s.pull_point ? `pull point ${s.pull_point}` : s.consumer;
-      return el("tr", { "data-id": s.id, "data-state": s.state },
+      return el("tr", { "data-key": s.id, "data-id": s.id, "data-state": s.state },
         el("td", {}, shortId(s.id)),
         el("td", { class: "wrap" }, el("code", {}, consumer)),
         el("td", { class: "wrap" }, expression(s.topic)),
@@ -202,20 +231,20 @@
   }
 
   function renderPullPoints(items, total) {
-    fill("pull-points", items.map((p) => el("tr", { "data-id": p.id },
+    fill("pull-points", items.map((p) => el("tr", { "data-key": p.id, "data-id": p.id },
       el("td", {}, shortId(p.id)),
       el("td", {}, p.name || ""),
       cell(`p/${p.id}/waiting`, "num waiting", number(p.waiting)),
       el("td", { class: "wrap" }, p.feeding.length ? `${p.feeding.length} subscription(s)` : "Notify only"),
       el("td", { title: when(p.created) }, relative(p.created)),
       el("td", { title: when(p.terminates) }, p.terminates ? relative(p.terminates) : "never"),
-      el("td", { class: "actions" },
+      el("td", { class: "actions", "data-sig": "purge" },
         button("Purge", (b) => act(b, "pullpoints", p.id, "purge", "Drop every message waiting in this pull point?"), true)))),
     total);
   }
 
   function renderTopics(items, total) {
-    fill("topics", items.map((t) => el("tr", { "data-topic": t.topic },
+    fill("topics", items.map((t) => el("tr", { "data-key": t.topic, "data-topic": t.topic },
       el("td", { class: "wrap", title: t.namespace }, el("code", {}, t.path), el("span", { class: "dialect" }, t.namespace)),
       cell(`t/${t.topic}/messages`, "num messages", number(t.messages)),
       el("td", { class: "num rate" }, `${t.rate.toFixed(1)}/s`),
@@ -224,7 +253,7 @@
   }
 
   function renderRegistrations(items, total) {
-    fill("registrations", items.map((r) => el("tr", { "data-id": r.id },
+    fill("registrations", items.map((r) => el("tr", { "data-key": r.id, "data-id": r.id },
       el("td", {}, shortId(r.id)),
       el("td", { class: "wrap" }, el("code", {}, r.publisher || "(anonymous)")),
       el("td", { class: "wrap" }, ...(r.topics.length ? r.topics.map((x) => el("div", {}, expression(x))) : ["(any)"])),

@@ -35,7 +35,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import SplitResult, parse_qs, urlsplit
 
 from flask import Blueprint, Flask, Response, current_app, request
 from lxml import etree
@@ -345,6 +345,16 @@ def _broker_address(service: Any) -> str:
     return str(addr() if callable(addr) else addr)
 
 
+def _split_to(req: SoapRequest) -> SplitResult:
+    """``wsa:To`` split into URL parts; a value that is no URL (``http://[::1``) counts as
+    no ``wsa:To``: it names no resource, so the operation gets the fault it would get
+    without one, never an internal error."""
+    try:
+        return urlsplit(req.addressing.to or "")
+    except ValueError:
+        return urlsplit("")
+
+
 def _resolve(
     role: Role, resource_id: str | None, kind: Role, req: SoapRequest, args: Mapping[str, str]
 ) -> str:
@@ -353,7 +363,7 @@ def _resolve(
         return resource_id
     to = req.addressing.to
     if to:
-        parts = urlsplit(to)
+        parts = _split_to(req)
         m = _PATH_RE.search(parts.path)
         if m and m.group(1) == kind.value:
             return m.group(2)
@@ -437,7 +447,7 @@ def _wsrl_destroy(
     destroyable."""
     target, rid = role, resource_id
     if role is Role.BROKER:
-        match = _PATH_RE.search(urlsplit(req.addressing.to or "").path)
+        match = _PATH_RE.search(_split_to(req).path)
         if match is None:
             raise errors.ResourceUnknown(
                 "wsrf-rl:Destroy needs a subscription, pull point or "
@@ -489,7 +499,7 @@ def _property_table(
     target_role, rid = role, resource_id
     if role is Role.BROKER:
         # a resource's properties asked at the broker URL: find it from the headers
-        to_match = _PATH_RE.search(urlsplit(req.addressing.to or "").path)
+        to_match = _PATH_RE.search(_split_to(req).path)
         if to_match:
             target_role, rid = Role(to_match.group(1)), to_match.group(2)
         elif (header_id := _resource_id_header(req)) is not None:

@@ -274,6 +274,11 @@ def test_check_not_a_broker(wsnmom_server: RunningServer) -> None:
     assert code == 1 and "verdict:      nothing answers" in out
     code, _, err = run("check", "not-a-url")
     assert code == 2 and "is not an http(s) URL" in err
+    for url in ("http://[::1", "http://127.0.0.1:x/wsn/broker"):
+        code, _, err = run("check", url)
+        assert code == 2 and "is not an http(s) URL" in err and "Traceback" not in err
+        code, _, err = run("subscriptions", "list", "--broker", url)
+        assert code == 2 and "Invalid value for '--broker'" in err
 
 
 def test_subscriptions_list_needs_the_admin_api(wsnmom_server: RunningServer) -> None:

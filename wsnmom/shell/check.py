@@ -71,7 +71,11 @@ class Report:
 def broker_url(url: str) -> str:
     """The endpoint to check: ``URL`` without its query; a bare base URL means the gateway's
     ``/wsn/broker``."""
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - a port that is no number raises ValueError
+    except ValueError as exc:
+        raise click.BadParameter(f"{url!r} is not an http(s) URL ({exc})", param_hint="URL")
     if not parts.scheme or not parts.netloc:
         raise click.BadParameter(f"{url!r} is not an http(s) URL", param_hint="URL")
     path = parts.path if parts.path not in ("", "/") else "/wsn/broker"

@@ -9,6 +9,7 @@ import sys
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 import click
 from lxml import etree
@@ -65,9 +66,22 @@ def broker_options(func: F) -> F:
         default=DEFAULT_BROKER,
         show_default=True,
         metavar="URL",
+        callback=_http_url,
         help="The broker's NotificationBroker endpoint.",
     )(func)
     return func
+
+
+def _http_url(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    """``value`` when it is an http(s) URL with a host (a usage error otherwise)."""
+    try:
+        parts = urlsplit(value)
+        parts.port  # noqa: B018 - a port that is no number raises ValueError
+    except ValueError as exc:
+        raise click.BadParameter(f"{value!r} is not an http(s) URL ({exc})") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise click.BadParameter(f"{value!r} is not an http(s) URL")
+    return value
 
 
 def make_client(broker: str, ns_pairs: tuple[str, ...], soap11: bool, timeout: float) -> WsnClient:

@@ -75,7 +75,8 @@ def broker_url(url: str) -> str:
         parts = urlsplit(url)
         parts.port  # noqa: B018 - a port that is no number raises ValueError
     except ValueError as exc:
-        raise click.BadParameter(f"{url!r} is not an http(s) URL ({exc})", param_hint="URL")
+        message = f"{url!r} is not an http(s) URL ({exc})"
+        raise click.BadParameter(message, param_hint="URL") from None
     if not parts.scheme or not parts.netloc:
         raise click.BadParameter(f"{url!r} is not an http(s) URL", param_hint="URL")
     path = parts.path if parts.path not in ("", "/") else "/wsn/broker"

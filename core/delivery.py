@@ -40,6 +40,7 @@ from typing import Any, Generic, TypeVar
 
 from wsnmom.core import metrics
 from wsnmom.core.adapter import Received, SubscriptionHandle
+from wsnmom.core.log_context import bound_request_id
 from wsnmom.core.ports import DeliveryFailed
 
 log = logging.getLogger(__name__)
@@ -130,6 +131,7 @@ class Channel(Generic[T]):
         "ordered",
         "prepare",
         "send",
+        "trace",
     )
 
     def __init__(
@@ -142,6 +144,7 @@ class Channel(Generic[T]):
         on_give_up: Callable[[str], None],
         batch_size: int,
         ordered: bool = False,
+        trace: Callable[[T], str | None] | None = None,
     ) -> None:
         self.engine = engine
         self.name = name
@@ -152,6 +155,8 @@ class Channel(Generic[T]):
         self.batch_size = batch_size
         #: settle in arrival order (filtered messages wait for the ones before them)
         self.ordered = ordered
+        #: the request id an item was published by (log records of its delivery carry it)
+        self.trace = trace
         self._lock = threading.Lock()
         #: received, not yet taken by a worker (created on the first message)
         self._queue: deque[Received] | None = None
@@ -273,6 +278,7 @@ class Channel(Generic[T]):
             pending = self._pending
         ok = True
         reason = ""
+        request_id: str | None = None
         try:
             for received in take:
                 try:
@@ -290,19 +296,25 @@ class Channel(Generic[T]):
                     pending.append((received, item))
             batch = [item for _, item in pending if item is not None]
             if batch:
-                try:
-                    self.send(batch)
-                except DeliveryFailed as exc:
-                    ok = False
-                    reason = exc.reason
-                except Exception as exc:  # a bug or an unexpected client error: retry too
-                    log.exception("subscription %s: delivery raised", self.name)
-                    ok = False
-                    reason = f"{type(exc).__name__}: {exc}"
+                if self.trace is not None:
+                    request_id = self.trace(batch[0])
+                with bound_request_id(request_id):
+                    try:
+                        self.send(batch)
+                    except DeliveryFailed as exc:
+                        ok = False
+                        reason = exc.reason
+                    except Exception as exc:  # a bug or an unexpected client error: retry too
+                        log.exception("subscription %s: delivery raised", self.name)
+                        ok = False
+                        reason = f"{type(exc).__name__}: {exc}"
         finally:
             with self._lock:
                 self._running = False
-        self._after_send(gen, pending, ok, reason)
+        # log records about this batch (retry, give-up) name the request that published
+        # its first message
+        with bound_request_id(request_id):
+            self._after_send(gen, pending, ok, reason)
 
     def _after_send(
         self, gen: int, pending: list[tuple[Received, T | None]], ok: bool, reason: str
@@ -415,10 +427,12 @@ class DeliveryEngine:
         *,
         batch_size: int = 10,
         ordered: bool = False,
+        trace: Callable[[T], str | None] | None = None,
     ) -> Channel[T]:
-        """Create (not start) the channel ``name``, replacing a closed one."""
+        """Create (not start) the channel ``name``, replacing a closed one; ``trace`` gives
+        the request id a prepared item was published by (for log records)."""
         channel: Channel[T] = Channel(
-            self, name, handle, prepare, send, on_give_up, batch_size, ordered
+            self, name, handle, prepare, send, on_give_up, batch_size, ordered, trace
         )
         with self._channels_lock:
             old = self._channels.get(name)

@@ -218,3 +218,28 @@ def test_overflow_end_ends_subscription(make_broker: Any, outbound: RecordingOut
     assert sub.id not in b.service.registry.subscriptions
     got = outbound.wait_messages(watcher, 1)
     assert b"accumulation limit reached" in got[0].message.payload
+
+
+def test_delivery_log_records_name_the_publishing_request(
+    service: BrokerService, outbound: RecordingOutbound, caplog: Any
+) -> None:
+    """A retry (and give-up) log line names the request id of the Notify that published
+    the batch's first message, though it is written long after that request ended."""
+    import logging
+
+    from wsnmom.core.log_context import RequestIdFilter, bound_request_id
+
+    caplog.handler.addFilter(RequestIdFilter())
+    outbound.down.add(C)
+    service.subscribe(sub_req(C, topic=simple("t:a")))
+    with caplog.at_level(logging.INFO, logger="wsnmom.core.delivery"):
+        with bound_request_id("notify-4711"):
+            publish(service, 1)
+        assert outbound.wait(lambda: len(outbound.attempts) >= 2, timeout=5)
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and not any(
+            "retry" in r.getMessage() for r in caplog.records
+        ):
+            time.sleep(0.02)
+    retries = [r for r in caplog.records if "delivery failed" in r.getMessage()]
+    assert retries and all(getattr(r, "request_id", None) == "notify-4711" for r in retries)

@@ -140,6 +140,15 @@ def test_outage_faults_fast_keeps_serving_and_loses_nothing(
     assert set(accepted) <= got, sorted(set(accepted) - got)
     assert not {g for g in got if g and g.startswith(("during", "burst"))}
 
+    # the log says each connection's state changes once each, and nothing of pika's
+    lines = gateway.log_path.read_text().splitlines()
+    assert not [ln for ln in lines if " pika" in ln]
+    for link in ("publisher", "consumer"):
+        said = [ln.split(f"{link}: ", 1)[1] for ln in lines if f"rabbitmq: {link}: " in ln]
+        assert sum(m.startswith("connection to RabbitMQ lost") for m in said) == 1, said
+        assert sum(m.startswith("cannot connect to RabbitMQ (retrying)") for m in said) <= 1
+        assert sum(m == "connected to RabbitMQ again" for m in said) == 1, said
+
 
 def test_gateway_started_before_its_node_serves_once_it_is_up(
     gateway: RunningServer, rabbitmq_node: RabbitNode, consumer: ConsumerServer

@@ -250,6 +250,23 @@ def test_pull(opts: list[str], client: WsnClient) -> None:
     assert code == 1 and "ResourceUnknownFault" in err
 
 
+def test_pull_drains_with_progress(opts: list[str], client: WsnClient) -> None:
+    """More than one GetMessages' worth (the gateway hands out 1000 at most per call):
+    every message, in order, with a progress line per batch and the total."""
+    pp = client.create_pull_point()
+    pp.client.notify_many([(f"<n>{i}</n>", "tns:d") for i in range(2300)], to=pp.reference)
+    code, out, err = run("pull", *opts, pp.id, "--format", "xml")
+    assert code == 0, err
+    assert out.splitlines() == [f"<n>{i}</n>" for i in range(2300)]
+    assert [ln for ln in err.splitlines() if ln.startswith("pulled")] == [
+        "pulled 2000 notification(s)",
+        "pulled 2300 notification(s)",
+    ]
+    assert "2300 notification(s) in " in err
+    code, out, err = run("pull", *opts, pp.id)
+    assert code == 0 and out == "" and "0 notification(s)" in err
+
+
 # --- check ------------------------------------------------------------------------------------
 def test_check_a_broker(wsnmom_server: RunningServer) -> None:
     base, broker = wsnmom_server.base_url, wsnmom_server.broker_url

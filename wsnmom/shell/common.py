@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import json
 import sys
+import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, TypeVar
@@ -181,6 +182,48 @@ def progress_done() -> None:
     """End a progress line."""
     if sys.stderr.isatty():
         click.echo("", err=True)
+
+
+class LiveCount:
+    """``received N notification(s)`` on stderr while notifications are printed to a file
+    or a pipe: nobody would see them arrive otherwise.  Rewritten in place at most every
+    ``every`` seconds, and only when stderr is a terminal and stdout is not (on a terminal
+    the notifications themselves show the progress; a script wants no progress lines)."""
+
+    def __init__(
+        self,
+        *,
+        enabled: bool | None = None,
+        every: float = 0.25,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if enabled is None:
+            enabled = sys.stderr.isatty() and not sys.stdout.isatty()
+        self.enabled = enabled
+        self.every = every
+        self.count = 0
+        self._clock = clock
+        self._shown = -1
+        self._last = float("-inf")
+
+    def add(self, n: int = 1) -> None:
+        """Count ``n`` more; redraw when it is time."""
+        self.count += n
+        now = self._clock()
+        if self.enabled and now - self._last >= self.every:
+            self._draw()
+            self._last = now
+
+    def _draw(self) -> None:
+        click.echo(f"\rreceived {self.count} notification(s)", err=True, nl=False)
+        self._shown = self.count
+
+    def close(self) -> None:
+        """Show the final count and end the line (when anything was drawn)."""
+        if self.enabled and self._shown >= 0:
+            if self._shown != self.count:
+                self._draw()
+            click.echo("", err=True)
 
 
 @contextmanager

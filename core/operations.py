@@ -147,6 +147,24 @@ class Operations:
             ready=started and answers and store,
         )
 
+    def subscriptions(self) -> list[SubscriptionStatus]:
+        """Every live subscription with its state, oldest first (one ``depths`` call)."""
+        ctx = self._ctx
+        registry = ctx.registry
+        now = ctx.now()
+        with registry.lock:
+            subs = [
+                s
+                for s in registry.subscriptions.values()
+                if not is_expired(s.record.termination_time, now)
+            ]
+            records = {s.record.id: replace(s.record) for s in subs}
+        handles = [s.handle for s in subs if s.handle is not None]
+        depths = dict(zip((id(h) for h in handles), self._depths(handles), strict=True))
+        out = [self._subscription(s, records[s.record.id], depths) for s in subs]
+        out.sort(key=lambda s: (s.record.creation_time, s.record.id))
+        return out
+
     def overview(self) -> Overview:
         """Every live resource with its state, the topics and the health: the depths of
         all subscriptions and pull points come from one ``Adapter.depths`` call."""

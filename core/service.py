@@ -320,6 +320,10 @@ class BrokerService:
         """Every live resource with its state, the topics and the health (admin page)."""
         return self.operations.overview()
 
+    def subscription_statuses(self) -> list[SubscriptionStatus]:
+        """Every live subscription with its backlog and delivery state, oldest first."""
+        return self.operations.subscriptions()
+
     def subscription_status(self, subscription_id: str) -> SubscriptionStatus:
         """One subscription with its backlog and delivery state."""
         return self.operations.subscription(subscription_id)

@@ -36,7 +36,6 @@ from typing import Any
 
 from flask import Blueprint, Response, current_app, request
 from wsnmom.core import errors
-from wsnmom.core.lifetimes import is_expired
 
 from .admin_auth import (
     CSRF_HEADER,
@@ -154,16 +153,7 @@ def list_subscriptions() -> Response:
     """Every live subscription, oldest first."""
     if (refused := _refused_reading(_caller())) is not None:
         return refused
-    service = _service()
-    registry = service.registry
-    now = service.now()
-    with registry.lock:
-        records = [state.record for state in registry.subscriptions.values()]
-    subs = sorted(
-        (s for s in records if not is_expired(s.termination_time, now)),
-        key=lambda s: (s.creation_time, s.id),
-    )
-    items = [subscription_json(s, service.subscription_address(s.id)) for s in subs]
+    items = [status_json(s) for s in _service().subscription_statuses()]
     return _json({"count": len(items), "subscriptions": items})
 
 

@@ -200,8 +200,11 @@ def test_subscribe_consumer_then_subscriptions_commands(
 
     code, out, _ = run("subscriptions", "list", *opts)
     assert code == 0
-    row = next(line for line in out.splitlines() if line.startswith(sub_id))
-    assert "active" in row and inbox.address in row and "{" + wsn.ns + "}managed" in row
+    header = out.splitlines()[0].split()
+    assert header[4:] == ["BACKLOG", "DELIVERED", "FAILURES", "ENDS"]
+    row = next(line for line in out.splitlines() if line.startswith(sub_id)).split()
+    assert row[1:4] == ["active", inbox.address, "{" + wsn.ns + "}managed"]
+    assert row[4:7] == ["0", "0", "0"]
     code, out, _ = run("subscriptions", "list", *opts, "--json")
     listed = {s["id"]: s for s in json.loads(out)["subscriptions"]}
     assert listed[sub_id]["message_content"]["text"] == "boolean(/x)"

@@ -1,9 +1,10 @@
 """``wsnmom subscriptions list|show|delete``.
 
-``list`` reads the gateway's read-only admin API (``/wsn/admin/api/subscriptions``, loopback
-clients only): WS-N has no operation that lists subscriptions.  ``show`` and ``delete`` use
-the standard operations (WS-ResourceProperties reads, Unsubscribe), so they work against any
-WS-N broker given a subscription's address; with a wsnmom gateway an id is enough.
+``list`` reads the gateway's admin API (``/wsn/admin/api/subscriptions``: loopback clients,
+or anyone with the admin token): WS-N has no operation that lists subscriptions.  ``show``
+and ``delete`` use the standard operations (WS-ResourceProperties reads, Unsubscribe), so
+they work against any WS-N broker given a subscription's address; with a wsnmom gateway an
+id is enough.
 """
 
 from __future__ import annotations
@@ -33,22 +34,39 @@ def _topic_text(topic: dict[str, Any] | None) -> str:
     return text
 
 
+def _count(value: object) -> str:
+    return "?" if value is None else str(value)
+
+
 @subscriptions.command("list")
 @click.option("--json", "as_json", is_flag=True, help="Print the API's JSON.")
+@click.option(
+    "--token",
+    envvar="WSNMOM_ADMIN__TOKEN",
+    metavar="TOKEN",
+    help="The gateway's admin token, to list from another host (default: $WSNMOM_ADMIN__TOKEN).",
+)
 @broker_options
 def list_command(
-    as_json: bool, broker: str, ns_pairs: tuple[str, ...], soap11: bool, timeout: float
+    as_json: bool,
+    token: str | None,
+    broker: str,
+    ns_pairs: tuple[str, ...],
+    soap11: bool,
+    timeout: float,
 ) -> None:
-    """List the broker's live subscriptions (a wsnmom gateway, reached from its own host)."""
+    """List the broker's live subscriptions with their backlog and delivery state (a wsnmom
+    gateway, reached from its own host or with its admin token)."""
     url = base_url(broker) + "/wsn/admin/api/subscriptions"
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
     try:
-        resp = requests.get(url, timeout=timeout)
+        resp = requests.get(url, headers=headers, timeout=timeout)
     except requests.RequestException as exc:
         raise click.ClickException(f"cannot reach {url}: {exc}") from exc
     if resp.status_code == 403:
         raise click.ClickException(
             f"{url} refused the listing: the admin API answers clients on the gateway's own "
-            "host only"
+            "host, and others with the admin token (--token)"
         )
     if resp.status_code != 200 or "json" not in resp.headers.get("Content-Type", ""):
         raise click.ClickException(
@@ -59,17 +77,23 @@ def list_command(
     if as_json:
         click.echo(json.dumps(data, indent=2))
         return
-    rows = [
-        (
-            s["id"],
-            s["state"],
-            s["consumer"],
-            _topic_text(s.get("topic")),
-            s.get("terminates") or "never",
+    rows = []
+    for s in data["subscriptions"]:
+        delivery = s.get("delivery") or {}
+        failing = bool(delivery.get("failures"))
+        rows.append(
+            (
+                s["id"],
+                "failing" if failing else s["state"],
+                s["consumer"] if not s.get("pull_point") else f"pull point {s['pull_point']}",
+                _topic_text(s.get("topic")),
+                _count(s.get("backlog")),
+                _count(delivery.get("delivered")) if delivery else "-",
+                _count(delivery.get("failures")) if delivery else "-",
+                s.get("terminates") or "never",
+            )
         )
-        for s in data["subscriptions"]
-    ]
-    header = ("ID", "STATE", "CONSUMER", "TOPIC", "TERMINATES")
+    header = ("ID", "STATE", "CONSUMER", "TOPIC", "BACKLOG", "DELIVERED", "FAILURES", "ENDS")
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
     for row in [header, *rows]:
         click.echo("  ".join(str(v).ljust(w) for v, w in zip(row, widths, strict=True)).rstrip())

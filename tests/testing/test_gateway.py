@@ -87,17 +87,26 @@ def test_middleware_names_and_urls(monkeypatch: pytest.MonkeyPatch) -> None:
         "amqp://guest:guest@127.0.0.1:5672/%2F",
         "env",
     )
+    monkeypatch.setenv("WSNMOM_TEST_KAFKA_BOOTSTRAP", "127.0.0.1:9092,127.0.0.1:9093")
+    kafka = resolve_middleware("kafka")
+    assert (kafka.url, kafka.source) == ("kafka://127.0.0.1:9092,127.0.0.1:9093", "env")
     with pytest.raises(MiddlewareUnavailable, match="pass its adapter URL"):
-        resolve_middleware("kafka")
+        resolve_middleware("mqtt")
 
 
-def test_rabbitmq_without_env_or_docker_says_what_to_do(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("WSNMOM_TEST_AMQP_URL", raising=False)
+@pytest.mark.parametrize(
+    ("name", "variable"),
+    [("rabbitmq", "WSNMOM_TEST_AMQP_URL"), ("kafka", "WSNMOM_TEST_KAFKA_BOOTSTRAP")],
+)
+def test_without_env_or_docker_says_what_to_do(
+    monkeypatch: pytest.MonkeyPatch, name: str, variable: str
+) -> None:
+    monkeypatch.delenv(variable, raising=False)
     monkeypatch.setattr(middleware, "docker_available", lambda: False)
     with pytest.raises(MiddlewareUnavailable) as info:
-        resolve_middleware("rabbitmq")
+        resolve_middleware(name)
     message = str(info.value)
-    assert "WSNMOM_TEST_AMQP_URL" in message and "Docker" in message
+    assert f"no {name} middleware" in message and variable in message and "Docker" in message
 
 
 class _StandInContainer:
@@ -135,6 +144,41 @@ def test_testcontainers_code_path(monkeypatch: pytest.MonkeyPatch) -> None:
     assert container.events == ["made", "start", "stop"]
 
 
+class _StandInKafka:
+    """A testcontainers KafkaContainer as far as the code path uses it."""
+
+    made: list[_StandInKafka] = []
+
+    def __init__(self, image: str) -> None:
+        self.image, self.kraft, self.events = image, False, ["made"]
+        _StandInKafka.made.append(self)
+
+    def with_kraft(self) -> _StandInKafka:
+        self.kraft = True
+        return self
+
+    def start(self) -> None:
+        self.events.append("start")
+
+    def stop(self) -> None:
+        self.events.append("stop")
+
+    def get_bootstrap_server(self) -> str:
+        return "127.0.0.1:49092"
+
+
+def test_kafka_testcontainers_code_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("WSNMOM_TEST_KAFKA_BOOTSTRAP", raising=False)
+    monkeypatch.setattr(middleware, "docker_available", lambda: True)
+    monkeypatch.setattr(middleware, "import_testcontainer", lambda m, n: _StandInKafka)
+    found = resolve_middleware("kafka")
+    (container,) = _StandInKafka.made
+    assert container.image == middleware.KAFKA_IMAGE and container.kraft
+    assert (found.url, found.source) == ("kafka://127.0.0.1:49092", "testcontainers")
+    found.close()
+    assert container.events == ["made", "start", "stop"]
+
+
 # --- the pytest plugin ------------------------------------------------------------------------
 @pytest.fixture
 def project(pytester: pytest.Pytester) -> Iterator[pytest.Pytester]:
@@ -157,7 +201,7 @@ def test_fixture_without_middleware(
 ) -> None:
     monkeypatch.setenv("CI", ci)
     result = project.runpytest_subprocess(
-        "-p", "no:cacheprovider", "-rA", "--wsnmom-adapter", "kafka"
+        "-p", "no:cacheprovider", "-rA", "--wsnmom-adapter", "mqtt"
     )
     result.assert_outcomes(**outcome)
     result.stdout.fnmatch_lines(["*wsnmom_gateway: no built-in way to provide middleware*"])

@@ -211,8 +211,9 @@ def start_gateway(
     data_dir: Path | str | None = None,
     timeout: float = 30.0,
 ) -> Iterator[Gateway]:
-    """A running gateway on ``adapter`` ("embedded", "rabbitmq" or an adapter URL); stopped,
-    and its middleware and temporary data directory removed, on exit.
+    """A running gateway on ``adapter`` ("embedded", "filelog", "rabbitmq", "kafka" or an
+    adapter URL); stopped, and its middleware and temporary data directory removed, on
+    exit.
 
     Raises :class:`~wsnmom.testing.middleware.MiddlewareUnavailable` when the middleware
     cannot be provided and :class:`GatewayFailed` when the gateway does not start."""

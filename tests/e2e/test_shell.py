@@ -305,3 +305,45 @@ def test_subscriptions_list_needs_the_admin_api(wsnmom_server: RunningServer) ->
     with NotificationConsumer() as stand_in:  # any HTTP server that is not a wsnmom gateway
         code, _, err = run("subscriptions", "list", "--broker", stand_in.address)
     assert code == 1 and "needs a wsnmom gateway" in err
+
+
+# --- the README's quick start ---------------------------------------------------------------------
+def _quick_start_commands() -> list[list[str]]:
+    """The ``wsnmom`` commands of the README's quick start, as argument lists."""
+    import re
+    import shlex
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme.split("## Quick start", 1)[1].split("\n## ", 1)[0]
+    commands = []
+    for block in re.findall(r"```sh\n(.*?)```", section, re.S):
+        for line in block.splitlines():
+            words = shlex.split(line, comments=True)
+            if words[:1] == [".venv/bin/wsnmom"]:
+                commands.append(words[1:])
+    return commands
+
+
+def test_the_readme_quick_start_works(
+    spawn: object, wsnmom_server: RunningServer, client: WsnClient
+) -> None:
+    """The shell commands the README shows next to ``make run`` do what it says, against a
+    gateway (its address replaces the default 127.0.0.1:8080)."""
+    commands = {words[0]: words for words in _quick_start_commands()}
+    assert set(commands) == {"subscribe", "notify", "check", "subscriptions"}
+    default = "http://127.0.0.1:8080/wsn/broker"
+    broker = ["--broker", wsnmom_server.broker_url]
+    subscribe = [*commands["subscribe"], *broker, "-C", "1"]
+    proc: Lines = spawn(*subscribe)  # type: ignore[operator]
+    proc.wait_err("listening at")
+    code, _, err = run(*commands["notify"], *broker)
+    assert code == 0, err
+    assert proc.proc.wait(15) == 0
+    assert proc.out == ["{urn:example}sensors/room1 <temp>21.5</temp>"]
+    check = [wsnmom_server.broker_url if w == default else w for w in commands["check"]]
+    code, out, _ = run(*check)
+    assert code == 0 and "a WS-Notification broker" in out
+    code, out, _ = run(*commands["subscriptions"], *broker)
+    assert code == 0 and out.startswith("ID ")
+    page = requests.get(wsnmom_server.base_url + "/admin", timeout=5)
+    assert page.status_code == 200 and "<title>wsnmom admin</title>" in page.text

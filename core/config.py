@@ -237,6 +237,11 @@ class Settings:
     topic_namespaces: list[str] = field(default_factory=list)
     #: forward the publisher's ProducerReference to consumers (False: anonymous)
     forward_producer_reference: bool = True
+    #: the Dialect of the Topic a consumer receives: "subscriber" (the dialect its
+    #: Subscribe used, as BN §3.1 requires; without a TopicExpression Simple for a root
+    #: topic, Concrete otherwise) or "concrete" (Concrete for every topic and consumer:
+    #: one rendering per topic, leaving BN §3.1 for subscribers of other dialects)
+    topic_dialect: Literal["subscriber", "concrete"] = "subscriber"
     #: seconds the middleware may take to confirm a Notify's messages before the Notify
     #: is answered with a fault (the messages may still arrive: a retry can duplicate
     #: them).  One persistent message routed into 10,000 RabbitMQ queues took over 10 s

@@ -27,6 +27,7 @@ from wsnmom.core.ports import OutboundSoap
 from wsnmom.core.registry import Registry
 from wsnmom.core.store import Store
 from wsnmom.core.topic_stats import TopicStats
+from wsnmom.topic_mapping.dialects import CONCRETE
 from wsnmom.topic_mapping.namespaces import TopicSet
 
 __all__ = ["BrokerContext"]
@@ -84,6 +85,14 @@ class BrokerContext:
         self.wake_sweep: Callable[[], None] = _nothing
         #: wake the demand reconciler (set by the service once it exists)
         self.wake_demand: Callable[[], None] = _nothing
+
+    def topic_dialect(self, chosen: str | None) -> str | None:
+        """The Dialect of a Topic handed to a consumer: ``chosen`` (the subscriber's, or the
+        publisher's for what a pull point or GetCurrentMessage hands out as it was
+        published), or Concrete for everyone with ``topic_dialect = "concrete"``."""
+        if chosen is not None and self.settings.topic_dialect == "concrete":
+            return CONCRETE
+        return chosen
 
     def now(self) -> datetime:
         """The broker's clock (UTC, timezone-aware)."""

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from dataclasses import replace
 
 from wsnmom.core import errors, metrics
 from wsnmom.core.adapter import AdapterError, PublishReceipt, TopicUnavailable
@@ -186,4 +187,7 @@ class Inbound:
             message = ctx.store.get_current_message(concrete)
         if message is None:
             raise errors.NoCurrentMessageOnTopic(f"no current message on topic {concrete}")
-        return message
+        dialect = ctx.topic_dialect(message.topic_dialect)
+        return (
+            message if dialect == message.topic_dialect else replace(message, topic_dialect=dialect)
+        )

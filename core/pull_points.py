@@ -136,9 +136,14 @@ class PullPoints:
             if ctx.limit_keeper.expired(r, now):
                 continue
             try:
-                out.append(decode(r))
+                message = decode(r)
             except Exception:
                 log.exception("undecodable message in pull point %s dropped", pull_point_id)
+                continue
+            dialect = ctx.topic_dialect(message.topic_dialect)
+            if dialect != message.topic_dialect:
+                message = replace(message, topic_dialect=dialect)
+            out.append(message)
         metrics.NOTIFICATIONS_OUT.labels(mode="pull").inc(len(out))
         ctx.observers.delivered(out, pull_point_id)
         return out

@@ -51,10 +51,13 @@ class SubscriptionDelivery:
         ctx = self._ctx
         dialect: str | None = None
         if message.topic is not None:
-            if state.filter.topic is not None:
-                dialect = state.filter.topic.dialect
+            expression = state.record.topic
+            if expression is not None and state.filter.topic is not None:
+                # the URI the subscriber wrote (an older alias stays that alias)
+                dialect = expression.dialect or state.filter.topic.dialect
             else:
                 dialect = SIMPLE if len(message.topic.path) == 1 else CONCRETE
+            dialect = ctx.topic_dialect(dialect)
         producer = message.producer_reference if ctx.settings.forward_producer_reference else None
         return replace(
             message,

@@ -76,6 +76,7 @@ def test_admin_page(gateway: RunningServer, chromium: Any, tmp_path: Path) -> No
     held.pause()
     down = client.subscribe("http://127.0.0.1:9/nobody-listens", "p:line1/temperature")
     pull_point = client.create_pull_point()
+    registration = client.register_publisher("http://127.0.0.1:9/plc-7", ["p:line1//*"])
 
     web.get(gateway.base_url + "/admin?refresh=0.3")
     _wait("a first refresh", lambda: _refreshes(web) >= 1)
@@ -96,6 +97,9 @@ def test_admin_page(gateway: RunningServer, chromium: Any, tmp_path: Path) -> No
     assert rows[held.id].get_attribute("data-state") == "paused"
     assert not any(b.is_displayed() for b in web.find_elements(By.CSS_SELECTOR, "td.actions"))
     assert web.find_elements(By.CSS_SELECTOR, f'#pull-points tr[data-id="{pull_point.id}"]')
+    registration_row = f'#registrations tr[data-id="{registration.id}"]'
+    assert "http://127.0.0.1:9/plc-7" in _text(web, registration_row)
+    assert "p:line1//*" in _text(web, registration_row)
 
     # -- values change after a Notify, without a reload
     marker = web.execute_script("return window.__marker = 'same page'")

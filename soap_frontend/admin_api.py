@@ -12,25 +12,26 @@ Each subscription is ``{"id", "address", "consumer", "state" ("active" | "paused
 "producer_properties" ({"dialect", "text", "namespaces"} or null), "use_raw",
 "pull_point" (the pull point it feeds, or null), "soap_version"}``.
 
-Subscription ids are capabilities (whoever knows one can unsubscribe it), so the API
-answers only requests that come straight from a loopback address; a request relayed by a
-proxy (``Forwarded`` / ``X-Forwarded-For``) or from elsewhere gets 403.
+The API answers admins only (:func:`.identity.is_admin`): an authenticated admin
+identity, or -- while authentication is off -- a request that comes straight from a
+loopback address (a request relayed by a proxy, ``Forwarded`` / ``X-Forwarded-For``, or
+from elsewhere gets 403).  Without credentials where authentication is on: 401.
 """
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import re
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from flask import Blueprint, Response, current_app, request
+from flask import Blueprint, Response, current_app
 from wsnmom.core.lifetimes import is_expired
 from wsnmom.core.model import ExpressionSource, Subscription, SubscriptionState
 
 from .faults import xsd_datetime
+from .identity import admin_refusal
 
 __all__ = ["ADMIN_API_PREFIX", "admin_api", "subscription_json"]
 
@@ -78,22 +79,12 @@ def _json(data: Mapping[str, Any], status: int = 200) -> Response:
     return Response(json.dumps(data, indent=2) + "\n", status=status, mimetype="application/json")
 
 
-def _from_loopback() -> bool:
-    if request.headers.get("Forwarded") or request.headers.get("X-Forwarded-For"):
-        return False
-    try:
-        return ipaddress.ip_address((request.remote_addr or "").split("%", 1)[0]).is_loopback
-    except ValueError:
-        return False
-
-
 def _refused() -> Response | None:
-    """403 for a client that is not on the gateway's host.  Checked in each view: a
-    ``before_request`` hook, even a blueprint's, would take every SOAP request off the
-    WSGI fast path (:mod:`.fastpath`)."""
-    if not _from_loopback():
-        return _json({"error": "the admin API answers loopback clients only"}, 403)
-    return None
+    """401/403 for a caller that may not administer the gateway
+    (:func:`.identity.admin_refusal`).  Checked in each view: a ``before_request`` hook,
+    even a blueprint's, would take every SOAP request off the WSGI fast path
+    (:mod:`.fastpath`)."""
+    return admin_refusal()
 
 
 def _live(service: Any) -> list[Subscription]:

@@ -170,6 +170,7 @@ class SoapFastPath:
                 data,
                 str(path),
                 _NO_ARGS,
+                environ,
             )
         except Exception as exc:
             return self._flask_error(environ, start_response, exc)

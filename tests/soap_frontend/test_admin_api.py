@@ -35,7 +35,7 @@ def test_only_direct_loopback_clients(remote: str, headers: dict[str, str]) -> N
     client = create_app(FakeService()).test_client()
     resp = client.get(API, headers=headers, environ_base={"REMOTE_ADDR": remote})
     assert resp.status_code == 403
-    assert resp.json == {"error": "the admin API answers loopback clients only"}
+    assert resp.json == {"error": "the admin interface answers loopback clients only"}
 
 
 @pytest.fixture

@@ -88,6 +88,28 @@ def _advise(settings: Settings) -> None:
         )
 
 
+def _check_auth(settings: Settings) -> None:
+    """Refuse settings that cannot authenticate (``ConfigError``); warn when the gateway
+    serves anonymous clients beyond loopback."""
+    from wsnmom.soap_frontend.auth import Authenticator
+
+    authenticator = Authenticator(settings)
+    if not authenticator.required and not authenticator_loopback(settings.host):
+        log.warning(
+            "authentication is off (auth.required = false) and the gateway listens on %s: "
+            "anyone who reaches it can create, read and end subscriptions, pull points and "
+            "registrations; set auth.admin_token (WSNMOM_AUTH__ADMIN_TOKEN) to require it",
+            settings.host,
+        )
+
+
+def authenticator_loopback(host: str) -> bool:
+    """Whether ``host`` is a loopback listen address."""
+    from wsnmom.soap_frontend.auth import listens_on_loopback_only
+
+    return listens_on_loopback_only(host)
+
+
 @click.command("serve")
 @click.option("--adapter", "adapter_url", help="Adapter URL (embedded://PATH, amqp://...).")
 @click.option("--store", "store_url", help="Store URL (sqlite:///PATH).")
@@ -152,6 +174,10 @@ def serve(
     for warning in warnings:
         config_log.warning("%s", warning)
     _advise(settings)
+    try:
+        _check_auth(settings)
+    except Exception as exc:
+        _fail(explain(exc), exc, debug)
     _run(settings, debug)
 
 

@@ -230,7 +230,14 @@ def build_runtime(
         store.close()
         store_lock.release()
         raise
-    app = create_app(service, settings)
+    try:
+        app = create_app(service, settings)
+    except BaseException:
+        service.close()
+        adapter.close()
+        store.close()
+        store_lock.release()
+        raise
     plugins.configure_app(app, service)
     runtime = Runtime(settings, plugins, adapter, store, topic_set, service, app, store_lock)
     if opened:

@@ -365,11 +365,12 @@ def soap_post(
 
 def _unauthorized(fe: Frontend, version: SoapVersion | None, relates_to: str | None) -> Reply:
     """HTTP 401 with the challenge and a ``wsse:FailedAuthentication`` fault that says
-    nothing about why (the reason is in the ``wsnmom.auth`` log)."""
+    nothing about why (the reason is in the ``wsnmom.auth`` log): not even whether the
+    envelope was read, so it never relates to the request's MessageID."""
     version = version or SoapVersion.SOAP11
     fault, action = authentication_fault(version)
     count_fault("FailedAuthentication")
-    data = envelope_bytes(version, fault, action=action, relates_to=relates_to)
+    data = envelope_bytes(version, fault, action=action)
     return Reply(401, data, content_type_for(version, action), fe.auth.challenge_headers())
 
 

@@ -19,6 +19,7 @@ from wsnmom.core.model import EndpointReference, SoapVersion
 from wsnmom.soap_frontend.envelope import build_envelope, content_type_for, to_bytes
 from wsnmom.soap_frontend.xml import WSA, XmlRejected, children, parse_fragment, parse_xml, qname
 
+from .credentials import Credentials
 from .errors import TransportError, fault_from_envelope
 
 __all__ = ["USER_AGENT", "SoapTransport"]
@@ -36,6 +37,7 @@ class SoapTransport:
         version: SoapVersion = SoapVersion.SOAP12,
         timeout: float = 30.0,
         session: requests.Session | None = None,
+        credentials: Credentials | None = None,
     ) -> None:
         self.version = version
         self.timeout = timeout
@@ -43,6 +45,9 @@ class SoapTransport:
         self.session = session or requests.Session()
         if session is None:
             self.session.headers["User-Agent"] = USER_AGENT
+        self.credentials = credentials
+        if credentials is not None:
+            credentials.apply(self.session)
 
     def close(self) -> None:
         """Close the HTTP session (when this transport created it)."""
@@ -63,6 +68,10 @@ class SoapTransport:
         when the broker cannot be reached or does not answer SOAP."""
         epr = EndpointReference(target) if isinstance(target, str) else target
         headers = [_reference_parameter(p) for p in epr.reference_parameters]
+        if self.credentials is not None:
+            security = self.credentials.security_header()
+            if security is not None:
+                headers.append(security)
         env = build_envelope(
             self.version, body, action=action, to=epr.address, extra_headers=headers
         )

@@ -16,7 +16,14 @@ import requests
 
 from wsnmom.client import ClientError, Subscription
 
-from .common import base_url, broker_options, make_client, reporting, resource_address
+from .common import (
+    base_url,
+    broker_options,
+    credentials,
+    make_client,
+    reporting,
+    resource_address,
+)
 
 
 @click.group("subscriptions")
@@ -41,14 +48,24 @@ def list_command(
 ) -> None:
     """List the broker's live subscriptions (a wsnmom gateway, reached from its own host)."""
     url = base_url(broker) + "/wsn/admin/api/subscriptions"
+    given = credentials()
     try:
-        resp = requests.get(url, timeout=timeout)
+        with requests.Session() as http:
+            if given is not None:
+                if given.wsse is not None:
+                    raise click.UsageError("the admin API takes --user/--password or --token")
+                given.apply(http)
+            resp = http.get(url, timeout=timeout)
     except requests.RequestException as exc:
         raise click.ClickException(f"cannot reach {url}: {exc}") from exc
+    if resp.status_code == 401:
+        raise click.ClickException(
+            f"{url} asks for an admin's credentials: give --token or --user/--password"
+        )
     if resp.status_code == 403:
         raise click.ClickException(
-            f"{url} refused the listing: the admin API answers clients on the gateway's own "
-            "host only"
+            f"{url} refused the listing: it answers admins only (without authentication: "
+            "clients on the gateway's own host)"
         )
     if resp.status_code != 200 or "json" not in resp.headers.get("Content-Type", ""):
         raise click.ClickException(

@@ -326,8 +326,10 @@ class Settings:
 
     @property
     def base_url(self) -> str:
-        """``public_url`` without a trailing slash (default ``http://host:port``)."""
-        url = self.public_url or f"http://{_url_host(self.host)}:{self.port}"
+        """``public_url`` without a trailing slash (default ``http://host:port``, or
+        ``https://`` with ``tls.certfile``)."""
+        scheme = "https" if self.tls.certfile else "http"
+        url = self.public_url or f"{scheme}://{_url_host(self.host)}:{self.port}"
         return url.rstrip("/")
 
     def origin(self, name: str) -> str:

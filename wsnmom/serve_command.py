@@ -18,12 +18,12 @@ import socket
 import sys
 import traceback
 from types import FrameType
-from typing import NoReturn
+from typing import Any, NoReturn
 from urllib.parse import urlsplit, urlunsplit
 
 import click
 
-from wsnmom.core.config import Settings, load_settings
+from wsnmom.core.config import ConfigError, Settings, load_settings
 from wsnmom.logs import configure_logging
 from wsnmom.startup import StartupError, explain, open_listeners
 
@@ -40,6 +40,9 @@ OPTIONS = {
     "public_url": "--public-url",
     "threads": "--threads",
     "middleware__wait": "--wait-for-middleware",
+    "tls__certfile": "--certfile",
+    "tls__keyfile": "--keyfile",
+    "tls__client_ca": "--client-ca",
 }
 
 _WILDCARDS = {"0.0.0.0", "::", "[::]", ""}
@@ -94,6 +97,12 @@ def _check_auth(settings: Settings) -> None:
     from wsnmom.soap_frontend.auth import Authenticator
 
     authenticator = Authenticator(settings)
+    if settings.tls.certfile:
+        from wsnmom.https import tls_context
+
+        tls_context(settings)  # unusable certificate or key files stop the start here
+    elif settings.tls.client_ca:
+        raise ConfigError("tls.client_ca needs tls.certfile: mutual TLS is served over HTTPS")
     if not authenticator.required and not authenticator_loopback(settings.host):
         log.warning(
             "authentication is off (auth.required = false) and the gateway listens on %s: "
@@ -136,6 +145,17 @@ def authenticator_loopback(host: str) -> bool:
     "status 9 (default 0: wait forever, serving /healthz and answering WS-N requests with "
     "HTTP 503 meanwhile).",
 )
+@click.option(
+    "--certfile",
+    type=click.Path(dir_okay=False),
+    help="PEM certificate (chain): serve HTTPS (tls.certfile).",
+)
+@click.option("--keyfile", type=click.Path(dir_okay=False), help="PEM key of --certfile.")
+@click.option(
+    "--client-ca",
+    type=click.Path(dir_okay=False),
+    help="PEM CA certificates of client certificates: mutual TLS (tls.client_ca).",
+)
 @click.option("--debug", is_flag=True, help="Show the traceback of a start-up error.")
 def serve(
     adapter_url: str | None,
@@ -147,6 +167,9 @@ def serve(
     threads: int | None,
     config_file: str | None,
     wait_for_middleware: float | None,
+    certfile: str | None,
+    keyfile: str | None,
+    client_ca: str | None,
     debug: bool,
 ) -> None:
     """Run the WS-Notification broker (embedded middleware on http://127.0.0.1:8080 by
@@ -161,6 +184,9 @@ def serve(
         "public_url": public_url,
         "threads": threads,
         "middleware__wait": wait_for_middleware,
+        "tls__certfile": certfile,
+        "tls__keyfile": keyfile,
+        "tls__client_ca": client_ca,
     }
     try:
         settings = load_settings(
@@ -181,9 +207,38 @@ def serve(
     _run(settings, debug)
 
 
-def _run(settings: Settings, debug: bool) -> None:
+class _TlsServer:
+    """cheroot's TLS server (:mod:`wsnmom.https`) behind waitress' ``run``/``close``."""
+
+    def __init__(self, server: Any) -> None:
+        self.server = server
+
+    def run(self) -> None:
+        self.server.prepare()
+        self.server.serve()
+
+    def close(self) -> None:
+        self.server.stop()
+
+
+def _http_server(app: Any, sockets: list[socket.socket], settings: Settings) -> Any:
+    """waitress on ``sockets``, or with ``tls.certfile`` the HTTPS server."""
+    if settings.tls.certfile:
+        from wsnmom.https import create_tls_server
+
+        return _TlsServer(create_tls_server(app, sockets, settings))
     import waitress
 
+    return waitress.create_server(
+        app,
+        sockets=sockets,
+        threads=settings.threads,
+        max_request_body_size=settings.max_request_bytes,
+        ident="wsnmom",
+    )
+
+
+def _run(settings: Settings, debug: bool) -> None:
     from wsnmom.server import build_runtime
 
     sockets: list[socket.socket] = []
@@ -195,13 +250,7 @@ def _run(settings: Settings, debug: bool) -> None:
             sock.close()
         _fail(explain(exc), exc, debug)
     try:
-        server = waitress.create_server(
-            runtime.app,
-            sockets=sockets,
-            threads=settings.threads,
-            max_request_body_size=settings.max_request_bytes,
-            ident="wsnmom",
-        )
+        server = _http_server(runtime.app, sockets, settings)
     except BaseException:
         runtime.close()
         raise

@@ -83,19 +83,28 @@ class WsnClient:
         token: str | None = None,
         wsse: Literal["digest", "text"] | None = None,
         credentials: Credentials | None = None,
+        verify: str | bool | None = None,
+        cert: str | tuple[str, str] | None = None,
     ) -> None:
         """``broker``: the NotificationBroker endpoint; ``namespaces``: prefix -> URI for
         the prefixes topic texts use; ``soap_version``: 1.2 (default) or 1.1.
 
         Credentials for a broker that requires them: ``user`` and ``password`` (HTTP
         Basic, or with ``wsse="digest"`` / ``"text"`` a WS-Security UsernameToken), or a
-        bearer ``token``; or a :class:`~wsnmom.client.credentials.Credentials`."""
+        bearer ``token``; or a :class:`~wsnmom.client.credentials.Credentials`.  HTTPS:
+        ``verify`` (a CA bundle, or False) and ``cert`` (a client certificate for mutual
+        TLS: a PEM file with its key, or (certificate, key))."""
         self.broker_url = broker
         self.namespaces: dict[str, str] = dict(namespaces or {})
         if credentials is None and (user is not None or token is not None):
             credentials = Credentials(user, password, token, wsse)
         self.transport = SoapTransport(
-            version=soap_version, timeout=timeout, session=session, credentials=credentials
+            version=soap_version,
+            timeout=timeout,
+            session=session,
+            credentials=credentials,
+            verify=verify,
+            cert=cert,
         )
 
     def close(self) -> None:

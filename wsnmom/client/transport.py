@@ -38,8 +38,14 @@ class SoapTransport:
         timeout: float = 30.0,
         session: requests.Session | None = None,
         credentials: Credentials | None = None,
+        verify: str | bool | None = None,
+        cert: str | tuple[str, str] | None = None,
     ) -> None:
         self.version = version
+        #: CA bundle (file or directory) or False for HTTPS brokers; None: requests' default
+        self.verify = verify
+        #: client certificate (PEM with its key, or (certificate, key)) for mutual TLS
+        self.cert = cert
         self.timeout = timeout
         self._own_session = session is None
         self.session = session or requests.Session()
@@ -80,7 +86,12 @@ class SoapTransport:
             http_headers["SOAPAction"] = f'"{action}"'
         try:
             resp = self.session.post(
-                epr.address, data=to_bytes(env), headers=http_headers, timeout=self.timeout
+                epr.address,
+                data=to_bytes(env),
+                headers=http_headers,
+                timeout=self.timeout,
+                verify=self.verify,
+                cert=self.cert,
             )
         except requests.RequestException as exc:
             raise TransportError(f"cannot reach {epr.address}: {exc}") from exc

@@ -58,6 +58,20 @@ def credential_options(func: F) -> F:
     read by :func:`credentials`)."""
     for option in (
         click.option(
+            "--cert",
+            type=click.Path(exists=True, dir_okay=False),
+            expose_value=False,
+            callback=_remember,
+            help="Client certificate (PEM with its key) for a broker that requires mutual TLS.",
+        ),
+        click.option(
+            "--cacert",
+            type=click.Path(exists=True),
+            expose_value=False,
+            callback=_remember,
+            help="CA certificates (file or directory) to trust for an HTTPS broker.",
+        ),
+        click.option(
             "--wsse",
             type=click.Choice(["digest", "text"]),
             expose_value=False,
@@ -112,6 +126,13 @@ def credentials() -> Credentials | None:
     return None
 
 
+def tls_options() -> dict[str, Any]:
+    """``verify`` and ``cert`` for the client from ``--cacert`` and ``--cert``."""
+    ctx = click.get_current_context(silent=True)
+    given: dict[str, Any] = ctx.meta.get(_CREDENTIALS, {}) if ctx is not None else {}
+    return {"verify": given.get("cacert"), "cert": given.get("cert")}
+
+
 def broker_options(func: F) -> F:
     """``--broker``, ``--ns``, ``--soap11``, ``--timeout`` and the credential options."""
     func = credential_options(func)
@@ -148,6 +169,7 @@ def make_client(broker: str, ns_pairs: tuple[str, ...], soap11: bool, timeout: f
         soap_version=SoapVersion.SOAP11 if soap11 else SoapVersion.SOAP12,
         timeout=timeout,
         credentials=credentials(),
+        **tls_options(),
     )
 
 

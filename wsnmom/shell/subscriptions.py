@@ -23,6 +23,7 @@ from .common import (
     make_client,
     reporting,
     resource_address,
+    tls_options,
 )
 
 
@@ -55,7 +56,8 @@ def list_command(
                 if given.wsse is not None:
                     raise click.UsageError("the admin API takes --user/--password or --token")
                 given.apply(http)
-            resp = http.get(url, timeout=timeout)
+            tls = tls_options()
+            resp = http.get(url, timeout=timeout, verify=tls["verify"], cert=tls["cert"])
     except requests.RequestException as exc:
         raise click.ClickException(f"cannot reach {url}: {exc}") from exc
     if resp.status_code == 401:

@@ -62,6 +62,7 @@ __all__ = [
     "env_name",
     "load_settings",
     "parse_duration",
+    "secret_variables",
     "setting_names",
     "validate",
 ]
@@ -541,18 +542,18 @@ def _env_entries(env: Mapping[str, str], warn: Warn) -> list[tuple[list[str], st
         if not all(path):
             warn(f"{variable}: not a wsnmom setting (empty name part), ignored")
             continue
-        shown = "***" if variable in _secret_variables() else env[variable]
+        shown = "***" if variable in secret_variables() else env[variable]
         entries.append((path, env[variable], f"{variable}={shown}"))
     return entries
 
 
-def _secret_variables(cls: type = Settings, prefix: str = "") -> frozenset[str]:
+def secret_variables(cls: type = Settings, prefix: str = "") -> frozenset[str]:
     """The environment variables of settings whose values are never shown (tokens)."""
     hints = typing.get_type_hints(cls)
     found: set[str] = set()
     for name, spec in _fields(cls).items():
         if _is_section(hints[name]):
-            found |= _secret_variables(hints[name], f"{prefix}{name}.")
+            found |= secret_variables(hints[name], f"{prefix}{name}.")
         elif spec.metadata.get("secret"):
             found.add(env_name(prefix + name))
     return frozenset(found)

@@ -103,6 +103,24 @@ def _check_auth(settings: Settings) -> None:
         tls_context(settings)  # unusable certificate or key files stop the start here
     elif settings.tls.client_ca:
         raise ConfigError("tls.client_ca needs tls.certfile: mutual TLS is served over HTTPS")
+    if authenticator.enabled:
+        sources = [
+            name
+            for name, on in (
+                ("admin token", bool(settings.auth.admin_token)),
+                (f"credentials file {settings.auth.users_file}", bool(settings.auth.users_file)),
+                ("TLS client certificates", bool(settings.tls.client_ca)),
+                (f"proxy header {settings.auth.proxy_header}", bool(settings.auth.proxy_header)),
+                ("WS-Security UsernameToken", settings.auth.wsse),
+            )
+            if on
+        ]
+        log.info(
+            "authentication %s: %d identities; %s",
+            "required" if authenticator.required else "optional (anonymous clients served)",
+            len(authenticator.credentials.identities),
+            ", ".join(sources),
+        )
     if not authenticator.required and not authenticator_loopback(settings.host):
         log.warning(
             "authentication is off (auth.required = false) and the gateway listens on %s: "

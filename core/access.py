@@ -31,6 +31,7 @@ from wsnmom.topic_mapping.model import PathPattern, Topic, TopicExpression, patt
 
 __all__ = [
     "ANONYMOUS",
+    "PRINCIPAL",
     "SYSTEM",
     "IdentityQuotas",
     "Principal",
@@ -126,7 +127,10 @@ ANONYMOUS = Principal()
 #: the broker itself (background work, direct use of ``BrokerService``): may do everything
 SYSTEM = Principal("wsnmom:system", admin=True, method="system")
 
-_principal: ContextVar[Principal] = ContextVar("wsnmom_principal", default=SYSTEM)
+#: the caller of the request being handled; :func:`bound_principal` sets it (the SOAP
+#: frontend's hot path sets and resets it directly)
+PRINCIPAL: ContextVar[Principal] = ContextVar("wsnmom_principal", default=SYSTEM)
+_principal = PRINCIPAL
 
 
 def current_principal() -> Principal:

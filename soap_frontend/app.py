@@ -39,7 +39,7 @@ from urllib.parse import parse_qs, urlsplit
 from flask import Blueprint, Flask, Response, current_app, request
 from lxml import etree
 from wsnmom.core import errors, metrics
-from wsnmom.core.access import ANONYMOUS, Principal, bound_principal
+from wsnmom.core.access import ANONYMOUS, PRINCIPAL, Principal
 from wsnmom.core.model import EndpointReference, SoapVersion
 
 from . import codec
@@ -347,15 +347,17 @@ def soap_post(
         refused = fe.limiter.check(principal, address)
         if refused is not None:
             return _rate_limited(fe, req, principal, *refused)
+    bound = PRINCIPAL.set(principal)  # core reads the caller from here
     try:
         if op is None:
             raise BaseFaultError(f"unsupported operation {req.operation}")
-        with bound_principal(principal):
-            result = _dispatch(fe.service, role, resource_id, op, req, args)
+        result = _dispatch(fe.service, role, resource_id, op, req, args)
     except Exception as exc:
         if isinstance(exc, errors.WsnError):
             invalid_log.info("%s on %s: %s", exc.fault_name, req.operation, exc.description)
         return _fault(fe, exc, req.version, req.addressing.message_id)
+    finally:
+        PRINCIPAL.reset(bound)
     if result is None:  # one-way
         return Reply(202, b"", _DEFAULT_CONTENT_TYPE)
     action = codec.response_action(op)

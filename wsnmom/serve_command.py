@@ -218,10 +218,6 @@ def serve(
     for warning in warnings:
         config_log.warning("%s", warning)
     _advise(settings)
-    try:
-        _check_auth(settings)
-    except Exception as exc:
-        _fail(explain(exc), exc, debug)
     _run(settings, debug)
 
 
@@ -262,6 +258,7 @@ def _run(settings: Settings, debug: bool) -> None:
     sockets: list[socket.socket] = []
     try:
         sockets = open_listeners(settings.host, settings.port)
+        _check_auth(settings)  # after the listen address: a wrong host is reported as such
         runtime = build_runtime(settings, wait=True)
     except Exception as exc:
         for sock in sockets:

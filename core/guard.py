@@ -18,6 +18,8 @@ model).
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -36,22 +38,55 @@ if TYPE_CHECKING:
         OwnedMap,
     )
 
-__all__ = ["Guard"]
+__all__ = ["Guard", "ThrottledLog", "refusals"]
 
 log = logging.getLogger("wsnmom.access")
+
+
+class ThrottledLog:
+    """Warnings about refusals, at most one per key every ``interval`` seconds, with the
+    number left out since: a client hammering a quota must not flood the log."""
+
+    def __init__(self, logger: logging.Logger, interval: float = 10.0) -> None:
+        self._log = logger
+        self._interval = interval
+        self._lock = threading.Lock()
+        self._last: dict[str, tuple[float, int]] = {}
+
+    def warning(self, key: str, message: str, *args: object) -> None:
+        now = time.monotonic()
+        with self._lock:
+            last, skipped = self._last.get(key, (-self._interval, 0))
+            if now - last < self._interval:
+                self._last[key] = (last, skipped + 1)
+                return
+            self._last[key] = (now, 0)
+            if len(self._last) > 10_000:
+                self._last.clear()
+        if skipped:
+            message += f" ({skipped} more like it in the last {self._interval:g} s)"
+        self._log.warning(message, *args)
+
+
+#: refusal warnings of core and the frontend (keyed by identity and quota or fault)
+refusals = ThrottledLog(log)
 
 
 def _refuse(error: errors.WsnError, status: int, quota: str) -> errors.WsnError:
     error.http_status = status
     metrics.QUOTA_REFUSALS.labels(quota=quota).inc()
-    log.warning("refused for %s: %s", current_principal(), error.description)
+    principal = current_principal()
+    refusals.warning(f"{principal}:{quota}", "refused for %s: %s", principal, error.description)
     return error
 
 
 def _denied(error: errors.WsnError) -> errors.WsnError:
     error.http_status = 403
     metrics.ACCESS_DENIED.labels(fault=error.fault_name).inc()
-    log.warning("denied to %s: %s", current_principal(), error.description)
+    principal = current_principal()
+    refusals.warning(
+        f"{principal}:{error.fault_name}", "denied to %s: %s", principal, error.description
+    )
     return error
 
 
@@ -98,7 +133,13 @@ class Guard:
     def _unknown(text: str) -> errors.ResourceUnknown:
         # the same fault and text as an id that does not exist; counted and logged apart
         metrics.ACCESS_DENIED.labels(fault="ResourceUnknownFault").inc()
-        log.info("%s may not use a resource it does not own: %s", current_principal(), text)
+        principal = current_principal()
+        refusals.warning(
+            f"{principal}:not-owner",
+            "%s may not use a resource it does not own: %s",
+            principal,
+            text,
+        )
         return errors.ResourceUnknown(text)
 
     # -- topic ACLs ------------------------------------------------------------------------
@@ -117,7 +158,9 @@ class Guard:
         principal = current_principal()
         if not principal.may_read_topic(topic):
             metrics.ACCESS_DENIED.labels(fault="NoCurrentMessageOnTopicFault").inc()
-            log.warning("denied to %s: GetCurrentMessage on %s", principal, topic)
+            refusals.warning(
+                f"{principal}:current", "denied to %s: GetCurrentMessage on %s", principal, topic
+            )
             raise errors.NoCurrentMessageOnTopic(f"no current message on topic {topic}")
 
     def check_notify(self, topic: Topic | None) -> None:

@@ -40,6 +40,7 @@ from flask import Blueprint, Flask, Response, current_app, request
 from lxml import etree
 from wsnmom.core import errors, metrics
 from wsnmom.core.access import ANONYMOUS, PRINCIPAL, Principal
+from wsnmom.core.guard import refusals
 from wsnmom.core.model import EndpointReference, SoapVersion
 
 from . import codec
@@ -380,7 +381,9 @@ def _rate_limited(
     fe: Frontend, req: SoapRequest, principal: Principal, quota: str, wait: float
 ) -> Reply:
     metrics.QUOTA_REFUSALS.labels(quota=quota).inc()
-    log.warning("request rate of %s exceeds quotas.%s", principal, quota)
+    refusals.warning(
+        f"{principal}:{quota}", "request rate of %s exceeds quotas.%s", principal, quota
+    )
     exc = errors.ResourceUnavailable(
         f"too many requests: the request rate exceeds quotas.{quota}; retry after {wait:g} s",
         retry_after=wait,

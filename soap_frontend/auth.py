@@ -39,6 +39,7 @@ from typing import Any
 from wsnmom.core import metrics
 from wsnmom.core.access import ANONYMOUS, Principal
 from wsnmom.core.config import ConfigError
+from wsnmom.core.guard import ThrottledLog
 
 from .credentials import Credentials, load_credentials
 from .identity import AuthenticationFailed
@@ -54,6 +55,10 @@ log = logging.getLogger("wsnmom.auth")
 TLS_IDENTITY_KEY = "wsnmom.tls.identity"
 
 _CACHE_LIMIT = 4096
+
+#: failure warnings, at most one per kind every 10 s (a password guesser must not flood
+#: the log; the counter counts every one)
+_failures = ThrottledLog(log)
 
 
 def listens_on_loopback_only(host: str) -> bool:
@@ -145,7 +150,8 @@ class Authenticator:
             if isinstance(value, str) and value.strip():
                 if is_trusted(environ.get("REMOTE_ADDR"), self.trusted_proxies):
                     return self.credentials.principal(value.strip(), "proxy")
-                log.warning(
+                _failures.warning(
+                    "proxy",
                     "ignored %s from %s, which is not in trusted_proxies",
                     self.proxy_header,
                     environ.get("REMOTE_ADDR"),
@@ -175,7 +181,7 @@ class Authenticator:
         raise self._failed("scheme", f"unsupported Authorization scheme {scheme[:20]!r}")
 
     def _failed(self, kind: str, reason: str) -> AuthenticationFailed:
-        log.warning("authentication failed: %s", reason)
+        _failures.warning(kind, "authentication failed: %s", reason)
         metrics.AUTH_FAILURES.labels(reason=kind).inc()
         return AuthenticationFailed(reason)
 

@@ -212,3 +212,14 @@ def test_rate_limiter_buckets() -> None:
     assert all(limiter.check(fast, None) is None for _ in range(150))
     total = RateLimiter(SimpleNamespace(rate=None, burst=3, total_rate=1.0), False, clock=lambda: 0)
     assert [total.check(ANONYMOUS, f"10.0.0.{i}") for i in range(4)][-1] == ("total_rate", 1)
+
+
+def test_refusal_warnings_are_throttled(caplog: pytest.LogCaptureFixture) -> None:
+    from wsnmom.core.guard import ThrottledLog
+
+    throttled = ThrottledLog(logging.getLogger("wsnmom.test.throttle"), interval=60)
+    with caplog.at_level(logging.WARNING, logger="wsnmom.test.throttle"):
+        for i in range(100):
+            throttled.warning("bob:rate", "refused %d", i)
+        throttled.warning("alice:rate", "refused alice")
+    assert [r.getMessage() for r in caplog.records] == ["refused 0", "refused alice"]

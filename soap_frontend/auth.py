@@ -19,8 +19,9 @@ enabled or the gateway listens on a non-loopback address.  Refusals are a SOAP f
 (``wsse:FailedAuthentication``) with HTTP 401 and a ``WWW-Authenticate`` challenge; the
 fault says nothing about why (the reason goes to the ``wsnmom.auth`` log).
 
-Password hashes cost some 50 ms to check, so a verified name and password are remembered
-(under a keyed hash, never in plain text) until the process ends; a failed check is not.
+Password hashes cost some 50 ms to check, so a verified name and password (and the Basic
+header that carried them) are remembered under a keyed BLAKE2 hash, never in plain text,
+until the process ends; a failed check is not.
 """
 
 from __future__ import annotations
@@ -168,6 +169,10 @@ class Authenticator:
                 raise self._failed("bearer", "unknown bearer token")
             return self.credentials.principal(name, "bearer")
         if scheme == "basic" and value:
+            # a header seen verified before: its keyed hash (never the password) -> name
+            remembered = self._verified.get(self._header_key(value))
+            if remembered is not None:
+                return self.credentials.principal(remembered, "basic")
             try:
                 decoded = base64.b64decode(value, validate=True).decode("utf-8")
             except (binascii.Error, ValueError):
@@ -177,6 +182,7 @@ class Authenticator:
                 raise self._failed("basic", "malformed Basic credentials")
             if not self.check_password(name, password):
                 raise self._failed("basic", f"wrong password for {name!r}")
+            self._remember(self._header_key(value), name)
             return self.credentials.principal(name, "basic")
         raise self._failed("scheme", f"unsupported Authorization scheme {scheme[:20]!r}")
 
@@ -191,7 +197,7 @@ class Authenticator:
         identity = self.credentials.identities.get(name)
         if identity is None:
             return False
-        key = hmac.new(self._key, f"{name}\0{password}".encode(), hashlib.sha256).digest()
+        key = self._pair_key(name, password)
         if self._verified.get(key) == name:
             return True
         ok = False
@@ -202,11 +208,22 @@ class Authenticator:
         if not ok and identity.password_hash is not None:
             ok = verify_password(password, identity.password_hash)
         if ok:
-            with self._lock:
-                if len(self._verified) >= _CACHE_LIMIT:
-                    self._verified.clear()
-                self._verified[key] = name
+            self._remember(key, name)
         return ok
+
+    def _pair_key(self, name: str, password: str) -> bytes:
+        data = f"{name}\0{password}".encode()
+        return hashlib.blake2b(data, key=self._key, digest_size=32).digest()
+
+    def _header_key(self, value: str) -> bytes:
+        data = b"basic\0" + value.encode("utf-8", "surrogateescape")
+        return hashlib.blake2b(data, key=self._key, digest_size=32).digest()
+
+    def _remember(self, key: bytes, name: str) -> None:
+        with self._lock:
+            if len(self._verified) >= _CACHE_LIMIT:
+                self._verified.clear()
+            self._verified[key] = name
 
     # -- WS-Security -----------------------------------------------------------------------
     def wsse_caller(self, token: UsernameToken) -> Principal:

@@ -36,7 +36,7 @@ import os
 import stat
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -79,12 +79,14 @@ class Identity:
     plain_password: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class Credentials:
     """Every identity by name, and the names of the bearer tokens (by SHA-256)."""
 
     identities: Mapping[str, Identity]
     tokens: Mapping[bytes, str]
+    #: principals made so far, by (name, method): one object per caller, not per request
+    made: dict[tuple[str, str], Principal] = field(default_factory=dict, repr=False)
 
     @property
     def empty(self) -> bool:
@@ -93,10 +95,18 @@ class Credentials:
 
     def principal(self, name: str, method: str) -> Principal:
         """The principal called ``name`` (a plain one when the file does not list it: a
-        certificate or a proxy vouched for it), established by ``method``."""
+        certificate or a proxy vouched for it), established by ``method``.  Made once per
+        name and method (the same object for every request)."""
+        key = (name, method)
+        made = self.made.get(key)
+        if made is not None:
+            return made
         known = self.identities.get(name)
         base = known.principal if known is not None else Principal(name)
-        return Principal(base.name, base.admin, base.subscribe, base.notify, base.quotas, method)
+        made = Principal(base.name, base.admin, base.subscribe, base.notify, base.quotas, method)
+        if len(self.made) < 10_000:  # names from certificates and proxies: bounded
+            self.made[key] = made
+        return made
 
 
 def parse_acl(patterns: object, where: str) -> tuple[PathPattern, ...]:

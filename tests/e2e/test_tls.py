@@ -219,6 +219,12 @@ def test_optional_certificates_and_other_credentials(optional: TlsGateway) -> No
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert shell.returncode == 0, shell.stderr
+    check = subprocess.run(
+        [sys.executable, "-m", "wsnmom", "check", optional.broker_url, "--cacert", ca,
+         "--token", TOKEN],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert check.returncode == 0 and "a WS-Notification broker" in check.stdout, check.stdout
     denied = _post(optional, optional.broker_url, "<wsnt:GetMessages/>", "device-1")
     assert fault_name(denied.content) == "ResourceUnknownFault"  # no pull point addressed
 

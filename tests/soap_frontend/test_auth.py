@@ -223,3 +223,47 @@ def test_refusal_warnings_are_throttled(caplog: pytest.LogCaptureFixture) -> Non
             throttled.warning("bob:rate", "refused %d", i)
         throttled.warning("alice:rate", "refused alice")
     assert [r.getMessage() for r in caplog.records] == ["refused 0", "refused alice"]
+
+
+def test_proxy_identity_through_the_app(tmp_path: Path) -> None:
+    """A gateway behind a proxy: the identity header counts only from trusted_proxies,
+    on the WSGI fast path and through Flask (a query string takes the Flask view)."""
+    from lxml import etree
+
+    from tests.support.soap import NS, content_type, envelope, epr_address, fault_name
+    from wsnmom.server import build_runtime
+
+    settings = _settings(
+        tmp_path,
+        "[users.carol]\nadmin = false\n",
+        trusted_proxies=["10.0.0.5"],
+        auth__proxy_header="X-Client-Identity",
+    )
+    runtime = build_runtime(settings)
+    try:
+        http = runtime.app.test_client()
+        data = envelope("<wsnt:CreatePullPoint/>")
+
+        def post(url: str, body: bytes, remote: str, who: str) -> Any:
+            return http.post(
+                url,
+                data=body,
+                content_type=content_type("1.2"),
+                headers={"X-Client-Identity": who},
+                environ_base={"REMOTE_ADDR": remote},
+            )
+
+        created = post("/wsn/broker", data, "10.0.0.5", "carol")
+        assert created.status_code == 200, created.data
+        ref = etree.fromstring(created.data).find(".//wsnt:PullPoint", NS)
+        assert ref is not None
+        path = "/wsn/pullpoints/" + epr_address(ref).rsplit("/", 1)[-1]
+        get = envelope("<wsnt:GetMessages/>")
+        for url in (path, path + "?via=flask"):
+            assert post(url, get, "10.0.0.5", "carol").status_code == 200
+            other = post(url, get, "10.0.0.5", "dave")  # vouched for, not the owner
+            assert fault_name(other.data) == "ResourceUnknownFault"
+            forged = post(url, get, "192.0.2.7", "carol")  # not from the proxy: ignored
+            assert forged.status_code == 401
+    finally:
+        runtime.close()

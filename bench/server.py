@@ -53,7 +53,23 @@ def write_config(path: Path, extra: str = "") -> Path:
         'log_level = "WARNING"\n'
         "[termination]\n"
         'maximum = "P30D"\n'
-        'pull_point_default = "P1D"\n' + extra
+        'pull_point_default = "P1D"\n'
+        # the scenarios create up to 100k subscriptions from one client: beyond the
+        # per-client quotas a gateway has by default
+        "[quotas]\n"
+        + "".join(
+            f'{name} = "none"\n'
+            for name in (
+                "subscriptions",
+                "pull_points",
+                "registrations",
+                "total_subscriptions",
+                "total_pull_points",
+                "total_registrations",
+                "notify_fanout_bytes",
+            )
+        )
+        + extra
     )
     return path
 

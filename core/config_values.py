@@ -44,8 +44,7 @@ def limits(
     check: str | None = None,
 ) -> dict[str, Any]:
     """Field metadata: inclusive ``minimum``/``maximum``, exclusive ``above`` (numbers;
-    durations in seconds), or a named ``check`` ("log_level", "http_url", "networks",
-    "secret")."""
+    durations in seconds), or a named ``check`` ("log_level", "http_url", "networks")."""
     return {"minimum": minimum, "maximum": maximum, "above": above, "check": check}
 
 
@@ -150,6 +149,8 @@ def convert(value: object, tp: Any, meta: Mapping[str, Any] | None = None) -> An
     if origin is Literal:
         allowed = typing.get_args(tp)
         candidate = value.strip().lower() if isinstance(value, str) else value
+        if "true" in allowed and (isinstance(value, bool) or candidate in _TRUE | _FALSE):
+            candidate = "true" if _parse_bool(value) else "false"
         if candidate not in allowed:
             raise InvalidValue(f"{value!r} is not one of: {', '.join(map(str, allowed))}")
         return candidate
@@ -227,8 +228,6 @@ def _check_named(value: Any, meta: Mapping[str, Any]) -> Any:
         return _log_level(value)
     if check == "http_url":
         _check_http_url(value)
-    elif check == "secret":
-        _check_secret(value)
     elif check == "networks":
         for item in value if isinstance(value, list) else [value]:
             _check_network(item)
@@ -262,23 +261,6 @@ def _check_http_url(value: object) -> None:
         raise InvalidValue(f"not an http:// or https:// URL: {text!r}")
     if port == 0 or parts.query or parts.fragment:
         raise InvalidValue(f"not a base URL (no port 0, query or fragment): {text!r}")
-
-
-#: shortest secret accepted (an admin token is compared, never rate limited enough to
-#: make a short one safe)
-MIN_SECRET_LENGTH = 16
-
-
-def _check_secret(value: object) -> None:
-    """A secret long enough to resist guessing; the message never contains it."""
-    if value is None:
-        return
-    text = str(value)
-    if len(text.strip()) < MIN_SECRET_LENGTH or text != text.strip():
-        raise InvalidValue(
-            f"too short or padded: a secret needs at least {MIN_SECRET_LENGTH} characters "
-            "without surrounding spaces (e.g. `openssl rand -hex 24`)"
-        )
 
 
 def _check_network(item: object) -> None:

@@ -19,6 +19,7 @@ from wsnmom.core.addresses import ResourceKind, broker_address, resource_address
 from wsnmom.core.availability import MiddlewareGate
 from wsnmom.core.config import Settings
 from wsnmom.core.delivery import DeliveryEngine
+from wsnmom.core.guard import Guard
 from wsnmom.core.lifetimes import resolve_termination
 from wsnmom.core.limits import LimitKeeper
 from wsnmom.core.model import INFINITE, RequestedTime
@@ -81,6 +82,8 @@ class BrokerContext:
             grace=settings.middleware.grace,
             retry_after=settings.middleware.retry_after,
         )
+        #: ownership, topic ACL and quota checks of the caller (``core.access``)
+        self.guard = Guard(self)
         #: wake the lifetime sweep (set by the service once the sweep exists)
         self.wake_sweep: Callable[[], None] = _nothing
         #: wake the demand reconciler (set by the service once it exists)

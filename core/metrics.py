@@ -78,6 +78,24 @@ BACKLOG = Gauge(
     "Messages waiting in durable subscriptions (where the middleware can tell)",
     registry=REGISTRY,
 )
+AUTH_FAILURES = Counter(
+    "wsnmom_auth_failures",
+    "Requests refused with HTTP 401, by reason (missing, bearer, basic, wsse, scheme)",
+    ["reason"],
+    registry=REGISTRY,
+)
+ACCESS_DENIED = Counter(
+    "wsnmom_access_denied",
+    "Requests refused for the caller's identity (not the owner, topic ACL), by fault",
+    ["fault"],
+    registry=REGISTRY,
+)
+QUOTA_REFUSALS = Counter(
+    "wsnmom_quota_refusals",
+    "Requests refused by a quota, by quota setting (subscriptions, rate, ...)",
+    ["quota"],
+    registry=REGISTRY,
+)
 
 
 def count_request(operation: str) -> None:

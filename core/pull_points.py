@@ -83,19 +83,24 @@ class PullPoints:
         """CreatePullPoint (BN §5.2); a known ``name`` re-attaches to its pull point."""
         ctx = self._ctx
         registry = ctx.registry
+        owner = ctx.guard.owner()
         if req.name:
+            # names are per owner: another identity's pull point of that name is not found
             with registry.lock:
                 for state in registry.pull_points.values():
-                    if state.record.name == req.name and not is_expired(
-                        state.record.termination_time, ctx.now()
+                    if (
+                        state.record.name == req.name
+                        and state.record.owner == owner
+                        and not is_expired(state.record.termination_time, ctx.now())
                     ):
                         return replace(state.record)
+        ctx.guard.check_quota("pull_points", errors.UnableToCreatePullPoint)
         termination = ctx.termination(
             req.initial_termination_time,
             errors.UnableToCreatePullPoint,
             default=ctx.settings.termination.pull_point_default,
         )
-        pp = PullPoint(new_resource_id(), ctx.now(), termination, req.name)
+        pp = PullPoint(new_resource_id(), ctx.now(), termination, req.name, owner)
         try:
             live = self.live(pp, self.open_handle(pp.id))
             ctx.store.put_pull_point(pp)

@@ -25,6 +25,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from wsnmom.core import errors, metrics
+from wsnmom.core.access import current_principal, may_manage
 from wsnmom.core.adapter import AdapterError
 from wsnmom.core.addresses import ResourceKind, parse_resource_path, resource_address
 from wsnmom.core.context import BrokerContext
@@ -115,9 +116,12 @@ class Subscriptions:
             parsed = None
         if parsed is not None and parsed[0] is ResourceKind.PULL_POINT:
             candidates.append(parsed[1])
+        principal = current_principal()
         with ctx.registry.lock:
             for c in candidates:
-                if c in ctx.registry.pull_points:
+                state = ctx.registry.pull_points.get(c)
+                # only the caller's own pull points: anyone else's is just an address
+                if state is not None and may_manage(principal, state.record.owner):
                     return c
         return None
 
@@ -134,7 +138,10 @@ class Subscriptions:
                 policies=tuple(req.unsupported_policy),
             )
         compiled = self.compile_filter(req.topic, req.message_content, req.producer_properties)
+        ctx.guard.check_subscribe(compiled.topic)
         end_topic = self.end_topic(req.subscription_end_topic)
+        if end_topic is not None:
+            ctx.guard.check_notify(end_topic[0])
         if req.initial_termination_time_invalid:
             raise errors.UnacceptableInitialTerminationTime(
                 "InitialTerminationTime is empty or not a dateTime/duration"
@@ -163,6 +170,7 @@ class Subscriptions:
             subscription_end_topic=req.subscription_end_topic,
             soap_version=req.soap_version,
             pull_point_id=pull_point_id,
+            owner=ctx.guard.owner(),
         )
         state = LiveSubscription(sub, compiled, end_topic)
         try:

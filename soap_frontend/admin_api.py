@@ -2,27 +2,29 @@
 ``wsnmom subscriptions list`` read, and the operators' actions.
 
 WS-N has no way to list subscriptions: the broker's resource properties name topics and
-dialects, not subscribers.  Reading (loopback clients and admins, :mod:`.admin_auth`):
+dialects, not subscribers.  Who may read and who may act: :mod:`.admin_auth`.
 
-``GET /wsn/admin/api/overview[?limit=N]``    everything the page shows: health, totals,
-                                             subscriptions, pull points, registrations,
-                                             topics (:func:`.admin_json.overview_json`)
-``GET /wsn/admin/api/subscriptions``         ``{"count": n, "subscriptions": [...]}``
-``GET /wsn/admin/api/subscriptions/<id>``    one subscription (``pending``: its backlog)
-``GET /wsn/admin/api/session``               who the caller is: ``{"admin", "read",
-                                             "sign_in", "csrf"}`` (answered to anyone)
+Reading::
 
-Acting (admins only; ``POST``, never ``GET``; from a browser session also the page's
-origin and its CSRF token)::
+    GET /wsn/admin/api/overview[?limit=N]   everything the page shows: health, totals,
+                                            subscriptions, pull points, registrations,
+                                            topics (:func:`.admin_json.overview_json`)
+    GET /wsn/admin/api/subscriptions        {"count": n, "subscriptions": [...]}
+    GET /wsn/admin/api/subscriptions/<id>   one subscription ("pending": its backlog)
+    GET /wsn/admin/api/session              who the caller is (answered to anyone)
+
+Acting (authenticated admins; ``POST``, never ``GET``)::
 
     POST /wsn/admin/api/subscriptions/<id>/(pause|resume|unsubscribe|purge)
     POST /wsn/admin/api/pullpoints/<id>/purge
-    POST /wsn/admin/api/session            {"token": "..."}: sign in (sets the cookie)
-    POST /wsn/admin/api/session/end        sign out
+    POST /wsn/admin/api/session             sign in: {"token": ...} or {"user", "password"}
+    POST /wsn/admin/api/session/end         sign out
 
-Each action is logged (logger ``wsnmom.admin``) with the caller and the client address.
-Errors are ``{"error": "..."}`` with 403 (not allowed), 404 (unknown resource), 501 (the
-middleware cannot purge), 503 (middleware unreachable; ``Retry-After``).
+Each action and each refused one is logged (logger ``wsnmom.admin``) with the caller and
+the client address.  Errors are ``{"error": "..."}``: 401 (no or wrong credentials; with
+the ``WWW-Authenticate`` challenge unless the admin page asked, ``X-Requested-With:
+wsnmom-admin``, which signs in its own way), 403 (not allowed), 404 (unknown resource),
+501 (the middleware cannot purge), 503 (middleware unreachable; ``Retry-After``).
 """
 
 from __future__ import annotations
@@ -31,45 +33,41 @@ import hmac
 import json
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from flask import Blueprint, Response, current_app, request
 from wsnmom.core import errors
+from wsnmom.core.access import PRINCIPAL
 
+from . import identity
 from .admin_auth import (
     CSRF_HEADER,
     SESSION_COOKIE,
-    Caller,
-    Identity,
+    AdminCaller,
+    AdminSessions,
     SignInRefused,
-    TokenIdentity,
+    authorization_value,
     browser_origin,
-    from_loopback,
+    from_browser,
     same_origin,
 )
 from .admin_json import overview_json, status_json, subscription_json
 
-__all__ = ["ADMIN_API_PREFIX", "AdminState", "admin_api", "subscription_json"]
+__all__ = ["ADMIN_API_PREFIX", "PAGE_HEADER", "admin_api", "subscription_json"]
 
 ADMIN_API_PREFIX = "/wsn/admin/api"
 #: most entries per list of the overview by default
 DEFAULT_LIMIT = 500
+#: ``X-Requested-With`` value of the admin page's own requests
+PAGE_HEADER = "wsnmom-admin"
 
 admin_api = Blueprint("admin_api", __name__, url_prefix=ADMIN_API_PREFIX)
 audit = logging.getLogger("wsnmom.admin")
 
 
-@dataclass(slots=True)
-class AdminState:
-    """What the admin views share (``app.extensions["wsnmom.admin"]``)."""
-
-    identity: Identity
-
-
-def _state() -> AdminState:
-    state: AdminState = current_app.extensions["wsnmom.admin"]
-    return state
+def _sessions() -> AdminSessions:
+    sessions: AdminSessions = current_app.extensions["wsnmom.admin"]
+    return sessions
 
 
 def _service() -> Any:
@@ -80,39 +78,75 @@ def _settings() -> Any:
     return current_app.extensions["wsnmom.soap"].settings
 
 
-def _json(data: Mapping[str, Any], status: int = 200, **headers: str) -> Response:
+def _json(
+    data: Mapping[str, Any], status: int = 200, headers: tuple[tuple[str, str], ...] = ()
+) -> Response:
     resp = Response(json.dumps(data, indent=2) + "\n", status=status, mimetype="application/json")
     resp.headers["Cache-Control"] = "no-store"
-    for name, value in headers.items():
-        resp.headers[name.replace("_", "-")] = value
+    for name, value in headers:
+        resp.headers.add(name, value)
     return resp
 
 
-def _error(message: str, status: int, **headers: str) -> Response:
-    return _json({"error": message}, status, **headers)
+def _error(message: str, status: int, headers: tuple[tuple[str, str], ...] = ()) -> Response:
+    return _json({"error": message}, status, headers)
 
 
-def _caller() -> Caller:
-    return _state().identity.caller(request.environ)
+def _unauthorized(message: str) -> Response:
+    """401; with the challenge, except for the admin page (a browser would pop up its own
+    password dialog over the page's sign-in)."""
+    challenge = identity.authenticator().challenge_headers()
+    from_page = request.headers.get("X-Requested-With") == PAGE_HEADER
+    return _error(message, 401, () if from_page else challenge)
 
 
-def _refused_reading(caller: Caller) -> Response | None:
-    """403 unless the client is on the gateway's host or an admin (module docstring)."""
-    if caller.admin or from_loopback(request.environ):
+def _caller() -> AdminCaller | Response:
+    """The caller, or the 401 for wrong credentials."""
+    try:
+        return _sessions().caller(request.environ)
+    except identity.AuthenticationFailed:
+        return _unauthorized("wrong credentials")
+
+
+def _may_read(caller: AdminCaller) -> bool:
+    return caller.authenticated_admin or identity.is_admin()
+
+
+def _refused_reading(caller: AdminCaller | Response) -> Response | None:
+    """None when the caller may read (:mod:`.admin_auth`), else 401 or 403."""
+    if isinstance(caller, Response):
+        return caller
+    if _may_read(caller):
         return None
-    return _error("the admin API answers loopback clients and signed-in admins only", 403)
+    if identity.authenticator().enabled:
+        if caller.principal.anonymous:
+            return _unauthorized("authentication required")
+        return _error("an admin identity is required", 403)
+    return _error("the admin interface answers loopback clients only", 403)
 
 
-def _refused_acting(caller: Caller) -> Response | None:
-    """403 unless an admin sent it; from a session, also its origin and CSRF token."""
-    if not caller.admin:
-        return _error("this needs an admin: sign in on the admin page", 403)
-    if caller.via == "session":
-        if not same_origin(_settings(), request.environ, request.host_url):
-            return _error("refused: the request does not come from the admin page", 403)
-        expected = _state().identity.csrf_token(caller)
-        presented = request.headers.get(CSRF_HEADER, "")
-        if expected is None or not hmac.compare_digest(presented, expected):
+def _refused_acting(caller: AdminCaller | Response) -> Response | None:
+    """None when an authenticated admin sent the action from where it may (module
+    docstring of :mod:`.admin_auth`), else 401 or 403."""
+    if isinstance(caller, Response):
+        return caller
+    if not caller.authenticated_admin:
+        if identity.authenticator().enabled and caller.principal.anonymous:
+            return _unauthorized("authentication required")
+        if not identity.authenticator().enabled:
+            return _error(
+                "actions need an authenticated admin: turn authentication on "
+                "(auth.admin_token) and sign in",
+                403,
+            )
+        return _error("an admin identity is required", 403)
+    environ = request.environ
+    cross_site = from_browser(environ) and not same_origin(_settings(), environ, request.host_url)
+    if cross_site or (caller.session is not None and not from_browser(environ)):
+        return _error("refused: the request does not come from the admin page", 403)
+    if caller.session is not None:
+        expected = _sessions().csrf_token(caller.session)
+        if not hmac.compare_digest(request.headers.get(CSRF_HEADER, ""), expected):
             return _error(f"refused: missing or wrong {CSRF_HEADER}", 403)
     return None
 
@@ -121,16 +155,17 @@ def _refused_acting(caller: Caller) -> Response | None:
 @admin_api.get("/session")
 def session() -> Response:
     """Who the caller is (answered to anyone; reveals nothing but that)."""
-    state = _state()
     caller = _caller()
-    identity = state.identity
+    if isinstance(caller, Response):
+        return caller
+    principal = caller.principal
     return _json(
         {
-            "admin": caller.admin,
-            "caller": caller.name,
-            "read": caller.admin or from_loopback(request.environ),
-            "sign_in": bool(getattr(identity, "enabled", False)),
-            "csrf": identity.csrf_token(caller),
+            "admin": caller.authenticated_admin,
+            "caller": str(principal),
+            "read": _may_read(caller),
+            "sign_in": identity.authenticator().enabled,
+            "csrf": _sessions().csrf_token(caller.session) if caller.session else None,
         }
     )
 
@@ -175,33 +210,38 @@ def show_subscription(subscription_id: str) -> Response:
 def _act(kind: str, resource_id: str, action: str, run: Callable[[], Any]) -> Response:
     caller = _caller()
     if (refused := _refused_acting(caller)) is not None:
+        who = caller.principal if isinstance(caller, AdminCaller) else "wrong credentials"
         audit.warning(
             "admin: refused %s of %s %s from %s (%s)",
             action,
             kind,
             resource_id,
             request.remote_addr,
-            caller.name,
+            who,
         )
         return refused
+    assert isinstance(caller, AdminCaller)
+    bound = PRINCIPAL.set(caller.principal)  # core acts as this admin
     try:
         result = run()
     except errors.ResourceUnknown:
         return _error(f"no {kind} {resource_id!r}", 404)
     except errors.ResourceUnavailable as exc:
         retry = exc.retry_after
-        headers = {"Retry_After": str(round(retry))} if retry else {}
-        return _error(exc.description, 503, **headers)
+        headers = (("Retry-After", str(max(1, round(retry)))),) if retry else ()
+        return _error(exc.description, 503, headers)
     except NotImplementedError as exc:
         return _error(f"the middleware cannot {action}: {exc}", 501)
     except errors.WsnError as exc:
         return _error(f"{exc.fault_name}: {exc.description}", 409)
+    finally:
+        PRINCIPAL.reset(bound)
     audit.warning(
         "admin: %s %s %s by %s from %s%s",
         action,
         kind,
         resource_id,
-        caller.name,
+        caller.principal,
         request.remote_addr,
         f" ({result} message(s) dropped)" if action == "purge" else "",
     )
@@ -241,28 +281,34 @@ def pull_point_purge(pull_point_id: str) -> Response:
 # --- signing in -----------------------------------------------------------------------------
 @admin_api.post("/session")
 def sign_in() -> Response:
-    """Sign in with the admin token: a session cookie and the CSRF token its actions need."""
-    identity = _state().identity
-    if not isinstance(identity, TokenIdentity) or not identity.enabled:
-        return _error("signing in is not enabled: set admin.token (WSNMOM_ADMIN__TOKEN)", 403)
+    """Sign in with an admin's credentials: a session cookie and the CSRF token its actions
+    need."""
+    auth = identity.authenticator()
+    if not auth.enabled:
+        return _error(
+            "signing in needs authentication: set auth.admin_token (WSNMOM_AUTH__ADMIN_TOKEN) "
+            "or auth.users_file",
+            403,
+        )
     settings = _settings()
     if not same_origin(settings, request.environ, request.host_url):
         return _error("refused: the request does not come from the admin page", 403)
     payload = request.get_json(silent=True)
-    token = payload.get("token") if isinstance(payload, dict) else request.form.get("token")
+    form: Mapping[str, Any] = payload if isinstance(payload, dict) else request.form
+    value = authorization_value(form.get("token"), form.get("user"), form.get("password"))
+    sessions = _sessions()
     try:
-        session_id = identity.sign_in(str(token or ""))
+        session_id, principal = sessions.sign_in(auth.http_caller, value)
     except SignInRefused as exc:
         audit.warning("admin: sign-in refused from %s: %s", request.remote_addr, exc)
-        return _error(str(exc), 429 if exc.throttled else 403)
-    audit.warning("admin: signed in from %s", request.remote_addr)
-    caller = Caller("admin", admin=True, via="session", session=session_id)
-    resp = _json({"admin": True, "caller": caller.name, "csrf": identity.csrf_token(caller)})
+        return _error(str(exc), exc.status)
+    audit.warning("admin: %s signed in from %s", principal, request.remote_addr)
+    resp = _json({"admin": True, "caller": str(principal), "csrf": sessions.csrf_token(session_id)})
     secure = browser_origin(settings, request.environ, request.host_url).startswith("https:")
     resp.set_cookie(
         SESSION_COOKIE,
         session_id,
-        max_age=int(identity.session_lifetime),
+        max_age=int(sessions.lifetime),
         path="/",
         secure=secure,
         httponly=True,
@@ -274,12 +320,11 @@ def sign_in() -> Response:
 @admin_api.post("/session/end")
 def sign_out() -> Response:
     """End the caller's session (same origin only: a forged sign-out is a nuisance too)."""
-    identity = _state().identity
     if not same_origin(_settings(), request.environ, request.host_url):
         return _error("refused: the request does not come from the admin page", 403)
-    caller = identity.caller(request.environ)
-    if isinstance(identity, TokenIdentity):
-        identity.sign_out(caller.session)
+    caller = _caller()
+    if isinstance(caller, AdminCaller):
+        _sessions().sign_out(caller.session)
     resp = _json({"admin": False})
     resp.delete_cookie(SESSION_COOKIE, path="/", httponly=True, samesite="Strict")
     return resp

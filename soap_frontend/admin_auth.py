@@ -1,173 +1,141 @@
-"""Who calls the admin page and API, and what they may do there.
+"""Who may read the admin page and API, who may act there, and the page's sign-in.
 
-Two rules, both checked in each admin view (a ``before_request`` hook would take every
-SOAP request off the WSGI fast path, :mod:`.fastpath`):
+Who the caller is comes from :mod:`.identity` (HTTP credentials: Basic, bearer token,
+TLS client certificate, a trusted proxy's identity header), plus one source of this
+module: the admin page's *session* (below).  Two rules, checked in each admin view (a
+``before_request`` hook would take every SOAP request off the WSGI fast path,
+:mod:`.fastpath`):
 
-*Reading* (the page's data, ``GET /wsn/admin/api/...``) is for clients connected straight
-from a loopback address (no ``Forwarded`` / ``X-Forwarded-For``: a proxy on the same host
-relays others) and for admins.  Subscription ids are capabilities -- whoever knows one can
-Unsubscribe it over WS-N -- so a listing is never shown to anyone else.
+*Reading* (``GET /wsn/admin/api/...``) is for :func:`.identity.is_admin` callers: an
+authenticated admin; or, while authentication is off, a client connected straight from a
+loopback address.  Subscription ids are capabilities, so nobody else gets a listing.
 
-*Acting* (pause, resume, unsubscribe, purge: ``POST`` only, never ``GET``) is for admins,
-wherever they connect from; a loopback client is not an admin by being local.  A browser
-that signed in carries a session cookie (``HttpOnly``, ``SameSite=Strict``), which a
-browser would also send with a request another site forges, so each action from a session
-must also come from the page's own origin (``Origin``, else ``Referer``) and carry the
-session's CSRF token (header ``X-CSRF-Token``).  A program that sends the admin token itself
-(``Authorization: Bearer ...``) needs neither: nothing ambient authenticates it.
+*Acting* (pause, resume, unsubscribe, purge: ``POST`` only, never ``GET``) is for an
+*authenticated* admin identity.  Being local does not make anyone one: with
+authentication off the page is read-only for everyone.  Credentials a browser sends by
+itself -- the session cookie, a remembered Basic password, a client certificate, a proxy's
+header -- would also go with a request another site forges, so an action from a browser
+must come from the page's own origin (``Origin``, else ``Referer``: the address the
+browser used, or ``public_url``), and an action from a session must also carry the
+session's CSRF token (header ``X-CSRF-Token``).  A program that sends no ``Origin`` or
+``Referer`` (curl, a script) is judged by its credentials alone; a bearer token, which a
+browser never sends by itself, needs nothing more.
 
-Who is an admin is the :class:`Identity`'s business.  :class:`TokenIdentity`, the one used
-until the gateway has user identities, knows one secret, ``admin.token``: sending it as a
-bearer token, or signing in with it on the page (a server-side session of
-``admin.session``), makes the caller an admin.  Tokens are compared in constant time and
-failed sign-ins are throttled.  Without a token nobody is an admin and the page is
-read-only.  Another identity (user accounts with an admin role) replaces it through
-``create_app(..., identity=...)``.
+The page's session: signing in (``POST /wsn/admin/api/session`` with the admin token, or a
+name and password) checks the credentials with the gateway's authenticator, exactly as if
+they came in an ``Authorization`` header, and keeps the admin identity it proved under a
+random session id in the gateway's memory (:class:`AdminSessions`; ``admin.session``
+long).  The browser holds the id in an ``HttpOnly``, ``SameSite=Strict`` cookie.  Failed
+sign-ins are limited to 10 a minute.
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
-import ipaddress
 import secrets
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 from urllib.parse import urlsplit
 
 from werkzeug.http import parse_cookie
+from wsnmom.core.access import ANONYMOUS, Principal
 
+from .identity import AuthenticationFailed, caller_of
 from .public_base import forwarded_base, is_trusted
 
 __all__ = [
-    "ANONYMOUS",
     "CSRF_HEADER",
     "SESSION_COOKIE",
-    "Caller",
-    "Identity",
+    "AdminCaller",
+    "AdminSessions",
     "SignInRefused",
-    "TokenIdentity",
     "browser_origin",
-    "from_loopback",
+    "from_browser",
     "same_origin",
 ]
 
-#: the sign-in cookie of :class:`TokenIdentity`
+#: the admin page's session cookie
 SESSION_COOKIE = "wsnmom_admin"
 #: the request header an action from a session carries its CSRF token in
 CSRF_HEADER = "X-CSRF-Token"
 
 
 @dataclass(frozen=True, slots=True)
-class Caller:
-    """Who sent a request, as far as the admin pages care."""
+class AdminCaller:
+    """The caller of an admin view: its identity and, when it came through the page's
+    sign-in, the session."""
 
-    #: for logs and the page ("admin", "anonymous", a user name)
-    name: str
-    admin: bool
-    #: how the caller proved it: "session" (a browser's sign-in cookie: actions need the
-    #: CSRF token and the page's origin), "bearer" (a credential sent by a program), or
-    #: None (nothing proved)
-    via: str | None = None
-    #: the session a "session" caller signed in with (binds its CSRF token)
+    principal: Principal
+    #: the session id when the identity comes from the session cookie
     session: str | None = None
 
-
-ANONYMOUS = Caller("anonymous", admin=False)
-
-
-class Identity(Protocol):
-    """Tells who calls; what the admin views need from an authentication scheme."""
-
-    def caller(self, environ: Mapping[str, Any]) -> Caller:
-        """The caller of the request ``environ`` (``ANONYMOUS`` when nothing is proved)."""
-        ...
-
-    def csrf_token(self, caller: Caller) -> str | None:
-        """The CSRF token a "session" caller's actions must carry (None otherwise)."""
-        ...
+    @property
+    def authenticated_admin(self) -> bool:
+        """An admin identity that proved itself (never a merely local client)."""
+        return self.principal.admin and not self.principal.anonymous
 
 
 class SignInRefused(Exception):
-    """A sign-in with a wrong token, or too many failed ones lately (``throttled``)."""
+    """A sign-in with wrong or non-admin credentials, or too many failed ones lately."""
 
-    def __init__(self, message: str, *, throttled: bool = False) -> None:
+    def __init__(self, message: str, *, status: int = 403) -> None:
         super().__init__(message)
-        self.throttled = throttled
+        self.status = status
 
 
-class TokenIdentity:
-    """Admins are those who know ``admin.token`` (see the module docstring)."""
+class AdminSessions:
+    """The admin page's sign-ins (see the module docstring).  Thread-safe."""
 
     #: failed sign-ins allowed per minute, over all clients
     MAX_FAILURES_PER_MINUTE = 10
 
     def __init__(
-        self,
-        token: str | None,
-        session_lifetime: float = 8 * 3600.0,
-        *,
-        clock: Callable[[], float] = time.monotonic,
+        self, lifetime: float = 8 * 3600.0, *, clock: Callable[[], float] = time.monotonic
     ) -> None:
-        self._token = token.encode() if token else None
-        self._lifetime = session_lifetime
+        self.lifetime = lifetime
         self._clock = clock
-        #: signs CSRF tokens; sessions end with the process anyway
+        #: signs CSRF tokens (sessions end with the process anyway)
         self._key = secrets.token_bytes(32)
         self._lock = threading.Lock()
-        self._sessions: dict[str, float] = {}
+        self._sessions: dict[str, tuple[Principal, float]] = {}
         self._failures: deque[float] = deque()
 
-    @property
-    def enabled(self) -> bool:
-        """Whether anyone can be an admin (a token is configured)."""
-        return self._token is not None
+    def sign_in(
+        self, check: Callable[[Mapping[str, Any]], Principal], authorization: str
+    ) -> tuple[str, Principal]:
+        """A new session for the admin whose ``Authorization`` header value
+        ``authorization`` passes ``check`` (the authenticator).
 
-    def _matches(self, presented: str) -> bool:
-        if self._token is None:
-            return False
-        return hmac.compare_digest(presented.encode(), self._token)
-
-    # -- Identity ------------------------------------------------------------------------
-    def caller(self, environ: Mapping[str, Any]) -> Caller:
-        if self._token is None:
-            return ANONYMOUS
-        auth = str(environ.get("HTTP_AUTHORIZATION") or "")
-        scheme, _, credential = auth.partition(" ")
-        if scheme.lower() == "bearer" and self._matches(credential.strip()):
-            return Caller("admin", admin=True, via="bearer")
-        session = parse_cookie(str(environ.get("HTTP_COOKIE") or "")).get(SESSION_COOKIE)
-        if session and self._live(session):
-            return Caller("admin", admin=True, via="session", session=session)
-        return ANONYMOUS
-
-    def csrf_token(self, caller: Caller) -> str | None:
-        if caller.via != "session" or caller.session is None:
-            return None
-        return hmac.new(self._key, caller.session.encode(), hashlib.sha256).hexdigest()
-
-    # -- sessions ------------------------------------------------------------------------
-    def sign_in(self, token: str) -> str:
-        """A new session for the right ``token``.  :raises SignInRefused: wrong token or
-        throttled."""
+        :raises SignInRefused: wrong credentials (403), an identity that is no admin (403),
+            or too many failed sign-ins in the last minute (429)."""
         now = self._clock()
         with self._lock:
             while self._failures and self._failures[0] < now - 60:
                 self._failures.popleft()
             if len(self._failures) >= self.MAX_FAILURES_PER_MINUTE:
-                raise SignInRefused("too many failed sign-ins; wait a minute", throttled=True)
-            if not self._matches(token):
+                raise SignInRefused("too many failed sign-ins; wait a minute", status=429)
+        try:
+            principal = check({"HTTP_AUTHORIZATION": authorization})
+        except AuthenticationFailed:
+            principal = ANONYMOUS
+        with self._lock:
+            if principal.anonymous:
                 self._failures.append(now)
-                raise SignInRefused("wrong admin token")
-            for sid in [s for s, until in self._sessions.items() if until <= now]:
+                raise SignInRefused("wrong credentials")
+            if not principal.admin:
+                self._failures.append(now)
+                raise SignInRefused(f"{principal} is not an admin")
+            for sid in [s for s, (_, until) in self._sessions.items() if until <= now]:
                 del self._sessions[sid]
             session = secrets.token_urlsafe(32)
-            self._sessions[session] = now + self._lifetime
-            return session
+            self._sessions[session] = (principal, now + self.lifetime)
+            return session, principal
 
     def sign_out(self, session: str | None) -> None:
         """End ``session`` (no-op when unknown)."""
@@ -175,35 +143,45 @@ class TokenIdentity:
             with self._lock:
                 self._sessions.pop(session, None)
 
-    @property
-    def session_lifetime(self) -> float:
-        """Seconds a sign-in lasts."""
-        return self._lifetime
-
-    def _live(self, session: str) -> bool:
+    def principal(self, session: str) -> Principal | None:
+        """The identity of a live session, else None."""
         now = self._clock()
         with self._lock:
-            until = self._sessions.get(session)
-            if until is None:
-                return False
-            if until <= now:
+            entry = self._sessions.get(session)
+            if entry is None:
+                return None
+            if entry[1] <= now:
                 del self._sessions[session]
-                return False
-            return True
+                return None
+            return entry[0]
+
+    def csrf_token(self, session: str) -> str:
+        """The token the session's actions carry."""
+        return hmac.new(self._key, session.encode(), hashlib.sha256).hexdigest()
+
+    def caller(self, environ: dict[str, Any], app: Any = None) -> AdminCaller:
+        """The caller of an admin request: the session's identity when the cookie names a
+        live session, else the HTTP caller (:func:`.identity.caller_of`).
+
+        :raises AuthenticationFailed: HTTP credentials were given but are wrong."""
+        session = parse_cookie(str(environ.get("HTTP_COOKIE") or "")).get(SESSION_COOKIE)
+        if session:
+            principal = self.principal(session)
+            if principal is not None:
+                return AdminCaller(principal, session)
+        return AdminCaller(caller_of(environ, app))
+
+
+def authorization_value(token: str | None, user: str | None, password: str | None) -> str:
+    """The ``Authorization`` header value for a sign-in form: Basic for a name and
+    password, else Bearer for a token."""
+    if user:
+        pair = f"{user}:{password or ''}".encode()
+        return "Basic " + base64.b64encode(pair).decode("ascii")
+    return f"Bearer {token or ''}"
 
 
 # --- where a request comes from -------------------------------------------------------------
-def from_loopback(environ: Mapping[str, Any]) -> bool:
-    """Whether the request comes straight from a loopback address (not relayed)."""
-    if environ.get("HTTP_FORWARDED") or environ.get("HTTP_X_FORWARDED_FOR"):
-        return False
-    try:
-        remote = str(environ.get("REMOTE_ADDR") or "").split("%", 1)[0]
-        return ipaddress.ip_address(remote).is_loopback
-    except ValueError:
-        return False
-
-
 def _origin(url: str) -> str | None:
     """``scheme://host[:port]`` of ``url`` (default ports left out), lower case."""
     try:
@@ -228,6 +206,12 @@ def browser_origin(settings: Any, environ: Mapping[str, Any], request_base: str)
         if forwarded:
             return _origin(forwarded) or request_base
     return _origin(request_base) or request_base
+
+
+def from_browser(environ: Mapping[str, Any]) -> bool:
+    """Whether the request says where it comes from (``Origin`` or ``Referer``), as
+    browsers do for every POST."""
+    return bool(environ.get("HTTP_ORIGIN") or environ.get("HTTP_REFERER"))
 
 
 def same_origin(settings: Any, environ: Mapping[str, Any], request_base: str) -> bool:

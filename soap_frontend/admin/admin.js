@@ -80,7 +80,8 @@
 
   // -- the API ---------------------------------------------------------------------------
   async function api(path, options = {}) {
-    const headers = { Accept: "application/json", ...(options.headers || {}) };
+    // X-Requested-With: a 401 then comes without a challenge (no browser password dialog)
+    const headers = { Accept: "application/json", "X-Requested-With": "wsnmom-admin", ...(options.headers || {}) };
     const response = await fetch(API + path, { credentials: "same-origin", cache: "no-store", ...options, headers });
     let body = null;
     try { body = await response.json(); } catch (_) { body = null; }
@@ -92,7 +93,7 @@
     if (status === 200 && body) session = body;
     document.body.classList.toggle("admin", !!session.admin);
     const role = $("role");
-    role.textContent = session.admin ? "admin" : "read-only";
+    role.textContent = session.admin ? (session.caller === "admin" ? "admin" : `admin: ${session.caller}`) : "read-only";
     role.className = session.admin ? "badge admin" : "badge";
     $("sign-in").hidden = session.admin || !session.sign_in;
     $("sign-out").hidden = !session.admin;
@@ -112,7 +113,7 @@
         const stamp = $("last-refresh");
         stamp.dataset.count = String(refreshes);
         stamp.textContent = `updated ${new Date().toLocaleTimeString()}`;
-      } else if (status === 403) {
+      } else if (status === 401 || status === 403) {
         await loadSession();
       } else {
         $("last-refresh").textContent = `refresh failed: HTTP ${status}`;
@@ -275,7 +276,7 @@
         notice(`${action}: ${id}${purged}`);
       } else {
         notice(`${action} refused: ${(body && body.error) || `HTTP ${status}`}`, true);
-        if (status === 403) await loadSession();
+        if (status === 401 || status === 403) await loadSession();
       }
     } finally {
       btn.disabled = false;
@@ -286,8 +287,10 @@
   async function signIn(event) {
     event.preventDefault();
     const token = $("token");
+    const user = $("user");
+    const form = user.value ? { user: user.value, password: token.value } : { token: token.value };
     const { status, body } = await api("session", {
-      method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify({ token: token.value }),
+      method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(form),
     });
     token.value = "";
     if (status === 200) notice("signed in: actions enabled");

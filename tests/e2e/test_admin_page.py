@@ -1,9 +1,14 @@
-"""The admin page (``/admin``) in a real headless Chromium against a real gateway: its
-elements, values that change after a Notify without a reload, actions refused to a
-non-admin and done by a signed-in admin.  A screenshot is saved under the test's tmp path
-(its path is printed: ``pytest -s`` shows it).
+"""The admin page (``/admin``) in a real headless Chromium against real gateways.
 
-Costs one gateway and one browser start (about 2 s) and ~10 s of page interaction.
+* A gateway without authentication: the page shows everything to a local browser and
+  changes its values after a Notify without a reload, but offers no action, and an
+  action posted anyway is refused (nobody is an admin without authentication).
+* A gateway with an admin token: the page shows nothing until someone signs in; an
+  action is refused before; the signed-in admin pauses and purges, and the values follow.
+  A screenshot of that page is saved under the test's tmp path (its path is printed:
+  ``pytest -s`` shows it).
+
+Costs two gateway starts and one browser start (about 3 s) and ~6 s of page interaction.
 """
 
 from __future__ import annotations
@@ -27,14 +32,13 @@ NS = "urn:example:plant"
 API = "/wsn/admin/api"
 
 
-@pytest.fixture(scope="module")
-def gateway() -> Iterator[RunningServer]:
+def _gateway(env: dict[str, str]) -> Iterator[RunningServer]:
     data_dir = Path(tempfile.mkdtemp(prefix="wsnmom-admin-page-"))
     server = RunningServer(
         "embedded",
         f"embedded://{data_dir / 'middleware'}",
         data_dir,
-        extra_env={"WSNMOM_ADMIN__TOKEN": TOKEN, "WSNMOM_RETRY__MAX_ATTEMPTS": "1000"},
+        extra_env={"WSNMOM_RETRY__MAX_ATTEMPTS": "1000", **env},
     )
     server.start()
     try:
@@ -44,8 +48,21 @@ def gateway() -> Iterator[RunningServer]:
         shutil.rmtree(data_dir, ignore_errors=True)
 
 
+@pytest.fixture(scope="module")
+def open_gateway() -> Iterator[RunningServer]:
+    """No authentication (it listens on loopback only)."""
+    yield from _gateway({})
+
+
+@pytest.fixture(scope="module")
+def gateway() -> Iterator[RunningServer]:
+    """Authentication on: the admin token."""
+    yield from _gateway({"WSNMOM_AUTH__ADMIN_TOKEN": TOKEN})
+
+
 def _api(gateway: RunningServer, path: str) -> Any:
-    return requests.get(gateway.base_url + API + path, timeout=5).json()
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    return requests.get(gateway.base_url + API + path, headers=headers, timeout=5).json()
 
 
 def _text(web: Any, css: str) -> str:
@@ -57,6 +74,16 @@ def _text(web: Any, css: str) -> str:
     return str(text).strip()
 
 
+def _shown(web: Any, css: str) -> bool:
+    return bool(
+        web.execute_script(
+            "return Array.from(document.querySelectorAll(arguments[0]))"
+            ".some(e => e.offsetParent !== null);",
+            css,
+        )
+    )
+
+
 def _wait(what: str, predicate: Callable[[], Any], timeout: float = 10) -> Any:
     return poll(predicate, timeout, what=what)
 
@@ -65,11 +92,22 @@ def _refreshes(web: Any) -> int:
     return int(web.execute_script("return document.getElementById('last-refresh').dataset.count"))
 
 
-def test_admin_page(gateway: RunningServer, chromium: Any, tmp_path: Path) -> None:
+def _post_from_page(web: Any, path: str) -> Any:
+    """POST ``path`` (relative to the page) with the page's own script, as a button would,
+    and return the HTTP status."""
+    return web.execute_async_script(
+        "const done = arguments[arguments.length - 1];"
+        "fetch(arguments[0], {method: 'POST', headers: {'X-Requested-With': 'wsnmom-admin'}})"
+        ".then(r => done(r.status), e => done(String(e)));",
+        path,
+    )
+
+
+def test_read_only_without_authentication(open_gateway: RunningServer, chromium: Any) -> None:
     from selenium.webdriver.common.by import By
 
     web = chromium
-    client = WsnClient(gateway.broker_url, namespaces={"p": NS})
+    client = WsnClient(open_gateway.broker_url, namespaces={"p": NS})
     consumer = NotificationConsumer()
     live = client.subscribe(consumer, "p:line1/temperature")
     held = client.subscribe(consumer, "p:line1//*")
@@ -78,25 +116,23 @@ def test_admin_page(gateway: RunningServer, chromium: Any, tmp_path: Path) -> No
     pull_point = client.create_pull_point()
     registration = client.register_publisher("http://127.0.0.1:9/plc-7", ["p:line1//*"])
 
-    web.get(gateway.base_url + "/admin?refresh=0.3")
+    web.get(open_gateway.base_url + "/admin?refresh=0.3")
     _wait("a first refresh", lambda: _refreshes(web) >= 1)
 
     # -- what a reader sees
     assert web.title == "wsnmom admin"
     assert _text(web, "#health-adapter") == "embedded (queue)"
     assert _text(web, "#health-available") == "yes" and _text(web, "#health-ready") == "yes"
-    assert _text(web, "#broker") == gateway.broker_url
+    assert _text(web, "#broker") == open_gateway.broker_url
     assert _text(web, "#role") == "read-only"
-    assert web.find_element(By.ID, "sign-in").is_displayed()
+    assert not _shown(web, "#sign-in")  # nobody can sign in without authentication
     assert _text(web, "#total-subscriptions") == "3" and _text(web, "#total-pull-points") == "1"
-    rows = {
-        r.get_attribute("data-id"): r
-        for r in web.find_elements(By.CSS_SELECTOR, "#subscriptions tbody tr")
-    }
-    assert set(rows) == {live.id, held.id, down.id}
-    assert rows[held.id].get_attribute("data-state") == "paused"
-    assert not any(b.is_displayed() for b in web.find_elements(By.CSS_SELECTOR, "td.actions"))
-    assert web.find_elements(By.CSS_SELECTOR, f'#pull-points tr[data-id="{pull_point.id}"]')
+    rows = web.find_elements(By.CSS_SELECTOR, "#subscriptions tbody tr")
+    assert {r.get_attribute("data-id") for r in rows} == {live.id, held.id, down.id}
+    held_row = f'#subscriptions tr[data-id="{held.id}"]'
+    assert _text(web, f"{held_row} .badge") == "paused"
+    assert not _shown(web, "td.actions")
+    assert _text(web, f'#pull-points tr[data-id="{pull_point.id}"]')
     registration_row = f'#registrations tr[data-id="{registration.id}"]'
     assert "http://127.0.0.1:9/plc-7" in _text(web, registration_row)
     assert "p:line1//*" in _text(web, registration_row)
@@ -109,7 +145,6 @@ def test_admin_page(gateway: RunningServer, chromium: Any, tmp_path: Path) -> No
     _wait("3 messages on the topic", lambda: _text(web, f"{topic_row} td.messages") == "3")
     assert _text(web, "#total-messages") == "3"
     assert float(_text(web, f"{topic_row} td.rate").rstrip("/s")) > 0
-    held_row = f'#subscriptions tr[data-id="{held.id}"]'
     _wait("a backlog of 3", lambda: _text(web, f"{held_row} td.backlog") == "3")
     live_row = f'#subscriptions tr[data-id="{live.id}"]'
     _wait("3 delivered", lambda: _text(web, f"{live_row} td.delivered") == "3")
@@ -119,22 +154,45 @@ def test_admin_page(gateway: RunningServer, chromium: Any, tmp_path: Path) -> No
     assert "127.0.0.1:9" in _text(web, f"{down_row} td.error")
     assert web.execute_script("return window.__marker") == marker
 
-    # -- a non-admin is refused, whatever the page shows
-    status = web.execute_async_script(
-        "const done = arguments[arguments.length - 1];"
-        f"fetch('wsn/admin/api/subscriptions/{live.id}/pause', {{method: 'POST'}})"
-        ".then(r => done(r.status), e => done(String(e)));"
-    )
-    assert status == 403
+    # -- an action posted anyway is refused: being local makes nobody an admin
+    assert _post_from_page(web, f"wsn/admin/api/subscriptions/{live.id}/pause") == 403
+    state = requests.get(f"{open_gateway.base_url}{API}/subscriptions/{live.id}", timeout=5)
+    assert state.json()["state"] == "active"
+    consumer.close()
+    client.close()
+
+
+def test_an_admin_signs_in_and_acts(gateway: RunningServer, chromium: Any, tmp_path: Path) -> None:
+    from selenium.webdriver.common.by import By
+
+    web = chromium
+    client = WsnClient(gateway.broker_url, namespaces={"p": NS}, token=TOKEN)
+    consumer = NotificationConsumer()
+    live = client.subscribe(consumer, "p:line1/temperature")
+    held = client.subscribe(consumer, "p:line1//*")
+    held.pause()
+    client.subscribe("http://127.0.0.1:9/nobody-listens", "p:line1/temperature")
+    client.create_pull_point()
+    client.register_publisher("http://127.0.0.1:9/plc-7", ["p:line1//*"])
+
+    web.get(gateway.base_url + "/admin?refresh=0.3")
+    _wait("the sign-in form", lambda: _shown(web, "#sign-in"))
+    assert _shown(web, "#no-access") and not _shown(web, "#content")
+    # -- refused before signing in (401 without a challenge: no browser dialog)
+    assert _post_from_page(web, f"wsn/admin/api/subscriptions/{live.id}/pause") == 401
     assert _api(gateway, f"/subscriptions/{live.id}")["state"] == "active"
 
-    # -- an admin signs in and pauses, then purges
     web.find_element(By.ID, "token").send_keys(TOKEN)
     web.find_element(By.CSS_SELECTOR, "#sign-in button").click()
     _wait("the admin role", lambda: _text(web, "#role") == "admin")
-    assert web.find_element(By.ID, "sign-out").is_displayed()
+    assert _shown(web, "#sign-out") and not _shown(web, "#sign-in")
     before = _refreshes(web)
     _wait("a refresh after signing in", lambda: _refreshes(web) > before)
+    client.notify_many([(f"<celsius>{20 + i}</celsius>", "p:line1/temperature") for i in range(3)])
+    held_row = f'#subscriptions tr[data-id="{held.id}"]'
+    _wait("a backlog of 3", lambda: _text(web, f"{held_row} td.backlog") == "3")
+
+    live_row = f'#subscriptions tr[data-id="{live.id}"]'
     pause = web.find_element(By.CSS_SELECTOR, f"{live_row} td.actions button")
     assert pause.text == "Pause" and pause.is_displayed()
     pause.click()
@@ -158,10 +216,10 @@ def test_admin_page(gateway: RunningServer, chromium: Any, tmp_path: Path) -> No
     assert web.save_screenshot(str(shot)) and shot.stat().st_size > 10_000
     print(f"\nadmin page screenshot: {shot}")
 
-    # -- signing out takes the actions away again
+    # -- signing out takes everything away again
     web.find_element(By.ID, "sign-out").click()
-    _wait("the read-only role", lambda: _text(web, "#role") == "read-only")
-    assert not any(b.is_displayed() for b in web.find_elements(By.CSS_SELECTOR, "td.actions"))
+    _wait("the sign-in form again", lambda: _shown(web, "#sign-in"))
+    assert _text(web, "#role") == "read-only" and not _shown(web, "#content")
     consumer.close()
     client.close()
 

@@ -1,5 +1,5 @@
-"""The shell client without a gateway: progress output, the admin token of `subscriptions
-list` (against a stand-in admin API)."""
+"""The shell client without a gateway: progress output, `subscriptions list` against a
+stand-in admin API."""
 
 from __future__ import annotations
 
@@ -30,9 +30,10 @@ def test_live_count_of_redirected_output() -> None:
         assert err.getvalue() == b"" and quiet.count == 3
 
 
-def test_subscriptions_list_sends_the_admin_token(monkeypatch: object) -> None:
-    """``--token`` (or ``$WSNMOM_ADMIN__TOKEN``) goes out as a bearer token; a 403 says
-    what to do."""
+def test_subscriptions_list_columns_and_credentials(monkeypatch: object) -> None:
+    """The listing's columns (backlog, deliveries, failures) from the API's JSON; the
+    credentials (``--token`` or ``$WSN_TOKEN``) go out as a bearer token; a 403 says what
+    the API answers."""
     import json
     import threading
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -74,10 +75,10 @@ def test_subscriptions_list_sends_the_admin_token(monkeypatch: object) -> None:
     try:
         runner = CliRunner()
         refused = runner.invoke(cli, ["subscriptions", "list", "--broker", broker], env={})
-        assert refused.exit_code == 1 and "admin token (--token)" in refused.stderr
+        assert refused.exit_code == 1 and "it answers admins only" in refused.stderr
         for args, env in (
             (["--token", "sixteen-chars-token"], {}),
-            ([], {"WSNMOM_ADMIN__TOKEN": "sixteen-chars-token"}),
+            ([], {"WSN_TOKEN": "sixteen-chars-token"}),
         ):
             ok = runner.invoke(cli, ["subscriptions", "list", "--broker", broker, *args], env=env)
             assert ok.exit_code == 0, ok.output

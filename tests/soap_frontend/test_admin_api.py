@@ -1,18 +1,21 @@
-"""The admin API (``/wsn/admin/api/...``) and the page's files: who may read (loopback
-clients, admins), who may act (admins; from a browser session only with the page's origin
-and CSRF token), what the API says about live resources (the real broker service on the
-embedded adapter), and the admin token setting."""
+"""The admin API (``/wsn/admin/api/...``) and the page's files: who may read (admins;
+without authentication, direct loopback clients), who may act (authenticated admins; from
+a browser only with the page's origin, from a session also its CSRF token), the page's
+sign-in, and what the API says about live resources (the real broker service on the
+embedded adapter)."""
 
 from __future__ import annotations
 
+import base64
 import re
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from flask.testing import FlaskClient
-from wsnmom.core.config import ConfigError, Settings, load_settings
+from wsnmom.core.config import Settings
 from wsnmom.core.model import (
     CreatePullPointRequest,
     EndpointReference,
@@ -20,7 +23,8 @@ from wsnmom.core.model import (
     InboundNotification,
     SubscribeRequest,
 )
-from wsnmom.soap_frontend.admin_auth import SESSION_COOKIE, TokenIdentity
+from wsnmom.soap_frontend import passwords
+from wsnmom.soap_frontend.admin_auth import SESSION_COOKIE, AdminSessions
 from wsnmom.soap_frontend.app import create_app
 
 from tests.soap_frontend.fake_service import FakeService
@@ -31,6 +35,12 @@ SIMPLE = "http://docs.oasis-open.org/wsn/t-1/TopicExpression/Simple"
 TOKEN = "an-admin-token-for-tests-0123"
 BEARER = {"Authorization": f"Bearer {TOKEN}"}
 ORIGIN = "http://localhost"  # the Flask test client's host
+CHEAP = {"n": 2**4}
+
+
+def _basic(user: str, password: str) -> dict[str, str]:
+    pair = base64.b64encode(f"{user}:{password}".encode()).decode()
+    return {"Authorization": f"Basic {pair}"}
 
 
 @pytest.mark.parametrize(
@@ -42,33 +52,50 @@ ORIGIN = "http://localhost"  # the Flask test client's host
         ("127.0.0.1", {"X-Forwarded-For": "203.0.113.9"}),
         ("127.0.0.1", {"Forwarded": "for=203.0.113.9"}),
         ("", {}),
-        ("10.1.2.3", {"Authorization": "Bearer not-the-token-at-all-0000"}),
     ],
 )
-def test_only_direct_loopback_clients_and_admins_read(remote: str, headers: dict[str, str]) -> None:
-    app = create_app(FakeService(), identity=TokenIdentity(TOKEN))
-    client = app.test_client()
+def test_without_authentication_only_direct_loopback_clients_read(
+    remote: str, headers: dict[str, str]
+) -> None:
+    client = create_app(FakeService()).test_client()
     for path in ("/subscriptions", "/overview", "/subscriptions/x"):
         resp = client.get(API + path, headers=headers, environ_base={"REMOTE_ADDR": remote})
         assert resp.status_code == 403
-        assert resp.json == {
-            "error": "the admin API answers loopback clients and signed-in admins only"
-        }
+        assert resp.json == {"error": "the admin interface answers loopback clients only"}
 
 
 def _topic(text: str = "t:a") -> ExpressionSource:
     return ExpressionSource(SIMPLE, text, {"t": "urn:t", "wsnt": "urn:unused"})
 
 
-@pytest.fixture
-def runtime(tmp_path: Path) -> Iterator[Runtime]:
+def _runtime(tmp_path: Path, **auth: Any) -> Runtime:
     settings = Settings(
         adapter_url=f"embedded://{tmp_path / 'mw'}",
         store_url=f"sqlite:///{tmp_path / 'store.db'}",
     )
-    settings.admin.token = TOKEN
+    for key, value in auth.items():
+        setattr(settings.auth, key, value)
     settings.retry.initial_delay = timedelta(seconds=30)  # a failure stays visible
-    rt = build_runtime(settings)
+    return build_runtime(settings)
+
+
+@pytest.fixture
+def runtime(tmp_path: Path) -> Iterator[Runtime]:
+    """Authentication on: the admin token, and a credentials file with a non-admin."""
+    users = tmp_path / "users.toml"
+    users.write_text(f'[users.bob]\npassword = "{passwords.hash_password("pw", **CHEAP)}"\n')
+    users.chmod(0o600)
+    rt = _runtime(tmp_path, admin_token=TOKEN, users_file=str(users))
+    try:
+        yield rt
+    finally:
+        rt.close()
+
+
+@pytest.fixture
+def open_runtime(tmp_path: Path) -> Iterator[Runtime]:
+    """Authentication off (the gateway listens on loopback only)."""
+    rt = _runtime(tmp_path)
     try:
         yield rt
     finally:
@@ -81,12 +108,19 @@ def _client(runtime: Runtime, remote: str = "127.0.0.1") -> FlaskClient:
     return client
 
 
-def _subscribe(runtime: Runtime, consumer: str = "http://127.0.0.1:9/a", **kw: object) -> str:
-    req = SubscribeRequest(EndpointReference(consumer), topic=_topic(), **kw)  # type: ignore[arg-type]
+def _subscribe(runtime: Runtime, consumer: str = "http://127.0.0.1:9/a", **kw: Any) -> str:
+    req = SubscribeRequest(EndpointReference(consumer), topic=_topic(), **kw)
     return runtime.service.subscribe(req).id
 
 
-def test_lists_and_shows_live_subscriptions(runtime: Runtime) -> None:
+def _state(runtime: Runtime, sub_id: str) -> str:
+    data = _client(runtime).get(f"{API}/subscriptions/{sub_id}", headers=BEARER).json
+    assert data is not None
+    return str(data["state"])
+
+
+def test_lists_and_shows_live_subscriptions(open_runtime: Runtime) -> None:
+    runtime = open_runtime
     service = runtime.service
     assert _client(runtime).get(API + "/subscriptions").json == {"count": 0, "subscriptions": []}
     first = _subscribe(runtime, use_raw=True)
@@ -106,11 +140,11 @@ def test_lists_and_shows_live_subscriptions(runtime: Runtime) -> None:
     assert a["consumer"] == "http://127.0.0.1:9/a" and a["state"] == "active"
     assert a["topic"] == {"dialect": SIMPLE, "text": "t:a", "namespaces": {"t": "urn:t"}}
     assert a["use_raw"] is True and a["soap_version"] == "1.2" and a["pull_point"] is None
+    assert a["mode"] == "push" and a["backlog"] == 0 and a["delivery"]["failures"] == 0
     assert b["state"] == "paused" and b["topic"] is None and b["terminates"].endswith("Z")
 
     one = _client(runtime).get(f"{API}/subscriptions/{first}").json
     assert one is not None and one["id"] == first and one["pending"] == 0
-    assert one["mode"] == "push" and one["delivery"]["failures"] >= 0
     missing = _client(runtime).get(f"{API}/subscriptions/nope")
     assert missing.status_code == 404 and missing.json == {"error": "no subscription 'nope'"}
 
@@ -119,7 +153,8 @@ def test_lists_and_shows_live_subscriptions(runtime: Runtime) -> None:
     assert data is not None and [s["id"] for s in data["subscriptions"]] == [second]
 
 
-def test_overview(runtime: Runtime) -> None:
+def test_overview(open_runtime: Runtime) -> None:
+    runtime = open_runtime
     service = runtime.service
     paused = _subscribe(runtime)
     service.pause(paused)
@@ -151,46 +186,61 @@ def test_overview(runtime: Runtime) -> None:
     assert _client(runtime).get(API + "/overview?limit=x").status_code == 400
 
 
-def test_a_remote_admin_reads_with_the_token(runtime: Runtime) -> None:
-    client = _client(runtime, "10.1.2.3")
-    assert client.get(API + "/overview").status_code == 403
-    assert client.get(API + "/overview", headers=BEARER).status_code == 200
-    assert client.get(API + "/session", headers=BEARER).json == {
+def test_without_authentication_the_page_is_read_only(open_runtime: Runtime) -> None:
+    """A local client reads, but nobody acts: there is no admin to be without
+    authentication, and being local does not make one."""
+    sub_id = _subscribe(open_runtime)
+    client = _client(open_runtime)
+    assert client.get(API + "/session").json == {
+        "admin": False,
+        "caller": "anonymous",
+        "read": True,
+        "sign_in": False,
+        "csrf": None,
+    }
+    resp = client.post(f"{API}/subscriptions/{sub_id}/pause", headers={"Origin": ORIGIN})
+    assert resp.status_code == 403 and "authenticated admin" in resp.json["error"]
+    assert client.get(f"{API}/subscriptions/{sub_id}").json["state"] == "active"
+    signing = client.post(API + "/session", json={"token": "x"}, headers={"Origin": ORIGIN})
+    assert signing.status_code == 403 and "auth.admin_token" in signing.json["error"]
+
+
+def test_with_authentication_reading_needs_an_admin(runtime: Runtime) -> None:
+    local = _client(runtime)  # being local is no identity once authentication is on
+    anonymous = local.get(API + "/overview")
+    assert anonymous.status_code == 401 and anonymous.json == {"error": "authentication required"}
+    assert "Basic" in anonymous.headers["WWW-Authenticate"]
+    page = local.get(API + "/overview", headers={"X-Requested-With": "wsnmom-admin"})
+    assert page.status_code == 401 and "WWW-Authenticate" not in page.headers
+    wrong = local.get(API + "/overview", headers={"Authorization": "Bearer nope"})
+    assert wrong.status_code == 401 and wrong.json == {"error": "wrong credentials"}
+    bob = local.get(API + "/overview", headers=_basic("bob", "pw"))
+    assert bob.status_code == 403 and bob.json == {"error": "an admin identity is required"}
+    remote = _client(runtime, "10.1.2.3")
+    for creds in (BEARER, _basic("admin", TOKEN)):
+        assert remote.get(API + "/overview", headers=creds).status_code == 200
+    assert remote.get(API + "/session", headers=BEARER).json == {
         "admin": True,
         "caller": "admin",
         "read": True,
         "sign_in": True,
         "csrf": None,
     }
-    assert client.get(API + "/session").json == {
-        "admin": False,
-        "caller": "anonymous",
-        "read": False,
-        "sign_in": True,
-        "csrf": None,
-    }
 
 
-def _state(runtime: Runtime, sub_id: str) -> str:
-    data = _client(runtime).get(f"{API}/subscriptions/{sub_id}").json
-    assert data is not None
-    return str(data["state"])
-
-
-def test_actions_need_an_admin(runtime: Runtime) -> None:
+def test_actions_need_an_authenticated_admin(runtime: Runtime) -> None:
     sub_id = _subscribe(runtime)
-    client = _client(runtime)  # loopback: may read, may not act
+    client = _client(runtime)
     for action in ("pause", "resume", "unsubscribe", "purge"):
         resp = client.post(f"{API}/subscriptions/{sub_id}/{action}")
-        assert resp.status_code == 403
-        assert resp.json == {"error": "this needs an admin: sign in on the admin page"}
+        assert resp.status_code == 401 and resp.json == {"error": "authentication required"}
+        bob = client.post(f"{API}/subscriptions/{sub_id}/{action}", headers=_basic("bob", "pw"))
+        assert bob.status_code == 403 and bob.json == {"error": "an admin identity is required"}
     assert _state(runtime, sub_id) == "active"
-    assert client.get(f"{API}/subscriptions/{sub_id}/pause").status_code == 405  # never GET
-    wrong = {"Authorization": "Bearer " + TOKEN[:-1] + "x"}
-    assert client.post(f"{API}/subscriptions/{sub_id}/pause", headers=wrong).status_code == 403
+    assert client.get(f"{API}/subscriptions/{sub_id}/pause", headers=BEARER).status_code == 405
 
 
-def test_a_program_acts_with_the_bearer_token(runtime: Runtime) -> None:
+def test_a_program_acts_with_its_credentials(runtime: Runtime) -> None:
     service = runtime.service
     sub_id = _subscribe(runtime)
     client = _client(runtime, "10.1.2.3")
@@ -199,8 +249,8 @@ def test_a_program_acts_with_the_bearer_token(runtime: Runtime) -> None:
     assert resp.json == {"ok": True, "action": "pause", "subscription": sub_id}
     assert _state(runtime, sub_id) == "paused"
     service.notify([InboundNotification(b"<m/>", _topic()) for _ in range(4)])
-    purged = client.post(f"{API}/subscriptions/{sub_id}/purge", headers=BEARER).json
-    assert purged == {"ok": True, "action": "purge", "subscription": sub_id, "purged": 4}
+    purged = client.post(f"{API}/subscriptions/{sub_id}/purge", headers=_basic("admin", TOKEN))
+    assert purged.json == {"ok": True, "action": "purge", "subscription": sub_id, "purged": 4}
     assert client.post(f"{API}/subscriptions/{sub_id}/resume", headers=BEARER).status_code == 200
     assert _state(runtime, sub_id) == "active"
     pp = service.create_pull_point(CreatePullPointRequest())
@@ -218,8 +268,22 @@ def test_a_program_acts_with_the_bearer_token(runtime: Runtime) -> None:
     assert client.post(f"{API}/pullpoints/nope/purge", headers=BEARER).status_code == 404
 
 
-def _sign_in(client: FlaskClient) -> str:
-    resp = client.post(API + "/session", json={"token": TOKEN}, headers={"Origin": ORIGIN})
+def test_credentials_a_browser_sends_by_itself_need_the_pages_origin(runtime: Runtime) -> None:
+    """A remembered Basic password goes with a forged cross-site POST too: such a request
+    carries a foreign Origin and is refused."""
+    sub_id = _subscribe(runtime)
+    client = _client(runtime)
+    pause = f"{API}/subscriptions/{sub_id}/pause"
+    basic = _basic("admin", TOKEN)
+    for where in ({"Origin": "http://evil.example"}, {"Referer": "http://evil.example/x"}):
+        resp = client.post(pause, headers={**basic, **where})
+        assert resp.status_code == 403 and "does not come from the admin page" in resp.json["error"]
+    assert _state(runtime, sub_id) == "active"
+    assert client.post(pause, headers={**basic, "Origin": ORIGIN}).status_code == 200
+
+
+def _sign_in(client: FlaskClient, **form: str) -> str:
+    resp = client.post(API + "/session", json=form or {"token": TOKEN}, headers={"Origin": ORIGIN})
     assert resp.status_code == 200, resp.json
     cookie = resp.headers["Set-Cookie"]
     assert cookie.startswith(f"{SESSION_COOKIE}=") and "HttpOnly" in cookie
@@ -262,47 +326,37 @@ def test_a_browser_session_needs_the_pages_origin_and_csrf_token(runtime: Runtim
     resume = client.post(
         f"{API}/subscriptions/{sub_id}/resume", headers={"Origin": ORIGIN, "X-CSRF-Token": csrf}
     )
-    assert resume.status_code == 403 and _state(runtime, sub_id) == "paused"
-    assert client.get(API + "/overview").status_code == 403
+    assert resume.status_code == 401 and _state(runtime, sub_id) == "paused"
+    assert client.get(API + "/overview").status_code == 401
 
 
-def test_signing_in(runtime: Runtime, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_signing_in(runtime: Runtime) -> None:
     client = _client(runtime, "10.1.2.3")
     resp = client.post(API + "/session", json={"token": TOKEN})  # no Origin: a forged form
     assert resp.status_code == 403 and "Set-Cookie" not in resp.headers
+    _sign_in(client, user="admin", password=TOKEN)  # the admin's Basic pair works too
+    not_admin = client.post(
+        API + "/session", json={"user": "bob", "password": "pw"}, headers={"Origin": ORIGIN}
+    )
+    assert not_admin.status_code == 403 and not_admin.json == {"error": "bob is not an admin"}
     wrong = client.post(API + "/session", json={"token": "guess"}, headers={"Origin": ORIGIN})
-    assert wrong.status_code == 403 and wrong.json == {"error": "wrong admin token"}
-    for _ in range(TokenIdentity.MAX_FAILURES_PER_MINUTE - 1):
+    assert wrong.status_code == 403 and wrong.json == {"error": "wrong credentials"}
+    for _ in range(AdminSessions.MAX_FAILURES_PER_MINUTE - 2):
         client.post(API + "/session", data={"token": "guess"}, headers={"Origin": ORIGIN})
     throttled = client.post(API + "/session", json={"token": TOKEN}, headers={"Origin": ORIGIN})
     assert throttled.status_code == 429 and "wait a minute" in throttled.json["error"]
 
 
 def test_sessions_expire() -> None:
+    from wsnmom.core.access import Principal
+
     now = [0.0]
-    identity = TokenIdentity(TOKEN, session_lifetime=60, clock=lambda: now[0])
-    session = identity.sign_in(TOKEN)
-    environ = {"HTTP_COOKIE": f"{SESSION_COOKIE}={session}"}
-    assert identity.caller(environ).admin
+    sessions = AdminSessions(60, clock=lambda: now[0])
+    admin = Principal("admin", admin=True, method="bearer")
+    session, principal = sessions.sign_in(lambda environ: admin, "Bearer x")
+    assert principal is admin and sessions.principal(session) is admin
     now[0] = 61
-    assert not identity.caller(environ).admin
-
-
-def test_without_a_token_nobody_is_an_admin(tmp_path: Path) -> None:
-    app = create_app(FakeService())
-    client = app.test_client()
-    client.environ_base["REMOTE_ADDR"] = "127.0.0.1"
-    assert client.get(API + "/session").json == {
-        "admin": False,
-        "caller": "anonymous",
-        "read": True,
-        "sign_in": False,
-        "csrf": None,
-    }
-    resp = client.post(API + "/session", json={"token": ""}, headers={"Origin": ORIGIN})
-    assert resp.status_code == 403 and "admin.token" in resp.json["error"]
-    resp = client.post(API + "/subscriptions/x/pause", headers={"Authorization": "Bearer "})
-    assert resp.status_code == 403
+    assert sessions.principal(session) is None
 
 
 def test_behind_a_trusted_tls_proxy(tmp_path: Path) -> None:
@@ -311,7 +365,7 @@ def test_behind_a_trusted_tls_proxy(tmp_path: Path) -> None:
         store_url=f"sqlite:///{tmp_path / 'store.db'}",
         trusted_proxies=["127.0.0.1"],
     )
-    settings.admin.token = TOKEN
+    settings.auth.admin_token = TOKEN
     rt = build_runtime(settings)
     try:
         client = rt.app.test_client()
@@ -361,16 +415,3 @@ def test_the_admin_views_keep_soap_on_the_fast_path() -> None:
     assert not any(app.before_request_funcs.values())
     assert not any(app.after_request_funcs.values())
     assert app.secret_key is None  # Flask sessions would take it off the fast path too
-
-
-# --- the setting ----------------------------------------------------------------------------
-def test_the_admin_token_is_never_shown() -> None:
-    short = "WSNMOM_ADMIN__TOKEN"
-    with pytest.raises(ConfigError) as info:
-        load_settings(environ={short: "tiny-secret"}, warn=lambda m: None)
-    assert str(info.value).startswith(f"{short}=***: admin.token: too short")
-    assert "tiny-secret" not in str(info.value)
-    settings = load_settings(environ={short: TOKEN}, warn=lambda m: None)
-    assert settings.admin.token == TOKEN
-    assert settings.origin("admin.token") == f"{short}=***"
-    assert TOKEN not in repr(settings)

@@ -22,6 +22,7 @@ from wsnmom.client import (
     ONVIF_CONCRETE_SET,
     SIMPLE,
     XPATH,
+    AuthenticationFailed,
     ClientError,
     Notification,
     TopicExpression,
@@ -29,6 +30,7 @@ from wsnmom.client import (
     WsnClient,
     WsnFault,
 )
+from wsnmom.client.credentials import Credentials
 from wsnmom.client.model import tidy_xml
 from wsnmom.core.model import SoapVersion
 
@@ -45,8 +47,97 @@ DIALECTS = {
 FORMATS = ("line", "json", "xml")
 
 
+_CREDENTIALS = "wsnmom.credentials"
+
+
+def _remember(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+    ctx.meta.setdefault(_CREDENTIALS, {})[param.name] = value
+    return value
+
+
+def credential_options(func: F) -> F:
+    """``--user``, ``--password``, ``--token`` and ``--wsse`` (kept in the click context,
+    read by :func:`credentials`)."""
+    for option in (
+        click.option(
+            "--cert",
+            type=click.Path(exists=True, dir_okay=False),
+            expose_value=False,
+            callback=_remember,
+            help="Client certificate (PEM with its key) for a broker that requires mutual TLS.",
+        ),
+        click.option(
+            "--cacert",
+            type=click.Path(exists=True),
+            expose_value=False,
+            callback=_remember,
+            help="CA certificates (file or directory) to trust for an HTTPS broker.",
+        ),
+        click.option(
+            "--wsse",
+            type=click.Choice(["digest", "text"]),
+            expose_value=False,
+            callback=_remember,
+            help="Send --user/--password as a WS-Security UsernameToken (PasswordDigest or "
+            "PasswordText) instead of HTTP Basic.",
+        ),
+        click.option(
+            "--token",
+            envvar="WSN_TOKEN",
+            metavar="TOKEN",
+            expose_value=False,
+            callback=_remember,
+            help="Bearer token (also $WSN_TOKEN).",
+        ),
+        click.option(
+            "--password",
+            envvar="WSN_PASSWORD",
+            metavar="PASSWORD",
+            expose_value=False,
+            callback=_remember,
+            help="Password of --user (also $WSN_PASSWORD; asked for when missing).",
+        ),
+        click.option(
+            "--user",
+            envvar="WSN_USER",
+            metavar="NAME",
+            expose_value=False,
+            callback=_remember,
+            help="User name for HTTP Basic (or --wsse) authentication (also $WSN_USER).",
+        ),
+    ):
+        func = option(func)
+    return func
+
+
+def credentials() -> Credentials | None:
+    """The credentials given on the command line, if any (asks for a missing password)."""
+    ctx = click.get_current_context(silent=True)
+    given: dict[str, Any] = ctx.meta.get(_CREDENTIALS, {}) if ctx is not None else {}
+    user, password, token, wsse = (given.get(k) for k in ("user", "password", "token", "wsse"))
+    if token:
+        if user:
+            raise click.UsageError("give --token or --user, not both")
+        return Credentials(token=token)
+    if user:
+        if password is None:
+            password = click.prompt(f"Password for {user}", hide_input=True, err=True)
+        return Credentials(user, password, wsse=wsse)
+    if wsse:
+        raise click.UsageError("--wsse needs --user")
+    return None
+
+
+def tls_options() -> dict[str, Any]:
+    """``verify`` and ``cert`` for the client from ``--cacert`` and ``--cert``."""
+    ctx = click.get_current_context(silent=True)
+    given: dict[str, Any] = ctx.meta.get(_CREDENTIALS, {}) if ctx is not None else {}
+    return {"verify": given.get("cacert"), "cert": given.get("cert")}
+
+
 def broker_options(func: F) -> F:
-    """``--broker``, ``--ns``, ``--soap11`` and ``--timeout``."""
+    """``--broker``, ``--ns``, ``--soap11``, ``--timeout`` and the credential options."""
+    func = credential_options(func)
     func = click.option(
         "--timeout",
         type=click.FloatRange(min=0.1),
@@ -92,6 +183,8 @@ def make_client(broker: str, ns_pairs: tuple[str, ...], soap11: bool, timeout: f
         namespaces=namespaces(ns_pairs),
         soap_version=SoapVersion.SOAP11 if soap11 else SoapVersion.SOAP12,
         timeout=timeout,
+        credentials=credentials(),
+        **tls_options(),
     )
 
 
@@ -231,6 +324,11 @@ def reporting() -> Iterator[None]:
     """Turn client errors into one-line messages and exit status 1."""
     try:
         yield
+    except AuthenticationFailed as exc:
+        raise click.ClickException(
+            "the broker wants credentials, or refused the ones given (not authenticated): "
+            "give --user and --password, or --token"
+        ) from exc
     except WsnFault as exc:
         raise click.ClickException(f"the broker refused: {exc}") from exc
     except TransportError as exc:

@@ -1,7 +1,7 @@
 """``wsnmom subscriptions list|show|delete``.
 
-``list`` reads the gateway's admin API (``/wsn/admin/api/subscriptions``: loopback clients,
-or anyone with the admin token): WS-N has no operation that lists subscriptions.  ``show``
+``list`` reads the gateway's admin API (``/wsn/admin/api/subscriptions``: admins, see
+``soap_frontend.identity``): WS-N has no operation that lists subscriptions.  ``show``
 and ``delete`` use the standard operations (WS-ResourceProperties reads, Unsubscribe), so
 they work against any WS-N broker given a subscription's address; with a wsnmom gateway an
 id is enough.
@@ -17,7 +17,15 @@ import requests
 
 from wsnmom.client import ClientError, Subscription
 
-from .common import base_url, broker_options, make_client, reporting, resource_address
+from .common import (
+    base_url,
+    broker_options,
+    credentials,
+    make_client,
+    reporting,
+    resource_address,
+    tls_options,
+)
 
 
 @click.group("subscriptions")
@@ -40,33 +48,32 @@ def _count(value: object) -> str:
 
 @subscriptions.command("list")
 @click.option("--json", "as_json", is_flag=True, help="Print the API's JSON.")
-@click.option(
-    "--token",
-    envvar="WSNMOM_ADMIN__TOKEN",
-    metavar="TOKEN",
-    help="The gateway's admin token, to list from another host (default: $WSNMOM_ADMIN__TOKEN).",
-)
 @broker_options
 def list_command(
-    as_json: bool,
-    token: str | None,
-    broker: str,
-    ns_pairs: tuple[str, ...],
-    soap11: bool,
-    timeout: float,
+    as_json: bool, broker: str, ns_pairs: tuple[str, ...], soap11: bool, timeout: float
 ) -> None:
     """List the broker's live subscriptions with their backlog and delivery state (a wsnmom
-    gateway, reached from its own host or with its admin token)."""
+    gateway: an admin's credentials, or without authentication its own host)."""
     url = base_url(broker) + "/wsn/admin/api/subscriptions"
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    given = credentials()
     try:
-        resp = requests.get(url, headers=headers, timeout=timeout)
+        with requests.Session() as http:
+            if given is not None:
+                if given.wsse is not None:
+                    raise click.UsageError("the admin API takes --user/--password or --token")
+                given.apply(http)
+            tls = tls_options()
+            resp = http.get(url, timeout=timeout, verify=tls["verify"], cert=tls["cert"])
     except requests.RequestException as exc:
         raise click.ClickException(f"cannot reach {url}: {exc}") from exc
+    if resp.status_code == 401:
+        raise click.ClickException(
+            f"{url} asks for an admin's credentials: give --token or --user/--password"
+        )
     if resp.status_code == 403:
         raise click.ClickException(
-            f"{url} refused the listing: the admin API answers clients on the gateway's own "
-            "host, and others with the admin token (--token)"
+            f"{url} refused the listing: it answers admins only (without authentication: "
+            "clients on the gateway's own host)"
         )
     if resp.status_code != 200 or "json" not in resp.headers.get("Content-Type", ""):
         raise click.ClickException(

@@ -28,7 +28,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from tests.e2e.conftest import Wsn
 from tests.fixtures.brokers import TansuNode
-from tests.fixtures.server import ConsumerServer, RunningServer, free_port, kafka_gateway_url, poll
+from tests.fixtures.server import ConsumerServer, RunningServer, kafka_gateway_url, poll
 from tests.support.soap import CONCRETE, NS, WSNMOM
 
 pytestmark = [pytest.mark.e2e, pytest.mark.kafka]
@@ -38,7 +38,7 @@ NATIVE = "urn:wsnmom:native"
 
 def start_gateway(url: str, **env: str) -> RunningServer:
     data_dir = Path(tempfile.mkdtemp(prefix="wsnmom-kafka-e2e-"))
-    server = RunningServer("kafka", url, data_dir, free_port(), extra_env=dict(env))
+    server = RunningServer("kafka", url, data_dir, extra_env=dict(env))
     server.start()
     return server
 
@@ -237,7 +237,7 @@ def test_gateway_killed_mid_stream_resumes_and_loses_nothing_acknowledged(
     twice only if it was published before the kill (at-least-once redelivery of what
     was in flight), never one published after the restart."""
     data_dir = Path(tempfile.mkdtemp(prefix="wsnmom-kafka-kill-"))
-    server = RunningServer("kafka", kafka_gateway_url(kafka_url), data_dir, free_port())
+    server = RunningServer("kafka", kafka_gateway_url(kafka_url), data_dir)
     server.start()
     stop = threading.Event()
     acked: list[int] = []

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.conftest import Wsn
-from tests.fixtures.server import ConsumerServer, RunningServer, free_port, poll
+from tests.fixtures.server import ConsumerServer, RunningServer, poll
 from tests.support.soap import NS, WSNMOM
 
 pytestmark = pytest.mark.e2e
@@ -37,7 +37,7 @@ def test_retention_losses_of_a_paused_subscription_are_counted_and_logged(
 ) -> None:
     data_dir = Path(tempfile.mkdtemp(prefix="wsnmom-retention-"))
     url = f"filelog://{data_dir / 'log'}?partitions=1&retention=5"
-    server = RunningServer("filelog", url, data_dir, free_port())
+    server = RunningServer("filelog", url, data_dir)
     server.start()
     try:
         wsn = Wsn(server, f"urn:test:{uuid.uuid4().hex[:8]}")

@@ -16,7 +16,6 @@ Reachability
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 from collections.abc import Callable
@@ -25,10 +24,17 @@ from typing import Any
 
 from confluent_kafka import KafkaError, Message
 from wsnmom.adapters.logbase.backend import LogRecord
+from wsnmom.core.codec import sniff_content_type
 
 from .mapping import KafkaMapping
 
-__all__ = ["Health", "kafka_logger", "record_from_message", "sniff_content_type"]
+__all__ = [
+    "Health",
+    "kafka_logger",
+    "record_from_message",
+    "record_from_parts",
+    "sniff_content_type",
+]
 
 log = logging.getLogger("wsnmom.adapters.kafka")
 
@@ -149,25 +155,6 @@ def client_hooks(health: Health) -> dict[str, Any]:
 # -- records --------------------------------------------------------------------------------
 
 
-def sniff_content_type(body: bytes) -> str:
-    """A media type for a body that came without one: XML when it starts like XML, JSON
-    when it parses as JSON, text when it is UTF-8, else binary."""
-    head = body.lstrip()[:1]
-    if head == b"<":
-        return "application/xml"
-    try:
-        text = body.decode("utf-8")
-    except UnicodeDecodeError:
-        return "application/octet-stream"
-    if head in (b"{", b"["):
-        try:
-            json.loads(text)
-        except ValueError:
-            return "text/plain"
-        return "application/json"
-    return "text/plain"
-
-
 def _headers(raw: Any) -> dict[str, str]:
     if not raw:
         return {}
@@ -183,21 +170,45 @@ def record_from_message(message: Message, mapping: KafkaMapping) -> LogRecord:
     """The ``LogRecord`` of a consumed message (no error)."""
     log_name = message.topic()
     assert log_name is not None
-    headers = _headers(message.headers())
-    body = message.value() or b""
+    kind, millis = message.timestamp()
+    return record_from_parts(
+        mapping,
+        log_name,
+        message.partition() or 0,
+        message.offset() or 0,
+        message.key(),
+        message.value(),
+        message.headers(),
+        millis if kind else None,
+    )
+
+
+def record_from_parts(
+    mapping: KafkaMapping,
+    log_name: str,
+    partition: int,
+    offset: int,
+    key: bytes | None,
+    value: bytes | None,
+    raw_headers: Any,
+    millis: int | None,
+) -> LogRecord:
+    """The ``LogRecord`` of a record given field by field (a consumed message, or a row of
+    Spark's own Kafka source); ``raw_headers``: ``(name, bytes)`` pairs or a dict."""
+    headers = _headers(raw_headers)
+    body = value or b""
     content_type = ""
     for name in _CONTENT_TYPE_HEADERS:
-        value = headers.pop(name, None)
-        if value and not content_type:
-            content_type = value
+        header = headers.pop(name, None)
+        if header and not content_type:
+            content_type = header
     if not content_type:
         content_type = sniff_content_type(body)
-    kind, millis = message.timestamp()
-    stamp = datetime.fromtimestamp(millis / 1000, UTC) if kind and millis > 0 else None
+    stamp = datetime.fromtimestamp(millis / 1000, UTC) if millis and millis > 0 else None
     return LogRecord(
-        stream=(log_name, message.partition() or 0),
-        offset=message.offset() or 0,
-        topic=mapping.record_topic(log_name, message.key(), headers),
+        stream=(log_name, partition),
+        offset=offset,
+        topic=mapping.record_topic(log_name, key, headers),
         body=body,
         headers=headers,
         content_type=content_type,

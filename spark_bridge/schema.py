@@ -1,0 +1,197 @@
+"""The one output schema of every source of the bridge, and turning middleware records into
+rows of it (as Arrow record batches, the fast way from Python into Spark).
+
+Columns (documented in ``docs/spark.md``):
+
+==================  ==========================  ===============================================
+column              type                        meaning
+==================  ==========================  ===============================================
+source              string, not null            the alias the job gave the broker / buffer
+middleware          string, not null            ``kafka``, ``rabbitmq``, ``log`` (buffer logs)
+stream              string, not null            where ``offset`` counts: Kafka ``topic/partition``,
+                                                the RabbitMQ stream queue, the log's name
+offset              long, not null              position in ``stream`` (Kafka offset, stream
+                                                offset, log sequence number)
+topic_namespace     string                      the notification's topic namespace (null:
+                                                published without a topic)
+topic_path          string                      its topic path, ``a/b/c``
+topic               string                      both in Clark notation, ``{urn:x}a/b/c``
+message_id          string, not null            ``wsnmom-message-id``; natively published
+                                                messages get ``source/stream/offset``
+producer            string                      the producer reference's address
+payload             string, not null            the notification's XML payload (a
+                                                ``wsnmom:NativeMessage`` wrapper for non-XML)
+body                binary, not null            the bytes as they are on the middleware
+content_type        string, not null            the body's media type
+headers             map<string,string>          every header / user property / record header
+timestamp           timestamp                   ``wsnmom-published-at``, else the middleware's
+==================  ==========================  ===============================================
+
+The decoding is core's (``wsnmom.core.codec.decode``) and the filter is the subscription
+filter the gateway applies, so a row exists exactly when a WS-N subscriber with the same
+filter would have received the notification.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from wsnmom.adapters.logbase.backend import LogRecord
+from wsnmom.core.adapter import HEADER_MESSAGE_ID, Received
+from wsnmom.core.codec import decode, is_internal_routing
+from wsnmom.core.filters import CompiledFilter
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql.types import StructType
+
+__all__ = ["COLUMNS", "DDL", "RowBuilder", "arrow_schema", "spark_schema"]
+
+#: (name, Spark SQL type, nullable), in column order
+COLUMNS: tuple[tuple[str, str, bool], ...] = (
+    ("source", "STRING", False),
+    ("middleware", "STRING", False),
+    ("stream", "STRING", False),
+    ("offset", "BIGINT", False),
+    ("topic_namespace", "STRING", True),
+    ("topic_path", "STRING", True),
+    ("topic", "STRING", True),
+    ("message_id", "STRING", False),
+    ("producer", "STRING", True),
+    ("payload", "STRING", False),
+    ("body", "BINARY", False),
+    ("content_type", "STRING", False),
+    ("headers", "MAP<STRING,STRING>", True),
+    ("timestamp", "TIMESTAMP", True),
+)
+
+#: the schema as a DDL string (``DataSource.schema()``)
+DDL = ", ".join(f"`{name}` {kind}" + ("" if null else " NOT NULL") for name, kind, null in COLUMNS)
+
+
+def spark_schema() -> StructType:
+    """The schema as a Spark ``StructType``."""
+    from pyspark.sql.types import StructType
+
+    schema = StructType.fromDDL(DDL)
+    assert isinstance(schema, StructType)
+    return schema
+
+
+def arrow_schema() -> pa.Schema:
+    """The schema as an Arrow schema (what ``read()`` yields)."""
+    import pyarrow as pa
+
+    kinds = {
+        "STRING": pa.string(),
+        "BIGINT": pa.int64(),
+        "BINARY": pa.binary(),
+        "MAP<STRING,STRING>": pa.map_(pa.string(), pa.string()),
+        "TIMESTAMP": pa.timestamp("us", tz="UTC"),
+    }
+    return pa.schema([pa.field(n, kinds[k], nullable=null) for n, k, null in COLUMNS])
+
+
+class _Record(Received):
+    """A record read by the bridge, in the shape core's codec decodes (never settled: the
+    bridge reads by offset and acknowledges nothing)."""
+
+    def __init__(self, record: LogRecord) -> None:
+        self.topic = record.topic
+        self.body = record.body
+        self.headers = record.headers
+        self.content_type = record.content_type
+        self.redelivered = False
+        self.timestamp = record.timestamp
+
+    def ack(self) -> None:
+        """Nothing to settle."""
+
+    def nack(self, requeue: bool = True) -> None:
+        """Nothing to settle."""
+
+
+class RowBuilder:
+    """Collects the rows of accepted records column by column and hands them out as Arrow
+    record batches of at most ``batch_rows`` rows."""
+
+    def __init__(
+        self,
+        source: str,
+        middleware: str,
+        selection: CompiledFilter,
+        batch_rows: int = 8192,
+    ) -> None:
+        import pyarrow as pa
+
+        self._pa = pa
+        self.source = source
+        self.middleware = middleware
+        self.filter = selection
+        self.batch_rows = batch_rows
+        self.schema = arrow_schema()
+        self.accepted = 0
+        self.dropped = 0
+        self._columns: list[list[Any]] = [[] for _ in COLUMNS]
+
+    def add(self, record: LogRecord, stream: str) -> bool:
+        """Decode ``record`` (on ``stream``) and keep it if the filter accepts it."""
+        received = _Record(record)
+        if is_internal_routing(received):
+            self.dropped += 1
+            return False
+        message = decode(received)
+        if not self.filter.matches(message):
+            self.dropped += 1
+            return False
+        topic = message.topic
+        headers = record.headers
+        message_id = headers.get(HEADER_MESSAGE_ID) or f"{self.source}/{stream}/{record.offset}"
+        producer = message.producer_reference
+        stamp: datetime | None = message.published_at or record.timestamp
+        values = (
+            self.source,
+            self.middleware,
+            stream,
+            record.offset,
+            topic.namespace if topic is not None else None,
+            "/".join(topic.path) if topic is not None else None,
+            str(topic) if topic is not None else None,
+            message_id,
+            producer.address if producer is not None else None,
+            message.payload.decode("utf-8", "replace"),
+            record.body,
+            record.content_type,
+            list(headers.items()),
+            stamp,
+        )
+        for column, value in zip(self._columns, values, strict=True):
+            column.append(value)
+        self.accepted += 1
+        return True
+
+    @property
+    def pending(self) -> int:
+        """Rows collected and not yet handed out."""
+        return len(self._columns[0])
+
+    def take(self) -> pa.RecordBatch:
+        """The collected rows as one record batch (and forget them)."""
+        pa = self._pa
+        arrays = [
+            pa.array(column, type=field.type)
+            for column, field in zip(self._columns, self.schema, strict=True)
+        ]
+        self._columns = [[] for _ in COLUMNS]
+        return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
+
+    def batches(self, records: Iterator[tuple[LogRecord, str]]) -> Iterator[pa.RecordBatch]:
+        """Record batches of the accepted ``(record, stream)`` pairs."""
+        for record, stream in records:
+            self.add(record, stream)
+            if self.pending >= self.batch_rows:
+                yield self.take()
+        if self.pending:
+            yield self.take()

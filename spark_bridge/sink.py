@@ -65,7 +65,7 @@ __all__ = ["NotifySink", "Publisher", "StagedRows"]
 
 log = logging.getLogger("wsnmom.spark_bridge.sink")
 
-#: (row index, topic expression or None, payload bytes)
+#: (row index, the row's topic expression or None for the sink's ``topic``, payload bytes)
 Staged = tuple[int, str | None, bytes]
 
 
@@ -154,7 +154,7 @@ def _stage(settings: SinkSettings, rows: Iterator[Row]) -> StagedRows:
                     f"row {index} of partition {partition}: the payload is not an XML element "
                     f"({exc}); set contentType to publish other bodies natively",
                 ) from None
-        topic = values.get("topic") or settings.topic
+        topic = values.get("topic")
         staged.append((index, str(topic) if topic is not None else None, body))
     return StagedRows(partition, staged)
 
@@ -222,7 +222,8 @@ class Publisher:
         producer = EndpointReference(settings.producer) if settings.producer else None
         now = datetime.now(UTC)
         messages = []
-        for partition, (index, text, body) in rows:
+        for partition, (index, row_topic, body) in rows:
+            text = row_topic if row_topic is not None else settings.topic
             topic, dialect = self._topic(text) if text is not None else (None, None)
             message = NotificationMessage(
                 message_id=f"{settings.sink_id}/{batch}/{partition}/{index}",
@@ -240,16 +241,15 @@ class Publisher:
         from wsnmom.client.model import Message, TopicExpression
 
         settings = self.settings
-        messages = [
-            Message(
-                body,
+        messages = []
+        for _partition, (_index, row_topic, body) in rows:
+            text = row_topic if row_topic is not None else settings.topic
+            topic = (
                 TopicExpression(text, dict(settings.namespaces), settings.dialect)
                 if text is not None
-                else None,
-                settings.producer,
+                else None
             )
-            for _partition, (_index, text, body) in rows
-        ]
+            messages.append(Message(body, topic, settings.producer))
         self._client.notify_many(messages)
 
 
@@ -268,7 +268,8 @@ def _publisher(settings: SinkSettings) -> Publisher:
 
 
 @atexit.register
-def _close_publishers() -> None:
+def close_publishers() -> None:
+    """Close the cached publishers of this process (at exit, or in tests)."""
     with _publishers_lock:
         for publisher in _publishers.values():
             try:

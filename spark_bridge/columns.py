@@ -3,7 +3,7 @@
 ``with_xpath(df, {"valve": "string(@id)", "state": "p:state"}, namespaces={"p": ...})``
 adds one string column per XPath 1.0 expression, evaluated over each row's ``payload``
 element (the context node, as for a MessageContent filter): namespace-aware, in Python
-with lxml, batch by batch through Arrow.  For payloads without namespaces Spark's own
+with lxml.  For payloads without namespaces Spark's own
 ``from_xml(payload, schema)`` parses a whole payload into a struct.
 
 ``xml_element(...)`` builds a payload column for the ``wsn_notify`` sink from other
@@ -12,11 +12,10 @@ columns, with Spark SQL expressions only (no Python per row).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    import pyarrow as pa
     from pyspark.sql import Column, DataFrame
 
 __all__ = ["with_xpath", "xml_element", "xpath_text"]
@@ -49,8 +48,10 @@ def with_xpath(
     payload: str = "payload",
 ) -> DataFrame:
     """``frame`` with one more string column per ``name: XPath`` (null when the payload
-    does not parse or the node-set is empty).  Invalid XPath raises at once."""
+    does not parse or the node-set is empty).  Invalid XPath raises at once.  A Python UDF
+    (lxml; no pandas needed)."""
     from lxml import etree
+    from pyspark.sql import functions as F
     from pyspark.sql.types import StringType, StructField, StructType
 
     ns = dict(namespaces or {})
@@ -60,40 +61,36 @@ def with_xpath(
             etree.XPath(text, namespaces=ns)
         except etree.XPathSyntaxError as exc:
             raise ValueError(f"column {name}: invalid XPath {text!r}: {exc}") from exc
-    schema = StructType(
-        [*frame.schema.fields, *(StructField(name, StringType(), True) for name in exprs)]
-    )
-    index = frame.schema.fieldNames().index(payload)
+    result = StructType([StructField(name, StringType(), True) for name in exprs])
+    compiled: dict[str, Any] = {}
 
-    def add(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        import pyarrow as pa
-        from lxml import etree
+    def evaluate(text: str | bytes | None) -> tuple[str | None, ...]:
         from wsnmom.core.codec import safe_parse
 
-        compiled = {n: etree.XPath(t, namespaces=ns, smart_strings=False) for n, t in exprs.items()}
-        for batch in batches:
-            values: dict[str, list[str | None]] = {n: [] for n in compiled}
-            for text in batch.column(index).to_pylist():
+        if not compiled:
+            for name, source in exprs.items():
+                compiled[name] = etree.XPath(source, namespaces=ns, smart_strings=False)
+        root = None
+        if text is not None:
+            try:
+                root = safe_parse(text.encode() if isinstance(text, str) else bytes(text))
+            except etree.XMLSyntaxError:
                 root = None
-                if text is not None:
-                    data = text.encode() if isinstance(text, str) else bytes(text)
-                    try:
-                        root = safe_parse(data)
-                    except etree.XMLSyntaxError:
-                        root = None
-                for name, xpath in compiled.items():
-                    if root is None:
-                        values[name].append(None)
-                        continue
-                    try:
-                        values[name].append(xpath_text(xpath(root)))
-                    except etree.XPathError:
-                        values[name].append(None)
-            for name in compiled:
-                batch = batch.append_column(name, pa.array(values[name], pa.string()))
-            yield batch
+        values: list[str | None] = []
+        for xpath in compiled.values():
+            try:
+                values.append(None if root is None else xpath_text(xpath(root)))
+            except etree.XPathError:
+                values.append(None)
+        return tuple(values)
 
-    return frame.mapInArrow(add, schema)
+    column = "__wsnmom_xpath"
+    # a lambda: Spark reads a function's type hints as a request for a pandas UDF
+    udf = F.udf(lambda text: evaluate(text), result, useArrow=False)
+    return frame.withColumn(column, udf(F.col(payload))).select(
+        *[F.col(f"`{c}`") for c in frame.columns],
+        *[F.col(f"{column}.`{n}`").alias(n) for n in exprs],
+    )
 
 
 def _escaped(column: Column) -> Column:

@@ -18,14 +18,13 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .options import BridgeError
 
 if TYPE_CHECKING:
-    import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
     from wsnmom.adapters.kafka.mapping import KafkaMapping
     from wsnmom.topic_mapping.model import PathPattern
@@ -33,6 +32,7 @@ if TYPE_CHECKING:
 __all__ = [
     "KAFKA_PACKAGE",
     "KAFKA_PROVIDER",
+    "convert_record",
     "jvm_class_available",
     "native_kafka_available",
     "native_kafka_frame",
@@ -99,49 +99,77 @@ def topic_regex(mapping: KafkaMapping, patterns: tuple[PathPattern, ...] | None)
     return "^(" + "|".join(dict.fromkeys(parts)) + ")$"
 
 
-def native_rows(frame: DataFrame, options: Mapping[str, str]) -> DataFrame:
-    """``frame`` (rows of Spark's Kafka source, with ``includeHeaders``) in the bridge's
-    schema: the same mapping, decoding and filter as ``wsn_kafka`` with ``options``."""
-    from .options import lower_keys
-    from .schema import DDL
+_converters: dict[str, Any] = {}
 
-    opts = lower_keys(options)
 
-    def convert(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from wsnmom.adapters.kafka.clients import record_from_parts
-
-        from .kafka_source import KafkaBackend, stream_name
+def _converter(options: Mapping[str, str]) -> Any:
+    """The per-process (backend, row builder) of a source's options."""
+    key = json.dumps(dict(options), sort_keys=True)
+    found = _converters.get(key)
+    if found is None:
+        from .kafka_source import KafkaBackend
         from .schema import RowBuilder
         from .selection import Compiled, Selection
 
-        backend = KafkaBackend(opts)
-        rows = RowBuilder(backend.alias, "kafka", Compiled(Selection.from_options(opts)).filter)
-        mapping = backend.mapping
-        for batch in batches:
-            for item in batch.to_pylist():
-                log_name = item["topic"]
-                if not mapping.may_carry(log_name, backend.patterns):
-                    continue
-                stamp = item.get("timestamp")
-                millis = int(stamp.timestamp() * 1000) if stamp is not None else None
-                headers = [(h["key"], h["value"]) for h in item.get("headers") or ()]
-                record = record_from_parts(
-                    mapping,
-                    log_name,
-                    int(item["partition"]),
-                    int(item["offset"]),
-                    item.get("key"),
-                    item.get("value"),
-                    headers,
-                    millis,
-                )
-                rows.add(record, stream_name(log_name, int(item["partition"])))
-                if rows.pending >= rows.batch_rows:
-                    yield rows.take()
-        if rows.pending:
-            yield rows.take()
+        backend = KafkaBackend(options)
+        selection = Compiled(Selection.from_options(options)).filter
+        found = (backend, RowBuilder(backend.alias, "kafka", selection))
+        _converters[key] = found
+    return found
 
-    return frame.mapInArrow(convert, DDL)
+
+def convert_record(options: Mapping[str, str], item: Mapping[str, Any]) -> tuple[Any, ...] | None:
+    """The bridge's row of one record of Spark's Kafka source (a mapping of its columns),
+    or None when the selection refuses it."""
+    from wsnmom.adapters.kafka.clients import record_from_parts
+
+    from .kafka_source import stream_name
+
+    backend, rows = _converter(options)
+    log_name = item["topic"]
+    if not backend.mapping.may_carry(log_name, backend.patterns):
+        return None
+    stamp = item.get("timestamp")
+    millis = int(stamp.timestamp() * 1000) if stamp is not None else None
+    partition = int(item["partition"])
+    record = record_from_parts(
+        backend.mapping,
+        log_name,
+        partition,
+        int(item["offset"]),
+        item.get("key"),
+        item.get("value"),
+        [(h["key"], h["value"]) for h in item.get("headers") or ()],
+        millis,
+    )
+    values = rows.values(record, stream_name(log_name, partition))
+    if values is None:
+        return None
+    out = list(values)
+    out[12] = dict(out[12])  # headers: a map
+    return tuple(out)
+
+
+def native_rows(frame: DataFrame, options: Mapping[str, str]) -> DataFrame:
+    """``frame`` (rows of Spark's Kafka source, with ``includeHeaders``) in the bridge's
+    schema: the same mapping, decoding and filter as ``wsn_kafka`` with ``options``
+    (a Python UDF: no pandas needed)."""
+    from pyspark.sql import functions as F
+
+    from .options import lower_keys
+    from .schema import spark_schema
+
+    opts = lower_keys(options)
+    columns = ["key", "value", "topic", "partition", "offset", "timestamp", "headers"]
+
+    # a lambda: Spark reads a function's type hints as a request for a pandas UDF
+    udf = F.udf(
+        lambda item: convert_record(opts, item.asDict(recursive=True)),
+        spark_schema(),
+        useArrow=False,
+    ).asNondeterministic()
+    converted = frame.select(udf(F.struct(*columns)).alias("row"))
+    return converted.where(F.col("row").isNotNull()).select("row.*")
 
 
 def native_kafka_frame(

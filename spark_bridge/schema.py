@@ -136,22 +136,21 @@ class RowBuilder:
         self.dropped = 0
         self._columns: list[list[Any]] = [[] for _ in COLUMNS]
 
-    def add(self, record: LogRecord, stream: str) -> bool:
-        """Decode ``record`` (on ``stream``) and keep it if the filter accepts it."""
+    def values(self, record: LogRecord, stream: str) -> tuple[Any, ...] | None:
+        """The row of ``record`` (on ``stream``) in column order (headers as a list of
+        pairs), or None when the filter refuses it."""
         received = _Record(record)
         if is_internal_routing(received):
-            self.dropped += 1
-            return False
+            return None
         message = decode(received)
         if not self.filter.matches(message):
-            self.dropped += 1
-            return False
+            return None
         topic = message.topic
         headers = record.headers
         message_id = headers.get(HEADER_MESSAGE_ID) or f"{self.source}/{stream}/{record.offset}"
         producer = message.producer_reference
         stamp: datetime | None = message.published_at or record.timestamp
-        values = (
+        return (
             self.source,
             self.middleware,
             stream,
@@ -167,6 +166,13 @@ class RowBuilder:
             list(headers.items()),
             stamp,
         )
+
+    def add(self, record: LogRecord, stream: str) -> bool:
+        """Decode ``record`` (on ``stream``) and keep it if the filter accepts it."""
+        values = self.values(record, stream)
+        if values is None:
+            self.dropped += 1
+            return False
         for column, value in zip(self._columns, values, strict=True):
             column.append(value)
         self.accepted += 1

@@ -244,6 +244,7 @@ def write_notifications(
     ledger: str | None = None,
     sink_id: str = "wsn_notify",
     write_id: str | None = None,
+    output_mode: str = "append",
     **options: Any,
 ) -> DataStreamWriter | None:
     """Publish ``frame``'s rows (columns ``payload`` and optionally ``topic``) as
@@ -252,7 +253,10 @@ def write_notifications(
     A batch frame is written at once (``write_id`` makes a rerun publish nothing twice;
     the ledger defaults to none).  A streaming frame returns the configured
     ``DataStreamWriter`` (call ``.start()``); its ledger defaults to a file in a local
-    ``checkpoint`` directory.
+    ``checkpoint`` directory.  ``output_mode`` ``append`` uses the ``wsn_notify``
+    streaming sink; ``update`` and ``complete`` (aggregations) write each micro-batch
+    with the batch writer from ``foreachBatch``, its batch id as the write id, so a
+    replayed micro-batch publishes nothing twice either way.
     """
     from .session import register
 
@@ -266,22 +270,34 @@ def write_notifications(
         opts["namespaces"] = json.dumps(dict(namespaces))
     if write_id is not None:
         opts["writeId"] = write_id
-    if frame.isStreaming:
-        if ledger is None and checkpoint is not None and "://" not in checkpoint:
-            from pathlib import Path
+    if not frame.isStreaming:
+        if ledger is not None:
+            opts["ledger"] = ledger
+        frame.write.format("wsn_notify").options(**opts).mode("append").save()
+        return None
+    if output_mode not in ("append", "update", "complete"):
+        raise BridgeError(f"output_mode must be append, update or complete, not {output_mode!r}")
+    if ledger is None and checkpoint is not None and "://" not in checkpoint:
+        from pathlib import Path
 
-            ledger = str(Path(checkpoint) / "wsnmom-sink-ledger.sqlite")
-        if ledger is None:
-            raise SourceError(
-                f"wsn_notify sink {sink_id!r}",
-                "a streaming write needs a ledger or a local checkpoint",
-            )
-        opts["ledger"] = ledger
+        ledger = str(Path(checkpoint.removeprefix("file:")) / "wsnmom-sink-ledger.sqlite")
+    if ledger is None:
+        raise SourceError(
+            f"wsn_notify sink {sink_id!r}",
+            "a streaming write needs a ledger (or a local checkpoint to keep it in)",
+        )
+    opts["ledger"] = ledger
+    if output_mode == "append":
         writer = frame.writeStream.format("wsn_notify").options(**opts)
-        if checkpoint is not None:
-            writer = writer.option("checkpointLocation", checkpoint)
-        return writer
-    if ledger is not None:
-        opts["ledger"] = ledger
-    frame.write.format("wsn_notify").options(**opts).mode("append").save()
-    return None
+    else:
+
+        def publish(batch: DataFrame, batch_id: int) -> None:
+            batch.write.format("wsn_notify").options(**{**opts, "writeId": str(batch_id)}).mode(
+                "append"
+            ).save()
+
+        writer = frame.writeStream.foreachBatch(publish)
+    writer = writer.outputMode(output_mode)
+    if checkpoint is not None:
+        writer = writer.option("checkpointLocation", checkpoint)
+    return writer

@@ -47,8 +47,9 @@ from .selection import Compiled, Selection
 
 __all__ = ["KafkaBackend", "KafkaSource", "kafka_settings", "stream_name", "topic_partition"]
 
-#: records one ``consume`` call returns at most
-_CONSUME_BATCH = 2000
+#: records one ``consume`` call returns at most: ``consume`` waits until it has that many
+#: or its timeout passed, so a large batch stalls on every partial fetch
+_CONSUME_BATCH = 500
 
 
 def stream_name(topic: str, partition: int) -> str:
@@ -130,7 +131,8 @@ class KafkaBackend(Backend):
             {
                 "client.id": f"wsnmom-spark-{self.alias}",
                 "enable.partition.eof": True,
-                "fetch.wait.max.ms": 100,
+                # the records of a task's range exist already: never wait for more
+                "fetch.wait.max.ms": 10,
             }
         )
         return Consumer(config)
@@ -237,7 +239,7 @@ class KafkaBackend(Backend):
             consumer.assign([TopicPartition(topic, partition, first)])
             idle_since = time.monotonic()
             while True:
-                messages = consumer.consume(_CONSUME_BATCH, 0.5)
+                messages = consumer.consume(_CONSUME_BATCH, 0.1)
                 if not messages:
                     if time.monotonic() - idle_since > self.poll_timeout:
                         raise TimeoutError(

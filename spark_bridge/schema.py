@@ -39,9 +39,10 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from wsnmom.adapters.logbase.backend import LogRecord
-from wsnmom.core.adapter import HEADER_MESSAGE_ID, Received
+from wsnmom.core.adapter import HEADER_MESSAGE_ID
 from wsnmom.core.codec import decode, is_internal_routing
 from wsnmom.core.filters import CompiledFilter
+from wsnmom.topic_mapping.model import Topic
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -94,28 +95,9 @@ def arrow_schema() -> pa.Schema:
     return pa.schema([pa.field(n, kinds[k], nullable=null) for n, k, null in COLUMNS])
 
 
-class _Record(Received):
-    """A record read by the bridge, in the shape core's codec decodes (never settled: the
-    bridge reads by offset and acknowledges nothing)."""
-
-    def __init__(self, record: LogRecord) -> None:
-        self.topic = record.topic
-        self.body = record.body
-        self.headers = record.headers
-        self.content_type = record.content_type
-        self.redelivered = False
-        self.timestamp = record.timestamp
-
-    def ack(self) -> None:
-        """Nothing to settle."""
-
-    def nack(self, requeue: bool = True) -> None:
-        """Nothing to settle."""
-
-
 class RowBuilder:
-    """Collects the rows of accepted records column by column and hands them out as Arrow
-    record batches of at most ``batch_rows`` rows."""
+    """Collects the rows of accepted records and hands them out as Arrow record batches of
+    at most ``batch_rows`` rows."""
 
     def __init__(
         self,
@@ -134,18 +116,42 @@ class RowBuilder:
         self.schema = arrow_schema()
         self.accepted = 0
         self.dropped = 0
-        self._columns: list[list[Any]] = [[] for _ in COLUMNS]
+        self._rows: list[tuple[Any, ...]] = []
+        #: topic -> (namespace, path, Clark notation, accepted by the topic filter)
+        self._topics: dict[Topic, tuple[str, str, str, bool]] = {}
+
+    def _topic(self, topic: Topic) -> tuple[str, str, str, bool]:
+        found = self._topics.get(topic)
+        if found is None:
+            expression = self.filter.topic
+            accepted = expression is None or expression.matches(topic)
+            found = (topic.namespace, "/".join(topic.path), str(topic), accepted)
+            if len(self._topics) > 10_000:
+                self._topics.clear()
+            self._topics[topic] = found
+        return found
 
     def values(self, record: LogRecord, stream: str) -> tuple[Any, ...] | None:
         """The row of ``record`` (on ``stream``) in column order (headers as a list of
-        pairs), or None when the filter refuses it."""
-        received = _Record(record)
-        if is_internal_routing(received):
+        pairs), or None when the filter refuses it: the gateway's decision for a
+        subscription with this filter (internal traffic never, then the topic filter,
+        then MessageContent)."""
+        if is_internal_routing(record):
             return None
-        message = decode(received)
-        if not self.filter.matches(message):
-            return None
+        message = decode(record)
         topic = message.topic
+        if topic is None:
+            if self.filter.topic is not None:
+                return None
+            names: tuple[str | None, str | None, str | None] = (None, None, None)
+        else:
+            namespace, path, clark, accepted = self._topic(topic)
+            if not accepted:
+                return None
+            names = (namespace, path, clark)
+        content = self.filter.content
+        if content is not None and not content.matches(message.payload):
+            return None
         headers = record.headers
         message_id = headers.get(HEADER_MESSAGE_ID) or f"{self.source}/{stream}/{record.offset}"
         producer = message.producer_reference
@@ -155,9 +161,7 @@ class RowBuilder:
             self.middleware,
             stream,
             record.offset,
-            topic.namespace if topic is not None else None,
-            "/".join(topic.path) if topic is not None else None,
-            str(topic) if topic is not None else None,
+            *names,
             message_id,
             producer.address if producer is not None else None,
             message.payload.decode("utf-8", "replace"),
@@ -169,35 +173,35 @@ class RowBuilder:
 
     def add(self, record: LogRecord, stream: str) -> bool:
         """Decode ``record`` (on ``stream``) and keep it if the filter accepts it."""
-        values = self.values(record, stream)
-        if values is None:
+        row = self.values(record, stream)
+        if row is None:
             self.dropped += 1
             return False
-        for column, value in zip(self._columns, values, strict=True):
-            column.append(value)
+        self._rows.append(row)
         self.accepted += 1
         return True
 
     @property
     def pending(self) -> int:
         """Rows collected and not yet handed out."""
-        return len(self._columns[0])
+        return len(self._rows)
 
     def take(self) -> pa.RecordBatch:
         """The collected rows as one record batch (and forget them)."""
         pa = self._pa
+        rows, self._rows = self._rows, []
+        columns = list(zip(*rows, strict=True)) if rows else [() for _ in COLUMNS]
         arrays = [
             pa.array(column, type=field.type)
-            for column, field in zip(self._columns, self.schema, strict=True)
+            for column, field in zip(columns, self.schema, strict=True)
         ]
-        self._columns = [[] for _ in COLUMNS]
         return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
 
     def batches(self, records: Iterator[tuple[LogRecord, str]]) -> Iterator[pa.RecordBatch]:
         """Record batches of the accepted ``(record, stream)`` pairs."""
         for record, stream in records:
             self.add(record, stream)
-            if self.pending >= self.batch_rows:
+            if len(self._rows) >= self.batch_rows:
                 yield self.take()
-        if self.pending:
+        if self._rows:
             yield self.take()

@@ -29,6 +29,8 @@ def _example() -> Any:
     return module
 
 
+@pytest.mark.kafka
+@pytest.mark.rabbitmq
 def test_example_job_publishes_topic_counts(
     spark: Any,
     kafka_gateway: Any,

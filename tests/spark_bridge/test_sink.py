@@ -41,6 +41,7 @@ class QueueCounter:
         self.connection.close()
 
 
+@pytest.mark.rabbitmq
 def test_commit_resumes_after_a_failure_and_skips_a_published_batch(
     rabbitmq_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -89,6 +90,7 @@ def test_commit_resumes_after_a_failure_and_skips_a_published_batch(
     )
 
 
+@pytest.mark.rabbitmq
 def test_stream_results_reach_a_gateway_subscriber_once_even_when_a_batch_is_replayed(
     spark: Any, rabbit_gateway: Any, rabbitmq_url: str, consumer: Any, tmp_path: Path
 ) -> None:
@@ -153,6 +155,7 @@ def test_stream_results_reach_a_gateway_subscriber_once_even_when_a_batch_is_rep
     assert len(consumer.messages()) == 10
 
 
+@pytest.mark.rabbitmq
 def test_batch_write_through_the_gateway_notify_once_per_write_id(
     spark: Any, rabbit_gateway: Any, consumer: Any, tmp_path: Path
 ) -> None:

@@ -38,6 +38,7 @@ def produce_native(bootstrap: str, topic: str, bodies: list[bytes]) -> None:
         producer.flush(10)
 
 
+@pytest.mark.kafka
 def test_kafka_batch_read_gateway_and_native_records(
     spark: Any, kafka_gateway: Any, kafka_bootstrap: str
 ) -> None:
@@ -81,6 +82,7 @@ def test_kafka_batch_read_gateway_and_native_records(
     assert native[0].message_id == f"plant-kafka/{native_log}/0/{native[0].offset}"
 
 
+@pytest.mark.rabbitmq
 def test_rabbitmq_tap_reads_without_taking_from_subscribers(
     spark: Any, rabbit_gateway: Any, rabbitmq_url: str
 ) -> None:
@@ -124,6 +126,7 @@ def test_rabbitmq_tap_reads_without_taking_from_subscribers(
     client.close()
 
 
+@pytest.mark.mqtt
 def test_log_source_applies_the_residual_filter_of_a_mid_path_descendant(
     spark: Any, mosquitto_url: str, mqtt_publisher: MqttPublisher, tmp_path: Path
 ) -> None:

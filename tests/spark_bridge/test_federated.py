@@ -28,6 +28,7 @@ def test_federated_stream_restarts_without_loss_or_duplicates(
     rabbitmq_url: str,
     mosquitto_url: str,
     mqtt_publisher: MqttPublisher,
+    kafka_bootstrap: str,
     tmp_path: Path,
 ) -> None:
     from wsnmom.spark_bridge import kafka, log_file, rabbitmq, read_notifications
@@ -67,8 +68,9 @@ def test_federated_stream_restarts_without_loss_or_duplicates(
             )
         wait_until(lambda: len(log) == first + count, what=f"{first + count} buffered")
 
+    group = f"spark-{root}"
     sources = [
-        kafka(kafka_gateway.adapter_url, alias="kafka", maxRecordsPerTrigger=5),
+        kafka(kafka_gateway.adapter_url, alias="kafka", maxRecordsPerTrigger=5, groupId=group),
         rabbitmq(rabbitmq_url, alias="rabbit", queue=queue, maxRecordsPerTrigger=5),
         log_file(str(log_path), alias="mqtt", maxRecordsPerTrigger=5),
     ]
@@ -106,6 +108,20 @@ def test_federated_stream_restarts_without_loss_or_duplicates(
     # 8 records per source at most 5 at a time: the first run took two micro-batches
     batches = [p for p in first.recentProgress if p["numInputRows"] > 0]
     assert len(batches) >= 2 and max(p["numInputRows"] for p in batches) <= 15
+    # the Kafka source mirrored what Spark committed into its monitoring group: Spark tells
+    # a source at the start of a micro-batch that the one before is done, so the group is
+    # at the end of the first run (the second run's last batch is told at the next start)
+    first_end = json.loads(first.recentProgress[-1]["sources"][0]["endOffset"])["streams"]
+    assert _group_offsets(kafka_bootstrap, group) == first_end
     progress = second.recentProgress[-1]["sources"]
     assert len(progress) == 3
     assert {json.loads(s["endOffset"])["source"] for s in progress} == {"kafka", "rabbit", "mqtt"}
+
+
+def _group_offsets(bootstrap: str, group: str) -> dict[str, int]:
+    from confluent_kafka import ConsumerGroupTopicPartitions
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    future = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group]
+    return {f"{tp.topic}/{tp.partition}": tp.offset for tp in future.result().topic_partitions}

@@ -174,5 +174,14 @@ def test_log_source_applies_the_residual_filter_of_a_mid_path_descendant(
     )
     rows = df.orderBy("offset").collect()
     assert [r.topic_path for r in rows] == ["a/x/c", "a/y/z/c", "a/c", "a/q/c"]
+    # the driver reads and ships the records instead (executors without the log's disk)
+    shipped = read_notifications(
+        spark,
+        [log_file(str(path), alias="plant-mqtt", shipFromDriver=True)],
+        "p:a//c",
+        namespaces={"p": ns},
+        streaming=False,
+    )
+    assert shipped.orderBy("offset").collect() == rows
     assert {r.middleware for r in rows} == {"mqtt"} and rows[3].message_id == "gw-1"
     assert rows[0].payload == "<v>a/x/c</v>"

@@ -24,8 +24,9 @@ def address_refusal(address: str, settings: Settings) -> str | None:
     out = settings.outbound
     try:
         parts = urlsplit(address)
-    except ValueError:
-        return "not a URL"
+        parts.port  # noqa: B018 - raises ValueError for a port that is no number or too large
+    except ValueError as exc:
+        return f"not a URL ({exc})"
     if parts.scheme.lower() not in [s.lower() for s in out.schemes]:
         return f"URL scheme {parts.scheme!r} is not allowed"
     host = (parts.hostname or "").lower()

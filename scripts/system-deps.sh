@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Installs the Debian packages the integration tests start locally (RabbitMQ, Mosquitto, wrk)
-# and a Java runtime for the Spark bridge's tests (PySpark 4 needs Java 17 or 21).
+# Installs the Debian packages the integration tests start locally (RabbitMQ, Mosquitto, wrk),
+# the headless browser the admin page test drives (Chromium and its chromedriver), and a
+# Java runtime for the Spark bridge's tests (PySpark 4 needs Java 17 or 21).
 # Does nothing when they are present; needs root (or sudo) when something is missing.
 set -euo pipefail
-packages=(rabbitmq-server mosquitto wrk)
+packages=(rabbitmq-server mosquitto wrk chromium chromium-driver)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

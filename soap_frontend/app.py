@@ -12,8 +12,9 @@ Endpoints
     ``GET  /wsn/schemas/<name>``         the OASIS XSDs the WSDL imports
     ``GET  /wsn/policy``                 the broker policy document
     ``GET  /healthz`` ``/readyz`` ``/metrics``
-    ``GET  /wsn/admin/api/subscriptions[/<id>]``  read-only JSON list (loopback clients only,
-                                        see :mod:`.admin_api`)
+    ``GET  /admin``                      the admin page (:mod:`.admin_page`)
+    ``GET  /wsn/admin/api/...``          its JSON API; ``POST`` for operators' actions
+                                        (who reads and who acts: :mod:`.admin_auth`)
 
 Every response carries ``X-Request-Id`` (the client's, or a new one), which log records
 emitted while handling the request carry too (:mod:`.request_ids`).
@@ -31,17 +32,20 @@ import logging
 import math
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import SplitResult, parse_qs, urlsplit
 
 from flask import Blueprint, Flask, Response, current_app, request
 from lxml import etree
-from wsnmom.core import errors
-from wsnmom.core.model import EndpointReference
+from wsnmom.core import errors, metrics
+from wsnmom.core.access import ANONYMOUS, PRINCIPAL, Principal
+from wsnmom.core.guard import refusals
+from wsnmom.core.model import EndpointReference, SoapVersion
 
 from . import codec
+from .auth import Authenticator
 from .codec import Op
 from .envelope import (
     HttpError,
@@ -50,11 +54,22 @@ from .envelope import (
     content_type_for,
     envelope_bytes,
     parse_request,
+    version_for_media_type,
 )
-from .faults import BaseFaultError, count_fault, count_request, fault_for_error, invalid_log
+from .faults import (
+    BaseFaultError,
+    authentication_fault,
+    count_fault,
+    count_request,
+    fault_for_error,
+    invalid_log,
+)
+from .identity import AuthenticationFailed
 from .metadata import SCHEMA_FILES, render_wsdl, schema_bytes
 from .public_base import public_base
+from .ratelimit import RateLimiter
 from .splice import Spliced
+from .wsse import TokenRejected, find_username_token
 from .xml import WSNMOM, WSRF_RL, qname, text_of
 
 log = logging.getLogger("wsnmom.soap")
@@ -102,6 +117,10 @@ class Frontend:
 
     service: Any
     settings: Any
+    #: who the caller is (also ``app.extensions["wsnmom.auth"]``)
+    auth: Authenticator = field(default_factory=lambda: Authenticator(None))
+    #: request-rate quotas
+    limiter: RateLimiter = field(default_factory=lambda: RateLimiter(None, False))
 
 
 def _setting(settings: Any, names: tuple[str, ...], default: Any) -> Any:
@@ -122,7 +141,13 @@ def create_app(service: Any, settings: Any = None) -> Flask:
             DEFAULT_MAX_REQUEST_BYTES,
         )
     )
-    app.extensions["wsnmom.soap"] = Frontend(service, settings)
+    auth = Authenticator(settings)
+    identity_rates = any(
+        i.principal.quotas.rate is not None for i in auth.credentials.identities.values()
+    )
+    limiter = RateLimiter(getattr(settings, "quotas", None), identity_rates)
+    app.extensions["wsnmom.soap"] = Frontend(service, settings, auth, limiter)
+    app.extensions["wsnmom.auth"] = auth
 
     broker = Blueprint("notification_broker", __name__)
 
@@ -152,8 +177,14 @@ def create_app(service: Any, settings: Any = None) -> Flask:
     app.register_blueprint(meta)
 
     from .admin_api import admin_api
+    from .admin_auth import AdminSessions
+    from .admin_page import admin_page
 
+    admin = getattr(settings, "admin", None)
+    lifetime = admin.session.total_seconds() if admin is not None else 8 * 3600.0
+    app.extensions["wsnmom.admin"] = AdminSessions(lifetime)
     app.register_blueprint(admin_api)
+    app.register_blueprint(admin_page)
 
     from .fastpath import SoapFastPath
     from .request_ids import RequestIds
@@ -264,6 +295,7 @@ def _endpoint(role: Role, resource_id: str | None) -> Response:
         request.get_data(cache=False),
         request.path,
         request.args,
+        request.environ,
     )
     return Response(
         reply.body, status=reply.status, content_type=reply.content_type, headers=reply.headers
@@ -279,10 +311,22 @@ def soap_post(
     data: bytes,
     path: str,
     args: Mapping[str, str],
+    environ: Mapping[str, Any] | None = None,
 ) -> Reply:
     """Handle one SOAP request posted to ``path`` (the endpoint of ``role``); ``args`` is
-    the query string.  Independent of Flask's request context, so that the WSGI fast path
-    (:mod:`.fastpath`) and the Flask view give the same answers."""
+    the query string, ``environ`` the WSGI environ (credentials, client address).
+    Independent of Flask's request context, so that the WSGI fast path (:mod:`.fastpath`)
+    and the Flask view give the same answers."""
+    auth = fe.auth
+    principal: Principal = ANONYMOUS
+    if auth.enabled and environ is not None:
+        try:
+            principal = auth.http_caller(environ)
+        except AuthenticationFailed:
+            return _unauthorized(fe, version_for_media_type(content_type), None)
+        if principal.anonymous and auth.required and not auth.wsse:
+            metrics.AUTH_FAILURES.labels(reason="missing").inc()
+            return _unauthorized(fe, version_for_media_type(content_type), None)
     try:
         req = parse_request(method, content_type, data)
     except HttpError as exc:
@@ -291,8 +335,27 @@ def soap_post(
     except SoapProtocolErrorWithContext as exc:
         invalid_log.info("unusable SOAP request to %s: %s", path, exc)
         return _fault(fe, BaseFaultError(str(exc)), exc.version, exc.addressing.message_id)
+    if auth.enabled and principal.anonymous:
+        try:
+            token = find_username_token(req.addressing.other_headers)
+            if token is not None:
+                principal = auth.wsse_caller(token)
+        except TokenRejected:
+            metrics.AUTH_FAILURES.labels(reason="wsse").inc()
+            return _unauthorized(fe, req.version, req.addressing.message_id)
+        except AuthenticationFailed:
+            return _unauthorized(fe, req.version, req.addressing.message_id)
+        if principal.anonymous and auth.required:
+            metrics.AUTH_FAILURES.labels(reason="missing").inc()
+            return _unauthorized(fe, req.version, req.addressing.message_id)
     op = codec.OPERATIONS.get(req.operation)
     count_request(op.local if op else "unknown")
+    if fe.limiter.enabled:
+        address = environ.get("REMOTE_ADDR") if environ is not None else None
+        refused = fe.limiter.check(principal, address)
+        if refused is not None:
+            return _rate_limited(fe, req, principal, *refused)
+    bound = PRINCIPAL.set(principal)  # core reads the caller from here
     try:
         if op is None:
             raise BaseFaultError(f"unsupported operation {req.operation}")
@@ -301,11 +364,39 @@ def soap_post(
         if isinstance(exc, errors.WsnError):
             invalid_log.info("%s on %s: %s", exc.fault_name, req.operation, exc.description)
         return _fault(fe, exc, req.version, req.addressing.message_id)
+    finally:
+        PRINCIPAL.reset(bound)
     if result is None:  # one-way
         return Reply(202, b"", _DEFAULT_CONTENT_TYPE)
     action = codec.response_action(op)
     data = envelope_bytes(req.version, result, action=action, relates_to=req.addressing.message_id)
     return Reply(200, data, content_type_for(req.version, action))
+
+
+def _unauthorized(fe: Frontend, version: SoapVersion | None, relates_to: str | None) -> Reply:
+    """HTTP 401 with the challenge and a ``wsse:FailedAuthentication`` fault that says
+    nothing about why (the reason is in the ``wsnmom.auth`` log): not even whether the
+    envelope was read, so it never relates to the request's MessageID."""
+    version = version or SoapVersion.SOAP11
+    fault, action = authentication_fault(version)
+    count_fault("FailedAuthentication")
+    data = envelope_bytes(version, fault, action=action)
+    return Reply(401, data, content_type_for(version, action), fe.auth.challenge_headers())
+
+
+def _rate_limited(
+    fe: Frontend, req: SoapRequest, principal: Principal, quota: str, wait: float
+) -> Reply:
+    metrics.QUOTA_REFUSALS.labels(quota=quota).inc()
+    refusals.warning(
+        f"{principal}:{quota}", "request rate of %s exceeds quotas.%s", principal, quota
+    )
+    exc = errors.ResourceUnavailable(
+        f"too many requests: the request rate exceeds quotas.{quota}; retry after {wait:g} s",
+        retry_after=wait,
+    )
+    exc.http_status = 429
+    return _fault(fe, exc, req.version, req.addressing.message_id)
 
 
 def _fault(fe: Frontend, exc: BaseException, version: Any, relates_to: str | None) -> Reply:
@@ -319,16 +410,29 @@ def _fault(fe: Frontend, exc: BaseException, version: Any, relates_to: str | Non
     count_fault(rendered.fault_name)
     data = envelope_bytes(version, fault, action=action, relates_to=relates_to)
     retry_after = getattr(exc, "retry_after", None)
-    if isinstance(exc, errors.ResourceUnavailable) and retry_after is not None:
-        # temporary (the middleware is unreachable): 503 tells HTTP clients to come back
+    status = getattr(exc, "http_status", None) or 500
+    if retry_after is not None and (status != 500 or isinstance(exc, errors.ResourceUnavailable)):
+        # temporary (middleware unreachable: 503; request rate: 429): come back later
         seconds = str(max(1, math.ceil(retry_after)))
-        return Reply(503, data, content_type_for(version, action), (("Retry-After", seconds),))
-    return Reply(500, data, content_type_for(version, action))
+        if status == 500:
+            status = 503
+        return Reply(status, data, content_type_for(version, action), (("Retry-After", seconds),))
+    return Reply(status, data, content_type_for(version, action))
 
 
 def _broker_address(service: Any) -> str:
     addr = service.broker_address
     return str(addr() if callable(addr) else addr)
+
+
+def _split_to(req: SoapRequest) -> SplitResult:
+    """``wsa:To`` split into URL parts; a value that is no URL (``http://[::1``) counts as
+    no ``wsa:To``: it names no resource, so the operation gets the fault it would get
+    without one, never an internal error."""
+    try:
+        return urlsplit(req.addressing.to or "")
+    except ValueError:
+        return urlsplit("")
 
 
 def _resolve(
@@ -339,7 +443,7 @@ def _resolve(
         return resource_id
     to = req.addressing.to
     if to:
-        parts = urlsplit(to)
+        parts = _split_to(req)
         m = _PATH_RE.search(parts.path)
         if m and m.group(1) == kind.value:
             return m.group(2)
@@ -423,7 +527,7 @@ def _wsrl_destroy(
     destroyable."""
     target, rid = role, resource_id
     if role is Role.BROKER:
-        match = _PATH_RE.search(urlsplit(req.addressing.to or "").path)
+        match = _PATH_RE.search(_split_to(req).path)
         if match is None:
             raise errors.ResourceUnknown(
                 "wsrf-rl:Destroy needs a subscription, pull point or "
@@ -475,7 +579,7 @@ def _property_table(
     target_role, rid = role, resource_id
     if role is Role.BROKER:
         # a resource's properties asked at the broker URL: find it from the headers
-        to_match = _PATH_RE.search(urlsplit(req.addressing.to or "").path)
+        to_match = _PATH_RE.search(_split_to(req).path)
         if to_match:
             target_role, rid = Role(to_match.group(1)), to_match.group(2)
         elif (header_id := _resource_id_header(req)) is not None:

@@ -116,15 +116,8 @@ def plan_batch(
         backend = _backend(source, selection)
         reader = BatchReader(backend)
         try:
-            backend.prepare()
-            bounds = reader.bounds()
-            start = reader.starting("startingoffsets", bounds)
-            ending = backend.options.get("endingoffsets")
-            if ending and ending.strip() != "latest":
-                end = reader.starting("endingoffsets", bounds)
-            else:
-                end = {s: high for s, (_, high) in bounds.items()}
-            plan[source.alias] = {s: (start.get(s, bounds[s][0]), e) for s, e in end.items()}
+            start, end = reader.snapshot()
+            plan[source.alias] = {s: (start.get(s, e), e) for s, e in end.items()}
         finally:
             backend.close()
     return plan

@@ -284,7 +284,8 @@ class BatchReader(_Common, DataSourceReader):
     def __init__(self, backend: Backend) -> None:
         super().__init__(backend)
 
-    def partitions(self) -> Sequence[InputPartition]:
+    def snapshot(self) -> tuple[dict[str, int], dict[str, int]]:
+        """``(start, end)`` offsets of every stream for a read now."""
         backend = self.backend
         backend.prepare()
         bounds = self.bounds()
@@ -294,6 +295,11 @@ class BatchReader(_Common, DataSourceReader):
             end = self.starting("endingoffsets", bounds)
         else:
             end = {s: high for s, (_, high) in bounds.items()}
+        return start, end
+
+    def partitions(self) -> Sequence[InputPartition]:
+        backend = self.backend
+        start, end = self.snapshot()
         parts = [backend.plan(p) for p in self.ranges(start, end)]
         log.info(
             "%s: batch read of %s, %d task(s): %s",

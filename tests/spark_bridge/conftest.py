@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -15,14 +14,9 @@ import pytest
 
 def wait_until(check: Callable[[], Any], timeout: float = 20.0, what: str = "condition") -> Any:
     """Poll ``check`` until it returns something truthy; AssertionError after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.05)
+    from tests.fixtures.server import poll
+
+    return poll(check, timeout, what=what)
 
 
 def _java_ok() -> str | None:

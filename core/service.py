@@ -54,7 +54,7 @@ from wsnmom.core.model import (
     Subscription,
 )
 from wsnmom.core.observers import Observers
-from wsnmom.core.outbound_policy import address_refusal
+from wsnmom.core.outbound_policy import OutboundPolicy
 from wsnmom.core.periodic import PeriodicTask
 from wsnmom.core.policy import BrokerPolicy, build_policy
 from wsnmom.core.ports import OutboundSoap
@@ -78,7 +78,6 @@ __all__ = [
     "WSNMOM_NS",
     "BrokerProperties",
     "BrokerService",
-    "address_refusal",
     "subscription_end_payload",
 ]
 
@@ -113,8 +112,12 @@ class BrokerService:
         autostart: bool = True,
         demand_interval: float = 5.0,
         plugins: PluginManager | None = None,
+        outbound_policy: OutboundPolicy | None = None,
     ) -> None:
         self.settings = settings
+        #: the outbound-address policy; share it with the outbound SOAP client so both
+        #: apply the same rules (built from ``settings.outbound`` when not given)
+        self.outbound_policy = outbound_policy or OutboundPolicy(settings.outbound)
         #: observer hooks are called through it (None: no observers)
         self.plugins = plugins
         self.adapter = adapter
@@ -142,6 +145,7 @@ class BrokerService:
             self.engine,
             Observers(plugins),
             clock,
+            self.outbound_policy,
         )
         self.registry: Registry = ctx.registry
         self._gate = ctx.gate

@@ -34,7 +34,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import SplitResult, parse_qs, urlsplit
 
 from flask import Blueprint, Flask, Response, current_app, request
 from lxml import etree
@@ -331,15 +331,32 @@ def _broker_address(service: Any) -> str:
     return str(addr() if callable(addr) else addr)
 
 
+def _to_parts(req: SoapRequest) -> SplitResult | None:
+    """The request's wsa:To split into URL parts; None when absent or not a URL (a
+    malformed wsa:To then addresses nothing, like an absent one)."""
+    to = req.addressing.to
+    if not to:
+        return None
+    try:
+        return urlsplit(to)
+    except ValueError:
+        return None
+
+
+def _to_path(req: SoapRequest) -> str:
+    """The path of the request's wsa:To ("" when absent or not a URL)."""
+    parts = _to_parts(req)
+    return parts.path if parts is not None else ""
+
+
 def _resolve(
     role: Role, resource_id: str | None, kind: Role, req: SoapRequest, args: Mapping[str, str]
 ) -> str:
     """The id of the ``kind`` resource a request targets (path, wsa:To, ResourceId)."""
     if role is kind and resource_id:
         return resource_id
-    to = req.addressing.to
-    if to:
-        parts = urlsplit(to)
+    parts = _to_parts(req)
+    if parts is not None:
         m = _PATH_RE.search(parts.path)
         if m and m.group(1) == kind.value:
             return m.group(2)
@@ -423,7 +440,7 @@ def _wsrl_destroy(
     destroyable."""
     target, rid = role, resource_id
     if role is Role.BROKER:
-        match = _PATH_RE.search(urlsplit(req.addressing.to or "").path)
+        match = _PATH_RE.search(_to_path(req))
         if match is None:
             raise errors.ResourceUnknown(
                 "wsrf-rl:Destroy needs a subscription, pull point or "
@@ -475,7 +492,7 @@ def _property_table(
     target_role, rid = role, resource_id
     if role is Role.BROKER:
         # a resource's properties asked at the broker URL: find it from the headers
-        to_match = _PATH_RE.search(urlsplit(req.addressing.to or "").path)
+        to_match = _PATH_RE.search(_to_path(req))
         if to_match:
             target_role, rid = Role(to_match.group(1)), to_match.group(2)
         elif (header_id := _resource_id_header(req)) is not None:

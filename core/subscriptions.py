@@ -199,6 +199,27 @@ class Subscriptions:
                 log.debug("reading the lost count of %s failed", subscription_id, exc_info=True)
         return replace(state.record, messages_lost=lost)
 
+    def live(self) -> list[Subscription]:
+        """Every subscription that has not expired (copies), oldest first."""
+        registry = self._ctx.registry
+        now = self._ctx.now()
+        with registry.lock:
+            records = [state.record for state in registry.subscriptions.values()]
+        live = [replace(s) for s in records if not is_expired(s.termination_time, now)]
+        return sorted(live, key=lambda s: (s.creation_time, s.id))
+
+    def backlog(self, subscription_id: str) -> int | None:
+        """Notifications waiting for the subscription (None: the middleware cannot tell
+        or has no queue for it); ResourceUnknown when unknown or expired."""
+        state = self._ctx.registry.live_subscription(subscription_id)
+        if state.handle is None:
+            return None
+        try:
+            return state.handle.depth()
+        except Exception:
+            log.debug("reading the backlog of %s failed", subscription_id, exc_info=True)
+            return None
+
     def renew(
         self, subscription_id: str, termination: RequestedTime, *, invalid: bool = False
     ) -> Subscription:

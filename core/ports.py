@@ -181,12 +181,15 @@ class DeliveryFailed(Exception):
 
     ``permanent`` is True when retrying cannot help (e.g. the consumer answered a SOAP
     fault saying the message is not understood); the retry policy still decides.
+    ``unanswered`` is True when the peer gave no answer at all (connection refused or cut,
+    timeout): these count towards the destination's circuit breaker (``core.lanes``).
     """
 
-    def __init__(self, reason: str, *, permanent: bool = False) -> None:
+    def __init__(self, reason: str, *, permanent: bool = False, unanswered: bool = False) -> None:
         super().__init__(reason)
         self.reason = reason
         self.permanent = permanent
+        self.unanswered = unanswered
 
 
 class OutboundSoap(Protocol):

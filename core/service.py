@@ -37,6 +37,7 @@ from wsnmom.core.delivery import Backoff, DeliveryEngine
 from wsnmom.core.demand import DemandManager
 from wsnmom.core.filters import MESSAGE_CONTENT_DIALECTS
 from wsnmom.core.inbound import Inbound
+from wsnmom.core.lanes import BreakerSettings
 from wsnmom.core.lifetimes import utc_now
 from wsnmom.core.model import (
     CreatePullPointRequest,
@@ -111,8 +112,9 @@ class BrokerService:
         self.outbound = outbound
         self.topic_set = topic_set if topic_set is not None else TopicSet(fixed=False)
         r = settings.retry
+        d = settings.delivery
         self.engine = DeliveryEngine(
-            workers=settings.delivery.workers,
+            workers=d.workers,
             backoff=Backoff(
                 max_attempts=r.max_attempts,
                 initial_delay=r.initial_delay.total_seconds(),
@@ -120,7 +122,15 @@ class BrokerService:
                 max_delay=r.max_delay.total_seconds(),
                 give_up=r.give_up,
             ),
-            prefetch=settings.delivery.prefetch,
+            prefetch=d.prefetch,
+            max_workers=max(d.max_workers, d.workers),
+            per_destination=d.per_destination or None,
+            slow_after=d.slow_after,
+            breaker=BreakerSettings(
+                failures=d.breaker_failures,
+                open_for=d.breaker_open.total_seconds(),
+                max_open=max(r.max_delay.total_seconds(), d.breaker_open.total_seconds()),
+            ),
         )
         ctx = self._ctx = BrokerContext(
             settings,

@@ -189,7 +189,9 @@ class SoapClient:
                 read_timeout=timeout,
             )
         except TRANSPORT_ERRORS as exc:
-            raise DeliveryFailed(f"{target.address}: {type(exc).__name__}: {exc}") from None
+            raise DeliveryFailed(
+                f"{target.address}: {type(exc).__name__}: {exc}", unanswered=True
+            ) from None
         if 200 <= status < 300:
             return _reply_body(content)
         permanent, reason = _fault_reason(content)

@@ -276,11 +276,13 @@ def make_broker(
         plugins: Any = None,
         adapter_url: str | None = None,
         resolver: Any = None,
+        soap: Any = None,
         **overrides: Any,
     ) -> Broker:
+        """``soap``: the outbound SOAP port (default: the recording one)."""
         b = Broker(
             tmp_path / f"b{len(brokers)}",
-            outbound,
+            soap if soap is not None else outbound,
             clock,
             make_settings(**overrides),
             topic_set or (lambda: TopicSet(fixed=False)),

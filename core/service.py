@@ -167,11 +167,7 @@ class BrokerService:
         )
         ctx.wake_sweep = self.lifetimes.wake
         ctx.wake_demand = self.demand.wake
-        self._policy = build_policy(
-            settings,
-            message_content_dialects=MESSAGE_CONTENT_DIALECTS,
-            limits_enforced_by=ctx.limit_keeper.enforcement(),
-        )
+        self._policy = self._build_policy()
         self._started = False
         self._closed = False
         metrics.set_backlog_source(self._backlog)
@@ -218,6 +214,15 @@ class BrokerService:
         """The advertised broker policy."""
         return self._policy
 
+    def _build_policy(self) -> BrokerPolicy:
+        """The policy under the adapter's capabilities now (they are final once it is
+        open: ``start`` builds it again)."""
+        return build_policy(
+            self.settings,
+            message_content_dialects=MESSAGE_CONTENT_DIALECTS,
+            limits_enforced_by=self._ctx.limit_keeper.enforcement(),
+        )
+
     def broker_properties(self) -> BrokerProperties:
         """NotificationBroker resource properties."""
         topics = [t for t in self.topic_set.topics() if not self.topic_set.is_alias(t)]
@@ -250,6 +255,9 @@ class BrokerService:
             if self._started:
                 return
             self._started = True
+        # the adapter is open now, and its capabilities may differ from its class's (they
+        # are per instance, known after open()): advertise what this instance does
+        self._policy = self._build_policy()
         self._ctx.limit_keeper.warn_unenforced()
         restore(self._ctx, self.subscriptions, self.pull_points, self.registrations)
         self._gate.ready = True

@@ -41,7 +41,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from wsnmom.core import metrics
 from wsnmom.core.adapter import Received, SubscriptionHandle
-from wsnmom.core.lanes import Lane
+from wsnmom.core.lanes import Lane, Outcome
 from wsnmom.core.ports import DeliveryFailed
 
 __all__ = ["Backoff", "Channel", "Scheduler"]
@@ -92,7 +92,7 @@ class Scheduler(Protocol):
 
     def admit(self, lane: Lane) -> float | None: ...
 
-    def report(self, lane: Lane, *, answered: bool) -> None: ...
+    def report(self, lane: Lane, outcome: Outcome) -> None: ...
 
 
 class Channel(Generic[T]):
@@ -282,20 +282,24 @@ class Channel(Generic[T]):
                 reason = f"{self.destination} did not answer; circuit open for {wait:.1f}s"
             elif batch:
                 self.attempts.append(time.monotonic())
-                answered = True
+                outcome = Outcome.ANSWERED
                 try:
                     self.send(batch)
                 except DeliveryFailed as exc:
                     ok = False
                     reason = exc.reason
-                    answered = not exc.unanswered
+                    if exc.timed_out:
+                        outcome = Outcome.TIMED_OUT
+                    elif not exc.answered:
+                        outcome = Outcome.FAILED_FAST
                 except Exception as exc:  # a bug or an unexpected client error: retry too
                     log.exception("subscription %s: delivery raised", self.name)
                     ok = False
                     reason = f"{type(exc).__name__}: {exc}"
+                    outcome = Outcome.FAILED_FAST
                 finally:
                     if lane is not None:
-                        self.engine.report(lane, answered=answered)
+                        self.engine.report(lane, outcome)
         finally:
             with self._lock:
                 self._running = False

@@ -162,7 +162,7 @@ class DeliverySettings:
     #: seconds after which a busy thread counts as held by a slow consumer (more threads
     #: are started when all are)
     slow_after: float = field(default=0.2, metadata=limits(above=0))
-    #: consecutive unanswered deliveries (connection failed, timeout) that open a
+    #: consecutive deliveries without an answer within ``retry.timeout`` that open a
     #: destination's circuit
     breaker_failures: int = field(default=3, metadata=limits(1, 1000))
     #: seconds a destination's circuit first stays open (doubles after each failed probe,

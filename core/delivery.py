@@ -34,7 +34,7 @@ from typing import Any, TypeVar
 from wsnmom.core import metrics
 from wsnmom.core.adapter import Received, SubscriptionHandle
 from wsnmom.core.channel import Backoff, Channel
-from wsnmom.core.lanes import BreakerSettings, Lane, Lanes, LaneState
+from wsnmom.core.lanes import BreakerSettings, Lane, Lanes, LaneState, Outcome
 
 __all__ = ["Backoff", "Channel", "DeliveryEngine"]
 
@@ -147,15 +147,15 @@ class DeliveryEngine:
         """None when a channel may send to ``lane`` now, else seconds to wait."""
         return self.lanes.admit(lane)
 
-    def report(self, lane: Lane, *, answered: bool) -> None:
-        """Whether a send to ``lane`` got an answer (its circuit breaker counts)."""
+    def report(self, lane: Lane, outcome: Outcome) -> None:
+        """How a send to ``lane`` ended (its circuit breaker counts timeouts)."""
         before = lane.state
-        self.lanes.report(lane, answered=answered)
+        self.lanes.report(lane, outcome)
         after = lane.state
         if after is not before:
             if after is LaneState.OPEN:
                 log.warning(
-                    "%s did not answer %d times in a row: deliveries to it wait %.1fs",
+                    "%s: no answer in time %d times in a row; deliveries to it wait %.1fs",
                     lane.key,
                     lane.failures,
                     lane.interval,

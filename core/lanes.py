@@ -7,14 +7,16 @@ any other consumer:
   further ready subscriptions of that destination wait in the lane (holding no thread) and
   are released one by one as its deliveries finish.  So one destination holds at most that
   share of the delivery threads, whatever its number of subscriptions.
-* **Circuit breaker.**  ``failures`` consecutive deliveries that got no answer (connection
-  refused or cut, timeout: ``DeliveryFailed.unanswered``) *open* the lane for ``open_for``
-  seconds.  While open, its deliveries are refused at once, without network traffic and
-  without a thread waiting: each refusal is a failed attempt of that subscription under its
-  retry policy (backoff, give-up and SubscriptionEnd unchanged).  When the interval has
-  passed one delivery goes through as a probe (*half-open*): an answer closes the lane, no
-  answer opens it again for twice as long, up to ``max_open``.  Any answer, even an error
-  status, closes it: the consumer is alive and answers quickly enough to hold no capacity.
+* **Circuit breaker.**  ``failures`` consecutive deliveries that got no answer within the
+  timeout (``DeliveryFailed.timed_out``: each held a thread all that time) *open* the lane
+  for ``open_for`` seconds.  A fast failure (connection refused or reset) holds nothing and
+  neither counts nor resets the count.  While open, the lane's deliveries are refused at
+  once, without network traffic and without a thread waiting: each refusal is a failed
+  attempt of that subscription under its retry policy (backoff, give-up and
+  SubscriptionEnd unchanged).  When the interval has passed one delivery goes through as a
+  probe (*half-open*): an answer closes the lane, no answer (a timeout or a fast failure)
+  opens it again for twice as long, up to ``max_open``.  Any answer, even an error status,
+  closes it: the consumer is alive.
 
 Deliveries into the broker's own pull points have no lane.  Lanes are created on first use
 and forgotten when idle and closed (``sweep``).
@@ -33,7 +35,7 @@ from urllib.parse import urlsplit
 
 from wsnmom.core.outbound_policy import normalise_host
 
-__all__ = ["BreakerSettings", "Lane", "LaneState", "Lanes", "destination_key"]
+__all__ = ["BreakerSettings", "Lane", "LaneState", "Lanes", "Outcome", "destination_key"]
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 
@@ -53,6 +55,17 @@ def destination_key(address: str) -> str | None:
     return f"{scheme}://{shown}:{port}"
 
 
+class Outcome(enum.Enum):
+    """How a delivery attempt to a lane ended, as its circuit breaker sees it."""
+
+    #: the destination answered (success, or an error status or fault)
+    ANSWERED = "answered"
+    #: no answer within the timeout: the attempt held its thread all that time
+    TIMED_OUT = "timed_out"
+    #: failed at once without an answer (connection refused or reset, refused by policy)
+    FAILED_FAST = "failed_fast"
+
+
 class LaneState(enum.Enum):
     """Circuit breaker state of a lane."""
 
@@ -65,7 +78,7 @@ class LaneState(enum.Enum):
 class BreakerSettings:
     """When a lane opens and for how long."""
 
-    #: consecutive unanswered deliveries that open the lane
+    #: consecutive timed-out deliveries that open the lane
     failures: int = 3
     #: seconds the lane stays open the first time
     open_for: float = 5.0
@@ -83,7 +96,7 @@ class Lane:
     #: ready subscriptions waiting for room: (channel, generation)
     waiting: deque[tuple[Any, int]] = field(default_factory=deque)
     state: LaneState = LaneState.CLOSED
-    #: consecutive unanswered deliveries
+    #: consecutive timed-out deliveries
     failures: int = 0
     #: monotonic time until which the lane is open
     open_until: float = 0.0
@@ -158,10 +171,9 @@ class Lanes:
                 return None
             return lane.open_until - now
 
-    def report(self, lane: Lane, *, answered: bool) -> None:
-        """The outcome of a delivery to ``lane``: ``answered`` when the destination
-        answered at all (success or an error status)."""
-        if answered:
+    def report(self, lane: Lane, outcome: Outcome) -> None:
+        """The outcome of a delivery attempt to ``lane``."""
+        if outcome is Outcome.ANSWERED:
             if lane.state is LaneState.CLOSED and not lane.failures:
                 return
             with self._lock:
@@ -170,9 +182,12 @@ class Lanes:
                 lane.interval = 0.0
                 lane.probing = False
             return
+        if outcome is Outcome.FAILED_FAST and lane.state is LaneState.CLOSED:
+            return
         b = self.breaker
         with self._lock:
-            lane.failures += 1
+            if outcome is Outcome.TIMED_OUT:
+                lane.failures += 1
             if lane.state is LaneState.HALF_OPEN:
                 lane.interval = min(max(lane.interval, b.open_for) * 2, b.max_open)
             elif lane.state is LaneState.CLOSED and lane.failures >= b.failures:

@@ -181,15 +181,24 @@ class DeliveryFailed(Exception):
 
     ``permanent`` is True when retrying cannot help (e.g. the consumer answered a SOAP
     fault saying the message is not understood); the retry policy still decides.
-    ``unanswered`` is True when the peer gave no answer at all (connection refused or cut,
-    timeout): these count towards the destination's circuit breaker (``core.lanes``).
+    ``answered`` is True when the peer did answer (an error status or fault);
+    ``timed_out`` when it gave no answer within the timeout (the attempt held its thread
+    all that time).  The destination's circuit breaker counts timeouts (``core.lanes``).
     """
 
-    def __init__(self, reason: str, *, permanent: bool = False, unanswered: bool = False) -> None:
+    def __init__(
+        self,
+        reason: str,
+        *,
+        permanent: bool = False,
+        answered: bool = False,
+        timed_out: bool = False,
+    ) -> None:
         super().__init__(reason)
         self.reason = reason
         self.permanent = permanent
-        self.unanswered = unanswered
+        self.answered = answered
+        self.timed_out = timed_out
 
 
 class OutboundSoap(Protocol):

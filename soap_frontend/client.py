@@ -47,7 +47,12 @@ from wsnmom.core.ports import DeliveryFailed
 from . import codec
 from .codec import ACTIONS, FULL, SIMPLE, Op
 from .envelope import SOAP_NS, content_type_for, envelope_bytes
-from .outbound_http import TRANSPORT_ERRORS, OutboundConnections, OutboundEnvironment
+from .outbound_http import (
+    TRANSPORT_ERRORS,
+    OutboundConnections,
+    OutboundEnvironment,
+    is_timeout,
+)
 from .splice import Spliced
 from .xml import WSA, WSNT, XmlRejected, children, parse_fragment, parse_xml, qname, text_of
 
@@ -190,7 +195,7 @@ class SoapClient:
             )
         except TRANSPORT_ERRORS as exc:
             raise DeliveryFailed(
-                f"{target.address}: {type(exc).__name__}: {exc}", unanswered=True
+                f"{target.address}: {type(exc).__name__}: {exc}", timed_out=is_timeout(exc)
             ) from None
         if 200 <= status < 300:
             return _reply_body(content)
@@ -198,6 +203,7 @@ class SoapClient:
         raise DeliveryFailed(
             f"{target.address} answered HTTP {status}" + (f": {reason}" if reason else ""),
             permanent=permanent,
+            answered=True,
         )
 
 

@@ -16,7 +16,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from wsnmom.core.lanes import BreakerSettings, Lanes, LaneState, destination_key
+from wsnmom.core.lanes import BreakerSettings, Lanes, LaneState, Outcome, destination_key
 from wsnmom.core.model import EndpointReference, SubscribeRequest
 from wsnmom.soap_frontend.client import SoapClient
 
@@ -143,7 +143,8 @@ def test_many_tarpit_destinations_do_not_delay_a_healthy_consumer(
 def test_an_open_circuit_takes_no_threads_and_the_retry_policy_still_ends(
     make_broker: Any, consumer: ConsumerServer, tarpits: Callable[[], Tarpit]
 ) -> None:
-    """After ``breaker_failures`` unanswered attempts the destination's circuit opens:
+    """After ``breaker_failures`` attempts without an answer in time the destination's
+    circuit opens:
     no further connections while it is open (its subscriptions fail at once, holding no
     thread), a healthy consumer is served at once, and give-up still ends the
     subscriptions with SubscriptionEnd once their attempts are used up."""
@@ -230,24 +231,27 @@ def test_breaker_opens_probes_doubles_and_closes() -> None:
     lanes = Lanes(4, BreakerSettings(failures=2, open_for=5, max_open=12), clock)
     lane = lanes.enter("http://h:1", ("a", 0))
     assert lane is not None
-    lanes.report(lane, answered=False)
+    lanes.report(lane, Outcome.TIMED_OUT)
     assert lanes.admit(lane) is None and lane.state is LaneState.CLOSED
-    lanes.report(lane, answered=False)
+    for _ in range(5):  # refused or reset at once: holds nothing, neither counts nor resets
+        lanes.report(lane, Outcome.FAILED_FAST)
+    assert lane.state is LaneState.CLOSED and lane.failures == 1
+    lanes.report(lane, Outcome.TIMED_OUT)
     assert lane.state is LaneState.OPEN
     assert lanes.admit(lane) == pytest.approx(5)
     clock.now += 5
     assert lanes.admit(lane) is None  # the probe
     assert lane.state is LaneState.HALF_OPEN
     assert lanes.admit(lane) == pytest.approx(5)  # others wait for the probe
-    lanes.report(lane, answered=False)
+    lanes.report(lane, Outcome.TIMED_OUT)
     assert lane.state is LaneState.OPEN and lane.interval == 10
     clock.now += 10
     assert lanes.admit(lane) is None
-    lanes.report(lane, answered=False)
+    lanes.report(lane, Outcome.FAILED_FAST)  # a probe refused at once fails it too
     assert lane.interval == 12  # capped
     clock.now += 12
     assert lanes.admit(lane) is None
-    lanes.report(lane, answered=True)  # any answer closes it
+    lanes.report(lane, Outcome.ANSWERED)  # any answer closes it
     assert lane.state is LaneState.CLOSED and lane.failures == 0
     assert lanes.states() == {LaneState.CLOSED: 1, LaneState.OPEN: 0, LaneState.HALF_OPEN: 0}
     lanes.leave(lane)

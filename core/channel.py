@@ -42,13 +42,35 @@ from typing import Any, Generic, Protocol, TypeVar
 from wsnmom.core import metrics
 from wsnmom.core.adapter import Received, SubscriptionHandle
 from wsnmom.core.lanes import Lane, Outcome
+from wsnmom.core.log_context import bound_request_id
 from wsnmom.core.ports import DeliveryFailed
 
-__all__ = ["Backoff", "Channel", "Scheduler"]
+__all__ = ["Backoff", "Channel", "ChannelStatus", "Scheduler"]
 
 log = logging.getLogger("wsnmom.core.delivery")
 
 T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class ChannelStatus:
+    """A channel's delivery state as operators see it (``Channel.status``); times are
+    POSIX seconds."""
+
+    #: consuming (False while paused, after a give-up, or closed)
+    active: bool
+    #: consecutive failed attempts of the batch being retried (0: none failing)
+    failures: int
+    #: when that batch is tried again, None when no retry is scheduled
+    retry_at: float | None
+    #: why the last attempt failed, None after a success
+    last_error: str | None
+    #: messages delivered since the gateway started
+    delivered: int
+    #: when the last delivery succeeded, None before the first
+    last_delivery: float | None
+    #: messages held in memory (received, not yet settled)
+    held: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,17 +131,20 @@ class Channel(Generic[T]):
 
     __slots__ = (
         "_closed",
+        "_error",
         "_failures",
         "_gen",
+        "_last_delivery",
         "_lock",
         "_pending",
         "_queue",
         "_rerun",
+        "_retry_at",
         "_running",
         "_scheduled",
         "_stopped",
-        "attempts",
         "batch_size",
+        "delivered",
         "destination",
         "engine",
         "handle",
@@ -128,6 +153,7 @@ class Channel(Generic[T]):
         "ordered",
         "prepare",
         "send",
+        "trace",
     )
 
     def __init__(
@@ -141,6 +167,7 @@ class Channel(Generic[T]):
         batch_size: int,
         ordered: bool = False,
         destination: str | None = None,
+        trace: Callable[[T], str | None] | None = None,
     ) -> None:
         self.engine = engine
         self.name = name
@@ -153,6 +180,8 @@ class Channel(Generic[T]):
         self.ordered = ordered
         #: the lane key (``core.lanes.destination_key``) of a push channel, else None
         self.destination = destination
+        #: the request id an item was published by (log records of its delivery carry it)
+        self.trace = trace
         self._lock = threading.Lock()
         #: received, not yet taken by a worker (created on the first message)
         self._queue: deque[Received] | None = None
@@ -166,8 +195,12 @@ class Channel(Generic[T]):
         self._rerun = False
         self._stopped = True
         self._closed = False
-        #: timestamps (monotonic) of every send attempt, for tests and diagnostics
-        self.attempts: list[float] = []
+        #: operators' view (``status``): when the pending batch is retried (POSIX
+        #: seconds, 0: not scheduled), the last failure, deliveries and the last one
+        self._retry_at = 0.0
+        self._error: str | None = None
+        self.delivered = 0
+        self._last_delivery = 0.0
 
     # -- lifecycle -------------------------------------------------------------------------
     @property
@@ -187,6 +220,7 @@ class Channel(Generic[T]):
                 return
             self._stopped = False
             self._failures = 0
+            self._retry_at = 0.0
             self._gen += 1
             self._scheduled = False
             self._queue = None
@@ -202,6 +236,7 @@ class Channel(Generic[T]):
             self._stopped = True
             self._gen += 1
             self._scheduled = False
+            self._retry_at = 0.0
             self._queue = None
             if not self._running:
                 self._pending = []
@@ -216,6 +251,19 @@ class Channel(Generic[T]):
     def held(self) -> int:
         """Messages held in memory (queued plus pending)."""
         return len(self._queue or ()) + len(self._pending)
+
+    def status(self) -> ChannelStatus:
+        """The delivery state for operators (the admin page and API)."""
+        with self._lock:
+            return ChannelStatus(
+                active=not self._stopped and not self._closed,
+                failures=self._failures,
+                retry_at=self._retry_at or None,
+                last_error=self._error,
+                delivered=self.delivered,
+                last_delivery=self._last_delivery or None,
+                held=len(self._queue or ()) + len(self._pending),
+            )
 
     # -- adapter callback ------------------------------------------------------------------
     def on_message(self, received: Received) -> None:
@@ -257,6 +305,7 @@ class Channel(Generic[T]):
             pending = self._pending
         ok = True
         reason = ""
+        request_id: str | None = None
         #: with an open circuit: the seconds it stays open (the attempt was not made)
         not_before: float | None = None
         try:
@@ -280,30 +329,37 @@ class Channel(Generic[T]):
                 ok = False
                 not_before = wait
                 reason = f"{self.destination} did not answer; circuit open for {wait:.1f}s"
+            if batch and self.trace is not None:
+                request_id = self.trace(batch[0])
+            if wait is not None:  # the destination's circuit is open: no attempt now
+                pass
             elif batch:
-                self.attempts.append(time.monotonic())
                 outcome = Outcome.ANSWERED
-                try:
-                    self.send(batch)
-                except DeliveryFailed as exc:
-                    ok = False
-                    reason = exc.reason
-                    if exc.timed_out:
-                        outcome = Outcome.TIMED_OUT
-                    elif not exc.answered:
+                with bound_request_id(request_id):
+                    try:
+                        self.send(batch)
+                    except DeliveryFailed as exc:
+                        ok = False
+                        reason = exc.reason
+                        if exc.timed_out:
+                            outcome = Outcome.TIMED_OUT
+                        elif not exc.answered:
+                            outcome = Outcome.FAILED_FAST
+                    except Exception as exc:  # a bug or an unexpected client error: retry too
+                        log.exception("subscription %s: delivery raised", self.name)
+                        ok = False
+                        reason = f"{type(exc).__name__}: {exc}"
                         outcome = Outcome.FAILED_FAST
-                except Exception as exc:  # a bug or an unexpected client error: retry too
-                    log.exception("subscription %s: delivery raised", self.name)
-                    ok = False
-                    reason = f"{type(exc).__name__}: {exc}"
-                    outcome = Outcome.FAILED_FAST
-                finally:
-                    if lane is not None:
-                        self.engine.report(lane, outcome)
+                    finally:
+                        if lane is not None:
+                            self.engine.report(lane, outcome)
         finally:
             with self._lock:
                 self._running = False
-        self._after_send(gen, pending, ok, reason, not_before)
+        # log records about this batch (retry, give-up) name the request that published
+        # its first message
+        with bound_request_id(request_id):
+            self._after_send(gen, pending, ok, reason, not_before)
 
     def _after_send(
         self,
@@ -318,14 +374,21 @@ class Channel(Generic[T]):
         reschedule = False
         with self._lock:
             current = gen == self._gen and not self._stopped
+            self._retry_at = 0.0
             if ok:
                 self._pending = [] if current else self._pending
                 self._failures = 0
+                sent = sum(1 for _, item in pending if item is not None)
+                if sent:
+                    self.delivered += sent
+                    self._last_delivery = time.time()
+                    self._error = None
             elif pending:
                 if not_before is None:
                     metrics.DELIVERY_FAILURES.inc()
                 else:
                     metrics.DELIVERY_DEFERRED.inc()
+                self._error = reason
                 if current:
                     self._failures += 1
                     policy = self.engine.backoff
@@ -337,6 +400,7 @@ class Channel(Generic[T]):
                         self._pending = []
                     else:
                         delay = policy.delay(self._failures)
+                        self._retry_at = time.time() + delay
             if not current and not self._running and self._pending is pending:
                 # stopped (or restarted) meanwhile: the handle redelivers what is unsettled
                 self._pending = []

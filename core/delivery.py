@@ -33,10 +33,10 @@ from typing import Any, TypeVar
 
 from wsnmom.core import metrics
 from wsnmom.core.adapter import Received, SubscriptionHandle
-from wsnmom.core.channel import Backoff, Channel
+from wsnmom.core.channel import Backoff, Channel, ChannelStatus
 from wsnmom.core.lanes import BreakerSettings, Lane, Lanes, LaneState, Outcome
 
-__all__ = ["Backoff", "Channel", "DeliveryEngine"]
+__all__ = ["Backoff", "Channel", "ChannelStatus", "DeliveryEngine"]
 
 log = logging.getLogger(__name__)
 
@@ -107,11 +107,23 @@ class DeliveryEngine:
         batch_size: int = 10,
         ordered: bool = False,
         destination: str | None = None,
+        trace: Callable[[T], str | None] | None = None,
     ) -> Channel[T]:
         """Create (not start) the channel ``name``, replacing a closed one; ``destination``
-        is its lane (``core.lanes.destination_key`` of the consumer), None for none."""
+        is its lane (``core.lanes.destination_key`` of the consumer), None for none;
+        ``trace`` gives the request id a prepared item was published by (for log
+        records)."""
         channel: Channel[T] = Channel(
-            self, name, handle, prepare, send, on_give_up, batch_size, ordered, destination
+            self,
+            name,
+            handle,
+            prepare,
+            send,
+            on_give_up,
+            batch_size,
+            ordered,
+            destination,
+            trace,
         )
         with self._channels_lock:
             old = self._channels.get(name)

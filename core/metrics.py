@@ -48,6 +48,11 @@ NOTIFICATIONS_DROPPED = Counter(
     "Notifications dropped by the gateway to keep a backlog within limits.max_messages",
     registry=REGISTRY,
 )
+NOTIFICATIONS_PURGED = Counter(
+    "wsnmom_notifications_purged",
+    "Notifications dropped by an operator's purge of a subscription or pull point",
+    registry=REGISTRY,
+)
 DELIVERY_FAILURES = Counter(
     "wsnmom_delivery_failures", "Failed outbound Notify attempts", registry=REGISTRY
 )
@@ -87,6 +92,24 @@ QUEUED = Gauge(
 BACKLOG = Gauge(
     "wsnmom_backlog_messages",
     "Messages waiting in durable subscriptions (where the middleware can tell)",
+    registry=REGISTRY,
+)
+AUTH_FAILURES = Counter(
+    "wsnmom_auth_failures",
+    "Requests refused with HTTP 401, by reason (missing, bearer, basic, wsse, scheme)",
+    ["reason"],
+    registry=REGISTRY,
+)
+ACCESS_DENIED = Counter(
+    "wsnmom_access_denied",
+    "Requests refused for the caller's identity (not the owner, topic ACL), by fault",
+    ["fault"],
+    registry=REGISTRY,
+)
+QUOTA_REFUSALS = Counter(
+    "wsnmom_quota_refusals",
+    "Requests refused by a quota, by quota setting (subscriptions, rate, ...)",
+    ["quota"],
     registry=REGISTRY,
 )
 

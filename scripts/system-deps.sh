@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Installs the Debian packages the integration tests start locally (RabbitMQ, Mosquitto, wrk).
+# Installs the Debian packages the integration tests start locally (RabbitMQ, Mosquitto, wrk)
+# and the headless browser the admin page test drives (Chromium and its chromedriver).
 # Does nothing when they are present; needs root (or sudo) when something is missing.
 set -euo pipefail
-packages=(rabbitmq-server mosquitto wrk)
+packages=(rabbitmq-server mosquitto wrk chromium chromium-driver)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -21,6 +21,10 @@ from wsnmom.serve_command import serve  # noqa: E402
 
 cli.add_command(serve)
 
+from wsnmom.auth_command import auth  # noqa: E402
+
+cli.add_command(auth)
+
 from wsnmom.shell import install as install_shell_commands  # noqa: E402
 
 install_shell_commands(cli)  # notify, subscribe, pull, subscriptions, check

@@ -18,12 +18,12 @@ import socket
 import sys
 import traceback
 from types import FrameType
-from typing import NoReturn
-from urllib.parse import urlsplit, urlunsplit
+from typing import Any, NoReturn
 
 import click
 
-from wsnmom.core.config import Settings, load_settings
+from wsnmom.core.addresses import redact_url
+from wsnmom.core.config import ConfigError, Settings, load_settings
 from wsnmom.logs import configure_logging
 from wsnmom.startup import StartupError, explain, open_listeners
 
@@ -40,6 +40,9 @@ OPTIONS = {
     "public_url": "--public-url",
     "threads": "--threads",
     "middleware__wait": "--wait-for-middleware",
+    "tls__certfile": "--certfile",
+    "tls__keyfile": "--keyfile",
+    "tls__client_ca": "--client-ca",
 }
 
 _WILDCARDS = {"0.0.0.0", "::", "[::]", ""}
@@ -49,17 +52,8 @@ def _raise_exit(signum: int, frame: FrameType | None) -> None:
     raise SystemExit(0)
 
 
-def redact(url: str) -> str:
-    """``url`` without its password (for logs and the banner)."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return url
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.rpartition("@")[2]
-    user = parts.username or ""
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc}"))
+#: ``url`` without its password (for logs and the banner)
+redact = redact_url
 
 
 def _fail(error: StartupError, exc: BaseException | None, debug: bool) -> NoReturn:
@@ -88,6 +82,52 @@ def _advise(settings: Settings) -> None:
         )
 
 
+def _check_auth(settings: Settings) -> None:
+    """Refuse settings that cannot authenticate (``ConfigError``); warn when the gateway
+    serves anonymous clients beyond loopback."""
+    from wsnmom.soap_frontend.auth import Authenticator
+
+    authenticator = Authenticator(settings)
+    if settings.tls.certfile:
+        from wsnmom.https import tls_context
+
+        tls_context(settings)  # unusable certificate or key files stop the start here
+    elif settings.tls.client_ca:
+        raise ConfigError("tls.client_ca needs tls.certfile: mutual TLS is served over HTTPS")
+    if authenticator.enabled:
+        sources = [
+            name
+            for name, on in (
+                ("admin token", bool(settings.auth.admin_token)),
+                (f"credentials file {settings.auth.users_file}", bool(settings.auth.users_file)),
+                ("TLS client certificates", bool(settings.tls.client_ca)),
+                (f"proxy header {settings.auth.proxy_header}", bool(settings.auth.proxy_header)),
+                ("WS-Security UsernameToken", settings.auth.wsse),
+            )
+            if on
+        ]
+        log.info(
+            "authentication %s: %d identities; %s",
+            "required" if authenticator.required else "optional (anonymous clients served)",
+            len(authenticator.credentials.identities),
+            ", ".join(sources),
+        )
+    if not authenticator.required and not authenticator_loopback(settings.host):
+        log.warning(
+            "authentication is off (auth.required = false) and the gateway listens on %s: "
+            "anyone who reaches it can create, read and end subscriptions, pull points and "
+            "registrations; set auth.admin_token (WSNMOM_AUTH__ADMIN_TOKEN) to require it",
+            settings.host,
+        )
+
+
+def authenticator_loopback(host: str) -> bool:
+    """Whether ``host`` is a loopback listen address."""
+    from wsnmom.soap_frontend.auth import listens_on_loopback_only
+
+    return listens_on_loopback_only(host)
+
+
 @click.command("serve")
 @click.option("--adapter", "adapter_url", help="Adapter URL (embedded://PATH, amqp://...).")
 @click.option("--store", "store_url", help="Store URL (sqlite:///PATH).")
@@ -114,6 +154,17 @@ def _advise(settings: Settings) -> None:
     "status 9 (default 0: wait forever, serving /healthz and answering WS-N requests with "
     "HTTP 503 meanwhile).",
 )
+@click.option(
+    "--certfile",
+    type=click.Path(dir_okay=False),
+    help="PEM certificate (chain): serve HTTPS (tls.certfile).",
+)
+@click.option("--keyfile", type=click.Path(dir_okay=False), help="PEM key of --certfile.")
+@click.option(
+    "--client-ca",
+    type=click.Path(dir_okay=False),
+    help="PEM CA certificates of client certificates: mutual TLS (tls.client_ca).",
+)
 @click.option("--debug", is_flag=True, help="Show the traceback of a start-up error.")
 def serve(
     adapter_url: str | None,
@@ -125,6 +176,9 @@ def serve(
     threads: int | None,
     config_file: str | None,
     wait_for_middleware: float | None,
+    certfile: str | None,
+    keyfile: str | None,
+    client_ca: str | None,
     debug: bool,
 ) -> None:
     """Run the WS-Notification broker (embedded middleware on http://127.0.0.1:8080 by
@@ -139,6 +193,9 @@ def serve(
         "public_url": public_url,
         "threads": threads,
         "middleware__wait": wait_for_middleware,
+        "tls__certfile": certfile,
+        "tls__keyfile": keyfile,
+        "tls__client_ca": client_ca,
     }
     try:
         settings = load_settings(
@@ -155,27 +212,51 @@ def serve(
     _run(settings, debug)
 
 
-def _run(settings: Settings, debug: bool) -> None:
+class _TlsServer:
+    """cheroot's TLS server (:mod:`wsnmom.https`) behind waitress' ``run``/``close``."""
+
+    def __init__(self, server: Any) -> None:
+        self.server = server
+
+    def run(self) -> None:
+        self.server.prepare()
+        self.server.serve()
+
+    def close(self) -> None:
+        self.server.stop()
+
+
+def _http_server(app: Any, sockets: list[socket.socket], settings: Settings) -> Any:
+    """waitress on ``sockets``, or with ``tls.certfile`` the HTTPS server."""
+    if settings.tls.certfile:
+        from wsnmom.https import create_tls_server
+
+        return _TlsServer(create_tls_server(app, sockets, settings))
     import waitress
 
+    return waitress.create_server(
+        app,
+        sockets=sockets,
+        threads=settings.threads,
+        max_request_body_size=settings.max_request_bytes,
+        ident="wsnmom",
+    )
+
+
+def _run(settings: Settings, debug: bool) -> None:
     from wsnmom.server import build_runtime
 
     sockets: list[socket.socket] = []
     try:
         sockets = open_listeners(settings.host, settings.port)
+        _check_auth(settings)  # after the listen address: a wrong host is reported as such
         runtime = build_runtime(settings, wait=True)
     except Exception as exc:
         for sock in sockets:
             sock.close()
         _fail(explain(exc), exc, debug)
     try:
-        server = waitress.create_server(
-            runtime.app,
-            sockets=sockets,
-            threads=settings.threads,
-            max_request_body_size=settings.max_request_bytes,
-            ident="wsnmom",
-        )
+        server = _http_server(runtime.app, sockets, settings)
     except BaseException:
         runtime.close()
         raise

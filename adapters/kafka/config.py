@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 from urllib.parse import parse_qsl, unquote, urlsplit
 
+from wsnmom.core.addresses import redact_url as core_redact_url
+
 __all__ = [
     "KafkaSettings",
     "NamespaceConfig",
@@ -141,14 +143,8 @@ def redact_config(config: Mapping[str, Any]) -> dict[str, Any]:
     return {k: (REDACTED if _SECRET.search(k) else v) for k, v in config.items()}
 
 
-def redact_url(url: str) -> str:
-    """``url`` without the password of its user part."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.netloc.rpartition("@")[2]
-    user = parts.username or ""
-    return parts._replace(netloc=f"{user}:{REDACTED}@{host}").geturl()
+#: ``url`` without the password of its user part
+redact_url = core_redact_url
 
 
 # -- parsing ------------------------------------------------------------------------------

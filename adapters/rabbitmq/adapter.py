@@ -411,6 +411,13 @@ class RabbitMQSubscription(SubscriptionHandle):
             return direct
         return super().take(max_messages)
 
+    def purge(self) -> int | None:
+        """``queue.purge``: RabbitMQ drops every ready message (unacknowledged ones
+        stay) and says how many."""
+        a = self._adapter
+        purged: int = a._run(a._purge(self.queue, self.link), link=self.link)
+        return purged
+
     def depth(self) -> int | None:
         a = self._adapter
         try:
@@ -1232,6 +1239,13 @@ class RabbitMQAdapter(Adapter):
         width = min(_DEPTH_CHANNELS, len(queues))
         await asyncio.gather(*(worker() for _ in range(width)))
         return results
+
+    async def _purge(self, queue: str, link: Link) -> int:
+        await link.ready(self.opts.operation_timeout)
+        assert link.admin_lock is not None
+        async with link.admin_lock:
+            frame = await (await link.admin()).call("queue_purge", queue)
+        return int(frame.method.message_count)
 
     async def _depth(self, queue: str, link: Link) -> int:
         await link.ready(self.opts.operation_timeout)

@@ -23,7 +23,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from tests.e2e.conftest import Wsn
 from tests.fixtures.brokers import TansuNode
-from tests.fixtures.server import ConsumerServer, RunningServer, free_port, kafka_gateway_url, poll
+from tests.fixtures.server import ConsumerServer, RunningServer, kafka_gateway_url, poll
 from tests.support.soap import CONCRETE, NS, WSNMOM
 
 pytestmark = [pytest.mark.e2e, pytest.mark.kafka]
@@ -33,7 +33,7 @@ NATIVE = "urn:wsnmom:native"
 
 def start_gateway(url: str, **env: str) -> RunningServer:
     data_dir = Path(tempfile.mkdtemp(prefix="wsnmom-kafka-e2e-"))
-    server = RunningServer("kafka", url, data_dir, free_port(), extra_env=dict(env))
+    server = RunningServer("kafka", url, data_dir, extra_env=dict(env))
     server.start()
     return server
 

@@ -16,7 +16,6 @@ Reachability
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 from collections.abc import Callable
@@ -25,10 +24,11 @@ from typing import Any
 
 from confluent_kafka import KafkaError, Message
 from wsnmom.adapters.logbase.backend import LogRecord
+from wsnmom.adapters.native import sniff_content_type
 
 from .mapping import KafkaMapping
 
-__all__ = ["Health", "kafka_logger", "record_from_message", "sniff_content_type"]
+__all__ = ["Health", "kafka_logger", "record_from_message"]
 
 log = logging.getLogger("wsnmom.adapters.kafka")
 
@@ -147,25 +147,6 @@ def client_hooks(health: Health) -> dict[str, Any]:
 
 
 # -- records --------------------------------------------------------------------------------
-
-
-def sniff_content_type(body: bytes) -> str:
-    """A media type for a body that came without one: XML when it starts like XML, JSON
-    when it parses as JSON, text when it is UTF-8, else binary."""
-    head = body.lstrip()[:1]
-    if head == b"<":
-        return "application/xml"
-    try:
-        text = body.decode("utf-8")
-    except UnicodeDecodeError:
-        return "application/octet-stream"
-    if head in (b"{", b"["):
-        try:
-            json.loads(text)
-        except ValueError:
-            return "text/plain"
-        return "application/json"
-    return "text/plain"
 
 
 def _headers(raw: Any) -> dict[str, str]:

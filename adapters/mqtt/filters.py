@@ -200,17 +200,18 @@ class Change:
         return bool(self.subscribe or self.retire)
 
     def merge(self, other: Change) -> None:
-        """Add ``other`` to this change; a filter subscribed and then retired within the
-        two never reaches the broker."""
+        """Add ``other`` to this change (call ``cancel`` when done merging)."""
         self.subscribe.extend(other.subscribe)
         self.retire.extend(other.retire)
-        self._cancel()
 
-    def _cancel(self) -> None:
+    def cancel(self) -> Change:
+        """Drop the filters both subscribed and retired within this change: they never
+        need to reach the broker.  Returns the change."""
         both = set(self.subscribe) & set(self.retire)
         if both:
             self.subscribe = [s for s in self.subscribe if s not in both]
             self.retire = [r for r in self.retire if r not in both]
+        return self
 
 
 class FilterSet:
@@ -268,7 +269,7 @@ class FilterSet:
             self.by_name.pop(name, None)
         for f in before - wanted:
             change.merge(self._release(f))
-        return change
+        return change.cancel()
 
     def release(self, name: str) -> Change:
         """Subscription ``name`` is gone."""
@@ -384,5 +385,4 @@ class FilterSet:
             self.known[name] = e.id
             return change
         change.retire.append((e.filter, e.id))
-        change._cancel()
         return change

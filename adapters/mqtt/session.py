@@ -505,12 +505,11 @@ class Session:
             action()
 
     def _twin(self, message: Any) -> bool:
-        """Whether ``message`` is the second copy of the message just before it, sent for
+        """Whether ``message`` is another copy of the message just before it, sent for
         another filter of the session (MQTT 5 subscription identifiers differ, all else is
-        equal).  The broker queues the copies of one message together; a pair of equal
-        messages that were published twice is told apart from a pair of copies only by
-        the identifiers, so only copies are dropped (and two equal messages on two
-        filters count once each, whichever copy is kept)."""
+        equal).  The broker queues the copies of one message together; the same message
+        published twice comes again through a filter already seen, which starts a new
+        group, so only copies are dropped."""
         props = message.properties
         ids = getattr(props, "SubscriptionIdentifier", None) if props is not None else None
         if not ids:
@@ -523,10 +522,12 @@ class Session:
             tuple(getattr(props, "UserProperty", None) or ()),
             getattr(props, "ContentType", None),
         )
-        previous, self._previous = self._previous, (mine, signature)
+        previous = self._previous
         if previous is None or previous[0] & mine or previous[1] != signature:
+            self._previous = (mine, signature)
             return False
-        self._previous = None  # a pair: the next equal message starts a new one
+        # another copy of the same message (three filters may overlap for a moment)
+        self._previous = (previous[0] | mine, signature)
         return True
 
     def _convert(self, message: Any) -> OutboundMessage:

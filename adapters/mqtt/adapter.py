@@ -44,6 +44,10 @@ Options
         ``5`` (default) or ``3.1.1``.
     ``namespaces``
         table namespace URI -> topic prefix (``"org/wsn"``).
+    ``topic_prefix``
+        levels in front of every MQTT topic of the gateway (default none): namespaces'
+        prefixes and derived roots lie under it, a subscription without a topic filter
+        gets ``topic_prefix/#`` instead of ``#``, and nothing outside it is read.
     ``data_dir``
         where the queues and the session state live (``<data_dir>/mqtt``); the gateway
         passes its data directory.
@@ -96,6 +100,7 @@ from wsnmom.core.adapter import (
     StoredMessage,
     SubscriptionHandle,
     SubscriptionSpec,
+    TopicUnavailable,
     is_internal_namespace,
 )
 from wsnmom.topic_mapping.errors import NameNotRepresentable
@@ -244,7 +249,10 @@ class MqttAdapter(Adapter):
             external: list[tuple[int, tuple[str, OutboundMessage]]] = []
             for i, m in enumerate(messages):
                 if receipts[i] is None:
-                    external.append((i, (node.mapping.name(m.topic), m)))
+                    try:
+                        external.append((i, (node.mapping.name(m.topic), m)))
+                    except NameNotRepresentable as exc:
+                        raise TopicUnavailable(f"the topic has no MQTT name: {exc}") from exc
             done = node.publisher.publish_many([item for _, item in external], timeout)
             for (i, _), receipt in zip(external, done, strict=True):
                 receipts[i] = receipt

@@ -45,6 +45,8 @@ class MqttSettings:
     protocol: Protocol = "5"
     #: namespace URI -> root levels ("org/wsn")
     namespaces: Mapping[str, str] = field(default_factory=dict)
+    #: levels in front of every MQTT topic of the gateway ("" for none)
+    topic_prefix: str = ""
     #: where the session's queues and state live (the gateway's data directory + "/mqtt")
     data_dir: str | None = None
     client_id: str | None = None
@@ -128,20 +130,23 @@ def _bool(value: Any, name: str) -> bool:
     raise ValueError(f"{name} must be true or false, not {value!r}")
 
 
+def _prefix(value: Any, what: str) -> str:
+    text = str(value).strip("/")
+    if not text or any(not level or level in ("+", "#") for level in text.split("/")):
+        raise ValueError(f"{what}: {value!r} is not a topic prefix")
+    if "+" in text or "#" in text or "\x00" in text:
+        raise ValueError(f"{what}: {value!r} has a wildcard")
+    if text.startswith("$"):
+        raise ValueError(f"{what}: MQTT topics starting with $ are reserved")
+    return text
+
+
 def _namespaces(value: Any) -> dict[str, str]:
     if value is None:
         return {}
     if not isinstance(value, Mapping):
         raise ValueError("namespaces must be a table: namespace URI -> topic prefix")
-    out: dict[str, str] = {}
-    for ns, root in value.items():
-        text = str(root).strip("/")
-        if not text or any(not level or level in ("+", "#") for level in text.split("/")):
-            raise ValueError(f"namespaces[{ns!r}]: {root!r} is not a topic prefix")
-        if text.startswith("$"):
-            raise ValueError(f"namespaces[{ns!r}]: MQTT topics starting with $ are reserved")
-        out[str(ns)] = text
-    return out
+    return {str(ns): _prefix(root, f"namespaces[{ns!r}]") for ns, root in value.items()}
 
 
 def parse_settings(url: str, options: Mapping[str, Any] | None = None) -> MqttSettings:
@@ -171,6 +176,9 @@ def parse_settings(url: str, options: Mapping[str, Any] | None = None) -> MqttSe
         raise ValueError(f"protocol must be 5 or 3.1.1, not {protocol!r}")
     kwargs["protocol"] = _PROTOCOLS[protocol]
     kwargs["namespaces"] = _namespaces(merged.pop("namespaces", None))
+    prefix = merged.pop("topic_prefix", None)
+    if prefix:
+        kwargs["topic_prefix"] = _prefix(prefix, "topic_prefix")
     data_dir = merged.pop("data_dir", None)
     if data_dir:
         kwargs["data_dir"] = os.path.abspath(os.path.expanduser(str(data_dir)))

@@ -7,11 +7,14 @@ one or more per expression; a subscription without a topic filter gets ``#``.  I
 namespaces (pull point inboxes) never reach the broker: the adapter routes them in
 process, so they have no filter.
 
+With a ``topic_prefix`` every MQTT topic of the gateway lies under it (``prefix/root/a/b``),
+"everything" is ``prefix/#``, and MQTT topics outside it are nobody's.
+
 An MQTT topic under no known root is a topic of the fallback namespace
-``urn:wsnmom:native`` whose path is the whole MQTT topic.  A derived root is known once
-this process has used its namespace (a subscription or a publish), or when an MQTT 5
-message names its topic in the ``wsnmom-topic-*`` user properties and that topic maps to
-exactly this MQTT topic.  Pure functions and caches; nothing here talks to a broker.
+``urn:wsnmom:native`` whose path is the whole MQTT topic (after the prefix).  A derived
+root is known once this process has used its namespace (a subscription or a publish), or
+when an MQTT 5 message names its topic in the ``wsnmom-topic-*`` user properties and that
+topic maps to exactly this MQTT topic.  Pure functions and caches; nothing here talks to a broker.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from wsnmom.topic_mapping.syntax import MQTT
 from wsnmom.topic_mapping.translate import (
     FALLBACK_NAMESPACE,
     NamespaceRoots,
+    derived_root,
     native_to_topic,
     topic_to_native,
     translate,
@@ -44,8 +48,11 @@ _CACHE_LIMIT = 100_000
 class MqttMapping:
     """Topic <-> MQTT topic name, and patterns -> filters, for one adapter.  Thread-safe."""
 
-    def __init__(self, namespaces: Mapping[str, str]) -> None:
+    def __init__(self, namespaces: Mapping[str, str], topic_prefix: str = "") -> None:
         self.roots = NamespaceRoots.for_syntax(dict(namespaces), MQTT)
+        #: "prefix/" or ""
+        self.head = topic_prefix + "/" if topic_prefix else ""
+        self.everything = self.head + EVERYTHING
         self._lock = threading.Lock()
         self._names: dict[Topic, str] = {}
         self._topics: dict[str, Topic] = {}
@@ -61,7 +68,7 @@ class MqttMapping:
             return found
         self.register(topic.namespace)
         try:
-            name = topic_to_native(topic, MQTT, self.roots).name
+            name = self.head + topic_to_native(topic, MQTT, self.roots).name
         except ValueError as exc:  # NameNotRepresentable included
             raise NameNotRepresentable(f"{topic}: {exc}") from exc
         with self._lock:
@@ -91,13 +98,14 @@ class MqttMapping:
         patterns of internal namespaces need none.  NameNotRepresentable when a filter
         would be too long."""
         if patterns is None:
-            return frozenset((EVERYTHING,))
+            return frozenset((self.everything,))
         external = [p for p in patterns if not is_internal_namespace(p.namespace)]
         if not external:
             return frozenset()
         for p in external:
             self.register(p.namespace)
-        return frozenset(n.pattern for n in translate(external, MQTT, self.roots).patterns)
+        head = self.head
+        return frozenset(head + n.pattern for n in translate(external, MQTT, self.roots).patterns)
 
     # -- names -> topics -------------------------------------------------------------------
     def topic(self, name: str, headers: Mapping[str, str] | None = None) -> Topic:
@@ -110,7 +118,14 @@ class MqttMapping:
         if headers:
             ns = headers.get(HEADER_TOPIC_NAMESPACE)
             path = headers.get(HEADER_TOPIC_PATH)
-            if ns and path and not is_internal_namespace(ns):
+            # only a namespace whose root this name lies under (no registration of
+            # whatever namespace a message's headers name)
+            if (
+                ns
+                and path
+                and not is_internal_namespace(ns)
+                and (ns in self._registered or name.startswith(f"{self.head}{derived_root(ns)}/"))
+            ):
                 segments = tuple(path.split("/"))
                 if all(is_ncname(s) for s in segments):
                     candidate = Topic(ns, segments)
@@ -121,7 +136,9 @@ class MqttMapping:
                         topic = None
         if topic is None:
             try:
-                topic = native_to_topic(None, name, MQTT, self.roots)
+                if not name.startswith(self.head):
+                    raise NameNotRepresentable(f"{name!r} is outside the topic prefix")
+                topic = native_to_topic(None, name[len(self.head) :], MQTT, self.roots)
             except (NameNotRepresentable, ValueError):
                 topic = Topic(UNMAPPED_NAMESPACE, ("_x_",))
         with self._lock:

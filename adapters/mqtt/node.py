@@ -41,7 +41,7 @@ class Node:
         self.settings = settings
         self.directory = settings.queue_dir
         self.users = 0
-        self.mapping = MqttMapping(settings.namespaces)
+        self.mapping = MqttMapping(settings.namespaces, settings.topic_prefix)
         self.engine = Engine(
             os.path.join(self.directory, "queues"),
             synchronous=settings.synchronous,

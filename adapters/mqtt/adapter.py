@@ -59,6 +59,10 @@ Options
     ``keepalive``, ``session_expiry``, ``receive_maximum``
         seconds (30); MQTT 5 session expiry in seconds (4294967295: never); the session's
         Receive Maximum (1000 unacknowledged QoS 1 messages).
+    ``publish_window``
+        QoS 1 messages the publisher keeps unacknowledged at most (1000; on MQTT 5 also at
+        most the broker's Receive Maximum: Mosquitto's ``max_inflight_messages``, 20 by
+        default).
     ``connect_timeout``, ``subscribe_timeout``, ``reconnect_min_delay``,
     ``reconnect_max_delay``
         seconds: 10, 10, 0.2, 10.

@@ -53,6 +53,9 @@ class MqttSettings:
     keepalive: int = 30
     session_expiry: int = NEVER
     receive_maximum: int = 1000
+    #: QoS 1 messages the publisher has unacknowledged at most (also capped by the broker's
+    #: Receive Maximum on MQTT 5)
+    publish_window: int = 1000
     connect_timeout: float = 10.0
     subscribe_timeout: float = 10.0
     reconnect_min_delay: float = 0.2
@@ -105,6 +108,7 @@ _INT_OPTIONS = (
     "keepalive",
     "session_expiry",
     "receive_maximum",
+    "publish_window",
     "qos0_backlog",
     "ingest_batch",
 )
@@ -213,6 +217,6 @@ def parse_settings(url: str, options: Mapping[str, Any] | None = None) -> MqttSe
         raise ValueError("client_id must be 1 to 65535 bytes")
     if settings.synchronous not in ("NORMAL", "FULL"):
         raise ValueError("synchronous must be NORMAL or FULL")
-    if settings.ingest_batch < 1 or settings.qos0_backlog < 1:
-        raise ValueError("ingest_batch and qos0_backlog must be at least 1")
+    if settings.ingest_batch < 1 or settings.qos0_backlog < 1 or settings.publish_window < 1:
+        raise ValueError("ingest_batch, qos0_backlog and publish_window must be at least 1")
     return settings

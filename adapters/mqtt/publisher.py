@@ -49,6 +49,8 @@ except ImportError as exc:  # pragma: no cover - link.py raised already
 _NO_SUBSCRIBERS = 0x10
 #: seconds between two checks of the connection while waiting for a PUBACK
 _POLL = 0.05
+#: unacknowledged messages before the first CONNACK says what the broker takes
+_DEFAULT_WINDOW = 20
 
 
 @dataclass
@@ -81,6 +83,9 @@ class Publisher:
             label="MQTT publisher",
         )
         client = self.link.client
+        # the window of unacknowledged messages is ours (``_window``): paho's own is fixed
+        # when it connects, while the broker says its Receive Maximum only then
+        client.max_inflight_messages_set(0)
         client.on_publish = self._publish_cb
         client.on_message = self._message_cb
         client.on_unsubscribe = self._unsubscribe_cb
@@ -92,6 +97,10 @@ class Publisher:
         self._unsub_mid: int | None = None
         #: the largest packet the broker accepts (MQTT 5 CONNACK), None when unknown
         self.max_packet_size: int | None = None
+        #: QoS 1 messages sent and not acknowledged, and how many the broker takes
+        self._window = threading.Condition()
+        self._inflight = 0
+        self._limit = _DEFAULT_WINDOW
 
     def start(self) -> None:
         """Connect; see ``Link.start``."""
@@ -109,6 +118,7 @@ class Publisher:
             raise AdapterUnavailable("the MQTT broker is not connected")
         limit = self.max_packet_size
         client = self.link.client
+        deadline = time.monotonic() + timeout
         retain = self.settings.retain
         v5 = self.settings.v5
         infos: list[Any] = []
@@ -119,16 +129,17 @@ class Publisher:
                     f"packets of at most {limit} bytes)"
                 )
             props = publish_properties(message) if v5 else None
+            self._acquire(deadline, timeout)
             try:
                 info = client.publish(name, message.body, qos=1, retain=retain, properties=props)
             except ValueError as exc:  # an illegal topic or a payload beyond MQTT's limit
+                self._release()
                 raise PublishFailed(f"the MQTT client refused the message: {exc}") from exc
             if info.rc == mqtt.MQTT_ERR_NO_CONN:
                 raise AdapterUnavailable("the connection to the MQTT broker was lost")
             if info.rc not in (mqtt.MQTT_ERR_SUCCESS, mqtt.MQTT_ERR_AGAIN):
                 raise PublishFailed(f"publishing failed: {mqtt.error_string(info.rc)}")
             infos.append(info)
-        deadline = time.monotonic() + timeout
         receipts: list[PublishReceipt] = []
         for info in infos:
             while not info.is_published():
@@ -142,6 +153,23 @@ class Publisher:
                 info.wait_for_publish(min(remaining, _POLL))
             receipts.append(self._receipt(self._reasons.pop(info.mid, None)))
         return receipts
+
+    def _acquire(self, deadline: float, timeout: float) -> None:
+        """Wait for room in the window of unacknowledged messages."""
+        with self._window:
+            while self._inflight >= self._limit:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise PublishFailed(f"the MQTT broker did not confirm within {timeout:g}s")
+                if not self.link.connected:
+                    raise AdapterUnavailable("the connection to the MQTT broker was lost")
+                self._window.wait(min(remaining, _POLL))
+            self._inflight += 1
+
+    def _release(self) -> None:
+        with self._window:
+            self._inflight -= 1
+            self._window.notify()
 
     def _receipt(self, reason: ReasonCode | None) -> PublishReceipt:
         if not self.settings.v5 or reason is None:
@@ -184,13 +212,24 @@ class Publisher:
     def _connected_cb(self, session_present: bool, properties: Any) -> None:
         size = getattr(properties, "MaximumPacketSize", None) if properties is not None else None
         self.max_packet_size = int(size) if size else None
+        if self.settings.v5:
+            # MQTT 5: absent means 65,535; what paho resends after a reconnect (at most the
+            # old window) goes out at once, so the window never shrinks below it
+            receive_max = getattr(properties, "ReceiveMaximum", None) if properties else None
+            limit = int(receive_max) if receive_max else 65_535
+        else:
+            limit = self.settings.publish_window
+        with self._window:
+            self._limit = max(1, min(limit, self.settings.publish_window))
+            self._window.notify_all()
 
     def _publish_cb(
         self, client: Any, userdata: Any, mid: int, reason: ReasonCode, properties: Any
     ) -> None:
-        # called under paho's message lock, before the message is marked published: no
-        # lock of ours here (``publish_many`` holds none while it calls paho)
+        # called under paho's message lock, before the message is marked published; the
+        # window's lock is never held while paho is called
         self._reasons[mid] = reason
+        self._release()
 
     def _message_cb(self, client: Any, userdata: Any, message: Any) -> None:
         with self._lock:

@@ -10,6 +10,7 @@ ones) gets one from its body (``wsnmom.adapters.native.sniff_content_type``).
 
 from __future__ import annotations
 
+import logging
 import uuid
 from typing import Any
 
@@ -31,23 +32,95 @@ def _is_text(content_type: str) -> bool:
     return base.startswith("text/") or base in _TEXT_TYPES or base.endswith(_TEXT_SUFFIXES)
 
 
-def publish_properties(message: OutboundMessage) -> Properties:
-    """The MQTT 5 PUBLISH properties of ``message``."""
-    props = Properties(PacketTypes.PUBLISH)  # type: ignore[no-untyped-call]
+def _string(text: str) -> bytes:
+    data = text.encode("utf-8")
+    return len(data).to_bytes(2, "big") + data
+
+
+def _vbi(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        digit, n = n % 128, n // 128
+        out.append(digit | 0x80 if n else digit)
+        if not n:
+            return bytes(out)
+
+
+class PackedProperties(Properties):
+    """PUBLISH properties encoded by wsnmom, for paho, which only calls ``pack()`` on the
+    properties of a publish.  paho's generic ``Properties`` costs ~140 µs per message to
+    build and pack with a few user properties (measured with paho-mqtt 2.2); this is a few
+    µs.  :func:`publish_properties` checks once that both encode the same bytes and uses
+    paho's own class otherwise."""
+
+    def __init__(self, packed: bytes) -> None:  # no paho bookkeeping: pack() is all
+        object.__setattr__(self, "_packed", packed)
+
+    def pack(self) -> bytes:
+        return bytes(self._packed)  # type: ignore[attr-defined]
+
+    def __repr__(self) -> str:
+        return f"<PackedProperties {len(self._packed)} bytes>"  # type: ignore[attr-defined]
+
+    __str__ = __repr__
+
+
+def _fields(message: OutboundMessage) -> tuple[list[tuple[str, str]], str, bool]:
+    """(user properties, content type, payload is UTF-8 text) of ``message``."""
     pairs = list(message.headers.items())
     if HEADER_MESSAGE_ID not in message.headers:
         pairs.insert(0, (HEADER_MESSAGE_ID, message.message_id))
+    text = False
+    if message.content_type and _is_text(message.content_type):
+        try:
+            message.body.decode("utf-8")
+        except UnicodeDecodeError:
+            text = False
+        else:
+            text = True
+    return pairs, message.content_type, text
+
+
+def _packed(pairs: list[tuple[str, str]], content_type: str, text: bool) -> Properties:
+    """The wire form of the properties, in paho's order (by property identifier)."""
+    parts = [b"\x01\x01"] if text else []
+    if content_type:
+        parts.append(b"\x03" + _string(content_type))
+    parts.extend(b"\x26" + _string(k) + _string(v) for k, v in pairs)
+    body = b"".join(parts)
+    return PackedProperties(_vbi(len(body)) + body)
+
+
+def _stock(pairs: list[tuple[str, str]], content_type: str, text: bool) -> Properties:
+    """The same properties through paho's own class."""
+    props = Properties(PacketTypes.PUBLISH)  # type: ignore[no-untyped-call]
+    if text:
+        props.PayloadFormatIndicator = 1
+    if content_type:
+        props.ContentType = content_type
     props.UserProperty = pairs
-    if message.content_type:
-        props.ContentType = message.content_type
-        if _is_text(message.content_type):
-            try:
-                message.body.decode("utf-8")
-            except UnicodeDecodeError:
-                pass
-            else:
-                props.PayloadFormatIndicator = 1
     return props
+
+
+def _packing_agrees() -> bool:
+    sample = ([("wsnmom-message-id", "m1"), ("é€", "😀"), ("", "")], "application/xml", True)
+    try:
+        return bool(_packed(*sample).pack() == _stock(*sample).pack())
+    except Exception:  # pragma: no cover - an incompatible paho
+        return False
+
+
+_build = _packed if _packing_agrees() else _stock
+if _build is _stock:  # pragma: no cover - depends on the installed paho
+    logging.getLogger("wsnmom.adapters.mqtt").warning(
+        "paho-mqtt packs MQTT 5 properties differently than expected; using its own "
+        "(slower) Properties class"
+    )
+
+
+def publish_properties(message: OutboundMessage) -> Properties:
+    """The MQTT 5 PUBLISH properties of ``message``."""
+    return _build(*_fields(message))
 
 
 def metadata(properties: Any, body: bytes) -> tuple[dict[str, str], str]:

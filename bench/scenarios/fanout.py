@@ -167,6 +167,11 @@ class FanOut(Scenario):
                 secs += chunk_s
             result.setup[f"push_subscribe_{size}_s"] = secs
             have = size
+            rss = server.rss()
+            if rss is not None:  # informative: the gateway holding ``size`` subscriptions
+                result.add(
+                    Metric(name=f"rss_mb_{size}_subscriptions", value=rss / 2**20, unit="MB")
+                )
             times: list[float] = []
             for _ in range(_repeats(size)):
                 time.sleep(0.3)

@@ -140,6 +140,7 @@ def test_a_stream_survives_filters_changing_around_it(
             adapter.publish_many(batch)
             sent.extend(m.body for m in batch)
             i += 20
+            time.sleep(0.005)  # a steady stream, not a flood
 
     publisher = threading.Thread(target=publish)
     publisher.start()

@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+import requests
 from lxml import etree
 
 pytest.importorskip("paho.mqtt")
@@ -208,6 +209,8 @@ def test_paused_subscription_gets_more_than_a_thousand_on_resume(
     tagged: tuple[RunningServer, str], consumer: ConsumerServer
 ) -> None:
     server, _ = tagged
+    if protocol_of(server) != "5":
+        pytest.skip("the gateway's queues behave alike on MQTT 3.1.1")
     wsn = Wsn(server, f"urn:test:{uuid.uuid4().hex[:8]}")
     sub = wsn.subscribe(consumer.address(), "tns:burst")
     wsn.post(sub.address, "<wsnt:PauseSubscription/>").ok()
@@ -268,12 +271,15 @@ def test_mosquitto_restart_mid_stream_loses_nothing_acknowledged(
         try:
             poll(lambda: len(acked) >= 50, timeout=20, what="50 acknowledged")
             node.restart()
-            poll(lambda: len(acked) >= len(refused) + 100 and refused, timeout=30, what="more")
+            before = len(acked)
+            poll(lambda: len(acked) >= before + 100, timeout=30, what="100 more acknowledged")
         finally:
             stop.set()
             publisher.join(30)
         poll(lambda: set(acked) <= numbers_at(consumer), timeout=30, what="every acknowledged")
-        assert refused and max(refused) < 5.0, refused  # failed fast while it was down
+        # a Notify during the outage failed fast (if the gateway noticed it at all: a quick
+        # restart may fall within the grace period)
+        assert not refused or max(refused) < 5.0, refused
     finally:
         stop_gateway(server)
 
@@ -305,5 +311,41 @@ def test_gateway_sigkill_mid_native_stream_loses_nothing(
             timeout=30,
             what=f"all {total} natively published messages",
         )
+    finally:
+        stop_gateway(server)
+
+
+@pytest.mark.slow
+def test_broker_down_answers_503_fast_then_serves_again(
+    mosquitto_factory: Callable[..., MosquittoNode],
+) -> None:
+    node = mosquitto_factory()
+    server = start_gateway(mqtt_gateway_url(node.url), WSNMOM_MIDDLEWARE__GRACE="1")
+    try:
+        wsn = Wsn(server, f"urn:test:{uuid.uuid4().hex[:8]}")
+        wsn.notify(("tns:t", "<x/>"))
+        node.stop()
+        poll(
+            lambda: requests.get(server.base_url + "/readyz", timeout=2).status_code == 503,
+            timeout=10,
+            what="/readyz 503 while the broker is down",
+        )
+        started = time.monotonic()
+        answer = wsn.post(
+            wsn.broker,
+            f'<wsnt:Notify><wsnt:NotificationMessage><wsnt:Topic xmlns:tns="{wsn.ns}" '
+            'Dialect="http://docs.oasis-open.org/wsn/t-1/TopicExpression/Simple">tns:t'
+            "</wsnt:Topic><wsnt:Message><x/></wsnt:Message></wsnt:NotificationMessage>"
+            "</wsnt:Notify>",
+        )
+        assert (answer.status, answer.fault) == (503, "ResourceUnavailableFault")
+        assert time.monotonic() - started < 3.0
+        node.start()
+        poll(
+            lambda: requests.get(server.base_url + "/readyz", timeout=2).status_code == 200,
+            timeout=15,
+            what="/readyz 200 once the broker is back",
+        )
+        wsn.notify(("tns:t", "<x/>"))
     finally:
         stop_gateway(server)

@@ -280,10 +280,12 @@ class MqttAdapter(Adapter):
             st = engine.attach(spec.name, spec.patterns, spec.limits)
             node.session.assign(spec.name, filters)
         else:
-            node.session.assign(spec.name, filters)
-            # routed from the barrier on: not what was in flight before it was created
-            st = node.session.barrier(
-                functools.partial(engine.attach, spec.name, spec.patterns, spec.limits)
+            # attached at a barrier after its SUBSCRIBEs: routed what was published after
+            # it was created, not what was in flight before
+            st = node.session.assign(
+                spec.name,
+                filters,
+                functools.partial(engine.attach, spec.name, spec.patterns, spec.limits),
             )
         handle = MqttHandle(self, engine, st.id, st.name)
         self._handles.add(handle)

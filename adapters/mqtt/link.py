@@ -46,6 +46,20 @@ _BAD_CREDENTIALS = {0x86, 0x8C}  # bad user name or password, bad authentication
 _NOT_AUTHORIZED = {0x87, 0x8A}  # not authorized, banned
 _BAD_CLIENT = {0x85, 0x84}  # client identifier not valid, unsupported protocol version
 
+#: paho's logger; the adapter logs connection changes itself
+_PAHO_LOG = logging.getLogger("paho.mqtt.client")
+
+
+class _NotConnectedNoise(logging.Filter):
+    """paho logs "Client is not connected" at ERROR whenever its network loop runs once
+    more after a disconnect, which is every orderly shutdown."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("Client is not connected")
+
+
+_PAHO_LOG.addFilter(_NotConnectedNoise())
+
 OnConnected = Callable[[bool, Any], None]
 OnDisconnected = Callable[[], None]
 
@@ -94,7 +108,7 @@ class Link:
             kwargs["clean_session"] = not persistent
         client = mqtt.Client(**kwargs)
         client.suppress_exceptions = True  # a bug in a callback must not end the network loop
-        client.enable_logger(logging.getLogger("paho.mqtt.client"))
+        client.enable_logger(_PAHO_LOG)
         client.connect_timeout = settings.connect_timeout
         client.reconnect_delay_set(
             settings.reconnect_min_delay,  # type: ignore[arg-type]

@@ -251,20 +251,37 @@ class Session:
         self.link.stop()
 
     # -- subscriptions ----------------------------------------------------------------------
-    def assign(self, name: str, filters: frozenset[str], timeout: float | None = None) -> None:
+    def assign(
+        self,
+        name: str,
+        filters: frozenset[str],
+        action: Callable[[], Any] | None = None,
+        timeout: float | None = None,
+    ) -> Any:
         """Subscription ``name`` needs ``filters``; returns once the broker has every
-        filter serving it.  AdapterUnavailable when it is not connected or does not answer
-        in time, AccessRefused when it refuses a filter."""
-        if not filters:
+        filter serving it.  With ``action``, the worker runs it at a barrier sent right
+        after the SUBSCRIBEs (one round trip for both: the broker answers in order) and
+        its result is returned.  AdapterUnavailable when the session is not connected or
+        the broker does not answer in time, AccessRefused when it refuses a filter."""
+        if not filters and action is None:
             with self._lock:
                 self._apply(self.filters.assign(name, filters))
-            return
+            return None
         if not self.link.connected:
             raise AdapterUnavailable("the MQTT session is not connected")
         wait = self.settings.subscribe_timeout if timeout is None else timeout
-        with self._cv:
+        deadline = time.monotonic() + wait
+        barrier = _Barrier(action) if action is not None else None
+        with self._lock:
             self._apply(self.filters.assign(name, filters))
-            done = self._cv.wait_for(lambda: self._serves(name), wait)
+            if barrier is not None:
+                self._unacked_barriers.append(barrier)
+                self._send_barrier(barrier)
+        result = self._await(barrier, wait) if barrier is not None else None
+        with self._cv:
+            done = self._cv.wait_for(
+                lambda: self._serves(name), max(0.0, deadline - time.monotonic())
+            )
             refused = [
                 (f, self.stats.refused_filters[f])
                 for f, _ in self.filters.serving(name)
@@ -277,22 +294,15 @@ class Session:
             raise AdapterUnavailable(
                 f"the MQTT broker did not acknowledge the subscription within {wait:g}s"
             )
+        return result
 
     def release(self, name: str) -> None:
         """Subscription ``name`` is gone: its filters go when nobody else needs them."""
         with self._lock:
             self._apply(self.filters.release(name))
 
-    def barrier(self, action: Callable[[], Any], timeout: float | None = None) -> Any:
-        """Run ``action`` on the worker once what the broker sent so far is stored; return
-        its result.  AdapterUnavailable when the broker does not answer in time."""
-        wait = self.settings.subscribe_timeout if timeout is None else timeout
-        b = _Barrier(action)
-        with self._lock:
-            if not self.link.connected:
-                raise AdapterUnavailable("the MQTT session is not connected")
-            self._unacked_barriers.append(b)
-            self._send_barrier(b)
+    def _await(self, b: _Barrier, wait: float) -> Any:
+        """The result of barrier ``b``'s action (waiting up to ``wait`` seconds)."""
         if not b.done.wait(wait):
             with self._lock:
                 if b in self._unacked_barriers:

@@ -1,8 +1,11 @@
-"""The MQTT adapter's topic mapping and settings: pure, no broker."""
+"""The MQTT adapter's topic mapping, settings and MQTT 5 property encoding: pure, no
+broker."""
 
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 pytest.importorskip("paho.mqtt")
 
@@ -129,3 +132,19 @@ def test_capabilities_follow_the_protocol(tmp_path: object) -> None:
     assert v5.capabilities.native_headers and not v3.capabilities.native_headers
     assert v5.capabilities.shape == "session" and v5.capabilities.native_pull
     assert MqttAdapter.capabilities.native_headers  # the class keeps its own
+
+
+@given(
+    st.lists(st.tuples(st.text(max_size=20), st.text(max_size=40)), max_size=8),
+    st.sampled_from(["", "application/xml", "application/json; charset=utf-8", "image/png"]),
+    st.booleans(),
+)
+@settings(max_examples=100, deadline=None)
+def test_packed_properties_are_the_bytes_paho_would_send(
+    pairs: list[tuple[str, str]], content_type: str, text: bool
+) -> None:
+    from wsnmom.adapters.mqtt import wire
+
+    assert wire._packed(pairs, content_type, text).pack() == (
+        wire._stock(pairs, content_type, text).pack()
+    )

@@ -208,6 +208,8 @@ class Session:
         client.on_subscribe = self._subscribe_cb
         client.on_unsubscribe = self._unsubscribe_cb
         self._first = True
+        #: the first CONNACK was handled (the broker has or was asked for every filter)
+        self._reconciled = False
 
     # -- lifecycle --------------------------------------------------------------------------
     def start(self, subscriptions: Iterable[tuple[str, frozenset[str]]]) -> None:
@@ -234,10 +236,8 @@ class Session:
             raise
 
     def _all_acked(self) -> bool:
-        return all(
-            e.acked or e.filter in self.stats.refused_filters
-            for e in self.filters.effective.values()
-        )
+        # O(1): evaluated on every SUBACK while thousands of filters are subscribed again
+        return self._reconciled and not self._pending_sub
 
     def stop(self) -> None:
         """Commit and acknowledge what arrived, then disconnect; idempotent."""
@@ -614,6 +614,7 @@ class Session:
             for b in self._unacked_barriers:
                 self._send_barrier(b)
             self._stored = {}
+            self._reconciled = True
             self._cv.notify_all()
         if not connected.session_present:
             try:

@@ -122,11 +122,16 @@ class Publisher:
         retain = self.settings.retain
         v5 = self.settings.v5
         infos: list[Any] = []
+        largest = self.settings.max_message_bytes
         for name, message in items:
             if limit is not None and len(message.body) + len(name) + 64 > limit:
                 raise PublishFailed(
                     f"the message is too large for the broker ({len(message.body)} bytes, "
                     f"packets of at most {limit} bytes)"
+                )
+            if largest is not None and len(message.body) > largest:
+                raise PublishFailed(
+                    f"the message has {len(message.body)} bytes, max_message_bytes is {largest}"
                 )
             props = publish_properties(message) if v5 else None
             self._acquire(deadline, timeout)

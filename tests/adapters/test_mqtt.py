@@ -24,6 +24,7 @@ from wsnmom.adapters.mqtt.adapter import MqttAdapter
 from wsnmom.core.adapter import (
     AdapterUnavailable,
     OutboundMessage,
+    PublishFailed,
     QueueLimits,
     Received,
     SubscriptionHandle,
@@ -296,3 +297,11 @@ def test_offline_session_keeps_messages_across_a_broker_restart(
     handle = subscribe(again, pattern("away"), name="kept")
     got = drain(handle, 1_500, timeout=30)
     assert [m.body for m in got] == [b"%d" % i for i in range(1_500)]
+
+
+def test_a_message_larger_than_allowed_is_refused(make: Callable[..., MqttAdapter]) -> None:
+    adapter = make(max_message_bytes=100)
+    assert adapter.capabilities.max_message_bytes == 100
+    with pytest.raises(PublishFailed, match="max_message_bytes"):
+        adapter.publish(message("big", b"x" * 101))
+    adapter.publish(message("big", b"x" * 100))

@@ -68,6 +68,8 @@ class _Read:
     topic: str
     found: Retained | None = None
     done: threading.Event = field(default_factory=threading.Event)
+    #: the connection was lost before the broker answered
+    lost: bool = False
 
 
 class Publisher:
@@ -80,6 +82,7 @@ class Publisher:
             client_id,
             persistent=False,
             on_connected=self._connected_cb,
+            on_disconnected=self._disconnected_cb,
             label="MQTT publisher",
         )
         client = self.link.client
@@ -205,6 +208,8 @@ class Publisher:
                     raise AdapterUnavailable("the connection to the MQTT broker was lost")
                 if not read.done.wait(timeout):
                     raise AdapterUnavailable(f"the MQTT broker did not answer within {timeout:g}s")
+                if read.lost:
+                    raise AdapterUnavailable("the connection to the MQTT broker was lost")
                 if read.found is None and self.settings.retained_wait > 0:
                     time.sleep(self.settings.retained_wait)
             finally:
@@ -227,6 +232,15 @@ class Publisher:
         with self._window:
             self._limit = max(1, min(limit, self.settings.publish_window))
             self._window.notify_all()
+
+    def _disconnected_cb(self) -> None:
+        with self._lock:
+            read = self._read
+        if read is not None:
+            read.lost = True
+            read.done.set()
+        with self._window:
+            self._window.notify_all()  # window waiters check the connection
 
     def _publish_cb(
         self, client: Any, userdata: Any, mid: int, reason: ReasonCode, properties: Any

@@ -273,6 +273,8 @@ class Session:
         deadline = time.monotonic() + wait
         barrier = _Barrier(action) if action is not None else None
         with self._lock:
+            if not self.link.connected:  # lost meanwhile: nothing changed yet
+                raise AdapterUnavailable("the MQTT session is not connected")
             self._apply(self.filters.assign(name, filters))
             if barrier is not None:
                 self._unacked_barriers.append(barrier)
@@ -280,8 +282,9 @@ class Session:
         result = self._await(barrier, wait) if barrier is not None else None
         with self._cv:
             done = self._cv.wait_for(
-                lambda: self._serves(name), max(0.0, deadline - time.monotonic())
-            )
+                lambda: self._serves(name) or not self.link.connected,
+                max(0.0, deadline - time.monotonic()),
+            ) and self._serves(name)
             refused = [
                 (f, self.stats.refused_filters[f])
                 for f, _ in self.filters.serving(name)
@@ -291,6 +294,8 @@ class Session:
             f, reason = refused[0]
             raise AccessRefused(f"the MQTT broker refused the subscription to {f!r}: {reason}")
         if not done:
+            if not self.link.connected:
+                raise AdapterUnavailable("the connection to the MQTT broker was lost")
             raise AdapterUnavailable(
                 f"the MQTT broker did not acknowledge the subscription within {wait:g}s"
             )
@@ -427,11 +432,20 @@ class Session:
         self._inbox.put(_Connected(session_present, first))
 
     def _disconnected_cb(self) -> None:
-        with self._lock:
+        with self._cv:
             self._generation += 1
             self._sub_mids.clear()
             self._unsub_mids.clear()
             self._barriers.clear()
+            # fail fast: a subscription being created waits for no reconnect (its filters
+            # are subscribed again then; the caller removes what it no longer wants)
+            lost = AdapterUnavailable("the connection to the MQTT broker was lost")
+            for b in self._unacked_barriers:
+                b.action = _nothing
+                b.error = lost
+                b.done.set()
+            self._unacked_barriers.clear()
+            self._cv.notify_all()
 
     # -- the worker -------------------------------------------------------------------------
     def _run(self) -> None:

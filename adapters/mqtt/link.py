@@ -127,6 +127,7 @@ class Link:
                 client.tls_insecure_set(True)
         client.on_socket_open = _no_delay
         client.on_connect = self._connect_cb
+        client.on_connect_fail = self._connect_fail_cb
         client.on_disconnect = self._disconnect_cb
         self.client = client
 
@@ -223,6 +224,16 @@ class Link:
             self._cv.notify_all()
         if self._on_connected is not None:
             self._on_connected(bool(flags.session_present), properties)
+
+    def _connect_fail_cb(self, client: Any, userdata: Any) -> None:
+        # nothing listens (or no route): the first ``start`` fails at once instead of
+        # waiting out its timeout; later, paho keeps retrying with backoff
+        if self.connections == 0:
+            with self._cv:
+                self._refused = AdapterUnavailable(
+                    f"cannot connect to the MQTT broker {self.settings.host}:{self.settings.port}"
+                )
+                self._cv.notify_all()
 
     def _disconnect_cb(
         self, client: Any, userdata: Any, flags: Any, reason: Any, properties: Any

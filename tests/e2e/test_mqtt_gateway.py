@@ -349,3 +349,23 @@ def test_broker_down_answers_503_fast_then_serves_again(
         wsn.notify(("tns:t", "<x/>"))
     finally:
         stop_gateway(server)
+
+
+@pytest.mark.slow
+def test_gateway_started_before_its_broker_serves_once_it_is_up(mqtt_url: str) -> None:
+    node = MosquittoNode()  # not started yet: nothing listens on its port
+    directory = Path(tempfile.mkdtemp(prefix="wsnmom-mqtt-e2e-"))
+    server = RunningServer("mqtt", mqtt_gateway_url(node.url), directory, free_port())
+    try:
+        server.start(wait_for="/healthz")
+        assert requests.get(server.base_url + "/readyz", timeout=2).status_code == 503
+        node.start()
+        poll(
+            lambda: requests.get(server.base_url + "/readyz", timeout=2).status_code == 200,
+            timeout=30,
+            what="/readyz 200 once the broker is up",
+        )
+        Wsn(server, f"urn:test:{uuid.uuid4().hex[:8]}").notify(("tns:t", "<x/>"))
+    finally:
+        stop_gateway(server)
+        node.cleanup()

@@ -8,8 +8,9 @@ own client library.  To cover another middleware, subclass it and add it to ``MI
 (``PLANNED`` lists those that are reported as not available until then).
 
 RabbitMQ nodes and tansu (Kafka) nodes come from ``tests/fixtures/brokers.py`` (``RabbitNode``,
-``TansuNode``), the same code the test suite uses; ``WSNMOM_BENCH_AMQP_URL`` and
-``WSNMOM_BENCH_KAFKA_BOOTSTRAP`` point the benchmark at an existing broker instead.
+``TansuNode``), Mosquitto from ``tests/fixtures/mosquitto.py`` (``MosquittoNode``), the same
+code the test suite uses; ``WSNMOM_BENCH_AMQP_URL``, ``WSNMOM_BENCH_KAFKA_BOOTSTRAP`` and
+``WSNMOM_BENCH_MQTT_URL`` point the benchmark at an existing broker instead.
 """
 
 from __future__ import annotations
@@ -391,6 +392,80 @@ class Kafka(Middleware):
         return kafka_raw.fanout(self.bootstrap, size)
 
 
+class Mqtt(Middleware):
+    """MQTT: a private Mosquitto from tests/fixtures/mosquitto.py (``MosquittoNode``, with
+    persistence and raised queue limits), or the broker named by ``WSNMOM_BENCH_MQTT_URL``;
+    raw baselines with paho-mqtt (``bench.mqtt_raw``)."""
+
+    name = "mqtt"
+    plugin = "mqtt"
+    client_modules = ("paho",)
+
+    def __init__(self) -> None:
+        self.url: str | None = None
+        self.node: Any = None
+
+    def unavailable(self) -> str | None:
+        reason = super().unavailable()
+        if reason or os.environ.get("WSNMOM_BENCH_MQTT_URL"):
+            return reason
+        try:
+            fixture = importlib.import_module("tests.fixtures.mosquitto")
+        except ImportError as exc:
+            return f"cannot import the Mosquitto starter tests/fixtures/mosquitto.py: {exc}"
+        if fixture.mosquitto_binary() is None:
+            return "mosquitto is not installed"
+        return None
+
+    def start(self, workdir: Path) -> None:
+        env = os.environ.get("WSNMOM_BENCH_MQTT_URL")
+        if env:
+            self.url = env
+            return
+        fixture = importlib.import_module("tests.fixtures.mosquitto")
+        self.node = fixture.MosquittoNode()
+        self.node.start()
+        self.url = self.node.url
+
+    def stop(self) -> None:
+        if self.node is not None:
+            self.node.cleanup()
+            self.node = None
+
+    def pids(self) -> list[int]:
+        proc = self.node._proc if self.node is not None else None
+        return [proc.pid] if proc is not None else []
+
+    def describe(self) -> str | None:
+        if self.node is not None:
+            return f"private Mosquitto on 127.0.0.1:{self.node.port} (persistence on)"
+        return "WSNMOM_BENCH_MQTT_URL" if self.url else None
+
+    def adapter_url(self, workdir: Path) -> str:
+        """A topic prefix and a data directory (session, queues) per gateway process."""
+        assert self.url is not None
+        data = workdir / f"mqtt-{uuid.uuid4().hex[:8]}"
+        data.mkdir(parents=True, exist_ok=True)
+        return (
+            f"{self.url}?topic_prefix=bench{uuid.uuid4().hex[:8]}"
+            f"&data_dir={quote(str(data.resolve()), safe='/')}"
+        )
+
+    def raw_roundtrip(self, count: int, body: bytes, workdir: Path) -> dict[str, float]:
+        """See ``bench.mqtt_raw.roundtrip``."""
+        from bench import mqtt_raw
+
+        assert self.url is not None
+        return mqtt_raw.roundtrip(self.url, count, body, RAW_PUBLISHERS)
+
+    def raw_fanout(self, size: int, workdir: Path) -> float | None:
+        """See ``bench.mqtt_raw.fanout``."""
+        from bench import mqtt_raw
+
+        assert self.url is not None
+        return mqtt_raw.fanout(self.url, size)
+
+
 @dataclass(frozen=True)
 class Planned:
     """A middleware the bench will cover once its adapter plugin and a broker starter
@@ -409,13 +484,6 @@ class Planned:
 
 
 #: the middlewares a run benchmarks, in report order
-MIDDLEWARES: tuple[type[Middleware], ...] = (Embedded, RabbitMQ, Kafka)
+MIDDLEWARES: tuple[type[Middleware], ...] = (Embedded, RabbitMQ, Kafka, Mqtt)
 #: the ones it lists as not available, after those
-PLANNED: tuple[Planned, ...] = (
-    Planned(
-        "mqtt",
-        "mqtt",
-        ("paho",),
-        "add an MQTT Middleware here with a mosquitto starter from tests/fixtures/brokers.py",
-    ),
-)
+PLANNED: tuple[Planned, ...] = ()

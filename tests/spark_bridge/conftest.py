@@ -89,8 +89,8 @@ class MqttPublisher:
 
 
 @pytest.fixture
-def mqtt_publisher(mosquitto_url: str) -> Iterator[MqttPublisher]:
-    publisher = MqttPublisher(mosquitto_url)
+def mqtt_publisher(mqtt_url: str) -> Iterator[MqttPublisher]:
+    publisher = MqttPublisher(mqtt_url)
     yield publisher
     publisher.close()
 

@@ -35,11 +35,11 @@ def settings(url: str, path: Path, client_id: str, topic: str = "p:valves//.") -
 
 
 def test_buffer_keeps_everything_across_its_own_restart(
-    mosquitto_url: str, mqtt_publisher: MqttPublisher, tmp_path: Path
+    mqtt_url: str, mqtt_publisher: MqttPublisher, tmp_path: Path
 ) -> None:
     path = tmp_path / "mqtt.sqlite"
     client_id = f"buf-{uuid.uuid4().hex[:8]}"
-    buffer = MqttBuffer(settings(mosquitto_url, path, client_id))
+    buffer = MqttBuffer(settings(mqtt_url, path, client_id))
     buffer.start()
     assert buffer.filters == ["plant/valves/#"]
     for i in range(20):
@@ -51,7 +51,7 @@ def test_buffer_keeps_everything_across_its_own_restart(
     # published while the buffer is down: the broker queues them for the session
     for i in range(20, 35):
         mqtt_publisher.publish(f"plant/valves/v{i % 4}/state", f"<s>{i}</s>".encode())
-    again = MqttBuffer(settings(mosquitto_url, path, client_id))
+    again = MqttBuffer(settings(mqtt_url, path, client_id))
     again.start()
     assert again.session_present
     wait_until(lambda: len(log) == 35, what="35 records in the log")
@@ -63,11 +63,11 @@ def test_buffer_keeps_everything_across_its_own_restart(
 
 
 def test_crash_between_append_and_puback_appends_nothing_twice(
-    mosquitto_url: str, mqtt_publisher: MqttPublisher, tmp_path: Path
+    mqtt_url: str, mqtt_publisher: MqttPublisher, tmp_path: Path
 ) -> None:
     path = tmp_path / "mqtt.sqlite"
     client_id = f"buf-{uuid.uuid4().hex[:8]}"
-    buffer = MqttBuffer(settings(mosquitto_url, path, client_id))
+    buffer = MqttBuffer(settings(mqtt_url, path, client_id))
     acked: list[int] = []
     buffer.client.ack = lambda mid, qos: acked.append(mid)  # type: ignore[method-assign]
     buffer.start()
@@ -84,7 +84,7 @@ def test_crash_between_append_and_puback_appends_nothing_twice(
     wait_until(lambda: len(log) == 10, what="10 records")
     wait_until(lambda: len(acked) == 10, what="10 acknowledgements after the append")
     buffer.stop()  # "crash": appended, never acknowledged to the broker
-    again = MqttBuffer(settings(mosquitto_url, path, client_id))
+    again = MqttBuffer(settings(mqtt_url, path, client_id))
     again.start()
     wait_until(lambda: again.duplicates == 10, what="10 redeliveries recognised")
     mqtt_publisher.publish("plant/valves/n9/state", b"after")
@@ -97,7 +97,7 @@ def test_crash_between_append_and_puback_appends_nothing_twice(
 
 
 def test_spark_buffer_command_runs_until_terminated(
-    mosquitto_url: str, mqtt_publisher: MqttPublisher, tmp_path: Path
+    mqtt_url: str, mqtt_publisher: MqttPublisher, tmp_path: Path
 ) -> None:
     path = tmp_path / "cli.sqlite"
     proc = subprocess.Popen(
@@ -107,7 +107,7 @@ def test_spark_buffer_command_runs_until_terminated(
             "wsnmom",
             "spark-buffer",
             "--mqtt",
-            mosquitto_url,
+            mqtt_url,
             "--log",
             str(path),
             "--client-id",

@@ -26,7 +26,7 @@ def test_federated_stream_restarts_without_loss_or_duplicates(
     kafka_gateway: Any,
     rabbit_gateway: Any,
     rabbitmq_url: str,
-    mosquitto_url: str,
+    mqtt_url: str,
     mqtt_publisher: MqttPublisher,
     kafka_bootstrap: str,
     tmp_path: Path,
@@ -46,7 +46,7 @@ def test_federated_stream_restarts_without_loss_or_duplicates(
     )
     buffer = MqttBuffer(
         BufferSettings(
-            url=mosquitto_url,
+            url=mqtt_url,
             log_path=str(log_path),
             client_id=f"buf-{root}",
             selection=Selection(expression, None, namespaces),

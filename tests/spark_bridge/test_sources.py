@@ -128,7 +128,7 @@ def test_rabbitmq_tap_reads_without_taking_from_subscribers(
 
 @pytest.mark.mqtt
 def test_log_source_applies_the_residual_filter_of_a_mid_path_descendant(
-    spark: Any, mosquitto_url: str, mqtt_publisher: MqttPublisher, tmp_path: Path
+    spark: Any, mqtt_url: str, mqtt_publisher: MqttPublisher, tmp_path: Path
 ) -> None:
     from wsnmom.spark_bridge import log_file, read_notifications
     from wsnmom.spark_bridge.buffer import BufferSettings, MqttBuffer
@@ -140,7 +140,7 @@ def test_log_source_applies_the_residual_filter_of_a_mid_path_descendant(
     path = tmp_path / "mqtt.sqlite"
     buffer = MqttBuffer(
         BufferSettings(
-            url=mosquitto_url,
+            url=mqtt_url,
             log_path=str(path),
             client_id=f"buf-{root}",
             selection=Selection("p:a//c", None, {"p": ns}),

@@ -1,4 +1,12 @@
-"""Helpers for natively published messages that every adapter needs the same way."""
+"""Helpers for natively published messages that every adapter needs the same way.
+
+An adapter hands core each message with a media type (``Received.content_type``); core's
+codec only acts on it (XML is the notification, anything else is wrapped as a
+``wsnmom:NativeMessage``).  Where the middleware carried none — a Kafka record without a
+content-type header, an MQTT 3.1.1 message, an MQTT 5 message without the Content Type
+property — the adapter takes one from the body with :func:`sniff_content_type`.  The Spark
+bridge reads native records through the same adapter code, so it gets the same answer.
+"""
 
 from __future__ import annotations
 

@@ -43,8 +43,8 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from wsnmom.core.adapter import HEADER_MESSAGE_ID, is_internal_namespace
 from wsnmom.adapters.native import sniff_content_type
+from wsnmom.core.adapter import HEADER_MESSAGE_ID, is_internal_namespace
 from wsnmom.core.codec import PULL_POINT_NAMESPACE
 from wsnmom.topic_mapping.errors import NameNotRepresentable
 from wsnmom.topic_mapping.model import PathPattern, Topic

@@ -18,8 +18,6 @@ import pytest
 
 pytest.importorskip("paho.mqtt")
 
-import paho.mqtt.client as mqtt
-from paho.mqtt.enums import CallbackAPIVersion
 from wsnmom.adapters.mqtt.adapter import MqttAdapter
 from wsnmom.core.adapter import (
     AdapterUnavailable,
@@ -32,7 +30,7 @@ from wsnmom.core.adapter import (
 )
 from wsnmom.topic_mapping.model import ANY, DEEP, PathPattern, Segment, Topic
 
-from tests.fixtures.mosquitto import MosquittoNode
+from tests.fixtures.mosquitto import MosquittoNode, close_client, native_client
 from wsnmom.testing.conformance import Collector
 
 pytestmark = pytest.mark.mqtt
@@ -90,18 +88,6 @@ def drain(handle: SubscriptionHandle, expect: int, timeout: float = 10.0) -> lis
     for m in got:
         m.ack()
     return got
-
-
-def native_client(url: str, protocol: int = mqtt.MQTTv5) -> mqtt.Client:
-    host, port = url.removeprefix("mqtt://").split(":")
-    client = mqtt.Client(
-        callback_api_version=CallbackAPIVersion.VERSION2,
-        client_id=f"native-{uuid.uuid4().hex[:8]}",
-        protocol=protocol,
-    )
-    client.connect(host, int(port))
-    client.loop_start()
-    return client
 
 
 # -- overlapping filters ------------------------------------------------------------------
@@ -239,8 +225,7 @@ def test_current_message_is_the_retained_one_also_from_a_native_client(
         current = adapter.current_message(topic("door"))
         assert current is not None and current.body == b"<closed/>"
     finally:
-        native.loop_stop()
-        native.disconnect()
+        close_client(native)
 
 
 # -- outages ------------------------------------------------------------------------------

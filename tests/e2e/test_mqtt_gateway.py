@@ -25,10 +25,9 @@ from lxml import etree
 pytest.importorskip("paho.mqtt")
 
 import paho.mqtt.client as mqtt
-from paho.mqtt.enums import CallbackAPIVersion
 
 from tests.e2e.conftest import Wsn
-from tests.fixtures.mosquitto import MosquittoNode
+from tests.fixtures.mosquitto import MosquittoNode, close_client, native_client
 from tests.fixtures.server import (
     ConsumerServer,
     RunningServer,
@@ -42,7 +41,6 @@ pytestmark = [pytest.mark.e2e, pytest.mark.mqtt]
 
 #: WS topics of this namespace are the MQTT topics after the gateway's prefix
 NATIVE = "urn:wsnmom:native"
-PROTOCOLS = {"5": mqtt.MQTTv5, "3.1.1": mqtt.MQTTv311}
 
 
 def start_gateway(url: str, data_dir: Path | None = None, **env: str) -> RunningServer:
@@ -55,24 +53,6 @@ def start_gateway(url: str, data_dir: Path | None = None, **env: str) -> Running
 def stop_gateway(server: RunningServer) -> None:
     server.stop()
     shutil.rmtree(server.data_dir, ignore_errors=True)
-
-
-def native_client(url: str, protocol: str = "5") -> mqtt.Client:
-    """A plain paho client, connected, its network loop running."""
-    host, port = url.removeprefix("mqtt://").split("?")[0].split(":")
-    client = mqtt.Client(
-        callback_api_version=CallbackAPIVersion.VERSION2,
-        client_id=f"native-{uuid.uuid4().hex[:8]}",
-        protocol=PROTOCOLS[protocol],
-    )
-    client.connect(host, int(port))
-    client.loop_start()
-    return client
-
-
-def close_client(client: mqtt.Client) -> None:
-    client.disconnect()
-    client.loop_stop()
 
 
 @pytest.fixture(scope="module", params=["5", "3.1.1"], ids=["gateway-mqtt5", "gateway-mqtt311"])

@@ -15,7 +15,8 @@ from wsnmom.spark_bridge.buffer import BufferSettings, MqttBuffer
 from wsnmom.spark_bridge.log import NotificationLog
 from wsnmom.spark_bridge.selection import Selection
 
-from tests.spark_bridge.conftest import MqttPublisher, wait_until
+from tests.fixtures.mosquitto import MqttPublisher
+from tests.spark_bridge.conftest import wait_until
 
 pytestmark = pytest.mark.mqtt
 

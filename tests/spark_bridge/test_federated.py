@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from tests.spark_bridge.conftest import MqttPublisher, unique_namespace, wait_until
+from tests.fixtures.mosquitto import MqttPublisher
+from tests.spark_bridge.conftest import unique_namespace, wait_until
 from tests.spark_bridge.test_sources import notify
 
 pytestmark = [pytest.mark.spark]

@@ -15,7 +15,8 @@ from wsnmom.adapters.kafka.config import parse_settings
 from wsnmom.adapters.kafka.mapping import KafkaMapping
 from wsnmom.topic_mapping.model import Topic
 
-from tests.spark_bridge.conftest import MqttPublisher, unique_namespace, wait_until
+from tests.fixtures.mosquitto import MqttPublisher
+from tests.spark_bridge.conftest import unique_namespace, wait_until
 from wsnmom.client.broker import WsnClient
 
 pytestmark = [pytest.mark.spark]

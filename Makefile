@@ -44,7 +44,7 @@ typecheck: $(call stamp,$(TEST_EXTRAS))
 
 ## bench: benchmarks against the embedded adapter and local brokers (bench/results/latest.json)
 bench: system-deps
-	$(MAKE) --no-print-directory EXTRAS=test,rabbitmq,kafka,mqtt,bench venv
+	$(MAKE) --no-print-directory EXTRAS=test,rabbitmq,kafka,mqtt,spark,bench venv
 	$(BIN)/python -m bench $(ARGS)
 
 clean:

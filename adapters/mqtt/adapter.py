@@ -81,6 +81,10 @@ Options
     ``ca_certs``, ``certfile``, ``keyfile``, ``tls_insecure``
         TLS (``mqtts://``): CA bundle (default: the system's), client certificate and key,
         and skipping the host name check.
+    ``spark_logs``
+        table: log name -> ``path``, ``topic``, ``dialect``, ``namespaces``, ``keep``: the
+        session also appends what it receives on those topics to the Spark bridge's buffer
+        logs, before acknowledging it (see :mod:`.taps` and docs/spark.md).
 """
 
 from __future__ import annotations
@@ -168,6 +172,14 @@ class MqttAdapter(Adapter):
                 "the MQTT adapter keeps its subscriptions' queues on disk: give it the "
                 "option data_dir (wsnmom serve passes its data directory)"
             )
+        if self.settings.spark_logs:
+            # the Spark bridge reads them; imported only when a gateway keeps such logs
+            from wsnmom.spark_bridge.buffer import parse_log_taps
+
+            try:
+                parse_log_taps(self.settings.spark_logs)
+            except ValueError as exc:
+                raise AdapterError(f"bad MQTT adapter option spark_logs: {exc}") from exc
         self.capabilities = self._capabilities()
         self._lock = threading.Lock()
         self._node: nodes.Node | None = None

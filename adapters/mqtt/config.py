@@ -70,6 +70,9 @@ class MqttSettings:
     certfile: str | None = None
     keyfile: str | None = field(default=None, repr=False)
     tls_insecure: bool = False
+    #: Spark buffer logs the session feeds (name -> the log's options, read by
+    #: ``wsnmom.spark_bridge.buffer``); only from the options mapping, not the URL
+    spark_logs: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
     @property
     def v5(self) -> bool:
@@ -153,6 +156,14 @@ def _namespaces(value: Any) -> dict[str, str]:
     return {str(ns): _prefix(root, f"namespaces[{ns!r}]") for ns, root in value.items()}
 
 
+def _spark_logs(value: Any) -> dict[str, dict[str, Any]]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping) or not all(isinstance(v, Mapping) for v in value.values()):
+        raise ValueError("spark_logs must be a table of tables: log name -> its options")
+    return {str(name): dict(options) for name, options in value.items()}
+
+
 def parse_settings(url: str, options: Mapping[str, Any] | None = None) -> MqttSettings:
     """Settings from ``mqtt[s]://[user[:password]@]host[:port][?option=value...]`` and the
     options mapping (options win over query arguments).  ValueError for anything unusable."""
@@ -180,6 +191,7 @@ def parse_settings(url: str, options: Mapping[str, Any] | None = None) -> MqttSe
         raise ValueError(f"protocol must be 5 or 3.1.1, not {protocol!r}")
     kwargs["protocol"] = _PROTOCOLS[protocol]
     kwargs["namespaces"] = _namespaces(merged.pop("namespaces", None))
+    kwargs["spark_logs"] = _spark_logs(merged.pop("spark_logs", None))
     prefix = merged.pop("topic_prefix", None)
     if prefix:
         kwargs["topic_prefix"] = _prefix(prefix, "topic_prefix")

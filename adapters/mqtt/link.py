@@ -93,6 +93,8 @@ class Link:
         self._connected = False
         #: connections made so far (a CONNACK with success each)
         self.connections = 0
+        #: whether the broker still had the session at the last connection
+        self.session_present = False
         #: the refusal of the last CONNACK, None after a success
         self._refused: AdapterError | None = None
         self._started = False
@@ -221,6 +223,7 @@ class Link:
             self._connected = True
             self._refused = None
             self.connections += 1
+            self.session_present = bool(flags.session_present)
             self._cv.notify_all()
         if self._on_connected is not None:
             self._on_connected(bool(flags.session_present), properties)

@@ -6,6 +6,9 @@ one process; within a process every adapter opened on the same directory shares 
 (the conformance kit and tools open several at once), so the session's client id is only
 ever connected once.  The last adapter to close closes it.
 
+With the option ``spark_logs`` the session also feeds the Spark bridge's buffer logs
+(taps, see :mod:`.taps`).
+
 Threads per node, whatever the number of subscriptions: paho's network thread for the
 session and one for the publisher, the ingest worker, and the queue store's dispatcher and
 checkpoint threads.
@@ -17,7 +20,6 @@ import logging
 import os
 import sqlite3
 import threading
-import uuid
 from collections.abc import Iterator
 
 from wsnmom.adapters.embedded.store import Engine
@@ -28,6 +30,7 @@ from .mapping import MqttMapping
 from .publisher import Publisher
 from .session import Session
 from .state import SessionState
+from .taps import Taps
 
 __all__ = ["Node", "acquire", "release"]
 
@@ -49,28 +52,14 @@ class Node:
         )
         try:
             self.state = SessionState(self.directory)
-            self.client_id = self._client_id()
-            self.session = Session(settings, self.client_id, self.engine, self.mapping, self.state)
+            self.client_id = self.state.settle_client_id(settings.client_id)
+            self.session = Session(
+                settings, self.client_id, self.engine, self.mapping, self.state, _taps(settings)
+            )
             self.publisher = Publisher(settings, self.client_id + "-p")
         except BaseException:
             self.engine.close()
             raise
-
-    def _client_id(self) -> str:
-        """The session's client id: configured, or made once and kept with the queues."""
-        stored = self.state.client_id()
-        wanted = self.settings.client_id
-        if wanted is not None and stored is not None and wanted != stored:
-            log.warning(
-                "MQTT client_id changed from %r to %r: the broker's session of the old id "
-                "(and what it holds) is no longer used",
-                stored,
-                wanted,
-            )
-        client_id = wanted or stored or f"wsnmom-{uuid.uuid4().hex[:16]}"
-        if client_id != stored:
-            self.state.set_client_id(client_id)
-        return client_id
 
     def subscriptions(self) -> Iterator[tuple[str, frozenset[str]]]:
         """(name, filters) of every subscription in the queue store."""
@@ -104,6 +93,16 @@ class Node:
             self.state.close()
 
 
+def _taps(settings: MqttSettings) -> Taps:
+    """The session's taps: the Spark bridge's buffer logs named by ``spark_logs``."""
+    if not settings.spark_logs:
+        return Taps()
+    # the bridge's log writer, imported only when a gateway is told to keep such logs
+    from wsnmom.spark_bridge.buffer import log_taps
+
+    return Taps(log_taps(settings.spark_logs))
+
+
 _nodes: dict[str, Node] = {}
 _lock = threading.Lock()
 
@@ -118,6 +117,8 @@ def acquire(settings: MqttSettings) -> Node:
                 node = Node(settings)
             except (OSError, sqlite3.Error) as exc:
                 raise AdapterError(f"cannot use {settings.queue_dir!r}: {exc}") from exc
+            except ValueError as exc:  # a spark_logs entry the bridge refuses
+                raise AdapterError(f"bad MQTT adapter option spark_logs: {exc}") from exc
             node.start()
             _nodes[key] = node
         node.users += 1

@@ -27,6 +27,11 @@ queued for the session before that reach it before the barrier, so a subscriptio
 receives what was published after it was created, not what was still in flight (unless
 the broker holds messages back behind a full Receive Maximum window).
 
+Besides the queue store, *taps* (:mod:`.taps`) may consume the session: their filters join
+the same filter set, and the worker hands each tap its messages after the queue store's
+commit and before the PUBACKs.  A session may have taps and no queue store (the Spark
+bridge's standalone MQTT buffer).
+
 Acknowledgements are sent only on the connection the message came on: after a reconnect
 the broker sends unacknowledged messages again, and a late PUBACK could otherwise
 acknowledge a different message that reuses the packet id.
@@ -57,6 +62,7 @@ from .filters import Change, FilterSet
 from .link import Link, Properties, ReasonCode, mqtt
 from .mapping import MqttMapping
 from .state import SessionState
+from .taps import Arrival, Taps
 from .wire import metadata, outbound
 
 __all__ = ["Session"]
@@ -163,12 +169,15 @@ class Session:
         self,
         settings: MqttSettings,
         client_id: str,
-        engine: Engine,
+        engine: Engine | None,
         mapping: MqttMapping,
         state: SessionState,
+        taps: Taps | None = None,
     ) -> None:
         self.settings = settings
+        #: the gateway's queue store (None: the taps are the only consumers)
         self.engine = engine
+        self.taps = taps or Taps()
         self.mapping = mapping
         self.state = state
         self.filters = FilterSet(state.filters())
@@ -219,6 +228,8 @@ class Session:
         with self._lock:
             for name, wanted in subscriptions:
                 self.filters.assign(name, wanted)
+            for tap in self.taps.taps:
+                self.filters.assign(self.taps.key(tap), self.mapping.filters(tap.patterns))
         self._worker = threading.Thread(target=self._run, name="wsnmom-mqtt-ingest", daemon=True)
         self._worker.start()
         try:
@@ -449,6 +460,12 @@ class Session:
 
     # -- the worker -------------------------------------------------------------------------
     def _run(self) -> None:
+        try:
+            self._loop()
+        finally:
+            self.taps.close()
+
+    def _loop(self) -> None:
         inbox = self._inbox
         limit = self.settings.ingest_batch
         while True:
@@ -474,7 +491,7 @@ class Session:
                 return
 
     def _process(self, items: list[Any]) -> None:
-        keep: list[OutboundMessage] = []
+        keep: list[Arrival] = []
         acks: list[tuple[int, int, int]] = []
         added: list[tuple[str, int]] = []
         removed: list[tuple[str, int]] = []
@@ -554,23 +571,31 @@ class Session:
         self._previous = (previous[0] | mine, signature)
         return True
 
-    def _convert(self, message: Any) -> OutboundMessage:
+    def _convert(self, message: Any) -> Arrival:
         body = bytes(message.payload)
         headers, content_type = metadata(message.properties if self.settings.v5 else None, body)
-        topic = self.mapping.topic(_topic_of(message), headers)
-        return outbound(topic, body, headers, content_type)
+        name = _topic_of(message)
+        topic = self.mapping.topic(name, headers)
+        return Arrival(name, outbound(topic, body, headers, content_type), bool(message.dup))
 
-    def _commit(self, messages: list[OutboundMessage]) -> None:
-        """Store ``messages`` (one transaction); retried while the store refuses, so that
-        nothing is acknowledged to the broker before it is stored."""
+    def _commit(self, arrivals: list[Arrival]) -> None:
+        """Store ``arrivals`` in the queue store (one transaction), then hand them to the
+        taps; each is retried while it refuses, so that nothing is acknowledged to the
+        broker before every consumer has it."""
+        if self.engine is not None:
+            self._store(self.engine, [a.message for a in arrivals])
+        if self.taps:
+            self.taps.deliver(arrivals, lambda: self._stopping)
+        self.stats.committed += len(arrivals)
+        self.stats.batches += 1
+
+    def _store(self, engine: Engine, messages: list[OutboundMessage]) -> None:
         for attempt in itertools.count():
             try:
-                self.engine.publish_many(messages)
-                self.stats.committed += len(messages)
-                self.stats.batches += 1
+                engine.publish_many(messages)
                 return
             except AdapterUnavailable:
-                if self._stopping or self.engine.closed:
+                if self._stopping or engine.closed:
                     raise
             except Exception:
                 if self._stopping:

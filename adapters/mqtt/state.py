@@ -12,11 +12,15 @@ acknowledged its removal.  Used from one thread at a time (the session's worker,
 
 from __future__ import annotations
 
+import logging
 import os
 import sqlite3
 import threading
+import uuid
 
 __all__ = ["SessionState"]
+
+log = logging.getLogger("wsnmom.adapters.mqtt")
 
 FILE = "session.sqlite3"
 
@@ -29,11 +33,11 @@ CREATE TABLE IF NOT EXISTS filters(filter TEXT PRIMARY KEY, sid INTEGER NOT NULL
 class SessionState:
     """The session's client id and subscribed filters, in a small SQLite file."""
 
-    def __init__(self, directory: str) -> None:
+    def __init__(self, directory: str, file: str = FILE) -> None:
         os.makedirs(directory, exist_ok=True)
         self._lock = threading.Lock()
         self._conn = sqlite3.connect(
-            os.path.join(directory, FILE), check_same_thread=False, isolation_level=None
+            os.path.join(directory, file), check_same_thread=False, isolation_level=None
         )
         self._conn.execute("PRAGMA journal_mode=WAL")
         self._conn.executescript(_SCHEMA)
@@ -53,6 +57,23 @@ class SessionState:
             )
             self._conn.execute("DELETE FROM filters")
             self._conn.execute("COMMIT")
+
+    def settle_client_id(self, wanted: str | None) -> str:
+        """The session's client id: ``wanted`` when given, else the one kept here, else a
+        new one (``wsnmom-<random>``); kept for the next run.  A changed id is logged: the
+        broker's session of the old one, and what it holds, is no longer used."""
+        stored = self.client_id()
+        if wanted is not None and stored is not None and wanted != stored:
+            log.warning(
+                "MQTT client_id changed from %r to %r: the broker's session of the old id "
+                "(and what it holds) is no longer used",
+                stored,
+                wanted,
+            )
+        client_id = wanted or stored or f"wsnmom-{uuid.uuid4().hex[:16]}"
+        if client_id != stored:
+            self.set_client_id(client_id)
+        return client_id
 
     def filters(self) -> dict[str, int]:
         """Filter -> subscription identifier, as the broker acknowledged them."""

@@ -70,7 +70,7 @@ def test_crash_between_append_and_puback_appends_nothing_twice(
     client_id = f"buf-{uuid.uuid4().hex[:8]}"
     buffer = MqttBuffer(settings(mqtt_url, path, client_id))
     acked: list[int] = []
-    buffer.client.ack = lambda mid, qos: acked.append(mid)  # type: ignore[method-assign]
+    buffer.session.link.client.ack = lambda mid, qos: acked.append(mid)  # type: ignore[method-assign]
     buffer.start()
     for i in range(6):  # as the gateway publishes: with a message id
         mqtt_publisher.publish(

@@ -6,7 +6,6 @@ gateway killed (SIGKILL) in the middle of a native stream."""
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 import shutil
@@ -35,7 +34,7 @@ from tests.fixtures.server import (
     mqtt_gateway_url,
     poll,
 )
-from tests.support.soap import CONCRETE, NS, WSNMOM
+from tests.support.soap import CONCRETE, NATIVE_BODIES, NS, WSNMOM, check_native_bodies
 
 pytestmark = [pytest.mark.e2e, pytest.mark.mqtt]
 
@@ -75,12 +74,6 @@ def concrete(wsn: Wsn, consumer: str, path: str) -> str:
     return wsn.subscribe(consumer, f"tns:{path}", dialect=CONCRETE).address
 
 
-def native_message(element: etree._Element) -> tuple[str | None, str | None, str]:
-    wrapper = element.find(f"wsnt:Message/{{{WSNMOM}}}NativeMessage", NS)
-    assert wrapper is not None, etree.tostring(element)
-    return wrapper.get("contentType"), wrapper.get("encoding"), wrapper.text or ""
-
-
 # -- interop ------------------------------------------------------------------------------
 
 
@@ -97,21 +90,11 @@ def test_native_messages_reach_ws_n_consumers(
     concrete(wsn, consumer.address(), path)
     client = native_client(mqtt_url, client_protocol)
     try:
-        name = f"{prefix}/{path}"
-        client.publish(name, b'{"order": 17, "total": 9.5}', qos=1).wait_for_publish(5)
-        client.publish(name, bytes([0, 255, 7]), qos=1).wait_for_publish(5)
-        client.publish(name, b'<order xmlns="urn:o" id="18"/>', qos=1).wait_for_publish(5)
+        for body in NATIVE_BODIES:
+            client.publish(f"{prefix}/{path}", body, qos=1).wait_for_publish(5)
     finally:
         close_client(client)
-    messages = consumer.wait_for_messages(3, timeout=15)
-    first, second = native_message(messages[0]), native_message(messages[1])
-    assert first[0] == "application/json" and json.loads(first[2]) == {"order": 17, "total": 9.5}
-    assert second[:2] == ("application/octet-stream", "base64")
-    assert base64.b64decode(second[2]) == bytes([0, 255, 7])
-    xml = messages[2].find("wsnt:Message/{urn:o}order", NS)
-    assert xml is not None and xml.get("id") == "18"
-    topic = messages[0].find("wsnt:Topic", NS)
-    assert topic is not None and (topic.text or "").endswith(path)
+    check_native_bodies(consumer.wait_for_messages(3, timeout=15), path)
 
 
 @pytest.mark.parametrize("client_protocol", ["5", "3.1.1"])

@@ -33,16 +33,9 @@ class TestMqtt5Conformance(AdapterConformance):
         return {"data_dir": str(tmp_path), "session_expiry": 300}
 
 
-class TestMqtt311Conformance(AdapterConformance):
+class TestMqtt311Conformance(TestMqtt5Conformance):
     """Every group, MQTT 3.1.1 (no headers: those checks skip)."""
-
-    receive_timeout = 5.0
-    quiet_period = 0.3
-
-    @pytest.fixture
-    def adapter_url(self, mqtt_url: str) -> str:
-        return mqtt_url
 
     @pytest.fixture
     def adapter_options(self, tmp_path: Path) -> Mapping[str, Any]:
-        return {"data_dir": str(tmp_path), "protocol": "3.1.1"}
+        return {"data_dir": str(tmp_path), "session_expiry": 300, "protocol": "3.1.1"}

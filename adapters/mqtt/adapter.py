@@ -352,7 +352,8 @@ class MqttAdapter(Adapter):
 
     # -- information ------------------------------------------------------------------------
     def stats(self) -> Mapping[str, Any]:
-        """Counts for tests and metrics: filters, subscriptions, arrivals, threads."""
+        """Counts for tests and metrics: filters, subscriptions, arrivals, messages handed
+        to taps (``spark_logs``)."""
         node = self._require()
         s = node.session.stats
         return {
@@ -364,5 +365,7 @@ class MqttAdapter(Adapter):
             "dropped_retained": s.dropped_retained,
             "dropped_twins": s.dropped_twins,
             "dropped_qos0": s.dropped_qos0,
+            "tapped": node.session.taps.delivered,
+            "tap_failures": node.session.taps.failures,
             "backlog": node.session.backlog(),
         }

@@ -31,6 +31,7 @@ from wsnmom.core.adapter import (
 from wsnmom.topic_mapping.model import ANY, DEEP, PathPattern, Segment, Topic
 
 from tests.fixtures.mosquitto import MosquittoNode, close_client, native_client
+from tests.fixtures.server import poll
 from wsnmom.testing.conformance import Collector
 
 pytestmark = pytest.mark.mqtt
@@ -290,3 +291,41 @@ def test_a_message_larger_than_allowed_is_refused(make: Callable[..., MqttAdapte
     with pytest.raises(PublishFailed, match="max_message_bytes"):
         adapter.publish(message("big", b"x" * 101))
     adapter.publish(message("big", b"x" * 100))
+
+
+# -- Spark buffer logs (taps) -------------------------------------------------------------
+
+
+def test_spark_logs_are_fed_by_the_gateway_session(
+    make: Callable[..., MqttAdapter], mqtt_url: str, tmp_path: Path
+) -> None:
+    from wsnmom.spark_bridge.log import NotificationLog
+
+    prefix = f"t{uuid.uuid4().hex[:8]}"
+    path = tmp_path / "spark.sqlite"
+    tap = {"path": str(path), "topic": "p:a//c", "namespaces": {"p": NS}}
+    adapter = make(namespaces={NS: prefix}, spark_logs={"plant": tap})
+    handle = subscribe(adapter, pattern("a", DEEP))
+    adapter.publish(message("a/x/c", b"<c/>"))
+    adapter.publish(message("a/x/d", b"<d/>"))  # the subscription's, not the log's
+    native = native_client(mqtt_url, "3.1.1")
+    try:
+        native.publish(f"{prefix}/a/y/z/c", b'{"n": 1}', qos=1).wait_for_publish(5)
+    finally:
+        close_client(native)
+    assert len(drain(handle, 3)) == 3
+    log = NotificationLog(path, create=False)
+    poll(lambda: len(log) >= 2, what="2 records in the log")
+    time.sleep(0.3)  # nothing more comes
+    entries = [(name, body) for _, name, body in log.entries()]
+    assert entries == [(f"{prefix}/a/x/c", b"<c/>"), (f"{prefix}/a/y/z/c", b'{"n": 1}')]
+    assert log.name == "plant" and log.middleware == "mqtt"
+    assert adapter.stats()["tapped"] == 2
+
+
+def test_a_bad_spark_logs_option_is_refused_at_once(tmp_path: Path) -> None:
+    from wsnmom.core.adapter import AdapterError
+
+    for bad in ({"x": {"topic": "q:a"}}, {"x": {"path": "p", "topic": "q:a"}}, {"x": "p"}):
+        with pytest.raises(AdapterError, match="spark_logs"):
+            MqttAdapter("mqtt://127.0.0.1:1", {"data_dir": str(tmp_path), "spark_logs": bad})

@@ -4,10 +4,13 @@ comes from."""
 
 from __future__ import annotations
 
+import os
 import re
 import socket
+import threading
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +19,13 @@ import requests
 
 from wsnmom.client import NotificationConsumer
 from wsnmom.testing import middleware
-from wsnmom.testing.gateway import Gateway, GatewayFailed, free_port, start_gateway
+from wsnmom.testing.gateway import (
+    Gateway,
+    GatewayFailed,
+    _listens_on,
+    free_port,
+    start_gateway,
+)
 from wsnmom.testing.middleware import MiddlewareUnavailable, resolve_middleware
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "testing.md"
@@ -252,3 +261,43 @@ def test_a_given_port_never_moves(tmp_path: Path, occupied: Callable[[int], None
     with pytest.raises(GatewayFailed, match="wsnmom serve exited"):
         gateway.start()
     assert gateway.port == port and gateway.port_taken() and not gateway.running
+
+
+def test_another_server_answering_on_the_port_is_not_taken_for_the_gateway(
+    tmp_path: Path,
+) -> None:
+    """A port picked as free may be taken by another HTTP server before the gateway binds
+    it; that server's 200 to ``/readyz`` must not count as the gateway being ready (seen in
+    CI: the test then spoke to the other server and got an empty answer to Subscribe)."""
+
+    class Ready(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    other = ThreadingHTTPServer(("127.0.0.1", 0), Ready)
+    threading.Thread(target=other.serve_forever, daemon=True).start()
+    try:
+        port = other.server_address[1]
+        assert requests.get(f"http://127.0.0.1:{port}/readyz", timeout=5).status_code == 200
+        gateway = Gateway("embedded", f"embedded://{tmp_path / 'mw'}", tmp_path, port)
+        with pytest.raises(GatewayFailed, match="wsnmom serve exited"):
+            gateway.start()
+        assert gateway.port_taken() and not gateway.running
+    finally:
+        other.shutdown()
+        other.server_close()
+
+
+def test_listens_on_sees_only_the_listening_process() -> None:
+    with socket.socket() as listening, socket.socket() as bound_only:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        bound_only.bind(("127.0.0.1", 0))
+        assert _listens_on(os.getpid(), listening.getsockname()[1])
+        assert not _listens_on(os.getpid(), bound_only.getsockname()[1])
+        assert not _listens_on(os.getppid(), listening.getsockname()[1])

@@ -62,6 +62,39 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(s.getsockname()[1])
 
 
+def _listens_on(pid: int, port: int) -> bool:
+    """Whether process ``pid`` holds a TCP socket listening on ``port`` (read from Linux's
+    ``/proc``; elsewhere ``True``, since the caller's HTTP answer is then all there is)."""
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return not Path("/proc/self/fd").is_dir()
+    held = set()
+    for fd in fds:
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            held.add(target[8:-1])
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            rows = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()
+            # fields: slot, local address:port (hex), remote, state (0A = LISTEN), ..., inode
+            if (
+                len(fields) > 9
+                and fields[3] == "0A"
+                and int(fields[1].rsplit(":", 1)[1], 16) == port
+                and fields[9] in held
+            ):
+                return True
+    return False
+
+
 @dataclass
 class Gateway:
     """One ``wsnmom serve`` process (see the module docstring)."""
@@ -162,10 +195,12 @@ class Gateway:
             if self.process.poll() is not None:
                 raise GatewayFailed(f"wsnmom serve exited:\n{self.log_tail()}")
             try:
-                if requests.get(f"{self.base_url}{path}", timeout=1).status_code == 200:
-                    return
+                answered = requests.get(f"{self.base_url}{path}", timeout=1).status_code == 200
             except requests.RequestException:
-                pass
+                answered = False
+            # another process that took the port first may answer too, until ours exits
+            if answered and _listens_on(self.process.pid, self.port):
+                return
             time.sleep(0.1)
         raise GatewayFailed(f"wsnmom serve not ready after {timeout}s:\n{self.log_tail()}")
 

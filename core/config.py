@@ -190,6 +190,32 @@ class MiddlewareSettings:
 
 
 @dataclass(slots=True)
+class FilterSettings:
+    """MessageContent filters: what an expression may use, what evaluating it may cost
+    (docs/security.md)."""
+
+    #: allow the EXSLT regular-expression functions (``re:test``, ``re:match``,
+    #: ``re:replace``); their time is unbounded (backtracking), so they are off unless
+    #: an operator trusts the subscribers or keeps ``isolation = "process"``
+    exslt_regex: bool = False
+    #: longest expression accepted, characters
+    max_expression_length: int = field(default=2048, metadata=limits(1, 1_000_000))
+    #: deepest nesting of parentheses and predicates accepted
+    max_nesting: int = field(default=16, metadata=limits(1, 1000))
+    #: "process": evaluated in worker processes, each message within ``cpu_limit`` and
+    #: ``memory`` (a subscription whose filter exceeds them is ended with
+    #: SubscriptionEnd); "inline": in the delivery threads without any budget (trusted
+    #: subscribers only)
+    isolation: Literal["process", "inline"] = "process"
+    #: CPU seconds parsing and evaluating one message may take
+    cpu_limit: float = field(default=0.5, metadata=limits(above=0, maximum=3600))
+    #: address space of each evaluation process, MiB
+    memory: int = field(default=512, metadata=limits(64))
+    #: evaluation processes (shared by all subscriptions)
+    processes: int = field(default=2, metadata=limits(1, 64))
+
+
+@dataclass(slots=True)
 class Settings:
     """Everything the gateway can be configured with."""
 
@@ -238,6 +264,7 @@ class Settings:
     delivery: DeliverySettings = field(default_factory=DeliverySettings)
     outbound: OutboundSettings = field(default_factory=OutboundSettings)
     middleware: MiddlewareSettings = field(default_factory=MiddlewareSettings)
+    filters: FilterSettings = field(default_factory=FilterSettings)
     #: dotted setting name -> where its value came from ("WSNMOM_PORT=9090", a file,
     #: "--port=9090"); settings left at their default are absent
     origins: dict[str, str] = field(

@@ -6,19 +6,22 @@ that only appends to the channel's in-memory queue (bounded by the adapter prefe
 schedules the channel.  A fixed pool of worker threads (``delivery.workers``) runs scheduled
 channels; a channel is run by at most one worker at a time, which keeps per-consumer order.
 
-A run takes up to ``batch_size`` messages from the head of the queue, passes each through
-``prepare`` (decode + residual topic / MessageContent filter: a message that does not match
-is acked at once and never delivered) and hands the rest to ``send`` as one batch (one
-wrapped Notify).  Success acks the batch.  An *ordered* channel (the adapter needs
-acknowledgements in arrival order: Kafka offsets, MQTT PUBACK order) acks a filtered
-message only once every message before it is settled: it stays with the batch and is
-acked after it, in order.  ``DeliveryFailed`` keeps the batch (unsettled at
+A run takes up to ``batch_size`` messages from the head of the queue, passes them through
+``prepare`` together (decode + residual topic / MessageContent filter, one verdict per
+message: a message that does not match is acked at once and never delivered) and hands
+the rest to ``send`` as one batch (one wrapped Notify).  ``prepare`` raising
+:class:`EndSubscription` (a filter exceeded its evaluation budget) stops the channel and
+calls ``on_give_up`` at once, as a give-up does.  Success acks the batch.  An *ordered*
+channel (the adapter needs acknowledgements in arrival order: Kafka offsets, MQTT PUBACK
+order) acks a filtered message only once every message before it is settled: it stays
+with the batch and is acked after it, in order.  ``DeliveryFailed`` keeps the batch (unsettled at
 the middleware) as the channel's *pending* batch and arms a timer: exponential backoff
 ``initial_delay * multiplier**(n-1)`` capped at ``max_delay``; no thread sleeps or spins
 meanwhile.  Later messages wait behind the pending batch, so order holds.  After
 ``max_attempts`` failed attempts the give-up action applies: ``keep`` retries forever at
 ``max_delay`` (the middleware keeps accumulating within its QueueLimits), ``end`` calls the
-channel's ``on_give_up`` (the service ends the subscription and publishes SubscriptionEnd).
+channel's ``on_give_up`` with an :class:`EndSubscription` (the service ends the
+subscription and publishes SubscriptionEnd).
 
 ``stop`` (PauseSubscription) stops the adapter handle; messages held in memory are left
 unsettled and are redelivered by the middleware when the channel starts again, so resume
@@ -45,6 +48,17 @@ from wsnmom.core.ports import DeliveryFailed
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+
+class EndSubscription(Exception):
+    """The subscription cannot go on; ``cause`` says why in one word ("delivery": the
+    consumer stayed unreachable, "filter": its filter exceeded its evaluation budget) and
+    ``reason`` in a sentence."""
+
+    def __init__(self, reason: str, cause: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.cause = cause
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,9 +127,9 @@ class Channel(Generic[T]):
         engine: DeliveryEngine,
         name: str,
         handle: SubscriptionHandle,
-        prepare: Callable[[Received], T | None],
+        prepare: Callable[[Sequence[Received]], Sequence[T | None]],
         send: Callable[[Sequence[T]], None],
-        on_give_up: Callable[[str], None],
+        on_give_up: Callable[[EndSubscription], None],
         batch_size: int,
         ordered: bool = False,
     ) -> None:
@@ -231,12 +245,12 @@ class Channel(Generic[T]):
         ok = True
         reason = ""
         try:
-            for received in take:
-                try:
-                    item = self.prepare(received)
-                except Exception:
-                    log.exception("subscription %s: cannot prepare a message; dropped", self.name)
-                    item = None
+            try:
+                items = self._prepare(take)
+            except EndSubscription as end:
+                self._end(gen, take, end)
+                return
+            for received, item in zip(take, items, strict=True):
                 if item is None:
                     metrics.NOTIFICATIONS_FILTERED.inc()
                     if self.ordered and any(i is not None for _, i in pending):
@@ -261,6 +275,50 @@ class Channel(Generic[T]):
             with self._lock:
                 self._running = False
         self._after_send(gen, pending, ok, reason)
+
+    def _prepare(self, take: list[Received]) -> Sequence[T | None]:
+        """``prepare`` over ``take``; when it fails, message by message, so that only a
+        message that cannot be prepared is dropped."""
+        if not take:
+            return []
+        try:
+            return self.prepare(take)
+        except EndSubscription:
+            raise
+        except Exception:
+            log.exception("subscription %s: cannot prepare a batch; one by one", self.name)
+        items: list[T | None] = []
+        for received in take:
+            try:
+                items.extend(self.prepare([received]))
+            except EndSubscription:
+                raise
+            except Exception:
+                log.exception("subscription %s: cannot prepare a message; dropped", self.name)
+                items.append(None)
+        return items
+
+    def _end(self, gen: int, take: list[Received], end: EndSubscription) -> None:
+        """``prepare`` said the subscription cannot go on: stop and hand over."""
+        with self._lock:
+            self._running = False
+            current = gen == self._gen and not self._stopped
+            if current:
+                self._stopped = True
+                self._gen += 1
+                self._queue = None
+                self._pending = []
+        if not current:
+            for received in take:
+                _settle(received, ack=False)
+            return
+        # like a give-up: what is held stays unsettled; the subscription is being ended
+        log.warning("subscription %s: %s", self.name, end.reason)
+        try:
+            self.handle.stop()
+        except Exception:
+            log.debug("stopping the handle failed", exc_info=True)
+        self.engine._spawn(lambda: self.on_give_up(end))
 
     def _after_send(
         self, gen: int, pending: list[tuple[Received, T | None]], ok: bool, reason: str
@@ -313,7 +371,8 @@ class Channel(Generic[T]):
                 self.handle.stop()
             except Exception:
                 log.debug("stopping the handle failed", exc_info=True)
-            self.engine._spawn(lambda: self.on_give_up(reason))
+            end = EndSubscription(reason, "delivery")
+            self.engine._spawn(lambda: self.on_give_up(end))
         elif delay is not None:
             log.info(
                 "subscription %s: delivery failed (%s); retry %d in %.3fs",
@@ -359,9 +418,9 @@ class DeliveryEngine:
         self,
         name: str,
         handle: SubscriptionHandle,
-        prepare: Callable[[Received], T | None],
+        prepare: Callable[[Sequence[Received]], Sequence[T | None]],
         send: Callable[[Sequence[T]], None],
-        on_give_up: Callable[[str], None],
+        on_give_up: Callable[[EndSubscription], None],
         *,
         batch_size: int = 10,
         ordered: bool = False,

@@ -28,12 +28,14 @@ from wsnmom.core import errors, metrics
 from wsnmom.core.adapter import AdapterError
 from wsnmom.core.addresses import ResourceKind, parse_resource_path, resource_address
 from wsnmom.core.context import BrokerContext
+from wsnmom.core.delivery import EndSubscription
 from wsnmom.core.filters import (
     CompiledFilter,
     MessageContentFilter,
     check_producer_properties,
     compile_topic_filter,
     concrete_topic,
+    probe,
     topic_errors,
 )
 from wsnmom.core.inbound import Inbound
@@ -90,7 +92,10 @@ class Subscriptions:
                     memo[key] = expr
         if producer_properties is not None:
             check_producer_properties(producer_properties)
-        mc = MessageContentFilter(content) if content is not None else None
+        mc: MessageContentFilter | None = None
+        if content is not None:
+            mc = MessageContentFilter(content, self._ctx.filter_rules)
+            probe(mc, self._ctx.content_evaluator)
         return CompiledFilter(expr, mc)
 
     def end_topic(self, source: ExpressionSource | None) -> tuple[Topic, str] | None:
@@ -286,13 +291,17 @@ class Subscriptions:
         """Administrative removal: destroy and publish SubscriptionEnd (NCIA Annex 1)."""
         self.finish(self._ctx.registry.live_subscription(subscription_id), reason)
 
-    def give_up(self, subscription_id: str, reason: str) -> None:
-        """The retry policy gave up on the consumer: end the subscription."""
+    def give_up(self, subscription_id: str, end: EndSubscription) -> None:
+        """Delivery cannot go on (the retry policy gave up on the consumer, or the filter
+        exceeded its evaluation budget): end the subscription."""
         state = self._ctx.registry.subscriptions.get(subscription_id)
         if state is None:
             return
-        metrics.SUBSCRIPTIONS_ENDED.labels(reason="delivery").inc()
-        self.finish(state, f"consumer unreachable: {reason}")
+        metrics.SUBSCRIPTIONS_ENDED.labels(reason=end.cause).inc()
+        if end.cause == "delivery":
+            self.finish(state, f"consumer unreachable: {end.reason}")
+        else:
+            self.finish(state, end.reason)
 
     def finish(self, state: LiveSubscription, reason: str) -> None:
         """End a subscription for a reason other than Unsubscribe/expiry."""

@@ -1,0 +1,114 @@
+"""Helpers for the robustness and abuse tests: real gateways (``wsnmom serve`` on loopback,
+embedded middleware) with the settings a test needs, raw SOAP posts, and a prober that
+measures how fast ``/healthz`` answers while a test attacks the gateway."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+import requests
+
+from tests.fixtures.server import RunningServer, free_port
+from tests.support.soap import content_type, envelope
+
+pytestmark = pytest.mark.e2e
+
+
+def start_server(env: dict[str, str] | None = None, *, name: str = "embedded") -> RunningServer:
+    """A started embedded gateway with ``env`` settings (stop it with :func:`stop_server`)."""
+    data_dir = Path(tempfile.mkdtemp(prefix="wsnmom-sec-"))
+    server = RunningServer(
+        name, f"embedded://{data_dir / 'middleware'}", data_dir, free_port(), extra_env=env or {}
+    )
+    server.start()
+    return server
+
+
+def stop_server(server: RunningServer) -> None:
+    """Stop ``server`` and remove its data."""
+    try:
+        server.stop()
+    finally:
+        shutil.rmtree(server.data_dir, ignore_errors=True)
+
+
+@pytest.fixture
+def gateway_factory() -> Iterator[Callable[..., RunningServer]]:
+    """Start gateways with given settings; all are stopped after the test."""
+    made: list[RunningServer] = []
+
+    def make(env: dict[str, str] | None = None) -> RunningServer:
+        server = start_server(env)
+        made.append(server)
+        return server
+
+    try:
+        yield make
+    finally:
+        for server in made:
+            if server.running is False and server.process is not None:
+                print(f"\n--- gateway log tail ---\n{server.log_tail()}")
+            stop_server(server)
+
+
+def post(url: str, body: str, *, version: str = "1.2", timeout: float = 10) -> requests.Response:
+    """POST a SOAP envelope with ``body``."""
+    return requests.post(
+        url,
+        data=envelope(body, version=version),
+        headers={"Content-Type": content_type(version)},
+        timeout=timeout,
+    )
+
+
+@dataclass
+class HealthProbe:
+    """Calls ``/healthz`` in a loop on its own thread and records each latency; a request
+    that fails or takes longer than ``timeout`` counts as ``timeout`` seconds."""
+
+    base_url: str
+    interval: float = 0.05
+    timeout: float = 5.0
+    latencies: list[float] = field(default_factory=list)
+    failures: int = 0
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def __enter__(self) -> HealthProbe:
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(self.timeout + 2)
+
+    def _run(self) -> None:
+        session = requests.Session()
+        while not self._stop.is_set():
+            started = time.monotonic()
+            try:
+                ok = (
+                    session.get(f"{self.base_url}/healthz", timeout=self.timeout).status_code
+                    == 200
+                )
+            except requests.RequestException:
+                ok = False
+            elapsed = time.monotonic() - started
+            if not ok:
+                self.failures += 1
+                elapsed = max(elapsed, self.timeout)
+            self.latencies.append(elapsed)
+            self._stop.wait(self.interval)
+
+    @property
+    def worst(self) -> float:
+        return max(self.latencies, default=0.0)

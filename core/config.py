@@ -190,6 +190,23 @@ class MiddlewareSettings:
 
 
 @dataclass(slots=True)
+class ConnectionSettings:
+    """HTTP connections: how many, and how long a client may take to send a request
+    (docs/security.md); 0 = no limit."""
+
+    #: open connections at most; more are answered 503 and closed
+    limit: int = field(default=1000, metadata=limits(0, 100_000))
+    #: open connections per client address (``trusted_proxies`` are exempt)
+    per_client: int = field(default=64, metadata=limits(0, 100_000))
+    #: seconds a request's line and headers may take to arrive
+    header_timeout: float = field(default=10.0, metadata=limits(0))
+    #: seconds a request's body may take to arrive after its headers
+    body_timeout: float = field(default=60.0, metadata=limits(0))
+    #: seconds a connection may sit without a request (keep-alive)
+    idle_timeout: float = field(default=30.0, metadata=limits(0))
+
+
+@dataclass(slots=True)
 class FilterSettings:
     """MessageContent filters: what an expression may use, what evaluating it may cost
     (docs/security.md)."""
@@ -265,6 +282,7 @@ class Settings:
     outbound: OutboundSettings = field(default_factory=OutboundSettings)
     middleware: MiddlewareSettings = field(default_factory=MiddlewareSettings)
     filters: FilterSettings = field(default_factory=FilterSettings)
+    connections: ConnectionSettings = field(default_factory=ConnectionSettings)
     #: dotted setting name -> where its value came from ("WSNMOM_PORT=9090", a file,
     #: "--port=9090"); settings left at their default are absent
     origins: dict[str, str] = field(

@@ -29,7 +29,7 @@ import signal
 import struct
 import sys
 from collections import OrderedDict
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from lxml import etree
 
@@ -117,7 +117,10 @@ def serve(inp: BinaryIO, out: BinaryIO) -> None:
                 out.flush()
                 return
             except (etree.XPathError, etree.XMLSyntaxError) as exc:
-                log = exc.error_log if isinstance(exc, etree.XMLSyntaxError) else xpath.error_log
+                # the evaluator's error log (lxml-stubs do not know it) says what failed
+                log: Any = getattr(
+                    exc if isinstance(exc, etree.XMLSyntaxError) else xpath, "error_log", ()
+                )
                 if any(entry.type == _NO_MEMORY for entry in log):
                     signal.setitimer(signal.ITIMER_PROF, 0)
                     out.write(b"M")

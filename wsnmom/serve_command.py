@@ -23,6 +23,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import click
 
+from wsnmom.connections import ConnectionGuard, ConnectionPolicy
 from wsnmom.core.config import Settings, load_settings
 from wsnmom.logs import configure_logging
 from wsnmom.startup import StartupError, explain, open_listeners
@@ -168,17 +169,25 @@ def _run(settings: Settings, debug: bool) -> None:
         for sock in sockets:
             sock.close()
         _fail(explain(exc), exc, debug)
+    guard = ConnectionGuard(ConnectionPolicy.from_settings(settings))
+    c = settings.connections
     try:
         server = waitress.create_server(
             runtime.app,
-            sockets=sockets,
+            sockets=[guard.wrap(s) for s in sockets],
             threads=settings.threads,
             max_request_body_size=settings.max_request_bytes,
             ident="wsnmom",
+            # the guard refuses connections beyond connections.limit before waitress
+            # would stop accepting; poll() has no FD_SETSIZE ceiling
+            connection_limit=(c.limit or 100_000) + 16,
+            asyncore_use_poll=True,
+            channel_timeout=max(c.idle_timeout, c.header_timeout, c.body_timeout) or 120,
         )
     except BaseException:
         runtime.close()
         raise
+    guard.start()
     previous = {s: signal.signal(s, _raise_exit) for s in (signal.SIGTERM, signal.SIGINT)}
     broker, adapter = f"{settings.base_url}/wsn/broker", redact(settings.adapter_url)
     log.info(
@@ -198,6 +207,7 @@ def _run(settings: Settings, debug: bool) -> None:
             server.close()
         except Exception:
             log.debug("closing the HTTP server failed", exc_info=True)
+        guard.stop()
         runtime.close()
         for s, handler in previous.items():
             signal.signal(s, handler)

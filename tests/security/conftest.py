@@ -18,8 +18,6 @@ import requests
 from tests.fixtures.server import RunningServer, free_port
 from tests.support.soap import content_type, envelope
 
-pytestmark = pytest.mark.e2e
-
 
 def start_server(env: dict[str, str] | None = None, *, name: str = "embedded") -> RunningServer:
     """A started embedded gateway with ``env`` settings (stop it with :func:`stop_server`)."""
@@ -97,8 +95,7 @@ class HealthProbe:
             started = time.monotonic()
             try:
                 ok = (
-                    session.get(f"{self.base_url}/healthz", timeout=self.timeout).status_code
-                    == 200
+                    session.get(f"{self.base_url}/healthz", timeout=self.timeout).status_code == 200
                 )
             except requests.RequestException:
                 ok = False

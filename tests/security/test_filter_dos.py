@@ -14,10 +14,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import pytest
+
 from tests.fixtures.server import ConsumerServer, RunningServer, poll
 from tests.support.soap import SIMPLE, XPATH, fault_name, notify_body, subscribe_body
 
 from .conftest import HealthProbe, post
+
+pytestmark = pytest.mark.e2e
 
 RE = "http://exslt.org/regular-expressions"
 NATO = "http://nc3a.nato.int/ces/wsn/extension"
@@ -68,11 +72,15 @@ def test_redos_filter_enabled_by_the_operator_cannot_stall_the_gateway(
         assert sent.status_code == 202, sent.content
         # both subscriptions are ended, each with a SubscriptionEnd naming the budget
         ends = poll(
-            lambda: [
-                m for m in watcher.messages() if m.find(f".//{{{NATO}}}SubscriptionEnd") is not None
-            ]
-            if len(watcher.messages()) >= 2
-            else None,
+            lambda: (
+                [
+                    m
+                    for m in watcher.messages()
+                    if m.find(f".//{{{NATO}}}SubscriptionEnd") is not None
+                ]
+                if len(watcher.messages()) >= 2
+                else None
+            ),
             timeout=20,
             what="two SubscriptionEnd notices",
         )

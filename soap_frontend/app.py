@@ -38,6 +38,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from flask import Blueprint, Flask, Response, current_app, request
 from lxml import etree
+from werkzeug.exceptions import HTTPException
 from wsnmom.core import errors
 from wsnmom.core.model import EndpointReference
 
@@ -50,8 +51,16 @@ from .envelope import (
     content_type_for,
     envelope_bytes,
     parse_request,
+    version_for_media_type,
 )
-from .faults import BaseFaultError, count_fault, count_request, fault_for_error, invalid_log
+from .faults import (
+    BaseFaultError,
+    count_fault,
+    count_request,
+    fault_for_error,
+    invalid_log,
+    transport_fault,
+)
 from .metadata import SCHEMA_FILES, render_wsdl, schema_bytes
 from .public_base import public_base
 from .splice import Spliced
@@ -123,6 +132,7 @@ def create_app(service: Any, settings: Any = None) -> Flask:
         )
     )
     app.extensions["wsnmom.soap"] = Frontend(service, settings)
+    app.register_error_handler(HTTPException, _http_error)
 
     broker = Blueprint("notification_broker", __name__)
 
@@ -246,14 +256,19 @@ class Reply:
 
 #: Flask's default Content-Type of a Response without one (the body-less 202 of one-ways)
 _DEFAULT_CONTENT_TYPE = "text/html; charset=utf-8"
-_PLAIN_TEXT = "text/plain; charset=utf-8"
 
 
 def _endpoint(role: Role, resource_id: str | None) -> Response:
     if request.method == "GET":
         if "wsdl" in {k.lower() for k in request.args}:
             return _wsdl_response()
-        return Response("SOAP endpoint: POST a SOAP envelope\n", status=405, mimetype="text/plain")
+        return _reply_response(
+            _transport_reply(
+                _frontend(),
+                HttpError(405, "this is a SOAP endpoint: POST a SOAP envelope (?wsdl: the WSDL)"),
+                request.headers.get("Accept"),
+            )
+        )
     fe = _frontend()
     reply = soap_post(
         fe,
@@ -265,9 +280,54 @@ def _endpoint(role: Role, resource_id: str | None) -> Response:
         request.path,
         request.args,
     )
+    return _reply_response(reply)
+
+
+def _reply_response(reply: Reply) -> Response:
     return Response(
         reply.body, status=reply.status, content_type=reply.content_type, headers=reply.headers
     )
+
+
+def _soap_bound() -> bool:
+    """Whether the current request is meant for a SOAP endpoint, so that an HTTP error is
+    answered with a SOAP fault: a SOAP content type, or anything but a read under
+    ``/wsn/`` (the admin API excepted)."""
+    if version_for_media_type(request.content_type) is not None:
+        return True
+    path = request.path
+    return (
+        request.method not in ("GET", "HEAD", "OPTIONS")
+        and path.startswith("/wsn/")
+        and not path.startswith("/wsn/admin/")
+    )
+
+
+def _http_error(exc: HTTPException) -> Response | HTTPException:
+    """Werkzeug's HTTP errors (unknown path, method not allowed, body too large, body
+    ended early) on SOAP-bound requests as SOAP faults with the same status."""
+    if not _soap_bound() or exc.code is None or exc.code < 400:
+        return exc
+    message = {
+        404: f"no SOAP endpoint at {request.path} (the broker is /wsn/broker; subscriptions, "
+        "pull points and registrations are /wsn/<kind>/<id>)",
+        405: f"{request.method} is not allowed here: POST a SOAP envelope",
+        413: "the request is larger than max_request_bytes",
+        500: "the broker could not process the request (internal error)",
+    }.get(exc.code, exc.description or exc.name)
+    invalid_log.info("rejected request to %s: %s", request.path, message)
+    error = HttpError(exc.code, message, code="Receiver" if exc.code >= 500 else "Sender")
+    try:
+        fe: Frontend | None = _frontend()
+    except Exception:
+        fe = None
+    response = _reply_response(_transport_reply(fe, error, request.content_type))
+    if exc.code == 405:
+        allowed = exc.get_headers()
+        response.headers.extend([(k, v) for k, v in allowed if k == "Allow"])
+        if "Allow" not in response.headers:
+            response.headers["Allow"] = "GET, POST"
+    return response
 
 
 def soap_post(
@@ -287,7 +347,7 @@ def soap_post(
         req = parse_request(method, content_type, data)
     except HttpError as exc:
         invalid_log.info("rejected request to %s: %s", path, exc.message)
-        return Reply(exc.status, (exc.message + "\n").encode(), _PLAIN_TEXT)
+        return _transport_reply(fe, exc, content_type)
     except SoapProtocolErrorWithContext as exc:
         invalid_log.info("unusable SOAP request to %s: %s", path, exc)
         return _fault(fe, BaseFaultError(str(exc)), exc.version, exc.addressing.message_id)
@@ -308,13 +368,24 @@ def soap_post(
     return Reply(200, data, content_type_for(req.version, action))
 
 
-def _fault(fe: Frontend, exc: BaseException, version: Any, relates_to: str | None) -> Reply:
-    now: datetime | None
+def _transport_reply(fe: Frontend | None, exc: HttpError, content_type: str | None) -> Reply:
+    """A request refused before SOAP processing: its HTTP status with a SOAP fault."""
+    now, originator = _fault_context(fe)
+    answer = transport_fault(exc, content_type, now=now, originator=originator)
+    return Reply(answer.status, answer.body, answer.content_type, answer.headers)
+
+
+def _fault_context(fe: Frontend | None) -> tuple[datetime, EndpointReference | None]:
+    """The Timestamp and Originator of a fault."""
     try:
-        now = fe.service.now()
-        originator: EndpointReference | None = EndpointReference(_broker_address(fe.service))
+        assert fe is not None
+        return fe.service.now(), EndpointReference(_broker_address(fe.service))
     except Exception:
-        now, originator = datetime.now(UTC), None
+        return datetime.now(UTC), None
+
+
+def _fault(fe: Frontend, exc: BaseException, version: Any, relates_to: str | None) -> Reply:
+    now, originator = _fault_context(fe)
     fault, action, rendered = fault_for_error(exc, version, now=now, originator=originator)
     count_fault(rendered.fault_name)
     data = envelope_bytes(version, fault, action=action, relates_to=relates_to)

@@ -81,8 +81,8 @@ def limited() -> Iterator[RunningServer]:
 
 
 def connect(server: RunningServer, source: str) -> socket.socket:
-    sock = socket.create_connection(("127.0.0.1", server.port), timeout=5, source_address=(source, 0))
-    return sock
+    address = ("127.0.0.1", server.port)
+    return socket.create_connection(address, timeout=5, source_address=(source, 0))
 
 
 def answer_of(sock: socket.socket) -> bytes:

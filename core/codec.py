@@ -69,6 +69,7 @@ from wsnmom.core.adapter import (
 )
 from wsnmom.core.model import EndpointReference, NotificationMessage
 from wsnmom.core.per_thread import PerThread
+from wsnmom.core.safe_xml import hardened_parser
 from wsnmom.core.store import epr_from_json, epr_to_json
 from wsnmom.topic_mapping.model import Topic
 
@@ -108,20 +109,12 @@ HEADER_REQUEST_ID = "wsnmom-request-id"
 
 XML_CONTENT_TYPES = ("application/xml", "text/xml")
 
-_PARSERS: PerThread[etree.XMLParser] = PerThread(
-    lambda: etree.XMLParser(
-        resolve_entities=False,
-        no_network=True,
-        load_dtd=False,
-        huge_tree=False,
-        remove_comments=False,
-    )
-)
+_PARSERS: PerThread[etree.XMLParser] = PerThread(hardened_parser)
 _XML_CHARS = re.compile("^[\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]*$")
 
 
 def safe_parse(data: bytes) -> etree._Element:
-    """Parse XML without DTDs, entity expansion or network access."""
+    """Parse XML without DTDs, entity expansion, network or file access."""
     return etree.fromstring(data, _PARSERS.get())
 
 

@@ -32,22 +32,12 @@ from collections import OrderedDict
 from typing import Any, BinaryIO
 
 from lxml import etree
+from wsnmom.core.safe_xml import hardened_parser
 
 #: compiled expressions kept (by text, bindings and regex flag)
 CACHE_SIZE = 1024
 #: libxml2's error type of a failed allocation (the address-space limit was reached)
 _NO_MEMORY = etree.ErrorTypes.ERR_NO_MEMORY
-
-
-def _parser() -> etree.XMLParser:
-    return etree.XMLParser(
-        resolve_entities=False,
-        no_network=True,
-        load_dtd=False,
-        huge_tree=False,
-        remove_pis=False,
-        collect_ids=False,
-    )
 
 
 def _read_exact(stream: BinaryIO, n: int) -> bytes | None:
@@ -78,7 +68,7 @@ def _error(text: str) -> bytes:
 
 def serve(inp: BinaryIO, out: BinaryIO) -> None:
     """Answer requests until ``inp`` ends."""
-    parser = _parser()
+    parser = hardened_parser(collect_ids=False)
     cache: OrderedDict[tuple[object, ...], etree.XPath | str] = OrderedDict()
     while True:
         header = _read_exact(inp, 4)

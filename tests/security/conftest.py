@@ -109,3 +109,51 @@ class HealthProbe:
     @property
     def worst(self) -> float:
         return max(self.latencies, default=0.0)
+
+
+SOAP_TYPES = {
+    "http://schemas.xmlsoap.org/soap/envelope/": "text/xml",
+    "http://www.w3.org/2003/05/soap-envelope": "application/soap+xml",
+}
+
+
+@dataclass(frozen=True)
+class Fault:
+    """What a SOAP fault answer says."""
+
+    version: str  # "1.1" or "1.2"
+    code: str  # "Sender", "Receiver" or "VersionMismatch" (1.1 codes mapped)
+    reason: str
+    detail: str | None  # local name of the detail's first element
+
+
+def soap_fault_of(status: int, content_type: str, body: bytes) -> Fault:
+    """The fault a response carries; AssertionError when it is not a well-formed SOAP
+    fault in the envelope version its Content-Type names, with a schema-valid detail."""
+    from lxml import etree
+
+    from tests.support.wsn_schemas import assert_body_valid
+
+    env = etree.fromstring(body)
+    ns = etree.QName(env).namespace
+    assert etree.QName(env).localname == "Envelope" and ns in SOAP_TYPES, body[:300]
+    assert content_type.split(";")[0].strip() == SOAP_TYPES[ns], (content_type, ns)
+    fault = env.find(f"{{{ns}}}Body/{{{ns}}}Fault")
+    assert fault is not None, body[:300]
+    assert_body_valid(env)
+    if ns == "http://schemas.xmlsoap.org/soap/envelope/":
+        raw = (fault.findtext("faultcode") or "").split(":")[-1]
+        code = {"Client": "Sender", "Server": "Receiver"}.get(raw, raw)
+        reason = fault.findtext("faultstring") or ""
+        details = fault.find("detail")
+        version = "1.1"
+    else:
+        code = (fault.findtext(f"{{{ns}}}Code/{{{ns}}}Value") or "").split(":")[-1]
+        reason = fault.findtext(f"{{{ns}}}Reason/{{{ns}}}Text") or ""
+        details = fault.find(f"{{{ns}}}Detail")
+        version = "1.2"
+    first = (
+        next((d for d in details if isinstance(d.tag, str)), None) if details is not None else None
+    )
+    assert status >= 400, status
+    return Fault(version, code, reason, etree.QName(first).localname if first is not None else None)

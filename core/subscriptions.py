@@ -51,6 +51,7 @@ from wsnmom.core.model import (
     new_resource_id,
 )
 from wsnmom.core.outbound_policy import address_refusal
+from wsnmom.core.redaction import redact_url
 from wsnmom.core.registry import LiveSubscription
 from wsnmom.core.subscription_delivery import SubscriptionDelivery
 from wsnmom.core.subscription_end import subscription_end_payload
@@ -152,7 +153,7 @@ class Subscriptions:
             refusal = address_refusal(address, ctx.settings)
             if refusal is not None:
                 raise errors.SubscribeCreationFailed(
-                    f"consumer address {address!r} refused: {refusal}"
+                    f"consumer address {redact_url(address)!r} refused: {refusal}"
                 )
         sub = Subscription(
             id=new_resource_id(),

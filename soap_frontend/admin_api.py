@@ -29,6 +29,7 @@ from typing import Any
 from flask import Blueprint, Response, current_app, request
 from wsnmom.core.lifetimes import is_expired
 from wsnmom.core.model import ExpressionSource, Subscription, SubscriptionState
+from wsnmom.core.redaction import redact_url
 
 from .faults import xsd_datetime
 
@@ -61,7 +62,7 @@ def subscription_json(sub: Subscription, address: str) -> dict[str, Any]:
     return {
         "id": sub.id,
         "address": address,
-        "consumer": sub.consumer.address,
+        "consumer": redact_url(sub.consumer.address),
         "state": "paused" if sub.state is SubscriptionState.PAUSED else "active",
         "created": _time(sub.creation_time),
         "terminates": _time(sub.termination_time),

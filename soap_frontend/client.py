@@ -42,6 +42,7 @@ from urllib.parse import urlsplit
 from lxml import etree
 from wsnmom.core.model import Delivered, EndpointReference, ExpressionSource, SoapVersion
 from wsnmom.core.ports import DeliveryFailed
+from wsnmom.core.redaction import redact_text, redact_url
 
 from . import codec
 from .codec import ACTIONS, FULL, SIMPLE, Op
@@ -100,10 +101,10 @@ class DestinationPolicy:
         """Raise DeliveryFailed(permanent=True) when ``url`` may not be called."""
         parts = urlsplit(url)
         if parts.scheme.lower() not in self.schemes:
-            raise DeliveryFailed(f"scheme of {url!r} is not allowed", permanent=True)
+            raise DeliveryFailed(f"scheme of {redact_url(url)!r} is not allowed", permanent=True)
         host = parts.hostname
         if not host:
-            raise DeliveryFailed(f"{url!r} has no host", permanent=True)
+            raise DeliveryFailed(f"{redact_url(url)!r} has no host", permanent=True)
         if any(self._matches(rule, host, ()) for rule in self.deny):
             raise DeliveryFailed(f"{host} is denied by policy", permanent=True)
         addresses = self._resolve(host, parts.port)
@@ -257,12 +258,14 @@ class SoapClient:
                 read_timeout=timeout,
             )
         except TRANSPORT_ERRORS as exc:
-            raise DeliveryFailed(f"{target.address}: {type(exc).__name__}: {exc}") from None
+            shown = redact_url(target.address)
+            raise DeliveryFailed(redact_text(f"{shown}: {type(exc).__name__}: {exc}")) from None
         if 200 <= status < 300:
             return _reply_body(content)
         permanent, reason = _fault_reason(content)
         raise DeliveryFailed(
-            f"{target.address} answered HTTP {status}" + (f": {reason}" if reason else ""),
+            f"{redact_url(target.address)} answered HTTP {status}"
+            + (f": {redact_text(reason)}" if reason else ""),
             permanent=permanent,
         )
 

@@ -57,6 +57,7 @@ from wsnmom.core.model import (
     Subscription,
     SubscriptionState,
 )
+from wsnmom.core.redaction import redact_url
 from wsnmom.topic_mapping.model import Topic
 
 from .envelope import parse_epr
@@ -816,6 +817,12 @@ def _epr_el(tag: str, epr: EndpointReference) -> etree._Element:
     return add_epr(holder, tag, epr)
 
 
+def _shown_epr_el(tag: str, epr: EndpointReference) -> etree._Element:
+    """An EPR shown in a property document: a password in its address is hidden."""
+    shown = redact_url(epr.address)
+    return _epr_el(tag, epr if shown == epr.address else dataclasses.replace(epr, address=shown))
+
+
 def _fragment(data: bytes | None) -> list[etree._Element]:
     return [parse_fragment(data)] if data else []
 
@@ -855,7 +862,7 @@ def broker_properties(service: Any) -> dict[str, PropertyRenderer]:
 def subscription_properties(sub: Subscription, now: datetime) -> dict[str, PropertyRenderer]:
     """Resource properties of a subscription (SubscriptionManagerRP + WSRL times)."""
     return {
-        T("ConsumerReference"): lambda: [_epr_el(T("ConsumerReference"), sub.consumer)],
+        T("ConsumerReference"): lambda: [_shown_epr_el(T("ConsumerReference"), sub.consumer)],
         T("Filter"): lambda: _fragment(sub.filter_xml),
         T("SubscriptionPolicy"): lambda: _fragment(sub.policy_xml),
         T("CreationTime"): lambda: [_time_el(T("CreationTime"), sub.creation_time)],
@@ -882,7 +889,7 @@ def registration_properties(
         T("CurrentTime"): lambda: [_time_el(T("CurrentTime"), now)],
         T("TerminationTime"): lambda: [_time_el(T("TerminationTime"), reg.termination_time)],
         BR("PublisherReference"): lambda: (
-            [_epr_el(BR("PublisherReference"), reg.publisher_reference)]
+            [_shown_epr_el(BR("PublisherReference"), reg.publisher_reference)]
             if reg.publisher_reference
             else []
         ),

@@ -32,6 +32,7 @@ from lxml import etree
 from wsnmom.core import errors
 from wsnmom.core.errors import WsnError
 from wsnmom.core.model import EndpointReference, SoapVersion
+from wsnmom.core.redaction import redact_text
 
 from .envelope import (
     SOAP_NS,
@@ -208,6 +209,9 @@ def fault_for_error(
         log.error("unexpected error while handling a SOAP request", exc_info=error)
         mapped = InternalError("The broker could not process the request (internal error).")
     error = mapped
+    shown = redact_text(error.description)
+    if shown != error.description:  # a secret in a message (an address, a middleware error)
+        error.description = shown
     moment = now or datetime.now(UTC)
     detail = fault_detail(error, now=moment, originator=originator)
     reason = error.description or error.fault_name
@@ -240,9 +244,9 @@ def transport_fault(
     Upgrade header naming the envelopes spoken here); the version is the request's, else
     the one ``content_type`` names, else SOAP 1.1."""
     version = error.version or version_for_media_type(content_type) or SoapVersion.SOAP11
-    rejected = BaseFaultError(error.message)
+    rejected = BaseFaultError(redact_text(error.message))
     detail = fault_detail(rejected, now=now or datetime.now(UTC), originator=originator)
-    fault = soap_fault(version, error.code, error.message, detail)
+    fault = soap_fault(version, error.code, rejected.description, detail)
     headers = [_upgrade(version)] if error.code == "VersionMismatch" else []
     count_fault(rejected.fault_name)
     data = envelope_bytes(version, fault, action=WSRF_FAULT_ACTION, extra_headers=headers)

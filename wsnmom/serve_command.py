@@ -19,12 +19,12 @@ import sys
 import traceback
 from types import FrameType
 from typing import NoReturn
-from urllib.parse import urlsplit, urlunsplit
 
 import click
 
 from wsnmom.connections import ConnectionGuard, ConnectionPolicy
 from wsnmom.core.config import Settings, load_settings
+from wsnmom.core.redaction import redact_text, redact_url
 from wsnmom.logs import configure_logging
 from wsnmom.startup import StartupError, explain, open_listeners
 
@@ -50,23 +50,10 @@ def _raise_exit(signum: int, frame: FrameType | None) -> None:
     raise SystemExit(0)
 
 
-def redact(url: str) -> str:
-    """``url`` without its password (for logs and the banner)."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return url
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.rpartition("@")[2]
-    user = parts.username or ""
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc}"))
-
-
 def _fail(error: StartupError, exc: BaseException | None, debug: bool) -> NoReturn:
     if debug and exc is not None:
         traceback.print_exception(exc)
-    click.echo(f"wsnmom serve: {error.message}", err=True)
+    click.echo(f"wsnmom serve: {redact_text(error.message)}", err=True)
     sys.exit(int(error.status))
 
 
@@ -147,7 +134,7 @@ def serve(
         )
     except Exception as exc:
         for warning in warnings:
-            click.echo(f"wsnmom serve: warning: {warning}", err=True)
+            click.echo(f"wsnmom serve: warning: {redact_text(warning)}", err=True)
         _fail(explain(exc), exc, debug)
     configure_logging(settings.log_level, settings.log_format, settings.log_levels)
     for warning in warnings:
@@ -189,13 +176,14 @@ def _run(settings: Settings, debug: bool) -> None:
         raise
     guard.start()
     previous = {s: signal.signal(s, _raise_exit) for s in (signal.SIGTERM, signal.SIGINT)}
-    broker, adapter = f"{settings.base_url}/wsn/broker", redact(settings.adapter_url)
+    broker, adapter = f"{settings.base_url}/wsn/broker", redact_url(settings.adapter_url)
+    store = redact_url(settings.store_url)
     log.info(
         "wsnmom broker at %s (adapter %s, store %s)",
         broker,
         adapter,
-        settings.store_url,
-        extra={"broker_url": broker, "adapter_url": adapter, "store_url": settings.store_url},
+        store,
+        extra={"broker_url": broker, "adapter_url": adapter, "store_url": store},
     )
     try:
         server.run()
@@ -212,5 +200,5 @@ def _run(settings: Settings, debug: bool) -> None:
         for s, handler in previous.items():
             signal.signal(s, handler)
     if runtime.exit_status:
-        click.echo(f"wsnmom serve: {runtime.exit_message}", err=True)
+        click.echo(f"wsnmom serve: {redact_text(runtime.exit_message)}", err=True)
         sys.exit(runtime.exit_status)

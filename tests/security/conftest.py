@@ -19,13 +19,20 @@ from tests.fixtures.server import RunningServer, free_port
 from tests.support.soap import content_type, envelope
 
 
-def start_server(env: dict[str, str] | None = None, *, name: str = "embedded") -> RunningServer:
-    """A started embedded gateway with ``env`` settings (stop it with :func:`stop_server`)."""
+def start_server(
+    env: dict[str, str] | None = None, *, name: str = "embedded", wait_for: str = "/readyz"
+) -> RunningServer:
+    """A started embedded gateway with ``env`` settings (stop it with :func:`stop_server`);
+    ``WSNMOM_ADAPTER_URL`` in ``env`` names another middleware."""
     data_dir = Path(tempfile.mkdtemp(prefix="wsnmom-sec-"))
-    server = RunningServer(
-        name, f"embedded://{data_dir / 'middleware'}", data_dir, free_port(), extra_env=env or {}
-    )
-    server.start()
+    env = dict(env or {})
+    url = env.pop("WSNMOM_ADAPTER_URL", f"embedded://{data_dir / 'middleware'}")
+    server = RunningServer(name, url, data_dir, free_port(), extra_env=env)
+    try:
+        server.start(wait_for=wait_for)
+    except BaseException:
+        shutil.rmtree(data_dir, ignore_errors=True)
+        raise
     return server
 
 
@@ -42,8 +49,8 @@ def gateway_factory() -> Iterator[Callable[..., RunningServer]]:
     """Start gateways with given settings; all are stopped after the test."""
     made: list[RunningServer] = []
 
-    def make(env: dict[str, str] | None = None) -> RunningServer:
-        server = start_server(env)
+    def make(env: dict[str, str] | None = None, wait_for: str = "/readyz") -> RunningServer:
+        server = start_server(env, wait_for=wait_for)
         made.append(server)
         return server
 

@@ -168,6 +168,9 @@ class OutboundSettings:
     allow_link_local: bool = False
     #: URL schemes allowed for consumer addresses
     schemes: list[str] = field(default_factory=lambda: ["http", "https"])
+    #: seconds the checked addresses of a host name are reused for outbound calls
+    #: (0: resolve and check before every call)
+    resolve_cache: float = field(default=10.0, metadata=limits(0, 3600))
 
 
 #: field metadata of settings that are bookkeeping, not configurable

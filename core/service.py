@@ -26,11 +26,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from lxml import etree
 from wsnmom.core import metrics
 from wsnmom.core.adapter import Adapter
 from wsnmom.core.config import Settings
@@ -54,10 +52,10 @@ from wsnmom.core.model import (
     Subscription,
 )
 from wsnmom.core.observers import Observers
-from wsnmom.core.outbound_policy import address_refusal
+from wsnmom.core.outbound_policy import OutboundPolicy
 from wsnmom.core.periodic import PeriodicTask
 from wsnmom.core.policy import BrokerPolicy, build_policy
-from wsnmom.core.ports import OutboundSoap
+from wsnmom.core.ports import BrokerProperties, OutboundSoap
 from wsnmom.core.pull_points import PullPoints
 from wsnmom.core.recovery import restore
 from wsnmom.core.registrations import Registrations
@@ -78,28 +76,15 @@ __all__ = [
     "WSNMOM_NS",
     "BrokerProperties",
     "BrokerService",
-    "address_refusal",
     "subscription_end_payload",
 ]
 
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True, slots=True)
-class BrokerProperties:
-    """NotificationBroker resource properties (BRP-01)."""
-
-    #: one Full-dialect expression per member topic (with the namespaces it uses)
-    topic_expressions: list[ExpressionSource]
-    fixed_topic_set: bool
-    dialects: tuple[str, ...]
-    #: the ``wstop:TopicSet`` element
-    topic_set: etree._Element
-    requires_registration: bool
-
-
 class BrokerService:
-    """The broker; see the module docstring.  All public methods are thread-safe."""
+    """The broker; see the module docstring.  All public methods are thread-safe.
+    Implements ``core.ports.BrokerPort``, what the SOAP frontend is written against."""
 
     def __init__(
         self,
@@ -113,8 +98,12 @@ class BrokerService:
         autostart: bool = True,
         demand_interval: float = 5.0,
         plugins: PluginManager | None = None,
+        outbound_policy: OutboundPolicy | None = None,
     ) -> None:
         self.settings = settings
+        #: the outbound-address policy; share it with the outbound SOAP client so both
+        #: apply the same rules (built from ``settings.outbound`` when not given)
+        self.outbound_policy = outbound_policy or OutboundPolicy(settings.outbound)
         #: observer hooks are called through it (None: no observers)
         self.plugins = plugins
         self.adapter = adapter
@@ -142,6 +131,7 @@ class BrokerService:
             self.engine,
             Observers(plugins),
             clock,
+            self.outbound_policy,
         )
         self.registry: Registry = ctx.registry
         self._gate = ctx.gate
@@ -306,6 +296,15 @@ class BrokerService:
         """ResumeSubscription: deliver what accumulated, in order; no-op when not paused."""
         self._gate.require_middleware()
         self.subscriptions.resume(subscription_id)
+
+    def live_subscriptions(self) -> list[Subscription]:
+        """Every subscription that has not expired (copies), oldest first."""
+        return self.subscriptions.live()
+
+    def backlog(self, subscription_id: str) -> int | None:
+        """Notifications waiting for a live subscription (None: the middleware cannot
+        tell); ResourceUnknown when unknown or expired."""
+        return self.subscriptions.backlog(subscription_id)
 
     def end_subscription(self, subscription_id: str, reason: str) -> None:
         """Administrative removal: destroy and publish SubscriptionEnd (NCIA Annex 1)."""

@@ -50,7 +50,7 @@ from wsnmom.core.model import (
     SubscriptionState,
     new_resource_id,
 )
-from wsnmom.core.outbound_policy import address_refusal
+from wsnmom.core.outbound_policy import AddressRefused
 from wsnmom.core.redaction import redact_url
 from wsnmom.core.registry import LiveSubscription
 from wsnmom.core.subscription_delivery import SubscriptionDelivery
@@ -150,11 +150,16 @@ class Subscriptions:
         )
         pull_point_id = self.pull_point_for(address)
         if pull_point_id is None:
-            refusal = address_refusal(address, ctx.settings)
-            if refusal is not None:
-                raise errors.SubscribeCreationFailed(
-                    f"consumer address {redact_url(address)!r} refused: {refusal}"
+            try:
+                ctx.policy.check(address)
+            except AddressRefused as exc:
+                error = (
+                    errors.SubscribeCreationFailed
+                    if exc.temporary
+                    else (errors.ConsumerAddressRefused)
                 )
+                shown = redact_url(address)
+                raise error(f"consumer address {shown!r} refused: {exc.reason}") from None
         sub = Subscription(
             id=new_resource_id(),
             consumer=req.consumer,
@@ -200,6 +205,27 @@ class Subscriptions:
             except Exception:
                 log.debug("reading the lost count of %s failed", subscription_id, exc_info=True)
         return replace(state.record, messages_lost=lost)
+
+    def live(self) -> list[Subscription]:
+        """Every subscription that has not expired (copies), oldest first."""
+        registry = self._ctx.registry
+        now = self._ctx.now()
+        with registry.lock:
+            records = [state.record for state in registry.subscriptions.values()]
+        live = [replace(s) for s in records if not is_expired(s.termination_time, now)]
+        return sorted(live, key=lambda s: (s.creation_time, s.id))
+
+    def backlog(self, subscription_id: str) -> int | None:
+        """Notifications waiting for the subscription (None: the middleware cannot tell
+        or has no queue for it); ResourceUnknown when unknown or expired."""
+        state = self._ctx.registry.live_subscription(subscription_id)
+        if state.handle is None:
+            return None
+        try:
+            return state.handle.depth()
+        except Exception:
+            log.debug("reading the backlog of %s failed", subscription_id, exc_info=True)
+            return None
 
     def renew(
         self, subscription_id: str, termination: RequestedTime, *, invalid: bool = False

@@ -27,8 +27,9 @@ from datetime import datetime
 from typing import Any
 
 from flask import Blueprint, Response, current_app, request
-from wsnmom.core.lifetimes import is_expired
+from wsnmom.core import errors
 from wsnmom.core.model import ExpressionSource, Subscription, SubscriptionState
+from wsnmom.core.ports import BrokerPort
 from wsnmom.core.redaction import redact_url
 
 from .faults import xsd_datetime
@@ -97,12 +98,9 @@ def _refused() -> Response | None:
     return None
 
 
-def _live(service: Any) -> list[Subscription]:
-    registry = service.registry
-    now = service.now()
-    with registry.lock:
-        records = [state.record for state in registry.subscriptions.values()]
-    return [s for s in records if not is_expired(s.termination_time, now)]
+def _service() -> BrokerPort:
+    service: BrokerPort = current_app.extensions["wsnmom.soap"].service
+    return service
 
 
 @admin_api.get("/subscriptions")
@@ -110,8 +108,8 @@ def list_subscriptions() -> Response:
     """Every live subscription, oldest first."""
     if (refused := _refused()) is not None:
         return refused
-    service = current_app.extensions["wsnmom.soap"].service
-    subs = sorted(_live(service), key=lambda s: (s.creation_time, s.id))
+    service = _service()
+    subs = sorted(service.live_subscriptions(), key=lambda s: (s.creation_time, s.id))
     items = [subscription_json(s, service.subscription_address(s.id)) for s in subs]
     return _json({"count": len(items), "subscriptions": items})
 
@@ -121,16 +119,14 @@ def show_subscription(subscription_id: str) -> Response:
     """One subscription with the number of notifications waiting for it."""
     if (refused := _refused()) is not None:
         return refused
-    service = current_app.extensions["wsnmom.soap"].service
-    state = service.registry.subscriptions.get(subscription_id)
-    if state is None or is_expired(state.record.termination_time, service.now()):
+    service = _service()
+    try:
+        sub = service.get_subscription(subscription_id)
+        pending = service.backlog(subscription_id)
+    except errors.ResourceUnknown:
         return _json({"error": f"no subscription {subscription_id!r}"}, 404)
-    data = subscription_json(state.record, service.subscription_address(subscription_id))
-    pending: int | None = None
-    if state.handle is not None:
-        try:
-            pending = state.handle.depth()
-        except Exception:
-            pending = None
+    except errors.WsnError as exc:  # the broker is not serving yet
+        return _json({"error": exc.description}, 503)
+    data = subscription_json(sub, service.subscription_address(subscription_id))
     data["pending"] = pending
     return _json(data)

@@ -23,6 +23,7 @@ from wsnmom.core.model import (
     SoapVersion,
     SubscribeRequest,
 )
+from wsnmom.core.outbound_policy import OutboundPolicy
 from wsnmom.core.ports import DeliveryFailed
 from wsnmom.core.service import BrokerService
 from wsnmom.core.store import SqliteStore
@@ -213,6 +214,8 @@ class Broker:
     plugins: Any = None
     #: adapter URL template (``{tmp}`` = the broker's directory); default embedded
     adapter_url: str | None = None
+    #: resolves names for the outbound policy (None: the system resolver)
+    resolver: Any = None
 
     def start(self) -> BrokerService:
         if self.adapter_url is None:
@@ -233,6 +236,7 @@ class Broker:
             clock=self.clock,
             demand_interval=0.2,
             plugins=self.plugins,
+            outbound_policy=OutboundPolicy(self.settings.outbound, resolver=self.resolver),
         )
         return self.service
 
@@ -271,6 +275,7 @@ def make_broker(
         *,
         plugins: Any = None,
         adapter_url: str | None = None,
+        resolver: Any = None,
         **overrides: Any,
     ) -> Broker:
         b = Broker(
@@ -281,6 +286,7 @@ def make_broker(
             topic_set or (lambda: TopicSet(fixed=False)),
             plugins=plugins,
             adapter_url=adapter_url,
+            resolver=resolver,
         )
         brokers.append(b)
         b.start()

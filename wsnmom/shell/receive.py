@@ -26,6 +26,7 @@ from wsnmom.client import (
     Subscription,
     WsnClient,
 )
+from wsnmom.core.addresses import ResourceKind
 
 from .common import (
     broker_options,
@@ -277,7 +278,7 @@ def pull_command(
     timeout: float,
 ) -> None:
     """Take the notifications waiting in a pull point (GetMessages) and print them."""
-    address = resource_address(broker, "pullpoints", pull_point)
+    address = resource_address(broker, ResourceKind.PULL_POINT, pull_point)
     total = 0
     with reporting(), make_client(broker, ns_pairs, soap11, timeout) as client:
         pp: PullPoint = client.pull_point(address)

@@ -15,6 +15,7 @@ import click
 import requests
 
 from wsnmom.client import ClientError, Subscription
+from wsnmom.core.addresses import ResourceKind
 
 from .common import base_url, broker_options, make_client, reporting, resource_address
 
@@ -89,7 +90,7 @@ def show_command(
     timeout: float,
 ) -> None:
     """Show one subscription's properties (WS-ResourceProperties)."""
-    address = resource_address(broker, "subscriptions", subscription)
+    address = resource_address(broker, ResourceKind.SUBSCRIPTION, subscription)
     with reporting(), make_client(broker, ns_pairs, soap11, timeout) as client:
         props = client.subscription(address).properties()
     consumer = props.consumer_reference
@@ -126,7 +127,9 @@ def delete_command(
     failed = 0
     with make_client(broker, ns_pairs, soap11, timeout) as client:
         for item in subscriptions_:
-            sub: Subscription = client.subscription(resource_address(broker, "subscriptions", item))
+            sub: Subscription = client.subscription(
+                resource_address(broker, ResourceKind.SUBSCRIPTION, item)
+            )
             try:
                 sub.unsubscribe()
             except ClientError as exc:

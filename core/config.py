@@ -210,6 +210,18 @@ class ConnectionSettings:
 
 
 @dataclass(slots=True)
+class LoopSettings:
+    """Notifications that come back to the gateway through other gateways
+    (docs/security.md)."""
+
+    #: this gateway's id in the hop marker of the notifications it publishes; "" = a
+    #: random id at every start (gateways sharing one store and middleware may share one)
+    gateway_id: str = field(default="", metadata=limits(check="gateway_id"))
+    #: gateways a notification may pass through; one that went through more is dropped
+    max_hops: int = field(default=8, metadata=limits(1, 1000))
+
+
+@dataclass(slots=True)
 class FilterSettings:
     """MessageContent filters: what an expression may use, what evaluating it may cost
     (docs/security.md)."""
@@ -286,6 +298,7 @@ class Settings:
     middleware: MiddlewareSettings = field(default_factory=MiddlewareSettings)
     filters: FilterSettings = field(default_factory=FilterSettings)
     connections: ConnectionSettings = field(default_factory=ConnectionSettings)
+    loops: LoopSettings = field(default_factory=LoopSettings)
     #: dotted setting name -> where its value came from ("WSNMOM_PORT=9090", a file,
     #: "--port=9090"); settings left at their default are absent
     origins: dict[str, str] = field(

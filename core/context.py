@@ -23,6 +23,7 @@ from wsnmom.core.delivery import DeliveryEngine
 from wsnmom.core.filter_sandbox import ContentEvaluator, InlineEvaluator, SandboxEvaluator
 from wsnmom.core.lifetimes import resolve_termination
 from wsnmom.core.limits import LimitKeeper
+from wsnmom.core.loops import LoopGuard, new_gateway_id
 from wsnmom.core.model import INFINITE, RequestedTime
 from wsnmom.core.observers import Observers
 from wsnmom.core.outbound_policy import OutboundPolicy
@@ -83,6 +84,10 @@ class BrokerContext:
             adapter,
             grace=settings.middleware.grace,
             retry_after=settings.middleware.retry_after,
+        )
+        #: this gateway's id in hop markers; drops notifications that looped
+        self.loop_guard = LoopGuard(
+            settings.loops.gateway_id or new_gateway_id(), settings.loops.max_hops
         )
         f = settings.filters
         #: what MessageContent filters may use

@@ -38,6 +38,7 @@ from wsnmom.core.demand import DemandManager
 from wsnmom.core.filters import MESSAGE_CONTENT_DIALECTS
 from wsnmom.core.inbound import Inbound
 from wsnmom.core.lifetimes import utc_now
+from wsnmom.core.loops import SelfAddressRule
 from wsnmom.core.model import (
     CreatePullPointRequest,
     EndpointReference,
@@ -104,6 +105,15 @@ class BrokerService:
         #: the outbound-address policy; share it with the outbound SOAP client so both
         #: apply the same rules (built from ``settings.outbound`` when not given)
         self.outbound_policy = outbound_policy or OutboundPolicy(settings.outbound)
+        # the gateway's own endpoints are never a consumer or a publisher (loops)
+        self.outbound_policy.add_rule(
+            SelfAddressRule(
+                settings.base_url,
+                settings.host,
+                settings.port,
+                resolver=self.outbound_policy.resolver,
+            )
+        )
         #: observer hooks are called through it (None: no observers)
         self.plugins = plugins
         self.adapter = adapter

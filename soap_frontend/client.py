@@ -102,10 +102,12 @@ class SoapClient:
         if use_raw:
             for d in messages:
                 body = codec.raw_payload(d.message)
-                self._post(consumer, where, soap_version, body, action, timeout)
+                hops = codec.hops_header([d.message.via])
+                self._post(consumer, where, soap_version, body, action, timeout, hops)
         else:
             body = codec.notify_element(messages)
-            self._post(consumer, where, soap_version, body, action, timeout)
+            hops = codec.hops_header([d.message.via for d in messages])
+            self._post(consumer, where, soap_version, body, action, timeout, hops)
 
     # --- demand-based publishing ---------------------------------------------------------
     def subscribe(
@@ -170,8 +172,11 @@ class SoapClient:
         body: etree._Element | Spliced,
         action: str,
         timeout: float,
+        hops: etree._Element | None = None,
     ) -> etree._Element | None:
         headers = [_reference_header(p) for p in target.reference_parameters]
+        if hops is not None:
+            headers.append(hops)
         data = envelope_bytes(
             version, body, action=action, to=target.address, extra_headers=headers
         )

@@ -41,6 +41,7 @@ from typing import Any, Final, cast
 import isodate
 from lxml import etree
 from wsnmom.core import errors
+from wsnmom.core.codec import parse_via
 from wsnmom.core.model import (
     CreatePullPointRequest,
     Delivered,
@@ -398,6 +399,41 @@ def parse_notify(body: etree._Element) -> list[InboundNotification]:
     if not out:
         raise BaseFaultError("Notify contains no wsnt:NotificationMessage")
     return out
+
+
+#: the hop marker header block and its per-message entries (``core.loops``)
+HOPS = qname(WSNMOM, "Hops")
+VIA = qname(WSNMOM, "Via")
+
+
+def hops_header(vias: Sequence[tuple[str, ...]]) -> etree._Element | None:
+    """The ``wsnmom:Hops`` header block for the messages of one outbound Notify (one
+    ``wsnmom:Via`` per NotificationMessage, in order, listing the gateways it was
+    published through); None when no message has been through a gateway."""
+    if not any(vias):
+        return None
+    hops = etree.Element(HOPS, nsmap={"wsnmom": WSNMOM})
+    for via in vias:
+        etree.SubElement(hops, VIA).text = " ".join(via)
+    return hops
+
+
+def apply_hops(
+    headers: Sequence[etree._Element], messages: list[InboundNotification]
+) -> list[InboundNotification]:
+    """``messages`` with the via lists of a ``wsnmom:Hops`` header among ``headers``:
+    one ``wsnmom:Via`` per NotificationMessage, or one for all of them; a header that
+    fits neither is ignored (as are malformed gateway ids)."""
+    hops = next((h for h in headers if h.tag == HOPS), None)
+    if hops is None:
+        return messages
+    vias = [parse_via(v.text or "") for v in hops if v.tag == VIA]
+    if len(vias) == 1:
+        shared = vias[0]  # one object for all: core stamps it once
+        return [dataclasses.replace(m, via=shared) for m in messages]
+    if len(vias) != len(messages):
+        return messages
+    return [dataclasses.replace(m, via=v) for m, v in zip(messages, vias, strict=True)]
 
 
 def parse_register_publisher(body: etree._Element) -> RegisterPublisherRequest:

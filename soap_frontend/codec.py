@@ -878,7 +878,9 @@ def broker_properties(service: BrokerPort) -> dict[str, PropertyRenderer]:
         T("TopicExpressionDialect"): lambda: [
             _el(T("TopicExpressionDialect"), d) for d in props().dialects
         ],
-        qname(WSTOP, "TopicSet"): lambda: [parse_fragment(etree.tostring(props().topic_set))],
+        # a copy (a serialised round trip in the default ASCII encoding turned a non-ASCII
+        # topic name into a character reference, which no element name may contain)
+        qname(WSTOP, "TopicSet"): lambda: [copy.deepcopy(props().topic_set)],
         BR("RequiresRegistration"): lambda: [
             _el(BR("RequiresRegistration"), _bool(props().requires_registration))
         ],

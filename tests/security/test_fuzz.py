@@ -296,6 +296,8 @@ SPECIAL_TEXT = [
     "",
     " ",
     "npex:SomeTopic",
+    "npex:gr\u00fc\u00dfe",
+    "npex:\u65e5\u672c/\u8a9e",
     "npex:*",
     "npex:a//.",
     "npex:a | npex:b//*",

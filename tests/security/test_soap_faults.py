@@ -127,3 +127,19 @@ def test_unknown_envelope_namespace_is_a_version_mismatch(
     resp = requests.post(gateway.broker_url, data=data, headers={"Content-Type": CT[version]})
     check(resp, 500, version, code="VersionMismatch")
     assert b"SupportedEnvelope" in resp.content
+
+
+def test_non_ascii_topic_names_keep_the_broker_properties_readable(
+    gateway: RunningServer,
+) -> None:
+    """Found by the fuzz suite: a topic with a non-ASCII name made every later
+    GetResourcePropertyDocument of the broker an internal error."""
+    body = notify_body(("tns:gr\u00fc\u00dfe", "<m/>"))
+    assert post_soap(gateway.broker_url, body).status_code == 202
+    props = post_soap(gateway.broker_url, "<wsrf-rp:GetResourcePropertyDocument/>")
+    assert props.status_code == 200, props.content[:500]
+    assert "gr\u00fc\u00dfe" in props.content.decode()
+
+
+def post_soap(url: str, body: str) -> requests.Response:
+    return requests.post(url, data=envelope(body), headers={"Content-Type": CT["1.2"]}, timeout=10)

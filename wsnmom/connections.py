@@ -138,12 +138,17 @@ class Framing:
             return
         if self.phase == WAITING:
             self.phase, self.since, self._head = HEADERS, now, b""
+        offset = 0
         if self.phase == HEADERS:
-            data = self._headers(data, now)
-        if self.phase == BODY and data:
-            data = self._body(data)
-        if self.phase == APP and data:
-            self._pending = data[:_MAX_HEAD]
+            offset = self._headers(data, now)
+            if offset < 0:
+                return
+            if self._head:  # the head came in pieces: continue in the joined bytes
+                data, self._head = self._head, b""
+        if self.phase == BODY and offset < len(data):
+            offset = self._body(data, offset)
+        if self.phase == APP and offset < len(data):
+            self._pending = data[offset : offset + _MAX_HEAD]
 
     def sent(self, now: float) -> None:
         """Response bytes were sent (a 100 Continue during the body changes nothing)."""
@@ -155,18 +160,22 @@ class Framing:
         elif self.phase == WAITING:
             self.since = now
 
-    def _headers(self, data: bytes, now: float) -> bytes:
-        head = self._head + data
-        if self._head == b"" and head[:2] == b"\r\n":
-            head = head.lstrip(b"\r\n")  # stray CRLF between requests (RFC 9112 2.2)
-            if not head:
-                return b""
-        end = head.find(b"\r\n\r\n")
+    def _headers(self, data: bytes, now: float) -> int:
+        """Take the request head from ``data``: the offset of the body in ``data`` (in
+        ``self._head`` when the head came in pieces, which then holds all of it), or -1
+        while the head is incomplete."""
+        head = self._head + data if self._head else data
+        start = 0
+        if not self._head and head[:2] == b"\r\n":
+            start = len(head) - len(head.lstrip(b"\r\n"))  # stray CRLFs (RFC 9112 2.2)
+            if start == len(head):
+                return -1
+        end = head.find(b"\r\n\r\n", start)
         if end < 0:
             self._head = head[-_MAX_HEAD:]
-            return b""
-        block, rest = head[:end].lower(), head[end + 4 :]
-        self._head = b""
+            return -1
+        block = head[start:end].lower()
+        self._head = head if head is not data else b""
         self.phase, self.since = BODY, now
         if b"\ntransfer-encoding:" in block and b"chunked" in _header(block, b"transfer-encoding"):
             self._left, self._chunk = -1, -1
@@ -175,16 +184,18 @@ class Framing:
             self._left = int(length) if length.isdigit() else 0
             if self._left == 0:
                 self.phase = APP
-        return rest
+        return end + 4
 
-    def _body(self, data: bytes) -> bytes:
+    def _body(self, data: bytes, offset: int) -> int:
+        """Take body bytes from ``data[offset:]``; the offset after them."""
         if self._left >= 0:
-            take = min(self._left, len(data))
+            take = min(self._left, len(data) - offset)
             self._left -= take
             if self._left == 0:
                 self.phase = APP
-            return data[take:]
-        return self._chunked(data)
+            return offset + take
+        rest = self._chunked(data[offset:])
+        return len(data) - len(rest)
 
     def _chunked(self, data: bytes) -> bytes:
         i = 0

@@ -265,7 +265,7 @@ def _dispatch(
         raise BaseFaultError(f"{op.local} is not an operation of this endpoint; use the broker")
     if op is Op.NOTIFY:
         messages = codec.parse_notify(body)
-        if role is Role.BROKER and req.addressing.other_headers:
+        if role is not Role.PULL_POINT and req.addressing.other_headers:
             messages = codec.apply_hops(req.addressing.other_headers, messages)
         if role is Role.PULL_POINT:
             service.notify_pull_point(

@@ -32,7 +32,7 @@ from types import TracebackType
 from typing import Any, Final, Self
 
 from wsnmom.core.errors import WsnError
-from wsnmom.soap_frontend.codec import T
+from wsnmom.soap_frontend.codec import HOPS, T
 from wsnmom.soap_frontend.envelope import (
     HttpError,
     SoapProtocolErrorWithContext,
@@ -201,7 +201,8 @@ class NotificationConsumer:
         except SoapProtocolErrorWithContext as exc:
             self._fault(handler, exc, exc.version, exc.addressing.message_id)
             return
-        headers = tuple(copy.deepcopy(h) for h in request.addressing.other_headers)
+        # the echoed reference parameters (the gateway's hop marker is not one)
+        headers = tuple(copy.deepcopy(h) for h in request.addressing.other_headers if h.tag != HOPS)
         try:
             if request.body.tag == T("Notify"):
                 received = wire.notifications(request.body, allow_empty=False)

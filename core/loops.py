@@ -178,10 +178,12 @@ class SelfAddressRule:
                 )
             )
         else:
-            try:
-                listen = {_ip(str(a)) for a in resolver(bare, listen_port)}
-            except OSError:
-                listen = {_ip(bare)}
+            listen = {_ip(bare)}
+            if None in listen:  # a name: its addresses
+                try:
+                    listen = {_ip(str(a)) for a in resolver(bare, listen_port)}
+                except OSError:
+                    listen = set()
             listen.discard(None)
             endpoints.append(
                 _Endpoint(

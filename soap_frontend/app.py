@@ -198,25 +198,25 @@ def _reply_response(reply: Reply) -> Response:
     )
 
 
-def _soap_bound() -> bool:
-    """Whether the current request is meant for a SOAP endpoint, so that an HTTP error is
-    answered with a SOAP fault: a SOAP content type, or anything but a read under
-    ``/wsn/`` (the admin API excepted)."""
-    if version_for_media_type(request.content_type) is not None:
-        return True
+def _soap_bound(code: int) -> bool:
+    """Whether the current request is meant for a SOAP endpoint, so that an HTTP error
+    ``code`` is answered with a SOAP fault: under ``/wsn/`` (the admin API excepted),
+    anything but a plain read; elsewhere, a SOAP message to a path that does not exist
+    (the other endpoints, ``/healthz`` and the like, keep their plain answers)."""
     path = request.path
-    return (
-        request.method not in ("GET", "HEAD", "OPTIONS")
-        and path.startswith("/wsn/")
-        and not path.startswith("/wsn/admin/")
-    )
+    soap_type = version_for_media_type(request.content_type) is not None
+    if path.startswith("/wsn/"):
+        if path.startswith("/wsn/admin/"):
+            return False
+        return soap_type or request.method not in ("GET", "HEAD", "OPTIONS")
+    return code == 404 and soap_type
 
 
 def _http_error(exc: HTTPException) -> Response | HTTPException:
     """Werkzeug's HTTP errors (unknown path, method not allowed, body too large, body
     ended early, an exception escaping a view) on SOAP-bound requests as SOAP faults with
     the same status."""
-    if not _soap_bound() or exc.code is None or exc.code < 400:
+    if exc.code is None or exc.code < 400 or not _soap_bound(exc.code):
         return exc
     message = {
         404: f"no SOAP endpoint at {request.path} (the broker is /wsn/broker; subscriptions, "

@@ -8,6 +8,10 @@ pinned to the same CPU (``bench/cpus.py``), and then alternates load rounds betw
 A B, B A, A B ...  For each round it reads the server process's CPU time from ``/proc``
 and reports the CPU per request and the requests/s, with the median of each side.
 
+``--auth bearer`` (or ``basic``) gives both gateways an admin token and sends it with every
+request: a base without authentication ignores both, so the comparison measures what
+authentication costs the working tree.
+
 Loads: ``notify`` (1-message Notify, no subscription: the ingress path), ``notify-100``
 (100 messages per Notify) and ``push`` (1-message Notify with one push subscription to a
 consumer server: ingress and delivery on the same CPU).  CPU per request is the steadier
@@ -18,6 +22,7 @@ figure on a shared machine (requests/s also moves with the load side).  Only eve
 from __future__ import annotations
 
 import argparse
+import base64
 import os
 import statistics
 import subprocess
@@ -42,8 +47,8 @@ TOPIC = "ab"
 class TreeServer(ServerProcess):
     """A gateway run from another source tree (an exported commit)."""
 
-    def __init__(self, tree: Path, adapter_url: str, workdir: Path) -> None:
-        super().__init__(adapter_url, workdir)
+    def __init__(self, tree: Path, adapter_url: str, workdir: Path, config_extra: str = "") -> None:
+        super().__init__(adapter_url, workdir, config_extra)
         self.tree = tree
 
     def command(self) -> list[str]:
@@ -92,13 +97,28 @@ def _body(kind: str, url: str) -> bytes:
     return soap.notify(url, TOPIC, messages=100 if kind == "notify-100" else 1)
 
 
-def measure_round(side: Side, kind: str, seconds: float, settle: float) -> tuple[float, float]:
+#: the admin token of ``--auth`` and the header each mode sends it in
+AUTH_TOKEN = "bench-ab-admin-token-0123456789"
+AUTH_HEADERS = {
+    "none": {},
+    "bearer": {"Authorization": f"Bearer {AUTH_TOKEN}"},
+    "basic": {
+        "Authorization": "Basic " + base64.b64encode(f"admin:{AUTH_TOKEN}".encode()).decode()
+    },
+}
+
+
+def measure_round(
+    side: Side, kind: str, seconds: float, settle: float, headers: dict[str, str] | None = None
+) -> tuple[float, float]:
     """One load round on ``side``; (CPU µs per request, requests/s)."""
     pid = side.server.pid
     assert pid is not None
     time.sleep(settle)
     before = process_cpu_seconds(pid)
-    result = load.run_load(side.server.broker_url, _body(kind, side.server.broker_url), seconds)
+    result = load.run_load(
+        side.server.broker_url, _body(kind, side.server.broker_url), seconds, headers=headers
+    )
     time.sleep(settle)  # deliveries still under way belong to this round
     spent = process_cpu_seconds(pid) - before
     if result.requests == 0 or result.errors:
@@ -116,6 +136,7 @@ def compare(
     rounds: int,
     seconds: float,
     log: Callable[[str], None] = print,
+    auth: str = "none",
 ) -> list[Side]:
     """Run the comparison; returns the two sides (base first) with their rounds."""
     mw: Middleware = next(cls() for cls in MIDDLEWARES if cls.name == adapter)
@@ -131,12 +152,14 @@ def compare(
             short = export_commit(base, work / "base-tree")
             mw.start(work / "mw")
             consumer = ConsumerProcess().start() if kind == "push" else None
+            headers = AUTH_HEADERS[auth]
+            extra = f'[auth]\nadmin_token = "{AUTH_TOKEN}"\n' if headers else ""
             sides = [
                 Side(
                     f"base {short}",
-                    TreeServer(work / "base-tree", mw.adapter_url(work / "a"), work / "a"),
+                    TreeServer(work / "base-tree", mw.adapter_url(work / "a"), work / "a", extra),
                 ),
-                Side("working tree", ServerProcess(mw.adapter_url(work / "b"), work / "b")),
+                Side("working tree", ServerProcess(mw.adapter_url(work / "b"), work / "b", extra)),
             ]
             try:
                 for pid in mw.pids():
@@ -148,18 +171,20 @@ def compare(
                         kc = client.KeepAliveClient()
                         try:
                             status, _ = kc.post(
-                                url, soap.subscribe(url, consumer.base_url + "/c/0", TOPIC)
+                                url,
+                                soap.subscribe(url, consumer.base_url + "/c/0", TOPIC),
+                                headers=headers,
                             )
                         finally:
                             kc.close()
                         if status != 200:
                             raise RuntimeError(f"{side.label}: Subscribe answered {status}")
-                    load.run_load(url, _body(kind, url), 2.0)  # warm-up
+                    load.run_load(url, _body(kind, url), 2.0, headers=headers)  # warm-up
                 settle = 1.0 if kind == "push" else 0.3
                 for i in range(rounds):
                     order = sides if i % 2 == 0 else sides[::-1]
                     for side in order:
-                        us, rps = measure_round(side, kind, seconds, settle)
+                        us, rps = measure_round(side, kind, seconds, settle, headers)
                         side.rounds.append((us, rps))
                         label = f"  round {i + 1} {side.label:>14}:"
                         log(f"{label} {us:7.1f} µs/request {rps:8,.0f} req/s")
@@ -184,10 +209,19 @@ def main() -> None:
     parser.add_argument("--load", choices=LOADS, default="notify")
     parser.add_argument("--rounds", type=int, default=8, help="rounds per side")
     parser.add_argument("--seconds", type=float, default=4.0, help="length of one round")
+    parser.add_argument(
+        "--auth",
+        choices=sorted(AUTH_HEADERS),
+        default="none",
+        help="give both gateways an admin token and send it (bearer or basic) with each request",
+    )
     args = parser.parse_args()
-    sides = compare(args.base, args.adapter, args.load, args.rounds, args.seconds)
+    sides = compare(args.base, args.adapter, args.load, args.rounds, args.seconds, auth=args.auth)
     (base_us, base_rps), (new_us, new_rps) = (s.medians() for s in sides)
-    print(f"{args.load} on {args.adapter}, {args.rounds} rounds of {args.seconds:g} s per side")
+    print(
+        f"{args.load} on {args.adapter} (auth {args.auth}), {args.rounds} rounds of "
+        f"{args.seconds:g} s per side"
+    )
     for side in sides:
         us, rps = side.medians()
         print(f"  {side.label:>14}: median {us:7.1f} µs/request, {rps:8,.0f} req/s")

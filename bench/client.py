@@ -51,7 +51,11 @@ class KeepAliveClient:
         return self._conn
 
     def post(
-        self, url: str, body: bytes, content_type: str = soap.CONTENT_TYPE
+        self,
+        url: str,
+        body: bytes,
+        content_type: str = soap.CONTENT_TYPE,
+        headers: dict[str, str] | None = None,
     ) -> tuple[int, bytes]:
         """POST and return (status, body); one retry on a dropped keep-alive connection."""
         parts = urlsplit(url)
@@ -59,7 +63,7 @@ class KeepAliveClient:
         for attempt in range(2):
             conn = self._connection(parts.netloc)
             try:
-                conn.request("POST", path, body, {"Content-Type": content_type})
+                conn.request("POST", path, body, {"Content-Type": content_type, **(headers or {})})
                 resp = conn.getresponse()
                 data = resp.read()
                 if resp.getheader("Connection", "").lower() == "close":

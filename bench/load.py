@@ -18,6 +18,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -27,6 +28,7 @@ from bench import soap
 _WRK_LUA = """
 wrk.method = "POST"
 wrk.headers["Content-Type"] = "%(content_type)s"
+%(extra_headers)s
 local f = assert(io.open("%(body_path)s", "rb"))
 wrk.body = f:read("*all")
 f:close()
@@ -65,7 +67,12 @@ def wrk_available() -> bool:
 
 
 def run_wrk(
-    url: str, body: bytes, duration: float, connections: int = 16, threads: int = 2
+    url: str,
+    body: bytes,
+    duration: float,
+    connections: int = 16,
+    threads: int = 2,
+    headers: Mapping[str, str] | None = None,
 ) -> LoadResult:
     """POST ``body`` to ``url`` for ``duration`` seconds with wrk (keep-alive)."""
     with tempfile.TemporaryDirectory(prefix="wsnmom-wrk-") as tmp:
@@ -73,7 +80,14 @@ def run_wrk(
         body_path.write_bytes(body)
         script = Path(tmp) / "post.lua"
         script.write_text(
-            _WRK_LUA % {"content_type": soap.CONTENT_TYPE, "body_path": str(body_path)}
+            _WRK_LUA
+            % {
+                "content_type": soap.CONTENT_TYPE,
+                "body_path": str(body_path),
+                "extra_headers": "\n".join(
+                    f'wrk.headers["{k}"] = "{v}"' for k, v in (headers or {}).items()
+                ),
+            }
         )
         cmd = [
             "wrk",
@@ -111,7 +125,12 @@ def run_wrk(
 
 
 def _py_load_proc(
-    url: str, body: bytes, deadline: float, conns: int, out: multiprocessing.Queue[tuple[int, int]]
+    url: str,
+    body: bytes,
+    deadline: float,
+    conns: int,
+    out: multiprocessing.Queue[tuple[int, int]],
+    headers: dict[str, str] | None = None,
 ) -> None:
     parts = urlsplit(url)
     host, _, port = parts.netloc.partition(":")
@@ -123,7 +142,9 @@ def _py_load_proc(
         ok = err = 0
         while time.time() < deadline:
             try:
-                conn.request("POST", parts.path, body, {"Content-Type": soap.CONTENT_TYPE})
+                conn.request(
+                    "POST", parts.path, body, {"Content-Type": soap.CONTENT_TYPE, **(headers or {})}
+                )
                 resp = conn.getresponse()
                 resp.read()
                 if resp.status < 300:
@@ -148,7 +169,12 @@ def _py_load_proc(
 
 
 def run_python_load(
-    url: str, body: bytes, duration: float, connections: int = 16, processes: int = 2
+    url: str,
+    body: bytes,
+    duration: float,
+    connections: int = 16,
+    processes: int = 2,
+    headers: Mapping[str, str] | None = None,
 ) -> LoadResult:
     """The same load as ``run_wrk`` from ``processes`` Python processes (fallback)."""
     ctx = multiprocessing.get_context("spawn")
@@ -157,7 +183,9 @@ def run_python_load(
     deadline = started + duration
     per = max(1, connections // processes)
     procs = [
-        ctx.Process(target=_py_load_proc, args=(url, body, deadline, per, queue))
+        ctx.Process(
+            target=_py_load_proc, args=(url, body, deadline, per, queue, dict(headers or {}))
+        )
         for _ in range(processes)
     ]
     for p in procs:
@@ -171,11 +199,18 @@ def run_python_load(
     return LoadResult("python", ok + err, secs, err, ok / secs if secs else 0.0)
 
 
-def run_load(url: str, body: bytes, duration: float, connections: int = 16) -> LoadResult:
-    """Keep-alive POST load with wrk when installed, else with the Python generator."""
+def run_load(
+    url: str,
+    body: bytes,
+    duration: float,
+    connections: int = 16,
+    headers: Mapping[str, str] | None = None,
+) -> LoadResult:
+    """Keep-alive POST load with wrk when installed, else with the Python generator;
+    ``headers`` go with every request (credentials)."""
     if wrk_available():
-        return run_wrk(url, body, duration, connections)
-    return run_python_load(url, body, duration, connections)
+        return run_wrk(url, body, duration, connections, headers=headers)
+    return run_python_load(url, body, duration, connections, headers=headers)
 
 
 # --- paced sender -------------------------------------------------------------------------

@@ -321,6 +321,20 @@ class SubscriptionHandle(abc.ABC):
             raise NotImplementedError("this adapter cannot drop the newest messages")
         return len(self.take(count))
 
+    def purge(self) -> int | None:
+        """Drop every waiting message (not handed out): an operator's purge.  Returns how
+        many were dropped, or None when the middleware cannot tell.
+
+        The default asks ``depth()`` and discards that many with ``discard``; it raises
+        ``NotImplementedError`` when the depth is unknown.  Override it when the
+        middleware empties a queue in one step (RabbitMQ ``queue.purge``, one SQL
+        statement).
+        """
+        waiting = self.depth()
+        if waiting is None:
+            raise NotImplementedError("the middleware cannot tell how many messages wait")
+        return self.discard(waiting) if waiting else 0
+
     def lost(self) -> int:
         """Messages the middleware deleted before this subscription read them (a log's
         retention), since the subscription was created.  Core reports the count in the

@@ -62,6 +62,7 @@ __all__ = [
     "env_name",
     "load_settings",
     "parse_duration",
+    "secret_variables",
     "setting_names",
     "validate",
 ]
@@ -148,12 +149,26 @@ class LimitSettings:
 class DeliverySettings:
     """Push delivery engine."""
 
-    #: worker threads shared by all push subscriptions
+    #: worker threads shared by all push subscriptions (always running)
     workers: int = field(default=8, metadata=limits(1, 1024))
     #: notifications per outbound Notify (wrapped form; raw sends one per message)
     batch_size: int = field(default=10, metadata=limits(1))
     #: unsettled messages per subscription held in memory
     prefetch: int = field(default=64, metadata=limits(1, 65535))
+    #: most threads while deliveries wait on slow consumers (at least ``workers``)
+    max_workers: int = field(default=256, metadata=limits(1, 4096))
+    #: most deliveries in progress to one destination (scheme, host, port) at once;
+    #: 0: half of ``workers``
+    per_destination: int = field(default=0, metadata=limits(0, 1024))
+    #: seconds after which a busy thread counts as held by a slow consumer (more threads
+    #: are started when all are)
+    slow_after: float = field(default=0.2, metadata=limits(above=0))
+    #: consecutive deliveries without an answer within ``retry.timeout`` that open a
+    #: destination's circuit
+    breaker_failures: int = field(default=3, metadata=limits(1, 1000))
+    #: seconds a destination's circuit first stays open (doubles after each failed probe,
+    #: up to ``retry.max_delay``)
+    breaker_open: timedelta = field(default=timedelta(seconds=5), metadata=limits(above=0))
 
 
 @dataclass(slots=True)
@@ -247,6 +262,84 @@ class FilterSettings:
     processes: int = field(default=2, metadata=limits(1, 64))
 
 
+class AdminSettings:
+    """The admin page (``/admin``)."""
+
+    #: how long a sign-in on the admin page lasts (the page keeps an admin's verified
+    #: identity in a session cookie)
+    session: timedelta = field(default=timedelta(hours=8), metadata=limits(above=0))
+
+
+@dataclass(slots=True)
+class AuthSettings:
+    """Who may call the gateway (docs/security.md)."""
+
+    #: whether every WS-N request must authenticate: "auto" = yes unless the gateway
+    #: listens on loopback addresses only; "true" / "false" force it
+    required: Literal["auto", "true", "false"] = "auto"
+    #: bearer token of the identity ``admin`` (also its HTTP Basic password): the one
+    #: setting that turns authentication on
+    admin_token: str | None = field(default=None, repr=False, metadata={"secret": True})
+    #: TOML credentials file: identities, hashed passwords and tokens, roles, ACLs, quotas
+    users_file: str | None = None
+    #: the realm of the ``WWW-Authenticate`` challenge
+    realm: str = "wsnmom"
+    #: accept a WS-Security UsernameToken in the SOAP header (PasswordText, PasswordDigest)
+    wsse: bool = True
+    #: how far a UsernameToken's Created may lie from the gateway's clock, and how long its
+    #: nonce is remembered (replays inside the window are refused)
+    wsse_window: timedelta = field(default=timedelta(minutes=5), metadata=limits(above=0))
+    #: request header naming the client identity, believed only from ``trusted_proxies``
+    #: (for example ``X-Client-Identity`` set by a TLS-terminating proxy); None = off
+    proxy_header: str | None = None
+    #: the identity of a TLS client certificate: "subject" (RFC 4514 distinguished name)
+    #: or "cn" (its common name)
+    tls_identity: Literal["subject", "cn"] = "subject"
+    #: any authenticated identity may Pause/Resume any subscription (the third-party
+    #: pause the specification mentions); owners and admins always may
+    third_party_pause: bool = False
+
+
+@dataclass(slots=True)
+class TlsSettings:
+    """HTTPS served by the gateway itself."""
+
+    #: PEM certificate (chain) of the gateway; with ``keyfile`` the gateway speaks HTTPS
+    certfile: str | None = None
+    #: PEM private key of ``certfile`` (None: the key is in ``certfile``)
+    keyfile: str | None = None
+    #: PEM CA certificates that sign client certificates (mutual TLS)
+    client_ca: str | None = None
+    #: with ``client_ca``: "required" refuses clients without a valid certificate,
+    #: "optional" lets them authenticate otherwise
+    client_cert: Literal["required", "optional"] = "required"
+
+
+@dataclass(slots=True)
+class QuotaSettings:
+    """Per-identity and global bounds on what clients may create and send; None = none."""
+
+    #: live subscriptions one identity may own
+    subscriptions: int | None = field(default=10_000, metadata=limits(1))
+    #: live pull points one identity may own
+    pull_points: int | None = field(default=1_000, metadata=limits(1))
+    #: live publisher registrations one identity may own
+    registrations: int | None = field(default=1_000, metadata=limits(1))
+    #: live subscriptions over all identities
+    total_subscriptions: int | None = field(default=250_000, metadata=limits(1))
+    total_pull_points: int | None = field(default=25_000, metadata=limits(1))
+    total_registrations: int | None = field(default=25_000, metadata=limits(1))
+    #: SOAP requests per second one identity may send (anonymous clients: per address)
+    rate: float | None = field(default=None, metadata=limits(above=0))
+    #: requests one identity may send at once above ``rate`` (default: 2 s of ``rate``)
+    burst: int | None = field(default=None, metadata=limits(1))
+    #: SOAP requests per second over all clients
+    total_rate: float | None = field(default=None, metadata=limits(above=0))
+    #: bytes one Notify may make the gateway copy: its payload bytes times the number of
+    #: subscriptions they fan out to
+    notify_fanout_bytes: int | None = field(default=1024**3, metadata=limits(1))
+
+
 @dataclass(slots=True)
 class Settings:
     """Everything the gateway can be configured with."""
@@ -279,6 +372,11 @@ class Settings:
     topic_namespaces: list[str] = field(default_factory=list)
     #: forward the publisher's ProducerReference to consumers (False: anonymous)
     forward_producer_reference: bool = True
+    #: the Dialect of the Topic a consumer receives: "subscriber" (the dialect its
+    #: Subscribe used, as BN §3.1 requires; without a TopicExpression Simple for a root
+    #: topic, Concrete otherwise) or "concrete" (Concrete for every topic and consumer:
+    #: one rendering per topic, leaving BN §3.1 for subscribers of other dialects)
+    topic_dialect: Literal["subscriber", "concrete"] = "subscriber"
     #: seconds the middleware may take to confirm a Notify's messages before the Notify
     #: is answered with a fault (the messages may still arrive: a retry can duplicate
     #: them).  One persistent message routed into 10,000 RabbitMQ queues took over 10 s
@@ -299,6 +397,10 @@ class Settings:
     filters: FilterSettings = field(default_factory=FilterSettings)
     connections: ConnectionSettings = field(default_factory=ConnectionSettings)
     loops: LoopSettings = field(default_factory=LoopSettings)
+    auth: AuthSettings = field(default_factory=AuthSettings)
+    tls: TlsSettings = field(default_factory=TlsSettings)
+    quotas: QuotaSettings = field(default_factory=QuotaSettings)
+    admin: AdminSettings = field(default_factory=AdminSettings)
     #: dotted setting name -> where its value came from ("WSNMOM_PORT=9090", a file,
     #: "--port=9090"); settings left at their default are absent
     origins: dict[str, str] = field(
@@ -314,8 +416,10 @@ class Settings:
 
     @property
     def base_url(self) -> str:
-        """``public_url`` without a trailing slash (default ``http://host:port``)."""
-        url = self.public_url or f"http://{_url_host(self.host)}:{self.port}"
+        """``public_url`` without a trailing slash (default ``http://host:port``, or
+        ``https://`` with ``tls.certfile``)."""
+        scheme = "https" if self.tls.certfile else "http"
+        url = self.public_url or f"{scheme}://{_url_host(self.host)}:{self.port}"
         return url.rstrip("/")
 
     def origin(self, name: str) -> str:
@@ -468,6 +572,8 @@ class _Loader:
         origin: str,
         dotted: str,
     ) -> None:
+        if spec.metadata.get("secret") and "=" in origin:
+            origin = origin.split("=", 1)[0] + "=***"  # never echo a secret
         try:
             converted = convert(value, tp, spec.metadata)
         except InvalidValue as exc:
@@ -527,8 +633,21 @@ def _env_entries(env: Mapping[str, str], warn: Warn) -> list[tuple[list[str], st
         if not all(path):
             warn(f"{variable}: not a wsnmom setting (empty name part), ignored")
             continue
-        entries.append((path, env[variable], f"{variable}={env[variable]}"))
+        shown = "***" if variable in secret_variables() else env[variable]
+        entries.append((path, env[variable], f"{variable}={shown}"))
     return entries
+
+
+def secret_variables(cls: type = Settings, prefix: str = "") -> frozenset[str]:
+    """The environment variables of settings whose values are never shown (tokens)."""
+    hints = typing.get_type_hints(cls)
+    found: set[str] = set()
+    for name, spec in _fields(cls).items():
+        if _is_section(hints[name]):
+            found |= secret_variables(hints[name], f"{prefix}{name}.")
+        elif spec.metadata.get("secret"):
+            found.add(env_name(prefix + name))
+    return frozenset(found)
 
 
 def load_settings(

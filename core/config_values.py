@@ -151,6 +151,8 @@ def convert(value: object, tp: Any, meta: Mapping[str, Any] | None = None) -> An
     if origin is Literal:
         allowed = typing.get_args(tp)
         candidate = value.strip().lower() if isinstance(value, str) else value
+        if "true" in allowed and (isinstance(value, bool) or candidate in _TRUE | _FALSE):
+            candidate = "true" if _parse_bool(value) else "false"
         if candidate not in allowed:
             raise InvalidValue(f"{value!r} is not one of: {', '.join(map(str, allowed))}")
         return candidate

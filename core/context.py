@@ -21,6 +21,7 @@ from wsnmom.core.availability import MiddlewareGate
 from wsnmom.core.config import Settings
 from wsnmom.core.delivery import DeliveryEngine
 from wsnmom.core.filter_sandbox import ContentEvaluator, InlineEvaluator, SandboxEvaluator
+from wsnmom.core.guard import Guard
 from wsnmom.core.lifetimes import resolve_termination
 from wsnmom.core.limits import LimitKeeper
 from wsnmom.core.loops import LoopGuard, new_gateway_id
@@ -30,7 +31,9 @@ from wsnmom.core.outbound_policy import OutboundPolicy
 from wsnmom.core.ports import OutboundSoap
 from wsnmom.core.registry import Registry
 from wsnmom.core.store import Store
+from wsnmom.core.topic_stats import TopicStats
 from wsnmom.core.xpath_guard import FilterRules
+from wsnmom.topic_mapping.dialects import CONCRETE
 from wsnmom.topic_mapping.namespaces import TopicSet
 
 __all__ = ["BrokerContext"]
@@ -77,6 +80,8 @@ class BrokerContext:
         self.policy = policy
         self._clock = clock
         self.registry = Registry(self.now)
+        #: messages and rates per topic, for operators
+        self.topic_stats = TopicStats()
         #: limits the middleware leaves to core
         self.limit_keeper = LimitKeeper(adapter, self.limits())
         #: fails operations fast while the broker cannot serve them
@@ -102,10 +107,20 @@ class BrokerContext:
             if f.isolation == "inline"
             else SandboxEvaluator(cpu_limit=f.cpu_limit, memory_mb=f.memory, processes=f.processes)
         )
+        #: ownership, topic ACL and quota checks of the caller (``core.access``)
+        self.guard = Guard(self)
         #: wake the lifetime sweep (set by the service once the sweep exists)
         self.wake_sweep: Callable[[], None] = _nothing
         #: wake the demand reconciler (set by the service once it exists)
         self.wake_demand: Callable[[], None] = _nothing
+
+    def topic_dialect(self, chosen: str | None) -> str | None:
+        """The Dialect of a Topic handed to a consumer: ``chosen`` (the subscriber's, or the
+        publisher's for what a pull point or GetCurrentMessage hands out as it was
+        published), or Concrete for everyone with ``topic_dialect = "concrete"``."""
+        if chosen is not None and self.settings.topic_dialect == "concrete":
+            return CONCRETE
+        return chosen
 
     def now(self) -> datetime:
         """The broker's clock (UTC, timezone-aware)."""

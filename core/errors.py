@@ -15,6 +15,7 @@ BN = "http://docs.oasis-open.org/wsn/b-2"
 BR = "http://docs.oasis-open.org/wsn/br-2"
 RF = "http://docs.oasis-open.org/wsrf/r-2"
 RP = "http://docs.oasis-open.org/wsrf/rp-2"
+BF = "http://docs.oasis-open.org/wsrf/bf-2"
 
 
 class WsnError(Exception):
@@ -25,9 +26,22 @@ class WsnError(Exception):
     #: "Sender" (client's fault) or "Receiver" (broker's fault)
     code: ClassVar[str] = "Sender"
 
+    #: the HTTP status to answer instead of 500 (set on the instance: 403 for an access
+    #: refusal, 413 / 429 for a quota)
+    http_status: int | None = None
+    #: seconds after which a retry may succeed (answered as ``Retry-After``)
+    retry_after: float | None = None
+
     def __init__(self, description: str) -> None:
         super().__init__(description)
         self.description = description
+
+
+class NotificationRefused(WsnError):
+    """A Notify refused for who sent it or what it would cost (topic ACL, fan-out quota):
+    a ``wsrf-bf:BaseFault``, since WS-N defines no Notify fault."""
+
+    namespace = BF
 
 
 class TerminationTimeFault(WsnError):

@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from dataclasses import replace
 
 from wsnmom.core import errors, metrics
+from wsnmom.core.access import current_principal, may_manage
 from wsnmom.core.adapter import AdapterError, PublishReceipt, TopicUnavailable
 from wsnmom.core.codec import decode, encode
 from wsnmom.core.context import BrokerContext
@@ -75,6 +77,9 @@ class Inbound:
         topic_set = ctx.topic_set
         check = registration_check and ctx.settings.requires_registration
         registered: set[tuple[str | None, Topic | None]] = set()
+        principal = current_principal()
+        acl = principal.notify is not None and not principal.admin
+        allowed: set[Topic | None] = set()
         last_source: ExpressionSource | None = None
         last_topic: Topic | None = None
         last_dialect: str | None = None
@@ -101,6 +106,9 @@ class Inbound:
                     with topic_errors():
                         topic_set.admit(topic)
                     last_source, last_topic, last_dialect = source, topic, dialect
+            if acl and topic not in allowed:
+                ctx.guard.check_notify(topic)
+                allowed.add(topic)
             producer = item.producer_reference
             if check:
                 key = (producer.address if producer is not None else None, topic)
@@ -123,17 +131,21 @@ class Inbound:
         return out
 
     def check_registered(self, producer: EndpointReference | None, topic: Topic | None) -> None:
-        """Raise PublisherRegistrationRejected unless a live registration covers
-        ``producer`` publishing on ``topic``."""
+        """Raise PublisherRegistrationRejected unless a live registration of the caller
+        (the identity that registered: ``core.access``) covers ``producer`` publishing on
+        ``topic``."""
         ctx = self._ctx
         if producer is not None:
             now = ctx.now()
+            principal = current_principal()
             with ctx.registry.lock:
                 regs = list(ctx.registry.registrations.values())
             for reg in regs:
                 ref = reg.record.publisher_reference
                 if ref is None or ref.address != producer.address:
                     continue
+                if not may_manage(principal, reg.record.owner):
+                    continue  # registered by another identity: it cannot vouch for this one
                 if is_expired(reg.record.termination_time, now):
                     continue
                 if not reg.topics or (
@@ -172,6 +184,8 @@ class Inbound:
                 f"the middleware did not confirm the notifications: {exc}"
             ) from exc
         metrics.NOTIFICATIONS_IN.inc(len(messages))
+        if route is None:
+            ctx.topic_stats.count(m.topic for m in messages)
         ctx.observers.published(messages, receipts)
         if route is None and not capabilities.retained_current_message:
             for m in messages:
@@ -183,12 +197,15 @@ class Inbound:
 
     def notify(self, items: Sequence[InboundNotification]) -> None:
         """Notify to the broker: validate, publish, return once confirmed."""
-        self.publish(self.prepare(items, registration_check=True, stamp=True))
+        prepared = self.prepare(items, registration_check=True, stamp=True)
+        self._ctx.guard.check_fanout(prepared)
+        self.publish(prepared)
 
     def get_current_message(self, topic: ExpressionSource) -> NotificationMessage:
         """The last notification on exactly one topic (BN §4.3)."""
         ctx = self._ctx
         concrete, _ = concrete_topic(topic, ctx.topic_set)
+        ctx.guard.check_read(concrete)
         if not ctx.topic_set.permits(concrete):
             raise errors.TopicNotSupported(f"topic {concrete} is not supported")
         message: NotificationMessage | None = None
@@ -203,4 +220,7 @@ class Inbound:
             message = ctx.store.get_current_message(concrete)
         if message is None:
             raise errors.NoCurrentMessageOnTopic(f"no current message on topic {concrete}")
-        return message
+        dialect = ctx.topic_dialect(message.topic_dialect)
+        return (
+            message if dialect == message.topic_dialect else replace(message, topic_dialect=dialect)
+        )

@@ -48,8 +48,29 @@ NOTIFICATIONS_DROPPED = Counter(
     "Notifications dropped by the gateway to keep a backlog within limits.max_messages",
     registry=REGISTRY,
 )
+NOTIFICATIONS_PURGED = Counter(
+    "wsnmom_notifications_purged",
+    "Notifications dropped by an operator's purge of a subscription or pull point",
+    registry=REGISTRY,
+)
 DELIVERY_FAILURES = Counter(
     "wsnmom_delivery_failures", "Failed outbound Notify attempts", registry=REGISTRY
+)
+DELIVERY_DEFERRED = Counter(
+    "wsnmom_delivery_deferred",
+    "Delivery attempts not made because the destination's circuit was open",
+    registry=REGISTRY,
+)
+DELIVERY_BREAKERS = Gauge(
+    "wsnmom_delivery_breakers",
+    "Destinations by circuit breaker state (closed, open, half_open)",
+    ["state"],
+    registry=REGISTRY,
+)
+DELIVERY_THREADS = Gauge(
+    "wsnmom_delivery_threads",
+    "Threads of the push delivery engine (delivery.workers, more while deliveries are slow)",
+    registry=REGISTRY,
 )
 SUBSCRIPTIONS_ENDED = Counter(
     "wsnmom_subscriptions_ended",
@@ -89,6 +110,24 @@ BACKLOG = Gauge(
     "Messages waiting in durable subscriptions (where the middleware can tell)",
     registry=REGISTRY,
 )
+AUTH_FAILURES = Counter(
+    "wsnmom_auth_failures",
+    "Requests refused with HTTP 401, by reason (missing, bearer, basic, wsse, scheme)",
+    ["reason"],
+    registry=REGISTRY,
+)
+ACCESS_DENIED = Counter(
+    "wsnmom_access_denied",
+    "Requests refused for the caller's identity (not the owner, topic ACL), by fault",
+    ["fault"],
+    registry=REGISTRY,
+)
+QUOTA_REFUSALS = Counter(
+    "wsnmom_quota_refusals",
+    "Requests refused by a quota, by quota setting (subscriptions, rate, ...)",
+    ["quota"],
+    registry=REGISTRY,
+)
 
 
 def count_request(operation: str) -> None:
@@ -112,6 +151,16 @@ def count_fault(fault: str) -> None:
 def set_queued_source(fn: Callable[[], float]) -> None:
     """Make the in-memory queue gauge read ``fn`` at scrape time."""
     QUEUED.set_function(fn)
+
+
+def set_delivery_sources(breakers: Callable[[str], float], threads: Callable[[], float]) -> None:
+    """Make the breaker gauges (``breakers(state)``) and the thread gauge read their
+    sources at scrape time."""
+    for state in ("closed", "open", "half_open"):
+        DELIVERY_BREAKERS.labels(state=state).set_function(
+            lambda s=state: breakers(s)  # type: ignore[misc]
+        )
+    DELIVERY_THREADS.set_function(threads)
 
 
 def set_backlog_source(fn: Callable[[], float]) -> None:

@@ -229,7 +229,8 @@ class Subscription:
     soap_version: SoapVersion = SoapVersion.SOAP12
     #: set when the consumer EPR points at one of this broker's pull points
     pull_point_id: str | None = None
-    #: set for the broker's own subscriptions made on behalf of a registration (demand)
+    #: the identity that created it (``core.access``); None = anonymous or created before
+    #: the gateway recorded owners
     owner: str | None = None
     #: a subscription feeding a pull point that keeps its own durable subscription (since
     #: its first pause) rather than being routed into the pull point when published
@@ -248,6 +249,8 @@ class PullPoint:
     termination_time: datetime | None
     #: optional client-chosen name (CXF ``wsnt:pullPointQueueName``) to re-attach to
     name: str | None = None
+    #: the identity that created it (None: anonymous or before owners were recorded)
+    owner: str | None = None
 
 
 @dataclass(slots=True)
@@ -264,6 +267,9 @@ class PublisherRegistration:
     demand_subscription: EndpointReference | None = None
     #: demand-based publishing: whether that subscription is currently paused
     demand_paused: bool = False
+    #: the identity that registered (None: anonymous or before owners were recorded);
+    #: with ``requires_registration`` only it may Notify as this publisher
+    owner: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

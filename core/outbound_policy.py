@@ -73,6 +73,9 @@ Resolver = Callable[[str, int], Sequence[str]]
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 _LABEL = re.compile(r"^[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?$")
 _HEX_NUMBER = re.compile(r"^0[xX][0-9a-fA-F]*$")
+#: the host and port of a URL's authority (after any user info): a bracketed IPv6
+#: address or a host without brackets, colons, backslashes or blanks, then ``:port``
+_HOST_PORT = re.compile(r"(?:\[(?P<ip6>[^\[\]]*)\]|[^\[\]:@\\\s]*)(?::[^:\[\]@]*)?")
 _NAT64 = (
     ipaddress.IPv6Network("64:ff9b::/96"),
     ipaddress.IPv6Network("64:ff9b:1::/48"),
@@ -426,12 +429,21 @@ class OutboundPolicy:
 
 
 def _split(address: str) -> SplitResult:
+    """The URL's parts, once its authority is known to be well formed (``urlsplit`` alone
+    accepts ``[::1]]``, ``[v1.x]`` or a backslash, which other parsers read otherwise)."""
     try:
         parts = urlsplit(address.strip())
     except ValueError as exc:
         raise AddressRefused(address, f"not a URL: {exc}") from None
     if not parts.scheme or not parts.netloc:
         raise AddressRefused(address, "not an absolute URL with a host")
+    if "\\" in parts.netloc or any(c.isspace() or ord(c) < 32 for c in parts.netloc):
+        raise AddressRefused(address, "the host part has a backslash or a blank")
+    match = _HOST_PORT.fullmatch(parts.netloc.rpartition("@")[2])
+    if match is None:
+        raise AddressRefused(address, "malformed host or port")
+    if match.group("ip6") is not None and ":" not in match.group("ip6"):
+        raise AddressRefused(address, "only an IPv6 address may be written in brackets")
     return parts
 
 

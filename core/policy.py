@@ -96,6 +96,8 @@ class BrokerPolicy:
     requires_registration: bool
     unregistered_notify: str
     topicless_notify: str
+    #: the Dialect of the Topic consumers receive (META-04, ``topic_dialect``)
+    topic_dialect: str
     unknown_topic_notify: str
     fixed_topic_set: bool
     current_message: str
@@ -208,6 +210,13 @@ def build_policy(
         ),
         topicless_notify=(
             "accepted; delivered only to subscriptions without a TopicExpression filter"
+        ),
+        topic_dialect=(
+            "Concrete for every topic and consumer"
+            if settings.topic_dialect == "concrete"
+            else "the dialect of the subscriber's TopicExpression (BN 3.1); without one, "
+            "Simple for a root topic and Concrete otherwise; pull points and "
+            "GetCurrentMessage: the publisher's"
         ),
         unknown_topic_notify=(
             "TopicNotSupportedFault (fixed topic set)"

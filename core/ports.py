@@ -37,6 +37,7 @@ from wsnmom.core.model import (
 
 if TYPE_CHECKING:
     from lxml import etree
+    from wsnmom.core.operations import Overview, SubscriptionStatus
     from wsnmom.core.policy import BrokerPolicy
 
 __all__ = ["BrokerPort", "BrokerProperties", "DeliveryFailed", "OutboundSoap"]
@@ -121,13 +122,25 @@ class BrokerPort(Protocol):
         """ResumeSubscription."""
         ...
 
-    def live_subscriptions(self) -> list[Subscription]:
-        """Every subscription that has not expired (copies), for operators."""
+    # -- operators (the admin page and API) -----------------------------------------------
+    def overview(self) -> Overview:
+        """Every live resource with its state, the topics and the health."""
         ...
 
-    def backlog(self, subscription_id: str) -> int | None:
-        """Notifications waiting for a live subscription (None: the middleware cannot
-        tell); ResourceUnknown when unknown or expired."""
+    def subscription_statuses(self) -> list[SubscriptionStatus]:
+        """Every live subscription with its backlog and delivery state, oldest first."""
+        ...
+
+    def subscription_status(self, subscription_id: str) -> SubscriptionStatus:
+        """One subscription with its backlog and delivery state."""
+        ...
+
+    def purge_subscription(self, subscription_id: str) -> int | None:
+        """Drop every message waiting for the subscription; how many (None: unknown)."""
+        ...
+
+    def purge_pull_point(self, pull_point_id: str) -> int | None:
+        """Drop every message waiting in the pull point; how many (None: unknown)."""
         ...
 
     # -- NotificationConsumer / current message -------------------------------------------
@@ -181,12 +194,24 @@ class DeliveryFailed(Exception):
 
     ``permanent`` is True when retrying cannot help (e.g. the consumer answered a SOAP
     fault saying the message is not understood); the retry policy still decides.
+    ``answered`` is True when the peer did answer (an error status or fault);
+    ``timed_out`` when it gave no answer within the timeout (the attempt held its thread
+    all that time).  The destination's circuit breaker counts timeouts (``core.lanes``).
     """
 
-    def __init__(self, reason: str, *, permanent: bool = False) -> None:
+    def __init__(
+        self,
+        reason: str,
+        *,
+        permanent: bool = False,
+        answered: bool = False,
+        timed_out: bool = False,
+    ) -> None:
         super().__init__(reason)
         self.reason = reason
         self.permanent = permanent
+        self.answered = answered
+        self.timed_out = timed_out
 
 
 class OutboundSoap(Protocol):

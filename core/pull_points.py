@@ -83,19 +83,24 @@ class PullPoints:
         """CreatePullPoint (BN §5.2); a known ``name`` re-attaches to its pull point."""
         ctx = self._ctx
         registry = ctx.registry
+        owner = ctx.guard.owner()
         if req.name:
+            # names are per owner: another identity's pull point of that name is not found
             with registry.lock:
                 for state in registry.pull_points.values():
-                    if state.record.name == req.name and not is_expired(
-                        state.record.termination_time, ctx.now()
+                    if (
+                        state.record.name == req.name
+                        and state.record.owner == owner
+                        and not is_expired(state.record.termination_time, ctx.now())
                     ):
                         return replace(state.record)
+        ctx.guard.check_quota("pull_points", errors.UnableToCreatePullPoint)
         termination = ctx.termination(
             req.initial_termination_time,
             errors.UnableToCreatePullPoint,
             default=ctx.settings.termination.pull_point_default,
         )
-        pp = PullPoint(new_resource_id(), ctx.now(), termination, req.name)
+        pp = PullPoint(new_resource_id(), ctx.now(), termination, req.name, owner)
         try:
             live = self.live(pp, self.open_handle(pp.id))
             ctx.store.put_pull_point(pp)
@@ -136,12 +141,43 @@ class PullPoints:
             if ctx.limit_keeper.expired(r, now):
                 continue
             try:
-                out.append(decode(r))
+                message = decode(r)
             except Exception:
                 log.exception("undecodable message in pull point %s dropped", pull_point_id)
+                continue
+            dialect = ctx.topic_dialect(message.topic_dialect)
+            if dialect != message.topic_dialect:
+                message = replace(message, topic_dialect=dialect)
+            out.append(message)
         metrics.NOTIFICATIONS_OUT.labels(mode="pull").inc(len(out))
         ctx.observers.delivered(out, pull_point_id)
         return out
+
+    def purge(self, pull_point_id: str) -> int | None:
+        """An operator's purge: drop every message waiting in the pull point (core's pull
+        buffer included); returns how many the middleware dropped (None: it cannot tell).
+
+        :raises NotImplementedError: the middleware can neither purge nor count.
+        """
+        ctx = self._ctx
+        state = ctx.registry.live_pull_point(pull_point_id)
+        with state.lock:  # no GetMessages meanwhile
+            buffer = state.buffer
+            try:
+                if buffer is not None:
+                    buffer.stop()  # buffered messages go back to the middleware, then go
+                dropped = state.handle.purge()
+            except AdapterError as exc:
+                raise ctx.gate.fault(
+                    exc, errors.ResourceUnavailable(f"the middleware failed: {exc}")
+                ) from exc
+            finally:
+                if buffer is not None:
+                    buffer.start()
+        log.warning("pull point %s purged: %s message(s) dropped", pull_point_id, dropped)
+        if dropped:
+            metrics.NOTIFICATIONS_PURGED.inc(dropped)
+        return dropped
 
     def notify(self, pull_point_id: str, messages: Sequence[InboundNotification]) -> None:
         """Notify sent to a pull point: accumulate as received (PP-05)."""

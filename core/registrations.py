@@ -70,6 +70,7 @@ class Registrations:
                 "Demand=true requires at least one Topic to subscribe to at the publisher"
             )
         topics = self.compile_topics(req.topics)
+        ctx.guard.check_register(topics)
         termination = ctx.termination(
             req.initial_termination_time,
             errors.UnacceptableInitialTerminationTime,
@@ -93,6 +94,7 @@ class Registrations:
             publisher_reference=req.publisher_reference,
             topics=tuple(req.topics),
             demand=req.demand,
+            owner=ctx.guard.owner(),
         )
         ctx.store.put_registration(reg)
         with ctx.registry.lock:

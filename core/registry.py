@@ -11,9 +11,11 @@ may not have destroyed it yet.
 from __future__ import annotations
 
 import threading
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any, Generic, TypeVar
 
 from wsnmom.core import errors, metrics
 from wsnmom.core.adapter import SubscriptionHandle
@@ -72,19 +74,59 @@ class LiveRegistration:
     topics: tuple[TopicExpression, ...]
 
 
+_V = TypeVar("_V", bound=LiveSubscription | LivePullPoint | LiveRegistration)
+
+
+class OwnedMap(dict[str, _V], Generic[_V]):
+    """A map of live resources that counts them per owner (``record.owner``) as entries
+    come and go, for the per-identity quotas.  Reads are plain ``dict`` reads."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.owners: Counter[str | None] = Counter()
+
+    def __setitem__(self, key: str, value: _V) -> None:
+        old = super().get(key)
+        if old is not None:
+            self.owners[old.record.owner] -= 1
+        super().__setitem__(key, value)
+        self.owners[value.record.owner] += 1
+
+    def __delitem__(self, key: str) -> None:
+        old = super().__getitem__(key)
+        super().__delitem__(key)
+        self.owners[old.record.owner] -= 1
+
+    def pop(self, key: str, *default: Any) -> Any:
+        if key in self:
+            old = super().pop(key)
+            self.owners[old.record.owner] -= 1
+            return old
+        return super().pop(key, *default)
+
+    def clear(self) -> None:
+        super().clear()
+        self.owners.clear()
+
+    def owned_by(self, owner: str | None) -> int:
+        """How many entries ``owner`` owns."""
+        return self.owners.get(owner, 0)
+
+
 class Registry:
     """Live subscriptions, pull points and registrations by id.
 
     ``lock`` (reentrant) guards the three maps and the state changes of their entries.
-    Single reads of a map (``dict.get``) are atomic and may be done without it.
+    Single reads of a map (``dict.get``) are atomic and may be done without it.  Each map
+    counts its entries per owner (:class:`OwnedMap`).
     """
 
     def __init__(self, now: Callable[[], datetime]) -> None:
         self._now = now
         self.lock = threading.RLock()
-        self.subscriptions: dict[str, LiveSubscription] = {}
-        self.pull_points: dict[str, LivePullPoint] = {}
-        self.registrations: dict[str, LiveRegistration] = {}
+        self.subscriptions: OwnedMap[LiveSubscription] = OwnedMap()
+        self.pull_points: OwnedMap[LivePullPoint] = OwnedMap()
+        self.registrations: OwnedMap[LiveRegistration] = OwnedMap()
 
     def live_subscription(self, subscription_id: str) -> LiveSubscription:
         """The subscription; ResourceUnknown when unknown or expired."""

@@ -17,6 +17,7 @@ broker's parts and delegates to them.
 ``core.registrations``    RegisterPublisher, DestroyRegistration
 ``core.recovery``         restore from the store at start
 ``core.sweep``            expiry and overflow ends
+``core.operations``       what operators see (all resources, delivery state, topics)
 ========================  ===========================================================
 
 Resource ids are unguessable (``new_resource_id``); addresses follow ``core.addresses``.
@@ -29,7 +30,8 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from wsnmom.core import metrics
+from wsnmom.core import errors, metrics
+from wsnmom.core.access import current_principal
 from wsnmom.core.adapter import Adapter
 from wsnmom.core.config import Settings
 from wsnmom.core.context import BrokerContext
@@ -37,6 +39,7 @@ from wsnmom.core.delivery import Backoff, DeliveryEngine
 from wsnmom.core.demand import DemandManager
 from wsnmom.core.filters import MESSAGE_CONTENT_DIALECTS
 from wsnmom.core.inbound import Inbound
+from wsnmom.core.lanes import BreakerSettings
 from wsnmom.core.lifetimes import utc_now
 from wsnmom.core.loops import SelfAddressRule
 from wsnmom.core.model import (
@@ -53,6 +56,7 @@ from wsnmom.core.model import (
     Subscription,
 )
 from wsnmom.core.observers import Observers
+from wsnmom.core.operations import Operations, Overview, SubscriptionStatus
 from wsnmom.core.outbound_policy import OutboundPolicy
 from wsnmom.core.periodic import PeriodicTask
 from wsnmom.core.policy import BrokerPolicy, build_policy
@@ -121,8 +125,9 @@ class BrokerService:
         self.outbound = outbound
         self.topic_set = topic_set if topic_set is not None else TopicSet(fixed=False)
         r = settings.retry
+        d = settings.delivery
         self.engine = DeliveryEngine(
-            workers=settings.delivery.workers,
+            workers=d.workers,
             backoff=Backoff(
                 max_attempts=r.max_attempts,
                 initial_delay=r.initial_delay.total_seconds(),
@@ -130,7 +135,15 @@ class BrokerService:
                 max_delay=r.max_delay.total_seconds(),
                 give_up=r.give_up,
             ),
-            prefetch=settings.delivery.prefetch,
+            prefetch=d.prefetch,
+            max_workers=max(d.max_workers, d.workers),
+            per_destination=d.per_destination or None,
+            slow_after=d.slow_after,
+            breaker=BreakerSettings(
+                failures=d.breaker_failures,
+                open_for=d.breaker_open.total_seconds(),
+                max_open=max(r.max_delay.total_seconds(), d.breaker_open.total_seconds()),
+            ),
         )
         ctx = self._ctx = BrokerContext(
             settings,
@@ -145,6 +158,7 @@ class BrokerService:
         )
         self.registry: Registry = ctx.registry
         self._gate = ctx.gate
+        self._guard = ctx.guard
         self.delivery = SubscriptionDelivery(ctx)
         self.inbound = Inbound(ctx, self.delivery.direct)
         self.subscriptions = Subscriptions(ctx, self.delivery, self.inbound)
@@ -159,6 +173,7 @@ class BrokerService:
             interval=demand_interval,
         )
         self.registrations = Registrations(ctx, self.demand)
+        self.operations = Operations(ctx)
         self.sweeper = Sweeper(ctx, self.subscriptions, self.pull_points, self.registrations)
         self.lifetimes = PeriodicTask(
             self.sweeper.sweep,
@@ -167,11 +182,7 @@ class BrokerService:
         )
         ctx.wake_sweep = self.lifetimes.wake
         ctx.wake_demand = self.demand.wake
-        self._policy = build_policy(
-            settings,
-            message_content_dialects=MESSAGE_CONTENT_DIALECTS,
-            limits_enforced_by=ctx.limit_keeper.enforcement(),
-        )
+        self._policy = self._build_policy()
         self._started = False
         self._closed = False
         metrics.set_backlog_source(self._backlog)
@@ -218,9 +229,26 @@ class BrokerService:
         """The advertised broker policy."""
         return self._policy
 
+    def _build_policy(self) -> BrokerPolicy:
+        """The policy under the adapter's capabilities now (they are final once it is
+        open: ``start`` builds it again)."""
+        return build_policy(
+            self.settings,
+            message_content_dialects=MESSAGE_CONTENT_DIALECTS,
+            limits_enforced_by=self._ctx.limit_keeper.enforcement(),
+        )
+
     def broker_properties(self) -> BrokerProperties:
-        """NotificationBroker resource properties."""
-        topics = [t for t in self.topic_set.topics() if not self.topic_set.is_alias(t)]
+        """NotificationBroker resource properties, as the caller may see them: an identity
+        with topic ACLs sees only the topics they name (``Principal.may_see``)."""
+        principal = current_principal()
+        unrestricted = principal.admin or (principal.subscribe is None and principal.notify is None)
+        visible = None if unrestricted else principal.may_see
+        topics = [
+            t
+            for t in self.topic_set.topics()
+            if not self.topic_set.is_alias(t) and (visible is None or visible(t))
+        ]
         exprs = [
             ExpressionSource(FULL, "tns:" + "/".join(topic.path), {"tns": topic.namespace})
             for topic in topics
@@ -229,7 +257,7 @@ class BrokerService:
             topic_expressions=exprs,
             fixed_topic_set=self.topic_set.fixed,
             dialects=tuple(SUPPORTED_DIALECTS),
-            topic_set=self.topic_set.to_element(),
+            topic_set=self.topic_set.to_element(visible),
             requires_registration=self.settings.requires_registration,
         )
 
@@ -250,6 +278,9 @@ class BrokerService:
             if self._started:
                 return
             self._started = True
+        # the adapter is open now, and its capabilities may differ from its class's (they
+        # are per instance, known after open()): advertise what this instance does
+        self._policy = self._build_policy()
         self._ctx.limit_keeper.warn_unenforced()
         restore(self._ctx, self.subscriptions, self.pull_points, self.registrations)
         self._gate.ready = True
@@ -278,11 +309,13 @@ class BrokerService:
     def subscribe(self, req: SubscribeRequest) -> Subscription:
         """Create a subscription (BN §4.2)."""
         self._gate.require_middleware()
+        self._guard.check_quota("subscriptions", errors.SubscribeCreationFailed)
         return self.subscriptions.subscribe(req)
 
     def get_subscription(self, subscription_id: str) -> Subscription:
         """The subscription (a copy); ResourceUnknown when unknown or expired."""
         self._gate.require_ready()
+        self._guard.subscription(subscription_id)
         return self.subscriptions.get(subscription_id)
 
     def renew(
@@ -290,36 +323,55 @@ class BrokerService:
     ) -> Subscription:
         """Set a new termination time (BN §6.1.1)."""
         self._gate.require_ready()
+        self._guard.subscription(subscription_id)
         return self.subscriptions.renew(subscription_id, termination, invalid=invalid)
 
     def unsubscribe(self, subscription_id: str) -> None:
         """Destroy the subscription (BN §6.1.2); no SubscriptionEnd."""
         self._gate.require_middleware()
+        self._guard.subscription(subscription_id)
         self.subscriptions.unsubscribe(subscription_id)
 
     def pause(self, subscription_id: str) -> None:
         """PauseSubscription: stop delivering, keep accumulating; idempotent."""
         self._gate.require_middleware()
+        self._guard.subscription(subscription_id, pause=True)
         self.subscriptions.pause(subscription_id)
 
     def resume(self, subscription_id: str) -> None:
         """ResumeSubscription: deliver what accumulated, in order; no-op when not paused."""
         self._gate.require_middleware()
+        self._guard.subscription(subscription_id, pause=True)
         self.subscriptions.resume(subscription_id)
-
-    def live_subscriptions(self) -> list[Subscription]:
-        """Every subscription that has not expired (copies), oldest first."""
-        return self.subscriptions.live()
-
-    def backlog(self, subscription_id: str) -> int | None:
-        """Notifications waiting for a live subscription (None: the middleware cannot
-        tell); ResourceUnknown when unknown or expired."""
-        return self.subscriptions.backlog(subscription_id)
 
     def end_subscription(self, subscription_id: str, reason: str) -> None:
         """Administrative removal: destroy and publish SubscriptionEnd (NCIA Annex 1)."""
         self._gate.require_ready()
+        self._guard.subscription(subscription_id)
         self.subscriptions.end(subscription_id, reason)
+
+    # -- operators ------------------------------------------------------------------------
+    def overview(self) -> Overview:
+        """Every live resource with its state, the topics and the health (admin page)."""
+        return self.operations.overview()
+
+    def subscription_statuses(self) -> list[SubscriptionStatus]:
+        """Every live subscription with its backlog and delivery state, oldest first."""
+        return self.operations.subscriptions()
+
+    def subscription_status(self, subscription_id: str) -> SubscriptionStatus:
+        """One subscription with its backlog and delivery state."""
+        return self.operations.subscription(subscription_id)
+
+    def purge_subscription(self, subscription_id: str) -> int | None:
+        """Drop every message waiting for the subscription; how many (None: unknown)."""
+        self._gate.require_middleware()
+        return self.subscriptions.purge(subscription_id)
+
+    def purge_pull_point(self, pull_point_id: str) -> int | None:
+        """Drop every message waiting in the pull point; how many (None: unknown)."""
+        self._gate.require_middleware()
+        return self.pull_points.purge(pull_point_id)
 
     # -- NotificationConsumer / current message -------------------------------------------
     def notify(self, messages: Sequence[InboundNotification]) -> None:
@@ -345,11 +397,13 @@ class BrokerService:
     def get_pull_point(self, pull_point_id: str) -> PullPoint:
         """The pull point (a copy); ResourceUnknown when unknown or expired."""
         self._gate.require_ready()
+        self._guard.pull_point(pull_point_id)
         return self.pull_points.get(pull_point_id)
 
     def get_messages(self, pull_point_id: str, maximum: int | None) -> list[NotificationMessage]:
         """Destructive FIFO read (BN §5.1.2); None/0 = all available up to the cap."""
         self._gate.require_middleware()
+        self._guard.pull_point(pull_point_id)
         return self.pull_points.get_messages(pull_point_id, maximum)
 
     def notify_pull_point(
@@ -357,27 +411,32 @@ class BrokerService:
     ) -> None:
         """Notify sent to a pull point: accumulate as received (PP-05)."""
         self._gate.require_middleware()
+        self._guard.pull_point(pull_point_id)
         self.pull_points.notify(pull_point_id, messages)
 
     def destroy_pull_point(self, pull_point_id: str) -> None:
         """DestroyPullPoint: destroys the subscriptions feeding it too."""
         self._gate.require_middleware()
+        self._guard.pull_point(pull_point_id)
         self.pull_points.destroy(pull_point_id)
 
     # -- RegisterPublisher / PublisherRegistrationManager ---------------------------------
     def register_publisher(self, req: RegisterPublisherRequest) -> PublisherRegistration:
         """RegisterPublisher (BR §6.1)."""
         self._gate.require_ready()
+        self._guard.check_quota("registrations", errors.PublisherRegistrationFailed)
         return self.registrations.register(req)
 
     def get_registration(self, registration_id: str) -> PublisherRegistration:
         """The registration (a copy); ResourceUnknown when unknown or expired."""
         self._gate.require_ready()
+        self._guard.registration(registration_id)
         return self.registrations.get(registration_id)
 
     def destroy_registration(self, registration_id: str) -> None:
         """DestroyRegistration (BR §7.2); a demand subscription is unsubscribed."""
         self._gate.require_ready()
+        self._guard.registration(registration_id)
         self.registrations.destroy(registration_id)
 
     # -- lifetimes -------------------------------------------------------------------------

@@ -230,7 +230,7 @@ def subscription_from_json(d: dict[str, Any]) -> Subscription:
         state=SubscriptionState(d["state"]),
         soap_version=SoapVersion(d["soap_version"]),
         pull_point_id=d["pull_point_id"],
-        owner=d["owner"],
+        owner=d.get("owner"),
         queued=d.get("queued", False),
     )
 
@@ -242,6 +242,7 @@ def pull_point_to_json(pp: PullPoint) -> dict[str, Any]:
         "creation_time": _dt(pp.creation_time),
         "termination_time": _dt(pp.termination_time),
         "name": pp.name,
+        "owner": pp.owner,
     }
 
 
@@ -249,7 +250,8 @@ def pull_point_from_json(d: dict[str, Any]) -> PullPoint:
     """Inverse of :func:`pull_point_to_json`."""
     created = _undt(d["creation_time"])
     assert created is not None
-    return PullPoint(d["id"], created, _undt(d["termination_time"]), d["name"])
+    # records written before owners were recorded have none: anonymous-owned
+    return PullPoint(d["id"], created, _undt(d["termination_time"]), d["name"], d.get("owner"))
 
 
 def registration_to_json(reg: PublisherRegistration) -> dict[str, Any]:
@@ -263,6 +265,7 @@ def registration_to_json(reg: PublisherRegistration) -> dict[str, Any]:
         "demand": reg.demand,
         "demand_subscription": epr_to_json(reg.demand_subscription),
         "demand_paused": reg.demand_paused,
+        "owner": reg.owner,
     }
 
 
@@ -280,6 +283,7 @@ def registration_from_json(d: dict[str, Any]) -> PublisherRegistration:
         demand=d["demand"],
         demand_subscription=epr_from_json(d["demand_subscription"]),
         demand_paused=d["demand_paused"],
+        owner=d.get("owner"),
     )
 
 

@@ -23,13 +23,12 @@ from wsnmom.core.context import BrokerContext
 from wsnmom.core.delivery import Channel, EndSubscription
 from wsnmom.core.direct_routing import DirectRouting
 from wsnmom.core.filter_sandbox import FilterBudgetExceeded
+from wsnmom.core.lanes import destination_key
 from wsnmom.core.lifetimes import is_expired
-from wsnmom.core.log_context import bound_request_id
 from wsnmom.core.model import (
     Delivered,
     EndpointReference,
     NotificationMessage,
-    Subscription,
     SubscriptionState,
 )
 from wsnmom.core.ports import DeliveryFailed
@@ -54,10 +53,13 @@ class SubscriptionDelivery:
         ctx = self._ctx
         dialect: str | None = None
         if message.topic is not None:
-            if state.filter.topic is not None:
-                dialect = state.filter.topic.dialect
+            expression = state.record.topic
+            if expression is not None and state.filter.topic is not None:
+                # the URI the subscriber wrote (an older alias stays that alias)
+                dialect = expression.dialect or state.filter.topic.dialect
             else:
                 dialect = SIMPLE if len(message.topic.path) == 1 else CONCRETE
+            dialect = ctx.topic_dialect(dialect)
         producer = message.producer_reference if ctx.settings.forward_producer_reference else None
         return replace(
             message,
@@ -136,6 +138,7 @@ class SubscriptionDelivery:
                 give_up,
                 batch_size=batch_size,
                 ordered=ordered,
+                trace=_message_request_id,
             )
         else:
             pusher = _Pusher(self, state)
@@ -147,6 +150,8 @@ class SubscriptionDelivery:
                 give_up,
                 batch_size=batch_size,
                 ordered=ordered,
+                destination=destination_key(sub.consumer.address),
+                trace=_delivered_request_id,
             )
         with registry.lock:
             registry.subscriptions[sub.id] = state
@@ -196,11 +201,6 @@ class _Pusher:
         """Post ``batch`` to the consumer (one Notify, or one raw message each)."""
         ctx = self.delivery._ctx
         sub = self.state.record
-        # log records of this send name the request that published its first message
-        with bound_request_id(batch[0].message.request_id if batch else None):
-            self._send(ctx, sub, batch)
-
-    def _send(self, ctx: BrokerContext, sub: Subscription, batch: Sequence[Delivered]) -> None:
         try:
             with metrics.DELIVERY_SECONDS.time():
                 ctx.outbound.notify(
@@ -240,5 +240,12 @@ class _Forwarder:
 
     def send(self, batch: Sequence[NotificationMessage]) -> None:
         """Publish ``batch`` into the pull point's inbox."""
-        with bound_request_id(batch[0].request_id if batch else None):
-            self.delivery.forward(self.state, self.pull_point_id, batch)
+        self.delivery.forward(self.state, self.pull_point_id, batch)
+
+
+def _delivered_request_id(item: Delivered) -> str | None:
+    return item.message.request_id
+
+
+def _message_request_id(item: NotificationMessage) -> str | None:
+    return item.request_id

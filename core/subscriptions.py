@@ -25,6 +25,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from wsnmom.core import errors, metrics
+from wsnmom.core.access import current_principal, may_manage
 from wsnmom.core.adapter import AdapterError
 from wsnmom.core.addresses import ResourceKind, parse_resource_path, resource_address
 from wsnmom.core.context import BrokerContext
@@ -121,9 +122,12 @@ class Subscriptions:
             parsed = None
         if parsed is not None and parsed[0] is ResourceKind.PULL_POINT:
             candidates.append(parsed[1])
+        principal = current_principal()
         with ctx.registry.lock:
             for c in candidates:
-                if c in ctx.registry.pull_points:
+                state = ctx.registry.pull_points.get(c)
+                # only the caller's own pull points: anyone else's is just an address
+                if state is not None and may_manage(principal, state.record.owner):
                     return c
         return None
 
@@ -140,7 +144,10 @@ class Subscriptions:
                 policies=tuple(req.unsupported_policy),
             )
         compiled = self.compile_filter(req.topic, req.message_content, req.producer_properties)
+        ctx.guard.check_subscribe(compiled.topic)
         end_topic = self.end_topic(req.subscription_end_topic)
+        if end_topic is not None:
+            ctx.guard.check_notify(end_topic[0])
         if req.initial_termination_time_invalid:
             raise errors.UnacceptableInitialTerminationTime(
                 "InitialTerminationTime is empty or not a dateTime/duration"
@@ -174,6 +181,7 @@ class Subscriptions:
             subscription_end_topic=req.subscription_end_topic,
             soap_version=req.soap_version,
             pull_point_id=pull_point_id,
+            owner=ctx.guard.owner(),
         )
         state = LiveSubscription(sub, compiled, end_topic)
         try:
@@ -205,27 +213,6 @@ class Subscriptions:
             except Exception:
                 log.debug("reading the lost count of %s failed", subscription_id, exc_info=True)
         return replace(state.record, messages_lost=lost)
-
-    def live(self) -> list[Subscription]:
-        """Every subscription that has not expired (copies), oldest first."""
-        registry = self._ctx.registry
-        now = self._ctx.now()
-        with registry.lock:
-            records = [state.record for state in registry.subscriptions.values()]
-        live = [replace(s) for s in records if not is_expired(s.termination_time, now)]
-        return sorted(live, key=lambda s: (s.creation_time, s.id))
-
-    def backlog(self, subscription_id: str) -> int | None:
-        """Notifications waiting for the subscription (None: the middleware cannot tell
-        or has no queue for it); ResourceUnknown when unknown or expired."""
-        state = self._ctx.registry.live_subscription(subscription_id)
-        if state.handle is None:
-            return None
-        try:
-            return state.handle.depth()
-        except Exception:
-            log.debug("reading the backlog of %s failed", subscription_id, exc_info=True)
-            return None
 
     def renew(
         self, subscription_id: str, termination: RequestedTime, *, invalid: bool = False
@@ -312,6 +299,40 @@ class Subscriptions:
                 raise self._ctx.gate.fault(exc, errors.ResumeFailed(str(exc))) from exc
             ctx.store.put_subscription(state.record)
         ctx.wake_demand()
+
+    def purge(self, subscription_id: str) -> int | None:
+        """An operator's purge: drop every message waiting for the subscription, those
+        its delivery holds in memory (a batch being retried) included; returns how many
+        the middleware dropped (None: it cannot tell).  A subscription routed at publish
+        time into its pull point holds nothing of its own (0).
+
+        :raises NotImplementedError: the middleware can neither purge nor count.
+        """
+        ctx = self._ctx
+        state = ctx.registry.live_subscription(subscription_id)
+        with ctx.registry.lock:
+            handle = state.handle
+            if handle is None:
+                return 0
+            channel = ctx.engine.channel(subscription_id)
+            restart = channel is not None and channel.active
+            try:
+                if restart:
+                    assert channel is not None
+                    channel.stop()  # what it held goes back to the middleware, then goes
+                dropped = handle.purge()
+            except AdapterError as exc:
+                raise ctx.gate.fault(
+                    exc, errors.ResourceUnavailable(f"the middleware failed: {exc}")
+                ) from exc
+            finally:
+                if restart:
+                    assert channel is not None
+                    channel.start()
+        log.warning("subscription %s purged: %s message(s) dropped", subscription_id, dropped)
+        if dropped:
+            metrics.NOTIFICATIONS_PURGED.inc(dropped)
+        return dropped
 
     # -- ends ------------------------------------------------------------------------------
     def end(self, subscription_id: str, reason: str) -> None:

@@ -1,101 +1,75 @@
-"""Read-only JSON view of the broker's live subscriptions (``/wsn/admin/api/...``).
+"""The admin JSON API (``/wsn/admin/api/...``): what the admin page (``/admin``) and
+``wsnmom subscriptions list`` read, and the operators' actions.
 
-WS-N itself has no way to list subscriptions: the broker's resource properties name topics
-and dialects, not subscribers.  Operators (``wsnmom subscriptions list``, the admin page)
-read them here:
+WS-N has no way to list subscriptions: the broker's resource properties name topics and
+dialects, not subscribers.  Who may read and who may act: :mod:`.admin_auth`.
 
-``GET /wsn/admin/api/subscriptions``        ``{"count": n, "subscriptions": [...]}``
-``GET /wsn/admin/api/subscriptions/<id>``   one subscription, with its backlog (``pending``)
+Reading::
 
-Each subscription is ``{"id", "address", "consumer", "state" ("active" | "paused"),
-"created", "terminates" (null: no scheduled termination), "topic", "message_content",
-"producer_properties" ({"dialect", "text", "namespaces"} or null), "use_raw",
-"pull_point" (the pull point it feeds, or null), "soap_version"}``.
+    GET /wsn/admin/api/overview[?limit=N]   everything the page shows: health, totals,
+                                            subscriptions, pull points, registrations,
+                                            topics (:func:`.admin_json.overview_json`)
+    GET /wsn/admin/api/subscriptions        {"count": n, "subscriptions": [...]}
+    GET /wsn/admin/api/subscriptions/<id>   one subscription ("pending": its backlog)
+    GET /wsn/admin/api/session              who the caller is (answered to anyone)
 
-Subscription ids are capabilities (whoever knows one can unsubscribe it), so the API
-answers only requests that come straight from a loopback address; a request relayed by a
-proxy (``Forwarded`` / ``X-Forwarded-For``) or from elsewhere gets 403.
+Acting (authenticated admins; ``POST``, never ``GET``)::
+
+    POST /wsn/admin/api/subscriptions/<id>/(pause|resume|unsubscribe|purge)
+    POST /wsn/admin/api/pullpoints/<id>/purge
+    POST /wsn/admin/api/session             sign in: {"token": ...} or {"user", "password"}
+    POST /wsn/admin/api/session/end         sign out
+
+Each action and each refused one is logged (logger ``wsnmom.admin``) with the caller and
+the client address.  Errors are ``{"error": "..."}``: 401 (no or wrong credentials; with
+the ``WWW-Authenticate`` challenge unless the admin page asked, ``X-Requested-With:
+wsnmom-admin``, which signs in its own way), 403 (not allowed), 404 (unknown resource),
+501 (the middleware cannot purge), 503 (middleware unreachable; ``Retry-After``).
 """
 
 from __future__ import annotations
 
-import ipaddress
+import hmac
 import json
-import re
-from collections.abc import Mapping
-from datetime import datetime
+import logging
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from flask import Blueprint, Response, current_app, request
 from wsnmom.core import errors
-from wsnmom.core.model import ExpressionSource, Subscription, SubscriptionState
+from wsnmom.core.access import PRINCIPAL
+from wsnmom.core.config import Settings
 from wsnmom.core.ports import BrokerPort
-from wsnmom.core.redaction import redact_url
 
-from .faults import xsd_datetime
+from . import identity
+from .admin_auth import (
+    CSRF_HEADER,
+    SESSION_COOKIE,
+    AdminCaller,
+    AdminSessions,
+    SignInRefused,
+    authorization_value,
+    browser_origin,
+    from_browser,
+    same_origin,
+)
+from .admin_json import overview_json, status_json, subscription_json
 
-__all__ = ["ADMIN_API_PREFIX", "admin_api", "subscription_json"]
+__all__ = ["ADMIN_API_PREFIX", "PAGE_HEADER", "admin_api", "subscription_json"]
 
 ADMIN_API_PREFIX = "/wsn/admin/api"
+#: most entries per list of the overview by default
+DEFAULT_LIMIT = 500
+#: ``X-Requested-With`` value of the admin page's own requests
+PAGE_HEADER = "wsnmom-admin"
 
 admin_api = Blueprint("admin_api", __name__, url_prefix=ADMIN_API_PREFIX)
-
-_PREFIX_USE = re.compile(r"(?<![\w.-])([A-Za-z_][\w.-]*):")
-
-
-def _expression(expr: ExpressionSource | None) -> dict[str, Any] | None:
-    if expr is None:
-        return None
-    used = set(_PREFIX_USE.findall(expr.text))
-    return {
-        "dialect": expr.dialect,
-        "text": expr.text,
-        "namespaces": {str(p): u for p, u in expr.namespaces.items() if p in used},
-    }
+audit = logging.getLogger("wsnmom.admin")
 
 
-def _time(value: datetime | None) -> str | None:
-    return None if value is None or value.year >= 9999 else xsd_datetime(value)
-
-
-def subscription_json(sub: Subscription, address: str) -> dict[str, Any]:
-    """The JSON form of one subscription (see the module docstring)."""
-    return {
-        "id": sub.id,
-        "address": address,
-        "consumer": redact_url(sub.consumer.address),
-        "state": "paused" if sub.state is SubscriptionState.PAUSED else "active",
-        "created": _time(sub.creation_time),
-        "terminates": _time(sub.termination_time),
-        "topic": _expression(sub.topic),
-        "message_content": _expression(sub.message_content),
-        "producer_properties": _expression(sub.producer_properties),
-        "use_raw": sub.use_raw,
-        "pull_point": sub.pull_point_id,
-        "soap_version": "1.1" if sub.soap_version.name == "SOAP11" else "1.2",
-    }
-
-
-def _json(data: Mapping[str, Any], status: int = 200) -> Response:
-    return Response(json.dumps(data, indent=2) + "\n", status=status, mimetype="application/json")
-
-
-def _from_loopback() -> bool:
-    if request.headers.get("Forwarded") or request.headers.get("X-Forwarded-For"):
-        return False
-    try:
-        return ipaddress.ip_address((request.remote_addr or "").split("%", 1)[0]).is_loopback
-    except ValueError:
-        return False
-
-
-def _refused() -> Response | None:
-    """403 for a client that is not on the gateway's host.  Checked in each view: a
-    ``before_request`` hook, even a blueprint's, would take every SOAP request off the
-    WSGI fast path (:mod:`.fastpath`)."""
-    if not _from_loopback():
-        return _json({"error": "the admin API answers loopback clients only"}, 403)
-    return None
+def _sessions() -> AdminSessions:
+    sessions: AdminSessions = current_app.extensions["wsnmom.admin"]
+    return sessions
 
 
 def _service() -> BrokerPort:
@@ -103,30 +77,258 @@ def _service() -> BrokerPort:
     return service
 
 
+def _settings() -> Settings | None:
+    settings: Settings | None = current_app.extensions["wsnmom.soap"].settings
+    return settings
+
+
+def _json(
+    data: Mapping[str, Any], status: int = 200, headers: tuple[tuple[str, str], ...] = ()
+) -> Response:
+    resp = Response(json.dumps(data, indent=2) + "\n", status=status, mimetype="application/json")
+    resp.headers["Cache-Control"] = "no-store"
+    for name, value in headers:
+        resp.headers.add(name, value)
+    return resp
+
+
+def _error(message: str, status: int, headers: tuple[tuple[str, str], ...] = ()) -> Response:
+    return _json({"error": message}, status, headers)
+
+
+def _unauthorized(message: str) -> Response:
+    """401; with the challenge, except for the admin page (a browser would pop up its own
+    password dialog over the page's sign-in)."""
+    challenge = identity.authenticator().challenge_headers()
+    from_page = request.headers.get("X-Requested-With") == PAGE_HEADER
+    return _error(message, 401, () if from_page else challenge)
+
+
+def _caller() -> AdminCaller | Response:
+    """The caller, or the 401 for wrong credentials."""
+    try:
+        return _sessions().caller(request.environ)
+    except identity.AuthenticationFailed:
+        return _unauthorized("wrong credentials")
+
+
+def _may_read(caller: AdminCaller) -> bool:
+    return caller.authenticated_admin or identity.is_admin()
+
+
+def _refused_reading(caller: AdminCaller | Response) -> Response | None:
+    """None when the caller may read (:mod:`.admin_auth`), else 401 or 403."""
+    if isinstance(caller, Response):
+        return caller
+    if _may_read(caller):
+        return None
+    if identity.authenticator().enabled:
+        if caller.principal.anonymous:
+            return _unauthorized("authentication required")
+        return _error("an admin identity is required", 403)
+    return _error("the admin interface answers loopback clients only", 403)
+
+
+def _refused_acting(caller: AdminCaller | Response) -> Response | None:
+    """None when an authenticated admin sent the action from where it may (module
+    docstring of :mod:`.admin_auth`), else 401 or 403."""
+    if isinstance(caller, Response):
+        return caller
+    if not caller.authenticated_admin:
+        if identity.authenticator().enabled and caller.principal.anonymous:
+            return _unauthorized("authentication required")
+        if not identity.authenticator().enabled:
+            return _error(
+                "actions need an authenticated admin: turn authentication on "
+                "(auth.admin_token) and sign in",
+                403,
+            )
+        return _error("an admin identity is required", 403)
+    environ = request.environ
+    cross_site = from_browser(environ) and not same_origin(_settings(), environ, request.host_url)
+    if cross_site or (caller.session is not None and not from_browser(environ)):
+        return _error("refused: the request does not come from the admin page", 403)
+    if caller.session is not None:
+        expected = _sessions().csrf_token(caller.session)
+        if not hmac.compare_digest(request.headers.get(CSRF_HEADER, ""), expected):
+            return _error(f"refused: missing or wrong {CSRF_HEADER}", 403)
+    return None
+
+
+# --- reading ------------------------------------------------------------------------------------
+@admin_api.get("/session")
+def session() -> Response:
+    """Who the caller is (answered to anyone; reveals nothing but that)."""
+    caller = _caller()
+    if isinstance(caller, Response):
+        return caller
+    principal = caller.principal
+    return _json(
+        {
+            "admin": caller.authenticated_admin,
+            "caller": str(principal),
+            "read": _may_read(caller),
+            "sign_in": identity.authenticator().enabled,
+            "csrf": _sessions().csrf_token(caller.session) if caller.session else None,
+        }
+    )
+
+
+@admin_api.get("/overview")
+def overview() -> Response:
+    """Everything the admin page shows."""
+    if (refused := _refused_reading(_caller())) is not None:
+        return refused
+    try:
+        limit = max(1, int(request.args.get("limit", DEFAULT_LIMIT)))
+    except ValueError:
+        return _error("limit must be a number", 400)
+    service = _service()
+    return _json(overview_json(service.overview(), service.broker_address, limit))
+
+
 @admin_api.get("/subscriptions")
 def list_subscriptions() -> Response:
     """Every live subscription, oldest first."""
-    if (refused := _refused()) is not None:
+    if (refused := _refused_reading(_caller())) is not None:
         return refused
-    service = _service()
-    subs = sorted(service.live_subscriptions(), key=lambda s: (s.creation_time, s.id))
-    items = [subscription_json(s, service.subscription_address(s.id)) for s in subs]
+    items = [status_json(s) for s in _service().subscription_statuses()]
     return _json({"count": len(items), "subscriptions": items})
 
 
 @admin_api.get("/subscriptions/<subscription_id>")
 def show_subscription(subscription_id: str) -> Response:
-    """One subscription with the number of notifications waiting for it."""
-    if (refused := _refused()) is not None:
+    """One subscription with its backlog and delivery state."""
+    if (refused := _refused_reading(_caller())) is not None:
         return refused
-    service = _service()
     try:
-        sub = service.get_subscription(subscription_id)
-        pending = service.backlog(subscription_id)
+        status = _service().subscription_status(subscription_id)
     except errors.ResourceUnknown:
-        return _json({"error": f"no subscription {subscription_id!r}"}, 404)
-    except errors.WsnError as exc:  # the broker is not serving yet
-        return _json({"error": exc.description}, 503)
-    data = subscription_json(sub, service.subscription_address(subscription_id))
-    data["pending"] = pending
+        return _error(f"no subscription {subscription_id!r}", 404)
+    data = status_json(status)
+    data["pending"] = status.backlog
     return _json(data)
+
+
+# --- acting -------------------------------------------------------------------------------------
+def _act(kind: str, resource_id: str, action: str, run: Callable[[], Any]) -> Response:
+    caller = _caller()
+    if (refused := _refused_acting(caller)) is not None:
+        who = caller.principal if isinstance(caller, AdminCaller) else "wrong credentials"
+        audit.warning(
+            "admin: refused %s of %s %s from %s (%s)",
+            action,
+            kind,
+            resource_id,
+            request.remote_addr,
+            who,
+        )
+        return refused
+    assert isinstance(caller, AdminCaller)
+    bound = PRINCIPAL.set(caller.principal)  # core acts as this admin
+    try:
+        result = run()
+    except errors.ResourceUnknown:
+        return _error(f"no {kind} {resource_id!r}", 404)
+    except errors.ResourceUnavailable as exc:
+        retry = exc.retry_after
+        headers = (("Retry-After", str(max(1, round(retry)))),) if retry else ()
+        return _error(exc.description, 503, headers)
+    except NotImplementedError as exc:
+        return _error(f"the middleware cannot {action}: {exc}", 501)
+    except errors.WsnError as exc:
+        return _error(f"{exc.fault_name}: {exc.description}", 409)
+    finally:
+        PRINCIPAL.reset(bound)
+    audit.warning(
+        "admin: %s %s %s by %s from %s%s",
+        action,
+        kind,
+        resource_id,
+        caller.principal,
+        request.remote_addr,
+        f" ({result} message(s) dropped)" if action == "purge" else "",
+    )
+    body: dict[str, Any] = {"ok": True, "action": action, kind.replace(" ", "_"): resource_id}
+    if action == "purge":
+        body["purged"] = result
+    return _json(body)
+
+
+_SUBSCRIPTION_ACTIONS: dict[str, Callable[[Any, str], Any]] = {
+    "pause": lambda service, rid: service.pause(rid),
+    "resume": lambda service, rid: service.resume(rid),
+    "unsubscribe": lambda service, rid: service.unsubscribe(rid),
+    "purge": lambda service, rid: service.purge_subscription(rid),
+}
+
+
+@admin_api.post("/subscriptions/<subscription_id>/<action>")
+def subscription_action(subscription_id: str, action: str) -> Response:
+    """Pause, resume, unsubscribe or purge a subscription."""
+    run = _SUBSCRIPTION_ACTIONS.get(action)
+    if run is None:
+        return _error(f"unknown action {action!r}", 404)
+    service = _service()
+    return _act("subscription", subscription_id, action, lambda: run(service, subscription_id))
+
+
+@admin_api.post("/pullpoints/<pull_point_id>/purge")
+def pull_point_purge(pull_point_id: str) -> Response:
+    """Purge a pull point."""
+    service = _service()
+    return _act(
+        "pull point", pull_point_id, "purge", lambda: service.purge_pull_point(pull_point_id)
+    )
+
+
+# --- signing in -----------------------------------------------------------------------------
+@admin_api.post("/session")
+def sign_in() -> Response:
+    """Sign in with an admin's credentials: a session cookie and the CSRF token its actions
+    need."""
+    auth = identity.authenticator()
+    if not auth.enabled:
+        return _error(
+            "signing in needs authentication: set auth.admin_token (WSNMOM_AUTH__ADMIN_TOKEN) "
+            "or auth.users_file",
+            403,
+        )
+    settings = _settings()
+    if not same_origin(settings, request.environ, request.host_url):
+        return _error("refused: the request does not come from the admin page", 403)
+    payload = request.get_json(silent=True)
+    form: Mapping[str, Any] = payload if isinstance(payload, dict) else request.form
+    value = authorization_value(form.get("token"), form.get("user"), form.get("password"))
+    sessions = _sessions()
+    try:
+        session_id, principal = sessions.sign_in(auth.http_caller, value)
+    except SignInRefused as exc:
+        audit.warning("admin: sign-in refused from %s: %s", request.remote_addr, exc)
+        return _error(str(exc), exc.status)
+    audit.warning("admin: %s signed in from %s", principal, request.remote_addr)
+    resp = _json({"admin": True, "caller": str(principal), "csrf": sessions.csrf_token(session_id)})
+    secure = browser_origin(settings, request.environ, request.host_url).startswith("https:")
+    resp.set_cookie(
+        SESSION_COOKIE,
+        session_id,
+        max_age=int(sessions.lifetime),
+        path="/",
+        secure=secure,
+        httponly=True,
+        samesite="Strict",
+    )
+    return resp
+
+
+@admin_api.post("/session/end")
+def sign_out() -> Response:
+    """End the caller's session (same origin only: a forged sign-out is a nuisance too)."""
+    if not same_origin(_settings(), request.environ, request.host_url):
+        return _error("refused: the request does not come from the admin page", 403)
+    caller = _caller()
+    if isinstance(caller, AdminCaller):
+        _sessions().sign_out(caller.session)
+    resp = _json({"admin": False})
+    resp.delete_cookie(SESSION_COOKIE, path="/", httponly=True, samesite="Strict")
+    return resp

@@ -12,8 +12,9 @@ Endpoints
     ``GET  /wsn/schemas/<name>``         the OASIS XSDs the WSDL imports
     ``GET  /wsn/policy``                 the broker policy document
     ``GET  /healthz`` ``/readyz`` ``/metrics``
-    ``GET  /wsn/admin/api/subscriptions[/<id>]``  read-only JSON list (loopback clients only,
-                                        see :mod:`.admin_api`)
+    ``GET  /admin``                      the admin page (:mod:`.admin_page`)
+    ``GET  /wsn/admin/api/...``          its JSON API; ``POST`` for operators' actions
+                                        (who reads and who acts: :mod:`.admin_auth`)
 
 Every response carries ``X-Request-Id`` (the client's, or a new one), which log records
 emitted while handling the request carry too (:mod:`.request_ids`).
@@ -38,12 +39,16 @@ from wsnmom.core.ports import BrokerPort
 
 from . import codec
 from .admin_api import admin_api
+from .admin_auth import AdminSessions
+from .admin_page import admin_page
+from .auth import Authenticator
 from .dispatch import Frontend, Reply, Role, soap_post, transport_reply
 from .envelope import HttpError, version_for_media_type
 from .fastpath import SoapFastPath
 from .faults import invalid_log
 from .metadata import SCHEMA_FILES, render_wsdl, schema_bytes
 from .public_base import public_base
+from .ratelimit import RateLimiter
 from .request_ids import RequestIds
 
 log = logging.getLogger("wsnmom.soap")
@@ -58,7 +63,13 @@ def create_app(service: BrokerPort, settings: Settings | None = None) -> Flask:
     app = Flask("wsnmom.soap_frontend")
     limit = settings.max_request_bytes if settings is not None else DEFAULT_MAX_REQUEST_BYTES
     app.config["MAX_CONTENT_LENGTH"] = int(limit)
-    app.extensions["wsnmom.soap"] = Frontend(service, settings)
+    auth = Authenticator(settings)
+    identity_rates = any(
+        i.principal.quotas.rate is not None for i in auth.credentials.identities.values()
+    )
+    limiter = RateLimiter(settings.quotas if settings is not None else None, identity_rates)
+    app.extensions["wsnmom.soap"] = Frontend(service, settings, auth, limiter)
+    app.extensions["wsnmom.auth"] = auth
     app.register_error_handler(HTTPException, _http_error)
 
     broker = Blueprint("notification_broker", __name__)
@@ -91,7 +102,10 @@ def create_app(service: BrokerPort, settings: Settings | None = None) -> Flask:
     meta.add_url_rule("/metrics", "metrics", _metrics_view)
     app.register_blueprint(meta)
 
+    lifetime = settings.admin.session.total_seconds() if settings is not None else 8 * 3600.0
+    app.extensions["wsnmom.admin"] = AdminSessions(lifetime)
     app.register_blueprint(admin_api)
+    app.register_blueprint(admin_page)
     app.wsgi_app = RequestIds(  # type: ignore[method-assign]
         SoapFastPath(app, app.wsgi_app, broker_view, resource_views)
     )
@@ -188,6 +202,7 @@ def _endpoint(role: Role, resource_id: str | None) -> Response:
         request.get_data(cache=False),
         request.path,
         request.args,
+        request.environ,
     )
     return _reply_response(reply)
 

@@ -48,7 +48,12 @@ from wsnmom.core.redaction import redact_text, redact_url
 from . import codec
 from .codec import ACTIONS, FULL, SIMPLE, Op
 from .envelope import SOAP_NS, content_type_for, envelope_bytes
-from .outbound_http import TRANSPORT_ERRORS, OutboundConnections, OutboundEnvironment
+from .outbound_http import (
+    TRANSPORT_ERRORS,
+    OutboundConnections,
+    OutboundEnvironment,
+    is_timeout,
+)
 from .splice import Spliced
 from .xml import WSA, WSNT, XmlRejected, children, parse_fragment, parse_xml, qname, text_of
 
@@ -196,7 +201,9 @@ class SoapClient:
             )
         except TRANSPORT_ERRORS as exc:
             shown = redact_url(target.address)
-            raise DeliveryFailed(redact_text(f"{shown}: {type(exc).__name__}: {exc}")) from None
+            raise DeliveryFailed(
+                redact_text(f"{shown}: {type(exc).__name__}: {exc}"), timed_out=is_timeout(exc)
+            ) from None
         if 200 <= status < 300:
             return _reply_body(content)
         permanent, reason = _fault_reason(content)
@@ -204,6 +211,7 @@ class SoapClient:
             f"{redact_url(target.address)} answered HTTP {status}"
             + (f": {redact_text(reason)}" if reason else ""),
             permanent=permanent,
+            answered=True,
         )
 
 

@@ -60,6 +60,8 @@ from wsnmom.core.model import (
 )
 from wsnmom.core.ports import BrokerPort, BrokerProperties
 from wsnmom.core.redaction import redact_url
+from wsnmom.topic_mapping.dialects import ONVIF_CONCRETE_SET, XPATH, canonical_dialect
+from wsnmom.topic_mapping.errors import TopicError
 from wsnmom.topic_mapping.model import Topic
 
 from .envelope import parse_epr
@@ -606,13 +608,23 @@ def add_expression(parent: etree._Element, tag: str, expr: ExpressionSource) -> 
 
 
 def topic_dialect_for(topic: Topic, hint: str | None) -> str:
-    """Dialect used to render a concrete topic: Simple for roots, else Concrete (or Full
-    when the publisher used Full)."""
-    if hint == FULL:
-        return FULL
-    if len(topic.path) == 1 and hint in (None, SIMPLE):
-        return SIMPLE
-    return CONCRETE
+    """The Dialect a concrete topic's ``prefix:path`` text is sent with: ``hint`` (core's
+    choice, as the subscriber wrote it: BN §3.1) when that dialect can name the topic with
+    this text -- Concrete, Full, XPath (a relative path over the topic set), ONVIF
+    ConcreteSet, their older URIs, and Simple for a root topic -- else Simple for a root
+    topic and Concrete for a deeper one."""
+    if hint is not None:
+        try:
+            canonical: str | None = canonical_dialect(hint)
+        except TopicError:
+            canonical = None
+        if canonical in _NAMES_ANY_TOPIC or (canonical == SIMPLE and len(topic.path) == 1):
+            return hint
+    return SIMPLE if len(topic.path) == 1 else CONCRETE
+
+
+#: dialects in which ``prefix:a/b`` names exactly the topic ``a/b``
+_NAMES_ANY_TOPIC = frozenset((CONCRETE, FULL, XPATH, ONVIF_CONCRETE_SET))
 
 
 def add_topic(

@@ -16,18 +16,22 @@ from __future__ import annotations
 import enum
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
 from urllib.parse import SplitResult, parse_qs, urlsplit
 
 from lxml import etree
-from wsnmom.core import errors
+from wsnmom.core import errors, metrics
+from wsnmom.core.access import ANONYMOUS, PRINCIPAL, Principal
 from wsnmom.core.addresses import ResourceKind, parse_resource_path
 from wsnmom.core.config import Settings
+from wsnmom.core.guard import refusals
 from wsnmom.core.model import EndpointReference, SoapVersion
 from wsnmom.core.ports import BrokerPort
 
 from . import codec
+from .auth import Authenticator
 from .codec import Op
 from .envelope import (
     HttpError,
@@ -36,16 +40,21 @@ from .envelope import (
     content_type_for,
     envelope_bytes,
     parse_request,
+    version_for_media_type,
 )
 from .faults import (
     BaseFaultError,
+    authentication_fault,
     count_fault,
     count_request,
     fault_for_error,
     invalid_log,
     transport_fault,
 )
+from .identity import AuthenticationFailed
+from .ratelimit import RateLimiter
 from .splice import Spliced
+from .wsse import TokenRejected, find_username_token
 from .xml import WSNMOM, WSRF_RL, qname, text_of
 
 __all__ = [
@@ -109,6 +118,10 @@ class Frontend:
 
     service: BrokerPort
     settings: Settings | None
+    #: who the caller is (also ``app.extensions["wsnmom.auth"]``)
+    auth: Authenticator = field(default_factory=lambda: Authenticator(None))
+    #: request-rate quotas
+    limiter: RateLimiter = field(default_factory=lambda: RateLimiter(None, False))
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,10 +148,22 @@ def soap_post(
     data: bytes,
     path: str,
     args: Mapping[str, str],
+    environ: Mapping[str, Any] | None = None,
 ) -> Reply:
     """Handle one SOAP request posted to ``path`` (the endpoint of ``role``); ``args`` is
-    the query string.  Independent of Flask's request context, so that the WSGI fast path
-    (:mod:`.fastpath`) and the Flask view give the same answers."""
+    the query string, ``environ`` the WSGI environ (credentials, client address).
+    Independent of Flask's request context, so that the WSGI fast path (:mod:`.fastpath`)
+    and the Flask view give the same answers."""
+    auth = fe.auth
+    principal: Principal = ANONYMOUS
+    if auth.enabled and environ is not None:
+        try:
+            principal = auth.http_caller(environ)
+        except AuthenticationFailed:
+            return _unauthorized(fe, version_for_media_type(content_type), None)
+        if principal.anonymous and auth.required and not auth.wsse:
+            metrics.AUTH_FAILURES.labels(reason="missing").inc()
+            return _unauthorized(fe, version_for_media_type(content_type), None)
     try:
         req = parse_request(method, content_type, data)
     except HttpError as exc:
@@ -147,8 +172,27 @@ def soap_post(
     except SoapProtocolErrorWithContext as exc:
         invalid_log.info("unusable SOAP request to %s: %s", path, exc)
         return _fault(fe, BaseFaultError(str(exc)), exc.version, exc.addressing.message_id)
+    if auth.enabled and principal.anonymous:
+        try:
+            token = find_username_token(req.addressing.other_headers)
+            if token is not None:
+                principal = auth.wsse_caller(token)
+        except TokenRejected:
+            metrics.AUTH_FAILURES.labels(reason="wsse").inc()
+            return _unauthorized(fe, req.version, req.addressing.message_id)
+        except AuthenticationFailed:
+            return _unauthorized(fe, req.version, req.addressing.message_id)
+        if principal.anonymous and auth.required:
+            metrics.AUTH_FAILURES.labels(reason="missing").inc()
+            return _unauthorized(fe, req.version, req.addressing.message_id)
     op = codec.OPERATIONS.get(req.operation)
     count_request(op.local if op else "unknown")
+    if fe.limiter.enabled:
+        address = environ.get("REMOTE_ADDR") if environ is not None else None
+        refused = fe.limiter.check(principal, address)
+        if refused is not None:
+            return _rate_limited(fe, req, principal, *refused)
+    bound = PRINCIPAL.set(principal)  # core reads the caller from here
     try:
         if op is None:
             raise BaseFaultError(f"unsupported operation {req.operation}")
@@ -157,11 +201,39 @@ def soap_post(
         if isinstance(exc, errors.WsnError):
             invalid_log.info("%s on %s: %s", exc.fault_name, req.operation, exc.description)
         return _fault(fe, exc, req.version, req.addressing.message_id)
+    finally:
+        PRINCIPAL.reset(bound)
     if result is None:  # one-way
         return Reply(202, b"", _DEFAULT_CONTENT_TYPE)
     action = codec.response_action(op)
     data = envelope_bytes(req.version, result, action=action, relates_to=req.addressing.message_id)
     return Reply(200, data, content_type_for(req.version, action))
+
+
+def _unauthorized(fe: Frontend, version: SoapVersion | None, relates_to: str | None) -> Reply:
+    """HTTP 401 with the challenge and a ``wsse:FailedAuthentication`` fault that says
+    nothing about why (the reason is in the ``wsnmom.auth`` log): not even whether the
+    envelope was read, so it never relates to the request's MessageID."""
+    version = version or SoapVersion.SOAP11
+    fault, action = authentication_fault(version)
+    count_fault("FailedAuthentication")
+    data = envelope_bytes(version, fault, action=action)
+    return Reply(401, data, content_type_for(version, action), fe.auth.challenge_headers())
+
+
+def _rate_limited(
+    fe: Frontend, req: SoapRequest, principal: Principal, quota: str, wait: float
+) -> Reply:
+    metrics.QUOTA_REFUSALS.labels(quota=quota).inc()
+    refusals.warning(
+        f"{principal}:{quota}", "request rate of %s exceeds quotas.%s", principal, quota
+    )
+    exc = errors.ResourceUnavailable(
+        f"too many requests: the request rate exceeds quotas.{quota}; retry after {wait:g} s",
+        retry_after=wait,
+    )
+    exc.http_status = 429
+    return _fault(fe, exc, req.version, req.addressing.message_id)
 
 
 def transport_reply(fe: Frontend | None, exc: HttpError, content_type: str | None) -> Reply:
@@ -186,11 +258,14 @@ def _fault(fe: Frontend, exc: BaseException, version: SoapVersion, relates_to: s
     count_fault(rendered.fault_name)
     data = envelope_bytes(version, fault, action=action, relates_to=relates_to)
     retry_after = getattr(exc, "retry_after", None)
-    if isinstance(exc, errors.ResourceUnavailable) and retry_after is not None:
-        # temporary (the middleware is unreachable): 503 tells HTTP clients to come back
+    status = getattr(exc, "http_status", None) or 500
+    if retry_after is not None and (status != 500 or isinstance(exc, errors.ResourceUnavailable)):
+        # temporary (middleware unreachable: 503; request rate: 429): come back later
         seconds = str(max(1, math.ceil(retry_after)))
-        return Reply(503, data, content_type_for(version, action), (("Retry-After", seconds),))
-    return Reply(500, data, content_type_for(version, action))
+        if status == 500:
+            status = 503
+        return Reply(status, data, content_type_for(version, action), (("Retry-After", seconds),))
+    return Reply(status, data, content_type_for(version, action))
 
 
 def _broker_address(service: BrokerPort) -> str:

@@ -13,10 +13,11 @@ It only does so while skipping Flask cannot change the outcome: no ``before_requ
 ``after_request`` / teardown functions or URL value preprocessors, no receivers on
 Flask's signals, no session secret, the URL map still routes the request to the
 broker view and the request has no query string.  Anything else -- GET, other paths,
-plugin hooks (authentication) -- goes through Flask unchanged.  The body is read with
-werkzeug's ``get_input_stream`` as Flask's ``request.get_data()`` does, so size limits
-answer the same 413.  An exception that escapes the handler is handed to Flask's own error
-handling inside a request context, as Flask's ``wsgi_app`` would.
+plugin hooks -- goes through Flask unchanged.  Authentication needs no hook: it is part of
+:func:`.dispatch.soap_post` (the WSGI environ is passed on), so both paths check it alike.
+The body is read with werkzeug's ``get_input_stream`` as Flask's ``request.get_data()``
+does, so size limits answer the same 413.  An exception that escapes the handler is handed
+to Flask's own error handling inside a request context, as Flask's ``wsgi_app`` would.
 """
 
 from __future__ import annotations
@@ -165,6 +166,7 @@ class SoapFastPath:
                 data,
                 str(path),
                 _NO_ARGS,
+                environ,
             )
         except Exception as exc:
             return self._flask_error(environ, start_response, exc)

@@ -196,6 +196,34 @@ def soap_fault(
     return fault
 
 
+#: the WS-Security fault of a token that cannot be authenticated (WSS 1.0 SOAP Message
+#: Security, "Error handling"); its text is the specification's, whatever the reason
+FAILED_AUTHENTICATION = "FailedAuthentication"
+_WSSE = "http://docs.oasis-open.org/wss/2004/01/oasis-200401-wss-wssecurity-secext-1.0.xsd"
+_AUTH_REASON = "The security token could not be authenticated or authorized"
+
+
+def authentication_fault(version: SoapVersion) -> tuple[etree._Element, str]:
+    """(SOAP Fault, wsa:Action) refusing a request for its credentials: code
+    ``wsse:FailedAuthentication`` (SOAP 1.1 faultcode; SOAP 1.2 Sender with that
+    subcode), no detail."""
+    ns = SOAP_NS[version]
+    nsmap = {"s": ns, "wsse": _WSSE}
+    fault = etree.Element(qname(ns, "Fault"), nsmap=cast(Any, nsmap))
+    if version is SoapVersion.SOAP11:
+        etree.SubElement(fault, "faultcode").text = "wsse:" + FAILED_AUTHENTICATION
+        reason = etree.SubElement(fault, "faultstring")
+    else:
+        code = etree.SubElement(fault, qname(ns, "Code"))
+        etree.SubElement(code, qname(ns, "Value")).text = "s:Sender"
+        sub = etree.SubElement(code, qname(ns, "Subcode"))
+        etree.SubElement(sub, qname(ns, "Value")).text = "wsse:" + FAILED_AUTHENTICATION
+        reason = etree.SubElement(etree.SubElement(fault, qname(ns, "Reason")), qname(ns, "Text"))
+    reason.set(qname(XML_NS, "lang"), "en")
+    reason.text = _AUTH_REASON
+    return fault, WSRF_FAULT_ACTION
+
+
 def fault_for_error(
     error: BaseException,
     version: SoapVersion,
@@ -326,6 +354,7 @@ __all__ = [
     "InternalError",
     "TransportFault",
     "as_wsn_error",
+    "authentication_fault",
     "count_fault",
     "count_request",
     "fault_action",

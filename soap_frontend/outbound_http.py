@@ -36,11 +36,19 @@ from urllib.parse import unquote, urlsplit
 import certifi
 import urllib3
 from requests.utils import should_bypass_proxies
-from urllib3.exceptions import HTTPError
+from urllib3.exceptions import HTTPError, NewConnectionError
 from wsnmom.core.outbound_policy import Destination
 
 #: failures of an outbound call: connection, TLS, timeout, protocol, proxy
 TRANSPORT_ERRORS: tuple[type[BaseException], ...] = (HTTPError, OSError, ValueError)
+
+
+def is_timeout(exc: BaseException) -> bool:
+    """Whether a transport failure is a timeout (connecting or waiting for the answer), as
+    opposed to a fast failure such as a refused or reset connection."""
+    if isinstance(exc, NewConnectionError):  # urllib3 2 derives it from ConnectTimeoutError
+        return False
+    return isinstance(exc, urllib3.exceptions.TimeoutError | TimeoutError)
 
 
 class OutboundEnvironment:
@@ -192,4 +200,4 @@ class OutboundConnections:
         return urllib3.ProxyManager(proxy, proxy_headers=proxy_headers, **self.pool_options)
 
 
-__all__ = ["TRANSPORT_ERRORS", "OutboundConnections", "OutboundEnvironment"]
+__all__ = ["TRANSPORT_ERRORS", "OutboundConnections", "OutboundEnvironment", "is_timeout"]

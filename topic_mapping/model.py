@@ -198,3 +198,37 @@ class TopicDocument(Protocol):
     def to_element(self) -> etree._Element:
         """The ``wstop:TopicSet`` element, each topic an element nested under its parent."""
         ...
+
+
+def pattern_covers(outer: PathPattern, inner: PathPattern) -> bool:
+    """Whether every topic ``inner`` selects is selected by ``outer`` (inclusion of two
+    patterns, wildcards included: ``a//*`` covers ``a/b/*``; ``a/*`` does not cover
+    ``a//*``).  Sound: True only when the inclusion holds."""
+    if outer.namespace != inner.namespace:
+        return False
+    return _covers(outer.segments, inner.segments)
+
+
+def _covers(outer: tuple[Segment, ...], inner: tuple[Segment, ...]) -> bool:
+    # reachable[j]: outer[:i] can stand for inner[:j]; one row per outer segment
+    n = len(inner)
+    reachable = [True] + [False] * n
+    for seg in outer:
+        row = [False] * (n + 1)
+        if seg is DEEP:
+            # absorbs any run of inner segments, inner DEEP included
+            seen = False
+            for j in range(n + 1):
+                seen = seen or reachable[j]
+                row[j] = seen
+        else:
+            for j in range(n):
+                if not reachable[j]:
+                    continue
+                step = inner[j]
+                if step is DEEP:
+                    continue  # a run of any length: only an outer DEEP stands for it
+                if seg is ANY or seg == step:
+                    row[j + 1] = True
+        reachable = row
+    return reachable[n]

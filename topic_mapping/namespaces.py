@@ -30,7 +30,7 @@ its namespaces plus topics admitted ad hoc.  It implements WS-Topics §7.3.1 val
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from lxml import etree
@@ -537,11 +537,14 @@ class TopicSet:
         return out
 
     # -- resource property -----------------------------------------------------------------
-    def to_element(self) -> etree._Element:
+    def to_element(self, visible: Callable[[Topic], bool] | None = None) -> etree._Element:
         """The ``wstop:TopicSet`` document: member topics (and their ancestors) as nested
-        elements in the topic's namespace; members carry ``wstop:topic="true"``."""
+        elements in the topic's namespace; members carry ``wstop:topic="true"``.  With
+        ``visible``, only the members it accepts (and their ancestors) appear."""
         with self._lock:
             members = set(self._members)
+        if visible is not None:
+            members = {t for t in members if visible(t)}
         uris = sorted({t.namespace for t in members})
         nsmap: dict[str, str] = {"wstop": WSTOP_13}
         prefixes: dict[str, str] = {}

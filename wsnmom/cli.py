@@ -21,9 +21,17 @@ from wsnmom.serve_command import serve  # noqa: E402
 
 cli.add_command(serve)
 
+from wsnmom.auth_command import auth  # noqa: E402
+
+cli.add_command(auth)
+
 from wsnmom.shell import install as install_shell_commands  # noqa: E402
 
 install_shell_commands(cli)  # notify, subscribe, pull, subscriptions, check
+
+from wsnmom.spark_bridge.cli import install as install_spark_commands  # noqa: E402
+
+install_spark_commands(cli)  # spark-buffer, spark-tap (their imports are lazy)
 
 from wsnmom.core.plugin_cli import install as install_plugin_commands  # noqa: E402
 

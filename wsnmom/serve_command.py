@@ -18,12 +18,12 @@ import socket
 import sys
 import traceback
 from types import FrameType
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import click
 
 from wsnmom.connections import ConnectionGuard, ConnectionPolicy
-from wsnmom.core.config import Settings, load_settings
+from wsnmom.core.config import ConfigError, Settings, load_settings
 from wsnmom.core.redaction import redact_text, redact_url
 from wsnmom.logs import configure_logging
 from wsnmom.startup import StartupError, explain, open_listeners
@@ -41,6 +41,9 @@ OPTIONS = {
     "public_url": "--public-url",
     "threads": "--threads",
     "middleware__wait": "--wait-for-middleware",
+    "tls__certfile": "--certfile",
+    "tls__keyfile": "--keyfile",
+    "tls__client_ca": "--client-ca",
 }
 
 _WILDCARDS = {"0.0.0.0", "::", "[::]", ""}
@@ -76,6 +79,52 @@ def _advise(settings: Settings) -> None:
         )
 
 
+def _check_auth(settings: Settings) -> None:
+    """Refuse settings that cannot authenticate (``ConfigError``); warn when the gateway
+    serves anonymous clients beyond loopback."""
+    from wsnmom.soap_frontend.auth import Authenticator
+
+    authenticator = Authenticator(settings)
+    if settings.tls.certfile:
+        from wsnmom.https import tls_context
+
+        tls_context(settings)  # unusable certificate or key files stop the start here
+    elif settings.tls.client_ca:
+        raise ConfigError("tls.client_ca needs tls.certfile: mutual TLS is served over HTTPS")
+    if authenticator.enabled:
+        sources = [
+            name
+            for name, on in (
+                ("admin token", bool(settings.auth.admin_token)),
+                (f"credentials file {settings.auth.users_file}", bool(settings.auth.users_file)),
+                ("TLS client certificates", bool(settings.tls.client_ca)),
+                (f"proxy header {settings.auth.proxy_header}", bool(settings.auth.proxy_header)),
+                ("WS-Security UsernameToken", settings.auth.wsse),
+            )
+            if on
+        ]
+        log.info(
+            "authentication %s: %d identities; %s",
+            "required" if authenticator.required else "optional (anonymous clients served)",
+            len(authenticator.credentials.identities),
+            ", ".join(sources),
+        )
+    if not authenticator.required and not authenticator_loopback(settings.host):
+        log.warning(
+            "authentication is off (auth.required = false) and the gateway listens on %s: "
+            "anyone who reaches it can create, read and end subscriptions, pull points and "
+            "registrations; set auth.admin_token (WSNMOM_AUTH__ADMIN_TOKEN) to require it",
+            settings.host,
+        )
+
+
+def authenticator_loopback(host: str) -> bool:
+    """Whether ``host`` is a loopback listen address."""
+    from wsnmom.soap_frontend.auth import listens_on_loopback_only
+
+    return listens_on_loopback_only(host)
+
+
 @click.command("serve")
 @click.option("--adapter", "adapter_url", help="Adapter URL (embedded://PATH, amqp://...).")
 @click.option("--store", "store_url", help="Store URL (sqlite:///PATH).")
@@ -102,6 +151,17 @@ def _advise(settings: Settings) -> None:
     "status 9 (default 0: wait forever, serving /healthz and answering WS-N requests with "
     "HTTP 503 meanwhile).",
 )
+@click.option(
+    "--certfile",
+    type=click.Path(dir_okay=False),
+    help="PEM certificate (chain): serve HTTPS (tls.certfile).",
+)
+@click.option("--keyfile", type=click.Path(dir_okay=False), help="PEM key of --certfile.")
+@click.option(
+    "--client-ca",
+    type=click.Path(dir_okay=False),
+    help="PEM CA certificates of client certificates: mutual TLS (tls.client_ca).",
+)
 @click.option("--debug", is_flag=True, help="Show the traceback of a start-up error.")
 def serve(
     adapter_url: str | None,
@@ -113,6 +173,9 @@ def serve(
     threads: int | None,
     config_file: str | None,
     wait_for_middleware: float | None,
+    certfile: str | None,
+    keyfile: str | None,
+    client_ca: str | None,
     debug: bool,
 ) -> None:
     """Run the WS-Notification broker (embedded middleware on http://127.0.0.1:8080 by
@@ -127,6 +190,9 @@ def serve(
         "public_url": public_url,
         "threads": threads,
         "middleware__wait": wait_for_middleware,
+        "tls__certfile": certfile,
+        "tls__keyfile": keyfile,
+        "tls__client_ca": client_ca,
     }
     try:
         settings = load_settings(
@@ -143,34 +209,61 @@ def serve(
     _run(settings, debug)
 
 
-def _run(settings: Settings, debug: bool) -> None:
+class _TlsServer:
+    """cheroot's TLS server (:mod:`wsnmom.https`) behind waitress' ``run``/``close``."""
+
+    def __init__(self, server: Any) -> None:
+        self.server = server
+
+    def run(self) -> None:
+        self.server.prepare()
+        self.server.serve()
+
+    def close(self) -> None:
+        self.server.stop()
+
+
+def _http_server(
+    app: Any, sockets: list[socket.socket], settings: Settings, guard: ConnectionGuard
+) -> Any:
+    """waitress on ``sockets`` behind ``guard`` (``[connections]``: limits and read
+    deadlines), or with ``tls.certfile`` the HTTPS server."""
+    if settings.tls.certfile:
+        from wsnmom.https import create_tls_server
+
+        return _TlsServer(create_tls_server(app, sockets, settings))
     import waitress
 
+    c = settings.connections
+    return waitress.create_server(
+        app,
+        sockets=[guard.wrap(s) for s in sockets],
+        threads=settings.threads,
+        max_request_body_size=settings.max_request_bytes,
+        ident="wsnmom",
+        # the guard refuses connections beyond connections.limit before waitress
+        # would stop accepting; poll() has no FD_SETSIZE ceiling
+        connection_limit=(c.limit or 100_000) + 16,
+        asyncore_use_poll=True,
+        channel_timeout=max(c.idle_timeout, c.header_timeout, c.body_timeout) or 120,
+    )
+
+
+def _run(settings: Settings, debug: bool) -> None:
     from wsnmom.server import build_runtime
 
     sockets: list[socket.socket] = []
     try:
         sockets = open_listeners(settings.host, settings.port)
+        _check_auth(settings)  # after the listen address: a wrong host is reported as such
         runtime = build_runtime(settings, wait=True)
     except Exception as exc:
         for sock in sockets:
             sock.close()
         _fail(explain(exc), exc, debug)
     guard = ConnectionGuard(ConnectionPolicy.from_settings(settings))
-    c = settings.connections
     try:
-        server = waitress.create_server(
-            runtime.app,
-            sockets=[guard.wrap(s) for s in sockets],
-            threads=settings.threads,
-            max_request_body_size=settings.max_request_bytes,
-            ident="wsnmom",
-            # the guard refuses connections beyond connections.limit before waitress
-            # would stop accepting; poll() has no FD_SETSIZE ceiling
-            connection_limit=(c.limit or 100_000) + 16,
-            asyncore_use_poll=True,
-            channel_timeout=max(c.idle_timeout, c.header_timeout, c.body_timeout) or 120,
-        )
+        server = _http_server(runtime.app, sockets, settings, guard)
     except BaseException:
         runtime.close()
         raise

@@ -134,7 +134,27 @@ class Runtime:
         """The adapter is open: tell plugins, restore the broker, run the start-up hooks."""
         self.plugins.adapter_opened(self.adapter)
         self.service.start()
+        self._report_unowned()
         self.plugins.startup(self)
+
+    def _report_unowned(self) -> None:
+        """With authentication on, say how many restored resources belong to nobody
+        (created anonymously, or before owners were recorded): only admins manage them."""
+        auth = getattr(self.app, "extensions", {}).get("wsnmom.auth")
+        if auth is None or not auth.required:
+            return
+        registry = self.service.registry
+        counts = {
+            "subscriptions": registry.subscriptions.owned_by(None),
+            "pull points": registry.pull_points.owned_by(None),
+            "registrations": registry.registrations.owned_by(None),
+        }
+        if any(counts.values()):
+            log.warning(
+                "%s have no owner (created anonymously or before owners were recorded): "
+                "with authentication required only admins can manage them",
+                ", ".join(f"{n} {kind}" for kind, n in counts.items() if n),
+            )
 
     def close(self) -> None:
         """Stop the broker, then the adapter and the store; idempotent."""
@@ -242,7 +262,14 @@ def build_runtime(
         store.close()
         store_lock.release()
         raise
-    app = create_app(service, settings)
+    try:
+        app = create_app(service, settings)
+    except BaseException:
+        service.close()
+        adapter.close()
+        store.close()
+        store_lock.release()
+        raise
     plugins.configure_app(app, service)
     runtime = Runtime(settings, plugins, adapter, store, topic_set, service, app, store_lock)
     if opened:

@@ -234,6 +234,12 @@ class EmbeddedHandle(SubscriptionHandle):
 
     # -- admin
 
+    def purge(self) -> int | None:
+        """Remove every ready message in one transaction (handed-out ones stay)."""
+        if self._detached:
+            return 0
+        return self._engine.purge(self._sid)
+
     def depth(self) -> int | None:
         """Ready messages (handed-out ones not counted)."""
         if self._detached:

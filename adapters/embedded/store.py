@@ -1056,6 +1056,24 @@ class Engine:
             ).fetchone()
             return int(row[0])
 
+    def purge(self, sid: int) -> int:
+        """Remove every ready message of ``sid`` (an operator's purge); returns how many.
+        Handed-out messages stay until they are settled; the transaction applies pending
+        acks first, so a message taken and not yet removed is not counted."""
+        with self.lock:
+            st = self.subs.get(sid)
+            if st is None or self._closed:
+                return 0
+            with self.tx() as c:
+                ready = "SELECT mid FROM queue_entries WHERE sub = ? AND state = 0"
+                c.execute(f"UPDATE messages SET refs = refs - 1 WHERE id IN ({ready})", (sid,))
+                c.execute(f"DELETE FROM messages WHERE refs <= 0 AND id IN ({ready})", (sid,))
+                removed = c.execute(
+                    "DELETE FROM queue_entries WHERE sub = ? AND state = 0", (sid,)
+                ).rowcount
+                self._count(st)
+            return int(removed)
+
     def depths(self, sids: Sequence[int]) -> list[int]:
         """``depth`` of each subscription in one transaction and one grouped count."""
         with self.lock:

@@ -272,6 +272,7 @@ class KafkaAdapter(Adapter):
 
         def probe(timeout: float) -> None:
             admin.list_topics(topic=settings.internal_topic, timeout=timeout)
+            admin.poll(0)  # its queued log lines and errors
 
         health.start(probe)
         log.info("Kafka adapter open on %s", redact_url(self.url))

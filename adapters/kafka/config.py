@@ -91,13 +91,18 @@ class KafkaSettings:
         }
 
     def producer(self) -> dict[str, Any]:
-        """The publishing producer: idempotent, acks from all in-sync replicas, sent at
-        once (``linger.ms`` 0: a Notify waits for its delivery reports anyway)."""
+        """The publishing producer: idempotent, acks from all in-sync replicas, and
+        librdkafka's default ``linger.ms`` of 5: concurrent Notifies share produce
+        requests.  Measured against 0 under 16 concurrent 1-message Notifies on tansu
+        (same-run A/B): the broker's CPU per Notify fell from 495 to 278 us and the
+        gateway's from 636 to 490 us (with 0, librdkafka's broker thread polls its socket
+        without waiting while the in-flight limit is reached), for at most 5 ms more per
+        Notify.  ``producer_config`` overrides it."""
         return {
             **self._base(),
             "enable.idempotence": True,
             "acks": "all",
-            "linger.ms": 0,
+            "linger.ms": 5,
             "message.timeout.ms": int(self.delivery_timeout * 1000),
             "message.max.bytes": max(self.max_message_bytes + 64 * 1024, 1_000_000),
             **self.producer_config,

@@ -94,6 +94,14 @@ class CurrentMessages:
         topic = record.topic
         if is_internal_namespace(topic.namespace):
             return
+        with self._lock:
+            known = self._entries.get(topic)
+        if (
+            known is not None
+            and known.partition == record.stream[1]
+            and known.offset >= record.offset
+        ):
+            return  # this gateway's own publish, remembered when it was confirmed
         stamp = int(record.timestamp.timestamp() * 1000) if record.timestamp else -1
         message = StoredMessage(topic, record.body, record.headers, record.content_type)
         self._offer(topic, _Entry(message, record.stream[1], record.offset, stamp))

@@ -173,11 +173,23 @@ class KafkaMapping:
             return log.startswith(self.prefix + ".")
         return not log.startswith("_")
 
+    def shared_logs(self) -> list[str]:
+        """The per-namespace logs known (configured and seen) and the internal log."""
+        with self._lock:
+            return sorted({self.internal_topic, *self._shared})
+
     def is_shared(self, log: str) -> bool:
         """Whether ``log`` is a per-namespace or the internal log."""
         return log == self.internal_topic or log in self._shared
 
     # -- records -> topics ------------------------------------------------------------------
+    def cached_log_topic(self, log: str) -> Topic | None:
+        """The WS topic of per-path log ``log`` when it is known already (no record needs
+        to be looked at), else None (shared, internal or not seen yet)."""
+        if log == self.internal_topic or log in self._shared:
+            return None
+        return self._log_topics.get(log)
+
     def log_topic(self, log: str, headers: Mapping[str, str] | None = None) -> Topic:
         """The WS topic of per-path log ``log``.  A record's own topic headers settle which
         namespace a derived root belongs to when this process has not seen it yet."""

@@ -74,6 +74,21 @@ class _Consuming:
         #: next offset expected per assigned stream
         self._next: dict[StreamId, int] = {}
 
+    def _take(self, max_records: int, timeout: float) -> list[Message]:
+        """Up to ``max_records`` messages, returning as soon as the first is there.
+
+        ``Consumer.consume(n, timeout)`` waits until it has ``n`` messages or the timeout
+        ran out, so a lone record waited the whole timeout (20 ms on the head) before it
+        was dispatched.  Instead: what is queued now, else one ``poll`` that returns on
+        the first arrival, then whatever came with it."""
+        messages = self._consumer.consume(max_records, 0)
+        if messages or timeout <= 0:
+            return messages
+        first = self._consumer.poll(timeout)
+        if first is None:
+            return []
+        return [first, *self._consumer.consume(max_records - 1, 0)] if max_records > 1 else [first]
+
     def _earliest(self, stream: StreamId) -> int:
         low, _ = self._consumer.get_watermark_offsets(TopicPartition(*stream), timeout=5)
         return max(0, int(low))
@@ -131,7 +146,7 @@ class KafkaReader(_Consuming):
 
     def poll(self, max_records: int, timeout: float) -> Sequence[Item]:
         """Up to ``max_records`` records, waiting up to ``timeout`` for the first."""
-        return self._convert(self._consumer.consume(max_records, timeout))
+        return self._convert(self._take(max_records, timeout))
 
 
 class KafkaHeadReader(_Consuming):
@@ -271,7 +286,7 @@ class KafkaHeadReader(_Consuming):
         if self._pending:
             pending, self._pending = self._pending, []
             return pending
-        items = self._convert(self._consumer.consume(max_records, timeout))
+        items = self._convert(self._take(max_records, timeout))
         observe = self._backend.observe
         if observe is not None:
             for item in items:
@@ -311,18 +326,44 @@ class KafkaHeadReader(_Consuming):
 
 
 class KafkaPositionStore:
-    """``PositionStore``: one consumer group per cursor (see the module docstring)."""
+    """``PositionStore``: one consumer group per cursor (see the module docstring).
 
-    def __init__(self, admin: AdminClient, settings: KafkaSettings) -> None:
-        self._admin = admin
+    It has an admin client of its own.  librdkafka keeps a coordinator handle per group;
+    after the broker was restarted, requests for a group the client used before may time
+    out for good while new groups and new clients work (seen with librdkafka 2.x and a
+    restarted broker).  So the store takes a new admin client after every lost connection
+    (``Health.epoch``) before its next request, and a request that still timed out is
+    retried once at once with a new client."""
+
+    def __init__(
+        self,
+        admin_factory: Callable[[], AdminClient],
+        settings: KafkaSettings,
+        health: Health,
+    ) -> None:
+        self._new_admin = admin_factory
+        self._health = health
+        self._epoch = health.epoch
+        self._admin = admin_factory()
         self._prefix = settings.group_prefix
         self._timeout = 30.0
+
+    def _renew(self, why: str) -> None:
+        log.info("a new Kafka admin client for subscription positions: %s", why)
+        self._epoch = self._health.epoch
+        self._admin = self._new_admin()
+
+    def _fresh(self) -> None:
+        """A new admin client when connections were lost since the last one was made."""
+        if self._health.epoch != self._epoch:
+            self._renew("connections to the cluster were lost")
 
     def _group(self, name: str) -> str:
         return self._prefix + name
 
     def load(self) -> dict[str, dict[StreamId, int]]:
         """Every cursor group's offsets, by cursor name."""
+        self._fresh()
         result = self._admin.list_consumer_groups(request_timeout=self._timeout).result()
         names = [
             g.group_id[len(self._prefix) :]
@@ -347,6 +388,17 @@ class KafkaPositionStore:
 
     def save(self, changes: Mapping[str, Mapping[StreamId, int]]) -> None:
         """Write these cursors' offsets (other streams of each group are kept)."""
+        self._fresh()
+        timed_out = self._save(changes)
+        if timed_out:
+            self._renew("a request timed out")
+            timed_out = self._save({n: changes[n] for n in timed_out})
+        self._admin.poll(0)  # its queued log lines and errors
+        if timed_out:
+            raise AdapterError(f"saving positions timed out for {len(timed_out)} cursor(s)")
+
+    def _save(self, changes: Mapping[str, Mapping[StreamId, int]]) -> list[str]:
+        """Write; the names whose request timed out (other failures raise)."""
         futures = []
         for name, positions in changes.items():
             tps = [TopicPartition(s[0], s[1], o) for s, o in positions.items() if o >= 0]
@@ -363,11 +415,15 @@ class KafkaPositionStore:
                 )
             )
         failed: list[str] = []
+        timed_out: list[str] = []
         for name, future in futures:
             try:
                 result = future.result()
             except KafkaException as exc:
-                failed.append(f"{name}: {exc}")
+                if exc.args[0].code() == KafkaError._TIMED_OUT:
+                    timed_out.append(name)
+                else:
+                    failed.append(f"{name}: {exc}")
                 continue
             for tp in result.topic_partitions or []:
                 if tp.error is None:
@@ -380,10 +436,21 @@ class KafkaPositionStore:
                 failed.append(f"{name} {tp.topic}[{tp.partition}]: {tp.error}")
         if failed:
             raise AdapterError("saving positions failed: " + "; ".join(failed[:5]))
+        return timed_out
 
     def delete(self, names: Iterable[str]) -> None:
         """Delete these cursors' groups; unknown ones are ignored."""
         groups = [self._group(n) for n in names]
+        self._fresh()
+        timed_out = self._delete(groups)
+        if timed_out:
+            self._renew("a request timed out")
+            if self._delete(timed_out):
+                raise AdapterError(f"deleting {len(timed_out)} cursor group(s) timed out")
+
+    def _delete(self, groups: list[str]) -> list[str]:
+        """Delete; the groups whose request timed out (other failures raise)."""
+        timed_out: list[str] = []
         for start in range(0, len(groups), 500):
             chunk = groups[start : start + 500]
             futures = self._admin.delete_consumer_groups(chunk, request_timeout=self._timeout)
@@ -391,11 +458,12 @@ class KafkaPositionStore:
                 try:
                     future.result()
                 except KafkaException as exc:
-                    if exc.args[0].code() not in (
-                        KafkaError.GROUP_ID_NOT_FOUND,
-                        KafkaError.NON_EMPTY_GROUP,
-                    ):
+                    code = exc.args[0].code()
+                    if code == KafkaError._TIMED_OUT:
+                        timed_out.append(group)
+                    elif code not in (KafkaError.GROUP_ID_NOT_FOUND, KafkaError.NON_EMPTY_GROUP):
                         raise AdapterError(f"deleting group {group} failed: {exc}") from exc
+        return timed_out
 
 
 class KafkaBackend:
@@ -442,7 +510,17 @@ class KafkaBackend:
 
     def position_store(self) -> KafkaPositionStore:
         """The cursor groups."""
-        return KafkaPositionStore(self.admin, self.settings)
+        return KafkaPositionStore(self.new_admin, self.settings, self.health)
+
+    def new_admin(self) -> AdminClient:
+        """An admin client configured like the adapter's."""
+        return AdminClient(
+            {
+                **self.settings.admin(),
+                **client_hooks(self.health),
+                "allow.auto.create.topics": False,
+            }
+        )
 
     def may_carry(self, log: str, patterns: tuple[PathPattern, ...] | None) -> bool:
         """See ``KafkaMapping.may_carry``."""

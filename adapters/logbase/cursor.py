@@ -91,7 +91,10 @@ class Cursor:
         self.positions = positions
         #: attached: records below these offsets were already read by a catch-up reader
         self.floor: dict[StreamId, int] = {}
-        self.attached = False
+        self._attached = False
+        self._dirty = False
+        # a new cursor is detached: it may hold the head's commit back
+        engine.may_pin(name)
         self.started = False
         self.deleted = False
         self.callback: Callable[[Received], None] | None = None
@@ -106,8 +109,6 @@ class Cursor:
         self.redeliver_below: dict[StreamId, int] = {}
         #: queued for a catch-up reader
         self.queued = False
-        #: positions changed since the position store last saved them
-        self.dirty = False
         #: messages the log deleted before this cursor read them (retention)
         self.lost = 0
         #: matching records still to skip (``discard`` of the oldest)
@@ -118,6 +119,29 @@ class Cursor:
         self._outbox: deque[CursorReceived] = deque()
         self._outbox_lock = threading.Lock()
         self._draining = False
+
+    # -- state the engine's commit bookkeeping follows -----------------------------------------
+    @property
+    def attached(self) -> bool:
+        """Riding on the head reader (else detached, with positions of its own)."""
+        return self._attached
+
+    @attached.setter
+    def attached(self, value: bool) -> None:
+        self._attached = value
+        if not value:
+            self.engine.may_pin(self.name)
+
+    @property
+    def dirty(self) -> bool:
+        """Positions changed since the position store last saved them."""
+        return self._dirty
+
+    @dirty.setter
+    def dirty(self, value: bool) -> None:
+        self._dirty = value
+        if value:
+            self.engine.may_pin(self.name)
 
     # -- matching --------------------------------------------------------------------------
     def wants(self, topic: Topic) -> bool:
@@ -138,6 +162,8 @@ class Cursor:
         queue = self.inflight.get(stream)
         if queue is None:
             queue = self.inflight[stream] = OrderedDict()
+        if not queue:
+            self.engine.may_pin(self.name)
         queue[record.offset] = False
         self.unsettled += 1
         redelivered = record.offset < self.redeliver_below.get(stream, -1)

@@ -109,6 +109,15 @@ class CursorEngine:
         self._wake_commit = threading.Event()
         self._last_head_commit = 0.0
         self._last_head_positions: dict[StreamId, int] = {}
+        #: cursors that may hold the head's commit back or have positions to save
+        #: (in flight, detached and unsaved, or dirty): the commit passes look at these
+        #: only, not at every cursor.  A superset: names are dropped when looked at.
+        self._pinning: set[str] = set()
+
+    def may_pin(self, name: str) -> None:
+        """``name`` may now hold the head's commit back or need saving (hold the lock;
+        called by ``Cursor`` whenever it detaches, gets dirty or hands a record out)."""
+        self._pinning.add(name)
 
     # -- lifecycle -------------------------------------------------------------------------
     def start(self) -> None:
@@ -167,7 +176,11 @@ class CursorEngine:
         for thread in self._threads:
             thread.join(timeout=10)
         self._threads = []
-        self._flush_positions(final=True)
+        try:
+            self._flush_positions(final=True)
+        except Exception:
+            # the head's commit below still stays behind every cursor not saved
+            log.warning("saving subscription positions at close failed", exc_info=True)
         head = self._head_reader
         if head is not None:
             try:
@@ -689,8 +702,14 @@ class CursorEngine:
         attached cursors and of detached ones whose positions are not saved yet (hold
         the lock, or call when the threads are stopped)."""
         positions = dict(self._head)
-        for cursor in self._cursors.values():
-            if cursor.attached:
+        done: list[str] = []
+        for name in self._pinning:
+            cursor = self._cursors.get(name)
+            if cursor is None:
+                done.append(name)
+            elif cursor.attached:
+                if not cursor.inflight:
+                    done.append(name)
                 for stream in list(cursor.inflight):
                     if stream in positions:
                         positions[stream] = cursor.committed(stream, positions[stream])
@@ -698,6 +717,9 @@ class CursorEngine:
                 for stream, offset in cursor.positions.items():
                     if stream in positions and offset >= 0:
                         positions[stream] = min(positions[stream], cursor.committed(stream, offset))
+            else:
+                done.append(name)  # detached, saved and unchanged: its group holds it
+        self._pinning.difference_update(done)
         return positions
 
     def _maybe_commit_head(self, head: HeadReader) -> None:
@@ -735,7 +757,11 @@ class CursorEngine:
             return
         with self.lock:
             changes: dict[str, dict[StreamId, int]] = {}
-            for cursor in self._cursors.values():
+            if final:
+                candidates = list(self._cursors.values())
+            else:  # every dirty cursor is among the pinning ones
+                candidates = [c for n in self._pinning if (c := self._cursors.get(n)) is not None]
+            for cursor in candidates:
                 if cursor.attached or not (cursor.dirty or final):
                     continue
                 if not cursor.dirty and cursor.name in self._stored:
@@ -750,12 +776,27 @@ class CursorEngine:
             deletes = {n for n in self._to_delete if n not in changes}
             self._to_delete = set()
         if changes:
-            store.save(changes)
+            try:
+                store.save(changes)
+            except Exception:
+                with self.lock:
+                    # saved again next time, and meanwhile they pin the head's commit
+                    for name in changes:
+                        live = self._cursors.get(name)
+                        if live is not None and not live.attached:
+                            live.dirty = True
+                    self._to_delete |= deletes
+                raise
             with self.lock:
                 for name, positions in changes.items():
                     self._stored[name] = positions
         if deletes:
-            store.delete(deletes)
+            try:
+                store.delete(deletes)
+            except Exception:
+                with self.lock:
+                    self._to_delete |= deletes  # tried again next time
+                raise
             with self.lock:
                 for name in deletes:
                     live = self._cursors.get(name)
@@ -764,7 +805,8 @@ class CursorEngine:
 
     # -- diagnostics -----------------------------------------------------------------------
     def stats(self) -> Mapping[str, int]:
-        """Counts for tests and ``/metrics``: cursors, attached, queued, threads."""
+        """Counts for tests and ``/metrics``: cursors, attached, started while detached,
+        threads, and the cursors the commit passes look at."""
         with self.lock:
             cursors = list(self._cursors.values())
             return {
@@ -772,4 +814,6 @@ class CursorEngine:
                 "attached": sum(1 for c in cursors if c.attached),
                 "detached_started": sum(1 for c in cursors if c.started and not c.attached),
                 "threads": len(self._threads),
+                # what the commit passes look at (not every cursor)
+                "pinning": len(self._pinning),
             }

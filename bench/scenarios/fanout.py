@@ -5,7 +5,8 @@ Push: subscriptions spread over four consumer servers (separate processes), each
 own path, so "all delivered" is "every path seen".  Pull: one pull point per subscription,
 drained with concurrent GetMessages until every pull point returned the message.
 Subscriptions are created incrementally (100, then 900 more, ...) with concurrent keep-alive
-clients; their creation time is recorded as set-up, not as a figure.
+clients; their creation time is recorded as set-up, not as a figure, and the gateway's RSS
+at each size is reported (no target).
 
 Baseline: the cost per delivery at the smallest size in the same run.  Target: cost at
 10,000 <= 1.5 x cost at 100.  Where the middleware has a raw fan-out reference
@@ -38,6 +39,7 @@ CONSUMERS = 4
 #: subscriptions created per batch of concurrent requests
 CHUNK = 2000
 TARGET = Target("<=", 1.5)
+MB = 1024 * 1024
 
 
 def _repeats(size: int) -> int:
@@ -183,9 +185,11 @@ class FanOut(Scenario):
             best = median(times) or 0.0
             costs[size] = best / size * 1e6
             result.details[f"push_times_{size}_s"] = times
+            rss = (server.rss() or 0) / MB
+            result.add(Metric(name=f"push_rss_{size}", value=rss, unit="MB"))
             ctx.log(
                 f"  push {size:>6}: {best * 1000:8.1f} ms, {costs[size]:8.1f} us/delivery "
-                f"(subscribe {secs:.1f}s)"
+                f"(subscribe {secs:.1f}s, RSS {rss:.0f} MB)"
             )
 
     def _pull(
@@ -222,7 +226,9 @@ class FanOut(Scenario):
             best = median(times) or 0.0
             costs[size] = best / size * 1e6
             result.details[f"pull_times_{size}_s"] = times
+            rss = (server.rss() or 0) / MB
+            result.add(Metric(name=f"pull_rss_{size}", value=rss, unit="MB"))
             ctx.log(
                 f"  pull {size:>6}: {best * 1000:8.1f} ms, {costs[size]:8.1f} us/delivery "
-                f"(set-up {secs_pp + secs_sub:.1f}s)"
+                f"(set-up {secs_pp + secs_sub:.1f}s, RSS {rss:.0f} MB)"
             )

@@ -1,13 +1,15 @@
 """Scenario 5, memory: RSS of the gateway process holding 100k active subscriptions on the
-embedded adapter, with pull points as their consumers (one pull point per ten
-subscriptions, topics spread over 1,000 root topics).
+embedded adapter (10k on Kafka), with pull points as their consumers (one pull point per
+ten subscriptions, topics spread over 1,000 root topics).
 
 RSS is sampled after every tenth of the subscriptions, so the plot shows the growth; the
 idle RSS of the same server before any subscription is the reference.  Creation runs with
 concurrent keep-alive clients and is bounded in time (set-up is reported separately); when
 the time runs out first, the RSS at 100k is extrapolated linearly from the measured growth
 and labelled so.
-Target: RSS <= 500 MB (absolute: memory does not depend on machine speed).
+Target: RSS <= 500 MB at 100k on the embedded adapter (absolute: memory does not depend on
+machine speed).  On Kafka, whose issue asks for the RSS with 10,000 subscriptions to be
+reported, the figure has no target.
 """
 
 from __future__ import annotations
@@ -28,18 +30,20 @@ from bench.scenarios.base import (
 MB = 1024 * 1024
 SUBS_PER_PULL_POINT = 10
 TOPICS = 1000
+#: subscriptions per middleware (full run, quick run)
+TOTALS = {"embedded": (100_000, 2_000), "kafka": (10_000, 1_000)}
 
 
 class Memory(Scenario):
     """Server RSS with 100k subscriptions."""
 
     name = "memory"
-    title = "Memory: RSS with 100k subscriptions"
-    middlewares = ("embedded",)
+    title = "Memory: RSS with 100k subscriptions (Kafka: 10k)"
+    middlewares = ("embedded", "kafka")
 
     def run(self, ctx: Context, mw: Middleware | None, result: ScenarioResult) -> None:
         assert mw is not None
-        total = ctx.pick(100_000, 2_000)
+        total = ctx.pick(*TOTALS[mw.name])
         budget_s = ctx.pickf(300.0, 60.0)
         steps = 10
         with running_server(ctx, mw, "memory") as server:
@@ -96,7 +100,7 @@ class Memory(Scenario):
                 name=f"rss_{total // 1000}k_subscriptions",
                 value=value,
                 unit="MB",
-                target=Target("<=", 500.0, on="value"),
+                target=Target("<=", 500.0, on="value") if mw.name == "embedded" else None,
                 note=note,
             )
         )

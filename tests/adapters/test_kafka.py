@@ -294,3 +294,38 @@ def test_exact_watermarks_start_a_new_subscription_at_the_end(
     assert [m.body for m in got.wait_for(1, 10)] == [b"<new/>"]
     time.sleep(0.5)
     assert got.bodies() == [b"<new/>"]
+
+
+def test_records_deleted_before_a_paused_subscription_read_them_are_counted(
+    make_kafka: Callable[..., KafkaAdapter],
+    kafka_bootstrap: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A paused subscription whose records were deleted (DeleteRecords moves the log start
+    the way retention does) is told on resume: ``lost()`` counts them and a warning names
+    the subscription.  tansu cannot delete records: skipped there, runs on a real cluster
+    (``WSNMOM_TEST_KAFKA_BOOTSTRAP``); the engine's side runs on every broker through the
+    file-log adapter (tests/e2e/test_retention_losses.py)."""
+    from confluent_kafka.admin import AdminClient
+
+    adapter = make_kafka(namespaces={NS: "plant"})
+    topic = Topic(NS, ("silo", "s1"))
+    adapter.publish(message(topic, b"<first/>"))  # the topic exists
+    name = f"lost-{uuid.uuid4().hex[:6]}"
+    handle = adapter.subscription(SubscriptionSpec(name, (PathPattern(NS, ("silo", ANY)),)))
+    handle.start(Collector(), prefetch=100)
+    handle.stop()  # paused: its position is where the log ended
+    adapter.publish_many([message(topic, b"<m%d/>" % i) for i in range(6)])
+    log_name = f"{adapter.settings.topic_prefix}.plant.silo.s1"
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    end = TopicPartition(log_name, 0, 1 + 4)  # deletes <first/> and <m0/>..<m3/>
+    try:
+        admin.delete_records([end])[end].result()
+    except Exception as exc:
+        pytest.skip(f"this broker cannot delete records (tansu cannot): {exc}")
+    got = Collector()
+    with caplog.at_level(logging.WARNING, logger="wsnmom"):
+        handle.start(got, prefetch=100)
+        assert got.wait_for(2, 10) and got.bodies() == [b"<m4/>", b"<m5/>"]
+    assert handle.lost() == 4
+    assert f"subscription {name}: 4 message(s)" in caplog.text

@@ -254,3 +254,23 @@ def test_position_store_round_trip_for_2000_cursors(
     )
     # generous bounds (measured on tansu: about 0.5 s each)
     assert saved - started < 20 and read - saved < 20 and deleted - deleting < 20
+
+
+def test_a_lone_record_is_returned_without_waiting_for_a_full_batch(
+    make_backend: Callable[..., KafkaBackend], admin: AdminClient, kafka_bootstrap: str, tag: str
+) -> None:
+    """``poll(500, timeout)`` returns as soon as a record is there (confluent-kafka's
+    ``consume(500, timeout)`` would wait the whole timeout for 500): the head's latency."""
+    name = f"b{tag}.lone"
+    create_topic(admin, name)
+    produce(kafka_bootstrap, name, [b"only"])
+    reader = make_backend().reader()
+    try:
+        reader.assign({(name, 0): 0})
+        started = time.monotonic()
+        got = reader.poll(500, 3.0)
+        took = time.monotonic() - started
+    finally:
+        reader.close()
+    assert [r.body for r in got if isinstance(r, LogRecord)] == [b"only"]
+    assert took < 2.0, took  # not the whole 3 s

@@ -67,6 +67,12 @@ def sub_req(address: str = "http://127.0.0.1:9/consumer", **kw: Any) -> Subscrib
     return SubscribeRequest(consumer=consumer(address), **kw)
 
 
+def documentation_address(host: str, port: int) -> list[str]:
+    """Every name resolves to a documentation address (TEST-NET-1, RFC 5737): these tests
+    look nothing up, and their recording outbound port never connects anywhere."""
+    return ["192.0.2.1"]
+
+
 class FakeClock:
     """A settable UTC clock."""
 
@@ -214,7 +220,7 @@ class Broker:
     plugins: Any = None
     #: adapter URL template (``{tmp}`` = the broker's directory); default embedded
     adapter_url: str | None = None
-    #: resolves names for the outbound policy (None: the system resolver)
+    #: resolves names for the outbound policy (None: ``documentation_address``)
     resolver: Any = None
 
     def start(self) -> BrokerService:
@@ -236,7 +242,9 @@ class Broker:
             clock=self.clock,
             demand_interval=0.2,
             plugins=self.plugins,
-            outbound_policy=OutboundPolicy(self.settings.outbound, resolver=self.resolver),
+            outbound_policy=OutboundPolicy(
+                self.settings.outbound, resolver=self.resolver or documentation_address
+            ),
         )
         return self.service
 
@@ -276,11 +284,13 @@ def make_broker(
         plugins: Any = None,
         adapter_url: str | None = None,
         resolver: Any = None,
+        soap: Any = None,
         **overrides: Any,
     ) -> Broker:
+        """``soap``: the outbound SOAP port (default: the recording one)."""
         b = Broker(
             tmp_path / f"b{len(brokers)}",
-            outbound,
+            soap if soap is not None else outbound,
             clock,
             make_settings(**overrides),
             topic_set or (lambda: TopicSet(fixed=False)),

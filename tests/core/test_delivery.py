@@ -9,7 +9,7 @@ from typing import Any
 from lxml import etree
 from wsnmom.core.service import NATO_NS, BrokerService
 
-from .conftest import Broker, RecordingOutbound, concrete, full, note, simple, sub_req, wait_idle
+from .conftest import Broker, RecordingOutbound, full, note, simple, sub_req, wait_idle
 
 C = "http://127.0.0.1:9/consumer"
 WSA = "http://www.w3.org/2005/08/addressing"
@@ -44,22 +44,66 @@ def test_use_raw_and_soap_version_passed(
     assert call.soap_version is SoapVersion.SOAP11
 
 
+#: one subscriber per dialect, each with an expression matching t:a/b
+DIALECT_SUBSCRIBERS = {
+    "full": ("http://docs.oasis-open.org/wsn/t-1/TopicExpression/Full", "t:a//."),
+    "concrete": ("http://docs.oasis-open.org/wsn/t-1/TopicExpression/Concrete", "t:a/b"),
+    "xpath": ("http://www.w3.org/TR/1999/REC-xpath-19991116", "t:a/b"),
+    "onvif": ("http://www.onvif.org/ver10/tev/topicExpression/ConcreteSet", "t:a/b|t:c"),
+    "old-concrete": ("http://docs.oasis-open.org/wsn/2004/06/TopicExpression/Concrete", "t:a/b"),
+}
+
+
+def _subscribe_each_dialect(service: BrokerService) -> None:
+    from wsnmom.core.model import ExpressionSource
+
+    for name, (dialect, text) in DIALECT_SUBSCRIBERS.items():
+        topic = ExpressionSource(dialect, text, {"t": "urn:test:topics"})
+        service.subscribe(sub_req(f"http://127.0.0.1:9/{name}", topic=topic))
+    service.subscribe(sub_req("http://127.0.0.1:9/none"))
+
+
 def test_topic_rendered_in_subscriber_dialect(
     service: BrokerService, outbound: RecordingOutbound
 ) -> None:
-    from wsnmom.topic_mapping.dialects import CONCRETE, FULL, SIMPLE
+    """META-04: each subscriber gets the Topic in the dialect (the URI) its Subscribe used;
+    without a TopicExpression, Simple for a root topic and Concrete otherwise."""
+    from wsnmom.topic_mapping.dialects import CONCRETE, SIMPLE
 
-    service.subscribe(sub_req("http://127.0.0.1:9/full", topic=full("t:a//.")))
-    service.subscribe(sub_req("http://127.0.0.1:9/none"))
-    service.notify([note("<x/>", simple("t:a")), note("<y/>", concrete("t:a/b"))])
+    _subscribe_each_dialect(service)
+    service.notify([note("<x/>", simple("t:a")), note("<y/>", full("t:a/b"))])
     wait_idle(service)
-    assert {d.message.topic_dialect for d in outbound.messages_to("http://127.0.0.1:9/full")} == {
-        FULL
-    }
+    for name, (dialect, _) in DIALECT_SUBSCRIBERS.items():
+        got = outbound.messages_to(f"http://127.0.0.1:9/{name}")
+        assert [d.message.topic_dialect for d in got if d.message.topic.path == ("a", "b")] == [
+            dialect
+        ], name
     assert [d.message.topic_dialect for d in outbound.messages_to("http://127.0.0.1:9/none")] == [
         SIMPLE,
         CONCRETE,
     ]
+
+
+def test_one_dialect_for_everyone_when_configured(
+    make_broker: Any, outbound: RecordingOutbound
+) -> None:
+    """``topic_dialect = "concrete"``: every consumer, pull point and GetCurrentMessage gets
+    Concrete, whatever the subscriber or the publisher used."""
+    from wsnmom.core.model import CreatePullPointRequest
+    from wsnmom.topic_mapping.dialects import CONCRETE
+
+    service = make_broker(topic_dialect="concrete").service
+    _subscribe_each_dialect(service)
+    pp = service.create_pull_point(CreatePullPointRequest())
+    service.notify_pull_point(pp.id, [note("<p/>", full("t:a/b"))])
+    service.notify([note("<x/>", simple("t:a")), note("<y/>", full("t:a/b"))])
+    wait_idle(service)
+    for name in [*DIALECT_SUBSCRIBERS, "none"]:
+        got = outbound.messages_to(f"http://127.0.0.1:9/{name}")
+        assert got and {d.message.topic_dialect for d in got} == {CONCRETE}, name
+    assert [m.topic_dialect for m in service.get_messages(pp.id, None)] == [CONCRETE]
+    assert service.get_current_message(full("t:a/b")).topic_dialect == CONCRETE
+    assert service.policy().topic_dialect == "Concrete for every topic and consumer"
 
 
 def test_pause_accumulates_and_resume_delivers_in_order(
@@ -218,3 +262,28 @@ def test_overflow_end_ends_subscription(make_broker: Any, outbound: RecordingOut
     assert sub.id not in b.service.registry.subscriptions
     got = outbound.wait_messages(watcher, 1)
     assert b"accumulation limit reached" in got[0].message.payload
+
+
+def test_delivery_log_records_name_the_publishing_request(
+    service: BrokerService, outbound: RecordingOutbound, caplog: Any
+) -> None:
+    """A retry (and give-up) log line names the request id of the Notify that published
+    the batch's first message, though it is written long after that request ended."""
+    import logging
+
+    from wsnmom.core.log_context import RequestIdFilter, bound_request_id
+
+    caplog.handler.addFilter(RequestIdFilter())
+    outbound.down.add(C)
+    service.subscribe(sub_req(C, topic=simple("t:a")))
+    with caplog.at_level(logging.INFO, logger="wsnmom.core.delivery"):
+        with bound_request_id("notify-4711"):
+            publish(service, 1)
+        assert outbound.wait(lambda: len(outbound.attempts) >= 2, timeout=5)
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and not any(
+            "retry" in r.getMessage() for r in caplog.records
+        ):
+            time.sleep(0.02)
+    retries = [r for r in caplog.records if "delivery failed" in r.getMessage()]
+    assert retries and all(getattr(r, "request_id", None) == "notify-4711" for r in retries)

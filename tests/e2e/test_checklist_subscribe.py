@@ -177,12 +177,19 @@ def test_wrapped_delivery_metadata(wsn: Wsn, consumer: ConsumerServer) -> None:
     """SUB-06, RAW-05, NOT-02, NOT-03, NOT-05, META-01..META-06, META-B1: without UseRaw the
     consumer gets a Notify (Notify action) whose NotificationMessage carries the broker-side
     SubscriptionReference, exactly one Topic in the subscriber's dialect, and the payload."""
+    onvif = "http://www.onvif.org/ver10/tev/topicExpression/ConcreteSet"
     subs = {
         dialect: wsn.subscribe(consumer.address(), expr, dialect=dialect)
-        for dialect, expr in ((SIMPLE, "tns:meta"), (CONCRETE, "tns:meta"), (FULL, "tns:*"))
+        for dialect, expr in (
+            (SIMPLE, "tns:meta"),
+            (CONCRETE, "tns:meta"),
+            (FULL, "tns:*"),
+            (XPATH, "tns:meta"),
+            (onvif, "tns:meta|tns:other"),
+        )
     }
     wsn.notify(("tns:meta", '<p:x xmlns:p="urn:p"/>'), producer="http://publisher.example/m")
-    consumer.wait_for_messages(3)
+    consumer.wait_for_messages(len(subs))
     for rec in consumer.notifies():
         assert rec.header(f"{{{NS['wsa']}}}Action")[0].text == NOTIFY_ACTION
     by_sub = {

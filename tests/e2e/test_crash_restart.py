@@ -66,7 +66,7 @@ def own_server(request: pytest.FixtureRequest) -> Iterator[RunningServer]:
         url = str(request.getfixturevalue("rabbitmq_url"))
     else:  # the restarted gateway keeps the URL: the same topics and groups
         url = kafka_gateway_url(str(request.getfixturevalue("kafka_url")))
-    server = RunningServer(name, url, data_dir, free_port(), extra_env=dict(ENV))
+    server = RunningServer(name, url, data_dir, extra_env=dict(ENV))
     server.start()
     try:
         yield server

@@ -17,7 +17,7 @@ import pytest
 import requests
 
 from tests.fixtures.brokers import RabbitNode
-from tests.fixtures.server import ConsumerServer, RunningServer, free_port
+from tests.fixtures.server import ConsumerServer, RunningServer
 from tests.support.soap import content_type, envelope, fault_name, notify_body, subscribe_body
 
 pytestmark = [pytest.mark.rabbitmq, pytest.mark.e2e]
@@ -35,7 +35,7 @@ OUTAGE_ENV = {
 @pytest.fixture
 def gateway(rabbitmq_node: RabbitNode) -> Iterator[RunningServer]:
     data_dir = Path(tempfile.mkdtemp(prefix="wsnmom-outage-"))
-    server = RunningServer("rabbitmq", rabbitmq_node.url, data_dir, free_port(), OUTAGE_ENV)
+    server = RunningServer("rabbitmq", rabbitmq_node.url, data_dir, extra_env=OUTAGE_ENV)
     try:
         yield server
     finally:
@@ -139,6 +139,15 @@ def test_outage_faults_fast_keeps_serving_and_loses_nothing(
     got = {m.findtext("{*}Message/{*}m") for m in consumer.messages()}
     assert set(accepted) <= got, sorted(set(accepted) - got)
     assert not {g for g in got if g and g.startswith(("during", "burst"))}
+
+    # the log says each connection's state changes once each, and nothing of pika's
+    lines = gateway.log_path.read_text().splitlines()
+    assert not [ln for ln in lines if " pika" in ln]
+    for link in ("publisher", "consumer"):
+        said = [ln.split(f"{link}: ", 1)[1] for ln in lines if f"rabbitmq: {link}: " in ln]
+        assert sum(m.startswith("connection to RabbitMQ lost") for m in said) == 1, said
+        assert sum(m.startswith("cannot connect to RabbitMQ (retrying)") for m in said) <= 1
+        assert sum(m == "connected to RabbitMQ again" for m in said) == 1, said
 
 
 def test_gateway_started_before_its_node_serves_once_it_is_up(

@@ -60,6 +60,8 @@ def test_union_of_concrete_topics(client: WsnClient, inbox: NotificationConsumer
     assert sorted(values) == ["alarm", "cell"]
     cell = got[values.index("cell")]
     assert str(cell.topic) == "{" + ns + "}RuleEngine/CellMotionDetector/Motion"
+    # delivered in the subscriber's dialect (BN §3.1), as ONVIF devices label theirs
+    assert cell.topic is not None and cell.topic.effective_dialect == ONVIF_CONCRETE_SET
     time.sleep(0.4)
     assert inbox.drain() == []
 
@@ -86,6 +88,7 @@ def test_pull_point_with_concrete_set(client: WsnClient) -> None:
         client.notify(_event("c", "true"), _onvif(ns, "tns1:VideoSource/Other"))
         got = poll(lambda: (m := pp.get_messages()) and len(m) >= 2 and m, what="2 events")
         assert len(got) == 2
+        assert {n.topic.effective_dialect for n in got if n.topic} == {ONVIF_CONCRETE_SET}
 
 
 def test_wildcards_are_refused(client: WsnClient, inbox: NotificationConsumer) -> None:

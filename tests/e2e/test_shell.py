@@ -200,8 +200,11 @@ def test_subscribe_consumer_then_subscriptions_commands(
 
     code, out, _ = run("subscriptions", "list", *opts)
     assert code == 0
-    row = next(line for line in out.splitlines() if line.startswith(sub_id))
-    assert "active" in row and inbox.address in row and "{" + wsn.ns + "}managed" in row
+    header = out.splitlines()[0].split()
+    assert header[4:] == ["BACKLOG", "DELIVERED", "FAILURES", "ENDS"]
+    row = next(line for line in out.splitlines() if line.startswith(sub_id)).split()
+    assert row[1:4] == ["active", inbox.address, "{" + wsn.ns + "}managed"]
+    assert row[4:7] == ["0", "0", "0"]
     code, out, _ = run("subscriptions", "list", *opts, "--json")
     listed = {s["id"]: s for s in json.loads(out)["subscriptions"]}
     assert listed[sub_id]["message_content"]["text"] == "boolean(/x)"
@@ -250,6 +253,23 @@ def test_pull(opts: list[str], client: WsnClient) -> None:
     assert code == 1 and "ResourceUnknownFault" in err
 
 
+def test_pull_drains_with_progress(opts: list[str], client: WsnClient) -> None:
+    """More than one GetMessages' worth (the gateway hands out 1000 at most per call):
+    every message, in order, with a progress line per batch and the total."""
+    pp = client.create_pull_point()
+    pp.client.notify_many([(f"<n>{i}</n>", "tns:d") for i in range(2300)], to=pp.reference)
+    code, out, err = run("pull", *opts, pp.id, "--format", "xml")
+    assert code == 0, err
+    assert out.splitlines() == [f"<n>{i}</n>" for i in range(2300)]
+    assert [ln for ln in err.splitlines() if ln.startswith("pulled")] == [
+        "pulled 2000 notification(s)",
+        "pulled 2300 notification(s)",
+    ]
+    assert "2300 notification(s) in " in err
+    code, out, err = run("pull", *opts, pp.id)
+    assert code == 0 and out == "" and "0 notification(s)" in err
+
+
 # --- check ------------------------------------------------------------------------------------
 def test_check_a_broker(wsnmom_server: RunningServer) -> None:
     base, broker = wsnmom_server.base_url, wsnmom_server.broker_url
@@ -274,9 +294,56 @@ def test_check_not_a_broker(wsnmom_server: RunningServer) -> None:
     assert code == 1 and "verdict:      nothing answers" in out
     code, _, err = run("check", "not-a-url")
     assert code == 2 and "is not an http(s) URL" in err
+    for url in ("http://[::1", "http://127.0.0.1:x/wsn/broker"):
+        code, _, err = run("check", url)
+        assert code == 2 and "is not an http(s) URL" in err and "Traceback" not in err
+        code, _, err = run("subscriptions", "list", "--broker", url)
+        assert code == 2 and "Invalid value for '--broker'" in err
 
 
 def test_subscriptions_list_needs_the_admin_api(wsnmom_server: RunningServer) -> None:
     with NotificationConsumer() as stand_in:  # any HTTP server that is not a wsnmom gateway
         code, _, err = run("subscriptions", "list", "--broker", stand_in.address)
     assert code == 1 and "needs a wsnmom gateway" in err
+
+
+# --- the README's quick start ---------------------------------------------------------------------
+def _quick_start_commands() -> list[list[str]]:
+    """The ``wsnmom`` commands of the README's quick start, as argument lists."""
+    import re
+    import shlex
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme.split("## Quick start", 1)[1].split("\n## ", 1)[0]
+    commands = []
+    for block in re.findall(r"```sh\n(.*?)```", section, re.S):
+        for line in block.splitlines():
+            words = shlex.split(line, comments=True)
+            if words[:1] == [".venv/bin/wsnmom"]:
+                commands.append(words[1:])
+    return commands
+
+
+def test_the_readme_quick_start_works(
+    spawn: object, wsnmom_server: RunningServer, client: WsnClient
+) -> None:
+    """The shell commands the README shows next to ``make run`` do what it says, against a
+    gateway (its address replaces the default 127.0.0.1:8080)."""
+    commands = {words[0]: words for words in _quick_start_commands()}
+    assert set(commands) == {"subscribe", "notify", "check", "subscriptions"}
+    default = "http://127.0.0.1:8080/wsn/broker"
+    broker = ["--broker", wsnmom_server.broker_url]
+    subscribe = [*commands["subscribe"], *broker, "-C", "1"]
+    proc: Lines = spawn(*subscribe)  # type: ignore[operator]
+    proc.wait_err("listening at")
+    code, _, err = run(*commands["notify"], *broker)
+    assert code == 0, err
+    assert proc.proc.wait(15) == 0
+    assert proc.out == ["{urn:example}sensors/room1 <temp>21.5</temp>"]
+    check = [wsnmom_server.broker_url if w == default else w for w in commands["check"]]
+    code, out, _ = run(*check)
+    assert code == 0 and "a WS-Notification broker" in out
+    code, out, _ = run(*commands["subscriptions"], *broker)
+    assert code == 0 and out.startswith("ID ")
+    page = requests.get(wsnmom_server.base_url + "/admin", timeout=5)
+    assert page.status_code == 200 and "<title>wsnmom admin</title>" in page.text

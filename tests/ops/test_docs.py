@@ -90,7 +90,7 @@ def test_every_metric_is_documented_and_every_documented_one_exists() -> None:
 @pytest.mark.parametrize("doc", [ROOT / "README.md", OPERATIONS], ids=lambda p: p.name)
 def test_endpoints_are_described(doc: Path) -> None:
     text = doc.read_text()
-    for endpoint in ("/healthz", "/readyz", "/metrics", "/wsn/policy", "/wsn/schemas/"):
+    for endpoint in ("/healthz", "/readyz", "/metrics", "/wsn/policy", "/wsn/schemas/", "/admin"):
         assert f"`GET {endpoint}" in text, endpoint
 
 

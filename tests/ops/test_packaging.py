@@ -70,6 +70,18 @@ def test_served_schemas_are_package_data() -> None:
     assert data["package-data"]["wsnmom.soap_frontend.wsdl"] == ["*.xsd"]
 
 
+def test_admin_page_files_are_package_data() -> None:
+    """The admin page is served from the installed package (no CDN): every file of
+    soap_frontend/admin/ must be in the distribution."""
+    data = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    patterns = data["package-data"]["wsnmom.soap_frontend"]
+    files = sorted(
+        p.relative_to(ROOT / "soap_frontend") for p in (ROOT / "soap_frontend" / "admin").iterdir()
+    )
+    assert [str(f) for f in files] == ["admin/admin.css", "admin/admin.js", "admin/index.html"]
+    assert all(any(f.match(pattern) for pattern in patterns) for f in files)
+
+
 def test_data_directory_is_ignored_by_git() -> None:
     if shutil.which("git") is None or not (ROOT / ".git").exists():
         pytest.skip("not a git checkout")

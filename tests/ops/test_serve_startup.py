@@ -374,3 +374,45 @@ def test_banner_hides_the_password() -> None:
 
     assert redact("amqp://wsn:s3cret@rabbit:5672/v") == "amqp://wsn:***@rabbit:5672/v"
     assert redact("embedded:///var/lib/wsnmom") == "embedded:///var/lib/wsnmom"
+    # a Kafka bootstrap list with a SASL user part and librdkafka properties
+    kafka = "kafka://gw:hunter2@k1:9092,k2:9092?security.protocol=SASL_SSL"
+    assert redact(kafka) == "kafka://gw:***@k1:9092,k2:9092?security.protocol=SASL_SSL"
+
+
+def test_listening_beyond_loopback_needs_an_identity(tmp_path: Path) -> None:
+    """Authentication is off by default on loopback only: elsewhere the gateway refuses
+    to start without an identity and names the one setting that turns it on."""
+    result = run_serve(["--host", "0.0.0.0", "--port", str(free_port())], serve_env(tmp_path))
+    _expect(result, ExitStatus.CONFIG, "beyond loopback", "WSNMOM_AUTH__ADMIN_TOKEN")
+
+
+@pytest.mark.parametrize(
+    ("env", "fragments"),
+    [
+        ({"WSNMOM_TLS__CERTFILE": "/nonexistent/cert.pem"}, ("tls.certfile", "cannot load")),
+        ({"WSNMOM_TLS__CLIENT_CA": "/tmp/ca.pem"}, ("tls.client_ca needs tls.certfile",)),
+        ({"WSNMOM_AUTH__USERS_FILE": "/nonexistent/users.toml"}, ("auth.users_file",)),
+    ],
+)
+def test_unusable_security_settings_stop_the_start(
+    tmp_path: Path, env: dict[str, str], fragments: tuple[str, ...]
+) -> None:
+    result = run_serve(["--port", str(free_port())], {**serve_env(tmp_path), **env})
+    _expect(result, ExitStatus.CONFIG, *fragments)
+
+
+def test_anonymous_beyond_loopback_is_a_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from wsnmom.core.config import load_settings
+
+    from wsnmom.serve_command import _check_auth
+
+    settings = load_settings(
+        None,
+        environ={},
+        overrides={"host": "0.0.0.0", "auth__required": "false", "data_dir": str(tmp_path)},
+    )
+    with caplog.at_level("WARNING", logger="wsnmom.server"):
+        _check_auth(settings)
+    assert "authentication is off (auth.required = false)" in caplog.text

@@ -7,7 +7,6 @@ mypy checks that (``scripts/typecheck.sh`` type-checks this file too)."""
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -27,6 +26,13 @@ from wsnmom.core.model import (
     SubscribeRequest,
     Subscription,
     SubscriptionState,
+)
+from wsnmom.core.operations import (
+    AdapterHealth,
+    Overview,
+    PullPointStatus,
+    RegistrationStatus,
+    SubscriptionStatus,
 )
 from wsnmom.core.policy import BrokerPolicy, build_policy
 from wsnmom.core.ports import BrokerPort, BrokerProperties
@@ -241,12 +247,40 @@ class FakeService:
         del self.regs[rid]
 
     # --- operators
-    def live_subscriptions(self) -> list[Subscription]:
-        return [dataclasses.replace(s) for s in self.subs.values()]
+    def overview(self) -> Overview:
+        health = AdapterHealth("fake", "fake://", "queue", True, True, True, self.is_ready)
+        return Overview(
+            time=self.now().timestamp(),
+            health=health,
+            subscriptions=self.subscription_statuses(),
+            pull_points=[
+                PullPointStatus(pp, self.pull_point_address(pp.id), len(self.pp_queues[pp.id]), ())
+                for pp in self.pps.values()
+            ],
+            registrations=[
+                RegistrationStatus(reg, self.registration_address(reg.id))
+                for reg in self.regs.values()
+            ],
+            topics=[],
+            topics_forgotten=0,
+        )
 
-    def backlog(self, sid: str) -> int | None:
+    def subscription_statuses(self) -> list[SubscriptionStatus]:
+        return [self.subscription_status(sid) for sid in self.subs]
+
+    def subscription_status(self, sid: str) -> SubscriptionStatus:
+        sub = self.get_subscription(sid)
+        return SubscriptionStatus(sub, self.subscription_address(sid), "push", 0, None)
+
+    def purge_subscription(self, sid: str) -> int | None:
         self.get_subscription(sid)
         return 0
+
+    def purge_pull_point(self, pid: str) -> int | None:
+        self.get_pull_point(pid)
+        dropped = len(self.pp_queues[pid])
+        self.pp_queues[pid] = []
+        return dropped
 
     # --- properties
     def broker_properties(self) -> BrokerProperties:

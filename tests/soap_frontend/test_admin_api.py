@@ -1,23 +1,46 @@
-"""The read-only admin API (``/wsn/admin/api/subscriptions``): who may read it, and what it
-says about live subscriptions (with the real broker service on the embedded adapter)."""
+"""The admin API (``/wsn/admin/api/...``) and the page's files: who may read (admins;
+without authentication, direct loopback clients), who may act (authenticated admins; from
+a browser only with the page's origin, from a session also its CSRF token), the page's
+sign-in, and what the API says about live resources (the real broker service on the
+embedded adapter)."""
 
 from __future__ import annotations
 
+import base64
+import re
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from flask.testing import FlaskClient
 from wsnmom.core.config import Settings
-from wsnmom.core.model import EndpointReference, ExpressionSource, SubscribeRequest
+from wsnmom.core.model import (
+    CreatePullPointRequest,
+    EndpointReference,
+    ExpressionSource,
+    InboundNotification,
+    SubscribeRequest,
+)
+from wsnmom.soap_frontend import passwords
+from wsnmom.soap_frontend.admin_auth import SESSION_COOKIE, AdminSessions
 from wsnmom.soap_frontend.app import create_app
 
 from tests.soap_frontend.fake_service import FakeService
 from wsnmom.server import Runtime, build_runtime
 
-API = "/wsn/admin/api/subscriptions"
+API = "/wsn/admin/api"
 SIMPLE = "http://docs.oasis-open.org/wsn/t-1/TopicExpression/Simple"
+TOKEN = "an-admin-token-for-tests-0123"
+BEARER = {"Authorization": f"Bearer {TOKEN}"}
+ORIGIN = "http://localhost"  # the Flask test client's host
+CHEAP = {"n": 2**4}
+
+
+def _basic(user: str, password: str) -> dict[str, str]:
+    pair = base64.b64encode(f"{user}:{password}".encode()).decode()
+    return {"Authorization": f"Basic {pair}"}
 
 
 @pytest.mark.parametrize(
@@ -31,20 +54,48 @@ SIMPLE = "http://docs.oasis-open.org/wsn/t-1/TopicExpression/Simple"
         ("", {}),
     ],
 )
-def test_only_direct_loopback_clients(remote: str, headers: dict[str, str]) -> None:
+def test_without_authentication_only_direct_loopback_clients_read(
+    remote: str, headers: dict[str, str]
+) -> None:
     client = create_app(FakeService()).test_client()
-    resp = client.get(API, headers=headers, environ_base={"REMOTE_ADDR": remote})
-    assert resp.status_code == 403
-    assert resp.json == {"error": "the admin API answers loopback clients only"}
+    for path in ("/subscriptions", "/overview", "/subscriptions/x"):
+        resp = client.get(API + path, headers=headers, environ_base={"REMOTE_ADDR": remote})
+        assert resp.status_code == 403
+        assert resp.json == {"error": "the admin interface answers loopback clients only"}
 
 
-@pytest.fixture
-def runtime(tmp_path: Path) -> Iterator[Runtime]:
+def _topic(text: str = "t:a") -> ExpressionSource:
+    return ExpressionSource(SIMPLE, text, {"t": "urn:t", "wsnt": "urn:unused"})
+
+
+def _runtime(tmp_path: Path, **auth: Any) -> Runtime:
     settings = Settings(
         adapter_url=f"embedded://{tmp_path / 'mw'}",
         store_url=f"sqlite:///{tmp_path / 'store.db'}",
     )
-    rt = build_runtime(settings)
+    for key, value in auth.items():
+        setattr(settings.auth, key, value)
+    settings.retry.initial_delay = timedelta(seconds=30)  # a failure stays visible
+    return build_runtime(settings)
+
+
+@pytest.fixture
+def runtime(tmp_path: Path) -> Iterator[Runtime]:
+    """Authentication on: the admin token, and a credentials file with a non-admin."""
+    users = tmp_path / "users.toml"
+    users.write_text(f'[users.bob]\npassword = "{passwords.hash_password("pw", **CHEAP)}"\n')
+    users.chmod(0o600)
+    rt = _runtime(tmp_path, admin_token=TOKEN, users_file=str(users))
+    try:
+        yield rt
+    finally:
+        rt.close()
+
+
+@pytest.fixture
+def open_runtime(tmp_path: Path) -> Iterator[Runtime]:
+    """Authentication off (the gateway listens on loopback only)."""
+    rt = _runtime(tmp_path)
     try:
         yield rt
     finally:
@@ -57,44 +108,310 @@ def _client(runtime: Runtime, remote: str = "127.0.0.1") -> FlaskClient:
     return client
 
 
-def test_lists_and_shows_live_subscriptions(runtime: Runtime) -> None:
+def _subscribe(runtime: Runtime, consumer: str = "http://127.0.0.1:9/a", **kw: Any) -> str:
+    req = SubscribeRequest(EndpointReference(consumer), topic=_topic(), **kw)
+    return runtime.service.subscribe(req).id
+
+
+def _state(runtime: Runtime, sub_id: str) -> str:
+    data = _client(runtime).get(f"{API}/subscriptions/{sub_id}", headers=BEARER).json
+    assert data is not None
+    return str(data["state"])
+
+
+def test_lists_and_shows_live_subscriptions(open_runtime: Runtime) -> None:
+    runtime = open_runtime
     service = runtime.service
-    assert _client(runtime).get(API).json == {"count": 0, "subscriptions": []}
-    topic = ExpressionSource(SIMPLE, "t:a", {"t": "urn:t", "wsnt": "urn:unused"})
-    first = service.subscribe(
-        SubscribeRequest(EndpointReference("http://127.0.0.1:9/a"), topic=topic, use_raw=True)
-    )
+    assert _client(runtime).get(API + "/subscriptions").json == {"count": 0, "subscriptions": []}
+    first = _subscribe(runtime, use_raw=True)
     second = service.subscribe(
         SubscribeRequest(
             EndpointReference("http://127.0.0.1:9/b"),
             initial_termination_time=timedelta(minutes=3),
         )
-    )
-    service.pause(second.id)
+    ).id
+    service.pause(second)
     for remote in ("127.0.0.1", "::1"):
-        data = _client(runtime, remote).get(API).json
+        data = _client(runtime, remote).get(API + "/subscriptions").json
         assert data is not None and data["count"] == 2
     a, b = data["subscriptions"]
-    assert a["id"] == first.id and b["id"] == second.id
-    assert a["address"] == service.subscription_address(first.id)
+    assert a["id"] == first and b["id"] == second
+    assert a["address"] == service.subscription_address(first)
     assert a["consumer"] == "http://127.0.0.1:9/a" and a["state"] == "active"
     assert a["topic"] == {"dialect": SIMPLE, "text": "t:a", "namespaces": {"t": "urn:t"}}
     assert a["use_raw"] is True and a["soap_version"] == "1.2" and a["pull_point"] is None
+    assert a["mode"] == "push" and a["backlog"] == 0 and a["delivery"]["failures"] == 0
     assert b["state"] == "paused" and b["topic"] is None and b["terminates"].endswith("Z")
 
-    one = _client(runtime).get(f"{API}/{first.id}").json
-    assert one is not None and one["id"] == first.id and "pending" in one
-    missing = _client(runtime).get(f"{API}/nope")
+    one = _client(runtime).get(f"{API}/subscriptions/{first}").json
+    assert one is not None and one["id"] == first and one["pending"] == 0
+    missing = _client(runtime).get(f"{API}/subscriptions/nope")
     assert missing.status_code == 404 and missing.json == {"error": "no subscription 'nope'"}
 
-    service.unsubscribe(first.id)
-    data = _client(runtime).get(API).json
-    assert data is not None and [s["id"] for s in data["subscriptions"]] == [second.id]
+    service.unsubscribe(first)
+    data = _client(runtime).get(API + "/subscriptions").json
+    assert data is not None and [s["id"] for s in data["subscriptions"]] == [second]
 
 
-def test_the_admin_api_keeps_soap_on_the_fast_path() -> None:
+def test_overview(open_runtime: Runtime) -> None:
+    runtime = open_runtime
+    service = runtime.service
+    paused = _subscribe(runtime)
+    service.pause(paused)
+    pp = service.create_pull_point(CreatePullPointRequest(name="inbox"))
+    service.notify([InboundNotification(b"<m/>", _topic()) for _ in range(3)])
+    service.notify_pull_point(pp.id, [InboundNotification(b"<p/>", _topic())])
+    data = _client(runtime).get(API + "/overview").json
+    assert data is not None
+    assert data["broker"] == service.broker_address
+    assert data["health"] == {
+        "adapter": "embedded",
+        "url": runtime.settings.adapter_url,
+        "shape": "queue",
+        "available": True,
+        "answers": True,
+        "started": True,
+        "ready": True,
+    }
+    totals = data["totals"]
+    assert totals["subscriptions"] == 1 and totals["paused"] == 1 and totals["pull_points"] == 1
+    assert totals["messages"] == 3 and totals["topics"] == 1 and totals["backlog"] == 4
+    (sub,) = data["subscriptions"]
+    assert sub["id"] == paused and sub["state"] == "paused" and sub["backlog"] == 3
+    assert sub["delivery"]["active"] is False
+    (pull_point,) = data["pull_points"]
+    assert pull_point["name"] == "inbox" and pull_point["waiting"] == 1
+    (topic,) = data["topics"]
+    assert topic["topic"] == "{urn:t}a" and topic["messages"] == 3 and topic["rate"] > 0
+    assert _client(runtime).get(API + "/overview?limit=x").status_code == 400
+
+
+def test_without_authentication_the_page_is_read_only(open_runtime: Runtime) -> None:
+    """A local client reads, but nobody acts: there is no admin to be without
+    authentication, and being local does not make one."""
+    sub_id = _subscribe(open_runtime)
+    client = _client(open_runtime)
+    assert client.get(API + "/session").json == {
+        "admin": False,
+        "caller": "anonymous",
+        "read": True,
+        "sign_in": False,
+        "csrf": None,
+    }
+    resp = client.post(f"{API}/subscriptions/{sub_id}/pause", headers={"Origin": ORIGIN})
+    assert resp.status_code == 403 and "authenticated admin" in resp.json["error"]
+    assert client.get(f"{API}/subscriptions/{sub_id}").json["state"] == "active"
+    signing = client.post(API + "/session", json={"token": "x"}, headers={"Origin": ORIGIN})
+    assert signing.status_code == 403 and "auth.admin_token" in signing.json["error"]
+
+
+def test_with_authentication_reading_needs_an_admin(runtime: Runtime) -> None:
+    local = _client(runtime)  # being local is no identity once authentication is on
+    anonymous = local.get(API + "/overview")
+    assert anonymous.status_code == 401 and anonymous.json == {"error": "authentication required"}
+    assert "Basic" in anonymous.headers["WWW-Authenticate"]
+    page = local.get(API + "/overview", headers={"X-Requested-With": "wsnmom-admin"})
+    assert page.status_code == 401 and "WWW-Authenticate" not in page.headers
+    wrong = local.get(API + "/overview", headers={"Authorization": "Bearer nope"})
+    assert wrong.status_code == 401 and wrong.json == {"error": "wrong credentials"}
+    bob = local.get(API + "/overview", headers=_basic("bob", "pw"))
+    assert bob.status_code == 403 and bob.json == {"error": "an admin identity is required"}
+    remote = _client(runtime, "10.1.2.3")
+    for creds in (BEARER, _basic("admin", TOKEN)):
+        assert remote.get(API + "/overview", headers=creds).status_code == 200
+    assert remote.get(API + "/session", headers=BEARER).json == {
+        "admin": True,
+        "caller": "admin",
+        "read": True,
+        "sign_in": True,
+        "csrf": None,
+    }
+
+
+def test_actions_need_an_authenticated_admin(runtime: Runtime) -> None:
+    sub_id = _subscribe(runtime)
+    client = _client(runtime)
+    for action in ("pause", "resume", "unsubscribe", "purge"):
+        resp = client.post(f"{API}/subscriptions/{sub_id}/{action}")
+        assert resp.status_code == 401 and resp.json == {"error": "authentication required"}
+        bob = client.post(f"{API}/subscriptions/{sub_id}/{action}", headers=_basic("bob", "pw"))
+        assert bob.status_code == 403 and bob.json == {"error": "an admin identity is required"}
+    assert _state(runtime, sub_id) == "active"
+    assert client.get(f"{API}/subscriptions/{sub_id}/pause", headers=BEARER).status_code == 405
+
+
+def test_a_program_acts_with_its_credentials(runtime: Runtime) -> None:
+    service = runtime.service
+    sub_id = _subscribe(runtime)
+    client = _client(runtime, "10.1.2.3")
+    resp = client.post(f"{API}/subscriptions/{sub_id}/pause", headers=BEARER)
+    assert resp.status_code == 200
+    assert resp.json == {"ok": True, "action": "pause", "subscription": sub_id}
+    assert _state(runtime, sub_id) == "paused"
+    service.notify([InboundNotification(b"<m/>", _topic()) for _ in range(4)])
+    purged = client.post(f"{API}/subscriptions/{sub_id}/purge", headers=_basic("admin", TOKEN))
+    assert purged.json == {"ok": True, "action": "purge", "subscription": sub_id, "purged": 4}
+    assert client.post(f"{API}/subscriptions/{sub_id}/resume", headers=BEARER).status_code == 200
+    assert _state(runtime, sub_id) == "active"
+    pp = service.create_pull_point(CreatePullPointRequest())
+    service.notify_pull_point(pp.id, [InboundNotification(b"<p/>", _topic())])
+    resp = client.post(f"{API}/pullpoints/{pp.id}/purge", headers=BEARER)
+    assert resp.json == {"ok": True, "action": "purge", "pull_point": pp.id, "purged": 1}
+    assert client.post(f"{API}/subscriptions/{sub_id}/unsubscribe", headers=BEARER).json == {
+        "ok": True,
+        "action": "unsubscribe",
+        "subscription": sub_id,
+    }
+    gone = client.post(f"{API}/subscriptions/{sub_id}/pause", headers=BEARER)
+    assert gone.status_code == 404 and gone.json == {"error": f"no subscription {sub_id!r}"}
+    assert client.post(f"{API}/subscriptions/x/explode", headers=BEARER).status_code == 404
+    assert client.post(f"{API}/pullpoints/nope/purge", headers=BEARER).status_code == 404
+
+
+def test_credentials_a_browser_sends_by_itself_need_the_pages_origin(runtime: Runtime) -> None:
+    """A remembered Basic password goes with a forged cross-site POST too: such a request
+    carries a foreign Origin and is refused."""
+    sub_id = _subscribe(runtime)
+    client = _client(runtime)
+    pause = f"{API}/subscriptions/{sub_id}/pause"
+    basic = _basic("admin", TOKEN)
+    for where in ({"Origin": "http://evil.example"}, {"Referer": "http://evil.example/x"}):
+        resp = client.post(pause, headers={**basic, **where})
+        assert resp.status_code == 403 and "does not come from the admin page" in resp.json["error"]
+    assert _state(runtime, sub_id) == "active"
+    assert client.post(pause, headers={**basic, "Origin": ORIGIN}).status_code == 200
+
+
+def _sign_in(client: FlaskClient, **form: str) -> str:
+    resp = client.post(API + "/session", json=form or {"token": TOKEN}, headers={"Origin": ORIGIN})
+    assert resp.status_code == 200, resp.json
+    cookie = resp.headers["Set-Cookie"]
+    assert cookie.startswith(f"{SESSION_COOKIE}=") and "HttpOnly" in cookie
+    assert "SameSite=Strict" in cookie and "Secure" not in cookie and "Path=/" in cookie
+    assert resp.json is not None and resp.json["admin"] is True
+    return str(resp.json["csrf"])
+
+
+def test_a_browser_session_needs_the_pages_origin_and_csrf_token(runtime: Runtime) -> None:
+    sub_id = _subscribe(runtime)
+    client = _client(runtime, "10.1.2.3")
+    csrf = _sign_in(client)
+    assert client.get(API + "/session").json == {
+        "admin": True,
+        "caller": "admin",
+        "read": True,
+        "sign_in": True,
+        "csrf": csrf,
+    }
+    assert client.get(API + "/overview").status_code == 200
+    pause = f"{API}/subscriptions/{sub_id}/pause"
+    wrong = csrf[:-1] + ("1" if csrf.endswith("0") else "0")
+    refusals = [
+        ({"Origin": ORIGIN}, "refused: missing or wrong X-CSRF-Token"),
+        ({"Origin": ORIGIN, "X-CSRF-Token": wrong}, "missing or wrong X-CSRF-Token"),
+        ({"X-CSRF-Token": csrf}, "does not come from the admin page"),  # no Origin/Referer
+        ({"Origin": "http://evil.example", "X-CSRF-Token": csrf}, "does not come from"),
+        ({"Origin": "null", "X-CSRF-Token": csrf}, "does not come from"),
+        ({"Referer": "http://localhost:81/admin", "X-CSRF-Token": csrf}, "does not come from"),
+    ]
+    for headers, error in refusals:
+        resp = client.post(pause, headers=headers)
+        assert resp.status_code == 403 and error in resp.json["error"], (headers, resp.json)
+    assert _state(runtime, sub_id) == "active"
+    ok = client.post(pause, headers={"Referer": ORIGIN + "/admin", "X-CSRF-Token": csrf})
+    assert ok.status_code == 200 and _state(runtime, sub_id) == "paused"
+
+    out = client.post(API + "/session/end", headers={"Origin": ORIGIN})
+    assert out.status_code == 200 and f"{SESSION_COOKIE}=;" in out.headers["Set-Cookie"]
+    resume = client.post(
+        f"{API}/subscriptions/{sub_id}/resume", headers={"Origin": ORIGIN, "X-CSRF-Token": csrf}
+    )
+    assert resume.status_code == 401 and _state(runtime, sub_id) == "paused"
+    assert client.get(API + "/overview").status_code == 401
+
+
+def test_signing_in(runtime: Runtime) -> None:
+    client = _client(runtime, "10.1.2.3")
+    resp = client.post(API + "/session", json={"token": TOKEN})  # no Origin: a forged form
+    assert resp.status_code == 403 and "Set-Cookie" not in resp.headers
+    _sign_in(client, user="admin", password=TOKEN)  # the admin's Basic pair works too
+    not_admin = client.post(
+        API + "/session", json={"user": "bob", "password": "pw"}, headers={"Origin": ORIGIN}
+    )
+    assert not_admin.status_code == 403 and not_admin.json == {"error": "bob is not an admin"}
+    wrong = client.post(API + "/session", json={"token": "guess"}, headers={"Origin": ORIGIN})
+    assert wrong.status_code == 403 and wrong.json == {"error": "wrong credentials"}
+    for _ in range(AdminSessions.MAX_FAILURES_PER_MINUTE - 2):
+        client.post(API + "/session", data={"token": "guess"}, headers={"Origin": ORIGIN})
+    throttled = client.post(API + "/session", json={"token": TOKEN}, headers={"Origin": ORIGIN})
+    assert throttled.status_code == 429 and "wait a minute" in throttled.json["error"]
+
+
+def test_sessions_expire() -> None:
+    from wsnmom.core.access import Principal
+
+    now = [0.0]
+    sessions = AdminSessions(60, clock=lambda: now[0])
+    admin = Principal("admin", admin=True, method="bearer")
+    session, principal = sessions.sign_in(lambda environ: admin, "Bearer x")
+    assert principal is admin and sessions.principal(session) is admin
+    now[0] = 61
+    assert sessions.principal(session) is None
+
+
+def test_behind_a_trusted_tls_proxy(tmp_path: Path) -> None:
+    settings = Settings(
+        adapter_url=f"embedded://{tmp_path / 'mw'}",
+        store_url=f"sqlite:///{tmp_path / 'store.db'}",
+        trusted_proxies=["127.0.0.1"],
+    )
+    settings.auth.admin_token = TOKEN
+    rt = build_runtime(settings)
+    try:
+        client = rt.app.test_client()
+        client.environ_base["REMOTE_ADDR"] = "127.0.0.1"
+        forwarded = {"X-Forwarded-Proto": "https", "X-Forwarded-Host": "wsn.example.org"}
+        resp = client.post(
+            API + "/session",
+            json={"token": TOKEN},
+            headers={**forwarded, "Origin": "https://wsn.example.org"},
+        )
+        assert resp.status_code == 200 and "Secure" in resp.headers["Set-Cookie"]
+        plain = client.post(
+            API + "/session",
+            json={"token": TOKEN},
+            headers={**forwarded, "Origin": "http://wsn.example.org"},
+        )
+        assert plain.status_code == 403
+    finally:
+        rt.close()
+
+
+# --- the page -----------------------------------------------------------------------------------
+def test_the_page_and_its_files_come_from_the_package() -> None:
+    client = create_app(FakeService()).test_client()
+    page = client.get("/admin")
+    assert page.status_code == 200 and page.mimetype == "text/html"
+    csp = page.headers["Content-Security-Policy"]
+    assert "default-src 'none'" in csp and "script-src 'self'" in csp
+    assert "frame-ancestors 'none'" in csp and page.headers["X-Frame-Options"] == "DENY"
+    html = page.get_data(as_text=True)
+    links = re.findall(r'(?:src|href)="([^"]*)"', html)
+    assert sorted(links) == ["admin/admin.css", "admin/admin.js", "data:,"]
+    for name, mimetype in (("admin.js", "text/javascript"), ("admin.css", "text/css")):
+        resp = client.get(f"/admin/{name}")
+        assert resp.status_code == 200 and resp.mimetype == mimetype
+        text = resp.get_data(as_text=True)
+        assert "@import" not in text and "url(" not in text and "//cdn" not in text
+    assert client.get("/admin/other.js").status_code == 404
+    slash = client.get("/admin/")
+    assert slash.status_code == 308 and slash.headers["Location"] == "../admin"
+
+
+def test_the_admin_views_keep_soap_on_the_fast_path() -> None:
     """No request hook: a ``before_request`` function would send every SOAP request through
     Flask's slow path."""
     app = create_app(FakeService())
     assert not any(app.before_request_funcs.values())
     assert not any(app.after_request_funcs.values())
+    assert app.secret_key is None  # Flask sessions would take it off the fast path too

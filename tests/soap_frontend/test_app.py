@@ -38,8 +38,11 @@ def service() -> FakeService:
 
 @pytest.fixture
 def app(service: FakeService) -> Flask:
-    # listening on every interface: WSDL addresses follow the request's host
-    return create_app(service, Settings(max_request_bytes=64 * 1024, host="0.0.0.0"))
+    # listening on every interface (anonymous clients allowed): WSDL addresses follow the
+    # request's host
+    settings = Settings(max_request_bytes=64 * 1024, host="0.0.0.0")
+    settings.auth.required = "false"
+    return create_app(service, settings)
 
 
 @pytest.fixture

@@ -83,12 +83,22 @@ def test_failures_raise_delivery_failed(consumer: ConsumerServer) -> None:
     with pytest.raises(DeliveryFailed) as info:
         client.notify(target, SoapVersion.SOAP12, _deliveries(1), use_raw=False, timeout=5)
     assert not info.value.permanent  # a Receiver fault may go away
+    assert info.value.answered and not info.value.timed_out
     consumer.mode = "drop"
-    with pytest.raises(DeliveryFailed):
+    with pytest.raises(DeliveryFailed) as info:
         client.notify(target, SoapVersion.SOAP12, _deliveries(1), use_raw=False, timeout=5)
+    assert not info.value.answered and not info.value.timed_out
     closed = EndpointReference(f"http://127.0.0.1:{_closed_port()}/x")
-    with pytest.raises(DeliveryFailed):
+    with pytest.raises(DeliveryFailed) as info:
         client.notify(closed, SoapVersion.SOAP12, _deliveries(1), use_raw=False, timeout=2)
+    assert not info.value.answered and not info.value.timed_out  # refused at once
+    with socket.socket() as tarpit:  # connects (listen backlog), never answers
+        tarpit.bind(("127.0.0.1", 0))
+        tarpit.listen(4)
+        silent = EndpointReference(f"http://127.0.0.1:{tarpit.getsockname()[1]}/x")
+        with pytest.raises(DeliveryFailed) as info:
+            client.notify(silent, SoapVersion.SOAP12, _deliveries(1), use_raw=False, timeout=0.3)
+    assert info.value.timed_out and not info.value.answered
 
 
 def _closed_port() -> int:

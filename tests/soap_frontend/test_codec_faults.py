@@ -484,3 +484,34 @@ def test_unacceptable_time_fault_hints() -> None:
     detail = fault_detail(err, now=NOW, originator=None)
     assert_valid(detail)
     assert detail.findtext(f"{{{WSNT}}}MaximumTime") == "2026-01-31T12:00:00Z"
+
+
+_ONVIF = "http://www.onvif.org/ver10/tev/topicExpression/ConcreteSet"
+_XPATH = "http://www.w3.org/TR/1999/REC-xpath-19991116"
+_FULL = "http://docs.oasis-open.org/wsn/t-1/TopicExpression/Full"
+_OLD_SIMPLE = "http://docs.oasis-open.org/wsn/2004/06/TopicExpression/Simple"
+
+
+@pytest.mark.parametrize(
+    ("path", "hint", "sent"),
+    [
+        (("a", "b"), _ONVIF, _ONVIF),
+        (("a", "b"), _XPATH, _XPATH),
+        (("a", "b"), _FULL, _FULL),
+        (("a", "b"), CONCRETE, CONCRETE),
+        (("a",), SIMPLE, SIMPLE),
+        (("a",), _OLD_SIMPLE, _OLD_SIMPLE),
+        (("a", "b"), SIMPLE, CONCRETE),  # Simple cannot name a/b
+        (("a", "b"), _OLD_SIMPLE, CONCRETE),
+        (("a", "b"), "urn:unknown-dialect", CONCRETE),
+        (("a",), None, SIMPLE),
+        (("a", "b"), None, CONCRETE),
+    ],
+)
+def test_topic_dialect_sent(path: tuple[str, ...], hint: str | None, sent: str) -> None:
+    """META-04: the Topic goes out in core's dialect whenever ``prefix:path`` is an
+    expression of that dialect naming the topic, else in Simple/Concrete."""
+    message = NotificationMessage("m", b"<x/>", Topic("urn:t", path), topic_dialect=hint)
+    topic = _tree(codec.notify_element([Delivered(message, "s")])).find(f".//{{{WSNT}}}Topic")
+    assert topic is not None and topic.get("Dialect") == sent
+    assert topic.text == "tns:" + "/".join(path)

@@ -109,7 +109,9 @@ def test_trusted_proxy_headers_set_the_wsdl_base(gateway: Any) -> None:
     _assert_base(gateway, "http://127.0.0.1:8123", **{"X-Forwarded-Host": "a b/<x>"})
 
 
-@pytest.mark.parametrize("gateway", [{"host": "0.0.0.0", "port": 8124}], indirect=True)
+@pytest.mark.parametrize(
+    "gateway", [{"host": "0.0.0.0", "port": 8124, "auth__required": "false"}], indirect=True
+)
 def test_wildcard_listen_address_uses_the_request_host(gateway: Any) -> None:
     _assert_base(gateway, "http://gw.example:8124", Host="gw.example:8124")
 

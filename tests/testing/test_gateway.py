@@ -5,16 +5,18 @@ comes from."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+import socket
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
+import requests
 
 from wsnmom.client import NotificationConsumer
 from wsnmom.testing import middleware
-from wsnmom.testing.gateway import GatewayFailed, start_gateway
+from wsnmom.testing.gateway import Gateway, GatewayFailed, free_port, start_gateway
 from wsnmom.testing.middleware import MiddlewareUnavailable, resolve_middleware
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "testing.md"
@@ -85,17 +87,26 @@ def test_middleware_names_and_urls(monkeypatch: pytest.MonkeyPatch) -> None:
         "amqp://guest:guest@127.0.0.1:5672/%2F",
         "env",
     )
+    monkeypatch.setenv("WSNMOM_TEST_KAFKA_BOOTSTRAP", "127.0.0.1:9092,127.0.0.1:9093")
+    kafka = resolve_middleware("kafka")
+    assert (kafka.url, kafka.source) == ("kafka://127.0.0.1:9092,127.0.0.1:9093", "env")
     with pytest.raises(MiddlewareUnavailable, match="pass its adapter URL"):
-        resolve_middleware("kafka")
+        resolve_middleware("mqtt")
 
 
-def test_rabbitmq_without_env_or_docker_says_what_to_do(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("WSNMOM_TEST_AMQP_URL", raising=False)
+@pytest.mark.parametrize(
+    ("name", "variable"),
+    [("rabbitmq", "WSNMOM_TEST_AMQP_URL"), ("kafka", "WSNMOM_TEST_KAFKA_BOOTSTRAP")],
+)
+def test_without_env_or_docker_says_what_to_do(
+    monkeypatch: pytest.MonkeyPatch, name: str, variable: str
+) -> None:
+    monkeypatch.delenv(variable, raising=False)
     monkeypatch.setattr(middleware, "docker_available", lambda: False)
     with pytest.raises(MiddlewareUnavailable) as info:
-        resolve_middleware("rabbitmq")
+        resolve_middleware(name)
     message = str(info.value)
-    assert "WSNMOM_TEST_AMQP_URL" in message and "Docker" in message
+    assert f"no {name} middleware" in message and variable in message and "Docker" in message
 
 
 class _StandInContainer:
@@ -133,6 +144,41 @@ def test_testcontainers_code_path(monkeypatch: pytest.MonkeyPatch) -> None:
     assert container.events == ["made", "start", "stop"]
 
 
+class _StandInKafka:
+    """A testcontainers KafkaContainer as far as the code path uses it."""
+
+    made: list[_StandInKafka] = []
+
+    def __init__(self, image: str) -> None:
+        self.image, self.kraft, self.events = image, False, ["made"]
+        _StandInKafka.made.append(self)
+
+    def with_kraft(self) -> _StandInKafka:
+        self.kraft = True
+        return self
+
+    def start(self) -> None:
+        self.events.append("start")
+
+    def stop(self) -> None:
+        self.events.append("stop")
+
+    def get_bootstrap_server(self) -> str:
+        return "127.0.0.1:49092"
+
+
+def test_kafka_testcontainers_code_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("WSNMOM_TEST_KAFKA_BOOTSTRAP", raising=False)
+    monkeypatch.setattr(middleware, "docker_available", lambda: True)
+    monkeypatch.setattr(middleware, "import_testcontainer", lambda m, n: _StandInKafka)
+    found = resolve_middleware("kafka")
+    (container,) = _StandInKafka.made
+    assert container.image == middleware.KAFKA_IMAGE and container.kraft
+    assert (found.url, found.source) == ("kafka://127.0.0.1:49092", "testcontainers")
+    found.close()
+    assert container.events == ["made", "start", "stop"]
+
+
 # --- the pytest plugin ------------------------------------------------------------------------
 @pytest.fixture
 def project(pytester: pytest.Pytester) -> Iterator[pytest.Pytester]:
@@ -155,7 +201,54 @@ def test_fixture_without_middleware(
 ) -> None:
     monkeypatch.setenv("CI", ci)
     result = project.runpytest_subprocess(
-        "-p", "no:cacheprovider", "-rA", "--wsnmom-adapter", "kafka"
+        "-p", "no:cacheprovider", "-rA", "--wsnmom-adapter", "mqtt"
     )
     result.assert_outcomes(**outcome)
     result.stdout.fnmatch_lines(["*wsnmom_gateway: no built-in way to provide middleware*"])
+
+
+# --- ports ------------------------------------------------------------------------------------
+@pytest.fixture
+def occupied() -> Iterator[Callable[[int], None]]:
+    """Listen on given ports (as another program would) until the test ends."""
+    sockets: list[socket.socket] = []
+
+    def occupy(port: int) -> None:
+        s = socket.socket()
+        s.bind(("127.0.0.1", port))
+        s.listen()
+        sockets.append(s)
+
+    yield occupy
+    for s in sockets:
+        s.close()
+
+
+def test_a_first_start_moves_off_a_taken_port_a_restart_does_not(
+    tmp_path: Path, occupied: Callable[[int], None]
+) -> None:
+    gateway = Gateway("embedded", f"embedded://{tmp_path / 'mw'}", tmp_path)
+    taken = gateway.port
+    occupied(taken)  # taken between picking the port and binding it
+    try:
+        gateway.start()
+        assert gateway.running and gateway.port != taken
+        assert requests.get(gateway.base_url + "/healthz", timeout=5).status_code == 200
+        assert "already in use" in gateway.log_tail()
+        moved = gateway.port
+        gateway.stop()
+        occupied(moved)
+        with pytest.raises(GatewayFailed, match="wsnmom serve exited"):
+            gateway.start()  # a restart keeps its port: the gateway's addresses hold it
+        assert gateway.port == moved and gateway.port_taken()
+    finally:
+        gateway.stop()
+
+
+def test_a_given_port_never_moves(tmp_path: Path, occupied: Callable[[int], None]) -> None:
+    port = free_port()
+    occupied(port)
+    gateway = Gateway("embedded", f"embedded://{tmp_path / 'mw'}", tmp_path, port)
+    with pytest.raises(GatewayFailed, match="wsnmom serve exited"):
+        gateway.start()
+    assert gateway.port == port and gateway.port_taken() and not gateway.running

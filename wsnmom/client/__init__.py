@@ -22,6 +22,7 @@ Built on lxml and requests (no zeep, no Flask): importing this package starts no
 :class:`PullPoint`,        and operations); context managers that end the resource
 :class:`PublisherRegistration`
 :class:`NotificationConsumer`  a threaded HTTP server receiving Notify (wrapped and raw)
+:class:`Credentials`       HTTP Basic, bearer token or WS-Security UsernameToken
 :class:`TopicExpression`   topic expression text + prefixes + dialect
 :class:`Notification`      a received notification (payload, topic, references)
 :mod:`.errors`             ``WsnFault`` subclasses, one per WS-N / WS-RF fault
@@ -32,7 +33,9 @@ from wsnmom.core.model import SoapVersion
 
 from .broker import DEFAULT_BROKER, Target, WsnClient
 from .consumer import NotificationConsumer
+from .credentials import Credentials
 from .errors import (
+    AuthenticationFailed,
     ClientError,
     InvalidFilterFault,
     InvalidMessageContentExpressionFault,
@@ -72,7 +75,9 @@ __all__ = [
     "ONVIF_CONCRETE_SET",
     "SIMPLE",
     "XPATH",
+    "AuthenticationFailed",
     "ClientError",
+    "Credentials",
     "EndpointReference",
     "InvalidFilterFault",
     "InvalidMessageContentExpressionFault",

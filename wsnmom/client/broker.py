@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from types import TracebackType
-from typing import Final, Self
+from typing import Final, Literal, Self
 
 import requests
 from lxml import etree
@@ -45,6 +45,7 @@ from wsnmom.soap_frontend.xml import (
 from wsnmom.topic_mapping.dialects import XPATH
 
 from . import wire
+from .credentials import Credentials
 from .errors import InvalidResourcePropertyQNameFault, TransportError
 from .model import Message, Notification, Payload, TerminationTime, TopicExpression
 from .resources import PublisherRegistration, PullPoint, Subscription, SubscriptionProperties
@@ -77,12 +78,34 @@ class WsnClient:
         soap_version: SoapVersion = SoapVersion.SOAP12,
         timeout: float = 30.0,
         session: requests.Session | None = None,
+        user: str | None = None,
+        password: str | None = None,
+        token: str | None = None,
+        wsse: Literal["digest", "text"] | None = None,
+        credentials: Credentials | None = None,
+        verify: str | bool | None = None,
+        cert: str | tuple[str, str] | None = None,
     ) -> None:
         """``broker``: the NotificationBroker endpoint; ``namespaces``: prefix -> URI for
-        the prefixes topic texts use; ``soap_version``: 1.2 (default) or 1.1."""
+        the prefixes topic texts use; ``soap_version``: 1.2 (default) or 1.1.
+
+        Credentials for a broker that requires them: ``user`` and ``password`` (HTTP
+        Basic, or with ``wsse="digest"`` / ``"text"`` a WS-Security UsernameToken), or a
+        bearer ``token``; or a :class:`~wsnmom.client.credentials.Credentials`.  HTTPS:
+        ``verify`` (a CA bundle, or False) and ``cert`` (a client certificate for mutual
+        TLS: a PEM file with its key, or (certificate, key))."""
         self.broker_url = broker
         self.namespaces: dict[str, str] = dict(namespaces or {})
-        self.transport = SoapTransport(version=soap_version, timeout=timeout, session=session)
+        if credentials is None and (user is not None or token is not None):
+            credentials = Credentials(user, password, token, wsse)
+        self.transport = SoapTransport(
+            version=soap_version,
+            timeout=timeout,
+            session=session,
+            credentials=credentials,
+            verify=verify,
+            cert=cert,
+        )
 
     def close(self) -> None:
         """Close the HTTP session."""

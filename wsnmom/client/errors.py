@@ -108,6 +108,11 @@ class SoapFault(ClientError):
         self.status = status
 
 
+class AuthenticationFailed(SoapFault):
+    """The broker refused the request's credentials, or wanted some (HTTP 401,
+    ``wsse:FailedAuthentication``): give ``WsnClient`` a user and password or a token."""
+
+
 class WsnFault(SoapFault):
     """A SOAP fault whose detail is a WS-BaseFaults fault element.
 
@@ -420,7 +425,10 @@ def fault_from_envelope(data: bytes, status: int) -> SoapFault | None:
     detail_kids = children(detail_holder) if detail_holder is not None else []
     detail = detail_kids[0] if detail_kids else None
     if detail is None or not _is_base_fault(detail):
-        return SoapFault(reason or "SOAP fault", code=code, detail=detail, status=status)
+        kind = (
+            AuthenticationFailed if code == "FailedAuthentication" or status == 401 else SoapFault
+        )
+        return kind(reason or "SOAP fault", code=code, detail=detail, status=status)
     descriptions = [text_of(d) for d in detail.findall(qname(WSRF_BF, "Description"))]
     description = "; ".join(d for d in descriptions if d) or reason
     cls = ALL_FAULT_CLASSES.get(str(detail.tag), WsnFault)

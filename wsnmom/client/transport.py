@@ -19,6 +19,7 @@ from wsnmom.core.model import EndpointReference, SoapVersion
 from wsnmom.soap_frontend.envelope import build_envelope, content_type_for, to_bytes
 from wsnmom.soap_frontend.xml import WSA, XmlRejected, children, parse_fragment, parse_xml, qname
 
+from .credentials import Credentials
 from .errors import TransportError, fault_from_envelope
 
 __all__ = ["USER_AGENT", "SoapTransport"]
@@ -36,13 +37,23 @@ class SoapTransport:
         version: SoapVersion = SoapVersion.SOAP12,
         timeout: float = 30.0,
         session: requests.Session | None = None,
+        credentials: Credentials | None = None,
+        verify: str | bool | None = None,
+        cert: str | tuple[str, str] | None = None,
     ) -> None:
         self.version = version
+        #: CA bundle (file or directory) or False for HTTPS brokers; None: requests' default
+        self.verify = verify
+        #: client certificate (PEM with its key, or (certificate, key)) for mutual TLS
+        self.cert = cert
         self.timeout = timeout
         self._own_session = session is None
         self.session = session or requests.Session()
         if session is None:
             self.session.headers["User-Agent"] = USER_AGENT
+        self.credentials = credentials
+        if credentials is not None:
+            credentials.apply(self.session)
 
     def close(self) -> None:
         """Close the HTTP session (when this transport created it)."""
@@ -63,6 +74,10 @@ class SoapTransport:
         when the broker cannot be reached or does not answer SOAP."""
         epr = EndpointReference(target) if isinstance(target, str) else target
         headers = [_reference_parameter(p) for p in epr.reference_parameters]
+        if self.credentials is not None:
+            security = self.credentials.security_header()
+            if security is not None:
+                headers.append(security)
         env = build_envelope(
             self.version, body, action=action, to=epr.address, extra_headers=headers
         )
@@ -71,7 +86,12 @@ class SoapTransport:
             http_headers["SOAPAction"] = f'"{action}"'
         try:
             resp = self.session.post(
-                epr.address, data=to_bytes(env), headers=http_headers, timeout=self.timeout
+                epr.address,
+                data=to_bytes(env),
+                headers=http_headers,
+                timeout=self.timeout,
+                verify=self.verify,
+                cert=self.cert,
             )
         except requests.RequestException as exc:
             raise TransportError(f"cannot reach {epr.address}: {exc}") from exc

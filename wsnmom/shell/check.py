@@ -21,10 +21,11 @@ from lxml import etree
 
 from wsnmom.client import ClientError, WsnClient
 from wsnmom.client.errors import TransportError
+from wsnmom.core.addresses import BROKER_PATH
 from wsnmom.soap_frontend.xml import WSNBR, WSNMOM_POLICY, WSNT, XmlRejected, parse_xml, text_of
 from wsnmom.topic_mapping.dialects import DIALECT_ALIASES
 
-from .common import DIALECTS
+from .common import DIALECTS, credential_options, credentials, tls_options
 
 _LABELS = {
     "simple": "Simple",
@@ -71,10 +72,15 @@ class Report:
 def broker_url(url: str) -> str:
     """The endpoint to check: ``URL`` without its query; a bare base URL means the gateway's
     ``/wsn/broker``."""
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - a port that is no number raises ValueError
+    except ValueError as exc:
+        message = f"{url!r} is not an http(s) URL ({exc})"
+        raise click.BadParameter(message, param_hint="URL") from None
     if not parts.scheme or not parts.netloc:
         raise click.BadParameter(f"{url!r} is not an http(s) URL", param_hint="URL")
-    path = parts.path if parts.path not in ("", "/") else "/wsn/broker"
+    path = parts.path if parts.path not in ("", "/") else BROKER_PATH
     return urlunsplit((parts.scheme, parts.netloc, path, "", ""))
 
 
@@ -85,7 +91,7 @@ def _read_wsdl(report: Report, http: requests.Session, timeout: float) -> None:
         location = pending.pop()
         seen.add(location)
         try:
-            resp = http.get(location, timeout=timeout)
+            resp = http.get(location, timeout=timeout, **tls_options())
         except requests.RequestException as exc:
             report.wsdl_error = f"cannot reach {location}: {exc}"
             return
@@ -132,7 +138,9 @@ def _read_definitions(report: Report, doc: etree._Element) -> None:
 
 
 def _read_properties(report: Report, timeout: float) -> None:
-    with WsnClient(report.broker, timeout=timeout) as client:
+    with WsnClient(
+        report.broker, timeout=timeout, credentials=credentials(), **tls_options()
+    ) as client:
         try:
             report.dialects = client.topic_expression_dialects()
         except ClientError as exc:
@@ -155,10 +163,10 @@ def _read_properties(report: Report, timeout: float) -> None:
 
 def _read_policy(report: Report, http: requests.Session, timeout: float) -> None:
     parts = urlsplit(report.broker)
-    path = parts.path[: -len("/wsn/broker")] if parts.path.endswith("/wsn/broker") else ""
+    path = parts.path[: -len(BROKER_PATH)] if parts.path.endswith(BROKER_PATH) else ""
     url = urlunsplit((parts.scheme, parts.netloc, path + "/wsn/policy", "", ""))
     try:
-        resp = http.get(url, timeout=timeout)
+        resp = http.get(url, timeout=timeout, **tls_options())
         doc = parse_xml(resp.content) if resp.status_code == 200 else None
     except (requests.RequestException, XmlRejected):
         return
@@ -226,6 +234,7 @@ def _print(report: Report, verbose: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the findings as JSON.")
 @click.option("-v", "--verbose", is_flag=True, help="Show every policy assertion in full.")
 @click.option("--timeout", type=click.FloatRange(min=0.1), default=10.0, show_default=True)
+@credential_options
 def check_command(url: str, as_json: bool, verbose: bool, timeout: float) -> None:
     """Show what the WS-N broker at URL supports (WSDL, dialects, policy); exit 1 when URL
     is not a WS-N broker."""

@@ -6,9 +6,11 @@ from __future__ import annotations
 import functools
 import json
 import sys
+import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 import click
 from lxml import etree
@@ -20,6 +22,7 @@ from wsnmom.client import (
     ONVIF_CONCRETE_SET,
     SIMPLE,
     XPATH,
+    AuthenticationFailed,
     ClientError,
     Notification,
     TopicExpression,
@@ -27,6 +30,7 @@ from wsnmom.client import (
     WsnClient,
     WsnFault,
 )
+from wsnmom.client.credentials import Credentials
 from wsnmom.client.model import tidy_xml
 from wsnmom.core import addresses
 from wsnmom.core.addresses import BROKER_PATH, ResourceKind
@@ -45,8 +49,97 @@ DIALECTS = {
 FORMATS = ("line", "json", "xml")
 
 
+_CREDENTIALS = "wsnmom.credentials"
+
+
+def _remember(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+    ctx.meta.setdefault(_CREDENTIALS, {})[param.name] = value
+    return value
+
+
+def credential_options(func: F) -> F:
+    """``--user``, ``--password``, ``--token`` and ``--wsse`` (kept in the click context,
+    read by :func:`credentials`)."""
+    for option in (
+        click.option(
+            "--cert",
+            type=click.Path(exists=True, dir_okay=False),
+            expose_value=False,
+            callback=_remember,
+            help="Client certificate (PEM with its key) for a broker that requires mutual TLS.",
+        ),
+        click.option(
+            "--cacert",
+            type=click.Path(exists=True),
+            expose_value=False,
+            callback=_remember,
+            help="CA certificates (file or directory) to trust for an HTTPS broker.",
+        ),
+        click.option(
+            "--wsse",
+            type=click.Choice(["digest", "text"]),
+            expose_value=False,
+            callback=_remember,
+            help="Send --user/--password as a WS-Security UsernameToken (PasswordDigest or "
+            "PasswordText) instead of HTTP Basic.",
+        ),
+        click.option(
+            "--token",
+            envvar="WSN_TOKEN",
+            metavar="TOKEN",
+            expose_value=False,
+            callback=_remember,
+            help="Bearer token (also $WSN_TOKEN).",
+        ),
+        click.option(
+            "--password",
+            envvar="WSN_PASSWORD",
+            metavar="PASSWORD",
+            expose_value=False,
+            callback=_remember,
+            help="Password of --user (also $WSN_PASSWORD; asked for when missing).",
+        ),
+        click.option(
+            "--user",
+            envvar="WSN_USER",
+            metavar="NAME",
+            expose_value=False,
+            callback=_remember,
+            help="User name for HTTP Basic (or --wsse) authentication (also $WSN_USER).",
+        ),
+    ):
+        func = option(func)
+    return func
+
+
+def credentials() -> Credentials | None:
+    """The credentials given on the command line, if any (asks for a missing password)."""
+    ctx = click.get_current_context(silent=True)
+    given: dict[str, Any] = ctx.meta.get(_CREDENTIALS, {}) if ctx is not None else {}
+    user, password, token, wsse = (given.get(k) for k in ("user", "password", "token", "wsse"))
+    if token:
+        if user:
+            raise click.UsageError("give --token or --user, not both")
+        return Credentials(token=token)
+    if user:
+        if password is None:
+            password = click.prompt(f"Password for {user}", hide_input=True, err=True)
+        return Credentials(user, password, wsse=wsse)
+    if wsse:
+        raise click.UsageError("--wsse needs --user")
+    return None
+
+
+def tls_options() -> dict[str, Any]:
+    """``verify`` and ``cert`` for the client from ``--cacert`` and ``--cert``."""
+    ctx = click.get_current_context(silent=True)
+    given: dict[str, Any] = ctx.meta.get(_CREDENTIALS, {}) if ctx is not None else {}
+    return {"verify": given.get("cacert"), "cert": given.get("cert")}
+
+
 def broker_options(func: F) -> F:
-    """``--broker``, ``--ns``, ``--soap11`` and ``--timeout``."""
+    """``--broker``, ``--ns``, ``--soap11``, ``--timeout`` and the credential options."""
+    func = credential_options(func)
     func = click.option(
         "--timeout",
         type=click.FloatRange(min=0.1),
@@ -67,9 +160,22 @@ def broker_options(func: F) -> F:
         default=DEFAULT_BROKER,
         show_default=True,
         metavar="URL",
+        callback=_http_url,
         help="The broker's NotificationBroker endpoint.",
     )(func)
     return func
+
+
+def _http_url(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    """``value`` when it is an http(s) URL with a host (a usage error otherwise)."""
+    try:
+        parts = urlsplit(value)
+        parts.port  # noqa: B018 - a port that is no number raises ValueError
+    except ValueError as exc:
+        raise click.BadParameter(f"{value!r} is not an http(s) URL ({exc})") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise click.BadParameter(f"{value!r} is not an http(s) URL")
+    return value
 
 
 def make_client(broker: str, ns_pairs: tuple[str, ...], soap11: bool, timeout: float) -> WsnClient:
@@ -79,6 +185,8 @@ def make_client(broker: str, ns_pairs: tuple[str, ...], soap11: bool, timeout: f
         namespaces=namespaces(ns_pairs),
         soap_version=SoapVersion.SOAP11 if soap11 else SoapVersion.SOAP12,
         timeout=timeout,
+        credentials=credentials(),
+        **tls_options(),
     )
 
 
@@ -171,11 +279,58 @@ def progress_done() -> None:
         click.echo("", err=True)
 
 
+class LiveCount:
+    """``received N notification(s)`` on stderr while notifications are printed to a file
+    or a pipe: nobody would see them arrive otherwise.  Rewritten in place at most every
+    ``every`` seconds, and only when stderr is a terminal and stdout is not (on a terminal
+    the notifications themselves show the progress; a script wants no progress lines)."""
+
+    def __init__(
+        self,
+        *,
+        enabled: bool | None = None,
+        every: float = 0.25,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if enabled is None:
+            enabled = sys.stderr.isatty() and not sys.stdout.isatty()
+        self.enabled = enabled
+        self.every = every
+        self.count = 0
+        self._clock = clock
+        self._shown = -1
+        self._last = float("-inf")
+
+    def add(self, n: int = 1) -> None:
+        """Count ``n`` more; redraw when it is time."""
+        self.count += n
+        now = self._clock()
+        if self.enabled and now - self._last >= self.every:
+            self._draw()
+            self._last = now
+
+    def _draw(self) -> None:
+        click.echo(f"\rreceived {self.count} notification(s)", err=True, nl=False)
+        self._shown = self.count
+
+    def close(self) -> None:
+        """Show the final count and end the line (when anything was drawn)."""
+        if self.enabled and self._shown >= 0:
+            if self._shown != self.count:
+                self._draw()
+            click.echo("", err=True)
+
+
 @contextmanager
 def reporting() -> Iterator[None]:
     """Turn client errors into one-line messages and exit status 1."""
     try:
         yield
+    except AuthenticationFailed as exc:
+        raise click.ClickException(
+            "the broker wants credentials, or refused the ones given (not authenticated): "
+            "give --user and --password, or --token"
+        ) from exc
     except WsnFault as exc:
         raise click.ClickException(f"the broker refused: {exc}") from exc
     except TransportError as exc:

@@ -29,10 +29,13 @@ from wsnmom.client import (
 from wsnmom.core.addresses import ResourceKind
 
 from .common import (
+    LiveCount,
     broker_options,
     dialect_option,
     format_option,
     make_client,
+    progress,
+    progress_done,
     render,
     reporting,
     resource_address,
@@ -82,10 +85,13 @@ class _Limits:
         return max(0.0, min(at_most, self.deadline - time.monotonic()))
 
 
-def _print(notifications: Iterator[Notification], fmt: str, limits: _Limits) -> None:
+def _print(
+    notifications: Iterator[Notification], fmt: str, limits: _Limits, live: LiveCount
+) -> None:
     for n in notifications:
         click.echo(render(n, fmt))
         limits.received += 1
+        live.add()
         if limits.done():
             return
 
@@ -179,8 +185,9 @@ def subscribe_command(
             return
         _stop_on_sigterm()
         limits = _Limits(count, wait)
+        live = LiveCount()
         if pull:
-            _print_pulled(client, subscribe, life, limits, fmt, interval)
+            _print_pulled(client, subscribe, life, limits, fmt, interval, live)
         else:
             host, _, port = listen.rpartition(":")
             if not host or not port.isdigit():
@@ -191,7 +198,8 @@ def subscribe_command(
                     "address the broker reaches this consumer at"
                 )
             with NotificationConsumer(host, int(port), advertised_address=advertise) as inbox:
-                _print_pushed(inbox, subscribe, life, limits, fmt)
+                _print_pushed(inbox, subscribe, life, limits, fmt, live)
+        live.close()
         click.echo(f"received {limits.received} notification(s)", err=True)
 
 
@@ -201,6 +209,7 @@ def _print_pushed(
     life: timedelta,
     limits: _Limits,
     fmt: str,
+    live: LiveCount,
 ) -> None:
     sub = subscribe(inbox)
     click.echo(f"listening at {inbox.address} (subscription {sub.address})", err=True)
@@ -208,7 +217,7 @@ def _print_pushed(
     try:
         while not limits.done():
             _renew_if_due(sub, life, due)
-            _print(inbox.notifications(timeout=limits.wait(0.5)), fmt, limits)
+            _print(inbox.notifications(timeout=limits.wait(0.5)), fmt, limits, live)
     except KeyboardInterrupt:
         pass
     finally:
@@ -222,6 +231,7 @@ def _print_pulled(
     limits: _Limits,
     fmt: str,
     interval: float,
+    live: LiveCount,
 ) -> None:
     pp = client.create_pull_point()
     try:
@@ -236,7 +246,7 @@ def _print_pulled(
             _renew_if_due(sub, life, due)
             left = None if limits.count is None else limits.count - limits.received
             got = pp.get_messages(left)
-            _print(iter(got), fmt, limits)
+            _print(iter(got), fmt, limits, live)
             if not got and not limits.done():
                 time.sleep(limits.wait(interval))
     except KeyboardInterrupt:
@@ -257,7 +267,13 @@ def _end(action: Callable[[], None], done: str) -> None:
 
 @click.command("pull")
 @click.argument("pull_point", metavar="ADDRESS|ID")
-@click.option("-n", "--max", "maximum", type=click.IntRange(min=0), help="At most this many.")
+@click.option(
+    "-n",
+    "--max",
+    "maximum",
+    type=click.IntRange(min=1),
+    help="At most this many (default: every notification waiting).",
+)
 @click.option("--follow", is_flag=True, help="Keep pulling until Ctrl-C.")
 @click.option(
     "--interval", type=float, default=DEFAULT_INTERVAL, show_default=True, help="Pull period."
@@ -277,26 +293,40 @@ def pull_command(
     soap11: bool,
     timeout: float,
 ) -> None:
-    """Take the notifications waiting in a pull point (GetMessages) and print them."""
+    """Take the notifications waiting in a pull point (GetMessages) and print them: all of
+    them (in as many GetMessages as the broker needs, with progress on stderr), at most
+    --max, or with --follow those that keep arriving until Ctrl-C."""
     address = resource_address(broker, ResourceKind.PULL_POINT, pull_point)
     total = 0
+    batches = 0
+    started = time.monotonic()
+    live = LiveCount() if follow else LiveCount(enabled=False)
     with reporting(), make_client(broker, ns_pairs, soap11, timeout) as client:
         pp: PullPoint = client.pull_point(address)
         if follow:
             _stop_on_sigterm()
         try:
-            while True:
-                got = pp.get_messages(maximum)
+            while maximum is None or total < maximum:
+                got = pp.get_messages(None if maximum is None else maximum - total)
                 for n in got:
                     click.echo(render(n, fmt))
                 total += len(got)
-                if not follow:
-                    break
-                if not got:
+                live.add(len(got))
+                if got:
+                    batches += 1
+                    if batches > 1 and not follow:
+                        progress(f"pulled {total} notification(s)")
+                elif follow:
                     time.sleep(interval)
+                else:
+                    break  # drained
         except KeyboardInterrupt:
             pass
-        click.echo(f"{total} notification(s)", err=True)
+        live.close()
+        if batches > 1 and not follow:
+            progress_done()
+        elapsed = time.monotonic() - started
+        click.echo(f"{total} notification(s) in {elapsed:.2f}s", err=True)
         if destroy:
             pp.destroy()
             click.echo("destroyed the pull point", err=True)

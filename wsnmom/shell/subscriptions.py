@@ -1,9 +1,10 @@
 """``wsnmom subscriptions list|show|delete``.
 
-``list`` reads the gateway's read-only admin API (``/wsn/admin/api/subscriptions``, loopback
-clients only): WS-N has no operation that lists subscriptions.  ``show`` and ``delete`` use
-the standard operations (WS-ResourceProperties reads, Unsubscribe), so they work against any
-WS-N broker given a subscription's address; with a wsnmom gateway an id is enough.
+``list`` reads the gateway's admin API (``/wsn/admin/api/subscriptions``: admins, see
+``soap_frontend.identity``): WS-N has no operation that lists subscriptions.  ``show``
+and ``delete`` use the standard operations (WS-ResourceProperties reads, Unsubscribe), so
+they work against any WS-N broker given a subscription's address; with a wsnmom gateway an
+id is enough.
 """
 
 from __future__ import annotations
@@ -17,7 +18,15 @@ import requests
 from wsnmom.client import ClientError, Subscription
 from wsnmom.core.addresses import ResourceKind
 
-from .common import base_url, broker_options, make_client, reporting, resource_address
+from .common import (
+    base_url,
+    broker_options,
+    credentials,
+    make_client,
+    reporting,
+    resource_address,
+    tls_options,
+)
 
 
 @click.group("subscriptions")
@@ -34,22 +43,38 @@ def _topic_text(topic: dict[str, Any] | None) -> str:
     return text
 
 
+def _count(value: object) -> str:
+    return "?" if value is None else str(value)
+
+
 @subscriptions.command("list")
 @click.option("--json", "as_json", is_flag=True, help="Print the API's JSON.")
 @broker_options
 def list_command(
     as_json: bool, broker: str, ns_pairs: tuple[str, ...], soap11: bool, timeout: float
 ) -> None:
-    """List the broker's live subscriptions (a wsnmom gateway, reached from its own host)."""
+    """List the broker's live subscriptions with their backlog and delivery state (a wsnmom
+    gateway: an admin's credentials, or without authentication its own host)."""
     url = base_url(broker) + "/wsn/admin/api/subscriptions"
+    given = credentials()
     try:
-        resp = requests.get(url, timeout=timeout)
+        with requests.Session() as http:
+            if given is not None:
+                if given.wsse is not None:
+                    raise click.UsageError("the admin API takes --user/--password or --token")
+                given.apply(http)
+            tls = tls_options()
+            resp = http.get(url, timeout=timeout, verify=tls["verify"], cert=tls["cert"])
     except requests.RequestException as exc:
         raise click.ClickException(f"cannot reach {url}: {exc}") from exc
+    if resp.status_code == 401:
+        raise click.ClickException(
+            f"{url} asks for an admin's credentials: give --token or --user/--password"
+        )
     if resp.status_code == 403:
         raise click.ClickException(
-            f"{url} refused the listing: the admin API answers clients on the gateway's own "
-            "host only"
+            f"{url} refused the listing: it answers admins only (without authentication: "
+            "clients on the gateway's own host)"
         )
     if resp.status_code != 200 or "json" not in resp.headers.get("Content-Type", ""):
         raise click.ClickException(
@@ -60,17 +85,23 @@ def list_command(
     if as_json:
         click.echo(json.dumps(data, indent=2))
         return
-    rows = [
-        (
-            s["id"],
-            s["state"],
-            s["consumer"],
-            _topic_text(s.get("topic")),
-            s.get("terminates") or "never",
+    rows = []
+    for s in data["subscriptions"]:
+        delivery = s.get("delivery") or {}
+        failing = bool(delivery.get("failures"))
+        rows.append(
+            (
+                s["id"],
+                "failing" if failing else s["state"],
+                s["consumer"] if not s.get("pull_point") else f"pull point {s['pull_point']}",
+                _topic_text(s.get("topic")),
+                _count(s.get("backlog")),
+                _count(delivery.get("delivered")) if delivery else "-",
+                _count(delivery.get("failures")) if delivery else "-",
+                s.get("terminates") or "never",
+            )
         )
-        for s in data["subscriptions"]
-    ]
-    header = ("ID", "STATE", "CONSUMER", "TOPIC", "TERMINATES")
+    header = ("ID", "STATE", "CONSUMER", "TOPIC", "BACKLOG", "DELIVERED", "FAILURES", "ENDS")
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
     for row in [header, *rows]:
         click.echo("  ".join(str(v).ljust(w) for v, w in zip(row, widths, strict=True)).rstrip())

@@ -816,6 +816,30 @@ class PauseResume(AdapterFixtures):
         handle.stop()
         assert got.bodies() == [b"one"]
 
+    def test_purge_drops_what_waits(
+        self, adapter: Adapter, namespace: str, unique_name: Names
+    ) -> None:
+        """``purge()`` (an operator's purge of a paused subscription) drops every waiting
+        message; what is published afterwards is delivered."""
+        handle = self.subscribe(adapter, unique_name(), (self.pattern(namespace, "t"),))
+        adapter.publish_many(
+            [self.message(self.topic(namespace, "t"), b"%d" % i) for i in range(5)]
+        )
+        deadline = time.monotonic() + self.receive_timeout
+        while handle.depth() not in (5, None) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        dropped = handle.purge()
+        assert dropped in (5, None)
+        if handle.depth() is not None:
+            assert handle.depth() == 0
+        self.publish(adapter, self.topic(namespace, "t"), b"after")
+        got = Collector()
+        handle.start(got)
+        got.wait_for(1, self.receive_timeout)
+        time.sleep(self.quiet_period)
+        handle.stop()
+        assert got.bodies() == [b"after"]
+
     def test_prefetch_bounds_unsettled(
         self, adapter: Adapter, namespace: str, unique_name: Names
     ) -> None:

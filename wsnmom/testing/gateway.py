@@ -36,12 +36,19 @@ from typing import TYPE_CHECKING, Any
 
 import requests
 
+from wsnmom.startup import ExitStatus
+
 from .middleware import resolve_middleware
 
 if TYPE_CHECKING:
     from wsnmom.client import WsnClient
 
-__all__ = ["Gateway", "GatewayFailed", "free_port", "start_gateway"]
+__all__ = ["PORT_ATTEMPTS", "Gateway", "GatewayFailed", "free_port", "start_gateway"]
+
+#: how often a first start tries another free port when its port was taken meanwhile
+PORT_ATTEMPTS = 3
+#: ``wsnmom serve``'s exit status for a listen port in use
+PORT_IN_USE = int(ExitStatus.PORT)
 
 
 class GatewayFailed(RuntimeError):
@@ -68,10 +75,13 @@ class Gateway:
     extra_env: dict[str, str] = field(default_factory=dict)
     process: subprocess.Popen[bytes] | None = None
     host: str = "127.0.0.1"
+    #: the port was picked here (``port=0``): a first start may move to another one
+    port_chosen: bool = field(default=False, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if not self.port:
             self.port = free_port(self.host)
+            self.port_chosen = True
 
     @property
     def base_url(self) -> str:
@@ -113,17 +123,35 @@ class Gateway:
     def start(self, timeout: float = 30.0, *, wait_for: str = "/readyz") -> None:
         """Start the process and wait until ``wait_for`` answers 200 (``/readyz``: ready
         to serve; ``/healthz``: up, e.g. while its middleware is still unreachable); on
-        any failure it is stopped."""
+        any failure it is stopped.
+
+        A free port is free only when it is picked: another process (or an outgoing
+        connection's source port) may take it before the gateway binds it.  The first
+        start of a gateway whose port was picked here then moves to another free port
+        (up to :data:`PORT_ATTEMPTS` tries); a restart never moves, since clients and the
+        gateway's stored addresses hold the port."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        with self.log_path.open("ab") as log:
-            self.process = subprocess.Popen(
-                self.command(), env=self.environment(), stdout=log, stderr=subprocess.STDOUT
-            )
-        try:
-            self._wait_ready(timeout, wait_for)
-        except BaseException:
-            self.stop()  # never leave a gateway behind that nobody will stop
-            raise
+        may_move = self.port_chosen and self.process is None
+        for attempt in range(1, PORT_ATTEMPTS + 1):
+            with self.log_path.open("ab") as log:
+                self.process = subprocess.Popen(
+                    self.command(), env=self.environment(), stdout=log, stderr=subprocess.STDOUT
+                )
+            try:
+                self._wait_ready(timeout, wait_for)
+                return
+            except GatewayFailed:
+                self.stop()
+                if not (may_move and attempt < PORT_ATTEMPTS and self.port_taken()):
+                    raise
+                self.port = free_port(self.host)
+            except BaseException:
+                self.stop()  # never leave a gateway behind that nobody will stop
+                raise
+
+    def port_taken(self) -> bool:
+        """Whether the process exited because its port was in use (exit status 6)."""
+        return self.process is not None and self.process.poll() == PORT_IN_USE
 
     def _wait_ready(self, timeout: float, path: str = "/readyz") -> None:
         assert self.process is not None
@@ -183,8 +211,9 @@ def start_gateway(
     data_dir: Path | str | None = None,
     timeout: float = 30.0,
 ) -> Iterator[Gateway]:
-    """A running gateway on ``adapter`` ("embedded", "rabbitmq" or an adapter URL); stopped,
-    and its middleware and temporary data directory removed, on exit.
+    """A running gateway on ``adapter`` ("embedded", "filelog", "rabbitmq", "kafka" or an
+    adapter URL); stopped, and its middleware and temporary data directory removed, on
+    exit.
 
     Raises :class:`~wsnmom.testing.middleware.MiddlewareUnavailable` when the middleware
     cannot be provided and :class:`GatewayFailed` when the gateway does not start."""

@@ -11,6 +11,9 @@ a URL (``amqp://…``, ``embedded://…``, any scheme an adapter plugin register
     ``$WSNMOM_TEST_AMQP_URL`` when set; otherwise, when a Docker engine answers, a RabbitMQ
     container started with testcontainers (``pip install testcontainers``) and stopped by
     :meth:`Middleware.close`; otherwise :class:`MiddlewareUnavailable` saying what to do.
+``kafka``
+    ``kafka://$WSNMOM_TEST_KAFKA_BOOTSTRAP`` when that is set (``host:port[,...]``);
+    otherwise a Kafka container in KRaft mode (no ZooKeeper) the same way.
 
 The Docker engine is pinged cheaply before testcontainers is touched, so a machine without
 Docker gets a clear message instead of testcontainers' connection errors.
@@ -26,11 +29,13 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 __all__ = [
+    "KAFKA_IMAGE",
     "RABBITMQ_IMAGE",
     "Middleware",
     "MiddlewareUnavailable",
     "docker_available",
     "import_testcontainer",
+    "kafka_container",
     "rabbitmq_container",
     "resolve_middleware",
 ]
@@ -39,6 +44,10 @@ __all__ = [
 RABBITMQ_IMAGE: Final = "rabbitmq:3.13-alpine"
 #: environment variable naming an existing RabbitMQ broker for tests
 AMQP_URL_VARIABLE: Final = "WSNMOM_TEST_AMQP_URL"
+#: pinned image for Kafka containers (KRaft mode, no ZooKeeper)
+KAFKA_IMAGE: Final = "confluentinc/cp-kafka:7.6.1"
+#: environment variable naming an existing Kafka cluster for tests (``host:port[,...]``)
+KAFKA_BOOTSTRAP_VARIABLE: Final = "WSNMOM_TEST_KAFKA_BOOTSTRAP"
 #: adapters whose middleware is a directory of the gateway's: their URL, ``{data_dir}`` filled in
 IN_DATA_DIR: Final = {
     "embedded": "embedded://{data_dir}/middleware",
@@ -112,22 +121,48 @@ def rabbitmq_container(image: str = RABBITMQ_IMAGE) -> Middleware:
     return middleware
 
 
+def kafka_container(image: str = KAFKA_IMAGE) -> Middleware:
+    """A Kafka container in KRaft mode (needs a Docker engine and testcontainers)."""
+    if not docker_available():
+        raise MiddlewareUnavailable("no Docker engine answers")
+    container = import_testcontainer("kafka", "KafkaContainer")(image)
+    with_kraft = getattr(container, "with_kraft", None)
+    if with_kraft is not None:
+        container = with_kraft()
+    try:
+        container.start()
+    except Exception as exc:
+        raise MiddlewareUnavailable(f"the Kafka container did not start: {exc}") from None
+    middleware = Middleware(f"kafka://{container.get_bootstrap_server()}", "testcontainers")
+    middleware._finalizers.append(container.stop)
+    return middleware
+
+
+def _from_env(adapter: str) -> tuple[str, str | None]:
+    """The variable that names ``adapter``'s existing middleware, and its adapter URL."""
+    if adapter == "rabbitmq":
+        return AMQP_URL_VARIABLE, os.environ.get(AMQP_URL_VARIABLE) or None
+    hosts = os.environ.get(KAFKA_BOOTSTRAP_VARIABLE)
+    return KAFKA_BOOTSTRAP_VARIABLE, f"kafka://{hosts}" if hosts else None
+
+
 def resolve_middleware(adapter: str) -> Middleware:
     """The middleware for ``adapter`` (a name or an adapter URL); see the module docstring."""
     if "://" in adapter:
         return Middleware(adapter, "given")
     if adapter in IN_DATA_DIR:
         return Middleware(IN_DATA_DIR[adapter], "data_dir")
-    if adapter == "rabbitmq":
-        url = os.environ.get(AMQP_URL_VARIABLE)
+    if adapter in ("rabbitmq", "kafka"):
+        variable, url = _from_env(adapter)
         if url:
             return Middleware(url, "env")
         try:
-            return rabbitmq_container()
+            return rabbitmq_container() if adapter == "rabbitmq" else kafka_container()
         except MiddlewareUnavailable as exc:
+            example = "amqp://…" if adapter == "rabbitmq" else "host:9092"
             raise MiddlewareUnavailable(
-                f"no RabbitMQ for the gateway: {AMQP_URL_VARIABLE} is not set and a "
-                f"container cannot be started ({exc}); set {AMQP_URL_VARIABLE}=amqp://… or "
+                f"no {adapter} middleware for the gateway: {variable} is not set and a "
+                f"container cannot be started ({exc}); set {variable}={example} or "
                 "start a Docker engine"
             ) from None
     raise MiddlewareUnavailable(

@@ -1,0 +1,262 @@
+"""What operators see of a running broker, and the one action WS-N has no operation for.
+
+WS-N lets a client read its own resources; an operator needs all of them at once, with
+what only the running gateway knows: how many messages wait for each subscription and pull
+point (one bulk ``Adapter.depths`` call for all of them), each push subscription's delivery
+state (failures, next retry, last error), message counts and rates per topic, and whether
+the middleware answers.  :class:`Operations` assembles that as plain records; the admin
+page and its JSON API (``soap_frontend.admin_api``) render them.
+
+Purge, an operator's action, lives with the resource kinds (``Subscriptions.purge``,
+``PullPoints.purge``); pause, resume and unsubscribe are the WS-N operations themselves.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from wsnmom.core.adapter import SubscriptionHandle
+from wsnmom.core.context import BrokerContext
+from wsnmom.core.delivery import ChannelStatus
+from wsnmom.core.lifetimes import is_expired
+from wsnmom.core.model import PublisherRegistration, PullPoint, Subscription
+from wsnmom.core.redaction import redact_url
+from wsnmom.core.registry import LivePullPoint, LiveSubscription
+from wsnmom.core.topic_stats import TopicCount
+
+__all__ = [
+    "AdapterHealth",
+    "Operations",
+    "Overview",
+    "PullPointStatus",
+    "RegistrationStatus",
+    "SubscriptionStatus",
+]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class SubscriptionStatus:
+    """One live subscription as operators see it."""
+
+    record: Subscription
+    address: str
+    #: "push" (to its consumer), "pull point" (forwarded into one of the broker's pull
+    #: points) or "routed" (routed into its pull point when published: no queue of its own)
+    mode: str
+    #: messages waiting in the middleware (not handed out); None: it cannot tell
+    waiting: int | None
+    #: the delivery channel's state; None for a routed subscription
+    delivery: ChannelStatus | None
+
+    @property
+    def backlog(self) -> int | None:
+        """Messages not yet delivered: waiting plus those held in memory."""
+        if self.waiting is None:
+            return None
+        return self.waiting + (self.delivery.held if self.delivery is not None else 0)
+
+
+@dataclass(frozen=True, slots=True)
+class PullPointStatus:
+    """One live pull point as operators see it."""
+
+    record: PullPoint
+    address: str
+    #: messages waiting for GetMessages; None: the middleware cannot tell
+    waiting: int | None
+    #: ids of the subscriptions feeding it
+    feeding: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class RegistrationStatus:
+    """One live publisher registration."""
+
+    record: PublisherRegistration
+    address: str
+
+
+@dataclass(frozen=True, slots=True)
+class AdapterHealth:
+    """Whether the broker can serve, and why not."""
+
+    adapter: str
+    #: the adapter URL without its password
+    url: str
+    #: "queue", "log" or "session"
+    shape: str
+    #: the adapter knows of no outage (no I/O)
+    available: bool
+    #: the middleware answered a ping just now
+    answers: bool
+    #: the broker restored its resources and serves WS-N requests
+    started: bool
+    #: ``started`` and the middleware and the store answer (``/readyz``)
+    ready: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Overview:
+    """Everything the admin page shows, read at ``time`` (POSIX seconds)."""
+
+    time: float
+    health: AdapterHealth
+    subscriptions: list[SubscriptionStatus]
+    pull_points: list[PullPointStatus]
+    registrations: list[RegistrationStatus]
+    topics: list[TopicCount]
+    #: topics forgotten to bound the table (``TopicStats.forgotten``)
+    topics_forgotten: int
+
+
+class Operations:
+    """Reads the broker for operators (see the module docstring)."""
+
+    def __init__(self, ctx: BrokerContext) -> None:
+        self._ctx = ctx
+
+    def health(self, *, ping_timeout: float = 1.0) -> AdapterHealth:
+        """The adapter's and the broker's state now (one ping of the middleware)."""
+        ctx = self._ctx
+        adapter = ctx.adapter
+        try:
+            available = bool(adapter.available())
+        except Exception:
+            available = False
+        try:
+            answers = available and bool(adapter.ping(ping_timeout))
+        except Exception:
+            answers = False
+        try:
+            store = bool(ctx.store.ping())
+        except Exception:
+            store = False
+        started = ctx.gate.ready
+        return AdapterHealth(
+            adapter=adapter.name,
+            url=redact_url(adapter.url),
+            shape=adapter.capabilities.shape,
+            available=available,
+            answers=answers,
+            started=started,
+            ready=started and answers and store,
+        )
+
+    def subscriptions(self) -> list[SubscriptionStatus]:
+        """Every live subscription with its state, oldest first (one ``depths`` call)."""
+        ctx = self._ctx
+        registry = ctx.registry
+        now = ctx.now()
+        with registry.lock:
+            subs = [
+                s
+                for s in registry.subscriptions.values()
+                if not is_expired(s.record.termination_time, now)
+            ]
+            records = {s.record.id: replace(s.record) for s in subs}
+        handles = [s.handle for s in subs if s.handle is not None]
+        depths = dict(zip((id(h) for h in handles), self._depths(handles), strict=True))
+        out = [self._subscription(s, records[s.record.id], depths) for s in subs]
+        out.sort(key=lambda s: (s.record.creation_time, s.record.id))
+        return out
+
+    def overview(self) -> Overview:
+        """Every live resource with its state, the topics and the health: the depths of
+        all subscriptions and pull points come from one ``Adapter.depths`` call."""
+        ctx = self._ctx
+        registry = ctx.registry
+        now = ctx.now()
+        with registry.lock:
+            subs = [
+                s
+                for s in registry.subscriptions.values()
+                if not is_expired(s.record.termination_time, now)
+            ]
+            pps = [
+                p
+                for p in registry.pull_points.values()
+                if not is_expired(p.record.termination_time, now)
+            ]
+            regs = [
+                replace(r.record)
+                for r in registry.registrations.values()
+                if not is_expired(r.record.termination_time, now)
+            ]
+            records = {s.record.id: replace(s.record) for s in subs}
+        handles: list[SubscriptionHandle] = [s.handle for s in subs if s.handle is not None]
+        handles += [p.handle for p in pps]
+        depths = dict(zip((id(h) for h in handles), self._depths(handles), strict=True))
+        feeding: dict[str, list[str]] = {}
+        for s in subs:
+            if s.record.pull_point_id is not None:
+                feeding.setdefault(s.record.pull_point_id, []).append(s.record.id)
+        sub_status = [self._subscription(s, records[s.record.id], depths) for s in subs]
+        sub_status.sort(key=lambda s: (s.record.creation_time, s.record.id))
+        pp_status = [self._pull_point(p, depths, feeding.get(p.record.id, [])) for p in pps]
+        pp_status.sort(key=lambda p: (p.record.creation_time, p.record.id))
+        regs.sort(key=lambda r: (r.creation_time, r.id))
+        return Overview(
+            time=time.time(),
+            health=self.health(),
+            subscriptions=sub_status,
+            pull_points=pp_status,
+            registrations=[RegistrationStatus(r, ctx.registration_address(r.id)) for r in regs],
+            topics=ctx.topic_stats.snapshot(),
+            topics_forgotten=ctx.topic_stats.forgotten,
+        )
+
+    def subscription(self, subscription_id: str) -> SubscriptionStatus:
+        """One live subscription's state; ResourceUnknown when unknown or expired."""
+        ctx = self._ctx
+        state = ctx.registry.live_subscription(subscription_id)
+        with ctx.registry.lock:
+            record = replace(state.record)
+        handles = [state.handle] if state.handle is not None else []
+        depths = dict(zip((id(h) for h in handles), self._depths(handles), strict=True))
+        return self._subscription(state, record, depths)
+
+    def _depths(self, handles: Sequence[SubscriptionHandle]) -> list[int | None]:
+        if not handles:
+            return []
+        try:
+            return self._ctx.adapter.depths(handles)
+        except Exception:
+            log.debug("reading the depths failed", exc_info=True)
+            return [None] * len(handles)
+
+    def _subscription(
+        self, state: LiveSubscription, record: Subscription, depths: dict[int, int | None]
+    ) -> SubscriptionStatus:
+        ctx = self._ctx
+        channel = ctx.engine.channel(record.id) if state.handle is not None else None
+        waiting: int | None = 0
+        if state.handle is None:
+            mode = "routed"
+        else:
+            mode = "push" if record.pull_point_id is None else "pull point"
+            waiting = depths.get(id(state.handle))
+        return SubscriptionStatus(
+            record=record,
+            address=ctx.subscription_address(record.id),
+            mode=mode,
+            waiting=waiting,
+            delivery=channel.status() if channel is not None else None,
+        )
+
+    def _pull_point(
+        self, state: LivePullPoint, depths: dict[int, int | None], feeding: list[str]
+    ) -> PullPointStatus:
+        waiting = depths.get(id(state.handle))
+        if waiting is not None and state.buffer is not None:
+            waiting += state.buffer.buffered()
+        return PullPointStatus(
+            record=replace(state.record),
+            address=self._ctx.pull_point_address(state.record.id),
+            waiting=waiting,
+            feeding=tuple(sorted(feeding)),
+        )

@@ -1,0 +1,320 @@
+// wsnmom admin page: polls the admin API and renders it; admins get actions.
+// Served from the package; no external code.  Every value from the API is inserted as
+// text (textContent), never as markup.
+"use strict";
+(() => {
+  const API = "wsn/admin/api/";
+  const params = new URLSearchParams(location.search);
+  const REFRESH = Math.max(0, Number(params.get("refresh") ?? 2)) * 1000;
+  let session = { admin: false, read: false, sign_in: false, csrf: null };
+  let timer = null;
+  let loading = false;
+  let refreshes = 0;
+  const previous = new Map();  // "table/id/field" -> last value shown (to flash changes)
+
+  const $ = (id) => document.getElementById(id);
+
+  function el(tag, props = {}, ...children) {
+    const node = document.createElement(tag);
+    for (const [key, value] of Object.entries(props)) {
+      if (value === undefined || value === null) continue;
+      if (key === "class") node.className = value;
+      else if (key === "title") node.title = value;
+      else if (key.startsWith("data-")) node.setAttribute(key, value);
+      else node[key] = value;
+    }
+    for (const child of children) {
+      if (child === null || child === undefined) continue;
+      node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+    }
+    return node;
+  }
+
+  // -- formatting ------------------------------------------------------------------------
+  const number = (n) => (n === null || n === undefined ? "?" : Number(n).toLocaleString("en-US"));
+  function when(iso) {
+    if (!iso) return "";
+    const d = new Date(iso);
+    return d.toISOString().replace("T", " ").replace(/\.\d+Z$/, "Z");
+  }
+  function relative(iso) {
+    if (!iso) return "";
+    const seconds = Math.round((new Date(iso).getTime() - Date.now()) / 1000);
+    const span = Math.abs(seconds);
+    const text = span < 90 ? `${span}s` : span < 5400 ? `${Math.round(span / 60)}min` : `${Math.round(span / 3600)}h`;
+    return seconds >= 0 ? `in ${text}` : `${text} ago`;
+  }
+  const retry = (iso) => (!iso ? "" : new Date(iso).getTime() <= Date.now() ? "due" : relative(iso));
+  const DIALECTS = {
+    "http://docs.oasis-open.org/wsn/t-1/TopicExpression/Simple": "Simple",
+    "http://docs.oasis-open.org/wsn/t-1/TopicExpression/Concrete": "Concrete",
+    "http://docs.oasis-open.org/wsn/t-1/TopicExpression/Full": "Full",
+    "http://www.w3.org/TR/1999/REC-xpath-19991116": "XPath",
+    "http://www.onvif.org/ver10/tev/topicExpression/ConcreteSet": "ConcreteSet",
+  };
+  function expression(expr) {
+    if (!expr) return el("span", { class: "muted" }, "(all topics)");
+    const namespaces = Object.entries(expr.namespaces || {}).map(([p, u]) => `${p} = ${u}`);
+    const dialect = DIALECTS[expr.dialect] || expr.dialect || "";
+    return el("span", { title: [dialect, ...namespaces].join("\n") },
+      el("code", {}, expr.text), el("span", { class: "dialect" }, dialect));
+  }
+  const shortId = (id) => el("span", { class: "id", title: id }, id.length > 12 ? `${id.slice(0, 10)}…` : id);
+
+  function cell(key, cls, value, title) {
+    const td = el("td", { class: cls, title }, value);
+    if (key !== null && typeof value !== "object") {
+      const before = previous.get(key);
+      if (before !== undefined && before !== value) td.classList.add("changed");
+      previous.set(key, value);
+    }
+    return td;
+  }
+
+  function notice(text, error = false) {
+    const box = $("notice");
+    box.textContent = text;
+    box.className = error ? "error" : "";
+    box.hidden = !text;
+  }
+
+  // -- the API ---------------------------------------------------------------------------
+  async function api(path, options = {}) {
+    // X-Requested-With: a 401 then comes without a challenge (no browser password dialog)
+    const headers = { Accept: "application/json", "X-Requested-With": "wsnmom-admin", ...(options.headers || {}) };
+    const response = await fetch(API + path, { credentials: "same-origin", cache: "no-store", ...options, headers });
+    let body = null;
+    try { body = await response.json(); } catch (_) { body = null; }
+    return { status: response.status, body };
+  }
+
+  async function loadSession() {
+    const { status, body } = await api("session");
+    if (status === 200 && body) session = body;
+    document.body.classList.toggle("admin", !!session.admin);
+    const role = $("role");
+    role.textContent = session.admin ? (session.caller === "admin" ? "admin" : `admin: ${session.caller}`) : "read-only";
+    role.className = session.admin ? "badge admin" : "badge";
+    $("sign-in").hidden = session.admin || !session.sign_in;
+    $("sign-out").hidden = !session.admin;
+    $("no-access").hidden = session.read;
+    $("no-access-sign-in").hidden = !session.sign_in;
+    $("content").hidden = !session.read;
+  }
+
+  async function refresh() {
+    if (loading || !session.read) return;
+    loading = true;
+    try {
+      const { status, body } = await api("overview");
+      if (status === 200 && body) {
+        render(body);
+        refreshes += 1;
+        const stamp = $("last-refresh");
+        stamp.dataset.count = String(refreshes);
+        stamp.textContent = `updated ${new Date().toLocaleTimeString()}`;
+      } else if (status === 401 || status === 403) {
+        await loadSession();
+      } else {
+        $("last-refresh").textContent = `refresh failed: HTTP ${status}`;
+      }
+    } catch (error) {
+      $("last-refresh").textContent = `gateway unreachable (${error.message || error})`;
+    } finally {
+      loading = false;
+    }
+  }
+
+  function schedule() {
+    clearInterval(timer);
+    timer = null;
+    if (REFRESH > 0 && $("live").checked) timer = setInterval(refresh, REFRESH);
+  }
+
+  // -- rendering -------------------------------------------------------------------------
+  function yesNo(id, value, yes = "yes", no = "no") {
+    const node = $(id);
+    node.textContent = value ? yes : no;
+    node.className = `value ${value ? "yes" : "no"}`;
+  }
+
+  function render(data) {
+    $("broker").textContent = data.broker || "";
+    const h = data.health;
+    $("health-adapter").textContent = `${h.adapter} (${h.shape})`;
+    $("health-url").textContent = h.url;
+    yesNo("health-available", h.available);
+    $("health-answers").textContent = h.answers ? "the middleware answers" : "the middleware does not answer";
+    yesNo("health-ready", h.ready);
+    $("health-started").textContent = h.started ? "resources restored" : "starting";
+    const t = data.totals;
+    $("total-subscriptions").textContent = number(t.subscriptions);
+    $("total-states").textContent = `${number(t.paused)} paused, ${number(t.failing)} failing`;
+    $("total-pull-points").textContent = number(t.pull_points);
+    $("total-registrations").textContent = number(t.registrations);
+    $("total-backlog").textContent = number(t.backlog) + (t.backlog_unknown ? "+" : "");
+    $("total-messages").textContent = number(t.messages);
+    $("total-rate").textContent = `${t.rate.toFixed(1)} msg/s now`;
+    renderSubscriptions(data.subscriptions, t.subscriptions);
+    renderPullPoints(data.pull_points, t.pull_points);
+    renderTopics(data.topics, t.topics);
+    renderRegistrations(data.registrations, t.registrations);
+  }
+
+  // Rows are updated in place, keyed by data-key: a cell is replaced only when what it
+  // shows changed, so buttons, hover and text selection survive a refresh.
+  function patchRow(row, fresh) {
+    for (const name of fresh.getAttributeNames()) row.setAttribute(name, fresh.getAttribute(name));
+    const cells = Array.from(fresh.children);
+    const old = Array.from(row.children);
+    cells.forEach((cellNode, i) => {
+      const before = old[i];
+      if (!before) { row.append(cellNode); return; }
+      const same = before.className.replace(" changed", "") === cellNode.className.replace(" changed", "")
+        && before.title === cellNode.title
+        && (cellNode.dataset.sig !== undefined
+          ? before.dataset.sig === cellNode.dataset.sig
+          : before.innerHTML === cellNode.innerHTML);
+      if (!same) row.replaceChild(cellNode, before);
+    });
+    old.slice(cells.length).forEach((extra) => extra.remove());
+  }
+
+  function fill(name, rows, total) {
+    const body = document.querySelector(`#${name} tbody`);
+    const existing = new Map(Array.from(body.children).map((r) => [r.dataset.key, r]));
+    const keep = new Set();
+    rows.forEach((fresh, i) => {
+      const key = fresh.dataset.key;
+      const row = existing.get(key);
+      let node = fresh;
+      if (row) { patchRow(row, fresh); node = row; }
+      keep.add(key);
+      if (body.children[i] !== node) body.insertBefore(node, body.children[i] || null);
+    });
+    for (const [key, row] of existing) if (!keep.has(key)) row.remove();
+    $(`empty-${name}`).hidden = rows.length > 0;
+    $(`count-${name}`).textContent = rows.length < total ? `(${rows.length} of ${total})` : `(${total})`;
+  }
+
+  function button(label, onClick, danger = false) {
+    const b = el("button", { type: "button", class: danger ? "danger" : "" }, label);
+    b.addEventListener("click", () => onClick(b));
+    return b;
+  }
+
+  function renderSubscriptions(items, total) {
+    fill("subscriptions", items.map((s) => {
+      const d = s.delivery;
+      const failing = d && d.failures > 0;
+      const state = failing ? "failing" : s.state;
+      const key = (field) => `s/${s.id}/${field}`;
+      const actions = el("td", { class: "actions", "data-sig": s.state },
+        s.state === "paused"
+          ? button("Resume", (b) => act(b, "subscriptions", s.id, "resume"))
+          : button("Pause", (b) => act(b, "subscriptions", s.id, "pause")),
+        button("Purge", (b) => act(b, "subscriptions", s.id, "purge", "Drop every message waiting for this subscription?"), true),
+        button("Unsubscribe", (b) => act(b, "subscriptions", s.id, "unsubscribe", "End this subscription?"), true));
+      const consumer = s.pull_point ? `pull point ${s.pull_point}` : s.consumer;
+      return el("tr", { "data-key": s.id, "data-id": s.id, "data-state": s.state },
+        el("td", {}, shortId(s.id)),
+        el("td", { class: "wrap" }, el("code", {}, consumer)),
+        el("td", { class: "wrap" }, expression(s.topic)),
+        el("td", { class: "state" }, el("span", { class: `badge ${state}` }, state)),
+        cell(key("backlog"), "num backlog", number(s.backlog), s.backlog === null ? "the middleware cannot tell" : `${number(s.waiting)} waiting, ${number(d ? d.held : 0)} in memory`),
+        cell(key("delivered"), "num delivered", d ? number(d.delivered) : "-", d && d.last_delivery ? `last ${when(d.last_delivery)}` : null),
+        cell(key("failures"), "num failures", d ? number(d.failures) : "-"),
+        el("td", { class: "retry", title: d ? when(d.retry_at) : null }, d ? retry(d.retry_at) : ""),
+        el("td", { class: "error", title: d && d.last_error ? d.last_error : null }, el("div", {}, d && d.last_error ? d.last_error : "")),
+        el("td", { class: "terminates", title: when(s.terminates) }, s.terminates ? relative(s.terminates) : "never"),
+        actions);
+    }), total);
+  }
+
+  function renderPullPoints(items, total) {
+    fill("pull-points", items.map((p) => el("tr", { "data-key": p.id, "data-id": p.id },
+      el("td", {}, shortId(p.id)),
+      el("td", {}, p.name || ""),
+      cell(`p/${p.id}/waiting`, "num waiting", number(p.waiting)),
+      el("td", { class: "wrap" }, p.feeding.length ? `${p.feeding.length} subscription(s)` : "Notify only"),
+      el("td", { title: when(p.created) }, relative(p.created)),
+      el("td", { title: when(p.terminates) }, p.terminates ? relative(p.terminates) : "never"),
+      el("td", { class: "actions", "data-sig": "purge" },
+        button("Purge", (b) => act(b, "pullpoints", p.id, "purge", "Drop every message waiting in this pull point?"), true)))),
+    total);
+  }
+
+  function renderTopics(items, total) {
+    fill("topics", items.map((t) => el("tr", { "data-key": t.topic, "data-topic": t.topic },
+      el("td", { class: "wrap", title: t.namespace }, el("code", {}, t.path), el("span", { class: "dialect" }, t.namespace)),
+      cell(`t/${t.topic}/messages`, "num messages", number(t.messages)),
+      el("td", { class: "num rate" }, `${t.rate.toFixed(1)}/s`),
+      el("td", { title: when(t.last) }, relative(t.last)))),
+    total);
+  }
+
+  function renderRegistrations(items, total) {
+    fill("registrations", items.map((r) => el("tr", { "data-key": r.id, "data-id": r.id },
+      el("td", {}, shortId(r.id)),
+      el("td", { class: "wrap" }, el("code", {}, r.publisher || "(anonymous)")),
+      el("td", { class: "wrap" }, ...(r.topics.length ? r.topics.map((x) => el("div", {}, expression(x))) : ["(any)"])),
+      el("td", {}, r.demand ? (r.demand_paused ? "paused (no demand)" : "active") : "no"),
+      el("td", { title: when(r.terminates) }, r.terminates ? relative(r.terminates) : "never"))),
+    total);
+  }
+
+  // -- actions ---------------------------------------------------------------------------
+  async function act(btn, kind, id, action, question) {
+    if (question && !window.confirm(question)) return;
+    btn.disabled = true;
+    try {
+      const headers = { "Content-Type": "application/json" };
+      if (session.csrf) headers["X-CSRF-Token"] = session.csrf;
+      const { status, body } = await api(`${kind}/${encodeURIComponent(id)}/${action}`, { method: "POST", headers, body: "{}" });
+      if (status === 200) {
+        const purged = action === "purge" ? ` (${body.purged === null ? "?" : body.purged} message(s) dropped)` : "";
+        notice(`${action}: ${id}${purged}`);
+      } else {
+        notice(`${action} refused: ${(body && body.error) || `HTTP ${status}`}`, true);
+        if (status === 401 || status === 403) await loadSession();
+      }
+    } finally {
+      btn.disabled = false;
+      await refresh();
+    }
+  }
+
+  async function signIn(event) {
+    event.preventDefault();
+    const token = $("token");
+    const user = $("user");
+    const form = user.value ? { user: user.value, password: token.value } : { token: token.value };
+    const { status, body } = await api("session", {
+      method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(form),
+    });
+    token.value = "";
+    if (status === 200) notice("signed in: actions enabled");
+    else notice(`sign-in refused: ${(body && body.error) || `HTTP ${status}`}`, true);
+    await loadSession();
+    await refresh();
+  }
+
+  async function signOut() {
+    await api("session/end", { method: "POST" });
+    notice("signed out");
+    await loadSession();
+    await refresh();
+  }
+
+  async function start() {
+    $("sign-in").addEventListener("submit", signIn);
+    $("sign-out").addEventListener("click", signOut);
+    $("live").addEventListener("change", () => { schedule(); if ($("live").checked) refresh(); });
+    if (REFRESH === 0) $("live").checked = false;
+    await loadSession();
+    await refresh();
+    schedule();
+  }
+
+  document.addEventListener("DOMContentLoaded", start);
+})();

@@ -1,0 +1,230 @@
+"""Who may read the admin page and API, who may act there, and the page's sign-in.
+
+Who the caller is comes from :mod:`.identity` (HTTP credentials: Basic, bearer token,
+TLS client certificate, a trusted proxy's identity header), plus one source of this
+module: the admin page's *session* (below).  Two rules, checked in each admin view (a
+``before_request`` hook would take every SOAP request off the WSGI fast path,
+:mod:`.fastpath`):
+
+*Reading* (``GET /wsn/admin/api/...``) is for :func:`.identity.is_admin` callers: an
+authenticated admin; or, while authentication is off, a client connected straight from a
+loopback address.  Subscription ids are capabilities, so nobody else gets a listing.
+
+*Acting* (pause, resume, unsubscribe, purge: ``POST`` only, never ``GET``) is for an
+*authenticated* admin identity.  Being local does not make anyone one: with
+authentication off the page is read-only for everyone.  Credentials a browser sends by
+itself -- the session cookie, a remembered Basic password, a client certificate, a proxy's
+header -- would also go with a request another site forges, so an action from a browser
+must come from the page's own origin (``Origin``, else ``Referer``: the address the
+browser used, or ``public_url``), and an action from a session must also carry the
+session's CSRF token (header ``X-CSRF-Token``).  A program that sends no ``Origin`` or
+``Referer`` (curl, a script) is judged by its credentials alone; a bearer token, which a
+browser never sends by itself, needs nothing more.
+
+The page's session: signing in (``POST /wsn/admin/api/session`` with the admin token, or a
+name and password) checks the credentials with the gateway's authenticator, exactly as if
+they came in an ``Authorization`` header, and keeps the admin identity it proved under a
+random session id in the gateway's memory (:class:`AdminSessions`; ``admin.session``
+long).  The browser holds the id in an ``HttpOnly``, ``SameSite=Strict`` cookie.  Failed
+sign-ins are limited to 10 a minute.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import secrets
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+from werkzeug.http import parse_cookie
+from wsnmom.core.access import ANONYMOUS, Principal
+
+from .identity import AuthenticationFailed, caller_of
+from .public_base import forwarded_base, is_trusted
+
+__all__ = [
+    "CSRF_HEADER",
+    "SESSION_COOKIE",
+    "AdminCaller",
+    "AdminSessions",
+    "SignInRefused",
+    "browser_origin",
+    "from_browser",
+    "same_origin",
+]
+
+#: the admin page's session cookie
+SESSION_COOKIE = "wsnmom_admin"
+#: the request header an action from a session carries its CSRF token in
+CSRF_HEADER = "X-CSRF-Token"
+
+
+@dataclass(frozen=True, slots=True)
+class AdminCaller:
+    """The caller of an admin view: its identity and, when it came through the page's
+    sign-in, the session."""
+
+    principal: Principal
+    #: the session id when the identity comes from the session cookie
+    session: str | None = None
+
+    @property
+    def authenticated_admin(self) -> bool:
+        """An admin identity that proved itself (never a merely local client)."""
+        return self.principal.admin and not self.principal.anonymous
+
+
+class SignInRefused(Exception):
+    """A sign-in with wrong or non-admin credentials, or too many failed ones lately."""
+
+    def __init__(self, message: str, *, status: int = 403) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class AdminSessions:
+    """The admin page's sign-ins (see the module docstring).  Thread-safe."""
+
+    #: failed sign-ins allowed per minute, over all clients
+    MAX_FAILURES_PER_MINUTE = 10
+
+    def __init__(
+        self, lifetime: float = 8 * 3600.0, *, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.lifetime = lifetime
+        self._clock = clock
+        #: signs CSRF tokens (sessions end with the process anyway)
+        self._key = secrets.token_bytes(32)
+        self._lock = threading.Lock()
+        self._sessions: dict[str, tuple[Principal, float]] = {}
+        self._failures: deque[float] = deque()
+
+    def sign_in(
+        self, check: Callable[[Mapping[str, Any]], Principal], authorization: str
+    ) -> tuple[str, Principal]:
+        """A new session for the admin whose ``Authorization`` header value
+        ``authorization`` passes ``check`` (the authenticator).
+
+        :raises SignInRefused: wrong credentials (403), an identity that is no admin (403),
+            or too many failed sign-ins in the last minute (429)."""
+        now = self._clock()
+        with self._lock:
+            while self._failures and self._failures[0] < now - 60:
+                self._failures.popleft()
+            if len(self._failures) >= self.MAX_FAILURES_PER_MINUTE:
+                raise SignInRefused("too many failed sign-ins; wait a minute", status=429)
+        try:
+            principal = check({"HTTP_AUTHORIZATION": authorization})
+        except AuthenticationFailed:
+            principal = ANONYMOUS
+        with self._lock:
+            if principal.anonymous:
+                self._failures.append(now)
+                raise SignInRefused("wrong credentials")
+            if not principal.admin:
+                self._failures.append(now)
+                raise SignInRefused(f"{principal} is not an admin")
+            for sid in [s for s, (_, until) in self._sessions.items() if until <= now]:
+                del self._sessions[sid]
+            session = secrets.token_urlsafe(32)
+            self._sessions[session] = (principal, now + self.lifetime)
+            return session, principal
+
+    def sign_out(self, session: str | None) -> None:
+        """End ``session`` (no-op when unknown)."""
+        if session:
+            with self._lock:
+                self._sessions.pop(session, None)
+
+    def principal(self, session: str) -> Principal | None:
+        """The identity of a live session, else None."""
+        now = self._clock()
+        with self._lock:
+            entry = self._sessions.get(session)
+            if entry is None:
+                return None
+            if entry[1] <= now:
+                del self._sessions[session]
+                return None
+            return entry[0]
+
+    def csrf_token(self, session: str) -> str:
+        """The token the session's actions carry."""
+        return hmac.new(self._key, session.encode(), hashlib.sha256).hexdigest()
+
+    def caller(self, environ: dict[str, Any], app: Any = None) -> AdminCaller:
+        """The caller of an admin request: the session's identity when the cookie names a
+        live session, else the HTTP caller (:func:`.identity.caller_of`).
+
+        :raises AuthenticationFailed: HTTP credentials were given but are wrong."""
+        session = parse_cookie(str(environ.get("HTTP_COOKIE") or "")).get(SESSION_COOKIE)
+        if session:
+            principal = self.principal(session)
+            if principal is not None:
+                return AdminCaller(principal, session)
+        return AdminCaller(caller_of(environ, app))
+
+
+def authorization_value(token: str | None, user: str | None, password: str | None) -> str:
+    """The ``Authorization`` header value for a sign-in form: Basic for a name and
+    password, else Bearer for a token."""
+    if user:
+        pair = f"{user}:{password or ''}".encode()
+        return "Basic " + base64.b64encode(pair).decode("ascii")
+    return f"Bearer {token or ''}"
+
+
+# --- where a request comes from -------------------------------------------------------------
+def _origin(url: str) -> str | None:
+    """``scheme://host[:port]`` of ``url`` (default ports left out), lower case."""
+    try:
+        parts = urlsplit(url.strip())
+        port = parts.port
+    except ValueError:
+        return None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return None
+    host = parts.hostname.lower()
+    if ":" in host:
+        host = f"[{host}]"
+    default = {"http": 80, "https": 443}[parts.scheme]
+    return f"{parts.scheme}://{host}" + (f":{port}" if port not in (None, default) else "")
+
+
+def browser_origin(settings: Any, environ: Mapping[str, Any], request_base: str) -> str:
+    """The origin the browser used: what a trusted proxy forwarded, else the request's."""
+    trusted = getattr(settings, "trusted_proxies", None) or ()
+    if trusted and is_trusted(environ.get("REMOTE_ADDR"), trusted):
+        forwarded = forwarded_base(environ, request_base)
+        if forwarded:
+            return _origin(forwarded) or request_base
+    return _origin(request_base) or request_base
+
+
+def from_browser(environ: Mapping[str, Any]) -> bool:
+    """Whether the request says where it comes from (``Origin`` or ``Referer``), as
+    browsers do for every POST."""
+    return bool(environ.get("HTTP_ORIGIN") or environ.get("HTTP_REFERER"))
+
+
+def same_origin(settings: Any, environ: Mapping[str, Any], request_base: str) -> bool:
+    """Whether the request's ``Origin`` (else ``Referer``) is the page's own origin: the one
+    the browser used, or ``public_url``'s."""
+    claimed = environ.get("HTTP_ORIGIN") or environ.get("HTTP_REFERER")
+    if not claimed or claimed == "null":
+        return False
+    origin = _origin(str(claimed))
+    if origin is None:
+        return False
+    allowed = {browser_origin(settings, environ, request_base)}
+    public = getattr(settings, "public_url", None)
+    if public:
+        allowed.add(_origin(str(public)) or "")
+    return origin in allowed

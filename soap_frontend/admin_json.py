@@ -1,0 +1,202 @@
+"""The JSON forms of what the admin API shows (``core.operations`` records).
+
+Times are ``xsd:dateTime`` strings in UTC (``null``: none, or no scheduled end); topics
+are ``{namespace}path`` strings; counts the middleware cannot give are ``null``; addresses
+and errors have their secrets hidden (``core.redaction``).
+docs/operations.md#admin-page-and-api describes every field.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime
+from typing import Any
+
+from wsnmom.core.delivery import ChannelStatus
+from wsnmom.core.model import ExpressionSource, Subscription, SubscriptionState
+from wsnmom.core.operations import (
+    AdapterHealth,
+    Overview,
+    PullPointStatus,
+    RegistrationStatus,
+    SubscriptionStatus,
+)
+from wsnmom.core.redaction import redact_text, redact_url
+from wsnmom.core.topic_stats import TopicCount
+
+from .faults import xsd_datetime
+
+__all__ = [
+    "health_json",
+    "overview_json",
+    "pull_point_json",
+    "registration_json",
+    "status_json",
+    "subscription_json",
+    "topic_json",
+]
+
+_PREFIX_USE = re.compile(r"(?<![\w.-])([A-Za-z_][\w.-]*):")
+
+
+def expression_json(expr: ExpressionSource | None) -> dict[str, Any] | None:
+    """``{"dialect", "text", "namespaces"}`` (only the prefixes the text uses), or None."""
+    if expr is None:
+        return None
+    used = set(_PREFIX_USE.findall(expr.text))
+    return {
+        "dialect": expr.dialect,
+        "text": expr.text,
+        "namespaces": {str(p): u for p, u in expr.namespaces.items() if p in used},
+    }
+
+
+def _time(value: datetime | None) -> str | None:
+    return None if value is None or value.year >= 9999 else xsd_datetime(value)
+
+
+def _posix(value: float | None) -> str | None:
+    if value is None:
+        return None
+    return xsd_datetime(datetime.fromtimestamp(value, UTC))
+
+
+def subscription_json(sub: Subscription, address: str) -> dict[str, Any]:
+    """The stored facts of one subscription."""
+    return {
+        "id": sub.id,
+        "address": address,
+        "consumer": redact_url(sub.consumer.address),
+        "state": "paused" if sub.state is SubscriptionState.PAUSED else "active",
+        "created": _time(sub.creation_time),
+        "terminates": _time(sub.termination_time),
+        "topic": expression_json(sub.topic),
+        "message_content": expression_json(sub.message_content),
+        "producer_properties": expression_json(sub.producer_properties),
+        "use_raw": sub.use_raw,
+        "pull_point": sub.pull_point_id,
+        "soap_version": "1.1" if sub.soap_version.name == "SOAP11" else "1.2",
+    }
+
+
+def delivery_json(delivery: ChannelStatus | None) -> dict[str, Any] | None:
+    """A delivery channel's state, or None (a subscription routed at publish time)."""
+    if delivery is None:
+        return None
+    return {
+        "active": delivery.active,
+        "failures": delivery.failures,
+        "retry_at": _posix(delivery.retry_at),
+        "last_error": None if delivery.last_error is None else redact_text(delivery.last_error),
+        "delivered": delivery.delivered,
+        "last_delivery": _posix(delivery.last_delivery),
+        "held": delivery.held,
+    }
+
+
+def status_json(status: SubscriptionStatus) -> dict[str, Any]:
+    """One subscription with its mode, backlog and delivery state."""
+    data = subscription_json(status.record, status.address)
+    data["mode"] = status.mode
+    data["waiting"] = status.waiting
+    data["backlog"] = status.backlog
+    data["delivery"] = delivery_json(status.delivery)
+    return data
+
+
+def pull_point_json(status: PullPointStatus) -> dict[str, Any]:
+    """One pull point with the messages waiting in it."""
+    record = status.record
+    return {
+        "id": record.id,
+        "address": status.address,
+        "name": record.name,
+        "created": _time(record.creation_time),
+        "terminates": _time(record.termination_time),
+        "waiting": status.waiting,
+        "feeding": list(status.feeding),
+    }
+
+
+def registration_json(status: RegistrationStatus) -> dict[str, Any]:
+    """One publisher registration."""
+    record = status.record
+    publisher = record.publisher_reference
+    return {
+        "id": record.id,
+        "address": status.address,
+        "publisher": redact_url(publisher.address) if publisher is not None else None,
+        "topics": [expression_json(t) for t in record.topics],
+        "demand": record.demand,
+        "demand_paused": record.demand_paused if record.demand else None,
+        "created": _time(record.creation_time),
+        "terminates": _time(record.termination_time),
+    }
+
+
+def topic_json(count: TopicCount) -> dict[str, Any]:
+    """One topic's message count and rate."""
+    return {
+        "topic": str(count.topic),
+        "namespace": count.topic.namespace,
+        "path": "/".join(count.topic.path),
+        "messages": count.messages,
+        "rate": round(count.rate, 3),
+        "last": _posix(count.last),
+    }
+
+
+def health_json(health: AdapterHealth) -> dict[str, Any]:
+    """The adapter's and the broker's state."""
+    return {
+        "adapter": health.adapter,
+        "url": health.url,
+        "shape": health.shape,
+        "available": health.available,
+        "answers": health.answers,
+        "started": health.started,
+        "ready": health.ready,
+    }
+
+
+def _attention(status: SubscriptionStatus) -> tuple[int, int]:
+    """Sort key: failing subscriptions first, then the largest backlogs."""
+    failures = status.delivery.failures if status.delivery is not None else 0
+    return (-failures, -(status.backlog or 0))
+
+
+def overview_json(view: Overview, broker: str, limit: int) -> dict[str, Any]:
+    """Everything the admin page shows; each list holds at most ``limit`` entries (the
+    subscriptions that need attention first) and ``totals`` counts all of them."""
+    subs = view.subscriptions
+    if len(subs) > limit:
+        subs = sorted(sorted(subs, key=_attention)[:limit], key=lambda s: s.record.creation_time)
+    backlogs = [s.backlog for s in view.subscriptions if s.mode != "routed"]
+    backlogs += [p.waiting for p in view.pull_points]
+    return {
+        "time": _posix(view.time),
+        "broker": broker,
+        "health": health_json(view.health),
+        "totals": {
+            "subscriptions": len(view.subscriptions),
+            "paused": sum(
+                1 for s in view.subscriptions if s.record.state is SubscriptionState.PAUSED
+            ),
+            "failing": sum(
+                1 for s in view.subscriptions if s.delivery is not None and s.delivery.failures
+            ),
+            "pull_points": len(view.pull_points),
+            "registrations": len(view.registrations),
+            "backlog": sum(b for b in backlogs if b is not None),
+            "backlog_unknown": sum(1 for b in backlogs if b is None),
+            "topics": len(view.topics),
+            "messages": sum(t.messages for t in view.topics),
+            "rate": round(sum(t.rate for t in view.topics), 3),
+        },
+        "limit": limit,
+        "subscriptions": [status_json(s) for s in subs],
+        "pull_points": [pull_point_json(p) for p in view.pull_points[:limit]],
+        "registrations": [registration_json(r) for r in view.registrations[:limit]],
+        "topics": [topic_json(t) for t in view.topics[:limit]],
+        "topics_forgotten": view.topics_forgotten,
+    }

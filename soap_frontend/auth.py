@@ -1,0 +1,255 @@
+"""Authentication of HTTP requests: who the caller is (:class:`Authenticator`).
+
+Sources of an identity, in this order:
+
+1. the ``Authorization`` header: ``Basic`` (a name and password of the credentials file,
+   or ``admin`` and ``auth.admin_token``) or ``Bearer`` (a token of the file, or the admin
+   token).  Wrong credentials are refused; they never fall back to another source;
+2. the TLS client certificate the gateway verified (mutual TLS, :mod:`wsnmom.https`):
+   its subject, or its common name (``auth.tls_identity``);
+3. the identity header of a trusted reverse proxy (``auth.proxy_header``), believed only
+   from a peer listed in ``trusted_proxies``;
+4. for SOAP requests only, a WS-Security UsernameToken in the envelope
+   (:mod:`.wsse`), when the HTTP request carried none of the above.
+
+Authentication is *enabled* when any identity source is configured (``auth.admin_token``,
+``auth.users_file``, ``tls.client_ca``, ``auth.proxy_header``); it is *required* (an
+anonymous request is refused) per ``auth.required``: "auto" requires it when it is
+enabled or the gateway listens on a non-loopback address.  Refusals are a SOAP fault
+(``wsse:FailedAuthentication``) with HTTP 401 and a ``WWW-Authenticate`` challenge; the
+fault says nothing about why (the reason goes to the ``wsnmom.auth`` log).
+
+Password hashes cost some 50 ms to check, so a verified name and password (and the Basic
+header that carried them) are remembered under a keyed BLAKE2 hash, never in plain text,
+until the process ends; a failed check is not.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+import ipaddress
+import logging
+import os
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+from wsnmom.core import metrics
+from wsnmom.core.access import ANONYMOUS, Principal
+from wsnmom.core.config import ConfigError
+from wsnmom.core.guard import ThrottledLog
+
+from .credentials import Credentials, load_credentials
+from .identity import AuthenticationFailed
+from .passwords import token_digest, verify_password
+from .public_base import is_trusted
+from .wsse import NonceCache, TokenRejected, UsernameToken, digest_matches
+
+__all__ = ["TLS_IDENTITY_KEY", "Authenticator", "listens_on_loopback_only"]
+
+log = logging.getLogger("wsnmom.auth")
+
+#: the environ key where the HTTPS server puts the verified client certificate's identity
+TLS_IDENTITY_KEY = "wsnmom.tls.identity"
+
+_CACHE_LIMIT = 4096
+
+#: failure warnings, at most one per kind every 10 s (a password guesser must not flood
+#: the log; the counter counts every one)
+_failures = ThrottledLog(log)
+
+
+def listens_on_loopback_only(host: str) -> bool:
+    """Whether ``host`` (a listen address or name) is a loopback address."""
+    name = host.strip().strip("[]")
+    if name == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
+class Authenticator:
+    """Establishes the caller of each request (see the module docstring)."""
+
+    def __init__(self, settings: Any, credentials: Credentials | None = None) -> None:
+        auth = getattr(settings, "auth", None)
+        tls = getattr(settings, "tls", None)
+        self.realm: str = getattr(auth, "realm", "wsnmom")
+        self.credentials = credentials or (
+            load_credentials(auth.users_file, auth.admin_token)
+            if auth is not None
+            else Credentials({}, {})
+        )
+        self.proxy_header: str | None = getattr(auth, "proxy_header", None) or None
+        self._proxy_key = (
+            "HTTP_" + self.proxy_header.upper().replace("-", "_") if self.proxy_header else None
+        )
+        self.trusted_proxies: list[str] = list(getattr(settings, "trusted_proxies", []) or [])
+        client_ca = getattr(tls, "client_ca", None)
+        #: whether any identity source is configured
+        self.enabled = bool(
+            not self.credentials.empty or client_ca or (self.proxy_header and self.trusted_proxies)
+        )
+        if self.proxy_header and not self.trusted_proxies:
+            raise ConfigError(
+                "auth.proxy_header is set but trusted_proxies is empty: the header would "
+                "never be believed; list the proxies' addresses in trusted_proxies"
+            )
+        required = getattr(auth, "required", "auto")
+        host = str(getattr(settings, "host", "127.0.0.1"))
+        if required == "true":
+            self.required = True
+        elif required == "false":
+            self.required = False
+        else:
+            self.required = self.enabled or not listens_on_loopback_only(host)
+        if self.required and not self.enabled:
+            raise ConfigError(
+                f"the gateway listens on {host}, beyond loopback, so it requires "
+                "authentication, but no identity is configured: set auth.admin_token "
+                "(WSNMOM_AUTH__ADMIN_TOKEN) or auth.users_file, or set auth.required = false "
+                "to serve anonymous clients (see docs/security.md)"
+            )
+        self.wsse: bool = bool(getattr(auth, "wsse", True))
+        window = getattr(auth, "wsse_window", None)
+        from datetime import timedelta
+
+        self.nonces = NonceCache(window if isinstance(window, timedelta) else timedelta(minutes=5))
+        self._key = os.urandom(32)
+        self._verified: dict[bytes, str] = {}
+        self._lock = threading.Lock()
+        challenge = f'realm="{self.realm}"'
+        self._challenge = (
+            ("WWW-Authenticate", f'Basic {challenge}, charset="UTF-8"'),
+            ("WWW-Authenticate", f"Bearer {challenge}"),
+        )
+
+    # -- HTTP ------------------------------------------------------------------------------
+    def challenge_headers(self) -> tuple[tuple[str, str], ...]:
+        """The ``WWW-Authenticate`` headers of a 401."""
+        return self._challenge
+
+    def http_caller(self, environ: Mapping[str, Any]) -> Principal:
+        """The caller from the HTTP request alone (ANONYMOUS without credentials).
+
+        :raises AuthenticationFailed: wrong credentials."""
+        if not self.enabled:
+            return ANONYMOUS
+        header = environ.get("HTTP_AUTHORIZATION")
+        if header:
+            return self._authorization(str(header))
+        tls_name = environ.get(TLS_IDENTITY_KEY)
+        if isinstance(tls_name, str) and tls_name:
+            return self.credentials.principal(tls_name, "tls")
+        if self._proxy_key is not None:
+            value = environ.get(self._proxy_key)
+            if isinstance(value, str) and value.strip():
+                if is_trusted(environ.get("REMOTE_ADDR"), self.trusted_proxies):
+                    return self.credentials.principal(value.strip(), "proxy")
+                _failures.warning(
+                    "proxy",
+                    "ignored %s from %s, which is not in trusted_proxies",
+                    self.proxy_header,
+                    environ.get("REMOTE_ADDR"),
+                )
+        return ANONYMOUS
+
+    def _authorization(self, header: str) -> Principal:
+        scheme, _, value = header.strip().partition(" ")
+        scheme = scheme.lower()
+        value = value.strip()
+        if scheme == "bearer" and value:
+            name = self.credentials.tokens.get(token_digest(value))
+            if name is None:
+                raise self._failed("bearer", "unknown bearer token")
+            return self.credentials.principal(name, "bearer")
+        if scheme == "basic" and value:
+            # a header seen verified before: its keyed hash (never the password) -> name
+            remembered = self._verified.get(self._header_key(value))
+            if remembered is not None:
+                return self.credentials.principal(remembered, "basic")
+            try:
+                decoded = base64.b64decode(value, validate=True).decode("utf-8")
+            except (binascii.Error, ValueError):
+                raise self._failed("basic", "malformed Basic credentials") from None
+            name, sep, password = decoded.partition(":")
+            if not sep:
+                raise self._failed("basic", "malformed Basic credentials")
+            if not self.check_password(name, password):
+                raise self._failed("basic", f"wrong password for {name!r}")
+            self._remember(self._header_key(value), name)
+            return self.credentials.principal(name, "basic")
+        raise self._failed("scheme", f"unsupported Authorization scheme {scheme[:20]!r}")
+
+    def _failed(self, kind: str, reason: str) -> AuthenticationFailed:
+        _failures.warning(kind, "authentication failed: %s", reason)
+        metrics.AUTH_FAILURES.labels(reason=kind).inc()
+        return AuthenticationFailed(reason)
+
+    def check_password(self, name: str, password: str) -> bool:
+        """Whether ``password`` is ``name``'s (hashed password, admin token or plain
+        ``wsse_password``), constant-time; verified pairs are remembered."""
+        identity = self.credentials.identities.get(name)
+        if identity is None:
+            return False
+        key = self._pair_key(name, password)
+        if self._verified.get(key) == name:
+            return True
+        ok = False
+        if identity.plain_password is not None:
+            ok = hmac.compare_digest(
+                identity.plain_password.encode("utf-8"), password.encode("utf-8")
+            )
+        if not ok and identity.password_hash is not None:
+            ok = verify_password(password, identity.password_hash)
+        if ok:
+            self._remember(key, name)
+        return ok
+
+    def _pair_key(self, name: str, password: str) -> bytes:
+        data = f"{name}\0{password}".encode()
+        return hashlib.blake2b(data, key=self._key, digest_size=32).digest()
+
+    def _header_key(self, value: str) -> bytes:
+        data = b"basic\0" + value.encode("utf-8", "surrogateescape")
+        return hashlib.blake2b(data, key=self._key, digest_size=32).digest()
+
+    def _remember(self, key: bytes, name: str) -> None:
+        with self._lock:
+            if len(self._verified) >= _CACHE_LIMIT:
+                self._verified.clear()
+            self._verified[key] = name
+
+    # -- WS-Security -----------------------------------------------------------------------
+    def wsse_caller(self, token: UsernameToken) -> Principal:
+        """The identity a UsernameToken proves.  :raises AuthenticationFailed: it does
+        not (wrong password, stale, replayed, or UsernameToken disabled)."""
+        if not self.wsse or not self.enabled:
+            raise self._failed("wsse", "WS-Security UsernameToken is not accepted")
+        try:
+            self.nonces.check(token)
+        except TokenRejected as exc:
+            raise self._failed("wsse", f"UsernameToken of {token.username!r}: {exc}") from None
+        identity = self.credentials.identities.get(token.username)
+        if identity is None:
+            raise self._failed("wsse", f"unknown UsernameToken user {token.username!r}")
+        if token.digest:
+            if identity.plain_password is None or not digest_matches(
+                token, identity.plain_password
+            ):
+                raise self._failed("wsse", f"wrong PasswordDigest for {token.username!r}")
+        elif not self.check_password(token.username, token.password):
+            raise self._failed("wsse", f"wrong password for {token.username!r}")
+        return self.credentials.principal(token.username, "wsse")
+
+    def refuse_anonymous(self, principal: Principal) -> bool:
+        """Whether ``principal`` must be refused because authentication is required."""
+        return self.required and principal.anonymous
+
+
+__all__ += ["AuthenticationFailed", "TokenRejected"]

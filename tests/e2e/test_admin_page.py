@@ -1,0 +1,237 @@
+"""The admin page (``/admin``) in a real headless Chromium against real gateways.
+
+* A gateway without authentication: the page shows everything to a local browser and
+  changes its values after a Notify without a reload, but offers no action, and an
+  action posted anyway is refused (nobody is an admin without authentication).
+* A gateway with an admin token: the page shows nothing until someone signs in; an
+  action is refused before; the signed-in admin pauses and purges, and the values follow.
+  A screenshot of that page is saved under the test's tmp path (its path is printed:
+  ``pytest -s`` shows it).
+
+Costs two gateway starts and one browser start (about 3 s) and ~6 s of page interaction.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+
+from tests.fixtures.server import RunningServer, poll
+from wsnmom.client import NotificationConsumer, WsnClient
+
+pytestmark = pytest.mark.e2e
+
+TOKEN = "page-test-admin-token-4711"
+NS = "urn:example:plant"
+API = "/wsn/admin/api"
+
+
+def _gateway(env: dict[str, str]) -> Iterator[RunningServer]:
+    data_dir = Path(tempfile.mkdtemp(prefix="wsnmom-admin-page-"))
+    server = RunningServer(
+        "embedded",
+        f"embedded://{data_dir / 'middleware'}",
+        data_dir,
+        extra_env={"WSNMOM_RETRY__MAX_ATTEMPTS": "1000", **env},
+    )
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def open_gateway() -> Iterator[RunningServer]:
+    """No authentication (it listens on loopback only)."""
+    yield from _gateway({})
+
+
+@pytest.fixture(scope="module")
+def gateway() -> Iterator[RunningServer]:
+    """Authentication on: the admin token."""
+    yield from _gateway({"WSNMOM_AUTH__ADMIN_TOKEN": TOKEN})
+
+
+def _api(gateway: RunningServer, path: str) -> Any:
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    return requests.get(gateway.base_url + API + path, headers=headers, timeout=5).json()
+
+
+def _text(web: Any, css: str) -> str:
+    """The rendered text of the first element ``css`` selects ("" when none); read in one
+    script call, as the page may replace cells between two WebDriver calls."""
+    text = web.execute_script(
+        "const e = document.querySelector(arguments[0]); return e ? e.innerText : '';", css
+    )
+    return str(text).strip()
+
+
+def _shown(web: Any, css: str) -> bool:
+    return bool(
+        web.execute_script(
+            "return Array.from(document.querySelectorAll(arguments[0]))"
+            ".some(e => e.offsetParent !== null);",
+            css,
+        )
+    )
+
+
+def _wait(what: str, predicate: Callable[[], Any], timeout: float = 10) -> Any:
+    return poll(predicate, timeout, what=what)
+
+
+def _refreshes(web: Any) -> int:
+    return int(web.execute_script("return document.getElementById('last-refresh').dataset.count"))
+
+
+def _post_from_page(web: Any, path: str) -> Any:
+    """POST ``path`` (relative to the page) with the page's own script, as a button would,
+    and return the HTTP status."""
+    return web.execute_async_script(
+        "const done = arguments[arguments.length - 1];"
+        "fetch(arguments[0], {method: 'POST', headers: {'X-Requested-With': 'wsnmom-admin'}})"
+        ".then(r => done(r.status), e => done(String(e)));",
+        path,
+    )
+
+
+def test_read_only_without_authentication(open_gateway: RunningServer, chromium: Any) -> None:
+    from selenium.webdriver.common.by import By
+
+    web = chromium
+    client = WsnClient(open_gateway.broker_url, namespaces={"p": NS})
+    consumer = NotificationConsumer()
+    live = client.subscribe(consumer, "p:line1/temperature")
+    held = client.subscribe(consumer, "p:line1//*")
+    held.pause()
+    down = client.subscribe("http://127.0.0.1:9/nobody-listens", "p:line1/temperature")
+    pull_point = client.create_pull_point()
+    registration = client.register_publisher("http://127.0.0.1:9/plc-7", ["p:line1//*"])
+
+    web.get(open_gateway.base_url + "/admin?refresh=0.3")
+    _wait("a first refresh", lambda: _refreshes(web) >= 1)
+
+    # -- what a reader sees
+    assert web.title == "wsnmom admin"
+    assert _text(web, "#health-adapter") == "embedded (queue)"
+    assert _text(web, "#health-available") == "yes" and _text(web, "#health-ready") == "yes"
+    assert _text(web, "#broker") == open_gateway.broker_url
+    assert _text(web, "#role") == "read-only"
+    assert not _shown(web, "#sign-in")  # nobody can sign in without authentication
+    assert _text(web, "#total-subscriptions") == "3" and _text(web, "#total-pull-points") == "1"
+    rows = web.find_elements(By.CSS_SELECTOR, "#subscriptions tbody tr")
+    assert {r.get_attribute("data-id") for r in rows} == {live.id, held.id, down.id}
+    held_row = f'#subscriptions tr[data-id="{held.id}"]'
+    assert _text(web, f"{held_row} .badge") == "paused"
+    assert not _shown(web, "td.actions")
+    assert _text(web, f'#pull-points tr[data-id="{pull_point.id}"]')
+    registration_row = f'#registrations tr[data-id="{registration.id}"]'
+    assert "http://127.0.0.1:9/plc-7" in _text(web, registration_row)
+    assert "p:line1//*" in _text(web, registration_row)
+
+    # -- values change after a Notify, without a reload
+    marker = web.execute_script("return window.__marker = 'same page'")
+    client.notify_many([(f"<celsius>{20 + i}</celsius>", "p:line1/temperature") for i in range(3)])
+    consumer.wait_for(3)
+    topic_row = f'#topics tr[data-topic="{{{NS}}}line1/temperature"]'
+    _wait("3 messages on the topic", lambda: _text(web, f"{topic_row} td.messages") == "3")
+    assert _text(web, "#total-messages") == "3"
+    assert float(_text(web, f"{topic_row} td.rate").rstrip("/s")) > 0
+    _wait("a backlog of 3", lambda: _text(web, f"{held_row} td.backlog") == "3")
+    live_row = f'#subscriptions tr[data-id="{live.id}"]'
+    _wait("3 delivered", lambda: _text(web, f"{live_row} td.delivered") == "3")
+    down_row = f'#subscriptions tr[data-id="{down.id}"]'
+    _wait("a failing consumer", lambda: _text(web, f"{down_row} td.failures") not in ("", "0"))
+    assert _text(web, f"{down_row} .badge") == "failing"
+    assert "127.0.0.1:9" in _text(web, f"{down_row} td.error")
+    assert web.execute_script("return window.__marker") == marker
+
+    # -- an action posted anyway is refused: being local makes nobody an admin
+    assert _post_from_page(web, f"wsn/admin/api/subscriptions/{live.id}/pause") == 403
+    state = requests.get(f"{open_gateway.base_url}{API}/subscriptions/{live.id}", timeout=5)
+    assert state.json()["state"] == "active"
+    consumer.close()
+    client.close()
+
+
+def test_an_admin_signs_in_and_acts(gateway: RunningServer, chromium: Any, tmp_path: Path) -> None:
+    from selenium.webdriver.common.by import By
+
+    web = chromium
+    client = WsnClient(gateway.broker_url, namespaces={"p": NS}, token=TOKEN)
+    consumer = NotificationConsumer()
+    live = client.subscribe(consumer, "p:line1/temperature")
+    held = client.subscribe(consumer, "p:line1//*")
+    held.pause()
+    client.subscribe("http://127.0.0.1:9/nobody-listens", "p:line1/temperature")
+    client.create_pull_point()
+    client.register_publisher("http://127.0.0.1:9/plc-7", ["p:line1//*"])
+
+    web.get(gateway.base_url + "/admin?refresh=0.3")
+    _wait("the sign-in form", lambda: _shown(web, "#sign-in"))
+    assert _shown(web, "#no-access") and not _shown(web, "#content")
+    # -- refused before signing in (401 without a challenge: no browser dialog)
+    assert _post_from_page(web, f"wsn/admin/api/subscriptions/{live.id}/pause") == 401
+    assert _api(gateway, f"/subscriptions/{live.id}")["state"] == "active"
+
+    web.find_element(By.ID, "token").send_keys(TOKEN)
+    web.find_element(By.CSS_SELECTOR, "#sign-in button").click()
+    _wait("the admin role", lambda: _text(web, "#role") == "admin")
+    assert _shown(web, "#sign-out") and not _shown(web, "#sign-in")
+    before = _refreshes(web)
+    _wait("a refresh after signing in", lambda: _refreshes(web) > before)
+    client.notify_many([(f"<celsius>{20 + i}</celsius>", "p:line1/temperature") for i in range(3)])
+    held_row = f'#subscriptions tr[data-id="{held.id}"]'
+    _wait("a backlog of 3", lambda: _text(web, f"{held_row} td.backlog") == "3")
+
+    live_row = f'#subscriptions tr[data-id="{live.id}"]'
+    pause = web.find_element(By.CSS_SELECTOR, f"{live_row} td.actions button")
+    assert pause.text == "Pause" and pause.is_displayed()
+    pause.click()
+    _wait("the paused row", lambda: _text(web, f"{live_row} .badge") == "paused")
+    assert _api(gateway, f"/subscriptions/{live.id}")["state"] == "paused"
+    assert "pause" in _text(web, "#notice")
+
+    purge = next(
+        b
+        for b in web.find_elements(By.CSS_SELECTOR, f"{held_row} td.actions button")
+        if b.text == "Purge"
+    )
+    purge.click()
+    web.switch_to.alert.accept()
+    _wait("an empty backlog", lambda: _text(web, f"{held_row} td.backlog") == "0")
+    assert _api(gateway, f"/subscriptions/{held.id}")["backlog"] == 0
+    assert "3 message(s) dropped" in _text(web, "#notice")
+
+    shot = tmp_path / "admin-page.png"
+    web.set_window_size(1440, int(web.execute_script("return document.body.scrollHeight")) + 200)
+    assert web.save_screenshot(str(shot)) and shot.stat().st_size > 10_000
+    print(f"\nadmin page screenshot: {shot}")
+
+    # -- signing out takes everything away again
+    web.find_element(By.ID, "sign-out").click()
+    _wait("the sign-in form again", lambda: _shown(web, "#sign-in"))
+    assert _text(web, "#role") == "read-only" and not _shown(web, "#content")
+    consumer.close()
+    client.close()
+
+
+@pytest.mark.parametrize(("ci", "outcome"), [("", {"skipped": 1}), ("true", {"errors": 1})])
+def test_a_missing_chromium_skips_or_fails_under_ci(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, ci: str, outcome: dict[str, int]
+) -> None:
+    monkeypatch.setenv("CI", ci)
+    monkeypatch.setenv("WSNMOM_TEST_CHROMIUM", str(pytester.path / "no-such-chromium"))
+    pytester.makeconftest('pytest_plugins = ["tests.fixtures.browser"]')
+    pytester.makepyfile("def test_page(chromium):\n    pass\n")
+    result = pytester.runpytest("-p", "no:cacheprovider", "-rA")
+    result.assert_outcomes(**outcome)
+    result.stdout.fnmatch_lines(["*no headless Chromium for the page tests*chromium-driver*"])

@@ -1,0 +1,269 @@
+"""The authenticator's parts without a server: password and token hashes, the credentials
+file, when authentication is required, the trusted proxy header, UsernameToken replay
+protection and the rate limiter."""
+
+from __future__ import annotations
+
+import base64
+import logging
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from wsnmom.core.access import ANONYMOUS
+from wsnmom.core.config import ConfigError, Settings, load_settings
+from wsnmom.soap_frontend import passwords
+from wsnmom.soap_frontend.auth import TLS_IDENTITY_KEY, Authenticator
+from wsnmom.soap_frontend.identity import AuthenticationFailed
+from wsnmom.soap_frontend.ratelimit import RateLimiter
+from wsnmom.soap_frontend.wsse import NonceCache, TokenRejected, UsernameToken
+
+CHEAP = {"n": 2**4}
+
+
+def _settings(tmp_path: Path, users: str | None = None, **overrides: Any) -> Settings:
+    if users is not None:
+        path = tmp_path / "users.toml"
+        path.write_text(users)
+        path.chmod(0o600)
+        overrides["auth__users_file"] = str(path)
+    return load_settings(None, environ={}, overrides={"data_dir": str(tmp_path), **overrides})
+
+
+def _basic(user: str, password: str) -> dict[str, str]:
+    return {
+        "HTTP_AUTHORIZATION": "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+    }
+
+
+def test_password_hashes() -> None:
+    stored = passwords.hash_password("s3cret", **CHEAP)
+    assert stored.startswith("scrypt$16$8$1$") and "s3cret" not in stored
+    assert passwords.verify_password("s3cret", stored)
+    assert not passwords.verify_password("s3cret!", stored)
+    import hashlib
+
+    salt = b"0123456789abcdef"
+    raw = hashlib.pbkdf2_hmac("sha256", b"pw", salt, 1000)
+    b64 = base64.urlsafe_b64encode
+    pbkdf2 = f"pbkdf2-sha256$1000${b64(salt).decode()}${b64(raw).decode()}"
+    assert passwords.verify_password("pw", pbkdf2)
+    for bad in ("plain-text", "scrypt$3$8$1$AA$AA", "md5$x"):
+        with pytest.raises(passwords.InvalidHash):
+            passwords.check_hash(bad)
+    token = passwords.new_token()
+    assert passwords.parse_token_hash(passwords.hash_token(token)) == passwords.token_digest(token)
+
+
+def test_the_credentials_file_is_checked(tmp_path: Path) -> None:
+    cases = {
+        '[users.a]\npassword = "plain"\n': "users.a.password: not a password hash",
+        "[users.a]\nadmn = true\n": "unknown keys admn",
+        '[users.a]\nsubscribe = ["sensors//*"]\n': "is not a topic pattern",
+        '[users.a]\ntokens = ["abc"]\n': "not a token hash",
+        "[users.a]\nsubscriptions = -1\n": "expected a count",
+        "[other]\n": "expected only [users.NAME] tables",
+    }
+    for text, message in cases.items():
+        with pytest.raises(ConfigError, match=message.replace("[", r"\[").replace("]", r"\]")):
+            Authenticator(_settings(tmp_path, text))
+    with pytest.raises(ConfigError, match="defines an identity 'admin' too"):
+        Authenticator(_settings(tmp_path, "[users.admin]\n", auth__admin_token="t"))
+    with pytest.raises(ConfigError, match="cannot read"):
+        Authenticator(_settings(tmp_path, auth__users_file=str(tmp_path / "missing.toml")))
+
+
+def test_a_readable_credentials_file_is_a_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    settings = _settings(tmp_path, "[users.a]\n")
+    Path(str(settings.auth.users_file)).chmod(0o644)
+    with caplog.at_level(logging.WARNING, logger="wsnmom.auth"):
+        Authenticator(settings)
+    assert "can be read by other users (mode 644); chmod 600 it" in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("overrides", "enabled", "required"),
+    [
+        ({}, False, False),  # loopback, nothing configured: today's behaviour
+        ({"auth__admin_token": "t"}, True, True),  # the one setting
+        ({"auth__admin_token": "t", "auth__required": "false"}, True, False),
+        ({"host": "0.0.0.0", "auth__required": "false"}, False, False),
+        ({"host": "::1"}, False, False),
+        ({"host": "0.0.0.0", "auth__admin_token": "t"}, True, True),
+    ],
+)
+def test_when_authentication_is_required(
+    tmp_path: Path, overrides: dict[str, Any], enabled: bool, required: bool
+) -> None:
+    auth = Authenticator(_settings(tmp_path, **overrides))
+    assert (auth.enabled, auth.required) == (enabled, required)
+
+
+@pytest.mark.parametrize(
+    "overrides", [{"host": "0.0.0.0"}, {"host": "192.0.2.10"}, {"auth__required": True}]
+)
+def test_required_without_an_identity_refuses_to_start(
+    tmp_path: Path, overrides: dict[str, Any]
+) -> None:
+    with pytest.raises(ConfigError, match=r"set auth.admin_token \(WSNMOM_AUTH__ADMIN_TOKEN\)"):
+        Authenticator(_settings(tmp_path, **overrides))
+
+
+def test_the_admin_token_is_never_shown(tmp_path: Path) -> None:
+    settings = load_settings(
+        None, environ={"WSNMOM_AUTH__ADMIN_TOKEN": "sekrit", "WSNMOM_DATA_DIR": str(tmp_path)}
+    )
+    assert settings.auth.admin_token == "sekrit"
+    assert "sekrit" not in repr(settings) and "sekrit" not in str(settings.origins)
+
+
+def test_basic_bearer_and_the_verified_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    users = f'[users.alice]\npassword = "{passwords.hash_password("pw", **CHEAP)}"\nadmin = true\n'
+    auth = Authenticator(_settings(tmp_path, users, auth__admin_token="tok"))
+    calls = []
+    real = passwords.verify_password
+
+    def counting(password: str, stored: str) -> bool:
+        calls.append(password)
+        return real(password, stored)
+
+    monkeypatch.setattr("wsnmom.soap_frontend.auth.verify_password", counting)
+    for _ in range(3):
+        alice = auth.http_caller(_basic("alice", "pw"))
+    assert (alice.name, alice.admin, alice.method) == ("alice", True, "basic")
+    assert calls == ["pw"]  # checked once, then remembered
+    for bad in (_basic("alice", "PW"), _basic("nobody", "pw"), {"HTTP_AUTHORIZATION": "Basic %%"}):
+        with pytest.raises(AuthenticationFailed):
+            auth.http_caller(bad)
+    assert auth.http_caller({"HTTP_AUTHORIZATION": "Bearer tok"}).name == "admin"
+    assert auth.http_caller(_basic("admin", "tok")).admin
+    with pytest.raises(AuthenticationFailed):
+        auth.http_caller({"HTTP_AUTHORIZATION": "Bearer tok2"})
+    assert auth.http_caller({}) is ANONYMOUS
+
+
+def test_tls_and_proxy_identities(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    users = '[users."CN=cam,O=Example"]\nadmin = true\n'
+    auth = Authenticator(
+        _settings(
+            tmp_path,
+            users,
+            trusted_proxies=["10.0.0.0/8"],
+            auth__proxy_header="X-Client-Identity",
+        )
+    )
+    by_cert = auth.http_caller({TLS_IDENTITY_KEY: "CN=cam,O=Example"})
+    assert (by_cert.name, by_cert.admin, by_cert.method) == ("CN=cam,O=Example", True, "tls")
+    unknown_cert = auth.http_caller({TLS_IDENTITY_KEY: "CN=other"})
+    assert (unknown_cert.name, unknown_cert.admin) == ("CN=other", False)
+    proxied = {"HTTP_X_CLIENT_IDENTITY": "carol", "REMOTE_ADDR": "10.1.2.3"}
+    assert auth.http_caller(proxied).name == "carol"
+    with caplog.at_level(logging.WARNING, logger="wsnmom.auth"):
+        forged = auth.http_caller({**proxied, "REMOTE_ADDR": "192.0.2.9"})
+    assert forged is ANONYMOUS and "not in trusted_proxies" in caplog.text
+    with pytest.raises(ConfigError, match="trusted_proxies is empty"):
+        Authenticator(_settings(tmp_path, auth__proxy_header="X-Client-Identity"))
+
+
+def test_username_token_replay_window() -> None:
+    cache = NonceCache(timedelta(minutes=5), capacity=2)
+    now = datetime.now(UTC)
+    created = now.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+    def token(nonce: bytes, when: str | None = created, digest: bool = True) -> UsernameToken:
+        return UsernameToken("u", "x", digest, nonce, when)
+
+    cache.check(token(b"1"), now)
+    with pytest.raises(TokenRejected, match="replayed"):
+        cache.check(token(b"1"), now)
+    cache.check(UsernameToken("v", "x", True, b"1", created), now)  # the same nonce, another user
+    with pytest.raises(TokenRejected, match="too many nonces"):
+        cache.check(token(b"2"), now)  # full: refuse, never forget early
+    with pytest.raises(TokenRejected, match="outside the replay window"):
+        cache.check(token(b"3", "2020-01-01T00:00:00Z"), now)
+    with pytest.raises(TokenRejected, match="outside the replay window"):
+        cache.check(token(b"4", (now + timedelta(minutes=6)).isoformat()), now)
+    with pytest.raises(TokenRejected, match="needs a Nonce and a Created"):
+        cache.check(token(b"5", None), now)
+    NonceCache(timedelta(minutes=5)).check(UsernameToken("u", "x", False), now)  # plain text
+
+
+def test_rate_limiter_buckets() -> None:
+    from types import SimpleNamespace
+
+    from wsnmom.core.access import IdentityQuotas, Principal
+
+    clock = [0.0]
+    quotas = SimpleNamespace(rate=2.0, burst=None, total_rate=None)
+    limiter = RateLimiter(quotas, False, clock=lambda: clock[0])
+    alice = Principal("alice")
+    assert [limiter.check(alice, None) for _ in range(4)] == [None] * 4  # burst: 2 s of rate
+    assert limiter.check(alice, None) == ("rate", 1)
+    assert limiter.check(Principal("bob"), None) is None  # per identity
+    assert limiter.check(ANONYMOUS, "127.0.0.1") is None  # anonymous: per address
+    clock[0] += 0.5
+    assert limiter.check(alice, None) is None
+    fast = Principal("fast", quotas=IdentityQuotas(rate=100.0))
+    assert all(limiter.check(fast, None) is None for _ in range(150))
+    total = RateLimiter(SimpleNamespace(rate=None, burst=3, total_rate=1.0), False, clock=lambda: 0)
+    assert [total.check(ANONYMOUS, f"10.0.0.{i}") for i in range(4)][-1] == ("total_rate", 1)
+
+
+def test_refusal_warnings_are_throttled(caplog: pytest.LogCaptureFixture) -> None:
+    from wsnmom.core.guard import ThrottledLog
+
+    throttled = ThrottledLog(logging.getLogger("wsnmom.test.throttle"), interval=60)
+    with caplog.at_level(logging.WARNING, logger="wsnmom.test.throttle"):
+        for i in range(100):
+            throttled.warning("bob:rate", "refused %d", i)
+        throttled.warning("alice:rate", "refused alice")
+    assert [r.getMessage() for r in caplog.records] == ["refused 0", "refused alice"]
+
+
+def test_proxy_identity_through_the_app(tmp_path: Path) -> None:
+    """A gateway behind a proxy: the identity header counts only from trusted_proxies,
+    on the WSGI fast path and through Flask (a query string takes the Flask view)."""
+    from lxml import etree
+
+    from tests.support.soap import NS, content_type, envelope, epr_address, fault_name
+    from wsnmom.server import build_runtime
+
+    settings = _settings(
+        tmp_path,
+        "[users.carol]\nadmin = false\n",
+        trusted_proxies=["10.0.0.5"],
+        auth__proxy_header="X-Client-Identity",
+    )
+    runtime = build_runtime(settings)
+    try:
+        http = runtime.app.test_client()
+        data = envelope("<wsnt:CreatePullPoint/>")
+
+        def post(url: str, body: bytes, remote: str, who: str) -> Any:
+            return http.post(
+                url,
+                data=body,
+                content_type=content_type("1.2"),
+                headers={"X-Client-Identity": who},
+                environ_base={"REMOTE_ADDR": remote},
+            )
+
+        created = post("/wsn/broker", data, "10.0.0.5", "carol")
+        assert created.status_code == 200, created.data
+        ref = etree.fromstring(created.data).find(".//wsnt:PullPoint", NS)
+        assert ref is not None
+        path = "/wsn/pullpoints/" + epr_address(ref).rsplit("/", 1)[-1]
+        get = envelope("<wsnt:GetMessages/>")
+        for url in (path, path + "?via=flask"):
+            assert post(url, get, "10.0.0.5", "carol").status_code == 200
+            other = post(url, get, "10.0.0.5", "dave")  # vouched for, not the owner
+            assert fault_name(other.data) == "ResourceUnknownFault"
+            forged = post(url, get, "192.0.2.7", "carol")  # not from the proxy: ignored
+            assert forged.status_code == 401
+    finally:
+        runtime.close()

@@ -262,6 +262,7 @@ class FilterSettings:
     processes: int = field(default=2, metadata=limits(1, 64))
 
 
+@dataclass(slots=True)
 class AdminSettings:
     """The admin page (``/admin``)."""
 

@@ -103,7 +103,7 @@ def test_wildcard_listen_address_counts_every_local_address() -> None:
 def test_subscribe_and_register_publisher_refuse_the_gateway_itself(
     make_broker: Any,
 ) -> None:
-    b: Broker = make_broker(public_url="http://127.0.0.1:18080", port=18080)
+    b: Broker = make_broker(public_url="http://127.0.0.1:18080", port=18080, resolver=NAMES)
     service = b.service
     assert service is not None
     for address in (service.broker_address, "http://localhost:18080/wsn/broker"):

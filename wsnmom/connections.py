@@ -48,6 +48,7 @@ __all__ = [
     "Framing",
     "GuardedConnection",
     "GuardedListener",
+    "Tracked",
 ]
 
 log = logging.getLogger("wsnmom.connections")
@@ -114,7 +115,7 @@ class Framing:
     """Where a connection is in the HTTP/1.1 exchange, from the bytes it received and the
     moments it sent.  ``since`` is when the current phase began."""
 
-    __slots__ = ("_chunk", "_head", "_left", "_pending", "phase", "since")
+    __slots__ = ("_chunk", "_head", "_left", "_pending", "expect_continue", "phase", "since")
 
     def __init__(self, now: float) -> None:
         self.phase = HEADERS  # a new connection owes its first request's headers
@@ -127,6 +128,8 @@ class Framing:
         self._chunk = 0
         #: bytes received while the application works (a pipelined next request)
         self._pending = b""
+        #: the current request's head asked for ``100 Continue`` before its body
+        self.expect_continue = False
 
     def received(self, data: bytes, now: float) -> None:
         """``data`` arrived."""
@@ -177,6 +180,7 @@ class Framing:
         block = head[start:end].lower()
         self._head = head if head is not data else b""
         self.phase, self.since = BODY, now
+        self.expect_continue = b"100-continue" in _header(block, b"expect")
         if b"\ntransfer-encoding:" in block and b"chunked" in _header(block, b"transfer-encoding"):
             self._left, self._chunk = -1, -1
         else:
@@ -243,10 +247,15 @@ def _header(block: bytes, name: bytes) -> bytes:
 
 
 # --------------------------------------------------------------------------------- sockets
-class GuardedConnection(socket.socket):
-    """An admitted connection: a socket that reports what it receives and sends."""
+def _interim(data: Any) -> bool:
+    """Whether ``data`` starts an interim ``100 Continue`` (not the answer)."""
+    return bytes(data[:13]) == b"HTTP/1.1 100 "
 
-    __slots__ = ("framing", "guard", "guard_client", "guard_reason")
+
+class Tracked:
+    """What an admitted connection reports to its guard: the bytes it receives (through
+    ``recv``/``recv_into``), the moments it answers, its close.  Mixed into a plain socket
+    (:class:`GuardedConnection`) or a TLS socket (``wsnmom.tls_ingress``)."""
 
     framing: Framing
     guard: ConnectionGuard | None
@@ -254,38 +263,57 @@ class GuardedConnection(socket.socket):
     guard_reason: str
 
     def recv(self, bufsize: int, flags: int = 0) -> bytes:
-        data = super().recv(bufsize, flags)
+        data: bytes = super().recv(bufsize, flags)  # type: ignore[misc]
         self.framing.received(data, time.monotonic())
         return data
 
-    def recv_into(self, buffer: Any, nbytes: int = 0, flags: int = 0) -> int:
-        n = super().recv_into(buffer, nbytes, flags)
+    def recv_into(self, buffer: Any, nbytes: int | None = None, flags: int = 0) -> int:
+        # a plain socket reads the whole buffer for nbytes 0, a TLS socket for None
+        size = nbytes or memoryview(buffer).nbytes
+        n: int = super().recv_into(buffer, size, flags)  # type: ignore[misc]
         if n:
             self.framing.received(bytes(memoryview(buffer)[:n]), time.monotonic())
         return n
 
     def send(self, data: Any, flags: int = 0) -> int:
-        n = super().send(data, flags)
-        self.framing.sent(time.monotonic())
+        n: int = super().send(data, flags)  # type: ignore[misc]
+        if not _interim(data):
+            self.framing.sent(time.monotonic())
         return n
 
     def sendall(self, data: Any, flags: int = 0) -> None:
-        super().sendall(data, flags)
-        self.framing.sent(time.monotonic())
+        super().sendall(data, flags)  # type: ignore[misc]
+        if not _interim(data):
+            self.framing.sent(time.monotonic())
 
     def close(self) -> None:
         guard, self.guard = getattr(self, "guard", None), None
-        super().close()
+        super().close()  # type: ignore[misc]
         if guard is not None:
             guard._forget(self)
 
+    def cut(self) -> None:
+        """End the connection under whoever reads or writes it (the reaper's close: a
+        plain TCP shutdown, also under TLS, so that a thread blocked on it returns)."""
+        with contextlib.suppress(OSError):
+            socket.socket.shutdown(self, socket.SHUT_RDWR)  # type: ignore[arg-type]
+
+
+class GuardedConnection(Tracked, socket.socket):
+    """An admitted plain connection."""
+
+    __slots__ = ("framing", "guard", "guard_client", "guard_reason")
+
 
 class GuardedListener(socket.socket):
-    """A listening socket whose ``accept`` applies the connection limits."""
+    """A listening socket whose ``accept`` applies the connection limits.  A refused
+    connection is answered 503 and closed, or only closed on a TLS port (``plain`` False:
+    a plain-text answer would be no TLS record)."""
 
-    __slots__ = ("guard",)
+    __slots__ = ("guard", "plain")
 
     guard: ConnectionGuard
+    plain: bool
 
     def accept(self) -> tuple[socket.socket, Any]:
         while True:
@@ -297,14 +325,15 @@ class GuardedListener(socket.socket):
                 tracked.setblocking(conn.getblocking())
                 self.guard._register(tracked, addr[0])
                 return tracked, addr
-            _refuse(conn, refusal)
+            _refuse(conn, refusal if self.plain else None)
 
 
-def _refuse(conn: socket.socket, reason: str) -> None:
-    text = f"{reason}; try again later\n".encode()
+def _refuse(conn: socket.socket, reason: str | None) -> None:
     with contextlib.suppress(OSError):
         conn.setblocking(False)
-        conn.send(_REFUSAL % (len(text), text))
+        if reason is not None:
+            text = f"{reason}; try again later\n".encode()
+            conn.send(_REFUSAL % (len(text), text))
         conn.shutdown(socket.SHUT_WR)
     conn.close()
 
@@ -315,7 +344,7 @@ class ConnectionGuard:
 
     policy: ConnectionPolicy
     _lock: threading.Lock = field(default_factory=threading.Lock)
-    _open: dict[int, GuardedConnection] = field(default_factory=dict)
+    _open: dict[int, Tracked] = field(default_factory=dict)
     _per_client: dict[str, int] = field(default_factory=dict)
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
@@ -326,13 +355,28 @@ class ConnectionGuard:
     #: seconds between two summaries of refusals and closes in the log
     REPORT_INTERVAL = 10.0
 
-    def wrap(self, sock: socket.socket) -> GuardedListener:
-        """``sock`` (bound, maybe listening) as a guarded listening socket."""
+    def wrap(self, sock: socket.socket, *, tls: bool = False) -> GuardedListener:
+        """``sock`` (bound, maybe listening) as a guarded listening socket; ``tls``: its
+        connections speak TLS (refusals are closed without an answer)."""
         timeout = sock.gettimeout()
         listener = GuardedListener(sock.family, sock.type, sock.proto, fileno=sock.detach())
         listener.settimeout(timeout)
         listener.guard = self
+        listener.plain = not tls
         return listener
+
+    def adopt(self, old: Tracked, new: Tracked) -> None:
+        """``new`` replaces the admitted connection ``old`` (the TLS socket wrapped around
+        it, which took over its file descriptor): same client, same framing."""
+        new.framing, new.guard_client, new.guard_reason = (
+            old.framing,
+            old.guard_client,
+            old.guard_reason,
+        )
+        new.guard, old.guard = self, None  # closing ``old`` no longer forgets anything
+        with self._lock:
+            if self._open.pop(id(old), None) is not None:
+                self._open[id(new)] = new
 
     def start(self) -> None:
         """Start the reaper thread."""
@@ -396,7 +440,7 @@ class ConnectionGuard:
             return False
         return any(ip.version == net.version and ip in net for net in self.policy.exempt)
 
-    def _register(self, conn: GuardedConnection, client: str) -> None:
+    def _register(self, conn: Tracked, client: str) -> None:
         conn.framing = Framing(time.monotonic())
         conn.guard = self
         conn.guard_client = client
@@ -406,7 +450,7 @@ class ConnectionGuard:
             self._per_client[client] = self._per_client.get(client, 0) + 1
             metrics.CONNECTIONS_OPEN.set(len(self._open))
 
-    def _forget(self, conn: GuardedConnection) -> None:
+    def _forget(self, conn: Tracked) -> None:
         with self._lock:
             if self._open.pop(id(conn), None) is None:
                 return
@@ -429,7 +473,7 @@ class ConnectionGuard:
             return framing.since + p.idle_timeout, "idle_timeout"
         return None
 
-    def expired(self, now: float | None = None) -> list[tuple[GuardedConnection, str]]:
+    def expired(self, now: float | None = None) -> list[tuple[Tracked, str]]:
         """The connections past their deadline and why."""
         now = time.monotonic() if now is None else now
         with self._lock:
@@ -461,7 +505,6 @@ class ConnectionGuard:
                 with self._lock:
                     self._count(f"closed: connections.{reason}")
                 log.debug("closing a connection from %s: %s", conn.guard_client, reason)
-                with contextlib.suppress(OSError):
-                    conn.shutdown(socket.SHUT_RDWR)
+                conn.cut()
             self._report(time.monotonic())
         self._report(time.monotonic())

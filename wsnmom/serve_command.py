@@ -226,12 +226,12 @@ class _TlsServer:
 def _http_server(
     app: Any, sockets: list[socket.socket], settings: Settings, guard: ConnectionGuard
 ) -> Any:
-    """waitress on ``sockets`` behind ``guard`` (``[connections]``: limits and read
-    deadlines), or with ``tls.certfile`` the HTTPS server."""
+    """waitress on ``sockets``, or with ``tls.certfile`` the HTTPS server; both behind
+    ``guard`` (``[connections]``: limits and read deadlines)."""
     if settings.tls.certfile:
         from wsnmom.https import create_tls_server
 
-        return _TlsServer(create_tls_server(app, sockets, settings))
+        return _TlsServer(create_tls_server(app, sockets, settings, guard))
     import waitress
 
     c = settings.connections

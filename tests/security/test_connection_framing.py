@@ -81,3 +81,46 @@ def test_100_continue_does_not_end_the_body() -> None:
     assert f.phase == BODY
     f.received(b"abc", 2.0)
     assert f.phase == APP
+    assert f.expect_continue
+
+
+def test_a_late_100_continue_does_not_end_the_request() -> None:
+    """Over HTTPS the body is in before the server's worker reads the head and says
+    ``100 Continue`` again: that interim answer is no response (``Tracked.send``)."""
+    import socket
+
+    from wsnmom.connections import ConnectionGuard, ConnectionPolicy, GuardedConnection
+
+    guard = ConnectionGuard(ConnectionPolicy())
+    a, b = socket.socketpair()
+    conn = GuardedConnection(a.family, a.type, a.proto, fileno=a.detach())
+    guard._register(conn, "127.0.0.1")
+    try:
+        b.sendall(b"POST / HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 3\r\n\r\nabc")
+        assert conn.recv(4096).endswith(b"abc") and conn.framing.phase == APP
+        conn.sendall(b"HTTP/1.1 100 Continue\r\n\r\n")
+        assert conn.framing.phase == APP  # the application still works on it
+        conn.sendall(b"HTTP/1.1 202 Accepted\r\nContent-Length: 0\r\n\r\n")
+        assert conn.framing.phase == WAITING
+        assert guard.open_connections == 1
+    finally:
+        conn.close()
+        b.close()
+    assert guard.open_connections == 0
+
+
+def test_inbox_keeps_order_and_spills_to_a_file() -> None:
+    from wsnmom.tls_ingress import SPOOL, Inbox
+
+    inbox = Inbox()
+    data = bytes(range(256)) * (SPOOL // 256 * 2 + 3)  # beyond the memory part
+    for i in range(0, len(data), 70_000):
+        inbox.write(data[i : i + 70_000])
+    assert len(inbox) == len(data)
+    out = bytearray()
+    buffer = bytearray(8192)
+    while n := inbox.readinto(buffer):
+        out += buffer[:n]
+    assert bytes(out) == data and len(inbox) == 0
+    inbox.write(b"again")  # usable after being drained
+    assert inbox.readinto(buffer) == 5 and buffer[:5] == b"again"

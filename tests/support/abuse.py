@@ -6,6 +6,7 @@ from __future__ import annotations
 import errno
 import selectors
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -25,18 +26,22 @@ _TRICKLE = b"X-Padding: " + b"a" * 4000
 class SlowClients:
     """``count`` clients, spread over the loopback ``sources``, that each send a request
     head one byte every ``interval`` seconds and open a new connection whenever the server
-    closes theirs.  Runs on one thread (a selector) until :meth:`stop`."""
+    closes theirs.  Runs on one thread (a selector) until :meth:`stop`.  With ``tls``
+    each client completes the TLS handshake first, then trickles its head inside TLS."""
 
     host: str
     port: int
     count: int
     sources: Sequence[str]
     interval: float = 1.0
+    tls: ssl.SSLContext | None = None
     connects: int = 0
     closed_by_server: int = 0
     refused_503: int = 0
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
+    #: (when, slot) of clients to connect again (a TLS handshake that failed)
+    _retries: list[tuple[float, int]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         for source in self.sources:
@@ -60,6 +65,9 @@ class SlowClients:
         self.stop()
 
     def _open(self, sel: selectors.BaseSelector, slot: int) -> None:
+        if self.tls is not None:
+            self._open_tls(sel, slot)
+            return
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.bind((self.sources[slot % len(self.sources)], 0))
         sock.setblocking(False)
@@ -69,6 +77,19 @@ class SlowClients:
             return
         self.connects += 1
         # (slot, bytes sent, next send time)
+        sel.register(sock, selectors.EVENT_READ, [slot, 0, time.monotonic()])
+
+    def _open_tls(self, sel: selectors.BaseSelector, slot: int) -> None:
+        assert self.tls is not None
+        source = (self.sources[slot % len(self.sources)], 0)
+        try:
+            raw = socket.create_connection((self.host, self.port), 5, source_address=source)
+            sock = self.tls.wrap_socket(raw, server_hostname=self.host)
+        except OSError:  # refused or cut during the handshake: again a little later
+            self._retries.append((time.monotonic() + 0.2, slot))
+            return
+        sock.setblocking(False)
+        self.connects += 1
         sel.register(sock, selectors.EVENT_READ, [slot, 0, time.monotonic()])
 
     def _run(self) -> None:
@@ -83,6 +104,8 @@ class SlowClients:
                     assert isinstance(sock, socket.socket)
                     try:
                         data = sock.recv(4096)
+                    except ssl.SSLWantReadError:
+                        continue  # a TLS record in pieces
                     except OSError:
                         data = b""
                     if data.startswith(b"HTTP/1.1 503"):
@@ -93,6 +116,10 @@ class SlowClients:
                         sock.close()
                         self.closed_by_server += 1
                         self._open(sel, slot)
+                due = [slot for when, slot in self._retries if when <= now]
+                self._retries = [(when, slot) for when, slot in self._retries if when > now]
+                for slot in due:
+                    self._open(sel, slot)
                 for key in list(sel.get_map().values()):
                     state = key.data
                     if now < state[2]:
@@ -104,7 +131,7 @@ class SlowClients:
                     try:
                         sock.send(byte)
                         state[1] += 1
-                    except (BlockingIOError, InterruptedError):
+                    except (BlockingIOError, InterruptedError, ssl.SSLWantWriteError):
                         pass
                     except OSError:
                         pass  # closed: the read side notices

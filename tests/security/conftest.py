@@ -63,12 +63,19 @@ def gateway_factory() -> Iterator[Callable[..., RunningServer]]:
             stop_server(server)
 
 
-def post(url: str, body: str, *, version: str = "1.2", timeout: float = 10) -> requests.Response:
-    """POST a SOAP envelope with ``body``."""
+def post(
+    url: str,
+    body: str,
+    *,
+    version: str = "1.2",
+    timeout: float = 10,
+    headers: dict[str, str] | None = None,
+) -> requests.Response:
+    """POST a SOAP envelope with ``body`` (``headers``: more HTTP headers, credentials)."""
     return requests.post(
         url,
         data=envelope(body, version=version),
-        headers={"Content-Type": content_type(version)},
+        headers={"Content-Type": content_type(version), **(headers or {})},
         timeout=timeout,
     )
 

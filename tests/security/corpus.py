@@ -88,14 +88,14 @@ BODIES: dict[str, str] = {
 }
 
 
-def envelope(body: str, version: str = "1.2", to: str | None = None) -> str:
-    """A request envelope around ``body``."""
+def envelope(body: str, version: str = "1.2", to: str | None = None, headers: str = "") -> str:
+    """A request envelope around ``body`` (``headers``: more header blocks)."""
     ns = SOAP12 if version == "1.2" else SOAP11
     to_header = f"<wsa:To>{to}</wsa:To>" if to else ""
     return (
         f'<s:Envelope xmlns:s="{ns}" {DECLS}><s:Header>'
         "<wsa:Action>http://docs.oasis-open.org/wsn/bw-2/x</wsa:Action>"
-        f"<wsa:MessageID>urn:uuid:fuzz</wsa:MessageID>{to_header}</s:Header>"
+        f"<wsa:MessageID>urn:uuid:fuzz</wsa:MessageID>{to_header}{headers}</s:Header>"
         f"<s:Body>{body}</s:Body></s:Envelope>"
     )
 

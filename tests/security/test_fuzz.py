@@ -5,14 +5,18 @@ renamed, moved to other namespaces, deepened, bloated; text and attributes repla
 hostile values; bytes flipped, truncated, re-encoded), the specifications' own example
 envelopes, random XML, random bytes (invalid UTF-8 included), wrong namespaces and
 content types, huge and deep documents, XXE, billion laughs, external DTDs (one on a
-loopback listener that must never be fetched) and hostile MessageContent filters.
+loopback listener that must never be fetched) and hostile MessageContent filters.  A
+second gateway with authentication on (an admin token, a credentials file with ACLs, a
+rate quota and a UsernameToken identity) gets mutated envelopes with credentials: none,
+right, wrong, junk ``Authorization`` headers and mutated WS-Security UsernameTokens.
 
 Every answer must be a 2xx (the input happened to be valid), a well-formed SOAP fault in
 the envelope version its Content-Type names with a schema-valid detail and a documented
-status (400, 404, 405, 413, 415, 500 for WS-N faults, 503), or the documented plain-text
-413 of a body over ``max_request_bytes``; never an internal-error fault.  Throughout,
-``/healthz`` answers within 1 s, the gateway's memory stays bounded, and at the end the
-canary resources created before the run still work.
+status (400, 404, 405, 413, 415, 500 for WS-N faults, 503; with authentication also 401
+with its challenge, 403 and 429), or the documented plain-text 413 of a body over
+``max_request_bytes``; never an internal-error fault.  Throughout, ``/healthz`` answers
+within 1 s, the gateway's memory stays bounded, and at the end the canary resources
+created before the run still work.
 
 A bounded run (derandomized, ~40 s) is part of the suite; ``WSNMOM_TEST_FUZZ_EXAMPLES=N``
 runs N examples per strategy with fresh randomness (``pytest tests/security/test_fuzz.py
@@ -21,6 +25,7 @@ runs N examples per strategy with fresh randomness (``pytest tests/security/test
 
 from __future__ import annotations
 
+import base64
 import copy
 import json
 import os
@@ -30,15 +35,19 @@ import time
 from collections import Counter, deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+from xml.sax.saxutils import escape
 
 import pytest
 import requests
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from lxml import etree
+from wsnmom.soap_frontend.passwords import hash_password
+from wsnmom.soap_frontend.wsse import PASSWORD_DIGEST, PASSWORD_TEXT, token_digest
 
 from tests.fixtures.server import ConsumerServer, RunningServer, poll
 from tests.support.soap import notify_body, subscribe_body
@@ -50,7 +59,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.fuzz]
 
 LONG = int(os.environ.get("WSNMOM_TEST_FUZZ_EXAMPLES", "0"))
 #: examples per strategy in the bounded run
-BOUNDED = {"mutated": 700, "xml": 150, "bytes": 150, "filters": 60, "specs": 120}
+BOUNDED = {"mutated": 700, "xml": 150, "bytes": 150, "filters": 60, "specs": 120, "auth": 300}
 MAX_REQUEST_BYTES = 2 * 1024 * 1024
 #: the specifications' text (their example envelopes are seeds): ``../shared/specs`` beside
 #: the checkout, or ``WSNMOM_TEST_SPECS``
@@ -104,6 +113,9 @@ class Target:
     canary_subscription: str = ""
     canary_pull_point: str = ""
     canary_properties: bytes = b""
+    #: authentication is on; ``auth`` are the admin's credentials for the run's own calls
+    secured: bool = False
+    auth: dict[str, str] = field(default_factory=dict)
     probe: HealthProbe | None = None
     stats: Counter[str] = field(default_factory=Counter)
     faults: Counter[str] = field(default_factory=Counter)
@@ -127,10 +139,18 @@ class Target:
                 return
 
     def send(
-        self, url: str, data: bytes, content_type: str | None, kind: str
+        self,
+        url: str,
+        data: bytes,
+        content_type: str | None,
+        kind: str,
+        headers: dict[str, Any] | None = None,
     ) -> requests.Response | None:
-        """POST one input and check the answer (module docstring)."""
-        headers = {"Content-Type": content_type} if content_type is not None else {}
+        """POST one input (with ``headers``: credentials) and check the answer (module
+        docstring)."""
+        headers = dict(headers if headers is not None else self.auth)
+        if content_type is not None:
+            headers["Content-Type"] = content_type
         try:
             resp = requests.post(url, data=data, headers=headers, timeout=30)
         except requests.ConnectionError:
@@ -143,6 +163,10 @@ class Target:
         self.stats[f"{kind}: inputs"] += 1
         self.stats[f"HTTP {resp.status_code}"] += 1
         try:
+            if _malformed_head(headers):  # refused by the HTTP server, in plain text
+                assert resp.status_code == 400 and resp.content.startswith(b"Bad Request")
+                self.stats[f"{kind}: malformed HTTP head"] += 1
+                return resp
             check_answer(resp, self)
         except AssertionError as exc:
             raise AssertionError(
@@ -152,6 +176,16 @@ class Target:
         return resp
 
 
+def _malformed_head(headers: dict[str, Any]) -> bool:
+    """Whether a header value holds a control character (RFC 9110 5.5: the HTTP server
+    answers such a request ``400 Bad Request`` in plain text; it never reaches SOAP)."""
+    for value in headers.values():
+        raw = value if isinstance(value, bytes) else value.encode("latin-1", "replace")
+        if any((b < 0x20 and b != 0x09) or b == 0x7F for b in raw):
+            return True
+    return False
+
+
 def check_answer(resp: requests.Response, target: Target) -> None:
     status = resp.status_code
     if 200 <= status < 300:
@@ -159,21 +193,30 @@ def check_answer(resp: requests.Response, target: Target) -> None:
     ctype = resp.headers.get("Content-Type", "")
     if status == 413 and ctype.startswith("text/plain"):
         return  # documented: refused unread by the HTTP server
-    assert status in (400, 404, 405, 413, 415, *NOT_SOAP_5XX_OK), (status, resp.content[:500])
+    refusals = (401, 403, 429) if target.secured else ()
+    assert status in (400, 404, 405, 413, 415, *refusals, *NOT_SOAP_5XX_OK), (
+        status,
+        resp.content[:500],
+    )
     fault = soap_fault_of(status, ctype, resp.content)
     target.faults[fault.detail or fault.code] += 1
     assert not (fault.detail == "BaseFault" and fault.code == "Receiver"), fault
     assert "internal error" not in fault.reason, fault
     if status == 503:
         assert fault.detail == "ResourceUnavailableFault", fault
+    if status == 401:  # the same answer whatever went wrong, with the challenges
+        assert "FailedAuthentication" in resp.text and fault.detail is None, fault
+        assert resp.headers.get("WWW-Authenticate", "").startswith(("Basic", "Bearer")), resp
+    if status == 429:
+        assert fault.detail == "ResourceUnavailableFault" and resp.headers["Retry-After"], fault
 
 
-@pytest.fixture(scope="module")
-def target() -> Iterator[Target]:
+def _make_target(env: dict[str, str], *, secured: bool = False) -> Iterator[Target]:
     recorder = ThreadingHTTPServer(("127.0.0.1", 0), _Recorder)
     recorder.daemon_threads = True
     threading.Thread(target=recorder.serve_forever, daemon=True).start()
-    _Recorder.hits = []
+    hits: list[str] = []
+    _Recorder.hits = hits
     sink, canary = ConsumerServer(), ConsumerServer()
     gateway = start_server(
         {
@@ -185,6 +228,7 @@ def target() -> Iterator[Target]:
             "WSNMOM_FILTERS__CPU_LIMIT": "0.2",
             "WSNMOM_MAX_REQUEST_BYTES": str(MAX_REQUEST_BYTES),
             "WSNMOM_LOG_LEVEL": "WARNING",
+            **env,
         }
     )
     t = Target(
@@ -192,12 +236,14 @@ def target() -> Iterator[Target]:
         sink,
         canary,
         f"http://127.0.0.1:{recorder.server_port}/x.dtd",
-        _Recorder.hits,
+        hits,
         [gateway.broker_url],
+        secured=secured,
+        auth={"Authorization": f"Bearer {ADMIN_TOKEN}"} if secured else {},
     )
     try:
         _canaries(t)
-        _fuzz_resources(t)
+        _fuzz_resources(t, {"Authorization": ALICE} if secured else {})
         t.rss.append(t.rss_now())
         threading.Thread(target=t.sample_memory, daemon=True).start()
         with HealthProbe(gateway.base_url, interval=0.1, timeout=5) as probe:
@@ -212,6 +258,41 @@ def target() -> Iterator[Target]:
         recorder.shutdown()
 
 
+@pytest.fixture(scope="module")
+def target() -> Iterator[Target]:
+    """The gateway without authentication (loopback, no identities)."""
+    yield from _make_target({})
+
+
+ADMIN_TOKEN = "fuzz-admin-token"
+ALICE = "Basic " + base64.b64encode(b"alice:alice-pw").decode()
+CAMERA_PASSWORD = "camera-pw"
+
+
+@pytest.fixture(scope="module")
+def secured_target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Target]:
+    """The gateway with authentication: the admin token, alice (HTTP Basic, topic ACLs, a
+    request rate quota) and camera (WS-Security UsernameToken)."""
+    users = tmp_path_factory.mktemp("fuzz-auth") / "users.toml"
+    users.write_text(
+        f"""
+[users.alice]
+password = "{hash_password("alice-pw", n=2**4)}"
+subscribe = ["{{http://www.example.org/NotificationProducerExample}}SomeTopic//."]
+notify = ["{{http://www.example.org/NotificationProducerExample}}SomeTopic//."]
+rate = 5
+
+[users.camera]
+wsse_password = "{CAMERA_PASSWORD}"
+"""
+    )
+    users.chmod(0o600)
+    yield from _make_target(
+        {"WSNMOM_AUTH__ADMIN_TOKEN": ADMIN_TOKEN, "WSNMOM_AUTH__USERS_FILE": str(users)},
+        secured=True,
+    )
+
+
 def _address(answer: requests.Response, kind: str) -> str:
     env = etree.fromstring(answer.content)
     for el in env.iter("{http://www.w3.org/2005/08/addressing}Address"):
@@ -221,24 +302,26 @@ def _address(answer: requests.Response, kind: str) -> str:
 
 
 def _canaries(t: Target) -> None:
-    broker = t.gateway.broker_url
-    sub = post(broker, subscribe_body(t.canary.address(), "tns:Canary"))
+    broker, auth = t.gateway.broker_url, t.auth
+    sub = post(broker, subscribe_body(t.canary.address(), "tns:Canary"), headers=auth)
     t.canary_subscription = _address(sub, "subscriptions")
-    pp = post(broker, "<wsnt:CreatePullPoint/>")
+    pp = post(broker, "<wsnt:CreatePullPoint/>", headers=auth)
     t.canary_pull_point = _address(pp, "pullpoints")
-    assert post(broker, subscribe_body(t.canary_pull_point, "tns:Canary")).ok
-    props = post(t.canary_subscription, "<wsrf-rp:GetResourcePropertyDocument/>")
+    assert post(broker, subscribe_body(t.canary_pull_point, "tns:Canary"), headers=auth).ok
+    props = post(t.canary_subscription, "<wsrf-rp:GetResourcePropertyDocument/>", headers=auth)
     t.canary_properties = _stable(props.content)
 
 
-def _fuzz_resources(t: Target) -> None:
+def _fuzz_resources(t: Target, auth: dict[str, str]) -> None:
+    """Resources the fuzzed requests address (made by ``auth``: not the admin)."""
     broker = t.gateway.broker_url
-    sub = post(broker, subscribe_body(t.sink.address(), "tns:Fuzz"))
-    pp = post(broker, "<wsnt:CreatePullPoint/>")
+    npex = "http://www.example.org/NotificationProducerExample"
+    sub = post(broker, subscribe_body(t.sink.address(), "tns:SomeTopic", ns=npex), headers=auth)
+    pp = post(broker, "<wsnt:CreatePullPoint/>", headers=auth)
     reg = requests.post(
         broker,
         data=corpus.envelope(corpus.BODIES["RegisterPublisher"]).encode(),
-        headers={"Content-Type": "application/soap+xml"},
+        headers={"Content-Type": "application/soap+xml", **auth},
         timeout=10,
     )
     t.urls += [
@@ -562,7 +645,11 @@ def test_spec_example_envelopes(target: Target, data: st.DataObject) -> None:
 # ------------------------------------------------------------------------------ afterwards
 def test_the_gateway_survived(target: Target) -> None:
     """After everything above: up, fast, bounded, nothing fetched, canaries intact."""
-    gateway = target.gateway
+    _survived(target)
+
+
+def _survived(target: Target) -> None:
+    gateway, auth = target.gateway, target.auth
     assert gateway.running
     assert target.probe is not None
     assert target.probe.failures == 0
@@ -572,7 +659,8 @@ def test_the_gateway_survived(target: Target) -> None:
     # the canaries: deliveries, pull point, properties
     broker = gateway.broker_url
     random_text = f"canary-{random.randrange(10**9)}"
-    assert post(broker, notify_body(("tns:Canary", f"<m>{random_text}</m>"))).status_code == 202
+    answer = post(broker, notify_body(("tns:Canary", f"<m>{random_text}</m>")), headers=auth)
+    assert answer.status_code == 202
     poll(
         lambda: any(m.findtext("{*}Message/m") == random_text for m in target.canary.messages()),
         timeout=10,
@@ -580,14 +668,137 @@ def test_the_gateway_survived(target: Target) -> None:
     )
     got = poll(
         lambda: (
-            (ans := post(target.canary_pull_point, "<wsnt:GetMessages/>")).ok
+            (ans := post(target.canary_pull_point, "<wsnt:GetMessages/>", headers=auth)).ok
             and random_text.encode() in ans.content
         ),
         timeout=10,
         what="the canary pull point's message",
     )
     assert got
-    props = post(target.canary_subscription, "<wsrf-rp:GetResourcePropertyDocument/>")
+    props = post(target.canary_subscription, "<wsrf-rp:GetResourcePropertyDocument/>", headers=auth)
     assert _stable(props.content) == target.canary_properties
     log = gateway.log_path.read_text(errors="replace")
     assert "Traceback" not in log and "unexpected error" not in log, log[-3000:]
+
+
+# ------------------------------------------------------------------- with authentication
+#: ``Authorization`` values that are wrong in every way a header can be
+JUNK_AUTHORIZATION = [
+    b"",
+    b"Basic",
+    b"Basic ",
+    b"Basic !!!",
+    b"Basic " + base64.b64encode(b"no-colon"),
+    b"Basic " + base64.b64encode(b":"),
+    b"Basic " + base64.b64encode(b"alice:" + b"x" * 5000),
+    b"Basic " + base64.b64encode("\u00e9l\u00e8ve:pw".encode()),
+    b"Basic " + base64.b64encode(b"\xff\xfe:\x00"),
+    b"Bearer",
+    b"Bearer " + b"A" * 10000,
+    b"Bearer fuzz-admin-token ",
+    b"bearer fuzz-admin-token",
+    b"Digest username=alice",
+    b"Negotiate YIIB",
+    b"\xc3\xa9",
+]
+
+
+#: who a request claims to be (right credentials more often than not)
+CALLERS = [
+    *["admin"] * 3,
+    *["alice"] * 2,
+    *["camera"] * 2,
+    *["none", "wrong", "junk", "random"],
+]
+
+
+def _authorization(kind: str, data: st.DataObject) -> dict[str, Any]:
+    if kind == "admin":
+        return {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+    if kind == "alice":
+        return {"Authorization": ALICE}
+    if kind == "wrong":
+        return {"Authorization": "Basic " + base64.b64encode(b"alice:nope").decode()}
+    if kind == "junk":
+        return {"Authorization": data.draw(st.sampled_from(JUNK_AUTHORIZATION))}
+    if kind == "random":
+        prefix = data.draw(st.sampled_from([b"Basic ", b"Bearer ", b""]))
+        junk = data.draw(st.binary(max_size=300)).translate(None, b"\r\n\x00")
+        return {"Authorization": (prefix + junk).lstrip()}  # (what an HTTP client sends)
+    return {}
+
+
+def _username_token(data: st.DataObject, *, right: bool) -> str:
+    """A WS-Security header: camera's right token (digest or text), or one with drawn
+    values, parts left out or the wrong password type."""
+    nonce = data.draw(st.binary(min_size=16, max_size=32) if right else st.binary(max_size=32))
+    created = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    user, password = "camera", CAMERA_PASSWORD
+    kinds = [PASSWORD_DIGEST, PASSWORD_TEXT] + ([] if right else ["urn:other", ""])
+    kind = data.draw(st.sampled_from(kinds))
+    if right:
+        pass
+    elif data.draw(st.booleans()):  # drawn values instead of the right ones
+        user = data.draw(st.sampled_from(["camera", "alice", "admin", ""]) | TEXT)
+        password = data.draw(TEXT)
+        created = data.draw(st.sampled_from([created, "2000-01-01T00:00:00Z"]) | TEXT)
+    value = token_digest(nonce, created, password) if kind == PASSWORD_DIGEST else password
+    parts = {
+        "user": f"<wsse:Username>{escape(user)}</wsse:Username>",
+        "password": f'<wsse:Password Type="{kind}">{escape(value)}</wsse:Password>',
+        "nonce": f"<wsse:Nonce>{base64.b64encode(nonce).decode()}</wsse:Nonce>",
+        "created": f"<wsu:Created>{escape(created)}</wsu:Created>",
+    }
+    if not right:
+        for left_out in data.draw(st.lists(st.sampled_from(sorted(parts)), max_size=2)):
+            parts.pop(left_out, None)
+    token = "<wsse:UsernameToken>" + "".join(parts.values()) + "</wsse:UsernameToken>"
+    return (
+        f'<wsse:Security xmlns:wsse="{WSSE}" xmlns:wsu="{WSU}">'
+        + token * (1 if right else data.draw(st.integers(1, 2)))
+        + "</wsse:Security>"
+    )
+
+
+WSSE = "http://docs.oasis-open.org/wss/2004/01/oasis-200401-wss-wssecurity-secext-1.0.xsd"
+WSU = "http://docs.oasis-open.org/wss/2004/01/oasis-200401-wss-wssecurity-utility-1.0.xsd"
+
+
+@fuzz_settings("auth")
+@given(data=st.data())
+def test_credentials(secured_target: Target, data: st.DataObject) -> None:
+    """Operations with right, wrong and junk credentials (HTTP headers and UsernameTokens)
+    on a gateway where authentication is required."""
+    target = secured_target
+    op = data.draw(st.sampled_from(sorted(corpus.BODIES)))
+    version = data.draw(st.sampled_from(["1.1", "1.2"]))
+    url = data.draw(st.sampled_from(target.urls))
+    body = corpus.BODIES[op].replace("{consumer}", target.sink.address())
+    caller = data.draw(st.sampled_from(CALLERS))
+    if caller == "camera":
+        header = _username_token(data, right=True)
+    elif data.draw(st.sampled_from([False, False, False, True])):
+        header = _username_token(data, right=False)
+    else:
+        header = ""
+    tree = etree.fromstring(corpus.envelope(body, version, to=url, headers=header).encode())
+    for _ in range(data.draw(st.sampled_from([0, 0, 0, 1, 2]))):
+        _mutate(tree, data)
+    raw = etree.tostring(tree)
+    if data.draw(st.sampled_from([False, False, False, True])):
+        raw = _bytes_mutation(raw, data)
+    target.send(url, raw, _content_type(version, data), "credentials", _authorization(caller, data))
+
+
+def test_the_secured_gateway_survived(secured_target: Target) -> None:
+    """As above, and the resources the admin made are still the admin's."""
+    _survived(secured_target)
+    alice = {"Authorization": ALICE}
+    for url in (secured_target.canary_subscription, secured_target.canary_pull_point):
+
+        def answer(url: str = url) -> list[requests.Response]:
+            got = post(url, "<wsrf-rp:GetResourcePropertyDocument/>", headers=alice)
+            return [] if got.status_code == 429 else [got]  # alice's rate quota: wait
+
+        (other,) = poll(answer, what="an answer within alice's rate")
+        assert other.status_code == 500 and b"ResourceUnknownFault" in other.content

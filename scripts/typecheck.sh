@@ -13,7 +13,7 @@ ln -s ../../wsnmom/testing "$root/testing"
 ln -s ../../wsnmom/client "$root/client"
 ln -s ../../wsnmom/shell "$root/shell"
 for d in core topic_mapping soap_frontend spark_bridge; do [[ -d $d ]] && ln -s "../../$d" "$root/$d"; done
-ln -s ../../../adapters/__init__.py "$root/adapters/__init__.py"
+for f in adapters/*.py; do ln -s "../../../$f" "$root/$f"; done
 for d in adapters/*/; do d=${d%/}; ln -s "../../../$d" "$root/$d"; done
 # every package of the distribution: core, topic_mapping, soap_frontend, the adapters, the
 # CLI and start-up, the clients and the test support

@@ -223,7 +223,11 @@ def build_runtime(
     plugins = get_plugin_manager()
     topic_set = load_topic_set(settings)
     try:
-        adapter = plugins.create_adapter(settings.adapter_url, settings.adapter_options)
+        adapter_class = plugins.resolve(settings.adapter_url)
+        options = dict(settings.adapter_options)
+        if adapter_class.uses_data_dir and settings.data_dir:
+            options.setdefault("data_dir", settings.data_dir)
+        adapter = adapter_class(settings.adapter_url, options)
     except (ValueError, TypeError) as exc:  # the URL or the options cannot be used
         raise ConfigError(f"adapter_url / adapter_options: {exc}") from exc
     store_lock = lock_store(settings.store_url)

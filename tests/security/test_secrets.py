@@ -3,9 +3,10 @@
 Secrets are now hidden by one helper (``core.redaction``) wherever the gateway shows
 something: the banner and every log line, faults, property documents, SubscriptionEnd
 notices, the admin API.  Here with the forms that leaked: a Kafka URL carrying
-``sasl.password`` in its query, and a consumer address with a password.
+``sasl.password`` in its query, MQTT URLs with a password in their user part or query,
+and a consumer address with a password.
 
-Cost: two gateways, about 4 s.
+Cost: four gateways, about 8 s.
 """
 
 from __future__ import annotations
@@ -42,6 +43,31 @@ def test_banner_and_log_hide_a_kafka_sasl_password(
     log = gateway.log_path.read_text()
     assert SECRET not in log
     assert "sasl.password=***" in log
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("mqtt://wsn:{secret}@127.0.0.1:{port}?connect_timeout=1", "mqtt://wsn:***@127.0.0.1:"),
+        (
+            "mqtts://127.0.0.1:{port}?username=wsn&password={secret}&connect_timeout=1",
+            "username=wsn&password=***",
+        ),
+    ],
+    ids=["userinfo", "query"],
+)
+def test_banner_and_log_hide_an_mqtt_password(
+    gateway_factory: Callable[..., RunningServer], url: str, shown: str
+) -> None:
+    pytest.importorskip("paho.mqtt")
+    url = url.format(secret=SECRET, port=free_port())
+    gateway = gateway_factory(
+        {"WSNMOM_ADAPTER_URL": url, "WSNMOM_MIDDLEWARE__WAIT": "0"}, wait_for="/healthz"
+    )
+    poll(lambda: "wsnmom broker at" in gateway.log_path.read_text(), what="the banner")
+    log = gateway.log_path.read_text()
+    assert SECRET not in log
+    assert shown in log
 
 
 def test_a_consumer_password_is_never_shown(

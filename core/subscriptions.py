@@ -26,7 +26,7 @@ from urllib.parse import urlsplit
 
 from wsnmom.core import errors, metrics
 from wsnmom.core.access import current_principal, may_manage
-from wsnmom.core.adapter import AdapterError
+from wsnmom.core.adapter import AdapterError, TopicUnavailable
 from wsnmom.core.addresses import ResourceKind, parse_resource_path, resource_address
 from wsnmom.core.context import BrokerContext
 from wsnmom.core.delivery import EndSubscription
@@ -190,6 +190,8 @@ class Subscriptions:
         except AdapterError as exc:
             ctx.store.delete_subscription(sub.id)
             ctx.delete_native(sub.id)
+            if isinstance(exc, TopicUnavailable):  # the same answer as Notify on that topic
+                raise errors.TopicNotSupported(str(exc)) from exc
             raise ctx.gate.fault(
                 exc, errors.SubscribeCreationFailed(f"the middleware refused: {exc}")
             ) from exc

@@ -283,7 +283,7 @@ class MqttAdapter(Adapter):
         try:
             filters = node.mapping.filters(spec.patterns)
         except NameNotRepresentable as exc:
-            raise AdapterError(f"no MQTT filter for the subscription: {exc}") from exc
+            raise TopicUnavailable(f"no MQTT filter for the subscription: {exc}") from exc
         engine = node.engine
         known = engine.subs.get(engine.by_name.get(spec.name, -1))
         if not filters or (

@@ -18,9 +18,10 @@ with its challenge, 403 and 429), or the documented plain-text 413 of a body ove
 within 1 s, the gateway's memory stays bounded, and at the end the canary resources
 created before the run still work.
 
-A bounded run (derandomized, ~40 s) is part of the suite; ``WSNMOM_TEST_FUZZ_EXAMPLES=N``
-runs N examples per strategy with fresh randomness (``pytest tests/security/test_fuzz.py
--m fuzz``), and ``WSNMOM_TEST_FUZZ_REPORT=path`` writes the figures as JSON.
+A bounded run (derandomized, fixed example counts, 15-30 s) is part of the suite;
+``WSNMOM_TEST_FUZZ_EXAMPLES=N`` runs N examples per strategy with fresh randomness
+(``pytest tests/security/test_fuzz.py -m fuzz``), and ``WSNMOM_TEST_FUZZ_REPORT=path``
+writes the figures as JSON.
 """
 
 from __future__ import annotations

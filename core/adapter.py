@@ -112,7 +112,8 @@ class PublishFailed(AdapterError):
 
 class TopicUnavailable(AdapterError):
     """The middleware has no place for this topic and will not create one (e.g. a Kafka
-    topic that must exist already); core answers TopicNotSupportedFault."""
+    topic that must exist already, an MQTT name past 65,535 bytes); core answers
+    TopicNotSupportedFault to the Notify or Subscribe that needed it."""
 
 
 class Overflow(enum.Enum):

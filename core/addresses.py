@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import enum
 import re
-from urllib.parse import urlsplit, urlunsplit
 
 __all__ = [
     "BROKER_PATH",
@@ -21,7 +20,6 @@ __all__ = [
     "broker_address",
     "kind_path",
     "parse_resource_path",
-    "redact_url",
     "resource_address",
     "resource_path",
 ]
@@ -73,17 +71,3 @@ def parse_resource_path(path: str) -> tuple[ResourceKind, str] | None:
     if match is None:
         return None
     return ResourceKind(match.group(1)), match.group(2)
-
-
-def redact_url(url: str) -> str:
-    """``url`` with the password of its user part replaced by ``***`` (for logs, the
-    start-up banner and the admin page)."""
-    try:
-        parts = urlsplit(url)
-        password = parts.password
-    except ValueError:
-        return url
-    if password is None:
-        return url
-    host = parts.netloc.rpartition("@")[2]
-    return urlunsplit(parts._replace(netloc=f"{parts.username or ''}:***@{host}"))

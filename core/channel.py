@@ -1,24 +1,27 @@
-"""A subscription's delivery state: :class:`Channel`, and the retry schedule
-:class:`Backoff`.
+"""A subscription's delivery state: :class:`Channel`, the retry schedule :class:`Backoff`,
+and :class:`EndSubscription` (why a subscription cannot go on).
 
 The adapter calls ``Channel.on_message`` on its own thread; that only appends to the
 channel's in-memory queue (bounded by the adapter prefetch) and schedules the channel on
 its engine (``core.delivery.DeliveryEngine``).  A channel is run by at most one thread at a
 time, which keeps per-consumer order.
 
-A run takes up to ``batch_size`` messages from the head of the queue, passes each through
-``prepare`` (decode + residual topic / MessageContent filter: a message that does not match
-is acked at once and never delivered) and hands the rest to ``send`` as one batch (one
-wrapped Notify).  Success acks the batch.  An *ordered* channel (the adapter needs
-acknowledgements in arrival order: Kafka offsets, MQTT PUBACK order) acks a filtered
-message only once every message before it is settled: it stays with the batch and is
-acked after it, in order.  ``DeliveryFailed`` keeps the batch (unsettled at the middleware)
-as the channel's *pending* batch and arms a timer: exponential backoff ``initial_delay *
-multiplier**(n-1)`` capped at ``max_delay``; no thread sleeps or spins meanwhile.  Later
-messages wait behind the pending batch, so order holds.  After ``max_attempts`` failed
-attempts the give-up action applies: ``keep`` retries forever at ``max_delay`` (the
-middleware keeps accumulating within its QueueLimits), ``end`` calls the channel's
-``on_give_up`` (the service ends the subscription and publishes SubscriptionEnd).
+A run takes up to ``batch_size`` messages from the head of the queue, passes them through
+``prepare`` together (decode + residual topic / MessageContent filter, one verdict per
+message: a message that does not match is acked at once and never delivered) and hands
+the rest to ``send`` as one batch (one wrapped Notify).  ``prepare`` raising
+:class:`EndSubscription` (a filter exceeded its evaluation budget) stops the channel and
+calls ``on_give_up`` at once, as a give-up does.  Success acks the batch.  An *ordered*
+channel (the adapter needs acknowledgements in arrival order: Kafka offsets, MQTT PUBACK
+order) acks a filtered message only once every message before it is settled: it stays
+with the batch and is acked after it, in order.  ``DeliveryFailed`` keeps the batch
+(unsettled at the middleware) as the channel's *pending* batch and arms a timer:
+exponential backoff ``initial_delay * multiplier**(n-1)`` capped at ``max_delay``; no
+thread sleeps or spins meanwhile.  Later messages wait behind the pending batch, so order
+holds.  After ``max_attempts`` failed attempts the give-up action applies: ``keep`` retries
+forever at ``max_delay`` (the middleware keeps accumulating within its QueueLimits),
+``end`` calls the channel's ``on_give_up`` with an :class:`EndSubscription` (the service
+ends the subscription and publishes SubscriptionEnd).
 
 A push channel has a ``destination`` (``core.lanes``): while that destination's circuit is
 open, a run does not send; the attempt fails at once, without network traffic, and counts
@@ -45,11 +48,22 @@ from wsnmom.core.lanes import Lane, Outcome
 from wsnmom.core.log_context import bound_request_id
 from wsnmom.core.ports import DeliveryFailed
 
-__all__ = ["Backoff", "Channel", "ChannelStatus", "Scheduler"]
+__all__ = ["Backoff", "Channel", "ChannelStatus", "EndSubscription", "Scheduler"]
 
 log = logging.getLogger("wsnmom.core.delivery")
 
 T = TypeVar("T")
+
+
+class EndSubscription(Exception):
+    """The subscription cannot go on; ``cause`` says why in one word ("delivery": the
+    consumer stayed unreachable, "filter": its filter exceeded its evaluation budget) and
+    ``reason`` in a sentence."""
+
+    def __init__(self, reason: str, cause: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.cause = cause
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,9 +175,9 @@ class Channel(Generic[T]):
         engine: Scheduler,
         name: str,
         handle: SubscriptionHandle,
-        prepare: Callable[[Received], T | None],
+        prepare: Callable[[Sequence[Received]], Sequence[T | None]],
         send: Callable[[Sequence[T]], None],
-        on_give_up: Callable[[str], None],
+        on_give_up: Callable[[EndSubscription], None],
         batch_size: int,
         ordered: bool = False,
         destination: str | None = None,
@@ -309,12 +323,12 @@ class Channel(Generic[T]):
         #: with an open circuit: the seconds it stays open (the attempt was not made)
         not_before: float | None = None
         try:
-            for received in take:
-                try:
-                    item = self.prepare(received)
-                except Exception:
-                    log.exception("subscription %s: cannot prepare a message; dropped", self.name)
-                    item = None
+            try:
+                items = self._prepare(take)
+            except EndSubscription as end:
+                self._end(gen, take, end)
+                return
+            for received, item in zip(take, items, strict=True):
                 if item is None:
                     metrics.NOTIFICATIONS_FILTERED.inc()
                     if self.ordered and any(i is not None for _, i in pending):
@@ -360,6 +374,52 @@ class Channel(Generic[T]):
         # its first message
         with bound_request_id(request_id):
             self._after_send(gen, pending, ok, reason, not_before)
+
+    def _prepare(self, take: list[Received]) -> Sequence[T | None]:
+        """``prepare`` over ``take``; when it fails, message by message, so that only a
+        message that cannot be prepared is dropped."""
+        if not take:
+            return []
+        try:
+            return self.prepare(take)
+        except EndSubscription:
+            raise
+        except Exception:
+            log.exception("subscription %s: cannot prepare a batch; one by one", self.name)
+        items: list[T | None] = []
+        for received in take:
+            try:
+                items.extend(self.prepare([received]))
+            except EndSubscription:
+                raise
+            except Exception:
+                log.exception("subscription %s: cannot prepare a message; dropped", self.name)
+                items.append(None)
+        return items
+
+    def _end(self, gen: int, take: list[Received], end: EndSubscription) -> None:
+        """``prepare`` said the subscription cannot go on: stop and hand over (the caller's
+        ``finally`` clears ``_running``)."""
+        with self._lock:
+            current = gen == self._gen and not self._stopped
+            if current:
+                self._stopped = True
+                self._gen += 1
+                self._retry_at = 0.0
+                self._queue = None
+                self._pending = []
+                self._error = end.reason
+        if not current:
+            for received in take:
+                _settle(received, ack=False)
+            return
+        # like a give-up: what is held stays unsettled; the subscription is being ended
+        log.warning("subscription %s: %s", self.name, end.reason)
+        try:
+            self.handle.stop()
+        except Exception:
+            log.debug("stopping the handle failed", exc_info=True)
+        self.engine._spawn(lambda: self.on_give_up(end))
 
     def _after_send(
         self,
@@ -428,7 +488,8 @@ class Channel(Generic[T]):
                 self.handle.stop()
             except Exception:
                 log.debug("stopping the handle failed", exc_info=True)
-            self.engine._spawn(lambda: self.on_give_up(reason))
+            end = EndSubscription(reason, "delivery")
+            self.engine._spawn(lambda: self.on_give_up(end))
         elif delay is not None:
             log.log(
                 logging.INFO if not_before is None else logging.DEBUG,

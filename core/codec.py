@@ -10,9 +10,10 @@ Headers (``core.adapter.HEADER_*``)
     with ``/``; NCNames never contain one); ``wsnmom-topic-dialect`` (the publisher's dialect
     URI); ``wsnmom-producer-ref`` and ``wsnmom-subscription-ref`` (endpoint references as
     compact JSON: ``{"address": ..., "reference_parameters": [base64 XML...], "metadata":
-    base64|null}``); ``wsnmom-published-at`` (ISO 8601 UTC).  When present, the topic headers
-    are authoritative over the native routing topic: messages forwarded into a pull point's
-    inbox keep the topic they were published on.
+    base64|null}``); ``wsnmom-published-at`` (ISO 8601 UTC); ``wsnmom-request-id``;
+    ``wsnmom-via`` (the gateways it was published through, ``core.loops``).  When present,
+    the topic headers are authoritative over the native routing topic: messages forwarded
+    into a pull point's inbox keep the topic they were published on.
 
 Topicless notifications
     A Notify without ``wsnt:Topic`` is published on the reserved topic :data:`NO_TOPIC`
@@ -68,6 +69,7 @@ from wsnmom.core.adapter import (
 )
 from wsnmom.core.model import EndpointReference, NotificationMessage
 from wsnmom.core.per_thread import PerThread
+from wsnmom.core.safe_xml import hardened_parser
 from wsnmom.core.store import epr_from_json, epr_to_json
 from wsnmom.topic_mapping.model import Topic
 
@@ -116,25 +118,29 @@ def is_internal_routing(received: Carried) -> bool:
 
 
 HEADER_SUBSCRIPTION_REFERENCE = "wsnmom-subscription-ref"
+#: the gateways a message was published through, space separated (``core.loops``)
+HEADER_VIA = "wsnmom-via"
+#: what a gateway id may be made of (ids travel space-separated)
+GATEWAY_ID = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
+
+
+def parse_via(text: str) -> tuple[str, ...]:
+    """A via list from its text (space-separated ids; malformed ids are left out: they
+    cannot be any gateway's)."""
+    return tuple(part for part in text.split() if GATEWAY_ID.match(part))
+
+
 #: the ``X-Request-Id`` of the request that published a message (for logs)
 HEADER_REQUEST_ID = "wsnmom-request-id"
 
 XML_CONTENT_TYPES = ("application/xml", "text/xml")
 
-_PARSERS: PerThread[etree.XMLParser] = PerThread(
-    lambda: etree.XMLParser(
-        resolve_entities=False,
-        no_network=True,
-        load_dtd=False,
-        huge_tree=False,
-        remove_comments=False,
-    )
-)
+_PARSERS: PerThread[etree.XMLParser] = PerThread(hardened_parser)
 _XML_CHARS = re.compile("^[\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]*$")
 
 
 def safe_parse(data: bytes) -> etree._Element:
-    """Parse XML without DTDs, entity expansion or network access."""
+    """Parse XML without DTDs, entity expansion, network or file access."""
     return etree.fromstring(data, _PARSERS.get())
 
 
@@ -174,6 +180,7 @@ def encode(message: NotificationMessage, *, route: Topic | None = None) -> Outbo
     subscription = message.subscription_reference
     published_at = message.published_at
     request_id = message.request_id
+    via = message.via
     last = _shared
     if (
         last[0] is topic
@@ -182,13 +189,16 @@ def encode(message: NotificationMessage, *, route: Topic | None = None) -> Outbo
         and last[3] is subscription
         and last[4] is published_at
         and last[5] is request_id
+        and last[6] is via
     ):
-        common = last[6]
+        common = last[7]
     else:
         common = _common_headers(topic, dialect, producer, subscription, published_at)
         if request_id is not None:
             common[HEADER_REQUEST_ID] = request_id
-        _shared = (topic, dialect, producer, subscription, published_at, request_id, common)
+        if via:
+            common[HEADER_VIA] = " ".join(via)
+        _shared = (topic, dialect, producer, subscription, published_at, request_id, via, common)
     return OutboundMessage(
         topic=route or topic,
         body=message.payload,
@@ -221,9 +231,10 @@ def _common_headers(
     return headers
 
 
-#: the last (topic, dialect, producer, subscription reference, published_at, request id)
-#: encoded, by identity, and its common headers (never handed out: each message gets its
-#: own dict).  Replaced as a whole, so threads encoding at the same time at worst rebuild it.
+#: the last (topic, dialect, producer, subscription reference, published_at, request id,
+#: via) encoded, by identity, and its common headers (never handed out: each message gets
+#: its own dict).  Replaced as a whole, so threads encoding at the same time at worst
+#: rebuild it.
 _shared: tuple[
     Topic | None,
     str | None,
@@ -231,8 +242,9 @@ _shared: tuple[
     EndpointReference | None,
     datetime | None,
     str | None,
+    tuple[str, ...] | None,
     dict[str, str],
-] = (None, None, None, None, None, None, {})
+] = (None, None, None, None, None, None, None, {})
 
 
 def is_xml_type(content_type: str) -> bool:
@@ -325,4 +337,5 @@ def decode(received: Carried) -> NotificationMessage:
         published_at=_published_at(headers),
         subscription_reference=_epr_from_header(headers.get(HEADER_SUBSCRIPTION_REFERENCE)),
         request_id=headers.get(HEADER_REQUEST_ID),
+        via=parse_via(headers.get(HEADER_VIA) or ""),
     )

@@ -208,6 +208,61 @@ class MiddlewareSettings:
 
 
 @dataclass(slots=True)
+class ConnectionSettings:
+    """HTTP connections: how many, and how long a client may take to send a request
+    (docs/security.md); 0 = no limit."""
+
+    #: open connections at most; more are answered 503 and closed
+    limit: int = field(default=1000, metadata=limits(0, 100_000))
+    #: open connections per client address (``trusted_proxies`` are exempt)
+    per_client: int = field(default=64, metadata=limits(0, 100_000))
+    #: seconds a request's line and headers may take to arrive
+    header_timeout: float = field(default=10.0, metadata=limits(0))
+    #: seconds a request's body may take to arrive after its headers
+    body_timeout: float = field(default=60.0, metadata=limits(0))
+    #: seconds a connection may sit without a request (keep-alive)
+    idle_timeout: float = field(default=30.0, metadata=limits(0))
+
+
+@dataclass(slots=True)
+class LoopSettings:
+    """Notifications that come back to the gateway through other gateways
+    (docs/security.md)."""
+
+    #: this gateway's id in the hop marker of the notifications it publishes; "" = a
+    #: random id at every start (gateways sharing one store and middleware may share one)
+    gateway_id: str = field(default="", metadata=limits(check="gateway_id"))
+    #: gateways a notification may pass through; one that went through more is dropped
+    max_hops: int = field(default=8, metadata=limits(1, 1000))
+
+
+@dataclass(slots=True)
+class FilterSettings:
+    """MessageContent filters: what an expression may use, what evaluating it may cost
+    (docs/security.md)."""
+
+    #: allow the EXSLT regular-expression functions (``re:test``, ``re:match``,
+    #: ``re:replace``); their time is unbounded (backtracking), so they are off unless
+    #: an operator trusts the subscribers or keeps ``isolation = "process"``
+    exslt_regex: bool = False
+    #: longest expression accepted, characters
+    max_expression_length: int = field(default=2048, metadata=limits(1, 1_000_000))
+    #: deepest nesting of parentheses and predicates accepted
+    max_nesting: int = field(default=16, metadata=limits(1, 1000))
+    #: "process": evaluated in worker processes, each message within ``cpu_limit`` and
+    #: ``memory`` (a subscription whose filter exceeds them is ended with
+    #: SubscriptionEnd); "inline": in the delivery threads without any budget (trusted
+    #: subscribers only)
+    isolation: Literal["process", "inline"] = "process"
+    #: CPU seconds parsing and evaluating one message may take
+    cpu_limit: float = field(default=0.5, metadata=limits(above=0, maximum=3600))
+    #: address space of each evaluation process, MiB
+    memory: int = field(default=512, metadata=limits(64))
+    #: evaluation processes (shared by all subscriptions)
+    processes: int = field(default=2, metadata=limits(1, 64))
+
+
+@dataclass(slots=True)
 class AdminSettings:
     """The admin page (``/admin``)."""
 
@@ -340,6 +395,9 @@ class Settings:
     delivery: DeliverySettings = field(default_factory=DeliverySettings)
     outbound: OutboundSettings = field(default_factory=OutboundSettings)
     middleware: MiddlewareSettings = field(default_factory=MiddlewareSettings)
+    filters: FilterSettings = field(default_factory=FilterSettings)
+    connections: ConnectionSettings = field(default_factory=ConnectionSettings)
+    loops: LoopSettings = field(default_factory=LoopSettings)
     auth: AuthSettings = field(default_factory=AuthSettings)
     tls: TlsSettings = field(default_factory=TlsSettings)
     quotas: QuotaSettings = field(default_factory=QuotaSettings)

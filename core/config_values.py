@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ipaddress
 import math
+import re
 import types
 import typing
 from collections.abc import Mapping
@@ -44,7 +45,8 @@ def limits(
     check: str | None = None,
 ) -> dict[str, Any]:
     """Field metadata: inclusive ``minimum``/``maximum``, exclusive ``above`` (numbers;
-    durations in seconds), or a named ``check`` ("log_level", "http_url", "networks")."""
+    durations in seconds), or a named ``check`` ("log_level", "http_url", "networks",
+    "gateway_id")."""
     return {"minimum": minimum, "maximum": maximum, "above": above, "check": check}
 
 
@@ -231,6 +233,9 @@ def _check_named(value: Any, meta: Mapping[str, Any]) -> Any:
     elif check == "networks":
         for item in value if isinstance(value, list) else [value]:
             _check_network(item)
+    elif check == "gateway_id":
+        if value and not re.fullmatch(r"[A-Za-z0-9._:-]{1,64}", str(value)):
+            raise InvalidValue(f"{value!r}: 1-64 of the characters A-Z a-z 0-9 . _ : -")
     else:  # pragma: no cover - a typo in a field declaration
         raise AssertionError(f"unknown check {check!r}")
     return value

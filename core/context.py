@@ -3,9 +3,9 @@
 ``core.service.BrokerService`` builds one context and hands it to each part (subscription
 lifecycle, inbound notifications, pull points, registrations, recovery, sweep).  It holds
 the collaborators (settings, adapter, store, outbound SOAP port and address policy, topic
-set, delivery engine, observers), the live-resource registry, the clock, the resource
-addresses, and the two wake-ups parts use to ask for background work (lifetime sweep,
-demand reconciliation).
+set, delivery engine, observers, MessageContent evaluator), the live-resource registry,
+the clock, the resource addresses, and the two wake-ups parts use to ask for background
+work (lifetime sweep, demand reconciliation).
 """
 
 from __future__ import annotations
@@ -20,9 +20,11 @@ from wsnmom.core.addresses import ResourceKind, broker_address, resource_address
 from wsnmom.core.availability import MiddlewareGate
 from wsnmom.core.config import Settings
 from wsnmom.core.delivery import DeliveryEngine
+from wsnmom.core.filter_sandbox import ContentEvaluator, InlineEvaluator, SandboxEvaluator
 from wsnmom.core.guard import Guard
 from wsnmom.core.lifetimes import resolve_termination
 from wsnmom.core.limits import LimitKeeper
+from wsnmom.core.loops import LoopGuard, new_gateway_id
 from wsnmom.core.model import INFINITE, RequestedTime
 from wsnmom.core.observers import Observers
 from wsnmom.core.outbound_policy import OutboundPolicy
@@ -30,6 +32,7 @@ from wsnmom.core.ports import OutboundSoap
 from wsnmom.core.registry import Registry
 from wsnmom.core.store import Store
 from wsnmom.core.topic_stats import TopicStats
+from wsnmom.core.xpath_guard import FilterRules
 from wsnmom.topic_mapping.dialects import CONCRETE
 from wsnmom.topic_mapping.namespaces import TopicSet
 
@@ -86,6 +89,23 @@ class BrokerContext:
             adapter,
             grace=settings.middleware.grace,
             retry_after=settings.middleware.retry_after,
+        )
+        #: this gateway's id in hop markers; drops notifications that looped
+        self.loop_guard = LoopGuard(
+            settings.loops.gateway_id or new_gateway_id(), settings.loops.max_hops
+        )
+        f = settings.filters
+        #: what MessageContent filters may use
+        self.filter_rules = FilterRules(
+            exslt_regex=f.exslt_regex,
+            max_expression_length=f.max_expression_length,
+            max_nesting=f.max_nesting,
+        )
+        #: evaluates MessageContent filters (off the request threads, within budgets)
+        self.content_evaluator: ContentEvaluator = (
+            InlineEvaluator()
+            if f.isolation == "inline"
+            else SandboxEvaluator(cpu_limit=f.cpu_limit, memory_mb=f.memory, processes=f.processes)
         )
         #: ownership, topic ACL and quota checks of the caller (``core.access``)
         self.guard = Guard(self)

@@ -33,10 +33,10 @@ from typing import Any, TypeVar
 
 from wsnmom.core import metrics
 from wsnmom.core.adapter import Received, SubscriptionHandle
-from wsnmom.core.channel import Backoff, Channel, ChannelStatus
+from wsnmom.core.channel import Backoff, Channel, ChannelStatus, EndSubscription
 from wsnmom.core.lanes import BreakerSettings, Lane, Lanes, LaneState, Outcome
 
-__all__ = ["Backoff", "Channel", "ChannelStatus", "DeliveryEngine"]
+__all__ = ["Backoff", "Channel", "ChannelStatus", "DeliveryEngine", "EndSubscription"]
 
 log = logging.getLogger(__name__)
 
@@ -100,9 +100,9 @@ class DeliveryEngine:
         self,
         name: str,
         handle: SubscriptionHandle,
-        prepare: Callable[[Received], T | None],
+        prepare: Callable[[Sequence[Received]], Sequence[T | None]],
         send: Callable[[Sequence[T]], None],
-        on_give_up: Callable[[str], None],
+        on_give_up: Callable[[EndSubscription], None],
         *,
         batch_size: int = 10,
         ordered: bool = False,

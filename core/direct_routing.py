@@ -14,7 +14,9 @@ publishes hold it shared, a routing change exclusively (see ``core.gate``).  Loc
 the gate before the registry lock.
 
 Adapters without ``sole_publisher`` never route here: every subscription has its durable
-subscription and a delivery channel forwards into the pull point.
+subscription and a delivery channel forwards into the pull point.  Neither do
+subscriptions with a MessageContent filter: their filter is evaluated by the delivery
+channel, never on the publishing request's thread (``core.filter_sandbox``).
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ class DirectRouting:
         """Whether ``sub`` is to be routed at publish time."""
         return (
             sub.pull_point_id is not None
+            and sub.message_content is None
             and not sub.queued
             and sub.state is SubscriptionState.ACTIVE
             and self._ctx.adapter.capabilities.sole_publisher
@@ -107,7 +110,7 @@ class DirectRouting:
                 if is_expired(record.termination_time, now):
                     expired = True
                     continue
-                if not state.filter.matches(message) or record.pull_point_id is None:
+                if not state.filter.matches_topic(message) or record.pull_point_id is None:
                     continue
                 copies.append(
                     encode(

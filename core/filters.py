@@ -29,7 +29,6 @@ Decisions (checklist §6, NCIA §2.3.4):
 from __future__ import annotations
 
 import logging
-import math
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping
@@ -39,8 +38,11 @@ from dataclasses import dataclass
 from lxml import etree
 from wsnmom.core import errors
 from wsnmom.core.codec import is_reserved, safe_parse
+from wsnmom.core.filter_sandbox import ContentEvaluator, FilterBudgetExceeded
+from wsnmom.core.filter_worker import xpath_boolean
 from wsnmom.core.model import ExpressionSource, NotificationMessage
 from wsnmom.core.per_thread import PerThread
+from wsnmom.core.xpath_guard import FilterRules, XPathRefused, check_expression
 from wsnmom.topic_mapping import errors as tm_errors
 from wsnmom.topic_mapping.dialects import (
     XPATH,
@@ -200,9 +202,24 @@ def _concrete_key(source: ExpressionSource) -> tuple[object, ...] | None:
 
 
 class MessageContentFilter:
-    """A compiled MessageContent XPath 1.0 expression."""
+    """A compiled MessageContent XPath 1.0 expression.
 
-    def __init__(self, source: ExpressionSource) -> None:
+    ``rules`` (the ``[filters]`` settings) say what the expression may use; it is checked
+    (:func:`wsnmom.core.xpath_guard.check_expression`) before lxml compiles it.  Unless
+    the EXSLT regular-expression functions are enabled, the expression is also probed
+    here, in the calling thread, on a one-element document: with only the XPath 1.0
+    function library that evaluation is bounded by the expression's size.  With them
+    enabled the probe is the evaluator's (:func:`probe`): a regular expression over a
+    literal string can backtrack for ever.
+
+    Evaluation on messages is the evaluator's job (:mod:`wsnmom.core.filter_sandbox`);
+    :meth:`matches` evaluates in the calling thread, without any budget.
+    """
+
+    __slots__ = ("_xpaths", "exslt_regex", "namespace_items", "text")
+
+    def __init__(self, source: ExpressionSource, rules: FilterRules | None = None) -> None:
+        rules = rules or FilterRules()
         dialect = source.dialect or XPATH10
         if dialect not in MESSAGE_CONTENT_DIALECTS:
             raise errors.InvalidMessageContentExpression(
@@ -210,25 +227,40 @@ class MessageContentFilter:
             )
         text = source.text.strip()
         namespaces = {p: uri for p, uri in source.namespaces.items() if p and uri}
+        try:
+            check_expression(text, namespaces, rules)
+        except XPathRefused as exc:
+            raise errors.InvalidMessageContentExpression(
+                f"MessageContent expression {_shorten(text)!r} refused: {exc}"
+            ) from exc
+        regex = rules.exslt_regex
 
         def compile_xpath() -> etree.XPath:
-            return etree.XPath(text, namespaces=namespaces, smart_strings=False)
+            return etree.XPath(text, namespaces=namespaces, smart_strings=False, regexp=regex)
 
         try:
             first = compile_xpath()
-            # lxml reports undeclared prefixes and unknown functions only when evaluating:
-            # probe once so they fault at Subscribe time (MC-06 d)
-            first(etree.fromstring(b"<probe/>"))
+            if not regex:
+                # lxml reports undeclared prefixes and unknown functions only when
+                # evaluating: probe once so they fault at Subscribe time (MC-06 d)
+                first(etree.fromstring(b"<probe/>"))
         except (etree.XPathSyntaxError, etree.XPathEvalError) as exc:
             raise errors.InvalidMessageContentExpression(
-                f"invalid XPath 1.0 MessageContent expression {text!r}: {exc}"
+                f"invalid XPath 1.0 MessageContent expression {_shorten(text)!r}: {exc}"
             ) from exc
         self.text = text
+        self.namespace_items = tuple(sorted(namespaces.items()))
+        self.exslt_regex = regex
         # a compiled XPath locks its callers: each evaluating thread gets its own copy
         self._xpaths = PerThread(compile_xpath, first)
 
+    def compiled(self) -> etree.XPath:
+        """This thread's compiled copy."""
+        return self._xpaths.get()
+
     def matches_element(self, element: etree._Element) -> bool:
-        """Evaluate over ``element`` (the payload root) with XPath ``boolean()`` rules."""
+        """Evaluate over ``element`` (the payload root) with XPath ``boolean()`` rules, in
+        the calling thread."""
         try:
             result = self._xpaths.get()(element)
         except etree.XPathError as exc:
@@ -237,7 +269,7 @@ class MessageContentFilter:
         return xpath_boolean(result)
 
     def matches(self, payload: bytes) -> bool:
-        """Evaluate over a serialised payload element."""
+        """Evaluate over a serialised payload element, in the calling thread."""
         try:
             element = safe_parse(payload)
         except etree.XMLSyntaxError:
@@ -245,17 +277,28 @@ class MessageContentFilter:
         return self.matches_element(element)
 
 
-def xpath_boolean(result: object) -> bool:
-    """XPath 1.0 ``boolean()`` of an lxml XPath result."""
-    if isinstance(result, bool):
-        return result
-    if isinstance(result, float | int):
-        return result != 0 and not math.isnan(result)
-    if isinstance(result, str | bytes):
-        return len(result) > 0
-    if isinstance(result, list):
-        return len(result) > 0
-    return bool(result)
+def probe(content: MessageContentFilter, evaluator: ContentEvaluator) -> None:
+    """Evaluate ``content`` once on a one-element document with ``evaluator`` when the
+    EXSLT regular-expression functions are enabled (otherwise it was probed when
+    compiled): an expression that cannot be evaluated or exceeds its budget even there is
+    refused with InvalidMessageContentExpressionFault."""
+    if not content.exslt_regex:
+        return
+    try:
+        (verdict,) = evaluator.evaluate(content, [b"<probe/>"])
+    except FilterBudgetExceeded as exc:
+        raise errors.InvalidMessageContentExpression(
+            f"MessageContent expression {_shorten(content.text)!r} refused: {exc.reason} "
+            "(on a one-element message)"
+        ) from exc
+    if isinstance(verdict, str):
+        raise errors.InvalidMessageContentExpression(
+            f"invalid XPath 1.0 MessageContent expression {_shorten(content.text)!r}: {verdict}"
+        )
+
+
+def _shorten(text: str, limit: int = 200) -> str:
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 def check_producer_properties(source: ExpressionSource) -> None:
@@ -278,13 +321,12 @@ class CompiledFilter:
         """Patterns for ``SubscriptionSpec``: None (everything) without a topic filter."""
         return None if self.topic is None else self.topic.patterns
 
-    def matches(self, message: NotificationMessage) -> bool:
-        """True when every filter accepts ``message`` (AND)."""
-        if self.topic is not None and (
-            message.topic is None or not self.topic.matches(message.topic)
-        ):
-            return False
-        return self.content is None or self.content.matches(message.payload)
+    def matches_topic(self, message: NotificationMessage) -> bool:
+        """True when the topic filter accepts ``message`` (the MessageContent filter is
+        evaluated by a ``filter_sandbox`` evaluator, off the calling thread)."""
+        return self.topic is None or (
+            message.topic is not None and self.topic.matches(message.topic)
+        )
 
 
 def patterns_overlap(a: PathPattern, b: PathPattern) -> bool:

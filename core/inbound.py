@@ -51,9 +51,17 @@ class Inbound:
         self._direct = direct
 
     def prepare(
-        self, items: Sequence[InboundNotification], *, registration_check: bool
+        self,
+        items: Sequence[InboundNotification],
+        *,
+        registration_check: bool,
+        stamp: bool = False,
     ) -> list[NotificationMessage]:
         """Validate a Notify's messages and make them NotificationMessages.
+
+        With ``stamp`` (Notify to the broker) each message's via list gets this gateway's
+        id, and a message that already went through this gateway (or through
+        ``loops.max_hops`` gateways) is left out (``core.loops``).
 
         Work that is the same for every message of one Notify is done once: one timestamp,
         one draw of message ids (``new_message_ids``), each topic expression resolved and
@@ -75,8 +83,18 @@ class Inbound:
         last_source: ExpressionSource | None = None
         last_topic: Topic | None = None
         last_dialect: str | None = None
+        guard = ctx.loop_guard
+        via_in: tuple[str, ...] | None = None
+        via_out: tuple[str, ...] | None = ()
         out: list[NotificationMessage] = []
         for item, message_id in zip(items, ids, strict=True):
+            via = item.via
+            if stamp:
+                if item.via is not via_in:  # one stamped tuple per Notify (codec reuses it)
+                    via_in, via_out = item.via, guard.stamp(item.via)
+                if via_out is None:
+                    continue
+                via = via_out
             source = item.topic
             topic: Topic | None = None
             dialect: str | None = None
@@ -107,6 +125,7 @@ class Inbound:
                     published_at=now,
                     subscription_reference=item.subscription_reference,
                     request_id=request_id,
+                    via=via,
                 )
             )
         return out
@@ -178,7 +197,7 @@ class Inbound:
 
     def notify(self, items: Sequence[InboundNotification]) -> None:
         """Notify to the broker: validate, publish, return once confirmed."""
-        prepared = self.prepare(items, registration_check=True)
+        prepared = self.prepare(items, registration_check=True, stamp=True)
         self._ctx.guard.check_fanout(prepared)
         self.publish(prepared)
 

@@ -81,6 +81,22 @@ SUBSCRIPTIONS_ENDED = Counter(
 DELIVERY_SECONDS = Histogram(
     "wsnmom_delivery_seconds", "Duration of successful outbound Notify calls", registry=REGISTRY
 )
+CONNECTIONS_OPEN = Gauge(
+    "wsnmom_connections_open", "Open HTTP connections (connections.limit)", registry=REGISTRY
+)
+CONNECTIONS_REFUSED = Counter(
+    "wsnmom_connections_refused",
+    "HTTP connections refused with 503, by limit (limit, per_client)",
+    ["reason"],
+    registry=REGISTRY,
+)
+CONNECTIONS_CLOSED = Counter(
+    "wsnmom_connections_closed",
+    "HTTP connections closed by the gateway, by deadline (header_timeout, body_timeout, "
+    "idle_timeout)",
+    ["reason"],
+    registry=REGISTRY,
+)
 SUBSCRIPTIONS = Gauge("wsnmom_subscriptions", "Live subscriptions", registry=REGISTRY)
 PULL_POINTS = Gauge("wsnmom_pull_points", "Live pull points", registry=REGISTRY)
 REGISTRATIONS = Gauge("wsnmom_registrations", "Live publisher registrations", registry=REGISTRY)

@@ -183,6 +183,8 @@ class NotificationMessage:
     #: the id of the request that published it (``X-Request-Id``), carried through the
     #: middleware so delivery logs can name it; never sent to consumers
     request_id: str | None = None
+    #: ids of the gateways that published it, oldest first (``core.loops``)
+    via: tuple[str, ...] = ()
 
 
 @_direct_init
@@ -194,6 +196,8 @@ class InboundNotification:
     topic: ExpressionSource | None = None
     producer_reference: EndpointReference | None = None
     subscription_reference: EndpointReference | None = None
+    #: the gateways it went through before (``wsnmom:Hops`` header, ``core.loops``)
+    via: tuple[str, ...] = ()
 
 
 class SubscriptionState(enum.Enum):

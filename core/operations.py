@@ -19,11 +19,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from wsnmom.core.adapter import SubscriptionHandle
-from wsnmom.core.addresses import redact_url
 from wsnmom.core.context import BrokerContext
 from wsnmom.core.delivery import ChannelStatus
 from wsnmom.core.lifetimes import is_expired
 from wsnmom.core.model import PublisherRegistration, PullPoint, Subscription
+from wsnmom.core.redaction import redact_url
 from wsnmom.core.registry import LivePullPoint, LiveSubscription
 from wsnmom.core.topic_stats import TopicCount
 

@@ -29,8 +29,9 @@ What ``check`` does, in order:
    non-empty ``allow`` list, a host is admitted by a name pattern or when every address is
    in an allowed network);
 7. extra rules (:class:`AddressRule`, see :meth:`OutboundPolicy.add_rule`) see the checked
-   destination and may refuse it: this is where rules that need more than the settings go
-   (for example refusing the gateway's own endpoints).
+   destination, path included, and may refuse it: this is where rules that need more than
+   the settings go (``core.loops.SelfAddressRule`` refuses the gateway's own endpoints).
+   They run on every check, after the cache.
 
 A checked destination is reused for ``outbound.resolve_cache`` seconds (numeric hosts for
 as long as the process runs); a refusal is never cached.
@@ -277,8 +278,7 @@ class OutboundPolicy:
     def add_rule(self, rule: AddressRule) -> None:
         """Add an extra check; it applies to every later ``check``."""
         with self._lock:
-            self._rules.append(rule)
-            self._cache.clear()
+            self._rules = [*self._rules, rule]  # a new list: checks iterate without the lock
 
     def refusal(self, address: str) -> str | None:
         """Why ``address`` may not be called, or None when it may."""
@@ -295,15 +295,21 @@ class OutboundPolicy:
         target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         hit = self._cache.get(key)
         if hit is not None and hit[0] >= time.monotonic():
-            return replace(hit[1], target=target)
-        origin = self._check_origin(address, parts)
-        expires = float("inf") if origin.literal else time.monotonic() + self._ttl
-        if self._ttl > 0 or origin.literal:
-            with self._lock:
-                if len(self._cache) >= _CACHE_SIZE:
-                    self._cache.clear()
-                self._cache[key] = (expires, origin)
-        return replace(origin, target=target)
+            origin = hit[1]
+        else:
+            origin = self._check_origin(address, parts)
+            expires = float("inf") if origin.literal else time.monotonic() + self._ttl
+            if self._ttl > 0 or origin.literal:
+                with self._lock:
+                    if len(self._cache) >= _CACHE_SIZE:
+                        self._cache.clear()
+                    self._cache[key] = (expires, origin)
+        destination = replace(origin, target=target)
+        for rule in self._rules:
+            reason = rule(destination)
+            if reason is not None:
+                raise AddressRefused(address, reason)
+        return destination
 
     # -- the steps -------------------------------------------------------------------------
     def _check_origin(self, address: str, parts: SplitResult) -> Destination:
@@ -360,10 +366,6 @@ class OutboundPolicy:
             host_header=host_header,
             target="/",
         )
-        for rule in list(self._rules):
-            reason = rule(destination)
-            if reason is not None:
-                raise refuse(reason)
         return destination
 
     def _resolve(

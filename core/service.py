@@ -41,6 +41,7 @@ from wsnmom.core.filters import MESSAGE_CONTENT_DIALECTS
 from wsnmom.core.inbound import Inbound
 from wsnmom.core.lanes import BreakerSettings
 from wsnmom.core.lifetimes import utc_now
+from wsnmom.core.loops import SelfAddressRule
 from wsnmom.core.model import (
     CreatePullPointRequest,
     EndpointReference,
@@ -108,6 +109,15 @@ class BrokerService:
         #: the outbound-address policy; share it with the outbound SOAP client so both
         #: apply the same rules (built from ``settings.outbound`` when not given)
         self.outbound_policy = outbound_policy or OutboundPolicy(settings.outbound)
+        # the gateway's own endpoints are never a consumer or a publisher (loops)
+        self.outbound_policy.add_rule(
+            SelfAddressRule(
+                settings.base_url,
+                settings.host,
+                settings.port,
+                resolver=self.outbound_policy.resolver,
+            )
+        )
         #: observer hooks are called through it (None: no observers)
         self.plugins = plugins
         self.adapter = adapter

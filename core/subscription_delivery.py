@@ -20,8 +20,9 @@ from wsnmom.core import metrics
 from wsnmom.core.adapter import AdapterError, Received, SubscriptionSpec
 from wsnmom.core.codec import decode, encode, is_internal_routing, pull_point_inbox
 from wsnmom.core.context import BrokerContext
-from wsnmom.core.delivery import Channel
+from wsnmom.core.delivery import Channel, EndSubscription
 from wsnmom.core.direct_routing import DirectRouting
+from wsnmom.core.filter_sandbox import FilterBudgetExceeded
 from wsnmom.core.lanes import destination_key
 from wsnmom.core.lifetimes import is_expired
 from wsnmom.core.model import (
@@ -67,26 +68,47 @@ class SubscriptionDelivery:
             subscription_reference=EndpointReference(ctx.subscription_address(state.record.id)),
         )
 
-    def accepted(self, state: LiveSubscription, received: Received) -> NotificationMessage | None:
-        """The message if this subscription is to deliver it; None to drop it (acked).
+    def accepted(
+        self, state: LiveSubscription, batch: Sequence[Received]
+    ) -> list[NotificationMessage | None]:
+        """For each message of ``batch``: the message if this subscription is to deliver
+        it; None to drop it (acked).
 
         Drops internal traffic, messages the filters refuse, messages older than
         ``limits.max_age`` where core enforces it, and everything once the subscription has
         expired: clients already get ResourceUnknown for it, so it must not
         deliver in the moments before the sweep destroys it (the sweep is woken now).
+        The MessageContent filter is evaluated once for the batch by the context's
+        evaluator; a message that exceeds its budget raises ``EndSubscription``.
         """
-        now = self._ctx.now()
+        ctx = self._ctx
+        now = ctx.now()
         if is_expired(state.record.termination_time, now):
-            self._ctx.wake_sweep()
-            return None
-        if is_internal_routing(received):
-            return None
-        if self._ctx.limit_keeper.expired(received, now):
-            return None
-        message = decode(received)
-        return message if state.filter.matches(message) else None
+            ctx.wake_sweep()
+            return [None] * len(batch)
+        out: list[NotificationMessage | None] = []
+        for received in batch:
+            if is_internal_routing(received) or ctx.limit_keeper.expired(received, now):
+                out.append(None)
+                continue
+            message = decode(received)
+            out.append(message if state.filter.matches_topic(message) else None)
+        content = state.filter.content
+        if content is not None:
+            kept = [i for i, m in enumerate(out) if m is not None]
+            try:
+                payloads = [m.payload for m in out if m is not None]
+                verdicts = ctx.content_evaluator.evaluate(content, payloads)
+            except FilterBudgetExceeded as exc:
+                raise EndSubscription(exc.reason, "filter") from exc
+            for i, verdict in zip(kept, verdicts, strict=True):
+                if verdict is not True:
+                    if isinstance(verdict, str):
+                        log.debug("MessageContent %r failed: %s", content.text, verdict)
+                    out[i] = None
+        return out
 
-    def attach(self, state: LiveSubscription, give_up: Callable[[str], None]) -> None:
+    def attach(self, state: LiveSubscription, give_up: Callable[[EndSubscription], None]) -> None:
         """Open the durable subscription and its delivery channel (started unless paused),
         or, for a subscription routed at publish time, just index it."""
         ctx = self._ctx
@@ -163,13 +185,17 @@ class _Pusher:
         self.delivery = delivery
         self.state = state
 
-    def prepare(self, received: Received) -> Delivered | None:
-        """The message as the consumer is to get it, or None to drop it."""
-        message = self.delivery.accepted(self.state, received)
-        if message is None:
-            return None
-        rendered = self.delivery.render(self.state, message)
-        return Delivered(rendered, self.state.record.id, rendered.subscription_reference)
+    def prepare(self, batch: Sequence[Received]) -> list[Delivered | None]:
+        """Each message as the consumer is to get it, or None to drop it."""
+        out: list[Delivered | None] = []
+        sub_id = self.state.record.id
+        for message in self.delivery.accepted(self.state, batch):
+            if message is None:
+                out.append(None)
+            else:
+                rendered = self.delivery.render(self.state, message)
+                out.append(Delivered(rendered, sub_id, rendered.subscription_reference))
+        return out
 
     def send(self, batch: Sequence[Delivered]) -> None:
         """Post ``batch`` to the consumer (one Notify, or one raw message each)."""
@@ -204,10 +230,13 @@ class _Forwarder:
         self.state = state
         self.pull_point_id = pull_point_id
 
-    def prepare(self, received: Received) -> NotificationMessage | None:
-        """The message as the pull point is to hold it, or None to drop it."""
-        message = self.delivery.accepted(self.state, received)
-        return None if message is None else self.delivery.render(self.state, message)
+    def prepare(self, batch: Sequence[Received]) -> list[NotificationMessage | None]:
+        """Each message as the pull point is to hold it, or None to drop it."""
+        render = self.delivery.render
+        return [
+            None if m is None else render(self.state, m)
+            for m in self.delivery.accepted(self.state, batch)
+        ]
 
     def send(self, batch: Sequence[NotificationMessage]) -> None:
         """Publish ``batch`` into the pull point's inbox."""

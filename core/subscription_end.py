@@ -10,6 +10,7 @@ or expiry.
 from __future__ import annotations
 
 from lxml import etree
+from wsnmom.core.redaction import redact_text
 
 __all__ = ["NATO_NS", "WSNMOM_NS", "subscription_end_payload"]
 
@@ -33,5 +34,5 @@ def subscription_end_payload(subscription_address: str, reason: str) -> bytes:
     )
     ref = etree.SubElement(root, f"{{{NATO_NS}}}SubscriptionReference")
     etree.SubElement(ref, f"{{{WSA_NS}}}Address").text = subscription_address
-    etree.SubElement(root, f"{{{WSNMOM_NS}}}Reason").text = reason
+    etree.SubElement(root, f"{{{WSNMOM_NS}}}Reason").text = redact_text(reason)
     return etree.tostring(root, encoding="UTF-8")

@@ -26,15 +26,17 @@ from urllib.parse import urlsplit
 
 from wsnmom.core import errors, metrics
 from wsnmom.core.access import current_principal, may_manage
-from wsnmom.core.adapter import AdapterError
+from wsnmom.core.adapter import AdapterError, TopicUnavailable
 from wsnmom.core.addresses import ResourceKind, parse_resource_path, resource_address
 from wsnmom.core.context import BrokerContext
+from wsnmom.core.delivery import EndSubscription
 from wsnmom.core.filters import (
     CompiledFilter,
     MessageContentFilter,
     check_producer_properties,
     compile_topic_filter,
     concrete_topic,
+    probe,
     topic_errors,
 )
 from wsnmom.core.inbound import Inbound
@@ -50,6 +52,7 @@ from wsnmom.core.model import (
     new_resource_id,
 )
 from wsnmom.core.outbound_policy import AddressRefused
+from wsnmom.core.redaction import redact_url
 from wsnmom.core.registry import LiveSubscription
 from wsnmom.core.subscription_delivery import SubscriptionDelivery
 from wsnmom.core.subscription_end import subscription_end_payload
@@ -91,7 +94,10 @@ class Subscriptions:
                     memo[key] = expr
         if producer_properties is not None:
             check_producer_properties(producer_properties)
-        mc = MessageContentFilter(content) if content is not None else None
+        mc: MessageContentFilter | None = None
+        if content is not None:
+            mc = MessageContentFilter(content, self._ctx.filter_rules)
+            probe(mc, self._ctx.content_evaluator)
         return CompiledFilter(expr, mc)
 
     def end_topic(self, source: ExpressionSource | None) -> tuple[Topic, str] | None:
@@ -159,7 +165,8 @@ class Subscriptions:
                     if exc.temporary
                     else (errors.ConsumerAddressRefused)
                 )
-                raise error(f"consumer address {address!r} refused: {exc.reason}") from None
+                shown = redact_url(address)
+                raise error(f"consumer address {shown!r} refused: {exc.reason}") from None
         sub = Subscription(
             id=new_resource_id(),
             consumer=req.consumer,
@@ -183,6 +190,8 @@ class Subscriptions:
         except AdapterError as exc:
             ctx.store.delete_subscription(sub.id)
             ctx.delete_native(sub.id)
+            if isinstance(exc, TopicUnavailable):  # the same answer as Notify on that topic
+                raise errors.TopicNotSupported(str(exc)) from exc
             raise ctx.gate.fault(
                 exc, errors.SubscribeCreationFailed(f"the middleware refused: {exc}")
             ) from exc
@@ -332,13 +341,17 @@ class Subscriptions:
         """Administrative removal: destroy and publish SubscriptionEnd (NCIA Annex 1)."""
         self.finish(self._ctx.registry.live_subscription(subscription_id), reason)
 
-    def give_up(self, subscription_id: str, reason: str) -> None:
-        """The retry policy gave up on the consumer: end the subscription."""
+    def give_up(self, subscription_id: str, end: EndSubscription) -> None:
+        """Delivery cannot go on (the retry policy gave up on the consumer, or the filter
+        exceeded its evaluation budget): end the subscription."""
         state = self._ctx.registry.subscriptions.get(subscription_id)
         if state is None:
             return
-        metrics.SUBSCRIPTIONS_ENDED.labels(reason="delivery").inc()
-        self.finish(state, f"consumer unreachable: {reason}")
+        metrics.SUBSCRIPTIONS_ENDED.labels(reason=end.cause).inc()
+        if end.cause == "delivery":
+            self.finish(state, f"consumer unreachable: {end.reason}")
+        else:
+            self.finish(state, end.reason)
 
     def finish(self, state: LiveSubscription, reason: str) -> None:
         """End a subscription for a reason other than Unsubscribe/expiry."""

@@ -1,7 +1,8 @@
 """The JSON forms of what the admin API shows (``core.operations`` records).
 
 Times are ``xsd:dateTime`` strings in UTC (``null``: none, or no scheduled end); topics
-are ``{namespace}path`` strings; counts the middleware cannot give are ``null``.
+are ``{namespace}path`` strings; counts the middleware cannot give are ``null``; addresses
+and errors have their secrets hidden (``core.redaction``).
 docs/operations.md#admin-page-and-api describes every field.
 """
 
@@ -20,6 +21,7 @@ from wsnmom.core.operations import (
     RegistrationStatus,
     SubscriptionStatus,
 )
+from wsnmom.core.redaction import redact_text, redact_url
 from wsnmom.core.topic_stats import TopicCount
 
 from .faults import xsd_datetime
@@ -64,7 +66,7 @@ def subscription_json(sub: Subscription, address: str) -> dict[str, Any]:
     return {
         "id": sub.id,
         "address": address,
-        "consumer": sub.consumer.address,
+        "consumer": redact_url(sub.consumer.address),
         "state": "paused" if sub.state is SubscriptionState.PAUSED else "active",
         "created": _time(sub.creation_time),
         "terminates": _time(sub.termination_time),
@@ -85,7 +87,7 @@ def delivery_json(delivery: ChannelStatus | None) -> dict[str, Any] | None:
         "active": delivery.active,
         "failures": delivery.failures,
         "retry_at": _posix(delivery.retry_at),
-        "last_error": delivery.last_error,
+        "last_error": None if delivery.last_error is None else redact_text(delivery.last_error),
         "delivered": delivery.delivered,
         "last_delivery": _posix(delivery.last_delivery),
         "held": delivery.held,
@@ -123,7 +125,7 @@ def registration_json(status: RegistrationStatus) -> dict[str, Any]:
     return {
         "id": record.id,
         "address": status.address,
-        "publisher": publisher.address if publisher is not None else None,
+        "publisher": redact_url(publisher.address) if publisher is not None else None,
         "topics": [expression_json(t) for t in record.topics],
         "demand": record.demand,
         "demand_paused": record.demand_paused if record.demand else None,

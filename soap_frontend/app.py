@@ -32,6 +32,7 @@ from collections.abc import Callable
 
 from flask import Blueprint, Flask, Response, current_app, request
 from lxml import etree
+from werkzeug.exceptions import HTTPException
 from wsnmom.core.addresses import BROKER_PATH, resource_path
 from wsnmom.core.config import Settings
 from wsnmom.core.ports import BrokerPort
@@ -41,8 +42,10 @@ from .admin_api import admin_api
 from .admin_auth import AdminSessions
 from .admin_page import admin_page
 from .auth import Authenticator
-from .dispatch import Frontend, Role, soap_post
+from .dispatch import Frontend, Reply, Role, soap_post, transport_reply
+from .envelope import HttpError, version_for_media_type
 from .fastpath import SoapFastPath
+from .faults import invalid_log
 from .metadata import SCHEMA_FILES, render_wsdl, schema_bytes
 from .public_base import public_base
 from .ratelimit import RateLimiter
@@ -67,6 +70,7 @@ def create_app(service: BrokerPort, settings: Settings | None = None) -> Flask:
     limiter = RateLimiter(settings.quotas if settings is not None else None, identity_rates)
     app.extensions["wsnmom.soap"] = Frontend(service, settings, auth, limiter)
     app.extensions["wsnmom.auth"] = auth
+    app.register_error_handler(HTTPException, _http_error)
 
     broker = Blueprint("notification_broker", __name__)
 
@@ -181,7 +185,13 @@ def _endpoint(role: Role, resource_id: str | None) -> Response:
     if request.method == "GET":
         if "wsdl" in {k.lower() for k in request.args}:
             return _wsdl_response()
-        return Response("SOAP endpoint: POST a SOAP envelope\n", status=405, mimetype="text/plain")
+        return _reply_response(
+            transport_reply(
+                _frontend(),
+                HttpError(405, "this is a SOAP endpoint: POST a SOAP envelope (?wsdl: the WSDL)"),
+                request.headers.get("Accept"),
+            )
+        )
     fe = _frontend()
     reply = soap_post(
         fe,
@@ -194,6 +204,52 @@ def _endpoint(role: Role, resource_id: str | None) -> Response:
         request.args,
         request.environ,
     )
+    return _reply_response(reply)
+
+
+def _reply_response(reply: Reply) -> Response:
     return Response(
         reply.body, status=reply.status, content_type=reply.content_type, headers=reply.headers
     )
+
+
+def _soap_bound(code: int) -> bool:
+    """Whether the current request is meant for a SOAP endpoint, so that an HTTP error
+    ``code`` is answered with a SOAP fault: under ``/wsn/`` (the admin API excepted),
+    anything but a plain read; elsewhere, a SOAP message to a path that does not exist
+    (the other endpoints, ``/healthz`` and the like, keep their plain answers)."""
+    path = request.path
+    soap_type = version_for_media_type(request.content_type) is not None
+    if path.startswith("/wsn/"):
+        if path.startswith("/wsn/admin/"):
+            return False
+        return soap_type or request.method not in ("GET", "HEAD", "OPTIONS")
+    return code == 404 and soap_type
+
+
+def _http_error(exc: HTTPException) -> Response | HTTPException:
+    """Werkzeug's HTTP errors (unknown path, method not allowed, body too large, body
+    ended early, an exception escaping a view) on SOAP-bound requests as SOAP faults with
+    the same status."""
+    if exc.code is None or exc.code < 400 or not _soap_bound(exc.code):
+        return exc
+    message = {
+        404: f"no SOAP endpoint at {request.path} (the broker is /wsn/broker; subscriptions, "
+        "pull points and registrations are /wsn/<kind>/<id>)",
+        405: f"{request.method} is not allowed here: POST a SOAP envelope",
+        413: "the request is larger than max_request_bytes",
+        500: "the broker could not process the request (internal error)",
+    }.get(exc.code, exc.description or exc.name)
+    invalid_log.info("rejected request to %s: %s", request.path, message)
+    error = HttpError(exc.code, message, code="Receiver" if exc.code >= 500 else "Sender")
+    try:
+        fe: Frontend | None = _frontend()
+    except Exception:
+        fe = None
+    response = _reply_response(transport_reply(fe, error, request.content_type))
+    if exc.code == 405:
+        allowed = exc.get_headers()
+        response.headers.extend([(k, v) for k, v in allowed if k == "Allow"])
+        if "Allow" not in response.headers:
+            response.headers["Allow"] = "GET, POST"
+    return response

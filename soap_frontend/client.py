@@ -43,6 +43,7 @@ from wsnmom.core.config import Settings
 from wsnmom.core.model import Delivered, EndpointReference, ExpressionSource, SoapVersion
 from wsnmom.core.outbound_policy import AddressRefused, Destination, OutboundPolicy
 from wsnmom.core.ports import DeliveryFailed
+from wsnmom.core.redaction import redact_text, redact_url
 
 from . import codec
 from .codec import ACTIONS, FULL, SIMPLE, Op
@@ -106,10 +107,12 @@ class SoapClient:
         if use_raw:
             for d in messages:
                 body = codec.raw_payload(d.message)
-                self._post(consumer, where, soap_version, body, action, timeout)
+                hops = codec.hops_header([d.message.via])
+                self._post(consumer, where, soap_version, body, action, timeout, hops)
         else:
             body = codec.notify_element(messages)
-            self._post(consumer, where, soap_version, body, action, timeout)
+            hops = codec.hops_header([d.message.via for d in messages])
+            self._post(consumer, where, soap_version, body, action, timeout, hops)
 
     # --- demand-based publishing ---------------------------------------------------------
     def subscribe(
@@ -174,8 +177,11 @@ class SoapClient:
         body: etree._Element | Spliced,
         action: str,
         timeout: float,
+        hops: etree._Element | None = None,
     ) -> etree._Element | None:
         headers = [_reference_header(p) for p in target.reference_parameters]
+        if hops is not None:
+            headers.append(hops)
         data = envelope_bytes(
             version, body, action=action, to=target.address, extra_headers=headers
         )
@@ -194,14 +200,16 @@ class SoapClient:
                 read_timeout=timeout,
             )
         except TRANSPORT_ERRORS as exc:
+            shown = redact_url(target.address)
             raise DeliveryFailed(
-                f"{target.address}: {type(exc).__name__}: {exc}", timed_out=is_timeout(exc)
+                redact_text(f"{shown}: {type(exc).__name__}: {exc}"), timed_out=is_timeout(exc)
             ) from None
         if 200 <= status < 300:
             return _reply_body(content)
         permanent, reason = _fault_reason(content)
         raise DeliveryFailed(
-            f"{target.address} answered HTTP {status}" + (f": {reason}" if reason else ""),
+            f"{redact_url(target.address)} answered HTTP {status}"
+            + (f": {redact_text(reason)}" if reason else ""),
             permanent=permanent,
             answered=True,
         )

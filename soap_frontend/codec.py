@@ -41,6 +41,7 @@ from typing import Any, Final, cast
 import isodate
 from lxml import etree
 from wsnmom.core import errors
+from wsnmom.core.codec import parse_via
 from wsnmom.core.model import (
     CreatePullPointRequest,
     Delivered,
@@ -58,6 +59,7 @@ from wsnmom.core.model import (
     SubscriptionState,
 )
 from wsnmom.core.ports import BrokerPort, BrokerProperties
+from wsnmom.core.redaction import redact_url
 from wsnmom.topic_mapping.dialects import ONVIF_CONCRETE_SET, XPATH, canonical_dialect
 from wsnmom.topic_mapping.errors import TopicError
 from wsnmom.topic_mapping.model import Topic
@@ -399,6 +401,41 @@ def parse_notify(body: etree._Element) -> list[InboundNotification]:
     if not out:
         raise BaseFaultError("Notify contains no wsnt:NotificationMessage")
     return out
+
+
+#: the hop marker header block and its per-message entries (``core.loops``)
+HOPS = qname(WSNMOM, "Hops")
+VIA = qname(WSNMOM, "Via")
+
+
+def hops_header(vias: Sequence[tuple[str, ...]]) -> etree._Element | None:
+    """The ``wsnmom:Hops`` header block for the messages of one outbound Notify (one
+    ``wsnmom:Via`` per NotificationMessage, in order, listing the gateways it was
+    published through); None when no message has been through a gateway."""
+    if not any(vias):
+        return None
+    hops = etree.Element(HOPS, nsmap={"wsnmom": WSNMOM})
+    for via in vias:
+        etree.SubElement(hops, VIA).text = " ".join(via)
+    return hops
+
+
+def apply_hops(
+    headers: Sequence[etree._Element], messages: list[InboundNotification]
+) -> list[InboundNotification]:
+    """``messages`` with the via lists of a ``wsnmom:Hops`` header among ``headers``:
+    one ``wsnmom:Via`` per NotificationMessage, or one for all of them; a header that
+    fits neither is ignored (as are malformed gateway ids)."""
+    hops = next((h for h in headers if h.tag == HOPS), None)
+    if hops is None:
+        return messages
+    vias = [parse_via(v.text or "") for v in hops if v.tag == VIA]
+    if len(vias) == 1:
+        shared = vias[0]  # one object for all: core stamps it once
+        return [dataclasses.replace(m, via=shared) for m in messages]
+    if len(vias) != len(messages):
+        return messages
+    return [dataclasses.replace(m, via=v) for m, v in zip(messages, vias, strict=True)]
 
 
 def parse_register_publisher(body: etree._Element) -> RegisterPublisherRequest:
@@ -829,6 +866,12 @@ def _epr_el(tag: str, epr: EndpointReference) -> etree._Element:
     return add_epr(holder, tag, epr)
 
 
+def _shown_epr_el(tag: str, epr: EndpointReference) -> etree._Element:
+    """An EPR shown in a property document: a password in its address is hidden."""
+    shown = redact_url(epr.address)
+    return _epr_el(tag, epr if shown == epr.address else dataclasses.replace(epr, address=shown))
+
+
 def _fragment(data: bytes | None) -> list[etree._Element]:
     return [parse_fragment(data)] if data else []
 
@@ -847,7 +890,9 @@ def broker_properties(service: BrokerPort) -> dict[str, PropertyRenderer]:
         T("TopicExpressionDialect"): lambda: [
             _el(T("TopicExpressionDialect"), d) for d in props().dialects
         ],
-        qname(WSTOP, "TopicSet"): lambda: [parse_fragment(etree.tostring(props().topic_set))],
+        # a copy (a serialised round trip in the default ASCII encoding turned a non-ASCII
+        # topic name into a character reference, which no element name may contain)
+        qname(WSTOP, "TopicSet"): lambda: [copy.deepcopy(props().topic_set)],
         BR("RequiresRegistration"): lambda: [
             _el(BR("RequiresRegistration"), _bool(props().requires_registration))
         ],
@@ -858,7 +903,7 @@ def broker_properties(service: BrokerPort) -> dict[str, PropertyRenderer]:
 def subscription_properties(sub: Subscription, now: datetime) -> dict[str, PropertyRenderer]:
     """Resource properties of a subscription (SubscriptionManagerRP + WSRL times)."""
     return {
-        T("ConsumerReference"): lambda: [_epr_el(T("ConsumerReference"), sub.consumer)],
+        T("ConsumerReference"): lambda: [_shown_epr_el(T("ConsumerReference"), sub.consumer)],
         T("Filter"): lambda: _fragment(sub.filter_xml),
         T("SubscriptionPolicy"): lambda: _fragment(sub.policy_xml),
         T("CreationTime"): lambda: [_time_el(T("CreationTime"), sub.creation_time)],
@@ -885,7 +930,7 @@ def registration_properties(
         T("CurrentTime"): lambda: [_time_el(T("CurrentTime"), now)],
         T("TerminationTime"): lambda: [_time_el(T("TerminationTime"), reg.termination_time)],
         BR("PublisherReference"): lambda: (
-            [_epr_el(BR("PublisherReference"), reg.publisher_reference)]
+            [_shown_epr_el(BR("PublisherReference"), reg.publisher_reference)]
             if reg.publisher_reference
             else []
         ),

@@ -49,6 +49,7 @@ from .faults import (
     count_request,
     fault_for_error,
     invalid_log,
+    transport_fault,
 )
 from .identity import AuthenticationFailed
 from .ratelimit import RateLimiter
@@ -56,7 +57,16 @@ from .splice import Spliced
 from .wsse import TokenRejected, find_username_token
 from .xml import WSNMOM, WSRF_RL, qname, text_of
 
-__all__ = ["BROKER_OPS", "RESOURCE_OPS", "RP_OPS", "Frontend", "Reply", "Role", "soap_post"]
+__all__ = [
+    "BROKER_OPS",
+    "RESOURCE_OPS",
+    "RP_OPS",
+    "Frontend",
+    "Reply",
+    "Role",
+    "soap_post",
+    "transport_reply",
+]
 
 
 class Role(enum.Enum):
@@ -127,7 +137,6 @@ class Reply:
 
 #: Flask's default Content-Type of a Response without one (the body-less 202 of one-ways)
 _DEFAULT_CONTENT_TYPE = "text/html; charset=utf-8"
-_PLAIN_TEXT = "text/plain; charset=utf-8"
 
 
 def soap_post(
@@ -159,7 +168,7 @@ def soap_post(
         req = parse_request(method, content_type, data)
     except HttpError as exc:
         invalid_log.info("rejected request to %s: %s", path, exc.message)
-        return Reply(exc.status, (exc.message + "\n").encode(), _PLAIN_TEXT)
+        return transport_reply(fe, exc, content_type)
     except SoapProtocolErrorWithContext as exc:
         invalid_log.info("unusable SOAP request to %s: %s", path, exc)
         return _fault(fe, BaseFaultError(str(exc)), exc.version, exc.addressing.message_id)
@@ -227,13 +236,24 @@ def _rate_limited(
     return _fault(fe, exc, req.version, req.addressing.message_id)
 
 
-def _fault(fe: Frontend, exc: BaseException, version: SoapVersion, relates_to: str | None) -> Reply:
-    now: datetime | None
+def transport_reply(fe: Frontend | None, exc: HttpError, content_type: str | None) -> Reply:
+    """A request refused before SOAP processing: its HTTP status with a SOAP fault."""
+    now, originator = _fault_context(fe)
+    answer = transport_fault(exc, content_type, now=now, originator=originator)
+    return Reply(answer.status, answer.body, answer.content_type, answer.headers)
+
+
+def _fault_context(fe: Frontend | None) -> tuple[datetime, EndpointReference | None]:
+    """The Timestamp and Originator of a fault."""
     try:
-        now = fe.service.now()
-        originator: EndpointReference | None = EndpointReference(_broker_address(fe.service))
+        assert fe is not None
+        return fe.service.now(), EndpointReference(_broker_address(fe.service))
     except Exception:
-        now, originator = datetime.now(UTC), None
+        return datetime.now(UTC), None
+
+
+def _fault(fe: Frontend, exc: BaseException, version: SoapVersion, relates_to: str | None) -> Reply:
+    now, originator = _fault_context(fe)
     fault, action, rendered = fault_for_error(exc, version, now=now, originator=originator)
     count_fault(rendered.fault_name)
     data = envelope_bytes(version, fault, action=action, relates_to=relates_to)
@@ -320,6 +340,8 @@ def _dispatch(
         raise BaseFaultError(f"{op.local} is not an operation of this endpoint; use the broker")
     if op is Op.NOTIFY:
         messages = codec.parse_notify(body)
+        if role is not Role.PULL_POINT and req.addressing.other_headers:
+            messages = codec.apply_hops(req.addressing.other_headers, messages)
         if role is Role.PULL_POINT:
             service.notify_pull_point(
                 _resolve(role, resource_id, Role.PULL_POINT, req, args), messages

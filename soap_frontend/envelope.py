@@ -4,7 +4,10 @@ Inbound: :func:`parse_request` checks the HTTP method and content type, parses t
 with the hardened parser, works out the SOAP version from the envelope namespace (the
 content type only has to be one of the two SOAP media types: real clients mix them up)
 and collects the addressing headers.  Transport-level problems raise :class:`HttpError`
-with the HTTP status to answer (405, 415, 400); everything after that is a SOAP fault.
+with the HTTP status to answer (405, 415, 400; 500 for an Envelope of an unknown SOAP
+version) and the SOAP version and fault code of the fault that answers them
+(``faults.transport_fault``): the envelope's version when it could be read, else the one
+the Content-Type names, else SOAP 1.1.
 
 Outbound: :func:`build_envelope` wraps body elements in an envelope of the given version
 with ``wsa:Action``, ``wsa:MessageID``, ``wsa:RelatesTo`` and ``wsa:To`` and any extra
@@ -42,12 +45,22 @@ ACCEPTED_MEDIA_TYPES = frozenset({"text/xml", "application/soap+xml"})
 
 
 class HttpError(Exception):
-    """A request refused at the HTTP level, before SOAP processing."""
+    """A request refused at the HTTP level, before SOAP processing: answered with HTTP
+    ``status`` and a SOAP fault of ``version`` whose code is ``code`` ("Sender", or
+    "VersionMismatch" for an Envelope of another namespace)."""
 
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        version: SoapVersion | None = None,
+        code: str = "Sender",
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
+        self.version = version
+        self.code = code
 
 
 class SoapProtocolError(Exception):
@@ -116,19 +129,30 @@ def parse_epr(el: etree._Element) -> EndpointReference:
 
 def parse_request(method: str, content_type: str | None, data: bytes) -> SoapRequest:
     """Check and parse an HTTP request carrying a SOAP envelope."""
+    typed = version_for_media_type(content_type)
     if method.upper() != "POST":
-        raise HttpError(405, "SOAP requests must be POSTed")
+        raise HttpError(405, "SOAP requests must be POSTed", typed)
     if media_type(content_type) not in ACCEPTED_MEDIA_TYPES:
         raise HttpError(
-            415, "Content-Type must be text/xml (SOAP 1.1) or application/soap+xml (SOAP 1.2)"
+            415,
+            "Content-Type must be text/xml (SOAP 1.1) or application/soap+xml (SOAP 1.2)",
+            _sniff_version(data),
         )
     try:
         root = parse_xml(data)
     except XmlRejected as exc:
-        raise HttpError(400, str(exc)) from None
+        raise HttpError(400, str(exc), typed) from None
     version = _ENVELOPE_VERSIONS.get(root.tag)
     if version is None:
-        raise HttpError(400, "the document is not a SOAP 1.1 or 1.2 Envelope")
+        if etree.QName(root).localname == "Envelope":
+            raise HttpError(
+                500,
+                f"{etree.QName(root).namespace or 'no namespace'} is not a SOAP envelope "
+                "namespace; this endpoint speaks SOAP 1.1 and SOAP 1.2",
+                typed,
+                "VersionMismatch",
+            )
+        raise HttpError(400, "the document is not a SOAP 1.1 or 1.2 Envelope", typed)
     # the first Header and the first Body child, as root.find() would (without its path
     # parser)
     header_tag, body_tag = _PART_TAGS[version]
@@ -142,12 +166,22 @@ def parse_request(method: str, content_type: str | None, data: bytes) -> SoapReq
         elif tag == header_tag and header is None:
             header = child
     if body is None:
-        raise HttpError(400, "the SOAP Envelope has no Body")
+        raise HttpError(400, "the SOAP Envelope has no Body", version)
     addressing = parse_addressing(header)
     ops = children(body)
     if not ops:
         raise SoapProtocolErrorWithContext(version, addressing, "the SOAP Body is empty")
     return SoapRequest(version, root, ops[0], addressing)
+
+
+def _sniff_version(data: bytes) -> SoapVersion | None:
+    """The SOAP version of ``data``'s Envelope, when it is one (for the fault answering a
+    request whose Content-Type is wrong)."""
+    try:
+        root = parse_xml(data)
+    except XmlRejected:
+        return None
+    return _ENVELOPE_VERSIONS.get(root.tag)
 
 
 #: Clark name of the Envelope element -> SOAP version

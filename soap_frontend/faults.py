@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, cast
 
@@ -31,11 +32,19 @@ from lxml import etree
 from wsnmom.core import errors
 from wsnmom.core.errors import WsnError
 from wsnmom.core.model import EndpointReference, SoapVersion
+from wsnmom.core.redaction import redact_text
 
-from .envelope import SOAP_NS
+from .envelope import (
+    SOAP_NS,
+    HttpError,
+    content_type_for,
+    envelope_bytes,
+    version_for_media_type,
+)
 from .xml import (
     PREFIXES,
     SOAP11,
+    SOAP12,
     WSA,
     WSN_FAULT_ACTION,
     WSNBR,
@@ -163,11 +172,12 @@ def soap_fault(
     reason: str,
     detail: etree._Element | None,
 ) -> etree._Element:
-    """A SOAP Fault element of ``version``: code is "Sender" or "Receiver"."""
+    """A SOAP Fault element of ``version``: code is "Sender", "Receiver" or
+    "VersionMismatch"."""
     ns = SOAP_NS[version]
     fault = etree.Element(qname(ns, "Fault"), nsmap={"s": ns})
     if version is SoapVersion.SOAP11:
-        value = "s:Client" if code == "Sender" else "s:Server"
+        value = {"Sender": "s:Client", "VersionMismatch": "s:VersionMismatch"}.get(code, "s:Server")
         etree.SubElement(fault, "faultcode").text = value
         fs = etree.SubElement(fault, "faultstring")
         fs.set(qname(XML_NS, "lang"), "en")
@@ -227,10 +237,59 @@ def fault_for_error(
         log.error("unexpected error while handling a SOAP request", exc_info=error)
         mapped = InternalError("The broker could not process the request (internal error).")
     error = mapped
+    shown = redact_text(error.description)
+    if shown != error.description:  # a secret in a message (an address, a middleware error)
+        error.description = shown
     moment = now or datetime.now(UTC)
     detail = fault_detail(error, now=moment, originator=originator)
     reason = error.description or error.fault_name
     return soap_fault(version, error.code, reason, detail), fault_action(error), error
+
+
+@dataclass(frozen=True, slots=True)
+class TransportFault:
+    """The HTTP answer to a request refused before SOAP processing (:class:`HttpError`)."""
+
+    status: int
+    body: bytes
+    content_type: str
+    headers: tuple[tuple[str, str], ...] = ()
+
+
+#: what a 405 on a SOAP endpoint allows
+ALLOW = (("Allow", "GET, POST"),)
+
+
+def transport_fault(
+    error: HttpError,
+    content_type: str | None = None,
+    *,
+    now: datetime | None = None,
+    originator: EndpointReference | None = None,
+) -> TransportFault:
+    """A SOAP fault answering ``error`` with its HTTP status: a BaseFault detail whose
+    Description is the error's message, code Sender (or VersionMismatch, with the SOAP
+    Upgrade header naming the envelopes spoken here); the version is the request's, else
+    the one ``content_type`` names, else SOAP 1.1."""
+    version = error.version or version_for_media_type(content_type) or SoapVersion.SOAP11
+    rejected = BaseFaultError(redact_text(error.message))
+    detail = fault_detail(rejected, now=now or datetime.now(UTC), originator=originator)
+    fault = soap_fault(version, error.code, rejected.description, detail)
+    headers = [_upgrade(version)] if error.code == "VersionMismatch" else []
+    count_fault(rejected.fault_name)
+    data = envelope_bytes(version, fault, action=WSRF_FAULT_ACTION, extra_headers=headers)
+    extra = ALLOW if error.status == 405 else ()
+    return TransportFault(error.status, data, content_type_for(version, WSRF_FAULT_ACTION), extra)
+
+
+def _upgrade(version: SoapVersion) -> etree._Element:
+    """The SOAP ``Upgrade`` header block listing the envelope versions understood."""
+    ns = SOAP_NS[version]
+    upgrade = etree.Element(qname(ns, "Upgrade"), nsmap={"s": ns})
+    for i, supported in enumerate((SOAP12, SOAP11)):
+        el = etree.SubElement(upgrade, qname(ns, "SupportedEnvelope"), nsmap={f"v{i}": supported})
+        el.set("qname", f"v{i}:Envelope")
+    return upgrade
 
 
 def count_request(operation: str) -> None:
@@ -293,6 +352,7 @@ __all__ = [
     "SOAP11",
     "BaseFaultError",
     "InternalError",
+    "TransportFault",
     "as_wsn_error",
     "authentication_fault",
     "count_fault",
@@ -302,5 +362,6 @@ __all__ = [
     "fault_for_error",
     "invalid_log",
     "soap_fault",
+    "transport_fault",
     "xsd_datetime",
 ]

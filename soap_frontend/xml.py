@@ -2,8 +2,8 @@
 
 Every byte that reaches the broker from the network is parsed by :func:`parse_xml`, which
 refuses document type declarations (no DTD, so no entity expansion of any kind), never
-touches the network, keeps libxml2's default size limits (``huge_tree`` off) and rejects
-documents nested deeper than :data:`MAX_DEPTH` elements.
+touches the network or a file (``core.safe_xml``), keeps libxml2's default size limits
+(``huge_tree`` off) and rejects documents nested deeper than :data:`MAX_DEPTH` elements.
 
 Payloads are kept as serialised XML that carries every namespace declaration it needs
 (:func:`serialize_standalone`): a payload element cut out of a Notify must still parse on
@@ -18,6 +18,7 @@ from typing import Any, Final, NamedTuple, cast
 
 from lxml import etree
 from wsnmom.core.per_thread import PerThread
+from wsnmom.core.safe_xml import hardened_parser
 
 # --- namespaces ------------------------------------------------------------------------
 SOAP11: Final = "http://schemas.xmlsoap.org/soap/envelope/"
@@ -79,15 +80,7 @@ class XmlRejected(ValueError):
 
 
 def _new_parser() -> etree.XMLParser:
-    return etree.XMLParser(
-        resolve_entities=False,
-        no_network=True,
-        load_dtd=False,
-        dtd_validation=False,
-        huge_tree=False,
-        remove_pis=True,
-        collect_ids=False,
-    )
+    return hardened_parser(remove_pis=True, collect_ids=False)
 
 
 #: one parser per request thread: a shared lxml parser serialises its callers

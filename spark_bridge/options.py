@@ -11,7 +11,8 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from typing import Any
-from urllib.parse import urlsplit
+
+from wsnmom.core.redaction import redact_url
 
 __all__ = [
     "BridgeError",
@@ -98,10 +99,5 @@ def get_json(options: Mapping[str, str], key: str) -> Any:
         raise ValueError(f"option {key} is not valid JSON: {exc}") from None
 
 
-def redact(url: str) -> str:
-    """``url`` without the password of its user part (for messages and logs)."""
-    parts = urlsplit(url)
-    if not parts.netloc or parts.password is None:
-        return url
-    host = parts.netloc.rpartition("@")[2]
-    return parts._replace(netloc=f"{parts.username or ''}:***@{host}").geturl()
+#: ``url`` without its password or secret query values (the gateway's one helper)
+redact = redact_url

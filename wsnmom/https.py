@@ -2,12 +2,15 @@
 a client certificate, and the HTTP server that speaks TLS.
 
 waitress has no TLS, so with a certificate the gateway serves through cheroot's threaded
-HTTP server and the standard library's ``ssl``.  cheroot does the TLS handshake of a new
-connection on its accepting thread; a client that connects and then sends nothing would
-hold every other client back for the server's timeout.  :class:`LazyHandshakeAdapter`
-therefore leaves the handshake to the first read, on the worker thread that serves the
-connection (OpenSSL completes it implicitly), and reads the client certificate only when
-the request's environ is built, after the handshake.
+HTTP server and the standard library's ``ssl``.  cheroot would do the TLS handshake of a
+new connection on its accepting thread (a client that connects and then sends nothing
+would hold every other client back for the server's timeout), and then read each request
+on a worker thread (slow clients would hold every worker).  Here the accepting thread only
+wraps the socket (:class:`IngressAdapter`, no handshake); the handshake and the reading of
+every request happen without blocking in :class:`~wsnmom.tls_ingress.Ingress`, which hands
+a worker only complete requests; the ``[connections]`` guard admits connections and cuts
+those past a deadline, as it does for waitress (``wsnmom.connections``).  The client
+certificate is read when the request's environ is built, after the handshake.
 
 Mutual TLS (``tls.client_ca``): ``client_cert = "required"`` refuses a client without a
 certificate signed by that CA at the handshake; ``"optional"`` asks for one and lets the
@@ -19,13 +22,16 @@ or its common name with ``auth.tls_identity = "cn"``) is put in the environ unde
 from __future__ import annotations
 
 import logging
+import math
 import socket
 import ssl
 from collections.abc import Iterator, Mapping
 from typing import Any, cast
 
+from wsnmom.connections import ConnectionGuard, Tracked
 from wsnmom.core.config import ConfigError, Settings
 from wsnmom.soap_frontend.auth import TLS_IDENTITY_KEY
+from wsnmom.tls_ingress import GuardedTlsConnection, Ingress
 
 __all__ = ["create_tls_server", "rfc4514", "tls_context"]
 
@@ -131,59 +137,110 @@ class _TlsEnviron(Mapping[str, str]):
 def _adapter_class() -> type[Any]:
     from cheroot.ssl.builtin import BuiltinSSLAdapter
 
-    class LazyHandshakeAdapter(BuiltinSSLAdapter):
-        """cheroot's standard-library TLS adapter with the handshake left to the worker
-        thread's first read (see the module docstring)."""
+    class IngressAdapter(BuiltinSSLAdapter):
+        """cheroot's standard-library TLS adapter that only wraps a new connection (no
+        handshake on the accepting thread) in a :class:`GuardedTlsConnection` taking over
+        the admitted plain socket's place in the guard."""
 
         def __init__(
-            self, context: ssl.SSLContext, identity: str, certfile: str, keyfile: str
+            self,
+            context: ssl.SSLContext,
+            identity: str,
+            certfile: str,
+            keyfile: str,
+            guard: ConnectionGuard,
         ) -> None:
             super().__init__(certificate=certfile, private_key=keyfile)
+            context.sslsocket_class = GuardedTlsConnection
             self.context = context  # the gateway's, with its client verification
             self.identity = identity
+            self.guard = guard
 
         def wrap(self, sock: socket.socket) -> tuple[ssl.SSLSocket, Mapping[str, str]]:
-            tls = self.context.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
+            try:
+                tls = self.context.wrap_socket(
+                    sock, server_side=True, do_handshake_on_connect=False
+                )
+            except BaseException:
+                sock.close()
+                raise
+            if isinstance(sock, Tracked) and isinstance(tls, Tracked):
+                self.guard.adopt(sock, tls)
             return tls, _TlsEnviron(tls, self.identity)
 
-    return LazyHandshakeAdapter
+    return IngressAdapter
 
 
-def create_tls_server(app: Any, sockets: list[socket.socket], settings: Settings) -> Any:
+def create_tls_server(
+    app: Any, sockets: list[socket.socket], settings: Settings, guard: ConnectionGuard
+) -> Any:
     """A cheroot WSGI server speaking TLS on the first of ``sockets`` (bound already; the
-    others are closed: HTTPS listens on one address).  ``start()`` serves until
-    ``stop()``."""
+    others are closed: HTTPS listens on one address), its connections admitted and cut
+    by ``guard``.  ``start()`` serves until ``stop()``."""
     from cheroot import wsgi
 
     context = tls_context(settings)
-    listening, extra = sockets[0], sockets[1:]
+    first, extra = sockets[0], sockets[1:]
     for sock in extra:
-        log.warning(
-            "HTTPS listens on %s only, not on %s", listening.getsockname(), sock.getsockname()
-        )
+        log.warning("HTTPS listens on %s only, not on %s", first.getsockname(), sock.getsockname())
         sock.close()
+    address = first.getsockname()[:2]
+    listening = guard.wrap(first, tls=True)
+    c = settings.connections
+    #: a worker's socket timeout (the ingress reads requests; this bounds answering)
+    timeout = math.ceil(max(c.idle_timeout, c.header_timeout, c.body_timeout)) or 120
 
     class Server(wsgi.Server):
-        """Serves on the socket the gateway bound at start (no second bind)."""
+        """Serves on the socket the gateway bound at start (no second bind); connections
+        go through the ingress before each request (``wsnmom.tls_ingress``)."""
+
+        ingress: Ingress
 
         def bind(self, family: int, type: int, proto: int = 0) -> None:
             self.socket = listening
+
+        def prepare(self) -> None:
+            super().prepare()
+            # accept() refuses connections over the limits in a loop: it must never wait
+            self.socket.setblocking(False)
+            self.ingress = Ingress(
+                super().process_conn,
+                lambda conn: conn.close(),
+                limit=settings.max_request_bytes + 64 * 1024,
+                timeout=timeout,
+            )
+            self.ingress.start()
+
+        def process_conn(self, conn: Any) -> None:
+            self.ingress.accept(conn)  # a new connection: its handshake and first request
+
+        def put_conn(self, conn: Any) -> None:
+            if self.ready:
+                self.ingress.add(conn)  # kept alive: its next request
+            else:
+                conn.close()
+
+        def stop(self) -> None:
+            ingress = getattr(self, "ingress", None)
+            super().stop()
+            if ingress is not None:
+                ingress.stop()
 
         def error_log(self, msg: str = "", level: int = 20, traceback: bool = False) -> None:
             # failed handshakes (no or a wrong client certificate, plain HTTP) land here
             log.log(logging.DEBUG if level < logging.ERROR else logging.INFO, "https: %s", msg)
 
     server = Server(
-        listening.getsockname()[:2],
+        address,
         app,
         numthreads=settings.threads,
         server_name="wsnmom",
-        timeout=10,
+        timeout=timeout,
         shutdown_timeout=5,
     )
     server.max_request_body_size = settings.max_request_bytes
     certfile = str(settings.tls.certfile)
     server.ssl_adapter = _adapter_class()(
-        context, settings.auth.tls_identity, certfile, settings.tls.keyfile or certfile
+        context, settings.auth.tls_identity, certfile, settings.tls.keyfile or certfile, guard
     )
     return server

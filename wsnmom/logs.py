@@ -10,6 +10,8 @@ quiet third-party libraries.
 * pika's warning for every channel the broker closes with 404 NOT_FOUND is dropped (the
   RabbitMQ adapter probes for exchanges passively and handles the answer itself), unless
   pika's logger is set to DEBUG, which shows it at DEBUG;
+* every line is passed through ``core.redaction.redact_text``: URL passwords and values of
+  secret-named options (``sasl.password=...``) never reach the log, whoever logs them;
 * ``log_format = "json"`` writes one JSON object per line: ``time``, ``level``, ``logger``,
   ``message``, ``request_id`` (when known), ``exception`` (with a traceback), and any
   ``extra=`` fields the call passed.
@@ -25,6 +27,7 @@ from datetime import UTC, datetime
 from typing import Any, TextIO
 
 from wsnmom.core.log_context import RequestIdFilter
+from wsnmom.core.redaction import redact_text
 
 __all__ = ["QUIET_LOGGERS", "JsonFormatter", "TextFormatter", "configure_logging"]
 
@@ -70,7 +73,7 @@ class TextFormatter(logging.Formatter):
         if request_id:
             head, sep, tail = text.partition("\n")
             text = f"{head} request_id={request_id}{sep}{tail}"
-        return text
+        return redact_text(text)
 
 
 class JsonFormatter(logging.Formatter):
@@ -93,7 +96,7 @@ class JsonFormatter(logging.Formatter):
             entry["exception"] = self.formatException(record.exc_info)
         if record.stack_info:
             entry["stack"] = self.formatStack(record.stack_info)
-        return json.dumps(entry, default=str, ensure_ascii=False)
+        return redact_text(json.dumps(entry, default=str, ensure_ascii=False))
 
 
 class _ChannelNotFound(logging.Filter):

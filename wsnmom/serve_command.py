@@ -22,8 +22,9 @@ from typing import Any, NoReturn
 
 import click
 
-from wsnmom.core.addresses import redact_url
+from wsnmom.connections import ConnectionGuard, ConnectionPolicy
 from wsnmom.core.config import ConfigError, Settings, load_settings
+from wsnmom.core.redaction import redact_text, redact_url
 from wsnmom.logs import configure_logging
 from wsnmom.startup import StartupError, explain, open_listeners
 
@@ -52,14 +53,10 @@ def _raise_exit(signum: int, frame: FrameType | None) -> None:
     raise SystemExit(0)
 
 
-#: ``url`` without its password (for logs and the banner)
-redact = redact_url
-
-
 def _fail(error: StartupError, exc: BaseException | None, debug: bool) -> NoReturn:
     if debug and exc is not None:
         traceback.print_exception(exc)
-    click.echo(f"wsnmom serve: {error.message}", err=True)
+    click.echo(f"wsnmom serve: {redact_text(error.message)}", err=True)
     sys.exit(int(error.status))
 
 
@@ -203,7 +200,7 @@ def serve(
         )
     except Exception as exc:
         for warning in warnings:
-            click.echo(f"wsnmom serve: warning: {warning}", err=True)
+            click.echo(f"wsnmom serve: warning: {redact_text(warning)}", err=True)
         _fail(explain(exc), exc, debug)
     configure_logging(settings.log_level, settings.log_format, settings.log_levels)
     for warning in warnings:
@@ -226,20 +223,29 @@ class _TlsServer:
         self.server.stop()
 
 
-def _http_server(app: Any, sockets: list[socket.socket], settings: Settings) -> Any:
-    """waitress on ``sockets``, or with ``tls.certfile`` the HTTPS server."""
+def _http_server(
+    app: Any, sockets: list[socket.socket], settings: Settings, guard: ConnectionGuard
+) -> Any:
+    """waitress on ``sockets``, or with ``tls.certfile`` the HTTPS server; both behind
+    ``guard`` (``[connections]``: limits and read deadlines)."""
     if settings.tls.certfile:
         from wsnmom.https import create_tls_server
 
-        return _TlsServer(create_tls_server(app, sockets, settings))
+        return _TlsServer(create_tls_server(app, sockets, settings, guard))
     import waitress
 
+    c = settings.connections
     return waitress.create_server(
         app,
-        sockets=sockets,
+        sockets=[guard.wrap(s) for s in sockets],
         threads=settings.threads,
         max_request_body_size=settings.max_request_bytes,
         ident="wsnmom",
+        # the guard refuses connections beyond connections.limit before waitress
+        # would stop accepting; poll() has no FD_SETSIZE ceiling
+        connection_limit=(c.limit or 100_000) + 16,
+        asyncore_use_poll=True,
+        channel_timeout=max(c.idle_timeout, c.header_timeout, c.body_timeout) or 120,
     )
 
 
@@ -255,19 +261,22 @@ def _run(settings: Settings, debug: bool) -> None:
         for sock in sockets:
             sock.close()
         _fail(explain(exc), exc, debug)
+    guard = ConnectionGuard(ConnectionPolicy.from_settings(settings))
     try:
-        server = _http_server(runtime.app, sockets, settings)
+        server = _http_server(runtime.app, sockets, settings, guard)
     except BaseException:
         runtime.close()
         raise
+    guard.start()
     previous = {s: signal.signal(s, _raise_exit) for s in (signal.SIGTERM, signal.SIGINT)}
-    broker, adapter = f"{settings.base_url}/wsn/broker", redact(settings.adapter_url)
+    broker, adapter = f"{settings.base_url}/wsn/broker", redact_url(settings.adapter_url)
+    store = redact_url(settings.store_url)
     log.info(
         "wsnmom broker at %s (adapter %s, store %s)",
         broker,
         adapter,
-        settings.store_url,
-        extra={"broker_url": broker, "adapter_url": adapter, "store_url": settings.store_url},
+        store,
+        extra={"broker_url": broker, "adapter_url": adapter, "store_url": store},
     )
     try:
         server.run()
@@ -279,9 +288,10 @@ def _run(settings: Settings, debug: bool) -> None:
             server.close()
         except Exception:
             log.debug("closing the HTTP server failed", exc_info=True)
+        guard.stop()
         runtime.close()
         for s, handler in previous.items():
             signal.signal(s, handler)
     if runtime.exit_status:
-        click.echo(f"wsnmom serve: {runtime.exit_message}", err=True)
+        click.echo(f"wsnmom serve: {redact_text(runtime.exit_message)}", err=True)
         sys.exit(runtime.exit_status)

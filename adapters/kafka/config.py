@@ -12,9 +12,11 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 from urllib.parse import parse_qsl, unquote, urlsplit
 
-from wsnmom.core.addresses import redact_url as core_redact_url
+# secrets are hidden by the gateway's one helper (re-exported for the adapter's users)
+from wsnmom.core.redaction import REDACTED, redact_config, redact_url
 
 __all__ = [
+    "REDACTED",
     "KafkaSettings",
     "NamespaceConfig",
     "parse_settings",
@@ -25,11 +27,6 @@ __all__ = [
 SCHEME = "kafka"
 Mode = Literal["path", "namespace"]
 Policy = Literal["create", "existing"]
-
-#: librdkafka properties whose values are secrets (matched anywhere in the name)
-_SECRET = re.compile(r"password|secret|\.pem$|\.key$|jaas|oauthbearer\.config|token", re.I)
-#: shown instead of a secret
-REDACTED = "***"
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,15 +138,6 @@ class KafkaSettings:
             "producer_config": redact_config(self.producer_config),
             "consumer_config": redact_config(self.consumer_config),
         }
-
-
-def redact_config(config: Mapping[str, Any]) -> dict[str, Any]:
-    """``config`` with the values of secret properties (passwords, keys, tokens) hidden."""
-    return {k: (REDACTED if _SECRET.search(k) else v) for k, v in config.items()}
-
-
-#: ``url`` without the password of its user part
-redact_url = core_redact_url
 
 
 # -- parsing ------------------------------------------------------------------------------

@@ -111,12 +111,13 @@ from wsnmom.core.adapter import (
     TopicUnavailable,
     is_internal_namespace,
 )
+from wsnmom.core.redaction import redact_url
 from wsnmom.topic_mapping.errors import NameNotRepresentable
 from wsnmom.topic_mapping.model import Topic
 from wsnmom.topic_mapping.syntax import MQTT
 
 from . import node as nodes
-from .config import MqttSettings, parse_settings, redact_url
+from .config import MqttSettings, parse_settings
 from .wire import metadata
 
 __all__ = ["MqttAdapter", "MqttHandle"]
@@ -282,7 +283,7 @@ class MqttAdapter(Adapter):
         try:
             filters = node.mapping.filters(spec.patterns)
         except NameNotRepresentable as exc:
-            raise AdapterError(f"no MQTT filter for the subscription: {exc}") from exc
+            raise TopicUnavailable(f"no MQTT filter for the subscription: {exc}") from exc
         engine = node.engine
         known = engine.subs.get(engine.by_name.get(spec.name, -1))
         if not filters or (

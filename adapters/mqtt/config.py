@@ -11,13 +11,11 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 from urllib.parse import parse_qsl, unquote, urlsplit
 
-__all__ = ["MqttSettings", "parse_settings", "redact_url"]
+__all__ = ["MqttSettings", "parse_settings"]
 
 SCHEMES = ("mqtt", "mqtts")
 Protocol = Literal["5", "3.1.1"]
 
-#: shown instead of a password
-REDACTED = "***"
 #: "never expires" for the MQTT 5 session expiry interval
 NEVER = 0xFFFFFFFF
 
@@ -96,15 +94,6 @@ class MqttSettings:
             "client_id": self.client_id,
             "data_dir": self.data_dir,
         }
-
-
-def redact_url(url: str) -> str:
-    """``url`` without the password of its user part."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.netloc.rpartition("@")[2]
-    return parts._replace(netloc=f"{parts.username or ''}:{REDACTED}@{host}").geturl()
 
 
 _INT_OPTIONS = (

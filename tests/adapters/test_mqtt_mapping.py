@@ -10,13 +10,14 @@ from hypothesis import strategies as st
 pytest.importorskip("paho.mqtt")
 
 from wsnmom.adapters.mqtt.adapter import MqttAdapter
-from wsnmom.adapters.mqtt.config import parse_settings, redact_url
+from wsnmom.adapters.mqtt.config import parse_settings
 from wsnmom.adapters.mqtt.mapping import UNMAPPED_NAMESPACE, MqttMapping
 from wsnmom.core.adapter import (
     HEADER_TOPIC_NAMESPACE,
     HEADER_TOPIC_PATH,
     AdapterError,
 )
+from wsnmom.core.redaction import redact_url
 from wsnmom.topic_mapping.errors import NameNotRepresentable
 from wsnmom.topic_mapping.model import ANY, DEEP, PathPattern, Topic
 from wsnmom.topic_mapping.translate import FALLBACK_NAMESPACE, derived_root
@@ -98,7 +99,11 @@ def test_settings_from_url_and_options() -> None:
     )
     assert s.protocol == "3.1.1" and not s.v5 and s.keepalive == 15 and not s.retain
     assert s.namespaces == {NS: "plant"} and s.queue_dir == "/tmp/x/mqtt"
+    # the gateway's one redaction helper hides both places an MQTT URL carries a password
     assert redact_url("mqtt://u:secret@h:1883") == "mqtt://u:***@h:1883"
+    assert redact_url("mqtts://h:8883?username=u&password=secret") == (
+        "mqtts://h:8883?username=u&password=***"
+    )
     assert "secret" not in repr(s)
 
 

@@ -84,9 +84,9 @@ def test_filtered_messages_wait_for_those_before_them_when_ordered(ordered: bool
     sends: list[list[int]] = []
     failed_once = threading.Event()
 
-    def prepare(r: Received) -> int | None:
-        assert isinstance(r, _Msg)
-        return None if r.n % 2 else r.n
+    def prepare(batch: Sequence[Received]) -> list[int | None]:
+        assert all(isinstance(r, _Msg) for r in batch)
+        return [None if r.n % 2 else r.n for r in batch]  # type: ignore[attr-defined]
 
     def send(batch: Sequence[int]) -> None:
         sends.append(list(batch))

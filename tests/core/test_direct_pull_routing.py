@@ -78,10 +78,15 @@ def test_one_copy_per_matching_subscription_and_filters_apply(broker: Broker) ->
     _, first = feed(s, pp, "t:a")
     _, everything = feed(s, pp, None)
     content = ExpressionSource(XPATH, "boolean(/m[@k='yes'])", {})
-    _, filtered = feed(s, pp, "t:a", message_content=content)
+    filtered_id, filtered = feed(s, pp, "t:a", message_content=content)
+    # a MessageContent filter is never evaluated on the publishing thread: that
+    # subscription has a durable subscription and a channel of its own
+    assert not s.registry.subscriptions[filtered_id].direct
+    assert filtered_id in native_names(broker)
     s.notify([note("<m k='no'>1</m>", simple("t:a"))])
     s.notify([note("<m k='yes'>2</m>", simple("t:a"))])
     s.notify([note("<m>3</m>", simple("t:b"))])
+    wait_idle(s)
     got = s.get_messages(pp, None)
     by_sub: dict[str, list[str]] = {}
     for m in got:

@@ -34,12 +34,20 @@ from tests.fixtures.server import (
     mqtt_gateway_url,
     poll,
 )
-from tests.support.soap import CONCRETE, NATIVE_BODIES, NS, WSNMOM, check_native_bodies
+from tests.support.soap import (
+    CONCRETE,
+    NATIVE_BODIES,
+    NS,
+    WSNMOM,
+    check_native_bodies,
+    subscribe_body,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.mqtt]
 
 #: WS topics of this namespace are the MQTT topics after the gateway's prefix
 NATIVE = "urn:wsnmom:native"
+SOAP12 = "http://www.w3.org/2003/05/soap-envelope"
 
 
 def start_gateway(url: str, data_dir: Path | None = None, **env: str) -> RunningServer:
@@ -129,6 +137,28 @@ def test_notify_reaches_native_subscribers(
         assert props["wsnmom-topic-path"] == path
         assert message.properties.ContentType == "application/xml"
         assert message.properties.PayloadFormatIndicator == 1
+
+
+def test_a_topic_mqtt_cannot_name_is_a_sender_fault(
+    tagged: tuple[RunningServer, str], consumer: ConsumerServer
+) -> None:
+    """A topic whose MQTT name would exceed 65,535 bytes: TopicNotSupportedFault (Sender)
+    to Notify and Subscribe alike (it was SubscribeCreationFailedFault, Receiver, "the
+    middleware refused", for the Subscribe), with a schema-valid detail."""
+    server, _ = tagged
+    wsn = Wsn(server, NATIVE)
+    topic = "tns:" + "x" * 70_000
+    notify = (
+        f'<wsnt:Notify><wsnt:NotificationMessage><wsnt:Topic xmlns:tns="{NATIVE}" '
+        f'Dialect="{CONCRETE}">{topic}</wsnt:Topic><wsnt:Message><x/></wsnt:Message>'
+        "</wsnt:NotificationMessage></wsnt:Notify>"
+    )
+    for body in (notify, subscribe_body(consumer.address(), topic, ns=NATIVE)):
+        answer = wsn.post(wsn.broker, body)  # validates the fault's detail
+        assert (answer.status, answer.fault) == (500, "TopicNotSupportedFault"), answer.data
+        code = etree.fromstring(answer.data).findtext(f".//{{{SOAP12}}}Code/{{{SOAP12}}}Value")
+        assert code is not None and code.endswith(":Sender"), answer.data
+    assert "Traceback" not in server.log_path.read_text()
 
 
 # -- retained messages ----------------------------------------------------------------------

@@ -12,82 +12,21 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 import requests
-import trustme
 from lxml import etree
 
-from tests.fixtures.server import RunningServer, free_port
+from tests.fixtures.server import free_port
 from tests.support.soap import NS, content_type, envelope, epr_address, fault_name
+from tests.support.tls import Certificates, TlsGateway
 from wsnmom.client import WsnClient
-from wsnmom.testing.gateway import GatewayFailed
 
 pytestmark = pytest.mark.e2e
 
 TOKEN = "tls-admin-token"
-
-
-@dataclass
-class Certificates:
-    dir: Path
-    ca: trustme.CA = field(default_factory=trustme.CA)
-
-    def __post_init__(self) -> None:
-        server = self.ca.issue_cert("127.0.0.1", "localhost")
-        server.private_key_and_cert_chain_pem.write_to_path(str(self.dir / "server.pem"))
-        self.ca.cert_pem.write_to_path(str(self.dir / "ca.pem"))
-        for name in ("device-1", "device-2"):
-            leaf = self.ca.issue_cert(f"{name}.example", common_name=name, organization_name="Acme")
-            leaf.private_key_and_cert_chain_pem.write_to_path(str(self.dir / f"{name}.pem"))
-        stranger = trustme.CA().issue_cert("x.example", common_name="device-1")
-        stranger.private_key_and_cert_chain_pem.write_to_path(str(self.dir / "stranger.pem"))
-
-    def path(self, name: str) -> str:
-        return str(self.dir / f"{name}.pem")
-
-
-@dataclass
-class TlsGateway(RunningServer):
-    certs: Certificates | None = None
-    client_cert: str = "required"
-
-    @property
-    def base_url(self) -> str:
-        return f"https://{self.host}:{self.port}"
-
-    def command(self) -> list[str]:
-        assert self.certs is not None
-        return [
-            *super().command(),
-            "--certfile",
-            self.certs.path("server"),
-            "--client-ca",
-            self.certs.path("ca"),
-        ]
-
-    def _wait_ready(self, timeout: float, path: str = "/readyz") -> None:
-        assert self.process is not None and self.certs is not None
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise GatewayFailed(self.log_tail())
-            try:
-                resp = requests.get(
-                    self.base_url + path,
-                    verify=self.certs.path("ca"),
-                    cert=self.certs.path("device-1"),
-                    timeout=1,
-                )
-                if resp.status_code == 200:
-                    return
-            except requests.RequestException:
-                pass
-            time.sleep(0.1)
-        raise GatewayFailed(self.log_tail())
 
 
 @pytest.fixture(scope="module")

@@ -370,7 +370,7 @@ def test_start_up_advice(
 
 
 def test_banner_hides_the_password() -> None:
-    from wsnmom.serve_command import redact
+    from wsnmom.core.redaction import redact_url as redact
 
     assert redact("amqp://wsn:s3cret@rabbit:5672/v") == "amqp://wsn:***@rabbit:5672/v"
     assert redact("embedded:///var/lib/wsnmom") == "embedded:///var/lib/wsnmom"

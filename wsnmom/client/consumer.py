@@ -32,7 +32,7 @@ from types import TracebackType
 from typing import Any, Final, Self
 
 from wsnmom.core.errors import WsnError
-from wsnmom.soap_frontend.codec import T
+from wsnmom.soap_frontend.codec import HOPS, T
 from wsnmom.soap_frontend.envelope import (
     HttpError,
     SoapProtocolErrorWithContext,
@@ -40,7 +40,7 @@ from wsnmom.soap_frontend.envelope import (
     envelope_bytes,
     parse_request,
 )
-from wsnmom.soap_frontend.faults import fault_for_error
+from wsnmom.soap_frontend.faults import fault_for_error, transport_fault
 from wsnmom.soap_frontend.xml import parse_fragment, serialize_standalone
 
 from . import wire
@@ -195,12 +195,14 @@ class NotificationConsumer:
         try:
             request = parse_request("POST", handler.headers.get("Content-Type"), data)
         except HttpError as exc:
-            self._reply(handler, exc.status, (exc.message + "\n").encode(), "text/plain")
+            answer = transport_fault(exc, handler.headers.get("Content-Type"))
+            self._reply(handler, answer.status, answer.body, answer.content_type)
             return
         except SoapProtocolErrorWithContext as exc:
             self._fault(handler, exc, exc.version, exc.addressing.message_id)
             return
-        headers = tuple(copy.deepcopy(h) for h in request.addressing.other_headers)
+        # the echoed reference parameters (the gateway's hop marker is not one)
+        headers = tuple(copy.deepcopy(h) for h in request.addressing.other_headers if h.tag != HOPS)
         try:
             if request.body.tag == T("Notify"):
                 received = wire.notifications(request.body, allow_empty=False)

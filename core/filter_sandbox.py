@@ -1,0 +1,347 @@
+"""Bounded evaluation of MessageContent filters: in separate processes, off the request
+threads, with a CPU-time and a memory budget per message.
+
+Why processes: a filter is evaluated by libxml2 (and, when an operator enables them, by
+Python's ``re`` for the EXSLT regular-expression functions).  A thread evaluating a
+costly expression cannot be interrupted, and ``re`` holds the GIL: two subscriptions with
+``re:test(string(.), '^(a+)+$')`` and one 30-byte message froze every thread of the
+gateway, ``/healthz`` included.  A worker process (:mod:`wsnmom.core.filter_worker`) can
+be bounded and ended:
+
+* each message's parse and evaluation may take ``filters.cpu_limit`` seconds of CPU; the
+  worker arms a CPU-time timer whose signal the kernel acts on (the process ends even in
+  the middle of a regular expression), and the parent gives up waiting after a wall-clock
+  backstop (``4 x cpu_limit``, at least ``cpu_limit + 2 s``) and kills it;
+* the worker's address space is limited to ``filters.memory`` MiB.
+
+A message that exceeds a budget raises :class:`FilterBudgetExceeded`: the delivery channel
+ends the subscription with a SubscriptionEnd notice and a logged reason
+(``core.delivery.EndSubscription``).  The worker is replaced on the next request.
+
+``filters.processes`` workers serve all subscriptions of the process (workers are shared
+by every broker in one Python process with the same memory limit, so a test suite starts
+them once); a delivery thread borrows one for a batch.  ``filters.isolation = "inline"``
+evaluates in the delivery thread instead (no budget; only for trusted subscribers).
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import logging
+import os
+import pickle
+import queue
+import select
+import signal
+import struct
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from typing import Protocol
+
+from lxml import etree
+from wsnmom.core.codec import safe_parse
+from wsnmom.core.filter_worker import xpath_boolean
+
+__all__ = [
+    "ContentEvaluator",
+    "FilterBudgetExceeded",
+    "FilterExpression",
+    "InlineEvaluator",
+    "SandboxEvaluator",
+    "Verdict",
+]
+
+log = logging.getLogger(__name__)
+
+#: a verdict: True / False, or the text of an evaluation error (counts as no match)
+Verdict = bool | str
+
+
+class FilterBudgetExceeded(Exception):
+    """Evaluating a filter on one message exceeded its CPU-time or memory budget."""
+
+    def __init__(self, reason: str, index: int = 0) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        #: the payload (of the batch evaluated) that exceeded the budget
+        self.index = index
+
+
+class FilterExpression(Protocol):
+    """What an evaluator needs of a compiled filter (``core.filters.MessageContentFilter``)."""
+
+    @property
+    def text(self) -> str: ...
+
+    @property
+    def namespace_items(self) -> tuple[tuple[str, str], ...]: ...
+
+    @property
+    def exslt_regex(self) -> bool: ...
+
+    def compiled(self) -> etree.XPath:
+        """This thread's compiled copy (inline evaluation)."""
+
+
+class ContentEvaluator(Protocol):
+    """Evaluates MessageContent filters on payloads."""
+
+    def evaluate(self, expression: FilterExpression, payloads: Sequence[bytes]) -> list[Verdict]:
+        """One verdict per payload; raises :class:`FilterBudgetExceeded`."""
+
+    def close(self) -> None:
+        """Release what the evaluator holds."""
+
+
+class InlineEvaluator:
+    """Evaluates in the calling thread (``filters.isolation = "inline"``): no budget."""
+
+    def evaluate(self, expression: FilterExpression, payloads: Sequence[bytes]) -> list[Verdict]:
+        """One verdict per payload."""
+        xpath = expression.compiled()
+        out: list[Verdict] = []
+        for payload in payloads:
+            try:
+                out.append(xpath_boolean(xpath(safe_parse(payload))))
+            except (etree.XPathError, etree.XMLSyntaxError) as exc:
+                out.append(str(exc) or type(exc).__name__)
+        return out
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+class _WorkerDied(Exception):
+    def __init__(self, index: int, reason: str) -> None:
+        super().__init__(reason)
+        self.index = index
+        self.reason = reason
+
+
+class _Worker:
+    """One evaluation process; used by one thread at a time."""
+
+    def __init__(self, memory_mb: int) -> None:
+        self.memory_mb = memory_mb
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._buffer = b""
+
+    def _start(self) -> subprocess.Popen[bytes]:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "wsnmom.core.filter_worker", str(self.memory_mb)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            close_fds=True,
+            bufsize=0,
+        )
+        assert proc.stdout is not None
+        os.set_blocking(proc.stdout.fileno(), False)
+        self._buffer = b""
+        self.proc = proc
+        return proc
+
+    def kill(self) -> None:
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return
+        with contextlib.suppress(OSError):
+            proc.kill()
+        for stream in (proc.stdin, proc.stdout):
+            if stream is not None:
+                with contextlib.suppress(OSError):
+                    stream.close()
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL does not wait
+            log.warning("filter worker %s did not end", proc.pid)
+
+    def close(self) -> None:
+        """Let the worker end (stdin closed), killing it if it does not."""
+        proc = self.proc
+        if proc is None:
+            return
+        try:
+            if proc.stdin is not None:
+                proc.stdin.close()
+            proc.wait(timeout=1)
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+        self.kill()
+
+    def evaluate(
+        self, request: bytes, count: int, cpu_limit: float, wall_limit: float
+    ) -> list[Verdict]:
+        proc = self.proc if self.proc is not None and self.proc.poll() is None else self._start()
+        assert proc.stdin is not None and proc.stdout is not None
+        try:
+            proc.stdin.write(struct.pack("!I", len(request)) + request)
+        except OSError as exc:
+            self.kill()
+            raise _WorkerDied(0, f"the filter worker is gone: {exc}") from exc
+        out: list[Verdict] = []
+        fd = proc.stdout.fileno()
+        while len(out) < count:
+            deadline = time.monotonic() + wall_limit
+            verdict = self._next(fd, deadline)
+            if verdict is None:
+                reason = self._death_reason(proc, cpu_limit, wall_limit)
+                self.kill()
+                raise _WorkerDied(len(out), reason)
+            if verdict == "M":
+                self.kill()
+                raise _WorkerDied(len(out), "memory")
+            out.append(verdict)
+        return out
+
+    def _next(self, fd: int, deadline: float) -> Verdict | None:
+        """The next verdict, or None when the worker ended or the deadline passed."""
+        while True:
+            buf = self._buffer
+            tag = buf[:1]
+            if tag in (b"1", b"0", b"M"):
+                self._buffer = buf[1:]
+                return True if tag == b"1" else False if tag == b"0" else "M"
+            if tag == b"E" and len(buf) >= 3:
+                (n,) = struct.unpack("!H", buf[1:3])
+                if len(buf) >= 3 + n:
+                    self._buffer = buf[3 + n :]
+                    return buf[3 : 3 + n].decode("utf-8", "replace")
+            elif tag:
+                return None  # not the protocol: treat the worker as dead
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return None
+            ready, _, _ = select.select([fd], [], [], remaining)
+            if not ready:
+                return None
+            try:
+                chunk = os.read(fd, 65536)
+            except BlockingIOError:
+                continue
+            except OSError:
+                return None
+            if not chunk:
+                return None
+            self._buffer += chunk
+
+    @staticmethod
+    def _death_reason(proc: subprocess.Popen[bytes], cpu_limit: float, wall_limit: float) -> str:
+        try:
+            code = proc.wait(timeout=0.2)
+        except subprocess.TimeoutExpired:
+            return f"wall:{wall_limit:g}"
+        if code == -signal.SIGPROF:
+            return f"cpu:{cpu_limit:g}"
+        if code == -signal.SIGKILL:
+            return "killed"
+        return f"exit:{code}"
+
+
+def _describe(reason: str, cpu_limit: float, memory_mb: int) -> str:
+    kind, _, value = reason.partition(":")
+    if kind == "cpu":
+        return (
+            f"evaluating the MessageContent filter on one message took more than {value} s "
+            "of CPU (filters.cpu_limit)"
+        )
+    if kind == "wall":
+        return (
+            f"evaluating the MessageContent filter on one message did not finish within "
+            f"{value} s (filters.cpu_limit {cpu_limit:g} s of CPU)"
+        )
+    if kind == "memory":
+        return (
+            f"evaluating the MessageContent filter on one message needed more than "
+            f"{memory_mb} MiB of memory (filters.memory)"
+        )
+    return f"the filter evaluation process ended unexpectedly ({reason})"
+
+
+class _Pool:
+    """Worker processes with one memory limit, shared by every evaluator using it."""
+
+    def __init__(self, memory_mb: int) -> None:
+        self.memory_mb = memory_mb
+        self.idle: queue.LifoQueue[_Worker] = queue.LifoQueue()
+        self.size = 0
+        self._lock = threading.Lock()
+        self._all: list[_Worker] = []
+
+    def grow(self, processes: int) -> None:
+        with self._lock:
+            while self.size < processes:
+                worker = _Worker(self.memory_mb)
+                self._all.append(worker)
+                self.idle.put(worker)
+                self.size += 1
+
+    def close(self) -> None:
+        with self._lock:
+            workers, self._all = self._all, []
+        for worker in workers:
+            worker.close()
+
+
+_POOLS: dict[int, _Pool] = {}
+_POOLS_LOCK = threading.Lock()
+
+
+def _pool(memory_mb: int, processes: int) -> _Pool:
+    with _POOLS_LOCK:
+        pool = _POOLS.get(memory_mb)
+        if pool is None:
+            pool = _POOLS[memory_mb] = _Pool(memory_mb)
+    pool.grow(processes)
+    return pool
+
+
+@atexit.register
+def _close_pools() -> None:
+    with _POOLS_LOCK:
+        pools = list(_POOLS.values())
+        _POOLS.clear()
+    for pool in pools:
+        pool.close()
+
+
+class SandboxEvaluator:
+    """Evaluates in worker processes with a CPU-time and memory budget per message."""
+
+    def __init__(self, *, cpu_limit: float, memory_mb: int, processes: int) -> None:
+        self.cpu_limit = cpu_limit
+        self.memory_mb = memory_mb
+        self.wall_limit = max(4 * cpu_limit, cpu_limit + 2.0)
+        self._pool = _pool(memory_mb, processes)
+
+    def evaluate(self, expression: FilterExpression, payloads: Sequence[bytes]) -> list[Verdict]:
+        """One verdict per payload; raises :class:`FilterBudgetExceeded` for the first
+        payload that exceeds a budget (the verdicts before it are lost with it)."""
+        if not payloads:
+            return []
+        request = pickle.dumps(
+            (
+                expression.text,
+                expression.namespace_items,
+                expression.exslt_regex,
+                self.cpu_limit,
+                list(payloads),
+            ),
+            protocol=pickle.HIGHEST_PROTOCOL,
+        )
+        worker = self._pool.idle.get()
+        try:
+            return worker.evaluate(request, len(payloads), self.cpu_limit, self.wall_limit)
+        except _WorkerDied as exc:
+            raise FilterBudgetExceeded(
+                _describe(exc.reason, self.cpu_limit, self.memory_mb), exc.index
+            ) from None
+        finally:
+            self._pool.idle.put(worker)
+
+    def close(self) -> None:
+        """The workers are shared and live as long as the process (see the module
+        docstring); nothing to release per evaluator."""

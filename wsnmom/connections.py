@@ -1,0 +1,510 @@
+"""Connection limits and read deadlines for the HTTP server (``[connections]`` settings).
+
+waitress reads requests in one event loop and hands complete requests to its worker
+threads, so slow clients do not hold threads; but it stops accepting at a fixed number of
+open connections (100 by default) and a client that sends its headers a byte at a time
+keeps its connection for ever.  Two hundred such clients took the gateway offline.
+
+:class:`ConnectionGuard` works at the socket level, through waitress's documented
+``sockets=`` argument: the listening sockets are :class:`GuardedListener` objects whose
+``accept`` admits a connection only within
+
+* ``limit`` open connections in all, and
+* ``per_client`` open connections per client address (peers in ``trusted_proxies`` are
+  exempt: a reverse proxy carries many clients),
+
+answering the others ``503 Service Unavailable`` with ``Retry-After`` and closing them.
+Admitted connections are :class:`GuardedConnection` sockets that follow the HTTP/1.1
+framing of what they receive (:class:`Framing`: request line and headers, then the body by
+``Content-Length`` or chunked encoding), so a reaper thread can close a connection whose
+
+* request line and headers take longer than ``header_timeout`` from the request's first
+  byte (for a new connection, from when it was accepted),
+* body takes longer than ``body_timeout`` after the headers, or
+* sits with no request and no bytes either way for ``idle_timeout``.
+
+While the application works on a complete request no deadline runs.  Closing is a
+``shutdown()`` of the socket, which waitress's loop sees as the peer going away.  Counts go
+to ``/metrics`` (``wsnmom_connections_*``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import logging
+import socket
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from wsnmom.core import metrics
+
+__all__ = [
+    "ConnectionGuard",
+    "ConnectionPolicy",
+    "Framing",
+    "GuardedConnection",
+    "GuardedListener",
+    "Tracked",
+]
+
+log = logging.getLogger("wsnmom.connections")
+
+_REFUSAL = (
+    b"HTTP/1.1 503 Service Unavailable\r\n"
+    b"Content-Type: text/plain; charset=utf-8\r\n"
+    b"Retry-After: 1\r\n"
+    b"Connection: close\r\n"
+    b"Content-Length: %d\r\n\r\n%s"
+)
+
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionPolicy:
+    """The limits and deadlines (see the module docstring); 0 = none."""
+
+    limit: int = 1000
+    per_client: int = 64
+    header_timeout: float = 10.0
+    body_timeout: float = 60.0
+    idle_timeout: float = 30.0
+    #: client networks without a per-client limit (trusted reverse proxies)
+    exempt: tuple[Network, ...] = ()
+
+    @classmethod
+    def from_settings(cls, settings: Any) -> ConnectionPolicy:
+        """From ``settings.connections`` and ``settings.trusted_proxies``."""
+        c = settings.connections
+        return cls(
+            limit=c.limit,
+            per_client=c.per_client,
+            header_timeout=c.header_timeout,
+            body_timeout=c.body_timeout,
+            idle_timeout=c.idle_timeout,
+            exempt=tuple(_networks(settings.trusted_proxies)),
+        )
+
+
+def _networks(entries: Iterable[str]) -> list[Network]:
+    out: list[Network] = []
+    for entry in entries:
+        if entry.strip() == "*":
+            out.extend([ipaddress.ip_network("0.0.0.0/0"), ipaddress.ip_network("::/0")])
+            continue
+        with contextlib.suppress(ValueError):
+            out.append(ipaddress.ip_network(entry.strip(), strict=False))
+    return out
+
+
+# ------------------------------------------------------------------------------- framing
+#: phases of a connection
+WAITING = "waiting"  # between requests (idle deadline)
+HEADERS = "headers"  # request line and headers arriving (header deadline)
+BODY = "body"  # body arriving (body deadline)
+APP = "app"  # a complete request with the application: no deadline
+
+_MAX_HEAD = 256 * 1024
+
+
+class Framing:
+    """Where a connection is in the HTTP/1.1 exchange, from the bytes it received and the
+    moments it sent.  ``since`` is when the current phase began."""
+
+    __slots__ = ("_chunk", "_head", "_left", "_pending", "expect_continue", "phase", "since")
+
+    def __init__(self, now: float) -> None:
+        self.phase = HEADERS  # a new connection owes its first request's headers
+        self.since = now
+        self._head = b""
+        #: body bytes still expected (Content-Length), or -1 while chunked
+        self._left = 0
+        #: chunked decoding state: bytes of the current chunk (+ CRLF) left, or a
+        #: negative state (-1: size line, -2: trailers)
+        self._chunk = 0
+        #: bytes received while the application works (a pipelined next request)
+        self._pending = b""
+        #: the current request's head asked for ``100 Continue`` before its body
+        self.expect_continue = False
+
+    def received(self, data: bytes, now: float) -> None:
+        """``data`` arrived."""
+        if not data:
+            return
+        if self.phase == APP:
+            if len(self._pending) < _MAX_HEAD:
+                self._pending += data
+            return
+        if self.phase == WAITING:
+            self.phase, self.since, self._head = HEADERS, now, b""
+        offset = 0
+        if self.phase == HEADERS:
+            offset = self._headers(data, now)
+            if offset < 0:
+                return
+            if self._head:  # the head came in pieces: continue in the joined bytes
+                data, self._head = self._head, b""
+        if self.phase == BODY and offset < len(data):
+            offset = self._body(data, offset)
+        if self.phase == APP and offset < len(data):
+            self._pending = data[offset : offset + _MAX_HEAD]
+
+    def sent(self, now: float) -> None:
+        """Response bytes were sent (a 100 Continue during the body changes nothing)."""
+        if self.phase == APP:
+            pending, self._pending = self._pending, b""
+            self.phase, self.since = WAITING, now
+            if pending:
+                self.received(pending, now)
+        elif self.phase == WAITING:
+            self.since = now
+
+    def _headers(self, data: bytes, now: float) -> int:
+        """Take the request head from ``data``: the offset of the body in ``data`` (in
+        ``self._head`` when the head came in pieces, which then holds all of it), or -1
+        while the head is incomplete."""
+        head = self._head + data if self._head else data
+        start = 0
+        if not self._head and head[:2] == b"\r\n":
+            start = len(head) - len(head.lstrip(b"\r\n"))  # stray CRLFs (RFC 9112 2.2)
+            if start == len(head):
+                return -1
+        end = head.find(b"\r\n\r\n", start)
+        if end < 0:
+            self._head = head[-_MAX_HEAD:]
+            return -1
+        block = head[start:end].lower()
+        self._head = head if head is not data else b""
+        self.phase, self.since = BODY, now
+        self.expect_continue = b"100-continue" in _header(block, b"expect")
+        if b"\ntransfer-encoding:" in block and b"chunked" in _header(block, b"transfer-encoding"):
+            self._left, self._chunk = -1, -1
+        else:
+            length = _header(block, b"content-length").strip()
+            self._left = int(length) if length.isdigit() else 0
+            if self._left == 0:
+                self.phase = APP
+        return end + 4
+
+    def _body(self, data: bytes, offset: int) -> int:
+        """Take body bytes from ``data[offset:]``; the offset after them."""
+        if self._left >= 0:
+            take = min(self._left, len(data) - offset)
+            self._left -= take
+            if self._left == 0:
+                self.phase = APP
+            return offset + take
+        rest = self._chunked(data[offset:])
+        return len(data) - len(rest)
+
+    def _chunked(self, data: bytes) -> bytes:
+        i = 0
+        while i < len(data):
+            if self._chunk > 0:
+                take = min(self._chunk, len(data) - i)
+                self._chunk -= take
+                i += take
+                if self._chunk == 0:
+                    self._chunk = -1
+                continue
+            line_end = data.find(b"\n", i)
+            if line_end < 0:
+                self._head = (self._head + data[i:])[-1024:]
+                return b""
+            line = (self._head + data[i:line_end]).strip()
+            self._head = b""
+            i = line_end + 1
+            if self._chunk == -2:  # trailers until an empty line
+                if not line:
+                    self.phase = APP
+                    return data[i:]
+                continue
+            if not line:
+                continue  # the CRLF after a chunk's data
+            size = line.split(b";", 1)[0]
+            try:
+                n = int(size, 16)
+            except ValueError:
+                self.phase = APP  # malformed: waitress answers it
+                return b""
+            # the data; the CRLF after it reads as an empty size line and is skipped
+            self._chunk = n if n else -2
+        return b""
+
+
+def _header(block: bytes, name: bytes) -> bytes:
+    """The value of header ``name`` in a lower-cased header block ("" when absent)."""
+    start = block.find(b"\n" + name + b":")
+    if start < 0:
+        return b""
+    start += len(name) + 2
+    end = block.find(b"\r\n", start)
+    return block[start:] if end < 0 else block[start:end]
+
+
+# --------------------------------------------------------------------------------- sockets
+def _interim(data: Any) -> bool:
+    """Whether ``data`` starts an interim ``100 Continue`` (not the answer)."""
+    return bytes(data[:13]) == b"HTTP/1.1 100 "
+
+
+class Tracked:
+    """What an admitted connection reports to its guard: the bytes it receives (through
+    ``recv``/``recv_into``), the moments it answers, its close.  Mixed into a plain socket
+    (:class:`GuardedConnection`) or a TLS socket (``wsnmom.tls_ingress``)."""
+
+    framing: Framing
+    guard: ConnectionGuard | None
+    guard_client: str
+    guard_reason: str
+
+    def recv(self, bufsize: int, flags: int = 0) -> bytes:
+        data: bytes = super().recv(bufsize, flags)  # type: ignore[misc]
+        self.framing.received(data, time.monotonic())
+        return data
+
+    def recv_into(self, buffer: Any, nbytes: int | None = None, flags: int = 0) -> int:
+        # a plain socket reads the whole buffer for nbytes 0, a TLS socket for None
+        size = nbytes or memoryview(buffer).nbytes
+        n: int = super().recv_into(buffer, size, flags)  # type: ignore[misc]
+        if n:
+            self.framing.received(bytes(memoryview(buffer)[:n]), time.monotonic())
+        return n
+
+    def send(self, data: Any, flags: int = 0) -> int:
+        n: int = super().send(data, flags)  # type: ignore[misc]
+        if not _interim(data):
+            self.framing.sent(time.monotonic())
+        return n
+
+    def sendall(self, data: Any, flags: int = 0) -> None:
+        super().sendall(data, flags)  # type: ignore[misc]
+        if not _interim(data):
+            self.framing.sent(time.monotonic())
+
+    def close(self) -> None:
+        guard, self.guard = getattr(self, "guard", None), None
+        super().close()  # type: ignore[misc]
+        if guard is not None:
+            guard._forget(self)
+
+    def cut(self) -> None:
+        """End the connection under whoever reads or writes it (the reaper's close: a
+        plain TCP shutdown, also under TLS, so that a thread blocked on it returns)."""
+        with contextlib.suppress(OSError):
+            socket.socket.shutdown(self, socket.SHUT_RDWR)  # type: ignore[arg-type]
+
+
+class GuardedConnection(Tracked, socket.socket):
+    """An admitted plain connection."""
+
+    __slots__ = ("framing", "guard", "guard_client", "guard_reason")
+
+
+class GuardedListener(socket.socket):
+    """A listening socket whose ``accept`` applies the connection limits.  A refused
+    connection is answered 503 and closed, or only closed on a TLS port (``plain`` False:
+    a plain-text answer would be no TLS record)."""
+
+    __slots__ = ("guard", "plain")
+
+    guard: ConnectionGuard
+    plain: bool
+
+    def accept(self) -> tuple[socket.socket, Any]:
+        while True:
+            conn, addr = super().accept()  # BlockingIOError when nothing is pending
+            refusal = self.guard._admit(addr[0])
+            if refusal is None:
+                fd = conn.detach()
+                tracked = GuardedConnection(self.family, self.type, self.proto, fileno=fd)
+                tracked.setblocking(conn.getblocking())
+                self.guard._register(tracked, addr[0])
+                return tracked, addr
+            _refuse(conn, refusal if self.plain else None)
+
+
+def _refuse(conn: socket.socket, reason: str | None) -> None:
+    with contextlib.suppress(OSError):
+        conn.setblocking(False)
+        if reason is not None:
+            text = f"{reason}; try again later\n".encode()
+            conn.send(_REFUSAL % (len(text), text))
+        conn.shutdown(socket.SHUT_WR)
+    conn.close()
+
+
+@dataclass
+class ConnectionGuard:
+    """Admits connections and closes those past their deadline (module docstring)."""
+
+    policy: ConnectionPolicy
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _open: dict[int, Tracked] = field(default_factory=dict)
+    _per_client: dict[str, int] = field(default_factory=dict)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+    #: refusals and closes since the last summary in the log, by reason
+    _unreported: dict[str, int] = field(default_factory=dict)
+    _reported_at: float = field(default_factory=time.monotonic)
+
+    #: seconds between two summaries of refusals and closes in the log
+    REPORT_INTERVAL = 10.0
+
+    def wrap(self, sock: socket.socket, *, tls: bool = False) -> GuardedListener:
+        """``sock`` (bound, maybe listening) as a guarded listening socket; ``tls``: its
+        connections speak TLS (refusals are closed without an answer)."""
+        timeout = sock.gettimeout()
+        listener = GuardedListener(sock.family, sock.type, sock.proto, fileno=sock.detach())
+        listener.settimeout(timeout)
+        listener.guard = self
+        listener.plain = not tls
+        return listener
+
+    def adopt(self, old: Tracked, new: Tracked) -> None:
+        """``new`` replaces the admitted connection ``old`` (the TLS socket wrapped around
+        it, which took over its file descriptor): same client, same framing."""
+        new.framing, new.guard_client, new.guard_reason = (
+            old.framing,
+            old.guard_client,
+            old.guard_reason,
+        )
+        new.guard, old.guard = self, None  # closing ``old`` no longer forgets anything
+        with self._lock:
+            if self._open.pop(id(old), None) is not None:
+                self._open[id(new)] = new
+
+    def start(self) -> None:
+        """Start the reaper thread."""
+        self._thread = threading.Thread(target=self._reap, name="wsnmom-connections", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop the reaper thread."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    @property
+    def open_connections(self) -> int:
+        with self._lock:
+            return len(self._open)
+
+    # -- admission -------------------------------------------------------------------------
+    def _admit(self, client: str) -> str | None:
+        policy = self.policy
+        with self._lock:
+            if policy.limit and len(self._open) >= policy.limit:
+                metrics.CONNECTIONS_REFUSED.labels(reason="limit").inc()
+                self._count("refused: connections.limit")
+                return f"the gateway has {policy.limit} connections open (connections.limit)"
+            if (
+                policy.per_client
+                and self._per_client.get(client, 0) >= policy.per_client
+                and not self._exempt(client)
+            ):
+                metrics.CONNECTIONS_REFUSED.labels(reason="per_client").inc()
+                self._count("refused: connections.per_client")
+                return f"{client} has {policy.per_client} connections open (connections.per_client)"
+        return None
+
+    def _count(self, what: str) -> None:
+        """Note one refusal or close for the next summary (hold the lock)."""
+        self._unreported[what] = self._unreported.get(what, 0) + 1
+
+    def _report(self, now: float) -> None:
+        """Log what was refused or closed since the last summary (one line per interval,
+        however many connections an attack makes)."""
+        with self._lock:
+            if now - self._reported_at < self.REPORT_INTERVAL and not self._stop.is_set():
+                return
+            counts, self._unreported = self._unreported, {}
+            self._reported_at = now
+        if counts:
+            log.warning(
+                "connections in the last %.0f s: %s",
+                self.REPORT_INTERVAL,
+                ", ".join(f"{n} {what}" for what, n in sorted(counts.items())),
+            )
+
+    def _exempt(self, client: str) -> bool:
+        if not self.policy.exempt:
+            return False
+        try:
+            ip = ipaddress.ip_address(client.split("%", 1)[0])
+        except ValueError:
+            return False
+        return any(ip.version == net.version and ip in net for net in self.policy.exempt)
+
+    def _register(self, conn: Tracked, client: str) -> None:
+        conn.framing = Framing(time.monotonic())
+        conn.guard = self
+        conn.guard_client = client
+        conn.guard_reason = ""
+        with self._lock:
+            self._open[id(conn)] = conn
+            self._per_client[client] = self._per_client.get(client, 0) + 1
+            metrics.CONNECTIONS_OPEN.set(len(self._open))
+
+    def _forget(self, conn: Tracked) -> None:
+        with self._lock:
+            if self._open.pop(id(conn), None) is None:
+                return
+            left = self._per_client.get(conn.guard_client, 1) - 1
+            if left > 0:
+                self._per_client[conn.guard_client] = left
+            else:
+                self._per_client.pop(conn.guard_client, None)
+            metrics.CONNECTIONS_OPEN.set(len(self._open))
+
+    # -- deadlines -------------------------------------------------------------------------
+    def _deadline(self, framing: Framing) -> tuple[float, str] | None:
+        p = self.policy
+        phase = framing.phase
+        if phase == HEADERS and p.header_timeout:
+            return framing.since + p.header_timeout, "header_timeout"
+        if phase == BODY and p.body_timeout:
+            return framing.since + p.body_timeout, "body_timeout"
+        if phase == WAITING and p.idle_timeout:
+            return framing.since + p.idle_timeout, "idle_timeout"
+        return None
+
+    def expired(self, now: float | None = None) -> list[tuple[Tracked, str]]:
+        """The connections past their deadline and why."""
+        now = time.monotonic() if now is None else now
+        with self._lock:
+            conns = list(self._open.values())
+        out = []
+        for conn in conns:
+            deadline = self._deadline(conn.framing)
+            if deadline is not None and now >= deadline[0]:
+                out.append((conn, deadline[1]))
+        return out
+
+    def _reap(self) -> None:
+        timeouts = [
+            t
+            for t in (
+                self.policy.header_timeout,
+                self.policy.body_timeout,
+                self.policy.idle_timeout,
+            )
+            if t
+        ]
+        tick = min([0.5, *(t / 4 for t in timeouts)])
+        while not self._stop.wait(tick):
+            for conn, reason in self.expired():
+                if conn.guard_reason:
+                    continue
+                conn.guard_reason = reason
+                metrics.CONNECTIONS_CLOSED.labels(reason=reason).inc()
+                with self._lock:
+                    self._count(f"closed: connections.{reason}")
+                log.debug("closing a connection from %s: %s", conn.guard_client, reason)
+                conn.cut()
+            self._report(time.monotonic())
+        self._report(time.monotonic())

@@ -6,7 +6,7 @@ comma  := ,
 # what `make run` installs: the gateway and the client libraries of its adapters
 RUN_EXTRAS  ?= rabbitmq,kafka
 # what `make test` / `lint` / `typecheck` install: the above plus the test and lint tools
-TEST_EXTRAS ?= test,rabbitmq,kafka
+TEST_EXTRAS ?= test,rabbitmq,kafka,mqtt,spark
 # `make venv EXTRAS=...` installs any set of extras
 EXTRAS ?= $(TEST_EXTRAS)
 # one stamp per set of extras: .venv/.installed-test-rabbitmq

@@ -52,6 +52,7 @@ import re
 import uuid
 from collections.abc import Mapping
 from datetime import UTC, datetime
+from typing import Protocol
 
 from lxml import etree
 from wsnmom.core.adapter import (
@@ -63,8 +64,6 @@ from wsnmom.core.adapter import (
     HEADER_TOPIC_PATH,
     INTERNAL_NAMESPACE_PREFIX,
     OutboundMessage,
-    Received,
-    StoredMessage,
     is_internal_namespace,
 )
 from wsnmom.core.model import EndpointReference, NotificationMessage
@@ -93,7 +92,21 @@ def is_reserved(namespace: str) -> bool:
     return namespace in RESERVED_NAMESPACES or is_internal_namespace(namespace)
 
 
-def is_internal_routing(received: Received) -> bool:
+class Carried(Protocol):
+    """What :func:`decode` reads of a middleware message: ``Received``, ``StoredMessage``
+    and the log records of ``adapters.logbase`` all have it."""
+
+    @property
+    def topic(self) -> Topic | None: ...
+    @property
+    def body(self) -> bytes: ...
+    @property
+    def headers(self) -> Mapping[str, str]: ...
+    @property
+    def content_type(self) -> str: ...
+
+
+def is_internal_routing(received: Carried) -> bool:
     """True when ``received`` was routed on an internal topic (a pull point inbox), which
     only the subscription bound to that topic may see; see "Pull point inboxes"."""
     topic = received.topic
@@ -230,6 +243,26 @@ def is_xml_type(content_type: str) -> bool:
     return base in XML_CONTENT_TYPES or base.endswith("+xml")
 
 
+def sniff_content_type(body: bytes) -> str:
+    """A media type for a native body that came without one (Kafka records, MQTT 3.1.1
+    messages): XML when it starts like XML, JSON when it parses as JSON, text when it is
+    UTF-8, else binary."""
+    head = body.lstrip()[:1]
+    if head == b"<":
+        return "application/xml"
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError:
+        return "application/octet-stream"
+    if head in (b"{", b"["):
+        try:
+            json.loads(text)
+        except ValueError:
+            return "text/plain"
+        return "application/json"
+    return "text/plain"
+
+
 def wrap_native(body: bytes, content_type: str) -> bytes:
     """The ``wsnmom:NativeMessage`` element for a non-XML body."""
     root = etree.Element(f"{{{WSNMOM_NS}}}NativeMessage", nsmap={"wsnmom": WSNMOM_NS})
@@ -262,25 +295,42 @@ def _topic_from(headers: Mapping[str, str], fallback: Topic | None) -> Topic | N
     ns = headers.get(HEADER_TOPIC_NAMESPACE)
     path = headers.get(HEADER_TOPIC_PATH)
     topic = fallback
-    if ns is not None and path:
+    # usually the routing topic is the one the headers name: no new Topic then
+    if (
+        ns is not None
+        and path
+        and (fallback is None or fallback.namespace != ns or "/".join(fallback.path) != path)
+    ):
         topic = Topic(ns, tuple(path.split("/")))
     if topic is None or topic.namespace == NO_TOPIC_NAMESPACE:
         return None
     return topic
 
 
+#: the last ``wsnmom-published-at`` text decoded and its value (the messages of one Notify
+#: share it); replaced as a whole, so concurrent decoders at worst parse it again
+_last_published: tuple[str, datetime | None] = ("", None)
+
+
 def _published_at(headers: Mapping[str, str]) -> datetime | None:
+    global _last_published
     text = headers.get(HEADER_PUBLISHED_AT)
     if not text:
         return None
+    last = _last_published
+    if last[0] == text:
+        return last[1]
     try:
-        value = datetime.fromisoformat(text)
+        value: datetime | None = datetime.fromisoformat(text)
     except ValueError:
-        return None
-    return value if value.tzinfo else value.replace(tzinfo=UTC)
+        value = None
+    if value is not None and not value.tzinfo:
+        value = value.replace(tzinfo=UTC)
+    _last_published = (text, value)
+    return value
 
 
-def decode(received: Received | StoredMessage) -> NotificationMessage:
+def decode(received: Carried) -> NotificationMessage:
     """The notification carried by a middleware message (native ones included)."""
     headers = received.headers
     content_type = received.content_type or "application/xml"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Installs the Debian packages the integration tests start locally (RabbitMQ, Mosquitto, wrk)
-# and the headless browser the admin page test drives (Chromium and its chromedriver).
+# Installs the Debian packages the integration tests start locally (RabbitMQ, Mosquitto, wrk),
+# the headless browser the admin page test drives (Chromium and its chromedriver), and a
+# Java runtime for the Spark bridge's tests (PySpark 4 needs Java 17 or 21).
 # Does nothing when they are present; needs root (or sudo) when something is missing.
 set -euo pipefail
 packages=(rabbitmq-server mosquitto wrk chromium chromium-driver)
@@ -8,6 +9,12 @@ missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+# any Java 17+ on PATH will do; otherwise the distribution's default headless JRE
+# (17 on Debian 12, 21 on Debian 13)
+java_major=$(java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -n1 || true)
+if [[ -z "$java_major" || "$java_major" -lt 17 ]]; then
+  missing+=(default-jre-headless)
+fi
 [[ ${#missing[@]} -eq 0 ]] && exit 0
 echo "installing Debian packages: ${missing[*]}"
 sudo=""

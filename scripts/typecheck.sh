@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Type-checks the whole import package wsnmom (core, topic_mapping, soap_frontend, every
-# adapter, the CLI and start-up, the clients and the test support) with strict mypy.
+# adapter, the Spark bridge, the CLI and start-up, the clients and the test support) with
+# strict mypy.
 # mypy cannot follow setuptools' editable-install finder for the package-dir mapping, so the
 # import package is laid out as a tree of symlinks under .typecheck/ first.
 set -euo pipefail
@@ -11,7 +12,7 @@ for f in wsnmom/*.py; do ln -s "../../$f" "$root/$(basename "$f")"; done
 ln -s ../../wsnmom/testing "$root/testing"
 ln -s ../../wsnmom/client "$root/client"
 ln -s ../../wsnmom/shell "$root/shell"
-for d in core topic_mapping soap_frontend; do [[ -d $d ]] && ln -s "../../$d" "$root/$d"; done
+for d in core topic_mapping soap_frontend spark_bridge; do [[ -d $d ]] && ln -s "../../$d" "$root/$d"; done
 ln -s ../../../adapters/__init__.py "$root/adapters/__init__.py"
 for d in adapters/*/; do d=${d%/}; ln -s "../../../$d" "$root/$d"; done
 # every package of the distribution: core, topic_mapping, soap_frontend, the adapters, the

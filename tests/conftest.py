@@ -2,7 +2,12 @@
 
 import importlib.util
 
-_FIXTURE_MODULES = ("tests.fixtures.brokers", "tests.fixtures.server", "tests.fixtures.browser")
+_FIXTURE_MODULES = (
+    "tests.fixtures.brokers",
+    "tests.fixtures.mosquitto",
+    "tests.fixtures.server",
+    "tests.fixtures.browser",
+)
 
 pytest_plugins = [name for name in _FIXTURE_MODULES if importlib.util.find_spec(name)]
 pytest_plugins.append("pytester")  # tests/testing runs the wsnmom pytest plugin in a project

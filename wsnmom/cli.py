@@ -29,6 +29,10 @@ from wsnmom.shell import install as install_shell_commands  # noqa: E402
 
 install_shell_commands(cli)  # notify, subscribe, pull, subscriptions, check
 
+from wsnmom.spark_bridge.cli import install as install_spark_commands  # noqa: E402
+
+install_spark_commands(cli)  # spark-buffer, spark-tap (their imports are lazy)
+
 from wsnmom.core.plugin_cli import install as install_plugin_commands  # noqa: E402
 
 install_plugin_commands(cli)  # adds `adapters`, `plugins` and plugins' own commands

@@ -16,7 +16,6 @@ Reachability
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 from collections.abc import Callable
@@ -25,10 +24,17 @@ from typing import Any
 
 from confluent_kafka import KafkaError, Message
 from wsnmom.adapters.logbase.backend import LogRecord
+from wsnmom.core.codec import sniff_content_type
 
 from .mapping import KafkaMapping
 
-__all__ = ["Health", "kafka_logger", "record_from_message", "sniff_content_type"]
+__all__ = [
+    "Health",
+    "kafka_logger",
+    "record_from_message",
+    "record_from_parts",
+    "sniff_content_type",
+]
 
 log = logging.getLogger("wsnmom.adapters.kafka")
 
@@ -155,25 +161,6 @@ def client_hooks(health: Health) -> dict[str, Any]:
 # -- records --------------------------------------------------------------------------------
 
 
-def sniff_content_type(body: bytes) -> str:
-    """A media type for a body that came without one: XML when it starts like XML, JSON
-    when it parses as JSON, text when it is UTF-8, else binary."""
-    head = body.lstrip()[:1]
-    if head == b"<":
-        return "application/xml"
-    try:
-        text = body.decode("utf-8")
-    except UnicodeDecodeError:
-        return "application/octet-stream"
-    if head in (b"{", b"["):
-        try:
-            json.loads(text)
-        except ValueError:
-            return "text/plain"
-        return "application/json"
-    return "text/plain"
-
-
 def _headers(raw: Any) -> dict[str, str]:
     if not raw:
         return {}
@@ -183,6 +170,23 @@ def _headers(raw: Any) -> dict[str, str]:
             value = value.decode("utf-8", "replace")
         out[key] = value if value is not None else ""
     return out
+
+
+def _details(
+    found: dict[str, str], value: bytes | None, millis: int | None
+) -> tuple[bytes, dict[str, str], str, datetime | None]:
+    """Body, headers (content-type headers taken out), media type and timestamp of a record
+    from its converted headers, its value and its timestamp in ms (None: unknown)."""
+    body = value or b""
+    content_type = ""
+    for name in _CONTENT_TYPE_HEADERS:
+        header = found.pop(name, None)
+        if header and not content_type:
+            content_type = header
+    if not content_type:
+        content_type = sniff_content_type(body)
+    stamp = datetime.fromtimestamp(millis / 1000, UTC) if millis and millis > 0 else None
+    return body, found, content_type, stamp
 
 
 def record_from_message(message: Message, mapping: KafkaMapping) -> LogRecord:
@@ -199,18 +203,27 @@ def record_from_message(message: Message, mapping: KafkaMapping) -> LogRecord:
 
     def details() -> tuple[bytes, dict[str, str], str, datetime | None]:
         found = dict(headers) if headers is not None else _headers(message.headers())
-        body = message.value() or b""
-        content_type = ""
-        for name in _CONTENT_TYPE_HEADERS:
-            value = found.pop(name, None)
-            if value and not content_type:
-                content_type = value
-        if not content_type:
-            content_type = sniff_content_type(body)
         kind, millis = message.timestamp()
-        stamp = datetime.fromtimestamp(millis / 1000, UTC) if kind and millis > 0 else None
-        return body, found, content_type, stamp
+        return _details(found, message.value(), millis if kind else None)
 
     return LogRecord(
         (log_name, message.partition() or 0), message.offset() or 0, topic, details=details
     )
+
+
+def record_from_parts(
+    mapping: KafkaMapping,
+    log_name: str,
+    partition: int,
+    offset: int,
+    key: bytes | None,
+    value: bytes | None,
+    raw_headers: Any,
+    millis: int | None,
+) -> LogRecord:
+    """The ``LogRecord`` of a record given field by field (a row of Spark's own Kafka
+    source); ``raw_headers``: ``(name, bytes)`` pairs or a dict."""
+    headers = _headers(raw_headers)
+    topic = mapping.record_topic(log_name, key, headers)
+    body, found, content_type, stamp = _details(headers, value, millis)
+    return LogRecord((log_name, partition), offset, topic, body, found, content_type, stamp)

@@ -173,6 +173,11 @@ class KafkaMapping:
             return log.startswith(self.prefix + ".")
         return not log.startswith("_")
 
+    def shared_logs(self) -> list[str]:
+        """The per-namespace logs known (configured and seen) and the internal log."""
+        with self._lock:
+            return sorted({self.internal_topic, *self._shared})
+
     def is_shared(self, log: str) -> bool:
         """Whether ``log`` is a per-namespace or the internal log."""
         return log == self.internal_topic or log in self._shared

@@ -145,14 +145,7 @@ from wsnmom.core.adapter import (
 from wsnmom.topic_mapping.errors import NameNotRepresentable
 from wsnmom.topic_mapping.model import PathPattern, Topic
 from wsnmom.topic_mapping.syntax import RABBITMQ
-from wsnmom.topic_mapping.translate import (
-    NamespaceRoots,
-    derived_root,
-    fallback_root,
-    native_to_topic,
-    topic_to_native,
-    translate,
-)
+from wsnmom.topic_mapping.translate import fallback_root
 
 from ._completion import Completion
 from ._link import (
@@ -169,6 +162,7 @@ from ._link import (
     describe,
     encode_table,
 )
+from .names import Binding, RabbitMQNames, headers_of
 
 log = logging.getLogger("wsnmom.adapters.rabbitmq")
 
@@ -194,8 +188,6 @@ _PRIMER_HEADER = "wsnmom-primer"
 _PRIMER_PROPERTIES = pika.BasicProperties(
     delivery_mode=pika.DeliveryMode.Persistent, expiration="0", headers={_PRIMER_HEADER: 1}
 )
-
-Binding = tuple[str, str]  # (exchange, binding key)
 
 
 def _refusal(error: BaseException | None, where: str) -> MiddlewareRefused | None:
@@ -287,26 +279,6 @@ class RabbitMQOptions:
         if opts.consumers_per_connection < 1:
             raise ValueError("consumers_per_connection must be at least 1")
         return opts
-
-
-def _header_text(value: Any) -> str | None:
-    if isinstance(value, bytes):
-        return value.decode("utf-8", "replace")
-    if isinstance(value, str | int | float | bool):
-        return str(value)
-    return None
-
-
-def _headers_of(properties: Any) -> dict[str, str]:
-    raw = getattr(properties, "headers", None) or {}
-    if all(type(key) is str and type(value) is str for key, value in raw.items()):
-        return raw if type(raw) is dict else dict(raw)  # the usual case: no copy
-    out: dict[str, str] = {}
-    for key, value in raw.items():
-        text = _header_text(value)
-        if text is not None:
-            out[str(key)] = text
-    return out
 
 
 class _Delivery(Received):
@@ -484,7 +456,7 @@ _UNROUTED = PublishReceipt(routed=False)
 #: without ``mandatory`` (``report_unrouted = false``) the broker does not tell
 _UNKNOWN = PublishReceipt(routed=None)
 _NACKED = PublishReceipt(routed=None)
-#: entries kept in the topic <-> (exchange, routing key) memos
+#: entries kept in the topic -> (exchange, routing key) memo
 _NAME_CACHE_SIZE = 10000
 
 
@@ -514,7 +486,9 @@ class RabbitMQAdapter(Adapter):
         self.opts = RabbitMQOptions.parse(merged)
         #: a confirmed publish's receipt unless the broker returns or nacks it
         self._receipt = _ROUTED if self.opts.report_unrouted else _UNKNOWN
-        self.roots = NamespaceRoots.for_syntax(self.opts.exchanges, RABBITMQ)
+        #: topic <-> exchange and routing key (shared with the Spark bridge's tap)
+        self.names = RabbitMQNames(self.opts.exchanges, self.opts.all_exchange)
+        self.roots = self.names.roots
         self.parameters = self._parameters(pika_url)
         self.instance = self.opts.instance or uuid.uuid4().hex[:12]
         self.tap_queue = f"wsnmom.current.{self.instance}"
@@ -542,9 +516,8 @@ class RabbitMQAdapter(Adapter):
         #: publishes while the loop settles confirms (taken before the connection's
         #: write lock, never after it)
         self._pub_lock = threading.RLock()
-        #: memos of _target and topic_of
+        #: memo of _target
         self._targets: dict[Topic, tuple[str, str, bool]] = {}
-        self._topics: dict[Binding, Topic] = {}
         self._consumer = Link(
             "consumer",
             self.parameters,
@@ -621,49 +594,19 @@ class RabbitMQAdapter(Adapter):
 
     def exchange_for(self, namespace: str) -> str:
         """Exchange of a topic namespace (configured or derived)."""
-        return topic_to_native(Topic(namespace, ("x",)), RABBITMQ, self.roots).root
+        return self.names.exchange_for(namespace)
 
     def native_name(self, topic: Topic) -> tuple[str, str]:
         """(exchange, routing key) of ``topic``; NameNotRepresentable when it has none."""
-        try:
-            native = topic_to_native(topic, RABBITMQ, self.roots)
-        except ValueError as exc:  # a path segment that is not an NCName
-            raise NameNotRepresentable(f"{topic}: {exc}") from exc
-        return native.root, native.name
+        return self.names.native_name(topic)
 
     def bindings_for(self, patterns: Sequence[PathPattern] | None) -> list[Binding]:
         """(exchange, binding key) pairs for a subscription's patterns."""
-        if patterns is None:
-            return [(self.opts.all_exchange, "#")]
-        translation = translate(patterns, RABBITMQ, self.roots)
-        return [(p.root, p.pattern) for p in translation.patterns]
+        return self.names.bindings_for(patterns)
 
     def topic_of(self, exchange: str, routing_key: str, headers: Mapping[str, str]) -> Topic:
-        """Topic of a delivered message, from its exchange and routing key.
-
-        An exchange this process has not mapped yet because its name was derived from a
-        namespace (after a gateway restart) is learnt from the ``wsnmom-topic-ns`` header
-        when that namespace derives to exactly this exchange.  NameNotRepresentable for an
-        empty routing key.
-        """
-        where = (exchange, routing_key)
-        topic = self._topics.get(where)
-        if topic is not None:
-            return topic
-        known = bool(exchange) and self.roots.namespace_for_root((exchange,)) is not None
-        if exchange and not known:
-            namespace = headers.get(HEADER_TOPIC_NAMESPACE)
-            if namespace and derived_root(namespace) == exchange:
-                with contextlib.suppress(NameNotRepresentable):
-                    self.roots.register(namespace)
-                    known = True
-        topic = native_to_topic(exchange, routing_key, RABBITMQ, self.roots)
-        if known:
-            # the exchange's namespace is registered for good: the answer cannot change
-            if len(self._topics) >= _NAME_CACHE_SIZE:
-                self._topics.clear()
-            self._topics[where] = topic
-        return topic
+        """Topic of a delivered message (``RabbitMQNames.topic_of``)."""
+        return self.names.topic_of(exchange, routing_key, headers)
 
     # --- lifecycle ------------------------------------------------------------------
 
@@ -1088,7 +1031,7 @@ class RabbitMQAdapter(Adapter):
     ) -> _Delivery | None:
         """The Received for a delivery, or None (settled here) for a queue primer or a
         message without a representable topic; ``no_ack``: RabbitMQ already removed it."""
-        headers = _headers_of(properties)
+        headers = headers_of(properties)
         if _PRIMER_HEADER in headers:
             if not no_ack:  # a queue primer (see _prime), not a message
                 ch.pika.basic_ack(method.delivery_tag)
@@ -1372,7 +1315,7 @@ class RabbitMQAdapter(Adapter):
         self._tap = ch
 
     def _on_tap(self, method: Any, properties: Any, body: bytes) -> None:
-        headers = _headers_of(properties)
+        headers = headers_of(properties)
         barrier = headers.get(_BARRIER_HEADER)
         if barrier is not None and method.exchange == "":
             fut = self._barriers.pop(barrier, None)

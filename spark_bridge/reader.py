@@ -1,0 +1,422 @@
+"""The replayable source every middleware of the bridge plugs into: Spark's batch and
+streaming readers over *streams* with offsets (Kafka topic partitions, a RabbitMQ stream
+queue, a buffer log).
+
+A middleware provides a :class:`Backend`: the offsets available now per stream, and the
+records of one stream in an offset range.  This module does the rest, the same way for
+all of them:
+
+* **Offsets** are the JSON object ``{"source": alias, "streams": {stream: next offset}}``
+  that Spark writes to the query's checkpoint.  A stream missing from a start offset (a
+  Kafka topic created after the query started) is read from its first record.
+* ``latestOffset(start, limit)`` asks the backend for the ends of its streams and applies
+  the read limit (``maxRecordsPerTrigger``: shared fairly over the streams with data).
+  ``Trigger.AvailableNow`` fixes the ends once, at the start of the query.
+* ``partitions(start, end)`` cuts each stream's range into tasks of at most
+  ``maxRecordsPerPartition`` offsets; one task reads exactly its range, so a micro-batch
+  that Spark runs again returns the same records.
+* ``read`` decodes and filters each record as the gateway does (``schema.RowBuilder``).
+* Records that retention removed before they were read: the query fails naming the
+  source and the range (``failOnDataLoss``, default true), or skips them with a warning.
+
+The batch reader reads a snapshot: ``startingOffsets`` (default ``earliest``) to
+``endingOffsets`` (default the ends when the query is planned).
+"""
+
+from __future__ import annotations
+
+import abc
+import logging
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    InputPartition,
+)
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+from wsnmom.adapters.logbase.backend import LogRecord
+
+from .options import SourceError, get_bool, get_int, get_json, lower_keys
+from .schema import DDL, RowBuilder
+from .selection import Compiled, Selection
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql.types import StructType
+
+__all__ = ["EARLIEST", "Backend", "OffsetSource", "RangePartition", "RecordsMissing", "log"]
+
+log = logging.getLogger("wsnmom.spark_bridge")
+
+#: start offset of a stream the checkpoint does not know yet: its first record
+EARLIEST = -2
+#: the offsets' format version (a different one is refused, never misread)
+OFFSET_VERSION = 1
+
+
+class RecordsMissing(Exception):
+    """The stream no longer holds offsets ``[first, next)`` (retention removed them)."""
+
+    def __init__(self, stream: str, first: int, next_: int) -> None:
+        super().__init__(f"{stream}: offsets {first}..{next_ - 1} are gone")
+        self.stream = stream
+        self.first = first
+        self.next = next_
+
+
+class Backend(abc.ABC):
+    """One middleware as seen by the generic reader.  Built from the source's options in
+    every process that needs it; must pickle (clients are opened lazily and dropped by
+    ``__getstate__``)."""
+
+    #: the ``middleware`` column
+    middleware: str
+
+    def __init__(self, options: Mapping[str, str]) -> None:
+        self.options = dict(options)
+        self.alias = self.options.get("alias") or self.default_alias()
+
+    @abc.abstractmethod
+    def default_alias(self) -> str:
+        """The source alias when the options give none."""
+
+    @abc.abstractmethod
+    def broker(self) -> str:
+        """Where the data comes from, for messages (no secrets)."""
+
+    def where(self) -> str:
+        """``<middleware> source '<alias>' (<broker>)`` for error messages."""
+        return f"{self.middleware} source {self.alias!r} ({self.broker()})"
+
+    def prepare(self) -> None:
+        """Make sure the source exists (a tap queue): called on the driver before offsets
+        are first asked for."""
+        return None
+
+    @abc.abstractmethod
+    def bounds(self) -> dict[str, tuple[int, int]]:
+        """``{stream: (first offset held, next offset)}`` now."""
+
+    @abc.abstractmethod
+    def read(self, stream: str, start: int, end: int) -> Iterator[LogRecord]:
+        """The records of ``stream`` with offsets in ``[start, end)``, in order; ``start``
+        may be :data:`EARLIEST`.  Raises :class:`RecordsMissing` before yielding anything
+        when ``start`` is no longer held."""
+
+    def plan(self, part: RangePartition) -> RangePartition:
+        """The task Spark gets for ``part`` (on the driver; a backend may attach data)."""
+        return part
+
+    def read_partition(self, part: RangePartition) -> Iterator[LogRecord]:
+        """The records of one task (on an executor)."""
+        return self.read(part.stream, part.start, part.end)
+
+    def commit(self, offsets: Mapping[str, int]) -> None:
+        """Spark finished everything before ``offsets`` (informational)."""
+        return None
+
+    def close(self) -> None:
+        """Release clients (driver side, when the query stops)."""
+        return None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"options": self.options, "alias": self.alias}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["options"])  # type: ignore[misc]
+        self.alias = state["alias"]
+
+
+@dataclass
+class RangePartition(InputPartition):
+    """One task: the records of ``stream`` in ``[start, end)`` (``start`` may be EARLIEST)."""
+
+    stream: str
+    start: int
+    end: int
+
+
+def _offsets(source: str, streams: Mapping[str, int]) -> dict[str, Any]:
+    return {"v": OFFSET_VERSION, "source": source, "streams": dict(sorted(streams.items()))}
+
+
+def _streams_of(offset: Mapping[str, Any] | None, where: str, source: str) -> dict[str, int]:
+    """The per-stream offsets of a checkpointed offset written by this module."""
+    if not offset:
+        return {}
+    if offset.get("v") != OFFSET_VERSION or not isinstance(offset.get("streams"), dict):
+        raise SourceError(
+            where,
+            f"the checkpoint holds offsets {dict(offset)!r} that this source did not write "
+            "(another implementation, e.g. Spark's native Kafka connector, or another "
+            "version): start the query with a new checkpoint location",
+        )
+    if offset.get("source") != source:
+        raise SourceError(
+            where,
+            f"the checkpoint belongs to source {offset.get('source')!r}: the sources of a "
+            "query and their aliases must not change between runs",
+        )
+    return {str(k): int(v) for k, v in offset["streams"].items()}
+
+
+class _Common:
+    """What the batch and the streaming reader share."""
+
+    def __init__(self, backend: Backend) -> None:
+        self.backend = backend
+        options = backend.options
+        self.selection = Selection.from_options(options)
+        # compiled once here so a bad expression fails when the query is defined
+        self._compiled: Compiled | None = Compiled(self.selection)
+        self.max_per_partition = get_int(options, "maxrecordsperpartition", 100_000, low=1)
+        self.fail_on_data_loss = get_bool(options, "failondataloss", True)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_compiled"] = None
+        return state
+
+    @property
+    def compiled(self) -> Compiled:
+        if self._compiled is None:
+            self._compiled = Compiled(self.selection)
+        return self._compiled
+
+    def where(self) -> str:
+        return self.backend.where()
+
+    def bounds(self) -> dict[str, tuple[int, int]]:
+        try:
+            return self.backend.bounds()
+        except SourceError:
+            raise
+        except Exception as exc:
+            raise SourceError(self.where(), f"cannot read the offsets: {exc}") from exc
+
+    def starting(self, key: str, bounds: Mapping[str, tuple[int, int]]) -> dict[str, int]:
+        """``startingOffsets``: ``earliest`` (default), ``latest``, or a JSON object
+        ``{stream: offset}`` (-2 earliest, -1 latest)."""
+        text = (self.backend.options.get(key) or "earliest").strip()
+        if text == "earliest":
+            return {s: low for s, (low, _) in bounds.items()}
+        if text == "latest":
+            return {s: high for s, (_, high) in bounds.items()}
+        data = get_json(self.backend.options, key)
+        if not isinstance(data, dict):
+            raise SourceError(self.where(), f"{key} must be earliest, latest or a JSON object")
+        out = {s: low for s, (low, _) in bounds.items()}
+        for stream, value in data.items():
+            low, high = bounds.get(str(stream), (0, 0))
+            value = int(value)
+            out[str(stream)] = low if value == -2 else high if value == -1 else value
+        return out
+
+    def ranges(self, start: Mapping[str, int], end: Mapping[str, int]) -> list[RangePartition]:
+        """Tasks covering ``[start, end)`` of every stream."""
+        parts: list[RangePartition] = []
+        size = self.max_per_partition or 1
+        for stream, stop in sorted(end.items()):
+            first = start.get(stream, EARLIEST)
+            if first == EARLIEST:
+                # a stream this query has not seen yet: one task from its first record
+                if stop > 0:
+                    parts.append(RangePartition(stream, EARLIEST, stop))
+                continue
+            lo = first
+            while lo < stop:
+                hi = min(stop, lo + size)
+                parts.append(RangePartition(stream, lo, hi))
+                lo = hi
+        return parts
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if not isinstance(partition, RangePartition):
+            return  # Spark's single placeholder task of a read with nothing to read
+        backend = self.backend
+        rows = RowBuilder(backend.alias, backend.middleware, self.compiled.filter)
+        stream = partition.stream
+        try:
+            records = self._records(partition)
+            yield from rows.batches((record, stream) for record in records)
+        except SourceError:
+            raise
+        except Exception as exc:
+            raise SourceError(
+                self.where(),
+                f"reading {stream} offsets {partition.start}..{partition.end - 1} failed: "
+                f"{type(exc).__name__}: {exc}",
+            ) from exc
+        finally:
+            backend.close()
+
+    def _records(self, partition: RangePartition) -> Iterator[LogRecord]:
+        backend = self.backend
+        try:
+            yield from backend.read_partition(partition)
+        except RecordsMissing as gone:
+            message = (
+                f"records {gone.first}..{gone.next - 1} of {gone.stream} were removed "
+                "before they were read (retention)"
+            )
+            if self.fail_on_data_loss:
+                raise SourceError(
+                    self.where(), message + "; set failOnDataLoss=false to skip them"
+                ) from None
+            log.warning("%s: %s; skipped", self.where(), message)
+            if gone.next < partition.end:
+                yield from backend.read(partition.stream, gone.next, partition.end)
+
+
+class BatchReader(_Common, DataSourceReader):
+    """A snapshot read: ``startingOffsets`` .. ``endingOffsets`` (default: the ends when
+    the query is planned)."""
+
+    def __init__(self, backend: Backend) -> None:
+        super().__init__(backend)
+
+    def snapshot(self) -> tuple[dict[str, int], dict[str, int]]:
+        """``(start, end)`` offsets of every stream for a read now."""
+        backend = self.backend
+        backend.prepare()
+        bounds = self.bounds()
+        start = self.starting("startingoffsets", bounds)
+        ending = backend.options.get("endingoffsets")
+        if ending and ending.strip() != "latest":
+            end = self.starting("endingoffsets", bounds)
+        else:
+            end = {s: high for s, (_, high) in bounds.items()}
+        return start, end
+
+    def partitions(self) -> Sequence[InputPartition]:
+        backend = self.backend
+        start, end = self.snapshot()
+        parts = [backend.plan(p) for p in self.ranges(start, end)]
+        log.info(
+            "%s: batch read of %s, %d task(s): %s",
+            self.where(),
+            self.selection.describe(),
+            len(parts),
+            ", ".join(f"{p.stream} {max(p.start, 0)}..{p.end}" for p in parts) or "nothing",
+        )
+        backend.close()
+        return parts
+
+
+class StreamReader(_Common, DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """The micro-batch reader (see the module docstring)."""
+
+    def __init__(self, backend: Backend) -> None:
+        super().__init__(backend)
+        self.max_per_trigger = get_int(backend.options, "maxrecordspertrigger", None, low=1)
+        #: the ends ``Trigger.AvailableNow`` stops at
+        self._target: dict[str, tuple[int, int]] | None = None
+        self._prepared = False
+
+    def _ensure(self) -> None:
+        if not self._prepared:
+            self.backend.prepare()
+            self._prepared = True
+
+    def _bounds_now(self) -> dict[str, tuple[int, int]]:
+        self._ensure()
+        return self.bounds()
+
+    def initialOffset(self) -> dict[str, Any]:
+        return _offsets(self.backend.alias, self.starting("startingoffsets", self._bounds_now()))
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self.max_per_trigger is None:
+            return ReadAllAvailable()
+        return ReadMaxRows(self.max_per_trigger)
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._target = self._bounds_now()
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        begin = _streams_of(start, self.where(), self.backend.alias)
+        bounds = dict(self._target) if self._target is not None else self._bounds_now()
+        # streams the checkpoint does not know yet start at their first record
+        first = {s: begin.get(s, low) for s, (low, _) in bounds.items()}
+        ends = {s: max(high, first[s]) for s, (_, high) in bounds.items()}
+        for stream, offset in begin.items():
+            # a stream that disappeared (topic deleted) or shrank keeps its position
+            first[stream] = offset
+            ends[stream] = max(ends.get(stream, offset), offset)
+        if isinstance(limit, ReadMaxRows):
+            ends = _limit(first, ends, limit.max_rows)
+        return _offsets(self.backend.alias, ends)
+
+    def reportLatestOffset(self) -> dict[str, Any] | None:
+        try:
+            return _offsets(self.backend.alias, {s: h for s, (_, h) in self._bounds_now().items()})
+        except SourceError:
+            return None
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        where, alias = self.where(), self.backend.alias
+        parts = self.ranges(_streams_of(start, where, alias), _streams_of(end, where, alias))
+        return [self.backend.plan(p) for p in parts]
+
+    def commit(self, end: dict[str, Any]) -> None:
+        try:
+            self.backend.commit(_streams_of(end, self.where(), self.backend.alias))
+        except SourceError:
+            raise
+        except Exception as exc:  # informational only: never fail the query for it
+            log.warning("%s: commit of %s failed: %s", self.where(), end, exc)
+
+    def stop(self) -> None:
+        self.backend.close()
+
+
+def _limit(begin: Mapping[str, int], ends: dict[str, int], budget: int) -> dict[str, int]:
+    """``ends`` cut so that at most ``budget`` offsets past ``begin`` are read, shared
+    fairly over the streams that have data."""
+    pending = {s: e - begin.get(s, e) for s, e in ends.items()}
+    pending = {s: n for s, n in pending.items() if n > 0}
+    if sum(pending.values()) <= budget:
+        return ends
+    granted = dict.fromkeys(pending, 0)
+    left = budget
+    while left > 0 and pending:
+        share = max(1, left // len(pending))
+        for stream in sorted(pending):
+            take = min(share, pending[stream], left)
+            granted[stream] += take
+            pending[stream] -= take
+            left -= take
+            if left <= 0:
+                break
+        pending = {s: n for s, n in pending.items() if n > 0}
+    out = dict(ends)
+    for stream, n in granted.items():
+        out[stream] = begin[stream] + n
+    return out
+
+
+class OffsetSource(DataSource):
+    """Base of the bridge's data sources: subclasses name themselves and their backend."""
+
+    backend_class: type[Backend]
+
+    def __init__(self, options: Mapping[str, str]) -> None:
+        super().__init__(lower_keys(options))
+
+    def schema(self) -> str:
+        return DDL
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return BatchReader(self.backend_class(self.options))
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return StreamReader(self.backend_class(self.options))

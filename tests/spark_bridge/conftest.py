@@ -1,0 +1,125 @@
+"""Fixtures of the Spark bridge tests: one local SparkSession for the whole run (a JVM
+start costs ~5-10 s), MQTT publishing helpers, waiting for conditions."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+
+def wait_until(check: Callable[[], Any], timeout: float = 20.0, what: str = "condition") -> Any:
+    """Poll ``check`` until it returns something truthy; AssertionError after ``timeout``."""
+    from tests.fixtures.server import poll
+
+    return poll(check, timeout, what=what)
+
+
+def _java_ok() -> str | None:
+    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        return "no Java runtime (install openjdk-17-jre-headless)"
+    return None
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    """A ``local[2]`` SparkSession shared by every Spark test (bridge sources registered)."""
+    reason = None
+    try:
+        import pyarrow  # noqa: F401
+        import pyspark  # noqa: F401
+    except ImportError as exc:
+        reason = f"the spark extra is not installed ({exc})"
+    reason = reason or _java_ok()
+    if reason is not None:
+        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+            pytest.fail(reason, pytrace=False)
+        pytest.skip(reason)
+    from wsnmom.spark_bridge.session import local_session
+
+    session = local_session("wsnmom-tests", cores=2)
+    session.sparkContext.setLogLevel("ERROR")
+    try:
+        yield session
+    finally:
+        session.stop()
+
+
+class MqttPublisher:
+    """A plain paho MQTT 5 client publishing at QoS 1 and waiting for each PUBACK."""
+
+    def __init__(self, url: str) -> None:
+        import paho.mqtt.client as mqtt
+        from paho.mqtt.enums import CallbackAPIVersion
+
+        host, _, port = url.removeprefix("mqtt://").partition(":")
+        self.client = mqtt.Client(
+            CallbackAPIVersion.VERSION2,
+            client_id=f"pub-{uuid.uuid4().hex[:8]}",
+            protocol=mqtt.MQTTv5,
+        )
+        self.client.connect(host, int(port))
+        self.client.loop_start()
+
+    def publish(
+        self,
+        topic: str,
+        body: bytes,
+        headers: dict[str, str] | None = None,
+        content_type: str | None = None,
+    ) -> None:
+        from paho.mqtt.packettypes import PacketTypes
+        from paho.mqtt.properties import Properties
+
+        props = Properties(PacketTypes.PUBLISH)
+        if headers:
+            props.UserProperty = list(headers.items())
+        if content_type:
+            props.ContentType = content_type
+        info = self.client.publish(topic, body, qos=1, properties=props)
+        info.wait_for_publish(10)
+
+    def close(self) -> None:
+        self.client.disconnect()
+        self.client.loop_stop()
+
+
+@pytest.fixture
+def mqtt_publisher(mosquitto_url: str) -> Iterator[MqttPublisher]:
+    publisher = MqttPublisher(mosquitto_url)
+    yield publisher
+    publisher.close()
+
+
+@pytest.fixture(scope="session")
+def rabbit_gateway(rabbitmq_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A gateway on the session's RabbitMQ, shared by the bridge tests."""
+    from tests.fixtures.server import RunningServer
+
+    server = RunningServer("rabbitmq", rabbitmq_url, tmp_path_factory.mktemp("gw-rabbit"))
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def kafka_gateway(kafka_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A gateway on the session's Kafka (its own topic prefix), shared by the bridge tests;
+    ``adapter_url`` is also the URL the bridge's Kafka source reads with."""
+    from tests.fixtures.server import RunningServer, kafka_gateway_url
+
+    server = RunningServer(
+        "kafka", kafka_gateway_url(kafka_url), tmp_path_factory.mktemp("gw-kafka")
+    )
+    server.start()
+    yield server
+    server.stop()
+
+
+def unique_namespace() -> str:
+    """A topic namespace of one test (tests share brokers and gateways)."""
+    return f"urn:test:spark:{uuid.uuid4().hex[:10]}"

@@ -1,0 +1,159 @@
+"""The MQTT buffer (``wsnmom spark-buffer``) against a real mosquitto, without Spark:
+durable append before acknowledgement, persistent session across buffer restarts, no
+duplicates after a crash between append and PUBACK."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from wsnmom.spark_bridge.buffer import BufferSettings, MqttBuffer
+from wsnmom.spark_bridge.log import NotificationLog
+from wsnmom.spark_bridge.selection import Selection
+
+from tests.spark_bridge.conftest import MqttPublisher, wait_until
+
+pytestmark = pytest.mark.mqtt
+
+NS = {"p": "urn:plant"}
+ROOTS = {"urn:plant": "plant"}
+
+
+def settings(url: str, path: Path, client_id: str, topic: str = "p:valves//.") -> BufferSettings:
+    return BufferSettings(
+        url=url,
+        log_path=str(path),
+        client_id=client_id,
+        selection=Selection(topic, None, NS),
+        roots=ROOTS,
+        session_expiry=600,
+    )
+
+
+def test_buffer_keeps_everything_across_its_own_restart(
+    mosquitto_url: str, mqtt_publisher: MqttPublisher, tmp_path: Path
+) -> None:
+    path = tmp_path / "mqtt.sqlite"
+    client_id = f"buf-{uuid.uuid4().hex[:8]}"
+    buffer = MqttBuffer(settings(mosquitto_url, path, client_id))
+    buffer.start()
+    assert buffer.filters == ["plant/valves/#"]
+    for i in range(20):
+        mqtt_publisher.publish(f"plant/valves/v{i % 4}/state", f"<s>{i}</s>".encode())
+    mqtt_publisher.publish("plant/pumps/p1", b"<s>not selected</s>")
+    log = NotificationLog(path, create=False)
+    wait_until(lambda: len(log) == 20, what="20 records in the log")
+    buffer.stop()
+    # published while the buffer is down: the broker queues them for the session
+    for i in range(20, 35):
+        mqtt_publisher.publish(f"plant/valves/v{i % 4}/state", f"<s>{i}</s>".encode())
+    again = MqttBuffer(settings(mosquitto_url, path, client_id))
+    again.start()
+    assert again.session_present
+    wait_until(lambda: len(log) == 35, what="35 records in the log")
+    time.sleep(0.3)
+    again.stop()
+    bodies = [body for _seq, _native, body in log.entries()]
+    assert bodies == [f"<s>{i}</s>".encode() for i in range(35)]
+    assert again.duplicates == 0
+
+
+def test_crash_between_append_and_puback_appends_nothing_twice(
+    mosquitto_url: str, mqtt_publisher: MqttPublisher, tmp_path: Path
+) -> None:
+    path = tmp_path / "mqtt.sqlite"
+    client_id = f"buf-{uuid.uuid4().hex[:8]}"
+    buffer = MqttBuffer(settings(mosquitto_url, path, client_id))
+    acked: list[int] = []
+    buffer.client.ack = lambda mid, qos: acked.append(mid)  # type: ignore[method-assign]
+    buffer.start()
+    for i in range(6):  # as the gateway publishes: with a message id
+        mqtt_publisher.publish(
+            f"plant/valves/v{i}/state",
+            f"<s>{i}</s>".encode(),
+            {"wsnmom-message-id": f"m{i}", "wsnmom-topic-ns": "urn:plant"},
+            "application/xml",
+        )
+    for i in range(4):  # natively: no id at all
+        mqtt_publisher.publish(f"plant/valves/n{i}/state", f'{{"n": {i}}}'.encode())
+    log = NotificationLog(path, create=False)
+    wait_until(lambda: len(log) == 10, what="10 records")
+    wait_until(lambda: len(acked) == 10, what="10 acknowledgements after the append")
+    buffer.stop()  # "crash": appended, never acknowledged to the broker
+    again = MqttBuffer(settings(mosquitto_url, path, client_id))
+    again.start()
+    wait_until(lambda: again.duplicates == 10, what="10 redeliveries recognised")
+    mqtt_publisher.publish("plant/valves/n9/state", b"after")
+    wait_until(lambda: len(log) == 11, what="the next message")
+    again.stop()
+    assert again.appended == 1
+    records = list(log.read(1, 100))
+    assert records[6].content_type == "application/json"  # sniffed for a bare body
+    assert records[0].headers["wsnmom-message-id"] == "m0"
+
+
+def test_spark_buffer_command_runs_until_terminated(
+    mosquitto_url: str, mqtt_publisher: MqttPublisher, tmp_path: Path
+) -> None:
+    path = tmp_path / "cli.sqlite"
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "wsnmom",
+            "spark-buffer",
+            "--mqtt",
+            mosquitto_url,
+            "--log",
+            str(path),
+            "--client-id",
+            f"cli-{uuid.uuid4().hex[:6]}",
+            "--topic",
+            "p:valves/*/state",
+            "-n",
+            "p=urn:plant",
+            "--root",
+            "urn:plant=plant",
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_until(lambda: path.exists(), what="the log file")
+        time.sleep(1.0)  # subscribed
+        for i in range(5):
+            mqtt_publisher.publish(f"plant/valves/v{i}/state", b"<s/>")
+        wait_until(lambda: len(NotificationLog(path, create=False)) == 5, what="5 records")
+    finally:
+        proc.terminate()
+        _, err = proc.communicate(timeout=20)
+    assert proc.returncode == 0, err
+    assert "5 appended" in err and "plant/valves/+/state" in err
+
+
+def test_spark_buffer_refuses_a_bad_expression(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "wsnmom",
+            "spark-buffer",
+            "--mqtt",
+            "mqtt://127.0.0.1:1",
+            "--log",
+            str(tmp_path / "x.sqlite"),
+            "--client-id",
+            "c",
+            "--topic",
+            "q:a",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2
+    assert "InvalidTopicExpression" in result.stderr

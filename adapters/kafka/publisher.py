@@ -30,6 +30,7 @@ from wsnmom.core.adapter import (
     PublishFailed,
     PublishReceipt,
 )
+from wsnmom.topic_mapping.model import Topic
 
 from .clients import HEADER_CONTENT_TYPE, Health, client_hooks
 from .config import KafkaSettings
@@ -294,8 +295,13 @@ class Publisher:
             cls = PublishUnavailable if error.code() == KafkaError._MSG_TIMED_OUT else PublishFailed
             raise cls(f"Kafka refused {len(failed)} of {len(messages)} message(s): {error.str()}")
         if self._confirmed is not None:
-            for message, dest, report in zip(messages, destinations, batch.reports, strict=True):
-                if report is not None:
-                    self._confirmed(dest, message, *report)
+            # the newest message per topic is the last of the batch (a topic's records
+            # go to one partition, in produce order)
+            seen: set[Topic] = set()
+            for i in range(len(messages) - 1, -1, -1):
+                message, report = messages[i], batch.reports[i]
+                if report is not None and message.topic not in seen:
+                    seen.add(message.topic)
+                    self._confirmed(destinations[i], message, *report)
         receipt = PublishReceipt(routed=None)
         return [receipt] * len(messages)

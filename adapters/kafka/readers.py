@@ -16,6 +16,8 @@ Head reader
     ``topic_id_check_interval`` seconds and after every lost connection: a topic that was
     deleted and created again (or emptied by a restart of a memory-only broker) starts
     from its beginning, reported as ``RecordsLost(stream, old position, new start)``.
+    The broker requests of both are made by a thread of their own (``Discovery``): the
+    head thread only applies what was found.
 
 Position store
     One consumer group per cursor, ``group_prefix + name``, with offsets and never a
@@ -47,6 +49,7 @@ from wsnmom.topic_mapping.model import PathPattern
 
 from .clients import Health, client_hooks, record_from_message
 from .config import KafkaSettings
+from .discovery import Discovery
 from .mapping import KafkaMapping
 from .topics import Topics
 
@@ -158,9 +161,6 @@ class KafkaHeadReader(_Consuming):
         self._settings = backend.settings
         self._pending: list[Item] = []
         self._topic_ids: dict[str, str] = {}
-        self._discovered_at = 0.0
-        self._ids_checked_at = 0.0
-        self._epoch = backend.health.epoch
         self._committed: dict[StreamId, int] = {}
         #: streams whose topic disappeared, and the position they had
         self._gone: dict[StreamId, int] = {}
@@ -175,9 +175,13 @@ class KafkaHeadReader(_Consuming):
                 self._next[stream] = ends.get(stream, 0)
             else:
                 self._next[stream] = self._earliest(stream)
-        self._topic_ids = self._backend.topics.topic_ids({s[0] for s in streams})
+        names = {s[0] for s in streams}
+        self._topic_ids = self._backend.topics.topic_ids(names)
         self._assign_all()
-        self._discovered_at = self._ids_checked_at = time.monotonic()
+        self._discovery = Discovery(
+            backend.topics, backend.health, self._settings, self._mapping.follows, names
+        )
+        self._discovery.start()
 
     # -- discovery --------------------------------------------------------------------------
     def _followed_streams(self, listing: Mapping[str, int]) -> list[StreamId]:
@@ -208,23 +212,16 @@ class KafkaHeadReader(_Consuming):
         self._consumer.assign([TopicPartition(s[0], s[1], o) for s, o in self._next.items()])
 
     def discover_soon(self) -> None:
-        """Look for new topics at the next poll (the adapter created one)."""
-        self._discovered_at = 0.0
+        """Look for new topics now (the adapter created one); the head applies what was
+        found at a poll a moment later."""
+        self._discovery.soon()
 
     def _discover(self) -> None:
-        now = time.monotonic()
-        epoch = self._backend.health.epoch
-        check_ids = (
-            epoch != self._epoch
-            or now - self._ids_checked_at >= self._settings.topic_id_check_interval
-        )
-        if now - self._discovered_at < self._settings.discovery_interval and not check_ids:
+        """Apply the discovery thread's newest look, if there is one."""
+        look = self._discovery.take()
+        if look is None:
             return
-        self._discovered_at = now
-        try:
-            listing = self._backend.topics.refresh()
-        except AdapterError:
-            return
+        listing = look.listing
         streams = set(self._followed_streams(listing))
         changed = False
         for stream in [s for s in self._next if s not in streams]:
@@ -232,16 +229,7 @@ class KafkaHeadReader(_Consuming):
             # partition: stop reading it, remember where we were
             self._gone[stream] = self._next.pop(stream)
             changed = True
-        new_names = {s[0] for s in streams if s not in self._next}
-        if check_ids or new_names:
-            try:
-                ids = self._backend.topics.topic_ids({s[0] for s in streams})
-            except KafkaException:
-                ids = {}
-            else:
-                self._epoch, self._ids_checked_at = epoch, now
-        else:
-            ids = {}
+        ids = look.ids or {}
         recreated = {name for name, tid in ids.items() if self._topic_ids.get(name, tid) != tid}
         for stream in sorted(streams):
             if stream in self._next and stream[0] not in recreated:
@@ -314,6 +302,7 @@ class KafkaHeadReader(_Consuming):
 
     def close(self) -> None:
         """Commit what was given last (waiting, when the cluster answers) and release."""
+        self._discovery.stop()
         if self._committed and self._backend.health.available:
             try:
                 self._consumer.commit(

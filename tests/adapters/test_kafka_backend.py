@@ -274,3 +274,36 @@ def test_a_lone_record_is_returned_without_waiting_for_a_full_batch(
         reader.close()
     assert [r.body for r in got if isinstance(r, LogRecord)] == [b"only"]
     assert took < 2.0, took  # not the whole 3 s
+
+
+def test_the_head_never_waits_for_topic_discovery(
+    make_backend: Callable[..., KafkaBackend], admin: AdminClient, kafka_bootstrap: str, tag: str
+) -> None:
+    """Listing the cluster's topics takes 1.5 s here: the head keeps polling meanwhile and
+    still follows a topic created later (the look-up runs on a thread of its own)."""
+    create_topic(admin, f"b{tag}.first")
+    backend = make_backend(discovery_interval=0.2)
+    listing = backend.topics.refresh
+
+    def slow_refresh(timeout: float = 5.0) -> dict[str, int]:
+        time.sleep(1.5)
+        return listing(timeout)
+
+    backend.topics.refresh = slow_refresh  # type: ignore[method-assign]
+    head = backend.head_reader()
+    try:
+        head.commit(head.positions())
+        later = f"b{tag}.later"
+        create_topic(admin, later)
+        produce(kafka_bootstrap, later, [b"x"])
+        got: list[LogRecord] = []
+        longest = 0.0
+        deadline = time.monotonic() + 15
+        while not got and time.monotonic() < deadline:
+            started = time.monotonic()
+            got += [r for r in head.poll(10, 0.05) if isinstance(r, LogRecord)]
+            longest = max(longest, time.monotonic() - started)
+    finally:
+        head.close()
+    assert [(r.stream, r.body) for r in got] == [((later, 0), b"x")]
+    assert longest < 1.0, longest

@@ -22,6 +22,7 @@ from typing import Any, NoReturn
 
 import click
 
+from wsnmom import gc_tuning
 from wsnmom.core.addresses import redact_url
 from wsnmom.core.config import ConfigError, Settings, load_settings
 from wsnmom.logs import configure_logging
@@ -260,6 +261,7 @@ def _run(settings: Settings, debug: bool) -> None:
     except BaseException:
         runtime.close()
         raise
+    gc_tuning.tune()  # the start-up heap is built: full collections no longer walk it
     previous = {s: signal.signal(s, _raise_exit) for s in (signal.SIGTERM, signal.SIGINT)}
     broker, adapter = f"{settings.base_url}/wsn/broker", redact(settings.adapter_url)
     log.info(

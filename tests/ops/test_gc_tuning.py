@@ -7,9 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from wsnmom import gc_tuning
-
 from tests.ops.serve_process import free_port, running_serve, serve_env
+from wsnmom import gc_tuning
 
 #: written into a private sitecustomize: the serving process reports its collector at exit
 _PROBE = """

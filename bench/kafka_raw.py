@@ -148,3 +148,118 @@ def fanout(bootstrap: str, size: int) -> float:
         return elapsed
     finally:
         consumer.close()
+
+
+def latency(
+    bootstrap: str, rate: float, seconds: float, body: bytes, threads: int = 16
+) -> dict[str, float]:
+    """The delivery scenario's latency measurement without the gateway: ``threads``
+    threads share one producer configured like the adapter's (idempotent, ``acks=all``,
+    ``linger.ms`` 5), each producing at its share of ``rate`` per second and waiting for
+    the delivery report (as a Notify waits; one thread serves the reports, as the
+    adapter's poll thread does), while one consumer configured like the
+    adapter's head reader (``fetch.wait.max.ms`` 20; what is queued, else one poll)
+    takes them.  Latency: intended produce time to arrival at the consumer, in ms."""
+    from confluent_kafka import Consumer, Producer, TopicPartition
+
+    topic = _topic(bootstrap)
+    total = int(rate * seconds)
+    intended: dict[bytes, float] = {}
+    latencies: list[float] = []
+    late = [0]
+    lock = threading.Lock()
+    stop = threading.Event()
+    ready = threading.Event()
+
+    def consume() -> None:
+        c = Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": f"bench-{uuid.uuid4().hex[:8]}",
+                "enable.auto.commit": False,
+                "fetch.wait.max.ms": 20,
+            }
+        )
+        c.assign([TopicPartition(topic, 0, 0)])
+        ready.set()
+        while not stop.is_set():
+            got = c.consume(500, 0)
+            if not got:
+                first = c.poll(0.02)
+                got = [first] if first is not None else []
+            now = time.monotonic()
+            with lock:
+                for m in got:
+                    if m.error() is None and m.key() in intended:
+                        latencies.append((now - intended[m.key()]) * 1000.0)
+        c.close()
+
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "enable.idempotence": True,
+            "acks": "all",
+            "linger.ms": 5,
+        }
+    )
+    reader = threading.Thread(target=consume)
+    reader.start()
+    ready.wait(30)
+    # warm: the producer has its id and the topic's metadata, the consumer is fetching
+    with lock:
+        intended[b"warm"] = time.monotonic()
+    producer.produce(topic, body, b"warm")
+    producer.flush(30)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        with lock:
+            if latencies:
+                latencies.clear()
+                break
+        time.sleep(0.01)
+    start = time.monotonic() + 0.2
+
+    def publish(k: int) -> None:
+        for i in range(k, total, threads):
+            due = start + i / rate
+            delay = due - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            elif delay < -0.01:
+                late[0] += 1
+            key = b"%d" % i
+            with lock:
+                intended[key] = due
+            confirmed = threading.Event()
+            producer.produce(topic, body, key, on_delivery=_setter(confirmed))
+            confirmed.wait(30)
+
+    def serve_reports() -> None:  # one thread serves the delivery reports, as the adapter's
+        while not stop.is_set():
+            producer.poll(0.05)
+
+    poller = threading.Thread(target=serve_reports)
+    poller.start()
+    publishers = [threading.Thread(target=publish, args=(k,)) for k in range(threads)]
+    for t in publishers:
+        t.start()
+    for t in publishers:
+        t.join()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        with lock:
+            if len(latencies) >= total:
+                break
+        time.sleep(0.05)
+    stop.set()
+    reader.join(10)
+    poller.join(10)
+    producer.flush(10)
+    ordered = sorted(latencies)
+    if not ordered:
+        raise RuntimeError("raw Kafka latency: nothing arrived")
+
+    def pct(q: float) -> float:
+        return ordered[min(len(ordered) - 1, int(len(ordered) * q / 100))]
+
+    return {"p50_ms": pct(50), "p99_ms": pct(99), "received": len(ordered), "late": late[0]}

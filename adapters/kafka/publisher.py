@@ -66,7 +66,8 @@ class _Batch:
         self.lock = _thread.allocate_lock()
         self.remaining = size
         self.errors: list[KafkaError | None] = [None] * size
-        self.reports: list[tuple[int, int, int] | None] = [None] * size
+        #: the delivered message per index (read only for what the receipts need)
+        self.reports: list[Message | None] = [None] * size
         self._signal = _thread.allocate_lock()
         if size > 0:
             self._signal.acquire()
@@ -80,8 +81,7 @@ class _Batch:
 
     def report(self, index: int, error: KafkaError | None, message: Message) -> None:
         if error is None:
-            _, stamp = message.timestamp()
-            self.reports[index] = (message.partition() or 0, message.offset() or 0, stamp)
+            self.reports[index] = message
         with self.lock:
             self.errors[index] = error
             self.remaining -= 1
@@ -317,6 +317,8 @@ class Publisher:
                 message, report = messages[i], batch.reports[i]
                 if report is not None and message.topic not in seen:
                     seen.add(message.topic)
-                    self._confirmed(destinations[i], message, *report)
+                    _, stamp = report.timestamp()
+                    partition, offset = report.partition() or 0, report.offset() or 0
+                    self._confirmed(destinations[i], message, partition, offset, stamp)
         receipt = PublishReceipt(routed=None)
         return [receipt] * len(messages)

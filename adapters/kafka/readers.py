@@ -45,7 +45,7 @@ from confluent_kafka import (
 from confluent_kafka.admin import AdminClient
 from wsnmom.adapters.logbase.backend import EARLIEST, LogRecord, RecordsLost, StreamId
 from wsnmom.core.adapter import AdapterError
-from wsnmom.topic_mapping.model import PathPattern
+from wsnmom.topic_mapping.model import PathPattern, Topic
 
 from .clients import Health, client_hooks, record_from_message
 from .config import KafkaSettings
@@ -276,10 +276,14 @@ class KafkaHeadReader(_Consuming):
             return pending
         items = self._convert(self._take(max_records, timeout))
         observe = self._backend.observe
-        if observe is not None:
+        if observe is not None and items:
+            # only the newest record per topic and stream can be a topic's current message
+            newest: dict[tuple[Topic, StreamId], LogRecord] = {}
             for item in items:
                 if isinstance(item, LogRecord):
-                    observe(item)
+                    newest[(item.topic, item.stream)] = item
+            for record in newest.values():
+                observe(record)
         return items
 
     def positions(self) -> dict[StreamId, int]:

@@ -48,6 +48,7 @@ from wsnmom.core.adapter import (
     SubscriptionSpec,
 )
 from wsnmom.topic_mapping.index import TopicIndex
+from wsnmom.topic_mapping.model import Topic
 
 from .backend import (
     EARLIEST,
@@ -632,8 +633,9 @@ class CursorEngine:
                     return
                 for stream, offset in head.positions().items():
                     self._head.setdefault(stream, offset)
+                matched: dict[Topic, set[str]] = {}  # a batch's records share few topics
                 for item in records:
-                    self._dispatch(item, touched)
+                    self._dispatch(item, touched, matched)
                 if len(records) < self.batch and asked > self._sync_done:
                     self._sync_done = asked
                     self._sync_cv.notify_all()
@@ -641,8 +643,14 @@ class CursorEngine:
                 cursor.drain()
             self._maybe_commit_head(head)
 
-    def _dispatch(self, item: LogRecord | RecordsLost, touched: dict[str, Cursor]) -> None:
-        """Hand one head record to every attached cursor that wants it (hold the lock)."""
+    def _dispatch(
+        self,
+        item: LogRecord | RecordsLost,
+        touched: dict[str, Cursor],
+        matched: dict[Topic, set[str]],
+    ) -> None:
+        """Hand one head record to every attached cursor that wants it (hold the lock;
+        ``matched`` remembers the cursors matching each topic while the lock is held)."""
         if isinstance(item, RecordsLost) and item.next < item.first:
             self._stream_restarted(item.stream, item.next)
             return
@@ -663,9 +671,13 @@ class CursorEngine:
         stream = item.stream
         offset = item.offset
         self._head[stream] = max(self._head.get(stream, 0), offset + 1)
-        names = self._index.match(item.topic)
-        if self._match_all:
-            names = names | {n for n in self._match_all if self._cursors[n].wants(item.topic)}
+        topic = item.topic
+        names = matched.get(topic)
+        if names is None:
+            names = self._index.match(topic)
+            if self._match_all:
+                names = names | {n for n in self._match_all if self._cursors[n].wants(topic)}
+            matched[topic] = names
         for name in names:
             cursor = self._cursors.get(name)
             if cursor is None or not cursor.attached:

@@ -307,3 +307,29 @@ def test_the_head_never_waits_for_topic_discovery(
         head.close()
     assert [(r.stream, r.body) for r in got] == [((later, 0), b"x")]
     assert longest < 1.0, longest
+
+
+def test_the_head_shows_the_current_message_map_the_newest_record_per_topic_only(
+    make_backend: Callable[..., KafkaBackend], admin: AdminClient, kafka_bootstrap: str, tag: str
+) -> None:
+    name = f"b{tag}.busy"
+    create_topic(admin, name)
+    backend = make_backend()
+    observed: list[int] = []
+    backend.observe = lambda record: observed.append(record.offset)
+    head = backend.head_reader()
+    try:
+        head.commit(head.positions())
+        produce(kafka_bootstrap, name, [b"<r%d/>" % i for i in range(50)])
+        polls = 0
+        got: list[Item] = []
+        deadline = time.monotonic() + 10
+        while len(got) < 50 and time.monotonic() < deadline:
+            got += head.poll(500, 0.2)
+            polls += 1
+    finally:
+        head.close()
+    assert len(got) == 50
+    # one record per poll that returned any, the newest of it; the last one is offset 49
+    assert len(observed) <= polls and observed[-1] == 49
+    assert observed == sorted(observed)

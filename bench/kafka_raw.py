@@ -15,6 +15,23 @@ def _setter(event: threading.Event) -> Callable[[Any, Any], None]:
     return lambda error, message: event.set()
 
 
+def _counter(
+    count: int, event: threading.Event, errors: list[BaseException]
+) -> Callable[[Any, Any], None]:
+    """A delivery callback that sets ``event`` at the ``count``-th report (reports come
+    from one poll thread) and records failures in ``errors``."""
+    left = [count]
+
+    def report(error: Any, message: Any) -> None:
+        if error is not None:
+            errors.append(RuntimeError(str(error)))
+        left[0] -= 1
+        if left[0] == 0:
+            event.set()
+
+    return report
+
+
 def _topic(bootstrap: str, partitions: int = 1) -> str:
     from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -263,3 +280,69 @@ def latency(
         return ordered[min(len(ordered) - 1, int(len(ordered) * q / 100))]
 
     return {"p50_ms": pct(50), "p99_ms": pct(99), "received": len(ordered), "late": late[0]}
+
+
+def ingress(
+    bootstrap: str, bodies: list[bytes], seconds: float, threads: int = 16
+) -> dict[str, float]:
+    """The ingress scenario's Notifies without the gateway: ``threads`` threads (the
+    gateway's request threads) share one producer configured like the adapter's
+    (idempotent, ``acks=all``, ``linger.ms`` 5) and one thread serving its delivery
+    reports (the adapter's poll thread); each thread produces ``bodies`` (one Notify's
+    messages) and waits for all their reports, again and again for ``seconds``.  Returns
+    ``{"rps": Notifies/s, "msgs_per_s": ...}``: the most a gateway with that many request
+    threads can confirm through this client and broker."""
+    from confluent_kafka import Producer
+
+    topic = _topic(bootstrap)
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "enable.idempotence": True,
+            "acks": "all",
+            "linger.ms": 5,
+        }
+    )
+    stop = threading.Event()
+    done = [0]
+    errors: list[BaseException] = []
+    lock = threading.Lock()
+
+    def serve_reports() -> None:
+        while not stop.is_set():
+            producer.poll(0.05)
+
+    def notifier(until: float) -> None:
+        headers = [("content-type", "application/xml")]
+        try:
+            while time.monotonic() < until:
+                confirmed = threading.Event()
+                report = _counter(len(bodies), confirmed, errors)
+                for body in bodies:
+                    producer.produce(topic, body, headers=headers, on_delivery=report)
+                if not confirmed.wait(30):
+                    raise RuntimeError("raw Kafka ingress: no delivery report in 30 s")
+                with lock:
+                    done[0] += 1
+        except BaseException as exc:
+            errors.append(exc)
+
+    poller = threading.Thread(target=serve_reports)
+    poller.start()
+    # warm: producer id and topic metadata
+    producer.produce(topic, bodies[0])
+    producer.flush(30)
+    started = time.perf_counter()
+    until = time.monotonic() + seconds
+    workers = [threading.Thread(target=notifier, args=(until,)) for _ in range(threads)]
+    for t in workers:
+        t.start()
+    for t in workers:
+        t.join()
+    elapsed = time.perf_counter() - started
+    stop.set()
+    poller.join(10)
+    producer.flush(10)
+    if errors:
+        raise RuntimeError(f"raw confluent-kafka ingress failed: {errors[0]!r}")
+    return {"rps": done[0] / elapsed, "msgs_per_s": done[0] * len(bodies) / elapsed}

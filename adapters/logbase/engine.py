@@ -58,6 +58,7 @@ from .backend import (
     LogRecord,
     PositionStore,
     RecordsLost,
+    SelectiveHeadReader,
     StreamId,
 )
 from .cursor import Cursor, CursorHandle
@@ -129,6 +130,8 @@ class CursorEngine:
             self._store = self.backend.position_store()
             self._stored = self._store.load()
             self._head_reader = self.backend.head_reader()
+            if isinstance(self._head_reader, SelectiveHeadReader):
+                self._head_reader.set_interest(self._topic_wanted)
             self._head = dict(self._head_reader.positions())
             self._running = True
         self._spawn(self._commit_loop, "wsnmom-log-commit")
@@ -612,9 +615,17 @@ class CursorEngine:
         )
 
     # -- internals: head -------------------------------------------------------------------
+    def _topic_wanted(self, topic: Topic) -> bool:
+        """Whether a cursor may want records of ``topic`` (the selective head reader's
+        question, from the head thread; under the lock, so a cursor being re-indexed is
+        never missed)."""
+        with self.lock:
+            return bool(self._match_all) or bool(self._index.match(topic))
+
     def _head_loop(self) -> None:
         head = self._head_reader
         assert head is not None
+        selective = head if isinstance(head, SelectiveHeadReader) else None
         self._head_started.set()
         while True:
             with self.lock:
@@ -636,7 +647,8 @@ class CursorEngine:
                 matched: dict[Topic, set[str]] = {}  # a batch's records share few topics
                 for item in records:
                     self._dispatch(item, touched, matched)
-                if len(records) < self.batch and asked > self._sync_done:
+                full = selective.more_waiting() if selective else len(records) >= self.batch
+                if not full and asked > self._sync_done:
                     self._sync_done = asked
                     self._sync_cv.notify_all()
             for cursor in touched.values():

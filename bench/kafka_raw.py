@@ -283,7 +283,7 @@ def latency(
 
 
 def ingress(
-    bootstrap: str, bodies: list[bytes], seconds: float, threads: int = 16
+    bootstrap: str, bodies: list[bytes], seconds: float, threads: int = 16, linger_ms: int = 5
 ) -> dict[str, float]:
     """The ingress scenario's Notifies without the gateway: ``threads`` threads (the
     gateway's request threads) share one producer configured like the adapter's
@@ -300,7 +300,7 @@ def ingress(
             "bootstrap.servers": bootstrap,
             "enable.idempotence": True,
             "acks": "all",
-            "linger.ms": 5,
+            "linger.ms": linger_ms,
         }
     )
     stop = threading.Event()

@@ -13,10 +13,13 @@ request: a base without authentication ignores both, so the comparison measures 
 authentication costs the working tree.
 
 Loads: ``notify`` (1-message Notify, no subscription: the ingress path), ``notify-100``
-(100 messages per Notify) and ``push`` (1-message Notify with one push subscription to a
-consumer server: ingress and delivery on the same CPU).  CPU per request is the steadier
-figure on a shared machine (requests/s also moves with the load side).  Only ever loads
-127.0.0.1.
+(100 messages per Notify), ``push`` (1-message Notify with one push subscription to a
+consumer server: ingress and delivery on the same CPU) and ``latency`` (the delivery
+scenario's latency measurement: one push subscription, 1-message Notifies paced at
+``--rate`` per second by the paced sender; each round reports the p50 and p99 of intended
+send time to arrival at the consumer, besides the CPU per request).  CPU per request is the
+steadier figure on a shared machine (requests/s also moves with the load side).  Only ever
+loads 127.0.0.1.
 """
 
 from __future__ import annotations
@@ -37,10 +40,13 @@ from bench import client, cpus, load, soap
 from bench.consumer import ConsumerProcess
 from bench.middleware import MIDDLEWARES, Middleware
 from bench.server import ServerProcess
+from bench.util import percentile, wait_until
 
 REPO = Path(__file__).resolve().parents[1]
 LAUNCHER = Path(__file__).with_name("ab_launch.py")
-LOADS = ("notify", "notify-100", "push")
+LOADS = ("notify", "notify-100", "push", "latency")
+#: loads that need a push subscription to a consumer server
+PUSH_LOADS = ("push", "latency")
 TOPIC = "ab"
 
 
@@ -84,12 +90,23 @@ class Side:
     server: ServerProcess
     #: (CPU µs per request, requests/s) per round
     rounds: list[tuple[float, float]] = field(default_factory=list)
+    #: (p50, p99) latency in ms per round (the ``latency`` load)
+    latencies: list[tuple[float, float]] = field(default_factory=list)
 
     def medians(self) -> tuple[float, float]:
         """Median CPU µs per request and median requests/s."""
         return (
             statistics.median(r[0] for r in self.rounds),
             statistics.median(r[1] for r in self.rounds),
+        )
+
+    def latency_medians(self) -> tuple[float, float] | None:
+        """Median p50 and median p99 over the rounds (ms), None without latency rounds."""
+        if not self.latencies:
+            return None
+        return (
+            statistics.median(r[0] for r in self.latencies),
+            statistics.median(r[1] for r in self.latencies),
         )
 
 
@@ -106,6 +123,28 @@ AUTH_HEADERS = {
         "Authorization": "Basic " + base64.b64encode(f"admin:{AUTH_TOKEN}".encode()).decode()
     },
 }
+
+
+def latency_round(
+    side: Side, consumer: ConsumerProcess, rate: float, seconds: float
+) -> tuple[float, float]:
+    """One paced round on ``side`` (the ``latency`` load); (CPU µs per request,
+    requests/s), with the round's p50 and p99 appended to ``side.latencies``."""
+    pid = side.server.pid
+    assert pid is not None
+    url = side.server.broker_url
+    time.sleep(1.0)
+    consumer.reset()
+    before = process_cpu_seconds(pid)
+    paced = load.run_paced(url, soap.notify(url, TOPIC, ts=soap.TS_MARK), rate, seconds)
+    sent = int(paced["sent"] - paced["errors"])
+    if sent <= 0 or paced["errors"]:
+        raise RuntimeError(f"{side.label}: paced sender: {paced}: {side.server.log_tail()}")
+    wait_until(lambda: consumer.stats()["messages"] >= sent, 60, 0.05)
+    spent = process_cpu_seconds(pid) - before
+    lat = consumer.stats(latency=True)["latencies_ms"]
+    side.latencies.append((percentile(lat, 50) or 0.0, percentile(lat, 99) or 0.0))
+    return spent * 1e6 / sent, sent / paced["elapsed_s"]
 
 
 def measure_round(
@@ -137,6 +176,7 @@ def compare(
     seconds: float,
     log: Callable[[str], None] = print,
     auth: str = "none",
+    rate: float = 200.0,
 ) -> list[Side]:
     """Run the comparison; returns the two sides (base first) with their rounds."""
     mw: Middleware = next(cls() for cls in MIDDLEWARES if cls.name == adapter)
@@ -151,7 +191,7 @@ def compare(
             work = Path(tmp)
             short = export_commit(base, work / "base-tree")
             mw.start(work / "mw")
-            consumer = ConsumerProcess().start() if kind == "push" else None
+            consumer = ConsumerProcess().start() if kind in PUSH_LOADS else None
             headers = AUTH_HEADERS[auth]
             extra = f'[auth]\nadmin_token = "{AUTH_TOKEN}"\n' if headers else ""
             sides = [
@@ -179,15 +219,26 @@ def compare(
                             kc.close()
                         if status != 200:
                             raise RuntimeError(f"{side.label}: Subscribe answered {status}")
-                    load.run_load(url, _body(kind, url), 2.0, headers=headers)  # warm-up
-                settle = 1.0 if kind == "push" else 0.3
+                    if kind == "latency":  # warm-up without a backlog left behind
+                        load.run_paced(url, soap.notify(url, TOPIC, ts=soap.TS_MARK), rate, 2.0)
+                    else:
+                        load.run_load(url, _body(kind, url), 2.0, headers=headers)  # warm-up
+                settle = 1.0 if kind in PUSH_LOADS else 0.3
                 for i in range(rounds):
                     order = sides if i % 2 == 0 else sides[::-1]
                     for side in order:
-                        us, rps = measure_round(side, kind, seconds, settle, headers)
+                        if kind == "latency":
+                            assert consumer is not None
+                            us, rps = latency_round(side, consumer, rate, seconds)
+                        else:
+                            us, rps = measure_round(side, kind, seconds, settle, headers)
                         side.rounds.append((us, rps))
                         label = f"  round {i + 1} {side.label:>14}:"
-                        log(f"{label} {us:7.1f} µs/request {rps:8,.0f} req/s")
+                        extra = ""
+                        if side.latencies:
+                            p50, p99 = side.latencies[-1]
+                            extra = f"  p50 {p50:6.1f} ms  p99 {p99:6.1f} ms"
+                        log(f"{label} {us:7.1f} µs/request {rps:8,.0f} req/s{extra}")
             finally:
                 for side in sides:
                     side.server.stop()
@@ -215,8 +266,19 @@ def main() -> None:
         default="none",
         help="give both gateways an admin token and send it (bearer or basic) with each request",
     )
+    parser.add_argument(
+        "--rate", type=float, default=200.0, help="Notifies/s of the latency load (200)"
+    )
     args = parser.parse_args()
-    sides = compare(args.base, args.adapter, args.load, args.rounds, args.seconds, auth=args.auth)
+    sides = compare(
+        args.base,
+        args.adapter,
+        args.load,
+        args.rounds,
+        args.seconds,
+        auth=args.auth,
+        rate=args.rate,
+    )
     (base_us, base_rps), (new_us, new_rps) = (s.medians() for s in sides)
     print(
         f"{args.load} on {args.adapter} (auth {args.auth}), {args.rounds} rounds of "
@@ -224,7 +286,9 @@ def main() -> None:
     )
     for side in sides:
         us, rps = side.medians()
-        print(f"  {side.label:>14}: median {us:7.1f} µs/request, {rps:8,.0f} req/s")
+        lat = side.latency_medians()
+        extra = f", median p50 {lat[0]:.1f} ms, median p99 {lat[1]:.1f} ms" if lat else ""
+        print(f"  {side.label:>14}: median {us:7.1f} µs/request, {rps:8,.0f} req/s{extra}")
     print(
         f"  working tree vs base: CPU per request {new_us / base_us - 1:+.1%}, "
         f"requests/s {new_rps / base_rps - 1:+.1%}"

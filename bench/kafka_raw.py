@@ -15,6 +15,23 @@ def _setter(event: threading.Event) -> Callable[[Any, Any], None]:
     return lambda error, message: event.set()
 
 
+def _counter(
+    count: int, event: threading.Event, errors: list[BaseException]
+) -> Callable[[Any, Any], None]:
+    """A delivery callback that sets ``event`` at the ``count``-th report (reports come
+    from one poll thread) and records failures in ``errors``."""
+    left = [count]
+
+    def report(error: Any, message: Any) -> None:
+        if error is not None:
+            errors.append(RuntimeError(str(error)))
+        left[0] -= 1
+        if left[0] == 0:
+            event.set()
+
+    return report
+
+
 def _topic(bootstrap: str, partitions: int = 1) -> str:
     from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -148,3 +165,184 @@ def fanout(bootstrap: str, size: int) -> float:
         return elapsed
     finally:
         consumer.close()
+
+
+def latency(
+    bootstrap: str, rate: float, seconds: float, body: bytes, threads: int = 16
+) -> dict[str, float]:
+    """The delivery scenario's latency measurement without the gateway: ``threads``
+    threads share one producer configured like the adapter's (idempotent, ``acks=all``,
+    ``linger.ms`` 5), each producing at its share of ``rate`` per second and waiting for
+    the delivery report (as a Notify waits; one thread serves the reports, as the
+    adapter's poll thread does), while one consumer configured like the
+    adapter's head reader (``fetch.wait.max.ms`` 20; what is queued, else one poll)
+    takes them.  Latency: intended produce time to arrival at the consumer, in ms."""
+    from confluent_kafka import Consumer, Producer, TopicPartition
+
+    topic = _topic(bootstrap)
+    total = int(rate * seconds)
+    intended: dict[bytes, float] = {}
+    latencies: list[float] = []
+    late = [0]
+    lock = threading.Lock()
+    stop = threading.Event()
+    ready = threading.Event()
+
+    def consume() -> None:
+        c = Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": f"bench-{uuid.uuid4().hex[:8]}",
+                "enable.auto.commit": False,
+                "fetch.wait.max.ms": 20,
+            }
+        )
+        c.assign([TopicPartition(topic, 0, 0)])
+        ready.set()
+        while not stop.is_set():
+            got = c.consume(500, 0)
+            if not got:
+                first = c.poll(0.02)
+                got = [first] if first is not None else []
+            now = time.monotonic()
+            with lock:
+                for m in got:
+                    if m.error() is None and m.key() in intended:
+                        latencies.append((now - intended[m.key()]) * 1000.0)
+        c.close()
+
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "enable.idempotence": True,
+            "acks": "all",
+            "linger.ms": 5,
+        }
+    )
+    reader = threading.Thread(target=consume)
+    reader.start()
+    ready.wait(30)
+    # warm: the producer has its id and the topic's metadata, the consumer is fetching
+    with lock:
+        intended[b"warm"] = time.monotonic()
+    producer.produce(topic, body, b"warm")
+    producer.flush(30)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        with lock:
+            if latencies:
+                latencies.clear()
+                break
+        time.sleep(0.01)
+    start = time.monotonic() + 0.2
+
+    def publish(k: int) -> None:
+        for i in range(k, total, threads):
+            due = start + i / rate
+            delay = due - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            elif delay < -0.01:
+                late[0] += 1
+            key = b"%d" % i
+            with lock:
+                intended[key] = due
+            confirmed = threading.Event()
+            producer.produce(topic, body, key, on_delivery=_setter(confirmed))
+            confirmed.wait(30)
+
+    def serve_reports() -> None:  # one thread serves the delivery reports, as the adapter's
+        while not stop.is_set():
+            producer.poll(0.05)
+
+    poller = threading.Thread(target=serve_reports)
+    poller.start()
+    publishers = [threading.Thread(target=publish, args=(k,)) for k in range(threads)]
+    for t in publishers:
+        t.start()
+    for t in publishers:
+        t.join()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        with lock:
+            if len(latencies) >= total:
+                break
+        time.sleep(0.05)
+    stop.set()
+    reader.join(10)
+    poller.join(10)
+    producer.flush(10)
+    ordered = sorted(latencies)
+    if not ordered:
+        raise RuntimeError("raw Kafka latency: nothing arrived")
+
+    def pct(q: float) -> float:
+        return ordered[min(len(ordered) - 1, int(len(ordered) * q / 100))]
+
+    return {"p50_ms": pct(50), "p99_ms": pct(99), "received": len(ordered), "late": late[0]}
+
+
+def ingress(
+    bootstrap: str, bodies: list[bytes], seconds: float, threads: int = 16, linger_ms: int = 5
+) -> dict[str, float]:
+    """The ingress scenario's Notifies without the gateway: ``threads`` threads (the
+    gateway's request threads) share one producer configured like the adapter's
+    (idempotent, ``acks=all``, ``linger.ms`` 5) and one thread serving its delivery
+    reports (the adapter's poll thread); each thread produces ``bodies`` (one Notify's
+    messages) and waits for all their reports, again and again for ``seconds``.  Returns
+    ``{"rps": Notifies/s, "msgs_per_s": ...}``: the most a gateway with that many request
+    threads can confirm through this client and broker."""
+    from confluent_kafka import Producer
+
+    topic = _topic(bootstrap)
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "enable.idempotence": True,
+            "acks": "all",
+            "linger.ms": linger_ms,
+        }
+    )
+    stop = threading.Event()
+    done = [0]
+    errors: list[BaseException] = []
+    lock = threading.Lock()
+
+    def serve_reports() -> None:
+        while not stop.is_set():
+            producer.poll(0.05)
+
+    def notifier(until: float) -> None:
+        headers = [("content-type", "application/xml")]
+        try:
+            while time.monotonic() < until:
+                confirmed = threading.Event()
+                report = _counter(len(bodies), confirmed, errors)
+                for body in bodies:
+                    producer.produce(topic, body, headers=headers, on_delivery=report)
+                if not confirmed.wait(30):
+                    raise RuntimeError("raw Kafka ingress: no delivery report in 30 s")
+                with lock:
+                    done[0] += 1
+        except BaseException as exc:
+            errors.append(exc)
+
+    poller = threading.Thread(target=serve_reports)
+    poller.start()
+    # warm: producer id and topic metadata
+    producer.produce(topic, bodies[0])
+    producer.flush(30)
+    started = time.perf_counter()
+    until = time.monotonic() + seconds
+    workers = [threading.Thread(target=notifier, args=(until,)) for _ in range(threads)]
+    for t in workers:
+        t.start()
+    for t in workers:
+        t.join()
+    elapsed = time.perf_counter() - started
+    stop.set()
+    poller.join(10)
+    producer.flush(10)
+    if errors:
+        raise RuntimeError(f"raw confluent-kafka ingress failed: {errors[0]!r}")
+    return {"rps": done[0] / elapsed, "msgs_per_s": done[0] * len(bodies) / elapsed}

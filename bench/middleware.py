@@ -85,6 +85,23 @@ class Middleware(abc.ABC):
         costs per delivery at each size."""
         return None
 
+    def raw_latency(
+        self, rate: float, seconds: float, body: bytes, workdir: Path
+    ) -> dict[str, float] | None:
+        """The raw client's publish-to-consume latency at ``rate`` messages/s for
+        ``seconds`` (``p50_ms``, ``p99_ms``), measured like the delivery scenario's
+        latency (None: not measured for this middleware).  What the middleware and its
+        client cost the 99th percentile on this machine, without the gateway."""
+        return None
+
+    def raw_ingress(self, bodies: list[bytes], seconds: float, threads: int) -> float | None:
+        """Notifies/s the raw client confirms when ``threads`` threads each publish
+        ``bodies`` (one Notify's messages) and wait for the broker's confirmation, again
+        and again for ``seconds`` (None: not measured for this middleware).  The ingress
+        scenario's same-run reference for what the middleware and its client allow,
+        without HTTP, SOAP or the gateway (informative, no target)."""
+        return None
+
     def pids(self) -> list[int]:
         """Processes the bench started for this middleware (pinned to the load side's
         CPUs, see bench/cpus.py); none for an in-process or external one."""
@@ -391,6 +408,22 @@ class Kafka(LocalNodeMiddleware):
 
         assert self.bootstrap is not None
         return kafka_raw.fanout(self.bootstrap, size)
+
+    def raw_latency(
+        self, rate: float, seconds: float, body: bytes, workdir: Path
+    ) -> dict[str, float] | None:
+        """See ``bench.kafka_raw.latency``."""
+        from bench import kafka_raw
+
+        assert self.bootstrap is not None
+        return kafka_raw.latency(self.bootstrap, rate, seconds, body)
+
+    def raw_ingress(self, bodies: list[bytes], seconds: float, threads: int) -> float | None:
+        """See ``bench.kafka_raw.ingress``."""
+        from bench import kafka_raw
+
+        assert self.bootstrap is not None
+        return kafka_raw.ingress(self.bootstrap, bodies, seconds, threads)["rps"]
 
 
 class Mqtt(LocalNodeMiddleware):

@@ -1,12 +1,24 @@
-"""Pull semantics over a push-only subscription handle (``Capabilities.native_pull`` False).
+"""Pull semantics over push-only subscription handles (``Capabilities.native_pull`` False).
 
 A log- or session-based middleware may offer no "give me the next N messages" call.  Core
 then starts the pull point's handle in push mode and keeps what arrives in a buffer, still
 unsettled: the middleware keeps every buffered message until GetMessages hands it out, so
 nothing is lost if the gateway dies with a full buffer (the messages come again).  ``take``
 settles what it hands out, in arrival order (offset and in-order-ack middleware need
-that).  The buffer holds at most ``prefetch`` messages: the adapter's own flow control
-stops delivering beyond that.
+that).  The buffer holds at most ``prefetch`` messages per handle: the adapter's own flow
+control stops delivering beyond that.
+
+**Feeds.**  The subscriptions that feed the pull point can be read by the buffer directly
+(``core.pull_feeds``): each feed is the subscription's own durable handle, started in push
+mode into the same buffer; its messages arrive already prepared for the pull point (the
+subscription's filters applied, rendered with its SubscriptionReference: a ``Fed``) and
+stay unsettled in the subscription until GetMessages hands them out.  A feed's messages
+are settled in their arrival order like the pull point's own: one its filters dropped is
+settled at once when nothing of that feed waits before it, else it waits in the buffer
+(never handed out) and is settled when GetMessages reaches it.  ``suspend_feed`` takes a
+feed's waiting messages out (a pause or the end of the subscription: the caller keeps
+them in the pull point by other means) and ignores what the feed delivers until its
+handle is stopped or resumed.
 
 The conformance kit uses the same class to run its pull-based checks on push-only
 adapters.
@@ -17,16 +29,62 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
+from typing import Generic, TypeVar
 
 from wsnmom.core.adapter import Received, SubscriptionHandle
 
-__all__ = ["PullBuffer"]
+__all__ = ["Fed", "PullBuffer"]
+
+M = TypeVar("M")
+
+
+class Fed(Received, Generic[M]):
+    """A feed's message in the buffer: the middleware's message and what the feed made
+    of it (``message``; None: dropped by the feed's filters, only waiting to be settled in
+    order).  Settling settles the middleware's message."""
+
+    __slots__ = ("feed", "message", "received")
+
+    def __init__(self, feed: _Feed[M], received: Received, message: M | None) -> None:
+        self.feed = feed
+        self.received = received
+        self.message = message
+        self.topic = received.topic
+        self.body = received.body
+        self.headers = received.headers
+        self.content_type = received.content_type
+        self.redelivered = received.redelivered
+        self.timestamp = received.timestamp
+
+    def ack(self) -> None:
+        """Settle the middleware's message."""
+        self.received.ack()
+
+    def nack(self, requeue: bool = True) -> None:
+        """Give the middleware's message back (or drop it)."""
+        self.received.nack(requeue)
+
+
+class _Feed(Generic[M]):
+    """One feeding subscription of the buffer."""
+
+    __slots__ = ("active", "handle", "prepare", "waiting")
+
+    def __init__(self, handle: SubscriptionHandle, prepare: Callable[[Received], M | None]):
+        self.handle = handle
+        self.prepare = prepare
+        #: accepting messages (started, not suspended)
+        self.active = False
+        #: its messages in the buffer, filtered ones included
+        self.waiting = 0
 
 
 class PullBuffer:
-    """A push-mode handle whose messages wait here for ``pull`` / ``take``.  Thread-safe."""
+    """A push-mode handle (and its feeds) whose messages wait here for ``pull`` / ``take``.
+    Thread-safe."""
 
-    __slots__ = ("_cv", "_queue", "_started", "handle", "prefetch")
+    __slots__ = ("_cv", "_feeds", "_queue", "_skips", "_started", "handle", "prefetch")
 
     def __init__(self, handle: SubscriptionHandle, prefetch: int) -> None:
         self.handle = handle
@@ -34,6 +92,9 @@ class PullBuffer:
         self._cv = threading.Condition()
         self._queue: deque[Received] = deque()
         self._started = False
+        self._feeds: dict[str, _Feed[object]] = {}
+        #: feeds' filtered messages in the queue (waiting to be settled in order)
+        self._skips = 0
 
     @property
     def name(self) -> str:
@@ -41,21 +102,32 @@ class PullBuffer:
         return self.handle.name
 
     def start(self) -> None:
-        """Begin buffering (idempotent)."""
+        """Begin buffering, the pull point's own handle and every active feed
+        (idempotent)."""
         with self._cv:
             if self._started:
                 return
             self._started = True
+            feeds = [(name, f) for name, f in self._feeds.items() if f.active]
         self.handle.start(self._arrived, prefetch=self.prefetch)
+        for name, feed in feeds:
+            self._start_feed(name, feed)
 
     def stop(self) -> None:
-        """Stop buffering; buffered messages go back to the middleware (redelivered)."""
+        """Stop buffering; buffered messages go back to the middleware (redelivered), the
+        feeds' too."""
         with self._cv:
             if not self._started:
                 return
             self._started = False
             self._queue.clear()
+            self._skips = 0
+            feeds = [f for f in self._feeds.values() if f.active]
+            for feed in self._feeds.values():
+                feed.waiting = 0
         self.handle.stop()
+        for feed in feeds:
+            feed.handle.stop()
 
     def _arrived(self, received: Received) -> None:
         with self._cv:
@@ -68,33 +140,153 @@ class PullBuffer:
         if stale:
             received.nack(requeue=True)
 
-    def pull(self, max_messages: int, timeout: float = 0.0) -> list[Received]:
-        """Up to ``max_messages`` buffered messages, oldest first, waiting up to ``timeout``
-        for the first; the caller settles them."""
+    # -- feeds ---------------------------------------------------------------------------------
+    def add_feed(
+        self,
+        name: str,
+        handle: SubscriptionHandle,
+        prepare: Callable[[Received], M | None],
+        *,
+        active: bool,
+    ) -> None:
+        """Read the subscription ``name`` through ``handle`` into this buffer; ``prepare``
+        makes the pull point's message of each of its messages (None: drop it).  Started
+        now when ``active`` (and the buffer is)."""
+        feed: _Feed[M] = _Feed(handle, prepare)
+        with self._cv:
+            self._feeds[name] = feed  # type: ignore[assignment]
+            feed.active = active
+            start = active and self._started
+        if start:
+            self._start_feed(name, feed)
+
+    def _start_feed(self, name: str, feed: _Feed[M]) -> None:
+        def arrived(received: Received) -> None:
+            self._fed(name, feed, received)
+
+        feed.handle.start(arrived, prefetch=self.prefetch)
+
+    def _fed(self, name: str, feed: _Feed[M], received: Received) -> None:
+        """A feed's message (on the adapter's thread, one at a time per feed)."""
+        message = feed.prepare(received)
+        with self._cv:
+            if not (self._started and feed.active and self._feeds.get(name) is feed):
+                # suspended or stopping: its handle is stopped next, which gives the
+                # message back to the middleware; settling it now would reorder
+                return
+            if message is None and not feed.waiting:
+                settle = True
+            else:
+                settle = False
+                feed.waiting += 1
+                self._queue.append(Fed(feed, received, message))
+                if message is None:
+                    self._skips += 1
+                else:
+                    self._cv.notify_all()
+        if settle:
+            received.ack()
+
+    def suspend_feed(self, name: str) -> list[Fed[object]]:
+        """Take the feed's waiting messages out of the buffer, in order (filtered ones
+        too), and ignore what it delivers from now on; the caller settles them and stops
+        or deletes the feed's handle."""
+        with self._cv:
+            feed = self._feeds.get(name)
+            if feed is None:
+                return []
+            feed.active = False
+            if not feed.waiting:
+                return []
+            mine: list[Fed[object]] = []
+            kept: deque[Received] = deque()
+            for item in self._queue:
+                if isinstance(item, Fed) and item.feed is feed:
+                    mine.append(item)
+                else:
+                    kept.append(item)
+            self._queue = kept
+            self._skips -= sum(1 for r in mine if r.message is None)
+            feed.waiting = 0
+        return mine
+
+    def resume_feed(self, name: str) -> None:
+        """Accept the feed's messages again and start its handle (when the buffer is
+        started)."""
+        with self._cv:
+            feed = self._feeds.get(name)
+            if feed is None or feed.active:
+                return
+            feed.active = True
+            start = self._started
+        if start:
+            self._start_feed(name, feed)
+
+    def remove_feed(self, name: str) -> list[Fed[object]]:
+        """Forget the feed; returns its waiting messages (see ``suspend_feed``)."""
+        waiting = self.suspend_feed(name)
+        with self._cv:
+            self._feeds.pop(name, None)
+        return waiting
+
+    def feeds(self, *, active: bool) -> list[SubscriptionHandle]:
+        """The handles of the active (or the suspended) feeds."""
+        with self._cv:
+            return [f.handle for f in self._feeds.values() if f.active is active]
+
+    # -- pull ----------------------------------------------------------------------------------
+    def _pop(self, max_messages: int, timeout: float) -> list[Received]:
+        """Up to ``max_messages`` messages to hand out, oldest first, with the feeds'
+        filtered messages met on the way (``Fed`` without a message), in queue order;
+        waits up to ``timeout`` for the first message."""
         self.start()
         deadline = time.monotonic() + timeout
         with self._cv:
-            while not self._queue:
+            while len(self._queue) <= self._skips:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return []
                 self._cv.wait(remaining)
             out: list[Received] = []
-            while self._queue and len(out) < max_messages:
-                out.append(self._queue.popleft())
+            handed = 0
+            while self._queue and handed < max_messages:
+                item = self._queue.popleft()
+                if isinstance(item, Fed):
+                    item.feed.waiting -= 1
+                    if item.message is None:
+                        self._skips -= 1
+                        out.append(item)
+                        continue
+                out.append(item)
+                handed += 1
             return out
 
+    def pull(self, max_messages: int, timeout: float = 0.0) -> list[Received]:
+        """Up to ``max_messages`` buffered messages, oldest first, waiting up to ``timeout``
+        for the first; the caller settles them.  A feed's filtered messages met on the way
+        are settled here (``take`` settles everything in order instead)."""
+        out = []
+        for item in self._pop(max_messages, timeout):
+            if isinstance(item, Fed) and item.message is None:
+                item.ack()
+            else:
+                out.append(item)
+        return out
+
     def take(self, max_messages: int) -> list[Received]:
-        """Up to ``max_messages`` buffered messages, settled (acked) in order as handed out."""
-        out = self.pull(max_messages, timeout=0.0)
-        for received in out:
-            received.ack()
+        """Up to ``max_messages`` buffered messages, settled (acked) in order as handed out
+        (a feed's filtered messages met on the way too, in their place)."""
+        out = []
+        for item in self._pop(max_messages, 0.0):
+            item.ack()
+            if not isinstance(item, Fed) or item.message is not None:
+                out.append(item)
         return out
 
     def buffered(self) -> int:
-        """Messages waiting in the buffer."""
+        """Messages waiting in the buffer (a feed's filtered ones not counted)."""
         with self._cv:
-            return len(self._queue)
+            return len(self._queue) - self._skips
 
     def depth(self) -> int | None:
         """Buffered messages plus those the middleware still holds back."""

@@ -30,7 +30,7 @@ from wsnmom.core.model import (
     PullPoint,
     new_resource_id,
 )
-from wsnmom.core.pull_buffer import PullBuffer
+from wsnmom.core.pull_buffer import Fed, PullBuffer
 from wsnmom.core.registry import LivePullPoint, LiveSubscription
 from wsnmom.topic_mapping.model import PathPattern
 
@@ -140,11 +140,14 @@ class PullPoints:
         for r in received:
             if ctx.limit_keeper.expired(r, now):
                 continue
-            try:
-                message = decode(r)
-            except Exception:
-                log.exception("undecodable message in pull point %s dropped", pull_point_id)
-                continue
+            if isinstance(r, Fed) and isinstance(r.message, NotificationMessage):
+                message = r.message  # from a feeding subscription, rendered for it
+            else:
+                try:
+                    message = decode(r)
+                except Exception:
+                    log.exception("undecodable message in pull point %s dropped", pull_point_id)
+                    continue
             dialect = ctx.topic_dialect(message.topic_dialect)
             if dialect != message.topic_dialect:
                 message = replace(message, topic_dialect=dialect)
@@ -167,6 +170,11 @@ class PullPoints:
                 if buffer is not None:
                     buffer.stop()  # buffered messages go back to the middleware, then go
                 dropped = state.handle.purge()
+                if buffer is not None:
+                    # what the active feeds hold was on its way into the pull point
+                    for feed in buffer.feeds(active=True):
+                        more = feed.purge()
+                        dropped = None if dropped is None or more is None else dropped + more
             except AdapterError as exc:
                 raise ctx.gate.fault(
                     exc, errors.ResourceUnavailable(f"the middleware failed: {exc}")

@@ -40,6 +40,8 @@ class LiveSubscription:
     handle: SubscriptionHandle | None = None
     #: routed into its pull point when published (no durable subscription of its own)
     direct: bool = False
+    #: the pull buffer that reads its durable subscription directly (``core.pull_feeds``)
+    feed: PullBuffer | None = None
 
 
 @dataclass(slots=True)

@@ -4,9 +4,10 @@ subscription, and the message as that subscriber sees it.
 A push subscription has a durable native subscription whose messages a delivery channel
 (``core.delivery``) decodes, filters (residual topic match, MessageContent, expiry) and
 posts to the consumer with the outbound SOAP port.  A subscription whose consumer is one of
-the broker's pull points either forwards its accepted messages into the pull point's inbox
-through the same kind of channel, or, with ``sole_publisher``, is routed at publish time
-(``core.direct_routing``) and has no channel.
+the broker's pull points is, with ``sole_publisher``, routed at publish time
+(``core.direct_routing``); where core buffers pull points (``native_pull`` False), read by
+the pull point directly (``core.pull_feeds``); otherwise it forwards its accepted messages
+into the pull point's inbox through a delivery channel.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from wsnmom.core.model import (
     SubscriptionState,
 )
 from wsnmom.core.ports import DeliveryFailed
+from wsnmom.core.pull_feeds import PullFeeds
 from wsnmom.core.registry import LiveSubscription
 from wsnmom.topic_mapping.dialects import CONCRETE, SIMPLE
 
@@ -46,6 +48,7 @@ class SubscriptionDelivery:
     def __init__(self, ctx: BrokerContext) -> None:
         self._ctx = ctx
         self.direct = DirectRouting(ctx, self.render)
+        self.feeds = PullFeeds(ctx, self._for_pull_point, self.forward)
 
     def render(self, state: LiveSubscription, message: NotificationMessage) -> NotificationMessage:
         """The message as this subscriber sees it: topic dialect (META-04), producer
@@ -108,6 +111,14 @@ class SubscriptionDelivery:
                     out[i] = None
         return out
 
+    def _for_pull_point(
+        self, state: LiveSubscription, received: Received
+    ) -> NotificationMessage | None:
+        """The message as the subscription's pull point is to hold it, or None
+        (``EndSubscription`` when its MessageContent filter exceeded its budget)."""
+        message = self.accepted(state, [received])[0]
+        return None if message is None else self.render(state, message)
+
     def attach(self, state: LiveSubscription, give_up: Callable[[EndSubscription], None]) -> None:
         """Open the durable subscription and its delivery channel (started unless paused),
         or, for a subscription routed at publish time, just index it."""
@@ -125,6 +136,11 @@ class SubscriptionDelivery:
             )
         )
         state.handle = handle
+        if self.feeds.wanted(sub):
+            self.feeds.attach(state, handle, give_up)
+            with registry.lock:
+                registry.subscriptions[sub.id] = state
+            return
         batch_size = ctx.settings.delivery.batch_size
         ordered = ctx.adapter.capabilities.settles_in_order
         channel: Channel[Any]

@@ -264,7 +264,18 @@ class Subscriptions:
                 raise self._ctx.gate.fault(exc, errors.PauseFailed(str(exc))) from exc
             state.record.state = SubscriptionState.PAUSED
             ctx.store.put_subscription(state.record)
+        self._sync_feed(state, errors.PauseFailed)
         ctx.wake_demand()
+
+    def _sync_feed(self, state: LiveSubscription, fault: type[errors.WsnError]) -> None:
+        """A feed follows its subscription's new state (outside the registry lock: a
+        pause may publish what reached the pull point into its inbox)."""
+        if state.feed is None:
+            return
+        try:
+            self.delivery.feeds.sync(state)
+        except AdapterError as exc:
+            raise self._ctx.gate.fault(exc, fault(str(exc))) from exc
 
     def _queue_direct(self, state: LiveSubscription) -> None:
         """Pause a subscription routed at publish time: from now on it has a durable
@@ -292,14 +303,15 @@ class Subscriptions:
             channel = ctx.engine.channel(subscription_id)
             state.record.state = SubscriptionState.ACTIVE
             try:
-                if channel is None:
-                    self.attach(state)
-                else:
+                if channel is not None:
                     channel.start()
+                elif state.feed is None:
+                    self.attach(state)
             except AdapterError as exc:
                 state.record.state = SubscriptionState.PAUSED
                 raise self._ctx.gate.fault(exc, errors.ResumeFailed(str(exc))) from exc
             ctx.store.put_subscription(state.record)
+        self._sync_feed(state, errors.ResumeFailed)
         ctx.wake_demand()
 
     def purge(self, subscription_id: str) -> int | None:
@@ -312,29 +324,39 @@ class Subscriptions:
         """
         ctx = self._ctx
         state = ctx.registry.live_subscription(subscription_id)
+        try:
+            if state.feed is not None:
+                # what reached its pull point stays there (see core.pull_feeds)
+                dropped = self.delivery.feeds.purge(state)
+            else:
+                dropped = self._purge_handle(state)
+        except AdapterError as exc:
+            raise ctx.gate.fault(
+                exc, errors.ResourceUnavailable(f"the middleware failed: {exc}")
+            ) from exc
+        log.warning("subscription %s purged: %s message(s) dropped", subscription_id, dropped)
+        if dropped:
+            metrics.NOTIFICATIONS_PURGED.inc(dropped)
+        return dropped
+
+    def _purge_handle(self, state: LiveSubscription) -> int | None:
+        """Purge the durable subscription of a subscription with a delivery channel."""
+        ctx = self._ctx
         with ctx.registry.lock:
             handle = state.handle
             if handle is None:
                 return 0
-            channel = ctx.engine.channel(subscription_id)
+            channel = ctx.engine.channel(state.record.id)
             restart = channel is not None and channel.active
             try:
                 if restart:
                     assert channel is not None
                     channel.stop()  # what it held goes back to the middleware, then goes
-                dropped = handle.purge()
-            except AdapterError as exc:
-                raise ctx.gate.fault(
-                    exc, errors.ResourceUnavailable(f"the middleware failed: {exc}")
-                ) from exc
+                return handle.purge()
             finally:
                 if restart:
                     assert channel is not None
                     channel.start()
-        log.warning("subscription %s purged: %s message(s) dropped", subscription_id, dropped)
-        if dropped:
-            metrics.NOTIFICATIONS_PURGED.inc(dropped)
-        return dropped
 
     # -- ends ------------------------------------------------------------------------------
     def end(self, subscription_id: str, reason: str) -> None:
@@ -372,6 +394,7 @@ class Subscriptions:
             self.delivery.direct.drop(state)
         ctx.engine.close_channel(sub_id)
         try:
+            self.delivery.feeds.detach(state)
             if not direct:
                 ctx.adapter.delete_subscription(sub_id)
         finally:

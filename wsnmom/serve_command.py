@@ -22,6 +22,7 @@ from typing import Any, NoReturn
 
 import click
 
+from wsnmom import gc_tuning
 from wsnmom.connections import ConnectionGuard, ConnectionPolicy
 from wsnmom.core.config import ConfigError, Settings, load_settings
 from wsnmom.core.redaction import redact_text, redact_url
@@ -267,6 +268,7 @@ def _run(settings: Settings, debug: bool) -> None:
     except BaseException:
         runtime.close()
         raise
+    gc_tuning.tune()  # the start-up heap is built: full collections no longer walk it
     guard.start()
     previous = {s: signal.signal(s, _raise_exit) for s in (signal.SIGTERM, signal.SIGINT)}
     broker, adapter = f"{settings.base_url}/wsn/broker", redact_url(settings.adapter_url)

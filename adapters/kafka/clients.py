@@ -25,10 +25,11 @@ from typing import Any
 from confluent_kafka import KafkaError, Message
 from wsnmom.adapters.logbase.backend import LogRecord
 from wsnmom.adapters.native import sniff_content_type
+from wsnmom.topic_mapping.model import Topic
 
 from .mapping import KafkaMapping
 
-__all__ = ["Health", "kafka_logger", "record_from_message", "record_from_parts"]
+__all__ = ["Health", "kafka_logger", "message_topic", "record_from_message", "record_from_parts"]
 
 log = logging.getLogger("wsnmom.adapters.kafka")
 
@@ -183,17 +184,30 @@ def _details(
     return body, found, content_type, stamp
 
 
-def record_from_message(message: Message, mapping: KafkaMapping) -> LogRecord:
-    """The ``LogRecord`` of a consumed message (no error).  Only what routing needs is
-    converted now (the WS topic: for a per-path topic the mapping's cached answer, else
-    from the key and headers); body, headers, media type and timestamp on first use."""
+def message_topic(message: Message, mapping: KafkaMapping) -> tuple[Topic, dict[str, str] | None]:
+    """The WS topic of a consumed message (no error), and its decoded headers when they
+    had to be read for it: for a per-path topic the mapping's cached answer, else from
+    the key and headers."""
     log_name = message.topic()
     assert log_name is not None
-    headers: dict[str, str] | None = None
     topic = mapping.cached_log_topic(log_name)
-    if topic is None:
-        headers = _headers(message.headers())
-        topic = mapping.record_topic(log_name, message.key(), headers)
+    if topic is not None:
+        return topic, None
+    headers = _headers(message.headers())
+    return mapping.record_topic(log_name, message.key(), headers), headers
+
+
+def record_from_message(
+    message: Message,
+    mapping: KafkaMapping,
+    known: tuple[Topic, dict[str, str] | None] | None = None,
+) -> LogRecord:
+    """The ``LogRecord`` of a consumed message (no error).  Only what routing needs is
+    converted now (the WS topic, or ``known``: ``message_topic``'s answer); body,
+    headers, media type and timestamp on first use."""
+    log_name = message.topic()
+    assert log_name is not None
+    topic, headers = known if known is not None else message_topic(message, mapping)
 
     def details() -> tuple[bytes, dict[str, str], str, datetime | None]:
         found = dict(headers) if headers is not None else _headers(message.headers())

@@ -22,7 +22,6 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
@@ -47,17 +46,59 @@ log = logging.getLogger("wsnmom.adapters.kafka")
 _WINDOW = 100
 
 
-@dataclass(frozen=True, slots=True)
 class _Entry:
-    """The newest record known for a topic (None: known to have none)."""
+    """The newest record known for a topic (no message: known to have none).
 
-    message: StoredMessage | None
-    partition: int = -1
-    offset: int = -1
-    timestamp_ms: int = -1
+    A record the head reader read is kept as it is (``LogRecord``, converted lazily) and
+    turned into a ``StoredMessage`` only when GetCurrentMessage asks: the head reads every
+    record of every followed topic, and converting each one here cost more than reading it
+    (under 100-message Notifies nobody asked for most of them)."""
+
+    __slots__ = ("_message", "_record", "_stamp", "offset", "partition")
+
+    def __init__(
+        self,
+        message: StoredMessage | None,
+        partition: int = -1,
+        offset: int = -1,
+        timestamp_ms: int = -1,
+        *,
+        record: LogRecord | None = None,
+    ) -> None:
+        self._message = message
+        self._record = record
+        self.partition = partition
+        self.offset = offset
+        self._stamp = timestamp_ms
+
+    @property
+    def message(self) -> StoredMessage | None:
+        """The message (converted from the record on first use)."""
+        record = self._record
+        if record is not None:
+            # set before the record is dropped: a reader on another thread sees one of them
+            stamp = record.timestamp
+            self._stamp = int(stamp.timestamp() * 1000) if stamp is not None else -1
+            self._message = StoredMessage(
+                record.topic, record.body, record.headers, record.content_type
+            )
+            self._record = None
+        return self._message
+
+    @property
+    def empty(self) -> bool:
+        """Known to have no message."""
+        return self._message is None and self._record is None
+
+    @property
+    def timestamp_ms(self) -> int:
+        """When the record was stored (ms), -1 when unknown."""
+        if self._record is not None:
+            self.message  # noqa: B018 - converts, which reads the timestamp
+        return self._stamp
 
     def newer_than(self, other: _Entry) -> bool:
-        if other.message is None:
+        if other.empty:
             return True
         if self.partition == other.partition:
             return self.offset > other.offset
@@ -102,14 +143,13 @@ class CurrentMessages:
             and known.offset >= record.offset
         ):
             return  # this gateway's own publish, remembered when it was confirmed
-        stamp = int(record.timestamp.timestamp() * 1000) if record.timestamp else -1
-        message = StoredMessage(topic, record.body, record.headers, record.content_type)
-        self._offer(topic, _Entry(message, record.stream[1], record.offset, stamp))
+        self._offer(topic, _Entry(None, record.stream[1], record.offset, record=record))
 
     def published(
         self, dest: Destination, message: OutboundMessage, partition: int, offset: int, ts: int
     ) -> None:
-        """The gateway's own publish was confirmed."""
+        """The gateway's own publish was confirmed (the publisher calls this for the last
+        message per topic of a batch only)."""
         topic = message.topic
         if is_internal_namespace(topic.namespace):
             return

@@ -16,10 +16,12 @@ poll thread, and publishes that return only once the broker confirmed every mess
 
 from __future__ import annotations
 
+import _thread
 import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
@@ -30,6 +32,7 @@ from wsnmom.core.adapter import (
     PublishFailed,
     PublishReceipt,
 )
+from wsnmom.topic_mapping.model import Topic
 
 from .clients import HEADER_CONTENT_TYPE, Health, client_hooks
 from .config import KafkaSettings
@@ -50,36 +53,51 @@ class PublishUnavailable(PublishFailed, AdapterUnavailable):
 
 
 class _Batch:
-    """Delivery reports of one ``publish_many`` call."""
+    """Delivery reports of one ``publish_many`` call.
 
-    __slots__ = ("done", "errors", "lock", "remaining", "reports")
+    The publishing thread waits on one C lock, held from creation and released when the
+    last report arrived (``wait``): a ``threading.Event`` per publish builds a
+    ``Condition`` and runs Python-level lock handling in ``wait`` and ``set``, 17 % of the
+    gateway's GIL samples under 1-message Notifies (py-spy)."""
+
+    __slots__ = ("_signal", "errors", "lock", "remaining", "reports")
 
     def __init__(self, size: int) -> None:
-        self.lock = threading.Lock()
+        self.lock = _thread.allocate_lock()
         self.remaining = size
         self.errors: list[KafkaError | None] = [None] * size
-        self.reports: list[tuple[int, int, int] | None] = [None] * size
-        self.done = threading.Event()
-        if size == 0:
-            self.done.set()
+        #: the delivered message per index (read only for what the receipts need)
+        self.reports: list[Message | None] = [None] * size
+        self._signal = _thread.allocate_lock()
+        if size > 0:
+            self._signal.acquire()
+
+    def wait(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for every report; whether they all came."""
+        if self._signal.acquire(timeout=max(timeout, 0.0)):
+            self._signal.release()  # done for good: any later wait passes at once
+            return True
+        return False
 
     def report(self, index: int, error: KafkaError | None, message: Message) -> None:
         if error is None:
-            _, stamp = message.timestamp()
-            self.reports[index] = (message.partition() or 0, message.offset() or 0, stamp)
+            self.reports[index] = message
         with self.lock:
             self.errors[index] = error
             self.remaining -= 1
-            if self.remaining <= 0:
-                self.done.set()
+            last = self.remaining == 0
+        if last:
+            self._signal.release()
 
     def fail_all(self, error: KafkaError) -> None:
         with self.lock:
             for i, report in enumerate(self.reports):
                 if report is None and self.errors[i] is None:
                     self.errors[i] = error
+            waiting = self.remaining > 0
             self.remaining = 0
-            self.done.set()
+        if waiting:
+            self._signal.release()
 
 
 class Publisher:
@@ -234,7 +252,7 @@ class Publisher:
         try:
             for index, (message, dest) in enumerate(zip(messages, destinations, strict=True)):
                 self._produce(producer, batch, index, message, dest, deadline)
-            if not batch.done.wait(max(0.0, deadline - time.monotonic())):
+            if not batch.wait(deadline - time.monotonic()):
                 error = self._timeout_error(len(messages), batch)
                 if self._epoch != self._health.epoch:
                     self.renew("a publish timed out after the connection was lost")
@@ -253,14 +271,12 @@ class Publisher:
         dest: Destination,
         deadline: float,
     ) -> None:
-        headers: list[tuple[str, str | bytes | None]] = [
-            (k, v.encode()) for k, v in message.headers.items()
-        ]
-        headers.append((HEADER_MESSAGE_ID, message.message_id.encode()))
-        headers.append((HEADER_CONTENT_TYPE, message.content_type.encode()))
-
-        def on_delivery(error: KafkaError | None, msg: Message) -> None:
-            batch.report(index, error, msg)
+        # str values: confluent-kafka encodes them as UTF-8 in C
+        headers: list[tuple[str, str | bytes | None]] = [*message.headers.items()]
+        if HEADER_MESSAGE_ID not in message.headers:
+            headers.append((HEADER_MESSAGE_ID, message.message_id))
+        headers.append((HEADER_CONTENT_TYPE, message.content_type))
+        on_delivery = partial(batch.report, index)
 
         while True:
             try:
@@ -294,8 +310,15 @@ class Publisher:
             cls = PublishUnavailable if error.code() == KafkaError._MSG_TIMED_OUT else PublishFailed
             raise cls(f"Kafka refused {len(failed)} of {len(messages)} message(s): {error.str()}")
         if self._confirmed is not None:
-            for message, dest, report in zip(messages, destinations, batch.reports, strict=True):
-                if report is not None:
-                    self._confirmed(dest, message, *report)
+            # the newest message per topic is the last of the batch (a topic's records
+            # go to one partition, in produce order)
+            seen: set[Topic] = set()
+            for i in range(len(messages) - 1, -1, -1):
+                message, report = messages[i], batch.reports[i]
+                if report is not None and message.topic not in seen:
+                    seen.add(message.topic)
+                    _, stamp = report.timestamp()
+                    partition, offset = report.partition() or 0, report.offset() or 0
+                    self._confirmed(destinations[i], message, partition, offset, stamp)
         receipt = PublishReceipt(routed=None)
         return [receipt] * len(messages)

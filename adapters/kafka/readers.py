@@ -16,6 +16,8 @@ Head reader
     ``topic_id_check_interval`` seconds and after every lost connection: a topic that was
     deleted and created again (or emptied by a restart of a memory-only broker) starts
     from its beginning, reported as ``RecordsLost(stream, old position, new start)``.
+    The broker requests of both are made by a thread of their own (``Discovery``): the
+    head thread only applies what was found.
 
 Position store
     One consumer group per cursor, ``group_prefix + name``, with offsets and never a
@@ -43,10 +45,11 @@ from confluent_kafka import (
 from confluent_kafka.admin import AdminClient
 from wsnmom.adapters.logbase.backend import EARLIEST, LogRecord, RecordsLost, StreamId
 from wsnmom.core.adapter import AdapterError
-from wsnmom.topic_mapping.model import PathPattern
+from wsnmom.topic_mapping.model import PathPattern, Topic
 
-from .clients import Health, client_hooks, record_from_message
+from .clients import Health, client_hooks, message_topic, record_from_message
 from .config import KafkaSettings
+from .discovery import Discovery
 from .mapping import KafkaMapping
 from .topics import Topics
 
@@ -157,10 +160,10 @@ class KafkaHeadReader(_Consuming):
         super().__init__(backend, backend.settings.head_group)
         self._settings = backend.settings
         self._pending: list[Item] = []
+        #: the engine's "does a cursor want this topic" (``set_interest``), None: all
+        self._wanted: Callable[[Topic], bool] | None = None
+        self._full = False
         self._topic_ids: dict[str, str] = {}
-        self._discovered_at = 0.0
-        self._ids_checked_at = 0.0
-        self._epoch = backend.health.epoch
         self._committed: dict[StreamId, int] = {}
         #: streams whose topic disappeared, and the position they had
         self._gone: dict[StreamId, int] = {}
@@ -175,9 +178,13 @@ class KafkaHeadReader(_Consuming):
                 self._next[stream] = ends.get(stream, 0)
             else:
                 self._next[stream] = self._earliest(stream)
-        self._topic_ids = self._backend.topics.topic_ids({s[0] for s in streams})
+        names = {s[0] for s in streams}
+        self._topic_ids = self._backend.topics.topic_ids(names)
         self._assign_all()
-        self._discovered_at = self._ids_checked_at = time.monotonic()
+        self._discovery = Discovery(
+            backend.topics, backend.health, self._settings, self._mapping.follows, names
+        )
+        self._discovery.start()
 
     # -- discovery --------------------------------------------------------------------------
     def _followed_streams(self, listing: Mapping[str, int]) -> list[StreamId]:
@@ -208,23 +215,16 @@ class KafkaHeadReader(_Consuming):
         self._consumer.assign([TopicPartition(s[0], s[1], o) for s, o in self._next.items()])
 
     def discover_soon(self) -> None:
-        """Look for new topics at the next poll (the adapter created one)."""
-        self._discovered_at = 0.0
+        """Look for new topics now (the adapter created one); the head applies what was
+        found at a poll a moment later."""
+        self._discovery.soon()
 
     def _discover(self) -> None:
-        now = time.monotonic()
-        epoch = self._backend.health.epoch
-        check_ids = (
-            epoch != self._epoch
-            or now - self._ids_checked_at >= self._settings.topic_id_check_interval
-        )
-        if now - self._discovered_at < self._settings.discovery_interval and not check_ids:
+        """Apply the discovery thread's newest look, if there is one."""
+        look = self._discovery.take()
+        if look is None:
             return
-        self._discovered_at = now
-        try:
-            listing = self._backend.topics.refresh()
-        except AdapterError:
-            return
+        listing = look.listing
         streams = set(self._followed_streams(listing))
         changed = False
         for stream in [s for s in self._next if s not in streams]:
@@ -232,16 +232,7 @@ class KafkaHeadReader(_Consuming):
             # partition: stop reading it, remember where we were
             self._gone[stream] = self._next.pop(stream)
             changed = True
-        new_names = {s[0] for s in streams if s not in self._next}
-        if check_ids or new_names:
-            try:
-                ids = self._backend.topics.topic_ids({s[0] for s in streams})
-            except KafkaException:
-                ids = {}
-            else:
-                self._epoch, self._ids_checked_at = epoch, now
-        else:
-            ids = {}
+        ids = look.ids or {}
         recreated = {name for name, tid in ids.items() if self._topic_ids.get(name, tid) != tid}
         for stream in sorted(streams):
             if stream in self._next and stream[0] not in recreated:
@@ -279,20 +270,80 @@ class KafkaHeadReader(_Consuming):
             self._assign_all()
 
     # -- the HeadReader protocol ------------------------------------------------------------
+    def set_interest(self, wanted: Callable[[Topic], bool]) -> None:
+        """Leave out records whose topic ``wanted`` says no to (``SelectiveHeadReader``)."""
+        self._wanted = wanted
+
+    def more_waiting(self) -> bool:
+        """Whether the last poll took as many messages as it was allowed."""
+        return self._full
+
     def poll(self, max_records: int, timeout: float) -> Sequence[Item]:
-        """The next records at the end of the followed streams."""
+        """The next records at the end of the followed streams: with ``set_interest``,
+        of each topic no cursor wants only the newest per stream (see ``_select``)."""
         self._backend.head_polled = time.monotonic()
         self._discover()
         if self._pending:
             pending, self._pending = self._pending, []
+            self._full = True
             return pending
-        items = self._convert(self._take(max_records, timeout))
+        messages = self._take(max_records, timeout)
+        self._full = len(messages) >= max_records
+        items = self._convert(messages) if self._wanted is None else self._select(messages)
         observe = self._backend.observe
-        if observe is not None:
+        if observe is not None and items:
+            # only the newest record per topic and stream can be a topic's current message
+            newest: dict[tuple[Topic, StreamId], LogRecord] = {}
             for item in items:
                 if isinstance(item, LogRecord):
-                    observe(item)
+                    newest[(item.topic, item.stream)] = item
+            for record in newest.values():
+                observe(record)
         return items
+
+    def _select(self, messages: Sequence[Message]) -> list[Item]:
+        """``_convert`` for the head, leaving out what no cursor wants: a record of a
+        topic ``wanted`` says no to is built only when it is the newest of its topic and
+        stream in ``messages`` (the current-message map looks at it, and dispatching it
+        moves the engine's head position past the ones left out).  The gateway reads its
+        own publishes back here; under 100-message Notifies with nobody subscribed,
+        building and dispatching a record for each was about a quarter of the gateway's
+        Python time (py-spy)."""
+        wanted = self._wanted
+        assert wanted is not None
+        answers: dict[Topic, bool] = {}
+        known: list[tuple[Topic, dict[str, str] | None] | None] = []
+        keep = [True] * len(messages)
+        #: (topic, stream) -> index of its newest message left out so far
+        newest: dict[tuple[Topic, StreamId], int] = {}
+        for index, message in enumerate(messages):
+            if message.error() is not None:
+                known.append(None)
+                continue
+            found = message_topic(message, self._mapping)
+            known.append(found)
+            topic = found[0]
+            yes = answers.get(topic)
+            if yes is None:
+                yes = answers[topic] = wanted(topic)
+            if not yes:
+                key = (topic, (message.topic() or "", message.partition() or 0))
+                before = newest.get(key)
+                if before is not None:
+                    keep[before] = False
+                newest[key] = index
+        out: list[Item] = []
+        nexts = self._next
+        for index, message in enumerate(messages):
+            routing = known[index]
+            if routing is None:
+                out.extend(self._convert((message,)))
+                continue
+            stream = (message.topic() or "", message.partition() or 0)
+            nexts[stream] = (message.offset() or 0) + 1
+            if keep[index]:
+                out.append(record_from_message(message, self._mapping, routing))
+        return out
 
     def positions(self) -> dict[StreamId, int]:
         """The next offset per followed stream."""
@@ -314,6 +365,7 @@ class KafkaHeadReader(_Consuming):
 
     def close(self) -> None:
         """Commit what was given last (waiting, when the cluster answers) and release."""
+        self._discovery.stop()
         if self._committed and self._backend.health.available:
             try:
                 self._consumer.commit(

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from wsnmom.topic_mapping.model import PathPattern, Topic
 
@@ -29,6 +29,7 @@ __all__ = [
     "LogRecord",
     "PositionStore",
     "RecordsLost",
+    "SelectiveHeadReader",
     "StreamId",
 ]
 
@@ -188,6 +189,24 @@ class HeadReader(Protocol):
 
     def close(self) -> None:
         """Release the reader."""
+
+
+@runtime_checkable
+class SelectiveHeadReader(HeadReader, Protocol):
+    """A head reader that can leave out records no cursor wants (Kafka: the gateway
+    reads its own publishes back, and building a record for each one nobody subscribed
+    to was the head's main cost under 100-message Notifies)."""
+
+    def set_interest(self, wanted: Callable[[Topic], bool]) -> None:
+        """From now on ``poll`` may leave out a record whose topic ``wanted`` says no to,
+        except the newest of each topic and stream in each answer (the engine's head
+        position advances with it, and the backend may look at it).  ``wanted`` is
+        called from the polling thread, at most once per topic and answer."""
+
+    def more_waiting(self) -> bool:
+        """Whether the last ``poll`` took ``max_records`` records from the middleware
+        (more may be waiting), whatever it left out: the engine's "the head reached the
+        end" test, which the length of a filtered answer cannot give."""
 
 
 class PositionStore(Protocol):

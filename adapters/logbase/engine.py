@@ -48,6 +48,7 @@ from wsnmom.core.adapter import (
     SubscriptionSpec,
 )
 from wsnmom.topic_mapping.index import TopicIndex
+from wsnmom.topic_mapping.model import Topic
 
 from .backend import (
     EARLIEST,
@@ -57,6 +58,7 @@ from .backend import (
     LogRecord,
     PositionStore,
     RecordsLost,
+    SelectiveHeadReader,
     StreamId,
 )
 from .cursor import Cursor, CursorHandle
@@ -128,6 +130,8 @@ class CursorEngine:
             self._store = self.backend.position_store()
             self._stored = self._store.load()
             self._head_reader = self.backend.head_reader()
+            if isinstance(self._head_reader, SelectiveHeadReader):
+                self._head_reader.set_interest(self._topic_wanted)
             self._head = dict(self._head_reader.positions())
             self._running = True
         self._spawn(self._commit_loop, "wsnmom-log-commit")
@@ -611,9 +615,17 @@ class CursorEngine:
         )
 
     # -- internals: head -------------------------------------------------------------------
+    def _topic_wanted(self, topic: Topic) -> bool:
+        """Whether a cursor may want records of ``topic`` (the selective head reader's
+        question, from the head thread; under the lock, so a cursor being re-indexed is
+        never missed)."""
+        with self.lock:
+            return bool(self._match_all) or bool(self._index.match(topic))
+
     def _head_loop(self) -> None:
         head = self._head_reader
         assert head is not None
+        selective = head if isinstance(head, SelectiveHeadReader) else None
         self._head_started.set()
         while True:
             with self.lock:
@@ -632,17 +644,25 @@ class CursorEngine:
                     return
                 for stream, offset in head.positions().items():
                     self._head.setdefault(stream, offset)
+                matched: dict[Topic, set[str]] = {}  # a batch's records share few topics
                 for item in records:
-                    self._dispatch(item, touched)
-                if len(records) < self.batch and asked > self._sync_done:
+                    self._dispatch(item, touched, matched)
+                full = selective.more_waiting() if selective else len(records) >= self.batch
+                if not full and asked > self._sync_done:
                     self._sync_done = asked
                     self._sync_cv.notify_all()
             for cursor in touched.values():
                 cursor.drain()
             self._maybe_commit_head(head)
 
-    def _dispatch(self, item: LogRecord | RecordsLost, touched: dict[str, Cursor]) -> None:
-        """Hand one head record to every attached cursor that wants it (hold the lock)."""
+    def _dispatch(
+        self,
+        item: LogRecord | RecordsLost,
+        touched: dict[str, Cursor],
+        matched: dict[Topic, set[str]],
+    ) -> None:
+        """Hand one head record to every attached cursor that wants it (hold the lock;
+        ``matched`` remembers the cursors matching each topic while the lock is held)."""
         if isinstance(item, RecordsLost) and item.next < item.first:
             self._stream_restarted(item.stream, item.next)
             return
@@ -663,9 +683,13 @@ class CursorEngine:
         stream = item.stream
         offset = item.offset
         self._head[stream] = max(self._head.get(stream, 0), offset + 1)
-        names = self._index.match(item.topic)
-        if self._match_all:
-            names = names | {n for n in self._match_all if self._cursors[n].wants(item.topic)}
+        topic = item.topic
+        names = matched.get(topic)
+        if names is None:
+            names = self._index.match(topic)
+            if self._match_all:
+                names = names | {n for n in self._match_all if self._cursors[n].wants(topic)}
+            matched[topic] = names
         for name in names:
             cursor = self._cursors.get(name)
             if cursor is None or not cursor.attached:

@@ -209,11 +209,59 @@ class Delivery(Scenario):
                     latency_delivered=len(lat),
                     latencies_ms=sorted(lat)[:: max(1, len(lat) // 2000)],
                 )
+                self._latency_references(ctx, mw, relay, consumer, offered, paced_s, body, result)
                 self._drain_only(ctx, mw, server.broker_url, refs[0], consumer, count, raw, result)
         finally:
             if relay is not None:
                 relay.stop()
             consumer.stop()
+
+    def _latency_references(
+        self,
+        ctx: Context,
+        mw: Middleware,
+        relay: RelayServer,
+        consumer: ConsumerProcess,
+        offered: float,
+        seconds: float,
+        body: bytes,
+        result: ScenarioResult,
+    ) -> None:
+        """What the machine and the middleware cost the 99th percentile at the same
+        offered rate, in the same run (informative, no target): the minimal relay's
+        latency (HTTP in and out on the gateway's CPU, nothing stored), and the raw
+        client's publish-to-consume latency where the middleware measures it."""
+        time.sleep(1.0)
+        consumer.reset()
+        template = soap.notify(relay.notify_url, TOPIC, ts=soap.TS_MARK)
+        paced = run_paced(relay.notify_url, template, offered, seconds)
+        sent = int(paced["sent"] - paced["errors"])
+        wait_until(lambda: consumer.stats()["messages"] >= sent, 60, 0.1)
+        lat = consumer.stats(latency=True)["latencies_ms"]
+        p50, p99 = percentile(lat, 50), percentile(lat, 99)
+        ctx.log(
+            f"  relay at {offered:,.0f} msg/s offered: p50 {p50 or 0:.1f} ms, p99 {p99 or 0:.1f} "
+            f"ms ({len(lat)}/{sent} delivered, {paced['late']} late)"
+        )
+        note = f"minimal relay at the same offered rate ({offered:,.0f} msg/s); no target"
+        result.add(Metric(name="latency_p99_half_load_relay", value=p99, unit="ms", note=note))
+        with cpus.on_server_cpus():
+            raw = mw.raw_latency(offered, seconds, body, ctx.workdir / f"raw-latency-{mw.name}")
+        if raw is None:
+            return
+        ctx.log(
+            f"  raw {mw.name} client at {offered:,.0f} msg/s: p50 {raw['p50_ms']:.1f} ms, "
+            f"p99 {raw['p99_ms']:.1f} ms ({raw['late']:.0f} late)"
+        )
+        result.details["raw_latency"] = raw
+        result.add(
+            Metric(
+                name="latency_p99_half_load_raw_client",
+                value=raw["p99_ms"],
+                unit="ms",
+                note=f"raw {mw.name} client publish to consume at the same offered rate; no target",
+            )
+        )
 
     def _drain_only(
         self,

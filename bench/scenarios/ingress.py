@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import time
 
-from bench import load, soap
+from bench import cpus, load, soap
 from bench.baseline_app import NOTIFY_PATH, SERIALISING_NOTIFY_PATH, BaselineServer
 from bench.middleware import Middleware
 from bench.model import Metric, ScenarioResult, Target
@@ -109,6 +109,7 @@ class Ingress(Scenario):
                         result.details[f"baseline_serialising_{batch}"] = [
                             r.to_dict() for r in serialising or []
                         ]
+                    self._raw_reference(ctx, mw, batch, duration, rounds, best.rps, result)
                     result.add(
                         Metric(
                             name=f"notify_{batch}msg_msgs_per_s",
@@ -120,3 +121,40 @@ class Ingress(Scenario):
                     result.details[f"baseline_{batch}"] = [r.to_dict() for r in base_runs]
         finally:
             base.stop()
+
+    def _raw_reference(
+        self,
+        ctx: Context,
+        mw: Middleware,
+        batch: int,
+        duration: float,
+        rounds: int,
+        broker_rps: float,
+        result: ScenarioResult,
+    ) -> None:
+        """The raw client's ceiling for this batch (``Middleware.raw_ingress``: as many
+        threads as the gateway has request threads, each publishing one Notify's messages
+        and waiting for the confirmation), best of ``rounds``, on the server's CPUs like
+        the other raw baselines; informative, no target."""
+        bodies = [soap.payload(i, "0", 64).encode() for i in range(batch)]
+        raws: list[float] = []
+        for _ in range(rounds):
+            with cpus.on_server_cpus():
+                raw = mw.raw_ingress(bodies, duration, SERVER_THREADS)
+            if raw is None:
+                return
+            raws.append(raw)
+        best = max(raws)
+        ctx.log(f"  {batch}/Notify: raw {mw.name} client {best:,.0f} Notifies/s (best of {rounds})")
+        result.details[f"raw_client_{batch}"] = raws
+        result.add(
+            Metric(
+                name=f"notify_{batch}msg_rps_vs_raw_client",
+                value=broker_rps,
+                unit="req/s",
+                baseline=best,
+                baseline_name=f"raw {mw.name} client, {SERVER_THREADS} threads each publishing "
+                f"{batch} message(s) and waiting for the confirmation",
+                note="informative: what the middleware and its client allow; no target",
+            )
+        )

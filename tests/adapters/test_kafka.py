@@ -329,3 +329,25 @@ def test_records_deleted_before_a_paused_subscription_read_them_are_counted(
         assert got.wait_for(2, 10) and got.bodies() == [b"<m4/>", b"<m5/>"]
     assert handle.lost() == 4
     assert f"subscription {name}: 4 message(s)" in caplog.text
+
+
+def test_a_batch_remembers_the_last_message_per_topic_once(
+    make_kafka: Callable[..., KafkaAdapter],
+) -> None:
+    adapter = make_kafka(namespaces={NS: "plant"})
+    publisher = adapter._require().publisher
+    remember = publisher._confirmed
+    assert remember is not None
+    remembered: list[bytes] = []
+
+    def spy(dest: Any, msg: OutboundMessage, *report: int) -> None:
+        remembered.append(msg.body)
+        remember(dest, msg, *report)
+
+    publisher._confirmed = spy
+    a, b = Topic(NS, ("a",)), Topic(NS, ("b",))
+    adapter.publish_many([message(a if i % 2 else b, b"<m%d/>" % i) for i in range(100)])
+    assert sorted(remembered) == [b"<m98/>", b"<m99/>"]
+    got_a, got_b = adapter.current_message(a), adapter.current_message(b)
+    assert got_a is not None and got_a.body == b"<m99/>"
+    assert got_b is not None and got_b.body == b"<m98/>"

@@ -274,3 +274,107 @@ def test_a_lone_record_is_returned_without_waiting_for_a_full_batch(
         reader.close()
     assert [r.body for r in got if isinstance(r, LogRecord)] == [b"only"]
     assert took < 2.0, took  # not the whole 3 s
+
+
+def test_the_head_never_waits_for_topic_discovery(
+    make_backend: Callable[..., KafkaBackend], admin: AdminClient, kafka_bootstrap: str, tag: str
+) -> None:
+    """Listing the cluster's topics takes 1.5 s here: the head keeps polling meanwhile and
+    still follows a topic created later (the look-up runs on a thread of its own)."""
+    create_topic(admin, f"b{tag}.first")
+    backend = make_backend(discovery_interval=0.2)
+    listing = backend.topics.refresh
+
+    def slow_refresh(timeout: float = 5.0) -> dict[str, int]:
+        time.sleep(1.5)
+        return listing(timeout)
+
+    backend.topics.refresh = slow_refresh  # type: ignore[method-assign]
+    head = backend.head_reader()
+    try:
+        head.commit(head.positions())
+        later = f"b{tag}.later"
+        create_topic(admin, later)
+        produce(kafka_bootstrap, later, [b"x"])
+        got: list[LogRecord] = []
+        longest = 0.0
+        deadline = time.monotonic() + 15
+        while not got and time.monotonic() < deadline:
+            started = time.monotonic()
+            got += [r for r in head.poll(10, 0.05) if isinstance(r, LogRecord)]
+            longest = max(longest, time.monotonic() - started)
+    finally:
+        head.close()
+    assert [(r.stream, r.body) for r in got] == [((later, 0), b"x")]
+    assert longest < 1.0, longest
+
+
+def test_the_head_shows_the_current_message_map_the_newest_record_per_topic_only(
+    make_backend: Callable[..., KafkaBackend], admin: AdminClient, kafka_bootstrap: str, tag: str
+) -> None:
+    name = f"b{tag}.busy"
+    create_topic(admin, name)
+    backend = make_backend()
+    observed: list[int] = []
+    backend.observe = lambda record: observed.append(record.offset)
+    head = backend.head_reader()
+    try:
+        head.commit(head.positions())
+        produce(kafka_bootstrap, name, [b"<r%d/>" % i for i in range(50)])
+        polls = 0
+        got: list[Item] = []
+        deadline = time.monotonic() + 10
+        while len(got) < 50 and time.monotonic() < deadline:
+            got += head.poll(500, 0.2)
+            polls += 1
+    finally:
+        head.close()
+    assert len(got) == 50
+    # one record per poll that returned any, the newest of it; the last one is offset 49
+    assert len(observed) <= polls and observed[-1] == 49
+    assert observed == sorted(observed)
+
+
+def test_selective_head_builds_only_the_newest_record_of_a_topic_nobody_wants(
+    make_backend: Callable[..., KafkaBackend], admin: AdminClient, kafka_bootstrap: str, tag: str
+) -> None:
+    keep, skip = f"b{tag}.keep", f"b{tag}.skip"
+    create_topic(admin, keep)
+    create_topic(admin, skip)
+    head = make_backend().head_reader()
+    asked: list[Topic] = []
+
+    def wanted(topic: Topic) -> bool:
+        asked.append(topic)
+        return topic.path == ("keep",)
+
+    answers: list[list[Item]] = []
+    try:
+        poll_until(head, 1, timeout=0.5)
+        head.commit(head.positions())
+        head.set_interest(wanted)
+        produce(kafka_bootstrap, keep, [b"k%d" % i for i in range(20)])
+        produce(kafka_bootstrap, skip, [b"s%d" % i for i in range(20)])
+        first = list(head.poll(3, 5.0))  # 3 of 40 waiting: more may be waiting
+        answers.append(first)
+        assert head.more_waiting()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and (
+            head.positions().get((keep, 0)) != 20 or head.positions().get((skip, 0)) != 20
+        ):
+            answers.append(list(head.poll(500, 0.2)))
+        answers.append(list(head.poll(500, 0.2)))
+        assert not head.more_waiting()
+    finally:
+        head.close()
+    records = [r for a in answers for r in a if isinstance(r, LogRecord)]
+    assert [r.offset for r in records if r.stream == (keep, 0)] == list(range(20))
+    skipped = [r for r in records if r.stream == (skip, 0)]
+    # at most the newest per answer, and the last one is there (the position moved past)
+    for answer in answers:
+        assert len([r for r in answer if isinstance(r, LogRecord) and r.stream == (skip, 0)]) <= 1
+    assert skipped and skipped[-1].offset == 19 and len(skipped) < 20
+    assert skipped[-1].body == b"s19"  # a kept record of an unwanted topic is complete
+    assert head.positions()[(skip, 0)] == 20
+    # asked once per topic and answer, never per record
+    assert len(asked) <= 2 * len(answers)

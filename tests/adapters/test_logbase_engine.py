@@ -418,3 +418,39 @@ def test_a_recreated_log_is_read_again_from_its_start() -> None:
         assert bodies(got_paused.received)[5:] == [b"new0", b"new1"]
     finally:
         engine.close()
+
+
+class _SelectiveReader(_MemoryReader):
+    """A head reader that asks the engine which topics a cursor wants."""
+
+    def __init__(self, log: _MemoryLog) -> None:
+        super().__init__(log, follow=True)
+        self.wanted: Callable[[Topic], bool] | None = None
+
+    def set_interest(self, wanted: Callable[[Topic], bool]) -> None:
+        self.wanted = wanted
+
+    def more_waiting(self) -> bool:
+        return False
+
+
+def test_the_engine_tells_a_selective_head_which_topics_cursors_want() -> None:
+    from wsnmom.adapters.logbase.engine import CursorEngine
+
+    head = _SelectiveReader(_MemoryLog())
+    backend = _MemoryBackend(head.log)
+    backend.head_reader = lambda: head  # type: ignore[method-assign]
+    engine = CursorEngine(backend, catch_up_readers=1)  # type: ignore[arg-type]
+    engine.start()
+    try:
+        wanted = head.wanted
+        assert wanted is not None
+        assert not wanted(topic("t"))
+        engine.subscription(spec("a", "t"))
+        assert wanted(topic("t")) and not wanted(topic("u"))
+        engine.delete_subscription("a")
+        assert not wanted(topic("t"))
+        engine.subscription(spec("all"))  # no topic filter: every topic is wanted
+        assert wanted(topic("u"))
+    finally:
+        engine.close()

@@ -48,3 +48,20 @@ def test_short_comparison_measures_both_sides() -> None:
         assert 0 < us < 100_000 and rps > 0
     # rounds alternate: A B, then B A
     assert [line.split()[2] for line in lines] == ["base", "working", "working", "base"]
+
+
+@pytest.mark.timeout(180)
+def test_latency_load_reports_percentiles_of_both_sides() -> None:
+    lines: list[str] = []
+    sides = ab.compare(
+        "HEAD", "embedded", "latency", rounds=1, seconds=1.0, log=lines.append, rate=50.0
+    )
+    for side in sides:
+        assert len(side.rounds) == len(side.latencies) == 1
+        medians = side.latency_medians()
+        assert medians is not None
+        p50, p99 = medians
+        # intended send time to arrival: positive, p99 not below p50
+        assert 0 < p50 <= p99 < 10_000
+        assert side.rounds[0][1] > 0
+    assert all("p99" in line for line in lines)

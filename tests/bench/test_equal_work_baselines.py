@@ -171,3 +171,18 @@ def test_delivery_reports_the_relay_and_the_raw_client_ratios(
         assert run["msgs_per_s"] > 0
     assert new["baseline"] == max(r["msgs_per_s"] for r in relays)
     assert new["note"] is None
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_delivery_reports_the_relays_latency_at_the_same_rate(
+    delivery_report: dict[str, Any],
+) -> None:
+    (res,) = delivery_report["results"]
+    metrics = {m["name"]: m for m in res["metrics"]}
+    relay = metrics["latency_p99_half_load_relay"]
+    assert relay["value"] > 0 and relay["target"] is None
+    offered = res["details"]["offered_rate"]
+    assert f"{offered:,.0f} msg/s" in relay["note"]
+    # the embedded adapter has no raw client latency of its own (Kafka measures one)
+    assert "latency_p99_half_load_raw_client" not in metrics

@@ -23,7 +23,7 @@ from lxml import etree
 from wsnmom.core import errors
 from wsnmom.core.filter_sandbox import FilterBudgetExceeded, InlineEvaluator, SandboxEvaluator
 from wsnmom.core.filters import MessageContentFilter
-from wsnmom.core.model import ExpressionSource
+from wsnmom.core.model import CreatePullPointRequest, ExpressionSource
 from wsnmom.core.service import NATO_NS, BrokerService
 from wsnmom.core.xpath_guard import FilterRules, XPathRefused, check_expression
 
@@ -210,3 +210,41 @@ def test_subscription_over_budget_is_ended_with_subscription_end(
     # the other subscription, sharing the workers, got the message
     outbound.wait_messages(other, 1, timeout=10)
     assert not [a for a in outbound.delivered if a.address == C]
+
+
+def test_pull_point_fed_subscription_over_budget_is_ended_too(
+    make_broker: Any, outbound: RecordingOutbound, caplog: pytest.LogCaptureFixture
+) -> None:
+    """On a log-shaped middleware a subscription feeding one of the broker's pull points is
+    read by the pull point directly (core.pull_feeds), not by a delivery channel: its
+    filter's budget ends it the same way, and the pull point gets nothing from it."""
+    b: Broker = make_broker(adapter_url="filelog://{tmp}/log?partitions=1", filters__cpu_limit=0.3)
+    service = b.service
+    assert service is not None
+    service.subscribe(sub_req(WATCHER, topic=simple("t:ends")))
+    pp = service.create_pull_point(CreatePullPointRequest())
+    costly = service.subscribe(
+        sub_req(
+            service.pull_point_address(pp.id),
+            topic=simple("t:a"),
+            message_content=mc(CUBIC),
+            subscription_end_topic=simple("t:ends"),
+        )
+    )
+    assert service.registry.subscriptions[costly.id].feed is not None
+    with caplog.at_level(logging.WARNING, logger="wsnmom"):
+        service.notify([note(BIG, simple("t:a"))])
+        got = outbound.wait_messages(WATCHER, 1, timeout=10)
+    end = etree.fromstring(got[0].message.payload)
+    assert end.tag == f"{{{NATO_NS}}}SubscriptionEnd"
+    assert "filters.cpu_limit" in "".join(end.itertext())
+    deadline = time.monotonic() + 10
+    while costly.id in service.registry.subscriptions and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert costly.id not in service.registry.subscriptions
+    assert service.store.get_subscription(costly.id) is None
+    assert any(
+        costly.id in r.getMessage() and "filters.cpu_limit" in r.getMessage()
+        for r in caplog.records
+    )
+    assert service.get_messages(pp.id, None) == []

@@ -1,0 +1,297 @@
+"""Subscriptions feeding a pull point on a log-shaped middleware are read by the pull
+point directly (core/pull_feeds.py, core/pull_buffer.py): no copy through the middleware,
+each message rendered for its subscription, at least once, pause and the subscription's
+end keep what reached the pull point, filtered messages settled in order, purges.  Run on
+the file-log reference adapter (native_pull False, not sole publisher)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from lxml import etree
+from wsnmom.core.adapter import Received, SubscriptionHandle
+from wsnmom.core.model import CreatePullPointRequest, ExpressionSource
+from wsnmom.core.pull_buffer import PullBuffer
+from wsnmom.core.service import BrokerService
+
+from .conftest import Broker, note, simple, sub_req
+
+FILELOG = "filelog://{tmp}/log?partitions=1"
+XPATH = "http://www.w3.org/TR/1999/REC-xpath-19991116"
+
+
+@pytest.fixture
+def log_broker(make_broker: Callable[..., Broker]) -> Broker:
+    return make_broker(adapter_url=FILELOG, limits__max_age=None)
+
+
+class PublishCounter:
+    """Counts what the service publishes into the middleware, per call."""
+
+    def __init__(self, service: BrokerService) -> None:
+        self.calls: list[int] = []
+        adapter = service.adapter
+        original = adapter.publish_many
+
+        def publish_many(messages: Any, timeout: float = 10.0) -> Any:
+            self.calls.append(len(messages))
+            return original(messages, timeout)
+
+        adapter.publish_many = publish_many  # type: ignore[method-assign]
+
+
+def drain(service: BrokerService, pp_id: str, n: int, timeout: float = 5.0) -> list[Any]:
+    out: list[Any] = []
+    deadline = time.monotonic() + timeout
+    while len(out) < n and time.monotonic() < deadline:
+        out += service.get_messages(pp_id, None)
+        if len(out) < n:
+            time.sleep(0.02)
+    return out
+
+
+def payloads(messages: list[Any]) -> list[bytes]:
+    return [m.payload for m in messages]
+
+
+def wait_buffered(service: BrokerService, pp_id: str, n: int, timeout: float = 5.0) -> None:
+    buffer = service.registry.pull_points[pp_id].buffer
+    assert buffer is not None
+    deadline = time.monotonic() + timeout
+    while buffer.buffered() < n and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert buffer.buffered() == n
+
+
+def test_fed_messages_take_no_trip_through_the_middleware(log_broker: Broker) -> None:
+    service = log_broker.service
+    assert service is not None
+    pp = service.create_pull_point(CreatePullPointRequest())
+    address = service.pull_point_address(pp.id)
+    one = service.subscribe(sub_req(address, topic=simple("t:f")))
+    two = service.subscribe(sub_req(address, topic=simple("t:f")))
+    assert service.registry.subscriptions[one.id].feed is not None
+    assert service.engine.channel(one.id) is None  # no delivery channel
+    counter = PublishCounter(service)
+    service.notify([note("<x>1</x>", simple("t:f"))])
+    got = drain(service, pp.id, 2)
+    assert counter.calls == [1]  # the Notify itself, no copies into the inbox
+    refs = sorted(m.subscription_reference.address for m in got)
+    assert refs == sorted(service.subscription_address(s.id) for s in (one, two))
+    assert payloads(got) == [b"<x>1</x>"] * 2
+
+
+def test_fed_messages_not_handed_out_come_again_after_a_restart(log_broker: Broker) -> None:
+    service = log_broker.service
+    assert service is not None
+    pp = service.create_pull_point(CreatePullPointRequest())
+    service.subscribe(sub_req(service.pull_point_address(pp.id), topic=simple("t:r")))
+    service.notify([note(f"<n>{i}</n>", simple("t:r")) for i in range(5)])
+    wait_buffered(service, pp.id, 5)
+    assert payloads(service.get_messages(pp.id, 2)) == [b"<n>0</n>", b"<n>1</n>"]
+    service = log_broker.restart()
+    rest = drain(service, pp.id, 3)
+    # what was handed out is settled; the rest (buffered, unsettled) comes again
+    assert payloads(rest) == [b"<n>2</n>", b"<n>3</n>", b"<n>4</n>"]
+    assert service.get_messages(pp.id, None) == []
+
+
+def test_pause_keeps_what_reached_the_pull_point(log_broker: Broker) -> None:
+    service = log_broker.service
+    assert service is not None
+    pp = service.create_pull_point(CreatePullPointRequest())
+    sub = service.subscribe(sub_req(service.pull_point_address(pp.id), topic=simple("t:p")))
+    service.notify([note("<m>0</m>", simple("t:p")), note("<m>1</m>", simple("t:p"))])
+    wait_buffered(service, pp.id, 2)
+    service.pause(sub.id)
+    service.notify([note("<m>2</m>", simple("t:p"))])  # accumulates in the subscription
+    time.sleep(0.3)
+    kept = drain(service, pp.id, 2)
+    assert payloads(kept) == [b"<m>0</m>", b"<m>1</m>"]
+    # the copies kept in the inbox still carry the subscription's reference
+    assert {m.subscription_reference.address for m in kept} == {
+        service.subscription_address(sub.id)
+    }
+    time.sleep(0.2)
+    assert service.get_messages(pp.id, None) == []
+    service.resume(sub.id)
+    assert payloads(drain(service, pp.id, 1)) == [b"<m>2</m>"]
+    time.sleep(0.3)
+    assert service.get_messages(pp.id, None) == []  # nothing twice
+    # and after a restart nothing comes again either: all of it was settled
+    service = log_broker.restart()
+    time.sleep(0.5)
+    assert service.get_messages(pp.id, None) == []
+
+
+def test_unsubscribe_keeps_what_reached_the_pull_point(log_broker: Broker) -> None:
+    service = log_broker.service
+    assert service is not None
+    pp = service.create_pull_point(CreatePullPointRequest())
+    sub = service.subscribe(sub_req(service.pull_point_address(pp.id), topic=simple("t:u")))
+    service.notify([note("<m>0</m>", simple("t:u"))])
+    wait_buffered(service, pp.id, 1)
+    service.unsubscribe(sub.id)
+    service.notify([note("<m>1</m>", simple("t:u"))])
+    assert payloads(drain(service, pp.id, 1)) == [b"<m>0</m>"]
+    time.sleep(0.3)
+    assert service.get_messages(pp.id, None) == []
+
+
+def test_filtered_messages_are_settled_and_never_handed_out(log_broker: Broker) -> None:
+    service = log_broker.service
+    assert service is not None
+    pp = service.create_pull_point(CreatePullPointRequest())
+    content = ExpressionSource(XPATH, "boolean(/*[@keep='1'])", {})
+    sub = service.subscribe(
+        sub_req(service.pull_point_address(pp.id), topic=simple("t:c"), message_content=content)
+    )
+    service.notify([note(f'<m keep="{i % 2}">{i}</m>', simple("t:c")) for i in range(10)])
+    got = drain(service, pp.id, 5)
+    assert [etree.fromstring(m.payload).text for m in got] == ["1", "3", "5", "7", "9"]
+    handle = service.registry.subscriptions[sub.id].handle
+    assert handle is not None
+    # everything was settled in order: nothing waits, nothing comes again after a restart
+    assert service.registry.pull_points[pp.id].buffer.buffered() == 0  # type: ignore[union-attr]
+    service = log_broker.restart()
+    time.sleep(0.5)
+    assert service.get_messages(pp.id, None) == []
+
+
+def test_purging_the_pull_point_drops_what_its_feeds_hold(log_broker: Broker) -> None:
+    service = log_broker.service
+    assert service is not None
+    pp = service.create_pull_point(CreatePullPointRequest())
+    sub = service.subscribe(sub_req(service.pull_point_address(pp.id), topic=simple("t:x")))
+    service.notify([note(f"<m>{i}</m>", simple("t:x")) for i in range(3)])
+    wait_buffered(service, pp.id, 3)
+    service.purge_pull_point(pp.id)
+    time.sleep(0.3)
+    assert service.get_messages(pp.id, None) == []
+    service.notify([note("<m>after</m>", simple("t:x"))])
+    assert payloads(drain(service, pp.id, 1)) == [b"<m>after</m>"]
+    # purging the subscription keeps what already reached the pull point
+    service.notify([note("<m>kept</m>", simple("t:x"))])
+    wait_buffered(service, pp.id, 1)
+    service.purge_subscription(sub.id)
+    assert payloads(drain(service, pp.id, 1)) == [b"<m>kept</m>"]
+
+
+# --------------------------------------------------------------------------- the buffer alone
+
+
+class _Msg(Received):
+    def __init__(self, n: int, log: list[int]) -> None:
+        self.n = n
+        self._log = log
+        self.topic = None  # type: ignore[assignment]
+        self.body = b"%d" % n
+        self.headers = {}
+        self.content_type = "application/xml"
+        self.redelivered = False
+
+    def ack(self) -> None:
+        self._log.append(self.n)
+
+    def nack(self, requeue: bool = True) -> None:
+        raise AssertionError("a feed's message is never given back by the buffer")
+
+
+class _Handle(SubscriptionHandle):
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.callback: Callable[[Received], None] | None = None
+        self.stops = 0
+
+    def start(self, on_message: Callable[[Received], None], prefetch: int = 64) -> None:
+        self.callback = on_message
+
+    def stop(self) -> None:
+        self.callback = None
+        self.stops += 1
+
+    def pull(self, max_messages: int, timeout: float = 0.0) -> list[Received]:
+        return []
+
+    def depth(self) -> int | None:
+        return 0
+
+    def delete(self) -> None:
+        return None
+
+
+def test_buffer_settles_a_feeds_filtered_messages_in_arrival_order() -> None:
+    settled: list[int] = []
+    buffer = PullBuffer(_Handle("inbox"), prefetch=100)
+    buffer.start()
+    feed = _Handle("feed")
+    # even numbers are for the pull point, odd ones are dropped by the feed's filters
+    buffer.add_feed("feed", feed, lambda r: None if r.n % 2 else r.n, active=True)  # type: ignore[attr-defined]
+    assert feed.callback is not None
+    for n in (1, 3, 0, 5, 2, 7):
+        feed.callback(_Msg(n, settled))
+    assert settled == [1, 3]  # nothing of the feed waited before them: settled at once
+    assert buffer.buffered() == 2
+    first = buffer.take(1)
+    assert [r.message for r in first] == [0]  # type: ignore[attr-defined]
+    assert settled == [1, 3, 0]
+    rest = buffer.take(10)
+    assert [r.message for r in rest] == [2]  # type: ignore[attr-defined]
+    assert settled == [1, 3, 0, 5, 2, 7]  # 5 after 0, 7 after 2: arrival order
+    assert buffer.buffered() == 0
+
+
+def test_a_suspended_feed_gives_back_its_waiting_messages_and_ignores_new_ones() -> None:
+    settled: list[int] = []
+    buffer = PullBuffer(_Handle("inbox"), prefetch=100)
+    buffer.start()
+    feed = _Handle("feed")
+    buffer.add_feed("feed", feed, lambda r: r.n, active=True)  # type: ignore[attr-defined]
+    assert feed.callback is not None
+    callback = feed.callback
+    for n in range(3):
+        callback(_Msg(n, settled))
+    waiting = buffer.suspend_feed("feed")
+    assert [w.message for w in waiting] == [0, 1, 2]
+    callback(_Msg(3, settled))  # delivered before its handle stopped: not buffered
+    assert buffer.buffered() == 0 and settled == []
+    buffer.resume_feed("feed")
+    assert feed.callback is not None
+    feed.callback(_Msg(4, settled))
+    assert [r.message for r in buffer.take(10)] == [4]  # type: ignore[attr-defined]
+
+
+def test_feeds_arriving_from_many_threads_are_all_handed_out_once() -> None:
+    settled: list[int] = []
+    lock = threading.Lock()
+    buffer = PullBuffer(_Handle("inbox"), prefetch=10_000)
+    buffer.start()
+    feeds = [_Handle(f"f{i}") for i in range(8)]
+    for i, feed in enumerate(feeds):
+        buffer.add_feed(f"f{i}", feed, lambda r: r.n, active=True)  # type: ignore[attr-defined]
+
+    def run(i: int) -> None:
+        callback = feeds[i].callback
+        assert callback is not None
+        for k in range(500):
+            msg = _Msg(i * 1000 + k, settled)
+            msg.ack = lambda m=msg: (lock.acquire(), settled.append(m.n), lock.release())  # type: ignore[method-assign]
+            callback(msg)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    taken: list[int] = []
+    while any(t.is_alive() for t in threads) or buffer.buffered():
+        taken += [r.message for r in buffer.take(64)]  # type: ignore[attr-defined]
+    for t in threads:
+        t.join()
+    assert sorted(taken) == sorted(i * 1000 + k for i in range(8) for k in range(500))
+    assert sorted(settled) == sorted(taken)
+    for i in range(8):  # each feed's messages in its order
+        mine = [n for n in taken if n // 1000 == i]
+        assert mine == sorted(mine)

@@ -131,6 +131,13 @@ class Publisher:
         #: QoS 1 messages sent and not acknowledged, and how many the broker takes
         self._inflight = 0
         self._limit = _DEFAULT_WINDOW
+        #: the most messages that were unacknowledged at once (stats)
+        self.peak_inflight = 0
+
+    @property
+    def window(self) -> int:
+        """How many messages may be unacknowledged at once on this connection."""
+        return self._limit
 
     def start(self) -> None:
         """Connect; see ``Link.start``."""
@@ -202,6 +209,8 @@ class Publisher:
             # paho keeps a message it could not send and sends it after reconnecting: it
             # takes a place in the broker's window then
             self._inflight += 1
+            if self._inflight > self.peak_inflight:
+                self.peak_inflight = self._inflight
             self._sent[info.mid] = (batch, i)
             if rc == mqtt.MQTT_ERR_NO_CONN:
                 batch.fail(AdapterUnavailable("the connection to the MQTT broker was lost"))

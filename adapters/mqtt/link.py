@@ -2,12 +2,12 @@
 with reconnects (exponential backoff), state visible without I/O.
 
 :class:`Link` runs paho's own network thread (``loop_start``), or with ``own_loop`` the
-adapter's :class:`~.driver.Driver` (writes in the calling thread, under
-``Link.io_lock``): it connects, reads, writes, sends keep-alives and reconnects after a
-loss, waiting ``reconnect_min_delay`` doubled up to ``reconnect_max_delay`` between
-attempts.  Its callbacks never block: the users of a
-link only record what happened and hand work to their own threads.  :meth:`Link.start`
-waits for the first CONNACK and turns a refusal into the adapter's typed errors
+adapter's :class:`~.driver.Driver` (one thread does all the socket I/O and calls
+``after_read`` on every pass): it connects, reads, writes, sends keep-alives and
+reconnects after a loss, waiting ``reconnect_min_delay`` doubled up to
+``reconnect_max_delay`` between attempts.  Its callbacks never block: the users of a link
+only record what happened and hand work to their own threads.  :meth:`Link.start` waits
+for the first CONNACK and turns a refusal into the adapter's typed errors
 (wrong credentials, not authorized) so a gateway does not keep knocking.
 """
 
@@ -149,9 +149,10 @@ class Link:
                 on_connect_fail=lambda: self._connect_fail_cb(client, None),
                 after_read=after_read,
             )
-        #: held around every call into the client that queues packets (``own_loop``:
-        #: the caller writes them with ``flush()``); paho's own lock makes it a formality
-        #: with ``loop_start``
+        #: held around calls into the client from other threads that queue packets
+        #: (``own_loop``: the driver's thread holds it while it reads and writes; call
+        #: ``wake()`` after queueing); paho's own locks make it a formality with
+        #: ``loop_start``
         self.io_lock: Any = self.driver.io_lock if self.driver else threading.RLock()
 
     # -- state ------------------------------------------------------------------------------
@@ -218,11 +219,11 @@ class Link:
             self._connected = False
             self._cv.notify_all()
 
-    def flush(self) -> None:
-        """Write the packets queued so far (``io_lock`` held; ``own_loop`` only: paho's
-        thread writes them otherwise)."""
+    def wake(self) -> None:
+        """Have the network thread write what was queued and call ``after_read``
+        (``own_loop``; paho's own thread is woken by paho)."""
         if self.driver is not None:
-            self.driver.flush()
+            self.driver.wake()
 
     # -- paho callbacks (network thread) ---------------------------------------------------
     def _connect_cb(

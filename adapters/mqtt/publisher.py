@@ -3,13 +3,13 @@
 One clean (non-persistent) connection per gateway instance, apart from the session, so
 that publishing never waits behind the session's traffic, run by the adapter's own network
 loop (:class:`~.driver.Driver`).  ``publish_many`` puts a Notify's messages at the end of
-one FIFO of messages to send (one lock acquisition for the whole batch), sends what the
-window of unacknowledged messages allows (the broker's Receive Maximum, at most
-``publish_window``) and writes them itself, then waits once for the whole batch.  The
-driver's thread reads the PUBACKs, completes the batches whose last PUBACK came and, in
-the same pass, sends the next messages of the FIFO into the room the PUBACKs made: the
-window stays full under load without waking any request thread per message, and the
-messages of one Notify are sent in their order.
+one FIFO of messages to send (in one step), wakes the driver's thread (unless it is awake
+already) and waits once for the whole batch.  The driver's thread is the only one that
+touches the socket: it sends what the window of unacknowledged messages allows (the
+broker's Receive Maximum, at most ``publish_window``), reads the PUBACKs, completes the
+batches whose last PUBACK came and, in the same pass, sends the next messages of the FIFO
+into the room the PUBACKs made: the window stays full under load without waking any
+request thread per message, and the messages of one Notify are sent in their order.
 
 A PUBACK with a failure reason (MQTT 5: not authorized, quota exceeded, payload format
 invalid, ...) is a ``PublishFailed``, and "no matching subscribers" gives
@@ -123,9 +123,12 @@ class Publisher:
         self._unsub_mid: int | None = None
         #: the largest packet the broker accepts (MQTT 5 CONNACK), None when unknown
         self.max_packet_size: int | None = None
-        # the rest is guarded by ``link.io_lock``:
-        #: messages waiting for room in the window: (batch, index, topic, body, properties)
+        #: messages waiting for room in the window: (batch, index, topic, body, properties);
+        #: request threads add to it, the driver's thread takes from it
         self._pending: deque[tuple[_Batch, int, str, bytes, Any]] = deque()
+        #: the driver was woken and has not looked at ``_pending`` since
+        self._kicked = False
+        # the rest belongs to the driver's thread (``link.io_lock``):
         #: messages sent and not acknowledged, by packet id: (batch, index)
         self._sent: dict[int, tuple[_Batch, int]] = {}
         #: QoS 1 messages sent and not acknowledged, and how many the broker takes
@@ -172,22 +175,20 @@ class Publisher:
             entries.append((batch, i, name, message.body, props))
         if not entries:
             return []
-        link = self.link
-        with link.io_lock:
-            if not link.connected:
-                raise AdapterUnavailable("the MQTT broker is not connected")
-            self._pending.extend(entries)
-            self._pump()
-            link.flush()
+        # deque.extend of a list is one step for other threads: a batch is never split
+        self._pending.extend(entries)
+        if not self._kicked:
+            self._kicked = True
+            self.link.wake()
         if not batch.done.wait(timeout):
-            with link.io_lock:
-                batch.fail(PublishFailed(f"the MQTT broker did not confirm within {timeout:g}s"))
+            batch.fail(PublishFailed(f"the MQTT broker did not confirm within {timeout:g}s"))
         if batch.error is not None:
             raise batch.error
         return [self._receipt(reason) for reason in batch.reasons]
 
     def _pump(self) -> None:
-        """Send waiting messages while the window has room (``io_lock`` held)."""
+        """Send waiting messages while the window has room (the driver's thread)."""
+        self._kicked = False  # before looking: a batch added from now on wakes us again
         pending = self._pending
         if not pending:
             return
@@ -239,7 +240,7 @@ class Publisher:
                     rc, _ = client.subscribe(name, qos=0)
                 if rc == mqtt.MQTT_ERR_SUCCESS:
                     rc, self._unsub_mid = client.unsubscribe(name)
-                self.link.flush()
+                self.link.wake()
             try:
                 if rc != mqtt.MQTT_ERR_SUCCESS:
                     raise AdapterUnavailable("the connection to the MQTT broker was lost")

@@ -121,6 +121,10 @@ class ServerProcess:
             self.adapter_url,
             "--store",
             self.store_url,
+            # adapters that keep files (MQTT's session and queues) get this process's own
+            # directory: the gateway's data directory overrides an adapter URL's data_dir
+            "--data-dir",
+            str((self.workdir / "data").resolve()),
             "--host",
             "127.0.0.1",
             "--port",

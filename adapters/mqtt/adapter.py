@@ -354,7 +354,8 @@ class MqttAdapter(Adapter):
     # -- information ------------------------------------------------------------------------
     def stats(self) -> Mapping[str, Any]:
         """Counts for tests and metrics: filters, subscriptions, arrivals, messages handed
-        to taps (``spark_logs``)."""
+        to taps (``spark_logs``), the publisher's window and the most messages it had
+        unacknowledged at once."""
         node = self._require()
         s = node.session.stats
         return {
@@ -369,4 +370,6 @@ class MqttAdapter(Adapter):
             "tapped": node.session.taps.delivered,
             "tap_failures": node.session.taps.failures,
             "backlog": node.session.backlog(),
+            "publish_window": node.publisher.window,
+            "publish_peak_inflight": node.publisher.peak_inflight,
         }

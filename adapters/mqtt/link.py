@@ -1,11 +1,13 @@
 """One paho-mqtt client and its connection: settings applied, connected in the background
 with reconnects (exponential backoff), state visible without I/O.
 
-:class:`Link` runs paho's own network thread (``loop_start``): it connects, reads, writes,
-sends keep-alives and reconnects after a loss, waiting ``reconnect_min_delay`` doubled up
-to ``reconnect_max_delay`` between attempts.  Its callbacks never block: the users of a
-link only record what happened and hand work to their own threads.  :meth:`Link.start`
-waits for the first CONNACK and turns a refusal into the adapter's typed errors
+:class:`Link` runs paho's own network thread (``loop_start``), or with ``own_loop`` the
+adapter's :class:`~.driver.Driver` (one thread does all the socket I/O and calls
+``after_read`` on every pass): it connects, reads, writes, sends keep-alives and
+reconnects after a loss, waiting ``reconnect_min_delay`` doubled up to
+``reconnect_max_delay`` between attempts.  Its callbacks never block: the users of a link
+only record what happened and hand work to their own threads.  :meth:`Link.start` waits
+for the first CONNACK and turns a refusal into the adapter's typed errors
 (wrong credentials, not authorized) so a gateway does not keep knocking.
 """
 
@@ -36,6 +38,7 @@ from wsnmom.core.adapter import (
 )
 
 from .config import MqttSettings
+from .driver import Driver
 
 __all__ = ["Link", "PacketTypes", "Properties", "ReasonCode", "mqtt"]
 
@@ -70,7 +73,9 @@ class Link:
     ``persistent``: the session survives the connection (clean start false, MQTT 5
     session expiry ``settings.session_expiry``); otherwise every connection starts clean.
     ``on_connected(session_present, properties)`` and ``on_disconnected()`` are called on
-    paho's network thread, after the link's own state changed.
+    paho's network thread (the driver's with ``own_loop``), after the link's own state
+    changed.  ``after_read`` (``own_loop`` only) is called after every read, under
+    ``io_lock``.
     """
 
     def __init__(
@@ -83,6 +88,8 @@ class Link:
         on_connected: OnConnected | None = None,
         on_disconnected: OnDisconnected | None = None,
         label: str = "link",
+        own_loop: bool = False,
+        after_read: Callable[[], None] | None = None,
     ) -> None:
         self.settings = settings
         self.label = label
@@ -132,6 +139,21 @@ class Link:
         client.on_connect_fail = self._connect_fail_cb
         client.on_disconnect = self._disconnect_cb
         self.client = client
+        self.driver: Driver | None = None
+        if own_loop:
+            self.driver = Driver(
+                client,
+                label.replace(" ", "-").lower(),
+                settings.reconnect_min_delay,
+                settings.reconnect_max_delay,
+                on_connect_fail=lambda: self._connect_fail_cb(client, None),
+                after_read=after_read,
+            )
+        #: held around calls into the client from other threads that queue packets
+        #: (``own_loop``: the driver's thread holds it while it reads and writes; call
+        #: ``wake()`` after queueing); paho's own locks make it a formality with
+        #: ``loop_start``
+        self.io_lock: Any = self.driver.io_lock if self.driver else threading.RLock()
 
     # -- state ------------------------------------------------------------------------------
     @property
@@ -164,7 +186,10 @@ class Link:
             s.host, s.port, keepalive=s.keepalive, clean_start=clean, properties=props
         )
         self._started = True
-        self.client.loop_start()
+        if self.driver is not None:
+            self.driver.start()
+        else:
+            self.client.loop_start()
         with self._cv:
             self._cv.wait_for(lambda: self._connected or self._refused is not None, timeout)
             refused, connected = self._refused, self._connected
@@ -182,14 +207,23 @@ class Link:
         if not self._started:
             return
         self._started = False
-        try:
-            self.client.disconnect()
-        except Exception:  # pragma: no cover - the socket may be gone already
-            log.debug("%s: disconnect failed", self.label, exc_info=True)
-        self.client.loop_stop()
+        if self.driver is not None:
+            self.driver.stop()
+        else:
+            try:
+                self.client.disconnect()
+            except Exception:  # pragma: no cover - the socket may be gone already
+                log.debug("%s: disconnect failed", self.label, exc_info=True)
+            self.client.loop_stop()
         with self._cv:
             self._connected = False
             self._cv.notify_all()
+
+    def wake(self) -> None:
+        """Have the network thread write what was queued and call ``after_read``
+        (``own_loop``; paho's own thread is woken by paho)."""
+        if self.driver is not None:
+            self.driver.wake()
 
     # -- paho callbacks (network thread) ---------------------------------------------------
     def _connect_cb(
@@ -205,6 +239,8 @@ class Link:
             else:
                 # waiting would not help: stop knocking (the adapter reports the error)
                 log.error("%s: %s", self.label, refusal)
+                if self.driver is not None:
+                    self.driver.give_up = True
                 client.disconnect()
             return
         if self.settings.v5 and properties is not None:

@@ -1,13 +1,22 @@
 """Publishing to the broker (QoS 1, confirmed by PUBACK) and reading retained messages.
 
 One clean (non-persistent) connection per gateway instance, apart from the session, so
-that publishing never waits behind the session's traffic.  ``publish_many`` sends every
-message and then waits for each PUBACK; a PUBACK with a failure reason (MQTT 5: not
-authorized, quota exceeded, payload format invalid, ...) is a ``PublishFailed``, and "no
-matching subscribers" gives ``routed=False``.  While the connection is down a publish
-fails at once (``AdapterUnavailable``), and one that is waiting fails as soon as the
-connection is lost; paho may still deliver such a message after reconnecting, so a
-publisher that retries can cause a duplicate (at-least-once), never a loss.
+that publishing never waits behind the session's traffic, run by the adapter's own network
+loop (:class:`~.driver.Driver`).  ``publish_many`` puts a Notify's messages at the end of
+one FIFO of messages to send (in one step), wakes the driver's thread (unless it is awake
+already) and waits once for the whole batch.  The driver's thread is the only one that
+touches the socket: it sends what the window of unacknowledged messages allows (the
+broker's Receive Maximum, at most ``publish_window``), reads the PUBACKs, completes the
+batches whose last PUBACK came and, in the same pass, sends the next messages of the FIFO
+into the room the PUBACKs made: the window stays full under load without waking any
+request thread per message, and the messages of one Notify are sent in their order.
+
+A PUBACK with a failure reason (MQTT 5: not authorized, quota exceeded, payload format
+invalid, ...) is a ``PublishFailed``, and "no matching subscribers" gives
+``routed=False``.  While the connection is down a publish fails at once
+(``AdapterUnavailable``), and every batch still waiting fails as soon as the connection is
+lost; paho still sends what it had sent again after reconnecting, so a publisher that
+retries can cause a duplicate (at-least-once), never a loss.
 
 GetCurrentMessage reads the retained message of one topic on the same connection:
 SUBSCRIBE (QoS 0, retained messages sent) and UNSUBSCRIBE, then the retained message, if
@@ -21,6 +30,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -47,8 +57,6 @@ except ImportError as exc:  # pragma: no cover - link.py raised already
 
 #: PUBACK reason "no matching subscribers" (MQTT 5): accepted, nobody received it
 _NO_SUBSCRIBERS = 0x10
-#: seconds between two checks of the connection while waiting for a PUBACK
-_POLL = 0.05
 #: unacknowledged messages before the first CONNACK says what the broker takes
 _DEFAULT_WINDOW = 20
 
@@ -59,6 +67,21 @@ class Retained:
 
     payload: bytes
     properties: Any
+
+
+@dataclass(eq=False)
+class _Batch:
+    """The messages of one ``publish_many`` call, waiting for their PUBACKs."""
+
+    remaining: int
+    reasons: list[ReasonCode | None]
+    done: threading.Event = field(default_factory=threading.Event)
+    error: Exception | None = None
+
+    def fail(self, error: Exception) -> None:
+        if self.error is None and self.remaining:
+            self.error = error
+            self.done.set()
 
 
 @dataclass(eq=False)
@@ -84,26 +107,40 @@ class Publisher:
             on_connected=self._connected_cb,
             on_disconnected=self._disconnected_cb,
             label="MQTT publisher",
+            own_loop=True,
+            after_read=self._pump,
         )
         client = self.link.client
-        # the window of unacknowledged messages is ours (``_window``): paho's own is fixed
+        # the window of unacknowledged messages is ours (``_limit``): paho's own is fixed
         # when it connects, while the broker says its Receive Maximum only then
         client.max_inflight_messages_set(0)
         client.on_publish = self._publish_cb
         client.on_message = self._message_cb
         client.on_unsubscribe = self._unsubscribe_cb
-        #: PUBACK reason codes by packet id, written before paho marks a message published
-        self._reasons: dict[int, ReasonCode] = {}
         self._read_lock = threading.Lock()
         self._lock = threading.Lock()
         self._read: _Read | None = None
         self._unsub_mid: int | None = None
         #: the largest packet the broker accepts (MQTT 5 CONNACK), None when unknown
         self.max_packet_size: int | None = None
+        #: messages waiting for room in the window: (batch, index, topic, body, properties);
+        #: request threads add to it, the driver's thread takes from it
+        self._pending: deque[tuple[_Batch, int, str, bytes, Any]] = deque()
+        #: the driver was woken and has not looked at ``_pending`` since
+        self._kicked = False
+        # the rest belongs to the driver's thread (``link.io_lock``):
+        #: messages sent and not acknowledged, by packet id: (batch, index)
+        self._sent: dict[int, tuple[_Batch, int]] = {}
         #: QoS 1 messages sent and not acknowledged, and how many the broker takes
-        self._window = threading.Condition()
         self._inflight = 0
         self._limit = _DEFAULT_WINDOW
+        #: the most messages that were unacknowledged at once (stats)
+        self.peak_inflight = 0
+
+    @property
+    def window(self) -> int:
+        """How many messages may be unacknowledged at once on this connection."""
+        return self._limit
 
     def start(self) -> None:
         """Connect; see ``Link.start``."""
@@ -120,13 +157,11 @@ class Publisher:
         if not self.link.connected:
             raise AdapterUnavailable("the MQTT broker is not connected")
         limit = self.max_packet_size
-        client = self.link.client
-        deadline = time.monotonic() + timeout
-        retain = self.settings.retain
-        v5 = self.settings.v5
-        infos: list[Any] = []
         largest = self.settings.max_message_bytes
-        for name, message in items:
+        v5 = self.settings.v5
+        batch = _Batch(len(items), [None] * len(items))
+        entries = []
+        for i, (name, message) in enumerate(items):
             if limit is not None and len(message.body) + len(name) + 64 > limit:
                 raise PublishFailed(
                     f"the message is too large for the broker ({len(message.body)} bytes, "
@@ -137,47 +172,49 @@ class Publisher:
                     f"the message has {len(message.body)} bytes, max_message_bytes is {largest}"
                 )
             props = publish_properties(message) if v5 else None
-            self._acquire(deadline, timeout)
+            entries.append((batch, i, name, message.body, props))
+        if not entries:
+            return []
+        # deque.extend of a list is one step for other threads: a batch is never split
+        self._pending.extend(entries)
+        if not self._kicked:
+            self._kicked = True
+            self.link.wake()
+        if not batch.done.wait(timeout):
+            batch.fail(PublishFailed(f"the MQTT broker did not confirm within {timeout:g}s"))
+        if batch.error is not None:
+            raise batch.error
+        return [self._receipt(reason) for reason in batch.reasons]
+
+    def _pump(self) -> None:
+        """Send waiting messages while the window has room (the driver's thread)."""
+        self._kicked = False  # before looking: a batch added from now on wakes us again
+        pending = self._pending
+        if not pending:
+            return
+        client = self.link.client
+        retain = self.settings.retain
+        while pending and self._inflight < self._limit:
+            batch, i, name, body, props = pending.popleft()
+            if batch.error is not None:
+                continue
             try:
-                info = client.publish(name, message.body, qos=1, retain=retain, properties=props)
+                info = client.publish(name, body, qos=1, retain=retain, properties=props)
             except ValueError as exc:  # an illegal topic or a payload beyond MQTT's limit
-                self._release()
-                raise PublishFailed(f"the MQTT client refused the message: {exc}") from exc
-            if info.rc == mqtt.MQTT_ERR_NO_CONN:
-                raise AdapterUnavailable("the connection to the MQTT broker was lost")
-            if info.rc not in (mqtt.MQTT_ERR_SUCCESS, mqtt.MQTT_ERR_AGAIN):
-                raise PublishFailed(f"publishing failed: {mqtt.error_string(info.rc)}")
-            infos.append(info)
-        receipts: list[PublishReceipt] = []
-        for info in infos:
-            while not info.is_published():
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise PublishFailed(f"the MQTT broker did not confirm within {timeout:g}s")
-                if not self.link.connected:
-                    raise AdapterUnavailable(
-                        "the connection to the MQTT broker was lost before it confirmed"
-                    )
-                info.wait_for_publish(min(remaining, _POLL))
-            receipts.append(self._receipt(self._reasons.pop(info.mid, None)))
-        return receipts
-
-    def _acquire(self, deadline: float, timeout: float) -> None:
-        """Wait for room in the window of unacknowledged messages."""
-        with self._window:
-            while self._inflight >= self._limit:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise PublishFailed(f"the MQTT broker did not confirm within {timeout:g}s")
-                if not self.link.connected:
-                    raise AdapterUnavailable("the connection to the MQTT broker was lost")
-                self._window.wait(min(remaining, _POLL))
+                batch.fail(PublishFailed(f"the MQTT client refused the message: {exc}"))
+                continue
+            rc = info.rc
+            if rc not in (mqtt.MQTT_ERR_SUCCESS, mqtt.MQTT_ERR_NO_CONN):
+                batch.fail(PublishFailed(f"publishing failed: {mqtt.error_string(rc)}"))
+                continue
+            # paho keeps a message it could not send and sends it after reconnecting: it
+            # takes a place in the broker's window then
             self._inflight += 1
-
-    def _release(self) -> None:
-        with self._window:
-            self._inflight -= 1
-            self._window.notify()
+            if self._inflight > self.peak_inflight:
+                self.peak_inflight = self._inflight
+            self._sent[info.mid] = (batch, i)
+            if rc == mqtt.MQTT_ERR_NO_CONN:
+                batch.fail(AdapterUnavailable("the connection to the MQTT broker was lost"))
 
     def _receipt(self, reason: ReasonCode | None) -> PublishReceipt:
         if not self.settings.v5 or reason is None:
@@ -194,7 +231,7 @@ class Publisher:
         client = self.link.client
         with self._read_lock:
             read = _Read(name)
-            with self._lock:
+            with self.link.io_lock, self._lock:
                 self._read = read
                 if self.settings.v5:
                     options = SubscribeOptions(qos=0, retainHandling=0)
@@ -203,6 +240,7 @@ class Publisher:
                     rc, _ = client.subscribe(name, qos=0)
                 if rc == mqtt.MQTT_ERR_SUCCESS:
                     rc, self._unsub_mid = client.unsubscribe(name)
+                self.link.wake()
             try:
                 if rc != mqtt.MQTT_ERR_SUCCESS:
                     raise AdapterUnavailable("the connection to the MQTT broker was lost")
@@ -229,9 +267,7 @@ class Publisher:
             limit = int(receive_max) if receive_max else 65_535
         else:
             limit = self.settings.publish_window
-        with self._window:
-            self._limit = max(1, min(limit, self.settings.publish_window))
-            self._window.notify_all()
+        self._limit = max(1, min(limit, self.settings.publish_window))
 
     def _disconnected_cb(self) -> None:
         with self._lock:
@@ -239,16 +275,28 @@ class Publisher:
         if read is not None:
             read.lost = True
             read.done.set()
-        with self._window:
-            self._window.notify_all()  # window waiters check the connection
+        lost = AdapterUnavailable("the connection to the MQTT broker was lost before it confirmed")
+        with self.link.io_lock:
+            for batch, *_ in self._pending:
+                batch.fail(lost)
+            self._pending.clear()
+            for batch, _ in self._sent.values():
+                batch.fail(lost)
 
     def _publish_cb(
         self, client: Any, userdata: Any, mid: int, reason: ReasonCode, properties: Any
     ) -> None:
-        # called under paho's message lock, before the message is marked published; the
-        # window's lock is never held while paho is called
-        self._reasons[mid] = reason
-        self._release()
+        # the driver's thread, ``io_lock`` held (inside ``loop_read``)
+        if self._inflight > 0:
+            self._inflight -= 1
+        sent = self._sent.pop(mid, None)
+        if sent is None:
+            return
+        batch, i = sent
+        batch.reasons[i] = reason
+        batch.remaining -= 1
+        if not batch.remaining and batch.error is None:
+            batch.done.set()
 
     def _message_cb(self, client: Any, userdata: Any, message: Any) -> None:
         with self._lock:

@@ -129,3 +129,17 @@ def test_no_pin_chooses_no_plan() -> None:
             assert cpus.server_prefix() == ["taskset", "-c", ",".join(map(str, plan.server))]
     finally:
         cpus.choose(False)
+
+
+def test_each_gateway_process_has_a_data_directory_of_its_own(tmp_path: Path) -> None:
+    """The gateway's data directory overrides an adapter URL's ``data_dir``: without its
+    own ``--data-dir`` every MQTT gateway of a run (and of other runs on the machine)
+    shared one session and one set of queues."""
+    from bench.server import ServerProcess
+
+    dirs = []
+    for name in ("a", "b"):
+        command = ServerProcess("embedded://", tmp_path / name).command()
+        dirs.append(Path(command[command.index("--data-dir") + 1]))
+    assert dirs[0] != dirs[1]
+    assert all(d.is_relative_to(tmp_path) for d in dirs)

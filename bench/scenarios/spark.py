@@ -2,6 +2,11 @@
 bridge's Python data source (``wsn_kafka``), in a batch query and in a streaming query,
 against a plain confluent-kafka consumer reading the same records in the same run.
 
+Everything measured runs on all CPUs the bench may use (``cpus.on_all_cpus``), the
+plain consumer as well as Spark: ``local[2]`` means two cores; the broker stays on the
+load side's CPU.  The load averages at start and end are in the details (the machine is
+shared).
+
 Setup (not timed): ``count`` notifications published the way the gateway publishes them
 (``core.codec`` headers, XML payloads, the Kafka adapter's ``publish_many``) on four WS
 topics, i.e. four Kafka topics; a ``local[2]`` SparkSession; a warm-up query (the first
@@ -34,12 +39,18 @@ import time
 import uuid
 from typing import Any
 
+from bench import cpus
 from bench.middleware import Middleware
 from bench.model import Metric, ScenarioResult, Target
 from bench.scenarios.base import Context, Scenario
 
 NAMESPACE = "urn:wsnmom:bench:spark"
 TOPICS = 4
+
+
+def _load() -> list[float]:
+    """The machine's load averages (1, 5, 15 minutes): the machine is shared."""
+    return [round(x, 2) for x in os.getloadavg()]
 
 
 def _missing() -> str | None:
@@ -175,36 +186,39 @@ class SparkBridge(Scenario):
             for i in range(TOPICS)
         ]
 
-        plain = count / _plain_consumer(bootstrap, logs, count)
-        ctx.log(f"  plain consumer: {plain:,.0f} msg/s")
-        decoding = count / _plain_consumer(bootstrap, logs, count, decode_with=url)
-        ctx.log(f"  plain consumer making the bridge's rows: {decoding:,.0f} msg/s")
-
-        started = time.perf_counter()
-        from wsnmom.spark_bridge import kafka, local_session, read_notifications
-
-        spark = local_session("wsnmom-bench", cores=2)
-        spark.sparkContext.setLogLevel("ERROR")
-        result.setup["session_s"] = time.perf_counter() - started
-        try:
-            source = kafka(url, alias="bench")
-            namespaces = {"p": NAMESPACE}
-            started = time.perf_counter()
-            _batch(spark, read_notifications, source, "p:valves/v0/state", namespaces)
-            result.setup["warm_up_s"] = time.perf_counter() - started
+        result.details["load_avg_start"] = _load()
+        with cpus.on_all_cpus():
+            plain = count / _plain_consumer(bootstrap, logs, count)
+            ctx.log(f"  plain consumer: {plain:,.0f} msg/s")
+            decoding = count / _plain_consumer(bootstrap, logs, count, decode_with=url)
+            ctx.log(f"  plain consumer making the bridge's rows: {decoding:,.0f} msg/s")
 
             started = time.perf_counter()
-            rows = _batch(spark, read_notifications, source, "p:valves//.", namespaces)
-            batch_s = time.perf_counter() - started
-            if rows != count:
-                raise RuntimeError(f"the batch query read {rows} of {count} notifications")
-            stream_s, stream_wall = _stream(
-                spark, read_notifications, source, namespaces, count, ctx
-            )
-            result.details["stream_wall_s"] = round(stream_wall, 2)
-            result.details["batch_s"] = round(batch_s, 2)
-        finally:
-            spark.stop()
+            from wsnmom.spark_bridge import kafka, local_session, read_notifications
+
+            spark = local_session("wsnmom-bench", cores=2)
+            spark.sparkContext.setLogLevel("ERROR")
+            result.setup["session_s"] = time.perf_counter() - started
+            try:
+                source = kafka(url, alias="bench")
+                namespaces = {"p": NAMESPACE}
+                started = time.perf_counter()
+                _batch(spark, read_notifications, source, "p:valves/v0/state", namespaces)
+                result.setup["warm_up_s"] = time.perf_counter() - started
+
+                started = time.perf_counter()
+                rows = _batch(spark, read_notifications, source, "p:valves//.", namespaces)
+                batch_s = time.perf_counter() - started
+                if rows != count:
+                    raise RuntimeError(f"the batch query read {rows} of {count} notifications")
+                stream_s, stream_wall = _stream(
+                    spark, read_notifications, source, namespaces, count, ctx
+                )
+                result.details["stream_wall_s"] = round(stream_wall, 2)
+                result.details["batch_s"] = round(batch_s, 2)
+            finally:
+                spark.stop()
+        result.details["load_avg_end"] = _load()
         batch_rate, stream_rate = count / batch_s, count / stream_s
         ctx.log(f"  Spark batch: {batch_rate:,.0f} msg/s, streaming: {stream_rate:,.0f} msg/s")
         for name, value in (("spark_batch", batch_rate), ("spark_stream", stream_rate)):

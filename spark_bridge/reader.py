@@ -15,7 +15,8 @@ all of them:
 * ``partitions(start, end)`` cuts each stream's range into tasks of at most
   ``maxRecordsPerPartition`` offsets; one task reads exactly its range, so a micro-batch
   that Spark runs again returns the same records.
-* ``read`` decodes and filters each record as the gateway does (``schema.RowBuilder``).
+* ``read`` decodes and filters each record as the gateway does (``Backend.batches``:
+  ``schema.RowBuilder`` record by record, or the backend's own column-wise conversion).
 * Records that retention removed before they were read: the query fails naming the
   source and the range (``failOnDataLoss``, default true), or skips them with a warning.
 
@@ -52,6 +53,7 @@ from .selection import Compiled, Selection
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql.types import StructType
+    from wsnmom.core.filters import CompiledFilter
 
 __all__ = ["EARLIEST", "Backend", "OffsetSource", "RangePartition", "RecordsMissing", "log"]
 
@@ -119,6 +121,14 @@ class Backend(abc.ABC):
     def read_partition(self, part: RangePartition) -> Iterator[LogRecord]:
         """The records of one task (on an executor)."""
         return self.read(part.stream, part.start, part.end)
+
+    def batches(self, part: RangePartition, selection: CompiledFilter) -> Iterator[pa.RecordBatch]:
+        """The rows of one task that ``selection`` accepts, as Arrow record batches: by
+        default each record of :meth:`read_partition` decoded and filtered as the gateway
+        does (``schema.RowBuilder``); a backend may build them column-wise."""
+        rows = RowBuilder(self.alias, self.middleware, selection)
+        stream = part.stream
+        return rows.batches((record, stream) for record in self.read_partition(part))
 
     def commit(self, offsets: Mapping[str, int]) -> None:
         """Spark finished everything before ``offsets`` (informational)."""
@@ -243,26 +253,24 @@ class _Common:
         if not isinstance(partition, RangePartition):
             return  # Spark's single placeholder task of a read with nothing to read
         backend = self.backend
-        rows = RowBuilder(backend.alias, backend.middleware, self.compiled.filter)
-        stream = partition.stream
         try:
-            records = self._records(partition)
-            yield from rows.batches((record, stream) for record in records)
+            yield from self._batches(partition)
         except SourceError:
             raise
         except Exception as exc:
             raise SourceError(
                 self.where(),
-                f"reading {stream} offsets {partition.start}..{partition.end - 1} failed: "
-                f"{type(exc).__name__}: {exc}",
+                f"reading {partition.stream} offsets {partition.start}..{partition.end - 1} "
+                f"failed: {type(exc).__name__}: {exc}",
             ) from exc
         finally:
             backend.close()
 
-    def _records(self, partition: RangePartition) -> Iterator[LogRecord]:
+    def _batches(self, partition: RangePartition) -> Iterator[pa.RecordBatch]:
         backend = self.backend
+        selection = self.compiled.filter
         try:
-            yield from backend.read_partition(partition)
+            yield from backend.batches(partition, selection)
         except RecordsMissing as gone:
             message = (
                 f"records {gone.first}..{gone.next - 1} of {gone.stream} were removed "
@@ -274,7 +282,8 @@ class _Common:
                 ) from None
             log.warning("%s: %s; skipped", self.where(), message)
             if gone.next < partition.end:
-                yield from backend.read(partition.stream, gone.next, partition.end)
+                rest = RangePartition(partition.stream, gone.next, partition.end)
+                yield from backend.batches(rest, selection)
 
 
 class BatchReader(_Common, DataSourceReader):

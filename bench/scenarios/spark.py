@@ -23,15 +23,16 @@ Measured:
 
 Target: each Spark figure >= 0.5 of the plain consumer.  Reported beside it without a
 target, the *equal work* baseline ``decoding_consumer``: the same plain consumer that also
-turns every record into the bridge's row (the Kafka adapter's record mapping, core's
-decoding, the residual filter, the Arrow batch) in one process, i.e. what the Spark query
-does per record, without Spark.  Spark's native Kafka connector is not measured: its jar
-cannot be installed from PyPI (the bridge detects and uses it when it is on the
-classpath, see docs/spark.md).
+turns every record into the bridge's row in one process, with the conversion a task of the
+source runs (``spark_bridge.kafka_rows``: mapping, decoding, residual filter, Arrow
+batches), i.e. what the Spark query does per record, without Spark.  Spark's native
+Kafka connector is not measured: its jar cannot be installed from PyPI (the bridge
+detects and uses it when it is on the classpath, see docs/spark.md).
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import shutil
@@ -101,21 +102,22 @@ def _plain_consumer(
     bootstrap: str, logs: list[str], count: int, decode_with: str | None = None
 ) -> float:
     """Seconds a plain consumer takes to read ``count`` records of ``logs``; with
-    ``decode_with`` (the adapter URL) it also makes the bridge's row of each."""
+    ``decode_with`` (the adapter URL) it also makes the bridge's rows of them, as a task of
+    the Kafka source does (``KafkaRows``, batches of 4,096 records per partition)."""
     from confluent_kafka import Consumer, TopicPartition
 
     rows: Any = None
+    pending: dict[tuple[str, int], list[Any]] = {}
     if decode_with is not None:
-        from wsnmom.adapters.kafka.clients import record_from_message
         from wsnmom.adapters.kafka.config import parse_settings
         from wsnmom.adapters.kafka.mapping import KafkaMapping
-        from wsnmom.spark_bridge.schema import RowBuilder
+        from wsnmom.spark_bridge.kafka_rows import KafkaRows
         from wsnmom.spark_bridge.selection import Selection
 
         mapping = KafkaMapping(parse_settings(decode_with))
         selection = Selection("p:valves//.", None, {"p": NAMESPACE}).compile()
         mapping.register(NAMESPACE)
-        rows = RowBuilder("bench", "kafka", selection)
+        rows = KafkaRows("bench", mapping, selection)
 
     consumer = Consumer(
         {
@@ -127,28 +129,41 @@ def _plain_consumer(
     )
     metadata = consumer.list_topics(timeout=10)
     parts = [TopicPartition(log, p, 0) for log in logs for p in metadata.topics[log].partitions]
+    paused = _collector_paused() if rows is not None else contextlib.nullcontext()
     started = time.perf_counter()
     consumer.assign(parts)
     seen = 0
     deadline = time.monotonic() + 300
-    while seen < count and time.monotonic() < deadline:
-        for message in consumer.consume(1000, 0.5):
-            if message.error() is None:
-                seen += 1
-                if rows is None:
-                    message.value()
-                    continue
-                stream = f"{message.topic()}/{message.partition()}"
-                rows.add(record_from_message(message, mapping), stream)
-                if rows.pending >= rows.batch_rows:
-                    rows.take()
-    if rows is not None and rows.pending:
-        rows.take()
+    with paused:
+        while seen < count and time.monotonic() < deadline:
+            for message in consumer.consume(1000, 0.5):
+                if message.error() is None:
+                    seen += 1
+                    if rows is None:
+                        message.value()
+                        continue
+                    key = (message.topic(), message.partition())
+                    chunk = pending.setdefault(key, [])
+                    chunk.append(message)
+                    if len(chunk) >= 4096:
+                        rows.from_messages(key[0], key[1], chunk)
+                        pending[key] = []
+        for (log, partition), chunk in pending.items():
+            if chunk:
+                rows.from_messages(log, partition, chunk)
     elapsed = time.perf_counter() - started
     consumer.close()
     if seen < count:
         raise RuntimeError(f"the plain consumer read {seen} of {count} records")
+    if rows is not None and rows.accepted != count:
+        raise RuntimeError(f"the equal-work consumer made {rows.accepted} of {count} rows")
     return elapsed
+
+
+def _collector_paused() -> Any:
+    from wsnmom.spark_bridge.kafka_rows import collector_paused
+
+    return collector_paused()
 
 
 class SparkBridge(Scenario):

@@ -215,7 +215,8 @@ class KafkaBackend(Backend):
                 raise SourceError(
                     self.where(), f"no end-of-partition answer for {sorted(waiting)} (probe)"
                 )
-            for message in probe.consume(_CONSUME_BATCH, 0.2):
+            # a short wait: consume() waits for a full list until its timeout
+            for message in probe.consume(_CONSUME_BATCH, 0.01):
                 error = message.error()
                 if error is None or error.code() != KafkaError._PARTITION_EOF:
                     continue

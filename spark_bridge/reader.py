@@ -231,6 +231,17 @@ class _Common:
             out[str(stream)] = low if value == -2 else high if value == -1 else value
         return out
 
+    def _explicit(self, key: str) -> dict[str, int] | None:
+        """Option ``key`` when it is a JSON object of offsets (none -1 or -2), else None."""
+        text = (self.backend.options.get(key) or "").strip()
+        if not text.startswith("{"):
+            return None
+        data = get_json(self.backend.options, key)
+        if not isinstance(data, dict):
+            return None
+        offsets = {str(s): int(v) for s, v in data.items()}
+        return offsets if all(v >= 0 for v in offsets.values()) else None
+
     def ranges(self, start: Mapping[str, int], end: Mapping[str, int]) -> list[RangePartition]:
         """Tasks covering ``[start, end)`` of every stream."""
         parts: list[RangePartition] = []
@@ -294,9 +305,16 @@ class BatchReader(_Common, DataSourceReader):
         super().__init__(backend)
 
     def snapshot(self) -> tuple[dict[str, int], dict[str, int]]:
-        """``(start, end)`` offsets of every stream for a read now."""
+        """``(start, end)`` offsets of every stream for a read now.  When both are given
+        as offsets (as ``read_notifications`` fixes a batch read's ranges), the broker is
+        not asked again."""
         backend = self.backend
         backend.prepare()
+        end = self._explicit("endingoffsets")
+        if end is not None:
+            start = self._explicit("startingoffsets")
+            if start is not None and set(end) <= set(start):
+                return {s: start[s] for s in end}, end
         bounds = self.bounds()
         start = self.starting("startingoffsets", bounds)
         ending = backend.options.get("endingoffsets")

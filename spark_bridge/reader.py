@@ -12,9 +12,10 @@ all of them:
 * ``latestOffset(start, limit)`` asks the backend for the ends of its streams and applies
   the read limit (``maxRecordsPerTrigger``: shared fairly over the streams with data).
   ``Trigger.AvailableNow`` fixes the ends once, at the start of the query.
-* ``partitions(start, end)`` cuts each stream's range into tasks of at most
-  ``maxRecordsPerPartition`` offsets; one task reads exactly its range, so a micro-batch
-  that Spark runs again returns the same records.
+* ``partitions(start, end)`` cuts each stream's range into equal tasks of at most
+  ``maxRecordsPerPartition`` offsets, and the longest ranges further until there are
+  ``minPartitions`` tasks; one task reads exactly its range, so a micro-batch that Spark
+  runs again returns the same records.
 * ``read`` decodes and filters each record as the gateway does (``Backend.batches``:
   ``schema.RowBuilder`` record by record, or the backend's own column-wise conversion).
 * Records that retention removed before they were read: the query fails naming the
@@ -61,6 +62,9 @@ log = logging.getLogger("wsnmom.spark_bridge")
 
 #: start offset of a stream the checkpoint does not know yet: its first record
 EARLIEST = -2
+#: ``minPartitions`` never splits a range into tasks of fewer offsets than this (a task's
+#: consumer costs ~10-20 ms to start)
+MIN_SPLIT = 10_000
 #: the offsets' format version (a different one is refused, never misread)
 OFFSET_VERSION = 1
 
@@ -189,6 +193,7 @@ class _Common:
         # compiled once here so a bad expression fails when the query is defined
         self._compiled: Compiled | None = Compiled(self.selection)
         self.max_per_partition = get_int(options, "maxrecordsperpartition", 100_000, low=1)
+        self.min_partitions = get_int(options, "minpartitions", 1, low=1) or 1
         self.fail_on_data_loss = get_bool(options, "failondataloss", True)
 
     def __getstate__(self) -> dict[str, Any]:
@@ -243,9 +248,13 @@ class _Common:
         return offsets if all(v >= 0 for v in offsets.values()) else None
 
     def ranges(self, start: Mapping[str, int], end: Mapping[str, int]) -> list[RangePartition]:
-        """Tasks covering ``[start, end)`` of every stream."""
+        """Tasks covering ``[start, end)`` of every stream: each stream's range in equal
+        pieces of at most ``maxRecordsPerPartition`` offsets, and more pieces of the longest
+        ranges until there are ``minPartitions`` tasks (none shorter than
+        :data:`MIN_SPLIT` offsets)."""
         parts: list[RangePartition] = []
         size = self.max_per_partition or 1
+        spans: dict[str, tuple[int, int]] = {}
         for stream, stop in sorted(end.items()):
             first = start.get(stream, EARLIEST)
             if first == EARLIEST:
@@ -253,12 +262,28 @@ class _Common:
                 if stop > 0:
                     parts.append(RangePartition(stream, EARLIEST, stop))
                 continue
-            lo = first
-            while lo < stop:
-                hi = min(stop, lo + size)
-                parts.append(RangePartition(stream, lo, hi))
-                lo = hi
-        return parts
+            if first < stop:
+                spans[stream] = (first, stop)
+        pieces = {s: -(-(hi - lo) // size) for s, (lo, hi) in spans.items()}
+        while len(parts) + sum(pieces.values()) < self.min_partitions:
+            # the stream whose pieces are longest, if they can be halved further
+            widest = max(
+                pieces, key=lambda s: (spans[s][1] - spans[s][0]) / pieces[s], default=None
+            )
+            if widest is None:
+                break
+            lo, hi = spans[widest]
+            if (hi - lo) // (pieces[widest] + 1) < MIN_SPLIT:
+                break
+            pieces[widest] += 1
+        for stream, (lo, hi) in spans.items():
+            count = pieces[stream]
+            step, extra = divmod(hi - lo, count)
+            for i in range(count):
+                upper = lo + step + (1 if i < extra else 0)
+                parts.append(RangePartition(stream, lo, upper))
+                lo = upper
+        return sorted(parts, key=lambda p: (p.stream, p.start))
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, RangePartition):

@@ -98,6 +98,7 @@ class KafkaRows:
         selection: CompiledFilter,
         *,
         verify_payloads: bool = False,
+        include_headers: bool = True,
     ) -> None:
         import pyarrow as pa
         import pyarrow.compute as pc
@@ -108,6 +109,7 @@ class KafkaRows:
         self.mapping = mapping
         self.filter = selection
         self.verify_payloads = verify_payloads
+        self.include_headers = include_headers
         self.schema = arrow_schema()
         self.accepted = 0
         self.dropped = 0
@@ -331,8 +333,11 @@ class KafkaRows:
         return chosen
 
     def _headers(self, found: list[dict[str, bytes | None]]) -> pa.Array:
-        """The ``headers`` column (a header without a value maps to the empty string)."""
+        """The ``headers`` column (a header without a value maps to the empty string);
+        null without ``include_headers``."""
         pa = self._pa
+        if not self.include_headers:
+            return pa.nulls(len(found), self.schema.field("headers").type)
         names = list(chain.from_iterable(found))
         texts = list(chain.from_iterable(map(dict.values, found)))
         offsets = pa.array(list(accumulate(map(len, found), initial=0)), pa.int32())

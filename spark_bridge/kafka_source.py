@@ -256,7 +256,13 @@ class KafkaBackend(Backend):
         (``kafka_rows``)."""
         from .kafka_rows import KafkaRows, collector_paused
 
-        rows = KafkaRows(self.alias, self.mapping, selection, verify_payloads=self.verify_payloads)
+        rows = KafkaRows(
+            self.alias,
+            self.mapping,
+            selection,
+            verify_payloads=self.verify_payloads,
+            include_headers=self.include_headers,
+        )
         topic, partition = topic_partition(part.stream)
         with collector_paused():
             for messages in self._messages(part.stream, part.start, part.end, _BATCH_RECORDS):

@@ -115,7 +115,11 @@ def _converter(options: Mapping[str, str]) -> Any:
         backend = KafkaBackend(options)
         selection = Compiled(Selection.from_options(options)).filter
         rows = KafkaRows(
-            backend.alias, backend.mapping, selection, verify_payloads=backend.verify_payloads
+            backend.alias,
+            backend.mapping,
+            selection,
+            verify_payloads=backend.verify_payloads,
+            include_headers=backend.include_headers,
         )
         found = (backend, rows)
         _converters[key] = found

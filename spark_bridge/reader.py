@@ -90,6 +90,8 @@ class Backend(abc.ABC):
     def __init__(self, options: Mapping[str, str]) -> None:
         self.options = dict(options)
         self.alias = self.options.get("alias") or self.default_alias()
+        #: ``includeHeaders``: false leaves the ``headers`` column null (less work per row)
+        self.include_headers = bool(get_bool(self.options, "includeheaders", True))
 
     @abc.abstractmethod
     def default_alias(self) -> str:
@@ -130,7 +132,9 @@ class Backend(abc.ABC):
         """The rows of one task that ``selection`` accepts, as Arrow record batches: by
         default each record of :meth:`read_partition` decoded and filtered as the gateway
         does (``schema.RowBuilder``); a backend may build them column-wise."""
-        rows = RowBuilder(self.alias, self.middleware, selection)
+        rows = RowBuilder(
+            self.alias, self.middleware, selection, include_headers=self.include_headers
+        )
         stream = part.stream
         return rows.batches((record, stream) for record in self.read_partition(part))
 

@@ -129,6 +129,8 @@ class RowBuilder:
         middleware: str,
         selection: CompiledFilter,
         batch_rows: int = 8192,
+        *,
+        include_headers: bool = True,
     ) -> None:
         import pyarrow as pa
 
@@ -137,6 +139,7 @@ class RowBuilder:
         self.middleware = middleware
         self.filter = selection
         self.batch_rows = batch_rows
+        self.include_headers = include_headers
         self.schema = arrow_schema()
         self.accepted = 0
         self.dropped = 0
@@ -179,7 +182,7 @@ class RowBuilder:
             message.payload.decode("utf-8", "replace"),
             record.body,
             record.content_type,
-            list(headers.items()),
+            list(headers.items()) if self.include_headers else None,
             stamp,
         )
 

@@ -272,3 +272,31 @@ def test_records_of_spark_kafka_source_in_one_array() -> None:
     assert [row[3] for row in got] == [100, 102, 105]
     expected = by_record(ab, [records[i] for i in (0, 2, 5)], selection)
     assert [row[4:7] + row[9:] for row in got] == [row[4:7] + row[9:] for row in expected]
+
+
+def test_without_headers_the_column_is_null_and_the_rest_unchanged() -> None:
+    """``includeHeaders=false``: both paths leave ``headers`` null, nothing else changes."""
+    log = _mapping().destination(Topic(NS, ("a", "b"))).log
+    selection = Selection()
+    full = by_column(log, RECORDS, selection)
+    rows = KafkaRows("src", _mapping(), selection.compile(), include_headers=False)
+    batch = rows.convert(
+        log,
+        3,
+        [100 + i for i in range(len(RECORDS))],
+        [r[0] for r in RECORDS],
+        [r[1] for r in RECORDS],
+        [r[3] for r in RECORDS],
+        [r[2] for r in RECORDS],
+    )
+    assert batch.column("headers").null_count == len(full)
+    assert batch.drop_columns(["headers"]).to_pylist() == [
+        {k: v for k, v in zip(batch.schema.names, row, strict=True) if k != "headers"}
+        for row in full
+    ]
+    builder = RowBuilder("src", "kafka", selection.compile(), include_headers=False)
+    mapping = _mapping()
+    key, value, headers, millis = RECORDS[0]
+    record = record_from_parts(mapping, log, 3, 100, key, value, headers or [], millis)
+    row = builder.values(record, f"{log}/3")
+    assert row is not None and row[12] is None

@@ -7,6 +7,7 @@ Each function returns seconds; the scenario turns them into rates."""
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 import uuid
 from pathlib import Path
@@ -224,3 +225,41 @@ def prepared_query(spark: Any, batch: Any, count: int, tasks: int = TOPICS) -> f
     if int(row["n"]) != count:
         raise RuntimeError(f"the prepared source gave {row['n']} of {count} rows")
     return elapsed
+
+
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _stat(pid: int) -> list[str] | None:
+    """The fields of /proc/<pid>/stat after the command name (state is [0], ppid [1])."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+
+
+def tree_cpu(root: int, exclude: frozenset[int] = frozenset()) -> float | None:
+    """CPU seconds of process ``root`` and its live descendants (with the children they
+    reaped), without the trees of ``exclude``; None where /proc cannot tell.  Parents come
+    from every process's stat (``/proc/<pid>/task/*/children`` is missing on kernels built
+    without CONFIG_PROC_CHILDREN)."""
+    if _stat(root) is None:
+        return None
+    kids: dict[int, list[int]] = {}
+    stats: dict[int, list[str]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and (fields := _stat(int(entry))) is not None:
+            stats[int(entry)] = fields
+            kids.setdefault(int(fields[1]), []).append(int(entry))
+    total = 0.0
+    todo = [root]
+    while todo:
+        pid = todo.pop()
+        fields = stats.get(pid)
+        if pid in exclude or fields is None:
+            continue
+        # utime, stime, cutime, cstime
+        total += sum(int(x) for x in fields[11:15]) / _TICK
+        todo.extend(kids.get(pid, ()))
+    return total

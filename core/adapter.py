@@ -364,6 +364,10 @@ class Adapter(abc.ABC):
     #: the connection assigns an instance attribute in ``open()`` (never the class's).
     #: Core reads it after ``open()``.
     capabilities: Capabilities
+    #: the adapter keeps state of its own on local disk (MQTT: the queues its session
+    #: feeds): ``wsnmom serve`` passes the gateway's data directory as the option
+    #: ``data_dir`` unless the adapter options name one
+    uses_data_dir: ClassVar[bool] = False
 
     def __init__(self, url: str, options: Mapping[str, Any] | None = None) -> None:
         self.url = url

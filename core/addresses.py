@@ -19,6 +19,7 @@ __all__ = [
     "RESOURCE_PATH",
     "ResourceKind",
     "broker_address",
+    "kind_path",
     "parse_resource_path",
     "redact_url",
     "resource_address",
@@ -48,7 +49,12 @@ RESOURCE_PATH = re.compile(
 
 def resource_path(kind: ResourceKind, resource_id: str) -> str:
     """``/wsn/<kind>/<id>``."""
-    return f"/wsn/{kind.value}/{resource_id}"
+    return f"{kind_path(kind)}/{resource_id}"
+
+
+def kind_path(kind: ResourceKind) -> str:
+    """``/wsn/<kind>``: the path every resource of ``kind`` lives under."""
+    return f"/wsn/{kind.value}"
 
 
 def resource_address(base_url: str, kind: ResourceKind, resource_id: str) -> str:

@@ -249,26 +249,6 @@ def is_xml_type(content_type: str) -> bool:
     return base in XML_CONTENT_TYPES or base.endswith("+xml")
 
 
-def sniff_content_type(body: bytes) -> str:
-    """A media type for a native body that came without one (Kafka records, MQTT 3.1.1
-    messages): XML when it starts like XML, JSON when it parses as JSON, text when it is
-    UTF-8, else binary."""
-    head = body.lstrip()[:1]
-    if head == b"<":
-        return "application/xml"
-    try:
-        text = body.decode("utf-8")
-    except UnicodeDecodeError:
-        return "application/octet-stream"
-    if head in (b"{", b"["):
-        try:
-            json.loads(text)
-        except ValueError:
-            return "text/plain"
-        return "application/json"
-    return "text/plain"
-
-
 def wrap_native(body: bytes, content_type: str) -> bytes:
     """The ``wsnmom:NativeMessage`` element for a non-XML body."""
     root = etree.Element(f"{{{WSNMOM_NS}}}NativeMessage", nsmap={"wsnmom": WSNMOM_NS})

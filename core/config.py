@@ -149,12 +149,26 @@ class LimitSettings:
 class DeliverySettings:
     """Push delivery engine."""
 
-    #: worker threads shared by all push subscriptions
+    #: worker threads shared by all push subscriptions (always running)
     workers: int = field(default=8, metadata=limits(1, 1024))
     #: notifications per outbound Notify (wrapped form; raw sends one per message)
     batch_size: int = field(default=10, metadata=limits(1))
     #: unsettled messages per subscription held in memory
     prefetch: int = field(default=64, metadata=limits(1, 65535))
+    #: most threads while deliveries wait on slow consumers (at least ``workers``)
+    max_workers: int = field(default=256, metadata=limits(1, 4096))
+    #: most deliveries in progress to one destination (scheme, host, port) at once;
+    #: 0: half of ``workers``
+    per_destination: int = field(default=0, metadata=limits(0, 1024))
+    #: seconds after which a busy thread counts as held by a slow consumer (more threads
+    #: are started when all are)
+    slow_after: float = field(default=0.2, metadata=limits(above=0))
+    #: consecutive deliveries without an answer within ``retry.timeout`` that open a
+    #: destination's circuit
+    breaker_failures: int = field(default=3, metadata=limits(1, 1000))
+    #: seconds a destination's circuit first stays open (doubles after each failed probe,
+    #: up to ``retry.max_delay``)
+    breaker_open: timedelta = field(default=timedelta(seconds=5), metadata=limits(above=0))
 
 
 @dataclass(slots=True)
@@ -169,6 +183,9 @@ class OutboundSettings:
     allow_link_local: bool = False
     #: URL schemes allowed for consumer addresses
     schemes: list[str] = field(default_factory=lambda: ["http", "https"])
+    #: seconds the checked addresses of a host name are reused for outbound calls
+    #: (0: resolve and check before every call)
+    resolve_cache: float = field(default=10.0, metadata=limits(0, 3600))
 
 
 #: field metadata of settings that are bookkeeping, not configurable

@@ -2,9 +2,10 @@
 
 ``core.service.BrokerService`` builds one context and hands it to each part (subscription
 lifecycle, inbound notifications, pull points, registrations, recovery, sweep).  It holds
-the collaborators (settings, adapter, store, outbound SOAP port, topic set, delivery
-engine, observers), the live-resource registry, the clock, the resource addresses, and the
-two wake-ups parts use to ask for background work (lifetime sweep, demand reconciliation).
+the collaborators (settings, adapter, store, outbound SOAP port and address policy, topic
+set, delivery engine, observers), the live-resource registry, the clock, the resource
+addresses, and the two wake-ups parts use to ask for background work (lifetime sweep,
+demand reconciliation).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from wsnmom.core.lifetimes import resolve_termination
 from wsnmom.core.limits import LimitKeeper
 from wsnmom.core.model import INFINITE, RequestedTime
 from wsnmom.core.observers import Observers
+from wsnmom.core.outbound_policy import OutboundPolicy
 from wsnmom.core.ports import OutboundSoap
 from wsnmom.core.registry import Registry
 from wsnmom.core.store import Store
@@ -62,6 +64,7 @@ class BrokerContext:
         engine: DeliveryEngine,
         observers: Observers,
         clock: Callable[[], datetime],
+        policy: OutboundPolicy,
     ) -> None:
         self.settings = settings
         self.adapter = adapter
@@ -70,6 +73,8 @@ class BrokerContext:
         self.topic_set = topic_set
         self.engine = engine
         self.observers = observers
+        #: which consumer and publisher addresses may be called (the one outbound policy)
+        self.policy = policy
         self._clock = clock
         self.registry = Registry(self.now)
         #: messages and rates per topic, for operators

@@ -1,28 +1,23 @@
-"""Push delivery engine: durable subscription -> filters -> consumer, with retries.
+"""Push delivery engine: durable subscription -> filters -> consumer, with retries, and
+no consumer able to delay another.
 
 Each push subscription (and each subscription that feeds one of the broker's own pull
-points) is a :class:`Channel`.  The adapter calls ``Channel.on_message`` on its own thread;
-that only appends to the channel's in-memory queue (bounded by the adapter prefetch) and
-schedules the channel.  A fixed pool of worker threads (``delivery.workers``) runs scheduled
-channels; a channel is run by at most one worker at a time, which keeps per-consumer order.
+points) is a :class:`~wsnmom.core.channel.Channel` (what a run does, retries, give-up:
+see ``core.channel``).  The engine runs ready channels on its threads and keeps the retry
+timers.
 
-A run takes up to ``batch_size`` messages from the head of the queue, passes each through
-``prepare`` (decode + residual topic / MessageContent filter: a message that does not match
-is acked at once and never delivered) and hands the rest to ``send`` as one batch (one
-wrapped Notify).  Success acks the batch.  An *ordered* channel (the adapter needs
-acknowledgements in arrival order: Kafka offsets, MQTT PUBACK order) acks a filtered
-message only once every message before it is settled: it stays with the batch and is
-acked after it, in order.  ``DeliveryFailed`` keeps the batch (unsettled at
-the middleware) as the channel's *pending* batch and arms a timer: exponential backoff
-``initial_delay * multiplier**(n-1)`` capped at ``max_delay``; no thread sleeps or spins
-meanwhile.  Later messages wait behind the pending batch, so order holds.  After
-``max_attempts`` failed attempts the give-up action applies: ``keep`` retries forever at
-``max_delay`` (the middleware keeps accumulating within its QueueLimits), ``end`` calls the
-channel's ``on_give_up`` (the service ends the subscription and publishes SubscriptionEnd).
+Threads.  ``workers`` threads always exist.  A delivery that waits on a slow consumer holds
+its thread, so when every thread has been busy for longer than ``slow_after`` seconds and
+channels are waiting, the engine starts more threads (as many as are waiting), up to
+``max_workers``; a thread beyond ``workers`` ends after ``idle_exit`` seconds without work.
+Normal deliveries take milliseconds and never start one.
 
-``stop`` (PauseSubscription) stops the adapter handle; messages held in memory are left
-unsettled and are redelivered by the middleware when the channel starts again, so resume
-delivers everything accumulated, in order.
+Destinations.  A push channel belongs to the lane of its consumer's scheme, host and port
+(``core.lanes``): at most ``per_destination`` of a destination's channels run at once (the
+others wait in the lane, holding no thread), and a destination that stops answering has
+its circuit opened, so its subscriptions stop taking threads until it answers a probe.
+Together: a destination holds at most ``per_destination`` threads, and while threads are
+held elsewhere the others still find one.
 """
 
 from __future__ import annotations
@@ -33,388 +28,72 @@ import logging
 import queue
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, TypeVar
 
 from wsnmom.core import metrics
 from wsnmom.core.adapter import Received, SubscriptionHandle
-from wsnmom.core.log_context import bound_request_id
-from wsnmom.core.ports import DeliveryFailed
+from wsnmom.core.channel import Backoff, Channel, ChannelStatus
+from wsnmom.core.lanes import BreakerSettings, Lane, Lanes, LaneState, Outcome
+
+__all__ = ["Backoff", "Channel", "ChannelStatus", "DeliveryEngine"]
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-
-@dataclass(frozen=True, slots=True)
-class ChannelStatus:
-    """A channel's delivery state as operators see it (``Channel.status``); times are
-    POSIX seconds."""
-
-    #: consuming (False while paused, after a give-up, or closed)
-    active: bool
-    #: consecutive failed attempts of the batch being retried (0: none failing)
-    failures: int
-    #: when that batch is tried again, None when no retry is scheduled
-    retry_at: float | None
-    #: why the last attempt failed, None after a success
-    last_error: str | None
-    #: messages delivered since the gateway started
-    delivered: int
-    #: when the last delivery succeeded, None before the first
-    last_delivery: float | None
-    #: messages held in memory (received, not yet settled)
-    held: int
-
-
-@dataclass(frozen=True, slots=True)
-class Backoff:
-    """Retry schedule (seconds)."""
-
-    max_attempts: int = 8
-    initial_delay: float = 1.0
-    multiplier: float = 2.0
-    max_delay: float = 300.0
-    give_up: str = "end"
-
-    def delay(self, failures: int) -> float:
-        """Delay before the next attempt after ``failures`` consecutive failures (>= 1)."""
-        if failures >= self.max_attempts:
-            return self.max_delay
-        return float(min(self.initial_delay * self.multiplier ** (failures - 1), self.max_delay))
-
-
-def _settle(received: Received, ack: bool) -> None:
-    try:
-        if ack:
-            received.ack()
-        else:
-            received.nack(requeue=True)
-    except Exception:  # the handle may be gone (stopped, deleted); redelivery covers it
-        log.debug("settling a message failed", exc_info=True)
-
-
-class Channel(Generic[T]):
-    """Delivery state of one subscription.
-
-    ``_gen`` changes on every start/stop: scheduled runs and timers of an older generation
-    are ignored, and a batch sent under an older generation is not retried (the middleware
-    redelivers what a stopped handle left unsettled).
-
-    One exists per subscription, so it is kept small: ``__slots__``, and the in-memory
-    queue is created on the first message (an empty ``deque`` preallocates a 64-slot
-    block, ~760 bytes; most pull-point subscriptions are idle most of the time).
-    """
-
-    __slots__ = (
-        "_closed",
-        "_error",
-        "_failures",
-        "_gen",
-        "_last_delivery",
-        "_lock",
-        "_pending",
-        "_queue",
-        "_rerun",
-        "_retry_at",
-        "_running",
-        "_scheduled",
-        "_stopped",
-        "batch_size",
-        "delivered",
-        "engine",
-        "handle",
-        "name",
-        "on_give_up",
-        "ordered",
-        "prepare",
-        "send",
-        "trace",
-    )
-
-    def __init__(
-        self,
-        engine: DeliveryEngine,
-        name: str,
-        handle: SubscriptionHandle,
-        prepare: Callable[[Received], T | None],
-        send: Callable[[Sequence[T]], None],
-        on_give_up: Callable[[str], None],
-        batch_size: int,
-        ordered: bool = False,
-        trace: Callable[[T], str | None] | None = None,
-    ) -> None:
-        self.engine = engine
-        self.name = name
-        self.handle = handle
-        self.prepare = prepare
-        self.send = send
-        self.on_give_up = on_give_up
-        self.batch_size = batch_size
-        #: settle in arrival order (filtered messages wait for the ones before them)
-        self.ordered = ordered
-        #: the request id an item was published by (log records of its delivery carry it)
-        self.trace = trace
-        self._lock = threading.Lock()
-        #: received, not yet taken by a worker (created on the first message)
-        self._queue: deque[Received] | None = None
-        #: the batch being sent: (message, item to send, or None for a filtered message
-        #: kept only to be settled in order)
-        self._pending: list[tuple[Received, T | None]] = []
-        self._failures = 0
-        self._gen = 0
-        self._scheduled = False
-        self._running = False
-        self._rerun = False
-        self._stopped = True
-        self._closed = False
-        #: operators' view (``status``): when the pending batch is retried (POSIX
-        #: seconds, 0: not scheduled), the last failure, deliveries and the last one
-        self._retry_at = 0.0
-        self._error: str | None = None
-        self.delivered = 0
-        self._last_delivery = 0.0
-
-    # -- lifecycle -------------------------------------------------------------------------
-    @property
-    def active(self) -> bool:
-        """True while consuming (started and not stopped/closed)."""
-        return not self._stopped and not self._closed
-
-    @property
-    def failures(self) -> int:
-        """Consecutive failed attempts of the pending batch."""
-        return self._failures
-
-    def start(self) -> None:
-        """Consume from the durable subscription (also after ``stop``)."""
-        with self._lock:
-            if self._closed or not self._stopped:
-                return
-            self._stopped = False
-            self._failures = 0
-            self._retry_at = 0.0
-            self._gen += 1
-            self._scheduled = False
-            self._queue = None
-            self._pending = []
-        self.handle.start(self.on_message, prefetch=self.engine.prefetch)
-
-    def stop(self) -> None:
-        """Stop consuming; the durable subscription keeps accumulating.  Messages held in
-        memory stay unsettled and are redelivered by the middleware on the next start."""
-        with self._lock:
-            if self._stopped:
-                return
-            self._stopped = True
-            self._gen += 1
-            self._scheduled = False
-            self._retry_at = 0.0
-            self._queue = None
-            if not self._running:
-                self._pending = []
-        self.handle.stop()
-
-    def close(self) -> None:
-        """Stop for good (subscription destroyed or broker closing)."""
-        with self._lock:
-            self._closed = True
-        self.stop()
-
-    def held(self) -> int:
-        """Messages held in memory (queued plus pending)."""
-        return len(self._queue or ()) + len(self._pending)
-
-    def status(self) -> ChannelStatus:
-        """The delivery state for operators (the admin page and API)."""
-        with self._lock:
-            return ChannelStatus(
-                active=not self._stopped and not self._closed,
-                failures=self._failures,
-                retry_at=self._retry_at or None,
-                last_error=self._error,
-                delivered=self.delivered,
-                last_delivery=self._last_delivery or None,
-                held=len(self._queue or ()) + len(self._pending),
-            )
-
-    # -- adapter callback ------------------------------------------------------------------
-    def on_message(self, received: Received) -> None:
-        """Adapter thread: enqueue only."""
-        schedule = False
-        with self._lock:
-            stale = self._stopped
-            if not stale:
-                q = self._queue
-                if q is None:
-                    q = self._queue = deque()
-                q.append(received)
-                if not self._scheduled:
-                    self._scheduled = schedule = True
-                gen = self._gen
-        if stale:
-            _settle(received, ack=False)
-        elif schedule:
-            self.engine._ready(self, gen)
-
-    # -- worker ----------------------------------------------------------------------------
-    def _run(self, gen: int) -> None:
-        with self._lock:
-            if gen != self._gen or self._stopped:
-                return
-            if self._running:
-                self._rerun = True
-                return
-            self._running = True
-            take: list[Received] = []
-            q = self._queue
-            if not self._pending and q:
-                n = min(self.batch_size, len(q))
-                take = [q.popleft() for _ in range(n)]
-                if not q:
-                    self._queue = None  # drained: give the block back until the next one
-            pending = self._pending
-        ok = True
-        reason = ""
-        request_id: str | None = None
-        try:
-            for received in take:
-                try:
-                    item = self.prepare(received)
-                except Exception:
-                    log.exception("subscription %s: cannot prepare a message; dropped", self.name)
-                    item = None
-                if item is None:
-                    metrics.NOTIFICATIONS_FILTERED.inc()
-                    if self.ordered and any(i is not None for _, i in pending):
-                        pending.append((received, None))  # acked after those before it
-                    else:
-                        _settle(received, ack=True)
-                else:
-                    pending.append((received, item))
-            batch = [item for _, item in pending if item is not None]
-            if batch:
-                if self.trace is not None:
-                    request_id = self.trace(batch[0])
-                with bound_request_id(request_id):
-                    try:
-                        self.send(batch)
-                    except DeliveryFailed as exc:
-                        ok = False
-                        reason = exc.reason
-                    except Exception as exc:  # a bug or an unexpected client error: retry too
-                        log.exception("subscription %s: delivery raised", self.name)
-                        ok = False
-                        reason = f"{type(exc).__name__}: {exc}"
-        finally:
-            with self._lock:
-                self._running = False
-        # log records about this batch (retry, give-up) name the request that published
-        # its first message
-        with bound_request_id(request_id):
-            self._after_send(gen, pending, ok, reason)
-
-    def _after_send(
-        self, gen: int, pending: list[tuple[Received, T | None]], ok: bool, reason: str
-    ) -> None:
-        give_up = False
-        delay: float | None = None
-        reschedule = False
-        with self._lock:
-            current = gen == self._gen and not self._stopped
-            self._retry_at = 0.0
-            if ok:
-                self._pending = [] if current else self._pending
-                self._failures = 0
-                sent = sum(1 for _, item in pending if item is not None)
-                if sent:
-                    self.delivered += sent
-                    self._last_delivery = time.time()
-                    self._error = None
-            elif pending:
-                metrics.DELIVERY_FAILURES.inc()
-                self._error = reason
-                if current:
-                    self._failures += 1
-                    policy = self.engine.backoff
-                    if self._failures >= policy.max_attempts and policy.give_up == "end":
-                        give_up = True
-                        self._stopped = True
-                        self._gen += 1
-                        self._queue = None
-                        self._pending = []
-                    else:
-                        delay = policy.delay(self._failures)
-                        self._retry_at = time.time() + delay
-            if not current and not self._running and self._pending is pending:
-                # stopped (or restarted) meanwhile: the handle redelivers what is unsettled
-                self._pending = []
-            if current and delay is None and not give_up:
-                if self._queue or self._rerun:
-                    reschedule = True
-                else:
-                    self._scheduled = False
-            elif not current and not self._stopped and (self._queue or self._rerun):
-                reschedule = True
-            self._rerun = False
-            new_gen = self._gen
-            failures = self._failures
-        if ok:
-            for received, _ in pending:
-                _settle(received, ack=True)
-        if give_up:
-            log.warning(
-                "subscription %s: giving up after %d failed attempts: %s",
-                self.name,
-                failures,
-                reason,
-            )
-            try:
-                self.handle.stop()
-            except Exception:
-                log.debug("stopping the handle failed", exc_info=True)
-            self.engine._spawn(lambda: self.on_give_up(reason))
-        elif delay is not None:
-            log.info(
-                "subscription %s: delivery failed (%s); retry %d in %.3fs",
-                self.name,
-                reason,
-                failures,
-                delay,
-            )
-            self.engine._later(delay, self, new_gen)
-        elif reschedule:
-            self.engine._ready(self, new_gen)
+_Item = tuple[Channel[Any], int]
+#: seconds between sweeps of idle lanes
+_LANE_SWEEP = 60.0
 
 
 class DeliveryEngine:
-    """Worker pool and retry timers shared by all channels."""
+    """Threads, lanes and retry timers shared by all channels (see the module docstring)."""
 
     def __init__(
-        self, *, workers: int = 8, backoff: Backoff | None = None, prefetch: int = 64
+        self,
+        *,
+        workers: int = 8,
+        backoff: Backoff | None = None,
+        prefetch: int = 64,
+        max_workers: int | None = None,
+        per_destination: int | None = None,
+        slow_after: float = 0.2,
+        breaker: BreakerSettings | None = None,
+        idle_exit: float = 300.0,
     ) -> None:
         self.backoff = backoff or Backoff()
         self.prefetch = prefetch
-        self._ready_q: queue.SimpleQueue[tuple[Channel[Any], int] | None] = queue.SimpleQueue()
+        self.workers = max(1, workers)
+        self.max_workers = max(self.workers, max_workers or self.workers * 32)
+        self.slow_after = slow_after
+        self.idle_exit = idle_exit
+        self.lanes = Lanes(
+            per_destination if per_destination else max(1, self.workers // 2), breaker
+        )
+        self._ready_q: queue.SimpleQueue[_Item | None] = queue.SimpleQueue()
         self._timers: list[tuple[float, int, Channel[Any], int]] = []
         self._seq = itertools.count()
         self._cond = threading.Condition()
         self._closed = False
         self._channels: dict[str, Channel[Any]] = {}
         self._channels_lock = threading.Lock()
-        self._workers = [
-            threading.Thread(target=self._work, name=f"wsnmom-delivery-{i}", daemon=True)
-            for i in range(workers)
-        ]
-        for t in self._workers:
-            t.start()
+        #: thread ident -> monotonic time its current run started (absent: waiting)
+        self._busy: dict[int, float] = {}
+        self._threads: list[threading.Thread] = []
+        self._threads_lock = threading.Lock()
+        #: set while every thread is busy and work waits: the timer thread checks for
+        #: threads stuck longer than ``slow_after``
+        self._watch = False
+        self._next_lane_sweep = time.monotonic() + _LANE_SWEEP
+        for _ in range(self.workers):
+            self._start_thread(extra=False)
         self._timer_thread = threading.Thread(
             target=self._timer_loop, name="wsnmom-delivery-timer", daemon=True
         )
         self._timer_thread.start()
         metrics.set_queued_source(self.held)
+        metrics.set_delivery_sources(self._breakers, lambda: float(len(self._threads)))
 
     # -- channels --------------------------------------------------------------------------
     def open_channel(
@@ -427,12 +106,24 @@ class DeliveryEngine:
         *,
         batch_size: int = 10,
         ordered: bool = False,
+        destination: str | None = None,
         trace: Callable[[T], str | None] | None = None,
     ) -> Channel[T]:
-        """Create (not start) the channel ``name``, replacing a closed one; ``trace`` gives
-        the request id a prepared item was published by (for log records)."""
+        """Create (not start) the channel ``name``, replacing a closed one; ``destination``
+        is its lane (``core.lanes.destination_key`` of the consumer), None for none;
+        ``trace`` gives the request id a prepared item was published by (for log
+        records)."""
         channel: Channel[T] = Channel(
-            self, name, handle, prepare, send, on_give_up, batch_size, ordered, trace
+            self,
+            name,
+            handle,
+            prepare,
+            send,
+            on_give_up,
+            batch_size,
+            ordered,
+            destination,
+            trace,
         )
         with self._channels_lock:
             old = self._channels.get(name)
@@ -459,9 +150,46 @@ class DeliveryEngine:
             channels = list(self._channels.values())
         return float(sum(c.held() for c in channels))
 
+    def thread_count(self) -> int:
+        """Threads running now (``workers`` and those started for slow deliveries)."""
+        return len(self._threads)
+
+    # -- lanes (Scheduler protocol of core.channel) ----------------------------------------
+    def admit(self, lane: Lane) -> float | None:
+        """None when a channel may send to ``lane`` now, else seconds to wait."""
+        return self.lanes.admit(lane)
+
+    def report(self, lane: Lane, outcome: Outcome) -> None:
+        """How a send to ``lane`` ended (its circuit breaker counts timeouts)."""
+        before = lane.state
+        self.lanes.report(lane, outcome)
+        after = lane.state
+        if after is not before:
+            if after is LaneState.OPEN:
+                log.warning(
+                    "%s: no answer in time %d times in a row; deliveries to it wait %.1fs",
+                    lane.key,
+                    lane.failures,
+                    lane.interval,
+                )
+            elif after is LaneState.CLOSED:
+                log.info("%s answers again: deliveries to it resume", lane.key)
+
+    def _breakers(self, state: str) -> float:
+        return float(self.lanes.states()[LaneState(state)])
+
     # -- scheduling ------------------------------------------------------------------------
     def _ready(self, channel: Channel[Any], gen: int) -> None:
         self._ready_q.put((channel, gen))
+        self._check_busy()
+
+    def _check_busy(self) -> None:
+        """Every thread busy and work waiting: have the timer thread watch for threads
+        stuck on slow consumers."""
+        if not self._watch and len(self._busy) >= len(self._threads) and not self._ready_q.empty():
+            with self._cond:
+                self._watch = True
+                self._cond.notify()
 
     def _later(self, delay: float, channel: Channel[Any], gen: int) -> None:
         with self._cond:
@@ -478,16 +206,72 @@ class DeliveryEngine:
 
         threading.Thread(target=run, name="wsnmom-give-up", daemon=True).start()
 
-    def _work(self) -> None:
+    # -- threads ---------------------------------------------------------------------------
+    def _start_thread(self, *, extra: bool) -> None:
+        with self._threads_lock:
+            n = len(self._threads)
+            if self._closed or (extra and n >= self.max_workers):
+                return
+            thread = threading.Thread(
+                target=self._work, args=(extra,), name=f"wsnmom-delivery-{n}", daemon=True
+            )
+            self._threads.append(thread)
+        thread.start()
+
+    def _retire(self, thread: threading.Thread) -> bool:
+        """Whether an extra thread may end now (it was idle for ``idle_exit``)."""
+        with self._threads_lock:
+            if len(self._threads) <= self.workers or thread not in self._threads:
+                return False
+            self._threads.remove(thread)
+            return True
+
+    def _work(self, extra: bool) -> None:
+        me = threading.current_thread()
+        ident = threading.get_ident()
         while True:
-            item = self._ready_q.get()
+            try:
+                item = self._ready_q.get(timeout=self.idle_exit if extra else None)
+            except queue.Empty:
+                if self._retire(me):
+                    return
+                continue
             if item is None:
                 return
             channel, gen = item
+            lane: Lane | None = None
+            if channel.destination is not None:
+                lane = self.lanes.enter(channel.destination, item)
+                if lane is None:
+                    continue  # the destination is busy: the item waits in its lane
+            self._busy[ident] = time.monotonic()
+            self._check_busy()
             try:
-                channel._run(gen)
+                channel._run(gen, lane)
             except Exception:
                 log.exception("delivery worker error on %s", channel.name)
+            finally:
+                del self._busy[ident]
+                if lane is not None:
+                    waiting = self.lanes.leave(lane)
+                    if waiting is not None:
+                        self._ready_q.put(waiting)
+
+    def _stuck(self, now: float) -> float | None:
+        """With work waiting and every thread busy: 0 when they have all been busy for
+        ``slow_after`` (start more), else the seconds until they will have; None when
+        some thread is free or nothing waits."""
+        busy = list(self._busy.values())
+        if len(busy) < len(self._threads) or self._ready_q.empty():
+            return None
+        longest_to_go = max(self.slow_after - (now - started) for started in busy)
+        return max(longest_to_go, 0.0)
+
+    def _grow(self) -> None:
+        waiting = self._ready_q.qsize()
+        room = self.max_workers - len(self._threads)
+        for _ in range(min(waiting, room)):
+            self._start_thread(extra=True)
 
     def _timer_loop(self) -> None:
         with self._cond:
@@ -496,8 +280,23 @@ class DeliveryEngine:
                 while self._timers and self._timers[0][0] <= now:
                     _, _, channel, gen = heapq.heappop(self._timers)
                     self._ready_q.put((channel, gen))
-                timeout = self._timers[0][0] - now if self._timers else None
-                self._cond.wait(timeout)
+                if now >= self._next_lane_sweep:
+                    self.lanes.sweep()
+                    self._next_lane_sweep = now + _LANE_SWEEP
+                timeout = min(
+                    self._timers[0][0] - now if self._timers else _LANE_SWEEP,
+                    self._next_lane_sweep - now,
+                )
+                if self._watch:
+                    wait = self._stuck(now)
+                    if wait is None:
+                        self._watch = False
+                    else:
+                        if wait == 0.0:
+                            self._grow()
+                            wait = self.slow_after
+                        timeout = min(timeout, wait)
+                self._cond.wait(max(timeout, 0.0))
 
     def close(self) -> None:
         """Close every channel and stop the threads."""
@@ -512,8 +311,10 @@ class DeliveryEngine:
         with self._cond:
             self._closed = True
             self._cond.notify_all()
-        for _ in self._workers:
+        with self._threads_lock:
+            threads = list(self._threads)
+        for _ in threads:
             self._ready_q.put(None)
-        for t in self._workers:
+        for t in threads:
             t.join(timeout=5)
         self._timer_thread.join(timeout=5)

@@ -174,6 +174,13 @@ class SubscribeCreationFailed(WsnError):
     code = "Receiver"
 
 
+class ConsumerAddressRefused(SubscribeCreationFailed):
+    """SubscribeCreationFailedFault for a consumer address the outbound policy refuses:
+    the sender's fault, retrying the same address cannot help."""
+
+    code = "Sender"
+
+
 class NoCurrentMessageOnTopic(WsnError):
     """NoCurrentMessageOnTopicFault."""
 

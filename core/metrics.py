@@ -56,6 +56,22 @@ NOTIFICATIONS_PURGED = Counter(
 DELIVERY_FAILURES = Counter(
     "wsnmom_delivery_failures", "Failed outbound Notify attempts", registry=REGISTRY
 )
+DELIVERY_DEFERRED = Counter(
+    "wsnmom_delivery_deferred",
+    "Delivery attempts not made because the destination's circuit was open",
+    registry=REGISTRY,
+)
+DELIVERY_BREAKERS = Gauge(
+    "wsnmom_delivery_breakers",
+    "Destinations by circuit breaker state (closed, open, half_open)",
+    ["state"],
+    registry=REGISTRY,
+)
+DELIVERY_THREADS = Gauge(
+    "wsnmom_delivery_threads",
+    "Threads of the push delivery engine (delivery.workers, more while deliveries are slow)",
+    registry=REGISTRY,
+)
 SUBSCRIPTIONS_ENDED = Counter(
     "wsnmom_subscriptions_ended",
     "Subscriptions ended by the broker, by reason",
@@ -119,6 +135,16 @@ def count_fault(fault: str) -> None:
 def set_queued_source(fn: Callable[[], float]) -> None:
     """Make the in-memory queue gauge read ``fn`` at scrape time."""
     QUEUED.set_function(fn)
+
+
+def set_delivery_sources(breakers: Callable[[str], float], threads: Callable[[], float]) -> None:
+    """Make the breaker gauges (``breakers(state)``) and the thread gauge read their
+    sources at scrape time."""
+    for state in ("closed", "open", "half_open"):
+        DELIVERY_BREAKERS.labels(state=state).set_function(
+            lambda s=state: breakers(s)  # type: ignore[misc]
+        )
+    DELIVERY_THREADS.set_function(threads)
 
 
 def set_backlog_source(fn: Callable[[], float]) -> None:

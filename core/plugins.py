@@ -81,13 +81,12 @@ BUILTIN_PLUGINS: Mapping[str, str] = {
 KNOWN_SCHEMES: Mapping[str, str] = {
     "amqp": "rabbitmq",
     "amqps": "rabbitmq",
+    "mqtt": "mqtt",
+    "mqtts": "mqtt",
 }
 #: schemes of adapters that are being built but are not part of this version yet, with
 #: the middleware's name: "unknown scheme" says so instead of suggesting an extra
-PLANNED_SCHEMES: Mapping[str, str] = {
-    "mqtt": "MQTT",
-    "mqtts": "MQTT",
-}
+PLANNED_SCHEMES: Mapping[str, str] = {}
 
 ENV_DISABLE_AUTOLOAD = "WSNMOM_DISABLE_PLUGIN_AUTOLOAD"
 ENV_PLUGINS = "WSNMOM_PLUGINS"

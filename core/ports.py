@@ -1,4 +1,10 @@
-"""Ports core needs from the outside world, implemented elsewhere and injected.
+"""Core's ports: what it offers a frontend, and what it needs from the outside world.
+
+``BrokerPort`` is the broker as a frontend sees it: the WS-N operations on request records
+of ``core.model``, the addresses of the resources, readiness, the policy and the broker's
+resource properties.  ``core.service.BrokerService`` implements it; the SOAP frontend
+(``wsnmom.soap_frontend``) is written against it, and its unit tests drive it with a fake.
+Failures are ``core.errors`` exceptions.
 
 ``OutboundSoap`` is how core talks SOAP to other parties without knowing SOAP: pushing
 notifications to consumers, and, for demand-based publishing, subscribing to and pausing,
@@ -9,9 +15,178 @@ frontend implements it (``wsnmom.soap_frontend.client``); tests may inject their
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Protocol
 
-from wsnmom.core.model import Delivered, EndpointReference, ExpressionSource, SoapVersion
+from wsnmom.core.model import (
+    CreatePullPointRequest,
+    Delivered,
+    EndpointReference,
+    ExpressionSource,
+    InboundNotification,
+    NotificationMessage,
+    PublisherRegistration,
+    PullPoint,
+    RegisterPublisherRequest,
+    RequestedTime,
+    SoapVersion,
+    SubscribeRequest,
+    Subscription,
+)
+
+if TYPE_CHECKING:
+    from lxml import etree
+    from wsnmom.core.operations import Overview, SubscriptionStatus
+    from wsnmom.core.policy import BrokerPolicy
+
+__all__ = ["BrokerPort", "BrokerProperties", "DeliveryFailed", "OutboundSoap"]
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerProperties:
+    """NotificationBroker resource properties (BRP-01)."""
+
+    #: one Full-dialect expression per member topic (with the namespaces it uses)
+    topic_expressions: list[ExpressionSource]
+    fixed_topic_set: bool
+    dialects: tuple[str, ...]
+    #: the ``wstop:TopicSet`` element
+    topic_set: etree._Element
+    requires_registration: bool
+
+
+class BrokerPort(Protocol):
+    """The broker as a frontend drives it (see the module docstring).  Every method may
+    raise a ``core.errors.WsnError``; ``ResourceUnavailable`` with ``retry_after`` means
+    "temporarily, come back later"."""
+
+    # -- addresses, state, metadata --------------------------------------------------------
+    @property
+    def broker_address(self) -> str:
+        """Address of the NotificationBroker endpoint."""
+        ...
+
+    def subscription_address(self, subscription_id: str) -> str:
+        """Address of a subscription's SubscriptionManager."""
+        ...
+
+    def pull_point_address(self, pull_point_id: str) -> str:
+        """Address of a pull point."""
+        ...
+
+    def registration_address(self, registration_id: str) -> str:
+        """Address of a PublisherRegistrationManager resource."""
+        ...
+
+    def now(self) -> datetime:
+        """The broker's clock (UTC, timezone-aware)."""
+        ...
+
+    def ready(self) -> bool:
+        """Whether the broker serves requests (for ``/readyz``)."""
+        ...
+
+    def policy(self) -> BrokerPolicy:
+        """The advertised broker policy."""
+        ...
+
+    def broker_properties(self) -> BrokerProperties:
+        """NotificationBroker resource properties."""
+        ...
+
+    # -- NotificationProducer / SubscriptionManager ---------------------------------------
+    def subscribe(self, req: SubscribeRequest) -> Subscription:
+        """Create a subscription."""
+        ...
+
+    def get_subscription(self, subscription_id: str) -> Subscription:
+        """The subscription; ResourceUnknown when unknown or expired."""
+        ...
+
+    def renew(
+        self, subscription_id: str, termination: RequestedTime, *, invalid: bool = False
+    ) -> Subscription:
+        """Set a new termination time (``invalid``: the request's value was unusable)."""
+        ...
+
+    def unsubscribe(self, subscription_id: str) -> None:
+        """Destroy the subscription."""
+        ...
+
+    def pause(self, subscription_id: str) -> None:
+        """PauseSubscription."""
+        ...
+
+    def resume(self, subscription_id: str) -> None:
+        """ResumeSubscription."""
+        ...
+
+    # -- operators (the admin page and API) -----------------------------------------------
+    def overview(self) -> Overview:
+        """Every live resource with its state, the topics and the health."""
+        ...
+
+    def subscription_statuses(self) -> list[SubscriptionStatus]:
+        """Every live subscription with its backlog and delivery state, oldest first."""
+        ...
+
+    def subscription_status(self, subscription_id: str) -> SubscriptionStatus:
+        """One subscription with its backlog and delivery state."""
+        ...
+
+    def purge_subscription(self, subscription_id: str) -> int | None:
+        """Drop every message waiting for the subscription; how many (None: unknown)."""
+        ...
+
+    def purge_pull_point(self, pull_point_id: str) -> int | None:
+        """Drop every message waiting in the pull point; how many (None: unknown)."""
+        ...
+
+    # -- NotificationConsumer / current message -------------------------------------------
+    def notify(self, messages: Sequence[InboundNotification]) -> None:
+        """Publish; returns once the middleware has every message."""
+        ...
+
+    def get_current_message(self, topic: ExpressionSource) -> NotificationMessage:
+        """The last notification on exactly one topic."""
+        ...
+
+    # -- pull points -----------------------------------------------------------------------
+    def create_pull_point(self, req: CreatePullPointRequest) -> PullPoint:
+        """CreatePullPoint."""
+        ...
+
+    def get_pull_point(self, pull_point_id: str) -> PullPoint:
+        """The pull point; ResourceUnknown when unknown or expired."""
+        ...
+
+    def get_messages(self, pull_point_id: str, maximum: int | None) -> list[NotificationMessage]:
+        """Destructive FIFO read; None/0 = all available up to the cap."""
+        ...
+
+    def notify_pull_point(
+        self, pull_point_id: str, messages: Sequence[InboundNotification]
+    ) -> None:
+        """Notify sent to a pull point."""
+        ...
+
+    def destroy_pull_point(self, pull_point_id: str) -> None:
+        """DestroyPullPoint."""
+        ...
+
+    # -- publisher registrations -----------------------------------------------------------
+    def register_publisher(self, req: RegisterPublisherRequest) -> PublisherRegistration:
+        """RegisterPublisher."""
+        ...
+
+    def get_registration(self, registration_id: str) -> PublisherRegistration:
+        """The registration; ResourceUnknown when unknown or expired."""
+        ...
+
+    def destroy_registration(self, registration_id: str) -> None:
+        """DestroyRegistration."""
+        ...
 
 
 class DeliveryFailed(Exception):
@@ -19,12 +194,24 @@ class DeliveryFailed(Exception):
 
     ``permanent`` is True when retrying cannot help (e.g. the consumer answered a SOAP
     fault saying the message is not understood); the retry policy still decides.
+    ``answered`` is True when the peer did answer (an error status or fault);
+    ``timed_out`` when it gave no answer within the timeout (the attempt held its thread
+    all that time).  The destination's circuit breaker counts timeouts (``core.lanes``).
     """
 
-    def __init__(self, reason: str, *, permanent: bool = False) -> None:
+    def __init__(
+        self,
+        reason: str,
+        *,
+        permanent: bool = False,
+        answered: bool = False,
+        timed_out: bool = False,
+    ) -> None:
         super().__init__(reason)
         self.reason = reason
         self.permanent = permanent
+        self.answered = answered
+        self.timed_out = timed_out
 
 
 class OutboundSoap(Protocol):

@@ -27,7 +27,7 @@ from wsnmom.core.model import (
     RegisterPublisherRequest,
     new_resource_id,
 )
-from wsnmom.core.outbound_policy import address_refusal
+from wsnmom.core.outbound_policy import AddressRefused
 from wsnmom.core.registry import LiveRegistration
 from wsnmom.topic_mapping.dialects import parse_topic_expression
 from wsnmom.topic_mapping.model import TopicExpression
@@ -77,11 +77,16 @@ class Registrations:
             default=ctx.settings.termination.registration_default,
         )
         if req.demand and req.publisher_reference is not None:
-            refusal = address_refusal(req.publisher_reference.address, ctx.settings)
-            if refusal is not None:
-                raise errors.PublisherRegistrationRejected(
-                    f"publisher address {req.publisher_reference.address!r} refused: {refusal}"
+            address = req.publisher_reference.address
+            try:
+                ctx.policy.check(address)
+            except AddressRefused as exc:
+                error = (
+                    errors.PublisherRegistrationFailed
+                    if exc.temporary
+                    else (errors.PublisherRegistrationRejected)
                 )
+                raise error(f"publisher address {address!r} refused: {exc.reason}") from None
         reg = PublisherRegistration(
             id=new_resource_id(),
             creation_time=ctx.now(),

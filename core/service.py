@@ -27,11 +27,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from lxml import etree
 from wsnmom.core import errors, metrics
 from wsnmom.core.access import current_principal
 from wsnmom.core.adapter import Adapter
@@ -41,6 +39,7 @@ from wsnmom.core.delivery import Backoff, DeliveryEngine
 from wsnmom.core.demand import DemandManager
 from wsnmom.core.filters import MESSAGE_CONTENT_DIALECTS
 from wsnmom.core.inbound import Inbound
+from wsnmom.core.lanes import BreakerSettings
 from wsnmom.core.lifetimes import utc_now
 from wsnmom.core.model import (
     CreatePullPointRequest,
@@ -57,10 +56,10 @@ from wsnmom.core.model import (
 )
 from wsnmom.core.observers import Observers
 from wsnmom.core.operations import Operations, Overview, SubscriptionStatus
-from wsnmom.core.outbound_policy import address_refusal
+from wsnmom.core.outbound_policy import OutboundPolicy
 from wsnmom.core.periodic import PeriodicTask
 from wsnmom.core.policy import BrokerPolicy, build_policy
-from wsnmom.core.ports import OutboundSoap
+from wsnmom.core.ports import BrokerProperties, OutboundSoap
 from wsnmom.core.pull_points import PullPoints
 from wsnmom.core.recovery import restore
 from wsnmom.core.registrations import Registrations
@@ -81,28 +80,15 @@ __all__ = [
     "WSNMOM_NS",
     "BrokerProperties",
     "BrokerService",
-    "address_refusal",
     "subscription_end_payload",
 ]
 
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True, slots=True)
-class BrokerProperties:
-    """NotificationBroker resource properties (BRP-01)."""
-
-    #: one Full-dialect expression per member topic (with the namespaces it uses)
-    topic_expressions: list[ExpressionSource]
-    fixed_topic_set: bool
-    dialects: tuple[str, ...]
-    #: the ``wstop:TopicSet`` element
-    topic_set: etree._Element
-    requires_registration: bool
-
-
 class BrokerService:
-    """The broker; see the module docstring.  All public methods are thread-safe."""
+    """The broker; see the module docstring.  All public methods are thread-safe.
+    Implements ``core.ports.BrokerPort``, what the SOAP frontend is written against."""
 
     def __init__(
         self,
@@ -116,8 +102,12 @@ class BrokerService:
         autostart: bool = True,
         demand_interval: float = 5.0,
         plugins: PluginManager | None = None,
+        outbound_policy: OutboundPolicy | None = None,
     ) -> None:
         self.settings = settings
+        #: the outbound-address policy; share it with the outbound SOAP client so both
+        #: apply the same rules (built from ``settings.outbound`` when not given)
+        self.outbound_policy = outbound_policy or OutboundPolicy(settings.outbound)
         #: observer hooks are called through it (None: no observers)
         self.plugins = plugins
         self.adapter = adapter
@@ -125,8 +115,9 @@ class BrokerService:
         self.outbound = outbound
         self.topic_set = topic_set if topic_set is not None else TopicSet(fixed=False)
         r = settings.retry
+        d = settings.delivery
         self.engine = DeliveryEngine(
-            workers=settings.delivery.workers,
+            workers=d.workers,
             backoff=Backoff(
                 max_attempts=r.max_attempts,
                 initial_delay=r.initial_delay.total_seconds(),
@@ -134,7 +125,15 @@ class BrokerService:
                 max_delay=r.max_delay.total_seconds(),
                 give_up=r.give_up,
             ),
-            prefetch=settings.delivery.prefetch,
+            prefetch=d.prefetch,
+            max_workers=max(d.max_workers, d.workers),
+            per_destination=d.per_destination or None,
+            slow_after=d.slow_after,
+            breaker=BreakerSettings(
+                failures=d.breaker_failures,
+                open_for=d.breaker_open.total_seconds(),
+                max_open=max(r.max_delay.total_seconds(), d.breaker_open.total_seconds()),
+            ),
         )
         ctx = self._ctx = BrokerContext(
             settings,
@@ -145,6 +144,7 @@ class BrokerService:
             self.engine,
             Observers(plugins),
             clock,
+            self.outbound_policy,
         )
         self.registry: Registry = ctx.registry
         self._gate = ctx.gate
@@ -172,11 +172,7 @@ class BrokerService:
         )
         ctx.wake_sweep = self.lifetimes.wake
         ctx.wake_demand = self.demand.wake
-        self._policy = build_policy(
-            settings,
-            message_content_dialects=MESSAGE_CONTENT_DIALECTS,
-            limits_enforced_by=ctx.limit_keeper.enforcement(),
-        )
+        self._policy = self._build_policy()
         self._started = False
         self._closed = False
         metrics.set_backlog_source(self._backlog)
@@ -223,6 +219,15 @@ class BrokerService:
         """The advertised broker policy."""
         return self._policy
 
+    def _build_policy(self) -> BrokerPolicy:
+        """The policy under the adapter's capabilities now (they are final once it is
+        open: ``start`` builds it again)."""
+        return build_policy(
+            self.settings,
+            message_content_dialects=MESSAGE_CONTENT_DIALECTS,
+            limits_enforced_by=self._ctx.limit_keeper.enforcement(),
+        )
+
     def broker_properties(self) -> BrokerProperties:
         """NotificationBroker resource properties, as the caller may see them: an identity
         with topic ACLs sees only the topics they name (``Principal.may_see``)."""
@@ -263,6 +268,9 @@ class BrokerService:
             if self._started:
                 return
             self._started = True
+        # the adapter is open now, and its capabilities may differ from its class's (they
+        # are per instance, known after open()): advertise what this instance does
+        self._policy = self._build_policy()
         self._ctx.limit_keeper.warn_unenforced()
         restore(self._ctx, self.subscriptions, self.pull_points, self.registrations)
         self._gate.ready = True

@@ -22,6 +22,7 @@ from wsnmom.core.codec import decode, encode, is_internal_routing, pull_point_in
 from wsnmom.core.context import BrokerContext
 from wsnmom.core.delivery import Channel
 from wsnmom.core.direct_routing import DirectRouting
+from wsnmom.core.lanes import destination_key
 from wsnmom.core.lifetimes import is_expired
 from wsnmom.core.model import (
     Delivered,
@@ -127,6 +128,7 @@ class SubscriptionDelivery:
                 give_up,
                 batch_size=batch_size,
                 ordered=ordered,
+                destination=destination_key(sub.consumer.address),
                 trace=_delivered_request_id,
             )
         with registry.lock:

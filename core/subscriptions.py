@@ -49,7 +49,7 @@ from wsnmom.core.model import (
     SubscriptionState,
     new_resource_id,
 )
-from wsnmom.core.outbound_policy import address_refusal
+from wsnmom.core.outbound_policy import AddressRefused
 from wsnmom.core.registry import LiveSubscription
 from wsnmom.core.subscription_delivery import SubscriptionDelivery
 from wsnmom.core.subscription_end import subscription_end_payload
@@ -151,11 +151,15 @@ class Subscriptions:
         )
         pull_point_id = self.pull_point_for(address)
         if pull_point_id is None:
-            refusal = address_refusal(address, ctx.settings)
-            if refusal is not None:
-                raise errors.SubscribeCreationFailed(
-                    f"consumer address {address!r} refused: {refusal}"
+            try:
+                ctx.policy.check(address)
+            except AddressRefused as exc:
+                error = (
+                    errors.SubscribeCreationFailed
+                    if exc.temporary
+                    else (errors.ConsumerAddressRefused)
                 )
+                raise error(f"consumer address {address!r} refused: {exc.reason}") from None
         sub = Subscription(
             id=new_resource_id(),
             consumer=req.consumer,

@@ -38,6 +38,8 @@ from typing import Any
 from flask import Blueprint, Response, current_app, request
 from wsnmom.core import errors
 from wsnmom.core.access import PRINCIPAL
+from wsnmom.core.config import Settings
+from wsnmom.core.ports import BrokerPort
 
 from . import identity
 from .admin_auth import (
@@ -70,12 +72,14 @@ def _sessions() -> AdminSessions:
     return sessions
 
 
-def _service() -> Any:
-    return current_app.extensions["wsnmom.soap"].service
+def _service() -> BrokerPort:
+    service: BrokerPort = current_app.extensions["wsnmom.soap"].service
+    return service
 
 
-def _settings() -> Any:
-    return current_app.extensions["wsnmom.soap"].settings
+def _settings() -> Settings | None:
+    settings: Settings | None = current_app.extensions["wsnmom.soap"].settings
+    return settings
 
 
 def _json(

@@ -1,4 +1,4 @@
-"""Flask application factory: one blueprint per WS-N role, SOAP dispatch, metadata.
+"""Flask application factory: one blueprint per WS-N role, metadata, health and metrics.
 
 Endpoints
     ``POST /wsn/broker``                 NotificationBroker: Notify, Subscribe, GetCurrentMessage,
@@ -19,133 +19,52 @@ Endpoints
 Every response carries ``X-Request-Id`` (the client's, or a new one), which log records
 emitted while handling the request carry too (:mod:`.request_ids`).
 
-Dispatch is on the QName of the Body's first child; ``wsa:Action`` is not required and not
-checked.  A resource operation finds its resource from the URL path, else from ``wsa:To``
-(an address of the resource kind), else from the ``wsnmom:ResourceId`` reference parameter
-echoed as a header; with none of these it answers ResourceUnknownFault.
+SOAP POSTs are handled by :func:`.dispatch.soap_post` (how a request finds its operation
+and resource is described there), called from the Flask views here and from the WSGI fast
+path (:mod:`.fastpath`), which the application is wrapped in.  The broker is reached through
+``core.ports.BrokerPort``; the paths come from ``core.addresses``.
 """
 
 from __future__ import annotations
 
-import enum
 import logging
-import math
-import re
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from typing import Any
-from urllib.parse import SplitResult, parse_qs, urlsplit
+from collections.abc import Callable
 
 from flask import Blueprint, Flask, Response, current_app, request
 from lxml import etree
-from wsnmom.core import errors, metrics
-from wsnmom.core.access import ANONYMOUS, PRINCIPAL, Principal
-from wsnmom.core.guard import refusals
-from wsnmom.core.model import EndpointReference, SoapVersion
+from wsnmom.core.addresses import BROKER_PATH, resource_path
+from wsnmom.core.config import Settings
+from wsnmom.core.ports import BrokerPort
 
 from . import codec
+from .admin_api import admin_api
+from .admin_auth import AdminSessions
+from .admin_page import admin_page
 from .auth import Authenticator
-from .codec import Op
-from .envelope import (
-    HttpError,
-    SoapProtocolErrorWithContext,
-    SoapRequest,
-    content_type_for,
-    envelope_bytes,
-    parse_request,
-    version_for_media_type,
-)
-from .faults import (
-    BaseFaultError,
-    authentication_fault,
-    count_fault,
-    count_request,
-    fault_for_error,
-    invalid_log,
-)
-from .identity import AuthenticationFailed
+from .dispatch import Frontend, Role, soap_post
+from .fastpath import SoapFastPath
 from .metadata import SCHEMA_FILES, render_wsdl, schema_bytes
 from .public_base import public_base
 from .ratelimit import RateLimiter
-from .splice import Spliced
-from .wsse import TokenRejected, find_username_token
-from .xml import WSNMOM, WSRF_RL, qname, text_of
+from .request_ids import RequestIds
 
 log = logging.getLogger("wsnmom.soap")
 
 DEFAULT_MAX_REQUEST_BYTES = 10 * 1024 * 1024
 
 
-class Role(enum.Enum):
-    """Which endpoint a request was posted to."""
-
-    BROKER = "broker"
-    SUBSCRIPTION = "subscriptions"
-    PULL_POINT = "pullpoints"
-    REGISTRATION = "registrations"
-
-
-#: operations that act on one resource, and the resource kind they need
-RESOURCE_OPS: dict[Op, Role] = {
-    Op.RENEW: Role.SUBSCRIPTION,
-    Op.UNSUBSCRIBE: Role.SUBSCRIPTION,
-    Op.PAUSE: Role.SUBSCRIPTION,
-    Op.RESUME: Role.SUBSCRIPTION,
-    Op.GET_MESSAGES: Role.PULL_POINT,
-    Op.DESTROY_PULL_POINT: Role.PULL_POINT,
-    Op.DESTROY_REGISTRATION: Role.REGISTRATION,
-}
-#: operations of the broker endpoint only
-BROKER_OPS = frozenset(
-    {Op.SUBSCRIBE, Op.GET_CURRENT_MESSAGE, Op.CREATE_PULL_POINT, Op.REGISTER_PUBLISHER}
-)
-RP_OPS = frozenset(
-    {
-        Op.GET_RESOURCE_PROPERTY,
-        Op.GET_MULTIPLE_RESOURCE_PROPERTIES,
-        Op.GET_RESOURCE_PROPERTY_DOCUMENT,
-    }
-)
-
-_PATH_RE = re.compile(r"/wsn/(subscriptions|pullpoints|registrations)/([A-Za-z0-9_.~-]+)/?$")
-
-
-@dataclass(slots=True)
-class Frontend:
-    """What the blueprints need, kept in ``app.extensions["wsnmom.soap"]``."""
-
-    service: Any
-    settings: Any
-    #: who the caller is (also ``app.extensions["wsnmom.auth"]``)
-    auth: Authenticator = field(default_factory=lambda: Authenticator(None))
-    #: request-rate quotas
-    limiter: RateLimiter = field(default_factory=lambda: RateLimiter(None, False))
-
-
-def _setting(settings: Any, names: tuple[str, ...], default: Any) -> Any:
-    for name in names:
-        value = getattr(settings, name, None) if settings is not None else None
-        if value is not None:
-            return value
-    return default
-
-
-def create_app(service: Any, settings: Any = None) -> Flask:
-    """Create the WSGI application serving the WS-N endpoints for ``service``."""
+def create_app(service: BrokerPort, settings: Settings | None = None) -> Flask:
+    """Create the WSGI application serving the WS-N endpoints for ``service``; without
+    ``settings`` the defaults apply (a 10 MiB request limit, WSDL addresses from the
+    request)."""
     app = Flask("wsnmom.soap_frontend")
-    app.config["MAX_CONTENT_LENGTH"] = int(
-        _setting(
-            settings,
-            ("max_request_bytes", "max_request_size", "max_content_length"),
-            DEFAULT_MAX_REQUEST_BYTES,
-        )
-    )
+    limit = settings.max_request_bytes if settings is not None else DEFAULT_MAX_REQUEST_BYTES
+    app.config["MAX_CONTENT_LENGTH"] = int(limit)
     auth = Authenticator(settings)
     identity_rates = any(
         i.principal.quotas.rate is not None for i in auth.credentials.identities.values()
     )
-    limiter = RateLimiter(getattr(settings, "quotas", None), identity_rates)
+    limiter = RateLimiter(settings.quotas if settings is not None else None, identity_rates)
     app.extensions["wsnmom.soap"] = Frontend(service, settings, auth, limiter)
     app.extensions["wsnmom.auth"] = auth
 
@@ -154,7 +73,7 @@ def create_app(service: Any, settings: Any = None) -> Flask:
     def broker_view() -> Response:
         return _endpoint(Role.BROKER, None)
 
-    broker.add_url_rule("/wsn/broker", "soap", broker_view, methods=["GET", "POST"])
+    broker.add_url_rule(BROKER_PATH, "soap", broker_view, methods=["GET", "POST"])
     app.register_blueprint(broker)
     resource_views: dict[Role, Callable[[str], Response]] = {}
     for role, name in (
@@ -164,7 +83,10 @@ def create_app(service: Any, settings: Any = None) -> Flask:
     ):
         bp = Blueprint(name, __name__)
         view = resource_views[role] = _make_view(role)
-        bp.add_url_rule(f"/wsn/{role.value}/<resource_id>", "soap", view, methods=["GET", "POST"])
+        kind = role.kind
+        assert kind is not None
+        rule = resource_path(kind, "<resource_id>")
+        bp.add_url_rule(rule, "soap", view, methods=["GET", "POST"])
         app.register_blueprint(bp)
 
     meta = Blueprint("metadata", __name__)
@@ -176,19 +98,10 @@ def create_app(service: Any, settings: Any = None) -> Flask:
     meta.add_url_rule("/metrics", "metrics", _metrics_view)
     app.register_blueprint(meta)
 
-    from .admin_api import admin_api
-    from .admin_auth import AdminSessions
-    from .admin_page import admin_page
-
-    admin = getattr(settings, "admin", None)
-    lifetime = admin.session.total_seconds() if admin is not None else 8 * 3600.0
+    lifetime = settings.admin.session.total_seconds() if settings is not None else 8 * 3600.0
     app.extensions["wsnmom.admin"] = AdminSessions(lifetime)
     app.register_blueprint(admin_api)
     app.register_blueprint(admin_page)
-
-    from .fastpath import SoapFastPath
-    from .request_ids import RequestIds
-
     app.wsgi_app = RequestIds(  # type: ignore[method-assign]
         SoapFastPath(app, app.wsgi_app, broker_view, resource_views)
     )
@@ -264,22 +177,6 @@ def _metrics_view() -> Response:
 
 
 # --- SOAP endpoint ---------------------------------------------------------------------
-@dataclass(frozen=True, slots=True)
-class Reply:
-    """The HTTP answer to a SOAP POST: status, body, the full Content-Type value and any
-    other headers."""
-
-    status: int
-    body: bytes
-    content_type: str
-    headers: tuple[tuple[str, str], ...] = ()
-
-
-#: Flask's default Content-Type of a Response without one (the body-less 202 of one-ways)
-_DEFAULT_CONTENT_TYPE = "text/html; charset=utf-8"
-_PLAIN_TEXT = "text/plain; charset=utf-8"
-
-
 def _endpoint(role: Role, resource_id: str | None) -> Response:
     if request.method == "GET":
         if "wsdl" in {k.lower() for k in request.args}:
@@ -300,326 +197,3 @@ def _endpoint(role: Role, resource_id: str | None) -> Response:
     return Response(
         reply.body, status=reply.status, content_type=reply.content_type, headers=reply.headers
     )
-
-
-def soap_post(
-    fe: Frontend,
-    role: Role,
-    resource_id: str | None,
-    method: str,
-    content_type: str | None,
-    data: bytes,
-    path: str,
-    args: Mapping[str, str],
-    environ: Mapping[str, Any] | None = None,
-) -> Reply:
-    """Handle one SOAP request posted to ``path`` (the endpoint of ``role``); ``args`` is
-    the query string, ``environ`` the WSGI environ (credentials, client address).
-    Independent of Flask's request context, so that the WSGI fast path (:mod:`.fastpath`)
-    and the Flask view give the same answers."""
-    auth = fe.auth
-    principal: Principal = ANONYMOUS
-    if auth.enabled and environ is not None:
-        try:
-            principal = auth.http_caller(environ)
-        except AuthenticationFailed:
-            return _unauthorized(fe, version_for_media_type(content_type), None)
-        if principal.anonymous and auth.required and not auth.wsse:
-            metrics.AUTH_FAILURES.labels(reason="missing").inc()
-            return _unauthorized(fe, version_for_media_type(content_type), None)
-    try:
-        req = parse_request(method, content_type, data)
-    except HttpError as exc:
-        invalid_log.info("rejected request to %s: %s", path, exc.message)
-        return Reply(exc.status, (exc.message + "\n").encode(), _PLAIN_TEXT)
-    except SoapProtocolErrorWithContext as exc:
-        invalid_log.info("unusable SOAP request to %s: %s", path, exc)
-        return _fault(fe, BaseFaultError(str(exc)), exc.version, exc.addressing.message_id)
-    if auth.enabled and principal.anonymous:
-        try:
-            token = find_username_token(req.addressing.other_headers)
-            if token is not None:
-                principal = auth.wsse_caller(token)
-        except TokenRejected:
-            metrics.AUTH_FAILURES.labels(reason="wsse").inc()
-            return _unauthorized(fe, req.version, req.addressing.message_id)
-        except AuthenticationFailed:
-            return _unauthorized(fe, req.version, req.addressing.message_id)
-        if principal.anonymous and auth.required:
-            metrics.AUTH_FAILURES.labels(reason="missing").inc()
-            return _unauthorized(fe, req.version, req.addressing.message_id)
-    op = codec.OPERATIONS.get(req.operation)
-    count_request(op.local if op else "unknown")
-    if fe.limiter.enabled:
-        address = environ.get("REMOTE_ADDR") if environ is not None else None
-        refused = fe.limiter.check(principal, address)
-        if refused is not None:
-            return _rate_limited(fe, req, principal, *refused)
-    bound = PRINCIPAL.set(principal)  # core reads the caller from here
-    try:
-        if op is None:
-            raise BaseFaultError(f"unsupported operation {req.operation}")
-        result = _dispatch(fe.service, role, resource_id, op, req, args)
-    except Exception as exc:
-        if isinstance(exc, errors.WsnError):
-            invalid_log.info("%s on %s: %s", exc.fault_name, req.operation, exc.description)
-        return _fault(fe, exc, req.version, req.addressing.message_id)
-    finally:
-        PRINCIPAL.reset(bound)
-    if result is None:  # one-way
-        return Reply(202, b"", _DEFAULT_CONTENT_TYPE)
-    action = codec.response_action(op)
-    data = envelope_bytes(req.version, result, action=action, relates_to=req.addressing.message_id)
-    return Reply(200, data, content_type_for(req.version, action))
-
-
-def _unauthorized(fe: Frontend, version: SoapVersion | None, relates_to: str | None) -> Reply:
-    """HTTP 401 with the challenge and a ``wsse:FailedAuthentication`` fault that says
-    nothing about why (the reason is in the ``wsnmom.auth`` log): not even whether the
-    envelope was read, so it never relates to the request's MessageID."""
-    version = version or SoapVersion.SOAP11
-    fault, action = authentication_fault(version)
-    count_fault("FailedAuthentication")
-    data = envelope_bytes(version, fault, action=action)
-    return Reply(401, data, content_type_for(version, action), fe.auth.challenge_headers())
-
-
-def _rate_limited(
-    fe: Frontend, req: SoapRequest, principal: Principal, quota: str, wait: float
-) -> Reply:
-    metrics.QUOTA_REFUSALS.labels(quota=quota).inc()
-    refusals.warning(
-        f"{principal}:{quota}", "request rate of %s exceeds quotas.%s", principal, quota
-    )
-    exc = errors.ResourceUnavailable(
-        f"too many requests: the request rate exceeds quotas.{quota}; retry after {wait:g} s",
-        retry_after=wait,
-    )
-    exc.http_status = 429
-    return _fault(fe, exc, req.version, req.addressing.message_id)
-
-
-def _fault(fe: Frontend, exc: BaseException, version: Any, relates_to: str | None) -> Reply:
-    now: datetime | None
-    try:
-        now = fe.service.now()
-        originator: EndpointReference | None = EndpointReference(_broker_address(fe.service))
-    except Exception:
-        now, originator = datetime.now(UTC), None
-    fault, action, rendered = fault_for_error(exc, version, now=now, originator=originator)
-    count_fault(rendered.fault_name)
-    data = envelope_bytes(version, fault, action=action, relates_to=relates_to)
-    retry_after = getattr(exc, "retry_after", None)
-    status = getattr(exc, "http_status", None) or 500
-    if retry_after is not None and (status != 500 or isinstance(exc, errors.ResourceUnavailable)):
-        # temporary (middleware unreachable: 503; request rate: 429): come back later
-        seconds = str(max(1, math.ceil(retry_after)))
-        if status == 500:
-            status = 503
-        return Reply(status, data, content_type_for(version, action), (("Retry-After", seconds),))
-    return Reply(status, data, content_type_for(version, action))
-
-
-def _broker_address(service: Any) -> str:
-    addr = service.broker_address
-    return str(addr() if callable(addr) else addr)
-
-
-def _split_to(req: SoapRequest) -> SplitResult:
-    """``wsa:To`` split into URL parts; a value that is no URL (``http://[::1``) counts as
-    no ``wsa:To``: it names no resource, so the operation gets the fault it would get
-    without one, never an internal error."""
-    try:
-        return urlsplit(req.addressing.to or "")
-    except ValueError:
-        return urlsplit("")
-
-
-def _resolve(
-    role: Role, resource_id: str | None, kind: Role, req: SoapRequest, args: Mapping[str, str]
-) -> str:
-    """The id of the ``kind`` resource a request targets (path, wsa:To, ResourceId)."""
-    if role is kind and resource_id:
-        return resource_id
-    to = req.addressing.to
-    if to:
-        parts = _split_to(req)
-        m = _PATH_RE.search(parts.path)
-        if m and m.group(1) == kind.value:
-            return m.group(2)
-        if kind is Role.SUBSCRIPTION:  # OKSE style ...?wsn-subscriberkey=<id>
-            key = parse_qs(parts.query).get("wsn-subscriberkey")
-            if key:
-                return key[0]
-    header_id = _resource_id_header(req)
-    if header_id:
-        return header_id
-    if kind is Role.SUBSCRIPTION and args.get("wsn-subscriberkey"):
-        return str(args["wsn-subscriberkey"])
-    raise errors.ResourceUnknown(
-        f"no {kind.value[:-1]} is addressed by this request (use the EPR returned when it was "
-        "created: its address, or echo its reference parameters)"
-    )
-
-
-def _resource_id_header(req: SoapRequest) -> str | None:
-    for block in req.addressing.other_headers:
-        if block.tag == f"{{{WSNMOM}}}ResourceId":
-            value = text_of(block)
-            if value:
-                return value
-    return None
-
-
-def _dispatch(
-    service: Any,
-    role: Role,
-    resource_id: str | None,
-    op: Op,
-    req: SoapRequest,
-    args: Mapping[str, str],
-) -> Any:
-    body = req.body
-    now = service.now
-    if op in BROKER_OPS and role is not Role.BROKER:
-        raise BaseFaultError(f"{op.local} is not an operation of this endpoint; use the broker")
-    if op is Op.NOTIFY:
-        messages = codec.parse_notify(body)
-        if role is Role.PULL_POINT:
-            service.notify_pull_point(
-                _resolve(role, resource_id, Role.PULL_POINT, req, args), messages
-            )
-        elif role is Role.SUBSCRIPTION:
-            raise BaseFaultError("a subscription manager does not accept Notify")
-        else:
-            service.notify(messages)
-        return None
-    if op is Op.SUBSCRIBE:
-        sub = service.subscribe(codec.parse_subscribe(body, req.version))
-        return codec.subscribe_response(sub, service.subscription_address(sub.id), now())
-    if op is Op.GET_CURRENT_MESSAGE:
-        message = service.get_current_message(codec.parse_get_current_message(body))
-        return codec.get_current_message_response(message)
-    if op is Op.CREATE_PULL_POINT:
-        pp = service.create_pull_point(codec.parse_create_pull_point(body))
-        return codec.create_pull_point_response(pp, service.pull_point_address(pp.id), now())
-    if op is Op.REGISTER_PUBLISHER:
-        reg = service.register_publisher(codec.parse_register_publisher(body))
-        return codec.register_publisher_response(
-            reg, service.registration_address(reg.id), _broker_address(service)
-        )
-    if op in RESOURCE_OPS:
-        rid = _resolve(role, resource_id, RESOURCE_OPS[op], req, args)
-        return _resource_op(service, op, rid, body)
-    if op in RP_OPS:
-        return _resource_properties(service, role, resource_id, op, req)
-    if op is Op.DESTROY:
-        return _wsrl_destroy(service, role, resource_id, req)
-    raise BaseFaultError(f"unsupported operation {op.local}")  # pragma: no cover
-
-
-def _wsrl_destroy(
-    service: Any, role: Role, resource_id: str | None, req: SoapRequest
-) -> etree._Element:
-    """WS-ResourceLifetime immediate termination (``wsrf-rl:Destroy``) of a subscription,
-    pull point or publisher registration: the resources expose WS-RP properties, so they
-    must support it (checklist RP-02, PP-03, PRM-02).  The broker itself is not
-    destroyable."""
-    target, rid = role, resource_id
-    if role is Role.BROKER:
-        match = _PATH_RE.search(_split_to(req).path)
-        if match is None:
-            raise errors.ResourceUnknown(
-                "wsrf-rl:Destroy needs a subscription, pull point or "
-                "registration; the broker cannot be destroyed"
-            )
-        target, rid = Role(match.group(1)), match.group(2)
-    if rid is None:  # pragma: no cover - resource endpoints always carry an id
-        raise errors.ResourceUnknown("no resource addressed")
-    if target is Role.SUBSCRIPTION:
-        service.unsubscribe(rid)
-    elif target is Role.PULL_POINT:
-        service.destroy_pull_point(rid)
-    else:
-        service.destroy_registration(rid)
-    return codec.empty_response(qname(WSRF_RL, "DestroyResponse"))
-
-
-def _resource_op(service: Any, op: Op, rid: str, body: etree._Element) -> etree._Element | Spliced:
-    T = codec.T
-    if op is Op.RENEW:
-        value, invalid = codec.parse_renew(body)
-        sub = service.renew(rid, value, invalid=invalid)
-        return codec.renew_response(sub, service.now())
-    if op is Op.UNSUBSCRIBE:
-        service.unsubscribe(rid)
-        return codec.empty_response(T("UnsubscribeResponse"))
-    if op is Op.PAUSE:
-        service.pause(rid)
-        return codec.empty_response(T("PauseSubscriptionResponse"))
-    if op is Op.RESUME:
-        service.resume(rid)
-        return codec.empty_response(T("ResumeSubscriptionResponse"))
-    if op is Op.GET_MESSAGES:
-        maximum = codec.parse_get_messages(body)
-        return codec.get_messages_response(service.get_messages(rid, maximum))
-    if op is Op.DESTROY_PULL_POINT:
-        service.destroy_pull_point(rid)
-        return codec.empty_response(T("DestroyPullPointResponse"))
-    if op is Op.DESTROY_REGISTRATION:
-        service.destroy_registration(rid)
-        return codec.empty_response(codec.BR("DestroyRegistrationResponse"))
-    raise BaseFaultError(f"unsupported operation {op.local}")  # pragma: no cover
-
-
-def _property_table(
-    service: Any, role: Role, resource_id: str | None, req: SoapRequest
-) -> tuple[dict[str, codec.PropertyRenderer], str]:
-    now = service.now()
-    target_role, rid = role, resource_id
-    if role is Role.BROKER:
-        # a resource's properties asked at the broker URL: find it from the headers
-        to_match = _PATH_RE.search(_split_to(req).path)
-        if to_match:
-            target_role, rid = Role(to_match.group(1)), to_match.group(2)
-        elif (header_id := _resource_id_header(req)) is not None:
-            for candidate in (Role.SUBSCRIPTION, Role.PULL_POINT, Role.REGISTRATION):
-                try:
-                    _lookup(service, candidate, header_id)
-                except errors.ResourceUnknown:
-                    continue
-                target_role, rid = candidate, header_id
-                break
-            else:
-                raise errors.ResourceUnknown(f"no resource {header_id}")
-    if target_role is Role.BROKER or rid is None:
-        return codec.broker_properties(service), codec.BR("NotificationBrokerRP")
-    obj = _lookup(service, target_role, rid)
-    if target_role is Role.SUBSCRIPTION:
-        return codec.subscription_properties(obj, now), codec.T("SubscriptionManagerRP")
-    if target_role is Role.PULL_POINT:
-        return codec.pull_point_properties(obj, now), f"{{{WSNMOM}}}PullPointRP"
-    return codec.registration_properties(obj, now), codec.BR("PublisherRegistrationRP")
-
-
-def _lookup(service: Any, role: Role, rid: str) -> Any:
-    if role is Role.SUBSCRIPTION:
-        return service.get_subscription(rid)
-    if role is Role.PULL_POINT:
-        return service.get_pull_point(rid)
-    return service.get_registration(rid)
-
-
-def _resource_properties(
-    service: Any, role: Role, resource_id: str | None, op: Op, req: SoapRequest
-) -> etree._Element:
-    if op is Op.GET_RESOURCE_PROPERTY:
-        name = codec.parse_get_resource_property(req.body)
-        table, _ = _property_table(service, role, resource_id, req)
-        return codec.get_resource_property_response(table, [name])
-    if op is Op.GET_MULTIPLE_RESOURCE_PROPERTIES:
-        names = codec.parse_get_multiple_resource_properties(req.body)
-        table, _ = _property_table(service, role, resource_id, req)
-        return codec.get_resource_property_response(table, names, multiple=True)
-    table, doc_tag = _property_table(service, role, resource_id, req)
-    return codec.resource_property_document(table, doc_tag)

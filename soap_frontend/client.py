@@ -16,10 +16,14 @@ Demand-based publishing
 Failures
     Connection errors, timeouts and non-2xx answers raise ``DeliveryFailed``.  A SOAP fault
     with a Sender/Client code is ``permanent`` (the peer will not accept it again).
-    Destinations refused by the outbound policy (scheme, deny/allow lists, loopback,
-    link-local) raise ``DeliveryFailed(permanent=True)`` without any network traffic.
-    Host names are resolved for the check; the policy is a guard against obvious abuse of
-    attacker-chosen consumer addresses, not a defence against DNS rebinding.
+
+Addresses
+    Every call first checks its address with core's outbound policy
+    (``wsnmom.core.outbound_policy.OutboundPolicy``, the same object the broker checks
+    Subscribe and RegisterPublisher with).  A refused address raises
+    ``DeliveryFailed(permanent=True)`` (``permanent=False`` when the name could not be
+    resolved just now) without any traffic to it; an allowed one is reached at exactly the
+    addresses the policy checked (no second DNS lookup).
 
 HTTP
     Connections are pooled per host and kept alive (``outbound_http.OutboundConnections``,
@@ -30,23 +34,25 @@ HTTP
 
 from __future__ import annotations
 
-import fnmatch
-import ipaddress
 import logging
 import re
-import socket
-from collections.abc import Iterable, Sequence
-from typing import Any
-from urllib.parse import urlsplit
+from collections.abc import Sequence
 
 from lxml import etree
+from wsnmom.core.config import Settings
 from wsnmom.core.model import Delivered, EndpointReference, ExpressionSource, SoapVersion
+from wsnmom.core.outbound_policy import AddressRefused, Destination, OutboundPolicy
 from wsnmom.core.ports import DeliveryFailed
 
 from . import codec
 from .codec import ACTIONS, FULL, SIMPLE, Op
 from .envelope import SOAP_NS, content_type_for, envelope_bytes
-from .outbound_http import TRANSPORT_ERRORS, OutboundConnections, OutboundEnvironment
+from .outbound_http import (
+    TRANSPORT_ERRORS,
+    OutboundConnections,
+    OutboundEnvironment,
+    is_timeout,
+)
 from .splice import Spliced
 from .xml import WSA, WSNT, XmlRejected, children, parse_fragment, parse_xml, qname, text_of
 
@@ -57,101 +63,23 @@ _PATH_DIALECTS = (None, SIMPLE, codec.CONCRETE, FULL)
 _PREFIX_RE = re.compile(r"([A-Za-z_][\w.-]*):")
 
 
-class DestinationPolicy:
-    """Which outbound addresses may be called (``core.config.OutboundSettings`` shape)."""
-
-    def __init__(
-        self,
-        *,
-        allow: Iterable[str] = (),
-        deny: Iterable[str] = (),
-        allow_loopback: bool = True,
-        allow_link_local: bool = False,
-        schemes: Iterable[str] = ("http", "https"),
-    ) -> None:
-        self.allow = list(allow)
-        self.deny = list(deny)
-        self.allow_loopback = allow_loopback
-        self.allow_link_local = allow_link_local
-        self.schemes = {s.lower() for s in schemes}
-
-    @classmethod
-    def from_settings(cls, outbound: Any) -> DestinationPolicy:
-        """From an object with the OutboundSettings attributes (or None: defaults)."""
-        if outbound is None:
-            return cls()
-        return cls(
-            allow=getattr(outbound, "allow", ()) or (),
-            deny=getattr(outbound, "deny", ()) or (),
-            allow_loopback=getattr(outbound, "allow_loopback", True),
-            allow_link_local=getattr(outbound, "allow_link_local", False),
-            schemes=getattr(outbound, "schemes", ("http", "https")) or ("http", "https"),
-        )
-
-    @staticmethod
-    def _matches(rule: str, host: str, addresses: Sequence[Any]) -> bool:
-        try:
-            net = ipaddress.ip_network(rule, strict=False)
-        except ValueError:
-            return fnmatch.fnmatch(host.lower(), rule.lower())
-        return any(a.version == net.version and a in net for a in addresses)
-
-    def check(self, url: str) -> None:
-        """Raise DeliveryFailed(permanent=True) when ``url`` may not be called."""
-        parts = urlsplit(url)
-        if parts.scheme.lower() not in self.schemes:
-            raise DeliveryFailed(f"scheme of {url!r} is not allowed", permanent=True)
-        host = parts.hostname
-        if not host:
-            raise DeliveryFailed(f"{url!r} has no host", permanent=True)
-        if any(self._matches(rule, host, ()) for rule in self.deny):
-            raise DeliveryFailed(f"{host} is denied by policy", permanent=True)
-        addresses = self._resolve(host, parts.port)
-        for a in addresses:
-            if a.is_link_local and not self.allow_link_local:
-                raise DeliveryFailed(f"{host} is link-local; refused by policy", permanent=True)
-            if a.is_loopback and not self.allow_loopback:
-                raise DeliveryFailed(f"{host} is loopback; refused by policy", permanent=True)
-            if a.is_unspecified or a.is_multicast:
-                raise DeliveryFailed(f"{host} is not a unicast address", permanent=True)
-        if any(self._matches(rule, host, addresses) for rule in self.deny):
-            raise DeliveryFailed(f"{host} is denied by policy", permanent=True)
-        if self.allow and not any(self._matches(rule, host, addresses) for rule in self.allow):
-            raise DeliveryFailed(f"{host} is not in the allow list", permanent=True)
-
-    @staticmethod
-    def _resolve(host: str, port: int | None) -> list[Any]:
-        try:
-            return [ipaddress.ip_address(host.strip("[]"))]
-        except ValueError:
-            pass
-        try:
-            infos = socket.getaddrinfo(host, port or 80, proto=socket.IPPROTO_TCP)
-        except OSError as exc:
-            raise DeliveryFailed(f"cannot resolve {host}: {exc}") from None
-        out = []
-        for info in infos:
-            addr = str(info[4][0]).split("%", 1)[0]
-            try:
-                out.append(ipaddress.ip_address(addr))
-            except ValueError:
-                continue
-        return out
-
-
 class SoapClient:
     """Outbound SOAP calls over pooled keep-alive connections."""
 
     def __init__(
         self,
-        settings: Any = None,
+        settings: Settings | None = None,
         *,
+        policy: OutboundPolicy | None = None,
         pool_size: int = 32,
         publisher_soap_version: SoapVersion = SoapVersion.SOAP11,
         environment: OutboundEnvironment | None = None,
     ) -> None:
-        outbound = getattr(settings, "outbound", settings)
-        self.policy = DestinationPolicy.from_settings(outbound)
+        """``policy``: the broker's outbound policy (built from ``settings.outbound``, or
+        the defaults, when not given)."""
+        if policy is None:
+            policy = OutboundPolicy(settings.outbound if settings is not None else None)
+        self.policy = policy
         self.publisher_soap_version = publisher_soap_version
         self.environment = environment or OutboundEnvironment.from_environ()
         self.connections = OutboundConnections(self.environment, pool_size=pool_size)
@@ -173,13 +101,15 @@ class SoapClient:
         """Deliver ``messages`` wrapped in one Notify, or raw one by one."""
         if not messages:
             return
-        self.policy.check(consumer.address)
+        where = self._check(consumer.address)
         action = codec.NOTIFY_ACTION
         if use_raw:
             for d in messages:
-                self._post(consumer, soap_version, codec.raw_payload(d.message), action, timeout)
+                body = codec.raw_payload(d.message)
+                self._post(consumer, where, soap_version, body, action, timeout)
         else:
-            self._post(consumer, soap_version, codec.notify_element(messages), action, timeout)
+            body = codec.notify_element(messages)
+            self._post(consumer, where, soap_version, body, action, timeout)
 
     # --- demand-based publishing ---------------------------------------------------------
     def subscribe(
@@ -192,7 +122,7 @@ class SoapClient:
     ) -> EndpointReference:
         """Subscribe ``consumer`` at ``producer`` for ``topics``; returns the
         SubscriptionReference."""
-        self.policy.check(producer.address)
+        where = self._check(producer.address)
         body = codec.new(qname(WSNT, "Subscribe"))
         codec.add_epr(body, qname(WSNT, "ConsumerReference"), consumer)
         if topics:
@@ -200,7 +130,7 @@ class SoapClient:
             for expr in combine_topics(topics):
                 codec.add_expression(filt, qname(WSNT, "TopicExpression"), expr)
         reply = self._post(
-            producer, self.publisher_soap_version, body, ACTIONS[Op.SUBSCRIBE][0], timeout
+            producer, where, self.publisher_soap_version, body, ACTIONS[Op.SUBSCRIBE][0], timeout
         )
         ref = reply.find(qname(WSNT, "SubscriptionReference")) if reply is not None else None
         if ref is None:
@@ -225,14 +155,21 @@ class SoapClient:
         self._manage(subscription, Op.RESUME, timeout)
 
     def _manage(self, subscription: EndpointReference, op: Op, timeout: float) -> None:
-        self.policy.check(subscription.address)
+        where = self._check(subscription.address)
         body = codec.new(op.value)
-        self._post(subscription, self.publisher_soap_version, body, ACTIONS[op][0], timeout)
+        self._post(subscription, where, self.publisher_soap_version, body, ACTIONS[op][0], timeout)
 
     # --- HTTP ----------------------------------------------------------------------------
+    def _check(self, address: str) -> Destination:
+        try:
+            return self.policy.check(address)
+        except AddressRefused as exc:
+            raise DeliveryFailed(str(exc), permanent=not exc.temporary) from None
+
     def _post(
         self,
         target: EndpointReference,
+        where: Destination,
         version: SoapVersion,
         body: etree._Element | Spliced,
         action: str,
@@ -250,20 +187,23 @@ class SoapClient:
             http_headers["SOAPAction"] = f'"{action}"'
         try:
             status, content = self.connections.post(
-                target.address,
+                where,
                 data,
                 http_headers,
                 connect_timeout=min(timeout, 5.0),
                 read_timeout=timeout,
             )
         except TRANSPORT_ERRORS as exc:
-            raise DeliveryFailed(f"{target.address}: {type(exc).__name__}: {exc}") from None
+            raise DeliveryFailed(
+                f"{target.address}: {type(exc).__name__}: {exc}", timed_out=is_timeout(exc)
+            ) from None
         if 200 <= status < 300:
             return _reply_body(content)
         permanent, reason = _fault_reason(content)
         raise DeliveryFailed(
             f"{target.address} answered HTTP {status}" + (f": {reason}" if reason else ""),
             permanent=permanent,
+            answered=True,
         )
 
 
@@ -323,4 +263,4 @@ def combine_topics(topics: Sequence[ExpressionSource]) -> list[ExpressionSource]
     return [ExpressionSource(FULL, text, merged)]
 
 
-__all__ = ["DestinationPolicy", "OutboundEnvironment", "SoapClient", "combine_topics"]
+__all__ = ["OutboundEnvironment", "SoapClient", "combine_topics"]

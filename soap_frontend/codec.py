@@ -57,6 +57,7 @@ from wsnmom.core.model import (
     Subscription,
     SubscriptionState,
 )
+from wsnmom.core.ports import BrokerPort, BrokerProperties
 from wsnmom.topic_mapping.dialects import ONVIF_CONCRETE_SET, XPATH, canonical_dialect
 from wsnmom.topic_mapping.errors import TopicError
 from wsnmom.topic_mapping.model import Topic
@@ -832,33 +833,23 @@ def _fragment(data: bytes | None) -> list[etree._Element]:
     return [parse_fragment(data)] if data else []
 
 
-def broker_properties(service: Any) -> dict[str, PropertyRenderer]:
+def broker_properties(service: BrokerPort) -> dict[str, PropertyRenderer]:
     """Resource properties of the NotificationBroker (NotificationBrokerRP + policy)."""
 
-    def props() -> Any:
+    def props() -> BrokerProperties:
         return service.broker_properties()
-
-    def topic_set() -> list[etree._Element]:
-        ts = getattr(props(), "topic_set", None)
-        if ts is None:
-            return []
-        if isinstance(ts, bytes | str):
-            return [parse_fragment(ts.encode() if isinstance(ts, str) else ts)]
-        return [parse_fragment(etree.tostring(ts))]
 
     return {
         T("TopicExpression"): lambda: [
-            _expr_el(T("TopicExpression"), e) for e in getattr(props(), "topic_expressions", ())
+            _expr_el(T("TopicExpression"), e) for e in props().topic_expressions
         ],
-        T("FixedTopicSet"): lambda: [
-            _el(T("FixedTopicSet"), _bool(getattr(props(), "fixed_topic_set", False)))
-        ],
+        T("FixedTopicSet"): lambda: [_el(T("FixedTopicSet"), _bool(props().fixed_topic_set))],
         T("TopicExpressionDialect"): lambda: [
-            _el(T("TopicExpressionDialect"), d) for d in getattr(props(), "dialects", ())
+            _el(T("TopicExpressionDialect"), d) for d in props().dialects
         ],
-        qname(WSTOP, "TopicSet"): topic_set,
+        qname(WSTOP, "TopicSet"): lambda: [parse_fragment(etree.tostring(props().topic_set))],
         BR("RequiresRegistration"): lambda: [
-            _el(BR("RequiresRegistration"), _bool(getattr(props(), "requires_registration", False)))
+            _el(BR("RequiresRegistration"), _bool(props().requires_registration))
         ],
         qname(WSNMOM_POLICY, "BrokerPolicy"): lambda: [policy_element(service.policy())],
     }

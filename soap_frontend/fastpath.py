@@ -4,7 +4,7 @@
 Flask's per-request machinery (request and app contexts, URL matching, signals, request
 and response objects) cost about as much CPU as a whole one-message Notify does in the
 broker.  :class:`SoapFastPath` wraps ``app.wsgi_app`` and answers such a POST by calling
-:func:`.app.soap_post` directly, which is what the Flask views call too, and writes the
+:func:`.dispatch.soap_post` directly, which is what the Flask views call too, and writes the
 same status line, headers and body Flask would.  A resource id is taken only when it is
 plain ASCII (letters, digits, ``-._~``), which Flask's ``<resource_id>`` converter passes
 unchanged; anything else goes through Flask.
@@ -14,7 +14,7 @@ It only does so while skipping Flask cannot change the outcome: no ``before_requ
 Flask's signals, no session secret, the URL map still routes the request to the
 broker view and the request has no query string.  Anything else -- GET, other paths,
 plugin hooks -- goes through Flask unchanged.  Authentication needs no hook: it is part of
-:func:`.app.soap_post` (the WSGI environ is passed on), so both paths check it alike.
+:func:`.dispatch.soap_post` (the WSGI environ is passed on), so both paths check it alike.
 The body is read with werkzeug's ``get_input_stream`` as Flask's ``request.get_data()``
 does, so size limits answer the same 413.  An exception that escapes the handler is handed
 to Flask's own error handling inside a request context, as Flask's ``wsgi_app`` would.
@@ -22,7 +22,6 @@ to Flask's own error handling inside a request context, as Flask's ``wsgi_app`` 
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -31,12 +30,12 @@ from flask.sessions import SecureCookieSessionInterface
 from werkzeug.exceptions import ClientDisconnected, NotFound
 from werkzeug.http import HTTP_STATUS_CODES
 from werkzeug.wsgi import get_input_stream
+from wsnmom.core.addresses import BROKER_PATH, parse_resource_path, resource_path
 
-from .app import Frontend, Reply, Role, soap_post
+from .dispatch import Frontend, Reply, Role, soap_post
 
 WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 
-BROKER_PATH = "/wsn/broker"
 BROKER_ENDPOINT = "notification_broker.soap"
 #: the Flask endpoint of each resource role's view (see ``create_app``)
 RESOURCE_ENDPOINTS: Mapping[Role, str] = {
@@ -44,10 +43,6 @@ RESOURCE_ENDPOINTS: Mapping[Role, str] = {
     Role.PULL_POINT: "pull_point.soap",
     Role.REGISTRATION: "publisher_registration_manager.soap",
 }
-_RESOURCE_ROLES = {role.value: role for role in RESOURCE_ENDPOINTS}
-_RESOURCE_PATH = re.compile(
-    r"/wsn/(" + "|".join(map(re.escape, _RESOURCE_ROLES)) + r")/([A-Za-z0-9._~-]+)"
-)
 
 #: Flask's signals sent while it handles a request (a receiver makes the fast path step aside)
 _SIGNALS = (
@@ -136,13 +131,13 @@ class SoapFastPath:
             return Role.BROKER, None
         if not isinstance(path, str) or len(self.views) == 1:
             return None
-        match = _RESOURCE_PATH.fullmatch(path)
-        if match is None:
+        found = parse_resource_path(path)
+        if found is None or path != resource_path(*found):  # exactly the resource's path
             return None
-        role = _RESOURCE_ROLES[match.group(1)]
+        role = Role.of(found[0])
         if RESOURCE_ENDPOINTS[role] not in self.views:
             return None
-        return role, match.group(2)
+        return role, found[1]
 
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
         path = environ.get("PATH_INFO")
@@ -227,8 +222,9 @@ class SoapFastPath:
         adapter = app.url_map.bind("localhost")
         probes = {BROKER_ENDPOINT: BROKER_PATH}
         for role, endpoint in RESOURCE_ENDPOINTS.items():
-            if endpoint in self.views:
-                probes[endpoint] = f"/wsn/{role.value}/probe-id"
+            kind = role.kind
+            if endpoint in self.views and kind is not None:
+                probes[endpoint] = resource_path(kind, "probe-id")
         for endpoint, probe in probes.items():
             try:
                 found, _ = adapter.match(probe, method="POST")

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from importlib import resources
 
 from lxml import etree
+from wsnmom.core.addresses import BROKER_PATH, ResourceKind, kind_path
 
 from .codec import ACTIONS, Op
 from .schema_variants import apply_variant
@@ -203,25 +204,28 @@ _RP_OPS = (GET_RP, GET_MULTIPLE_RP, GET_RP_DOCUMENT)
 
 #: port type → (operations, URL path of its service)
 PORT_TYPES: dict[str, tuple[tuple[Operation, ...], str]] = {
-    "NotificationConsumer": ((NOTIFY,), "/wsn/broker"),
-    "NotificationProducer": ((SUBSCRIBE, GET_CURRENT_MESSAGE), "/wsn/broker"),
+    "NotificationConsumer": ((NOTIFY,), BROKER_PATH),
+    "NotificationProducer": ((SUBSCRIBE, GET_CURRENT_MESSAGE), BROKER_PATH),
     "NotificationBroker": (
         (NOTIFY, SUBSCRIBE, GET_CURRENT_MESSAGE, REGISTER_PUBLISHER, CREATE_PULL_POINT, *_RP_OPS),
-        "/wsn/broker",
+        BROKER_PATH,
     ),
-    "CreatePullPoint": ((CREATE_PULL_POINT,), "/wsn/broker"),
-    "RegisterPublisher": ((REGISTER_PUBLISHER,), "/wsn/broker"),
-    "PullPoint": ((GET_MESSAGES, DESTROY_PULL_POINT, NOTIFY, *_RP_OPS), "/wsn/pullpoints"),
-    "SubscriptionManager": ((RENEW, UNSUBSCRIBE, *_RP_OPS), "/wsn/subscriptions"),
+    "CreatePullPoint": ((CREATE_PULL_POINT,), BROKER_PATH),
+    "RegisterPublisher": ((REGISTER_PUBLISHER,), BROKER_PATH),
+    "PullPoint": (
+        (GET_MESSAGES, DESTROY_PULL_POINT, NOTIFY, *_RP_OPS),
+        kind_path(ResourceKind.PULL_POINT),
+    ),
+    "SubscriptionManager": ((RENEW, UNSUBSCRIBE, *_RP_OPS), kind_path(ResourceKind.SUBSCRIPTION)),
     "PausableSubscriptionManager": (
         (RENEW, UNSUBSCRIBE, PAUSE, RESUME, *_RP_OPS),
-        "/wsn/subscriptions",
+        kind_path(ResourceKind.SUBSCRIPTION),
     ),
     "PublisherRegistrationManager": (
         (DESTROY_REGISTRATION, *_RP_OPS),
-        "/wsn/registrations",
+        kind_path(ResourceKind.REGISTRATION),
     ),
-    "ResourceProperties": (_RP_OPS, "/wsn/broker"),
+    "ResourceProperties": (_RP_OPS, BROKER_PATH),
 }
 
 

@@ -5,11 +5,17 @@ case) and ``REQUESTS_CA_BUNDLE``/``CURL_CA_BUNDLE`` once, when the client is mad
 the ``no_proxy`` decision per scheme and host.  ``~/.netrc`` is never consulted, so no
 credentials from it reach consumers or publishers.
 
-``OutboundConnections`` posts through urllib3: one pool manager for direct connections and
-one proxy manager per proxy URL (``https`` targets are tunnelled with CONNECT; a proxy URL's
-user and password become ``Proxy-Authorization``; ``socks*`` proxies need PySocks, as with
-requests).  TLS certificates are checked against the CA bundle from the environment, or
-certifi's bundle, the one requests used.
+``OutboundConnections`` posts to a :class:`~wsnmom.core.outbound_policy.Destination` (an
+address the outbound policy checked) through urllib3.  A direct connection goes to the
+destination's checked IP address, never to a fresh lookup of its name; the name is kept in
+the ``Host`` header, TLS SNI and the certificate check, and connections are pooled per
+address, port and name.  Through a proxy the URL (rebuilt from what the policy checked)
+goes to the proxy, which connects by name: the proxy is then the point that controls
+egress.  One pool manager serves direct connections and one proxy manager each proxy URL
+(``https`` targets are tunnelled with CONNECT; a proxy URL's user and password become
+``Proxy-Authorization``; ``socks*`` proxies need PySocks, as with requests).  TLS
+certificates are checked against the CA bundle from the environment, or certifi's bundle,
+the one requests used.
 
 Why not requests: its per-call machinery (preparing the request, merging session
 settings, hooks, cookies, building the response) cost ~520 µs of CPU per POST here, against
@@ -30,10 +36,19 @@ from urllib.parse import unquote, urlsplit
 import certifi
 import urllib3
 from requests.utils import should_bypass_proxies
-from urllib3.exceptions import HTTPError
+from urllib3.exceptions import HTTPError, NewConnectionError
+from wsnmom.core.outbound_policy import Destination
 
 #: failures of an outbound call: connection, TLS, timeout, protocol, proxy
 TRANSPORT_ERRORS: tuple[type[BaseException], ...] = (HTTPError, OSError, ValueError)
+
+
+def is_timeout(exc: BaseException) -> bool:
+    """Whether a transport failure is a timeout (connecting or waiting for the answer), as
+    opposed to a fast failure such as a refused or reset connection."""
+    if isinstance(exc, NewConnectionError):  # urllib3 2 derives it from ConnectTimeoutError
+        return False
+    return isinstance(exc, urllib3.exceptions.TimeoutError | TimeoutError)
 
 
 class OutboundEnvironment:
@@ -102,26 +117,55 @@ class OutboundConnections:
 
     def post(
         self,
-        url: str,
+        destination: Destination,
         body: bytes,
         headers: Mapping[str, str],
         *,
         connect_timeout: float,
         read_timeout: float,
     ) -> tuple[int, bytes]:
-        """POST ``body`` to ``url`` without following redirects; (status, response body).
-        Raises one of :data:`TRANSPORT_ERRORS` when no answer arrives."""
-        manager = self._manager_for(url)
-        response = manager.urlopen(
+        """POST ``body`` to ``destination`` without following redirects; (status, response
+        body).  Raises one of :data:`TRANSPORT_ERRORS` when no answer arrives."""
+        timeout = urllib3.Timeout(connect=connect_timeout, read=read_timeout)
+        url = destination.url
+        proxy = self.environment.proxy_for(url)
+        if proxy is not None:
+            response = self._proxy_manager_for(proxy).urlopen(
+                "POST",
+                url,
+                body=body,
+                headers=headers,
+                timeout=timeout,
+                redirect=False,
+                retries=False,
+            )
+            return response.status, response.data
+        pool = self._direct.connection_from_host(
+            destination.connect_host,
+            destination.port,
+            destination.scheme,
+            pool_kwargs=self._tls_names(destination),
+        )
+        response = pool.urlopen(
             "POST",
-            url,
+            destination.target,
             body=body,
-            headers=headers,
-            timeout=urllib3.Timeout(connect=connect_timeout, read=read_timeout),
+            headers={**headers, "Host": destination.host_header},
+            timeout=timeout,
             redirect=False,
             retries=False,
+            assert_same_host=False,
         )
         return response.status, response.data
+
+    @staticmethod
+    def _tls_names(destination: Destination) -> dict[str, Any] | None:
+        """Pool options that make TLS use the destination's name (SNI and the certificate
+        check) while the connection goes to its checked address."""
+        name = destination.server_hostname
+        if destination.scheme != "https" or name is None:
+            return None
+        return {"server_hostname": name, "assert_hostname": name}
 
     def close(self) -> None:
         """Close every pooled connection."""
@@ -130,10 +174,7 @@ class OutboundConnections:
         for manager in managers:
             manager.clear()
 
-    def _manager_for(self, url: str) -> urllib3.PoolManager:
-        proxy = self.environment.proxy_for(url)
-        if proxy is None:
-            return self._direct
+    def _proxy_manager_for(self, proxy: str) -> urllib3.PoolManager:
         manager = self._proxied.get(proxy)
         if manager is None:
             with self._lock:
@@ -159,4 +200,4 @@ class OutboundConnections:
         return urllib3.ProxyManager(proxy, proxy_headers=proxy_headers, **self.pool_options)
 
 
-__all__ = ["TRANSPORT_ERRORS", "OutboundConnections", "OutboundEnvironment"]
+__all__ = ["TRANSPORT_ERRORS", "OutboundConnections", "OutboundEnvironment", "is_timeout"]

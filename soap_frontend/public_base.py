@@ -24,6 +24,8 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from wsnmom.core.config import Settings
+
 __all__ = ["forwarded_base", "is_trusted", "public_base"]
 
 _WILDCARD_HOSTS = {"0.0.0.0", "::", "[::]", ""}
@@ -32,21 +34,21 @@ _IPV6_HOST = re.compile(r"\[[0-9A-Fa-f:.]+\](?::\d{1,5})?")
 _PORT = re.compile(r"\d{1,5}")
 
 
-def public_base(settings: Any, environ: Mapping[str, Any], request_base: str) -> str:
+def public_base(settings: Settings | None, environ: Mapping[str, Any], request_base: str) -> str:
     """The base URL for a WSDL answered to the request of ``environ`` (see the module
-    docstring); ``request_base`` is the request's own ``scheme://host[:port]``."""
-    public = getattr(settings, "public_url", None)
-    if public:
-        return str(public).rstrip("/")
-    trusted = getattr(settings, "trusted_proxies", None) or ()
+    docstring); ``request_base`` is the request's own ``scheme://host[:port]``.  Without
+    settings (an application made for tests) it is the request's base."""
+    if settings is None:
+        return request_base.rstrip("/")
+    if settings.public_url:
+        return settings.public_url.rstrip("/")
+    trusted = settings.trusted_proxies
     if trusted and is_trusted(environ.get("REMOTE_ADDR"), trusted):
         forwarded = forwarded_base(environ, request_base)
         if forwarded:
             return forwarded
-    host = getattr(settings, "host", None)
-    base = getattr(settings, "base_url", None)
-    if isinstance(base, str) and isinstance(host, str) and host.strip() not in _WILDCARD_HOSTS:
-        return base.rstrip("/")
+    if settings.host.strip() not in _WILDCARD_HOSTS:
+        return settings.base_url.rstrip("/")
     return request_base.rstrip("/")
 
 

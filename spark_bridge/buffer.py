@@ -1,106 +1,76 @@
-"""The MQTT buffer: a durable subscriber that makes MQTT replayable for Spark
-(``wsnmom spark-buffer``).
+"""The MQTT buffer: makes MQTT replayable for Spark by appending what an MQTT session
+receives to a notification log (``spark_bridge.log``) before acknowledging it; the
+``wsn_log`` source then reads the log by sequence number.
 
-MQTT keeps no log: a broker only queues messages for a persistent session while its client
-is away.  The buffer holds such a session and appends every message to a notification log
-(``spark_bridge.log``) *before* it acknowledges it; the ``wsn_log`` source then reads the
-log by sequence number.  So:
+The buffer is a *tap* of the MQTT adapter's own session (``wsnmom.adapters.mqtt``: its
+``Session``, ``MqttMapping``, ``wire`` and ``taps``), so it reads MQTT exactly as a gateway
+does:
 
-* **Persistent session, QoS 1**: MQTT 5 ``clean_start=False`` with a session expiry
-  interval (MQTT 3.1.1: ``clean_session=False``), subscriptions at QoS 1, a stable client
-  id.  While the buffer is down the broker queues for it (up to the broker's limits, e.g.
-  mosquitto's ``max_queued_messages``, and the session expiry).
-* **Manual acknowledgement**: PUBACK is sent only after the message is committed to the
-  log (``synchronous=FULL``), in the order the messages arrived.  A crash between the
-  two makes the broker redeliver; the log recognises the redelivery by the message's
-  ``wsnmom-message-id`` (MQTT 5 user property) or, for a redelivered native message
-  without one, by its content digest among the most recent records, and does not append
-  it twice.
-* **Topics as the gateway maps them**: the WS-Topics expression is compiled exactly as
-  for a subscription (``selection``), translated with ``topic_mapping``'s MQTT syntax into
-  topic filters (``+``, ``#``; a ``//`` in mid-path widens to ``#`` and the ``wsn_log``
-  source applies the residual filter), and every message's MQTT topic name is mapped
-  back to its WS topic with the same namespace roots as the gateway's MQTT adapter
-  (``roots``: namespace URI -> root levels; other namespaces use derived roots).
-  Metadata travels as MQTT 5 user properties (``wsnmom-*``) and the content type
-  property; a message without a content type gets one sniffed from its body.
+* **Persistent session, QoS 1, acknowledged after the append**: clean start false (MQTT
+  3.1.1: clean session false) with a session expiry, QoS 1 subscriptions under a stable
+  client id; the session's worker appends a batch to the log (``synchronous=FULL``) and
+  only then sends the PUBACKs, in arrival order, on the connection the messages came on.
+  After a crash between the two the broker sends the messages again (DUP flag); the log
+  recognises them by their ``wsnmom-message-id`` user property or, for a native message
+  without one, by its content digest among the most recent records.
+* **Topics and metadata as the MQTT adapter maps them**: the adapter's namespace prefixes
+  (``namespaces``) and ``topic_prefix``, its derived roots, its ``wsnmom-*`` MQTT 5 user
+  properties, Content Type and sniffed media types (MQTT 3.1.1: topic and body only);
+  retained messages sent on subscribing are not new notifications and are left out; a
+  selection's overlapping filters are made disjoint, so no message is appended twice.
+* **What is kept**: every message whose routing topic the selection's topic patterns match
+  (exactly, as a subscription's queue: ``p:a//c`` is subscribed as ``a/+/#`` and only the
+  matching topics are appended); the ``wsn_log`` source applies the whole selection again
+  (a source may select less than its buffer, never more).
 
-No pyspark here.  The buffer appends in groups (up to ``batch`` messages or ``linger``
-seconds) so that one fsync covers many messages.
+Two ways to run it:
+
+* **standalone**, ``wsnmom spark-buffer`` (:class:`MqttBuffer`): a session of its own whose
+  only consumer is the log; its state (client id, subscribed filters) is kept next to the
+  log (``<log>.session/``);
+* **inside the gateway**, the MQTT adapter option ``spark_logs`` (:func:`log_taps`): the log
+  is one more consumer of the gateway's session, next to the subscriptions' queues, so
+  Spark reads exactly what the gateway receives without a second session.
+
+No pyspark here.
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
-import queue
-import ssl
 import threading
 import time
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, urlsplit
 
-from wsnmom.core.adapter import HEADER_MESSAGE_ID, is_internal_namespace
-from wsnmom.core.codec import PULL_POINT_NAMESPACE, sniff_content_type
-from wsnmom.topic_mapping.errors import NameNotRepresentable
-from wsnmom.topic_mapping.model import PathPattern, Topic
-from wsnmom.topic_mapping.syntax import MQTT
-from wsnmom.topic_mapping.translate import NamespaceRoots, native_to_topic, translate
+from wsnmom.adapters.mqtt.config import MqttSettings, parse_settings
+from wsnmom.adapters.mqtt.mapping import MqttMapping
+from wsnmom.adapters.mqtt.session import Session
+from wsnmom.adapters.mqtt.state import SessionState
+from wsnmom.adapters.mqtt.taps import Arrival, Tap, Taps
+from wsnmom.core.adapter import HEADER_MESSAGE_ID
 
 from .log import Entry, NotificationLog
-from .selection import Compiled, Selection
+from .selection import Compiled, Selection, parse_mapping
 
-__all__ = ["BufferSettings", "MqttBuffer", "MqttNames"]
+__all__ = [
+    "BufferSettings",
+    "LogAppender",
+    "LogTapConfig",
+    "MqttBuffer",
+    "default_client_id",
+    "log_taps",
+    "parse_log_taps",
+]
 
 log = logging.getLogger("wsnmom.spark_bridge.buffer")
 
-
-class MqttNames:
-    """WS topics <-> MQTT topic names and filters, with the gateway's namespace roots."""
-
-    def __init__(self, roots: Mapping[str, str]) -> None:
-        self.roots = NamespaceRoots.for_syntax(roots, MQTT)
-        # internal namespaces map back to themselves, so their traffic is recognised
-        self.roots.register(PULL_POINT_NAMESPACE)
-
-    def filters(self, patterns: Sequence[PathPattern] | None) -> list[str]:
-        """The MQTT topic filters of a subscription's patterns (None: ``#``)."""
-        if patterns is None:
-            return ["#"]
-        for pattern in patterns:
-            self.roots.register(pattern.namespace)
-        translation = translate(patterns, MQTT, self.roots)
-        return list(dict.fromkeys(p.pattern for p in translation.patterns))
-
-    def topic_of(self, name: str) -> Topic:
-        """The WS topic of an MQTT topic name (NameNotRepresentable when it has none)."""
-        return native_to_topic(None, name, MQTT, self.roots)
-
-
-@dataclass(frozen=True)
-class BufferSettings:
-    """What ``wsnmom spark-buffer`` is told (see the module docstring)."""
-
-    url: str
-    log_path: str
-    client_id: str
-    selection: Selection = field(default_factory=Selection)
-    roots: Mapping[str, str] = field(default_factory=dict)
-    #: the log's stream name (default: the file name without extension)
-    name: str | None = None
-    #: MQTT 5 session expiry interval, seconds (the longest outage the broker bridges)
-    session_expiry: int = 7 * 24 * 3600
-    protocol: str = "5"
-    keepalive: int = 30
-    batch: int = 500
-    linger: float = 0.02
-    #: records searched for a redelivered message's digest
-    dedupe_window: int = 10_000
-    ca_file: str | None = None
-    insecure: bool = False
+#: seconds between two trims of a log with a retention (``keep``)
+TRIM_EVERY = 60.0
 
 
 def _digest(topic: str, body: bytes, headers: Mapping[str, str], content_type: str) -> str:
@@ -116,238 +86,258 @@ def _digest(topic: str, body: bytes, headers: Mapping[str, str], content_type: s
     return h.hexdigest()
 
 
-class MqttBuffer:
-    """One buffer: a paho client feeding a writer thread that appends and acknowledges."""
+class LogAppender:
+    """A tap's sink: appends arrivals to a notification log, each once, and deletes records
+    older than ``keep_seconds`` (checked at most every ``TRIM_EVERY`` seconds)."""
 
-    def __init__(self, settings: BufferSettings) -> None:
-        import paho.mqtt.client as mqtt
-        from paho.mqtt.enums import CallbackAPIVersion
-
-        self.settings = settings
-        parts = urlsplit(settings.url)
-        if parts.scheme not in ("mqtt", "mqtts", "tcp", "ssl"):
-            raise ValueError(f"not an MQTT URL: {settings.url!r} (mqtt://host:1883)")
-        self.host = parts.hostname or "127.0.0.1"
-        self.tls = parts.scheme in ("mqtts", "ssl")
-        self.port = parts.port or (8883 if self.tls else 1883)
-        self.names = MqttNames(settings.roots)
-        self.compiled = Compiled(settings.selection)
-        self.filters = self.names.filters(self.compiled.patterns)
-        self.log = NotificationLog(settings.log_path, name=settings.name, middleware="mqtt")
-        self.v5 = settings.protocol in ("5", "5.0", "v5")
-        protocol = mqtt.MQTTv5 if self.v5 else mqtt.MQTTv311
-        self.client = mqtt.Client(
-            CallbackAPIVersion.VERSION2,
-            client_id=settings.client_id,
-            clean_session=None if self.v5 else False,
-            protocol=protocol,
-            manual_ack=True,
-        )
-        if parts.username:
-            self.client.username_pw_set(unquote(parts.username), unquote(parts.password or ""))
-        if self.tls:
-            context = ssl.create_default_context(cafile=settings.ca_file)
-            if settings.insecure:
-                context.check_hostname = False
-                context.verify_mode = ssl.CERT_NONE
-            self.client.tls_set_context(context)
-        self.client.on_connect = self._on_connect
-        self.client.on_message = self._on_message
-        self.client.on_disconnect = self._on_disconnect
-        self.client.on_subscribe = self._on_subscribe
-        self._queue: queue.Queue[Any] = queue.Queue()
-        self._stop = threading.Event()
-        self._writer: threading.Thread | None = None
-        self.connected = threading.Event()
-        #: set once the broker acknowledged the subscriptions of the current connection
-        self.subscribed = threading.Event()
-        #: the broker still had our session at the last connect
-        self.session_present = False
+    def __init__(
+        self,
+        notification_log: NotificationLog,
+        *,
+        dedupe_window: int = 10_000,
+        keep_seconds: float | None = None,
+    ) -> None:
+        self.log = notification_log
+        self.dedupe_window = dedupe_window
+        self.keep_seconds = keep_seconds
         self.appended = 0
         self.duplicates = 0
-        self.dropped = 0
-        self.error: BaseException | None = None
+        self._next_trim = time.monotonic() + TRIM_EVERY
+        self._lock = threading.Lock()
 
-    # -- paho callbacks (network thread) --------------------------------------------------
-    def _on_connect(
-        self, client: Any, _userdata: Any, flags: Any, reason: Any, _props: Any
-    ) -> None:
-        if reason.is_failure:
-            log.error("MQTT broker %s:%d refused the buffer: %s", self.host, self.port, reason)
-            return
-        self.session_present = bool(getattr(flags, "session_present", False))
-        self.subscribed.clear()
-        from paho.mqtt.subscribeoptions import SubscribeOptions
-
-        if self.v5:
-            client.subscribe([(f, SubscribeOptions(qos=1)) for f in self.filters])
-        else:
-            client.subscribe([(f, 1) for f in self.filters])
-        log.info(
-            "buffer %s connected to %s:%d (session present: %s), filters %s",
-            self.settings.client_id,
-            self.host,
-            self.port,
-            self.session_present,
-            self.filters,
-        )
-        self.connected.set()
-
-    def _on_disconnect(self, *_args: Any) -> None:
-        self.connected.clear()
-        self.subscribed.clear()
-
-    def _on_subscribe(self, _client: Any, _userdata: Any, _mid: Any, reasons: Any, _p: Any) -> None:
-        refused = [r for r in reasons if getattr(r, "is_failure", False) or r == 128]
-        if refused:
-            log.error(
-                "the MQTT broker refused the buffer's subscriptions %s: %s", self.filters, refused
-            )
-            return
-        self.subscribed.set()
-
-    def _on_message(self, _client: Any, _userdata: Any, message: Any) -> None:
-        self._queue.put(message)
-
-    # -- the writer thread ----------------------------------------------------------------
-    def _entry(self, message: Any) -> Entry | None:
-        name = message.topic
-        try:
-            topic = self.names.topic_of(name)
-        except (NameNotRepresentable, ValueError) as exc:
-            log.warning("buffer drops a message on %r: no WS topic (%s)", name, exc)
-            return None
-        if is_internal_namespace(topic.namespace):
-            return None  # a pull point inbox copy: never a subscriber's notification
-        headers: dict[str, str] = {}
-        content_type = ""
-        props = getattr(message, "properties", None)
-        if props is not None:
-            for key, value in getattr(props, "UserProperty", None) or []:
-                headers[str(key)] = str(value)
-            content_type = getattr(props, "ContentType", "") or ""
-        body = bytes(message.payload)
-        if not content_type:
-            content_type = sniff_content_type(body)
-        dedupe = headers.get(HEADER_MESSAGE_ID) or None
-        return Entry(
-            native=name,
-            topic=topic,
-            body=body,
-            headers=headers,
-            content_type=content_type,
-            dedupe=dedupe,
-            digest=None if dedupe else _digest(name, body, headers, content_type),
-        )
-
-    def _write(self) -> None:
-        settings = self.settings
-        try:
-            while not self._stop.is_set() or not self._queue.empty():
-                try:
-                    first = self._queue.get(timeout=0.1)
-                except queue.Empty:
-                    continue
-                batch = [first]
-                deadline = time.monotonic() + settings.linger
-                while len(batch) < settings.batch:
-                    left = deadline - time.monotonic()
-                    try:
-                        batch.append(
-                            self._queue.get(timeout=max(0.0, left))
-                            if left > 0
-                            else self._queue.get_nowait()
-                        )
-                    except queue.Empty:
-                        break
-                self._append(batch)
-        except BaseException as exc:  # the buffer must not ack what it could not store
-            self.error = exc
-            log.exception(
-                "buffer %s stops: appending to %s failed", settings.client_id, self.log.path
-            )
-            self._stop.set()
-            self.client.disconnect()
-        finally:
-            self.log.close()
-
-    def _append(self, batch: list[Any]) -> None:
+    def __call__(self, arrivals: Sequence[Arrival]) -> None:
         entries: list[Entry] = []
-        kept: list[Any] = []
-        for message in batch:
-            entry = self._entry(message)
-            if entry is None:
-                self.dropped += 1
-            else:
-                entries.append(entry)
-                kept.append(message)
-        if entries:
-            results = self.log.append(
-                entries,
-                redelivered=[bool(m.dup) for m in kept],
-                window=self.settings.dedupe_window,
+        for a in arrivals:
+            m = a.message
+            dedupe = m.headers.get(HEADER_MESSAGE_ID) or None
+            entries.append(
+                Entry(
+                    native=a.name,
+                    topic=m.topic,
+                    body=m.body,
+                    headers=dict(m.headers),
+                    content_type=m.content_type,
+                    dedupe=dedupe,
+                    digest=None if dedupe else _digest(a.name, m.body, m.headers, m.content_type),
+                )
             )
-            self.appended += sum(1 for r in results if r is not None)
-            self.duplicates += sum(1 for r in results if r is None)
-        # durable now: acknowledge, in arrival order
-        for message in batch:
-            if message.qos > 0:
-                self.client.ack(message.mid, message.qos)
+        results = self.log.append(
+            entries, redelivered=[a.redelivered for a in arrivals], window=self.dedupe_window
+        )
+        added = sum(1 for r in results if r is not None)
+        self.appended += added
+        self.duplicates += len(results) - added
+        self.trim_if_due()
 
-    # -- life cycle -----------------------------------------------------------------------
-    def start(self, timeout: float = 10.0) -> None:
-        """Connect, subscribe and start appending; TimeoutError when the broker has not
-        acknowledged the connection and the subscriptions within ``timeout`` seconds."""
-        from paho.mqtt.packettypes import PacketTypes
-        from paho.mqtt.properties import Properties
+    def trim_if_due(self) -> int:
+        """Delete the records older than ``keep_seconds`` when a trim is due."""
+        if self.keep_seconds is None or time.monotonic() < self._next_trim:
+            return 0
+        with self._lock:
+            self._next_trim = time.monotonic() + TRIM_EVERY
+            removed = self.log.trim_older(self.keep_seconds)
+        if removed:
+            log.info(
+                "log %s: trimmed %d record(s) older than %ss",
+                self.log.path,
+                removed,
+                self.keep_seconds,
+            )
+        return removed
 
+
+def _tap(
+    name: str, path: str, selection: Selection, stream: str | None, appender_options: dict[str, Any]
+) -> tuple[Tap, LogAppender]:
+    compiled = Compiled(selection)
+    notification_log = NotificationLog(path, name=stream, middleware="mqtt")
+    appender = LogAppender(notification_log, **appender_options)
+    return Tap(name, compiled.patterns, appender, close=notification_log.close), appender
+
+
+# -- inside the gateway -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LogTapConfig:
+    """One entry of the MQTT adapter option ``spark_logs``."""
+
+    name: str
+    path: str
+    selection: Selection
+    keep_seconds: float | None = None
+    dedupe_window: int = 10_000
+
+
+_TAP_KEYS = {"path", "topic", "dialect", "namespaces", "keep", "dedupe_window"}
+
+
+def parse_log_taps(options: Mapping[str, Mapping[str, Any]]) -> list[LogTapConfig]:
+    """The ``spark_logs`` option (log name -> ``path``, ``topic``, ``dialect``,
+    ``namespaces``, ``keep`` in seconds, ``dedupe_window``), checked: ValueError (a
+    ``SelectionError`` for an expression a subscription could not have) for anything
+    unusable."""
+    out: list[LogTapConfig] = []
+    for name, entry in options.items():
+        unknown = set(entry) - _TAP_KEYS
+        if unknown:
+            raise ValueError(f"{name}: unknown options {sorted(unknown)}")
+        path = entry.get("path")
+        if not path or not isinstance(path, str):
+            raise ValueError(f"{name}: path (the log file) is missing")
+        namespaces = entry.get("namespaces")
+        selection = Selection(
+            topic=entry.get("topic") or None,
+            dialect=entry.get("dialect") or None,
+            namespaces=parse_mapping(namespaces, f"{name}: namespaces"),
+        )
+        selection.compile()
+        keep = entry.get("keep")
+        out.append(
+            LogTapConfig(
+                name=str(name),
+                path=str(Path(path).expanduser()),
+                selection=selection,
+                keep_seconds=float(keep) if keep is not None else None,
+                dedupe_window=int(entry.get("dedupe_window", 10_000)),
+            )
+        )
+    return out
+
+
+def log_taps(options: Mapping[str, Mapping[str, Any]]) -> list[Tap]:
+    """The taps of the gateway's MQTT session that keep the logs of ``spark_logs`` (each
+    log's stream is its name in ``spark_logs``)."""
+    taps: list[Tap] = []
+    for config in parse_log_taps(options):
+        tap, _ = _tap(
+            f"spark-log:{config.name}",
+            config.path,
+            config.selection,
+            config.name,
+            {"keep_seconds": config.keep_seconds, "dedupe_window": config.dedupe_window},
+        )
+        taps.append(tap)
+    return taps
+
+
+# -- standalone ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BufferSettings:
+    """What ``wsnmom spark-buffer`` is told (see the module docstring).
+
+    ``url`` is an MQTT adapter URL and may carry the adapter's options as query arguments
+    (``?topic_prefix=wsn&protocol=3.1.1``); ``roots`` are the adapter's ``namespaces``
+    (namespace URI -> MQTT topic prefix); ``adapter_options`` any further adapter options.
+    """
+
+    url: str
+    log_path: str
+    client_id: str
+    selection: Selection = field(default_factory=Selection)
+    roots: Mapping[str, str] = field(default_factory=dict)
+    topic_prefix: str | None = None
+    #: the log's stream name (default: the file name without extension)
+    name: str | None = None
+    #: MQTT 5 session expiry interval, seconds (the longest outage the broker bridges)
+    session_expiry: int = 7 * 24 * 3600
+    protocol: str = "5"
+    keepalive: int = 30
+    #: messages appended per transaction at most
+    batch: int = 500
+    #: records searched for a redelivered message's digest
+    dedupe_window: int = 10_000
+    keep_seconds: float | None = None
+    ca_file: str | None = None
+    insecure: bool = False
+    adapter_options: Mapping[str, Any] = field(default_factory=dict)
+
+    def mqtt_settings(self) -> MqttSettings:
+        """The MQTT adapter's settings for the buffer's session (ValueError if unusable)."""
+        options: dict[str, Any] = {
+            "namespaces": dict(self.roots),
+            "client_id": self.client_id,
+            "session_expiry": self.session_expiry,
+            "protocol": self.protocol,
+            "keepalive": self.keepalive,
+            "ingest_batch": self.batch,
+            "tls_insecure": self.insecure,
+        }
+        if self.topic_prefix:
+            options["topic_prefix"] = self.topic_prefix
+        if self.ca_file:
+            options["ca_certs"] = self.ca_file
+        options.update(self.adapter_options)
+        return parse_settings(self.url, options)
+
+
+class MqttBuffer:
+    """``wsnmom spark-buffer``: an MQTT session of its own whose only consumer is a log."""
+
+    def __init__(self, settings: BufferSettings) -> None:
+        self.settings = settings
+        self.mqtt = settings.mqtt_settings()
+        self.mapping = MqttMapping(self.mqtt.namespaces, self.mqtt.topic_prefix)
+        tap, self.appender = _tap(
+            "spark-buffer",
+            settings.log_path,
+            settings.selection,
+            settings.name,
+            {"dedupe_window": settings.dedupe_window, "keep_seconds": settings.keep_seconds},
+        )
+        self.log = self.appender.log
+        #: the MQTT filters the session subscribes
+        self.filters = sorted(self.mapping.filters(tap.patterns))
+        self.state = SessionState(str(settings.log_path) + ".session")
+        self.client_id = self.state.settle_client_id(settings.client_id)
+        self.session = Session(
+            self.mqtt, self.client_id, None, self.mapping, self.state, Taps([tap])
+        )
+        self._stop = threading.Event()
+
+    @property
+    def appended(self) -> int:
+        """Messages appended by this run."""
+        return self.appender.appended
+
+    @property
+    def duplicates(self) -> int:
+        """Redelivered messages recognised and not appended again."""
+        return self.appender.duplicates
+
+    @property
+    def session_present(self) -> bool:
+        """Whether the broker still had the buffer's session at the last connect."""
+        return self.session.link.session_present
+
+    def start(self) -> None:
+        """Connect, subscribe and start appending; ``AdapterError`` (``AdapterUnavailable``
+        when the broker does not answer within the session's timeouts)."""
         self._stop.clear()
-        self._writer = threading.Thread(target=self._write, name="wsnmom-spark-buffer", daemon=True)
-        self._writer.start()
-        self.client.reconnect_delay_set(1, 5)
-        if self.v5:
-            props = Properties(PacketTypes.CONNECT)  # type: ignore[no-untyped-call]
-            props.SessionExpiryInterval = self.settings.session_expiry
-            self.client.connect_async(
-                self.host, self.port, self.settings.keepalive, clean_start=False, properties=props
-            )
-        else:
-            self.client.connect_async(self.host, self.port, self.settings.keepalive)
-        self.client.loop_start()
-        if not self.subscribed.wait(timeout):
-            self.stop()
-            raise TimeoutError(
-                f"the MQTT broker {self.host}:{self.port} did not accept the buffer's "
-                f"connection and subscriptions {self.filters} within {timeout:.0f}s"
-            )
+        try:
+            self.session.start(())
+        except BaseException:
+            self.state.close()
+            raise
 
     def stop(self) -> None:
-        """Disconnect (the session stays on the broker) after appending what arrived."""
-        self.client.disconnect()
-        self.client.loop_stop()
+        """Append and acknowledge what arrived, then disconnect (the session stays on the
+        broker, which queues for it)."""
         self._stop.set()
-        if self._writer is not None:
-            self._writer.join(timeout=30)
-            self._writer = None
+        self.session.stop()
+        self.state.close()
 
-    def run(self, keep_seconds: float | None = None) -> None:
-        """Run until interrupted (SIGINT/SIGTERM through KeyboardInterrupt/SystemExit),
-        trimming records older than ``keep_seconds`` once a minute."""
+    def run(self) -> None:
+        """Run until interrupted (SIGINT/SIGTERM through KeyboardInterrupt/SystemExit);
+        trims the log while it is quiet too."""
         self.start()
-        next_trim = time.monotonic() + 60
         try:
             while not self._stop.wait(1.0):
-                if keep_seconds is not None and time.monotonic() >= next_trim:
-                    removed = self.log.trim_older(keep_seconds)
-                    if removed:
-                        log.info(
-                            "buffer trimmed %d record(s) older than %ss", removed, keep_seconds
-                        )
-                    next_trim = time.monotonic() + 60
+                self.appender.trim_if_due()
         finally:
             self.stop()
-        if self.error is not None:
-            raise RuntimeError(f"the buffer stopped: {self.error}") from self.error
 
 
 def default_client_id() -> str:

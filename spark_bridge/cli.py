@@ -40,7 +40,8 @@ def _selection(topic: str | None, dialect: str | None, namespace: tuple[str, ...
     "--mqtt",
     "url",
     required=True,
-    help="MQTT broker URL: mqtt://[user:pass@]host:1883 (mqtts:// for TLS).",
+    help="MQTT broker URL: mqtt://[user:pass@]host:1883 (mqtts:// for TLS); the MQTT "
+    "adapter's options may follow as query arguments (?topic_prefix=wsn).",
 )
 @click.option(
     "--log",
@@ -73,7 +74,13 @@ def _selection(topic: str | None, dialect: str | None, namespace: tuple[str, ...
     "--root",
     multiple=True,
     metavar="URI=ROOT",
-    help="MQTT root of a topic namespace, as the gateway's MQTT adapter has it (repeatable).",
+    help="MQTT topic prefix of a topic namespace: the gateway's MQTT adapter option "
+    "namespaces (repeatable).",
+)
+@click.option(
+    "--topic-prefix",
+    default=None,
+    help="The gateway's MQTT adapter option topic_prefix (levels in front of every topic).",
 )
 @click.option("--name", default=None, help="Stream name of the log (default: the file name).")
 @click.option(
@@ -105,6 +112,7 @@ def spark_buffer(
     dialect: str | None,
     namespace: tuple[str, ...],
     root: tuple[str, ...],
+    topic_prefix: str | None,
     name: str | None,
     session_expiry: int,
     protocol: str,
@@ -115,11 +123,15 @@ def spark_buffer(
     """Buffer MQTT notifications in a log that Spark reads with ``wsn_log``.
 
     Holds a persistent session (QoS 1) and acknowledges each message only after it is
-    stored, so nothing published while Spark is not running is lost.
+    stored, so nothing published while Spark is not running is lost.  Topics and metadata
+    are read as the gateway's MQTT adapter reads them: give it the same namespaces
+    (--root) and topic prefix.
     """
     logging.basicConfig(
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    from wsnmom.core.adapter import AdapterError
+
     from .buffer import BufferSettings, MqttBuffer
 
     settings = BufferSettings(
@@ -128,9 +140,11 @@ def spark_buffer(
         client_id=client_id,
         selection=_selection(topic, dialect, namespace),
         roots=_pairs(root, "--root"),
+        topic_prefix=topic_prefix,
         name=name,
         session_expiry=session_expiry,
         protocol=protocol,
+        keep_seconds=keep_seconds,
         ca_file=ca_file,
     )
     try:
@@ -144,8 +158,8 @@ def spark_buffer(
         err=True,
     )
     try:
-        buffer.run(keep_seconds)
-    except TimeoutError as exc:
+        buffer.run()
+    except AdapterError as exc:
         raise click.ClickException(str(exc)) from exc
     except (KeyboardInterrupt, SystemExit):
         pass

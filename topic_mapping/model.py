@@ -21,6 +21,10 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from lxml import etree
 
 
 class Wildcard(enum.Enum):
@@ -185,6 +189,15 @@ class TopicExpression:
     def matches(self, topic: Topic) -> bool:
         """Whether ``topic`` is selected by any branch."""
         return any(p.matches(topic) for p in self.patterns)
+
+
+class TopicDocument(Protocol):
+    """What the XPath dialect evaluates over: a topic set as a ``wstop:TopicSet`` document
+    (``namespaces.TopicSet`` is one)."""
+
+    def to_element(self) -> etree._Element:
+        """The ``wstop:TopicSet`` element, each topic an element nested under its parent."""
+        ...
 
 
 def pattern_covers(outer: PathPattern, inner: PathPattern) -> bool:

@@ -26,17 +26,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
 
 import elementpath
 from lxml import etree
 
-from .dialects import CONCRETE, NCNAME_PATTERN, XPATH, parse_path_dialect
 from .errors import InvalidTopicExpression, TopicNotSupported
-from .model import PathPattern, Topic, TopicExpression
-
-if TYPE_CHECKING:
-    from .namespaces import TopicSet
+from .model import PathPattern, Topic, TopicDocument, TopicExpression
+from .path_dialects import CONCRETE, NCNAME_PATTERN, XPATH, parse_path_dialect
 
 __all__ = ["element_topic", "parse_xpath"]
 
@@ -61,7 +57,7 @@ def element_topic(element: etree._Element) -> Topic | None:
 
 
 def parse_xpath(
-    text: str, namespaces: Mapping[str | None, str], *, topic_set: TopicSet | None = None
+    text: str, namespaces: Mapping[str | None, str], *, topic_set: TopicDocument | None = None
 ) -> TopicExpression:
     """Parse/evaluate an XPath-dialect TopicExpression (see the module docstring)."""
     text = text.strip()

@@ -23,6 +23,7 @@ from typing import Any
 
 from wsnmom.core.adapter import Adapter, AdapterUnavailable
 from wsnmom.core.config import ConfigError, Settings
+from wsnmom.core.outbound_policy import OutboundPolicy
 from wsnmom.core.ports import OutboundSoap
 from wsnmom.core.service import BrokerService
 from wsnmom.core.store import Store, open_store
@@ -188,16 +189,21 @@ def load_topic_set(settings: Settings) -> TopicSet:
     return TopicSet(namespaces, fixed=settings.fixed_topic_set)
 
 
-def default_outbound(settings: Settings) -> OutboundSoap:
-    """The SOAP frontend's outbound client, with the configured destination policy."""
+def default_outbound(settings: Settings, policy: OutboundPolicy | None = None) -> OutboundSoap:
+    """The SOAP frontend's outbound client, checking addresses with ``policy`` (the
+    broker's; one built from ``settings.outbound`` when None)."""
     from wsnmom.soap_frontend.client import SoapClient
 
-    client: OutboundSoap = SoapClient(settings)
+    client: OutboundSoap = SoapClient(settings, policy=policy)
     return client
 
 
 def build_runtime(
-    settings: Settings, *, outbound: OutboundSoap | None = None, wait: bool = False
+    settings: Settings,
+    *,
+    outbound: OutboundSoap | None = None,
+    wait: bool = False,
+    outbound_policy: OutboundPolicy | None = None,
 ) -> Runtime:
     """Assemble (and start) a gateway for ``settings``.
 
@@ -206,6 +212,10 @@ def build_runtime(
     :class:`MiddlewareConnector` opens the adapter in the background, restores the broker
     and runs the start-up hooks once the middleware answers (see its docstring).  Without
     ``wait`` the ``AdapterUnavailable`` is raised.
+
+    ``outbound_policy`` is the one outbound-address policy the broker and the outbound
+    client share (default: from ``settings.outbound``, resolving names with the system
+    resolver).
     """
     from wsnmom.core.plugins import get_plugin_manager
     from wsnmom.soap_frontend.app import create_app
@@ -213,7 +223,11 @@ def build_runtime(
     plugins = get_plugin_manager()
     topic_set = load_topic_set(settings)
     try:
-        adapter = plugins.create_adapter(settings.adapter_url, settings.adapter_options)
+        adapter_class = plugins.resolve(settings.adapter_url)
+        options = dict(settings.adapter_options)
+        if adapter_class.uses_data_dir and settings.data_dir:
+            options.setdefault("data_dir", settings.data_dir)
+        adapter = adapter_class(settings.adapter_url, options)
     except (ValueError, TypeError) as exc:  # the URL or the options cannot be used
         raise ConfigError(f"adapter_url / adapter_options: {exc}") from exc
     store_lock = lock_store(settings.store_url)
@@ -235,15 +249,17 @@ def build_runtime(
         adapter.close()
         store_lock.release()
         raise
+    policy = outbound_policy or OutboundPolicy(settings.outbound)
     try:
         service = BrokerService(
             settings,
             adapter,
             store,
-            outbound or default_outbound(settings),
+            outbound or default_outbound(settings, policy),
             topic_set=topic_set,
             plugins=plugins,
             autostart=False,
+            outbound_policy=policy,
         )
     except BaseException:
         adapter.close()

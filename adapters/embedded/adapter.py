@@ -129,7 +129,7 @@ class EmbeddedHandle(SubscriptionHandle):
         "name",
     )
 
-    def __init__(self, adapter: EmbeddedAdapter, engine: Engine, sid: int, name: str) -> None:
+    def __init__(self, adapter: Adapter, engine: Engine, sid: int, name: str) -> None:
         self.name = name
         self._adapter = adapter
         self._engine = engine

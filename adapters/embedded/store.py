@@ -339,8 +339,14 @@ def _execute_rows(c: sqlite3.Connection, sql: str, rows: Sequence[tuple[Any, ...
 class Engine:
     """Shared state of one embedded database; see the module docstring."""
 
-    def __init__(self, path: str, *, synchronous: str = "NORMAL") -> None:
+    def __init__(
+        self, path: str, *, synchronous: str = "NORMAL", keep_current: bool = True
+    ) -> None:
         self.path = path
+        #: keep the current message per topic (``current`` table); False for a queue store
+        #: whose middleware keeps it elsewhere (the MQTT adapter: the broker's retained
+        #: messages)
+        self.keep_current = keep_current
         self.memory = path == MEMORY
         self.lock = threading.RLock()
         self.users = 0
@@ -808,10 +814,11 @@ class Engine:
                 if route is None:
                     found = self.targets(topic)
                     key = _topic_key(topic)
+                    keeps = self.keep_current and not is_internal_namespace(topic.namespace)
                     route = by_topic[topic] = _Route(
                         topic.namespace,
                         key,
-                        None if is_internal_namespace(topic.namespace) else (topic.namespace, key),
+                        (topic.namespace, key) if keeps else None,
                         sorted(found),
                         len(found),
                     )

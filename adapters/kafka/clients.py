@@ -24,17 +24,11 @@ from typing import Any
 
 from confluent_kafka import KafkaError, Message
 from wsnmom.adapters.logbase.backend import LogRecord
-from wsnmom.core.codec import sniff_content_type
+from wsnmom.adapters.native import sniff_content_type
 
 from .mapping import KafkaMapping
 
-__all__ = [
-    "Health",
-    "kafka_logger",
-    "record_from_message",
-    "record_from_parts",
-    "sniff_content_type",
-]
+__all__ = ["Health", "kafka_logger", "record_from_message", "record_from_parts"]
 
 log = logging.getLogger("wsnmom.adapters.kafka")
 

@@ -6,6 +6,7 @@ from bench.scenarios.base import Scenario
 from bench.scenarios.delivery import Delivery
 from bench.scenarios.fanout import FanOut
 from bench.scenarios.ingress import Ingress
+from bench.scenarios.isolation import Isolation
 from bench.scenarios.matching import Matching
 from bench.scenarios.memory import Memory
 from bench.scenarios.recovery import Recovery
@@ -15,6 +16,7 @@ from bench.scenarios.spark import SparkBridge
 SCENARIOS: tuple[type[Scenario], ...] = (
     Ingress,
     Delivery,
+    Isolation,
     FanOut,
     Matching,
     Memory,

@@ -23,6 +23,7 @@ from wsnmom.core.model import (
     SoapVersion,
     SubscribeRequest,
 )
+from wsnmom.core.outbound_policy import OutboundPolicy
 from wsnmom.core.ports import DeliveryFailed
 from wsnmom.core.service import BrokerService
 from wsnmom.core.store import SqliteStore
@@ -64,6 +65,12 @@ def consumer(address: str = "http://127.0.0.1:9/consumer") -> EndpointReference:
 
 def sub_req(address: str = "http://127.0.0.1:9/consumer", **kw: Any) -> SubscribeRequest:
     return SubscribeRequest(consumer=consumer(address), **kw)
+
+
+def documentation_address(host: str, port: int) -> list[str]:
+    """Every name resolves to a documentation address (TEST-NET-1, RFC 5737): these tests
+    look nothing up, and their recording outbound port never connects anywhere."""
+    return ["192.0.2.1"]
 
 
 class FakeClock:
@@ -213,6 +220,8 @@ class Broker:
     plugins: Any = None
     #: adapter URL template (``{tmp}`` = the broker's directory); default embedded
     adapter_url: str | None = None
+    #: resolves names for the outbound policy (None: ``documentation_address``)
+    resolver: Any = None
 
     def start(self) -> BrokerService:
         if self.adapter_url is None:
@@ -233,6 +242,9 @@ class Broker:
             clock=self.clock,
             demand_interval=0.2,
             plugins=self.plugins,
+            outbound_policy=OutboundPolicy(
+                self.settings.outbound, resolver=self.resolver or documentation_address
+            ),
         )
         return self.service
 
@@ -271,16 +283,20 @@ def make_broker(
         *,
         plugins: Any = None,
         adapter_url: str | None = None,
+        resolver: Any = None,
+        soap: Any = None,
         **overrides: Any,
     ) -> Broker:
+        """``soap``: the outbound SOAP port (default: the recording one)."""
         b = Broker(
             tmp_path / f"b{len(brokers)}",
-            outbound,
+            soap if soap is not None else outbound,
             clock,
             make_settings(**overrides),
             topic_set or (lambda: TopicSet(fixed=False)),
             plugins=plugins,
             adapter_url=adapter_url,
+            resolver=resolver,
         )
         brokers.append(b)
         b.start()

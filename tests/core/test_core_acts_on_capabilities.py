@@ -6,10 +6,12 @@ the sweep, and the restore hold around recovery.  Run on the file-log reference 
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -301,3 +303,41 @@ def test_recovery_tells_the_adapter_before_and_after(
     broker.restart()
     assert events[0] == "restoring" and events[-1] == "restored"
     assert "subscription" in events[1:-1]
+
+
+# --------------------------------------------------------------------------- per instance
+
+
+def test_capabilities_are_per_instance_and_read_after_open(
+    make_broker: Callable[..., Broker], tmp_path: Path
+) -> None:
+    """An adapter may learn its capabilities when it opens (MQTT 3.1.1 and 5 differ per
+    connection): it sets them on the instance, the class and other instances keep theirs,
+    and a broker built before the adapter opened (a gateway started before its middleware)
+    advertises what the open instance does."""
+    from wsnmom.adapters.embedded.adapter import EmbeddedAdapter
+    from wsnmom.core.store import SqliteStore
+
+    class LearnsAtOpen(EmbeddedAdapter):
+        def open(self) -> None:
+            super().open()
+            self.capabilities = dataclasses.replace(
+                type(self).capabilities, native_queue_limits=False
+            )
+
+    learned = LearnsAtOpen(f"embedded://{tmp_path / 'mw'}")
+    other = EmbeddedAdapter(f"embedded://{tmp_path / 'mw2'}")
+    broker = make_broker()
+    store = SqliteStore(str(tmp_path / "store.db"))
+    service = BrokerService(broker.settings, learned, store, broker.outbound, autostart=False)
+    try:
+        assert set(service.policy().accumulation.enforced_by.values()) == {"middleware"}
+        learned.open()
+        service.start()
+        assert service.policy().accumulation.enforced_by["max_messages"] == "gateway"
+        assert EmbeddedAdapter.capabilities.native_queue_limits
+        assert other.capabilities.native_queue_limits
+    finally:
+        service.close()
+        store.close()
+        learned.close()

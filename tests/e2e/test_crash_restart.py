@@ -10,8 +10,8 @@ N (at-least-once: duplicates allowed and reported, nothing missing), GetMessages
 all N, and ResumeSubscription delivers the paused subscription's N in order.
 
 Each test runs its own ``wsnmom serve`` (``RunningServer``) on a temporary data directory;
-RabbitMQ and Kafka runs use the session's broker with a unique topic namespace (Kafka: also
-unique topics and consumer groups per gateway).
+RabbitMQ, Kafka and MQTT runs use the session's broker with a unique topic namespace (Kafka:
+also unique topics and consumer groups per gateway; MQTT: a topic prefix per gateway).
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ from tests.fixtures.server import (
     RunningServer,
     free_port,
     kafka_gateway_url,
+    mqtt_gateway_url,
     poll,
 )
 from tests.support.soap import NS, WSNMOM, epr_address, resource_id
@@ -54,6 +55,7 @@ ENV = {"WSNMOM_RETRY__GIVE_UP": "keep", "WSNMOM_RETRY__MAX_DELAY": "0.5"}
         pytest.param("embedded"),
         pytest.param("rabbitmq", marks=pytest.mark.rabbitmq),
         pytest.param("kafka", marks=pytest.mark.kafka),
+        pytest.param("mqtt", marks=pytest.mark.mqtt),
     ]
 )
 def own_server(request: pytest.FixtureRequest) -> Iterator[RunningServer]:
@@ -64,6 +66,8 @@ def own_server(request: pytest.FixtureRequest) -> Iterator[RunningServer]:
         url = f"embedded://{data_dir / 'middleware'}"
     elif name == "rabbitmq":
         url = str(request.getfixturevalue("rabbitmq_url"))
+    elif name == "mqtt":  # the restarted gateway keeps its data directory: the same session
+        url = mqtt_gateway_url(str(request.getfixturevalue("mqtt_url")))
     else:  # the restarted gateway keeps the URL: the same topics and groups
         url = kafka_gateway_url(str(request.getfixturevalue("kafka_url")))
     server = RunningServer(name, url, data_dir, extra_env=dict(ENV))

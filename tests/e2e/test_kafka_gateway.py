@@ -6,8 +6,6 @@ restarted under a running gateway."""
 
 from __future__ import annotations
 
-import base64
-import json
 import os
 import shutil
 import signal
@@ -29,7 +27,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from tests.e2e.conftest import Wsn
 from tests.fixtures.brokers import TansuNode
 from tests.fixtures.server import ConsumerServer, RunningServer, kafka_gateway_url, poll
-from tests.support.soap import CONCRETE, NS, WSNMOM
+from tests.support.soap import CONCRETE, NATIVE_BODIES, NS, check_native_bodies
 
 pytestmark = [pytest.mark.e2e, pytest.mark.kafka]
 
@@ -68,12 +66,6 @@ def concrete(wsn: Wsn, consumer: str, path: str) -> str:
     return wsn.subscribe(consumer, f"tns:{path}", dialect=CONCRETE).address
 
 
-def native_message(element) -> tuple[str | None, str | None, str]:  # type: ignore[no-untyped-def]
-    wrapper = element.find(f"wsnt:Message/{{{WSNMOM}}}NativeMessage", NS)
-    assert wrapper is not None, etree.tostring(element)
-    return wrapper.get("contentType"), wrapper.get("encoding"), wrapper.text or ""
-
-
 def test_native_records_reach_ws_n_consumers(
     tagged: tuple[RunningServer, str], kafka_bootstrap: str, consumer: ConsumerServer
 ) -> None:
@@ -83,19 +75,10 @@ def test_native_records_reach_ws_n_consumers(
     # the subscription follows the topic once it exists (found within discovery_interval);
     # one key keeps the records in one partition, so in order
     producer = Producer({"bootstrap.servers": kafka_bootstrap, "acks": "all"})
-    producer.produce(f"{prefix}.orders.created", b'{"order": 17, "total": 9.5}', key=b"o")
-    producer.produce(f"{prefix}.orders.created", bytes([0, 255, 7]), key=b"o")
-    producer.produce(f"{prefix}.orders.created", b'<order xmlns="urn:o" id="18"/>', key=b"o")
+    for body in NATIVE_BODIES:
+        producer.produce(f"{prefix}.orders.created", body, key=b"o")
     assert producer.flush(10) == 0
-    messages = consumer.wait_for_messages(3, timeout=15)
-    first, second = native_message(messages[0]), native_message(messages[1])
-    assert first[0] == "application/json" and json.loads(first[2]) == {"order": 17, "total": 9.5}
-    assert second[:2] == ("application/octet-stream", "base64")
-    assert base64.b64decode(second[2]) == bytes([0, 255, 7])
-    xml = messages[2].find("wsnt:Message/{urn:o}order", NS)
-    assert xml is not None and xml.get("id") == "18"
-    topic = messages[0].find("wsnt:Topic", NS)
-    assert topic is not None and (topic.text or "").endswith("orders/created")
+    check_native_bodies(consumer.wait_for_messages(3, timeout=15), "orders/created")
     # GetCurrentMessage answers with the newest native record
     gcm = (
         f'<wsnt:GetCurrentMessage><wsnt:Topic xmlns:tns="{NATIVE}" Dialect="{CONCRETE}">'

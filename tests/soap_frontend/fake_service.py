@@ -1,10 +1,12 @@
 """A small in-memory stand-in for ``core.service.BrokerService`` used by the frontend unit
 tests: it records calls and implements just enough semantics (lifetimes, exact topic
-matching, pull point queues) to exercise every code path of the SOAP layer."""
+matching, pull point queues) to exercise every code path of the SOAP layer.
+
+It implements ``core.ports.BrokerPort``, the port the frontend is written against; strict
+mypy checks that (``scripts/typecheck.sh`` type-checks this file too)."""
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -12,8 +14,10 @@ from typing import Any
 
 from lxml import etree
 from wsnmom.core import errors
+from wsnmom.core.config import Settings
 from wsnmom.core.model import (
     CreatePullPointRequest,
+    ExpressionSource,
     InboundNotification,
     NotificationMessage,
     PublisherRegistration,
@@ -23,20 +27,20 @@ from wsnmom.core.model import (
     Subscription,
     SubscriptionState,
 )
+from wsnmom.core.operations import (
+    AdapterHealth,
+    Overview,
+    PullPointStatus,
+    RegistrationStatus,
+    SubscriptionStatus,
+)
+from wsnmom.core.policy import BrokerPolicy, build_policy
+from wsnmom.core.ports import BrokerPort, BrokerProperties
 from wsnmom.topic_mapping.model import Topic
 
 SIMPLE = "http://docs.oasis-open.org/wsn/t-1/TopicExpression/Simple"
 CONCRETE = "http://docs.oasis-open.org/wsn/t-1/TopicExpression/Concrete"
 MAX = timedelta(days=30)
-
-
-@dataclass
-class Props:
-    topic_expressions: tuple[Any, ...] = ()
-    fixed_topic_set: bool = False
-    dialects: tuple[str, ...] = (SIMPLE, CONCRETE)
-    topic_set: Any = None
-    requires_registration: bool = False
 
 
 @dataclass(frozen=True)
@@ -106,6 +110,7 @@ class FakeService:
             return now + timedelta(hours=1)
         if not isinstance(value, datetime):
             value = now + value  # timedelta or isodate.Duration
+        assert isinstance(value, datetime)
         if value <= now:
             raise fault("termination time is not in the future")
         if value > now + MAX:
@@ -123,9 +128,9 @@ class FakeService:
         if req.producer_properties is not None:
             raise errors.InvalidProducerPropertiesExpression("ProducerProperties unsupported")
         if req.unsupported_policy:
-            err = errors.UnrecognizedPolicyRequest("unknown policy")
-            err.policies = req.unsupported_policy  # type: ignore[attr-defined]
-            raise err
+            raise errors.UnrecognizedPolicyRequest(
+                "unknown policy", policies=tuple(req.unsupported_policy)
+            )
         term = self._termination(
             req.initial_termination_time,
             req.initial_termination_time_invalid,
@@ -241,21 +246,60 @@ class FakeService:
         self.get_registration(rid)
         del self.regs[rid]
 
+    # --- operators
+    def overview(self) -> Overview:
+        health = AdapterHealth("fake", "fake://", "queue", True, True, True, self.is_ready)
+        return Overview(
+            time=self.now().timestamp(),
+            health=health,
+            subscriptions=self.subscription_statuses(),
+            pull_points=[
+                PullPointStatus(pp, self.pull_point_address(pp.id), len(self.pp_queues[pp.id]), ())
+                for pp in self.pps.values()
+            ],
+            registrations=[
+                RegistrationStatus(reg, self.registration_address(reg.id))
+                for reg in self.regs.values()
+            ],
+            topics=[],
+            topics_forgotten=0,
+        )
+
+    def subscription_statuses(self) -> list[SubscriptionStatus]:
+        return [self.subscription_status(sid) for sid in self.subs]
+
+    def subscription_status(self, sid: str) -> SubscriptionStatus:
+        sub = self.get_subscription(sid)
+        return SubscriptionStatus(sub, self.subscription_address(sid), "push", 0, None)
+
+    def purge_subscription(self, sid: str) -> int | None:
+        self.get_subscription(sid)
+        return 0
+
+    def purge_pull_point(self, pid: str) -> int | None:
+        self.get_pull_point(pid)
+        dropped = len(self.pp_queues[pid])
+        self.pp_queues[pid] = []
+        return dropped
+
     # --- properties
-    def broker_properties(self) -> Props:
+    def broker_properties(self) -> BrokerProperties:
         ts = etree.fromstring(
             b'<wstop:TopicSet xmlns:wstop="http://docs.oasis-open.org/wsn/t-1" '
             b'xmlns:t="urn:t"><t:a wstop:topic="true"/></wstop:TopicSet>'
         )
-        from wsnmom.core.model import ExpressionSource
-
-        return Props(
-            topic_expressions=(ExpressionSource(SIMPLE, "t:a", {"t": "urn:t"}),),
+        return BrokerProperties(
+            topic_expressions=[ExpressionSource(SIMPLE, "t:a", {"t": "urn:t"})],
+            fixed_topic_set=False,
+            dialects=(SIMPLE, CONCRETE),
             topic_set=ts,
+            requires_registration=False,
         )
 
-    def policy(self) -> Policy:
-        return Policy()
+    def policy(self) -> BrokerPolicy:
+        return build_policy(Settings(), message_content_dialects=())
 
-    def as_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self.policy())
+
+def as_port(service: FakeService) -> BrokerPort:
+    """The fake as the frontend sees it (strict mypy checks it implements the port)."""
+    return service

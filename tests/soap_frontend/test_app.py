@@ -12,6 +12,7 @@ from flask import Flask
 from flask.testing import FlaskClient
 from lxml import etree
 from werkzeug.serving import make_server
+from wsnmom.core.config import Settings
 from wsnmom.soap_frontend import create_app
 
 from tests.soap_frontend.fake_service import FakeService
@@ -37,10 +38,11 @@ def service() -> FakeService:
 
 @pytest.fixture
 def app(service: FakeService) -> Flask:
-    class S:
-        max_request_bytes = 64 * 1024
-
-    return create_app(service, S())
+    # listening on every interface (anonymous clients allowed): WSDL addresses follow the
+    # request's host
+    settings = Settings(max_request_bytes=64 * 1024, host="0.0.0.0")
+    settings.auth.required = "false"
+    return create_app(service, settings)
 
 
 @pytest.fixture

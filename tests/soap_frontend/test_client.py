@@ -1,9 +1,14 @@
 """SoapClient against a recording HTTP endpoint: wrapped and raw Notify, WS-A headers,
-failures, destination policy and the demand-based control calls."""
+failures, the outbound policy at send time (and connecting to the address it checked)
+and the demand-based control calls."""
 
 from __future__ import annotations
 
+import socket
+from typing import Any
+
 import pytest
+from wsnmom.core.config import OutboundSettings
 from wsnmom.core.model import (
     Delivered,
     EndpointReference,
@@ -11,8 +16,9 @@ from wsnmom.core.model import (
     NotificationMessage,
     SoapVersion,
 )
+from wsnmom.core.outbound_policy import OutboundPolicy
 from wsnmom.core.ports import DeliveryFailed
-from wsnmom.soap_frontend.client import DestinationPolicy, SoapClient, combine_topics
+from wsnmom.soap_frontend.client import SoapClient, combine_topics
 from wsnmom.topic_mapping.model import Topic
 
 from tests.fixtures.server import ConsumerServer
@@ -77,12 +83,22 @@ def test_failures_raise_delivery_failed(consumer: ConsumerServer) -> None:
     with pytest.raises(DeliveryFailed) as info:
         client.notify(target, SoapVersion.SOAP12, _deliveries(1), use_raw=False, timeout=5)
     assert not info.value.permanent  # a Receiver fault may go away
+    assert info.value.answered and not info.value.timed_out
     consumer.mode = "drop"
-    with pytest.raises(DeliveryFailed):
+    with pytest.raises(DeliveryFailed) as info:
         client.notify(target, SoapVersion.SOAP12, _deliveries(1), use_raw=False, timeout=5)
+    assert not info.value.answered and not info.value.timed_out
     closed = EndpointReference(f"http://127.0.0.1:{_closed_port()}/x")
-    with pytest.raises(DeliveryFailed):
+    with pytest.raises(DeliveryFailed) as info:
         client.notify(closed, SoapVersion.SOAP12, _deliveries(1), use_raw=False, timeout=2)
+    assert not info.value.answered and not info.value.timed_out  # refused at once
+    with socket.socket() as tarpit:  # connects (listen backlog), never answers
+        tarpit.bind(("127.0.0.1", 0))
+        tarpit.listen(4)
+        silent = EndpointReference(f"http://127.0.0.1:{tarpit.getsockname()[1]}/x")
+        with pytest.raises(DeliveryFailed) as info:
+            client.notify(silent, SoapVersion.SOAP12, _deliveries(1), use_raw=False, timeout=0.3)
+    assert info.value.timed_out and not info.value.answered
 
 
 def _closed_port() -> int:
@@ -93,31 +109,89 @@ def _closed_port() -> int:
         return int(s.getsockname()[1])
 
 
-@pytest.mark.parametrize(
-    ("policy", "url"),
-    [
-        (DestinationPolicy(), "http://169.254.169.254/latest/meta-data"),
-        (DestinationPolicy(), "ftp://example.org/x"),
-        (DestinationPolicy(allow_loopback=False), "http://127.0.0.1:9/x"),
-        (DestinationPolicy(deny=["10.0.0.0/8"]), "http://10.1.2.3/x"),
-        (DestinationPolicy(deny=["*.internal"]), "http://db.internal/x"),
-        (DestinationPolicy(allow=["192.0.2.0/24"]), "http://127.0.0.1/x"),
-        (DestinationPolicy(), "http://[fe80::1]/x"),
-    ],
-)
-def test_destination_policy_refuses(policy: DestinationPolicy, url: str) -> None:
+REFUSED = [
+    (OutboundSettings(), "http://169.254.169.254/latest/meta-data"),
+    (OutboundSettings(), "http://[::ffff:169.254.169.254]/latest/meta-data"),
+    (OutboundSettings(), "http://2852039166/"),
+    (OutboundSettings(), "ftp://127.0.0.1/x"),
+    (OutboundSettings(allow_loopback=False), "http://127.0.0.1:{port}/x"),
+    (OutboundSettings(allow_loopback=False), "http://[::ffff:127.0.0.1]:{port}/x"),
+    (OutboundSettings(allow_loopback=False), "http://0x7f000001:{port}/x"),
+    (OutboundSettings(allow_loopback=False), "http://127.1:{port}/x"),
+    (OutboundSettings(allow_loopback=False), "http://rebound.test:{port}/x"),
+    (OutboundSettings(deny=["10.0.0.0/8"]), "http://10.1.2.3/x"),
+    (OutboundSettings(deny=["*.internal"]), "http://db.internal/x"),
+    (OutboundSettings(allow=["192.0.2.0/24"]), "http://127.0.0.1:{port}/x"),
+    (OutboundSettings(), "http://[fe80::1]/x"),
+    (OutboundSettings(), "http://[::1"),
+]
+
+
+def test_refused_addresses_get_no_traffic(consumer: ConsumerServer) -> None:
+    """Every call checks its address with core's policy first: a refusal is a permanent
+    DeliveryFailed and nothing reaches the (loopback) consumer."""
+    for settings, url in REFUSED:
+        policy = OutboundPolicy(settings, resolver=lambda host, port: ["127.0.0.1"])
+        client = SoapClient(policy=policy)
+        target = EndpointReference(url.format(port=consumer.port))
+        with pytest.raises(DeliveryFailed, match="refused: ") as info:
+            client.notify(target, SoapVersion.SOAP12, _deliveries(1), use_raw=False, timeout=2)
+        assert info.value.permanent, url
+        with pytest.raises(DeliveryFailed, match="refused: "):
+            client.subscribe(target, EndpointReference("http://b/wsn/broker"), [], timeout=2)
+        with pytest.raises(DeliveryFailed, match="refused: "):
+            client.pause(target, timeout=2)
+    assert consumer.notifies() == [] and consumer.control == []
+
+
+def test_an_unresolvable_name_is_a_temporary_failure() -> None:
+    def down(host: str, port: int) -> list[str]:
+        raise socket.gaierror(socket.EAI_AGAIN, "Temporary failure in name resolution")
+
+    client = SoapClient(policy=OutboundPolicy(resolver=down))
     with pytest.raises(DeliveryFailed) as info:
-        policy.check(url)
-    assert info.value.permanent
+        client.notify(
+            EndpointReference("http://consumer.test/c"),
+            SoapVersion.SOAP12,
+            _deliveries(1),
+            use_raw=False,
+            timeout=2,
+        )
+    assert not info.value.permanent
 
 
-def test_destination_policy_from_settings() -> None:
-    from wsnmom.core.config import OutboundSettings
+def test_a_name_is_reached_at_the_address_the_policy_checked(
+    consumer: ConsumerServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No second lookup: the connection goes to the checked address (the resolver's
+    answer), never to what the system resolver says about the name; the name stays in
+    the Host header and wsa:To."""
+    looked_up: list[str] = []
+    real = socket.getaddrinfo
 
-    policy = DestinationPolicy.from_settings(OutboundSettings(deny=["192.0.2.0/24"]))
-    policy.check("http://127.0.0.1/x")
-    with pytest.raises(DeliveryFailed):
-        policy.check("http://192.0.2.7/x")
+    def recording(host: Any, *args: Any, **kwargs: Any) -> Any:
+        looked_up.append(str(host))
+        return real(host, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", recording)
+    resolver_calls: list[str] = []
+
+    def resolver(host: str, port: int) -> list[str]:
+        resolver_calls.append(host)
+        return ["127.0.0.1"]
+
+    client = SoapClient(policy=OutboundPolicy(resolver=resolver))
+    address = f"http://Consumer.Test:{consumer.port}/c?k=1"
+    for _ in range(2):
+        client.notify(
+            EndpointReference(address), SoapVersion.SOAP12, _deliveries(1), use_raw=False, timeout=5
+        )
+    recs = consumer.notifies()
+    assert [r.path for r in recs] == ["/c?k=1", "/c?k=1"]
+    assert {r.headers["Host"] for r in recs} == {f"consumer.test:{consumer.port}"}
+    assert recs[0].header(f"{{{NS['wsa']}}}To")[0].text == address
+    assert resolver_calls == ["consumer.test"]  # checked once, then reused
+    assert not [h for h in looked_up if "consumer" in h.lower()]
 
 
 def test_demand_control_calls(consumer: ConsumerServer) -> None:

@@ -14,10 +14,12 @@ import ssl
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trustme
 from wsnmom.core.model import EndpointReference, SoapVersion
+from wsnmom.core.outbound_policy import OutboundPolicy
 from wsnmom.core.ports import DeliveryFailed
 from wsnmom.soap_frontend.client import OutboundEnvironment, SoapClient
 
@@ -215,3 +217,39 @@ def test_https_goes_through_the_proxy_in_a_tunnel(
     assert b"Proxy-Authorization: Basic " + credentials in head
     # the consumer never sees the proxy credentials
     assert "Proxy-Authorization" not in tls_consumer.notifies()[0].headers
+
+
+def _named_tls_consumer(ca: trustme.CA, name: str, sni: list[str]) -> ConsumerServer:
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert(name).configure_cert(context)
+
+    def record(sock: Any, server_name: str | None, ctx: Any) -> None:
+        sni.append(server_name or "")
+
+    context.sni_callback = record
+    return ConsumerServer(tls=context)
+
+
+def test_https_to_a_name_verifies_the_name_at_the_checked_address(
+    clean_env: pytest.MonkeyPatch, ca: trustme.CA, ca_file: str
+) -> None:
+    """The connection goes to the address the policy checked (the injected resolver's),
+    while SNI and the certificate check use the consumer's host name; a certificate for
+    another name is refused."""
+    clean_env.setenv("REQUESTS_CA_BUNDLE", ca_file)
+    policy = OutboundPolicy(resolver=lambda host, port: ["127.0.0.1"])
+    sni: list[str] = []
+    server = _named_tls_consumer(ca, "consumer.test", sni)
+    try:
+        client = SoapClient(policy=policy)
+        target = EndpointReference(f"https://consumer.test:{server.port}/c")
+        client.notify(target, SoapVersion.SOAP12, _deliveries(1), use_raw=False, timeout=5)
+        (rec,) = server.notifies()
+        assert rec.headers["Host"] == f"consumer.test:{server.port}"
+        assert sni == ["consumer.test"]
+        other = EndpointReference(f"https://other.test:{server.port}/c")
+        with pytest.raises(DeliveryFailed, match=r"CERTIFICATE_VERIFY_FAILED|match|mismatch"):
+            client.notify(other, SoapVersion.SOAP12, _deliveries(1), use_raw=False, timeout=5)
+        assert len(server.notifies()) == 1
+    finally:
+        server.close()

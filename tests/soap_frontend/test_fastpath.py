@@ -13,6 +13,7 @@ from flask import Flask, Response, request_started
 from flask.testing import FlaskClient
 from werkzeug.test import EnvironBuilder
 from wsnmom.core import errors
+from wsnmom.core.config import Settings
 from wsnmom.core.model import CreatePullPointRequest, NotificationMessage
 from wsnmom.soap_frontend import create_app
 from wsnmom.soap_frontend.fastpath import SoapFastPath
@@ -23,13 +24,9 @@ from tests.support.soap import content_type, envelope, notify_body, subscribe_bo
 _MESSAGE_ID = re.compile(rb"(MessageID>)urn:uuid:[0-9a-f-]+(<)")
 
 
-class _Settings:
-    max_request_bytes = 4096
-
-
 def _app(service: FakeService) -> tuple[Flask, list[int]]:
     """An app and the list its Flask dispatches are counted in."""
-    app = create_app(service, _Settings())
+    app = create_app(service, Settings(max_request_bytes=4096))
     flask_calls: list[int] = []
     original = app.full_dispatch_request
 

@@ -1,5 +1,6 @@
 """Fixtures of the Spark bridge tests: one local SparkSession for the whole run (a JVM
-start costs ~5-10 s), MQTT publishing helpers, waiting for conditions."""
+start costs ~5-10 s), gateways shared by the bridge tests, waiting for conditions (native
+MQTT publishing: ``mqtt_publisher`` of tests/fixtures/mosquitto.py)."""
 
 from __future__ import annotations
 
@@ -47,52 +48,6 @@ def spark() -> Iterator[Any]:
         yield session
     finally:
         session.stop()
-
-
-class MqttPublisher:
-    """A plain paho MQTT 5 client publishing at QoS 1 and waiting for each PUBACK."""
-
-    def __init__(self, url: str) -> None:
-        import paho.mqtt.client as mqtt
-        from paho.mqtt.enums import CallbackAPIVersion
-
-        host, _, port = url.removeprefix("mqtt://").partition(":")
-        self.client = mqtt.Client(
-            CallbackAPIVersion.VERSION2,
-            client_id=f"pub-{uuid.uuid4().hex[:8]}",
-            protocol=mqtt.MQTTv5,
-        )
-        self.client.connect(host, int(port))
-        self.client.loop_start()
-
-    def publish(
-        self,
-        topic: str,
-        body: bytes,
-        headers: dict[str, str] | None = None,
-        content_type: str | None = None,
-    ) -> None:
-        from paho.mqtt.packettypes import PacketTypes
-        from paho.mqtt.properties import Properties
-
-        props = Properties(PacketTypes.PUBLISH)
-        if headers:
-            props.UserProperty = list(headers.items())
-        if content_type:
-            props.ContentType = content_type
-        info = self.client.publish(topic, body, qos=1, properties=props)
-        info.wait_for_publish(10)
-
-    def close(self) -> None:
-        self.client.disconnect()
-        self.client.loop_stop()
-
-
-@pytest.fixture
-def mqtt_publisher(mosquitto_url: str) -> Iterator[MqttPublisher]:
-    publisher = MqttPublisher(mosquitto_url)
-    yield publisher
-    publisher.close()
 
 
 @pytest.fixture(scope="session")

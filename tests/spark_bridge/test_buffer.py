@@ -4,18 +4,21 @@ duplicates after a crash between append and PUBACK."""
 
 from __future__ import annotations
 
+import sqlite3
 import subprocess
 import sys
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 from wsnmom.spark_bridge.buffer import BufferSettings, MqttBuffer
 from wsnmom.spark_bridge.log import NotificationLog
 from wsnmom.spark_bridge.selection import Selection
 
-from tests.spark_bridge.conftest import MqttPublisher, wait_until
+from tests.fixtures.mosquitto import MqttPublisher
+from tests.spark_bridge.conftest import wait_until
 
 pytestmark = pytest.mark.mqtt
 
@@ -35,11 +38,13 @@ def settings(url: str, path: Path, client_id: str, topic: str = "p:valves//.") -
 
 
 def test_buffer_keeps_everything_across_its_own_restart(
-    mosquitto_url: str, mqtt_publisher: MqttPublisher, tmp_path: Path
+    mqtt_url: str, mqtt_publisher: MqttPublisher, tmp_path: Path
 ) -> None:
     path = tmp_path / "mqtt.sqlite"
     client_id = f"buf-{uuid.uuid4().hex[:8]}"
-    buffer = MqttBuffer(settings(mosquitto_url, path, client_id))
+    retained = f"plant/valves/r{uuid.uuid4().hex[:6]}/state"
+    mqtt_publisher.publish(retained, b"<s>retained</s>", retain=True)
+    buffer = MqttBuffer(settings(mqtt_url, path, client_id))
     buffer.start()
     assert buffer.filters == ["plant/valves/#"]
     for i in range(20):
@@ -51,25 +56,27 @@ def test_buffer_keeps_everything_across_its_own_restart(
     # published while the buffer is down: the broker queues them for the session
     for i in range(20, 35):
         mqtt_publisher.publish(f"plant/valves/v{i % 4}/state", f"<s>{i}</s>".encode())
-    again = MqttBuffer(settings(mosquitto_url, path, client_id))
+    again = MqttBuffer(settings(mqtt_url, path, client_id))
     again.start()
     assert again.session_present
     wait_until(lambda: len(log) == 35, what="35 records in the log")
     time.sleep(0.3)
     again.stop()
+    mqtt_publisher.publish(retained, b"", retain=True)  # cleared on the shared broker
     bodies = [body for _seq, _native, body in log.entries()]
+    # the retained message was not a new notification (as for a gateway's subscriptions)
     assert bodies == [f"<s>{i}</s>".encode() for i in range(35)]
     assert again.duplicates == 0
 
 
 def test_crash_between_append_and_puback_appends_nothing_twice(
-    mosquitto_url: str, mqtt_publisher: MqttPublisher, tmp_path: Path
+    mqtt_url: str, mqtt_publisher: MqttPublisher, tmp_path: Path
 ) -> None:
     path = tmp_path / "mqtt.sqlite"
     client_id = f"buf-{uuid.uuid4().hex[:8]}"
-    buffer = MqttBuffer(settings(mosquitto_url, path, client_id))
+    buffer = MqttBuffer(settings(mqtt_url, path, client_id))
     acked: list[int] = []
-    buffer.client.ack = lambda mid, qos: acked.append(mid)  # type: ignore[method-assign]
+    buffer.session.link.client.ack = lambda mid, qos: acked.append(mid)  # type: ignore[method-assign]
     buffer.start()
     for i in range(6):  # as the gateway publishes: with a message id
         mqtt_publisher.publish(
@@ -84,7 +91,7 @@ def test_crash_between_append_and_puback_appends_nothing_twice(
     wait_until(lambda: len(log) == 10, what="10 records")
     wait_until(lambda: len(acked) == 10, what="10 acknowledgements after the append")
     buffer.stop()  # "crash": appended, never acknowledged to the broker
-    again = MqttBuffer(settings(mosquitto_url, path, client_id))
+    again = MqttBuffer(settings(mqtt_url, path, client_id))
     again.start()
     wait_until(lambda: again.duplicates == 10, what="10 redeliveries recognised")
     mqtt_publisher.publish("plant/valves/n9/state", b"after")
@@ -96,8 +103,40 @@ def test_crash_between_append_and_puback_appends_nothing_twice(
     assert records[0].headers["wsnmom-message-id"] == "m0"
 
 
+def test_a_failed_append_is_retried_and_nothing_is_acknowledged_before(
+    mqtt_url: str, mqtt_publisher: MqttPublisher, tmp_path: Path
+) -> None:
+    path = tmp_path / "mqtt.sqlite"
+    buffer = MqttBuffer(settings(mqtt_url, path, f"buf-{uuid.uuid4().hex[:8]}"))
+    client = buffer.session.link.client
+    acked: list[int] = []
+    send_ack = client.ack
+    client.ack = lambda mid, qos: (acked.append(mid), send_ack(mid, qos))[1]  # type: ignore[method-assign]
+    append = buffer.log.append
+    acked_at_failure: list[int] = []
+
+    def failing_twice(entries: Any, **kwargs: Any) -> Any:
+        if len(acked_at_failure) < 2:
+            acked_at_failure.append(len(acked))
+            raise sqlite3.OperationalError("disk I/O error")
+        return append(entries, **kwargs)
+
+    buffer.log.append = failing_twice  # type: ignore[method-assign]
+    buffer.start()
+    try:
+        for i in range(3):
+            mqtt_publisher.publish(f"plant/valves/f{i}/state", f"<s>{i}</s>".encode())
+        log = NotificationLog(path, create=False)
+        wait_until(lambda: len(log) == 3, what="3 records after two failed appends")
+        wait_until(lambda: len(acked) == 3, what="3 acknowledgements")
+    finally:
+        buffer.stop()
+    assert acked_at_failure == [0, 0]
+    assert buffer.session.taps.failures == 2
+
+
 def test_spark_buffer_command_runs_until_terminated(
-    mosquitto_url: str, mqtt_publisher: MqttPublisher, tmp_path: Path
+    mqtt_url: str, mqtt_publisher: MqttPublisher, tmp_path: Path
 ) -> None:
     path = tmp_path / "cli.sqlite"
     proc = subprocess.Popen(
@@ -107,7 +146,7 @@ def test_spark_buffer_command_runs_until_terminated(
             "wsnmom",
             "spark-buffer",
             "--mqtt",
-            mosquitto_url,
+            mqtt_url,
             "--log",
             str(path),
             "--client-id",

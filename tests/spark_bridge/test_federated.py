@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from tests.spark_bridge.conftest import MqttPublisher, unique_namespace, wait_until
+from tests.fixtures.mosquitto import MqttPublisher
+from tests.spark_bridge.conftest import unique_namespace, wait_until
 from tests.spark_bridge.test_sources import notify
 
 pytestmark = [pytest.mark.spark]
@@ -26,7 +27,7 @@ def test_federated_stream_restarts_without_loss_or_duplicates(
     kafka_gateway: Any,
     rabbit_gateway: Any,
     rabbitmq_url: str,
-    mosquitto_url: str,
+    mqtt_url: str,
     mqtt_publisher: MqttPublisher,
     kafka_bootstrap: str,
     tmp_path: Path,
@@ -46,7 +47,7 @@ def test_federated_stream_restarts_without_loss_or_duplicates(
     )
     buffer = MqttBuffer(
         BufferSettings(
-            url=mosquitto_url,
+            url=mqtt_url,
             log_path=str(log_path),
             client_id=f"buf-{root}",
             selection=Selection(expression, None, namespaces),

@@ -15,7 +15,8 @@ from wsnmom.adapters.kafka.config import parse_settings
 from wsnmom.adapters.kafka.mapping import KafkaMapping
 from wsnmom.topic_mapping.model import Topic
 
-from tests.spark_bridge.conftest import MqttPublisher, unique_namespace, wait_until
+from tests.fixtures.mosquitto import MqttPublisher
+from tests.spark_bridge.conftest import unique_namespace, wait_until
 from wsnmom.client.broker import WsnClient
 
 pytestmark = [pytest.mark.spark]
@@ -127,9 +128,12 @@ def test_rabbitmq_tap_reads_without_taking_from_subscribers(
 
 
 @pytest.mark.mqtt
-def test_log_source_applies_the_residual_filter_of_a_mid_path_descendant(
-    spark: Any, mosquitto_url: str, mqtt_publisher: MqttPublisher, tmp_path: Path
+def test_mid_path_descendants_on_mqtt_buffer_and_log_source(
+    spark: Any, mqtt_url: str, mqtt_publisher: MqttPublisher, tmp_path: Path
 ) -> None:
+    """``a//c`` has no MQTT filter: the buffer subscribes ``a/+/#`` and keeps only what the
+    expression selects (as a subscription's queue would); a source may then select less,
+    again with a mid-path ``//``, and the log source's residual filter decides."""
     from wsnmom.spark_bridge import log_file, read_notifications
     from wsnmom.spark_bridge.buffer import BufferSettings, MqttBuffer
     from wsnmom.spark_bridge.log import NotificationLog
@@ -140,7 +144,7 @@ def test_log_source_applies_the_residual_filter_of_a_mid_path_descendant(
     path = tmp_path / "mqtt.sqlite"
     buffer = MqttBuffer(
         BufferSettings(
-            url=mosquitto_url,
+            url=mqtt_url,
             log_path=str(path),
             client_id=f"buf-{root}",
             selection=Selection("p:a//c", None, {"p": ns}),
@@ -149,7 +153,7 @@ def test_log_source_applies_the_residual_filter_of_a_mid_path_descendant(
     )
     buffer.start()
     try:
-        assert buffer.filters == [f"{root}/a/+/#"]  # wider than a//c: the residual decides
+        assert buffer.filters == [f"{root}/a/+/#"]  # wider than a//c
         published = ["a/x/c", "a/y/z/c", "a/c", "a/x/d", "a/x/c/e", "b/x/c"]
         for name in published:
             mqtt_publisher.publish(
@@ -162,9 +166,13 @@ def test_log_source_applies_the_residual_filter_of_a_mid_path_descendant(
             "application/xml",
         )
         log = NotificationLog(path, create=False)
-        wait_until(lambda: len(log) == 6, what="6 buffered (b/x/c is not subscribed)")
+        # in order: once the last one is in, the ones before it were decided
+        wait_until(lambda: b"<v>gw</v>" in [body for *_, body in log.entries()], what="gw-1")
     finally:
         buffer.stop()
+    assert [native for _, native, _ in log.entries()] == [
+        f"{root}/{name}" for name in ("a/x/c", "a/y/z/c", "a/c", "a/q/c")
+    ]
     df = read_notifications(
         spark,
         [log_file(str(path), alias="plant-mqtt")],
@@ -174,14 +182,15 @@ def test_log_source_applies_the_residual_filter_of_a_mid_path_descendant(
     )
     rows = df.orderBy("offset").collect()
     assert [r.topic_path for r in rows] == ["a/x/c", "a/y/z/c", "a/c", "a/q/c"]
-    # the driver reads and ships the records instead (executors without the log's disk)
-    shipped = read_notifications(
+    assert {r.middleware for r in rows} == {"mqtt"} and rows[3].message_id == "gw-1"
+    assert rows[0].payload == "<v>a/x/c</v>"
+    # a narrower mid-path expression than the buffer's: the source's residual filter; the
+    # driver reads and ships the records (executors without the log's disk)
+    narrower = read_notifications(
         spark,
         [log_file(str(path), alias="plant-mqtt", shipFromDriver=True)],
-        "p:a//c",
+        "p:a//z/c",
         namespaces={"p": ns},
         streaming=False,
     )
-    assert shipped.orderBy("offset").collect() == rows
-    assert {r.middleware for r in rows} == {"mqtt"} and rows[3].message_id == "gw-1"
-    assert rows[0].payload == "<v>a/x/c</v>"
+    assert [r.topic_path for r in narrower.collect()] == ["a/y/z/c"]

@@ -13,7 +13,8 @@ pytest.importorskip("pyspark")
 
 from wsnmom.adapters.kafka.config import parse_settings
 from wsnmom.adapters.kafka.mapping import KafkaMapping
-from wsnmom.spark_bridge.buffer import MqttNames
+from wsnmom.adapters.mqtt.mapping import MqttMapping
+from wsnmom.spark_bridge.buffer import parse_log_taps
 from wsnmom.spark_bridge.columns import xpath_text
 from wsnmom.spark_bridge.native_kafka import pin_implementations, topic_regex
 from wsnmom.spark_bridge.options import BridgeError, SourceError
@@ -132,12 +133,21 @@ def test_pin_refuses_to_switch_the_implementation(tmp_path: Path) -> None:
         pin_implementations(checkpoint, {"k": "spark-sql-kafka"})
 
 
-def test_mqtt_filters_widen_mid_path_descendants() -> None:
-    names = MqttNames({"urn:plant": "plant"})
-    sel = Selection("p:a//c", None, NS).compile()
-    assert names.filters(sel.native_patterns) == ["plant/a/+/#"]  # wider: residual
-    assert names.filters(None) == ["#"]
-    assert names.topic_of("plant/a/x/c") == Topic("urn:plant", ("a", "x", "c"))
+def test_log_taps_of_the_mqtt_adapter_option() -> None:
+    (config,) = parse_log_taps(
+        {"plant": {"path": "~/p.sqlite", "topic": "p:a//c", "namespaces": {"p": "urn:plant"}}}
+    )
+    assert config.name == "plant" and not config.path.startswith("~")
+    patterns = config.selection.compile().native_patterns
+    # the same filters the gateway's session subscribes for a subscription
+    mapping = MqttMapping({"urn:plant": "plant"}, "wsn")
+    assert mapping.filters(patterns) == frozenset({"wsn/plant/a/+/#"})
+    with pytest.raises(ValueError, match="path"):
+        parse_log_taps({"x": {"topic": "p:a", "namespaces": "p=urn:plant"}})
+    with pytest.raises(ValueError, match="unknown options"):
+        parse_log_taps({"x": {"path": "x", "root": "a"}})
+    with pytest.raises(SelectionError, match="InvalidTopicExpression"):
+        parse_log_taps({"x": {"path": "x", "topic": "q:a"}})
 
 
 def test_xpath_text() -> None:

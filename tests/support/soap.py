@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import json
 import uuid
 
 from lxml import etree
@@ -161,3 +163,35 @@ def resource_id(el: etree._Element) -> str:
     rid = el.find(f"{{{WSA}}}ReferenceParameters/{{{WSNMOM}}}ResourceId")
     assert rid is not None
     return (rid.text or "").strip()
+
+
+# -- natively published messages, as WS-N consumers get them --------------------------------
+
+#: what a native client publishes in the interop tests of every middleware: JSON, binary
+#: and XML bodies, in this order
+NATIVE_BODIES = (
+    b'{"order": 17, "total": 9.5}',
+    bytes([0, 255, 7]),
+    b'<order xmlns="urn:o" id="18"/>',
+)
+
+
+def native_message(element: etree._Element) -> tuple[str | None, str | None, str]:
+    """(content type, encoding, text) of the ``wsnmom:NativeMessage`` in a Notify's
+    NotificationMessage ``element``."""
+    wrapper = element.find(f"wsnt:Message/{{{WSNMOM}}}NativeMessage", NS)
+    assert wrapper is not None, etree.tostring(element)
+    return wrapper.get("contentType"), wrapper.get("encoding"), wrapper.text or ""
+
+
+def check_native_bodies(messages: list[etree._Element], path: str) -> None:
+    """The NotificationMessages a consumer got for :data:`NATIVE_BODIES` published on the
+    native topic ``path``: JSON and binary wrapped (text, base64), XML as it is."""
+    first, second = native_message(messages[0]), native_message(messages[1])
+    assert first[0] == "application/json" and json.loads(first[2]) == {"order": 17, "total": 9.5}
+    assert second[:2] == ("application/octet-stream", "base64")
+    assert base64.b64decode(second[2]) == bytes([0, 255, 7])
+    xml = messages[2].find("wsnt:Message/{urn:o}order", NS)
+    assert xml is not None and xml.get("id") == "18"
+    topic = messages[0].find("wsnt:Topic", NS)
+    assert topic is not None and (topic.text or "").endswith(path)

@@ -21,6 +21,7 @@ from lxml import etree
 
 from wsnmom.client import ClientError, WsnClient
 from wsnmom.client.errors import TransportError
+from wsnmom.core.addresses import BROKER_PATH
 from wsnmom.soap_frontend.xml import WSNBR, WSNMOM_POLICY, WSNT, XmlRejected, parse_xml, text_of
 from wsnmom.topic_mapping.dialects import DIALECT_ALIASES
 
@@ -79,7 +80,7 @@ def broker_url(url: str) -> str:
         raise click.BadParameter(message, param_hint="URL") from None
     if not parts.scheme or not parts.netloc:
         raise click.BadParameter(f"{url!r} is not an http(s) URL", param_hint="URL")
-    path = parts.path if parts.path not in ("", "/") else "/wsn/broker"
+    path = parts.path if parts.path not in ("", "/") else BROKER_PATH
     return urlunsplit((parts.scheme, parts.netloc, path, "", ""))
 
 
@@ -162,7 +163,7 @@ def _read_properties(report: Report, timeout: float) -> None:
 
 def _read_policy(report: Report, http: requests.Session, timeout: float) -> None:
     parts = urlsplit(report.broker)
-    path = parts.path[: -len("/wsn/broker")] if parts.path.endswith("/wsn/broker") else ""
+    path = parts.path[: -len(BROKER_PATH)] if parts.path.endswith(BROKER_PATH) else ""
     url = urlunsplit((parts.scheme, parts.netloc, path + "/wsn/policy", "", ""))
     try:
         resp = http.get(url, timeout=timeout, **tls_options())

@@ -32,6 +32,8 @@ from wsnmom.client import (
 )
 from wsnmom.client.credentials import Credentials
 from wsnmom.client.model import tidy_xml
+from wsnmom.core import addresses
+from wsnmom.core.addresses import BROKER_PATH, ResourceKind
 from wsnmom.core.model import SoapVersion
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -353,14 +355,13 @@ def reported(func: F) -> F:
 def base_url(broker: str) -> str:
     """The gateway's base URL from its broker endpoint (``.../wsn/broker`` removed)."""
     url = broker.split("?", 1)[0].rstrip("/")
-    for suffix in ("/wsn/broker",):
-        if url.endswith(suffix):
-            return url[: -len(suffix)]
+    if url.endswith(BROKER_PATH):
+        return url[: -len(BROKER_PATH)]
     return url
 
 
-def resource_address(broker: str, kind: str, id_or_address: str) -> str:
+def resource_address(broker: str, kind: ResourceKind, id_or_address: str) -> str:
     """A resource address from an id (``.../wsn/<kind>/<id>`` at the broker) or itself."""
     if "://" in id_or_address:
         return id_or_address
-    return f"{base_url(broker)}/wsn/{kind}/{id_or_address}"
+    return addresses.resource_address(base_url(broker), kind, id_or_address)

@@ -18,6 +18,7 @@ from lxml import etree
 
 from wsnmom.client import ClientError, Message, TopicExpression, text_payload
 from wsnmom.client.model import payload_element
+from wsnmom.core.addresses import ResourceKind
 
 from .common import (
     broker_options,
@@ -114,7 +115,7 @@ def notify_command(
         source = sys.stdin.buffer
     with reporting(), make_client(broker, ns_pairs, soap11, timeout) as client:
         expr: TopicExpression | None = topic_expression(topic, dialect, client.namespaces)
-        target = resource_address(broker, "pullpoints", to) if to else None
+        target = resource_address(broker, ResourceKind.PULL_POINT, to) if to else None
         if source is None:
             assert payload is not None
             chunks: Iterator[bytes] = iter([payload.encode("utf-8")])

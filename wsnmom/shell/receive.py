@@ -26,6 +26,7 @@ from wsnmom.client import (
     Subscription,
     WsnClient,
 )
+from wsnmom.core.addresses import ResourceKind
 
 from .common import (
     LiveCount,
@@ -295,7 +296,7 @@ def pull_command(
     """Take the notifications waiting in a pull point (GetMessages) and print them: all of
     them (in as many GetMessages as the broker needs, with progress on stderr), at most
     --max, or with --follow those that keep arriving until Ctrl-C."""
-    address = resource_address(broker, "pullpoints", pull_point)
+    address = resource_address(broker, ResourceKind.PULL_POINT, pull_point)
     total = 0
     batches = 0
     started = time.monotonic()

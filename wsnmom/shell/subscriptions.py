@@ -16,6 +16,7 @@ import click
 import requests
 
 from wsnmom.client import ClientError, Subscription
+from wsnmom.core.addresses import ResourceKind
 
 from .common import (
     base_url,
@@ -120,7 +121,7 @@ def show_command(
     timeout: float,
 ) -> None:
     """Show one subscription's properties (WS-ResourceProperties)."""
-    address = resource_address(broker, "subscriptions", subscription)
+    address = resource_address(broker, ResourceKind.SUBSCRIPTION, subscription)
     with reporting(), make_client(broker, ns_pairs, soap11, timeout) as client:
         props = client.subscription(address).properties()
     consumer = props.consumer_reference
@@ -157,7 +158,9 @@ def delete_command(
     failed = 0
     with make_client(broker, ns_pairs, soap11, timeout) as client:
         for item in subscriptions_:
-            sub: Subscription = client.subscription(resource_address(broker, "subscriptions", item))
+            sub: Subscription = client.subscription(
+                resource_address(broker, ResourceKind.SUBSCRIPTION, item)
+            )
             try:
                 sub.unsubscribe()
             except ClientError as exc:

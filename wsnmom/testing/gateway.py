@@ -109,6 +109,8 @@ class Gateway:
             self.adapter_url,
             "--store",
             f"sqlite:///{self.data_dir / 'store.db'}",
+            "--data-dir",
+            str(self.data_dir),
             "--host",
             self.host,
             "--port",

@@ -1,0 +1,371 @@
+"""MQTT adapter: WS-Topics trees on MQTT topics, WS-N subscriptions kept durable by one
+persistent session per gateway instance, through paho-mqtt (callback API version 2).
+
+Features
+    * **Mapping** (``MqttMapping``): the WS topic ``{ns}a/b`` is the MQTT topic
+      ``prefix/a/b``; each namespace has a configured prefix (one or more levels) or a
+      one-level root derived from its URI; levels are escaped by ``topic_mapping``'s MQTT
+      syntax.  Topic expressions become MQTT filters (``+``, ``#``); what MQTT cannot
+      express (``//`` before a literal) is widened and decided per message by the
+      subscription's own patterns.  MQTT topics under no known prefix belong to the
+      namespace ``urn:wsnmom:native`` (the whole MQTT topic is the path).
+    * **Session shape** (``Session``): one persistent session (clean start false, QoS 1)
+      subscribes to a disjoint set of filters covering every subscription (``FilterSet``);
+      its messages are routed by topic into durable per-subscription queues the gateway
+      keeps in ``<data_dir>/mqtt`` (the embedded adapter's SQLite queue store) and
+      PUBACKed in arrival order once stored.  Subscriptions then behave like queues:
+      per-message ack and nack, native pull, limits enforced as messages arrive, FIFO per
+      subscription.  The broker keeps the session's messages while the gateway is down;
+      the queues keep them while a subscription is paused.  10,000 subscriptions cost two
+      connections and five threads in all.
+    * Publishing (``Publisher``): QoS 1, returns after the PUBACK; with ``retain`` (default)
+      every message is retained, so GetCurrentMessage reads the broker's retained message
+      of the topic (also one a native client retained).  Retained messages are never
+      delivered as new notifications (MQTT 5 Retain Handling 2; on 3.1.1 messages with the
+      RETAIN flag are dropped on arrival).
+    * MQTT 5 (default): metadata in user properties, Content Type, Payload Format
+      Indicator, "no matching subscribers" as ``routed=False``, subscription identifiers.
+      MQTT 3.1.1 (``protocol = "3.1.1"``): topic and body only (``native_headers`` False).
+    * Internal topics (pull point inboxes) never reach the broker: they are routed in
+      process.  Several gateway instances on one broker each have their own session and
+      queues: a message reaches each WS-N subscription once, from the one instance that
+      holds it.
+    * Reachability: ``available()`` is False while either connection is down; publishing
+      and subscribing then fail at once (``AdapterUnavailable``); paho reconnects with
+      backoff and the session resubscribes what the broker lacks.
+
+Connection String
+    ``mqtt://[user[:password]@]host[:port]`` (1883), ``mqtts://...`` (TLS, 8883); adapter
+    options as query arguments (``?protocol=3.1.1``) or in ``adapter_options``.  Passwords
+    never appear in log lines or ``repr``.
+
+Options
+    ``protocol``
+        ``5`` (default) or ``3.1.1``.
+    ``namespaces``
+        table namespace URI -> topic prefix (``"org/wsn"``).
+    ``topic_prefix``
+        levels in front of every MQTT topic of the gateway (default none): namespaces'
+        prefixes and derived roots lie under it, a subscription without a topic filter
+        gets ``topic_prefix/#`` instead of ``#``, and nothing outside it is read.
+    ``data_dir``
+        where the queues and the session state live (``<data_dir>/mqtt``); the gateway
+        passes its data directory.
+    ``client_id``
+        the session's client id (default ``wsnmom-<random>``, made once and kept in the
+        data directory); the publisher connects as ``<client_id>-p``.
+    ``username``, ``password``
+        credentials (also from the URL).
+    ``keepalive``, ``session_expiry``, ``receive_maximum``
+        seconds (30); MQTT 5 session expiry in seconds (4294967295: never); the session's
+        Receive Maximum (1000 unacknowledged QoS 1 messages).
+    ``publish_window``
+        QoS 1 messages the publisher keeps unacknowledged at most (1000; on MQTT 5 also at
+        most the broker's Receive Maximum: Mosquitto's ``max_inflight_messages``, 20 by
+        default).
+    ``connect_timeout``, ``subscribe_timeout``, ``reconnect_min_delay``,
+    ``reconnect_max_delay``
+        seconds: 10, 10, 0.2, 10.
+    ``retain``
+        publish with RETAIN and answer GetCurrentMessage from retained messages (true).
+    ``retained_wait``
+        extra seconds a GetCurrentMessage waits for a retained message after the broker
+        acknowledged the UNSUBSCRIBE (0; for brokers that send retained messages late).
+    ``max_message_bytes``
+        largest body accepted (default: the broker's Maximum Packet Size, if it says).
+    ``qos0_backlog``, ``ingest_batch``
+        QoS 0 messages waiting to be stored beyond which new ones are dropped (10000);
+        messages stored per transaction (512).
+    ``synchronous``
+        ``NORMAL`` (default) or ``FULL``: the queue store's SQLite durability.
+    ``ca_certs``, ``certfile``, ``keyfile``, ``tls_insecure``
+        TLS (``mqtts://``): CA bundle (default: the system's), client certificate and key,
+        and skipping the host name check.
+    ``spark_logs``
+        table: log name -> ``path``, ``topic``, ``dialect``, ``namespaces``, ``keep``: the
+        session also appends what it receives on those topics to the Spark bridge's buffer
+        logs, before acknowledging it (see :mod:`.taps` and docs/spark.md).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import logging
+import threading
+import weakref
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
+
+from wsnmom.adapters.embedded.adapter import EmbeddedHandle
+from wsnmom.core.adapter import (
+    Adapter,
+    AdapterError,
+    AdapterUnavailable,
+    Capabilities,
+    OutboundMessage,
+    PublishReceipt,
+    StoredMessage,
+    SubscriptionHandle,
+    SubscriptionSpec,
+    TopicUnavailable,
+    is_internal_namespace,
+)
+from wsnmom.topic_mapping.errors import NameNotRepresentable
+from wsnmom.topic_mapping.model import Topic
+from wsnmom.topic_mapping.syntax import MQTT
+
+from . import node as nodes
+from .config import MqttSettings, parse_settings, redact_url
+from .wire import metadata
+
+__all__ = ["MqttAdapter", "MqttHandle"]
+
+log = logging.getLogger("wsnmom.adapters.mqtt")
+
+
+class MqttHandle(EmbeddedHandle):
+    """A subscription's queue; deleting it also releases its MQTT filters."""
+
+    __slots__ = ()
+
+    def delete(self) -> None:
+        """Destroy the subscription, its messages and (when unused) its filters."""
+        adapter = self._adapter
+        assert isinstance(adapter, MqttAdapter)
+        adapter.delete_subscription(self.name)
+        self.detach()
+
+
+class MqttAdapter(Adapter):
+    """MQTT adapter (see the module docstring)."""
+
+    name = "mqtt"
+    schemes = ("mqtt", "mqtts")
+    extra = "mqtt"
+    uses_data_dir: ClassVar[bool] = True
+    capabilities = Capabilities(
+        syntax=MQTT,
+        ack_mode="per_message",
+        durable_subscriptions=True,
+        native_pull=True,
+        retained_current_message=True,
+        native_headers=True,
+        native_queue_limits=True,
+        ordering="subscription",
+        competing_consumers=False,
+        max_message_bytes=None,
+        sole_publisher=False,
+        per_message_nack=True,
+        ordered_acks=False,
+        shape="session",
+    )
+
+    def __init__(self, url: str, options: Mapping[str, Any] | None = None) -> None:
+        super().__init__(url, options)
+        try:
+            self.settings: MqttSettings = parse_settings(url, options)
+        except ValueError as exc:
+            raise AdapterError(f"bad MQTT adapter configuration: {exc}") from exc
+        if self.settings.data_dir is None:
+            raise AdapterError(
+                "the MQTT adapter keeps its subscriptions' queues on disk: give it the "
+                "option data_dir (wsnmom serve passes its data directory)"
+            )
+        if self.settings.spark_logs:
+            # the Spark bridge reads them; imported only when a gateway keeps such logs
+            from wsnmom.spark_bridge.buffer import parse_log_taps
+
+            try:
+                parse_log_taps(self.settings.spark_logs)
+            except ValueError as exc:
+                raise AdapterError(f"bad MQTT adapter option spark_logs: {exc}") from exc
+        self.capabilities = self._capabilities()
+        self._lock = threading.Lock()
+        self._node: nodes.Node | None = None
+        self._handles: weakref.WeakSet[MqttHandle] = weakref.WeakSet()
+
+    def _capabilities(self, max_bytes: int | None = None) -> Capabilities:
+        s = self.settings
+        return dataclasses.replace(
+            MqttAdapter.capabilities,
+            native_headers=s.v5,
+            retained_current_message=s.retain,
+            max_message_bytes=s.max_message_bytes or max_bytes,
+        )
+
+    def __repr__(self) -> str:
+        return f"<MqttAdapter {redact_url(self.url)} open={self._node is not None}>"
+
+    # -- lifecycle --------------------------------------------------------------------------
+    def open(self) -> None:
+        """Open the queues, connect the session (resubscribing what the broker lacks) and
+        the publisher; idempotent."""
+        with self._lock:
+            if self._node is not None:
+                return
+            node = nodes.acquire(self.settings)
+            self._node = node
+        size = node.publisher.max_packet_size
+        self.capabilities = self._capabilities(size - 1024 if size else None)
+        log.info(
+            "MQTT adapter open on %s (MQTT %s, session %s)",
+            redact_url(self.url),
+            self.settings.protocol,
+            node.client_id,
+        )
+
+    def close(self) -> None:
+        """Stop this adapter's handles (unsettled messages return) and release the node."""
+        with self._lock:
+            node, self._node = self._node, None
+        if node is None:
+            return
+        for handle in list(self._handles):
+            handle.stop()
+            handle.detach()
+        nodes.release(node)
+
+    def _require(self) -> nodes.Node:
+        node = self._node
+        if node is None:
+            raise AdapterUnavailable("the MQTT adapter is not open")
+        return node
+
+    def ping(self, timeout: float = 1.0) -> bool:
+        """Whether both connections to the broker are up."""
+        node = self._node
+        return node is not None and node.connected
+
+    def available(self) -> bool:
+        """False while a connection to the broker is down (no I/O)."""
+        node = self._node
+        return node is not None and node.connected
+
+    # -- publishing -------------------------------------------------------------------------
+    def publish(self, message: OutboundMessage, timeout: float = 10.0) -> PublishReceipt:
+        """Publish one message (QoS 1) and wait for the PUBACK."""
+        return self.publish_many([message], timeout)[0]
+
+    def publish_many(
+        self, messages: Sequence[OutboundMessage], timeout: float = 10.0
+    ) -> list[PublishReceipt]:
+        """Publish everything, then wait for every PUBACK; messages on internal topics are
+        stored in the queues directly (one transaction)."""
+        if not messages:
+            return []
+        node = self._require()
+        receipts: list[PublishReceipt | None] = [None] * len(messages)
+        internal = [i for i, m in enumerate(messages) if is_internal_namespace(m.topic.namespace)]
+        if internal:
+            fanouts = node.engine.publish_many([messages[i] for i in internal])
+            for i, fanout in zip(internal, fanouts, strict=True):
+                receipts[i] = PublishReceipt(routed=fanout > 0)
+        if len(internal) < len(messages):
+            external: list[tuple[int, tuple[str, OutboundMessage]]] = []
+            for i, m in enumerate(messages):
+                if receipts[i] is None:
+                    try:
+                        external.append((i, (node.mapping.name(m.topic), m)))
+                    except NameNotRepresentable as exc:
+                        raise TopicUnavailable(f"the topic has no MQTT name: {exc}") from exc
+            done = node.publisher.publish_many([item for _, item in external], timeout)
+            for (i, _), receipt in zip(external, done, strict=True):
+                receipts[i] = receipt
+        return [r for r in receipts if r is not None]
+
+    # -- subscriptions ----------------------------------------------------------------------
+    def subscription(self, spec: SubscriptionSpec) -> SubscriptionHandle:
+        """Create or re-attach to the queue ``spec.name`` and make sure the session holds
+        filters for its patterns (returns once the broker acknowledged them)."""
+        node = self._require()
+        try:
+            filters = node.mapping.filters(spec.patterns)
+        except NameNotRepresentable as exc:
+            raise AdapterError(f"no MQTT filter for the subscription: {exc}") from exc
+        engine = node.engine
+        known = engine.subs.get(engine.by_name.get(spec.name, -1))
+        if not filters or (
+            known is not None and known.patterns == spec.patterns and known.limits == spec.limits
+        ):
+            # nothing new to route (a re-attach, a pull point inbox): attach at once
+            st = engine.attach(spec.name, spec.patterns, spec.limits)
+            node.session.assign(spec.name, filters)
+        else:
+            # attached at a barrier after its SUBSCRIBEs: routed what was published after
+            # it was created, not what was in flight before
+            st = node.session.assign(
+                spec.name,
+                filters,
+                functools.partial(engine.attach, spec.name, spec.patterns, spec.limits),
+            )
+        handle = MqttHandle(self, engine, st.id, st.name)
+        self._handles.add(handle)
+        return handle
+
+    def delete_subscription(self, name: str) -> None:
+        """Destroy the queue ``name`` and release its filters; idempotent."""
+        node = self._require()
+        node.engine.delete_subscription(name)
+        node.session.release(name)
+
+    def depths(self, handles: Sequence[SubscriptionHandle]) -> list[int | None]:
+        """Depths of many queues in one transaction."""
+        engine = self._require().engine
+        out: list[int | None] = [None] * len(handles)
+        ours = [
+            (i, h._sid)
+            for i, h in enumerate(handles)
+            if isinstance(h, MqttHandle) and h._engine is engine and not h._detached
+        ]
+        for (i, _), depth in zip(ours, engine.depths([sid for _, sid in ours]), strict=True):
+            out[i] = depth
+        for i, h in enumerate(handles):
+            if out[i] is None:
+                out[i] = 0 if isinstance(h, MqttHandle) else h.depth()
+        return out
+
+    def subscription_names(self) -> list[str]:
+        """Names of every queue (subscription) this gateway instance keeps."""
+        return self._require().engine.subscription_names()
+
+    # -- current message --------------------------------------------------------------------
+    def current_message(self, topic: Topic) -> StoredMessage | None:
+        """The message the broker retains on ``topic`` (also one a native client
+        retained), None when there is none or retaining is off."""
+        node = self._require()
+        if not self.settings.retain or is_internal_namespace(topic.namespace):
+            return None
+        try:
+            name = node.mapping.name(topic)
+        except NameNotRepresentable:
+            return None
+        found = node.publisher.retained(name, self.settings.subscribe_timeout)
+        if found is None or not found.payload:
+            return None
+        headers, content_type = metadata(
+            found.properties if self.settings.v5 else None, found.payload
+        )
+        return StoredMessage(
+            topic=topic, body=found.payload, headers=headers, content_type=content_type
+        )
+
+    # -- information ------------------------------------------------------------------------
+    def stats(self) -> Mapping[str, Any]:
+        """Counts for tests and metrics: filters, subscriptions, arrivals, messages handed
+        to taps (``spark_logs``)."""
+        node = self._require()
+        s = node.session.stats
+        return {
+            "client_id": node.client_id,
+            "filters": len(node.session.filters),
+            "subscriptions": len(node.engine.subs),
+            "received": s.received,
+            "committed": s.committed,
+            "dropped_retained": s.dropped_retained,
+            "dropped_twins": s.dropped_twins,
+            "dropped_qos0": s.dropped_qos0,
+            "tapped": node.session.taps.delivered,
+            "tap_failures": node.session.taps.failures,
+            "backlog": node.session.backlog(),
+        }

@@ -1,0 +1,270 @@
+"""One paho-mqtt client and its connection: settings applied, connected in the background
+with reconnects (exponential backoff), state visible without I/O.
+
+:class:`Link` runs paho's own network thread (``loop_start``): it connects, reads, writes,
+sends keep-alives and reconnects after a loss, waiting ``reconnect_min_delay`` doubled up
+to ``reconnect_max_delay`` between attempts.  Its callbacks never block: the users of a
+link only record what happened and hand work to their own threads.  :meth:`Link.start`
+waits for the first CONNACK and turns a refusal into the adapter's typed errors
+(wrong credentials, not authorized) so a gateway does not keep knocking.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import socket
+import ssl
+import threading
+from collections.abc import Callable
+from typing import Any
+
+try:
+    import paho.mqtt.client as mqtt
+    from paho.mqtt.enums import CallbackAPIVersion
+    from paho.mqtt.packettypes import PacketTypes
+    from paho.mqtt.properties import Properties
+    from paho.mqtt.reasoncodes import ReasonCode
+except ImportError as exc:  # pragma: no cover - depends on the installation
+    raise ImportError('the MQTT adapter needs paho-mqtt: pip install "wsnmom[mqtt]"') from exc
+
+from wsnmom.core.adapter import (
+    AccessRefused,
+    AdapterError,
+    AdapterUnavailable,
+    CredentialsRefused,
+)
+
+from .config import MqttSettings
+
+__all__ = ["Link", "PacketTypes", "Properties", "ReasonCode", "mqtt"]
+
+log = logging.getLogger("wsnmom.adapters.mqtt")
+
+#: CONNACK reason codes that mean "these credentials are wrong" / "not allowed"
+_BAD_CREDENTIALS = {0x86, 0x8C}  # bad user name or password, bad authentication method
+_NOT_AUTHORIZED = {0x87, 0x8A}  # not authorized, banned
+_BAD_CLIENT = {0x85, 0x84}  # client identifier not valid, unsupported protocol version
+
+#: paho's logger; the adapter logs connection changes itself
+_PAHO_LOG = logging.getLogger("paho.mqtt.client")
+
+
+class _NotConnectedNoise(logging.Filter):
+    """paho logs "Client is not connected" at ERROR whenever its network loop runs once
+    more after a disconnect, which is every orderly shutdown."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("Client is not connected")
+
+
+_PAHO_LOG.addFilter(_NotConnectedNoise())
+
+OnConnected = Callable[[bool, Any], None]
+OnDisconnected = Callable[[], None]
+
+
+class Link:
+    """A paho client on the adapter's broker (see the module docstring).
+
+    ``persistent``: the session survives the connection (clean start false, MQTT 5
+    session expiry ``settings.session_expiry``); otherwise every connection starts clean.
+    ``on_connected(session_present, properties)`` and ``on_disconnected()`` are called on
+    paho's network thread, after the link's own state changed.
+    """
+
+    def __init__(
+        self,
+        settings: MqttSettings,
+        client_id: str,
+        *,
+        persistent: bool,
+        manual_ack: bool = False,
+        on_connected: OnConnected | None = None,
+        on_disconnected: OnDisconnected | None = None,
+        label: str = "link",
+    ) -> None:
+        self.settings = settings
+        self.label = label
+        self.persistent = persistent
+        self._on_connected = on_connected
+        self._on_disconnected = on_disconnected
+        self._cv = threading.Condition()
+        self._connected = False
+        #: connections made so far (a CONNACK with success each)
+        self.connections = 0
+        #: whether the broker still had the session at the last connection
+        self.session_present = False
+        #: the refusal of the last CONNACK, None after a success
+        self._refused: AdapterError | None = None
+        self._started = False
+        protocol = mqtt.MQTTv5 if settings.v5 else mqtt.MQTTv311
+        kwargs: dict[str, Any] = {
+            "callback_api_version": CallbackAPIVersion.VERSION2,
+            "client_id": client_id,
+            "protocol": protocol,
+            "manual_ack": manual_ack,
+            "reconnect_on_failure": True,
+        }
+        if not settings.v5:
+            kwargs["clean_session"] = not persistent
+        client = mqtt.Client(**kwargs)
+        client.suppress_exceptions = True  # a bug in a callback must not end the network loop
+        client.enable_logger(_PAHO_LOG)
+        client.connect_timeout = settings.connect_timeout
+        client.reconnect_delay_set(
+            settings.reconnect_min_delay,  # type: ignore[arg-type]
+            settings.reconnect_max_delay,  # type: ignore[arg-type]
+        )
+        if settings.username is not None:
+            client.username_pw_set(settings.username, settings.password)
+        if settings.tls:
+            client.tls_set(
+                ca_certs=settings.ca_certs,
+                certfile=settings.certfile,
+                keyfile=settings.keyfile,
+                cert_reqs=ssl.CERT_REQUIRED,
+            )
+            if settings.tls_insecure:
+                client.tls_insecure_set(True)
+        client.on_socket_open = _no_delay
+        client.on_connect = self._connect_cb
+        client.on_connect_fail = self._connect_fail_cb
+        client.on_disconnect = self._disconnect_cb
+        self.client = client
+
+    # -- state ------------------------------------------------------------------------------
+    @property
+    def connected(self) -> bool:
+        """Whether the link is connected now (no I/O)."""
+        return self._connected
+
+    def wait_connected(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for a connection; True when connected."""
+        with self._cv:
+            return self._cv.wait_for(lambda: self._connected or not self._started, timeout) and (
+                self._connected
+            )
+
+    # -- lifecycle --------------------------------------------------------------------------
+    def start(self, timeout: float) -> None:
+        """Connect (in the background) and wait for the first CONNACK.
+
+        AdapterUnavailable when the broker does not answer within ``timeout`` (the link is
+        stopped: call ``start`` on a new link to try again); CredentialsRefused /
+        AccessRefused / AdapterError when it refuses the connection."""
+        s = self.settings
+        props: Properties | None = None
+        if s.v5:
+            props = Properties(PacketTypes.CONNECT)  # type: ignore[no-untyped-call]
+            props.SessionExpiryInterval = s.session_expiry if self.persistent else 0
+            props.ReceiveMaximum = s.receive_maximum
+        clean: Any = not self.persistent if s.v5 else mqtt.MQTT_CLEAN_START_FIRST_ONLY
+        self.client.connect_async(
+            s.host, s.port, keepalive=s.keepalive, clean_start=clean, properties=props
+        )
+        self._started = True
+        self.client.loop_start()
+        with self._cv:
+            self._cv.wait_for(lambda: self._connected or self._refused is not None, timeout)
+            refused, connected = self._refused, self._connected
+        if connected:
+            return
+        self.stop()
+        if refused is not None:
+            raise refused
+        raise AdapterUnavailable(
+            f"the MQTT broker {s.host}:{s.port} did not accept a connection within {timeout:g}s"
+        )
+
+    def stop(self) -> None:
+        """Disconnect and end the network thread; idempotent."""
+        if not self._started:
+            return
+        self._started = False
+        try:
+            self.client.disconnect()
+        except Exception:  # pragma: no cover - the socket may be gone already
+            log.debug("%s: disconnect failed", self.label, exc_info=True)
+        self.client.loop_stop()
+        with self._cv:
+            self._connected = False
+            self._cv.notify_all()
+
+    # -- paho callbacks (network thread) ---------------------------------------------------
+    def _connect_cb(
+        self, client: Any, userdata: Any, flags: Any, reason: ReasonCode, properties: Any
+    ) -> None:
+        if reason.is_failure:
+            refusal = _refusal(reason, self.settings)
+            with self._cv:
+                self._refused = refusal
+                self._cv.notify_all()
+            if isinstance(refusal, AdapterUnavailable):
+                log.warning("%s: the broker refused the connection: %s", self.label, reason)
+            else:
+                # waiting would not help: stop knocking (the adapter reports the error)
+                log.error("%s: %s", self.label, refusal)
+                client.disconnect()
+            return
+        if self.settings.v5 and properties is not None:
+            receive_max = getattr(properties, "ReceiveMaximum", None)
+            if receive_max and int(receive_max) < client.max_inflight_messages:
+                log.warning(
+                    "%s: the broker accepts %s unacknowledged messages, fewer than the "
+                    "client sends (%d): it may close the connection",
+                    self.label,
+                    receive_max,
+                    client.max_inflight_messages,
+                )
+        if self.connections:
+            log.info("%s: reconnected to the MQTT broker", self.label)
+        with self._cv:
+            self._connected = True
+            self._refused = None
+            self.connections += 1
+            self.session_present = bool(flags.session_present)
+            self._cv.notify_all()
+        if self._on_connected is not None:
+            self._on_connected(bool(flags.session_present), properties)
+
+    def _connect_fail_cb(self, client: Any, userdata: Any) -> None:
+        # nothing listens (or no route): the first ``start`` fails at once instead of
+        # waiting out its timeout; later, paho keeps retrying with backoff
+        if self.connections == 0:
+            with self._cv:
+                self._refused = AdapterUnavailable(
+                    f"cannot connect to the MQTT broker {self.settings.host}:{self.settings.port}"
+                )
+                self._cv.notify_all()
+
+    def _disconnect_cb(
+        self, client: Any, userdata: Any, flags: Any, reason: Any, properties: Any
+    ) -> None:
+        with self._cv:
+            was = self._connected
+            self._connected = False
+            self._cv.notify_all()
+        if was and self._started:
+            log.warning("%s: connection to the MQTT broker lost (%s)", self.label, reason)
+        if self._on_disconnected is not None:
+            self._on_disconnected()
+
+
+def _no_delay(client: Any, userdata: Any, sock: Any) -> None:
+    """Send small packets (PUBACKs, SUBSCRIBEs) at once: without TCP_NODELAY they can wait
+    for the peer's delayed ACK (40 ms on Linux) behind earlier unacknowledged data."""
+    with contextlib.suppress(OSError, AttributeError):
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+
+def _refusal(reason: ReasonCode, settings: MqttSettings) -> AdapterError:
+    """The adapter error for a refused CONNACK."""
+    where = f"{settings.host}:{settings.port}"
+    if reason.value in _BAD_CREDENTIALS:
+        return CredentialsRefused(f"the MQTT broker {where} refused the credentials ({reason})")
+    if reason.value in _NOT_AUTHORIZED:
+        return AccessRefused(f"the MQTT broker {where} does not authorize the gateway ({reason})")
+    if reason.value in _BAD_CLIENT:
+        return AdapterError(f"the MQTT broker {where} refused the client ({reason})")
+    return AdapterUnavailable(f"the MQTT broker {where} refused the connection ({reason})")

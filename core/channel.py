@@ -1,0 +1,443 @@
+"""A subscription's delivery state: :class:`Channel`, and the retry schedule
+:class:`Backoff`.
+
+The adapter calls ``Channel.on_message`` on its own thread; that only appends to the
+channel's in-memory queue (bounded by the adapter prefetch) and schedules the channel on
+its engine (``core.delivery.DeliveryEngine``).  A channel is run by at most one thread at a
+time, which keeps per-consumer order.
+
+A run takes up to ``batch_size`` messages from the head of the queue, passes each through
+``prepare`` (decode + residual topic / MessageContent filter: a message that does not match
+is acked at once and never delivered) and hands the rest to ``send`` as one batch (one
+wrapped Notify).  Success acks the batch.  An *ordered* channel (the adapter needs
+acknowledgements in arrival order: Kafka offsets, MQTT PUBACK order) acks a filtered
+message only once every message before it is settled: it stays with the batch and is
+acked after it, in order.  ``DeliveryFailed`` keeps the batch (unsettled at the middleware)
+as the channel's *pending* batch and arms a timer: exponential backoff ``initial_delay *
+multiplier**(n-1)`` capped at ``max_delay``; no thread sleeps or spins meanwhile.  Later
+messages wait behind the pending batch, so order holds.  After ``max_attempts`` failed
+attempts the give-up action applies: ``keep`` retries forever at ``max_delay`` (the
+middleware keeps accumulating within its QueueLimits), ``end`` calls the channel's
+``on_give_up`` (the service ends the subscription and publishes SubscriptionEnd).
+
+A push channel has a ``destination`` (``core.lanes``): while that destination's circuit is
+open, a run does not send; the attempt fails at once, without network traffic, and counts
+like any failed attempt: the same retry schedule, the same give-up.
+
+``stop`` (PauseSubscription) stops the adapter handle; messages held in memory are left
+unsettled and are redelivered by the middleware when the channel starts again, so resume
+delivers everything accumulated, in order.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, Protocol, TypeVar
+
+from wsnmom.core import metrics
+from wsnmom.core.adapter import Received, SubscriptionHandle
+from wsnmom.core.lanes import Lane, Outcome
+from wsnmom.core.log_context import bound_request_id
+from wsnmom.core.ports import DeliveryFailed
+
+__all__ = ["Backoff", "Channel", "ChannelStatus", "Scheduler"]
+
+log = logging.getLogger("wsnmom.core.delivery")
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class ChannelStatus:
+    """A channel's delivery state as operators see it (``Channel.status``); times are
+    POSIX seconds."""
+
+    #: consuming (False while paused, after a give-up, or closed)
+    active: bool
+    #: consecutive failed attempts of the batch being retried (0: none failing)
+    failures: int
+    #: when that batch is tried again, None when no retry is scheduled
+    retry_at: float | None
+    #: why the last attempt failed, None after a success
+    last_error: str | None
+    #: messages delivered since the gateway started
+    delivered: int
+    #: when the last delivery succeeded, None before the first
+    last_delivery: float | None
+    #: messages held in memory (received, not yet settled)
+    held: int
+
+
+@dataclass(frozen=True, slots=True)
+class Backoff:
+    """Retry schedule (seconds)."""
+
+    max_attempts: int = 8
+    initial_delay: float = 1.0
+    multiplier: float = 2.0
+    max_delay: float = 300.0
+    give_up: str = "end"
+
+    def delay(self, failures: int) -> float:
+        """Delay before the next attempt after ``failures`` consecutive failures (>= 1)."""
+        if failures >= self.max_attempts:
+            return self.max_delay
+        return float(min(self.initial_delay * self.multiplier ** (failures - 1), self.max_delay))
+
+
+def _settle(received: Received, ack: bool) -> None:
+    try:
+        if ack:
+            received.ack()
+        else:
+            received.nack(requeue=True)
+    except Exception:  # the handle may be gone (stopped, deleted); redelivery covers it
+        log.debug("settling a message failed", exc_info=True)
+
+
+class Scheduler(Protocol):
+    """What a channel needs from its engine (``core.delivery.DeliveryEngine``)."""
+
+    backoff: Backoff
+    prefetch: int
+
+    def _ready(self, channel: Channel[Any], gen: int) -> None: ...
+
+    def _later(self, delay: float, channel: Channel[Any], gen: int) -> None: ...
+
+    def _spawn(self, fn: Callable[[], None]) -> None: ...
+
+    def admit(self, lane: Lane) -> float | None: ...
+
+    def report(self, lane: Lane, outcome: Outcome) -> None: ...
+
+
+class Channel(Generic[T]):
+    """Delivery state of one subscription.
+
+    ``_gen`` changes on every start/stop: scheduled runs and timers of an older generation
+    are ignored, and a batch sent under an older generation is not retried (the middleware
+    redelivers what a stopped handle left unsettled).
+
+    One exists per subscription, so it is kept small: ``__slots__``, and the in-memory
+    queue is created on the first message (an empty ``deque`` preallocates a 64-slot
+    block, ~760 bytes; most pull-point subscriptions are idle most of the time).
+    """
+
+    __slots__ = (
+        "_closed",
+        "_error",
+        "_failures",
+        "_gen",
+        "_last_delivery",
+        "_lock",
+        "_pending",
+        "_queue",
+        "_rerun",
+        "_retry_at",
+        "_running",
+        "_scheduled",
+        "_stopped",
+        "batch_size",
+        "delivered",
+        "destination",
+        "engine",
+        "handle",
+        "name",
+        "on_give_up",
+        "ordered",
+        "prepare",
+        "send",
+        "trace",
+    )
+
+    def __init__(
+        self,
+        engine: Scheduler,
+        name: str,
+        handle: SubscriptionHandle,
+        prepare: Callable[[Received], T | None],
+        send: Callable[[Sequence[T]], None],
+        on_give_up: Callable[[str], None],
+        batch_size: int,
+        ordered: bool = False,
+        destination: str | None = None,
+        trace: Callable[[T], str | None] | None = None,
+    ) -> None:
+        self.engine = engine
+        self.name = name
+        self.handle = handle
+        self.prepare = prepare
+        self.send = send
+        self.on_give_up = on_give_up
+        self.batch_size = batch_size
+        #: settle in arrival order (filtered messages wait for the ones before them)
+        self.ordered = ordered
+        #: the lane key (``core.lanes.destination_key``) of a push channel, else None
+        self.destination = destination
+        #: the request id an item was published by (log records of its delivery carry it)
+        self.trace = trace
+        self._lock = threading.Lock()
+        #: received, not yet taken by a worker (created on the first message)
+        self._queue: deque[Received] | None = None
+        #: the batch being sent: (message, item to send, or None for a filtered message
+        #: kept only to be settled in order)
+        self._pending: list[tuple[Received, T | None]] = []
+        self._failures = 0
+        self._gen = 0
+        self._scheduled = False
+        self._running = False
+        self._rerun = False
+        self._stopped = True
+        self._closed = False
+        #: operators' view (``status``): when the pending batch is retried (POSIX
+        #: seconds, 0: not scheduled), the last failure, deliveries and the last one
+        self._retry_at = 0.0
+        self._error: str | None = None
+        self.delivered = 0
+        self._last_delivery = 0.0
+
+    # -- lifecycle -------------------------------------------------------------------------
+    @property
+    def active(self) -> bool:
+        """True while consuming (started and not stopped/closed)."""
+        return not self._stopped and not self._closed
+
+    @property
+    def failures(self) -> int:
+        """Consecutive failed attempts of the pending batch."""
+        return self._failures
+
+    def start(self) -> None:
+        """Consume from the durable subscription (also after ``stop``)."""
+        with self._lock:
+            if self._closed or not self._stopped:
+                return
+            self._stopped = False
+            self._failures = 0
+            self._retry_at = 0.0
+            self._gen += 1
+            self._scheduled = False
+            self._queue = None
+            self._pending = []
+        self.handle.start(self.on_message, prefetch=self.engine.prefetch)
+
+    def stop(self) -> None:
+        """Stop consuming; the durable subscription keeps accumulating.  Messages held in
+        memory stay unsettled and are redelivered by the middleware on the next start."""
+        with self._lock:
+            if self._stopped:
+                return
+            self._stopped = True
+            self._gen += 1
+            self._scheduled = False
+            self._retry_at = 0.0
+            self._queue = None
+            if not self._running:
+                self._pending = []
+        self.handle.stop()
+
+    def close(self) -> None:
+        """Stop for good (subscription destroyed or broker closing)."""
+        with self._lock:
+            self._closed = True
+        self.stop()
+
+    def held(self) -> int:
+        """Messages held in memory (queued plus pending)."""
+        return len(self._queue or ()) + len(self._pending)
+
+    def status(self) -> ChannelStatus:
+        """The delivery state for operators (the admin page and API)."""
+        with self._lock:
+            return ChannelStatus(
+                active=not self._stopped and not self._closed,
+                failures=self._failures,
+                retry_at=self._retry_at or None,
+                last_error=self._error,
+                delivered=self.delivered,
+                last_delivery=self._last_delivery or None,
+                held=len(self._queue or ()) + len(self._pending),
+            )
+
+    # -- adapter callback ------------------------------------------------------------------
+    def on_message(self, received: Received) -> None:
+        """Adapter thread: enqueue only."""
+        schedule = False
+        with self._lock:
+            stale = self._stopped
+            if not stale:
+                q = self._queue
+                if q is None:
+                    q = self._queue = deque()
+                q.append(received)
+                if not self._scheduled:
+                    self._scheduled = schedule = True
+                gen = self._gen
+        if stale:
+            _settle(received, ack=False)
+        elif schedule:
+            self.engine._ready(self, gen)
+
+    # -- worker ----------------------------------------------------------------------------
+    def _run(self, gen: int, lane: Lane | None = None) -> None:
+        """Deliver what is pending or queued (a worker thread; ``lane``: the place the
+        worker holds in the channel's destination lane)."""
+        with self._lock:
+            if gen != self._gen or self._stopped:
+                return
+            if self._running:
+                self._rerun = True
+                return
+            self._running = True
+            take: list[Received] = []
+            q = self._queue
+            if not self._pending and q:
+                n = min(self.batch_size, len(q))
+                take = [q.popleft() for _ in range(n)]
+                if not q:
+                    self._queue = None  # drained: give the block back until the next one
+            pending = self._pending
+        ok = True
+        reason = ""
+        request_id: str | None = None
+        #: with an open circuit: the seconds it stays open (the attempt was not made)
+        not_before: float | None = None
+        try:
+            for received in take:
+                try:
+                    item = self.prepare(received)
+                except Exception:
+                    log.exception("subscription %s: cannot prepare a message; dropped", self.name)
+                    item = None
+                if item is None:
+                    metrics.NOTIFICATIONS_FILTERED.inc()
+                    if self.ordered and any(i is not None for _, i in pending):
+                        pending.append((received, None))  # acked after those before it
+                    else:
+                        _settle(received, ack=True)
+                else:
+                    pending.append((received, item))
+            batch = [item for _, item in pending if item is not None]
+            wait = self.engine.admit(lane) if batch and lane is not None else None
+            if wait is not None:  # the destination's circuit is open: no attempt now
+                ok = False
+                not_before = wait
+                reason = f"{self.destination} did not answer; circuit open for {wait:.1f}s"
+            if batch and self.trace is not None:
+                request_id = self.trace(batch[0])
+            if wait is not None:  # the destination's circuit is open: no attempt now
+                pass
+            elif batch:
+                outcome = Outcome.ANSWERED
+                with bound_request_id(request_id):
+                    try:
+                        self.send(batch)
+                    except DeliveryFailed as exc:
+                        ok = False
+                        reason = exc.reason
+                        if exc.timed_out:
+                            outcome = Outcome.TIMED_OUT
+                        elif not exc.answered:
+                            outcome = Outcome.FAILED_FAST
+                    except Exception as exc:  # a bug or an unexpected client error: retry too
+                        log.exception("subscription %s: delivery raised", self.name)
+                        ok = False
+                        reason = f"{type(exc).__name__}: {exc}"
+                        outcome = Outcome.FAILED_FAST
+                    finally:
+                        if lane is not None:
+                            self.engine.report(lane, outcome)
+        finally:
+            with self._lock:
+                self._running = False
+        # log records about this batch (retry, give-up) name the request that published
+        # its first message
+        with bound_request_id(request_id):
+            self._after_send(gen, pending, ok, reason, not_before)
+
+    def _after_send(
+        self,
+        gen: int,
+        pending: list[tuple[Received, T | None]],
+        ok: bool,
+        reason: str,
+        not_before: float | None = None,
+    ) -> None:
+        give_up = False
+        delay: float | None = None
+        reschedule = False
+        with self._lock:
+            current = gen == self._gen and not self._stopped
+            self._retry_at = 0.0
+            if ok:
+                self._pending = [] if current else self._pending
+                self._failures = 0
+                sent = sum(1 for _, item in pending if item is not None)
+                if sent:
+                    self.delivered += sent
+                    self._last_delivery = time.time()
+                    self._error = None
+            elif pending:
+                if not_before is None:
+                    metrics.DELIVERY_FAILURES.inc()
+                else:
+                    metrics.DELIVERY_DEFERRED.inc()
+                self._error = reason
+                if current:
+                    self._failures += 1
+                    policy = self.engine.backoff
+                    if self._failures >= policy.max_attempts and policy.give_up == "end":
+                        give_up = True
+                        self._stopped = True
+                        self._gen += 1
+                        self._queue = None
+                        self._pending = []
+                    else:
+                        delay = policy.delay(self._failures)
+                        self._retry_at = time.time() + delay
+            if not current and not self._running and self._pending is pending:
+                # stopped (or restarted) meanwhile: the handle redelivers what is unsettled
+                self._pending = []
+            if current and delay is None and not give_up:
+                if self._queue or self._rerun:
+                    reschedule = True
+                else:
+                    self._scheduled = False
+            elif not current and not self._stopped and (self._queue or self._rerun):
+                reschedule = True
+            self._rerun = False
+            new_gen = self._gen
+            failures = self._failures
+        if ok:
+            for received, _ in pending:
+                _settle(received, ack=True)
+        if give_up:
+            log.warning(
+                "subscription %s: giving up after %d failed attempts: %s",
+                self.name,
+                failures,
+                reason,
+            )
+            try:
+                self.handle.stop()
+            except Exception:
+                log.debug("stopping the handle failed", exc_info=True)
+            self.engine._spawn(lambda: self.on_give_up(reason))
+        elif delay is not None:
+            log.log(
+                logging.INFO if not_before is None else logging.DEBUG,
+                "subscription %s: delivery failed (%s); retry %d in %.3fs",
+                self.name,
+                reason,
+                failures,
+                delay,
+            )
+            self.engine._later(delay, self, new_gen)
+        elif reschedule:
+            self.engine._ready(self, new_gen)

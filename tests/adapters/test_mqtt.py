@@ -1,0 +1,331 @@
+"""The MQTT adapter against a real Mosquitto, beyond the conformance kit: filters that
+overlap (within one subscription, across subscriptions, and while they change under a
+running stream), several gateway instances on one broker, 2,000 subscriptions on a
+bounded number of threads, native retained messages, the RETAIN flag on arrival, and
+the broker going away and coming back."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("paho.mqtt")
+
+from wsnmom.adapters.mqtt.adapter import MqttAdapter
+from wsnmom.core.adapter import (
+    AdapterUnavailable,
+    OutboundMessage,
+    PublishFailed,
+    QueueLimits,
+    Received,
+    SubscriptionHandle,
+    SubscriptionSpec,
+)
+from wsnmom.topic_mapping.model import ANY, DEEP, PathPattern, Segment, Topic
+
+from tests.fixtures.mosquitto import MosquittoNode, close_client, native_client
+from tests.fixtures.server import poll
+from wsnmom.testing.conformance import Collector
+
+pytestmark = pytest.mark.mqtt
+
+NS = "urn:test:mqtt"
+
+
+@pytest.fixture
+def make(mqtt_url: str, tmp_path: Path) -> Iterator[Callable[..., MqttAdapter]]:
+    """Open MQTT adapters (each on its own data directory unless ``data_dir`` is given;
+    the test's namespace has one topic prefix of its own)."""
+    made: list[MqttAdapter] = []
+    prefix = f"t{uuid.uuid4().hex[:8]}"
+
+    def open_adapter(url: str | None = None, **options: Any) -> MqttAdapter:
+        options.setdefault("data_dir", str(tmp_path / uuid.uuid4().hex[:8]))
+        options.setdefault("namespaces", {NS: prefix})
+        options.setdefault("session_expiry", 300)
+        adapter = MqttAdapter(url or mqtt_url, options)
+        adapter.open()
+        made.append(adapter)
+        return adapter
+
+    yield open_adapter
+    for adapter in reversed(made):
+        adapter.close()
+
+
+def topic(path: str) -> Topic:
+    return Topic(NS, tuple(path.split("/")))
+
+
+def pattern(*segments: Segment) -> PathPattern:
+    return PathPattern(NS, tuple(segments))
+
+
+def message(path: str, body: bytes) -> OutboundMessage:
+    return OutboundMessage(topic=topic(path), body=body, message_id=uuid.uuid4().hex)
+
+
+def subscribe(
+    adapter: MqttAdapter, *patterns: PathPattern, name: str | None = None
+) -> SubscriptionHandle:
+    spec = SubscriptionSpec(name or uuid.uuid4().hex, tuple(patterns), QueueLimits())
+    return adapter.subscription(spec)
+
+
+def drain(handle: SubscriptionHandle, expect: int, timeout: float = 10.0) -> list[Received]:
+    """Pull until ``expect`` arrived, then 0.3 s more for anything extra."""
+    got: list[Received] = []
+    deadline = time.monotonic() + timeout
+    while len(got) < expect and time.monotonic() < deadline:
+        got += handle.pull(expect - len(got) + 10, timeout=0.2)
+    got += handle.pull(1000, timeout=0.3)
+    for m in got:
+        m.ack()
+    return got
+
+
+# -- overlapping filters ------------------------------------------------------------------
+
+
+def test_overlapping_filters_of_one_and_of_several_subscriptions_deliver_once(
+    make: Callable[..., MqttAdapter],
+) -> None:
+    adapter = make()
+    union = subscribe(adapter, pattern("a", ANY, "c"), pattern("a", "b", ANY), pattern("a", DEEP))
+    first = subscribe(adapter, pattern("a", ANY, "c"))
+    second = subscribe(adapter, pattern("a", "b", ANY))
+    adapter.publish_many([message("a/b/c", b"1"), message("a/x/c", b"2"), message("a/b/y", b"3")])
+    assert sorted(m.body for m in drain(union, 3)) == [b"1", b"2", b"3"]
+    assert sorted(m.body for m in drain(first, 2)) == [b"1", b"2"]
+    assert sorted(m.body for m in drain(second, 2)) == [b"1", b"3"]
+    # the session holds one filter for all of them (a/# covers every one)
+    assert adapter.stats()["filters"] == 1
+
+
+def test_a_stream_survives_filters_changing_around_it(
+    make: Callable[..., MqttAdapter], mqtt_url: str
+) -> None:
+    """A subscription on ``s/x`` gets every message of a stream exactly once while other
+    subscriptions with filters that cover, join or release its own come and go."""
+    adapter = make()
+    steady = subscribe(adapter, pattern("s", "x"))
+    got = Collector()
+    steady.start(got, prefetch=500)
+    stop = threading.Event()
+    sent: list[bytes] = []
+
+    def publish() -> None:
+        i = 0
+        while not stop.is_set():
+            batch = [message("s/x", b"%d" % (i + k)) for k in range(20)]
+            adapter.publish_many(batch)
+            sent.extend(m.body for m in batch)
+            i += 20
+            time.sleep(0.005)  # a steady stream, not a flood
+
+    publisher = threading.Thread(target=publish)
+    publisher.start()
+    try:
+        for _ in range(6):
+            wide = subscribe(adapter, pattern("s", DEEP))
+            join = subscribe(adapter, pattern(ANY, "x"))
+            time.sleep(0.05)
+            wide.delete()
+            time.sleep(0.05)
+            join.delete()
+            time.sleep(0.05)
+    finally:
+        stop.set()
+        publisher.join(30)
+    got.wait_for(len(sent), 15)
+    time.sleep(0.3)
+    steady.stop()
+    counts = Counter(got.bodies())
+    assert set(counts) == set(sent), f"{len(set(sent) - set(counts))} of {len(sent)} missing"
+    duplicates = {k: n for k, n in counts.items() if n > 1}
+    assert not duplicates, f"{len(duplicates)} delivered twice"
+    assert adapter.stats()["filters"] == 1
+
+
+# -- several gateway instances ----------------------------------------------------------
+
+
+def test_two_gateway_instances_on_one_broker_deliver_once_each(
+    make: Callable[..., MqttAdapter],
+) -> None:
+    a = make()
+    b = make()
+    assert a.stats()["client_id"] != b.stats()["client_id"]
+    on_a = subscribe(a, pattern("news"))
+    on_b = subscribe(b, pattern("news"))
+    a.publish(message("news", b"from-a"))
+    b.publish(message("news", b"from-b"))
+    assert sorted(m.body for m in drain(on_a, 2)) == [b"from-a", b"from-b"]
+    assert sorted(m.body for m in drain(on_b, 2)) == [b"from-a", b"from-b"]
+
+
+# -- scale --------------------------------------------------------------------------------
+
+
+def test_two_thousand_subscriptions_on_a_bounded_number_of_threads(
+    make: Callable[..., MqttAdapter],
+) -> None:
+    before = threading.active_count()
+    adapter = make()
+    opened = threading.active_count() - before
+    handles = [subscribe(adapter, pattern("dev", f"d{i}", "temp")) for i in range(2_000)]
+    wide = subscribe(adapter, pattern("dev", ANY, "temp"))
+    collectors = []
+    for h in handles[:50]:
+        c = Collector()
+        h.start(c, prefetch=10)
+        collectors.append(c)
+    assert threading.active_count() - before <= opened + 1  # + the queues' dispatcher
+    assert threading.active_count() - before <= 6
+    adapter.publish_many([message(f"dev/d{i}/temp", b"%d" % i) for i in range(2_000)])
+    for i, c in enumerate(collectors):
+        assert [m.body for m in c.wait_for(1, 10)] == [b"%d" % i]
+    assert len(drain(wide, 2_000, timeout=30)) == 2_000
+    assert adapter.stats()["filters"] == 1  # dev/+/temp covers the 2,000 others
+    wide.delete()
+    assert adapter.stats()["filters"] == 2_000
+    for h in handles:
+        h.stop()
+
+
+# -- retained messages ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("protocol", ["5", "3.1.1"])
+def test_current_message_is_the_retained_one_also_from_a_native_client(
+    make: Callable[..., MqttAdapter], mqtt_url: str, protocol: str
+) -> None:
+    prefix = f"t{uuid.uuid4().hex[:8]}"
+    adapter = make(namespaces={NS: prefix}, protocol=protocol)
+    assert adapter.current_message(topic("door")) is None
+    handle = subscribe(adapter, pattern("door"))
+    native = native_client(mqtt_url)
+    try:
+        native.publish(f"{prefix}/door", b'{"open": true}', qos=1, retain=True).wait_for_publish(5)
+        current = adapter.current_message(topic("door"))
+        assert current is not None and current.body == b'{"open": true}'
+        assert current.content_type == "application/json"
+        # the native message is a notification for the subscriber, once
+        assert [m.body for m in drain(handle, 1)] == [b'{"open": true}']
+        # a new subscription does not get the retained message as a notification
+        late = subscribe(adapter, pattern("door"))
+        assert drain(late, 0) == []
+        adapter.publish(message("door", b"<closed/>"))
+        current = adapter.current_message(topic("door"))
+        assert current is not None and current.body == b"<closed/>"
+    finally:
+        close_client(native)
+
+
+# -- outages ------------------------------------------------------------------------------
+
+
+def test_broker_down_fails_fast_and_everything_resumes_after_a_restart(
+    make: Callable[..., MqttAdapter], mosquitto_factory: Callable[..., MosquittoNode]
+) -> None:
+    node = mosquitto_factory()
+    adapter = make(node.url, reconnect_max_delay=0.5)
+    handle = subscribe(adapter, pattern("o"))
+    adapter.publish(message("o", b"before"))
+    assert [m.body for m in drain(handle, 1)] == [b"before"]
+    node.stop()
+    deadline = time.monotonic() + 5
+    while adapter.available() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not adapter.available()
+    started = time.monotonic()
+    with pytest.raises(AdapterUnavailable):
+        adapter.publish(message("o", b"lost"))
+    with pytest.raises(AdapterUnavailable):
+        subscribe(adapter, pattern("new"))
+    assert time.monotonic() - started < 1.0
+    node.start()
+    deadline = time.monotonic() + 10
+    while not adapter.available() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert adapter.available()
+    adapter.publish(message("o", b"after"))
+    fresh = subscribe(adapter, pattern("new"))
+    adapter.publish(message("new", b"fresh"))
+    assert [m.body for m in drain(handle, 1)] == [b"after"]
+    assert [m.body for m in drain(fresh, 1)] == [b"fresh"]
+
+
+def test_offline_session_keeps_messages_across_a_broker_restart(
+    make: Callable[..., MqttAdapter],
+    mosquitto_factory: Callable[..., MosquittoNode],
+    tmp_path: Path,
+) -> None:
+    """Messages published while the gateway is away wait in its session at the broker,
+    beyond Mosquitto's default limit of 1,000, across a graceful broker restart."""
+    node = mosquitto_factory()
+    data_dir = str(tmp_path / "gateway")
+    gateway = make(node.url, data_dir=data_dir)
+    subscribe(gateway, pattern("away"), name="kept")
+    gateway.close()
+    publisher = make(node.url)
+    publisher.publish_many([message("away", b"%d" % i) for i in range(1_500)])
+    publisher.close()
+    node.restart()
+    again = make(node.url, data_dir=data_dir)
+    handle = subscribe(again, pattern("away"), name="kept")
+    got = drain(handle, 1_500, timeout=30)
+    assert [m.body for m in got] == [b"%d" % i for i in range(1_500)]
+
+
+def test_a_message_larger_than_allowed_is_refused(make: Callable[..., MqttAdapter]) -> None:
+    adapter = make(max_message_bytes=100)
+    assert adapter.capabilities.max_message_bytes == 100
+    with pytest.raises(PublishFailed, match="max_message_bytes"):
+        adapter.publish(message("big", b"x" * 101))
+    adapter.publish(message("big", b"x" * 100))
+
+
+# -- Spark buffer logs (taps) -------------------------------------------------------------
+
+
+def test_spark_logs_are_fed_by_the_gateway_session(
+    make: Callable[..., MqttAdapter], mqtt_url: str, tmp_path: Path
+) -> None:
+    from wsnmom.spark_bridge.log import NotificationLog
+
+    prefix = f"t{uuid.uuid4().hex[:8]}"
+    path = tmp_path / "spark.sqlite"
+    tap = {"path": str(path), "topic": "p:a//c", "namespaces": {"p": NS}}
+    adapter = make(namespaces={NS: prefix}, spark_logs={"plant": tap})
+    handle = subscribe(adapter, pattern("a", DEEP))
+    adapter.publish(message("a/x/c", b"<c/>"))
+    adapter.publish(message("a/x/d", b"<d/>"))  # the subscription's, not the log's
+    native = native_client(mqtt_url, "3.1.1")
+    try:
+        native.publish(f"{prefix}/a/y/z/c", b'{"n": 1}', qos=1).wait_for_publish(5)
+    finally:
+        close_client(native)
+    assert len(drain(handle, 3)) == 3
+    log = NotificationLog(path, create=False)
+    poll(lambda: len(log) >= 2, what="2 records in the log")
+    time.sleep(0.3)  # nothing more comes
+    entries = [(name, body) for _, name, body in log.entries()]
+    assert entries == [(f"{prefix}/a/x/c", b"<c/>"), (f"{prefix}/a/y/z/c", b'{"n": 1}')]
+    assert log.name == "plant" and log.middleware == "mqtt"
+    assert adapter.stats()["tapped"] == 2
+
+
+def test_a_bad_spark_logs_option_is_refused_at_once(tmp_path: Path) -> None:
+    from wsnmom.core.adapter import AdapterError
+
+    for bad in ({"x": {"topic": "q:a"}}, {"x": {"path": "p", "topic": "q:a"}}, {"x": "p"}):
+        with pytest.raises(AdapterError, match="spark_logs"):
+            MqttAdapter("mqtt://127.0.0.1:1", {"data_dir": str(tmp_path), "spark_logs": bad})

@@ -1,0 +1,41 @@
+"""The adapter conformance kit against the MQTT adapter on the session's broker (a private
+Mosquitto unless WSNMOM_TEST_MQTT_URL names one), over MQTT 5 and MQTT 3.1.1.
+
+Each test has a data directory of its own, so its own persistent session and queues."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("paho.mqtt")
+
+from wsnmom.testing.conformance import AdapterConformance
+
+pytestmark = pytest.mark.mqtt
+
+
+class TestMqtt5Conformance(AdapterConformance):
+    """Every group, MQTT 5."""
+
+    receive_timeout = 5.0
+    quiet_period = 0.3
+
+    @pytest.fixture
+    def adapter_url(self, mqtt_url: str) -> str:
+        return mqtt_url
+
+    @pytest.fixture
+    def adapter_options(self, tmp_path: Path) -> Mapping[str, Any]:
+        return {"data_dir": str(tmp_path), "session_expiry": 300}
+
+
+class TestMqtt311Conformance(TestMqtt5Conformance):
+    """Every group, MQTT 3.1.1 (no headers: those checks skip)."""
+
+    @pytest.fixture
+    def adapter_options(self, tmp_path: Path) -> Mapping[str, Any]:
+        return {"data_dir": str(tmp_path), "session_expiry": 300, "protocol": "3.1.1"}

@@ -1,0 +1,21 @@
+"""The MQTT benchmark's raw paho baselines (``bench/mqtt_raw.py``) at tiny sizes against the
+session's broker: they run and measure what they say (the figures are not asserted)."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("paho.mqtt")
+
+from bench import mqtt_raw
+
+pytestmark = pytest.mark.mqtt
+
+
+def test_round_trip_receives_every_message(mqtt_url: str) -> None:
+    result = mqtt_raw.roundtrip(mqtt_url, 200, b"<x/>", publishers=2)
+    assert result["seconds"] > 0 and result["msgs_per_s"] == pytest.approx(200 / result["seconds"])
+
+
+def test_fan_out_reaches_every_session(mqtt_url: str) -> None:
+    assert mqtt_raw.fanout(mqtt_url, 50) > 0

@@ -1,0 +1,326 @@
+"""One slow consumer never delays another: tarpit consumers (loopback sockets that accept
+connections and never answer) against a healthy consumer, through the real outbound SOAP
+client; and the lanes' concurrency limit and circuit breaker on their own.
+
+Tarpits here answer nothing for ``retry.timeout`` (4 s); the healthy consumer must have its
+notification well before that (2 s bound: generous for a loaded machine, far below what a
+shared pool blocked by the tarpits gives)."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from wsnmom.core.lanes import BreakerSettings, Lanes, LaneState, Outcome, destination_key
+from wsnmom.core.model import EndpointReference, SubscribeRequest
+from wsnmom.soap_frontend.client import SoapClient
+
+from tests.fixtures.server import ConsumerServer
+
+from .conftest import Broker, note, simple
+
+TIMEOUT = 4.0
+HEALTHY_WITHIN = 2.0
+
+
+class Tarpit:
+    """A loopback port whose connections complete (kernel backlog) and are never
+    answered, nor even accepted; ``connections()`` counts the ones made to it."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(512)
+        self.port = int(self.sock.getsockname()[1])
+
+    def address(self, path: str = "/t") -> str:
+        return f"http://127.0.0.1:{self.port}{path}"
+
+    def connections(self) -> int:
+        """Connections accepted so far (taken from the backlog, then held open)."""
+        self.sock.setblocking(False)
+        taken = 0
+        try:
+            while True:
+                conn, _ = self.sock.accept()
+                self._held.append(conn)
+                taken += 1
+        except BlockingIOError:
+            pass
+        self.total += taken
+        return self.total
+
+    total = 0
+    _held: list[socket.socket]
+
+    def close(self) -> None:
+        for conn in getattr(self, "_held", []):
+            conn.close()
+        self.sock.close()
+
+
+@pytest.fixture
+def tarpits() -> Iterator[Callable[[], Tarpit]]:
+    made: list[Tarpit] = []
+
+    def make() -> Tarpit:
+        t = Tarpit()
+        t._held = []
+        t.total = 0
+        made.append(t)
+        return t
+
+    yield make
+    for t in made:
+        t.close()
+
+
+def _broker(make_broker: Any, **overrides: Any) -> Broker:
+    settings: dict[str, Any] = {
+        "retry__timeout": TIMEOUT,
+        "retry__max_attempts": 100,
+        "retry__give_up": "keep",
+        "delivery__workers": 4,
+        **overrides,
+    }
+    b: Broker = make_broker(soap=SoapClient(), **settings)
+    return b
+
+
+def _subscribe(b: Broker, address: str, topic: str) -> str:
+    assert b.service is not None
+    return b.service.subscribe(SubscribeRequest(EndpointReference(address), topic=simple(topic))).id
+
+
+def _healthy_delay(b: Broker, healthy: ConsumerServer, pits: list[Tarpit], stuck: int) -> float:
+    """Publish to the tarpits, wait until ``stuck`` deliveries hang in them, then publish
+    to the healthy consumer: seconds until it has its notification."""
+    assert b.service is not None
+    b.service.notify([note("<m>pit</m>", simple("t:pit"))])
+    _wait(lambda: sum(p.connections() for p in pits) >= stuck, TIMEOUT, "stuck deliveries")
+    started = time.monotonic()
+    b.service.notify([note("<m>1</m>", simple("t:ok"))])
+    healthy.wait_for_messages(1, timeout=TIMEOUT * 3)
+    return time.monotonic() - started
+
+
+def test_subscriptions_to_one_tarpit_do_not_delay_a_healthy_consumer(
+    make_broker: Any, consumer: ConsumerServer, tarpits: Callable[[], Tarpit]
+) -> None:
+    """16 subscriptions to one consumer that never answers (more than the 4 shared
+    threads): its lane runs at most ``per_destination`` of them at once."""
+    b = _broker(make_broker)
+    pit = tarpits()
+    for i in range(16):
+        _subscribe(b, pit.address(f"/t{i}"), "t:pit")
+    _subscribe(b, consumer.address("/healthy"), "t:ok")
+    share = b.settings.delivery.workers // 2  # per_destination's default
+    assert _healthy_delay(b, consumer, [pit], share) < HEALTHY_WITHIN
+    assert pit.connections() == share  # never more than its lane's share at once
+    assert b.service is not None and b.service.engine.thread_count() == 4
+
+
+def test_many_tarpit_destinations_do_not_delay_a_healthy_consumer(
+    make_broker: Any, consumer: ConsumerServer, tarpits: Callable[[], Tarpit]
+) -> None:
+    """40 distinct consumers that never answer hold every one of the 4 threads; the engine
+    starts more threads once they have all been stuck for ``slow_after``."""
+    b = _broker(make_broker)
+    pits = [tarpits() for _ in range(40)]
+    for pit in pits:
+        _subscribe(b, pit.address(), "t:pit")
+    _subscribe(b, consumer.address("/healthy"), "t:ok")
+    assert _healthy_delay(b, consumer, pits, 4) < HEALTHY_WITHIN
+    assert b.service is not None
+    assert 4 < b.service.engine.thread_count() <= b.settings.delivery.max_workers
+
+
+def test_an_open_circuit_takes_no_threads_and_the_retry_policy_still_ends(
+    make_broker: Any, consumer: ConsumerServer, tarpits: Callable[[], Tarpit]
+) -> None:
+    """After ``breaker_failures`` attempts without an answer in time the destination's
+    circuit opens:
+    no further connections while it is open (its subscriptions fail at once, holding no
+    thread), a healthy consumer is served at once, and give-up still ends the
+    subscriptions with SubscriptionEnd once their attempts are used up."""
+    b = _broker(
+        make_broker,
+        retry__timeout=1.0,
+        retry__max_attempts=4,
+        retry__give_up="end",
+        retry__initial_delay=timedelta(seconds=0.1),
+        retry__max_delay=timedelta(seconds=0.2),
+        delivery__breaker_failures=2,
+        delivery__breaker_open=timedelta(seconds=30),
+    )
+    assert b.service is not None
+    pit = tarpits()
+    watcher = consumer.address("/ends")
+    _subscribe(b, watcher, topic="t:ends")
+    subs = [
+        b.service.subscribe(
+            SubscribeRequest(
+                EndpointReference(pit.address(f"/t{i}")),
+                topic=simple("t:pit"),
+                subscription_end_topic=simple("t:ends"),
+            )
+        ).id
+        for i in range(6)
+    ]
+    b.service.notify([note("<m>1</m>", simple("t:pit"))])
+    key = destination_key(pit.address())
+    assert key is not None
+
+    def lane_open() -> bool:
+        lane = b.service.engine.lanes.get(key) if b.service else None
+        return lane is not None and lane.state is LaneState.OPEN
+
+    _wait(lane_open, 10, "the tarpit's circuit to open")
+    made = pit.connections()
+    # two at once (per_destination); one more may start between the two failures
+    assert made <= 2 * 2
+    # every subscription runs out of attempts while the circuit stays open: ended, with
+    # SubscriptionEnd, and no new connection to the tarpit
+    _wait(lambda: not set(subs) & set(b.service.registry.subscriptions), 15, "give-up")
+    ends = consumer.wait_for_messages(len(subs), timeout=10)
+    assert len(ends) == len(subs)
+    assert pit.connections() == made
+    assert b.service.engine.thread_count() == b.settings.delivery.workers
+
+
+def _wait(check: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+# -- lanes on their own -----------------------------------------------------------------------
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_lane_concurrency_and_release_order() -> None:
+    lanes = Lanes(2)
+    a = lanes.enter("http://h:1", ("a", 0))
+    b = lanes.enter("http://h:1", ("b", 0))
+    assert a is not None and a is b
+    assert lanes.enter("http://h:1", ("c", 0)) is None  # waits in the lane
+    assert lanes.enter("http://h:1", ("d", 0)) is None
+    assert lanes.enter("http://other:1", ("x", 0)) is not None  # other lanes unaffected
+    assert lanes.leave(a) == ("c", 0)  # made ready again, in arrival order
+    assert lanes.enter("http://h:1", ("c", 0)) is a
+    assert lanes.enter("http://h:1", ("e", 0)) is None  # full again
+    assert lanes.leave(a) == ("d", 0)
+    assert lanes.leave(a) == ("e", 0)
+    assert a.active == 0 and not a.waiting
+
+
+def test_breaker_opens_probes_doubles_and_closes() -> None:
+    clock = Clock()
+    lanes = Lanes(4, BreakerSettings(failures=2, open_for=5, max_open=12), clock)
+    lane = lanes.enter("http://h:1", ("a", 0))
+    assert lane is not None
+    lanes.report(lane, Outcome.TIMED_OUT)
+    assert lanes.admit(lane) is None and lane.state is LaneState.CLOSED
+    for _ in range(5):  # refused or reset at once: holds nothing, neither counts nor resets
+        lanes.report(lane, Outcome.FAILED_FAST)
+    assert lane.state is LaneState.CLOSED and lane.failures == 1
+    lanes.report(lane, Outcome.TIMED_OUT)
+    assert lane.state is LaneState.OPEN
+    assert lanes.admit(lane) == pytest.approx(5)
+    clock.now += 5
+    assert lanes.admit(lane) is None  # the probe
+    assert lane.state is LaneState.HALF_OPEN
+    assert lanes.admit(lane) == pytest.approx(5)  # others wait for the probe
+    lanes.report(lane, Outcome.TIMED_OUT)
+    assert lane.state is LaneState.OPEN and lane.interval == 10
+    clock.now += 10
+    assert lanes.admit(lane) is None
+    lanes.report(lane, Outcome.FAILED_FAST)  # a probe refused at once fails it too
+    assert lane.interval == 12  # capped
+    clock.now += 12
+    assert lanes.admit(lane) is None
+    lanes.report(lane, Outcome.ANSWERED)  # any answer closes it
+    assert lane.state is LaneState.CLOSED and lane.failures == 0
+    assert lanes.states() == {LaneState.CLOSED: 1, LaneState.OPEN: 0, LaneState.HALF_OPEN: 0}
+    lanes.leave(lane)
+    lanes.sweep()
+    assert lanes.get("http://h:1") is None
+
+
+@pytest.mark.parametrize(
+    ("address", "key"),
+    [
+        ("http://127.0.0.1:8080/a", "http://127.0.0.1:8080"),
+        ("http://127.1:8080/b", "http://127.0.0.1:8080"),
+        ("HTTP://Consumer.Example/x", "http://consumer.example:80"),
+        ("https://[::1]/x", "https://[::1]:443"),
+        ("http://[::1", None),
+    ],
+)
+def test_destination_key(address: str, key: str | None) -> None:
+    assert destination_key(address) == key
+
+
+def test_threads_started_for_slow_deliveries_end_when_idle() -> None:
+    from wsnmom.core.delivery import DeliveryEngine
+
+    engine = DeliveryEngine(workers=1, slow_after=0.05, idle_exit=0.3)
+    release = threading.Event()
+    try:
+        handles = []
+        for i in range(3):
+            handle = _Handle()
+            channel = engine.open_channel(
+                f"c{i}",
+                handle,
+                lambda r: r,
+                lambda batch: release.wait(5),
+                lambda reason: None,
+                destination=f"http://h{i}:1",
+            )
+            channel.start()
+            handles.append(handle)
+        for handle in handles:
+            handle.deliver()
+        _wait(lambda: engine.thread_count() == 3, 5, "threads for the stuck deliveries")
+        release.set()
+        _wait(lambda: engine.thread_count() == 1, 5, "the extra threads to end")
+    finally:
+        release.set()
+        engine.close()
+
+
+class _Handle:
+    """A subscription handle that hands one message to its callback on demand."""
+
+    def __init__(self) -> None:
+        self.callback: Any = None
+
+    def start(self, callback: Any, *, prefetch: int) -> None:
+        self.callback = callback
+
+    def stop(self) -> None:
+        self.callback = None
+
+    def deliver(self) -> None:
+        self.callback(_Message())
+
+
+class _Message:
+    def ack(self) -> None:
+        pass
+
+    def nack(self, *, requeue: bool = True) -> None:
+        pass

@@ -1,0 +1,140 @@
+"""The import graph of the wsnmom package: no import cycles, and the layers keep to their
+side (core knows no SOAP and no middleware, topic_mapping is pure, the SOAP frontend
+reaches the broker only through ``core.ports.BrokerPort``).
+
+The graph is read from the sources (``ast``), so an import inside a function counts like
+one at the top of a module; imports under ``if TYPE_CHECKING:`` never run and are left out.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+#: import package -> folder, as pyproject's package-dir maps them
+PACKAGES = {
+    "wsnmom.core": ROOT / "core",
+    "wsnmom.topic_mapping": ROOT / "topic_mapping",
+    "wsnmom.soap_frontend": ROOT / "soap_frontend",
+    "wsnmom.adapters": ROOT / "adapters",
+    "wsnmom": ROOT / "wsnmom",
+}
+
+
+def _modules() -> dict[str, Path]:
+    found: dict[str, Path] = {}
+    for package, folder in PACKAGES.items():
+        for path in folder.rglob("*.py"):
+            parts = list(path.relative_to(folder).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            found.setdefault(".".join([package, *parts]), path)
+    return found
+
+
+MODULES = _modules()
+
+
+def _runtime_imports(name: str, path: Path) -> Iterator[str]:
+    """Every wsnmom module ``name`` imports when it runs (functions included)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    skipped: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            skipped.update(id(n) for n in ast.walk(node))
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
+        targets: list[str] = []
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                module = ".".join(base + ([node.module] if node.module else []))
+            else:
+                module = node.module or ""
+            targets = [module] + [f"{module}.{alias.name}" for alias in node.names]
+        for target in targets:
+            while target and target not in MODULES:
+                target = target.rpartition(".")[0]
+            if target and target != name and not name.startswith(target + "."):
+                yield target
+
+
+GRAPH = {name: set(_runtime_imports(name, path)) for name, path in MODULES.items()}
+
+
+def _cycles() -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(GRAPH[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(GRAPH):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_the_graph_is_read() -> None:
+    assert "wsnmom.soap_frontend.fastpath" in MODULES
+    assert "wsnmom.soap_frontend.dispatch" in GRAPH["wsnmom.soap_frontend.fastpath"]
+    assert "wsnmom.core.ports" in GRAPH["wsnmom.soap_frontend.dispatch"]
+
+
+def test_no_import_cycles() -> None:
+    assert _cycles() == []
+
+
+def _imports_under(prefix: str) -> dict[str, set[str]]:
+    return {n: deps for n, deps in GRAPH.items() if n == prefix or n.startswith(prefix + ".")}
+
+
+def test_core_knows_no_soap_and_no_middleware() -> None:
+    for name, deps in _imports_under("wsnmom.core").items():
+        bad = {
+            d
+            for d in deps
+            if d.startswith(("wsnmom.soap_frontend", "wsnmom.adapters"))
+            or d in ("wsnmom.server", "wsnmom.cli")
+        }
+        assert not bad, f"{name} imports {sorted(bad)}"
+
+
+def test_topic_mapping_is_pure() -> None:
+    for name, deps in _imports_under("wsnmom.topic_mapping").items():
+        outside = {d for d in deps if not d.startswith("wsnmom.topic_mapping")}
+        assert not outside, f"{name} imports {sorted(outside)}"
+
+
+def test_the_soap_frontend_reaches_the_broker_through_its_port() -> None:
+    for name, deps in _imports_under("wsnmom.soap_frontend").items():
+        assert "wsnmom.core.service" not in deps, name
+        assert not any(d.startswith("wsnmom.adapters") for d in deps), name

@@ -34,6 +34,7 @@ from operator import itemgetter, methodcaller
 from typing import TYPE_CHECKING, Any
 
 from wsnmom.adapters.kafka.clients import CONTENT_TYPE_HEADERS
+from wsnmom.adapters.native import sniff_content_type
 from wsnmom.core.adapter import (
     HEADER_MESSAGE_ID,
     HEADER_PRODUCER_REFERENCE,
@@ -47,7 +48,6 @@ from wsnmom.core.codec import (
     is_internal_topic,
     is_xml_type,
     published_at_from_header,
-    sniff_content_type,
     xml_payload,
 )
 from wsnmom.core.filters import CompiledFilter

@@ -20,7 +20,10 @@ With pinning (the default when there are at least two CPUs and ``taskset`` exist
   F15);
 * a raw middleware baseline (the raw client publishing and consuming, the raw fan-out) runs
   on the server CPUs (:func:`on_server_cpus`), where the gateway runs in the measurement it
-  is compared with: both then have the broker on the load side's CPUs.
+  is compared with: both then have the broker on the load side's CPUs;
+* a scenario whose subject uses every core (Spark in ``local[2]``) runs it, and the
+  baseline it is compared with, on all allowed CPUs (:func:`on_all_cpus`): pinned to the
+  load side, the two-core Spark job ran on one CPU, beside the broker.
 """
 
 from __future__ import annotations
@@ -133,6 +136,21 @@ def on_server_cpus() -> Iterator[None]:
         return
     before = os.sched_getaffinity(0)
     os.sched_setaffinity(0, _plan.server)
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, before)
+
+
+@contextlib.contextmanager
+def on_all_cpus() -> Iterator[None]:
+    """Run the calling thread (and the threads and processes it starts) on every CPU the
+    bench may use for the block; brokers stay where they were pinned."""
+    if _plan is None:
+        yield
+        return
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, (*_plan.server, *_plan.clients))
     try:
         yield
     finally:

@@ -111,7 +111,11 @@ class Carried(Protocol):
 def is_internal_routing(received: Carried) -> bool:
     """True when ``received`` was routed on an internal topic (a pull point inbox), which
     only the subscription bound to that topic may see; see "Pull point inboxes"."""
-    topic = received.topic
+    return is_internal_topic(received.topic)
+
+
+def is_internal_topic(topic: Topic | None) -> bool:
+    """Whether ``topic`` is an internal routing topic (see :func:`is_internal_routing`)."""
     return topic is not None and (
         is_internal_namespace(topic.namespace) or topic.namespace == LEGACY_PULL_POINT_NAMESPACE
     )
@@ -153,7 +157,9 @@ def _epr_header(epr: EndpointReference) -> str:
     return json.dumps(epr_to_json(epr), separators=(",", ":"))
 
 
-def _epr_from_header(text: str | None) -> EndpointReference | None:
+def epr_from_header(text: str | None) -> EndpointReference | None:
+    """The endpoint reference of a ``wsnmom-producer-ref`` / ``wsnmom-subscription-ref``
+    header (None: absent or unreadable)."""
     if not text:
         return None
     try:
@@ -284,8 +290,14 @@ def xml_payload(body: bytes, content_type: str) -> bytes:
 
 
 def _topic_from(headers: Mapping[str, str], fallback: Topic | None) -> Topic | None:
-    ns = headers.get(HEADER_TOPIC_NAMESPACE)
-    path = headers.get(HEADER_TOPIC_PATH)
+    return header_topic(
+        headers.get(HEADER_TOPIC_NAMESPACE), headers.get(HEADER_TOPIC_PATH), fallback
+    )
+
+
+def header_topic(ns: str | None, path: str | None, fallback: Topic | None) -> Topic | None:
+    """A delivered message's topic: the one its topic headers (``ns``, ``path``) name,
+    else ``fallback`` (the topic it was routed on); None for :data:`NO_TOPIC`."""
     topic = fallback
     # usually the routing topic is the one the headers name: no new Topic then
     if (
@@ -305,8 +317,13 @@ _last_published: tuple[str, datetime | None] = ("", None)
 
 
 def _published_at(headers: Mapping[str, str]) -> datetime | None:
+    return published_at_from_header(headers.get(HEADER_PUBLISHED_AT))
+
+
+def published_at_from_header(text: str | None) -> datetime | None:
+    """The time of a ``wsnmom-published-at`` header (UTC when it names no zone; None:
+    absent or unreadable)."""
     global _last_published
-    text = headers.get(HEADER_PUBLISHED_AT)
     if not text:
         return None
     last = _last_published
@@ -332,10 +349,10 @@ def decode(received: Carried) -> NotificationMessage:
         payload=payload,
         topic=_topic_from(headers, received.topic),
         topic_dialect=headers.get(HEADER_TOPIC_DIALECT) or None,
-        producer_reference=_epr_from_header(headers.get(HEADER_PRODUCER_REFERENCE)),
+        producer_reference=epr_from_header(headers.get(HEADER_PRODUCER_REFERENCE)),
         content_type="application/xml",
         published_at=_published_at(headers),
-        subscription_reference=_epr_from_header(headers.get(HEADER_SUBSCRIPTION_REFERENCE)),
+        subscription_reference=epr_from_header(headers.get(HEADER_SUBSCRIPTION_REFERENCE)),
         request_id=headers.get(HEADER_REQUEST_ID),
         via=parse_via(headers.get(HEADER_VIA) or ""),
     )

@@ -195,9 +195,13 @@ def read_notifications(
 
         pin_implementations(checkpoint, chosen)
     plan = plan_batch(sources, selection) if not streaming else {}
+    cores = _parallelism(spark)
     frames = []
     for source in sources:
         options = source.all_options(selection)
+        if cores > 1 and not any(k.lower() == "minpartitions" for k in options):
+            # enough tasks for every core (ranges of 10,000 offsets and more only)
+            options["minPartitions"] = str(cores)
         if not streaming:
             ranges = plan[source.alias]
             options["startingOffsets"] = _json({s: a for s, (a, _) in ranges.items()})
@@ -219,6 +223,15 @@ def read_notifications(
     for frame in frames[1:]:
         result = result.unionByName(frame)
     return result
+
+
+def _parallelism(spark: SparkSession) -> int:
+    """Spark's default parallelism (the cores of a local session), 1 when unknown (Spark
+    Connect)."""
+    try:
+        return int(spark.sparkContext.defaultParallelism)
+    except Exception:
+        return 1
 
 
 def _json(value: Mapping[str, int]) -> str:

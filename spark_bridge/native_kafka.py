@@ -6,8 +6,8 @@ tokens and ``minPartitions`` splitting; pip's pyspark does not ship it (add it w
 ``--packages org.apache.spark:spark-sql-kafka-0-10_2.13:<spark version>``).  The bridge
 detects it by looking its provider class up on the JVM.  With it, ``format("kafka")``
 reads the Kafka topics that may carry the selected WS topics (``subscribePattern``) and the
-records are turned into the bridge's schema in Python, by the same mapping, decoding and
-residual filter as ``wsn_kafka`` (``mapInArrow``), so both give the same rows.
+records are turned into the bridge's schema in Python by the same column-wise conversion
+as ``wsn_kafka`` (``kafka_rows``, in a scalar Arrow UDF), so both give the same rows.
 
 The two write different offsets into a checkpoint.  ``read_notifications`` therefore
 records the implementation of each source next to the checkpoint and refuses to switch
@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from .options import BridgeError
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
     from wsnmom.adapters.kafka.mapping import KafkaMapping
     from wsnmom.topic_mapping.model import PathPattern
@@ -32,7 +33,7 @@ if TYPE_CHECKING:
 __all__ = [
     "KAFKA_PACKAGE",
     "KAFKA_PROVIDER",
-    "convert_record",
+    "convert_records",
     "jvm_class_available",
     "native_kafka_available",
     "native_kafka_frame",
@@ -103,71 +104,111 @@ _converters: dict[str, Any] = {}
 
 
 def _converter(options: Mapping[str, str]) -> Any:
-    """The per-process (backend, row builder) of a source's options."""
+    """The per-process (backend, row converter) of a source's options."""
     key = json.dumps(dict(options), sort_keys=True)
     found = _converters.get(key)
     if found is None:
+        from .kafka_rows import KafkaRows
         from .kafka_source import KafkaBackend
-        from .schema import RowBuilder
         from .selection import Compiled, Selection
 
         backend = KafkaBackend(options)
         selection = Compiled(Selection.from_options(options)).filter
-        found = (backend, RowBuilder(backend.alias, "kafka", selection))
+        rows = KafkaRows(
+            backend.alias,
+            backend.mapping,
+            selection,
+            verify_payloads=backend.verify_payloads,
+            include_headers=backend.include_headers,
+        )
+        found = (backend, rows)
         _converters[key] = found
     return found
 
 
-def convert_record(options: Mapping[str, str], item: Mapping[str, Any]) -> tuple[Any, ...] | None:
-    """The bridge's row of one record of Spark's Kafka source (a mapping of its columns),
-    or None when the selection refuses it."""
-    from wsnmom.adapters.kafka.clients import record_from_parts
-
-    from .kafka_source import stream_name
+def convert_records(options: Mapping[str, str], records: pa.StructArray) -> pa.StructArray:
+    """The bridge's rows of records of Spark's Kafka source (a struct array of its columns
+    ``key``, ``value``, ``topic``, ``partition``, ``offset``, ``timestamp``, ``headers``):
+    one row per record, null where the selection refuses it."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
 
     backend, rows = _converter(options)
-    log_name = item["topic"]
-    if not backend.mapping.may_carry(log_name, backend.patterns):
-        return None
-    stamp = item.get("timestamp")
-    millis = int(stamp.timestamp() * 1000) if stamp is not None else None
-    partition = int(item["partition"])
-    record = record_from_parts(
-        backend.mapping,
-        log_name,
-        partition,
-        int(item["offset"]),
-        item.get("key"),
-        item.get("value"),
-        [(h["key"], h["value"]) for h in item.get("headers") or ()],
-        millis,
+    batch = pa.RecordBatch.from_struct_array(records)
+    streams = pc.binary_join_element_wise(
+        batch.column("topic"), batch.column("partition").cast(pa.string()), "/"
     )
-    values = rows.values(record, stream_name(log_name, partition))
-    if values is None:
-        return None
-    out = list(values)
-    out[12] = dict(out[12])  # headers: a map
-    return tuple(out)
+    kinds = streams.unique()
+    converted: list[pa.RecordBatch] = []
+    index: Any = None
+    base = 0
+    for stream in kinds.to_pylist():
+        log_name, _, number = stream.rpartition("/")
+        if not backend.mapping.may_carry(log_name, backend.patterns):
+            continue
+        positions = None
+        part = batch
+        if len(kinds) > 1:
+            positions = pc.indices_nonzero(pc.equal(streams, stream))
+            part = batch.take(positions)
+        millis = pc.divide(part.column("timestamp").cast(pa.int64()), 1000)
+        headers = [
+            [(h["key"], h["value"]) for h in listed] if listed else None
+            for listed in part.column("headers").to_pylist()
+        ]
+        rows_of = rows.convert(
+            log_name,
+            int(number),
+            part.column("offset").to_pylist(),
+            part.column("key").to_pylist(),
+            part.column("value").to_pylist(),
+            millis,
+            headers,
+        )
+        # where each record's row is: offsets are unique within a Kafka partition
+        found = pc.index_in(part.column("offset"), value_set=rows_of.column("offset"))
+        if positions is None:
+            index = found
+        else:
+            if index is None:
+                index = [None] * len(batch)
+            for position, row in zip(positions.to_pylist(), found.to_pylist(), strict=True):
+                if row is not None:
+                    index[position] = base + row
+        converted.append(rows_of)
+        base += rows_of.num_rows
+    kind = pa.struct(list(rows.schema))
+    if index is None or base == 0:
+        return pa.nulls(len(batch), kind)
+    everything = pa.Table.from_batches(converted).to_struct_array().combine_chunks()
+    chosen = index if isinstance(index, pa.Array) else pa.array(index, pa.int64())
+    return everything.take(chosen)
 
 
 def native_rows(frame: DataFrame, options: Mapping[str, str]) -> DataFrame:
     """``frame`` (rows of Spark's Kafka source, with ``includeHeaders``) in the bridge's
-    schema: the same mapping, decoding and filter as ``wsn_kafka`` with ``options``
-    (a Python UDF: no pandas needed)."""
+    schema: the same mapping, decoding and filter as ``wsn_kafka`` with ``options``, by the
+    same column-wise conversion (``kafka_rows``, in a scalar Arrow UDF: no pandas)."""
+    import pyarrow as pa
     from pyspark.sql import functions as F
+    from pyspark.sql.pandas.functions import arrow_udf
 
+    from .kafka_rows import collector_paused
     from .options import lower_keys
     from .schema import spark_schema
 
     opts = lower_keys(options)
     columns = ["key", "value", "topic", "partition", "offset", "timestamp", "headers"]
 
-    # a lambda: Spark reads a function's type hints as a request for a pandas UDF
-    udf = F.udf(
-        lambda item: convert_record(opts, item.asDict(recursive=True)),
-        spark_schema(),
-        useArrow=False,
-    ).asNondeterministic()
+    def convert(records: Any) -> Any:
+        with collector_paused():
+            return convert_records(opts, records)
+
+    # the hints tell Spark the kind of Arrow UDF: array in, array out (scalar)
+    convert.__annotations__ = {"records": pa.Array, "return": pa.Array}
+    # nondeterministic: evaluated once per record, not again for the filter below
+    make_udf: Any = arrow_udf  # its overloads want the hints statically
+    udf = make_udf(convert, spark_schema()).asNondeterministic()
     converted = frame.select(udf(F.struct(*columns)).alias("row"))
     return converted.where(F.col("row").isNotNull()).select("row.*")
 

@@ -12,10 +12,12 @@ all of them:
 * ``latestOffset(start, limit)`` asks the backend for the ends of its streams and applies
   the read limit (``maxRecordsPerTrigger``: shared fairly over the streams with data).
   ``Trigger.AvailableNow`` fixes the ends once, at the start of the query.
-* ``partitions(start, end)`` cuts each stream's range into tasks of at most
-  ``maxRecordsPerPartition`` offsets; one task reads exactly its range, so a micro-batch
-  that Spark runs again returns the same records.
-* ``read`` decodes and filters each record as the gateway does (``schema.RowBuilder``).
+* ``partitions(start, end)`` cuts each stream's range into equal tasks of at most
+  ``maxRecordsPerPartition`` offsets, and the longest ranges further until there are
+  ``minPartitions`` tasks; one task reads exactly its range, so a micro-batch that Spark
+  runs again returns the same records.
+* ``read`` decodes and filters each record as the gateway does (``Backend.batches``:
+  ``schema.RowBuilder`` record by record, or the backend's own column-wise conversion).
 * Records that retention removed before they were read: the query fails naming the
   source and the range (``failOnDataLoss``, default true), or skips them with a warning.
 
@@ -52,6 +54,7 @@ from .selection import Compiled, Selection
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql.types import StructType
+    from wsnmom.core.filters import CompiledFilter
 
 __all__ = ["EARLIEST", "Backend", "OffsetSource", "RangePartition", "RecordsMissing", "log"]
 
@@ -59,6 +62,9 @@ log = logging.getLogger("wsnmom.spark_bridge")
 
 #: start offset of a stream the checkpoint does not know yet: its first record
 EARLIEST = -2
+#: ``minPartitions`` never splits a range into tasks of fewer offsets than this (a task's
+#: consumer costs ~10-20 ms to start)
+MIN_SPLIT = 10_000
 #: the offsets' format version (a different one is refused, never misread)
 OFFSET_VERSION = 1
 
@@ -84,6 +90,8 @@ class Backend(abc.ABC):
     def __init__(self, options: Mapping[str, str]) -> None:
         self.options = dict(options)
         self.alias = self.options.get("alias") or self.default_alias()
+        #: ``includeHeaders``: false leaves the ``headers`` column null (less work per row)
+        self.include_headers = bool(get_bool(self.options, "includeheaders", True))
 
     @abc.abstractmethod
     def default_alias(self) -> str:
@@ -119,6 +127,16 @@ class Backend(abc.ABC):
     def read_partition(self, part: RangePartition) -> Iterator[LogRecord]:
         """The records of one task (on an executor)."""
         return self.read(part.stream, part.start, part.end)
+
+    def batches(self, part: RangePartition, selection: CompiledFilter) -> Iterator[pa.RecordBatch]:
+        """The rows of one task that ``selection`` accepts, as Arrow record batches: by
+        default each record of :meth:`read_partition` decoded and filtered as the gateway
+        does (``schema.RowBuilder``); a backend may build them column-wise."""
+        rows = RowBuilder(
+            self.alias, self.middleware, selection, include_headers=self.include_headers
+        )
+        stream = part.stream
+        return rows.batches((record, stream) for record in self.read_partition(part))
 
     def commit(self, offsets: Mapping[str, int]) -> None:
         """Spark finished everything before ``offsets`` (informational)."""
@@ -179,6 +197,7 @@ class _Common:
         # compiled once here so a bad expression fails when the query is defined
         self._compiled: Compiled | None = Compiled(self.selection)
         self.max_per_partition = get_int(options, "maxrecordsperpartition", 100_000, low=1)
+        self.min_partitions = get_int(options, "minpartitions", 1, low=1) or 1
         self.fail_on_data_loss = get_bool(options, "failondataloss", True)
 
     def __getstate__(self) -> dict[str, Any]:
@@ -221,10 +240,25 @@ class _Common:
             out[str(stream)] = low if value == -2 else high if value == -1 else value
         return out
 
+    def _explicit(self, key: str) -> dict[str, int] | None:
+        """Option ``key`` when it is a JSON object of offsets (none -1 or -2), else None."""
+        text = (self.backend.options.get(key) or "").strip()
+        if not text.startswith("{"):
+            return None
+        data = get_json(self.backend.options, key)
+        if not isinstance(data, dict):
+            return None
+        offsets = {str(s): int(v) for s, v in data.items()}
+        return offsets if all(v >= 0 for v in offsets.values()) else None
+
     def ranges(self, start: Mapping[str, int], end: Mapping[str, int]) -> list[RangePartition]:
-        """Tasks covering ``[start, end)`` of every stream."""
+        """Tasks covering ``[start, end)`` of every stream: each stream's range in equal
+        pieces of at most ``maxRecordsPerPartition`` offsets, and more pieces of the longest
+        ranges until there are ``minPartitions`` tasks (none shorter than
+        :data:`MIN_SPLIT` offsets)."""
         parts: list[RangePartition] = []
         size = self.max_per_partition or 1
+        spans: dict[str, tuple[int, int]] = {}
         for stream, stop in sorted(end.items()):
             first = start.get(stream, EARLIEST)
             if first == EARLIEST:
@@ -232,37 +266,51 @@ class _Common:
                 if stop > 0:
                     parts.append(RangePartition(stream, EARLIEST, stop))
                 continue
-            lo = first
-            while lo < stop:
-                hi = min(stop, lo + size)
-                parts.append(RangePartition(stream, lo, hi))
-                lo = hi
-        return parts
+            if first < stop:
+                spans[stream] = (first, stop)
+        pieces = {s: -(-(hi - lo) // size) for s, (lo, hi) in spans.items()}
+        while len(parts) + sum(pieces.values()) < self.min_partitions:
+            # the stream whose pieces are longest, if they can be halved further
+            widest = max(
+                pieces, key=lambda s: (spans[s][1] - spans[s][0]) / pieces[s], default=None
+            )
+            if widest is None:
+                break
+            lo, hi = spans[widest]
+            if (hi - lo) // (pieces[widest] + 1) < MIN_SPLIT:
+                break
+            pieces[widest] += 1
+        for stream, (lo, hi) in spans.items():
+            count = pieces[stream]
+            step, extra = divmod(hi - lo, count)
+            for i in range(count):
+                upper = lo + step + (1 if i < extra else 0)
+                parts.append(RangePartition(stream, lo, upper))
+                lo = upper
+        return sorted(parts, key=lambda p: (p.stream, p.start))
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, RangePartition):
             return  # Spark's single placeholder task of a read with nothing to read
         backend = self.backend
-        rows = RowBuilder(backend.alias, backend.middleware, self.compiled.filter)
-        stream = partition.stream
         try:
-            records = self._records(partition)
-            yield from rows.batches((record, stream) for record in records)
+            yield from self._batches(partition)
         except SourceError:
             raise
         except Exception as exc:
             raise SourceError(
                 self.where(),
-                f"reading {stream} offsets {partition.start}..{partition.end - 1} failed: "
-                f"{type(exc).__name__}: {exc}",
+                f"reading {partition.stream} offsets {partition.start}..{partition.end - 1} "
+                f"failed: {type(exc).__name__}: {exc}",
             ) from exc
         finally:
             backend.close()
 
-    def _records(self, partition: RangePartition) -> Iterator[LogRecord]:
+    def _batches(self, partition: RangePartition) -> Iterator[pa.RecordBatch]:
         backend = self.backend
+        selection = self.compiled.filter
         try:
-            yield from backend.read_partition(partition)
+            yield from backend.batches(partition, selection)
         except RecordsMissing as gone:
             message = (
                 f"records {gone.first}..{gone.next - 1} of {gone.stream} were removed "
@@ -274,7 +322,8 @@ class _Common:
                 ) from None
             log.warning("%s: %s; skipped", self.where(), message)
             if gone.next < partition.end:
-                yield from backend.read(partition.stream, gone.next, partition.end)
+                rest = RangePartition(partition.stream, gone.next, partition.end)
+                yield from backend.batches(rest, selection)
 
 
 class BatchReader(_Common, DataSourceReader):
@@ -285,9 +334,16 @@ class BatchReader(_Common, DataSourceReader):
         super().__init__(backend)
 
     def snapshot(self) -> tuple[dict[str, int], dict[str, int]]:
-        """``(start, end)`` offsets of every stream for a read now."""
+        """``(start, end)`` offsets of every stream for a read now.  When both are given
+        as offsets (as ``read_notifications`` fixes a batch read's ranges), the broker is
+        not asked again."""
         backend = self.backend
         backend.prepare()
+        end = self._explicit("endingoffsets")
+        if end is not None:
+            start = self._explicit("startingoffsets")
+            if start is not None and set(end) <= set(start):
+                return {s: start[s] for s in end}, end
         bounds = self.bounds()
         start = self.starting("startingoffsets", bounds)
         ending = backend.options.get("endingoffsets")

@@ -48,7 +48,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql.types import StructType
 
-__all__ = ["COLUMNS", "DDL", "RowBuilder", "arrow_schema", "spark_schema"]
+__all__ = ["COLUMNS", "DDL", "RowBuilder", "TopicVerdicts", "arrow_schema", "spark_schema"]
 
 #: (name, Spark SQL type, nullable), in column order
 COLUMNS: tuple[tuple[str, str, bool], ...] = (
@@ -95,6 +95,30 @@ def arrow_schema() -> pa.Schema:
     return pa.schema([pa.field(n, kinds[k], nullable=null) for n, k, null in COLUMNS])
 
 
+#: a topic's columns (namespace, path, Clark notation) and whether the topic filter accepts it
+Verdict = tuple[str, str, str, bool]
+
+
+class TopicVerdicts:
+    """The topic filter's verdict and the names of each topic, worked out once per topic."""
+
+    def __init__(self, selection: CompiledFilter) -> None:
+        self.expression = selection.topic
+        self._known: dict[Topic, Verdict] = {}
+
+    def of(self, topic: Topic) -> Verdict:
+        """``(namespace, path, Clark notation, accepted)`` of ``topic``."""
+        found = self._known.get(topic)
+        if found is None:
+            expression = self.expression
+            accepted = expression is None or expression.matches(topic)
+            found = (topic.namespace, "/".join(topic.path), str(topic), accepted)
+            if len(self._known) > 10_000:
+                self._known.clear()
+            self._known[topic] = found
+        return found
+
+
 class RowBuilder:
     """Collects the rows of accepted records and hands them out as Arrow record batches of
     at most ``batch_rows`` rows."""
@@ -105,6 +129,8 @@ class RowBuilder:
         middleware: str,
         selection: CompiledFilter,
         batch_rows: int = 8192,
+        *,
+        include_headers: bool = True,
     ) -> None:
         import pyarrow as pa
 
@@ -113,23 +139,12 @@ class RowBuilder:
         self.middleware = middleware
         self.filter = selection
         self.batch_rows = batch_rows
+        self.include_headers = include_headers
         self.schema = arrow_schema()
         self.accepted = 0
         self.dropped = 0
         self._rows: list[tuple[Any, ...]] = []
-        #: topic -> (namespace, path, Clark notation, accepted by the topic filter)
-        self._topics: dict[Topic, tuple[str, str, str, bool]] = {}
-
-    def _topic(self, topic: Topic) -> tuple[str, str, str, bool]:
-        found = self._topics.get(topic)
-        if found is None:
-            expression = self.filter.topic
-            accepted = expression is None or expression.matches(topic)
-            found = (topic.namespace, "/".join(topic.path), str(topic), accepted)
-            if len(self._topics) > 10_000:
-                self._topics.clear()
-            self._topics[topic] = found
-        return found
+        self._topics = TopicVerdicts(selection)
 
     def values(self, record: LogRecord, stream: str) -> tuple[Any, ...] | None:
         """The row of ``record`` (on ``stream``) in column order (headers as a list of
@@ -145,7 +160,7 @@ class RowBuilder:
                 return None
             names: tuple[str | None, str | None, str | None] = (None, None, None)
         else:
-            namespace, path, clark, accepted = self._topic(topic)
+            namespace, path, clark, accepted = self._topics.of(topic)
             if not accepted:
                 return None
             names = (namespace, path, clark)
@@ -167,7 +182,7 @@ class RowBuilder:
             message.payload.decode("utf-8", "replace"),
             record.body,
             record.content_type,
-            list(headers.items()),
+            list(headers.items()) if self.include_headers else None,
             stamp,
         )
 

@@ -38,7 +38,7 @@ kafka_logger = logging.getLogger("wsnmom.adapters.kafka.librdkafka")
 
 #: record header carrying the body's media type (also read: Content-Type, contentType)
 HEADER_CONTENT_TYPE = "content-type"
-_CONTENT_TYPE_HEADERS = (HEADER_CONTENT_TYPE, "Content-Type", "contentType")
+CONTENT_TYPE_HEADERS = (HEADER_CONTENT_TYPE, "Content-Type", "contentType")
 #: error codes that mean a connection or the whole cluster went away
 _DOWN = {KafkaError._ALL_BROKERS_DOWN}
 _LOST = {KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._RESOLVE}
@@ -174,7 +174,7 @@ def _details(
     from its converted headers, its value and its timestamp in ms (None: unknown)."""
     body = value or b""
     content_type = ""
-    for name in _CONTENT_TYPE_HEADERS:
+    for name in CONTENT_TYPE_HEADERS:
         header = found.pop(name, None)
         if header and not content_type:
             content_type = header

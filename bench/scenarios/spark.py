@@ -2,10 +2,22 @@
 bridge's Python data source (``wsn_kafka``), in a batch query and in a streaming query,
 against a plain confluent-kafka consumer reading the same records in the same run.
 
-Setup (not timed): ``count`` notifications published the way the gateway publishes them
-(``core.codec`` headers, XML payloads, the Kafka adapter's ``publish_many``) on four WS
-topics, i.e. four Kafka topics; a ``local[2]`` SparkSession; a warm-up query (the first
-query of a session starts the Python workers).
+Everything measured runs on all CPUs the bench may use (``cpus.on_all_cpus``), the plain
+consumer as well as Spark: ``local[2]`` means two cores; the broker stays on the load
+side's CPU.  The machine is shared: the load averages are in the details, and every
+figure is the median of several runs (``RUNS``, ``CONSUMER_RUNS``; every run's figure is
+in the details too), and the details give the CPU time per notification of each run
+(``cpu_us_per_msg``: this process and everything it started, i.e. the consumer, or the
+driver, Spark's JVM and its Python workers; ``broker_cpu_us_per_msg``: the broker), which
+the other users of the machine disturb much less than the rates.
+
+Setup (not timed): ``count`` notifications (``WSNMOM_BENCH_SPARK_NOTIFICATIONS``, default
+200,000) published the way the gateway publishes them, in Notifies of ten messages, on
+four WS topics, i.e. four Kafka topics of one partition (the adapter's default layout);
+a ``local[2]`` SparkSession; warm-ups, untimed: one run of each consumer, one full batch
+read and one prepared-batches read (the first queries of a session start the Python
+workers and pay the JVM's compilation of the hot paths; the first read after publishing
+was also slower for the plain consumer).
 
 Measured:
 * ``plain_consumer``: one confluent-kafka consumer assigned to every partition from offset
@@ -14,15 +26,22 @@ Measured:
   payloads (every row decoded, filtered and handed to the JVM), from planning to result;
 * ``spark_stream``: the same as a streaming query into Spark's ``noop`` sink with
   ``Trigger.AvailableNow``: the time of its micro-batches (the sum of their
-  ``triggerExecution``; the query's start-up, a few seconds, is reported apart).
+  ``triggerExecution``; the query's start-up is reported apart).
 
-Target: each Spark figure >= 0.5 of the plain consumer.  Reported beside it without a
-target, the *equal work* baseline ``decoding_consumer``: the same plain consumer that also
-turns every record into the bridge's row (the Kafka adapter's record mapping, core's
-decoding, the residual filter, the Arrow batch) in one process, i.e. what the Spark query
-does per record, without Spark.  Spark's native Kafka connector is not measured: its jar
-cannot be installed from PyPI (the bridge detects and uses it when it is on the
-classpath, see docs/spark.md).
+Target: each Spark figure >= 0.5 of the plain consumer.  Reported beside it, without a
+target, what bounds the Spark figures on the same machine in the same run:
+
+* ``equal work``: the plain consumer that also turns every record into the bridge's rows
+  with the conversion a task of the source runs (``spark_bridge.kafka_rows``), in one
+  process: the source's work per record, without Spark;
+* ``prepared batches``: Spark reading the same number of rows of the bridge's schema that
+  a Python source hands over ready-made (one real batch repeated, four tasks): Spark's
+  own work per row, without Kafka and the conversion;
+* ``empty batch query``: a batch read that selects nothing (planning, the job): the fixed
+  cost every batch query and micro-batch pays, whatever it reads.
+
+Spark's native Kafka connector is not measured: its jar cannot be installed from PyPI (the
+bridge detects and uses it when it is on the classpath, see docs/spark.md).
 """
 
 from __future__ import annotations
@@ -30,16 +49,25 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
+import statistics
 import time
-import uuid
+from collections.abc import Callable
 from typing import Any
 
+from bench import cpus, spark_runs
 from bench.middleware import Middleware
 from bench.model import Metric, ScenarioResult, Target
 from bench.scenarios.base import Context, Scenario
 
-NAMESPACE = "urn:wsnmom:bench:spark"
-TOPICS = 4
+#: runs of every Spark measurement (the median is reported)
+RUNS = 3
+#: runs of the consumers (a run is short, and the plain consumer's varies most)
+CONSUMER_RUNS = 5
+
+
+def _load() -> list[float]:
+    """The machine's load averages (1, 5, 15 minutes)."""
+    return [round(x, 2) for x in os.getloadavg()]
 
 
 def _missing() -> str | None:
@@ -51,93 +79,52 @@ def _missing() -> str | None:
     return None
 
 
-def _publish(url: str, count: int) -> None:
-    from datetime import UTC, datetime
+class _Runs:
+    """Rates of repeated runs, by name, with the load at each and the CPU time per
+    notification: of the reading side (this process and what it started: the consumer, or
+    Spark's JVM and Python workers) and of the broker."""
 
-    from wsnmom.adapters.kafka.adapter import KafkaAdapter
-    from wsnmom.core.codec import encode
-    from wsnmom.core.model import NotificationMessage
-    from wsnmom.topic_mapping.model import Topic
+    def __init__(self, count: int, ctx: Context, broker: list[int]) -> None:
+        self.count = count
+        self.ctx = ctx
+        self.broker = frozenset(broker)
+        self.rates: dict[str, list[float]] = {}
+        self.loads: dict[str, list[float]] = {}
+        self.cpu_us: dict[str, list[float]] = {}
+        self.broker_cpu_us: dict[str, list[float]] = {}
 
-    adapter = KafkaAdapter(url, {})
-    adapter.open()
-    try:
-        now = datetime.now(UTC)
-        topics = [Topic(NAMESPACE, ("valves", f"v{i}", "state")) for i in range(TOPICS)]
-        batch = []
-        for i in range(count):
-            payload = (
-                f'<p:state xmlns:p="urn:example:plant"><p:valve>v{i % TOPICS}</p:valve>'
-                f"<p:open>{'true' if i % 2 else 'false'}</p:open><p:seq>{i}</p:seq></p:state>"
-            )
-            message = NotificationMessage(
-                message_id=uuid.uuid4().hex,
-                payload=payload.encode(),
-                topic=topics[i % TOPICS],
-                published_at=now,
-            )
-            batch.append(encode(message))
-            if len(batch) == 1000:
-                adapter.publish_many(batch, timeout=60)
-                batch.clear()
-        if batch:
-            adapter.publish_many(batch, timeout=60)
-    finally:
-        adapter.close()
+    def _cpu(self) -> tuple[float | None, float | None]:
+        reader = spark_runs.tree_cpu(os.getpid(), self.broker)
+        broker = [spark_runs.tree_cpu(pid) for pid in self.broker]
+        known = [b for b in broker if b is not None]
+        return reader, (sum(known) if broker and len(known) == len(broker) else None)
 
+    def measure(
+        self, name: str, run: Callable[[], float], times: int = RUNS, warm_up: bool = False
+    ) -> float:
+        """Run ``run`` (seconds for ``count`` records) ``times`` times, after one untimed
+        run with ``warm_up``; the median rate."""
+        if warm_up:
+            run()
+        for _ in range(times):
+            reader, broker = self._cpu()
+            self.rates.setdefault(name, []).append(self.count / run())
+            self.loads.setdefault(name, []).append(round(os.getloadavg()[0], 2))
+            reader_after, broker_after = self._cpu()
+            if reader is not None and reader_after is not None:
+                spent = (reader_after - reader) / self.count * 1e6
+                self.cpu_us.setdefault(name, []).append(round(spent, 2))
+            if broker is not None and broker_after is not None:
+                spent = (broker_after - broker) / self.count * 1e6
+                self.broker_cpu_us.setdefault(name, []).append(round(spent, 2))
+        rate = statistics.median(self.rates[name])
+        cpu = self.cpu_us.get(name)
+        note = f", CPU {statistics.median(cpu):.1f} µs/msg" if cpu else ""
+        self.ctx.log(f"  {name}: {rate:,.0f} msg/s (runs: {self._listed(name)}){note}")
+        return rate
 
-def _plain_consumer(
-    bootstrap: str, logs: list[str], count: int, decode_with: str | None = None
-) -> float:
-    """Seconds a plain consumer takes to read ``count`` records of ``logs``; with
-    ``decode_with`` (the adapter URL) it also makes the bridge's row of each."""
-    from confluent_kafka import Consumer, TopicPartition
-
-    rows: Any = None
-    if decode_with is not None:
-        from wsnmom.adapters.kafka.clients import record_from_message
-        from wsnmom.adapters.kafka.config import parse_settings
-        from wsnmom.adapters.kafka.mapping import KafkaMapping
-        from wsnmom.spark_bridge.schema import RowBuilder
-        from wsnmom.spark_bridge.selection import Selection
-
-        mapping = KafkaMapping(parse_settings(decode_with))
-        selection = Selection("p:valves//.", None, {"p": NAMESPACE}).compile()
-        mapping.register(NAMESPACE)
-        rows = RowBuilder("bench", "kafka", selection)
-
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"bench-plain-{uuid.uuid4().hex[:8]}",
-            "enable.auto.commit": False,
-            "fetch.wait.max.ms": 100,
-        }
-    )
-    metadata = consumer.list_topics(timeout=10)
-    parts = [TopicPartition(log, p, 0) for log in logs for p in metadata.topics[log].partitions]
-    started = time.perf_counter()
-    consumer.assign(parts)
-    seen = 0
-    deadline = time.monotonic() + 300
-    while seen < count and time.monotonic() < deadline:
-        for message in consumer.consume(1000, 0.5):
-            if message.error() is None:
-                seen += 1
-                if rows is None:
-                    message.value()
-                    continue
-                stream = f"{message.topic()}/{message.partition()}"
-                rows.add(record_from_message(message, mapping), stream)
-                if rows.pending >= rows.batch_rows:
-                    rows.take()
-    if rows is not None and rows.pending:
-        rows.take()
-    elapsed = time.perf_counter() - started
-    consumer.close()
-    if seen < count:
-        raise RuntimeError(f"the plain consumer read {seen} of {count} records")
-    return elapsed
+    def _listed(self, name: str) -> str:
+        return ", ".join(f"{r:,.0f}" for r in self.rates[name])
 
 
 class SparkBridge(Scenario):
@@ -158,59 +145,106 @@ class SparkBridge(Scenario):
         bootstrap = getattr(mw, "bootstrap", None)
         if not bootstrap:
             raise RuntimeError("the Kafka middleware has no bootstrap address")
-        count = ctx.pick(200_000, 20_000)
+        count = int(os.environ.get("WSNMOM_BENCH_SPARK_NOTIFICATIONS") or ctx.pick(200_000, 20_000))
         url = mw.adapter_url(ctx.workdir / "spark")
-        result.details.update({"notifications": count, "kafka_topics": TOPICS, "cores": 2})
-
-        from wsnmom.adapters.kafka.config import parse_settings
-        from wsnmom.adapters.kafka.mapping import KafkaMapping
-        from wsnmom.topic_mapping.model import Topic
-
+        result.details.update(
+            {"notifications": count, "kafka_topics": TOPICS_LAYOUT, "cores": 2, "runs": RUNS}
+        )
         started = time.perf_counter()
-        _publish(url, count)
+        logs = spark_runs.publish(url, count)
         result.setup["publish_s"] = time.perf_counter() - started
-        mapping = KafkaMapping(parse_settings(url))
-        logs = [
-            mapping.destination(Topic(NAMESPACE, ("valves", f"v{i}", "state"))).log
-            for i in range(TOPICS)
-        ]
+        result.details["load_avg_start"] = _load()
+        runs = _Runs(count, ctx, mw.pids())
+        with cpus.on_all_cpus():
+            figures = self._measure(ctx, runs, bootstrap, url, logs, result)
+        result.details["load_avg_end"] = _load()
+        result.details["rates"] = {k: [round(r) for r in v] for k, v in runs.rates.items()}
+        result.details["load_1min_at_runs"] = runs.loads
+        result.details["cpu_us_per_msg"] = runs.cpu_us
+        result.details["broker_cpu_us_per_msg"] = runs.broker_cpu_us
+        self._report(result, figures)
 
-        plain = count / _plain_consumer(bootstrap, logs, count)
-        ctx.log(f"  plain consumer: {plain:,.0f} msg/s")
-        decoding = count / _plain_consumer(bootstrap, logs, count, decode_with=url)
-        ctx.log(f"  plain consumer making the bridge's rows: {decoding:,.0f} msg/s")
+    def _measure(
+        self,
+        ctx: Context,
+        runs: _Runs,
+        bootstrap: str,
+        url: str,
+        logs: list[str],
+        result: ScenarioResult,
+    ) -> dict[str, float]:
+        count = runs.count
+        consume = spark_runs.consume
+        figures = {
+            "plain": runs.measure(
+                "plain consumer",
+                lambda: consume(bootstrap, logs, count)[0],
+                CONSUMER_RUNS,
+                warm_up=True,
+            ),
+            "equal": runs.measure(
+                "equal work, one process",
+                lambda: consume(bootstrap, logs, count, url)[0],
+                CONSUMER_RUNS,
+                warm_up=True,
+            ),
+        }
+        # one real batch of the source's rows, for the prepared-batches run
+        _, sample = consume(bootstrap, logs, min(count, 4096 * spark_runs.TOPICS), url)
 
         started = time.perf_counter()
-        from wsnmom.spark_bridge import kafka, local_session, read_notifications
+        from wsnmom.spark_bridge import kafka, local_session
 
         spark = local_session("wsnmom-bench", cores=2)
         spark.sparkContext.setLogLevel("ERROR")
         result.setup["session_s"] = time.perf_counter() - started
         try:
             source = kafka(url, alias="bench")
-            namespaces = {"p": NAMESPACE}
             started = time.perf_counter()
-            _batch(spark, read_notifications, source, "p:valves/v0/state", namespaces)
+            self._batch(spark, source, count)
+            spark_runs.prepared_query(spark, sample, count)
             result.setup["warm_up_s"] = time.perf_counter() - started
-
-            started = time.perf_counter()
-            rows = _batch(spark, read_notifications, source, "p:valves//.", namespaces)
-            batch_s = time.perf_counter() - started
-            if rows != count:
-                raise RuntimeError(f"the batch query read {rows} of {count} notifications")
-            stream_s, stream_wall = _stream(
-                spark, read_notifications, source, namespaces, count, ctx
+            empty = [spark_runs.batch_query(spark, source, "p:none")[0] for _ in range(RUNS)]
+            result.details["empty_batch_query_s"] = round(statistics.median(empty), 3)
+            figures["batch"] = runs.measure(
+                "Spark batch", lambda: self._batch(spark, source, count)
             )
-            result.details["stream_wall_s"] = round(stream_wall, 2)
-            result.details["batch_s"] = round(batch_s, 2)
+            walls: list[float] = []
+            figures["stream"] = runs.measure(
+                "Spark streaming", lambda: self._stream(spark, source, count, ctx, walls)
+            )
+            result.details["stream_wall_s"] = [round(w, 2) for w in walls]
+            figures["prepared"] = runs.measure(
+                "Spark, prepared batches",
+                lambda: spark_runs.prepared_query(spark, sample, count),
+            )
         finally:
             spark.stop()
-        batch_rate, stream_rate = count / batch_s, count / stream_s
-        ctx.log(f"  Spark batch: {batch_rate:,.0f} msg/s, streaming: {stream_rate:,.0f} msg/s")
-        for name, value in (("spark_batch", batch_rate), ("spark_stream", stream_rate)):
+        return figures
+
+    @staticmethod
+    def _batch(spark: Any, source: Any, count: int) -> float:
+        seconds, rows = spark_runs.batch_query(spark, source)
+        if rows != count:
+            raise RuntimeError(f"the batch query read {rows} of {count} notifications")
+        return seconds
+
+    @staticmethod
+    def _stream(spark: Any, source: Any, count: int, ctx: Context, walls: list[float]) -> float:
+        seconds, wall, rows = spark_runs.stream_query(spark, source, ctx.workdir)
+        if rows != count:
+            raise RuntimeError(f"the streaming query read {rows} of {count} notifications")
+        walls.append(wall)
+        return seconds
+
+    @staticmethod
+    def _report(result: ScenarioResult, figures: dict[str, float]) -> None:
+        plain = figures["plain"]
+        for name in ("batch", "stream"):
+            value = figures[name]
             result.add(
                 Metric(
-                    name=f"{name}_msgs_per_s",
+                    name=f"spark_{name}_msgs_per_s",
                     value=value,
                     unit="msg/s",
                     baseline=plain,
@@ -220,41 +254,24 @@ class SparkBridge(Scenario):
             )
             result.add(
                 Metric(
-                    name=f"{name}_vs_equal_work",
+                    name=f"spark_{name}_vs_equal_work",
                     value=value,
                     unit="msg/s",
-                    baseline=decoding,
+                    baseline=figures["equal"],
                     baseline_name="plain consumer making the same rows, one process",
+                )
+            )
+        for name, baseline in (("equal", "equal_work"), ("prepared", "spark_prepared_batches")):
+            result.add(
+                Metric(
+                    name=f"{baseline}_msgs_per_s",
+                    value=figures[name],
+                    unit="msg/s",
+                    baseline=plain,
+                    baseline_name="plain confluent-kafka consumer",
                 )
             )
 
 
-def _batch(spark: Any, read: Any, source: Any, topic: str, namespaces: dict[str, str]) -> int:
-    from pyspark.sql import functions as F
-
-    frame = read(spark, [source], topic, namespaces=namespaces, streaming=False)
-    row = frame.agg(F.count("*").alias("n"), F.sum(F.length("payload")).alias("chars")).first()
-    return int(row["n"])
-
-
-def _stream(
-    spark: Any, read: Any, source: Any, namespaces: dict[str, str], count: int, ctx: Context
-) -> tuple[float, float]:
-    """(seconds of the micro-batches, seconds from start to termination)."""
-    checkpoint = str(ctx.workdir / f"spark-checkpoint-{uuid.uuid4().hex[:8]}")
-    frame = read(spark, [source], "p:valves//.", namespaces=namespaces, streaming=True)
-    started = time.perf_counter()
-    query = (
-        frame.writeStream.format("noop")
-        .option("checkpointLocation", checkpoint)
-        .trigger(availableNow=True)
-        .start()
-    )
-    query.awaitTermination(600)
-    elapsed = time.perf_counter() - started
-    progress = query.recentProgress
-    rows = sum(p["numInputRows"] for p in progress)
-    if rows != count:
-        raise RuntimeError(f"the streaming query read {rows} of {count} notifications")
-    batches = sum(p["durationMs"].get("triggerExecution", 0) for p in progress) / 1000
-    return batches, elapsed
+#: the Kafka layout of the published notifications
+TOPICS_LAYOUT = f"{spark_runs.TOPICS} topics x 1 partition"

@@ -18,17 +18,17 @@ ROOT = Path(__file__).resolve().parents[2]
 DOCKER = ROOT / "docker"
 COMPOSE = DOCKER / "compose.yml"
 DOCKERFILE = DOCKER / "Dockerfile"
+#: the image of the `spark` profile: Spark 4 from the pyspark wheel, with wsnmom[spark]
+SPARK_DOCKERFILE = DOCKER / "spark.Dockerfile"
 
-#: profile -> the services it starts, and what each image must be
+#: profile -> the services it starts, and what each image must be (None: a gateway built
+#: from docker/Dockerfile; a path: built from that Dockerfile)
 PROFILES: dict[str, dict[str, str | None]] = {
     "rabbitmq": {"gateway-rabbitmq": None, "rabbitmq": r"rabbitmq:3\.13[\w.-]*-management"},
     "kafka": {"gateway-kafka": None, "kafka": r"apache/kafka:\d[\w.-]*"},
     "mosquitto": {"gateway-mosquitto": None, "mosquitto": r"eclipse-mosquitto:\d[\w.-]*"},
     "postgres": {"postgres": r"postgres:\d[\w.-]*"},
-    "spark": {
-        "spark-master": r"(apache|bitnami)/spark:\d[\w.-]*",
-        "spark-worker": r"(apache|bitnami)/spark:\d[\w.-]*",
-    },
+    "spark": {"spark-master": "docker/spark.Dockerfile", "spark-worker": "docker/spark.Dockerfile"},
 }
 _PORT = re.compile(
     r"^(?:(?P<ip>[0-9.]+|\[[0-9a-fA-F:]+\]):)?(?P<host>\d+):(?P<container>\d+)(?:/(?:tcp|udp))?$"
@@ -48,7 +48,11 @@ def services(compose: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def _gateways(services: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    return {name: s for name, s in services.items() if "build" in s}
+    return {
+        name: s
+        for name, s in services.items()
+        if "build" in s and s["build"]["dockerfile"] == "docker/Dockerfile"
+    }
 
 
 def _is_pinned(image: str) -> bool:
@@ -79,6 +83,9 @@ def test_images_are_pinned_and_the_expected_ones(
             assert service["build"]["dockerfile"] == "docker/Dockerfile"
             assert "image" not in service or _is_pinned(service["image"])
             continue
+        if pattern.endswith("Dockerfile"):
+            assert service["build"]["dockerfile"] == pattern
+            continue
         image = service["image"]
         assert _is_pinned(image), image
         assert re.fullmatch(pattern, image), image
@@ -90,7 +97,9 @@ def test_every_service_has_an_image_or_a_build(services: dict[str, dict[str, Any
 
 
 def test_build_context_and_dockerfile_exist(services: dict[str, dict[str, Any]]) -> None:
-    for name, service in _gateways(services).items():
+    built = {name: s for name, s in services.items() if "build" in s}
+    assert set(_gateways(services)) < set(built)
+    for name, service in built.items():
         context = (DOCKER / service["build"]["context"]).resolve()
         assert context == ROOT, name
         assert (context / service["build"]["dockerfile"]).is_file(), name
@@ -199,9 +208,9 @@ def test_readme_shows_the_compose_command() -> None:
 # --- Dockerfile ----------------------------------------------------------------------------
 
 
-def _instructions() -> list[tuple[str, str]]:
+def _instructions(dockerfile: Path = DOCKERFILE) -> list[tuple[str, str]]:
     """(INSTRUCTION, arguments) with continuation lines joined and comments dropped."""
-    text = re.sub(r"\\\n", " ", DOCKERFILE.read_text())
+    text = re.sub(r"\\\n", " ", dockerfile.read_text())
     out = []
     for line in text.splitlines():
         line = line.strip()
@@ -212,8 +221,9 @@ def _instructions() -> list[tuple[str, str]]:
     return out
 
 
-def test_dockerfile_copy_sources_exist() -> None:
-    copies = [args for keyword, args in _instructions() if keyword == "COPY"]
+@pytest.mark.parametrize("dockerfile", [DOCKERFILE, SPARK_DOCKERFILE], ids=lambda p: p.name)
+def test_dockerfile_copy_sources_exist(dockerfile: Path) -> None:
+    copies = [args for keyword, args in _instructions(dockerfile) if keyword == "COPY"]
     assert copies
     for args in copies:
         parts = shlex.split(args)
@@ -224,11 +234,12 @@ def test_dockerfile_copy_sources_exist() -> None:
             assert (ROOT / source).exists(), source
 
 
-def test_dockerfile_copies_every_package_directory() -> None:
+@pytest.mark.parametrize("dockerfile", [DOCKERFILE, SPARK_DOCKERFILE], ids=lambda p: p.name)
+def test_dockerfile_copies_every_package_directory(dockerfile: Path) -> None:
     """Every folder setuptools maps to a package is in the image."""
     copied = {
         shlex.split(args)[0].rstrip("/")
-        for keyword, args in _instructions()
+        for keyword, args in _instructions(dockerfile)
         if keyword == "COPY" and "--from" not in args
     }
     mapping = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"][
@@ -238,15 +249,17 @@ def test_dockerfile_copies_every_package_directory() -> None:
     assert tops <= copied, tops - copied
 
 
-def test_dockerfile_runs_as_a_non_root_user() -> None:
-    users = [args for keyword, args in _instructions() if keyword == "USER"]
+@pytest.mark.parametrize("dockerfile", [DOCKERFILE, SPARK_DOCKERFILE], ids=lambda p: p.name)
+def test_dockerfile_runs_as_a_non_root_user(dockerfile: Path) -> None:
+    users = [args for keyword, args in _instructions(dockerfile) if keyword == "USER"]
     assert users, "no USER: the image would run as root"
     user = users[-1].split(":")[0]
     assert user not in ("root", "0")
 
 
-def test_dockerfile_base_images_are_pinned_slim_python() -> None:
-    bases = [args.split()[0] for keyword, args in _instructions() if keyword == "FROM"]
+@pytest.mark.parametrize("dockerfile", [DOCKERFILE, SPARK_DOCKERFILE], ids=lambda p: p.name)
+def test_dockerfile_base_images_are_pinned_slim_python(dockerfile: Path) -> None:
+    bases = [args.split()[0] for keyword, args in _instructions(dockerfile) if keyword == "FROM"]
     assert bases
     for base in bases:
         assert _is_pinned(base), base
@@ -268,6 +281,26 @@ def test_dockerfile_healthcheck_port_volume_and_extras() -> None:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     for extras in extras_used:
         assert set(extras.split(",")) <= set(project["optional-dependencies"]), extras
+
+
+def test_spark_image_has_spark_4_java_17_and_the_bridge() -> None:
+    """Spark 3.5 images lack the Python Data Source API: the `spark` profile runs the
+    pyspark wheel the spark extra pins (>= 4), on Java 17, with the bridge importable by the
+    executors' Python workers."""
+    instructions = _instructions(SPARK_DOCKERFILE)
+    runs = " ".join(args for keyword, args in instructions if keyword == "RUN")
+    assert "openjdk-17-jre-headless" in runs
+    assert '[spark]"' in runs
+    spark_extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]["spark"]
+    pyspark = next(d for d in spark_extra if d.startswith("pyspark"))
+    assert re.search(r">=\s*4", pyspark), pyspark
+    env = " ".join(args for keyword, args in instructions if keyword == "ENV")
+    assert "SPARK_HOME=/opt/wsnmom/lib/python3.11/site-packages/pyspark" in env
+    assert "PYSPARK_PYTHON=/opt/wsnmom/bin/python" in env
+    bases = [args.split()[0] for keyword, args in instructions if keyword == "FROM"]
+    assert bases[-1].startswith("python:3.11"), "SPARK_HOME names python3.11's site-packages"
 
 
 def test_dockerignore_keeps_the_context_small() -> None:

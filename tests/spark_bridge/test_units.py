@@ -70,16 +70,35 @@ def test_limit_shares_the_budget_fairly() -> None:
 
 class _Fake:
     max_per_partition = 4
+    min_partitions = 1
 
 
 def test_ranges_split_and_new_streams_read_from_their_start() -> None:
     parts = _Common.ranges(_Fake(), {"a": 2}, {"a": 11, "new": 3})  # type: ignore[arg-type]
+    # equal pieces of at most 4 offsets
     assert parts == [
-        RangePartition("a", 2, 6),
-        RangePartition("a", 6, 10),
-        RangePartition("a", 10, 11),
+        RangePartition("a", 2, 5),
+        RangePartition("a", 5, 8),
+        RangePartition("a", 8, 11),
         RangePartition("new", EARLIEST, 3),
     ]
+
+
+def test_min_partitions_splits_the_longest_ranges_not_below_min_split() -> None:
+    fake = _Fake()
+    fake.max_per_partition = 100_000
+    fake.min_partitions = 4
+    ranges = _Common.ranges
+    parts = ranges(fake, {"a": 0, "b": 0}, {"a": 60_000, "b": 20_000})  # type: ignore[arg-type]
+    assert parts == [
+        RangePartition("a", 0, 20_000),
+        RangePartition("a", 20_000, 40_000),
+        RangePartition("a", 40_000, 60_000),
+        RangePartition("b", 0, 20_000),
+    ]
+    # small ranges stay whole: a task's consumer costs more than reading them
+    assert ranges(fake, {"a": 0}, {"a": 15_000}) == [RangePartition("a", 0, 15_000)]  # type: ignore[arg-type]
+    assert len(ranges(fake, {"a": 0}, {"a": 25_000})) == 2  # type: ignore[arg-type]
 
 
 def test_offsets_of_another_implementation_or_source_are_refused() -> None:

@@ -9,6 +9,8 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from bench import raw_ingress
+
 
 def _setter(event: threading.Event) -> Callable[[Any, Any], None]:
     """A delivery callback that sets ``event``."""
@@ -289,9 +291,8 @@ def ingress(
     gateway's request threads) share one producer configured like the adapter's
     (idempotent, ``acks=all``, ``linger.ms`` 5) and one thread serving its delivery
     reports (the adapter's poll thread); each thread produces ``bodies`` (one Notify's
-    messages) and waits for all their reports, again and again for ``seconds``.  Returns
-    ``{"rps": Notifies/s, "msgs_per_s": ...}``: the most a gateway with that many request
-    threads can confirm through this client and broker."""
+    messages) and waits for all their reports, again and again for ``seconds``
+    (``bench.raw_ingress.run``).  Returns ``{"rps": Notifies/s, "msgs_per_s": ...}``."""
     from confluent_kafka import Producer
 
     topic = _topic(bootstrap)
@@ -304,45 +305,31 @@ def ingress(
         }
     )
     stop = threading.Event()
-    done = [0]
-    errors: list[BaseException] = []
-    lock = threading.Lock()
+    headers = [("content-type", "application/xml")]
 
     def serve_reports() -> None:
         while not stop.is_set():
             producer.poll(0.05)
 
-    def notifier(until: float) -> None:
-        headers = [("content-type", "application/xml")]
-        try:
-            while time.monotonic() < until:
-                confirmed = threading.Event()
-                report = _counter(len(bodies), confirmed, errors)
-                for body in bodies:
-                    producer.produce(topic, body, headers=headers, on_delivery=report)
-                if not confirmed.wait(30):
-                    raise RuntimeError("raw Kafka ingress: no delivery report in 30 s")
-                with lock:
-                    done[0] += 1
-        except BaseException as exc:
-            errors.append(exc)
+    def notify() -> None:
+        confirmed = threading.Event()
+        errors: list[BaseException] = []
+        report = _counter(len(bodies), confirmed, errors)
+        for body in bodies:
+            producer.produce(topic, body, headers=headers, on_delivery=report)
+        if not confirmed.wait(30):
+            raise RuntimeError("raw Kafka ingress: no delivery report in 30 s")
+        if errors:
+            raise errors[0]
 
     poller = threading.Thread(target=serve_reports)
     poller.start()
-    # warm: producer id and topic metadata
-    producer.produce(topic, bodies[0])
-    producer.flush(30)
-    started = time.perf_counter()
-    until = time.monotonic() + seconds
-    workers = [threading.Thread(target=notifier, args=(until,)) for _ in range(threads)]
-    for t in workers:
-        t.start()
-    for t in workers:
-        t.join()
-    elapsed = time.perf_counter() - started
-    stop.set()
-    poller.join(10)
-    producer.flush(10)
-    if errors:
-        raise RuntimeError(f"raw confluent-kafka ingress failed: {errors[0]!r}")
-    return {"rps": done[0] / elapsed, "msgs_per_s": done[0] * len(bodies) / elapsed}
+    try:
+        # warm: producer id and topic metadata
+        producer.produce(topic, bodies[0])
+        producer.flush(30)
+        return raw_ingress.run(notify, len(bodies), seconds, threads, "confluent-kafka")
+    finally:
+        stop.set()
+        poller.join(10)
+        producer.flush(10)

@@ -468,6 +468,13 @@ class Mqtt(LocalNodeMiddleware):
         assert self.address is not None
         return mqtt_raw.fanout(self.address, size)
 
+    def raw_ingress(self, bodies: list[bytes], seconds: float, threads: int) -> float | None:
+        """See ``bench.mqtt_raw.ingress``."""
+        from bench import mqtt_raw
+
+        assert self.address is not None
+        return mqtt_raw.ingress(self.address, bodies, seconds, threads)["rps"]
+
 
 @dataclass(frozen=True)
 class Planned:

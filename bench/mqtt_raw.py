@@ -8,6 +8,9 @@ persistent session (clean start false, QoS 1 subscription) receives them.
 Fan-out: ``size`` persistent sessions (one connection each, all driven by one selector
 loop, the way a one-session-per-subscription design would have to run) subscribed to one
 topic; one QoS 1 message published; the time until every session has it.
+
+Ingress: one connection shared by the gateway's request threads, each publishing one
+Notify's messages at QoS 1 and waiting for all their PUBACKs (``ingress``).
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ import paho.mqtt.client as mqtt
 from paho.mqtt.enums import CallbackAPIVersion
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
+
+from bench import raw_ingress
 
 
 def _host_port(url: str) -> tuple[str, int]:
@@ -179,3 +184,67 @@ def fanout(url: str, size: int) -> float:
         sessions.close()
         publisher.disconnect()
         publisher.loop_stop()
+
+
+def _receive_maximum(host: str, port: int) -> int:
+    """The Receive Maximum the broker grants an MQTT 5 client (65,535 when it names none)."""
+    client = _client(f"bench-raw-probe-{uuid.uuid4().hex[:8]}")
+    granted: list[int] = []
+    connected = threading.Event()
+
+    def on_connect(client: Any, userdata: Any, flags: Any, reason: Any, props: Any) -> None:
+        granted.append(int(getattr(props, "ReceiveMaximum", None) or 65_535))
+        connected.set()
+
+    client.on_connect = on_connect
+    client.connect(host, port)
+    client.loop_start()
+    try:
+        if not connected.wait(30):
+            raise RuntimeError("raw paho: no CONNACK in 30 s")
+        return granted[0]
+    finally:
+        client.disconnect()
+        client.loop_stop()
+
+
+def ingress(url: str, bodies: list[bytes], seconds: float, threads: int = 16) -> dict[str, float]:
+    """The ingress scenario's Notifies without the gateway: ``threads`` threads (the
+    gateway's request threads) share one MQTT 5 connection served by paho's own network
+    thread (``loop_start``), as the gateway's publisher shares one; its in-flight window
+    is the Receive Maximum the broker grants, as the adapter's is (paho's default is 20).
+    Each thread publishes ``bodies`` (one Notify's messages) at QoS 1 to one topic under a
+    prefix of its own (as the gateway maps the scenario's one topic), with the Content
+    Type and Payload Format Indicator the adapter sets (one shared properties object: the
+    adapter also sends each message's id as a user property, which it packs itself), and
+    waits for every PUBACK (``wait_for_publish``), again and again for ``seconds``
+    (``bench.raw_ingress.run``).  Returns ``{"rps": Notifies/s, "msgs_per_s": ...}``."""
+    host, port = _host_port(url)
+    topic = f"bench-raw{uuid.uuid4().hex[:8]}/ingress"
+    client = _client(f"bench-raw-ingress-{uuid.uuid4().hex[:8]}")
+    # paho takes its window before connecting only: ask the broker on a connection first
+    client.max_inflight_messages_set(_receive_maximum(host, port))
+    connected = threading.Event()
+    client.on_connect = lambda *args: connected.set()
+    client.connect(host, port)
+    client.loop_start()
+    props = Properties(PacketTypes.PUBLISH)  # type: ignore[no-untyped-call]
+    props.ContentType = "application/xml"
+    props.PayloadFormatIndicator = 1
+
+    def notify() -> None:
+        infos = [client.publish(topic, body, qos=1, properties=props) for body in bodies]
+        for info in infos:
+            info.wait_for_publish(30)
+            if not info.is_published():
+                raise RuntimeError("raw paho ingress: no PUBACK in 30 s")
+
+    try:
+        if not connected.wait(30):
+            raise RuntimeError("raw paho ingress: no CONNACK in 30 s")
+        # warm: one round trip on the connection
+        client.publish(topic, bodies[0], qos=1).wait_for_publish(30)
+        return raw_ingress.run(notify, len(bodies), seconds, threads, "paho-mqtt")
+    finally:
+        client.disconnect()
+        client.loop_stop()

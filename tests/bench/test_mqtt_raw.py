@@ -19,3 +19,11 @@ def test_round_trip_receives_every_message(mqtt_url: str) -> None:
 
 def test_fan_out_reaches_every_session(mqtt_url: str) -> None:
     assert mqtt_raw.fanout(mqtt_url, 50) > 0
+
+
+@pytest.mark.parametrize("batch", [1, 20])
+def test_ingress_confirms_whole_notifies(mqtt_url: str, batch: int) -> None:
+    bodies = [b"<x/>"] * batch
+    result = mqtt_raw.ingress(mqtt_url, bodies, seconds=0.5, threads=4)
+    assert result["rps"] > 0
+    assert result["msgs_per_s"] == pytest.approx(result["rps"] * batch)

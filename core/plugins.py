@@ -1,10 +1,10 @@
 """Plugin manager and adapter registry.
 
-Everything pluggable is loaded through one path: the ``wsnmom.adapters`` entry-point group.
-The built-in adapters (``embedded``, ``rabbitmq``) are declared there by wsnmom's own
-``pyproject.toml`` exactly like a third-party distribution would declare its plugin, so
-they can be listed, blocked and replaced the same way.  (When wsnmom runs from a source
-tree without installed metadata, the built-in plugin modules are imported by name.)
+Third-party plugins are found through the ``wsnmom.adapters`` entry-point group.  The
+built-in plugins (one per adapter wsnmom ships) are listed once, in :data:`BUILTIN_PLUGINS`,
+and imported by name, as pytest does with its own plugins: they load whether or not the
+installed metadata is current, and ``WSNMOM_DISABLE_PLUGIN_AUTOLOAD`` never turns one off.
+They are listed, blocked and replaced like any other plugin.
 
 Plugins contribute adapter classes to an :class:`AdapterRegistry` in the
 ``wsnmom_register_adapters`` hook, **by dotted name**.  Resolving a URL imports the class
@@ -68,19 +68,24 @@ log = logging.getLogger("wsnmom.plugins")
 #: entry-point group plugins declare themselves in
 ENTRY_POINT_GROUP = "wsnmom.adapters"
 
-#: built-in plugins: entry-point name -> plugin module
+#: the built-in plugins, the one list of them: plugin name -> plugin module.  A plugin
+#: module only names its adapter class, so importing it imports no client library.
 BUILTIN_PLUGINS: Mapping[str, str] = {
     "embedded": "wsnmom.adapters.embedded.plugin",
     "rabbitmq": "wsnmom.adapters.rabbitmq.plugin",
+    "kafka": "wsnmom.adapters.kafka.plugin",
+    "mqtt": "wsnmom.adapters.mqtt.plugin",
     "filelog": "wsnmom.adapters.filelog.plugin",
 }
 
-#: schemes of adapters wsnmom ships even when their plugin cannot be loaded (blocked, or
-#: installed without metadata), with the extra that installs their client library; only
-#: used to turn "unknown scheme" into "install X"
+#: schemes of the built-in adapters, with the extra that installs their client library;
+#: only used to explain an "unknown scheme" when their plugin is blocked
+#: (tests/core/test_plugins.py checks it against what the built-in plugins register)
 KNOWN_SCHEMES: Mapping[str, str] = {
     "amqp": "rabbitmq",
     "amqps": "rabbitmq",
+    "rabbitmq": "rabbitmq",
+    "kafka": "kafka",
     "mqtt": "mqtt",
     "mqtts": "mqtt",
 }
@@ -350,26 +355,27 @@ class PluginManager:
             for name in self.blocked:
                 self.pm.set_blocked(name)
             wanted = _split(self._env.get(ENV_PLUGINS))
-            seen: set[str] = set()
+            own = _own_distribution()
+            for name, module in BUILTIN_PLUGINS.items():
+                self._dists[name] = own
+                self._load_one(name, module, True)
+            seen: set[str] = set(BUILTIN_PLUGINS)
             for ep in _entry_points():
+                if ep.name in seen:  # a built-in's name, or listed twice
+                    continue
                 seen.add(ep.name)
-                builtin = ep.name in BUILTIN_PLUGINS
-                if not builtin:
-                    if wanted and ep.name not in wanted:
-                        continue
-                    if not self._autoload and ep.name not in wanted:
-                        continue
+                if wanted and ep.name not in wanted:
+                    continue
+                if not self._autoload and ep.name not in wanted:
+                    continue
                 dist = getattr(ep, "dist", None)
                 self._dists[ep.name] = (
                     getattr(dist, "name", None),
                     getattr(dist, "version", None),
                 )
-                self._load_one(ep.name, ep.value, builtin, loader=ep.load)
-            for name, module in BUILTIN_PLUGINS.items():
-                if name not in seen:  # running from a source tree without metadata
-                    self._load_one(name, module, True)
+                self._load_one(ep.name, ep.value, False, loader=ep.load)
             for item in wanted:
-                if item not in seen and item not in BUILTIN_PLUGINS:
+                if item not in seen:
                     self._load_one(item, item, False)
         self.pm.hook.wsnmom_register_adapters.call_historic(kwargs={"registry": self.adapters})
         return self
@@ -571,6 +577,14 @@ class PluginManager:
             getattr(self.pm.hook, hook)(**kwargs)
         except Exception:
             log.exception("plugin hook %s raised", hook)
+
+
+def _own_distribution() -> tuple[str | None, str | None]:
+    """wsnmom's distribution name and version, for the built-in plugins' listing."""
+    try:
+        return "wsnmom", importlib.metadata.version("wsnmom")
+    except importlib.metadata.PackageNotFoundError:  # a source tree without metadata
+        return None, None
 
 
 def _entry_points() -> list[importlib.metadata.EntryPoint]:

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
+import os
 import subprocess
 import sys
 import textwrap
+import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -52,7 +54,7 @@ def fake_entry_points(
 ) -> list[importlib.metadata.EntryPoint]:
     eps = [
         importlib.metadata.EntryPoint(name, module, plugins_mod.ENTRY_POINT_GROUP)
-        for name, module in {**plugins_mod.BUILTIN_PLUGINS, **extra}.items()
+        for name, module in extra.items()
     ]
     monkeypatch.setattr(plugins_mod, "_entry_points", lambda: eps)
     return eps
@@ -152,12 +154,64 @@ def test_importing_wsnmom_imports_no_client_library() -> None:
 # --------------------------------------------------------------------------- manager
 
 
-def test_builtins_load_through_entry_points() -> None:
+def test_builtins_load_from_the_one_list() -> None:
     pm = PluginManager(environ={}).load()
     names = {p.name: p for p in pm.plugins()}
-    assert names["embedded"].builtin
+    assert {n for n, p in names.items() if p.builtin} == set(plugins_mod.BUILTIN_PLUGINS)
     assert names["embedded"].schemes == ("embedded",)
+    assert names["embedded"].distribution == "wsnmom"
     assert "wsnmom_register_adapters" in names["embedded"].hooks
+
+
+def test_builtins_are_not_declared_twice() -> None:
+    """The built-ins are listed once, in code; wsnmom's pyproject declares no entry point
+    for them (a second list that could drift, as kafka and mqtt once did)."""
+    pyproject = Path(__file__).resolve().parents[2] / "pyproject.toml"
+    entry_points = tomllib.loads(pyproject.read_text())["project"].get("entry-points", {})
+    assert plugins_mod.ENTRY_POINT_GROUP not in entry_points
+
+
+def test_stale_metadata_naming_a_builtin_loads_it_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake_entry_points(monkeypatch, {"kafka": "wsnmom.adapters.kafka.plugin"})
+    pm = PluginManager(environ={}).load()
+    kafka = [p for p in pm.plugins() if p.name == "kafka"]
+    assert len(kafka) == 1 and kafka[0].builtin and not pm.failures()
+
+
+def test_known_schemes_cover_the_builtins() -> None:
+    pm = PluginManager(environ={}).load()
+    registered = {e.scheme for e in pm.adapters.entries()}
+    # the two adapters without a client library need no install hint
+    assert registered - {"embedded", "filelog"} == set(plugins_mod.KNOWN_SCHEMES)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "embedded:///tmp/x",
+        "amqp://127.0.0.1/",
+        "amqps://127.0.0.1/",
+        "kafka://127.0.0.1:9092",
+        "mqtt://127.0.0.1:1883",
+        "mqtts://127.0.0.1:8883",
+    ],
+)
+def test_disable_autoload_resolves_every_builtin_scheme(url: str) -> None:
+    pm = PluginManager(environ={"WSNMOM_DISABLE_PLUGIN_AUTOLOAD": "1"}).load()
+    assert pm.resolve(url).__name__.endswith("Adapter")
+
+
+def test_disable_autoload_in_a_fresh_process() -> None:
+    code = (
+        "import wsnmom.core.plugins as p;"
+        "print(p.resolve('kafka://127.0.0.1:9092').__name__,"
+        " p.resolve('mqtt://127.0.0.1').__name__)"
+    )
+    env = {**os.environ, "WSNMOM_DISABLE_PLUGIN_AUTOLOAD": "1"}
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env
+    )
+    assert out.stdout.split() == ["KafkaAdapter", "MqttAdapter"]
 
 
 def test_third_party_entry_point(monkeypatch: pytest.MonkeyPatch, plugin_dir: Path) -> None:

@@ -4,9 +4,9 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 comma  := ,
 # what `make run` installs: the gateway and the client libraries of its adapters
-RUN_EXTRAS  ?= rabbitmq,kafka,mqtt
+RUN_EXTRAS  ?= rabbitmq,kafka,mqtt,postgres
 # what `make test` / `lint` / `typecheck` install: the above plus the test and lint tools
-TEST_EXTRAS ?= test,rabbitmq,kafka,mqtt,spark
+TEST_EXTRAS ?= test,rabbitmq,kafka,mqtt,postgres,spark
 # `make venv EXTRAS=...` installs any set of extras
 EXTRAS ?= $(TEST_EXTRAS)
 # one stamp per set of extras: .venv/.installed-test-rabbitmq
@@ -44,7 +44,7 @@ typecheck: $(call stamp,$(TEST_EXTRAS))
 
 ## bench: benchmarks against the embedded adapter and local brokers (bench/results/latest.json)
 bench: system-deps
-	$(MAKE) --no-print-directory EXTRAS=test,rabbitmq,kafka,mqtt,spark,bench venv
+	$(MAKE) --no-print-directory EXTRAS=test,rabbitmq,kafka,mqtt,postgres,spark,bench venv
 	$(BIN)/python -m bench $(ARGS)
 
 clean:

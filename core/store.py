@@ -3,13 +3,14 @@ current message per topic (when the adapter does not keep it).
 
 ``Store`` is the small interface core uses; ``SqliteStore`` is the default implementation
 (plain ``sqlite3``, WAL journal, one connection guarded by a lock, parameterised SQL, a
-``schema_version`` table).  Records are kept as JSON documents next to the columns queries
-need (id, termination time, name), so a PostgreSQL implementation can follow with the same
-schema.  Notifications themselves are *not* stored here: accepted-but-undelivered messages
-live in the middleware's durable subscriptions.
+``schema_version`` table), ``PostgresStore`` (``core.store_postgres``) the one several
+gateway instances can share.  Records are kept as JSON documents next to the columns
+queries need (id, termination time, name), the same in both.  Notifications themselves are
+*not* stored here: accepted-but-undelivered messages live in the middleware's durable
+subscriptions.
 
 Store URLs: ``sqlite:///relative/path.db``, ``sqlite:////absolute/path.db``,
-``sqlite:///:memory:`` (tests).
+``sqlite:///:memory:`` (tests), ``postgresql://user:password@host:5432/database``.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from wsnmom.core import errors
 from wsnmom.core.model import (
     EndpointReference,
     ExpressionSource,
@@ -42,6 +44,19 @@ SCHEMA_VERSION = 1
 
 class StoreError(Exception):
     """The store cannot be opened or used."""
+
+
+class StoreUnavailable(StoreError, errors.ResourceUnavailable):
+    """The store does not answer (a server store down or out of connections): temporary,
+    so an operation that needs it is answered with a Receiver fault and HTTP 503."""
+
+    #: seconds a client should wait before retrying
+    RETRY_AFTER = 5.0
+
+    def __init__(self, description: str) -> None:
+        errors.ResourceUnavailable.__init__(
+            self, f"the store is not reachable: {description}", retry_after=self.RETRY_AFTER
+        )
 
 
 class Store(abc.ABC):
@@ -110,6 +125,10 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def get_current_message(self, topic: Topic) -> NotificationMessage | None:
         """The last message on ``topic``, or None."""
+
+    @abc.abstractmethod
+    def list_current_messages(self) -> list[NotificationMessage]:
+        """Every stored current message."""
 
     @abc.abstractmethod
     def ping(self) -> bool:
@@ -490,6 +509,10 @@ class SqliteStore(Store):
         )
         return message_from_json(json.loads(rows[0][0])) if rows else None
 
+    def list_current_messages(self) -> list[NotificationMessage]:
+        rows = self._query("SELECT data FROM current_messages ORDER BY namespace, path")
+        return [message_from_json(json.loads(r[0])) for r in rows]
+
     def ping(self) -> bool:
         try:
             self._query("SELECT 1")
@@ -505,8 +528,12 @@ class SqliteStore(Store):
 
 
 def open_store(url: str) -> Store:
-    """Open the store named by ``url`` (SQLite now; PostgreSQL is planned)."""
+    """Open the store named by ``url``: ``sqlite:///PATH`` or ``postgresql://...``."""
     if url.startswith("sqlite:"):
         return SqliteStore(sqlite_path(url))
+    if url.startswith(("postgresql://", "postgres://")):
+        from wsnmom.core.store_postgres import PostgresStore
+
+        return PostgresStore(url)
     scheme = url.split(":", 1)[0]
-    raise StoreError(f"unsupported store URL scheme {scheme!r} (supported: sqlite)")
+    raise StoreError(f"unsupported store URL scheme {scheme!r} (supported: sqlite, postgresql)")

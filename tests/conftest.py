@@ -5,6 +5,7 @@ import importlib.util
 _FIXTURE_MODULES = (
     "tests.fixtures.brokers",
     "tests.fixtures.mosquitto",
+    "tests.fixtures.postgres",
     "tests.fixtures.server",
     "tests.fixtures.browser",
 )

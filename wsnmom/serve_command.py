@@ -128,7 +128,11 @@ def authenticator_loopback(host: str) -> bool:
 
 @click.command("serve")
 @click.option("--adapter", "adapter_url", help="Adapter URL (embedded://PATH, amqp://...).")
-@click.option("--store", "store_url", help="Store URL (sqlite:///PATH).")
+@click.option(
+    "--store",
+    "store_url",
+    help="Store URL (sqlite:///PATH or postgresql://USER:PASS@HOST:PORT/DB).",
+)
 @click.option(
     "--data-dir",
     help="Directory of the store and the embedded middleware "

@@ -27,7 +27,7 @@ from wsnmom.core.adapter import (
 from wsnmom.core.config import ConfigError
 from wsnmom.core.config_values import InvalidValue
 from wsnmom.core.plugins import UnknownAdapterScheme
-from wsnmom.core.store import StoreError
+from wsnmom.core.store import StoreError, StoreUnavailable
 from wsnmom.data_lock import DataDirInUse
 
 __all__ = ["ExitStatus", "StartupError", "explain", "middleware_failure", "open_listeners"]
@@ -225,6 +225,12 @@ def explain(exc: BaseException) -> StartupError:
         return StartupError(ExitStatus.ADAPTER, f"cannot load the adapter: {exc}")
     if isinstance(exc, AdapterError):
         return _adapter_error(exc)
+    if isinstance(exc, StoreUnavailable):
+        return StartupError(
+            ExitStatus.DATA_DIR,
+            f"{exc.description}; check that the store's server runs and that host, port, "
+            "user and password in --store / WSNMOM_STORE_URL are right",
+        )
     if isinstance(exc, StoreError | sqlite3.Error):
         return StartupError(
             ExitStatus.DATA_DIR,

@@ -1,0 +1,302 @@
+"""The PostgreSQL store: the same records as the SQLite store, in a server several gateway
+instances can share.
+
+Opened for ``postgresql://user:password@host:port/database`` (``postgres://`` too) through
+psycopg 3 with a connection pool (extra ``postgres``).  Records are JSON documents (jsonb)
+next to the columns queries need, as in SQLite, so ``wsnmom store migrate`` copies them
+one to one.
+
+The schema is versioned by numbered migrations (:data:`MIGRATIONS`, the table
+``wsnmom_schema``).  Every instance runs the missing ones at start inside one transaction
+that holds a transaction-scoped advisory lock, so when several instances start together
+one migrates and the others wait for it, then find nothing left to do.  A store whose
+version is newer than this wsnmom is refused.
+
+Connection trouble surfaces as :class:`~wsnmom.core.store.StoreUnavailable` (a
+:class:`~wsnmom.core.store.StoreError`): the frontend answers it with a Receiver fault
+and HTTP 503, and ``ping`` (``/readyz``) says the store is not answering.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar
+from urllib.parse import urlsplit
+
+from wsnmom.core.model import NotificationMessage, PublisherRegistration, PullPoint, Subscription
+from wsnmom.core.store import (
+    Store,
+    StoreError,
+    StoreUnavailable,
+    message_from_json,
+    message_to_json,
+    pull_point_from_json,
+    pull_point_to_json,
+    registration_from_json,
+    registration_to_json,
+    subscription_from_json,
+    subscription_to_json,
+)
+from wsnmom.topic_mapping.model import Topic
+
+#: the advisory-lock key migrations serialise on ("wsnm" as a number)
+MIGRATION_LOCK = 0x77736E6D
+
+#: numbered migrations: version -> statements; never edit one that was released, add one
+MIGRATIONS: dict[int, tuple[str, ...]] = {
+    1: (
+        """CREATE TABLE subscriptions (
+            id TEXT PRIMARY KEY, seq BIGSERIAL, termination_time TIMESTAMPTZ,
+            data JSONB NOT NULL)""",
+        """CREATE TABLE pull_points (
+            id TEXT PRIMARY KEY, seq BIGSERIAL, name TEXT, termination_time TIMESTAMPTZ,
+            data JSONB NOT NULL)""",
+        "CREATE INDEX pull_points_name ON pull_points (name)",
+        """CREATE TABLE registrations (
+            id TEXT PRIMARY KEY, seq BIGSERIAL, termination_time TIMESTAMPTZ,
+            data JSONB NOT NULL)""",
+        """CREATE TABLE current_messages (
+            namespace TEXT NOT NULL, path TEXT NOT NULL, data JSONB NOT NULL,
+            PRIMARY KEY (namespace, path))""",
+    ),
+}
+SCHEMA_VERSION = max(MIGRATIONS)
+
+#: seconds a connection attempt may take before the store counts as unreachable
+CONNECT_TIMEOUT = 5.0
+#: seconds a request waits for a pooled connection before the store counts as overloaded
+POOL_TIMEOUT = 10.0
+
+T = TypeVar("T")
+
+
+def is_postgres_url(url: str) -> bool:
+    """True for the URLs this store opens."""
+    return url.startswith(("postgresql://", "postgres://"))
+
+
+class PostgresStore(Store):
+    """PostgreSQL implementation of :class:`~wsnmom.core.store.Store`."""
+
+    def __init__(self, url: str, *, min_size: int = 1, max_size: int = 8) -> None:
+        try:
+            import psycopg
+            from psycopg.types.json import Jsonb
+            from psycopg_pool import ConnectionPool
+        except ImportError as exc:
+            raise StoreError(
+                f"a PostgreSQL store needs psycopg 3 ({exc}): pip install 'wsnmom[postgres]'"
+            ) from None
+        parts = urlsplit(url)
+        if not parts.hostname and "host=" not in parts.query:
+            raise StoreError(f"PostgreSQL store URL without a host: {url!r}")
+        self._psycopg = psycopg
+        self._jsonb = Jsonb
+        self._closed = False
+        self._lock = threading.Lock()
+        try:  # one plain attempt first: a refused connection fails at once, with its reason
+            psycopg.connect(url, connect_timeout=int(CONNECT_TIMEOUT)).close()
+        except psycopg.Error as exc:
+            raise StoreUnavailable(f"cannot connect to the PostgreSQL store: {exc}") from None
+        try:
+            self._pool = ConnectionPool(
+                url,
+                min_size=min_size,
+                max_size=max_size,
+                timeout=POOL_TIMEOUT,
+                kwargs={"connect_timeout": int(CONNECT_TIMEOUT), "autocommit": False},
+                open=False,
+                name="wsnmom-store",
+            )
+            self._pool.open(wait=True, timeout=CONNECT_TIMEOUT * 2)
+        except Exception as exc:  # psycopg_pool.PoolTimeout, psycopg.Error
+            raise StoreUnavailable(f"cannot open the PostgreSQL store: {exc}") from None
+        try:
+            self._migrate()
+        except BaseException:
+            self._pool.close()
+            raise
+
+    # ------------------------------------------------------------------ plumbing
+
+    @contextmanager
+    def _tx(self) -> Iterator[Any]:
+        """A pooled connection inside one transaction; connection trouble becomes
+        StoreUnavailable, other database errors StoreError."""
+        if self._closed:
+            raise StoreError("store is closed")
+        psycopg = self._psycopg
+        try:
+            with self._pool.connection() as conn, conn.transaction():
+                yield conn
+        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+            raise StoreUnavailable(f"the PostgreSQL store is not answering: {exc}") from None
+        except psycopg.Error as exc:
+            raise StoreError(f"PostgreSQL store error: {exc}") from None
+        except Exception as exc:
+            if type(exc).__name__ == "PoolTimeout":
+                raise StoreUnavailable(
+                    f"no PostgreSQL connection free within {POOL_TIMEOUT:.0f}s"
+                ) from None
+            raise
+
+    def _rows(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        with self._tx() as conn:
+            return list(conn.execute(sql, params).fetchall())
+
+    def _count(self, sql: str, params: tuple[Any, ...]) -> int:
+        with self._tx() as conn:
+            return int(conn.execute(sql, params).rowcount)
+
+    def _migrate(self) -> None:
+        with self._tx() as conn:
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
+            conn.execute(
+                "CREATE TABLE IF NOT EXISTS wsnmom_schema ("
+                "version INTEGER PRIMARY KEY, applied_at TIMESTAMPTZ NOT NULL DEFAULT now())"
+            )
+            row = conn.execute("SELECT max(version) FROM wsnmom_schema").fetchone()
+            current = int(row[0]) if row and row[0] is not None else 0
+            if current > SCHEMA_VERSION:
+                raise StoreError(
+                    f"store schema version {current} is newer than this wsnmom "
+                    f"({SCHEMA_VERSION}); upgrade wsnmom"
+                )
+            for version in sorted(v for v in MIGRATIONS if v > current):
+                for statement in MIGRATIONS[version]:
+                    conn.execute(statement)
+                conn.execute("INSERT INTO wsnmom_schema (version) VALUES (%s)", (version,))
+
+    @property
+    def schema_version(self) -> int:
+        """The schema version recorded in the store."""
+        return int(self._rows("SELECT max(version) FROM wsnmom_schema")[0][0])
+
+    def _put(self, table: str, key: str, columns: dict[str, Any]) -> None:
+        names = ", ".join(columns)
+        marks = ", ".join(["%s"] * len(columns))
+        updates = ", ".join(f"{c} = EXCLUDED.{c}" for c in columns if c != key)
+        sql = (
+            f"INSERT INTO {table} ({names}) VALUES ({marks}) "
+            f"ON CONFLICT ({key}) DO UPDATE SET {updates}"
+        )
+        with self._tx() as conn:
+            conn.execute(sql, tuple(columns.values()))
+
+    def _get(self, table: str, column: str, value: str, decode: Callable[..., T]) -> T | None:
+        rows = self._rows(f"SELECT data FROM {table} WHERE {column} = %s", (value,))
+        return decode(rows[0][0]) if rows else None
+
+    def _list(self, table: str, decode: Callable[..., T]) -> list[T]:
+        return [decode(r[0]) for r in self._rows(f"SELECT data FROM {table} ORDER BY seq")]
+
+    def _delete(self, table: str, value: str) -> bool:
+        return self._count(f"DELETE FROM {table} WHERE id = %s", (value,)) > 0
+
+    # ------------------------------------------------------------------ records
+
+    def put_subscription(self, sub: Subscription) -> None:
+        self._put(
+            "subscriptions",
+            "id",
+            {
+                "id": sub.id,
+                "termination_time": sub.termination_time,
+                "data": self._jsonb(subscription_to_json(sub)),
+            },
+        )
+
+    def get_subscription(self, sub_id: str) -> Subscription | None:
+        return self._get("subscriptions", "id", sub_id, subscription_from_json)
+
+    def delete_subscription(self, sub_id: str) -> bool:
+        return self._delete("subscriptions", sub_id)
+
+    def list_subscriptions(self) -> list[Subscription]:
+        return self._list("subscriptions", subscription_from_json)
+
+    def put_pull_point(self, pp: PullPoint) -> None:
+        self._put(
+            "pull_points",
+            "id",
+            {
+                "id": pp.id,
+                "name": pp.name,
+                "termination_time": pp.termination_time,
+                "data": self._jsonb(pull_point_to_json(pp)),
+            },
+        )
+
+    def get_pull_point(self, pp_id: str) -> PullPoint | None:
+        return self._get("pull_points", "id", pp_id, pull_point_from_json)
+
+    def find_pull_point(self, name: str) -> PullPoint | None:
+        return self._get("pull_points", "name", name, pull_point_from_json)
+
+    def delete_pull_point(self, pp_id: str) -> bool:
+        return self._delete("pull_points", pp_id)
+
+    def list_pull_points(self) -> list[PullPoint]:
+        return self._list("pull_points", pull_point_from_json)
+
+    def put_registration(self, reg: PublisherRegistration) -> None:
+        self._put(
+            "registrations",
+            "id",
+            {
+                "id": reg.id,
+                "termination_time": reg.termination_time,
+                "data": self._jsonb(registration_to_json(reg)),
+            },
+        )
+
+    def get_registration(self, reg_id: str) -> PublisherRegistration | None:
+        return self._get("registrations", "id", reg_id, registration_from_json)
+
+    def delete_registration(self, reg_id: str) -> bool:
+        return self._delete("registrations", reg_id)
+
+    def list_registrations(self) -> list[PublisherRegistration]:
+        return self._list("registrations", registration_from_json)
+
+    def put_current_message(self, message: NotificationMessage) -> None:
+        if message.topic is None:
+            raise ValueError("a current message needs a topic")
+        with self._tx() as conn:
+            conn.execute(
+                "INSERT INTO current_messages (namespace, path, data) VALUES (%s, %s, %s) "
+                "ON CONFLICT (namespace, path) DO UPDATE SET data = EXCLUDED.data",
+                (
+                    message.topic.namespace,
+                    "/".join(message.topic.path),
+                    self._jsonb(message_to_json(message)),
+                ),
+            )
+
+    def get_current_message(self, topic: Topic) -> NotificationMessage | None:
+        rows = self._rows(
+            "SELECT data FROM current_messages WHERE namespace = %s AND path = %s",
+            (topic.namespace, "/".join(topic.path)),
+        )
+        return message_from_json(rows[0][0]) if rows else None
+
+    def list_current_messages(self) -> list[NotificationMessage]:
+        """Every stored current message (``wsnmom store migrate`` copies them)."""
+        rows = self._rows("SELECT data FROM current_messages ORDER BY namespace, path")
+        return [message_from_json(r[0]) for r in rows]
+
+    def ping(self) -> bool:
+        try:
+            self._rows("SELECT 1")
+        except StoreError:
+            return False
+        return True
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        self._pool.close()

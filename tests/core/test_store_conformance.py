@@ -1,0 +1,213 @@
+"""The store contract, on SQLite and on PostgreSQL alike: round trips of every record,
+upserts, deletes, listing order, current messages, reopening, schema versions, and what an
+unreachable server gives (StoreUnavailable: HTTP 503 with a Retry-After, not a 500)."""
+
+from __future__ import annotations
+
+import concurrent.futures
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from wsnmom.core import errors
+from wsnmom.core.model import (
+    EndpointReference,
+    ExpressionSource,
+    NotificationMessage,
+    PublisherRegistration,
+    PullPoint,
+    Subscription,
+    SubscriptionState,
+)
+from wsnmom.core.store import Store, StoreError, StoreUnavailable, open_store
+from wsnmom.topic_mapping.model import Topic
+
+from tests.fixtures.brokers import free_port
+
+NOW = datetime(2030, 1, 1, tzinfo=UTC)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A URL of an empty store of each kind."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path}/store.db"
+    else:
+        yield request.getfixturevalue("postgres_store_url")
+
+
+@pytest.fixture
+def store(store_url: str) -> Iterator[Store]:
+    opened = open_store(store_url)
+    yield opened
+    opened.close()
+
+
+def subscription(sub_id: str, **changes: object) -> Subscription:
+    sub = Subscription(
+        id=sub_id,
+        consumer=EndpointReference("http://127.0.0.1:9/c", (b"<p xmlns='urn:x'>1</p>",), b"<m/>"),
+        creation_time=NOW,
+        termination_time=NOW + timedelta(hours=1),
+        topic=ExpressionSource("urn:dialect", "t:a", {None: "urn:default", "t": "urn:t"}),
+        filter_xml=b"<f/>",
+        use_raw=False,
+        state=SubscriptionState.ACTIVE,
+    )
+    for name, value in changes.items():
+        setattr(sub, name, value)
+    return sub
+
+
+def test_subscriptions_round_trip_upsert_and_delete(store: Store) -> None:
+    first = subscription("s1")
+    store.put_subscription(first)
+    store.put_subscription(subscription("s2", termination_time=None, owner="alice"))
+    assert store.get_subscription("s1") == first
+    assert store.get_subscription("missing") is None
+    paused = subscription("s1", state=SubscriptionState.PAUSED, pull_point_id="pp")
+    store.put_subscription(paused)  # replaces
+    assert store.get_subscription("s1") == paused
+    assert sorted(s.id for s in store.list_subscriptions()) == ["s1", "s2"]
+    assert store.get_subscription("s2").owner == "alice"  # type: ignore[union-attr]
+    assert store.delete_subscription("s1") and not store.delete_subscription("s1")
+    assert [s.id for s in store.list_subscriptions()] == ["s2"]
+
+
+def test_pull_points_by_id_and_name(store: Store) -> None:
+    pp = PullPoint("pp1", NOW, NOW + timedelta(days=1), "queue-a", owner="bob")
+    store.put_pull_point(pp)
+    store.put_pull_point(PullPoint("pp2", NOW, None))
+    assert store.get_pull_point("pp1") == pp
+    assert store.find_pull_point("queue-a") == pp
+    assert store.find_pull_point("queue-b") is None
+    assert [p.id for p in store.list_pull_points()] == ["pp1", "pp2"]
+    assert store.delete_pull_point("pp1") and store.get_pull_point("pp1") is None
+
+
+def test_registrations(store: Store) -> None:
+    reg = PublisherRegistration(
+        "r1",
+        NOW,
+        NOW + timedelta(minutes=5),
+        EndpointReference("http://127.0.0.1:9/p"),
+        (ExpressionSource("urn:dialect", "t:a", {"t": "urn:t"}),),
+        demand=True,
+        owner="carol",
+    )
+    store.put_registration(reg)
+    assert store.get_registration("r1") == reg
+    assert store.list_registrations() == [reg]
+    assert store.delete_registration("r1") and store.list_registrations() == []
+
+
+def test_current_messages_per_topic(store: Store) -> None:
+    first = NotificationMessage("m1", b"<x/>", Topic("urn:t", ("a", "b")), published_at=NOW)
+    second = NotificationMessage(
+        "m2", "<y>é</y>".encode(), Topic("urn:t", ("a", "b")), content_type="application/xml"
+    )
+    other = NotificationMessage("m3", b"\x00\xff", Topic("urn:u", ("a",)))
+    store.put_current_message(first)
+    store.put_current_message(other)
+    store.put_current_message(second)  # replaces the first on its topic
+    assert store.get_current_message(Topic("urn:t", ("a", "b"))) == second
+    assert store.get_current_message(Topic("urn:t", ("a",))) is None
+    assert {m.message_id for m in store.list_current_messages()} == {"m2", "m3"}
+    with pytest.raises(ValueError):
+        store.put_current_message(NotificationMessage("m4", b"<z/>"))
+
+
+def test_reopened_store_keeps_everything(store_url: str) -> None:
+    store = open_store(store_url)
+    store.put_subscription(subscription("s1"))
+    store.put_pull_point(PullPoint("pp", NOW, None, "n"))
+    store.close()
+    store.close()  # idempotent
+    with pytest.raises(StoreError):
+        store.get_subscription("s1")
+    again = open_store(store_url)
+    try:
+        assert again.get_subscription("s1") == subscription("s1")
+        assert again.find_pull_point("n") is not None
+        assert again.ping()
+    finally:
+        again.close()
+
+
+def test_concurrent_writers_lose_nothing(store: Store) -> None:
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda i: store.put_subscription(subscription(f"s{i}")), range(200)))
+    assert len(store.list_subscriptions()) == 200
+
+
+# -- PostgreSQL only ------------------------------------------------------------------------
+
+
+def test_postgres_instances_starting_together_migrate_once(postgres_store_url: str) -> None:
+    from wsnmom.core.store_postgres import SCHEMA_VERSION
+
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        stores = list(pool.map(lambda _: open_store(postgres_store_url), range(4)))
+    try:
+        assert {s.schema_version for s in stores} == {SCHEMA_VERSION}  # type: ignore[attr-defined]
+        stores[0].put_subscription(subscription("shared"))
+        assert all(s.get_subscription("shared") is not None for s in stores)
+    finally:
+        for s in stores:
+            s.close()
+
+
+def test_postgres_newer_schema_is_refused(postgres_store_url: str) -> None:
+    import psycopg
+
+    open_store(postgres_store_url).close()
+    with psycopg.connect(postgres_store_url, autocommit=True) as conn:
+        conn.execute("INSERT INTO wsnmom_schema (version) VALUES (999)")
+    with pytest.raises(StoreError, match="newer than this wsnmom"):
+        open_store(postgres_store_url)
+
+
+def test_postgres_unreachable_at_open_is_store_unavailable() -> None:
+    with pytest.raises(StoreUnavailable) as caught:
+        open_store(f"postgresql://wsnmom@127.0.0.1:{free_port()}/postgres")
+    assert isinstance(caught.value, errors.ResourceUnavailable)
+    assert caught.value.retry_after
+
+
+def test_postgres_server_gone_mid_use_is_a_503_fault(postgres_store_url: str) -> None:
+    """Connections the server drops surface as StoreUnavailable (a ResourceUnavailable
+    with retry_after: the frontend's 503), and the store recovers when it answers again."""
+    import psycopg
+
+    store = open_store(postgres_store_url)
+    try:
+        store.put_subscription(subscription("before"))
+        database = postgres_store_url.rsplit("/", 1)[1]
+        admin_url = postgres_store_url.rsplit("/", 1)[0] + "/postgres"
+        with psycopg.connect(admin_url, autocommit=True) as conn:
+            conn.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s",
+                (database,),
+            )
+        outcomes: list[object] = []
+        for _ in range(3):  # the pool notices a dead connection on use, then reconnects
+            try:
+                outcomes.append(store.get_subscription("before"))
+            except StoreUnavailable as exc:
+                outcomes.append(exc)
+        assert outcomes[-1] == subscription("before")
+        assert all(
+            isinstance(o, StoreUnavailable) or o == subscription("before") for o in outcomes
+        )
+        assert store.ping()
+    finally:
+        store.close()
+
+
+def test_missing_driver_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "psycopg_pool", None)
+    with pytest.raises(StoreError, match=r"wsnmom\[postgres\]"):
+        open_store("postgresql://wsnmom@127.0.0.1:1/postgres")

@@ -25,6 +25,10 @@ from wsnmom.auth_command import auth  # noqa: E402
 
 cli.add_command(auth)
 
+from wsnmom.store_command import store  # noqa: E402
+
+cli.add_command(store)
+
 from wsnmom.shell import install as install_shell_commands  # noqa: E402
 
 install_shell_commands(cli)  # notify, subscribe, pull, subscriptions, check

@@ -197,9 +197,7 @@ def test_postgres_server_gone_mid_use_is_a_503_fault(postgres_store_url: str) ->
             except StoreUnavailable as exc:
                 outcomes.append(exc)
         assert outcomes[-1] == subscription("before")
-        assert all(
-            isinstance(o, StoreUnavailable) or o == subscription("before") for o in outcomes
-        )
+        assert all(isinstance(o, StoreUnavailable) or o == subscription("before") for o in outcomes)
         assert store.ping()
     finally:
         store.close()
@@ -211,3 +209,68 @@ def test_missing_driver_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.setitem(sys.modules, "psycopg_pool", None)
     with pytest.raises(StoreError, match=r"wsnmom\[postgres\]"):
         open_store("postgresql://wsnmom@127.0.0.1:1/postgres")
+
+
+# -- wsnmom store migrate / info --------------------------------------------------------------
+
+
+def test_store_migrate_sqlite_to_postgres(tmp_path: Path, postgres_store_url: str) -> None:
+    from click.testing import CliRunner
+
+    from wsnmom.cli import cli
+
+    source_url = f"sqlite:///{tmp_path}/store.db"
+    source = open_store(source_url)
+    subs = [subscription(f"s{i}", owner=f"u{i % 3}") for i in range(25)]
+    for sub in subs:
+        source.put_subscription(sub)
+    pp = PullPoint("pp", NOW, None, "named")
+    source.put_pull_point(pp)
+    reg = PublisherRegistration("r", NOW, None, EndpointReference("http://127.0.0.1:9/p"))
+    source.put_registration(reg)
+    current = NotificationMessage("m", b"<x/>", Topic("urn:t", ("a",)), published_at=NOW)
+    source.put_current_message(current)
+    source.close()
+
+    runner = CliRunner()
+    done = runner.invoke(
+        cli, ["store", "migrate", "--from", source_url, "--to", postgres_store_url]
+    )
+    assert done.exit_code == 0, done.output
+    assert "copied 25 subscriptions, 1 pull points, 1 registrations and 1 current" in done.output
+    copied = open_store(postgres_store_url)
+    try:
+        assert copied.list_subscriptions() == subs
+        assert copied.get_pull_point("pp") == pp and copied.get_registration("r") == reg
+        assert copied.get_current_message(Topic("urn:t", ("a",))) == current
+    finally:
+        copied.close()
+    # a second run finds the destination in use and says how to go on
+    again = runner.invoke(
+        cli, ["store", "migrate", "--from", source_url, "--to", postgres_store_url]
+    )
+    assert again.exit_code == 1 and "--merge" in again.output
+    merged = runner.invoke(
+        cli, ["store", "migrate", "--from", source_url, "--to", postgres_store_url, "--merge"]
+    )
+    assert merged.exit_code == 0, merged.output
+    info = runner.invoke(cli, ["store", "info", "--json", postgres_store_url])
+    assert '"subscriptions": 25' in info.output and '"pull_points": 1' in info.output
+
+
+def test_store_migrate_refuses_a_store_a_gateway_holds(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from wsnmom.cli import cli
+    from wsnmom.data_lock import lock_store
+
+    source_url = f"sqlite:///{tmp_path}/store.db"
+    open_store(source_url).close()
+    held = lock_store(source_url)  # what a running gateway holds
+    try:
+        done = CliRunner().invoke(
+            cli, ["store", "migrate", "--from", source_url, "--to", f"sqlite:///{tmp_path}/b.db"]
+        )
+    finally:
+        held.release()
+    assert done.exit_code == 1 and "stop that gateway" in done.output

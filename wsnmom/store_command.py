@@ -1,0 +1,159 @@
+"""``wsnmom store``: look at a store and move one gateway's store into another.
+
+``wsnmom store migrate --from sqlite:///... --to postgresql://...`` copies every
+subscription, pull point, publisher registration and current message from one store to
+another, as it is the way from a single gateway to a cluster that shares a PostgreSQL
+store.  The gateway must be stopped: a SQLite source is locked for the copy exactly as a
+running gateway locks it, so a gateway that still runs makes the command refuse.  The
+destination must be empty unless ``--merge`` is given; the copy is checked afterwards (every
+record read back equal) and the command exits non-zero when anything differs.  The
+messages themselves stay where they are, in the middleware: point the new gateways at the
+same middleware.
+
+``wsnmom store info URL`` prints what a store holds.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import asdict, dataclass
+
+import click
+
+from wsnmom.core.redaction import redact_url
+from wsnmom.core.store import Store, StoreError, open_store
+from wsnmom.data_lock import DataDirInUse, lock_store
+
+__all__ = ["StoreCounts", "copy_store", "count_records", "store"]
+
+
+@dataclass(frozen=True)
+class StoreCounts:
+    """How many records of each kind a store holds (or a copy moved)."""
+
+    subscriptions: int = 0
+    pull_points: int = 0
+    registrations: int = 0
+    current_messages: int = 0
+
+    @property
+    def total(self) -> int:
+        """All records."""
+        return self.subscriptions + self.pull_points + self.registrations + self.current_messages
+
+
+def count_records(target: Store) -> StoreCounts:
+    """What ``target`` holds."""
+    return StoreCounts(
+        len(target.list_subscriptions()),
+        len(target.list_pull_points()),
+        len(target.list_registrations()),
+        len(target.list_current_messages()),
+    )
+
+
+def copy_store(source: Store, destination: Store) -> StoreCounts:
+    """Copy every record of ``source`` into ``destination`` (replacing records with the
+    same ids) and check each one reads back equal; StoreError naming the first that does
+    not."""
+    subscriptions = source.list_subscriptions()
+    pull_points = source.list_pull_points()
+    registrations = source.list_registrations()
+    current = source.list_current_messages()
+    # pull points first: a subscription may feed one, a registration may point at one
+    for pp in pull_points:
+        destination.put_pull_point(pp)
+    for reg in registrations:
+        destination.put_registration(reg)
+    for sub in subscriptions:
+        destination.put_subscription(sub)
+    for message in current:
+        destination.put_current_message(message)
+    for pp in pull_points:
+        if destination.get_pull_point(pp.id) != pp:
+            raise StoreError(f"pull point {pp.id} did not read back equal")
+    for reg in registrations:
+        if destination.get_registration(reg.id) != reg:
+            raise StoreError(f"registration {reg.id} did not read back equal")
+    for sub in subscriptions:
+        if destination.get_subscription(sub.id) != sub:
+            raise StoreError(f"subscription {sub.id} did not read back equal")
+    for message in current:
+        assert message.topic is not None
+        if destination.get_current_message(message.topic) != message:
+            raise StoreError(f"the current message of {message.topic} did not read back equal")
+    return StoreCounts(len(subscriptions), len(pull_points), len(registrations), len(current))
+
+
+@click.group("store")
+def store() -> None:
+    """Look at a store; move a gateway's store into another (SQLite to PostgreSQL)."""
+
+
+@store.command("migrate")
+@click.option("--from", "source_url", required=True, help="The store to copy from.")
+@click.option("--to", "destination_url", required=True, help="The store to copy into.")
+@click.option("--merge", is_flag=True, help="Copy into a destination that already holds records.")
+def migrate(source_url: str, destination_url: str, merge: bool) -> None:
+    """Copy every record of one store into another, with the gateway stopped."""
+    if source_url == destination_url:
+        raise click.UsageError("--from and --to name the same store")
+    try:
+        lock = lock_store(source_url)
+    except DataDirInUse as exc:
+        raise click.ClickException(f"{exc}: stop that gateway before migrating its store") from None
+    try:
+        source = _open(source_url)
+        try:
+            destination = _open(destination_url)
+            try:
+                held = count_records(destination)
+                if held.total and not merge:
+                    raise click.ClickException(
+                        f"{redact_url(destination_url)} already holds {held.total} records; "
+                        "pass --merge to copy into it anyway"
+                    )
+                counts = copy_store(source, destination)
+            finally:
+                destination.close()
+        finally:
+            source.close()
+    except StoreError as exc:
+        raise click.ClickException(str(exc)) from None
+    finally:
+        lock.release()
+    click.echo(
+        f"copied {counts.subscriptions} subscriptions, {counts.pull_points} pull points, "
+        f"{counts.registrations} registrations and {counts.current_messages} current "
+        f"messages from {redact_url(source_url)} to {redact_url(destination_url)}"
+    )
+
+
+@store.command("info")
+@click.argument("url")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def info(url: str, as_json: bool) -> None:
+    """What a store holds."""
+    try:
+        opened = _open(url)
+        try:
+            counts = count_records(opened)
+        finally:
+            opened.close()
+    except StoreError as exc:
+        raise click.ClickException(str(exc)) from None
+    if as_json:
+        json.dump({"store": redact_url(url), **asdict(counts)}, sys.stdout)
+        click.echo()
+        return
+    click.echo(f"store: {redact_url(url)}")
+    for name, value in asdict(counts).items():
+        click.echo(f"{name.replace('_', ' ')}: {value}")
+
+
+def _open(url: str) -> Store:
+    try:
+        return open_store(url)
+    except StoreError as exc:
+        raise click.ClickException(f"cannot open {redact_url(url)}: {exc}") from None

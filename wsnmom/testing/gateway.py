@@ -108,6 +108,9 @@ class Gateway:
     extra_env: dict[str, str] = field(default_factory=dict)
     process: subprocess.Popen[bytes] | None = None
     host: str = "127.0.0.1"
+    #: the store's URL (None: ``store.db`` in ``data_dir``); a ``postgresql://`` store lets
+    #: several gateways share their resources
+    store_url: str | None = None
     #: the port was picked here (``port=0``): a first start may move to another one
     port_chosen: bool = field(default=False, init=False, repr=False)
 
@@ -141,7 +144,7 @@ class Gateway:
             "--adapter",
             self.adapter_url,
             "--store",
-            f"sqlite:///{self.data_dir / 'store.db'}",
+            self.store_url or f"sqlite:///{self.data_dir / 'store.db'}",
             "--data-dir",
             str(self.data_dir),
             "--host",
@@ -246,11 +249,14 @@ def start_gateway(
     *,
     env: Mapping[str, str] | None = None,
     data_dir: Path | str | None = None,
+    store_url: str | None = None,
     timeout: float = 30.0,
 ) -> Iterator[Gateway]:
     """A running gateway on ``adapter`` ("embedded", "filelog", "rabbitmq", "kafka" or an
     adapter URL); stopped, and its middleware and temporary data directory removed, on
     exit.
+
+    ``store_url`` names the store (default: SQLite in the data directory).
 
     Raises :class:`~wsnmom.testing.middleware.MiddlewareUnavailable` when the middleware
     cannot be provided and :class:`GatewayFailed` when the gateway does not start."""
@@ -259,7 +265,7 @@ def start_gateway(
     directory = Path(data_dir) if data_dir is not None else Path(tempfile.mkdtemp(prefix="wsnmom-"))
     name = adapter if "://" not in adapter else adapter.split("://", 1)[0]
     url = middleware.url.replace("{data_dir}", str(directory))
-    gateway = Gateway(name, url, directory, extra_env=dict(env or {}))
+    gateway = Gateway(name, url, directory, extra_env=dict(env or {}), store_url=store_url)
     try:
         gateway.start(timeout)
         yield gateway

@@ -130,6 +130,15 @@ class Store(abc.ABC):
     def list_current_messages(self) -> list[NotificationMessage]:
         """Every stored current message."""
 
+    # facts about the store itself (which adapter its resources belong to, ...)
+    @abc.abstractmethod
+    def get_meta(self, key: str) -> str | None:
+        """The value recorded under ``key``, or None."""
+
+    @abc.abstractmethod
+    def set_meta(self, key: str, value: str) -> None:
+        """Record ``value`` under ``key`` (replacing)."""
+
     @abc.abstractmethod
     def ping(self) -> bool:
         """True when the store answers."""
@@ -352,6 +361,7 @@ _SCHEMA = [
     """CREATE TABLE IF NOT EXISTS current_messages (
         namespace TEXT NOT NULL, path TEXT NOT NULL, data TEXT NOT NULL,
         PRIMARY KEY (namespace, path))""",
+    """CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)""",
 ]
 
 
@@ -513,6 +523,14 @@ class SqliteStore(Store):
         rows = self._query("SELECT data FROM current_messages ORDER BY namespace, path")
         return [message_from_json(json.loads(r[0])) for r in rows]
 
+    def get_meta(self, key: str) -> str | None:
+        rows = self._query("SELECT value FROM meta WHERE key = ?", (key,))
+        return str(rows[0][0]) if rows else None
+
+    def set_meta(self, key: str, value: str) -> None:
+        with self._tx() as conn:
+            conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, value))
+
     def ping(self) -> bool:
         try:
             self._query("SELECT 1")
@@ -525,15 +543,3 @@ class SqliteStore(Store):
             if self._conn is not None:
                 self._conn.close()
                 self._conn = None
-
-
-def open_store(url: str) -> Store:
-    """Open the store named by ``url``: ``sqlite:///PATH`` or ``postgresql://...``."""
-    if url.startswith("sqlite:"):
-        return SqliteStore(sqlite_path(url))
-    if url.startswith(("postgresql://", "postgres://")):
-        from wsnmom.core.store_postgres import PostgresStore
-
-        return PostgresStore(url)
-    scheme = url.split(":", 1)[0]
-    raise StoreError(f"unsupported store URL scheme {scheme!r} (supported: sqlite, postgresql)")

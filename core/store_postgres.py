@@ -61,6 +61,7 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
             namespace TEXT NOT NULL, path TEXT NOT NULL, data JSONB NOT NULL,
             PRIMARY KEY (namespace, path))""",
     ),
+    2: ("CREATE TABLE wsnmom_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",),
 }
 SCHEMA_VERSION = max(MIGRATIONS)
 
@@ -286,6 +287,18 @@ class PostgresStore(Store):
         """Every stored current message (``wsnmom store migrate`` copies them)."""
         rows = self._rows("SELECT data FROM current_messages ORDER BY namespace, path")
         return [message_from_json(r[0]) for r in rows]
+
+    def get_meta(self, key: str) -> str | None:
+        rows = self._rows("SELECT value FROM wsnmom_meta WHERE key = %s", (key,))
+        return str(rows[0][0]) if rows else None
+
+    def set_meta(self, key: str, value: str) -> None:
+        with self._tx() as conn:
+            conn.execute(
+                "INSERT INTO wsnmom_meta (key, value) VALUES (%s, %s) "
+                "ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
+                (key, value),
+            )
 
     def ping(self) -> bool:
         try:

@@ -26,7 +26,9 @@ from wsnmom.core.config import ConfigError, Settings
 from wsnmom.core.outbound_policy import OutboundPolicy
 from wsnmom.core.ports import OutboundSoap
 from wsnmom.core.service import BrokerService
-from wsnmom.core.store import Store, open_store
+from wsnmom.core.store import Store
+from wsnmom.core.store_binding import bind_store
+from wsnmom.core.store_url import open_store
 from wsnmom.data_lock import StoreLock, lock_store
 from wsnmom.topic_mapping.namespaces import TopicSet, load_topic_namespace
 
@@ -246,6 +248,13 @@ def build_runtime(
     try:
         store = open_store(settings.store_url)
     except BaseException:
+        adapter.close()
+        store_lock.release()
+        raise
+    try:
+        bind_store(store, adapter_class.name)
+    except BaseException:
+        store.close()
         adapter.close()
         store_lock.release()
         raise

@@ -28,6 +28,7 @@ from wsnmom.core.config import ConfigError
 from wsnmom.core.config_values import InvalidValue
 from wsnmom.core.plugins import UnknownAdapterScheme
 from wsnmom.core.store import StoreError, StoreUnavailable
+from wsnmom.core.store_binding import StoreOfAnotherAdapter
 from wsnmom.data_lock import DataDirInUse
 
 __all__ = ["ExitStatus", "StartupError", "explain", "middleware_failure", "open_listeners"]
@@ -225,6 +226,13 @@ def explain(exc: BaseException) -> StartupError:
         return StartupError(ExitStatus.ADAPTER, f"cannot load the adapter: {exc}")
     if isinstance(exc, AdapterError):
         return _adapter_error(exc)
+    if isinstance(exc, StoreOfAnotherAdapter):
+        return StartupError(
+            ExitStatus.DATA_DIR,
+            f"{exc}; start this gateway with its own --data-dir / --store (or serve the "
+            f"old store with --adapter of {exc.recorded!r} until its backlog is delivered); "
+            "`wsnmom store migrate` copies the records of a stopped gateway to another store",
+        )
     if isinstance(exc, StoreUnavailable):
         return StartupError(
             ExitStatus.DATA_DIR,

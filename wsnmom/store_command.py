@@ -22,7 +22,8 @@ from dataclasses import asdict, dataclass
 import click
 
 from wsnmom.core.redaction import redact_url
-from wsnmom.core.store import Store, StoreError, open_store
+from wsnmom.core.store import Store, StoreError
+from wsnmom.core.store_url import open_store
 from wsnmom.data_lock import DataDirInUse, lock_store
 
 __all__ = ["StoreCounts", "copy_store", "count_records", "store"]

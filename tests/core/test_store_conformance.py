@@ -20,7 +20,8 @@ from wsnmom.core.model import (
     Subscription,
     SubscriptionState,
 )
-from wsnmom.core.store import Store, StoreError, StoreUnavailable, open_store
+from wsnmom.core.store import Store, StoreError, StoreUnavailable
+from wsnmom.core.store_url import open_store
 from wsnmom.topic_mapping.model import Topic
 
 from tests.fixtures.brokers import free_port
@@ -274,3 +275,66 @@ def test_store_migrate_refuses_a_store_a_gateway_holds(tmp_path: Path) -> None:
     finally:
         held.release()
     assert done.exit_code == 1 and "stop that gateway" in done.output
+
+
+# -- meta and the adapter a store belongs to -------------------------------------------------
+
+
+def test_meta_round_trip(store: Store) -> None:
+    assert store.get_meta("adapter") is None
+    store.set_meta("adapter", "embedded")
+    store.set_meta("adapter", "rabbitmq")
+    assert store.get_meta("adapter") == "rabbitmq"
+
+
+def test_a_store_with_resources_is_bound_to_its_adapter(store: Store) -> None:
+    from wsnmom.core.store_binding import StoreOfAnotherAdapter, bind_store
+
+    bind_store(store, "embedded")
+    bind_store(store, "rabbitmq")  # empty: changes hands
+    assert store.get_meta("adapter") == "rabbitmq"
+    store.put_pull_point(PullPoint("pp", NOW, None))
+    bind_store(store, "rabbitmq")
+    with pytest.raises(StoreOfAnotherAdapter) as caught:
+        bind_store(store, "kafka")
+    assert caught.value.recorded == "rabbitmq" and caught.value.resources == 1
+    assert store.get_meta("adapter") == "rabbitmq"
+    store.delete_pull_point("pp")
+    bind_store(store, "kafka")
+    assert store.get_meta("adapter") == "kafka"
+
+
+def test_postgres_store_of_every_earlier_version_is_upgraded(postgres_store_url: str) -> None:
+    """A store left at each earlier schema version (its tables made by exactly the
+    migrations up to it, with a record in it) opens, upgrades and keeps its records."""
+    import psycopg
+    from psycopg.types.json import Jsonb
+    from wsnmom.core.store import pull_point_to_json
+    from wsnmom.core.store_postgres import MIGRATIONS, SCHEMA_VERSION, PostgresStore
+
+    from tests.fixtures.postgres import fresh_database
+
+    server_url = postgres_store_url.rsplit("/", 1)[0] + "/postgres"
+    for version in range(1, SCHEMA_VERSION):
+        with fresh_database(server_url) as url:
+            with psycopg.connect(url, autocommit=True) as conn:
+                conn.execute(
+                    "CREATE TABLE wsnmom_schema (version INTEGER PRIMARY KEY, "
+                    "applied_at TIMESTAMPTZ NOT NULL DEFAULT now())"
+                )
+                for step in range(1, version + 1):
+                    for statement in MIGRATIONS[step]:
+                        conn.execute(statement)
+                    conn.execute("INSERT INTO wsnmom_schema (version) VALUES (%s)", (step,))
+                conn.execute(
+                    "INSERT INTO pull_points (id, name, data) VALUES ('pp', 'n', %s)",
+                    (Jsonb(pull_point_to_json(PullPoint("pp", NOW, None, "n"))),),
+                )
+            upgraded = open_store(url)
+            try:
+                assert isinstance(upgraded, PostgresStore)
+                assert upgraded.schema_version == SCHEMA_VERSION
+                assert upgraded.find_pull_point("n") == PullPoint("pp", NOW, None, "n")
+                upgraded.set_meta("adapter", "embedded")
+            finally:
+                upgraded.close()

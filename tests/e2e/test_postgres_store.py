@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from wsnmom.core.store import open_store
+from wsnmom.core.store_url import open_store
 
 from tests.fixtures.postgres import PostgresNode, fresh_database
 from wsnmom.client.errors import ResourceUnavailableFault

@@ -1,0 +1,21 @@
+"""Opening a store by its URL: ``sqlite:///PATH`` (the default, one gateway) or
+``postgresql://USER:PASSWORD@HOST:PORT/DATABASE`` (``core.store_postgres``, a server several
+gateways can share)."""
+
+from __future__ import annotations
+
+from wsnmom.core.store import SqliteStore, Store, StoreError, sqlite_path
+
+__all__ = ["open_store"]
+
+
+def open_store(url: str) -> Store:
+    """Open the store named by ``url``; StoreError for a URL no store serves."""
+    if url.startswith("sqlite:"):
+        return SqliteStore(sqlite_path(url))
+    if url.startswith(("postgresql://", "postgres://")):
+        from wsnmom.core.store_postgres import PostgresStore
+
+        return PostgresStore(url)
+    scheme = url.split(":", 1)[0]
+    raise StoreError(f"unsupported store URL scheme {scheme!r} (supported: sqlite, postgresql)")

@@ -247,9 +247,5 @@ class Authenticator:
             raise self._failed("wsse", f"wrong password for {token.username!r}")
         return self.credentials.principal(token.username, "wsse")
 
-    def refuse_anonymous(self, principal: Principal) -> bool:
-        """Whether ``principal`` must be refused because authentication is required."""
-        return self.required and principal.anonymous
-
 
 __all__ += ["AuthenticationFailed", "TokenRejected"]

@@ -161,13 +161,6 @@ class Link:
         """Whether the link is connected now (no I/O)."""
         return self._connected
 
-    def wait_connected(self, timeout: float) -> bool:
-        """Wait up to ``timeout`` seconds for a connection; True when connected."""
-        with self._cv:
-            return self._cv.wait_for(lambda: self._connected or not self._started, timeout) and (
-                self._connected
-            )
-
     # -- lifecycle --------------------------------------------------------------------------
     def start(self, timeout: float) -> None:
         """Connect (in the background) and wait for the first CONNACK.

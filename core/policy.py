@@ -180,7 +180,8 @@ def build_policy(
         get_messages_order="FIFO (oldest first)",
         get_messages_maximum_number=(
             "MaximumNumber=n returns at most n and at most get_messages_cap; absent or 0 "
-            "returns all available up to get_messages_cap; messages beyond stay in the pull point for later GetMessages"
+            "returns all available up to get_messages_cap; messages beyond stay in the pull "
+            "point for later GetMessages"
         ),
         get_messages_cap=lim.get_messages_cap,
         pull_point_notify=(

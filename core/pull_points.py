@@ -6,8 +6,9 @@ pull point and every subscription feeding it publish copies there.
 
 * CreatePullPoint with a known ``name`` re-attaches to that pull point.
 * GetMessages: FIFO; MaximumNumber absent or 0 returns everything available up to
-  ``limits.get_messages_cap``, a larger MaximumNumber at most that many; the read is destructive (the messages are removed as they
-  are handed to the response: at-most-once if the response is lost).
+  ``limits.get_messages_cap``, a larger MaximumNumber at most that many; the read is
+  destructive (the messages are removed as they are handed to the response: at-most-once
+  if the response is lost).
 * DestroyPullPoint and pull point expiry destroy the subscriptions feeding it (DPP-04).
 """
 

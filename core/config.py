@@ -179,8 +179,17 @@ class OutboundSettings:
     allow: list[str] = field(default_factory=list)
     #: host patterns or CIDR networks that are refused
     deny: list[str] = field(default_factory=list)
+    #: consumers on loopback addresses (127.0.0.0/8, ::1, localhost); the strict profile
+    #: (docs/security.md) sets it false
     allow_loopback: bool = True
     allow_link_local: bool = False
+    #: consumers on private and internal networks (10/8, 172.16/12, 192.168/16,
+    #: 100.64/10, 192.0.0.0/24, 198.18/15, fc00::/7); the strict profile sets it false
+    allow_private: bool = True
+    #: consumers on the cloud providers' instance metadata addresses (169.254.169.254,
+    #: fd00:ec2::254, 100.100.100.200, 192.0.0.192, ...): refused in every spelling unless
+    #: this is true
+    allow_cloud_metadata: bool = False
     #: URL schemes allowed for consumer addresses
     schemes: list[str] = field(default_factory=lambda: ["http", "https"])
     #: seconds the checked addresses of a host name are reused for outbound calls

@@ -25,7 +25,9 @@ What ``check`` does, in order:
    ``::ffff:a.b.c.d``, IPv4-compatible, NAT64 ``64:ff9b::/96``, 6to4, Teredo) by that IPv4
    address too: unspecified, multicast, broadcast and reserved addresses are refused
    always; loopback unless ``allow_loopback``; link-local (and IPv6 site-local) unless
-   ``allow_link_local``; CIDR entries of ``deny`` refuse, of ``allow`` admit (with a
+   ``allow_link_local``; the cloud metadata addresses (:data:`CLOUD_METADATA`) unless
+   ``allow_cloud_metadata``; private networks (:data:`PRIVATE`) unless ``allow_private``;
+   CIDR entries of ``deny`` refuse, of ``allow`` admit (with a
    non-empty ``allow`` list, a host is admitted by a name pattern or when every address is
    in an allowed network);
 7. extra rules (:class:`AddressRule`, see :meth:`OutboundPolicy.add_rule`) see the checked
@@ -53,6 +55,8 @@ from urllib.parse import SplitResult, urlsplit
 from wsnmom.core.config import OutboundSettings
 
 __all__ = [
+    "CLOUD_METADATA",
+    "PRIVATE",
     "AddressRefused",
     "AddressRule",
     "Destination",
@@ -81,6 +85,36 @@ _NAT64 = (
     ipaddress.IPv6Network("64:ff9b:1::/48"),
 )
 _COMPATIBLE = ipaddress.IPv6Network("::/96")
+#: the instance metadata (and platform) endpoints of cloud providers: credentials live
+#: there, so they are refused whatever else is allowed (``allow_cloud_metadata``)
+CLOUD_METADATA = tuple(
+    ipaddress.ip_network(n)
+    for n in (
+        "169.254.169.254/32",  # AWS, Azure, GCP, DigitalOcean, OpenStack, Hetzner, ...
+        "169.254.170.2/32",  # AWS ECS task credentials
+        "169.254.170.23/32",  # AWS EKS pod identity
+        "fd00:ec2::254/128",  # AWS IMDS over IPv6
+        "fd00:ec2::23/128",  # AWS EKS pod identity over IPv6
+        "100.100.100.200/32",  # Alibaba Cloud
+        "192.0.0.192/32",  # Oracle Cloud
+        "168.63.129.16/32",  # Azure wire server
+    )
+)
+#: private and internal networks (``allow_private``): RFC 1918, shared address space
+#: (carrier-grade NAT, also Alibaba's internal services), IETF protocol assignments,
+#: benchmarking, unique local IPv6
+PRIVATE = tuple(
+    ipaddress.ip_network(n)
+    for n in (
+        "10.0.0.0/8",
+        "172.16.0.0/12",
+        "192.168.0.0/16",
+        "100.64.0.0/10",
+        "192.0.0.0/24",
+        "198.18.0.0/15",
+        "fc00::/7",
+    )
+)
 _THIS_NETWORK = ipaddress.IPv4Network("0.0.0.0/8")
 #: checked destinations kept at most (then the cache starts over)
 _CACHE_SIZE = 4096
@@ -406,15 +440,20 @@ class OutboundPolicy:
                 if not s.allow_loopback:
                     return f"{shown} is a loopback address{what} (outbound.allow_loopback is false)"
                 continue
-            if form.is_link_local or getattr(form, "is_site_local", False):
-                if not s.allow_link_local:
-                    return (
-                        f"{shown} is a link-local address{what} "
-                        "(outbound.allow_link_local is false)"
-                    )
+            link_local = form.is_link_local or getattr(form, "is_site_local", False)
+            if link_local and not s.allow_link_local:
+                return f"{shown} is a link-local address{what} (outbound.allow_link_local is false)"
+            if not s.allow_cloud_metadata and any(_in(form, net) for net in CLOUD_METADATA):
+                return (
+                    f"{shown} is a cloud instance metadata address{what} "
+                    "(outbound.allow_cloud_metadata is false)"
+                )
+            if link_local:
                 continue
             if form.is_reserved:
                 return f"{shown} is a reserved address{what}"
+            if not s.allow_private and any(_in(form, net) for net in PRIVATE):
+                return f"{shown} is a private address{what} (outbound.allow_private is false)"
             if any(_in(form, net) for net in self._deny_nets):
                 return f"{shown} is on the deny list{what}"
         return None

@@ -63,6 +63,7 @@ def _fail(error: StartupError, exc: BaseException | None, debug: bool) -> NoRetu
 
 def _advise(settings: Settings) -> None:
     """Warn about settings that start but serve clients badly."""
+    _advise_outbound(settings)
     if settings.public_url is not None:
         return
     if settings.host.strip() in _WILDCARDS:
@@ -78,6 +79,28 @@ def _advise(settings: Settings) -> None:
             "scheme and host but endpoint references say %s; set public_url",
             settings.base_url,
         )
+
+
+def _advise_outbound(settings: Settings) -> None:
+    """Warn when a gateway that clients beyond this machine reach may call loopback or
+    private addresses: any of them can then make it call services that trust it for being
+    local or internal (docs/security.md, the strict profile)."""
+    out = settings.outbound
+    open_to = [
+        name
+        for name, on in (("loopback", out.allow_loopback), ("private", out.allow_private))
+        if on
+    ]
+    if not open_to or authenticator_loopback(settings.host):
+        return
+    log.warning(
+        "the gateway listens on %s, beyond loopback, and calls consumers on %s addresses: "
+        "a client can make it reach services on this machine or the internal network; "
+        "set %s to false (the strict profile, docs/security.md) or restrict outbound.allow",
+        settings.host,
+        " and ".join(open_to),
+        " and ".join(f"outbound.allow_{name}" for name in open_to),
+    )
 
 
 def _check_auth(settings: Settings) -> None:

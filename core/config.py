@@ -302,6 +302,10 @@ class AuthSettings:
     #: request header naming the client identity, believed only from ``trusted_proxies``
     #: (for example ``X-Client-Identity`` set by a TLS-terminating proxy); None = off
     proxy_header: str | None = None
+    #: with ``proxy_header``, allow ``trusted_proxies`` to hold ``*`` (or a network of
+    #: every address): any client can then send the header and claim any identity that
+    #: has no secret.  The gateway refuses that combination at start without this.
+    i_know_any_client_can_claim_any_identity: bool = False
     #: the identity of a TLS client certificate: "subject" (RFC 4514 distinguished name)
     #: or "cn" (its common name)
     tls_identity: Literal["subject", "cn"] = "subject"

@@ -182,8 +182,10 @@ def test_username_token_replay_window() -> None:
     with pytest.raises(TokenRejected, match="replayed"):
         cache.check(token(b"1"), now)
     cache.check(UsernameToken("v", "x", True, b"1", created), now)  # the same nonce, another user
-    with pytest.raises(TokenRejected, match="too many nonces"):
-        cache.check(token(b"2"), now)  # full: refuse, never forget early
+    cache.check(token(b"2"), now)
+    with pytest.raises(TokenRejected, match="too many nonces of this user"):
+        cache.check(token(b"2b"), now)  # full: refuse, never forget early
+    cache.check(UsernameToken("v", "x", True, b"2", created), now)  # per user: v has room
     with pytest.raises(TokenRejected, match="outside the replay window"):
         cache.check(token(b"3", "2020-01-01T00:00:00Z"), now)
     with pytest.raises(TokenRejected, match="outside the replay window"):
@@ -267,3 +269,123 @@ def test_proxy_identity_through_the_app(tmp_path: Path) -> None:
             assert forged.status_code == 401
     finally:
         runtime.close()
+
+
+# --- issue 22, item 8: side channels -------------------------------------------------------
+def test_unknown_names_cost_the_same_hash_as_wrong_passwords(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Basic answered an unknown name in 2-10 ms and a real one in 190-290 ms (scrypt).
+    Now every refusal pays one hash with the parameters of the file's hashes."""
+    from wsnmom.soap_frontend import auth as auth_module
+
+    alice = passwords.hash_password("pw", n=2**5, r=4, p=1)
+    users = (
+        f'[users.alice]\npassword = "{alice}"\n'
+        f'[users.bob]\npassword = "{passwords.hash_password("pw2", n=2**5, r=4, p=1)}"\n'
+        '[users."CN=cert-only"]\n'
+        '[users.cam]\nwsse_password = "plain"\n'
+    )
+    auth = Authenticator(_settings(tmp_path, users, auth__admin_token="tok"))
+    work: list[str] = []
+    real = auth_module.verify_password
+
+    def counted(password: str, stored: str) -> bool:
+        scheme, n, r, p = stored.split("$")[:4]
+        work.append(f"{scheme}${n}${r}${p}")
+        return real(password, stored)
+
+    monkeypatch.setattr(auth_module, "verify_password", counted)
+    for name in ("alice", "nobody", "CN=cert-only", "cam", "admin", "x" * 300):
+        work.clear()
+        assert not auth.check_password(name, "wrong")
+        assert work == ["scrypt$32$4$1"], (name, work)
+    work.clear()
+    assert auth.check_password("alice", "pw") and work == ["scrypt$32$4$1"]
+    # without any hash in use, no refusal hashes: all are equally fast
+    plain = Authenticator(_settings(tmp_path / "t", auth__admin_token="tok"))
+    work.clear()
+    assert not plain.check_password("nobody", "x") and not plain.check_password("admin", "x")
+    assert work == []
+
+
+def test_nonces_are_stored_only_for_authenticated_users(tmp_path: Path) -> None:
+    """Nonces were stored before the user was known: unauthenticated clients filled the
+    200,000-entry table in 9.4 min, then every UsernameToken with a nonce was refused."""
+    from wsnmom.soap_frontend.wsse import token_digest as digest_of
+
+    users = '[users.cam]\nwsse_password = "pw"\n[users.cam2]\nwsse_password = "pw2"\n'
+    auth = Authenticator(_settings(tmp_path, users))
+    auth.nonces = NonceCache(timedelta(minutes=5), capacity=3)
+    created = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+    def token(user: str, password: str, nonce: bytes) -> UsernameToken:
+        return UsernameToken(user, digest_of(nonce, created, password), True, nonce, created)
+
+    for i in range(50):  # unknown users, wrong digests, wrong text passwords
+        for bad in (
+            token(f"nobody{i}", "pw", b"n%d" % i),
+            token("cam", "wrong", b"w%d" % i),
+            UsernameToken("cam", "wrong", False, b"t%d" % i, created),
+        ):
+            with pytest.raises(AuthenticationFailed):
+                auth.wsse_caller(bad)
+    assert auth.nonces.stored() == 0
+    for i in range(3):
+        assert auth.wsse_caller(token("cam", "pw", b"ok%d" % i)).name == "cam"
+    with pytest.raises(AuthenticationFailed):
+        auth.wsse_caller(token("cam", "pw", b"ok0"))  # a replay
+    with pytest.raises(AuthenticationFailed):
+        auth.wsse_caller(token("cam", "pw", b"ok3"))  # cam's own table is full
+    assert auth.wsse_caller(token("cam2", "pw2", b"ok0")).name == "cam2"  # others unaffected
+    assert auth.nonces.stored() == 4
+
+
+def test_a_proxy_vouches_only_for_identities_without_a_secret(tmp_path: Path) -> None:
+    """With proxy_header, a header naming ``admin`` (or any identity with a password or
+    token) made its sender that identity; a proxy now vouches only for secretless ones."""
+    hashed = passwords.hash_password("pw", **CHEAP)
+    users = (
+        f'[users.alice]\npassword = "{hashed}"\n'
+        '[users.cam]\nwsse_password = "x"\n'
+        "[users.ops]\nadmin = true\n"
+    )
+    auth = Authenticator(
+        _settings(
+            tmp_path,
+            users,
+            trusted_proxies=["10.0.0.5"],
+            auth__proxy_header="X-Client-Identity",
+            auth__admin_token="tok",
+        )
+    )
+    proxied = {"REMOTE_ADDR": "10.0.0.5"}
+    for name in ("admin", "alice", "cam"):
+        with pytest.raises(AuthenticationFailed):
+            auth.http_caller({**proxied, "HTTP_X_CLIENT_IDENTITY": name})
+    assert auth.http_caller({**proxied, "HTTP_X_CLIENT_IDENTITY": "ops"}).admin
+    assert auth.http_caller({**proxied, "HTTP_X_CLIENT_IDENTITY": "carol"}).name == "carol"
+    assert auth.http_caller(_basic("admin", "tok")).admin  # admin proves itself as ever
+
+
+@pytest.mark.parametrize("everyone", ["*", "0.0.0.0/0", "::/0"])
+def test_trusting_every_peer_with_a_proxy_header_needs_the_risk_named(
+    tmp_path: Path, everyone: str
+) -> None:
+    """trusted_proxies = "*" with proxy_header started without a word: any client that
+    sent the header was whoever it named."""
+    settings = {
+        "trusted_proxies": [everyone],
+        "auth__proxy_header": "X-Client-Identity",
+        "auth__admin_token": "tok",
+    }
+    with pytest.raises(ConfigError, match="i_know_any_client_can_claim_any_identity"):
+        Authenticator(_settings(tmp_path, **settings))
+    auth = Authenticator(
+        _settings(tmp_path, auth__i_know_any_client_can_claim_any_identity=True, **settings)
+    )
+    remote = "2001:db8::9" if ":" in everyone else "192.0.2.9"
+    forged = {"HTTP_X_CLIENT_IDENTITY": "carol", "REMOTE_ADDR": remote}
+    assert auth.http_caller(forged).name == "carol"
+    # a trusted_proxies of "*" without proxy_header only affects forwarded URLs: fine
+    Authenticator(_settings(tmp_path, trusted_proxies=[everyone], auth__admin_token="tok"))

@@ -306,6 +306,12 @@ class AuthSettings:
     #: every address): any client can then send the header and claim any identity that
     #: has no secret.  The gateway refuses that combination at start without this.
     i_know_any_client_can_claim_any_identity: bool = False
+    #: threads that check password hashes (off the request threads, at the lowest CPU
+    #: priority): the password-hashing work in flight
+    hash_threads: int = field(default=1, metadata=limits(1, 64))
+    #: password checks that may wait for a hashing thread; more are refused at once
+    #: (HTTP 503, Retry-After) rather than holding request threads
+    hash_queue: int = field(default=16, metadata=limits(0, 100_000))
     #: the identity of a TLS client certificate: "subject" (RFC 4514 distinguished name)
     #: or "cn" (its common name)
     tls_identity: Literal["subject", "cn"] = "subject"

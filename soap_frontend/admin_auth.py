@@ -48,6 +48,7 @@ from urllib.parse import urlsplit
 from werkzeug.http import parse_cookie
 from wsnmom.core.access import ANONYMOUS, Principal
 
+from .hashing import PasswordChecksBusy
 from .identity import AuthenticationFailed, caller_of
 from .public_base import forwarded_base, is_trusted
 
@@ -134,6 +135,8 @@ class AdminSessions:
                     raise SignInRefused("too many failed sign-ins; wait a minute", status=429)
         try:
             principal = check({"HTTP_AUTHORIZATION": authorization})
+        except PasswordChecksBusy:  # no verdict: not a failure
+            raise SignInRefused("too many password checks in flight; retry", status=503) from None
         except AuthenticationFailed:
             principal = ANONYMOUS
         with self._lock:

@@ -23,7 +23,8 @@ Password hashes cost some 50 ms to check, so a verified name and password (and t
 header that carried them) are remembered under a keyed BLAKE2 hash, never in plain text,
 until the process ends; a failed check is not.  A name that is unknown or has no hash
 costs one check of a decoy hash with the same parameters, so the time of a refusal does
-not tell which names exist.
+not tell which names exist.  Hashes are checked on the threads of :mod:`.hashing`,
+bounded, never on a request thread.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from wsnmom.core.config import ConfigError
 from wsnmom.core.guard import ThrottledLog
 
 from .credentials import Credentials, load_credentials
+from .hashing import HashWorkers, PasswordChecksBusy
 from .identity import AuthenticationFailed
 from .passwords import decoy_hash, token_digest, verify_password
 from .public_base import is_trusted
@@ -147,6 +149,9 @@ class Authenticator:
                 "to serve anonymous clients (see docs/security.md)"
             )
         self.wsse: bool = bool(getattr(auth, "wsse", True))
+        self.hashing = HashWorkers(
+            int(getattr(auth, "hash_threads", 1)), int(getattr(auth, "hash_queue", 16))
+        )
         window = getattr(auth, "wsse_window", None)
         from datetime import timedelta
 
@@ -249,7 +254,8 @@ class Authenticator:
         if not ok and (stored or self._decoy):
             # an unknown name, or one without a hash, costs what a wrong password costs:
             # the time of the answer tells no one which names exist
-            ok = verify_password(password, stored or self._decoy or "") and stored is not None
+            checked = self.hashing.run(verify_password, password, stored or self._decoy or "")
+            ok = checked and stored is not None
         if ok:
             self._remember(key, name)
         return ok
@@ -299,4 +305,4 @@ class Authenticator:
         return self.required and principal.anonymous
 
 
-__all__ += ["AuthenticationFailed", "TokenRejected"]
+__all__ += ["AuthenticationFailed", "PasswordChecksBusy", "TokenRejected"]

@@ -303,7 +303,8 @@ def sign_in() -> Response:
     value = authorization_value(form.get("token"), form.get("user"), form.get("password"))
     sessions = _sessions()
     try:
-        client = client_address(request.environ, settings.trusted_proxies)
+        trusted = settings.trusted_proxies if settings is not None else []
+        client = client_address(request.environ, trusted)
         session_id, principal = sessions.sign_in(auth.http_caller, value, client)
     except SignInRefused as exc:
         audit.warning("admin: sign-in refused from %s: %s", request.remote_addr, exc)

@@ -63,7 +63,6 @@ def _fail(error: StartupError, exc: BaseException | None, debug: bool) -> NoRetu
 
 def _advise(settings: Settings) -> None:
     """Warn about settings that start but serve clients badly."""
-    _advise_outbound(settings)
     if settings.public_url is not None:
         return
     if settings.host.strip() in _WILDCARDS:
@@ -230,6 +229,7 @@ def serve(
     for warning in warnings:
         config_log.warning("%s", warning)
     _advise(settings)
+    _advise_outbound(settings)
     _run(settings, debug)
 
 

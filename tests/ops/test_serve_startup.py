@@ -440,7 +440,7 @@ def test_outbound_beyond_loopback_is_a_warning(
     private addresses says so at start and names the strict profile's settings."""
     from wsnmom.core.config import load_settings
 
-    from wsnmom.serve_command import _advise
+    from wsnmom.serve_command import _advise_outbound
 
     settings = load_settings(
         None,
@@ -448,7 +448,7 @@ def test_outbound_beyond_loopback_is_a_warning(
         overrides={"host": host, "data_dir": str(tmp_path), **outbound},
     )
     with caplog.at_level("WARNING", logger="wsnmom.server"):
-        _advise(settings)
+        _advise_outbound(settings)
     lines = [r.getMessage() for r in caplog.records if "calls consumers" in r.getMessage()]
     if not warned:
         assert lines == []

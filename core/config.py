@@ -381,6 +381,10 @@ class Settings:
     #: peers (IP addresses or networks, ``*`` = any) whose ``Forwarded`` /
     #: ``X-Forwarded-Proto`` / ``X-Forwarded-Host`` headers are believed (WSDL addresses)
     trusted_proxies: list[str] = field(default_factory=list, metadata=limits(check="networks"))
+    #: more names the ``Host`` header of SOAP and admin requests may carry (patterns,
+    #: ``*.example.org``; ``*`` turns the DNS-rebinding check off), besides addresses,
+    #: localhost, ``public_url``'s host and the listen host (docs/security.md)
+    allowed_hosts: list[str] = field(default_factory=list)
     #: waitress worker threads
     threads: int = field(default=16, metadata=limits(1, 1024))
     max_request_bytes: int = field(default=10 * 1024 * 1024, metadata=limits(1))

@@ -10,7 +10,8 @@ page's name in ``Host``, so requests that act or read private state are refused 
 * an IP address (any: a rebinding page needs a name of its own);
 * ``localhost`` or a name under ``.localhost``;
 * the host of ``public_url``, the listen host when it is a name, and, on a wildcard
-  listen address (``0.0.0.0``, ``::``), this machine's name.
+  listen address (``0.0.0.0``, ``::``), this machine's name;
+* a name matching one of ``allowed_hosts`` (fnmatch patterns; ``*`` turns the check off).
 
 The port is not compared (a proxy may change it).  Checked are the requests that can act
 or see private state: every method but GET, HEAD and OPTIONS (SOAP POSTs, admin
@@ -27,6 +28,7 @@ from __future__ import annotations
 import ipaddress
 import socket
 from collections.abc import Callable, Iterable
+from fnmatch import fnmatch
 from typing import Any
 
 from .dispatch import transport_reply
@@ -92,6 +94,11 @@ class HostCheck:
         self.names = allowed_host_names(settings) if settings is not None else None
         self.trusted: list[str] = list(getattr(settings, "trusted_proxies", []) or [])
         self.config = config if config is not None else {}
+        self.patterns = [
+            p.strip().lower().rstrip(".") for p in getattr(settings, "allowed_hosts", None) or ()
+        ]
+        if "*" in self.patterns:
+            self.names = None
 
     def allowed(self, host: str) -> bool:
         """Whether ``host`` (a ``Host`` value) names this gateway."""
@@ -101,7 +108,9 @@ class HostCheck:
         server_name = self.config.get("SERVER_NAME")
         if server_name and name == _bare(str(server_name)):
             return True
-        return self.names is None or name in self.names
+        if self.names is None or name in self.names:
+            return True
+        return any(fnmatch(name, pattern) for pattern in self.patterns)
 
     def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Any:
         if self.names is None or (

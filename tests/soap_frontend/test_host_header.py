@@ -110,3 +110,28 @@ def test_wildcard_listener_without_public_url_follows_the_host(runtime: Runtime)
     """Documented: its WSDL and answers follow the request's Host (operations.md); the
     start-up warning asks for public_url, which turns the check on."""
     assert _post(runtime, "any-name.example:8099").status_code == 200
+
+
+@pytest.mark.parametrize(
+    "runtime",
+    [
+        {
+            "host": "0.0.0.0",
+            "auth__required": "false",
+            "public_url": "http://localhost:8099",
+            "allowed_hosts": ["gateway-*", "*.svc.example"],
+        }
+    ],
+    indirect=True,
+)
+def test_allowed_hosts_name_more_names(runtime: Runtime) -> None:
+    """Other containers reach a Compose gateway (public_url localhost) by its service
+    name: allowed_hosts lists such names."""
+    for host in ("gateway-rabbitmq:8080", "wsn.svc.example", "localhost:8080"):
+        assert _post(runtime, host).status_code == 200, host
+    assert _post(runtime, "rabbitmq:8080").status_code == 421
+
+
+@pytest.mark.parametrize("runtime", [{"allowed_hosts": ["*"]}], indirect=True)
+def test_allowed_hosts_star_turns_the_check_off(runtime: Runtime) -> None:
+    assert _post(runtime, "evil.example").status_code == 200

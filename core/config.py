@@ -179,8 +179,17 @@ class OutboundSettings:
     allow: list[str] = field(default_factory=list)
     #: host patterns or CIDR networks that are refused
     deny: list[str] = field(default_factory=list)
+    #: consumers on loopback addresses (127.0.0.0/8, ::1, localhost); the strict profile
+    #: (docs/security.md) sets it false
     allow_loopback: bool = True
     allow_link_local: bool = False
+    #: consumers on private and internal networks (10/8, 172.16/12, 192.168/16,
+    #: 100.64/10, 192.0.0.0/24, 198.18/15, fc00::/7); the strict profile sets it false
+    allow_private: bool = True
+    #: consumers on the cloud providers' instance metadata addresses (169.254.169.254,
+    #: fd00:ec2::254, 100.100.100.200, 192.0.0.192, ...): refused in every spelling unless
+    #: this is true
+    allow_cloud_metadata: bool = False
     #: URL schemes allowed for consumer addresses
     schemes: list[str] = field(default_factory=lambda: ["http", "https"])
     #: seconds the checked addresses of a host name are reused for outbound calls
@@ -293,6 +302,16 @@ class AuthSettings:
     #: request header naming the client identity, believed only from ``trusted_proxies``
     #: (for example ``X-Client-Identity`` set by a TLS-terminating proxy); None = off
     proxy_header: str | None = None
+    #: with ``proxy_header``, allow ``trusted_proxies`` to hold ``*`` (or a network of
+    #: every address): any client can then send the header and claim any identity that
+    #: has no secret.  The gateway refuses that combination at start without this.
+    i_know_any_client_can_claim_any_identity: bool = False
+    #: threads that check password hashes (off the request threads, at the lowest CPU
+    #: priority): the password-hashing work in flight
+    hash_threads: int = field(default=1, metadata=limits(1, 64))
+    #: password checks that may wait for a hashing thread; more are refused at once
+    #: (HTTP 503, Retry-After) rather than holding request threads
+    hash_queue: int = field(default=16, metadata=limits(0, 100_000))
     #: the identity of a TLS client certificate: "subject" (RFC 4514 distinguished name)
     #: or "cn" (its common name)
     tls_identity: Literal["subject", "cn"] = "subject"
@@ -362,6 +381,10 @@ class Settings:
     #: peers (IP addresses or networks, ``*`` = any) whose ``Forwarded`` /
     #: ``X-Forwarded-Proto`` / ``X-Forwarded-Host`` headers are believed (WSDL addresses)
     trusted_proxies: list[str] = field(default_factory=list, metadata=limits(check="networks"))
+    #: more names the ``Host`` header of SOAP and admin requests may carry (patterns,
+    #: ``*.example.org``; ``*`` turns the DNS-rebinding check off), besides addresses,
+    #: localhost, ``public_url``'s host and the listen host (docs/security.md)
+    allowed_hosts: list[str] = field(default_factory=list)
     #: waitress worker threads
     threads: int = field(default=16, metadata=limits(1, 1024))
     max_request_bytes: int = field(default=10 * 1024 * 1024, metadata=limits(1))

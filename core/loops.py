@@ -43,6 +43,7 @@ from urllib.parse import unquote, urlsplit
 
 from wsnmom.core import metrics
 from wsnmom.core.codec import GATEWAY_ID
+from wsnmom.core.interfaces import interface_addresses
 from wsnmom.core.outbound_policy import (
     Destination,
     IPAddress,
@@ -128,8 +129,9 @@ class SelfAddressRule:
     each listen address (``host``:``port``, path ``/wsn/``): a destination on the same
     port whose path starts with the SOAP prefix is refused when its host is the public
     host, or one of its addresses is a listen address.  A gateway listening on every
-    address (``0.0.0.0``, ``::``) counts every loopback address and every address its own
-    host name resolves to.  Other loopback destinations (consumers on this machine) are
+    address (``0.0.0.0``, ``::``) counts every loopback address, every address of its
+    network interfaces (as they are when it starts) and every address its own host name
+    resolves to.  Other loopback destinations (consumers on this machine) are
     not affected.
     """
 
@@ -223,12 +225,12 @@ def _ip(text: str) -> IPAddress | None:
 
 
 def _local_addresses(resolver: Resolver) -> list[str]:
-    """This host's own addresses, as far as its name resolves (loopback is matched
-    separately)."""
-    try:
-        return [str(a) for a in resolver(socket.gethostname(), 0)]
-    except OSError:
-        return []
+    """This host's own addresses: every interface's (``core.interfaces``) and what its
+    name resolves to (loopback is matched separately)."""
+    found = interface_addresses()
+    with contextlib.suppress(OSError):
+        found.update(str(a) for a in resolver(socket.gethostname(), 0))
+    return sorted(found)
 
 
 def _route_path(path: str) -> str:

@@ -25,7 +25,9 @@ What ``check`` does, in order:
    ``::ffff:a.b.c.d``, IPv4-compatible, NAT64 ``64:ff9b::/96``, 6to4, Teredo) by that IPv4
    address too: unspecified, multicast, broadcast and reserved addresses are refused
    always; loopback unless ``allow_loopback``; link-local (and IPv6 site-local) unless
-   ``allow_link_local``; CIDR entries of ``deny`` refuse, of ``allow`` admit (with a
+   ``allow_link_local``; the cloud metadata addresses (:data:`CLOUD_METADATA`) unless
+   ``allow_cloud_metadata``; private networks (:data:`PRIVATE`) unless ``allow_private``;
+   CIDR entries of ``deny`` refuse, of ``allow`` admit (with a
    non-empty ``allow`` list, a host is admitted by a name pattern or when every address is
    in an allowed network);
 7. extra rules (:class:`AddressRule`, see :meth:`OutboundPolicy.add_rule`) see the checked
@@ -50,9 +52,12 @@ from fnmatch import fnmatch
 from typing import Protocol
 from urllib.parse import SplitResult, urlsplit
 
+from wsnmom.core.address_ranges import CLOUD_METADATA, PRIVATE
 from wsnmom.core.config import OutboundSettings
 
 __all__ = [
+    "CLOUD_METADATA",
+    "PRIVATE",
     "AddressRefused",
     "AddressRule",
     "Destination",
@@ -406,15 +411,20 @@ class OutboundPolicy:
                 if not s.allow_loopback:
                     return f"{shown} is a loopback address{what} (outbound.allow_loopback is false)"
                 continue
-            if form.is_link_local or getattr(form, "is_site_local", False):
-                if not s.allow_link_local:
-                    return (
-                        f"{shown} is a link-local address{what} "
-                        "(outbound.allow_link_local is false)"
-                    )
+            link_local = form.is_link_local or getattr(form, "is_site_local", False)
+            if link_local and not s.allow_link_local:
+                return f"{shown} is a link-local address{what} (outbound.allow_link_local is false)"
+            if not s.allow_cloud_metadata and any(_in(form, net) for net in CLOUD_METADATA):
+                return (
+                    f"{shown} is a cloud instance metadata address{what} "
+                    "(outbound.allow_cloud_metadata is false)"
+                )
+            if link_local:
                 continue
             if form.is_reserved:
                 return f"{shown} is a reserved address{what}"
+            if not s.allow_private and any(_in(form, net) for net in PRIVATE):
+                return f"{shown} is a private address{what} (outbound.allow_private is false)"
             if any(_in(form, net) for net in self._deny_nets):
                 return f"{shown} is on the deny list{what}"
         return None

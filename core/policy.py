@@ -179,8 +179,9 @@ def build_policy(
         batching=settings.delivery.batch_size,
         get_messages_order="FIFO (oldest first)",
         get_messages_maximum_number=(
-            "MaximumNumber=n returns at most n; absent or 0 returns all available up to "
-            "get_messages_cap; messages beyond stay in the pull point for later GetMessages"
+            "MaximumNumber=n returns at most n and at most get_messages_cap; absent or 0 "
+            "returns all available up to get_messages_cap; messages beyond stay in the pull "
+            "point for later GetMessages"
         ),
         get_messages_cap=lim.get_messages_cap,
         pull_point_notify=(

@@ -6,8 +6,9 @@ pull point and every subscription feeding it publish copies there.
 
 * CreatePullPoint with a known ``name`` re-attaches to that pull point.
 * GetMessages: FIFO; MaximumNumber absent or 0 returns everything available up to
-  ``limits.get_messages_cap``; the read is destructive (the messages are removed as they
-  are handed to the response: at-most-once if the response is lost).
+  ``limits.get_messages_cap``, a larger MaximumNumber at most that many; the read is
+  destructive (the messages are removed as they are handed to the response: at-most-once
+  if the response is lost).
 * DestroyPullPoint and pull point expiry destroy the subscriptions feeding it (DPP-04).
 """
 
@@ -125,7 +126,10 @@ class PullPoints:
         state = ctx.registry.live_pull_point(pull_point_id)
         if maximum is not None and maximum < 0:
             raise errors.UnableToGetMessages("MaximumNumber must not be negative")
-        limit = maximum if maximum else ctx.settings.limits.get_messages_cap
+        # MaximumNumber is an xsd:nonNegativeInteger without bound; the cap bounds what
+        # one answer holds (and keeps a huge number out of the adapter's LIMIT)
+        cap = ctx.settings.limits.get_messages_cap
+        limit = min(maximum, cap) if maximum else cap
         with state.lock:
             try:
                 # removed on hand-out: GetMessages is destructive and settles nothing later

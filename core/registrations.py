@@ -10,6 +10,11 @@ Decisions:
   Topic it covers every topic.
 * A demand-based publisher's address must pass the outbound policy, since the broker will
   call it (PublisherRegistrationRejected otherwise).
+* With ``requires_registration`` a PublisherReference belongs to the identity that
+  registered it first: while that identity holds a live registration of the address,
+  another identity's RegisterPublisher for it is PublisherRegistrationRejected (an admin
+  may register any).  Otherwise bob could register alice's address and publish
+  notifications that consumers receive with alice's ProducerReference.
 """
 
 from __future__ import annotations
@@ -18,9 +23,11 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from wsnmom.core import errors
+from wsnmom.core.access import current_principal, may_manage
 from wsnmom.core.context import BrokerContext
 from wsnmom.core.demand import DemandEntry, DemandManager
 from wsnmom.core.filters import topic_errors
+from wsnmom.core.lifetimes import is_expired
 from wsnmom.core.model import (
     ExpressionSource,
     PublisherRegistration,
@@ -96,13 +103,42 @@ class Registrations:
             demand=req.demand,
             owner=ctx.guard.owner(),
         )
-        ctx.store.put_registration(reg)
-        with ctx.registry.lock:
+        with ctx.registry.lock:  # the check and the claim at once: no race between two
+            self._check_reference_owner(reg)
             ctx.registry.registrations[reg.id] = LiveRegistration(reg, topics)
+        try:
+            ctx.store.put_registration(reg)
+        except BaseException:
+            with ctx.registry.lock:
+                ctx.registry.registrations.pop(reg.id, None)
+            raise
         ctx.registry.update_gauges()
         if reg.demand:
             self._demand.wake()
         return replace(reg)
+
+    def _check_reference_owner(self, reg: PublisherRegistration) -> None:
+        """Refuse ``reg`` when another identity holds a live registration of its
+        PublisherReference (``requires_registration`` only; called under the registry
+        lock)."""
+        ctx = self._ctx
+        ref = reg.publisher_reference
+        if ref is None or not ctx.settings.requires_registration:
+            return
+        principal = current_principal()
+        now = ctx.now()
+        for other in ctx.registry.registrations.values():
+            record = other.record
+            if (
+                record.publisher_reference is not None
+                and record.publisher_reference.address == ref.address
+                and not may_manage(principal, record.owner)
+                and not is_expired(record.termination_time, now)
+            ):
+                raise errors.PublisherRegistrationRejected(
+                    f"the PublisherReference {ref.address!r} is registered by another "
+                    "identity; only it may publish as this producer"
+                )
 
     def get(self, registration_id: str) -> PublisherRegistration:
         """The registration (a copy); ResourceUnknown when unknown or expired."""

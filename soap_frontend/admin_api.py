@@ -54,6 +54,7 @@ from .admin_auth import (
     same_origin,
 )
 from .admin_json import overview_json, status_json, subscription_json
+from .public_base import client_address
 
 __all__ = ["ADMIN_API_PREFIX", "PAGE_HEADER", "admin_api", "subscription_json"]
 
@@ -302,7 +303,9 @@ def sign_in() -> Response:
     value = authorization_value(form.get("token"), form.get("user"), form.get("password"))
     sessions = _sessions()
     try:
-        session_id, principal = sessions.sign_in(auth.http_caller, value)
+        trusted = settings.trusted_proxies if settings is not None else []
+        client = client_address(request.environ, trusted)
+        session_id, principal = sessions.sign_in(auth.http_caller, value, client)
     except SignInRefused as exc:
         audit.warning("admin: sign-in refused from %s: %s", request.remote_addr, exc)
         return _error(str(exc), exc.status)

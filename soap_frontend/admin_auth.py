@@ -26,7 +26,9 @@ name and password) checks the credentials with the gateway's authenticator, exac
 they came in an ``Authorization`` header, and keeps the admin identity it proved under a
 random session id in the gateway's memory (:class:`AdminSessions`; ``admin.session``
 long).  The browser holds the id in an ``HttpOnly``, ``SameSite=Strict`` cookie.  Failed
-sign-ins are limited to 10 a minute.
+sign-ins are limited per client address: 10 a minute for one identity (a name, or "a
+token"), 30 a minute in all.  A client that guesses wrong is refused further tries;
+another client, the right one included, is not: one guesser cannot lock an admin out.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ from urllib.parse import urlsplit
 from werkzeug.http import parse_cookie
 from wsnmom.core.access import ANONYMOUS, Principal
 
+from .hashing import PasswordChecksBusy
 from .identity import AuthenticationFailed, caller_of
 from .public_base import forwarded_base, is_trusted
 
@@ -92,8 +95,12 @@ class SignInRefused(Exception):
 class AdminSessions:
     """The admin page's sign-ins (see the module docstring).  Thread-safe."""
 
-    #: failed sign-ins allowed per minute, over all clients
+    #: failed sign-ins allowed per minute from one client address for one identity
     MAX_FAILURES_PER_MINUTE = 10
+    #: failed sign-ins allowed per minute from one client address, whatever identity
+    MAX_CLIENT_FAILURES_PER_MINUTE = 30
+    #: client addresses (and identities) whose failures are tracked at most
+    MAX_TRACKED = 10_000
 
     def __init__(
         self, lifetime: float = 8 * 3600.0, *, clock: Callable[[], float] = time.monotonic
@@ -104,38 +111,63 @@ class AdminSessions:
         self._key = secrets.token_bytes(32)
         self._lock = threading.Lock()
         self._sessions: dict[str, tuple[Principal, float]] = {}
-        self._failures: deque[float] = deque()
+        #: failure times by (client, identity) and by (client, "")
+        self._failures: dict[tuple[str, str], deque[float]] = {}
 
     def sign_in(
-        self, check: Callable[[Mapping[str, Any]], Principal], authorization: str
+        self,
+        check: Callable[[Mapping[str, Any]], Principal],
+        authorization: str,
+        client: str = "",
     ) -> tuple[str, Principal]:
         """A new session for the admin whose ``Authorization`` header value
-        ``authorization`` passes ``check`` (the authenticator).
+        ``authorization`` passes ``check`` (the authenticator); ``client`` is the
+        address it comes from.
 
         :raises SignInRefused: wrong credentials (403), an identity that is no admin (403),
-            or too many failed sign-ins in the last minute (429)."""
+            or too many failed sign-ins from ``client`` in the last minute (429)."""
         now = self._clock()
+        keys = ((client, _claimed(authorization)), (client, ""))
+        limits = (self.MAX_FAILURES_PER_MINUTE, self.MAX_CLIENT_FAILURES_PER_MINUTE)
         with self._lock:
-            while self._failures and self._failures[0] < now - 60:
-                self._failures.popleft()
-            if len(self._failures) >= self.MAX_FAILURES_PER_MINUTE:
-                raise SignInRefused("too many failed sign-ins; wait a minute", status=429)
+            for key, limit in zip(keys, limits, strict=True):
+                if len(self._recent(key, now)) >= limit:
+                    raise SignInRefused("too many failed sign-ins; wait a minute", status=429)
         try:
             principal = check({"HTTP_AUTHORIZATION": authorization})
+        except PasswordChecksBusy:  # no verdict: not a failure
+            raise SignInRefused("too many password checks in flight; retry", status=503) from None
         except AuthenticationFailed:
             principal = ANONYMOUS
         with self._lock:
-            if principal.anonymous:
-                self._failures.append(now)
-                raise SignInRefused("wrong credentials")
-            if not principal.admin:
-                self._failures.append(now)
+            if principal.anonymous or not principal.admin:
+                self._failed(keys, now)
+                if principal.anonymous:
+                    raise SignInRefused("wrong credentials")
                 raise SignInRefused(f"{principal} is not an admin")
             for sid in [s for s, (_, until) in self._sessions.items() if until <= now]:
                 del self._sessions[sid]
             session = secrets.token_urlsafe(32)
             self._sessions[session] = (principal, now + self.lifetime)
             return session, principal
+
+    def _recent(self, key: tuple[str, str], now: float) -> deque[float]:
+        """The failures of ``key`` in the last minute (older ones dropped)."""
+        times = self._failures.get(key)
+        if times is None:
+            return deque()
+        while times and times[0] < now - 60:
+            times.popleft()
+        return times
+
+    def _failed(self, keys: tuple[tuple[str, str], ...], now: float) -> None:
+        if len(self._failures) >= self.MAX_TRACKED:
+            for key in [k for k in self._failures if not self._recent(k, now)]:
+                del self._failures[key]
+            if len(self._failures) >= self.MAX_TRACKED:
+                self._failures.clear()  # a flood from many addresses: start over
+        for key in keys:
+            self._failures.setdefault(key, deque()).append(now)
 
     def sign_out(self, session: str | None) -> None:
         """End ``session`` (no-op when unknown)."""
@@ -170,6 +202,17 @@ class AdminSessions:
             if principal is not None:
                 return AdminCaller(principal, session)
         return AdminCaller(caller_of(environ, app))
+
+
+def _claimed(authorization: str) -> str:
+    """The identity an ``Authorization`` value claims: the Basic name, or "a token"."""
+    scheme, _, value = authorization.strip().partition(" ")
+    if scheme.lower() == "basic":
+        try:
+            return "basic:" + base64.b64decode(value, validate=True).decode().partition(":")[0]
+        except ValueError:
+            return "basic:"
+    return "a token"
 
 
 def authorization_value(token: str | None, user: str | None, password: str | None) -> str:

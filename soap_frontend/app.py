@@ -16,8 +16,10 @@ Endpoints
     ``GET  /wsn/admin/api/...``          its JSON API; ``POST`` for operators' actions
                                         (who reads and who acts: :mod:`.admin_auth`)
 
-Every response carries ``X-Request-Id`` (the client's, or a new one), which log records
-emitted while handling the request carry too (:mod:`.request_ids`).
+Requests that act or read private state must name the gateway in ``Host`` (DNS
+rebinding, :mod:`.hosts`).  Every response carries ``X-Request-Id`` (the client's, or a
+new one), which log records emitted while handling the request carry too
+(:mod:`.request_ids`).
 
 SOAP POSTs are handled by :func:`.dispatch.soap_post` (how a request finds its operation
 and resource is described there), called from the Flask views here and from the WSGI fast
@@ -46,6 +48,7 @@ from .dispatch import Frontend, Reply, Role, soap_post, transport_reply
 from .envelope import HttpError, version_for_media_type
 from .fastpath import SoapFastPath
 from .faults import invalid_log
+from .hosts import HostCheck
 from .metadata import SCHEMA_FILES, render_wsdl, schema_bytes
 from .public_base import public_base
 from .ratelimit import RateLimiter
@@ -107,7 +110,9 @@ def create_app(service: BrokerPort, settings: Settings | None = None) -> Flask:
     app.register_blueprint(admin_api)
     app.register_blueprint(admin_page)
     app.wsgi_app = RequestIds(  # type: ignore[method-assign]
-        SoapFastPath(app, app.wsgi_app, broker_view, resource_views)
+        HostCheck(
+            SoapFastPath(app, app.wsgi_app, broker_view, resource_views), settings, app.config
+        )
     )
     return app
 

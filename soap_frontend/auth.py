@@ -21,7 +21,10 @@ fault says nothing about why (the reason goes to the ``wsnmom.auth`` log).
 
 Password hashes cost some 50 ms to check, so a verified name and password (and the Basic
 header that carried them) are remembered under a keyed BLAKE2 hash, never in plain text,
-until the process ends; a failed check is not.
+until the process ends; a failed check is not.  A name that is unknown or has no hash
+costs one check of a decoy hash with the same parameters, so the time of a refusal does
+not tell which names exist.  Hashes are checked on the threads of :mod:`.hashing`,
+bounded, never on a request thread.
 """
 
 from __future__ import annotations
@@ -43,8 +46,9 @@ from wsnmom.core.config import ConfigError
 from wsnmom.core.guard import ThrottledLog
 
 from .credentials import Credentials, load_credentials
+from .hashing import HashWorkers, PasswordChecksBusy
 from .identity import AuthenticationFailed
-from .passwords import token_digest, verify_password
+from .passwords import decoy_hash, token_digest, verify_password
 from .public_base import is_trusted
 from .wsse import NonceCache, TokenRejected, UsernameToken, digest_matches
 
@@ -60,6 +64,20 @@ _CACHE_LIMIT = 4096
 #: failure warnings, at most one per kind every 10 s (a password guesser must not flood
 #: the log; the counter counts every one)
 _failures = ThrottledLog(log)
+
+
+def _trusts_everyone(trusted: list[str]) -> bool:
+    """Whether ``trusted`` admits every peer: ``*`` or a network of prefix length 0."""
+    for entry in trusted:
+        text = entry.strip()
+        if text == "*":
+            return True
+        try:
+            if ipaddress.ip_network(text, strict=False).prefixlen == 0:
+                return True
+        except ValueError:
+            continue
+    return False
 
 
 def listens_on_loopback_only(host: str) -> bool:
@@ -90,6 +108,10 @@ class Authenticator:
             "HTTP_" + self.proxy_header.upper().replace("-", "_") if self.proxy_header else None
         )
         self.trusted_proxies: list[str] = list(getattr(settings, "trusted_proxies", []) or [])
+        self._secret_names = self.credentials.secret_names()
+        hashes = [i.password_hash for i in self.credentials.identities.values() if i.password_hash]
+        #: checked for names without a hash; without any hash every refusal is fast alike
+        self._decoy = decoy_hash(hashes) if hashes else None
         client_ca = getattr(tls, "client_ca", None)
         #: whether any identity source is configured
         self.enabled = bool(
@@ -99,6 +121,17 @@ class Authenticator:
             raise ConfigError(
                 "auth.proxy_header is set but trusted_proxies is empty: the header would "
                 "never be believed; list the proxies' addresses in trusted_proxies"
+            )
+        if (
+            self.proxy_header
+            and _trusts_everyone(self.trusted_proxies)
+            and not getattr(auth, "i_know_any_client_can_claim_any_identity", False)
+        ):
+            raise ConfigError(
+                f"auth.proxy_header with trusted_proxies = {self.trusted_proxies!r} believes "
+                f"the {self.proxy_header} header from every client, so anyone can claim any "
+                "identity: list only your proxies' addresses in trusted_proxies, or set "
+                "auth.i_know_any_client_can_claim_any_identity = true"
             )
         required = getattr(auth, "required", "auto")
         host = str(getattr(settings, "host", "127.0.0.1"))
@@ -116,6 +149,9 @@ class Authenticator:
                 "to serve anonymous clients (see docs/security.md)"
             )
         self.wsse: bool = bool(getattr(auth, "wsse", True))
+        self.hashing = HashWorkers(
+            int(getattr(auth, "hash_threads", 1)), int(getattr(auth, "hash_queue", 16))
+        )
         window = getattr(auth, "wsse_window", None)
         from datetime import timedelta
 
@@ -150,7 +186,7 @@ class Authenticator:
             value = environ.get(self._proxy_key)
             if isinstance(value, str) and value.strip():
                 if is_trusted(environ.get("REMOTE_ADDR"), self.trusted_proxies):
-                    return self.credentials.principal(value.strip(), "proxy")
+                    return self._proxy_principal(value.strip())
                 _failures.warning(
                     "proxy",
                     "ignored %s from %s, which is not in trusted_proxies",
@@ -158,6 +194,17 @@ class Authenticator:
                     environ.get("REMOTE_ADDR"),
                 )
         return ANONYMOUS
+
+    def _proxy_principal(self, name: str) -> Principal:
+        """The identity a trusted proxy asserts.  A proxy vouches only for identities
+        without a secret of their own: a name with a password, token or UsernameToken
+        password (``admin`` among them) must prove itself, so a header naming it is
+        refused."""
+        if name in self._secret_names:
+            raise self._failed(
+                "proxy", f"{self.proxy_header} names {name!r}, an identity with a secret"
+            )
+        return self.credentials.principal(name, "proxy")
 
     def _authorization(self, header: str) -> Principal:
         scheme, _, value = header.strip().partition(" ")
@@ -194,19 +241,21 @@ class Authenticator:
     def check_password(self, name: str, password: str) -> bool:
         """Whether ``password`` is ``name``'s (hashed password, admin token or plain
         ``wsse_password``), constant-time; verified pairs are remembered."""
-        identity = self.credentials.identities.get(name)
-        if identity is None:
-            return False
         key = self._pair_key(name, password)
         if self._verified.get(key) == name:
             return True
+        identity = self.credentials.identities.get(name)
         ok = False
-        if identity.plain_password is not None:
+        if identity is not None and identity.plain_password is not None:
             ok = hmac.compare_digest(
                 identity.plain_password.encode("utf-8"), password.encode("utf-8")
             )
-        if not ok and identity.password_hash is not None:
-            ok = verify_password(password, identity.password_hash)
+        stored = identity.password_hash if identity is not None else None
+        if not ok and (stored or self._decoy):
+            # an unknown name, or one without a hash, costs what a wrong password costs:
+            # the time of the answer tells no one which names exist
+            checked = self.hashing.run(verify_password, password, stored or self._decoy or "")
+            ok = checked and stored is not None
         if ok:
             self._remember(key, name)
         return ok
@@ -232,20 +281,24 @@ class Authenticator:
         if not self.wsse or not self.enabled:
             raise self._failed("wsse", "WS-Security UsernameToken is not accepted")
         try:
-            self.nonces.check(token)
+            self.nonces.check_time(token)
         except TokenRejected as exc:
             raise self._failed("wsse", f"UsernameToken of {token.username!r}: {exc}") from None
         identity = self.credentials.identities.get(token.username)
-        if identity is None:
-            raise self._failed("wsse", f"unknown UsernameToken user {token.username!r}")
         if token.digest:
+            if identity is None:
+                raise self._failed("wsse", f"unknown UsernameToken user {token.username!r}")
             if identity.plain_password is None or not digest_matches(
                 token, identity.plain_password
             ):
                 raise self._failed("wsse", f"wrong PasswordDigest for {token.username!r}")
         elif not self.check_password(token.username, token.password):
             raise self._failed("wsse", f"wrong password for {token.username!r}")
+        try:  # only now: a client that cannot authenticate stores no nonce
+            self.nonces.remember(token)
+        except TokenRejected as exc:
+            raise self._failed("wsse", f"UsernameToken of {token.username!r}: {exc}") from None
         return self.credentials.principal(token.username, "wsse")
 
 
-__all__ += ["AuthenticationFailed", "TokenRejected"]
+__all__ += ["AuthenticationFailed", "PasswordChecksBusy", "TokenRejected"]

@@ -93,6 +93,15 @@ class Credentials:
         """No identity is configured."""
         return not self.identities
 
+    def secret_names(self) -> frozenset[str]:
+        """The identities that prove themselves with a secret (a password, a token, a
+        UsernameToken password, the admin token)."""
+        return frozenset(
+            name
+            for name, identity in self.identities.items()
+            if identity.password_hash is not None or identity.plain_password is not None
+        ) | frozenset(self.tokens.values())
+
     def principal(self, name: str, method: str) -> Principal:
         """The principal called ``name`` (a plain one when the file does not list it: a
         certificate or a proxy vouched for it), established by ``method``.  Made once per

@@ -51,6 +51,7 @@ from .faults import (
     invalid_log,
     transport_fault,
 )
+from .hashing import PasswordChecksBusy
 from .identity import AuthenticationFailed
 from .ratelimit import RateLimiter
 from .splice import Spliced
@@ -159,6 +160,8 @@ def soap_post(
     if auth.enabled and environ is not None:
         try:
             principal = auth.http_caller(environ)
+        except PasswordChecksBusy as exc:
+            return _busy(fe, version_for_media_type(content_type), exc)
         except AuthenticationFailed:
             return _unauthorized(fe, version_for_media_type(content_type), None)
         if principal.anonymous and auth.required and not auth.wsse:
@@ -180,6 +183,8 @@ def soap_post(
         except TokenRejected:
             metrics.AUTH_FAILURES.labels(reason="wsse").inc()
             return _unauthorized(fe, req.version, req.addressing.message_id)
+        except PasswordChecksBusy as exc:
+            return _busy(fe, req.version, exc)
         except AuthenticationFailed:
             return _unauthorized(fe, req.version, req.addressing.message_id)
         if principal.anonymous and auth.required:
@@ -219,6 +224,17 @@ def _unauthorized(fe: Frontend, version: SoapVersion | None, relates_to: str | N
     count_fault("FailedAuthentication")
     data = envelope_bytes(version, fault, action=action)
     return Reply(401, data, content_type_for(version, action), fe.auth.challenge_headers())
+
+
+def _busy(fe: Frontend, version: SoapVersion | None, exc: PasswordChecksBusy) -> Reply:
+    """HTTP 503 with ``Retry-After``: the password could not be checked now (too many
+    checks in flight); says nothing about the credentials."""
+    metrics.AUTH_FAILURES.labels(reason="busy").inc()
+    refusals.warning("hash:busy", "password check refused: %s", exc)
+    busy = errors.ResourceUnavailable(
+        "too many password checks in flight; retry shortly", retry_after=1.0
+    )
+    return _fault(fe, busy, version or SoapVersion.SOAP11, None)
 
 
 def _rate_limited(

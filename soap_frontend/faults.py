@@ -23,6 +23,7 @@ nothing about the exception (it is logged instead).
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -55,6 +56,9 @@ from .xml import (
     qname,
     split_qname,
 )
+
+#: characters XML 1.0 cannot carry (control characters, lone surrogates, U+FFFE/U+FFFF)
+_NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 
 log = logging.getLogger("wsnmom.soap")
 invalid_log = logging.getLogger("wsnmom.soap.invalid")
@@ -146,7 +150,7 @@ def fault_detail(
         _epr(el, qname(WSRF_BF, "Originator"), originator)
     desc = etree.SubElement(el, qname(WSRF_BF, "Description"))
     desc.set(qname(XML_NS, "lang"), "en")
-    desc.text = error.description
+    desc.text = xml_text(error.description)
     name = error.fault_name
     if name == "InvalidFilterFault":
         for q in qnames:
@@ -166,6 +170,13 @@ def fault_detail(
     return el
 
 
+def xml_text(text: str) -> str:
+    """``text`` with every character XML cannot carry written as a Python escape
+    (``\\x00``): fault texts quote what the client sent (a path, a value), which may hold
+    a NUL byte or a control character that lxml refuses to serialise."""
+    return _NOT_XML.sub(lambda m: ascii(m.group())[1:-1], text)
+
+
 def soap_fault(
     version: SoapVersion,
     code: str,
@@ -181,7 +192,7 @@ def soap_fault(
         etree.SubElement(fault, "faultcode").text = value
         fs = etree.SubElement(fault, "faultstring")
         fs.set(qname(XML_NS, "lang"), "en")
-        fs.text = reason
+        fs.text = xml_text(reason)
         if detail is not None:
             etree.SubElement(fault, "detail").append(detail)
     else:
@@ -190,7 +201,7 @@ def soap_fault(
         reason_el = etree.SubElement(fault, qname(ns, "Reason"))
         text = etree.SubElement(reason_el, qname(ns, "Text"))
         text.set(qname(XML_NS, "lang"), "en")
-        text.text = reason
+        text.text = xml_text(reason)
         if detail is not None:
             etree.SubElement(fault, qname(ns, "Detail")).append(detail)
     return fault

@@ -16,6 +16,7 @@ import secrets
 
 __all__ = [
     "InvalidHash",
+    "decoy_hash",
     "hash_password",
     "hash_token",
     "new_token",
@@ -87,6 +88,25 @@ def verify_password(password: str, stored: str) -> bool:
     else:
         actual = hashlib.pbkdf2_hmac("sha256", password.encode("utf-8"), salt, params[0])
     return hmac.compare_digest(actual, expected)
+
+
+def decoy_hash(like: list[str]) -> str:
+    """A hash no password matches, that costs what checking the commonest of ``like``
+    costs (the defaults when ``like`` holds none): checked for a name that has no hash,
+    so that an unknown name takes as long as a wrong password."""
+    counts: dict[tuple[str, tuple[int, ...]], int] = {}
+    for stored in like:
+        try:
+            scheme, params, _, _ = _parse(stored)
+        except InvalidHash:
+            continue
+        counts[(scheme, params)] = counts.get((scheme, params), 0) + 1
+    scheme, params = max(counts, key=lambda k: counts[k]) if counts else ("scrypt", ())
+    salt, digest = _b64(os.urandom(16)), _b64(os.urandom(32))
+    if scheme == "pbkdf2-sha256":
+        return f"pbkdf2-sha256${params[0]}${salt}${digest}"
+    n, r, p = params or (SCRYPT_N, SCRYPT_R, SCRYPT_P)
+    return f"scrypt${n}${r}${p}${salt}${digest}"
 
 
 def new_token() -> str:

@@ -71,6 +71,22 @@ def is_trusted(remote: object, trusted: Sequence[str]) -> bool:
     return False
 
 
+def client_address(environ: Mapping[str, Any], trusted: Sequence[str]) -> str:
+    """The client's address: the peer's, or when the peer is one of ``trusted`` the
+    address it forwarded (the last ``Forwarded: for=``, else ``X-Forwarded-For``)."""
+    peer = str(environ.get("REMOTE_ADDR") or "")
+    if not trusted or not is_trusted(peer, trusted):
+        return peer
+    forwarded = _last_forwarded(environ.get("HTTP_FORWARDED")).get("for")
+    claimed = forwarded or _last(environ.get("HTTP_X_FORWARDED_FOR"))
+    if not claimed:
+        return peer
+    claimed = claimed.strip('"').strip()
+    if claimed.startswith("["):  # RFC 7239: "[2001:db8::1]:port"
+        claimed = claimed[1:].partition("]")[0]
+    return claimed[:64] or peer
+
+
 def forwarded_base(environ: Mapping[str, Any], request_base: str) -> str | None:
     """``scheme://host`` from the forwarding headers of ``environ``, or None when they give
     neither a usable scheme nor a usable host."""

@@ -5,7 +5,8 @@ the credentials of SOAP clients that speak nothing else (ONVIF devices and clien
 ``Base64(SHA-1(nonce + created + password))``, which the gateway can only check against
 a password it knows in plain text (see :mod:`.credentials`).  Replays: a token with a
 ``wsu:Created`` must be within ``auth.wsse_window`` of the gateway's clock, and its
-nonce is remembered for that long -- a second use is refused.  A digest without a nonce
+nonce is remembered for that long, per user and only once the token authenticated -- a
+second use is refused.  A digest without a nonce
 and a creation time is refused (it would be replayable forever).
 """
 
@@ -111,18 +112,24 @@ def digest_matches(token: UsernameToken, password: str) -> bool:
 
 
 class NonceCache:
-    """The nonces seen within the replay window (bounded; full = refuse, never forget
-    early)."""
+    """The nonces each authenticated user sent within the replay window.
+
+    :meth:`check_time` runs before the token is authenticated and stores nothing;
+    :meth:`remember` runs only once it is, and keeps the nonce in that user's own table
+    (bounded; full = refuse, never forget early).  So a client that cannot authenticate
+    stores nothing, and a user who fills its table refuses only its own tokens.
+    """
 
     def __init__(self, window: timedelta, capacity: int = 200_000) -> None:
         self.window = window
+        #: nonces kept per user
         self._capacity = capacity
-        self._seen: dict[tuple[str, bytes], float] = {}
+        self._seen: dict[str, dict[bytes, float]] = {}
         self._lock = threading.Lock()
 
-    def check(self, token: UsernameToken, now: datetime | None = None) -> None:
-        """Refuse a token whose Created is outside the window or whose nonce was used;
-        remember its nonce.  :raises TokenRejected: stale, future or replayed."""
+    def check_time(self, token: UsernameToken, now: datetime | None = None) -> None:
+        """Refuse a token whose Created is outside the window, or a digest without a
+        nonce and a Created.  :raises TokenRejected: stale, future or incomplete."""
         if token.digest and (token.nonce is None or token.created is None):
             raise TokenRejected("a PasswordDigest needs a Nonce and a Created time")
         if token.created is not None:
@@ -135,16 +142,30 @@ class NonceCache:
                 created = created.replace(tzinfo=UTC)
             if abs(moment - created) > self.window:
                 raise TokenRejected("Created is outside the replay window")
+
+    def remember(self, token: UsernameToken) -> None:
+        """Refuse a nonce the (authenticated) user sent before within the window, else
+        remember it.  :raises TokenRejected: replayed, or the user's table is full."""
         if token.nonce is None:
             return
-        key = (token.username, token.nonce)
         clock = time.monotonic()
         with self._lock:
-            if key in self._seen and self._seen[key] > clock:
+            seen = self._seen.setdefault(token.username, {})
+            if seen.get(token.nonce, 0.0) > clock:
                 raise TokenRejected("nonce replayed")
-            if len(self._seen) >= self._capacity:
-                self._seen = {k: t for k, t in self._seen.items() if t > clock}
-                if len(self._seen) >= self._capacity:
-                    raise TokenRejected("too many nonces in the replay window")
+            if len(seen) >= self._capacity:
+                seen = self._seen[token.username] = {k: t for k, t in seen.items() if t > clock}
+                if len(seen) >= self._capacity:
+                    raise TokenRejected("too many nonces of this user in the replay window")
             # remembered for twice the window: a Created at the window's far edge
-            self._seen[key] = clock + 2 * self.window.total_seconds()
+            seen[token.nonce] = clock + 2 * self.window.total_seconds()
+
+    def check(self, token: UsernameToken, now: datetime | None = None) -> None:
+        """:meth:`check_time`, then :meth:`remember`."""
+        self.check_time(token, now)
+        self.remember(token)
+
+    def stored(self) -> int:
+        """Nonces held, over all users."""
+        with self._lock:
+            return sum(len(seen) for seen in self._seen.values())

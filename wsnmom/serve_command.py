@@ -80,6 +80,28 @@ def _advise(settings: Settings) -> None:
         )
 
 
+def _advise_outbound(settings: Settings) -> None:
+    """Warn when a gateway that clients beyond this machine reach may call loopback or
+    private addresses: any of them can then make it call services that trust it for being
+    local or internal (docs/security.md, the strict profile)."""
+    out = settings.outbound
+    open_to = [
+        name
+        for name, on in (("loopback", out.allow_loopback), ("private", out.allow_private))
+        if on
+    ]
+    if not open_to or authenticator_loopback(settings.host):
+        return
+    log.warning(
+        "the gateway listens on %s, beyond loopback, and calls consumers on %s addresses: "
+        "a client can make it reach services on this machine or the internal network; "
+        "set %s to false (the strict profile, docs/security.md) or restrict outbound.allow",
+        settings.host,
+        " and ".join(open_to),
+        " and ".join(f"outbound.allow_{name}" for name in open_to),
+    )
+
+
 def _check_auth(settings: Settings) -> None:
     """Refuse settings that cannot authenticate (``ConfigError``); warn when the gateway
     serves anonymous clients beyond loopback."""
@@ -211,6 +233,7 @@ def serve(
     for warning in warnings:
         config_log.warning("%s", warning)
     _advise(settings)
+    _advise_outbound(settings)
     _run(settings, debug)
 
 

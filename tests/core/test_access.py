@@ -178,6 +178,46 @@ def test_registration_vouches_only_for_its_owner(make_broker: Callable[..., Brok
             service.notify([note("<b/>", simple("t:reg"), producer)])
 
 
+def test_publisher_reference_belongs_to_its_first_registrant(
+    make_broker: Callable[..., Broker],
+) -> None:
+    """Issue 22 item 10: bob registered alice's PublisherReference and published under it;
+    consumers received alice's ProducerReference unchanged.  Now the reference is alice's
+    while she holds a live registration of it."""
+    service = make_broker(requires_registration=True).service
+    producer = "http://publisher.test/alice"
+    with as_(ALICE):
+        mine = [
+            service.register_publisher(
+                RegisterPublisherRequest(EndpointReference(producer), (simple(topic),))
+            ).id
+            for topic in ("t:reg", "t:other")  # her own second registration of it is fine
+        ]
+    for principal in (BOB, ANONYMOUS):
+        with as_(principal), pytest.raises(errors.PublisherRegistrationRejected) as info:
+            service.register_publisher(
+                RegisterPublisherRequest(EndpointReference(producer), (simple("t:reg"),))
+            )
+        assert "registered by another identity" in str(info.value)
+        with as_(principal), pytest.raises(errors.PublisherRegistrationRejected):
+            service.notify([note("<b/>", simple("t:reg"), producer)])
+    with as_(ROOT):  # an admin vouches for anyone
+        mine.append(
+            service.register_publisher(
+                RegisterPublisherRequest(EndpointReference(producer), (simple("t:reg"),))
+            ).id
+        )
+    # once its registrations are gone, the reference is free again
+    with as_(ROOT):
+        for registration_id in mine:
+            service.destroy_registration(registration_id)
+    with as_(BOB):
+        service.register_publisher(
+            RegisterPublisherRequest(EndpointReference(producer), (simple("t:reg"),))
+        )
+        service.notify([note("<b/>", simple("t:reg"), producer)])
+
+
 # --- topic ACLs ----------------------------------------------------------------------------
 SENSORS = Principal(
     "sensor-app",

@@ -5,12 +5,14 @@ Address checks for names use an injected resolver (no lookups leave the machine)
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
-from wsnmom.core import errors
+from wsnmom.core import errors, interfaces
 from wsnmom.core.codec import decode, encode
 from wsnmom.core.config import OutboundSettings
+from wsnmom.core.interfaces import parse_fib_trie, parse_if_inet6
 from wsnmom.core.loops import LoopGuard, SelfAddressRule
 from wsnmom.core.model import (
     CreatePullPointRequest,
@@ -98,6 +100,53 @@ def test_wildcard_listen_address_counts_every_local_address() -> None:
         with pytest.raises(AddressRefused):
             p.check(address)
     p.check("http://192.0.2.51:8080/wsn/broker")
+
+
+FIB_TRIE = """Main:
+  +-- 0.0.0.0/0 3 0 5
+     |-- 0.0.0.0
+        /0 universe UNICAST
+     +-- 127.0.0.0/8 2 0 2
+        +-- 127.0.0.0/31 1 0 0
+           |-- 127.0.0.0
+              /8 host LOCAL
+           |-- 127.0.0.1
+              /32 host LOCAL
+     |-- 203.0.113.0
+        /24 link UNICAST
+     |-- 203.0.113.7
+        /32 host LOCAL
+     |-- 203.0.113.255
+        /32 link BROADCAST
+"""
+IF_INET6 = """00000000000000000000000000000001 01 80 10 80       lo
+20010db8000000000000000000000007 04 40 00 82     eth0
+fe8000000000000000fc00fffe000001 04 40 20 80     eth0
+"""
+
+
+def test_interface_addresses_from_the_kernel_listings() -> None:
+    assert parse_fib_trie(FIB_TRIE) == {"127.0.0.1", "203.0.113.7"}
+    assert parse_if_inet6(IF_INET6) == {"::1", "2001:db8::7", "fe80::fc:ff:fe00:1"}
+    assert parse_fib_trie("junk\n|-- not-an-address\n/32 host LOCAL\n") == set()
+
+
+def test_wildcard_listen_address_counts_every_interface_address(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 22 item 7: a gateway on 0.0.0.0 accepted its own eth0 address as a consumer
+    of /wsn/broker (only what its host name resolves to counted)."""
+    (tmp_path / "fib_trie").write_text(FIB_TRIE)
+    (tmp_path / "if_inet6").write_text(IF_INET6)
+    monkeypatch.setattr(interfaces, "_FIB_TRIE", tmp_path / "fib_trie")
+    monkeypatch.setattr(interfaces, "_IF_INET6", tmp_path / "if_inet6")
+    rule = SelfAddressRule("http://gw.example.com:8080", "0.0.0.0", 8080, resolver=NAMES)
+    p = policy(rule)
+    for address in ("http://203.0.113.7:8080/wsn/broker", "http://[2001:db8::7]:8080/wsn/x"):
+        with pytest.raises(AddressRefused, match="this gateway's own endpoint"):
+            p.check(address)
+    p.check("http://203.0.113.8:8080/wsn/broker")  # another host on the same network
+    p.check("http://203.0.113.7:8081/wsn/broker")  # another port
 
 
 def test_subscribe_and_register_publisher_refuse_the_gateway_itself(

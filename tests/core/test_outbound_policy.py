@@ -101,6 +101,83 @@ def test_every_form_of_the_metadata_address_is_refused(url: str) -> None:
     assert "outbound.allow_link_local" in reason
 
 
+#: issue 22 item 7: cloud metadata addresses outside 169.254.0.0/16 were accepted
+OTHER_METADATA_FORMS = [
+    ("http://[fd00:ec2::254]/latest/meta-data", "fd00:ec2::254"),
+    ("http://[FD00:0EC2:0:0:0:0:0:0254]/", "fd00:ec2::254"),
+    ("http://[fd00:ec2::254%25eth0]/", "fd00:ec2::254"),
+    ("http://[fd00:ec2::23]/", "fd00:ec2::23"),
+    ("http://100.100.100.200/latest/meta-data", "100.100.100.200"),
+    ("http://[::ffff:100.100.100.200]/", "100.100.100.200"),
+    ("http://[::ffff:6464:64c8]/", "100.100.100.200"),
+    ("http://[64:ff9b::6464:64c8]/", "100.100.100.200"),
+    ("http://1684301000/", "100.100.100.200"),
+    ("http://0x646464c8/", "100.100.100.200"),
+    ("http://0144.0144.0144.0310/", "100.100.100.200"),
+    ("http://100.100.25800/", "100.100.100.200"),
+    ("http://192.0.0.192/opc/v2/instance/", "192.0.0.192"),
+    ("http://[::ffff:c000:c0]/", "192.0.0.192"),
+    ("http://3221225664/", "192.0.0.192"),
+    ("http://168.63.129.16/", "168.63.129.16"),
+    ("http://metadata-v6.test/", "fd00:ec2::254"),
+    ("http://alibaba.test/", "100.100.100.200"),
+]
+METADATA_NAMES = {"metadata-v6.test": ["fd00:ec2::254"], "alibaba.test": ["100.100.100.200"]}
+
+
+@pytest.mark.parametrize(("url", "address"), OTHER_METADATA_FORMS)
+def test_every_cloud_metadata_address_is_refused_by_default(url: str, address: str) -> None:
+    for settings in (OutboundSettings(), OutboundSettings(allow_link_local=True)):
+        reason = refusal(OutboundPolicy(settings, resolver=FakeResolver(METADATA_NAMES)), url)
+        assert "cloud instance metadata" in reason and address in reason, reason
+        assert "outbound.allow_cloud_metadata" in reason
+
+
+def test_link_local_metadata_stays_refused_when_link_local_is_allowed() -> None:
+    policy = OutboundPolicy(OutboundSettings(allow_link_local=True))
+    for url in METADATA_FORMS:
+        assert "cloud instance metadata" in refusal(policy, url)
+    policy.check("http://169.254.1.1/")  # other link-local addresses are allowed then
+    admitted = OutboundPolicy(
+        OutboundSettings(allow_link_local=True, allow_cloud_metadata=True),
+        resolver=FakeResolver(METADATA_NAMES),
+    )
+    for url, _ in OTHER_METADATA_FORMS:
+        admitted.check(url)
+    admitted.check("http://169.254.169.254/")
+
+
+PRIVATE_FORMS = [
+    "http://10.0.0.1/c",
+    "http://10.1/c",
+    "http://0xa000001/c",
+    "http://172.16.0.1/c",
+    "http://172.31.255.254/c",
+    "http://192.168.1.10:8080/c",
+    "http://100.64.0.1/c",
+    "http://198.18.0.1/c",
+    "http://[fd12:3456::1]/c",
+    "http://[fc00::1]/c",
+    "http://[::ffff:10.0.0.1]/c",
+    "http://[64:ff9b::a00:1]/c",
+    "http://intranet.test/c",
+]
+
+
+@pytest.mark.parametrize("url", PRIVATE_FORMS)
+def test_the_strict_profile_refuses_private_and_loopback(url: str) -> None:
+    resolver = FakeResolver({"intranet.test": ["192.0.2.1", "10.2.3.4"]})
+    strict = OutboundPolicy(
+        OutboundSettings(allow_loopback=False, allow_private=False), resolver=resolver
+    )
+    reason = refusal(strict, url)
+    assert "private address" in reason and "outbound.allow_private" in reason, reason
+    for loopback in LOOPBACK_FORMS:
+        assert "loopback" in refusal(strict, loopback)
+    strict.check("http://192.0.2.1/c")  # a public address is still fine
+    OutboundPolicy(resolver=resolver).check(url)  # the default allows private networks
+
+
 @pytest.mark.parametrize("url", LOOPBACK_FORMS)
 def test_every_loopback_form_is_refused_without_allow_loopback(url: str) -> None:
     policy = OutboundPolicy(OutboundSettings(allow_loopback=False), resolver=FakeResolver())

@@ -57,6 +57,17 @@ def test_get_messages_zero_means_all_up_to_cap(make_broker: Any) -> None:
     assert texts(service.get_messages(pp.id, 10)) == ["4", "5"]
 
 
+def test_get_messages_beyond_the_cap_gets_the_cap(make_broker: Any) -> None:
+    """Issue 22 item 9: a MaximumNumber past SQLite's integer range raised OverflowError
+    in the embedded store; any number beyond the cap is served as the cap."""
+    b = make_broker(limits__get_messages_cap=4)
+    service: BrokerService = b.service
+    pp = service.create_pull_point(CreatePullPointRequest())
+    service.notify_pull_point(pp.id, [note(f"<m>{i}</m>") for i in range(6)])
+    assert texts(service.get_messages(pp.id, 99999999999999999999999)) == ["0", "1", "2", "3"]
+    assert texts(service.get_messages(pp.id, 2**63)) == ["4", "5"]
+
+
 def test_subscription_with_pull_point_consumer(service: BrokerService) -> None:
     pp = service.create_pull_point(CreatePullPointRequest())
     sub = service.subscribe(

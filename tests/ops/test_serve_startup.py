@@ -416,3 +416,44 @@ def test_anonymous_beyond_loopback_is_a_warning(
     with caplog.at_level("WARNING", logger="wsnmom.server"):
         _check_auth(settings)
     assert "authentication is off (auth.required = false)" in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("host", "outbound", "warned"),
+    [
+        ("0.0.0.0", {}, "loopback and private"),
+        ("::", {"outbound__allow_loopback": "false"}, "on private addresses"),
+        ("192.0.2.1", {"outbound__allow_private": "false"}, "on loopback addresses"),
+        ("0.0.0.0", {"outbound__allow_loopback": "false", "outbound__allow_private": "false"}, ""),
+        ("127.0.0.1", {}, ""),
+        ("localhost", {}, ""),
+    ],
+)
+def test_outbound_beyond_loopback_is_a_warning(
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    host: str,
+    outbound: dict[str, str],
+    warned: str,
+) -> None:
+    """Issue 22 item 7: a gateway reachable beyond loopback that may call loopback and
+    private addresses says so at start and names the strict profile's settings."""
+    from wsnmom.core.config import load_settings
+
+    from wsnmom.serve_command import _advise_outbound
+
+    settings = load_settings(
+        None,
+        environ={},
+        overrides={"host": host, "data_dir": str(tmp_path), **outbound},
+    )
+    with caplog.at_level("WARNING", logger="wsnmom.server"):
+        _advise_outbound(settings)
+    lines = [r.getMessage() for r in caplog.records if "calls consumers" in r.getMessage()]
+    if not warned:
+        assert lines == []
+        return
+    assert len(lines) == 1 and warned in lines[0], lines
+    assert "strict profile" in lines[0]
+    for name in ("loopback", "private"):
+        assert (f"outbound.allow_{name}" in lines[0]) == (name in warned), lines

@@ -333,6 +333,7 @@ def _fuzz_resources(t: Target, auth: dict[str, str]) -> None:
         t.gateway.base_url + "/wsn/pullpoints/no-such-id",
         t.gateway.base_url + "/wsn/registrations/no-such-id",
         t.gateway.base_url + "/wsn/elsewhere",
+        t.gateway.base_url + "/wsn/subscriptions/a%00b",  # a long run's seed (issue 22)
     ]
 
 
@@ -547,6 +548,31 @@ def _with_children(ns: str, local: str, kids: list[etree._Element]) -> etree._El
     for kid in kids:
         el.append(kid)
     return el
+
+
+#: inputs that long runs found to be internal errors (issue 22 item 9), sent by every run
+#: (without a path: to each of the fuzzed URLs) (path with a NUL byte; a MaximumNumber
+#: past 64 bits, which the embedded store could not bind)
+SEEDS = {
+    "nul in path": ("/wsn/sub%00x", corpus.BODIES["Notify"]),
+    "nul in resource id": ("/wsn/pullpoints/p%00", corpus.BODIES["GetMessages"]),
+    "huge MaximumNumber": (
+        "",
+        "<wsnt:GetMessages><wsnt:MaximumNumber>99999999999999999999999"
+        "</wsnt:MaximumNumber></wsnt:GetMessages>",
+    ),
+}
+
+
+@pytest.mark.parametrize("seed", sorted(SEEDS))
+@pytest.mark.parametrize("version", ["1.1", "1.2"])
+def test_seeds_of_long_runs(target: Target, seed: str, version: str) -> None:
+    path, body = SEEDS[seed]
+    urls = [target.gateway.base_url + path] if path else target.urls
+    for url in urls:
+        raw = corpus.envelope(body.replace("{consumer}", target.sink.address()), version, to=url)
+        ctype = "text/xml" if version == "1.1" else "application/soap+xml; charset=utf-8"
+        target.send(url, raw.encode(), ctype, "seeds")
 
 
 @fuzz_settings("xml")

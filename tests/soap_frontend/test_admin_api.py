@@ -24,7 +24,7 @@ from wsnmom.core.model import (
     SubscribeRequest,
 )
 from wsnmom.soap_frontend import passwords
-from wsnmom.soap_frontend.admin_auth import SESSION_COOKIE, AdminSessions
+from wsnmom.soap_frontend.admin_auth import SESSION_COOKIE, AdminSessions, SignInRefused
 from wsnmom.soap_frontend.app import create_app
 
 from tests.soap_frontend.fake_service import FakeService
@@ -341,10 +341,70 @@ def test_signing_in(runtime: Runtime) -> None:
     assert not_admin.status_code == 403 and not_admin.json == {"error": "bob is not an admin"}
     wrong = client.post(API + "/session", json={"token": "guess"}, headers={"Origin": ORIGIN})
     assert wrong.status_code == 403 and wrong.json == {"error": "wrong credentials"}
-    for _ in range(AdminSessions.MAX_FAILURES_PER_MINUTE - 2):
+    for _ in range(AdminSessions.MAX_FAILURES_PER_MINUTE - 1):
         client.post(API + "/session", data={"token": "guess"}, headers={"Origin": ORIGIN})
     throttled = client.post(API + "/session", json={"token": TOKEN}, headers={"Origin": ORIGIN})
     assert throttled.status_code == 429 and "wait a minute" in throttled.json["error"]
+
+
+def test_a_guesser_locks_out_only_itself(runtime: Runtime) -> None:
+    """Issue 22 item 8: 10 wrong admin sign-ins from anyone locked the right admin token
+    out (429) for a minute.  Failures now count per client address (and identity)."""
+    guesser = _client(runtime, "10.1.2.3")
+    for _ in range(AdminSessions.MAX_FAILURES_PER_MINUTE):
+        wrong = guesser.post(API + "/session", json={"token": "guess"}, headers={"Origin": ORIGIN})
+        assert wrong.status_code == 403
+    refused = guesser.post(API + "/session", json={"token": TOKEN}, headers={"Origin": ORIGIN})
+    assert refused.status_code == 429
+    _sign_in(_client(runtime, "10.9.9.9"))  # the admin, from elsewhere: signed in
+    # the guesser may try other names, up to its own limit over all of them
+    for i in range(AdminSessions.MAX_CLIENT_FAILURES_PER_MINUTE - 10):
+        wrong = guesser.post(
+            API + "/session",
+            json={"user": f"u{i % 3}", "password": "x"},
+            headers={"Origin": ORIGIN},
+        )
+        assert wrong.status_code == 403, i
+    for form in ({"user": "admin", "password": "x"}, {"token": "guess"}):
+        resp = guesser.post(API + "/session", json=form, headers={"Origin": ORIGIN})
+        assert resp.status_code == 429
+    _sign_in(_client(runtime, "10.9.9.9"), user="admin", password=TOKEN)
+
+
+def test_sign_in_failures_behind_a_trusted_proxy_count_per_forwarded_client() -> None:
+    """Behind a proxy every client has the proxy's address: the forwarded one counts."""
+    from wsnmom.soap_frontend.public_base import client_address
+
+    proxy = {"REMOTE_ADDR": "10.0.0.5"}
+    assert client_address(
+        {**proxy, "HTTP_X_FORWARDED_FOR": "1.2.3.4, 192.0.2.7"}, ["10.0.0.5"]
+    ) == ("192.0.2.7")
+    forwarded = {**proxy, "HTTP_FORWARDED": 'for="[2001:db8::7]:4711";proto=https'}
+    assert client_address(forwarded, ["10.0.0.0/8"]) == "2001:db8::7"
+    assert client_address({**proxy, "HTTP_X_FORWARDED_FOR": "192.0.2.7"}, []) == "10.0.0.5"
+    assert (
+        client_address(
+            {"REMOTE_ADDR": "192.0.2.9", "HTTP_X_FORWARDED_FOR": "1.1.1.1"}, ["10.0.0.5"]
+        )
+        == "192.0.2.9"
+    )
+    now = [0.0]
+    sessions = AdminSessions(60, clock=lambda: now[0])
+    from wsnmom.core.access import ANONYMOUS
+
+    def wrong(environ: Any) -> Any:
+        return ANONYMOUS
+
+    for _ in range(AdminSessions.MAX_FAILURES_PER_MINUTE):
+        with pytest.raises(SignInRefused):
+            sessions.sign_in(wrong, "Bearer guess", "192.0.2.7")
+    with pytest.raises(SignInRefused) as info:
+        sessions.sign_in(wrong, "Bearer guess", "192.0.2.7")
+    assert info.value.status == 429
+    now[0] = 61  # a minute later the client may try again
+    with pytest.raises(SignInRefused) as info:
+        sessions.sign_in(wrong, "Bearer guess", "192.0.2.7")
+    assert info.value.status == 403
 
 
 def test_sessions_expire() -> None:

@@ -182,8 +182,10 @@ def test_username_token_replay_window() -> None:
     with pytest.raises(TokenRejected, match="replayed"):
         cache.check(token(b"1"), now)
     cache.check(UsernameToken("v", "x", True, b"1", created), now)  # the same nonce, another user
-    with pytest.raises(TokenRejected, match="too many nonces"):
-        cache.check(token(b"2"), now)  # full: refuse, never forget early
+    cache.check(token(b"2"), now)
+    with pytest.raises(TokenRejected, match="too many nonces of this user"):
+        cache.check(token(b"2b"), now)  # full: refuse, never forget early
+    cache.check(UsernameToken("v", "x", True, b"2", created), now)  # per user: v has room
     with pytest.raises(TokenRejected, match="outside the replay window"):
         cache.check(token(b"3", "2020-01-01T00:00:00Z"), now)
     with pytest.raises(TokenRejected, match="outside the replay window"):
@@ -265,5 +267,208 @@ def test_proxy_identity_through_the_app(tmp_path: Path) -> None:
             assert fault_name(other.data) == "ResourceUnknownFault"
             forged = post(url, get, "192.0.2.7", "carol")  # not from the proxy: ignored
             assert forged.status_code == 401
+    finally:
+        runtime.close()
+
+
+# --- issue 22, item 8: side channels -------------------------------------------------------
+def test_unknown_names_cost_the_same_hash_as_wrong_passwords(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Basic answered an unknown name in 2-10 ms and a real one in 190-290 ms (scrypt).
+    Now every refusal pays one hash with the parameters of the file's hashes."""
+    from wsnmom.soap_frontend import auth as auth_module
+
+    alice = passwords.hash_password("pw", n=2**5, r=4, p=1)
+    users = (
+        f'[users.alice]\npassword = "{alice}"\n'
+        f'[users.bob]\npassword = "{passwords.hash_password("pw2", n=2**5, r=4, p=1)}"\n'
+        '[users."CN=cert-only"]\n'
+        '[users.cam]\nwsse_password = "plain"\n'
+    )
+    auth = Authenticator(_settings(tmp_path, users, auth__admin_token="tok"))
+    work: list[str] = []
+    real = auth_module.verify_password
+
+    def counted(password: str, stored: str) -> bool:
+        scheme, n, r, p = stored.split("$")[:4]
+        work.append(f"{scheme}${n}${r}${p}")
+        return real(password, stored)
+
+    monkeypatch.setattr(auth_module, "verify_password", counted)
+    for name in ("alice", "nobody", "CN=cert-only", "cam", "admin", "x" * 300):
+        work.clear()
+        assert not auth.check_password(name, "wrong")
+        assert work == ["scrypt$32$4$1"], (name, work)
+    work.clear()
+    assert auth.check_password("alice", "pw") and work == ["scrypt$32$4$1"]
+    # without any hash in use, no refusal hashes: all are equally fast
+    plain = Authenticator(_settings(tmp_path / "t", auth__admin_token="tok"))
+    work.clear()
+    assert not plain.check_password("nobody", "x") and not plain.check_password("admin", "x")
+    assert work == []
+
+
+def test_nonces_are_stored_only_for_authenticated_users(tmp_path: Path) -> None:
+    """Nonces were stored before the user was known: unauthenticated clients filled the
+    200,000-entry table in 9.4 min, then every UsernameToken with a nonce was refused."""
+    from wsnmom.soap_frontend.wsse import token_digest as digest_of
+
+    users = '[users.cam]\nwsse_password = "pw"\n[users.cam2]\nwsse_password = "pw2"\n'
+    auth = Authenticator(_settings(tmp_path, users))
+    auth.nonces = NonceCache(timedelta(minutes=5), capacity=3)
+    created = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+    def token(user: str, password: str, nonce: bytes) -> UsernameToken:
+        return UsernameToken(user, digest_of(nonce, created, password), True, nonce, created)
+
+    for i in range(50):  # unknown users, wrong digests, wrong text passwords
+        for bad in (
+            token(f"nobody{i}", "pw", b"n%d" % i),
+            token("cam", "wrong", b"w%d" % i),
+            UsernameToken("cam", "wrong", False, b"t%d" % i, created),
+        ):
+            with pytest.raises(AuthenticationFailed):
+                auth.wsse_caller(bad)
+    assert auth.nonces.stored() == 0
+    for i in range(3):
+        assert auth.wsse_caller(token("cam", "pw", b"ok%d" % i)).name == "cam"
+    with pytest.raises(AuthenticationFailed):
+        auth.wsse_caller(token("cam", "pw", b"ok0"))  # a replay
+    with pytest.raises(AuthenticationFailed):
+        auth.wsse_caller(token("cam", "pw", b"ok3"))  # cam's own table is full
+    assert auth.wsse_caller(token("cam2", "pw2", b"ok0")).name == "cam2"  # others unaffected
+    assert auth.nonces.stored() == 4
+
+
+def test_a_proxy_vouches_only_for_identities_without_a_secret(tmp_path: Path) -> None:
+    """With proxy_header, a header naming ``admin`` (or any identity with a password or
+    token) made its sender that identity; a proxy now vouches only for secretless ones."""
+    hashed = passwords.hash_password("pw", **CHEAP)
+    users = (
+        f'[users.alice]\npassword = "{hashed}"\n'
+        '[users.cam]\nwsse_password = "x"\n'
+        "[users.ops]\nadmin = true\n"
+    )
+    auth = Authenticator(
+        _settings(
+            tmp_path,
+            users,
+            trusted_proxies=["10.0.0.5"],
+            auth__proxy_header="X-Client-Identity",
+            auth__admin_token="tok",
+        )
+    )
+    proxied = {"REMOTE_ADDR": "10.0.0.5"}
+    for name in ("admin", "alice", "cam"):
+        with pytest.raises(AuthenticationFailed):
+            auth.http_caller({**proxied, "HTTP_X_CLIENT_IDENTITY": name})
+    assert auth.http_caller({**proxied, "HTTP_X_CLIENT_IDENTITY": "ops"}).admin
+    assert auth.http_caller({**proxied, "HTTP_X_CLIENT_IDENTITY": "carol"}).name == "carol"
+    assert auth.http_caller(_basic("admin", "tok")).admin  # admin proves itself as ever
+
+
+@pytest.mark.parametrize("everyone", ["*", "0.0.0.0/0", "::/0"])
+def test_trusting_every_peer_with_a_proxy_header_needs_the_risk_named(
+    tmp_path: Path, everyone: str
+) -> None:
+    """trusted_proxies = "*" with proxy_header started without a word: any client that
+    sent the header was whoever it named."""
+    settings = {
+        "trusted_proxies": [everyone],
+        "auth__proxy_header": "X-Client-Identity",
+        "auth__admin_token": "tok",
+    }
+    with pytest.raises(ConfigError, match="i_know_any_client_can_claim_any_identity"):
+        Authenticator(_settings(tmp_path, **settings))
+    auth = Authenticator(
+        _settings(tmp_path, auth__i_know_any_client_can_claim_any_identity=True, **settings)
+    )
+    remote = "2001:db8::9" if ":" in everyone else "192.0.2.9"
+    forged = {"HTTP_X_CLIENT_IDENTITY": "carol", "REMOTE_ADDR": remote}
+    assert auth.http_caller(forged).name == "carol"
+    # a trusted_proxies of "*" without proxy_header only affects forwarded URLs: fine
+    Authenticator(_settings(tmp_path, trusted_proxies=[everyone], auth__admin_token="tok"))
+
+
+def test_password_checks_run_bounded_off_the_request_thread() -> None:
+    """A flood of wrong passwords raised a bearer client's Notify median from 9 to 112 ms:
+    every check ran on a request thread, as many at once as there were requests.  Now at
+    most hash_threads run, on their own lowest-priority threads, hash_queue wait, and
+    the rest are refused at once."""
+    import os
+    import threading
+
+    from wsnmom.soap_frontend.hashing import NICENESS, HashWorkers, PasswordChecksBusy
+
+    workers = HashWorkers(threads=1, queue=1)
+    started, release = threading.Event(), threading.Event()
+    seen: list[tuple[int, int | None]] = []
+
+    def slow(password: str, stored: str) -> bool:
+        tid = threading.get_native_id()
+        priority = os.getpriority(os.PRIO_PROCESS, tid) if hasattr(os, "getpriority") else None
+        seen.append((tid, priority))
+        started.set()
+        release.wait(10)
+        return password == stored
+
+    results: list[bool] = []
+    running = threading.Thread(target=lambda: results.append(workers.run(slow, "a", "a")))
+    running.start()
+    assert started.wait(10)
+    queued = threading.Thread(target=lambda: results.append(workers.run(slow, "b", "c")))
+    queued.start()
+    while workers._slots._value > 0:
+        threading.Event().wait(0.005)
+    with pytest.raises(PasswordChecksBusy):  # a third: refused at once, nothing ran
+        workers.run(slow, "x", "x")
+    release.set()
+    running.join(10)
+    queued.join(10)
+    assert sorted(results) == [False, True]
+    assert len(seen) == 2 and all(tid != threading.get_native_id() for tid, _ in seen)
+    if seen[0][1] is not None:
+        assert {priority for _, priority in seen} == {NICENESS}
+    assert workers.run(slow, "d", "d")  # room again
+    workers.close()
+
+
+def test_a_basic_request_while_checks_are_busy_is_a_503(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from wsnmom.soap_frontend.hashing import PasswordChecksBusy
+
+    from tests.support.soap import content_type, envelope, fault_name
+    from wsnmom.server import build_runtime
+
+    hashed = passwords.hash_password("pw", **CHEAP)
+    runtime = build_runtime(
+        _settings(tmp_path, f'[users.alice]\npassword = "{hashed}"\n', auth__admin_token="tok")
+    )
+    try:
+        auth = runtime.app.extensions["wsnmom.auth"]
+
+        def busy(*args: Any) -> bool:
+            raise PasswordChecksBusy("test: all busy")
+
+        monkeypatch.setattr(auth.hashing, "run", busy)
+        http = runtime.app.test_client()
+        data = envelope("<wsnt:CreatePullPoint/>")
+        resp = http.post(
+            "/wsn/broker",
+            data=data,
+            content_type=content_type("1.2"),
+            headers={"Authorization": _basic("alice", "x")["HTTP_AUTHORIZATION"]},
+        )
+        assert resp.status_code == 503 and resp.headers["Retry-After"] == "1", resp.data
+        assert fault_name(resp.data) == "ResourceUnavailableFault"
+        bearer = http.post(
+            "/wsn/broker",
+            data=data,
+            content_type=content_type("1.2"),
+            headers={"Authorization": "Bearer tok"},
+        )
+        assert bearer.status_code == 200  # a token needs no hash: never refused for it
     finally:
         runtime.close()

@@ -236,6 +236,7 @@ class BrokerService:
             self.settings,
             message_content_dialects=MESSAGE_CONTENT_DIALECTS,
             limits_enforced_by=self._ctx.limit_keeper.enforcement(),
+            ordering=self.adapter.capabilities.ordering,
         )
 
     def broker_properties(self) -> BrokerProperties:

@@ -50,3 +50,29 @@ def test_build_runtime_default_outbound_client(tmp_path: Path) -> None:
         assert type(runtime.service.outbound).__name__ == "SoapClient"
     finally:
         runtime.close()
+
+
+def test_policy_advertises_the_order_the_adapter_keeps(tmp_path: Path) -> None:
+    """DeliveryOrder follows ``Capabilities.ordering``: FIFO per subscription on the
+    embedded adapter, per partition on a log-shaped one (Kafka, the file log), where one
+    subscription can receive a 4-partition topic's records interleaved."""
+    seen = {}
+    for scheme in ("embedded", "filelog"):
+        settings = load_settings(
+            None,
+            environ={},
+            overrides={
+                "adapter_url": f"{scheme}://{tmp_path}/{scheme}",
+                "store_url": f"sqlite:///{tmp_path}/{scheme}.db",
+            },
+        )
+        runtime = build_runtime(settings, outbound=RecordingOutbound())
+        try:
+            policy = runtime.app.test_client().get("/wsn/policy")
+            assert policy.status_code == 200
+            seen[scheme] = policy.data.decode()
+        finally:
+            runtime.close()
+    assert "FIFO per subscription<" in seen["embedded"]
+    assert "FIFO per subscription<" not in seen["filelog"]
+    assert "FIFO per partition of the middleware's log" in seen["filelog"]

@@ -281,3 +281,43 @@ def test_gateway_killed_mid_stream_resumes_and_loses_nothing_acknowledged(
     finally:
         stop.set()
         stop_gateway(server)
+
+
+def _kafka_md_block(starting: str) -> str:
+    """The Python block of docs/adapters/kafka.md that starts with ``starting``."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "adapters" / "kafka.md").read_text()
+    for block in text.split("```python\n")[1:]:
+        code = block.split("```", 1)[0]
+        if code.startswith(starting):
+            return code
+    raise AssertionError(f"no python block starting with {starting!r} in kafka.md")
+
+
+def test_documented_native_consumer_prints_the_gateways_record(
+    tagged: tuple[RunningServer, str], kafka_bootstrap: str
+) -> None:
+    """kafka.md's "WS-N -> Kafka" consumer, run as written (bootstrap and topic prefix
+    filled in): it prints the record a Notify made, with its headers, without waiting for
+    a consumer-group join (tansu: about 23 s)."""
+    import subprocess
+    import sys
+
+    server, prefix = tagged
+    shipped = f"orders{uuid.uuid4().hex[:8]}"
+    code = _kafka_md_block("from confluent_kafka import OFFSET_BEGINNING, Consumer")
+    code = code.replace("kafka:9092", kafka_bootstrap).replace(
+        '"orders.shipped"', f'"{prefix}.{shipped}.shipped"'
+    )
+    from wsnmom.client import WsnClient
+
+    with WsnClient(server.broker_url) as client:
+        client.notify('<s xmlns="urn:o">42</s>', f"{{{NATIVE}}}{shipped}/shipped")
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    elapsed = time.monotonic() - started
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0] == "b'<s xmlns=\"urn:o\">42</s>'", done.stdout
+    for header in ("content-type", "wsnmom-topic-ns", "wsnmom-topic-path", "wsnmom-message-id"):
+        assert f"'{header}'" in lines[1], lines[1]
+    print("native consumer printed after", round(elapsed, 1), "s")

@@ -11,6 +11,10 @@ Reading::
                                             topics (:func:`.admin_json.overview_json`)
     GET /wsn/admin/api/subscriptions        {"count": n, "subscriptions": [...]}
     GET /wsn/admin/api/subscriptions/<id>   one subscription ("pending": its backlog)
+    GET /wsn/admin/api/pullpoints           {"count": n, "pull_points": [...]}
+    GET /wsn/admin/api/pullpoints/<id>      one pull point
+    GET /wsn/admin/api/registrations        {"count": n, "registrations": [...]}
+    GET /wsn/admin/api/topics               {"count": n, "topics": [...]}: messages, rate
     GET /wsn/admin/api/session              who the caller is (answered to anyone)
 
 Acting (authenticated admins; ``POST``, never ``GET``)::
@@ -53,7 +57,14 @@ from .admin_auth import (
     from_browser,
     same_origin,
 )
-from .admin_json import overview_json, status_json, subscription_json
+from .admin_json import (
+    overview_json,
+    pull_point_json,
+    registration_json,
+    status_json,
+    subscription_json,
+    topic_json,
+)
 
 __all__ = ["ADMIN_API_PREFIX", "PAGE_HEADER", "admin_api", "subscription_json"]
 
@@ -208,6 +219,45 @@ def show_subscription(subscription_id: str) -> Response:
     data = status_json(status)
     data["pending"] = status.backlog
     return _json(data)
+
+
+@admin_api.get("/pullpoints")
+def list_pull_points() -> Response:
+    """Every live pull point with the messages waiting in it, oldest first."""
+    if (refused := _refused_reading(_caller())) is not None:
+        return refused
+    items = [pull_point_json(p) for p in _service().overview().pull_points]
+    return _json({"count": len(items), "pull_points": items})
+
+
+@admin_api.get("/pullpoints/<pull_point_id>")
+def show_pull_point(pull_point_id: str) -> Response:
+    """One pull point."""
+    if (refused := _refused_reading(_caller())) is not None:
+        return refused
+    for status in _service().overview().pull_points:
+        if status.record.id == pull_point_id:
+            return _json(pull_point_json(status))
+    return _error(f"no pull point {pull_point_id!r}", 404)
+
+
+@admin_api.get("/registrations")
+def list_registrations() -> Response:
+    """Every live publisher registration, oldest first."""
+    if (refused := _refused_reading(_caller())) is not None:
+        return refused
+    items = [registration_json(r) for r in _service().overview().registrations]
+    return _json({"count": len(items), "registrations": items})
+
+
+@admin_api.get("/topics")
+def list_topics() -> Response:
+    """Every topic the gateway published on since it started, with counts and rates."""
+    if (refused := _refused_reading(_caller())) is not None:
+        return refused
+    view = _service().overview()
+    items = [topic_json(t) for t in view.topics]
+    return _json({"count": len(items), "topics": items, "forgotten": view.topics_forgotten})
 
 
 # --- acting -------------------------------------------------------------------------------------

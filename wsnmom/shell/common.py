@@ -157,11 +157,12 @@ def broker_options(func: F) -> F:
     )(func)
     func = click.option(
         "--broker",
+        envvar="WSNMOM_BROKER",
         default=DEFAULT_BROKER,
         show_default=True,
         metavar="URL",
         callback=_http_url,
-        help="The broker's NotificationBroker endpoint.",
+        help="The broker's NotificationBroker endpoint (also $WSNMOM_BROKER).",
     )(func)
     return func
 

@@ -22,7 +22,8 @@ Options (besides the common ones of ``reader``)
     ``exactWatermarks``
         true (default, and the adapter's ``exact_watermarks``): the end offsets the cluster
         reports are exact (Apache Kafka); ``bounds`` confirms them once by reading (once a
-        selected partition holds records), and when they are not, the source warns and behaves as with false.
+        selected partition holds records), and when they are not, the source warns and
+        behaves as with false.
         false: confirm each end by reading to the end of the partition (brokers such as
         tansu report the first offset of the last batch).
     ``groupId``

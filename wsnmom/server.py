@@ -151,8 +151,7 @@ class MiddlewareConnector:
         error = explain(
             last
             or AdapterUnavailable(
-                f"the middleware at {redact_url(self._runtime.settings.adapter_url)} "
-                "did not answer"
+                f"the middleware at {redact_url(self._runtime.settings.adapter_url)} did not answer"
             )
         )
         self._give_up(

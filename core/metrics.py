@@ -134,7 +134,7 @@ class _SubscriptionBacklogs:
 
 
 SUBSCRIPTION_BACKLOGS = _SubscriptionBacklogs()
-REGISTRY.register(SUBSCRIPTION_BACKLOGS)  # type: ignore[arg-type]
+REGISTRY.register(SUBSCRIPTION_BACKLOGS)
 AUTH_FAILURES = Counter(
     "wsnmom_auth_failures",
     "Requests refused with HTTP 401, by reason (missing, bearer, basic, wsse, scheme)",

@@ -55,6 +55,7 @@ from .admin_auth import (
     authorization_value,
     browser_origin,
     from_browser,
+    loopback_name,
     same_origin,
 )
 from .admin_json import (
@@ -65,6 +66,7 @@ from .admin_json import (
     subscription_json,
     topic_json,
 )
+from .auth import listens_on_loopback_only
 
 __all__ = ["ADMIN_API_PREFIX", "PAGE_HEADER", "admin_api", "subscription_json"]
 
@@ -140,18 +142,30 @@ def _refused_reading(caller: AdminCaller | Response) -> Response | None:
     return _error("the admin interface answers loopback clients only", 403)
 
 
+def _local_operator() -> bool:
+    """Without authentication, on a loopback-only listener: a client straight from a
+    loopback address that named the gateway by a loopback host (:mod:`.admin_auth`)."""
+    settings = _settings()
+    if settings is None or identity.authenticator().enabled:
+        return False
+    if not listens_on_loopback_only(settings.host) or not identity.is_admin():
+        return False
+    return loopback_name(request.host)
+
+
 def _refused_acting(caller: AdminCaller | Response) -> Response | None:
-    """None when an authenticated admin sent the action from where it may (module
-    docstring of :mod:`.admin_auth`), else 401 or 403."""
+    """None when an authenticated admin (or the local operator) sent the action from where
+    it may (module docstring of :mod:`.admin_auth`), else 401 or 403."""
     if isinstance(caller, Response):
         return caller
-    if not caller.authenticated_admin:
+    if not caller.authenticated_admin and not _local_operator():
         if identity.authenticator().enabled and caller.principal.anonymous:
             return _unauthorized("authentication required")
         if not identity.authenticator().enabled:
             return _error(
-                "actions need an authenticated admin: turn authentication on "
-                "(auth.admin_token) and sign in",
+                "actions need an authenticated admin (turn authentication on: "
+                "auth.admin_token, and sign in), or, on a gateway listening on a loopback "
+                "address only, a client on its host",
                 403,
             )
         return _error("an admin identity is required", 403)
@@ -177,6 +191,7 @@ def session() -> Response:
     return _json(
         {
             "admin": caller.authenticated_admin,
+            "act": caller.authenticated_admin or _local_operator(),
             "caller": str(principal),
             "read": _may_read(caller),
             "sign_in": identity.authenticator().enabled,

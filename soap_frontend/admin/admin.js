@@ -91,10 +91,11 @@
   async function loadSession() {
     const { status, body } = await api("session");
     if (status === 200 && body) session = body;
-    document.body.classList.toggle("admin", !!session.admin);
+    const acts = !!(session.admin || session.act);
+    document.body.classList.toggle("admin", acts);
     const role = $("role");
-    role.textContent = session.admin ? (session.caller === "admin" ? "admin" : `admin: ${session.caller}`) : "read-only";
-    role.className = session.admin ? "badge admin" : "badge";
+    role.textContent = session.admin ? (session.caller === "admin" ? "admin" : `admin: ${session.caller}`) : (acts ? "local operator" : "read-only");
+    role.className = acts ? "badge admin" : "badge";
     $("sign-in").hidden = session.admin || !session.sign_in;
     $("sign-out").hidden = !session.admin;
     $("no-access").hidden = session.read;

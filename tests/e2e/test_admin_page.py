@@ -1,8 +1,9 @@
 """The admin page (``/admin``) in a real headless Chromium against real gateways.
 
-* A gateway without authentication: the page shows everything to a local browser and
-  changes its values after a Notify without a reload, but offers no action, and an
-  action posted anyway is refused (nobody is an admin without authentication).
+* A gateway without authentication, listening on loopback: the page shows everything to a
+  local browser and changes its values after a Notify without a reload, and the local
+  operator acts (as RabbitMQ's guest user on localhost); an action through a name that is
+  not a loopback address (a DNS name a web page rebound to 127.0.0.1) is refused.
 * A gateway with an admin token: the page shows nothing until someone signs in; an
   action is refused before; the signed-in admin pauses and purges, and the values follow.
   A screenshot of that page is saved under the test's tmp path (its path is printed:
@@ -103,7 +104,9 @@ def _post_from_page(web: Any, path: str) -> Any:
     )
 
 
-def test_read_only_without_authentication(open_gateway: RunningServer, chromium: Any) -> None:
+def test_the_local_operator_without_authentication(
+    open_gateway: RunningServer, chromium: Any
+) -> None:
     from selenium.webdriver.common.by import By
 
     web = chromium
@@ -124,14 +127,14 @@ def test_read_only_without_authentication(open_gateway: RunningServer, chromium:
     assert _text(web, "#health-adapter") == "embedded (queue)"
     assert _text(web, "#health-available") == "yes" and _text(web, "#health-ready") == "yes"
     assert _text(web, "#broker") == open_gateway.broker_url
-    assert _text(web, "#role") == "read-only"
+    assert _text(web, "#role") == "local operator"
     assert not _shown(web, "#sign-in")  # nobody can sign in without authentication
     assert _text(web, "#total-subscriptions") == "3" and _text(web, "#total-pull-points") == "1"
     rows = web.find_elements(By.CSS_SELECTOR, "#subscriptions tbody tr")
     assert {r.get_attribute("data-id") for r in rows} == {live.id, held.id, down.id}
     held_row = f'#subscriptions tr[data-id="{held.id}"]'
     assert _text(web, f"{held_row} .badge") == "paused"
-    assert not _shown(web, "td.actions")
+    assert _shown(web, "td.actions")
     assert _text(web, f'#pull-points tr[data-id="{pull_point.id}"]')
     registration_row = f'#registrations tr[data-id="{registration.id}"]'
     assert "http://127.0.0.1:9/plc-7" in _text(web, registration_row)
@@ -154,10 +157,21 @@ def test_read_only_without_authentication(open_gateway: RunningServer, chromium:
     assert "127.0.0.1:9" in _text(web, f"{down_row} td.error")
     assert web.execute_script("return window.__marker") == marker
 
-    # -- an action posted anyway is refused: being local makes nobody an admin
-    assert _post_from_page(web, f"wsn/admin/api/subscriptions/{live.id}/pause") == 403
+    # -- the local operator acts from the page; not through a rebound DNS name
+    rebound = requests.post(
+        f"{open_gateway.base_url}{API}/subscriptions/{live.id}/pause",
+        headers={"Host": f"rebound.example:{open_gateway.port}"},
+        timeout=5,
+    )
+    assert rebound.status_code == 403
     state = requests.get(f"{open_gateway.base_url}{API}/subscriptions/{live.id}", timeout=5)
     assert state.json()["state"] == "active"
+    pause = web.find_element(By.CSS_SELECTOR, f"{live_row} td.actions button")
+    assert pause.text == "Pause" and pause.is_displayed()
+    pause.click()
+    _wait("the paused row", lambda: _text(web, f"{live_row} .badge") == "paused")
+    state = requests.get(f"{open_gateway.base_url}{API}/subscriptions/{live.id}", timeout=5)
+    assert state.json()["state"] == "paused"
     consumer.close()
     client.close()
 

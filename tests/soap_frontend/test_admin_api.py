@@ -186,23 +186,61 @@ def test_overview(open_runtime: Runtime) -> None:
     assert _client(runtime).get(API + "/overview?limit=x").status_code == 400
 
 
-def test_without_authentication_the_page_is_read_only(open_runtime: Runtime) -> None:
-    """A local client reads, but nobody acts: there is no admin to be without
-    authentication, and being local does not make one."""
+def test_without_authentication_the_local_operator_acts_on_a_loopback_listener(
+    open_runtime: Runtime,
+) -> None:
+    """Without authentication, on a gateway listening on loopback only, a client on its
+    host acts (as RabbitMQ's guest user on localhost); not through a name a web page
+    rebound to 127.0.0.1, nor from another address; nobody signs in."""
     sub_id = _subscribe(open_runtime)
     client = _client(open_runtime)
     assert client.get(API + "/session").json == {
         "admin": False,
+        "act": True,
         "caller": "anonymous",
         "read": True,
         "sign_in": False,
         "csrf": None,
     }
-    resp = client.post(f"{API}/subscriptions/{sub_id}/pause", headers={"Origin": ORIGIN})
-    assert resp.status_code == 403 and "authenticated admin" in resp.json["error"]
+    pause = f"{API}/subscriptions/{sub_id}/pause"
+    rebound = client.post(pause, headers={"Host": "rebound.example:8080"})
+    assert rebound.status_code == 403 and "authenticated admin" in rebound.json["error"]
+    remote = _client(open_runtime, "10.1.2.3").post(pause)
+    assert remote.status_code == 403
+    forged = client.post(pause, headers={"Origin": "https://elsewhere.example"})
+    assert forged.status_code == 403
     assert client.get(f"{API}/subscriptions/{sub_id}").json["state"] == "active"
+    resp = client.post(pause, headers={"Origin": ORIGIN})
+    assert resp.status_code == 200 and resp.json == {
+        "ok": True,
+        "action": "pause",
+        "subscription": sub_id,
+    }
+    assert client.get(f"{API}/subscriptions/{sub_id}").json["state"] == "paused"
+    assert client.post(f"{API}/subscriptions/{sub_id}/purge").json["purged"] == 0
     signing = client.post(API + "/session", json={"token": "x"}, headers={"Origin": ORIGIN})
     assert signing.status_code == 403 and "auth.admin_token" in signing.json["error"]
+
+
+def test_without_authentication_nobody_acts_on_another_listener(tmp_path: Path) -> None:
+    """On a gateway listening beyond loopback (authentication off on purpose), local
+    clients still read, but actions need an authenticated admin."""
+    settings = Settings(
+        adapter_url=f"embedded://{tmp_path / 'mw'}",
+        store_url=f"sqlite:///{tmp_path / 'store.db'}",
+        host="0.0.0.0",
+    )
+    settings.auth.required = "false"
+    runtime = build_runtime(settings)
+    try:
+        sub_id = _subscribe(runtime)
+        client = _client(runtime)
+        assert client.get(API + "/session").json["act"] is False
+        resp = client.post(f"{API}/subscriptions/{sub_id}/pause", headers={"Origin": ORIGIN})
+        assert resp.status_code == 403 and "authenticated admin" in resp.json["error"]
+        assert client.get(f"{API}/subscriptions/{sub_id}").json["state"] == "active"
+    finally:
+        runtime.close()
 
 
 def test_with_authentication_reading_needs_an_admin(runtime: Runtime) -> None:
@@ -221,6 +259,7 @@ def test_with_authentication_reading_needs_an_admin(runtime: Runtime) -> None:
         assert remote.get(API + "/overview", headers=creds).status_code == 200
     assert remote.get(API + "/session", headers=BEARER).json == {
         "admin": True,
+        "act": True,
         "caller": "admin",
         "read": True,
         "sign_in": True,
@@ -298,6 +337,7 @@ def test_a_browser_session_needs_the_pages_origin_and_csrf_token(runtime: Runtim
     csrf = _sign_in(client)
     assert client.get(API + "/session").json == {
         "admin": True,
+        "act": True,
         "caller": "admin",
         "read": True,
         "sign_in": True,

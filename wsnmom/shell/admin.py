@@ -76,8 +76,8 @@ def admin_call(method: str, broker: str, path: str, timeout: float, what: str) -
         )
     if resp.status_code == 403:
         raise click.ClickException(
-            f"{url} refused {what}: {error or 'forbidden'} (it answers admins; without "
-            "authentication, reads from the gateway's own host)"
+            f"{url} refused {what}: {error or 'forbidden'} (it answers admins only; "
+            "without authentication, clients on the gateway's own host)"
         )
     if resp.status_code == 200 and is_json:
         return resp.json()

@@ -134,3 +134,25 @@ def test_registrations_and_topics_lists(wsnmom_server: RunningServer, ns: str) -
         (topic,) = [t for t in json.loads(out)["topics"] if t["namespace"] == ns]
         assert (topic["path"], topic["messages"]) == ("c/d", 4)
         reg.destroy()
+
+
+def test_notify_sends_piped_json_as_json(wsnmom_server: RunningServer, ns: str) -> None:
+    """Without --content-type the shell gives a payload the type native ingress would:
+    JSON is application/json, other text text/plain, other bytes octet-stream."""
+    from wsnmom.client import NotificationConsumer
+
+    broker = ["--broker", wsnmom_server.broker_url, "--ns", f"t={ns}"]
+    with (
+        WsnClient(wsnmom_server.broker_url, namespaces={"t": ns}) as client,
+        NotificationConsumer() as inbox,
+    ):
+        client.subscribe(inbox, "t:j")
+        for data in (b'{"temp": 21.5}\n', b"plain words\n", b"\xff\x00\x01"):
+            result = CliRunner().invoke(cli, ["notify", *broker, "t:j"], input=data)
+            assert result.exit_code == 0, result.output
+        received = inbox.wait_for(3)
+    assert [(n.content_type, n.data) for n in received] == [
+        ("application/json", b'{"temp": 21.5}'),
+        ("text/plain", b"plain words"),
+        ("application/octet-stream", b"\xff\x00\x01"),
+    ]

@@ -156,3 +156,32 @@ def test_notify_sends_piped_json_as_json(wsnmom_server: RunningServer, ns: str) 
         ("text/plain", b"plain words"),
         ("application/octet-stream", b"\xff\x00\x01"),
     ]
+
+
+def test_json_output_carries_message_id_timestamp_and_topic_namespace(
+    wsnmom_server: RunningServer, ns: str
+) -> None:
+    """``--format json`` as ``kcat -J``: the gateway's message id and publication time (its
+    ``wsnmom:Messages`` header of a push delivery), the topic with namespace and path."""
+    from datetime import UTC, datetime, timedelta
+
+    from wsnmom.client import NotificationConsumer
+    from wsnmom.shell.common import render
+
+    before = datetime.now(UTC) - timedelta(seconds=5)
+    with (
+        WsnClient(wsnmom_server.broker_url, namespaces={"t": ns}) as client,
+        NotificationConsumer() as inbox,
+    ):
+        client.subscribe(inbox, "t:k//.")
+        client.notify_many([("<m>1</m>", "t:k/a"), ("<m>2</m>", "t:k/b/c")])
+        received = inbox.wait_for(2)
+    records = [json.loads(render(n, "json")) for n in received]
+    ids = [r["message_id"] for r in records]
+    assert all(ids) and len(set(ids)) == 2
+    for record, path in zip(records, ("k/a", "k/b/c"), strict=True):
+        assert (record["namespace"], record["path"]) == (ns, path)
+        assert record["topic"] == f"{{{ns}}}{path}"
+        published = datetime.fromisoformat(record["timestamp"].replace("Z", "+00:00"))
+        assert before <= published <= datetime.now(UTC)
+        assert record["headers"] == {}

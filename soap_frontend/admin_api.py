@@ -200,6 +200,20 @@ def session() -> Response:
     )
 
 
+def page_view() -> tuple[dict[str, Any], str] | None:
+    """For the page itself (:mod:`.admin_page`): the overview and the caller's role
+    (``admin``, ``local operator``, ``read-only``) when the caller may read, else None."""
+    caller = _caller()
+    if _refused_reading(caller) is not None or not isinstance(caller, AdminCaller):
+        return None
+    service = _service()
+    data = overview_json(service.overview(), service.broker_address, DEFAULT_LIMIT)
+    role = "admin" if caller.authenticated_admin else "read-only"
+    if role == "read-only" and _local_operator():
+        role = "local operator"
+    return data, role
+
+
 @admin_api.get("/overview")
 def overview() -> Response:
     """Everything the admin page shows."""

@@ -55,9 +55,11 @@
   function expression(expr) {
     if (!expr) return el("span", { class: "muted" }, "(all topics)");
     const namespaces = Object.entries(expr.namespaces || {}).map(([p, u]) => `${p} = ${u}`);
+    // the namespaces of the prefixes the expression uses, shown (not only on hover)
+    const used = Object.entries(expr.namespaces || {}).filter(([p]) => expr.text.includes(`${p}:`)).map(([p, u]) => `${p} = ${u}`);
     const dialect = DIALECTS[expr.dialect] || expr.dialect || "";
     return el("span", { title: [dialect, ...namespaces].join("\n") },
-      el("code", {}, expr.text), el("span", { class: "dialect" }, dialect));
+      el("code", {}, expr.text), el("span", { class: "namespace" }, used.join(", ")), el("span", { class: "dialect" }, dialect));
   }
   const shortId = (id) => el("span", { class: "id", title: id }, id.length > 12 ? `${id.slice(0, 10)}…` : id);
 

@@ -455,3 +455,37 @@ def test_the_admin_views_keep_soap_on_the_fast_path() -> None:
     assert not any(app.before_request_funcs.values())
     assert not any(app.after_request_funcs.values())
     assert app.secret_key is None  # Flask sessions would take it off the fast path too
+
+
+def test_the_page_is_served_with_its_values(open_runtime: Runtime) -> None:
+    """Without JavaScript (and before the first refresh) the page shows the values: the
+    server fills them in for a caller who may read; topics show their namespace."""
+    from lxml import html
+
+    sub_id = _subscribe(open_runtime)
+    open_runtime.service.pause(sub_id)
+    client = _client(open_runtime)
+    page = client.get("/admin")
+    assert page.status_code == 200
+    assert page.headers["Content-Security-Policy"].startswith("default-src 'none'")
+    doc = html.document_fromstring(page.data)
+
+    def text(element_id: str) -> str:
+        return str(doc.get_element_by_id(element_id).text_content()).strip()
+
+    assert "hidden" not in doc.get_element_by_id("content").attrib
+    assert text("health-adapter") == "embedded (queue)"
+    assert text("health-ready") == "yes"
+    assert text("total-subscriptions") == "1"
+    assert text("total-states") == "1 paused, 0 failing"
+    assert text("role") == "local operator"
+    (row,) = doc.xpath(f'//table[@id="subscriptions"]/tbody/tr[@data-key="{sub_id}"]')
+    cells = [c.text_content() for c in row]
+    assert cells[2] == "t:a  (t = urn:t)" and cells[3] == "paused"
+    assert "-" not in (text("total-backlog"), text("total-pull-points"))
+    # nobody else gets values: the page without them
+    remote = _client(open_runtime, "10.1.2.3").get("/admin")
+    assert remote.status_code == 200
+    remote_doc = html.document_fromstring(remote.data)
+    assert remote_doc.get_element_by_id("total-subscriptions").text_content() == "-"
+    assert sub_id.encode() not in remote.data

@@ -66,6 +66,7 @@ from .admin_json import (
     subscription_json,
     topic_json,
 )
+from .admin_node import node_json
 from .auth import listens_on_loopback_only
 
 __all__ = ["ADMIN_API_PREFIX", "PAGE_HEADER", "admin_api", "subscription_json"]
@@ -208,6 +209,7 @@ def page_view() -> tuple[dict[str, Any], str] | None:
         return None
     service = _service()
     data = overview_json(service.overview(), service.broker_address, DEFAULT_LIMIT)
+    data["node"] = node_json(_settings())
     role = "admin" if caller.authenticated_admin else "read-only"
     if role == "read-only" and _local_operator():
         role = "local operator"
@@ -224,7 +226,9 @@ def overview() -> Response:
     except ValueError:
         return _error("limit must be a number", 400)
     service = _service()
-    return _json(overview_json(service.overview(), service.broker_address, limit))
+    data = overview_json(service.overview(), service.broker_address, limit)
+    data["node"] = node_json(_settings())
+    return _json(data)
 
 
 @admin_api.get("/subscriptions")

@@ -14,6 +14,18 @@ def _number(value: object) -> str:
     return "?" if value is None else f"{value:,}" if isinstance(value, int) else str(value)
 
 
+def _bytes(value: int | None) -> str:
+    """``12.3 MB``, as the script shows sizes."""
+    if value is None:
+        return "?"
+    size, unit = float(value), 0
+    units = ("B", "kB", "MB", "GB", "TB")
+    while size >= 1000 and unit < len(units) - 1:
+        size /= 1000
+        unit += 1
+    return f"{size:.1f} {units[unit]}" if unit else f"{value} B"
+
+
 def _set(doc: Any, element_id: str, text: str, cls: str | None = None) -> None:
     node = doc.get_element_by_id(element_id, None)
     if node is None:
@@ -82,6 +94,15 @@ def prefilled(page: bytes, data: dict[str, Any], role: str) -> bytes:
     _set(doc, "total-messages", _number(t["messages"]))
     _set(doc, "total-rate", f"{t['rate']:.1f} msg/s now")
     _set(doc, "last-refresh", "values as the page was served")
+    n = data.get("node") or {}
+    _set(doc, "node-memory", _bytes(n.get("memory")))
+    _set(doc, "node-pid", f"process {n['pid']}" if n.get("pid") else "")
+    _set(doc, "node-open-files", _number(n.get("open_files")))
+    _set(doc, "node-threads", _number(n.get("threads")))
+    _set(doc, "node-python-threads", f"{_number(n.get('python_threads'))} Python threads")
+    _set(doc, "node-store", _bytes(n.get("store_bytes")))
+    data_dir = n.get("data_dir")
+    _set(doc, "node-data", f"data directory {_bytes(n.get('data_bytes'))}" if data_dir else "")
 
     subs = _tbody(doc, "subscriptions")
     for s in data["subscriptions"]:

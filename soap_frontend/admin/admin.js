@@ -135,6 +135,14 @@
   }
 
   // -- rendering -------------------------------------------------------------------------
+  function bytes(value) {
+    if (value === null || value === undefined) return "?";
+    const units = ["B", "kB", "MB", "GB", "TB"];
+    let v = value, i = 0;
+    while (v >= 1000 && i < units.length - 1) { v /= 1000; i += 1; }
+    return `${i ? v.toFixed(1) : v} ${units[i]}`;
+  }
+
   function yesNo(id, value, yes = "yes", no = "no") {
     const node = $(id);
     node.textContent = value ? yes : no;
@@ -158,6 +166,14 @@
     $("total-backlog").textContent = number(t.backlog) + (t.backlog_unknown ? "+" : "");
     $("total-messages").textContent = number(t.messages);
     $("total-rate").textContent = `${t.rate.toFixed(1)} msg/s now`;
+    const n = data.node || {};
+    $("node-memory").textContent = bytes(n.memory);
+    $("node-pid").textContent = n.pid ? `process ${n.pid}` : "";
+    $("node-open-files").textContent = number(n.open_files);
+    $("node-threads").textContent = number(n.threads);
+    $("node-python-threads").textContent = `${number(n.python_threads)} Python threads`;
+    $("node-store").textContent = bytes(n.store_bytes);
+    $("node-data").textContent = n.data_dir ? `data directory ${bytes(n.data_bytes)}` : "";
     renderSubscriptions(data.subscriptions, t.subscriptions);
     renderPullPoints(data.pull_points, t.pull_points);
     renderTopics(data.topics, t.topics);

@@ -128,6 +128,10 @@ def test_the_local_operator_without_authentication(
     assert _text(web, "#health-available") == "yes" and _text(web, "#health-ready") == "yes"
     assert _text(web, "#broker") == open_gateway.broker_url
     assert _text(web, "#role") == "local operator"
+    assert _text(web, "#node-memory").endswith("MB") and int(_text(web, "#node-threads")) > 1
+    assert _text(web, "#node-store").endswith("B") and _text(web, "#node-pid").startswith("process")
+    # subscriptions show the namespaces of their prefixes
+    assert f"p = {NS}" in _text(web, f'#subscriptions tr[data-id="{live.id}"]')
     assert not _shown(web, "#sign-in")  # nobody can sign in without authentication
     assert _text(web, "#total-subscriptions") == "3" and _text(web, "#total-pull-points") == "1"
     rows = web.find_elements(By.CSS_SELECTOR, "#subscriptions tbody tr")

@@ -483,9 +483,26 @@ def test_the_page_is_served_with_its_values(open_runtime: Runtime) -> None:
     cells = [c.text_content() for c in row]
     assert cells[2] == "t:a  (t = urn:t)" and cells[3] == "paused"
     assert "-" not in (text("total-backlog"), text("total-pull-points"))
+    assert text("node-memory").endswith("MB") and int(text("node-threads")) >= 1
+    assert text("node-store").endswith("B") and text("node-store") != "?"
     # nobody else gets values: the page without them
     remote = _client(open_runtime, "10.1.2.3").get("/admin")
     assert remote.status_code == 200
     remote_doc = html.document_fromstring(remote.data)
     assert remote_doc.get_element_by_id("total-subscriptions").text_content() == "-"
     assert sub_id.encode() not in remote.data
+
+
+def test_the_overview_says_what_the_node_uses(open_runtime: Runtime) -> None:
+    """Memory, open files, threads and the store's size of the gateway process."""
+    import os
+    import threading
+
+    node = _client(open_runtime).get(API + "/overview").json["node"]
+    assert node["pid"] == os.getpid()
+    assert node["memory"] > 10_000_000  # resident bytes of a Python process with the app
+    assert node["open_files"] >= 3  # at least stdin, stdout, stderr
+    assert node["threads"] >= threading.active_count() >= 1
+    assert node["python_threads"] >= 1
+    store = open_runtime.settings.store_url.removeprefix("sqlite:///")
+    assert node["store_bytes"] >= os.path.getsize(store) > 0

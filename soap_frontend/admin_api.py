@@ -9,7 +9,9 @@ Reading::
     GET /wsn/admin/api/overview[?limit=N]   everything the page shows: health, totals,
                                             subscriptions, pull points, registrations,
                                             topics (:func:`.admin_json.overview_json`)
-    GET /wsn/admin/api/subscriptions        {"count": n, "subscriptions": [...]}
+    GET /wsn/admin/api/subscriptions        {"count": n, "subscriptions": [...]}; searched,
+                                            sorted and paged with ?q=&sort=&order=
+                                            &offset=&limit= (:mod:`.admin_query`)
     GET /wsn/admin/api/subscriptions/<id>   one subscription ("pending": its backlog)
     GET /wsn/admin/api/pullpoints           {"count": n, "pull_points": [...]}
     GET /wsn/admin/api/pullpoints/<id>      one pull point
@@ -67,6 +69,7 @@ from .admin_json import (
     topic_json,
 )
 from .admin_node import node_json
+from .admin_query import QueryError, query_subscriptions
 from .auth import listens_on_loopback_only
 
 __all__ = ["ADMIN_API_PREFIX", "PAGE_HEADER", "admin_api", "subscription_json"]
@@ -236,8 +239,20 @@ def list_subscriptions() -> Response:
     """Every live subscription, oldest first."""
     if (refused := _refused_reading(_caller())) is not None:
         return refused
-    items = [status_json(s) for s in _service().subscription_statuses()]
-    return _json({"count": len(items), "subscriptions": items})
+    statuses = _service().subscription_statuses()
+    try:
+        matched, offset, limit, page = query_subscriptions(statuses, request.args)
+    except QueryError as exc:
+        return _error(str(exc), 400)
+    return _json(
+        {
+            "count": matched,
+            "total": len(statuses),
+            "offset": offset,
+            "limit": limit,
+            "subscriptions": [status_json(s) for s in page],
+        }
+    )
 
 
 @admin_api.get("/subscriptions/<subscription_id>")

@@ -122,7 +122,13 @@ def _state(runtime: Runtime, sub_id: str) -> str:
 def test_lists_and_shows_live_subscriptions(open_runtime: Runtime) -> None:
     runtime = open_runtime
     service = runtime.service
-    assert _client(runtime).get(API + "/subscriptions").json == {"count": 0, "subscriptions": []}
+    assert _client(runtime).get(API + "/subscriptions").json == {
+        "count": 0,
+        "total": 0,
+        "offset": 0,
+        "limit": None,
+        "subscriptions": [],
+    }
     first = _subscribe(runtime, use_raw=True)
     second = service.subscribe(
         SubscribeRequest(
@@ -506,3 +512,38 @@ def test_the_overview_says_what_the_node_uses(open_runtime: Runtime) -> None:
     assert node["python_threads"] >= 1
     store = open_runtime.settings.store_url.removeprefix("sqlite:///")
     assert node["store_bytes"] >= os.path.getsize(store) > 0
+
+
+def test_subscriptions_are_searched_sorted_and_paged_on_the_server(
+    open_runtime: Runtime,
+) -> None:
+    ids = {
+        n: _subscribe(open_runtime, f"http://127.0.0.1:9/{'plc' if n % 3 else 'scada'}-{n:02d}")
+        for n in range(12)
+    }
+    open_runtime.service.pause(ids[4])
+    client = _client(open_runtime)
+
+    def query(**args: object) -> dict[str, Any]:
+        resp = client.get(API + "/subscriptions", query_string=args)
+        assert resp.status_code == 200, resp.json
+        data = resp.json
+        assert data is not None
+        return data
+
+    everything = query()
+    assert (everything["count"], everything["total"]) == (12, 12)
+    assert [s["id"] for s in everything["subscriptions"]] == list(ids.values())  # oldest first
+    scada = query(q="SCADA", sort="consumer", order="desc")
+    assert scada["count"] == 4 and scada["total"] == 12
+    assert [s["consumer"][-8:] for s in scada["subscriptions"]] == [
+        "scada-09", "scada-06", "scada-03", "scada-00",
+    ]  # fmt: skip
+    assert [s["id"] for s in query(q="paused")["subscriptions"]] == [ids[4]]
+    assert query(q="t:a urn:t plc")["count"] == 8  # every word: topic, namespace, consumer
+    page = query(sort="consumer", offset=2, limit=3)
+    assert (page["count"], page["offset"], page["limit"]) == (12, 2, 3)
+    assert [s["consumer"][-6:] for s in page["subscriptions"]] == ["plc-04", "plc-05", "plc-07"]
+    for bad in ({"sort": "nope"}, {"order": "up"}, {"limit": "x"}, {"offset": "-1"}):
+        resp = client.get(API + "/subscriptions", query_string=bad)
+        assert resp.status_code == 400 and resp.json["error"]

@@ -185,3 +185,22 @@ def test_json_output_carries_message_id_timestamp_and_topic_namespace(
         published = datetime.fromisoformat(record["timestamp"].replace("Z", "+00:00"))
         assert before <= published <= datetime.now(UTC)
         assert record["headers"] == {}
+
+
+def test_subscriptions_list_searches_sorts_and_pages(wsnmom_server: RunningServer, ns: str) -> None:
+    broker = ["--broker", wsnmom_server.broker_url]
+    tag = uuid.uuid4().hex[:8]
+    with WsnClient(wsnmom_server.broker_url, namespaces={"t": ns}) as client:
+        subs = [client.subscribe(f"http://127.0.0.1:9/{tag}-{n}", "t:s") for n in range(5)]
+        code, out, err = run(
+            "subscriptions", "list", *broker, "--search", tag, "--sort", "consumer", "--desc",
+            "--offset", "1", "--limit", "2",
+        )  # fmt: skip
+        assert code == 0, err
+        rows = out.splitlines()[1:]
+        assert [r.split()[2] for r in rows] == [
+            f"http://127.0.0.1:9/{tag}-3", f"http://127.0.0.1:9/{tag}-2",
+        ]  # fmt: skip
+        assert "5 match, from 2 to 3" in err
+        for sub in subs:
+            sub.unsubscribe()

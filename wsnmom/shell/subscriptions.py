@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from typing import Any
+from urllib.parse import urlencode
 
 import click
 
@@ -47,13 +48,54 @@ def _count(value: object) -> str:
 
 @subscriptions.command("list")
 @click.option("--json", "as_json", is_flag=True, help="Print the API's JSON.")
+@click.option(
+    "--search",
+    "-s",
+    metavar="WORDS",
+    help="Only those whose id, consumer, topic or state contain every word (case-insensitive).",
+)
+@click.option(
+    "--sort",
+    type=click.Choice(
+        [
+            "created",
+            "id",
+            "consumer",
+            "topic",
+            "state",
+            "backlog",
+            "failures",
+            "delivered",
+            "terminates",
+        ]
+    ),
+    default="created",
+    show_default=True,
+    help="Order of the list.",
+)
+@click.option("--desc", is_flag=True, help="Descending order.")
+@click.option("--offset", type=click.IntRange(min=0), default=0, help="Skip this many.")
+@click.option("--limit", type=click.IntRange(min=1), help="At most this many.")
 @broker_options
 def list_command(
-    as_json: bool, broker: str, ns_pairs: tuple[str, ...], soap11: bool, timeout: float
+    as_json: bool,
+    search: str | None,
+    sort: str,
+    desc: bool,
+    offset: int,
+    limit: int | None,
+    broker: str,
+    ns_pairs: tuple[str, ...],
+    soap11: bool,
+    timeout: float,
 ) -> None:
     """List the broker's live subscriptions with their backlog and delivery state (a wsnmom
-    gateway: an admin's credentials, or without authentication its own host)."""
-    data = admin_call("GET", broker, "/subscriptions", timeout, "the listing")
+    gateway: an admin's credentials, or without authentication its own host); searched,
+    sorted and paged by the gateway."""
+    query = {"q": search or "", "sort": sort, "order": "desc" if desc else "asc"}
+    query.update(offset=str(offset), limit=str(limit) if limit else "")
+    path = "/subscriptions?" + urlencode({k: v for k, v in query.items() if v})
+    data = admin_call("GET", broker, path, timeout, "the listing")
     if as_json:
         click.echo(json.dumps(data, indent=2))
         return
@@ -75,6 +117,8 @@ def list_command(
         )
     header = ("ID", "STATE", "CONSUMER", "TOPIC", "BACKLOG", "DELIVERED", "FAILURES", "ENDS")
     print_table(header, rows, "subscription")
+    if len(rows) < data["count"]:
+        click.echo(f"{data['count']} match, from {offset + 1} to {offset + len(rows)}", err=True)
 
 
 @subscriptions.command("show")

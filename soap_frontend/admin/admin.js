@@ -10,6 +10,10 @@
   let timer = null;
   let loading = false;
   let refreshes = 0;
+  // the subscriptions table's query: searched, sorted and paged by the gateway
+  // (GET subscriptions?q=&sort=&order=&offset=&limit=); none: the overview's list
+  const PAGE = 100;
+  const query = { q: "", sort: "", offset: 0 };
   const previous = new Map();  // "table/id/field" -> last value shown (to flash changes)
 
   const $ = (id) => document.getElementById(id);
@@ -112,6 +116,7 @@
       const { status, body } = await api("overview");
       if (status === 200 && body) {
         render(body);
+        await querySubscriptions();
         refreshes += 1;
         const stamp = $("last-refresh");
         stamp.dataset.count = String(refreshes);
@@ -126,6 +131,29 @@
     } finally {
       loading = false;
     }
+  }
+
+  async function querySubscriptions() {
+    const paging = query.q || query.sort || query.offset;
+    $("sub-prev").disabled = query.offset === 0;
+    if (!paging) {
+      $("sub-page").textContent = "";
+      $("sub-next").disabled = true;
+      return;
+    }
+    const [sort, order] = (query.sort || "created").split(" ");
+    const args = new URLSearchParams({ q: query.q, sort, order: order || "asc", offset: query.offset, limit: PAGE });
+    const { status, body } = await api(`subscriptions?${args}`);
+    if (status !== 200 || !body) return;
+    renderSubscriptions(body.subscriptions, body.count);
+    const last = query.offset + body.subscriptions.length;
+    $("sub-page").textContent = body.count ? `${query.offset + 1} to ${last} of ${number(body.count)}` : "no match";
+    $("sub-next").disabled = last >= body.count;
+  }
+
+  function requery() {
+    query.offset = 0;
+    refresh();
   }
 
   function schedule() {
@@ -174,7 +202,7 @@
     $("node-python-threads").textContent = `${number(n.python_threads)} Python threads`;
     $("node-store").textContent = bytes(n.store_bytes);
     $("node-data").textContent = n.data_dir ? `data directory ${bytes(n.data_bytes)}` : "";
-    renderSubscriptions(data.subscriptions, t.subscriptions);
+    if (!(query.q || query.sort || query.offset)) renderSubscriptions(data.subscriptions, t.subscriptions);
     renderPullPoints(data.pull_points, t.pull_points);
     renderTopics(data.topics, t.topics);
     renderRegistrations(data.registrations, t.registrations);
@@ -328,6 +356,15 @@
   async function start() {
     $("sign-in").addEventListener("submit", signIn);
     $("sign-out").addEventListener("click", signOut);
+    let typing = null;
+    $("sub-search").addEventListener("input", () => {
+      clearTimeout(typing);
+      typing = setTimeout(() => { query.q = $("sub-search").value.trim(); requery(); }, 250);
+    });
+    $("sub-query").addEventListener("submit", (event) => { event.preventDefault(); query.q = $("sub-search").value.trim(); requery(); });
+    $("sub-sort").addEventListener("change", () => { query.sort = $("sub-sort").value; requery(); });
+    $("sub-prev").addEventListener("click", () => { query.offset = Math.max(0, query.offset - PAGE); refresh(); });
+    $("sub-next").addEventListener("click", () => { query.offset += PAGE; refresh(); });
     $("live").addEventListener("change", () => { schedule(); if ($("live").checked) refresh(); });
     if (REFRESH === 0) $("live").checked = false;
     await loadSession();

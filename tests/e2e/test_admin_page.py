@@ -180,6 +180,39 @@ def test_the_local_operator_without_authentication(
     client.close()
 
 
+def test_subscriptions_are_searched_and_paged_by_the_gateway(
+    open_gateway: RunningServer, chromium: Any
+) -> None:
+    """Beyond what one page shows: the search box, the sort and the pages come from the
+    gateway (``GET subscriptions?q=&sort=&offset=&limit=``)."""
+    import uuid
+
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    web = chromium
+    tag = uuid.uuid4().hex[:8]
+    client = WsnClient(open_gateway.broker_url, namespaces={"p": NS})
+    subs = [client.subscribe(f"http://127.0.0.1:9/{tag}/{n:03d}", "p:q") for n in range(105)]
+    web.get(open_gateway.base_url + "/admin?refresh=0")
+    _wait("a first refresh", lambda: _refreshes(web) >= 1)
+    web.find_element(By.ID, "sub-search").send_keys(tag)
+    _wait("the first page", lambda: _text(web, "#sub-page") == "1 to 100 of 105")
+    assert len(web.find_elements(By.CSS_SELECTOR, "#subscriptions tbody tr")) == 100
+    Select(web.find_element(By.ID, "sub-sort")).select_by_value("consumer")
+    _wait("sorted by consumer", lambda: f"{tag}/000" in _text(web, "#subscriptions tbody tr"))
+    web.find_element(By.ID, "sub-next").click()
+    _wait("the second page", lambda: _text(web, "#sub-page") == "101 to 105 of 105")
+    rows = web.find_elements(By.CSS_SELECTOR, "#subscriptions tbody tr")
+    assert [r.get_attribute("data-id") for r in rows] == [s.id for s in subs[100:]]
+    search = web.find_element(By.ID, "sub-search")
+    search.send_keys("/104")
+    _wait("one match", lambda: _text(web, "#sub-page") == "1 to 1 of 1")
+    for sub in subs:
+        sub.unsubscribe()
+    client.close()
+
+
 def test_an_admin_signs_in_and_acts(gateway: RunningServer, chromium: Any, tmp_path: Path) -> None:
     from selenium.webdriver.common.by import By
 

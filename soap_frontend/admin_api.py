@@ -23,6 +23,7 @@ Acting (authenticated admins; ``POST``, never ``GET``)::
 
     POST /wsn/admin/api/subscriptions/<id>/(pause|resume|unsubscribe|purge)
     POST /wsn/admin/api/pullpoints/<id>/purge
+    POST /wsn/admin/api/notify              publish {"topic", "payload", "content_type"}
     POST /wsn/admin/api/session             sign in: {"token": ...} or {"user", "password"}
     POST /wsn/admin/api/session/end         sign out
 
@@ -42,10 +43,15 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from flask import Blueprint, Response, current_app, request
+from lxml import etree
 from wsnmom.core import errors
 from wsnmom.core.access import PRINCIPAL
+from wsnmom.core.codec import wrap_native
 from wsnmom.core.config import Settings
+from wsnmom.core.model import ExpressionSource, InboundNotification
 from wsnmom.core.ports import BrokerPort
+from wsnmom.core.safe_xml import hardened_parser
+from wsnmom.topic_mapping.dialects import CONCRETE
 
 from . import identity
 from .admin_auth import (
@@ -378,6 +384,38 @@ def pull_point_purge(pull_point_id: str) -> Response:
     return _act(
         "pull point", pull_point_id, "purge", lambda: service.purge_pull_point(pull_point_id)
     )
+
+
+@admin_api.post("/notify")
+def publish() -> Response:
+    """Publish one notification (the page's *Publish* form): ``{"topic": "{uri}path",
+    "payload": "...", "content_type": null}``; a payload that is one XML element is sent
+    as it is (unless ``content_type`` is not XML), anything else wrapped with
+    ``content_type`` (default ``text/plain``), as the gateway wraps native messages."""
+    form = request.get_json(silent=True)
+    if not isinstance(form, dict):
+        return _error('expected a JSON object {"topic", "payload", "content_type"}', 400)
+    topic, text = str(form.get("topic") or ""), str(form.get("payload") or "")
+    content_type = form.get("content_type") or None
+    namespace, brace, path = topic.removeprefix("{").partition("}")
+    if not topic.startswith("{") or not brace or not path:
+        return _error("topic must be {namespace URI}path, e.g. {urn:example}sensors/t1", 400)
+    data = text.encode("utf-8")
+    payload: bytes | None = None
+    if content_type is None or str(content_type).endswith("xml"):
+        try:
+            element = etree.fromstring(data, parser=hardened_parser())
+            payload = etree.tostring(element)
+        except etree.XMLSyntaxError as exc:
+            if content_type is not None:
+                return _error(f"the payload is not one XML element: {exc}", 400)
+    if payload is None:
+        payload = wrap_native(data, str(content_type or "text/plain"))
+    message = InboundNotification(
+        payload=payload, topic=ExpressionSource(CONCRETE, f"tns:{path}", {"tns": namespace})
+    )
+    service = _service()
+    return _act("topic", topic, "publish", lambda: service.notify([message]))
 
 
 # --- signing in -----------------------------------------------------------------------------

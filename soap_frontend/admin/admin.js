@@ -331,6 +331,17 @@
     }
   }
 
+  async function publish(event) {
+    event.preventDefault();
+    const headers = { "Content-Type": "application/json" };
+    if (session.csrf) headers["X-CSRF-Token"] = session.csrf;
+    const form = { topic: $("publish-topic").value.trim(), payload: $("publish-payload").value, content_type: $("publish-type").value || null };
+    const { status, body } = await api("notify", { method: "POST", headers, body: JSON.stringify(form) });
+    if (status === 200) notice(`published on ${form.topic}`);
+    else notice(`publish refused: ${(body && body.error) || `HTTP ${status}`}`, true);
+    await refresh();
+  }
+
   async function signIn(event) {
     event.preventDefault();
     const token = $("token");
@@ -356,6 +367,7 @@
   async function start() {
     $("sign-in").addEventListener("submit", signIn);
     $("sign-out").addEventListener("click", signOut);
+    $("publish").addEventListener("submit", publish);
     let typing = null;
     $("sub-search").addEventListener("input", () => {
       clearTimeout(typing);

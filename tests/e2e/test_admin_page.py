@@ -262,6 +262,17 @@ def test_an_admin_signs_in_and_acts(gateway: RunningServer, chromium: Any, tmp_p
     assert _api(gateway, f"/subscriptions/{held.id}")["backlog"] == 0
     assert "3 message(s) dropped" in _text(web, "#notice")
 
+    # -- the Publish form: a Notify from the page, seen by the subscriber and the topics
+    assert _shown(web, "#publish")
+    web.find_element(By.ID, "publish-topic").send_keys(f"{{{NS}}}line1/temperature")
+    web.find_element(By.ID, "publish-payload").send_keys("<celsius>99</celsius>")
+    web.find_element(By.CSS_SELECTOR, "#publish button").click()
+    _wait("the published notice", lambda: "published on" in _text(web, "#notice"))
+    topic_row = f'#topics tr[data-topic="{{{NS}}}line1/temperature"]'
+    _wait("4 messages on the topic", lambda: _text(web, f"{topic_row} td.messages") == "4")
+    current = client.get_current_message("p:line1/temperature")
+    assert current.payload.tag == "celsius" and current.payload.text == "99"
+
     shot = tmp_path / "admin-page.png"
     web.set_window_size(1440, int(web.execute_script("return document.body.scrollHeight")) + 200)
     assert web.save_screenshot(str(shot)) and shot.stat().st_size > 10_000
@@ -270,6 +281,7 @@ def test_an_admin_signs_in_and_acts(gateway: RunningServer, chromium: Any, tmp_p
     # -- signing out takes everything away again
     web.find_element(By.ID, "sign-out").click()
     _wait("the sign-in form again", lambda: _shown(web, "#sign-in"))
+    assert not _shown(web, "#publish")
     assert _text(web, "#role") == "read-only" and not _shown(web, "#content")
     consumer.close()
     client.close()

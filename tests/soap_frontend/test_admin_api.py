@@ -32,6 +32,7 @@ from wsnmom.server import Runtime, build_runtime
 
 API = "/wsn/admin/api"
 SIMPLE = "http://docs.oasis-open.org/wsn/t-1/TopicExpression/Simple"
+CONCRETE = "http://docs.oasis-open.org/wsn/t-1/TopicExpression/Concrete"
 TOKEN = "an-admin-token-for-tests-0123"
 BEARER = {"Authorization": f"Bearer {TOKEN}"}
 ORIGIN = "http://localhost"  # the Flask test client's host
@@ -547,3 +548,34 @@ def test_subscriptions_are_searched_sorted_and_paged_on_the_server(
     for bad in ({"sort": "nope"}, {"order": "up"}, {"limit": "x"}, {"offset": "-1"}):
         resp = client.get(API + "/subscriptions", query_string=bad)
         assert resp.status_code == 400 and resp.json["error"]
+
+
+def test_publishing_from_the_admin_api(open_runtime: Runtime, tmp_path: Path) -> None:
+    """The page's Publish form: an XML element as it is, other content wrapped with its
+    type; bad input gets a precise 400; someone who may not act gets 403."""
+    client = _client(open_runtime)
+
+    def publish(form: object, remote: str = "127.0.0.1") -> Any:
+        return _client(open_runtime, remote).post(API + "/notify", json=form)
+
+    ok = publish({"topic": "{urn:t}pub/x", "payload": "<m>1</m>"})
+    assert ok.status_code == 200 and ok.json["action"] == "publish", ok.json
+    current = open_runtime.service.get_current_message(
+        ExpressionSource(CONCRETE, "t:pub/x", {"t": "urn:t"})
+    )
+    assert b"<m>1</m>" in current.payload
+    as_json = publish(
+        {"topic": "{urn:t}pub/x", "payload": '{"a": 1}', "content_type": "application/json"}
+    )
+    assert as_json.status_code == 200
+    current = open_runtime.service.get_current_message(
+        ExpressionSource(CONCRETE, "t:pub/x", {"t": "urn:t"})
+    )
+    assert b'contentType="application/json"' in current.payload
+    bad_topic = publish({"topic": "pub/x", "payload": "<m/>"})
+    assert bad_topic.status_code == 400 and "{namespace URI}path" in bad_topic.json["error"]
+    bad_xml = publish({"topic": "{urn:t}p", "payload": "<m>", "content_type": "text/xml"})
+    assert bad_xml.status_code == 400 and "not one XML element" in bad_xml.json["error"]
+    assert publish("nope").status_code == 400
+    assert publish({"topic": "{urn:t}p", "payload": "<m/>"}, "10.1.2.3").status_code == 403
+    assert client.get(API + "/topics").json["count"] == 1

@@ -117,6 +117,7 @@
       if (status === 200 && body) {
         render(body);
         await querySubscriptions();
+        await renderDetail();
         refreshes += 1;
         const stamp = $("last-refresh");
         stamp.dataset.count = String(refreshes);
@@ -131,6 +132,36 @@
     } finally {
       loading = false;
     }
+  }
+
+  // one subscription's page: /admin?subscription=ID
+  const DETAIL = params.get("subscription");
+
+  async function renderDetail() {
+    if (!DETAIL) return;
+    const { status, body } = await api(`subscriptions/${encodeURIComponent(DETAIL)}`);
+    $("detail").hidden = false;
+    $("detail-id").textContent = DETAIL;
+    const rows = $("detail-fields");
+    rows.replaceChildren();
+    const add = (name, value) => rows.append(el("tr", { "data-field": name }, el("th", {}, name), el("td", { class: "wrap" }, value ?? "-")));
+    if (status !== 200 || !body) { add("error", (body && body.error) || `HTTP ${status}`); return; }
+    const d = body.delivery || {};
+    const failing = d.failures > 0;
+    add("address", el("code", {}, body.address));
+    add("consumer", body.pull_point ? `pull point ${body.pull_point}` : el("code", {}, body.consumer));
+    add("topic", expression(body.topic));
+    add("message content", body.message_content ? expression(body.message_content) : "(none)");
+    add("producer properties", body.producer_properties ? expression(body.producer_properties) : "(none)");
+    add("policy", `${body.use_raw ? "raw (UseRaw)" : "wrapped Notify"}, SOAP ${body.soap_version}, ${body.mode}`);
+    add("state", el("span", { class: `badge ${failing ? "failing" : body.state}` }, failing ? "failing" : body.state));
+    add("backlog", `${number(body.backlog)} (${number(body.waiting)} waiting in the middleware, ${number(d.held || 0)} in memory)`);
+    add("delivered", body.delivery ? `${number(d.delivered)}${d.last_delivery ? `, last ${when(d.last_delivery)}` : ""}` : "routed into its pull point");
+    add("failures", body.delivery ? number(d.failures) : "-");
+    add("next retry", d.retry_at ? when(d.retry_at) : "-");
+    add("last error", d.last_error || "-");
+    add("created", when(body.created));
+    add("ends", body.terminates ? when(body.terminates) : "never");
   }
 
   async function querySubscriptions() {
@@ -264,7 +295,7 @@
         button("Unsubscribe", (b) => act(b, "subscriptions", s.id, "unsubscribe", "End this subscription?"), true));
       const consumer = s.pull_point ? `pull point ${s.pull_point}` : s.consumer;
       return el("tr", { "data-key": s.id, "data-id": s.id, "data-state": s.state },
-        el("td", {}, shortId(s.id)),
+        el("td", {}, el("a", { href: `admin?subscription=${encodeURIComponent(s.id)}` }, shortId(s.id))),
         el("td", { class: "wrap" }, el("code", {}, consumer)),
         el("td", { class: "wrap" }, expression(s.topic)),
         el("td", { class: "state" }, el("span", { class: `badge ${state}` }, state)),

@@ -176,6 +176,21 @@ def test_the_local_operator_without_authentication(
     _wait("the paused row", lambda: _text(web, f"{live_row} .badge") == "paused")
     state = requests.get(f"{open_gateway.base_url}{API}/subscriptions/{live.id}", timeout=5)
     assert state.json()["state"] == "paused"
+
+    # -- one subscription's page, reached from its id in the table
+    web.find_element(By.CSS_SELECTOR, f"{down_row} td a").click()
+    _wait("the subscription's page", lambda: _shown(web, "#detail"))
+    assert web.current_url.endswith(f"admin?subscription={down.id}")
+
+    def field(name: str) -> str:
+        return _text(web, f'#detail-fields tr[data-field="{name}"] td')
+
+    _wait("its fields", lambda: field("state") == "failing")
+    assert field("consumer") == "http://127.0.0.1:9/nobody-listens"
+    assert field("topic").startswith("p:line1/temperature") and f"p = {NS}" in field("topic")
+    assert field("policy") == "wrapped Notify, SOAP 1.2, push"
+    assert int(field("failures")) >= 1 and "127.0.0.1:9" in field("last error")
+    assert field("backlog").startswith("3 (")
     consumer.close()
     client.close()
 

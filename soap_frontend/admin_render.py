@@ -45,7 +45,7 @@ def _expression(expr: dict[str, Any] | None) -> str:
     used = [
         f"{p} = {u}" for p, u in (expr.get("namespaces") or {}).items() if f"{p}:" in expr["text"]
     ]
-    return expr["text"] + (f"  ({', '.join(used)})" if used else "")
+    return str(expr["text"]) + (f"  ({', '.join(used)})" if used else "")
 
 
 def _short(identifier: str) -> str:
@@ -73,7 +73,7 @@ def _tbody(doc: Any, table_id: str) -> Any:
 
 def prefilled(page: bytes, data: dict[str, Any], role: str) -> bytes:
     """``page`` (the page's HTML) with the overview ``data`` and the caller's ``role``."""
-    doc = html.document_fromstring(page)
+    doc: Any = html.document_fromstring(page)
     doc.get_element_by_id("content").attrib.pop("hidden", None)
     _set(doc, "role", role, "badge admin" if role != "read-only" else "badge")
     _set(doc, "broker", data.get("broker") or "")

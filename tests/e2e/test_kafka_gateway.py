@@ -321,3 +321,33 @@ def test_documented_native_consumer_prints_the_gateways_record(
     for header in ("content-type", "wsnmom-topic-ns", "wsnmom-topic-path", "wsnmom-message-id"):
         assert f"'{header}'" in lines[1], lines[1]
     print("native consumer printed after", round(elapsed, 1), "s")
+
+
+def test_each_subscriptions_lag_is_visible(tagged: tuple[RunningServer, str]) -> None:
+    """A Kafka subscription's lag, also for one without a consumer group of its own: its
+    backlog in the admin API (what /admin and `wsnmom subscriptions list` show) and the
+    metric wsnmom_subscription_backlog_messages{subscription}."""
+    import re
+
+    import requests
+
+    from wsnmom.client import WsnClient
+
+    server, _ = tagged
+    ns = f"urn:test:lag:{uuid.uuid4().hex[:8]}"
+    with WsnClient(server.broker_url, namespaces={"t": ns}) as client:
+        sub = client.subscribe("http://127.0.0.1:9/nobody", "t:lag")
+        sub.pause()
+        client.notify_many([(f"<m>{i}</m>", "t:lag") for i in range(3)])
+
+        def lag() -> tuple[object, float | None]:
+            api = requests.get(
+                f"{server.base_url}/wsn/admin/api/subscriptions/{sub.id}", timeout=10
+            ).json()["backlog"]
+            text = requests.get(f"{server.base_url}/metrics", timeout=10).text
+            pattern = rf'^wsnmom_subscription_backlog_messages\{{subscription="{sub.id}"\}} (\S+)$'
+            found = re.search(pattern, text, re.M)
+            return api, float(found.group(1)) if found else None
+
+        poll(lambda: lag() == (3, 3.0), 30, what=f"a lag of 3 (now {lag()})")
+        sub.unsubscribe()

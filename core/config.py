@@ -77,6 +77,7 @@ OTHER_VARIABLES: Mapping[str, str] = {
     "WSNMOM_BLOCKED_PLUGINS": "never register these plugins",
     "WSNMOM_DISABLE_PLUGIN_AUTOLOAD": "load only the built-in plugins (and WSNMOM_PLUGINS)",
     "WSNMOM_TRACE_PLUGINS": "log every plugin hook call at DEBUG level",
+    "WSNMOM_BROKER": "the broker endpoint of the shell client's commands (not the gateway's)",
 }
 #: prefixes of variables read by the test suite and the benchmarks, never by the gateway
 RESERVED_PREFIXES = ("WSNMOM_TEST_", "WSNMOM_BENCH_")

@@ -7,9 +7,10 @@ notifications in and out, delivery failures and resource gauges.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 REGISTRY = CollectorRegistry(auto_describe=True)
@@ -110,6 +111,30 @@ BACKLOG = Gauge(
     "Messages waiting in durable subscriptions (where the middleware can tell)",
     registry=REGISTRY,
 )
+
+
+class _SubscriptionBacklogs:
+    """``wsnmom_subscription_backlog_messages{subscription}``: each live subscription's
+    backlog (its lag, on a log-shaped middleware), read from a source at scrape time."""
+
+    NAME = "wsnmom_subscription_backlog_messages"
+    HELP = "Messages not yet delivered to one subscription, by subscription id"
+
+    def __init__(self) -> None:
+        self.source: Callable[[], Iterable[tuple[str, float]]] | None = None
+
+    def describe(self) -> Iterator[GaugeMetricFamily]:
+        yield GaugeMetricFamily(self.NAME, self.HELP, labels=["subscription"])
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = GaugeMetricFamily(self.NAME, self.HELP, labels=["subscription"])
+        for subscription, backlog in self.source() if self.source is not None else ():
+            family.add_metric([subscription], backlog)
+        yield family
+
+
+SUBSCRIPTION_BACKLOGS = _SubscriptionBacklogs()
+REGISTRY.register(SUBSCRIPTION_BACKLOGS)
 AUTH_FAILURES = Counter(
     "wsnmom_auth_failures",
     "Requests refused with HTTP 401, by reason (missing, bearer, basic, wsse, scheme)",
@@ -166,6 +191,12 @@ def set_delivery_sources(breakers: Callable[[str], float], threads: Callable[[],
 def set_backlog_source(fn: Callable[[], float]) -> None:
     """Make the backlog gauge read ``fn`` at scrape time."""
     BACKLOG.set_function(fn)
+
+
+def set_subscription_backlog_source(fn: Callable[[], Iterable[tuple[str, float]]]) -> None:
+    """Make the per-subscription backlog family read ``fn`` (subscription id, backlog) at
+    scrape time."""
+    SUBSCRIPTION_BACKLOGS.source = fn
 
 
 def render() -> tuple[bytes, str]:

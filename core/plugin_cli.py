@@ -61,8 +61,11 @@ def adapters_command(as_json: bool) -> None:
     if not rows:
         click.echo("no adapters registered")
     for row in rows:
-        extra = f'  (pip install "wsnmom[{row["extra"]}]")' if row["extra"] else ""
-        status = row["adapter"] if row["available"] else "UNAVAILABLE"
+        if row["available"]:
+            status, extra = f"{row['adapter']}  installed", ""
+        else:
+            status = "NOT INSTALLED"
+            extra = f'  (pip install "wsnmom[{row["extra"]}]")' if row["extra"] else ""
         click.echo(f"{row['scheme']}://  {status}  {row['target']}{extra}")
         if row["error"]:
             click.echo(f"    why: {row['error']}")

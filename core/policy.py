@@ -121,15 +121,35 @@ class BrokerPolicy:
         return result
 
 
+#: DeliveryOrder, by the adapter's ``Capabilities.ordering``
+DELIVERY_ORDER = {
+    "subscription": "FIFO per subscription",
+    "partition": (
+        "FIFO per partition of the middleware's log, for each subscription: notifications "
+        "of one partition (with the gateway's own publishes: of one topic) arrive in order; "
+        "those of different partitions, of a natively produced topic too, may interleave"
+    ),
+    "none": "unordered: the middleware keeps no order",
+}
+#: GetMessagesOrder, by the same
+GET_MESSAGES_ORDER = {
+    "subscription": "FIFO (oldest first)",
+    "partition": "FIFO per partition of the middleware's log (oldest first within one)",
+    "none": "unordered",
+}
+
+
 def build_policy(
     settings: Settings,
     *,
     message_content_dialects: tuple[str, ...],
     use_raw: bool = True,
     limits_enforced_by: dict[str, str] | None = None,
+    ordering: str = "subscription",
 ) -> BrokerPolicy:
     """The policy the broker runs with under ``settings``; ``limits_enforced_by`` says who
-    enforces each accumulation bound (``core.limits.LimitKeeper.enforcement``)."""
+    enforces each accumulation bound (``core.limits.LimitKeeper.enforcement``), ``ordering``
+    what order the adapter keeps (``Capabilities.ordering``)."""
     t = settings.termination
     r = settings.retry
     lim = settings.limits
@@ -171,13 +191,13 @@ def build_policy(
             "paused subscriptions keep accumulating (bounded by the accumulation policy); "
             "ResumeSubscription delivers everything accumulated, in order (RES-05 option 1)"
         ),
-        delivery_order="FIFO per subscription",
+        delivery_order=DELIVERY_ORDER[ordering],
         delivery_guarantee=(
             "at-least-once: acknowledged to the middleware only after the consumer answered "
             "2xx; undelivered notifications survive restarts in the durable subscription"
         ),
         batching=settings.delivery.batch_size,
-        get_messages_order="FIFO (oldest first)",
+        get_messages_order=GET_MESSAGES_ORDER[ordering],
         get_messages_maximum_number=(
             "MaximumNumber=n returns at most n and at most get_messages_cap; absent or 0 "
             "returns all available up to get_messages_cap; messages beyond stay in the pull "

@@ -186,6 +186,7 @@ class BrokerService:
         self._started = False
         self._closed = False
         metrics.set_backlog_source(self._backlog)
+        metrics.set_subscription_backlog_source(self._subscription_backlogs)
         if autostart:
             self.start()
 
@@ -236,6 +237,7 @@ class BrokerService:
             self.settings,
             message_content_dialects=MESSAGE_CONTENT_DIALECTS,
             limits_enforced_by=self._ctx.limit_keeper.enforcement(),
+            ordering=self.adapter.capabilities.ordering,
         )
 
     def broker_properties(self) -> BrokerProperties:
@@ -270,6 +272,17 @@ class BrokerService:
             log.debug("reading the backlog failed", exc_info=True)
             depths = []
         return float(sum(d or 0 for d in depths) + self.registry.buffered())
+
+    def _subscription_backlogs(self) -> list[tuple[str, float]]:
+        """(id, backlog) of every live subscription whose backlog the middleware can tell
+        (one bulk ``depths`` call)."""
+        if not self._started or self._closed:
+            return []
+        return [
+            (s.record.id, float(s.backlog))
+            for s in self.operations.subscriptions()
+            if s.backlog is not None
+        ]
 
     # -- start-up / shutdown ---------------------------------------------------------------
     def start(self) -> None:

@@ -9,14 +9,21 @@ Reading::
     GET /wsn/admin/api/overview[?limit=N]   everything the page shows: health, totals,
                                             subscriptions, pull points, registrations,
                                             topics (:func:`.admin_json.overview_json`)
-    GET /wsn/admin/api/subscriptions        {"count": n, "subscriptions": [...]}
+    GET /wsn/admin/api/subscriptions        {"count": n, "subscriptions": [...]}; searched,
+                                            sorted and paged with ?q=&sort=&order=
+                                            &offset=&limit= (:mod:`.admin_query`)
     GET /wsn/admin/api/subscriptions/<id>   one subscription ("pending": its backlog)
+    GET /wsn/admin/api/pullpoints           {"count": n, "pull_points": [...]}
+    GET /wsn/admin/api/pullpoints/<id>      one pull point
+    GET /wsn/admin/api/registrations        {"count": n, "registrations": [...]}
+    GET /wsn/admin/api/topics               {"count": n, "topics": [...]}: messages, rate
     GET /wsn/admin/api/session              who the caller is (answered to anyone)
 
 Acting (authenticated admins; ``POST``, never ``GET``)::
 
     POST /wsn/admin/api/subscriptions/<id>/(pause|resume|unsubscribe|purge)
     POST /wsn/admin/api/pullpoints/<id>/purge
+    POST /wsn/admin/api/notify              publish {"topic", "payload", "content_type"}
     POST /wsn/admin/api/session             sign in: {"token": ...} or {"user", "password"}
     POST /wsn/admin/api/session/end         sign out
 
@@ -36,10 +43,15 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from flask import Blueprint, Response, current_app, request
+from lxml import etree
 from wsnmom.core import errors
 from wsnmom.core.access import PRINCIPAL
+from wsnmom.core.codec import wrap_native
 from wsnmom.core.config import Settings
+from wsnmom.core.model import ExpressionSource, InboundNotification
 from wsnmom.core.ports import BrokerPort
+from wsnmom.core.safe_xml import hardened_parser
+from wsnmom.topic_mapping.dialects import CONCRETE
 
 from . import identity
 from .admin_auth import (
@@ -51,9 +63,20 @@ from .admin_auth import (
     authorization_value,
     browser_origin,
     from_browser,
+    loopback_name,
     same_origin,
 )
-from .admin_json import overview_json, status_json, subscription_json
+from .admin_json import (
+    overview_json,
+    pull_point_json,
+    registration_json,
+    status_json,
+    subscription_json,
+    topic_json,
+)
+from .admin_node import node_json
+from .admin_query import QueryError, query_subscriptions
+from .auth import listens_on_loopback_only
 from .public_base import client_address
 
 __all__ = ["ADMIN_API_PREFIX", "PAGE_HEADER", "admin_api", "subscription_json"]
@@ -130,18 +153,30 @@ def _refused_reading(caller: AdminCaller | Response) -> Response | None:
     return _error("the admin interface answers loopback clients only", 403)
 
 
+def _local_operator() -> bool:
+    """Without authentication, on a loopback-only listener: a client straight from a
+    loopback address that named the gateway by a loopback host (:mod:`.admin_auth`)."""
+    settings = _settings()
+    if settings is None or identity.authenticator().enabled:
+        return False
+    if not listens_on_loopback_only(settings.host) or not identity.is_admin():
+        return False
+    return loopback_name(request.host)
+
+
 def _refused_acting(caller: AdminCaller | Response) -> Response | None:
-    """None when an authenticated admin sent the action from where it may (module
-    docstring of :mod:`.admin_auth`), else 401 or 403."""
+    """None when an authenticated admin (or the local operator) sent the action from where
+    it may (module docstring of :mod:`.admin_auth`), else 401 or 403."""
     if isinstance(caller, Response):
         return caller
-    if not caller.authenticated_admin:
+    if not caller.authenticated_admin and not _local_operator():
         if identity.authenticator().enabled and caller.principal.anonymous:
             return _unauthorized("authentication required")
         if not identity.authenticator().enabled:
             return _error(
-                "actions need an authenticated admin: turn authentication on "
-                "(auth.admin_token) and sign in",
+                "actions need an authenticated admin (turn authentication on: "
+                "auth.admin_token, and sign in), or, on a gateway listening on a loopback "
+                "address only, a client on its host",
                 403,
             )
         return _error("an admin identity is required", 403)
@@ -167,12 +202,28 @@ def session() -> Response:
     return _json(
         {
             "admin": caller.authenticated_admin,
+            "act": caller.authenticated_admin or _local_operator(),
             "caller": str(principal),
             "read": _may_read(caller),
             "sign_in": identity.authenticator().enabled,
             "csrf": _sessions().csrf_token(caller.session) if caller.session else None,
         }
     )
+
+
+def page_view() -> tuple[dict[str, Any], str] | None:
+    """For the page itself (:mod:`.admin_page`): the overview and the caller's role
+    (``admin``, ``local operator``, ``read-only``) when the caller may read, else None."""
+    caller = _caller()
+    if _refused_reading(caller) is not None or not isinstance(caller, AdminCaller):
+        return None
+    service = _service()
+    data = overview_json(service.overview(), service.broker_address, DEFAULT_LIMIT)
+    data["node"] = node_json(_settings())
+    role = "admin" if caller.authenticated_admin else "read-only"
+    if role == "read-only" and _local_operator():
+        role = "local operator"
+    return data, role
 
 
 @admin_api.get("/overview")
@@ -185,7 +236,9 @@ def overview() -> Response:
     except ValueError:
         return _error("limit must be a number", 400)
     service = _service()
-    return _json(overview_json(service.overview(), service.broker_address, limit))
+    data = overview_json(service.overview(), service.broker_address, limit)
+    data["node"] = node_json(_settings())
+    return _json(data)
 
 
 @admin_api.get("/subscriptions")
@@ -193,8 +246,20 @@ def list_subscriptions() -> Response:
     """Every live subscription, oldest first."""
     if (refused := _refused_reading(_caller())) is not None:
         return refused
-    items = [status_json(s) for s in _service().subscription_statuses()]
-    return _json({"count": len(items), "subscriptions": items})
+    statuses = _service().subscription_statuses()
+    try:
+        matched, offset, limit, page = query_subscriptions(statuses, request.args)
+    except QueryError as exc:
+        return _error(str(exc), 400)
+    return _json(
+        {
+            "count": matched,
+            "total": len(statuses),
+            "offset": offset,
+            "limit": limit,
+            "subscriptions": [status_json(s) for s in page],
+        }
+    )
 
 
 @admin_api.get("/subscriptions/<subscription_id>")
@@ -209,6 +274,45 @@ def show_subscription(subscription_id: str) -> Response:
     data = status_json(status)
     data["pending"] = status.backlog
     return _json(data)
+
+
+@admin_api.get("/pullpoints")
+def list_pull_points() -> Response:
+    """Every live pull point with the messages waiting in it, oldest first."""
+    if (refused := _refused_reading(_caller())) is not None:
+        return refused
+    items = [pull_point_json(p) for p in _service().overview().pull_points]
+    return _json({"count": len(items), "pull_points": items})
+
+
+@admin_api.get("/pullpoints/<pull_point_id>")
+def show_pull_point(pull_point_id: str) -> Response:
+    """One pull point."""
+    if (refused := _refused_reading(_caller())) is not None:
+        return refused
+    for status in _service().overview().pull_points:
+        if status.record.id == pull_point_id:
+            return _json(pull_point_json(status))
+    return _error(f"no pull point {pull_point_id!r}", 404)
+
+
+@admin_api.get("/registrations")
+def list_registrations() -> Response:
+    """Every live publisher registration, oldest first."""
+    if (refused := _refused_reading(_caller())) is not None:
+        return refused
+    items = [registration_json(r) for r in _service().overview().registrations]
+    return _json({"count": len(items), "registrations": items})
+
+
+@admin_api.get("/topics")
+def list_topics() -> Response:
+    """Every topic the gateway published on since it started, with counts and rates."""
+    if (refused := _refused_reading(_caller())) is not None:
+        return refused
+    view = _service().overview()
+    items = [topic_json(t) for t in view.topics]
+    return _json({"count": len(items), "topics": items, "forgotten": view.topics_forgotten})
 
 
 # --- acting -------------------------------------------------------------------------------------
@@ -281,6 +385,38 @@ def pull_point_purge(pull_point_id: str) -> Response:
     return _act(
         "pull point", pull_point_id, "purge", lambda: service.purge_pull_point(pull_point_id)
     )
+
+
+@admin_api.post("/notify")
+def publish() -> Response:
+    """Publish one notification (the page's *Publish* form): ``{"topic": "{uri}path",
+    "payload": "...", "content_type": null}``; a payload that is one XML element is sent
+    as it is (unless ``content_type`` is not XML), anything else wrapped with
+    ``content_type`` (default ``text/plain``), as the gateway wraps native messages."""
+    form = request.get_json(silent=True)
+    if not isinstance(form, dict):
+        return _error('expected a JSON object {"topic", "payload", "content_type"}', 400)
+    topic, text = str(form.get("topic") or ""), str(form.get("payload") or "")
+    content_type = form.get("content_type") or None
+    namespace, brace, path = topic.removeprefix("{").partition("}")
+    if not topic.startswith("{") or not brace or not path:
+        return _error("topic must be {namespace URI}path, e.g. {urn:example}sensors/t1", 400)
+    data = text.encode("utf-8")
+    payload: bytes | None = None
+    if content_type is None or str(content_type).endswith("xml"):
+        try:
+            element = etree.fromstring(data, parser=hardened_parser())
+            payload = etree.tostring(element)
+        except etree.XMLSyntaxError as exc:
+            if content_type is not None:
+                return _error(f"the payload is not one XML element: {exc}", 400)
+    if payload is None:
+        payload = wrap_native(data, str(content_type or "text/plain"))
+    message = InboundNotification(
+        payload=payload, topic=ExpressionSource(CONCRETE, f"tns:{path}", {"tns": namespace})
+    )
+    service = _service()
+    return _act("topic", topic, "publish", lambda: service.notify([message]))
 
 
 # --- signing in -----------------------------------------------------------------------------

@@ -11,8 +11,12 @@ authenticated admin; or, while authentication is off, a client connected straigh
 loopback address.  Subscription ids are capabilities, so nobody else gets a listing.
 
 *Acting* (pause, resume, unsubscribe, purge: ``POST`` only, never ``GET``) is for an
-*authenticated* admin identity.  Being local does not make anyone one: with
-authentication off the page is read-only for everyone.  Credentials a browser sends by
+*authenticated* admin identity, and, while authentication is off and the gateway listens
+on a loopback address only, for the *local operator* (as RabbitMQ's ``guest`` user on
+localhost): a client connected straight from a loopback address that names the gateway
+by a loopback host (``127.0.0.1``, ``[::1]``, ``localhost``: a DNS name rebound to
+127.0.0.1 by a web page is not one).  On any other listener, actions need an
+authenticated admin.  Credentials a browser sends by
 itself -- the session cookie, a remembered Basic password, a client certificate, a proxy's
 header -- would also go with a request another site forges, so an action from a browser
 must come from the page's own origin (``Origin``, else ``Referer``: the address the
@@ -271,3 +275,16 @@ def same_origin(settings: Any, environ: Mapping[str, Any], request_base: str) ->
     if public:
         allowed.add(_origin(str(public)) or "")
     return origin in allowed
+
+
+def loopback_name(host: str) -> bool:
+    """Whether a ``Host`` header's host (port and brackets allowed) is a loopback address
+    or ``localhost`` (:func:`.auth.listens_on_loopback_only` after the port)."""
+    from .auth import listens_on_loopback_only
+
+    name = host.strip()
+    if name.startswith("["):
+        name = name[1 : name.find("]")] if "]" in name else name[1:]
+    elif name.count(":") == 1:
+        name = name.split(":", 1)[0]
+    return listens_on_loopback_only(name.lower().rstrip("."))

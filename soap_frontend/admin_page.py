@@ -1,7 +1,9 @@
 """The admin page at ``/admin``: one HTML page, its script and its style sheet, all served
 from this package (``soap_frontend/admin/``); nothing is loaded from anywhere else.
 
-The page itself holds no data.  Its script reads ``/wsn/admin/api/session`` (may the
+The page is served with the values of the moment filled in for a caller who may read
+them (:mod:`.admin_render`: without JavaScript, or before the first refresh, it shows
+values, not dashes).  Its script reads ``/wsn/admin/api/session`` (may the
 browser read, is it an admin) and polls ``/wsn/admin/api/overview`` every few seconds
 (``?refresh=SECONDS``, 0 stops), replacing the tables in place without reloading.  Admins
 get buttons for pause, resume, unsubscribe and purge; who may read and act is decided by the
@@ -55,8 +57,17 @@ def _serve(name: str) -> Response:
 
 @admin_page.get(ADMIN_PATH)
 def page() -> Response:
-    """The admin page."""
-    return _serve("index.html")
+    """The admin page, with the values filled in for a caller who may read them
+    (:mod:`.admin_render`)."""
+    from .admin_api import page_view
+    from .admin_render import prefilled
+
+    view = page_view()
+    if view is None:
+        return _serve("index.html")
+    resp = Response(prefilled(_file("index.html"), *view), content_type=_FILES["index.html"])
+    resp.headers.update(_SECURITY_HEADERS)
+    return resp
 
 
 @admin_page.get(ADMIN_PATH + "/")

@@ -108,11 +108,13 @@ class SoapClient:
             for d in messages:
                 body = codec.raw_payload(d.message)
                 hops = codec.hops_header([d.message.via])
-                self._post(consumer, where, soap_version, body, action, timeout, hops)
+                info = codec.messages_header([d.message])
+                self._post(consumer, where, soap_version, body, action, timeout, hops, info)
         else:
             body = codec.notify_element(messages)
             hops = codec.hops_header([d.message.via for d in messages])
-            self._post(consumer, where, soap_version, body, action, timeout, hops)
+            info = codec.messages_header([d.message for d in messages])
+            self._post(consumer, where, soap_version, body, action, timeout, hops, info)
 
     # --- demand-based publishing ---------------------------------------------------------
     def subscribe(
@@ -178,10 +180,10 @@ class SoapClient:
         action: str,
         timeout: float,
         hops: etree._Element | None = None,
+        info: etree._Element | None = None,
     ) -> etree._Element | None:
         headers = [_reference_header(p) for p in target.reference_parameters]
-        if hops is not None:
-            headers.append(hops)
+        headers += [h for h in (hops, info) if h is not None]
         data = envelope_bytes(
             version, body, action=action, to=target.address, extra_headers=headers
         )

@@ -21,8 +21,11 @@ Options (besides the common ones of ``reader``)
         JSON object of further adapter options (e.g. the ``namespaces`` table).
     ``exactWatermarks``
         true (default, and the adapter's ``exact_watermarks``): the end offsets the cluster
-        reports are exact (Apache Kafka).  false: confirm each end by reading to the end of
-        the partition (brokers such as tansu report the first offset of the last batch).
+        reports are exact (Apache Kafka); ``bounds`` confirms them once by reading (once a
+        selected partition holds records), and when they are not, the source warns and
+        behaves as with false.
+        false: confirm each end by reading to the end of the partition (brokers such as
+        tansu report the first offset of the last batch).
     ``groupId``
         when set, offsets Spark has committed are mirrored into this consumer group, so
         ``kafka-consumer-groups --describe`` shows the query's lag (monitoring only).
@@ -39,6 +42,7 @@ Options (besides the common ones of ``reader``)
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from collections.abc import Iterator, Mapping
@@ -55,6 +59,8 @@ from .selection import Compiled, Selection
 if TYPE_CHECKING:
     import pyarrow as pa
     from wsnmom.core.filters import CompiledFilter
+
+log = logging.getLogger("wsnmom.spark_bridge.kafka")
 
 __all__ = ["KafkaBackend", "KafkaSource", "kafka_settings", "stream_name", "topic_partition"]
 
@@ -118,6 +124,8 @@ class KafkaBackend(Backend):
             self.mapping.register(pattern.namespace)
         self._admin: Any = None
         self._probe: Any = None
+        #: whether the reported ends were confirmed once (``_check_exact``)
+        self._ends_checked = False
 
     def default_alias(self) -> str:
         return kafka_settings(self.options).bootstrap
@@ -192,7 +200,36 @@ class KafkaBackend(Backend):
             out[stream_name(tp.topic, tp.partition)] = (low, high)
         if not self.exact:
             out = self._confirm_ends(out)
+        elif not self._ends_checked and out:
+            out = self._check_exact(out)
         return out
+
+    def _check_exact(self, reported: dict[str, tuple[int, int]]) -> dict[str, tuple[int, int]]:
+        """Once per source: confirm the reported ends by reading.  A broker whose ends are
+        not exact (tansu: the first offset of the last batch) would otherwise have the
+        source silently read part of each partition; the source then says so and confirms
+        every end from here on, as with ``exactWatermarks=false``."""
+        confirmed = self._confirm_ends(reported)
+        # tansu reports an end at the start of a partition holding one batch: only a
+        # partition with records tells exact ends apart, so until one has some, check again
+        self._ends_checked = any(high > low for low, high in confirmed.values())
+        short = {
+            s: (reported[s][1], confirmed[s][1]) for s in reported if confirmed[s] != reported[s]
+        }
+        if short:
+            examples = ", ".join(
+                f"{stream}: reported {end}, records up to {true - 1}"
+                for stream, (end, true) in sorted(short.items())[:3]
+            )
+            log.warning(
+                "%s: the broker's end offsets are not exact (%s); the source confirms "
+                "every end by reading from now on. Set exactWatermarks=false (or "
+                "exact_watermarks=false in the URL) for this broker",
+                self.where(),
+                examples,
+            )
+            self.exact = False
+        return confirmed
 
     def _confirm_ends(self, bounds: dict[str, tuple[int, int]]) -> dict[str, tuple[int, int]]:
         """The true end of every partition, read from the fetch responses: assign just

@@ -298,6 +298,7 @@ def _run(settings: Settings, debug: bool) -> None:
     gc_tuning.tune()  # the start-up heap is built: full collections no longer walk it
     guard.start()
     previous = {s: signal.signal(s, _raise_exit) for s in (signal.SIGTERM, signal.SIGINT)}
+    runtime.serving.set()
     broker, adapter = f"{settings.base_url}/wsn/broker", redact_url(settings.adapter_url)
     store = redact_url(settings.store_url)
     log.info(

@@ -25,6 +25,7 @@ from wsnmom.core.adapter import Adapter, AdapterUnavailable
 from wsnmom.core.config import ConfigError, Settings
 from wsnmom.core.outbound_policy import OutboundPolicy
 from wsnmom.core.ports import OutboundSoap
+from wsnmom.core.redaction import redact_url
 from wsnmom.core.service import BrokerService
 from wsnmom.core.store import Store
 from wsnmom.core.store_binding import bind_store
@@ -35,6 +36,26 @@ from wsnmom.topic_mapping.namespaces import TopicSet, load_topic_namespace
 log = logging.getLogger("wsnmom.server")
 
 
+class _OpenAttempt:
+    """One ``Adapter.open()`` on its own thread, so that whoever waits for it can stop
+    waiting at a deadline while the attempt is still under way (RabbitMQ's and Kafka's
+    attempts each take up to their ``operation_timeout``/``connect_timeout``)."""
+
+    def __init__(self, adapter: Adapter) -> None:
+        self._adapter = adapter
+        self.done = threading.Event()
+        self.error: BaseException | None = None
+        threading.Thread(target=self._run, name="wsnmom-middleware-open", daemon=True).start()
+
+    def _run(self) -> None:
+        try:
+            self._adapter.open()
+        except BaseException as exc:  # handed to the waiting thread
+            self.error = exc
+        finally:
+            self.done.set()
+
+
 class MiddlewareConnector:
     """Opens the adapter of a gateway started before its middleware.
 
@@ -42,15 +63,27 @@ class MiddlewareConnector:
     succeeds, then restores the broker and runs the start-up hooks
     (``Runtime.connected``).  Meanwhile the HTTP server runs: ``/healthz`` answers,
     ``/readyz`` says 503 and WS-N operations are refused with HTTP 503.  With ``wait`` > 0
-    (``middleware.wait``, ``--wait-for-middleware``) the gateway gives up after that many
-    seconds: the connector records the start-up error's exit status (9, unreachable) and
-    stops the process (SIGTERM to itself).  A refusal no retry can fix (credentials,
-    access) stops it at once.
+    (``middleware.wait``, ``--wait-for-middleware``) the gateway gives up ``wait`` seconds
+    after ``started``, also while an attempt is still under way: the connector records the
+    start-up error's exit status (9, unreachable) and stops the process (SIGTERM to
+    itself, once ``Runtime.serving`` says the signal handlers are in place).  A refusal no
+    retry can fix (credentials, access) stops it at once.
     """
 
-    def __init__(self, runtime: Runtime, wait: float) -> None:
+    def __init__(
+        self,
+        runtime: Runtime,
+        wait: float,
+        *,
+        started: float | None = None,
+        attempt: _OpenAttempt | None = None,
+    ) -> None:
         self._runtime = runtime
         self._wait = wait
+        self._started = time.monotonic() if started is None else started
+        self._attempt = attempt
+        #: the adapter is open (until then an attempt may still be under way)
+        self.opened = False
         self._stop = threading.Event()
         self._thread = threading.Thread(
             target=self._run, name="wsnmom-middleware-connector", daemon=True
@@ -66,34 +99,43 @@ class MiddlewareConnector:
         if self._thread.is_alive() and threading.current_thread() is not self._thread:
             self._thread.join(timeout=15)
 
+    def _left(self) -> float:
+        """Seconds until the wait ends (infinite without a bound)."""
+        if self._wait <= 0:
+            return float("inf")
+        return self._started + self._wait - time.monotonic()
+
     def _run(self) -> None:
         from wsnmom.startup import explain
 
         runtime = self._runtime
-        started = time.monotonic()
         delay = 0.5
+        last: BaseException | None = None
+        attempt = self._attempt
         while not self._stop.is_set():
-            try:
-                runtime.adapter.open()
-            except AdapterUnavailable as exc:
-                log.debug("middleware still unreachable: %s", exc)
-                if self._wait > 0 and time.monotonic() - started >= self._wait:
-                    error = explain(exc)
-                    self._give_up(
-                        int(error.status),
-                        f"{error.message} (waited {self._wait:g} s: middleware.wait / "
-                        "--wait-for-middleware)",
-                    )
+            if attempt is None:
+                attempt = _OpenAttempt(runtime.adapter)
+            while not attempt.done.wait(min(0.1, max(self._left(), 0.01))):
+                if self._stop.is_set():
                     return
-                remaining = self._wait - (time.monotonic() - started) if self._wait > 0 else delay
-                self._stop.wait(max(0.05, min(delay, remaining)))
-                delay = min(delay * 2, 10.0)
-                continue
-            except Exception as exc:
-                error = explain(exc)
-                self._give_up(int(error.status), error.message)
+                if self._left() <= 0:
+                    self._time_is_up(last)
+                    return
+            error, attempt = attempt.error, None
+            if error is None:
+                self.opened = True
+                break
+            if not isinstance(error, AdapterUnavailable):
+                self._give_up(int(explain(error).status), explain(error).message)
                 return
-            break
+            log.debug("middleware still unreachable: %s", error)
+            last = error
+            if self._stop.wait(max(0.0, min(delay, self._left()))):
+                return
+            if self._left() <= 0:
+                self._time_is_up(last)
+                return
+            delay = min(delay * 2, 10.0)
         if self._stop.is_set():
             return
         log.info("the middleware answers: restoring the broker")
@@ -105,10 +147,28 @@ class MiddlewareConnector:
             return
         log.info("the broker serves requests")
 
+    def _time_is_up(self, last: BaseException | None) -> None:
+        from wsnmom.startup import explain
+
+        error = explain(
+            last
+            or AdapterUnavailable(
+                f"the middleware at {redact_url(self._runtime.settings.adapter_url)} did not answer"
+            )
+        )
+        self._give_up(
+            int(error.status),
+            f"{error.message} (waited {self._wait:g} s: middleware.wait / --wait-for-middleware)",
+        )
+
     def _give_up(self, status: int, message: str) -> None:
         log.error("%s; stopping", message)
         self._runtime.exit_message = message
         self._runtime.exit_status = status
+        # before `wsnmom serve` handles SIGTERM, the signal would kill the process silently
+        while not self._runtime.serving.wait(0.1):
+            if self._stop.is_set():
+                return
         os.kill(os.getpid(), signal.SIGTERM)
 
 
@@ -130,6 +190,8 @@ class Runtime:
     #: with the one-line reason
     exit_status: int | None = field(default=None, repr=False)
     exit_message: str = field(default="", repr=False)
+    #: set by ``wsnmom serve`` once it handles SIGTERM (the connector may then stop it)
+    serving: threading.Event = field(default_factory=threading.Event, repr=False)
     _closed: bool = field(default=False, repr=False)
 
     def connected(self) -> None:
@@ -171,12 +233,56 @@ class Runtime:
             log.exception("plugin shutdown hook failed")
         self.service.close()
         try:
-            self.adapter.close()
+            if self.connector is not None and not self.connector.opened:
+                # an attempt to open may hold the adapter for its whole timeout: stopping
+                # must not wait for it (the process is ending; the attempt is a daemon)
+                closing = threading.Thread(target=self.adapter.close, daemon=True)
+                closing.start()
+                closing.join(timeout=1.0)
+            else:
+                self.adapter.close()
         finally:
             try:
                 self.store.close()
             finally:
                 self.store_lock.release()
+
+
+#: how long start-up waits for the first attempt to open the middleware before it serves
+#: HTTP anyway (``/healthz`` answers, WS-N requests get 503) and goes on in the background
+FIRST_ATTEMPT = 0.5
+
+
+def _first_attempt(adapter: Adapter, wait: float) -> _OpenAttempt:
+    """Start opening ``adapter`` and give it ``FIRST_ATTEMPT`` seconds (at most ``wait``).
+
+    Returns the attempt, finished successfully or still under way (the connector takes it
+    over); raises what a finished attempt raised unless that is ``AdapterUnavailable``,
+    which is logged with what happens next."""
+    attempt = _OpenAttempt(adapter)
+    attempt.done.wait(min(FIRST_ATTEMPT, wait) if wait > 0 else FIRST_ATTEMPT)
+    if attempt.done.is_set() and attempt.error is not None:
+        if not isinstance(attempt.error, AdapterUnavailable):
+            raise attempt.error
+        cause = str(attempt.error)
+    elif attempt.done.is_set():
+        return attempt
+    else:
+        cause = f"the middleware has not answered within {FIRST_ATTEMPT:g} s"
+    if wait > 0:
+        log.warning(
+            "%s; trying for up to %g s (middleware.wait / --wait-for-middleware), then "
+            "exiting with status 9; meanwhile /healthz answers and WS-N requests get HTTP 503",
+            cause,
+            wait,
+        )
+    else:
+        log.warning(
+            "%s; trying in the background until it answers; meanwhile /healthz answers, "
+            "/readyz says 503 and WS-N requests get HTTP 503",
+            cause,
+        )
+    return attempt
 
 
 def load_topic_set(settings: Settings) -> TopicSet:
@@ -233,18 +339,17 @@ def build_runtime(
     except (ValueError, TypeError) as exc:  # the URL or the options cannot be used
         raise ConfigError(f"adapter_url / adapter_options: {exc}") from exc
     store_lock = lock_store(settings.store_url)
-    opened = False
+    started = time.monotonic()
+    attempt: _OpenAttempt | None = None
     try:
-        adapter.open()
-        opened = True
-    except AdapterUnavailable as exc:
-        if not wait:
-            store_lock.release()
-            raise
-        log.warning("%s; serving HTTP meanwhile, WS-N requests get HTTP 503 until then", exc)
+        if wait:
+            attempt = _first_attempt(adapter, settings.middleware.wait)
+        else:
+            adapter.open()
     except BaseException:
         store_lock.release()
         raise
+    opened = attempt is None or (attempt.done.is_set() and attempt.error is None)
     try:
         store = open_store(settings.store_url)
     except BaseException:
@@ -292,6 +397,11 @@ def build_runtime(
             runtime.close()
             raise
     else:
-        runtime.connector = MiddlewareConnector(runtime, settings.middleware.wait)
+        runtime.connector = MiddlewareConnector(
+            runtime,
+            settings.middleware.wait,
+            started=started,
+            attempt=attempt,
+        )
         runtime.connector.start()
     return runtime

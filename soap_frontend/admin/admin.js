@@ -10,6 +10,10 @@
   let timer = null;
   let loading = false;
   let refreshes = 0;
+  // the subscriptions table's query: searched, sorted and paged by the gateway
+  // (GET subscriptions?q=&sort=&order=&offset=&limit=); none: the overview's list
+  const PAGE = 100;
+  const query = { q: "", sort: "", offset: 0 };
   const previous = new Map();  // "table/id/field" -> last value shown (to flash changes)
 
   const $ = (id) => document.getElementById(id);
@@ -55,9 +59,11 @@
   function expression(expr) {
     if (!expr) return el("span", { class: "muted" }, "(all topics)");
     const namespaces = Object.entries(expr.namespaces || {}).map(([p, u]) => `${p} = ${u}`);
+    // the namespaces of the prefixes the expression uses, shown (not only on hover)
+    const used = Object.entries(expr.namespaces || {}).filter(([p]) => expr.text.includes(`${p}:`)).map(([p, u]) => `${p} = ${u}`);
     const dialect = DIALECTS[expr.dialect] || expr.dialect || "";
     return el("span", { title: [dialect, ...namespaces].join("\n") },
-      el("code", {}, expr.text), el("span", { class: "dialect" }, dialect));
+      el("code", {}, expr.text), el("span", { class: "namespace" }, used.join(", ")), el("span", { class: "dialect" }, dialect));
   }
   const shortId = (id) => el("span", { class: "id", title: id }, id.length > 12 ? `${id.slice(0, 10)}…` : id);
 
@@ -91,10 +97,11 @@
   async function loadSession() {
     const { status, body } = await api("session");
     if (status === 200 && body) session = body;
-    document.body.classList.toggle("admin", !!session.admin);
+    const acts = !!(session.admin || session.act);
+    document.body.classList.toggle("admin", acts);
     const role = $("role");
-    role.textContent = session.admin ? (session.caller === "admin" ? "admin" : `admin: ${session.caller}`) : "read-only";
-    role.className = session.admin ? "badge admin" : "badge";
+    role.textContent = session.admin ? (session.caller === "admin" ? "admin" : `admin: ${session.caller}`) : (acts ? "local operator" : "read-only");
+    role.className = acts ? "badge admin" : "badge";
     $("sign-in").hidden = session.admin || !session.sign_in;
     $("sign-out").hidden = !session.admin;
     $("no-access").hidden = session.read;
@@ -109,6 +116,8 @@
       const { status, body } = await api("overview");
       if (status === 200 && body) {
         render(body);
+        await querySubscriptions();
+        await renderDetail();
         refreshes += 1;
         const stamp = $("last-refresh");
         stamp.dataset.count = String(refreshes);
@@ -125,6 +134,59 @@
     }
   }
 
+  // one subscription's page: /admin?subscription=ID
+  const DETAIL = params.get("subscription");
+
+  async function renderDetail() {
+    if (!DETAIL) return;
+    const { status, body } = await api(`subscriptions/${encodeURIComponent(DETAIL)}`);
+    $("detail").hidden = false;
+    $("detail-id").textContent = DETAIL;
+    const rows = $("detail-fields");
+    rows.replaceChildren();
+    const add = (name, value) => rows.append(el("tr", { "data-field": name }, el("th", {}, name), el("td", { class: "wrap" }, value ?? "-")));
+    if (status !== 200 || !body) { add("error", (body && body.error) || `HTTP ${status}`); return; }
+    const d = body.delivery || {};
+    const failing = d.failures > 0;
+    add("address", el("code", {}, body.address));
+    add("consumer", body.pull_point ? `pull point ${body.pull_point}` : el("code", {}, body.consumer));
+    add("topic", expression(body.topic));
+    add("message content", body.message_content ? expression(body.message_content) : "(none)");
+    add("producer properties", body.producer_properties ? expression(body.producer_properties) : "(none)");
+    add("policy", `${body.use_raw ? "raw (UseRaw)" : "wrapped Notify"}, SOAP ${body.soap_version}, ${body.mode}`);
+    add("state", el("span", { class: `badge ${failing ? "failing" : body.state}` }, failing ? "failing" : body.state));
+    add("backlog", `${number(body.backlog)} (${number(body.waiting)} waiting in the middleware, ${number(d.held || 0)} in memory)`);
+    add("delivered", body.delivery ? `${number(d.delivered)}${d.last_delivery ? `, last ${when(d.last_delivery)}` : ""}` : "routed into its pull point");
+    add("failures", body.delivery ? number(d.failures) : "-");
+    add("next retry", d.retry_at ? when(d.retry_at) : "-");
+    add("last error", d.last_error || "-");
+    add("created", when(body.created));
+    add("ends", body.terminates ? when(body.terminates) : "never");
+  }
+
+  async function querySubscriptions() {
+    const paging = query.q || query.sort || query.offset;
+    $("sub-prev").disabled = query.offset === 0;
+    if (!paging) {
+      $("sub-page").textContent = "";
+      $("sub-next").disabled = true;
+      return;
+    }
+    const [sort, order] = (query.sort || "created").split(" ");
+    const args = new URLSearchParams({ q: query.q, sort, order: order || "asc", offset: query.offset, limit: PAGE });
+    const { status, body } = await api(`subscriptions?${args}`);
+    if (status !== 200 || !body) return;
+    renderSubscriptions(body.subscriptions, body.count);
+    const last = query.offset + body.subscriptions.length;
+    $("sub-page").textContent = body.count ? `${query.offset + 1} to ${last} of ${number(body.count)}` : "no match";
+    $("sub-next").disabled = last >= body.count;
+  }
+
+  function requery() {
+    query.offset = 0;
+    refresh();
+  }
+
   function schedule() {
     clearInterval(timer);
     timer = null;
@@ -132,6 +194,14 @@
   }
 
   // -- rendering -------------------------------------------------------------------------
+  function bytes(value) {
+    if (value === null || value === undefined) return "?";
+    const units = ["B", "kB", "MB", "GB", "TB"];
+    let v = value, i = 0;
+    while (v >= 1000 && i < units.length - 1) { v /= 1000; i += 1; }
+    return `${i ? v.toFixed(1) : v} ${units[i]}`;
+  }
+
   function yesNo(id, value, yes = "yes", no = "no") {
     const node = $(id);
     node.textContent = value ? yes : no;
@@ -155,7 +225,15 @@
     $("total-backlog").textContent = number(t.backlog) + (t.backlog_unknown ? "+" : "");
     $("total-messages").textContent = number(t.messages);
     $("total-rate").textContent = `${t.rate.toFixed(1)} msg/s now`;
-    renderSubscriptions(data.subscriptions, t.subscriptions);
+    const n = data.node || {};
+    $("node-memory").textContent = bytes(n.memory);
+    $("node-pid").textContent = n.pid ? `process ${n.pid}` : "";
+    $("node-open-files").textContent = number(n.open_files);
+    $("node-threads").textContent = number(n.threads);
+    $("node-python-threads").textContent = `${number(n.python_threads)} Python threads`;
+    $("node-store").textContent = bytes(n.store_bytes);
+    $("node-data").textContent = n.data_dir ? `data directory ${bytes(n.data_bytes)}` : "";
+    if (!(query.q || query.sort || query.offset)) renderSubscriptions(data.subscriptions, t.subscriptions);
     renderPullPoints(data.pull_points, t.pull_points);
     renderTopics(data.topics, t.topics);
     renderRegistrations(data.registrations, t.registrations);
@@ -217,7 +295,7 @@
         button("Unsubscribe", (b) => act(b, "subscriptions", s.id, "unsubscribe", "End this subscription?"), true));
       const consumer = s.pull_point ? `pull point ${s.pull_point}` : s.consumer;
       return el("tr", { "data-key": s.id, "data-id": s.id, "data-state": s.state },
-        el("td", {}, shortId(s.id)),
+        el("td", {}, el("a", { href: `admin?subscription=${encodeURIComponent(s.id)}` }, shortId(s.id))),
         el("td", { class: "wrap" }, el("code", {}, consumer)),
         el("td", { class: "wrap" }, expression(s.topic)),
         el("td", { class: "state" }, el("span", { class: `badge ${state}` }, state)),
@@ -284,6 +362,17 @@
     }
   }
 
+  async function publish(event) {
+    event.preventDefault();
+    const headers = { "Content-Type": "application/json" };
+    if (session.csrf) headers["X-CSRF-Token"] = session.csrf;
+    const form = { topic: $("publish-topic").value.trim(), payload: $("publish-payload").value, content_type: $("publish-type").value || null };
+    const { status, body } = await api("notify", { method: "POST", headers, body: JSON.stringify(form) });
+    if (status === 200) notice(`published on ${form.topic}`);
+    else notice(`publish refused: ${(body && body.error) || `HTTP ${status}`}`, true);
+    await refresh();
+  }
+
   async function signIn(event) {
     event.preventDefault();
     const token = $("token");
@@ -309,6 +398,16 @@
   async function start() {
     $("sign-in").addEventListener("submit", signIn);
     $("sign-out").addEventListener("click", signOut);
+    $("publish").addEventListener("submit", publish);
+    let typing = null;
+    $("sub-search").addEventListener("input", () => {
+      clearTimeout(typing);
+      typing = setTimeout(() => { query.q = $("sub-search").value.trim(); requery(); }, 250);
+    });
+    $("sub-query").addEventListener("submit", (event) => { event.preventDefault(); query.q = $("sub-search").value.trim(); requery(); });
+    $("sub-sort").addEventListener("change", () => { query.sort = $("sub-sort").value; requery(); });
+    $("sub-prev").addEventListener("click", () => { query.offset = Math.max(0, query.offset - PAGE); refresh(); });
+    $("sub-next").addEventListener("click", () => { query.offset += PAGE; refresh(); });
     $("live").addEventListener("change", () => { schedule(); if ($("live").checked) refresh(); });
     if (REFRESH === 0) $("live").checked = false;
     await loadSession();

@@ -1,8 +1,9 @@
 """The admin page (``/admin``) in a real headless Chromium against real gateways.
 
-* A gateway without authentication: the page shows everything to a local browser and
-  changes its values after a Notify without a reload, but offers no action, and an
-  action posted anyway is refused (nobody is an admin without authentication).
+* A gateway without authentication, listening on loopback: the page shows everything to a
+  local browser and changes its values after a Notify without a reload, and the local
+  operator acts (as RabbitMQ's guest user on localhost); an action through a name that is
+  not a loopback address (a DNS name a web page rebound to 127.0.0.1) is refused.
 * A gateway with an admin token: the page shows nothing until someone signs in; an
   action is refused before; the signed-in admin pauses and purges, and the values follow.
   A screenshot of that page is saved under the test's tmp path (its path is printed:
@@ -103,7 +104,9 @@ def _post_from_page(web: Any, path: str) -> Any:
     )
 
 
-def test_read_only_without_authentication(open_gateway: RunningServer, chromium: Any) -> None:
+def test_the_local_operator_without_authentication(
+    open_gateway: RunningServer, chromium: Any
+) -> None:
     from selenium.webdriver.common.by import By
 
     web = chromium
@@ -124,14 +127,18 @@ def test_read_only_without_authentication(open_gateway: RunningServer, chromium:
     assert _text(web, "#health-adapter") == "embedded (queue)"
     assert _text(web, "#health-available") == "yes" and _text(web, "#health-ready") == "yes"
     assert _text(web, "#broker") == open_gateway.broker_url
-    assert _text(web, "#role") == "read-only"
+    assert _text(web, "#role") == "local operator"
+    assert _text(web, "#node-memory").endswith("MB") and int(_text(web, "#node-threads")) > 1
+    assert _text(web, "#node-store").endswith("B") and _text(web, "#node-pid").startswith("process")
+    # subscriptions show the namespaces of their prefixes
+    assert f"p = {NS}" in _text(web, f'#subscriptions tr[data-id="{live.id}"]')
     assert not _shown(web, "#sign-in")  # nobody can sign in without authentication
     assert _text(web, "#total-subscriptions") == "3" and _text(web, "#total-pull-points") == "1"
     rows = web.find_elements(By.CSS_SELECTOR, "#subscriptions tbody tr")
     assert {r.get_attribute("data-id") for r in rows} == {live.id, held.id, down.id}
     held_row = f'#subscriptions tr[data-id="{held.id}"]'
     assert _text(web, f"{held_row} .badge") == "paused"
-    assert not _shown(web, "td.actions")
+    assert _shown(web, "td.actions")
     assert _text(web, f'#pull-points tr[data-id="{pull_point.id}"]')
     registration_row = f'#registrations tr[data-id="{registration.id}"]'
     assert "http://127.0.0.1:9/plc-7" in _text(web, registration_row)
@@ -154,11 +161,70 @@ def test_read_only_without_authentication(open_gateway: RunningServer, chromium:
     assert "127.0.0.1:9" in _text(web, f"{down_row} td.error")
     assert web.execute_script("return window.__marker") == marker
 
-    # -- an action posted anyway is refused: being local makes nobody an admin
-    assert _post_from_page(web, f"wsn/admin/api/subscriptions/{live.id}/pause") == 403
+    # -- the local operator acts from the page; not through a rebound DNS name
+    rebound = requests.post(
+        f"{open_gateway.base_url}{API}/subscriptions/{live.id}/pause",
+        headers={"Host": f"rebound.example:{open_gateway.port}"},
+        timeout=5,
+    )
+    assert rebound.status_code == 403
     state = requests.get(f"{open_gateway.base_url}{API}/subscriptions/{live.id}", timeout=5)
     assert state.json()["state"] == "active"
+    pause = web.find_element(By.CSS_SELECTOR, f"{live_row} td.actions button")
+    assert pause.text == "Pause" and pause.is_displayed()
+    pause.click()
+    _wait("the paused row", lambda: _text(web, f"{live_row} .badge") == "paused")
+    state = requests.get(f"{open_gateway.base_url}{API}/subscriptions/{live.id}", timeout=5)
+    assert state.json()["state"] == "paused"
+
+    # -- one subscription's page, reached from its id in the table
+    web.find_element(By.CSS_SELECTOR, f"{down_row} td a").click()
+    _wait("the subscription's page", lambda: _shown(web, "#detail"))
+    assert web.current_url.endswith(f"admin?subscription={down.id}")
+
+    def field(name: str) -> str:
+        return _text(web, f'#detail-fields tr[data-field="{name}"] td')
+
+    _wait("its fields", lambda: field("state") == "failing")
+    assert field("consumer") == "http://127.0.0.1:9/nobody-listens"
+    assert field("topic").startswith("p:line1/temperature") and f"p = {NS}" in field("topic")
+    assert field("policy") == "wrapped Notify, SOAP 1.2, push"
+    assert int(field("failures")) >= 1 and "127.0.0.1:9" in field("last error")
+    assert field("backlog").startswith("3 (")
     consumer.close()
+    client.close()
+
+
+def test_subscriptions_are_searched_and_paged_by_the_gateway(
+    open_gateway: RunningServer, chromium: Any
+) -> None:
+    """Beyond what one page shows: the search box, the sort and the pages come from the
+    gateway (``GET subscriptions?q=&sort=&offset=&limit=``)."""
+    import uuid
+
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    web = chromium
+    tag = uuid.uuid4().hex[:8]
+    client = WsnClient(open_gateway.broker_url, namespaces={"p": NS})
+    subs = [client.subscribe(f"http://127.0.0.1:9/{tag}/{n:03d}", "p:q") for n in range(105)]
+    web.get(open_gateway.base_url + "/admin?refresh=0")
+    _wait("a first refresh", lambda: _refreshes(web) >= 1)
+    web.find_element(By.ID, "sub-search").send_keys(tag)
+    _wait("the first page", lambda: _text(web, "#sub-page") == "1 to 100 of 105")
+    assert len(web.find_elements(By.CSS_SELECTOR, "#subscriptions tbody tr")) == 100
+    Select(web.find_element(By.ID, "sub-sort")).select_by_value("consumer")
+    _wait("sorted by consumer", lambda: f"{tag}/000" in _text(web, "#subscriptions tbody tr"))
+    web.find_element(By.ID, "sub-next").click()
+    _wait("the second page", lambda: _text(web, "#sub-page") == "101 to 105 of 105")
+    rows = web.find_elements(By.CSS_SELECTOR, "#subscriptions tbody tr")
+    assert [r.get_attribute("data-id") for r in rows] == [s.id for s in subs[100:]]
+    search = web.find_element(By.ID, "sub-search")
+    search.send_keys("/104")
+    _wait("one match", lambda: _text(web, "#sub-page") == "1 to 1 of 1")
+    for sub in subs:
+        sub.unsubscribe()
     client.close()
 
 
@@ -211,6 +277,17 @@ def test_an_admin_signs_in_and_acts(gateway: RunningServer, chromium: Any, tmp_p
     assert _api(gateway, f"/subscriptions/{held.id}")["backlog"] == 0
     assert "3 message(s) dropped" in _text(web, "#notice")
 
+    # -- the Publish form: a Notify from the page, seen by the subscriber and the topics
+    assert _shown(web, "#publish")
+    web.find_element(By.ID, "publish-topic").send_keys(f"{{{NS}}}line1/temperature")
+    web.find_element(By.ID, "publish-payload").send_keys("<celsius>99</celsius>")
+    web.find_element(By.CSS_SELECTOR, "#publish button").click()
+    _wait("the published notice", lambda: "published on" in _text(web, "#notice"))
+    topic_row = f'#topics tr[data-topic="{{{NS}}}line1/temperature"]'
+    _wait("4 messages on the topic", lambda: _text(web, f"{topic_row} td.messages") == "4")
+    current = client.get_current_message("p:line1/temperature")
+    assert current.payload.tag == "celsius" and current.payload.text == "99"
+
     shot = tmp_path / "admin-page.png"
     web.set_window_size(1440, int(web.execute_script("return document.body.scrollHeight")) + 200)
     assert web.save_screenshot(str(shot)) and shot.stat().st_size > 10_000
@@ -219,6 +296,7 @@ def test_an_admin_signs_in_and_acts(gateway: RunningServer, chromium: Any, tmp_p
     # -- signing out takes everything away again
     web.find_element(By.ID, "sign-out").click()
     _wait("the sign-in form again", lambda: _shown(web, "#sign-in"))
+    assert not _shown(web, "#publish")
     assert _text(web, "#role") == "read-only" and not _shown(web, "#content")
     consumer.close()
     client.close()

@@ -281,3 +281,73 @@ def test_gateway_killed_mid_stream_resumes_and_loses_nothing_acknowledged(
     finally:
         stop.set()
         stop_gateway(server)
+
+
+def _kafka_md_block(starting: str) -> str:
+    """The Python block of docs/adapters/kafka.md that starts with ``starting``."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "adapters" / "kafka.md").read_text()
+    for block in text.split("```python\n")[1:]:
+        code = block.split("```", 1)[0]
+        if code.startswith(starting):
+            return code
+    raise AssertionError(f"no python block starting with {starting!r} in kafka.md")
+
+
+def test_documented_native_consumer_prints_the_gateways_record(
+    tagged: tuple[RunningServer, str], kafka_bootstrap: str
+) -> None:
+    """kafka.md's "WS-N -> Kafka" consumer, run as written (bootstrap and topic prefix
+    filled in): it prints the record a Notify made, with its headers, without waiting for
+    a consumer-group join (tansu: about 23 s)."""
+    import subprocess
+    import sys
+
+    server, prefix = tagged
+    shipped = f"orders{uuid.uuid4().hex[:8]}"
+    code = _kafka_md_block("from confluent_kafka import OFFSET_BEGINNING, Consumer")
+    code = code.replace("kafka:9092", kafka_bootstrap).replace(
+        '"orders.shipped"', f'"{prefix}.{shipped}.shipped"'
+    )
+    from wsnmom.client import WsnClient
+
+    with WsnClient(server.broker_url) as client:
+        client.notify('<s xmlns="urn:o">42</s>', f"{{{NATIVE}}}{shipped}/shipped")
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    elapsed = time.monotonic() - started
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0] == "b'<s xmlns=\"urn:o\">42</s>'", done.stdout
+    for header in ("content-type", "wsnmom-topic-ns", "wsnmom-topic-path", "wsnmom-message-id"):
+        assert f"'{header}'" in lines[1], lines[1]
+    print("native consumer printed after", round(elapsed, 1), "s")
+
+
+def test_each_subscriptions_lag_is_visible(tagged: tuple[RunningServer, str]) -> None:
+    """A Kafka subscription's lag, also for one without a consumer group of its own: its
+    backlog in the admin API (what /admin and `wsnmom subscriptions list` show) and the
+    metric wsnmom_subscription_backlog_messages{subscription}."""
+    import re
+
+    import requests
+
+    from wsnmom.client import WsnClient
+
+    server, _ = tagged
+    ns = f"urn:test:lag:{uuid.uuid4().hex[:8]}"
+    with WsnClient(server.broker_url, namespaces={"t": ns}) as client:
+        sub = client.subscribe("http://127.0.0.1:9/nobody", "t:lag")
+        sub.pause()
+        client.notify_many([(f"<m>{i}</m>", "t:lag") for i in range(3)])
+
+        def lag() -> tuple[object, float | None]:
+            api = requests.get(
+                f"{server.base_url}/wsn/admin/api/subscriptions/{sub.id}", timeout=10
+            ).json()["backlog"]
+            text = requests.get(f"{server.base_url}/metrics", timeout=10).text
+            pattern = rf'^wsnmom_subscription_backlog_messages\{{subscription="{sub.id}"\}} (\S+)$'
+            found = re.search(pattern, text, re.M)
+            return api, float(found.group(1)) if found else None
+
+        poll(lambda: lag() == (3, 3.0), 30, what=f"a lag of 3 (now {lag()})")
+        sub.unsubscribe()

@@ -146,3 +146,20 @@ def test_sample_namespace_loads_as_the_gateways_topic_set(tmp_path: Path) -> Non
     )
     topics = load_topic_set(settings).topics()
     assert {"/".join(t.path) for t in topics} >= {"sensors/temperature", "doors/closed"}
+
+
+@pytest.mark.parametrize("adapter", ["rabbitmq", "kafka", "mqtt"])
+def test_every_metadata_header_is_listed_in_the_adapter_docs(adapter: str) -> None:
+    """The headers (MQTT 5 user properties) native consumers see: every one core sets."""
+    from wsnmom.core import adapter as core_adapter
+    from wsnmom.core import codec
+
+    headers = {
+        value
+        for module in (core_adapter, codec)
+        for name, value in vars(module).items()
+        if name.startswith("HEADER_") and isinstance(value, str) and value.startswith("wsnmom-")
+    }
+    assert {"wsnmom-request-id", "wsnmom-via"} <= headers
+    text = (ROOT / "docs" / "adapters" / f"{adapter}.md").read_text()
+    assert not [h for h in sorted(headers) if f"`{h}`" not in text]

@@ -74,12 +74,38 @@ def test_admin_page_files_are_package_data() -> None:
     """The admin page is served from the installed package (no CDN): every file of
     soap_frontend/admin/ must be in the distribution."""
     data = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
-    patterns = data["package-data"]["wsnmom.soap_frontend"]
+    assert "wsnmom.soap_frontend.admin" in data["packages"]
+    assert data["package-dir"]["wsnmom.soap_frontend.admin"] == "soap_frontend/admin"
+    patterns = data["package-data"]["wsnmom.soap_frontend.admin"]
     files = sorted(
-        p.relative_to(ROOT / "soap_frontend") for p in (ROOT / "soap_frontend" / "admin").iterdir()
+        p.relative_to(ROOT / "soap_frontend" / "admin")
+        for p in (ROOT / "soap_frontend" / "admin").iterdir()
     )
-    assert [str(f) for f in files] == ["admin/admin.css", "admin/admin.js", "admin/index.html"]
+    assert [str(f) for f in files] == ["admin.css", "admin.js", "index.html"]
     assert all(any(f.match(pattern) for pattern in patterns) for f in files)
+
+
+def test_the_wheel_builds_without_setuptools_warnings(tmp_path: Path) -> None:
+    """What `make run` installs builds without setuptools' "Package would be ignored"
+    warning (data-only folders are packages of their own), and carries the admin page and
+    the schemas."""
+    import sys
+    import zipfile
+
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-v", "-w", str(tmp_path), str(ROOT)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    output = done.stdout + done.stderr
+    assert "would be ignored" not in output, output[output.find("would be ignored") - 2000 :][:4000]
+    (wheel,) = tmp_path.glob("wsnmom-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    for name in ("admin.css", "admin.js", "index.html"):
+        assert f"wsnmom/soap_frontend/admin/{name}" in names
+    assert "wsnmom/soap_frontend/wsdl/b-2.xsd" in names
 
 
 def test_data_directory_is_ignored_by_git() -> None:

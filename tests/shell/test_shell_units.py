@@ -3,6 +3,7 @@ stand-in admin API."""
 
 from __future__ import annotations
 
+import pytest
 from click.testing import CliRunner
 
 
@@ -79,6 +80,10 @@ def test_subscriptions_list_columns_and_credentials(monkeypatch: object) -> None
         for args, env in (
             (["--token", "sixteen-chars-token"], {}),
             ([], {"WSN_TOKEN": "sixteen-chars-token"}),
+            # the gateway's own admin token variable, for a gateway on a loopback address
+            ([], {"WSNMOM_AUTH__ADMIN_TOKEN": "sixteen-chars-token"}),
+            # and the broker from the environment
+            (["--broker", broker], {"WSNMOM_AUTH__ADMIN_TOKEN": "sixteen-chars-token"}),
         ):
             ok = runner.invoke(cli, ["subscriptions", "list", "--broker", broker, *args], env=env)
             assert ok.exit_code == 0, ok.output
@@ -90,3 +95,20 @@ def test_subscriptions_list_columns_and_credentials(monkeypatch: object) -> None
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_the_admin_token_variable_goes_to_loopback_gateways_only(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from wsnmom.shell.admin import _credentials
+
+    monkeypatch.setenv("WSNMOM_AUTH__ADMIN_TOKEN", "sixteen-chars-token")
+    for local in (
+        "http://127.0.0.1:8080/wsn/broker",
+        "http://[::1]:1/wsn/broker",
+        "http://localhost/",
+    ):
+        given = _credentials(local)
+        assert given is not None and given.token == "sixteen-chars-token"
+    for remote in ("http://gw.example:8080/wsn/broker", "https://10.0.0.5/wsn/broker"):
+        assert _credentials(remote) is None

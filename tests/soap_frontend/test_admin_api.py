@@ -32,6 +32,7 @@ from wsnmom.server import Runtime, build_runtime
 
 API = "/wsn/admin/api"
 SIMPLE = "http://docs.oasis-open.org/wsn/t-1/TopicExpression/Simple"
+CONCRETE = "http://docs.oasis-open.org/wsn/t-1/TopicExpression/Concrete"
 TOKEN = "an-admin-token-for-tests-0123"
 BEARER = {"Authorization": f"Bearer {TOKEN}"}
 ORIGIN = "http://localhost"  # the Flask test client's host
@@ -122,7 +123,13 @@ def _state(runtime: Runtime, sub_id: str) -> str:
 def test_lists_and_shows_live_subscriptions(open_runtime: Runtime) -> None:
     runtime = open_runtime
     service = runtime.service
-    assert _client(runtime).get(API + "/subscriptions").json == {"count": 0, "subscriptions": []}
+    assert _client(runtime).get(API + "/subscriptions").json == {
+        "count": 0,
+        "total": 0,
+        "offset": 0,
+        "limit": None,
+        "subscriptions": [],
+    }
     first = _subscribe(runtime, use_raw=True)
     second = service.subscribe(
         SubscribeRequest(
@@ -186,23 +193,61 @@ def test_overview(open_runtime: Runtime) -> None:
     assert _client(runtime).get(API + "/overview?limit=x").status_code == 400
 
 
-def test_without_authentication_the_page_is_read_only(open_runtime: Runtime) -> None:
-    """A local client reads, but nobody acts: there is no admin to be without
-    authentication, and being local does not make one."""
+def test_without_authentication_the_local_operator_acts_on_a_loopback_listener(
+    open_runtime: Runtime,
+) -> None:
+    """Without authentication, on a gateway listening on loopback only, a client on its
+    host acts (as RabbitMQ's guest user on localhost); not through a name a web page
+    rebound to 127.0.0.1, nor from another address; nobody signs in."""
     sub_id = _subscribe(open_runtime)
     client = _client(open_runtime)
     assert client.get(API + "/session").json == {
         "admin": False,
+        "act": True,
         "caller": "anonymous",
         "read": True,
         "sign_in": False,
         "csrf": None,
     }
-    resp = client.post(f"{API}/subscriptions/{sub_id}/pause", headers={"Origin": ORIGIN})
-    assert resp.status_code == 403 and "authenticated admin" in resp.json["error"]
+    pause = f"{API}/subscriptions/{sub_id}/pause"
+    rebound = client.post(pause, headers={"Host": "rebound.example:8080"})
+    assert rebound.status_code == 403 and "authenticated admin" in rebound.json["error"]
+    remote = _client(open_runtime, "10.1.2.3").post(pause)
+    assert remote.status_code == 403
+    forged = client.post(pause, headers={"Origin": "https://elsewhere.example"})
+    assert forged.status_code == 403
     assert client.get(f"{API}/subscriptions/{sub_id}").json["state"] == "active"
+    resp = client.post(pause, headers={"Origin": ORIGIN})
+    assert resp.status_code == 200 and resp.json == {
+        "ok": True,
+        "action": "pause",
+        "subscription": sub_id,
+    }
+    assert client.get(f"{API}/subscriptions/{sub_id}").json["state"] == "paused"
+    assert client.post(f"{API}/subscriptions/{sub_id}/purge").json["purged"] == 0
     signing = client.post(API + "/session", json={"token": "x"}, headers={"Origin": ORIGIN})
     assert signing.status_code == 403 and "auth.admin_token" in signing.json["error"]
+
+
+def test_without_authentication_nobody_acts_on_another_listener(tmp_path: Path) -> None:
+    """On a gateway listening beyond loopback (authentication off on purpose), local
+    clients still read, but actions need an authenticated admin."""
+    settings = Settings(
+        adapter_url=f"embedded://{tmp_path / 'mw'}",
+        store_url=f"sqlite:///{tmp_path / 'store.db'}",
+        host="0.0.0.0",
+    )
+    settings.auth.required = "false"
+    runtime = build_runtime(settings)
+    try:
+        sub_id = _subscribe(runtime)
+        client = _client(runtime)
+        assert client.get(API + "/session").json["act"] is False
+        resp = client.post(f"{API}/subscriptions/{sub_id}/pause", headers={"Origin": ORIGIN})
+        assert resp.status_code == 403 and "authenticated admin" in resp.json["error"]
+        assert client.get(f"{API}/subscriptions/{sub_id}").json["state"] == "active"
+    finally:
+        runtime.close()
 
 
 def test_with_authentication_reading_needs_an_admin(runtime: Runtime) -> None:
@@ -221,6 +266,7 @@ def test_with_authentication_reading_needs_an_admin(runtime: Runtime) -> None:
         assert remote.get(API + "/overview", headers=creds).status_code == 200
     assert remote.get(API + "/session", headers=BEARER).json == {
         "admin": True,
+        "act": True,
         "caller": "admin",
         "read": True,
         "sign_in": True,
@@ -298,6 +344,7 @@ def test_a_browser_session_needs_the_pages_origin_and_csrf_token(runtime: Runtim
     csrf = _sign_in(client)
     assert client.get(API + "/session").json == {
         "admin": True,
+        "act": True,
         "caller": "admin",
         "read": True,
         "sign_in": True,
@@ -457,7 +504,8 @@ def test_the_page_and_its_files_come_from_the_package() -> None:
     assert "frame-ancestors 'none'" in csp and page.headers["X-Frame-Options"] == "DENY"
     html = page.get_data(as_text=True)
     links = re.findall(r'(?:src|href)="([^"]*)"', html)
-    assert sorted(links) == ["admin/admin.css", "admin/admin.js", "data:,"]
+    # its own files only (and a link back to the page itself, from a subscription's page)
+    assert sorted(links) == ["admin", "admin/admin.css", "admin/admin.js", "data:,"]
     for name, mimetype in (("admin.js", "text/javascript"), ("admin.css", "text/css")):
         resp = client.get(f"/admin/{name}")
         assert resp.status_code == 200 and resp.mimetype == mimetype
@@ -475,3 +523,120 @@ def test_the_admin_views_keep_soap_on_the_fast_path() -> None:
     assert not any(app.before_request_funcs.values())
     assert not any(app.after_request_funcs.values())
     assert app.secret_key is None  # Flask sessions would take it off the fast path too
+
+
+def test_the_page_is_served_with_its_values(open_runtime: Runtime) -> None:
+    """Without JavaScript (and before the first refresh) the page shows the values: the
+    server fills them in for a caller who may read; topics show their namespace."""
+    from lxml import html
+
+    sub_id = _subscribe(open_runtime)
+    open_runtime.service.pause(sub_id)
+    client = _client(open_runtime)
+    page = client.get("/admin")
+    assert page.status_code == 200
+    assert page.headers["Content-Security-Policy"].startswith("default-src 'none'")
+    doc = html.document_fromstring(page.data)
+
+    def text(element_id: str) -> str:
+        return str(doc.get_element_by_id(element_id).text_content()).strip()
+
+    assert "hidden" not in doc.get_element_by_id("content").attrib
+    assert text("health-adapter") == "embedded (queue)"
+    assert text("health-ready") == "yes"
+    assert text("total-subscriptions") == "1"
+    assert text("total-states") == "1 paused, 0 failing"
+    assert text("role") == "local operator"
+    (row,) = doc.xpath(f'//table[@id="subscriptions"]/tbody/tr[@data-key="{sub_id}"]')
+    cells = [c.text_content() for c in row]
+    assert cells[2] == "t:a  (t = urn:t)" and cells[3] == "paused"
+    assert "-" not in (text("total-backlog"), text("total-pull-points"))
+    assert text("node-memory").endswith("MB") and int(text("node-threads")) >= 1
+    assert text("node-store").endswith("B") and text("node-store") != "?"
+    # nobody else gets values: the page without them
+    remote = _client(open_runtime, "10.1.2.3").get("/admin")
+    assert remote.status_code == 200
+    remote_doc = html.document_fromstring(remote.data)
+    assert remote_doc.get_element_by_id("total-subscriptions").text_content() == "-"
+    assert sub_id.encode() not in remote.data
+
+
+def test_the_overview_says_what_the_node_uses(open_runtime: Runtime) -> None:
+    """Memory, open files, threads and the store's size of the gateway process."""
+    import os
+    import threading
+
+    node = _client(open_runtime).get(API + "/overview").json["node"]
+    assert node["pid"] == os.getpid()
+    assert node["memory"] > 10_000_000  # resident bytes of a Python process with the app
+    assert node["open_files"] >= 3  # at least stdin, stdout, stderr
+    assert node["threads"] >= threading.active_count() >= 1
+    assert node["python_threads"] >= 1
+    store = open_runtime.settings.store_url.removeprefix("sqlite:///")
+    assert node["store_bytes"] >= os.path.getsize(store) > 0
+
+
+def test_subscriptions_are_searched_sorted_and_paged_on_the_server(
+    open_runtime: Runtime,
+) -> None:
+    ids = {
+        n: _subscribe(open_runtime, f"http://127.0.0.1:9/{'plc' if n % 3 else 'scada'}-{n:02d}")
+        for n in range(12)
+    }
+    open_runtime.service.pause(ids[4])
+    client = _client(open_runtime)
+
+    def query(**args: object) -> dict[str, Any]:
+        resp = client.get(API + "/subscriptions", query_string=args)
+        assert resp.status_code == 200, resp.json
+        data = resp.json
+        assert data is not None
+        return data
+
+    everything = query()
+    assert (everything["count"], everything["total"]) == (12, 12)
+    assert [s["id"] for s in everything["subscriptions"]] == list(ids.values())  # oldest first
+    scada = query(q="SCADA", sort="consumer", order="desc")
+    assert scada["count"] == 4 and scada["total"] == 12
+    assert [s["consumer"][-8:] for s in scada["subscriptions"]] == [
+        "scada-09", "scada-06", "scada-03", "scada-00",
+    ]  # fmt: skip
+    assert [s["id"] for s in query(q="paused")["subscriptions"]] == [ids[4]]
+    assert query(q="t:a urn:t plc")["count"] == 8  # every word: topic, namespace, consumer
+    page = query(sort="consumer", offset=2, limit=3)
+    assert (page["count"], page["offset"], page["limit"]) == (12, 2, 3)
+    assert [s["consumer"][-6:] for s in page["subscriptions"]] == ["plc-04", "plc-05", "plc-07"]
+    for bad in ({"sort": "nope"}, {"order": "up"}, {"limit": "x"}, {"offset": "-1"}):
+        resp = client.get(API + "/subscriptions", query_string=bad)
+        assert resp.status_code == 400 and resp.json["error"]
+
+
+def test_publishing_from_the_admin_api(open_runtime: Runtime, tmp_path: Path) -> None:
+    """The page's Publish form: an XML element as it is, other content wrapped with its
+    type; bad input gets a precise 400; someone who may not act gets 403."""
+    client = _client(open_runtime)
+
+    def publish(form: object, remote: str = "127.0.0.1") -> Any:
+        return _client(open_runtime, remote).post(API + "/notify", json=form)
+
+    ok = publish({"topic": "{urn:t}pub/x", "payload": "<m>1</m>"})
+    assert ok.status_code == 200 and ok.json["action"] == "publish", ok.json
+    current = open_runtime.service.get_current_message(
+        ExpressionSource(CONCRETE, "t:pub/x", {"t": "urn:t"})
+    )
+    assert b"<m>1</m>" in current.payload
+    as_json = publish(
+        {"topic": "{urn:t}pub/x", "payload": '{"a": 1}', "content_type": "application/json"}
+    )
+    assert as_json.status_code == 200
+    current = open_runtime.service.get_current_message(
+        ExpressionSource(CONCRETE, "t:pub/x", {"t": "urn:t"})
+    )
+    assert b'contentType="application/json"' in current.payload
+    bad_topic = publish({"topic": "pub/x", "payload": "<m/>"})
+    assert bad_topic.status_code == 400 and "{namespace URI}path" in bad_topic.json["error"]
+    bad_xml = publish({"topic": "{urn:t}p", "payload": "<m>", "content_type": "text/xml"})
+    assert bad_xml.status_code == 400 and "not one XML element" in bad_xml.json["error"]
+    assert publish("nope").status_code == 400
+    assert publish({"topic": "{urn:t}p", "payload": "<m/>"}, "10.1.2.3").status_code == 403
+    assert client.get(API + "/topics").json["count"] == 1

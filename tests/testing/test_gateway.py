@@ -99,13 +99,21 @@ def test_middleware_names_and_urls(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("WSNMOM_TEST_KAFKA_BOOTSTRAP", "127.0.0.1:9092,127.0.0.1:9093")
     kafka = resolve_middleware("kafka")
     assert (kafka.url, kafka.source) == ("kafka://127.0.0.1:9092,127.0.0.1:9093", "env")
-    with pytest.raises(MiddlewareUnavailable, match="pass its adapter URL"):
-        resolve_middleware("mqtt")
+    monkeypatch.setenv("WSNMOM_TEST_MQTT_URL", "mqtt://127.0.0.1:1883")
+    mqtt = resolve_middleware("mqtt")
+    assert (mqtt.url, mqtt.source) == ("mqtt://127.0.0.1:1883", "env")
+    with pytest.raises(MiddlewareUnavailable, match="pass its adapter URL") as info:
+        resolve_middleware("nosuch")
+    assert "mqtt://host:1883" in str(info.value)
 
 
 @pytest.mark.parametrize(
     ("name", "variable"),
-    [("rabbitmq", "WSNMOM_TEST_AMQP_URL"), ("kafka", "WSNMOM_TEST_KAFKA_BOOTSTRAP")],
+    [
+        ("rabbitmq", "WSNMOM_TEST_AMQP_URL"),
+        ("kafka", "WSNMOM_TEST_KAFKA_BOOTSTRAP"),
+        ("mqtt", "WSNMOM_TEST_MQTT_URL"),
+    ],
 )
 def test_without_env_or_docker_says_what_to_do(
     monkeypatch: pytest.MonkeyPatch, name: str, variable: str
@@ -116,6 +124,8 @@ def test_without_env_or_docker_says_what_to_do(
         resolve_middleware(name)
     message = str(info.value)
     assert f"no {name} middleware" in message and variable in message and "Docker" in message
+    if name == "mqtt":  # the hint is an MQTT URL
+        assert f"{variable}=mqtt://host:1883" in message and "amqp" not in message
 
 
 class _StandInContainer:
@@ -210,10 +220,20 @@ def test_fixture_without_middleware(
 ) -> None:
     monkeypatch.setenv("CI", ci)
     result = project.runpytest_subprocess(
-        "-p", "no:cacheprovider", "-rA", "--wsnmom-adapter", "mqtt"
+        "-p", "no:cacheprovider", "-rA", "--wsnmom-adapter", "nosuch"
     )
     result.assert_outcomes(**outcome)
     result.stdout.fnmatch_lines(["*wsnmom_gateway: no built-in way to provide middleware*"])
+
+
+@pytest.mark.mqtt
+def test_fixture_runs_the_documented_example_on_mqtt(
+    project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, mqtt_url: str
+) -> None:
+    """``--wsnmom-adapter mqtt`` with ``WSNMOM_TEST_MQTT_URL``, as the README names it."""
+    monkeypatch.setenv("WSNMOM_TEST_MQTT_URL", mqtt_url)
+    result = project.runpytest_subprocess("-p", "no:cacheprovider", "--wsnmom-adapter", "mqtt")
+    result.assert_outcomes(passed=1)
 
 
 # --- ports ------------------------------------------------------------------------------------

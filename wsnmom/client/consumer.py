@@ -32,7 +32,7 @@ from types import TracebackType
 from typing import Any, Final, Self
 
 from wsnmom.core.errors import WsnError
-from wsnmom.soap_frontend.codec import HOPS, T
+from wsnmom.soap_frontend.codec import HOPS, MESSAGES, T, parse_messages_header
 from wsnmom.soap_frontend.envelope import (
     HttpError,
     SoapProtocolErrorWithContext,
@@ -202,7 +202,8 @@ class NotificationConsumer:
             self._fault(handler, exc, exc.version, exc.addressing.message_id)
             return
         # the echoed reference parameters (the gateway's hop marker is not one)
-        headers = tuple(copy.deepcopy(h) for h in request.addressing.other_headers if h.tag != HOPS)
+        others = request.addressing.other_headers
+        headers = tuple(copy.deepcopy(h) for h in others if h.tag not in (HOPS, MESSAGES))
         try:
             if request.body.tag == T("Notify"):
                 received = wire.notifications(request.body, allow_empty=False)
@@ -212,9 +213,12 @@ class NotificationConsumer:
         except WsnError as exc:
             self._fault(handler, exc, request.version, request.addressing.message_id)
             return
-        for notification in received:
+        stamps = parse_messages_header(others, len(received))
+        for notification, (message_id, published) in zip(received, stamps, strict=True):
             notification.path = handler.path
             notification.headers = headers
+            notification.message_id = message_id
+            notification.published = published
             self._deliver(notification)
         self._reply(handler, 202, b"", None)
 

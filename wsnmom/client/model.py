@@ -239,6 +239,10 @@ class Notification:
     path: str = ""
     #: SOAP header blocks besides WS-Addressing (echoed reference parameters)
     headers: tuple[etree._Element, ...] = ()
+    #: the broker's message id and publication time (xsd:dateTime), where a wsnmom gateway
+    #: sent them (its ``wsnmom:Messages`` header; consumer server only)
+    message_id: str | None = None
+    published: str | None = None
 
     @property
     def payload_xml(self) -> bytes:

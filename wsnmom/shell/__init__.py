@@ -1,12 +1,15 @@
-"""The shell client: ``wsnmom notify``, ``subscribe``, ``pull``, ``subscriptions`` and
-``check``, built on :mod:`wsnmom.client` (they work against any WS-N broker; ``subscriptions
-list`` needs a wsnmom gateway)."""
+"""The shell client: ``wsnmom notify``, ``subscribe``, ``pull``, ``current``,
+``subscriptions``, ``check``, built on :mod:`wsnmom.client` (they work against any WS-N
+broker), and the listings of a wsnmom gateway's admin API (``subscriptions list|purge``,
+``pull-points``, ``registrations``, ``topics list``)."""
 
 from __future__ import annotations
 
 import click
 
 from .check import check_command
+from .current import current_command
+from .listings import pull_points, registrations, topics_list_command
 from .publish import notify_command
 from .receive import pull_command, subscribe_command
 from .subscriptions import subscriptions
@@ -16,5 +19,19 @@ __all__ = ["install"]
 
 def install(group: click.Group) -> None:
     """Add the shell client's commands to the ``wsnmom`` command group."""
-    for command in (notify_command, subscribe_command, pull_command, subscriptions, check_command):
+    for command in (
+        notify_command,
+        subscribe_command,
+        pull_command,
+        current_command,
+        subscriptions,
+        pull_points,
+        registrations,
+        check_command,
+    ):
         group.add_command(command)
+    topics = group.commands.get("topics")  # the topic-mapping tools' group, when installed
+    if isinstance(topics, click.Group):
+        topics.add_command(topics_list_command)
+    else:
+        group.add_command(click.Group("topics", commands=[topics_list_command]))

@@ -157,11 +157,12 @@ def broker_options(func: F) -> F:
     )(func)
     func = click.option(
         "--broker",
+        envvar="WSNMOM_BROKER",
         default=DEFAULT_BROKER,
         show_default=True,
         metavar="URL",
         callback=_http_url,
-        help="The broker's NotificationBroker endpoint.",
+        help="The broker's NotificationBroker endpoint (also $WSNMOM_BROKER).",
     )(func)
     return func
 
@@ -243,14 +244,24 @@ def render(notification: Notification, fmt: str) -> str:
         text = tidy_xml(notification.payload).decode("utf-8")
     if fmt == "json":
         producer = notification.producer_reference
+        expression = notification.topic
+        concrete = _concrete(expression) if expression is not None else None
         return json.dumps(
             {
-                "topic": topic if notification.topic is not None else None,
-                "dialect": notification.topic.effective_dialect if notification.topic else None,
+                "message_id": notification.message_id,
+                "timestamp": notification.published,
+                "topic": topic if expression is not None else None,
+                "namespace": concrete[0] if concrete else None,
+                "path": concrete[1] if concrete else None,
+                "dialect": expression.effective_dialect if expression else None,
                 "payload": text,
                 "content_type": notification.content_type,
                 "producer": producer.address if producer is not None else None,
                 "subscription": notification.subscription_address,
+                "headers": {
+                    etree.QName(h).text: (h.text or "").strip() or tidy_xml(h).decode("utf-8")
+                    for h in notification.headers
+                },
                 "raw": notification.raw,
             },
             ensure_ascii=False,
@@ -263,6 +274,17 @@ def render(notification: Notification, fmt: str) -> str:
         )
         return pretty.rstrip("\n")
     return f"{topic} {' '.join(text.split()) if not notification.is_native else text}"
+
+
+def _concrete(expression: TopicExpression) -> tuple[str, str] | None:
+    """(namespace URI, path) of a topic that names one concrete topic, else None."""
+    text = str(expression)
+    if not text.startswith("{") or "}" not in text:
+        return None
+    namespace, _, path = text[1:].partition("}")
+    if any(c in path for c in "*|"):
+        return None
+    return namespace, path
 
 
 def progress(message: str) -> None:

@@ -3,7 +3,9 @@
 The payload comes from the argument, a file or stdin; with ``--lines`` every non-empty line
 is one notification (sent in batches, with progress on stderr).  A payload that is one XML
 element is sent as it is; anything else is wrapped as the gateway wraps native messages
-(``wsnmom:NativeMessage``, ``--content-type``, default ``text/plain``).
+(``wsnmom:NativeMessage``, ``--content-type``; without it the type native ingress gives a
+body without one: ``application/json`` for JSON, ``text/plain`` for other text,
+``application/octet-stream`` for bytes that are not UTF-8).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import IO
 import click
 from lxml import etree
 
+from wsnmom.adapters.native import sniff_content_type
 from wsnmom.client import ClientError, Message, TopicExpression, text_payload
 from wsnmom.client.model import payload_element
 from wsnmom.core.addresses import ResourceKind
@@ -41,7 +44,8 @@ def _payload(data: bytes, content_type: str | None) -> etree._Element:
                 raise
     if data.endswith(b"\n"):  # the newline a file or `echo` ends with is not content
         data = data[:-2] if data.endswith(b"\r\n") else data[:-1]
-    return text_payload(data, content_type or "text/plain")
+    # without --content-type, the type the gateway gives a native message without one
+    return text_payload(data, content_type or sniff_content_type(data))
 
 
 def _lines(stream: IO[bytes]) -> Iterator[bytes]:

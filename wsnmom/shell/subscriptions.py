@@ -1,37 +1,36 @@
-"""``wsnmom subscriptions list|show|delete``.
+"""``wsnmom subscriptions list|show|delete|pause|resume|purge``.
 
-``list`` reads the gateway's admin API (``/wsn/admin/api/subscriptions``: admins, see
-``soap_frontend.identity``): WS-N has no operation that lists subscriptions.  ``show``
-and ``delete`` use the standard operations (WS-ResourceProperties reads, Unsubscribe), so
-they work against any WS-N broker given a subscription's address; with a wsnmom gateway an
-id is enough.
+``list`` and ``purge`` use the gateway's admin API (``/wsn/admin/api/subscriptions``:
+admins, see ``soap_frontend.identity``; :mod:`.admin`): WS-N has no operation that lists
+subscriptions or drops their messages.  ``show``, ``delete``, ``pause`` and ``resume`` use
+the standard operations (WS-ResourceProperties reads, Unsubscribe, Pause/ResumeSubscription),
+so they work against any WS-N broker given a subscription's address; with a wsnmom gateway
+an id is enough.
 """
 
 from __future__ import annotations
 
 import json
 from typing import Any
+from urllib.parse import urlencode
 
 import click
-import requests
 
 from wsnmom.client import ClientError, Subscription
 from wsnmom.core.addresses import ResourceKind
 
+from .admin import admin_call, print_table
 from .common import (
-    base_url,
     broker_options,
-    credentials,
     make_client,
     reporting,
     resource_address,
-    tls_options,
 )
 
 
 @click.group("subscriptions")
 def subscriptions() -> None:
-    """List, show and delete subscriptions."""
+    """List, show, pause, resume, purge and delete subscriptions."""
 
 
 def _topic_text(topic: dict[str, Any] | None) -> str:
@@ -49,39 +48,54 @@ def _count(value: object) -> str:
 
 @subscriptions.command("list")
 @click.option("--json", "as_json", is_flag=True, help="Print the API's JSON.")
+@click.option(
+    "--search",
+    "-s",
+    metavar="WORDS",
+    help="Only those whose id, consumer, topic or state contain every word (case-insensitive).",
+)
+@click.option(
+    "--sort",
+    type=click.Choice(
+        [
+            "created",
+            "id",
+            "consumer",
+            "topic",
+            "state",
+            "backlog",
+            "failures",
+            "delivered",
+            "terminates",
+        ]
+    ),
+    default="created",
+    show_default=True,
+    help="Order of the list.",
+)
+@click.option("--desc", is_flag=True, help="Descending order.")
+@click.option("--offset", type=click.IntRange(min=0), default=0, help="Skip this many.")
+@click.option("--limit", type=click.IntRange(min=1), help="At most this many.")
 @broker_options
 def list_command(
-    as_json: bool, broker: str, ns_pairs: tuple[str, ...], soap11: bool, timeout: float
+    as_json: bool,
+    search: str | None,
+    sort: str,
+    desc: bool,
+    offset: int,
+    limit: int | None,
+    broker: str,
+    ns_pairs: tuple[str, ...],
+    soap11: bool,
+    timeout: float,
 ) -> None:
     """List the broker's live subscriptions with their backlog and delivery state (a wsnmom
-    gateway: an admin's credentials, or without authentication its own host)."""
-    url = base_url(broker) + "/wsn/admin/api/subscriptions"
-    given = credentials()
-    try:
-        with requests.Session() as http:
-            if given is not None:
-                if given.wsse is not None:
-                    raise click.UsageError("the admin API takes --user/--password or --token")
-                given.apply(http)
-            tls = tls_options()
-            resp = http.get(url, timeout=timeout, verify=tls["verify"], cert=tls["cert"])
-    except requests.RequestException as exc:
-        raise click.ClickException(f"cannot reach {url}: {exc}") from exc
-    if resp.status_code == 401:
-        raise click.ClickException(
-            f"{url} asks for an admin's credentials: give --token or --user/--password"
-        )
-    if resp.status_code == 403:
-        raise click.ClickException(
-            f"{url} refused the listing: it answers admins only (without authentication: "
-            "clients on the gateway's own host)"
-        )
-    if resp.status_code != 200 or "json" not in resp.headers.get("Content-Type", ""):
-        raise click.ClickException(
-            f"{url} answered HTTP {resp.status_code}: listing subscriptions needs a wsnmom "
-            "gateway (WS-N has no list operation)"
-        )
-    data = resp.json()
+    gateway: an admin's credentials, or without authentication its own host); searched,
+    sorted and paged by the gateway."""
+    query = {"q": search or "", "sort": sort, "order": "desc" if desc else "asc"}
+    query.update(offset=str(offset), limit=str(limit) if limit else "")
+    path = "/subscriptions?" + urlencode({k: v for k, v in query.items() if v})
+    data = admin_call("GET", broker, path, timeout, "the listing")
     if as_json:
         click.echo(json.dumps(data, indent=2))
         return
@@ -102,10 +116,9 @@ def list_command(
             )
         )
     header = ("ID", "STATE", "CONSUMER", "TOPIC", "BACKLOG", "DELIVERED", "FAILURES", "ENDS")
-    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
-    for row in [header, *rows]:
-        click.echo("  ".join(str(v).ljust(w) for v, w in zip(row, widths, strict=True)).rstrip())
-    click.echo(f"{len(rows)} subscription(s)", err=True)
+    print_table(header, rows, "subscription")
+    if len(rows) < data["count"]:
+        click.echo(f"{data['count']} match, from {offset + 1} to {offset + len(rows)}", err=True)
 
 
 @subscriptions.command("show")
@@ -171,3 +184,81 @@ def delete_command(
     click.echo(f"deleted {len(subscriptions_) - failed} of {len(subscriptions_)}", err=True)
     if failed:
         raise SystemExit(1)
+
+
+def _each(
+    items: tuple[str, ...],
+    broker: str,
+    ns_pairs: tuple[str, ...],
+    soap11: bool,
+    timeout: float,
+    action: str,
+) -> None:
+    """Pause or resume each subscription; exit status 1 when any was refused."""
+    failed = 0
+    with make_client(broker, ns_pairs, soap11, timeout) as client:
+        for item in items:
+            sub = client.subscription(resource_address(broker, ResourceKind.SUBSCRIPTION, item))
+            try:
+                sub.pause() if action == "paused" else sub.resume()
+            except ClientError as exc:
+                failed += 1
+                click.echo(f"{item}: {exc}", err=True)
+            else:
+                click.echo(f"{action} {sub.address}")
+    if failed:
+        raise SystemExit(1)
+
+
+@subscriptions.command("pause")
+@click.argument("subscriptions_", metavar="ID|ADDRESS...", nargs=-1, required=True)
+@broker_options
+def pause_command(
+    subscriptions_: tuple[str, ...],
+    broker: str,
+    ns_pairs: tuple[str, ...],
+    soap11: bool,
+    timeout: float,
+) -> None:
+    """Pause subscriptions (PauseSubscription): their messages accumulate until resumed."""
+    _each(subscriptions_, broker, ns_pairs, soap11, timeout, "paused")
+
+
+@subscriptions.command("resume")
+@click.argument("subscriptions_", metavar="ID|ADDRESS...", nargs=-1, required=True)
+@broker_options
+def resume_command(
+    subscriptions_: tuple[str, ...],
+    broker: str,
+    ns_pairs: tuple[str, ...],
+    soap11: bool,
+    timeout: float,
+) -> None:
+    """Resume subscriptions (ResumeSubscription): what accumulated is delivered in order."""
+    _each(subscriptions_, broker, ns_pairs, soap11, timeout, "resumed")
+
+
+@subscriptions.command("purge")
+@click.argument("subscription_ids", metavar="ID...", nargs=-1, required=True)
+@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+@broker_options
+def purge_command(
+    subscription_ids: tuple[str, ...],
+    yes: bool,
+    broker: str,
+    ns_pairs: tuple[str, ...],
+    soap11: bool,
+    timeout: float,
+) -> None:
+    """Drop every message waiting for these subscriptions (a wsnmom gateway's admin API)."""
+    if not yes:
+        click.confirm(
+            f"drop every message waiting for {len(subscription_ids)} subscription(s)?",
+            abort=True,
+            err=True,
+        )
+    for sid in subscription_ids:
+        sid = sid.rstrip("/").rsplit("/", 1)[-1]
+        data = admin_call("POST", broker, f"/subscriptions/{sid}/purge", timeout, "the purge")
+        purged = data.get("purged")
+        click.echo(f"purged {sid}: {'?' if purged is None else purged} message(s) dropped")

@@ -14,6 +14,9 @@ a URL (``amqp://…``, ``embedded://…``, any scheme an adapter plugin register
 ``kafka``
     ``kafka://$WSNMOM_TEST_KAFKA_BOOTSTRAP`` when that is set (``host:port[,...]``);
     otherwise a Kafka container in KRaft mode (no ZooKeeper) the same way.
+``mqtt``
+    ``$WSNMOM_TEST_MQTT_URL`` when set (``mqtt://host:port``); otherwise an
+    ``eclipse-mosquitto`` container the same way.
 
 The Docker engine is pinged cheaply before testcontainers is touched, so a machine without
 Docker gets a clear message instead of testcontainers' connection errors.
@@ -30,12 +33,14 @@ from typing import Any, Final
 
 __all__ = [
     "KAFKA_IMAGE",
+    "MOSQUITTO_IMAGE",
     "RABBITMQ_IMAGE",
     "Middleware",
     "MiddlewareUnavailable",
     "docker_available",
     "import_testcontainer",
     "kafka_container",
+    "mosquitto_container",
     "rabbitmq_container",
     "resolve_middleware",
 ]
@@ -48,6 +53,16 @@ AMQP_URL_VARIABLE: Final = "WSNMOM_TEST_AMQP_URL"
 KAFKA_IMAGE: Final = "confluentinc/cp-kafka:7.6.1"
 #: environment variable naming an existing Kafka cluster for tests (``host:port[,...]``)
 KAFKA_BOOTSTRAP_VARIABLE: Final = "WSNMOM_TEST_KAFKA_BOOTSTRAP"
+#: pinned image for MQTT broker containers
+MOSQUITTO_IMAGE: Final = "eclipse-mosquitto:2.0.20"
+#: environment variable naming an existing MQTT broker for tests (``mqtt://host:port``)
+MQTT_URL_VARIABLE: Final = "WSNMOM_TEST_MQTT_URL"
+#: what to set each variable to, in messages
+_EXAMPLES: Final = {
+    "rabbitmq": "amqp://user:pass@host:5672/vhost",
+    "kafka": "host:9092",
+    "mqtt": "mqtt://host:1883",
+}
 #: adapters whose middleware is a directory of the gateway's: their URL, ``{data_dir}`` filled in
 IN_DATA_DIR: Final = {
     "embedded": "embedded://{data_dir}/middleware",
@@ -138,10 +153,36 @@ def kafka_container(image: str = KAFKA_IMAGE) -> Middleware:
     return middleware
 
 
+def mosquitto_container(image: str = MOSQUITTO_IMAGE) -> Middleware:
+    """An MQTT broker container (needs a Docker engine and testcontainers)."""
+    if not docker_available():
+        raise MiddlewareUnavailable("no Docker engine answers")
+    container = import_testcontainer("mqtt", "MosquittoContainer")(image)
+    try:
+        container.start()
+    except Exception as exc:
+        raise MiddlewareUnavailable(f"the MQTT broker container did not start: {exc}") from None
+    host = container.get_container_host_ip()
+    port = container.get_exposed_port(container.MQTT_PORT)
+    middleware = Middleware(f"mqtt://{host}:{port}", "testcontainers")
+    middleware._finalizers.append(container.stop)
+    return middleware
+
+
+#: how each middleware with a built-in provider is started in a container
+_CONTAINERS: Final = {
+    "rabbitmq": rabbitmq_container,
+    "kafka": kafka_container,
+    "mqtt": mosquitto_container,
+}
+
+
 def _from_env(adapter: str) -> tuple[str, str | None]:
     """The variable that names ``adapter``'s existing middleware, and its adapter URL."""
     if adapter == "rabbitmq":
         return AMQP_URL_VARIABLE, os.environ.get(AMQP_URL_VARIABLE) or None
+    if adapter == "mqtt":
+        return MQTT_URL_VARIABLE, os.environ.get(MQTT_URL_VARIABLE) or None
     hosts = os.environ.get(KAFKA_BOOTSTRAP_VARIABLE)
     return KAFKA_BOOTSTRAP_VARIABLE, f"kafka://{hosts}" if hosts else None
 
@@ -152,20 +193,20 @@ def resolve_middleware(adapter: str) -> Middleware:
         return Middleware(adapter, "given")
     if adapter in IN_DATA_DIR:
         return Middleware(IN_DATA_DIR[adapter], "data_dir")
-    if adapter in ("rabbitmq", "kafka"):
+    if adapter in _CONTAINERS:
         variable, url = _from_env(adapter)
         if url:
             return Middleware(url, "env")
         try:
-            return rabbitmq_container() if adapter == "rabbitmq" else kafka_container()
+            return _CONTAINERS[adapter]()
         except MiddlewareUnavailable as exc:
-            example = "amqp://…" if adapter == "rabbitmq" else "host:9092"
             raise MiddlewareUnavailable(
                 f"no {adapter} middleware for the gateway: {variable} is not set and a "
-                f"container cannot be started ({exc}); set {variable}={example} or "
+                f"container cannot be started ({exc}); set {variable}={_EXAMPLES[adapter]} or "
                 "start a Docker engine"
             ) from None
     raise MiddlewareUnavailable(
-        f"no built-in way to provide middleware for adapter {adapter!r}: pass its adapter "
-        "URL instead (for example amqp://user:pass@host:5672/vhost)"
+        f"no built-in way to provide middleware for adapter {adapter!r}: use embedded, "
+        "filelog, rabbitmq, kafka or mqtt, or pass its adapter URL (for example "
+        "mqtt://host:1883, kafka://host:9092 or amqp://user:pass@host:5672/vhost)"
     )

@@ -9,7 +9,7 @@ these fixtures:
     subprocess on a free loopback port, for testing applications that talk WS-N.  Its
     adapter is ``wsnmom_gateway_adapter`` (default ``embedded``, or the
     ``--wsnmom-adapter`` command-line option: ``embedded``, ``filelog``, ``rabbitmq``,
-    ``kafka`` or an adapter URL);
+    ``kafka``, ``mqtt`` or an adapter URL);
     its settings are ``wsnmom_gateway_env`` (``WSNMOM_*`` variables).  Override either
     fixture in a conftest.py to choose.  When the middleware cannot be provided the tests
     are skipped (they fail under ``CI=true``).
@@ -45,7 +45,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--wsnmom-adapter",
         default=None,
         help="adapter of the wsnmom_gateway fixture: embedded (default), filelog, rabbitmq, "
-        "kafka or an adapter URL",
+        "kafka, mqtt or an adapter URL",
     )
 
 

@@ -1,0 +1,206 @@
+"""The shell client's operator commands against the real gateway (one shared embedded
+gateway without authentication: the local operator reads and acts): ``current``,
+``subscriptions pause|resume|purge``, ``pull-points list|show|purge``, ``registrations
+list``, ``topics list``, and ``WSNMOM_BROKER`` instead of ``--broker``."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+import pytest
+import requests
+from click.testing import CliRunner
+
+from tests.fixtures.server import RunningServer, poll
+from wsnmom.cli import cli
+from wsnmom.client import WsnClient
+
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.parametrize("wsnmom_server", ["embedded"], indirect=True),
+]
+
+NOBODY = "http://127.0.0.1:9/nobody-listens"
+
+
+def run(*args: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
+    result = CliRunner().invoke(cli, list(args), env=env, catch_exceptions=False)
+    return result.exit_code, result.stdout, result.stderr
+
+
+def _api(server: RunningServer, path: str) -> Any:
+    return requests.get(f"{server.base_url}/wsn/admin/api{path}", timeout=10).json()
+
+
+@pytest.fixture
+def ns() -> str:
+    return f"urn:test:shell-admin:{uuid.uuid4().hex[:10]}"
+
+
+def test_current_prints_the_last_message_and_fails_without_one(
+    wsnmom_server: RunningServer, ns: str
+) -> None:
+    broker = ["--broker", wsnmom_server.broker_url, "--ns", f"t={ns}"]
+    code, _, err = run("current", *broker, "t:line/temp")
+    assert code == 1 and "NoCurrentMessageOnTopicFault" in err
+    with WsnClient(wsnmom_server.broker_url, namespaces={"t": ns}) as client:
+        client.notify("<c>20</c>", "t:line/temp")
+        client.notify("<c>21</c>", "t:line/temp")
+    code, out, err = run("current", *broker, "t:line/temp")
+    assert code == 0, err
+    assert out == f"{{{ns}}}line/temp <c>21</c>\n"
+    # the broker from the environment, JSON output
+    env = {"WSNMOM_BROKER": wsnmom_server.broker_url}
+    code, out, err = run("current", "--format", "json", f"{{{ns}}}line/temp", env=env)
+    assert code == 0, err
+    assert json.loads(out)["payload"] == "<c>21</c>"
+
+
+def test_subscriptions_pause_resume_and_purge(wsnmom_server: RunningServer, ns: str) -> None:
+    broker = ["--broker", wsnmom_server.broker_url]
+    with WsnClient(wsnmom_server.broker_url, namespaces={"t": ns}) as client:
+        sub = client.subscribe(NOBODY, "t:a")
+        code, out, err = run("subscriptions", "pause", *broker, sub.id)
+        assert code == 0, err
+        assert out == f"paused {sub.address}\n"
+        assert _api(wsnmom_server, f"/subscriptions/{sub.id}")["state"] == "paused"
+        client.notify_many([(f"<m>{i}</m>", "t:a") for i in range(3)])
+        poll(
+            lambda: _api(wsnmom_server, f"/subscriptions/{sub.id}")["backlog"] == 3,
+            10,
+            what="a backlog of 3",
+        )
+        code, out, err = run("subscriptions", "purge", *broker, "--yes", sub.address)
+        assert code == 0, err
+        assert out == f"purged {sub.id}: 3 message(s) dropped\n"
+        assert _api(wsnmom_server, f"/subscriptions/{sub.id}")["backlog"] == 0
+        code, out, err = run("subscriptions", "resume", *broker, sub.id)
+        assert code == 0 and out == f"resumed {sub.address}\n", err
+        assert _api(wsnmom_server, f"/subscriptions/{sub.id}")["state"] == "active"
+        code, _, err = run("subscriptions", "purge", *broker, "--yes", "no-such-id")
+        assert code == 1 and "no subscription 'no-such-id'" in err
+        sub.unsubscribe()
+
+
+def test_pull_points_list_show_purge(wsnmom_server: RunningServer, ns: str) -> None:
+    broker = ["--broker", wsnmom_server.broker_url]
+    with WsnClient(wsnmom_server.broker_url, namespaces={"t": ns}) as client:
+        pp = client.create_pull_point()
+        feeder = client.subscribe(pp.address, "t:b")
+        client.notify_many([(f"<m>{i}</m>", "t:b") for i in range(2)])
+        poll(
+            lambda: any(
+                p["id"] == pp.id and p["waiting"] == 2
+                for p in _api(wsnmom_server, "/pullpoints")["pull_points"]
+            ),
+            10,
+            what="2 messages waiting in the pull point",
+        )
+        code, out, err = run("pull-points", "list", *broker)
+        assert code == 0, err
+        header, *rows = out.splitlines()
+        assert header.split() == ["ID", "WAITING", "FEEDING", "NAME", "ENDS"]
+        (row,) = [r.split() for r in rows if r.startswith(pp.id)]
+        assert row[1:3] == ["2", "1"]
+        code, out, err = run("pull-points", "show", *broker, pp.address)
+        assert code == 0, err
+        assert "waiting:     2\n" in out and f"fed by:      {feeder.id}\n" in out
+        code, out, err = run("pull-points", "show", *broker, "--json", pp.id)
+        assert json.loads(out)["feeding"] == [feeder.id]
+        code, out, err = run("pull-points", "purge", *broker, "--yes", pp.id)
+        assert code == 0 and out == f"purged {pp.id}: 2 message(s) dropped\n", err
+        assert pp.get_messages(10) == []
+        code, _, err = run("pull-points", "show", *broker, "nope")
+        assert code == 1 and "no pull point 'nope'" in err
+        pp.destroy()
+
+
+def test_registrations_and_topics_lists(wsnmom_server: RunningServer, ns: str) -> None:
+    broker = ["--broker", wsnmom_server.broker_url]
+    with WsnClient(wsnmom_server.broker_url, namespaces={"t": ns}) as client:
+        reg = client.register_publisher("http://127.0.0.1:9/plc-7", ["t:c//*"], demand=False)
+        client.notify_many([(f"<m>{i}</m>", "t:c/d") for i in range(4)])
+        code, out, err = run("registrations", "list", *broker)
+        assert code == 0, err
+        (row,) = [r for r in out.splitlines() if r.startswith(reg.id)]
+        assert "http://127.0.0.1:9/plc-7" in row and f"{{{ns}}}c//*" in row and " no " in row
+        code, out, err = run("topics", "list", *broker)
+        assert code == 0, err
+        (row,) = [r.split() for r in out.splitlines() if r.startswith(f"{{{ns}}}c/d ")]
+        assert row[1] == "4" and row[2].endswith("/s")
+        code, out, err = run("topics", "list", *broker, "--json")
+        (topic,) = [t for t in json.loads(out)["topics"] if t["namespace"] == ns]
+        assert (topic["path"], topic["messages"]) == ("c/d", 4)
+        reg.destroy()
+
+
+def test_notify_sends_piped_json_as_json(wsnmom_server: RunningServer, ns: str) -> None:
+    """Without --content-type the shell gives a payload the type native ingress would:
+    JSON is application/json, other text text/plain, other bytes octet-stream."""
+    from wsnmom.client import NotificationConsumer
+
+    broker = ["--broker", wsnmom_server.broker_url, "--ns", f"t={ns}"]
+    with (
+        WsnClient(wsnmom_server.broker_url, namespaces={"t": ns}) as client,
+        NotificationConsumer() as inbox,
+    ):
+        client.subscribe(inbox, "t:j")
+        for data in (b'{"temp": 21.5}\n', b"plain words\n", b"\xff\x00\x01"):
+            result = CliRunner().invoke(cli, ["notify", *broker, "t:j"], input=data)
+            assert result.exit_code == 0, result.output
+        received = inbox.wait_for(3)
+    assert [(n.content_type, n.data) for n in received] == [
+        ("application/json", b'{"temp": 21.5}'),
+        ("text/plain", b"plain words"),
+        ("application/octet-stream", b"\xff\x00\x01"),
+    ]
+
+
+def test_json_output_carries_message_id_timestamp_and_topic_namespace(
+    wsnmom_server: RunningServer, ns: str
+) -> None:
+    """``--format json`` as ``kcat -J``: the gateway's message id and publication time (its
+    ``wsnmom:Messages`` header of a push delivery), the topic with namespace and path."""
+    from datetime import UTC, datetime, timedelta
+
+    from wsnmom.client import NotificationConsumer
+    from wsnmom.shell.common import render
+
+    before = datetime.now(UTC) - timedelta(seconds=5)
+    with (
+        WsnClient(wsnmom_server.broker_url, namespaces={"t": ns}) as client,
+        NotificationConsumer() as inbox,
+    ):
+        client.subscribe(inbox, "t:k//.")
+        client.notify_many([("<m>1</m>", "t:k/a"), ("<m>2</m>", "t:k/b/c")])
+        received = inbox.wait_for(2)
+    records = [json.loads(render(n, "json")) for n in received]
+    ids = [r["message_id"] for r in records]
+    assert all(ids) and len(set(ids)) == 2
+    for record, path in zip(records, ("k/a", "k/b/c"), strict=True):
+        assert (record["namespace"], record["path"]) == (ns, path)
+        assert record["topic"] == f"{{{ns}}}{path}"
+        published = datetime.fromisoformat(record["timestamp"].replace("Z", "+00:00"))
+        assert before <= published <= datetime.now(UTC)
+        assert record["headers"] == {}
+
+
+def test_subscriptions_list_searches_sorts_and_pages(wsnmom_server: RunningServer, ns: str) -> None:
+    broker = ["--broker", wsnmom_server.broker_url]
+    tag = uuid.uuid4().hex[:8]
+    with WsnClient(wsnmom_server.broker_url, namespaces={"t": ns}) as client:
+        subs = [client.subscribe(f"http://127.0.0.1:9/{tag}-{n}", "t:s") for n in range(5)]
+        code, out, err = run(
+            "subscriptions", "list", *broker, "--search", tag, "--sort", "consumer", "--desc",
+            "--offset", "1", "--limit", "2",
+        )  # fmt: skip
+        assert code == 0, err
+        rows = out.splitlines()[1:]
+        assert [r.split()[2] for r in rows] == [
+            f"http://127.0.0.1:9/{tag}-3", f"http://127.0.0.1:9/{tag}-2",
+        ]  # fmt: skip
+        assert "5 match, from 2 to 3" in err
+        for sub in subs:
+            sub.unsubscribe()

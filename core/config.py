@@ -222,6 +222,13 @@ class ConnectionSettings:
     body_timeout: float = field(default=60.0, metadata=limits(0))
     #: seconds a connection may sit without a request (keep-alive)
     idle_timeout: float = field(default=30.0, metadata=limits(0))
+    #: places of ``limit`` kept for /healthz, /readyz and authenticated requests (at most
+    #: half of ``limit``)
+    reserve: int = field(default=50, metadata=limits(0, 50_000))
+    #: bytes per second a request body must average once ``body_grace`` has passed
+    min_body_rate: float = field(default=500.0, metadata=limits(0))
+    #: seconds a body may take before ``min_body_rate`` applies
+    body_grace: float = field(default=5.0, metadata=limits(0))
 
 
 @dataclass(slots=True)

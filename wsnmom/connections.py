@@ -402,7 +402,7 @@ class GuardedListener(socket.socket):
             if isinstance(admission, str):
                 _refuse(conn, admission if self.plain else None)
                 continue
-            if admission is not None:  # a reserved place, freed from an older holder
+            if not isinstance(admission, bool):  # a reserved place, freed from its holder
                 admission.evict()
             fd = conn.detach()
             tracked = GuardedConnection(self.family, self.type, self.proto, fileno=fd)

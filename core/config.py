@@ -270,6 +270,16 @@ class FilterSettings:
 
 
 @dataclass(slots=True)
+class StorageSettings:
+    """The data directory's disk (docs/operations.md#a-full-disk)."""
+
+    #: bytes that must stay free on the filesystems of the data directory and the store:
+    #: below it Notify, Subscribe, CreatePullPoint and RegisterPublisher are refused
+    #: (HTTP 503) and /readyz says not ready; 0 = refuse only once a write found it full
+    min_free: int = field(default=64 * 1024 * 1024, metadata=limits(0))
+
+
+@dataclass(slots=True)
 class AdminSettings:
     """The admin page (``/admin``)."""
 
@@ -409,6 +419,7 @@ class Settings:
     tls: TlsSettings = field(default_factory=TlsSettings)
     quotas: QuotaSettings = field(default_factory=QuotaSettings)
     admin: AdminSettings = field(default_factory=AdminSettings)
+    storage: StorageSettings = field(default_factory=StorageSettings)
     #: dotted setting name -> where its value came from ("WSNMOM_PORT=9090", a file,
     #: "--port=9090"); settings left at their default are absent
     origins: dict[str, str] = field(
@@ -463,6 +474,10 @@ def _embedded_path(url: str) -> str | None:
         return None
     path = unquote(url[len(EMBEDDED_PREFIX) :].partition("?")[0])
     return path if path and path != ":memory:" else None
+
+
+#: the directory of an ``embedded://PATH`` URL (None for other URLs and :memory:)
+embedded_path = _embedded_path
 
 
 def _derive_locations(

@@ -62,6 +62,7 @@ from wsnmom.core.adapter import (
     StoredMessage,
     is_internal_namespace,
 )
+from wsnmom.core.sqlite_space import reclaimable, vacuum_step
 from wsnmom.topic_mapping.index import TopicIndex
 from wsnmom.topic_mapping.model import ANY, DEEP, PathPattern, Segment, Topic
 
@@ -377,6 +378,7 @@ class Engine:
             if not self.memory:
                 # checkpoints run on their own thread (_checkpoint_loop), not inside a commit
                 self.conn.execute("PRAGMA wal_autocheckpoint=0")
+            reclaimable(self.conn, db)
             self.conn.executescript(_SCHEMA)
             self._upgrade_schema()
         except sqlite3.Error as exc:
@@ -484,11 +486,19 @@ class Engine:
         try:
             while not self._stop_checkpoints.wait(_CHECKPOINT_INTERVAL):
                 try:
+                    self._vacuum_step()
                     conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
                 except sqlite3.Error:
                     log.warning("embedded store: checkpoint failed", exc_info=True)
         finally:
             conn.close()
+
+    def _vacuum_step(self) -> None:
+        """Give the pages of deleted messages back to the filesystem, a step at a time
+        (``wsnmom.core.sqlite_space``; the checkpoint that follows shrinks the file)."""
+        with self.lock:
+            if not self._closed:
+                vacuum_step(self.conn)
 
     def close(self) -> None:
         """Stop the dispatcher and close the database (the last user closes)."""
@@ -531,13 +541,17 @@ class Engine:
             if acks:
                 self._apply_acks(conn, acks)
             yield conn
+            conn.execute("COMMIT")
         except BaseException:
-            conn.execute("ROLLBACK")
+            # also after a COMMIT that failed (a full disk): a transaction left open would
+            # refuse every later one until a restart
+            if conn.in_transaction:
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
             self._pending_acks[:0] = acks
             if acks:
                 self._kick()  # settle only wakes the dispatcher for a first pending ack
             raise
-        conn.execute("COMMIT")
 
     def _apply_acks(self, c: sqlite3.Connection, acks: list[tuple[int, int]]) -> None:
         """Delete acked rows (inside the current transaction) and release their messages."""

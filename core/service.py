@@ -37,6 +37,7 @@ from wsnmom.core.config import Settings
 from wsnmom.core.context import BrokerContext
 from wsnmom.core.delivery import Backoff, DeliveryEngine
 from wsnmom.core.demand import DemandManager
+from wsnmom.core.disk import storage_full_text
 from wsnmom.core.filters import MESSAGE_CONTENT_DIALECTS
 from wsnmom.core.inbound import Inbound
 from wsnmom.core.lanes import BreakerSettings
@@ -223,6 +224,12 @@ class BrokerService:
             return bool(self.adapter.ping()) and self.store.ping()
         except Exception:
             return False
+
+    def disk_low(self) -> str:
+        """Why the data directory's disk refuses new work ("" when it does not)."""
+        disk = self._gate.disk
+        low = disk.low() if disk is not None else None
+        return storage_full_text(low) if low is not None else ""
 
     @property
     def started(self) -> bool:

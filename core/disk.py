@@ -7,7 +7,7 @@ transaction left open by a failed COMMIT kept every later write failing until a 
 Now:
 
 * :class:`DiskWatch` reads the free space of the filesystems that hold the gateway's data
-  (``os.statvfs``, at most once per ``interval``) and reports them *low* below
+  (``os.statvfs``, a system call of a microsecond or two, at most every 50 ms) and reports them *low* below
   ``storage.min_free`` bytes, or for a few seconds after a write failed for lack of space;
 * the broker refuses new work while the disk is low (``MiddlewareGate.require_space``:
   Notify, Subscribe, CreatePullPoint, RegisterPublisher), with a ResourceUnavailableFault,
@@ -93,7 +93,7 @@ class DiskWatch:
         paths: Iterable[str],
         min_free: int,
         *,
-        interval: float = 1.0,
+        interval: float = 0.05,
         clock: Callable[[], float] = time.monotonic,
         statvfs: Callable[[str], os.statvfs_result] = os.statvfs,
     ) -> None:

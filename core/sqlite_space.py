@@ -61,7 +61,8 @@ def vacuum_step(
     free = int(conn.execute("PRAGMA freelist_count").fetchone()[0])
     if free < _MIN_FREE_PAGES:
         return free
-    conn.execute(f"PRAGMA incremental_vacuum({pages})").fetchall()
+    # a script steps the pragma to its end; execute() would free one page per call
+    conn.executescript(f"PRAGMA incremental_vacuum({int(pages)});")
     if checkpoint:
         conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
     return int(conn.execute("PRAGMA freelist_count").fetchone()[0])

@@ -7,8 +7,9 @@ transaction left open by a failed COMMIT kept every later write failing until a 
 Now:
 
 * :class:`DiskWatch` reads the free space of the filesystems that hold the gateway's data
-  (``os.statvfs``, a system call of a microsecond or two, at most every 50 ms) and reports them *low* below
-  ``storage.min_free`` bytes, or for a few seconds after a write failed for lack of space;
+  (``os.statvfs``, a system call of a microsecond or two, at most every 50 ms) and
+  reports them *low* below ``storage.min_free`` bytes, or for a few seconds after a write
+  failed for lack of space;
 * the broker refuses new work while the disk is low (``MiddlewareGate.require_space``:
   Notify, Subscribe, CreatePullPoint, RegisterPublisher), with a ResourceUnavailableFault,
   HTTP 503 and ``Retry-After``; reads, Unsubscribe and DestroyPullPoint go on, since they

@@ -41,6 +41,9 @@ _SQLITE_CODES = frozenset({13, 10})
 #: seconds a write that failed for lack of space keeps the disk "low" without statvfs
 #: agreeing (a quota, a filesystem that reserves blocks)
 _STICKY = 5.0
+#: bytes beyond ``min_free`` (at most a quarter of it) that must be free before a low disk
+#: takes new work again
+_HYSTERESIS = 16 * _MIB
 
 
 def is_storage_full(exc: BaseException) -> bool:
@@ -67,6 +70,12 @@ def storage_full_text(state: DiskState | None = None) -> str:
     """The description of a refusal for lack of space."""
     if state is None or state.free is None:
         return "the gateway's disk is full; retry later"
+    if state.free >= state.minimum:  # recovering, within the margin
+        return (
+            f"the gateway's disk is full: {state.free / _MIB:.1f} MiB free in {state.path} "
+            f"after it fell below storage.min_free ({state.minimum / _MIB:.1f} MiB); new "
+            f"work waits for {state.resume / _MIB:.1f} MiB; retry later"
+        )
     return (
         f"the gateway's disk is full: {state.free / _MIB:.1f} MiB free in {state.path}, "
         f"below storage.min_free ({state.minimum / _MIB:.1f} MiB); retry later"
@@ -84,6 +93,8 @@ class DiskState:
     minimum: int
     #: below ``minimum``, or a write failed for lack of space just now
     low: bool
+    #: bytes that must be free before a low disk takes new work again
+    resume: int = 0
 
 
 class DiskWatch:
@@ -135,10 +146,15 @@ class DiskWatch:
             if free is not None and (tightest[1] is None or free < tightest[1]):
                 tightest = (path, free)
         path, free = tightest
+        # once low, stay low until a margin is free again: writes and WAL checkpoints
+        # move the free space up and down by megabytes, which would flap
+        was_low = self._state is not None and self._state.low
+        resume = self.min_free + min(self.min_free // 4, _HYSTERESIS)
+        bound = resume if was_low else self.min_free
         low = now - self._full_at < _STICKY or (
-            free is not None and self.min_free > 0 and free < self.min_free
+            free is not None and self.min_free > 0 and free < bound
         )
-        return DiskState(path, free, self.min_free, low)
+        return DiskState(path, free, self.min_free, low, resume)
 
     def _free(self, path: str) -> int | None:
         """Free bytes of ``path``'s filesystem (its nearest existing ancestor's)."""

@@ -57,10 +57,10 @@ def vacuum_step(
 ) -> int:
     """Cut up to ``pages`` free pages off the database file (outside a transaction; with
     ``checkpoint`` a passive WAL checkpoint follows, which shrinks the file); the number
-    of free pages left."""
+    of free pages left (0 when too few to bother)."""
     free = int(conn.execute("PRAGMA freelist_count").fetchone()[0])
     if free < _MIN_FREE_PAGES:
-        return free
+        return 0
     # a script steps the pragma to its end; execute() would free one page per call
     conn.executescript(f"PRAGMA incremental_vacuum({int(pages)});")
     if checkpoint:

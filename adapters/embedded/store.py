@@ -88,6 +88,8 @@ _ACK_BATCH = 512
 _ACK_DELAY = 0.002
 #: seconds between WAL checkpoints (``Engine._checkpoint_loop``)
 _CHECKPOINT_INTERVAL = 0.5
+#: incremental-vacuum steps per checkpoint interval at most (of VACUUM_STEP pages each)
+_VACUUM_STEPS = 16
 #: WAL pages (4 KiB) after which a commit checkpoints itself
 _WAL_BACKSTOP_PAGES = 4096
 
@@ -516,9 +518,10 @@ class Engine:
     def _vacuum_step(self) -> None:
         """Give the pages of deleted messages back to the filesystem, a step at a time
         (``wsnmom.core.sqlite_space``; the checkpoint that follows shrinks the file)."""
-        with self.lock:
-            if not self._closed:
-                vacuum_step(self.conn)
+        for _ in range(_VACUUM_STEPS):
+            with self.lock:  # released between steps: publishes and takes go on
+                if self._closed or not vacuum_step(self.conn):
+                    return
 
     def close(self) -> None:
         """Stop the dispatcher and close the database (the last user closes)."""

@@ -92,7 +92,9 @@ def _fill(
             accepted += 1
             continue
         _assert_disk_refusal(answer)
-        if not until_unready or requests.get(f"{gateway.base_url}/readyz", timeout=5).status_code == 503:
+        if not until_unready:
+            return accepted, answer
+        if requests.get(f"{gateway.base_url}/readyz", timeout=5).status_code == 503:
             return accepted, answer
     raise AssertionError(f"{most} Notifies of 64 KB did not fill the disk")
 

@@ -49,7 +49,10 @@ def reclaimable(conn: sqlite3.Connection, path: str) -> None:
             size // (1024 * 1024),
         )
         return
-    conn.execute("VACUUM")
+    try:
+        conn.execute("VACUUM")
+    except sqlite3.Error as exc:  # no room for the copy (a full disk): convert next time
+        log.warning("%s keeps the space of deleted rows until it can be vacuumed: %s", path, exc)
 
 
 def vacuum_step(

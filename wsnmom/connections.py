@@ -292,12 +292,17 @@ def _header(block: bytes, name: bytes) -> bytes:
 
 
 #: request lines a reserved place always admits (the probes; query strings allowed)
-_PROBES = (b"GET /healthz ", b"GET /healthz?", b"GET /readyz ", b"GET /readyz?")
+_PROBES = tuple(
+    f"{method} /{path}{end}".encode()
+    for method in ("GET", "HEAD")
+    for path in ("healthz", "readyz")
+    for end in (" ", "?")
+)
 
 
 def probe_request(head: bytes) -> bool:
     """Whether the request ``head`` is a liveness or readiness probe."""
-    return head.startswith(_PROBES) or head.startswith(tuple(b"HEAD" + p[3:] for p in _PROBES))
+    return head.startswith(_PROBES)
 
 
 # --------------------------------------------------------------------------------- sockets

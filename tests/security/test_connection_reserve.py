@@ -6,7 +6,7 @@ authenticated requests, and a body slower than ``connections.min_body_rate`` is 
 ``connections.body_grace`` has passed.
 
 The e2e test repeats the attack at a small scale (48 connections from 127.0.0.2 to
-127.0.0.17 against a limit of 40 with 8 reserved): the attack holds every ordinary place
+127.0.0.17 against a limit of 48 with 16 reserved): the attack holds every ordinary place
 while probes and an authenticated client are answered.  The unit tests check admission,
 eviction and the body-rate deadline on synthetic clocks.
 
@@ -140,9 +140,9 @@ def reserved_gateway() -> Iterator[RunningServer]:
     server = start_server(
         {
             "WSNMOM_AUTH__ADMIN_TOKEN": TOKEN,
-            "WSNMOM_CONNECTIONS__LIMIT": "40",
-            "WSNMOM_CONNECTIONS__RESERVE": "8",
-            "WSNMOM_CONNECTIONS__PER_CLIENT": "3",
+            "WSNMOM_CONNECTIONS__LIMIT": "48",
+            "WSNMOM_CONNECTIONS__RESERVE": "16",
+            "WSNMOM_CONNECTIONS__PER_CLIENT": "8",
             "WSNMOM_CONNECTIONS__HEADER_TIMEOUT": "30",
             "WSNMOM_CONNECTIONS__BODY_TIMEOUT": "60",
             "WSNMOM_CONNECTIONS__MIN_BODY_RATE": "100",
@@ -180,7 +180,8 @@ def test_slow_bodies_from_16_addresses_leave_probes_and_authenticated_clients_se
 ) -> None:
     gateway = reserved_gateway
     sources = [f"127.0.0.{i}" for i in range(2, 18)]
-    with SlowBodies("127.0.0.1", gateway.port, 48, sources, interval=0.5) as attack:
+    # 48 clients: without the reserve they would hold every place
+    with SlowBodies("127.0.0.1", gateway.port, 48, sources, interval=0.5, backoff=0.5) as attack:
         # the attack holds every ordinary place: an anonymous request is refused
         poll(
             lambda: _anonymous_answer(gateway).startswith(b"HTTP/1.1 503"),
@@ -188,9 +189,9 @@ def test_slow_bodies_from_16_addresses_leave_probes_and_authenticated_clients_se
             what="the attack to hold every ordinary place",
         )
         for _ in range(5):
-            health = requests.get(f"{gateway.base_url}/healthz", timeout=5)
+            health = requests.get(f"{gateway.base_url}/healthz", timeout=10)
             assert health.status_code == 200, health.text
-            notify = post(gateway.broker_url, NOTIFY, headers=AUTH, timeout=5)
+            notify = post(gateway.broker_url, NOTIFY, headers=AUTH, timeout=10)
             assert notify.status_code in (200, 202), notify.text
             refused = _anonymous_answer(gateway)
             assert refused.startswith(b"HTTP/1.1 503"), refused

@@ -15,8 +15,10 @@ Cost: one gateway, about 6 s.
 
 from __future__ import annotations
 
+import base64
 import socket
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -204,3 +206,32 @@ def test_slow_bodies_from_16_addresses_leave_probes_and_authenticated_clients_se
         )
         assert attack.connects > 48  # the attack came back after each cut
     assert _closed(gateway, "body_timeout") == 0
+
+
+def test_credentials_vouch_for_a_reserved_place_only_when_checked_at_once(
+    tmp_path: Path,
+) -> None:
+    from types import SimpleNamespace
+
+    from wsnmom.core.config import load_settings
+    from wsnmom.soap_frontend.auth import Authenticator
+
+    from wsnmom.reserve import credential_vouch
+
+    settings = load_settings(
+        None, environ={}, overrides={"data_dir": str(tmp_path), "auth__admin_token": TOKEN}
+    )
+    auth = Authenticator(settings)
+    vouch = credential_vouch(SimpleNamespace(extensions={"wsnmom.auth": auth}))
+    assert vouch is not None
+    head = b"POST /wsn/broker HTTP/1.1\r\nHost: x\r\nAuthorization: %s"
+    basic = "Basic " + base64.b64encode(f"admin:{TOKEN}".encode()).decode()
+    assert vouch(head % f"Bearer {TOKEN}".encode())
+    assert not vouch(head % b"Bearer wrong") and not vouch(b"POST / HTTP/1.1\r\nHost: x")
+    assert not vouch(head % basic.encode())  # never verified: no password hash on the way in
+    auth.http_caller({"HTTP_AUTHORIZATION": basic})  # verified once, on an ordinary place
+    assert vouch(head % basic.encode())
+    # without identities only the probes use the reserve
+    open_settings = load_settings(None, environ={}, overrides={"data_dir": str(tmp_path)})
+    anonymous = SimpleNamespace(extensions={"wsnmom.auth": Authenticator(open_settings)})
+    assert credential_vouch(anonymous) is None

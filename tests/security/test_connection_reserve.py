@@ -177,6 +177,7 @@ def _closed(server: RunningServer, reason: str) -> float:
     return 0.0
 
 
+@pytest.mark.e2e
 def test_slow_bodies_from_16_addresses_leave_probes_and_authenticated_clients_served(
     reserved_gateway: RunningServer,
 ) -> None:

@@ -39,7 +39,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from wsnmom.connections import APP, BODY, Tracked
+from wsnmom.connections import Tracked
+from wsnmom.http_framing import APP, BODY
 
 __all__ = ["CLOSED", "READY", "GuardedTlsConnection", "Inbox", "Ingress"]
 

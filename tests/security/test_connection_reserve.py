@@ -27,15 +27,8 @@ import requests
 from tests.fixtures.server import RunningServer, poll
 from tests.support.abuse import SlowBodies
 from tests.support.soap import notify_body
-from wsnmom.connections import (
-    APP,
-    BODY,
-    RESERVED,
-    ConnectionGuard,
-    ConnectionPolicy,
-    Framing,
-    probe_request,
-)
+from wsnmom.connections import RESERVED, ConnectionGuard, ConnectionPolicy, probe_request
+from wsnmom.http_framing import APP, BODY, Framing
 from wsnmom.reserve import authorization_of
 
 from .conftest import post

@@ -13,6 +13,10 @@ unresponsive.  Instead:
   within ``grace`` seconds of the moment the outage was first seen, and only a few
   requests at a time (``max_waiters``); every other request is refused at once.
 
+Work that takes disk space (Notify, Subscribe, CreatePullPoint, RegisterPublisher) is
+refused too while the data directory's disk is low (``require_space``, :mod:`.disk`), and
+an operation whose write found the disk full is refused the same way (``refusal``).
+
 A refusal is ``errors.ResourceUnavailable`` with ``retry_after`` set: a SOAP Receiver
 fault with a ResourceUnavailableFault detail, which the frontend answers with HTTP 503 and
 a ``Retry-After`` header.  A connected but slow middleware is not affected: its operations
@@ -21,14 +25,36 @@ keep their full timeouts.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 from wsnmom.core import errors
 from wsnmom.core.adapter import Adapter, AdapterUnavailable
+from wsnmom.core.disk import DiskWatch, is_storage_full, storage_full_text
 
-__all__ = ["MiddlewareGate"]
+__all__ = ["MiddlewareGate", "data_paths"]
+
+
+def data_paths(settings: Any, adapter: Adapter, store: Any) -> list[str]:
+    """The directories whose free space the broker watches: the embedded middleware's
+    (``embedded://PATH``), the data directory of an adapter that keeps data there, and
+    the store file's."""
+    from wsnmom.core.config import EMBEDDED_PREFIX, embedded_path
+
+    paths: list[str] = []
+    url = str(getattr(settings, "adapter_url", ""))
+    if url.startswith(EMBEDDED_PREFIX) and (embedded := embedded_path(url)):
+        paths.append(embedded)
+    data_dir = getattr(settings, "data_dir", None)
+    if data_dir and getattr(type(adapter), "uses_data_dir", False):
+        paths.append(str(data_dir))
+    store_path = getattr(store, "path", None)
+    if isinstance(store_path, str) and store_path != ":memory:":
+        paths.append(os.path.dirname(os.path.abspath(store_path)))
+    return paths
 
 
 class MiddlewareGate:
@@ -42,8 +68,11 @@ class MiddlewareGate:
         retry_after: float = 5.0,
         max_waiters: int = 4,
         clock: Callable[[], float] = time.monotonic,
+        disk: DiskWatch | None = None,
     ) -> None:
         self._adapter = adapter
+        #: the data directory's free space (None: not watched)
+        self.disk = disk
         self.grace = grace
         self.retry_after = retry_after
         self._clock = clock
@@ -82,6 +111,21 @@ class MiddlewareGate:
                 self._waiters.release()
         raise self.unavailable()
 
+    def require_space(self) -> None:
+        """Refuse work that takes disk space while the disk is low."""
+        low = self.disk.low() if self.disk is not None else None
+        if low is not None:
+            raise errors.ResourceUnavailable(storage_full_text(low), retry_after=self.retry_after)
+
+    def disk_full(self) -> errors.ResourceUnavailable:
+        """The refusal for an operation whose write found the disk full."""
+        if self.disk is not None:
+            self.disk.note_full()
+            return errors.ResourceUnavailable(
+                storage_full_text(self.disk.state()), retry_after=self.retry_after
+            )
+        return errors.ResourceUnavailable(storage_full_text(), retry_after=self.retry_after)
+
     def unavailable(self, cause: BaseException | None = None) -> errors.ResourceUnavailable:
         """The refusal for an operation that found the middleware unreachable."""
         detail = f": {cause}" if cause is not None else ""
@@ -98,6 +142,8 @@ class MiddlewareGate:
     def refusal(self, exc: Exception) -> errors.ResourceUnavailable | None:
         """``unavailable`` for an ``AdapterUnavailable`` raised mid-operation, else None
         (the caller keeps its own fault for other adapter errors)."""
+        if is_storage_full(exc):
+            return self.disk_full()
         if isinstance(exc, AdapterUnavailable):
             return self.unavailable(exc)
         return None

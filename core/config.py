@@ -232,6 +232,13 @@ class ConnectionSettings:
     body_timeout: float = field(default=60.0, metadata=limits(0))
     #: seconds a connection may sit without a request (keep-alive)
     idle_timeout: float = field(default=30.0, metadata=limits(0))
+    #: places of ``limit`` kept for /healthz, /readyz and authenticated requests (at most
+    #: half of ``limit``)
+    reserve: int = field(default=50, metadata=limits(0, 50_000))
+    #: bytes per second a request body must average once ``body_grace`` has passed
+    min_body_rate: float = field(default=500.0, metadata=limits(0))
+    #: seconds a body may take before ``min_body_rate`` applies
+    body_grace: float = field(default=5.0, metadata=limits(0))
 
 
 @dataclass(slots=True)
@@ -270,6 +277,16 @@ class FilterSettings:
     memory: int = field(default=512, metadata=limits(64))
     #: evaluation processes (shared by all subscriptions)
     processes: int = field(default=2, metadata=limits(1, 64))
+
+
+@dataclass(slots=True)
+class StorageSettings:
+    """The data directory's disk (docs/operations.md#a-full-disk)."""
+
+    #: bytes that must stay free on the filesystems of the data directory and the store:
+    #: below it Notify, Subscribe, CreatePullPoint and RegisterPublisher are refused
+    #: (HTTP 503) and /readyz says not ready; 0 = refuse only once a write found it full
+    min_free: int = field(default=64 * 1024 * 1024, metadata=limits(0))
 
 
 @dataclass(slots=True)
@@ -426,6 +443,7 @@ class Settings:
     tls: TlsSettings = field(default_factory=TlsSettings)
     quotas: QuotaSettings = field(default_factory=QuotaSettings)
     admin: AdminSettings = field(default_factory=AdminSettings)
+    storage: StorageSettings = field(default_factory=StorageSettings)
     #: dotted setting name -> where its value came from ("WSNMOM_PORT=9090", a file,
     #: "--port=9090"); settings left at their default are absent
     origins: dict[str, str] = field(
@@ -480,6 +498,10 @@ def _embedded_path(url: str) -> str | None:
         return None
     path = unquote(url[len(EMBEDDED_PREFIX) :].partition("?")[0])
     return path if path and path != ":memory:" else None
+
+
+#: the directory of an ``embedded://PATH`` URL (None for other URLs and :memory:)
+embedded_path = _embedded_path
 
 
 def _derive_locations(

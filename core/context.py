@@ -17,9 +17,10 @@ from datetime import UTC, datetime, timedelta
 from wsnmom.core import errors
 from wsnmom.core.adapter import Adapter, Overflow, QueueLimits
 from wsnmom.core.addresses import ResourceKind, broker_address, resource_address
-from wsnmom.core.availability import MiddlewareGate
+from wsnmom.core.availability import MiddlewareGate, data_paths
 from wsnmom.core.config import Settings
 from wsnmom.core.delivery import DeliveryEngine
+from wsnmom.core.disk import DiskWatch
 from wsnmom.core.filter_sandbox import ContentEvaluator, InlineEvaluator, SandboxEvaluator
 from wsnmom.core.guard import Guard
 from wsnmom.core.lifetimes import resolve_termination
@@ -89,6 +90,7 @@ class BrokerContext:
             adapter,
             grace=settings.middleware.grace,
             retry_after=settings.middleware.retry_after,
+            disk=DiskWatch(data_paths(settings, adapter, store), settings.storage.min_free),
         )
         #: this gateway's id in hop markers; drops notifications that looped
         self.loop_guard = LoopGuard(

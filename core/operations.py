@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 from wsnmom.core.adapter import SubscriptionHandle
 from wsnmom.core.context import BrokerContext
 from wsnmom.core.delivery import ChannelStatus
+from wsnmom.core.disk import storage_full_text
 from wsnmom.core.lifetimes import is_expired
 from wsnmom.core.model import PublisherRegistration, PullPoint, Subscription
 from wsnmom.core.redaction import redact_url
@@ -98,6 +99,11 @@ class AdapterHealth:
     started: bool
     #: ``started`` and the middleware and the store answer (``/readyz``)
     ready: bool
+    #: bytes free on the data directory's tightest filesystem (None: not watched)
+    disk_free: int | None = None
+    #: why the disk refuses new work ("" when it does not): below storage.min_free, or a
+    #: write just found it full
+    disk_low: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +143,8 @@ class Operations:
         except Exception:
             store = False
         started = ctx.gate.ready
+        disk = ctx.gate.disk.state() if ctx.gate.disk is not None else None
+        low = storage_full_text(disk) if disk is not None and disk.low else ""
         return AdapterHealth(
             adapter=adapter.name,
             url=redact_url(adapter.url),
@@ -144,7 +152,9 @@ class Operations:
             available=available,
             answers=answers,
             started=started,
-            ready=started and answers and store,
+            ready=started and answers and store and not low,
+            disk_free=disk.free if disk is not None else None,
+            disk_low=low,
         )
 
     def subscriptions(self) -> list[SubscriptionStatus]:

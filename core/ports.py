@@ -87,6 +87,10 @@ class BrokerPort(Protocol):
         """Whether the broker serves requests (for ``/readyz``)."""
         ...
 
+    def disk_low(self) -> str:
+        """Why the data directory's disk refuses new work ("" when it does not)."""
+        ...
+
     def policy(self) -> BrokerPolicy:
         """The advertised broker policy."""
         ...

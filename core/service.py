@@ -37,6 +37,7 @@ from wsnmom.core.config import Settings
 from wsnmom.core.context import BrokerContext
 from wsnmom.core.delivery import Backoff, DeliveryEngine
 from wsnmom.core.demand import DemandManager
+from wsnmom.core.disk import storage_full_text
 from wsnmom.core.filters import MESSAGE_CONTENT_DIALECTS
 from wsnmom.core.inbound import Inbound
 from wsnmom.core.lanes import BreakerSettings
@@ -213,13 +214,23 @@ class BrokerService:
         return self._ctx.registration_address(registration_id)
 
     def ready(self) -> bool:
-        """Restored from the store, the adapter answers and the store works."""
+        """Restored from the store, the adapter answers, the store works and the disk is
+        not low."""
         if not self._gate.ready or self._closed:
+            return False
+        disk = self._gate.disk
+        if disk is not None and disk.low() is not None:
             return False
         try:
             return bool(self.adapter.ping()) and self.store.ping()
         except Exception:
             return False
+
+    def disk_low(self) -> str:
+        """Why the data directory's disk refuses new work ("" when it does not)."""
+        disk = self._gate.disk
+        low = disk.low() if disk is not None else None
+        return storage_full_text(low) if low is not None else ""
 
     @property
     def started(self) -> bool:
@@ -322,6 +333,7 @@ class BrokerService:
     def subscribe(self, req: SubscribeRequest) -> Subscription:
         """Create a subscription (BN §4.2)."""
         self._gate.require_middleware()
+        self._gate.require_space()
         self._guard.check_quota("subscriptions", errors.SubscribeCreationFailed)
         return self.subscriptions.subscribe(req)
 
@@ -391,6 +403,7 @@ class BrokerService:
         """Publish; returns once the middleware confirmed every message (all or nothing
         is validated before anything is published)."""
         self._gate.require_middleware()
+        self._gate.require_space()
         self.inbound.notify(messages)
 
     def get_current_message(self, topic: ExpressionSource) -> NotificationMessage:
@@ -405,6 +418,7 @@ class BrokerService:
     def create_pull_point(self, req: CreatePullPointRequest) -> PullPoint:
         """CreatePullPoint (BN §5.2); a known ``name`` re-attaches to its pull point."""
         self._gate.require_middleware()
+        self._gate.require_space()
         return self.pull_points.create(req)
 
     def get_pull_point(self, pull_point_id: str) -> PullPoint:
@@ -424,6 +438,7 @@ class BrokerService:
     ) -> None:
         """Notify sent to a pull point: accumulate as received (PP-05)."""
         self._gate.require_middleware()
+        self._gate.require_space()
         self._guard.pull_point(pull_point_id)
         self.pull_points.notify(pull_point_id, messages)
 
@@ -437,6 +452,7 @@ class BrokerService:
     def register_publisher(self, req: RegisterPublisherRequest) -> PublisherRegistration:
         """RegisterPublisher (BR §6.1)."""
         self._gate.require_ready()
+        self._gate.require_space()
         self._guard.check_quota("registrations", errors.PublisherRegistrationFailed)
         return self.registrations.register(req)
 

@@ -21,7 +21,7 @@ import json
 import sqlite3
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -37,6 +37,7 @@ from wsnmom.core.model import (
     Subscription,
     SubscriptionState,
 )
+from wsnmom.core.sqlite_space import reclaimable, vacuum_step
 from wsnmom.topic_mapping.model import Topic
 
 SCHEMA_VERSION = 1
@@ -388,6 +389,7 @@ class SqliteStore(Store):
             self._conn: sqlite3.Connection | None = sqlite3.connect(
                 path, check_same_thread=False, isolation_level=None, timeout=30.0
             )
+            reclaimable(self._conn, path)
             self._conn.execute("PRAGMA journal_mode=WAL")
             self._conn.execute("PRAGMA synchronous=NORMAL")
             self._migrate()
@@ -399,14 +401,18 @@ class SqliteStore(Store):
         with self._lock:
             if self._conn is None:
                 raise StoreError("store is closed")
-            self._conn.execute("BEGIN IMMEDIATE")
+            conn = self._conn
+            conn.execute("BEGIN IMMEDIATE")
             try:
-                yield self._conn
+                yield conn
+                conn.execute("COMMIT")
             except BaseException:
-                self._conn.execute("ROLLBACK")
+                # also after a COMMIT that failed (a full disk): a transaction left open
+                # would refuse every later one until a restart
+                if conn.in_transaction:
+                    with suppress(sqlite3.Error):
+                        conn.execute("ROLLBACK")
                 raise
-            else:
-                self._conn.execute("COMMIT")
 
     def _query(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
         with self._lock:
@@ -446,7 +452,9 @@ class SqliteStore(Store):
 
     def delete_subscription(self, sub_id: str) -> bool:
         with self._tx() as conn:
-            return conn.execute("DELETE FROM subscriptions WHERE id = ?", (sub_id,)).rowcount > 0
+            gone = conn.execute("DELETE FROM subscriptions WHERE id = ?", (sub_id,)).rowcount
+        self._reclaim()
+        return gone > 0
 
     def list_subscriptions(self) -> list[Subscription]:
         rows = self._query("SELECT data FROM subscriptions ORDER BY rowid")
@@ -471,7 +479,9 @@ class SqliteStore(Store):
 
     def delete_pull_point(self, pp_id: str) -> bool:
         with self._tx() as conn:
-            return conn.execute("DELETE FROM pull_points WHERE id = ?", (pp_id,)).rowcount > 0
+            gone = conn.execute("DELETE FROM pull_points WHERE id = ?", (pp_id,)).rowcount
+        self._reclaim()
+        return gone > 0
 
     def list_pull_points(self) -> list[PullPoint]:
         rows = self._query("SELECT data FROM pull_points ORDER BY rowid")
@@ -492,7 +502,16 @@ class SqliteStore(Store):
 
     def delete_registration(self, reg_id: str) -> bool:
         with self._tx() as conn:
-            return conn.execute("DELETE FROM registrations WHERE id = ?", (reg_id,)).rowcount > 0
+            gone = conn.execute("DELETE FROM registrations WHERE id = ?", (reg_id,)).rowcount
+        self._reclaim()
+        return gone > 0
+
+    def _reclaim(self) -> None:
+        """Give free pages back to the filesystem once enough have gathered."""
+        with self._lock:
+            if self._conn is not None:
+                with suppress(sqlite3.Error):
+                    vacuum_step(self._conn, checkpoint=True)
 
     def list_registrations(self) -> list[PublisherRegistration]:
         rows = self._query("SELECT data FROM registrations ORDER BY rowid")

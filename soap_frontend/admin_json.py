@@ -156,6 +156,8 @@ def health_json(health: AdapterHealth) -> dict[str, Any]:
         "answers": health.answers,
         "started": health.started,
         "ready": health.ready,
+        "disk_free": health.disk_free,
+        "disk_low": health.disk_low,
     }
 
 

@@ -164,14 +164,19 @@ def _policy_view() -> Response:
 
 
 def _readyz_view() -> Response:
+    reason = ""
     try:
-        ready = bool(_frontend().service.ready())
+        service = _frontend().service
+        ready = bool(service.ready())
+        if not ready:
+            reason = service.disk_low()
     except Exception:
         log.warning("readiness check failed", exc_info=True)
         ready = False
     if ready:
         return Response("ready\n", mimetype="text/plain")
-    return Response("not ready\n", status=503, mimetype="text/plain")
+    text = f"not ready: {reason}\n" if reason else "not ready\n"
+    return Response(text, status=503, mimetype="text/plain")
 
 
 def _metrics_view() -> Response:

@@ -300,5 +300,19 @@ class Authenticator:
             raise self._failed("wsse", f"UsernameToken of {token.username!r}: {exc}") from None
         return self.credentials.principal(token.username, "wsse")
 
+    def recognises(self, header: str) -> bool:
+        """Whether the ``Authorization`` value ``header`` names a caller without hashing a
+        password: a known bearer token, or a Basic header verified before (the check of a
+        reserved connection place, made while the request is read)."""
+        if not self.enabled:
+            return False
+        scheme, _, value = header.strip().partition(" ")
+        scheme, value = scheme.lower(), value.strip()
+        if scheme == "bearer" and value:
+            return token_digest(value) in self.credentials.tokens
+        if scheme == "basic" and value:
+            return self._header_key(value) in self._verified
+        return False
+
 
 __all__ += ["AuthenticationFailed", "PasswordChecksBusy", "TokenRejected"]

@@ -273,6 +273,7 @@ def _fault(fe: Frontend, exc: BaseException, version: SoapVersion, relates_to: s
     fault, action, rendered = fault_for_error(exc, version, now=now, originator=originator)
     count_fault(rendered.fault_name)
     data = envelope_bytes(version, fault, action=action, relates_to=relates_to)
+    exc = rendered  # the fault an error stands for (a full disk: ResourceUnavailable)
     retry_after = getattr(exc, "retry_after", None)
     status = getattr(exc, "http_status", None) or 500
     if retry_after is not None and (status != 500 or isinstance(exc, errors.ResourceUnavailable)):

@@ -31,6 +31,7 @@ from typing import Any, cast
 
 from lxml import etree
 from wsnmom.core import errors
+from wsnmom.core.disk import is_storage_full, storage_full_text
 from wsnmom.core.errors import WsnError
 from wsnmom.core.model import EndpointReference, SoapVersion
 from wsnmom.core.redaction import redact_text
@@ -346,6 +347,8 @@ def as_wsn_error(error: BaseException) -> WsnError | None:
     """The WsnError for ``error``: itself, or the fault a topic_mapping error stands for."""
     if isinstance(error, WsnError):
         return error
+    if is_storage_full(error):  # a write found the disk full: temporary, and said so
+        return errors.ResourceUnavailable(storage_full_text(), retry_after=5.0)
     try:
         from wsnmom.topic_mapping.errors import NameNotRepresentable, TopicError
     except ImportError:  # pragma: no cover

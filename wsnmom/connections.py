@@ -14,13 +14,20 @@ keeps its connection for ever.  Two hundred such clients took the gateway offlin
   exempt: a reverse proxy carries many clients),
 
 answering the others ``503 Service Unavailable`` with ``Retry-After`` and closing them.
+The last ``reserve`` places of ``limit`` are kept for the liveness and readiness probes
+and for authenticated clients: a connection admitted there must show, in its request
+head, a probe or credentials its ``vouch`` check accepts, or it is answered 503 and
+closed as soon as its head is complete; and while its head is still arriving (or it sits
+idle between requests) a newcomer may take its place (eviction), so slow heads cannot
+hold the reserve either.
 Admitted connections are :class:`GuardedConnection` sockets that follow the HTTP/1.1
 framing of what they receive (:class:`Framing`: request line and headers, then the body by
 ``Content-Length`` or chunked encoding), so a reaper thread can close a connection whose
 
 * request line and headers take longer than ``header_timeout`` from the request's first
   byte (for a new connection, from when it was accepted),
-* body takes longer than ``body_timeout`` after the headers, or
+* body takes longer than ``body_timeout`` after the headers, or arrives slower than
+  ``min_body_rate`` bytes per second once ``body_grace`` seconds have passed, or
 * sits with no request and no bytes either way for ``idle_timeout``.
 
 While the application works on a complete request no deadline runs.  Closing is a
@@ -36,11 +43,12 @@ import logging
 import socket
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from wsnmom.core import metrics
+from wsnmom.http_framing import BODY, HEADERS, WAITING, Framing
 
 __all__ = [
     "ConnectionGuard",
@@ -49,9 +57,17 @@ __all__ = [
     "GuardedConnection",
     "GuardedListener",
     "Tracked",
+    "probe_request",
 ]
 
 log = logging.getLogger("wsnmom.connections")
+
+#: why a request on a reserved place is refused
+RESERVED = (
+    "the gateway's connections are taken (connections.limit); its last places "
+    "(connections.reserve) serve only /healthz, /readyz and authenticated requests; "
+    "try again later"
+)
 
 _REFUSAL = (
     b"HTTP/1.1 503 Service Unavailable\r\n"
@@ -75,10 +91,16 @@ class ConnectionPolicy:
     idle_timeout: float = 30.0
     #: client networks without a per-client limit (trusted reverse proxies)
     exempt: tuple[Network, ...] = ()
+    #: places of ``limit`` kept for probes and authenticated clients
+    reserve: int = 0
+    #: bytes per second a body must average once ``body_grace`` has passed
+    min_body_rate: float = 0.0
+    body_grace: float = 5.0
 
     @classmethod
     def from_settings(cls, settings: Any) -> ConnectionPolicy:
-        """From ``settings.connections`` and ``settings.trusted_proxies``."""
+        """From ``settings.connections`` and ``settings.trusted_proxies``; the reserve is
+        at most half of ``limit``."""
         c = settings.connections
         return cls(
             limit=c.limit,
@@ -87,6 +109,9 @@ class ConnectionPolicy:
             body_timeout=c.body_timeout,
             idle_timeout=c.idle_timeout,
             exempt=tuple(_networks(settings.trusted_proxies)),
+            reserve=min(c.reserve, c.limit // 2),
+            min_body_rate=c.min_body_rate,
+            body_grace=c.body_grace,
         )
 
 
@@ -101,149 +126,18 @@ def _networks(entries: Iterable[str]) -> list[Network]:
     return out
 
 
-# ------------------------------------------------------------------------------- framing
-#: phases of a connection
-WAITING = "waiting"  # between requests (idle deadline)
-HEADERS = "headers"  # request line and headers arriving (header deadline)
-BODY = "body"  # body arriving (body deadline)
-APP = "app"  # a complete request with the application: no deadline
-
-_MAX_HEAD = 256 * 1024
-
-
-class Framing:
-    """Where a connection is in the HTTP/1.1 exchange, from the bytes it received and the
-    moments it sent.  ``since`` is when the current phase began."""
-
-    __slots__ = ("_chunk", "_head", "_left", "_pending", "expect_continue", "phase", "since")
-
-    def __init__(self, now: float) -> None:
-        self.phase = HEADERS  # a new connection owes its first request's headers
-        self.since = now
-        self._head = b""
-        #: body bytes still expected (Content-Length), or -1 while chunked
-        self._left = 0
-        #: chunked decoding state: bytes of the current chunk (+ CRLF) left, or a
-        #: negative state (-1: size line, -2: trailers)
-        self._chunk = 0
-        #: bytes received while the application works (a pipelined next request)
-        self._pending = b""
-        #: the current request's head asked for ``100 Continue`` before its body
-        self.expect_continue = False
-
-    def received(self, data: bytes, now: float) -> None:
-        """``data`` arrived."""
-        if not data:
-            return
-        if self.phase == APP:
-            if len(self._pending) < _MAX_HEAD:
-                self._pending += data
-            return
-        if self.phase == WAITING:
-            self.phase, self.since, self._head = HEADERS, now, b""
-        offset = 0
-        if self.phase == HEADERS:
-            offset = self._headers(data, now)
-            if offset < 0:
-                return
-            if self._head:  # the head came in pieces: continue in the joined bytes
-                data, self._head = self._head, b""
-        if self.phase == BODY and offset < len(data):
-            offset = self._body(data, offset)
-        if self.phase == APP and offset < len(data):
-            self._pending = data[offset : offset + _MAX_HEAD]
-
-    def sent(self, now: float) -> None:
-        """Response bytes were sent (a 100 Continue during the body changes nothing)."""
-        if self.phase == APP:
-            pending, self._pending = self._pending, b""
-            self.phase, self.since = WAITING, now
-            if pending:
-                self.received(pending, now)
-        elif self.phase == WAITING:
-            self.since = now
-
-    def _headers(self, data: bytes, now: float) -> int:
-        """Take the request head from ``data``: the offset of the body in ``data`` (in
-        ``self._head`` when the head came in pieces, which then holds all of it), or -1
-        while the head is incomplete."""
-        head = self._head + data if self._head else data
-        start = 0
-        if not self._head and head[:2] == b"\r\n":
-            start = len(head) - len(head.lstrip(b"\r\n"))  # stray CRLFs (RFC 9112 2.2)
-            if start == len(head):
-                return -1
-        end = head.find(b"\r\n\r\n", start)
-        if end < 0:
-            self._head = head[-_MAX_HEAD:]
-            return -1
-        block = head[start:end].lower()
-        self._head = head if head is not data else b""
-        self.phase, self.since = BODY, now
-        self.expect_continue = b"100-continue" in _header(block, b"expect")
-        if b"\ntransfer-encoding:" in block and b"chunked" in _header(block, b"transfer-encoding"):
-            self._left, self._chunk = -1, -1
-        else:
-            length = _header(block, b"content-length").strip()
-            self._left = int(length) if length.isdigit() else 0
-            if self._left == 0:
-                self.phase = APP
-        return end + 4
-
-    def _body(self, data: bytes, offset: int) -> int:
-        """Take body bytes from ``data[offset:]``; the offset after them."""
-        if self._left >= 0:
-            take = min(self._left, len(data) - offset)
-            self._left -= take
-            if self._left == 0:
-                self.phase = APP
-            return offset + take
-        rest = self._chunked(data[offset:])
-        return len(data) - len(rest)
-
-    def _chunked(self, data: bytes) -> bytes:
-        i = 0
-        while i < len(data):
-            if self._chunk > 0:
-                take = min(self._chunk, len(data) - i)
-                self._chunk -= take
-                i += take
-                if self._chunk == 0:
-                    self._chunk = -1
-                continue
-            line_end = data.find(b"\n", i)
-            if line_end < 0:
-                self._head = (self._head + data[i:])[-1024:]
-                return b""
-            line = (self._head + data[i:line_end]).strip()
-            self._head = b""
-            i = line_end + 1
-            if self._chunk == -2:  # trailers until an empty line
-                if not line:
-                    self.phase = APP
-                    return data[i:]
-                continue
-            if not line:
-                continue  # the CRLF after a chunk's data
-            size = line.split(b";", 1)[0]
-            try:
-                n = int(size, 16)
-            except ValueError:
-                self.phase = APP  # malformed: waitress answers it
-                return b""
-            # the data; the CRLF after it reads as an empty size line and is skipped
-            self._chunk = n if n else -2
-        return b""
+#: request lines a reserved place always admits (the probes; query strings allowed)
+_PROBES = tuple(
+    f"{method} /{path}{end}".encode()
+    for method in ("GET", "HEAD")
+    for path in ("healthz", "readyz")
+    for end in (" ", "?")
+)
 
 
-def _header(block: bytes, name: bytes) -> bytes:
-    """The value of header ``name`` in a lower-cased header block ("" when absent)."""
-    start = block.find(b"\n" + name + b":")
-    if start < 0:
-        return b""
-    start += len(name) + 2
-    end = block.find(b"\r\n", start)
-    return block[start:] if end < 0 else block[start:end]
+def probe_request(head: bytes) -> bool:
+    """Whether the request ``head`` is a liveness or readiness probe."""
+    return head.startswith(_PROBES)
 
 
 # --------------------------------------------------------------------------------- sockets
@@ -265,6 +159,9 @@ class Tracked:
     def recv(self, bufsize: int, flags: int = 0) -> bytes:
         data: bytes = super().recv(bufsize, flags)  # type: ignore[misc]
         self.framing.received(data, time.monotonic())
+        if self.framing.refused:
+            self.turn_away()
+            return b""  # the server sees the client go: nothing of the request is served
         return data
 
     def recv_into(self, buffer: Any, nbytes: int | None = None, flags: int = 0) -> int:
@@ -273,7 +170,22 @@ class Tracked:
         n: int = super().recv_into(buffer, size, flags)  # type: ignore[misc]
         if n:
             self.framing.received(bytes(memoryview(buffer)[:n]), time.monotonic())
+            if self.framing.refused:
+                self.turn_away()
+                return 0
         return n
+
+    def turn_away(self) -> None:
+        """Answer a request the reserve does not admit 503 and end the connection."""
+        guard = getattr(self, "guard", None)
+        if guard is None or self.guard_reason:
+            return
+        self.guard_reason = "reserve"
+        guard._turned_away(self)
+        with contextlib.suppress(OSError, ValueError):
+            text = RESERVED.encode() + b"\n"
+            super().send(_REFUSAL % (len(text), text))  # type: ignore[misc]
+        self.cut()
 
     def send(self, data: Any, flags: int = 0) -> int:
         n: int = super().send(data, flags)  # type: ignore[misc]
@@ -291,6 +203,14 @@ class Tracked:
         super().close()  # type: ignore[misc]
         if guard is not None:
             guard._forget(self)
+
+    def evict(self) -> None:
+        """Give this reserved place to a newcomer: answer 503 (on plain HTTP) and end."""
+        with contextlib.suppress(OSError, ValueError):
+            if isinstance(self, GuardedConnection):
+                text = RESERVED.encode() + b"\n"
+                socket.socket.send(self, _REFUSAL % (len(text), text), socket.MSG_DONTWAIT)
+        self.cut()
 
     def cut(self) -> None:
         """End the connection under whoever reads or writes it (the reaper's close: a
@@ -318,14 +238,17 @@ class GuardedListener(socket.socket):
     def accept(self) -> tuple[socket.socket, Any]:
         while True:
             conn, addr = super().accept()  # BlockingIOError when nothing is pending
-            refusal = self.guard._admit(addr[0])
-            if refusal is None:
-                fd = conn.detach()
-                tracked = GuardedConnection(self.family, self.type, self.proto, fileno=fd)
-                tracked.setblocking(conn.getblocking())
-                self.guard._register(tracked, addr[0])
-                return tracked, addr
-            _refuse(conn, refusal if self.plain else None)
+            admission = self.guard._admit(addr[0])
+            if isinstance(admission, str):
+                _refuse(conn, admission if self.plain else None)
+                continue
+            if not isinstance(admission, bool):  # a reserved place, freed from its holder
+                admission.evict()
+            fd = conn.detach()
+            tracked = GuardedConnection(self.family, self.type, self.proto, fileno=fd)
+            tracked.setblocking(conn.getblocking())
+            self.guard._register(tracked, addr[0], reserved=admission is not False)
+            return tracked, addr
 
 
 def _refuse(conn: socket.socket, reason: str | None) -> None:
@@ -346,6 +269,11 @@ class ConnectionGuard:
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _open: dict[int, Tracked] = field(default_factory=dict)
     _per_client: dict[str, int] = field(default_factory=dict)
+    #: the admission check of a request head on a reserved place (default: probes only)
+    vouch: Callable[[bytes], bool] | None = None
+    #: connections on reserved places, and connections leaving (evicted, turned away)
+    _reserved: dict[int, Tracked] = field(default_factory=dict)
+    _leaving: set[int] = field(default_factory=set)
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
     #: refusals and closes since the last summary in the log, by reason
@@ -377,6 +305,11 @@ class ConnectionGuard:
         with self._lock:
             if self._open.pop(id(old), None) is not None:
                 self._open[id(new)] = new
+            if self._reserved.pop(id(old), None) is not None:
+                self._reserved[id(new)] = new
+            if id(old) in self._leaving:
+                self._leaving.discard(id(old))
+                self._leaving.add(id(new))
 
     def start(self) -> None:
         """Start the reaper thread."""
@@ -395,13 +328,11 @@ class ConnectionGuard:
             return len(self._open)
 
     # -- admission -------------------------------------------------------------------------
-    def _admit(self, client: str) -> str | None:
+    def _admit(self, client: str) -> str | Tracked | bool:
+        """A refusal (its reason), or an admission: False for an ordinary place, True
+        for a free reserved place, or the reserved connection to evict for one."""
         policy = self.policy
         with self._lock:
-            if policy.limit and len(self._open) >= policy.limit:
-                metrics.CONNECTIONS_REFUSED.labels(reason="limit").inc()
-                self._count("refused: connections.limit")
-                return f"the gateway has {policy.limit} connections open (connections.limit)"
             if (
                 policy.per_client
                 and self._per_client.get(client, 0) >= policy.per_client
@@ -410,7 +341,52 @@ class ConnectionGuard:
                 metrics.CONNECTIONS_REFUSED.labels(reason="per_client").inc()
                 self._count("refused: connections.per_client")
                 return f"{client} has {policy.per_client} connections open (connections.per_client)"
-        return None
+            if not policy.limit:
+                return False
+            ordinary = len(self._open) - len(self._reserved) - len(self._leaving)
+            if ordinary < policy.limit - policy.reserve:
+                return False
+            if len(self._reserved) < policy.reserve:
+                return True
+            victim = self._victim()
+            if victim is not None:
+                self._reserved.pop(id(victim), None)
+                self._leaving.add(id(victim))
+                victim.guard_reason = "evicted"
+                metrics.CONNECTIONS_CLOSED.labels(reason="evicted").inc()
+                self._count("closed: evicted from connections.reserve")
+                return victim
+            metrics.CONNECTIONS_REFUSED.labels(reason="limit").inc()
+            self._count("refused: connections.limit")
+            return f"the gateway has {policy.limit} connections open (connections.limit)"
+
+    def _victim(self) -> Tracked | None:
+        """The reserved connection a newcomer may replace (hold the lock): the one whose
+        head has been arriving longest, else the one idle longest; None when every
+        reserved place serves a request."""
+        best: Tracked | None = None
+        for conn in self._reserved.values():
+            framing = conn.framing
+            if framing.phase not in (HEADERS, WAITING) or conn.guard_reason:
+                continue
+            if best is None or (framing.phase, framing.since) < (
+                best.framing.phase,
+                best.framing.since,
+            ):
+                best = conn  # "headers" sorts before "waiting"
+        return best
+
+    def _turned_away(self, conn: Tracked) -> None:
+        """``conn``'s request head failed the reserve's check."""
+        with self._lock:
+            if self._reserved.pop(id(conn), None) is not None:
+                self._leaving.add(id(conn))
+            self._count("refused: connections.reserve")
+        metrics.CONNECTIONS_REFUSED.labels(reason="reserve").inc()
+
+    def _screen(self, head: bytes) -> bool:
+        vouch = self.vouch
+        return probe_request(head) or (vouch is not None and vouch(head))
 
     def _count(self, what: str) -> None:
         """Note one refusal or close for the next summary (hold the lock)."""
@@ -440,12 +416,16 @@ class ConnectionGuard:
             return False
         return any(ip.version == net.version and ip in net for net in self.policy.exempt)
 
-    def _register(self, conn: Tracked, client: str) -> None:
+    def _register(self, conn: Tracked, client: str, reserved: bool = False) -> None:
         conn.framing = Framing(time.monotonic())
         conn.guard = self
         conn.guard_client = client
         conn.guard_reason = ""
+        if reserved:
+            conn.framing.screen = self._screen
         with self._lock:
+            if reserved:
+                self._reserved[id(conn)] = conn
             self._open[id(conn)] = conn
             self._per_client[client] = self._per_client.get(client, 0) + 1
             metrics.CONNECTIONS_OPEN.set(len(self._open))
@@ -454,6 +434,8 @@ class ConnectionGuard:
         with self._lock:
             if self._open.pop(id(conn), None) is None:
                 return
+            self._reserved.pop(id(conn), None)
+            self._leaving.discard(id(conn))
             left = self._per_client.get(conn.guard_client, 1) - 1
             if left > 0:
                 self._per_client[conn.guard_client] = left
@@ -467,8 +449,13 @@ class ConnectionGuard:
         phase = framing.phase
         if phase == HEADERS and p.header_timeout:
             return framing.since + p.header_timeout, "header_timeout"
-        if phase == BODY and p.body_timeout:
-            return framing.since + p.body_timeout, "body_timeout"
+        if phase == BODY and (p.body_timeout or p.min_body_rate):
+            deadline = (framing.since + p.body_timeout, "body_timeout")
+            if p.min_body_rate:
+                slow = framing.since + p.body_grace + framing.body_bytes / p.min_body_rate
+                if not p.body_timeout or slow < deadline[0]:
+                    deadline = (slow, "min_body_rate")
+            return deadline
         if phase == WAITING and p.idle_timeout:
             return framing.since + p.idle_timeout, "idle_timeout"
         return None
@@ -492,6 +479,7 @@ class ConnectionGuard:
                 self.policy.header_timeout,
                 self.policy.body_timeout,
                 self.policy.idle_timeout,
+                self.policy.body_grace if self.policy.min_body_rate else 0,
             )
             if t
         ]

@@ -27,6 +27,7 @@ from wsnmom.connections import ConnectionGuard, ConnectionPolicy
 from wsnmom.core.config import ConfigError, Settings, load_settings
 from wsnmom.core.redaction import redact_text, redact_url
 from wsnmom.logs import configure_logging
+from wsnmom.reserve import credential_vouch
 from wsnmom.startup import StartupError, explain, open_listeners
 
 log = logging.getLogger("wsnmom.server")
@@ -289,7 +290,9 @@ def _run(settings: Settings, debug: bool) -> None:
         for sock in sockets:
             sock.close()
         _fail(explain(exc), exc, debug)
-    guard = ConnectionGuard(ConnectionPolicy.from_settings(settings))
+    guard = ConnectionGuard(
+        ConnectionPolicy.from_settings(settings), vouch=credential_vouch(runtime.app)
+    )
     try:
         server = _http_server(runtime.app, sockets, settings, guard)
     except BaseException:

@@ -14,8 +14,9 @@ HTTPS what waitress' event loop gives HTTP:
   request from the inbox without waiting on the network;
 * a keep-alive connection comes back to the ingress after each answer, so waiting for the
   next request holds no worker either;
-* the ``[connections]`` guard admits connections (``limit``, ``per_client``; a refused TLS
-  connection is closed without an answer) and cuts those past a deadline (the handshake
+* the ``[connections]`` guard admits connections (``limit``, ``per_client``, ``reserve``:
+  a verified client certificate vouches for a reserved place; a refused TLS connection is
+  closed without an answer) and cuts those past a deadline (the handshake
   is part of the first request's ``header_timeout``); a request whose head asks for
   ``100 Continue`` gets it from the ingress, so that its body arrives before a worker is
   involved.
@@ -38,7 +39,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from wsnmom.connections import APP, BODY, Tracked
+from wsnmom.connections import Tracked
+from wsnmom.http_framing import APP, BODY
 
 __all__ = ["CLOSED", "READY", "GuardedTlsConnection", "Inbox", "Ingress"]
 
@@ -132,6 +134,9 @@ class GuardedTlsConnection(Tracked, ssl.SSLSocket):
             if not self.handshaken:
                 self.do_handshake()
                 self.handshaken = True
+                if framing.screen is not None and self.getpeercert():
+                    framing.screen = None  # a verified client certificate vouches
+
             while True:
                 data = ssl.SSLSocket.recv(self, 65536)  # not through the inbox
                 if not data:
@@ -139,6 +144,9 @@ class GuardedTlsConnection(Tracked, ssl.SSLSocket):
                 self.inbox.write(data)
                 was = framing.phase
                 framing.received(data, time.monotonic())
+                if framing.refused:  # a head the reserve does not admit
+                    self.turn_away()
+                    return CLOSED
                 if framing.phase == BODY and was != BODY and framing.expect_continue:
                     self._continue()
                 if framing.phase == APP or len(self.inbox) > limit:

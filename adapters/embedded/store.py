@@ -62,6 +62,7 @@ from wsnmom.core.adapter import (
     StoredMessage,
     is_internal_namespace,
 )
+from wsnmom.core.sqlite_space import JOURNAL_LIMIT, reclaimable, vacuum_step
 from wsnmom.topic_mapping.index import TopicIndex
 from wsnmom.topic_mapping.model import ANY, DEEP, PathPattern, Segment, Topic
 
@@ -87,6 +88,10 @@ _ACK_BATCH = 512
 _ACK_DELAY = 0.002
 #: seconds between WAL checkpoints (``Engine._checkpoint_loop``)
 _CHECKPOINT_INTERVAL = 0.5
+#: incremental-vacuum steps per checkpoint interval at most (of VACUUM_STEP pages each)
+_VACUUM_STEPS = 16
+#: WAL pages (4 KiB) after which a commit checkpoints itself
+_WAL_BACKSTOP_PAGES = 4096
 
 #: topics whose current message id ``Engine`` remembers (beyond: forget them all)
 _CURRENT_MIDS_MAX = 4096
@@ -375,8 +380,11 @@ class Engine:
             self.conn.execute("PRAGMA temp_store=MEMORY")
             self.conn.execute("PRAGMA cache_size=-32000")
             if not self.memory:
-                # checkpoints run on their own thread (_checkpoint_loop), not inside a commit
-                self.conn.execute("PRAGMA wal_autocheckpoint=0")
+                # checkpoints run on their own thread (_checkpoint_loop), not inside a
+                # commit; only a burst that outruns it pays one in a commit (a WAL that
+                # grew without bound filled a small disk)
+                self.conn.execute(f"PRAGMA wal_autocheckpoint={_WAL_BACKSTOP_PAGES}")
+            reclaimable(self.conn, db)
             self.conn.executescript(_SCHEMA)
             self._upgrade_schema()
         except sqlite3.Error as exc:
@@ -484,11 +492,36 @@ class Engine:
         try:
             while not self._stop_checkpoints.wait(_CHECKPOINT_INTERVAL):
                 try:
-                    conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+                    self._vacuum_step()
+                    row = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+                    self._truncate_wal(row)
                 except sqlite3.Error:
                     log.warning("embedded store: checkpoint failed", exc_info=True)
         finally:
             conn.close()
+
+    def _truncate_wal(self, checkpoint: tuple[int, int, int] | None) -> None:
+        """Cut the WAL back to nothing once a checkpoint copied all of it, when it grew
+        past :data:`JOURNAL_LIMIT` (a burst of writes): SQLite reuses the WAL from its
+        start but keeps its size, which a full disk needs back."""
+        if checkpoint is None or checkpoint[1] != checkpoint[2] or checkpoint[1] <= 0:
+            return
+        try:
+            size = os.path.getsize(self._db_file + "-wal")
+        except OSError:
+            return
+        if size > JOURNAL_LIMIT:
+            with self.lock:
+                if not self._closed:
+                    self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+
+    def _vacuum_step(self) -> None:
+        """Give the pages of deleted messages back to the filesystem, a step at a time
+        (``wsnmom.core.sqlite_space``; the checkpoint that follows shrinks the file)."""
+        for _ in range(_VACUUM_STEPS):
+            with self.lock:  # released between steps: publishes and takes go on
+                if self._closed or not vacuum_step(self.conn):
+                    return
 
     def close(self) -> None:
         """Stop the dispatcher and close the database (the last user closes)."""
@@ -531,13 +564,17 @@ class Engine:
             if acks:
                 self._apply_acks(conn, acks)
             yield conn
+            conn.execute("COMMIT")
         except BaseException:
-            conn.execute("ROLLBACK")
+            # also after a COMMIT that failed (a full disk): a transaction left open would
+            # refuse every later one until a restart
+            if conn.in_transaction:
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
             self._pending_acks[:0] = acks
             if acks:
                 self._kick()  # settle only wakes the dispatcher for a first pending ack
             raise
-        conn.execute("COMMIT")
 
     def _apply_acks(self, c: sqlite3.Connection, acks: list[tuple[int, int]]) -> None:
         """Delete acked rows (inside the current transaction) and release their messages."""

@@ -217,6 +217,8 @@
     $("health-answers").textContent = h.answers ? "the middleware answers" : "the middleware does not answer";
     yesNo("health-ready", h.ready);
     $("health-started").textContent = h.started ? "resources restored" : "starting";
+    $("health-disk").textContent = h.disk_low
+      || (h.disk_free == null ? "not watched" : `${(h.disk_free / 1048576).toFixed(0)} MiB free`);
     const t = data.totals;
     $("total-subscriptions").textContent = number(t.subscriptions);
     $("total-states").textContent = `${number(t.paused)} paused, ${number(t.failing)} failing`;

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from wsnmom.connections import APP, BODY, HEADERS, WAITING, Framing
+from wsnmom.http_framing import APP, BODY, HEADERS, WAITING, Framing
 
 
 def feed(framing: Framing, data: bytes, *, split: int | None = None, now: float = 1.0) -> None:

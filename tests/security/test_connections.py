@@ -69,6 +69,7 @@ def limited() -> Iterator[RunningServer]:
         {
             "WSNMOM_CONNECTIONS__LIMIT": "12",
             "WSNMOM_CONNECTIONS__PER_CLIENT": "4",
+            "WSNMOM_CONNECTIONS__RESERVE": "0",
             "WSNMOM_CONNECTIONS__IDLE_TIMEOUT": "1",
             "WSNMOM_CONNECTIONS__BODY_TIMEOUT": "1",
             "WSNMOM_CONNECTIONS__HEADER_TIMEOUT": "30",

@@ -74,6 +74,7 @@ def limited(certs: Certificates) -> Iterator[TlsGateway]:
         {
             "WSNMOM_CONNECTIONS__LIMIT": "12",
             "WSNMOM_CONNECTIONS__PER_CLIENT": "4",
+            "WSNMOM_CONNECTIONS__RESERVE": "0",
             "WSNMOM_CONNECTIONS__IDLE_TIMEOUT": "1",
             "WSNMOM_CONNECTIONS__BODY_TIMEOUT": "1",
             "WSNMOM_CONNECTIONS__HEADER_TIMEOUT": "30",
@@ -263,3 +264,29 @@ def test_expect_continue_pipelining_and_a_large_body(limited: TlsGateway) -> Non
     with connect(limited) as sock:
         sock.sendall(soap_request(big, close=True))
         assert read_all(sock).startswith(b"HTTP/1.1 202")
+
+
+def test_reserved_places_serve_probes_and_refuse_others_over_https(certs: Certificates) -> None:
+    """Issue 22, item 3 over HTTPS: with the ordinary places held and the reserved ones
+    taken by connections that never send a head, a probe still gets a place (the oldest
+    of those is evicted) and an anonymous request on a reserved place is answered 503
+    inside TLS and closed."""
+    env = {
+        "WSNMOM_CONNECTIONS__LIMIT": "8",
+        "WSNMOM_CONNECTIONS__RESERVE": "4",
+        "WSNMOM_CONNECTIONS__PER_CLIENT": "4",
+        "WSNMOM_CONNECTIONS__HEADER_TIMEOUT": "30",
+    }
+    for gateway in _gateway(certs, env):
+        held = [connect(gateway, f"127.0.11.{i // 4 + 1}") for i in range(8)]
+        try:
+            with connect(gateway) as probe:
+                probe.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                assert read_all(probe).startswith(b"HTTP/1.1 200")
+            with connect(gateway, "127.0.11.9") as stranger:
+                stranger.sendall(soap_request(b"<x/>", close=True))
+                answer = read_all(stranger)
+            assert answer.startswith(b"HTTP/1.1 503") and b"connections.reserve" in answer
+        finally:
+            for sock in held:
+                sock.close()

@@ -94,6 +94,9 @@ class FakeService:
     def ready(self) -> bool:
         return self.is_ready
 
+    def disk_low(self) -> str:
+        return ""
+
     def _id(self, kind: str) -> str:
         self.counter += 1
         return f"{kind}{self.counter:04d}"

@@ -3,6 +3,7 @@ loopback only: slow-header ("slowloris") clients and a prober of normal requests
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import selectors
 import socket
@@ -186,3 +187,100 @@ class NormalTraffic:
     @property
     def worst(self) -> float:
         return max(self.latencies, default=0.0)
+
+
+@dataclass
+class SlowBodies:
+    """``count`` clients spread over the loopback ``sources``, each announcing a
+    ``Content-Length`` of ``length`` bytes and then sending one body byte every
+    ``interval`` seconds; a client whose connection the server closes (or refuses) opens a
+    new one after ``backoff`` seconds.  One thread (a selector) until :meth:`stop`."""
+
+    host: str
+    port: int
+    count: int
+    sources: Sequence[str]
+    length: int = 10_000_000
+    interval: float = 1.0
+    backoff: float = 0.2
+    connects: int = 0
+    closed_by_server: int = 0
+    refused_503: int = 0
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def __post_init__(self) -> None:
+        for source in self.sources:
+            assert source.startswith("127."), "abuse tests stay on loopback"
+        assert self.host.startswith("127.")
+
+    def __enter__(self) -> SlowBodies:
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(10)
+
+    def _head(self) -> bytes:
+        return (
+            b"POST /wsn/broker HTTP/1.1\r\nHost: %s\r\nContent-Type: application/soap+xml\r\n"
+            b"Content-Length: %d\r\n\r\n" % (self.host.encode(), self.length)
+        )
+
+    def _open(self, sel: selectors.BaseSelector, slot: int) -> None:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            sock.bind((self.sources[slot % len(self.sources)], 0))
+            sock.settimeout(2)
+            sock.connect((self.host, self.port))
+            sock.sendall(self._head())
+        except OSError:
+            sock.close()
+            return
+        sock.setblocking(False)
+        self.connects += 1
+        sel.register(sock, selectors.EVENT_READ, [slot, time.monotonic() + self.interval])
+
+    def _run(self) -> None:
+        sel = selectors.DefaultSelector()
+        again: list[tuple[float, int]] = [(0.0, slot) for slot in range(self.count)]
+        try:
+            while not self._stop.is_set():
+                now = time.monotonic()
+                due = [slot for when, slot in again if when <= now]
+                again = [(when, slot) for when, slot in again if when > now]
+                for slot in due:
+                    self._open(sel, slot)
+                    if not any(k.data[0] == slot for k in sel.get_map().values()):
+                        again.append((now + self.backoff, slot))
+                for key, _ in sel.select(timeout=0.05):
+                    sock = key.fileobj
+                    assert isinstance(sock, socket.socket)
+                    try:
+                        data = sock.recv(4096)
+                    except OSError:
+                        data = b""
+                    if data.startswith(b"HTTP/1.1 503"):
+                        self.refused_503 += 1
+                    if not data or data.startswith(b"HTTP/"):
+                        sel.unregister(sock)
+                        sock.close()
+                        self.closed_by_server += 1
+                        again.append((now + self.backoff, key.data[0]))
+                for key in list(sel.get_map().values()):
+                    if now >= key.data[1]:
+                        with contextlib.suppress(OSError):
+                            key.fileobj.send(b"x")  # type: ignore[union-attr]
+                        key.data[1] = now + self.interval
+        finally:
+            for key in list(sel.get_map().values()):
+                key.fileobj.close()  # type: ignore[union-attr]
+            sel.close()
+
+    @property
+    def held(self) -> int:
+        """Connections open now (each in its body, as far as the client knows)."""
+        return self.connects - self.closed_by_server

@@ -1,0 +1,191 @@
+"""Issue 22, item 4: with ``--data-dir`` on a small filesystem the disk filled up after a
+few Notifies of 64 KB to many pull points; Notify then answered 500 "internal error"
+while ``/readyz`` said ready, destroying pull points freed no byte, and Subscribe,
+CreatePullPoint and GetMessages failed ("disk I/O error") until a restart.
+
+Now a gateway refuses new work with ResourceUnavailableFault (HTTP 503, ``Retry-After``)
+once less than ``storage.min_free`` is left, ``/readyz`` and the admin page's health say
+why, destroyed pull points give their space back to the filesystem, and the gateway
+serves again without a restart when space returns; a write that finds the disk full
+(``min_free`` 0) is answered the same way, never with a 500.
+
+Each test mounts a tmpfs of its own (root; skipped without it, failed under CI=true).
+Cost: two gateways, about 15 s.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import requests
+
+from tests.fixtures.disk import free_bytes, small_disk
+from tests.fixtures.server import RunningServer, free_port, poll
+from tests.support.soap import body_child, epr_address, notify_body, subscribe_body
+
+from .conftest import post, soap_fault_of
+
+pytestmark = pytest.mark.e2e
+
+MIB = 1024 * 1024
+PAYLOAD = "<m>" + "a" * 65536 + "</m>"
+NOTIFY = notify_body(("tns:t", PAYLOAD))
+
+
+@pytest.fixture
+def disk_gateway() -> Iterator[Callable[[int, int], tuple[RunningServer, Path]]]:
+    """Gateways whose data directory is on a tmpfs of ``size`` MiB, with
+    ``storage.min_free`` = ``min_free`` bytes."""
+    stack: list[tuple[RunningServer, object]] = []
+
+    def make(size: int, min_free: int) -> tuple[RunningServer, Path]:
+        disk = small_disk(size)
+        path = disk.__enter__()
+        data = path / "data"
+        server = RunningServer(
+            "embedded",
+            f"embedded://{data / 'middleware'}",
+            data,
+            free_port(),
+            extra_env={"WSNMOM_STORAGE__MIN_FREE": str(min_free)},
+        )
+        stack.append((server, disk))
+        server.start()
+        return server, path
+
+    try:
+        yield make
+    finally:
+        for server, disk in reversed(stack):
+            try:
+                server.stop()
+            finally:
+                disk.__exit__(None, None, None)  # type: ignore[attr-defined]
+
+
+def _pull_points(gateway: RunningServer, count: int) -> list[str]:
+    """``count`` pull points, each fed by a subscription to ``tns:t``."""
+    addresses = []
+    for _ in range(count):
+        created = post(gateway.broker_url, "<wsnt:CreatePullPoint/>")
+        assert created.status_code == 200, created.text
+        address = epr_address(body_child(created.content)[0])
+        subscribed = post(gateway.broker_url, subscribe_body(address, "tns:t"))
+        assert subscribed.status_code == 200, subscribed.text
+        addresses.append(address)
+    return addresses
+
+
+def _fill(
+    gateway: RunningServer, most: int, *, until_unready: bool = True
+) -> tuple[int, requests.Response]:
+    """Notify until one is refused (``until_unready``: while ``/readyz`` agrees; the WAL,
+    cut back after a burst, can give a few megabytes back at first): how many were
+    accepted, and the refusal."""
+    accepted = 0
+    for _ in range(most):
+        answer = post(gateway.broker_url, NOTIFY)
+        if answer.status_code == 202:
+            accepted += 1
+            continue
+        _assert_disk_refusal(answer)
+        if not until_unready:
+            return accepted, answer
+        if requests.get(f"{gateway.base_url}/readyz", timeout=5).status_code == 503:
+            return accepted, answer
+    raise AssertionError(f"{most} Notifies of 64 KB did not fill the disk")
+
+
+def _assert_disk_refusal(answer: requests.Response) -> None:
+    assert answer.status_code == 503, (answer.status_code, answer.text[:500])
+    fault = soap_fault_of(answer.status_code, answer.headers["Content-Type"], answer.content)
+    assert fault.code == "Receiver" and fault.detail == "ResourceUnavailableFault", fault
+    assert "disk is full" in fault.reason, fault
+    assert answer.headers.get("Retry-After")
+
+
+def _get_messages(address: str) -> requests.Response:
+    body = "<wsnt:GetMessages><wsnt:MaximumNumber>2</wsnt:MaximumNumber></wsnt:GetMessages>"
+    return post(address, body)
+
+
+def _overview_health(gateway: RunningServer) -> dict[str, object]:
+    data = requests.get(f"{gateway.base_url}/wsn/admin/api/overview", timeout=10).json()
+    health: dict[str, object] = data["health"]
+    return health
+
+
+def test_low_disk_refuses_new_work_reclaims_destroyed_pull_points_and_recovers(
+    disk_gateway: Callable[[int, int], tuple[RunningServer, Path]],
+) -> None:
+    gateway, disk = disk_gateway(96, 40 * MIB)
+    pull_points = _pull_points(gateway, 10)
+    accepted, refusal = _fill(gateway, 200)
+    assert accepted >= 5  # some went in first
+    _assert_disk_refusal(refusal)
+    # refused before the disk was full, not after: no write had failed
+    assert "below storage.min_free" in refusal.text, refusal.text
+    assert free_bytes(disk) > 0
+    # /readyz and the admin page say why
+    ready = requests.get(f"{gateway.base_url}/readyz", timeout=5)
+    assert ready.status_code == 503 and "disk is full" in ready.text, ready.text
+    health = _overview_health(gateway)
+    assert health["ready"] is False and "disk is full" in str(health["disk_low"]), health
+    # new resources are refused too; reads and destroys go on
+    refused = post(gateway.broker_url, "<wsnt:CreatePullPoint/>")
+    _assert_disk_refusal(refused)
+    taken = _get_messages(pull_points[0])
+    assert taken.status_code == 200, taken.text
+    before = free_bytes(disk)
+    for address in pull_points[:5]:
+        destroyed = post(address, "<wsnt:DestroyPullPoint/>")
+        assert destroyed.status_code == 200, destroyed.text
+    # their space goes back to the filesystem, and the gateway serves again, unrestarted
+    poll(
+        lambda: free_bytes(disk) - before >= 4 * MIB,
+        timeout=20,
+        what="destroyed pull points to give their space back",
+    )
+    poll(
+        lambda: requests.get(f"{gateway.base_url}/readyz", timeout=5).status_code == 200,
+        timeout=10,
+        what="/readyz to say ready again",
+    )
+    assert post(gateway.broker_url, NOTIFY).status_code == 202
+    for address in pull_points[5:]:
+        assert _get_messages(address).status_code == 200
+    assert _overview_health(gateway)["disk_low"] == ""
+    assert "Traceback" not in gateway.log_tail()
+
+
+def test_a_write_that_finds_the_disk_full_is_a_503_and_the_gateway_recovers(
+    disk_gateway: Callable[[int, int], tuple[RunningServer, Path]],
+) -> None:
+    gateway, disk = disk_gateway(16, 0)
+    filler = disk / "filler"
+    with open(filler, "wb") as fh:  # space to give back later
+        fh.write(b"\0" * (3 * MIB))
+    pull_points = _pull_points(gateway, 10)
+    _, refusal = _fill(gateway, 200, until_unready=False)
+    _assert_disk_refusal(refusal)
+    # every operation that writes is refused the same way while the disk is full
+    for answer in (
+        post(gateway.broker_url, NOTIFY),
+        post(gateway.broker_url, subscribe_body(pull_points[0], "tns:t")),
+    ):
+        assert answer.status_code in (202, 200, 503), (answer.status_code, answer.text[:300])
+        if answer.status_code == 503:
+            _assert_disk_refusal(answer)
+    os.remove(filler)
+    # no restart: with space again, every operation works
+    poll(
+        lambda: post(gateway.broker_url, NOTIFY).status_code == 202,
+        timeout=15,
+        what="Notify to be accepted again",
+    )
+    assert post(gateway.broker_url, "<wsnt:CreatePullPoint/>").status_code == 200
+    assert _get_messages(pull_points[0]).status_code == 200
+    assert post(gateway.broker_url, subscribe_body(pull_points[1], "tns:t")).status_code == 200

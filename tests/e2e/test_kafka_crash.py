@@ -15,6 +15,7 @@ import threading
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -22,8 +23,10 @@ import pytest
 pytest.importorskip("confluent_kafka")
 
 from tests.e2e.conftest import Wsn
+from tests.fixtures.brokers import TansuNode
 from tests.fixtures.server import ConsumerServer, RunningServer, kafka_gateway_url, poll
-from tests.support.soap import NS
+from tests.support.soap import FULL, NS
+
 
 pytestmark = [pytest.mark.e2e, pytest.mark.kafka, pytest.mark.slow]
 
@@ -122,5 +125,69 @@ def test_sigkill_repushes_at_most_the_bound_and_loses_nothing(
         assert len(pulled) == len(set(pulled))
     finally:
         arrivals.stop.set()
+        server.stop()
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def test_notify_while_the_broker_stops_answers_503_within_the_grace(
+    tansu_factory: Callable[[], TansuNode], consumer: ConsumerServer
+) -> None:
+    """The broker stops (SIGSTOP) just before a Notify, before the gateway's health probe
+    noticed: the Notify is answered with 503 ResourceUnavailableFault within
+    ``unavailable_grace`` (2 s), on a known topic and on one the gateway must create; it
+    waited the whole publish timeout before (19.1 s measured).  Every Notify answered
+    202 is delivered once the broker continues."""
+    node = tansu_factory()
+    data_dir = Path(tempfile.mkdtemp(prefix="wsnmom-kafka-stop-"))
+    server = RunningServer("kafka", kafka_gateway_url(node.url), data_dir)
+    server.start()
+    try:
+        wsn = Wsn(server, f"urn:test:{uuid.uuid4().hex[:8]}")
+        wsn.subscribe(consumer.address(), "tns:stop//.", dialect=FULL)
+        wsn.notify(("tns:stop", '<n xmlns="urn:n">0</n>'))
+        consumer.wait_for_messages(1, timeout=15)
+        took: list[float] = []
+        node.pause()
+        for topic in ("tns:stop", "tns:stop/created-now"):
+            started = time.monotonic()
+            answer = wsn.post(
+                wsn.broker,
+                f'<wsnt:Notify><wsnt:NotificationMessage><wsnt:Topic xmlns:tns="{wsn.ns}" '
+                f'Dialect="{FULL}">{topic}</wsnt:Topic><wsnt:Message><n xmlns="urn:n">-1</n>'
+                "</wsnt:Message></wsnt:NotificationMessage></wsnt:Notify>",
+            )
+            took.append(time.monotonic() - started)
+            assert (answer.status, answer.fault) == (503, "ResourceUnavailableFault")
+        print(
+            f"\nNotify with the broker stopped answered 503 after {took[0]:.2f} s and "
+            f"{took[1]:.2f} s (new topic)"
+        )
+        # 2 s of grace, plus margin for a loaded machine; 19 s and more before
+        assert max(took) < 4.0, took
+        node.resume()
+        sent = ["0"]
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and len(sent) < 3:
+            answer = wsn.post(
+                wsn.broker,
+                f'<wsnt:Notify><wsnt:NotificationMessage><wsnt:Topic xmlns:tns="{wsn.ns}" '
+                f'Dialect="{FULL}">tns:stop</wsnt:Topic><wsnt:Message><n xmlns="urn:n">'
+                f"{len(sent)}</n></wsnt:Message></wsnt:NotificationMessage></wsnt:Notify>",
+            )
+            if answer.status == 202 or answer.status == 200:
+                sent.append(str(len(sent)))
+            else:
+                time.sleep(0.2)
+        assert len(sent) == 3
+        poll(
+            lambda: (
+                set(sent)
+                <= {m.findtext("wsnt:Message/{urn:n}n", namespaces=NS) for m in consumer.messages()}
+            ),
+            timeout=20,
+            what="every acknowledged Notify",
+        )
+    finally:
+        node.resume()
         server.stop()
         shutil.rmtree(data_dir, ignore_errors=True)

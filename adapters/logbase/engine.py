@@ -795,16 +795,15 @@ class CursorEngine:
         lock; sampled by the commit pass, so off the delivery path)."""
         seen = cursor.pin_seen
         too_long = False
-        for stream, queue in cursor.inflight.items():
-            if not queue:
+        for stream, flight in cursor.inflight.items():
+            if not flight:
                 continue
-            front = next(iter(queue))
+            front = next(iter(flight))
             first = seen.get(stream)
             if first is None or first[0] != front:
                 seen[stream] = first = (front, now)
-            if now - first[1] >= self.pin_seconds:
-                too_long = True
-            elif self._head.get(stream, front) - front >= self.pin_records:
+            behind = self._head.get(stream, front) - front
+            if now - first[1] >= self.pin_seconds or behind >= self.pin_records:
                 too_long = True
         for stream in [s for s in seen if s not in cursor.inflight]:
             del seen[stream]

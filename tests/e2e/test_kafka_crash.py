@@ -27,7 +27,6 @@ from tests.fixtures.brokers import TansuNode
 from tests.fixtures.server import ConsumerServer, RunningServer, kafka_gateway_url, poll
 from tests.support.soap import FULL, NS
 
-
 pytestmark = [pytest.mark.e2e, pytest.mark.kafka, pytest.mark.slow]
 
 #: seconds: a subscription gets again at most what it acknowledged this long before a crash

@@ -190,3 +190,76 @@ def test_notify_while_the_broker_stops_answers_503_within_the_grace(
         node.resume()
         server.stop()
         shutil.rmtree(data_dir, ignore_errors=True)
+
+
+@pytest.mark.parametrize("before", [40, 600])
+def test_broker_restarted_empty_skips_nothing_published_after(
+    tansu_factory: Callable[[], TansuNode], consumer: ConsumerServer, before: int
+) -> None:
+    """tansu on memory storage, killed and started again empty, under a gateway with a
+    push subscription and a pull point fed by a subscription that holds ``before``
+    messages unread: every Notify acknowledged after the restart reaches both (the one
+    reset rule of the cursor engine: a log that starts again is read from its first
+    record by every cursor, whatever it held in flight)."""
+    node = tansu_factory()
+    data_dir = Path(tempfile.mkdtemp(prefix="wsnmom-kafka-reset-"))
+    server = RunningServer("kafka", kafka_gateway_url(node.url), data_dir)
+    server.start()
+    try:
+        wsn = Wsn(server, f"urn:test:{uuid.uuid4().hex[:8]}")
+        wsn.subscribe(consumer.address("/push"), "tns:reset")
+        _, pull_point = wsn.create_pull_point()
+        wsn.subscribe(pull_point, "tns:reset")
+        for start in range(0, before, 20):
+            wsn.notify(
+                *[("tns:reset", f'<n xmlns="urn:n">{i}</n>') for i in range(start, start + 20)]
+            )
+        poll(
+            lambda: len(set(numbers(consumer.messages()))) >= before,
+            timeout=30,
+            what="the messages before the restart",
+        )
+        node.restart()
+        after: list[int] = []
+        number = 100_000
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and len(after) < before + 50:
+            batch = list(range(number, number + 10))
+            answer = wsn.post(
+                wsn.broker,
+                "<wsnt:Notify>"
+                + "".join(
+                    f'<wsnt:NotificationMessage><wsnt:Topic xmlns:tns="{wsn.ns}" '
+                    f'Dialect="{FULL}">tns:reset</wsnt:Topic><wsnt:Message>'
+                    f'<n xmlns="urn:n">{n}</n></wsnt:Message></wsnt:NotificationMessage>'
+                    for n in batch
+                )
+                + "</wsnt:Notify>",
+            )
+            number += 10
+            if answer.status in (200, 202):
+                after.extend(batch)
+            else:
+                time.sleep(0.2)
+        assert len(after) >= before + 50
+        pushed = poll(
+            lambda: set(after) <= set(got := numbers(consumer.messages())) and got,
+            timeout=30,
+            what="every Notify acknowledged after the restart at the push consumer",
+        )
+        pulled: list[int] = []
+
+        def drained() -> bool:
+            pulled.extend(numbers(wsn.get_messages(pull_point)))
+            return set(after) <= set(pulled)
+
+        try:
+            poll(drained, timeout=30, what="every Notify acknowledged after it in the pull point")
+        finally:
+            print(
+                f"\n{len(after)} acknowledged after the restart; missing: push "
+                f"{len(set(after) - set(pushed))}, pull point {len(set(after) - set(pulled))}"
+            )
+    finally:
+        server.stop()
+        shutil.rmtree(data_dir, ignore_errors=True)

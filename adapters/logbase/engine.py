@@ -544,6 +544,12 @@ class CursorEngine:
                         self._queue_catch_up(cursor, skipping=True)
                         return None
                     continue
+                if assigned is not None and self._moved_meanwhile(cursor, assigned, records):
+                    # a rewind or a log that started again moved its positions while this
+                    # reader read from the old ones: what it read may lie beyond records
+                    # the cursor still needs, so it is dropped and read again
+                    self._queue_catch_up(cursor)
+                    return None
                 stopped = self._read_for(cursor, records)
                 if assigned is not None:
                     for r in records:
@@ -592,10 +598,24 @@ class CursorEngine:
             return True
         return False
 
+    @staticmethod
+    def _moved_meanwhile(
+        cursor: Cursor, assigned: Mapping[StreamId, int], records: Sequence[LogRecord | RecordsLost]
+    ) -> bool:
+        """Whether ``cursor``'s position in a stream of ``records`` is no longer where the
+        reader that read them continued from (hold the lock)."""
+        streams = {item.stream for item in records}
+        return any(s in assigned and cursor.positions.get(s, 0) != assigned[s] for s in streams)
+
     def _read_for(self, cursor: Cursor, records: Sequence[LogRecord | RecordsLost]) -> bool:
         """Apply records a catch-up reader read for ``cursor`` (hold the lock); True when
         it must stop (window full, or a jump moved its positions)."""
         for item in records:
+            if isinstance(item, RecordsLost) and item.next < item.first:
+                # the log ends below where this reader asked: it started again
+                self._stream_restarted(item.stream, item.next)
+                self._queue_catch_up(cursor)
+                return True
             if isinstance(item, RecordsLost):
                 self._lost(cursor, item)
                 continue
@@ -732,10 +752,16 @@ class CursorEngine:
             touched[name] = cursor
 
     def _stream_restarted(self, stream: StreamId, start: int) -> None:
-        """The stream now ends below where the head was (the log was deleted and created
-        again, or a memory-only broker restarted empty): every cursor reads it again from
-        ``start``.  Messages of the old log still in flight are given back (settling them
-        does nothing), so no offset of the new log is mistaken for one of the old."""
+        """The one reset rule, whoever noticed (the head, or a catch-up reader asking
+        beyond the end): the stream now ends below where it was read (the log was
+        deleted and created again, or a memory-only broker restarted empty), and every
+        cursor reads it again from ``start``, the new log's first record, attached or
+        detached, whatever it holds in flight or has stored.  Messages of the old log
+        still in flight are given back (settling them does nothing), so no offset of the
+        new log is mistaken for one of the old; readers that read from the old positions
+        meanwhile have their records dropped (``_moved_meanwhile``); stored positions
+        beyond ``start`` are saved again.  Records of the new log may come twice, none
+        is skipped."""
         log.warning("%s starts again at offset %d (the log was re-created)", stream, start)
         self._head[stream] = start
         for cursor in self._cursors.values():
@@ -749,6 +775,17 @@ class CursorEngine:
             elif cursor.positions.get(stream, start) > start:
                 cursor.positions[stream] = start
                 cursor.dirty = True
+            if self._stored.get(cursor.name, {}).get(stream, start) > start:
+                # its saved position lies in the old log: saved again before a crash
+                # could resume from it
+                if cursor.attached and cursor.inflight:
+                    cursor.own_positions = False
+                    self._own_save.add(cursor.name)
+                    self._pinning.add(cursor.name)
+                elif cursor.attached:
+                    self._to_delete.add(cursor.name)  # the head's commit covers it
+                else:
+                    cursor.dirty = True
 
     def _head_commit_positions(self, now: float | None = None) -> dict[StreamId, int]:
         """Where the head may resume after a crash: below every unsettled record of the
@@ -764,7 +801,8 @@ class CursorEngine:
                 done.append(name)
             elif cursor.attached:
                 if not cursor.inflight:
-                    done.append(name)
+                    if name not in self._own_save:
+                        done.append(name)
                     cursor.pin_seen = {}
                     if cursor.own_positions:
                         # everything settled: the head's commit covers it again, and its

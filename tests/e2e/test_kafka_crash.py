@@ -33,7 +33,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.kafka, pytest.mark.slow]
 BOUND = 2.0
 #: Notifies per second, for this many seconds: long enough that most of the stream lies
 #: outside the bound, however fast the machine is
-RATE, SECONDS = 50, 5
+RATE, SECONDS = 40, 4
 SENTINEL = 10**9
 
 

@@ -122,3 +122,30 @@ def test_a_reset_noticed_by_a_catch_up_reader_rewinds_every_cursor() -> None:
         assert got.bodies() == [b"new0", b"new1"]
     finally:
         engine.close()
+
+
+def test_records_read_before_a_rewind_are_not_handed_out_past_it() -> None:
+    """The same guard for a rewind (a nack with requeue) while a catch-up reader reads:
+    what it read beyond the rewound position is dropped, so the rewound records come
+    again instead of being skipped."""
+    engine, cursor, _ = engine_with_behind_cursor()
+    got = Collector(ack=False)
+    with engine.lock:
+        cursor.callback = got
+    try:
+
+        def nack_first() -> None:
+            got.received[0].nack(requeue=True)
+
+        reader = _ScriptedReader(
+            [
+                [record(5, b"r5"), record(6, b"r6")],
+                nack_first,
+                [record(7, b"r7"), record(8, b"r8")],
+            ]
+        )
+        run(engine, cursor, reader)
+        assert got.bodies() == [b"r5", b"r6"]
+        assert cursor.positions[STREAM] == 5  # 5 and 6 come again
+    finally:
+        engine.close()

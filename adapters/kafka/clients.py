@@ -11,13 +11,17 @@ Reachability
     must answer within ``health_timeout``: one failed probe or "all brokers down" makes
     ``available`` False, the next answered probe makes it True again.  Every lost
     connection bumps ``epoch``, which the readers use to check whether topics were
-    re-created behind their back (a memory-only broker that restarted).
+    re-created behind their back (a memory-only broker that restarted).  A publish that
+    waits longer than usual asks for a probe at once (``poke``) and fails when the cluster
+    has not answered since it began (``answered_since``), so a broker that stops while
+    a Notify waits does not hold it for the whole publish timeout.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -68,6 +72,10 @@ class Health:
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self._stop = threading.Event()
+        #: set to probe now (``poke``) or to stop
+        self._wake = threading.Event()
+        #: when a probe was last answered (monotonic)
+        self._answered = time.monotonic()
         self._thread: threading.Thread | None = None
         self._listeners: list[Callable[[bool], None]] = []
 
@@ -107,6 +115,14 @@ class Health:
             except Exception:
                 log.exception("a Kafka availability listener failed")
 
+    def poke(self) -> None:
+        """Probe now rather than at the next interval."""
+        self._wake.set()
+
+    def answered_since(self, when: float) -> bool:
+        """Whether a probe was answered after ``when`` (monotonic)."""
+        return self._answered > when
+
     def wait_available(self, timeout: float) -> bool:
         """Wait up to ``timeout`` seconds for the cluster to be reachable."""
         with self._changed:
@@ -118,15 +134,22 @@ class Health:
         """Probe with ``probe(timeout)`` (raises when the cluster does not answer) on a
         thread of its own until ``stop``."""
         self._stop.clear()
+        self._wake.clear()
+        self._answered = time.monotonic()
         self._set(True)
 
         def run() -> None:
-            while not self._stop.wait(self.interval):
+            while True:
+                self._wake.wait(self.interval)
+                self._wake.clear()
+                if self._stop.is_set():
+                    return
                 try:
                     probe(self.timeout)
                 except Exception as exc:
                     self._set(False, str(exc))
                 else:
+                    self._answered = time.monotonic()
                     self._set(True)
 
         self._thread = threading.Thread(target=run, name="wsnmom-kafka-health", daemon=True)
@@ -135,6 +158,7 @@ class Health:
     def stop(self) -> None:
         """Stop probing; ``available`` is False afterwards."""
         self._stop.set()
+        self._wake.set()
         thread, self._thread = self._thread, None
         if thread is not None:
             thread.join(timeout=self.timeout + self.interval + 1)

@@ -10,6 +10,13 @@ poll thread, and publishes that return only once the broker confirmed every mess
 * While the cluster is known to be unreachable (``Health``), a publish waits at most
   ``unavailable_grace`` seconds for it and then fails without producing anything, so a
   message the publisher was told had failed is never sent later.
+* A publish that is not confirmed within a quarter of ``unavailable_grace`` asks for a
+  reachability probe at once; when the cluster has answered nothing since the publish
+  began (or is known unreachable) ``unavailable_grace`` seconds after it began, the
+  publish fails (PublishUnavailable) and the producer is replaced, so what it still
+  queues is never sent.  A broker that stopped while a Notify waited (SIGSTOP, a hung
+  machine) held that Notify for the whole publish timeout before (19.1 s measured);
+  messages already on the wire may still be written when it comes back.
 * A fatal producer error (the idempotent producer's state is lost, e.g. the broker
   forgot the producer id) fails what is outstanding and a new producer takes over.
 """
@@ -202,14 +209,16 @@ class Publisher:
         for batch in batches:
             batch.fail_all(error)
 
-    def renew(self, why: str) -> None:
+    def renew(self, why: str, only: Producer | None = None) -> None:
         """Start a fresh producer (a new producer id) and drop what the old one still
         holds: its publishes fail, none was confirmed.  For a broker that forgot the
         producer id (a memory-only broker restarted): librdkafka then retries with a
         locally bumped epoch the broker does not know either, until the message times
-        out."""
+        out.  With ``only``: unless another publish replaced that producer already."""
         with self._lock:
             if not self._running or self._producer is None:
+                return
+            if only is not None and self._producer is not only:
                 return
             old = self._producer
             self._producer = self._new_producer()
@@ -227,7 +236,8 @@ class Publisher:
     ) -> list[PublishReceipt]:
         """Produce ``messages`` and wait for every delivery report (see the module
         docstring); PublishFailed when one is refused or not confirmed in time."""
-        deadline = time.monotonic() + timeout
+        started = time.monotonic()
+        deadline = started + timeout
         destinations = [self._mapping.destination(m.topic) for m in messages]
         grace = min(timeout, self._settings.unavailable_grace)
         if not self._health.wait_available(grace):
@@ -242,6 +252,9 @@ class Publisher:
                 dest.log,
                 partitions=self._settings.internal_partitions if internal else None,
                 internal=internal,
+                timeout=max(0.0, deadline - time.monotonic()),
+                listing_timeout=grace,
+                answering=partial(self._answering, started),
             )
         batch = _Batch(len(messages))
         with self._lock:
@@ -252,10 +265,12 @@ class Publisher:
         try:
             for index, (message, dest) in enumerate(zip(messages, destinations, strict=True)):
                 self._produce(producer, batch, index, message, dest, deadline)
-            if not batch.wait(deadline - time.monotonic()):
-                error = self._timeout_error(len(messages), batch)
-                if self._epoch != self._health.epoch:
-                    self.renew("a publish timed out after the connection was lost")
+            if not self._wait(batch, started, deadline):
+                error = self._timeout_error(len(messages), batch, started)
+                if self._epoch != self._health.epoch or not self._answering(started):
+                    self.renew(
+                        "a publish was not confirmed and the cluster does not answer", producer
+                    )
                 raise error
         finally:
             with self._lock:
@@ -292,11 +307,36 @@ class Publisher:
             except KafkaException as exc:
                 raise PublishFailed(f"Kafka refused the message: {exc}") from exc
 
-    def _timeout_error(self, count: int, batch: _Batch) -> PublishFailed:
+    def _answering(self, started: float) -> bool:
+        """False once ``unavailable_grace`` passed since ``started`` while the cluster is
+        known unreachable or answered no probe since then (``Health``); asks for a probe
+        at once the first time a quarter of the grace has passed."""
+        grace = self._settings.unavailable_grace
+        waited = time.monotonic() - started
+        if waited >= grace / 4 and not self._health.answered_since(started):
+            self._health.poke()
+        if waited < grace:
+            return True
+        return self._health.available and self._health.answered_since(started)
+
+    def _wait(self, batch: _Batch, started: float, deadline: float) -> bool:
+        """Wait for every report of ``batch`` until ``deadline``; False when they did not
+        all come, or when the cluster stopped answering (``_answering``)."""
+        grace = self._settings.unavailable_grace
+        if batch.wait(min(started + grace / 4, deadline) - time.monotonic()):
+            return True
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not self._answering(started):
+                return False
+            if batch.wait(min(remaining, 0.05)):
+                return True
+
+    def _timeout_error(self, count: int, batch: _Batch, started: float) -> PublishFailed:
         waiting = batch.remaining
         text = f"Kafka did not confirm {waiting} of {count} message(s) in time"
-        if not self._health.available:
-            return PublishUnavailable(text + " (the cluster is unreachable)")
+        if not self._health.available or not self._health.answered_since(started):
+            return PublishUnavailable(text + " (the cluster does not answer)")
         return PublishFailed(text)
 
     def _receipts(
@@ -307,7 +347,12 @@ class Publisher:
             index, error = failed[0]
             if error.code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC):
                 self._topics.forget(destinations[index].log)
-            cls = PublishUnavailable if error.code() == KafkaError._MSG_TIMED_OUT else PublishFailed
+            unanswered = (
+                KafkaError._MSG_TIMED_OUT,
+                KafkaError._PURGE_QUEUE,
+                KafkaError._PURGE_INFLIGHT,
+            )
+            cls = PublishUnavailable if error.code() in unanswered else PublishFailed
             raise cls(f"Kafka refused {len(failed)} of {len(messages)} message(s): {error.str()}")
         if self._confirmed is not None:
             # the newest message per topic is the last of the batch (a topic's records

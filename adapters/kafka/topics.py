@@ -12,6 +12,8 @@ producer never lets the broker create topics implicitly
 
 from __future__ import annotations
 
+import concurrent.futures
+import contextlib
 import logging
 import threading
 import time
@@ -93,24 +95,41 @@ class Topics:
         return out
 
     # -- creation ---------------------------------------------------------------------------
-    def ensure(self, name: str, *, partitions: int | None = None, internal: bool = False) -> None:
+    def ensure(
+        self,
+        name: str,
+        *,
+        partitions: int | None = None,
+        internal: bool = False,
+        timeout: float = 10.0,
+        listing_timeout: float = 5.0,
+        answering: Callable[[], bool] | None = None,
+    ) -> None:
         """Make sure topic ``name`` exists before publishing to it (see the module
-        docstring); ``internal`` topics are created whatever the policy."""
+        docstring); ``internal`` topics are created whatever the policy.  Waits at most
+        ``listing_timeout`` seconds for the listing and ``timeout`` in all, and raises
+        AdapterUnavailable as soon as ``answering`` says the cluster stopped answering."""
         with self._lock:
             if name in self._partitions:
                 return
             lock = self._creating.setdefault(name, threading.Lock())
         with lock:
-            if name in self.refresh():
+            if name in self.refresh(timeout=min(listing_timeout, timeout)):
                 return
             if self._settings.topic_policy != "create" and not internal:
                 raise TopicUnavailable(
                     f"the Kafka topic {name!r} does not exist and this gateway does not "
                     "create topics (topic_policy = existing)"
                 )
-            self._create(name, partitions or self._settings.partitions)
+            self._create(name, partitions or self._settings.partitions, timeout, answering)
 
-    def _create(self, name: str, partitions: int) -> None:
+    def _create(
+        self,
+        name: str,
+        partitions: int,
+        timeout: float = 10.0,
+        answering: Callable[[], bool] | None = None,
+    ) -> None:
         settings = self._settings
         topic = NewTopic(
             name,
@@ -118,8 +137,13 @@ class Topics:
             replication_factor=settings.replication_factor,
             config=dict(settings.topic_config),
         )
-        future = self._admin.create_topics([topic], request_timeout=10)[name]
+        future = self._admin.create_topics([topic], request_timeout=max(timeout, 0.1))[name]
         try:
+            while answering is not None and not future.done():
+                if not answering():
+                    raise AdapterUnavailable(f"creating Kafka topic {name!r}: no answer")
+                with contextlib.suppress(concurrent.futures.TimeoutError):
+                    future.result(timeout=0.05)
             future.result()
         except KafkaException as exc:
             error = exc.args[0]

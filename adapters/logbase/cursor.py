@@ -116,6 +116,11 @@ class Cursor:
         #: ``discard(newest=True)``: deliver this many more, then jump to ``cap_until``
         self.cap_budget: int | None = None
         self.cap_until: dict[StreamId, int] = {}
+        #: attached with positions of its own in the position store, at or below its
+        #: current ones: it does not hold the head's commit back (see the engine)
+        self.own_positions = False
+        #: per stream, the first unsettled offset the commit pass saw and since when
+        self.pin_seen: dict[StreamId, tuple[int, float]] = {}
         self._outbox: deque[CursorReceived] = deque()
         self._outbox_lock = threading.Lock()
         self._draining = False
@@ -130,6 +135,8 @@ class Cursor:
     def attached(self, value: bool) -> None:
         self._attached = value
         if not value:
+            self.own_positions = False
+            self.pin_seen = {}
             self.engine.may_pin(self.name)
 
     @property

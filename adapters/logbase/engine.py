@@ -15,10 +15,21 @@ Threads and readers (all fixed in number):
 * one **commit** thread: every ``commit_interval`` it saves the positions of detached
   cursors that changed (``PositionStore``) and removes stored positions of cursors that
   re-attached, and the head thread commits the head (``HeadReader.commit``) below every
-  unsettled record of the attached cursors and of detached cursors not yet saved.
+  unsettled record of the attached cursors and of detached cursors not yet saved, every
+  ``commit_interval`` or after ``pin_records`` records, whichever comes first.
 
 After a crash an attached cursor resumes from the head's commit, a detached one from its
 stored positions: nothing settled-out-of-order or unsettled is skipped (at-least-once).
+
+What comes again after a crash is bounded in time and count: an attached cursor whose
+first unsettled record stayed the same for ``pin_seconds`` (a pull point nobody reads, a
+consumer that is down) or lies ``pin_records`` records behind the head saves positions of
+its own (``own_positions``, refreshed at most every ``save_interval`` while they change)
+and stops holding the head's commit back.  So a cursor that settles promptly gets again
+only what it settled in the last ``pin_seconds + commit_interval`` (plus the time the
+commit takes), and a slow one what it settled in the last ``save_interval +
+commit_interval``: without this, one pull point with 1,000 unread messages held the
+head's commit for minutes and every other subscription got those 1,000 again.
 A cursor that was attached has no stored positions, so the head must not hand out records
 before core re-attached every subscription: ``restoring()`` holds the head back until
 ``restored()`` (core calls both at start-up; without them the head starts with the first
@@ -80,12 +91,21 @@ class CursorEngine:
         poll_timeout: float = 0.1,
         commit_interval: float = 0.2,
         catch_up_slice: int = 20,
+        pin_seconds: float = 1.0,
+        pin_records: int = 1000,
+        save_interval: float = 1.0,
     ) -> None:
         self.backend = backend
         self.catch_up_readers = catch_up_readers
         self.batch = batch
         self.poll_timeout = poll_timeout
         self.commit_interval = commit_interval
+        #: how long, and how far behind the head, an attached cursor may hold the head's
+        #: commit back before it saves positions of its own (see the module docstring)
+        self.pin_seconds = pin_seconds
+        self.pin_records = pin_records
+        #: at most this often a cursor's own positions are saved again while they change
+        self.save_interval = save_interval
         #: batches a catch-up thread reads for one cursor before serving the next one
         self.catch_up_slice = catch_up_slice
         self.lock = threading.RLock()
@@ -111,6 +131,12 @@ class CursorEngine:
         self._wake_commit = threading.Event()
         self._last_head_commit = 0.0
         self._last_head_positions: dict[StreamId, int] = {}
+        #: records the head dispatched since its last commit
+        self._since_head_commit = 0
+        #: attached cursors to save positions of their own at the next commit pass
+        self._own_save: set[str] = set()
+        #: when each cursor's own positions were last saved (monotonic)
+        self._own_saved_at: dict[str, float] = {}
         #: cursors that may hold the head's commit back or have positions to save
         #: (in flight, detached and unsaved, or dirty): the commit passes look at these
         #: only, not at every cursor.  A superset: names are dropped when looked at.
@@ -285,6 +311,8 @@ class CursorEngine:
             self._stored.pop(name, None)
             self._index.remove(name)
             self._match_all.discard(name)
+            self._own_save.discard(name)
+            self._own_saved_at.pop(name, None)
             if cursor is not None:
                 cursor.deleted = True
                 cursor.started = False
@@ -516,6 +544,12 @@ class CursorEngine:
                         self._queue_catch_up(cursor, skipping=True)
                         return None
                     continue
+                if assigned is not None and self._moved_meanwhile(cursor, assigned, records):
+                    # a rewind or a log that started again moved its positions while this
+                    # reader read from the old ones: what it read may lie beyond records
+                    # the cursor still needs, so it is dropped and read again
+                    self._queue_catch_up(cursor)
+                    return None
                 stopped = self._read_for(cursor, records)
                 if assigned is not None:
                     for r in records:
@@ -564,10 +598,24 @@ class CursorEngine:
             return True
         return False
 
+    @staticmethod
+    def _moved_meanwhile(
+        cursor: Cursor, assigned: Mapping[StreamId, int], records: Sequence[LogRecord | RecordsLost]
+    ) -> bool:
+        """Whether ``cursor``'s position in a stream of ``records`` is no longer where the
+        reader that read them continued from (hold the lock)."""
+        streams = {item.stream for item in records}
+        return any(s in assigned and cursor.positions.get(s, 0) != assigned[s] for s in streams)
+
     def _read_for(self, cursor: Cursor, records: Sequence[LogRecord | RecordsLost]) -> bool:
         """Apply records a catch-up reader read for ``cursor`` (hold the lock); True when
         it must stop (window full, or a jump moved its positions)."""
         for item in records:
+            if isinstance(item, RecordsLost) and item.next < item.first:
+                # the log ends below where this reader asked: it started again
+                self._stream_restarted(item.stream, item.next)
+                self._queue_catch_up(cursor)
+                return True
             if isinstance(item, RecordsLost):
                 self._lost(cursor, item)
                 continue
@@ -647,6 +695,7 @@ class CursorEngine:
                 matched: dict[Topic, set[str]] = {}  # a batch's records share few topics
                 for item in records:
                     self._dispatch(item, touched, matched)
+                self._since_head_commit += len(records)
                 full = selective.more_waiting() if selective else len(records) >= self.batch
                 if not full and asked > self._sync_done:
                     self._sync_done = asked
@@ -703,10 +752,16 @@ class CursorEngine:
             touched[name] = cursor
 
     def _stream_restarted(self, stream: StreamId, start: int) -> None:
-        """The stream now ends below where the head was (the log was deleted and created
-        again, or a memory-only broker restarted empty): every cursor reads it again from
-        ``start``.  Messages of the old log still in flight are given back (settling them
-        does nothing), so no offset of the new log is mistaken for one of the old."""
+        """The one reset rule, whoever noticed (the head, or a catch-up reader asking
+        beyond the end): the stream now ends below where it was read (the log was
+        deleted and created again, or a memory-only broker restarted empty), and every
+        cursor reads it again from ``start``, the new log's first record, attached or
+        detached, whatever it holds in flight or has stored.  Messages of the old log
+        still in flight are given back (settling them does nothing), so no offset of the
+        new log is mistaken for one of the old; readers that read from the old positions
+        meanwhile have their records dropped (``_moved_meanwhile``); stored positions
+        beyond ``start`` are saved again.  Records of the new log may come twice, none
+        is skipped."""
         log.warning("%s starts again at offset %d (the log was re-created)", stream, start)
         self._head[stream] = start
         for cursor in self._cursors.values():
@@ -720,20 +775,46 @@ class CursorEngine:
             elif cursor.positions.get(stream, start) > start:
                 cursor.positions[stream] = start
                 cursor.dirty = True
+            if self._stored.get(cursor.name, {}).get(stream, start) > start:
+                # its saved position lies in the old log: saved again before a crash
+                # could resume from it
+                if cursor.attached and cursor.inflight:
+                    cursor.own_positions = False
+                    self._own_save.add(cursor.name)
+                    self._pinning.add(cursor.name)
+                elif cursor.attached:
+                    self._to_delete.add(cursor.name)  # the head's commit covers it
+                else:
+                    cursor.dirty = True
 
-    def _head_commit_positions(self) -> dict[StreamId, int]:
+    def _head_commit_positions(self, now: float | None = None) -> dict[StreamId, int]:
         """Where the head may resume after a crash: below every unsettled record of the
-        attached cursors and of detached ones whose positions are not saved yet (hold
-        the lock, or call when the threads are stopped)."""
+        attached cursors (except those with positions of their own) and of detached ones
+        whose positions are not saved yet (hold the lock, or call when the threads are
+        stopped).  Attached cursors that held it back too long are marked for saving."""
         positions = dict(self._head)
         done: list[str] = []
+        now = time.monotonic() if now is None else now
         for name in self._pinning:
             cursor = self._cursors.get(name)
             if cursor is None:
                 done.append(name)
             elif cursor.attached:
                 if not cursor.inflight:
-                    done.append(name)
+                    if name not in self._own_save:
+                        done.append(name)
+                    cursor.pin_seen = {}
+                    if cursor.own_positions:
+                        # everything settled: the head's commit covers it again, and its
+                        # saved positions would only bring old records back
+                        cursor.own_positions = False
+                        self._own_save.discard(name)
+                        self._to_delete.add(name)
+                    continue
+                if self._pins_too_long(cursor, now) and not cursor.own_positions:
+                    self._own_save.add(name)
+                if cursor.own_positions:
+                    continue  # its saved positions are at or below where it is
                 for stream in list(cursor.inflight):
                     if stream in positions:
                         positions[stream] = cursor.committed(stream, positions[stream])
@@ -746,13 +827,47 @@ class CursorEngine:
         self._pinning.difference_update(done)
         return positions
 
+    def _pins_too_long(self, cursor: Cursor, now: float) -> bool:
+        """Whether attached ``cursor``'s first unsettled record in some stream stayed
+        the same for ``pin_seconds`` or lies ``pin_records`` behind the head (hold the
+        lock; sampled by the commit pass, so off the delivery path)."""
+        seen = cursor.pin_seen
+        too_long = False
+        for stream, flight in cursor.inflight.items():
+            if not flight:
+                continue
+            front = next(iter(flight))
+            first = seen.get(stream)
+            if first is None or first[0] != front:
+                seen[stream] = first = (front, now)
+            behind = self._head.get(stream, front) - front
+            if now - first[1] >= self.pin_seconds or behind >= self.pin_records:
+                too_long = True
+        for stream in [s for s in seen if s not in cursor.inflight]:
+            del seen[stream]
+        return too_long
+
+    def _own_positions(self, cursor: Cursor) -> dict[StreamId, int]:
+        """Where attached ``cursor`` would resume after a crash, in every stream it reads
+        (hold the lock)."""
+        out: dict[StreamId, int] = {}
+        for stream, head in self._head.items():
+            if stream in cursor.inflight or self._relevant(cursor, stream):
+                read = max(head, cursor.floor.get(stream, head))
+                out[stream] = cursor.committed(stream, read)
+        return out
+
     def _maybe_commit_head(self, head: HeadReader) -> None:
         now = time.monotonic()
-        if now - self._last_head_commit < self.commit_interval:
+        if (
+            now - self._last_head_commit < self.commit_interval
+            and self._since_head_commit < self.pin_records
+        ):
             return
         self._last_head_commit = now
+        self._since_head_commit = 0
         with self.lock:
-            positions = self._head_commit_positions()
+            positions = self._head_commit_positions(now)
         if positions != self._last_head_positions:
             try:
                 head.commit(positions)
@@ -785,8 +900,17 @@ class CursorEngine:
                 candidates = list(self._cursors.values())
             else:  # every dirty cursor is among the pinning ones
                 candidates = [c for n in self._pinning if (c := self._cursors.get(n)) is not None]
+            now = time.monotonic()
+            own: dict[str, int] = {}  # attached cursors saved, with their generation
             for cursor in candidates:
-                if cursor.attached or not (cursor.dirty or final):
+                if cursor.attached:
+                    positions = self._own_due(cursor, now)
+                    if positions is not None:
+                        changes[cursor.name] = positions
+                        own[cursor.name] = cursor.gen
+                    continue
+                self._own_save.discard(cursor.name)
+                if not (cursor.dirty or final):
                     continue
                 if not cursor.dirty and cursor.name in self._stored:
                     continue
@@ -804,6 +928,7 @@ class CursorEngine:
                 store.save(changes)
             except Exception:
                 with self.lock:
+                    self._own_save |= set(own)
                     # saved again next time, and meanwhile they pin the head's commit
                     for name in changes:
                         live = self._cursors.get(name)
@@ -814,6 +939,14 @@ class CursorEngine:
             with self.lock:
                 for name, positions in changes.items():
                     self._stored[name] = positions
+                    live = self._cursors.get(name)
+                    if name in own and live is not None:
+                        self._own_saved_at[name] = now
+                        if live.attached and live.gen == own[name]:
+                            if live.inflight:
+                                live.own_positions = True
+                            else:  # settled meanwhile: the head covers it
+                                self._to_delete.add(name)
         if deletes:
             try:
                 store.delete(deletes)
@@ -826,6 +959,21 @@ class CursorEngine:
                     live = self._cursors.get(name)
                     if live is None or live.attached:
                         self._stored.pop(name, None)
+
+    def _own_due(self, cursor: Cursor, now: float) -> dict[StreamId, int] | None:
+        """The positions to save for attached ``cursor`` now, if it is due: marked by the
+        head's commit pass, or saved before and changed since, ``save_interval`` after
+        its last save (hold the lock)."""
+        name = cursor.name
+        if name in self._own_save:
+            self._own_save.discard(name)
+            return self._own_positions(cursor)
+        if not cursor.own_positions:
+            return None
+        if now - self._own_saved_at.get(name, 0.0) < self.save_interval:
+            return None
+        positions = self._own_positions(cursor)
+        return positions if positions != self._stored.get(name) else None
 
     # -- diagnostics -----------------------------------------------------------------------
     def stats(self) -> Mapping[str, int]:

@@ -212,8 +212,9 @@ def test_without_authentication_the_local_operator_acts_on_a_loopback_listener(
         "csrf": None,
     }
     pause = f"{API}/subscriptions/{sub_id}/pause"
+    # a name rebound to 127.0.0.1 is refused before the admin API by the Host check (421)
     rebound = client.post(pause, headers={"Host": "rebound.example:8080"})
-    assert rebound.status_code == 403 and "authenticated admin" in rebound.json["error"]
+    assert rebound.status_code == 421
     remote = _client(open_runtime, "10.1.2.3").post(pause)
     assert remote.status_code == 403
     forged = client.post(pause, headers={"Origin": "https://elsewhere.example"})

@@ -91,6 +91,10 @@ class BrokerPort(Protocol):
         """Why the data directory's disk refuses new work ("" when it does not)."""
         ...
 
+    def unready_reason(self) -> str:
+        """Why the broker is not ready ("" when it is), for ``/readyz``."""
+        ...
+
     def policy(self) -> BrokerPolicy:
         """The advertised broker policy."""
         ...

@@ -216,15 +216,29 @@ class BrokerService:
     def ready(self) -> bool:
         """Restored from the store, the adapter answers, the store works and the disk is
         not low."""
-        if not self._gate.ready or self._closed:
-            return False
+        return not self.unready_reason()
+
+    def unready_reason(self) -> str:
+        """Why the broker is not ready ("" when it is): which dependency is missing."""
+        if self._closed:
+            return "the broker is stopping"
+        if not self._gate.ready:
+            return "the broker is starting: its middleware has not answered yet"
         disk = self._gate.disk
-        if disk is not None and disk.low() is not None:
-            return False
+        low = disk.low() if disk is not None else None
+        if low is not None:
+            return storage_full_text(low)
         try:
-            return bool(self.adapter.ping()) and self.store.ping()
+            answers = bool(self.adapter.ping())
         except Exception:
-            return False
+            answers = False
+        if not answers:
+            return "the middleware does not answer"
+        try:
+            stored = self.store.ping()
+        except Exception:
+            stored = False
+        return "" if stored else "the store does not answer"
 
     def disk_low(self) -> str:
         """Why the data directory's disk refuses new work ("" when it does not)."""

@@ -20,6 +20,7 @@ and HTTP 503, and ``ping`` (``/readyz``) says the store is not answering.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
@@ -69,6 +70,8 @@ SCHEMA_VERSION = max(MIGRATIONS)
 CONNECT_TIMEOUT = 5.0
 #: seconds a request waits for a pooled connection before the store counts as overloaded
 POOL_TIMEOUT = 10.0
+#: while the server is down, seconds between the connection attempts that look for it
+PROBE_INTERVAL = 1.0
 
 T = TypeVar("T")
 
@@ -84,8 +87,8 @@ class PostgresStore(Store):
     def __init__(self, url: str, *, min_size: int = 1, max_size: int = 8) -> None:
         try:
             import psycopg
+            import psycopg_pool  # noqa: F401
             from psycopg.types.json import Jsonb
-            from psycopg_pool import ConnectionPool
         except ImportError as exc:
             raise StoreError(
                 f"a PostgreSQL store needs psycopg 3 ({exc}): pip install 'wsnmom[postgres]'"
@@ -101,17 +104,14 @@ class PostgresStore(Store):
             psycopg.connect(url, connect_timeout=int(CONNECT_TIMEOUT)).close()
         except psycopg.Error as exc:
             raise StoreUnavailable(f"cannot connect to the PostgreSQL store: {exc}") from None
+        self._url = url
+        self._sizes = (min_size, max_size)
+        #: monotonic time of the last failed use while the server does not answer (None: up)
+        self._down_since: float | None = None
+        self._last_probe = 0.0
+        self._recovering = threading.Lock()
         try:
-            self._pool = ConnectionPool(
-                url,
-                min_size=min_size,
-                max_size=max_size,
-                timeout=POOL_TIMEOUT,
-                kwargs={"connect_timeout": int(CONNECT_TIMEOUT), "autocommit": False},
-                open=False,
-                name="wsnmom-store",
-            )
-            self._pool.open(wait=True, timeout=CONNECT_TIMEOUT * 2)
+            self._pool = self._new_pool()
         except Exception as exc:  # psycopg_pool.PoolTimeout, psycopg.Error
             raise StoreUnavailable(f"cannot open the PostgreSQL store: {exc}") from None
         try:
@@ -122,23 +122,68 @@ class PostgresStore(Store):
 
     # ------------------------------------------------------------------ plumbing
 
+    def _new_pool(self) -> Any:
+        from psycopg_pool import ConnectionPool
+
+        min_size, max_size = self._sizes
+        pool = ConnectionPool(
+            self._url,
+            min_size=min_size,
+            max_size=max_size,
+            timeout=POOL_TIMEOUT,
+            kwargs={"connect_timeout": int(CONNECT_TIMEOUT), "autocommit": False},
+            open=False,
+            name="wsnmom-store",
+        )
+        pool.open(wait=True, timeout=CONNECT_TIMEOUT * 2)
+        return pool
+
+    def _require_server(self) -> None:
+        """While the server was found down: refuse at once, except for one probe per
+        :data:`PROBE_INTERVAL`; when the probe connects, start a fresh pool (the old one
+        may be waiting out its reconnection backoff) and carry on."""
+        if self._down_since is None:
+            return
+        now = time.monotonic()
+        if now - self._last_probe < PROBE_INTERVAL or not self._recovering.acquire(False):
+            raise StoreUnavailable("the PostgreSQL store is not answering")
+        try:
+            self._last_probe = now
+            try:
+                self._psycopg.connect(self._url, connect_timeout=int(CONNECT_TIMEOUT)).close()
+            except self._psycopg.Error as exc:
+                raise StoreUnavailable(f"the PostgreSQL store is not answering: {exc}") from None
+            old, self._pool = self._pool, self._new_pool()
+            self._down_since = None
+            old.close(timeout=0)
+        finally:
+            self._recovering.release()
+
+    def _down(self, why: str) -> StoreUnavailable:
+        if self._down_since is None:
+            self._down_since = time.monotonic()
+            self._last_probe = self._down_since
+        return StoreUnavailable(why)
+
     @contextmanager
     def _tx(self) -> Iterator[Any]:
         """A pooled connection inside one transaction; connection trouble becomes
-        StoreUnavailable, other database errors StoreError."""
+        StoreUnavailable (and later uses fail at once until a probe connects again), other
+        database errors StoreError."""
         if self._closed:
             raise StoreError("store is closed")
+        self._require_server()
         psycopg = self._psycopg
         try:
             with self._pool.connection() as conn, conn.transaction():
                 yield conn
         except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
-            raise StoreUnavailable(f"the PostgreSQL store is not answering: {exc}") from None
+            raise self._down(f"the PostgreSQL store is not answering: {exc}") from None
         except psycopg.Error as exc:
             raise StoreError(f"PostgreSQL store error: {exc}") from None
         except Exception as exc:
             if type(exc).__name__ == "PoolTimeout":
-                raise StoreUnavailable(
+                raise self._down(
                     f"no PostgreSQL connection free within {POOL_TIMEOUT:.0f}s"
                 ) from None
             raise

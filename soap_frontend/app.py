@@ -164,19 +164,14 @@ def _policy_view() -> Response:
 
 
 def _readyz_view() -> Response:
-    reason = ""
     try:
-        service = _frontend().service
-        ready = bool(service.ready())
-        if not ready:
-            reason = service.disk_low()
+        reason = _frontend().service.unready_reason()
     except Exception:
         log.warning("readiness check failed", exc_info=True)
-        ready = False
-    if ready:
+        reason = "the readiness check failed (see the log)"
+    if not reason:
         return Response("ready\n", mimetype="text/plain")
-    text = f"not ready: {reason}\n" if reason else "not ready\n"
-    return Response(text, status=503, mimetype="text/plain")
+    return Response(f"not ready: {reason}\n", status=503, mimetype="text/plain")
 
 
 def _metrics_view() -> Response:

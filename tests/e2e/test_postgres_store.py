@@ -31,11 +31,15 @@ def payload(i: int) -> str:
 
 
 def readyz(gateway: Gateway) -> int:
+    return readyz_answer(gateway)[0]
+
+
+def readyz_answer(gateway: Gateway) -> tuple[int, str]:
     try:
         with urllib.request.urlopen(gateway.base_url + "/readyz", timeout=5) as answer:
-            return int(answer.status)
+            return int(answer.status), answer.read().decode()
     except urllib.error.HTTPError as exc:
-        return int(exc.code)
+        return int(exc.code), exc.read().decode()
 
 
 def wait_for(what: str, check: object, timeout: float = 30.0) -> None:
@@ -104,6 +108,7 @@ def test_store_outage_answers_503_and_recovers_without_restart(data_dir: Path) -
                 kept = client.create_pull_point()
                 node.stop()
                 wait_for("/readyz 503 while PostgreSQL is down", lambda: readyz(gateway) == 503)
+                assert readyz_answer(gateway) == (503, "not ready: the store does not answer\n")
                 started = time.monotonic()
                 with pytest.raises(ResourceUnavailableFault) as caught:
                     client.create_pull_point()

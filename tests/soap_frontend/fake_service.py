@@ -97,6 +97,9 @@ class FakeService:
     def disk_low(self) -> str:
         return ""
 
+    def unready_reason(self) -> str:
+        return "" if self.is_ready else "the broker is starting"
+
     def _id(self, kind: str) -> str:
         self.counter += 1
         return f"{kind}{self.counter:04d}"

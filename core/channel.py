@@ -30,6 +30,13 @@ like any failed attempt: the same retry schedule, the same give-up.
 ``stop`` (PauseSubscription) stops the adapter handle; messages held in memory are left
 unsettled and are redelivered by the middleware when the channel starts again, so resume
 delivers everything accumulated, in order.
+
+Memory.  Each message's bytes are charged to the engine's ``budget``
+(``core.delivery_budget``) under the channel's ``group`` (its owner) before it is queued,
+and released when it is settled or forgotten.  A message that does not fit is forgotten
+unsettled and the channel *parks*: the budget's thread stops the handle as ``stop`` does
+(everything unsettled goes back to the middleware) and starts it again when there is room;
+meanwhile the channel counts as active, and a retry count survives the park.
 """
 
 from __future__ import annotations
@@ -44,6 +51,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from wsnmom.core import metrics
 from wsnmom.core.adapter import Received, SubscriptionHandle
+from wsnmom.core.delivery_budget import MESSAGE_OVERHEAD, MemoryBudget
 from wsnmom.core.lanes import Lane, Outcome
 from wsnmom.core.log_context import bound_request_id
 from wsnmom.core.ports import DeliveryFailed
@@ -119,6 +127,7 @@ class Scheduler(Protocol):
 
     backoff: Backoff
     prefetch: int
+    budget: MemoryBudget
 
     def _ready(self, channel: Channel[Any], gen: int) -> None: ...
 
@@ -144,12 +153,15 @@ class Channel(Generic[T]):
     """
 
     __slots__ = (
+        "_charged",
         "_closed",
         "_error",
         "_failures",
         "_gen",
         "_last_delivery",
         "_lock",
+        "_parked",
+        "_parking",
         "_pending",
         "_queue",
         "_rerun",
@@ -161,6 +173,7 @@ class Channel(Generic[T]):
         "delivered",
         "destination",
         "engine",
+        "group",
         "handle",
         "name",
         "on_give_up",
@@ -182,6 +195,7 @@ class Channel(Generic[T]):
         ordered: bool = False,
         destination: str | None = None,
         trace: Callable[[T], str | None] | None = None,
+        group: str = "",
     ) -> None:
         self.engine = engine
         self.name = name
@@ -196,6 +210,13 @@ class Channel(Generic[T]):
         self.destination = destination
         #: the request id an item was published by (log records of its delivery carry it)
         self.trace = trace
+        #: whose memory budget the held messages count against (the owner)
+        self.group = group
+        #: id() of each held message -> the bytes charged for it
+        self._charged: dict[int, int] = {}
+        #: a message was refused for lack of memory: parking requested / done
+        self._parking = False
+        self._parked = False
         self._lock = threading.Lock()
         #: received, not yet taken by a worker (created on the first message)
         self._queue: deque[Received] | None = None
@@ -219,8 +240,8 @@ class Channel(Generic[T]):
     # -- lifecycle -------------------------------------------------------------------------
     @property
     def active(self) -> bool:
-        """True while consuming (started and not stopped/closed)."""
-        return not self._stopped and not self._closed
+        """True while consuming (started and not stopped/closed; parked counts)."""
+        return (not self._stopped or self._parked) and not self._closed
 
     @property
     def failures(self) -> int:
@@ -232,34 +253,86 @@ class Channel(Generic[T]):
         with self._lock:
             if self._closed or not self._stopped:
                 return
+            if not self._parked:
+                self._failures = 0
+                self._retry_at = 0.0
+            self._parked = self._parking = False
             self._stopped = False
-            self._failures = 0
-            self._retry_at = 0.0
             self._gen += 1
             self._scheduled = False
             self._queue = None
             self._pending = []
+            freed = self._forget_charges()
+        self._release(freed)
         self.handle.start(self.on_message, prefetch=self.engine.prefetch)
 
     def stop(self) -> None:
         """Stop consuming; the durable subscription keeps accumulating.  Messages held in
         memory stay unsettled and are redelivered by the middleware on the next start."""
         with self._lock:
-            if self._stopped:
+            if self._parked:  # the handle is stopped already; no longer to be unparked
+                self._parked = self._parking = False
                 return
-            self._stopped = True
-            self._gen += 1
-            self._scheduled = False
-            self._retry_at = 0.0
-            self._queue = None
-            if not self._running:
-                self._pending = []
+            if not self._halt():
+                return
+            freed = self._forget_charges()
+        self._release(freed)
         self.handle.stop()
+
+    def _halt(self) -> bool:
+        """Under the lock: stop consuming (False when stopped already)."""
+        if self._stopped:
+            return False
+        self._stopped = True
+        self._gen += 1
+        self._scheduled = False
+        self._retry_at = 0.0
+        self._queue = None
+        if not self._running:
+            self._pending = []
+        return True
+
+    # -- memory (core.delivery_budget) -----------------------------------------------------
+    def _forget_charges(self) -> int:
+        """Under the lock: forget every charge (what is held is being dropped)."""
+        freed = sum(self._charged.values())
+        self._charged.clear()
+        return freed
+
+    def _release(self, size: int) -> None:
+        if size:
+            self.engine.budget.release(self.group, size)
+
+    def _settle(self, received: Received, ack: bool) -> None:
+        """Settle one held message and release its bytes."""
+        with self._lock:
+            size = self._charged.pop(id(received), 0)
+        self._release(size)
+        _settle(received, ack)
+
+    def _park(self) -> bool:
+        """The budget's thread: stop the handle and forget what is held, keeping the
+        retry count; False when the channel is not consuming any more."""
+        with self._lock:
+            if not self._parking or self._closed or not self._halt():
+                self._parking = False
+                return False
+            self._parked = True
+            freed = self._forget_charges()
+        self._release(freed)
+        self.handle.stop()
+        return True
+
+    def _unpark(self) -> None:
+        """The budget's thread: there is room again; consume (no-op unless parked)."""
+        if self._parked:
+            self.start()
 
     def close(self) -> None:
         """Stop for good (subscription destroyed or broker closing)."""
         with self._lock:
             self._closed = True
+            self._parked = False
         self.stop()
 
     def held(self) -> int:
@@ -270,7 +343,7 @@ class Channel(Generic[T]):
         """The delivery state for operators (the admin page and API)."""
         with self._lock:
             return ChannelStatus(
-                active=not self._stopped and not self._closed,
+                active=(not self._stopped or self._parked) and not self._closed,
                 failures=self._failures,
                 retry_at=self._retry_at or None,
                 last_error=self._error,
@@ -281,11 +354,22 @@ class Channel(Generic[T]):
 
     # -- adapter callback ------------------------------------------------------------------
     def on_message(self, received: Received) -> None:
-        """Adapter thread: enqueue only."""
+        """Adapter thread: enqueue only (or, without room in the memory budget, forget it
+        unsettled and have the channel parked)."""
         schedule = False
+        park = False
+        size = len(received.body) + MESSAGE_OVERHEAD
         with self._lock:
             stale = self._stopped
-            if not stale:
+            if stale:
+                pass
+            elif self._parking or not self.engine.budget.take(self.group, size):
+                # neither settled nor queued: the handle, stopped soon, gives it back to
+                # the middleware
+                park = not self._parking
+                self._parking = True
+            else:
+                self._charged[id(received)] = size
                 q = self._queue
                 if q is None:
                     q = self._queue = deque()
@@ -295,6 +379,8 @@ class Channel(Generic[T]):
                 gen = self._gen
         if stale:
             _settle(received, ack=False)
+        elif park:
+            self.engine.budget.park(self.group, self)
         elif schedule:
             self.engine._ready(self, gen)
 
@@ -334,7 +420,7 @@ class Channel(Generic[T]):
                     if self.ordered and any(i is not None for _, i in pending):
                         pending.append((received, None))  # acked after those before it
                     else:
-                        _settle(received, ack=True)
+                        self._settle(received, ack=True)
                 else:
                     pending.append((received, item))
             batch = [item for _, item in pending if item is not None]
@@ -409,9 +495,10 @@ class Channel(Generic[T]):
                 self._queue = None
                 self._pending = []
                 self._error = end.reason
+                self._release(self._forget_charges())
         if not current:
             for received in take:
-                _settle(received, ack=False)
+                self._settle(received, ack=False)
             return
         # like a give-up: what is held stays unsettled; the subscription is being ended
         log.warning("subscription %s: %s", self.name, end.reason)
@@ -458,6 +545,7 @@ class Channel(Generic[T]):
                         self._gen += 1
                         self._queue = None
                         self._pending = []
+                        self._release(self._forget_charges())
                     else:
                         delay = policy.delay(self._failures)
                         self._retry_at = time.time() + delay
@@ -476,7 +564,7 @@ class Channel(Generic[T]):
             failures = self._failures
         if ok:
             for received, _ in pending:
-                _settle(received, ack=True)
+                self._settle(received, ack=True)
         if give_up:
             log.warning(
                 "subscription %s: giving up after %d failed attempts: %s",

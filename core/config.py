@@ -160,6 +160,17 @@ class DeliverySettings:
     #: most deliveries in progress to one destination (scheme, host, port) at once;
     #: 0: half of ``workers``
     per_destination: int = field(default=0, metadata=limits(0, 1024))
+    #: most deliveries in progress to all the ports of one host at once; 0: as
+    #: ``per_destination``
+    per_host: int = field(default=0, metadata=limits(0, 4096))
+    #: most deliveries in progress for the subscriptions of one owner (identity; all
+    #: anonymous subscriptions are one owner) at once; 0: a quarter of ``max_workers``
+    per_owner: int = field(default=0, metadata=limits(0, 4096))
+    #: bytes of messages delivery may hold in memory over all subscriptions (what does
+    #: not fit stays in the middleware until there is room)
+    memory: int = field(default=256 * 1024 * 1024, metadata=limits(64 * 1024))
+    #: bytes of messages delivery may hold for the subscriptions of one owner
+    memory_per_owner: int = field(default=64 * 1024 * 1024, metadata=limits(64 * 1024))
     #: seconds after which a busy thread counts as held by a slow consumer (more threads
     #: are started when all are)
     slow_after: float = field(default=0.2, metadata=limits(above=0))

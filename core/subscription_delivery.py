@@ -155,6 +155,7 @@ class SubscriptionDelivery:
                 batch_size=batch_size,
                 ordered=ordered,
                 trace=_message_request_id,
+                group=sub.owner or "",
             )
         else:
             pusher = _Pusher(self, state)
@@ -168,6 +169,7 @@ class SubscriptionDelivery:
                 ordered=ordered,
                 destination=destination_key(sub.consumer.address),
                 trace=_delivered_request_id,
+                group=sub.owner or "",
             )
         with registry.lock:
             registry.subscriptions[sub.id] = state

@@ -218,11 +218,11 @@ def test_lane_concurrency_and_release_order() -> None:
     assert lanes.enter("http://h:1", ("c", 0)) is None  # waits in the lane
     assert lanes.enter("http://h:1", ("d", 0)) is None
     assert lanes.enter("http://other:1", ("x", 0)) is not None  # other lanes unaffected
-    assert lanes.leave(a) == ("c", 0)  # made ready again, in arrival order
+    assert lanes.leave(a) == [("c", 0)]  # made ready again, in arrival order
     assert lanes.enter("http://h:1", ("c", 0)) is a
     assert lanes.enter("http://h:1", ("e", 0)) is None  # full again
-    assert lanes.leave(a) == ("d", 0)
-    assert lanes.leave(a) == ("e", 0)
+    assert lanes.leave(a) == [("d", 0)]
+    assert lanes.leave(a) == [("e", 0)]
     assert a.active == 0 and not a.waiting
 
 

@@ -160,8 +160,8 @@ class DeliverySettings:
     #: most deliveries in progress to one destination (scheme, host, port) at once;
     #: 0: half of ``workers``
     per_destination: int = field(default=0, metadata=limits(0, 1024))
-    #: most deliveries in progress to all the ports of one host at once; 0: as
-    #: ``per_destination``
+    #: most deliveries in progress to all the ports of one host at once; 0: one and a
+    #: half times ``per_destination`` (rounded up)
     per_host: int = field(default=0, metadata=limits(0, 4096))
     #: most deliveries in progress for the subscriptions of one owner (identity; all
     #: anonymous subscriptions are one owner) at once; 0: a quarter of ``max_workers``

@@ -131,7 +131,11 @@ class Lanes:
         per_owner: int | None = None,
     ) -> None:
         self.per_destination = max(1, per_destination)
-        self.per_host = max(1, per_host) if per_host else self.per_destination
+        #: by default one and a half destinations' share: a host's other ports still get
+        #: through while one of its destinations is full
+        self.per_host = (
+            max(1, per_host) if per_host else self.per_destination + (self.per_destination + 1) // 2
+        )
         #: None: owners are not limited
         self.per_owner = max(1, per_owner) if per_owner else None
         self.breaker = breaker or BreakerSettings()

@@ -32,14 +32,15 @@ class Tarpit:
     """A loopback port whose connections complete (kernel backlog) and are never
     answered, nor even accepted; ``connections()`` counts the ones made to it."""
 
-    def __init__(self) -> None:
+    def __init__(self, host: str = "127.0.0.1") -> None:
+        self.host = host
         self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
+        self.sock.bind((host, 0))
         self.sock.listen(512)
         self.port = int(self.sock.getsockname()[1])
 
     def address(self, path: str = "/t") -> str:
-        return f"http://127.0.0.1:{self.port}{path}"
+        return f"http://{self.host}:{self.port}{path}"
 
     def connections(self) -> int:
         """Connections accepted so far (taken from the backlog, then held open)."""
@@ -65,11 +66,11 @@ class Tarpit:
 
 
 @pytest.fixture
-def tarpits() -> Iterator[Callable[[], Tarpit]]:
+def tarpits() -> Iterator[Callable[..., Tarpit]]:
     made: list[Tarpit] = []
 
-    def make() -> Tarpit:
-        t = Tarpit()
+    def make(host: str = "127.0.0.1") -> Tarpit:
+        t = Tarpit(host)
         t._held = []
         t.total = 0
         made.append(t)
@@ -110,7 +111,7 @@ def _healthy_delay(b: Broker, healthy: ConsumerServer, pits: list[Tarpit], stuck
 
 
 def test_subscriptions_to_one_tarpit_do_not_delay_a_healthy_consumer(
-    make_broker: Any, consumer: ConsumerServer, tarpits: Callable[[], Tarpit]
+    make_broker: Any, consumer: ConsumerServer, tarpits: Callable[..., Tarpit]
 ) -> None:
     """16 subscriptions to one consumer that never answers (more than the 4 shared
     threads): its lane runs at most ``per_destination`` of them at once."""
@@ -126,12 +127,13 @@ def test_subscriptions_to_one_tarpit_do_not_delay_a_healthy_consumer(
 
 
 def test_many_tarpit_destinations_do_not_delay_a_healthy_consumer(
-    make_broker: Any, consumer: ConsumerServer, tarpits: Callable[[], Tarpit]
+    make_broker: Any, consumer: ConsumerServer, tarpits: Callable[..., Tarpit]
 ) -> None:
-    """40 distinct consumers that never answer hold every one of the 4 threads; the engine
-    starts more threads once they have all been stuck for ``slow_after``."""
+    """40 distinct consumers (on 40 loopback hosts) that never answer hold every one of the
+    4 threads; the engine starts more threads once they have all been stuck for
+    ``slow_after``."""
     b = _broker(make_broker)
-    pits = [tarpits() for _ in range(40)]
+    pits = [tarpits(f"127.0.0.{10 + i}") for i in range(40)]
     for pit in pits:
         _subscribe(b, pit.address(), "t:pit")
     _subscribe(b, consumer.address("/healthy"), "t:ok")
@@ -141,7 +143,7 @@ def test_many_tarpit_destinations_do_not_delay_a_healthy_consumer(
 
 
 def test_an_open_circuit_takes_no_threads_and_the_retry_policy_still_ends(
-    make_broker: Any, consumer: ConsumerServer, tarpits: Callable[[], Tarpit]
+    make_broker: Any, consumer: ConsumerServer, tarpits: Callable[..., Tarpit]
 ) -> None:
     """After ``breaker_failures`` attempts without an answer in time the destination's
     circuit opens:
@@ -319,6 +321,8 @@ class _Handle:
 
 
 class _Message:
+    body = b""
+
     def ack(self) -> None:
         pass
 

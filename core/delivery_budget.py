@@ -60,6 +60,8 @@ class MemoryBudget:
         self.total = total
         self.per_group = per_group
         self.used = 0
+        #: the most bytes held at once since start
+        self.peak = 0
         self._groups: dict[str, int] = {}
         #: group -> parked channels, oldest first; groups in the order they are served
         self._parked: OrderedDict[str, deque[Parkable]] = OrderedDict()
@@ -94,6 +96,7 @@ class MemoryBudget:
             if self.per_group is not None and g and g + size > self.per_group:
                 return False
             self.used += size
+            self.peak = max(self.peak, self.used)
             self._groups[group] = g + size
             return True
 

@@ -170,6 +170,7 @@ class Channel(Generic[T]):
         "_scheduled",
         "_stopped",
         "batch_size",
+        "bounded",
         "delivered",
         "destination",
         "engine",
@@ -196,6 +197,7 @@ class Channel(Generic[T]):
         destination: str | None = None,
         trace: Callable[[T], str | None] | None = None,
         group: str = "",
+        bounded: bool = True,
     ) -> None:
         self.engine = engine
         self.name = name
@@ -212,6 +214,8 @@ class Channel(Generic[T]):
         self.trace = trace
         #: whose memory budget the held messages count against (the owner)
         self.group = group
+        #: whether a message that does not fit parks the channel (else it is counted)
+        self.bounded = bounded
         #: id() of each held message -> the bytes charged for it
         self._charged: dict[int, int] = {}
         #: a message was refused for lack of memory: parking requested / done
@@ -360,10 +364,12 @@ class Channel(Generic[T]):
         park = False
         size = len(received.body) + MESSAGE_OVERHEAD
         with self._lock:
-            stale = self._stopped
-            if stale:
-                pass
-            elif self._parking or not self.engine.budget.take(self.group, size):
+            stale = self._stopped and not self._parking
+            if self._stopped:
+                pass  # parked: the stopped handle gives it back (a requeue could skip)
+            elif self._parking or not self.engine.budget.take(
+                self.group, size, self, force=not self.bounded
+            ):
                 # neither settled nor queued: the handle, stopped soon, gives it back to
                 # the middleware
                 park = not self._parking

@@ -124,11 +124,13 @@ class DeliveryEngine:
         destination: str | None = None,
         trace: Callable[[T], str | None] | None = None,
         group: str = "",
+        bounded: bool = True,
     ) -> Channel[T]:
         """Create (not start) the channel ``name``, replacing a closed one; ``destination``
         is its lane (``core.lanes.destination_key`` of the consumer), None for none;
         ``trace`` gives the request id a prepared item was published by (for log
-        records); ``group`` is the owner its threads and memory count against."""
+        records); ``group`` is the owner its threads and memory count against;
+        ``bounded`` False: its messages are counted but never refused."""
         channel: Channel[T] = Channel(
             self,
             name,
@@ -141,6 +143,7 @@ class DeliveryEngine:
             destination,
             trace,
             group,
+            bounded,
         )
         with self._channels_lock:
             old = self._channels.get(name)

@@ -14,7 +14,10 @@ adapter contract, as for PauseSubscription), and frees what the channel held.  M
 beyond the bound therefore stay in the middleware, never dropped and never acknowledged.
 Parked channels are started again, oldest first and one group after another, once usage
 is below three quarters of both bounds; a started channel gets its messages again from the
-middleware, in order.  A message that is alone in its group and in the gateway is always
+middleware, in order.  One at a time: the next is started once the last one has taken a
+message (or after half a second, or at once when nothing is held), so that channels
+started together do not take the room from each other and park again at once (each
+restart costs the middleware a redelivery, a log adapter a catch-up read).  A message that is alone in its group and in the gateway is always
 admitted, so a single message larger than a bound still moves.
 
 Parking and unparking call the adapter (``stop``/``start``), which must not happen on the
@@ -37,8 +40,9 @@ log = logging.getLogger(__name__)
 MESSAGE_OVERHEAD = 512
 #: usage (fraction of a bound) below which parked channels are started again
 _LOW_WATER = 0.75
-#: seconds between two unparks (each started channel may fetch a window of messages)
-_UNPARK_PACE = 0.005
+#: seconds an unparked channel may take to receive its first message before the next one
+#: is unparked anyway
+_UNPARK_WAIT = 0.5
 
 
 class Parkable(Protocol):
@@ -66,6 +70,9 @@ class MemoryBudget:
         #: group -> parked channels, oldest first; groups in the order they are served
         self._parked: OrderedDict[str, deque[Parkable]] = OrderedDict()
         self._to_park: deque[tuple[str, Parkable]] = deque()
+        #: the channel unparked last, until it takes a message, and until when it may
+        self._awaiting: object | None = None
+        self._awaiting_until = 0.0
         self._cond = threading.Condition()
         self._closed = False
         #: channels parked since start (``wsnmom_delivery_parked_total``)
@@ -87,14 +94,19 @@ class MemoryBudget:
         with self._cond:
             return self._groups.get(group, 0)
 
-    def take(self, group: str, size: int) -> bool:
-        """Charge ``size`` bytes to ``group`` if they fit (see the module docstring)."""
+    def take(self, group: str, size: int, channel: object = None, *, force: bool = False) -> bool:
+        """Charge ``size`` bytes to ``group`` if they fit (see the module docstring), or
+        with ``force`` in any case (counted, never refused); ``channel``: who takes them."""
         with self._cond:
+            if channel is not None and channel is self._awaiting:
+                self._awaiting = None
+                self._cond.notify()
             g = self._groups.get(group, 0)
-            if self.total is not None and self.used and self.used + size > self.total:
-                return False
-            if self.per_group is not None and g and g + size > self.per_group:
-                return False
+            if not force:
+                if self.total is not None and self.used and self.used + size > self.total:
+                    return False
+                if self.per_group is not None and g and g + size > self.per_group:
+                    return False
             self.used += size
             self.peak = max(self.peak, self.used)
             self._groups[group] = g + size
@@ -133,7 +145,10 @@ class MemoryBudget:
 
     def _next_unpark(self) -> Parkable | None:
         """The oldest parked channel of the first group with room (that group then goes
-        to the back of the line)."""
+        to the back of the line); None while the last one unparked has not taken a
+        message yet."""
+        if self._awaiting is not None and self.used and time.monotonic() < self._awaiting_until:
+            return None
         for group, waiting in self._parked.items():
             if self._room(group):
                 channel = waiting.popleft()
@@ -151,7 +166,7 @@ class MemoryBudget:
                     unpark = self._next_unpark() if self._parked else None
                     if unpark is not None:
                         break
-                    self._cond.wait(1.0 if self._parked else None)
+                    self._cond.wait(0.1 if self._parked else None)
                 else:
                     unpark = None
                 if self._closed:
@@ -169,11 +184,13 @@ class MemoryBudget:
                         self.parks += 1
                         self._parked.setdefault(group, deque()).append(channel)
             if unpark is not None:
+                with self._cond:
+                    self._awaiting = unpark
+                    self._awaiting_until = time.monotonic() + _UNPARK_WAIT
                 try:
                     unpark._unpark()
                 except Exception:
                     log.exception("starting a parked delivery channel failed")
-                time.sleep(_UNPARK_PACE)
 
     def close(self) -> None:
         """End the budget's thread (parked channels stay parked)."""

@@ -3,9 +3,13 @@
 middleware (the channel parks: its handle is stopped, as a pause does) and arrives, in
 order, once the consumer answers again.
 
-Queue shape: embedded, RabbitMQ; log shape: file log, Kafka (``adapters.logbase``
-cursors); session shape: MQTT.  The budget is a few messages; six subscriptions to a
-consumer that is down would otherwise each hold all twenty.
+Queue shape: embedded, RabbitMQ; session shape: MQTT.  The budget is a few messages; six
+subscriptions to a consumer that is down would otherwise each hold all twenty.
+
+Log shape (file log, Kafka: ``adapters.logbase`` cursors): not bounded yet.  Parking
+stops and starts a cursor many times a second, and under that churn records were lost
+(acknowledged positions past records never delivered), so log channels count their bytes
+but never park; the test checks that they lose nothing under the same load.
 """
 
 from __future__ import annotations
@@ -37,6 +41,9 @@ def _adapter_url(kind: str, request: pytest.FixtureRequest) -> str | None:
     return mqtt_gateway_url(request.getfixturevalue("mqtt_url")) + "&data_dir={tmp}/mqtt"
 
 
+LOG_SHAPED = {"filelog", "kafka"}
+
+
 @pytest.mark.parametrize("kind", ["embedded", "filelog", "rabbitmq", "kafka", "mqtt"])
 def test_held_bytes_stay_within_the_budget_and_everything_arrives_in_order(
     make_broker: Callable[..., Broker],
@@ -64,16 +71,21 @@ def test_held_bytes_stay_within_the_budget_and_everything_arrives_in_order(
         service.notify([note(payload, simple("t:a"))])
     budget = service.engine.budget
     # the consumers refuse until every subscription tried, and some had to wait for room
+    bounded = kind not in LOG_SHAPED
     assert outbound.wait(
-        lambda: {c.address for c in outbound.attempts} == set(addresses) and budget.parks > 0,
+        lambda: {c.address for c in outbound.attempts} == set(addresses)
+        and (budget.parks > 0 or not bounded),
         timeout=30,
     ), (budget.parks, {c.address for c in outbound.attempts})
     outbound.down.clear()
     assert outbound.wait(
         lambda: all(len(set(outbound.payloads_to(a))) == MESSAGES for a in addresses),
         timeout=60,
-    )
+    ), [len(set(outbound.payloads_to(a))) for a in addresses]
     for address in addresses:
         # at-least-once: a batch sent while its channel parked may come again
         assert list(dict.fromkeys(outbound.payloads_to(address))) == expected, address
-    assert budget.peak <= BUDGET
+    if bounded:
+        assert budget.peak <= BUDGET
+    else:
+        assert budget.parks == 0

@@ -328,3 +328,66 @@ class _Message:
 
     def nack(self, *, requeue: bool = True) -> None:
         pass
+
+
+def test_many_ports_of_one_host_hold_at_most_the_hosts_share(
+    make_broker: Any, consumer: ConsumerServer, tarpits: Callable[..., Tarpit]
+) -> None:
+    """Issue 22, item 2: 24 subscriptions, each to its own never-answering port of one
+    host (127.0.0.2).  Each port is a destination of its own, so ``per_destination`` alone
+    let them take every thread; the host's lane lets ``per_host`` of them run at once.
+    The tarpits hold their connections for the whole test (a 60 s timeout), and a healthy
+    consumer on another host still gets its notification while they do."""
+    b = _broker(make_broker, retry__timeout=60.0)
+    pits = [tarpits("127.0.0.2") for _ in range(24)]
+    for pit in pits:
+        _subscribe(b, pit.address(), "t:pit")
+    _subscribe(b, consumer.address("/healthy"), "t:ok")
+    assert b.service is not None
+    per_host = b.service.engine.lanes.per_host
+    assert per_host < b.settings.delivery.workers
+    b.service.notify([note("<m>pit</m>", simple("t:pit"))])
+    _wait(lambda: sum(p.connections() for p in pits) >= per_host, 10, "the host's share")
+    b.service.notify([note("<m>1</m>", simple("t:ok"))])
+    consumer.wait_for_messages(1, timeout=30)
+    # every place of the host is still held (nothing timed out), and no more were taken
+    assert sum(p.connections() for p in pits) == per_host
+
+
+def test_owner_lane_limits_one_identitys_deliveries() -> None:
+    lanes = Lanes(4, per_owner=2)
+    a = lanes.enter("http://h1:1", ("a", 0), "mallory")
+    b = lanes.enter("http://h2:1", ("b", 0), "mallory")
+    assert a is not None and b is not None
+    assert lanes.enter("http://h3:1", ("c", 0), "mallory") is None  # the owner's share
+    assert lanes.enter("http://h3:1", ("d", 0), "alice") is not None  # others unaffected
+    assert lanes.leave(a, "mallory") == [("c", 0)]
+
+
+def test_host_lane_limits_ports_and_opens_when_its_destinations_do() -> None:
+    clock = Clock()
+    lanes = Lanes(2, BreakerSettings(failures=2, open_for=5, max_open=20), clock, per_host=3)
+    held = [lanes.enter(f"http://h:{port}", (port, 0)) for port in (1, 2, 3)]
+    assert all(lane is not None for lane in held)
+    assert lanes.enter("http://h:4", (4, 0)) is None  # the host's share is taken
+    assert lanes.enter("http://other:4", (5, 0)) is not None
+    for lane in held:
+        assert lane is not None
+        assert lanes.leave(lane) == ([(4, 0)] if lane is held[0] else [])
+    # two ports stop answering: each one's own circuit opens after two timeouts
+    for port in (1, 2):
+        lane = lanes.get(f"http://h:{port}")
+        assert lane is not None
+        lanes.report(lane, Outcome.TIMED_OUT)
+        lanes.report(lane, Outcome.TIMED_OUT)
+        assert lane.state is LaneState.OPEN
+    host = lanes.host("http://h:9")
+    assert host is not None and host.state is LaneState.OPEN
+    fresh = lanes.enter("http://h:9", (9, 0))
+    assert fresh is not None
+    assert lanes.admit(fresh) == pytest.approx(5)  # a new port of that host waits too
+    clock.now += 5
+    assert lanes.admit(fresh) is None  # the host's probe
+    lanes.report(fresh, Outcome.ANSWERED)  # any answer from the host closes it
+    assert host.state is LaneState.CLOSED
+    assert lanes.admit(fresh) is None

@@ -56,7 +56,7 @@ from wsnmom.core.lanes import Lane, Outcome
 from wsnmom.core.log_context import bound_request_id
 from wsnmom.core.ports import DeliveryFailed
 
-__all__ = ["Backoff", "Channel", "ChannelStatus", "EndSubscription", "Scheduler"]
+__all__ = ["Backoff", "Channel", "ChannelStatus", "EndSubscription", "PrepareLater", "Scheduler"]
 
 log = logging.getLogger("wsnmom.core.delivery")
 
@@ -72,6 +72,16 @@ class EndSubscription(Exception):
         super().__init__(reason)
         self.reason = reason
         self.cause = cause
+
+
+class PrepareLater(Exception):
+    """``prepare`` cannot run now (the subscription used its share of the filter
+    processes): the messages go back to the head of the queue and the channel runs again
+    after ``delay`` seconds, holding no thread meanwhile; not a failed attempt."""
+
+    def __init__(self, delay: float) -> None:
+        super().__init__(f"prepare again in {delay:.2f}s")
+        self.delay = delay
 
 
 @dataclass(frozen=True, slots=True)
@@ -420,6 +430,9 @@ class Channel(Generic[T]):
             except EndSubscription as end:
                 self._end(gen, take, end)
                 return
+            except PrepareLater as later:
+                self._put_back(gen, take, later.delay)
+                return
             for received, item in zip(take, items, strict=True):
                 if item is None:
                     metrics.NOTIFICATIONS_FILTERED.inc()
@@ -474,7 +487,7 @@ class Channel(Generic[T]):
             return []
         try:
             return self.prepare(take)
-        except EndSubscription:
+        except (EndSubscription, PrepareLater):
             raise
         except Exception:
             log.exception("subscription %s: cannot prepare a batch; one by one", self.name)
@@ -482,12 +495,31 @@ class Channel(Generic[T]):
         for received in take:
             try:
                 items.extend(self.prepare([received]))
-            except EndSubscription:
+            except (EndSubscription, PrepareLater):
                 raise
             except Exception:
                 log.exception("subscription %s: cannot prepare a message; dropped", self.name)
                 items.append(None)
         return items
+
+    def _put_back(self, gen: int, take: list[Received], delay: float) -> None:
+        """``prepare`` said later: ``take`` goes back to the head of the queue and the
+        channel runs again after ``delay`` (the caller's ``finally`` clears
+        ``_running``)."""
+        with self._lock:
+            current = gen == self._gen and not self._stopped
+            if current:
+                q = self._queue
+                if q is None:
+                    q = self._queue = deque()
+                q.extendleft(reversed(take))
+                self._rerun = False
+            parked = self._parking
+        if current:
+            self.engine._later(delay, self, gen)
+        elif not parked:
+            for received in take:
+                self._settle(received, ack=False)
 
     def _end(self, gen: int, take: list[Received], end: EndSubscription) -> None:
         """``prepare`` said the subscription cannot go on: stop and hand over (the caller's

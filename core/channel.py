@@ -36,7 +36,8 @@ Memory.  Each message's bytes are charged to the engine's ``budget``
 and released when it is settled or forgotten.  A message that does not fit is forgotten
 unsettled and the channel *parks*: the budget's thread stops the handle as ``stop`` does
 (everything unsettled goes back to the middleware) and starts it again when there is room;
-meanwhile the channel counts as active, and a retry count survives the park.
+meanwhile the channel counts as active, and a retry count survives the park.  A channel
+waiting for a retry parks as well while others wait for room (``_yield_room``).
 """
 
 from __future__ import annotations
@@ -337,6 +338,18 @@ class Channel(Generic[T]):
         self.handle.stop()
         return True
 
+    def _yield_room(self, gen: int) -> bool:
+        """Waiting for a retry while other channels wait for room: park instead (True),
+        so that what this channel holds goes back to the middleware meanwhile."""
+        if not self.bounded or not self.engine.budget.has_parked():
+            return False
+        with self._lock:
+            if gen != self._gen or self._stopped or self._parking or not self._charged:
+                return False
+            self._parking = True
+        self.engine.budget.park(self.group, self)
+        return True
+
     def _unpark(self) -> None:
         """The budget's thread: there is room again; consume (no-op unless parked)."""
         if self._parked:
@@ -625,6 +638,7 @@ class Channel(Generic[T]):
                 failures,
                 delay,
             )
-            self.engine._later(delay, self, new_gen)
+            if not self._yield_room(new_gen):
+                self.engine._later(delay, self, new_gen)
         elif reschedule:
             self.engine._ready(self, new_gen)

@@ -163,8 +163,8 @@ class DeliverySettings:
     #: most deliveries in progress to all the ports of one host at once; 0: one and a
     #: half times ``per_destination`` (rounded up)
     per_host: int = field(default=0, metadata=limits(0, 4096))
-    #: most deliveries in progress for the subscriptions of one owner (identity; all
-    #: anonymous subscriptions are one owner) at once; 0: a quarter of ``max_workers``
+    #: most deliveries in progress for the subscriptions of one owner (identity;
+    #: anonymous subscriptions are not limited) at once; 0: a quarter of ``max_workers``
     per_owner: int = field(default=0, metadata=limits(0, 4096))
     #: bytes of messages delivery may hold in memory over all subscriptions (what does
     #: not fit stays in the middleware until there is room)

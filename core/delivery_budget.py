@@ -20,6 +20,11 @@ started together do not take the room from each other and park again at once (ea
 restart costs the middleware a redelivery, a log adapter a catch-up read).  A message that is alone in its group and in the gateway is always
 admitted, so a single message larger than a bound still moves.
 
+A channel whose delivery failed and waits for its retry holds its messages for nothing:
+while other channels wait for room it parks too (``Channel`` asks), and is started again
+in its turn; its retry count is kept.  So consumers that fail cannot keep the room from
+the ones that answer.
+
 Parking and unparking call the adapter (``stop``/``start``), which must not happen on the
 adapter's own delivery thread: one thread here (``wsnmom-delivery-budget``) does both.
 """
@@ -131,6 +136,10 @@ class MemoryBudget:
         with self._cond:
             self._to_park.append((group, channel))
             self._cond.notify()
+
+    def has_parked(self) -> bool:
+        """Whether some channel waits for room (read without the lock)."""
+        return bool(self._parked)
 
     def parked(self) -> int:
         """Channels waiting for room now."""

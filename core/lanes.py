@@ -6,7 +6,8 @@ any other consumer:
 
 * **Concurrency.**  At most ``per_destination`` deliveries to one destination run at once,
   at most ``per_host`` to all the ports of one host and at most ``per_owner`` for one
-  owner's subscriptions; a ready subscription that finds one of the three full waits in it
+  owner's subscriptions (anonymous ones have no owner lane: nothing tells their clients
+  apart); a ready subscription that finds one of the three full waits in it
   (holding no thread) and is released as that lane's deliveries finish.  So one
   destination, one host (however many ports it opens) and one identity (however many
   hosts it names) each hold at most that share of the delivery threads.
@@ -176,8 +177,8 @@ class Lanes:
             return lane
 
     def _owner(self, owner: str) -> Lane | None:
-        if self.per_owner is None:
-            return None
+        if self.per_owner is None or not owner:
+            return None  # anonymous subscriptions: no identity to hold to a share
         group = self._owners.get(owner)
         if group is None:
             group = self._owners[owner] = Lane(owner)

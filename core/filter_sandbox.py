@@ -303,19 +303,21 @@ class _Pool:
             finally:
                 self._light_waiting -= 1
 
-    def take_heavy(self) -> _Worker | None:
+    def take_heavy(self, wait: bool = False) -> _Worker | None:
         """A worker for a heavy key, or None: only while another stays free (with one
-        worker: only while nobody else waits)."""
-        with self._lock:
+        worker: only while nobody else waits); ``wait`` for that instead."""
+        with self._free:
             reserve = 1 if self.size > 1 else 0
-            if len(self.idle) > reserve and not self._light_waiting:
-                return self.idle.pop()
-            return None
+            while len(self.idle) <= reserve or self._light_waiting:
+                if not wait:
+                    return None
+                self._free.wait()
+            return self.idle.pop()
 
     def give_back(self, worker: _Worker) -> None:
         with self._free:
             self.idle.append(worker)
-            self._free.notify()
+            self._free.notify_all()
 
     def close(self) -> None:
         with self._lock:
@@ -357,7 +359,7 @@ class SandboxEvaluator:
         self.wall_limit = max(4 * cpu_limit, cpu_limit + 2.0)
         self._pool = _pool(memory_mb, processes)
         #: each subscription's recent use of the workers (``filters.cpu_share``)
-        self.shares = FilterShares(cpu_share)
+        self.shares = FilterShares(cpu_share, heavy_cost=cpu_limit / 10)
 
     def evaluate(
         self, expression: FilterExpression, payloads: Sequence[bytes], key: str | None = None
@@ -368,26 +370,52 @@ class SandboxEvaluator:
         for it (see the module docstring)."""
         if not payloads:
             return []
-        heavy = key is not None and self.shares.check(key)
-        request = pickle.dumps(
-            (
-                expression.text,
-                expression.namespace_items,
-                expression.exslt_regex,
-                self.cpu_limit,
-                list(payloads),
-            ),
-            protocol=pickle.HIGHEST_PROTOCOL,
-        )
-        if heavy:
-            found = self._pool.take_heavy()
-            if found is None:
-                raise FilterBusy(min(self.cpu_limit, 0.1))
-            worker = found
-        else:
-            worker = self._pool.take()
-        started = time.monotonic()
+        if key is None:
+            return self._evaluate(expression, payloads, self._pool.take())
+        out: list[Verdict] = []
+        while len(out) < len(payloads):
+            heavy = self.shares.check(key) if not out else self._heavy_now(key)
+            if heavy:
+                # the first message may be refused (the channel waits); later ones wait
+                # here, so that what was evaluated is not lost
+                found = self._pool.take_heavy(wait=bool(out))
+                if found is None:
+                    raise FilterBusy(min(self.cpu_limit, 0.1))
+                worker, n = found, 1
+            else:
+                worker = self._pool.take()
+                n = len(payloads) - len(out) if self.shares.known_cheap(key) else 1
+            started = time.monotonic()
+            try:
+                out += self._evaluate(expression, payloads[len(out) : len(out) + n], worker)
+            except FilterBudgetExceeded as exc:
+                exc.index += len(out)
+                raise
+            finally:
+                self.shares.charge(key, time.monotonic() - started, n)
+        return out
+
+    def _heavy_now(self, key: str) -> bool:
         try:
+            return self.shares.check(key)
+        except FilterBusy:
+            return True
+
+    def _evaluate(
+        self, expression: FilterExpression, payloads: Sequence[bytes], worker: _Worker
+    ) -> list[Verdict]:
+        """Evaluate on ``worker`` (taken from the pool; given back here)."""
+        try:
+            request = pickle.dumps(
+                (
+                    expression.text,
+                    expression.namespace_items,
+                    expression.exslt_regex,
+                    self.cpu_limit,
+                    list(payloads),
+                ),
+                protocol=pickle.HIGHEST_PROTOCOL,
+            )
             return worker.evaluate(request, len(payloads), self.cpu_limit, self.wall_limit)
         except _WorkerDied as exc:
             raise FilterBudgetExceeded(
@@ -395,8 +423,6 @@ class SandboxEvaluator:
             ) from None
         finally:
             self._pool.give_back(worker)
-            if key is not None:
-                self.shares.charge(key, time.monotonic() - started)
 
     def close(self) -> None:
         """The workers are shared and live as long as the process (see the module

@@ -13,10 +13,13 @@ that for ``s = filters.cpu_share``.
   seconds until its usage has decayed below the limit (:class:`FilterBusy`); its channel
   waits that long, holding no thread and no process, and tries again.  No message is
   dropped; the subscription's backlog waits in the middleware.
-* A subscription above half of ``limit`` is *heavy*: it may take an evaluation process
-  only while another one stays idle (with one process: only while no other subscription
-  waits).  Cheap filters therefore always find a process without queueing behind costly
-  ones.
+* A subscription above half of ``limit``, or whose messages took more than
+  ``heavy_cost`` seconds each lately, is *heavy*: it may take an evaluation process only
+  while another one stays idle (with one process: only while no other subscription waits),
+  and it evaluates one message per turn.  A subscription not known to be cheap yet (no
+  history) evaluates one message per turn too.  Cheap filters therefore always find a
+  process without queueing behind costly ones, and costly ones never hold a process for
+  a whole batch.
 """
 
 from __future__ import annotations
@@ -46,11 +49,16 @@ class FilterBusy(Exception):
 class FilterShares:
     """Recent evaluation time per key; thread-safe."""
 
-    def __init__(self, share: float, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, share: float, heavy_cost: float = 0.05, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         #: decayed seconds a key may have used
         self.limit = share * HALF_LIFE / math.log(2)
+        self.heavy_cost = heavy_cost
         self._clock = clock
         self._usage: dict[str, tuple[float, float]] = {}
+        #: recent seconds per message of each key
+        self._cost: dict[str, float] = {}
         self._lock = threading.Lock()
         self._next_sweep = clock() + _FORGET_AFTER
 
@@ -64,20 +72,31 @@ class FilterShares:
         now = self._clock()
         with self._lock:
             used = self._now_usage(key, now)
+            cost = self._cost.get(key, 0.0)
         if used > self.limit:
             raise FilterBusy(HALF_LIFE * math.log2(used / self.limit))
-        return used > self.limit / 2
+        return used > self.limit / 2 or cost > self.heavy_cost
 
-    def charge(self, key: str, seconds: float) -> None:
-        """``key`` held an evaluation process for ``seconds``."""
+    def known_cheap(self, key: str) -> bool:
+        """Whether ``key``'s messages were cheap lately (it may evaluate a whole batch)."""
+        with self._lock:
+            cost = self._cost.get(key)
+        return cost is not None and cost <= self.heavy_cost
+
+    def charge(self, key: str, seconds: float, messages: int = 1) -> None:
+        """``key`` held an evaluation process for ``seconds`` for ``messages``."""
         now = self._clock()
+        per_message = seconds / max(1, messages)
         with self._lock:
             self._usage[key] = (self._now_usage(key, now) + seconds, now)
+            old = self._cost.get(key)
+            self._cost[key] = per_message if old is None else (old + per_message) / 2
             if now >= self._next_sweep:
                 self._next_sweep = now + _FORGET_AFTER
                 old = [k for k, (_, at) in self._usage.items() if now - at > _FORGET_AFTER]
                 for k in old:
                     del self._usage[k]
+                    self._cost.pop(k, None)
 
     def usage(self, key: str) -> float:
         """``key``'s decayed usage now, seconds."""

@@ -17,8 +17,8 @@ is below three quarters of both bounds; a started channel gets its messages agai
 middleware, in order.  One at a time: the next is started once the last one has taken a
 message (or after half a second, or at once when nothing is held), so that channels
 started together do not take the room from each other and park again at once (each
-restart costs the middleware a redelivery, a log adapter a catch-up read).  A message that is alone in its group and in the gateway is always
-admitted, so a single message larger than a bound still moves.
+restart costs the middleware a redelivery).  A message is always admitted while nothing
+else is held (in the gateway, and in its group), so one larger than a bound still moves.
 
 A channel whose delivery failed and waits for its retry holds its messages for nothing:
 while other channels wait for room it parks too (``Channel`` asks), and is started again

@@ -64,7 +64,7 @@ class FilterShares:
 
     def _now_usage(self, key: str, now: float) -> float:
         used, at = self._usage.get(key, (0.0, now))
-        return used * 0.5 ** ((now - at) / HALF_LIFE)
+        return float(used * 0.5 ** ((now - at) / HALF_LIFE))
 
     def check(self, key: str) -> bool:
         """Whether ``key`` is heavy (see the module docstring); raises
@@ -93,8 +93,8 @@ class FilterShares:
             self._cost[key] = per_message if old is None else (old + per_message) / 2
             if now >= self._next_sweep:
                 self._next_sweep = now + _FORGET_AFTER
-                old = [k for k, (_, at) in self._usage.items() if now - at > _FORGET_AFTER]
-                for k in old:
+                idle = [k for k, (_, at) in self._usage.items() if now - at > _FORGET_AFTER]
+                for k in idle:
                     del self._usage[k]
                     self._cost.pop(k, None)
 

@@ -19,9 +19,9 @@ from typing import Any
 
 from wsnmom.core import metrics
 from wsnmom.core.adapter import AdapterError, Received, SubscriptionSpec
+from wsnmom.core.channel import PrepareLater
 from wsnmom.core.codec import decode, encode, is_internal_routing, pull_point_inbox
 from wsnmom.core.context import BrokerContext
-from wsnmom.core.channel import PrepareLater
 from wsnmom.core.delivery import Channel, EndSubscription
 from wsnmom.core.direct_routing import DirectRouting
 from wsnmom.core.filter_sandbox import FilterBudgetExceeded, FilterBusy

@@ -150,7 +150,7 @@ class Isolation(Scenario):
                 port_conns = ports.connections()
                 ports.close()
                 notes["ports"].append(
-                    f"{port_conns} connections to the {TARPITS} ports of one host at once"
+                    f"{port_conns} connections made to the {TARPITS} ports of one host in all"
                 )
 
                 kc = client.KeepAliveClient()

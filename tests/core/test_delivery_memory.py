@@ -73,8 +73,10 @@ def test_held_bytes_stay_within_the_budget_and_everything_arrives_in_order(
     # the consumers refuse until every subscription tried, and some had to wait for room
     bounded = kind not in LOG_SHAPED
     assert outbound.wait(
-        lambda: {c.address for c in outbound.attempts} == set(addresses)
-        and (budget.parks > 0 or not bounded),
+        lambda: (
+            {c.address for c in outbound.attempts} == set(addresses)
+            and (budget.parks > 0 or not bounded)
+        ),
         timeout=30,
     ), (budget.parks, {c.address for c in outbound.attempts})
     outbound.down.clear()

@@ -4,7 +4,7 @@ middleware (the channel parks: its handle is stopped, as a pause does) and arriv
 order, once the consumer answers again.
 
 Queue shape: embedded, RabbitMQ; session shape: MQTT.  The budget is a few messages; six
-subscriptions to a consumer that is down would otherwise each hold all twenty.
+subscriptions to a consumer that is down would otherwise each hold all twelve.
 
 Log shape (file log, Kafka: ``adapters.logbase`` cursors): not bounded yet.  Parking
 stops and starts a cursor many times a second, and under that churn records were lost
@@ -24,7 +24,7 @@ from tests.fixtures.server import kafka_gateway_url, mqtt_gateway_url
 from .conftest import Broker, RecordingOutbound, note, simple, sub_req
 
 SUBSCRIPTIONS = 6
-MESSAGES = 20
+MESSAGES = 12
 PAYLOAD = 4096
 BUDGET = 8 * (PAYLOAD + 64 + MESSAGE_OVERHEAD)
 

@@ -271,9 +271,10 @@ class FilterSettings:
     memory: int = field(default=512, metadata=limits(64))
     #: evaluation processes (shared by all subscriptions)
     processes: int = field(default=2, metadata=limits(1, 64))
-    #: the share of one evaluation process one subscription may use over time (its
-    #: usage decays with a 10 s half-life); beyond it the subscription's deliveries wait,
-    #: and near it the subscription takes a process only while another stays free
+    #: the share of one evaluation process a costly subscription (messages over a tenth
+    #: of ``cpu_limit`` each) may use over time (usage decays with a 10 s half-life);
+    #: beyond it its deliveries wait; below it, it takes a process only while another
+    #: stays free
     cpu_share: float = field(default=0.1, metadata=limits(above=0, maximum=64))
 
 

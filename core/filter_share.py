@@ -9,17 +9,17 @@ of :data:`HALF_LIFE` seconds: its recent usage.  The steady usage of a subscript
 takes a fraction ``s`` of one process is ``s * HALF_LIFE / ln 2`` seconds; ``limit`` is
 that for ``s = filters.cpu_share``.
 
-* A subscription above ``limit`` is *pushed back*: its evaluation is refused with the
-  seconds until its usage has decayed below the limit (:class:`FilterBusy`); its channel
-  waits that long, holding no thread and no process, and tries again.  No message is
-  dropped; the subscription's backlog waits in the middleware.
-* A subscription above half of ``limit``, or whose messages took more than
-  ``heavy_cost`` seconds each lately, is *heavy*: it may take an evaluation process only
-  while another one stays idle (with one process: only while no other subscription waits),
-  and it evaluates one message per turn.  A subscription not known to be cheap yet (no
-  history) evaluates one message per turn too.  Cheap filters therefore always find a
-  process without queueing behind costly ones, and costly ones never hold a process for
-  a whole batch.
+* A subscription whose messages took more than ``heavy_cost`` seconds each lately is
+  *heavy*: it may take an evaluation process only while another one stays idle (with one
+  process: only while no other subscription waits), and it evaluates one message per
+  turn.  A subscription not known to be cheap yet (no history) evaluates one message per
+  turn too.  Cheap filters therefore always find a process without queueing behind costly
+  ones, and costly ones never hold a process for a whole batch.
+* A heavy subscription above ``limit`` is *pushed back*: its evaluation is refused with
+  the seconds until its usage has decayed below the limit (:class:`FilterBusy`); its
+  channel waits that long, holding no thread and no process, and tries again.  No message
+  is dropped; the subscription's backlog waits in the middleware.  Cheap filters are never
+  pushed back, however many messages they see: what they use is the gateway's work.
 """
 
 from __future__ import annotations
@@ -68,14 +68,15 @@ class FilterShares:
 
     def check(self, key: str) -> bool:
         """Whether ``key`` is heavy (see the module docstring); raises
-        :class:`FilterBusy` when it is over its limit."""
+        :class:`FilterBusy` when it is heavy and over its limit."""
         now = self._clock()
         with self._lock:
             used = self._now_usage(key, now)
             cost = self._cost.get(key, 0.0)
-        if used > self.limit:
+        heavy = cost > self.heavy_cost
+        if heavy and used > self.limit:
             raise FilterBusy(HALF_LIFE * math.log2(used / self.limit))
-        return used > self.limit / 2 or cost > self.heavy_cost
+        return heavy
 
     def known_cheap(self, key: str) -> bool:
         """Whether ``key``'s messages were cheap lately (it may evaluate a whole batch)."""

@@ -36,22 +36,22 @@ class Clock:
         return self.now
 
 
-def test_usage_decays_and_pushes_back_until_it_has() -> None:
+def test_costly_filters_are_heavy_and_pushed_back_until_their_use_decays() -> None:
     clock = Clock()
     shares = FilterShares(0.1, heavy_cost=0.05, clock=clock)
     assert shares.check("s") is False and not shares.known_cheap("s")
-    shares.charge("s", shares.limit * 0.6, messages=1000)  # cheap messages, many of them
-    assert shares.known_cheap("s")
-    assert shares.check("s") is True  # heavy: near its share
-    shares.charge("s", shares.limit, messages=1000)  # 1.6 limits
+    shares.charge("s", shares.limit * 0.6)  # one costly message: heavy, under its share
+    assert shares.check("s") is True and not shares.known_cheap("s")
+    shares.charge("s", shares.limit)  # 1.6 limits
     with pytest.raises(FilterBusy) as busy:
         shares.check("s")
     clock.now += busy.value.delay
     assert shares.usage("s") == pytest.approx(shares.limit)
     clock.now += HALF_LIFE
-    assert shares.check("s") is False
-    shares.charge("costly", 0.3)  # one costly message: heavy at once, never batched
-    assert shares.check("costly") is True and not shares.known_cheap("costly")
+    assert shares.check("s") is True  # heavy still, but allowed again
+    # a cheap filter at a high rate is never pushed back
+    shares.charge("cheap", shares.limit * 5, messages=100_000)
+    assert shares.known_cheap("cheap") and shares.check("cheap") is False
 
 
 def test_a_heavy_subscription_leaves_a_process_to_cheap_filters() -> None:
@@ -92,7 +92,7 @@ def test_a_pushed_back_subscription_waits_and_loses_nothing(
     assert isinstance(evaluator, SandboxEvaluator)
     shares = evaluator.shares
     for sub in subs:
-        shares.charge(sub, shares.limit * 2 ** (0.3 / HALF_LIFE), messages=1000)
+        shares.charge(sub, shares.limit * 2 ** (0.3 / HALF_LIFE))  # one costly message
     refused: list[float] = []
     check = shares.check
 

@@ -91,7 +91,11 @@ class FilterShares:
         with self._lock:
             self._usage[key] = (self._now_usage(key, now) + seconds, now)
             old = self._cost.get(key)
-            self._cost[key] = per_message if old is None else (old + per_message) / 2
+            # a slow round trip on a loaded machine must not make a cheap filter heavy: a
+            # cheaper measurement counts at once, a costlier one half
+            self._cost[key] = (
+                per_message if old is None else min(per_message, (old + per_message) / 2)
+            )
             if now >= self._next_sweep:
                 self._next_sweep = now + _FORGET_AFTER
                 idle = [k for k, (_, at) in self._usage.items() if now - at > _FORGET_AFTER]

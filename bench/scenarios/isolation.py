@@ -125,7 +125,9 @@ class Isolation(Scenario):
                 )
                 _, costly = subscribe_all(
                     server,
-                    [consumer.base_url + "/never"] * COSTLY_SUBSCRIPTIONS,
+                    # never called (the filter is false); not the healthy consumer's
+                    # destination, whose lane the costly ones would share
+                    ["http://127.0.0.3:9/never"] * COSTLY_SUBSCRIPTIONS,
                     [COSTLY_TOPIC] * COSTLY_SUBSCRIPTIONS,
                     content=COSTLY_FILTER,
                 )

@@ -380,7 +380,9 @@ class SandboxEvaluator:
                 # here, so that what was evaluated is not lost
                 found = self._pool.take_heavy(wait=bool(out))
                 if found is None:
-                    raise FilterBusy(min(self.cpu_limit, 0.1))
+                    # each try decodes the channel's batch again: not more often than a
+                    # few of its messages would take to evaluate
+                    raise FilterBusy(max(0.1, 4 * self.shares.cost(key)))
                 worker, n = found, 1
             else:
                 worker = self._pool.take()

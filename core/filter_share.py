@@ -103,6 +103,11 @@ class FilterShares:
                     del self._usage[k]
                     self._cost.pop(k, None)
 
+    def cost(self, key: str) -> float:
+        """``key``'s recent seconds per message (0 without history)."""
+        with self._lock:
+            return self._cost.get(key, 0.0)
+
     def usage(self, key: str) -> float:
         """``key``'s decayed usage now, seconds."""
         with self._lock:

@@ -81,16 +81,37 @@ def notify(
     return envelope(ACTION_NOTIFY, to, f"<wsnt:Notify>{items}</wsnt:Notify>")
 
 
-def subscribe(to: str, consumer: str, topic: str, termination: str = "PT4H") -> bytes:
-    """A Subscribe of ``consumer`` (an address) to ``topic`` for ``termination``."""
+#: the XPath 1.0 dialect of a MessageContent filter
+XPATH_DIALECT = "http://www.w3.org/TR/1999/REC-xpath-19991116"
+
+
+def subscribe(
+    to: str, consumer: str, topic: str, termination: str = "PT4H", content: str | None = None
+) -> bytes:
+    """A Subscribe of ``consumer`` (an address) to ``topic`` for ``termination``, with the
+    XPath MessageContent filter ``content`` if given."""
+    mc = (
+        f'<wsnt:MessageContent Dialect="{XPATH_DIALECT}">{escape(content)}</wsnt:MessageContent>'
+        if content
+        else ""
+    )
     body = (
         f"<wsnt:Subscribe><wsnt:ConsumerReference><wsa:Address>{escape(consumer)}"
         f"</wsa:Address></wsnt:ConsumerReference><wsnt:Filter>"
-        f"{topic_element('TopicExpression', topic)}</wsnt:Filter>"
+        f"{topic_element('TopicExpression', topic)}{mc}</wsnt:Filter>"
         f"<wsnt:InitialTerminationTime>{termination}</wsnt:InitialTerminationTime>"
         f"</wsnt:Subscribe>"
     )
     return envelope(ACTION_SUBSCRIBE, to, body)
+
+
+def notify_xml(to: str, topic: str, xml: str) -> bytes:
+    """A Notify of one message whose payload is ``xml``."""
+    item = (
+        f"<wsnt:NotificationMessage>{topic_element('Topic', topic)}"
+        f"<wsnt:Message>{xml}</wsnt:Message></wsnt:NotificationMessage>"
+    )
+    return envelope(ACTION_NOTIFY, to, f"<wsnt:Notify>{item}</wsnt:Notify>")
 
 
 def create_pull_point(to: str) -> bytes:

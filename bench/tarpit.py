@@ -14,16 +14,18 @@ __all__ = ["Tarpits"]
 
 
 class Tarpits:
-    """``count`` tarpit ports on 127.0.0.1."""
+    """``count`` tarpit ports: one each on ``hosts`` (loopback addresses, taken in turn),
+    by default all on 127.0.0.1."""
 
-    def __init__(self, count: int, backlog: int = 64) -> None:
+    def __init__(self, count: int, backlog: int = 64, hosts: list[str] | None = None) -> None:
         self.sockets: list[socket.socket] = []
         self._held: list[socket.socket] = []
         self._made = 0
+        hosts = hosts or ["127.0.0.1"]
         try:
-            for _ in range(count):
+            for i in range(count):
                 sock = socket.socket()
-                sock.bind(("127.0.0.1", 0))
+                sock.bind((hosts[i % len(hosts)], 0))
                 sock.listen(backlog)
                 sock.setblocking(False)
                 self.sockets.append(sock)
@@ -33,7 +35,7 @@ class Tarpits:
 
     def addresses(self, path: str = "/pit") -> list[str]:
         """One consumer address per tarpit."""
-        return [f"http://127.0.0.1:{s.getsockname()[1]}{path}" for s in self.sockets]
+        return [f"http://{s.getsockname()[0]}:{s.getsockname()[1]}{path}" for s in self.sockets]
 
     def connections(self) -> int:
         """Connections made to the tarpits so far."""

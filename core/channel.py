@@ -30,6 +30,14 @@ like any failed attempt: the same retry schedule, the same give-up.
 ``stop`` (PauseSubscription) stops the adapter handle; messages held in memory are left
 unsettled and are redelivered by the middleware when the channel starts again, so resume
 delivers everything accumulated, in order.
+
+Memory.  Each message's bytes are charged to the engine's ``budget``
+(``core.delivery_budget``) under the channel's ``group`` (its owner) before it is queued,
+and released when it is settled or forgotten.  A message that does not fit is forgotten
+unsettled and the channel *parks*: the budget's thread stops the handle as ``stop`` does
+(everything unsettled goes back to the middleware) and starts it again when there is room;
+meanwhile the channel counts as active, and a retry count survives the park.  A channel
+waiting for a retry parks as well while others wait for room (``_yield_room``).
 """
 
 from __future__ import annotations
@@ -44,11 +52,12 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from wsnmom.core import metrics
 from wsnmom.core.adapter import Received, SubscriptionHandle
+from wsnmom.core.delivery_budget import MESSAGE_OVERHEAD, MemoryBudget
 from wsnmom.core.lanes import Lane, Outcome
 from wsnmom.core.log_context import bound_request_id
 from wsnmom.core.ports import DeliveryFailed
 
-__all__ = ["Backoff", "Channel", "ChannelStatus", "EndSubscription", "Scheduler"]
+__all__ = ["Backoff", "Channel", "ChannelStatus", "EndSubscription", "PrepareLater", "Scheduler"]
 
 log = logging.getLogger("wsnmom.core.delivery")
 
@@ -64,6 +73,16 @@ class EndSubscription(Exception):
         super().__init__(reason)
         self.reason = reason
         self.cause = cause
+
+
+class PrepareLater(Exception):
+    """``prepare`` cannot run now (the subscription used its share of the filter
+    processes): the messages go back to the head of the queue and the channel runs again
+    after ``delay`` seconds, holding no thread meanwhile; not a failed attempt."""
+
+    def __init__(self, delay: float) -> None:
+        super().__init__(f"prepare again in {delay:.2f}s")
+        self.delay = delay
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +138,7 @@ class Scheduler(Protocol):
 
     backoff: Backoff
     prefetch: int
+    budget: MemoryBudget
 
     def _ready(self, channel: Channel[Any], gen: int) -> None: ...
 
@@ -144,12 +164,15 @@ class Channel(Generic[T]):
     """
 
     __slots__ = (
+        "_charged",
         "_closed",
         "_error",
         "_failures",
         "_gen",
         "_last_delivery",
         "_lock",
+        "_parked",
+        "_parking",
         "_pending",
         "_queue",
         "_rerun",
@@ -158,9 +181,11 @@ class Channel(Generic[T]):
         "_scheduled",
         "_stopped",
         "batch_size",
+        "bounded",
         "delivered",
         "destination",
         "engine",
+        "group",
         "handle",
         "name",
         "on_give_up",
@@ -182,6 +207,8 @@ class Channel(Generic[T]):
         ordered: bool = False,
         destination: str | None = None,
         trace: Callable[[T], str | None] | None = None,
+        group: str = "",
+        bounded: bool = True,
     ) -> None:
         self.engine = engine
         self.name = name
@@ -196,6 +223,15 @@ class Channel(Generic[T]):
         self.destination = destination
         #: the request id an item was published by (log records of its delivery carry it)
         self.trace = trace
+        #: whose memory budget the held messages count against (the owner)
+        self.group = group
+        #: whether a message that does not fit parks the channel (else it is counted)
+        self.bounded = bounded
+        #: id() of each held message -> the bytes charged for it
+        self._charged: dict[int, int] = {}
+        #: a message was refused for lack of memory: parking requested / done
+        self._parking = False
+        self._parked = False
         self._lock = threading.Lock()
         #: received, not yet taken by a worker (created on the first message)
         self._queue: deque[Received] | None = None
@@ -219,8 +255,8 @@ class Channel(Generic[T]):
     # -- lifecycle -------------------------------------------------------------------------
     @property
     def active(self) -> bool:
-        """True while consuming (started and not stopped/closed)."""
-        return not self._stopped and not self._closed
+        """True while consuming (started and not stopped/closed; parked counts)."""
+        return (not self._stopped or self._parked) and not self._closed
 
     @property
     def failures(self) -> int:
@@ -232,34 +268,98 @@ class Channel(Generic[T]):
         with self._lock:
             if self._closed or not self._stopped:
                 return
+            if not self._parked:
+                self._failures = 0
+                self._retry_at = 0.0
+            self._parked = self._parking = False
             self._stopped = False
-            self._failures = 0
-            self._retry_at = 0.0
             self._gen += 1
             self._scheduled = False
             self._queue = None
             self._pending = []
+            freed = self._forget_charges()
+        self._release(freed)
         self.handle.start(self.on_message, prefetch=self.engine.prefetch)
 
     def stop(self) -> None:
         """Stop consuming; the durable subscription keeps accumulating.  Messages held in
         memory stay unsettled and are redelivered by the middleware on the next start."""
         with self._lock:
-            if self._stopped:
+            if self._parked:  # the handle is stopped already; no longer to be unparked
+                self._parked = self._parking = False
                 return
-            self._stopped = True
-            self._gen += 1
-            self._scheduled = False
-            self._retry_at = 0.0
-            self._queue = None
-            if not self._running:
-                self._pending = []
+            if not self._halt():
+                return
+            freed = self._forget_charges()
+        self._release(freed)
         self.handle.stop()
+
+    def _halt(self) -> bool:
+        """Under the lock: stop consuming (False when stopped already)."""
+        if self._stopped:
+            return False
+        self._stopped = True
+        self._gen += 1
+        self._scheduled = False
+        self._retry_at = 0.0
+        self._queue = None
+        if not self._running:
+            self._pending = []
+        return True
+
+    # -- memory (core.delivery_budget) -----------------------------------------------------
+    def _forget_charges(self) -> int:
+        """Under the lock: forget every charge (what is held is being dropped)."""
+        freed = sum(self._charged.values())
+        self._charged.clear()
+        return freed
+
+    def _release(self, size: int) -> None:
+        if size:
+            self.engine.budget.release(self.group, size)
+
+    def _settle(self, received: Received, ack: bool) -> None:
+        """Settle one held message and release its bytes."""
+        with self._lock:
+            size = self._charged.pop(id(received), 0)
+        self._release(size)
+        _settle(received, ack)
+
+    def _park(self) -> bool:
+        """The budget's thread: stop the handle and forget what is held, keeping the
+        retry count; False when the channel is not consuming any more."""
+        with self._lock:
+            if not self._parking or self._closed or not self._halt():
+                self._parking = False
+                return False
+            self._parked = True
+            freed = self._forget_charges()
+        self._release(freed)
+        self.handle.stop()
+        return True
+
+    def _yield_room(self, gen: int) -> bool:
+        """Waiting for a retry while other channels wait for room: park instead (True),
+        so that what this channel holds goes back to the middleware meanwhile."""
+        if not self.bounded or not self.engine.budget.has_parked():
+            return False
+        with self._lock:
+            if gen != self._gen or self._stopped or self._parking or not self._charged:
+                return False
+            self._parking = True
+        self.engine.budget.park(self.group, self)
+        return True
+
+    def _unpark(self) -> None:
+        """The budget's thread: there is room again; consume (no-op unless parked)."""
+        if self._parked:
+            self.start()
 
     def close(self) -> None:
         """Stop for good (subscription destroyed or broker closing)."""
         with self._lock:
             self._closed = True
+            self._parked = False
         self.stop()
 
     def held(self) -> int:
@@ -270,7 +370,7 @@ class Channel(Generic[T]):
         """The delivery state for operators (the admin page and API)."""
         with self._lock:
             return ChannelStatus(
-                active=not self._stopped and not self._closed,
+                active=(not self._stopped or self._parked) and not self._closed,
                 failures=self._failures,
                 retry_at=self._retry_at or None,
                 last_error=self._error,
@@ -281,11 +381,24 @@ class Channel(Generic[T]):
 
     # -- adapter callback ------------------------------------------------------------------
     def on_message(self, received: Received) -> None:
-        """Adapter thread: enqueue only."""
+        """Adapter thread: enqueue only (or, without room in the memory budget, forget it
+        unsettled and have the channel parked)."""
         schedule = False
+        park = False
+        size = len(received.body) + MESSAGE_OVERHEAD
         with self._lock:
-            stale = self._stopped
-            if not stale:
+            stale = self._stopped and not self._parking
+            if self._stopped:
+                pass  # parked: the stopped handle gives it back (a requeue could skip)
+            elif self._parking or not self.engine.budget.take(
+                self.group, size, self, force=not self.bounded
+            ):
+                # neither settled nor queued: the handle, stopped soon, gives it back to
+                # the middleware
+                park = not self._parking
+                self._parking = True
+            else:
+                self._charged[id(received)] = size
                 q = self._queue
                 if q is None:
                     q = self._queue = deque()
@@ -295,6 +408,8 @@ class Channel(Generic[T]):
                 gen = self._gen
         if stale:
             _settle(received, ack=False)
+        elif park:
+            self.engine.budget.park(self.group, self)
         elif schedule:
             self.engine._ready(self, gen)
 
@@ -328,13 +443,16 @@ class Channel(Generic[T]):
             except EndSubscription as end:
                 self._end(gen, take, end)
                 return
+            except PrepareLater as later:
+                self._put_back(gen, take, later.delay)
+                return
             for received, item in zip(take, items, strict=True):
                 if item is None:
                     metrics.NOTIFICATIONS_FILTERED.inc()
                     if self.ordered and any(i is not None for _, i in pending):
                         pending.append((received, None))  # acked after those before it
                     else:
-                        _settle(received, ack=True)
+                        self._settle(received, ack=True)
                 else:
                     pending.append((received, item))
             batch = [item for _, item in pending if item is not None]
@@ -382,7 +500,7 @@ class Channel(Generic[T]):
             return []
         try:
             return self.prepare(take)
-        except EndSubscription:
+        except (EndSubscription, PrepareLater):
             raise
         except Exception:
             log.exception("subscription %s: cannot prepare a batch; one by one", self.name)
@@ -390,12 +508,31 @@ class Channel(Generic[T]):
         for received in take:
             try:
                 items.extend(self.prepare([received]))
-            except EndSubscription:
+            except (EndSubscription, PrepareLater):
                 raise
             except Exception:
                 log.exception("subscription %s: cannot prepare a message; dropped", self.name)
                 items.append(None)
         return items
+
+    def _put_back(self, gen: int, take: list[Received], delay: float) -> None:
+        """``prepare`` said later: ``take`` goes back to the head of the queue and the
+        channel runs again after ``delay`` (the caller's ``finally`` clears
+        ``_running``)."""
+        with self._lock:
+            current = gen == self._gen and not self._stopped
+            if current:
+                q = self._queue
+                if q is None:
+                    q = self._queue = deque()
+                q.extendleft(reversed(take))
+                self._rerun = False
+            parked = self._parking
+        if current:
+            self.engine._later(delay, self, gen)
+        elif not parked:
+            for received in take:
+                self._settle(received, ack=False)
 
     def _end(self, gen: int, take: list[Received], end: EndSubscription) -> None:
         """``prepare`` said the subscription cannot go on: stop and hand over (the caller's
@@ -409,9 +546,10 @@ class Channel(Generic[T]):
                 self._queue = None
                 self._pending = []
                 self._error = end.reason
+                self._release(self._forget_charges())
         if not current:
             for received in take:
-                _settle(received, ack=False)
+                self._settle(received, ack=False)
             return
         # like a give-up: what is held stays unsettled; the subscription is being ended
         log.warning("subscription %s: %s", self.name, end.reason)
@@ -458,6 +596,7 @@ class Channel(Generic[T]):
                         self._gen += 1
                         self._queue = None
                         self._pending = []
+                        self._release(self._forget_charges())
                     else:
                         delay = policy.delay(self._failures)
                         self._retry_at = time.time() + delay
@@ -476,7 +615,7 @@ class Channel(Generic[T]):
             failures = self._failures
         if ok:
             for received, _ in pending:
-                _settle(received, ack=True)
+                self._settle(received, ack=True)
         if give_up:
             log.warning(
                 "subscription %s: giving up after %d failed attempts: %s",
@@ -499,6 +638,7 @@ class Channel(Generic[T]):
                 failures,
                 delay,
             )
-            self.engine._later(delay, self, new_gen)
+            if not self._yield_room(new_gen):
+                self.engine._later(delay, self, new_gen)
         elif reschedule:
             self.engine._ready(self, new_gen)

@@ -161,6 +161,17 @@ class DeliverySettings:
     #: most deliveries in progress to one destination (scheme, host, port) at once;
     #: 0: half of ``workers``
     per_destination: int = field(default=0, metadata=limits(0, 1024))
+    #: most deliveries in progress to all the ports of one host at once; 0: one and a
+    #: half times ``per_destination`` (rounded up)
+    per_host: int = field(default=0, metadata=limits(0, 4096))
+    #: most deliveries in progress for the subscriptions of one owner (identity;
+    #: anonymous subscriptions are not limited) at once; 0: a quarter of ``max_workers``
+    per_owner: int = field(default=0, metadata=limits(0, 4096))
+    #: bytes of messages delivery may hold in memory over all subscriptions (what does
+    #: not fit stays in the middleware until there is room)
+    memory: int = field(default=256 * 1024 * 1024, metadata=limits(64 * 1024))
+    #: bytes of messages delivery may hold for the subscriptions of one owner
+    memory_per_owner: int = field(default=64 * 1024 * 1024, metadata=limits(64 * 1024))
     #: seconds after which a busy thread counts as held by a slow consumer (more threads
     #: are started when all are)
     slow_after: float = field(default=0.2, metadata=limits(above=0))
@@ -277,6 +288,11 @@ class FilterSettings:
     memory: int = field(default=512, metadata=limits(64))
     #: evaluation processes (shared by all subscriptions)
     processes: int = field(default=2, metadata=limits(1, 64))
+    #: the share of one evaluation process a costly subscription (messages over a tenth
+    #: of ``cpu_limit`` each) may use over time (usage decays with a 10 s half-life);
+    #: beyond it its deliveries wait; below it, it takes a process only while another
+    #: stays free
+    cpu_share: float = field(default=0.1, metadata=limits(above=0, maximum=64))
 
 
 @dataclass(slots=True)

@@ -107,7 +107,12 @@ class BrokerContext:
         self.content_evaluator: ContentEvaluator = (
             InlineEvaluator()
             if f.isolation == "inline"
-            else SandboxEvaluator(cpu_limit=f.cpu_limit, memory_mb=f.memory, processes=f.processes)
+            else SandboxEvaluator(
+                cpu_limit=f.cpu_limit,
+                memory_mb=f.memory,
+                processes=f.processes,
+                cpu_share=f.cpu_share,
+            )
         )
         #: ownership, topic ACL and quota checks of the caller (``core.access``)
         self.guard = Guard(self)

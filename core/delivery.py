@@ -17,7 +17,12 @@ Destinations.  A push channel belongs to the lane of its consumer's scheme, host
 others wait in the lane, holding no thread), and a destination that stops answering has
 its circuit opened, so its subscriptions stop taking threads until it answers a probe.
 Together: a destination holds at most ``per_destination`` threads, and while threads are
-held elsewhere the others still find one.
+held elsewhere the others still find one.  The same holds for all the ports of one host
+(``per_host``) and all the subscriptions of one owner (``per_owner``).
+
+Memory.  The messages channels hold are charged, in bytes, to the engine's ``budget``
+(``core.delivery_budget``): gateway-wide and per owner; what does not fit stays in the
+middleware.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from typing import Any, TypeVar
 from wsnmom.core import metrics
 from wsnmom.core.adapter import Received, SubscriptionHandle
 from wsnmom.core.channel import Backoff, Channel, ChannelStatus, EndSubscription
+from wsnmom.core.delivery_budget import MemoryBudget
 from wsnmom.core.lanes import BreakerSettings, Lane, Lanes, LaneState, Outcome
 
 __all__ = ["Backoff", "Channel", "ChannelStatus", "DeliveryEngine", "EndSubscription"]
@@ -61,6 +67,9 @@ class DeliveryEngine:
         slow_after: float = 0.2,
         breaker: BreakerSettings | None = None,
         idle_exit: float = 300.0,
+        per_host: int | None = None,
+        per_owner: int | None = None,
+        budget: MemoryBudget | None = None,
     ) -> None:
         self.backoff = backoff or Backoff()
         self.prefetch = prefetch
@@ -69,8 +78,13 @@ class DeliveryEngine:
         self.slow_after = slow_after
         self.idle_exit = idle_exit
         self.lanes = Lanes(
-            per_destination if per_destination else max(1, self.workers // 2), breaker
+            per_destination if per_destination else max(1, self.workers // 2),
+            breaker,
+            per_host=per_host,
+            per_owner=per_owner,
         )
+        #: bytes held by channels (unbounded unless given)
+        self.budget = budget or MemoryBudget()
         self._ready_q: queue.SimpleQueue[_Item | None] = queue.SimpleQueue()
         self._timers: list[tuple[float, int, Channel[Any], int]] = []
         self._seq = itertools.count()
@@ -93,6 +107,7 @@ class DeliveryEngine:
         )
         self._timer_thread.start()
         metrics.set_queued_source(self.held)
+        metrics.set_memory_sources(self.held_bytes, lambda: float(self.budget.parked()))
         metrics.set_delivery_sources(self._breakers, lambda: float(len(self._threads)))
 
     # -- channels --------------------------------------------------------------------------
@@ -108,11 +123,14 @@ class DeliveryEngine:
         ordered: bool = False,
         destination: str | None = None,
         trace: Callable[[T], str | None] | None = None,
+        group: str = "",
+        bounded: bool = True,
     ) -> Channel[T]:
         """Create (not start) the channel ``name``, replacing a closed one; ``destination``
         is its lane (``core.lanes.destination_key`` of the consumer), None for none;
         ``trace`` gives the request id a prepared item was published by (for log
-        records)."""
+        records); ``group`` is the owner its threads and memory count against;
+        ``bounded`` False: its messages are counted but never refused."""
         channel: Channel[T] = Channel(
             self,
             name,
@@ -124,6 +142,8 @@ class DeliveryEngine:
             ordered,
             destination,
             trace,
+            group,
+            bounded,
         )
         with self._channels_lock:
             old = self._channels.get(name)
@@ -143,6 +163,10 @@ class DeliveryEngine:
             channel = self._channels.pop(name, None)
         if channel is not None:
             channel.close()
+
+    def held_bytes(self) -> float:
+        """Bytes held in memory over all channels (as charged to the budget)."""
+        return float(self.budget.used)
 
     def held(self) -> float:
         """Messages held in memory over all channels."""
@@ -241,7 +265,7 @@ class DeliveryEngine:
             channel, gen = item
             lane: Lane | None = None
             if channel.destination is not None:
-                lane = self.lanes.enter(channel.destination, item)
+                lane = self.lanes.enter(channel.destination, item, channel.group)
                 if lane is None:
                     continue  # the destination is busy: the item waits in its lane
             self._busy[ident] = time.monotonic()
@@ -253,8 +277,7 @@ class DeliveryEngine:
             finally:
                 del self._busy[ident]
                 if lane is not None:
-                    waiting = self.lanes.leave(lane)
-                    if waiting is not None:
+                    for waiting in self.lanes.leave(lane, channel.group):
                         self._ready_q.put(waiting)
 
     def _stuck(self, now: float) -> float | None:
@@ -318,3 +341,4 @@ class DeliveryEngine:
         for t in threads:
             t.join(timeout=5)
         self._timer_thread.join(timeout=5)
+        self.budget.close()

@@ -20,7 +20,10 @@ ends the subscription with a SubscriptionEnd notice and a logged reason
 
 ``filters.processes`` workers serve all subscriptions of the process (workers are shared
 by every broker in one Python process with the same memory limit, so a test suite starts
-them once); a delivery thread borrows one for a batch.  ``filters.isolation = "inline"``
+them once); a delivery thread borrows one for a batch.  Over time each subscription may
+use ``filters.cpu_share`` of one worker (``core.filter_share``): one that used more is
+pushed back (``FilterBusy``), and one near its share takes a worker only while another
+stays free for cheap filters.  ``filters.isolation = "inline"``
 evaluates in the delivery thread instead (no budget; only for trusted subscribers).
 """
 
@@ -31,7 +34,6 @@ import contextlib
 import logging
 import os
 import pickle
-import queue
 import select
 import signal
 import struct
@@ -44,11 +46,13 @@ from typing import Protocol
 
 from lxml import etree
 from wsnmom.core.codec import safe_parse
+from wsnmom.core.filter_share import FilterBusy, FilterShares
 from wsnmom.core.filter_worker import xpath_boolean
 
 __all__ = [
     "ContentEvaluator",
     "FilterBudgetExceeded",
+    "FilterBusy",
     "FilterExpression",
     "InlineEvaluator",
     "SandboxEvaluator",
@@ -90,8 +94,11 @@ class FilterExpression(Protocol):
 class ContentEvaluator(Protocol):
     """Evaluates MessageContent filters on payloads."""
 
-    def evaluate(self, expression: FilterExpression, payloads: Sequence[bytes]) -> list[Verdict]:
-        """One verdict per payload; raises :class:`FilterBudgetExceeded`."""
+    def evaluate(
+        self, expression: FilterExpression, payloads: Sequence[bytes], key: str | None = None
+    ) -> list[Verdict]:
+        """One verdict per payload; raises :class:`FilterBudgetExceeded`.  ``key`` (a
+        subscription) is charged the time; it may raise :class:`FilterBusy` then."""
 
     def close(self) -> None:
         """Release what the evaluator holds."""
@@ -100,8 +107,10 @@ class ContentEvaluator(Protocol):
 class InlineEvaluator:
     """Evaluates in the calling thread (``filters.isolation = "inline"``): no budget."""
 
-    def evaluate(self, expression: FilterExpression, payloads: Sequence[bytes]) -> list[Verdict]:
-        """One verdict per payload."""
+    def evaluate(
+        self, expression: FilterExpression, payloads: Sequence[bytes], key: str | None = None
+    ) -> list[Verdict]:
+        """One verdict per payload (``key`` is not charged: no budget)."""
         xpath = expression.compiled()
         out: list[Verdict] = []
         for payload in payloads:
@@ -266,9 +275,12 @@ class _Pool:
 
     def __init__(self, memory_mb: int) -> None:
         self.memory_mb = memory_mb
-        self.idle: queue.LifoQueue[_Worker] = queue.LifoQueue()
+        self.idle: list[_Worker] = []
         self.size = 0
         self._lock = threading.Lock()
+        self._free = threading.Condition(self._lock)
+        #: threads waiting for a worker that are not heavy (heavy ones yield to them)
+        self._light_waiting = 0
         self._all: list[_Worker] = []
 
     def grow(self, processes: int) -> None:
@@ -276,8 +288,36 @@ class _Pool:
             while self.size < processes:
                 worker = _Worker(self.memory_mb)
                 self._all.append(worker)
-                self.idle.put(worker)
+                self.idle.append(worker)
                 self.size += 1
+                self._free.notify()
+
+    def take(self) -> _Worker:
+        """A worker, waiting for one to be free."""
+        with self._free:
+            self._light_waiting += 1
+            try:
+                while not self.idle:
+                    self._free.wait()
+                return self.idle.pop()
+            finally:
+                self._light_waiting -= 1
+
+    def take_heavy(self, wait: bool = False) -> _Worker | None:
+        """A worker for a heavy key, or None: only while another stays free (with one
+        worker: only while nobody else waits); ``wait`` for that instead."""
+        with self._free:
+            reserve = 1 if self.size > 1 else 0
+            while len(self.idle) <= reserve or self._light_waiting:
+                if not wait:
+                    return None
+                self._free.wait()
+            return self.idle.pop()
+
+    def give_back(self, worker: _Worker) -> None:
+        with self._free:
+            self.idle.append(worker)
+            self._free.notify_all()
 
     def close(self) -> None:
         with self._lock:
@@ -311,36 +351,80 @@ def _close_pools() -> None:
 class SandboxEvaluator:
     """Evaluates in worker processes with a CPU-time and memory budget per message."""
 
-    def __init__(self, *, cpu_limit: float, memory_mb: int, processes: int) -> None:
+    def __init__(
+        self, *, cpu_limit: float, memory_mb: int, processes: int, cpu_share: float = 0.1
+    ) -> None:
         self.cpu_limit = cpu_limit
         self.memory_mb = memory_mb
         self.wall_limit = max(4 * cpu_limit, cpu_limit + 2.0)
         self._pool = _pool(memory_mb, processes)
+        #: each subscription's recent use of the workers (``filters.cpu_share``)
+        self.shares = FilterShares(cpu_share, heavy_cost=cpu_limit / 10)
 
-    def evaluate(self, expression: FilterExpression, payloads: Sequence[bytes]) -> list[Verdict]:
+    def evaluate(
+        self, expression: FilterExpression, payloads: Sequence[bytes], key: str | None = None
+    ) -> list[Verdict]:
         """One verdict per payload; raises :class:`FilterBudgetExceeded` for the first
-        payload that exceeds a budget (the verdicts before it are lost with it)."""
+        payload that exceeds a budget (the verdicts before it are lost with it), and
+        :class:`FilterBusy` when ``key`` used its share or is heavy and no worker is free
+        for it (see the module docstring)."""
         if not payloads:
             return []
-        request = pickle.dumps(
-            (
-                expression.text,
-                expression.namespace_items,
-                expression.exslt_regex,
-                self.cpu_limit,
-                list(payloads),
-            ),
-            protocol=pickle.HIGHEST_PROTOCOL,
-        )
-        worker = self._pool.idle.get()
+        if key is None:
+            return self._evaluate(expression, payloads, self._pool.take())
+        out: list[Verdict] = []
+        while len(out) < len(payloads):
+            heavy = self.shares.check(key) if not out else self._heavy_now(key)
+            if heavy:
+                # the first message may be refused (the channel waits); later ones wait
+                # here, so that what was evaluated is not lost
+                found = self._pool.take_heavy(wait=bool(out))
+                if found is None:
+                    # each try decodes the channel's batch again: not more often than a
+                    # few of its messages would take to evaluate
+                    raise FilterBusy(max(0.1, 4 * self.shares.cost(key)))
+                worker, n = found, 1
+            else:
+                worker = self._pool.take()
+                n = len(payloads) - len(out) if self.shares.known_cheap(key) else 1
+            started = time.monotonic()
+            try:
+                out += self._evaluate(expression, payloads[len(out) : len(out) + n], worker)
+            except FilterBudgetExceeded as exc:
+                exc.index += len(out)
+                raise
+            finally:
+                self.shares.charge(key, time.monotonic() - started, n)
+        return out
+
+    def _heavy_now(self, key: str) -> bool:
         try:
+            return self.shares.check(key)
+        except FilterBusy:
+            return True
+
+    def _evaluate(
+        self, expression: FilterExpression, payloads: Sequence[bytes], worker: _Worker
+    ) -> list[Verdict]:
+        """Evaluate on ``worker`` (taken from the pool; given back here)."""
+        try:
+            request = pickle.dumps(
+                (
+                    expression.text,
+                    expression.namespace_items,
+                    expression.exslt_regex,
+                    self.cpu_limit,
+                    list(payloads),
+                ),
+                protocol=pickle.HIGHEST_PROTOCOL,
+            )
             return worker.evaluate(request, len(payloads), self.cpu_limit, self.wall_limit)
         except _WorkerDied as exc:
             raise FilterBudgetExceeded(
                 _describe(exc.reason, self.cpu_limit, self.memory_mb), exc.index
             ) from None
         finally:
-            self._pool.idle.put(worker)
+            self._pool.give_back(worker)
 
     def close(self) -> None:
         """The workers are shared and live as long as the process (see the module

@@ -1,12 +1,16 @@
-"""Delivery lanes: one per destination (scheme, host, port) that push deliveries go to.
+"""Delivery lanes: one per destination (scheme, host, port) that push deliveries go to,
+one per host, and one per owner (the identity that owns the subscriptions).
 
 A lane does two things so that a consumer that never answers cannot delay deliveries to
 any other consumer:
 
-* **Concurrency.**  At most ``per_destination`` deliveries to one destination run at once;
-  further ready subscriptions of that destination wait in the lane (holding no thread) and
-  are released one by one as its deliveries finish.  So one destination holds at most that
-  share of the delivery threads, whatever its number of subscriptions.
+* **Concurrency.**  At most ``per_destination`` deliveries to one destination run at once,
+  at most ``per_host`` to all the ports of one host and at most ``per_owner`` for one
+  owner's subscriptions (anonymous ones have no owner lane: nothing tells their clients
+  apart); a ready subscription that finds one of the three full waits in it
+  (holding no thread) and is released as that lane's deliveries finish.  So one
+  destination, one host (however many ports it opens) and one identity (however many
+  hosts it names) each hold at most that share of the delivery threads.
 * **Circuit breaker.**  ``failures`` consecutive deliveries that got no answer within the
   timeout (``DeliveryFailed.timed_out``: each held a thread all that time) *open* the lane
   for ``open_for`` seconds.  A fast failure (connection refused or reset) holds nothing and
@@ -17,6 +21,11 @@ any other consumer:
   probe (*half-open*): an answer closes the lane, no answer (a timeout or a fast failure)
   opens it again for twice as long, up to ``max_open``.  Any answer, even an error status,
   closes it: the consumer is alive.
+
+* **Host breaker.**  A host with ``failures`` destinations whose circuits are open at once
+  has its own circuit opened, with the same intervals and probe: many ports of one host
+  (each a destination with its own breaker) cannot keep timing out one by one.  An answer
+  from any of its ports closes it.
 
 Deliveries into the broker's own pull points have no lane.  Lanes are created on first use
 and forgotten when idle and closed (``sweep``).
@@ -104,6 +113,10 @@ class Lane:
     interval: float = 0.0
     #: a half-open probe is under way
     probing: bool = False
+    #: a destination's host lane (None for host and owner lanes)
+    host: Lane | None = None
+    #: a host lane: its destinations whose circuits are open now
+    open_destinations: int = 0
 
 
 class Lanes:
@@ -114,43 +127,98 @@ class Lanes:
         per_destination: int,
         breaker: BreakerSettings | None = None,
         clock: Callable[[], float] = time.monotonic,
+        *,
+        per_host: int | None = None,
+        per_owner: int | None = None,
     ) -> None:
         self.per_destination = max(1, per_destination)
+        #: by default one and a half destinations' share: a host's other ports still get
+        #: through while one of its destinations is full
+        self.per_host = (
+            max(1, per_host) if per_host else self.per_destination + (self.per_destination + 1) // 2
+        )
+        #: None: owners are not limited
+        self.per_owner = max(1, per_owner) if per_owner else None
         self.breaker = breaker or BreakerSettings()
         self._clock = clock
         self._lanes: dict[str, Lane] = {}
+        self._hosts: dict[str, Lane] = {}
+        self._owners: dict[str, Lane] = {}
         self._lock = threading.Lock()
 
     # -- concurrency -----------------------------------------------------------------------
-    def enter(self, key: str, item: tuple[Any, int]) -> Lane | None:
-        """Take a place in the lane of ``key`` (created on first use) for ``item``: the
-        lane, or None when it is full (``item`` then waits in it until :meth:`leave`
-        releases it)."""
+    def enter(self, key: str, item: tuple[Any, int], owner: str = "") -> Lane | None:
+        """Take a place in the lane of ``key`` (created on first use), in its host's and
+        in ``owner``'s for ``item``: the destination's lane, or None when one of the three
+        is full (``item`` then waits in that one until :meth:`leave` releases it)."""
         with self._lock:
             lane = self._lanes.get(key)
             if lane is None:
-                lane = self._lanes[key] = Lane(key)
-            if lane.active < self.per_destination:
-                lane.active += 1
-                return lane
-            lane.waiting.append(item)
-            return None
+                host_key = _host_of(key)
+                host = self._hosts.get(host_key)
+                if host is None:
+                    host = self._hosts[host_key] = Lane(host_key)
+                lane = self._lanes[key] = Lane(key, host=host)
+            host = lane.host
+            assert host is not None
+            group = self._owner(owner)
+            for place, limit in (
+                (lane, self.per_destination),
+                (host, self.per_host),
+                (group, self.per_owner),
+            ):
+                if place is not None and limit is not None and place.active >= limit:
+                    place.waiting.append(item)
+                    return None
+            lane.active += 1
+            host.active += 1
+            if group is not None:
+                group.active += 1
+            return lane
 
-    def leave(self, lane: Lane) -> tuple[Any, int] | None:
-        """Give the place back; the lane's longest-waiting item, if any, to be made ready
-        again (it takes a place with :meth:`enter` like any other)."""
+    def _owner(self, owner: str) -> Lane | None:
+        if self.per_owner is None or not owner:
+            return None  # anonymous subscriptions: no identity to hold to a share
+        group = self._owners.get(owner)
+        if group is None:
+            group = self._owners[owner] = Lane(owner)
+        return group
+
+    def leave(self, lane: Lane, owner: str = "") -> list[tuple[Any, int]]:
+        """Give the places back; the longest-waiting item of each of the three lanes, to
+        be made ready again (each takes its places with :meth:`enter` like any other)."""
         with self._lock:
-            lane.active -= 1
-            return lane.waiting.popleft() if lane.waiting else None
+            ready: list[tuple[Any, int]] = []
+            for place in (lane, lane.host, self._owners.get(owner)):
+                if place is None:
+                    continue
+                place.active -= 1
+                if place.waiting:
+                    ready.append(place.waiting.popleft())
+            return ready
 
     def get(self, key: str) -> Lane | None:
         """The lane of ``key`` if it exists (it does while a delivery holds a place)."""
         return self._lanes.get(key)
 
+    def host(self, key: str) -> Lane | None:
+        """The host lane of the destination ``key``, if it exists."""
+        return self._hosts.get(_host_of(key))
+
     # -- circuit breaker -------------------------------------------------------------------
     def admit(self, lane: Lane) -> float | None:
-        """None when a delivery may go to ``lane`` now (it may be the half-open probe);
-        else the seconds until the lane may be tried again."""
+        """None when a delivery may go to ``lane`` now (it may be the half-open probe of
+        the lane or of its host); else the seconds until it may be tried again."""
+        host = lane.host
+        if host is not None and host.state is not LaneState.CLOSED:
+            wait = self._admit(host)
+            if wait is not None:
+                return wait
+            wait = None if lane.state is LaneState.CLOSED else self._admit(lane)
+            if wait is not None:  # not this one: another destination may probe the host
+                with self._lock:
+                    host.probing = False
+            return wait
         if lane.state is LaneState.CLOSED:  # the common case, without the lock
             return None
         return self._admit(lane)
@@ -172,7 +240,38 @@ class Lanes:
             return lane.open_until - now
 
     def report(self, lane: Lane, outcome: Outcome) -> None:
-        """The outcome of a delivery attempt to ``lane``."""
+        """The outcome of a delivery attempt to ``lane`` (and to its host)."""
+        host = lane.host
+        before = lane.state
+        self._report(lane, outcome)
+        if host is None:
+            return
+        changed = (before is LaneState.CLOSED) is not (lane.state is LaneState.CLOSED)
+        if not changed and host.state is LaneState.CLOSED:
+            return
+        after = lane.state
+        b = self.breaker
+        with self._lock:
+            if before is LaneState.CLOSED and after is not LaneState.CLOSED:
+                host.open_destinations += 1
+            elif before is not LaneState.CLOSED and after is LaneState.CLOSED:
+                host.open_destinations = max(0, host.open_destinations - 1)
+            if outcome is Outcome.ANSWERED:
+                host.state = LaneState.CLOSED
+                host.interval = 0.0
+                host.probing = False
+                return
+            if host.state is LaneState.HALF_OPEN:
+                host.interval = min(max(host.interval, b.open_for) * 2, b.max_open)
+            elif host.state is LaneState.CLOSED and host.open_destinations >= b.failures:
+                host.interval = min(b.open_for, b.max_open)
+            else:
+                return
+            host.state = LaneState.OPEN
+            host.probing = False
+            host.open_until = self._clock() + host.interval
+
+    def _report(self, lane: Lane, outcome: Outcome) -> None:
         if outcome is Outcome.ANSWERED:
             if lane.state is LaneState.CLOSED and not lane.failures:
                 return
@@ -200,7 +299,7 @@ class Lanes:
 
     # -- bookkeeping -----------------------------------------------------------------------
     def states(self) -> dict[LaneState, int]:
-        """How many lanes are in each breaker state."""
+        """How many destination lanes are in each breaker state."""
         counts = dict.fromkeys(LaneState, 0)
         with self._lock:
             for lane in self._lanes.values():
@@ -220,3 +319,14 @@ class Lanes:
             ]
             for k in idle:
                 del self._lanes[k]
+            used = {lane.host.key for lane in self._lanes.values() if lane.host is not None}
+            for k in [k for k, h in self._hosts.items() if k not in used and not h.waiting]:
+                del self._hosts[k]
+            for k in [k for k, g in self._owners.items() if not g.active and not g.waiting]:
+                del self._owners[k]
+
+
+def _host_of(key: str) -> str:
+    """The host of a destination key (``scheme://host:port``), whatever the scheme."""
+    rest = key.partition("://")[2]
+    return rest.rpartition(":")[0] or rest

@@ -106,6 +106,16 @@ QUEUED = Gauge(
     "Messages held in memory by the delivery engine, not yet settled",
     registry=REGISTRY,
 )
+HELD_BYTES = Gauge(
+    "wsnmom_delivery_held_bytes",
+    "Bytes of the messages the delivery engine holds in memory (charged to its budget)",
+    registry=REGISTRY,
+)
+PARKED = Gauge(
+    "wsnmom_delivery_parked",
+    "Subscriptions whose delivery waits for room in the memory budget",
+    registry=REGISTRY,
+)
 BACKLOG = Gauge(
     "wsnmom_backlog_messages",
     "Messages waiting in durable subscriptions (where the middleware can tell)",
@@ -176,6 +186,12 @@ def count_fault(fault: str) -> None:
 def set_queued_source(fn: Callable[[], float]) -> None:
     """Make the in-memory queue gauge read ``fn`` at scrape time."""
     QUEUED.set_function(fn)
+
+
+def set_memory_sources(held_bytes: Callable[[], float], parked: Callable[[], float]) -> None:
+    """Make the delivery memory gauges read their sources at scrape time."""
+    HELD_BYTES.set_function(held_bytes)
+    PARKED.set_function(parked)
 
 
 def set_delivery_sources(breakers: Callable[[str], float], threads: Callable[[], float]) -> None:

@@ -36,6 +36,7 @@ from wsnmom.core.adapter import Adapter
 from wsnmom.core.config import Settings
 from wsnmom.core.context import BrokerContext
 from wsnmom.core.delivery import Backoff, DeliveryEngine
+from wsnmom.core.delivery_budget import MemoryBudget
 from wsnmom.core.demand import DemandManager
 from wsnmom.core.disk import storage_full_text
 from wsnmom.core.filters import MESSAGE_CONTENT_DIALECTS
@@ -139,6 +140,9 @@ class BrokerService:
             prefetch=d.prefetch,
             max_workers=max(d.max_workers, d.workers),
             per_destination=d.per_destination or None,
+            per_host=d.per_host or None,
+            per_owner=d.per_owner or max(1, max(d.max_workers, d.workers) // 4),
+            budget=MemoryBudget(d.memory, d.memory_per_owner),
             slow_after=d.slow_after,
             breaker=BreakerSettings(
                 failures=d.breaker_failures,

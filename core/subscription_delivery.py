@@ -19,11 +19,12 @@ from typing import Any
 
 from wsnmom.core import metrics
 from wsnmom.core.adapter import AdapterError, Received, SubscriptionSpec
+from wsnmom.core.channel import PrepareLater
 from wsnmom.core.codec import decode, encode, is_internal_routing, pull_point_inbox
 from wsnmom.core.context import BrokerContext
 from wsnmom.core.delivery import Channel, EndSubscription
 from wsnmom.core.direct_routing import DirectRouting
-from wsnmom.core.filter_sandbox import FilterBudgetExceeded
+from wsnmom.core.filter_sandbox import FilterBudgetExceeded, FilterBusy
 from wsnmom.core.lanes import destination_key
 from wsnmom.core.lifetimes import is_expired
 from wsnmom.core.model import (
@@ -72,7 +73,7 @@ class SubscriptionDelivery:
         )
 
     def accepted(
-        self, state: LiveSubscription, batch: Sequence[Received]
+        self, state: LiveSubscription, batch: Sequence[Received], *, shared: bool = False
     ) -> list[NotificationMessage | None]:
         """For each message of ``batch``: the message if this subscription is to deliver
         it; None to drop it (acked).
@@ -82,7 +83,9 @@ class SubscriptionDelivery:
         expired: clients already get ResourceUnknown for it, so it must not
         deliver in the moments before the sweep destroys it (the sweep is woken now).
         The MessageContent filter is evaluated once for the batch by the context's
-        evaluator; a message that exceeds its budget raises ``EndSubscription``.
+        evaluator; a message that exceeds its budget raises ``EndSubscription``.  With
+        ``shared`` (a delivery channel) the subscription is charged its evaluation time
+        (``filters.cpu_share``) and ``PrepareLater`` says when it may evaluate again.
         """
         ctx = self._ctx
         now = ctx.now()
@@ -101,9 +104,12 @@ class SubscriptionDelivery:
             kept = [i for i, m in enumerate(out) if m is not None]
             try:
                 payloads = [m.payload for m in out if m is not None]
-                verdicts = ctx.content_evaluator.evaluate(content, payloads)
+                key = state.record.id if shared else None
+                verdicts = ctx.content_evaluator.evaluate(content, payloads, key)
             except FilterBudgetExceeded as exc:
                 raise EndSubscription(exc.reason, "filter") from exc
+            except FilterBusy as busy:
+                raise PrepareLater(busy.delay) from None
             for i, verdict in zip(kept, verdicts, strict=True):
                 if verdict is not True:
                     if isinstance(verdict, str):
@@ -143,6 +149,9 @@ class SubscriptionDelivery:
             return
         batch_size = ctx.settings.delivery.batch_size
         ordered = ctx.adapter.capabilities.settles_in_order
+        # log cursors (no per-message requeue) are not parked yet: stopping and starting
+        # them under the budget's churn lost records in the catch-up readers (issue 22)
+        bounded = ctx.adapter.capabilities.per_message_nack
         channel: Channel[Any]
         if sub.pull_point_id is not None:
             forwarder = _Forwarder(self, state, sub.pull_point_id)
@@ -155,6 +164,8 @@ class SubscriptionDelivery:
                 batch_size=batch_size,
                 ordered=ordered,
                 trace=_message_request_id,
+                group=sub.owner or "",
+                bounded=bounded,
             )
         else:
             pusher = _Pusher(self, state)
@@ -168,6 +179,8 @@ class SubscriptionDelivery:
                 ordered=ordered,
                 destination=destination_key(sub.consumer.address),
                 trace=_delivered_request_id,
+                group=sub.owner or "",
+                bounded=bounded,
             )
         with registry.lock:
             registry.subscriptions[sub.id] = state
@@ -205,7 +218,7 @@ class _Pusher:
         """Each message as the consumer is to get it, or None to drop it."""
         out: list[Delivered | None] = []
         sub_id = self.state.record.id
-        for message in self.delivery.accepted(self.state, batch):
+        for message in self.delivery.accepted(self.state, batch, shared=True):
             if message is None:
                 out.append(None)
             else:
@@ -251,7 +264,7 @@ class _Forwarder:
         render = self.delivery.render
         return [
             None if m is None else render(self.state, m)
-            for m in self.delivery.accepted(self.state, batch)
+            for m in self.delivery.accepted(self.state, batch, shared=True)
         ]
 
     def send(self, batch: Sequence[NotificationMessage]) -> None:

@@ -78,11 +78,15 @@ def check_notify(server: ServerProcess, topic: str) -> None:
 
 
 def subscribe_all(
-    server: ServerProcess, consumers: list[str], topics: list[str]
+    server: ServerProcess,
+    consumers: list[str],
+    topics: list[str],
+    content: str | None = None,
 ) -> tuple[list[str], float]:
-    """Subscribe ``consumers[i]`` to ``topics[i]`` concurrently; (references, seconds)."""
+    """Subscribe ``consumers[i]`` to ``topics[i]`` concurrently (each with the XPath
+    MessageContent filter ``content`` if given); (references, seconds)."""
     reqs = [
-        client.Request(server.broker_url, soap.subscribe(server.broker_url, c, t))
+        client.Request(server.broker_url, soap.subscribe(server.broker_url, c, t, content=content))
         for c, t in zip(consumers, topics, strict=True)
     ]
     answers, secs = client.run_requests(reqs, extract="address")

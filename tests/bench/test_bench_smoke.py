@@ -39,7 +39,7 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         cwd=REPO,
         capture_output=True,
         text=True,
-        timeout=150,
+        timeout=300,
         check=False,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]

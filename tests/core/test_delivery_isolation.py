@@ -32,14 +32,15 @@ class Tarpit:
     """A loopback port whose connections complete (kernel backlog) and are never
     answered, nor even accepted; ``connections()`` counts the ones made to it."""
 
-    def __init__(self) -> None:
+    def __init__(self, host: str = "127.0.0.1") -> None:
+        self.host = host
         self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
+        self.sock.bind((host, 0))
         self.sock.listen(512)
         self.port = int(self.sock.getsockname()[1])
 
     def address(self, path: str = "/t") -> str:
-        return f"http://127.0.0.1:{self.port}{path}"
+        return f"http://{self.host}:{self.port}{path}"
 
     def connections(self) -> int:
         """Connections accepted so far (taken from the backlog, then held open)."""
@@ -65,11 +66,11 @@ class Tarpit:
 
 
 @pytest.fixture
-def tarpits() -> Iterator[Callable[[], Tarpit]]:
+def tarpits() -> Iterator[Callable[..., Tarpit]]:
     made: list[Tarpit] = []
 
-    def make() -> Tarpit:
-        t = Tarpit()
+    def make(host: str = "127.0.0.1") -> Tarpit:
+        t = Tarpit(host)
         t._held = []
         t.total = 0
         made.append(t)
@@ -110,7 +111,7 @@ def _healthy_delay(b: Broker, healthy: ConsumerServer, pits: list[Tarpit], stuck
 
 
 def test_subscriptions_to_one_tarpit_do_not_delay_a_healthy_consumer(
-    make_broker: Any, consumer: ConsumerServer, tarpits: Callable[[], Tarpit]
+    make_broker: Any, consumer: ConsumerServer, tarpits: Callable[..., Tarpit]
 ) -> None:
     """16 subscriptions to one consumer that never answers (more than the 4 shared
     threads): its lane runs at most ``per_destination`` of them at once."""
@@ -126,12 +127,13 @@ def test_subscriptions_to_one_tarpit_do_not_delay_a_healthy_consumer(
 
 
 def test_many_tarpit_destinations_do_not_delay_a_healthy_consumer(
-    make_broker: Any, consumer: ConsumerServer, tarpits: Callable[[], Tarpit]
+    make_broker: Any, consumer: ConsumerServer, tarpits: Callable[..., Tarpit]
 ) -> None:
-    """40 distinct consumers that never answer hold every one of the 4 threads; the engine
-    starts more threads once they have all been stuck for ``slow_after``."""
+    """40 distinct consumers (on 40 loopback hosts) that never answer hold every one of the
+    4 threads; the engine starts more threads once they have all been stuck for
+    ``slow_after``."""
     b = _broker(make_broker)
-    pits = [tarpits() for _ in range(40)]
+    pits = [tarpits(f"127.0.0.{10 + i}") for i in range(40)]
     for pit in pits:
         _subscribe(b, pit.address(), "t:pit")
     _subscribe(b, consumer.address("/healthy"), "t:ok")
@@ -141,7 +143,7 @@ def test_many_tarpit_destinations_do_not_delay_a_healthy_consumer(
 
 
 def test_an_open_circuit_takes_no_threads_and_the_retry_policy_still_ends(
-    make_broker: Any, consumer: ConsumerServer, tarpits: Callable[[], Tarpit]
+    make_broker: Any, consumer: ConsumerServer, tarpits: Callable[..., Tarpit]
 ) -> None:
     """After ``breaker_failures`` attempts without an answer in time the destination's
     circuit opens:
@@ -218,11 +220,11 @@ def test_lane_concurrency_and_release_order() -> None:
     assert lanes.enter("http://h:1", ("c", 0)) is None  # waits in the lane
     assert lanes.enter("http://h:1", ("d", 0)) is None
     assert lanes.enter("http://other:1", ("x", 0)) is not None  # other lanes unaffected
-    assert lanes.leave(a) == ("c", 0)  # made ready again, in arrival order
+    assert lanes.leave(a) == [("c", 0)]  # made ready again, in arrival order
     assert lanes.enter("http://h:1", ("c", 0)) is a
     assert lanes.enter("http://h:1", ("e", 0)) is None  # full again
-    assert lanes.leave(a) == ("d", 0)
-    assert lanes.leave(a) == ("e", 0)
+    assert lanes.leave(a) == [("d", 0)]
+    assert lanes.leave(a) == [("e", 0)]
     assert a.active == 0 and not a.waiting
 
 
@@ -319,8 +321,73 @@ class _Handle:
 
 
 class _Message:
+    body = b""
+
     def ack(self) -> None:
         pass
 
     def nack(self, *, requeue: bool = True) -> None:
         pass
+
+
+def test_many_ports_of_one_host_hold_at_most_the_hosts_share(
+    make_broker: Any, consumer: ConsumerServer, tarpits: Callable[..., Tarpit]
+) -> None:
+    """Issue 22, item 2: 24 subscriptions, each to its own never-answering port of one
+    host (127.0.0.2).  Each port is a destination of its own, so ``per_destination`` alone
+    let them take every thread; the host's lane lets ``per_host`` of them run at once.
+    The tarpits hold their connections for the whole test (a 60 s timeout), and a healthy
+    consumer on another host still gets its notification while they do."""
+    b = _broker(make_broker, retry__timeout=60.0)
+    pits = [tarpits("127.0.0.2") for _ in range(24)]
+    for pit in pits:
+        _subscribe(b, pit.address(), "t:pit")
+    _subscribe(b, consumer.address("/healthy"), "t:ok")
+    assert b.service is not None
+    per_host = b.service.engine.lanes.per_host
+    assert per_host < b.settings.delivery.workers
+    b.service.notify([note("<m>pit</m>", simple("t:pit"))])
+    _wait(lambda: sum(p.connections() for p in pits) >= per_host, 10, "the host's share")
+    b.service.notify([note("<m>1</m>", simple("t:ok"))])
+    consumer.wait_for_messages(1, timeout=30)
+    # every place of the host is still held (nothing timed out), and no more were taken
+    assert sum(p.connections() for p in pits) == per_host
+
+
+def test_owner_lane_limits_one_identitys_deliveries() -> None:
+    lanes = Lanes(4, per_owner=2)
+    a = lanes.enter("http://h1:1", ("a", 0), "mallory")
+    b = lanes.enter("http://h2:1", ("b", 0), "mallory")
+    assert a is not None and b is not None
+    assert lanes.enter("http://h3:1", ("c", 0), "mallory") is None  # the owner's share
+    assert lanes.enter("http://h3:1", ("d", 0), "alice") is not None  # others unaffected
+    assert lanes.leave(a, "mallory") == [("c", 0)]
+
+
+def test_host_lane_limits_ports_and_opens_when_its_destinations_do() -> None:
+    clock = Clock()
+    lanes = Lanes(2, BreakerSettings(failures=2, open_for=5, max_open=20), clock, per_host=3)
+    held = [lanes.enter(f"http://h:{port}", (port, 0)) for port in (1, 2, 3)]
+    assert all(lane is not None for lane in held)
+    assert lanes.enter("http://h:4", (4, 0)) is None  # the host's share is taken
+    assert lanes.enter("http://other:4", (5, 0)) is not None
+    for lane in held:
+        assert lane is not None
+        assert lanes.leave(lane) == ([(4, 0)] if lane is held[0] else [])
+    # two ports stop answering: each one's own circuit opens after two timeouts
+    for port in (1, 2):
+        lane = lanes.get(f"http://h:{port}")
+        assert lane is not None
+        lanes.report(lane, Outcome.TIMED_OUT)
+        lanes.report(lane, Outcome.TIMED_OUT)
+        assert lane.state is LaneState.OPEN
+    host = lanes.host("http://h:9")
+    assert host is not None and host.state is LaneState.OPEN
+    fresh = lanes.enter("http://h:9", (9, 0))
+    assert fresh is not None
+    assert lanes.admit(fresh) == pytest.approx(5)  # a new port of that host waits too
+    clock.now += 5
+    assert lanes.admit(fresh) is None  # the host's probe
+    lanes.report(fresh, Outcome.ANSWERED)  # any answer from the host closes it
+    assert host.state is LaneState.CLOSED
+    assert lanes.admit(fresh) is None

@@ -130,6 +130,7 @@ from wsnmom.core.adapter import (
     AdapterUnavailable,
     Capabilities,
     CredentialsRefused,
+    MiddlewareBusy,
     MiddlewareRefused,
     OutboundMessage,
     Overflow,
@@ -157,6 +158,7 @@ from ._link import (
     FrameReader,
     GetReply,
     Link,
+    LinkBusy,
     LinkDown,
     PublishFrames,
     describe,
@@ -210,6 +212,15 @@ def _refusal(error: BaseException | None, where: str) -> MiddlewareRefused | Non
     if code == 530:  # NOT_ALLOWED: the vhost does not exist or the user may not use it
         return AccessRefused(text)
     return None
+
+
+def _busy(error: LinkBusy) -> MiddlewareBusy:
+    """The adapter error for an operation a connected RabbitMQ did not answer in time."""
+    return MiddlewareBusy(
+        f"RabbitMQ is connected but overloaded: {error}",
+        retry_after=error.retry_after,
+        backlog=error.waiting,
+    )
 
 
 class PublishUnavailable(PublishFailed, AdapterUnavailable):
@@ -693,6 +704,8 @@ class RabbitMQAdapter(Adapter):
             return target.submit(coro, self.opts.operation_timeout + extra)
         except AdapterError:
             raise
+        except LinkBusy as exc:
+            raise _busy(exc) from exc
         except (LinkDown, TimeoutError) as exc:
             raise AdapterUnavailable(str(exc)) from exc
         except ChannelError as exc:
@@ -1120,16 +1133,23 @@ class RabbitMQAdapter(Adapter):
             link.loop.call_soon_threadsafe(first)
         except RuntimeError:
             return None
+        timeout = self.opts.operation_timeout
+        link.backlog.begin()
+        completed = False
         try:
-            done.result(self.opts.operation_timeout)
+            done.result(timeout)
+            completed = True
         except TimeoutError:
             # what was taken meanwhile goes back to the queue with the channel
             link.loop.call_soon_threadsafe(lambda: link.loop.create_task(ch.close()))
-            raise AdapterUnavailable(
-                f"RabbitMQ did not answer within {self.opts.operation_timeout:.1f}s"
-            ) from None
+            error = link.timed_out(timeout)
+            if isinstance(error, LinkBusy):
+                raise _busy(error) from None
+            raise AdapterUnavailable(str(error)) from None
         except ChannelError as exc:
             raise AdapterUnavailable(f"RabbitMQ refused: {exc}") from exc
+        finally:
+            link.backlog.end(completed=completed)
         return out
 
     def depths(self, handles: Sequence[SubscriptionHandle]) -> list[int | None]:

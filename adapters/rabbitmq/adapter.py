@@ -110,7 +110,7 @@ import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -182,7 +182,7 @@ _TAP_KEY_HEADER = "wsnmom-tap-key"
 _TAP_INSTANCE_HEADER = "wsnmom-tap-instance"
 #: a header no message carries: a binding on it never matches
 _NEVER_HEADER = "wsnmom-tap-never"
-_URL_OPTIONS = ("prefetch", "queue_type", "instance")
+_URL_OPTIONS = ("prefetch", "queue_type", "instance", "pull")
 #: channels one bulk depth query uses at once per connection
 _DEPTH_CHANNELS = 8
 #: header of the primer a new subscription queue gets (``RabbitMQAdapter._prime``)
@@ -251,6 +251,9 @@ class RabbitMQOptions:
     prime_queues: bool = True
     operation_timeout: float = 10.0
     reconnect_max_delay: float = 5.0
+    #: how pull points are read: "buffer" (consumed with prefetch into core's pull
+    #: buffer) or "get" (``basic.get`` per GetMessages)
+    pull: str = "buffer"
 
     @classmethod
     def parse(cls, options: Mapping[str, Any]) -> RabbitMQOptions:
@@ -283,6 +286,8 @@ class RabbitMQOptions:
             if isinstance(values.get(key), str):
                 values[key] = values[key].strip().lower() in ("1", "true", "yes", "on")
         opts = cls(**values)
+        if opts.pull not in ("buffer", "get"):
+            raise ValueError(f"pull must be buffer or get, not {opts.pull!r}")
         if opts.queue_type not in ("classic", "quorum"):
             raise ValueError(f"queue_type must be classic or quorum, not {opts.queue_type!r}")
         if opts.prefetch < 1:
@@ -406,7 +411,7 @@ class RabbitMQSubscription(SubscriptionHandle):
         try:
             depth: int = a._run(a._depth(self.queue, self.link), link=self.link)
             return depth
-        except AdapterUnavailable:
+        except (AdapterUnavailable, MiddlewareBusy):
             return None
 
     def delete(self) -> None:
@@ -481,7 +486,9 @@ class RabbitMQAdapter(Adapter):
         syntax=RABBITMQ,
         ack_mode="per_message",
         durable_subscriptions=True,
-        native_pull=True,
+        # pull points are consumed into core's pull buffer (option pull = "buffer"); an
+        # instance with pull = "get" declares native_pull (see __init__)
+        native_pull=False,
         retained_current_message=True,
         native_headers=True,
         native_queue_limits=True,
@@ -495,6 +502,8 @@ class RabbitMQAdapter(Adapter):
         pika_url, from_url = self._split_url(url)
         merged = {**from_url, **self.options}
         self.opts = RabbitMQOptions.parse(merged)
+        if self.opts.pull == "get":
+            self.capabilities = replace(type(self).capabilities, native_pull=True)
         #: a confirmed publish's receipt unless the broker returns or nacks it
         self._receipt = _ROUTED if self.opts.report_unrouted else _UNKNOWN
         #: topic <-> exchange and routing key (shared with the Spark bridge's tap)

@@ -65,8 +65,5 @@ class Backlog:
             self._trim(now)
             waiting = max(1, self.waiting)
             finished = len(self._done)
-        if finished:
-            estimate = waiting / (finished / WINDOW)
-        else:
-            estimate = timeout
+        estimate = waiting / (finished / WINDOW) if finished else timeout
         return min(MAX_RETRY, max(MIN_RETRY, estimate))

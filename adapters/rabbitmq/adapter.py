@@ -18,7 +18,8 @@ Features
       (classic by default).  ``QueueLimits`` become queue arguments: ``x-max-length``,
       ``x-max-length-bytes``, ``x-overflow`` (``drop-head`` for DROP_OLDEST,
       ``reject-publish`` for DROP_NEWEST) and ``x-message-ttl`` for ``max_age``.  Consumers
-      use manual acks and ``basic.qos`` prefetch; ``pull`` is ``basic.get``.
+      use manual acks and ``basic.qos`` prefetch; ``pull`` is ``basic.get``.  Pull points
+      are consumed into core's pull buffer unless the option ``pull`` is ``get``.
     * ``publish`` waits for the publisher confirm; messages are persistent, published with
       ``mandatory`` so unroutable ones are reported as ``PublishReceipt(routed=False)``
       (``report_unrouted = false``: not mandatory, receipts say ``routed=None``, and the
@@ -96,7 +97,13 @@ Options
         subscriptions per consuming connection (default 1000; each uses up to two
         channels, so it is lowered automatically to fit the negotiated channel limit).
     ``operation_timeout``, ``reconnect_max_delay``
-        seconds to wait for declarations (10) and the longest reconnect backoff (5).
+        seconds to wait for declarations (10) and the longest reconnect backoff (5).  An
+        operation not answered in time while its connection is up raises
+        ``MiddlewareBusy`` (overload, with a backlog estimate), not ``AdapterUnavailable``.
+    ``pull``
+        ``buffer`` (default): pull points are consumed with prefetch into core's pull
+        buffer (``native_pull`` False, so subscriptions feeding a pull point are read by
+        it directly); ``get``: a ``basic.get`` per GetMessages (``native_pull``).
 """
 
 from __future__ import annotations

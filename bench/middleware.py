@@ -32,6 +32,9 @@ from urllib.parse import quote
 from bench import soap
 
 RAW_PUBLISHERS = 4
+#: concurrent getters of the raw pull fan-out: the drain's concurrency (bench.client's
+#: 2 processes x 8 threads)
+RAW_GETTERS = 16
 
 
 def _entry_point_registered(name: str) -> bool:
@@ -83,6 +86,14 @@ class Middleware(abc.ABC):
         subscriptions on one topic and take it from each (None: not measured for this
         middleware).  The fan-out scenario's reference for what the middleware alone
         costs per delivery at each size."""
+        return None
+
+    def raw_pull_fanout(self, size: int, workdir: Path) -> float | None:
+        """Seconds for the raw client to publish one message to ``size`` durable
+        subscriptions and take it from each with ``RAW_GETTERS`` clients at once, the
+        concurrency of the pull fan-out's drain (None: not measured for this middleware).
+        The pull half's reference: what one GetMessages per pull point would cost the
+        middleware and its client alone."""
         return None
 
     def raw_latency(
@@ -355,6 +366,50 @@ class RabbitMQ(LocalNodeMiddleware):
             ch.exchange_delete(exchange)
             return elapsed
         finally:
+            conn.close()
+
+    def raw_pull_fanout(self, size: int, workdir: Path) -> float | None:
+        """pika: as ``raw_fanout``, but the auto-ack ``basic.get`` of the ``size`` queues
+        are spread over ``RAW_GETTERS`` connections working at once (one channel each),
+        as the drain's concurrent GetMessages are."""
+        import pika
+
+        params = pika.URLParameters(self.adapter_url(workdir))
+        conn = pika.BlockingConnection(params)
+        getters = [pika.BlockingConnection(params) for _ in range(RAW_GETTERS)]
+        try:
+            ch = conn.channel()
+            ch.confirm_delivery()
+            exchange = f"bench-pull-{uuid.uuid4().hex[:8]}"
+            ch.exchange_declare(exchange, "topic", durable=True)
+            queues = [f"{exchange}.{i}" for i in range(size)]
+            for q in queues:
+                ch.queue_declare(q, durable=True)
+                ch.queue_bind(q, exchange, "fan.out")
+            channels = [g.channel() for g in getters]
+            got = [0] * RAW_GETTERS
+
+            def drain(k: int) -> None:
+                for q in queues[k::RAW_GETTERS]:
+                    got[k] += channels[k].basic_get(q, auto_ack=True)[0] is not None
+
+            threads = [threading.Thread(target=drain, args=(k,)) for k in range(RAW_GETTERS)]
+            started = time.perf_counter()
+            ch.basic_publish(exchange, "fan.out", b"<x/>", pika.BasicProperties(delivery_mode=2))
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            elapsed = time.perf_counter() - started
+            if sum(got) != size:
+                raise RuntimeError(f"raw pull fan-out {size}: {sum(got)}/{size} taken")
+            for q in queues:
+                ch.queue_delete(q)
+            ch.exchange_delete(exchange)
+            return elapsed
+        finally:
+            for g in getters:
+                g.close()
             conn.close()
 
 

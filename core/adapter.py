@@ -92,6 +92,22 @@ class AdapterUnavailable(AdapterError):
     and turned the gateway away, which needs an operator."""
 
 
+class MiddlewareBusy(AdapterError):
+    """The middleware is connected but did not answer in time: it is overloaded, not
+    unreachable (never an ``AdapterUnavailable``).  ``retry_after`` (seconds) is the
+    adapter's estimate of when the backlog in front of the operation will have cleared;
+    ``backlog`` how many operations were waiting (None when the adapter cannot tell).
+    Core answers a ResourceUnavailableFault of its own text, HTTP 503 with that
+    ``Retry-After``, and does not treat the middleware as down."""
+
+    def __init__(
+        self, message: str, *, retry_after: float | None = None, backlog: int | None = None
+    ) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+        self.backlog = backlog
+
+
 class MiddlewareRefused(AdapterError):
     """The middleware answered but will not serve the gateway; retrying does not help
     (not an ``AdapterUnavailable``: a gateway does not keep waiting for it)."""

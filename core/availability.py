@@ -20,11 +20,15 @@ an operation whose write found the disk full is refused the same way (``refusal`
 A refusal is ``errors.ResourceUnavailable`` with ``retry_after`` set: a SOAP Receiver
 fault with a ResourceUnavailableFault detail, which the frontend answers with HTTP 503 and
 a ``Retry-After`` header.  A connected but slow middleware is not affected: its operations
-keep their full timeouts.
+keep their full timeouts.  When one of them still runs out of time, the adapter raises
+``MiddlewareBusy`` and the operation is refused with ``errors.MiddlewareOverloaded``
+("overloaded", not "not reachable"; ``Retry-After`` from the adapter's backlog estimate),
+and the middleware is not treated as down.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 import time
@@ -32,7 +36,7 @@ from collections.abc import Callable
 from typing import Any
 
 from wsnmom.core import errors
-from wsnmom.core.adapter import Adapter, AdapterUnavailable
+from wsnmom.core.adapter import Adapter, AdapterUnavailable, MiddlewareBusy
 from wsnmom.core.disk import DiskWatch, is_storage_full, storage_full_text
 
 __all__ = ["MiddlewareGate", "data_paths"]
@@ -134,16 +138,30 @@ class MiddlewareGate:
             retry_after=self.retry_after,
         )
 
+    def overloaded(self, cause: MiddlewareBusy) -> errors.MiddlewareOverloaded:
+        """The refusal for an operation the connected middleware did not answer in time."""
+        wait = cause.retry_after if cause.retry_after is not None else self.retry_after
+        return errors.MiddlewareOverloaded(
+            f"the middleware is overloaded (connected, but slow to answer): {cause}; "
+            f"retry in {max(1, math.ceil(wait))} s",
+            retry_after=wait,
+        )
+
     def fault(self, exc: Exception, otherwise: errors.WsnError) -> errors.WsnError:
-        """``unavailable`` for an ``AdapterUnavailable``, else ``otherwise``."""
+        """``refusal`` for an ``AdapterUnavailable`` or ``MiddlewareBusy``, else
+        ``otherwise``."""
         refusal = self.refusal(exc)
         return otherwise if refusal is None else refusal
 
     def refusal(self, exc: Exception) -> errors.ResourceUnavailable | None:
-        """``unavailable`` for an ``AdapterUnavailable`` raised mid-operation, else None
-        (the caller keeps its own fault for other adapter errors)."""
+        """``disk_full`` for a write that found the disk full, ``unavailable`` for an
+        ``AdapterUnavailable`` raised mid-operation, ``overloaded`` for a
+        ``MiddlewareBusy``, else None (the caller keeps its own fault for other adapter
+        errors)."""
         if is_storage_full(exc):
             return self.disk_full()
         if isinstance(exc, AdapterUnavailable):
             return self.unavailable(exc)
+        if isinstance(exc, MiddlewareBusy):
+            return self.overloaded(exc)
         return None

@@ -88,6 +88,13 @@ class ResourceUnavailable(WsnError):
         self.retry_after = retry_after
 
 
+class MiddlewareOverloaded(ResourceUnavailable):
+    """ResourceUnavailableFault for a middleware that is connected but answers too slowly
+    (``core.adapter.MiddlewareBusy``): a Receiver fault, HTTP 503, ``Retry-After`` from the
+    adapter's backlog.  Its own class and text, so that clients and operators tell an
+    overloaded broker from an unreachable one."""
+
+
 class InvalidResourcePropertyQName(WsnError):
     """InvalidResourcePropertyQNameFault."""
 

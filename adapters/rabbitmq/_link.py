@@ -42,6 +42,8 @@ from pika.adapters.utils.io_services_utils import (
 )
 from pika.channel import Channel as PikaChannel
 
+from ._backlog import Backlog
+
 log = logging.getLogger("wsnmom.adapters.rabbitmq")
 
 T = TypeVar("T")
@@ -611,6 +613,15 @@ GetReply = tuple[Any, Any, bytes] | None | BaseException
 _GET_HEAD = struct.pack(">HHH", 60, 70, 0)
 
 
+class LinkBusy(TimeoutError):
+    """An operation timed out while its connection stayed up: overload, not an outage."""
+
+    def __init__(self, message: str, *, retry_after: float, waiting: int) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+        self.waiting = waiting
+
+
 class Channel:
     """A pika channel whose RPCs are awaitable.  Use only on the link's loop thread."""
 
@@ -853,6 +864,8 @@ class Link:
         #: acks/nacks from other threads, written by the loop in one go (see settle)
         self._settles: list[tuple[Channel, int, bool, bool]] = []
         self._settle_lock = threading.Lock()
+        #: operations other threads wait for on this connection (overload estimates)
+        self.backlog = Backlog()
         self._thread = threading.Thread(target=self._run, name=f"wsnmom-amqp-{name}", daemon=True)
 
     # --- lifecycle ------------------------------------------------------------------
@@ -1043,11 +1056,32 @@ class Link:
             coro.close()
             raise LinkDown("adapter is closed")
         fut = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        backlog = self.backlog
+        backlog.begin()
+        completed = False
         try:
-            return fut.result(timeout)
+            result = fut.result(timeout)
+            completed = True
+            return result
         except concurrent.futures.TimeoutError:
             fut.cancel()
-            raise TimeoutError(f"RabbitMQ did not answer within {timeout:.1f}s") from None
+            raise self.timed_out(timeout) from None
+        finally:
+            backlog.end(completed=completed)
+
+    def timed_out(self, timeout: float) -> TimeoutError:
+        """The error for an operation not answered within ``timeout`` s: ``LinkBusy``
+        while the connection is up (the broker or this I/O thread is slow), a plain
+        ``TimeoutError`` otherwise.  Call it before the operation leaves the backlog."""
+        text = f"RabbitMQ did not answer within {timeout:.1f}s"
+        if not self.is_up:
+            return TimeoutError(text)
+        waiting = self.backlog.waiting
+        return LinkBusy(
+            f"{text} ({waiting} operation(s) waiting on connection {self.name})",
+            retry_after=self.backlog.retry_after(timeout),
+            waiting=waiting,
+        )
 
     def settle(self, channel: Channel, delivery_tag: int, ack: bool, requeue: bool) -> None:
         """Ack (or nack) a delivery of ``channel``, from any thread.

@@ -18,7 +18,8 @@ Features
       (classic by default).  ``QueueLimits`` become queue arguments: ``x-max-length``,
       ``x-max-length-bytes``, ``x-overflow`` (``drop-head`` for DROP_OLDEST,
       ``reject-publish`` for DROP_NEWEST) and ``x-message-ttl`` for ``max_age``.  Consumers
-      use manual acks and ``basic.qos`` prefetch; ``pull`` is ``basic.get``.
+      use manual acks and ``basic.qos`` prefetch; ``pull`` is ``basic.get``.  Pull points
+      are consumed into core's pull buffer unless the option ``pull`` is ``get``.
     * ``publish`` waits for the publisher confirm; messages are persistent, published with
       ``mandatory`` so unroutable ones are reported as ``PublishReceipt(routed=False)``
       (``report_unrouted = false``: not mandatory, receipts say ``routed=None``, and the
@@ -96,7 +97,13 @@ Options
         subscriptions per consuming connection (default 1000; each uses up to two
         channels, so it is lowered automatically to fit the negotiated channel limit).
     ``operation_timeout``, ``reconnect_max_delay``
-        seconds to wait for declarations (10) and the longest reconnect backoff (5).
+        seconds to wait for declarations (10) and the longest reconnect backoff (5).  An
+        operation not answered in time while its connection is up raises
+        ``MiddlewareBusy`` (overload, with a backlog estimate), not ``AdapterUnavailable``.
+    ``pull``
+        ``buffer`` (default): pull points are consumed with prefetch into core's pull
+        buffer (``native_pull`` False, so subscriptions feeding a pull point are read by
+        it directly); ``get``: a ``basic.get`` per GetMessages (``native_pull``).
 """
 
 from __future__ import annotations
@@ -110,7 +117,7 @@ import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -130,6 +137,7 @@ from wsnmom.core.adapter import (
     AdapterUnavailable,
     Capabilities,
     CredentialsRefused,
+    MiddlewareBusy,
     MiddlewareRefused,
     OutboundMessage,
     Overflow,
@@ -157,6 +165,7 @@ from ._link import (
     FrameReader,
     GetReply,
     Link,
+    LinkBusy,
     LinkDown,
     PublishFrames,
     describe,
@@ -180,7 +189,7 @@ _TAP_KEY_HEADER = "wsnmom-tap-key"
 _TAP_INSTANCE_HEADER = "wsnmom-tap-instance"
 #: a header no message carries: a binding on it never matches
 _NEVER_HEADER = "wsnmom-tap-never"
-_URL_OPTIONS = ("prefetch", "queue_type", "instance")
+_URL_OPTIONS = ("prefetch", "queue_type", "instance", "pull")
 #: channels one bulk depth query uses at once per connection
 _DEPTH_CHANNELS = 8
 #: header of the primer a new subscription queue gets (``RabbitMQAdapter._prime``)
@@ -212,6 +221,15 @@ def _refusal(error: BaseException | None, where: str) -> MiddlewareRefused | Non
     return None
 
 
+def _busy(error: LinkBusy) -> MiddlewareBusy:
+    """The adapter error for an operation a connected RabbitMQ did not answer in time."""
+    return MiddlewareBusy(
+        f"RabbitMQ is connected but overloaded: {error}",
+        retry_after=error.retry_after,
+        backlog=error.waiting,
+    )
+
+
 class PublishUnavailable(PublishFailed, AdapterUnavailable):
     """A publish could not even be attempted: no connection to RabbitMQ."""
 
@@ -240,6 +258,9 @@ class RabbitMQOptions:
     prime_queues: bool = True
     operation_timeout: float = 10.0
     reconnect_max_delay: float = 5.0
+    #: how pull points are read: "buffer" (consumed with prefetch into core's pull
+    #: buffer) or "get" (``basic.get`` per GetMessages)
+    pull: str = "buffer"
 
     @classmethod
     def parse(cls, options: Mapping[str, Any]) -> RabbitMQOptions:
@@ -272,6 +293,8 @@ class RabbitMQOptions:
             if isinstance(values.get(key), str):
                 values[key] = values[key].strip().lower() in ("1", "true", "yes", "on")
         opts = cls(**values)
+        if opts.pull not in ("buffer", "get"):
+            raise ValueError(f"pull must be buffer or get, not {opts.pull!r}")
         if opts.queue_type not in ("classic", "quorum"):
             raise ValueError(f"queue_type must be classic or quorum, not {opts.queue_type!r}")
         if opts.prefetch < 1:
@@ -395,7 +418,7 @@ class RabbitMQSubscription(SubscriptionHandle):
         try:
             depth: int = a._run(a._depth(self.queue, self.link), link=self.link)
             return depth
-        except AdapterUnavailable:
+        except (AdapterUnavailable, MiddlewareBusy):
             return None
 
     def delete(self) -> None:
@@ -470,7 +493,9 @@ class RabbitMQAdapter(Adapter):
         syntax=RABBITMQ,
         ack_mode="per_message",
         durable_subscriptions=True,
-        native_pull=True,
+        # pull points are consumed into core's pull buffer (option pull = "buffer"); an
+        # instance with pull = "get" declares native_pull (see __init__)
+        native_pull=False,
         retained_current_message=True,
         native_headers=True,
         native_queue_limits=True,
@@ -484,6 +509,8 @@ class RabbitMQAdapter(Adapter):
         pika_url, from_url = self._split_url(url)
         merged = {**from_url, **self.options}
         self.opts = RabbitMQOptions.parse(merged)
+        if self.opts.pull == "get":
+            self.capabilities = replace(type(self).capabilities, native_pull=True)
         #: a confirmed publish's receipt unless the broker returns or nacks it
         self._receipt = _ROUTED if self.opts.report_unrouted else _UNKNOWN
         #: topic <-> exchange and routing key (shared with the Spark bridge's tap)
@@ -693,6 +720,8 @@ class RabbitMQAdapter(Adapter):
             return target.submit(coro, self.opts.operation_timeout + extra)
         except AdapterError:
             raise
+        except LinkBusy as exc:
+            raise _busy(exc) from exc
         except (LinkDown, TimeoutError) as exc:
             raise AdapterUnavailable(str(exc)) from exc
         except ChannelError as exc:
@@ -1120,16 +1149,23 @@ class RabbitMQAdapter(Adapter):
             link.loop.call_soon_threadsafe(first)
         except RuntimeError:
             return None
+        timeout = self.opts.operation_timeout
+        link.backlog.begin()
+        completed = False
         try:
-            done.result(self.opts.operation_timeout)
+            done.result(timeout)
+            completed = True
         except TimeoutError:
             # what was taken meanwhile goes back to the queue with the channel
             link.loop.call_soon_threadsafe(lambda: link.loop.create_task(ch.close()))
-            raise AdapterUnavailable(
-                f"RabbitMQ did not answer within {self.opts.operation_timeout:.1f}s"
-            ) from None
+            error = link.timed_out(timeout)
+            if isinstance(error, LinkBusy):
+                raise _busy(error) from None
+            raise AdapterUnavailable(str(error)) from None
         except ChannelError as exc:
             raise AdapterUnavailable(f"RabbitMQ refused: {exc}") from exc
+        finally:
+            link.backlog.end(completed=completed)
         return out
 
     def depths(self, handles: Sequence[SubscriptionHandle]) -> list[int | None]:

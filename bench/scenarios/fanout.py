@@ -12,7 +12,9 @@ Baseline: the cost per delivery at the smallest size in the same run.  Target: c
 10,000 <= 1.5 x cost at 100.  Where the middleware has a raw fan-out reference
 (``Middleware.raw_fanout``: the raw client publishes one message to N durable queues and
 takes it from each), its cost per delivery at each size and its own 10,000-vs-100 ratio
-are reported next to the gateway's, without a target: what the broker alone pays.
+are reported next to the gateway's, without a target: what the broker alone pays.  For the
+pull half, ``Middleware.raw_pull_fanout`` does the same takes with as many clients at once
+as the drain (``raw_pull_*`` figures).
 """
 
 from __future__ import annotations
@@ -126,31 +128,42 @@ class FanOut(Scenario):
     def _raw(
         self, ctx: Context, mw: Middleware, sizes: tuple[int, ...], result: ScenarioResult
     ) -> None:
-        """The raw client's fan-out at each size (informative; median of the repeats)."""
-        raw: dict[int, float] = {}
-        for size in sizes:
-            times: list[float] = []
-            for _ in range(min(_repeats(size), 3)):
-                with cpus.on_server_cpus():
-                    secs = mw.raw_fanout(size, ctx.workdir / f"fanout-raw-{mw.name}")
-                if secs is None:
-                    return
-                times.append(secs)
-            raw[size] = (median(times) or 0.0) / size * 1e6
-            ctx.log(f"  raw  {size:>6}: {raw[size]:8.1f} us/delivery (raw client, no gateway)")
-            result.add(Metric(name=f"raw_cost_per_delivery_{size}", value=raw[size], unit="us"))
-        result.details["raw_cost_us"] = {str(k): v for k, v in raw.items()}
-        small, large = sizes[0], sizes[-1]
-        result.add(
-            Metric(
-                name=f"raw_cost_{large}_vs_{small}",
-                value=raw[large],
-                unit="us",
-                baseline=raw[small],
-                baseline_name=f"raw client cost per delivery at {small}",
-                note="the middleware alone: informative, no target",
+        """The raw client's fan-out at each size (informative; median of the repeats):
+        ``raw`` (one client in turn) and ``raw_pull`` (as many clients at once as the
+        pull half's drain)."""
+        for kind, measure in (("raw", mw.raw_fanout), ("raw_pull", mw.raw_pull_fanout)):
+            raw: dict[int, float] = {}
+            for size in sizes:
+                times: list[float] = []
+                for _ in range(min(_repeats(size), 3)):
+                    with cpus.on_server_cpus():
+                        secs = measure(size, ctx.workdir / f"fanout-{kind}-{mw.name}")
+                    if secs is None:
+                        break
+                    times.append(secs)
+                if not times:
+                    break
+                raw[size] = (median(times) or 0.0) / size * 1e6
+                ctx.log(
+                    f"  {kind:<8} {size:>6}: {raw[size]:8.1f} us/delivery (raw client, no gateway)"
+                )
+                result.add(
+                    Metric(name=f"{kind}_cost_per_delivery_{size}", value=raw[size], unit="us")
+                )
+            if not raw:
+                continue
+            result.details[f"{kind}_cost_us"] = {str(k): v for k, v in raw.items()}
+            small, large = sizes[0], sizes[-1]
+            result.add(
+                Metric(
+                    name=f"{kind}_cost_{large}_vs_{small}",
+                    value=raw.get(large),
+                    unit="us",
+                    baseline=raw.get(small),
+                    baseline_name=f"{kind} client cost per delivery at {small}",
+                    note="the middleware alone: informative, no target",
+                )
             )
-        )
 
     def _push(
         self,

@@ -19,3 +19,16 @@ class TestRabbitMQConformance(AdapterConformance):
     @pytest.fixture
     def adapter_url(self, rabbitmq_url: str) -> str:
         return rabbitmq_url
+
+
+class TestRabbitMQGetConformance(AdapterConformance):
+    """The kit again with ``pull = "get"``: pull points read with ``basic.get`` per
+    GetMessages (``native_pull``), so the kit's pull checks run against the adapter's own
+    ``pull`` and ``take``."""
+
+    receive_timeout = 5.0
+    quiet_period = 0.3
+
+    @pytest.fixture
+    def adapter_url(self, rabbitmq_url: str) -> str:
+        return rabbitmq_url + ("&" if "?" in rabbitmq_url else "?") + "pull=get"

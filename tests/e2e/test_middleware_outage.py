@@ -166,3 +166,44 @@ def test_gateway_started_before_its_node_serves_once_it_is_up(
     assert resp.status_code == 200, resp.content
     assert post(gateway.broker_url, notify_body(("tns:t", "<m>late</m>"), ns=ns)).status_code == 202
     assert [m.findtext("{*}Message/{*}m") for m in consumer.wait_for_messages(1, 20)] == ["late"]
+
+
+def test_overloaded_node_is_refused_as_overloaded_not_unreachable(
+    rabbitmq_node: RabbitNode,
+) -> None:
+    """A node that stops answering while its connections stay open (SIGSTOP: overload as
+    the gateway sees it) gets the overload fault: 503, ResourceUnavailableFault, a
+    Retry-After, and a text that does not say "not reachable"; the connections are kept
+    and the gateway serves as soon as the node answers again (issue 29)."""
+    data_dir = Path(tempfile.mkdtemp(prefix="wsnmom-overload-"))
+    server = RunningServer(
+        "rabbitmq",
+        rabbitmq_node.url,
+        data_dir,
+        # the default heartbeat (30 s) outlasts the pause: the connection is not lost
+        extra_env={"WSNMOM_ADAPTER_OPTIONS__OPERATION_TIMEOUT": "1"},
+    )
+    server.start()
+    try:
+        rabbitmq_node.pause()
+        try:
+            started = time.monotonic()
+            resp = post(server.broker_url, "<wsnt:CreatePullPoint/>")
+            assert time.monotonic() - started < 10
+        finally:
+            rabbitmq_node.resume()
+        assert resp.status_code == 503, resp.content
+        assert int(resp.headers["Retry-After"]) >= 1
+        assert fault_name(resp.content) == "ResourceUnavailableFault"
+        assert b"Receiver" in resp.content
+        assert b"overloaded" in resp.content
+        assert b"not reachable" not in resp.content
+        deadline = time.monotonic() + 30
+        while (resp := post(server.broker_url, "<wsnt:CreatePullPoint/>")).status_code != 200:
+            assert time.monotonic() < deadline, resp.content
+            time.sleep(0.2)
+        lines = server.log_path.read_text().splitlines()
+        assert not [ln for ln in lines if "connection to RabbitMQ lost" in ln]
+    finally:
+        rabbitmq_node.resume()
+        server.stop()

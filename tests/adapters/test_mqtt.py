@@ -31,7 +31,7 @@ from wsnmom.core.adapter import (
 from wsnmom.topic_mapping.model import ANY, DEEP, PathPattern, Segment, Topic
 
 from tests.fixtures.mosquitto import MosquittoNode, close_client, native_client
-from tests.fixtures.server import poll
+from tests.support.waiting import wait_until
 from wsnmom.testing.conformance import Collector
 
 pytestmark = pytest.mark.mqtt
@@ -315,7 +315,7 @@ def test_spark_logs_are_fed_by_the_gateway_session(
         close_client(native)
     assert len(drain(handle, 3)) == 3
     log = NotificationLog(path, create=False)
-    poll(lambda: len(log) >= 2, what="2 records in the log")
+    wait_until(lambda: len(log) >= 2, what="2 records in the log")
     time.sleep(0.3)  # nothing more comes
     entries = [(name, body) for _, name, body in log.entries()]
     assert entries == [(f"{prefix}/a/x/c", b"<c/>"), (f"{prefix}/a/y/z/c", b'{"n": 1}')]

@@ -22,7 +22,8 @@ from typing import Any
 import pytest
 import requests
 
-from tests.fixtures.server import RunningServer, poll
+from tests.fixtures.server import RunningServer
+from tests.support.waiting import wait_until
 from wsnmom.client import NotificationConsumer, WsnClient
 
 pytestmark = pytest.mark.e2e
@@ -85,7 +86,7 @@ def _shown(web: Any, css: str) -> bool:
 
 
 def _wait(what: str, predicate: Callable[[], Any], timeout: float = 10) -> Any:
-    return poll(predicate, timeout, what=what)
+    return wait_until(predicate, timeout, what=what)
 
 
 def _refreshes(web: Any) -> int:

@@ -13,8 +13,9 @@ import pytest
 from lxml import etree
 
 from tests.e2e.conftest import Wsn
-from tests.fixtures.server import ConsumerServer, poll
+from tests.fixtures.server import ConsumerServer
 from tests.support.soap import CONCRETE, FULL, NS, SIMPLE, XPATH, epr_address, subscribe_body
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -79,7 +80,7 @@ def test_empty_filter_places_no_constraint(wsn: Wsn, consumer: ConsumerServer) -
     marker = f"m{wsn.ns[-8:]}"
     try:
         wsn.notify(("tns:anything", f'<{marker} xmlns="{wsn.ns}"/>'))
-        poll(
+        wait_until(
             lambda: any(
                 m.find(f"wsnt:Message/{{{wsn.ns}}}{marker}", NS) is not None
                 for m in consumer.messages()

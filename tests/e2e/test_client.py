@@ -14,7 +14,8 @@ from lxml import etree
 from wsnmom.core.model import EndpointReference, SoapVersion
 
 from tests.e2e.conftest import Wsn
-from tests.fixtures.server import RunningServer, free_port, poll
+from tests.fixtures.server import RunningServer, free_port
+from tests.support.waiting import wait_until
 from wsnmom.client import (
     CONCRETE,
     FULL,
@@ -205,8 +206,8 @@ def test_pull_point_lifecycle(client: WsnClient) -> None:
         sub = client.subscribe(pp, "tns:pulled")
         client.notify_many([(f"<n>{i}</n>", "tns:pulled") for i in range(3)])
         pp.notify("<direct/>", "tns:other")
-        got = poll(lambda: (m := pp.get_messages(2)) and m, what="pulled messages")
-        got += poll(lambda: (m := pp.get_messages()) and len(got) + len(m) >= 4 and m)
+        got = wait_until(lambda: (m := pp.get_messages(2)) and m, what="pulled messages")
+        got += wait_until(lambda: (m := pp.get_messages()) and len(got) + len(m) >= 4 and m)
         texts = [n.payload.text for n in got if n.payload.tag == "n"]
         assert texts == ["0", "1", "2"]
         # the direct Notify may overtake the forwarded ones (Kafka: one more hop)
@@ -224,7 +225,7 @@ def test_pull_point_lifecycle(client: WsnClient) -> None:
 def test_named_pull_point(client: WsnClient, wsn: Wsn) -> None:
     pp = client.create_pull_point(name=f"queue-{wsn.ns[-8:]}")
     pp.notify("<x/>", "tns:q")
-    assert len(poll(lambda: pp.get_messages())) == 1
+    assert len(wait_until(lambda: pp.get_messages())) == 1
     pp.destroy()
 
 
@@ -257,7 +258,7 @@ def test_get_current_message(client: WsnClient) -> None:
             ('<p:v xmlns:p="urn:p">2</p:v>', "tns:current"),
         ]
     )
-    current = poll(lambda: _current(client), what="current message")
+    current = wait_until(lambda: _current(client), what="current message")
     assert current.payload.tag == "{urn:p}v" and current.payload.text == "2"
     assert current.topic == TopicExpression("tns:current", {"tns": client.namespaces["tns"]})
     with pytest.raises(MultipleTopicsSpecifiedFault):

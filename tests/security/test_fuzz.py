@@ -50,8 +50,9 @@ from lxml import etree
 from wsnmom.soap_frontend.passwords import hash_password
 from wsnmom.soap_frontend.wsse import PASSWORD_DIGEST, PASSWORD_TEXT, token_digest
 
-from tests.fixtures.server import ConsumerServer, RunningServer, poll
+from tests.fixtures.server import ConsumerServer, RunningServer
 from tests.support.soap import notify_body, subscribe_body
+from tests.support.waiting import wait_until
 
 from . import corpus
 from .conftest import HealthProbe, post, soap_fault_of, start_server, stop_server
@@ -662,12 +663,12 @@ def _survived(target: Target) -> None:
     random_text = f"canary-{random.randrange(10**9)}"
     answer = post(broker, notify_body(("tns:Canary", f"<m>{random_text}</m>")), headers=auth)
     assert answer.status_code == 202
-    poll(
+    wait_until(
         lambda: any(m.findtext("{*}Message/m") == random_text for m in target.canary.messages()),
         timeout=10,
         what="the canary subscription's delivery",
     )
-    got = poll(
+    got = wait_until(
         lambda: (
             (ans := post(target.canary_pull_point, "<wsnt:GetMessages/>", headers=auth)).ok
             and random_text.encode() in ans.content
@@ -801,5 +802,5 @@ def test_the_secured_gateway_survived(secured_target: Target) -> None:
             got = post(url, "<wsrf-rp:GetResourcePropertyDocument/>", headers=alice)
             return [] if got.status_code == 429 else [got]  # alice's rate quota: wait
 
-        (other,) = poll(answer, what="an answer within alice's rate")
+        (other,) = wait_until(answer, what="an answer within alice's rate")
         assert other.status_code == 500 and b"ResourceUnknownFault" in other.content

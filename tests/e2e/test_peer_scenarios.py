@@ -83,6 +83,7 @@ def test_cxf_broker(wsn: Wsn, consumer: ConsumerServer) -> None:
 
 def test_cxf_renew_expiry_destroys(client: WsnClient, inbox: NotificationConsumer) -> None:
     sub = client.subscribe(inbox, "tns:myTopic", initial_termination_time="PT1S")
+    time.sleep(1.6)  # past the termination time: the probe below renews what is still alive
 
     def renew_faults() -> bool:
         try:
@@ -275,12 +276,16 @@ def test_smx_pause_resume(client: WsnClient) -> None:
     # policy: paused subscriptions accumulate; resume delivers everything in order
     mine: list[Notification] = []
 
-    def both() -> bool:
+    def all_three() -> bool:
         mine.extend(n for n in pp.get_messages() if n.subscription_address == sub.address)
-        return len(mine) >= 2
+        return len(mine) >= 3
 
-    wait_until(both, what="the held and the new message after resume")
-    assert [m.payload.text for m in mine] == ["2", "3"]
+    wait_until(all_three, what="the held messages and the new one after resume")
+    assert [(m.payload.tag, m.payload.text) for m in mine] == [
+        ("m", "2"),
+        ("sentinel", None),
+        ("m", "3"),
+    ]
 
 
 def test_smx_pull_with_message_content_filter(client: WsnClient) -> None:

@@ -75,8 +75,7 @@ def until_sentinel(
     def seen() -> bool:
         got.extend(service.get_messages(pp_id, None))
         return any(
-            m.subscription_reference.address == sub_address and m.payload == sentinel
-            for m in got
+            m.subscription_reference.address == sub_address and m.payload == sentinel for m in got
         )
 
     wait_until(seen, what=f"the <sentinel/> of {sub_address} at the pull point")

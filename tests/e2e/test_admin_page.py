@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -85,10 +85,6 @@ def _shown(web: Any, css: str) -> bool:
     )
 
 
-def _wait(what: str, predicate: Callable[[], Any], timeout: float = 10) -> Any:
-    return wait_until(predicate, timeout, what=what)
-
-
 def _refreshes(web: Any) -> int:
     return int(web.execute_script("return document.getElementById('last-refresh').dataset.count"))
 
@@ -118,7 +114,7 @@ def test_read_only_without_authentication(open_gateway: RunningServer, chromium:
     registration = client.register_publisher("http://127.0.0.1:9/plc-7", ["p:line1//*"])
 
     web.get(open_gateway.base_url + "/admin?refresh=0.3")
-    _wait("a first refresh", lambda: _refreshes(web) >= 1)
+    wait_until(what="a first refresh", check=lambda: _refreshes(web) >= 1)
 
     # -- what a reader sees
     assert web.title == "wsnmom admin"
@@ -143,14 +139,19 @@ def test_read_only_without_authentication(open_gateway: RunningServer, chromium:
     client.notify_many([(f"<celsius>{20 + i}</celsius>", "p:line1/temperature") for i in range(3)])
     consumer.wait_for(3)
     topic_row = f'#topics tr[data-topic="{{{NS}}}line1/temperature"]'
-    _wait("3 messages on the topic", lambda: _text(web, f"{topic_row} td.messages") == "3")
+    wait_until(
+        what="3 messages on the topic", check=lambda: _text(web, f"{topic_row} td.messages") == "3"
+    )
     assert _text(web, "#total-messages") == "3"
     assert float(_text(web, f"{topic_row} td.rate").rstrip("/s")) > 0
-    _wait("a backlog of 3", lambda: _text(web, f"{held_row} td.backlog") == "3")
+    wait_until(what="a backlog of 3", check=lambda: _text(web, f"{held_row} td.backlog") == "3")
     live_row = f'#subscriptions tr[data-id="{live.id}"]'
-    _wait("3 delivered", lambda: _text(web, f"{live_row} td.delivered") == "3")
+    wait_until(what="3 delivered", check=lambda: _text(web, f"{live_row} td.delivered") == "3")
     down_row = f'#subscriptions tr[data-id="{down.id}"]'
-    _wait("a failing consumer", lambda: _text(web, f"{down_row} td.failures") not in ("", "0"))
+    wait_until(
+        what="a failing consumer",
+        check=lambda: _text(web, f"{down_row} td.failures") not in ("", "0"),
+    )
     assert _text(web, f"{down_row} .badge") == "failing"
     assert "127.0.0.1:9" in _text(web, f"{down_row} td.error")
     assert web.execute_script("return window.__marker") == marker
@@ -177,7 +178,7 @@ def test_an_admin_signs_in_and_acts(gateway: RunningServer, chromium: Any, tmp_p
     client.register_publisher("http://127.0.0.1:9/plc-7", ["p:line1//*"])
 
     web.get(gateway.base_url + "/admin?refresh=0.3")
-    _wait("the sign-in form", lambda: _shown(web, "#sign-in"))
+    wait_until(what="the sign-in form", check=lambda: _shown(web, "#sign-in"))
     assert _shown(web, "#no-access") and not _shown(web, "#content")
     # -- refused before signing in (401 without a challenge: no browser dialog)
     assert _post_from_page(web, f"wsn/admin/api/subscriptions/{live.id}/pause") == 401
@@ -185,19 +186,19 @@ def test_an_admin_signs_in_and_acts(gateway: RunningServer, chromium: Any, tmp_p
 
     web.find_element(By.ID, "token").send_keys(TOKEN)
     web.find_element(By.CSS_SELECTOR, "#sign-in button").click()
-    _wait("the admin role", lambda: _text(web, "#role") == "admin")
+    wait_until(what="the admin role", check=lambda: _text(web, "#role") == "admin")
     assert _shown(web, "#sign-out") and not _shown(web, "#sign-in")
     before = _refreshes(web)
-    _wait("a refresh after signing in", lambda: _refreshes(web) > before)
+    wait_until(what="a refresh after signing in", check=lambda: _refreshes(web) > before)
     client.notify_many([(f"<celsius>{20 + i}</celsius>", "p:line1/temperature") for i in range(3)])
     held_row = f'#subscriptions tr[data-id="{held.id}"]'
-    _wait("a backlog of 3", lambda: _text(web, f"{held_row} td.backlog") == "3")
+    wait_until(what="a backlog of 3", check=lambda: _text(web, f"{held_row} td.backlog") == "3")
 
     live_row = f'#subscriptions tr[data-id="{live.id}"]'
     pause = web.find_element(By.CSS_SELECTOR, f"{live_row} td.actions button")
     assert pause.text == "Pause" and pause.is_displayed()
     pause.click()
-    _wait("the paused row", lambda: _text(web, f"{live_row} .badge") == "paused")
+    wait_until(what="the paused row", check=lambda: _text(web, f"{live_row} .badge") == "paused")
     assert _api(gateway, f"/subscriptions/{live.id}")["state"] == "paused"
     assert "pause" in _text(web, "#notice")
 
@@ -208,7 +209,7 @@ def test_an_admin_signs_in_and_acts(gateway: RunningServer, chromium: Any, tmp_p
     )
     purge.click()
     web.switch_to.alert.accept()
-    _wait("an empty backlog", lambda: _text(web, f"{held_row} td.backlog") == "0")
+    wait_until(what="an empty backlog", check=lambda: _text(web, f"{held_row} td.backlog") == "0")
     assert _api(gateway, f"/subscriptions/{held.id}")["backlog"] == 0
     assert "3 message(s) dropped" in _text(web, "#notice")
 
@@ -219,7 +220,7 @@ def test_an_admin_signs_in_and_acts(gateway: RunningServer, chromium: Any, tmp_p
 
     # -- signing out takes everything away again
     web.find_element(By.ID, "sign-out").click()
-    _wait("the sign-in form again", lambda: _shown(web, "#sign-in"))
+    wait_until(what="the sign-in form again", check=lambda: _shown(web, "#sign-in"))
     assert _text(web, "#role") == "read-only" and not _shown(web, "#content")
     consumer.close()
     client.close()

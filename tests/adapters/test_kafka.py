@@ -137,8 +137,15 @@ def test_topic_per_namespace_routes_native_records_by_key(
     assert producer.flush(10) == 0
     assert [m.topic.path for m in valves.wait_for(2, 10)] == [("valve", "a"), ("valve", "b", "c")]
     assert [m.body for m in pumps.wait_for(1, 10)] == [b"p"]
-    time.sleep(0.5)
-    assert len(valves.received) == 2 and len(pumps.received) == 1
+    # the barrier: a sentinel for each subscription in every partition, after the rest
+    for partition in range(3):
+        producer.produce(shared, b"sentinel", key=b"valve/sentinel", partition=partition)
+        producer.produce(shared, b"sentinel", key=b"pump", partition=partition)
+    assert producer.flush(10) == 0
+    valves.wait_for(5, 10)
+    pumps.wait_for(4, 10)
+    assert [m.body for m in valves.received if m.body != b"sentinel"] == [b"<gw/>", b'{"n": 1}']
+    assert [m.body for m in pumps.received] == [b"p"] + [b"sentinel"] * 3
 
 
 def test_wildcard_subscription_picks_up_a_topic_created_after_it(
@@ -294,8 +301,9 @@ def test_exact_watermarks_start_a_new_subscription_at_the_end(
     got = subscribe(adapter, PathPattern(NS, ("meter", ANY)))
     adapter.publish(message(topic, b"<new/>"))
     assert [m.body for m in got.wait_for(1, 10)] == [b"<new/>"]
-    time.sleep(0.5)
-    assert got.bodies() == [b"<new/>"]
+    adapter.publish(message(topic, b"<sentinel/>"))  # the barrier: nothing more before it
+    got.wait_for(2, 10)
+    assert got.bodies() == [b"<new/>", b"<sentinel/>"]
 
 
 def test_records_deleted_before_a_paused_subscription_read_them_are_counted(

@@ -257,10 +257,10 @@ def _run(settings: Settings, debug: bool) -> None:
 
     sockets: list[socket.socket] = []
     try:
-        adapter = make_adapter(settings)  # a bad adapter URL is reported whatever the port
+        unopened = make_adapter(settings)  # a bad adapter URL is reported whatever the port
         sockets = open_listeners(settings.host, settings.port)
         _check_auth(settings)  # after the listen address: a wrong host is reported as such
-        runtime = build_runtime(settings, wait=True, adapter=adapter)
+        runtime = build_runtime(settings, wait=True, adapter=unopened)
     except Exception as exc:
         for sock in sockets:
             sock.close()

@@ -6,7 +6,6 @@ Each test drives the operation through the client and checks the outcome at the 
 
 from __future__ import annotations
 
-import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -80,7 +79,8 @@ def test_topic_dialects_and_clark_notation(client: WsnClient, inbox: Notificatio
     client.notify("<three/>", "tns:c")  # nobody subscribed
     got = sorted(n.payload.tag for n in inbox.wait_for(2))
     assert got == ["one", "two"]
-    time.sleep(0.3)
+    client.notify("<sentinel/>", "tns:b")  # the barrier: after <three/>
+    assert inbox.get(timeout=10).payload.tag == "sentinel"
     assert inbox.drain() == []
 
 
@@ -104,7 +104,9 @@ def test_message_content_filter(client: WsnClient, inbox: NotificationConsumer) 
     )
     (got,) = inbox.wait_for(1)
     assert got.payload.get("total") == "500"
-    time.sleep(0.3)
+    # the barrier: a sentinel the filter lets through, after the order it must drop
+    client.notify('<o:order xmlns:o="urn:orders" total="1000"/>', "tns:orders")
+    assert inbox.get(timeout=10).payload.get("total") == "1000"
     assert inbox.drain() == []
 
 
@@ -174,8 +176,12 @@ def test_renew_pause_resume_properties(client: WsnClient, inbox: NotificationCon
 
     sub.pause()
     assert sub.properties().paused is True
+    witness = client.subscribe(inbox, "tns:m")  # the barrier: it gets a sentinel after
     client.notify("<m>1</m>", "tns:m")
-    time.sleep(0.5)
+    client.notify("<sentinel/>", "tns:m")
+    seen = [inbox.get(timeout=10), inbox.get(timeout=10)]
+    assert [n.subscription_address for n in seen] == [witness.address] * 2
+    witness.unsubscribe()
     assert inbox.drain() == []
     sub.resume()
     assert inbox.get(timeout=10).payload.text == "1"

@@ -293,7 +293,7 @@ def test_another_server_answering_on_the_port_is_not_taken_for_the_gateway(
         other.server_close()
 
 
-def testlistens_on_sees_only_the_listening_process() -> None:
+def test_listens_on_sees_only_the_listening_process() -> None:
     with socket.socket() as listening, socket.socket() as bound_only:
         listening.bind(("127.0.0.1", 0))
         listening.listen()

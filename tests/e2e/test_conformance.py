@@ -418,10 +418,23 @@ def test_bn_spec_example_subscribe_shape(wsn: Wsn, consumer: ConsumerServer) -> 
             "<ncex:Producer>16</ncex:Producer></ncex:Data>",
         ),
     )
-    msgs = consumer.wait_for_messages(1)
-    time.sleep(0.4)
-    assert len(consumer.messages()) == 1
+    # the barrier: a sentinel the filter lets through, after the message it must drop
+    wsn.notify(
+        (
+            "tns:SomeTopic",
+            '<ncex:Data xmlns:ncex="urn:example:consumer">'
+            "<ncex:Producer>15</ncex:Producer><ncex:Sentinel/></ncex:Data>",
+        ),
+    )
+    sentinel = ".//{urn:example:consumer}Sentinel"
+    wait_until(
+        lambda: any(m.find(sentinel) is not None for m in consumer.messages()),
+        what="the sentinel",
+    )
+    msgs = consumer.messages()
+    assert len(msgs) == 2
     assert msgs[0].findtext(".//{urn:example:consumer}Producer") == "15"
+    assert msgs[0].find(sentinel) is None
 
 
 def test_br_spec_example_register_publisher_with_reference_parameters(wsn: Wsn) -> None:

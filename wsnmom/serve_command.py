@@ -3,7 +3,9 @@ waitress, until SIGTERM/SIGINT.
 
 Start-up failures are one line on stderr naming the cause and what to do, and exit with
 the status of their kind (:mod:`wsnmom.startup`); ``--debug`` prints the traceback too.
-The sockets are bound before the middleware is opened, so a busy port costs nothing.
+The adapter URL and options are checked first (nothing is connected), so a bad URL is
+reported whatever holds the port; then the sockets are bound before the middleware is
+opened, so a busy port costs nothing.
 
 Shutdown is graceful: the HTTP server stops accepting, delivery threads stop, unsettled
 notifications stay in the middleware's durable subscriptions and are delivered after the
@@ -279,13 +281,14 @@ def _http_server(
 
 
 def _run(settings: Settings, debug: bool) -> None:
-    from wsnmom.server import build_runtime
+    from wsnmom.server import build_runtime, make_adapter
 
     sockets: list[socket.socket] = []
     try:
+        unopened = make_adapter(settings)  # a bad adapter URL is reported whatever the port
         sockets = open_listeners(settings.host, settings.port)
         _check_auth(settings)  # after the listen address: a wrong host is reported as such
-        runtime = build_runtime(settings, wait=True)
+        runtime = build_runtime(settings, wait=True, adapter=unopened)
     except Exception as exc:
         for sock in sockets:
             sock.close()

@@ -306,12 +306,31 @@ def default_outbound(settings: Settings, policy: OutboundPolicy | None = None) -
     return client
 
 
+def make_adapter(settings: Settings) -> Adapter:
+    """The adapter ``settings`` name, constructed but not opened (nothing is connected).
+
+    :raises UnknownAdapterScheme: no plugin serves the URL's scheme.
+    :raises ConfigError: the URL or the adapter options cannot be used.
+    """
+    from wsnmom.core.plugins import get_plugin_manager
+
+    try:
+        adapter_class = get_plugin_manager().resolve(settings.adapter_url)
+        options = dict(settings.adapter_options)
+        if adapter_class.uses_data_dir and settings.data_dir:
+            options.setdefault("data_dir", settings.data_dir)
+        return adapter_class(settings.adapter_url, options)
+    except (ValueError, TypeError) as exc:  # the URL or the options cannot be used
+        raise ConfigError(f"adapter_url / adapter_options: {exc}") from exc
+
+
 def build_runtime(
     settings: Settings,
     *,
     outbound: OutboundSoap | None = None,
     wait: bool = False,
     outbound_policy: OutboundPolicy | None = None,
+    adapter: Adapter | None = None,
 ) -> Runtime:
     """Assemble (and start) a gateway for ``settings``.
 
@@ -323,21 +342,16 @@ def build_runtime(
 
     ``outbound_policy`` is the one outbound-address policy the broker and the outbound
     client share (default: from ``settings.outbound``, resolving names with the system
-    resolver).
+    resolver).  ``adapter`` is one from :func:`make_adapter` (not opened yet), when the
+    caller checked the adapter URL earlier; by default it is made here.
     """
     from wsnmom.core.plugins import get_plugin_manager
     from wsnmom.soap_frontend.app import create_app
 
     plugins = get_plugin_manager()
     topic_set = load_topic_set(settings)
-    try:
-        adapter_class = plugins.resolve(settings.adapter_url)
-        options = dict(settings.adapter_options)
-        if adapter_class.uses_data_dir and settings.data_dir:
-            options.setdefault("data_dir", settings.data_dir)
-        adapter = adapter_class(settings.adapter_url, options)
-    except (ValueError, TypeError) as exc:  # the URL or the options cannot be used
-        raise ConfigError(f"adapter_url / adapter_options: {exc}") from exc
+    if adapter is None:
+        adapter = make_adapter(settings)
     store_lock = lock_store(settings.store_url)
     started = time.monotonic()
     attempt: _OpenAttempt | None = None
@@ -357,7 +371,7 @@ def build_runtime(
         store_lock.release()
         raise
     try:
-        bind_store(store, adapter_class.name)
+        bind_store(store, type(adapter).name)
     except BaseException:
         store.close()
         adapter.close()

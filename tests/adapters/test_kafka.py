@@ -32,6 +32,8 @@ from wsnmom.core.adapter import (
 from wsnmom.topic_mapping.model import ANY, DEEP, PathPattern, Topic
 
 from tests.adapters.test_kafka_conformance import isolated_options
+from tests.fixtures.brokers import ResolvedBroker
+from tests.support.kafka_records import delete_records_or_skip
 from wsnmom.testing.conformance import Collector
 
 pytestmark = pytest.mark.kafka
@@ -135,8 +137,15 @@ def test_topic_per_namespace_routes_native_records_by_key(
     assert producer.flush(10) == 0
     assert [m.topic.path for m in valves.wait_for(2, 10)] == [("valve", "a"), ("valve", "b", "c")]
     assert [m.body for m in pumps.wait_for(1, 10)] == [b"p"]
-    time.sleep(0.5)
-    assert len(valves.received) == 2 and len(pumps.received) == 1
+    # the barrier: a sentinel for each subscription in every partition, after the rest
+    for partition in range(3):
+        producer.produce(shared, b"sentinel", key=b"valve/sentinel", partition=partition)
+        producer.produce(shared, b"sentinel", key=b"pump", partition=partition)
+    assert producer.flush(10) == 0
+    valves.wait_for(5, 10)
+    pumps.wait_for(4, 10)
+    assert [m.body for m in valves.received if m.body != b"sentinel"] == [b"<gw/>", b'{"n": 1}']
+    assert [m.body for m in pumps.received] == [b"p"] + [b"sentinel"] * 3
 
 
 def test_wildcard_subscription_picks_up_a_topic_created_after_it(
@@ -292,20 +301,23 @@ def test_exact_watermarks_start_a_new_subscription_at_the_end(
     got = subscribe(adapter, PathPattern(NS, ("meter", ANY)))
     adapter.publish(message(topic, b"<new/>"))
     assert [m.body for m in got.wait_for(1, 10)] == [b"<new/>"]
-    time.sleep(0.5)
-    assert got.bodies() == [b"<new/>"]
+    adapter.publish(message(topic, b"<sentinel/>"))  # the barrier: nothing more before it
+    got.wait_for(2, 10)
+    assert got.bodies() == [b"<new/>", b"<sentinel/>"]
 
 
 def test_records_deleted_before_a_paused_subscription_read_them_are_counted(
     make_kafka: Callable[..., KafkaAdapter],
     kafka_bootstrap: str,
+    kafka_broker: ResolvedBroker,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """A paused subscription whose records were deleted (DeleteRecords moves the log start
     the way retention does) is told on resume: ``lost()`` counts them and a warning names
     the subscription.  tansu cannot delete records: skipped there, runs on a real cluster
-    (``WSNMOM_TEST_KAFKA_BOOTSTRAP``); the engine's side runs on every broker through the
-    file-log adapter (tests/e2e/test_retention_losses.py)."""
+    (``WSNMOM_TEST_KAFKA_BOOTSTRAP``); the same logbase cursor code is proven on every
+    machine through the file-log adapter (tests/adapters/test_logbase_engine.py,
+    tests/e2e/test_retention_losses.py)."""
     from confluent_kafka.admin import AdminClient
 
     adapter = make_kafka(namespaces={NS: "plant"})
@@ -319,10 +331,7 @@ def test_records_deleted_before_a_paused_subscription_read_them_are_counted(
     log_name = f"{adapter.settings.topic_prefix}.plant.silo.s1"
     admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
     end = TopicPartition(log_name, 0, 1 + 4)  # deletes <first/> and <m0/>..<m3/>
-    try:
-        admin.delete_records([end])[end].result()
-    except Exception as exc:
-        pytest.skip(f"this broker cannot delete records (tansu cannot): {exc}")
+    delete_records_or_skip(admin, end, kafka_broker)
     got = Collector()
     with caplog.at_level(logging.WARNING, logger="wsnmom"):
         handle.start(got, prefetch=100)

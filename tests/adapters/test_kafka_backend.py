@@ -12,7 +12,7 @@ import pytest
 
 pytest.importorskip("confluent_kafka")
 
-from confluent_kafka import KafkaException, Producer, TopicPartition
+from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from wsnmom.adapters.kafka.clients import Health
 from wsnmom.adapters.kafka.config import parse_settings
@@ -23,7 +23,8 @@ from wsnmom.adapters.logbase.backend import EARLIEST, LogRecord, RecordsLost
 from wsnmom.topic_mapping.model import Topic
 from wsnmom.topic_mapping.translate import FALLBACK_NAMESPACE
 
-from tests.fixtures.brokers import TansuNode
+from tests.fixtures.brokers import ResolvedBroker, TansuNode
+from tests.support.kafka_records import delete_records_or_skip
 
 pytestmark = pytest.mark.kafka
 
@@ -206,16 +207,17 @@ def test_head_reports_a_log_that_restarted_empty_as_records_lost(
 
 
 def test_records_deleted_by_retention_are_reported(
-    make_backend: Callable[..., KafkaBackend], admin: AdminClient, kafka_bootstrap: str, tag: str
+    make_backend: Callable[..., KafkaBackend],
+    admin: AdminClient,
+    kafka_bootstrap: str,
+    kafka_broker: ResolvedBroker,
+    tag: str,
 ) -> None:
     """Retention is simulated with DeleteRecords (what retention does to the log start)."""
     name = f"b{tag}.retained"
     create_topic(admin, name)
     produce(kafka_bootstrap, name, [b"%d" % i for i in range(6)])
-    try:
-        admin.delete_records([TopicPartition(name, 0, 4)])[TopicPartition(name, 0, 4)].result()
-    except KafkaException as exc:
-        pytest.skip(f"this broker cannot delete records (tansu cannot): {exc}")
+    delete_records_or_skip(admin, TopicPartition(name, 0, 4), kafka_broker)
     reader = make_backend().reader()
     try:
         reader.assign({(name, 0): 1})

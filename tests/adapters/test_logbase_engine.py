@@ -26,6 +26,7 @@ from wsnmom.core.adapter import (
 )
 from wsnmom.topic_mapping.model import DEEP, PathPattern, Topic
 
+from tests.support.waiting import wait_until
 from wsnmom.testing.conformance import Collector
 
 NS = "urn:test:logbase"
@@ -45,11 +46,7 @@ def spec(name: str, *paths: str, ns: str = NS) -> SubscriptionSpec:
 
 
 def wait(cond: Callable[[], bool], timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        time.sleep(0.02)
+    wait_until(cond, timeout, what="the engine's state")
 
 
 @pytest.fixture
@@ -122,9 +119,10 @@ def test_acks_commit_a_contiguous_prefix_only(make: Callable[..., FileLogAdapter
     again = Collector()
     second.subscription(spec("p", "t")).start(again)
     again.wait_for(4, 5)
-    time.sleep(0.2)
+    second.publish(msg("t", b"sentinel"))  # the barrier: nothing more before it
+    again.wait_for(5, 5)
     # at-least-once: everything from the first unsettled record comes again, in order
-    assert bodies(again.received) == [b"0", b"1", b"2", b"3"]
+    assert bodies(again.received) == [b"0", b"1", b"2", b"3", b"sentinel"]
 
 
 def test_nack_requeue_rewinds_and_later_ones_come_again(
@@ -163,9 +161,11 @@ def test_discard_oldest_and_newest_while_paused(make: Callable[..., FileLogAdapt
     newest.start(got_new)
     got_old.wait_for(5, 5)
     got_new.wait_for(5, 5)
-    time.sleep(0.2)
-    assert bodies(got_old.received) == [b"6", b"7", b"8", b"9", b"later"]
-    assert bodies(got_new.received) == [b"0", b"1", b"2", b"3", b"later"]
+    adapter.publish(msg("t", b"sentinel"))  # the barrier: nothing more before it
+    got_old.wait_for(6, 5)
+    got_new.wait_for(6, 5)
+    assert bodies(got_old.received) == [b"6", b"7", b"8", b"9", b"later", b"sentinel"]
+    assert bodies(got_new.received) == [b"0", b"1", b"2", b"3", b"later", b"sentinel"]
 
 
 def test_retention_losses_are_counted(make: Callable[..., FileLogAdapter]) -> None:
@@ -177,8 +177,9 @@ def test_retention_losses_are_counted(make: Callable[..., FileLogAdapter]) -> No
     got = Collector()
     handle.start(got)
     got.wait_for(5, 5)
-    time.sleep(0.2)
-    assert bodies(got.received) == [b"%d" % i for i in range(7, 12)]
+    adapter.publish(msg("t", b"sentinel"))  # the barrier: nothing more before it
+    got.wait_for(6, 5)
+    assert bodies(got.received) == [b"%d" % i for i in range(7, 12)] + [b"sentinel"]
     assert handle.lost() == 7
 
 
@@ -274,10 +275,12 @@ def test_crash_recovery_of_riders_and_paused_cursors(tmp_path: Path) -> None:
         paused.start(got_paused)
         got_rider.wait_for(3, 5)
         got_paused.wait_for(6, 5)
-        time.sleep(0.3)
+        adapter.publish(msg("t", b"sentinel"))  # the barrier: nothing more before it
+        got_rider.wait_for(4, 5)
+        got_paused.wait_for(7, 5)
         # the rider resumes after its acked prefix; the paused cursor from its saved place
-        assert bodies(got_rider.received) == [b"3", b"4", b"5"]
-        assert bodies(got_paused.received) == [b"%d" % i for i in range(6)]
+        assert bodies(got_rider.received) == [b"3", b"4", b"5", b"sentinel"]
+        assert bodies(got_paused.received) == [b"%d" % i for i in range(6)] + [b"sentinel"]
     finally:
         adapter.close()
 

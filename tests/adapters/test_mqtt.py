@@ -31,7 +31,7 @@ from wsnmom.core.adapter import (
 from wsnmom.topic_mapping.model import ANY, DEEP, PathPattern, Segment, Topic
 
 from tests.fixtures.mosquitto import MosquittoNode, close_client, native_client
-from tests.fixtures.server import poll
+from tests.support.waiting import wait_until
 from wsnmom.testing.conformance import Collector
 
 pytestmark = pytest.mark.mqtt
@@ -315,12 +315,16 @@ def test_spark_logs_are_fed_by_the_gateway_session(
         close_client(native)
     assert len(drain(handle, 3)) == 3
     log = NotificationLog(path, create=False)
-    poll(lambda: len(log) >= 2, what="2 records in the log")
-    time.sleep(0.3)  # nothing more comes
+    adapter.publish(message("a/s/c", b"<sentinel/>"))  # the barrier: nothing more before it
+    wait_until(lambda: len(log) >= 3, what="3 records in the log")
     entries = [(name, body) for _, name, body in log.entries()]
-    assert entries == [(f"{prefix}/a/x/c", b"<c/>"), (f"{prefix}/a/y/z/c", b'{"n": 1}')]
+    assert entries == [
+        (f"{prefix}/a/x/c", b"<c/>"),
+        (f"{prefix}/a/y/z/c", b'{"n": 1}'),
+        (f"{prefix}/a/s/c", b"<sentinel/>"),
+    ]
     assert log.name == "plant" and log.middleware == "mqtt"
-    assert adapter.stats()["tapped"] == 2
+    assert adapter.stats()["tapped"] == 3
 
 
 def test_a_bad_spark_logs_option_is_refused_at_once(tmp_path: Path) -> None:

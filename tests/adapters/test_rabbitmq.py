@@ -44,22 +44,13 @@ from wsnmom.topic_mapping.model import ANY, DEEP, PathPattern, Topic
 from wsnmom.topic_mapping.translate import fallback_namespace
 
 from tests.fixtures.brokers import RabbitNode
+from tests.support.waiting import wait_until
 from wsnmom.testing.conformance import Collector
 
 pytestmark = pytest.mark.rabbitmq
 
 
 # --------------------------------------------------------------------------- helpers
-
-
-def wait_until(check: Callable[[], bool], timeout: float = 10.0, step: float = 0.05) -> bool:
-    """Poll ``check`` until it is true or ``timeout`` passed; returns the last result."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        time.sleep(step)
-    return check()
 
 
 def message(topic: Topic, body: bytes, **headers: str) -> OutboundMessage:

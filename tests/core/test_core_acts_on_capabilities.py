@@ -22,6 +22,8 @@ from wsnmom.core.model import CreatePullPointRequest, ExpressionSource
 from wsnmom.core.ports import DeliveryFailed
 from wsnmom.core.service import BrokerService
 
+from tests.support.waiting import wait_until
+
 from .conftest import Broker, FakeClock, RecordingOutbound, note, simple, sub_req
 
 FILELOG = "filelog://{tmp}/log?partitions=1"
@@ -196,19 +198,17 @@ def test_gateway_enforces_max_messages_on_a_log(
     service.notify([note(f"<n>{i}</n>", simple("t:l")) for i in range(12)])
     handle = service.registry.subscriptions[sub.id].handle
     assert handle is not None
-    deadline = time.monotonic() + 5
-    while handle.depth() != 12 and time.monotonic() < deadline:
-        time.sleep(0.02)
+    wait_until(lambda: handle.depth() == 12, 5, what="12 messages held")
     dropped_before = metrics.NOTIFICATIONS_DROPPED._value.get()
     service.sweep()
     assert metrics.NOTIFICATIONS_DROPPED._value.get() - dropped_before == 7
     service.resume(sub.id)
-    got = outbound.wait_messages(C, 5)
-    time.sleep(0.3)
+    service.notify([note("<sentinel/>", simple("t:l"))])  # the barrier
+    got = outbound.wait_messages(C, 6)
     assert [d.message.payload for d in outbound.messages_to(C)] == [
         f"<n>{i}</n>".encode() for i in kept
-    ]
-    assert len(got) == 5
+    ] + [b"<sentinel/>"]
+    assert len(got) == 6
 
 
 def test_gateway_drops_messages_past_max_age_on_a_log(
@@ -225,12 +225,12 @@ def test_gateway_drops_messages_past_max_age_on_a_log(
     service.notify([note("<young/>", simple("t:age"))])  # published "now" (gateway clock)
     expired_before = metrics.NOTIFICATIONS_EXPIRED._value.get()
     service.resume(sub.id)
-    got = outbound.wait_messages(C, 1)
-    time.sleep(0.3)
+    service.notify([note("<sentinel/>", simple("t:age"))])  # the barrier
+    got = outbound.wait_messages(C, 2)
     # the middleware's timestamp says both are recent in real time, so the gateway's own
     # published-at header is what is compared: only the first is older than max_age
     payloads = [d.message.payload for d in outbound.messages_to(C)]
-    assert payloads == [b"<young/>"], payloads
+    assert payloads == [b"<young/>", b"<sentinel/>"], payloads
     assert metrics.NOTIFICATIONS_EXPIRED._value.get() - expired_before == 1
     assert got
 

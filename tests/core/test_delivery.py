@@ -114,13 +114,16 @@ def test_pause_accumulates_and_resume_delivers_in_order(
     outbound.wait_messages(C, 2)
     service.pause(sub.id)
     service.pause(sub.id)  # idempotent
+    witness = "http://127.0.0.1:9/witness"  # the barrier: it gets a sentinel after the 5
+    service.subscribe(sub_req(witness, topic=simple("t:a")))
     publish(service, 5, start=2)
-    time.sleep(0.3)
+    service.notify([note("<m>sentinel</m>", simple("t:a"))])
+    outbound.wait_messages(witness, 6)
     assert len(outbound.messages_to(C)) == 2
     service.resume(sub.id)
     service.resume(sub.id)  # no change when not paused (RES-04)
-    outbound.wait_messages(C, 7)
-    assert bodies(outbound, C) == [str(i) for i in range(7)]
+    outbound.wait_messages(C, 8)
+    assert bodies(outbound, C) == [str(i) for i in range(7)] + ["sentinel"]
 
 
 def test_retry_with_backoff_then_success(

@@ -21,6 +21,7 @@ from wsnmom.core.model import EndpointReference, SubscribeRequest
 from wsnmom.soap_frontend.client import SoapClient
 
 from tests.fixtures.server import ConsumerServer
+from tests.support.waiting import wait_until
 
 from .conftest import Broker, note, simple
 
@@ -103,7 +104,9 @@ def _healthy_delay(b: Broker, healthy: ConsumerServer, pits: list[Tarpit], stuck
     to the healthy consumer: seconds until it has its notification."""
     assert b.service is not None
     b.service.notify([note("<m>pit</m>", simple("t:pit"))])
-    _wait(lambda: sum(p.connections() for p in pits) >= stuck, TIMEOUT, "stuck deliveries")
+    wait_until(
+        lambda: sum(p.connections() for p in pits) >= stuck, TIMEOUT, what="stuck deliveries"
+    )
     started = time.monotonic()
     b.service.notify([note("<m>1</m>", simple("t:ok"))])
     healthy.wait_for_messages(1, timeout=TIMEOUT * 3)
@@ -182,25 +185,17 @@ def test_an_open_circuit_takes_no_threads_and_the_retry_policy_still_ends(
         lane = b.service.engine.lanes.get(key) if b.service else None
         return lane is not None and lane.state is LaneState.OPEN
 
-    _wait(lane_open, 10, "the tarpit's circuit to open")
+    wait_until(lane_open, 10, what="the tarpit's circuit to open")
     made = pit.connections()
     # two at once (per_destination); one more may start between the two failures
     assert made <= 2 * 2
     # every subscription runs out of attempts while the circuit stays open: ended, with
     # SubscriptionEnd, and no new connection to the tarpit
-    _wait(lambda: not set(subs) & set(b.service.registry.subscriptions), 15, "give-up")
+    wait_until(lambda: not set(subs) & set(b.service.registry.subscriptions), 15, what="give-up")
     ends = consumer.wait_for_messages(len(subs), timeout=10)
     assert len(ends) == len(subs)
     assert pit.connections() == made
     assert b.service.engine.thread_count() == b.settings.delivery.workers
-
-
-def _wait(check: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
 
 
 # -- lanes on their own -----------------------------------------------------------------------
@@ -296,9 +291,9 @@ def test_threads_started_for_slow_deliveries_end_when_idle() -> None:
             handles.append(handle)
         for handle in handles:
             handle.deliver()
-        _wait(lambda: engine.thread_count() == 3, 5, "threads for the stuck deliveries")
+        wait_until(lambda: engine.thread_count() == 3, 5, what="threads for the stuck deliveries")
         release.set()
-        _wait(lambda: engine.thread_count() == 1, 5, "the extra threads to end")
+        wait_until(lambda: engine.thread_count() == 1, 5, what="the extra threads to end")
     finally:
         release.set()
         engine.close()
@@ -347,7 +342,7 @@ def test_many_ports_of_one_host_hold_at_most_the_hosts_share(
     per_host = b.service.engine.lanes.per_host
     assert per_host < b.settings.delivery.workers
     b.service.notify([note("<m>pit</m>", simple("t:pit"))])
-    _wait(lambda: sum(p.connections() for p in pits) >= per_host, 10, "the host's share")
+    wait_until(lambda: sum(p.connections() for p in pits) >= per_host, 10, what="the host's share")
     b.service.notify([note("<m>1</m>", simple("t:ok"))])
     consumer.wait_for_messages(1, timeout=30)
     # every place of the host is still held (nothing timed out), and no more were taken

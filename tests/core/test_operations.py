@@ -27,16 +27,10 @@ from tests.core.conftest import (
     wait_idle,
 )
 from tests.core.conftest import note as make_note
+from tests.support.waiting import wait_until
 
 A = "http://127.0.0.1:9/a"
 B = "http://127.0.0.1:9/b"
-
-
-def poll(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached"
-        time.sleep(0.02)
 
 
 def failures(service: BrokerService, subscription_id: str) -> int:
@@ -62,7 +56,7 @@ def test_overview_lists_everything_with_its_state(
     publish(service, 3)
     publish(service, 2, "t:b")
     outbound.wait_messages(A, 3)
-    poll(lambda: service.subscription_status(paused.id).waiting == 3)
+    wait_until(lambda: service.subscription_status(paused.id).waiting == 3)
 
     view = service.overview()
     subs = {s.record.id: s for s in view.subscriptions}
@@ -97,7 +91,7 @@ def test_delivery_state_of_a_failing_consumer(
         d = service.subscription_status(sub.id).delivery
         return d is not None and d.failures >= 1 and d.retry_at is not None
 
-    poll(failing)
+    wait_until(failing)
     status = service.subscription_status(sub.id)
     assert status.delivery is not None
     assert status.delivery.last_error == f"{A} is down"
@@ -105,7 +99,7 @@ def test_delivery_state_of_a_failing_consumer(
     assert status.backlog == 2 and status.delivery.delivered == 0
     outbound.down.discard(A)
     outbound.wait_messages(A, 2)
-    poll(lambda: failures(service, sub.id) == 0)
+    wait_until(lambda: failures(service, sub.id) == 0)
     after = service.subscription_status(sub.id).delivery
     assert after is not None and after.delivered == 2 and after.last_error is None
     assert after.retry_at is None and after.last_delivery is not None
@@ -122,14 +116,14 @@ def test_purge_a_subscription(
     outbound.down.add(A)
     failing = service.subscribe(sub_req(A, topic=simple("t:a")))
     publish(service, 5)
-    poll(lambda: service.subscription_status(paused.id).waiting == 5)
-    poll(lambda: failures(service, failing.id) >= 1)
+    wait_until(lambda: service.subscription_status(paused.id).waiting == 5)
+    wait_until(lambda: failures(service, failing.id) >= 1)
 
     assert service.purge_subscription(paused.id) == 5
     assert service.subscription_status(paused.id).backlog == 0
     # a failing subscription loses its backlog and the batch it retries; it goes on
     service.purge_subscription(failing.id)
-    poll(lambda: service.subscription_status(failing.id).backlog == 0)
+    wait_until(lambda: service.subscription_status(failing.id).backlog == 0)
     outbound.down.discard(A)
     service.resume(paused.id)
     service.notify([make_note("<after/>", simple("t:a"))])
@@ -148,11 +142,11 @@ def test_purge_a_pull_point(make_broker: Callable[..., Broker], adapter_url: str
     assert service is not None
     pp = service.create_pull_point(CreatePullPointRequest())
     service.notify_pull_point(pp.id, [make_note(f"<m>{i}</m>", simple("t:a")) for i in range(4)])
-    poll(lambda: service.overview().pull_points[0].waiting == 4)
+    wait_until(lambda: service.overview().pull_points[0].waiting == 4)
     assert service.purge_pull_point(pp.id) == 4
     assert service.get_messages(pp.id, None) == []
     service.notify_pull_point(pp.id, [make_note("<after/>", simple("t:a"))])
-    poll(lambda: service.overview().pull_points[0].waiting == 1)
+    wait_until(lambda: service.overview().pull_points[0].waiting == 1)
     assert [m.payload for m in service.get_messages(pp.id, None)] == [b"<after/>"]
     with pytest.raises(errors.ResourceUnknown):
         service.purge_pull_point("nope")

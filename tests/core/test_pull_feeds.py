@@ -7,7 +7,6 @@ the file-log reference adapter (native_pull False, not sole publisher)."""
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -17,6 +16,8 @@ from wsnmom.core.adapter import Received, SubscriptionHandle
 from wsnmom.core.model import CreatePullPointRequest, ExpressionSource
 from wsnmom.core.pull_buffer import PullBuffer
 from wsnmom.core.service import BrokerService
+
+from tests.support.waiting import wait_until
 
 from .conftest import Broker, note, simple, sub_req
 
@@ -45,12 +46,14 @@ class PublishCounter:
 
 
 def drain(service: BrokerService, pp_id: str, n: int, timeout: float = 5.0) -> list[Any]:
+    """At least ``n`` messages from the pull point (all it handed out meanwhile)."""
     out: list[Any] = []
-    deadline = time.monotonic() + timeout
-    while len(out) < n and time.monotonic() < deadline:
-        out += service.get_messages(pp_id, None)
-        if len(out) < n:
-            time.sleep(0.02)
+
+    def enough() -> bool:
+        out.extend(service.get_messages(pp_id, None))
+        return len(out) >= n
+
+    wait_until(enough, timeout, what=f"{n} message(s) from the pull point")
     return out
 
 
@@ -58,12 +61,36 @@ def payloads(messages: list[Any]) -> list[bytes]:
     return [m.payload for m in messages]
 
 
+SENTINEL = b"<sentinel/>"
+
+
+def until_sentinel(
+    service: BrokerService, pp_id: str, sub_address: str, sentinel: bytes = SENTINEL
+) -> list[Any]:
+    """Every message the pull point hands out until ``sentinel`` from the subscription at
+    ``sub_address`` is among them (a barrier: what was published before it and must reach
+    the pull point has, per subscription, reached it)."""
+    got: list[Any] = []
+
+    def seen() -> bool:
+        got.extend(service.get_messages(pp_id, None))
+        return any(
+            m.subscription_reference.address == sub_address and m.payload == sentinel for m in got
+        )
+
+    wait_until(seen, what=f"the <sentinel/> of {sub_address} at the pull point")
+    return got
+
+
+def of(messages: list[Any], sub_address: str) -> list[bytes]:
+    """The payloads of ``messages`` that came through the subscription at ``sub_address``."""
+    return [m.payload for m in messages if m.subscription_reference.address == sub_address]
+
+
 def wait_buffered(service: BrokerService, pp_id: str, n: int, timeout: float = 5.0) -> None:
     buffer = service.registry.pull_points[pp_id].buffer
     assert buffer is not None
-    deadline = time.monotonic() + timeout
-    while buffer.buffered() < n and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_until(lambda: buffer.buffered() >= n, timeout, what=f"{n} message(s) buffered")
     assert buffer.buffered() == n
 
 
@@ -108,24 +135,27 @@ def test_pause_keeps_what_reached_the_pull_point(log_broker: Broker) -> None:
     service.notify([note("<m>0</m>", simple("t:p")), note("<m>1</m>", simple("t:p"))])
     wait_buffered(service, pp.id, 2)
     service.pause(sub.id)
+    mine = service.subscription_address(sub.id)
+    # the barrier: a witness on the same topic and pull point gets a sentinel after <m>2</m>
+    witness = service.subscription_address(
+        service.subscribe(sub_req(service.pull_point_address(pp.id), topic=simple("t:p"))).id
+    )
     service.notify([note("<m>2</m>", simple("t:p"))])  # accumulates in the subscription
-    time.sleep(0.3)
-    kept = drain(service, pp.id, 2)
-    assert payloads(kept) == [b"<m>0</m>", b"<m>1</m>"]
+    service.notify([note("<sentinel/>", simple("t:p"))])
+    got = until_sentinel(service, pp.id, witness)
     # the copies kept in the inbox still carry the subscription's reference
-    assert {m.subscription_reference.address for m in kept} == {
-        service.subscription_address(sub.id)
-    }
-    time.sleep(0.2)
-    assert service.get_messages(pp.id, None) == []
+    assert of(got, mine) == [b"<m>0</m>", b"<m>1</m>"]
+    assert of(got, witness) == [b"<m>2</m>", SENTINEL]
     service.resume(sub.id)
-    assert payloads(drain(service, pp.id, 1)) == [b"<m>2</m>"]
-    time.sleep(0.3)
-    assert service.get_messages(pp.id, None) == []  # nothing twice
+    service.notify([note("<sentinel>2</sentinel>", simple("t:p"))])
+    got = until_sentinel(service, pp.id, mine, b"<sentinel>2</sentinel>")
+    # nothing twice: the held message and sentinel, then the new sentinel
+    assert of(got, mine) == [b"<m>2</m>", SENTINEL, b"<sentinel>2</sentinel>"]
     # and after a restart nothing comes again either: all of it was settled
     service = log_broker.restart()
-    time.sleep(0.5)
-    assert service.get_messages(pp.id, None) == []
+    service.notify([note("<sentinel>3</sentinel>", simple("t:p"))])
+    got = until_sentinel(service, pp.id, mine, b"<sentinel>3</sentinel>")
+    assert of(got, mine) == [b"<sentinel>3</sentinel>"]
 
 
 def test_unsubscribe_keeps_what_reached_the_pull_point(log_broker: Broker) -> None:
@@ -135,11 +165,15 @@ def test_unsubscribe_keeps_what_reached_the_pull_point(log_broker: Broker) -> No
     sub = service.subscribe(sub_req(service.pull_point_address(pp.id), topic=simple("t:u")))
     service.notify([note("<m>0</m>", simple("t:u"))])
     wait_buffered(service, pp.id, 1)
+    witness = service.subscription_address(
+        service.subscribe(sub_req(service.pull_point_address(pp.id), topic=simple("t:u"))).id
+    )
+    mine = service.subscription_address(sub.id)
     service.unsubscribe(sub.id)
-    service.notify([note("<m>1</m>", simple("t:u"))])
-    assert payloads(drain(service, pp.id, 1)) == [b"<m>0</m>"]
-    time.sleep(0.3)
-    assert service.get_messages(pp.id, None) == []
+    service.notify([note("<m>1</m>", simple("t:u")), note("<sentinel/>", simple("t:u"))])
+    got = until_sentinel(service, pp.id, witness)
+    assert of(got, mine) == [b"<m>0</m>"]
+    assert of(got, witness) == [b"<m>1</m>", SENTINEL]
 
 
 def test_filtered_messages_are_settled_and_never_handed_out(log_broker: Broker) -> None:
@@ -158,8 +192,10 @@ def test_filtered_messages_are_settled_and_never_handed_out(log_broker: Broker) 
     # everything was settled in order: nothing waits, nothing comes again after a restart
     assert service.registry.pull_points[pp.id].buffer.buffered() == 0  # type: ignore[union-attr]
     service = log_broker.restart()
-    time.sleep(0.5)
-    assert service.get_messages(pp.id, None) == []
+    mine = service.subscription_address(sub.id)
+    service.notify([note('<sentinel keep="1"/>', simple("t:c"))])
+    got = until_sentinel(service, pp.id, mine, b'<sentinel keep="1"/>')
+    assert [m.payload for m in got] == [b'<sentinel keep="1"/>']
 
 
 def test_purging_the_pull_point_drops_what_its_feeds_hold(log_broker: Broker) -> None:
@@ -170,10 +206,9 @@ def test_purging_the_pull_point_drops_what_its_feeds_hold(log_broker: Broker) ->
     service.notify([note(f"<m>{i}</m>", simple("t:x")) for i in range(3)])
     wait_buffered(service, pp.id, 3)
     service.purge_pull_point(pp.id)
-    time.sleep(0.3)
-    assert service.get_messages(pp.id, None) == []
-    service.notify([note("<m>after</m>", simple("t:x"))])
-    assert payloads(drain(service, pp.id, 1)) == [b"<m>after</m>"]
+    service.notify([note("<m>after</m>", simple("t:x")), note("<sentinel/>", simple("t:x"))])
+    mine = service.subscription_address(sub.id)
+    assert payloads(until_sentinel(service, pp.id, mine)) == [b"<m>after</m>", SENTINEL]
     # purging the subscription keeps what already reached the pull point
     service.notify([note("<m>kept</m>", simple("t:x"))])
     wait_buffered(service, pp.id, 1)

@@ -3,7 +3,6 @@ subscription's consumer, destruction (CXF/ServiceMix scenarios, GM-*, PP-*)."""
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import pytest
@@ -12,6 +11,8 @@ from wsnmom.core import errors
 from wsnmom.core.filters import XPATH10
 from wsnmom.core.model import CreatePullPointRequest, EndpointReference, ExpressionSource
 from wsnmom.core.service import BrokerService
+
+from tests.support.waiting import wait_until
 
 from .conftest import note, simple, sub_req
 
@@ -23,11 +24,25 @@ def texts(messages: list[Any]) -> list[str]:
 def drain(service: BrokerService, pp_id: str, n: int, timeout: float = 5.0) -> list[Any]:
     """Poll GetMessages until ``n`` messages arrived (forwarding is asynchronous)."""
     out: list[Any] = []
-    deadline = time.monotonic() + timeout
-    while len(out) < n and time.monotonic() < deadline:
-        out += service.get_messages(pp_id, None)
-        if len(out) < n:
-            time.sleep(0.02)
+
+    def enough() -> bool:
+        out.extend(service.get_messages(pp_id, None))
+        return len(out) >= n
+
+    wait_until(enough, timeout, what=f"{n} message(s) from the pull point")
+    return out
+
+
+def until_sentinel(service: BrokerService, pp_id: str, count: int = 1) -> list[Any]:
+    """Everything the pull point hands out until ``count`` ``<sentinel/>`` messages came
+    (a barrier: see docs/testing.md)."""
+    out: list[Any] = []
+
+    def seen() -> bool:
+        out.extend(service.get_messages(pp_id, None))
+        return sum(etree.fromstring(m.payload).tag == "sentinel" for m in out) >= count
+
+    wait_until(seen, what=f"{count} <sentinel/> message(s) at the pull point")
     return out
 
 
@@ -81,10 +96,15 @@ def test_subscription_with_pull_point_consumer(service: BrokerService) -> None:
     assert texts(got) == ["world"]
     assert got[0].subscription_reference == EndpointReference(service.subscription_address(sub.id))
     # ServiceMix testUnsubscribe: after Unsubscribe nothing more arrives
+    witness = service.subscribe(
+        sub_req(service.pull_point_address(pp.id), topic=simple("t:myTopic"))
+    )
     service.unsubscribe(sub.id)
     service.notify([note("<hello>again</hello>", simple("t:myTopic"))])
-    time.sleep(0.2)
-    assert service.get_messages(pp.id, 0) == []
+    service.notify([note("<sentinel/>", simple("t:myTopic"))])
+    got = until_sentinel(service, pp.id)
+    witness_ref = EndpointReference(service.subscription_address(witness.id))
+    assert [m.subscription_reference for m in got] == [witness_ref] * 2
 
 
 def test_servicemix_pull_with_filter(service: BrokerService) -> None:
@@ -98,13 +118,12 @@ def test_servicemix_pull_with_filter(service: BrokerService) -> None:
             )
         )
     service.notify([note("<msg type='a'/>"), note("<msg type='b'/>"), note("<msg type='c'/>")])
-    a = drain(service, pp1.id, 1)
-    b = drain(service, pp2.id, 1)
-    time.sleep(0.1)
-    a += service.get_messages(pp1.id, None)
-    b += service.get_messages(pp2.id, None)
-    assert [etree.fromstring(m.payload).get("type") for m in a] == ["a"]
-    assert [etree.fromstring(m.payload).get("type") for m in b] == ["b"]
+    # the barrier: a sentinel each filter lets through, after the messages it must drop
+    service.notify([note("<sentinel type='a'/>"), note("<sentinel type='b'/>")])
+    a = until_sentinel(service, pp1.id)
+    b = until_sentinel(service, pp2.id)
+    assert [etree.fromstring(m.payload).get("type") for m in a] == ["a", "a"]
+    assert [etree.fromstring(m.payload).get("type") for m in b] == ["b", "b"]
 
 
 def test_pause_resume_pull_point_subscription(service: BrokerService) -> None:
@@ -113,11 +132,14 @@ def test_pause_resume_pull_point_subscription(service: BrokerService) -> None:
     service.notify([note("<m>0</m>")])
     assert texts(drain(service, pp.id, 1)) == ["0"]
     service.pause(sub.id)
-    service.notify([note("<m>1</m>"), note("<m>2</m>")])
-    time.sleep(0.2)
-    assert service.get_messages(pp.id, None) == []
+    witness = service.subscribe(sub_req(service.pull_point_address(pp.id)))
+    service.notify([note("<m>1</m>"), note("<m>2</m>"), note("<sentinel/>")])
+    held = until_sentinel(service, pp.id)
+    witness_ref = EndpointReference(service.subscription_address(witness.id))
+    assert [m.subscription_reference for m in held] == [witness_ref] * 3
     service.resume(sub.id)
-    assert texts(drain(service, pp.id, 2)) == ["1", "2"]
+    got = until_sentinel(service, pp.id)
+    assert texts(got) == ["1", "2", ""]
 
 
 def test_destroy_pull_point_destroys_feeding_subscriptions(service: BrokerService) -> None:

@@ -16,14 +16,15 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import requests
 
-from tests.fixtures.server import RunningServer, poll
+from tests.fixtures.server import RunningServer
+from tests.support.waiting import wait_until
 from wsnmom.client import NotificationConsumer, WsnClient
 
 pytestmark = pytest.mark.e2e
@@ -85,10 +86,6 @@ def _shown(web: Any, css: str) -> bool:
     )
 
 
-def _wait(what: str, predicate: Callable[[], Any], timeout: float = 10) -> Any:
-    return poll(predicate, timeout, what=what)
-
-
 def _refreshes(web: Any) -> int:
     return int(web.execute_script("return document.getElementById('last-refresh').dataset.count"))
 
@@ -120,7 +117,7 @@ def test_the_local_operator_without_authentication(
     registration = client.register_publisher("http://127.0.0.1:9/plc-7", ["p:line1//*"])
 
     web.get(open_gateway.base_url + "/admin?refresh=0.3")
-    _wait("a first refresh", lambda: _refreshes(web) >= 1)
+    wait_until(what="a first refresh", check=lambda: _refreshes(web) >= 1)
 
     # -- what a reader sees
     assert web.title == "wsnmom admin"
@@ -149,14 +146,19 @@ def test_the_local_operator_without_authentication(
     client.notify_many([(f"<celsius>{20 + i}</celsius>", "p:line1/temperature") for i in range(3)])
     consumer.wait_for(3)
     topic_row = f'#topics tr[data-topic="{{{NS}}}line1/temperature"]'
-    _wait("3 messages on the topic", lambda: _text(web, f"{topic_row} td.messages") == "3")
+    wait_until(
+        what="3 messages on the topic", check=lambda: _text(web, f"{topic_row} td.messages") == "3"
+    )
     assert _text(web, "#total-messages") == "3"
     assert float(_text(web, f"{topic_row} td.rate").rstrip("/s")) > 0
-    _wait("a backlog of 3", lambda: _text(web, f"{held_row} td.backlog") == "3")
+    wait_until(what="a backlog of 3", check=lambda: _text(web, f"{held_row} td.backlog") == "3")
     live_row = f'#subscriptions tr[data-id="{live.id}"]'
-    _wait("3 delivered", lambda: _text(web, f"{live_row} td.delivered") == "3")
+    wait_until(what="3 delivered", check=lambda: _text(web, f"{live_row} td.delivered") == "3")
     down_row = f'#subscriptions tr[data-id="{down.id}"]'
-    _wait("a failing consumer", lambda: _text(web, f"{down_row} td.failures") not in ("", "0"))
+    wait_until(
+        what="a failing consumer",
+        check=lambda: _text(web, f"{down_row} td.failures") not in ("", "0"),
+    )
     assert _text(web, f"{down_row} .badge") == "failing"
     assert "127.0.0.1:9" in _text(web, f"{down_row} td.error")
     assert web.execute_script("return window.__marker") == marker
@@ -173,19 +175,19 @@ def test_the_local_operator_without_authentication(
     pause = web.find_element(By.CSS_SELECTOR, f"{live_row} td.actions button")
     assert pause.text == "Pause" and pause.is_displayed()
     pause.click()
-    _wait("the paused row", lambda: _text(web, f"{live_row} .badge") == "paused")
+    wait_until(what="the paused row", check=lambda: _text(web, f"{live_row} .badge") == "paused")
     state = requests.get(f"{open_gateway.base_url}{API}/subscriptions/{live.id}", timeout=5)
     assert state.json()["state"] == "paused"
 
     # -- one subscription's page, reached from its id in the table
     web.find_element(By.CSS_SELECTOR, f"{down_row} td a").click()
-    _wait("the subscription's page", lambda: _shown(web, "#detail"))
+    wait_until(what="the subscription's page", check=lambda: _shown(web, "#detail"))
     assert web.current_url.endswith(f"admin?subscription={down.id}")
 
     def field(name: str) -> str:
         return _text(web, f'#detail-fields tr[data-field="{name}"] td')
 
-    _wait("its fields", lambda: field("state") == "failing")
+    wait_until(what="its fields", check=lambda: field("state") == "failing")
     assert field("consumer") == "http://127.0.0.1:9/nobody-listens"
     assert field("topic").startswith("p:line1/temperature") and f"p = {NS}" in field("topic")
     assert field("policy") == "wrapped Notify, SOAP 1.2, push"
@@ -210,19 +212,22 @@ def test_subscriptions_are_searched_and_paged_by_the_gateway(
     client = WsnClient(open_gateway.broker_url, namespaces={"p": NS})
     subs = [client.subscribe(f"http://127.0.0.1:9/{tag}/{n:03d}", "p:q") for n in range(105)]
     web.get(open_gateway.base_url + "/admin?refresh=0")
-    _wait("a first refresh", lambda: _refreshes(web) >= 1)
+    wait_until(what="a first refresh", check=lambda: _refreshes(web) >= 1)
     web.find_element(By.ID, "sub-search").send_keys(tag)
-    _wait("the first page", lambda: _text(web, "#sub-page") == "1 to 100 of 105")
+    wait_until(what="the first page", check=lambda: _text(web, "#sub-page") == "1 to 100 of 105")
     assert len(web.find_elements(By.CSS_SELECTOR, "#subscriptions tbody tr")) == 100
     Select(web.find_element(By.ID, "sub-sort")).select_by_value("consumer")
-    _wait("sorted by consumer", lambda: f"{tag}/000" in _text(web, "#subscriptions tbody tr"))
+    wait_until(
+        what="sorted by consumer",
+        check=lambda: f"{tag}/000" in _text(web, "#subscriptions tbody tr"),
+    )
     web.find_element(By.ID, "sub-next").click()
-    _wait("the second page", lambda: _text(web, "#sub-page") == "101 to 105 of 105")
+    wait_until(what="the second page", check=lambda: _text(web, "#sub-page") == "101 to 105 of 105")
     rows = web.find_elements(By.CSS_SELECTOR, "#subscriptions tbody tr")
     assert [r.get_attribute("data-id") for r in rows] == [s.id for s in subs[100:]]
     search = web.find_element(By.ID, "sub-search")
     search.send_keys("/104")
-    _wait("one match", lambda: _text(web, "#sub-page") == "1 to 1 of 1")
+    wait_until(what="one match", check=lambda: _text(web, "#sub-page") == "1 to 1 of 1")
     for sub in subs:
         sub.unsubscribe()
     client.close()
@@ -242,7 +247,7 @@ def test_an_admin_signs_in_and_acts(gateway: RunningServer, chromium: Any, tmp_p
     client.register_publisher("http://127.0.0.1:9/plc-7", ["p:line1//*"])
 
     web.get(gateway.base_url + "/admin?refresh=0.3")
-    _wait("the sign-in form", lambda: _shown(web, "#sign-in"))
+    wait_until(what="the sign-in form", check=lambda: _shown(web, "#sign-in"))
     assert _shown(web, "#no-access") and not _shown(web, "#content")
     # -- refused before signing in (401 without a challenge: no browser dialog)
     assert _post_from_page(web, f"wsn/admin/api/subscriptions/{live.id}/pause") == 401
@@ -250,19 +255,19 @@ def test_an_admin_signs_in_and_acts(gateway: RunningServer, chromium: Any, tmp_p
 
     web.find_element(By.ID, "token").send_keys(TOKEN)
     web.find_element(By.CSS_SELECTOR, "#sign-in button").click()
-    _wait("the admin role", lambda: _text(web, "#role") == "admin")
+    wait_until(what="the admin role", check=lambda: _text(web, "#role") == "admin")
     assert _shown(web, "#sign-out") and not _shown(web, "#sign-in")
     before = _refreshes(web)
-    _wait("a refresh after signing in", lambda: _refreshes(web) > before)
+    wait_until(what="a refresh after signing in", check=lambda: _refreshes(web) > before)
     client.notify_many([(f"<celsius>{20 + i}</celsius>", "p:line1/temperature") for i in range(3)])
     held_row = f'#subscriptions tr[data-id="{held.id}"]'
-    _wait("a backlog of 3", lambda: _text(web, f"{held_row} td.backlog") == "3")
+    wait_until(what="a backlog of 3", check=lambda: _text(web, f"{held_row} td.backlog") == "3")
 
     live_row = f'#subscriptions tr[data-id="{live.id}"]'
     pause = web.find_element(By.CSS_SELECTOR, f"{live_row} td.actions button")
     assert pause.text == "Pause" and pause.is_displayed()
     pause.click()
-    _wait("the paused row", lambda: _text(web, f"{live_row} .badge") == "paused")
+    wait_until(what="the paused row", check=lambda: _text(web, f"{live_row} .badge") == "paused")
     assert _api(gateway, f"/subscriptions/{live.id}")["state"] == "paused"
     assert "pause" in _text(web, "#notice")
 
@@ -273,7 +278,7 @@ def test_an_admin_signs_in_and_acts(gateway: RunningServer, chromium: Any, tmp_p
     )
     purge.click()
     web.switch_to.alert.accept()
-    _wait("an empty backlog", lambda: _text(web, f"{held_row} td.backlog") == "0")
+    wait_until(what="an empty backlog", check=lambda: _text(web, f"{held_row} td.backlog") == "0")
     assert _api(gateway, f"/subscriptions/{held.id}")["backlog"] == 0
     assert "3 message(s) dropped" in _text(web, "#notice")
 
@@ -282,9 +287,11 @@ def test_an_admin_signs_in_and_acts(gateway: RunningServer, chromium: Any, tmp_p
     web.find_element(By.ID, "publish-topic").send_keys(f"{{{NS}}}line1/temperature")
     web.find_element(By.ID, "publish-payload").send_keys("<celsius>99</celsius>")
     web.find_element(By.CSS_SELECTOR, "#publish button").click()
-    _wait("the published notice", lambda: "published on" in _text(web, "#notice"))
+    wait_until(what="the published notice", check=lambda: "published on" in _text(web, "#notice"))
     topic_row = f'#topics tr[data-topic="{{{NS}}}line1/temperature"]'
-    _wait("4 messages on the topic", lambda: _text(web, f"{topic_row} td.messages") == "4")
+    wait_until(
+        what="4 messages on the topic", check=lambda: _text(web, f"{topic_row} td.messages") == "4"
+    )
     current = client.get_current_message("p:line1/temperature")
     assert current.payload.tag == "celsius" and current.payload.text == "99"
 
@@ -295,7 +302,7 @@ def test_an_admin_signs_in_and_acts(gateway: RunningServer, chromium: Any, tmp_p
 
     # -- signing out takes everything away again
     web.find_element(By.ID, "sign-out").click()
-    _wait("the sign-in form again", lambda: _shown(web, "#sign-in"))
+    wait_until(what="the sign-in form again", check=lambda: _shown(web, "#sign-in"))
     assert not _shown(web, "#publish")
     assert _text(web, "#role") == "read-only" and not _shown(web, "#content")
     consumer.close()

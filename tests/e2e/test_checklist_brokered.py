@@ -13,8 +13,9 @@ import pytest
 from lxml import etree
 
 from tests.e2e.conftest import Answer, Wsn
-from tests.fixtures.server import ConsumerServer, poll
+from tests.fixtures.server import ConsumerServer
 from tests.support.soap import NS, SIMPLE, epr_address
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -51,7 +52,7 @@ def test_get_current_message_is_a_non_destructive_raw_read(wsn: Wsn) -> None:
     NotificationMessage wrapper) and reading it twice gives it twice."""
     gcm = f"<wsnt:GetCurrentMessage>{wsn.simple('last')}</wsnt:GetCurrentMessage>"
     wsn.notify(("tns:last", '<p:v xmlns:p="urn:p">1</p:v>'))
-    first = poll(lambda: (a := wsn.post(wsn.broker, gcm)).status == 200 and a, what="current")
+    first = wait_until(lambda: (a := wsn.post(wsn.broker, gcm)).status == 200 and a, what="current")
     body = first.ok()
     assert [c.tag for c in body] == ["{urn:p}v"]
     assert wsn.post(wsn.broker, gcm).ok()[0].text == "1"

@@ -14,8 +14,9 @@ import pytest
 from lxml import etree
 
 from tests.e2e.conftest import Answer, Wsn
-from tests.fixtures.server import ConsumerServer, poll
+from tests.fixtures.server import ConsumerServer
 from tests.support.soap import NS, SIMPLE, envelope, epr_address
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -93,12 +94,16 @@ def test_pause_resume_state_and_lifetime(wsn: Wsn, consumer: ConsumerServer) -> 
     wsn.post(sub.address, "<wsnt:PauseSubscription/>").ok()
     assert _property_tt(wsn, sub.address) == before
     renewed = _tt(_renew(wsn, sub.address, "PT20M").ok())
-    wsn.notify(("tns:myTopic", "<p>while-paused</p>"))
-    time.sleep(0.5)
-    assert consumer.messages() == []  # still paused after Renew
+    witness = wsn.subscribe(consumer.address())  # the barrier: it gets a sentinel after
+    wsn.notify(("tns:myTopic", "<p>while-paused</p>"), ("tns:myTopic", "<sentinel/>"))
+    consumer.wait_for_sentinel(witness.address)
+    assert consumer.messages_for(sub.address) == []  # still paused after Renew
     wsn.post(sub.address, "<wsnt:ResumeSubscription/>").ok()
     assert _property_tt(wsn, sub.address) == renewed
-    (msg,) = consumer.wait_for_messages(1)
+    msg, _sentinel = wait_until(
+        lambda: len(m := consumer.messages_for(sub.address)) >= 2 and m,
+        what="the held messages after resume",
+    )
     assert msg.findtext("wsnt:Message/p", namespaces=NS) == "while-paused"
     policy = wsn.http.get(f"{wsn.server.base_url}/wsn/policy").content
     assert b"PauseBehaviour" in policy  # RES-05: the choice is advertised
@@ -110,22 +115,24 @@ def test_expiry_during_pause_destroys(wsn: Wsn, consumer: ConsumerServer) -> Non
     sub = wsn.subscribe(consumer.address(), itt="PT1S")
     wsn.post(sub.address, "<wsnt:PauseSubscription/>").ok()
     rp = "<wsrf-rp:GetResourceProperty>wsnt:CreationTime</wsrf-rp:GetResourceProperty>"
-    poll(  # probe with a read: a ResumeSubscription probe would un-pause it
+    wait_until(  # probe with a read: a ResumeSubscription probe would un-pause it
         lambda: wsn.post(sub.address, rp).fault == "ResourceUnknownFault",
         timeout=5,
         interval=0.2,
         what="the paused subscription to expire",
     )
     assert wsn.post(sub.address, "<wsnt:ResumeSubscription/>").fault == "ResourceUnknownFault"
-    wsn.notify(("tns:myTopic", "<late/>"))
-    time.sleep(0.4)
-    assert consumer.messages() == []
+    witness = wsn.subscribe(consumer.address())
+    wsn.notify(("tns:myTopic", "<late/>"), ("tns:myTopic", "<sentinel/>"))
+    assert len(consumer.wait_for_sentinel(witness.address)) == 2
+    assert consumer.messages_for(sub.address) == []
 
 
 def test_unsubscribe_destroys(wsn: Wsn, consumer: ConsumerServer) -> None:
     """UNS-02, UNS-03: after Unsubscribe nothing more is delivered and every operation on
     the EPR answers ResourceUnknownFault."""
     sub = wsn.subscribe(consumer.address())
+    witness = wsn.subscribe(consumer.address())
     wsn.post(sub.address, "<wsnt:Unsubscribe/>").ok()
     wsn.notify(("tns:myTopic", "<gone/>"))
     for body in (
@@ -136,8 +143,9 @@ def test_unsubscribe_destroys(wsn: Wsn, consumer: ConsumerServer) -> None:
         "<wsrf-rp:GetResourceProperty>wsnt:Filter</wsrf-rp:GetResourceProperty>",
     ):
         assert wsn.post(sub.address, body).fault == "ResourceUnknownFault", body
-    time.sleep(0.3)
-    assert consumer.messages() == []
+    wsn.notify(("tns:myTopic", "<sentinel/>"))
+    assert len(consumer.wait_for_sentinel(witness.address)) == 2
+    assert consumer.messages_for(sub.address) == []
 
 
 def test_wsrl_destroy_of_every_resource(wsn: Wsn, consumer: ConsumerServer) -> None:
@@ -183,12 +191,12 @@ def test_get_messages_counts_and_destructive_read(wsn: Wsn) -> None:
         return [m.findtext("wsnt:Message/n", namespaces=NS) or "" for m in msgs]
 
     got: list[etree._Element] = []
-    first = poll(lambda: wsn.get_messages(pp, 2), what="first two messages")
+    first = wait_until(lambda: wsn.get_messages(pp, 2), what="first two messages")
     assert len(first) <= 2
     got.extend(first)
     while len(got) < 2:
         got.extend(wsn.get_messages(pp, 2 - len(got)))
-    poll(lambda: len(got) >= 5 or got.extend(wsn.get_messages(pp, 10)), what="the rest")
+    wait_until(lambda: len(got) >= 5 or got.extend(wsn.get_messages(pp, 10)), what="the rest")
     assert values(got) == ["0", "1", "2", "3", "4"]
     assert wsn.get_messages(pp) == []  # GM-06: nothing comes back
 
@@ -215,9 +223,9 @@ def test_get_messages_exactly_maximum(wsn: Wsn) -> None:
     time.sleep(0.3)
     held = wsn.get_messages(pp, 2)
     if len(held) < 2:  # accumulation still in flight: read the rest one by one
-        held += poll(lambda: wsn.get_messages(pp, 2 - len(held)), what="held messages")
+        held += wait_until(lambda: wsn.get_messages(pp, 2 - len(held)), what="held messages")
     assert len(held) == 2
-    assert len(poll(lambda: wsn.get_messages(pp, 2), what="the third")) == 1
+    assert len(wait_until(lambda: wsn.get_messages(pp, 2), what="the third")) == 1
 
 
 def test_get_messages_returns_notification_message_verbatim(wsn: Wsn) -> None:
@@ -240,7 +248,7 @@ def test_get_messages_returns_notification_message_verbatim(wsn: Wsn) -> None:
         headers={"Content-Type": "application/soap+xml"},
     )
     assert resp.status_code in (200, 202)
-    (msg,) = poll(lambda: wsn.get_messages(pp), what="the pulled message")
+    (msg,) = wait_until(lambda: wsn.get_messages(pp), what="the pulled message")
     assert msg.findtext("wsnt:SubscriptionReference/wsa:Address", namespaces=NS) == (
         "http://producer.example/subs/7"
     )
@@ -278,7 +286,7 @@ def test_destroy_pull_point_ends_its_subscriptions(wsn: Wsn) -> None:
     _, pp = wsn.create_pull_point()
     sub = wsn.subscribe(pp)
     wsn.post(pp, "<wsnt:DestroyPullPoint/>").ok()
-    poll(
+    wait_until(
         lambda: wsn.post(sub.address, "<wsnt:PauseSubscription/>").fault == "ResourceUnknownFault",
         what="the feeding subscription to be removed",
     )
@@ -290,6 +298,6 @@ def test_use_raw_to_pull_point_is_stored_wrapped(wsn: Wsn) -> None:
     _, pp = wsn.create_pull_point()
     wsn.subscribe(pp, policy="<wsnt:UseRaw/>")
     wsn.notify(("tns:myTopic", '<r:x xmlns:r="urn:r"/>'))
-    (msg,) = poll(lambda: wsn.get_messages(pp), what="the pulled message")
+    (msg,) = wait_until(lambda: wsn.get_messages(pp), what="the pulled message")
     assert msg.find("wsnt:Message/{urn:r}x", NS) is not None
     assert msg.find("wsnt:Topic", NS) is not None

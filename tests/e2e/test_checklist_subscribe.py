@@ -5,7 +5,6 @@ Each test names the rule ids it proves; ``docs/conformance.md`` maps them back."
 
 from __future__ import annotations
 
-import time
 from datetime import UTC, datetime, timedelta
 
 import isodate
@@ -13,18 +12,31 @@ import pytest
 from lxml import etree
 
 from tests.e2e.conftest import Wsn
-from tests.fixtures.server import ConsumerServer, poll
+from tests.fixtures.server import ConsumerServer
 from tests.support.soap import CONCRETE, FULL, NS, SIMPLE, XPATH, epr_address, subscribe_body
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.e2e
 
 NOTIFY_ACTION = "http://docs.oasis-open.org/wsn/bw-2/NotificationConsumer/Notify"
 
 
-def _settle(consumer: ConsumerServer, count: int, wait: float = 0.5) -> None:
-    """Nothing beyond ``count`` messages arrives (after the expected ones have)."""
-    time.sleep(wait)
-    assert len(consumer.messages()) == count
+def _settle(
+    wsn: Wsn, consumer: ConsumerServer, count: int, sentinel: tuple[str, str], subscriptions: int
+) -> None:
+    """Nothing beyond ``count`` messages arrives: ``sentinel`` (a payload with a
+    ``sentinel`` attribute that each of the ``subscriptions`` lets through) is published
+    after them, and once every copy of it has come, exactly ``count`` others have."""
+    wsn.notify(sentinel)
+
+    def marked(m: etree._Element) -> bool:
+        return bool(m.xpath("wsnt:Message/*[@sentinel]", namespaces=NS))
+
+    wait_until(
+        lambda: sum(map(marked, consumer.messages())) >= subscriptions,
+        what=f"{subscriptions} sentinel(s)",
+    )
+    assert len([m for m in consumer.messages() if not marked(m)]) == count
 
 
 def test_identical_subscribes_make_two_subscriptions(wsn: Wsn, consumer: ConsumerServer) -> None:
@@ -36,7 +48,7 @@ def test_identical_subscribes_make_two_subscriptions(wsn: Wsn, consumer: Consume
     msgs = consumer.wait_for_messages(2)
     refs = {m.findtext("wsnt:SubscriptionReference/wsa:Address", namespaces=NS) for m in msgs}
     assert refs == {a.address, b.address}
-    _settle(consumer, 2)
+    _settle(wsn, consumer, 2, ("tns:myTopic", '<s sentinel="1"/>'), 2)
 
 
 def test_filter_children_combine_with_and(wsn: Wsn, consumer: ConsumerServer) -> None:
@@ -59,7 +71,7 @@ def test_filter_children_combine_with_and(wsn: Wsn, consumer: ConsumerServer) ->
         "1",
         "2",
     ]
-    _settle(consumer, 3)
+    _settle(wsn, consumer, 3, ("tns:a", '<m ok="yes" sentinel="1"/>'), 2)
     te2 = (
         f'<wsnt:TopicExpression xmlns:tns="{wsn.ns}" Dialect="{SIMPLE}">tns:b'
         "</wsnt:TopicExpression>"
@@ -79,7 +91,7 @@ def test_empty_filter_places_no_constraint(wsn: Wsn, consumer: ConsumerServer) -
     marker = f"m{wsn.ns[-8:]}"
     try:
         wsn.notify(("tns:anything", f'<{marker} xmlns="{wsn.ns}"/>'))
-        poll(
+        wait_until(
             lambda: any(
                 m.find(f"wsnt:Message/{{{wsn.ns}}}{marker}", NS) is not None
                 for m in consumer.messages()
@@ -142,7 +154,8 @@ def test_message_content_decisions(wsn: Wsn, consumer: ConsumerServer) -> None:
     )
     msgs = consumer.wait_for_messages(3)
     assert {m.findtext(f"wsnt:Message/{{{p}}}Data/{{{p}}}v", namespaces=NS) for m in msgs} == {"1"}
-    _settle(consumer, 3)
+    sentinel = f'<q:Data xmlns:q="{p}" sentinel="1"><q:v>1</q:v></q:Data>'
+    _settle(wsn, consumer, 3, ("tns:mc", sentinel), 3)
 
 
 def test_unrecognized_policy_names_the_request(wsn: Wsn, consumer: ConsumerServer) -> None:
@@ -169,8 +182,10 @@ def test_raw_delivery(wsn: Wsn, consumer: ConsumerServer) -> None:
     (rec,) = consumer.wait_for_requests(1)
     assert rec.body_child.tag == "{urn:r}raw"
     assert rec.header(f"{{{NS['wsa']}}}Action")[0].text == NOTIFY_ACTION
-    time.sleep(0.3)
-    assert len(consumer.notifies()) == 1
+    wsn.notify(("tns:myTopic", "<sentinel/>"))  # the barrier: nothing else before it
+    _first, second = consumer.wait_for_requests(2)
+    assert second.body_child.tag == "sentinel"
+    assert len(consumer.notifies()) == 2
 
 
 def test_wrapped_delivery_metadata(wsn: Wsn, consumer: ConsumerServer) -> None:
@@ -225,8 +240,9 @@ def test_notify_without_topic_reaches_only_topicless_subscriptions(
         wsn.notify((None, f"<{marker}/>"))
         (msg,) = everything.wait_for_messages(1)
         assert msg.find("wsnt:Topic", NS) is None
-        time.sleep(0.4)
-        assert topical.messages() == []
+        wsn.notify(("tns:myTopic", "<sentinel/>"))  # the barrier: after the topic-less one
+        (got,) = topical.wait_for_messages(1)
+        assert got.find("wsnt:Message/sentinel", NS) is not None
     finally:  # a topic-less subscription is demand for every publisher: remove it
         wsn.post(sub.address, "<wsnt:Unsubscribe/>").ok()
 

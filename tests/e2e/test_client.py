@@ -6,7 +6,6 @@ Each test drives the operation through the client and checks the outcome at the 
 
 from __future__ import annotations
 
-import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -14,7 +13,8 @@ from lxml import etree
 from wsnmom.core.model import EndpointReference, SoapVersion
 
 from tests.e2e.conftest import Wsn
-from tests.fixtures.server import RunningServer, free_port, poll
+from tests.fixtures.server import RunningServer, free_port
+from tests.support.waiting import wait_until
 from wsnmom.client import (
     CONCRETE,
     FULL,
@@ -79,7 +79,8 @@ def test_topic_dialects_and_clark_notation(client: WsnClient, inbox: Notificatio
     client.notify("<three/>", "tns:c")  # nobody subscribed
     got = sorted(n.payload.tag for n in inbox.wait_for(2))
     assert got == ["one", "two"]
-    time.sleep(0.3)
+    client.notify("<sentinel/>", "tns:b")  # the barrier: after <three/>
+    assert inbox.get(timeout=10).payload.tag == "sentinel"
     assert inbox.drain() == []
 
 
@@ -103,7 +104,9 @@ def test_message_content_filter(client: WsnClient, inbox: NotificationConsumer) 
     )
     (got,) = inbox.wait_for(1)
     assert got.payload.get("total") == "500"
-    time.sleep(0.3)
+    # the barrier: a sentinel the filter lets through, after the order it must drop
+    client.notify('<o:order xmlns:o="urn:orders" total="1000"/>', "tns:orders")
+    assert inbox.get(timeout=10).payload.get("total") == "1000"
     assert inbox.drain() == []
 
 
@@ -173,8 +176,12 @@ def test_renew_pause_resume_properties(client: WsnClient, inbox: NotificationCon
 
     sub.pause()
     assert sub.properties().paused is True
+    witness = client.subscribe(inbox, "tns:m")  # the barrier: it gets a sentinel after
     client.notify("<m>1</m>", "tns:m")
-    time.sleep(0.5)
+    client.notify("<sentinel/>", "tns:m")
+    seen = [inbox.get(timeout=10), inbox.get(timeout=10)]
+    assert [n.subscription_address for n in seen] == [witness.address] * 2
+    witness.unsubscribe()
     assert inbox.drain() == []
     sub.resume()
     assert inbox.get(timeout=10).payload.text == "1"
@@ -205,8 +212,8 @@ def test_pull_point_lifecycle(client: WsnClient) -> None:
         sub = client.subscribe(pp, "tns:pulled")
         client.notify_many([(f"<n>{i}</n>", "tns:pulled") for i in range(3)])
         pp.notify("<direct/>", "tns:other")
-        got = poll(lambda: (m := pp.get_messages(2)) and m, what="pulled messages")
-        got += poll(lambda: (m := pp.get_messages()) and len(got) + len(m) >= 4 and m)
+        got = wait_until(lambda: (m := pp.get_messages(2)) and m, what="pulled messages")
+        got += wait_until(lambda: (m := pp.get_messages()) and len(got) + len(m) >= 4 and m)
         texts = [n.payload.text for n in got if n.payload.tag == "n"]
         assert texts == ["0", "1", "2"]
         # the direct Notify may overtake the forwarded ones (Kafka: one more hop)
@@ -224,7 +231,7 @@ def test_pull_point_lifecycle(client: WsnClient) -> None:
 def test_named_pull_point(client: WsnClient, wsn: Wsn) -> None:
     pp = client.create_pull_point(name=f"queue-{wsn.ns[-8:]}")
     pp.notify("<x/>", "tns:q")
-    assert len(poll(lambda: pp.get_messages())) == 1
+    assert len(wait_until(lambda: pp.get_messages())) == 1
     pp.destroy()
 
 
@@ -257,7 +264,7 @@ def test_get_current_message(client: WsnClient) -> None:
             ('<p:v xmlns:p="urn:p">2</p:v>', "tns:current"),
         ]
     )
-    current = poll(lambda: _current(client), what="current message")
+    current = wait_until(lambda: _current(client), what="current message")
     assert current.payload.tag == "{urn:p}v" and current.payload.text == "2"
     assert current.topic == TopicExpression("tns:current", {"tns": client.namespaces["tns"]})
     with pytest.raises(MultipleTopicsSpecifiedFault):

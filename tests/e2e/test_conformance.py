@@ -13,7 +13,7 @@ import requests
 from lxml import etree
 
 from tests.e2e.conftest import Wsn
-from tests.fixtures.server import ConsumerServer, RunningServer, free_port, poll
+from tests.fixtures.server import ConsumerServer, RunningServer, free_port
 from tests.support.soap import (
     FULL,
     NS,
@@ -23,6 +23,7 @@ from tests.support.soap import (
     envelope,
     epr_address,
 )
+from tests.support.waiting import wait_until
 from wsnmom.client import NotificationConsumer, ResourceUnknownFault, WsnClient
 
 pytestmark = pytest.mark.e2e
@@ -123,7 +124,7 @@ def test_filter_without_topic_receives_everything(wsn: Wsn, consumer: ConsumerSe
     mc = f'<wsnt:MessageContent Dialect="{XPATH}">true()</wsnt:MessageContent>'
     wsn.subscribe(consumer.address(), None, extra_filter=mc)
     wsn.notify(("tns:whatever", f'<only-{wsn.ns[-6:]} xmlns="{wsn.ns}"/>'))
-    poll(
+    wait_until(
         lambda: any(
             m.find(f"wsnt:Message/{{{wsn.ns}}}only-{wsn.ns[-6:]}", NS) is not None
             for m in consumer.messages()
@@ -417,10 +418,23 @@ def test_bn_spec_example_subscribe_shape(wsn: Wsn, consumer: ConsumerServer) -> 
             "<ncex:Producer>16</ncex:Producer></ncex:Data>",
         ),
     )
-    msgs = consumer.wait_for_messages(1)
-    time.sleep(0.4)
-    assert len(consumer.messages()) == 1
+    # the barrier: a sentinel the filter lets through, after the message it must drop
+    wsn.notify(
+        (
+            "tns:SomeTopic",
+            '<ncex:Data xmlns:ncex="urn:example:consumer">'
+            "<ncex:Producer>15</ncex:Producer><ncex:Sentinel/></ncex:Data>",
+        ),
+    )
+    sentinel = ".//{urn:example:consumer}Sentinel"
+    wait_until(
+        lambda: any(m.find(sentinel) is not None for m in consumer.messages()),
+        what="the sentinel",
+    )
+    msgs = consumer.messages()
+    assert len(msgs) == 2
     assert msgs[0].findtext(".//{urn:example:consumer}Producer") == "15"
+    assert msgs[0].find(sentinel) is None
 
 
 def test_br_spec_example_register_publisher_with_reference_parameters(wsn: Wsn) -> None:
@@ -473,7 +487,7 @@ def test_bn_spec_example_notify_to_pull_point(wsn: Wsn) -> None:
     </wsnt:Notify>"""
     resp = wsn.http.post(pp, data=envelope(body), headers={"Content-Type": "application/soap+xml"})
     assert resp.status_code in (200, 202)
-    (msg,) = poll(lambda: wsn.get_messages(pp), what="pulled message")
+    (msg,) = wait_until(lambda: wsn.get_messages(pp), what="pulled message")
     assert msg.findtext(f"wsnt:Message/{{{wsn.ns}}}NotifyContent", namespaces=NS) == (
         "exampleNotifyContent"
     )
@@ -542,12 +556,12 @@ def test_subscription_survives_restart(
     wsn.subscribe(pp)
     wsn.notify(("tns:myTopic", "<before/>"))
     consumer.wait_for_messages(1)
-    poll(lambda: True)
+    wait_until(lambda: True)
     time.sleep(0.3)
     wsnmom_server.restart()
     wsn.notify(("tns:myTopic", "<after/>"))
     msgs = consumer.wait_for_messages(2, timeout=10)
     assert msgs[-1].find("wsnt:Message/after", NS) is not None
-    pulled = poll(lambda: wsn.get_messages(pp), what="pull point content after restart")
+    pulled = wait_until(lambda: wsn.get_messages(pp), what="pull point content after restart")
     assert [etree.QName(m.find("wsnt:Message", NS)[0]).localname for m in pulled][:1] == ["before"]  # type: ignore[index]
     wsn.post(sub.address, "<wsnt:Unsubscribe/>").ok()

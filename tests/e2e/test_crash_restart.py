@@ -36,9 +36,9 @@ from tests.fixtures.server import (
     free_port,
     kafka_gateway_url,
     mqtt_gateway_url,
-    poll,
 )
 from tests.support.soap import NS, WSNMOM, epr_address, resource_id
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -161,7 +161,7 @@ def test_state_and_notifications_survive_a_crash(
         # the consumer comes up: all N arrive (duplicates only as redeliveries)
         consumer = ConsumerServer(down_port)
         try:
-            poll(
+            wait_until(
                 lambda: set(ids_of(consumer.messages())) >= set(range(N)),
                 timeout=30,
                 what=f"all {N} notifications at the consumer that was down",
@@ -175,7 +175,7 @@ def test_state_and_notifications_survive_a_crash(
 
         # the pull point holds all N
         pulled: list[int] = []
-        poll(
+        wait_until(
             lambda: pulled.extend(ids_of(wsn.get_messages(pp))) or set(pulled) >= set(range(N)),
             timeout=30,
             what=f"all {N} notifications in the pull point",
@@ -186,7 +186,7 @@ def test_state_and_notifications_survive_a_crash(
         # nothing reached the paused subscription; Resume delivers its N in order
         assert at(paused_consumer, "/paused") == []
         wsn.post(paused.address, "<wsnt:ResumeSubscription/>").ok()
-        poll(lambda: len(at(paused_consumer, "/paused")) >= N, timeout=30, what="resumed")
+        wait_until(lambda: len(at(paused_consumer, "/paused")) >= N, timeout=30, what="resumed")
         resumed = ids_of(at(paused_consumer, "/paused"))
         first_seen = list(dict.fromkeys(resumed))
         assert first_seen == list(range(N))

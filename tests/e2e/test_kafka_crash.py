@@ -24,8 +24,9 @@ pytest.importorskip("confluent_kafka")
 
 from tests.e2e.conftest import Wsn
 from tests.fixtures.brokers import TansuNode
-from tests.fixtures.server import ConsumerServer, RunningServer, kafka_gateway_url, poll
+from tests.fixtures.server import ConsumerServer, RunningServer, kafka_gateway_url
 from tests.support.soap import FULL, NS
+from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.kafka, pytest.mark.slow]
 
@@ -81,7 +82,7 @@ def test_sigkill_repushes_at_most_the_bound_and_loses_nothing(
         for i in range(total):
             time.sleep(max(0.0, started + i / RATE - time.monotonic()))
             wsn.notify(("tns:crash", f'<n xmlns="urn:n">{i}</n>'))
-        poll(
+        wait_until(
             lambda: set(range(total)) <= set(numbers(consumer.messages())),
             timeout=30,
             what="every Notify at the push consumer",
@@ -96,7 +97,7 @@ def test_sigkill_repushes_at_most_the_bound_and_loses_nothing(
 
         server.start()
         wsn.notify(("tns:crash", f'<n xmlns="urn:n">{SENTINEL}</n>'))
-        poll(
+        wait_until(
             lambda: SENTINEL in numbers(consumer.messages()),
             timeout=30,
             what="the sentinel at the push consumer",
@@ -109,7 +110,7 @@ def test_sigkill_repushes_at_most_the_bound_and_loses_nothing(
             pulled.extend(numbers(wsn.get_messages(pull_point)))
             return SENTINEL in pulled
 
-        poll(drained, timeout=30, what="the sentinel in the pull point")
+        wait_until(drained, timeout=30, what="the sentinel in the pull point")
         print(
             f"\n{total} Notifies; re-pushed after SIGKILL: {again} (bound: {allowed}, what "
             f"arrived in the last {BOUND:.0f} s); pull point duplicates: "
@@ -178,7 +179,7 @@ def test_notify_while_the_broker_stops_answers_503_within_the_grace(
             else:
                 time.sleep(0.2)
         assert len(sent) == 3
-        poll(
+        wait_until(
             lambda: (
                 set(sent)
                 <= {m.findtext("wsnt:Message/{urn:n}n", namespaces=NS) for m in consumer.messages()}
@@ -214,7 +215,7 @@ def test_broker_restarted_empty_skips_nothing_published_after(
             wsn.notify(
                 *[("tns:reset", f'<n xmlns="urn:n">{i}</n>') for i in range(start, start + 20)]
             )
-        poll(
+        wait_until(
             lambda: len(set(numbers(consumer.messages()))) >= before,
             timeout=30,
             what="the messages before the restart",
@@ -242,7 +243,7 @@ def test_broker_restarted_empty_skips_nothing_published_after(
             else:
                 time.sleep(0.2)
         assert len(after) >= before + 50
-        pushed = poll(
+        pushed = wait_until(
             lambda: set(after) <= set(got := numbers(consumer.messages())) and got,
             timeout=30,
             what="every Notify acknowledged after the restart at the push consumer",
@@ -254,7 +255,9 @@ def test_broker_restarted_empty_skips_nothing_published_after(
             return set(after) <= set(pulled)
 
         try:
-            poll(drained, timeout=30, what="every Notify acknowledged after it in the pull point")
+            wait_until(
+                drained, timeout=30, what="every Notify acknowledged after it in the pull point"
+            )
         finally:
             print(
                 f"\n{len(after)} acknowledged after the restart; missing: push "

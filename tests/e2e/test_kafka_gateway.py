@@ -26,8 +26,9 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from tests.e2e.conftest import Wsn
 from tests.fixtures.brokers import TansuNode
-from tests.fixtures.server import ConsumerServer, RunningServer, kafka_gateway_url, poll
+from tests.fixtures.server import ConsumerServer, RunningServer, kafka_gateway_url
 from tests.support.soap import CONCRETE, NATIVE_BODIES, NS, check_native_bodies
+from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.kafka]
 
@@ -97,7 +98,7 @@ def test_notify_is_readable_by_a_plain_consumer(
     consumer = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": uuid.uuid4().hex})
     consumer.assign([TopicPartition(f"{prefix}.orders.shipped", 0, 0)])
     try:
-        record = poll(lambda: consumer.poll(0.5), timeout=10, what="the record")
+        record = wait_until(lambda: consumer.poll(0.5), timeout=10, what="the record")
     finally:
         consumer.close()
     headers = {k: (v or b"").decode() for k, v in record.headers() or []}
@@ -175,7 +176,7 @@ def test_broker_outage_faults_fast_then_delivers_everything_acknowledged(
                 for m in consumer.messages()
             }
 
-        poll(lambda: set(acked) <= delivered(), timeout=20, what="every acknowledged Notify")
+        wait_until(lambda: set(acked) <= delivered(), timeout=20, what="every acknowledged Notify")
     finally:
         node.resume()
         stop_gateway(server)
@@ -245,19 +246,21 @@ def test_gateway_killed_mid_stream_resumes_and_loses_nothing_acknowledged(
 
         publisher = threading.Thread(target=publish, daemon=True)
         publisher.start()
-        poll(lambda: len(consumer.messages()) >= 30, timeout=20, what="the stream flowing")
+        wait_until(lambda: len(consumer.messages()) >= 30, timeout=20, what="the stream flowing")
         assert server.process is not None
         os.kill(server.process.pid, signal.SIGKILL)
         server.process.wait(15)
         before_kill = len(acked)
         server.start()
-        poll(lambda: len(acked) >= before_kill + 30, timeout=30, what="publishes after restart")
+        wait_until(
+            lambda: len(acked) >= before_kill + 30, timeout=30, what="publishes after restart"
+        )
         stop.set()
         publisher.join(15)
         first_after = acked[before_kill] if len(acked) > before_kill else None
         assert first_after is not None
 
-        pushed = poll(
+        pushed = wait_until(
             lambda: (got := numbers(consumer.messages())) and set(acked) <= set(got) and got,
             timeout=30,
             what="every acknowledged Notify at the push consumer",
@@ -268,7 +271,7 @@ def test_gateway_killed_mid_stream_resumes_and_loses_nothing_acknowledged(
             pulled.extend(numbers(wsn.get_messages(pull_point)))
             return set(acked) <= set(pulled)
 
-        poll(drained, timeout=30, what="every acknowledged Notify in the pull point")
+        wait_until(drained, timeout=30, what="every acknowledged Notify in the pull point")
         for got in (pushed, pulled):
             firsts = list(dict.fromkeys(n for n in got if n in set(acked)))
             assert firsts == sorted(firsts), "out of order"
@@ -349,5 +352,5 @@ def test_each_subscriptions_lag_is_visible(tagged: tuple[RunningServer, str]) ->
             found = re.search(pattern, text, re.M)
             return api, float(found.group(1)) if found else None
 
-        poll(lambda: lag() == (3, 3.0), 30, what=f"a lag of 3 (now {lag()})")
+        wait_until(lambda: lag() == (3, 3.0), 30, what=f"a lag of 3 (now {lag()})")
         sub.unsubscribe()

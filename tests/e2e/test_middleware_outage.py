@@ -19,6 +19,7 @@ import requests
 from tests.fixtures.brokers import RabbitNode
 from tests.fixtures.server import ConsumerServer, RunningServer
 from tests.support.soap import content_type, envelope, fault_name, notify_body, subscribe_body
+from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.rabbitmq, pytest.mark.e2e]
 
@@ -53,15 +54,13 @@ def post(url: str, body: str, timeout: float = 30.0) -> requests.Response:
 
 
 def wait_status(url: str, status: int, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if requests.get(url, timeout=1).status_code == status:
-                return
-        except requests.RequestException:
-            pass
-        time.sleep(0.1)
-    raise AssertionError(f"{url} did not answer {status} within {timeout}s")
+    wait_until(
+        lambda: requests.get(url, timeout=1).status_code == status,
+        timeout,
+        what=f"{url} to answer {status}",
+        interval=0.1,
+        errors=(requests.RequestException,),
+    )
 
 
 def assert_unavailable(resp: requests.Response) -> None:

@@ -32,7 +32,6 @@ from tests.fixtures.server import (
     RunningServer,
     free_port,
     mqtt_gateway_url,
-    poll,
 )
 from tests.support.soap import (
     CONCRETE,
@@ -42,6 +41,7 @@ from tests.support.soap import (
     check_native_bodies,
     subscribe_body,
 )
+from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.mqtt]
 
@@ -262,14 +262,16 @@ def test_mosquitto_restart_mid_stream_loses_nothing_acknowledged(
         publisher = threading.Thread(target=publish)
         publisher.start()
         try:
-            poll(lambda: len(acked) >= 50, timeout=20, what="50 acknowledged")
+            wait_until(lambda: len(acked) >= 50, timeout=20, what="50 acknowledged")
             node.restart()
             before = len(acked)
-            poll(lambda: len(acked) >= before + 100, timeout=30, what="100 more acknowledged")
+            wait_until(lambda: len(acked) >= before + 100, timeout=30, what="100 more acknowledged")
         finally:
             stop.set()
             publisher.join(30)
-        poll(lambda: set(acked) <= numbers_at(consumer), timeout=30, what="every acknowledged")
+        wait_until(
+            lambda: set(acked) <= numbers_at(consumer), timeout=30, what="every acknowledged"
+        )
         # a Notify during the outage failed fast (if the gateway noticed it at all: a quick
         # restart may fall within the grace period)
         assert not refused or max(refused) < 5.0, refused
@@ -299,7 +301,7 @@ def test_gateway_sigkill_mid_native_stream_loses_nothing(
             server.start()
         finally:
             close_client(client)
-        poll(
+        wait_until(
             lambda: numbers_at(consumer) >= set(range(total)),
             timeout=30,
             what=f"all {total} natively published messages",
@@ -318,7 +320,7 @@ def test_broker_down_answers_503_fast_then_serves_again(
         wsn = Wsn(server, f"urn:test:{uuid.uuid4().hex[:8]}")
         wsn.notify(("tns:t", "<x/>"))
         node.stop()
-        poll(
+        wait_until(
             lambda: requests.get(server.base_url + "/readyz", timeout=2).status_code == 503,
             timeout=10,
             what="/readyz 503 while the broker is down",
@@ -334,7 +336,7 @@ def test_broker_down_answers_503_fast_then_serves_again(
         assert (answer.status, answer.fault) == (503, "ResourceUnavailableFault")
         assert time.monotonic() - started < 3.0
         node.start()
-        poll(
+        wait_until(
             lambda: requests.get(server.base_url + "/readyz", timeout=2).status_code == 200,
             timeout=15,
             what="/readyz 200 once the broker is back",
@@ -353,7 +355,7 @@ def test_gateway_started_before_its_broker_serves_once_it_is_up(mqtt_url: str) -
         server.start(wait_for="/healthz")
         assert requests.get(server.base_url + "/readyz", timeout=2).status_code == 503
         node.start()
-        poll(
+        wait_until(
             lambda: requests.get(server.base_url + "/readyz", timeout=2).status_code == 200,
             timeout=30,
             what="/readyz 200 once the broker is up",

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from tests.fixtures.server import poll
+from tests.support.waiting import wait_until
 from wsnmom.client import (
     ONVIF_CONCRETE_SET,
     InvalidTopicExpressionFault,
@@ -89,7 +89,7 @@ def test_pull_point_with_concrete_set(client: WsnClient) -> None:
         # On Kafka the two notifications create new topics that the wildcard subscription
         # finds within the adapter's discovery interval (2 s) plus a fetch: under CI load
         # that can pass 5 s, so the wait is longer than the documented bound.
-        got = poll(
+        got = wait_until(
             lambda: (m := pp.get_messages()) and len(m) >= 2 and m, timeout=20.0, what="2 events"
         )
         assert len(got) == 2

@@ -5,14 +5,16 @@ where they differ (expiry destroys the subscription)."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from datetime import timedelta
 
 import pytest
 from lxml import etree
 
 from tests.e2e.conftest import Wsn
-from tests.fixtures.server import ConsumerServer, poll
+from tests.fixtures.server import ConsumerServer
 from tests.support.soap import NS, SIMPLE, epr_address
+from tests.support.waiting import wait_until
 from tests.support.wsn_schemas import assert_body_valid
 from wsnmom.client import (
     Notification,
@@ -25,9 +27,30 @@ from wsnmom.client.errors import PublisherRegistrationFailedFault
 pytestmark = pytest.mark.e2e
 
 
-def _no_more(consumer: ConsumerServer, count: int, wait: float = 0.6) -> None:
-    time.sleep(wait)
-    assert len(consumer.messages()) == count
+def _from(consumer: ConsumerServer, sub_address: str) -> list[etree._Element]:
+    """The messages ``consumer`` received for the subscription at ``sub_address``."""
+    return [
+        m
+        for m in consumer.messages()
+        if (ref := m.find("wsnt:SubscriptionReference", NS)) is not None
+        and epr_address(ref) == sub_address
+    ]
+
+
+def _payload_texts(consumer: ConsumerServer, sub_address: str) -> list[str | None]:
+    return [m.findtext("wsnt:Message/*", namespaces=NS) for m in _from(consumer, sub_address)]
+
+
+def _until_sentinel(source: Callable[[], list[Notification]]) -> list[Notification]:
+    """Everything ``source`` (a drain or a GetMessages) yields up to a ``<sentinel/>``."""
+    got: list[Notification] = []
+
+    def seen() -> bool:
+        got.extend(source())
+        return any(n.payload.tag == "sentinel" for n in got)
+
+    wait_until(seen, what="the <sentinel/> notification")
+    return got
 
 
 # --- CXF WsnBrokerTest --------------------------------------------------------------------
@@ -46,14 +69,21 @@ def test_cxf_broker(wsn: Wsn, consumer: ConsumerServer) -> None:
         "http://docs.oasis-open.org/wsn/bw-2/NotificationConsumer/Notify"
     )
     assert rec.header(f"{{{NS['wsa']}}}To")[0].text == consumer.address()
+    # barrier: a witness on the same topic and consumer gets what comes after, then a sentinel
+    witness = wsn.subscribe(consumer.address())
     wsn.post(sub.address, "<wsnt:Unsubscribe/>").ok()
-    wsn.notify(("tns:myTopic", "<foo/>"))
-    _no_more(consumer, 1)
+    wsn.notify(("tns:myTopic", "<foo>after</foo>"), ("tns:myTopic", "<foo>sentinel</foo>"))
+    wait_until(
+        lambda: "sentinel" in _payload_texts(consumer, witness.address),
+        what="the sentinel at the witness subscription",
+    )
+    assert _payload_texts(consumer, witness.address) == ["after", "sentinel"]
+    assert len(_from(consumer, sub.address)) == 1
 
 
 def test_cxf_renew_expiry_destroys(client: WsnClient, inbox: NotificationConsumer) -> None:
     sub = client.subscribe(inbox, "tns:myTopic", initial_termination_time="PT1S")
-    time.sleep(1.6)
+    time.sleep(1.6)  # past the termination time: the probe below renews what is still alive
 
     def renew_faults() -> bool:
         try:
@@ -62,10 +92,12 @@ def test_cxf_renew_expiry_destroys(client: WsnClient, inbox: NotificationConsume
             return True
         return False
 
-    poll(renew_faults, timeout=3, what="expired subscription to be destroyed")
+    wait_until(renew_faults, what="the expired subscription to be destroyed")
+    witness = client.subscribe(inbox, "tns:myTopic")
     client.notify("<foo/>", "tns:myTopic")
-    time.sleep(0.6)
-    assert inbox.drain() == []
+    client.notify("<sentinel/>", "tns:myTopic")
+    got = _until_sentinel(inbox.drain)
+    assert [n.subscription_address for n in got] == [witness.address] * 2
 
 
 def test_cxf_renew_before_expiry_keeps_receiving(
@@ -83,7 +115,7 @@ def test_cxf_pull_point(client: WsnClient, wsn: Wsn, queue_name: str | None) -> 
     pp = client.create_pull_point(name=f"{queue_name}-{wsn.ns[-6:]}" if queue_name else None)
     sub = client.subscribe(pp, "tns:myTopic")
     client.notify("<foo>1</foo>", "tns:myTopic")
-    msgs = poll(lambda: pp.get_messages(10), timeout=5, what="pulled message")
+    msgs = wait_until(lambda: pp.get_messages(10), timeout=5, what="pulled message")
     assert len(msgs) >= 1
     assert msgs[0].payload.tag == "foo" and msgs[0].payload.text == "1"
     # fed through a subscription: GetMessages names it
@@ -149,7 +181,7 @@ def test_cxf_publisher_on_demand(wsn: Wsn, consumer_factory: object) -> None:
     sink: ConsumerServer = make()  # type: ignore[operator]
     _register(wsn, publisher.address("/producer"), ["myTopic1", "myTopic2"], True)
     sub = wsn.subscribe(sink.address(), "tns:myTopic1")
-    poll(
+    wait_until(
         lambda: any(op in ("Subscribe", "ResumeSubscription") for op, _ in publisher.control),
         timeout=5,
         what="the broker to subscribe to the demand-based publisher",
@@ -157,7 +189,7 @@ def test_cxf_publisher_on_demand(wsn: Wsn, consumer_factory: object) -> None:
     wsn.notify(("tns:myTopic1", "<demand/>"))
     assert len(sink.wait_for_messages(1)) == 1
     wsn.post(sub.address, "<wsnt:Unsubscribe/>").ok()
-    poll(
+    wait_until(
         lambda: any(op in ("Unsubscribe", "PauseSubscription") for op, _ in publisher.control),
         timeout=5,
         what="the broker to pause/unsubscribe at the publisher",
@@ -218,29 +250,42 @@ def test_smx_unsubscribe_pull(client: WsnClient) -> None:
     pp = client.create_pull_point()
     sub = client.subscribe(pp, "tns:myTopic")
     client.notify("<m/>", "tns:myTopic")
-    assert len(poll(lambda: pp.get_messages(0), what="message")) == 1
+    assert len(wait_until(lambda: pp.get_messages(0), what="message")) == 1
     sub.unsubscribe()
+    witness = client.subscribe(pp, "tns:myTopic")
     client.notify("<m/>", "tns:myTopic")
-    time.sleep(0.5)
-    assert pp.get_messages(0) == []
+    client.notify("<sentinel/>", "tns:myTopic")
+    got = _until_sentinel(lambda: pp.get_messages(0))
+    assert [n.subscription_address for n in got] == [witness.address] * 2
 
 
 def test_smx_pause_resume(client: WsnClient) -> None:
     pp = client.create_pull_point()
     sub = client.subscribe(pp, "tns:myTopic")
     client.notify("<m>1</m>", "tns:myTopic")
-    assert len(poll(lambda: pp.get_messages(), what="message")) == 1
+    assert len(wait_until(lambda: pp.get_messages(), what="message")) == 1
     sub.pause()
     sub.pause()  # idempotent
+    witness = client.subscribe(pp, "tns:myTopic")
     client.notify("<m>2</m>", "tns:myTopic")
-    time.sleep(0.5)
-    assert pp.get_messages() == []
+    client.notify("<sentinel/>", "tns:myTopic")
+    got = _until_sentinel(pp.get_messages)
+    assert [n.subscription_address for n in got] == [witness.address] * 2
     sub.resume()
     client.notify("<m>3</m>", "tns:myTopic")
     # policy: paused subscriptions accumulate; resume delivers everything in order
-    got: list[Notification] = []
-    poll(lambda: got.extend(pp.get_messages()) or len(got) >= 2, what="messages after resume")
-    assert [m.payload.text for m in got] == ["2", "3"]
+    mine: list[Notification] = []
+
+    def all_three() -> bool:
+        mine.extend(n for n in pp.get_messages() if n.subscription_address == sub.address)
+        return len(mine) >= 3
+
+    wait_until(all_three, what="the held messages and the new one after resume")
+    assert [(m.payload.tag, m.payload.text) for m in mine] == [
+        ("m", "2"),
+        ("sentinel", None),
+        ("m", "3"),
+    ]
 
 
 def test_smx_pull_with_message_content_filter(client: WsnClient) -> None:
@@ -249,10 +294,17 @@ def test_smx_pull_with_message_content_filter(client: WsnClient) -> None:
         pp = client.create_pull_point()
         client.subscribe(pp, "tns:myTopic", message_content=f"@type = '{kind}'")
         pps.append(pp)
-    for kind, expected in (("a", [1, 0]), ("b", [0, 1]), ("c", [0, 0])):
+    for kind in ("a", "b", "c"):
         client.notify(f"<msg type='{kind}'/>", "tns:myTopic")
-        time.sleep(0.4)
-        assert [len(pp.get_messages()) for pp in pps] == expected, kind
+    # barrier: a sentinel after them that each filter lets through
+    for kind in ("a", "b"):
+        client.notify(f"<sentinel type='{kind}'/>", "tns:myTopic")
+    for kind, pp in zip(("a", "b"), pps, strict=True):
+        got = _until_sentinel(pp.get_messages)
+        assert [(n.payload.tag, n.payload.get("type")) for n in got] == [
+            ("msg", kind),
+            ("sentinel", kind),
+        ]
 
 
 def test_smx_ws_rf_rp(client: WsnClient) -> None:
@@ -266,7 +318,7 @@ def test_get_current_message(wsn: Wsn) -> None:
         ("tns:current", '<p:v xmlns:p="urn:p">1</p:v>'),
         ("tns:current", '<p:v xmlns:p="urn:p">2</p:v>'),
     )
-    resp = poll(
+    resp = wait_until(
         lambda: (a := wsn.post(wsn.broker, gcm)).status == 200 and a, what="current message"
     )
     body = resp.ok()

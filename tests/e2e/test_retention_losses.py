@@ -17,8 +17,9 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.conftest import Wsn
-from tests.fixtures.server import ConsumerServer, RunningServer, poll
+from tests.fixtures.server import ConsumerServer, RunningServer
 from tests.support.soap import NS, WSNMOM
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -50,7 +51,7 @@ def test_retention_losses_of_a_paused_subscription_are_counted_and_logged(
         got = consumer.wait_for_messages(5, timeout=15)
         texts = [m.findtext("wsnt:Message/{urn:n}n", namespaces=NS) for m in got]
         assert texts == ["7", "8", "9", "10", "11"]  # the five the log still holds
-        poll(lambda: messages_lost(wsn, sub.address) == 7, timeout=5, what="MessagesLost 7")
+        wait_until(lambda: messages_lost(wsn, sub.address) == 7, timeout=5, what="MessagesLost 7")
         log = server.log_tail(400)
         assert f"subscription {sub.id}" in log or "were deleted by retention" in log, log
         assert "7 message(s)" in log and "deleted by retention" in log, log

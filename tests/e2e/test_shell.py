@@ -18,7 +18,8 @@ import requests
 from click.testing import CliRunner
 
 from tests.e2e.conftest import Wsn
-from tests.fixtures.server import RunningServer, free_port, poll
+from tests.fixtures.server import RunningServer, free_port
+from tests.support.waiting import wait_until
 from wsnmom.cli import cli
 from wsnmom.client import (
     ONVIF_CONCRETE_SET,
@@ -61,7 +62,7 @@ class Lines:
 
     def wait_err(self, text: str, timeout: float = 15) -> str:
         return str(
-            poll(
+            wait_until(
                 lambda: next((line for line in self.err if text in line), None),
                 timeout,
                 what=f"{text!r} on stderr (stderr: {self.err})",
@@ -156,7 +157,7 @@ def test_subscribe_print_until_ctrl_c(
     assert sub_id in _admin_ids(wsnmom_server)
     client.notify("<one>1</one>", "tns:live/a")
     client.notify("<two>2</two>", "tns:live/b/c")
-    poll(lambda: len(proc.out) >= 2, 10, what="two printed notifications")
+    wait_until(lambda: len(proc.out) >= 2, 10, what="two printed notifications")
     ns = client.namespaces["tns"]
     assert proc.out[:2] == [f"{{{ns}}}live/a <one>1</one>", f"{{{ns}}}live/b/c <two>2</two>"]
     proc.proc.send_signal(signal.SIGINT)

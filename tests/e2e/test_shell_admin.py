@@ -13,7 +13,8 @@ import pytest
 import requests
 from click.testing import CliRunner
 
-from tests.fixtures.server import RunningServer, poll
+from tests.fixtures.server import RunningServer
+from tests.support.waiting import wait_until
 from wsnmom.cli import cli
 from wsnmom.client import WsnClient
 
@@ -67,7 +68,7 @@ def test_subscriptions_pause_resume_and_purge(wsnmom_server: RunningServer, ns: 
         assert out == f"paused {sub.address}\n"
         assert _api(wsnmom_server, f"/subscriptions/{sub.id}")["state"] == "paused"
         client.notify_many([(f"<m>{i}</m>", "t:a") for i in range(3)])
-        poll(
+        wait_until(
             lambda: _api(wsnmom_server, f"/subscriptions/{sub.id}")["backlog"] == 3,
             10,
             what="a backlog of 3",
@@ -90,7 +91,7 @@ def test_pull_points_list_show_purge(wsnmom_server: RunningServer, ns: str) -> N
         pp = client.create_pull_point()
         feeder = client.subscribe(pp.address, "t:b")
         client.notify_many([(f"<m>{i}</m>", "t:b") for i in range(2)])
-        poll(
+        wait_until(
             lambda: any(
                 p["id"] == pp.id and p["waiting"] == 2
                 for p in _api(wsnmom_server, "/pullpoints")["pull_points"]

@@ -4,7 +4,6 @@ failure) or until ready (``/readyz``), with a private data directory."""
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -14,11 +13,9 @@ from pathlib import Path
 
 import requests
 
+from wsnmom.testing.gateway import free_port, listens_on
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+__all__ = ["free_port", "run_serve", "running_serve", "serve_env"]
 
 
 def serve_env(home: Path, **extra: str) -> dict[str, str]:
@@ -66,10 +63,11 @@ def running_serve(
                 out = process.stdout.read() if process.stdout else ""
                 raise AssertionError(f"wsnmom serve exited with {process.returncode}:\n{out}")
             try:
-                if requests.get(f"http://127.0.0.1:{port}/readyz", timeout=1).ok:
-                    break
+                answered = requests.get(f"http://127.0.0.1:{port}/readyz", timeout=1).ok
             except requests.RequestException:
-                pass
+                answered = False
+            if answered and listens_on(process.pid, port):  # not another gateway on the port
+                break
             if time.monotonic() > deadline:
                 raise AssertionError("wsnmom serve did not become ready")
             time.sleep(0.1)

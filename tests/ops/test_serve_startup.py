@@ -178,6 +178,16 @@ def test_port_in_use_names_host_and_port(tmp_path: Path) -> None:
     assert not (tmp_path / "xdg").exists()
 
 
+def test_bad_adapter_url_is_reported_before_the_port(tmp_path: Path) -> None:
+    """A typo in the adapter URL is the error to fix, whatever holds the port."""
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", free_port()))
+        busy.listen()
+        port = busy.getsockname()[1]
+        result = run_serve(["--adapter", "embeded://x", "--port", str(port)], serve_env(tmp_path))
+    _expect(result, ExitStatus.ADAPTER, "no adapter for URL scheme 'embeded'")
+
+
 def test_host_that_is_not_local(tmp_path: Path) -> None:
     # 192.0.2.0/24 is TEST-NET-1: never an address of this machine (bind fails locally)
     result = run_serve(["--host", "192.0.2.1", "--port", str(free_port())], serve_env(tmp_path))
@@ -242,7 +252,9 @@ def test_unwritable_data_directory(tmp_path: Path) -> None:
 
 
 def test_debug_shows_the_traceback(tmp_path: Path) -> None:
-    result = run_serve(["--adapter", "embeded://x", "--debug"], serve_env(tmp_path))
+    result = run_serve(
+        ["--adapter", "embeded://x", "--port", str(free_port()), "--debug"], serve_env(tmp_path)
+    )
     assert result.returncode == ExitStatus.ADAPTER
     assert "Traceback (most recent call last)" in result.stderr
     assert "UnknownAdapterScheme" in result.stderr

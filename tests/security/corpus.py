@@ -156,6 +156,14 @@ HOSTILE_XPATH = [
 ]
 
 
+def own_envelopes() -> list[bytes]:
+    """A request envelope for every operation in :data:`BODIES`, in SOAP 1.2 and 1.1: the
+    seeds that are there in every checkout."""
+    return [
+        envelope(body, version).encode() for body in BODIES.values() for version in ("1.2", "1.1")
+    ]
+
+
 def spec_envelopes(specs: Path) -> list[bytes]:
     """The example envelopes of the specifications in ``specs`` (when present)."""
     out: list[bytes] = []

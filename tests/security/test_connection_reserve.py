@@ -24,9 +24,10 @@ from typing import Any
 import pytest
 import requests
 
-from tests.fixtures.server import RunningServer, poll
+from tests.fixtures.server import RunningServer
 from tests.support.abuse import SlowBodies
 from tests.support.soap import notify_body
+from tests.support.waiting import wait_until
 from wsnmom.connections import RESERVED, ConnectionGuard, ConnectionPolicy, probe_request
 from wsnmom.http_framing import APP, BODY, Framing
 from wsnmom.reserve import authorization_of
@@ -179,7 +180,7 @@ def test_slow_bodies_from_16_addresses_leave_probes_and_authenticated_clients_se
     # 48 clients: without the reserve they would hold every place
     with SlowBodies("127.0.0.1", gateway.port, 48, sources, interval=0.5, backoff=0.5) as attack:
         # the attack holds every ordinary place: an anonymous request is refused
-        poll(
+        wait_until(
             lambda: _anonymous_answer(gateway).startswith(b"HTTP/1.1 503"),
             timeout=15,
             what="the attack to hold every ordinary place",
@@ -193,7 +194,7 @@ def test_slow_bodies_from_16_addresses_leave_probes_and_authenticated_clients_se
             assert refused.startswith(b"HTTP/1.1 503"), refused
             assert RESERVED.encode() in refused or b"connections.limit" in refused
         # the trickling bodies are cut at the minimum rate, long before body_timeout
-        poll(
+        wait_until(
             lambda: _closed(gateway, "min_body_rate") >= 32,
             timeout=20,
             what="slow bodies cut at connections.min_body_rate",

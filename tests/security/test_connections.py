@@ -20,9 +20,10 @@ from collections.abc import Callable, Iterator
 import pytest
 import requests
 
-from tests.fixtures.server import RunningServer, poll
+from tests.fixtures.server import RunningServer
 from tests.support.abuse import NormalTraffic, SlowClients
 from tests.support.soap import notify_body
+from tests.support.waiting import wait_until
 
 from .conftest import post
 
@@ -46,7 +47,7 @@ def test_slow_header_clients_do_not_starve_normal_requests(
     gateway = gateway_factory({"WSNMOM_CONNECTIONS__HEADER_TIMEOUT": "2"})
     sources = [f"127.0.3.{i}" for i in range(1, 21)]
     with SlowClients("127.0.0.1", gateway.port, 200, sources, interval=0.5) as slow:
-        poll(lambda: slow.connects >= 200, timeout=10, what="200 slow connections")
+        wait_until(lambda: slow.connects >= 200, timeout=10, what="200 slow connections")
         time.sleep(1)  # they hold their connections now
         with (
             NormalTraffic(lambda s: s.get(f"{gateway.base_url}/healthz", timeout=5)) as health,
@@ -100,7 +101,7 @@ def answer_of(sock: socket.socket) -> bytes:
 def test_per_client_limit_answers_503_and_spares_other_clients(limited: RunningServer) -> None:
     held = [connect(limited, "127.0.4.1") for _ in range(4)]
     try:
-        poll(lambda: metric(limited, "wsnmom_connections_open") >= 4, what="4 open")
+        wait_until(lambda: metric(limited, "wsnmom_connections_open") >= 4, what="4 open")
         extra = connect(limited, "127.0.4.1")
         reply = answer_of(extra)
         assert reply.startswith(b"HTTP/1.1 503 Service Unavailable\r\n"), reply
@@ -112,7 +113,7 @@ def test_per_client_limit_answers_503_and_spares_other_clients(limited: RunningS
         for sock in held:
             sock.close()
     # closed connections free their places
-    poll(
+    wait_until(
         lambda: answer_of_request(limited, "127.0.4.1").startswith(b"HTTP/1.1 200"),
         what="the client is admitted again",
     )
@@ -141,7 +142,7 @@ def test_connection_limit_answers_503(limited: RunningServer) -> None:
     finally:
         for sock in socks:
             sock.close()
-    poll(
+    wait_until(
         lambda: answer_of_request(limited, "127.0.6.1").startswith(b"HTTP/1.1 200"),
         what="admitted again",
     )

@@ -20,8 +20,9 @@ from collections.abc import Callable
 
 import pytest
 
-from tests.fixtures.server import ConsumerServer, RunningServer, poll
+from tests.fixtures.server import ConsumerServer, RunningServer
 from tests.support.soap import notify_body, subscribe_body
+from tests.support.waiting import wait_until
 
 from .conftest import post
 
@@ -80,7 +81,7 @@ def test_held_copies_stay_within_the_memory_budget_and_none_is_lost(
             got[rec.path].update(re.findall(rb"<n>(\d+)</n>", rec.body))
         return len(got) == SUBSCRIPTIONS and all(len(v) == MESSAGES for v in got.values())
 
-    poll(complete, 120, what="every message at every subscription")
+    wait_until(complete, 120, what="every message at every subscription")
     peak = _status_kb(pid, "VmHWM") * 1024
     growth = peak - baseline
     assert growth < BUDGET + SLACK, f"peak RSS grew by {growth / 2**20:.1f} MiB"

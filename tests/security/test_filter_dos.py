@@ -16,8 +16,9 @@ from collections.abc import Callable
 
 import pytest
 
-from tests.fixtures.server import ConsumerServer, RunningServer, poll
+from tests.fixtures.server import ConsumerServer, RunningServer
 from tests.support.soap import SIMPLE, XPATH, fault_name, notify_body, subscribe_body
+from tests.support.waiting import wait_until
 
 from .conftest import HealthProbe, post
 
@@ -71,7 +72,7 @@ def test_redos_filter_enabled_by_the_operator_cannot_stall_the_gateway(
         sent = post(gateway.broker_url, notify_body(("tns:t", PAYLOAD), ns=NS))
         assert sent.status_code == 202, sent.content
         # both subscriptions are ended, each with a SubscriptionEnd naming the budget
-        ends = poll(
+        ends = wait_until(
             lambda: (
                 [
                     m

@@ -23,8 +23,9 @@ import pytest
 import requests
 
 from tests.fixtures.disk import free_bytes, small_disk
-from tests.fixtures.server import RunningServer, free_port, poll
+from tests.fixtures.server import RunningServer, free_port
 from tests.support.soap import body_child, epr_address, notify_body, subscribe_body
+from tests.support.waiting import wait_until
 
 from .conftest import post, soap_fault_of
 
@@ -144,12 +145,12 @@ def test_low_disk_refuses_new_work_reclaims_destroyed_pull_points_and_recovers(
         destroyed = post(address, "<wsnt:DestroyPullPoint/>")
         assert destroyed.status_code == 200, destroyed.text
     # their space goes back to the filesystem, and the gateway serves again, unrestarted
-    poll(
+    wait_until(
         lambda: free_bytes(disk) - before >= 4 * MIB,
         timeout=20,
         what="destroyed pull points to give their space back",
     )
-    poll(
+    wait_until(
         lambda: requests.get(f"{gateway.base_url}/readyz", timeout=5).status_code == 200,
         timeout=10,
         what="/readyz to say ready again",
@@ -181,7 +182,7 @@ def test_a_write_that_finds_the_disk_full_is_a_503_and_the_gateway_recovers(
             _assert_disk_refusal(answer)
     os.remove(filler)
     # no restart: with space again, every operation works
-    poll(
+    wait_until(
         lambda: post(gateway.broker_url, NOTIFY).status_code == 202,
         timeout=15,
         what="Notify to be accepted again",

@@ -23,10 +23,11 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.fixtures.server import free_port, poll
+from tests.fixtures.server import free_port
 from tests.support.abuse import NormalTraffic, SlowClients
 from tests.support.soap import content_type, envelope, notify_body
 from tests.support.tls import Certificates, TlsGateway
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -141,7 +142,7 @@ def test_slow_tls_clients_do_not_starve_normal_requests(slow_target: TlsGateway)
         with SlowClients(
             "127.0.0.1", gateway.port, 200, sources, interval=0.5, tls=client_context(gateway)
         ) as slow:
-            poll(lambda: slow.connects >= 200, timeout=20, what="200 slow TLS connections")
+            wait_until(lambda: slow.connects >= 200, timeout=20, what="200 slow TLS connections")
             time.sleep(1)
             with (
                 NormalTraffic(
@@ -175,7 +176,7 @@ def test_slow_tls_clients_do_not_starve_normal_requests(slow_target: TlsGateway)
 def test_per_client_limit_closes_and_spares_other_clients(limited: TlsGateway) -> None:
     held = [connect(limited, "127.0.9.1") for _ in range(4)]
     try:
-        poll(lambda: metric(limited, "wsnmom_connections_open") >= 4, what="4 open")
+        wait_until(lambda: metric(limited, "wsnmom_connections_open") >= 4, what="4 open")
         raw = socket.create_connection(
             ("127.0.0.1", limited.port), 5, source_address=("127.0.9.1", 0)
         )
@@ -194,7 +195,7 @@ def test_per_client_limit_closes_and_spares_other_clients(limited: TlsGateway) -
 
 def test_connection_limit(limited: TlsGateway) -> None:
     # 12 connections from 3 addresses (within the per-client limit), handshakes done
-    poll(lambda: metric(limited, "wsnmom_connections_open") <= 1, what="earlier tests' gone")
+    wait_until(lambda: metric(limited, "wsnmom_connections_open") <= 1, what="earlier tests' gone")
     socks: list[socket.socket] = [connect(limited, f"127.0.10.{i // 4 + 1}") for i in range(12)]
     try:
         extra = socket.create_connection(
@@ -219,7 +220,7 @@ def test_connection_limit(limited: TlsGateway) -> None:
             return False
         return True
 
-    poll(read, what="the metrics")
+    wait_until(read, what="the metrics")
     assert refused >= 1
 
 

@@ -17,8 +17,9 @@ from collections.abc import Callable, Iterator
 import pytest
 import requests
 
-from tests.fixtures.server import ConsumerServer, RunningServer, poll
+from tests.fixtures.server import ConsumerServer, RunningServer
 from tests.support.soap import notify_body, subscribe_body
+from tests.support.waiting import wait_until
 
 from .conftest import post, soap_fault_of, start_server, stop_server
 
@@ -77,7 +78,7 @@ def test_two_gateways_subscribed_to_each_other_deliver_once(
 
     assert post(a.broker_url, notify_body(("tns:t", "<m>from-a</m>"))).status_code == 202
     assert post(b.broker_url, notify_body(("tns:t", "<m>from-b</m>"))).status_code == 202
-    poll(lambda: len(at_a.messages()) >= 2 and len(at_b.messages()) >= 2, timeout=10)
+    wait_until(lambda: len(at_a.messages()) >= 2 and len(at_b.messages()) >= 2, timeout=10)
     time.sleep(2)  # a loop would keep going: give it time to show
     assert sorted(watcher_messages(at_a)) == ["from-a", "from-b"]
     assert sorted(watcher_messages(at_b)) == ["from-a", "from-b"]

@@ -17,8 +17,9 @@ from collections.abc import Callable
 import pytest
 import requests
 
-from tests.fixtures.server import ConsumerServer, RunningServer, free_port, poll
+from tests.fixtures.server import ConsumerServer, RunningServer, free_port
 from tests.support.soap import SIMPLE, notify_body, subscribe_body
+from tests.support.waiting import wait_until
 
 from .conftest import post, soap_fault_of
 
@@ -39,7 +40,7 @@ def test_banner_and_log_hide_a_kafka_sasl_password(
     gateway = gateway_factory(
         {"WSNMOM_ADAPTER_URL": url, "WSNMOM_MIDDLEWARE__WAIT": "0"}, wait_for="/healthz"
     )
-    poll(lambda: "wsnmom broker at" in gateway.log_path.read_text(), what="the banner")
+    wait_until(lambda: "wsnmom broker at" in gateway.log_path.read_text(), what="the banner")
     log = gateway.log_path.read_text()
     assert SECRET not in log
     assert "sasl.password=***" in log
@@ -64,7 +65,7 @@ def test_banner_and_log_hide_an_mqtt_password(
     gateway = gateway_factory(
         {"WSNMOM_ADAPTER_URL": url, "WSNMOM_MIDDLEWARE__WAIT": "0"}, wait_for="/healthz"
     )
-    poll(lambda: "wsnmom broker at" in gateway.log_path.read_text(), what="the banner")
+    wait_until(lambda: "wsnmom broker at" in gateway.log_path.read_text(), what="the banner")
     log = gateway.log_path.read_text()
     assert SECRET not in log
     assert shown in log

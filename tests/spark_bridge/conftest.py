@@ -1,23 +1,17 @@
 """Fixtures of the Spark bridge tests: one local SparkSession for the whole run (a JVM
-start costs ~5-10 s), gateways shared by the bridge tests, waiting for conditions (native
-MQTT publishing: ``mqtt_publisher`` of tests/fixtures/mosquitto.py)."""
+start costs ~5-10 s), gateways shared by the bridge tests (waiting for conditions:
+tests/support/waiting.py; native MQTT publishing: ``mqtt_publisher`` of
+tests/fixtures/mosquitto.py)."""
 
 from __future__ import annotations
 
 import os
 import shutil
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
-
-
-def wait_until(check: Callable[[], Any], timeout: float = 20.0, what: str = "condition") -> Any:
-    """Poll ``check`` until it returns something truthy; AssertionError after ``timeout``."""
-    from tests.fixtures.server import poll
-
-    return poll(check, timeout, what=what)
 
 
 def _java_ok() -> str | None:

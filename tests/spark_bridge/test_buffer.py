@@ -18,7 +18,7 @@ from wsnmom.spark_bridge.log import NotificationLog
 from wsnmom.spark_bridge.selection import Selection
 
 from tests.fixtures.mosquitto import MqttPublisher
-from tests.spark_bridge.conftest import wait_until
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.mqtt
 

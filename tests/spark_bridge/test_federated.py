@@ -13,8 +13,9 @@ from typing import Any
 import pytest
 
 from tests.fixtures.mosquitto import MqttPublisher
-from tests.spark_bridge.conftest import unique_namespace, wait_until
+from tests.spark_bridge.conftest import unique_namespace
 from tests.spark_bridge.test_sources import notify
+from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.spark]
 

@@ -19,8 +19,9 @@ import pytest
 
 from tests.fixtures.mosquitto import MqttPublisher, close_client, native_client
 from tests.fixtures.server import RunningServer, mqtt_gateway_url
-from tests.spark_bridge.conftest import unique_namespace, wait_until
+from tests.spark_bridge.conftest import unique_namespace
 from tests.spark_bridge.test_sources import notify
+from tests.support.waiting import wait_until
 from wsnmom.client.broker import WsnClient
 
 pytestmark = [pytest.mark.spark, pytest.mark.mqtt]

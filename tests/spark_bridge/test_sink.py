@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from tests.spark_bridge.conftest import unique_namespace, wait_until
+from tests.spark_bridge.conftest import unique_namespace
+from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.spark]
 

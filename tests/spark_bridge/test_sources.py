@@ -16,7 +16,8 @@ from wsnmom.adapters.kafka.mapping import KafkaMapping
 from wsnmom.topic_mapping.model import Topic
 
 from tests.fixtures.mosquitto import MqttPublisher
-from tests.spark_bridge.conftest import unique_namespace, wait_until
+from tests.spark_bridge.conftest import unique_namespace
+from tests.support.waiting import wait_until
 from wsnmom.client.broker import WsnClient
 
 pytestmark = [pytest.mark.spark]

@@ -1,9 +1,9 @@
 """Validation of WS-N messages against the official OASIS schemas (b-2, br-2, r-2, rp-2,
 bf-2, t-1, ws-addr).
 
-The schemas are read from the project's ``../shared/schemas/oasis`` folder when it is there
-(the official files), otherwise from the copies ``wsnmom.soap_frontend`` serves next to its
-WSDL; ``tests/soap_frontend/test_served_schemas.py`` checks that the copies are identical."""
+The schemas are the copies ``wsnmom.soap_frontend`` ships and serves next to its WSDL;
+``tests/soap_frontend/test_served_schemas.py`` checks that they are the published files,
+unchanged (by their SHA-256 digests)."""
 
 from __future__ import annotations
 
@@ -21,18 +21,14 @@ _NAMESPACES = {
 }
 
 
-#: the official OASIS schema files, beside the repository
-OFFICIAL_SCHEMAS = Path(__file__).resolve().parents[2].parent / "shared" / "schemas" / "oasis"
-
-
 def served_schema_dir() -> Path:
     """Folder of the XSD copies the gateway serves beside its WSDL."""
     return Path(str(resources.files("wsnmom.soap_frontend") / "wsdl"))
 
 
 def schema_dir() -> Path:
-    """Folder holding the OASIS XSDs used for validation (the official ones when present)."""
-    return OFFICIAL_SCHEMAS if (OFFICIAL_SCHEMAS / "b-2.xsd").is_file() else served_schema_dir()
+    """Folder holding the OASIS XSDs used for validation: the shipped copies."""
+    return served_schema_dir()
 
 
 @functools.cache

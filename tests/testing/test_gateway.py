@@ -22,8 +22,8 @@ from wsnmom.testing import middleware
 from wsnmom.testing.gateway import (
     Gateway,
     GatewayFailed,
-    _listens_on,
     free_port,
+    listens_on,
     start_gateway,
 )
 from wsnmom.testing.middleware import MiddlewareUnavailable, resolve_middleware
@@ -318,6 +318,6 @@ def test_listens_on_sees_only_the_listening_process() -> None:
         listening.bind(("127.0.0.1", 0))
         listening.listen()
         bound_only.bind(("127.0.0.1", 0))
-        assert _listens_on(os.getpid(), listening.getsockname()[1])
-        assert not _listens_on(os.getpid(), bound_only.getsockname()[1])
-        assert not _listens_on(os.getppid(), listening.getsockname()[1])
+        assert listens_on(os.getpid(), listening.getsockname()[1])
+        assert not listens_on(os.getpid(), bound_only.getsockname()[1])
+        assert not listens_on(os.getppid(), listening.getsockname()[1])

@@ -22,6 +22,7 @@ except the test-only ``WSNMOM_TEST_*`` ones.
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -43,7 +44,15 @@ from .middleware import resolve_middleware
 if TYPE_CHECKING:
     from wsnmom.client import WsnClient
 
-__all__ = ["PORT_ATTEMPTS", "Gateway", "GatewayFailed", "free_port", "start_gateway"]
+__all__ = [
+    "PORT_ATTEMPTS",
+    "PORT_RANGE",
+    "Gateway",
+    "GatewayFailed",
+    "free_port",
+    "listens_on",
+    "start_gateway",
+]
 
 #: how often a first start tries another free port when its port was taken meanwhile
 PORT_ATTEMPTS = 3
@@ -55,14 +64,34 @@ class GatewayFailed(RuntimeError):
     """The gateway process exited or did not become ready (the message has its log tail)."""
 
 
+#: ports :func:`free_port` picks from: below Linux's ephemeral range (32768-60999), from
+#: which every outgoing connection on the machine takes its source port
+PORT_RANGE = (20000, 32767)
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port nothing listens on now (for a server started right after)."""
+    """A TCP port nothing is bound to now (for a server started right after).
+
+    It is drawn at random below the ephemeral range, so that an outgoing connection does not
+    take it as its source port between the pick and the bind, or while a server on it is
+    restarted; when none of 200 draws can be bound, the system picks one.  A port is only
+    free when it is picked: whoever binds it should check that it holds it
+    (:func:`listens_on`).
+    """
+    for _ in range(200):
+        port = random.randint(*PORT_RANGE)
+        with socket.socket() as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue
+            return port
     with socket.socket() as s:
         s.bind((host, 0))
         return int(s.getsockname()[1])
 
 
-def _listens_on(pid: int, port: int) -> bool:
+def listens_on(pid: int, port: int) -> bool:
     """Whether process ``pid`` holds a TCP socket listening on ``port`` (read from Linux's
     ``/proc``; elsewhere ``True``, since the caller's HTTP answer is then all there is)."""
     try:
@@ -202,7 +231,7 @@ class Gateway:
             except requests.RequestException:
                 answered = False
             # another process that took the port first may answer too, until ours exits
-            if answered and _listens_on(self.process.pid, self.port):
+            if answered and listens_on(self.process.pid, self.port):
                 return
             time.sleep(0.1)
         raise GatewayFailed(f"wsnmom serve not ready after {timeout}s:\n{self.log_tail()}")

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Mutation testing of the modules where at-least-once delivery is decided (`make mutation`;
-# docs/testing.md, "Mutation testing").  mutmut 2 changes one module at a time in place,
-# runs that module's fast in-process tests against each mutant and keeps its results in
-# .mutmut-cache; this script then prints the score per module.
+# docs/testing.md, "Mutation testing").  mutmut 2 writes one mutant at a time into the module
+# itself, runs that module's fast in-process tests against it (through the fork server
+# scripts/mutation_runner.py: a second per mutant instead of a new pytest process) and keeps
+# its results in .mutmut-cache; scripts/mutation_report.py then prints the score per module.
 #
 #   bash scripts/mutation.sh                 # every module below
 #   bash scripts/mutation.sh channel cursor  # only these (names from MODULES)
@@ -12,23 +13,36 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 BIN=${BIN:-.venv/bin}
-# pytest without the repository's conftest plugins (brokers, browsers, gateways): the tests
-# below are self-contained, and a run per mutant starts in about a second instead of four
-PYTEST="$BIN/python -m pytest -x -q -p no:cacheprovider -p no:wsnmom -p no:randomly --noconftest"
+# the tests are self-contained: no conftest plugins (brokers, browsers, gateways)
+PYTEST_ARGS="-x -q -p no:cacheprovider -p no:wsnmom -p no:randomly --noconftest"
 
-# module name -> "path to mutate|tests that must kill its mutants"
+# module name -> "import name|path to mutate|tests that must kill its mutants"
 declare -A MODULES=(
-    [channel]="core/channel.py|tests/core/test_channel_mutants.py"
-    [pull_buffer]="core/pull_buffer.py|tests/core/test_pull_buffer_mutants.py"
-    [cursor]="adapters/logbase/cursor.py|tests/adapters/test_logbase_cursor_mutants.py"
-    [pull_points]="core/pull_points.py|tests/core/test_pull_points_mutants.py"
-    [subscriptions]="core/subscriptions.py|tests/core/test_subscriptions_mutants.py"
-    [mqtt_session]="adapters/mqtt/session.py|tests/adapters/test_mqtt_session_mutants.py"
+    [channel]="wsnmom.core.channel|core/channel.py|tests/core/test_channel_mutants.py"
+    [pull_buffer]="wsnmom.core.pull_buffer|core/pull_buffer.py|tests/core/test_pull_buffer_mutants.py"
+    [cursor]="wsnmom.adapters.logbase.cursor|adapters/logbase/cursor.py|tests/adapters/test_logbase_cursor_mutants.py"
+    [pull_points]="wsnmom.core.pull_points|core/pull_points.py|tests/core/test_pull_points_mutants.py"
+    [subscriptions]="wsnmom.core.subscriptions|core/subscriptions.py|tests/core/test_subscriptions_mutants.py"
+    [mqtt_session]="wsnmom.adapters.mqtt.session|adapters/mqtt/session.py|tests/adapters/test_mqtt_session_mutants.py"
 )
 ORDER=(channel pull_buffer cursor pull_points subscriptions mqtt_session)
 
 selected=("$@")
 [ ${#selected[@]} -eq 0 ] && selected=("${ORDER[@]}")
+
+SOCKET=$(mktemp -u /tmp/wsnmom-mutation.XXXXXX)
+server=""
+current=""
+cleanup() {
+    [ -n "$server" ] && kill "$server" 2>/dev/null || true
+    rm -f "$SOCKET"
+    # an interrupted mutmut leaves its mutant (and a .bak) behind
+    if [ -n "$current" ]; then
+        rm -f "$current.bak"
+        git diff --quiet -- "$current" || git checkout -- "$current"
+    fi
+}
+trap cleanup EXIT
 
 for name in "${selected[@]}"; do
     entry=${MODULES[$name]:-}
@@ -36,28 +50,36 @@ for name in "${selected[@]}"; do
         echo "unknown module $name (one of: ${ORDER[*]})" >&2
         exit 2
     fi
-    path=${entry%%|*}
-    tests=${entry#*|}
+    IFS='|' read -r module path tests <<<"$entry"
     # mutmut writes each mutant into the file itself: never start on uncommitted changes,
-    # so that an interrupted run is undone with `git checkout -- $path`
+    # so that an interrupted run can be undone with `git checkout`
     if ! git diff --quiet -- "$path"; then
         echo "$path has uncommitted changes; commit or stash them first" >&2
         exit 2
     fi
     echo "== $name: $path against $tests"
-    # string mutations only change log and fault texts; a timeout gets generous headroom
-    # because the machine is shared (a mutant that loops still times out)
+    current=$path
+    nice -n "${NICE:-10}" "$BIN/python" scripts/mutation_runner.py serve "$SOCKET" "$module" "$path" &
+    server=$!
+    until [ -S "$SOCKET" ]; do
+        kill -0 "$server" 2>/dev/null || { echo "the mutation runner did not start" >&2; exit 1; }
+        sleep 0.2
+    done
+    # string mutations only change log and fault texts; timeouts get headroom because the
+    # machine may be shared (a mutant that loops still times out)
     nice -n "${NICE:-10}" "$BIN/mutmut" run \
         --paths-to-mutate "$path" \
-        --runner "$PYTEST $tests" \
+        --runner "$BIN/python scripts/mutation_runner.py run $SOCKET $PYTEST_ARGS $tests" \
         --tests-dir tests \
         --disable-mutation-types string,fstring \
-        --test-time-multiplier 4 --test-time-base 15 \
+        --test-time-multiplier 5 --test-time-base 20 \
         --no-progress --simple-output || true
-    git diff --quiet -- "$path" || {
-        echo "mutmut left $path changed; restoring it" >&2
-        git checkout -- "$path"
-    }
+    kill "$server" 2>/dev/null || true
+    wait "$server" 2>/dev/null || true
+    server=""
+    rm -f "$SOCKET" "$path.bak"
+    git diff --quiet -- "$path" || git checkout -- "$path"
+    current=""
 done
 
 "$BIN/python" scripts/mutation_report.py

@@ -11,14 +11,16 @@ arguments to the server and exits with the child's status.
     python scripts/mutation_runner.py serve SOCKET wsnmom.core.channel core/channel.py
     python scripts/mutation_runner.py run SOCKET PYTEST-ARGS...
 
-The server preloads what the module under test imports (read from its source).  It refuses to start when preloading imported the module under test (a child would
-then test the unmutated code).  A child still running when its client goes away (mutmut's
+The server preloads what the module under test imports (read from its source).  It refuses
+to start when preloading imported the module under test (a child would then test the
+unmutated code).  A child still running when its client goes away (mutmut's
 timeout killed it) is killed.
 """
 
 from __future__ import annotations
 
 import ast
+import contextlib
 import importlib
 import json
 import os
@@ -30,7 +32,8 @@ import sys
 
 def _imports(source_path: str) -> list[str]:
     """The modules a source file imports at its top level."""
-    tree = ast.parse(open(source_path, encoding="utf-8").read())
+    with open(source_path, encoding="utf-8") as f:
+        tree = ast.parse(f.read())
     names: list[str] = []
     for node in tree.body:
         if isinstance(node, ast.Import):
@@ -46,10 +49,8 @@ COMMON = ("pytest", "_pytest.pytester", "hypothesis", "pytest_timeout", "lxml.et
 
 def serve(path: str, module: str, source_path: str) -> int:
     for name in (*COMMON, *_imports(source_path)):
-        try:
+        with contextlib.suppress(ImportError):
             importlib.import_module(name)
-        except ImportError:
-            pass
     if module in sys.modules:
         print(f"preloading imported {module}: its mutants would not be tested", file=sys.stderr)
         return 2
@@ -66,10 +67,8 @@ def serve(path: str, module: str, source_path: str) -> int:
             if request.get("stop"):
                 return 0
             status = _run_child(conn, request["args"])
-            try:
+            with contextlib.suppress(OSError):  # the client is gone
                 conn.sendall(f"{status}\n".encode())
-            except OSError:
-                pass
 
 
 def _read_line(conn: socket.socket) -> str:

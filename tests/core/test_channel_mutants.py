@@ -8,6 +8,8 @@ conftest fixture, so the mutation run can start them without the repository's pl
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -116,6 +118,7 @@ class Rig:
         wait: float | None = None,
         drop: Callable[[int], bool] = lambda n: False,
         destination: str | None = None,
+        trace: Callable[[str], str | None] | None = None,
     ) -> None:
         self.journal: list[tuple[Any, ...]] = []
         self.engine = Engine(backoff, wait)
@@ -136,6 +139,7 @@ class Rig:
             batch_size,
             ordered=ordered,
             destination=destination,
+            trace=trace,
         )
 
     def prepare(self, batch: Sequence[Received]) -> Sequence[str | None]:
@@ -600,14 +604,13 @@ def test_an_open_circuit_fails_the_attempt_without_sending() -> None:
 
 
 def test_trace_names_the_first_item_of_the_batch() -> None:
-    rig = Rig()
     seen: list[str] = []
 
     def trace(item: str) -> str | None:
         seen.append(item)
         return "req-1"
 
-    rig.channel.trace = trace
+    rig = Rig(trace=trace)
     rig.channel.start()
     rig.deliver(1, 2)
     rig.run()
@@ -711,3 +714,44 @@ def test_a_second_run_while_one_is_running_reruns_afterwards() -> None:
     rig.run()
     assert rig.sent == [["m1"]]
     assert rig.engine.ready == [gen, gen]
+
+
+# -- shape ---------------------------------------------------------------------------------
+def test_status_and_backoff_are_frozen_and_a_channel_has_no_instance_dict() -> None:
+    rig = Rig()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        rig.channel.status().held = 1  # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        Backoff().max_attempts = 1  # type: ignore[misc]
+    assert not hasattr(rig.channel, "__dict__")
+
+
+def test_a_channel_is_unordered_unless_asked() -> None:
+    journal: list[tuple[Any, ...]] = []
+    engine = Engine()
+    handle = Handle()
+    channel: Channel[str] = Channel(
+        engine,
+        "s",
+        handle,
+        lambda batch: [None if m.n == 2 else "x" for m in batch],  # type: ignore[attr-defined]
+        lambda items: (_ for _ in ()).throw(DeliveryFailed("down")),
+        lambda end: None,
+        10,
+    )
+    channel.start()
+    assert handle.on_message is not None
+    handle.on_message(Msg(1, journal))
+    handle.on_message(Msg(2, journal))
+    channel._run(channel._gen)
+    assert journal == [("ack", 2)]
+
+
+def test_log_records_name_the_subscription(caplog: pytest.LogCaptureFixture) -> None:
+    rig = Rig()
+    rig.channel.start()
+    rig.failures.append(DeliveryFailed("refused"))
+    rig.deliver(1)
+    with caplog.at_level(logging.DEBUG, logger="wsnmom.core.delivery"):
+        rig.run()
+    assert any("sub-1" in r.getMessage() for r in caplog.records)

@@ -16,30 +16,12 @@ from typing import Any
 
 import pytest
 from wsnmom.core import metrics
-from wsnmom.core.adapter import Received, SubscriptionHandle
+from wsnmom.core.adapter import Received
 from wsnmom.core.channel import Backoff, Channel, EndSubscription, _settle
 from wsnmom.core.lanes import Lane, Outcome
 from wsnmom.core.ports import DeliveryFailed
-from wsnmom.topic_mapping.model import Topic
 
-
-class Msg(Received):
-    """A middleware message that writes its settling into a shared journal."""
-
-    def __init__(self, n: int, journal: list[tuple[Any, ...]]) -> None:
-        self.n = n
-        self.journal = journal
-        self.topic = Topic("urn:t", ("a",))
-        self.body = str(n).encode()
-        self.headers = {}
-        self.content_type = "application/xml"
-        self.redelivered = False
-
-    def ack(self) -> None:
-        self.journal.append(("ack", self.n))
-
-    def nack(self, requeue: bool = True) -> None:
-        self.journal.append(("nack", self.n, requeue))
+from tests.support.handles import Handle, Msg
 
 
 class BrokenMsg(Msg):
@@ -48,31 +30,6 @@ class BrokenMsg(Msg):
 
     def nack(self, requeue: bool = True) -> None:
         raise RuntimeError("handle gone")
-
-
-class Handle(SubscriptionHandle):
-    name = "h"
-
-    def __init__(self) -> None:
-        self.starts: list[int] = []
-        self.stops = 0
-        self.on_message: Callable[[Received], None] | None = None
-
-    def start(self, on_message: Callable[[Received], None], prefetch: int = 64) -> None:
-        self.starts.append(prefetch)
-        self.on_message = on_message
-
-    def stop(self) -> None:
-        self.stops += 1
-
-    def pull(self, max_messages: int, timeout: float = 0.0) -> list[Received]:
-        raise NotImplementedError
-
-    def depth(self) -> int | None:
-        return None
-
-    def delete(self) -> None:
-        raise NotImplementedError
 
 
 class Engine:

@@ -14,7 +14,7 @@ cd "$(dirname "$0")/.."
 
 BIN=${BIN:-.venv/bin}
 # the tests are self-contained: no conftest plugins (brokers, browsers, gateways)
-PYTEST_ARGS="-x -q -p no:cacheprovider -p no:wsnmom -p no:randomly --noconftest"
+PYTEST_ARGS="-x -q -p no:cacheprovider --noconftest"
 
 # module name -> "import name|path to mutate|tests that must kill its mutants"
 declare -A MODULES=(

@@ -16,16 +16,18 @@ BIN=${BIN:-.venv/bin}
 # the tests are self-contained: no conftest plugins (brokers, browsers, gateways)
 PYTEST_ARGS="-x -q -p no:cacheprovider --noconftest"
 
-# module name -> "import name|path to mutate|tests that must kill its mutants"
+# module name -> "import name|path to mutate|tests that must kill its mutants|scope", where
+# scope (optional) names the functions to mutate (the settling code of a larger module);
+# tests under tests/core/ that use its conftest's broker fixtures run with conftests
 declare -A MODULES=(
-    [channel]="wsnmom.core.channel|core/channel.py|tests/core/test_channel_mutants.py"
-    [pull_buffer]="wsnmom.core.pull_buffer|core/pull_buffer.py|tests/core/test_pull_buffer_mutants.py"
-    [cursor]="wsnmom.adapters.logbase.cursor|adapters/logbase/cursor.py|tests/adapters/test_logbase_cursor_mutants.py"
-    [pull_points]="wsnmom.core.pull_points|core/pull_points.py|tests/core/test_pull_points_mutants.py"
-    [subscriptions]="wsnmom.core.subscriptions|core/subscriptions.py|tests/core/test_subscriptions_mutants.py"
-    [mqtt_session]="wsnmom.adapters.mqtt.session|adapters/mqtt/session.py|tests/adapters/test_mqtt_session_mutants.py"
+    [channel]="wsnmom.core.channel|core/channel.py|tests/core/test_channel_mutants.py|"
+    [pull_buffer]="wsnmom.core.pull_buffer|core/pull_buffer.py|tests/core/test_pull_buffer_mutants.py|"
+    [cursor]="wsnmom.adapters.logbase.cursor|adapters/logbase/cursor.py|tests/adapters/test_logbase_cursor_mutants.py|"
+    [mqtt_session]="wsnmom.adapters.mqtt.session|adapters/mqtt/session.py|tests/adapters/test_mqtt_session_mutants.py|_topic_of Session._message_cb Session._disconnected_cb Session._process Session._twin Session._convert Session._commit Session._store"
+    [pull_points]="wsnmom.core.pull_points|core/pull_points.py|tests/core/test_pull_points.py tests/core/test_pull_feeds.py|"
+    [subscriptions]="wsnmom.core.subscriptions|core/subscriptions.py|tests/core/test_termination.py tests/core/test_operations.py|"
 )
-ORDER=(channel pull_buffer cursor pull_points subscriptions mqtt_session)
+ORDER=(channel pull_buffer cursor mqtt_session pull_points subscriptions)
 
 selected=("$@")
 [ ${#selected[@]} -eq 0 ] && selected=("${ORDER[@]}")
@@ -35,7 +37,7 @@ server=""
 current=""
 cleanup() {
     [ -n "$server" ] && kill "$server" 2>/dev/null || true
-    rm -f "$SOCKET"
+    rm -f "$SOCKET" "$SOCKET.patch"
     # an interrupted mutmut leaves its mutant (and a .bak) behind
     if [ -n "$current" ]; then
         rm -f "$current.bak"
@@ -50,7 +52,15 @@ for name in "${selected[@]}"; do
         echo "unknown module $name (one of: ${ORDER[*]})" >&2
         exit 2
     fi
-    IFS='|' read -r module path tests <<<"$entry"
+    IFS='|' read -r module path tests scope <<<"$entry"
+    args=$PYTEST_ARGS
+    case $tests in *_mutants.py) ;; *) args=${args/ --noconftest/} ;; esac
+    scope_args=()
+    if [ -n "$scope" ]; then
+        # shellcheck disable=SC2086  # scope is a list of function names
+        "$BIN/python" scripts/mutation_scope.py "$path" $scope >"$SOCKET.patch"
+        scope_args=(--use-patch-file "$SOCKET.patch")
+    fi
     # mutmut writes each mutant into the file itself: never start on uncommitted changes,
     # so that an interrupted run can be undone with `git checkout`
     if ! git diff --quiet -- "$path"; then
@@ -69,7 +79,8 @@ for name in "${selected[@]}"; do
     # machine may be shared (a mutant that loops still times out)
     nice -n "${NICE:-10}" "$BIN/mutmut" run \
         --paths-to-mutate "$path" \
-        --runner "$BIN/python scripts/mutation_runner.py run $SOCKET $PYTEST_ARGS $tests" \
+        --runner "$BIN/python scripts/mutation_runner.py run $SOCKET $args $tests" \
+        "${scope_args[@]}" \
         --tests-dir tests \
         --disable-mutation-types string,fstring \
         --test-time-multiplier 5 --test-time-base 20 \
@@ -77,7 +88,7 @@ for name in "${selected[@]}"; do
     kill "$server" 2>/dev/null || true
     wait "$server" 2>/dev/null || true
     server=""
-    rm -f "$SOCKET" "$path.bak"
+    rm -f "$SOCKET" "$SOCKET.patch" "$path.bak"
     git diff --quiet -- "$path" || git checkout -- "$path"
     current=""
 done

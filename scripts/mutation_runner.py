@@ -28,6 +28,7 @@ import select
 import signal
 import socket
 import sys
+import tempfile
 
 
 def _imports(source_path: str) -> list[str]:
@@ -86,7 +87,10 @@ def _run_child(conn: socket.socket, args: list[str]) -> int:
     if pid == 0:  # the child: run the tests against what is on disk now
         code = 1
         try:
-            sys.dont_write_bytecode = True  # never cache a mutant's bytecode
+            # never read or write cached bytecode: a __pycache__ entry written by another
+            # run (its timestamp check has one-second resolution) could stand for the module
+            sys.dont_write_bytecode = True
+            sys.pycache_prefix = tempfile.mkdtemp(prefix="wsnmom-mutant-pyc-")
             # no entry-point plugins (hypothesis, timeout, wsnmom's...): the tests need
             # none, and discovering and loading them took most of a run's CPU time
             os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"

@@ -712,3 +712,77 @@ def test_log_records_name_the_subscription(caplog: pytest.LogCaptureFixture) -> 
     with caplog.at_level(logging.DEBUG, logger="wsnmom.core.delivery"):
         rig.run()
     assert any("sub-1" in r.getMessage() for r in caplog.records)
+
+
+# -- generations ---------------------------------------------------------------------------
+def test_every_stop_moves_to_a_new_generation() -> None:
+    rig = Rig()
+    rig.channel.start()
+    rig.channel.stop()
+    rig.channel.start()
+    second = rig.channel._gen
+    rig.channel.stop()
+    rig.channel.start()
+    assert rig.channel._gen > second
+    rig.deliver(1)
+    rig.channel._run(second)  # a timer of an earlier start
+    assert rig.sent == []
+
+
+def test_a_run_of_an_old_generation_sends_nothing_while_the_channel_runs() -> None:
+    rig = Rig()
+    rig.channel.start()
+    old = rig.channel._gen
+    rig.channel.stop()
+    rig.channel.start()
+    rig.deliver(1)
+    rig.channel._run(old)
+    assert rig.sent == []
+    rig.run()
+    assert rig.sent == [["m1"]]
+
+
+def test_prepare_must_give_one_verdict_per_message() -> None:
+    rig = Rig()
+    rig.channel.prepare = lambda batch: ["only one"]
+    rig.channel.start()
+    rig.deliver(1, 2)
+    with pytest.raises(ValueError):
+        rig.run()
+    assert not rig.channel._running
+
+
+def test_delivered_accumulates_over_batches() -> None:
+    rig = Rig(batch_size=2)
+    rig.channel.start()
+    rig.deliver(1, 2, 3)
+    rig.run()
+    rig.run()
+    assert rig.channel.status().delivered == 3
+
+
+def test_no_retry_time_before_start_and_after_stop() -> None:
+    rig = Rig()
+    assert rig.channel.status().retry_at is None
+    rig.channel.start()
+    rig.failures.append(DeliveryFailed("x"))
+    rig.deliver(1)
+    rig.run()
+    assert rig.channel.status().retry_at is not None
+    rig.channel.stop()
+    assert rig.channel.status().retry_at is None
+
+
+def test_a_drained_run_does_not_schedule_itself_again() -> None:
+    rig = Rig()
+    rig.channel.start()
+    rig.deliver(1)
+    rig.run()
+    assert len(rig.engine.ready) == 1
+    assert not rig.channel._scheduled
+
+
+def test_the_status_records_have_no_instance_dict() -> None:
+    rig = Rig()
+    assert not hasattr(rig.channel.status(), "__dict__")
+    assert not hasattr(Backoff(), "__dict__")

@@ -118,7 +118,9 @@ def run(path: str, args: list[str]) -> int:
     client.connect(path)
     client.sendall((json.dumps({"args": args}) + "\n").encode())
     reply = _read_line(client).strip()
-    return int(reply) if reply else 1
+    # mutmut counts only exit status 1 as a killed mutant; pytest exits 2 when a mutant
+    # cannot even be imported (collection error), which is killed too
+    return 0 if reply == "0" else 1
 
 
 def stop(path: str) -> int:

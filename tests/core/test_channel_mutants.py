@@ -584,6 +584,7 @@ def test_a_batch_sent_while_the_channel_stops_is_acked_but_not_kept() -> None:
     assert rig.acks() == [1, 2]
     assert rig.channel.held() == 0
     assert rig.engine.later == []
+    assert len(rig.engine.ready) == 1  # a stopped channel is not run again
 
 
 def test_a_failed_batch_of_a_stopped_channel_is_not_retried_and_not_settled() -> None:
@@ -764,6 +765,7 @@ def test_delivered_accumulates_over_batches() -> None:
 def test_no_retry_time_before_start_and_after_stop() -> None:
     rig = Rig()
     assert rig.channel.status().retry_at is None
+    assert rig.channel.status().failures == 0
     rig.channel.start()
     rig.failures.append(DeliveryFailed("x"))
     rig.deliver(1)
@@ -786,3 +788,58 @@ def test_the_status_records_have_no_instance_dict() -> None:
     rig = Rig()
     assert not hasattr(rig.channel.status(), "__dict__")
     assert not hasattr(Backoff(), "__dict__")
+
+
+def test_a_run_asked_for_during_a_restart_runs_after_the_old_batch() -> None:
+    """Restarted while sending: the new generation's worker finds the channel busy; when
+    the old batch is done, the channel is scheduled again for the new messages."""
+    rig = Rig()
+    rig.channel.start()
+
+    def restart() -> None:
+        rig.during_send = None
+        rig.channel.stop()
+        rig.channel.start()
+        rig.deliver(5)
+        rig.channel._run(rig.channel._gen)  # the new generation's worker: busy, returns
+
+    rig.during_send = restart
+    rig.deliver(1)
+    rig.run()
+    readies = list(rig.engine.ready)
+    assert readies[-2:] == [rig.channel._gen, rig.channel._gen]
+    rig.run()
+    assert rig.sent[-1] == ["m5"]
+    assert rig.acks() == [1, 5]
+
+
+def test_retry_timers_of_a_given_up_channel_stay_stale_after_a_restart() -> None:
+    rig = Rig(backoff=Backoff(max_attempts=2, initial_delay=1.0, give_up="end"))
+    rig.channel.start()
+    rig.failures += [DeliveryFailed("x"), DeliveryFailed("x")]
+    rig.deliver(1)
+    rig.run()
+    (_, timer_gen), *_ = rig.engine.later
+    rig.run()  # the retry fails too: given up
+    assert len(rig.ended) == 1
+    rig.channel.start()
+    rig.deliver(2)
+    rig.channel._run(timer_gen)  # the first attempt's retry timer fires late
+    assert rig.sent == [["m1"], ["m1"]]
+
+
+def test_a_failed_attempt_is_logged_at_info_a_deferred_one_at_debug(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with caplog.at_level(logging.DEBUG, logger="wsnmom.core.delivery"):
+        rig = Rig()
+        rig.channel.start()
+        rig.failures.append(DeliveryFailed("refused"))
+        rig.deliver(1)
+        rig.run()
+        open_circuit = Rig(wait=3.0, destination="http://c:1")
+        open_circuit.channel.start()
+        open_circuit.deliver(1)
+        open_circuit.run(Lane("http://c:1"))
+    levels = [r.levelno for r in caplog.records if "delivery failed" in r.getMessage()]
+    assert levels == [logging.INFO, logging.DEBUG]

@@ -8,6 +8,7 @@ conftest fixture.
 from __future__ import annotations
 
 import threading
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -99,6 +100,8 @@ def test_stop_gives_everything_back_and_late_messages_are_requeued() -> None:
     assert (handle.starts, feed.starts) == ([5, 5], [5, 5])
     feed.push(Msg(6, journal))
     assert journal == [("nack", 4, True), ("ack", 6)]  # no stale waiting count
+    feed.push(Msg(7, journal))
+    assert ns(buf.take(5)) == [7]
 
 
 def test_stop_of_a_buffer_never_started_does_nothing() -> None:
@@ -123,12 +126,20 @@ def test_feed_messages_arrive_prepared_in_order_with_the_pull_points_own() -> No
     buf.add_feed("s1", feed, keep_odd, active=True)
     assert feed.starts == [5]
     handle.push(Msg(10, journal))
-    feed.push(Msg(1, journal))
+    fed = Msg(1, journal)
+    fed.headers = {"k": "v"}
+    fed.content_type = "text/plain"
+    fed.redelivered = True
+    fed.timestamp = datetime(2026, 1, 2, tzinfo=UTC)
+    feed.push(fed)
     got = buf.take(5)
     assert ns(got) == [10, 1]
     assert isinstance(got[1], Fed) and got[1].message == "f1"
     assert got[1].feed is buf._feeds["s1"]
     assert (got[1].topic, got[1].body) == (got[1].received.topic, b"1")
+    assert (got[1].headers, got[1].content_type) == ({"k": "v"}, "text/plain")
+    assert got[1].redelivered is True
+    assert got[1].timestamp == datetime(2026, 1, 2, tzinfo=UTC)
     assert journal == [("ack", 10), ("ack", 1)]
 
 

@@ -340,3 +340,47 @@ def test_a_waiting_pull_wakes_for_a_feed_message() -> None:
 def test_nothing_to_hand_out_returns_at_once(method: str) -> None:
     buf, _, _ = started()
     assert getattr(buf, method)(3) == []
+
+
+class ArrivesWhileWaiting(threading.Condition):
+    """The buffer's condition: the first ``wait`` runs ``arrive`` (as if a message came
+    while the puller waited) and every wait is recorded; no real time passes."""
+
+    def __init__(self, arrive: Any = None) -> None:
+        super().__init__()
+        self.arrive = arrive
+        self.waits: list[float | None] = []
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.waits.append(timeout)
+        if self.arrive is not None:
+            arrive, self.arrive = self.arrive, None
+            arrive()
+        return super().wait(0)
+
+
+def test_a_short_timeout_still_waits_for_the_first_message() -> None:
+    buf, handle, journal = started()
+    cv = ArrivesWhileWaiting(lambda: handle.push(Msg(1, journal)))
+    buf._cv = cv
+    assert ns(buf.pull(1, timeout=0.5)) == [1]
+    assert len(cv.waits) == 1
+
+
+@pytest.mark.parametrize("method", ["pull", "take"])
+def test_without_a_timeout_nothing_waits(method: str) -> None:
+    buf, _, _ = started()
+    cv = ArrivesWhileWaiting()
+    buf._cv = cv
+    assert getattr(buf, method)(1) == []
+    assert cv.waits == []
+
+
+def test_every_filtered_message_waiting_is_left_out_of_the_count() -> None:
+    buf, _, journal = started()
+    feed = Handle("f")
+    buf.add_feed("s1", feed, keep_odd, active=True)
+    feed.push(Msg(1, journal), Msg(2, journal), Msg(4, journal))
+    assert buf.buffered() == 1
+    assert ns(buf.take(5)) == [1]
+    assert buf.buffered() == 0

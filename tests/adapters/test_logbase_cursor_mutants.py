@@ -366,3 +366,17 @@ def test_the_handle_is_push_only_and_reports_losses() -> None:
     c.started = True
     c.hand_out(record(A, 1))
     assert repr(handle) == "<CursorHandle sub attached started=True unsettled=1>"
+
+
+def test_the_first_record_of_a_stream_is_not_redelivered() -> None:
+    c, _ = cursor()
+    c.hand_out(record(A, 0))
+    (m,) = outbox(c)
+    assert m.redelivered is False
+
+
+def test_a_cursor_keeps_its_limits() -> None:
+    engine = Engine()
+    limits = QueueLimits(max_messages=5)
+    c = Cursor(engine, "sub", None, limits, {})  # type: ignore[arg-type]
+    assert c.limits is limits

@@ -296,7 +296,8 @@ def test_a_second_drainer_leaves_the_delivery_to_the_first() -> None:
         got.append(m._offset)  # type: ignore[attr-defined]
         if len(got) == 1:
             c.hand_out(record(A, 2))
-            c.drain()  # the first drainer is running: returns at once
+            c.drain()  # the first drainer is running: returns at once ...
+            assert got == [1]  # ... without delivering (the first one does, in order)
             inner_returned.set()
 
     c.callback = callback
@@ -380,3 +381,10 @@ def test_a_cursor_keeps_its_limits() -> None:
     limits = QueueLimits(max_messages=5)
     c = Cursor(engine, "sub", None, limits, {})  # type: ignore[arg-type]
     assert c.limits is limits
+
+
+def test_every_forget_is_a_new_generation() -> None:
+    c, _ = cursor()
+    c.forget_inflight({})
+    c.forget_inflight({})
+    assert c.gen == 2

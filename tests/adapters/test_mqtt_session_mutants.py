@@ -114,6 +114,8 @@ def test_a_retained_message_is_acknowledged_and_dropped(rig: Any) -> None:
     arrived(rig, msg(1, b"<old/>", retain=True), msg(2, b"<new/>"))
     assert rig.journal == [("store", [b"<new/>"]), ("ack", 1, 1), ("ack", 2, 1)]
     assert rig.session.stats.dropped_retained == 1
+    arrived(rig, msg(3, b"<older/>", retain=True))
+    assert rig.session.stats.dropped_retained == 2
     assert rig.session.stats.committed == 1
 
 
@@ -137,6 +139,8 @@ def test_a_lost_connection_bumps_the_generation_and_fails_waiting_barriers(rig: 
     s._sub_mids[1] = ("a", 1)
     s._disconnected_cb()
     assert s._generation == 1
+    s._disconnected_cb()
+    assert s._generation == 2
     assert s._sub_mids == {}
     assert barrier.done.is_set()
     assert isinstance(barrier.error, AdapterUnavailable)
@@ -172,6 +176,9 @@ def test_acknowledged_filters_are_recorded_after_the_batch(rig: Any) -> None:
     assert recorded == [([("a/#", 3)], [("b/#", 2)])]
     rig.session._process([(0, msg(2))])
     assert len(recorded) == 1
+    rig.session._process([_Acked("c/#", 4)])
+    rig.session._process([_Removed("a/#", 3)])
+    assert recorded[1:] == [([("c/#", 4)], []), ([], [("a/#", 3)])]
 
 
 def test_a_failing_filter_record_does_not_stop_the_acks(rig: Any) -> None:

@@ -19,6 +19,7 @@ from wsnmom.core import metrics
 from wsnmom.core.adapter import Received
 from wsnmom.core.channel import Backoff, Channel, EndSubscription, _settle
 from wsnmom.core.lanes import Lane, Outcome
+from wsnmom.core.log_context import current_request_id
 from wsnmom.core.ports import DeliveryFailed
 
 from tests.support.handles import Handle, Msg
@@ -843,3 +844,41 @@ def test_a_failed_attempt_is_logged_at_info_a_deferred_one_at_debug(
         open_circuit.run(Lane("http://c:1"))
     levels = [r.levelno for r in caplog.records if "delivery failed" in r.getMessage()]
     assert levels == [logging.INFO, logging.DEBUG]
+
+
+# -- what operators see in the log ---------------------------------------------------------
+def test_failures_to_settle_or_stop_are_logged_with_their_stack(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    def boom() -> None:
+        raise RuntimeError("gone")
+
+    with caplog.at_level(logging.DEBUG, logger="wsnmom.core.delivery"):
+        _settle(BrokenMsg(1, []), ack=True)
+        ended = Rig()
+        ended.channel.start()
+        ended.handle.stop = boom  # type: ignore[method-assign]
+        ended.channel._end(ended.channel._gen, [], EndSubscription("x", "filter"))
+        gave_up = Rig(backoff=Backoff(max_attempts=1))
+        gave_up.channel.start()
+        gave_up.handle.stop = boom  # type: ignore[method-assign]
+        gave_up.failures.append(DeliveryFailed("x"))
+        gave_up.deliver(1)
+        gave_up.run()
+    failed = [
+        r
+        for r in caplog.records
+        if r.getMessage() in ("settling a message failed", "stopping the handle failed")
+    ]
+    assert len(failed) == 3
+    assert all(r.exc_info for r in failed)
+
+
+def test_a_batch_without_a_trace_is_sent_with_no_request_id() -> None:
+    seen: list[str | None] = []
+    rig = Rig()
+    rig.during_send = lambda: seen.append(current_request_id())
+    rig.channel.start()
+    rig.deliver(1)
+    rig.run()
+    assert seen == [None]

@@ -332,3 +332,32 @@ def test_a_session_of_taps_only_hands_them_the_batch(rig: Any) -> None:
     assert [a.message.body for a in got] == [b"<a/>"]
     assert rig.journal == [("ack", 1, 1)]
     assert rig.session.stats.committed == 1
+
+
+def test_a_failing_tap_of_a_stopping_session_is_not_retried(rig: Any) -> None:
+    def sink(arrivals: Sequence[Arrival]) -> None:
+        raise OSError("sink down")
+
+    rig.session.taps = Taps([Tap("t1", None, sink)])
+    rig.session._stopping = True
+    with pytest.raises(OSError):
+        arrived(rig, msg(1, b"<a/>"))
+    assert ("ack", 1, 1) not in rig.journal
+
+
+def test_counts_accumulate_over_batches(rig: Any) -> None:
+    arrived(rig, msg(1), msg(2))
+    arrived(rig, msg(3))
+    st = rig.session.stats
+    assert (st.received, st.committed, st.batches) == (3, 3, 2)
+
+
+def test_a_refusing_store_is_reported_once_per_batch(
+    rig: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    rig.store.refusals += [RuntimeError("busy"), RuntimeError("busy"), RuntimeError("busy")]
+    with caplog.at_level(logging.ERROR, logger="wsnmom.adapters.mqtt"):
+        arrived(rig, msg(1, b"<a/>"))
+    reports = [r for r in caplog.records if "retrying" in r.getMessage()]
+    assert len(reports) == 1
+    assert rig.journal == [("store", [b"<a/>"]), ("ack", 1, 1)]

@@ -12,7 +12,7 @@ EXTRAS ?= $(TEST_EXTRAS)
 # one stamp per set of extras: .venv/.installed-test-rabbitmq
 stamp = $(VENV)/.installed-$(subst $(comma),-,$(1))
 
-.PHONY: run test lint typecheck bench system-deps clean venv
+.PHONY: run test lint typecheck bench mutation system-deps clean venv
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -47,5 +47,10 @@ bench: system-deps
 	$(MAKE) --no-print-directory EXTRAS=test,rabbitmq,kafka,mqtt,postgres,spark,bench venv
 	$(BIN)/python -m bench $(ARGS)
 
+## mutation: mutation-test the delivery modules (minutes per module; not part of `make test`)
+## (`make mutation ARGS="channel cursor"` runs only those; the report: docs/testing.md)
+mutation: $(call stamp,$(TEST_EXTRAS))
+	BIN=$(BIN) bash scripts/mutation.sh $(ARGS)
+
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache .mutmut-cache

@@ -3,6 +3,8 @@
 import importlib.util
 from typing import Any
 
+import pytest
+
 _FIXTURE_MODULES = (
     "tests.fixtures.brokers",
     "tests.fixtures.mosquitto",
@@ -58,3 +60,14 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
         adapters = lacking[capability]
         listed = ", ".join(f"{a} ({n})" for a, n in sorted(adapters.items()))
         terminalreporter.write_line(f"{capability}: {listed}")
+
+
+#: per-test timeout of a test marked ``slow`` that sets none itself (the default for every
+#: other test is ``timeout`` in pyproject.toml)
+SLOW_TIMEOUT = 600
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.get_closest_marker("slow") and not item.get_closest_marker("timeout"):
+            item.add_marker(pytest.mark.timeout(SLOW_TIMEOUT))

@@ -376,30 +376,28 @@ def test_delete_releases_messages(adapter: EmbeddedAdapter, store: Path) -> None
     assert "s" not in adapter.subscription_names()
 
 
-@pytest.mark.slow
-def test_scale_10k_fanout_100k_subscriptions(store: Path) -> None:
+def test_fanout_to_many_subscriptions_among_many_more_survives_a_reopen(store: Path) -> None:
+    """One publish reaches each of 200 subscriptions of a wildcard pattern among 2,000
+    (once each, none of the 1,800 others), and all 2,000 are there again after a reopen.
+    How fast (fan-out to 10,000, reopening 100,000) is measured by the benchmarks'
+    fan-out and recovery scenarios, not here."""
     a = EmbeddedAdapter(f"embedded://{store}")
     a.open()
     try:
-        for i in range(10_000):
+        for i in range(200):
             a.subscription(SubscriptionSpec(f"wide{i}", (PathPattern(NS, ("wide", ANY)),)))
-        for i in range(90_000):
+        for i in range(1_800):
             a.subscription(SubscriptionSpec(f"narrow{i}", (PathPattern(NS, ("n", f"t{i}")),)))
-        t0 = time.perf_counter()
         assert a.publish(msg("wide/x", b"<x/>")).routed
-        fanout = time.perf_counter() - t0
-        assert count_rows(store, "queue_entries") == 10_000
-        assert fanout < 5.0, fanout
+        assert count_rows(store, "queue_entries") == 200
     finally:
         a.close()
-    t0 = time.perf_counter()
     b = EmbeddedAdapter(f"embedded://{store}")
     b.open()
-    reopen = time.perf_counter() - t0
     try:
-        assert len(b.subscription_names()) == 100_000
+        assert len(b.subscription_names()) == 2_000
         assert b.publish(msg("n/t77", b"1")).routed
-        assert reopen < 60, reopen
+        assert count_rows(store, "queue_entries") == 201
     finally:
         b.close()
 

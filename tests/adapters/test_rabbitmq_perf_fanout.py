@@ -1,11 +1,12 @@
-"""RabbitMQ adapter: a Notify to thousands of *new* subscription queues is confirmed in time
-(docs/performance.md, F5 follow-up), against a real node.
+"""RabbitMQ adapter: queue primers, and a Notify to many *new* subscription queues is
+confirmed (docs/performance.md, F5 follow-up), against a real node.
 
 RabbitMQ creates a classic queue's directory and index journal lazily, with the first
 persistent message, at ~1.3 ms of broker I/O per queue; one publish routed to 10,000 fresh
 queues was confirmed only after ~13 s.  The adapter primes every new subscription queue
 with a persistent message that expires at once, so the files exist before the first real
-notification; primers are never handed to core.
+notification; primers are never handed to core.  The speed figures (first against second
+confirm, primed against unprimed, at 2,000 queues) are measured by bench/rabbitmq_priming.py.
 """
 
 from __future__ import annotations
@@ -109,42 +110,27 @@ def test_no_primer_into_a_dead_letter_exchange(
     assert not make_adapter(prime_queues="false")._primes({"x-queue-type": "classic"})
 
 
-def _first_and_second_confirm(adapter: RabbitMQAdapter, ns: str, n: int) -> tuple[float, float]:
-    """Seconds until the broker confirmed the first and the second publish routed to
-    ``n`` new subscription queues (not consumed)."""
-    patterns = (PathPattern(ns, ("fan",)),)
-    tag = uuid.uuid4().hex[:8]
-
-    def create(i: int) -> SubscriptionHandle:
-        return adapter.subscription(SubscriptionSpec(f"f-{tag}-{i}", patterns))
-
-    with ThreadPoolExecutor(16) as pool:
-        handles = list(pool.map(create, range(n)))
-    time.sleep(1.0)  # let the broker finish writing the primers
-    times = []
-    try:
-        for body in (b"<first/>", b"<second/>"):
-            started = time.perf_counter()
-            assert adapter.publish(message(Topic(ns, ("fan",)), body), timeout=60).routed
-            times.append(time.perf_counter() - started)
-    finally:
-        with ThreadPoolExecutor(16) as pool:
-            list(pool.map(lambda h: h.delete(), handles))
-    return times[0], times[1]
-
-
-@pytest.mark.slow  # about 1-2 min: 2 x 2,000 subscriptions
-def test_first_publish_to_new_queues_costs_no_more_than_later_ones(
+def test_publishes_into_new_queues_are_confirmed_and_hold_only_real_messages(
     make_adapter: Callable[..., RabbitMQAdapter], ns: str
 ) -> None:
-    """Without primers the first publish into 2,000 new queues takes ~10x the second
-    (file creation per queue); with them, about the same."""
-    n = 2000
-    cold_first, cold_second = _first_and_second_confirm(make_adapter(prime_queues=False), ns, n)
-    first, second = _first_and_second_confirm(make_adapter(), ns + ":primed", n)
-    print(
-        f"unprimed: first {cold_first:.2f}s second {cold_second:.2f}s; "
-        f"primed: first {first:.2f}s second {second:.2f}s"
-    )
-    assert first < cold_first / 2
-    assert first < 3 * second + 0.5
+    """Unprimed and primed (the default): two publishes into 40 new subscription queues
+    are both confirmed as routed, and every queue then holds exactly the two real
+    messages (the primers expired, none is counted or delivered).  How much sooner the
+    first publish is confirmed with primers is a speed figure: ``python -m
+    bench.rabbitmq_priming`` measures it at 2,000 queues."""
+    n = 40
+    for adapter, tag in ((make_adapter(prime_queues=False), "cold"), (make_adapter(), "primed")):
+        specs = [SubscriptionSpec(f"f-{tag}-{i}", (PathPattern(ns, (tag,)),)) for i in range(n)]
+        with ThreadPoolExecutor(8) as pool:
+            handles = list(pool.map(adapter.subscription, specs))
+        try:
+            for body in (b"<first/>", b"<second/>"):
+                assert adapter.publish(message(Topic(ns, (tag,)), body), timeout=60).routed
+            assert [wait_depth(h, 2) for h in handles] == [2] * n
+            got = handles[-1].pull(5, timeout=1.0)
+            assert [m.body for m in got] == [b"<first/>", b"<second/>"]
+            for m in got:
+                m.ack()
+        finally:
+            with ThreadPoolExecutor(8) as pool:
+                list(pool.map(lambda h: h.delete(), handles))

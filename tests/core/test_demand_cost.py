@@ -69,37 +69,41 @@ def test_scan_once_demand_registration_exists(
 
 def test_periodic_task_coalesces_wakeups() -> None:
     runs: list[float] = []
-    done = threading.Event()
+    first, second = threading.Event(), threading.Event()
 
     def work() -> None:
         runs.append(time.monotonic())
-        done.set()
+        (second if first.is_set() else first).set()
 
-    task = PeriodicTask(work, name="test-coalesce", interval=60.0, min_spacing=0.2)
+    task = PeriodicTask(work, name="test-coalesce", interval=3600.0, min_spacing=0.5)
     task.start()
-    try:
+    thread = task._thread
+    assert thread is not None
+    task.wake()
+    assert first.wait(30.0)
+    for _ in range(50):  # a burst of wake-ups right after a round ...
         task.wake()
-        assert done.wait(2.0)
-        for _ in range(50):  # a burst of wake-ups right after a round ...
-            task.wake()
-            time.sleep(0.002)
-        time.sleep(0.5)
-        # ... is served by one more round, not fifty, and not sooner than min_spacing
-        assert len(runs) == 2
-        assert runs[1] - runs[0] >= 0.19
-    finally:
-        started = time.monotonic()
-        task.stop()
-        assert time.monotonic() - started < 1.0
+    assert second.wait(30.0)
+    task.stop()  # the barrier: no round starts after stop, so the count below is final
+    assert not thread.is_alive()
+    # ... is served by one more round, not fifty, and not sooner than min_spacing
+    assert len(runs) == 2
+    assert runs[1] - runs[0] >= 0.5 - 0.01
 
 
 def test_periodic_task_stop_not_delayed_by_spacing() -> None:
-    task = PeriodicTask(lambda: None, name="test-stop", interval=60.0, min_spacing=30.0)
+    """A stop while the loop waits out an hour of spacing ends the thread: the join (up
+    to ``join_timeout``) would otherwise return with the thread still waiting."""
+    rounds = threading.Semaphore(0)
+    task = PeriodicTask(
+        rounds.release, name="test-stop", interval=3600.0, min_spacing=3600.0, join_timeout=30.0
+    )
     task.start()
+    thread = task._thread
+    assert thread is not None
     task.wake()
-    time.sleep(0.05)
-    task.wake()  # now waiting out the spacing
-    time.sleep(0.05)
-    started = time.monotonic()
+    assert rounds.acquire(timeout=30.0)  # the first round ran: the next waits the spacing
+    task.wake()
     task.stop()
-    assert time.monotonic() - started < 1.0
+    assert not thread.is_alive()
+    assert not rounds.acquire(blocking=False)  # and the woken round never ran

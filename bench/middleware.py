@@ -37,15 +37,17 @@ RAW_PUBLISHERS = 4
 RAW_GETTERS = 16
 
 
-def _entry_point_registered(name: str) -> bool:
-    eps = importlib.metadata.entry_points(group="wsnmom.adapters")
-    return any(ep.name == name for ep in eps)
+def _plugin_registered(name: str) -> bool:
+    """Whether the plugin manager loaded adapter plugin ``name`` (built-in or third-party)."""
+    from wsnmom.core.plugins import get_plugin_manager
+
+    return any(p.name == name and p.error is None for p in get_plugin_manager().plugins())
 
 
 def _missing(plugin: str, client_modules: tuple[str, ...]) -> str | None:
     """What is missing for a middleware's benchmark: its adapter plugin or client library."""
-    if not _entry_point_registered(plugin):
-        return f"no '{plugin}' adapter plugin is registered (wsnmom.adapters)"
+    if not _plugin_registered(plugin):
+        return f"no '{plugin}' adapter plugin is registered (wsnmom plugins lists them)"
     for module in client_modules:
         if importlib.util.find_spec(module) is None:
             return f"client library '{module}' is not installed"
@@ -57,7 +59,7 @@ class Middleware(abc.ABC):
 
     #: short name used in tables, JSON and ``--adapters``
     name: str
-    #: the entry-point name of its adapter plugin (group ``wsnmom.adapters``)
+    #: the name of its adapter plugin (``wsnmom plugins``)
     plugin: str
     #: Python modules its client needs
     client_modules: tuple[str, ...] = ()

@@ -18,6 +18,7 @@ import pytest
 from wsnmom.core import metrics
 from wsnmom.core.adapter import Received
 from wsnmom.core.channel import Backoff, Channel, EndSubscription, _settle
+from wsnmom.core.delivery_budget import MemoryBudget
 from wsnmom.core.lanes import Lane, Outcome
 from wsnmom.core.log_context import current_request_id
 from wsnmom.core.ports import DeliveryFailed
@@ -45,6 +46,8 @@ class Engine:
         self.wait = wait
         self.admitted: list[Lane] = []
         self.reports: list[Outcome] = []
+        #: no byte bound: these tests are about settling, retries and generations
+        self.budget = MemoryBudget()
 
     def _ready(self, channel: Channel[Any], gen: int) -> None:
         self.ready.append(gen)

@@ -12,6 +12,7 @@ from tests.support.waiting import wait_until
 from wsnmom.client import (
     ONVIF_CONCRETE_SET,
     InvalidTopicExpressionFault,
+    Notification,
     NotificationConsumer,
     TopicExpression,
     WsnClient,
@@ -89,9 +90,13 @@ def test_pull_point_with_concrete_set(client: WsnClient) -> None:
         # On Kafka the two notifications create new topics that the wildcard subscription
         # finds within the adapter's discovery interval (2 s) plus a fetch: under CI load
         # that can pass 5 s, so the wait is longer than the documented bound.
-        got = wait_until(
-            lambda: (m := pp.get_messages()) and len(m) >= 2 and m, timeout=20.0, what="2 events"
-        )
+        got: list[Notification] = []  # GetMessages hands each message out once: keep them
+
+        def two() -> bool:
+            got.extend(pp.get_messages())
+            return len(got) >= 2
+
+        wait_until(two, timeout=20.0, what="2 events")
         assert len(got) == 2
         assert {n.topic.effective_dialect for n in got if n.topic} == {ONVIF_CONCRETE_SET}
 

@@ -11,7 +11,8 @@ Headers (``core.adapter.HEADER_*``)
     URI); ``wsnmom-producer-ref`` and ``wsnmom-subscription-ref`` (endpoint references as
     compact JSON: ``{"address": ..., "reference_parameters": [base64 XML...], "metadata":
     base64|null}``); ``wsnmom-published-at`` (ISO 8601 UTC); ``wsnmom-request-id``;
-    ``wsnmom-via`` (the gateways it was published through, ``core.loops``).  When present,
+    ``wsnmom-via`` (the gateways it was published through, ``core.loops``); the
+    publisher's application headers under their own names (``core.app_headers``).  When present,
     the topic headers are authoritative over the native routing topic: messages forwarded
     into a pull point's inbox keep the topic they were published on.
 
@@ -67,6 +68,7 @@ from wsnmom.core.adapter import (
     OutboundMessage,
     is_internal_namespace,
 )
+from wsnmom.core.app_headers import from_middleware
 from wsnmom.core.model import EndpointReference, NotificationMessage
 from wsnmom.core.per_thread import PerThread
 from wsnmom.core.safe_xml import hardened_parser
@@ -205,11 +207,14 @@ def encode(message: NotificationMessage, *, route: Topic | None = None) -> Outbo
         if via:
             common[HEADER_VIA] = " ".join(via)
         _shared = (topic, dialect, producer, subscription, published_at, request_id, via, common)
+    headers = {HEADER_MESSAGE_ID: message.message_id, **common}
+    if message.headers:
+        headers.update(message.headers)
     return OutboundMessage(
         topic=route or topic,
         body=message.payload,
         message_id=message.message_id,
-        headers={HEADER_MESSAGE_ID: message.message_id, **common},
+        headers=headers,
         content_type=message.content_type,
     )
 
@@ -355,4 +360,5 @@ def decode(received: Carried) -> NotificationMessage:
         subscription_reference=epr_from_header(headers.get(HEADER_SUBSCRIPTION_REFERENCE)),
         request_id=headers.get(HEADER_REQUEST_ID),
         via=parse_via(headers.get(HEADER_VIA) or ""),
+        headers=from_middleware(headers),
     )

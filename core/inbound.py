@@ -126,6 +126,7 @@ class Inbound:
                     subscription_reference=item.subscription_reference,
                     request_id=request_id,
                     via=via,
+                    headers=item.headers,
                 )
             )
         return out

@@ -185,6 +185,8 @@ class NotificationMessage:
     request_id: str | None = None
     #: ids of the gateways that published it, oldest first (``core.loops``)
     via: tuple[str, ...] = ()
+    #: the publisher's application headers, carried to every consumer (``core.app_headers``)
+    headers: tuple[tuple[str, str], ...] = ()
 
 
 @_direct_init
@@ -198,6 +200,8 @@ class InboundNotification:
     subscription_reference: EndpointReference | None = None
     #: the gateways it went through before (``wsnmom:Hops`` header, ``core.loops``)
     via: tuple[str, ...] = ()
+    #: application headers (``wsnmom:Messages`` header, ``core.app_headers``), validated
+    headers: tuple[tuple[str, str], ...] = ()
 
 
 class SubscriptionState(enum.Enum):

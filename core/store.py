@@ -327,6 +327,7 @@ def message_to_json(msg: NotificationMessage) -> dict[str, Any]:
         "content_type": msg.content_type,
         "published_at": _dt(msg.published_at),
         "subscription_reference": epr_to_json(msg.subscription_reference),
+        "headers": [list(pair) for pair in msg.headers],
     }
 
 
@@ -343,6 +344,7 @@ def message_from_json(d: dict[str, Any]) -> NotificationMessage:
         content_type=d["content_type"],
         published_at=_undt(d["published_at"]),
         subscription_reference=epr_from_json(d.get("subscription_reference")),
+        headers=tuple((str(n), str(v)) for n, v in d.get("headers") or ()),
     )
 
 

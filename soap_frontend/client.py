@@ -39,6 +39,7 @@ import re
 from collections.abc import Sequence
 
 from lxml import etree
+from wsnmom.core.app_headers import TRACE_HEADERS
 from wsnmom.core.config import Settings
 from wsnmom.core.model import Delivered, EndpointReference, ExpressionSource, SoapVersion
 from wsnmom.core.outbound_policy import AddressRefused, Destination, OutboundPolicy
@@ -48,6 +49,7 @@ from wsnmom.core.redaction import redact_text, redact_url
 from . import codec
 from .codec import ACTIONS, FULL, SIMPLE, Op
 from .envelope import SOAP_NS, content_type_for, envelope_bytes
+from .message_info import messages_header
 from .outbound_http import (
     TRANSPORT_ERRORS,
     OutboundConnections,
@@ -108,13 +110,15 @@ class SoapClient:
             for d in messages:
                 body = codec.raw_payload(d.message)
                 hops = codec.hops_header([d.message.via])
-                info = codec.messages_header([d.message])
-                self._post(consumer, where, soap_version, body, action, timeout, hops, info)
+                info = messages_header([d.message])
+                trace = _trace(d.message.headers)
+                self._post(consumer, where, soap_version, body, action, timeout, hops, info, trace)
         else:
             body = codec.notify_element(messages)
             hops = codec.hops_header([d.message.via for d in messages])
-            info = codec.messages_header([d.message for d in messages])
-            self._post(consumer, where, soap_version, body, action, timeout, hops, info)
+            info = messages_header([d.message for d in messages])
+            trace = _trace(messages[0].message.headers)
+            self._post(consumer, where, soap_version, body, action, timeout, hops, info, trace)
 
     # --- demand-based publishing ---------------------------------------------------------
     def subscribe(
@@ -181,6 +185,7 @@ class SoapClient:
         timeout: float,
         hops: etree._Element | None = None,
         info: etree._Element | None = None,
+        trace: Sequence[tuple[str, str]] = (),
     ) -> etree._Element | None:
         headers = [_reference_header(p) for p in target.reference_parameters]
         headers += [h for h in (hops, info) if h is not None]
@@ -193,6 +198,7 @@ class SoapClient:
         }
         if version is SoapVersion.SOAP11:
             http_headers["SOAPAction"] = f'"{action}"'
+        http_headers.update(trace)
         try:
             status, content = self.connections.post(
                 where,
@@ -215,6 +221,12 @@ class SoapClient:
             permanent=permanent,
             answered=True,
         )
+
+
+def _trace(headers: Sequence[tuple[str, str]]) -> tuple[tuple[str, str], ...]:
+    """The W3C trace context among a message's application headers, sent as HTTP headers
+    (a batched Notify carries its first message's)."""
+    return tuple((n, v) for n, v in headers if n.lower() in TRACE_HEADERS)
 
 
 def _reference_header(param: bytes) -> etree._Element:

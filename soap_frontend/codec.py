@@ -420,36 +420,6 @@ def hops_header(vias: Sequence[tuple[str, ...]]) -> etree._Element | None:
     return hops
 
 
-#: the ``wsnmom:Messages`` header of an outbound delivery: one ``wsnmom:Message`` per
-#: NotificationMessage (or per raw delivery), in order, with the gateway's message id and
-#: when it was published, for consumers that want them (``wsnmom subscribe --format json``);
-#: a plain header block (no mustUnderstand), which other consumers ignore
-MESSAGES = qname(WSNMOM, "Messages")
-MESSAGE_INFO = qname(WSNMOM, "Message")
-
-
-def messages_header(messages: Sequence[NotificationMessage]) -> etree._Element:
-    """The ``wsnmom:Messages`` header block for ``messages`` (see :data:`MESSAGES`)."""
-    info = etree.Element(MESSAGES, nsmap={"wsnmom": WSNMOM})
-    for message in messages:
-        item = etree.SubElement(info, MESSAGE_INFO, id=message.message_id)
-        if message.published_at is not None:
-            item.set("published", xsd_datetime(message.published_at))
-    return info
-
-
-def parse_messages_header(
-    headers: Sequence[etree._Element], count: int
-) -> list[tuple[str | None, str | None]]:
-    """(message id, published xsd:dateTime) per message from a ``wsnmom:Messages`` header
-    among ``headers``; (None, None) each when there is none or it does not fit ``count``."""
-    info = next((h for h in headers if h.tag == MESSAGES), None)
-    items = [i for i in info if i.tag == MESSAGE_INFO] if info is not None else []
-    if len(items) != count:
-        return [(None, None)] * count
-    return [(i.get("id"), i.get("published")) for i in items]
-
-
 def apply_hops(
     headers: Sequence[etree._Element], messages: list[InboundNotification]
 ) -> list[InboundNotification]:

@@ -13,6 +13,7 @@ ResourceUnknownFault.  A ``wsa:To`` that is not a URL addresses nothing.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import math
 from collections.abc import Mapping
@@ -53,6 +54,7 @@ from .faults import (
 )
 from .hashing import PasswordChecksBusy
 from .identity import AuthenticationFailed
+from .message_info import apply_app_headers, messages_header, trace_headers
 from .ratelimit import RateLimiter
 from .splice import Spliced
 from .wsse import TokenRejected, find_username_token
@@ -201,7 +203,7 @@ def soap_post(
     try:
         if op is None:
             raise BaseFaultError(f"unsupported operation {req.operation}")
-        result = _dispatch(fe.service, role, resource_id, op, req, args)
+        result = _dispatch(fe.service, role, resource_id, op, req, args, environ)
     except Exception as exc:
         if isinstance(exc, errors.WsnError):
             invalid_log.info("%s on %s: %s", exc.fault_name, req.operation, exc.description)
@@ -350,6 +352,7 @@ def _dispatch(
     op: Op,
     req: SoapRequest,
     args: Mapping[str, str],
+    environ: Mapping[str, Any] | None = None,
 ) -> etree._Element | Spliced | None:
     body = req.body
     now = service.now
@@ -357,8 +360,10 @@ def _dispatch(
         raise BaseFaultError(f"{op.local} is not an operation of this endpoint; use the broker")
     if op is Op.NOTIFY:
         messages = codec.parse_notify(body)
-        if role is not Role.PULL_POINT and req.addressing.other_headers:
-            messages = codec.apply_hops(req.addressing.other_headers, messages)
+        others = req.addressing.other_headers
+        if role is not Role.PULL_POINT and others:
+            messages = codec.apply_hops(others, messages)
+        messages = apply_app_headers(others, messages, trace_headers(environ))
         if role is Role.PULL_POINT:
             service.notify_pull_point(
                 _resolve(role, resource_id, Role.PULL_POINT, req, args), messages
@@ -438,7 +443,11 @@ def _resource_op(
         return codec.empty_response(T("ResumeSubscriptionResponse"))
     if op is Op.GET_MESSAGES:
         maximum = codec.parse_get_messages(body)
-        return codec.get_messages_response(service.get_messages(rid, maximum))
+        taken = service.get_messages(rid, maximum)
+        response = codec.get_messages_response(taken)
+        if not taken:
+            return response
+        return dataclasses.replace(response, headers=(messages_header(taken),))
     if op is Op.DESTROY_PULL_POINT:
         service.destroy_pull_point(rid)
         return codec.empty_response(T("DestroyPullPointResponse"))

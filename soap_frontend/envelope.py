@@ -308,6 +308,8 @@ def envelope_bytes(
     """:func:`build_envelope` serialised with :func:`to_bytes`; a :class:`Spliced` body
     gets its content put in place of its marker."""
     element = body.element if isinstance(body, Spliced) else body
+    if isinstance(body, Spliced) and body.headers:
+        extra_headers = (*extra_headers, *body.headers)
     env = build_envelope(
         version, element, action=action, relates_to=relates_to, to=to, extra_headers=extra_headers
     )

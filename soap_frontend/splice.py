@@ -35,6 +35,8 @@ class Spliced:
 
     element: etree._Element
     content: bytes
+    #: SOAP header blocks to send with it (``envelope_bytes`` adds them)
+    headers: tuple[etree._Element, ...] = ()
 
     def fill(self, serialized: bytes) -> bytes:
         """``serialized`` (a serialisation that contains :attr:`element`) with the marker

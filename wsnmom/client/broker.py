@@ -33,6 +33,7 @@ from lxml import etree
 
 from wsnmom.core.model import EndpointReference, SoapVersion
 from wsnmom.soap_frontend.codec import ACTIONS, BR, Op, T, add, expression
+from wsnmom.soap_frontend.message_info import request_header
 from wsnmom.soap_frontend.xml import (
     WSNMOM,
     WSRF_RL,
@@ -220,7 +221,9 @@ class WsnClient:
         def flush() -> None:
             nonlocal sent
             if batch:
-                self.transport.call(target, wire.notify_body(batch, ns), action)
+                info = request_header([tuple((m.headers or {}).items()) for m in batch])
+                extra = (info,) if info is not None else ()
+                self.transport.call(target, wire.notify_body(batch, ns), action, extra)
                 sent += len(batch)
                 batch.clear()
                 if progress is not None:
@@ -347,7 +350,10 @@ class WsnClient:
         body = new(T("GetMessages"))
         if maximum is not None:
             add(body, T("MaximumNumber"), str(maximum))
-        return wire.notifications(self._call(pull_point, body, Op.GET_MESSAGES))
+        answer = self._call(pull_point, body, Op.GET_MESSAGES)
+        received = wire.notifications(answer)
+        wire.apply_message_info(received, wire.soap_headers(answer))
+        return received
 
     def destroy_pull_point(self, pull_point: Target) -> None:
         """DestroyPullPoint."""

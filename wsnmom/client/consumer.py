@@ -32,7 +32,7 @@ from types import TracebackType
 from typing import Any, Final, Self
 
 from wsnmom.core.errors import WsnError
-from wsnmom.soap_frontend.codec import HOPS, MESSAGES, T, parse_messages_header
+from wsnmom.soap_frontend.codec import HOPS, T
 from wsnmom.soap_frontend.envelope import (
     HttpError,
     SoapProtocolErrorWithContext,
@@ -41,6 +41,7 @@ from wsnmom.soap_frontend.envelope import (
     parse_request,
 )
 from wsnmom.soap_frontend.faults import fault_for_error, transport_fault
+from wsnmom.soap_frontend.message_info import MESSAGES
 from wsnmom.soap_frontend.xml import parse_fragment, serialize_standalone
 
 from . import wire
@@ -213,12 +214,10 @@ class NotificationConsumer:
         except WsnError as exc:
             self._fault(handler, exc, request.version, request.addressing.message_id)
             return
-        stamps = parse_messages_header(others, len(received))
-        for notification, (message_id, published) in zip(received, stamps, strict=True):
+        wire.apply_message_info(received, others)
+        for notification in received:
             notification.path = handler.path
             notification.headers = headers
-            notification.message_id = message_id
-            notification.published = published
             self._deliver(notification)
         self._reply(handler, 202, b"", None)
 

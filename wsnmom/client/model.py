@@ -218,6 +218,9 @@ class Message:
     topic: TopicExpression | str | None = None
     #: the publisher's endpoint (``wsnt:ProducerReference``)
     producer: EndpointReference | str | None = None
+    #: application headers, carried as middleware headers to every consumer (a wsnmom
+    #: gateway's ``wsnmom:Messages`` SOAP header; other brokers ignore it)
+    headers: Mapping[str, str] | None = None
 
 
 _NATIVE = f"{{{WSNMOM_NS}}}NativeMessage"
@@ -243,6 +246,8 @@ class Notification:
     #: sent them (its ``wsnmom:Messages`` header; consumer server only)
     message_id: str | None = None
     published: str | None = None
+    #: the publisher's application headers (a wsnmom gateway's ``wsnmom:Messages`` header)
+    app_headers: dict[str, str] = field(default_factory=dict)
 
     @property
     def payload_xml(self) -> bytes:

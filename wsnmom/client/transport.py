@@ -10,6 +10,7 @@ exceptions of :mod:`wsnmom.client.errors`.
 from __future__ import annotations
 
 import copy
+from collections.abc import Sequence
 from typing import Final
 
 import requests
@@ -65,9 +66,11 @@ class SoapTransport:
         target: EndpointReference | str,
         body: etree._Element,
         action: str,
+        extra_headers: Sequence[etree._Element] = (),
     ) -> etree._Element | None:
-        """POST ``body`` to ``target``; the answer's first Body element (None for a
-        one-way request answered 202/204 or with an empty Body).
+        """POST ``body`` to ``target`` (with ``extra_headers`` as SOAP header blocks); the
+        answer's first Body element (None for a one-way request answered 202/204 or with
+        an empty Body), still in its envelope (its SOAP headers are reachable from it).
 
         Raises :class:`~wsnmom.client.errors.SoapFault` (or the WsnFault subclass named by
         the fault's detail) for a fault, :class:`~wsnmom.client.errors.TransportError`
@@ -78,6 +81,7 @@ class SoapTransport:
             security = self.credentials.security_header()
             if security is not None:
                 headers.append(security)
+        headers.extend(extra_headers)
         env = build_envelope(
             self.version, body, action=action, to=epr.address, extra_headers=headers
         )

@@ -20,6 +20,7 @@ from wsnmom.core.model import EndpointReference, ExpressionSource
 from wsnmom.soap_frontend import codec
 from wsnmom.soap_frontend.codec import INFINITE, add, add_epr, parse_time
 from wsnmom.soap_frontend.envelope import parse_epr
+from wsnmom.soap_frontend.message_info import parse_message_headers, parse_messages_header
 from wsnmom.soap_frontend.xml import (
     NATO,
     WSA,
@@ -267,3 +268,25 @@ def notifications(holder: etree._Element, *, allow_empty: bool = True) -> list[N
         )
         for item in codec.parse_notify(holder)
     ]
+
+
+def soap_headers(answer: etree._Element) -> list[etree._Element]:
+    """The SOAP header blocks of the envelope that holds the Body element ``answer``."""
+    body = answer.getparent()
+    envelope = body.getparent() if body is not None else None
+    header = envelope.find("{*}Header") if envelope is not None else None
+    return list(header) if header is not None else []
+
+
+def apply_message_info(received: Sequence[Notification], headers: Sequence[etree._Element]) -> None:
+    """Fill each notification's message id, publication time and application headers from
+    a wsnmom gateway's ``wsnmom:Messages`` block among ``headers`` (left as they are when
+    there is none, or it does not fit)."""
+    stamps = parse_messages_header(headers, len(received))
+    extras = parse_message_headers(headers, len(received))
+    for notification, (message_id, published), extra in zip(received, stamps, extras, strict=True):
+        if message_id is not None:
+            notification.message_id = message_id
+            notification.published = published
+        if extra:
+            notification.app_headers = dict(extra)

@@ -258,7 +258,8 @@ def render(notification: Notification, fmt: str) -> str:
                 "content_type": notification.content_type,
                 "producer": producer.address if producer is not None else None,
                 "subscription": notification.subscription_address,
-                "headers": {
+                "headers": notification.app_headers,
+                "soap_headers": {
                     etree.QName(h).text: (h.text or "").strip() or tidy_xml(h).decode("utf-8")
                     for h in notification.headers
                 },

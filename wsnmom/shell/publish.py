@@ -19,6 +19,7 @@ import click
 from lxml import etree
 
 from wsnmom.adapters.native import sniff_content_type
+from wsnmom.core.app_headers import HeaderRefused, validated
 from wsnmom.client import ClientError, Message, TopicExpression, text_payload
 from wsnmom.client.model import payload_element
 from wsnmom.core.addresses import ResourceKind
@@ -48,6 +49,23 @@ def _payload(data: bytes, content_type: str | None) -> etree._Element:
     return text_payload(data, content_type or sniff_content_type(data))
 
 
+def _headers(pairs: tuple[str, ...]) -> dict[str, str] | None:
+    """``--header NAME=VALUE`` options as application headers (checked as the gateway
+    checks them, so a mistake is a usage error, not a fault)."""
+    if not pairs:
+        return None
+    parsed: list[tuple[str, str]] = []
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep:
+            raise click.BadParameter(f"{pair!r} is not NAME=VALUE", param_hint="--header")
+        parsed.append((name.strip(), value))
+    try:
+        return dict(validated(parsed))
+    except HeaderRefused as exc:
+        raise click.BadParameter(str(exc), param_hint="--header") from None
+
+
 def _lines(stream: IO[bytes]) -> Iterator[bytes]:
     for line in stream:
         line = line.rstrip(b"\r\n")
@@ -73,6 +91,15 @@ def _lines(stream: IO[bytes]) -> Iterator[bytes]:
 )
 @click.option("--producer", metavar="URL", help="ProducerReference address to send.")
 @click.option(
+    "-H",
+    "--header",
+    "header_pairs",
+    metavar="NAME=VALUE",
+    multiple=True,
+    help="An application header for every notification sent (repeatable); consumers get "
+    "it, native ones as a middleware header.",
+)
+@click.option(
     "--to",
     metavar="ADDRESS|ID",
     help="Send the Notify to a pull point (address or id) or another consumer instead of "
@@ -95,6 +122,7 @@ def notify_command(
     lines: bool,
     content_type: str | None,
     producer: str | None,
+    header_pairs: tuple[str, ...],
     to: str | None,
     batch: int,
     quiet: bool,
@@ -110,7 +138,10 @@ def notify_command(
     wsnmom notify --ns t=urn:example t:sensors/room1 '<temp>21.5</temp>'
     wsnmom notify '{urn:example}sensors/room1' 'plain text is wrapped'
     wsnmom notify --ns t=urn:example t:log --lines -f events.txt
+    wsnmom notify -H traceparent=00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01 \\
+        '{urn:example}sensors/room1' '<temp>21.5</temp>'
     """
+    headers = _headers(header_pairs)
     if payload is not None and source is not None:
         raise click.UsageError("give the payload as an argument or with --file, not both")
     if payload is None and source is None:
@@ -127,7 +158,9 @@ def notify_command(
             chunks = _lines(source)
         else:
             chunks = iter([source.read()])
-        messages = (Message(_payload(c, content_type), expr, producer) for c in chunks)
+        messages = (
+            Message(_payload(c, content_type), expr, producer, headers) for c in chunks
+        )
         started = time.monotonic()
         done = [0]
 

@@ -4,7 +4,6 @@ what is taken from the middleware, and the codec carrying them both ways."""
 from __future__ import annotations
 
 import pytest
-
 from wsnmom.core.adapter import StoredMessage
 from wsnmom.core.app_headers import (
     MAX_HEADERS,

@@ -83,7 +83,9 @@ def test_headers_reach_push_consumers_and_pull_points(
         assert request_a.headers.get("traceparent") == TRACEPARENT
 
         pulled: list = []
-        wait_until(lambda: pulled.extend(client.get_messages(pp)) or len(pulled) >= 2, what="both pulled")
+        wait_until(
+            lambda: pulled.extend(client.get_messages(pp)) or len(pulled) >= 2, what="both pulled"
+        )
         by_payload = {"".join(n.payload.itertext()): n for n in pulled}
         assert by_payload["a"].app_headers == {"tenant": "t-a", "traceparent": TRACEPARENT}
         assert by_payload["b"].app_headers == {"traceparent": OWN_TRACEPARENT}
@@ -115,8 +117,10 @@ def test_a_header_that_breaks_a_rule_is_a_fault_and_publishes_nothing(
         client.notify("<v>sentinel</v>", "tns:bad")
         pulled: list = []
         wait_until(
-            lambda: pulled.extend(client.get_messages(pp))
-            or any("".join(n.payload.itertext()) == "sentinel" for n in pulled),
+            lambda: (
+                pulled.extend(client.get_messages(pp))
+                or any("".join(n.payload.itertext()) == "sentinel" for n in pulled)
+            ),
             what="the sentinel",
         )
         assert ["".join(n.payload.itertext()) for n in pulled] == ["sentinel"]

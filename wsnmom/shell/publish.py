@@ -19,10 +19,10 @@ import click
 from lxml import etree
 
 from wsnmom.adapters.native import sniff_content_type
-from wsnmom.core.app_headers import HeaderRefused, validated
 from wsnmom.client import ClientError, Message, TopicExpression, text_payload
 from wsnmom.client.model import payload_element
 from wsnmom.core.addresses import ResourceKind
+from wsnmom.core.app_headers import HeaderRefused, validated
 
 from .common import (
     broker_options,
@@ -158,9 +158,7 @@ def notify_command(
             chunks = _lines(source)
         else:
             chunks = iter([source.read()])
-        messages = (
-            Message(_payload(c, content_type), expr, producer, headers) for c in chunks
-        )
+        messages = (Message(_payload(c, content_type), expr, producer, headers) for c in chunks)
         started = time.monotonic()
         done = [0]
 

@@ -104,6 +104,29 @@ class ChannelStatus:
     last_delivery: float | None
     #: messages held in memory (received, not yet settled)
     held: int
+    #: the last :data:`ATTEMPTS_KEPT` delivery attempts, oldest first
+    attempts: tuple[DeliveryAttempt, ...] = ()
+
+
+#: how many delivery attempts a channel remembers for operators
+ATTEMPTS_KEPT = 20
+
+
+@dataclass(frozen=True, slots=True)
+class DeliveryAttempt:
+    """One try to hand a batch to the consumer, as operators see it (``ChannelStatus``)."""
+
+    #: when it ended (POSIX seconds)
+    at: float
+    #: the consumer took it
+    ok: bool
+    #: messages in the batch (filtered ones not counted)
+    messages: int
+    #: why it failed (None after a success)
+    error: str | None = None
+    #: the consumer asked to wait (Retry-After, or a lane/breaker deferred it): not counted
+    #: as a failure
+    deferred: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,6 +187,7 @@ class Channel(Generic[T]):
     """
 
     __slots__ = (
+        "_attempts",
         "_charged",
         "_closed",
         "_error",
@@ -251,6 +275,8 @@ class Channel(Generic[T]):
         self._error: str | None = None
         self.delivered = 0
         self._last_delivery = 0.0
+        #: the last attempts (created on the first: most channels of pull points never try)
+        self._attempts: deque[DeliveryAttempt] | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
     @property
@@ -306,6 +332,29 @@ class Channel(Generic[T]):
         if not self._running:
             self._pending = []
         return True
+
+    def _remember(
+        self,
+        pending: list[tuple[Received, T | None]],
+        ok: bool,
+        reason: str,
+        not_before: float | None,
+    ) -> None:
+        """Under the lock: keep the attempt that sent ``pending`` for operators."""
+        sent = sum(1 for _, item in pending if item is not None)
+        if not sent:
+            return  # nothing was sent (all filtered): no attempt
+        if self._attempts is None:
+            self._attempts = deque(maxlen=ATTEMPTS_KEPT)
+        self._attempts.append(
+            DeliveryAttempt(
+                at=time.time(),
+                ok=ok,
+                messages=sent,
+                error=None if ok else reason,
+                deferred=not ok and not_before is not None,
+            )
+        )
 
     # -- memory (core.delivery_budget) -----------------------------------------------------
     def _forget_charges(self) -> int:
@@ -377,6 +426,7 @@ class Channel(Generic[T]):
                 delivered=self.delivered,
                 last_delivery=self._last_delivery or None,
                 held=len(self._queue or ()) + len(self._pending),
+                attempts=tuple(self._attempts or ()),
             )
 
     # -- adapter callback ------------------------------------------------------------------
@@ -573,6 +623,7 @@ class Channel(Generic[T]):
         with self._lock:
             current = gen == self._gen and not self._stopped
             self._retry_at = 0.0
+            self._remember(pending, ok, reason, not_before)
             if ok:
                 self._pending = [] if current else self._pending
                 self._failures = 0

@@ -67,6 +67,7 @@ from .admin_auth import (
     same_origin,
 )
 from .admin_json import (
+    attempts_json,
     overview_json,
     pull_point_json,
     registration_json,
@@ -220,6 +221,10 @@ def page_view() -> tuple[dict[str, Any], str] | None:
     service = _service()
     data = overview_json(service.overview(), service.broker_address, DEFAULT_LIMIT)
     data["node"] = node_json(_settings())
+    detail_id = request.args.get("subscription")
+    if detail_id:
+        data["detail"] = _detail(service, detail_id)
+        data["detail_id"] = detail_id
     role = "admin" if caller.authenticated_admin else "read-only"
     if role == "read-only" and _local_operator():
         role = "local operator"
@@ -262,17 +267,26 @@ def list_subscriptions() -> Response:
     )
 
 
-@admin_api.get("/subscriptions/<subscription_id>")
-def show_subscription(subscription_id: str) -> Response:
-    """One subscription with its backlog and delivery state."""
-    if (refused := _refused_reading(_caller())) is not None:
-        return refused
+def _detail(service: BrokerPort, subscription_id: str) -> dict[str, Any] | None:
+    """One subscription's page data (None: there is no such subscription)."""
     try:
-        status = _service().subscription_status(subscription_id)
+        status = service.subscription_status(subscription_id)
     except errors.ResourceUnknown:
-        return _error(f"no subscription {subscription_id!r}", 404)
+        return None
     data = status_json(status)
     data["pending"] = status.backlog
+    data["attempts"] = attempts_json(status.delivery)
+    return data
+
+
+@admin_api.get("/subscriptions/<subscription_id>")
+def show_subscription(subscription_id: str) -> Response:
+    """One subscription with its backlog, delivery state and last delivery attempts."""
+    if (refused := _refused_reading(_caller())) is not None:
+        return refused
+    data = _detail(_service(), subscription_id)
+    if data is None:
+        return _error(f"no subscription {subscription_id!r}", 404)
     return _json(data)
 
 

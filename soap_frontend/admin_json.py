@@ -94,6 +94,22 @@ def delivery_json(delivery: ChannelStatus | None) -> dict[str, Any] | None:
     }
 
 
+def attempts_json(delivery: ChannelStatus | None) -> list[dict[str, Any]]:
+    """A channel's last delivery attempts, newest first (empty for a routed subscription)."""
+    if delivery is None:
+        return []
+    return [
+        {
+            "at": _posix(a.at),
+            "ok": a.ok,
+            "messages": a.messages,
+            "error": None if a.error is None else redact_text(a.error),
+            "deferred": a.deferred,
+        }
+        for a in reversed(delivery.attempts)
+    ]
+
+
 def status_json(status: SubscriptionStatus) -> dict[str, Any]:
     """One subscription with its mode, backlog and delivery state."""
     data = subscription_json(status.record, status.address)

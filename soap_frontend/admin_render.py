@@ -188,4 +188,72 @@ def prefilled(page: bytes, data: dict[str, Any], role: str) -> bytes:
             empty.set("hidden", "")
         elif empty is not None:
             empty.attrib.pop("hidden", None)
+    if "detail_id" in data:
+        _detail(doc, str(data["detail_id"]), data.get("detail"))
     return bytes(html.tostring(doc, doctype="<!doctype html>", encoding="utf-8"))
+
+
+def _field(tbody: Any, name: str, value: str) -> None:
+    row = html.Element("tr")
+    row.set("data-field", name)
+    head = html.Element("th")
+    head.text = name
+    cell = html.Element("td")
+    cell.set("class", "wrap")
+    cell.text = value
+    row.extend((head, cell))
+    tbody.append(row)
+
+
+def _detail(doc: Any, subscription_id: str, d: dict[str, Any] | None) -> None:
+    """One subscription's page (``/admin?subscription=ID``): its fields and its last
+    delivery attempts, as the script renders them."""
+    section = doc.get_element_by_id("detail")
+    section.attrib.pop("hidden", None)
+    _set(doc, "detail-id", subscription_id)
+    fields = doc.get_element_by_id("detail-fields")
+    if d is None:
+        _field(fields, "error", f"no subscription {subscription_id!r}")
+        return
+    delivery = d.get("delivery") or {}
+    failing = bool(delivery.get("failures"))
+    consumer = f"pull point {d['pull_point']}" if d.get("pull_point") else d.get("consumer") or ""
+    kind = "raw (UseRaw)" if d.get("use_raw") else "wrapped Notify"
+    held = _number(delivery.get("held") or 0)
+    backlog = f"{_number(d['backlog'])} ({_number(d['waiting'])} waiting in the middleware, "
+    for name, value in (
+        ("address", d["address"]),
+        ("consumer", consumer),
+        ("topic", _expression(d.get("topic"))),
+        (
+            "message content",
+            _expression(d["message_content"]) if d.get("message_content") else "(none)",
+        ),
+        ("policy", f"{kind}, SOAP {d.get('soap_version')}, {d.get('mode')}"),
+        ("state", "failing" if failing else str(d.get("state"))),
+        ("backlog", backlog + f"{held} in memory)"),
+        (
+            "delivered",
+            _number(delivery.get("delivered"))
+            if d.get("delivery")
+            else "routed into its pull point",
+        ),
+        ("failures", _number(delivery.get("failures")) if d.get("delivery") else "-"),
+        ("last error", delivery.get("last_error") or "-"),
+        ("created", d.get("created") or ""),
+        ("ends", d.get("terminates") or "never"),
+    ):
+        _field(fields, name, value)
+    attempts = _tbody(doc, "detail-attempts")
+    for a in d.get("attempts") or []:
+        outcome = "delivered" if a["ok"] else "deferred" if a["deferred"] else "failed"
+        _row(
+            attempts,
+            a["at"] or "",
+            [
+                ("", a["at"] or ""),
+                ("", outcome),
+                ("num", _number(a["messages"])),
+                ("wrap", a["error"] or ""),
+            ],
+        )

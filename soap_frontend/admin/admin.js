@@ -162,6 +162,13 @@
     add("last error", d.last_error || "-");
     add("created", when(body.created));
     add("ends", body.terminates ? when(body.terminates) : "never");
+    const attempts = $("detail-attempts").querySelector("tbody");
+    attempts.replaceChildren(...(body.attempts || []).map((a) => el("tr", {},
+      el("td", {}, when(a.at)),
+      el("td", {}, el("span", { class: `badge ${a.ok ? "active" : "failing"}` }, a.ok ? "delivered" : a.deferred ? "deferred" : "failed")),
+      el("td", { class: "num" }, number(a.messages)),
+      el("td", { class: "wrap" }, a.error || ""))));
+    if (!attempts.children.length) attempts.append(el("tr", {}, el("td", { colSpan: 4, class: "muted" }, "no delivery attempt since the gateway started")));
   }
 
   async function querySubscriptions() {

@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import lxml.html
 import pytest
 import requests
 
@@ -193,6 +194,25 @@ def test_the_local_operator_without_authentication(
     assert field("policy") == "wrapped Notify, SOAP 1.2, push"
     assert int(field("failures")) >= 1 and "127.0.0.1:9" in field("last error")
     assert field("backlog").startswith("3 (")
+    # its last delivery attempts, newest first: each failed, with the error
+    first_attempt = "#detail-attempts tbody tr"
+    wait_until(what="its attempts", check=lambda: "failed" in _text(web, first_attempt))
+    assert "127.0.0.1:9" in _text(web, first_attempt)
+    # the same page without JavaScript: the server fills in the fields and the attempts
+    served = requests.get(f"{open_gateway.base_url}/admin?subscription={down.id}", timeout=5)
+    page = lxml.html.fromstring(served.content)
+    assert page.get_element_by_id("detail").get("hidden") is None
+    consumer_cell = page.xpath('//*[@id="detail-fields"]/tr[@data-field="consumer"]/td')[0]
+    assert consumer_cell.text_content() == "http://127.0.0.1:9/nobody-listens"
+    rows = page.xpath('//*[@id="detail-attempts"]/tbody/tr')
+    assert rows and all("failed" in r.text_content() for r in rows)
+    # the API: the live subscription's attempts delivered the 3 messages
+    live_state = requests.get(f"{open_gateway.base_url}{API}/subscriptions/{live.id}", timeout=5)
+    attempts = live_state.json()["attempts"]
+    assert all(a["ok"] and a["error"] is None for a in attempts)
+    assert sum(a["messages"] for a in attempts) == 3
+    missing = requests.get(f"{open_gateway.base_url}/admin?subscription=nope", timeout=5)
+    assert "no subscription 'nope'" in missing.text
     consumer.close()
     client.close()
 

@@ -312,6 +312,10 @@ class AdminSettings:
     #: how long a sign-in on the admin page lasts (the page keeps an admin's verified
     #: identity in a session cookie)
     session: timedelta = field(default=timedelta(hours=8), metadata=limits(above=0))
+    #: how often the traffic charts (the last hour) take a sample
+    chart_interval: timedelta = field(
+        default=timedelta(seconds=15), metadata=limits(above=0, maximum=300)
+    )
 
 
 @dataclass(slots=True)

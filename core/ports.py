@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from lxml import etree
     from wsnmom.core.operations import Overview, SubscriptionStatus
     from wsnmom.core.policy import BrokerPolicy
+    from wsnmom.core.rate_history import RatePoint
 
 __all__ = ["BrokerPort", "BrokerProperties", "DeliveryFailed", "OutboundSoap"]
 
@@ -137,6 +138,10 @@ class BrokerPort(Protocol):
 
     def subscription_statuses(self) -> list[SubscriptionStatus]:
         """Every live subscription with its backlog and delivery state, oldest first."""
+        ...
+
+    def rate_history(self) -> list[RatePoint]:
+        """The last hour of traffic, oldest first (the admin page's charts)."""
         ...
 
     def subscription_status(self, subscription_id: str) -> SubscriptionStatus:

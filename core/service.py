@@ -64,6 +64,7 @@ from wsnmom.core.periodic import PeriodicTask
 from wsnmom.core.policy import BrokerPolicy, build_policy
 from wsnmom.core.ports import BrokerProperties, OutboundSoap
 from wsnmom.core.pull_points import PullPoints
+from wsnmom.core.rate_history import RateHistory, RatePoint
 from wsnmom.core.recovery import restore
 from wsnmom.core.registrations import Registrations
 from wsnmom.core.registry import Registry
@@ -179,6 +180,10 @@ class BrokerService:
         )
         self.registrations = Registrations(ctx, self.demand)
         self.operations = Operations(ctx)
+        #: the last hour of traffic for the admin page's charts
+        self.rates = RateHistory(
+            self._backlog, interval=settings.admin.chart_interval.total_seconds()
+        )
         self.sweeper = Sweeper(ctx, self.subscriptions, self.pull_points, self.registrations)
         self.lifetimes = PeriodicTask(
             self.sweeper.sweep,
@@ -329,6 +334,7 @@ class BrokerService:
         self.lifetimes.start()
         self.demand.start()
         self.demand.wake()
+        self.rates.start()
 
     def close(self) -> None:
         """Stop delivery and background threads; state stays in the store and middleware."""
@@ -337,6 +343,7 @@ class BrokerService:
                 return
             self._closed = True
         self._gate.ready = False
+        self.rates.stop()
         self.lifetimes.stop()
         self.demand.stop()
         self.engine.close()
@@ -401,6 +408,10 @@ class BrokerService:
     def subscription_statuses(self) -> list[SubscriptionStatus]:
         """Every live subscription with its backlog and delivery state, oldest first."""
         return self.operations.subscriptions()
+
+    def rate_history(self) -> list[RatePoint]:
+        """The last hour of traffic, oldest first (the admin page's charts)."""
+        return self.rates.points()
 
     def subscription_status(self, subscription_id: str) -> SubscriptionStatus:
         """One subscription with its backlog and delivery state."""

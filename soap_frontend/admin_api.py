@@ -39,6 +39,7 @@ from __future__ import annotations
 import hmac
 import json
 import logging
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -66,8 +67,10 @@ from .admin_auth import (
     loopback_name,
     same_origin,
 )
+from .admin_charts import chart_svg
 from .admin_json import (
     attempts_json,
+    history_json,
     overview_json,
     pull_point_json,
     registration_json,
@@ -317,6 +320,25 @@ def list_registrations() -> Response:
         return refused
     items = [registration_json(r) for r in _service().overview().registrations]
     return _json({"count": len(items), "registrations": items})
+
+
+@admin_api.get("/history")
+def history() -> Response:
+    """The last hour of traffic: per-second rates and the backlog, oldest first."""
+    if (refused := _refused_reading(_caller())) is not None:
+        return refused
+    return _json(history_json(_service().rate_history()))
+
+
+@admin_api.get("/charts/<any(notifications, deliveries, failures, backlog):series>.svg")
+def chart(series: str) -> Response:
+    """One series of the last hour as an SVG image (the admin page's charts).  Refused
+    without an authentication challenge: the page loads these as images, and a challenge
+    would make the browser open its own password dialog over the page's sign-in."""
+    if (refused := _refused_reading(_caller())) is not None:
+        return _error("not allowed to read the charts", refused.status_code)
+    image = chart_svg(_service().rate_history(), series, time.time())
+    return Response(image, content_type="image/svg+xml", headers={"Cache-Control": "no-store"})
 
 
 @admin_api.get("/topics")

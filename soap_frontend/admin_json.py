@@ -9,6 +9,7 @@ docs/operations.md#admin-page-and-api describes every field.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -21,6 +22,7 @@ from wsnmom.core.operations import (
     RegistrationStatus,
     SubscriptionStatus,
 )
+from wsnmom.core.rate_history import RatePoint
 from wsnmom.core.redaction import redact_text, redact_url
 from wsnmom.core.topic_stats import TopicCount
 
@@ -108,6 +110,22 @@ def attempts_json(delivery: ChannelStatus | None) -> list[dict[str, Any]]:
         }
         for a in reversed(delivery.attempts)
     ]
+
+
+def history_json(points: Sequence[RatePoint]) -> dict[str, Any]:
+    """The last hour of traffic (``core.rate_history``), oldest first."""
+    return {
+        "points": [
+            {
+                "at": _posix(p.at),
+                "notifications": p.notifications,
+                "deliveries": p.deliveries,
+                "failures": p.failures,
+                "backlog": p.backlog,
+            }
+            for p in points
+        ]
+    }
 
 
 def status_json(status: SubscriptionStatus) -> dict[str, Any]:

@@ -109,6 +109,16 @@
     $("content").hidden = !session.read;
   }
 
+  // the charts are drawn by the gateway (SVG): reload them when a new sample may exist
+  let chartsLoaded = Date.now();
+  function reloadCharts(force) {
+    if (!force && Date.now() - chartsLoaded < 15000) return;
+    chartsLoaded = Date.now();
+    for (const img of document.querySelectorAll("img.chart")) {
+      img.src = img.src.replace(/\?.*$/, "") + `?t=${chartsLoaded}`;
+    }
+  }
+
   async function refresh() {
     if (loading || !session.read) return;
     loading = true;
@@ -118,6 +128,7 @@
         render(body);
         await querySubscriptions();
         await renderDetail();
+        reloadCharts(refreshes === 0);  // the first: they may have been refused before a sign-in
         refreshes += 1;
         const stamp = $("last-refresh");
         stamp.dataset.count = String(refreshes);

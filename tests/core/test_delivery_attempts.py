@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import time
 
-from tests.core.test_channel_mutants import Rig
 from wsnmom.core.channel import ATTEMPTS_KEPT, Backoff
 from wsnmom.core.ports import DeliveryFailed
+
+from tests.core.test_channel_mutants import Rig
 
 
 def test_each_attempt_is_kept_with_its_outcome_newest_last() -> None:

@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import lxml.etree
 import lxml.html
 import pytest
 import requests
@@ -53,8 +54,8 @@ def _gateway(env: dict[str, str]) -> Iterator[RunningServer]:
 
 @pytest.fixture(scope="module")
 def open_gateway() -> Iterator[RunningServer]:
-    """No authentication (it listens on loopback only)."""
-    yield from _gateway({})
+    """No authentication (it listens on loopback only); charts sampled every 0.2 s."""
+    yield from _gateway({"WSNMOM_ADMIN__CHART_INTERVAL": "0.2"})
 
 
 @pytest.fixture(scope="module")
@@ -164,6 +165,27 @@ def test_the_local_operator_without_authentication(
     assert "127.0.0.1:9" in _text(web, f"{down_row} td.error")
     assert web.execute_script("return window.__marker") == marker
 
+    # -- the last hour's charts: drawn by the gateway, from its own counters
+    history_url = f"{open_gateway.base_url}{API}/history"
+    wait_until(
+        what="the 3 notifications in the history",
+        check=lambda: any(
+            p["notifications"] > 0 for p in requests.get(history_url, timeout=5).json()["points"]
+        ),
+    )
+    svg = requests.get(f"{open_gateway.base_url}{API}/charts/notifications.svg", timeout=5)
+    assert svg.headers["Content-Type"] == "image/svg+xml"
+    drawn = lxml.etree.fromstring(svg.content)
+    assert drawn.find("{http://www.w3.org/2000/svg}polyline") is not None
+    assert "Notifications in" in (drawn.findtext("{http://www.w3.org/2000/svg}title") or "")
+    for name in ("notifications", "deliveries", "failures", "backlog"):
+        assert (
+            web.execute_script(
+                "return document.getElementById(arguments[0]).naturalWidth", f"chart-{name}"
+            )
+            == 360
+        )
+
     # -- the local operator acts from the page; not through a rebound DNS name
     rebound = requests.post(
         f"{open_gateway.base_url}{API}/subscriptions/{live.id}/pause",
@@ -272,10 +294,21 @@ def test_an_admin_signs_in_and_acts(gateway: RunningServer, chromium: Any, tmp_p
     # -- refused before signing in (401 without a challenge: no browser dialog)
     assert _post_from_page(web, f"wsn/admin/api/subscriptions/{live.id}/pause") == 401
     assert _api(gateway, f"/subscriptions/{live.id}")["state"] == "active"
+    # the charts too, but without a challenge (the page loads them as images: a challenge
+    # would open the browser's own password dialog, which once hung this page's load)
+    chart = requests.get(f"{gateway.base_url}{API}/charts/backlog.svg", timeout=5)
+    assert chart.status_code == 401 and "WWW-Authenticate" not in chart.headers
 
     web.find_element(By.ID, "token").send_keys(TOKEN)
     web.find_element(By.CSS_SELECTOR, "#sign-in button").click()
     wait_until(what="the admin role", check=lambda: _text(web, "#role") == "admin")
+    wait_until(
+        what="the charts, loaded again after the sign-in",
+        check=lambda: (
+            web.execute_script("return document.getElementById('chart-backlog').naturalWidth")
+            == 360
+        ),
+    )
     assert _shown(web, "#sign-out") and not _shown(web, "#sign-in")
     before = _refreshes(web)
     wait_until(what="a refresh after signing in", check=lambda: _refreshes(web) > before)

@@ -36,6 +36,7 @@ from wsnmom.core.operations import (
 )
 from wsnmom.core.policy import BrokerPolicy, build_policy
 from wsnmom.core.ports import BrokerPort, BrokerProperties
+from wsnmom.core.rate_history import RatePoint
 from wsnmom.topic_mapping.model import Topic
 
 SIMPLE = "http://docs.oasis-open.org/wsn/t-1/TopicExpression/Simple"
@@ -273,6 +274,9 @@ class FakeService:
 
     def subscription_statuses(self) -> list[SubscriptionStatus]:
         return [self.subscription_status(sid) for sid in self.subs]
+
+    def rate_history(self) -> list[RatePoint]:
+        return []
 
     def subscription_status(self, sid: str) -> SubscriptionStatus:
         sub = self.get_subscription(sid)

@@ -47,6 +47,7 @@ from flask import Blueprint, Response, current_app, request
 from lxml import etree
 from wsnmom.core import errors
 from wsnmom.core.access import PRINCIPAL
+from wsnmom.core.app_headers import HeaderRefused, validated
 from wsnmom.core.codec import wrap_native
 from wsnmom.core.config import Settings
 from wsnmom.core.model import ExpressionSource, InboundNotification
@@ -426,7 +427,8 @@ def pull_point_purge(pull_point_id: str) -> Response:
 @admin_api.post("/notify")
 def publish() -> Response:
     """Publish one notification (the page's *Publish* form): ``{"topic": "{uri}path",
-    "payload": "...", "content_type": null}``; a payload that is one XML element is sent
+    "payload": "...", "content_type": null, "headers": {"name": "value"}}`` (headers:
+    application headers, ``core.app_headers``); a payload that is one XML element is sent
     as it is (unless ``content_type`` is not XML), anything else wrapped with
     ``content_type`` (default ``text/plain``), as the gateway wraps native messages."""
     form = request.get_json(silent=True)
@@ -448,8 +450,17 @@ def publish() -> Response:
                 return _error(f"the payload is not one XML element: {exc}", 400)
     if payload is None:
         payload = wrap_native(data, str(content_type or "text/plain"))
+    raw_headers = form.get("headers") or {}
+    if not isinstance(raw_headers, dict):
+        return _error('headers must be an object {"name": "value"}', 400)
+    try:
+        headers = validated((str(k), str(v)) for k, v in raw_headers.items())
+    except HeaderRefused as exc:
+        return _error(str(exc), 400)
     message = InboundNotification(
-        payload=payload, topic=ExpressionSource(CONCRETE, f"tns:{path}", {"tns": namespace})
+        payload=payload,
+        topic=ExpressionSource(CONCRETE, f"tns:{path}", {"tns": namespace}),
+        headers=headers,
     )
     service = _service()
     return _act("topic", topic, "publish", lambda: service.notify([message]))

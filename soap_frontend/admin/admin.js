@@ -386,7 +386,9 @@
     event.preventDefault();
     const headers = { "Content-Type": "application/json" };
     if (session.csrf) headers["X-CSRF-Token"] = session.csrf;
-    const form = { topic: $("publish-topic").value.trim(), payload: $("publish-payload").value, content_type: $("publish-type").value || null };
+    const pairs = $("publish-headers").value.split("\n").map((line) => line.trim()).filter(Boolean)
+      .map((line) => { const at = line.indexOf("="); return at < 0 ? [line, ""] : [line.slice(0, at).trim(), line.slice(at + 1)]; });
+    const form = { topic: $("publish-topic").value.trim(), payload: $("publish-payload").value, content_type: $("publish-type").value || null, headers: Object.fromEntries(pairs) };
     const { status, body } = await api("notify", { method: "POST", headers, body: JSON.stringify(form) });
     if (status === 200) notice(`published on ${form.topic}`);
     else notice(`publish refused: ${(body && body.error) || `HTTP ${status}`}`, true);

@@ -335,10 +335,13 @@ def test_an_admin_signs_in_and_acts(gateway: RunningServer, chromium: Any, tmp_p
     assert _api(gateway, f"/subscriptions/{held.id}")["backlog"] == 0
     assert "3 message(s) dropped" in _text(web, "#notice")
 
-    # -- the Publish form: a Notify from the page, seen by the subscriber and the topics
+    # -- the Publish form: a Notify from the page, seen by a subscriber and the topics
+    watcher = NotificationConsumer()
+    client.subscribe(watcher, "p:line1/temperature")
     assert _shown(web, "#publish")
     web.find_element(By.ID, "publish-topic").send_keys(f"{{{NS}}}line1/temperature")
     web.find_element(By.ID, "publish-payload").send_keys("<celsius>99</celsius>")
+    web.find_element(By.ID, "publish-headers").send_keys("tenant=plant-7")
     web.find_element(By.CSS_SELECTOR, "#publish button").click()
     wait_until(what="the published notice", check=lambda: "published on" in _text(web, "#notice"))
     topic_row = f'#topics tr[data-topic="{{{NS}}}line1/temperature"]'
@@ -347,6 +350,10 @@ def test_an_admin_signs_in_and_acts(gateway: RunningServer, chromium: Any, tmp_p
     )
     current = client.get_current_message("p:line1/temperature")
     assert current.payload.tag == "celsius" and current.payload.text == "99"
+    # the subscriber got it with the header the form gave
+    (pushed,) = watcher.wait_for(1)
+    assert pushed.payload.text == "99" and pushed.app_headers == {"tenant": "plant-7"}
+    watcher.close()
 
     shot = tmp_path / "admin-page.png"
     web.set_window_size(1440, int(web.execute_script("return document.body.scrollHeight")) + 200)

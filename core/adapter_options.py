@@ -99,10 +99,9 @@ def _plain(tp: Any) -> Any:
 
 
 def _where(source: str, name: str, value: object, secret: bool) -> str:
-    shown = "***" if secret else value
     if source == QUERY:
-        return f"?{name}={shown}"
-    return f"adapter_options.{name} = {shown!r}"
+        return f"?{name}={'***' if secret else value}"
+    return f"adapter_options.{name} = {'***' if secret else repr(value)}"
 
 
 def parse_options(
@@ -139,8 +138,10 @@ def parse_options(
             parse = spec.metadata.get("parse")
             values[name] = parse(raw) if parse else convert(raw, _plain(hints[name]), spec.metadata)
         except (InvalidValue, ValueError, TypeError) as exc:
-            where = _where(source, name, raw, spec.metadata.get("secret", False))
-            raise AdapterOptionError(f"{adapter} adapter option {where}: {exc}") from None
+            secret = spec.metadata.get("secret", False)
+            problem = "not a usable value" if secret else str(exc)  # exc may quote it
+            where = _where(source, name, raw, secret)
+            raise AdapterOptionError(f"{adapter} adapter option {where}: {problem}") from None
     try:
         return declared(**{**values, **(fixed or {})})
     except (ValueError, TypeError) as exc:

@@ -1,15 +1,18 @@
 """``wsnmom serve`` with a mistake in the adapter URL or its options: on every adapter it
 exits with the configuration status (3) before it connects to anything, naming the option,
-where it came from, and the closest known name (bad values of every boolean option are
-covered without a process in tests/adapters/test_adapter_options.py).  Nothing listens on the middleware ports
-used here: a gateway that tried to connect would wait for them instead of exiting."""
+where it came from, and the closest known name.  Nothing listens on the middleware ports
+used here: a gateway that tried to connect would wait for them instead of exiting.  (Bad
+values of every boolean option are covered without a process in
+tests/adapters/test_adapter_options.py.)"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from tests.fixtures.mosquitto import MosquittoNode
 from wsnmom.startup import ExitStatus
 
 from .serve_process import free_port, run_serve, serve_env
@@ -78,3 +81,22 @@ def test_unknown_option_in_the_toml_table_is_refused_on_embedded(tmp_path: Path)
         ExitStatus.CONFIG,
         "unknown embedded adapter option adapter_options.foo = 1 (known: synchronous)",
     )
+
+
+@pytest.mark.mqtt
+def test_mqtt_wrong_password_is_the_credentials_status(
+    tmp_path: Path, mosquitto_factory: Callable[..., MosquittoNode]
+) -> None:
+    """Mosquitto answers a wrong password with "Not authorized": the credentials status
+    (10) with MQTT's hint, not the access status (11) with RabbitMQ's virtual hosts."""
+    node = mosquitto_factory(users={"gw": "right-password"})
+    url = f"mqtt://gw:certainly-wrong@127.0.0.1:{node.port}"
+    result = run_serve(["--adapter", url, "--port", str(free_port())], serve_env(tmp_path))
+    line = _expect(
+        result,
+        ExitStatus.MIDDLEWARE_CREDENTIALS,
+        f"the MQTT broker 127.0.0.1:{node.port} refused the gateway's login (Not authorized",
+        "adapter options username / password",
+    )
+    assert "virtual host" not in line
+    assert "certainly-wrong" not in result.stderr

@@ -214,6 +214,8 @@ class KafkaAdapter(Adapter):
         try:
             self.settings: KafkaSettings = parse_settings(url, options)
             self.mapping = KafkaMapping(self.settings)
+        except AdapterOptionError:
+            raise  # names the option already
         except ValueError as exc:
             raise AdapterOptionError(f"bad Kafka adapter configuration: {exc}") from exc
         self.capabilities = replace(

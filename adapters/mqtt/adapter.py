@@ -166,10 +166,7 @@ class MqttAdapter(Adapter):
 
     def __init__(self, url: str, options: Mapping[str, Any] | None = None) -> None:
         super().__init__(url, options)
-        try:
-            self.settings: MqttSettings = parse_settings(url, options)
-        except ValueError as exc:
-            raise AdapterOptionError(f"bad MQTT adapter configuration: {exc}") from exc
+        self.settings: MqttSettings = parse_settings(url, options)
         if self.settings.data_dir is None:
             raise AdapterOptionError(
                 "the MQTT adapter keeps its subscriptions' queues on disk: give it the "

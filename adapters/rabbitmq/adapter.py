@@ -151,6 +151,7 @@ from wsnmom.core.adapter import (
     is_internal_namespace,
 )
 from wsnmom.core.adapter_options import AdapterOptionError, did_you_mean, option, parse_options
+from wsnmom.core.config_values import convert
 from wsnmom.topic_mapping.errors import NameNotRepresentable
 from wsnmom.topic_mapping.model import PathPattern, Topic
 from wsnmom.topic_mapping.syntax import RABBITMQ
@@ -241,6 +242,24 @@ class PublishUnavailable(PublishFailed, AdapterUnavailable):
     """A publish could not even be attempted: no connection to RabbitMQ."""
 
 
+_TLS_KEYS = ("ca_file", "cert_file", "key_file", "verify", "server_hostname")
+
+
+def _tls(value: Any) -> dict[str, Any] | None:
+    """The ``tls`` table, its keys checked and ``verify`` read by the one boolean rule."""
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise ValueError(f"must be a table of {', '.join(_TLS_KEYS)}")
+    for key in value:
+        if key not in _TLS_KEYS:
+            raise ValueError(f"unknown key {key!r}{did_you_mean(str(key), _TLS_KEYS)}")
+    tls = dict(value)
+    if "verify" in tls:
+        tls["verify"] = convert(tls["verify"], bool)
+    return tls
+
+
 @dataclass(frozen=True, slots=True)
 class RabbitMQOptions:
     """The adapter's options, declared once (see the module docstring; docs/adapters/
@@ -261,6 +280,7 @@ class RabbitMQOptions:
     heartbeat: int = option(30, minimum=0, doc="AMQP heartbeat, seconds (0 disables)")
     tls: Mapping[str, Any] | None = option(
         None,
+        parse=_tls,
         doc="`ca_file`, `cert_file`, `key_file`, `verify` (true), `server_hostname`",
     )
     instance: str | None = option(None, doc="name of this instance's tap queue (random)")

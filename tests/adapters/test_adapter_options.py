@@ -270,3 +270,14 @@ def test_configuration_page_links_every_adapter_page() -> None:
     text = (DOCS / "configuration.md").read_text()
     for cls in ADAPTERS:
         assert f"(adapters/{cls.name}.md" in text, cls.name
+
+
+def test_rabbitmq_tls_verify_follows_the_boolean_rule() -> None:
+    """``verify = "false"`` used to leave verification on (any text was true)."""
+    url = "amqps://u:p@broker.example/%2F"
+    adapter = RabbitMQAdapter(url, {"tls": {"verify": "false"}})
+    assert adapter.opts.tls == {"verify": False}
+    with pytest.raises(AdapterOptionError, match="not a boolean: 'flase'"):
+        RabbitMQAdapter(url, {"tls": {"verify": "flase"}})
+    with pytest.raises(AdapterOptionError, match="unknown key 'ca_fil' .did you mean ca_file"):
+        RabbitMQAdapter(url, {"tls": {"ca_fil": "/x.pem"}})

@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 from wsnmom.core.adapter import AdapterError
 from wsnmom.core.config import ConfigError
 from wsnmom.core.config_values import InvalidValue, convert, limits
+from wsnmom.core.redaction import SECRET_NAME
 
 __all__ = [
     "NOT_AN_OPTION",
@@ -57,7 +58,6 @@ def option(
     maximum: float | None = None,
     above: float | None = None,
     secret: bool = False,
-    repr: bool = True,
 ) -> Any:
     """A dataclass field declaring one adapter option: its default, what it means
     (``doc``, shown in the documentation), an optional ``parse`` function for the raw value
@@ -73,7 +73,7 @@ def option(
         default=default,
         default_factory=default_factory,
         metadata=metadata,
-        repr=repr and not secret,
+        repr=not secret,
     )
 
 
@@ -131,7 +131,8 @@ def parse_options(
         spec = fields.get(name)
         if spec is None:
             raise AdapterOptionError(
-                f"unknown {adapter} adapter option {_where(source, name, raw, False)}"
+                f"unknown {adapter} adapter option "
+                f"{_where(source, name, raw, bool(SECRET_NAME.search(name)))}"
                 f"{did_you_mean(name, fields)}"
             )
         try:

@@ -95,6 +95,11 @@ def test_a_secret_is_never_echoed() -> None:
         parse_options(_Declared, adapter="test", options={"secret": ["hunter2"]})
     assert "hunter2" not in str(caught.value)
     assert "adapter_options.secret = ***" in str(caught.value)
+    # nor a misspelt one
+    with pytest.raises(AdapterOptionError) as caught:
+        parse_options(_Declared, adapter="test", query=[("the_password", "hunter2")])
+    assert "hunter2" not in str(caught.value)
+    assert "?the_password=***" in str(caught.value)
 
 
 # --- every built-in adapter ----------------------------------------------------------------
@@ -279,5 +284,7 @@ def test_rabbitmq_tls_verify_follows_the_boolean_rule() -> None:
     assert adapter.opts.tls == {"verify": False}
     with pytest.raises(AdapterOptionError, match="not a boolean: 'flase'"):
         RabbitMQAdapter(url, {"tls": {"verify": "flase"}})
-    with pytest.raises(AdapterOptionError, match="unknown key 'ca_fil' .did you mean ca_file"):
+    with pytest.raises(
+        AdapterOptionError, match=r"unknown key 'ca_fil' \(did you mean ca_file\?\)"
+    ):
         RabbitMQAdapter(url, {"tls": {"ca_fil": "/x.pem"}})

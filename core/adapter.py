@@ -385,6 +385,10 @@ class Adapter(abc.ABC):
     #: feeds): ``wsnmom serve`` passes the gateway's data directory as the option
     #: ``data_dir`` unless the adapter options name one
     uses_data_dir: ClassVar[bool] = False
+    #: the dataclass declaring the adapter's options, one field each with its doc string
+    #: (``wsnmom.core.adapter_options.option``); the constructor reads them with
+    #: ``wsnmom.core.adapter_options.parse_options``.  None: the adapter takes no options
+    declared_options: ClassVar[type[Any] | None] = None
 
     def __init__(self, url: str, options: Mapping[str, Any] | None = None) -> None:
         self.url = url

@@ -1,5 +1,5 @@
 """How notifications travel on the middleware: ``NotificationMessage`` <-> ``OutboundMessage``
-/ ``Received`` (architecture §5).
+/ ``Received`` (docs/architecture.md, "Notify: from a publisher to the middleware").
 
 Body
     The payload element (the child of ``wsnt:Message``) as UTF-8 XML, content type

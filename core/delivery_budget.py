@@ -94,11 +94,6 @@ class MemoryBudget:
         """Whether any bound is set (else nothing is ever refused)."""
         return self._thread is not None
 
-    def group_used(self, group: str) -> int:
-        """Bytes held for ``group`` now."""
-        with self._cond:
-            return self._groups.get(group, 0)
-
     def take(self, group: str, size: int, channel: object = None, *, force: bool = False) -> bool:
         """Charge ``size`` bytes to ``group`` if they fit (see the module docstring), or
         with ``force`` in any case (counted, never refused); ``channel``: who takes them."""

@@ -1,6 +1,6 @@
 """Subscription filters: compilation at Subscribe time and evaluation per message.
 
-Decisions (checklist §6, NCIA §2.3.4):
+Decisions (rule ids as in docs/conformance.md; NCIA §2.3.4):
 
 * Filter children combine with **AND** (FLT-02).  A subscription without TopicExpression
   receives every notification, topicless ones included; one with a TopicExpression never

@@ -1,6 +1,6 @@
 """Lifetimes: termination-time rules and the scheduler that destroys expired resources.
 
-Termination-time rules (architecture §7; checklist ITT-01..08, REN-02..07, REG-07/08):
+Termination-time rules (docs/conformance.md: ITT-01..08, REN-02..07, REG-07/08):
 
 * not given -> now + the configured default (finite);
 * an absolute dateTime is used as is; one without a timezone is UTC;

@@ -11,6 +11,7 @@ import json
 from typing import Any
 
 import click
+from wsnmom.core.adapter_options import describe_options
 from wsnmom.core.plugins import PluginManager, get_plugin_manager
 
 
@@ -23,7 +24,8 @@ def _capabilities(caps: Any) -> dict[str, Any]:
 
 
 def adapter_rows(pm: PluginManager) -> list[dict[str, Any]]:
-    """One row per registered scheme: class, extra, capabilities or the import error."""
+    """One row per registered scheme: class, extra, capabilities and declared options, or
+    the import error."""
     rows: list[dict[str, Any]] = []
     for entry in pm.adapters.entries():
         row: dict[str, Any] = {
@@ -34,6 +36,7 @@ def adapter_rows(pm: PluginManager) -> list[dict[str, Any]]:
             "plugin": entry.registered_by,
             "available": False,
             "capabilities": None,
+            "options": None,
             "error": None,
         }
         try:
@@ -44,6 +47,10 @@ def adapter_rows(pm: PluginManager) -> list[dict[str, Any]]:
             row["adapter"] = cls.name
             row["available"] = True
             row["capabilities"] = _capabilities(cls.capabilities)
+            declared = cls.declared_options
+            row["options"] = (
+                [dataclasses.asdict(d) for d in describe_options(declared)] if declared else []
+            )
         rows.append(row)
     return rows
 
@@ -51,7 +58,7 @@ def adapter_rows(pm: PluginManager) -> list[dict[str, Any]]:
 @click.command("adapters")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
 def adapters_command(as_json: bool) -> None:
-    """List installed adapters: URL schemes, extras and capabilities."""
+    """List installed adapters: URL schemes, extras, capabilities and options."""
     pm = get_plugin_manager()
     rows = adapter_rows(pm)
     failures = pm.failures()
@@ -72,6 +79,9 @@ def adapters_command(as_json: bool) -> None:
         else:
             caps = row["capabilities"] or {}
             click.echo("    " + ", ".join(f"{k}={v}" for k, v in caps.items()))
+            if row["options"]:
+                names = ", ".join(option["name"] for option in row["options"])
+                click.echo(f"    options: {names}")
     for name, error in sorted(failures.items()):
         click.echo(f"plugin {name!r} could not be loaded: {error}")
 

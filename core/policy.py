@@ -1,5 +1,5 @@
 """The broker policy document: every behaviour the specifications leave open, as decided by
-this broker and its configuration (architecture §7, NCIA §2.3, checklist §14.18).
+this broker and its configuration (NCIA §2.3; docs/conformance.md lists the rules).
 
 ``BrokerPolicy`` is plain data; the SOAP frontend renders it as XML (resource property,
 ``GET /wsn/policy``, WS-Policy assertions in the WSDL).  ``as_dict`` gives a JSON-able view.

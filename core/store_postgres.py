@@ -76,11 +76,6 @@ PROBE_INTERVAL = 1.0
 T = TypeVar("T")
 
 
-def is_postgres_url(url: str) -> bool:
-    """True for the URLs this store opens."""
-    return url.startswith(("postgresql://", "postgres://"))
-
-
 class PostgresStore(Store):
     """PostgreSQL implementation of :class:`~wsnmom.core.store.Store`."""
 

@@ -130,7 +130,7 @@ class Op(enum.Enum):
     GET_MULTIPLE_RESOURCE_PROPERTIES = qname(WSRF_RP, "GetMultipleResourceProperties")
     GET_RESOURCE_PROPERTY_DOCUMENT = qname(WSRF_RP, "GetResourcePropertyDocument")
     #: WS-ResourceLifetime immediate termination of a subscription, pull point or
-    #: registration (checklist RP-02, PP-03, PRM-02)
+    #: registration (docs/conformance.md: RP-02, PP-03, PRM-02)
     DESTROY = qname(WSRF_RL, "Destroy")
 
     @property
@@ -979,7 +979,7 @@ def get_resource_property_response(
 #: members of the standard resource property documents, in schema order (b-2.xsd,
 #: br-2.xsd: closed sequences).  Other properties of these resources (WSRL times, the
 #: broker policy) are read with GetResourceProperty, not listed in the document, so the
-#: document stays schema-valid (checklist BRP-01, PRP-01, §14.9).
+#: document stays schema-valid (docs/conformance.md: BRP-01, PRP-01).
 _DOCUMENT_MEMBERS: Final[dict[str, tuple[str, ...]]] = {
     T("SubscriptionManagerRP"): (
         T("ConsumerReference"),

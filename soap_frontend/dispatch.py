@@ -402,7 +402,7 @@ def _wsrl_destroy(
 ) -> etree._Element:
     """WS-ResourceLifetime immediate termination (``wsrf-rl:Destroy``) of a subscription,
     pull point or publisher registration: the resources expose WS-RP properties, so they
-    must support it (checklist RP-02, PP-03, PRM-02).  The broker itself is not
+    must support it (docs/conformance.md: RP-02, PP-03, PRM-02).  The broker itself is not
     destroyable."""
     target, rid = role, resource_id
     if role is Role.BROKER:

@@ -12,6 +12,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from wsnmom.core.config_values import InvalidValue, convert
 from wsnmom.core.redaction import redact_url
 
 __all__ = [
@@ -76,16 +77,15 @@ def get_float(options: Mapping[str, str], key: str, default: float) -> float:
 
 
 def get_bool(options: Mapping[str, str], key: str, default: bool) -> bool:
-    """Boolean option ``key`` (true/false, 1/0, yes/no)."""
+    """Boolean option ``key``, by the gateway's one boolean rule; ValueError naming it."""
     text = options.get(key)
     if text is None or text == "":
         return default
-    value = text.strip().lower()
-    if value in ("1", "true", "yes", "on"):
-        return True
-    if value in ("0", "false", "no", "off"):
-        return False
-    raise ValueError(f"option {key} must be true or false, not {text!r}")
+    try:
+        value: bool = convert(text, bool)
+    except InvalidValue as exc:
+        raise ValueError(f"option {key}: {exc}") from None
+    return value
 
 
 def get_json(options: Mapping[str, str], key: str) -> Any:

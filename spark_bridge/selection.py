@@ -23,6 +23,7 @@ from typing import Any
 from wsnmom.core.errors import WsnError
 from wsnmom.core.filters import CompiledFilter, MessageContentFilter, compile_topic_filter
 from wsnmom.core.model import ExpressionSource
+from wsnmom.spark_bridge.options import get_bool
 from wsnmom.topic_mapping.dialects import CONCRETE, FULL, SIMPLE, XPATH
 from wsnmom.topic_mapping.model import PathPattern
 from wsnmom.topic_mapping.namespaces import TopicSet, load_topic_namespace
@@ -94,7 +95,7 @@ class Selection:
             dialect=options.get("dialect") or None,
             namespaces=parse_mapping(options.get("namespaces"), "namespaces"),
             topic_namespaces=tuple(p.strip() for p in docs.split(",") if p.strip()),
-            fixed_topic_set=str(options.get("fixedtopicset", "")).lower() in ("1", "true"),
+            fixed_topic_set=get_bool(options, "fixedtopicset", False),
             message_content=content,
             message_content_namespaces=parse_mapping(
                 options.get("messagecontentnamespaces"), "messageContentNamespaces"

@@ -26,10 +26,11 @@ from wsnmom.core.adapter import (
     SubscriptionHandle,
     SubscriptionSpec,
 )
+from wsnmom.core.adapter_options import AdapterOptionError, option, parse_options
 from wsnmom.topic_mapping.model import Topic
 from wsnmom.topic_mapping.syntax import WildcardSyntax
 
-from .store import MEMORY, Engine, Row, acquire_engine, release_engine
+from .store import MEMORY, Engine, Row, _synchronous, acquire_engine, release_engine
 
 SCHEME = "embedded"
 
@@ -55,6 +56,22 @@ EMBEDDED_SYNTAX = WildcardSyntax(
     length_unit="chars",
     root_in_name=False,
 )
+
+
+def _synchronous_mode(value: Any) -> str:
+    return _synchronous(str(value))
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class EmbeddedOptions:
+    """The embedded adapter's options (docs/adapters/embedded.md lists them)."""
+
+    synchronous: str = option(
+        "NORMAL",
+        parse=_synchronous_mode,
+        doc="SQLite durability: `normal` keeps every commit when the process dies, `full` "
+        "also on a power failure (`off` and `extra` as SQLite defines them)",
+    )
 
 
 def parse_url(url: str) -> tuple[str, dict[str, str]]:
@@ -284,11 +301,16 @@ class EmbeddedAdapter(Adapter):
         sole_publisher=True,
     )
 
+    declared_options = EmbeddedOptions
+
     def __init__(self, url: str, options: Mapping[str, Any] | None = None) -> None:
-        path, query = parse_url(url)
-        merged: dict[str, Any] = dict(query)
-        merged.update(options or {})
-        super().__init__(url, merged)
+        try:
+            path, query = parse_url(url)
+        except ValueError as exc:
+            raise AdapterOptionError(str(exc)) from None
+        super().__init__(url, {**dict(query), **(options or {})})
+        #: the options, checked
+        self.opts = parse_options(EmbeddedOptions, adapter="embedded", query=query, options=options)
         self.path = path
         self._engine: Engine | None = None
         self._lock = threading.Lock()
@@ -314,7 +336,7 @@ class EmbeddedAdapter(Adapter):
         """Open (or share) the database of ``PATH``; idempotent."""
         with self._lock:
             if self._engine is None:
-                self._engine = acquire_engine(self.path, self.options)
+                self._engine = acquire_engine(self.path, dataclasses.asdict(self.opts))
 
     def close(self) -> None:
         """Stop this adapter's handles (unsettled messages return); idempotent."""

@@ -33,6 +33,7 @@ import hashlib
 import threading
 import weakref
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, unquote
@@ -50,6 +51,7 @@ from wsnmom.core.adapter import (
     SubscriptionSpec,
     is_internal_namespace,
 )
+from wsnmom.core.adapter_options import AdapterOptionError, option, parse_options
 from wsnmom.topic_mapping.model import PathPattern
 
 from ..logbase.backend import LogRecord, RecordsLost, StreamId
@@ -62,8 +64,16 @@ __all__ = ["FileLogAdapter"]
 SCHEME = "filelog"
 
 
-def _bool(value: Any) -> bool:
-    return str(value).strip().lower() in ("1", "true", "yes", "on")
+@dataclass(frozen=True, slots=True)
+class FileLogOptions:
+    """The file log adapter's options."""
+
+    partitions: int = option(2, minimum=1, doc="streams per topic namespace")
+    retention: int | None = option(
+        None, minimum=1, doc="records kept per stream (default: unlimited)"
+    )
+    fsync: bool = option(False, doc="fsync every append (survives a power failure)")
+    catch_up_readers: int = option(4, minimum=1, doc="readers for subscriptions that are behind")
 
 
 class _Reader:
@@ -211,23 +221,22 @@ _SHARED: dict[Path, _Shared] = {}
 _SHARED_LOCK = threading.Lock()
 
 
-def _acquire(path: Path, options: Mapping[str, Any]) -> _Shared:
+def _acquire(path: Path, options: FileLogOptions) -> _Shared:
     key = path.resolve()
     with _SHARED_LOCK:
         shared = _SHARED.get(key)
         if shared is None:
-            retention = options.get("retention")
             log = FileLog(
                 path,
-                partitions=int(options.get("partitions", 2)),
-                retention=int(retention) if retention not in (None, "") else None,
-                fsync=_bool(options.get("fsync", False)),
+                partitions=options.partitions,
+                retention=options.retention,
+                fsync=options.fsync,
             )
             log.open()
             namespaces = log.load_namespaces()
             engine = CursorEngine(
                 _Backend(log, namespaces),
-                catch_up_readers=int(options.get("catch_up_readers", 4)),
+                catch_up_readers=options.catch_up_readers,
             )
             try:
                 engine.start()
@@ -272,11 +281,16 @@ class FileLogAdapter(Adapter):
         shape="log",
     )
 
+    declared_options = FileLogOptions
+
     def __init__(self, url: str, options: Mapping[str, Any] | None = None) -> None:
-        path, query = parse_url(url)
-        merged: dict[str, Any] = dict(query)
-        merged.update(options or {})
-        super().__init__(url, merged)
+        try:
+            path, query = parse_url(url)
+        except ValueError as exc:
+            raise AdapterOptionError(str(exc)) from None
+        super().__init__(url, {**query, **(options or {})})
+        #: the options, checked
+        self.opts = parse_options(FileLogOptions, adapter="filelog", query=query, options=options)
         self.path = path
         self._lock = threading.Lock()
         self._shared: _Shared | None = None
@@ -286,7 +300,7 @@ class FileLogAdapter(Adapter):
     def open(self) -> None:
         with self._lock:
             if self._shared is None:
-                self._shared = _acquire(self.path, self.options)
+                self._shared = _acquire(self.path, self.opts)
 
     def close(self) -> None:
         with self._lock:

@@ -31,8 +31,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
-from wsnmom.core.adapter import AdapterError, AdapterUnavailable, is_internal_namespace
-from wsnmom.topic_mapping.model import PathPattern, Topic
+from wsnmom.core.adapter import AdapterError, AdapterUnavailable
+from wsnmom.topic_mapping.model import Topic
 
 from ..logbase.backend import EARLIEST, LogRecord, RecordsLost, StreamId
 
@@ -267,18 +267,3 @@ def _record(stream: StreamId, offset: int, header: Mapping[str, Any], body: byte
         content_type=str(header.get("ct", "application/xml")),
         timestamp=datetime.fromtimestamp(float(header["ts"]), UTC) if "ts" in header else None,
     )
-
-
-def patterns_namespaces(patterns: tuple[PathPattern, ...] | None) -> set[str] | None:
-    """The namespaces ``patterns`` can match (None: every non-internal one)."""
-    if patterns is None:
-        return None
-    return {p.namespace for p in patterns}
-
-
-def carries(namespace: str, patterns: tuple[PathPattern, ...] | None) -> bool:
-    """Whether a log of ``namespace`` can hold a record ``patterns`` match."""
-    namespaces = patterns_namespaces(patterns)
-    if namespaces is None:
-        return not is_internal_namespace(namespace)
-    return namespace in namespaces

@@ -126,6 +126,7 @@ from wsnmom.core.adapter import (
     SubscriptionHandle,
     SubscriptionSpec,
 )
+from wsnmom.core.adapter_options import AdapterOptionError
 from wsnmom.topic_mapping.errors import NameNotRepresentable
 from wsnmom.topic_mapping.model import Topic
 from wsnmom.topic_mapping.syntax import KAFKA
@@ -206,13 +207,17 @@ class KafkaAdapter(Adapter):
         shape="log",
     )
 
+    declared_options = KafkaSettings
+
     def __init__(self, url: str, options: Mapping[str, Any] | None = None) -> None:
         super().__init__(url, options)
         try:
             self.settings: KafkaSettings = parse_settings(url, options)
             self.mapping = KafkaMapping(self.settings)
+        except AdapterOptionError:
+            raise  # names the option already
         except ValueError as exc:
-            raise AdapterError(f"bad Kafka adapter configuration: {exc}") from exc
+            raise AdapterOptionError(f"bad Kafka adapter configuration: {exc}") from exc
         self.capabilities = replace(
             KafkaAdapter.capabilities, max_message_bytes=self.settings.max_message_bytes
         )

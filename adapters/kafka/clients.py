@@ -77,11 +77,6 @@ class Health:
         #: when a probe was last answered (monotonic)
         self._answered = time.monotonic()
         self._thread: threading.Thread | None = None
-        self._listeners: list[Callable[[bool], None]] = []
-
-    def on_change(self, listener: Callable[[bool], None]) -> None:
-        """Call ``listener(available)`` on every change (on the probing thread)."""
-        self._listeners.append(listener)
 
     def error_cb(self, error: KafkaError) -> None:
         """librdkafka's ``error_cb`` for every client."""
@@ -109,11 +104,6 @@ class Health:
             log.info("the Kafka cluster answers again")
         else:
             log.warning("the Kafka cluster is unreachable: %s", why)
-        for listener in list(self._listeners):
-            try:
-                listener(available)
-            except Exception:
-                log.exception("a Kafka availability listener failed")
 
     def poke(self) -> None:
         """Probe now rather than at the next interval."""

@@ -8,9 +8,16 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 from urllib.parse import parse_qsl, unquote, urlsplit
+
+from wsnmom.core.adapter_options import (
+    NOT_AN_OPTION,
+    AdapterOptionError,
+    option,
+    parse_options,
+)
 
 # secrets are hidden by the gateway's one helper (re-exported for the adapter's users)
 from wsnmom.core.redaction import REDACTED, redact_config, redact_url
@@ -44,40 +51,101 @@ class NamespaceConfig:
     topic: str | None = None
 
 
+def _string_map(value: Any) -> dict[str, str]:
+    """A table of librdkafka properties (booleans written the way librdkafka reads them)."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ValueError("must be a table of librdkafka properties")
+    return {str(k): (str(v).lower() if isinstance(v, bool) else str(v)) for k, v in value.items()}
+
+
+def _namespaces(value: Any) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ValueError("must be a table: namespace URI -> root or settings")
+    return {str(ns): v for ns, v in value.items()}
+
+
 @dataclass(frozen=True, slots=True)
 class KafkaSettings:
-    """Everything the adapter reads from its URL and options (see the adapter docstring)."""
+    """Everything the adapter reads from its URL and options (see the adapter docstring).
 
-    bootstrap: str
-    topic_prefix: str = ""
-    mode: Mode = "path"
-    namespaces: Mapping[str, NamespaceConfig] = field(default_factory=dict)
-    internal_topic: str = "wsnmom-internal"
-    internal_partitions: int = 1
-    topic_policy: Policy = "create"
-    partitions: int = 1
-    replication_factor: int = -1
-    topic_config: Mapping[str, str] = field(default_factory=dict)
-    default_path: str = "native"
-    group_prefix: str = "wsnmom.sub."
-    head_group: str = "wsnmom.head"
-    catch_up_readers: int = 4
-    fetch_wait_ms: int = 20
-    discovery_interval: float = 2.0
-    topic_id_check_interval: float = 10.0
-    delivery_timeout: float = 30.0
-    health_interval: float = 1.0
-    health_timeout: float = 2.0
-    unavailable_grace: float = 2.0
-    current_cache_size: int = 100_000
-    current_scan_limit: int = 1000
-    max_message_bytes: int = 1_000_000
-    exact_watermarks: bool = True
-    connect_timeout: float = 10.0
-    #: librdkafka properties for every client (security, SASL, SSL, ...)
-    client_config: Mapping[str, str] = field(default_factory=dict)
-    producer_config: Mapping[str, str] = field(default_factory=dict)
-    consumer_config: Mapping[str, str] = field(default_factory=dict)
+    The fields declared with :func:`~wsnmom.core.adapter_options.option` are the adapter's
+    options; ``bootstrap`` and ``client_config`` come from the URL."""
+
+    bootstrap: str = field(metadata=NOT_AN_OPTION)
+    topic_prefix: str = option(
+        "", doc="level in front of every per-path topic; limits what the gateway reads"
+    )
+    mode: Mode = option("path", doc="mapping of namespaces not configured: `path` or `namespace`")
+    namespaces: Mapping[str, NamespaceConfig] = option(
+        default_factory=dict,
+        parse=_namespaces,
+        doc="namespace URI -> root name, or a table `{mode, root, topic}`",
+    )
+    internal_topic: str = option("wsnmom-internal", doc="the topic of pull point inboxes")
+    internal_partitions: int = option(1, minimum=1, doc="partitions of `internal_topic`")
+    topic_policy: Policy = option(
+        "create", doc="`create`, or `existing` (TopicNotSupportedFault for missing topics)"
+    )
+    partitions: int = option(1, minimum=1, doc="partitions of topics the gateway creates")
+    replication_factor: int = option(
+        -1, doc="replication factor of created topics (-1: the cluster's default)"
+    )
+    topic_config: Mapping[str, str] = option(
+        default_factory=dict, parse=_string_map, doc="topic configuration of created topics"
+    )
+    default_path: str = option("native", doc="WS topic path of a per-namespace record without one")
+    group_prefix: str = option("wsnmom.sub.", doc="consumer group names of subscriptions")
+    head_group: str = option("wsnmom.head", doc="consumer group of the head reader")
+    catch_up_readers: int = option(4, minimum=1, doc="readers for subscriptions that are behind")
+    fetch_wait_ms: int = option(20, minimum=0, doc="`fetch.wait.max.ms` of the readers")
+    discovery_interval: float = option(2.0, above=0, doc="seconds between looks for new topics")
+    topic_id_check_interval: float = option(
+        10.0, above=0, doc="seconds between looks for re-created topics"
+    )
+    delivery_timeout: float = option(30.0, above=0, doc="`message.timeout.ms`, in seconds")
+    health_interval: float = option(1.0, above=0, doc="seconds between reachability probes")
+    health_timeout: float = option(2.0, above=0, doc="seconds a reachability probe may take")
+    unavailable_grace: float = option(
+        2.0, minimum=0, doc="seconds unreachable before the gateway says so"
+    )
+    current_cache_size: int = option(
+        100_000, minimum=0, doc="topics whose current message is remembered"
+    )
+    current_scan_limit: int = option(
+        1000, minimum=0, doc="records read back to find a current message"
+    )
+    max_message_bytes: int = option(
+        1_000_000, minimum=1, doc="largest body (Kafka's default `message.max.bytes`)"
+    )
+    exact_watermarks: bool = option(True, doc="trust the brokers' high watermark (false for tansu)")
+    connect_timeout: float = option(10.0, above=0, doc="seconds `open()` waits for the cluster")
+    config: Mapping[str, str] = option(
+        default_factory=dict, parse=_string_map, doc="librdkafka properties of every client"
+    )
+    producer_config: Mapping[str, str] = option(
+        default_factory=dict, parse=_string_map, doc="librdkafka properties of the producer"
+    )
+    consumer_config: Mapping[str, str] = option(
+        default_factory=dict, parse=_string_map, doc="librdkafka properties of the readers"
+    )
+    #: librdkafka properties for every client (security, SASL, SSL, ...): ``config``, the
+    #: URL's dotted query arguments and its user part
+    client_config: Mapping[str, str] = field(default_factory=dict, metadata=NOT_AN_OPTION)
+
+    def __post_init__(self) -> None:
+        resolved = {
+            ns: v if isinstance(v, NamespaceConfig) else _namespace_config(ns, v, self.mode)
+            for ns, v in self.namespaces.items()
+        }
+        object.__setattr__(self, "namespaces", resolved)
+        _kafka_name(self.topic_prefix, "topic_prefix", empty=True)
+        _kafka_name(self.internal_topic, "internal_topic")
+        if self.topic_prefix and self.internal_topic.startswith(self.topic_prefix + "."):
+            raise ValueError("internal_topic must not lie under topic_prefix")
 
     # -- librdkafka configurations ----------------------------------------------------------
     def _base(self) -> dict[str, Any]:
@@ -142,26 +210,6 @@ class KafkaSettings:
 
 # -- parsing ------------------------------------------------------------------------------
 
-_INT_OPTIONS = (
-    "internal_partitions",
-    "partitions",
-    "replication_factor",
-    "catch_up_readers",
-    "fetch_wait_ms",
-    "current_cache_size",
-    "current_scan_limit",
-    "max_message_bytes",
-)
-_FLOAT_OPTIONS = (
-    "discovery_interval",
-    "topic_id_check_interval",
-    "delivery_timeout",
-    "health_interval",
-    "health_timeout",
-    "connect_timeout",
-    "unavailable_grace",
-)
-_STR_OPTIONS = ("topic_prefix", "internal_topic", "default_path", "group_prefix", "head_group")
 _KAFKA_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 
 
@@ -198,14 +246,6 @@ def _namespace_config(namespace: str, value: Any, default_mode: Mode) -> Namespa
     )
 
 
-def _string_map(value: Any, what: str) -> dict[str, str]:
-    if value is None:
-        return {}
-    if not isinstance(value, Mapping):
-        raise ValueError(f"{what} must be a table of librdkafka properties")
-    return {str(k): (str(v).lower() if isinstance(v, bool) else str(v)) for k, v in value.items()}
-
-
 def parse_settings(url: str, options: Mapping[str, Any] | None = None) -> KafkaSettings:
     """Settings from ``kafka://[user:password@]host:port[,host:port...][?option=value...]``
     and the options mapping (options win over query arguments).
@@ -213,70 +253,32 @@ def parse_settings(url: str, options: Mapping[str, Any] | None = None) -> KafkaS
     Query arguments whose name contains a dot are librdkafka properties for every client
     (``?security.protocol=SSL``); the others are adapter options.  A user part sets
     ``sasl.username``/``sasl.password`` (and ``SASL_PLAINTEXT`` with ``PLAIN`` unless the
-    configuration says otherwise).  ValueError for anything unusable.
+    configuration says otherwise).
+
+    :raises AdapterOptionError: (a ValueError) for anything unusable.
     """
     parts = urlsplit(url)
     if parts.scheme != SCHEME:
-        raise ValueError(f"not a Kafka URL: expected {SCHEME}://host:port[,host:port...]")
+        raise AdapterOptionError(f"not a Kafka URL: expected {SCHEME}://host:port[,host:port...]")
     hosts = parts.netloc.rpartition("@")[2]
     if not hosts or any(not h.strip() for h in hosts.split(",")):
-        raise ValueError("the Kafka URL needs at least one host:port")
+        raise AdapterOptionError("the Kafka URL needs at least one host:port")
     if parts.path not in ("", "/"):
-        raise ValueError("the Kafka URL takes no path")
-    merged: dict[str, Any] = {}
-    client: dict[str, str] = {}
-    for key, value in parse_qsl(parts.query, keep_blank_values=True):
-        if "." in key:
-            client[key] = value
-        else:
-            merged[key] = value
-    merged.update(options or {})
-    client.update(_string_map(merged.pop("config", None), "config"))
+        raise AdapterOptionError("the Kafka URL takes no path")
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    settings = parse_options(
+        KafkaSettings,
+        adapter="Kafka",
+        query=[(k, v) for k, v in query if "." not in k],
+        options=options,
+        fixed={"bootstrap": hosts},
+    )
+    client = {k: v for k, v in query if "." in k}
+    client.update(settings.config)
     if parts.username is not None:
         client.setdefault("sasl.username", unquote(parts.username))
         if parts.password is not None:
             client.setdefault("sasl.password", unquote(parts.password))
         client.setdefault("sasl.mechanism", "PLAIN")
         client.setdefault("security.protocol", "SASL_PLAINTEXT")
-    kwargs: dict[str, Any] = {"bootstrap": hosts, "client_config": client}
-    kwargs["producer_config"] = _string_map(merged.pop("producer_config", None), "producer")
-    kwargs["consumer_config"] = _string_map(merged.pop("consumer_config", None), "consumer")
-    mode = merged.pop("mode", "path")
-    if mode not in ("path", "namespace"):
-        raise ValueError("mode must be 'path' or 'namespace'")
-    kwargs["mode"] = mode
-    policy = merged.pop("topic_policy", "create")
-    if policy not in ("create", "existing"):
-        raise ValueError("topic_policy must be 'create' or 'existing'")
-    kwargs["topic_policy"] = policy
-    namespaces = merged.pop("namespaces", None) or {}
-    if not isinstance(namespaces, Mapping):
-        raise ValueError("namespaces must be a table: namespace URI -> root or settings")
-    kwargs["namespaces"] = {
-        str(ns): _namespace_config(str(ns), v, mode) for ns, v in namespaces.items()
-    }
-    kwargs["topic_config"] = _string_map(merged.pop("topic_config", None), "topic_config")
-    for name in _INT_OPTIONS:
-        if name in merged:
-            kwargs[name] = int(merged.pop(name))
-    for name in _FLOAT_OPTIONS:
-        if name in merged:
-            kwargs[name] = float(merged.pop(name))
-    if "exact_watermarks" in merged:
-        value = merged.pop("exact_watermarks")
-        kwargs["exact_watermarks"] = str(value).strip().lower() in ("1", "true", "yes", "on")
-    for name in _STR_OPTIONS:
-        if name in merged:
-            kwargs[name] = str(merged.pop(name))
-    if merged:
-        raise ValueError(f"unknown Kafka adapter options: {sorted(merged)}")
-    settings = KafkaSettings(**kwargs)
-    _kafka_name(settings.topic_prefix, "topic_prefix", empty=True)
-    _kafka_name(settings.internal_topic, "internal_topic")
-    if settings.topic_prefix and settings.internal_topic.startswith(settings.topic_prefix + "."):
-        raise ValueError("internal_topic must not lie under topic_prefix")
-    if settings.partitions < 1 or settings.internal_partitions < 1:
-        raise ValueError("partitions must be at least 1")
-    if settings.catch_up_readers < 1:
-        raise ValueError("catch_up_readers must be at least 1")
-    return settings
+    return replace(settings, client_config=client)

@@ -100,7 +100,6 @@ from typing import Any, ClassVar
 from wsnmom.adapters.embedded.adapter import EmbeddedHandle
 from wsnmom.core.adapter import (
     Adapter,
-    AdapterError,
     AdapterUnavailable,
     Capabilities,
     OutboundMessage,
@@ -111,6 +110,7 @@ from wsnmom.core.adapter import (
     TopicUnavailable,
     is_internal_namespace,
 )
+from wsnmom.core.adapter_options import AdapterOptionError
 from wsnmom.core.redaction import redact_url
 from wsnmom.topic_mapping.errors import NameNotRepresentable
 from wsnmom.topic_mapping.model import Topic
@@ -162,14 +162,13 @@ class MqttAdapter(Adapter):
         shape="session",
     )
 
+    declared_options = MqttSettings
+
     def __init__(self, url: str, options: Mapping[str, Any] | None = None) -> None:
         super().__init__(url, options)
-        try:
-            self.settings: MqttSettings = parse_settings(url, options)
-        except ValueError as exc:
-            raise AdapterError(f"bad MQTT adapter configuration: {exc}") from exc
+        self.settings: MqttSettings = parse_settings(url, options)
         if self.settings.data_dir is None:
-            raise AdapterError(
+            raise AdapterOptionError(
                 "the MQTT adapter keeps its subscriptions' queues on disk: give it the "
                 "option data_dir (wsnmom serve passes its data directory)"
             )
@@ -180,7 +179,7 @@ class MqttAdapter(Adapter):
             try:
                 parse_log_taps(self.settings.spark_logs)
             except ValueError as exc:
-                raise AdapterError(f"bad MQTT adapter option spark_logs: {exc}") from exc
+                raise AdapterOptionError(f"bad MQTT adapter option spark_logs: {exc}") from exc
         self.capabilities = self._capabilities()
         self._lock = threading.Lock()
         self._node: nodes.Node | None = None

@@ -11,6 +11,13 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 from urllib.parse import parse_qsl, unquote, urlsplit
 
+from wsnmom.core.adapter_options import (
+    NOT_AN_OPTION,
+    AdapterOptionError,
+    option,
+    parse_options,
+)
+
 __all__ = ["MqttSettings", "parse_settings"]
 
 SCHEMES = ("mqtt", "mqtts")
@@ -31,46 +38,145 @@ _PROTOCOLS: dict[str, Protocol] = {
 }
 
 
+def _protocol(value: Any) -> Protocol:
+    text = str(value).strip().lower()
+    if text not in _PROTOCOLS:
+        raise ValueError(f"protocol must be 5 or 3.1.1, not {text!r}")
+    return _PROTOCOLS[text]
+
+
+def _prefix(value: Any, what: str = "topic_prefix") -> str:
+    text = str(value).strip("/")
+    if not text or any(not level or level in ("+", "#") for level in text.split("/")):
+        raise ValueError(f"{what}: {value!r} is not a topic prefix")
+    if "+" in text or "#" in text or "\x00" in text:
+        raise ValueError(f"{what}: {value!r} has a wildcard")
+    if text.startswith("$"):
+        raise ValueError(f"{what}: MQTT topics starting with $ are reserved")
+    return text
+
+
+def _topic_prefix(value: Any) -> str:
+    return _prefix(value) if value else ""
+
+
+def _namespaces(value: Any) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ValueError("namespaces must be a table: namespace URI -> topic prefix")
+    return {str(ns): _prefix(root, f"namespaces[{ns!r}]") for ns, root in value.items()}
+
+
+def _spark_logs(value: Any) -> dict[str, dict[str, Any]]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping) or not all(isinstance(v, Mapping) for v in value.values()):
+        raise ValueError("spark_logs must be a table of tables: log name -> its options")
+    return {str(name): dict(options) for name, options in value.items()}
+
+
+def _directory(value: Any) -> str | None:
+    return os.path.abspath(os.path.expanduser(str(value))) if value else None
+
+
+def _text(value: Any) -> str | None:
+    """A text option where an empty value means "not set"."""
+    return str(value) if value is not None and value != "" else None
+
+
+def _synchronous(value: Any) -> str:
+    text = str(value).upper()
+    if text not in ("NORMAL", "FULL"):
+        raise ValueError("synchronous must be NORMAL or FULL")
+    return text
+
+
 @dataclass(frozen=True, slots=True)
 class MqttSettings:
-    """Everything the adapter reads from its URL and options (see the adapter docstring)."""
+    """Everything the adapter reads from its URL and options (see the adapter docstring).
 
-    host: str
-    port: int
-    tls: bool = False
-    username: str | None = None
-    password: str | None = field(default=None, repr=False)
-    protocol: Protocol = "5"
-    #: namespace URI -> root levels ("org/wsn")
-    namespaces: Mapping[str, str] = field(default_factory=dict)
-    #: levels in front of every MQTT topic of the gateway ("" for none)
-    topic_prefix: str = ""
-    #: where the session's queues and state live (the gateway's data directory + "/mqtt")
-    data_dir: str | None = None
-    client_id: str | None = None
-    keepalive: int = 30
-    session_expiry: int = NEVER
-    receive_maximum: int = 1000
-    #: QoS 1 messages the publisher has unacknowledged at most (also capped by the broker's
-    #: Receive Maximum on MQTT 5)
-    publish_window: int = 1000
-    connect_timeout: float = 10.0
-    subscribe_timeout: float = 10.0
-    reconnect_min_delay: float = 0.2
-    reconnect_max_delay: float = 10.0
-    retain: bool = True
-    retained_wait: float = 0.0
-    max_message_bytes: int | None = None
-    qos0_backlog: int = 10_000
-    ingest_batch: int = 512
-    synchronous: str = "NORMAL"
-    ca_certs: str | None = None
-    certfile: str | None = None
-    keyfile: str | None = field(default=None, repr=False)
-    tls_insecure: bool = False
+    The fields declared with :func:`~wsnmom.core.adapter_options.option` are the adapter's
+    options; ``host``, ``port`` and ``tls`` come from the URL."""
+
+    host: str = field(metadata=NOT_AN_OPTION)
+    port: int = field(metadata=NOT_AN_OPTION)
+    tls: bool = field(default=False, metadata=NOT_AN_OPTION)
+    username: str | None = option(None, parse=_text, doc="user name (also from the URL)")
+    password: str | None = option(
+        None, parse=_text, secret=True, doc="password (also from the URL)"
+    )
+    protocol: Protocol = option("5", parse=_protocol, doc="`5` or `3.1.1`")
+    namespaces: Mapping[str, str] = option(
+        default_factory=dict, parse=_namespaces, doc="namespace URI -> MQTT topic prefix"
+    )
+    topic_prefix: str = option(
+        "", parse=_topic_prefix, doc="levels in front of every MQTT topic of the gateway"
+    )
+    data_dir: str | None = option(
+        None,
+        parse=_directory,
+        doc="queues and session state live in `<data_dir>/mqtt` (default: the gateway's "
+        "data directory)",
+    )
+    client_id: str | None = option(
+        None,
+        parse=_text,
+        doc="the session's client id (default `wsnmom-<random>`, kept); the publisher is "
+        "`<client_id>-p`",
+    )
+    keepalive: int = option(30, minimum=1, doc="MQTT keep-alive, seconds")
+    session_expiry: int = option(
+        NEVER, minimum=0, maximum=NEVER, doc="MQTT 5 session expiry asked for, seconds"
+    )
+    receive_maximum: int = option(
+        1000,
+        minimum=1,
+        maximum=65535,
+        doc="unacknowledged QoS 1 messages the broker may send the session",
+    )
+    publish_window: int = option(
+        1000,
+        minimum=1,
+        doc="unacknowledged QoS 1 publishes (also at most the broker's Receive Maximum)",
+    )
+    connect_timeout: float = option(10.0, doc="seconds `open()` waits for the broker")
+    subscribe_timeout: float = option(10.0, doc="seconds a Subscribe waits for the broker")
+    reconnect_min_delay: float = option(0.2, doc="shortest reconnect backoff, seconds")
+    reconnect_max_delay: float = option(10.0, doc="longest reconnect backoff, seconds")
+    retain: bool = option(True, doc="publish with RETAIN; GetCurrentMessage from retained messages")
+    retained_wait: float = option(
+        0.0, doc="extra seconds to wait for a retained message after the UNSUBACK"
+    )
+    max_message_bytes: int | None = option(
+        None, doc="largest body accepted (default: the broker's Maximum Packet Size, if it says)"
+    )
+    qos0_backlog: int = option(
+        10_000,
+        minimum=1,
+        doc="QoS 0 messages waiting to be stored beyond which new ones are dropped",
+    )
+    ingest_batch: int = option(512, minimum=1, doc="messages stored per transaction")
+    synchronous: str = option(
+        "NORMAL",
+        parse=_synchronous,
+        doc="the queues' SQLite durability: `NORMAL`, or `FULL` (also survives power loss)",
+    )
+    ca_certs: str | None = option(None, parse=_text, doc="CA certificates file (`mqtts://`)")
+    certfile: str | None = option(None, parse=_text, doc="client certificate file")
+    keyfile: str | None = option(None, parse=_text, secret=True, doc="client key file")
+    tls_insecure: bool = option(False, doc="do not check the broker's host name")
     #: Spark buffer logs the session feeds (name -> the log's options, read by
     #: ``wsnmom.spark_bridge.buffer``); only from the options mapping, not the URL
-    spark_logs: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    spark_logs: Mapping[str, Mapping[str, Any]] = option(
+        default_factory=dict,
+        parse=_spark_logs,
+        doc="table of Spark buffer logs the session also feeds (see the MQTT page)",
+    )
+
+    def __post_init__(self) -> None:
+        if self.client_id is not None and not 0 < len(self.client_id.encode()) <= 65535:
+            raise ValueError("client_id must be 1 to 65535 bytes")
 
     @property
     def v5(self) -> bool:
@@ -96,128 +202,29 @@ class MqttSettings:
         }
 
 
-_INT_OPTIONS = (
-    "keepalive",
-    "session_expiry",
-    "receive_maximum",
-    "publish_window",
-    "qos0_backlog",
-    "ingest_batch",
-)
-_FLOAT_OPTIONS = (
-    "connect_timeout",
-    "subscribe_timeout",
-    "reconnect_min_delay",
-    "reconnect_max_delay",
-    "retained_wait",
-)
-_STR_OPTIONS = ("client_id", "username", "password", "ca_certs", "certfile", "keyfile")
-_BOOL_OPTIONS = ("retain", "tls_insecure")
-
-
-def _bool(value: Any, name: str) -> bool:
-    if isinstance(value, bool):
-        return value
-    text = str(value).strip().lower()
-    if text in ("1", "true", "yes", "on"):
-        return True
-    if text in ("0", "false", "no", "off"):
-        return False
-    raise ValueError(f"{name} must be true or false, not {value!r}")
-
-
-def _prefix(value: Any, what: str) -> str:
-    text = str(value).strip("/")
-    if not text or any(not level or level in ("+", "#") for level in text.split("/")):
-        raise ValueError(f"{what}: {value!r} is not a topic prefix")
-    if "+" in text or "#" in text or "\x00" in text:
-        raise ValueError(f"{what}: {value!r} has a wildcard")
-    if text.startswith("$"):
-        raise ValueError(f"{what}: MQTT topics starting with $ are reserved")
-    return text
-
-
-def _namespaces(value: Any) -> dict[str, str]:
-    if value is None:
-        return {}
-    if not isinstance(value, Mapping):
-        raise ValueError("namespaces must be a table: namespace URI -> topic prefix")
-    return {str(ns): _prefix(root, f"namespaces[{ns!r}]") for ns, root in value.items()}
-
-
-def _spark_logs(value: Any) -> dict[str, dict[str, Any]]:
-    if value is None:
-        return {}
-    if not isinstance(value, Mapping) or not all(isinstance(v, Mapping) for v in value.values()):
-        raise ValueError("spark_logs must be a table of tables: log name -> its options")
-    return {str(name): dict(options) for name, options in value.items()}
-
-
 def parse_settings(url: str, options: Mapping[str, Any] | None = None) -> MqttSettings:
     """Settings from ``mqtt[s]://[user[:password]@]host[:port][?option=value...]`` and the
-    options mapping (options win over query arguments).  ValueError for anything unusable."""
+    options mapping (options win over query arguments).
+
+    :raises AdapterOptionError: (a ValueError) for anything unusable."""
     parts = urlsplit(url)
     if parts.scheme not in SCHEMES:
-        raise ValueError("not an MQTT URL: expected mqtt://host[:port] or mqtts://host[:port]")
+        raise AdapterOptionError(
+            "not an MQTT URL: expected mqtt://host[:port] or mqtts://host[:port]"
+        )
     if not parts.hostname:
-        raise ValueError("the MQTT URL needs a host")
+        raise AdapterOptionError("the MQTT URL needs a host")
     if parts.path not in ("", "/"):
-        raise ValueError("the MQTT URL takes no path")
+        raise AdapterOptionError("the MQTT URL takes no path")
     tls = parts.scheme == "mqtts"
     try:
         port = parts.port or (8883 if tls else 1883)
     except ValueError as exc:
-        raise ValueError(f"bad port in the MQTT URL: {exc}") from None
-    merged: dict[str, Any] = dict(parse_qsl(parts.query, keep_blank_values=True))
-    merged.update(options or {})
-    kwargs: dict[str, Any] = {"host": parts.hostname, "port": port, "tls": tls}
+        raise AdapterOptionError(f"bad port in the MQTT URL: {exc}") from None
+    fixed: dict[str, Any] = {"host": parts.hostname, "port": port, "tls": tls}
+    query = parse_qsl(parts.query, keep_blank_values=True)
     if parts.username is not None:
-        kwargs["username"] = unquote(parts.username)
+        query.insert(0, ("username", unquote(parts.username)))
     if parts.password is not None:
-        kwargs["password"] = unquote(parts.password)
-    protocol = str(merged.pop("protocol", "5")).strip().lower()
-    if protocol not in _PROTOCOLS:
-        raise ValueError(f"protocol must be 5 or 3.1.1, not {protocol!r}")
-    kwargs["protocol"] = _PROTOCOLS[protocol]
-    kwargs["namespaces"] = _namespaces(merged.pop("namespaces", None))
-    kwargs["spark_logs"] = _spark_logs(merged.pop("spark_logs", None))
-    prefix = merged.pop("topic_prefix", None)
-    if prefix:
-        kwargs["topic_prefix"] = _prefix(prefix, "topic_prefix")
-    data_dir = merged.pop("data_dir", None)
-    if data_dir:
-        kwargs["data_dir"] = os.path.abspath(os.path.expanduser(str(data_dir)))
-    for name in _INT_OPTIONS:
-        if name in merged:
-            kwargs[name] = int(merged.pop(name))
-    for name in _FLOAT_OPTIONS:
-        if name in merged:
-            kwargs[name] = float(merged.pop(name))
-    for name in _STR_OPTIONS:
-        if name in merged:
-            value = merged.pop(name)
-            kwargs[name] = str(value) if value is not None and value != "" else None
-    for name in _BOOL_OPTIONS:
-        if name in merged:
-            kwargs[name] = _bool(merged.pop(name), name)
-    if "max_message_bytes" in merged:
-        value = merged.pop("max_message_bytes")
-        kwargs["max_message_bytes"] = int(value) if value not in (None, "") else None
-    if "synchronous" in merged:
-        kwargs["synchronous"] = str(merged.pop("synchronous")).upper()
-    if merged:
-        raise ValueError(f"unknown MQTT adapter options: {sorted(merged)}")
-    settings = MqttSettings(**kwargs)
-    if not 1 <= settings.receive_maximum <= 65535:
-        raise ValueError("receive_maximum must be between 1 and 65535")
-    if not 0 <= settings.session_expiry <= NEVER:
-        raise ValueError("session_expiry must be between 0 and 4294967295 seconds")
-    if settings.keepalive < 1:
-        raise ValueError("keepalive must be at least 1 second")
-    if settings.client_id is not None and not 0 < len(settings.client_id.encode()) <= 65535:
-        raise ValueError("client_id must be 1 to 65535 bytes")
-    if settings.synchronous not in ("NORMAL", "FULL"):
-        raise ValueError("synchronous must be NORMAL or FULL")
-    if settings.ingest_batch < 1 or settings.qos0_backlog < 1 or settings.publish_window < 1:
-        raise ValueError("ingest_batch, qos0_backlog and publish_window must be at least 1")
-    return settings
+        query.insert(1, ("password", unquote(parts.password)))
+    return parse_options(MqttSettings, adapter="MQTT", query=query, options=options, fixed=fixed)

@@ -44,9 +44,11 @@ __all__ = ["Link", "PacketTypes", "Properties", "ReasonCode", "mqtt"]
 
 log = logging.getLogger("wsnmom.adapters.mqtt")
 
-#: CONNACK reason codes that mean "these credentials are wrong" / "not allowed"
-_BAD_CREDENTIALS = {0x86, 0x8C}  # bad user name or password, bad authentication method
-_NOT_AUTHORIZED = {0x87, 0x8A}  # not authorized, banned
+#: CONNACK reason codes that mean "these credentials are wrong" / "not allowed".  "Not
+#: authorized" (0x87; 5 in MQTT 3.1.1) counts as wrong credentials: it is what Mosquitto
+#: answers to a wrong password, and at CONNECT the credentials are all a client offers.
+_BAD_CREDENTIALS = {0x86, 0x87, 0x8C}  # bad user name or password, not authorized, bad method
+_NOT_AUTHORIZED = {0x8A}  # banned
 _BAD_CLIENT = {0x85, 0x84}  # client identifier not valid, unsupported protocol version
 
 #: paho's logger; the adapter logs connection changes itself
@@ -291,7 +293,11 @@ def _refusal(reason: ReasonCode, settings: MqttSettings) -> AdapterError:
     """The adapter error for a refused CONNACK."""
     where = f"{settings.host}:{settings.port}"
     if reason.value in _BAD_CREDENTIALS:
-        return CredentialsRefused(f"the MQTT broker {where} refused the credentials ({reason})")
+        return CredentialsRefused(
+            f"the MQTT broker {where} refused the gateway's login ({reason}; MQTT takes the "
+            "user name and password from the URL or the adapter options username / "
+            "password, a client certificate from certfile / keyfile)"
+        )
     if reason.value in _NOT_AUTHORIZED:
         return AccessRefused(f"the MQTT broker {where} does not authorize the gateway ({reason})")
     if reason.value in _BAD_CLIENT:

@@ -118,7 +118,7 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 try:
@@ -150,6 +150,8 @@ from wsnmom.core.adapter import (
     SubscriptionSpec,
     is_internal_namespace,
 )
+from wsnmom.core.adapter_options import AdapterOptionError, did_you_mean, option, parse_options
+from wsnmom.core.config_values import convert
 from wsnmom.topic_mapping.errors import NameNotRepresentable
 from wsnmom.topic_mapping.model import PathPattern, Topic
 from wsnmom.topic_mapping.syntax import RABBITMQ
@@ -190,6 +192,12 @@ _TAP_INSTANCE_HEADER = "wsnmom-tap-instance"
 #: a header no message carries: a binding on it never matches
 _NEVER_HEADER = "wsnmom-tap-never"
 _URL_OPTIONS = ("prefetch", "queue_type", "instance", "pull")
+#: the query arguments ``pika.URLParameters`` reads (it has a setter for each)
+_PIKA_URL_ARGUMENTS = tuple(
+    name.removeprefix("_set_url_")
+    for name in dir(pika.URLParameters)
+    if name.startswith("_set_url_")
+)
 #: channels one bulk depth query uses at once per connection
 _DEPTH_CHANNELS = 8
 #: header of the primer a new subscription queue gets (``RabbitMQAdapter._prime``)
@@ -234,74 +242,79 @@ class PublishUnavailable(PublishFailed, AdapterUnavailable):
     """A publish could not even be attempted: no connection to RabbitMQ."""
 
 
+_TLS_KEYS = ("ca_file", "cert_file", "key_file", "verify", "server_hostname")
+
+
+def _tls(value: Any) -> dict[str, Any] | None:
+    """The ``tls`` table, its keys checked and ``verify`` read by the one boolean rule."""
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise ValueError(f"must be a table of {', '.join(_TLS_KEYS)}")
+    for key in value:
+        if key not in _TLS_KEYS:
+            raise ValueError(f"unknown key {key!r}{did_you_mean(str(key), _TLS_KEYS)}")
+    tls = dict(value)
+    if "verify" in tls:
+        tls["verify"] = convert(tls["verify"], bool)
+    return tls
+
+
 @dataclass(frozen=True, slots=True)
 class RabbitMQOptions:
-    """Validated adapter options (see the module docstring)."""
+    """The adapter's options, declared once (see the module docstring; docs/adapters/
+    rabbitmq.md lists them, tested against this declaration)."""
 
-    exchanges: Mapping[str, str]
-    all_exchange: str = "wsnmom.all"
-    queue_prefix: str = "wsnmom.sub."
-    queue_type: str = "classic"
-    queue_arguments: Mapping[str, Any] | None = None
-    prefetch: int = 64
-    heartbeat: int = 30
-    tls: Mapping[str, Any] | None = None
-    instance: str | None = None
-    current_message: bool = True
-    current_tap_max_length: int = 10000
-    current_tap_expires: float = 3600.0
-    current_cache_size: int = 100000
-    current_peers: bool = True
-    report_unrouted: bool = True
-    consumers_per_connection: int = 1000
-    fail_on_nack: bool = False
-    prime_queues: bool = True
-    operation_timeout: float = 10.0
-    reconnect_max_delay: float = 5.0
+    exchanges: Mapping[str, str] = option(
+        default_factory=dict, doc="namespace URI -> exchange name"
+    )
+    all_exchange: str = option(
+        "wsnmom.all", doc="catch-all exchange; the tap exchanges are named after it"
+    )
+    queue_prefix: str = option("wsnmom.sub.", doc="prefix of subscription queue names")
+    queue_type: Literal["classic", "quorum"] = option("classic", doc="`classic` or `quorum`")
+    queue_arguments: Mapping[str, Any] | None = option(
+        None, doc="extra arguments for every subscription queue"
+    )
+    prefetch: int = option(64, minimum=1, doc="prefetch for consumers when core gives none")
+    heartbeat: int = option(30, minimum=0, doc="AMQP heartbeat, seconds (0 disables)")
+    tls: Mapping[str, Any] | None = option(
+        None,
+        parse=_tls,
+        doc="`ca_file`, `cert_file`, `key_file`, `verify` (true), `server_hostname`",
+    )
+    instance: str | None = option(None, doc="name of this instance's tap queue (random)")
+    current_message: bool = option(True, doc="run the current-message tap")
+    current_tap_max_length: int = option(10000, minimum=0, doc="tap queue length")
+    current_tap_expires: float = option(
+        3600.0, minimum=0, doc="seconds an unused tap queue survives"
+    )
+    current_cache_size: int = option(100000, minimum=0, doc="routing keys remembered")
+    current_peers: bool = option(True, doc="copy gateway publishes to the other instances' taps")
+    report_unrouted: bool = option(
+        True, doc="publish `mandatory`: a message no queue takes is reported as unrouted"
+    )
+    consumers_per_connection: int = option(
+        1000, minimum=1, doc="subscriptions per consuming connection"
+    )
+    fail_on_nack: bool = option(False, doc="raise on `basic.nack` instead of `routed=None`")
+    prime_queues: bool = option(True, doc="prime new classic subscription queues")
+    operation_timeout: float = option(10.0, doc="seconds for declarations and other broker calls")
+    reconnect_max_delay: float = option(5.0, doc="longest reconnect backoff, seconds")
     #: how pull points are read: "buffer" (consumed with prefetch into core's pull
     #: buffer) or "get" (``basic.get`` per GetMessages)
-    pull: str = "buffer"
+    pull: Literal["buffer", "get"] = option(
+        "buffer", doc="how pull points are read: `buffer` or `get` (`basic.get`)"
+    )
 
     @classmethod
-    def parse(cls, options: Mapping[str, Any]) -> RabbitMQOptions:
-        """Build from a plain mapping (configuration), converting scalar strings."""
-        known = set(cls.__dataclass_fields__)
-        unknown = sorted(set(options) - known)
-        if unknown:
-            raise ValueError(f"unknown RabbitMQ adapter options: {', '.join(unknown)}")
-        values: dict[str, Any] = dict(options)
-        values.setdefault("exchanges", {})
-        for key in (
-            "prefetch",
-            "heartbeat",
-            "current_tap_max_length",
-            "current_cache_size",
-            "consumers_per_connection",
-        ):
-            if key in values:
-                values[key] = int(values[key])
-        for key in ("current_tap_expires", "operation_timeout", "reconnect_max_delay"):
-            if key in values:
-                values[key] = float(values[key])
-        for key in (
-            "current_message",
-            "current_peers",
-            "report_unrouted",
-            "fail_on_nack",
-            "prime_queues",
-        ):
-            if isinstance(values.get(key), str):
-                values[key] = values[key].strip().lower() in ("1", "true", "yes", "on")
-        opts = cls(**values)
-        if opts.pull not in ("buffer", "get"):
-            raise ValueError(f"pull must be buffer or get, not {opts.pull!r}")
-        if opts.queue_type not in ("classic", "quorum"):
-            raise ValueError(f"queue_type must be classic or quorum, not {opts.queue_type!r}")
-        if opts.prefetch < 1:
-            raise ValueError("prefetch must be at least 1")
-        if opts.consumers_per_connection < 1:
-            raise ValueError("consumers_per_connection must be at least 1")
-        return opts
+    def parse(
+        cls, options: Mapping[str, Any], query: Iterable[tuple[str, str]] = ()
+    ) -> RabbitMQOptions:
+        """Build from the URL's query arguments and the options mapping (configuration).
+
+        :raises AdapterOptionError: an unknown option or an unusable value."""
+        return parse_options(cls, adapter="RabbitMQ", query=query, options=options)
 
 
 class _Delivery(Received):
@@ -504,11 +517,12 @@ class RabbitMQAdapter(Adapter):
         max_message_bytes=MAX_MESSAGE_BYTES,
     )
 
+    declared_options = RabbitMQOptions
+
     def __init__(self, url: str, options: Mapping[str, Any] | None = None) -> None:
         super().__init__(url, options)
         pika_url, from_url = self._split_url(url)
-        merged = {**from_url, **self.options}
-        self.opts = RabbitMQOptions.parse(merged)
+        self.opts = RabbitMQOptions.parse(self.options, from_url)
         if self.opts.pull == "get":
             self.capabilities = replace(type(self).capabilities, native_pull=True)
         #: a confirmed publish's receipt unless the broker returns or nacks it
@@ -567,13 +581,19 @@ class RabbitMQAdapter(Adapter):
     # --- construction helpers -------------------------------------------------------
 
     @staticmethod
-    def _split_url(url: str) -> tuple[str, dict[str, str]]:
+    def _split_url(url: str) -> tuple[str, list[tuple[str, str]]]:
         """The URL pika should see (amqp/amqps) and the wsnmom options in its query."""
         parts = urlsplit(url)
         scheme = "amqp" if parts.scheme == "rabbitmq" else parts.scheme
         query = parse_qsl(parts.query, keep_blank_values=True)
-        ours = {k: v for k, v in query if k in _URL_OPTIONS}
+        ours = [(k, v) for k, v in query if k in _URL_OPTIONS]
         theirs = [(k, v) for k, v in query if k not in _URL_OPTIONS]
+        for key, value in theirs:
+            if key not in _PIKA_URL_ARGUMENTS:
+                raise AdapterOptionError(
+                    f"unknown RabbitMQ URL argument ?{key}={value}"
+                    f"{did_you_mean(key, (*_URL_OPTIONS, *_PIKA_URL_ARGUMENTS))}"
+                )
         return urlunsplit((scheme, parts.netloc, parts.path, urlencode(theirs), "")), ours
 
     def _parameters(self, url: str) -> pika.URLParameters:

@@ -127,7 +127,7 @@ def test_bad_settings_are_refused(url: str, options: dict[str, object], message:
 def test_adapter_needs_a_data_directory_and_says_so() -> None:
     with pytest.raises(AdapterError, match="data_dir"):
         MqttAdapter("mqtt://127.0.0.1:1", {})
-    with pytest.raises(AdapterError, match="bad MQTT adapter configuration"):
+    with pytest.raises(AdapterError, match=r"MQTT adapter option adapter_options\.protocol = '9'"):
         MqttAdapter("mqtt://127.0.0.1:1", {"data_dir": "/tmp", "protocol": "9"})
 
 

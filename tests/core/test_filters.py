@@ -1,5 +1,5 @@
 """Filter semantics: WS-Nu topic/filter vectors (peer-implementations §4.4), AND
-combination, filter faults (checklist §6), ServiceMix MessageContent attribute filters."""
+combination, filter faults (docs/conformance.md), ServiceMix MessageContent attribute filters."""
 
 from __future__ import annotations
 

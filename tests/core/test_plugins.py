@@ -333,8 +333,12 @@ def test_cli_adapters_lists_capabilities() -> None:
     assert emb["available"] is True
     assert emb["capabilities"]["syntax"] == "embedded"
     assert emb["capabilities"]["native_queue_limits"] is True
+    (synchronous,) = emb["options"]
+    assert synchronous["name"] == "synchronous" and synchronous["default"] == "'NORMAL'"
+    assert "SQLite durability" in synchronous["doc"]
     text = CliRunner().invoke(cli, ["adapters"]).output
     assert "embedded://  embedded  installed  " in text
+    assert "    options: synchronous\n" in text
     # an installed adapter with an extra gets no install hint (its library is there)
     (kafka,) = [line for line in text.splitlines() if line.startswith("kafka://")]
     if rows["kafka"]["available"]:

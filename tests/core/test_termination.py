@@ -1,4 +1,4 @@
-"""Termination-time rules (architecture §7, ITT-*, REN-*), renew, expiry."""
+"""Termination-time rules (docs/conformance.md: ITT-*, REN-*), renew, expiry."""
 
 from __future__ import annotations
 

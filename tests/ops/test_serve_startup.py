@@ -144,7 +144,7 @@ def test_unknown_adapter_scheme(tmp_path: Path) -> None:
         (
             ["--adapter", "amqp://guest:guest@127.0.0.1:1/"],
             {"WSNMOM_ADAPTER_OPTIONS__NO_SUCH_OPTION": "1"},
-            "unknown RabbitMQ adapter options: no_such_option",
+            "unknown RabbitMQ adapter option adapter_options.no_such_option = '1'",
         ),
     ],
 )

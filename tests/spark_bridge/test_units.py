@@ -53,6 +53,10 @@ def test_selection_round_trips_through_spark_options() -> None:
     sel = Selection("p:a/*", "concrete", NS, message_content="//x", message_content_namespaces=NS)
     options = {k.lower(): v for k, v in sel.to_options().items()}
     assert Selection.from_options(options) == sel
+    # one boolean rule: "yes" is true, a typo is an error (it used to be False, silently)
+    assert Selection.from_options({"fixedtopicset": "yes"}).fixed_topic_set is True
+    with pytest.raises(ValueError, match="option fixedtopicset: not a boolean: 'ture'"):
+        Selection.from_options({"fixedtopicset": "ture"})
     assert parse_mapping("p=urn:a, q=urn:b", "n") == {"p": "urn:a", "q": "urn:b"}
     assert parse_mapping('{"p": "urn:a"}', "n") == {"p": "urn:a"}
     with pytest.raises(SelectionError):

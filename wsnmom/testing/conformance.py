@@ -55,6 +55,7 @@ from wsnmom.core.adapter import (
     SubscriptionHandle,
     SubscriptionSpec,
 )
+from wsnmom.core.adapter_options import AdapterOptionError, describe_options
 from wsnmom.core.pull_buffer import PullBuffer
 from wsnmom.topic_mapping.model import ANY, DEEP, PathPattern, Segment, Topic
 from wsnmom.topic_mapping.syntax import WildcardSyntax
@@ -369,6 +370,22 @@ class AdapterBasics(AdapterFixtures):
         assert isinstance(adapter.capabilities.syntax, WildcardSyntax)
         assert adapter.name
         assert adapter_url.split("://", 1)[0].lower() in adapter.schemes
+
+    def test_declares_its_options(
+        self, adapter_class: type[Adapter], adapter_url: str, adapter_options: Mapping[str, Any]
+    ) -> None:
+        """Options are declared once (``declared_options``), each with its doc string; an
+        unknown one is a configuration error naming the closest declared option."""
+        declared = adapter_class.declared_options
+        if declared is None:
+            pytest.skip("declared_options: the adapter declares no options")
+        described = describe_options(declared)
+        assert [d.name for d in described if not d.doc] == [], "options without a doc"
+        if not described:
+            return
+        name = described[0].name
+        with pytest.raises(AdapterOptionError, match=rf"did you mean {name}\?"):
+            adapter_class(adapter_url, {**adapter_options, name + "z": "1"})
 
     def test_open_is_idempotent(self, adapter: Adapter) -> None:
         adapter.open()

@@ -22,6 +22,7 @@ from wsnmom.core.adapter import AdapterError, Received, SubscriptionSpec
 from wsnmom.core.channel import PrepareLater
 from wsnmom.core.codec import decode, encode, is_internal_routing, pull_point_inbox
 from wsnmom.core.context import BrokerContext
+from wsnmom.core.dead_letters import DeadLetterContext
 from wsnmom.core.delivery import Channel, EndSubscription
 from wsnmom.core.direct_routing import DirectRouting
 from wsnmom.core.filter_sandbox import FilterBudgetExceeded, FilterBusy
@@ -35,6 +36,7 @@ from wsnmom.core.model import (
 )
 from wsnmom.core.ports import DeliveryFailed
 from wsnmom.core.pull_feeds import PullFeeds
+from wsnmom.core.redaction import redact_url
 from wsnmom.core.registry import LiveSubscription
 from wsnmom.topic_mapping.dialects import CONCRETE, SIMPLE
 
@@ -93,12 +95,20 @@ class SubscriptionDelivery:
             ctx.wake_sweep()
             return [None] * len(batch)
         out: list[NotificationMessage | None] = []
+        too_old: list[Received] = []
         for received in batch:
-            if is_internal_routing(received) or ctx.limit_keeper.expired(received, now):
+            if is_internal_routing(received):
+                out.append(None)
+                continue
+            if ctx.limit_keeper.expired(received, now):
+                too_old.append(received)
                 out.append(None)
                 continue
             message = decode(received)
             out.append(message if state.filter.matches_topic(message) else None)
+        if too_old and not bury(ctx, state, too_old, "max-age", 0, "older than limits.max_age"):
+            if shared:  # kept unsettled: tried again later
+                raise PrepareLater(ctx.settings.retry.initial_delay.total_seconds() or 1.0)
         content = state.filter.content
         if content is not None:
             kept = [i for i, m in enumerate(out) if m is not None]
@@ -182,6 +192,7 @@ class SubscriptionDelivery:
                 group=sub.owner or "",
                 bounded=bounded,
             )
+        channel.dead_letter = _Burial(ctx, state)
         with registry.lock:
             registry.subscriptions[sub.id] = state
         if sub.state is SubscriptionState.ACTIVE:
@@ -202,6 +213,45 @@ class SubscriptionDelivery:
             ctx.observers.failed(batch, state.record.id, failure)
             raise failure from exc
         metrics.NOTIFICATIONS_OUT.labels(mode="forward").inc(len(batch))
+
+
+def bury(
+    ctx: BrokerContext,
+    state: LiveSubscription,
+    messages: Sequence[Received],
+    reason: str,
+    attempts: int,
+    error: str | None,
+) -> bool:
+    """Publish a subscription's given-up ``messages`` to its dead-letter destination;
+    True once the middleware confirmed them (``core.dead_letters``)."""
+    sub = state.record
+    return ctx.dead_letters.send(
+        messages,
+        DeadLetterContext(
+            subscription_id=sub.id,
+            consumer=redact_url(sub.consumer.address),
+            reason=reason,
+            attempts=attempts,
+            last_error=error,
+            destination=sub.dead_letters or ctx.dead_letters.default,
+        ),
+    )
+
+
+class _Burial:
+    """A subscription's ``Channel.dead_letter`` (one small object, not a closure)."""
+
+    __slots__ = ("ctx", "state")
+
+    def __init__(self, ctx: BrokerContext, state: LiveSubscription) -> None:
+        self.ctx = ctx
+        self.state = state
+
+    def __call__(
+        self, messages: Sequence[Received], reason: str, attempts: int, error: str | None
+    ) -> bool:
+        return bury(self.ctx, self.state, messages, reason, attempts, error)
 
 
 class _Pusher:

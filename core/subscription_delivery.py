@@ -106,9 +106,9 @@ class SubscriptionDelivery:
                 continue
             message = decode(received)
             out.append(message if state.filter.matches_topic(message) else None)
-        if too_old and not bury(ctx, state, too_old, "max-age", 0, "older than limits.max_age"):
-            if shared:  # kept unsettled: tried again later
-                raise PrepareLater(ctx.settings.retry.initial_delay.total_seconds() or 1.0)
+        buried = not too_old or bury(ctx, state, too_old, "max-age", 0, "older than max_age")
+        if not buried and shared:  # kept unsettled: tried again later
+            raise PrepareLater(ctx.settings.retry.initial_delay.total_seconds() or 1.0)
         content = state.filter.content
         if content is not None:
             kept = [i for i, m in enumerate(out) if m is not None]

@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 import requests
 from click.testing import CliRunner
+from lxml import etree
 
 from tests.e2e.conftest import Wsn
 from tests.fixtures.server import (
@@ -38,6 +39,7 @@ from wsnmom.cli import cli
 
 pytestmark = pytest.mark.e2e
 
+WSNMOM_POLICY = "urn:wsnmom:policy:1"
 XPATH10 = "http://www.w3.org/TR/1999/REC-xpath-19991116"
 #: nested location paths: minutes of CPU on BIG, far past any filter budget
 CUBIC = "count(//a[count(//a[count(//a) > 0]) > 0]) > 0"
@@ -93,6 +95,8 @@ def test_retries_exhausted_become_dead_letters_replayed_to_another_consumer(
     assert "500" in letter["last_error"]
     assert letter["topic"] == f"{{{wsn.ns}}}dl"
     assert letter["time"]
+    metrics = requests.get(f"{wsnmom_server.base_url}/metrics", timeout=10).text
+    assert 'wsnmom_dead_letters_total{reason="retries-exhausted"}' in metrics
     broker = ["--broker", wsnmom_server.broker_url]
     # listed and shown through the CLI
     code, out, err = run("dead-letters", "list", *broker, "--destination", destination)
@@ -137,11 +141,16 @@ def test_a_filter_over_its_budget_leaves_a_dead_letter_purged_by_the_cli(
     assert letters(wsnmom_server, destination) == []
 
 
-def test_an_invalid_dead_letter_destination_is_a_subscribe_fault(
+def test_an_invalid_dead_letter_destination_is_a_subscribe_fault_and_policy_names_it(
     wsnmom_server: RunningServer, wsn: Wsn
 ) -> None:
     fault = wsn.subscribe_fault("http://127.0.0.1:9/c", "tns:x", policy=policy("no/slash"))
     assert fault == "SubscribeCreationFailedFault"
+    # the extension and the gateway's default are advertised in the policy document
+    doc = etree.fromstring(requests.get(f"{wsnmom_server.base_url}/wsn/policy", timeout=10).content)
+    [dead] = doc.findall(f"{{{WSNMOM_POLICY}}}DeadLetters")
+    assert dead.findtext(f"{{{WSNMOM_POLICY}}}DefaultDestination") == "default"
+    assert "DeadLetters" in (dead.findtext(f"{{{WSNMOM_POLICY}}}SubscribeExtension") or "")
 
 
 # --------------------------------------------------------------------------------- max_age

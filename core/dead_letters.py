@@ -49,6 +49,8 @@ from wsnmom.core.adapter import (
     SubscriptionHandle,
     SubscriptionSpec,
 )
+from wsnmom.core.model import Subscription
+from wsnmom.core.redaction import redact_url
 from wsnmom.topic_mapping.model import PathPattern, Topic
 
 __all__ = [
@@ -319,6 +321,27 @@ class DeadLetters:
                 box.stop()
             except Exception:
                 log.debug("stopping dead letters %s failed", box.name, exc_info=True)
+
+    def bury(
+        self,
+        sub: Subscription,
+        messages: Sequence[Received],
+        reason: str,
+        attempts: int,
+        error: str | None,
+    ) -> bool:
+        """``send`` ``messages`` given up on by subscription ``sub`` to its destination."""
+        return self.send(
+            messages,
+            DeadLetterContext(
+                subscription_id=sub.id,
+                consumer=redact_url(sub.consumer.address),
+                reason=reason,
+                attempts=attempts,
+                last_error=error,
+                destination=sub.dead_letters or self.default,
+            ),
+        )
 
     def send(self, messages: Sequence[Received], context: DeadLetterContext) -> bool:
         """Publish ``messages`` as dead letters with ``context``; True once the middleware

@@ -22,7 +22,6 @@ from wsnmom.core.adapter import AdapterError, Received, SubscriptionSpec
 from wsnmom.core.channel import PrepareLater
 from wsnmom.core.codec import decode, encode, is_internal_routing, pull_point_inbox
 from wsnmom.core.context import BrokerContext
-from wsnmom.core.dead_letters import DeadLetterContext
 from wsnmom.core.delivery import Channel, EndSubscription
 from wsnmom.core.direct_routing import DirectRouting
 from wsnmom.core.filter_sandbox import FilterBudgetExceeded, FilterBusy
@@ -36,7 +35,6 @@ from wsnmom.core.model import (
 )
 from wsnmom.core.ports import DeliveryFailed
 from wsnmom.core.pull_feeds import PullFeeds
-from wsnmom.core.redaction import redact_url
 from wsnmom.core.registry import LiveSubscription
 from wsnmom.topic_mapping.dialects import CONCRETE, SIMPLE
 
@@ -225,18 +223,7 @@ def bury(
 ) -> bool:
     """Publish a subscription's given-up ``messages`` to its dead-letter destination;
     True once the middleware confirmed them (``core.dead_letters``)."""
-    sub = state.record
-    return ctx.dead_letters.send(
-        messages,
-        DeadLetterContext(
-            subscription_id=sub.id,
-            consumer=redact_url(sub.consumer.address),
-            reason=reason,
-            attempts=attempts,
-            last_error=error,
-            destination=sub.dead_letters or ctx.dead_letters.default,
-        ),
-    )
+    return ctx.dead_letters.bury(state.record, messages, reason, attempts, error)
 
 
 class _Burial:

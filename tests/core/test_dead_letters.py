@@ -17,6 +17,7 @@ from wsnmom.core import errors
 from wsnmom.core.adapter import OutboundMessage, PublishFailed, PublishReceipt
 from wsnmom.core.dead_letter_admin import ReplayFailed
 from wsnmom.core.dead_letters import DEAD_LETTER_NAMESPACE
+from wsnmom.core.model import CreatePullPointRequest, ExpressionSource
 from wsnmom.core.outbound_policy import OutboundPolicy
 from wsnmom.core.service import BrokerService
 from wsnmom.core.store import SqliteStore
@@ -26,6 +27,7 @@ from tests.support.waiting import wait_until
 
 from .conftest import (
     NS,
+    Broker,
     FakeClock,
     RecordingOutbound,
     documentation_address,
@@ -36,6 +38,10 @@ from .conftest import (
 )
 
 C = "http://127.0.0.1:9/consumer"
+XPATH10 = "http://www.w3.org/TR/1999/REC-xpath-19991116"
+#: nested location paths: minutes of CPU on BIG, far past the filter budget
+CUBIC = "count(//a[count(//a[count(//a) > 0]) > 0]) > 0"
+BIG = b"<r>" + b"<a/>" * 3000 + b"</r>"
 
 
 class RefusingAdapter(EmbeddedAdapter):
@@ -162,3 +168,24 @@ def test_headers_of_the_original_are_kept(make_service: Any, outbound: Recording
     assert letter.message_id  # the gateway's message id travels with it
     summary: Mapping[str, Any] = letter.summary()
     assert summary["size"] == len(b"<m>h</m>") and "body" not in summary
+
+
+def test_a_pull_point_feed_over_its_filter_budget_leaves_a_dead_letter(make_broker: Any) -> None:
+    """On a log-shaped middleware a subscription feeding a pull point is read by the pull
+    point (core.pull_feeds), not by a delivery channel: its filter's give-up makes a dead
+    letter too."""
+    b: Broker = make_broker(adapter_url="filelog://{tmp}/log?partitions=1", filters__cpu_limit=0.3)
+    service = b.service
+    assert service is not None
+    pp = service.create_pull_point(CreatePullPointRequest())
+    costly = service.subscribe(
+        sub_req(
+            service.pull_point_address(pp.id),
+            topic=simple("t:a"),
+            message_content=ExpressionSource(XPATH10, CUBIC, {}),
+        )
+    )
+    service.notify([note(BIG, simple("t:a"))])
+    [letter] = wait_until(service.dead_letters, 20, what="a dead letter")
+    assert letter.reason == "filter-budget" and letter.subscription_id == costly.id
+    assert letter.body == BIG

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from wsnmom.core import errors
+from wsnmom.core.adapter import AdapterError
 from wsnmom.core.codec import decode
 from wsnmom.core.context import BrokerContext
 from wsnmom.core.dead_letters import DeadLetter, DeadLetterBox, check_destination
@@ -55,13 +56,18 @@ class DeadLetterAdmin:
 
     def _boxes(self, destination: str | None) -> list[DeadLetterBox]:
         letters = self._ctx.dead_letters
-        if destination is None:
-            return letters.boxes()
         try:
-            name = check_destination(destination)
-        except ValueError as exc:
-            raise errors.ResourceUnknown(str(exc)) from None
-        return [letters.box(name)]
+            if destination is None:
+                return letters.boxes()
+            try:
+                name = check_destination(destination)
+            except ValueError as exc:
+                raise errors.ResourceUnknown(str(exc)) from None
+            return [letters.box(name)]
+        except AdapterError as exc:  # the middleware cannot open the destination now
+            raise self._ctx.gate.fault(
+                exc, errors.ResourceUnavailable(f"dead letters cannot be read: {exc}")
+            ) from exc
 
     def list(self, destination: str | None = None) -> list[DeadLetter]:
         """The dead letters held, oldest first per destination."""

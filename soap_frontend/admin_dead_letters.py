@@ -43,6 +43,12 @@ def dead_letter_json(letter: DeadLetter, *, body: bool = False) -> dict[str, Any
     return data
 
 
+def _unavailable(exc: errors.ResourceUnavailable) -> Response:
+    retry = exc.retry_after
+    headers = (("Retry-After", str(max(1, round(retry)))),) if retry else ()
+    return _error(exc.description, 503, headers)
+
+
 def _form() -> dict[str, Any]:
     form = request.get_json(silent=True)
     return form if isinstance(form, dict) else {}
@@ -57,6 +63,8 @@ def list_dead_letters() -> Response:
         letters = _service().dead_letters(request.args.get("destination") or None)
     except errors.ResourceUnknown as exc:
         return _error(exc.description, 404)
+    except errors.ResourceUnavailable as exc:
+        return _unavailable(exc)
     items = [dead_letter_json(letter) for letter in letters]
     return _json({"count": len(items), "dead_letters": items})
 
@@ -70,6 +78,8 @@ def show_dead_letter(letter_id: str) -> Response:
         letter = _service().dead_letter(letter_id)
     except errors.ResourceUnknown:
         return _error(f"no dead letter {letter_id!r}", 404)
+    except errors.ResourceUnavailable as exc:
+        return _unavailable(exc)
     return _json(dead_letter_json(letter, body=True))
 
 

@@ -14,7 +14,14 @@ from typing import Any
 import pytest
 from wsnmom.adapters.embedded.adapter import EmbeddedAdapter
 from wsnmom.core import errors
-from wsnmom.core.adapter import OutboundMessage, PublishFailed, PublishReceipt
+from wsnmom.core.adapter import (
+    AdapterUnavailable,
+    OutboundMessage,
+    PublishFailed,
+    PublishReceipt,
+    SubscriptionHandle,
+    SubscriptionSpec,
+)
 from wsnmom.core.dead_letter_admin import ReplayFailed
 from wsnmom.core.dead_letters import DEAD_LETTER_NAMESPACE
 from wsnmom.core.model import CreatePullPointRequest, ExpressionSource
@@ -189,3 +196,19 @@ def test_a_pull_point_feed_over_its_filter_budget_leaves_a_dead_letter(make_brok
     [letter] = wait_until(service.dead_letters, 20, what="a dead letter")
     assert letter.reason == "filter-budget" and letter.subscription_id == costly.id
     assert letter.body == BIG
+
+
+class UnreachableBoxAdapter(EmbeddedAdapter):
+    """The embedded adapter, unable to open dead-letter destinations (a middleware that
+    went away)."""
+
+    def subscription(self, spec: SubscriptionSpec) -> SubscriptionHandle:
+        if spec.name.startswith("wsnmom-dead-letters-"):
+            raise AdapterUnavailable("connection lost")
+        return super().subscription(spec)
+
+
+def test_listing_without_the_middleware_is_unavailable_not_a_crash(make_service: Any) -> None:
+    service: BrokerService = make_service(UnreachableBoxAdapter)
+    with pytest.raises(errors.ResourceUnavailable, match="not reachable"):
+        service.dead_letters()

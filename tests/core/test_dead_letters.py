@@ -22,6 +22,7 @@ from wsnmom.core.adapter import (
     SubscriptionHandle,
     SubscriptionSpec,
 )
+from wsnmom.core.config import ConfigError, load_settings
 from wsnmom.core.dead_letter_admin import ReplayFailed
 from wsnmom.core.dead_letters import DEAD_LETTER_NAMESPACE
 from wsnmom.core.model import CreatePullPointRequest, ExpressionSource
@@ -212,3 +213,13 @@ def test_listing_without_the_middleware_is_unavailable_not_a_crash(make_service:
     service: BrokerService = make_service(UnreachableBoxAdapter)
     with pytest.raises(errors.ResourceUnavailable, match="not reachable"):
         service.dead_letters()
+
+
+def test_an_invalid_default_destination_is_a_configuration_error(tmp_path: Path) -> None:
+    environ = {"WSNMOM_DEAD_LETTERS__DESTINATION": "a/b", "HOME": str(tmp_path)}
+    with pytest.raises(ConfigError, match=r"WSNMOM_DEAD_LETTERS__DESTINATION=a/b.*64 letters"):
+        load_settings(environ=environ)
+    ok = load_settings(
+        environ={"WSNMOM_DEAD_LETTERS__DESTINATION": "ops-dlq", "HOME": str(tmp_path)}
+    )
+    assert ok.dead_letters.destination == "ops-dlq"

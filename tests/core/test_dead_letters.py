@@ -223,3 +223,41 @@ def test_an_invalid_default_destination_is_a_configuration_error(tmp_path: Path)
         environ={"WSNMOM_DEAD_LETTERS__DESTINATION": "ops-dlq", "HOME": str(tmp_path)}
     )
     assert ok.dead_letters.destination == "ops-dlq"
+
+
+def test_dead_letters_survive_a_restart(
+    tmp_path: Path, outbound: RecordingOutbound, clock: FakeClock
+) -> None:
+    settings = make_settings(retry__max_attempts=1)
+
+    def start() -> tuple[BrokerService, EmbeddedAdapter]:
+        adapter = EmbeddedAdapter(f"embedded://{tmp_path / 'mw'}")
+        adapter.open()
+        service = BrokerService(
+            settings,
+            adapter,
+            SqliteStore(str(tmp_path / "store.db")),
+            outbound,
+            topic_set=TopicSet(fixed=False),
+            clock=clock,
+            outbound_policy=OutboundPolicy(settings.outbound, resolver=documentation_address),
+        )
+        return service, adapter
+
+    def stop(service: BrokerService, adapter: EmbeddedAdapter) -> None:
+        service.close()
+        service.store.close()
+        adapter.close()
+
+    service, adapter = start()
+    outbound.down.add(C)
+    service.subscribe(sub_req(C, topic=simple("t:a")))
+    publish(service, "survives")
+    [letter] = wait_until(service.dead_letters, 10, what="a dead letter")
+    stop(service, adapter)
+    service, adapter = start()
+    try:
+        [again] = wait_until(service.dead_letters, 10, what="the dead letter after a restart")
+        assert again.id == letter.id and b"survives" in again.body
+    finally:
+        stop(service, adapter)

@@ -188,7 +188,6 @@ class DeadLetterBox:
         self._lock = threading.Lock()
         #: dead-letter id -> (message, settled but waiting for those before it)
         self._held: OrderedDict[str, list[Any]] = OrderedDict()
-        self._arrived = threading.Condition(self._lock)
 
     def start(self, prefetch: int) -> None:
         """Consume, holding up to ``prefetch`` dead letters unsettled."""
@@ -202,9 +201,8 @@ class DeadLetterBox:
 
     def _on_message(self, received: Received) -> None:
         key = received.headers.get(H_ID) or uuid.uuid4().hex
-        with self._arrived:
+        with self._lock:
             self._held[key] = [received, False]
-            self._arrived.notify_all()
 
     def letters(self) -> list[DeadLetter]:
         """The dead letters held, oldest first."""
@@ -226,11 +224,6 @@ class DeadLetterBox:
         with self._lock:
             entry = self._held.get(letter_id)
             return None if entry is None or entry[1] else entry[0]
-
-    def wait_for(self, letter_id: str, timeout: float) -> bool:
-        """Wait until ``letter_id`` is held (True) or ``timeout`` passed."""
-        with self._arrived:
-            return self._arrived.wait_for(lambda: letter_id in self._held, timeout)
 
     def settle(self, letter_ids: Sequence[str]) -> int:
         """Remove these dead letters for good (acknowledged, in order where the adapter

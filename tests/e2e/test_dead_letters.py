@@ -108,6 +108,10 @@ def test_retries_exhausted_become_dead_letters_replayed_to_another_consumer(
     assert "given up" in shown["body"] and shown["subscription"] == sub.id
     # the subscription ended (SubscriptionEnd semantics are unchanged), so replaying to it
     # is refused and the dead letter stays
+    subscription = f"{wsnmom_server.base_url}/wsn/admin/api/subscriptions/{sub.id}"
+    wait_until(
+        lambda: requests.get(subscription, timeout=10).status_code == 404, 10, what="the end"
+    )
     code, _, err = run("dead-letters", "replay", *broker, letter["id"])
     assert code == 1 and "no longer exists" in err
     assert [d["id"] for d in letters(wsnmom_server, destination)] == [letter["id"]]

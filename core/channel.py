@@ -156,6 +156,10 @@ def _settle(received: Received, ack: bool) -> None:
         log.debug("settling a message failed", exc_info=True)
 
 
+#: ``Channel.dead_letter``: (messages, reason, attempts, last error) -> confirmed
+DeadLetterSink = Callable[[Sequence[Received], str, int, str | None], bool]
+
+
 class Scheduler(Protocol):
     """What a channel needs from its engine (``core.delivery.DeliveryEngine``)."""
 
@@ -206,6 +210,7 @@ class Channel(Generic[T]):
         "_stopped",
         "batch_size",
         "bounded",
+        "dead_letter",
         "delivered",
         "destination",
         "engine",
@@ -251,6 +256,9 @@ class Channel(Generic[T]):
         self.group = group
         #: whether a message that does not fit parks the channel (else it is counted)
         self.bounded = bounded
+        #: publishes given-up messages as dead letters (messages, reason, attempts, last
+        #: error) and says whether the middleware confirmed them; None: dropped unsettled
+        self.dead_letter: DeadLetterSink | None = None
         #: id() of each held message -> the bytes charged for it
         self._charged: dict[int, int] = {}
         #: a message was refused for lack of memory: parking requested / done
@@ -601,13 +609,46 @@ class Channel(Generic[T]):
             for received in take:
                 self._settle(received, ack=False)
             return
-        # like a give-up: what is held stays unsettled; the subscription is being ended
+        # like a give-up: the batch goes to the dead letters, what else is held stays
+        # unsettled; the subscription is being ended
         log.warning("subscription %s: %s", self.name, end.reason)
+        if not self._bury(take, take, "filter-budget", 0, end.reason):
+            return
         try:
             self.handle.stop()
         except Exception:
             log.debug("stopping the handle failed", exc_info=True)
         self.engine._spawn(lambda: self.on_give_up(end))
+
+    def _bury(
+        self,
+        letters: Sequence[Received],
+        batch: Sequence[Received],
+        reason: str,
+        attempts: int,
+        error: str | None,
+    ) -> bool:
+        """After a give-up (the channel is stopped): publish ``letters`` as dead letters
+        and acknowledge ``batch`` (``letters`` and the filtered messages settled in order
+        with them) once the middleware confirmed them (True).  When it did not, nothing
+        is settled, the handle is stopped (the middleware gives everything back) and the
+        channel starts again after the longest retry delay (False): the give-up is tried
+        again, and no message is lost."""
+        sink = self.dead_letter
+        if sink is None or not batch:
+            return True
+        if not letters or sink(letters, reason, attempts, error):
+            for received in batch:  # in order: a log commits a contiguous prefix
+                _settle(received, ack=True)
+            return True
+        try:
+            self.handle.stop()
+        except Exception:
+            log.debug("stopping the handle failed", exc_info=True)
+        retry = threading.Timer(self.engine.backoff.max_delay, self.start)
+        retry.daemon = True
+        retry.start()
+        return False
 
     def _after_send(
         self,
@@ -674,6 +715,10 @@ class Channel(Generic[T]):
                 failures,
                 reason,
             )
+            letters = [r for r, item in pending if item is not None]
+            batch = [r for r, _ in pending]
+            if not self._bury(letters, batch, "retries-exhausted", failures, reason):
+                return
             try:
                 self.handle.stop()
             except Exception:

@@ -130,6 +130,21 @@ class RetrySettings:
 
 
 @dataclass(slots=True)
+class DeadLetterSettings:
+    """Where messages the gateway gives up on go (``core.dead_letters``)."""
+
+    #: publish given-up messages to a dead-letter destination before settling them
+    #: (False: they are dropped, as before dead letters existed)
+    enabled: bool = True
+    #: the destination of subscriptions that name none (``wsnmom:DeadLetters``): 1 to 64
+    #: letters, digits, "-" or "_"
+    destination: str = field(default="default", metadata=limits(check="dead_letter_destination"))
+    #: dead letters of one destination the gateway holds for listing, replay and purge
+    #: (the oldest ones; the rest wait in the middleware)
+    list_max: int = field(default=1000, metadata=limits(1, 100_000))
+
+
+@dataclass(slots=True)
 class LimitSettings:
     """What a subscription or pull point accumulates; None = unbounded."""
 
@@ -452,6 +467,7 @@ class Settings:
     log_levels: dict[str, str] = field(default_factory=dict, metadata=limits(check="log_level"))
     termination: TerminationSettings = field(default_factory=TerminationSettings)
     retry: RetrySettings = field(default_factory=RetrySettings)
+    dead_letters: DeadLetterSettings = field(default_factory=DeadLetterSettings)
     limits: LimitSettings = field(default_factory=LimitSettings)
     delivery: DeliverySettings = field(default_factory=DeliverySettings)
     outbound: OutboundSettings = field(default_factory=OutboundSettings)

@@ -19,6 +19,7 @@ from typing import Any, Literal
 from urllib.parse import urlsplit
 
 import isodate
+from wsnmom.core.dead_letters import check_destination
 
 __all__ = [
     "LOG_LEVELS",
@@ -236,6 +237,11 @@ def _check_named(value: Any, meta: Mapping[str, Any]) -> Any:
     elif check == "gateway_id":
         if value and not re.fullmatch(r"[A-Za-z0-9._:-]{1,64}", str(value)):
             raise InvalidValue(f"{value!r}: 1-64 of the characters A-Z a-z 0-9 . _ : -")
+    elif check == "dead_letter_destination":
+        try:
+            check_destination(str(value))
+        except ValueError as exc:
+            raise InvalidValue(str(exc)) from None
     else:  # pragma: no cover - a typo in a field declaration
         raise AssertionError(f"unknown check {check!r}")
     return value

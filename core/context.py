@@ -19,6 +19,7 @@ from wsnmom.core.adapter import Adapter, Overflow, QueueLimits
 from wsnmom.core.addresses import ResourceKind, broker_address, resource_address
 from wsnmom.core.availability import MiddlewareGate, data_paths
 from wsnmom.core.config import Settings
+from wsnmom.core.dead_letters import DeadLetters
 from wsnmom.core.delivery import DeliveryEngine
 from wsnmom.core.disk import DiskWatch
 from wsnmom.core.filter_sandbox import ContentEvaluator, InlineEvaluator, SandboxEvaluator
@@ -116,6 +117,16 @@ class BrokerContext:
         )
         #: ownership, topic ACL and quota checks of the caller (``core.access``)
         self.guard = Guard(self)
+        dl = settings.dead_letters
+        #: where given-up messages go (``core.dead_letters``)
+        self.dead_letters = DeadLetters(
+            adapter,
+            enabled=dl.enabled,
+            default=dl.destination,
+            list_max=dl.list_max,
+            clock=self.now,
+            publish_timeout=settings.publish_timeout,
+        )
         #: wake the lifetime sweep (set by the service once the sweep exists)
         self.wake_sweep: Callable[[], None] = _nothing
         #: wake the demand reconciler (set by the service once it exists)

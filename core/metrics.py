@@ -49,6 +49,13 @@ NOTIFICATIONS_DROPPED = Counter(
     "Notifications dropped by the gateway to keep a backlog within limits.max_messages",
     registry=REGISTRY,
 )
+DEAD_LETTERS = Counter(
+    "wsnmom_dead_letters",
+    "Notifications the gateway gave up on and published to a dead-letter destination, "
+    "by reason (retries-exhausted, filter-budget, max-age)",
+    ["reason"],
+    registry=REGISTRY,
+)
 NOTIFICATIONS_PURGED = Counter(
     "wsnmom_notifications_purged",
     "Notifications dropped by an operator's purge of a subscription or pull point",

@@ -229,6 +229,9 @@ class Subscription:
     use_raw: bool = False
     #: NCIA extension: topic on which SubscriptionEnd is published for this subscriber
     subscription_end_topic: ExpressionSource | None = None
+    #: wsnmom extension: the dead-letter destination of its given-up messages (None: the
+    #: gateway's ``dead_letters.destination``)
+    dead_letters: str | None = None
     state: SubscriptionState = SubscriptionState.ACTIVE
     soap_version: SoapVersion = SoapVersion.SOAP12
     #: set when the consumer EPR points at one of this broker's pull points
@@ -291,6 +294,8 @@ class SubscribeRequest:
     policy_xml: bytes | None = None
     use_raw: bool = False
     subscription_end_topic: ExpressionSource | None = None
+    #: the ``wsnmom:DeadLetters`` policy element's text (checked by core), None: absent
+    dead_letters: str | None = None
     soap_version: SoapVersion = SoapVersion.SOAP12
     #: any SubscriptionPolicy child the broker does not understand (fault if not ignorable)
     unsupported_policy: tuple[str, ...] = ()

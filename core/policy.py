@@ -13,6 +13,7 @@ from datetime import timedelta
 from typing import Any
 
 from wsnmom.core.config import Settings
+from wsnmom.core.dead_letters import REASONS
 
 
 def xsd_duration(value: timedelta | None) -> str | None:
@@ -53,6 +54,19 @@ class AccumulationPolicy:
     #: who enforces each bound: "middleware" (as messages arrive), "gateway" (when
     #: handed out, or every sweep) or "not enforced" (the middleware cannot measure it)
     enforced_by: dict[str, str] = dataclasses.field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetterPolicy:
+    """Where messages the broker gives up on go (``core.dead_letters``)."""
+
+    enabled: bool
+    #: the destination of subscriptions that name none
+    default_destination: str
+    #: how a subscriber names its own destination
+    subscribe_extension: str
+    #: why a message becomes a dead letter
+    reasons: tuple[str, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +117,7 @@ class BrokerPolicy:
     current_message: str
     subscription_end: str
     subscription_persistence: str
+    dead_letters: DeadLetterPolicy
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-able view; durations as xsd:duration strings."""
@@ -253,5 +268,15 @@ def build_policy(
         subscription_persistence=(
             "subscriptions, pull points, registrations and current messages are stored; "
             "restored after restart, expired ones removed"
+        ),
+        dead_letters=DeadLetterPolicy(
+            enabled=settings.dead_letters.enabled,
+            default_destination=settings.dead_letters.destination,
+            subscribe_extension=(
+                "{urn:wsnmom:ns:1}DeadLetters in wsnt:SubscriptionPolicy: the destination "
+                "name, 1 to 64 letters, digits, '-' or '_' (SubscribeCreationFailedFault "
+                "otherwise)"
+            ),
+            reasons=REASONS,
         ),
     )

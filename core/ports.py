@@ -37,6 +37,7 @@ from wsnmom.core.model import (
 
 if TYPE_CHECKING:
     from lxml import etree
+    from wsnmom.core.dead_letters import DeadLetter
     from wsnmom.core.operations import Overview, SubscriptionStatus
     from wsnmom.core.policy import BrokerPolicy
     from wsnmom.core.rate_history import RatePoint
@@ -150,6 +151,24 @@ class BrokerPort(Protocol):
 
     def purge_subscription(self, subscription_id: str) -> int | None:
         """Drop every message waiting for the subscription; how many (None: unknown)."""
+        ...
+
+    def dead_letters(self, destination: str | None = None) -> list[DeadLetter]:
+        """The dead letters held (``core.dead_letters``), oldest first per destination."""
+        ...
+
+    def dead_letter(self, letter_id: str) -> DeadLetter:
+        """One dead letter; ``ResourceUnknown`` when not held."""
+        ...
+
+    def replay_dead_letter(self, letter_id: str, consumer: str | None = None) -> str:
+        """Re-deliver a dead letter to its subscription or to ``consumer``; where it went."""
+        ...
+
+    def purge_dead_letters(
+        self, letter_ids: Sequence[str] | None = None, destination: str | None = None
+    ) -> int:
+        """Remove dead letters (every one held, or those named); how many."""
         ...
 
     def purge_pull_point(self, pull_point_id: str) -> int | None:

@@ -117,6 +117,11 @@ class PullFeeds:
                 self._ending.add(sub_id)
             if first:
                 log.warning("subscription %s: %s", sub_id, end.reason)
+                # the message is settled as filtered when this returns: a dead letter the
+                # middleware did not confirm is only logged here (core.dead_letters)
+                self._ctx.dead_letters.bury(
+                    state.record, [received], "filter-budget", 0, end.reason
+                )
                 threading.Thread(
                     target=self._give_up, args=(sub_id, give_up, end), daemon=True
                 ).start()

@@ -35,6 +35,8 @@ from wsnmom.core.access import current_principal
 from wsnmom.core.adapter import Adapter
 from wsnmom.core.config import Settings
 from wsnmom.core.context import BrokerContext
+from wsnmom.core.dead_letter_admin import DeadLetterAdmin
+from wsnmom.core.dead_letters import DeadLetter
 from wsnmom.core.delivery import Backoff, DeliveryEngine
 from wsnmom.core.delivery_budget import MemoryBudget
 from wsnmom.core.demand import DemandManager
@@ -184,6 +186,7 @@ class BrokerService:
         self.rates = RateHistory(
             self._backlog, interval=settings.admin.chart_interval.total_seconds()
         )
+        self.dead_letter_admin = DeadLetterAdmin(ctx, self.delivery.render, self.delivery.forward)
         self.sweeper = Sweeper(ctx, self.subscriptions, self.pull_points, self.registrations)
         self.lifetimes = PeriodicTask(
             self.sweeper.sweep,
@@ -347,6 +350,7 @@ class BrokerService:
         self.lifetimes.stop()
         self.demand.stop()
         self.engine.close()
+        self._ctx.dead_letters.close()
         with self.registry.lock:
             for pp in self.registry.pull_points.values():
                 try:
@@ -421,6 +425,25 @@ class BrokerService:
         """Drop every message waiting for the subscription; how many (None: unknown)."""
         self._gate.require_middleware()
         return self.subscriptions.purge(subscription_id)
+
+    # -- dead letters (core.dead_letter_admin) --------------------------------------------
+    def dead_letters(self, destination: str | None = None) -> list[DeadLetter]:
+        """The dead letters held, oldest first per destination."""
+        return self.dead_letter_admin.list(destination)
+
+    def dead_letter(self, letter_id: str) -> DeadLetter:
+        """One dead letter (``ResourceUnknown`` when not held)."""
+        return self.dead_letter_admin.show(letter_id)
+
+    def replay_dead_letter(self, letter_id: str, consumer: str | None = None) -> str:
+        """Re-deliver a dead letter to its subscription or to ``consumer``; where it went."""
+        return self.dead_letter_admin.replay(letter_id, consumer)
+
+    def purge_dead_letters(
+        self, letter_ids: Sequence[str] | None = None, destination: str | None = None
+    ) -> int:
+        """Remove dead letters (all held, or those named); how many."""
+        return self.dead_letter_admin.purge(letter_ids, destination)
 
     def purge_pull_point(self, pull_point_id: str) -> int | None:
         """Drop every message waiting in the pull point; how many (None: unknown)."""

@@ -93,12 +93,20 @@ class SubscriptionDelivery:
             ctx.wake_sweep()
             return [None] * len(batch)
         out: list[NotificationMessage | None] = []
+        too_old: list[Received] = []
         for received in batch:
-            if is_internal_routing(received) or ctx.limit_keeper.expired(received, now):
+            if is_internal_routing(received):
+                out.append(None)
+                continue
+            if ctx.limit_keeper.expired(received, now):
+                too_old.append(received)
                 out.append(None)
                 continue
             message = decode(received)
             out.append(message if state.filter.matches_topic(message) else None)
+        buried = not too_old or bury(ctx, state, too_old, "max-age", 0, "older than max_age")
+        if not buried and shared:  # kept unsettled: tried again later
+            raise PrepareLater(ctx.settings.retry.initial_delay.total_seconds() or 1.0)
         content = state.filter.content
         if content is not None:
             kept = [i for i, m in enumerate(out) if m is not None]
@@ -182,6 +190,7 @@ class SubscriptionDelivery:
                 group=sub.owner or "",
                 bounded=bounded,
             )
+        channel.dead_letter = _Burial(ctx, state)
         with registry.lock:
             registry.subscriptions[sub.id] = state
         if sub.state is SubscriptionState.ACTIVE:
@@ -202,6 +211,34 @@ class SubscriptionDelivery:
             ctx.observers.failed(batch, state.record.id, failure)
             raise failure from exc
         metrics.NOTIFICATIONS_OUT.labels(mode="forward").inc(len(batch))
+
+
+def bury(
+    ctx: BrokerContext,
+    state: LiveSubscription,
+    messages: Sequence[Received],
+    reason: str,
+    attempts: int,
+    error: str | None,
+) -> bool:
+    """Publish a subscription's given-up ``messages`` to its dead-letter destination;
+    True once the middleware confirmed them (``core.dead_letters``)."""
+    return ctx.dead_letters.bury(state.record, messages, reason, attempts, error)
+
+
+class _Burial:
+    """A subscription's ``Channel.dead_letter`` (one small object, not a closure)."""
+
+    __slots__ = ("ctx", "state")
+
+    def __init__(self, ctx: BrokerContext, state: LiveSubscription) -> None:
+        self.ctx = ctx
+        self.state = state
+
+    def __call__(
+        self, messages: Sequence[Received], reason: str, attempts: int, error: str | None
+    ) -> bool:
+        return bury(self.ctx, self.state, messages, reason, attempts, error)
 
 
 class _Pusher:

@@ -29,6 +29,7 @@ from wsnmom.core.access import current_principal, may_manage
 from wsnmom.core.adapter import AdapterError, TopicUnavailable
 from wsnmom.core.addresses import ResourceKind, parse_resource_path, resource_address
 from wsnmom.core.context import BrokerContext
+from wsnmom.core.dead_letters import check_destination
 from wsnmom.core.delivery import EndSubscription
 from wsnmom.core.filters import (
     CompiledFilter,
@@ -143,6 +144,12 @@ class Subscriptions:
                 "SubscriptionPolicy requests not recognised: " + ", ".join(req.unsupported_policy),
                 policies=tuple(req.unsupported_policy),
             )
+        dead_letters = None
+        if req.dead_letters is not None:
+            try:
+                dead_letters = check_destination(req.dead_letters.strip())
+            except ValueError as exc:
+                raise errors.SubscribeCreationFailed(f"wsnmom:DeadLetters: {exc}") from None
         compiled = self.compile_filter(req.topic, req.message_content, req.producer_properties)
         ctx.guard.check_subscribe(compiled.topic)
         end_topic = self.end_topic(req.subscription_end_topic)
@@ -179,6 +186,7 @@ class Subscriptions:
             policy_xml=req.policy_xml,
             use_raw=req.use_raw and pull_point_id is None,
             subscription_end_topic=req.subscription_end_topic,
+            dead_letters=dead_letters,
             soap_version=req.soap_version,
             pull_point_id=pull_point_id,
             owner=ctx.guard.owner(),

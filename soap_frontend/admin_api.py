@@ -27,6 +27,8 @@ Acting (authenticated admins; ``POST``, never ``GET``)::
     POST /wsn/admin/api/session             sign in: {"token": ...} or {"user", "password"}
     POST /wsn/admin/api/session/end         sign out
 
+Dead letters (``/wsn/admin/api/dead-letters...``): :mod:`.admin_dead_letters`.
+
 Each action and each refused one is logged (logger ``wsnmom.admin``) with the caller and
 the client address.  Errors are ``{"error": "..."}``: 401 (no or wrong credentials; with
 the ``WWW-Authenticate`` challenge unless the admin page asked, ``X-Requested-With:
@@ -394,6 +396,8 @@ def _act(kind: str, resource_id: str, action: str, run: Callable[[], Any]) -> Re
     body: dict[str, Any] = {"ok": True, "action": action, kind.replace(" ", "_"): resource_id}
     if action == "purge":
         body["purged"] = result
+    elif action == "replay":
+        body["delivered_to"] = result
     return _json(body)
 
 

@@ -39,7 +39,10 @@ from wsnmom.core.addresses import BROKER_PATH, resource_path
 from wsnmom.core.config import Settings
 from wsnmom.core.ports import BrokerPort
 
-from . import codec
+from . import (
+    admin_dead_letters,  # noqa: F401  (its routes join the admin blueprint)
+    codec,
+)
 from .admin_api import admin_api
 from .admin_auth import AdminSessions
 from .admin_page import admin_page

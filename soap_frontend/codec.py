@@ -266,7 +266,7 @@ def parse_subscribe(body: etree._Element, version: SoapVersion) -> SubscribeRequ
     """Subscribe body → SubscribeRequest."""
     consumer: EndpointReference | None = None
     topic = message_content = producer_properties = end_topic = None
-    filter_xml = policy_xml = None
+    filter_xml = policy_xml = dead_letters = None
     itt: RequestedTime = None
     itt_invalid = False
     use_raw = False
@@ -287,6 +287,8 @@ def parse_subscribe(body: etree._Element, version: SoapVersion) -> SubscribeRequ
                     use_raw = True
                 elif p.tag == qname(NATO, "SubscriptionEndTopic"):
                     end_topic = expression(p)  # lenient placement
+                elif p.tag == qname(WSNMOM, "DeadLetters"):
+                    dead_letters = text_of(p)  # checked by core
                 else:
                     unsupported.append(str(p.tag))
         elif tag == qname(NATO, "SubscriptionEndTopic"):
@@ -304,6 +306,7 @@ def parse_subscribe(body: etree._Element, version: SoapVersion) -> SubscribeRequ
         policy_xml=policy_xml,
         use_raw=use_raw,
         subscription_end_topic=end_topic,
+        dead_letters=dead_letters,
         soap_version=version,
         unsupported_policy=tuple(unsupported),
     )

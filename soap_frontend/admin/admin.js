@@ -127,6 +127,7 @@
       if (status === 200 && body) {
         render(body);
         await querySubscriptions();
+        await queryDeadLetters();
         await renderDetail();
         reloadCharts(refreshes === 0);  // the first: they may have been refused before a sign-in
         refreshes += 1;
@@ -342,6 +343,30 @@
     total);
   }
 
+  async function queryDeadLetters() {
+    const { status, body } = await api("dead-letters");
+    if (status === 200 && body) renderDeadLetters(body.dead_letters, body.count);
+  }
+
+  function renderDeadLetters(items, total) {
+    fill("dead-letters", items.map((d) => el("tr", { "data-key": d.id, "data-id": d.id },
+      el("td", { title: d.id }, shortId(d.id)),
+      el("td", { title: d.time }, relative(d.time)),
+      el("td", { class: "reason" }, d.reason),
+      el("td", { class: "num" }, number(d.attempts)),
+      el("td", { title: d.consumer }, shortId(d.subscription)),
+      el("td", { class: "wrap" }, el("code", {}, d.topic || "")),
+      el("td", { class: "error", title: d.last_error || null }, el("div", {}, d.last_error || "")),
+      el("td", { class: "actions", "data-sig": "dead-letter" },
+        button("Replay", (b) => act(b, "dead-letters", d.id, "replay")),
+        button("Replay to…", (b) => {
+          const to = window.prompt("Deliver to this consumer address:");
+          if (to) act(b, "dead-letters", d.id, "replay", null, { consumer: to });
+        }),
+        button("Purge", (b) => act(b, "dead-letters", d.id, "purge", "Remove this dead letter for good?"), true)))),
+    total);
+  }
+
   function renderTopics(items, total) {
     fill("topics", items.map((t) => el("tr", { "data-key": t.topic, "data-topic": t.topic },
       el("td", { class: "wrap", title: t.namespace }, el("code", {}, t.path), el("span", { class: "dialect" }, t.namespace)),
@@ -362,16 +387,17 @@
   }
 
   // -- actions ---------------------------------------------------------------------------
-  async function act(btn, kind, id, action, question) {
+  async function act(btn, kind, id, action, question, form) {
     if (question && !window.confirm(question)) return;
     btn.disabled = true;
     try {
       const headers = { "Content-Type": "application/json" };
       if (session.csrf) headers["X-CSRF-Token"] = session.csrf;
-      const { status, body } = await api(`${kind}/${encodeURIComponent(id)}/${action}`, { method: "POST", headers, body: "{}" });
+      const { status, body } = await api(`${kind}/${encodeURIComponent(id)}/${action}`, { method: "POST", headers, body: JSON.stringify(form || {}) });
       if (status === 200) {
         const purged = action === "purge" ? ` (${body.purged === null ? "?" : body.purged} message(s) dropped)` : "";
-        notice(`${action}: ${id}${purged}`);
+        const to = action === "replay" ? ` to ${body.delivered_to}` : "";
+        notice(`${action}: ${id}${purged}${to}`);
       } else {
         notice(`${action} refused: ${(body && body.error) || `HTTP ${status}`}`, true);
         if (status === 401 || status === 403) await loadSession();

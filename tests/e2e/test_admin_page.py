@@ -275,6 +275,48 @@ def test_subscriptions_are_searched_and_paged_by_the_gateway(
     client.close()
 
 
+def test_dead_letters_are_listed_replayed_and_purged_from_the_page(
+    open_gateway: RunningServer, chromium: Any
+) -> None:
+    """The dead-letter table (``GET dead-letters``) with its Replay, Replay to… and Purge
+    buttons; a filter over its budget makes the dead letters (this gateway retries for
+    ever)."""
+    from selenium.webdriver.common.by import By
+
+    web = chromium
+    client = WsnClient(open_gateway.broker_url, namespaces={"p": NS})
+    consumer = NotificationConsumer()
+    costly = "count(//a[count(//a[count(//a) > 0]) > 0]) > 0"  # minutes of CPU on BIG
+    big = "<r>" + "<a/>" * 3000 + "</r>"
+    for _ in range(2):
+        client.subscribe("http://127.0.0.1:9/never", "p:dl", message_content=costly)
+    client.notify(big, "p:dl")
+    letters = wait_until(
+        what="two dead letters",
+        timeout=30,
+        check=lambda: (
+            len(ids := [d["id"] for d in _api(open_gateway, "/dead-letters")["dead_letters"]]) == 2
+            and ids
+        ),
+    )
+    web.get(open_gateway.base_url + "/admin?refresh=0.3")
+    rows = [f'#dead-letters tr[data-id="{i}"]' for i in letters]
+    wait_until(what="the rows", check=lambda: all(_text(web, r) for r in rows))
+    assert "filter-budget" in _text(web, rows[0])
+    # Replay to… an address (the page asks for it), then Purge the other (it confirms)
+    web.execute_script(f"window.prompt = () => {consumer.address!r}; window.confirm = () => true;")
+    buttons = web.find_elements(By.CSS_SELECTOR, f"{rows[0]} td.actions button")
+    assert [b.text for b in buttons] == ["Replay", "Replay to…", "Purge"]
+    buttons[1].click()
+    consumer.wait_for(1)
+    wait_until(what="the replayed row gone", check=lambda: not _text(web, rows[0]))
+    web.find_elements(By.CSS_SELECTOR, f"{rows[1]} td.actions button")[2].click()
+    wait_until(what="the purged row gone", check=lambda: not _text(web, rows[1]))
+    assert _api(open_gateway, "/dead-letters")["count"] == 0
+    consumer.close()
+    client.close()
+
+
 def test_an_admin_signs_in_and_acts(gateway: RunningServer, chromium: Any, tmp_path: Path) -> None:
     from selenium.webdriver.common.by import By
 

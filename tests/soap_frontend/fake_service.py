@@ -15,6 +15,7 @@ from typing import Any
 from lxml import etree
 from wsnmom.core import errors
 from wsnmom.core.config import Settings
+from wsnmom.core.dead_letters import DeadLetter
 from wsnmom.core.model import (
     CreatePullPointRequest,
     ExpressionSource,
@@ -284,6 +285,20 @@ class FakeService:
 
     def purge_subscription(self, sid: str) -> int | None:
         self.get_subscription(sid)
+        return 0
+
+    def dead_letters(self, destination: str | None = None) -> list[DeadLetter]:
+        return []
+
+    def dead_letter(self, letter_id: str) -> DeadLetter:
+        raise errors.ResourceUnknown(f"no dead letter {letter_id!r}")
+
+    def replay_dead_letter(self, letter_id: str, consumer: str | None = None) -> str:
+        raise errors.ResourceUnknown(f"no dead letter {letter_id!r}")
+
+    def purge_dead_letters(
+        self, letter_ids: Sequence[str] | None = None, destination: str | None = None
+    ) -> int:
         return 0
 
     def purge_pull_point(self, pid: str) -> int | None:

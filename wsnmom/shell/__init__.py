@@ -1,7 +1,7 @@
 """The shell client: ``wsnmom notify``, ``subscribe``, ``pull``, ``current``,
 ``subscriptions``, ``check``, built on :mod:`wsnmom.client` (they work against any WS-N
 broker), and the listings of a wsnmom gateway's admin API (``subscriptions list|purge``,
-``pull-points``, ``registrations``, ``topics list``)."""
+``pull-points``, ``registrations``, ``topics list``, ``dead-letters``)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import click
 
 from .check import check_command
 from .current import current_command
+from .dead_letters import dead_letters
 from .listings import pull_points, registrations, topics_list_command
 from .publish import notify_command
 from .receive import pull_command, subscribe_command
@@ -27,6 +28,7 @@ def install(group: click.Group) -> None:
         subscriptions,
         pull_points,
         registrations,
+        dead_letters,
         check_command,
     ):
         group.add_command(command)

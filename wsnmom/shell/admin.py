@@ -1,6 +1,6 @@
 """The gateway's admin JSON API from the shell (``/wsn/admin/api/...``): what WS-N has no
 operation for (listings, counts, purge).  Used by ``wsnmom subscriptions list|purge``,
-``pull-points``, ``registrations`` and ``topics``.
+``pull-points``, ``registrations``, ``topics`` and ``dead-letters``.
 
 Credentials: the command line's (``--token``, ``--user``/``--password``), else, for a
 gateway on this machine's loopback address only, the gateway's own admin token from the
@@ -52,9 +52,17 @@ def _credentials(broker: str) -> Credentials | None:
     return None
 
 
-def admin_call(method: str, broker: str, path: str, timeout: float, what: str) -> Any:
-    """``method`` ``/wsn/admin/api`` + ``path`` at the gateway of ``broker``; its JSON, or
-    a one-line error naming ``what`` was asked (exit status 1)."""
+def admin_call(
+    method: str,
+    broker: str,
+    path: str,
+    timeout: float,
+    what: str,
+    body: dict[str, Any] | None = None,
+) -> Any:
+    """``method`` ``/wsn/admin/api`` + ``path`` at the gateway of ``broker`` (with the JSON
+    ``body``, if any); its JSON, or a one-line error naming ``what`` was asked (exit
+    status 1)."""
     url = base_url(broker) + API + path
     given = _credentials(broker)
     try:
@@ -63,7 +71,7 @@ def admin_call(method: str, broker: str, path: str, timeout: float, what: str) -
                 given.apply(http)
             tls = tls_options()
             resp = http.request(
-                method, url, timeout=timeout, verify=tls["verify"], cert=tls["cert"]
+                method, url, timeout=timeout, verify=tls["verify"], cert=tls["cert"], json=body
             )
     except requests.RequestException as exc:
         raise click.ClickException(f"cannot reach {url}: {exc}") from exc

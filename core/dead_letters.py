@@ -1,0 +1,396 @@
+"""Dead letters: the messages the gateway gives up on, kept in the middleware with why.
+
+A message the gateway will not deliver (its retries ran out, its subscription's filter
+exceeded its evaluation budget, it is older than ``limits.max_age``) is published, before
+it is settled, on a *dead-letter destination*: the internal topic
+``urn:wsnmom:internal:dead-letters`` / ``<name>`` (:func:`destination_topic`), through the
+adapter's ordinary ``publish_many``.  The body, content type and wsnmom headers are the
+original ones (so ``core.codec.decode`` gives back the original notification, topic
+included); the context travels as more headers (``wsnmom-dl-*``, :data:`CONTEXT_HEADERS`).
+Only once the middleware confirmed the dead letter is the original acknowledged; when the
+publish fails the original stays unsettled and comes back (``DeadLetters.send`` is False).
+
+Each destination is read through one durable subscription of the gateway's own,
+``wsnmom-dead-letters-<name>`` (a queue on RabbitMQ and embedded, a cursor over the topic
+on Kafka and the file log, a session queue on MQTT), created before the first dead letter
+is published to it.  :class:`DeadLetterBox` consumes it in push mode and *holds* what it
+received unsettled (at most ``dead_letters.list_max``): listing and showing read what is
+held, replay and purge settle.  What is held and not settled goes back to the middleware
+when the gateway stops, so nothing is lost; where the adapter needs acknowledgements in
+order, a settled dead letter is acknowledged once those before it are.
+
+The name of a destination: :func:`check_destination` (one rule, used for the setting and
+the Subscribe policy element ``wsnmom:DeadLetters``).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from wsnmom.core import metrics
+from wsnmom.core.adapter import (
+    HEADER_MESSAGE_ID,
+    HEADER_TOPIC_NAMESPACE,
+    HEADER_TOPIC_PATH,
+    INTERNAL_NAMESPACE_PREFIX,
+    Adapter,
+    AdapterError,
+    OutboundMessage,
+    QueueLimits,
+    Received,
+    SubscriptionHandle,
+    SubscriptionSpec,
+)
+from wsnmom.core.model import Subscription
+from wsnmom.core.redaction import redact_url
+from wsnmom.topic_mapping.model import PathPattern, Topic
+
+__all__ = [
+    "DEAD_LETTER_NAMESPACE",
+    "REASONS",
+    "DeadLetter",
+    "DeadLetterBox",
+    "DeadLetterContext",
+    "DeadLetters",
+    "check_destination",
+    "destination_topic",
+]
+
+log = logging.getLogger(__name__)
+
+DEAD_LETTER_NAMESPACE = INTERNAL_NAMESPACE_PREFIX + "dead-letters"
+#: why a message became a dead letter
+REASONS = ("retries-exhausted", "filter-budget", "max-age")
+
+H_ID = "wsnmom-dl-id"
+H_SUBSCRIPTION = "wsnmom-dl-subscription"
+H_CONSUMER = "wsnmom-dl-consumer"
+H_REASON = "wsnmom-dl-reason"
+H_ATTEMPTS = "wsnmom-dl-attempts"
+H_ERROR = "wsnmom-dl-error"
+H_TIME = "wsnmom-dl-time"
+CONTEXT_HEADERS = (H_ID, H_SUBSCRIPTION, H_CONSUMER, H_REASON, H_ATTEMPTS, H_ERROR, H_TIME)
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
+#: the longest last error kept with a dead letter (headers stay small)
+_ERROR_CHARS = 1000
+
+
+def check_destination(name: str) -> str:
+    """``name`` when it can name a dead-letter destination; ValueError saying why not."""
+    if not _NAME.match(name):
+        raise ValueError(
+            f"dead-letter destination {name!r} must be 1 to 64 letters, digits, '-' or '_', "
+            "starting with a letter or digit"
+        )
+    return name
+
+
+def destination_topic(name: str) -> Topic:
+    """The internal topic dead letters for destination ``name`` are published on."""
+    return Topic(DEAD_LETTER_NAMESPACE, (name,))
+
+
+def box_name(name: str) -> str:
+    """The durable subscription that holds destination ``name``'s dead letters."""
+    return f"wsnmom-dead-letters-{name}"
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetterContext:
+    """Why the messages handed to ``DeadLetters.send`` were given up on."""
+
+    subscription_id: str
+    consumer: str
+    reason: str
+    #: delivery attempts made (0: none, e.g. refused by a filter budget or max age)
+    attempts: int
+    last_error: str | None
+    destination: str
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    """One dead letter as operators see it."""
+
+    id: str
+    destination: str
+    subscription_id: str
+    consumer: str
+    reason: str
+    attempts: int
+    last_error: str | None
+    #: when it was given up on (ISO 8601, UTC)
+    time: str
+    #: the original topic ("{namespace}path"), None without one
+    topic: str | None
+    message_id: str | None
+    content_type: str
+    body: bytes
+
+    def summary(self) -> dict[str, Any]:
+        """Everything but the body (a listing)."""
+        return {
+            "id": self.id,
+            "destination": self.destination,
+            "subscription": self.subscription_id,
+            "consumer": self.consumer,
+            "reason": self.reason,
+            "attempts": self.attempts,
+            "last_error": self.last_error,
+            "time": self.time,
+            "topic": self.topic,
+            "message_id": self.message_id,
+            "content_type": self.content_type,
+            "size": len(self.body),
+        }
+
+
+def _letter(destination: str, received: Received) -> DeadLetter:
+    h = received.headers
+    ns, path = h.get(HEADER_TOPIC_NAMESPACE), h.get(HEADER_TOPIC_PATH)
+    try:
+        attempts = int(h.get(H_ATTEMPTS) or 0)
+    except ValueError:
+        attempts = 0
+    return DeadLetter(
+        id=h.get(H_ID) or "",
+        destination=destination,
+        subscription_id=h.get(H_SUBSCRIPTION) or "",
+        consumer=h.get(H_CONSUMER) or "",
+        reason=h.get(H_REASON) or "",
+        attempts=attempts,
+        last_error=h.get(H_ERROR) or None,
+        time=h.get(H_TIME) or "",
+        topic=f"{{{ns}}}{path}" if path else None,
+        message_id=h.get(HEADER_MESSAGE_ID),
+        content_type=received.content_type or "application/xml",
+        body=bytes(received.body),
+    )
+
+
+class DeadLetterBox:
+    """The dead letters of one destination this gateway holds (see the module
+    docstring)."""
+
+    def __init__(self, name: str, handle: SubscriptionHandle, *, in_order: bool) -> None:
+        self.name = name
+        self.handle = handle
+        self._in_order = in_order
+        self._lock = threading.Lock()
+        #: dead-letter id -> (message, settled but waiting for those before it)
+        self._held: OrderedDict[str, list[Any]] = OrderedDict()
+
+    def start(self, prefetch: int) -> None:
+        """Consume, holding up to ``prefetch`` dead letters unsettled."""
+        self.handle.start(self._on_message, prefetch=prefetch)
+
+    def stop(self) -> None:
+        """Stop; what is held goes back to the middleware."""
+        with self._lock:
+            self._held.clear()
+        self.handle.stop()
+
+    def _on_message(self, received: Received) -> None:
+        key = received.headers.get(H_ID) or uuid.uuid4().hex
+        with self._lock:
+            self._held[key] = [received, False]
+
+    def letters(self) -> list[DeadLetter]:
+        """The dead letters held, oldest first."""
+        with self._lock:
+            items = [(k, v[0]) for k, v in self._held.items() if not v[1]]
+        return [_letter(self.name, r) for _, r in items]
+
+    def get(self, letter_id: str) -> DeadLetter | None:
+        """The dead letter ``letter_id`` (None when not held)."""
+        with self._lock:
+            entry = self._held.get(letter_id)
+            if entry is None or entry[1]:
+                return None
+            received = entry[0]
+        return _letter(self.name, received)
+
+    def received(self, letter_id: str) -> Received | None:
+        """The middleware message of ``letter_id`` (None when not held)."""
+        with self._lock:
+            entry = self._held.get(letter_id)
+            return None if entry is None or entry[1] else entry[0]
+
+    def settle(self, letter_ids: Sequence[str]) -> int:
+        """Remove these dead letters for good (acknowledged, in order where the adapter
+        needs it); how many were held."""
+        ack: list[Received] = []
+        count = 0
+        with self._lock:
+            for key in letter_ids:
+                entry = self._held.get(key)
+                if entry is None or entry[1]:
+                    continue
+                count += 1
+                entry[1] = True
+                if not self._in_order:
+                    del self._held[key]
+                    ack.append(entry[0])
+            if self._in_order:
+                while self._held:
+                    key, entry = next(iter(self._held.items()))
+                    if not entry[1]:
+                        break
+                    del self._held[key]
+                    ack.append(entry[0])
+        for received in ack:
+            try:
+                received.ack()
+            except AdapterError:
+                log.warning("dead letters %s: acknowledging failed", self.name, exc_info=True)
+        return count
+
+
+class DeadLetters:
+    """Publishes dead letters and opens the boxes that read them back."""
+
+    def __init__(
+        self,
+        adapter: Adapter,
+        *,
+        enabled: bool,
+        default: str,
+        list_max: int,
+        clock: Callable[[], datetime],
+        publish_timeout: float,
+    ) -> None:
+        self._adapter = adapter
+        self.enabled = enabled
+        self.default = check_destination(default)
+        self._list_max = list_max
+        self._clock = clock
+        self._timeout = publish_timeout
+        self._lock = threading.Lock()
+        self._boxes: dict[str, DeadLetterBox] = {}
+
+    def box(self, name: str) -> DeadLetterBox:
+        """The box of destination ``name``: its durable subscription is created (or
+        re-attached) and consumed the first time it is asked for."""
+        with self._lock:
+            box = self._boxes.get(name)
+            if box is None:
+                topic = destination_topic(name)
+                handle = self._adapter.subscription(
+                    SubscriptionSpec(
+                        name=box_name(name),
+                        patterns=(PathPattern(topic.namespace, topic.path),),
+                        limits=QueueLimits(),
+                    )
+                )
+                box = DeadLetterBox(
+                    name, handle, in_order=self._adapter.capabilities.settles_in_order
+                )
+                box.start(self._list_max)
+                self._boxes[name] = box
+            return box
+
+    def boxes(self) -> list[DeadLetterBox]:
+        """The default destination's box and every other one opened since start."""
+        self.box(self.default)
+        with self._lock:
+            return list(self._boxes.values())
+
+    def close(self) -> None:
+        """Stop every box (what is held goes back to the middleware)."""
+        with self._lock:
+            boxes = list(self._boxes.values())
+            self._boxes.clear()
+        for box in boxes:
+            try:
+                box.stop()
+            except Exception:
+                log.debug("stopping dead letters %s failed", box.name, exc_info=True)
+
+    def bury(
+        self,
+        sub: Subscription,
+        messages: Sequence[Received],
+        reason: str,
+        attempts: int,
+        error: str | None,
+    ) -> bool:
+        """``send`` ``messages`` given up on by subscription ``sub`` to its destination."""
+        return self.send(
+            messages,
+            DeadLetterContext(
+                subscription_id=sub.id,
+                consumer=redact_url(sub.consumer.address),
+                reason=reason,
+                attempts=attempts,
+                last_error=error,
+                destination=sub.dead_letters or self.default,
+            ),
+        )
+
+    def send(self, messages: Sequence[Received], context: DeadLetterContext) -> bool:
+        """Publish ``messages`` as dead letters with ``context``; True once the middleware
+        confirmed every one (the caller may then settle them), False when it did not
+        (they are to stay unsettled).  Disabled: True at once (given up as before)."""
+        if not messages or not self.enabled:
+            return True
+        error = (context.last_error or "")[:_ERROR_CHARS]
+        when = self._clock().isoformat()
+        topic = destination_topic(context.destination)
+        out: list[OutboundMessage] = []
+        for received in messages:
+            headers = {k: v for k, v in received.headers.items() if k not in CONTEXT_HEADERS}
+            if HEADER_TOPIC_PATH not in headers and received.topic is not None:
+                headers[HEADER_TOPIC_NAMESPACE] = received.topic.namespace
+                headers[HEADER_TOPIC_PATH] = "/".join(received.topic.path)
+            letter_id = uuid.uuid4().hex
+            headers.update(
+                {
+                    H_ID: letter_id,
+                    H_SUBSCRIPTION: context.subscription_id,
+                    H_CONSUMER: context.consumer,
+                    H_REASON: context.reason,
+                    H_ATTEMPTS: str(context.attempts),
+                    H_TIME: when,
+                }
+            )
+            if error:
+                headers[H_ERROR] = error
+            out.append(
+                OutboundMessage(
+                    topic=topic,
+                    body=bytes(received.body),
+                    message_id=headers.get(HEADER_MESSAGE_ID) or letter_id,
+                    headers=headers,
+                    content_type=received.content_type or "application/xml",
+                )
+            )
+        try:
+            self.box(context.destination)  # exists before the first dead letter reaches it
+            self._adapter.publish_many(out, timeout=self._timeout)
+        except AdapterError as exc:
+            log.error(
+                "subscription %s: %d dead letter(s) (%s) not confirmed, kept unsettled: %s",
+                context.subscription_id,
+                len(out),
+                context.reason,
+                exc,
+            )
+            return False
+        metrics.DEAD_LETTERS.labels(reason=context.reason).inc(len(out))
+        log.warning(
+            "subscription %s: %d message(s) to dead letters %s (%s)",
+            context.subscription_id,
+            len(out),
+            context.destination,
+            context.reason,
+        )
+        return True

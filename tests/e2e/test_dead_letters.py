@@ -1,0 +1,207 @@
+"""Dead letters on every middleware (issue 25, item 1): a message the gateway gives up on
+(retries exhausted, a filter over its budget, older than ``limits.max_age``) is published
+with its context to the subscription's dead-letter destination in the middleware, and
+``wsnmom dead-letters list|show|replay|purge`` (the admin API) read, re-deliver and remove
+it.
+
+Each test names a dead-letter destination of its own (the Subscribe policy element
+``wsnmom:DeadLetters``), so tests sharing a gateway never see each other's dead letters.
+Cost: about 3 s per adapter (three failed attempts at 0.2-0.5 s, one 0.5 s filter
+budget) plus one more gateway per adapter for ``max_age``.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+from click.testing import CliRunner
+from lxml import etree
+
+from tests.e2e.conftest import Wsn
+from tests.fixtures.server import (
+    ConsumerServer,
+    RunningServer,
+    kafka_gateway_url,
+    mqtt_gateway_url,
+)
+from tests.support.soap import NS, WSNMOM
+from tests.support.waiting import wait_until
+from wsnmom.cli import cli
+
+pytestmark = pytest.mark.e2e
+
+WSNMOM_POLICY = "urn:wsnmom:policy:1"
+XPATH10 = "http://www.w3.org/TR/1999/REC-xpath-19991116"
+#: nested location paths: minutes of CPU on BIG, far past any filter budget
+CUBIC = "count(//a[count(//a[count(//a) > 0]) > 0]) > 0"
+BIG = "<r>" + "<a/>" * 3000 + "</r>"
+#: adapters that enforce ``limits.max_age`` themselves (``native_queue_limits``): what is
+#: too old is dropped by the middleware (RabbitMQ x-message-ttl, the embedded and MQTT
+#: adapters' queues), never handed to core, so core makes no dead letter of it
+NATIVE_MAX_AGE = ("rabbitmq", "embedded", "mqtt")
+
+
+def run(*args: str) -> tuple[int, str, str]:
+    result = CliRunner().invoke(cli, list(args), catch_exceptions=False)
+    return result.exit_code, result.stdout, result.stderr
+
+
+def letters(server: RunningServer, destination: str) -> list[dict[str, Any]]:
+    url = f"{server.base_url}/wsn/admin/api/dead-letters?destination={destination}"
+    resp = requests.get(url, timeout=10)
+    assert resp.status_code == 200, resp.text
+    found: list[dict[str, Any]] = resp.json()["dead_letters"]
+    return found
+
+
+def policy(destination: str) -> str:
+    return f'<wsnmom:DeadLetters xmlns:wsnmom="{WSNMOM}">{destination}</wsnmom:DeadLetters>'
+
+
+def payload_text(message: Any) -> str | None:
+    return message.findtext("wsnt:Message/{urn:n}n", namespaces=NS)
+
+
+@pytest.fixture
+def destination() -> str:
+    return "t" + uuid.uuid4().hex[:12]
+
+
+def test_retries_exhausted_become_dead_letters_replayed_to_another_consumer(
+    wsnmom_server: RunningServer,
+    wsn: Wsn,
+    consumer: ConsumerServer,
+    consumer_factory: Any,
+    destination: str,
+) -> None:
+    consumer.mode = "error"
+    failing = consumer.address("/failing")
+    sub = wsn.subscribe(failing, "tns:dl", policy=policy(destination))
+    wsn.notify(("tns:dl", '<n xmlns="urn:n">given up</n>'))
+    [letter] = wait_until(lambda: letters(wsnmom_server, destination), 30, what="a dead letter")
+    assert letter["reason"] == "retries-exhausted"
+    assert letter["attempts"] == 3  # WSNMOM_RETRY__MAX_ATTEMPTS of the e2e gateways
+    assert letter["subscription"] == sub.id
+    assert letter["consumer"] == failing
+    assert "500" in letter["last_error"]
+    assert letter["topic"] == f"{{{wsn.ns}}}dl"
+    assert letter["time"]
+    metrics = requests.get(f"{wsnmom_server.base_url}/metrics", timeout=10).text
+    assert 'wsnmom_dead_letters_total{reason="retries-exhausted"}' in metrics
+    broker = ["--broker", wsnmom_server.broker_url]
+    # listed and shown through the CLI
+    code, out, err = run("dead-letters", "list", *broker, "--destination", destination)
+    assert code == 0, err
+    assert letter["id"] in out and "retries-exhausted" in out
+    code, out, err = run("dead-letters", "show", *broker, letter["id"])
+    assert code == 0, err
+    shown = json.loads(out)
+    assert "given up" in shown["body"] and shown["subscription"] == sub.id
+    # the subscription ended (SubscriptionEnd semantics are unchanged), so replaying to it
+    # is refused and the dead letter stays
+    subscription = f"{wsnmom_server.base_url}/wsn/admin/api/subscriptions/{sub.id}"
+    wait_until(
+        lambda: requests.get(subscription, timeout=10).status_code == 404, 10, what="the end"
+    )
+    code, _, err = run("dead-letters", "replay", *broker, letter["id"])
+    assert code == 1 and "no longer exists" in err
+    assert [d["id"] for d in letters(wsnmom_server, destination)] == [letter["id"]]
+    # replayed to another consumer: delivered there, then gone from the dead letters
+    other = consumer_factory()
+    code, out, err = run(
+        "dead-letters", "replay", *broker, "--to", other.address("/r"), letter["id"]
+    )
+    assert code == 0, err
+    [got] = other.wait_for_messages(1, timeout=10)
+    assert payload_text(got) == "given up"
+    assert letters(wsnmom_server, destination) == []
+
+
+def test_a_filter_over_its_budget_leaves_a_dead_letter_purged_by_the_cli(
+    wsnmom_server: RunningServer, wsn: Wsn, consumer: ConsumerServer, destination: str
+) -> None:
+    content = f'<wsnt:MessageContent Dialect="{XPATH10}">{CUBIC}</wsnt:MessageContent>'
+    sub = wsn.subscribe(
+        consumer.address("/costly"), "tns:fb", extra_filter=content, policy=policy(destination)
+    )
+    wsn.notify(("tns:fb", BIG))
+    [letter] = wait_until(lambda: letters(wsnmom_server, destination), 30, what="a dead letter")
+    assert letter["reason"] == "filter-budget"
+    assert letter["subscription"] == sub.id
+    assert "cpu_limit" in letter["last_error"]
+    code, _out, err = run(
+        "dead-letters", "purge", "--broker", wsnmom_server.broker_url, "--yes", letter["id"]
+    )
+    assert code == 0, err
+    assert letters(wsnmom_server, destination) == []
+
+
+def test_an_invalid_dead_letter_destination_is_a_subscribe_fault_and_policy_names_it(
+    wsnmom_server: RunningServer, wsn: Wsn
+) -> None:
+    fault = wsn.subscribe_fault("http://127.0.0.1:9/c", "tns:x", policy=policy("no/slash"))
+    assert fault == "SubscribeCreationFailedFault"
+    # the extension and the gateway's default are advertised in the policy document
+    doc = etree.fromstring(requests.get(f"{wsnmom_server.base_url}/wsn/policy", timeout=10).content)
+    [dead] = doc.findall(f"{{{WSNMOM_POLICY}}}DeadLetters")
+    assert dead.findtext(f"{{{WSNMOM_POLICY}}}DefaultDestination") == "default"
+    assert "DeadLetters" in (dead.findtext(f"{{{WSNMOM_POLICY}}}SubscribeExtension") or "")
+
+
+# --------------------------------------------------------------------------------- max_age
+@pytest.fixture
+def aged_server(
+    wsnmom_server: RunningServer, request: pytest.FixtureRequest
+) -> Iterator[RunningServer]:
+    """A gateway of the same adapter with ``limits.max_age`` = 1 s (where core enforces
+    it)."""
+    name = wsnmom_server.adapter
+    if name in NATIVE_MAX_AGE:
+        pytest.skip(f"the {name} adapter enforces max_age itself (docs/operations.md)")
+    data_dir = Path(tempfile.mkdtemp(prefix=f"wsnmom-dl-{name}-"))
+    if name == "embedded":
+        url = f"embedded://{data_dir / 'middleware'}"
+    elif name == "filelog":
+        url = f"filelog://{data_dir / 'log'}"
+    elif name == "kafka":
+        url = kafka_gateway_url(str(request.getfixturevalue("kafka_url")))
+    else:
+        url = mqtt_gateway_url(str(request.getfixturevalue("mqtt_url")))
+    server = RunningServer(name, url, data_dir, extra_env={"WSNMOM_LIMITS__MAX_AGE": "1"})
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def test_too_old_messages_become_dead_letters_replayed_to_their_subscription(
+    aged_server: RunningServer, consumer: ConsumerServer, destination: str
+) -> None:
+    wsn = Wsn(aged_server, f"urn:test:{uuid.uuid4().hex[:8]}")
+    sub = wsn.subscribe(consumer.address("/aged"), "tns:old", policy=policy(destination))
+    wsn.post(sub.address, "<wsnt:PauseSubscription/>").ok()
+    wsn.notify(("tns:old", '<n xmlns="urn:n">old</n>'))
+    published = time.monotonic()
+    wait_until(lambda: time.monotonic() > published + 1.5, 5, what="the message passing max_age")
+    wsn.post(sub.address, "<wsnt:ResumeSubscription/>").ok()
+    [letter] = wait_until(lambda: letters(aged_server, destination), 30, what="a dead letter")
+    assert letter["reason"] == "max-age" and letter["subscription"] == sub.id
+    # the subscription lives on: replayed to it, the consumer gets the message
+    base = f"{aged_server.base_url}/wsn/admin/api/dead-letters/{letter['id']}/replay"
+    resp = requests.post(base, json={}, timeout=10)
+    assert resp.status_code == 200, resp.text
+    assert resp.json()["delivered_to"] == f"subscription {sub.id}"
+    [got] = consumer.wait_for_messages(1, timeout=10)
+    assert payload_text(got) == "old"
+    assert letters(aged_server, destination) == []

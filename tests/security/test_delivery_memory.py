@@ -29,6 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import requests
 
 from tests.fixtures.server import ConsumerServer, RunningServer
 from tests.support.soap import notify_body, subscribe_body
@@ -54,6 +55,14 @@ def _status_kb(pid: int, field: str) -> int:
         match = re.search(rf"^{field}:\s+(\d+) kB", f.read(), re.MULTILINE)
     assert match is not None
     return int(match.group(1))
+
+
+def _parked(gateway: RunningServer) -> float:
+    """``wsnmom_delivery_parked`` now."""
+    text = requests.get(f"{gateway.base_url}/metrics", timeout=5).text
+    match = re.search(r"^wsnmom_delivery_parked ([0-9.e+]+)$", text, re.MULTILINE)
+    assert match is not None
+    return float(match.group(1))
 
 
 def _adapter_env(kind: str, tmp_path: Path) -> dict[str, str]:
@@ -92,7 +101,9 @@ def test_held_copies_stay_within_the_memory_budget_and_none_is_lost(
         sent = post(gateway.broker_url, notify_body(("tns:t", f"<m><n>{n}</n>{filler}</m>"), ns=NS))
         assert sent.status_code == 202, sent.content
     # the consumer refuses for a while: deliveries fail and are retried, the budget fills
+    # and subscriptions park (their handles stopped: on the file log, cursors)
     consumer.wait_for_requests(2 * SUBSCRIPTIONS, timeout=60)
+    wait_until(lambda: _parked(gateway) > 0, 30, what="a subscription parked")
     consumer.mode = "ok"
     consumer.clear()
 

@@ -157,9 +157,6 @@ class SubscriptionDelivery:
             return
         batch_size = ctx.settings.delivery.batch_size
         ordered = ctx.adapter.capabilities.settles_in_order
-        # log cursors (no per-message requeue) are not parked yet: stopping and starting
-        # them under the budget's churn lost records in the catch-up readers (issue 22)
-        bounded = ctx.adapter.capabilities.per_message_nack
         channel: Channel[Any]
         if sub.pull_point_id is not None:
             forwarder = _Forwarder(self, state, sub.pull_point_id)
@@ -173,7 +170,6 @@ class SubscriptionDelivery:
                 ordered=ordered,
                 trace=_message_request_id,
                 group=sub.owner or "",
-                bounded=bounded,
             )
         else:
             pusher = _Pusher(self, state)
@@ -188,7 +184,6 @@ class SubscriptionDelivery:
                 destination=destination_key(sub.consumer.address),
                 trace=_delivered_request_id,
                 group=sub.owner or "",
-                bounded=bounded,
             )
         channel.dead_letter = _Burial(ctx, state)
         with registry.lock:

@@ -109,6 +109,10 @@ class Cursor:
         self.redeliver_below: dict[StreamId, int] = {}
         #: queued for a catch-up reader
         self.queued = False
+        #: a catch-up reader serves it now (it is not queued meanwhile) / asked for
+        #: another turn meanwhile, which it gets when that reader's turn ends
+        self.serving = False
+        self.recheck = False
         #: messages the log deleted before this cursor read them (retention)
         self.lost = 0
         #: matching records still to skip (``discard`` of the oldest)

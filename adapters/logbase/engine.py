@@ -11,7 +11,10 @@ Threads and readers (all fixed in number):
   cursor (paused and resumed, its window was full, it was rewound, or it was restored at
   start-up) is queued, and a catch-up thread reads its streams from its positions until it
   reaches the head, where it re-attaches; a cursor whose window fills yields its reader to
-  the next one;
+  the next one.  One reader at a time serves a cursor, and it follows every move of the
+  cursor's positions (a stop, a rewind, a reset) before its next poll, so what it read
+  beyond a position that moved back is never handed out (the records in between would
+  be skipped);
 * one **commit** thread: every ``commit_interval`` it saves the positions of detached
   cursors that changed (``PositionStore``) and removes stored positions of cursors that
   re-attached, and the head thread commits the head (``HeadReader.commit``) below every
@@ -462,7 +465,11 @@ class CursorEngine:
 
     def _queue_catch_up(self, cursor: Cursor, *, skipping: bool = False) -> None:
         """Give ``cursor`` to a catch-up reader (started cursors; paused ones only to
-        apply a ``discard``)."""
+        apply a ``discard``).  A cursor a reader serves now is not queued: that reader
+        looks at it again when its turn ends (``Cursor.recheck``)."""
+        if cursor.serving:
+            cursor.recheck = True
+            return
         wanted = cursor.started or (
             skipping and (cursor.skip_oldest > 0 or cursor.cap_budget is not None)
         )
@@ -513,10 +520,43 @@ class CursorEngine:
     def _catch_up_one(
         self, reader: LogReader, cursor: Cursor, assigned: dict[StreamId, int] | None
     ) -> dict[StreamId, int] | None:
-        """Read for ``cursor`` until it attaches, its window fills or its slice ends;
-        returns the reader's assignment afterwards."""
+        """One turn of a catch-up reader for ``cursor`` (see ``_read_turn``); returns the
+        reader's assignment afterwards (None: unknown, assign afresh next time).
+
+        A cursor has at most one reader at a time (``Cursor.serving``): it may be stopped,
+        started, rewound or reset while its reader waits for the middleware, and is then
+        queued again, but a second reader taking it meanwhile would read from positions
+        the first one is about to move past.  Whatever asked for another turn during
+        this one gets it when this one ends (``Cursor.recheck``)."""
         with self.lock:
             cursor.queued = False
+            if cursor.serving:  # not queued while served; kept for safety
+                cursor.recheck = True
+                return assigned
+            cursor.serving = True
+            cursor.recheck = False
+        try:
+            return self._read_turn(reader, cursor, assigned)
+        finally:
+            with self.lock:
+                cursor.serving = False
+                if cursor.recheck:
+                    cursor.recheck = False
+                    if not cursor.attached:
+                        self._queue_catch_up(cursor, skipping=True)
+
+    def _read_turn(
+        self, reader: LogReader, cursor: Cursor, assigned: dict[StreamId, int] | None
+    ) -> dict[StreamId, int] | None:
+        """Read for ``cursor`` until it attaches, its window fills or its slice ends.
+
+        Before every poll the reader is pointed at the cursor's positions if they are
+        not where it continues from (``_assignment``): the cursor was stopped (what was
+        in flight is given back, so its position went back to its first unsettled
+        record), rewound, reset or rebound, or the head follows a stream the reader does
+        not.  Records read before such a move are dropped, never handed out beyond
+        records the cursor still needs."""
+        with self.lock:
             if not self._running or cursor.attached or cursor.deleted:
                 return assigned
             if not cursor.started and not (cursor.skip_oldest or cursor.cap_budget is not None):
@@ -525,11 +565,12 @@ class CursorEngine:
                 return assigned
             if self._try_attach(cursor) or not self._has_work(cursor):
                 return assigned
-            wanted = self._assignment(cursor)
-        if wanted != assigned:
-            reader.assign(wanted)
-            assigned = dict(wanted)
         for _ in range(self.catch_up_slice):
+            with self.lock:
+                wanted = self._assignment(cursor)
+            if assigned is None or wanted != assigned:
+                reader.assign(wanted)
+                assigned = dict(wanted)
             records = reader.poll(self.batch, self.poll_timeout)
             with self.lock:
                 if not self._running or cursor.deleted or cursor.attached:
@@ -539,21 +580,12 @@ class CursorEngine:
                         return assigned
                     if self._apply_cap_at_head(cursor):
                         return None
-                    if self._head_missing(cursor, assigned):
-                        # the head follows streams the reader does not: assign afresh
-                        self._queue_catch_up(cursor, skipping=True)
-                        return None
                     continue
-                if assigned is not None and self._moved_meanwhile(cursor, assigned, records):
-                    # a rewind or a log that started again moved its positions while this
-                    # reader read from the old ones: what it read may lie beyond records
-                    # the cursor still needs, so it is dropped and read again
-                    self._queue_catch_up(cursor)
-                    return None
+                if self._moved_meanwhile(cursor, assigned, records):
+                    continue  # read from where the cursor no longer is: dropped
                 stopped = self._read_for(cursor, records)
-                if assigned is not None:
-                    for r in records:
-                        assigned[r.stream] = r.offset + 1 if isinstance(r, LogRecord) else r.next
+                for r in records:
+                    assigned[r.stream] = r.offset + 1 if isinstance(r, LogRecord) else r.next
             cursor.drain()
             with self.lock:
                 if stopped or cursor.window_full:
@@ -579,11 +611,6 @@ class CursorEngine:
             # left the head): everything on it is new to the cursor
             out[stream] = cursor.positions.get(stream, 0)
         return out
-
-    def _head_missing(self, cursor: Cursor, assigned: dict[StreamId, int] | None) -> bool:
-        """The head follows a relevant stream the reader does not read (hold the lock)."""
-        known = assigned or {}
-        return any(s not in known and self._relevant(cursor, s) for s in self._head)
 
     def _apply_cap_at_head(self, cursor: Cursor) -> bool:
         """A ``discard(newest=True)`` whose budget is spent: jump (hold the lock)."""

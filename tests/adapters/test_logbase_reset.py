@@ -77,27 +77,29 @@ def restarted(engine: CursorEngine) -> Callable[[], None]:
 
 def test_records_read_from_old_positions_after_a_reset_are_not_handed_out() -> None:
     engine, cursor, got = engine_with_behind_cursor()
+
+    def head_at_new_end() -> None:
+        with engine.lock:  # the head reader read the new log to its end meanwhile
+            engine._head[STREAM] = 9
+
     try:
+        new_log = [record(i, b"new%d" % i) for i in range(9)]
         reader = _ScriptedReader(
             [
                 [record(5, b"old5"), record(6, b"old6")],
                 restarted(engine),  # the head notices the log started again
                 # the reader still reads from offset 7: by now the new log got that far
                 [record(7, b"new7"), record(8, b"new8")],
+                head_at_new_end,
+                new_log,
             ]
         )
         run(engine, cursor, reader)
-        assert got.bodies() == [b"old5", b"old6"]
-        assert cursor.positions[STREAM] == 0  # the new log is read from its start
-        # the next catch-up assigns afresh from 0 and gets the new log whole (the head
-        # reader is at its end, 9, by then)
-        with engine.lock:
-            engine._head[STREAM] = 9
-        new_log = [record(i, b"new%d" % i) for i in range(9)]
-        again = _ScriptedReader([new_log])
-        run(engine, cursor, again)
-        assert again.assigned[0][STREAM] == 0
-        assert got.bodies()[2:] == [b"new%d" % i for i in range(9)]
+        # new7 and new8 were dropped; the same reader went back to the new log's start
+        # and read it whole
+        assert reader.assigned[-1][STREAM] == 0
+        assert got.bodies() == [b"old5", b"old6"] + [b"new%d" % i for i in range(9)]
+        assert cursor.attached
     finally:
         engine.close()
 

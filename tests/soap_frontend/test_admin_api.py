@@ -507,8 +507,13 @@ def test_the_page_and_its_files_come_from_the_package() -> None:
     assert "frame-ancestors 'none'" in csp and page.headers["X-Frame-Options"] == "DENY"
     html = page.get_data(as_text=True)
     links = re.findall(r'(?:src|href)="([^"]*)"', html)
-    # its own files only (and a link back to the page itself, from a subscription's page)
-    assert sorted(links) == ["admin", "admin/admin.css", "admin/admin.js", "data:,"]
+    # its own files only (a link back to the page itself, from a subscription's page, and
+    # the charts the gateway draws)
+    charts = [f"wsn/admin/api/charts/{n}.svg" for n in ("notifications", "deliveries")]
+    charts += [f"wsn/admin/api/charts/{n}.svg" for n in ("failures", "backlog")]
+    assert sorted(links) == sorted(
+        ["admin", "admin/admin.css", "admin/admin.js", "data:,", *charts]
+    )
     for name, mimetype in (("admin.js", "text/javascript"), ("admin.css", "text/css")):
         resp = client.get(f"/admin/{name}")
         assert resp.status_code == 200 and resp.mimetype == mimetype

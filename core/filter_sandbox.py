@@ -22,8 +22,11 @@ ends the subscription with a SubscriptionEnd notice and a logged reason
 by every broker in one Python process with the same memory limit, so a test suite starts
 them once); a delivery thread borrows one for a batch.  Over time each subscription may
 use ``filters.cpu_share`` of one worker (``core.filter_share``): one that used more is
-pushed back (``FilterBusy``), and one near its share takes a worker only while another
-stays free for cheap filters.  ``filters.isolation = "inline"``
+pushed back (``FilterBusy``), one that stays over it for ``filters.over_share_end`` seconds
+is ended, a costly one (or one not yet known to be cheap) takes a worker only while
+another stays free for cheap filters, and all costly ones together may use
+``filters.costly_share`` of one worker.  A pushed-back subscription's verdicts on the head
+of its batch are kept, so that no evaluation is done twice.  ``filters.isolation = "inline"``
 evaluates in the delivery thread instead (no budget; only for trusted subscribers).
 """
 
@@ -31,6 +34,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import hashlib
 import logging
 import os
 import pickle
@@ -46,7 +50,7 @@ from typing import Protocol
 
 from lxml import etree
 from wsnmom.core.codec import safe_parse
-from wsnmom.core.filter_share import FilterBusy, FilterShares
+from wsnmom.core.filter_share import FilterBusy, FilterShareExceeded, FilterShares
 from wsnmom.core.filter_worker import xpath_boolean
 
 __all__ = [
@@ -68,11 +72,13 @@ Verdict = bool | str
 class FilterBudgetExceeded(Exception):
     """Evaluating a filter on one message exceeded its CPU-time or memory budget."""
 
-    def __init__(self, reason: str, index: int = 0) -> None:
+    def __init__(self, reason: str, index: int = 0, *, cause: str = "filter") -> None:
         super().__init__(reason)
         self.reason = reason
         #: the payload (of the batch evaluated) that exceeded the budget
         self.index = index
+        #: "filter": one message's budget; "filter_share": the share over time
+        self.cause = cause
 
 
 class FilterExpression(Protocol):
@@ -100,6 +106,10 @@ class ContentEvaluator(Protocol):
         """One verdict per payload; raises :class:`FilterBudgetExceeded`.  ``key`` (a
         subscription) is charged the time; it may raise :class:`FilterBusy` then."""
 
+    def ready(self, key: str) -> None:
+        """Raise :class:`FilterBusy` when ``key`` would be refused now (checked before its
+        messages are decoded)."""
+
     def close(self) -> None:
         """Release what the evaluator holds."""
 
@@ -119,6 +129,9 @@ class InlineEvaluator:
             except (etree.XPathError, etree.XMLSyntaxError) as exc:
                 out.append(str(exc) or type(exc).__name__)
         return out
+
+    def ready(self, key: str) -> None:
+        """Never refused (no budget)."""
 
     def close(self) -> None:
         """Nothing to release."""
@@ -303,16 +316,22 @@ class _Pool:
             finally:
                 self._light_waiting -= 1
 
-    def take_heavy(self, wait: bool = False) -> _Worker | None:
+    def take_heavy(self) -> _Worker | None:
         """A worker for a heavy key, or None: only while another stays free (with one
-        worker: only while nobody else waits); ``wait`` for that instead."""
+        worker: only while nobody else waits)."""
         with self._free:
-            reserve = 1 if self.size > 1 else 0
-            while len(self.idle) <= reserve or self._light_waiting:
-                if not wait:
-                    return None
-                self._free.wait()
+            if not self._heavy_may_take():
+                return None
             return self.idle.pop()
+
+    def heavy_may_take(self) -> bool:
+        """Whether :meth:`take_heavy` would find a worker now."""
+        with self._free:
+            return self._heavy_may_take()
+
+    def _heavy_may_take(self) -> bool:
+        reserve = 1 if self.size > 1 else 0
+        return len(self.idle) > reserve and not self._light_waiting
 
     def give_back(self, worker: _Worker) -> None:
         with self._free:
@@ -339,6 +358,10 @@ def _pool(memory_mb: int, processes: int) -> _Pool:
     return pool
 
 
+def _digest(payload: bytes) -> bytes:
+    return hashlib.blake2b(payload, digest_size=16).digest()
+
+
 @atexit.register
 def _close_pools() -> None:
     with _POOLS_LOCK:
@@ -351,15 +374,49 @@ def _close_pools() -> None:
 class SandboxEvaluator:
     """Evaluates in worker processes with a CPU-time and memory budget per message."""
 
+    #: keys whose partly evaluated batch is kept at most (then they are all dropped)
+    MAX_KEPT = 10_000
+
     def __init__(
-        self, *, cpu_limit: float, memory_mb: int, processes: int, cpu_share: float = 0.1
+        self,
+        *,
+        cpu_limit: float,
+        memory_mb: int,
+        processes: int,
+        cpu_share: float = 0.1,
+        costly_share: float | None = None,
+        over_share_end: float = 0.0,
     ) -> None:
         self.cpu_limit = cpu_limit
         self.memory_mb = memory_mb
         self.wall_limit = max(4 * cpu_limit, cpu_limit + 2.0)
         self._pool = _pool(memory_mb, processes)
-        #: each subscription's recent use of the workers (``filters.cpu_share``)
-        self.shares = FilterShares(cpu_share, heavy_cost=cpu_limit / 10)
+        #: each subscription's recent use of the workers (``filters.cpu_share``) and the
+        #: costly ones' together (``filters.costly_share``)
+        self.shares = FilterShares(
+            cpu_share,
+            heavy_cost=cpu_limit / 10,
+            group_share=costly_share,
+            burst=cpu_limit,
+            end_after=over_share_end,
+        )
+        #: a pushed-back key's verdicts on the head of its batch: (payload digest,
+        #: verdict), reused when the same payloads come again (no evaluation is wasted)
+        self._kept: dict[str, list[tuple[bytes, Verdict]]] = {}
+        self._kept_lock = threading.Lock()
+
+    def ready(self, key: str) -> None:
+        """Raise :class:`FilterBusy` when ``key`` would be refused a process now (before
+        its messages are decoded for nothing), :class:`FilterBudgetExceeded` when it is to
+        be ended."""
+        if self._check(key) and not self._pool.heavy_may_take():
+            raise FilterBusy(max(0.1, 4 * self.shares.cost(key)))
+
+    def _check(self, key: str) -> bool:
+        try:
+            return self.shares.check(key)
+        except FilterShareExceeded as exc:
+            raise FilterBudgetExceeded(exc.reason, cause="filter_share") from None
 
     def evaluate(
         self, expression: FilterExpression, payloads: Sequence[bytes], key: str | None = None
@@ -367,26 +424,25 @@ class SandboxEvaluator:
         """One verdict per payload; raises :class:`FilterBudgetExceeded` for the first
         payload that exceeds a budget (the verdicts before it are lost with it), and
         :class:`FilterBusy` when ``key`` used its share or is heavy and no worker is free
-        for it (see the module docstring)."""
+        for it (see the module docstring); the verdicts reached by then are kept and
+        reused when the same payloads are evaluated again."""
         if not payloads:
             return []
         if key is None:
             return self._evaluate(expression, payloads, self._pool.take())
-        out: list[Verdict] = []
+        out = self._resume(key, payloads)
         while len(out) < len(payloads):
-            heavy = self.shares.check(key) if not out else self._heavy_now(key)
-            if heavy:
-                # the first message may be refused (the channel waits); later ones wait
-                # here, so that what was evaluated is not lost
-                found = self._pool.take_heavy(wait=bool(out))
-                if found is None:
+            try:
+                heavy = self._check(key)
+                worker = self._pool.take_heavy() if heavy else self._pool.take()
+                if worker is None:
                     # each try decodes the channel's batch again: not more often than a
                     # few of its messages would take to evaluate
                     raise FilterBusy(max(0.1, 4 * self.shares.cost(key)))
-                worker, n = found, 1
-            else:
-                worker = self._pool.take()
-                n = len(payloads) - len(out) if self.shares.known_cheap(key) else 1
+            except FilterBusy:
+                self._keep(key, payloads, out)
+                raise
+            n = 1 if heavy else len(payloads) - len(out)
             started = time.monotonic()
             try:
                 out += self._evaluate(expression, payloads[len(out) : len(out) + n], worker)
@@ -394,14 +450,27 @@ class SandboxEvaluator:
                 exc.index += len(out)
                 raise
             finally:
-                self.shares.charge(key, time.monotonic() - started, n)
+                self.shares.charge(key, time.monotonic() - started, n, heavy=heavy)
         return out
 
-    def _heavy_now(self, key: str) -> bool:
-        try:
-            return self.shares.check(key)
-        except FilterBusy:
-            return True
+    def _resume(self, key: str, payloads: Sequence[bytes]) -> list[Verdict]:
+        """The kept verdicts of ``key`` that match the head of ``payloads``."""
+        with self._kept_lock:
+            kept = self._kept.pop(key, None)
+        out: list[Verdict] = []
+        for (digest, verdict), payload in zip(kept or (), payloads, strict=False):
+            if digest != _digest(payload):
+                break
+            out.append(verdict)
+        return out
+
+    def _keep(self, key: str, payloads: Sequence[bytes], out: list[Verdict]) -> None:
+        if not out:
+            return
+        with self._kept_lock:
+            if len(self._kept) >= self.MAX_KEPT:
+                self._kept.clear()
+            self._kept[key] = [(_digest(p), v) for p, v in zip(payloads, out, strict=False)]
 
     def _evaluate(
         self, expression: FilterExpression, payloads: Sequence[bytes], worker: _Worker

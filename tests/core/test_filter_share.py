@@ -39,7 +39,8 @@ class Clock:
 def test_costly_filters_are_heavy_and_pushed_back_until_their_use_decays() -> None:
     clock = Clock()
     shares = FilterShares(0.1, heavy_cost=0.05, clock=clock)
-    assert shares.check("s") is False and not shares.known_cheap("s")
+    # not known to be cheap yet: admitted as heavy (leaves a process free)
+    assert shares.check("s") is True and not shares.known_cheap("s")
     shares.charge("s", shares.limit * 0.6)  # one costly message: heavy, under its share
     assert shares.check("s") is True and not shares.known_cheap("s")
     shares.charge("s", shares.limit)  # 1.6 limits
@@ -59,10 +60,13 @@ def test_a_heavy_subscription_leaves_a_process_to_cheap_filters() -> None:
     evaluator = SandboxEvaluator(cpu_limit=2.0, memory_mb=333, processes=2, cpu_share=0.1)
     cheap = MessageContentFilter(mc("boolean(/r)"))
     evaluator.shares.charge("heavy", evaluator.shares.limit * 0.75)
+    evaluator.shares.charge("light", 0.001)  # one cheap message: known to be cheap
     held = evaluator._pool.take()  # another caller holds one process
     try:
         with pytest.raises(FilterBusy):
             evaluator.evaluate(cheap, [b"<r/>"], "heavy")  # the free one is reserved
+        with pytest.raises(FilterBusy):  # so it is for one not known to be cheap yet
+            evaluator.evaluate(cheap, [b"<r/>"], "new")
         assert evaluator.evaluate(cheap, [b"<r/>"], "light") == [True]
         assert evaluator.evaluate(cheap, [b"<r/>"]) == [True]
     finally:

@@ -196,7 +196,8 @@ class _Worker:
 
     def evaluate(
         self, request: bytes, count: int, cpu_limit: float, wall_limit: float
-    ) -> list[Verdict]:
+    ) -> tuple[list[Verdict], float | None]:
+        """The verdicts, and the CPU seconds the worker spent (None if it did not say)."""
         proc = self.proc if self.proc is not None and self.proc.poll() is None else self._start()
         assert proc.stdin is not None and proc.stdout is not None
         try:
@@ -216,22 +217,32 @@ class _Worker:
             if verdict == "M":
                 self.kill()
                 raise _WorkerDied(len(out), "memory")
+            if isinstance(verdict, float):
+                self.kill()
+                raise _WorkerDied(len(out), "exit:protocol")
             out.append(verdict)
-        return out
+        spent = self._next(fd, time.monotonic() + wall_limit)
+        return out, spent if isinstance(spent, float) else None
 
-    def _next(self, fd: int, deadline: float) -> Verdict | None:
-        """The next verdict, or None when the worker ended or the deadline passed."""
+    def _next(self, fd: int, deadline: float) -> Verdict | float | None:
+        """The next verdict (a float: the request's CPU seconds), or None when the worker
+        ended or the deadline passed."""
         while True:
             buf = self._buffer
             tag = buf[:1]
             if tag in (b"1", b"0", b"M"):
                 self._buffer = buf[1:]
                 return True if tag == b"1" else False if tag == b"0" else "M"
-            if tag == b"E" and len(buf) >= 3:
-                (n,) = struct.unpack("!H", buf[1:3])
-                if len(buf) >= 3 + n:
-                    self._buffer = buf[3 + n :]
-                    return buf[3 : 3 + n].decode("utf-8", "replace")
+            if tag == b"T":
+                if len(buf) >= 9:
+                    self._buffer = buf[9:]
+                    return float(struct.unpack("!d", buf[1:9])[0])
+            elif tag == b"E":
+                if len(buf) >= 3:
+                    (n,) = struct.unpack("!H", buf[1:3])
+                    if len(buf) >= 3 + n:
+                        self._buffer = buf[3 + n :]
+                        return buf[3 : 3 + n].decode("utf-8", "replace")
             elif tag:
                 return None  # not the protocol: treat the worker as dead
             remaining = deadline - time.monotonic()
@@ -429,7 +440,7 @@ class SandboxEvaluator:
         if not payloads:
             return []
         if key is None:
-            return self._evaluate(expression, payloads, self._pool.take())
+            return self._evaluate(expression, payloads, self._pool.take())[0]
         out = self._resume(key, payloads)
         while len(out) < len(payloads):
             try:
@@ -444,13 +455,20 @@ class SandboxEvaluator:
                 raise
             n = 1 if heavy else len(payloads) - len(out)
             started = time.monotonic()
+            spent: float | None = None
             try:
-                out += self._evaluate(expression, payloads[len(out) : len(out) + n], worker)
+                verdicts, spent = self._evaluate(
+                    expression, payloads[len(out) : len(out) + n], worker
+                )
+                out += verdicts
             except FilterBudgetExceeded as exc:
                 exc.index += len(out)
                 raise
             finally:
-                self.shares.charge(key, time.monotonic() - started, n, heavy=heavy)
+                # the worker's CPU time: on a loaded machine the wall time of a cheap
+                # filter's round trip can exceed a costly filter's threshold
+                used = time.monotonic() - started if spent is None else spent
+                self.shares.charge(key, used, n, heavy=heavy)
         return out
 
     def _resume(self, key: str, payloads: Sequence[bytes]) -> list[Verdict]:
@@ -474,8 +492,9 @@ class SandboxEvaluator:
 
     def _evaluate(
         self, expression: FilterExpression, payloads: Sequence[bytes], worker: _Worker
-    ) -> list[Verdict]:
-        """Evaluate on ``worker`` (taken from the pool; given back here)."""
+    ) -> tuple[list[Verdict], float | None]:
+        """Evaluate on ``worker`` (taken from the pool; given back here): the verdicts and
+        the worker's CPU seconds."""
         try:
             request = pickle.dumps(
                 (

@@ -22,10 +22,13 @@ any other consumer:
   opens it again for twice as long, up to ``max_open``.  Any answer, even an error status,
   closes it: the consumer is alive.
 
-* **Host breaker.**  A host with ``failures`` destinations whose circuits are open at once
-  has its own circuit opened, with the same intervals and probe: many ports of one host
-  (each a destination with its own breaker) cannot keep timing out one by one.  An answer
-  from any of its ports closes it.
+* **Host breaker.**  A host with ``failures`` destinations whose circuits are open at once,
+  or ``failures`` timed-out deliveries in a row over all its ports (no answer from any of
+  them in between), has its own circuit opened, with the same intervals and probe: many
+  ports of one host (each a destination with its own breaker, each timing out once) cannot
+  keep holding the host's share of the threads.  Counting open destinations alone, 100
+  ports each had to time out three times (30 timeouts of 10 s per port) before the host
+  opened.  An answer from any of its ports closes it.
 
 Deliveries into the broker's own pull points have no lane.  Lanes are created on first use
 and forgotten when idle and closed (``sweep``).
@@ -105,7 +108,7 @@ class Lane:
     #: ready subscriptions waiting for room: (channel, generation)
     waiting: deque[tuple[Any, int]] = field(default_factory=deque)
     state: LaneState = LaneState.CLOSED
-    #: consecutive timed-out deliveries
+    #: consecutive timed-out deliveries (a host lane: over all its ports)
     failures: int = 0
     #: monotonic time until which the lane is open
     open_until: float = 0.0
@@ -247,7 +250,10 @@ class Lanes:
         if host is None:
             return
         changed = (before is LaneState.CLOSED) is not (lane.state is LaneState.CLOSED)
-        if not changed and host.state is LaneState.CLOSED:
+        counted = outcome is Outcome.TIMED_OUT or (
+            outcome is Outcome.ANSWERED and host.failures
+        )
+        if not changed and not counted and host.state is LaneState.CLOSED:
             return
         after = lane.state
         b = self.breaker
@@ -258,12 +264,17 @@ class Lanes:
                 host.open_destinations = max(0, host.open_destinations - 1)
             if outcome is Outcome.ANSWERED:
                 host.state = LaneState.CLOSED
+                host.failures = 0
                 host.interval = 0.0
                 host.probing = False
                 return
+            if outcome is Outcome.TIMED_OUT:
+                host.failures += 1
             if host.state is LaneState.HALF_OPEN:
                 host.interval = min(max(host.interval, b.open_for) * 2, b.max_open)
-            elif host.state is LaneState.CLOSED and host.open_destinations >= b.failures:
+            elif host.state is LaneState.CLOSED and (
+                host.open_destinations >= b.failures or host.failures >= b.failures
+            ):
                 host.interval = min(b.open_for, b.max_open)
             else:
                 return

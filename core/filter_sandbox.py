@@ -137,6 +137,32 @@ class InlineEvaluator:
         """Nothing to release."""
 
 
+class _Late:
+    """``_Worker._next``'s answer when its deadline passed."""
+
+
+_LATE = _Late()
+#: a worker starved of CPU (its usage under its budget) is waited for up to this many
+#: wall-clock limits before it is killed anyway
+_PATIENCE = 10
+#: CPU seconds a worker may spend starting (the interpreter, lxml) besides its payloads
+_START_CPU = 1.0
+_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _cpu_seconds(pid: int) -> float | None:
+    """CPU seconds process ``pid`` has used (Linux ``/proc``), None where unknown."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rpartition(b")")[2].split()
+    except OSError:
+        return None
+    try:  # utime and stime: fields 14 and 15 of stat(5), 12 and 13 after the name
+        return (int(fields[11]) + int(fields[12])) / _TICK
+    except (IndexError, ValueError):
+        return None
+
+
 class _WorkerDied(Exception):
     def __init__(self, index: int, reason: str) -> None:
         super().__init__(reason)
@@ -207,26 +233,42 @@ class _Worker:
             raise _WorkerDied(0, f"the filter worker is gone: {exc}") from exc
         out: list[Verdict] = []
         fd = proc.stdout.fileno()
+        cpu_before = _cpu_seconds(proc.pid)
+        give_up_at = time.monotonic() + _PATIENCE * wall_limit
         while len(out) < count:
             deadline = time.monotonic() + wall_limit
             verdict = self._next(fd, deadline)
-            if verdict is None:
+            while verdict is _LATE and self._starved(proc.pid, cpu_before, cpu_limit, len(out)):
+                if time.monotonic() >= give_up_at:
+                    break
+                verdict = self._next(fd, time.monotonic() + wall_limit)
+            if verdict is None or verdict is _LATE:
                 reason = self._death_reason(proc, cpu_limit, wall_limit)
                 self.kill()
                 raise _WorkerDied(len(out), reason)
             if verdict == "M":
                 self.kill()
                 raise _WorkerDied(len(out), "memory")
-            if isinstance(verdict, float):
+            if isinstance(verdict, float | _Late):
                 self.kill()
                 raise _WorkerDied(len(out), "exit:protocol")
             out.append(verdict)
         spent = self._next(fd, time.monotonic() + wall_limit)
         return out, spent if isinstance(spent, float) else None
 
-    def _next(self, fd: int, deadline: float) -> Verdict | float | None:
-        """The next verdict (a float: the request's CPU seconds), or None when the worker
-        ended or the deadline passed."""
+    @staticmethod
+    def _starved(pid: int, cpu_before: float | None, cpu_limit: float, done: int) -> bool:
+        """Whether a worker past its wall-clock deadline has used less CPU than the
+        payloads so far may take: the machine is busy, not the filter (a loaded machine,
+        or the interpreter starting, must not end a cheap filter's subscription)."""
+        now = _cpu_seconds(pid)
+        if now is None or cpu_before is None:
+            return False
+        return now - cpu_before < cpu_limit * (done + 1) + _START_CPU
+
+    def _next(self, fd: int, deadline: float) -> Verdict | float | _Late | None:
+        """The next verdict (a float: the request's CPU seconds), ``_LATE`` when the
+        deadline passed, or None when the worker ended."""
         while True:
             buf = self._buffer
             tag = buf[:1]
@@ -247,10 +289,10 @@ class _Worker:
                 return None  # not the protocol: treat the worker as dead
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                return None
+                return _LATE
             ready, _, _ = select.select([fd], [], [], remaining)
             if not ready:
-                return None
+                return _LATE
             try:
                 chunk = os.read(fd, 65536)
             except BlockingIOError:

@@ -124,13 +124,17 @@ class FilterShares:
                 return False
             if cost is not None and used > self.limit:
                 since = self._over.setdefault(key, now)
-                if self.end_after and now - since >= self.end_after:
-                    raise FilterShareExceeded(
-                        f"the MessageContent filter used more than its share of the filter "
-                        f"processes (filters.cpu_share {self.limit * math.log(2) / HALF_LIFE:g})"
-                        f" for {now - since:.0f} s (filters.over_share_end)"
-                    )
-                raise FilterBusy(HALF_LIFE * math.log2(used / self.limit))
+                delay = HALF_LIFE * math.log2(used / self.limit)
+                if self.end_after:
+                    if now - since >= self.end_after:
+                        raise FilterShareExceeded(
+                            "the MessageContent filter used more than its share of the filter "
+                            f"processes (filters.cpu_share "
+                            f"{self.limit * math.log(2) / HALF_LIFE:g}) for {now - since:.0f} s "
+                            "(filters.over_share_end)"
+                        )
+                    delay = min(delay, max(0.01, since + self.end_after - now))  # ask then
+                raise FilterBusy(delay)
             if used < self.limit / 2:
                 self._over.pop(key, None)
             if self.group_share is not None:

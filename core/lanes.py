@@ -250,9 +250,7 @@ class Lanes:
         if host is None:
             return
         changed = (before is LaneState.CLOSED) is not (lane.state is LaneState.CLOSED)
-        counted = outcome is Outcome.TIMED_OUT or (
-            outcome is Outcome.ANSWERED and host.failures
-        )
+        counted = outcome is Outcome.TIMED_OUT or (outcome is Outcome.ANSWERED and host.failures)
         if not changed and not counted and host.state is LaneState.CLOSED:
             return
         after = lane.state

@@ -418,7 +418,7 @@ def test_host_lane_limits_ports_and_opens_when_its_destinations_do() -> None:
     assert lanes.admit(fresh) is None
 
 
-def test_host_opens_after_timeouts_over_its_ports_and_an_answer_resets_them() -> None:
+def test_host_opens_after_timeouts_of_several_ports_and_an_answer_resets_them() -> None:
     clock = Clock()
     lanes = Lanes(2, BreakerSettings(failures=3, open_for=5, max_open=20), clock, per_host=3)
 
@@ -450,6 +450,12 @@ def test_host_opens_after_timeouts_over_its_ports_and_an_answer_resets_them() ->
     assert lanes.admit(fresh) is None  # the probe
     lanes.report(fresh, Outcome.TIMED_OUT)
     assert h.state is LaneState.OPEN and h.interval == pytest.approx(10)
+    # one dead port among live ones: its own circuit opens, not its host's
+    for _ in range(3):
+        once("http://d:1", Outcome.TIMED_OUT)
+    d1, d = lanes.get("http://d:1"), lanes.host("http://d:1")
+    assert d1 is not None and d1.state is LaneState.OPEN
+    assert d is not None and d.state is LaneState.CLOSED
     # fast failures (refused connections) hold no thread: they do not count
     once("http://f:1", Outcome.FAILED_FAST)
     once("http://f:2", Outcome.FAILED_FAST)

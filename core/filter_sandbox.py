@@ -509,8 +509,9 @@ class SandboxEvaluator:
             finally:
                 # the worker's CPU time: on a loaded machine the wall time of a cheap
                 # filter's round trip can exceed a costly filter's threshold
-                used = time.monotonic() - started if spent is None else spent
-                self.shares.charge(key, used, n, heavy=heavy)
+                if spent is None:  # the worker died: it cannot have used more than this
+                    spent = min(time.monotonic() - started, self.cpu_limit * n)
+                self.shares.charge(key, spent, n, heavy=heavy)
         return out
 
     def _resume(self, key: str, payloads: Sequence[bytes]) -> list[Verdict]:

@@ -25,7 +25,7 @@ that for ``s = filters.cpu_share``.
   filter does, and twenty of them held both processes for seconds (issue 22).
 * All heavy (and not yet known) subscriptions together are one group with a budget of
   their own, ``group_share`` of one process (a token bucket: that rate, a burst of one
-  ``cpu_limit``): per-subscription shares alone let twenty costly subscriptions keep a
+  ``cpu_limit``, a debt of at most as much): per-subscription shares alone let twenty costly subscriptions keep a
   process busy for good, and the gateway shares its CPUs with that process.  A heavy
   subscription refused for the group's sake is pushed back the same way.
 * A heavy subscription that stays over its own share for ``end_after`` seconds (its usage
@@ -163,7 +163,9 @@ class FilterShares:
                 per_message if old is None else min(per_message, (old + per_message) / 2)
             )
             if heavy and self.group_share is not None:
-                self._tokens = self._group_tokens(now) - seconds
+                # the debt is bounded: a newcomer (admitted as costly until known) waits at
+                # most two bursts' worth
+                self._tokens = max(-self.burst, self._group_tokens(now) - seconds)
             if now >= self._next_sweep:
                 self._next_sweep = now + _FORGET_AFTER
                 idle = [k for k, (_, at) in self._usage.items() if now - at > _FORGET_AFTER]

@@ -25,9 +25,10 @@ that for ``s = filters.cpu_share``.
   filter does, and twenty of them held both processes for seconds (issue 22).
 * All heavy (and not yet known) subscriptions together are one group with a budget of
   their own, ``group_share`` of one process (a token bucket: that rate, a burst of one
-  ``cpu_limit``, a debt of at most as much): per-subscription shares alone let twenty costly subscriptions keep a
-  process busy for good, and the gateway shares its CPUs with that process.  A heavy
-  subscription refused for the group's sake is pushed back the same way.
+  ``cpu_limit``, a debt of at most as much): per-subscription shares alone let twenty
+  costly subscriptions keep a process busy for good, and the gateway shares its CPUs with
+  that process.  A heavy subscription refused for the group's sake is pushed back the
+  same way.
 * A heavy subscription that stays over its own share for ``end_after`` seconds (its usage
   never decayed below half its limit meanwhile) is ended (:class:`FilterShareExceeded`):
   its backlog alone would hold it over its share for good.

@@ -204,3 +204,37 @@ def test_a_subscription_over_its_share_too_long_is_ended_with_subscription_end(
     assert ended._value.get() == before + 1
     assert outbound.payloads_to(cheap) == [b"<m>1</m>"] or outbound.wait_messages(cheap, 1, 30)
     assert not [a for a in outbound.delivered if a.address == "http://127.0.0.1:9/costly"]
+
+
+def test_a_pushed_back_batch_is_not_evaluated_twice() -> None:
+    """A costly subscription refused in the middle of its batch keeps the verdicts it
+    reached: when the channel tries the same messages again, only the rest are evaluated
+    (each try used to start the batch over)."""
+    evaluator = SandboxEvaluator(cpu_limit=2.0, memory_mb=334, processes=2)
+    content = MessageContentFilter(mc("boolean(/r)"))
+    seen: list[bytes] = []
+    evaluate = evaluator._evaluate
+
+    def counting(expression: Any, payloads: Any, worker: Any) -> Any:
+        seen.extend(payloads)
+        return evaluate(expression, payloads, worker)
+
+    evaluator._evaluate = counting  # type: ignore[method-assign]
+    steps: list[Any] = [True, FilterBusy(0.1)]  # costly, then refused for the second
+    check = evaluator.shares.check
+
+    def scripted(key: str) -> bool:
+        if steps:
+            step = steps.pop(0)
+            if isinstance(step, FilterBusy):
+                raise step
+            return bool(step)
+        return check(key)
+
+    evaluator.shares.check = scripted  # type: ignore[method-assign]
+    payloads = [b"<r>1</r>", b"<r>2</r>", b"<x/>"]
+    with pytest.raises(FilterBusy):
+        evaluator.evaluate(content, payloads, "k")
+    assert seen == payloads[:1]
+    assert evaluator.evaluate(content, payloads, "k") == [True, True, False]
+    assert seen == payloads  # the first one once

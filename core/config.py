@@ -308,6 +308,12 @@ class FilterSettings:
     #: beyond it its deliveries wait; below it, it takes a process only while another
     #: stays free
     cpu_share: float = field(default=0.1, metadata=limits(above=0, maximum=64))
+    #: the share of one evaluation process all costly subscriptions together (and those
+    #: not yet known to be cheap) may use over time; beyond it they wait as above
+    costly_share: float = field(default=0.25, metadata=limits(above=0, maximum=64))
+    #: seconds a costly subscription may stay over its ``cpu_share`` before it is ended
+    #: with SubscriptionEnd; 0: never (it is only pushed back)
+    over_share_end: float = field(default=60.0, metadata=limits(0, 86400))
 
 
 @dataclass(slots=True)

@@ -113,6 +113,8 @@ class BrokerContext:
                 memory_mb=f.memory,
                 processes=f.processes,
                 cpu_share=f.cpu_share,
+                costly_share=f.costly_share,
+                over_share_end=f.over_share_end,
             )
         )
         #: ownership, topic ACL and quota checks of the caller (``core.access``)

@@ -22,23 +22,19 @@ ends the subscription with a SubscriptionEnd notice and a logged reason
 by every broker in one Python process with the same memory limit, so a test suite starts
 them once); a delivery thread borrows one for a batch.  Over time each subscription may
 use ``filters.cpu_share`` of one worker (``core.filter_share``): one that used more is
-pushed back (``FilterBusy``), and one near its share takes a worker only while another
-stays free for cheap filters.  ``filters.isolation = "inline"``
+pushed back (``FilterBusy``), one that stays over it for ``filters.over_share_end`` seconds
+is ended, a costly one (or one not yet known to be cheap) takes a worker only while
+another stays free for cheap filters, and all costly ones together may use
+``filters.costly_share`` of one worker.  A pushed-back subscription's verdicts on the head
+of its batch are kept, so that no evaluation is done twice.  ``filters.isolation = "inline"``
 evaluates in the delivery thread instead (no budget; only for trusted subscribers).
 """
 
 from __future__ import annotations
 
 import atexit
-import contextlib
-import logging
-import os
+import hashlib
 import pickle
-import select
-import signal
-import struct
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Sequence
@@ -46,7 +42,8 @@ from typing import Protocol
 
 from lxml import etree
 from wsnmom.core.codec import safe_parse
-from wsnmom.core.filter_share import FilterBusy, FilterShares
+from wsnmom.core.filter_process import Verdict, Worker, WorkerDied
+from wsnmom.core.filter_share import FilterBusy, FilterShareExceeded, FilterShares
 from wsnmom.core.filter_worker import xpath_boolean
 
 __all__ = [
@@ -59,20 +56,17 @@ __all__ = [
     "Verdict",
 ]
 
-log = logging.getLogger(__name__)
-
-#: a verdict: True / False, or the text of an evaluation error (counts as no match)
-Verdict = bool | str
-
 
 class FilterBudgetExceeded(Exception):
     """Evaluating a filter on one message exceeded its CPU-time or memory budget."""
 
-    def __init__(self, reason: str, index: int = 0) -> None:
+    def __init__(self, reason: str, index: int = 0, *, cause: str = "filter") -> None:
         super().__init__(reason)
         self.reason = reason
         #: the payload (of the batch evaluated) that exceeded the budget
         self.index = index
+        #: "filter": one message's budget; "filter_share": the share over time
+        self.cause = cause
 
 
 class FilterExpression(Protocol):
@@ -100,6 +94,10 @@ class ContentEvaluator(Protocol):
         """One verdict per payload; raises :class:`FilterBudgetExceeded`.  ``key`` (a
         subscription) is charged the time; it may raise :class:`FilterBusy` then."""
 
+    def ready(self, key: str) -> None:
+        """Raise :class:`FilterBusy` when ``key`` would be refused now (checked before its
+        messages are decoded)."""
+
     def close(self) -> None:
         """Release what the evaluator holds."""
 
@@ -120,134 +118,11 @@ class InlineEvaluator:
                 out.append(str(exc) or type(exc).__name__)
         return out
 
+    def ready(self, key: str) -> None:
+        """Never refused (no budget)."""
+
     def close(self) -> None:
         """Nothing to release."""
-
-
-class _WorkerDied(Exception):
-    def __init__(self, index: int, reason: str) -> None:
-        super().__init__(reason)
-        self.index = index
-        self.reason = reason
-
-
-class _Worker:
-    """One evaluation process; used by one thread at a time."""
-
-    def __init__(self, memory_mb: int) -> None:
-        self.memory_mb = memory_mb
-        self.proc: subprocess.Popen[bytes] | None = None
-        self._buffer = b""
-
-    def _start(self) -> subprocess.Popen[bytes]:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "wsnmom.core.filter_worker", str(self.memory_mb)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            close_fds=True,
-            bufsize=0,
-        )
-        assert proc.stdout is not None
-        os.set_blocking(proc.stdout.fileno(), False)
-        self._buffer = b""
-        self.proc = proc
-        return proc
-
-    def kill(self) -> None:
-        proc, self.proc = self.proc, None
-        if proc is None:
-            return
-        with contextlib.suppress(OSError):
-            proc.kill()
-        for stream in (proc.stdin, proc.stdout):
-            if stream is not None:
-                with contextlib.suppress(OSError):
-                    stream.close()
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL does not wait
-            log.warning("filter worker %s did not end", proc.pid)
-
-    def close(self) -> None:
-        """Let the worker end (stdin closed), killing it if it does not."""
-        proc = self.proc
-        if proc is None:
-            return
-        try:
-            if proc.stdin is not None:
-                proc.stdin.close()
-            proc.wait(timeout=1)
-        except (OSError, subprocess.TimeoutExpired):
-            pass
-        self.kill()
-
-    def evaluate(
-        self, request: bytes, count: int, cpu_limit: float, wall_limit: float
-    ) -> list[Verdict]:
-        proc = self.proc if self.proc is not None and self.proc.poll() is None else self._start()
-        assert proc.stdin is not None and proc.stdout is not None
-        try:
-            proc.stdin.write(struct.pack("!I", len(request)) + request)
-        except OSError as exc:
-            self.kill()
-            raise _WorkerDied(0, f"the filter worker is gone: {exc}") from exc
-        out: list[Verdict] = []
-        fd = proc.stdout.fileno()
-        while len(out) < count:
-            deadline = time.monotonic() + wall_limit
-            verdict = self._next(fd, deadline)
-            if verdict is None:
-                reason = self._death_reason(proc, cpu_limit, wall_limit)
-                self.kill()
-                raise _WorkerDied(len(out), reason)
-            if verdict == "M":
-                self.kill()
-                raise _WorkerDied(len(out), "memory")
-            out.append(verdict)
-        return out
-
-    def _next(self, fd: int, deadline: float) -> Verdict | None:
-        """The next verdict, or None when the worker ended or the deadline passed."""
-        while True:
-            buf = self._buffer
-            tag = buf[:1]
-            if tag in (b"1", b"0", b"M"):
-                self._buffer = buf[1:]
-                return True if tag == b"1" else False if tag == b"0" else "M"
-            if tag == b"E" and len(buf) >= 3:
-                (n,) = struct.unpack("!H", buf[1:3])
-                if len(buf) >= 3 + n:
-                    self._buffer = buf[3 + n :]
-                    return buf[3 : 3 + n].decode("utf-8", "replace")
-            elif tag:
-                return None  # not the protocol: treat the worker as dead
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return None
-            ready, _, _ = select.select([fd], [], [], remaining)
-            if not ready:
-                return None
-            try:
-                chunk = os.read(fd, 65536)
-            except BlockingIOError:
-                continue
-            except OSError:
-                return None
-            if not chunk:
-                return None
-            self._buffer += chunk
-
-    @staticmethod
-    def _death_reason(proc: subprocess.Popen[bytes], cpu_limit: float, wall_limit: float) -> str:
-        try:
-            code = proc.wait(timeout=0.2)
-        except subprocess.TimeoutExpired:
-            return f"wall:{wall_limit:g}"
-        if code == -signal.SIGPROF:
-            return f"cpu:{cpu_limit:g}"
-        if code == -signal.SIGKILL:
-            return "killed"
-        return f"exit:{code}"
 
 
 def _describe(reason: str, cpu_limit: float, memory_mb: int) -> str:
@@ -275,24 +150,24 @@ class _Pool:
 
     def __init__(self, memory_mb: int) -> None:
         self.memory_mb = memory_mb
-        self.idle: list[_Worker] = []
+        self.idle: list[Worker] = []
         self.size = 0
         self._lock = threading.Lock()
         self._free = threading.Condition(self._lock)
         #: threads waiting for a worker that are not heavy (heavy ones yield to them)
         self._light_waiting = 0
-        self._all: list[_Worker] = []
+        self._all: list[Worker] = []
 
     def grow(self, processes: int) -> None:
         with self._lock:
             while self.size < processes:
-                worker = _Worker(self.memory_mb)
+                worker = Worker(self.memory_mb)
                 self._all.append(worker)
                 self.idle.append(worker)
                 self.size += 1
                 self._free.notify()
 
-    def take(self) -> _Worker:
+    def take(self) -> Worker:
         """A worker, waiting for one to be free."""
         with self._free:
             self._light_waiting += 1
@@ -303,18 +178,24 @@ class _Pool:
             finally:
                 self._light_waiting -= 1
 
-    def take_heavy(self, wait: bool = False) -> _Worker | None:
+    def take_heavy(self) -> Worker | None:
         """A worker for a heavy key, or None: only while another stays free (with one
-        worker: only while nobody else waits); ``wait`` for that instead."""
+        worker: only while nobody else waits)."""
         with self._free:
-            reserve = 1 if self.size > 1 else 0
-            while len(self.idle) <= reserve or self._light_waiting:
-                if not wait:
-                    return None
-                self._free.wait()
+            if not self._heavy_may_take():
+                return None
             return self.idle.pop()
 
-    def give_back(self, worker: _Worker) -> None:
+    def heavy_may_take(self) -> bool:
+        """Whether :meth:`take_heavy` would find a worker now."""
+        with self._free:
+            return self._heavy_may_take()
+
+    def _heavy_may_take(self) -> bool:
+        reserve = 1 if self.size > 1 else 0
+        return len(self.idle) > reserve and not self._light_waiting
+
+    def give_back(self, worker: Worker) -> None:
         with self._free:
             self.idle.append(worker)
             self._free.notify_all()
@@ -339,6 +220,10 @@ def _pool(memory_mb: int, processes: int) -> _Pool:
     return pool
 
 
+def _digest(payload: bytes) -> bytes:
+    return hashlib.blake2b(payload, digest_size=16).digest()
+
+
 @atexit.register
 def _close_pools() -> None:
     with _POOLS_LOCK:
@@ -351,15 +236,49 @@ def _close_pools() -> None:
 class SandboxEvaluator:
     """Evaluates in worker processes with a CPU-time and memory budget per message."""
 
+    #: keys whose partly evaluated batch is kept at most (then they are all dropped)
+    MAX_KEPT = 10_000
+
     def __init__(
-        self, *, cpu_limit: float, memory_mb: int, processes: int, cpu_share: float = 0.1
+        self,
+        *,
+        cpu_limit: float,
+        memory_mb: int,
+        processes: int,
+        cpu_share: float = 0.1,
+        costly_share: float | None = None,
+        over_share_end: float = 0.0,
     ) -> None:
         self.cpu_limit = cpu_limit
         self.memory_mb = memory_mb
         self.wall_limit = max(4 * cpu_limit, cpu_limit + 2.0)
         self._pool = _pool(memory_mb, processes)
-        #: each subscription's recent use of the workers (``filters.cpu_share``)
-        self.shares = FilterShares(cpu_share, heavy_cost=cpu_limit / 10)
+        #: each subscription's recent use of the workers (``filters.cpu_share``) and the
+        #: costly ones' together (``filters.costly_share``)
+        self.shares = FilterShares(
+            cpu_share,
+            heavy_cost=cpu_limit / 10,
+            group_share=costly_share,
+            burst=cpu_limit,
+            end_after=over_share_end,
+        )
+        #: a pushed-back key's verdicts on the head of its batch: (payload digest,
+        #: verdict), reused when the same payloads come again (no evaluation is wasted)
+        self._kept: dict[str, list[tuple[bytes, Verdict]]] = {}
+        self._kept_lock = threading.Lock()
+
+    def ready(self, key: str) -> None:
+        """Raise :class:`FilterBusy` when ``key`` would be refused a process now (before
+        its messages are decoded for nothing), :class:`FilterBudgetExceeded` when it is to
+        be ended."""
+        if self._check(key) and not self._pool.heavy_may_take():
+            raise FilterBusy(max(0.1, 4 * self.shares.cost(key)))
+
+    def _check(self, key: str) -> bool:
+        try:
+            return self.shares.check(key)
+        except FilterShareExceeded as exc:
+            raise FilterBudgetExceeded(exc.reason, cause="filter_share") from None
 
     def evaluate(
         self, expression: FilterExpression, payloads: Sequence[bytes], key: str | None = None
@@ -367,46 +286,67 @@ class SandboxEvaluator:
         """One verdict per payload; raises :class:`FilterBudgetExceeded` for the first
         payload that exceeds a budget (the verdicts before it are lost with it), and
         :class:`FilterBusy` when ``key`` used its share or is heavy and no worker is free
-        for it (see the module docstring)."""
+        for it (see the module docstring); the verdicts reached by then are kept and
+        reused when the same payloads are evaluated again."""
         if not payloads:
             return []
         if key is None:
-            return self._evaluate(expression, payloads, self._pool.take())
-        out: list[Verdict] = []
+            return self._evaluate(expression, payloads, self._pool.take())[0]
+        out = self._resume(key, payloads)
         while len(out) < len(payloads):
-            heavy = self.shares.check(key) if not out else self._heavy_now(key)
-            if heavy:
-                # the first message may be refused (the channel waits); later ones wait
-                # here, so that what was evaluated is not lost
-                found = self._pool.take_heavy(wait=bool(out))
-                if found is None:
+            try:
+                heavy = self._check(key)
+                worker = self._pool.take_heavy() if heavy else self._pool.take()
+                if worker is None:
                     # each try decodes the channel's batch again: not more often than a
                     # few of its messages would take to evaluate
                     raise FilterBusy(max(0.1, 4 * self.shares.cost(key)))
-                worker, n = found, 1
-            else:
-                worker = self._pool.take()
-                n = len(payloads) - len(out) if self.shares.known_cheap(key) else 1
+            except FilterBusy:
+                self._keep(key, payloads, out)
+                raise
+            n = 1 if heavy else len(payloads) - len(out)
             started = time.monotonic()
+            spent: float | None = None
             try:
-                out += self._evaluate(expression, payloads[len(out) : len(out) + n], worker)
+                verdicts, spent = self._evaluate(
+                    expression, payloads[len(out) : len(out) + n], worker
+                )
+                out += verdicts
             except FilterBudgetExceeded as exc:
                 exc.index += len(out)
                 raise
             finally:
-                self.shares.charge(key, time.monotonic() - started, n)
+                # the worker's CPU time: on a loaded machine the wall time of a cheap
+                # filter's round trip can exceed a costly filter's threshold
+                if spent is None:  # the worker died: it cannot have used more than this
+                    spent = min(time.monotonic() - started, self.cpu_limit * n)
+                self.shares.charge(key, spent, n, heavy=heavy)
         return out
 
-    def _heavy_now(self, key: str) -> bool:
-        try:
-            return self.shares.check(key)
-        except FilterBusy:
-            return True
+    def _resume(self, key: str, payloads: Sequence[bytes]) -> list[Verdict]:
+        """The kept verdicts of ``key`` that match the head of ``payloads``."""
+        with self._kept_lock:
+            kept = self._kept.pop(key, None)
+        out: list[Verdict] = []
+        for (digest, verdict), payload in zip(kept or (), payloads, strict=False):
+            if digest != _digest(payload):
+                break
+            out.append(verdict)
+        return out
+
+    def _keep(self, key: str, payloads: Sequence[bytes], out: list[Verdict]) -> None:
+        if not out:
+            return
+        with self._kept_lock:
+            if len(self._kept) >= self.MAX_KEPT:
+                self._kept.clear()
+            self._kept[key] = [(_digest(p), v) for p, v in zip(payloads, out, strict=False)]
 
     def _evaluate(
-        self, expression: FilterExpression, payloads: Sequence[bytes], worker: _Worker
-    ) -> list[Verdict]:
-        """Evaluate on ``worker`` (taken from the pool; given back here)."""
+        self, expression: FilterExpression, payloads: Sequence[bytes], worker: Worker
+    ) -> tuple[list[Verdict], float | None]:
+        """Evaluate on ``worker`` (taken from the pool; given back here): the verdicts and
+        the worker's CPU seconds."""
         try:
             request = pickle.dumps(
                 (
@@ -419,7 +359,7 @@ class SandboxEvaluator:
                 protocol=pickle.HIGHEST_PROTOCOL,
             )
             return worker.evaluate(request, len(payloads), self.cpu_limit, self.wall_limit)
-        except _WorkerDied as exc:
+        except WorkerDied as exc:
             raise FilterBudgetExceeded(
                 _describe(exc.reason, self.cpu_limit, self.memory_mb), exc.index
             ) from None

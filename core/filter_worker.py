@@ -12,7 +12,10 @@ elements.
 Verdicts (worker to parent), one per payload, written as soon as it is known:
 ``b"1"`` (matches), ``b"0"`` (does not), or ``b"E"`` + a 2-byte big-endian length + that
 many bytes of UTF-8 (the expression cannot be evaluated: the text says why), or ``b"M"``
-(memory exhausted; the worker exits after writing it).
+(memory exhausted; the worker exits after writing it).  After the last verdict of a request:
+``b"T"`` + an 8-byte big-endian double, the CPU seconds the worker spent on the request
+(what the parent charges the subscription: wall time on a loaded machine would make a cheap
+filter look costly).
 
 Bounds: the address space of the process is limited to ``MEMORY_MB`` MiB (``RLIMIT_AS``),
 and each payload's parse and evaluation runs under a CPU-time timer (``ITIMER_PROF``)
@@ -28,6 +31,7 @@ import resource
 import signal
 import struct
 import sys
+import time
 from collections import OrderedDict
 from typing import Any, BinaryIO
 
@@ -78,6 +82,7 @@ def serve(inp: BinaryIO, out: BinaryIO) -> None:
         body = _read_exact(inp, length)
         if body is None:
             return
+        started = time.process_time()
         text, namespaces, exslt_regex, cpu_limit, payloads = pickle.loads(body)
         key = (text, namespaces, exslt_regex)
         xpath = cache.get(key)
@@ -122,6 +127,8 @@ def serve(inp: BinaryIO, out: BinaryIO) -> None:
             signal.setitimer(signal.ITIMER_PROF, 0)
             out.write(verdict)
             out.flush()
+        out.write(b"T" + struct.pack("!d", time.process_time() - started))
+        out.flush()
 
 
 def main(argv: list[str]) -> None:

@@ -22,10 +22,14 @@ any other consumer:
   opens it again for twice as long, up to ``max_open``.  Any answer, even an error status,
   closes it: the consumer is alive.
 
-* **Host breaker.**  A host with ``failures`` destinations whose circuits are open at once
-  has its own circuit opened, with the same intervals and probe: many ports of one host
-  (each a destination with its own breaker) cannot keep timing out one by one.  An answer
-  from any of its ports closes it.
+* **Host breaker.**  A host with ``failures`` destinations whose circuits are open at once,
+  or ``failures`` different destinations that timed out with no answer from any of its
+  ports since, has its own circuit opened, with the same intervals and probe: many ports
+  of one host (each a destination with its own breaker, each timing out once) cannot keep
+  holding the host's share of the threads.  Counting open destinations alone, 100 ports
+  each had to time out three times (300 timeouts of 10 s) before the host opened.  One
+  dead port among live ones is left to its own breaker (its timeouts count once).  An
+  answer from any of its ports closes it.
 
 Deliveries into the broker's own pull points have no lane.  Lanes are created on first use
 and forgotten when idle and closed (``sweep``).
@@ -117,6 +121,9 @@ class Lane:
     host: Lane | None = None
     #: a host lane: its destinations whose circuits are open now
     open_destinations: int = 0
+    #: a host lane: its destinations that timed out since it last answered (at most
+    #: ``failures`` of them are remembered)
+    timed_out: set[str] = field(default_factory=set)
 
 
 class Lanes:
@@ -247,7 +254,10 @@ class Lanes:
         if host is None:
             return
         changed = (before is LaneState.CLOSED) is not (lane.state is LaneState.CLOSED)
-        if not changed and host.state is LaneState.CLOSED:
+        counted = outcome is Outcome.TIMED_OUT or (
+            outcome is Outcome.ANSWERED and bool(host.timed_out)
+        )
+        if not changed and not counted and host.state is LaneState.CLOSED:
             return
         after = lane.state
         b = self.breaker
@@ -258,12 +268,17 @@ class Lanes:
                 host.open_destinations = max(0, host.open_destinations - 1)
             if outcome is Outcome.ANSWERED:
                 host.state = LaneState.CLOSED
+                host.timed_out.clear()
                 host.interval = 0.0
                 host.probing = False
                 return
+            if outcome is Outcome.TIMED_OUT and len(host.timed_out) < b.failures:
+                host.timed_out.add(lane.key)
             if host.state is LaneState.HALF_OPEN:
                 host.interval = min(max(host.interval, b.open_for) * 2, b.max_open)
-            elif host.state is LaneState.CLOSED and host.open_destinations >= b.failures:
+            elif host.state is LaneState.CLOSED and (
+                host.open_destinations >= b.failures or len(host.timed_out) >= b.failures
+            ):
                 host.interval = min(b.open_for, b.max_open)
             else:
                 return

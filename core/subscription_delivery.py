@@ -85,13 +85,23 @@ class SubscriptionDelivery:
         The MessageContent filter is evaluated once for the batch by the context's
         evaluator; a message that exceeds its budget raises ``EndSubscription``.  With
         ``shared`` (a delivery channel) the subscription is charged its evaluation time
-        (``filters.cpu_share``) and ``PrepareLater`` says when it may evaluate again.
+        (``filters.cpu_share``) and ``PrepareLater`` says when it may evaluate again (asked
+        before decoding too); one that stayed over its share too long is ended.
         """
         ctx = self._ctx
         now = ctx.now()
         if is_expired(state.record.termination_time, now):
             ctx.wake_sweep()
             return [None] * len(batch)
+        content = state.filter.content
+        key = state.record.id if shared and content is not None else None
+        if key is not None:
+            try:  # refused before decoding: a pushed-back channel retries often
+                ctx.content_evaluator.ready(key)
+            except FilterBudgetExceeded as exc:
+                raise EndSubscription(exc.reason, exc.cause) from exc
+            except FilterBusy as busy:
+                raise PrepareLater(busy.delay) from None
         out: list[NotificationMessage | None] = []
         too_old: list[Received] = []
         for received in batch:
@@ -107,15 +117,13 @@ class SubscriptionDelivery:
         buried = not too_old or bury(ctx, state, too_old, "max-age", 0, "older than max_age")
         if not buried and shared:  # kept unsettled: tried again later
             raise PrepareLater(ctx.settings.retry.initial_delay.total_seconds() or 1.0)
-        content = state.filter.content
         if content is not None:
             kept = [i for i, m in enumerate(out) if m is not None]
             try:
                 payloads = [m.payload for m in out if m is not None]
-                key = state.record.id if shared else None
                 verdicts = ctx.content_evaluator.evaluate(content, payloads, key)
             except FilterBudgetExceeded as exc:
-                raise EndSubscription(exc.reason, "filter") from exc
+                raise EndSubscription(exc.reason, exc.cause) from exc
             except FilterBusy as busy:
                 raise PrepareLater(busy.delay) from None
             for i, verdict in zip(kept, verdicts, strict=True):

@@ -18,6 +18,11 @@ load again in each of three cases (issue 22):
   messages each; measured after 3 s, once their shares (``filters.cpu_share``) have
   pushed them back.
 
+Once a case is measured its attackers are paused (PauseSubscription), so that the retries
+of their failing deliveries (the closed tarpits refuse connections) are not part of the
+next case's load: until then the many-ports case also measured 100 tarpit-host retries
+every few seconds.
+
 Target for each: the healthy consumer's p99 <= 2 x its p99 alone (same gateway, same
 rate, same run).
 """
@@ -74,6 +79,15 @@ def _latencies(
     return latencies, sent, missing
 
 
+def _pause(subscriptions: list[str]) -> None:
+    """PauseSubscription for each of ``subscriptions`` (a case's attackers, once measured:
+    closed tarpits refuse connections, and their retries would load the next case)."""
+    answers, _ = client.run_requests([client.Request(s, soap.pause(s)) for s in subscriptions])
+    failed = [status for status, _ in answers if status != 200]
+    if failed:
+        raise RuntimeError(f"PauseSubscription failed {len(failed)} times; first: {failed[0]}")
+
+
 def _threads(base_url: str) -> float | None:
     """The gateway's push delivery threads, from ``/metrics``."""
     try:
@@ -118,7 +132,7 @@ class Isolation(Scenario):
                 _, secs = subscribe_all(
                     server, [consumer.base_url + "/c/0"], [TOPIC], content=CHEAP_FILTER
                 )
-                _, more = subscribe_all(
+                attackers, more = subscribe_all(
                     server,
                     [*pits.addresses(), *ports.addresses()],
                     [PIT_TOPIC] * TARPITS + [PORTS_TOPIC] * TARPITS,
@@ -145,12 +159,14 @@ class Isolation(Scenario):
                     notes["tarpits"].append("the measurement outlasted the 10 s timeout")
                 threads = _threads(server.base_url)
                 pits.close()  # the hanging deliveries fail now
+                _pause(attackers[:TARPITS])  # their retries are not the next case's load
 
                 check_notify(server, PORTS_TOPIC)
                 _, port_conns = _hanging(ports, 1)
                 runs["ports"] = _latencies(server.broker_url, consumer, rate, seconds)
                 port_conns = ports.connections()
                 ports.close()
+                _pause(attackers[TARPITS:])
                 notes["ports"].append(
                     f"{port_conns} connections made to the {TARPITS} ports of one host in all"
                 )

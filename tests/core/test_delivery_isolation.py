@@ -349,6 +349,36 @@ def test_many_ports_of_one_host_hold_at_most_the_hosts_share(
     assert sum(p.connections() for p in pits) == per_host
 
 
+def test_many_ports_each_timing_out_once_open_the_host_and_hold_no_thread(
+    make_broker: Any, consumer: ConsumerServer, tarpits: Callable[..., Tarpit]
+) -> None:
+    """Issue 22, item 2: 48 never-answering ports of one host, each a destination of its
+    own that times out once.  The host's circuit opens after ``breaker_failures`` timeouts
+    over all its ports (counting only ports whose own circuits had opened, each of the 48
+    had to time out three times first: a minute here), so the host then holds no delivery
+    thread and no port of it is connected again, while a healthy consumer on another host
+    gets its notification."""
+    b = _broker(make_broker, retry__timeout=1.0, delivery__breaker_open=timedelta(minutes=5))
+    pits = [tarpits("127.0.0.2") for _ in range(48)]
+    for pit in pits:
+        _subscribe(b, pit.address(), "t:pit")
+    _subscribe(b, consumer.address("/healthy"), "t:ok")
+    assert b.service is not None
+    lanes = b.service.engine.lanes
+    b.service.notify([note("<m>pit</m>", simple("t:pit"))])
+
+    def host_open_and_idle() -> bool:
+        host = lanes.host(destination_key(pits[0].address()) or "")
+        return host is not None and host.state is LaneState.OPEN and host.active == 0
+
+    wait_until(host_open_and_idle, 15, what="the host's circuit open, its deliveries done")
+    b.service.notify([note("<m>1</m>", simple("t:ok"))])
+    consumer.wait_for_messages(1, timeout=30)
+    # the first per_host timed out; only those that entered while they did got through
+    failures = b.settings.delivery.breaker_failures
+    assert sum(p.connections() for p in pits) <= lanes.per_host + failures - 1
+
+
 def test_owner_lane_limits_one_identitys_deliveries() -> None:
     lanes = Lanes(4, per_owner=2)
     a = lanes.enter("http://h1:1", ("a", 0), "mallory")
@@ -386,3 +416,49 @@ def test_host_lane_limits_ports_and_opens_when_its_destinations_do() -> None:
     lanes.report(fresh, Outcome.ANSWERED)  # any answer from the host closes it
     assert host.state is LaneState.CLOSED
     assert lanes.admit(fresh) is None
+
+
+def test_host_opens_after_timeouts_of_several_ports_and_an_answer_resets_them() -> None:
+    clock = Clock()
+    lanes = Lanes(2, BreakerSettings(failures=3, open_for=5, max_open=20), clock, per_host=3)
+
+    def once(key: str, outcome: Outcome) -> None:
+        lane = lanes.enter(key, (key, 0))
+        assert lane is not None
+        lanes.report(lane, outcome)
+        lanes.leave(lane)
+
+    # two ports time out, a third answers: the count starts again
+    once("http://g:1", Outcome.TIMED_OUT)
+    once("http://g:2", Outcome.TIMED_OUT)
+    once("http://g:3", Outcome.ANSWERED)
+    once("http://g:4", Outcome.TIMED_OUT)
+    once("http://g:5", Outcome.TIMED_OUT)
+    g = lanes.host("http://g:1")
+    assert g is not None and g.state is LaneState.CLOSED
+    # three ports of h time out once each: no port's own circuit opens, the host's does
+    for port in (1, 2, 3):
+        once(f"http://h:{port}", Outcome.TIMED_OUT)
+        lane = lanes.get(f"http://h:{port}")
+        assert lane is not None and lane.state is LaneState.CLOSED
+    h = lanes.host("http://h:1")
+    assert h is not None and h.state is LaneState.OPEN
+    fresh = lanes.enter("http://h:99", (99, 0))
+    assert fresh is not None
+    assert lanes.admit(fresh) == pytest.approx(5)
+    clock.now += 5
+    assert lanes.admit(fresh) is None  # the probe
+    lanes.report(fresh, Outcome.TIMED_OUT)
+    assert h.state is LaneState.OPEN and h.interval == pytest.approx(10)
+    # one dead port among live ones: its own circuit opens, not its host's
+    for _ in range(3):
+        once("http://d:1", Outcome.TIMED_OUT)
+    d1, d = lanes.get("http://d:1"), lanes.host("http://d:1")
+    assert d1 is not None and d1.state is LaneState.OPEN
+    assert d is not None and d.state is LaneState.CLOSED
+    # fast failures (refused connections) hold no thread: they do not count
+    once("http://f:1", Outcome.FAILED_FAST)
+    once("http://f:2", Outcome.FAILED_FAST)
+    once("http://f:3", Outcome.FAILED_FAST)
+    f = lanes.host("http://f:1")
+    assert f is not None and f.state is LaneState.CLOSED

@@ -13,7 +13,10 @@ on purpose at a 0.3 s CPU limit).
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
+import signal
 import threading
 import time
 from typing import Any
@@ -26,6 +29,8 @@ from wsnmom.core.filters import MessageContentFilter
 from wsnmom.core.model import CreatePullPointRequest, ExpressionSource
 from wsnmom.core.service import NATO_NS, BrokerService
 from wsnmom.core.xpath_guard import FilterRules, XPathRefused, check_expression
+
+from tests.support.waiting import wait_until
 
 from .conftest import Broker, RecordingOutbound, note, simple, sub_req
 
@@ -157,6 +162,47 @@ def test_memory_budget() -> None:
     with pytest.raises(FilterBudgetExceeded, match=r"more than 160 MiB"):
         sandbox.evaluate(blow_up, [text])
     assert sandbox.evaluate(MessageContentFilter(mc("true()")), [b"<r/>"]) == [True]
+
+
+def test_a_worker_starved_of_cpu_is_waited_for_not_ended() -> None:
+    """On a loaded machine (load 25 on 2 CPUs) a cheap filter's worker, or one just
+    started, could pass the wall-clock backstop without using its CPU budget; the
+    subscription was then ended as if its filter were costly.  A stopped worker (no CPU at
+    all) past its deadline is waited for, and its verdict counts."""
+    sandbox = SandboxEvaluator(cpu_limit=0.2, memory_mb=321, processes=1)
+    cheap = MessageContentFilter(mc("boolean(/r)"))
+    assert sandbox.evaluate(cheap, [b"<r/>"]) == [True]  # the worker is up
+    sandbox.wall_limit = 0.2
+    worker = sandbox._pool.idle[0]
+    assert worker.proc is not None
+    late: list[int] = []
+    starved = getattr(worker, "_starved", None)
+    if starved is not None:
+
+        def counting(*args: Any) -> bool:  # called each time the deadline has passed
+            late.append(1)
+            return bool(starved(*args))
+
+        worker._starved = counting  # type: ignore[method-assign]
+    got: list[Any] = []
+
+    def evaluate() -> None:
+        try:
+            got.append(sandbox.evaluate(cheap, [b"<r/>"]))
+        except FilterBudgetExceeded as exc:
+            got.append(exc.reason)
+
+    pid = worker.proc.pid
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        thread = threading.Thread(target=evaluate)
+        thread.start()
+        wait_until(lambda: len(late) >= 2 or got, 10, what="the deadline passing twice")
+    finally:
+        with contextlib.suppress(ProcessLookupError):  # killed as a costly filter's would be
+            os.kill(pid, signal.SIGCONT)
+    thread.join(10)
+    assert got == [[True]]
 
 
 def test_concurrent_callers_each_get_their_own_verdicts(sandbox: SandboxEvaluator) -> None:

@@ -14,10 +14,13 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from lxml import etree
+from wsnmom.core import metrics
 from wsnmom.core.filter_sandbox import SandboxEvaluator
-from wsnmom.core.filter_share import HALF_LIFE, FilterBusy, FilterShares
+from wsnmom.core.filter_share import HALF_LIFE, FilterBusy, FilterShareExceeded, FilterShares
 from wsnmom.core.filters import MessageContentFilter
 from wsnmom.core.model import ExpressionSource
+from wsnmom.core.service import NATO_NS
 
 from .conftest import Broker, RecordingOutbound, note, simple, sub_req
 
@@ -39,7 +42,8 @@ class Clock:
 def test_costly_filters_are_heavy_and_pushed_back_until_their_use_decays() -> None:
     clock = Clock()
     shares = FilterShares(0.1, heavy_cost=0.05, clock=clock)
-    assert shares.check("s") is False and not shares.known_cheap("s")
+    # not known to be cheap yet: admitted as heavy (leaves a process free)
+    assert shares.check("s") is True and not shares.known_cheap("s")
     shares.charge("s", shares.limit * 0.6)  # one costly message: heavy, under its share
     assert shares.check("s") is True and not shares.known_cheap("s")
     shares.charge("s", shares.limit)  # 1.6 limits
@@ -59,10 +63,13 @@ def test_a_heavy_subscription_leaves_a_process_to_cheap_filters() -> None:
     evaluator = SandboxEvaluator(cpu_limit=2.0, memory_mb=333, processes=2, cpu_share=0.1)
     cheap = MessageContentFilter(mc("boolean(/r)"))
     evaluator.shares.charge("heavy", evaluator.shares.limit * 0.75)
+    evaluator.shares.charge("light", 0.001)  # one cheap message: known to be cheap
     held = evaluator._pool.take()  # another caller holds one process
     try:
         with pytest.raises(FilterBusy):
             evaluator.evaluate(cheap, [b"<r/>"], "heavy")  # the free one is reserved
+        with pytest.raises(FilterBusy):  # so it is for one not known to be cheap yet
+            evaluator.evaluate(cheap, [b"<r/>"], "new")
         assert evaluator.evaluate(cheap, [b"<r/>"], "light") == [True]
         assert evaluator.evaluate(cheap, [b"<r/>"]) == [True]
     finally:
@@ -112,3 +119,122 @@ def test_a_pushed_back_subscription_waits_and_loses_nothing(
         assert outbound.payloads_to(address) == payloads
     assert refused and all(0 < delay <= 0.31 for delay in refused[:2])
     assert set(subs) <= set(service.registry.subscriptions)
+
+
+def test_costly_subscriptions_together_get_the_group_share() -> None:
+    """Per-subscription shares alone let twenty costly subscriptions keep a process busy
+    for good (each under its own share); together they get ``group_share`` of one
+    process, and cheap filters are never held to it."""
+    clock = Clock()
+    shares = FilterShares(0.1, heavy_cost=0.05, clock=clock, group_share=0.25, burst=0.5)
+    shares.charge("cheap", 0.001)
+    for key in ("a", "b"):
+        shares.charge(key, 0.3)  # one costly message each, as heavy
+    assert shares.check("a") is True  # the burst is not used up yet
+    shares.charge("a", 0.3, heavy=True)
+    shares.charge("b", 0.3, heavy=True)  # 0.6 s of a 0.5 s burst
+    for key in ("a", "b", "new"):  # each under its own share, and a newcomer too
+        with pytest.raises(FilterBusy) as busy:
+            shares.check(key)
+        assert busy.value.delay == pytest.approx(0.1 / 0.25)
+    assert shares.check("cheap") is False
+    clock.now += 0.1 / 0.25 + 0.01
+    assert shares.check("b") is True
+
+
+def test_over_its_share_too_long_a_subscription_is_to_be_ended() -> None:
+    clock = Clock()
+    shares = FilterShares(0.1, heavy_cost=0.05, clock=clock, end_after=30.0)
+    shares.charge("s", shares.limit * 4)  # far over its share
+    with pytest.raises(FilterBusy) as busy:
+        shares.check("s")
+    assert busy.value.delay == pytest.approx(HALF_LIFE * 2)  # decays to the limit in 20 s
+    clock.now += busy.value.delay
+    shares.charge("s", shares.limit * 2)  # evaluates again, over again
+    with pytest.raises(FilterBusy) as busy:
+        shares.check("s")
+    assert busy.value.delay == pytest.approx(10.0)  # asked again when its time is up
+    clock.now += busy.value.delay
+    with pytest.raises(FilterShareExceeded, match=r"filters.over_share_end"):
+        shares.check("s")
+    # one that went back under half its share starts counting afresh
+    shares.charge("t", shares.limit * 2)
+    with pytest.raises(FilterBusy):
+        shares.check("t")
+    clock.now += 2 * HALF_LIFE + 1
+    assert shares.check("t") is True
+    shares.charge("t", shares.limit * 2)
+    clock.now += 1
+    with pytest.raises(FilterBusy):
+        shares.check("t")
+
+
+def test_a_subscription_over_its_share_too_long_is_ended_with_subscription_end(
+    make_broker: Any, outbound: RecordingOutbound
+) -> None:
+    """Item 6: "end, or push back".  A subscription that stays over its share for
+    ``filters.over_share_end`` seconds is ended with SubscriptionEnd, counted in
+    ``wsnmom_subscriptions_ended{reason="filter_share"}``; a cheap one goes on."""
+    b: Broker = make_broker(filters__over_share_end=0.5)
+    service = b.service
+    assert service is not None
+    watcher = "http://127.0.0.1:9/watcher"
+    service.subscribe(sub_req(watcher, topic=simple("t:ends")))
+    costly = service.subscribe(
+        sub_req(
+            "http://127.0.0.1:9/costly",
+            topic=simple("t:m"),
+            message_content=mc("boolean(/m)"),
+            subscription_end_topic=simple("t:ends"),
+        )
+    ).id
+    cheap = "http://127.0.0.1:9/cheap"
+    service.subscribe(sub_req(cheap, topic=simple("t:m"), message_content=mc("boolean(/m)")))
+    evaluator = service._ctx.content_evaluator
+    assert isinstance(evaluator, SandboxEvaluator)
+    evaluator.shares.charge(costly, evaluator.shares.limit * 100)  # a costly backlog's use
+    ended = metrics.SUBSCRIPTIONS_ENDED.labels(reason="filter_share")
+    before = ended._value.get()
+    service.notify([note(b"<m>1</m>", simple("t:m"))])
+    got = outbound.wait_messages(watcher, 1, timeout=30)
+    end = etree.fromstring(got[0].message.payload)
+    assert end.tag == f"{{{NATO_NS}}}SubscriptionEnd"
+    assert "filters.over_share_end" in "".join(end.itertext())
+    assert costly not in service.registry.subscriptions
+    assert ended._value.get() == before + 1
+    assert outbound.payloads_to(cheap) == [b"<m>1</m>"] or outbound.wait_messages(cheap, 1, 30)
+    assert not [a for a in outbound.delivered if a.address == "http://127.0.0.1:9/costly"]
+
+
+def test_a_pushed_back_batch_is_not_evaluated_twice() -> None:
+    """A costly subscription refused in the middle of its batch keeps the verdicts it
+    reached: when the channel tries the same messages again, only the rest are evaluated
+    (each try used to start the batch over)."""
+    evaluator = SandboxEvaluator(cpu_limit=2.0, memory_mb=334, processes=2)
+    content = MessageContentFilter(mc("boolean(/r)"))
+    seen: list[bytes] = []
+    evaluate = evaluator._evaluate
+
+    def counting(expression: Any, payloads: Any, worker: Any) -> Any:
+        seen.extend(payloads)
+        return evaluate(expression, payloads, worker)
+
+    evaluator._evaluate = counting  # type: ignore[method-assign]
+    steps: list[Any] = [True, FilterBusy(0.1)]  # costly, then refused for the second
+    check = evaluator.shares.check
+
+    def scripted(key: str) -> bool:
+        if steps:
+            step = steps.pop(0)
+            if isinstance(step, FilterBusy):
+                raise step
+            return bool(step)
+        return check(key)
+
+    evaluator.shares.check = scripted  # type: ignore[method-assign]
+    payloads = [b"<r>1</r>", b"<r>2</r>", b"<x/>"]
+    with pytest.raises(FilterBusy):
+        evaluator.evaluate(content, payloads, "k")
+    assert seen == payloads[:1]
+    assert evaluator.evaluate(content, payloads, "k") == [True, True, False]
+    assert seen == payloads  # the first one once

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 from wsnmom.core import errors, metrics
 from wsnmom.core.access import current_principal
 from wsnmom.core.adapter import Adapter
+from wsnmom.core.cluster import ClusterMember
 from wsnmom.core.config import Settings
 from wsnmom.core.context import BrokerContext
 from wsnmom.core.delivery import Backoff, DeliveryEngine
@@ -40,6 +41,7 @@ from wsnmom.core.delivery_budget import MemoryBudget
 from wsnmom.core.demand import DemandManager
 from wsnmom.core.disk import storage_full_text
 from wsnmom.core.filters import MESSAGE_CONTENT_DIALECTS
+from wsnmom.core.follow import Follower
 from wsnmom.core.inbound import Inbound
 from wsnmom.core.lanes import BreakerSettings
 from wsnmom.core.lifetimes import utc_now
@@ -66,7 +68,7 @@ from wsnmom.core.ports import BrokerProperties, OutboundSoap
 from wsnmom.core.pull_points import PullPoints
 from wsnmom.core.recovery import restore
 from wsnmom.core.registrations import Registrations
-from wsnmom.core.registry import Registry
+from wsnmom.core.registry import LiveSubscription, Registry
 from wsnmom.core.store import Store
 from wsnmom.core.subscription_delivery import SubscriptionDelivery
 from wsnmom.core.subscription_end import NATO_NS, WSNMOM_NS, subscription_end_payload
@@ -87,6 +89,15 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+
+def _version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("wsnmom")
+    except Exception:
+        return "unknown"
 
 
 class BrokerService:
@@ -176,6 +187,7 @@ class BrokerService:
             save=lambda reg: self.registrations.save(reg),
             timeout=r.timeout,
             interval=demand_interval,
+            leads=lambda: ctx.leads(),
         )
         self.registrations = Registrations(ctx, self.demand)
         self.operations = Operations(ctx)
@@ -187,6 +199,20 @@ class BrokerService:
         )
         ctx.wake_sweep = self.lifetimes.wake
         ctx.wake_demand = self.demand.wake
+        self.follower = Follower(ctx, self.subscriptions, self.pull_points, self.registrations)
+        #: this instance among those sharing the store (``core.cluster``)
+        self.cluster = ClusterMember(
+            store.coordination(ctx.instance_id),
+            settings.cluster,
+            self.follower,
+            gained=self._shards_gained,
+            lost=self._shards_lost,
+            became_leader=self._became_leader,
+        )
+        if self.cluster.shared:
+            ctx.delivers = self.cluster.delivers
+            ctx.leads = self.cluster.leads
+            ctx.registry.loader = self.follower.load
         self._policy = self._build_policy()
         self._started = False
         self._closed = False
@@ -313,6 +339,41 @@ class BrokerService:
             if s.backlog is not None
         ]
 
+    # -- the cluster -----------------------------------------------------------------------
+    @property
+    def instance_id(self) -> str:
+        """This instance's id (the ``WSNMOM-Instance`` header)."""
+        return self._ctx.instance_id
+
+    def _push_subscriptions(self, shards: set[int]) -> list[LiveSubscription]:
+        """Live subscriptions of ``shards`` whose delivery is a channel of their own."""
+        cluster = self.cluster
+        with self.registry.lock:
+            return [
+                s
+                for s in self.registry.subscriptions.values()
+                if s.feed is None and not s.direct and cluster.shard(s.record.id) in shards
+            ]
+
+    def _shards_gained(self, shards: set[int]) -> None:
+        """This instance delivers ``shards`` now: open their subscriptions' delivery."""
+        for state in self._push_subscriptions(shards):
+            if self.engine.channel(state.record.id) is None:
+                try:
+                    self.subscriptions.attach(state)
+                except Exception:
+                    log.exception("opening the delivery of %s failed", state.record.id)
+
+    def _shards_lost(self, shards: set[int]) -> None:
+        """Another instance delivers ``shards`` (or may soon): close their delivery here;
+        what it held goes back to the middleware unsettled."""
+        for state in self._push_subscriptions(shards):
+            self.engine.close_channel(state.record.id)
+
+    def _became_leader(self) -> None:
+        self.lifetimes.wake()
+        self.demand.wake()
+
     # -- start-up / shutdown ---------------------------------------------------------------
     def start(self) -> None:
         """Restore state from the store, drop what expired while down, resume delivery."""
@@ -324,7 +385,13 @@ class BrokerService:
         # are per instance, known after open()): advertise what this instance does
         self._policy = self._build_policy()
         self._ctx.limit_keeper.warn_unenforced()
+        self.cluster.join(
+            self.settings.base_url,
+            _version(),
+            single_instance=self.adapter.capabilities.sole_publisher,
+        )
         restore(self._ctx, self.subscriptions, self.pull_points, self.registrations)
+        self.cluster.start()
         self._gate.ready = True
         self.lifetimes.start()
         self.demand.start()
@@ -340,6 +407,8 @@ class BrokerService:
         self.lifetimes.stop()
         self.demand.stop()
         self.engine.close()
+        if self._started:
+            self.cluster.stop()
         with self.registry.lock:
             for pp in self.registry.pull_points.values():
                 try:

@@ -390,6 +390,12 @@ class BrokerService:
             _version(),
             single_instance=self.adapter.capabilities.sole_publisher,
         )
+        if self.cluster.shared and not self.adapter.capabilities.native_pull:
+            log.warning(
+                "several instances may share this store, but the middleware has no pull of "
+                "its own: messages this instance buffers for a pull point are not seen by "
+                "GetMessages sent to another instance (docs/scale-out.md)"
+            )
         restore(self._ctx, self.subscriptions, self.pull_points, self.registrations)
         self.cluster.start()
         self._gate.ready = True

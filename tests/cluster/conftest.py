@@ -8,7 +8,6 @@ sends a request for a resource to the instance a test chooses.
 
 from __future__ import annotations
 
-import os
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator
@@ -105,5 +104,4 @@ def cluster(postgres_server: ResolvedBroker, rabbitmq_url: str) -> Iterator[Call
         for database in databases:
             database.__exit__(None, None, None)
         for d in dirs:
-            if not os.environ.get("KEEP_CLUSTER_DIRS"):
-                shutil.rmtree(d, ignore_errors=True)
+            shutil.rmtree(d, ignore_errors=True)

@@ -75,6 +75,17 @@ def test_every_operation_through_b_for_resources_made_through_a(
     def on(gateway: Gateway, ref: EndpointReference) -> EndpointReference:
         return EndpointReference(c.via(gateway, ref.address), ref.reference_parameters)
 
+    # a named pull point made through A is found by name through B, and B subscribes it
+    named = wa.create_pull_point(name="shared-name")
+    assert wb.create_pull_point(name="shared-name").reference.address == named.address
+    wb.subscribe(named.reference, topic("named"))
+    wa.notify(n("named"), topic("named"))
+    from_named = wait_until(
+        lambda: wa.pull_point(on(a, named.reference)).get_messages(),
+        10,
+        what="the message the subscription made through B put into A's named pull point",
+    )
+    assert texts([m.payload for m in from_named]) == ["named"]
     # Renew through B: A answers with the new termination time
     granted = wb.subscription(on(b, push.reference)).renew(timedelta(hours=2))
     assert granted is not None

@@ -62,13 +62,14 @@ from wsnmom.core.model import (
 from wsnmom.core.observers import Observers
 from wsnmom.core.operations import Operations, Overview, SubscriptionStatus
 from wsnmom.core.outbound_policy import OutboundPolicy
+from wsnmom.core.ownership import Ownership
 from wsnmom.core.periodic import PeriodicTask
 from wsnmom.core.policy import BrokerPolicy, build_policy
 from wsnmom.core.ports import BrokerProperties, OutboundSoap
 from wsnmom.core.pull_points import PullPoints
 from wsnmom.core.recovery import restore
 from wsnmom.core.registrations import Registrations
-from wsnmom.core.registry import LiveSubscription, Registry
+from wsnmom.core.registry import Registry
 from wsnmom.core.store import Store
 from wsnmom.core.subscription_delivery import SubscriptionDelivery
 from wsnmom.core.subscription_end import NATO_NS, WSNMOM_NS, subscription_end_payload
@@ -200,13 +201,14 @@ class BrokerService:
         ctx.wake_sweep = self.lifetimes.wake
         ctx.wake_demand = self.demand.wake
         self.follower = Follower(ctx, self.subscriptions, self.pull_points, self.registrations)
+        ownership = Ownership(ctx, self.subscriptions)
         #: this instance among those sharing the store (``core.cluster``)
         self.cluster = ClusterMember(
             store.coordination(ctx.instance_id),
             settings.cluster,
             self.follower,
-            gained=self._shards_gained,
-            lost=self._shards_lost,
+            gained=ownership.gained,
+            lost=ownership.lost,
             became_leader=self._became_leader,
         )
         if self.cluster.shared:
@@ -344,31 +346,6 @@ class BrokerService:
     def instance_id(self) -> str:
         """This instance's id (the ``WSNMOM-Instance`` header)."""
         return self._ctx.instance_id
-
-    def _push_subscriptions(self, shards: set[int]) -> list[LiveSubscription]:
-        """Live subscriptions of ``shards`` whose delivery is a channel of their own."""
-        cluster = self.cluster
-        with self.registry.lock:
-            return [
-                s
-                for s in self.registry.subscriptions.values()
-                if s.feed is None and not s.direct and cluster.shard(s.record.id) in shards
-            ]
-
-    def _shards_gained(self, shards: set[int]) -> None:
-        """This instance delivers ``shards`` now: open their subscriptions' delivery."""
-        for state in self._push_subscriptions(shards):
-            if self.engine.channel(state.record.id) is None:
-                try:
-                    self.subscriptions.attach(state)
-                except Exception:
-                    log.exception("opening the delivery of %s failed", state.record.id)
-
-    def _shards_lost(self, shards: set[int]) -> None:
-        """Another instance delivers ``shards`` (or may soon): close their delivery here;
-        what it held goes back to the middleware unsettled."""
-        for state in self._push_subscriptions(shards):
-            self.engine.close_channel(state.record.id)
 
     def _became_leader(self) -> None:
         self.lifetimes.wake()

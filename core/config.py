@@ -327,6 +327,25 @@ class StorageSettings:
 
 
 @dataclass(slots=True)
+class ClusterSettings:
+    """Several gateway instances on one PostgreSQL store and one middleware
+    (docs/scale-out.md); ignored on a SQLite store, whose one instance does everything."""
+
+    #: this instance's id in the store's ``instances`` table, its leases and the
+    #: ``WSNMOM-Instance`` header; "" = ``<hostname>-<pid>-<random>`` at every start
+    instance_id: str = ""
+    #: shards push subscriptions are hashed into; the live instances share them
+    shards: int = field(default=64, metadata=limits(1, 4096))
+    #: how long a shard's lease lasts without renewal (an instance stops delivering its
+    #: shards before this has passed since its last renewal)
+    lease: timedelta = field(default=timedelta(seconds=10), metadata=limits(1, 3600))
+    #: seconds between heartbeats (lease renewals, taking free shards, leadership)
+    heartbeat: float = field(default=1.0, metadata=limits(above=0, maximum=60))
+    #: seconds between reads of the store's change log when no NOTIFY woke the instance
+    poll: float = field(default=0.5, metadata=limits(above=0, maximum=60))
+
+
+@dataclass(slots=True)
 class AdminSettings:
     """The admin page (``/admin``)."""
 
@@ -486,6 +505,7 @@ class Settings:
     quotas: QuotaSettings = field(default_factory=QuotaSettings)
     admin: AdminSettings = field(default_factory=AdminSettings)
     storage: StorageSettings = field(default_factory=StorageSettings)
+    cluster: ClusterSettings = field(default_factory=ClusterSettings)
     #: dotted setting name -> where its value came from ("WSNMOM_PORT=9090", a file,
     #: "--port=9090"); settings left at their default are absent
     origins: dict[str, str] = field(

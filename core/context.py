@@ -19,6 +19,7 @@ from wsnmom.core.adapter import Adapter, Overflow, QueueLimits
 from wsnmom.core.addresses import ResourceKind, broker_address, resource_address
 from wsnmom.core.availability import MiddlewareGate, data_paths
 from wsnmom.core.config import Settings
+from wsnmom.core.coordination import instance_id
 from wsnmom.core.dead_letters import DeadLetters
 from wsnmom.core.delivery import DeliveryEngine
 from wsnmom.core.disk import DiskWatch
@@ -54,6 +55,14 @@ def _normalise_requested(value: RequestedTime) -> RequestedTime:
 
 def _nothing() -> None:
     return None
+
+
+def _always(_: str) -> bool:
+    return True
+
+
+def _yes() -> bool:
+    return True
 
 
 class BrokerContext:
@@ -133,6 +142,13 @@ class BrokerContext:
         self.wake_sweep: Callable[[], None] = _nothing
         #: wake the demand reconciler (set by the service once it exists)
         self.wake_demand: Callable[[], None] = _nothing
+        #: this instance's id (``cluster.instance_id``; the ``WSNMOM-Instance`` header)
+        self.instance_id = instance_id(settings.cluster.instance_id)
+        #: whether this instance delivers a push subscription (by id): with several
+        #: instances on one store, only the one holding its shard (``core.cluster``)
+        self.delivers: Callable[[str], bool] = _always
+        #: whether this instance runs the periodic work (expiry, overflow ends, demand)
+        self.leads: Callable[[], bool] = _yes
 
     def topic_dialect(self, chosen: str | None) -> str | None:
         """The Dialect of a Topic handed to a consumer: ``chosen`` (the subscriber's, or the

@@ -62,8 +62,11 @@ class DemandManager:
         timeout: float = 10.0,
         interval: float = 5.0,
         min_spacing: float = 0.1,
+        leads: Callable[[], bool] = lambda: True,
     ) -> None:
         self.outbound = outbound
+        #: whether this instance reconciles (with several on one store, only the leader)
+        self._leads = leads
         self._broker_consumer = broker_consumer
         self._entries = entries
         self._active_filters = active_filters
@@ -109,6 +112,8 @@ class DemandManager:
             retired, self._retired = self._retired, []
             for ref in retired:
                 self._unsubscribe(ref)
+            if not self._leads():
+                return
             entries = [
                 e
                 for e in self._entries()

@@ -95,6 +95,15 @@ class PullPoints:
                         and not is_expired(state.record.termination_time, ctx.now())
                     ):
                         return replace(state.record)
+            if registry.loader is not None:  # made through another instance a moment ago
+                stored = ctx.store.find_pull_point(req.name)
+                if stored is not None and stored.owner == owner:
+                    registry.loader("pull_point", stored.id)
+                    found = registry.pull_points.get(stored.id)
+                    if found is not None and not is_expired(
+                        found.record.termination_time, ctx.now()
+                    ):
+                        return replace(found.record)
         ctx.guard.check_quota("pull_points", errors.UnableToCreatePullPoint)
         termination = ctx.termination(
             req.initial_termination_time,

@@ -2,6 +2,8 @@
 
 Subscriptions, pull points and publisher registrations are loaded from the store at start
 (``core.recovery``) and kept here while they live; the store stays the source of truth.
+With a store other instances share, ``core.follow`` keeps them in line with it and
+loads, on a lookup, what another instance made a moment ago (``loader``).
 Each entry couples the stored record with what only a running broker has: compiled
 filters, the adapter handle, the delivery mode.  Lookups that clients drive
 (``live_subscription`` ...) treat an expired resource as unknown, since the lifetime sweep
@@ -129,10 +131,20 @@ class Registry:
         self.subscriptions: OwnedMap[LiveSubscription] = OwnedMap()
         self.pull_points: OwnedMap[LivePullPoint] = OwnedMap()
         self.registrations: OwnedMap[LiveRegistration] = OwnedMap()
+        #: with a shared store: loads a resource this instance does not know yet
+        #: (kind, id) from the store (``core.follow``); None: the maps are complete
+        self.loader: Callable[[str, str], object] | None = None
+
+    def _load(self, kind: str, resource_id: str) -> None:
+        if self.loader is not None:
+            self.loader(kind, resource_id)
 
     def live_subscription(self, subscription_id: str) -> LiveSubscription:
         """The subscription; ResourceUnknown when unknown or expired."""
         state = self.subscriptions.get(subscription_id)
+        if state is None and self.loader is not None:
+            self._load("subscription", subscription_id)
+            state = self.subscriptions.get(subscription_id)
         if state is None or is_expired(state.record.termination_time, self._now()):
             raise errors.ResourceUnknown(f"no subscription {subscription_id!r}")
         return state
@@ -140,6 +152,9 @@ class Registry:
     def live_pull_point(self, pull_point_id: str) -> LivePullPoint:
         """The pull point; ResourceUnknown when unknown or expired."""
         state = self.pull_points.get(pull_point_id)
+        if state is None and self.loader is not None:
+            self._load("pull_point", pull_point_id)
+            state = self.pull_points.get(pull_point_id)
         if state is None or is_expired(state.record.termination_time, self._now()):
             raise errors.ResourceUnknown(f"no pull point {pull_point_id!r}")
         return state
@@ -147,6 +162,9 @@ class Registry:
     def live_registration(self, registration_id: str) -> LiveRegistration:
         """The registration; ResourceUnknown when unknown or expired."""
         state = self.registrations.get(registration_id)
+        if state is None and self.loader is not None:
+            self._load("registration", registration_id)
+            state = self.registrations.get(registration_id)
         if state is None or is_expired(state.record.termination_time, self._now()):
             raise errors.ResourceUnknown(f"no publisher registration {registration_id!r}")
         return state

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 from wsnmom.core import errors, metrics
 from wsnmom.core.access import current_principal
 from wsnmom.core.adapter import Adapter
+from wsnmom.core.cluster import ClusterMember
 from wsnmom.core.config import Settings
 from wsnmom.core.context import BrokerContext
 from wsnmom.core.dead_letter_admin import DeadLetterAdmin
@@ -42,6 +43,7 @@ from wsnmom.core.delivery_budget import MemoryBudget
 from wsnmom.core.demand import DemandManager
 from wsnmom.core.disk import storage_full_text
 from wsnmom.core.filters import MESSAGE_CONTENT_DIALECTS
+from wsnmom.core.follow import Follower
 from wsnmom.core.inbound import Inbound
 from wsnmom.core.lanes import BreakerSettings
 from wsnmom.core.lifetimes import utc_now
@@ -62,6 +64,7 @@ from wsnmom.core.model import (
 from wsnmom.core.observers import Observers
 from wsnmom.core.operations import Operations, Overview, SubscriptionStatus
 from wsnmom.core.outbound_policy import OutboundPolicy
+from wsnmom.core.ownership import Ownership
 from wsnmom.core.periodic import PeriodicTask
 from wsnmom.core.policy import BrokerPolicy, build_policy
 from wsnmom.core.ports import BrokerProperties, OutboundSoap
@@ -90,6 +93,15 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+
+def _version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("wsnmom")
+    except Exception:
+        return "unknown"
 
 
 class BrokerService:
@@ -179,6 +191,7 @@ class BrokerService:
             save=lambda reg: self.registrations.save(reg),
             timeout=r.timeout,
             interval=demand_interval,
+            leads=lambda: ctx.leads(),
         )
         self.registrations = Registrations(ctx, self.demand)
         self.operations = Operations(ctx)
@@ -195,6 +208,21 @@ class BrokerService:
         )
         ctx.wake_sweep = self.lifetimes.wake
         ctx.wake_demand = self.demand.wake
+        self.follower = Follower(ctx, self.subscriptions, self.pull_points, self.registrations)
+        ownership = Ownership(ctx, self.subscriptions)
+        #: this instance among those sharing the store (``core.cluster``)
+        self.cluster = ClusterMember(
+            store.coordination(ctx.instance_id),
+            settings.cluster,
+            self.follower,
+            gained=ownership.gained,
+            lost=ownership.lost,
+            became_leader=self._became_leader,
+        )
+        if self.cluster.shared:
+            ctx.delivers = self.cluster.delivers
+            ctx.leads = self.cluster.leads
+            ctx.registry.loader = self.follower.load
         self._policy = self._build_policy()
         self._started = False
         self._closed = False
@@ -321,6 +349,16 @@ class BrokerService:
             if s.backlog is not None
         ]
 
+    # -- the cluster -----------------------------------------------------------------------
+    @property
+    def instance_id(self) -> str:
+        """This instance's id (the ``WSNMOM-Instance`` header)."""
+        return self._ctx.instance_id
+
+    def _became_leader(self) -> None:
+        self.lifetimes.wake()
+        self.demand.wake()
+
     # -- start-up / shutdown ---------------------------------------------------------------
     def start(self) -> None:
         """Restore state from the store, drop what expired while down, resume delivery."""
@@ -332,7 +370,19 @@ class BrokerService:
         # are per instance, known after open()): advertise what this instance does
         self._policy = self._build_policy()
         self._ctx.limit_keeper.warn_unenforced()
+        self.cluster.join(
+            self.settings.base_url,
+            _version(),
+            single_instance=self.adapter.capabilities.sole_publisher,
+        )
+        if self.cluster.shared and not self.adapter.capabilities.native_pull:
+            log.warning(
+                "several instances may share this store, but the middleware has no pull of "
+                "its own: messages this instance buffers for a pull point are not seen by "
+                "GetMessages sent to another instance (docs/scale-out.md)"
+            )
         restore(self._ctx, self.subscriptions, self.pull_points, self.registrations)
+        self.cluster.start()
         self._gate.ready = True
         self.lifetimes.start()
         self.demand.start()
@@ -351,6 +401,8 @@ class BrokerService:
         self.demand.stop()
         self.engine.close()
         self._ctx.dead_letters.close()
+        if self._started:
+            self.cluster.stop()
         with self.registry.lock:
             for pp in self.registry.pull_points.values():
                 try:

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from wsnmom.core import errors
+from wsnmom.core.coordination import Coordination, SingleInstance
 from wsnmom.core.model import (
     EndpointReference,
     ExpressionSource,
@@ -139,6 +140,11 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def set_meta(self, key: str, value: str) -> None:
         """Record ``value`` under ``key`` (replacing)."""
+
+    def coordination(self, instance_id: str) -> Coordination:
+        """How instances sharing this store coordinate; a store one instance opens
+        (SQLite) gives :class:`~wsnmom.core.coordination.SingleInstance`."""
+        return SingleInstance(instance_id)
 
     @abc.abstractmethod
     def ping(self) -> bool:

@@ -26,6 +26,7 @@ from contextlib import contextmanager
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
+from wsnmom.core.coordination import Coordination
 from wsnmom.core.model import NotificationMessage, PublisherRegistration, PullPoint, Subscription
 from wsnmom.core.store import (
     Store,
@@ -63,6 +64,35 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
             PRIMARY KEY (namespace, path))""",
     ),
     2: ("CREATE TABLE wsnmom_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",),
+    # the cluster (core.coordination_postgres): every write of a resource leaves a row in
+    # the change log (origin: the writer's application_name, its instance id) and wakes
+    # the other instances with NOTIFY; instances and shard leases with epochs
+    3: (
+        """CREATE TABLE wsnmom_changes (
+            seq BIGSERIAL PRIMARY KEY, kind TEXT NOT NULL, id TEXT NOT NULL,
+            origin TEXT NOT NULL, at TIMESTAMPTZ NOT NULL DEFAULT clock_timestamp())""",
+        """CREATE FUNCTION wsnmom_note_change() RETURNS trigger LANGUAGE plpgsql AS $$
+        DECLARE rid TEXT;
+        BEGIN
+            IF TG_OP = 'DELETE' THEN rid := OLD.id; ELSE rid := NEW.id; END IF;
+            INSERT INTO wsnmom_changes (kind, id, origin)
+                VALUES (TG_ARGV[0], rid, current_setting('application_name'));
+            PERFORM pg_notify('wsnmom_changes', TG_ARGV[0]);
+            RETURN NULL;
+        END $$""",
+        """CREATE TRIGGER subscriptions_changed AFTER INSERT OR UPDATE OR DELETE
+            ON subscriptions FOR EACH ROW EXECUTE FUNCTION wsnmom_note_change('subscription')""",
+        """CREATE TRIGGER pull_points_changed AFTER INSERT OR UPDATE OR DELETE
+            ON pull_points FOR EACH ROW EXECUTE FUNCTION wsnmom_note_change('pull_point')""",
+        """CREATE TRIGGER registrations_changed AFTER INSERT OR UPDATE OR DELETE
+            ON registrations FOR EACH ROW EXECUTE FUNCTION wsnmom_note_change('registration')""",
+        """CREATE TABLE wsnmom_instances (
+            id TEXT PRIMARY KEY, address TEXT NOT NULL, version TEXT NOT NULL,
+            started_at TIMESTAMPTZ NOT NULL DEFAULT now(), heartbeat TIMESTAMPTZ NOT NULL)""",
+        """CREATE TABLE wsnmom_shards (
+            shard INTEGER PRIMARY KEY, owner TEXT, epoch BIGINT NOT NULL DEFAULT 0,
+            expires_at TIMESTAMPTZ NOT NULL)""",
+    ),
 }
 SCHEMA_VERSION = max(MIGRATIONS)
 
@@ -79,7 +109,9 @@ T = TypeVar("T")
 class PostgresStore(Store):
     """PostgreSQL implementation of :class:`~wsnmom.core.store.Store`."""
 
-    def __init__(self, url: str, *, min_size: int = 1, max_size: int = 8) -> None:
+    def __init__(
+        self, url: str, *, min_size: int = 1, max_size: int = 8, instance_id: str = ""
+    ) -> None:
         try:
             import psycopg
             import psycopg_pool  # noqa: F401
@@ -101,6 +133,9 @@ class PostgresStore(Store):
             raise StoreUnavailable(f"cannot connect to the PostgreSQL store: {exc}") from None
         self._url = url
         self._sizes = (min_size, max_size)
+        #: the connections' application_name: the origin of the changes this instance
+        #: writes, which its own change follower skips
+        self.instance_id = instance_id or "wsnmom"
         #: monotonic time of the last failed use while the server does not answer (None: up)
         self._down_since: float | None = None
         self._last_probe = 0.0
@@ -126,7 +161,11 @@ class PostgresStore(Store):
             min_size=min_size,
             max_size=max_size,
             timeout=POOL_TIMEOUT,
-            kwargs={"connect_timeout": int(CONNECT_TIMEOUT), "autocommit": False},
+            kwargs={
+                "connect_timeout": int(CONNECT_TIMEOUT),
+                "autocommit": False,
+                "application_name": self.instance_id,
+            },
             open=False,
             name="wsnmom-store",
         )
@@ -339,6 +378,18 @@ class PostgresStore(Store):
                 "ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
                 (key, value),
             )
+
+    def coordination(self, instance_id: str) -> Coordination:
+        """The cluster's tables in this store (``core.coordination_postgres``)."""
+        from wsnmom.core.coordination_postgres import PostgresCoordination
+
+        return PostgresCoordination(self, self._url, instance_id)
+
+    @contextmanager
+    def transaction(self) -> Iterator[Any]:
+        """A pooled connection in one transaction (for ``core.coordination_postgres``)."""
+        with self._tx() as conn:
+            yield conn
 
     def ping(self) -> bool:
         try:

@@ -9,13 +9,14 @@ from wsnmom.core.store import SqliteStore, Store, StoreError, sqlite_path
 __all__ = ["open_store"]
 
 
-def open_store(url: str) -> Store:
-    """Open the store named by ``url``; StoreError for a URL no store serves."""
+def open_store(url: str, *, instance_id: str = "") -> Store:
+    """Open the store named by ``url``; StoreError for a URL no store serves.
+    ``instance_id`` names this instance in a shared store (``core.coordination``)."""
     if url.startswith("sqlite:"):
         return SqliteStore(sqlite_path(url))
     if url.startswith(("postgresql://", "postgres://")):
         from wsnmom.core.store_postgres import PostgresStore
 
-        return PostgresStore(url)
+        return PostgresStore(url, instance_id=instance_id)
     scheme = url.split(":", 1)[0]
     raise StoreError(f"unsupported store URL scheme {scheme!r} (supported: sqlite, postgresql)")

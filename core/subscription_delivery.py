@@ -163,6 +163,12 @@ class SubscriptionDelivery:
             with registry.lock:
                 registry.subscriptions[sub.id] = state
             return
+        if not ctx.delivers(sub.id):
+            # another instance delivers its shard: the durable subscription exists (made
+            # above), the delivery opens here when this instance takes the shard
+            with registry.lock:
+                registry.subscriptions[sub.id] = state
+            return
         batch_size = ctx.settings.delivery.batch_size
         ordered = ctx.adapter.capabilities.settles_in_order
         channel: Channel[Any]
@@ -270,6 +276,9 @@ class _Pusher:
         """Post ``batch`` to the consumer (one Notify, or one raw message each)."""
         ctx = self.delivery._ctx
         sub = self.state.record
+        if not ctx.delivers(sub.id):
+            # its shard's lease lapsed (not renewed in time): the batch stays unsettled
+            raise DeliveryFailed("this instance no longer holds the subscription's shard")
         try:
             with metrics.DELIVERY_SECONDS.time():
                 ctx.outbound.notify(

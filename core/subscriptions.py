@@ -124,6 +124,9 @@ class Subscriptions:
         if parsed is not None and parsed[0] is ResourceKind.PULL_POINT:
             candidates.append(parsed[1])
         principal = current_principal()
+        for c in candidates:  # made through another instance a moment ago: load it now
+            if c and c not in ctx.registry.pull_points and ctx.registry.loader is not None:
+                ctx.registry.loader("pull_point", c)
         with ctx.registry.lock:
             for c in candidates:
                 state = ctx.registry.pull_points.get(c)

@@ -1,7 +1,8 @@
 """The lifetime sweep: destroys expired subscriptions, pull points and registrations, and
 ends subscriptions whose backlog is full when the configured reaction is to end them
 (``limits.on_full = "end"``).  Runs on a ``core.periodic.PeriodicTask`` every
-``termination.sweep_interval`` and whenever something notices an expiry.
+``termination.sweep_interval`` and whenever something notices an expiry, on one instance
+of a cluster only (the leader, ``core.cluster``).
 """
 
 from __future__ import annotations
@@ -66,8 +67,11 @@ class Sweeper:
         return [s for s, d in zip(subs, depths, strict=True) if d is not None and d >= bound]
 
     def sweep(self) -> None:
-        """Destroy every expired subscription, pull point and registration."""
+        """Destroy every expired subscription, pull point and registration (with several
+        instances on one store, only the leader sweeps; the others follow its deletes)."""
         ctx = self._ctx
+        if not ctx.leads():
+            return
         registry = ctx.registry
         now = ctx.now()
         with registry.lock:

@@ -115,7 +115,8 @@ def create_app(service: BrokerPort, settings: Settings | None = None) -> Flask:
     app.wsgi_app = RequestIds(  # type: ignore[method-assign]
         HostCheck(
             SoapFastPath(app, app.wsgi_app, broker_view, resource_views), settings, app.config
-        )
+        ),
+        instance=getattr(service, "instance_id", ""),
     )
     return app
 

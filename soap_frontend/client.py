@@ -41,6 +41,7 @@ from collections.abc import Sequence
 from lxml import etree
 from wsnmom.core.app_headers import TRACE_HEADERS
 from wsnmom.core.config import Settings
+from wsnmom.core.coordination import INSTANCE_HEADER, instance_id
 from wsnmom.core.model import Delivered, EndpointReference, ExpressionSource, SoapVersion
 from wsnmom.core.outbound_policy import AddressRefused, Destination, OutboundPolicy
 from wsnmom.core.ports import DeliveryFailed
@@ -86,6 +87,8 @@ class SoapClient:
         self.publisher_soap_version = publisher_soap_version
         self.environment = environment or OutboundEnvironment.from_environ()
         self.connections = OutboundConnections(self.environment, pool_size=pool_size)
+        #: sent as ``WSNMOM-Instance`` with every call: which instance of a cluster called
+        self.instance = instance_id(settings.cluster.instance_id if settings else "")
 
     def close(self) -> None:
         """Close pooled connections."""
@@ -195,6 +198,7 @@ class SoapClient:
         http_headers = {
             "Content-Type": content_type_for(version, action),
             "User-Agent": USER_AGENT,
+            INSTANCE_HEADER: self.instance,
         }
         if version is SoapVersion.SOAP11:
             http_headers["SOAPAction"] = f'"{action}"'

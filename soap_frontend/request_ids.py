@@ -1,7 +1,8 @@
 """WSGI middleware giving every HTTP request an id: the client's ``X-Request-Id`` when it
 sends a usable one, else a new one.  The id is bound for log records emitted while the
 request is handled (:mod:`wsnmom.core.log_context`) and returned as the ``X-Request-Id``
-response header.
+response header, with ``WSNMOM-Instance``: the instance that answered (GetMessages
+included), for clients of a cluster (docs/scale-out.md).
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
+from wsnmom.core.coordination import INSTANCE_HEADER
 from wsnmom.core.log_context import bound_request_id, new_request_id, usable_request_id
 
 __all__ = ["HEADER", "RequestIds"]
@@ -23,8 +25,10 @@ WsgiApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
 class RequestIds:
     """Wraps a WSGI application (see the module docstring)."""
 
-    def __init__(self, app: WsgiApp) -> None:
+    def __init__(self, app: WsgiApp, instance: str = "") -> None:
         self.app = app
+        #: this instance's id, sent as ``WSNMOM-Instance`` with every response ("": none)
+        self.instance = instance
 
     def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Any:
         request_id = usable_request_id(environ.get(_ENVIRON_KEY)) or new_request_id()
@@ -32,6 +36,8 @@ class RequestIds:
 
         def start(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Any:
             headers.append((HEADER, request_id))
+            if self.instance:
+                headers.append((INSTANCE_HEADER, self.instance))
             if exc_info is None:
                 return start_response(status, headers)
             return start_response(status, headers, exc_info)

@@ -23,6 +23,7 @@ from typing import Any
 
 from wsnmom.core.adapter import Adapter, AdapterUnavailable
 from wsnmom.core.config import ConfigError, Settings
+from wsnmom.core.coordination import instance_id
 from wsnmom.core.outbound_policy import OutboundPolicy
 from wsnmom.core.ports import OutboundSoap
 from wsnmom.core.redaction import redact_url
@@ -365,7 +366,9 @@ def build_runtime(
         raise
     opened = attempt is None or (attempt.done.is_set() and attempt.error is None)
     try:
-        store = open_store(settings.store_url)
+        store = open_store(
+            settings.store_url, instance_id=instance_id(settings.cluster.instance_id)
+        )
     except BaseException:
         adapter.close()
         store_lock.release()

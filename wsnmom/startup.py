@@ -26,6 +26,7 @@ from wsnmom.core.adapter import (
 )
 from wsnmom.core.config import ConfigError
 from wsnmom.core.config_values import InvalidValue
+from wsnmom.core.coordination import InstanceRefused
 from wsnmom.core.plugins import UnknownAdapterScheme
 from wsnmom.core.store import StoreError, StoreUnavailable
 from wsnmom.core.store_binding import StoreOfAnotherAdapter
@@ -226,6 +227,8 @@ def explain(exc: BaseException) -> StartupError:
         return StartupError(ExitStatus.ADAPTER, f"cannot load the adapter: {exc}")
     if isinstance(exc, AdapterError):
         return _adapter_error(exc)
+    if isinstance(exc, InstanceRefused):
+        return StartupError(ExitStatus.DATA_DIR, str(exc))
     if isinstance(exc, StoreOfAnotherAdapter):
         return StartupError(
             ExitStatus.DATA_DIR,

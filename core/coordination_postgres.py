@@ -1,0 +1,262 @@
+"""The cluster's tables in a PostgreSQL store (schema version 3, ``core.store_postgres``).
+
+* ``wsnmom_changes``: a trigger on subscriptions, pull points and registrations logs every
+  write with the writer's ``application_name`` (its instance id) and sends a NOTIFY on
+  ``wsnmom_changes``.  :meth:`PostgresCoordination.changes` reads what other instances
+  wrote; rows younger than :data:`SETTLE` seconds are read again on every call (a
+  transaction that took a lower ``seq`` may commit after a higher one), and the ones seen
+  are remembered, so nothing is missed or applied twice.
+* ``wsnmom_instances``: id, address, version, heartbeat (the store's clock).
+* ``wsnmom_shards``: one row per shard with its owner, epoch and lease expiry.  A
+  heartbeat renews this instance's unexpired leases and takes free or expired ones up to
+  its fair share (shards / live instances, rounded up); taking a shard bumps its epoch
+  (the fencing token).  Above its fair share (an instance joined) it releases the rest
+  after it stopped delivering them.
+* Leadership is a session-level advisory lock held on a dedicated connection, which
+  also LISTENs: when the process dies the connection goes and so does the lock.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from wsnmom.core.coordination import Change, InstanceInfo, InstanceRefused, Leases
+
+if TYPE_CHECKING:
+    from wsnmom.core.store_postgres import PostgresStore
+
+__all__ = ["LEADER_LOCK", "SETTLE", "PostgresCoordination"]
+
+log = logging.getLogger(__name__)
+
+#: the advisory-lock key of the leadership ("wsnl" as a number)
+LEADER_LOCK = 0x77736E6C
+#: seconds after which a change-log row counts as settled (no lower seq still to commit)
+SETTLE = 5.0
+#: change-log rows older than this are deleted by the leader
+KEEP_CHANGES = "1 hour"
+CHANNEL = "wsnmom_changes"
+
+
+class PostgresCoordination:
+    """:class:`~wsnmom.core.coordination.Coordination` in PostgreSQL (see the module
+    docstring).  ``changes``, ``wait``, ``lead`` and ``heartbeat`` are called from one
+    thread (the cluster member's); ``instances`` from any."""
+
+    shared = True
+
+    def __init__(self, store: PostgresStore, url: str, instance_id: str) -> None:
+        self._store = store
+        self._url = url
+        self.instance_id = instance_id
+        self._session: Any = None
+        self._leader = False
+        self._seen: set[int] = set()
+        self._seeded = False
+        self._address = ""
+        self._version = ""
+
+    # -- the dedicated session: LISTEN and the leadership ---------------------------------
+    def _connect(self) -> Any:
+        if self._session is not None and not self._session.closed:
+            return self._session
+        import psycopg
+
+        self._leader = False
+        self._session = psycopg.connect(
+            self._url,
+            autocommit=True,
+            connect_timeout=5,
+            application_name=f"{self.instance_id}/session",
+        )
+        self._session.execute(f"LISTEN {CHANNEL}")
+        return self._session
+
+    def _drop_session(self) -> None:
+        if self._leader:
+            log.warning("instance %s lost the leadership (store connection lost)", self.instance_id)
+        self._leader = False
+        session, self._session = self._session, None
+        if session is not None:
+            try:
+                session.close()
+            except Exception:
+                log.debug("closing the session connection failed", exc_info=True)
+
+    def wait(self, timeout: float) -> None:
+        import psycopg
+
+        try:
+            session = self._connect()
+            for _ in session.notifies(timeout=timeout, stop_after=1):
+                pass
+        except psycopg.Error:
+            self._drop_session()
+            raise
+
+    def lead(self) -> bool:
+        import psycopg
+
+        if self._leader:
+            return True
+        try:
+            row = self._connect().execute("SELECT pg_try_advisory_lock(%s)", (LEADER_LOCK,))
+            got = bool(row.fetchone()[0])
+        except psycopg.Error:
+            self._drop_session()
+            return False
+        if got:
+            self._leader = True
+            log.info("instance %s took the leadership (periodic work)", self.instance_id)
+        return got
+
+    # -- the change log -------------------------------------------------------------------
+    def cursor(self) -> int:
+        with self._store.transaction() as conn:
+            row = conn.execute("SELECT coalesce(max(seq), 0) FROM wsnmom_changes").fetchone()
+        return int(row[0])
+
+    def changes(self, cursor: int) -> tuple[int, list[Change]]:
+        with self._store.transaction() as conn:
+            rows = conn.execute(
+                "SELECT seq, kind, id, origin, "
+                "extract(epoch FROM clock_timestamp() - at) FROM wsnmom_changes "
+                "WHERE seq > %s ORDER BY seq",
+                (cursor,),
+            ).fetchall()
+        out: list[Change] = []
+        low = cursor
+        for seq, kind, rid, origin, age in rows:
+            if seq not in self._seen:
+                self._seen.add(seq)
+                change = Change(str(kind), str(rid))
+                if origin != self.instance_id and change not in out:
+                    out.append(change)
+            if float(age) > SETTLE:
+                low = max(low, int(seq))
+        self._seen = {s for s in self._seen if s > low}
+        return low, out
+
+    # -- instances and leases -------------------------------------------------------------
+    def join(self, address: str, version: str, *, single_instance: bool) -> None:
+        self._address, self._version = address, version
+        with self._store.transaction() as conn:
+            if single_instance:
+                row = conn.execute(
+                    "SELECT id FROM wsnmom_instances WHERE id <> %s "
+                    "AND heartbeat > now() - interval '1 minute' LIMIT 1",
+                    (self.instance_id,),
+                ).fetchone()
+                if row is not None:
+                    raise InstanceRefused(
+                        f"instance {row[0]!r} is live on this store, and the embedded adapter "
+                        "serves one instance only (its messages are in one process's data "
+                        "directory); stop it, or use RabbitMQ, Kafka or MQTT to run several"
+                    )
+            self._beat(conn)
+
+    def _beat(self, conn: Any) -> None:
+        conn.execute(
+            "INSERT INTO wsnmom_instances (id, address, version, heartbeat) "
+            "VALUES (%s, %s, %s, now()) ON CONFLICT (id) DO UPDATE SET heartbeat = now(), "
+            "address = EXCLUDED.address, version = EXCLUDED.version",
+            (self.instance_id, self._address, self._version),
+        )
+
+    def heartbeat(self, shards: int, lease: float) -> Leases:
+        me = self.instance_id
+        with self._store.transaction() as conn:
+            self._beat(conn)
+            if not self._seeded:
+                conn.execute(
+                    "INSERT INTO wsnmom_shards (shard, owner, epoch, expires_at) "
+                    "SELECT g, NULL, 0, now() FROM generate_series(0, %s - 1) g "
+                    "ON CONFLICT (shard) DO NOTHING",
+                    (shards,),
+                )
+            live_row = conn.execute(
+                "SELECT count(*) FROM wsnmom_instances "
+                "WHERE heartbeat > now() - make_interval(secs => %s)",
+                (lease,),
+            ).fetchone()
+            live = max(1, int(live_row[0]))
+            fair = math.ceil(shards / live)
+            held = {
+                int(s): int(e)
+                for s, e in conn.execute(
+                    "UPDATE wsnmom_shards SET expires_at = now() + make_interval(secs => %s) "
+                    "WHERE owner = %s AND expires_at > now() AND shard < %s "
+                    "RETURNING shard, epoch",
+                    (lease, me, shards),
+                ).fetchall()
+            }
+            if len(held) < fair:
+                taken = conn.execute(
+                    "UPDATE wsnmom_shards s SET owner = %s, epoch = s.epoch + 1, "
+                    "expires_at = now() + make_interval(secs => %s) FROM ("
+                    "  SELECT shard FROM wsnmom_shards WHERE shard < %s "
+                    "  AND (owner IS NULL OR expires_at <= now()) "
+                    "  ORDER BY shard LIMIT %s FOR UPDATE SKIP LOCKED) f "
+                    "WHERE s.shard = f.shard RETURNING s.shard, s.epoch",
+                    (me, lease, shards, fair - len(held)),
+                ).fetchall()
+                for s, e in taken:
+                    held[int(s)] = int(e)
+            if self._leader:
+                conn.execute(
+                    f"DELETE FROM wsnmom_changes WHERE at < now() - interval '{KEEP_CHANGES}'"
+                )
+        self._seeded = True
+        released: tuple[int, ...] = ()
+        if len(held) > fair:
+            released = tuple(sorted(held)[fair:])
+            for s in released:
+                del held[s]
+        return Leases(held, released)
+
+    def release(self, shards: Sequence[int]) -> None:
+        if not shards:
+            return
+        with self._store.transaction() as conn:
+            conn.execute(
+                "UPDATE wsnmom_shards SET owner = NULL, expires_at = now() "
+                "WHERE owner = %s AND shard = ANY(%s)",
+                (self.instance_id, list(shards)),
+            )
+
+    def instances(self) -> list[InstanceInfo]:
+        with self._store.transaction() as conn:
+            rows = conn.execute(
+                "SELECT i.id, i.address, i.version, "
+                "extract(epoch FROM now() - i.heartbeat), "
+                "coalesce(array_agg(array[s.shard, s.epoch]::bigint[]) "
+                "FILTER (WHERE s.shard IS NOT NULL), '{}') "
+                "FROM wsnmom_instances i LEFT JOIN wsnmom_shards s "
+                "ON s.owner = i.id AND s.expires_at > now() "
+                "GROUP BY i.id ORDER BY i.heartbeat DESC"
+            ).fetchall()
+        return [
+            InstanceInfo(
+                str(r[0]),
+                str(r[1]),
+                str(r[2]),
+                float(r[3]),
+                tuple((int(p[0]), int(p[1])) for p in (r[4] or [])),
+            )
+            for r in rows
+        ]
+
+    def leave(self) -> None:
+        try:
+            with self._store.transaction() as conn:
+                conn.execute(
+                    "UPDATE wsnmom_shards SET owner = NULL, expires_at = now() WHERE owner = %s",
+                    (self.instance_id,),
+                )
+                conn.execute("DELETE FROM wsnmom_instances WHERE id = %s", (self.instance_id,))
+        except Exception:
+            log.warning("instance %s: leaving the cluster failed", self.instance_id, exc_info=True)
+        self._drop_session()

@@ -1,0 +1,254 @@
+"""Two gateway processes on one PostgreSQL store and one RabbitMQ are one broker: every
+operation works through either of them for a resource made through the other, and a
+change made through one is obeyed by the instance that delivers within 1 s (issue 23 §2).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import threading
+import time
+from collections.abc import Callable
+from datetime import timedelta
+
+import pytest
+import requests
+from lxml import etree
+
+from tests.cluster.conftest import INSTANCE, Cluster
+from tests.fixtures.server import ConsumerServer
+from tests.support.waiting import wait_until
+from wsnmom.client.errors import ResourceUnknownFault
+from wsnmom.client.model import EndpointReference
+from wsnmom.testing.gateway import Gateway
+
+pytestmark = [pytest.mark.rabbitmq, pytest.mark.e2e, pytest.mark.slow]
+
+NS = "urn:cluster"
+WSNT = "http://docs.oasis-open.org/wsn/b-2"
+#: a change made through one instance takes effect on the others within this (issue 23)
+FOLLOW = 1.0
+#: headroom for a loaded 2-core machine over FOLLOW, for the HTTP round trips around it
+SLACK = 1.0
+
+
+def topic(name: str) -> str:
+    return "{" + NS + "}" + name
+
+
+def n(i: int | str) -> str:
+    return f'<n xmlns="urn:n">{i}</n>'
+
+
+def unknown(call: Callable[[], object]) -> bool:
+    try:
+        call()
+    except ResourceUnknownFault:
+        return True
+    return False
+
+
+def texts(elements: list[etree._Element]) -> list[str]:
+    return ["".join(e.itertext()).strip() for e in elements]
+
+
+def received(consumer: ConsumerServer, address: str) -> list[str]:
+    """The payload texts a consumer got for one subscription."""
+    return texts([m.find(f"{{{WSNT}}}Message") for m in consumer.messages_for(address)])
+
+
+def test_every_operation_through_b_for_resources_made_through_a(
+    cluster: Callable[..., Cluster], consumer: ConsumerServer
+) -> None:
+    c = cluster(2)
+    a, b = c.gateways
+    wa, wb = c.client(a), c.client(b)
+    assert c.instance_of(a) == "g0" and c.instance_of(b) == "g1"
+    pull_point = wa.create_pull_point()
+    feeding = wa.subscribe(pull_point.reference, topic("pp"))
+    push = wa.subscribe(consumer.address("/push"), topic("push"))
+    registration = wa.register_publisher(topics=[topic("pp")])
+    # endpoint references name the load balancer, not the instance that made them
+    for ref in (pull_point.reference, push.reference, registration.reference):
+        assert ref.address.startswith(c.public_url + "/")
+
+    def on(gateway: Gateway, ref: EndpointReference) -> EndpointReference:
+        return EndpointReference(c.via(gateway, ref.address), ref.reference_parameters)
+
+    # a named pull point made through A is found by name through B, and B subscribes it
+    named = wa.create_pull_point(name="shared-name")
+    assert wb.create_pull_point(name="shared-name").reference.address == named.address
+    wb.subscribe(named.reference, topic("named"))
+    wa.notify(n("named"), topic("named"))
+    from_named = wait_until(
+        lambda: wa.pull_point(on(a, named.reference)).get_messages(),
+        10,
+        what="the message the subscription made through B put into A's named pull point",
+    )
+    assert texts([m.payload for m in from_named]) == ["named"]
+    # Renew through B: A answers with the new termination time
+    granted = wb.subscription(on(b, push.reference)).renew(timedelta(hours=2))
+    assert granted is not None
+    wait_until(
+        lambda: wa.subscription(on(a, push.reference)).properties().termination_time == granted,
+        FOLLOW + SLACK,
+        what="A reporting the termination time granted through B",
+    )
+    # GetCurrentMessage through B of what was published through A
+    wa.notify(n("current"), topic("pp"))
+    assert texts([wb.get_current_message(topic("pp")).payload]) == ["current"]
+    # GetMessages through B, with the instance named in the answer
+    got = wait_until(
+        lambda: wb.pull_point(on(b, pull_point.reference)).get_messages(),
+        10,
+        what="the message in the pull point made through A, read through B",
+    )
+    assert texts([m.payload for m in got]) == ["current"]
+    envelope = (
+        '<s:Envelope xmlns:s="http://schemas.xmlsoap.org/soap/envelope/" '
+        'xmlns:wsnt="http://docs.oasis-open.org/wsn/b-2"><s:Body>'
+        "<wsnt:GetMessages/></s:Body></s:Envelope>"
+    )
+    answer = requests.post(
+        c.via(b, pull_point.reference.address),
+        data=envelope,
+        headers={"Content-Type": "text/xml", "SOAPAction": '""'},
+        timeout=10,
+    )
+    assert answer.status_code == 200 and answer.headers[INSTANCE] == "g1"
+    # Pause and Resume through B
+    wb.subscription(on(b, push.reference)).pause()
+    wb.subscription(on(b, push.reference)).resume()
+    # DestroyRegistration, Unsubscribe, DestroyPullPoint through B: gone on A within 1 s
+    wb.destroy_registration(on(b, registration.reference))
+    wb.subscription(on(b, push.reference)).unsubscribe()
+    wb.pull_point(on(b, pull_point.reference)).destroy()
+    wait_until(
+        lambda: (
+            unknown(lambda: wa.destroy_registration(on(a, registration.reference)))
+            and unknown(lambda: wa.subscription(on(a, push.reference)).properties())
+            and unknown(lambda: wa.subscription(on(a, feeding.reference)).properties())
+            and unknown(lambda: wa.pull_point(on(a, pull_point.reference)).get_messages())
+        ),
+        FOLLOW + SLACK,
+        what="A treating what B destroyed as unknown",
+    )
+
+
+def admin_state(gateway: Gateway, sub_id: str) -> str:
+    url = f"{gateway.base_url}/wsn/admin/api/subscriptions/{sub_id}"
+    return str(requests.get(url, timeout=5).json()["state"])
+
+
+def test_pause_resume_renew_unsubscribe_through_the_other_instance_are_obeyed(
+    cluster: Callable[..., Cluster], consumer: ConsumerServer
+) -> None:
+    # one shard: one instance delivers every push subscription, the other none
+    c = cluster(2, WSNMOM_CLUSTER__SHARDS="1")
+    a, b = c.gateways
+    wa = c.client(a)
+    victim = wa.subscribe(consumer.address("/victim"), topic("t"))
+    control = wa.subscribe(consumer.address("/control"), topic("t"))
+    short = wa.subscribe(
+        consumer.address("/short"), topic("t"), initial_termination_time=timedelta(seconds=4)
+    )
+    wa.notify(n(0), topic("t"))
+    first = wait_until(
+        lambda: [r for r in consumer.notifies() if r.path == "/victim"],
+        10,
+        what="the first delivery to the victim",
+    )
+    deliverer_id = first[0].headers[INSTANCE]
+    deliverer, other = (a, b) if deliverer_id == "g0" else (b, a)
+    wo = c.client(other)
+
+    def through_other(sub: object) -> object:
+        ref = sub.reference  # type: ignore[attr-defined]
+        return wo.subscription(EndpointReference(c.via(other, ref.address)))
+
+    # Renew through the other instance beyond the short subscription's first lifetime
+    through_other(short).renew(timedelta(minutes=5))  # type: ignore[attr-defined]
+    # Pause through the other instance: the deliverer holds the victim's messages
+    through_other(victim).pause()  # type: ignore[attr-defined]
+    started = time.monotonic()
+    wait_until(
+        lambda: admin_state(deliverer, victim.id) == "paused",
+        FOLLOW + SLACK,
+        what="the deliverer pausing the victim",
+    )
+    assert time.monotonic() - started < FOLLOW + SLACK
+    wa.notify(n(1), topic("t"))
+    wait_until(
+        lambda: "1" in received(consumer, control.address),
+        10,
+        what="the control subscription's copy of message 1 (the sentinel)",
+    )
+    assert "1" not in received(consumer, victim.address)
+    # Resume through the other instance: the held message arrives, from the deliverer
+    through_other(victim).resume()  # type: ignore[attr-defined]
+    wait_until(
+        lambda: "1" in received(consumer, victim.address),
+        10,
+        what="message 1, held while paused, after the resume",
+    )
+    # Unsubscribe through the other instance: the deliverer stops within 1 s
+    through_other(victim).unsubscribe()  # type: ignore[attr-defined]
+    wait_until(
+        lambda: unknown(
+            lambda: wa.subscription(
+                EndpointReference(c.via(deliverer, victim.address))
+            ).properties()
+        ),
+        FOLLOW + SLACK,
+        what="the deliverer forgetting the victim",
+    )
+    wa.notify(n(2), topic("t"))
+    wait_until(
+        lambda: "2" in received(consumer, control.address),
+        10,
+        what="the control subscription's copy of message 2 (the sentinel)",
+    )
+    assert "2" not in received(consumer, victim.address)
+    # the renewed subscription still delivers after its first lifetime (4 s) is over
+    wait_until(
+        lambda: time.monotonic() - started > 4.5, 10, what="the short subscription's first lifetime"
+    )
+    wa.notify(n(3), topic("t"))
+    wait_until(
+        lambda: "3" in received(consumer, short.address),
+        10,
+        what="message 3 to the subscription renewed through the other instance",
+    )
+    assert {r.headers[INSTANCE] for r in consumer.notifies()} == {deliverer_id}
+
+
+def test_a_pull_point_drained_through_both_instances_loses_and_repeats_nothing(
+    cluster: Callable[..., Cluster],
+) -> None:
+    c = cluster(2)
+    a, b = c.gateways
+    wa = c.client(a)
+    pull_point = wa.create_pull_point()
+    count = 120
+    to_a = EndpointReference(c.via(a, pull_point.reference.address))
+    for start in range(0, count, 20):
+        wa.notify_many([(n(i), topic("drain")) for i in range(start, start + 20)], to=to_a)
+    got: list[str] = []
+    lock = threading.Lock()
+
+    def drain(gateway: Gateway) -> None:
+        client = c.client(gateway)
+        pp = client.pull_point(EndpointReference(c.via(gateway, pull_point.reference.address)))
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            with lock:
+                if len(got) >= count:
+                    return
+            taken = texts([m.payload for m in pp.get_messages(7)])
+            with lock:
+                got.extend(taken)
+
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        for f in [pool.submit(drain, g) for g in (a, b, a, b)]:
+            f.result()
+    assert sorted(got, key=int) == [str(i) for i in range(count)]

@@ -1,0 +1,97 @@
+"""``core.cluster.ClusterMember`` with a coordination whose store stops answering after
+the first heartbeat: the member's deadline for delivering its shards falls before their
+leases can have expired at the store (the lease began after the heartbeat started), its
+delivery is closed, and it starts again when a heartbeat renews them."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+from datetime import timedelta
+
+from wsnmom.core.cluster import ClusterMember
+from wsnmom.core.config import ClusterSettings
+from wsnmom.core.coordination import Change, InstanceInfo, Leases
+
+from tests.support.waiting import wait_until
+
+LEASE = 1.0
+
+
+class FlakyStore:
+    """A shared coordination that holds shards 0 and 1 while ``up``."""
+
+    shared = True
+    instance_id = "test"
+
+    def __init__(self) -> None:
+        self.up = True
+        self.renewed: list[float] = []
+
+    def cursor(self) -> int:
+        return 0
+
+    def changes(self, cursor: int) -> tuple[int, list[Change]]:
+        return cursor, []
+
+    def wait(self, timeout: float) -> None:
+        time.sleep(timeout)
+
+    def join(self, address: str, version: str, *, single_instance: bool) -> None:
+        return None
+
+    def heartbeat(self, shards: int, lease: float) -> Leases:
+        started = time.monotonic()
+        if not self.up:
+            raise ConnectionError("the store does not answer")
+        self.renewed.append(started)
+        return Leases({0: 1, 1: 1})
+
+    def release(self, shards: Sequence[int]) -> None:
+        return None
+
+    def lead(self) -> bool:
+        return self.up
+
+    def instances(self) -> list[InstanceInfo]:
+        return []
+
+    def leave(self) -> None:
+        return None
+
+
+def test_delivery_stops_before_an_unrenewed_lease_can_expire_and_resumes() -> None:
+    store = FlakyStore()
+    lost: list[tuple[float, set[int]]] = []
+    gained: list[set[int]] = []
+    settings = ClusterSettings(lease=timedelta(seconds=LEASE), heartbeat=0.1, poll=0.05)
+    member = ClusterMember(
+        store,
+        settings,
+        follower=None,  # type: ignore[arg-type]
+        gained=gained.append,
+        lost=lambda shards: lost.append((time.monotonic(), shards)),
+        became_leader=lambda: None,
+    )
+    member.join("http://x", "1", single_instance=False)
+    sub = next(f"s{i}" for i in range(100) if member.shard(f"s{i}") in (0, 1))
+    assert member.delivers(sub)
+    member.start()
+    try:
+        wait_until(lambda: len(store.renewed) >= 2, 5, what="a renewal by the thread")
+        store.up = False
+        _, shards = wait_until(lambda: lost and lost[0], 5, what="delivery stopped")
+        assert shards == {0, 1}
+        # the store's lease ends no earlier than the last renewal's start + LEASE: this
+        # instance's own deadline for delivering (delivers(), checked by every push) is
+        # before that
+        assert member._valid_until < store.renewed[-1] + LEASE
+        assert not member.delivers(sub)
+        store.up = True
+        wait_until(lambda: gained, 5, what="delivery started again after a renewal")
+        assert gained[0] == {0, 1} and member.delivers(sub)
+    finally:
+        member._stop.set()
+        assert isinstance(member._thread, threading.Thread)
+        member._thread.join(5)

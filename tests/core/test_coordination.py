@@ -1,0 +1,105 @@
+"""The cluster's tables in a PostgreSQL store (``core.coordination_postgres``), driven
+directly with two instances' coordinations on one fresh database: the change log shows
+each instance what the other wrote (once, never its own writes), shards are shared fairly
+and handed back when an instance joins, a taken-over lease bumps its epoch, the
+leadership is one session's advisory lock, and a single-instance adapter is refused next
+to a live instance.  ``SingleInstance`` (SQLite) leads and holds every shard."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from wsnmom.core.coordination import Change, InstanceRefused, SingleInstance, shard_of
+from wsnmom.core.store import Store
+from wsnmom.core.store_url import open_store
+
+from tests.core.test_store_conformance import subscription
+from tests.support.waiting import wait_until
+
+SHARDS = 8
+LEASE = 30.0
+
+
+@pytest.fixture
+def stores(postgres_store_url: str) -> Iterator[tuple[Store, Store]]:
+    a = open_store(postgres_store_url, instance_id="a")
+    b = open_store(postgres_store_url, instance_id="b")
+    yield a, b
+    a.close()
+    b.close()
+
+
+def test_each_instance_sees_the_others_writes_once_and_never_its_own(
+    stores: tuple[Store, Store],
+) -> None:
+    a, b = stores
+    ca, cb = a.coordination("a"), b.coordination("b")
+    cursor_a, cursor_b = ca.cursor(), cb.cursor()
+    a.put_subscription(subscription("s1"))
+    b.put_subscription(subscription("s2"))
+    a.delete_subscription("s1")
+    cursor_a, seen_a = ca.changes(cursor_a)
+    cursor_b, seen_b = cb.changes(cursor_b)
+    assert seen_a == [Change("subscription", "s2")]
+    assert seen_b == [Change("subscription", "s1")]  # two writes of s1: one change
+    # read again (the rows are younger than the settling time): nothing twice
+    assert ca.changes(cursor_a)[1] == [] and cb.changes(cursor_b)[1] == []
+
+
+def test_shards_are_shared_fairly_and_a_takeover_bumps_the_epoch(
+    stores: tuple[Store, Store],
+) -> None:
+    a, b = stores
+    ca, cb = a.coordination("a"), b.coordination("b")
+    ca.join("http://a", "1", single_instance=False)
+    alone = ca.heartbeat(SHARDS, LEASE)
+    assert sorted(alone.held) == list(range(SHARDS)) and alone.released == ()
+    cb.join("http://b", "1", single_instance=False)
+    assert cb.heartbeat(SHARDS, LEASE).held == {}  # every shard is leased to a
+    # a is above its fair share now: it hands half back, b takes them
+    shared = ca.heartbeat(SHARDS, LEASE)
+    assert len(shared.held) == SHARDS // 2 and len(shared.released) == SHARDS // 2
+    ca.release(shared.released)
+    taken = cb.heartbeat(SHARDS, LEASE)
+    assert sorted(taken.held) == sorted(shared.released)
+    assert set(taken.held.values()) == {2}  # a's epoch was 1: b's lease is the next one
+    instances = {i.id: i for i in ca.instances()}
+    assert {s for s, _ in instances["b"].shards} == set(taken.held)
+    # b dies: its heartbeat and its leases lapse (as a lease's time passing would do)
+    with b.transaction() as conn:  # type: ignore[attr-defined]
+        conn.execute("UPDATE wsnmom_shards SET expires_at = now() - interval '1 s'")
+        conn.execute("UPDATE wsnmom_instances SET heartbeat = now() - interval '1 h'")
+    # a takes them over with the next epoch (its own leases lapsed too: renewed with 2)
+    after = ca.heartbeat(SHARDS, LEASE)
+    assert sorted(after.held) == list(range(SHARDS))
+    assert all(after.held[s] == 3 for s in taken.held)
+    assert all(after.held[s] == 2 for s in shared.held)
+
+
+def test_the_leadership_is_one_sessions_lock(stores: tuple[Store, Store]) -> None:
+    a, b = stores
+    ca, cb = a.coordination("a"), b.coordination("b")
+    assert ca.lead() is True
+    assert cb.lead() is False
+    ca.leave()  # closes a's session: the lock goes once the server ended that session
+    wait_until(cb.lead, 10, what="b taking the leadership a's closed session held")
+    cb.leave()
+
+
+def test_a_single_instance_adapter_is_refused_next_to_a_live_instance(
+    stores: tuple[Store, Store],
+) -> None:
+    a, b = stores
+    a.coordination("a").join("http://a", "1", single_instance=True)
+    with pytest.raises(InstanceRefused, match="serves one instance only"):
+        b.coordination("b").join("http://b", "1", single_instance=True)
+
+
+def test_one_instance_on_sqlite_leads_and_holds_every_shard() -> None:
+    single = SingleInstance("only")
+    assert single.lead() and not single.shared
+    assert sorted(single.heartbeat(SHARDS, LEASE).held) == list(range(SHARDS))
+    assert single.changes(0) == (0, [])
+    assert 0 <= shard_of("some-id", SHARDS) < SHARDS
+    assert shard_of("some-id", SHARDS) == shard_of("some-id", SHARDS)

@@ -31,6 +31,11 @@ run: $(call stamp,$(RUN_EXTRAS))
 system-deps:
 	bash scripts/system-deps.sh
 
+# the suite on pytest-xdist workers, each with its own session brokers and gateways; the Spark
+# tests stay on one worker (one JVM): docs/testing.md, "Where the time goes"
+TEST_WORKERS ?= 4
+PYTEST_ARGS  ?= -n $(TEST_WORKERS) --dist loadgroup
+
 ## test: lint, type-check and run the whole test suite (starts local brokers itself)
 test: $(call stamp,$(TEST_EXTRAS)) system-deps lint typecheck
 	$(BIN)/pytest $(PYTEST_ARGS)

@@ -67,7 +67,14 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
 SLOW_TIMEOUT = 600
 
 
+#: the pytest-xdist group (``--dist loadgroup``) of the tests that run Spark: one worker runs
+#: them all, so the run starts one JVM (and one set of the bridge's session gateways)
+SPARK_GROUP = "spark"
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if item.get_closest_marker("slow") and not item.get_closest_marker("timeout"):
             item.add_marker(pytest.mark.timeout(SLOW_TIMEOUT))
+        if "spark" in getattr(item, "fixturenames", ()) or "spark_bridge" in item.path.parts:
+            item.add_marker(pytest.mark.xdist_group(SPARK_GROUP))

@@ -33,7 +33,7 @@ system-deps:
 
 # the suite on pytest-xdist workers, each with its own session brokers and gateways; the Spark
 # tests stay on one worker (one JVM): docs/testing.md, "Where the time goes"
-TEST_WORKERS ?= 4
+TEST_WORKERS ?= 3
 PYTEST_ARGS  ?= -n $(TEST_WORKERS) --dist loadgroup
 
 ## test: lint, type-check and run the whole test suite (starts local brokers itself)

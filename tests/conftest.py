@@ -67,28 +67,7 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
 SLOW_TIMEOUT = 600
 
 
-#: the pytest-xdist group (``--dist loadgroup``) of the tests that run Spark: one worker runs
-#: them all, so the run starts one JVM (and one set of the bridge's session gateways)
-SPARK_GROUP = "spark"
-
-
-def _xdist_group(item: pytest.Item) -> str | None:
-    """The worker group of a test under ``--dist loadgroup``: the Spark tests together, a
-    module's tests together when they share a module-scoped fixture (a gateway, Chromium:
-    started once, not once per worker); None lets any worker run it."""
-    if "spark" in getattr(item, "fixturenames", ()) or "spark_bridge" in item.path.parts:
-        return SPARK_GROUP
-    info = getattr(item, "_fixtureinfo", None)
-    defs = info.name2fixturedefs.values() if info is not None else ()
-    if any(d.scope == "module" for chain in defs for d in chain):
-        return item.nodeid.split("::", 1)[0]
-    return None
-
-
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if item.get_closest_marker("slow") and not item.get_closest_marker("timeout"):
             item.add_marker(pytest.mark.timeout(SLOW_TIMEOUT))
-        group = _xdist_group(item)
-        if group is not None:
-            item.add_marker(pytest.mark.xdist_group(group))

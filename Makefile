@@ -31,6 +31,12 @@ run: $(call stamp,$(RUN_EXTRAS))
 system-deps:
 	bash scripts/system-deps.sh
 
+# the suite on pytest-xdist workers, each with its own session brokers and gateways, a test
+# module's tests on one worker (its module-scoped gateway or browser starts once):
+# docs/testing.md, "Where the time goes"
+TEST_WORKERS ?= 3
+PYTEST_ARGS  ?= -n $(TEST_WORKERS) --dist loadfile
+
 ## test: lint, type-check and run the whole test suite (starts local brokers itself)
 test: $(call stamp,$(TEST_EXTRAS)) system-deps lint typecheck
 	$(BIN)/pytest $(PYTEST_ARGS)

@@ -11,7 +11,7 @@ import pytest
 import requests
 from lxml import etree
 
-from tests.fixtures.server import RunningServer, e2e_item_wanted
+from tests.fixtures.server import RunningServer
 from tests.support.soap import (
     NS,
     SIMPLE,
@@ -28,14 +28,6 @@ from tests.support.wsn_schemas import assert_body_valid
 from wsnmom.client import NotificationConsumer, WsnClient
 
 pytestmark = pytest.mark.e2e
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Deselect the e2e tests an adapter does not re-run (``PARTIAL_E2E``)."""
-    keep = [item for item in items if e2e_item_wanted(item)]
-    if len(keep) != len(items):
-        config.hook.pytest_deselected(items=[i for i in items if i not in keep])
-        items[:] = keep
 
 
 @dataclass

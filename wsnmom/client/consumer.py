@@ -53,6 +53,8 @@ log = logging.getLogger("wsnmom.client.consumer")
 
 #: largest request body accepted
 MAX_REQUEST_BYTES: Final = 16 * 1024 * 1024
+#: how often the idle serving loop checks for close() (which waits up to this long)
+_POLL_INTERVAL: Final = 0.05
 
 
 class NotificationConsumer:
@@ -98,8 +100,12 @@ class NotificationConsumer:
         self.port = int(self._server.server_address[1])
         self.path = path if path.startswith("/") else "/" + path
         self._advertised = advertised_address
+        # close() waits for the serving loop's next poll (0.5 s by default)
         self._thread = threading.Thread(
-            target=self._server.serve_forever, name="wsnmom-consumer", daemon=True
+            target=self._server.serve_forever,
+            kwargs={"poll_interval": _POLL_INTERVAL},
+            name="wsnmom-consumer",
+            daemon=True,
         )
         self._thread.start()
 

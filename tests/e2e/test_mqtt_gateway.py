@@ -189,8 +189,11 @@ def test_get_current_message_reads_retained_messages(
     wsn.notify((f"tns:{path}", '<state xmlns="urn:d">closed</state>'), dialect=CONCRETE)
     # the barrier: the Notify after the subscription comes after a retained message would
     messages = wait_until(
-        lambda: (got := consumer.messages()) and got[-1].find("wsnt:Message/{urn:d}state", NS)
-        is not None and got,
+        lambda: (
+            (got := consumer.messages())
+            and got[-1].find("wsnt:Message/{urn:d}state", NS) is not None
+            and got
+        ),
         10,
         what="the notification after the subscription",
     )

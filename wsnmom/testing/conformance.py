@@ -1010,10 +1010,17 @@ class QueueLimitsSemantics(AdapterFixtures):
     ) -> list[bytes]:
         require(adapter, "native_queue_limits")
         handle = self.subscribe(adapter, name, (self.pattern(namespace, "t"),), limits)
-        for i in range(n):
-            self.publish(adapter, self.topic(namespace, "t"), (b"%d" % i).rjust(size, b"."))
-        self.wait_routed(handle, 3)  # every case keeps three
-        got = self.receive(handle, 3)
+        # a witness on another topic, without limits: once it has a sentinel published
+        # after the n messages, the middleware has routed them all (a session's broker
+        # confirms a publish before it delivers to the session)
+        witness = self.subscribe(adapter, f"{name}-witness", (self.pattern(namespace, "w"),))
+        try:
+            for i in range(n):
+                self.publish(adapter, self.topic(namespace, "t"), (b"%d" % i).rjust(size, b"."))
+            assert self.barrier(adapter, witness, self.topic(namespace, "w")) == []
+        finally:
+            witness.delete()
+        got = self.receive(handle, 3)  # every case keeps three
         # the queue is empty now: a sentinel is kept whatever the limits
         got += self.barrier(adapter, handle, self.topic(namespace, "t"))
         return [m.body.lstrip(b".") for m in got]

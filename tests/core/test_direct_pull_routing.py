@@ -88,15 +88,24 @@ def test_one_copy_per_matching_subscription_and_filters_apply(broker: Broker) ->
     s.notify([note("<m k='no'>1</m>", simple("t:a"))])
     s.notify([note("<m k='yes'>2</m>", simple("t:a"))])
     s.notify([note("<m>3</m>", simple("t:b"))])
-    wait_idle(s)
-    got = s.get_messages(pp, None)
+    # the barrier: a sentinel every subscription takes, the filtered one included
+    s.notify([note("<m k='yes'>sentinel</m>", simple("t:a"))])
     by_sub: dict[str, list[str]] = {}
-    for m in got:
-        assert m.subscription_reference is not None
-        by_sub.setdefault(m.subscription_reference.address, []).append(
-            etree.fromstring(m.payload).text or ""
-        )
-    assert by_sub == {first: ["1", "2"], everything: ["1", "2", "3"], filtered: ["2"]}
+
+    def sentinels() -> bool:
+        for m in s.get_messages(pp, None):
+            assert m.subscription_reference is not None
+            by_sub.setdefault(m.subscription_reference.address, []).append(
+                etree.fromstring(m.payload).text or ""
+            )
+        return all("sentinel" in by_sub.get(sub, []) for sub in (first, everything, filtered))
+
+    wait_until(sentinels, 10, what="the sentinel in each subscription")
+    assert by_sub == {
+        first: ["1", "2", "sentinel"],
+        everything: ["1", "2", "3", "sentinel"],
+        filtered: ["2", "sentinel"],
+    }
 
 
 def test_topicless_subscription_does_not_see_other_pull_points_inboxes(

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from lxml import etree
 from wsnmom.core import errors
+from wsnmom.core.access import Principal, bound_principal
 from wsnmom.core.adapter import AdapterError, AdapterUnavailable, MiddlewareBusy
 from wsnmom.core.filters import XPATH10
 from wsnmom.core.model import CreatePullPointRequest, EndpointReference, ExpressionSource
@@ -280,3 +281,13 @@ def test_messages_are_handed_out_in_the_concrete_dialect_when_configured(
     service.notify_pull_point(pp.id, [note("<m>1</m>", simple("t:a"))])
     (message,) = service.get_messages(pp.id, None)
     assert message.topic_dialect == CONCRETE
+
+
+def test_named_pull_points_are_one_per_name_and_owner(service: BrokerService) -> None:
+    a = service.create_pull_point(CreatePullPointRequest(name="a"))
+    assert service.create_pull_point(CreatePullPointRequest(name="b")).id != a.id
+    with bound_principal(Principal("alice", method="basic")):
+        alices = service.create_pull_point(CreatePullPointRequest(name="a"))
+        assert alices.id != a.id and alices.owner == "alice"
+        assert service.create_pull_point(CreatePullPointRequest(name="a")).id == alices.id
+    assert service.create_pull_point(CreatePullPointRequest(name="a")).id == a.id

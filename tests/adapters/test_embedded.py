@@ -356,13 +356,17 @@ def test_push_respects_prefetch_and_delivers_everything(adapter: EmbeddedAdapter
     assert h.depth() == 0
 
 
-def test_max_age_expires(adapter: EmbeddedAdapter) -> None:
+def test_max_age_expires(adapter: EmbeddedAdapter, monkeypatch: pytest.MonkeyPatch) -> None:
     from datetime import timedelta
+
+    from wsnmom.adapters.embedded import store as embedded_store
+
+    from tests.support.clock import later
 
     lim = QueueLimits(max_age=timedelta(milliseconds=100))
     h = adapter.subscription(SubscriptionSpec("s", (PathPattern(NS, ("t",)),), lim))
     adapter.publish(msg("t", b"old"))
-    time.sleep(0.25)
+    later(monkeypatch, embedded_store, 10)  # it is 10 s old now
     assert h.depth() == 0
     assert h.pull(10) == []
 

@@ -17,7 +17,6 @@ class TestEmbeddedConformance(AdapterConformance):
     """Every group on a store directory per test."""
 
     receive_timeout = 3.0
-    quiet_period = 0.2
 
     @pytest.fixture
     def adapter_url(self, tmp_path: Path) -> str:
@@ -28,7 +27,6 @@ class TestEmbeddedMemoryConformance(AdapterConformance):
     """``embedded://:memory:``: durability tests skip (the capability says why)."""
 
     receive_timeout = 3.0
-    quiet_period = 0.2
 
     @pytest.fixture
     def adapter_url(self) -> str:
@@ -39,7 +37,6 @@ class TestEmbeddedFullSync(AckSemantics, Durability):
     """``synchronous=FULL`` given as a URL option: the groups that restart."""
 
     receive_timeout = 3.0
-    quiet_period = 0.2
 
     @pytest.fixture
     def adapter_url(self, tmp_path: Path) -> str:

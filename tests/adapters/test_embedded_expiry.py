@@ -5,14 +5,17 @@ backlog quadratic)."""
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Callable
 from datetime import timedelta
 
+import pytest
 from wsnmom.adapters.embedded import EmbeddedAdapter
+from wsnmom.adapters.embedded import store as embedded_store
 from wsnmom.core.adapter import OutboundMessage, Overflow, QueueLimits, SubscriptionSpec
 from wsnmom.topic_mapping.model import PathPattern, Topic
+
+from tests.support.clock import later
 
 NS = "urn:wsnmom:test:embedded-expiry"
 PATTERNS = (PathPattern(NS, ("t",)),)
@@ -22,26 +25,30 @@ def msg(body: bytes) -> OutboundMessage:
     return OutboundMessage(Topic(NS, ("t",)), body, uuid.uuid4().hex)
 
 
-def test_expiry_removes_more_than_one_chunk(adapter: EmbeddedAdapter) -> None:
+def test_expiry_removes_more_than_one_chunk(
+    adapter: EmbeddedAdapter, monkeypatch: pytest.MonkeyPatch
+) -> None:
     h = adapter.subscription(
         SubscriptionSpec("aged", PATTERNS, QueueLimits(max_age=timedelta(seconds=0.3)))
     )
     adapter.publish_many([msg(b"old-%d" % i) for i in range(700)])  # > 2 chunks of 256
-    time.sleep(0.5)
+    later(monkeypatch, embedded_store, 10)  # they are 10 s old now
     adapter.publish(msg(b"new"))
     assert h.depth() == 1
     (only,) = h.pull(10)
     assert only.body == b"new"
 
 
-def test_expired_messages_make_room_before_drop_newest_refuses(adapter: EmbeddedAdapter) -> None:
+def test_expired_messages_make_room_before_drop_newest_refuses(
+    adapter: EmbeddedAdapter, monkeypatch: pytest.MonkeyPatch
+) -> None:
     limits = QueueLimits(
         max_messages=3, overflow=Overflow.DROP_NEWEST, max_age=timedelta(seconds=0.3)
     )
     h = adapter.subscription(SubscriptionSpec("bounded", PATTERNS, limits))
     adapter.publish_many([msg(b"old-%d" % i) for i in range(3)])
     adapter.publish(msg(b"refused"))  # full, nothing expired yet: the newest is dropped
-    time.sleep(0.5)
+    later(monkeypatch, embedded_store, 10)
     adapter.publish_many([msg(b"new-1"), msg(b"new-2")])
     assert [m.body for m in h.pull(10)] == [b"new-1", b"new-2"]
 

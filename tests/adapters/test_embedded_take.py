@@ -8,7 +8,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 import uuid
 from collections.abc import Sequence
 from datetime import timedelta
@@ -16,8 +15,11 @@ from pathlib import Path
 
 import pytest
 from wsnmom.adapters.embedded import EmbeddedAdapter
+from wsnmom.adapters.embedded import store as embedded_store
 from wsnmom.core.adapter import OutboundMessage, QueueLimits, Received, SubscriptionSpec
 from wsnmom.topic_mapping.model import PathPattern, Topic
+
+from tests.support.clock import later
 
 NS = "urn:wsnmom:test:embedded-take"
 SPEC = SubscriptionSpec("pp", (PathPattern(NS, ("t",)),))
@@ -55,11 +57,13 @@ def test_requeued_message_below_the_watermark_is_taken_again(adapter: EmbeddedAd
     assert bodies(h.take(5)) == [b"3"]
 
 
-def test_take_never_returns_expired_messages(adapter: EmbeddedAdapter) -> None:
+def test_take_never_returns_expired_messages(
+    adapter: EmbeddedAdapter, monkeypatch: pytest.MonkeyPatch
+) -> None:
     limits = QueueLimits(max_age=timedelta(seconds=0.3))
     h = adapter.subscription(SubscriptionSpec("aged", SPEC.patterns, limits))
     adapter.publish_many([msg(b"old-1"), msg(b"old-2")])
-    time.sleep(0.5)
+    later(monkeypatch, embedded_store, 10)  # the two are 10 s old now
     adapter.publish(msg(b"new"))
     assert bodies(h.take(5)) == [b"new"]
     assert h.depth() == 0

@@ -15,7 +15,6 @@ class TestFileLogConformance(AdapterConformance):
     limits skip, with the capability as the reason)."""
 
     receive_timeout = 5.0
-    quiet_period = 0.3
 
     @pytest.fixture
     def adapter_url(self, tmp_path: Path) -> str:
@@ -26,7 +25,6 @@ class TestFileLogOnePartition(AdapterConformance):
     """One stream per namespace: order holds across topics too."""
 
     receive_timeout = 5.0
-    quiet_period = 0.3
 
     @pytest.fixture
     def adapter_url(self, tmp_path: Path) -> str:

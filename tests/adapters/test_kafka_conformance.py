@@ -34,7 +34,6 @@ class TestKafkaConformance(AdapterConformance):
     """Every group, topic-per-path mapping."""
 
     receive_timeout = 10.0
-    quiet_period = 0.5
 
     @pytest.fixture
     def adapter_url(self, kafka_url: str) -> str:
@@ -49,7 +48,6 @@ class TestKafkaConformancePerNamespace(AdapterConformance):
     """Every group, topic-per-namespace mapping (one Kafka topic per namespace)."""
 
     receive_timeout = 10.0
-    quiet_period = 0.5
 
     @pytest.fixture
     def adapter_url(self, kafka_url: str) -> str:

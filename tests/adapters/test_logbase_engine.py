@@ -74,19 +74,22 @@ def test_window_full_detaches_and_catches_up_in_order(make: Callable[..., FileLo
     handle = adapter.subscription(spec("s", "t"))
     got = Collector(ack=False)
     handle.start(got, prefetch=3)
+    witness = adapter.subscription(spec("witness", "t"))  # the barrier
+    seen = Collector()
+    witness.start(seen)
     adapter.publish_many([msg("t", b"%d" % i) for i in range(20)])
-    got.wait_for(3, 5)
-    time.sleep(0.2)
+    adapter.publish(msg("t", b"sentinel"))
+    seen.wait_for(21, 5)  # the head has passed every message
     assert len(got.received) == 3  # the window holds
     delivered = 0
-    while delivered < 20:
+    while delivered < 21:
         batch = got.wait_for(delivered + 1, 5)[delivered:]
         assert batch, f"stalled after {delivered}"
         for m in batch:
             m.ack()
         delivered += len(batch)
-    assert bodies(got.received) == [b"%d" % i for i in range(20)]
-    wait(lambda: adapter.stats()["attached"] == 1)  # back on the head
+    assert bodies(got.received) == [b"%d" % i for i in range(20)] + [b"sentinel"]
+    wait(lambda: adapter.stats()["attached"] == 2)  # back on the head, beside the witness
 
 
 def test_stream_created_while_behind_is_read_from_its_start(
@@ -187,15 +190,15 @@ def test_restore_hold_keeps_the_head_until_restored(make: Callable[..., FileLogA
     adapter = make(partitions=1)
     adapter.restoring()
     adapter.publish(msg("t", b"while-restoring"))
-    time.sleep(0.3)
-    handle = adapter.subscription(spec("rider", "t"))  # no stored positions: rode the head
+    handle = adapter.subscription(spec("rider", "t"))  # no stored positions: rides the head
     got = Collector()
     handle.start(got)
-    time.sleep(0.3)
-    assert got.received == []  # held
+    assert got.received == []  # held: no head loop runs while restoring
     adapter.restored()
-    got.wait_for(1, 5)
-    assert bodies(got.received) == [b"while-restoring"]
+    # the barrier: a head that had moved on would have put the rider after the first message
+    adapter.publish(msg("t", b"sentinel"))
+    got.wait_for(2, 5)
+    assert bodies(got.received) == [b"while-restoring", b"sentinel"]
 
 
 def test_many_cursors_bounded_threads(make: Callable[..., FileLogAdapter]) -> None:

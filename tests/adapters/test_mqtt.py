@@ -79,16 +79,29 @@ def subscribe(
     return adapter.subscription(spec)
 
 
-def drain(handle: SubscriptionHandle, expect: int, timeout: float = 10.0) -> list[Received]:
-    """Pull until ``expect`` arrived, then 0.3 s more for anything extra."""
+SENTINEL = b"<sentinel/>"
+
+
+def until_sentinel(
+    handle: SubscriptionHandle,
+    sentinels: int = 1,
+    timeout: float = 10.0,
+    *,
+    sentinel: bytes = SENTINEL,
+) -> list[Received]:
+    """Pull (and ack) until ``sentinels`` messages whose body is ``sentinel`` arrived,
+    published after what the test checks (the barrier, docs/testing.md); returns the
+    others, in order of arrival."""
     got: list[Received] = []
-    deadline = time.monotonic() + timeout
-    while len(got) < expect and time.monotonic() < deadline:
-        got += handle.pull(expect - len(got) + 10, timeout=0.2)
-    got += handle.pull(1000, timeout=0.3)
+
+    def arrived() -> bool:
+        got.extend(handle.pull(1000, timeout=0.2))
+        return sum(m.body == sentinel for m in got) >= sentinels
+
+    wait_until(arrived, timeout, what=f"{sentinels} x {sentinel!r}")
     for m in got:
         m.ack()
-    return got
+    return [m for m in got if m.body != sentinel]
 
 
 # -- overlapping filters ------------------------------------------------------------------
@@ -102,9 +115,10 @@ def test_overlapping_filters_of_one_and_of_several_subscriptions_deliver_once(
     first = subscribe(adapter, pattern("a", ANY, "c"))
     second = subscribe(adapter, pattern("a", "b", ANY))
     adapter.publish_many([message("a/b/c", b"1"), message("a/x/c", b"2"), message("a/b/y", b"3")])
-    assert sorted(m.body for m in drain(union, 3)) == [b"1", b"2", b"3"]
-    assert sorted(m.body for m in drain(first, 2)) == [b"1", b"2"]
-    assert sorted(m.body for m in drain(second, 2)) == [b"1", b"3"]
+    adapter.publish(message("a/b/c", SENTINEL))  # every filter lets it through
+    assert sorted(m.body for m in until_sentinel(union)) == [b"1", b"2", b"3"]
+    assert sorted(m.body for m in until_sentinel(first)) == [b"1", b"2"]
+    assert sorted(m.body for m in until_sentinel(second)) == [b"1", b"3"]
     # the session holds one filter for all of them (a/# covers every one)
     assert adapter.stats()["filters"] == 1
 
@@ -144,10 +158,10 @@ def test_a_stream_survives_filters_changing_around_it(
     finally:
         stop.set()
         publisher.join(30)
-    got.wait_for(len(sent), 15)
-    time.sleep(0.3)
+    adapter.publish(message("s/x", SENTINEL))  # the barrier: after the whole stream
+    wait_until(lambda: SENTINEL in got.bodies(), 15, what="the sentinel after the stream")
     steady.stop()
-    counts = Counter(got.bodies())
+    counts = Counter(b for b in got.bodies() if b != SENTINEL)
     assert set(counts) == set(sent), f"{len(set(sent) - set(counts))} of {len(sent)} missing"
     duplicates = {k: n for k, n in counts.items() if n > 1}
     assert not duplicates, f"{len(duplicates)} delivered twice"
@@ -167,8 +181,10 @@ def test_two_gateway_instances_on_one_broker_deliver_once_each(
     on_b = subscribe(b, pattern("news"))
     a.publish(message("news", b"from-a"))
     b.publish(message("news", b"from-b"))
-    assert sorted(m.body for m in drain(on_a, 2)) == [b"from-a", b"from-b"]
-    assert sorted(m.body for m in drain(on_b, 2)) == [b"from-a", b"from-b"]
+    a.publish(message("news", SENTINEL))  # one sentinel after each instance's message
+    b.publish(message("news", SENTINEL))
+    assert sorted(m.body for m in until_sentinel(on_a, 2)) == [b"from-a", b"from-b"]
+    assert sorted(m.body for m in until_sentinel(on_b, 2)) == [b"from-a", b"from-b"]
 
 
 # -- scale --------------------------------------------------------------------------------
@@ -192,7 +208,8 @@ def test_two_thousand_subscriptions_on_a_bounded_number_of_threads(
     adapter.publish_many([message(f"dev/d{i}/temp", b"%d" % i) for i in range(2_000)])
     for i, c in enumerate(collectors):
         assert [m.body for m in c.wait_for(1, 10)] == [b"%d" % i]
-    assert len(drain(wide, 2_000, timeout=30)) == 2_000
+    adapter.publish(message("dev/sentinel/temp", SENTINEL))  # only the wide one's
+    assert len(until_sentinel(wide, timeout=30)) == 2_000
     assert adapter.stats()["filters"] == 1  # dev/+/temp covers the 2,000 others
     wide.delete()
     assert adapter.stats()["filters"] == 2_000
@@ -218,11 +235,14 @@ def test_current_message_is_the_retained_one_also_from_a_native_client(
         assert current is not None and current.body == b'{"open": true}'
         assert current.content_type == "application/json"
         # the native message is a notification for the subscriber, once
-        assert [m.body for m in drain(handle, 1)] == [b'{"open": true}']
-        # a new subscription does not get the retained message as a notification
+        # a new subscription does not get the retained message as a notification: the
+        # barrier is the next message, which both get
         late = subscribe(adapter, pattern("door"))
-        assert drain(late, 0) == []
         adapter.publish(message("door", b"<closed/>"))
+        assert [m.body for m in until_sentinel(handle, sentinel=b"<closed/>")] == [
+            b'{"open": true}'
+        ]
+        assert until_sentinel(late, sentinel=b"<closed/>") == []
         current = adapter.current_message(topic("door"))
         assert current is not None and current.body == b"<closed/>"
     finally:
@@ -239,7 +259,8 @@ def test_broker_down_fails_fast_and_everything_resumes_after_a_restart(
     adapter = make(node.url, reconnect_max_delay=0.5)
     handle = subscribe(adapter, pattern("o"))
     adapter.publish(message("o", b"before"))
-    assert [m.body for m in drain(handle, 1)] == [b"before"]
+    adapter.publish(message("o", SENTINEL))
+    assert [m.body for m in until_sentinel(handle)] == [b"before"]
     node.stop()
     deadline = time.monotonic() + 5
     while adapter.available() and time.monotonic() < deadline:
@@ -259,8 +280,9 @@ def test_broker_down_fails_fast_and_everything_resumes_after_a_restart(
     adapter.publish(message("o", b"after"))
     fresh = subscribe(adapter, pattern("new"))
     adapter.publish(message("new", b"fresh"))
-    assert [m.body for m in drain(handle, 1)] == [b"after"]
-    assert [m.body for m in drain(fresh, 1)] == [b"fresh"]
+    adapter.publish_many([message("o", SENTINEL), message("new", SENTINEL)])
+    assert [m.body for m in until_sentinel(handle)] == [b"after"]
+    assert [m.body for m in until_sentinel(fresh)] == [b"fresh"]
 
 
 def test_offline_session_keeps_messages_across_a_broker_restart(
@@ -277,11 +299,12 @@ def test_offline_session_keeps_messages_across_a_broker_restart(
     gateway.close()
     publisher = make(node.url)
     publisher.publish_many([message("away", b"%d" % i) for i in range(1_500)])
+    publisher.publish(message("away", SENTINEL))
     publisher.close()
     node.restart()
     again = make(node.url, data_dir=data_dir)
     handle = subscribe(again, pattern("away"), name="kept")
-    got = drain(handle, 1_500, timeout=30)
+    got = until_sentinel(handle, timeout=30)
     assert [m.body for m in got] == [b"%d" % i for i in range(1_500)]
 
 
@@ -313,9 +336,9 @@ def test_spark_logs_are_fed_by_the_gateway_session(
         native.publish(f"{prefix}/a/y/z/c", b'{"n": 1}', qos=1).wait_for_publish(5)
     finally:
         close_client(native)
-    assert len(drain(handle, 3)) == 3
+    adapter.publish(message("a/s/c", SENTINEL))  # the barrier: nothing more before it
+    assert len(until_sentinel(handle)) == 3
     log = NotificationLog(path, create=False)
-    adapter.publish(message("a/s/c", b"<sentinel/>"))  # the barrier: nothing more before it
     wait_until(lambda: len(log) >= 3, what="3 records in the log")
     entries = [(name, body) for _, name, body in log.entries()]
     assert entries == [

@@ -22,7 +22,6 @@ class TestMqtt5Conformance(AdapterConformance):
     """Every group, MQTT 5."""
 
     receive_timeout = 5.0
-    quiet_period = 0.3
 
     @pytest.fixture
     def adapter_url(self, mqtt_url: str) -> str:

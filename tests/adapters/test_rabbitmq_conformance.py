@@ -14,7 +14,6 @@ class TestRabbitMQConformance(AdapterConformance):
     """Every conformance group; each test uses its own namespace (so its own exchange)."""
 
     receive_timeout = 5.0
-    quiet_period = 0.3
 
     @pytest.fixture
     def adapter_url(self, rabbitmq_url: str) -> str:
@@ -27,7 +26,6 @@ class TestRabbitMQGetConformance(AdapterConformance):
     ``pull`` and ``take``."""
 
     receive_timeout = 5.0
-    quiet_period = 0.3
 
     @pytest.fixture
     def adapter_url(self, rabbitmq_url: str) -> str:

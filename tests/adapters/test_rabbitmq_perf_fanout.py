@@ -19,10 +19,11 @@ from typing import Any
 
 import pika
 import pytest
-from wsnmom.adapters.rabbitmq.adapter import RabbitMQAdapter
+from wsnmom.adapters.rabbitmq.adapter import RabbitMQAdapter, RabbitMQSubscription
 from wsnmom.core.adapter import OutboundMessage, SubscriptionHandle, SubscriptionSpec
 from wsnmom.topic_mapping.model import PathPattern, Topic
 
+from tests.support.waiting import wait_until
 from wsnmom.testing.conformance import Collector
 
 pytestmark = pytest.mark.rabbitmq
@@ -82,9 +83,9 @@ def test_primers_are_never_delivered(
     adapter.publish(message(topic, b"<c/>"))
     got = Collector()
     handle.start(got, prefetch=8)
-    assert [m.body for m in got.wait_for(1, 5.0)] == [b"<c/>"]
-    time.sleep(0.3)
-    assert got.bodies() == [b"<c/>"]
+    adapter.publish(message(topic, b"<sentinel/>"))  # the barrier
+    got.wait_for_body(b"<sentinel/>", 5.0)
+    assert got.bodies() == [b"<c/>", b"<sentinel/>"]
     handle.stop()
     assert wait_depth(handle, 0) == 0  # the primers were acked, not left unsettled
     handle.delete()
@@ -103,8 +104,19 @@ def test_no_primer_into_a_dead_letter_exchange(
     handle = adapter.subscription(
         SubscriptionSpec(f"d-{uuid.uuid4().hex[:10]}", (PathPattern(ns, ("t",)),))
     )
-    time.sleep(0.3)
-    assert native.queue_declare(dead, passive=True).method.message_count == 0
+    # the barrier: a message that expires at once, as a primer would, sent after the
+    # subscription was made: once it is dead-lettered, a primer would have been too
+    assert isinstance(handle, RabbitMQSubscription)
+    native.basic_publish("", handle.queue, b"<sentinel/>", pika.BasicProperties(expiration="0"))
+    letters: list[bytes] = []
+
+    def dead_lettered() -> bool:
+        while (got := native.basic_get(dead, auto_ack=True))[0] is not None:
+            letters.append(got[2])
+        return b"<sentinel/>" in letters
+
+    wait_until(dead_lettered, 10, what="the sentinel in the dead-letter queue")
+    assert letters == [b"<sentinel/>"]
     handle.delete()
     assert not make_adapter(queue_type="quorum")._primes({"x-queue-type": "quorum"})
     assert not make_adapter(prime_queues="false")._primes({"x-queue-type": "classic"})

@@ -9,6 +9,7 @@ error).
 
 from __future__ import annotations
 
+import collections
 import threading
 import time
 import uuid
@@ -28,6 +29,7 @@ from wsnmom.core.adapter import (
 )
 from wsnmom.topic_mapping.model import PathPattern, Topic
 
+from tests.support.waiting import wait_until
 from wsnmom.testing.conformance import Collector
 
 pytestmark = pytest.mark.rabbitmq
@@ -43,16 +45,19 @@ def message(topic: Topic, body: bytes) -> OutboundMessage:
 
 
 class Counter:
-    """An ``on_message`` callback shared by many subscriptions: acks and counts."""
+    """An ``on_message`` callback shared by many subscriptions: acks and counts, in all
+    and per body."""
 
     def __init__(self) -> None:
         self.count = 0
+        self.bodies: collections.Counter[bytes] = collections.Counter()
         self._cv = threading.Condition()
 
     def __call__(self, received: Received) -> None:
         received.ack()
         with self._cv:
             self.count += 1
+            self.bodies[received.body] += 1
             self._cv.notify_all()
 
     def wait_for(self, n: int, timeout: float) -> int:
@@ -96,9 +101,10 @@ def test_more_started_subscriptions_than_one_connection_has_channels(
     try:
         assert len({h.link.name for h in handles}) == 3
         assert adapter.publish(message(topic, b"<all/>")).routed is True
-        assert counter.wait_for(n, 30.0) == n
-        time.sleep(0.2)
-        assert counter.count == n  # exactly once each
+        # the barrier: each queue delivers its sentinel after its <all/>
+        assert adapter.publish(message(topic, b"<sentinel/>")).routed is True
+        wait_until(lambda: counter.bodies[b"<sentinel/>"] == n, 30, what=f"{n} sentinels")
+        assert counter.bodies[b"<all/>"] == n  # exactly once each
         assert adapter.ping()
     finally:
         with ThreadPoolExecutor(8) as pool:
@@ -129,7 +135,10 @@ def test_subscriptions_spread_over_consuming_connections(
         for collector in collectors:
             # prefetch 2 without acks: exactly two deliveries each
             assert [m.body for m in collector.wait_for(2, 5.0)] == [b"0", b"1"]
-        time.sleep(0.3)
+        # the broker holds the third back in every queue (ready, not delivered)
+        wait_until(
+            lambda: adapter.depths(handles) == [1] * len(handles), 10, what="one ready message each"
+        )
         assert all(len(c.received) == 2 for c in collectors)
         last = handles[-1]
         last.stop()

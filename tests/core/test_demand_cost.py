@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from wsnmom.core.model import EndpointReference, RegisterPublisherRequest
@@ -37,8 +38,32 @@ def _count_scans(service: BrokerService) -> _CountingFilters:
     return counter
 
 
+def _round_after(service: BrokerService) -> Callable[[], None]:
+    """The barrier for the background reconciler: the returned function wakes it and
+    waits until a round that started after the call has ended."""
+    task = service.demand._task
+    inner = task._work
+    armed, done = threading.Event(), threading.Event()
+
+    def counted() -> None:
+        after = armed.is_set()
+        inner()
+        if after:
+            done.set()
+
+    task._work = counted
+
+    def wait() -> None:
+        armed.set()
+        task.wake()
+        assert done.wait(10), "no reconciler round within 10 s"
+
+    return wait
+
+
 def test_no_scan_without_demand_registration(service: BrokerService) -> None:
     counter = _count_scans(service)
+    round_after = _round_after(service)
     subs = [service.subscribe(sub_req(C, topic=simple(f"t:s{i}"))) for i in range(20)]
     service.pause(subs[0].id)
     service.resume(subs[0].id)
@@ -48,7 +73,7 @@ def test_no_scan_without_demand_registration(service: BrokerService) -> None:
         RegisterPublisherRequest(EndpointReference(P), topics=(simple("t:s0"),))
     )
     service.demand.reconcile()
-    time.sleep(0.3)  # the background reconciler ran on the wake-ups meanwhile
+    round_after()  # the background reconciler ran on every wake-up before
     assert counter.calls == 0
 
 

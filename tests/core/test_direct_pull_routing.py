@@ -22,6 +22,8 @@ from wsnmom.core.model import (
 from wsnmom.core.service import BrokerService
 from wsnmom.core.store import subscription_from_json, subscription_to_json
 
+from tests.support.waiting import wait_until
+
 from .conftest import Broker, note, simple, wait_idle
 
 XPATH = "http://www.w3.org/TR/1999/REC-xpath-19991116"
@@ -86,15 +88,24 @@ def test_one_copy_per_matching_subscription_and_filters_apply(broker: Broker) ->
     s.notify([note("<m k='no'>1</m>", simple("t:a"))])
     s.notify([note("<m k='yes'>2</m>", simple("t:a"))])
     s.notify([note("<m>3</m>", simple("t:b"))])
-    wait_idle(s)
-    got = s.get_messages(pp, None)
+    # the barrier: a sentinel every subscription takes, the filtered one included
+    s.notify([note("<m k='yes'>sentinel</m>", simple("t:a"))])
     by_sub: dict[str, list[str]] = {}
-    for m in got:
-        assert m.subscription_reference is not None
-        by_sub.setdefault(m.subscription_reference.address, []).append(
-            etree.fromstring(m.payload).text or ""
-        )
-    assert by_sub == {first: ["1", "2"], everything: ["1", "2", "3"], filtered: ["2"]}
+
+    def sentinels() -> bool:
+        for m in s.get_messages(pp, None):
+            assert m.subscription_reference is not None
+            by_sub.setdefault(m.subscription_reference.address, []).append(
+                etree.fromstring(m.payload).text or ""
+            )
+        return all("sentinel" in by_sub.get(sub, []) for sub in (first, everything, filtered))
+
+    wait_until(sentinels, 10, what="the sentinel in each subscription")
+    assert by_sub == {
+        first: ["1", "2", "sentinel"],
+        everything: ["1", "2", "3", "sentinel"],
+        filtered: ["2", "sentinel"],
+    }
 
 
 def test_topicless_subscription_does_not_see_other_pull_points_inboxes(
@@ -153,9 +164,23 @@ def test_pause_accumulates_in_an_own_durable_subscription_and_resume_delivers_in
     assert sub_id in native_names(broker)
     stored = s.store.get_subscription(sub_id)
     assert stored is not None and stored.queued and stored.state is SubscriptionState.PAUSED
+    # the barrier: a witness with its own durable subscription (paused and resumed) feeds
+    # another pull point through the same delivery engine
+    witness_pp = new_pp(s)
+    witness, _ = feed(s, witness_pp)
+    s.pause(witness)
+    s.resume(witness)
     s.notify([note(f"<m>{i}</m>", simple("t:a")) for i in (1, 2)])
-    time.sleep(0.1)
+    seen: list[str] = []
+
+    def witnessed() -> bool:
+        seen.extend(texts(s, witness_pp))
+        return len(seen) >= 2
+
+    wait_until(witnessed, 5, what="both messages at the witness")
+    assert seen == ["1", "2"]
     assert texts(s, pp) == ["0"]
+    s.unsubscribe(witness)
     s.resume(sub_id)
     got: list[str] = []
     deadline = time.monotonic() + 5

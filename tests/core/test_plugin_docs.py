@@ -83,7 +83,6 @@ class TestDocumentedToyAdapter(
     """The example adapter of docs/plugins.md against the kit (durability etc. skip)."""
 
     receive_timeout = 2.0
-    quiet_period = 0.1
 
     @pytest.fixture
     def adapter_url(self) -> str:

@@ -3,14 +3,18 @@ subscription's consumer, destruction (CXF/ServiceMix scenarios, GM-*, PP-*)."""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import pytest
 from lxml import etree
 from wsnmom.core import errors
+from wsnmom.core.access import Principal, bound_principal
+from wsnmom.core.adapter import AdapterError, AdapterUnavailable, MiddlewareBusy
 from wsnmom.core.filters import XPATH10
 from wsnmom.core.model import CreatePullPointRequest, EndpointReference, ExpressionSource
 from wsnmom.core.service import BrokerService
+from wsnmom.topic_mapping import CONCRETE
 
 from tests.support.waiting import wait_until
 
@@ -194,3 +198,96 @@ def test_internal_namespaces_are_reserved(service: BrokerService) -> None:
     for ns in ("urn:wsnmom:internal:pull-point", "urn:wsnmom:internal:other"):
         with pytest.raises(errors.TopicNotSupported):
             service.subscribe(sub_req(topic=simple("x:p1", {"x": ns})))
+
+
+# -- what mutation testing found untested (make mutation ARGS=pull_points) ------------------
+
+
+def test_a_pull_point_without_a_termination_time_gets_the_pull_point_default(
+    make_broker: Any,
+) -> None:
+    b = make_broker(termination__pull_point_default=timedelta(minutes=7))
+    pp = b.service.create_pull_point(CreatePullPointRequest())
+    assert pp.termination_time == b.clock() + timedelta(minutes=7)
+
+
+@pytest.mark.parametrize(
+    ("raised", "fault"),
+    [
+        (MiddlewareBusy("busy"), errors.MiddlewareOverloaded),
+        (AdapterUnavailable("down"), errors.ResourceUnavailable),
+        (AdapterError("refused"), errors.UnableToCreatePullPoint),
+    ],
+)
+def test_a_middleware_failure_on_create_is_its_own_fault(
+    broker: Any, monkeypatch: pytest.MonkeyPatch, raised: Exception, fault: type[Exception]
+) -> None:
+    def refuse(spec: Any) -> Any:
+        raise raised
+
+    monkeypatch.setattr(broker.adapter, "subscription", refuse)
+    with pytest.raises(fault) as caught:
+        broker.service.create_pull_point(CreatePullPointRequest())
+    # a refusal (busy, unavailable) is not "unable to create"
+    assert isinstance(caught.value, errors.UnableToCreatePullPoint) == (
+        fault is errors.UnableToCreatePullPoint
+    )
+    assert broker.service.registry.pull_points == {}
+
+
+@pytest.mark.parametrize(
+    ("raised", "fault"),
+    [
+        (MiddlewareBusy("busy"), errors.MiddlewareOverloaded),
+        (AdapterError("refused"), errors.UnableToGetMessages),
+    ],
+)
+def test_a_middleware_failure_on_get_messages_is_its_own_fault(
+    service: BrokerService, monkeypatch: pytest.MonkeyPatch, raised: Exception, fault: type
+) -> None:
+    pp = service.create_pull_point(CreatePullPointRequest())
+    state = service.registry.live_pull_point(pp.id)
+
+    def fail(self: Any, limit: int) -> Any:
+        raise raised
+
+    monkeypatch.setattr(type(state.source), "take", fail)  # handles have __slots__
+    with pytest.raises(fault) as caught:
+        service.get_messages(pp.id, None)
+    assert isinstance(caught.value, errors.UnableToGetMessages) == (
+        fault is errors.UnableToGetMessages
+    )
+
+
+def test_an_expired_message_is_skipped_and_the_next_one_handed_out(make_broker: Any) -> None:
+    """On a log (core enforces ``max_age``), one expired message among live ones."""
+    b = make_broker(adapter_url="filelog://{tmp}/log", limits__max_age=timedelta(minutes=1))
+    service: BrokerService = b.service
+    pp = service.create_pull_point(CreatePullPointRequest())
+    service.notify_pull_point(pp.id, [note("<m>old</m>")])
+    b.clock.advance(minutes=2)  # "old" is past max_age now
+    service.notify_pull_point(pp.id, [note("<m>new</m>"), note("<sentinel/>")])
+    # all three wait in the pull point: one GetMessages gets them together
+    wait_until(lambda: service.overview().pull_points[0].waiting == 3, what="3 waiting")
+    assert texts(service.get_messages(pp.id, None)) == ["new", ""]
+
+
+def test_messages_are_handed_out_in_the_concrete_dialect_when_configured(
+    make_broker: Any,
+) -> None:
+    b = make_broker(topic_dialect="concrete")
+    service: BrokerService = b.service
+    pp = service.create_pull_point(CreatePullPointRequest())
+    service.notify_pull_point(pp.id, [note("<m>1</m>", simple("t:a"))])
+    (message,) = service.get_messages(pp.id, None)
+    assert message.topic_dialect == CONCRETE
+
+
+def test_named_pull_points_are_one_per_name_and_owner(service: BrokerService) -> None:
+    a = service.create_pull_point(CreatePullPointRequest(name="a"))
+    assert service.create_pull_point(CreatePullPointRequest(name="b")).id != a.id
+    with bound_principal(Principal("alice", method="basic")):
+        alices = service.create_pull_point(CreatePullPointRequest(name="a"))
+        assert alices.id != a.id and alices.owner == "alice"
+        assert service.create_pull_point(CreatePullPointRequest(name="a")).id == alices.id
+    assert service.create_pull_point(CreatePullPointRequest(name="a")).id == a.id

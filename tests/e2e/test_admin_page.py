@@ -26,6 +26,7 @@ import pytest
 import requests
 
 from tests.fixtures.server import RunningServer
+from tests.support.ports import closed_port
 from tests.support.waiting import wait_until
 from wsnmom.client import NotificationConsumer, WsnClient
 
@@ -62,6 +63,13 @@ def open_gateway() -> Iterator[RunningServer]:
 def gateway() -> Iterator[RunningServer]:
     """Authentication on: the admin token."""
     yield from _gateway({"WSNMOM_AUTH__ADMIN_TOKEN": TOKEN})
+
+
+@pytest.fixture
+def down() -> Iterator[str]:
+    """The base address of a consumer and publisher that are down (a port held closed)."""
+    with closed_port() as port:
+        yield f"http://127.0.0.1:{port}"
 
 
 def _api(gateway: RunningServer, path: str) -> Any:
@@ -104,7 +112,7 @@ def _post_from_page(web: Any, path: str) -> Any:
 
 
 def test_the_local_operator_without_authentication(
-    open_gateway: RunningServer, chromium: Any
+    open_gateway: RunningServer, chromium: Any, down: str
 ) -> None:
     from selenium.webdriver.common.by import By
 
@@ -114,9 +122,9 @@ def test_the_local_operator_without_authentication(
     live = client.subscribe(consumer, "p:line1/temperature")
     held = client.subscribe(consumer, "p:line1//*")
     held.pause()
-    down = client.subscribe("http://127.0.0.1:9/nobody-listens", "p:line1/temperature")
+    failing = client.subscribe(f"{down}/nobody-listens", "p:line1/temperature")
     pull_point = client.create_pull_point()
-    registration = client.register_publisher("http://127.0.0.1:9/plc-7", ["p:line1//*"])
+    registration = client.register_publisher(f"{down}/plc-7", ["p:line1//*"])
 
     web.get(open_gateway.base_url + "/admin?refresh=0.3")
     wait_until(what="a first refresh", check=lambda: _refreshes(web) >= 1)
@@ -134,13 +142,13 @@ def test_the_local_operator_without_authentication(
     assert not _shown(web, "#sign-in")  # nobody can sign in without authentication
     assert _text(web, "#total-subscriptions") == "3" and _text(web, "#total-pull-points") == "1"
     rows = web.find_elements(By.CSS_SELECTOR, "#subscriptions tbody tr")
-    assert {r.get_attribute("data-id") for r in rows} == {live.id, held.id, down.id}
+    assert {r.get_attribute("data-id") for r in rows} == {live.id, held.id, failing.id}
     held_row = f'#subscriptions tr[data-id="{held.id}"]'
     assert _text(web, f"{held_row} .badge") == "paused"
     assert _shown(web, "td.actions")
     assert _text(web, f'#pull-points tr[data-id="{pull_point.id}"]')
     registration_row = f'#registrations tr[data-id="{registration.id}"]'
-    assert "http://127.0.0.1:9/plc-7" in _text(web, registration_row)
+    assert f"{down}/plc-7" in _text(web, registration_row)
     assert "p:line1//*" in _text(web, registration_row)
 
     # -- values change after a Notify, without a reload
@@ -156,13 +164,13 @@ def test_the_local_operator_without_authentication(
     wait_until(what="a backlog of 3", check=lambda: _text(web, f"{held_row} td.backlog") == "3")
     live_row = f'#subscriptions tr[data-id="{live.id}"]'
     wait_until(what="3 delivered", check=lambda: _text(web, f"{live_row} td.delivered") == "3")
-    down_row = f'#subscriptions tr[data-id="{down.id}"]'
+    down_row = f'#subscriptions tr[data-id="{failing.id}"]'
     wait_until(
         what="a failing consumer",
         check=lambda: _text(web, f"{down_row} td.failures") not in ("", "0"),
     )
     assert _text(web, f"{down_row} .badge") == "failing"
-    assert "127.0.0.1:9" in _text(web, f"{down_row} td.error")
+    assert down.removeprefix("http://") in _text(web, f"{down_row} td.error")
     assert web.execute_script("return window.__marker") == marker
 
     # -- the last hour's charts: drawn by the gateway, from its own counters
@@ -205,27 +213,27 @@ def test_the_local_operator_without_authentication(
     # -- one subscription's page, reached from its id in the table
     web.find_element(By.CSS_SELECTOR, f"{down_row} td a").click()
     wait_until(what="the subscription's page", check=lambda: _shown(web, "#detail"))
-    assert web.current_url.endswith(f"admin?subscription={down.id}")
+    assert web.current_url.endswith(f"admin?subscription={failing.id}")
 
     def field(name: str) -> str:
         return _text(web, f'#detail-fields tr[data-field="{name}"] td')
 
     wait_until(what="its fields", check=lambda: field("state") == "failing")
-    assert field("consumer") == "http://127.0.0.1:9/nobody-listens"
+    assert field("consumer") == f"{down}/nobody-listens"
     assert field("topic").startswith("p:line1/temperature") and f"p = {NS}" in field("topic")
     assert field("policy") == "wrapped Notify, SOAP 1.2, push"
-    assert int(field("failures")) >= 1 and "127.0.0.1:9" in field("last error")
+    assert int(field("failures")) >= 1 and down.removeprefix("http://") in field("last error")
     assert field("backlog").startswith("3 (")
     # its last delivery attempts, newest first: each failed, with the error
     first_attempt = "#detail-attempts tbody tr"
     wait_until(what="its attempts", check=lambda: "failed" in _text(web, first_attempt))
-    assert "127.0.0.1:9" in _text(web, first_attempt)
+    assert down.removeprefix("http://") in _text(web, first_attempt)
     # the same page without JavaScript: the server fills in the fields and the attempts
-    served = requests.get(f"{open_gateway.base_url}/admin?subscription={down.id}", timeout=5)
+    served = requests.get(f"{open_gateway.base_url}/admin?subscription={failing.id}", timeout=5)
     page = lxml.html.fromstring(served.content)
     assert page.get_element_by_id("detail").get("hidden") is None
     consumer_cell = page.xpath('//*[@id="detail-fields"]/tr[@data-field="consumer"]/td')[0]
-    assert consumer_cell.text_content() == "http://127.0.0.1:9/nobody-listens"
+    assert consumer_cell.text_content() == f"{down}/nobody-listens"
     rows = page.xpath('//*[@id="detail-attempts"]/tbody/tr')
     assert rows and all("failed" in r.text_content() for r in rows)
     # the API: the live subscription's attempts delivered the 3 messages
@@ -317,7 +325,9 @@ def test_dead_letters_are_listed_replayed_and_purged_from_the_page(
     client.close()
 
 
-def test_an_admin_signs_in_and_acts(gateway: RunningServer, chromium: Any, tmp_path: Path) -> None:
+def test_an_admin_signs_in_and_acts(
+    gateway: RunningServer, chromium: Any, tmp_path: Path, down: str
+) -> None:
     from selenium.webdriver.common.by import By
 
     web = chromium
@@ -326,9 +336,9 @@ def test_an_admin_signs_in_and_acts(gateway: RunningServer, chromium: Any, tmp_p
     live = client.subscribe(consumer, "p:line1/temperature")
     held = client.subscribe(consumer, "p:line1//*")
     held.pause()
-    client.subscribe("http://127.0.0.1:9/nobody-listens", "p:line1/temperature")
+    client.subscribe(f"{down}/nobody-listens", "p:line1/temperature")
     client.create_pull_point()
-    client.register_publisher("http://127.0.0.1:9/plc-7", ["p:line1//*"])
+    client.register_publisher(f"{down}/plc-7", ["p:line1//*"])
 
     web.get(gateway.base_url + "/admin?refresh=0.3")
     wait_until(what="the sign-in form", check=lambda: _shown(web, "#sign-in"))

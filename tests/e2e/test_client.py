@@ -13,7 +13,8 @@ from lxml import etree
 from wsnmom.core.model import EndpointReference, SoapVersion
 
 from tests.e2e.conftest import Wsn
-from tests.fixtures.server import RunningServer, free_port
+from tests.fixtures.server import RunningServer
+from tests.support.ports import closed_port
 from tests.support.waiting import wait_until
 from wsnmom.client import (
     CONCRETE,
@@ -339,7 +340,10 @@ def test_soap11_client(wsnmom_server: RunningServer, wsn: Wsn, inbox: Notificati
 
 
 def test_transport_errors(wsnmom_server: RunningServer) -> None:
-    with WsnClient(f"http://127.0.0.1:{free_port()}/wsn/broker", timeout=3) as dead:
+    with (
+        closed_port() as closed,
+        WsnClient(f"http://127.0.0.1:{closed}/wsn/broker", timeout=3) as dead,
+    ):
         with pytest.raises(TransportError, match="cannot reach") as info:
             dead.notify("<x/>", "{urn:x}a")
         assert info.value.status is None

@@ -13,7 +13,8 @@ import requests
 from lxml import etree
 
 from tests.e2e.conftest import Wsn
-from tests.fixtures.server import ConsumerServer, RunningServer, free_port
+from tests.fixtures.server import ConsumerServer, RunningServer
+from tests.support.ports import closed_port
 from tests.support.soap import (
     FULL,
     NS,
@@ -363,10 +364,11 @@ def test_onvif_consumer_unreachable_ends_subscription(
     """NCIA: the broker ends the subscription of a consumer it cannot reach and publishes a
     SubscriptionEnd naming it on the topic the subscriber gave."""
     client.subscribe(inbox, "tns:ended")
-    dead = f"http://127.0.0.1:{free_port()}/gone"
-    sub = client.subscribe(dead, "tns:myTopic", subscription_end_topic="tns:ended")
-    client.notify("<q/>", "tns:myTopic")
-    end = inbox.get(timeout=20)
+    with closed_port() as closed:
+        dead = f"http://127.0.0.1:{closed}/gone"
+        sub = client.subscribe(dead, "tns:myTopic", subscription_end_topic="tns:ended")
+        client.notify("<q/>", "tns:myTopic")
+        end = inbox.get(timeout=20)
     assert end.payload.tag == f"{{{NATO}}}SubscriptionEnd"
     assert end.payload.findtext(f"{{{NATO}}}SubscriptionReference/{{*}}Address") == sub.address
     with pytest.raises(ResourceUnknownFault):

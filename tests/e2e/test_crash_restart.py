@@ -158,39 +158,43 @@ def test_state_and_notifications_survive_a_crash(
         assert rp(wsn, short.address, "wsnt:TerminationTime") == "ResourceUnknownFault"
         assert resource_id(reg_ref)
 
+        # the barrier: notification N, published after the restart, comes after the N
+        # before it in every subscription (the pushed one is the paused one's witness)
+        wsn.notify((TOPIC, f'<n xmlns="{PAYLOAD_NS}">{N}</n>'))
         # the consumer comes up: all N arrive (duplicates only as redeliveries)
         consumer = ConsumerServer(down_port)
         try:
-            wait_until(
-                lambda: set(ids_of(consumer.messages())) >= set(range(N)),
+            got = wait_until(
+                lambda: N in (ids := ids_of(consumer.messages())) and ids,
                 timeout=30,
-                what=f"all {N} notifications at the consumer that was down",
+                what=f"the sentinel after all {N} notifications at the consumer that was down",
             )
-            time.sleep(0.5)
-            got = ids_of(consumer.messages())
         finally:
             consumer.close()
-        assert set(got) == set(range(N))
+        assert set(got) == set(range(N + 1))
         dup_push = sum(c - 1 for c in Counter(got).values())
 
         # the pull point holds all N
         pulled: list[int] = []
         wait_until(
-            lambda: pulled.extend(ids_of(wsn.get_messages(pp))) or set(pulled) >= set(range(N)),
+            lambda: pulled.extend(ids_of(wsn.get_messages(pp))) or N in pulled,
             timeout=30,
-            what=f"all {N} notifications in the pull point",
+            what=f"the sentinel after all {N} notifications in the pull point",
         )
-        assert set(pulled) == set(range(N))
+        assert set(pulled) == set(range(N + 1))
         dup_pull = sum(c - 1 for c in Counter(pulled).values())
 
         # nothing reached the paused subscription; Resume delivers its N in order
         assert at(paused_consumer, "/paused") == []
         wsn.post(paused.address, "<wsnt:ResumeSubscription/>").ok()
-        wait_until(lambda: len(at(paused_consumer, "/paused")) >= N, timeout=30, what="resumed")
-        resumed = ids_of(at(paused_consumer, "/paused"))
+        resumed = wait_until(
+            lambda: N in (ids := ids_of(at(paused_consumer, "/paused"))) and ids,
+            timeout=30,
+            what="the sentinel after the resumed ones",
+        )
         first_seen = list(dict.fromkeys(resumed))
-        assert first_seen == list(range(N))
-        dup_resume = len(resumed) - N
+        assert first_seen == list(range(N + 1))
+        dup_resume = len(resumed) - N - 1
         print(
             f"\n[{own_server.adapter} {sig.name}] duplicates (at-least-once redeliveries): "
             f"push {dup_push}, pull point {dup_pull}, resumed {dup_resume}"

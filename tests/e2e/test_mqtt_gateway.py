@@ -187,10 +187,17 @@ def test_get_current_message_reads_retained_messages(
     # a new subscription does not get the retained message as a notification
     concrete(wsn, consumer.address(), path)
     wsn.notify((f"tns:{path}", '<state xmlns="urn:d">closed</state>'), dialect=CONCRETE)
-    messages = consumer.wait_for_messages(1, timeout=10)
-    time.sleep(0.3)
-    assert len(consumer.messages()) == 1
-    assert messages[0].find("wsnt:Message/{urn:d}state", NS) is not None
+    # the barrier: the Notify after the subscription comes after a retained message would
+    messages = wait_until(
+        lambda: (
+            (got := consumer.messages())
+            and got[-1].find("wsnt:Message/{urn:d}state", NS) is not None
+            and got
+        ),
+        10,
+        what="the notification after the subscription",
+    )
+    assert len(messages) == 1
     current = wsn.post(wsn.broker, gcm).ok()
     assert current.findtext("{urn:d}state") == "closed"
 
@@ -207,15 +214,17 @@ def test_paused_subscription_gets_more_than_a_thousand_on_resume(
     wsn = Wsn(server, f"urn:test:{uuid.uuid4().hex[:8]}")
     sub = wsn.subscribe(consumer.address(), "tns:burst")
     wsn.post(sub.address, "<wsnt:PauseSubscription/>").ok()
+    witness = wsn.subscribe(consumer.address(), "tns:burst")  # the barrier
     total = 1_200
     for start in range(0, total, 100):
         wsn.notify(*[("tns:burst", f'<n xmlns="urn:n">{i}</n>') for i in range(start, start + 100)])
-    time.sleep(0.5)
-    assert consumer.messages() == []
+    wsn.notify(("tns:burst", "<sentinel/>"))
+    consumer.wait_for_sentinel(witness.address, timeout=60)
+    assert consumer.messages_for(sub.address) == []
     wsn.post(sub.address, "<wsnt:ResumeSubscription/>").ok()
-    messages = consumer.wait_for_messages(total, timeout=60)
+    messages = consumer.wait_for_sentinel(sub.address, timeout=60)
     numbers = [int(m.findtext("wsnt:Message/{urn:n}n", namespaces=NS) or -1) for m in messages]
-    assert list(dict.fromkeys(numbers)) == list(range(total))
+    assert list(dict.fromkeys(numbers)) == [*range(total), -1]  # -1: the sentinel, last
 
 
 # -- the broker and the gateway going away --------------------------------------------------

@@ -15,6 +15,7 @@ import pytest
 from click.testing import CliRunner
 from wsnmom.core.adapter import AccessRefused, AdapterUnavailable, CredentialsRefused
 
+from tests.support.ports import closed_port
 from wsnmom.cli import cli
 from wsnmom.startup import ExitStatus, StartupError, explain, middleware_failure, open_listeners
 
@@ -156,11 +157,12 @@ def test_unusable_adapter_url_or_options(
 
 
 def test_kafka_cluster_that_does_not_answer(tmp_path: Path) -> None:
-    url = f"kafka://127.0.0.1:{free_port()}?connect_timeout=1"
-    result = run_serve(
-        ["--adapter", url, "--port", str(free_port()), "--wait-for-middleware", "2"],
-        serve_env(tmp_path),
-    )
+    with closed_port() as closed:
+        url = f"kafka://127.0.0.1:{closed}?connect_timeout=1"
+        result = run_serve(
+            ["--adapter", url, "--port", str(free_port()), "--wait-for-middleware", "2"],
+            serve_env(tmp_path),
+        )
     _expect(result, ExitStatus.MIDDLEWARE_UNREACHABLE, "Kafka cluster", "does not answer")
 
 
@@ -325,12 +327,13 @@ def _with(
 def test_rabbitmq_connection_refused_with_a_bounded_wait(tmp_path: Path, rabbitmq_url: str) -> None:
     """By default the gateway waits for its middleware (tests/e2e/test_middleware_outage.py);
     ``--wait-for-middleware`` bounds the wait and exits with status 9."""
-    url = _with(rabbitmq_url, port=free_port())  # nothing listens there
     env = serve_env(tmp_path, WSNMOM_ADAPTER_OPTIONS__OPERATION_TIMEOUT="1")
     started = time.monotonic()
-    result = run_serve(
-        ["--adapter", url, "--port", str(free_port()), "--wait-for-middleware", "3"], env
-    )
+    with closed_port() as closed:  # nothing listens there
+        url = _with(rabbitmq_url, port=closed)
+        result = run_serve(
+            ["--adapter", url, "--port", str(free_port()), "--wait-for-middleware", "3"], env
+        )
     _expect(
         result,
         ExitStatus.MIDDLEWARE_UNREACHABLE,

@@ -18,6 +18,7 @@ import pytest
 import requests
 
 from tests.fixtures.server import ConsumerServer, RunningServer, free_port
+from tests.support.ports import closed_port
 from tests.support.soap import SIMPLE, notify_body, subscribe_body
 from tests.support.waiting import wait_until
 
@@ -77,7 +78,14 @@ def test_a_consumer_password_is_never_shown(
     gateway = gateway_factory({"WSNMOM_RETRY__MAX_ATTEMPTS": "1", "WSNMOM_LOG_FORMAT": "json"})
     watcher = post(gateway.broker_url, subscribe_body(consumer.address(), "tns:ends"))
     assert watcher.status_code == 200
-    closed = f"http://wsn:{SECRET}@127.0.0.1:{free_port()}/consumer"
+    with closed_port() as port:  # held closed until the subscription has ended
+        _a_delivery_that_fails_shows_no_password(gateway, consumer, port)
+
+
+def _a_delivery_that_fails_shows_no_password(
+    gateway: RunningServer, consumer: ConsumerServer, port: int
+) -> None:
+    closed = f"http://wsn:{SECRET}@127.0.0.1:{port}/consumer"
     end_topic = (
         f'<wsn-nato:SubscriptionEndTopic xmlns:wsn-nato="{NATO}" xmlns:tns="{NS}" '
         f'Dialect="{SIMPLE}">tns:ends</wsn-nato:SubscriptionEndTopic>'

@@ -7,7 +7,6 @@ from __future__ import annotations
 import sqlite3
 import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -59,13 +58,17 @@ def test_buffer_keeps_everything_across_its_own_restart(
     again = MqttBuffer(settings(mqtt_url, path, client_id))
     again.start()
     assert again.session_present
-    wait_until(lambda: len(log) == 35, what="35 records in the log")
-    time.sleep(0.3)
+    # the barrier: a sentinel after the 35
+    mqtt_publisher.publish("plant/valves/sentinel/state", b"<sentinel/>")
+    wait_until(
+        lambda: b"<sentinel/>" in [body for _seq, _native, body in log.entries()],
+        what="the sentinel in the log",
+    )
     again.stop()
     mqtt_publisher.publish(retained, b"", retain=True)  # cleared on the shared broker
     bodies = [body for _seq, _native, body in log.entries()]
     # the retained message was not a new notification (as for a gateway's subscriptions)
-    assert bodies == [f"<s>{i}</s>".encode() for i in range(35)]
+    assert bodies == [f"<s>{i}</s>".encode() for i in range(35)] + [b"<sentinel/>"]
     assert again.duplicates == 0
 
 
@@ -163,15 +166,25 @@ def test_spark_buffer_command_runs_until_terminated(
     )
     try:
         wait_until(lambda: path.exists(), what="the log file")
-        time.sleep(1.0)  # subscribed
+
+        def bodies() -> list[bytes]:
+            return [body for _seq, _native, body in NotificationLog(path, create=False).entries()]
+
+        def subscribed() -> bool:  # a probe reached the log: the buffer has subscribed
+            mqtt_publisher.publish("plant/valves/probe/state", b"<probe/>")
+            return bool(bodies())
+
+        wait_until(subscribed, 30, interval=0.2, what="a probe in the log")
         for i in range(5):
             mqtt_publisher.publish(f"plant/valves/v{i}/state", b"<s/>")
-        wait_until(lambda: len(NotificationLog(path, create=False)) == 5, what="5 records")
+        mqtt_publisher.publish("plant/valves/sentinel/state", b"<sentinel/>")  # the barrier
+        got = wait_until(lambda: b"<sentinel/>" in (b := bodies()) and b, what="the sentinel")
     finally:
         proc.terminate()
         _, err = proc.communicate(timeout=20)
+    assert got.count(b"<s/>") == 5
     assert proc.returncode == 0, err
-    assert "5 appended" in err and "plant/valves/+/state" in err
+    assert f"{len(got)} appended" in err and "plant/valves/+/state" in err
 
 
 def test_spark_buffer_refuses_a_bad_expression(tmp_path: Path) -> None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -51,7 +50,7 @@ def test_example_job_publishes_topic_counts(
     topic, namespaces = "p:plant//.", {"p": ns}
     tap = ensure_tap({"url": rabbitmq_url, "topic": topic, "namespaces": json.dumps(namespaces)})
     with WsnClient(rabbit_gateway.broker_url, namespaces={"s": example.SUMMARY_NS}) as client:
-        client.subscribe(consumer.address(), summary)
+        subscription = client.subscribe(consumer.address(), summary)
     notify(kafka_gateway, ns, [("plant/a", "<v/>")] * 3 + [("plant/b", "<v/>")] * 2)
     notify(rabbit_gateway, ns, [("plant/a", "<v/>")] * 4)
     mqtt_log = tmp_path / "mqtt.sqlite"
@@ -75,10 +74,12 @@ def test_example_job_publishes_topic_counts(
     assert query.exception() is None
     expected = {("kafka", "plant/a"): 3, ("kafka", "plant/b"): 2, ("rabbitmq", "plant/a"): 4}
     expected[("mqtt", "plant/c")] = 1
-    messages = consumer.wait_for_messages(len(expected), timeout=30)
-    time.sleep(0.5)
+    # the barrier: a sentinel after what the query published (it has terminated)
+    with WsnClient(rabbit_gateway.broker_url, namespaces={"s": example.SUMMARY_NS}) as client:
+        client.notify("<sentinel/>", summary)
+    *messages, _sentinel = consumer.wait_for_sentinel(subscription.address, 30)
     counts = {}
-    for message in consumer.messages():
+    for message in messages:
         element = message.find(".//{urn:wsnmom:example:summary}TopicCount")
         assert element is not None
         fields = {child.tag.rpartition("}")[2]: child.text for child in element}

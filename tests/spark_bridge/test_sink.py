@@ -4,7 +4,6 @@ per (batch, partition, row) even when a micro-batch or a whole write runs again.
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 from typing import Any
 
@@ -25,10 +24,10 @@ class QueueCounter:
 
         self.connection = pika.BlockingConnection(pika.URLParameters(url))
         self.channel = self.connection.channel()
-        exchange = RabbitMQNames({}).exchange_for(namespace)
-        self.channel.exchange_declare(exchange, "topic", durable=True)
+        self.exchange = RabbitMQNames({}).exchange_for(namespace)
+        self.channel.exchange_declare(self.exchange, "topic", durable=True)
         self.queue = self.channel.queue_declare("", exclusive=True).method.queue
-        self.channel.queue_bind(self.queue, exchange, "#")
+        self.channel.queue_bind(self.queue, self.exchange, "#")
 
     def ids(self) -> list[str]:
         out = []
@@ -38,8 +37,31 @@ class QueueCounter:
                 return out
             out.append(properties.headers["wsnmom-message-id"])
 
+    def ids_until_sentinel(self) -> list[str]:
+        """Publish a sentinel into the namespace's exchange and return every id up to it
+        (the barrier: whatever was published before has reached the queue)."""
+        import pika
+
+        self.channel.basic_publish(
+            self.exchange,
+            "sentinel",
+            b"",
+            pika.BasicProperties(headers={"wsnmom-message-id": SENTINEL}),
+        )
+        ids: list[str] = []
+
+        def arrived() -> bool:
+            ids.extend(self.ids())
+            return SENTINEL in ids
+
+        wait_until(arrived, what="the sentinel")
+        return [i for i in ids if i != SENTINEL]
+
     def close(self) -> None:
         self.connection.close()
+
+
+SENTINEL = "sentinel"
 
 
 @pytest.mark.rabbitmq
@@ -82,9 +104,7 @@ def test_commit_resumes_after_a_failure_and_skips_a_published_batch(
         assert sink.commit_batch(settings, "7", staged) == 0  # a replay: nothing
     finally:
         sink.close_publishers()
-    ids = wait_until(lambda: (got := counter.ids()) and got, what="published notifications")
-    time.sleep(0.3)
-    ids += counter.ids()
+    ids = counter.ids_until_sentinel()
     counter.close()
     assert sorted(ids) == sorted(
         [f"t1/7/0/{i}" for i in range(4)] + [f"t1/7/1/{i}" for i in range(4)]
@@ -110,7 +130,7 @@ def test_stream_results_reach_a_gateway_subscriber_once_even_when_a_batch_is_rep
         [Entry("x", Topic(ns, ("in", f"t{i % 3}")), f"<v>{i}</v>".encode()) for i in range(10)]
     )
     with WsnClient(rabbit_gateway.broker_url, namespaces={"s": out_ns}) as client:
-        client.subscribe(consumer.address(), "s:summary")
+        summary = client.subscribe(consumer.address(), "s:summary")
     checkpoint = tmp_path / "checkpoint"
 
     def run() -> Any:
@@ -152,8 +172,11 @@ def test_stream_results_reach_a_gateway_subscriber_once_even_when_a_batch_is_rep
         ("1", 4, 4, True),
         ("2", 2, 2, True),
     ]
-    time.sleep(1.5)  # anything published again would have been delivered by now
-    assert len(consumer.messages()) == 10
+    # the barrier: a sentinel published after the replay comes after anything it published
+    with WsnClient(rabbit_gateway.broker_url, namespaces={"s": out_ns}) as client:
+        client.notify("<sentinel/>", "s:summary")
+    got = consumer.wait_for_sentinel(summary.address, 30)
+    assert len(got) == 11  # the 10 and the sentinel
 
 
 @pytest.mark.rabbitmq
@@ -166,7 +189,7 @@ def test_batch_write_through_the_gateway_notify_once_per_write_id(
 
     ns = unique_namespace()
     with WsnClient(rabbit_gateway.broker_url, namespaces={"s": ns}) as client:
-        client.subscribe(consumer.address(), "s:daily//.")
+        daily = client.subscribe(consumer.address(), "s:daily//.")
     frame = spark.createDataFrame(
         [(f'<r xmlns="urn:r">{i}</r>', f"s:daily/d{i}") for i in range(3)],
         "payload string, topic string",
@@ -180,9 +203,10 @@ def test_batch_write_through_the_gateway_notify_once_per_write_id(
             write_id="2024-05-01",
             ledger=ledger,
         )
-    messages = consumer.wait_for_messages(3, timeout=30)
-    time.sleep(1.0)
-    assert len(consumer.messages()) == 3
+    with WsnClient(rabbit_gateway.broker_url, namespaces={"s": ns}) as client:
+        client.notify("<sentinel/>", "s:daily/sentinel")  # the barrier
+    *messages, _sentinel = consumer.wait_for_sentinel(daily.address, 30)
+    assert len(messages) == 3
     assert sorted(m.find(".//{urn:r}r").text for m in messages) == ["0", "1", "2"]
     topics = sorted(m.find("{*}Topic").text.rpartition(":")[2] for m in messages)
     assert topics == ["daily/d0", "daily/d1", "daily/d2"]

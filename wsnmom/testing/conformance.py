@@ -61,6 +61,7 @@ from wsnmom.topic_mapping.model import ANY, DEEP, PathPattern, Segment, Topic
 from wsnmom.topic_mapping.syntax import WildcardSyntax
 
 __all__ = [
+    "SENTINEL",
     "AckSemantics",
     "AdapterBasics",
     "AdapterConformance",
@@ -120,6 +121,10 @@ def require_pattern_support(adapter: Adapter, *kinds: str) -> None:
             pytest.skip("syntax.multi_level_mid_path")
 
 
+#: the body of the kit's sentinel messages (see ``AdapterFixtures.barrier``)
+SENTINEL = b"<wsnmom-conformance-sentinel/>"
+
+
 class Collector:
     """An ``on_message`` callback that records what it gets (optionally acking it)."""
 
@@ -146,6 +151,22 @@ class Collector:
                 self._cv.wait(remaining)
             return list(self.received)
 
+    def wait_for_body(self, body: bytes, timeout: float) -> list[Received]:
+        """Wait until a message with ``body`` arrived; returns all so far.
+
+        :raises AssertionError: none arrived within ``timeout`` seconds.
+        """
+        deadline = time.monotonic() + timeout
+        with self._cv:
+            while not any(m.body == body for m in self.received):
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise AssertionError(
+                        f"no {body!r} within {timeout:g} s; got {len(self.received)} other(s)"
+                    )
+                self._cv.wait(remaining)
+            return list(self.received)
+
     def bodies(self) -> list[bytes]:
         with self._cv:
             return [m.body for m in self.received]
@@ -161,10 +182,8 @@ class Collector:
 class AdapterFixtures:
     """Fixtures and helpers every conformance group uses.  Authors provide ``adapter_url``."""
 
-    #: seconds to wait for an expected message
+    #: seconds to wait for an expected message (a sentinel included)
     receive_timeout: float = 5.0
-    #: seconds of silence that count as "nothing more arrives"
-    quiet_period: float = 0.5
 
     @pytest.fixture
     def adapter_url(self) -> str:
@@ -316,20 +335,63 @@ class AdapterFixtures:
         return got
 
     def wait_routed(self, handle: SubscriptionHandle, depth: int) -> None:
-        """Wait until ``handle`` holds ``depth`` messages, then ``quiet_period`` more, so
-        that what was published has reached it before anything is taken out (a
-        middleware may confirm a publish before it routes the message: MQTT's PUBACK
-        comes before the broker delivers to the gateway's session)."""
+        """Wait until ``handle`` holds ``depth`` messages, so that what was published has
+        reached it before anything is taken out (a middleware may confirm a publish before
+        it routes the message: MQTT's PUBACK comes before the broker delivers to the
+        gateway's session).  Returns at once when the adapter cannot tell a depth."""
         deadline = time.monotonic() + self.receive_timeout
-        while (handle.depth() or 0) < depth and time.monotonic() < deadline:
+        while (current := handle.depth()) is not None and current < depth:
+            assert time.monotonic() < deadline, f"depth {current} of {depth}"
             time.sleep(0.02)
-        time.sleep(self.quiet_period)
 
-    def assert_quiet(self, handle: SubscriptionHandle, namespace: str | None = None) -> None:
-        """Nothing (of ``namespace``) arrives within ``quiet_period``."""
-        extra = self.puller(handle).pull(100, timeout=self.quiet_period)
-        for m in extra:
-            m.nack(requeue=True)
+    def barrier(
+        self, adapter: Adapter, handle: SubscriptionHandle, topic: Topic, *, ack: bool = True
+    ) -> list[Received]:
+        """Publish a sentinel (body :data:`SENTINEL`) to ``topic``, a topic ``handle``
+        selects, and pull from ``handle`` until it arrives; returns the messages pulled
+        with it, without the sentinel (acked unless ``ack`` is False).
+
+        This is how the kit asserts that something did *not* arrive: what was published
+        to ``topic`` before the sentinel, and has not come with it, never comes (for a
+        middleware that keeps order per topic only, the message under test and the
+        sentinel share the topic).  A fixed wait would pass whenever delivery is slower
+        than the wait.
+
+        :raises AssertionError: no sentinel within ``receive_timeout`` seconds.
+        """
+        self.publish(adapter, topic, SENTINEL)
+        deadline = time.monotonic() + self.receive_timeout
+        got: list[Received] = []
+        while not any(m.body == SENTINEL for m in got):
+            remaining = deadline - time.monotonic()
+            assert remaining > 0, (
+                f"no sentinel on {topic} within {self.receive_timeout:g} s; "
+                f"got {[m.body for m in got]}"
+            )
+            got += self.puller(handle).pull(100, timeout=min(remaining, 0.5))
+        for m in got:
+            if ack or m.body == SENTINEL:
+                m.ack()
+        return [m for m in got if m.body != SENTINEL]
+
+    def push_barrier(self, adapter: Adapter, collector: Collector, topic: Topic) -> list[bytes]:
+        """:meth:`barrier` for a started handle whose ``on_message`` is ``collector``:
+        publish a sentinel to ``topic`` and wait until ``collector`` has it; returns the
+        bodies collected so far, without the sentinel."""
+        self.publish(adapter, topic, SENTINEL)
+        collector.wait_for_body(SENTINEL, self.receive_timeout)
+        return [b for b in collector.bodies() if b != SENTINEL]
+
+    def assert_quiet(
+        self,
+        adapter: Adapter,
+        handle: SubscriptionHandle,
+        topic: Topic,
+        namespace: str | None = None,
+    ) -> None:
+        """Nothing (of ``namespace``) arrives at ``handle`` before a sentinel published to
+        ``topic`` now (see :meth:`barrier`)."""
+        extra = self.barrier(adapter, handle, topic)
         if namespace is not None:
             extra = [m for m in extra if m.topic.namespace == namespace]
         assert extra == [], f"unexpected messages: {[(str(m.topic), m.body) for m in extra]}"
@@ -345,17 +407,17 @@ class AdapterFixtures:
     ) -> list[str]:
         """Subscribe, publish one message per topic path, return the paths received.
 
-        Waits for as many messages as the canonical matcher selects, then for
-        ``quiet_period`` more, so extra deliveries are caught too.
+        Receives until a sentinel published after them, to the last topic the canonical
+        matcher selects, arrives (:meth:`barrier`), so extra deliveries are caught too.
         """
         handle = self.subscribe(adapter, name, patterns)
         ns = publish_ns or namespace
         topics = [self.topic(ns, path) for path in publish]
         for t in topics:
             self.publish(adapter, t, "/".join(t.path).encode())
-        expected = sum(1 for t in topics if patterns is None or any(p.matches(t) for p in patterns))
-        got = self.receive(handle, expected)
-        got += self.receive(handle, 100, timeout=self.quiet_period)
+        selected = [t for t in topics if patterns is None or any(p.matches(t) for p in patterns)]
+        assert selected, "routed() needs a published topic the patterns select"
+        got = self.barrier(adapter, handle, selected[-1])
         return sorted(m.body.decode() for m in got)
 
 
@@ -510,7 +572,7 @@ class TopicRouting(AdapterFixtures):
         got = self.receive(handle, 1)
         assert [m.body for m in got] == [b"mine"]
         assert got[0].topic == self.topic(namespace, "a")
-        self.assert_quiet(handle)
+        self.assert_quiet(adapter, handle, self.topic(namespace, "a"))
 
     def test_wildcards_stay_in_namespace(
         self, adapter: Adapter, namespace: str, unique_name: Names
@@ -521,7 +583,7 @@ class TopicRouting(AdapterFixtures):
         self.publish(adapter, self.topic(other, "a/b"), b"other")
         self.publish(adapter, self.topic(namespace, "a/b"), b"mine")
         assert [m.body for m in self.receive(handle, 1)] == [b"mine"]
-        self.assert_quiet(handle)
+        self.assert_quiet(adapter, handle, self.topic(namespace, "a/b"))
 
     def test_patterns_none_gets_everything(
         self, adapter: Adapter, namespace: str, unique_name: Names
@@ -563,8 +625,9 @@ class TopicRouting(AdapterFixtures):
                     mine.append(m)
             if any(m.body == b"public" for m in mine):
                 break
-        # the public message, published after the internal one, arrived: so would have it
-        mine += [m for m in self.receive(everything, 100, timeout=self.quiet_period)]
+        # the public message, published after the internal one, arrived, and so does a
+        # sentinel after both
+        mine += self.barrier(adapter, everything, self.topic(namespace, "a"))
         assert [
             (m.topic.namespace, m.body) for m in mine if m.topic.namespace in (namespace, internal)
         ] == [(namespace, b"public")]
@@ -582,7 +645,7 @@ class TopicRouting(AdapterFixtures):
         handle = self.subscribe(adapter, unique_name(), tuple(patterns))
         self.publish(adapter, self.topic(namespace, "a/b"), b"once")
         assert [m.body for m in self.receive(handle, 1)] == [b"once"]
-        self.assert_quiet(handle)
+        self.assert_quiet(adapter, handle, self.topic(namespace, "a/b"))
 
     def test_rebind_changes_patterns(
         self, adapter: Adapter, namespace: str, unique_name: Names
@@ -593,7 +656,7 @@ class TopicRouting(AdapterFixtures):
         self.publish(adapter, self.topic(namespace, "old"), b"old")
         self.publish(adapter, self.topic(namespace, "new"), b"new")
         assert [m.body for m in self.receive(handle, 1)] == [b"new"]
-        self.assert_quiet(handle)
+        self.assert_quiet(adapter, handle, self.topic(namespace, "new"))
 
 
 class AckSemantics(AdapterFixtures):
@@ -625,7 +688,7 @@ class AckSemantics(AdapterFixtures):
         self.publish(adapter, self.topic(namespace, "t"), b"gone")
         (first,) = self.receive(handle, 1, ack=False)
         first.nack(requeue=False)
-        self.assert_quiet(handle)
+        self.assert_quiet(adapter, handle, self.topic(namespace, "t"))
 
     def test_ack_removes(self, adapter: Adapter, namespace: str, unique_name: Names) -> None:
         name = unique_name()
@@ -635,7 +698,7 @@ class AckSemantics(AdapterFixtures):
         assert len(self.receive(handle, 1)) == 1
         handle.stop()
         again = self.subscribe(adapter, name, patterns)
-        self.assert_quiet(again)
+        self.assert_quiet(adapter, again, self.topic(namespace, "t"))
         assert again.depth() in (0, None)
 
     def test_unacked_redelivered_after_stop(
@@ -682,7 +745,7 @@ class AckSemantics(AdapterFixtures):
         t = threading.Thread(target=m.ack)
         t.start()
         t.join(10)
-        self.assert_quiet(handle)
+        self.assert_quiet(adapter, handle, self.topic(namespace, "t"))
 
 
 class PullSemantics(AdapterFixtures):
@@ -776,7 +839,7 @@ class PullSemantics(AdapterFixtures):
         assert sorted(bodies) == [b"0", b"1", b"2"]
         assert not any(m.redelivered for m in first + rest)
         assert handle.take(5) == []
-        assert handle.pull(5, timeout=self.quiet_period) == []
+        assert self.barrier(adapter, handle, self.topic(namespace, "t")) == []
         if handle.depth() is not None:
             assert handle.depth() == 0
 
@@ -789,7 +852,7 @@ class PullSemantics(AdapterFixtures):
         (taken,) = self.take_until(handle, 1)
         taken.nack(requeue=True)
         taken.ack()
-        assert handle.pull(5, timeout=self.quiet_period) == []
+        assert self.barrier(adapter, handle, self.topic(namespace, "t")) == []
 
     def test_take_returns_at_most_max_and_does_not_wait(
         self, adapter: Adapter, namespace: str, unique_name: Names
@@ -812,22 +875,29 @@ class PauseResume(AdapterFixtures):
     def test_stop_accumulates_start_delivers_in_order(
         self, adapter: Adapter, namespace: str, unique_name: Names
     ) -> None:
-        handle = self.subscribe(adapter, unique_name(), (self.pattern(namespace, "t"),))
+        patterns = (self.pattern(namespace, "t"),)
+        topic = self.topic(namespace, "t")
+        handle = self.subscribe(adapter, unique_name(), patterns)
         got = Collector()
         handle.start(got, prefetch=64)
         handle.stop()
+        # the barrier: a witness on the same topic gets the ten and then a sentinel
+        witness = self.subscribe(adapter, unique_name(), patterns)
+        seen = Collector()
+        witness.start(seen)
         bodies = [b"%d" % i for i in range(10)]
         for b in bodies:
-            self.publish(adapter, self.topic(namespace, "t"), b)
-        time.sleep(self.quiet_period)
+            self.publish(adapter, topic, b)
+        assert sorted(self.push_barrier(adapter, seen, topic)) == sorted(bodies)
+        witness.stop()
         assert got.bodies() == []
         handle.start(got, prefetch=64)
-        got.wait_for(10, self.receive_timeout)
+        got.wait_for_body(SENTINEL, self.receive_timeout)
         handle.stop()
         if adapter.capabilities.ordering == "subscription":
-            assert got.bodies() == bodies
+            assert got.bodies() == [*bodies, SENTINEL]
         else:
-            assert sorted(got.bodies()) == sorted(bodies)
+            assert sorted(got.bodies()) == sorted([*bodies, SENTINEL])
 
     def test_start_is_idempotent(
         self, adapter: Adapter, namespace: str, unique_name: Names
@@ -837,11 +907,9 @@ class PauseResume(AdapterFixtures):
         handle.start(got)
         handle.start(got)
         self.publish(adapter, self.topic(namespace, "t"), b"one")
-        got.wait_for(1, self.receive_timeout)
-        time.sleep(self.quiet_period)
+        assert self.push_barrier(adapter, got, self.topic(namespace, "t")) == [b"one"]
         handle.stop()
         handle.stop()
-        assert got.bodies() == [b"one"]
 
     def test_purge_drops_what_waits(
         self, adapter: Adapter, namespace: str, unique_name: Names
@@ -862,10 +930,8 @@ class PauseResume(AdapterFixtures):
         self.publish(adapter, self.topic(namespace, "t"), b"after")
         got = Collector()
         handle.start(got)
-        got.wait_for(1, self.receive_timeout)
-        time.sleep(self.quiet_period)
+        assert self.push_barrier(adapter, got, self.topic(namespace, "t")) == [b"after"]
         handle.stop()
-        assert got.bodies() == [b"after"]
 
     def test_prefetch_bounds_unsettled(
         self, adapter: Adapter, namespace: str, unique_name: Names
@@ -876,14 +942,13 @@ class PauseResume(AdapterFixtures):
         )
         got = Collector(ack=False)
         handle.start(got, prefetch=2)
-        got.wait_for(2, self.receive_timeout)
-        time.sleep(self.quiet_period)
-        assert len(got.received) == 2
+        # No sentinel can pass a full window, and no other event follows a delivery the
+        # window should have held back: the counts are read as soon as the window is
+        # full (a window too wide shows when its extra deliveries come with the first).
+        assert len(got.wait_for(2, self.receive_timeout)) == 2
         for m in list(got.received):
             m.ack()
-        got.wait_for(4, self.receive_timeout)
-        time.sleep(self.quiet_period)
-        assert len(got.received) == 4
+        assert len(got.wait_for(4, self.receive_timeout)) == 4
         for m in got.received[2:]:
             m.ack()
         got.wait_for(6, self.receive_timeout)
@@ -926,7 +991,7 @@ class Durability(AdapterFixtures):
         first.close()
         second = make_adapter()
         again = self.subscribe(second, name, patterns)
-        left = self.receive(again, 3, timeout=self.quiet_period + 1.0)
+        left = self.barrier(second, again, self.topic(namespace, "t"))
         second.delete_subscription(name)
         assert sorted(m.body for m in left + taken) == [b"0", b"1", b"2"]
         assert len(left) == 1
@@ -962,11 +1027,19 @@ class QueueLimitsSemantics(AdapterFixtures):
     ) -> list[bytes]:
         require(adapter, "native_queue_limits")
         handle = self.subscribe(adapter, name, (self.pattern(namespace, "t"),), limits)
-        for i in range(n):
-            self.publish(adapter, self.topic(namespace, "t"), (b"%d" % i).rjust(size, b"."))
-        self.wait_routed(handle, 3)  # every case keeps three
-        got = self.receive(handle, 3)
-        got += self.receive(handle, n, timeout=self.quiet_period)
+        # a witness on another topic, without limits: once it has a sentinel published
+        # after the n messages, the middleware has routed them all (a session's broker
+        # confirms a publish before it delivers to the session)
+        witness = self.subscribe(adapter, f"{name}-witness", (self.pattern(namespace, "w"),))
+        try:
+            for i in range(n):
+                self.publish(adapter, self.topic(namespace, "t"), (b"%d" % i).rjust(size, b"."))
+            assert self.barrier(adapter, witness, self.topic(namespace, "w")) == []
+        finally:
+            witness.delete()
+        got = self.receive(handle, 3)  # every case keeps three
+        # the queue is empty now: a sentinel is kept whatever the limits
+        got += self.barrier(adapter, handle, self.topic(namespace, "t"))
         return [m.body.lstrip(b".") for m in got]
 
     def test_drop_oldest(self, adapter: Adapter, namespace: str, unique_name: Names) -> None:
@@ -993,7 +1066,7 @@ class QueueLimitsSemantics(AdapterFixtures):
         time.sleep(1.0)
         self.publish(adapter, self.topic(namespace, "t"), b"fresh")
         got = self.receive(handle, 1)
-        got += self.receive(handle, 1, timeout=self.quiet_period)
+        got += self.barrier(adapter, handle, self.topic(namespace, "t"))
         assert [m.body for m in got] == [b"fresh"]
 
 
@@ -1032,25 +1105,25 @@ class Delete(AdapterFixtures):
         patterns = (self.pattern(namespace, "t"),)
         handle = self.subscribe(adapter, name, patterns)
         self.publish(adapter, self.topic(namespace, "t"), b"doomed")
-        time.sleep(min(self.quiet_period, 0.2))
+        self.wait_routed(handle, 1)
         handle.delete()
         handle.delete()  # idempotent
         self.publish(adapter, self.topic(namespace, "t"), b"unrouted")
         again = self.subscribe(adapter, name, patterns)
-        self.assert_quiet(again)
+        self.assert_quiet(adapter, again, self.topic(namespace, "t"))
 
     def test_delete_subscription_by_name(
         self, adapter: Adapter, namespace: str, unique_name: Names
     ) -> None:
         name = unique_name()
         patterns = (self.pattern(namespace, "t"),)
-        self.subscribe(adapter, name, patterns)
+        doomed = self.subscribe(adapter, name, patterns)
         self.publish(adapter, self.topic(namespace, "t"), b"doomed")
-        time.sleep(min(self.quiet_period, 0.2))
+        self.wait_routed(doomed, 1)
         adapter.delete_subscription(name)
         adapter.delete_subscription(name)
         again = self.subscribe(adapter, name, patterns)
-        self.assert_quiet(again)
+        self.assert_quiet(adapter, again, self.topic(namespace, "t"))
 
     def test_delete_unknown_is_noop(self, adapter: Adapter) -> None:
         adapter.delete_subscription(f"never-existed-{uuid.uuid4().hex}")

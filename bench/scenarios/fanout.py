@@ -71,6 +71,8 @@ class FanOut(Scenario):
         result.details["sizes"] = list(sizes)
         push: dict[int, float] = {}
         pull: dict[int, float] = {}
+        # before the gateway steps: afterwards the node may be busy for minutes
+        mw.prepare_raw(ctx.workdir / f"fanout-raw-{mw.name}")
         with running_server(ctx, mw, "fanout") as server:
             check_notify(server, "fanpush")
             pool = ConsumerPool(CONSUMERS).start()

@@ -236,23 +236,33 @@ class FanOut(Scenario):
                 secs_sub += chunk_sub
             result.setup[f"pull_create_{size}_s"] = secs_pp + secs_sub
             times: list[float] = []
+            # where each repeat's time went: the Notify (the broker routing and
+            # confirming), then each drain round (pull points asked, seconds)
+            phases: list[dict[str, object]] = []
             for _ in range(_repeats(size)):
                 time.sleep(0.3)
                 started = time.time()
                 _notify(server, "fanpull")
+                notified = time.time()
+                rounds: list[tuple[int, float]] = []
                 pending = list(points)
                 while pending:
+                    round_started = time.time()
                     counts = drain_once(pending, maximum=10)
+                    rounds.append((len(pending), round(time.time() - round_started, 3)))
                     pending = [a for a, n in zip(pending, counts, strict=True) if n == 0]
                     if pending and time.time() - started > timeout:
                         raise RuntimeError(f"pull fan-out {size}: {len(pending)} pull points empty")
                 times.append(time.time() - started)
+                phases.append({"notify_s": round(notified - started, 3), "rounds": rounds})
             best = median(times) or 0.0
             costs[size] = best / size * 1e6
             result.details[f"pull_times_{size}_s"] = times
+            result.details[f"pull_phases_{size}"] = phases
             rss = (server.rss() or 0) / MB
             result.add(Metric(name=f"pull_rss_{size}", value=rss, unit="MB"))
             ctx.log(
                 f"  pull {size:>6}: {best * 1000:8.1f} ms, {costs[size]:8.1f} us/delivery "
-                f"(set-up {secs_pp + secs_sub:.1f}s, RSS {rss:.0f} MB)"
+                f"(set-up {secs_pp + secs_sub:.1f}s, RSS {rss:.0f} MB; last: Notify "
+                f"{phases[-1]['notify_s']}s, rounds {phases[-1]['rounds']})"
             )

@@ -19,6 +19,7 @@ as the drain (``raw_pull_*`` figures).
 
 from __future__ import annotations
 
+import os
 import time
 
 from bench import client, cpus, soap
@@ -48,6 +49,16 @@ def _repeats(size: int) -> int:
     return 5 if size <= 100 else 3 if size <= 1000 else 1
 
 
+def _modes() -> tuple[str, ...]:
+    """The halves to run: ``WSNMOM_BENCH_FANOUT=pull`` (or ``push``) runs one of them
+    (a shorter run when only that figure is being worked on); default both."""
+    wanted = os.environ.get("WSNMOM_BENCH_FANOUT", "push,pull")
+    modes = tuple(m for m in ("push", "pull") if m in wanted.split(","))
+    if not modes:
+        raise RuntimeError(f"WSNMOM_BENCH_FANOUT={wanted!r}: expected push, pull or both")
+    return modes
+
+
 def _notify(server: ServerProcess, topic: str) -> None:
     kc = client.KeepAliveClient()
     try:
@@ -71,25 +82,29 @@ class FanOut(Scenario):
         result.details["sizes"] = list(sizes)
         push: dict[int, float] = {}
         pull: dict[int, float] = {}
+        modes = _modes()
+        result.details["modes"] = list(modes)
         # before the gateway steps: afterwards the node may be busy for minutes
         mw.prepare_raw(ctx.workdir / f"fanout-raw-{mw.name}")
-        with running_server(ctx, mw, "fanout") as server:
-            check_notify(server, "fanpush")
-            pool = ConsumerPool(CONSUMERS).start()
-            try:
-                self._push(ctx, server, pool, sizes, timeout, result, push)
-            except RuntimeError as exc:
-                result.details["push_failed"] = str(exc)
-                ctx.log(f"  push failed: {str(exc)[:300]}")
-            finally:
-                pool.stop()
+        if "push" in modes:
+            with running_server(ctx, mw, "fanout") as server:
+                check_notify(server, "fanpush")
+                pool = ConsumerPool(CONSUMERS).start()
+                try:
+                    self._push(ctx, server, pool, sizes, timeout, result, push)
+                except RuntimeError as exc:
+                    result.details["push_failed"] = str(exc)
+                    ctx.log(f"  push failed: {str(exc)[:300]}")
+                finally:
+                    pool.stop()
         # a fresh gateway for pull, so a push failure cannot leak into it
-        with running_server(ctx, mw, "fanout-pull") as server:
-            try:
-                self._pull(ctx, server, sizes, timeout, result, pull)
-            except RuntimeError as exc:
-                result.details["pull_failed"] = str(exc)
-                ctx.log(f"  pull failed: {str(exc)[:300]}")
+        if "pull" in modes:
+            with running_server(ctx, mw, "fanout-pull") as server:
+                try:
+                    self._pull(ctx, server, sizes, timeout, result, pull)
+                except RuntimeError as exc:
+                    result.details["pull_failed"] = str(exc)
+                    ctx.log(f"  pull failed: {str(exc)[:300]}")
         try:
             self._raw(ctx, mw, sizes, result)
         except RuntimeError as exc:  # the reference only: the gateway's figures stand
@@ -101,6 +116,8 @@ class FanOut(Scenario):
                 f"pull: {result.details.get('pull_failed')}"
             )
         for mode, costs in (("push", push), ("pull", pull)):
+            if mode not in modes:
+                continue
             result.details[f"{mode}_cost_us"] = {str(k): v for k, v in costs.items()}
             failure = result.details.get(f"{mode}_failed")
             for size in sizes:

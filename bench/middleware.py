@@ -416,7 +416,7 @@ class RabbitMQ(LocalNodeMiddleware):
 
         params = self._raw_params(workdir)
         conn = pika.BlockingConnection(params)
-        getters = [pika.BlockingConnection(params) for _ in range(RAW_GETTERS)]
+        getters: list[Any] = []
         try:
             ch = conn.channel()
             ch.confirm_delivery()
@@ -426,6 +426,9 @@ class RabbitMQ(LocalNodeMiddleware):
             for q in queues:
                 ch.queue_declare(q, durable=True)
                 ch.queue_bind(q, exchange, "fan.out")
+            # opened only now: an idle BlockingConnection answers no heartbeats, and the
+            # node closed the getters while 10,000 queues were being declared
+            getters = [pika.BlockingConnection(params) for _ in range(RAW_GETTERS)]
             channels = [g.channel() for g in getters]
             got = [0] * RAW_GETTERS
 
@@ -448,9 +451,9 @@ class RabbitMQ(LocalNodeMiddleware):
             ch.exchange_delete(exchange)
             return elapsed
         finally:
-            for g in getters:
-                g.close()
-            conn.close()
+            for g in [*getters, conn]:
+                if g.is_open:
+                    g.close()
 
 
 class Kafka(LocalNodeMiddleware):

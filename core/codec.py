@@ -51,6 +51,7 @@ from __future__ import annotations
 import base64
 import json
 import re
+import threading
 import uuid
 from collections.abc import Mapping
 from datetime import UTC, datetime
@@ -282,14 +283,27 @@ def wrap_native(body: bytes, content_type: str) -> bytes:
     return etree.tostring(root, encoding="UTF-8", xml_declaration=False)
 
 
+#: per thread, the last body ``xml_payload`` found well-formed.  A fan-out decodes one
+#: notification once per subscription, on the few threads that receive them: checking
+#: the same bytes again with the parser was most of the cost of a delivery's arrival
+#: (docs/performance.md F26); comparing them costs a memcmp.
+_WELL_FORMED = threading.local()
+#: bodies larger than this are not remembered (a thread would hold one in memory)
+_WELL_FORMED_MAX = 64 * 1024
+
+
 def xml_payload(body: bytes, content_type: str) -> bytes:
     """``body`` when it is an XML element, else its ``NativeMessage`` wrapper."""
     if is_xml_type(content_type):
+        if body and body == getattr(_WELL_FORMED, "body", None):
+            return body
         try:
             safe_parse(body)
         except etree.XMLSyntaxError:
             pass
         else:
+            if type(body) is bytes and len(body) <= _WELL_FORMED_MAX:  # immutable only
+                _WELL_FORMED.body = body
             return body
     return wrap_native(body, content_type)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import abc
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -57,13 +58,18 @@ def running_server(
 ) -> Iterator[ServerProcess]:
     """A fresh gateway (new store, new isolated adapter URL) for the block."""
     workdir = ctx.workdir / f"{tag}-{mw.name}"
-    server = ServerProcess(mw.adapter_url(workdir), workdir, config_extra)
-    startup = server.start()
-    ctx.log(f"  server up on {server.base_url} in {startup:.1f}s ({mw.name})")
+    url = mw.adapter_url(workdir)
+    server = ServerProcess(url, workdir, config_extra)
     try:
+        startup = server.start()
+        ctx.log(f"  server up on {server.base_url} in {startup:.1f}s ({mw.name})")
         yield server
     finally:
         server.stop()
+        started = time.monotonic()
+        mw.release(url)
+        if time.monotonic() - started > 5:
+            ctx.log(f"  released {mw.name} namespace in {time.monotonic() - started:.0f}s")
 
 
 def check_notify(server: ServerProcess, topic: str) -> None:

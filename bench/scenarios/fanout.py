@@ -19,6 +19,7 @@ as the drain (``raw_pull_*`` figures).
 
 from __future__ import annotations
 
+import os
 import time
 
 from bench import client, cpus, soap
@@ -48,6 +49,16 @@ def _repeats(size: int) -> int:
     return 5 if size <= 100 else 3 if size <= 1000 else 1
 
 
+def _modes() -> tuple[str, ...]:
+    """The halves to run: ``WSNMOM_BENCH_FANOUT=pull`` (or ``push``) runs one of them
+    (a shorter run when only that figure is being worked on); default both."""
+    wanted = os.environ.get("WSNMOM_BENCH_FANOUT", "push,pull")
+    modes = tuple(m for m in ("push", "pull") if m in wanted.split(","))
+    if not modes:
+        raise RuntimeError(f"WSNMOM_BENCH_FANOUT={wanted!r}: expected push, pull or both")
+    return modes
+
+
 def _notify(server: ServerProcess, topic: str) -> None:
     kc = client.KeepAliveClient()
     try:
@@ -71,26 +82,32 @@ class FanOut(Scenario):
         result.details["sizes"] = list(sizes)
         push: dict[int, float] = {}
         pull: dict[int, float] = {}
-        with running_server(ctx, mw, "fanout") as server:
-            check_notify(server, "fanpush")
-            pool = ConsumerPool(CONSUMERS).start()
-            try:
-                self._push(ctx, server, pool, sizes, timeout, result, push)
-            except RuntimeError as exc:
-                result.details["push_failed"] = str(exc)
-                ctx.log(f"  push failed: {str(exc)[:300]}")
-            finally:
-                pool.stop()
+        modes = _modes()
+        result.details["modes"] = list(modes)
+        # before the gateway steps: afterwards the node may be busy for minutes
+        mw.prepare_raw(ctx.workdir / f"fanout-raw-{mw.name}")
+        if "push" in modes:
+            with running_server(ctx, mw, "fanout") as server:
+                check_notify(server, "fanpush")
+                pool = ConsumerPool(CONSUMERS).start()
+                try:
+                    self._push(ctx, server, pool, sizes, timeout, result, push)
+                except RuntimeError as exc:
+                    result.details["push_failed"] = str(exc)
+                    ctx.log(f"  push failed: {str(exc)[:300]}")
+                finally:
+                    pool.stop()
         # a fresh gateway for pull, so a push failure cannot leak into it
-        with running_server(ctx, mw, "fanout-pull") as server:
-            try:
-                self._pull(ctx, server, sizes, timeout, result, pull)
-            except RuntimeError as exc:
-                result.details["pull_failed"] = str(exc)
-                ctx.log(f"  pull failed: {str(exc)[:300]}")
+        if "pull" in modes:
+            with running_server(ctx, mw, "fanout-pull") as server:
+                try:
+                    self._pull(ctx, server, sizes, timeout, result, pull)
+                except RuntimeError as exc:
+                    result.details["pull_failed"] = str(exc)
+                    ctx.log(f"  pull failed: {str(exc)[:300]}")
         try:
             self._raw(ctx, mw, sizes, result)
-        except RuntimeError as exc:  # the reference only: the gateway's figures stand
+        except Exception as exc:  # the reference only: the gateway's figures stand
             result.details["raw_failed"] = str(exc)
             ctx.log(f"  raw failed: {str(exc)[:300]}")
         if not push and not pull:
@@ -99,6 +116,8 @@ class FanOut(Scenario):
                 f"pull: {result.details.get('pull_failed')}"
             )
         for mode, costs in (("push", push), ("pull", pull)):
+            if mode not in modes:
+                continue
             result.details[f"{mode}_cost_us"] = {str(k): v for k, v in costs.items()}
             failure = result.details.get(f"{mode}_failed")
             for size in sizes:
@@ -234,23 +253,33 @@ class FanOut(Scenario):
                 secs_sub += chunk_sub
             result.setup[f"pull_create_{size}_s"] = secs_pp + secs_sub
             times: list[float] = []
+            # where each repeat's time went: the Notify (the broker routing and
+            # confirming), then each drain round (pull points asked, seconds)
+            phases: list[dict[str, object]] = []
             for _ in range(_repeats(size)):
                 time.sleep(0.3)
                 started = time.time()
                 _notify(server, "fanpull")
+                notified = time.time()
+                rounds: list[tuple[int, float]] = []
                 pending = list(points)
                 while pending:
+                    round_started = time.time()
                     counts = drain_once(pending, maximum=10)
+                    rounds.append((len(pending), round(time.time() - round_started, 3)))
                     pending = [a for a, n in zip(pending, counts, strict=True) if n == 0]
                     if pending and time.time() - started > timeout:
                         raise RuntimeError(f"pull fan-out {size}: {len(pending)} pull points empty")
                 times.append(time.time() - started)
+                phases.append({"notify_s": round(notified - started, 3), "rounds": rounds})
             best = median(times) or 0.0
             costs[size] = best / size * 1e6
             result.details[f"pull_times_{size}_s"] = times
+            result.details[f"pull_phases_{size}"] = phases
             rss = (server.rss() or 0) / MB
             result.add(Metric(name=f"pull_rss_{size}", value=rss, unit="MB"))
             ctx.log(
                 f"  pull {size:>6}: {best * 1000:8.1f} ms, {costs[size]:8.1f} us/delivery "
-                f"(set-up {secs_pp + secs_sub:.1f}s, RSS {rss:.0f} MB)"
+                f"(set-up {secs_pp + secs_sub:.1f}s, RSS {rss:.0f} MB; last: Notify "
+                f"{phases[-1]['notify_s']}s, rounds {phases[-1]['rounds']})"
             )

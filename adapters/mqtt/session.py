@@ -320,11 +320,15 @@ class Session:
     def _await(self, b: _Barrier, wait: float) -> Any:
         """The result of barrier ``b``'s action (waiting up to ``wait`` seconds)."""
         if not b.done.wait(wait):
+            cancelled = False
             with self._lock:
                 if b in self._unacked_barriers:
                     self._unacked_barriers.remove(b)
                     b.action = _nothing
-            if not b.done.wait(0.5):
+                    cancelled = True
+            # cancelled: the action will never run, so there is no result to return even
+            # when the late UNSUBACK completes the barrier (it ran ``_nothing``)
+            if cancelled or not b.done.wait(0.5):
                 raise AdapterUnavailable(f"the MQTT broker did not answer within {wait:g}s")
         if b.error is not None:
             raise b.error

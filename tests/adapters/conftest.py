@@ -57,3 +57,27 @@ def native(rabbitmq_url: str) -> Iterator[Any]:
     yield ch
     with contextlib.suppress(Exception):
         conn.close()
+
+
+@pytest.fixture
+def private_vhost(rabbitmq_url: str, rabbitmq_broker: Any) -> Iterator[str]:
+    """The AMQP URL of a vhost of this test's own on the session's RabbitMQ node, for tests
+    that assert a publish reached *no* queue: in the shared vhost a subscription without a
+    topic filter of another test (an e2e gateway of the same pytest-xdist worker, say)
+    routes everything.  Skips when the broker is not a node this session started."""
+    import uuid
+    from urllib.parse import quote, urlsplit, urlunsplit
+
+    from tests.fixtures.brokers import RabbitNode
+
+    node = rabbitmq_broker.node
+    if not isinstance(node, RabbitNode):
+        pytest.skip(f"RabbitMQ comes from {rabbitmq_broker.source}: cannot add a vhost")
+    name = f"wsnmom-test-{uuid.uuid4().hex[:10]}"
+    node.rabbitmqctl("add_vhost", name)
+    node.rabbitmqctl("set_permissions", "-p", name, "guest", ".*", ".*", ".*")
+    try:
+        yield urlunsplit(urlsplit(rabbitmq_url)._replace(path="/" + quote(name, safe="")))
+    finally:
+        with contextlib.suppress(Exception):
+            node.rabbitmqctl("delete_vhost", name)

@@ -346,9 +346,9 @@ class TestCurrentMessage:
         assert cur is not None and cur.body == b"<from-first/>"
 
     def test_tap_does_not_count_as_a_route(
-        self, make_adapter: Callable[..., RabbitMQAdapter], ns: str
+        self, make_adapter: Callable[..., RabbitMQAdapter], ns: str, private_vhost: str
     ) -> None:
-        adapter = make_adapter()
+        adapter = make_adapter(private_vhost)
         assert adapter.publish(message(Topic(ns, ("nobody",)), b"<x/>")).routed is False
         assert adapter.current_message(Topic(ns, ("nobody",))) is not None
 
@@ -380,11 +380,11 @@ class TestCurrentMessage:
         assert tapped == []
 
     def test_unrouted_is_not_reported_when_switched_off(
-        self, make_adapter: Callable[..., RabbitMQAdapter], ns: str
+        self, make_adapter: Callable[..., RabbitMQAdapter], ns: str, private_vhost: str
     ) -> None:
         """``report_unrouted = false``: publishes are not mandatory (so the broker sends
         nothing back), receipts cannot tell (None), and routing is unchanged."""
-        adapter = make_adapter(report_unrouted="false")
+        adapter = make_adapter(private_vhost, report_unrouted="false")
         nobody = Topic(ns, ("nobody",))
         receipts = adapter.publish_many([message(nobody, b"<x>%d</x>" % i) for i in range(5)])
         assert [r.routed for r in receipts] == [None] * 5
@@ -400,7 +400,7 @@ class TestCurrentMessage:
         assert frames is not None
         assert {mandatory for _, _, mandatory in frames._methods} == {False}
         handle.delete()
-        mandatory = make_adapter()
+        mandatory = make_adapter(private_vhost)
         assert mandatory.publish(message(nobody, b"<z/>")).routed is False
 
     def test_peer_copies_reach_only_other_instances(

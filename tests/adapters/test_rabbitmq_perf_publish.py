@@ -311,11 +311,11 @@ class TestOnTheWire:
         pulled.delete()
 
     def test_receipts_per_message_in_one_batch(
-        self, make_adapter: Callable[..., RabbitMQAdapter], ns: str
+        self, make_adapter: Callable[..., RabbitMQAdapter], ns: str, private_vhost: str
     ) -> None:
         """Returned (unrouted) and routed messages interleaved in one publish_many, also
         with the same message id on two topics: each gets its own receipt."""
-        adapter = make_adapter()
+        adapter = make_adapter(private_vhost)
         routed = Topic(ns, ("bound",))
         handle = adapter.subscription(
             SubscriptionSpec(f"r-{uuid.uuid4().hex[:8]}", (PathPattern(ns, ("bound",)),))

@@ -90,4 +90,8 @@ def test_filter_worker_parser_never_opens_the_external_subset(fifo: Path) -> Non
     inp = io.BytesIO(struct.pack("!I", len(request)) + request)
     out = io.BytesIO()
     assert finishes(lambda: serve(inp, out))
-    assert out.getvalue() in (b"1", b"0") or out.getvalue().startswith(b"E")
+    # the verdict, then the request's CPU seconds (``T`` + an 8-byte double)
+    data = out.getvalue()
+    verdict, cpu = data[:-9], data[-9:]
+    assert cpu[:1] == b"T"
+    assert verdict in (b"1", b"0") or verdict.startswith(b"E")

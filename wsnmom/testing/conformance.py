@@ -35,7 +35,7 @@ import contextlib
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -345,7 +345,13 @@ class AdapterFixtures:
             time.sleep(0.02)
 
     def barrier(
-        self, adapter: Adapter, handle: SubscriptionHandle, topic: Topic, *, ack: bool = True
+        self,
+        adapter: Adapter,
+        handle: SubscriptionHandle,
+        topic: Topic,
+        *,
+        ack: bool = True,
+        also: Sequence[Topic] = (),
     ) -> list[Received]:
         """Publish a sentinel (body :data:`SENTINEL`) to ``topic``, a topic ``handle``
         selects, and pull from ``handle`` until it arrives; returns the messages pulled
@@ -357,12 +363,18 @@ class AdapterFixtures:
         sentinel share the topic).  A fixed wait would pass whenever delivery is slower
         than the wait.
 
+        ``also``: more topics ``handle`` selects that get a sentinel each, for messages
+        published to several topics (a middleware such as Kafka keeps no order between
+        them); it waits until every sentinel has arrived.
+
         :raises AssertionError: no sentinel within ``receive_timeout`` seconds.
         """
-        self.publish(adapter, topic, SENTINEL)
+        targets = [topic, *also]
+        for target in targets:
+            self.publish(adapter, target, SENTINEL)
         deadline = time.monotonic() + self.receive_timeout
         got: list[Received] = []
-        while not any(m.body == SENTINEL for m in got):
+        while sum(1 for m in got if m.body == SENTINEL) < len(targets):
             remaining = deadline - time.monotonic()
             assert remaining > 0, (
                 f"no sentinel on {topic} within {self.receive_timeout:g} s; "
@@ -407,8 +419,8 @@ class AdapterFixtures:
     ) -> list[str]:
         """Subscribe, publish one message per topic path, return the paths received.
 
-        Receives until a sentinel published after them, to the last topic the canonical
-        matcher selects, arrives (:meth:`barrier`), so extra deliveries are caught too.
+        Receives until a sentinel published after them to each topic the canonical matcher
+        selects has arrived (:meth:`barrier`), so extra deliveries are caught too.
         """
         handle = self.subscribe(adapter, name, patterns)
         ns = publish_ns or namespace
@@ -417,7 +429,8 @@ class AdapterFixtures:
             self.publish(adapter, t, "/".join(t.path).encode())
         selected = [t for t in topics if patterns is None or any(p.matches(t) for p in patterns)]
         assert selected, "routed() needs a published topic the patterns select"
-        got = self.barrier(adapter, handle, selected[-1])
+        # a sentinel on every selected topic: order holds within a topic only
+        got = self.barrier(adapter, handle, selected[-1], also=selected[:-1])
         return sorted(m.body.decode() for m in got)
 
 

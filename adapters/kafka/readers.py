@@ -28,6 +28,7 @@ Position store
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -468,9 +469,15 @@ class KafkaPositionStore:
             )
         failed: list[str] = []
         timed_out: list[str] = []
+        # librdkafka times the requests out itself; this bound is for a client that never
+        # completes a future (seen at close under heavy load: the shutdown hung here)
+        deadline = time.monotonic() + self._timeout + 5.0
         for name, future in futures:
             try:
-                result = future.result()
+                result = future.result(timeout=max(0.0, deadline - time.monotonic()))
+            except concurrent.futures.TimeoutError:
+                timed_out.append(name)
+                continue
             except KafkaException as exc:
                 if exc.args[0].code() == KafkaError._TIMED_OUT:
                     timed_out.append(name)

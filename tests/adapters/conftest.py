@@ -59,12 +59,10 @@ def native(rabbitmq_url: str) -> Iterator[Any]:
         conn.close()
 
 
-@pytest.fixture
-def private_vhost(rabbitmq_url: str, rabbitmq_broker: Any) -> Iterator[str]:
-    """The AMQP URL of a vhost of this test's own on the session's RabbitMQ node, for tests
-    that assert a publish reached *no* queue: in the shared vhost a subscription without a
-    topic filter of another test (an e2e gateway of the same pytest-xdist worker, say)
-    routes everything.  Skips when the broker is not a node this session started."""
+@contextlib.contextmanager
+def _own_vhost(rabbitmq_url: str, rabbitmq_broker: Any) -> Iterator[str]:
+    """The AMQP URL of a new vhost on the session's RabbitMQ node, deleted afterwards;
+    skips when the broker is not a node this session started."""
     import uuid
     from urllib.parse import quote, urlsplit, urlunsplit
 
@@ -81,3 +79,19 @@ def private_vhost(rabbitmq_url: str, rabbitmq_broker: Any) -> Iterator[str]:
     finally:
         with contextlib.suppress(Exception):
             node.rabbitmqctl("delete_vhost", name)
+
+
+@pytest.fixture
+def private_vhost(rabbitmq_url: str, rabbitmq_broker: Any) -> Iterator[str]:
+    """A vhost of this test's own, for tests that assert a publish reached *no* queue: in
+    the shared vhost a subscription without a topic filter of another test (an e2e
+    gateway of the same pytest-xdist worker, say) routes everything."""
+    with _own_vhost(rabbitmq_url, rabbitmq_broker) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def module_vhost(rabbitmq_url: str, rabbitmq_broker: Any) -> Iterator[str]:
+    """:func:`private_vhost` for a whole module (the conformance kit's classes)."""
+    with _own_vhost(rabbitmq_url, rabbitmq_broker) as url:
+        yield url

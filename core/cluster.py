@@ -17,6 +17,10 @@
 
 On a store only one instance opens (SQLite) there is no thread: the instance leads and
 delivers everything.
+
+:meth:`ClusterMember.status` is what operators see (``wsnmom cluster status``, ``/admin``);
+the heartbeat counts renewals, failures, shards taken and lost, and the store's round
+trip in ``/metrics`` (``wsnmom_cluster_*``, ``wsnmom_store_round_trip_seconds``).
 """
 
 from __future__ import annotations
@@ -25,18 +29,60 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 
+from wsnmom.core import metrics
 from wsnmom.core.config import ClusterSettings
 from wsnmom.core.coordination import Coordination, InstanceInfo, shard_of
 from wsnmom.core.follow import Follower
 
-__all__ = ["ClusterMember"]
+__all__ = ["ClusterCounts", "ClusterMember", "ClusterStatus"]
 
 log = logging.getLogger(__name__)
 
 
 def _shards_text(shards: Iterable[int]) -> str:
     return ",".join(str(s) for s in sorted(shards))
+
+
+@dataclass(slots=True)
+class ClusterCounts:
+    """What this instance's heartbeats did since it started."""
+
+    renewals: int = 0
+    heartbeat_failures: int = 0
+    #: shards taken when free or handed over
+    taken: int = 0
+    #: shards taken from an instance whose lease had expired
+    failovers: int = 0
+    #: shards handed back above the fair share
+    released: int = 0
+    #: shards given up because their leases could not be renewed in time
+    expired: int = 0
+    #: seconds the last heartbeat's transaction took (None: none yet)
+    store_seconds: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterStatus:
+    """This instance and the cluster, for operators (``wsnmom cluster status``)."""
+
+    instance: str
+    #: whether other instances may share the store (PostgreSQL)
+    shared: bool
+    leader: bool
+    #: shards the push subscriptions are hashed into
+    shards: int
+    lease: float
+    #: shards this instance delivers, with their epochs
+    held: dict[int, int]
+    #: seconds until this instance stops delivering unless a heartbeat renews its leases
+    lease_left: float | None
+    counts: ClusterCounts
+    #: every instance on the store, newest heartbeat first
+    instances: list[InstanceInfo] = field(default_factory=list)
+    #: why ``instances`` is empty ("" when the store answered)
+    error: str = ""
 
 
 class ClusterMember:
@@ -68,6 +114,11 @@ class ClusterMember:
         self._cursor = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._counts = ClusterCounts()
+        metrics.set_cluster_sources(
+            lambda: len(self._held) if self.shared else settings.shards,
+            lambda: float(self._leader),
+        )
 
     # -- what the broker asks --------------------------------------------------------------
     def shard(self, subscription_id: str) -> int:
@@ -92,6 +143,40 @@ class ClusterMember:
     def instances(self) -> list[InstanceInfo]:
         """The instances on the store (for operators)."""
         return self.coordination.instances()
+
+    def status(self) -> ClusterStatus:
+        """This instance and every instance on the store (one store query)."""
+        error = ""
+        try:
+            instances = self.coordination.instances()
+        except Exception as exc:
+            instances = []
+            error = f"the store does not answer: {exc}"
+        held = dict(self._held)
+        lease_left: float | None = None
+        if self.shared and held:
+            lease_left = max(0.0, self._valid_until + self._margin - time.monotonic())
+        c = self._counts
+        return ClusterStatus(
+            instance=self._instance,
+            shared=self.shared,
+            leader=self._leader,
+            shards=self._settings.shards,
+            lease=self._lease,
+            held=held,
+            lease_left=lease_left,
+            counts=ClusterCounts(
+                c.renewals,
+                c.heartbeat_failures,
+                c.taken,
+                c.failovers,
+                c.released,
+                c.expired,
+                c.store_seconds,
+            ),
+            instances=instances,
+            error=error,
+        )
 
     # -- life ------------------------------------------------------------------------------
     def join(self, address: str, version: str, *, single_instance: bool) -> None:
@@ -176,14 +261,23 @@ class ClusterMember:
         try:
             leases = self.coordination.heartbeat(self._settings.shards, self._lease)
         except Exception as exc:
+            self._counts.heartbeat_failures += 1
+            metrics.CLUSTER_HEARTBEAT_FAILURES.inc()
             log.warning("instance %s: heartbeat failed: %s", self._instance, exc)
             return
+        took = time.monotonic() - started
+        self._counts.store_seconds = took
+        metrics.STORE_ROUND_TRIP_SECONDS.observe(took)
+        self._counts.renewals += 1
+        metrics.CLUSTER_LEASE_RENEWALS.inc()
         now_held = dict(leases.held)
         lost = set(self._held) - set(now_held)
         gained = set(now_held) - set(self._held)
         # the lease began at the store after ``started``: it ends after started + lease
         self._valid_until = started + self._lease - self._margin
         if lost:
+            released = len(lost & set(leases.released))
+            self._count_lost(released=released, expired=len(lost) - released)
             self._held = {s: e for s, e in self._held.items() if s in now_held}
             log.info("instance %s stops delivering shards %s", self._instance, _shards_text(lost))
             if notify:
@@ -195,6 +289,11 @@ class ClusterMember:
                 log.debug("releasing shards failed (their leases expire)", exc_info=True)
         self._held = now_held
         if gained:
+            failovers = len(gained & set(leases.taken_over))
+            self._counts.taken += len(gained) - failovers
+            self._counts.failovers += failovers
+            metrics.CLUSTER_SHARDS_TAKEN.labels(how="free").inc(len(gained) - failovers)
+            metrics.CLUSTER_SHARDS_TAKEN.labels(how="failover").inc(failovers)
             log.info(
                 "instance %s took shards %s (epochs %s)",
                 self._instance,
@@ -209,9 +308,16 @@ class ClusterMember:
         if self._held and time.monotonic() >= self._valid_until:
             lost = set(self._held)
             self._held = {}
+            self._count_lost(released=0, expired=len(lost))
             log.warning(
                 "instance %s could not renew its leases in time: stops delivering shards %s",
                 self._instance,
                 _shards_text(lost),
             )
             self._lost(lost)
+
+    def _count_lost(self, *, released: int, expired: int) -> None:
+        self._counts.released += released
+        self._counts.expired += expired
+        metrics.CLUSTER_SHARDS_LOST.labels(why="released").inc(released)
+        metrics.CLUSTER_SHARDS_LOST.labels(why="expired").inc(expired)

@@ -85,6 +85,8 @@ class InstanceInfo:
     heartbeat_age: float
     #: shards it holds a lease on, with their epochs
     shards: tuple[tuple[int, int], ...] = ()
+    #: seconds until the first of its leases expires unless renewed (None: it holds none)
+    lease_left: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +96,9 @@ class Leases:
 
     held: dict[int, int]
     released: tuple[int, ...] = ()
+    #: shards taken from another instance whose lease had expired (a failover, not a
+    #: hand-over: a clean stop or a release leaves a shard without owner)
+    taken_over: tuple[int, ...] = ()
 
 
 class Coordination(Protocol):

@@ -168,6 +168,7 @@ class PostgresCoordination:
 
     def heartbeat(self, shards: int, lease: float) -> Leases:
         me = self.instance_id
+        taken_over: list[int] = []
         with self._store.transaction() as conn:
             self._beat(conn)
             if not self._seeded:
@@ -197,14 +198,16 @@ class PostgresCoordination:
                 taken = conn.execute(
                     "UPDATE wsnmom_shards s SET owner = %s, epoch = s.epoch + 1, "
                     "expires_at = now() + make_interval(secs => %s) FROM ("
-                    "  SELECT shard FROM wsnmom_shards WHERE shard < %s "
+                    "  SELECT shard, owner FROM wsnmom_shards WHERE shard < %s "
                     "  AND (owner IS NULL OR expires_at <= now()) "
                     "  ORDER BY shard LIMIT %s FOR UPDATE SKIP LOCKED) f "
-                    "WHERE s.shard = f.shard RETURNING s.shard, s.epoch",
+                    "WHERE s.shard = f.shard RETURNING s.shard, s.epoch, f.owner",
                     (me, lease, shards, fair - len(held)),
                 ).fetchall()
-                for s, e in taken:
+                for s, e, previous in taken:
                     held[int(s)] = int(e)
+                    if previous is not None and previous != me:
+                        taken_over.append(int(s))
             if self._leader:
                 conn.execute(
                     f"DELETE FROM wsnmom_changes WHERE at < now() - interval '{KEEP_CHANGES}'"
@@ -215,7 +218,7 @@ class PostgresCoordination:
             released = tuple(sorted(held)[fair:])
             for s in released:
                 del held[s]
-        return Leases(held, released)
+        return Leases(held, released, tuple(s for s in taken_over if s in held))
 
     def release(self, shards: Sequence[int]) -> None:
         if not shards:
@@ -232,8 +235,9 @@ class PostgresCoordination:
             rows = conn.execute(
                 "SELECT i.id, i.address, i.version, "
                 "extract(epoch FROM now() - i.heartbeat), "
-                "coalesce(array_agg(array[s.shard, s.epoch]::bigint[]) "
-                "FILTER (WHERE s.shard IS NOT NULL), '{}') "
+                "coalesce(array_agg(array[s.shard, s.epoch]::bigint[] ORDER BY s.shard) "
+                "FILTER (WHERE s.shard IS NOT NULL), '{}'), "
+                "extract(epoch FROM min(s.expires_at) - now()) "
                 "FROM wsnmom_instances i LEFT JOIN wsnmom_shards s "
                 "ON s.owner = i.id AND s.expires_at > now() "
                 "GROUP BY i.id ORDER BY i.heartbeat DESC"
@@ -245,6 +249,7 @@ class PostgresCoordination:
                 str(r[2]),
                 float(r[3]),
                 tuple((int(p[0]), int(p[1])) for p in (r[4] or [])),
+                None if r[5] is None else max(0.0, float(r[5])),
             )
             for r in rows
         ]

@@ -129,6 +129,47 @@ BACKLOG = Gauge(
     registry=REGISTRY,
 )
 
+CLUSTER_LEASE_RENEWALS = Counter(
+    "wsnmom_cluster_lease_renewals",
+    "Heartbeats of this instance that renewed its shard leases (cluster mode)",
+    registry=REGISTRY,
+)
+CLUSTER_HEARTBEAT_FAILURES = Counter(
+    "wsnmom_cluster_heartbeat_failures",
+    "Heartbeats of this instance that failed (the store did not answer)",
+    registry=REGISTRY,
+)
+CLUSTER_SHARDS_TAKEN = Counter(
+    "wsnmom_cluster_shards_taken",
+    "Shards this instance took, by how: free (unowned, or handed over) or failover (from "
+    "an instance whose lease had expired)",
+    ["how"],
+    registry=REGISTRY,
+)
+CLUSTER_SHARDS_LOST = Counter(
+    "wsnmom_cluster_shards_lost",
+    "Shards this instance stopped delivering, by why: released (above its fair share) or "
+    "expired (its lease could not be renewed in time)",
+    ["why"],
+    registry=REGISTRY,
+)
+CLUSTER_SHARDS_OWNED = Gauge(
+    "wsnmom_cluster_shards_owned",
+    "Shards whose push subscriptions this instance delivers now",
+    registry=REGISTRY,
+)
+CLUSTER_LEADER = Gauge(
+    "wsnmom_cluster_leader",
+    "1 when this instance runs the cluster's periodic work",
+    registry=REGISTRY,
+)
+STORE_ROUND_TRIP_SECONDS = Histogram(
+    "wsnmom_store_round_trip_seconds",
+    "Duration of the cluster heartbeat's transaction in the store (one per heartbeat)",
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0),
+    registry=REGISTRY,
+)
+
 
 class _SubscriptionBacklogs:
     """``wsnmom_subscription_backlog_messages{subscription}``: each live subscription's
@@ -209,6 +250,12 @@ def set_delivery_sources(breakers: Callable[[str], float], threads: Callable[[],
             lambda s=state: breakers(s)  # type: ignore[misc]
         )
     DELIVERY_THREADS.set_function(threads)
+
+
+def set_cluster_sources(owned: Callable[[], float], leader: Callable[[], float]) -> None:
+    """Make the cluster gauges read this instance's shards and leadership at scrape time."""
+    CLUSTER_SHARDS_OWNED.set_function(owned)
+    CLUSTER_LEADER.set_function(leader)
 
 
 def set_backlog_source(fn: Callable[[], float]) -> None:

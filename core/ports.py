@@ -37,6 +37,7 @@ from wsnmom.core.model import (
 
 if TYPE_CHECKING:
     from lxml import etree
+    from wsnmom.core.cluster import ClusterStatus
     from wsnmom.core.dead_letters import DeadLetter
     from wsnmom.core.operations import Overview, SubscriptionStatus
     from wsnmom.core.policy import BrokerPolicy
@@ -143,6 +144,10 @@ class BrokerPort(Protocol):
 
     def rate_history(self) -> list[RatePoint]:
         """The last hour of traffic, oldest first (the admin page's charts)."""
+        ...
+
+    def cluster_status(self) -> ClusterStatus:
+        """This instance and every instance sharing its store (``wsnmom cluster status``)."""
         ...
 
     def subscription_status(self, subscription_id: str) -> SubscriptionStatus:

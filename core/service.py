@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 from wsnmom.core import errors, metrics
 from wsnmom.core.access import current_principal
 from wsnmom.core.adapter import Adapter
-from wsnmom.core.cluster import ClusterMember
+from wsnmom.core.cluster import ClusterMember, ClusterStatus
 from wsnmom.core.config import Settings
 from wsnmom.core.context import BrokerContext
 from wsnmom.core.dead_letter_admin import DeadLetterAdmin
@@ -468,6 +468,10 @@ class BrokerService:
     def rate_history(self) -> list[RatePoint]:
         """The last hour of traffic, oldest first (the admin page's charts)."""
         return self.rates.points()
+
+    def cluster_status(self) -> ClusterStatus:
+        """This instance and every instance sharing its store (``wsnmom cluster status``)."""
+        return self.cluster.status()
 
     def subscription_status(self, subscription_id: str) -> SubscriptionStatus:
         """One subscription with its backlog and delivery state."""

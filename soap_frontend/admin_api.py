@@ -17,6 +17,8 @@ Reading::
     GET /wsn/admin/api/pullpoints/<id>      one pull point
     GET /wsn/admin/api/registrations        {"count": n, "registrations": [...]}
     GET /wsn/admin/api/topics               {"count": n, "topics": [...]}: messages, rate
+    GET /wsn/admin/api/cluster              this instance and every instance on its store
+                                            (:mod:`.admin_cluster`)
     GET /wsn/admin/api/session              who the caller is (answered to anyone)
 
 Acting (authenticated admins; ``POST``, never ``GET``)::
@@ -71,6 +73,7 @@ from .admin_auth import (
     same_origin,
 )
 from .admin_charts import chart_svg
+from .admin_cluster import cluster_json
 from .admin_json import (
     attempts_json,
     history_json,
@@ -249,7 +252,16 @@ def overview() -> Response:
     service = _service()
     data = overview_json(service.overview(), service.broker_address, limit)
     data["node"] = node_json(_settings())
+    data["cluster"] = cluster_json(service.cluster_status())
     return _json(data)
+
+
+@admin_api.get("/cluster")
+def cluster() -> Response:
+    """This instance and every instance sharing its store: shards, leases, heartbeats."""
+    if (refused := _refused_reading(_caller())) is not None:
+        return refused
+    return _json(cluster_json(_service().cluster_status()))
 
 
 @admin_api.get("/subscriptions")

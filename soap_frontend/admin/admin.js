@@ -258,6 +258,7 @@
     renderPullPoints(data.pull_points, t.pull_points);
     renderTopics(data.topics, t.topics);
     renderRegistrations(data.registrations, t.registrations);
+    if (data.cluster) renderCluster(data.cluster);
   }
 
   // Rows are updated in place, keyed by data-key: a cell is replaced only when what it
@@ -384,6 +385,28 @@
       el("td", {}, r.demand ? (r.demand_paused ? "paused (no demand)" : "active") : "no"),
       el("td", { title: when(r.terminates) }, r.terminates ? relative(r.terminates) : "never"))),
     total);
+  }
+
+  function seconds(value) {
+    return value == null ? "-" : `${value.toFixed(1)} s`;
+  }
+
+  function renderCluster(c) {
+    const k = c.counts;
+    $("cluster-summary").textContent = (c.shared
+      ? `This instance (${c.instance}) delivers ${c.held.length} of ${c.shards} shards`
+      : `One instance on a SQLite store (${c.instance}): it delivers every shard`)
+      + `${c.leader ? " and runs the periodic work" : ""}; ${number(k.renewals)} lease renewals, `
+      + `${number(k.failovers)} failovers, ${number(k.heartbeat_failures)} failed heartbeats, `
+      + `store round trip ${seconds(k.store_seconds)}.${c.error ? " " + c.error : ""}`;
+    fill("instances", c.instances.map((i) => el("tr", { "data-key": i.id, "data-id": i.id },
+      el("td", {}, el("code", {}, i.id), i.this ? " (this one)" : ""),
+      el("td", { class: "wrap" }, i.address || "-"),
+      el("td", {}, i.version || "-"),
+      el("td", {}, `${seconds(i.heartbeat_age)} ago`),
+      el("td", { class: "num", title: i.shards.join(",") }, number(c.shared ? i.shards.length : c.shards)),
+      el("td", {}, seconds(i.lease_left)))),
+    c.instances.length);
   }
 
   // -- actions ---------------------------------------------------------------------------

@@ -205,3 +205,27 @@ def test_subscriptions_list_searches_sorts_and_pages(wsnmom_server: RunningServe
         assert "5 match, from 2 to 3" in err
         for sub in subs:
             sub.unsubscribe()
+
+
+def test_cluster_status_of_a_single_instance(wsnmom_server: RunningServer) -> None:
+    """On a SQLite store the one instance leads and delivers every shard."""
+    broker = ["--broker", wsnmom_server.broker_url]
+    code, out, err = run("cluster", "status", *broker, "--json")
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["shared"] is False and data["leader"] is True
+    assert data["held"] == list(range(data["shards"])) and data["shards"] == 64
+    assert [i["this"] for i in data["instances"]] == [True]
+    assert data["instances"][0]["id"] == data["instance"]
+    assert data["error"] == ""
+    code, out, err = run("cluster", "status", *broker)
+    assert code == 0, err
+    header = "INSTANCE ADDRESS VERSION HEARTBEAT OWNS SHARDS LEASE LEFT"
+    assert out.splitlines()[0].split() == header.split()
+    assert f"{data['instance']}: single instance (SQLite store), 64 of 64 shards, leader" in out
+    assert err == "1 instance(s)\n"
+    # the overview carries it for the admin page, and /metrics the gauges
+    assert _api(wsnmom_server, "/overview")["cluster"]["instance"] == data["instance"]
+    text = requests.get(f"{wsnmom_server.base_url}/metrics", timeout=10).text
+    assert "wsnmom_cluster_shards_owned 64.0" in text
+    assert "wsnmom_cluster_leader 1.0" in text

@@ -14,6 +14,7 @@ from typing import Any
 
 from lxml import etree
 from wsnmom.core import errors
+from wsnmom.core.cluster import ClusterCounts, ClusterStatus
 from wsnmom.core.config import Settings
 from wsnmom.core.dead_letters import DeadLetter
 from wsnmom.core.model import (
@@ -278,6 +279,9 @@ class FakeService:
 
     def rate_history(self) -> list[RatePoint]:
         return []
+
+    def cluster_status(self) -> ClusterStatus:
+        return ClusterStatus("fake", False, True, 64, 10.0, {}, None, ClusterCounts())
 
     def subscription_status(self, sid: str) -> SubscriptionStatus:
         sub = self.get_subscription(sid)

@@ -1,13 +1,15 @@
 """The shell client: ``wsnmom notify``, ``subscribe``, ``pull``, ``current``,
 ``subscriptions``, ``check``, built on :mod:`wsnmom.client` (they work against any WS-N
 broker), and the listings of a wsnmom gateway's admin API (``subscriptions list|purge``,
-``pull-points``, ``registrations``, ``topics list``, ``dead-letters``)."""
+``pull-points``, ``registrations``, ``topics list``, ``dead-letters``, ``cluster
+status``)."""
 
 from __future__ import annotations
 
 import click
 
 from .check import check_command
+from .cluster import cluster
 from .current import current_command
 from .dead_letters import dead_letters
 from .listings import pull_points, registrations, topics_list_command
@@ -29,6 +31,7 @@ def install(group: click.Group) -> None:
         pull_points,
         registrations,
         dead_letters,
+        cluster,
         check_command,
     ):
         group.add_command(command)

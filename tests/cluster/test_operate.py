@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 import requests
 from click.testing import CliRunner
+from wsnmom.core.coordination import shard_of
 
 from tests.cluster.conftest import Cluster
 from tests.cluster.test_failover import Stamped, numbers
@@ -151,8 +152,7 @@ def test_a_stopped_instance_delivers_nothing_after_its_lease_was_taken_over_and_
         during = {n for n, at in sent if stopped < at}
         from_zombie = set()
         for rec in consumer.notifies():
-            sender = {k.lower(): v for k, v in rec.headers.items()}.get("wsnmom-instance")
-            if sender == zombie_id:
+            if sender(rec) == zombie_id:
                 from_zombie |= numbers_in(rec)
         assert not (during & from_zombie), sorted(during & from_zombie)
         # it answers again without a restart, and the survivor kept the one shard
@@ -168,6 +168,11 @@ def test_a_stopped_instance_delivers_nothing_after_its_lease_was_taken_over_and_
         consumer.close()
 
 
+def sender(rec: Any) -> str:
+    """The instance that sent one received request."""
+    return str({k.lower(): v for k, v in rec.headers.items()}.get("wsnmom-instance"))
+
+
 def numbers_in(rec: Any) -> set[int]:
     """The sequence numbers of one received Notify."""
     wsnt = "http://docs.oasis-open.org/wsn/b-2"
@@ -175,3 +180,64 @@ def numbers_in(rec: Any) -> set[int]:
         int("".join(m.itertext()).strip())
         for m in rec.body_child.findall(f"{{{wsnt}}}NotificationMessage/{{{wsnt}}}Message")
     }
+
+
+def test_a_restarted_instance_takes_its_share_back_and_delivers_it(
+    cluster: Callable[..., Cluster],
+) -> None:
+    """Restart: the work spreads back.  With 2 shards, one subscription on each: after
+    SIGTERM the other instance delivers both; once the instance is back each delivers one
+    shard again, the one that moved is delivered by the restarted instance, nothing lost."""
+    consumer = Stamped()
+    try:
+        c = cluster(2, WSNMOM_CLUSTER__SHARDS="2")
+        a, b = c.gateways
+        wait_until(
+            lambda: sorted(len(i["shards"]) for i in status(a)["instances"]) == [1, 1],
+            20,
+            what="one shard each",
+        )
+        client = c.client(a)
+        on_shard: dict[int, str] = {}
+        for k in range(40):  # ids are random: one subscription on each of the two shards
+            sub = client.subscribe(consumer.address(f"/k{k}"), TOPIC)
+            if shard_of(sub.id, 2) in on_shard:
+                client.subscription(sub).unsubscribe()
+            else:
+                on_shard[shard_of(sub.id, 2)] = f"/k{k}"
+            if len(on_shard) == 2:
+                break
+
+        count = [0]
+
+        def delivered_by() -> dict[str, str]:
+            """Publish the next number; which instance delivered it to each consumer."""
+            count[0] += 1
+            n = count[0]
+            client.notify(f"<n>{n}</n>", TOPIC)
+
+            def both() -> dict[str, str] | None:
+                out = {r.path: sender(r) for r in consumer.notifies() if n in numbers_in(r)}
+                return out if len(out) == 2 else None
+
+            return wait_until(both, 20, what=f"message {n} at both consumers")
+
+        before = delivered_by()
+        assert sorted(before.values()) == ["g0", "g1"], before
+        b.stop()
+        wait_until(
+            lambda: [len(i["shards"]) for i in status(a)["instances"]] == [2],
+            20,
+            what="the remaining instance holding both shards",
+        )
+        assert list(delivered_by().values()) == ["g0", "g0"]
+        b.start()
+        wait_until(
+            lambda: sorted(len(i["shards"]) for i in status(a)["instances"]) == [1, 1],
+            20,
+            what="the shards spread over both instances again",
+        )
+        assert sorted(delivered_by().values()) == ["g0", "g1"]
+        assert sorted(set(range(1, count[0] + 1)) - numbers(consumer)) == []
+    finally:
+        consumer.close()

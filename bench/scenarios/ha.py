@@ -1,0 +1,366 @@
+"""Scenario ha: gateway instances sharing one PostgreSQL store on RabbitMQ (docs/scale-out.md).
+
+Two parts:
+
+* **Failover.** Two instances, one shard, one push subscription receiving a
+  sequence-numbered stream (20 notifications/s, published through the instance that does
+  not deliver).  The deliverer is killed (-9) and started again, several times; each kill
+  gives the gap from the kill to the first delivery by the other instance (reported as
+  p50/p95/max, target p95 <= lease + 2 s) and the duplicates it caused (at-least-once).
+  Every number published must arrive: a loss fails the scenario.
+* **Cost of cluster mode.** One instance on a SQLite store and one instance on the
+  PostgreSQL store in cluster mode, on the same RabbitMQ, each given the same work: Notifies
+  nobody subscribed to (CPU per Notify), Notifies to ten push subscriptions (CPU per
+  delivery) and a run of Subscribes (throughput).  CPU is the gateway process's user +
+  system time (``/proc``), so the background work of cluster mode (heartbeats, the change
+  log) is included.  Target: cluster mode costs at most 15 % more CPU per Notify and per
+  delivery.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import threading
+import time
+import urllib.request
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+from bench import client, soap
+from bench.middleware import Middleware
+from bench.model import Metric, ScenarioResult, Target
+from bench.scenarios.base import Context, Scenario
+from bench.server import ServerProcess
+from bench.util import percentile, wait_until
+
+TOPIC = "ha"
+COST_TOPIC = "ha-cost"
+NOBODY_TOPIC = "ha-nobody"
+_SEQ = re.compile(rb'seq="(\d+)"')
+_TICK = os.sysconf("SC_CLK_TCK")
+#: notifications per second of the failover stream
+STREAM_RATE = 20.0
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / _TICK
+
+
+class Recorder:
+    """A consumer on a free loopback port that records each message's sequence number,
+    arrival time and the instance that sent it (``WSNMOM-Instance``)."""
+
+    def __init__(self) -> None:
+        self.arrivals: list[tuple[float, str, int]] = []
+        self._lock = threading.Lock()
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: Any) -> None:
+                return None
+
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                now = time.monotonic()
+                sender = self.headers.get("WSNMOM-Instance", "")
+                with outer._lock:
+                    outer.arrivals.extend((now, sender, int(s)) for s in _SEQ.findall(body))
+                self.send_response(202)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
+        self._thread.start()
+
+    @property
+    def address(self) -> str:
+        return f"http://127.0.0.1:{self._server.server_port}/consumer"
+
+    def snapshot(self) -> list[tuple[float, str, int]]:
+        with self._lock:
+            return list(self.arrivals)
+
+    def count(self) -> int:
+        with self._lock:
+            return len(self.arrivals)
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+def _post(server: ServerProcess, body: bytes, kc: client.KeepAliveClient) -> None:
+    status, answer = kc.post(server.broker_url, body)
+    if not 200 <= status < 300:
+        raise RuntimeError(f"{status} from {server.base_url}: {soap.fault_summary(answer)}")
+
+
+def _cluster_of(server: ServerProcess) -> dict[str, Any]:
+    with urllib.request.urlopen(server.base_url + "/wsn/admin/api/cluster", timeout=5) as answer:
+        data: dict[str, Any] = json.load(answer)
+    return data
+
+
+def _config(instance: str, lease: float) -> str:
+    """The ``[cluster]`` table of a failover instance (one shard: one deliverer at a
+    time; a heartbeat of 0.5 s, as the tests use)."""
+    return (
+        f'[cluster]\ninstance_id = "{instance}"\nshards = 1\nlease = {lease:g}\nheartbeat = 0.5\n'
+    )
+
+
+@contextmanager
+def _postgres(ctx: Context) -> Iterator[str]:
+    """A private PostgreSQL server (the test suite's fixture code) and a fresh database,
+    or ``WSNMOM_BENCH_POSTGRES_URL``."""
+    from tests.fixtures.postgres import PostgresNode, fresh_database
+
+    with ExitStack() as stack:
+        url = os.environ.get("WSNMOM_BENCH_POSTGRES_URL")
+        if not url:
+            node = PostgresNode()  # its own temporary directory: the postgres user owns it
+            node.start()
+            stack.callback(node.cleanup)
+            url = node.url
+        yield stack.enter_context(fresh_database(url))
+
+
+class HighAvailability(Scenario):
+    """Failover gap and duplicates per kill; cluster mode's CPU cost."""
+
+    name = "ha"
+    title = "HA: failover after kill -9, and what cluster mode costs against one instance"
+    middlewares = ("rabbitmq",)
+
+    def run(self, ctx: Context, mw: Middleware | None, result: ScenarioResult) -> None:
+        assert mw is not None
+        with _postgres(ctx) as store:
+            self._failover(ctx, mw, store, result)
+        with _postgres(ctx) as store:
+            self._cost(ctx, mw, store, result)
+
+    # -- failover ------------------------------------------------------------------------
+    def _failover(self, ctx: Context, mw: Middleware, store: str, result: ScenarioResult) -> None:
+        lease = ctx.pickf(10.0, 3.0)
+        kills = ctx.pick(4, 2)
+        isolated = mw.adapter_url(ctx.workdir / "ha-failover")
+        adapter = isolated + ("&" if "?" in isolated else "?") + "pull=get"
+        servers: dict[str, ServerProcess] = {}
+        for name in ("h0", "h1"):
+            server = ServerProcess(adapter, ctx.workdir / f"ha-{name}", _config(name, lease))
+            server.store_url = store
+            servers[name] = server
+        recorder = Recorder()
+        stop = threading.Event()
+        sent: list[int] = []
+        gaps: list[float] = []
+        try:
+            for server in servers.values():
+                server.start()
+            kc = client.KeepAliveClient()
+            _post(
+                servers["h0"], soap.subscribe(servers["h0"].broker_url, recorder.address, TOPIC), kc
+            )
+            owner = self._owner(recorder, servers, kc)
+            publishing_via = {"server": servers["h1" if owner == "h0" else "h0"]}
+
+            def publish() -> None:
+                pkc = client.KeepAliveClient()
+                seq = 0
+                while not stop.is_set():
+                    seq += 1
+                    via = publishing_via["server"]
+                    try:
+                        _post(via, soap.notify(via.broker_url, TOPIC, seq0=seq), pkc)
+                    except Exception:  # the instance asked was killed under the request
+                        pkc.close()
+                        pkc = client.KeepAliveClient()
+                        seq -= 1
+                        continue
+                    sent.append(seq)
+                    stop.wait(1 / STREAM_RATE)
+
+            thread = threading.Thread(target=publish, daemon=True)
+            thread.start()
+            for _ in range(kills):
+                if not wait_until(lambda: recorder.count() > len(sent) // 2 + 5, 20):
+                    raise RuntimeError("the stream is not delivered")
+                last = recorder.snapshot()[-1]
+                owner = last[1]
+                other = "h1" if owner == "h0" else "h0"
+                publishing_via["server"] = servers[other]
+                time.sleep(0.5)  # let the publisher move to the other instance
+                killed = time.monotonic()
+                servers[owner].kill()
+
+                def taken(survivor: str = other, at: float = killed) -> bool:
+                    return any(t > at and who == survivor for t, who, _ in recorder.snapshot())
+
+                if not wait_until(taken, lease + 30, poll=0.01):
+                    raise RuntimeError(f"{other} did not take over within {lease + 30:.0f} s")
+                first = min(t for t, who, _ in recorder.snapshot() if t > killed and who == other)
+                gaps.append(first - killed)
+                ctx.log(f"  kill -9 of {owner}: {other} delivered after {gaps[-1]:.2f} s")
+                servers[owner].start()
+
+                def rejoined(name: str = owner, asked: str = other) -> bool:
+                    seen = _cluster_of(servers[asked])["instances"]
+                    return any(i["id"] == name and i["heartbeat_age"] < 1.5 for i in seen)
+
+                wait_until(rejoined, 20)
+            stop.set()
+            thread.join(10)
+            final = sent[-1]
+            if not wait_until(lambda: final in {s for _, _, s in recorder.snapshot()}, 60):
+                raise RuntimeError(f"message {final}, the last one published, did not arrive")
+        finally:
+            stop.set()
+            recorder.close()
+            for server in servers.values():
+                server.stop()
+            mw.release(isolated)
+        counts = Counter(s for _, _, s in recorder.snapshot())
+        lost = sorted(set(sent) - set(counts))
+        if lost:
+            raise RuntimeError(f"{len(lost)} notifications lost across the kills: {lost[:10]}")
+        duplicates = sum(n - 1 for n in counts.values() if n > 1)
+        result.details.update(
+            lease_s=lease, kills=kills, gaps_s=gaps, sent=len(sent), duplicates=duplicates
+        )
+        note = f"{kills} kills, lease {lease:g} s, heartbeat 0.5 s, 1 shard"
+        p95 = percentile(gaps, 95)
+        result.add(
+            Metric(name="failover_gap_p50_s", value=percentile(gaps, 50), unit="s", note=note)
+        )
+        result.add(
+            Metric(
+                name="failover_gap_p95_s",
+                value=p95,
+                unit="s",
+                target=Target("<=", lease + 2, on="value"),
+                note=f"lease + 2 s = {lease + 2:g} s",
+            )
+        )
+        result.add(Metric(name="failover_gap_max_s", value=max(gaps), unit="s"))
+        result.add(
+            Metric(
+                name="duplicates_per_kill",
+                value=duplicates / kills,
+                unit="messages",
+                note=f"{duplicates} duplicates of {len(sent)} sent at {STREAM_RATE:g}/s; 0 lost",
+            )
+        )
+
+    def _owner(
+        self, recorder: Recorder, servers: dict[str, ServerProcess], kc: client.KeepAliveClient
+    ) -> str:
+        _post(servers["h0"], soap.notify(servers["h0"].broker_url, TOPIC, seq0=0), kc)
+        if not wait_until(lambda: recorder.count() > 0, 20):
+            raise RuntimeError("the first notification was not delivered")
+        return recorder.snapshot()[0][1]
+
+    # -- cost ----------------------------------------------------------------------------
+    def _cost(self, ctx: Context, mw: Middleware, store: str, result: ScenarioResult) -> None:
+        notifies = ctx.pick(2000, 300)
+        subscribes = ctx.pick(500, 100)
+        fanout = 10
+        measured: dict[str, dict[str, float]] = {}
+        for mode in ("single", "cluster"):
+            adapter = mw.adapter_url(ctx.workdir / f"ha-cost-{mode}")
+            # the cluster defaults (64 shards, 10 s lease, 1 s heartbeat)
+            extra = '[cluster]\ninstance_id = "c0"\n' if mode == "cluster" else ""
+            server = ServerProcess(adapter, ctx.workdir / f"ha-cost-{mode}", extra)
+            if mode == "cluster":
+                server.store_url = store
+            recorder = Recorder()
+            try:
+                server.start()
+                measured[mode] = self._work(server, recorder, notifies, subscribes, fanout)
+            finally:
+                recorder.close()
+                server.stop()
+                mw.release(adapter)
+            ctx.log(
+                f"  {mode}: {measured[mode]['notify_ms']:.3f} ms CPU per Notify, "
+                f"{measured[mode]['delivery_ms']:.3f} ms per delivery, "
+                f"{measured[mode]['subscribe_per_s']:.0f} Subscribe/s"
+            )
+        single, cluster = measured["single"], measured["cluster"]
+        result.details.update(cost=measured, notifies=notifies, fanout=fanout)
+        base = "one instance on a SQLite store, same RabbitMQ"
+        for key, name, unit, target in (
+            ("notify_ms", "cpu_per_notify_ms", "ms", True),
+            ("delivery_ms", "cpu_per_delivery_ms", "ms", True),
+            ("subscribe_per_s", "subscribe_per_s", "req/s", False),
+        ):
+            result.add(
+                Metric(
+                    name=name,
+                    value=cluster[key],
+                    unit=unit,
+                    baseline=single[key],
+                    baseline_name=base,
+                    target=Target("<=", 1.15) if target else None,
+                    note="cluster mode, PostgreSQL store" + ("" if target else " (informative)"),
+                )
+            )
+
+    @staticmethod
+    def _notify_all(server: ServerProcess, topic: str, count: int) -> None:
+        """``count`` Notifies from 8 concurrent clients (a busy gateway: the background
+        work of cluster mode is spread over many Notifies, as it is in production)."""
+        requests = [
+            client.Request(server.broker_url, soap.notify(server.broker_url, topic, seq0=i))
+            for i in range(count)
+        ]
+        answers, _ = client.run_requests(requests, processes=1, threads=8)
+        bad = [status for status, _ in answers if not 200 <= status < 300]
+        if bad:
+            raise RuntimeError(f"{len(bad)} Notifies refused: {bad[:3]}")
+
+    def _work(
+        self,
+        server: ServerProcess,
+        recorder: Recorder,
+        notifies: int,
+        subscribes: int,
+        fanout: int,
+    ) -> dict[str, float]:
+        assert server.pid is not None
+        kc = client.KeepAliveClient()
+        pid = server.pid
+        started = cpu_seconds(pid)
+        self._notify_all(server, NOBODY_TOPIC, notifies)
+        per_notify = (cpu_seconds(pid) - started) / notifies
+        for _ in range(fanout):
+            _post(server, soap.subscribe(server.broker_url, recorder.address, COST_TOPIC), kc)
+        started = cpu_seconds(pid)
+        self._notify_all(server, COST_TOPIC, notifies)
+        if not wait_until(lambda: recorder.count() >= notifies * fanout, 120, poll=0.01):
+            raise RuntimeError(f"{recorder.count()} of {notifies * fanout} deliveries arrived")
+        used = cpu_seconds(pid) - started
+        per_delivery = max(0.0, used - per_notify * notifies) / (notifies * fanout)
+        t0 = time.perf_counter()
+        for _ in range(subscribes):
+            _post(server, soap.subscribe(server.broker_url, recorder.address, "ha-idle"), kc)
+        subscribe_s = time.perf_counter() - t0
+        kc.close()
+        return {
+            "notify_ms": per_notify * 1000,
+            "delivery_ms": per_delivery * 1000,
+            "subscribe_per_s": subscribes / subscribe_s,
+        }

@@ -385,6 +385,10 @@ class Adapter(abc.ABC):
     #: feeds): ``wsnmom serve`` passes the gateway's data directory as the option
     #: ``data_dir`` unless the adapter options name one
     uses_data_dir: ClassVar[bool] = False
+    #: option values ``wsnmom serve`` sets when the store is shared by several gateway
+    #: instances (cluster mode), unless the URL's query or the configured options name them
+    #: (RabbitMQ: ``pull = "get"``, so that any instance takes a pull point's messages)
+    cluster_options: ClassVar[Mapping[str, Any]] = {}
     #: the dataclass declaring the adapter's options, one field each with its doc string
     #: (``wsnmom.core.adapter_options.option``); the constructor reads them with
     #: ``wsnmom.core.adapter_options.parse_options``.  None: the adapter takes no options

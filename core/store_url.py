@@ -6,7 +6,12 @@ from __future__ import annotations
 
 from wsnmom.core.store import SqliteStore, Store, StoreError, sqlite_path
 
-__all__ = ["open_store"]
+__all__ = ["open_store", "shared_store"]
+
+
+def shared_store(url: str) -> bool:
+    """Whether several gateway instances may share the store ``url`` (PostgreSQL)."""
+    return url.startswith(("postgresql://", "postgres://"))
 
 
 def open_store(url: str, *, instance_id: str = "") -> Store:
@@ -14,7 +19,7 @@ def open_store(url: str, *, instance_id: str = "") -> Store:
     ``instance_id`` names this instance in a shared store (``core.coordination``)."""
     if url.startswith("sqlite:"):
         return SqliteStore(sqlite_path(url))
-    if url.startswith(("postgresql://", "postgres://")):
+    if shared_store(url):
         from wsnmom.core.store_postgres import PostgresStore
 
         return PostgresStore(url, instance_id=instance_id)

@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qsl, urlsplit
 
 from wsnmom.core.adapter import Adapter, AdapterUnavailable
 from wsnmom.core.config import ConfigError, Settings
@@ -30,7 +31,7 @@ from wsnmom.core.redaction import redact_url
 from wsnmom.core.service import BrokerService
 from wsnmom.core.store import Store
 from wsnmom.core.store_binding import bind_store
-from wsnmom.core.store_url import open_store
+from wsnmom.core.store_url import open_store, shared_store
 from wsnmom.data_lock import StoreLock, lock_store
 from wsnmom.topic_mapping.namespaces import TopicSet, load_topic_namespace
 
@@ -320,6 +321,11 @@ def make_adapter(settings: Settings) -> Adapter:
         options = dict(settings.adapter_options)
         if adapter_class.uses_data_dir and settings.data_dir:
             options.setdefault("data_dir", settings.data_dir)
+        if shared_store(settings.store_url):
+            given = {name for name, _ in parse_qsl(urlsplit(settings.adapter_url).query)}
+            for name, value in adapter_class.cluster_options.items():
+                if name not in given:
+                    options.setdefault(name, value)
         return adapter_class(settings.adapter_url, options)
     except (ValueError, TypeError) as exc:  # the URL or the options cannot be used
         raise ConfigError(f"adapter_url / adapter_options: {exc}") from exc

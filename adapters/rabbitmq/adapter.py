@@ -118,7 +118,7 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 try:
@@ -518,6 +518,9 @@ class RabbitMQAdapter(Adapter):
     )
 
     declared_options = RabbitMQOptions
+    #: several instances on one store: every instance takes a pull point's messages from
+    #: its queue (``basic.get``), none holds them in its own buffer
+    cluster_options: ClassVar[Mapping[str, Any]] = {"pull": "get"}
 
     def __init__(self, url: str, options: Mapping[str, Any] | None = None) -> None:
         super().__init__(url, options)

@@ -115,6 +115,17 @@ def _cluster_of(server: ServerProcess) -> dict[str, Any]:
     return data
 
 
+def _store_round_trips(server: ServerProcess) -> float:
+    """The mean of ``wsnmom_store_round_trip_seconds`` (0 without cluster mode)."""
+    with urllib.request.urlopen(server.base_url + "/metrics", timeout=5) as answer:
+        text = answer.read().decode()
+    found = dict(
+        re.findall(r"^wsnmom_store_round_trip_seconds_(sum|count) (\S+)$", text, re.MULTILINE)
+    )
+    count = float(found.get("count", 0))
+    return float(found.get("sum", 0)) / count if count else 0.0
+
+
 def _config(instance: str, lease: float) -> str:
     """The ``[cluster]`` table of a failover instance (one shard: one deliverer at a
     time; a heartbeat of 0.5 s, as the tests use)."""
@@ -300,6 +311,14 @@ class HighAvailability(Scenario):
                 f"{measured[mode]['subscribe_per_s']:.0f} Subscribe/s"
             )
         single, cluster = measured["single"], measured["cluster"]
+        result.add(
+            Metric(
+                name="store_heartbeat_ms",
+                value=cluster["store_round_trip_ms"],
+                unit="ms",
+                note="mean of the cluster heartbeat's transaction in PostgreSQL (informative)",
+            )
+        )
         result.details.update(cost=measured, notifies=notifies, fanout=fanout)
         base = "one instance on a SQLite store, same RabbitMQ"
         for key, name, unit, target in (
@@ -359,7 +378,9 @@ class HighAvailability(Scenario):
             _post(server, soap.subscribe(server.broker_url, recorder.address, "ha-idle"), kc)
         subscribe_s = time.perf_counter() - t0
         kc.close()
+        trips = _store_round_trips(server)
         return {
+            "store_round_trip_ms": trips * 1000,
             "notify_ms": per_notify * 1000,
             "delivery_ms": per_delivery * 1000,
             "subscribe_per_s": subscribes / subscribe_s,

@@ -89,10 +89,10 @@ def cluster(postgres_server: ResolvedBroker, rabbitmq_url: str) -> Iterator[Call
             "WSNMOM_CLUSTER__POLL": "0.5",
             **env,
         }
-        # pull points whose messages stay in RabbitMQ until GetMessages takes them, so
-        # that every instance answers for every pull point (docs/scale-out.md)
-        adapter_url = rabbitmq_url + ("&" if "?" in rabbitmq_url else "?") + "pull=get"
-        made.append(Cluster(store_url, adapter_url, n, settings, base))
+        # on a shared store the RabbitMQ adapter reads pull points with basic.get by
+        # itself (its cluster_options), so that every instance answers for every pull
+        # point (docs/scale-out.md): the URL does not say so
+        made.append(Cluster(store_url, rabbitmq_url, n, settings, base))
         made[-1].start()
         return made[-1]
 

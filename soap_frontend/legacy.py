@@ -49,8 +49,7 @@ from typing import Final
 from lxml import etree
 from wsnmom.core import errors
 from wsnmom.core.model import Delivered, EndpointReference, SoapVersion, WireVersion
-from wsnmom.topic_mapping.dialects import XPATH, canonical_dialect
-from wsnmom.topic_mapping.errors import TopicError
+from wsnmom.topic_mapping.dialects import XPATH
 
 from . import codec
 from .envelope import SOAP_NS, SoapRequest, new_message_id, parse_addressing, to_bytes
@@ -296,17 +295,18 @@ class Legacy:
             el.tag = qname(new, local)
 
     def _root(self, tag: str) -> etree._Element:
-        return etree.Element(
-            tag,
-            nsmap={
-                "wsnt": self.wsnt,
-                **({"wsnbr": self.wsnbr} if self.wsnbr != self.wsnt else {}),
-                "wsa": self.wsa,
-                "wsrl": self.wsrl,
-                "wsrp": self.wsrp,
-                "xsi": XSI,
-            },
-        )
+        """An element declaring this version's prefixes (its descendants use them)."""
+        nsmap = {
+            "wsnt": self.wsnt,
+            **({"wsnbr": self.wsnbr} if self.wsnbr != self.wsnt else {}),
+            "wsa": self.wsa,
+            "wsrl": self.wsrl,
+            "wsrp": self.wsrp,
+            "xsi": XSI,
+        }
+        if self.wsbf is not None:
+            nsmap["wsbf"] = self.wsbf
+        return etree.Element(tag, nsmap=nsmap)
 
     def response(self, body: etree._Element | Spliced) -> etree._Element | Spliced:
         """The 1.3 answer ``body`` as this version's answer (the module docstring)."""
@@ -403,7 +403,8 @@ class Legacy:
                 ns = self.wsrp
             for child in list(detail):
                 detail.remove(child)
-            message = etree.SubElement(detail, qname(ns, "ErrorMessage"))
+            prefix = {self.wsrl: "wsrl", self.wsrp: "wsrp"}.get(ns, "wsnt")
+            message = etree.SubElement(detail, qname(ns, "ErrorMessage"), nsmap={prefix: ns})
             message.text = f"{name}: {rendered.description}"
             for el in fault.iter():
                 if _local(el) in ("faultstring", "Text"):
@@ -418,6 +419,13 @@ class Legacy:
                 WSRF_RP: self.wsrp,
                 WSA: self.wsa,
             }
+            for old in list(detail):  # a fresh element declaring the draft's prefixes
+                root = self._root(str(old.tag))
+                for child in list(old):
+                    root.append(child)
+                for attribute, value in old.attrib.items():
+                    root.set(attribute, value)
+                detail.replace(old, root)
             for el in detail.iter():
                 tag = el.tag
                 if isinstance(tag, str) and tag.startswith("{"):
@@ -627,12 +635,3 @@ def version_named(name: str) -> WireVersion | None:
         return WireVersion(name.strip())
     except ValueError:
         return None
-
-
-def draft_dialect(uri: str) -> str:
-    """The 1.2-draft URI of a 1.3 topic dialect (the URI itself when there is none)."""
-    try:
-        canonical = canonical_dialect(uri)
-    except TopicError:
-        return uri
-    return _DRAFT_DIALECTS.get(canonical, uri)

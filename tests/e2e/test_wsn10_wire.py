@@ -137,7 +137,7 @@ class Client:
         assert reply.status_code == status, reply.text
         return etree.fromstring(reply.content) if reply.content else etree.Element("none")
 
-    def subscribe(self, consumer: str) -> tuple[str, str]:
+    def subscribe(self, consumer: str, *, use_notify: bool = True) -> tuple[str, str]:
         """§8.2.1: the subscription's (address, wsnmom:ResourceId header to echo)."""
         v = self.v
         itt = (datetime.now(UTC) + timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -149,7 +149,7 @@ class Client:
             "</ncex:NCResourceId></wsa:ReferenceProperties></wsnt:ConsumerReference>"
             f"<wsnt:{v.topic_element}{v.topic_attributes}>tns:ResourcePropertiesValueChanges"
             f"</wsnt:{v.topic_element}>"
-            "<wsnt:UseNotify>true</wsnt:UseNotify>"
+            f"<wsnt:UseNotify>{str(use_notify).lower()}</wsnt:UseNotify>"
             '<wsnt:Selector dialect="http://www.w3.org/TR/1999/REC-xpath-19991116">'
             "boolean(//npex:NotifyContent)</wsnt:Selector>"
             f"<wsrl:InitialTerminationTime>{itt}</wsrl:InitialTerminationTime>"
@@ -248,6 +248,7 @@ def test_older_client_lifecycle_survives_a_restart(own_server: RunningServer, v:
     try:
         address, ref = client.subscribe(consumer.address("/a"))
         other, other_ref = client.subscribe(consumer.address("/b"))
+        client.subscribe(consumer.address("/raw"), use_notify=False)
 
         # notify: delivered in the subscriber's format, its reference property echoed
         client.notify("first")
@@ -265,6 +266,12 @@ def test_older_client_lifecycle_survives_a_restart(own_server: RunningServer, v:
         assert (topic.nsmap[prefix], local) == (client.topic_ns, "ResourcePropertiesValueChanges")
         producer = holder.find(f"{{{v.wsnt}}}ProducerReference/{{{v.wsa}}}Address")
         assert producer is not None and producer.text == "http://127.0.0.1:9/ProducerEndpoint"
+        # UseNotify=false: the raw message, with this version's addressing headers
+        wait_until(lambda: any(r.path == "/raw" for r in consumer.notifies()), timeout=30)
+        raw = next(r for r in consumer.notifies() if r.path == "/raw")
+        assert raw.body_child.tag == f"{{{NPEX}}}NotifyContent"
+        assert raw.body_child.text == "first"
+        assert raw.envelope.find(f"{{{S12}}}Header/{{{v.wsa}}}Action") is not None
 
         # §8.3.1 GetCurrentMessage: the last message on the topic, in the 1.x element
         answer = _body(

@@ -328,6 +328,10 @@ def test_older_client_lifecycle_survives_a_restart(own_server: RunningServer, v:
         own_server.restart()
         client.notify("after-restart")
         _wait_content(consumer, v, "/a", "after-restart")
+        listed = requests.get(
+            f"{own_server.base_url}/wsn/admin/api/subscriptions", timeout=30
+        ).json()["subscriptions"]
+        assert {s["id"]: s["wsn_version"] for s in listed}[address.rsplit("/", 1)[1]] == v.name
 
         # destroy: WS-ResourceLifetime Destroy; the subscription is then unknown
         answer = client.manage(address, ref, "<wsrl:Destroy/>", "Destroy")

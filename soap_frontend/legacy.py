@@ -126,7 +126,7 @@ class Legacy:
     def to_current(self, req: SoapRequest, kind: str) -> SoapRequest:
         """``req`` rewritten into the WS-N 1.3 request it stands for (see the module
         docstring), with ``wire`` set to this version."""
-        _rename_addressing(req.envelope, self.wsa_namespaces, WSA)
+        _rename_addressing(req.envelope, self.wsa_namespaces, WSA, qname(self.wsnt, "Message"))
         header = next((c for c in req.envelope if _local(c) == "Header"), None)
         addressing = parse_addressing(header)
         body = req.body
@@ -485,16 +485,25 @@ def _legacy_path(path: str) -> str:
     return path[:-3] + "//." if path.endswith("//*") else path
 
 
-def _rename_addressing(envelope: etree._Element, namespaces: Sequence[str], to: str) -> None:
-    """Rename every element of an older WS-Addressing namespace to ``to``."""
+def _rename_addressing(
+    envelope: etree._Element, namespaces: Sequence[str], to: str, payload: str
+) -> None:
+    """Rename every element of an older WS-Addressing namespace to ``to``, except inside
+    notification payloads (elements named ``payload``, Clark notation), which are
+    published as they came."""
     prefixes = tuple("{" + ns + "}" for ns in namespaces)
-    for el in envelope.iter():
+    stack = [envelope]
+    while stack:
+        el = stack.pop()
         tag = el.tag
-        if isinstance(tag, str) and tag.startswith(prefixes):
+        if not isinstance(tag, str) or tag == payload:
+            continue
+        if tag.startswith(prefixes):
             local = tag.rsplit("}", 1)[1]
             if local == "ReferenceProperties":
                 local = "ReferenceParameters"
             el.tag = qname(to, local)
+        stack.extend(el)
 
 
 #: 1.0 / 1.2-draft resource property names → the 1.3 property (CreationTime: the

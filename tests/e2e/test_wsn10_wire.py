@@ -383,6 +383,23 @@ def test_older_faults_and_register_publisher(own_server: RunningServer, v: Versi
     assert _body(client.post(registration, "Destroy", "<wsrl:Destroy/>")).tag == (
         f"{{{v.wsrl}}}DestroyResponse"
     )
+    # GetResourceProperty on the broker endpoint, in the version's namespaces
+    answer = _body(
+        client.post(
+            broker,
+            "GetResourceProperty",
+            "<wsrp:GetResourceProperty>wsnbr:RequiresRegistration</wsrp:GetResourceProperty>",
+        )
+    )
+    assert answer.tag == f"{{{v.wsrp}}}GetResourcePropertyResponse"
+    assert answer.findtext(f"{{{v.wsnbr}}}RequiresRegistration") == "false"
+    env = client.post(
+        broker,
+        "GetResourceProperty",
+        "<wsrp:GetResourceProperty>wsnt:Topics</wsrp:GetResourceProperty>",
+        status=500,
+    )
+    _assert_fault(env, v, "InvalidResourceProperty", "InvalidResourcePropertyQNameFault")
     # a 1.0 producer-wide Pause is refused with PauseFailed
     if v is V10:
         env = client.post(broker, "PauseRequest", "<wsnt:PauseRequest/>", status=500)

@@ -130,3 +130,19 @@ def test_10_fault_names(error: errors.WsnError, kind: str, name: str) -> None:
     assert detail[0].tag == f"{{{expected_ns}}}ErrorMessage"
     assert (detail[0].text or "").startswith(f"{name}: ")
     assert action == f"{IBM}WS-Notification/Fault"
+
+
+def test_a_payload_keeps_its_older_addressing_elements() -> None:
+    req = _rewrite(
+        _request(
+            "<wsnt:Notify><wsnt:NotificationMessage><wsnt:Topic>tns:a</wsnt:Topic>"
+            "<wsnt:ProducerReference><wsa:Address>http://p</wsa:Address>"
+            "</wsnt:ProducerReference><wsnt:Message><wsa:EndpointReference>"
+            "<wsa:Address>http://inside</wsa:Address></wsa:EndpointReference></wsnt:Message>"
+            "</wsnt:NotificationMessage></wsnt:Notify>"
+        )
+    )
+    [message] = codec.parse_notify(req.body)
+    assert message.producer_reference is not None
+    assert message.producer_reference.address == "http://p"
+    assert etree.fromstring(message.payload).tag == f"{{{WSA03}}}EndpointReference"

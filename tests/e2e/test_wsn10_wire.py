@@ -1,7 +1,8 @@
 """WS-Notification 1.0 and 1.2-draft clients, with raw envelopes, on a real gateway (embedded
-and MQTT): subscribe, notify (delivered in the subscriber's own format), pause, resume,
-renew (WS-ResourceLifetime SetTerminationTime), GetResourceProperty, destroy, the older
-faults, and the subscriber's format surviving a restart of the gateway.
+and MQTT middleware; SQLite and PostgreSQL stores): subscribe, notify (delivered in the
+subscriber's own format), pause, resume, renew (WS-ResourceLifetime SetTerminationTime),
+GetResourceProperty, destroy, the older faults, and the subscriber's format surviving a
+restart of the gateway.
 
 The 1.0 envelopes are the specification's own SOAP 1.2 examples (WS-Notification 1.0,
 §7.1.1 Notify, §8.2.1 Subscribe, §9.2.1 PauseSubscription, §9.3.1 ResumeSubscription,
@@ -220,17 +221,26 @@ def _wait_content(consumer: ConsumerServer, v: Version, path: str, text: str) ->
 
 
 @pytest.fixture(
-    params=[pytest.param("embedded"), pytest.param("mqtt", marks=pytest.mark.mqtt)],
+    params=[
+        pytest.param("embedded"),
+        pytest.param("mqtt", marks=pytest.mark.mqtt),
+        pytest.param("postgres-store"),
+    ],
 )
 def own_server(request: pytest.FixtureRequest) -> Iterator[RunningServer]:
-    """A gateway of this test only (it is restarted), on a temporary data directory."""
+    """A gateway of this test only (it is restarted), on a temporary data directory: the
+    embedded middleware, or MQTT, with the SQLite store; or the embedded middleware with a
+    PostgreSQL store."""
     name: str = request.param
     data_dir = Path(tempfile.mkdtemp(prefix=f"wsnmom-wsn10-{name}-"))
-    if name == "embedded":
-        url = f"embedded://{data_dir / 'middleware'}"
-    else:  # the restarted gateway keeps its data directory and prefix: the same session
+    store_url = None
+    if name == "mqtt":  # the restarted gateway keeps its data directory and prefix
         url = mqtt_gateway_url(str(request.getfixturevalue("mqtt_url")))
-    server = RunningServer(name, url, data_dir)
+    else:
+        url = f"embedded://{data_dir / 'middleware'}"
+    if name == "postgres-store":
+        store_url = str(request.getfixturevalue("postgres_store_url"))
+    server = RunningServer(name, url, data_dir, store_url=store_url)
     server.start()
     try:
         yield server

@@ -134,6 +134,7 @@ class DeadLetterAdmin:
             [Delivered(rendered, sub.id, rendered.subscription_reference)],
             use_raw=sub.use_raw,
             timeout=ctx.settings.retry.timeout,
+            wire_version=sub.wire_version,
         )
         return f"subscription {sub.id}"
 

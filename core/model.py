@@ -29,6 +29,18 @@ class SoapVersion(enum.Enum):
     SOAP12 = "1.2"
 
 
+class WireVersion(enum.Enum):
+    """The WS-Notification wire format a peer speaks (namespaces and message shapes): the
+    frontend translates the older ones at its edge, core only keeps the tag so that a
+    subscriber is delivered to in the format it subscribed with."""
+
+    WSN_13 = "1.3"
+    #: OASIS WSN 1.2 drafts (``http://docs.oasis-open.org/wsn/2004/06/...``)
+    WSN_12_DRAFT = "1.2-draft"
+    #: WS-Notification 1.0 (2004, IBM ``stdwip`` namespace, WS-Addressing 2003/03)
+    WSN_10 = "1.0"
+
+
 def new_resource_id() -> str:
     """An unguessable resource id (122 random bits, URL-safe)."""
     return uuid.uuid4().hex
@@ -234,6 +246,8 @@ class Subscription:
     dead_letters: str | None = None
     state: SubscriptionState = SubscriptionState.ACTIVE
     soap_version: SoapVersion = SoapVersion.SOAP12
+    #: the WS-N wire format the subscriber spoke; deliveries use it
+    wire_version: WireVersion = WireVersion.WSN_13
     #: set when the consumer EPR points at one of this broker's pull points
     pull_point_id: str | None = None
     #: the identity that created it (``core.access``); None = anonymous or created before
@@ -297,6 +311,7 @@ class SubscribeRequest:
     #: the ``wsnmom:DeadLetters`` policy element's text (checked by core), None: absent
     dead_letters: str | None = None
     soap_version: SoapVersion = SoapVersion.SOAP12
+    wire_version: WireVersion = WireVersion.WSN_13
     #: any SubscriptionPolicy child the broker does not understand (fault if not ignorable)
     unsupported_policy: tuple[str, ...] = ()
 

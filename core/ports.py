@@ -33,6 +33,7 @@ from wsnmom.core.model import (
     SoapVersion,
     SubscribeRequest,
     Subscription,
+    WireVersion,
 )
 
 if TYPE_CHECKING:
@@ -262,9 +263,11 @@ class OutboundSoap(Protocol):
         *,
         use_raw: bool,
         timeout: float,
+        wire_version: WireVersion = WireVersion.WSN_13,
     ) -> None:
         """Send ``messages`` to ``consumer``: one wrapped Notify holding all of them, or,
-        with ``use_raw``, one raw payload per message (in order)."""
+        with ``use_raw``, one raw payload per message (in order); in the WS-N wire format
+        ``wire_version`` (the subscriber's)."""
 
     def subscribe(
         self,

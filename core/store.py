@@ -37,6 +37,7 @@ from wsnmom.core.model import (
     SoapVersion,
     Subscription,
     SubscriptionState,
+    WireVersion,
 )
 from wsnmom.core.sqlite_space import reclaimable, vacuum_step
 from wsnmom.topic_mapping.model import Topic
@@ -240,6 +241,7 @@ def subscription_to_json(sub: Subscription) -> dict[str, Any]:
         "dead_letters": sub.dead_letters,
         "state": sub.state.value,
         "soap_version": sub.soap_version.value,
+        "wire_version": sub.wire_version.value,
         "pull_point_id": sub.pull_point_id,
         "owner": sub.owner,
         "queued": sub.queued,
@@ -266,6 +268,8 @@ def subscription_from_json(d: dict[str, Any]) -> Subscription:
         dead_letters=d.get("dead_letters"),
         state=SubscriptionState(d["state"]),
         soap_version=SoapVersion(d["soap_version"]),
+        # records written before wire versions were kept are WS-N 1.3 ones
+        wire_version=WireVersion(d.get("wire_version", WireVersion.WSN_13.value)),
         pull_point_id=d["pull_point_id"],
         owner=d.get("owner"),
         queued=d.get("queued", False),

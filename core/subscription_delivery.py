@@ -287,6 +287,7 @@ class _Pusher:
                     list(batch),
                     use_raw=sub.use_raw,
                     timeout=ctx.settings.retry.timeout,
+                    wire_version=sub.wire_version,
                 )
         except Exception as exc:
             ctx.observers.failed([d.message for d in batch], sub.id, exc)

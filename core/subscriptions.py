@@ -191,6 +191,7 @@ class Subscriptions:
             subscription_end_topic=req.subscription_end_topic,
             dead_letters=dead_letters,
             soap_version=req.soap_version,
+            wire_version=req.wire_version,
             pull_point_id=pull_point_id,
             owner=ctx.guard.owner(),
         )

@@ -78,6 +78,7 @@ def subscription_json(sub: Subscription, address: str) -> dict[str, Any]:
         "use_raw": sub.use_raw,
         "pull_point": sub.pull_point_id,
         "soap_version": "1.1" if sub.soap_version.name == "SOAP11" else "1.2",
+        "wsn_version": sub.wire_version.value,
     }
 
 

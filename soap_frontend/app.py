@@ -37,6 +37,7 @@ from lxml import etree
 from werkzeug.exceptions import HTTPException
 from wsnmom.core.addresses import BROKER_PATH, resource_path
 from wsnmom.core.config import Settings
+from wsnmom.core.model import WireVersion
 from wsnmom.core.ports import BrokerPort
 
 from . import (
@@ -52,6 +53,8 @@ from .envelope import HttpError, version_for_media_type
 from .fastpath import SoapFastPath
 from .faults import invalid_log
 from .hosts import HostCheck
+from .legacy import version_named
+from .legacy_wsdl import render_legacy_wsdl
 from .metadata import SCHEMA_FILES, render_wsdl, schema_bytes
 from .public_base import public_base
 from .ratelimit import RateLimiter
@@ -140,6 +143,19 @@ def _base_url() -> str:
 
 
 def _wsdl_response() -> Response:
+    """The WSDL; ``?version=1.0`` / ``1.2-draft``: that older wire format's
+    (:mod:`.legacy_wsdl`), ``1.3`` or none: the current one."""
+    named = request.args.get("version")
+    if named is not None:
+        version = version_named(named)
+        if version is None:
+            return Response(
+                f"unknown WS-Notification version {named!r} (1.3, 1.2-draft or 1.0)\n",
+                status=404,
+                mimetype="text/plain",
+            )
+        if version is not WireVersion.WSN_13:
+            return Response(render_legacy_wsdl(version, _base_url()), mimetype="text/xml")
     fe = _frontend()
     policy = None
     try:

@@ -42,7 +42,13 @@ from lxml import etree
 from wsnmom.core.app_headers import TRACE_HEADERS
 from wsnmom.core.config import Settings
 from wsnmom.core.coordination import INSTANCE_HEADER, instance_id
-from wsnmom.core.model import Delivered, EndpointReference, ExpressionSource, SoapVersion
+from wsnmom.core.model import (
+    Delivered,
+    EndpointReference,
+    ExpressionSource,
+    SoapVersion,
+    WireVersion,
+)
 from wsnmom.core.outbound_policy import AddressRefused, Destination, OutboundPolicy
 from wsnmom.core.ports import DeliveryFailed
 from wsnmom.core.redaction import redact_text, redact_url
@@ -50,6 +56,7 @@ from wsnmom.core.redaction import redact_text, redact_url
 from . import codec
 from .codec import ACTIONS, FULL, SIMPLE, Op
 from .envelope import SOAP_NS, content_type_for, envelope_bytes
+from .legacy import LEGACY, Legacy
 from .message_info import messages_header
 from .outbound_http import (
     TRANSPORT_ERRORS,
@@ -103,25 +110,36 @@ class SoapClient:
         *,
         use_raw: bool,
         timeout: float,
+        wire_version: WireVersion = WireVersion.WSN_13,
     ) -> None:
-        """Deliver ``messages`` wrapped in one Notify, or raw one by one."""
+        """Deliver ``messages`` wrapped in one Notify, or raw one by one, in the WS-N wire
+        format ``wire_version`` (an older one: ``legacy``)."""
         if not messages:
             return
         where = self._check(consumer.address)
-        action = codec.NOTIFY_ACTION
+        legacy = LEGACY.get(wire_version)
+        action = codec.NOTIFY_ACTION if legacy is None else legacy.notify_action
         if use_raw:
             for d in messages:
                 body = codec.raw_payload(d.message)
                 hops = codec.hops_header([d.message.via])
                 info = messages_header([d.message])
                 trace = _trace(d.message.headers)
-                self._post(consumer, where, soap_version, body, action, timeout, hops, info, trace)
+                self._post(
+                    consumer, where, soap_version, body, action, timeout, hops, info, trace, legacy
+                )
         else:
-            body = codec.notify_element(messages)
+            wrapped: etree._Element | Spliced = (
+                codec.notify_element(messages)
+                if legacy is None
+                else legacy.notify_element(messages)
+            )
             hops = codec.hops_header([d.message.via for d in messages])
             info = messages_header([d.message for d in messages])
             trace = _trace(messages[0].message.headers)
-            self._post(consumer, where, soap_version, body, action, timeout, hops, info, trace)
+            self._post(
+                consumer, where, soap_version, wrapped, action, timeout, hops, info, trace, legacy
+            )
 
     # --- demand-based publishing ---------------------------------------------------------
     def subscribe(
@@ -189,12 +207,21 @@ class SoapClient:
         hops: etree._Element | None = None,
         info: etree._Element | None = None,
         trace: Sequence[tuple[str, str]] = (),
+        legacy: Legacy | None = None,
     ) -> etree._Element | None:
-        headers = [_reference_header(p) for p in target.reference_parameters]
+        if legacy is None:
+            headers = [_reference_header(p) for p in target.reference_parameters]
+        else:
+            headers = legacy.reference_headers(target.reference_parameters)
         headers += [h for h in (hops, info) if h is not None]
-        data = envelope_bytes(
-            version, body, action=action, to=target.address, extra_headers=headers
-        )
+        if legacy is None:
+            data = envelope_bytes(
+                version, body, action=action, to=target.address, extra_headers=headers
+            )
+        else:
+            data = legacy.envelope_bytes(
+                version, body, action=action, to=target.address, extra_headers=headers
+            )
         http_headers = {
             "Content-Type": content_type_for(version, action),
             "User-Agent": USER_AGENT,

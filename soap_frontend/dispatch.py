@@ -28,7 +28,7 @@ from wsnmom.core.access import ANONYMOUS, PRINCIPAL, Principal
 from wsnmom.core.addresses import ResourceKind, parse_resource_path
 from wsnmom.core.config import Settings
 from wsnmom.core.guard import refusals
-from wsnmom.core.model import EndpointReference, SoapVersion
+from wsnmom.core.model import EndpointReference, SoapVersion, WireVersion
 from wsnmom.core.ports import BrokerPort
 
 from . import codec
@@ -54,6 +54,7 @@ from .faults import (
 )
 from .hashing import PasswordChecksBusy
 from .identity import AuthenticationFailed
+from .legacy import Legacy, recognise
 from .message_info import apply_app_headers, messages_header, trace_headers
 from .ratelimit import RateLimiter
 from .splice import Spliced
@@ -192,6 +193,13 @@ def soap_post(
         if principal.anonymous and auth.required:
             metrics.AUTH_FAILURES.labels(reason="missing").inc()
             return _unauthorized(fe, req.version, req.addressing.message_id)
+    legacy = recognise(req)  # an older WS-N wire format: rewritten into 1.3 here
+    if legacy is not None:
+        try:
+            req = legacy[0].to_current(req, legacy[1])
+        except Exception as exc:
+            count_request(legacy[1])
+            return _fault(fe, exc, req.version, req.addressing.message_id, legacy)
     op = codec.OPERATIONS.get(req.operation)
     count_request(op.local if op else "unknown")
     if fe.limiter.enabled:
@@ -207,11 +215,19 @@ def soap_post(
     except Exception as exc:
         if isinstance(exc, errors.WsnError):
             invalid_log.info("%s on %s: %s", exc.fault_name, req.operation, exc.description)
-        return _fault(fe, exc, req.version, req.addressing.message_id)
+        return _fault(fe, exc, req.version, req.addressing.message_id, legacy)
     finally:
         PRINCIPAL.reset(bound)
     if result is None:  # one-way
         return Reply(202, b"", _DEFAULT_CONTENT_TYPE)
+    if legacy is not None:
+        answer = legacy[0].response(result)
+        element = answer.element if isinstance(answer, Spliced) else answer
+        legacy_action = legacy[0].action(str(element.tag))
+        data = legacy[0].envelope_bytes(
+            req.version, answer, action=legacy_action, relates_to=req.addressing.message_id
+        )
+        return Reply(200, data, content_type_for(req.version, legacy_action))
     action = codec.response_action(op)
     data = envelope_bytes(req.version, result, action=action, relates_to=req.addressing.message_id)
     return Reply(200, data, content_type_for(req.version, action))
@@ -270,11 +286,25 @@ def _fault_context(fe: Frontend | None) -> tuple[datetime, EndpointReference | N
         return datetime.now(UTC), None
 
 
-def _fault(fe: Frontend, exc: BaseException, version: SoapVersion, relates_to: str | None) -> Reply:
+def _fault(
+    fe: Frontend,
+    exc: BaseException,
+    version: SoapVersion,
+    relates_to: str | None,
+    legacy: tuple[Legacy, str] | None = None,
+) -> Reply:
+    """The fault answering ``exc``; in an older WS-N version's form for ``legacy``
+    (version, kind of request)."""
     now, originator = _fault_context(fe)
-    fault, action, rendered = fault_for_error(exc, version, now=now, originator=originator)
+    if legacy is None:
+        fault, action, rendered = fault_for_error(exc, version, now=now, originator=originator)
+        data = envelope_bytes(version, fault, action=action, relates_to=relates_to)
+    else:
+        fault, action, rendered = legacy[0].fault(
+            exc, version, legacy[1], now=now, originator=originator
+        )
+        data = legacy[0].envelope_bytes(version, fault, action=action, relates_to=relates_to)
     count_fault(rendered.fault_name)
-    data = envelope_bytes(version, fault, action=action, relates_to=relates_to)
     exc = rendered  # the fault an error stands for (a full disk: ResourceUnavailable)
     retry_after = getattr(exc, "retry_after", None)
     status = getattr(exc, "http_status", None) or 500
@@ -374,7 +404,10 @@ def _dispatch(
             service.notify(messages)
         return None
     if op is Op.SUBSCRIBE:
-        sub = service.subscribe(codec.parse_subscribe(body, req.version))
+        request = codec.parse_subscribe(body, req.version)
+        if req.wire is not WireVersion.WSN_13:  # delivered to in the format it spoke
+            request = dataclasses.replace(request, wire_version=req.wire)
+        sub = service.subscribe(request)
         return codec.subscribe_response(sub, service.subscription_address(sub.id), now())
     if op is Op.GET_CURRENT_MESSAGE:
         message = service.get_current_message(codec.parse_get_current_message(body))

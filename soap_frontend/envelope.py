@@ -22,7 +22,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from lxml import etree
-from wsnmom.core.model import EndpointReference, SoapVersion
+from wsnmom.core.model import EndpointReference, SoapVersion, WireVersion
 
 from .splice import Spliced
 from .xml import (
@@ -88,6 +88,8 @@ class SoapRequest:
     #: first child of the Body (the operation element)
     body: etree._Element
     addressing: Addressing
+    #: the WS-N wire format it came in (an older one is rewritten into 1.3 by ``legacy``)
+    wire: WireVersion = WireVersion.WSN_13
 
     @property
     def operation(self) -> str:

@@ -22,6 +22,7 @@ from wsnmom.core.model import (
     InboundNotification,
     SoapVersion,
     SubscribeRequest,
+    WireVersion,
 )
 from wsnmom.core.outbound_policy import OutboundPolicy
 from wsnmom.core.ports import DeliveryFailed
@@ -118,6 +119,7 @@ class RecordingOutbound:
         *,
         use_raw: bool,
         timeout: float,
+        wire_version: WireVersion = WireVersion.WSN_13,
     ) -> None:
         call = Call(time.monotonic(), consumer.address, list(messages), use_raw, soap_version)
         with self.cond:

@@ -20,8 +20,15 @@ from wsnmom.core.model import (
     PullPoint,
     Subscription,
     SubscriptionState,
+    WireVersion,
 )
-from wsnmom.core.store import Store, StoreError, StoreUnavailable
+from wsnmom.core.store import (
+    Store,
+    StoreError,
+    StoreUnavailable,
+    subscription_from_json,
+    subscription_to_json,
+)
 from wsnmom.core.store_url import open_store
 from wsnmom.topic_mapping.model import Topic
 
@@ -135,6 +142,32 @@ def test_reopened_store_keeps_everything(store_url: str) -> None:
         assert again.ping()
     finally:
         again.close()
+
+
+def test_wire_version_of_a_subscription_is_kept_across_reopening(store_url: str) -> None:
+    """A WS-N 1.0 / 1.2-draft subscriber is delivered to in its own format after a
+    restart; a record written before wire versions were kept reads as a 1.3 one."""
+    store = open_store(store_url)
+    try:
+        store.put_subscription(subscription("s10", wire_version=WireVersion.WSN_10))
+        store.put_subscription(subscription("s12", wire_version=WireVersion.WSN_12_DRAFT))
+        store.put_subscription(subscription("s13"))
+    finally:
+        store.close()
+    again = open_store(store_url)
+    try:
+        versions = {s.id: s.wire_version for s in again.list_subscriptions()}
+        assert versions == {
+            "s10": WireVersion.WSN_10,
+            "s12": WireVersion.WSN_12_DRAFT,
+            "s13": WireVersion.WSN_13,
+        }
+        assert again.get_subscription("s10") == subscription("s10", wire_version=WireVersion.WSN_10)
+    finally:
+        again.close()
+    earlier = subscription_to_json(subscription("old", wire_version=WireVersion.WSN_10))
+    del earlier["wire_version"]
+    assert subscription_from_json(earlier).wire_version is WireVersion.WSN_13
 
 
 def test_concurrent_writers_lose_nothing(store: Store) -> None:

@@ -147,6 +147,7 @@ def test_lists_and_shows_live_subscriptions(open_runtime: Runtime) -> None:
     assert a["consumer"] == "http://127.0.0.1:9/a" and a["state"] == "active"
     assert a["topic"] == {"dialect": SIMPLE, "text": "t:a", "namespaces": {"t": "urn:t"}}
     assert a["use_raw"] is True and a["soap_version"] == "1.2" and a["pull_point"] is None
+    assert a["wsn_version"] == "1.3"
     assert a["mode"] == "push" and a["backlog"] == 0 and a["delivery"]["failures"] == 0
     assert b["state"] == "paused" and b["topic"] is None and b["terminates"].endswith("Z")
 

@@ -1,0 +1,243 @@
+"""The WSDL 1.1 description of an older WS-N wire format the broker accepts
+(``?wsdl&version=1.0``, ``?wsdl&version=1.2-draft``; :mod:`.legacy`).
+
+It names the operations the broker serves in that version, with that version's element
+names, in document/literal SOAP 1.2 and SOAP 1.1 bindings, and a service per port type at
+the broker's public base URL:
+
+* NotificationBroker (broker endpoint): Notify, Subscribe, GetCurrentMessage,
+  RegisterPublisher, GetResourceProperty;
+* SubscriptionManager (subscriptions): PauseSubscription, ResumeSubscription, Destroy,
+  SetTerminationTime, GetResourceProperty;
+* PublisherRegistrationManager (registrations): Destroy, GetResourceProperty.
+
+The types are declared inline with open content (``xsd:any`` lax): the 1.0 specification's
+own schema cannot be served as printed (its extraction is garbled and it misspells
+``ResgisterPublisherResponse``), and the 1.2 drafts' schemas are not shipped here, so the
+element names and their namespaces are what this WSDL pins down.  Faults: 1.0's WSDL gives
+every fault the one ``ErrorMessage`` (xsd:string) message; the 1.2 draft's are
+``...Fault`` elements.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from lxml import etree
+from wsnmom.core.addresses import BROKER_PATH, ResourceKind, kind_path
+from wsnmom.core.model import WireVersion
+
+from .legacy import LEGACY, Legacy
+from .xml import XSD
+
+WSDL = "http://schemas.xmlsoap.org/wsdl/"
+WSDL_SOAP11 = "http://schemas.xmlsoap.org/wsdl/soap/"
+WSDL_SOAP12 = "http://schemas.xmlsoap.org/wsdl/soap12/"
+HTTP_TRANSPORT = "http://schemas.xmlsoap.org/soap/http"
+
+#: (operation, interface namespace key, request local, response local or None, faults)
+_Op = tuple[str, str, str, str | None, tuple[str, ...]]
+
+
+def _operations(legacy: Legacy) -> dict[str, tuple[tuple[_Op, ...], str]]:
+    """Port type → (operations, endpoint path)."""
+    ten = legacy.version is WireVersion.WSN_10
+    req = "Request" if ten else ""
+    notify: _Op = ("Notify", "wsnt", "Notify", None, ())
+    subscribe: _Op = (
+        "Subscribe",
+        "wsnt",
+        "Subscribe" + req,
+        "SubscribeResponse",
+        ("SubscribeCreationFailed",),
+    )
+    current: _Op = (
+        "GetCurrentMessage",
+        "wsnt",
+        "GetCurrentMessage" + req,
+        "GetCurrentMessageResponse",
+        ("InvalidTopicPathExpression", "TopicNotSupported", "NoCurrentMessageOnTopic"),
+    )
+    register: _Op = (
+        "RegisterPublisher",
+        "wsnbr",
+        "RegisterPublisher" + req,
+        "RegisterPublisherResponse",
+        ("InvalidTopicPathExpression", "TopicNotSupported", "PublisherRegistrationFailed"),
+    )
+    get_rp: _Op = (
+        "GetResourceProperty",
+        "wsrp",
+        "GetResourceProperty",
+        "GetResourcePropertyResponse",
+        ("UnknownResource", "InvalidResourceProperty"),
+    )
+    pause: _Op = (
+        "PauseSubscription",
+        "wsnt",
+        "PauseSubscription" + req,
+        "PauseSubscriptionResponse",
+        ("PauseFailed",),
+    )
+    resume: _Op = (
+        "ResumeSubscription",
+        "wsnt",
+        "ResumeSubscription" + req,
+        "ResumeSubscriptionResponse",
+        ("ResumeFailed",),
+    )
+    destroy: _Op = (
+        "Destroy",
+        "wsrl",
+        "Destroy",
+        "DestroyResponse",
+        ("UnknownResource", "UnableToDestroyResource"),
+    )
+    set_tt: _Op = (
+        "SetTerminationTime",
+        "wsrl",
+        "SetTerminationTime",
+        "SetTerminationTimeResponse",
+        ("UnknownResource", "TerminationTimeChangeRejected", "UnableToSetTerminationTime"),
+    )
+    return {
+        "NotificationBroker": ((notify, subscribe, current, register, get_rp), BROKER_PATH),
+        "SubscriptionManager": (
+            (pause, resume, destroy, set_tt, get_rp),
+            kind_path(ResourceKind.SUBSCRIPTION),
+        ),
+        "PublisherRegistrationManager": (
+            (destroy, get_rp),
+            kind_path(ResourceKind.REGISTRATION),
+        ),
+    }
+
+
+def _q(ns: str, local: str) -> str:
+    return f"{{{ns}}}{local}"
+
+
+def _fault_element(legacy: Legacy, name: str) -> tuple[str, str]:
+    """(namespace key, element local name) of a fault's detail element."""
+    if legacy.version is WireVersion.WSN_10:
+        return "wsnt", "ErrorMessage"
+    return "wsnt", name + "Fault"
+
+
+def _build(legacy: Legacy, base: str) -> etree._Element:
+    ns = {"wsnt": legacy.wsnt, "wsnbr": legacy.wsnbr, "wsrl": legacy.wsrl, "wsrp": legacy.wsrp}
+    tns = legacy.wsnt
+    nsmap = {"wsdl": WSDL, "soap": WSDL_SOAP11, "soap12": WSDL_SOAP12, "xsd": XSD, "tns": tns}
+    for key, uri in ns.items():
+        if uri not in nsmap.values():
+            nsmap[key] = uri
+    defs = etree.Element(_q(WSDL, "definitions"), nsmap=nsmap)
+    defs.set("name", f"WsnmomNotificationBroker-{legacy.version.value}")
+    defs.set("targetNamespace", tns)
+    etree.SubElement(defs, _q(WSDL, "documentation")).text = (
+        f"wsnmom WS-Notification broker, WS-Notification {legacy.version.value} wire format "
+        f"(WS-Addressing {legacy.wsa}). Requests are recognised by their Body element's "
+        "namespace; the WS-N 1.3 description is ?wsdl."
+    )
+    port_types = _operations(legacy)
+    # every element used, per namespace
+    elements: dict[str, dict[str, None]] = {uri: {} for uri in ns.values()}
+    for ops, _ in port_types.values():
+        for _, key, request, response, faults in ops:
+            elements[ns[key]][request] = None
+            if response:
+                elements[ns[key]][response] = None
+            for fault in faults:
+                fkey, flocal = _fault_element(legacy, fault)
+                elements[ns[fkey]][flocal] = None
+    types = etree.SubElement(defs, _q(WSDL, "types"))
+    for uri, names in elements.items():
+        if not names:
+            continue
+        schema = etree.SubElement(types, _q(XSD, "schema"))
+        schema.set("targetNamespace", uri)
+        schema.set("elementFormDefault", "qualified")
+        for local in names:
+            el = etree.SubElement(schema, _q(XSD, "element"), name=local)
+            if local == "ErrorMessage":
+                el.set("type", "xsd:string")
+                continue
+            seq = etree.SubElement(
+                etree.SubElement(el, _q(XSD, "complexType")), _q(XSD, "sequence")
+            )
+            any_el = etree.SubElement(seq, _q(XSD, "any"), namespace="##any")
+            any_el.set("processContents", "lax")
+            any_el.set("minOccurs", "0")
+            any_el.set("maxOccurs", "unbounded")
+
+    prefix = {uri: key for key, uri in ns.items()}
+    prefix[tns] = "tns"
+    messages: dict[str, tuple[str, str]] = {}
+    for ops, _ in port_types.values():
+        for _, key, request, response, faults in ops:
+            messages[request] = (ns[key], request)
+            if response:
+                messages[response] = (ns[key], response)
+            for fault in faults:
+                fkey, flocal = _fault_element(legacy, fault)
+                messages[f"{fault}Fault"] = (ns[fkey], flocal)
+    for name, (uri, local) in messages.items():
+        msg = etree.SubElement(defs, _q(WSDL, "message"), name=name)
+        part = etree.SubElement(msg, _q(WSDL, "part"), name="body")
+        part.set("element", f"{prefix[uri]}:{local}")
+
+    for pt_name, (ops, _) in port_types.items():
+        pt = etree.SubElement(defs, _q(WSDL, "portType"), name=pt_name)
+        for name, _, request, response, faults in ops:
+            op_el = etree.SubElement(pt, _q(WSDL, "operation"), name=name)
+            etree.SubElement(op_el, _q(WSDL, "input"), message=f"tns:{request}")
+            if response:
+                etree.SubElement(op_el, _q(WSDL, "output"), message=f"tns:{response}")
+            for fault in faults:
+                etree.SubElement(op_el, _q(WSDL, "fault"), name=fault, message=f"tns:{fault}Fault")
+
+    for pt_name, (ops, _) in port_types.items():
+        for suffix, soap_ns in (("Soap12", WSDL_SOAP12), ("Soap11", WSDL_SOAP11)):
+            b = etree.SubElement(
+                defs, _q(WSDL, "binding"), name=f"{pt_name}{suffix}Binding", type=f"tns:{pt_name}"
+            )
+            etree.SubElement(b, _q(soap_ns, "binding"), style="document", transport=HTTP_TRANSPORT)
+            for name, key, request, response, faults in ops:
+                op_el = etree.SubElement(b, _q(WSDL, "operation"), name=name)
+                etree.SubElement(
+                    op_el,
+                    _q(soap_ns, "operation"),
+                    soapAction=legacy.action(_q(ns[key], request)),
+                    style="document",
+                )
+                inp = etree.SubElement(op_el, _q(WSDL, "input"))
+                etree.SubElement(inp, _q(soap_ns, "body"), use="literal")
+                if response:
+                    out = etree.SubElement(op_el, _q(WSDL, "output"))
+                    etree.SubElement(out, _q(soap_ns, "body"), use="literal")
+                for fault in faults:
+                    fault_el = etree.SubElement(op_el, _q(WSDL, "fault"), name=fault)
+                    etree.SubElement(fault_el, _q(soap_ns, "fault"), name=fault, use="literal")
+
+    for pt_name, (_, path) in port_types.items():
+        svc = etree.SubElement(defs, _q(WSDL, "service"), name=f"{pt_name}Service")
+        for suffix, soap_ns in (("Soap12", WSDL_SOAP12), ("Soap11", WSDL_SOAP11)):
+            port = etree.SubElement(
+                svc,
+                _q(WSDL, "port"),
+                name=f"{pt_name}{suffix}Port",
+                binding=f"tns:{pt_name}{suffix}Binding",
+            )
+            etree.SubElement(port, _q(soap_ns, "address"), location=f"{base}{path}")
+    return defs
+
+
+@functools.lru_cache(maxsize=64)
+def render_legacy_wsdl(version: WireVersion, base: str) -> bytes:
+    """The WSDL of the older wire format ``version`` for a broker at ``base``."""
+    return etree.tostring(
+        _build(LEGACY[version], base), encoding="utf-8", xml_declaration=True, pretty_print=True
+    )
+
+
+__all__ = ["render_legacy_wsdl"]

@@ -96,6 +96,8 @@ class Call:
     messages: list[Delivered]
     use_raw: bool
     soap_version: SoapVersion
+    #: the attempt's timeout (seconds)
+    timeout: float = 0.0
 
 
 @dataclass
@@ -103,6 +105,8 @@ class RecordingOutbound:
     """Consumer and publisher side of the broker's outbound SOAP calls."""
 
     down: set[str] = field(default_factory=set)
+    #: address -> the failure a delivery to it raises (an HTTP answer: status, Retry-After)
+    answers: dict[str, DeliveryFailed] = field(default_factory=dict)
     attempts: list[Call] = field(default_factory=list)
     delivered: list[Call] = field(default_factory=list)
     events: list[tuple[str, str]] = field(default_factory=list)
@@ -119,12 +123,17 @@ class RecordingOutbound:
         use_raw: bool,
         timeout: float,
     ) -> None:
-        call = Call(time.monotonic(), consumer.address, list(messages), use_raw, soap_version)
+        at = time.monotonic()
+        call = Call(at, consumer.address, list(messages), use_raw, soap_version, timeout)
         with self.cond:
             self.attempts.append(call)
             if consumer.address in self.down:
                 self.cond.notify_all()
                 raise DeliveryFailed(f"{consumer.address} is down")
+            answer = self.answers.get(consumer.address)
+            if answer is not None:
+                self.cond.notify_all()
+                raise answer
             self.delivered.append(call)
             self.cond.notify_all()
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from wsnmom.core import errors
@@ -23,7 +24,7 @@ from wsnmom.core.service import BrokerService
 
 from tests.support.waiting import wait_until
 
-from .conftest import RecordingOutbound, note, simple, sub_req
+from .conftest import Broker, RecordingOutbound, note, simple, sub_req
 
 C = "http://127.0.0.1:9/consumer"
 
@@ -234,3 +235,17 @@ def test_without_a_policy_the_gateways_timeout_applies(
     publish(service, "x")
     outbound.wait_messages(C, 1)
     assert [a.timeout for a in outbound.attempts] == [1.0]
+
+
+def test_the_policy_survives_a_restart(make_broker: Any, outbound: RecordingOutbound) -> None:
+    b: Broker = make_broker()
+    assert b.service is not None
+    sub_id = subscribe(b.service, ("MaxAttempts", "1"), ("Timeout", "0.25"))
+    service = b.restart()
+    assert service.get_subscription(sub_id).delivery_policy == DeliveryChoices(
+        max_attempts=1, timeout=0.25
+    )
+    outbound.down.add(C)
+    publish(service, "after")
+    [letter] = wait_until(service.dead_letters, 10, what="the dead letter")
+    assert letter.attempts == 1 and [a.timeout for a in outbound.attempts] == [0.25]

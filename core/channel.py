@@ -17,8 +17,13 @@ order) acks a filtered message only once every message before it is settled: it 
 with the batch and is acked after it, in order.  ``DeliveryFailed`` keeps the batch
 (unsettled at the middleware) as the channel's *pending* batch and arms a timer:
 exponential backoff ``initial_delay * multiplier**(n-1)`` capped at ``max_delay``; no
-thread sleeps or spins meanwhile.  Later messages wait behind the pending batch, so order
-holds.  After ``max_attempts`` failed attempts the give-up action applies: ``keep`` retries
+thread sleeps or spins meanwhile (a subscription's own schedule, ``Channel.backoff`` from its
+``core.delivery_policy``, may be linear, and may take the consumer's ``Retry-After``
+instead).  Later messages wait behind the pending batch, so order holds.  An answer with
+one of the schedule's *final* HTTP statuses ends the batch's retries at once: it goes to
+the dead letters (reason ``final-status``), is settled once they are confirmed, and the
+channel goes on with the next messages (nothing runs meanwhile, so order holds).  After
+``max_attempts`` failed attempts the give-up action applies: ``keep`` retries
 forever at ``max_delay`` (the middleware keeps accumulating within its QueueLimits),
 ``end`` calls the channel's ``on_give_up`` with an :class:`EndSubscription` (the service
 ends the subscription and publishes SubscriptionEnd).
@@ -668,10 +673,14 @@ class Channel(Generic[T]):
             self.handle.stop()
         except Exception:
             log.debug("stopping the handle failed", exc_info=True)
+        self._start_later()
+        return False
+
+    def _start_later(self) -> None:
+        """Start again after the longest retry delay (a dead letter was not confirmed)."""
         retry = threading.Timer(self.schedule.max_delay, self.start)
         retry.daemon = True
         retry.start()
-        return False
 
     @property
     def schedule(self) -> Backoff:
@@ -703,9 +712,7 @@ class Channel(Generic[T]):
                 self._scheduled = False
                 return False
         self.stop()
-        retry = threading.Timer(self.schedule.max_delay, self.start)
-        retry.daemon = True
-        retry.start()
+        self._start_later()
         return False
 
     def _after_send(
@@ -793,12 +800,7 @@ class Channel(Generic[T]):
             end = EndSubscription(reason, "delivery")
             self.engine._spawn(lambda: self.on_give_up(end))
         elif final:
-            log.warning(
-                "subscription %s: %s is final (no retry): %s",
-                self.name,
-                f"HTTP {status}",
-                reason,
-            )
+            log.warning("subscription %s: HTTP %s is final: %s", self.name, status, reason)
             if self._bury_final(pending, failures, reason, new_gen) or reschedule:
                 self.engine._ready(self, new_gen)
         elif delay is not None:

@@ -249,3 +249,27 @@ def test_the_policy_survives_a_restart(make_broker: Any, outbound: RecordingOutb
     publish(service, "after")
     [letter] = wait_until(service.dead_letters, 10, what="the dead letter")
     assert letter.attempts == 1 and [a.timeout for a in outbound.attempts] == [0.25]
+
+
+def test_the_gateways_final_statuses_and_retry_after_apply_without_a_policy(
+    make_broker: Any, outbound: RecordingOutbound
+) -> None:
+    b: Broker = make_broker(
+        retry__final_statuses=[404],
+        retry__honour_retry_after=True,
+        retry__retry_after_max=timedelta(seconds=0.15),
+    )
+    service = b.service
+    assert service is not None
+    gone, busy = C + "/gone", C + "/busy"
+    outbound.answers[gone] = DeliveryFailed("HTTP 404", answered=True, status=404)
+    outbound.answers[busy] = DeliveryFailed("HTTP 503", answered=True, status=503, retry_after=9)
+    service.subscribe(sub_req(gone, topic=simple("t:a")))
+    service.subscribe(sub_req(busy, topic=simple("t:a")))
+    publish(service, "x")
+    found = wait_until(lambda: len(service.dead_letters()) == 2 and service.dead_letters(), 10)
+    reasons = {d.consumer: (d.reason, d.attempts) for d in found}
+    assert reasons == {gone: ("final-status", 1), busy: ("retries-exhausted", 3)}
+    times = [a.at for a in outbound.attempts if a.address == busy]
+    # each retry waited the capped Retry-After (0.15 s), not the 0.05 s first delay
+    assert times[1] - times[0] >= 0.15 and times[2] - times[1] >= 0.15

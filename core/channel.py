@@ -17,8 +17,13 @@ order) acks a filtered message only once every message before it is settled: it 
 with the batch and is acked after it, in order.  ``DeliveryFailed`` keeps the batch
 (unsettled at the middleware) as the channel's *pending* batch and arms a timer:
 exponential backoff ``initial_delay * multiplier**(n-1)`` capped at ``max_delay``; no
-thread sleeps or spins meanwhile.  Later messages wait behind the pending batch, so order
-holds.  After ``max_attempts`` failed attempts the give-up action applies: ``keep`` retries
+thread sleeps or spins meanwhile (a subscription's own schedule, ``Channel.backoff`` from its
+``core.delivery_policy``, may be linear, and may take the consumer's ``Retry-After``
+instead).  Later messages wait behind the pending batch, so order holds.  An answer with
+one of the schedule's *final* HTTP statuses ends the batch's retries at once: it goes to
+the dead letters (reason ``final-status``), is settled once they are confirmed, and the
+channel goes on with the next messages (nothing runs meanwhile, so order holds).  After
+``max_attempts`` failed attempts the give-up action applies: ``keep`` retries
 forever at ``max_delay`` (the middleware keeps accumulating within its QueueLimits),
 ``end`` calls the channel's ``on_give_up`` with an :class:`EndSubscription` (the service
 ends the subscription and publishes SubscriptionEnd).
@@ -131,19 +136,35 @@ class DeliveryAttempt:
 
 @dataclass(frozen=True, slots=True)
 class Backoff:
-    """Retry schedule (seconds)."""
+    """Retry schedule (seconds): the engine's, or a subscription's own
+    (``core.delivery_policy``)."""
 
     max_attempts: int = 8
     initial_delay: float = 1.0
     multiplier: float = 2.0
     max_delay: float = 300.0
     give_up: str = "end"
+    #: ``initial_delay * n`` after the n-th failure instead of the exponential
+    linear: bool = False
+    #: the longest ``Retry-After`` honoured; None: the consumer's ``Retry-After`` is ignored
+    retry_after_max: float | None = None
+    #: HTTP statuses after which a batch is not retried (it goes to the dead letters)
+    final_statuses: frozenset[int] = frozenset()
 
-    def delay(self, failures: int) -> float:
-        """Delay before the next attempt after ``failures`` consecutive failures (>= 1)."""
+    def delay(self, failures: int, retry_after: float | None = None) -> float:
+        """Delay before the next attempt after ``failures`` consecutive failures (>= 1);
+        the consumer's ``retry_after`` (seconds) instead when it is honoured."""
+        if retry_after is not None and self.retry_after_max is not None:
+            return float(min(max(retry_after, 0.0), self.retry_after_max))
         if failures >= self.max_attempts:
             return self.max_delay
+        if self.linear:
+            return float(min(self.initial_delay * failures, self.max_delay))
         return float(min(self.initial_delay * self.multiplier ** (failures - 1), self.max_delay))
+
+    def is_final(self, status: int | None) -> bool:
+        """Whether an answer with HTTP ``status`` ends the batch's retries."""
+        return status is not None and status in self.final_statuses
 
 
 def _settle(received: Received, ack: bool) -> None:
@@ -208,6 +229,7 @@ class Channel(Generic[T]):
         "_running",
         "_scheduled",
         "_stopped",
+        "backoff",
         "batch_size",
         "bounded",
         "dead_letter",
@@ -259,6 +281,9 @@ class Channel(Generic[T]):
         #: publishes given-up messages as dead letters (messages, reason, attempts, last
         #: error) and says whether the middleware confirmed them; None: dropped unsettled
         self.dead_letter: DeadLetterSink | None = None
+        #: the subscription's own retry schedule (``core.delivery_policy``); None: the
+        #: engine's
+        self.backoff: Backoff | None = None
         #: id() of each held message -> the bytes charged for it
         self._charged: dict[int, int] = {}
         #: a message was refused for lack of memory: parking requested / done
@@ -495,6 +520,8 @@ class Channel(Generic[T]):
         request_id: str | None = None
         #: with an open circuit: the seconds it stays open (the attempt was not made)
         not_before: float | None = None
+        #: the failed attempt's answer: HTTP status and Retry-After (seconds)
+        answer: tuple[int | None, float | None] = (None, None)
         try:
             try:
                 items = self._prepare(take)
@@ -531,6 +558,7 @@ class Channel(Generic[T]):
                     except DeliveryFailed as exc:
                         ok = False
                         reason = exc.reason
+                        answer = (exc.status, exc.retry_after)
                         if exc.timed_out:
                             outcome = Outcome.TIMED_OUT
                         elif not exc.answered:
@@ -549,7 +577,7 @@ class Channel(Generic[T]):
         # log records about this batch (retry, give-up) name the request that published
         # its first message
         with bound_request_id(request_id):
-            self._after_send(gen, pending, ok, reason, not_before)
+            self._after_send(gen, pending, ok, reason, not_before, answer)
 
     def _prepare(self, take: list[Received]) -> Sequence[T | None]:
         """``prepare`` over ``take``; when it fails, message by message, so that only a
@@ -645,9 +673,46 @@ class Channel(Generic[T]):
             self.handle.stop()
         except Exception:
             log.debug("stopping the handle failed", exc_info=True)
-        retry = threading.Timer(self.engine.backoff.max_delay, self.start)
+        self._start_later()
+        return False
+
+    def _start_later(self) -> None:
+        """Start again after the longest retry delay (a dead letter was not confirmed)."""
+        retry = threading.Timer(self.schedule.max_delay, self.start)
         retry.daemon = True
         retry.start()
+
+    @property
+    def schedule(self) -> Backoff:
+        """The retry schedule this channel follows (its own, else the engine's)."""
+        return self.backoff or self.engine.backoff
+
+    def _bury_final(
+        self,
+        pending: list[tuple[Received, T | None]],
+        attempts: int,
+        error: str,
+        gen: int,
+    ) -> bool:
+        """The consumer answered a final status: the batch goes to the dead letters and is
+        settled once they are confirmed, and delivery goes on with the next messages;
+        whether the channel is to run again now.  Not confirmed: the channel stops (the
+        middleware gives everything back) and starts again after the longest retry delay,
+        so that nothing is lost."""
+        letters = [r for r, item in pending if item is not None]
+        sink = self.dead_letter
+        if sink is None or sink(letters, "final-status", attempts, error):
+            for received, _ in pending:  # in order: a log commits a contiguous prefix
+                self._settle(received, ack=True)
+            with self._lock:
+                if gen != self._gen or self._stopped:
+                    return False
+                if self._queue:
+                    return True
+                self._scheduled = False
+                return False
+        self.stop()
+        self._start_later()
         return False
 
     def _after_send(
@@ -657,10 +722,14 @@ class Channel(Generic[T]):
         ok: bool,
         reason: str,
         not_before: float | None = None,
+        answer: tuple[int | None, float | None] = (None, None),
     ) -> None:
         give_up = False
+        #: the consumer answered a final status: the batch goes to the dead letters
+        final = False
         delay: float | None = None
         reschedule = False
+        status, retry_after = answer
         with self._lock:
             current = gen == self._gen and not self._stopped
             self._retry_at = 0.0
@@ -681,8 +750,11 @@ class Channel(Generic[T]):
                 self._error = reason
                 if current:
                     self._failures += 1
-                    policy = self.engine.backoff
-                    if self._failures >= policy.max_attempts and policy.give_up == "end":
+                    policy = self.schedule
+                    if not_before is None and policy.is_final(status):
+                        final = True
+                        self._pending = []
+                    elif self._failures >= policy.max_attempts and policy.give_up == "end":
                         give_up = True
                         self._stopped = True
                         self._gen += 1
@@ -690,7 +762,7 @@ class Channel(Generic[T]):
                         self._pending = []
                         self._release(self._forget_charges())
                     else:
-                        delay = policy.delay(self._failures)
+                        delay = policy.delay(self._failures, retry_after)
                         self._retry_at = time.time() + delay
             if not current and not self._running and self._pending is pending:
                 # stopped (or restarted) meanwhile: the handle redelivers what is unsettled
@@ -698,13 +770,15 @@ class Channel(Generic[T]):
             if current and delay is None and not give_up:
                 if self._queue or self._rerun:
                     reschedule = True
-                else:
+                elif not final:  # else: once the batch is buried (nothing runs meanwhile)
                     self._scheduled = False
             elif not current and not self._stopped and (self._queue or self._rerun):
                 reschedule = True
             self._rerun = False
             new_gen = self._gen
             failures = self._failures
+            if final:
+                self._failures = 0
         if ok:
             for received, _ in pending:
                 self._settle(received, ack=True)
@@ -725,6 +799,10 @@ class Channel(Generic[T]):
                 log.debug("stopping the handle failed", exc_info=True)
             end = EndSubscription(reason, "delivery")
             self.engine._spawn(lambda: self.on_give_up(end))
+        elif final:
+            log.warning("subscription %s: HTTP %s is final: %s", self.name, status, reason)
+            if self._bury_final(pending, failures, reason, new_gen) or reschedule:
+                self.engine._ready(self, new_gen)
         elif delay is not None:
             log.log(
                 logging.INFO if not_before is None else logging.DEBUG,

@@ -127,6 +127,15 @@ class RetrySettings:
     give_up: Literal["keep", "end"] = "end"
     #: timeout of one outbound Notify, seconds
     timeout: float = field(default=10.0, metadata=limits(above=0))
+    #: whether a consumer's ``Retry-After`` (with HTTP 429 or 503) sets the delay before
+    #: the next attempt, for subscriptions that do not choose (``wsnmom:DeliveryPolicy``)
+    honour_retry_after: bool = False
+    #: the longest ``Retry-After`` honoured (a longer one is cut to this), and the most a
+    #: subscriber's ``RetryAfterMax`` may be
+    retry_after_max: timedelta = field(default=timedelta(minutes=5), metadata=limits(0))
+    #: HTTP statuses after which a batch is not retried but goes to the dead letters at
+    #: once (subscriptions that do not choose); 300 to 599
+    final_statuses: list[int] = field(default_factory=list, metadata=limits(check="http_statuses"))
 
 
 @dataclass(slots=True)

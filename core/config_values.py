@@ -13,7 +13,7 @@ import math
 import re
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -25,6 +25,7 @@ __all__ = [
     "LOG_LEVELS",
     "InvalidValue",
     "check_log_level",
+    "check_statuses",
     "convert",
     "limits",
     "parse_duration",
@@ -237,6 +238,11 @@ def _check_named(value: Any, meta: Mapping[str, Any]) -> Any:
     elif check == "gateway_id":
         if value and not re.fullmatch(r"[A-Za-z0-9._:-]{1,64}", str(value)):
             raise InvalidValue(f"{value!r}: 1-64 of the characters A-Z a-z 0-9 . _ : -")
+    elif check == "http_statuses":
+        try:
+            value = list(check_statuses(value))
+        except ValueError as exc:
+            raise InvalidValue(str(exc)) from None
     elif check == "dead_letter_destination":
         try:
             check_destination(str(value))
@@ -245,6 +251,21 @@ def _check_named(value: Any, meta: Mapping[str, Any]) -> Any:
     else:  # pragma: no cover - a typo in a field declaration
         raise AssertionError(f"unknown check {check!r}")
     return value
+
+
+def check_statuses(values: Iterable[object]) -> tuple[int, ...]:
+    """HTTP statuses a delivery may treat as final: integers 300 to 599 (a 2xx is a
+    success), sorted, without repeats.  :raises ValueError: one is not."""
+    out: set[int] = set()
+    for value in values:
+        text = str(value).strip()
+        if isinstance(value, bool) or not re.fullmatch(r"[0-9]{3}", text):
+            raise ValueError(f"{value!r} is not an HTTP status (three digits)")
+        status = int(text)
+        if not 300 <= status <= 599:
+            raise ValueError(f"{status} is not a failure status (300 to 599)")
+        out.add(status)
+    return tuple(sorted(out))
 
 
 def _log_level(value: object, what: str = "") -> str:

@@ -68,7 +68,7 @@ log = logging.getLogger(__name__)
 
 DEAD_LETTER_NAMESPACE = INTERNAL_NAMESPACE_PREFIX + "dead-letters"
 #: why a message became a dead letter
-REASONS = ("retries-exhausted", "filter-budget", "max-age")
+REASONS = ("retries-exhausted", "final-status", "filter-budget", "max-age")
 
 H_ID = "wsnmom-dl-id"
 H_SUBSCRIPTION = "wsnmom-dl-subscription"

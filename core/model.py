@@ -17,9 +17,12 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from wsnmom.topic_mapping.model import Topic
+
+if TYPE_CHECKING:
+    from wsnmom.core.delivery_policy import DeliveryChoices
 
 
 class SoapVersion(enum.Enum):
@@ -244,6 +247,9 @@ class Subscription:
     #: wsnmom extension: the dead-letter destination of its given-up messages (None: the
     #: gateway's ``dead_letters.destination``)
     dead_letters: str | None = None
+    #: wsnmom extension: the subscriber's delivery policy choices (``wsnmom:DeliveryPolicy``,
+    #: ``core.delivery_policy``); None: the gateway's ``retry`` settings
+    delivery_policy: DeliveryChoices | None = None
     state: SubscriptionState = SubscriptionState.ACTIVE
     soap_version: SoapVersion = SoapVersion.SOAP12
     #: the WS-N wire format the subscriber spoke; deliveries use it
@@ -310,6 +316,9 @@ class SubscribeRequest:
     subscription_end_topic: ExpressionSource | None = None
     #: the ``wsnmom:DeadLetters`` policy element's text (checked by core), None: absent
     dead_letters: str | None = None
+    #: the ``wsnmom:DeliveryPolicy`` element's children as (local name, text), checked by
+    #: core (``core.delivery_policy``); None: absent
+    delivery_policy: tuple[tuple[str, str], ...] | None = None
     soap_version: SoapVersion = SoapVersion.SOAP12
     wire_version: WireVersion = WireVersion.WSN_13
     #: any SubscriptionPolicy child the broker does not understand (fault if not ignorable)

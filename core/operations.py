@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 from wsnmom.core.adapter import SubscriptionHandle
 from wsnmom.core.context import BrokerContext
 from wsnmom.core.delivery import ChannelStatus
+from wsnmom.core.delivery_policy import EffectivePolicy, effective
 from wsnmom.core.disk import storage_full_text
 from wsnmom.core.lifetimes import is_expired
 from wsnmom.core.model import PublisherRegistration, PullPoint, Subscription
@@ -53,6 +54,8 @@ class SubscriptionStatus:
     waiting: int | None
     #: the delivery channel's state; None for a routed subscription
     delivery: ChannelStatus | None
+    #: the delivery policy its pushes follow (``core.delivery_policy``); None unless push
+    delivery_policy: EffectivePolicy | None = None
 
     @property
     def backlog(self) -> int | None:
@@ -256,6 +259,11 @@ class Operations:
             mode=mode,
             waiting=waiting,
             delivery=channel.status() if channel is not None else None,
+            delivery_policy=(
+                effective(record.delivery_policy, ctx.settings.retry)
+                if record.pull_point_id is None
+                else None
+            ),
         )
 
     def _pull_point(

@@ -14,6 +14,7 @@ from typing import Any
 
 from wsnmom.core.config import Settings
 from wsnmom.core.dead_letters import REASONS
+from wsnmom.core.delivery_policy import BACKOFFS
 
 
 def xsd_duration(value: timedelta | None) -> str | None:
@@ -70,6 +71,34 @@ class DeadLetterPolicy:
 
 
 @dataclass(frozen=True, slots=True)
+class DeliveryPolicyOffer:
+    """The per-subscription delivery policy a subscriber may choose
+    (``core.delivery_policy``): the gateway's values are the defaults, and the bounds."""
+
+    #: how a subscriber chooses
+    subscribe_extension: str
+    #: default and most attempts per batch
+    max_attempts: int
+    #: default backoff and the choices
+    backoff: str
+    backoffs: tuple[str, ...]
+    #: default first delay; delays (first and most) may be 0 up to ``max_delay``
+    initial_delay: timedelta
+    max_delay: timedelta
+    #: exponential backoff's factor (the gateway's ``retry.multiplier``)
+    multiplier: float
+    #: default and longest timeout of each attempt
+    timeout: timedelta
+    #: whether Retry-After is honoured by default, and its default and highest cap
+    retry_after: bool
+    retry_after_max: timedelta
+    #: statuses that are final by default (none: every failure is retried)
+    final_statuses: tuple[int, ...]
+    #: what an exhausted batch leads to (the gateway's ``retry.give_up``)
+    give_up: str
+
+
+@dataclass(frozen=True, slots=True)
 class BrokerPolicy:
     """Everything the broker advertises about its behaviour."""
 
@@ -118,6 +147,7 @@ class BrokerPolicy:
     subscription_end: str
     subscription_persistence: str
     dead_letters: DeadLetterPolicy
+    delivery_policy: DeliveryPolicyOffer
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-able view; durations as xsd:duration strings."""
@@ -278,5 +308,25 @@ def build_policy(
                 "otherwise)"
             ),
             reasons=REASONS,
+        ),
+        delivery_policy=DeliveryPolicyOffer(
+            subscribe_extension=(
+                "{urn:wsnmom:ns:1}DeliveryPolicy in wsnt:SubscriptionPolicy, with any of the "
+                "children MaxAttempts, Backoff (exponential|linear), InitialDelay, MaxDelay, "
+                "Timeout (xsd:duration or seconds), RetryAfter (true|false), RetryAfterMax, "
+                "FinalStatuses (HTTP statuses 300-599): absent ones take this gateway's "
+                "value, each bounded by it (SubscribeCreationFailedFault otherwise)"
+            ),
+            max_attempts=r.max_attempts,
+            backoff="exponential",
+            backoffs=BACKOFFS,
+            initial_delay=r.initial_delay,
+            max_delay=r.max_delay,
+            multiplier=r.multiplier,
+            timeout=timedelta(seconds=r.timeout),
+            retry_after=r.honour_retry_after,
+            retry_after_max=r.retry_after_max,
+            final_statuses=tuple(r.final_statuses),
+            give_up=r.give_up,
         ),
     )

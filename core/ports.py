@@ -235,6 +235,9 @@ class DeliveryFailed(Exception):
     ``answered`` is True when the peer did answer (an error status or fault);
     ``timed_out`` when it gave no answer within the timeout (the attempt held its thread
     all that time).  The destination's circuit breaker counts timeouts (``core.lanes``).
+    ``status`` is the HTTP status of the answer (None: no HTTP answer), ``retry_after`` the
+    seconds its ``Retry-After`` asked to wait (429 and 503 only; None: none or unreadable);
+    a subscription's delivery policy decides what they mean (``core.delivery_policy``).
     """
 
     def __init__(
@@ -244,12 +247,16 @@ class DeliveryFailed(Exception):
         permanent: bool = False,
         answered: bool = False,
         timed_out: bool = False,
+        status: int | None = None,
+        retry_after: float | None = None,
     ) -> None:
         super().__init__(reason)
         self.reason = reason
         self.permanent = permanent
         self.answered = answered
         self.timed_out = timed_out
+        self.status = status
+        self.retry_after = retry_after
 
 
 class OutboundSoap(Protocol):

@@ -38,8 +38,9 @@ from wsnmom.core.config import Settings
 from wsnmom.core.context import BrokerContext
 from wsnmom.core.dead_letter_admin import DeadLetterAdmin
 from wsnmom.core.dead_letters import DeadLetter
-from wsnmom.core.delivery import Backoff, DeliveryEngine
+from wsnmom.core.delivery import DeliveryEngine
 from wsnmom.core.delivery_budget import MemoryBudget
+from wsnmom.core.delivery_policy import resolve as resolve_delivery_policy
 from wsnmom.core.demand import DemandManager
 from wsnmom.core.disk import storage_full_text
 from wsnmom.core.filters import MESSAGE_CONTENT_DIALECTS
@@ -145,13 +146,8 @@ class BrokerService:
         d = settings.delivery
         self.engine = DeliveryEngine(
             workers=d.workers,
-            backoff=Backoff(
-                max_attempts=r.max_attempts,
-                initial_delay=r.initial_delay.total_seconds(),
-                multiplier=r.multiplier,
-                max_delay=r.max_delay.total_seconds(),
-                give_up=r.give_up,
-            ),
+            # the gateway's [retry]: the schedule of subscriptions without a policy of their own
+            backoff=resolve_delivery_policy(None, r),
             prefetch=d.prefetch,
             max_workers=max(d.max_workers, d.workers),
             per_destination=d.per_destination or None,

@@ -28,6 +28,7 @@ from typing import Any
 
 from wsnmom.core import errors
 from wsnmom.core.coordination import Coordination, SingleInstance
+from wsnmom.core.delivery_policy import DeliveryChoices
 from wsnmom.core.model import (
     EndpointReference,
     ExpressionSource,
@@ -239,6 +240,7 @@ def subscription_to_json(sub: Subscription) -> dict[str, Any]:
         "use_raw": sub.use_raw,
         "subscription_end_topic": expr_to_json(sub.subscription_end_topic),
         "dead_letters": sub.dead_letters,
+        "delivery_policy": (None if sub.delivery_policy is None else sub.delivery_policy.to_json()),
         "state": sub.state.value,
         "soap_version": sub.soap_version.value,
         "wire_version": sub.wire_version.value,
@@ -266,6 +268,7 @@ def subscription_from_json(d: dict[str, Any]) -> Subscription:
         use_raw=d["use_raw"],
         subscription_end_topic=expr_from_json(d["subscription_end_topic"]),
         dead_letters=d.get("dead_letters"),
+        delivery_policy=DeliveryChoices.from_json(d.get("delivery_policy")),
         state=SubscriptionState(d["state"]),
         soap_version=SoapVersion(d["soap_version"]),
         # records written before wire versions were kept are WS-N 1.3 ones

@@ -23,6 +23,7 @@ from wsnmom.core.channel import PrepareLater
 from wsnmom.core.codec import decode, encode, is_internal_routing, pull_point_inbox
 from wsnmom.core.context import BrokerContext
 from wsnmom.core.delivery import Channel, EndSubscription
+from wsnmom.core.delivery_policy import effective, resolve
 from wsnmom.core.direct_routing import DirectRouting
 from wsnmom.core.filter_sandbox import FilterBudgetExceeded, FilterBusy
 from wsnmom.core.lanes import destination_key
@@ -186,7 +187,8 @@ class SubscriptionDelivery:
                 group=sub.owner or "",
             )
         else:
-            pusher = _Pusher(self, state)
+            policy = effective(sub.delivery_policy, ctx.settings.retry)
+            pusher = _Pusher(self, state, policy.timeout)
             channel = ctx.engine.open_channel(
                 sub.id,
                 handle,
@@ -199,6 +201,8 @@ class SubscriptionDelivery:
                 trace=_delivered_request_id,
                 group=sub.owner or "",
             )
+            if sub.delivery_policy is not None:
+                channel.backoff = resolve(sub.delivery_policy, ctx.settings.retry)
         channel.dead_letter = _Burial(ctx, state)
         with registry.lock:
             registry.subscriptions[sub.id] = state
@@ -254,11 +258,13 @@ class _Pusher:
     """The delivery functions of a push subscription: bound methods of one small object
     (not closures), since there is one per subscription."""
 
-    __slots__ = ("delivery", "state")
+    __slots__ = ("delivery", "state", "timeout")
 
-    def __init__(self, delivery: SubscriptionDelivery, state: LiveSubscription) -> None:
+    def __init__(self, delivery: SubscriptionDelivery, state: LiveSubscription, timeout: float):
         self.delivery = delivery
         self.state = state
+        #: seconds each attempt may take (the subscription's delivery policy)
+        self.timeout = timeout
 
     def prepare(self, batch: Sequence[Received]) -> list[Delivered | None]:
         """Each message as the consumer is to get it, or None to drop it."""
@@ -286,7 +292,7 @@ class _Pusher:
                     sub.soap_version,
                     list(batch),
                     use_raw=sub.use_raw,
-                    timeout=ctx.settings.retry.timeout,
+                    timeout=self.timeout,
                     wire_version=sub.wire_version,
                 )
         except Exception as exc:

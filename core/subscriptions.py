@@ -31,6 +31,7 @@ from wsnmom.core.addresses import ResourceKind, parse_resource_path, resource_ad
 from wsnmom.core.context import BrokerContext
 from wsnmom.core.dead_letters import check_destination
 from wsnmom.core.delivery import EndSubscription
+from wsnmom.core.delivery_policy import parse as delivery_choices
 from wsnmom.core.filters import (
     CompiledFilter,
     MessageContentFilter,
@@ -153,6 +154,12 @@ class Subscriptions:
                 dead_letters = check_destination(req.dead_letters.strip())
             except ValueError as exc:
                 raise errors.SubscribeCreationFailed(f"wsnmom:DeadLetters: {exc}") from None
+        delivery_policy = None
+        if req.delivery_policy is not None:
+            try:
+                delivery_policy = delivery_choices(req.delivery_policy, ctx.settings.retry)
+            except ValueError as exc:
+                raise errors.SubscribeCreationFailed(f"wsnmom:DeliveryPolicy/{exc}") from None
         compiled = self.compile_filter(req.topic, req.message_content, req.producer_properties)
         ctx.guard.check_subscribe(compiled.topic)
         end_topic = self.end_topic(req.subscription_end_topic)
@@ -190,6 +197,7 @@ class Subscriptions:
             use_raw=req.use_raw and pull_point_id is None,
             subscription_end_topic=req.subscription_end_topic,
             dead_letters=dead_letters,
+            delivery_policy=delivery_policy,
             soap_version=req.soap_version,
             wire_version=req.wire_version,
             pull_point_id=pull_point_id,

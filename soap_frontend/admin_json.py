@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from wsnmom.core.delivery import ChannelStatus
+from wsnmom.core.delivery_policy import DeliveryChoices, EffectivePolicy
 from wsnmom.core.model import ExpressionSource, Subscription, SubscriptionState
 from wsnmom.core.operations import (
     AdapterHealth,
@@ -136,7 +137,44 @@ def status_json(status: SubscriptionStatus) -> dict[str, Any]:
     data["waiting"] = status.waiting
     data["backlog"] = status.backlog
     data["delivery"] = delivery_json(status.delivery)
+    data["delivery_policy"] = delivery_policy_json(
+        status.delivery_policy, status.record.delivery_policy
+    )
     return data
+
+
+def delivery_policy_json(
+    policy: EffectivePolicy | None, chosen: DeliveryChoices | None
+) -> dict[str, Any] | None:
+    """The delivery policy a push subscription follows, what its subscriber chose (the
+    rest is the gateway's) and a one-line summary the admin page shows."""
+    if policy is None:
+        return None
+    data = policy.as_json()
+    data["chosen"] = sorted(chosen.to_json()) if chosen is not None else []
+    data["summary"] = delivery_policy_summary(policy, data["chosen"])
+    return data
+
+
+def delivery_policy_summary(policy: EffectivePolicy, chosen: list[str]) -> str:
+    """``3 attempts, exponential from 0.2 s to 2 s, 3 s per attempt, ...`` ."""
+    parts = [
+        f"{policy.max_attempts} attempt{'s' if policy.max_attempts != 1 else ''}",
+        f"{policy.backoff} backoff from {policy.initial_delay:g} s to {policy.max_delay:g} s",
+        f"{policy.timeout:g} s per attempt",
+        (
+            f"Retry-After honoured up to {policy.retry_after_max:g} s"
+            if policy.retry_after
+            else "Retry-After ignored"
+        ),
+        (
+            "final statuses " + " ".join(map(str, policy.final_statuses))
+            if policy.final_statuses
+            else "no final status"
+        ),
+    ]
+    origin = f"chosen: {', '.join(chosen)}" if chosen else "the gateway's"
+    return "; ".join(parts) + f" ({origin})"
 
 
 def pull_point_json(status: PullPointStatus) -> dict[str, Any]:

@@ -230,6 +230,7 @@ def _detail(doc: Any, subscription_id: str, d: dict[str, Any] | None) -> None:
             _expression(d["message_content"]) if d.get("message_content") else "(none)",
         ),
         ("policy", f"{kind}, SOAP {d.get('soap_version')}, {d.get('mode')}"),
+        ("delivery policy", (d.get("delivery_policy") or {}).get("summary") or "-"),
         ("state", "failing" if failing else str(d.get("state"))),
         ("backlog", backlog + f"{held} in memory)"),
         (

@@ -37,6 +37,8 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Sequence
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
 
 from lxml import etree
 from wsnmom.core.app_headers import TRACE_HEADERS
@@ -231,7 +233,7 @@ class SoapClient:
             http_headers["SOAPAction"] = f'"{action}"'
         http_headers.update(trace)
         try:
-            status, content = self.connections.post(
+            status, content, retry_after = self.connections.post(
                 where,
                 data,
                 http_headers,
@@ -251,7 +253,26 @@ class SoapClient:
             + (f": {redact_text(reason)}" if reason else ""),
             permanent=permanent,
             answered=True,
+            status=status,
+            retry_after=retry_after_seconds(retry_after) if status in (429, 503) else None,
         )
+
+
+def retry_after_seconds(value: str | None, now: datetime | None = None) -> float | None:
+    """A ``Retry-After`` header (delay-seconds or an HTTP-date) as seconds from ``now``;
+    None when absent or unreadable (RFC 9110 §10.2.3)."""
+    if value is None:
+        return None
+    text = value.strip()
+    if text.isdigit():
+        return float(text)
+    try:
+        when = parsedate_to_datetime(text)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, (when - (now or datetime.now(UTC))).total_seconds())
 
 
 def _trace(headers: Sequence[tuple[str, str]]) -> tuple[tuple[str, str], ...]:

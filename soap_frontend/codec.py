@@ -267,6 +267,7 @@ def parse_subscribe(body: etree._Element, version: SoapVersion) -> SubscribeRequ
     consumer: EndpointReference | None = None
     topic = message_content = producer_properties = end_topic = None
     filter_xml = policy_xml = dead_letters = None
+    delivery_policy: tuple[tuple[str, str], ...] | None = None
     itt: RequestedTime = None
     itt_invalid = False
     use_raw = False
@@ -289,6 +290,8 @@ def parse_subscribe(body: etree._Element, version: SoapVersion) -> SubscribeRequ
                     end_topic = expression(p)  # lenient placement
                 elif p.tag == qname(WSNMOM, "DeadLetters"):
                     dead_letters = text_of(p)  # checked by core
+                elif p.tag == qname(WSNMOM, "DeliveryPolicy"):
+                    delivery_policy = _delivery_policy(p)  # checked by core
                 else:
                     unsupported.append(str(p.tag))
         elif tag == qname(NATO, "SubscriptionEndTopic"):
@@ -307,9 +310,21 @@ def parse_subscribe(body: etree._Element, version: SoapVersion) -> SubscribeRequ
         use_raw=use_raw,
         subscription_end_topic=end_topic,
         dead_letters=dead_letters,
+        delivery_policy=delivery_policy,
         soap_version=version,
         unsupported_policy=tuple(unsupported),
     )
+
+
+def _delivery_policy(el: etree._Element) -> tuple[tuple[str, str], ...]:
+    """``wsnmom:DeliveryPolicy``'s children as (local name, text); a child in another
+    namespace keeps its ``{ns}name`` (core names it in the fault)."""
+    out = []
+    for child in children(el):
+        q = etree.QName(child)
+        name = q.localname if q.namespace == WSNMOM else q.text
+        out.append((name, text_of(child)))
+    return tuple(out)
 
 
 def _invalid_filter(description: str, qnames: Iterable[str]) -> errors.InvalidFilter:

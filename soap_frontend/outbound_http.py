@@ -123,9 +123,10 @@ class OutboundConnections:
         *,
         connect_timeout: float,
         read_timeout: float,
-    ) -> tuple[int, bytes]:
+    ) -> tuple[int, bytes, str | None]:
         """POST ``body`` to ``destination`` without following redirects; (status, response
-        body).  Raises one of :data:`TRANSPORT_ERRORS` when no answer arrives."""
+        body, its ``Retry-After`` header or None).  Raises one of :data:`TRANSPORT_ERRORS`
+        when no answer arrives."""
         timeout = urllib3.Timeout(connect=connect_timeout, read=read_timeout)
         url = destination.url
         proxy = self.environment.proxy_for(url)
@@ -139,7 +140,7 @@ class OutboundConnections:
                 redirect=False,
                 retries=False,
             )
-            return response.status, response.data
+            return response.status, response.data, response.headers.get("Retry-After")
         pool = self._direct.connection_from_host(
             destination.connect_host,
             destination.port,
@@ -156,7 +157,7 @@ class OutboundConnections:
             retries=False,
             assert_same_host=False,
         )
-        return response.status, response.data
+        return response.status, response.data, response.headers.get("Retry-After")
 
     @staticmethod
     def _tls_names(destination: Destination) -> dict[str, Any] | None:

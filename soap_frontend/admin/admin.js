@@ -166,6 +166,7 @@
     add("message content", body.message_content ? expression(body.message_content) : "(none)");
     add("producer properties", body.producer_properties ? expression(body.producer_properties) : "(none)");
     add("policy", `${body.use_raw ? "raw (UseRaw)" : "wrapped Notify"}, SOAP ${body.soap_version}, ${body.mode}`);
+    add("delivery policy", body.delivery_policy ? body.delivery_policy.summary : "-");
     add("state", el("span", { class: `badge ${failing ? "failing" : body.state}` }, failing ? "failing" : body.state));
     add("backlog", `${number(body.backlog)} (${number(body.waiting)} waiting in the middleware, ${number(d.held || 0)} in memory)`);
     add("delivered", body.delivery ? `${number(d.delivered)}${d.last_delivery ? `, last ${when(d.last_delivery)}` : ""}` : "routed into its pull point");

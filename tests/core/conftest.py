@@ -97,6 +97,8 @@ class Call:
     messages: list[Delivered]
     use_raw: bool
     soap_version: SoapVersion
+    #: the attempt's timeout (seconds)
+    timeout: float = 0.0
 
 
 @dataclass
@@ -104,6 +106,8 @@ class RecordingOutbound:
     """Consumer and publisher side of the broker's outbound SOAP calls."""
 
     down: set[str] = field(default_factory=set)
+    #: address -> the failure a delivery to it raises (an HTTP answer: status, Retry-After)
+    answers: dict[str, DeliveryFailed] = field(default_factory=dict)
     attempts: list[Call] = field(default_factory=list)
     delivered: list[Call] = field(default_factory=list)
     events: list[tuple[str, str]] = field(default_factory=list)
@@ -121,12 +125,17 @@ class RecordingOutbound:
         timeout: float,
         wire_version: WireVersion = WireVersion.WSN_13,
     ) -> None:
-        call = Call(time.monotonic(), consumer.address, list(messages), use_raw, soap_version)
+        at = time.monotonic()
+        call = Call(at, consumer.address, list(messages), use_raw, soap_version, timeout)
         with self.cond:
             self.attempts.append(call)
             if consumer.address in self.down:
                 self.cond.notify_all()
                 raise DeliveryFailed(f"{consumer.address} is down")
+            answer = self.answers.get(consumer.address)
+            if answer is not None:
+                self.cond.notify_all()
+                raise answer
             self.delivered.append(call)
             self.cond.notify_all()
 

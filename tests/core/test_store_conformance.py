@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from wsnmom.core import errors
+from wsnmom.core.delivery_policy import DeliveryChoices
 from wsnmom.core.model import (
     EndpointReference,
     ExpressionSource,
@@ -82,6 +83,28 @@ def test_subscriptions_round_trip_upsert_and_delete(store: Store) -> None:
     assert store.get_subscription("s2").owner == "alice"  # type: ignore[union-attr]
     assert store.delete_subscription("s1") and not store.delete_subscription("s1")
     assert [s.id for s in store.list_subscriptions()] == ["s2"]
+
+
+def test_a_subscriptions_delivery_policy_round_trips(store_url: str) -> None:
+    """The subscriber's choices (``wsnmom:DeliveryPolicy``) survive a reopened store;
+    a subscription stored before delivery policies existed reads as having none."""
+    chosen = DeliveryChoices(max_attempts=2, backoff="linear", final_statuses=(404, 410))
+    opened = open_store(store_url)
+    try:
+        opened.put_subscription(subscription("dp", delivery_policy=chosen))
+        opened.put_subscription(subscription("plain"))
+    finally:
+        opened.close()
+    reopened = open_store(store_url)
+    try:
+        got = reopened.get_subscription("dp")
+        assert got is not None and got.delivery_policy == chosen
+        assert reopened.get_subscription("plain").delivery_policy is None  # type: ignore[union-attr]
+    finally:
+        reopened.close()
+    doc = subscription_to_json(subscription("old"))
+    del doc["delivery_policy"]
+    assert subscription_from_json(doc).delivery_policy is None
 
 
 def test_pull_points_by_id_and_name(store: Store) -> None:

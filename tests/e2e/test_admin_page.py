@@ -222,6 +222,10 @@ def test_the_local_operator_without_authentication(
     assert field("consumer") == f"{down}/nobody-listens"
     assert field("topic").startswith("p:line1/temperature") and f"p = {NS}" in field("topic")
     assert field("policy") == "wrapped Notify, SOAP 1.2, push"
+    # the delivery policy it follows (no wsnmom:DeliveryPolicy: the gateway's)
+    followed = field("delivery policy")
+    assert " attempts; exponential backoff from " in followed
+    assert followed.endswith("(the gateway's)")
     assert int(field("failures")) >= 1 and down.removeprefix("http://") in field("last error")
     assert field("backlog").startswith("3 (")
     # its last delivery attempts, newest first: each failed, with the error
@@ -234,6 +238,8 @@ def test_the_local_operator_without_authentication(
     assert page.get_element_by_id("detail").get("hidden") is None
     consumer_cell = page.xpath('//*[@id="detail-fields"]/tr[@data-field="consumer"]/td')[0]
     assert consumer_cell.text_content() == f"{down}/nobody-listens"
+    policy_cell = page.xpath('//*[@id="detail-fields"]/tr[@data-field="delivery policy"]/td')
+    assert policy_cell[0].text_content() == followed  # the same line as the script's
     rows = page.xpath('//*[@id="detail-attempts"]/tbody/tr')
     assert rows and all("failed" in r.text_content() for r in rows)
     # the API: the live subscription's attempts delivered the 3 messages

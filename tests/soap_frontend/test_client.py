@@ -5,6 +5,7 @@ and the demand-based control calls."""
 from __future__ import annotations
 
 import socket
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -18,7 +19,7 @@ from wsnmom.core.model import (
 )
 from wsnmom.core.outbound_policy import OutboundPolicy
 from wsnmom.core.ports import DeliveryFailed
-from wsnmom.soap_frontend.client import SoapClient, combine_topics
+from wsnmom.soap_frontend.client import SoapClient, combine_topics, retry_after_seconds
 from wsnmom.topic_mapping.model import Topic
 
 from tests.fixtures.server import ConsumerServer
@@ -235,3 +236,32 @@ def test_combine_topics() -> None:
         ]
     )
     assert len(clash) == 2
+
+
+@pytest.mark.parametrize(
+    ("status", "header", "expected"),
+    [(503, "7", 7.0), (429, "2", 2.0), (500, "7", None), (503, None, None), (503, "soon", None)],
+    ids=["503", "429", "500-not-read", "none", "unreadable"],
+)
+def test_a_failed_answer_carries_its_status_and_retry_after(
+    consumer: ConsumerServer, status: int, header: str | None, expected: float | None
+) -> None:
+    consumer.mode, consumer.error_status, consumer.retry_after = "error", status, header
+    with pytest.raises(DeliveryFailed) as caught:
+        SoapClient().notify(
+            EndpointReference(consumer.address("/c")),
+            SoapVersion.SOAP12,
+            _deliveries(1),
+            use_raw=False,
+            timeout=5,
+        )
+    assert (caught.value.status, caught.value.retry_after) == (status, expected)
+    assert caught.value.answered
+
+
+def test_retry_after_as_an_http_date() -> None:
+    now = datetime(2026, 12, 5, 12, 0, 0, tzinfo=UTC)
+    assert retry_after_seconds("Sat, 05 Dec 2026 12:00:30 GMT", now) == 30.0
+    assert retry_after_seconds("Sat, 05 Dec 2026 11:59:00 GMT", now) == 0.0  # past: now
+    assert retry_after_seconds(" 12 ", now) == 12.0
+    assert retry_after_seconds("-3", now) is None and retry_after_seconds(None) is None

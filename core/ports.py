@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from lxml import etree
     from wsnmom.core.dead_letters import DeadLetter
     from wsnmom.core.operations import Overview, SubscriptionStatus
+    from wsnmom.core.peek import PeekResult
     from wsnmom.core.policy import BrokerPolicy
     from wsnmom.core.rate_history import RatePoint
 
@@ -151,6 +152,15 @@ class BrokerPort(Protocol):
 
     def purge_subscription(self, subscription_id: str) -> int | None:
         """Drop every message waiting for the subscription; how many (None: unknown)."""
+        ...
+
+    def peek_subscription(self, subscription_id: str, count: int) -> PeekResult:
+        """The first ``count`` messages of the subscription's backlog, not consumed
+        (``core.peek``)."""
+        ...
+
+    def peek_pull_point(self, pull_point_id: str, count: int) -> PeekResult:
+        """The first ``count`` messages waiting in the pull point, not consumed."""
         ...
 
     def dead_letters(self, destination: str | None = None) -> list[DeadLetter]:

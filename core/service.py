@@ -65,6 +65,7 @@ from wsnmom.core.observers import Observers
 from wsnmom.core.operations import Operations, Overview, SubscriptionStatus
 from wsnmom.core.outbound_policy import OutboundPolicy
 from wsnmom.core.ownership import Ownership
+from wsnmom.core.peek import Peeker, PeekResult
 from wsnmom.core.periodic import PeriodicTask
 from wsnmom.core.policy import BrokerPolicy, build_policy
 from wsnmom.core.ports import BrokerProperties, OutboundSoap
@@ -195,6 +196,7 @@ class BrokerService:
         )
         self.registrations = Registrations(ctx, self.demand)
         self.operations = Operations(ctx)
+        self.peeker = Peeker(ctx)
         #: the last hour of traffic for the admin page's charts
         self.rates = RateHistory(
             self._backlog, interval=settings.admin.chart_interval.total_seconds()
@@ -477,6 +479,14 @@ class BrokerService:
         """Drop every message waiting for the subscription; how many (None: unknown)."""
         self._gate.require_middleware()
         return self.subscriptions.purge(subscription_id)
+
+    def peek_subscription(self, subscription_id: str, count: int) -> PeekResult:
+        """The first ``count`` messages of the subscription's backlog, not consumed."""
+        return self.peeker.subscription(subscription_id, count)
+
+    def peek_pull_point(self, pull_point_id: str, count: int) -> PeekResult:
+        """The first ``count`` messages waiting in the pull point, not consumed."""
+        return self.peeker.pull_point(pull_point_id, count)
 
     # -- dead letters (core.dead_letter_admin) --------------------------------------------
     def dead_letters(self, destination: str | None = None) -> list[DeadLetter]:

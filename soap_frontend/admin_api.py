@@ -13,8 +13,14 @@ Reading::
                                             sorted and paged with ?q=&sort=&order=
                                             &offset=&limit= (:mod:`.admin_query`)
     GET /wsn/admin/api/subscriptions/<id>   one subscription ("pending": its backlog)
+    GET /wsn/admin/api/subscriptions/<id>/peek?count=N
+                                            the first N messages of its backlog, not
+                                            consumed (:func:`.admin_json.peek_json`)
     GET /wsn/admin/api/pullpoints           {"count": n, "pull_points": [...]}
     GET /wsn/admin/api/pullpoints/<id>      one pull point
+    GET /wsn/admin/api/pullpoints/<id>/peek?count=N
+                                            the first N messages GetMessages would hand
+                                            out, not consumed
     GET /wsn/admin/api/registrations        {"count": n, "registrations": [...]}
     GET /wsn/admin/api/topics               {"count": n, "topics": [...]}: messages, rate
     GET /wsn/admin/api/session              who the caller is (answered to anyone)
@@ -53,6 +59,7 @@ from wsnmom.core.app_headers import HeaderRefused, validated
 from wsnmom.core.codec import wrap_native
 from wsnmom.core.config import Settings
 from wsnmom.core.model import ExpressionSource, InboundNotification
+from wsnmom.core.peek import MAX_PEEK, PeekResult
 from wsnmom.core.ports import BrokerPort
 from wsnmom.core.safe_xml import hardened_parser
 from wsnmom.topic_mapping.dialects import CONCRETE
@@ -75,6 +82,7 @@ from .admin_json import (
     attempts_json,
     history_json,
     overview_json,
+    peek_json,
     pull_point_json,
     registration_json,
     status_json,
@@ -91,6 +99,8 @@ __all__ = ["ADMIN_API_PREFIX", "PAGE_HEADER", "admin_api", "subscription_json"]
 ADMIN_API_PREFIX = "/wsn/admin/api"
 #: most entries per list of the overview by default
 DEFAULT_LIMIT = 500
+#: messages a peek shows unless ``?count=`` says otherwise
+DEFAULT_PEEK = 10
 #: ``X-Requested-With`` value of the admin page's own requests
 PAGE_HEADER = "wsnmom-admin"
 
@@ -294,6 +304,55 @@ def show_subscription(subscription_id: str) -> Response:
     if data is None:
         return _error(f"no subscription {subscription_id!r}", 404)
     return _json(data)
+
+
+def peek_count() -> int:
+    """``?count=`` of a peek (:data:`DEFAULT_PEEK`); ValueError for anything but a
+    number from 1 to ``core.peek.MAX_PEEK``."""
+    text = request.args.get("count") or str(DEFAULT_PEEK)
+    try:
+        count = int(text)
+    except ValueError:
+        raise ValueError("count must be a number") from None
+    if not 1 <= count <= MAX_PEEK:
+        raise ValueError(f"count must be from 1 to {MAX_PEEK}")
+    return count
+
+
+def _peek(kind: str, resource_id: str, read: Callable[[int], PeekResult]) -> Response:
+    """A peek's answer: 200 with the messages (``complete`` False and a ``note`` where
+    the middleware cannot show its part), 400, 404 or 503."""
+    if (refused := _refused_reading(_caller())) is not None:
+        return refused
+    try:
+        result = read(peek_count())
+    except ValueError as exc:
+        return _error(str(exc), 400)
+    except errors.ResourceUnknown:
+        return _error(f"no {kind} {resource_id!r}", 404)
+    except errors.ResourceUnavailable as exc:
+        retry = exc.retry_after
+        headers = (("Retry-After", str(max(1, round(retry)))),) if retry else ()
+        return _error(exc.description, 503, headers)
+    return _json(peek_json(result))
+
+
+@admin_api.get("/subscriptions/<subscription_id>/peek")
+def peek_subscription(subscription_id: str) -> Response:
+    """The first messages of a subscription's backlog, left where they are."""
+    service = _service()
+    return _peek(
+        "subscription",
+        subscription_id,
+        lambda n: service.peek_subscription(subscription_id, n),
+    )
+
+
+@admin_api.get("/pullpoints/<pull_point_id>/peek")
+def peek_pull_point(pull_point_id: str) -> Response:
+    """The first messages waiting in a pull point, left where they are."""
+    service = _service()
+    return _peek("pull point", pull_point_id, lambda n: service.peek_pull_point(pull_point_id, n))
 
 
 @admin_api.get("/pullpoints")

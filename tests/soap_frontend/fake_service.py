@@ -35,6 +35,7 @@ from wsnmom.core.operations import (
     RegistrationStatus,
     SubscriptionStatus,
 )
+from wsnmom.core.peek import PeekResult, Peeked
 from wsnmom.core.policy import BrokerPolicy, build_policy
 from wsnmom.core.ports import BrokerPort, BrokerProperties
 from wsnmom.core.rate_history import RatePoint
@@ -286,6 +287,15 @@ class FakeService:
     def purge_subscription(self, sid: str) -> int | None:
         self.get_subscription(sid)
         return 0
+
+    def peek_subscription(self, sid: str, count: int) -> PeekResult:
+        self.get_subscription(sid)
+        return PeekResult([], False, "the fake middleware cannot peek")
+
+    def peek_pull_point(self, pid: str, count: int) -> PeekResult:
+        self.get_pull_point(pid)
+        shown = [Peeked(m, "middleware", None, None) for m in self.pp_queues[pid][:count]]
+        return PeekResult(shown, True)
 
     def dead_letters(self, destination: str | None = None) -> list[DeadLetter]:
         return []

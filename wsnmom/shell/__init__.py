@@ -1,7 +1,8 @@
 """The shell client: ``wsnmom notify``, ``subscribe``, ``pull``, ``current``,
 ``subscriptions``, ``check``, built on :mod:`wsnmom.client` (they work against any WS-N
 broker), and the listings of a wsnmom gateway's admin API (``subscriptions list|purge``,
-``pull-points``, ``registrations``, ``topics list``, ``dead-letters``)."""
+``pull-points``, ``registrations``, ``topics list``, ``dead-letters``) and its peeks
+(``subscriptions|pull-points|dead-letters peek``: :mod:`.peek`)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from .check import check_command
 from .current import current_command
 from .dead_letters import dead_letters
 from .listings import pull_points, registrations, topics_list_command
+from .peek import dead_letters_peek, pull_points_peek, subscriptions_peek
 from .publish import notify_command
 from .receive import pull_command, subscribe_command
 from .subscriptions import subscriptions
@@ -20,6 +22,9 @@ __all__ = ["install"]
 
 def install(group: click.Group) -> None:
     """Add the shell client's commands to the ``wsnmom`` command group."""
+    subscriptions.add_command(subscriptions_peek)
+    pull_points.add_command(pull_points_peek)
+    dead_letters.add_command(dead_letters_peek)
     for command in (
         notify_command,
         subscribe_command,

@@ -241,10 +241,44 @@ def page_view() -> tuple[dict[str, Any], str] | None:
     if detail_id:
         data["detail"] = _detail(service, detail_id)
         data["detail_id"] = detail_id
+    peek = _page_peek(service, detail_id)
+    if peek is not None:
+        data["peek"] = peek
     role = "admin" if caller.authenticated_admin else "read-only"
     if role == "read-only" and _local_operator():
         role = "local operator"
     return data, role
+
+
+#: messages the page's peek shows (as its script asks)
+PAGE_PEEK = 20
+
+
+def _page_peek(service: BrokerPort, subscription_id: str | None) -> dict[str, Any] | None:
+    """The page's peek (``?subscription=``, ``?pull_point=`` or ``?peek=dead-letters``):
+    its title and the API's answer, or an ``error``; None when the page shows none."""
+    pull_point_id = request.args.get("pull_point")
+    try:
+        if subscription_id:
+            title = f"Waiting messages of subscription {subscription_id}"
+            answer = peek_json(service.peek_subscription(subscription_id, PAGE_PEEK))
+        elif pull_point_id:
+            title = f"Waiting messages of pull point {pull_point_id}"
+            answer = peek_json(service.peek_pull_point(pull_point_id, PAGE_PEEK))
+        elif request.args.get("peek") == "dead-letters":
+            title = "Dead letters' messages"
+            letters = service.dead_letters()[:PAGE_PEEK]
+            answer = {"complete": True, "note": None, "dead_letters": [
+                letter.summary() | {"body": letter.body.decode("utf-8", "replace")}
+                for letter in letters
+            ]}  # fmt: skip
+        else:
+            return None
+    except errors.ResourceUnknown as exc:
+        return {"title": "Waiting messages", "error": exc.description}
+    except errors.WsnError as exc:
+        return {"title": "Waiting messages", "error": f"{exc.fault_name}: {exc.description}"}
+    return {"title": title, **answer}
 
 
 @admin_api.get("/overview")

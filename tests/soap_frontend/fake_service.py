@@ -35,7 +35,7 @@ from wsnmom.core.operations import (
     RegistrationStatus,
     SubscriptionStatus,
 )
-from wsnmom.core.peek import PeekResult, Peeked
+from wsnmom.core.peek import Peeked, PeekResult
 from wsnmom.core.policy import BrokerPolicy, build_policy
 from wsnmom.core.ports import BrokerPort, BrokerProperties
 from wsnmom.core.rate_history import RatePoint

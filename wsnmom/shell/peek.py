@@ -63,9 +63,7 @@ def _print(data: dict[str, Any], items: list[dict[str, Any]], fmt: str, noun: st
         click.echo(render_peeked(item, fmt))
     click.echo(f"{len(items)} {noun}(s) shown, none consumed", err=True)
     if not data.get("complete", True):
-        click.echo(
-            f"only what the gateway holds in memory is shown: {data.get('note')}", err=True
-        )
+        click.echo(f"only what the gateway holds in memory is shown: {data.get('note')}", err=True)
     elif data.get("note"):
         click.echo(str(data["note"]), err=True)
 

@@ -508,13 +508,12 @@ def test_the_page_and_its_files_come_from_the_package() -> None:
     assert "frame-ancestors 'none'" in csp and page.headers["X-Frame-Options"] == "DENY"
     html = page.get_data(as_text=True)
     links = re.findall(r'(?:src|href)="([^"]*)"', html)
-    # its own files only (a link back to the page itself, from a subscription's page, and
-    # the charts the gateway draws)
+    # its own files only (links back to the page itself, from a subscription's page and
+    # from a peek, the page's dead-letter peek, and the charts the gateway draws)
     charts = [f"wsn/admin/api/charts/{n}.svg" for n in ("notifications", "deliveries")]
     charts += [f"wsn/admin/api/charts/{n}.svg" for n in ("failures", "backlog")]
-    assert sorted(links) == sorted(
-        ["admin", "admin/admin.css", "admin/admin.js", "data:,", *charts]
-    )
+    own = ["admin", "admin", "admin?peek=dead-letters", "admin/admin.css", "admin/admin.js"]
+    assert sorted(links) == sorted([*own, "data:,", *charts])
     for name, mimetype in (("admin.js", "text/javascript"), ("admin.css", "text/css")):
         resp = client.get(f"/admin/{name}")
         assert resp.status_code == 200 and resp.mimetype == mimetype

@@ -138,8 +138,12 @@ class BrokerPort(Protocol):
         """Every live resource with its state, the topics and the health."""
         ...
 
-    def subscription_statuses(self) -> list[SubscriptionStatus]:
-        """Every live subscription with its backlog and delivery state, oldest first."""
+    def subscription_statuses(
+        self, ids: Sequence[str] | None = None, *, depths: bool = True
+    ) -> list[SubscriptionStatus]:
+        """Every live subscription with its backlog and delivery state, oldest first, or
+        the live ones of ``ids`` in that order; ``depths=False`` does not ask the
+        middleware (``waiting`` None: unknown), for searching many cheaply."""
         ...
 
     def rate_history(self) -> list[RatePoint]:

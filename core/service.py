@@ -463,9 +463,12 @@ class BrokerService:
         """Every live resource with its state, the topics and the health (admin page)."""
         return self.operations.overview()
 
-    def subscription_statuses(self) -> list[SubscriptionStatus]:
-        """Every live subscription with its backlog and delivery state, oldest first."""
-        return self.operations.subscriptions()
+    def subscription_statuses(
+        self, ids: Sequence[str] | None = None, *, depths: bool = True
+    ) -> list[SubscriptionStatus]:
+        """Every live subscription (or those of ``ids``) with its backlog and delivery
+        state, oldest first; without ``depths`` the backlogs are unknown (None)."""
+        return self.operations.subscriptions(ids, depths=depths)
 
     def rate_history(self) -> list[RatePoint]:
         """The last hour of traffic, oldest first (the admin page's charts)."""

@@ -298,14 +298,20 @@ def overview() -> Response:
 
 @admin_api.get("/subscriptions")
 def list_subscriptions() -> Response:
-    """Every live subscription, oldest first."""
+    """The live subscriptions that match the query, one page of them (:mod:`.admin_query`).
+    The backlogs come from the middleware for the page only, unless the list is sorted
+    by backlog: searching and sorting 10,000 subscriptions then asks it nothing."""
     if (refused := _refused_reading(_caller())) is not None:
         return refused
-    statuses = _service().subscription_statuses()
+    service = _service()
+    by_backlog = request.args.get("sort") == "backlog"
+    statuses = service.subscription_statuses(depths=by_backlog)
     try:
         matched, offset, limit, page = query_subscriptions(statuses, request.args)
     except QueryError as exc:
         return _error(str(exc), 400)
+    if not by_backlog and page:
+        page = service.subscription_statuses([s.record.id for s in page])
     return _json(
         {
             "count": matched,

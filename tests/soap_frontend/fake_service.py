@@ -274,8 +274,10 @@ class FakeService:
             topics_forgotten=0,
         )
 
-    def subscription_statuses(self) -> list[SubscriptionStatus]:
-        return [self.subscription_status(sid) for sid in self.subs]
+    def subscription_statuses(
+        self, ids: Sequence[str] | None = None, *, depths: bool = True
+    ) -> list[SubscriptionStatus]:
+        return [self.subscription_status(sid) for sid in (self.subs if ids is None else ids)]
 
     def rate_history(self) -> list[RatePoint]:
         return []

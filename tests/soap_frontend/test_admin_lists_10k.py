@@ -24,6 +24,9 @@ from wsnmom.core.model import (
 from tests.support.waiting import wait_until
 from wsnmom.server import Runtime, build_runtime
 
+#: creating 10,000 subscriptions takes 15 to 40 s on the loaded 2-core machine
+pytestmark = pytest.mark.slow
+
 API = "/wsn/admin/api/subscriptions"
 SIMPLE = "http://docs.oasis-open.org/wsn/t-1/TopicExpression/Simple"
 NS = "urn:test:lists"

@@ -197,9 +197,14 @@
     return null;
   }
 
+  // read again at most every 10 s: on a log middleware each peek opens a reader of its own
+  const PEEK_EVERY = 10000;
+  let peekedAt = 0;
+
   async function renderPeek() {
     const source = peekSource();
-    if (!source) return;
+    if (!source || Date.now() - peekedAt < PEEK_EVERY) return;
+    peekedAt = Date.now();
     const { status, body } = await api(`${source.path}?count=${PEEK_COUNT}`);
     $("peek").hidden = false;
     $("peek-title").textContent = source.title;
@@ -452,6 +457,7 @@
       }
     } finally {
       btn.disabled = false;
+      peekedAt = 0;
       await refresh();
     }
   }

@@ -288,6 +288,7 @@ def test_peek_shows_waiting_messages_without_consuming_them(
     )
     assert _text(web, "#peek-title") == f"Waiting messages of pull point {pp.id}"
     assert [n.payload_xml for n in pp.get_messages(10)] == [b"<v>pp</v>"]
+    web.refresh()  # the page peeks again every 10 s; a reload at once
     wait_until(
         what="nothing waiting",
         check=lambda: _text(web, "#peek-messages tbody") == "nothing waiting",

@@ -106,7 +106,13 @@ class Peeker:
             )
         channel = ctx.engine.channel(state.record.id)
         held = channel.held_messages(count) if channel is not None else []
-        return self._read(held, state.handle, count)
+        result = self._read(held, state.handle, count)
+        if state.feed is not None and result.complete:
+            # read by its pull point's buffer directly (core.pull_feeds): what reached the
+            # buffer is the pull point's
+            note = "what its pull point's buffer already holds is shown by the pull point's peek"
+            return PeekResult(result.messages, True, note)
+        return result
 
     def pull_point(self, pull_point_id: str, count: int) -> PeekResult:
         """The first ``count`` messages GetMessages would hand out now; ResourceUnknown

@@ -202,6 +202,11 @@ class Capabilities:
     #: how subscriptions are built on the middleware (documentation and tooling only):
     #: "queue", "log" (cursors over shared logs) or "session"
     shape: Literal["queue", "log", "session"] = "queue"
+    #: ``SubscriptionHandle.peek`` reads waiting messages without consuming them (no
+    #: redelivery flag, no delivery count, nothing hidden from consumers meanwhile).
+    #: False: ``peek`` raises ``NotImplementedError`` saying why, and operators see only
+    #: what core holds in memory (the admin page says so)
+    peek: bool = False
 
     @property
     def settles_in_order(self) -> bool:
@@ -233,12 +238,15 @@ class PublishReceipt:
 
 @dataclass(frozen=True, slots=True)
 class StoredMessage:
-    """A message read back from the middleware without consuming it (current message)."""
+    """A message read back from the middleware without consuming it (the current message
+    of a topic, a message ``SubscriptionHandle.peek`` saw waiting)."""
 
     topic: Topic
     body: bytes
     headers: Mapping[str, str]
     content_type: str = "application/xml"
+    #: when the middleware stored it (UTC), None when it cannot tell
+    timestamp: datetime | None = None
 
 
 class Received(abc.ABC):
@@ -324,6 +332,18 @@ class SubscriptionHandle(abc.ABC):
     @abc.abstractmethod
     def depth(self) -> int | None:
         """Messages waiting (not yet handed out), or None when the middleware can't tell."""
+
+    def peek(self, max_messages: int) -> list[StoredMessage]:
+        """The first ``max_messages`` waiting messages (not handed out), oldest first,
+        left exactly where they are: an operator's look into the backlog.  Nothing about
+        them changes (not marked redelivered, no delivery counted, never hidden from
+        consumers meanwhile), and nothing is committed.
+
+        Adapters declare ``Capabilities.peek`` when they implement it.  The default raises
+        ``NotImplementedError``; an adapter whose middleware can only hand a message out by
+        delivering it overrides it to raise with the reason (core shows it to operators).
+        """
+        raise NotImplementedError("this adapter cannot read waiting messages without consuming")
 
     def discard(self, count: int, *, newest: bool = False) -> int:
         """Drop up to ``count`` waiting messages (not handed out): the oldest ones, or with

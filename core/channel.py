@@ -448,6 +448,18 @@ class Channel(Generic[T]):
         """Messages held in memory (queued plus pending)."""
         return len(self._queue or ()) + len(self._pending)
 
+    def held_messages(self, limit: int) -> list[Received]:
+        """The first ``limit`` messages held in memory, in delivery order: the batch being
+        sent (a filtered message kept only to be settled in order left out), then those
+        received for the next batches.  For operators' peek; nothing is settled."""
+        with self._lock:
+            out = [r for r, item in self._pending if item is not None][:limit]
+            for r in self._queue or ():
+                if len(out) >= limit:
+                    break
+                out.append(r)
+            return out
+
     def status(self) -> ChannelStatus:
         """The delivery state for operators (the admin page and API)."""
         with self._lock:

@@ -14,7 +14,7 @@ import dataclasses
 import enum
 import os
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -130,6 +130,42 @@ class _FactoryDefault:
 
 
 _FACTORY = _FactoryDefault()
+
+
+_T = TypeVar("_T")
+
+
+#: class -> its slot copier (``_slot_copier``)
+_COPIERS: dict[type[Any], Callable[[Any], Any]] = {}
+
+
+def _slot_copier(cls: type[Any]) -> Callable[[Any], Any]:
+    """A function copying an instance of the slotted class ``cls`` slot by slot (made
+    once per class)."""
+    known = _COPIERS.get(cls)
+    if known is not None:
+        return known
+    names: tuple[str, ...] = getattr(cls, "__slots__", ())
+    slots = [cls.__dict__[name] for name in names if name != "__weakref__"]
+    pairs = [(slot.__get__, slot.__set__) for slot in slots]
+
+    def copy(obj: Any) -> Any:
+        out: Any = object.__new__(cls)
+        for get, put in pairs:
+            put(out, get(obj))
+        return out
+
+    _COPIERS[cls] = copy
+    return copy
+
+
+def shallow_copy(obj: _T) -> _T:
+    """A shallow copy of a slotted dataclass instance (a record read under a lock, such as
+    ``Subscription``): what ``dataclasses.replace(obj)`` gives, in half the time, which
+    counts when an operator lists 10,000 subscriptions."""
+    cls: type[Any] = type(obj)
+    copied: _T = _slot_copier(cls)(obj)
+    return copied
 
 
 def _direct_init(cls: _C) -> _C:

@@ -24,7 +24,7 @@ from wsnmom.core.delivery import ChannelStatus
 from wsnmom.core.delivery_policy import EffectivePolicy, effective
 from wsnmom.core.disk import storage_full_text
 from wsnmom.core.lifetimes import is_expired
-from wsnmom.core.model import PublisherRegistration, PullPoint, Subscription
+from wsnmom.core.model import PublisherRegistration, PullPoint, Subscription, shallow_copy
 from wsnmom.core.redaction import redact_url
 from wsnmom.core.registry import LivePullPoint, LiveSubscription
 from wsnmom.core.topic_stats import TopicCount
@@ -160,22 +160,29 @@ class Operations:
             disk_low=low,
         )
 
-    def subscriptions(self) -> list[SubscriptionStatus]:
-        """Every live subscription with its state, oldest first (one ``depths`` call)."""
+    def subscriptions(
+        self, ids: Sequence[str] | None = None, *, depths: bool = True
+    ) -> list[SubscriptionStatus]:
+        """Every live subscription with its state, oldest first (one ``depths`` call), or
+        those of ``ids`` that are live, in that order.  Without ``depths`` the middleware
+        is not asked: ``waiting`` is None (unknown) for each one with a queue of its own,
+        which makes listing tens of thousands cheap enough to search and sort them (the
+        admin API then reads the depths of the one page it shows)."""
         ctx = self._ctx
         registry = ctx.registry
         now = ctx.now()
         with registry.lock:
-            subs = [
-                s
-                for s in registry.subscriptions.values()
-                if not is_expired(s.record.termination_time, now)
-            ]
-            records = {s.record.id: replace(s.record) for s in subs}
-        handles = [s.handle for s in subs if s.handle is not None]
-        depths = dict(zip((id(h) for h in handles), self._depths(handles), strict=True))
-        out = [self._subscription(s, records[s.record.id], depths) for s in subs]
-        out.sort(key=lambda s: (s.record.creation_time, s.record.id))
+            if ids is None:
+                found = list(registry.subscriptions.values())
+            else:
+                found = [s for i in ids if (s := registry.subscriptions.get(i)) is not None]
+            subs = [s for s in found if not is_expired(s.record.termination_time, now)]
+            records = {s.record.id: shallow_copy(s.record) for s in subs}
+        handles = [s.handle for s in subs if s.handle is not None] if depths else []
+        read = dict(zip((id(h) for h in handles), self._depths(handles), strict=True))
+        out = [self._subscription(s, records[s.record.id], read) for s in subs]
+        if ids is None:
+            out.sort(key=lambda s: (s.record.creation_time, s.record.id))
         return out
 
     def overview(self) -> Overview:

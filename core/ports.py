@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from wsnmom.core.cluster import ClusterStatus
     from wsnmom.core.dead_letters import DeadLetter
     from wsnmom.core.operations import Overview, SubscriptionStatus
+    from wsnmom.core.peek import PeekResult
     from wsnmom.core.policy import BrokerPolicy
     from wsnmom.core.rate_history import RatePoint
 
@@ -139,8 +140,12 @@ class BrokerPort(Protocol):
         """Every live resource with its state, the topics and the health."""
         ...
 
-    def subscription_statuses(self) -> list[SubscriptionStatus]:
-        """Every live subscription with its backlog and delivery state, oldest first."""
+    def subscription_statuses(
+        self, ids: Sequence[str] | None = None, *, depths: bool = True
+    ) -> list[SubscriptionStatus]:
+        """Every live subscription with its backlog and delivery state, oldest first, or
+        the live ones of ``ids`` in that order; ``depths=False`` does not ask the
+        middleware (``waiting`` None: unknown), for searching many cheaply."""
         ...
 
     def rate_history(self) -> list[RatePoint]:
@@ -157,6 +162,15 @@ class BrokerPort(Protocol):
 
     def purge_subscription(self, subscription_id: str) -> int | None:
         """Drop every message waiting for the subscription; how many (None: unknown)."""
+        ...
+
+    def peek_subscription(self, subscription_id: str, count: int) -> PeekResult:
+        """The first ``count`` messages of the subscription's backlog, not consumed
+        (``core.peek``)."""
+        ...
+
+    def peek_pull_point(self, pull_point_id: str, count: int) -> PeekResult:
+        """The first ``count`` messages waiting in the pull point, not consumed."""
         ...
 
     def dead_letters(self, destination: str | None = None) -> list[DeadLetter]:

@@ -283,6 +283,19 @@ class PullBuffer:
                 out.append(item)
         return out
 
+    def held(self, limit: int) -> list[Received]:
+        """The first ``limit`` buffered messages, oldest first, as GetMessages would hand
+        them out (a feed's filtered ones left out); nothing is taken or settled."""
+        with self._cv:
+            out: list[Received] = []
+            for item in self._queue:
+                if len(out) >= limit:
+                    break
+                if isinstance(item, Fed) and item.message is None:
+                    continue
+                out.append(item)
+            return out
+
     def buffered(self) -> int:
         """Messages waiting in the buffer (a feed's filtered ones not counted)."""
         with self._cv:

@@ -66,6 +66,7 @@ from wsnmom.core.observers import Observers
 from wsnmom.core.operations import Operations, Overview, SubscriptionStatus
 from wsnmom.core.outbound_policy import OutboundPolicy
 from wsnmom.core.ownership import Ownership
+from wsnmom.core.peek import Peeker, PeekResult
 from wsnmom.core.periodic import PeriodicTask
 from wsnmom.core.policy import BrokerPolicy, build_policy
 from wsnmom.core.ports import BrokerProperties, OutboundSoap
@@ -191,6 +192,7 @@ class BrokerService:
         )
         self.registrations = Registrations(ctx, self.demand)
         self.operations = Operations(ctx)
+        self.peeker = Peeker(ctx)
         #: the last hour of traffic for the admin page's charts
         self.rates = RateHistory(
             self._backlog, interval=settings.admin.chart_interval.total_seconds()
@@ -457,9 +459,12 @@ class BrokerService:
         """Every live resource with its state, the topics and the health (admin page)."""
         return self.operations.overview()
 
-    def subscription_statuses(self) -> list[SubscriptionStatus]:
-        """Every live subscription with its backlog and delivery state, oldest first."""
-        return self.operations.subscriptions()
+    def subscription_statuses(
+        self, ids: Sequence[str] | None = None, *, depths: bool = True
+    ) -> list[SubscriptionStatus]:
+        """Every live subscription (or those of ``ids``) with its backlog and delivery
+        state, oldest first; without ``depths`` the backlogs are unknown (None)."""
+        return self.operations.subscriptions(ids, depths=depths)
 
     def rate_history(self) -> list[RatePoint]:
         """The last hour of traffic, oldest first (the admin page's charts)."""
@@ -477,6 +482,14 @@ class BrokerService:
         """Drop every message waiting for the subscription; how many (None: unknown)."""
         self._gate.require_middleware()
         return self.subscriptions.purge(subscription_id)
+
+    def peek_subscription(self, subscription_id: str, count: int) -> PeekResult:
+        """The first ``count`` messages of the subscription's backlog, not consumed."""
+        return self.peeker.subscription(subscription_id, count)
+
+    def peek_pull_point(self, pull_point_id: str, count: int) -> PeekResult:
+        """The first ``count`` messages waiting in the pull point, not consumed."""
+        return self.peeker.pull_point(pull_point_id, count)
 
     # -- dead letters (core.dead_letter_admin) --------------------------------------------
     def dead_letters(self, destination: str | None = None) -> list[DeadLetter]:

@@ -13,8 +13,14 @@ Reading::
                                             sorted and paged with ?q=&sort=&order=
                                             &offset=&limit= (:mod:`.admin_query`)
     GET /wsn/admin/api/subscriptions/<id>   one subscription ("pending": its backlog)
+    GET /wsn/admin/api/subscriptions/<id>/peek?count=N
+                                            the first N messages of its backlog, not
+                                            consumed (:func:`.admin_json.peek_json`)
     GET /wsn/admin/api/pullpoints           {"count": n, "pull_points": [...]}
     GET /wsn/admin/api/pullpoints/<id>      one pull point
+    GET /wsn/admin/api/pullpoints/<id>/peek?count=N
+                                            the first N messages GetMessages would hand
+                                            out, not consumed
     GET /wsn/admin/api/registrations        {"count": n, "registrations": [...]}
     GET /wsn/admin/api/topics               {"count": n, "topics": [...]}: messages, rate
     GET /wsn/admin/api/cluster              this instance and every instance on its store
@@ -55,6 +61,7 @@ from wsnmom.core.app_headers import HeaderRefused, validated
 from wsnmom.core.codec import wrap_native
 from wsnmom.core.config import Settings
 from wsnmom.core.model import ExpressionSource, InboundNotification
+from wsnmom.core.peek import MAX_PEEK, PeekResult
 from wsnmom.core.ports import BrokerPort
 from wsnmom.core.safe_xml import hardened_parser
 from wsnmom.topic_mapping.dialects import CONCRETE
@@ -78,6 +85,7 @@ from .admin_json import (
     attempts_json,
     history_json,
     overview_json,
+    peek_json,
     pull_point_json,
     registration_json,
     status_json,
@@ -94,6 +102,8 @@ __all__ = ["ADMIN_API_PREFIX", "PAGE_HEADER", "admin_api", "subscription_json"]
 ADMIN_API_PREFIX = "/wsn/admin/api"
 #: most entries per list of the overview by default
 DEFAULT_LIMIT = 500
+#: messages a peek shows unless ``?count=`` says otherwise
+DEFAULT_PEEK = 10
 #: ``X-Requested-With`` value of the admin page's own requests
 PAGE_HEADER = "wsnmom-admin"
 
@@ -234,10 +244,44 @@ def page_view() -> tuple[dict[str, Any], str] | None:
     if detail_id:
         data["detail"] = _detail(service, detail_id)
         data["detail_id"] = detail_id
+    peek = _page_peek(service, detail_id)
+    if peek is not None:
+        data["peek"] = peek
     role = "admin" if caller.authenticated_admin else "read-only"
     if role == "read-only" and _local_operator():
         role = "local operator"
     return data, role
+
+
+#: messages the page's peek shows (as its script asks)
+PAGE_PEEK = 20
+
+
+def _page_peek(service: BrokerPort, subscription_id: str | None) -> dict[str, Any] | None:
+    """The page's peek (``?subscription=``, ``?pull_point=`` or ``?peek=dead-letters``):
+    its title and the API's answer, or an ``error``; None when the page shows none."""
+    pull_point_id = request.args.get("pull_point")
+    try:
+        if subscription_id:
+            title = f"Waiting messages of subscription {subscription_id}"
+            answer = peek_json(service.peek_subscription(subscription_id, PAGE_PEEK))
+        elif pull_point_id:
+            title = f"Waiting messages of pull point {pull_point_id}"
+            answer = peek_json(service.peek_pull_point(pull_point_id, PAGE_PEEK))
+        elif request.args.get("peek") == "dead-letters":
+            title = "Dead letters' messages"
+            letters = service.dead_letters()[:PAGE_PEEK]
+            answer = {"complete": True, "note": None, "dead_letters": [
+                letter.summary() | {"body": letter.body.decode("utf-8", "replace")}
+                for letter in letters
+            ]}  # fmt: skip
+        else:
+            return None
+    except errors.ResourceUnknown as exc:
+        return {"title": "Waiting messages", "error": exc.description}
+    except errors.WsnError as exc:
+        return {"title": "Waiting messages", "error": f"{exc.fault_name}: {exc.description}"}
+    return {"title": title, **answer}
 
 
 @admin_api.get("/overview")
@@ -266,14 +310,20 @@ def cluster() -> Response:
 
 @admin_api.get("/subscriptions")
 def list_subscriptions() -> Response:
-    """Every live subscription, oldest first."""
+    """The live subscriptions that match the query, one page of them (:mod:`.admin_query`).
+    The backlogs come from the middleware for the page only, unless the list is sorted
+    by backlog: searching and sorting 10,000 subscriptions then asks it nothing."""
     if (refused := _refused_reading(_caller())) is not None:
         return refused
-    statuses = _service().subscription_statuses()
+    service = _service()
+    by_backlog = request.args.get("sort") == "backlog"
+    statuses = service.subscription_statuses(depths=by_backlog)
     try:
         matched, offset, limit, page = query_subscriptions(statuses, request.args)
     except QueryError as exc:
         return _error(str(exc), 400)
+    if not by_backlog and page:
+        page = service.subscription_statuses([s.record.id for s in page])
     return _json(
         {
             "count": matched,
@@ -306,6 +356,55 @@ def show_subscription(subscription_id: str) -> Response:
     if data is None:
         return _error(f"no subscription {subscription_id!r}", 404)
     return _json(data)
+
+
+def peek_count() -> int:
+    """``?count=`` of a peek (:data:`DEFAULT_PEEK`); ValueError for anything but a
+    number from 1 to ``core.peek.MAX_PEEK``."""
+    text = request.args.get("count") or str(DEFAULT_PEEK)
+    try:
+        count = int(text)
+    except ValueError:
+        raise ValueError("count must be a number") from None
+    if not 1 <= count <= MAX_PEEK:
+        raise ValueError(f"count must be from 1 to {MAX_PEEK}")
+    return count
+
+
+def _peek(kind: str, resource_id: str, read: Callable[[int], PeekResult]) -> Response:
+    """A peek's answer: 200 with the messages (``complete`` False and a ``note`` where
+    the middleware cannot show its part), 400, 404 or 503."""
+    if (refused := _refused_reading(_caller())) is not None:
+        return refused
+    try:
+        result = read(peek_count())
+    except ValueError as exc:
+        return _error(str(exc), 400)
+    except errors.ResourceUnknown:
+        return _error(f"no {kind} {resource_id!r}", 404)
+    except errors.ResourceUnavailable as exc:
+        retry = exc.retry_after
+        headers = (("Retry-After", str(max(1, round(retry)))),) if retry else ()
+        return _error(exc.description, 503, headers)
+    return _json(peek_json(result))
+
+
+@admin_api.get("/subscriptions/<subscription_id>/peek")
+def peek_subscription(subscription_id: str) -> Response:
+    """The first messages of a subscription's backlog, left where they are."""
+    service = _service()
+    return _peek(
+        "subscription",
+        subscription_id,
+        lambda n: service.peek_subscription(subscription_id, n),
+    )
+
+
+@admin_api.get("/pullpoints/<pull_point_id>/peek")
+def peek_pull_point(pull_point_id: str) -> Response:
+    """The first messages waiting in a pull point, left where they are."""
+    service = _service()
+    return _peek("pull point", pull_point_id, lambda n: service.peek_pull_point(pull_point_id, n))
 
 
 @admin_api.get("/pullpoints")

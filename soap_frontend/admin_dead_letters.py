@@ -3,6 +3,10 @@
 Reading::
 
     GET  /wsn/admin/api/dead-letters[?destination=NAME]   {"count": n, "dead_letters": [...]}
+    GET  /wsn/admin/api/dead-letters/peek?count=N[&destination=NAME]
+                                                          the first N, with their bodies
+                                                          (the gateway holds them: reading
+                                                          consumes nothing)
     GET  /wsn/admin/api/dead-letters/<id>                 one, with its body ("body" as
                                                           text, or "body_base64")
 
@@ -27,7 +31,16 @@ from flask import Response, request
 from wsnmom.core import errors
 from wsnmom.core.dead_letters import DeadLetter
 
-from .admin_api import _act, _caller, _error, _json, _refused_reading, _service, admin_api
+from .admin_api import (
+    _act,
+    _caller,
+    _error,
+    _json,
+    _refused_reading,
+    _service,
+    admin_api,
+    peek_count,
+)
 
 __all__ = ["dead_letter_json"]
 
@@ -67,6 +80,26 @@ def list_dead_letters() -> Response:
         return _unavailable(exc)
     items = [dead_letter_json(letter) for letter in letters]
     return _json({"count": len(items), "dead_letters": items})
+
+
+@admin_api.get("/dead-letters/peek")
+def peek_dead_letters() -> Response:
+    """The first dead letters held, oldest first per destination, with their bodies."""
+    if (refused := _refused_reading(_caller())) is not None:
+        return refused
+    try:
+        count = peek_count()
+        letters = _service().dead_letters(request.args.get("destination") or None)
+    except ValueError as exc:
+        return _error(str(exc), 400)
+    except errors.ResourceUnknown as exc:
+        return _error(exc.description, 404)
+    except errors.ResourceUnavailable as exc:
+        return _unavailable(exc)
+    items = [dead_letter_json(letter, body=True) for letter in letters[:count]]
+    return _json(
+        {"count": len(items), "held": len(letters), "complete": True, "dead_letters": items}
+    )
 
 
 @admin_api.get("/dead-letters/<letter_id>")

@@ -23,6 +23,7 @@ from wsnmom.core.operations import (
     RegistrationStatus,
     SubscriptionStatus,
 )
+from wsnmom.core.peek import PeekResult
 from wsnmom.core.rate_history import RatePoint
 from wsnmom.core.redaction import redact_text, redact_url
 from wsnmom.core.topic_stats import TopicCount
@@ -32,6 +33,7 @@ from .faults import xsd_datetime
 __all__ = [
     "health_json",
     "overview_json",
+    "peek_json",
     "pull_point_json",
     "registration_json",
     "status_json",
@@ -274,4 +276,40 @@ def overview_json(view: Overview, broker: str, limit: int) -> dict[str, Any]:
         "registrations": [registration_json(r) for r in view.registrations[:limit]],
         "topics": [topic_json(t) for t in view.topics[:limit]],
         "topics_forgotten": view.topics_forgotten,
+    }
+
+
+def peek_json(result: PeekResult) -> dict[str, Any]:
+    """A peek's messages, oldest first, as ``wsnmom pull --format json`` prints a
+    notification (message id, timestamp, topic with namespace, headers, producer), with
+    where each one is and whether the answer is complete (``core.peek``)."""
+    items = []
+    for p in result.messages:
+        m = p.message
+        items.append(
+            {
+                "message_id": m.message_id,
+                "timestamp": _time(m.published_at),
+                "stored_at": _time(p.stored_at),
+                "topic": str(m.topic) if m.topic is not None else None,
+                "namespace": m.topic.namespace if m.topic is not None else None,
+                "path": "/".join(m.topic.path) if m.topic is not None else None,
+                "dialect": m.topic_dialect,
+                "producer": (
+                    redact_url(m.producer_reference.address)
+                    if m.producer_reference is not None
+                    else None
+                ),
+                "headers": dict(m.headers),
+                "content_type": m.content_type,
+                "payload": m.payload.decode("utf-8", "replace"),
+                "where": p.where,
+                "redelivered": p.redelivered,
+            }
+        )
+    return {
+        "count": len(items),
+        "complete": result.complete,
+        "note": result.note or None,
+        "messages": items,
     }

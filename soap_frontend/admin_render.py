@@ -190,6 +190,8 @@ def prefilled(page: bytes, data: dict[str, Any], role: str) -> bytes:
             empty.attrib.pop("hidden", None)
     if "detail_id" in data:
         _detail(doc, str(data["detail_id"]), data.get("detail"))
+    if "peek" in data:
+        _peek(doc, data["peek"])
     return bytes(html.tostring(doc, doctype="<!doctype html>", encoding="utf-8"))
 
 
@@ -257,4 +259,54 @@ def _detail(doc: Any, subscription_id: str, d: dict[str, Any] | None) -> None:
                 ("num", _number(a["messages"])),
                 ("wrap", a["error"] or ""),
             ],
+        )
+
+
+def _peek(doc: Any, peek: dict[str, Any]) -> None:
+    """The first waiting messages (``?subscription=``, ``?pull_point=`` or
+    ``?peek=dead-letters``), as the script renders them."""
+    doc.get_element_by_id("peek").attrib.pop("hidden", None)
+    _set(doc, "peek-title", str(peek["title"]))
+    if peek.get("error"):
+        _set(doc, "peek-note", str(peek["error"]), "error")
+        return
+    items = peek.get("messages")
+    if items is None:
+        items = [
+            {
+                "where": f"dead letter ({d['reason']})",
+                "timestamp": d["time"],
+                "topic": d["topic"],
+                "message_id": d["message_id"],
+                "headers": {},
+                "payload": d["body"],
+            }
+            for d in peek.get("dead_letters") or []
+        ]
+    _set(doc, "peek-count", f"({len(items)})")
+    if peek.get("complete") is False:
+        _set(
+            doc,
+            "peek-note",
+            f"Only what the gateway holds in memory is shown: {peek.get('note')}",
+            "error",
+        )
+    elif peek.get("note"):
+        _set(doc, "peek-note", str(peek["note"]))
+    rows = _tbody(doc, "peek-messages")
+    for i, m in enumerate(items):
+        headers = ", ".join(f"{k}={v}" for k, v in (m.get("headers") or {}).items())
+        _row(
+            rows,
+            str(i),
+            [
+                ("num", str(i + 1)),
+                ("", str(m["where"])),
+                ("", m.get("timestamp") or ""),
+                ("wrap", m.get("topic") or ""),
+                ("", _short(m["message_id"]) if m.get("message_id") else ""),
+                ("wrap", headers),
+                ("payload", str(m.get("payload") or "")),
+            ],
+            where=str(m["where"]),
         )

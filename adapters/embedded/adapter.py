@@ -12,6 +12,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import parse_qsl, unquote
 
@@ -251,6 +252,22 @@ class EmbeddedHandle(SubscriptionHandle):
 
     # -- admin
 
+    def peek(self, max_messages: int) -> list[StoredMessage]:
+        """The first ``max_messages`` ready messages, read in SQLite and left in place
+        (handed-out ones are not waiting and not shown)."""
+        if self._detached:
+            return []
+        return [
+            StoredMessage(
+                topic=row.topic,
+                body=row.body,
+                headers=row.headers,
+                content_type=row.content_type,
+                timestamp=datetime.fromtimestamp(published, UTC),
+            )
+            for row, published in self._engine.peek(self._sid, max_messages)
+        ]
+
     def purge(self) -> int | None:
         """Remove every ready message in one transaction (handed-out ones stay)."""
         if self._detached:
@@ -299,6 +316,7 @@ class EmbeddedAdapter(Adapter):
         competing_consumers=False,
         max_message_bytes=None,
         sole_publisher=True,
+        peek=True,
     )
 
     declared_options = EmbeddedOptions

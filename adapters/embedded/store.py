@@ -1087,6 +1087,24 @@ class Engine:
             self._ensure_dispatcher()
             self._cv.notify()
 
+    def peek(self, sid: int, n: int) -> list[tuple[Row, float]]:
+        """Up to ``n`` ready messages of ``sid``, oldest first, with their publish time
+        (POSIX seconds), read and left as they are: nothing handed out or marked.
+        Messages taken and not yet removed (``take``) and those past the subscription's
+        ``max_age`` are left out, as the next ``fetch`` would leave them out."""
+        if n <= 0:
+            return []
+        with self.lock:
+            st = self.subs.get(sid)
+            if st is None or self._closed:
+                return []
+            selected = self.conn.execute(_READY_AFTER, (sid, st.taken_upto, n)).fetchall()
+        if st.limits.max_age is not None:
+            cutoff = time.time() - st.limits.max_age.total_seconds()
+            selected = [r for r in selected if r[_PUBLISHED] >= cutoff]
+        rows = _rows(sid, selected)
+        return [(row, float(r[_PUBLISHED])) for row, r in zip(rows, selected, strict=True)]
+
     def depth(self, sid: int) -> int:
         with self.lock:
             st = self.subs.get(sid)

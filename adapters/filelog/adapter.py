@@ -279,6 +279,8 @@ class FileLogAdapter(Adapter):
         sole_publisher=False,
         per_message_nack=False,
         shape="log",
+        # a reader of its own reads from the cursor's positions, committing nothing
+        peek=True,
     )
 
     declared_options = FileLogOptions

@@ -205,6 +205,8 @@ class KafkaAdapter(Adapter):
         sole_publisher=False,
         per_message_nack=False,
         shape="log",
+        # a reader of its own reads from the cursor's positions, committing nothing
+        peek=True,
     )
 
     declared_options = KafkaSettings

@@ -23,7 +23,13 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from wsnmom.core.adapter import QueueLimits, Received, SubscriptionHandle, is_internal_namespace
+from wsnmom.core.adapter import (
+    QueueLimits,
+    Received,
+    StoredMessage,
+    SubscriptionHandle,
+    is_internal_namespace,
+)
 from wsnmom.topic_mapping.model import PathPattern, Topic
 
 from .backend import LogRecord, StreamId
@@ -283,6 +289,20 @@ class CursorHandle(SubscriptionHandle):
     def depth(self) -> int | None:
         """Records between the cursor and the head of its streams (see the engine)."""
         return self._cursor.engine.depth(self._cursor)
+
+    def peek(self, max_messages: int) -> list[StoredMessage]:
+        """The first waiting records, read by a reader of its own and committed nowhere
+        (see ``CursorEngine.peek``)."""
+        return [
+            StoredMessage(
+                topic=r.topic,
+                body=r.body,
+                headers=r.headers,
+                content_type=r.content_type,
+                timestamp=r.timestamp,
+            )
+            for r in self._cursor.engine.peek(self._cursor, max_messages)
+        ]
 
     def discard(self, count: int, *, newest: bool = False) -> int:
         """Skip the oldest (or newest) ``count`` waiting records (see the engine)."""

@@ -160,6 +160,8 @@ class MqttAdapter(Adapter):
         per_message_nack=True,
         ordered_acks=False,
         shape="session",
+        # the queues are the gateway's own (embedded store): peek reads them in SQLite
+        peek=True,
     )
 
     declared_options = MqttSettings

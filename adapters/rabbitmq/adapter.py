@@ -361,6 +361,16 @@ class _Delivery(Received):
         return f"<RabbitMQ delivery {self.topic} tag={self._tag}>"
 
 
+#: why a RabbitMQ subscription cannot be peeked (``Capabilities.peek`` False)
+PEEK_REFUSAL = (
+    "RabbitMQ hands a queued message out only by delivering it: a basic.get followed by "
+    "a requeueing nack (what the management UI's 'Get messages' does too) marks it "
+    "redelivered, hides it from the subscription's consumer meanwhile and, on a quorum "
+    "queue, counts a delivery against its delivery limit, so the waiting messages cannot "
+    "be read without consuming them"
+)
+
+
 class RabbitMQSubscription(SubscriptionHandle):
     """Handle on one subscription queue.  Methods are thread-safe."""
 
@@ -418,6 +428,10 @@ class RabbitMQSubscription(SubscriptionHandle):
         if direct is not None:
             return direct
         return super().take(max_messages)
+
+    def peek(self, max_messages: int) -> list[StoredMessage]:
+        """Not possible: see :data:`PEEK_REFUSAL`."""
+        raise NotImplementedError(PEEK_REFUSAL)
 
     def purge(self) -> int | None:
         """``queue.purge``: RabbitMQ drops every ready message (unacknowledged ones

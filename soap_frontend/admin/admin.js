@@ -129,6 +129,7 @@
         await querySubscriptions();
         await queryDeadLetters();
         await renderDetail();
+        await renderPeek();
         reloadCharts(refreshes === 0);  // the first: they may have been refused before a sign-in
         refreshes += 1;
         const stamp = $("last-refresh");
@@ -182,6 +183,58 @@
       el("td", { class: "num" }, number(a.messages)),
       el("td", { class: "wrap" }, a.error || ""))));
     if (!attempts.children.length) attempts.append(el("tr", {}, el("td", { colSpan: 4, class: "muted" }, "no delivery attempt since the gateway started")));
+  }
+
+  // the first waiting messages, not consumed: /admin?subscription=ID, ?pull_point=ID or
+  // ?peek=dead-letters (GET .../peek)
+  const PULL_POINT = params.get("pull_point");
+  const PEEK_DEAD = params.get("peek") === "dead-letters";
+  const PEEK_COUNT = 20;
+
+  function peekSource() {
+    if (DETAIL) return { path: `subscriptions/${encodeURIComponent(DETAIL)}/peek`, title: `Waiting messages of subscription ${DETAIL}` };
+    if (PULL_POINT) return { path: `pullpoints/${encodeURIComponent(PULL_POINT)}/peek`, title: `Waiting messages of pull point ${PULL_POINT}` };
+    if (PEEK_DEAD) return { path: "dead-letters/peek", title: "Dead letters' messages" };
+    return null;
+  }
+
+  // read again at most every 10 s: on a log middleware each peek opens a reader of its own
+  const PEEK_EVERY = 10000;
+  let peekedAt = 0;
+
+  async function renderPeek() {
+    const source = peekSource();
+    if (!source || Date.now() - peekedAt < PEEK_EVERY) return;
+    peekedAt = Date.now();
+    const { status, body } = await api(`${source.path}?count=${PEEK_COUNT}`);
+    $("peek").hidden = false;
+    $("peek-title").textContent = source.title;
+    const rows = $("peek-messages").querySelector("tbody");
+    if (status !== 200 || !body) {
+      $("peek-note").textContent = (body && body.error) || `HTTP ${status}`;
+      $("peek-note").className = "error";
+      rows.replaceChildren();
+      return;
+    }
+    const items = body.messages || (body.dead_letters || []).map((d) => ({
+      where: `dead letter (${d.reason})`, timestamp: d.time, topic: d.topic, message_id: d.message_id,
+      headers: {}, payload: d.body ?? `(binary, ${number(d.size)} bytes)`,
+    }));
+    $("peek-count").textContent = `(${items.length})`;
+    const note = body.complete === false
+      ? `Only what the gateway holds in memory is shown: ${body.note}`
+      : body.note || "Shown as they wait, oldest first, without consuming them.";
+    $("peek-note").textContent = note;
+    $("peek-note").className = body.complete === false ? "error" : "muted";
+    rows.replaceChildren(...items.map((m, i) => el("tr", { "data-key": String(i), "data-where": m.where },
+      el("td", { class: "num" }, String(i + 1)),
+      el("td", {}, m.where),
+      el("td", { title: m.stored_at ? `stored ${when(m.stored_at)}` : null }, when(m.timestamp)),
+      el("td", { class: "wrap" }, el("code", {}, m.topic || "")),
+      el("td", {}, m.message_id ? shortId(m.message_id) : ""),
+      el("td", { class: "wrap" }, Object.entries(m.headers || {}).map(([k, v]) => `${k}=${v}`).join(", ")),
+      el("td", { class: "payload" }, m.payload))));
+    if (!items.length) rows.append(el("tr", {}, el("td", { colSpan: 7, class: "muted" }, "nothing waiting")));
   }
 
   async function querySubscriptions() {
@@ -334,7 +387,7 @@
 
   function renderPullPoints(items, total) {
     fill("pull-points", items.map((p) => el("tr", { "data-key": p.id, "data-id": p.id },
-      el("td", {}, shortId(p.id)),
+      el("td", {}, el("a", { href: `admin?pull_point=${encodeURIComponent(p.id)}` }, shortId(p.id))),
       el("td", {}, p.name || ""),
       cell(`p/${p.id}/waiting`, "num waiting", number(p.waiting)),
       el("td", { class: "wrap" }, p.feeding.length ? `${p.feeding.length} subscription(s)` : "Notify only"),
@@ -428,6 +481,7 @@
       }
     } finally {
       btn.disabled = false;
+      peekedAt = 0;
       await refresh();
     }
   }

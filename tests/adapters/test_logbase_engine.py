@@ -171,6 +171,35 @@ def test_discard_oldest_and_newest_while_paused(make: Callable[..., FileLogAdapt
     assert bodies(got_new.received) == [b"0", b"1", b"2", b"3", b"later", b"sentinel"]
 
 
+def test_peek_reads_what_waits_and_moves_nothing(make: Callable[..., FileLogAdapter]) -> None:
+    """``peek`` of a paused cursor: only its topic's records of a shared stream, the oldest
+    ``discard`` will skip left out; the cursor's depth and what it delivers afterwards are
+    as if nobody had looked.  A cursor riding on the head has nothing waiting."""
+    adapter = make(partitions=1)
+    handle = adapter.subscription(spec("paused", "t"))
+    rider = adapter.subscription(spec("rider", "t"))
+    handle.start(Collector())
+    handle.stop()
+    seen = Collector()
+    rider.start(seen)
+    adapter.publish_many([msg("t" if i % 2 else "other", b"%d" % i) for i in range(10)])
+    seen.wait_for(5, 5)
+    wait(lambda: handle.depth() == 10)  # an estimate: the stream carries "other" too
+    assert [m.body for m in handle.peek(10)] == [b"1", b"3", b"5", b"7", b"9"]
+    assert all(m.topic == topic("t") and m.timestamp is not None for m in handle.peek(10))
+    assert [m.body for m in handle.peek(2)] == [b"1", b"3"]
+    assert handle.depth() == 10
+    assert handle.discard(2) == 2
+    assert [m.body for m in handle.peek(10)] == [b"5", b"7", b"9"]
+    assert rider.peek(10) == []
+    got = Collector()
+    handle.start(got)
+    got.wait_for(3, 5)
+    adapter.publish(msg("t", b"sentinel"))  # the barrier: nothing more before it
+    got.wait_for(4, 5)
+    assert bodies(got.received) == [b"5", b"7", b"9", b"sentinel"]
+
+
 def test_retention_losses_are_counted(make: Callable[..., FileLogAdapter]) -> None:
     adapter = make(partitions=1, retention=5)
     handle = adapter.subscription(spec("slow", "t"))

@@ -253,6 +253,58 @@ def test_the_local_operator_without_authentication(
     client.close()
 
 
+def test_peek_shows_waiting_messages_without_consuming_them(
+    open_gateway: RunningServer, chromium: Any
+) -> None:
+    """Peek on the per-subscription page (``?subscription=ID``) and a pull point's
+    (``?pull_point=ID``): the first waiting messages with topic, headers and payload, filled
+    in on the server (no JavaScript needed) and by the script, and all still waiting."""
+    from selenium.webdriver.common.by import By
+
+    web = chromium
+    client = WsnClient(open_gateway.broker_url, namespaces={"p": NS})
+    sub = client.subscribe("http://127.0.0.1:9/peeked", "p:peek")
+    sub.pause()
+    client.notify_many([(f"<v>{i}</v>", "p:peek") for i in range(3)])
+    wait_until(
+        what="a backlog of 3",
+        check=lambda: _api(open_gateway, f"/subscriptions/{sub.id}")["backlog"] == 3,
+    )
+    served = requests.get(f"{open_gateway.base_url}/admin?subscription={sub.id}", timeout=5)
+    doc = lxml.html.fromstring(served.content)
+    assert doc.get_element_by_id("peek").get("hidden") is None
+    body = doc.get_element_by_id("peek-messages").find("tbody")
+    cells = [row.findall("td")[6].text for row in body]
+    assert cells == ["<v>0</v>", "<v>1</v>", "<v>2</v>"]
+    web.get(f"{open_gateway.base_url}/admin?subscription={sub.id}&refresh=0")
+    wait_until(what="a first refresh", check=lambda: _refreshes(web) >= 1)
+    rows = web.find_elements(By.CSS_SELECTOR, "#peek-messages tbody tr")
+    assert [r.find_elements(By.TAG_NAME, "td")[6].text for r in rows] == cells
+    assert {r.get_attribute("data-where") for r in rows} == {"middleware"}
+    assert f"{{{NS}}}peek" in rows[0].text and _text(web, "#peek-count") == "(3)"
+    assert _api(open_gateway, f"/subscriptions/{sub.id}")["backlog"] == 3
+
+    pp = client.create_pull_point()
+    feeder = client.subscribe(pp.address, "p:peek")
+    client.notify("<v>pp</v>", "p:peek")
+    web.get(f"{open_gateway.base_url}/admin?pull_point={pp.id}&refresh=0.3")
+    wait_until(
+        what="the pull point's message",
+        check=lambda: "<v>pp</v>" in _text(web, "#peek-messages tbody"),
+    )
+    assert _text(web, "#peek-title") == f"Waiting messages of pull point {pp.id}"
+    assert [n.payload_xml for n in pp.get_messages(10)] == [b"<v>pp</v>"]
+    web.refresh()  # the page peeks again every 10 s; a reload at once
+    wait_until(
+        what="nothing waiting",
+        check=lambda: _text(web, "#peek-messages tbody") == "nothing waiting",
+    )
+    feeder.unsubscribe()
+    pp.destroy()
+    sub.unsubscribe()
+    client.close()
+
+
 def test_subscriptions_are_searched_and_paged_by_the_gateway(
     open_gateway: RunningServer, chromium: Any
 ) -> None:
@@ -313,6 +365,12 @@ def test_dead_letters_are_listed_replayed_and_purged_from_the_page(
             and ids
         ),
     )
+    # their messages (the page's link "their messages": ?peek=dead-letters)
+    web.get(open_gateway.base_url + "/admin?peek=dead-letters&refresh=0")
+    wait_until(what="a first refresh", check=lambda: _refreshes(web) >= 1)
+    peeked = web.find_elements(By.CSS_SELECTOR, "#peek-messages tbody tr")
+    assert [r.get_attribute("data-where") for r in peeked] == ["dead letter (filter-budget)"] * 2
+    assert all(r.find_elements(By.TAG_NAME, "td")[6].text.startswith("<r>") for r in peeked)
     web.get(open_gateway.base_url + "/admin?refresh=0.3")
     rows = [f'#dead-letters tr[data-id="{i}"]' for i in letters]
     wait_until(what="the rows", check=lambda: all(_text(web, r) for r in rows))

@@ -229,3 +229,52 @@ def test_cluster_status_of_a_single_instance(wsnmom_server: RunningServer) -> No
     text = requests.get(f"{wsnmom_server.base_url}/metrics", timeout=10).text
     assert "wsnmom_cluster_shards_owned 64.0" in text
     assert "wsnmom_cluster_leader 1.0" in text
+
+
+def test_peek_prints_backlogs_without_consuming_them(wsnmom_server: RunningServer, ns: str) -> None:
+    """``subscriptions peek``, ``pull-points peek`` and ``dead-letters peek``: the first
+    messages, as ``pull`` prints them (line and JSON), and every one still there after."""
+    broker = ["--broker", wsnmom_server.broker_url]
+    with WsnClient(wsnmom_server.broker_url, namespaces={"t": ns}) as client:
+        sub = client.subscribe(NOBODY, "t:p")
+        sub.pause()
+        client.notify_many([(f"<m>{i}</m>", "t:p") for i in range(3)])
+        wait_until(
+            lambda: _api(wsnmom_server, f"/subscriptions/{sub.id}")["backlog"] == 3,
+            10,
+            what="a backlog of 3",
+        )
+        code, out, err = run("subscriptions", "peek", *broker, "-n", "2", sub.address)
+        assert code == 0, err
+        assert out == f"{{{ns}}}p <m>0</m>\n{{{ns}}}p <m>1</m>\n"
+        assert "2 message(s) shown, none consumed" in err
+        code, out, err = run("subscriptions", "peek", *broker, "--format", "json", sub.id)
+        assert code == 0, err
+        records = [json.loads(line) for line in out.splitlines()]
+        assert [r["payload"] for r in records] == ["<m>0</m>", "<m>1</m>", "<m>2</m>"]
+        assert all(r["message_id"] and r["timestamp"] for r in records)
+        assert {(r["namespace"], r["path"], r["where"]) for r in records} == {
+            (ns, "p", "middleware")
+        }
+        assert _api(wsnmom_server, f"/subscriptions/{sub.id}")["backlog"] == 3
+        code, _, err = run("subscriptions", "peek", *broker, "nope")
+        assert code == 1 and "no subscription 'nope'" in err
+        sub.unsubscribe()
+
+        pp = client.create_pull_point()
+        feeder = client.subscribe(pp.address, "t:q")
+        client.notify_many([("<n>1</n>", "t:q"), ("<n>2</n>", "t:q")])
+        wait_until(
+            lambda: len(_api(wsnmom_server, f"/pullpoints/{pp.id}/peek")["messages"]) == 2,
+            10,
+            what="2 messages in the pull point",
+        )
+        code, out, err = run("pull-points", "peek", *broker, "--format", "xml", pp.address)
+        assert code == 0, err
+        assert out == "<n>1</n>\n<n>2</n>\n"
+        assert [n.payload_xml for n in pp.get_messages(10)] == [b"<n>1</n>", b"<n>2</n>"]
+        feeder.unsubscribe()
+        pp.destroy()
+    code, out, err = run("dead-letters", "peek", *broker, "-n", "3")
+    assert code == 0, err
+    assert "dead letter(s) shown, none consumed" in err

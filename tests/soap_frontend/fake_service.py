@@ -36,6 +36,7 @@ from wsnmom.core.operations import (
     RegistrationStatus,
     SubscriptionStatus,
 )
+from wsnmom.core.peek import Peeked, PeekResult
 from wsnmom.core.policy import BrokerPolicy, build_policy
 from wsnmom.core.ports import BrokerPort, BrokerProperties
 from wsnmom.core.rate_history import RatePoint
@@ -274,8 +275,10 @@ class FakeService:
             topics_forgotten=0,
         )
 
-    def subscription_statuses(self) -> list[SubscriptionStatus]:
-        return [self.subscription_status(sid) for sid in self.subs]
+    def subscription_statuses(
+        self, ids: Sequence[str] | None = None, *, depths: bool = True
+    ) -> list[SubscriptionStatus]:
+        return [self.subscription_status(sid) for sid in (self.subs if ids is None else ids)]
 
     def rate_history(self) -> list[RatePoint]:
         return []
@@ -290,6 +293,15 @@ class FakeService:
     def purge_subscription(self, sid: str) -> int | None:
         self.get_subscription(sid)
         return 0
+
+    def peek_subscription(self, sid: str, count: int) -> PeekResult:
+        self.get_subscription(sid)
+        return PeekResult([], False, "the fake middleware cannot peek")
+
+    def peek_pull_point(self, pid: str, count: int) -> PeekResult:
+        self.get_pull_point(pid)
+        shown = [Peeked(m, "middleware", None, None) for m in self.pp_queues[pid][:count]]
+        return PeekResult(shown, True)
 
     def dead_letters(self, destination: str | None = None) -> list[DeadLetter]:
         return []

@@ -28,6 +28,7 @@ from wsnmom.soap_frontend.admin_auth import SESSION_COOKIE, AdminSessions, SignI
 from wsnmom.soap_frontend.app import create_app
 
 from tests.soap_frontend.fake_service import FakeService
+from tests.support.waiting import wait_until
 from wsnmom.server import Runtime, build_runtime
 
 API = "/wsn/admin/api"
@@ -508,13 +509,12 @@ def test_the_page_and_its_files_come_from_the_package() -> None:
     assert "frame-ancestors 'none'" in csp and page.headers["X-Frame-Options"] == "DENY"
     html = page.get_data(as_text=True)
     links = re.findall(r'(?:src|href)="([^"]*)"', html)
-    # its own files only (a link back to the page itself, from a subscription's page, and
-    # the charts the gateway draws)
+    # its own files only (links back to the page itself, from a subscription's page and
+    # from a peek, the page's dead-letter peek, and the charts the gateway draws)
     charts = [f"wsn/admin/api/charts/{n}.svg" for n in ("notifications", "deliveries")]
     charts += [f"wsn/admin/api/charts/{n}.svg" for n in ("failures", "backlog")]
-    assert sorted(links) == sorted(
-        ["admin", "admin/admin.css", "admin/admin.js", "data:,", *charts]
-    )
+    own = ["admin", "admin", "admin?peek=dead-letters", "admin/admin.css", "admin/admin.js"]
+    assert sorted(links) == sorted([*own, "data:,", *charts])
     for name, mimetype in (("admin.js", "text/javascript"), ("admin.css", "text/css")):
         resp = client.get(f"/admin/{name}")
         assert resp.status_code == 200 and resp.mimetype == mimetype
@@ -649,3 +649,80 @@ def test_publishing_from_the_admin_api(open_runtime: Runtime, tmp_path: Path) ->
     assert publish("nope").status_code == 400
     assert publish({"topic": "{urn:t}p", "payload": "<m/>"}, "10.1.2.3").status_code == 403
     assert client.get(API + "/topics").json["count"] == 1
+
+
+def test_peek_shows_a_backlog_and_leaves_it(open_runtime: Runtime) -> None:
+    """``GET .../peek``: the first messages of a paused subscription's backlog and of a
+    pull point, with ids, topic, headers and payload, as often as asked, and still all
+    there afterwards (the embedded adapter reads its queue without consuming)."""
+    service = open_runtime.service
+    client = _client(open_runtime)
+    sub_id = _subscribe(open_runtime)
+    service.pause(sub_id)
+    service.notify(
+        [InboundNotification(b"<m>%d</m>" % i, _topic(), headers=(("trace", f"t{i}"),))
+         for i in range(3)]
+    )  # fmt: skip
+
+    def peek(path: str, **args: object) -> Any:
+        resp = client.get(f"{API}/{path}/peek", query_string=args)
+        assert resp.status_code == 200, resp.json
+        return resp.json
+
+    first = peek(f"subscriptions/{sub_id}", count=2)
+    assert (first["count"], first["complete"], first["note"]) == (2, True, None)
+    one = first["messages"][0]
+    assert one["payload"] == "<m>0</m>" and one["headers"] == {"trace": "t0"}
+    assert one["topic"] == "{urn:t}a" and one["namespace"] == "urn:t" and one["path"] == "a"
+    assert one["where"] == "middleware" and one["message_id"] and one["timestamp"]
+    assert [m["payload"] for m in first["messages"]] == ["<m>0</m>", "<m>1</m>"]
+    assert peek(f"subscriptions/{sub_id}", count=2) == first
+    assert [m["payload"] for m in peek(f"subscriptions/{sub_id}")["messages"]] == [
+        "<m>0</m>", "<m>1</m>", "<m>2</m>",
+    ]  # fmt: skip
+    assert client.get(f"{API}/subscriptions/{sub_id}").json["pending"] == 3
+
+    pp = service.create_pull_point(CreatePullPointRequest())
+    service.notify_pull_point(
+        pp.id, [InboundNotification(b"<p>%d</p>" % i, _topic()) for i in (1, 2)]
+    )
+    shown = peek(f"pullpoints/{pp.id}", count=5)
+    assert [m["payload"] for m in shown["messages"]] == ["<p>1</p>", "<p>2</p>"]
+    taken = service.get_messages(pp.id, None)
+    assert [m.payload for m in taken] == [b"<p>1</p>", b"<p>2</p>"]
+    assert peek(f"pullpoints/{pp.id}")["messages"] == []
+
+    # an active subscription whose consumer does not answer: its batch waits in memory
+    active = _subscribe(open_runtime)
+    service.notify([InboundNotification(b"<a>%d</a>" % i, _topic()) for i in range(2)])
+    wait_until(lambda: service.subscription_status(active).delivery.failures > 0)
+    held = peek(f"subscriptions/{active}")
+    assert [m["payload"] for m in held["messages"]] == ["<a>0</a>", "<a>1</a>"]
+    assert held["messages"][0]["where"] == "gateway"
+
+    letters = peek("dead-letters")
+    assert (letters["count"], letters["held"], letters["dead_letters"]) == (0, 0, [])
+    for bad in ("0", "x", "501"):
+        resp = client.get(f"{API}/subscriptions/{sub_id}/peek", query_string={"count": bad})
+        assert resp.status_code == 400 and "count" in resp.json["error"]
+    assert client.get(f"{API}/subscriptions/nope/peek").status_code == 404
+    assert client.get(f"{API}/pullpoints/nope/peek").status_code == 404
+    assert (
+        _client(open_runtime, "10.1.2.3").get(f"{API}/pullpoints/{pp.id}/peek").status_code == 403
+    )
+
+
+def test_peek_says_when_the_middleware_cannot_show_its_part() -> None:
+    """An adapter that cannot peek (``Capabilities.peek`` False, RabbitMQ): 200 with what
+    the gateway holds, ``complete`` false and the adapter's reason."""
+    service = FakeService()
+    client = create_app(service).test_client()
+    client.environ_base["REMOTE_ADDR"] = "127.0.0.1"
+    sub = service.subscribe(SubscribeRequest(EndpointReference("http://127.0.0.1:9/a")))
+    data = client.get(f"{API}/subscriptions/{sub.id}/peek").json
+    assert data == {
+        "count": 0,
+        "complete": False,
+        "note": "the fake middleware cannot peek",
+        "messages": [],
+    }

@@ -72,6 +72,7 @@ __all__ = [
     "Durability",
     "HeadersAndBodies",
     "PauseResume",
+    "Peek",
     "PullSemantics",
     "QueueLimitsSemantics",
     "TopicRouting",
@@ -1197,6 +1198,82 @@ class HeadersAndBodies(AdapterFixtures):
         assert m.topic == self.topic(namespace, "inbox")
 
 
+class Peek(AdapterFixtures):
+    """``SubscriptionHandle.peek``: an operator's look at the waiting messages that leaves
+    them exactly where they are (``Capabilities.peek``), or a refusal that says why."""
+
+    def _peek_until(self, handle: SubscriptionHandle, n: int) -> list[Any]:
+        """Peek until ``n`` messages show (a log's head must have read what was just
+        published before they count as waiting) or the receive timeout passed."""
+        deadline = time.monotonic() + self.receive_timeout
+        while len(seen := handle.peek(n)) < n and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return seen
+
+    def test_peek_shows_and_leaves_waiting_messages(
+        self, adapter: Adapter, namespace: str, unique_name: Names
+    ) -> None:
+        require(adapter, "peek")
+        topic = self.topic(namespace, "t")
+        handle = self.subscribe(adapter, unique_name(), (self.pattern(namespace, "t"),))
+        bodies = [b"%d" % i for i in range(5)]
+        adapter.publish_many([self.message(topic, b, {"x-peek": b.decode()}) for b in bodies])
+        everything = self._peek_until(handle, 5)
+        assert sorted(m.body for m in everything) == bodies
+        first = handle.peek(3)
+        assert len(first) == 3
+        if adapter.capabilities.ordering == "subscription":
+            assert [m.body for m in first] == bodies[:3]
+        assert [m.body for m in handle.peek(3)] == [m.body for m in first], "peek changed them"
+        for m in everything:
+            assert m.topic == topic
+            if adapter.capabilities.native_headers:
+                assert m.headers.get("x-peek") == m.body.decode()
+        depth = handle.depth()
+        assert depth is None or depth >= 5
+        # still there, handed out once, as if nobody had looked
+        got = self.receive(handle, 5)
+        assert sorted(m.body for m in got) == bodies
+        assert not any(m.redelivered for m in got)
+        self.assert_quiet(adapter, handle, topic)
+        assert handle.peek(5) == []
+
+    def test_peek_of_an_empty_subscription(
+        self, adapter: Adapter, namespace: str, unique_name: Names
+    ) -> None:
+        require(adapter, "peek")
+        handle = self.subscribe(adapter, unique_name(), (self.pattern(namespace, "t"),))
+        assert handle.peek(10) == []
+
+    def test_peek_leaves_out_handed_out_messages(
+        self, adapter: Adapter, namespace: str, unique_name: Names
+    ) -> None:
+        require(adapter, "peek")
+        require(adapter, "native_pull")
+        topic = self.topic(namespace, "t")
+        handle = self.subscribe(adapter, unique_name(), (self.pattern(namespace, "t"),))
+        adapter.publish_many([self.message(topic, b"%d" % i) for i in range(3)])
+        self.wait_routed(handle, 3)
+        (out,) = self.receive(handle, 1, ack=False)
+        assert out.body == b"0"
+        assert [m.body for m in handle.peek(10)] == [b"1", b"2"]
+        out.nack(requeue=True)
+        assert [m.body for m in handle.peek(10)] == [b"0", b"1", b"2"]
+
+    def test_peek_refused_says_why(
+        self, adapter: Adapter, namespace: str, unique_name: Names
+    ) -> None:
+        require(adapter, "peek", False)
+        topic = self.topic(namespace, "t")
+        handle = self.subscribe(adapter, unique_name(), (self.pattern(namespace, "t"),))
+        self.publish(adapter, topic, b"kept")
+        with pytest.raises(NotImplementedError) as refused:
+            handle.peek(1)
+        assert len(str(refused.value)) > 20, "the refusal must say why"
+        (got,) = self.receive(handle, 1)
+        assert got.body == b"kept" and not got.redelivered
+
+
 class AdapterConformance(
     AdapterBasics,
     TopicRouting,
@@ -1208,5 +1285,6 @@ class AdapterConformance(
     CurrentMessage,
     Delete,
     HeadersAndBodies,
+    Peek,
 ):
     """Every conformance group.  Subclass it (name it ``Test...``) and give ``adapter_url``."""

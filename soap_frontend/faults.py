@@ -86,7 +86,11 @@ class InternalError(WsnError):
 
 
 def fault_action(error: WsnError) -> str:
-    """The wsa:Action of the fault message for ``error``."""
+    """The wsa:Action of the fault message for ``error`` (one of its own, when it names
+    one: ONVIF's PullMessagesFaultResponse)."""
+    own: str | None = getattr(error, "fault_action", None)
+    if own:
+        return own
     if error.namespace in (WSNT, WSNBR):
         return WSN_FAULT_ACTION
     return WSRF_FAULT_ACTION

@@ -132,6 +132,8 @@ class PullMessagesFault(errors.WsnError):
         max_n.text = str(max_messages)
         #: the detail's leading elements (``faults.fault_detail``)
         self.detail_elements = (max_t, max_n)
+        #: the fault message's wsa:Action (``faults.fault_action``)
+        self.fault_action = PULL_FAULT_ACTION
 
 
 def subscription_id_of(path: str) -> str | None:

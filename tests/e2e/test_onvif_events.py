@@ -19,6 +19,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import onvif
 import pytest
@@ -26,7 +27,12 @@ import requests
 from lxml import etree
 from onvif import ONVIFService
 
-from tests.fixtures.server import ConsumerServer, RunningServer, kafka_gateway_url
+from tests.fixtures.server import (
+    ConsumerServer,
+    RunningServer,
+    kafka_gateway_url,
+    mqtt_gateway_url,
+)
 from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.e2e]
@@ -56,17 +62,28 @@ def motion(value: str) -> str:
 
 @pytest.fixture(
     scope="module",
-    params=["embedded", pytest.param("kafka", marks=pytest.mark.kafka)],
+    params=[
+        "embedded",
+        pytest.param("kafka", marks=pytest.mark.kafka),
+        pytest.param("mqtt", marks=pytest.mark.mqtt),
+    ],
 )
 def gateway(request: pytest.FixtureRequest) -> Iterator[RunningServer]:
-    """A gateway of this module with few request threads, per middleware."""
+    """A gateway of this module with few request threads, per middleware; on MQTT with
+    ONVIF's topics under the native prefix ``onvif`` (as docs/onvif.md shows)."""
     name: str = request.param
     data_dir = Path(tempfile.mkdtemp(prefix=f"wsnmom-onvif-{name}-"))
+    env = {"WSNMOM_THREADS": str(THREADS)}
     if name == "kafka":
         url = kafka_gateway_url(str(request.getfixturevalue("kafka_url")))
+    elif name == "mqtt":
+        url = mqtt_gateway_url(str(request.getfixturevalue("mqtt_url")))
+        config = data_dir / "wsnmom.toml"
+        config.write_text(f'[adapter_options]\nnamespaces = {{ "{TNS1}" = "onvif" }}\n')
+        env["WSNMOM_CONFIG"] = str(config)
     else:
         url = f"embedded://{data_dir / 'middleware'}"
-    server = RunningServer(name, url, data_dir, extra_env={"WSNMOM_THREADS": str(THREADS)})
+    server = RunningServer(name, url, data_dir, extra_env=env)
     server.start()
     try:
         yield server
@@ -390,3 +407,19 @@ def test_bad_creations_are_faults(gateway: RunningServer) -> None:
     assert r.status_code == 500 and "not an operation of the ONVIF event service" in r.text
     r = requests.get(service, timeout=10)
     assert r.status_code == 405
+
+
+def test_native_mqtt_events_reach_an_onvif_client(
+    gateway: RunningServer, request: pytest.FixtureRequest
+) -> None:
+    """docs/onvif.md's example: a plain MQTT publisher's message on ``onvif/RuleEngine/...``
+    is ``tns1:RuleEngine/...`` to an ONVIF client."""
+    if gateway.adapter != "mqtt":
+        pytest.skip("the native MQTT example runs on the MQTT gateway")
+    publisher = request.getfixturevalue("mqtt_publisher")
+    address = create(gateway)
+    prefix = parse_qs(urlsplit(gateway.adapter_url).query)["topic_prefix"][0]
+    publisher.publish(f"{prefix}/onvif/RuleEngine/CellMotionDetector/Motion", motion("x").encode())
+    got: list[str] = []
+    wait_until(lambda: got.extend(topics(pull(address, "PT2S"))) or got, 30)
+    assert got == [MOTION]

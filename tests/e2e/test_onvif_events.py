@@ -389,8 +389,15 @@ def test_a_push_subscription_is_no_pull_point_subscription(gateway: RunningServe
         consumer.close()
 
 
+def pull_point_ids(gateway: RunningServer) -> set[str]:
+    answer = requests.get(f"{gateway.base_url}/wsn/admin/api/pullpoints", timeout=10)
+    answer.raise_for_status()
+    return {p["id"] for p in answer.json()["pull_points"]}
+
+
 def test_bad_creations_are_faults(gateway: RunningServer) -> None:
     service = f"{gateway.base_url}/onvif/event_service"
+    before = pull_point_ids(gateway)
     r = post(
         service,
         "<tev:CreatePullPointSubscription><tev:InitialTerminationTime>never"
@@ -403,6 +410,7 @@ def test_bad_creations_are_faults(gateway: RunningServer) -> None:
         "tns1:A</wsnt:TopicExpression></tev:Filter></tev:CreatePullPointSubscription>",
     )
     assert fault_detail(r).tag == f"{{{WSNT}}}TopicExpressionDialectUnknownFault"
+    assert pull_point_ids(gateway) <= before  # the pull point made first is gone again
     r = pull(service, "PT1S")  # a subscription's operation, no subscription addressed
     assert r.status_code == 500 and "not an operation of the ONVIF event service" in r.text
     r = requests.get(service, timeout=10)

@@ -16,6 +16,7 @@ import shutil
 import tempfile
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -431,3 +432,90 @@ def test_native_mqtt_events_reach_an_onvif_client(
     got: list[str] = []
     wait_until(lambda: got.extend(topics(pull(address, "PT2S"))) or got, 30)
     assert got == [MOTION]
+
+
+# --- with authentication --------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def secured() -> Iterator[RunningServer]:
+    """An embedded gateway that authenticates: ONVIF clients with UsernameToken digests
+    (``wsse_password``), a publisher with HTTP basic."""
+    from wsnmom.soap_frontend.passwords import hash_password
+
+    data_dir = Path(tempfile.mkdtemp(prefix="wsnmom-onvif-auth-"))
+    users = data_dir / "users.toml"
+    users.write_text(
+        '[users.camera]\nwsse_password = "camera-pw"\n\n'
+        '[users.other]\nwsse_password = "other-pw"\n\n'
+        f'[users.publisher]\npassword = "{hash_password("pub-pw", n=2**4)}"\n'
+    )
+    users.chmod(0o600)
+    env = {
+        "WSNMOM_THREADS": str(THREADS),
+        "WSNMOM_AUTH__USERS_FILE": str(users),
+        "WSNMOM_AUTH__ADMIN_TOKEN": "admin-" + uuid.uuid4().hex,
+    }
+    server = RunningServer("embedded", f"embedded://{data_dir / 'mw'}", data_dir, extra_env=env)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def notify_as_publisher(gateway: RunningServer, payload: str, topic: str = MOTION) -> None:
+    r = requests.post(
+        gateway.broker_url,
+        data=(
+            f'<s:Envelope xmlns:s="{SOAP12}" xmlns:wsnt="{WSNT}" xmlns:tns1="{TNS1}"><s:Body>'
+            "<wsnt:Notify><wsnt:NotificationMessage><wsnt:Topic Dialect="
+            f'"http://docs.oasis-open.org/wsn/t-1/TopicExpression/Concrete">{topic}</wsnt:Topic>'
+            f"<wsnt:Message>{payload}</wsnt:Message></wsnt:NotificationMessage></wsnt:Notify>"
+            "</s:Body></s:Envelope>"
+        ).encode(),
+        headers=HEADERS,
+        auth=("publisher", "pub-pw"),
+        timeout=30,
+    )
+    assert r.status_code == 202, r.text
+
+
+def onvif_service(address: str, user: str, password: str, binding: str) -> ONVIFService:
+    return ONVIFService(address, user, password, WSDL, binding_name=f"{{{TEV}}}{binding}")
+
+
+async def _secured_session(gateway: RunningServer) -> None:
+    events = onvif_service(
+        f"{gateway.base_url}/onvif/event_service", "camera", "camera-pw", "EventBinding"
+    )
+    await events.setup()
+    services = [events]
+    try:
+        created = await events.CreatePullPointSubscription({"InitialTerminationTime": "PT60S"})
+        address = created.SubscriptionReference.Address._value_1
+        pull_point = onvif_service(address, "camera", "camera-pw", "PullPointSubscriptionBinding")
+        stranger = onvif_service(address, "other", "other-pw", "PullPointSubscriptionBinding")
+        impostor = onvif_service(address, "camera", "wrong-pw", "PullPointSubscriptionBinding")
+        for service in (pull_point, stranger, impostor):
+            await service.setup()
+            services.append(service)
+        # a long poll that may be parked: answered on the poller's thread as its caller
+        waiting = asyncio.ensure_future(
+            pull_point.PullMessages({"Timeout": "PT30S", "MessageLimit": 10})
+        )
+        await asyncio.to_thread(notify_as_publisher, gateway, motion("true"))
+        answer = await waiting
+        assert [m.Topic._value_1 for m in answer.NotificationMessage] == [MOTION]
+        # another identity's subscription does not exist for it; a wrong password is a
+        # wsse:FailedAuthentication fault
+        with pytest.raises(Exception, match="no subscription"):
+            await stranger.PullMessages({"Timeout": "PT0S", "MessageLimit": 10})
+        with pytest.raises(Exception, match="could not be authenticated"):
+            await impostor.PullMessages({"Timeout": "PT0S", "MessageLimit": 10})
+    finally:
+        for service in services:
+            await service.close()
+
+
+def test_onvif_clients_authenticate_with_username_token_digests(secured: RunningServer) -> None:
+    asyncio.run(_secured_session(secured))

@@ -254,6 +254,13 @@ def test_message_limit_bounds_one_answer(gateway: RunningServer) -> None:
     assert got == [MOTION] * 3
 
 
+def pulls_received(gateway: RunningServer) -> float:
+    """PullMessages requests the gateway has received (its request metric)."""
+    text = requests.get(f"{gateway.base_url}/metrics", timeout=10).text
+    found = re.search(r'wsnmom_requests_total\{operation="onvif:PullMessages"\} (\S+)', text)
+    return float(found.group(1)) if found else 0.0
+
+
 def test_waiting_pulls_hold_no_request_thread(gateway: RunningServer) -> None:
     """Three times as many long polls as the gateway has request threads wait at once, and
     the gateway still answers other requests; one notification answers them all."""
@@ -267,12 +274,7 @@ def test_waiting_pulls_hold_no_request_thread(gateway: RunningServer) -> None:
     for thread in threads:
         thread.start()
 
-    def pulls_received() -> float:
-        text = requests.get(f"{gateway.base_url}/metrics", timeout=10).text
-        found = re.search(r'wsnmom_requests_total\{operation="onvif:PullMessages"\} (\S+)', text)
-        return float(found.group(1)) if found else 0.0
-
-    wait_until(lambda: pulls_received() >= count, 30, what="the long polls to arrive")
+    wait_until(lambda: pulls_received(gateway) >= count, 30, what="the long polls to arrive")
     r = post(f"{gateway.base_url}/onvif/event_service", "<tev:GetEventProperties/>", timeout=20)
     assert r.status_code == 200
     assert all(t.is_alive() for t in threads)  # answered while every long poll still waits
@@ -499,10 +501,14 @@ async def _secured_session(gateway: RunningServer) -> None:
         for service in (pull_point, stranger, impostor):
             await service.setup()
             services.append(service)
-        # a long poll that may be parked: answered on the poller's thread as its caller
+        # a parked long poll: answered on the poller's thread, as its caller
+        before = pulls_received(gateway)
         waiting = asyncio.ensure_future(
             pull_point.PullMessages({"Timeout": "PT30S", "MessageLimit": 10})
         )
+        deadline = time.monotonic() + 30
+        while pulls_received(gateway) <= before and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
         await asyncio.to_thread(notify_as_publisher, gateway, motion("true"))
         answer = await waiting
         assert [m.Topic._value_1 for m in answer.NotificationMessage] == [MOTION]

@@ -75,10 +75,11 @@ def gateway(request: pytest.FixtureRequest) -> Iterator[RunningServer]:
     name: str = request.param
     data_dir = Path(tempfile.mkdtemp(prefix=f"wsnmom-onvif-{name}-"))
     env = {"WSNMOM_THREADS": str(THREADS)}
-    if name == "kafka":
-        url = kafka_gateway_url(str(request.getfixturevalue("kafka_url")))
-    elif name == "mqtt":
-        url = mqtt_gateway_url(str(request.getfixturevalue("mqtt_url")))
+    if name in ("kafka", "mqtt"):
+        if name == "kafka":
+            url = kafka_gateway_url(str(request.getfixturevalue("kafka_url")))
+        else:
+            url = mqtt_gateway_url(str(request.getfixturevalue("mqtt_url")))
         config = data_dir / "wsnmom.toml"
         config.write_text(f'[adapter_options]\nnamespaces = {{ "{TNS1}" = "onvif" }}\n')
         env["WSNMOM_CONFIG"] = str(config)
@@ -420,20 +421,48 @@ def test_bad_creations_are_faults(gateway: RunningServer) -> None:
     assert r.status_code == 405
 
 
-def test_native_mqtt_events_reach_an_onvif_client(
+def values(response: requests.Response) -> list[str]:
+    """The IsMotion values of an answer's events."""
+    return [
+        str(item.get("Value"))
+        for item in body_of(response).findall(
+            "wsnt:NotificationMessage/wsnt:Message/tt:Message/tt:Data/tt:SimpleItem", NS
+        )
+    ]
+
+
+def test_native_events_reach_an_onvif_client(
     gateway: RunningServer, request: pytest.FixtureRequest
 ) -> None:
-    """docs/onvif.md's example: a plain MQTT publisher's message on ``onvif/RuleEngine/...``
-    is ``tns1:RuleEngine/...`` to an ONVIF client."""
-    if gateway.adapter != "mqtt":
-        pytest.skip("the native MQTT example runs on the MQTT gateway")
-    publisher = request.getfixturevalue("mqtt_publisher")
+    """docs/onvif.md's example: with ONVIF's namespace under the native prefix ``onvif``, a
+    plain MQTT publisher's message on ``onvif/RuleEngine/...`` (a Kafka producer's record on
+    ``onvif.RuleEngine....``) is ``tns1:RuleEngine/...`` to an ONVIF client."""
+    if gateway.adapter == "embedded":
+        pytest.skip("the embedded middleware has no native publishers")
     address = create(gateway)
     prefix = parse_qs(urlsplit(gateway.adapter_url).query)["topic_prefix"][0]
-    publisher.publish(f"{prefix}/onvif/RuleEngine/CellMotionDetector/Motion", motion("x").encode())
-    got: list[str] = []
-    wait_until(lambda: got.extend(topics(pull(address, "PT2S"))) or got, 30)
-    assert got == [MOTION]
+    if gateway.adapter == "mqtt":
+        expected = ["native"]
+        publisher = request.getfixturevalue("mqtt_publisher")
+        native = f"{prefix}/onvif/RuleEngine/CellMotionDetector/Motion"
+        publisher.publish(native, motion("native").encode())
+    else:
+        from confluent_kafka import Producer
+
+        expected = ["gateway", "native"]
+        notify(gateway, motion("gateway"))  # the Kafka topic exists from here on
+        producer = Producer({"bootstrap.servers": request.getfixturevalue("kafka_bootstrap")})
+        producer.produce(f"{prefix}.onvif.RuleEngine.CellMotionDetector.Motion", motion("native"))
+        assert producer.flush(30) == 0
+    got: list[requests.Response] = []
+    wait_until(
+        lambda: (
+            got.append(pull(address, "PT2S")) or sum(len(values(r)) for r in got) >= len(expected)
+        ),
+        60,
+    )
+    assert [t for r in got for t in topics(r)] == [MOTION] * len(expected)
+    assert [v for r in got for v in values(r)] == expected
 
 
 # --- with authentication --------------------------------------------------------------------

@@ -30,6 +30,7 @@ import time
 from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any, Final, cast
+from urllib.parse import urlsplit
 
 import isodate
 from lxml import etree
@@ -169,16 +170,15 @@ class EventService:
         return SUBSCRIPTION_OPS if self.subscription_id else SERVICE_OPS
 
     def operation_name(self, operation: str) -> str:
-        """The request metric's label ("unknown" for what this endpoint does not serve)."""
-        found = self._ops().get(operation)
+        """The request metric's label ("unknown" for what the service does not serve;
+        known before ``wsa:To`` is read, so it does not depend on the endpoint)."""
+        found = SERVICE_OPS.get(operation) or SUBSCRIPTION_OPS.get(operation)
         return found[0] if found else "unknown"
 
     def handle(self, req: SoapRequest, environ: Mapping[str, Any] | None) -> Result:
         """Answer ``req``; PullMessages may raise ``WaitFor``."""
         sid = self.subscription_id
         if sid is None and req.addressing.to:  # posted to the service, addressed by wsa:To
-            from urllib.parse import urlsplit
-
             try:
                 sid = subscription_id_of(urlsplit(req.addressing.to).path)
             except ValueError:

@@ -5,8 +5,15 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import Any
 
-from wsnmom.soap_frontend.long_poll import Poll, Poller
+import pytest
+from lxml import etree
+from wsnmom.soap_frontend.dispatch import Frontend, Result, Role, soap_post
+from wsnmom.soap_frontend.envelope import SoapRequest
+from wsnmom.soap_frontend.long_poll import PARK, Parked, Poll, Poller, WaitFor
+
+from tests.soap_frontend.fake_service import FakeService, as_port
 
 
 def test_a_poll_answers_when_its_attempt_finds_something() -> None:
@@ -59,3 +66,77 @@ def test_many_polls_share_one_thread() -> None:
     for poll in polls:
         assert poll.done.wait(10)
     assert {p.reply for p in polls} == {"go"}
+
+
+# --- soap_post with a handler that waits --------------------------------------------------
+ENVELOPE = (
+    b'<s:Envelope xmlns:s="http://www.w3.org/2003/05/soap-envelope"><s:Body>'
+    b'<w:Wait xmlns:w="urn:test:wait"/></s:Body></s:Envelope>'
+)
+SOAP12 = "application/soap+xml; charset=utf-8"
+
+
+class WaitingHandler:
+    """Answers ``<w:Done/>`` on its third try (the first is the request's own)."""
+
+    def __init__(self) -> None:
+        self.tries = 0
+
+    def operation_name(self, operation: str) -> str:
+        return "test:Wait"
+
+    def handle(self, req: SoapRequest, environ: Any) -> Result:
+        def attempt(final: bool) -> Result | None:
+            self.tries += 1
+            if self.tries < 3 and not final:
+                return None
+            return etree.Element("{urn:test:wait}Done"), "urn:test:wait/DoneResponse"
+
+        first = attempt(False)
+        if first is not None:  # pragma: no cover - the first try finds nothing
+            return first
+        raise WaitFor(attempt, time.monotonic() + 30)
+
+
+def _frontend() -> Frontend:
+    return Frontend(as_port(FakeService()), None, poller=Poller(interval=0.01))
+
+
+def test_a_waiting_request_is_answered_on_its_thread_without_a_parking_server() -> None:
+    handler = WaitingHandler()
+    reply = soap_post(
+        _frontend(), Role.BROKER, None, "POST", SOAP12, ENVELOPE, "/x", {}, {}, handler=handler
+    )
+    assert reply.status == 200 and b"Done" in reply.body
+    assert handler.tries == 3
+
+
+def test_a_waiting_request_is_parked_and_resumed_with_its_reply() -> None:
+    parked: list[Poll[Any]] = []
+
+    def park(poll: Poll[Any]) -> None:
+        parked.append(poll)
+        raise Parked(poll)
+
+    resumed = threading.Event()
+    environ = {PARK: park, "wsnmom.request_id": "r-1"}
+    with pytest.raises(Parked):
+        soap_post(
+            _frontend(),
+            Role.BROKER,
+            None,
+            "POST",
+            SOAP12,
+            ENVELOPE,
+            "/x",
+            {},
+            environ,
+            handler=WaitingHandler(),
+        )
+    (poll,) = parked
+    assert poll.request_id == "r-1" and not poll.done.is_set()
+    poll.resume = resumed.set
+    assert poll.begin is not None
+    poll.begin()  # what the server does once the request's thread let go of it
+    assert resumed.wait(10)
+    assert poll.reply.status == 200 and b"Done" in poll.reply.body

@@ -28,6 +28,7 @@ from wsnmom.core.access import ANONYMOUS, PRINCIPAL, Principal
 from wsnmom.core.addresses import ResourceKind, parse_resource_path
 from wsnmom.core.config import Settings
 from wsnmom.core.guard import refusals
+from wsnmom.core.log_context import bound_request_id
 from wsnmom.core.model import EndpointReference, SoapVersion
 from wsnmom.core.ports import BrokerPort
 
@@ -268,19 +269,23 @@ def _long_poll(
     """Retry ``wait`` on the poller until it answers (or its deadline passes); without
     this thread when the server can park the request."""
 
+    request_id = environ.get("wsnmom.request_id") if environ is not None else None
+
     def attempt(final: bool) -> Reply | None:
+        # on the poller's thread: as the caller, logging with the request's id
         bound = PRINCIPAL.set(principal)
         try:
-            found = wait.attempt(final)
-            if found is None:
-                return None
-            return _answer(req, *found)
+            with bound_request_id(request_id):
+                found = wait.attempt(final)
+                if found is None:
+                    return None
+                return _answer(req, *found)
         except Exception as exc:
-            return _failed(fe, req, exc)
+            with bound_request_id(request_id):
+                return _failed(fe, req, exc)
         finally:
             PRINCIPAL.reset(bound)
 
-    request_id = environ.get("wsnmom.request_id") if environ is not None else None
     poll: Poll[Reply] = Poll(attempt, wait.deadline, request_id=request_id)
     park = environ.get(PARK) if environ is not None else None
     if park is None:

@@ -414,7 +414,14 @@ def test_bad_creations_are_faults(gateway: RunningServer) -> None:
         "tns1:A</wsnt:TopicExpression></tev:Filter></tev:CreatePullPointSubscription>",
     )
     assert fault_detail(r).tag == f"{{{WSNT}}}TopicExpressionDialectUnknownFault"
-    assert pull_point_ids(gateway) <= before  # the pull point made first is gone again
+    r = post(
+        service,
+        "<tev:CreatePullPointSubscription><tev:SubscriptionPolicy>"
+        f'<tt:ChangedOnly xmlns:tt="{TT}">true</tt:ChangedOnly>'
+        "</tev:SubscriptionPolicy></tev:CreatePullPointSubscription>",
+    )
+    assert fault_detail(r).tag == f"{{{WSNT}}}UnrecognizedPolicyRequestFault"
+    assert pull_point_ids(gateway) <= before  # the pull points made first are gone again
     r = pull(service, "PT1S")  # a subscription's operation, no subscription addressed
     assert r.status_code == 500 and "not an operation of the ONVIF event service" in r.text
     r = requests.get(service, timeout=10)

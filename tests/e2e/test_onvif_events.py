@@ -475,6 +475,29 @@ def test_native_events_reach_an_onvif_client(
     assert [v for r in got for v in values(r)] == expected
 
 
+def test_a_long_poll_outlives_the_connection_deadlines() -> None:
+    """A parked PullMessages waits longer than every connection deadline of the gateway's
+    connection guard (1 s here) and still gets its answer.  (waitress's own channel
+    cleanup, every 30 s, skips a connection whose request is queued, as a parked one is.)"""
+    data_dir = Path(tempfile.mkdtemp(prefix="wsnmom-onvif-deadlines-"))
+    env = {
+        "WSNMOM_CONNECTIONS__HEADER_TIMEOUT": "1",
+        "WSNMOM_CONNECTIONS__BODY_TIMEOUT": "1",
+        "WSNMOM_CONNECTIONS__IDLE_TIMEOUT": "1",
+    }
+    server = RunningServer("embedded", f"embedded://{data_dir / 'mw'}", data_dir, extra_env=env)
+    server.start()
+    try:
+        address = create(server)
+        started = time.monotonic()
+        response = pull(address, "PT4S")
+        assert topics(response) == []
+        assert time.monotonic() - started >= 4.0
+    finally:
+        server.stop()
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
 # --- with authentication --------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def secured() -> Iterator[RunningServer]:

@@ -209,6 +209,14 @@ class Inbound:
         ctx.guard.check_read(concrete)
         if not ctx.topic_set.permits(concrete):
             raise errors.TopicNotSupported(f"topic {concrete} is not supported")
+        message = self.current(concrete)
+        if message is None:
+            raise errors.NoCurrentMessageOnTopic(f"no current message on topic {concrete}")
+        return message
+
+    def current(self, concrete: Topic) -> NotificationMessage | None:
+        """The last notification on ``concrete`` (None: none kept), no access check."""
+        ctx = self._ctx
         message: NotificationMessage | None = None
         if ctx.adapter.capabilities.retained_current_message:
             try:
@@ -220,7 +228,7 @@ class Inbound:
         if message is None:
             message = ctx.store.get_current_message(concrete)
         if message is None:
-            raise errors.NoCurrentMessageOnTopic(f"no current message on topic {concrete}")
+            return None
         dialect = ctx.topic_dialect(message.topic_dialect)
         return (
             message if dialect == message.topic_dialect else replace(message, topic_dialect=dialect)

@@ -223,6 +223,15 @@ class BrokerPort(Protocol):
         """Notify sent to a pull point."""
         ...
 
+    def renew_pull_point(self, pull_point_id: str, termination: RequestedTime) -> PullPoint:
+        """A new termination time for the pull point (ONVIF's Renew)."""
+        ...
+
+    def synchronize(self, subscription_id: str) -> int:
+        """ONVIF's SetSynchronizationPoint: the current message of each topic the
+        subscription selects into the pull point it feeds again; how many."""
+        ...
+
     def destroy_pull_point(self, pull_point_id: str) -> None:
         """DestroyPullPoint."""
         ...

@@ -29,6 +29,7 @@ from wsnmom.core.model import (
     InboundNotification,
     NotificationMessage,
     PullPoint,
+    RequestedTime,
     new_resource_id,
 )
 from wsnmom.core.pull_buffer import Fed, PullBuffer
@@ -128,6 +129,39 @@ class PullPoints:
     def get(self, pull_point_id: str) -> PullPoint:
         """The pull point (a copy); ResourceUnknown when unknown or expired."""
         return replace(self._ctx.registry.live_pull_point(pull_point_id).record)
+
+    def renew(self, pull_point_id: str, termination: RequestedTime) -> PullPoint:
+        """A new termination time for the pull point (ONVIF's Renew of a pull-point
+        subscription renews its pull point with it; WS-N has no Renew of a pull point)."""
+        ctx = self._ctx
+        state = ctx.registry.live_pull_point(pull_point_id)
+        if termination is None:
+            raise errors.UnacceptableTerminationTime("Renew needs a TerminationTime")
+        new_time = ctx.termination(termination, errors.UnacceptableTerminationTime)
+        with ctx.registry.lock:
+            state.record.termination_time = new_time
+            ctx.store.put_pull_point(state.record)
+        return replace(state.record)
+
+    def synchronize(self, state: LiveSubscription) -> int:
+        """ONVIF's SetSynchronizationPoint for a subscription feeding a pull point: the
+        current message of every topic its topic filter selects goes into the pull point
+        again (the MessageContent filter is not applied); how many."""
+        ctx = self._ctx
+        pull_point_id = state.record.pull_point_id
+        if pull_point_id is None:
+            raise errors.ResourceUnknown(
+                f"subscription {state.record.id!r} does not feed a pull point"
+            )
+        ctx.registry.live_pull_point(pull_point_id)
+        messages = []
+        for topic in ctx.topic_set.topics():
+            message = self._inbound.current(topic)
+            if message is not None and state.filter.matches_topic(message):
+                messages.append(replace(message, subscription_reference=None))
+        if messages:
+            self._inbound.publish(messages, route=pull_point_inbox(pull_point_id))
+        return len(messages)
 
     def get_messages(self, pull_point_id: str, maximum: int | None) -> list[NotificationMessage]:
         """Destructive FIFO read (BN §5.1.2); None/0 = all available up to the cap."""

@@ -559,6 +559,21 @@ class BrokerService:
         self._guard.pull_point(pull_point_id)
         self.pull_points.notify(pull_point_id, messages)
 
+    def renew_pull_point(self, pull_point_id: str, termination: RequestedTime) -> PullPoint:
+        """A new termination time for the pull point (ONVIF's Renew)."""
+        self._gate.require_ready()
+        self._guard.pull_point(pull_point_id)
+        return self.pull_points.renew(pull_point_id, termination)
+
+    def synchronize(self, subscription_id: str) -> int:
+        """ONVIF's SetSynchronizationPoint: the current messages of the subscription's
+        topics into the pull point it feeds again; how many."""
+        self._gate.require_middleware()
+        self._gate.require_space()
+        self._guard.subscription(subscription_id)
+        state = self._ctx.registry.live_subscription(subscription_id)
+        return self.pull_points.synchronize(state)
+
     def destroy_pull_point(self, pull_point_id: str) -> None:
         """DestroyPullPoint: destroys the subscriptions feeding it too."""
         self._gate.require_middleware()

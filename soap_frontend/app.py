@@ -11,6 +11,8 @@ Endpoints
                                         forwarding headers, or the listen address)
     ``GET  /wsn/schemas/<name>``         the OASIS XSDs the WSDL imports
     ``GET  /wsn/policy``                 the broker policy document
+    ``POST /onvif/event_service``        the ONVIF event service, and its pull-point
+    ``POST /onvif/subscriptions/<id>``   subscriptions (:mod:`.onvif`)
     ``GET  /healthz`` ``/readyz`` ``/metrics``
     ``GET  /admin``                      the admin page (:mod:`.admin_page`)
     ``GET  /wsn/admin/api/...``          its JSON API; ``POST`` for operators' actions
@@ -55,7 +57,9 @@ from .faults import invalid_log
 from .hosts import HostCheck
 from .legacy import version_named
 from .legacy_wsdl import render_legacy_wsdl
+from .long_poll import RESUMED, Poll
 from .metadata import SCHEMA_FILES, render_wsdl, schema_bytes
+from .onvif import EVENT_SERVICE_PATH, SUBSCRIPTIONS_PATH, EventService
 from .public_base import public_base
 from .ratelimit import RateLimiter
 from .request_ids import RequestIds
@@ -101,6 +105,16 @@ def create_app(service: BrokerPort, settings: Settings | None = None) -> Flask:
         rule = resource_path(kind, "<resource_id>")
         bp.add_url_rule(rule, "soap", view, methods=["GET", "POST"])
         app.register_blueprint(bp)
+
+    onvif = Blueprint("onvif_events", __name__)
+    onvif.add_url_rule(EVENT_SERVICE_PATH, "service", _onvif_view, methods=["GET", "POST"])
+    onvif.add_url_rule(
+        f"{SUBSCRIPTIONS_PATH}/<subscription_id>",
+        "subscription",
+        _onvif_view,
+        methods=["GET", "POST"],
+    )
+    app.register_blueprint(onvif)
 
     meta = Blueprint("metadata", __name__)
     meta.add_url_rule("/wsn/wsdl", "wsdl", _wsdl_view)
@@ -232,6 +246,38 @@ def _endpoint(role: Role, resource_id: str | None) -> Response:
     return _reply_response(reply)
 
 
+def _onvif_view(subscription_id: str | None = None) -> Response:
+    """The ONVIF event service (:mod:`.onvif`); a long poll the server parked comes back
+    here with its answer (:mod:`.long_poll`)."""
+    resumed: Poll[Reply] | None = request.environ.get(RESUMED)
+    if resumed is not None and resumed.reply is not None:
+        return _reply_response(resumed.reply)
+    fe = _frontend()
+    if request.method == "GET":
+        return _reply_response(
+            transport_reply(
+                fe,
+                HttpError(405, "this is a SOAP endpoint: POST a SOAP envelope"),
+                request.headers.get("Accept"),
+            )
+        )
+    cap = fe.settings.limits.get_messages_cap if fe.settings is not None else 1000
+    handler = EventService(fe.service, subscription_id, _base_url(), cap)
+    reply = soap_post(
+        fe,
+        Role.BROKER,
+        None,
+        request.method,
+        request.content_type,
+        request.get_data(cache=False),
+        request.path,
+        request.args,
+        request.environ,
+        handler=handler,
+    )
+    return _reply_response(reply)
+
+
 def _reply_response(reply: Reply) -> Response:
     return Response(
         reply.body, status=reply.status, content_type=reply.content_type, headers=reply.headers
@@ -245,7 +291,7 @@ def _soap_bound(code: int) -> bool:
     (the other endpoints, ``/healthz`` and the like, keep their plain answers)."""
     path = request.path
     soap_type = version_for_media_type(request.content_type) is not None
-    if path.startswith("/wsn/"):
+    if path.startswith(("/wsn/", "/onvif/")):
         if path.startswith("/wsn/admin/"):
             return False
         return soap_type or request.method not in ("GET", "HEAD", "OPTIONS")

@@ -92,6 +92,8 @@ from .xml import (
     text_of,
 )
 
+#: ONVIF's topic namespace (its clients know it as ``tns1``)
+ONVIF_TOPICS: Final = "http://www.onvif.org/ver10/topics"
 #: requested "no scheduled termination" (xsi:nil="true")
 INFINITE: Final = datetime.max.replace(tzinfo=UTC)
 
@@ -331,6 +333,14 @@ def _invalid_filter(description: str, qnames: Iterable[str]) -> errors.InvalidFi
     err = errors.InvalidFilter(description)
     err.unknown_filters = tuple(qnames)  # type: ignore[attr-defined]
     return err
+
+
+def parse_filter(
+    el: etree._Element,
+) -> tuple[ExpressionSource | None, ExpressionSource | None, ExpressionSource | None]:
+    """A ``wsnt:FilterType`` element (Subscribe's, or ONVIF's CreatePullPointSubscription's)
+    → its topic, message content and producer properties expressions."""
+    return _parse_filter(el)
 
 
 def _parse_filter(
@@ -652,7 +662,8 @@ def add_topic(
     dialect = topic_dialect_for(topic, dialect_hint)
     path = "/".join(topic.path)
     if topic.namespace:
-        prefix = "tns"
+        # ONVIF's topics under the prefix its clients match (``tns1:RuleEngine/...``)
+        prefix = "tns1" if topic.namespace == ONVIF_TOPICS else "tns"
         el = etree.SubElement(parent, tag, nsmap={prefix: topic.namespace})
         if el.nsmap.get(prefix) != topic.namespace:  # pragma: no cover - defensive
             prefix = next(p for p, u in el.nsmap.items() if u == topic.namespace and p)

@@ -19,7 +19,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import SplitResult, parse_qs, urlsplit
 
 from lxml import etree
@@ -28,6 +28,7 @@ from wsnmom.core.access import ANONYMOUS, PRINCIPAL, Principal
 from wsnmom.core.addresses import ResourceKind, parse_resource_path
 from wsnmom.core.config import Settings
 from wsnmom.core.guard import refusals
+from wsnmom.core.log_context import bound_request_id
 from wsnmom.core.model import EndpointReference, SoapVersion, WireVersion
 from wsnmom.core.ports import BrokerPort
 
@@ -55,6 +56,7 @@ from .faults import (
 from .hashing import PasswordChecksBusy
 from .identity import AuthenticationFailed
 from .legacy import Legacy, recognise
+from .long_poll import PARK, Poll, Poller, WaitFor
 from .message_info import apply_app_headers, messages_header, trace_headers
 from .ratelimit import RateLimiter
 from .splice import Spliced
@@ -68,6 +70,7 @@ __all__ = [
     "Frontend",
     "Reply",
     "Role",
+    "SoapHandler",
     "soap_post",
     "transport_reply",
 ]
@@ -126,6 +129,25 @@ class Frontend:
     auth: Authenticator = field(default_factory=lambda: Authenticator(None))
     #: request-rate quotas
     limiter: RateLimiter = field(default_factory=lambda: RateLimiter(None, False))
+    #: retries the long polls (ONVIF's PullMessages) without their request threads
+    poller: Poller = field(default_factory=Poller)
+
+
+#: what a handler answers: a Body child (None: one-way) and the response's wsa:Action
+Result = tuple[etree._Element | Spliced | None, str | None]
+
+
+class SoapHandler(Protocol):
+    """The operations of an endpoint that is not one of WS-N's (the ONVIF event service,
+    :mod:`.onvif`): soap_post authenticates, parses, limits and renders faults for it."""
+
+    def operation_name(self, operation: str) -> str:
+        """The ``operation`` label of the request metric ("unknown" when not served)."""
+        ...
+
+    def handle(self, req: SoapRequest, environ: Mapping[str, Any] | None) -> Result:
+        """Answer ``req`` (core errors become faults), or raise :class:`WaitFor`."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,11 +175,15 @@ def soap_post(
     path: str,
     args: Mapping[str, str],
     environ: Mapping[str, Any] | None = None,
+    handler: SoapHandler | None = None,
 ) -> Reply:
     """Handle one SOAP request posted to ``path`` (the endpoint of ``role``); ``args`` is
     the query string, ``environ`` the WSGI environ (credentials, client address).
     Independent of Flask's request context, so that the WSGI fast path (:mod:`.fastpath`)
-    and the Flask view give the same answers."""
+    and the Flask view give the same answers.  With ``handler`` its operations are served
+    instead of WS-N's; a handler that raises :class:`WaitFor` is answered when its retry
+    answers, by the poller, without this thread when the server can park the request
+    (:mod:`.long_poll`)."""
     auth = fe.auth
     principal: Principal = ANONYMOUS
     if auth.enabled and environ is not None:
@@ -201,7 +227,10 @@ def soap_post(
             count_request(legacy[1])
             return _fault(fe, exc, req.version, req.addressing.message_id, legacy)
     op = codec.OPERATIONS.get(req.operation)
-    count_request(op.local if op else "unknown")
+    if handler is not None:
+        count_request(handler.operation_name(req.operation))
+    else:
+        count_request(op.local if op else "unknown")
     if fe.limiter.enabled:
         address = environ.get("REMOTE_ADDR") if environ is not None else None
         refused = fe.limiter.check(principal, address)
@@ -209,18 +238,31 @@ def soap_post(
             return _rate_limited(fe, req, principal, *refused)
     bound = PRINCIPAL.set(principal)  # core reads the caller from here
     try:
-        if op is None:
-            raise BaseFaultError(f"unsupported operation {req.operation}")
-        result = _dispatch(fe.service, role, resource_id, op, req, args, environ)
+        if handler is not None:
+            result, action = handler.handle(req, environ)
+        else:
+            if op is None:
+                raise BaseFaultError(f"unsupported operation {req.operation}")
+            result = _dispatch(fe.service, role, resource_id, op, req, args, environ)
+            action = codec.response_action(op)
+    except WaitFor as wait:
+        return _long_poll(fe, req, principal, wait, environ)
     except Exception as exc:
-        if isinstance(exc, errors.WsnError):
-            invalid_log.info("%s on %s: %s", exc.fault_name, req.operation, exc.description)
-        return _fault(fe, exc, req.version, req.addressing.message_id, legacy)
+        return _failed(fe, req, exc, legacy)
     finally:
         PRINCIPAL.reset(bound)
+    return _answer(req, result, action, legacy)
+
+
+def _answer(
+    req: SoapRequest,
+    result: etree._Element | Spliced | None,
+    action: str | None,
+    legacy: tuple[Legacy, str] | None = None,
+) -> Reply:
     if result is None:  # one-way
         return Reply(202, b"", _DEFAULT_CONTENT_TYPE)
-    if legacy is not None:
+    if legacy is not None:  # answered in the older wire format the request came in
         answer = legacy[0].response(result)
         element = answer.element if isinstance(answer, Spliced) else answer
         legacy_action = legacy[0].action(str(element.tag))
@@ -228,9 +270,53 @@ def soap_post(
             req.version, answer, action=legacy_action, relates_to=req.addressing.message_id
         )
         return Reply(200, data, content_type_for(req.version, legacy_action))
-    action = codec.response_action(op)
     data = envelope_bytes(req.version, result, action=action, relates_to=req.addressing.message_id)
     return Reply(200, data, content_type_for(req.version, action))
+
+
+def _failed(
+    fe: Frontend, req: SoapRequest, exc: Exception, legacy: tuple[Legacy, str] | None = None
+) -> Reply:
+    if isinstance(exc, errors.WsnError):
+        invalid_log.info("%s on %s: %s", exc.fault_name, req.operation, exc.description)
+    return _fault(fe, exc, req.version, req.addressing.message_id, legacy)
+
+
+def _long_poll(
+    fe: Frontend,
+    req: SoapRequest,
+    principal: Principal,
+    wait: WaitFor,
+    environ: Mapping[str, Any] | None,
+) -> Reply:
+    """Retry ``wait`` on the poller until it answers (or its deadline passes); without
+    this thread when the server can park the request."""
+
+    request_id = environ.get("wsnmom.request_id") if environ is not None else None
+
+    def attempt(final: bool) -> Reply | None:
+        # on the poller's thread: as the caller, logging with the request's id
+        bound = PRINCIPAL.set(principal)
+        try:
+            with bound_request_id(request_id):
+                found = wait.attempt(final)
+                if found is None:
+                    return None
+                return _answer(req, *found)
+        except Exception as exc:
+            with bound_request_id(request_id):
+                return _failed(fe, req, exc)
+        finally:
+            PRINCIPAL.reset(bound)
+
+    poll: Poll[Reply] = Poll(attempt, wait.deadline, request_id=request_id)
+    park = environ.get(PARK) if environ is not None else None
+    if park is None:
+        return fe.poller.wait(poll)
+    poller = fe.poller
+    poll.begin = lambda: poller.add(poll)
+    park(poll)  # raises Parked: the server answers poll.reply later
+    raise AssertionError("the park function returned")  # pragma: no cover
 
 
 def _unauthorized(fe: Frontend, version: SoapVersion | None, relates_to: str | None) -> Reply:

@@ -22,6 +22,7 @@ nothing about the exception (it is logged instead).
 
 from __future__ import annotations
 
+import copy
 import logging
 import re
 from collections.abc import Iterable
@@ -85,7 +86,11 @@ class InternalError(WsnError):
 
 
 def fault_action(error: WsnError) -> str:
-    """The wsa:Action of the fault message for ``error``."""
+    """The wsa:Action of the fault message for ``error`` (one of its own, when it names
+    one: ONVIF's PullMessagesFaultResponse)."""
+    own: str | None = getattr(error, "fault_action", None)
+    if own:
+        return own
     if error.namespace in (WSNT, WSNBR):
         return WSN_FAULT_ACTION
     return WSRF_FAULT_ACTION
@@ -146,6 +151,9 @@ def fault_detail(
             known = [p for p, u in PREFIXES.items() if u == ns]
             nsmap[known[0] if known else f"q{len(nsmap)}"] = ns
     el = etree.Element(qname(error.namespace, error.fault_name), nsmap=cast(Any, nsmap))
+    # elements a fault type puts first (ONVIF's PullMessagesFaultResponse: its maxima)
+    for leading in getattr(error, "detail_elements", ()):
+        el.append(copy.deepcopy(leading))
     etree.SubElement(el, qname(WSRF_BF, "Timestamp")).text = xsd_datetime(now)
     if originator is not None:
         _epr(el, qname(WSRF_BF, "Originator"), originator)

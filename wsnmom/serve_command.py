@@ -265,8 +265,10 @@ def _http_server(
         return _TlsServer(create_tls_server(app, sockets, settings, guard))
     import waitress
 
+    from wsnmom import parking
+
     c = settings.connections
-    return waitress.create_server(
+    server = waitress.create_server(
         app,
         sockets=[guard.wrap(s) for s in sockets],
         threads=settings.threads,
@@ -278,6 +280,8 @@ def _http_server(
         asyncore_use_poll=True,
         channel_timeout=max(c.idle_timeout, c.header_timeout, c.body_timeout) or 120,
     )
+    parking.install(server)  # long polls wait without a worker thread
+    return server
 
 
 def _run(settings: Settings, debug: bool) -> None:

@@ -18,7 +18,7 @@ from wsnmom.topic_mapping import CONCRETE
 
 from tests.support.waiting import wait_until
 
-from .conftest import note, simple, sub_req
+from .conftest import concrete, full, note, simple, sub_req
 
 
 def texts(messages: list[Any]) -> list[str]:
@@ -291,3 +291,44 @@ def test_named_pull_points_are_one_per_name_and_owner(service: BrokerService) ->
         assert alices.id != a.id and alices.owner == "alice"
         assert service.create_pull_point(CreatePullPointRequest(name="a")).id == alices.id
     assert service.create_pull_point(CreatePullPointRequest(name="a")).id == a.id
+
+
+def test_renew_sets_a_pull_points_termination_time(make_broker: Any) -> None:
+    """ONVIF's Renew of a pull-point subscription renews its pull point with it."""
+    b = make_broker(termination__maximum=timedelta(hours=2))
+    service: BrokerService = b.service
+    pp = service.create_pull_point(CreatePullPointRequest(timedelta(minutes=1)))
+    renewed = service.renew_pull_point(pp.id, timedelta(minutes=30))
+    assert renewed.termination_time == b.clock() + timedelta(minutes=30)
+    assert service.get_pull_point(pp.id).termination_time == renewed.termination_time
+    stored = service.store.get_pull_point(pp.id)
+    assert stored is not None and stored.termination_time == renewed.termination_time
+    with pytest.raises(errors.UnacceptableTerminationTime):
+        service.renew_pull_point(pp.id, None)
+    with pytest.raises(errors.UnacceptableTerminationTime):
+        service.renew_pull_point(pp.id, timedelta(hours=3))  # beyond termination.maximum
+    assert service.get_pull_point(pp.id).termination_time == renewed.termination_time
+    with pytest.raises(errors.ResourceUnknown):
+        service.renew_pull_point("nope", timedelta(minutes=1))
+
+
+def test_synchronize_puts_the_current_messages_of_the_subscriptions_topics_again(
+    service: BrokerService,
+) -> None:
+    """ONVIF's SetSynchronizationPoint: the current message of every topic the feeding
+    subscription selects, and of no other, goes into its pull point again."""
+    service.notify([note("<m>a-old</m>", simple("t:a")), note("<m>a</m>", simple("t:a"))])
+    service.notify([note("<m>b</m>", concrete("t:a/b"))])
+    service.notify([note("<m>other</m>", simple("t:other"))])
+    pp = service.create_pull_point(CreatePullPointRequest())
+    sub = service.subscribe(sub_req(service.pull_point_address(pp.id), topic=full("t:a//.")))
+    assert service.get_messages(pp.id, None) == []
+    assert service.synchronize(sub.id) == 2
+    got = drain(service, pp.id, 2)
+    assert sorted(texts(got)) == ["a", "b"]
+    push = service.subscribe(sub_req(topic=simple("t:a")))
+    with pytest.raises(errors.ResourceUnknown, match="does not feed a pull point"):
+        service.synchronize(push.id)
+    service.destroy_pull_point(pp.id)
+    with pytest.raises(errors.ResourceUnknown):
+        service.synchronize(sub.id)

@@ -220,6 +220,17 @@ class FakeService:
         self.get_pull_point(pid)
         del self.pps[pid]
 
+    def renew_pull_point(self, pid: str, termination: Any) -> PullPoint:
+        pp = self.get_pull_point(pid)
+        pp.termination_time = self._termination(
+            termination, False, errors.UnacceptableTerminationTime
+        )
+        return pp
+
+    def synchronize(self, sid: str) -> int:
+        self.get_subscription(sid)
+        return 0
+
     def notify_pull_point(self, pid: str, messages: Sequence[InboundNotification]) -> None:
         self.get_pull_point(pid)
         for m in messages:

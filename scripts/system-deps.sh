@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Installs the Debian packages the integration tests start locally (RabbitMQ, Mosquitto,
-# PostgreSQL, wrk), the headless browser the admin page test drives (Chromium and its
+# PostgreSQL, HAProxy, wrk), the headless browser the admin page test drives (Chromium and its
 # chromedriver), and a Java runtime for the Spark bridge's tests (PySpark 4 needs Java 17 or 21).
 # Does nothing when they are present; needs root (or sudo) when something is missing.
 set -euo pipefail
-packages=(rabbitmq-server mosquitto postgresql wrk chromium chromium-driver)
+packages=(rabbitmq-server mosquitto postgresql haproxy wrk chromium chromium-driver)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -25,3 +25,4 @@ DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recomme
 $sudo service rabbitmq-server stop >/dev/null 2>&1 || true
 $sudo service mosquitto stop >/dev/null 2>&1 || true
 $sudo service postgresql stop >/dev/null 2>&1 || true
+$sudo service haproxy stop >/dev/null 2>&1 || true

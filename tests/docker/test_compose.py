@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import shlex
+import subprocess
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,8 @@ from typing import Any
 import pytest
 import yaml
 from wsnmom.core.config import OTHER_VARIABLES, env_name, load_settings, setting_names
+
+from tests.fixtures.haproxy import require_haproxy
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKER = ROOT / "docker"
@@ -28,6 +31,14 @@ PROFILES: dict[str, dict[str, str | None]] = {
     "kafka": {"gateway-kafka": None, "kafka": r"apache/kafka:\d[\w.-]*"},
     "mosquitto": {"gateway-mosquitto": None, "mosquitto": r"eclipse-mosquitto:\d[\w.-]*"},
     "postgres": {"postgres": r"postgres:\d[\w.-]*"},
+    "ha": {
+        "gateway-ha-1": None,
+        "gateway-ha-2": None,
+        "gateway-ha-3": None,
+        "rabbitmq": r"rabbitmq:3\.13[\w.-]*-management",
+        "postgres": r"postgres:\d[\w.-]*",
+        "haproxy": r"haproxy:\d[\w.-]*",
+    },
     "spark": {"spark-master": "docker/spark.Dockerfile", "spark-worker": "docker/spark.Dockerfile"},
 }
 _PORT = re.compile(
@@ -172,8 +183,52 @@ def test_gateway_environment_is_made_of_known_settings(services: dict[str, dict[
         assert f"@{middleware}:" in settings.adapter_url or f"//{middleware}:" in (
             settings.adapter_url
         ), (name, settings.adapter_url)
-        published = int(gateway["ports"][0].split(":")[0])
+        # a gateway of the `ha` cluster publishes no port: clients reach the balancer
+        ports = gateway.get("ports") or services["haproxy"]["ports"]
+        published = int(ports[0].split(":")[0])
         assert settings.public_url == f"http://localhost:{published}"
+
+
+def test_the_ha_cluster_shares_store_middleware_and_public_url(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    """One broker: the same store (PostgreSQL), middleware and public URL; an instance id
+    and a data directory each; only the balancer publishes a port."""
+    gateways = {n: s for n, s in _gateways(services).items() if "ha" in s["profiles"]}
+    assert set(gateways) == {"gateway-ha-1", "gateway-ha-2", "gateway-ha-3"}
+    shared = ("WSNMOM_ADAPTER_URL", "WSNMOM_STORE_URL", "WSNMOM_PUBLIC_URL")
+    env = {n: g["environment"] for n, g in gateways.items()}
+    assert len({tuple(e[k] for k in shared) for e in env.values()}) == 1
+    assert {e["WSNMOM_CLUSTER__INSTANCE_ID"] for e in env.values()} == set(gateways)
+    assert len({tuple(g["volumes"]) for g in gateways.values()}) == 3
+    assert all("ports" not in g for g in gateways.values())
+    store = next(iter(env.values()))["WSNMOM_STORE_URL"]
+    pg = services["postgres"]["environment"]
+    assert store == (
+        f"postgresql://{pg['POSTGRES_USER']}:{pg['POSTGRES_PASSWORD']}@postgres:5432/"
+        f"{pg['POSTGRES_DB']}"
+    )
+    assert set(services["haproxy"]["depends_on"]) == set(gateways)
+
+
+def test_the_balancer_configuration_is_valid_and_names_the_ha_gateways(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    """``haproxy -c`` (HAProxy from Debian) accepts docker/haproxy/haproxy.cfg, whose
+    backend is exactly the `ha` gateways on their container port."""
+    binary = require_haproxy()
+    (mount,) = [v for v in services["haproxy"]["volumes"] if v.startswith("./")]
+    source, target = mount.split(":")[:2]
+    assert target == "/usr/local/etc/haproxy/haproxy.cfg"
+    config = DOCKER / source
+    checked = subprocess.run(
+        [binary, "-c", "-f", str(config)], capture_output=True, text=True, timeout=30
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    servers = re.findall(r"^\s*server (\S+) (\S+) check", config.read_text(), re.MULTILINE)
+    names = {n for n, s in services.items() if n.startswith("gateway-ha-")}
+    assert {(n, f"{n}:8080") for n in names} == set(servers)
+    assert "option httpchk GET /readyz" in config.read_text()
 
 
 def test_rabbitmq_credentials_match_the_gateway(services: dict[str, dict[str, Any]]) -> None:

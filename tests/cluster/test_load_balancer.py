@@ -1,0 +1,106 @@
+"""Two gateway instances behind a plain load balancer (HAProxy from Debian, round-robin,
+health-checked with ``/readyz``), the way issue 23 runs them: the cluster's ``public_url`` is
+the balancer's address, clients know nothing else, and every operation works through it —
+whichever instance each request lands on.  When one instance is killed, the balancer
+stops sending to it and everything goes on through the other, with nothing lost."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from datetime import timedelta
+from urllib.parse import urlsplit
+
+import pytest
+import requests
+
+from tests.cluster.conftest import INSTANCE, Cluster
+from tests.cluster.test_failover import numbers
+from tests.fixtures.haproxy import HaproxyNode, require_haproxy
+from tests.fixtures.server import ConsumerServer
+from tests.support.waiting import wait_until
+from wsnmom.client import WsnClient
+from wsnmom.client.resources import PullPoint
+
+pytestmark = [pytest.mark.rabbitmq, pytest.mark.e2e, pytest.mark.slow]
+
+TOPIC = "{urn:cluster}balanced"
+
+
+@pytest.fixture
+def balanced(cluster: Callable[..., Cluster]) -> Iterator[tuple[Cluster, HaproxyNode]]:
+    """Two instances, and HAProxy listening on their public URL."""
+    require_haproxy()
+    c = cluster(2)
+    port = urlsplit(c.public_url).port
+    assert port is not None
+    node = HaproxyNode([g.port for g in c.gateways], port=port)
+    node.start()
+    try:
+        yield c, node
+    finally:
+        node.cleanup()
+
+
+def answered_by(url: str, count: int) -> list[str]:
+    """Which instance answered each of ``count`` requests to ``url``."""
+    return [requests.get(url, timeout=5).headers[INSTANCE] for _ in range(count)]
+
+
+def test_every_operation_through_the_balancer_and_an_instance_lost_behind_it(
+    balanced: tuple[Cluster, HaproxyNode], consumer: ConsumerServer
+) -> None:
+    c, lb = balanced
+    broker = c.public_url + "/wsn/broker"
+    # round-robin: both instances answer
+    wait_until(
+        lambda: set(answered_by(c.public_url + "/readyz", 4)) == {"g0", "g1"},
+        15,
+        what="the balancer to send to both instances",
+    )
+    with WsnClient(broker) as client:
+        sub = client.subscribe(consumer.address(), TOPIC)
+        assert sub.address.startswith(c.public_url)  # references name the balancer only
+        pp = client.create_pull_point()
+        feeder = client.subscribe(pp.address, TOPIC)
+        for i in range(6):  # Notifies land on both instances
+            client.notify(f"<n>{i}</n>", TOPIC)
+        wait_until(lambda: numbers(consumer) >= set(range(6)), 20, what="6 deliveries")
+        got: list[int] = []
+        wait_until(drained(pp, got, 6), 20, what="the pull point's 6 messages, via the balancer")
+        sub.renew(timedelta(minutes=30))
+        sub.pause()
+        sub.resume()
+        # one instance dies; the balancer's health check takes it out
+        victim = c.gateways[0]
+        assert victim.process is not None
+        victim.process.kill()
+        victim.process.wait(10)
+        wait_until(
+            lambda: set(answered_by(c.public_url + "/healthz", 6)) == {"g1"},
+            15,
+            what="the balancer to send only to the surviving instance",
+        )
+        # everything made through the balancer still works through it
+        for i in range(6, 12):
+            client.notify(f"<n>{i}</n>", TOPIC)
+        wait_until(
+            lambda: numbers(consumer) >= set(range(12)),
+            30,
+            what="the deliveries after the loss of an instance",
+        )
+        wait_until(drained(pp, got, 12), 30, what="the pull point's messages after the loss")
+        feeder.unsubscribe()
+        pp.destroy()
+        sub.unsubscribe()
+        assert lb.running
+
+
+def drained(pull_point: PullPoint, got: list[int], total: int) -> Callable[[], bool]:
+    """A condition: one GetMessages from ``pull_point`` added to ``got``, which then holds
+    the numbers ``0 .. total - 1`` exactly once each."""
+
+    def step() -> bool:
+        got.extend(int(m.payload_xml[3:-4]) for m in pull_point.get_messages(10))
+        return sorted(got) == list(range(total))
+
+    return step

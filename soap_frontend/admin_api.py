@@ -344,6 +344,11 @@ def _detail(service: BrokerPort, subscription_id: str) -> dict[str, Any] | None:
     data = status_json(status)
     data["pending"] = status.backlog
     data["attempts"] = attempts_json(status.delivery)
+    try:
+        letters = service.dead_letters()
+    except errors.WsnError:  # the middleware does not answer: the rest of the page does
+        letters = []
+    data["dead_letters"] = [d.summary() for d in letters if d.subscription_id == subscription_id]
     return data
 
 

@@ -260,6 +260,21 @@ def _detail(doc: Any, subscription_id: str, d: dict[str, Any] | None) -> None:
                 ("wrap", a["error"] or ""),
             ],
         )
+    letters = _tbody(doc, "detail-dead-letters")
+    for dl in d.get("dead_letters") or []:
+        _row(
+            letters,
+            dl["id"],
+            [
+                ("", dl["time"] or ""),
+                ("", dl["reason"]),
+                ("num", _number(dl["attempts"])),
+                ("wrap", dl["topic"] or ""),
+                ("wrap", dl["last_error"] or ""),
+                ("", dl["id"]),
+            ],
+            id=dl["id"],
+        )
 
 
 def _peek(doc: Any, peek: dict[str, Any]) -> None:

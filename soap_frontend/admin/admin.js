@@ -183,6 +183,15 @@
       el("td", { class: "num" }, number(a.messages)),
       el("td", { class: "wrap" }, a.error || ""))));
     if (!attempts.children.length) attempts.append(el("tr", {}, el("td", { colSpan: 4, class: "muted" }, "no delivery attempt since the gateway started")));
+    const letters = $("detail-dead-letters").querySelector("tbody");
+    letters.replaceChildren(...(body.dead_letters || []).map((d) => el("tr", { "data-id": d.id },
+      el("td", {}, when(d.time)),
+      el("td", {}, d.reason),
+      el("td", { class: "num" }, number(d.attempts)),
+      el("td", { class: "wrap" }, el("code", {}, d.topic || "")),
+      el("td", { class: "wrap" }, d.last_error || ""),
+      el("td", {}, shortId(d.id)))));
+    if (!letters.children.length) letters.append(el("tr", {}, el("td", { colSpan: 6, class: "muted" }, "none")));
   }
 
   // the first waiting messages, not consumed: /admin?subscription=ID, ?pull_point=ID or

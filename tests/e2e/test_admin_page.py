@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,8 +26,10 @@ import lxml.html
 import pytest
 import requests
 
-from tests.fixtures.server import RunningServer
+from tests.e2e.conftest import Wsn
+from tests.fixtures.server import ConsumerServer, RunningServer
 from tests.support.ports import closed_port
+from tests.support.soap import WSNMOM
 from tests.support.waiting import wait_until
 from wsnmom.client import NotificationConsumer, WsnClient
 
@@ -323,7 +326,10 @@ def test_subscriptions_are_searched_and_paged_by_the_gateway(
     wait_until(what="a first refresh", check=lambda: _refreshes(web) >= 1)
     web.find_element(By.ID, "sub-search").send_keys(tag)
     wait_until(what="the first page", check=lambda: _text(web, "#sub-page") == "1 to 100 of 105")
-    assert len(web.find_elements(By.CSS_SELECTOR, "#subscriptions tbody tr")) == 100
+    wait_until(  # the label and the rows are two updates of the page
+        what="100 rows",
+        check=lambda: len(web.find_elements(By.CSS_SELECTOR, "#subscriptions tbody tr")) == 100,
+    )
     Select(web.find_element(By.ID, "sub-sort")).select_by_value("consumer")
     wait_until(
         what="sorted by consumer",
@@ -331,8 +337,17 @@ def test_subscriptions_are_searched_and_paged_by_the_gateway(
     )
     web.find_element(By.ID, "sub-next").click()
     wait_until(what="the second page", check=lambda: _text(web, "#sub-page") == "101 to 105 of 105")
-    rows = web.find_elements(By.CSS_SELECTOR, "#subscriptions tbody tr")
-    assert [r.get_attribute("data-id") for r in rows] == [s.id for s in subs[100:]]
+    expected = [s.id for s in subs[100:]]
+    wait_until(
+        what="the second page's rows",
+        check=lambda: (
+            web.execute_script(
+                "return Array.from(document.querySelectorAll('#subscriptions tbody tr'))"
+                ".map((r) => r.dataset.id)"
+            )
+            == expected
+        ),
+    )
     search = web.find_element(By.ID, "sub-search")
     search.send_keys("/104")
     wait_until(what="one match", check=lambda: _text(web, "#sub-page") == "1 to 1 of 1")
@@ -387,6 +402,47 @@ def test_dead_letters_are_listed_replayed_and_purged_from_the_page(
     assert _api(open_gateway, "/dead-letters")["count"] == 0
     consumer.close()
     client.close()
+
+
+def test_a_subscriptions_page_lists_its_dead_letters(
+    open_gateway: RunningServer, chromium: Any, consumer: ConsumerServer
+) -> None:
+    """A consumer's final status (``wsnmom:DeliveryPolicy/FinalStatuses``) sends a message
+    straight to the dead letters and the subscription goes on: its page lists that dead
+    letter, served filled in and after the script's refresh, and no other."""
+    from selenium.webdriver.common.by import By
+
+    web = chromium
+    consumer.mode, consumer.error_status = "error", 410
+    wsn = Wsn(open_gateway, f"urn:test:{uuid.uuid4().hex[:12]}")
+    policy = (
+        f'<wsnmom:DeliveryPolicy xmlns:wsnmom="{WSNMOM}">'
+        "<wsnmom:FinalStatuses>410</wsnmom:FinalStatuses></wsnmom:DeliveryPolicy>"
+    )
+    sub = wsn.subscribe(consumer.address("/gone"), "tns:final", policy=policy)
+    other = wsn.subscribe(consumer.address("/other"), "tns:final", policy=policy)
+    wsn.notify(("tns:final", "<n>gone</n>"))
+
+    def own() -> list[dict[str, Any]]:
+        return [
+            d
+            for d in _api(open_gateway, "/dead-letters")["dead_letters"]
+            if d["subscription"] == sub.id
+        ]
+
+    [letter] = wait_until(own, 30, what="the subscription's dead letter")
+    assert letter["reason"] == "final-status"
+    assert [d["id"] for d in _api(open_gateway, f"/subscriptions/{sub.id}")["dead_letters"]] == [
+        letter["id"]
+    ]
+    web.get(open_gateway.base_url + f"/admin?subscription={sub.id}&refresh=0")
+    row = f'#detail-dead-letters tr[data-id="{letter["id"]}"]'
+    assert "final-status" in _text(web, row)
+    wait_until(what="a first refresh", check=lambda: _refreshes(web) >= 1)
+    assert "final-status" in _text(web, row)
+    assert len(web.find_elements(By.CSS_SELECTOR, "#detail-dead-letters tr[data-id]")) == 1
+    for s in (sub, other):
+        wsn.post(s.address, "<wsnt:Unsubscribe/>").ok()
 
 
 def test_an_admin_signs_in_and_acts(

@@ -177,3 +177,194 @@ def test_a_pull_point_made_through_another_instance_is_loaded_at_subscribe(
     assert loads == []
     publish(service, "<m>1</m>")
     assert pull_all(service, pp, 1) == [b"<m>1</m>"]
+
+
+# -- Subscribe's refusals and what it records ------------------------------------------------
+def test_unrecognised_policies_are_named_in_the_fault(service: BrokerService) -> None:
+    with pytest.raises(errors.UnrecognizedPolicyRequest) as info:
+        service.subscribe(sub_req(A, unsupported_policy=("{urn:x}Rate", "{urn:x}Burst")))
+    assert info.value.policies == ("{urn:x}Rate", "{urn:x}Burst")  # type: ignore[attr-defined]
+    assert "{urn:x}Rate, {urn:x}Burst" in str(info.value)
+    assert service.registry.subscriptions == {}
+
+
+def test_the_dead_letter_destination_is_recorded_when_given(service: BrokerService) -> None:
+    given = service.subscribe(sub_req(A, topic=simple("t:a"), dead_letters=" audit-1 "))
+    assert given.dead_letters == "audit-1"
+    assert service.get_subscription(given.id).dead_letters == "audit-1"
+    stored = service.store.get_subscription(given.id)
+    assert stored is not None and stored.dead_letters == "audit-1"
+    plain = service.subscribe(sub_req(A, topic=simple("t:a")))
+    assert plain.dead_letters is None  # the gateway's destination
+    with pytest.raises(errors.SubscribeCreationFailed, match="wsnmom:DeadLetters"):
+        service.subscribe(sub_req(A, topic=simple("t:a"), dead_letters="no spaces"))
+
+
+def test_a_subscription_end_topic_inside_the_notify_acl_is_accepted(
+    service: BrokerService,
+) -> None:
+    from wsnmom.core.access import Principal, bound_principal
+    from wsnmom.topic_mapping.model import DEEP, PathPattern
+
+    from .conftest import concrete
+
+    sensors = Principal(
+        "sensor-app",
+        subscribe=(PathPattern(NS, ("sensors", DEEP)),),
+        notify=(PathPattern(NS, ("sensors", "ends")),),
+        method="basic",
+    )
+    with bound_principal(sensors):
+        sub = service.subscribe(
+            sub_req(A, topic=simple("t:sensors"), subscription_end_topic=concrete("t:sensors/ends"))
+        )
+        with pytest.raises(errors.NotificationRefused):
+            service.subscribe(
+                sub_req(A, topic=simple("t:sensors"), subscription_end_topic=simple("t:ends"))
+            )
+    assert sub.subscription_end_topic == concrete("t:sensors/ends")
+
+
+@pytest.mark.parametrize(
+    ("address", "fault", "shown"),
+    [
+        (
+            "http://user:secret@10.1.2.3:8080/c",
+            errors.ConsumerAddressRefused,
+            "http://user:***@10.1.2.3:8080/c",
+        ),
+        ("http://no-such-host.test/c", errors.SubscribeCreationFailed, "http://no-such-host.test/c"),
+    ],
+    ids=["refused", "temporary"],
+)
+def test_a_refused_consumer_address_is_named_redacted(
+    make_broker: Callable[..., Broker], address: str, fault: type[Exception], shown: str
+) -> None:
+    def resolver(host: str, port: int) -> list[str]:
+        raise OSError("temporary failure in name resolution")
+
+    service = make_broker(
+        outbound__deny=["10.0.0.0/8"], outbound__allow=[], resolver=resolver
+    ).service
+    with pytest.raises(errors.SubscribeCreationFailed) as info:
+        service.subscribe(sub_req(address, topic=simple("t:a")))
+    assert type(info.value) is fault
+    # the fault names the address, its password hidden
+    assert str(info.value).startswith(f"consumer address {shown!r} refused: ")
+    assert service.registry.subscriptions == {}
+
+
+def test_use_raw_is_kept_for_consumers_and_ignored_for_pull_points(
+    service: BrokerService, outbound: RecordingOutbound
+) -> None:
+    raw = service.subscribe(sub_req(A, topic=simple("t:a"), use_raw=True))
+    wrapped = service.subscribe(sub_req(B, topic=simple("t:a")))
+    assert (raw.use_raw, wrapped.use_raw) == (True, False)
+    pp = new_pp(service)
+    fed = feed(service, pp, use_raw=True)
+    assert service.get_subscription(fed).use_raw is False  # PP-10: NotificationMessages
+    publish(service, "<m>1</m>")
+    assert [c.use_raw for c in _calls(outbound, A, 1)] == [True]
+    assert [c.use_raw for c in _calls(outbound, B, 1)] == [False]
+    got = service.get_messages(pp, None) or pull_messages(service, pp, 1)
+    assert got[0].subscription_reference is not None  # wrapped: it names its subscription
+
+
+def _calls(outbound: RecordingOutbound, address: str, n: int) -> list[Any]:
+    outbound.wait_messages(address, n)
+    with outbound.cond:
+        return [c for c in outbound.delivered if c.address == address]
+
+
+def pull_messages(service: BrokerService, pp_id: str, n: int) -> list[Any]:
+    out: list[Any] = []
+
+    def enough() -> bool:
+        out.extend(service.get_messages(pp_id, None))
+        return len(out) >= n
+
+    wait_until(enough, what=f"{n} message(s) at pull point {pp_id}")
+    return out
+
+
+# -- the lost count ----------------------------------------------------------------------------
+def test_the_lost_count_is_what_retention_deleted_unread(
+    make_broker: Callable[..., Broker], outbound: RecordingOutbound
+) -> None:
+    service = make_broker(
+        adapter_url="filelog://{tmp}/log?partitions=1&retention=5", limits__max_age=None
+    ).service
+    sub = service.subscribe(sub_req(A, topic=simple("t:a")))
+    assert service.get_subscription(sub.id).messages_lost == 0
+    service.pause(sub.id)
+    publish(service, *[f"<m>{i}</m>" for i in range(12)])
+    service.resume(sub.id)
+    outbound.wait_messages(A, 5)
+    publish(service, "<sentinel/>")  # the barrier: nothing else comes before it
+    got = outbound.wait_messages(A, 6)
+    assert [d.message.payload for d in got][-1] == SENTINEL
+    assert [d.message.payload for d in got][:-1] == [f"<m>{i}</m>".encode() for i in range(7, 12)]
+    assert service.get_subscription(sub.id).messages_lost == 7
+
+
+def test_a_subscription_without_a_durable_subscription_lost_nothing(
+    service: BrokerService,
+) -> None:
+    pp = new_pp(service)
+    routed = feed(service, pp)
+    assert service.registry.subscriptions[routed].handle is None  # routed at publish time
+    assert service.get_subscription(routed).messages_lost == 0
+    queued = service.subscribe(sub_req(A, topic=simple("t:a")))
+    assert service.get_subscription(queued.id).messages_lost == 0
+
+
+# -- Renew and Unsubscribe -------------------------------------------------------------------
+def test_renew_sets_the_new_time_and_needs_one(service: BrokerService, clock: FakeClock) -> None:
+    sub = service.subscribe(sub_req(A, topic=simple("t:a")))
+    renewed = service.subscriptions.renew(sub.id, timedelta(minutes=7))  # valid by default
+    assert renewed.termination_time == clock() + timedelta(minutes=7)
+    assert service.get_subscription(sub.id).termination_time == clock() + timedelta(minutes=7)
+    stored = service.store.get_subscription(sub.id)
+    assert stored is not None and stored.termination_time == clock() + timedelta(minutes=7)
+    with pytest.raises(errors.UnacceptableTerminationTime, match="needs a TerminationTime"):
+        service.renew(sub.id, None)
+    with pytest.raises(errors.UnacceptableTerminationTime, match="empty or not"):
+        service.renew(sub.id, timedelta(minutes=9), invalid=True)
+    assert service.get_subscription(sub.id).termination_time == clock() + timedelta(minutes=7)
+
+
+@pytest.mark.parametrize(
+    ("raised", "fault"),
+    [
+        (AdapterError("the queue is locked"), errors.UnableToDestroySubscription),
+        ("unavailable", errors.ResourceUnavailable),
+    ],
+    ids=["refused", "unavailable"],
+)
+def test_unsubscribe_the_middleware_refuses(
+    broker: Broker, monkeypatch: pytest.MonkeyPatch, raised: Any, fault: type[Exception]
+) -> None:
+    from wsnmom.core.adapter import AdapterUnavailable
+
+    service = broker.service
+    assert service is not None
+    sub = service.subscribe(sub_req(A, topic=simple("t:a")))
+    error = AdapterUnavailable("the middleware is down") if raised == "unavailable" else raised
+
+    def refuse(name: str) -> None:
+        raise error
+
+    monkeypatch.setattr(broker.adapter, "delete_subscription", refuse)
+    with pytest.raises(errors.WsnError) as info:
+        service.unsubscribe(sub.id)
+    assert type(info.value) is fault
+
+
+def test_unsubscribe_deletes_the_durable_subscription(broker: Broker) -> None:
+    service = broker.service
+    assert service is not None and broker.adapter is not None
+    sub = service.subscribe(sub_req(A, topic=simple("t:a")))
+    assert sub.id in broker.adapter.subscription_names()
+    service.unsubscribe(sub.id)
+    assert sub.id not in broker.adapter.subscription_names()
+    assert service.store.get_subscription(sub.id) is None

@@ -368,3 +368,197 @@ def test_unsubscribe_deletes_the_durable_subscription(broker: Broker) -> None:
     service.unsubscribe(sub.id)
     assert sub.id not in broker.adapter.subscription_names()
     assert service.store.get_subscription(sub.id) is None
+
+
+# -- Pause and Resume ------------------------------------------------------------------------
+def test_pause_and_resume_are_recorded(broker: Broker) -> None:
+    service = broker.service
+    assert service is not None
+    sub = service.subscribe(sub_req(A, topic=simple("t:a")))
+    service.pause(sub.id)
+    assert service.get_subscription(sub.id).state is SubscriptionState.PAUSED
+    stored = service.store.get_subscription(sub.id)
+    assert stored is not None and stored.state is SubscriptionState.PAUSED
+    service.resume(sub.id)
+    assert service.get_subscription(sub.id).state is SubscriptionState.ACTIVE
+    stored = service.store.get_subscription(sub.id)
+    assert stored is not None and stored.state is SubscriptionState.ACTIVE
+    service = broker.restart()
+    assert service.get_subscription(sub.id).state is SubscriptionState.ACTIVE
+
+
+def test_a_routed_subscription_stays_routed_when_its_pause_is_refused(
+    broker: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Pausing a subscription routed at publish time gives it a durable subscription; when
+    the middleware refuses one, the pause fails and the subscription is as it was."""
+    service = broker.service
+    assert service is not None
+    pp = new_pp(service)
+    sub = feed(service, pp)
+
+    def refuse(spec: Any) -> Any:
+        raise AdapterError("no more queues")
+
+    monkeypatch.setattr(broker.adapter, "subscription", refuse)
+    with pytest.raises(errors.PauseFailed):
+        service.pause(sub)
+    state = service.registry.subscriptions[sub]
+    assert state.direct and not state.record.queued
+    assert state.record.state is SubscriptionState.ACTIVE
+    stored = service.store.get_subscription(sub)
+    assert stored is not None and not stored.queued and stored.state is SubscriptionState.ACTIVE
+    publish(service, "<m>still routed</m>")
+    assert pull_all(service, pp, 1) == [b"<m>still routed</m>"]
+
+
+def test_a_paused_fed_subscription_holds_back_until_resumed(
+    make_broker: Callable[..., Broker],
+) -> None:
+    """On a log, a subscription feeding a pull point is read by the pull point itself:
+    Pause stops that feed, Resume starts it again."""
+    service = make_broker(adapter_url=FILELOG, limits__max_age=None).service
+    assert service is not None
+    pp, witness_pp = new_pp(service), new_pp(service)
+    sub = feed(service, pp)
+    feed(service, witness_pp)  # the barrier
+    service.pause(sub)
+    publish(service, "<m>1</m>", "<sentinel/>")
+    assert pull_all(service, witness_pp, 2) == [b"<m>1</m>", SENTINEL]
+    assert service.get_messages(pp, None) == []
+    service.resume(sub)
+    assert pull_all(service, pp, 2) == [b"<m>1</m>", SENTINEL]
+
+
+def test_resume_reopens_a_subscription_whose_reopening_failed_at_start_up(
+    broker: Broker, outbound: RecordingOutbound, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from wsnmom.adapters.embedded.adapter import EmbeddedAdapter
+
+    service = broker.service
+    assert service is not None
+    sub = service.subscribe(sub_req(A, topic=simple("t:a")))
+    service.pause(sub.id)
+    publish(service, "<m>0</m>", "<m>1</m>")
+    wait_until(lambda: service.subscription_status(sub.id).waiting == 2)
+    original = EmbeddedAdapter.subscription
+
+    def refuse_it(self: EmbeddedAdapter, spec: Any) -> Any:
+        if spec.name == sub.id:
+            raise AdapterError("cannot open it now")
+        return original(self, spec)
+
+    monkeypatch.setattr(EmbeddedAdapter, "subscription", refuse_it)
+    service = broker.restart()
+    state = service.registry.subscriptions[sub.id]  # kept, without its delivery
+    assert state.handle is None and service.engine.channel(sub.id) is None
+    with pytest.raises(errors.ResumeFailed):
+        service.resume(sub.id)
+    assert service.get_subscription(sub.id).state is SubscriptionState.PAUSED
+    monkeypatch.setattr(EmbeddedAdapter, "subscription", original)
+    service.resume(sub.id)
+    assert service.get_subscription(sub.id).state is SubscriptionState.ACTIVE
+    publish(service, "<sentinel/>")
+    got = outbound.wait_messages(A, 3)
+    assert [d.message.payload for d in got] == [b"<m>0</m>", b"<m>1</m>", SENTINEL]
+
+
+# -- purges ----------------------------------------------------------------------------------
+def test_purging_a_paused_subscription_leaves_it_paused(
+    service: BrokerService, outbound: RecordingOutbound
+) -> None:
+    sub = service.subscribe(sub_req(A, topic=simple("t:a")))
+    service.pause(sub.id)
+    publish(service, "<m>0</m>", "<m>1</m>", "<m>2</m>")
+    wait_until(lambda: service.subscription_status(sub.id).waiting == 3)
+    assert service.purge_subscription(sub.id) == 3
+    service.subscribe(sub_req(WITNESS, topic=simple("t:a")))
+    publish(service, "<after/>", "<sentinel/>")
+    outbound.wait_messages(WITNESS, 2)
+    assert outbound.messages_to(A) == []  # still paused
+    assert service.get_subscription(sub.id).state is SubscriptionState.PAUSED
+    service.resume(sub.id)
+    got = outbound.wait_messages(A, 2)
+    assert [d.message.payload for d in got] == [b"<after/>", SENTINEL]
+
+
+def test_purging_a_delivering_subscription_drops_the_batch_it_retries(
+    service: BrokerService, outbound: RecordingOutbound
+) -> None:
+    outbound.down.add(A)
+    sub = service.subscribe(sub_req(A, topic=simple("t:a")))
+    publish(service, "<m>0</m>", "<m>1</m>")
+    assert outbound.wait(lambda: any(c.address == A for c in outbound.attempts))
+    dropped = service.purge_subscription(sub.id)
+    assert dropped == 2  # the batch held for a retry went back and was dropped
+    outbound.down.discard(A)
+    publish(service, "<sentinel/>")
+    got = outbound.wait_messages(A, 1)
+    assert [d.message.payload for d in got] == [SENTINEL]
+    delivery = service.subscription_status(sub.id).delivery
+    assert delivery is not None and delivery.active
+
+
+def test_a_routed_subscription_has_nothing_of_its_own_to_purge(service: BrokerService) -> None:
+    pp = new_pp(service)
+    sub = feed(service, pp)
+    publish(service, "<m>0</m>")
+    assert service.purge_subscription(sub) == 0
+    assert pull_all(service, pp, 1) == [b"<m>0</m>"]  # what reached the pull point stays
+
+
+def test_purging_a_fed_subscription_drops_what_waits_in_it(
+    make_broker: Callable[..., Broker],
+) -> None:
+    service = make_broker(adapter_url=FILELOG, limits__max_age=None).service
+    assert service is not None
+    pp, witness_pp = new_pp(service), new_pp(service)
+    sub = feed(service, pp)
+    feed(service, witness_pp)  # the barrier
+    service.pause(sub)
+    publish(service, "<m>0</m>", "<m>1</m>", "<m>2</m>")
+    assert len(pull_all(service, witness_pp, 3)) == 3
+    assert service.purge_subscription(sub) == 3
+    service.resume(sub)
+    publish(service, "<sentinel/>")
+    assert pull_all(service, pp, 1) == [SENTINEL]
+
+
+# -- SubscriptionEnd and demand ----------------------------------------------------------------
+def test_a_filter_no_longer_valid_after_a_restart_ends_with_subscription_end(
+    make_broker: Callable[..., Broker], outbound: RecordingOutbound
+) -> None:
+    """The restored subscription never got a live end topic: SubscriptionEnd works it out."""
+    known = [Topic(NS, ("a",)), Topic(NS, ("ends",))]
+    broker = make_broker(lambda: TopicSet(topics=known, fixed=True))
+    service = broker.service
+    assert service is not None
+    service.subscribe(sub_req(WITNESS, topic=simple("t:ends")))
+    sub = service.subscribe(
+        sub_req(A, topic=simple("t:a"), subscription_end_topic=simple("t:ends"))
+    )
+    known.remove(Topic(NS, ("a",)))  # the topic set of the next start has no t:a
+    service = broker.restart()
+    got = outbound.wait_messages(WITNESS, 1)
+    end = etree.fromstring(got[0].message.payload)
+    assert end.tag.endswith("SubscriptionEnd")
+    assert service.subscription_address(sub.id) in "".join(end.itertext())
+    assert "filter no longer valid" in "".join(end.itertext())
+    assert sub.id not in service.registry.subscriptions
+
+
+def test_demand_sees_the_topic_filters_of_active_unexpired_subscriptions(
+    service: BrokerService, clock: FakeClock
+) -> None:
+    service.subscribe(sub_req(A, topic=simple("t:a")))
+    service.subscribe(sub_req(A))  # every topic
+    paused = service.subscribe(sub_req(A, topic=simple("t:paused")))
+    service.pause(paused.id)
+    service.subscribe(
+        sub_req(A, topic=simple("t:short"), initial_termination_time=timedelta(seconds=30))
+    )
+    texts = [f.text if f is not None else None for f in service.subscriptions.active_topic_filters()]
+    assert sorted(texts, key=str) == [None, "t:a", "t:short"]
+    clock.advance(seconds=31)  # expired, not swept yet
+    texts = [f.text if f is not None else None for f in service.subscriptions.active_topic_filters()]
+    assert sorted(texts, key=str) == [None, "t:a"]

@@ -233,7 +233,11 @@ def test_a_subscription_end_topic_inside_the_notify_acl_is_accepted(
             errors.ConsumerAddressRefused,
             "http://user:***@10.1.2.3:8080/c",
         ),
-        ("http://no-such-host.test/c", errors.SubscribeCreationFailed, "http://no-such-host.test/c"),
+        (
+            "http://no-such-host.test/c",
+            errors.SubscribeCreationFailed,
+            "http://no-such-host.test/c",
+        ),
     ],
     ids=["refused", "temporary"],
 )
@@ -557,8 +561,12 @@ def test_demand_sees_the_topic_filters_of_active_unexpired_subscriptions(
     service.subscribe(
         sub_req(A, topic=simple("t:short"), initial_termination_time=timedelta(seconds=30))
     )
-    texts = [f.text if f is not None else None for f in service.subscriptions.active_topic_filters()]
+    texts = [
+        f.text if f is not None else None for f in service.subscriptions.active_topic_filters()
+    ]
     assert sorted(texts, key=str) == [None, "t:a", "t:short"]
     clock.advance(seconds=31)  # expired, not swept yet
-    texts = [f.text if f is not None else None for f in service.subscriptions.active_topic_filters()]
+    texts = [
+        f.text if f is not None else None for f in service.subscriptions.active_topic_filters()
+    ]
     assert sorted(texts, key=str) == [None, "t:a"]

@@ -391,6 +391,28 @@ def test_pause_and_resume_are_recorded(broker: Broker) -> None:
     assert service.get_subscription(sub.id).state is SubscriptionState.ACTIVE
 
 
+def test_resume_goes_on_with_the_same_delivery(
+    service: BrokerService, outbound: RecordingOutbound
+) -> None:
+    """Resume restarts the subscription's delivery channel rather than opening another:
+    what the operator sees (delivered count) goes on across a pause."""
+    sub = service.subscribe(sub_req(A, topic=simple("t:a")))
+    publish(service, "<m>0</m>", "<m>1</m>")
+    outbound.wait_messages(A, 2)
+    service.pause(sub.id)
+    channel = service.engine.channel(sub.id)
+    service.resume(sub.id)
+    assert service.engine.channel(sub.id) is channel
+    publish(service, "<m>2</m>")
+    outbound.wait_messages(A, 3)
+    wait_until(
+        lambda: (
+            (d := service.subscription_status(sub.id).delivery) is not None and d.delivered == 3
+        ),
+        what="3 delivered in the subscription's status",
+    )
+
+
 def test_a_routed_subscription_stays_routed_when_its_pause_is_refused(
     broker: Broker, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -498,6 +498,8 @@ def test_purging_a_paused_subscription_leaves_it_paused(
     publish(service, "<m>0</m>", "<m>1</m>", "<m>2</m>")
     wait_until(lambda: service.subscription_status(sub.id).waiting == 3)
     assert service.purge_subscription(sub.id) == 3
+    delivery = service.subscription_status(sub.id).delivery
+    assert delivery is not None and not delivery.active  # not restarted by the purge
     service.subscribe(sub_req(WITNESS, topic=simple("t:a")))
     publish(service, "<after/>", "<sentinel/>")
     outbound.wait_messages(WITNESS, 2)

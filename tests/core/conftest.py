@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.support.waiting import wait_until
 from wsnmom.adapters.embedded.adapter import EmbeddedAdapter
 from wsnmom.core.config import Settings
 from wsnmom.core.model import (
@@ -30,6 +29,8 @@ from wsnmom.core.service import BrokerService
 from wsnmom.core.store import SqliteStore
 from wsnmom.topic_mapping.dialects import CONCRETE, FULL, SIMPLE
 from wsnmom.topic_mapping.namespaces import TopicSet
+
+from tests.support.waiting import wait_until
 
 NS = "urn:test:topics"
 NSMAP = {"t": NS}

@@ -105,6 +105,7 @@ def longest_first(items: list[pytest.Item], known: dict[str, float]) -> list[pyt
     return sorted(items, key=lambda item: (-units[work_unit(item.nodeid)], work_unit(item.nodeid)))
 
 
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist: optional without it
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """``--dist loadfile`` with :func:`work_unit` as the unit (a module, or a directory
     that one worker runs whole)."""

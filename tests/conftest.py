@@ -1,6 +1,8 @@
 """Shared pytest configuration: fixture modules are plugins so every test folder sees them."""
 
 import importlib.util
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -67,7 +69,65 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
 SLOW_TIMEOUT = 600
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+#: the seconds each test module took (``scripts/test_durations.py`` writes it)
+DURATIONS = Path(__file__).with_name("durations.json")
+#: seconds per test of a module ``durations.json`` does not know
+UNKNOWN_TEST_SECONDS = 0.5
+#: directories whose modules one pytest-xdist worker runs together: every module of
+#: tests/spark_bridge needs the worker's SparkSession, a JVM of its own (tens of seconds of
+#: CPU to start, then hundreds of MB), which two workers would both start
+ONE_WORKER_DIRECTORIES = ("tests/spark_bridge/",)
+
+
+def work_unit(nodeid: str) -> str:
+    """What one pytest-xdist worker runs as a whole (``make test``: ``--dist loadfile``): a
+    test module, or a directory of :data:`ONE_WORKER_DIRECTORIES`."""
+    module = nodeid.split("::", 1)[0]
+    for directory in ONE_WORKER_DIRECTORIES:
+        if module.startswith(directory):
+            return directory.rstrip("/")
+    return module
+
+
+def longest_first(items: list[pytest.Item], known: dict[str, float]) -> list[pytest.Item]:
+    """``items`` with whole work units (:func:`work_unit`) ordered by their expected
+    seconds, longest first, each unit's tests kept in their order.  A module's seconds
+    come from ``known`` or, when it is not there, ``UNKNOWN_TEST_SECONDS`` a test; ties in
+    the units' path order (every worker must collect the same order)."""
+    modules: dict[str, list[pytest.Item]] = {}
+    for item in items:
+        modules.setdefault(item.nodeid.split("::", 1)[0], []).append(item)
+    units: dict[str, float] = {}
+    for module, tests in modules.items():
+        seconds = known.get(module, UNKNOWN_TEST_SECONDS * len(tests))
+        unit = work_unit(module)
+        units[unit] = units.get(unit, 0.0) + seconds
+    return sorted(items, key=lambda item: (-units[work_unit(item.nodeid)], work_unit(item.nodeid)))
+
+
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist: optional without it
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadfile`` with :func:`work_unit` as the unit (a module, or a directory
+    that one worker runs whole)."""
+    if config.getoption("dist", "no") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class WorkUnitScheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return work_unit(nodeid)
+
+    return WorkUnitScheduling(config, log)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if item.get_closest_marker("slow") and not item.get_closest_marker("timeout"):
             item.add_marker(pytest.mark.timeout(SLOW_TIMEOUT))
+    # On pytest-xdist workers (``make test``: ``--dist loadfile --no-loadscope-reorder``),
+    # the work units are handed out in this order, so the longest start first and the two
+    # workers finish together.  xdist's own order (most tests first) put modules of few
+    # long tests (Spark, broker restarts, clusters) last, where one worker ran them alone.
+    if hasattr(config, "workerinput") and DURATIONS.is_file():
+        known = json.loads(DURATIONS.read_text())
+        items[:] = longest_first(items, {str(k): float(v) for k, v in known.items()})

@@ -77,8 +77,8 @@ def _own_vhost(rabbitmq_url: str, rabbitmq_broker: Any) -> Iterator[str]:
     try:
         yield urlunsplit(urlsplit(rabbitmq_url)._replace(path="/" + quote(name, safe="")))
     finally:
-        with contextlib.suppress(Exception):
-            node.rabbitmqctl("delete_vhost", name)
+        with contextlib.suppress(Exception):  # nothing waits for the clean-up
+            node.rabbitmqctl_in_background("delete_vhost", name)
 
 
 @pytest.fixture

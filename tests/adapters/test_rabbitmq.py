@@ -172,8 +172,8 @@ class TestConfiguration:
                 a.open()
             assert a.ping() is False
             assert a.available() is False
-            with pytest.raises(PublishFailed):
-                a.publish(message(Topic("urn:x", ("a",)), b"<x/>"))
+            with pytest.raises(PublishFailed):  # within its timeout (default 10 s)
+                a.publish(message(Topic("urn:x", ("a",)), b"<x/>"), timeout=1.0)
         finally:
             a.close()
 

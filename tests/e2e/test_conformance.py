@@ -4,7 +4,6 @@ frontend's transport answers, and zeep on our WSDL — all against the running g
 
 from __future__ import annotations
 
-import time
 from datetime import UTC, datetime, timedelta
 
 import isodate
@@ -555,11 +554,21 @@ def test_subscription_survives_restart(
 ) -> None:
     sub = wsn.subscribe(consumer.address())
     _, pp = wsn.create_pull_point()
-    wsn.subscribe(pp)
+    into_pp = wsn.subscribe(pp)
     wsn.notify(("tns:myTopic", "<before/>"))
     consumer.wait_for_messages(1)
-    wait_until(lambda: True)
-    time.sleep(0.3)
+
+    def settled(subscription_id: str) -> bool:
+        """The subscription delivered a message and holds none unsettled (a routed one,
+        with no delivery channel, was settled when the Notify was answered)."""
+        url = f"{wsnmom_server.base_url}/wsn/admin/api/subscriptions/{subscription_id}"
+        delivery = requests.get(url, timeout=10).json()["delivery"]
+        return delivery is None or (delivery["delivered"] >= 1 and delivery["held"] == 0)
+
+    # <before/> is acknowledged at the middleware (not redelivered after the restart) on
+    # both subscriptions before the gateway stops
+    wait_until(lambda: settled(sub.id), what="<before/> settled for the consumer")
+    wait_until(lambda: settled(into_pp.id), what="<before/> settled into the pull point")
     wsnmom_server.restart()
     wsn.notify(("tns:myTopic", "<after/>"))
     msgs = consumer.wait_for_messages(2, timeout=10)

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+import requests
 from lxml import etree
 
 pytest.importorskip("confluent_kafka")
@@ -147,7 +148,13 @@ def test_broker_outage_faults_fast_then_delivers_everything_acknowledged(
             wsn.notify(("tns:outage", f'<n xmlns="urn:n">{i}</n>'))
             acked.append(str(i))
         node.pause()
-        time.sleep(3.5)  # the health probe notices within health_interval + health_timeout
+        # the health probe notices within health_interval + health_timeout
+        overview = f"{server.base_url}/wsn/admin/api/overview?limit=1"
+        wait_until(
+            lambda: requests.get(overview, timeout=10).json()["health"]["available"] is False,
+            10,
+            what="the gateway to notice that its broker does not answer",
+        )
         started = time.monotonic()
         answer = wsn.post(
             wsn.broker,

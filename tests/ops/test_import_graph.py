@@ -10,6 +10,7 @@ one at the top of a module; imports under ``if TYPE_CHECKING:`` never run and ar
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -161,6 +162,22 @@ def test_the_soap_frontend_reaches_the_broker_through_its_port() -> None:
     for name, deps in _imports_under("wsnmom.soap_frontend").items():
         assert "wsnmom.core.service" not in deps, name
         assert not any(d.startswith("wsnmom.adapters") for d in deps), name
+
+
+def test_the_frontend_imports_the_core_modules_architecture_md_names_and_no_other() -> None:
+    text = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    section = text[text.index("### What the frontend shares with core") :]
+    section = section[: section.index("\n#", 1)]
+    core = {n.removeprefix("wsnmom.core.") for n in MODULES if n.startswith("wsnmom.core.")}
+    listed = set(re.findall(r"`(\w+)`", section)) & core
+    used = {
+        d.removeprefix("wsnmom.core.")
+        for name, deps in _imports_under("wsnmom.soap_frontend").items()
+        for d in TYPED_GRAPH[name]
+        if d.startswith("wsnmom.core.")
+    }
+    assert used - listed == set(), "imported by the frontend, not named in architecture.md"
+    assert listed - used == set(), "named in architecture.md, not imported by the frontend"
 
 
 def test_the_spark_bridge_reaches_adapters_only_through_their_public_surfaces() -> None:

@@ -2,9 +2,9 @@
 receives to a notification log (``spark_bridge.log``) before acknowledging it; the
 ``wsn_log`` source then reads the log by sequence number.
 
-The buffer is a *tap* of the MQTT adapter's own session (``wsnmom.adapters.mqtt``: its
-``Session``, ``MqttMapping``, ``wire`` and ``taps``), so it reads MQTT exactly as a gateway
-does:
+The buffer is a *tap* of the MQTT adapter's own session, used through the adapter's public
+surface (``wsnmom.adapters.mqtt.public``: its settings, taps and ``TapSession``), so it
+reads MQTT exactly as a gateway does:
 
 * **Persistent session, QoS 1, acknowledged after the append**: clean start false (MQTT
   3.1.1: clean session false) with a session expiry, QoS 1 subscriptions under a stable
@@ -28,9 +28,10 @@ Two ways to run it:
 * **standalone**, ``wsnmom spark-buffer`` (:class:`MqttBuffer`): a session of its own whose
   only consumer is the log; its state (client id, subscribed filters) is kept next to the
   log (``<log>.session/``);
-* **inside the gateway**, the MQTT adapter option ``spark_logs`` (:func:`log_taps`): the log
-  is one more consumer of the gateway's session, next to the subscriptions' queues, so
-  Spark reads exactly what the gateway receives without a second session.
+* **inside the gateway**, the MQTT adapter option ``spark_logs`` (:data:`LOG_TAPS`, which
+  the adapter's ``TAP_PROVIDERS`` names): the log is one more consumer of the gateway's
+  session, next to the subscriptions' queues, so Spark reads exactly what the gateway
+  receives without a second session.
 
 No pyspark here.
 """
@@ -47,17 +48,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from wsnmom.adapters.mqtt.config import MqttSettings, parse_settings
-from wsnmom.adapters.mqtt.mapping import MqttMapping
-from wsnmom.adapters.mqtt.session import Session
-from wsnmom.adapters.mqtt.state import SessionState
-from wsnmom.adapters.mqtt.taps import Arrival, Tap, Taps
+from wsnmom.adapters.mqtt.public import Arrival, MqttSettings, Tap, TapSession, parse_settings
 from wsnmom.core.adapter import HEADER_MESSAGE_ID
 
 from .log import Entry, NotificationLog
 from .selection import Compiled, Selection, parse_mapping
 
 __all__ = [
+    "LOG_TAPS",
     "BufferSettings",
     "LogAppender",
     "LogTapConfig",
@@ -221,6 +219,20 @@ def log_taps(options: Mapping[str, Mapping[str, Any]]) -> list[Tap]:
     return taps
 
 
+class _LogTaps:
+    """The provider of the ``spark_logs`` taps (``TapProvider`` of the MQTT adapter)."""
+
+    def check(self, value: Any) -> None:
+        parse_log_taps(value)
+
+    def taps(self, value: Any) -> list[Tap]:
+        return log_taps(value)
+
+
+#: what the MQTT adapter's ``TAP_PROVIDERS`` names for its option ``spark_logs``
+LOG_TAPS = _LogTaps()
+
+
 # -- standalone ---------------------------------------------------------------------------------
 
 
@@ -279,7 +291,6 @@ class MqttBuffer:
     def __init__(self, settings: BufferSettings) -> None:
         self.settings = settings
         self.mqtt = settings.mqtt_settings()
-        self.mapping = MqttMapping(self.mqtt.namespaces, self.mqtt.topic_prefix)
         tap, self.appender = _tap(
             "spark-buffer",
             settings.log_path,
@@ -288,13 +299,14 @@ class MqttBuffer:
             {"dedupe_window": settings.dedupe_window, "keep_seconds": settings.keep_seconds},
         )
         self.log = self.appender.log
+        try:
+            self.session = TapSession(self.mqtt, str(settings.log_path) + ".session", [tap])
+        except BaseException:
+            self.log.close()
+            raise
         #: the MQTT filters the session subscribes
-        self.filters = sorted(self.mapping.filters(tap.patterns))
-        self.state = SessionState(str(settings.log_path) + ".session")
-        self.client_id = self.state.settle_client_id(settings.client_id)
-        self.session = Session(
-            self.mqtt, self.client_id, None, self.mapping, self.state, Taps([tap])
-        )
+        self.filters = self.session.filters
+        self.client_id = self.session.client_id
         self._stop = threading.Event()
 
     @property
@@ -310,24 +322,19 @@ class MqttBuffer:
     @property
     def session_present(self) -> bool:
         """Whether the broker still had the buffer's session at the last connect."""
-        return self.session.link.session_present
+        return self.session.session_present
 
     def start(self) -> None:
         """Connect, subscribe and start appending; ``AdapterError`` (``AdapterUnavailable``
         when the broker does not answer within the session's timeouts)."""
         self._stop.clear()
-        try:
-            self.session.start(())
-        except BaseException:
-            self.state.close()
-            raise
+        self.session.start()
 
     def stop(self) -> None:
         """Append and acknowledge what arrived, then disconnect (the session stays on the
         broker, which queues for it)."""
         self._stop.set()
         self.session.stop()
-        self.state.close()
 
     def run(self) -> None:
         """Run until interrupted (SIGINT/SIGTERM through KeyboardInterrupt/SystemExit);

@@ -33,8 +33,7 @@ from itertools import accumulate, chain, compress
 from operator import itemgetter, methodcaller
 from typing import TYPE_CHECKING, Any
 
-from wsnmom.adapters.kafka.clients import CONTENT_TYPE_HEADERS
-from wsnmom.adapters.native import sniff_content_type
+from wsnmom.adapters.kafka.public import CONTENT_TYPE_HEADERS, sniff_content_type
 from wsnmom.core.adapter import (
     HEADER_MESSAGE_ID,
     HEADER_PRODUCER_REFERENCE,
@@ -57,7 +56,7 @@ from .schema import TopicVerdicts, arrow_schema
 
 if TYPE_CHECKING:
     import pyarrow as pa
-    from wsnmom.adapters.kafka.mapping import KafkaMapping
+    from wsnmom.adapters.kafka.public import KafkaMapping
 
 __all__ = ["KafkaRows", "RawHeaders", "collector_paused"]
 

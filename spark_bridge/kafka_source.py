@@ -1,7 +1,7 @@
 """``wsn_kafka``: the Kafka source of the bridge (Python Data Source API, confluent-kafka).
 
 The source reads the Kafka topics the gateway's Kafka adapter writes, with the adapter's own
-mapping (``wsnmom.adapters.kafka.mapping.KafkaMapping``, built from the same URL and
+mapping (``wsnmom.adapters.kafka.public.KafkaMapping``, built from the same URL and
 options): the Kafka topics that may carry the selected WS topics are read, each record gets
 the WS topic the gateway would give it, and the residual filter keeps exactly what a WS-N
 subscription with the same filter receives (gateway-published and natively produced
@@ -48,9 +48,14 @@ import uuid
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
-from wsnmom.adapters.kafka.config import KafkaSettings, parse_settings, redact_url
-from wsnmom.adapters.kafka.mapping import KafkaMapping
-from wsnmom.adapters.logbase.backend import LogRecord
+from wsnmom.adapters.kafka.public import (
+    KafkaMapping,
+    KafkaSettings,
+    LogRecord,
+    parse_settings,
+    records,
+)
+from wsnmom.core.redaction import redact_url
 
 from .options import SourceError, get_bool, get_float, get_json
 from .reader import EARLIEST, Backend, OffsetSource, RangePartition, RecordsMissing
@@ -282,11 +287,8 @@ class KafkaBackend(Backend):
 
     # -- records --------------------------------------------------------------------------
     def read(self, stream: str, start: int, end: int) -> Iterator[LogRecord]:
-        from wsnmom.adapters.kafka.clients import record_from_message
-
         for messages in self._messages(stream, start, end):
-            for message in messages:
-                yield record_from_message(message, self.mapping)
+            yield from records(messages, self.mapping)
 
     def batches(self, part: RangePartition, selection: CompiledFilter) -> Iterator[pa.RecordBatch]:
         """The accepted rows of one task, built column-wise from the consumed messages

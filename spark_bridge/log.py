@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from wsnmom.adapters.logbase.backend import LogRecord
+from wsnmom.adapters.logbase.public import LogRecord
 from wsnmom.topic_mapping.model import Topic
 
 __all__ = ["FORMAT", "Entry", "NotificationLog"]

@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
-from wsnmom.adapters.logbase.backend import LogRecord
+from wsnmom.adapters.logbase.public import LogRecord
 
 from .log import NotificationLog
 from .options import get_bool

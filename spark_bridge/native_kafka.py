@@ -27,7 +27,7 @@ from .options import BridgeError
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
-    from wsnmom.adapters.kafka.mapping import KafkaMapping
+    from wsnmom.adapters.kafka.public import KafkaMapping
     from wsnmom.topic_mapping.model import PathPattern
 
 __all__ = [

@@ -4,7 +4,7 @@ Classic and quorum queues forget a message once it is acknowledged, so Spark can
 them, and reading a WS-N subscription's queue would take messages from its subscriber.
 The bridge therefore declares its **own stream queue** (``x-queue-type: stream``) and
 binds it to the same exchanges with the same binding keys the gateway's RabbitMQ adapter
-uses for a subscription with the same filter (``wsnmom.adapters.rabbitmq.names``).  The
+uses for a subscription with the same filter (``wsnmom.adapters.rabbitmq.public``).  The
 stream keeps every message it was routed (until its retention removes them) and every
 message carries its position, so Spark reads exact offset ranges, again and again.
 
@@ -42,8 +42,13 @@ from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from wsnmom.adapters.logbase.backend import LogRecord
-from wsnmom.adapters.rabbitmq.names import DEFAULT_ALL_EXCHANGE, Binding, RabbitMQNames, headers_of
+from wsnmom.adapters.rabbitmq.public import (
+    DEFAULT_ALL_EXCHANGE,
+    Binding,
+    LogRecord,
+    RabbitMQNames,
+    headers_of,
+)
 from wsnmom.topic_mapping.errors import NameNotRepresentable
 
 from .options import SourceError, get_float, get_int, get_json, redact

@@ -45,7 +45,7 @@ from pyspark.sql.streaming.datasource import (
     ReadMaxRows,
     SupportsTriggerAvailableNow,
 )
-from wsnmom.adapters.logbase.backend import LogRecord
+from wsnmom.adapters.logbase.public import LogRecord
 
 from .options import SourceError, get_bool, get_int, get_json, lower_keys
 from .schema import DDL, RowBuilder

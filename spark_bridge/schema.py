@@ -38,7 +38,7 @@ from collections.abc import Iterator
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from wsnmom.adapters.logbase.backend import LogRecord
+from wsnmom.adapters.logbase.public import LogRecord
 from wsnmom.core.adapter import HEADER_MESSAGE_ID
 from wsnmom.core.codec import decode, is_internal_routing
 from wsnmom.core.filters import CompiledFilter

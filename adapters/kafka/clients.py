@@ -31,18 +31,23 @@ from wsnmom.adapters.logbase.backend import LogRecord
 from wsnmom.adapters.native import sniff_content_type
 from wsnmom.topic_mapping.model import Topic
 
-from .mapping import KafkaMapping
+from .mapping import CONTENT_TYPE_HEADERS, HEADER_CONTENT_TYPE, KafkaMapping
 
-__all__ = ["Health", "kafka_logger", "message_topic", "record_from_message", "record_from_parts"]
+__all__ = [
+    "CONTENT_TYPE_HEADERS",
+    "HEADER_CONTENT_TYPE",
+    "Health",
+    "kafka_logger",
+    "message_topic",
+    "record_from_message",
+    "record_from_parts",
+]
 
 log = logging.getLogger("wsnmom.adapters.kafka")
 
 #: librdkafka's own log lines (connection failures etc.)
 kafka_logger = logging.getLogger("wsnmom.adapters.kafka.librdkafka")
 
-#: record header carrying the body's media type (also read: Content-Type, contentType)
-HEADER_CONTENT_TYPE = "content-type"
-CONTENT_TYPE_HEADERS = (HEADER_CONTENT_TYPE, "Content-Type", "contentType")
 #: error codes that mean a connection or the whole cluster went away
 _DOWN = {KafkaError._ALL_BROKERS_DOWN}
 _LOST = {KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._RESOLVE}

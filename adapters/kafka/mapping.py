@@ -41,11 +41,20 @@ from wsnmom.topic_mapping.translate import (
 
 from .config import KafkaSettings
 
-__all__ = ["UNMAPPED_NAMESPACE", "Destination", "KafkaMapping"]
+__all__ = [
+    "CONTENT_TYPE_HEADERS",
+    "HEADER_CONTENT_TYPE",
+    "UNMAPPED_NAMESPACE",
+    "Destination",
+    "KafkaMapping",
+]
 
 #: routing namespace of a record that has no representable topic (internal, so nobody
 #: receives it unless they name it; the engine still advances past it)
 UNMAPPED_NAMESPACE = "urn:wsnmom:internal:unmapped"
+#: record header carrying the body's media type (also read: Content-Type, contentType)
+HEADER_CONTENT_TYPE = "content-type"
+CONTENT_TYPE_HEADERS = (HEADER_CONTENT_TYPE, "Content-Type", "contentType")
 _CACHE_LIMIT = 100_000
 #: longest legal Kafka topic name
 _MAX_NAME = KAFKA.max_length or 249

@@ -118,6 +118,7 @@ from wsnmom.topic_mapping.syntax import MQTT
 
 from . import node as nodes
 from .config import MqttSettings, parse_settings
+from .taps import tap_provider
 from .wire import metadata
 
 __all__ = ["MqttAdapter", "MqttHandle"]
@@ -175,11 +176,8 @@ class MqttAdapter(Adapter):
                 "option data_dir (wsnmom serve passes its data directory)"
             )
         if self.settings.spark_logs:
-            # the Spark bridge reads them; imported only when a gateway keeps such logs
-            from wsnmom.spark_bridge.buffer import parse_log_taps
-
             try:
-                parse_log_taps(self.settings.spark_logs)
+                tap_provider("spark_logs").check(self.settings.spark_logs)
             except ValueError as exc:
                 raise AdapterOptionError(f"bad MQTT adapter option spark_logs: {exc}") from exc
         self.capabilities = self._capabilities()

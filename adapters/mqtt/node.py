@@ -30,7 +30,7 @@ from .mapping import MqttMapping
 from .publisher import Publisher
 from .session import Session
 from .state import SessionState
-from .taps import Taps
+from .taps import Taps, tap_provider
 
 __all__ = ["Node", "acquire", "release"]
 
@@ -97,10 +97,7 @@ def _taps(settings: MqttSettings) -> Taps:
     """The session's taps: the Spark bridge's buffer logs named by ``spark_logs``."""
     if not settings.spark_logs:
         return Taps()
-    # the bridge's log writer, imported only when a gateway is told to keep such logs
-    from wsnmom.spark_bridge.buffer import log_taps
-
-    return Taps(log_taps(settings.spark_logs))
+    return Taps(tap_provider("spark_logs").taps(settings.spark_logs))
 
 
 _nodes: dict[str, Node] = {}

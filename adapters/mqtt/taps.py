@@ -11,9 +11,12 @@ more, and the broker keeps queueing for it.  A batch a sink stored but whose PUB
 sent (a crash in between) comes again, with the MQTT DUP flag set: sinks deduplicate.
 
 The session itself may have no queue store at all: then its taps are its only consumers
-(the Spark bridge's standalone buffer ``wsnmom spark-buffer``).  Inside a gateway the
-adapter option ``spark_logs`` makes the Spark bridge's buffer logs taps of the gateway's
-session (``wsnmom.spark_bridge.buffer.log_taps``).
+(the Spark bridge's standalone buffer ``wsnmom spark-buffer``, through
+:class:`.standalone.TapSession`).  Inside a gateway an adapter option can add taps to the
+gateway's session: ``spark_logs`` makes the Spark bridge's buffer logs taps.  Such options
+are listed in :data:`TAP_PROVIDERS` with the object that turns their value into taps, named
+rather than imported: the provider depends on this adapter's public surface
+(:mod:`.public`), the adapter never on the provider.
 
 Taps carry what the session made of a message: the MQTT topic name, the routing topic (the
 adapter's mapping), the body, the MQTT 5 user properties as headers and the content type
@@ -22,15 +25,17 @@ adapter's mapping), the body, the MQTT 5 user properties as headers and the cont
 
 from __future__ import annotations
 
+import importlib
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 from wsnmom.core.adapter import OutboundMessage, is_internal_namespace
 from wsnmom.topic_mapping.model import PathPattern, Topic
 
-__all__ = ["Arrival", "Tap", "Taps"]
+__all__ = ["TAP_PROVIDERS", "Arrival", "Sink", "Tap", "TapProvider", "Taps", "tap_provider"]
 
 log = logging.getLogger("wsnmom.adapters.mqtt")
 
@@ -138,3 +143,27 @@ class Taps:
                     tap.close()
                 except Exception:
                     log.exception("MQTT session: closing tap %s failed", tap.name)
+
+
+class TapProvider(Protocol):
+    """What an adapter option in :data:`TAP_PROVIDERS` names: it checks the option's value
+    and makes the taps of it."""
+
+    def check(self, value: Any) -> None:
+        """Raise ValueError for a value the provider refuses; opens nothing."""
+
+    def taps(self, value: Any) -> list[Tap]:
+        """The taps ``value`` describes (ValueError for a value the provider refuses)."""
+
+
+#: adapter options that add taps to a gateway's session -> the provider of those taps,
+#: ``"module:object"`` (a :class:`TapProvider`), imported only when the option is given
+TAP_PROVIDERS: Mapping[str, str] = {"spark_logs": "wsnmom.spark_bridge.buffer:LOG_TAPS"}
+
+
+def tap_provider(option: str) -> TapProvider:
+    """The provider of the taps of adapter option ``option`` (a key of
+    :data:`TAP_PROVIDERS`)."""
+    module, _, name = TAP_PROVIDERS[option].partition(":")
+    provider: TapProvider = getattr(importlib.import_module(module), name)
+    return provider

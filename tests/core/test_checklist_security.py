@@ -1,4 +1,4 @@
-"""Checklist §12 at service level: resource EPRs are capabilities (SEC-01), so every
+"""docs/conformance.md §12 at service level: resource EPRs are capabilities (SEC-01), so every
 subscription, pull point and registration id is a fresh 128-bit random value."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""Checklist §5.3, §5.11-§5.12, §10 and §11 over HTTP: GetCurrentMessage, RegisterPublisher
-and DestroyRegistration, broker and registration resource properties, Notify from
-unregistered publishers and on new topics.
+"""docs/conformance.md §5.3, §5.11-§5.12, §10 and §11 over HTTP: GetCurrentMessage,
+RegisterPublisher and DestroyRegistration, broker and registration resource properties,
+Notify from unregistered publishers and on new topics.
 
 Each test names the rule ids it proves; ``docs/conformance.md`` maps them back."""
 

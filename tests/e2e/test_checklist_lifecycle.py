@@ -1,4 +1,4 @@
-"""Checklist §5.4-§5.10, §9 over HTTP: Renew, Unsubscribe, Pause/Resume, termination
+"""docs/conformance.md §5.4-§5.10 and §9 over HTTP: Renew, Unsubscribe, Pause/Resume, termination
 during a pause, WSRL immediate termination of the exposed resources, pull points
 (GetMessages, DestroyPullPoint, CreatePullPoint).
 

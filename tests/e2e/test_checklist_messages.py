@@ -1,4 +1,4 @@
-"""Checklist §1-§4 and §13-§14 over HTTP: the wsa:Action of every response and fault
+"""docs/conformance.md §1-§4 and §14 over HTTP: the wsa:Action of every response and fault
 (GEN-02, GEN-05 and the per-operation action rules), WS-BaseFaults content (GEN-01, GEN-03),
 the answer-or-fault rule (GEN-06), tolerance of ##other extensions (GEN-10) and the action
 aliases §14 settles (CreatePullPoint example URIs, derived NotificationBroker actions).

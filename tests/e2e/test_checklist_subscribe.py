@@ -1,5 +1,5 @@
-"""Checklist §5.2, §6, §7 and §8 over HTTP: Subscribe semantics, filters, policy and UseRaw,
-initial termination time, notification metadata and raw delivery.
+"""docs/conformance.md §5.2, §6, §7 and §8 over HTTP: Subscribe semantics, filters,
+policy and UseRaw, initial termination time, notification metadata and raw delivery.
 
 Each test names the rule ids it proves; ``docs/conformance.md`` maps them back."""
 

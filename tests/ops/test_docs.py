@@ -41,6 +41,22 @@ def test_documentation_cites_nothing_outside_the_repository(doc: Path) -> None:
     assert hits == []
 
 
+#: sections of documents the repository does not hold, as code comments used to cite them
+_UNHELD_SECTION = re.compile(r"\b(?:architecture|checklist) §", re.IGNORECASE)
+_CODE = ["core", "topic_mapping", "soap_frontend", "adapters", "wsnmom", "spark_bridge", "tests"]
+
+
+def test_code_comments_cite_no_section_of_a_document_outside_the_repository() -> None:
+    hits = [
+        f"{path.relative_to(ROOT)}:{n}: {line.strip()}"
+        for folder in _CODE
+        for path in sorted((ROOT / folder).rglob("*.py"))
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if _UNHELD_SECTION.search(line) and path != Path(__file__)
+    ]
+    assert hits == []
+
+
 def _rule_rows() -> dict[str, str]:
     rows = {}
     for line in CONFORMANCE.read_text().splitlines():

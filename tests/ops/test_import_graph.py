@@ -1,6 +1,7 @@
 """The import graph of the wsnmom package: no import cycles, and the layers keep to their
 side (core knows no SOAP and no middleware, topic_mapping is pure, the SOAP frontend
-reaches the broker only through ``core.ports.BrokerPort``).
+reaches the broker only through ``core.ports.BrokerPort``, the Spark bridge reaches the
+adapters only through their public surfaces and no adapter imports the bridge).
 
 The graph is read from the sources (``ast``), so an import inside a function counts like
 one at the top of a module; imports under ``if TYPE_CHECKING:`` never run and are left out.
@@ -9,6 +10,7 @@ one at the top of a module; imports under ``if TYPE_CHECKING:`` never run and ar
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,6 +21,7 @@ PACKAGES = {
     "wsnmom.topic_mapping": ROOT / "topic_mapping",
     "wsnmom.soap_frontend": ROOT / "soap_frontend",
     "wsnmom.adapters": ROOT / "adapters",
+    "wsnmom.spark_bridge": ROOT / "spark_bridge",
     "wsnmom": ROOT / "wsnmom",
 }
 
@@ -37,12 +40,13 @@ def _modules() -> dict[str, Path]:
 MODULES = _modules()
 
 
-def _runtime_imports(name: str, path: Path) -> Iterator[str]:
-    """Every wsnmom module ``name`` imports when it runs (functions included)."""
+def _runtime_imports(name: str, path: Path, *, typing: bool = False) -> Iterator[str]:
+    """Every wsnmom module ``name`` imports when it runs (functions included); with
+    ``typing``, those it imports for type checking only too."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
     skipped: set[int] = set()
     for node in ast.walk(tree):
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+        if not typing and isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
             skipped.update(id(n) for n in ast.walk(node))
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     for node in ast.walk(tree):
@@ -66,6 +70,20 @@ def _runtime_imports(name: str, path: Path) -> Iterator[str]:
 
 
 GRAPH = {name: set(_runtime_imports(name, path)) for name, path in MODULES.items()}
+#: the same with the imports made for type checking only
+TYPED_GRAPH = {
+    name: set(_runtime_imports(name, path, typing=True)) for name, path in MODULES.items()
+}
+
+#: what adapters offer code outside the gateway (the Spark bridge): one module each
+PUBLIC_SURFACES = frozenset(
+    {
+        "wsnmom.adapters.kafka.public",
+        "wsnmom.adapters.logbase.public",
+        "wsnmom.adapters.mqtt.public",
+        "wsnmom.adapters.rabbitmq.public",
+    }
+)
 
 
 def _cycles() -> list[list[str]]:
@@ -113,6 +131,12 @@ def test_no_import_cycles() -> None:
     assert _cycles() == []
 
 
+def test_the_spark_bridge_is_in_the_graph() -> None:
+    assert "wsnmom.adapters.mqtt.public" in GRAPH["wsnmom.spark_bridge.buffer"]
+    assert "wsnmom.adapters.kafka.public" in TYPED_GRAPH["wsnmom.spark_bridge.native_kafka"]
+    assert "wsnmom.adapters.kafka.public" not in GRAPH["wsnmom.spark_bridge.native_kafka"]
+
+
 def _imports_under(prefix: str) -> dict[str, set[str]]:
     return {n: deps for n, deps in GRAPH.items() if n == prefix or n.startswith(prefix + ".")}
 
@@ -138,3 +162,34 @@ def test_the_soap_frontend_reaches_the_broker_through_its_port() -> None:
     for name, deps in _imports_under("wsnmom.soap_frontend").items():
         assert "wsnmom.core.service" not in deps, name
         assert not any(d.startswith("wsnmom.adapters") for d in deps), name
+
+
+def test_the_frontend_imports_the_core_modules_architecture_md_names_and_no_other() -> None:
+    text = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    section = text[text.index("### What the frontend shares with core") :]
+    section = section[: section.index("\n#", 1)]
+    core = {n.removeprefix("wsnmom.core.") for n in MODULES if n.startswith("wsnmom.core.")}
+    listed = set(re.findall(r"`(\w+)`", section)) & core
+    used = {
+        d.removeprefix("wsnmom.core.")
+        for name, deps in _imports_under("wsnmom.soap_frontend").items()
+        for d in TYPED_GRAPH[name]
+        if d.startswith("wsnmom.core.")
+    }
+    assert used - listed == set(), "imported by the frontend, not named in architecture.md"
+    assert listed - used == set(), "named in architecture.md, not imported by the frontend"
+
+
+def test_the_spark_bridge_reaches_adapters_only_through_their_public_surfaces() -> None:
+    assert all(surface in MODULES for surface in PUBLIC_SURFACES)
+    for name, deps in TYPED_GRAPH.items():
+        if not name.startswith("wsnmom.spark_bridge"):
+            continue
+        inside = {d for d in deps if d.startswith("wsnmom.adapters") and d not in PUBLIC_SURFACES}
+        assert not inside, f"{name} imports adapter internals {sorted(inside)}"
+
+
+def test_no_adapter_imports_the_spark_bridge() -> None:
+    for name in _imports_under("wsnmom.adapters"):
+        bridge = {d for d in TYPED_GRAPH[name] if d.startswith("wsnmom.spark_bridge")}
+        assert not bridge, f"{name} imports {sorted(bridge)}"

@@ -79,7 +79,7 @@ def test_crash_between_append_and_puback_appends_nothing_twice(
     client_id = f"buf-{uuid.uuid4().hex[:8]}"
     buffer = MqttBuffer(settings(mqtt_url, path, client_id))
     acked: list[int] = []
-    buffer.session.link.client.ack = lambda mid, qos: acked.append(mid)  # type: ignore[method-assign]
+    buffer.session.session.link.client.ack = lambda mid, qos: acked.append(mid)  # type: ignore[method-assign]
     buffer.start()
     for i in range(6):  # as the gateway publishes: with a message id
         mqtt_publisher.publish(
@@ -111,7 +111,7 @@ def test_a_failed_append_is_retried_and_nothing_is_acknowledged_before(
 ) -> None:
     path = tmp_path / "mqtt.sqlite"
     buffer = MqttBuffer(settings(mqtt_url, path, f"buf-{uuid.uuid4().hex[:8]}"))
-    client = buffer.session.link.client
+    client = buffer.session.session.link.client
     acked: list[int] = []
     send_ack = client.ack
     client.ack = lambda mid, qos: (acked.append(mid), send_ack(mid, qos))[1]  # type: ignore[method-assign]
@@ -135,7 +135,7 @@ def test_a_failed_append_is_retried_and_nothing_is_acknowledged_before(
     finally:
         buffer.stop()
     assert acked_at_failure == [0, 0]
-    assert buffer.session.taps.failures == 2
+    assert buffer.session.tap_failures == 2
 
 
 def test_spark_buffer_command_runs_until_terminated(

@@ -14,7 +14,7 @@ pytest.importorskip("pyspark")
 from wsnmom.adapters.kafka.config import parse_settings
 from wsnmom.adapters.kafka.mapping import KafkaMapping
 from wsnmom.adapters.mqtt.mapping import MqttMapping
-from wsnmom.spark_bridge.buffer import parse_log_taps
+from wsnmom.spark_bridge.buffer import LOG_TAPS, parse_log_taps
 from wsnmom.spark_bridge.columns import xpath_text
 from wsnmom.spark_bridge.native_kafka import pin_implementations, topic_regex
 from wsnmom.spark_bridge.options import BridgeError, SourceError
@@ -152,6 +152,30 @@ def test_log_taps_of_the_mqtt_adapter_option() -> None:
         parse_log_taps({"x": {"path": "x", "root": "a"}})
     with pytest.raises(SelectionError, match="InvalidTopicExpression"):
         parse_log_taps({"x": {"path": "x", "topic": "q:a"}})
+
+
+def test_the_mqtt_adapter_finds_the_log_taps_by_the_name_it_keeps(tmp_path: Path) -> None:
+    from wsnmom.adapters.mqtt.public import TAP_PROVIDERS
+    from wsnmom.adapters.mqtt.taps import tap_provider
+
+    assert set(TAP_PROVIDERS) == {"spark_logs"}
+    provider = tap_provider("spark_logs")
+    assert provider is LOG_TAPS
+    path = tmp_path / "logs" / "p.sqlite"
+    options = {"plant": {"path": str(path), "topic": "p:a//c", "namespaces": {"p": "urn:plant"}}}
+    provider.check(options)
+    assert not path.parent.exists()  # checking opens nothing
+    with pytest.raises(ValueError, match="path"):
+        provider.check({"x": {"topic": "p:a", "namespaces": "p=urn:plant"}})
+    (tap,) = provider.taps(options)
+    try:
+        assert tap.name == "spark-log:plant"
+        assert path.exists()
+        assert tap.wants(Topic("urn:plant", ("a", "b", "c")))
+        assert not tap.wants(Topic("urn:plant", ("a", "b")))
+    finally:
+        assert tap.close is not None
+        tap.close()
 
 
 def test_xpath_text() -> None:

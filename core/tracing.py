@@ -19,12 +19,14 @@ from contextlib import AbstractContextManager
 from typing import Protocol
 
 from wsnmom.core.app_headers import AppHeaders
+from wsnmom.core.config import ConfigError
 
 __all__ = ["Tracing", "TracingUnavailable", "load_tracing"]
 
 
-class TracingUnavailable(RuntimeError):
-    """Tracing is enabled but the OpenTelemetry packages (the ``otel`` extra) are missing."""
+class TracingUnavailable(ConfigError):
+    """Tracing is enabled but the OpenTelemetry packages (the ``otel`` extra) are missing
+    (``wsnmom serve`` exits with status CONFIG)."""
 
 
 class Tracing(Protocol):
@@ -54,6 +56,6 @@ def load_tracing(enabled: bool) -> Tracing | None:
         from wsnmom.core.otel import OtelTracing
     except ImportError as exc:
         raise TracingUnavailable(
-            "[tracing] enabled needs OpenTelemetry: pip install 'wsnmom[otel]'"
+            "tracing.enabled needs OpenTelemetry: pip install 'wsnmom[otel]'"
         ) from exc
     return OtelTracing()

@@ -201,3 +201,21 @@ def test_disabled_tracing_imports_nothing_of_opentelemetry(
 
 def _sub(span: ReadableSpan) -> object:
     return (span.attributes or {}).get("wsnmom.subscription.id")
+
+
+def test_enabled_without_opentelemetry_is_a_configuration_error() -> None:
+    # a fresh interpreter in which the opentelemetry packages cannot be imported
+    code = (
+        "import sys\n"
+        "sys.modules['opentelemetry'] = None\n"
+        "from wsnmom.core.config import ConfigError\n"
+        "from wsnmom.core.tracing import load_tracing\n"
+        "try:\n"
+        "    load_tracing(True)\n"
+        "except ConfigError as exc:\n"
+        "    print('refused:', exc)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+    )
+    assert out.stdout.startswith("refused: tracing.enabled needs OpenTelemetry"), out.stdout

@@ -7,9 +7,12 @@ setting no tracing object exists and nothing of OpenTelemetry is imported by cor
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+import threading
 from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
@@ -219,3 +222,43 @@ def test_enabled_without_opentelemetry_is_a_configuration_error() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
     )
     assert out.stdout.startswith("refused: tracing.enabled needs OpenTelemetry"), out.stdout
+
+
+def test_without_a_provider_the_gateway_exports_over_otlp_http() -> None:
+    """A process with no tracer provider gets the SDK's, exporting to the OTLP/HTTP endpoint
+    the standard variables name (here a loopback server of the test's own)."""
+    posts: list[tuple[str, bytes]] = []
+
+    class Collector(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            posts.append((self.path, self.rfile.read(int(self.headers["Content-Length"]))))
+            self.send_response(200)
+            self.send_header("Content-Type", "application/x-protobuf")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Collector)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    code = (
+        "from opentelemetry import trace\n"
+        "from wsnmom.core.otel import OtelTracing\n"
+        "t = OtelTracing()\n"
+        f"with t.attempt([(('traceparent', {TRACEPARENT!r}),)], 'sub-otlp', 'push'):\n"
+        "    pass\n"
+        "trace.get_tracer_provider().shutdown()\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    env["OTEL_SERVICE_NAME"] = "gw-7"
+    env["OTEL_EXPORTER_OTLP_ENDPOINT"] = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        subprocess.run([sys.executable, "-c", code], check=True, timeout=120, env=env)
+    finally:
+        server.shutdown()
+        server.server_close()
+    ((path, body),) = posts
+    assert path == "/v1/traces"
+    for text in (b"gw-7", b"wsnmom.deliver", b"sub-otlp", bytes.fromhex(TRACE_ID)):
+        assert text in body, text

@@ -21,8 +21,8 @@ Every span has ``messaging.batch.message_count`` and ``wsnmom.outcome`` ("ok" or
 The spans go to the process's tracer provider.  When none is set (``opentelemetry-instrument``
 or an embedding application sets one), :func:`ensure_provider` sets the SDK's, exporting
 over OTLP/HTTP (``opentelemetry-exporter-otlp-proto-http``, configured by the standard
-``OTEL_EXPORTER_OTLP_*`` variables) with ``service.name`` ``wsnmom`` unless
-``OTEL_SERVICE_NAME`` names another.
+``OTEL_EXPORTER_OTLP_*`` variables; ``OTEL_TRACES_EXPORTER=none``: none) with
+``service.name`` ``wsnmom`` unless ``OTEL_SERVICE_NAME`` names another.
 """
 
 from __future__ import annotations
@@ -57,6 +57,9 @@ def ensure_provider() -> None:
 
     name = os.environ.get("OTEL_SERVICE_NAME") or "wsnmom"
     provider = TracerProvider(resource=Resource.create({"service.name": name}))
+    if os.environ.get("OTEL_TRACES_EXPORTER", "").strip().lower() == "none":
+        trace.set_tracer_provider(provider)  # spans are made, none is exported
+        return
     try:
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
     except ImportError:

@@ -5,20 +5,23 @@ consumer of the same topic; a message published natively with a ``traceparent`` 
 to the WS-N consumer (HTTP header and ``wsnmom:Messages`` block).
 
 MQTT 3.1.1 has no user properties: a gateway on 3.1.1 carries no application headers, so
-the trace context stops at the broker (docs/operations.md, "Tracing")."""
+the trace context stops at the broker both ways, shown by a gateway of its own
+(docs/operations.md, "Tracing")."""
 
 from __future__ import annotations
 
 import re
 import threading
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import pytest
 from lxml import etree
 
-from tests.fixtures.server import ConsumerServer, Received, RunningServer
+from tests.fixtures.server import ConsumerServer, Received, RunningServer, mqtt_gateway_url
 from tests.support.soap import CONCRETE, content_type, envelope, notify_body
 from tests.support.waiting import wait_until
 
@@ -109,7 +112,7 @@ def _kafka(server: RunningServer, request: pytest.FixtureRequest) -> Iterator[Na
         consumer.close()
 
 
-def _mqtt(server: RunningServer, request: pytest.FixtureRequest) -> Iterator[Native]:
+def _mqtt(server: RunningServer, request: Any) -> Generator[Native, None, None]:
     from tests.fixtures.mosquitto import MqttPublisher, close_client, native_client
 
     url = request.getfixturevalue("mqtt_url")
@@ -211,3 +214,56 @@ def test_a_traceparent_travels_from_notify_to_native_consumers_and_back(
     block, http = pushed["from-native"]
     assert block["traceparent"] == NATIVE_TRACE and block["origin"] == "plc-7"
     assert http in (NATIVE_TRACE, None)  # None: it went in one request after from-notify
+
+
+@pytest.mark.mqtt
+def test_a_gateway_on_mqtt_3_1_1_carries_no_trace_context(
+    mqtt_url: str, consumer: ConsumerServer, tmp_path: Path
+) -> None:
+    """MQTT 3.1.1 has no user properties: the Notify's message reaches a native MQTT 5
+    subscriber without its ``traceparent``, and a native message's ``traceparent`` (sent as
+    an MQTT 5 user property) does not reach the WS-N consumer through a 3.1.1 gateway."""
+    tag = uuid.uuid4().hex[:10]
+    server = RunningServer(
+        "mqtt", mqtt_gateway_url(mqtt_url, tag) + "&protocol=3.1.1", tmp_path / "gw"
+    )
+    server.start()
+    clients: Generator[Native, None, None] | None = None
+    try:
+        clients = _mqtt(server, _Fixtures(mqtt_url=mqtt_url))  # kept: closing ends them
+        native = next(clients)
+        wsn = Wsn(server, native.namespace)
+        wsn.subscribe(consumer.address(), f"tns:{native.path}", dialect=CONCRETE)
+        body = notify_body((f"tns:{native.path}", "<v>n</v>"), ns=wsn.ns, dialect=CONCRETE)
+        resp = wsn.http.post(
+            wsn.broker,
+            data=envelope(body),
+            headers={"Content-Type": content_type(), "traceparent": NOTIFY_TRACE},
+        )
+        assert resp.status_code in (200, 202), resp.content
+        raw, headers = wait_until(native.take, timeout=20, what="the native subscriber's message")
+        assert etree.fromstring(raw).text == "n"
+        assert "traceparent" not in headers and headers == {}
+        native.put(b"<v>m</v>", {"traceparent": NATIVE_TRACE})
+        wait_until(
+            lambda: {"n", "m"} <= set(_pushed(consumer.received)),
+            timeout=20,
+            what="both messages at the WS-N consumer",
+        )
+        pushed = _pushed(consumer.received)
+        assert "traceparent" not in pushed["n"][0] and "traceparent" not in pushed["m"][0]
+        assert {r.headers.get("traceparent") for r in consumer.received} == {None}
+    finally:
+        if clients is not None:
+            clients.close()
+        server.stop()
+
+
+class _Fixtures:
+    """What :func:`_mqtt` asks of a pytest request, for a gateway of the test's own."""
+
+    def __init__(self, **values: str) -> None:
+        self.values = values
+
+    def getfixturevalue(self, name: str) -> str:
+        return self.values[name]

@@ -8,7 +8,9 @@ Spans (instrumentation scope ``wsnmom``):
     trace context of the first message that carries one (the HTTP ``traceparent`` of the
     request, or the message's own ``wsnmom:Messages`` header).
 ``wsnmom.publish`` (PRODUCER)
-    The publish of the Notify's messages to the middleware, a child of the receive span.
+    The publish of the Notify's messages to the middleware, a child of the receive span
+    (a publish without one, a Notify to a pull point or a SubscriptionEnd notification,
+    continues its messages' context as the receive span does).
 ``wsnmom.deliver`` (CONSUMER)
     One delivery attempt of a batch to a subscription's consumer (``mode`` "push") or pull
     point (``mode`` "forward"); its parent is the trace context of the first message of the

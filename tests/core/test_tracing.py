@@ -76,7 +76,7 @@ def test_notify_publish_and_deliveries_continue_the_incoming_trace(
     outbound: RecordingOutbound,
     spans: Callable[[], list[ReadableSpan]],
 ) -> None:
-    broker = make_broker(tracing__enabled=True)
+    broker = make_broker(tracing__enabled=True, retry__max_attempts=20)
     service = broker.service
     assert service is not None and service._ctx.tracing is not None
     outbound.down.add(FLAKY)

@@ -88,6 +88,7 @@ def traced_gateway() -> Iterator[tuple[RunningServer, Collector]]:
         data_dir,
         extra_env={
             "WSNMOM_TRACING__ENABLED": "true",
+            "WSNMOM_RETRY__MAX_ATTEMPTS": "20",  # the failing consumer never runs them out
             "OTEL_EXPORTER_OTLP_ENDPOINT": collector.endpoint,
             "OTEL_SERVICE_NAME": "wsnmom-e2e",
             "OTEL_BSP_SCHEDULE_DELAY": "100",

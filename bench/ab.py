@@ -8,6 +8,9 @@ pinned to the same CPU (``bench/cpus.py``), and then alternates load rounds betw
 A B, B A, A B ...  For each round it reads the server process's CPU time from ``/proc``
 and reports the CPU per request and the requests/s, with the median of each side.
 
+``--tree-config TOML`` gives the working tree's gateway settings the base's does not get
+(``'[tracing]\\nenabled = true'``: what a setting costs).
+
 ``--auth bearer`` (or ``basic``) gives both gateways an admin token and sends it with every
 request: a base without authentication ignores both, so the comparison measures what
 authentication costs the working tree.
@@ -177,8 +180,10 @@ def compare(
     log: Callable[[str], None] = print,
     auth: str = "none",
     rate: float = 200.0,
+    tree_config: str = "",
 ) -> list[Side]:
-    """Run the comparison; returns the two sides (base first) with their rounds."""
+    """Run the comparison; returns the two sides (base first) with their rounds.
+    ``tree_config``: TOML lines for the working tree's gateway only."""
     mw: Middleware = next(cls() for cls in MIDDLEWARES if cls.name == adapter)
     reason = mw.unavailable()
     if reason:
@@ -199,7 +204,12 @@ def compare(
                     f"base {short}",
                     TreeServer(work / "base-tree", mw.adapter_url(work / "a"), work / "a", extra),
                 ),
-                Side("working tree", ServerProcess(mw.adapter_url(work / "b"), work / "b", extra)),
+                Side(
+                    "working tree",
+                    ServerProcess(
+                        mw.adapter_url(work / "b"), work / "b", extra + tree_config.strip() + "\n"
+                    ),
+                ),
             ]
             try:
                 for pid in mw.pids():
@@ -269,6 +279,12 @@ def main() -> None:
     parser.add_argument(
         "--rate", type=float, default=200.0, help="Notifies/s of the latency load (200)"
     )
+    parser.add_argument(
+        "--tree-config",
+        default="",
+        help="TOML lines for the working tree's gateway only, e.g. "
+        "'[tracing]\\nenabled = true' (what a setting costs against the base without it)",
+    )
     args = parser.parse_args()
     sides = compare(
         args.base,
@@ -278,6 +294,7 @@ def main() -> None:
         args.seconds,
         auth=args.auth,
         rate=args.rate,
+        tree_config=args.tree_config.replace("\\n", "\n"),
     )
     (base_us, base_rps), (new_us, new_rps) = (s.medians() for s in sides)
     print(

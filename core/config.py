@@ -154,6 +154,15 @@ class DeadLetterSettings:
 
 
 @dataclass(slots=True)
+class TracingSettings:
+    """OpenTelemetry spans (``core.tracing``; docs/operations.md, "Tracing")."""
+
+    #: emit spans for each Notify received, its publish and each delivery attempt (needs
+    #: the ``otel`` extra; False: nothing of OpenTelemetry is imported)
+    enabled: bool = False
+
+
+@dataclass(slots=True)
 class LimitSettings:
     """What a subscription or pull point accumulates; None = unbounded."""
 
@@ -502,6 +511,7 @@ class Settings:
     termination: TerminationSettings = field(default_factory=TerminationSettings)
     retry: RetrySettings = field(default_factory=RetrySettings)
     dead_letters: DeadLetterSettings = field(default_factory=DeadLetterSettings)
+    tracing: TracingSettings = field(default_factory=TracingSettings)
     limits: LimitSettings = field(default_factory=LimitSettings)
     delivery: DeliverySettings = field(default_factory=DeliverySettings)
     outbound: OutboundSettings = field(default_factory=OutboundSettings)

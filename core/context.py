@@ -35,6 +35,7 @@ from wsnmom.core.ports import OutboundSoap
 from wsnmom.core.registry import Registry
 from wsnmom.core.store import Store
 from wsnmom.core.topic_stats import TopicStats
+from wsnmom.core.tracing import Tracing, load_tracing
 from wsnmom.core.xpath_guard import FilterRules
 from wsnmom.topic_mapping.dialects import CONCRETE
 from wsnmom.topic_mapping.namespaces import TopicSet
@@ -128,6 +129,8 @@ class BrokerContext:
         )
         #: ownership, topic ACL and quota checks of the caller (``core.access``)
         self.guard = Guard(self)
+        #: OpenTelemetry spans, None unless ``[tracing] enabled`` (``core.tracing``)
+        self.tracing: Tracing | None = load_tracing(settings.tracing.enabled)
         dl = settings.dead_letters
         #: where given-up messages go (``core.dead_letters``)
         self.dead_letters = DeadLetters(

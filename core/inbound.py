@@ -165,6 +165,14 @@ class Inbound:
         middleware's confirmation; ResourceUnavailable when it does not confirm."""
         if not messages:
             return
+        tracing = self._ctx.tracing
+        if tracing is not None:
+            with tracing.publish([m.headers for m in messages]):
+                self._publish(messages, route)
+        else:
+            self._publish(messages, route)
+
+    def _publish(self, messages: Sequence[NotificationMessage], route: Topic | None) -> None:
         ctx = self._ctx
         outbound = [encode(m, route=route) for m in messages]
         timeout = ctx.settings.publish_timeout
@@ -198,6 +206,14 @@ class Inbound:
 
     def notify(self, items: Sequence[InboundNotification]) -> None:
         """Notify to the broker: validate, publish, return once confirmed."""
+        tracing = self._ctx.tracing
+        if tracing is not None:
+            with tracing.receive([i.headers for i in items]):
+                self._notify(items)
+        else:
+            self._notify(items)
+
+    def _notify(self, items: Sequence[InboundNotification]) -> None:
         prepared = self.prepare(items, registration_check=True, stamp=True)
         self._ctx.guard.check_fanout(prepared)
         self.publish(prepared)

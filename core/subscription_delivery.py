@@ -216,6 +216,17 @@ class SubscriptionDelivery:
         ctx = self._ctx
         if pull_point_id not in ctx.registry.pull_points:
             raise DeliveryFailed(f"pull point {pull_point_id} is gone", permanent=True)
+        tracing = ctx.tracing
+        if tracing is not None:
+            with tracing.attempt([m.headers for m in batch], state.record.id, "forward"):
+                self._forward(state, pull_point_id, batch)
+        else:
+            self._forward(state, pull_point_id, batch)
+
+    def _forward(
+        self, state: LiveSubscription, pull_point_id: str, batch: Sequence[NotificationMessage]
+    ) -> None:
+        ctx = self._ctx
         inbox = pull_point_inbox(pull_point_id)
         try:
             ctx.adapter.publish_many([encode(m, route=inbox) for m in batch])
@@ -280,6 +291,14 @@ class _Pusher:
 
     def send(self, batch: Sequence[Delivered]) -> None:
         """Post ``batch`` to the consumer (one Notify, or one raw message each)."""
+        tracing = self.delivery._ctx.tracing
+        if tracing is not None:
+            with tracing.attempt([d.message.headers for d in batch], self.state.record.id, "push"):
+                self._send(batch)
+        else:
+            self._send(batch)
+
+    def _send(self, batch: Sequence[Delivered]) -> None:
         ctx = self.delivery._ctx
         sub = self.state.record
         if not ctx.delivers(sub.id):

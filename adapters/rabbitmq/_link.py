@@ -10,6 +10,12 @@ A supervisor task connects, runs the owner's ``on_connected`` coroutine (re-decl
 topology, resume consumers), waits for the connection to drop, tells the owner through
 ``on_disconnected`` and reconnects with exponential backoff until :meth:`Link.close`.
 
+Declarations (queues, bindings, exchanges, purges, deletes) go through a small pool of
+channels per connection, :meth:`Link.declaring`: each task holds one channel of it for its
+sequence of RPCs, and up to ``declare_channels`` tasks declare at once.  The broker answers
+one channel's methods one after another, so with a single shared channel a burst of new
+subscriptions waited for each other's round trips (docs/performance.md, F26).
+
 :class:`Channel` wraps a pika channel so that its synchronous AMQP methods can be awaited.
 When the broker closes a channel (a failed passive declare, a precondition failure) every
 RPC pending on it raises :class:`ChannelError` with the AMQP reply code.
@@ -24,7 +30,7 @@ import logging
 import struct
 import threading
 from collections import deque
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
 from typing import Any, TypeVar
 
 try:
@@ -823,6 +829,31 @@ class Channel:
             await asyncio.wait_for(fut, 5.0)
 
 
+class Declarer:
+    """One of a connection's declaration channels, held by one task at a time
+    (:meth:`Link.declaring`).  A failure the broker answers by closing the channel (a
+    failed passive declare, a precondition) reaches only the task holding it; its next
+    :meth:`call` opens a fresh channel."""
+
+    __slots__ = ("_link", "channel_in_use")
+
+    def __init__(self, link: Link, channel: Channel | None) -> None:
+        self._link = link
+        #: the channel this task uses (None until the first call)
+        self.channel_in_use = channel
+
+    async def channel(self) -> Channel:
+        """The held channel, reopened when the broker closed it."""
+        ch = self.channel_in_use
+        if ch is None or not ch.is_open:
+            ch = self.channel_in_use = await self._link.open_channel()
+        return ch
+
+    async def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        """:meth:`Channel.call` on the held channel."""
+        return await (await self.channel()).call(method, *args, **kwargs)
+
+
 class Link:
     """An AMQP connection with its own I/O thread and automatic reconnection."""
 
@@ -836,6 +867,7 @@ class Link:
         min_delay: float = 0.2,
         max_delay: float = 5.0,
         connect_timeout: float = 10.0,
+        declare_channels: int = 1,
     ) -> None:
         self.name = name
         self.parameters = parameters
@@ -852,8 +884,14 @@ class Link:
         self.last_error: BaseException | None = None
         #: connection attempts are failing (logged once per outage)
         self._failing = False
-        self.admin_lock: asyncio.Lock | None = None
-        self._admin: Channel | None = None
+        #: declaration channels used at once (:meth:`declaring`)
+        self.declare_channels = max(1, declare_channels)
+        self._declare_slots: asyncio.Semaphore | None = None
+        #: open declaration channels no task holds (of the current connection)
+        self._declare_idle: list[Channel] = []
+        self._declaring = 0
+        #: most declaration channels held at once since the link started
+        self.declare_peak = 0
         self._up = threading.Event()
         self._up_async: asyncio.Event | None = None
         self._stop: asyncio.Event | None = None
@@ -918,7 +956,7 @@ class Link:
     async def _supervise(self) -> None:
         self._stop = asyncio.Event()
         self._up_async = asyncio.Event()
-        self.admin_lock = asyncio.Lock()
+        self._declare_slots = asyncio.Semaphore(self.declare_channels)
         delay = self.min_delay
         while not self._closing:
             try:
@@ -937,7 +975,7 @@ class Link:
                 continue
             self.connection = conn
             self.generation += 1
-            self._admin = None
+            self._declare_idle = []
             self._lost = self.loop.create_future()
             try:
                 await asyncio.wait_for(self._on_connected(self), self.connect_timeout * 3)
@@ -959,7 +997,7 @@ class Link:
             self._up.clear()
             self._up_async.clear()
             self.connection = None
-            self._admin = None
+            self._declare_idle = []
             self.last_error = reason
             try:
                 self._on_disconnected(self, reason)
@@ -1035,15 +1073,32 @@ class Link:
         conn.channel(on_open_callback=opened)
         return Channel(self, await asyncio.wait_for(fut, self.connect_timeout))
 
-    async def admin(self) -> Channel:
-        """The shared channel for declarations (reopened after the broker closed it).
-
-        Hold ``admin_lock`` around operations that may fail, so that one failure does not
-        surface in another task's RPC.
-        """
-        if self._admin is None or not self._admin.is_open:
-            self._admin = await self.open_channel()
-        return self._admin
+    @contextlib.asynccontextmanager
+    async def declaring(self) -> AsyncIterator[Declarer]:
+        """Hold one declaration channel for a sequence of RPCs (at most
+        ``declare_channels`` tasks at once; the others wait for a channel).  Do not
+        enter it again while holding one: with every channel held that would wait
+        forever."""
+        slots = self._declare_slots
+        assert slots is not None, "declaring() before the link started"
+        async with slots:
+            conn = self.connection
+            idle = self._declare_idle
+            channel: Channel | None = None
+            while idle and channel is None:
+                ch = idle.pop()
+                if ch.is_open and ch.pika.connection is conn:
+                    channel = ch
+            declarer = Declarer(self, channel)
+            self._declaring += 1
+            self.declare_peak = max(self.declare_peak, self._declaring)
+            try:
+                yield declarer
+            finally:
+                self._declaring -= 1
+                ch = declarer.channel_in_use
+                if ch is not None and ch.is_open and ch.pika.connection is self.connection:
+                    self._declare_idle.append(ch)
 
     # --- use from other threads -------------------------------------------------------
 

@@ -609,6 +609,11 @@ class FastConnection(AsyncioConnection):  # type: ignore[misc]
             self._frame_buffer = buf[offset:]
 
 
+#: seconds the loop keeps collecting acks from other threads after a flush that wrote
+#: several, before writing them (see :meth:`Link.settle`)
+SETTLE_LINGER = 0.002
+
+
 class LinkDown(Exception):
     """The link has no open connection (within the time allowed)."""
 
@@ -814,9 +819,11 @@ class Channel:
             waiter.set_result(None)
 
     async def close(self) -> None:
-        """Close the channel (unacked deliveries go back to their queues)."""
+        """Close the channel (unacked deliveries go back to their queues; acks already
+        given are written first)."""
         if not self.is_open:
             return
+        self.link.flush_settles()
         fut: asyncio.Future[None] = self.link.loop.create_future()
 
         def closed(_channel: Channel, _reason: BaseException) -> None:
@@ -902,6 +909,13 @@ class Link:
         #: acks/nacks from other threads, written by the loop in one go (see settle)
         self._settles: list[tuple[Channel, int, bool, bool]] = []
         self._settle_lock = threading.Lock()
+        #: a flush of _settles is scheduled (a wake-up asked for, or the linger timer)
+        self._settle_armed = False
+        #: settlements from other threads, loop wake-ups they asked for, and flushes
+        #: that wrote some (counters for tests and the close log line)
+        self.settles_queued = 0
+        self.settle_wakeups = 0
+        self.settle_flushes = 0
         #: operations other threads wait for on this connection (overload estimates)
         self.backlog = Backlog()
         self._thread = threading.Thread(target=self._run, name=f"wsnmom-amqp-{name}", daemon=True)
@@ -936,6 +950,15 @@ class Link:
     def _request_stop(self) -> None:
         if self._stop is not None:
             self._stop.set()
+        self.flush_settles()
+        if self.settles_queued:
+            log.debug(
+                "%s: %d acks/nacks from other threads, %d loop wake-ups asked, %d writes",
+                self.name,
+                self.settles_queued,
+                self.settle_wakeups,
+                self.settle_flushes,
+            )
         for conn in (self.connection, self._connecting):
             if conn is not None and not conn.is_closed and not conn.is_closing:
                 with contextlib.suppress(Exception):
@@ -1142,23 +1165,54 @@ class Link:
         """Ack (or nack) a delivery of ``channel``, from any thread.
 
         Settlements from other threads are collected and written by the loop in one
-        socket write per wake-up, instead of one loop wake-up (a write to the loop's
-        self-pipe) and one pika frame object per message.
+        socket write per flush, instead of one loop wake-up (a write to the loop's
+        self-pipe, which also gives the GIL away) and one pika frame object per message.
+        A settlement with no flush scheduled wakes the loop, which writes it at once.
+        When a flush wrote more than one, settlements were coming faster than the loop
+        was woken for them: the loop then keeps a timer of ``SETTLE_LINGER`` instead, and
+        the settlements made meanwhile ask for no wake-up; they are written together when
+        it fires (re-armed while each flush still writes several).  So a lone ack is
+        written at once, and a stream of them costs the loop one wake-up per
+        ``SETTLE_LINGER`` rather than one each.  Pending settlements of a channel are
+        written before it is closed (:meth:`flush_settles`).
         """
         if self.on_loop_thread:
             self._settle_now([(channel, delivery_tag, ack, requeue)])
             return
         with self._settle_lock:
             self._settles.append((channel, delivery_tag, ack, requeue))
-            if len(self._settles) > 1:
+            self.settles_queued += 1
+            if self._settle_armed:
                 return  # a flush is already scheduled
-        with contextlib.suppress(RuntimeError):
+            self._settle_armed = True
+            self.settle_wakeups += 1
+        try:
             self.loop.call_soon_threadsafe(self._flush_settles)
+        except RuntimeError:  # the loop is closed: the connection is gone
+            with self._settle_lock:
+                self._settle_armed = False
 
     def _flush_settles(self) -> None:
+        """Loop thread: write what was settled; linger when it was several."""
         with self._settle_lock:
             items, self._settles = self._settles, []
-        self._settle_now(items)
+            linger = len(items) > 1 and not self._closing
+            self._settle_armed = linger
+        if items:
+            self.settle_flushes += 1
+            self._settle_now(items)
+        if linger:
+            self.loop.call_later(SETTLE_LINGER, self._flush_settles)
+
+    def flush_settles(self) -> None:
+        """Loop thread: write the pending settlements now (before a channel closes, so
+        that acks already given are not undone by the close's requeue); a scheduled
+        flush stays scheduled and finds less to do."""
+        with self._settle_lock:
+            items, self._settles = self._settles, []
+        if items:
+            self.settle_flushes += 1
+            self._settle_now(items)
 
     def _settle_now(self, items: list[tuple[Channel, int, bool, bool]]) -> None:
         conn = self.connection

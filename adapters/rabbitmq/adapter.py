@@ -717,6 +717,23 @@ class RabbitMQAdapter(Adapter):
         for link in links:
             link.close()
 
+    def stats(self) -> Mapping[str, int]:
+        """Counts for tests: consuming connections, subscriptions, the most declaration
+        channels one connection used at once, and the acks/nacks other threads settled,
+        the loop wake-ups they asked for and the socket writes that carried them (summed
+        over the consuming connections; see ``Link.settle``)."""
+        with self._lock:
+            links = list(self._links)
+            subscriptions = len(self._subs)
+        return {
+            "connections": len(links),
+            "subscriptions": subscriptions,
+            "declare_peak": max((ln.declare_peak for ln in links), default=0),
+            "settles": sum(ln.settles_queued for ln in links),
+            "settle_wakeups": sum(ln.settle_wakeups for ln in links),
+            "settle_writes": sum(ln.settle_flushes for ln in links),
+        }
+
     def ping(self, timeout: float = 1.0) -> bool:
         with self._lock:
             links = list(self._links)

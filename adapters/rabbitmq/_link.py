@@ -1119,9 +1119,9 @@ class Link:
                 yield declarer
             finally:
                 self._declaring -= 1
-                ch = declarer.channel_in_use
-                if ch is not None and ch.is_open and ch.pika.connection is self.connection:
-                    self._declare_idle.append(ch)
+                held = declarer.channel_in_use
+                if held is not None and held.is_open and held.pika.connection is self.connection:
+                    self._declare_idle.append(held)
 
     # --- use from other threads -------------------------------------------------------
 

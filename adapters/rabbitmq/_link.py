@@ -10,6 +10,12 @@ A supervisor task connects, runs the owner's ``on_connected`` coroutine (re-decl
 topology, resume consumers), waits for the connection to drop, tells the owner through
 ``on_disconnected`` and reconnects with exponential backoff until :meth:`Link.close`.
 
+Declarations (queues, bindings, exchanges, purges, deletes) go through a small pool of
+channels per connection, :meth:`Link.declaring`: each task holds one channel of it for its
+sequence of RPCs, and up to ``declare_channels`` tasks declare at once.  The broker answers
+one channel's methods one after another, so with a single shared channel a burst of new
+subscriptions waited for each other's round trips (docs/performance.md, F26).
+
 :class:`Channel` wraps a pika channel so that its synchronous AMQP methods can be awaited.
 When the broker closes a channel (a failed passive declare, a precondition failure) every
 RPC pending on it raises :class:`ChannelError` with the AMQP reply code.
@@ -24,7 +30,7 @@ import logging
 import struct
 import threading
 from collections import deque
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
 from typing import Any, TypeVar
 
 try:
@@ -603,6 +609,11 @@ class FastConnection(AsyncioConnection):  # type: ignore[misc]
             self._frame_buffer = buf[offset:]
 
 
+#: seconds the loop keeps collecting acks from other threads after a flush that wrote
+#: several, before writing them (see :meth:`Link.settle`)
+SETTLE_LINGER = 0.002
+
+
 class LinkDown(Exception):
     """The link has no open connection (within the time allowed)."""
 
@@ -808,9 +819,11 @@ class Channel:
             waiter.set_result(None)
 
     async def close(self) -> None:
-        """Close the channel (unacked deliveries go back to their queues)."""
+        """Close the channel (unacked deliveries go back to their queues; acks already
+        given are written first)."""
         if not self.is_open:
             return
+        self.link.flush_settles()
         fut: asyncio.Future[None] = self.link.loop.create_future()
 
         def closed(_channel: Channel, _reason: BaseException) -> None:
@@ -821,6 +834,31 @@ class Channel:
         with contextlib.suppress(Exception):
             self.pika.close()
             await asyncio.wait_for(fut, 5.0)
+
+
+class Declarer:
+    """One of a connection's declaration channels, held by one task at a time
+    (:meth:`Link.declaring`).  A failure the broker answers by closing the channel (a
+    failed passive declare, a precondition) reaches only the task holding it; its next
+    :meth:`call` opens a fresh channel."""
+
+    __slots__ = ("_link", "channel_in_use")
+
+    def __init__(self, link: Link, channel: Channel | None) -> None:
+        self._link = link
+        #: the channel this task uses (None until the first call)
+        self.channel_in_use = channel
+
+    async def channel(self) -> Channel:
+        """The held channel, reopened when the broker closed it."""
+        ch = self.channel_in_use
+        if ch is None or not ch.is_open:
+            ch = self.channel_in_use = await self._link.open_channel()
+        return ch
+
+    async def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        """:meth:`Channel.call` on the held channel."""
+        return await (await self.channel()).call(method, *args, **kwargs)
 
 
 class Link:
@@ -836,6 +874,7 @@ class Link:
         min_delay: float = 0.2,
         max_delay: float = 5.0,
         connect_timeout: float = 10.0,
+        declare_channels: int = 1,
     ) -> None:
         self.name = name
         self.parameters = parameters
@@ -852,8 +891,14 @@ class Link:
         self.last_error: BaseException | None = None
         #: connection attempts are failing (logged once per outage)
         self._failing = False
-        self.admin_lock: asyncio.Lock | None = None
-        self._admin: Channel | None = None
+        #: declaration channels used at once (:meth:`declaring`)
+        self.declare_channels = max(1, declare_channels)
+        self._declare_slots: asyncio.Semaphore | None = None
+        #: open declaration channels no task holds (of the current connection)
+        self._declare_idle: list[Channel] = []
+        self._declaring = 0
+        #: most declaration channels held at once since the link started
+        self.declare_peak = 0
         self._up = threading.Event()
         self._up_async: asyncio.Event | None = None
         self._stop: asyncio.Event | None = None
@@ -864,6 +909,13 @@ class Link:
         #: acks/nacks from other threads, written by the loop in one go (see settle)
         self._settles: list[tuple[Channel, int, bool, bool]] = []
         self._settle_lock = threading.Lock()
+        #: a flush of _settles is scheduled (a wake-up asked for, or the linger timer)
+        self._settle_armed = False
+        #: settlements from other threads, loop wake-ups they asked for, and flushes
+        #: that wrote some (counters for tests and the close log line)
+        self.settles_queued = 0
+        self.settle_wakeups = 0
+        self.settle_flushes = 0
         #: operations other threads wait for on this connection (overload estimates)
         self.backlog = Backlog()
         self._thread = threading.Thread(target=self._run, name=f"wsnmom-amqp-{name}", daemon=True)
@@ -898,6 +950,15 @@ class Link:
     def _request_stop(self) -> None:
         if self._stop is not None:
             self._stop.set()
+        self.flush_settles()
+        if self.settles_queued:
+            log.debug(
+                "%s: %d acks/nacks from other threads, %d loop wake-ups asked, %d writes",
+                self.name,
+                self.settles_queued,
+                self.settle_wakeups,
+                self.settle_flushes,
+            )
         for conn in (self.connection, self._connecting):
             if conn is not None and not conn.is_closed and not conn.is_closing:
                 with contextlib.suppress(Exception):
@@ -918,7 +979,7 @@ class Link:
     async def _supervise(self) -> None:
         self._stop = asyncio.Event()
         self._up_async = asyncio.Event()
-        self.admin_lock = asyncio.Lock()
+        self._declare_slots = asyncio.Semaphore(self.declare_channels)
         delay = self.min_delay
         while not self._closing:
             try:
@@ -937,7 +998,7 @@ class Link:
                 continue
             self.connection = conn
             self.generation += 1
-            self._admin = None
+            self._declare_idle = []
             self._lost = self.loop.create_future()
             try:
                 await asyncio.wait_for(self._on_connected(self), self.connect_timeout * 3)
@@ -959,7 +1020,7 @@ class Link:
             self._up.clear()
             self._up_async.clear()
             self.connection = None
-            self._admin = None
+            self._declare_idle = []
             self.last_error = reason
             try:
                 self._on_disconnected(self, reason)
@@ -1035,15 +1096,32 @@ class Link:
         conn.channel(on_open_callback=opened)
         return Channel(self, await asyncio.wait_for(fut, self.connect_timeout))
 
-    async def admin(self) -> Channel:
-        """The shared channel for declarations (reopened after the broker closed it).
-
-        Hold ``admin_lock`` around operations that may fail, so that one failure does not
-        surface in another task's RPC.
-        """
-        if self._admin is None or not self._admin.is_open:
-            self._admin = await self.open_channel()
-        return self._admin
+    @contextlib.asynccontextmanager
+    async def declaring(self) -> AsyncIterator[Declarer]:
+        """Hold one declaration channel for a sequence of RPCs (at most
+        ``declare_channels`` tasks at once; the others wait for a channel).  Do not
+        enter it again while holding one: with every channel held that would wait
+        forever."""
+        slots = self._declare_slots
+        assert slots is not None, "declaring() before the link started"
+        async with slots:
+            conn = self.connection
+            idle = self._declare_idle
+            channel: Channel | None = None
+            while idle and channel is None:
+                ch = idle.pop()
+                if ch.is_open and ch.pika.connection is conn:
+                    channel = ch
+            declarer = Declarer(self, channel)
+            self._declaring += 1
+            self.declare_peak = max(self.declare_peak, self._declaring)
+            try:
+                yield declarer
+            finally:
+                self._declaring -= 1
+                held = declarer.channel_in_use
+                if held is not None and held.is_open and held.pika.connection is self.connection:
+                    self._declare_idle.append(held)
 
     # --- use from other threads -------------------------------------------------------
 
@@ -1087,23 +1165,54 @@ class Link:
         """Ack (or nack) a delivery of ``channel``, from any thread.
 
         Settlements from other threads are collected and written by the loop in one
-        socket write per wake-up, instead of one loop wake-up (a write to the loop's
-        self-pipe) and one pika frame object per message.
+        socket write per flush, instead of one loop wake-up (a write to the loop's
+        self-pipe, which also gives the GIL away) and one pika frame object per message.
+        A settlement with no flush scheduled wakes the loop, which writes it at once.
+        When a flush wrote more than one, settlements were coming faster than the loop
+        was woken for them: the loop then keeps a timer of ``SETTLE_LINGER`` instead, and
+        the settlements made meanwhile ask for no wake-up; they are written together when
+        it fires (re-armed while each flush still writes several).  So a lone ack is
+        written at once, and a stream of them costs the loop one wake-up per
+        ``SETTLE_LINGER`` rather than one each.  Pending settlements of a channel are
+        written before it is closed (:meth:`flush_settles`).
         """
         if self.on_loop_thread:
             self._settle_now([(channel, delivery_tag, ack, requeue)])
             return
         with self._settle_lock:
             self._settles.append((channel, delivery_tag, ack, requeue))
-            if len(self._settles) > 1:
+            self.settles_queued += 1
+            if self._settle_armed:
                 return  # a flush is already scheduled
-        with contextlib.suppress(RuntimeError):
+            self._settle_armed = True
+            self.settle_wakeups += 1
+        try:
             self.loop.call_soon_threadsafe(self._flush_settles)
+        except RuntimeError:  # the loop is closed: the connection is gone
+            with self._settle_lock:
+                self._settle_armed = False
 
     def _flush_settles(self) -> None:
+        """Loop thread: write what was settled; linger when it was several."""
         with self._settle_lock:
             items, self._settles = self._settles, []
-        self._settle_now(items)
+            linger = len(items) > 1 and not self._closing
+            self._settle_armed = linger
+        if items:
+            self.settle_flushes += 1
+            self._settle_now(items)
+        if linger:
+            self.loop.call_later(SETTLE_LINGER, self._flush_settles)
+
+    def flush_settles(self) -> None:
+        """Loop thread: write the pending settlements now (before a channel closes, so
+        that acks already given are not undone by the close's requeue); a scheduled
+        flush stays scheduled and finds less to do."""
+        with self._settle_lock:
+            items, self._settles = self._settles, []
+        if items:
+            self.settle_flushes += 1
+            self._settle_now(items)
 
     def _settle_now(self, items: list[tuple[Channel, int, bool, bool]]) -> None:
         conn = self.connection

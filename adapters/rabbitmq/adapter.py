@@ -96,6 +96,10 @@ Options
     ``consumers_per_connection``
         subscriptions per consuming connection (default 1000; each uses up to two
         channels, so it is lowered automatically to fit the negotiated channel limit).
+    ``declare_channels``
+        channels per consuming connection on which subscriptions' queues and bindings
+        are declared at once (default 4; each declaration holds one for its round trips,
+        so a burst of new subscriptions on one connection does not queue on one channel).
     ``operation_timeout``, ``reconnect_max_delay``
         seconds to wait for declarations (10) and the longest reconnect backoff (5).  An
         operation not answered in time while its connection is up raises
@@ -164,6 +168,7 @@ from ._link import (
     RESOURCE_LOCKED,
     Channel,
     ChannelError,
+    Declarer,
     FrameReader,
     GetReply,
     Link,
@@ -296,6 +301,9 @@ class RabbitMQOptions:
     )
     consumers_per_connection: int = option(
         1000, minimum=1, doc="subscriptions per consuming connection"
+    )
+    declare_channels: int = option(
+        4, minimum=1, doc="channels per consuming connection that declare queues at once"
     )
     fail_on_nack: bool = option(False, doc="raise on `basic.nack` instead of `routed=None`")
     prime_queues: bool = option(True, doc="prime new classic subscription queues")
@@ -582,6 +590,7 @@ class RabbitMQAdapter(Adapter):
             self._on_consumer_connected,
             self._on_consumer_lost,
             max_delay=self.opts.reconnect_max_delay,
+            declare_channels=self.opts.declare_channels,
         )
         #: consuming connections (the first is ``_consumer``, which also runs the tap)
         self._links: list[Link] = [self._consumer]
@@ -725,6 +734,23 @@ class RabbitMQAdapter(Adapter):
         for link in links:
             link.close()
 
+    def stats(self) -> Mapping[str, int]:
+        """Counts for tests: consuming connections, subscriptions, the most declaration
+        channels one connection used at once, and the acks/nacks other threads settled,
+        the loop wake-ups they asked for and the socket writes that carried them (summed
+        over the consuming connections; see ``Link.settle``)."""
+        with self._lock:
+            links = list(self._links)
+            subscriptions = len(self._subs)
+        return {
+            "connections": len(links),
+            "subscriptions": subscriptions,
+            "declare_peak": max((ln.declare_peak for ln in links), default=0),
+            "settles": sum(ln.settles_queued for ln in links),
+            "settle_wakeups": sum(ln.settle_wakeups for ln in links),
+            "settle_writes": sum(ln.settle_flushes for ln in links),
+        }
+
     def ping(self, timeout: float = 1.0) -> bool:
         with self._lock:
             links = list(self._links)
@@ -737,12 +763,9 @@ class RabbitMQAdapter(Adapter):
         return True
 
     async def _ping(self) -> None:
-        link = self._consumer
-        assert link.admin_lock is not None
-        async with link.admin_lock:
-            ch = await link.admin()
+        async with self._consumer.declaring() as admin:
             # a round trip that cannot fail for topology reasons
-            await ch.call("basic_qos", prefetch_count=0)
+            await admin.call("basic_qos", prefetch_count=0)
 
     def _run(self, coro: Any, extra: float = 0.0, link: Link | None = None) -> Any:
         """Run a coroutine on a consuming link (default: the first one).
@@ -783,20 +806,17 @@ class RabbitMQAdapter(Adapter):
         all_exchange = self.opts.all_exchange
         if exchange != all_exchange and all_exchange not in declared:
             await self._ensure_exchange(link, all_exchange)
-        assert link.admin_lock is not None
-        async with link.admin_lock:
+        async with link.declaring() as admin:
             try:
-                await (await link.admin()).call("exchange_declare", exchange, passive=True)
+                await admin.call("exchange_declare", exchange, passive=True)
             except ChannelError as exc:
                 if exc.code != NOT_FOUND:
                     raise
-                await (await link.admin()).call(
-                    "exchange_declare", exchange, exchange_type="topic", durable=True
-                )
+                await admin.call("exchange_declare", exchange, exchange_type="topic", durable=True)
                 log.info("declared topic exchange %r", exchange)
             if exchange != all_exchange:
                 # exchange.unbind of a missing binding is a no-op in RabbitMQ
-                await (await link.admin()).call(
+                await admin.call(
                     "exchange_unbind" if internal else "exchange_bind",
                     destination=all_exchange,
                     source=exchange,
@@ -804,43 +824,35 @@ class RabbitMQAdapter(Adapter):
                 )
         declared.add(exchange)
 
-    async def _declare_queue(self, link: Link, queue: str, args: dict[str, Any]) -> int | None:
+    async def _declare_queue(self, admin: Declarer, queue: str, args: dict[str, Any]) -> int | None:
         """Declare a durable queue; on an argument mismatch re-create it if it is empty
         and unused, else keep the existing queue (and its arguments) with a warning.
 
         Returns the number of messages the queue holds (None when it was kept with other
         arguments)."""
-        assert link.admin_lock is not None
-        async with link.admin_lock:
-            try:
-                frame = await (await link.admin()).call(
-                    "queue_declare", queue, durable=True, arguments=args
-                )
-                return int(frame.method.message_count)
-            except ChannelError as exc:
-                if exc.code != PRECONDITION_FAILED:
-                    raise
-                mismatch = exc.text
-            try:
-                await (await link.admin()).call(
-                    "queue_delete", queue, if_unused=True, if_empty=True
-                )
-            except ChannelError as exc:
-                if exc.code not in (PRECONDITION_FAILED, RESOURCE_LOCKED):
-                    raise
-                await (await link.admin()).call("queue_declare", queue, passive=True)
-                log.warning(
-                    "queue %r exists with other arguments and holds messages or consumers; "
-                    "it keeps its arguments (%s)",
-                    queue,
-                    mismatch,
-                )
-                return None
-            frame = await (await link.admin()).call(
-                "queue_declare", queue, durable=True, arguments=args
-            )
-            log.info("queue %r re-created with new arguments %s", queue, args)
+        try:
+            frame = await admin.call("queue_declare", queue, durable=True, arguments=args)
             return int(frame.method.message_count)
+        except ChannelError as exc:
+            if exc.code != PRECONDITION_FAILED:
+                raise
+            mismatch = exc.text
+        try:
+            await admin.call("queue_delete", queue, if_unused=True, if_empty=True)
+        except ChannelError as exc:
+            if exc.code not in (PRECONDITION_FAILED, RESOURCE_LOCKED):
+                raise
+            await admin.call("queue_declare", queue, passive=True)
+            log.warning(
+                "queue %r exists with other arguments and holds messages or consumers; "
+                "it keeps its arguments (%s)",
+                queue,
+                mismatch,
+            )
+            return None
+        frame = await admin.call("queue_declare", queue, durable=True, arguments=args)
+        log.info("queue %r re-created with new arguments %s", queue, args)
+        return int(frame.method.message_count)
 
     def _primes(self, args: Mapping[str, Any]) -> bool:
         """Whether queues declared with ``args`` get a primer (see :meth:`_prime`)."""
@@ -850,7 +862,7 @@ class RabbitMQAdapter(Adapter):
             and "x-dead-letter-exchange" not in args
         )
 
-    async def _prime(self, link: Link, queue: str) -> None:
+    async def _prime(self, admin: Declarer, queue: str) -> None:
         """Make the broker create a new classic queue's files now rather than on its first
         real message.
 
@@ -863,10 +875,7 @@ class RabbitMQAdapter(Adapter):
         for it.  A consumer that happens to get it before it expires never sees it: the
         adapter acks primers silently (:meth:`_delivery`).
         """
-        assert link.admin_lock is not None
-        async with link.admin_lock:
-            admin = await link.admin()
-            admin.pika.basic_publish("", queue, b"", _PRIMER_PROPERTIES)
+        (await admin.channel()).pika.basic_publish("", queue, b"", _PRIMER_PROPERTIES)
 
     def _internal_exchanges(self, namespaces: Iterable[str]) -> set[str]:
         """Exchanges of the internal namespaces among ``namespaces``."""
@@ -879,17 +888,18 @@ class RabbitMQAdapter(Adapter):
         for exchange in dict.fromkeys(ex for ex, _ in bindings):
             await self._ensure_exchange(link, exchange, exchange in internal)
         args = self.queue_arguments(sub.spec.limits)
-        depth = await self._declare_queue(link, sub.queue, args)
-        if depth == 0 and not sub.primed and self._primes(args):
-            await self._prime(link, sub.queue)
-            sub.primed = True
         wanted = set(bindings)
-        assert link.admin_lock is not None
-        async with link.admin_lock:
+        # one declaration channel for the queue, its primer and its bindings, in order;
+        # other subscriptions of this connection declare on the other channels meanwhile
+        async with link.declaring() as admin:
+            depth = await self._declare_queue(admin, sub.queue, args)
+            if depth == 0 and not sub.primed and self._primes(args):
+                await self._prime(admin, sub.queue)
+                sub.primed = True
             for exchange, key in sorted(sub.bound - wanted):
-                await (await link.admin()).call("queue_unbind", sub.queue, exchange, key)
+                await admin.call("queue_unbind", sub.queue, exchange, key)
             for exchange, key in bindings:
-                await (await link.admin()).call("queue_bind", sub.queue, exchange, key)
+                await admin.call("queue_bind", sub.queue, exchange, key)
         sub.bound = wanted
 
     # --- consumer link --------------------------------------------------------------
@@ -950,13 +960,14 @@ class RabbitMQAdapter(Adapter):
 
     def _capacity(self) -> int:
         """Subscriptions per consuming connection: the option, lowered so that a
-        subscription's two channels (consumer, puller) plus the admin and tap channels fit
-        the channel limit negotiated with the broker."""
+        subscription's two channels (consumer, puller) plus the declaration and tap
+        channels fit the channel limit negotiated with the broker."""
         per = self.opts.consumers_per_connection
         conn = self._consumer.connection
         channel_max = int(getattr(getattr(conn, "params", None), "channel_max", 0) or 0)
         if channel_max > 0:
-            per = min(per, max(1, (channel_max - 3) // 2))
+            reserved = 2 + self.opts.declare_channels
+            per = min(per, max(1, (channel_max - reserved) // 2))
         return per
 
     def _reserve_link(self) -> Link:
@@ -978,6 +989,7 @@ class RabbitMQAdapter(Adapter):
                 self._on_consumer_connected,
                 self._on_consumer_lost,
                 max_delay=self.opts.reconnect_max_delay,
+                declare_channels=self.opts.declare_channels,
             )
             if not link.start(self.opts.operation_timeout):
                 error = link.last_error
@@ -1017,9 +1029,8 @@ class RabbitMQAdapter(Adapter):
             if sub.puller is not None:
                 await sub.puller.close()
                 sub.puller = None
-        assert link.admin_lock is not None
-        async with link.admin_lock:
-            await (await link.admin()).call("queue_delete", queue)
+        async with link.declaring() as admin:
+            await admin.call("queue_delete", queue)
 
     async def _start_consumer(self, sub: RabbitMQSubscription, ready: bool = True) -> None:
         link = sub.link
@@ -1258,16 +1269,14 @@ class RabbitMQAdapter(Adapter):
 
     async def _purge(self, queue: str, link: Link) -> int:
         await link.ready(self.opts.operation_timeout)
-        assert link.admin_lock is not None
-        async with link.admin_lock:
-            frame = await (await link.admin()).call("queue_purge", queue)
+        async with link.declaring() as admin:
+            frame = await admin.call("queue_purge", queue)
         return int(frame.method.message_count)
 
     async def _depth(self, queue: str, link: Link) -> int:
         await link.ready(self.opts.operation_timeout)
-        assert link.admin_lock is not None
-        async with link.admin_lock:
-            frame = await (await link.admin()).call("queue_declare", queue, passive=True)
+        async with link.declaring() as admin:
+            frame = await admin.call("queue_declare", queue, passive=True)
         return int(frame.method.message_count)
 
     # --- current message tap ---------------------------------------------------------
@@ -1290,7 +1299,7 @@ class RabbitMQAdapter(Adapter):
             f"{base}.tap.in.{me}",
         )
 
-    async def _start_peer_tap(self, admin: Channel) -> None:
+    async def _start_peer_tap(self, admin: Declarer) -> None:
         """Let the gateway copies of other instances, but not this instance's own, reach
         this instance's tap queue.
 
@@ -1350,9 +1359,7 @@ class RabbitMQAdapter(Adapter):
             "x-overflow": "drop-head",
             "x-expires": int(self.opts.current_tap_expires * 1000),
         }
-        assert link.admin_lock is not None
-        async with link.admin_lock:
-            admin = await link.admin()
+        async with link.declaring() as admin:
             await admin.call("exchange_declare", native_x, exchange_type="fanout", durable=True)
             await admin.call("exchange_declare", drop_x, exchange_type="fanout", durable=True)
             await admin.call(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import abc
+import re
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -83,19 +84,53 @@ def check_notify(server: ServerProcess, topic: str) -> None:
         raise RuntimeError(f"Notify answered {status}: {soap.fault_summary(body)}")
 
 
+#: how often a set-up request the gateway refused as overloaded is sent again
+OVERLOAD_RETRIES = 3
+#: "retry in N s" in the overload fault's text (its Retry-After)
+_RETRY_IN = re.compile(r"retry in (\d+(?:\.\d+)?) ?s")
+
+
+def _run_retrying(
+    reqs: list[client.Request], refusals: list[str] | None
+) -> tuple[list[client.Answer], float]:
+    """``client.run_requests`` (addresses); with a ``refusals`` list, requests answered
+    503 are sent again after the Retry-After their fault gives (at most
+    ``OVERLOAD_RETRIES`` times), as a client honouring the fault would, and each refusal's
+    text is appended to ``refusals``.  The seconds include the waits."""
+    answers, secs = client.run_requests(reqs, extract="address")
+    if refusals is None:
+        return answers, secs
+    for _ in range(OVERLOAD_RETRIES):
+        again = [i for i, (status, _value) in enumerate(answers) if status == 503]
+        if not again:
+            break
+        texts = [str(answers[i][1]) for i in again]
+        refusals.extend(texts)
+        waits = [float(m.group(1)) for t in texts if (m := _RETRY_IN.search(t))]
+        pause = min(60.0, max(waits, default=5.0))
+        time.sleep(pause)
+        retried, more = client.run_requests([reqs[i] for i in again], extract="address")
+        for i, answer in zip(again, retried, strict=True):
+            answers[i] = answer
+        secs += pause + more
+    return answers, secs
+
+
 def subscribe_all(
     server: ServerProcess,
     consumers: list[str],
     topics: list[str],
     content: str | None = None,
+    refusals: list[str] | None = None,
 ) -> tuple[list[str], float]:
     """Subscribe ``consumers[i]`` to ``topics[i]`` concurrently (each with the XPath
-    MessageContent filter ``content`` if given); (references, seconds)."""
+    MessageContent filter ``content`` if given); (references, seconds).  ``refusals``:
+    see :func:`_run_retrying`."""
     reqs = [
         client.Request(server.broker_url, soap.subscribe(server.broker_url, c, t, content=content))
         for c, t in zip(consumers, topics, strict=True)
     ]
-    answers, secs = client.run_requests(reqs, extract="address")
+    answers, secs = _run_retrying(reqs, refusals)
     return _addresses("Subscribe", answers), secs
 
 
@@ -114,13 +149,16 @@ def _addresses(operation: str, answers: list[client.Answer]) -> list[str]:
     return [str(value) for _, value in answers]
 
 
-def create_pull_points(server: ServerProcess, count: int) -> tuple[list[str], float]:
-    """Create ``count`` pull points concurrently; (their addresses, seconds)."""
+def create_pull_points(
+    server: ServerProcess, count: int, refusals: list[str] | None = None
+) -> tuple[list[str], float]:
+    """Create ``count`` pull points concurrently; (their addresses, seconds).
+    ``refusals``: see :func:`_run_retrying`."""
     reqs = [
         client.Request(server.broker_url, soap.create_pull_point(server.broker_url))
         for _ in range(count)
     ]
-    answers, secs = client.run_requests(reqs, extract="address")
+    answers, secs = _run_retrying(reqs, refusals)
     return _addresses("CreatePullPoint", answers), secs
 
 

@@ -6,7 +6,9 @@ own path, so "all delivered" is "every path seen".  Pull: one pull point per sub
 drained with concurrent GetMessages until every pull point returned the message.
 Subscriptions are created incrementally (100, then 900 more, ...) with concurrent keep-alive
 clients; their creation time is recorded as set-up, not as a figure, and the gateway's RSS
-at each size is reported (no target).
+at each size is reported (no target).  A creation the gateway refuses as overloaded (503,
+Retry-After) is sent again after the Retry-After, up to three times, as a client honouring
+the fault would; the refusals are counted (``*_setup_refusals_N``).
 
 Baseline: the cost per delivery at the smallest size in the same run.  Target: cost at
 10,000 <= 1.5 x cost at 100.  Where the middleware has a raw fan-out reference
@@ -67,6 +69,15 @@ def _notify(server: ServerProcess, topic: str) -> None:
         kc.close()
     if status >= 300:
         raise RuntimeError(f"Notify answered {status}: {soap.fault_summary(body)}")
+
+
+def _note_refusals(ctx: Context, result: ScenarioResult, key: str, refusals: list[str]) -> None:
+    """Record the set-up requests the gateway refused as overloaded (and that were sent
+    again after their Retry-After): how many, and the first fault."""
+    result.details[key] = len(refusals)
+    if refusals:
+        result.details[f"{key}_first"] = refusals[0][:300]
+        ctx.log(f"  {len(refusals)} set-up request(s) refused, sent again: {refusals[0][:200]}")
 
 
 class FanOut(Scenario):
@@ -197,13 +208,15 @@ class FanOut(Scenario):
         have = 0
         for size in sizes:
             secs = 0.0
+            refusals: list[str] = []
             for lo in range(have, size, CHUNK):  # chunks: stop early when the gateway refuses
                 new = range(lo, min(size, lo + CHUNK))
                 _, chunk_s = subscribe_all(
-                    server, [pool.address(i) for i in new], ["fanpush"] * len(new)
+                    server, [pool.address(i) for i in new], ["fanpush"] * len(new), None, refusals
                 )
                 secs += chunk_s
             result.setup[f"push_subscribe_{size}_s"] = secs
+            _note_refusals(ctx, result, f"push_setup_refusals_{size}", refusals)
             have = size
             rss = server.rss()
             if rss is not None:  # informative: the gateway holding ``size`` subscriptions
@@ -245,13 +258,18 @@ class FanOut(Scenario):
         points: list[str] = []
         for size in sizes:
             secs_pp = secs_sub = 0.0
+            # set-up requests refused as overloaded, sent again after their Retry-After
+            refusals: list[str] = []
             while len(points) < size:
-                more, chunk_pp = create_pull_points(server, min(CHUNK, size - len(points)))
-                _, chunk_sub = subscribe_all(server, more, ["fanpull"] * len(more))
+                more, chunk_pp = create_pull_points(
+                    server, min(CHUNK, size - len(points)), refusals
+                )
+                _, chunk_sub = subscribe_all(server, more, ["fanpull"] * len(more), None, refusals)
                 points += more
                 secs_pp += chunk_pp
                 secs_sub += chunk_sub
             result.setup[f"pull_create_{size}_s"] = secs_pp + secs_sub
+            _note_refusals(ctx, result, f"pull_setup_refusals_{size}", refusals)
             times: list[float] = []
             # where each repeat's time went: the Notify (the broker routing and
             # confirming), then each drain round (pull points asked, seconds)

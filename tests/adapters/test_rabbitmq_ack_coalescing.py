@@ -1,0 +1,76 @@
+"""RabbitMQ adapter: acks from other threads share the connection thread's wake-ups
+(``Link.settle``, issue 29 / docs/performance.md F26), against a real node.
+
+GetMessages and push delivery ack on request and delivery threads; each ack used to wake
+the connection's I/O thread unless a wake-up was already pending, so a stream of acks a
+little slower than the loop cost one wake-up (a self-pipe write on the acking thread) and
+one socket write each.  Now, once a write carried several, the loop collects on a short
+timer and the acks made meanwhile wake nothing.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Callable
+
+import pytest
+from wsnmom.adapters.rabbitmq.adapter import RabbitMQAdapter, RabbitMQSubscription
+from wsnmom.core.adapter import OutboundMessage, Received, SubscriptionSpec
+from wsnmom.topic_mapping.model import PathPattern, Topic
+
+from tests.support.waiting import wait_until
+
+pytestmark = pytest.mark.rabbitmq
+
+MESSAGES = 1000
+
+
+def test_a_stream_of_acks_costs_few_wake_ups_and_every_ack_reaches_the_broker(
+    make_adapter: Callable[..., RabbitMQAdapter], private_vhost: str
+) -> None:
+    adapter = make_adapter(private_vhost)
+    ns = f"urn:test:rabbit-acks:{uuid.uuid4().hex}"
+    topic = Topic(ns, ("t",))
+    handle = adapter.subscription(
+        SubscriptionSpec(name="acks", patterns=(PathPattern(ns, ("t",)),))
+    )
+    assert isinstance(handle, RabbitMQSubscription)
+    held: list[Received] = []
+    lock = threading.Lock()
+
+    def hold(received: Received) -> None:  # on the connection's thread: no ack here
+        with lock:
+            held.append(received)
+
+    handle.start(hold, prefetch=MESSAGES)
+    adapter.publish_many(
+        [
+            OutboundMessage(topic=topic, body=b"<m>%d</m>" % i, message_id=f"m{i}")
+            for i in range(MESSAGES)
+        ]
+    )
+    wait_until(lambda: len(held) == MESSAGES, 30, what=f"{MESSAGES} deliveries held")
+    before = adapter.stats()
+
+    # a stream: two acks, then a pause that lets the connection's thread run
+    for i in range(0, MESSAGES, 2):
+        held[i].ack()
+        held[i + 1].ack()
+        time.sleep(0.0002)
+    # stop() closes the consumer's channel, which requeues whatever is still unacked:
+    # the pending acks must be written before the close
+    handle.stop()
+    after = adapter.stats()
+
+    settles = after["settles"] - before["settles"]
+    writes = after["settle_writes"] - before["settle_writes"]
+    wakeups = after["settle_wakeups"] - before["settle_wakeups"]
+    assert settles == MESSAGES
+    # one wake-up per pair (before: the least it could cost) would be MESSAGES / 2
+    assert writes * 4 <= settles, (settles, writes, wakeups)
+    assert wakeups * 4 <= settles, (settles, writes, wakeups)
+    # every ack reached the broker before the channel closed: nothing came back
+    assert handle.depth() == 0
+    handle.delete()

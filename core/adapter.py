@@ -414,6 +414,7 @@ class Adapter(abc.ABC):
         before any subscription is made.  An adapter that keeps a subscription's
         delivery position itself must then continue from the position the last
         deliverer saved, and save it while it delivers.  Default: nothing to do."""
+        return None
 
     @abc.abstractmethod
     def ping(self, timeout: float = 1.0) -> bool:

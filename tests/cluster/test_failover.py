@@ -1,7 +1,8 @@
 """Delivery ownership across gateway processes on one PostgreSQL store and RabbitMQ
-(Kafka too for kill -9) (issue 23 §2-3): one instance delivers a shard's subscriptions; when it is killed (-9) the
-other takes its shards over within lease + 2 s, when it is stopped (SIGTERM) it hands
-them over, and the other delivers everything (duplicates allowed: at-least-once);
+(Kafka too for kill -9) (issue 23 §2-3): one instance delivers a shard's subscriptions;
+when it is killed (-9) the other takes its shards over within lease + 2 s, when it is
+stopped (SIGTERM) it hands them over, and the other delivers everything (duplicates
+allowed, at-least-once, but only of what the stopped one delivered in its last moments);
 periodic work (expiry) runs on one instance only; the embedded adapter refuses a second
 instance on one store."""
 
@@ -120,9 +121,7 @@ def test_the_deliverers_shards_go_to_the_other_instance_and_nothing_is_lost(
         try:
             # long enough that redelivering everything since the subscription was made
             # would break the duplicate bound below
-            wait_until(
-                lambda: len(consumer.copies) > 100, 30, what="a stream of deliveries"
-            )
+            wait_until(lambda: len(consumer.copies) > 100, 30, what="a stream of deliveries")
             assert owner.process is not None
             stopped = time.monotonic()
             if how == "kill":

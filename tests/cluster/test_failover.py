@@ -1,5 +1,5 @@
 """Delivery ownership across gateway processes on one PostgreSQL store and RabbitMQ
-(Kafka too for kill -9) (issue 23 §2-3): one instance delivers a shard's subscriptions;
+(Kafka too) (issue 23 §2-3): one instance delivers a shard's subscriptions;
 when it is killed (-9) the other takes its shards over within lease + 2 s, when it is
 stopped (SIGTERM) it hands them over, and the other delivers everything (duplicates
 allowed, at-least-once, but only of what the stopped one delivered in its last moments);
@@ -86,6 +86,7 @@ TERM_LEASE = 10.0
         pytest.param("kill", "rabbitmq", marks=pytest.mark.rabbitmq),
         pytest.param("term", "rabbitmq", marks=pytest.mark.rabbitmq),
         pytest.param("kill", "kafka", marks=pytest.mark.kafka),
+        pytest.param("term", "kafka", marks=pytest.mark.kafka),
     ],
     indirect=["middleware"],
 )

@@ -430,6 +430,16 @@ class Adapter(abc.ABC):
     def close(self) -> None:
         """Disconnect; idempotent.  Durable subscriptions stay on the middleware."""
 
+    def shared_by_instances(self) -> None:
+        """Several gateway instances share this middleware as one broker (cluster mode,
+        docs/scale-out.md): a durable subscription is delivered by one of them at a time,
+        and which one changes (its delivery starts on one instance after it stopped on
+        another, or while the other is dead).  Called once, before or after ``open()``,
+        before any subscription is made.  An adapter that keeps a subscription's
+        delivery position itself must then continue from the position the last
+        deliverer saved, and save it while it delivers.  Default: nothing to do."""
+        return None
+
     @abc.abstractmethod
     def ping(self, timeout: float = 1.0) -> bool:
         """True when the middleware answers now (readiness)."""

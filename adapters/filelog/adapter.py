@@ -148,6 +148,11 @@ class _PositionStore:
         with self._lock:
             return {k: dict(v) for k, v in self._data.items()}
 
+    def load_one(self, name: str) -> dict[StreamId, int] | None:
+        with self._lock:
+            found = self._data.get(name)
+            return None if found is None else dict(found)
+
     def save(self, changes: Mapping[str, Mapping[StreamId, int]]) -> None:
         with self._lock:
             for name, positions in changes.items():

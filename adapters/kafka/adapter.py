@@ -31,6 +31,10 @@ Features
     * GetCurrentMessage (``CurrentMessages``): the newest record of the WS topic, native
       ones included, from an in-memory map the head reader keeps current, looked up in the
       tail of the Kafka topic on a miss.
+    * Cluster mode (``shared_by_instances``): the instance that starts delivering a
+      subscription continues from the positions its last deliverer saved in the
+      subscription's consumer group; a deliverer saves them at most every second while
+      they change.
     * Reachability (``Health``): ``available()`` is False while the cluster is known to be
       unreachable (all brokers down, or a metadata probe unanswered for ``health_timeout``);
       ``open()`` raises ``AdapterUnavailable`` then and can be retried.
@@ -225,6 +229,8 @@ class KafkaAdapter(Adapter):
         )
         self._lock = threading.Lock()
         self._open: _Open | None = None
+        #: several gateway instances deliver these subscriptions (``shared_by_instances``)
+        self._shared = False
 
     def __repr__(self) -> str:
         return f"<KafkaAdapter {redact_url(self.url)} {self.settings.redacted()}>"
@@ -269,6 +275,7 @@ class KafkaAdapter(Adapter):
             engine = CursorEngine(
                 backend, catch_up_readers=settings.catch_up_readers, poll_timeout=0.02
             )
+            engine.shared = self._shared
             engine.start()
         except KafkaException as exc:
             self._release(parts)
@@ -304,6 +311,16 @@ class KafkaAdapter(Adapter):
             state.engine.close()
         finally:
             self._release([state.current, state.publisher])
+
+    def shared_by_instances(self) -> None:
+        """Cluster mode: a subscription's delivery moves between instances, so every
+        cursor this instance starts takes up the positions its last deliverer saved in
+        its consumer group, and keeps them saved while it delivers (the engine's
+        ``shared``; docs/scale-out.md)."""
+        with self._lock:
+            self._shared = True
+            if self._open is not None:
+                self._open.engine.shared = True
 
     def _require(self) -> _Open:
         state = self._open

@@ -439,6 +439,22 @@ class KafkaPositionStore:
             out[name] = {(tp.topic, tp.partition): tp.offset for tp in partitions if tp.offset >= 0}
         return out
 
+    def load_one(self, name: str) -> dict[StreamId, int] | None:
+        """One cursor group's offsets (None: the group has none)."""
+        self._fresh()
+        group = self._group(name)
+        future = self._admin.list_consumer_group_offsets(
+            [ConsumerGroupTopicPartitions(group)], request_timeout=self._timeout
+        )[group]
+        try:
+            partitions = future.result().topic_partitions or []
+        except KafkaException as exc:
+            if exc.args[0].code() == KafkaError.GROUP_ID_NOT_FOUND:
+                return None
+            raise AdapterError(f"reading the positions of {name} failed: {exc}") from exc
+        found = {(tp.topic, tp.partition): tp.offset for tp in partitions if tp.offset >= 0}
+        return found or None
+
     def save(self, changes: Mapping[str, Mapping[StreamId, int]]) -> None:
         """Write these cursors' offsets (other streams of each group are kept)."""
         self._fresh()

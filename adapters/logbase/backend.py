@@ -216,6 +216,9 @@ class PositionStore(Protocol):
     def load(self) -> dict[str, dict[StreamId, int]]:
         """Every stored cursor's positions, by cursor name."""
 
+    def load_one(self, name: str) -> dict[StreamId, int] | None:
+        """One cursor's stored positions (None: none stored)."""
+
     def save(self, changes: Mapping[str, Mapping[StreamId, int]]) -> None:
         """Store these cursors' positions (replacing the streams named; others kept)."""
 

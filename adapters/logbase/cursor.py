@@ -129,6 +129,9 @@ class Cursor:
         #: attached with positions of its own in the position store, at or below its
         #: current ones: it does not hold the head's commit back (see the engine)
         self.own_positions = False
+        #: shared engine: not started here since it was made or stopped; its positions
+        #: are taken up from the position store when it starts (see the engine)
+        self.foreign = False
         #: per stream, the first unsettled offset the commit pass saw and since when
         self.pin_seen: dict[StreamId, tuple[int, float]] = {}
         self._outbox: deque[CursorReceived] = deque()

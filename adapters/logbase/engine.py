@@ -38,6 +38,19 @@ before core re-attached every subscription: ``restoring()`` holds the head back 
 ``restored()`` (core calls both at start-up; without them the head starts with the first
 started cursor).
 
+**Shared by several gateway instances** (``shared``, cluster mode: docs/scale-out.md),
+a durable subscription is delivered by one instance at a time, and which one changes.
+A cursor this engine has not started (made for a subscription another instance delivers)
+is *foreign*: its positions are not this instance's to save, so it is never saved and
+never holds the head's commit back.  When this engine starts it, it first takes up the
+positions the subscription's last deliverer saved (``PositionStore.load_one``).  A started
+cursor always keeps positions of its own: attached, they are saved at most every
+``save_interval`` while they change (and the position store keeps them: they are never
+deleted on re-attaching); stopped (a pause, a shard handed over or lost) it saves them
+at the next commit pass and is foreign again.  So a new deliverer continues from the
+last deliverer's saved position, and what it delivers again is what the last one
+settled in its last ``save_interval + commit_interval`` (plus what it had in flight).
+
 Limits the middleware cannot enforce are applied on request (``discard``): skipping the
 oldest matching records, or delivering only a budget and then jumping to the head.  The
 depth of a detached cursor counts the records between its positions and the head in the
@@ -111,6 +124,9 @@ class CursorEngine:
         self.save_interval = save_interval
         #: batches a catch-up thread reads for one cursor before serving the next one
         self.catch_up_slice = catch_up_slice
+        #: several gateway instances deliver these subscriptions, one at a time each
+        #: (see the module docstring); set before cursors are made
+        self.shared = False
         self.lock = threading.RLock()
         self._cursors: dict[str, Cursor] = {}
         self._index: TopicIndex[str] = TopicIndex()
@@ -250,8 +266,13 @@ class CursorEngine:
             cursor = self._cursors.get(spec.name)
             if cursor is None:
                 cursor = Cursor(self, spec.name, spec.patterns, spec.limits, positions)
-                # saved unless it attaches first, so it never pins the head's commit
-                cursor.dirty = stored is None
+                if self.shared:
+                    # another instance may deliver it: its positions are taken up from
+                    # the position store when this engine starts it
+                    cursor.foreign = True
+                else:
+                    # saved unless it attaches first, so it never pins the head's commit
+                    cursor.dirty = stored is None
                 self._cursors[spec.name] = cursor
                 self._index_cursor(cursor)
             return CursorHandle(cursor)
@@ -334,7 +355,10 @@ class CursorEngine:
     def start_cursor(
         self, cursor: Cursor, on_message: Callable[[Received], None], prefetch: int
     ) -> None:
-        """Push mode for ``cursor`` (idempotent)."""
+        """Push mode for ``cursor`` (idempotent); a foreign cursor first takes up its
+        stored positions."""
+        if cursor.foreign:
+            self._take_up(cursor)
         with self.lock:
             if cursor.deleted:
                 raise AdapterUnavailable(f"subscription {cursor.name} was deleted")
@@ -348,14 +372,42 @@ class CursorEngine:
         self._start_head()
 
     def stop_cursor(self, cursor: Cursor) -> None:
-        """Pause ``cursor``: it detaches; what was in flight comes again (redelivered)."""
+        """Pause ``cursor``: it detaches; what was in flight comes again (redelivered).
+        Shared: its positions are saved at the next commit pass, and it is foreign
+        again (another instance may deliver it next)."""
         with self.lock:
             if not cursor.started:
                 return
             cursor.started = False
             cursor.forget_inflight(self._head)
             cursor.callback = None
+            if self.shared:
+                cursor.foreign = True
         self._wake_commit.set()
+
+    def _take_up(self, cursor: Cursor) -> None:
+        """Give foreign ``cursor`` the positions its last deliverer saved (streams it
+        saved nothing for keep the cursor's own).  Unsaved positions of this instance's
+        own (stopped a moment ago) are the newest there are, and are kept."""
+        store = self._store
+        with self.lock:
+            if not cursor.foreign or cursor.started or cursor.dirty or store is None:
+                cursor.foreign = False
+                return
+        try:
+            saved = store.load_one(cursor.name)
+        except Exception as exc:
+            raise AdapterUnavailable(
+                f"reading the saved positions of {cursor.name} failed: {exc}"
+            ) from exc
+        with self.lock:
+            if not cursor.foreign or cursor.started or cursor.dirty:
+                cursor.foreign = False
+                return
+            cursor.foreign = False
+            if saved:
+                cursor.positions = {**cursor.positions, **saved}
+                self._stored[cursor.name] = dict(saved)
 
     # -- settling --------------------------------------------------------------------------
     def settle(self, cursor: Cursor, stream: StreamId, offset: int, gen: int, rewind: bool) -> None:
@@ -509,7 +561,12 @@ class CursorEngine:
             return False
         cursor.attached = True
         cursor.floor = {s: p for s, p in cursor.positions.items() if p >= 0}
-        if cursor.name in self._stored:
+        if self.shared:
+            # another instance may deliver it next: its saved positions stay, and are
+            # saved again while they change
+            cursor.own_positions = True
+            self.may_pin(cursor.name)
+        elif cursor.name in self._stored:
             self._to_delete.add(cursor.name)
         cursor.dirty = False
         return True
@@ -875,8 +932,13 @@ class CursorEngine:
         now = time.monotonic() if now is None else now
         for name in self._pinning:
             cursor = self._cursors.get(name)
-            if cursor is None:
-                done.append(name)
+            if cursor is None or (cursor.foreign and not cursor.dirty):
+                done.append(name)  # a foreign cursor's positions are not this engine's
+            elif cursor.attached and self.shared:
+                # its own positions are saved while they change (``_own_due``); the
+                # head's commit does not cover it
+                if self._stored.get(name) == self._own_positions(cursor):
+                    done.append(name)
             elif cursor.attached:
                 if not cursor.inflight:
                     if name not in self._own_save:
@@ -988,7 +1050,7 @@ class CursorEngine:
                         own[cursor.name] = cursor.gen
                     continue
                 self._own_save.discard(cursor.name)
-                if not (cursor.dirty or final):
+                if not (cursor.dirty or final) or (cursor.foreign and not cursor.dirty):
                     continue
                 if not cursor.dirty and cursor.name in self._stored:
                     continue
@@ -1020,7 +1082,7 @@ class CursorEngine:
                     live = self._cursors.get(name)
                     if name in own and live is not None:
                         self._own_saved_at[name] = now
-                        if live.attached and live.gen == own[name]:
+                        if live.attached and live.gen == own[name] and not self.shared:
                             if live.inflight:
                                 live.own_positions = True
                             else:  # settled meanwhile: the head covers it

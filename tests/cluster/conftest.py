@@ -1,5 +1,8 @@
-"""Gateway processes sharing one PostgreSQL store and one RabbitMQ as one broker.
+"""Gateway processes sharing one PostgreSQL store and one middleware as one broker.
 
+The middleware is RabbitMQ unless a test parametrizes the ``middleware`` fixture
+(``indirect``) with ``"kafka"`` (the session's Kafka broker, tansu locally; every cluster
+gets its own topic prefix, inbox topic and consumer group names, shared by its instances).
 ``cluster(n)`` starts ``n`` ``wsnmom serve`` processes on a fresh database, each with its
 own data directory and port, all with one ``public_url`` (a load balancer's address that
 nothing listens on): endpoint references name no instance, and :meth:`Cluster.via`
@@ -19,6 +22,7 @@ import requests
 
 from tests.fixtures.brokers import ResolvedBroker
 from tests.fixtures.postgres import fresh_database
+from tests.fixtures.server import kafka_gateway_url
 from wsnmom.client import WsnClient
 from wsnmom.testing.gateway import Gateway, free_port
 
@@ -27,16 +31,23 @@ INSTANCE = "WSNMOM-Instance"
 
 
 class Cluster:
-    """``n`` gateways on one store and one RabbitMQ (see the module docstring)."""
+    """``n`` gateways on one store and one middleware (see the module docstring)."""
 
     def __init__(
-        self, store_url: str, adapter_url: str, n: int, env: dict[str, str], base: Path
+        self,
+        middleware: str,
+        store_url: str,
+        adapter_url: str,
+        n: int,
+        env: dict[str, str],
+        base: Path,
     ) -> None:
+        self.middleware = middleware
         self.public_url = f"http://127.0.0.1:{free_port()}"
         self.gateways: list[Gateway] = []
         for i in range(n):
             gateway = Gateway(
-                "rabbitmq",
+                middleware,
                 adapter_url,
                 base / f"g{i}",
                 store_url=store_url,
@@ -71,7 +82,27 @@ class Cluster:
 
 
 @pytest.fixture
-def cluster(postgres_server: ResolvedBroker, rabbitmq_url: str) -> Iterator[Callable[..., Cluster]]:
+def middleware(request: pytest.FixtureRequest) -> str:
+    """The middleware of the test's clusters: ``"rabbitmq"`` (default) or ``"kafka"``."""
+    return str(getattr(request, "param", "rabbitmq"))
+
+
+def _adapter_url(request: pytest.FixtureRequest, middleware: str) -> str:
+    """The adapter URL every instance of one cluster shares."""
+    if middleware == "kafka":
+        # one topic prefix, inbox topic and set of consumer groups per cluster, shared by
+        # its instances (they are one broker); tansu's watermarks are not exact
+        return kafka_gateway_url(str(request.getfixturevalue("kafka_url")))
+    # on a shared store the RabbitMQ adapter reads pull points with basic.get by itself
+    # (its cluster_options), so that every instance answers for every pull point
+    # (docs/scale-out.md): the URL does not say so
+    return str(request.getfixturevalue("rabbitmq_url"))
+
+
+@pytest.fixture
+def cluster(
+    request: pytest.FixtureRequest, postgres_server: ResolvedBroker, middleware: str
+) -> Iterator[Callable[..., Cluster]]:
     """A factory: ``cluster(n, **env)`` starts ``n`` gateways (``env``: their settings)."""
     made: list[Cluster] = []
     dirs: list[Path] = []
@@ -89,10 +120,8 @@ def cluster(postgres_server: ResolvedBroker, rabbitmq_url: str) -> Iterator[Call
             "WSNMOM_CLUSTER__POLL": "0.5",
             **env,
         }
-        # on a shared store the RabbitMQ adapter reads pull points with basic.get by
-        # itself (its cluster_options), so that every instance answers for every pull
-        # point (docs/scale-out.md): the URL does not say so
-        made.append(Cluster(store_url, rabbitmq_url, n, settings, base))
+        adapter_url = _adapter_url(request, middleware)
+        made.append(Cluster(middleware, store_url, adapter_url, n, settings, base))
         made[-1].start()
         return made[-1]
 
@@ -105,3 +134,11 @@ def cluster(postgres_server: ResolvedBroker, rabbitmq_url: str) -> Iterator[Call
             database.__exit__(None, None, None)
         for d in dirs:
             shutil.rmtree(d, ignore_errors=True)
+
+
+#: ``@pytest.mark.parametrize("middleware", BOTH, indirect=True)``: a test on RabbitMQ and
+#: on Kafka
+BOTH = [
+    pytest.param("rabbitmq", marks=pytest.mark.rabbitmq),
+    pytest.param("kafka", marks=pytest.mark.kafka),
+]

@@ -1,12 +1,14 @@
 """Delivery ownership across gateway processes on one PostgreSQL store and RabbitMQ
-(issue 23 §2-3): one instance delivers a shard's subscriptions; when it is killed (-9) the
-other takes its shards over within lease + 2 s, when it is stopped (SIGTERM) it hands
-them over, and the other delivers everything (duplicates allowed: at-least-once);
+(Kafka too) (issue 23 §2-3): one instance delivers a shard's subscriptions;
+when it is killed (-9) the other takes its shards over within lease + 2 s, when it is
+stopped (SIGTERM) it hands them over, and the other delivers everything (duplicates
+allowed, at-least-once, but only of what the stopped one delivered in its last moments);
 periodic work (expiry) runs on one instance only; the embedded adapter refuses a second
 instance on one store."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import tempfile
 import threading
@@ -26,7 +28,7 @@ from wsnmom.client.errors import ResourceUnknownFault
 from wsnmom.client.model import EndpointReference
 from wsnmom.testing.gateway import Gateway, GatewayFailed
 
-pytestmark = [pytest.mark.rabbitmq, pytest.mark.e2e, pytest.mark.slow]
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 WSNT = "http://docs.oasis-open.org/wsn/b-2"
 TOPIC = "{urn:cluster}failover"
@@ -43,24 +45,53 @@ def numbers(consumer: ConsumerServer) -> set[int]:
 
 
 class Stamped(ConsumerServer):
-    """A consumer that notes when each request arrived (monotonic seconds)."""
+    """A consumer that notes when each request arrived (monotonic seconds), from which
+    instance, and when each sequence number first arrived."""
 
     def __init__(self) -> None:
         self.arrivals: list[tuple[float, str]] = []
+        #: every sequence number received, once per copy, with its arrival time
+        self.copies: list[tuple[int, float]] = []
         super().__init__()
 
     def _handle(self, handler, data: bytes) -> None:  # type: ignore[no-untyped-def]
-        self.arrivals.append((time.monotonic(), handler.headers.get(INSTANCE, "")))
+        now = time.monotonic()
+        self.arrivals.append((now, handler.headers.get(INSTANCE, "")))
+        self.copies.extend((int(m), now) for m in re.findall(rb"<n>(\d+)</n>", data))
         super()._handle(handler, data)
 
+    def duplicates(self) -> dict[int, float]:
+        """Each number that came more than once, with the time its first copy arrived."""
+        first: dict[int, float] = {}
+        twice: dict[int, float] = {}
+        for number, at in self.copies:
+            if number in first:
+                twice[number] = first[number]
+            else:
+                first[number] = at
+        return twice
+
+
+#: duplicates after a failover were first delivered at most this long before the stop
+#: (Kafka: the position save interval, 1 s, plus the commit pass, 0.2 s, and headroom)
+DUP = 3.0
 
 #: the lease of the SIGTERM test: long, so that a takeover before it proves a hand-over
 TERM_LEASE = 10.0
 
 
-@pytest.mark.parametrize("how", ["kill", "term"])
+@pytest.mark.parametrize(
+    ("how", "middleware"),
+    [
+        pytest.param("kill", "rabbitmq", marks=pytest.mark.rabbitmq),
+        pytest.param("term", "rabbitmq", marks=pytest.mark.rabbitmq),
+        pytest.param("kill", "kafka", marks=pytest.mark.kafka),
+        pytest.param("term", "kafka", marks=pytest.mark.kafka),
+    ],
+    indirect=["middleware"],
+)
 def test_the_deliverers_shards_go_to_the_other_instance_and_nothing_is_lost(
-    cluster: Callable[..., Cluster], how: str
+    cluster: Callable[..., Cluster], how: str, middleware: str
 ) -> None:
     """``kill``: kill -9, taken over within lease + 2 s; ``term``: SIGTERM, handed over
     (taken long before the lease could have expired)."""
@@ -89,7 +120,9 @@ def test_the_deliverers_shards_go_to_the_other_instance_and_nothing_is_lost(
         thread = threading.Thread(target=publish, daemon=True)
         thread.start()
         try:
-            wait_until(lambda: len(consumer.arrivals) > 5, 10, what="a stream of deliveries")
+            # long enough that redelivering everything since the subscription was made
+            # would break the duplicate bound below
+            wait_until(lambda: len(consumer.copies) > 100, 30, what="a stream of deliveries")
             assert owner.process is not None
             stopped = time.monotonic()
             if how == "kill":
@@ -118,6 +151,12 @@ def test_the_deliverers_shards_go_to_the_other_instance_and_nothing_is_lost(
             30,
             what="every published message",
         )
+        # at-least-once: what comes twice is what the stopped deliverer had delivered in
+        # its last moments (not yet acknowledged, or its position not yet saved:
+        # docs/scale-out.md), never the stream from its start
+        early = {k: stopped - t for k, t in consumer.duplicates().items() if t < stopped - DUP}
+        assert early == {}, f"duplicates first delivered long before the stop: {early}"
+        print(f"{how}: {len(consumer.duplicates())} duplicate(s)")
         if how == "kill":
             assert gap <= lease + 2, f"the survivor took over after {gap:.1f} s"
         else:
@@ -129,6 +168,7 @@ def test_the_deliverers_shards_go_to_the_other_instance_and_nothing_is_lost(
         consumer.close()
 
 
+@pytest.mark.rabbitmq
 def test_expiry_runs_on_one_instance_only(
     cluster: Callable[..., Cluster], consumer: ConsumerServer
 ) -> None:
@@ -165,6 +205,7 @@ def test_expiry_runs_on_one_instance_only(
         assert sum(g.log_path.read_text().count(line) for g in (a, b)) == 1
 
 
+@pytest.mark.rabbitmq
 def test_a_second_embedded_instance_on_one_store_is_refused(
     postgres_server: ResolvedBroker,
 ) -> None:

@@ -1,0 +1,145 @@
+"""The cursor engine shared by several gateway instances (``CursorEngine.shared``, cluster
+mode, docs/scale-out.md): two engines over one in-memory log and one position store
+stand for two instances.  The instance that does not deliver a subscription never writes
+its positions; the one that delivers keeps them saved; a new deliverer continues from
+what the last one saved, not from where its own idle cursor was made."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from wsnmom.adapters.logbase.engine import CursorEngine
+
+from tests.adapters.test_logbase_engine import _MemoryBackend, _MemoryLog, spec
+from tests.support.waiting import wait_until
+from wsnmom.testing.conformance import Collector
+
+STREAM = ("t", 0)
+
+
+class _SharedPositions:
+    """One position store (the middleware's), shared by every instance."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.positions: dict[str, dict[Any, int]] = {}
+
+    def get(self, name: str) -> dict[Any, int] | None:
+        with self.lock:
+            found = self.positions.get(name)
+            return None if found is None else dict(found)
+
+
+class _InstanceStore:
+    """One instance's view of the shared positions; notes every cursor it saved, and
+    refuses writes once the instance is dead (kill -9: it writes nothing any more)."""
+
+    def __init__(self, shared: _SharedPositions) -> None:
+        self.shared = shared
+        self.saved: set[str] = set()
+        self.dead = False
+
+    def load(self) -> dict[str, Any]:
+        with self.shared.lock:
+            return {k: dict(v) for k, v in self.shared.positions.items()}
+
+    def load_one(self, name: str) -> dict[Any, int] | None:
+        return self.shared.get(name)
+
+    def save(self, changes: Any) -> None:
+        if self.dead:
+            raise ConnectionError("this instance is dead")
+        with self.shared.lock:
+            for name, positions in changes.items():
+                self.shared.positions.setdefault(name, {}).update(positions)
+                self.saved.add(name)
+
+    def delete(self, names: Any) -> None:
+        if self.dead:
+            raise ConnectionError("this instance is dead")
+        with self.shared.lock:
+            for name in names:
+                self.shared.positions.pop(name, None)
+
+
+class _InstanceBackend(_MemoryBackend):
+    def __init__(self, log: _MemoryLog, store: _InstanceStore) -> None:
+        super().__init__(log)
+        self.store = store
+
+    def position_store(self) -> _InstanceStore:  # type: ignore[override]
+        return self.store
+
+
+@pytest.fixture
+def engines() -> Iterator[tuple[_MemoryLog, _SharedPositions, list[CursorEngine]]]:
+    log = _MemoryLog()
+    shared = _SharedPositions()
+    made: list[CursorEngine] = []
+    for _ in range(2):
+        engine = CursorEngine(
+            _InstanceBackend(log, _InstanceStore(shared)),  # type: ignore[arg-type]
+            catch_up_readers=1,
+        )
+        engine.shared = True
+        engine.start()
+        made.append(engine)
+    yield log, shared, made
+    for engine in made:
+        store = engine.backend.position_store()  # type: ignore[attr-defined]
+        store.dead = False
+        engine.close()
+
+
+def test_a_new_deliverer_continues_from_the_last_deliverers_saved_position(
+    engines: tuple[_MemoryLog, _SharedPositions, list[CursorEngine]],
+) -> None:
+    log, shared, (a, b) = engines
+    store_a = a.backend.position_store()  # type: ignore[attr-defined]
+    store_b = b.backend.position_store()  # type: ignore[attr-defined]
+    on_a = a.subscription(spec("s", "t"))
+    on_b = b.subscription(spec("s", "t"))  # the same subscription, not delivered by B
+    got_a = Collector()
+    on_a.start(got_a)
+    for i in range(10):
+        log.append(STREAM, b"%d" % i)
+    got_a.wait_for(10, 5)
+    # the deliverer keeps its position saved while it delivers
+    wait_until(
+        lambda: shared.get("s") == {STREAM: 10}, 5, what="A saving the position it delivered"
+    )
+    # A dies (kill -9): it writes nothing any more; B takes the subscription over
+    store_a.dead = True
+    got_b = Collector()
+    on_b.start(got_b)
+    for i in range(10, 13):
+        log.append(STREAM, b"%d" % i)
+    received = got_b.wait_for_body(b"12", 5)
+    # B began where A's saved position said, not where its own idle cursor was made
+    assert [m.body for m in received] == [b"10", b"11", b"12"]
+    wait_until(lambda: shared.get("s") == {STREAM: 13}, 5, what="B saving its position")
+    assert "s" in store_b.saved
+
+
+def test_an_instance_that_does_not_deliver_a_subscription_never_saves_its_position(
+    engines: tuple[_MemoryLog, _SharedPositions, list[CursorEngine]],
+) -> None:
+    log, shared, (a, b) = engines
+    store_b = b.backend.position_store()  # type: ignore[attr-defined]
+    a.subscription(spec("s", "t")).start(got := Collector())
+    b.subscription(spec("s", "t"))
+    # a witness B delivers: once it has its records saved, B's commit passes have run
+    witness = Collector()
+    b.subscription(spec("w", "t")).start(witness)
+    for i in range(5):
+        log.append(STREAM, b"%d" % i)
+    got.wait_for(5, 5)
+    witness.wait_for(5, 5)
+    wait_until(lambda: shared.get("w") == {STREAM: 5}, 5, what="B saving the witness")
+    wait_until(lambda: shared.get("s") == {STREAM: 5}, 5, what="A saving the subscription")
+    b.close()  # a clean stop saves every position B owns: none of the subscription's
+    assert store_b.saved == {"w"}
+    assert shared.get("s") == {STREAM: 5}

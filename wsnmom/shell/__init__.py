@@ -1,7 +1,7 @@
 """The shell client: ``wsnmom notify``, ``subscribe``, ``pull``, ``current``,
 ``subscriptions``, ``check``, built on :mod:`wsnmom.client` (they work against any WS-N
 broker), and the listings of a wsnmom gateway's admin API (``subscriptions list|purge``,
-``pull-points``, ``registrations``, ``topics list``, ``dead-letters``)."""
+``pull-points``, ``registrations``, ``topics list``, ``dead-letters``, ``upstream``)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from .listings import pull_points, registrations, topics_list_command
 from .publish import notify_command
 from .receive import pull_command, subscribe_command
 from .subscriptions import subscriptions
+from .upstreams import upstream
 
 __all__ = ["install"]
 
@@ -29,6 +30,7 @@ def install(group: click.Group) -> None:
         pull_points,
         registrations,
         dead_letters,
+        upstream,
         check_command,
     ):
         group.add_command(command)

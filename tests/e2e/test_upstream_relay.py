@@ -1,0 +1,202 @@
+"""Upstream subscriptions (wsnmom.upstreams, docs/federation.md) between two real gateways:
+one on Kafka relays a topic tree of another on the embedded middleware.  A SOAP publisher
+sends to the remote gateway; a native Kafka consumer reads the notifications from the
+relaying gateway's Kafka topics.  The remote gateway restarted without its data (a
+producer that forgot its subscriptions) is subscribed to again; nothing arrives twice.
+Run-time upstreams (``wsnmom upstream add|list|remove``) are kept in the store."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+from lxml import etree
+
+from tests.fixtures.server import RunningServer, kafka_gateway_url
+from tests.support.waiting import wait_until
+from wsnmom.client import WsnClient
+
+pytestmark = [pytest.mark.e2e]
+
+PLANT = "urn:example:plant"
+#: the namespace the relayed topics appear under (Kafka topics without a root level)
+NATIVE = "urn:wsnmom:native"
+API = "/wsn/admin/api"
+
+
+def _embedded(data_dir: Path, port: int = 0) -> RunningServer:
+    return RunningServer("embedded", f"embedded://{data_dir / 'middleware'}", data_dir, port=port)
+
+
+def _upstreams(server: RunningServer) -> dict[str, dict[str, Any]]:
+    resp = requests.get(server.base_url + API + "/upstreams", timeout=10)
+    resp.raise_for_status()
+    return {u["name"]: u for u in resp.json()["upstreams"]}
+
+
+def _publish(remote: RunningServer, numbers: range) -> None:
+    with WsnClient(remote.broker_url, namespaces={"tns": PLANT}) as wsn:
+        for i in numbers:
+            wsn.notify(f'<n xmlns="urn:n">{i}</n>', "tns:plant/line1/temperature")
+
+
+@pytest.fixture
+def remote_dir() -> Iterator[Path]:
+    path = Path(tempfile.mkdtemp(prefix="wsnmom-upstream-remote-"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def relay_dir() -> Iterator[Path]:
+    path = Path(tempfile.mkdtemp(prefix="wsnmom-upstream-relay-"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.mark.kafka
+def test_kafka_gateway_relays_a_remote_topic_tree_and_resubscribes_after_a_restart(
+    remote_dir: Path, relay_dir: Path, kafka_url: str, kafka_bootstrap: str
+) -> None:
+    kafka = pytest.importorskip("confluent_kafka")
+    remote = _embedded(remote_dir / "a")
+    remote.start()
+    tag = uuid.uuid4().hex[:10]
+    config = relay_dir / "wsnmom.toml"
+    config.write_text(
+        "[[upstream]]\n"
+        'name = "plant"\n'
+        f'url = "{remote.broker_url}"\n'
+        'topic = "tns:plant//."\n'
+        'dialect = "full"\n'
+        f'namespaces = {{ tns = "{PLANT}" }}\n'
+        f'namespace = "{NATIVE}"\n'
+        'check_interval = "1"\n'
+        'max_backoff = "1"\n'
+    )
+    relay = RunningServer(
+        "kafka",
+        kafka_gateway_url(kafka_url, tag),
+        relay_dir / "data",
+        extra_env={"WSNMOM_CONFIG": str(config)},
+    )
+    relay.start()
+    consumer = kafka.Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": uuid.uuid4().hex})
+    try:
+        wait_until(
+            lambda: _upstreams(relay)["plant"]["state"] == "subscribed",
+            timeout=30,
+            what="the subscription at the remote gateway",
+        )
+        _publish(remote, range(0, 20))
+        wait_until(lambda: _upstreams(relay)["plant"]["relayed"] == 20, timeout=30)
+
+        # the remote gateway restarts without its data: it forgot the subscription
+        remote.stop()
+        shutil.rmtree(remote_dir / "a", ignore_errors=True)
+        remote = _embedded(remote_dir / "b", port=remote.port)
+        remote.start()
+        wait_until(
+            lambda: (
+                _upstreams(relay)["plant"]["subscribes"] == 2
+                and _upstreams(relay)["plant"]["state"] == "subscribed"
+            ),
+            timeout=60,
+            what="the second subscription",
+        )
+        _publish(remote, range(20, 40))
+
+        consumer.assign([kafka.TopicPartition(f"g{tag}.plant.line1.temperature", 0, 0)])
+        seen: Counter[int] = Counter()
+        headers: dict[str, str] = {}
+
+        def read_all() -> bool:
+            record = consumer.poll(0.5)
+            if record is not None and record.error() is None:
+                body = etree.fromstring(record.value())
+                seen[int(body.text or -1)] += 1
+                headers.update({k: (v or b"").decode() for k, v in record.headers() or []})
+            return sum(seen.values()) >= 40
+
+        wait_until(read_all, timeout=60, what="40 records in Kafka")
+        assert sorted(seen) == list(range(40))
+        assert set(seen.values()) == {1}  # nothing twice
+        assert headers["wsnmom-topic-ns"] == NATIVE
+        assert headers["wsnmom-topic-path"] == "plant/line1/temperature"
+        state = _upstreams(relay)["plant"]
+        assert (state["relayed"], state["source"], state["error"]) == (40, "config", None)
+        metrics = requests.get(relay.base_url + "/metrics", timeout=10).text
+        assert 'wsnmom_upstream_up{upstream="plant"} 1.0' in metrics
+        assert 'wsnmom_upstream_relayed_total{upstream="plant"} 40.0' in metrics
+    finally:
+        consumer.close()
+        relay.stop()
+        remote.stop()
+
+
+def _cli(server: RunningServer, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WSNMOM_")}
+    return subprocess.run(
+        [sys.executable, "-m", "wsnmom", *args, "--broker", server.broker_url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+
+
+def test_upstreams_added_at_run_time_are_kept_and_removed(
+    remote_dir: Path, relay_dir: Path
+) -> None:
+    remote = _embedded(remote_dir)
+    remote.start()
+    relay = _embedded(relay_dir)
+    relay.start()
+    try:
+        added = _cli(
+            relay,
+            "upstream",
+            "add",
+            "alarms",
+            remote.broker_url,
+            "--topic",
+            "tns:alarms",
+            "--topic-ns",
+            f"tns={PLANT}",
+        )
+        assert added.returncode == 0, added.stderr
+        wait_until(lambda: _upstreams(relay)["alarms"]["state"] == "subscribed", timeout=30)
+        taken = _cli(relay, "upstream", "add", "alarms", remote.broker_url)
+        assert taken.returncode == 1 and "already" in taken.stderr
+
+        # kept in the store: a restarted gateway subscribes again
+        relay.stop()
+        relay.start()
+        wait_until(lambda: _upstreams(relay)["alarms"]["subscribes"] == 1, timeout=30)
+        listed = _cli(relay, "upstream", "list", "--json")
+        assert listed.returncode == 0, listed.stderr
+        (entry,) = json.loads(listed.stdout)["upstreams"]
+        assert (entry["name"], entry["source"], entry["topic"]) == ("alarms", "store", "tns:alarms")
+        with WsnClient(remote.broker_url, namespaces={"tns": PLANT}) as wsn:
+            wsn.notify('<a xmlns="urn:a">fire</a>', "tns:alarms")
+            wait_until(lambda: _upstreams(relay)["alarms"]["relayed"] == 1, timeout=30)
+            removed = _cli(relay, "upstream", "remove", "alarms")
+            assert removed.returncode == 0, removed.stderr
+            assert _upstreams(relay) == {}
+            # the subscription at the remote gateway ended with it
+            admin = requests.get(remote.base_url + API + "/subscriptions", timeout=10).json()
+            assert admin["count"] == 0
+    finally:
+        relay.stop()
+        remote.stop()

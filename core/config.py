@@ -83,6 +83,8 @@ OTHER_VARIABLES: Mapping[str, str] = {
     "WSNMOM_DISABLE_PLUGIN_AUTOLOAD": "load only the built-in plugins (and WSNMOM_PLUGINS)",
     "WSNMOM_TRACE_PLUGINS": "log every plugin hook call at DEBUG level",
     "WSNMOM_BROKER": "the broker endpoint of the shell client's commands (not the gateway's)",
+    "WSNMOM_UPSTREAM_PASSWORD": "the producer's password of ``wsnmom upstream add``",
+    "WSNMOM_UPSTREAM_TOKEN": "the producer's bearer token of ``wsnmom upstream add``",
 }
 #: prefixes of variables read by the test suite and the benchmarks, never by the gateway
 RESERVED_PREFIXES = ("WSNMOM_TEST_", "WSNMOM_BENCH_")

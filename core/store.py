@@ -569,7 +569,8 @@ class SqliteStore(Store):
     def put_upstream(self, name: str, data: dict[str, Any]) -> None:
         with self._tx() as conn:
             conn.execute(
-                "INSERT OR REPLACE INTO upstreams (id, data) VALUES (?, ?)",
+                "INSERT INTO upstreams (id, data) VALUES (?, ?) "
+                "ON CONFLICT (id) DO UPDATE SET data = excluded.data",
                 (name, json.dumps(data)),
             )
 

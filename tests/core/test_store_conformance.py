@@ -342,3 +342,15 @@ def test_postgres_store_of_every_earlier_version_is_upgraded(postgres_store_url:
                 upgraded.set_meta("adapter", "embedded")
             finally:
                 upgraded.close()
+
+
+def test_upstreams_round_trip_in_the_order_added(store: Store) -> None:
+    first = {"name": "cam-1", "url": "http://127.0.0.1:9/onvif", "namespaces": {"tns1": "urn:t"}}
+    second = {"name": "broker-b", "url": "http://127.0.0.1:9/wsn/broker", "lifetime": 600.0}
+    store.put_upstream("cam-1", first)
+    store.put_upstream("broker-b", second)
+    store.put_upstream("cam-1", {**first, "topic": "tns1:RuleEngine//."})  # replaced in place
+    assert store.list_upstreams() == [{**first, "topic": "tns1:RuleEngine//."}, second]
+    assert store.delete_upstream("cam-1") is True
+    assert store.delete_upstream("cam-1") is False
+    assert store.list_upstreams() == [second]

@@ -25,7 +25,7 @@ from lxml import etree
 
 from tests.fixtures.server import RunningServer, kafka_gateway_url
 from tests.support.waiting import wait_until
-from wsnmom.client import WsnClient
+from wsnmom.client import NotificationConsumer, WsnClient
 
 pytestmark = [pytest.mark.e2e]
 
@@ -200,3 +200,54 @@ def test_upstreams_added_at_run_time_are_kept_and_removed(
     finally:
         relay.stop()
         remote.stop()
+
+
+def _add(server: RunningServer, **upstream: str) -> None:
+    resp = requests.post(server.base_url + API + "/upstreams", json=upstream, timeout=10)
+    assert resp.status_code == 200, resp.text
+
+
+def _rejected_loops(server: RunningServer) -> float:
+    text = requests.get(server.base_url + "/metrics", timeout=10).text
+    for line in text.splitlines():
+        if line.startswith('wsnmom_notifications_rejected_total{reason="loop"}'):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+def test_gateways_relaying_each_other_deliver_once_and_a_relay_to_itself_is_refused(
+    remote_dir: Path, relay_dir: Path
+) -> None:
+    a, b = _embedded(remote_dir), _embedded(relay_dir)
+    a.extra_env["WSNMOM_LOOPS__GATEWAY_ID"] = "gw-a"
+    b.extra_env["WSNMOM_LOOPS__GATEWAY_ID"] = "gw-b"
+    a.start()
+    b.start()
+    try:
+        _add(a, name="from-b", url=b.broker_url, topic="tns:t", namespaces={"tns": PLANT})
+        _add(b, name="from-a", url=a.broker_url, topic="tns:t", namespaces={"tns": PLANT})
+        _add(a, name="self", url=a.broker_url, topic="tns:t", namespaces={"tns": PLANT})
+        wait_until(lambda: _upstreams(a)["from-b"]["state"] == "subscribed", timeout=30)
+        wait_until(lambda: _upstreams(b)["from-a"]["state"] == "subscribed", timeout=30)
+        with (
+            NotificationConsumer() as inbox,
+            WsnClient(a.broker_url, namespaces={"tns": PLANT}) as at_a,
+            WsnClient(b.broker_url, namespaces={"tns": PLANT}) as at_b,
+        ):
+            at_a.subscribe(inbox, "tns:t")
+            at_a.notify('<m xmlns="urn:m">x</m>', "tns:t")
+            # x went a -> b -> back to a, where the hop marker drops it
+            wait_until(lambda: _rejected_loops(a) == 1, timeout=30, what="x dropped at a")
+            at_b.notify('<m xmlns="urn:m">sentinel</m>', "tns:t")
+            wait_until(lambda: _rejected_loops(b) == 1, timeout=30, what="sentinel dropped at b")
+            got = inbox.wait_for(2, timeout=30)
+            assert sorted(n.payload.text or "" for n in got) == ["sentinel", "x"]
+            assert inbox.drain() == []
+        assert (_upstreams(a)["from-b"]["relayed"], _upstreams(b)["from-a"]["relayed"]) == (2, 2)
+        # a relay to the gateway itself never subscribes: its consumer address is its own
+        own = _upstreams(a)["self"]
+        assert (own["state"], own["subscribes"]) == ("retrying", 0)
+        assert "own endpoint" in own["error"], own
+    finally:
+        a.stop()
+        b.stop()

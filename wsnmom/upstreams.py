@@ -118,6 +118,7 @@ class UpstreamRelay:
         self._lock = threading.RLock()
         self._held: dict[str, _Held] = {u.name: _Held(u, "config") for u in upstreams}
         self._keys: dict[str, _Held] = {}
+        self._warned: set[str] = set()
         self._task = PeriodicTask(
             self.reconcile,
             name="wsnmom-upstreams",
@@ -129,20 +130,37 @@ class UpstreamRelay:
     # -- lifecycle -------------------------------------------------------------------------
     def start(self) -> None:
         """Load the upstreams added at run time and start the background thread."""
+        self._sync()
+        for held in self._held.values():
+            self._gauge(held)
+        self._task.start()
+
+    def _sync(self) -> None:
+        """Follow the store's upstreams (added or removed here or on another instance)."""
+        stored: dict[str, UpstreamSettings] = {}
         for data in self._store.list_upstreams():
             try:
                 spec = upstream_from_json(data)
             except ConfigError as exc:
                 log.error("stored upstream %r is unusable, ignored: %s", data.get("name"), exc)
                 continue
-            with self._lock:
-                if spec.name in self._held:
-                    log.warning("upstream %r is configured and stored: the file wins", spec.name)
-                    continue
-                self._held[spec.name] = _Held(spec, "store")
-        for held in self._held.values():
-            self._gauge(held)
-        self._task.start()
+            stored[spec.name] = spec
+        gone: list[_Held] = []
+        with self._lock:
+            for name, spec in stored.items():
+                if name not in self._held:
+                    self._held[name] = _Held(spec, "store")
+                elif self._held[name].source == "config" and name not in self._warned:
+                    self._warned.add(name)
+                    log.warning("upstream %r is configured and stored: the file wins", name)
+            for name, held in list(self._held.items()):
+                if held.source == "store" and name not in stored:
+                    gone.append(self._held.pop(name))
+        for held in gone:
+            with held.lock:
+                self._release(held, "removed")
+            with contextlib.suppress(KeyError):
+                metrics.UPSTREAM_UP.remove(held.spec.name)
 
     def stop(self) -> None:
         """Stop the thread and end every subscription held (best effort)."""
@@ -223,14 +241,15 @@ class UpstreamRelay:
 
         :raises errors.ResourceUnknown: the key is not the current one of any upstream
         (an old subscription, or a guess)"""
+        name = key.split(".", 1)[0]
         with self._lock:
             held = self._keys.get(key)
+            known = self._held.get(name)
+        if held is None and known is not None and self._store.get_meta(_key_meta(name)) == key:
+            held = known  # the subscription another instance (the leader) holds
         if held is None:
-            name = key.split(".", 1)[0]
-            with self._lock:
-                stale = self._held.get(name)
-            if stale is not None:
-                stale.refused += len(messages)
+            if known is not None:
+                known.refused += len(messages)
             raise errors.ResourceUnknown("no upstream subscription delivers here (any more)")
         namespace = held.spec.namespace
         if namespace is not None:
@@ -247,6 +266,10 @@ class UpstreamRelay:
 
     def reconcile(self) -> None:
         """One pass: subscribe, renew, resubscribe or release each upstream as needed."""
+        try:
+            self._sync()
+        except Exception:
+            log.warning("could not read the stored upstreams", exc_info=True)
         leads = self._leads()
         with self._lock:
             held = list(self._held.values())
@@ -314,6 +337,10 @@ class UpstreamRelay:
             if h.key is not None:
                 self._keys.pop(h.key, None)
         h.key, h.subscription = key, sub
+        try:  # any instance behind the public URL may receive its Notify
+            self._store.set_meta(_key_meta(spec.name), key)
+        except Exception:
+            log.warning("upstream %s: could not record the key in the store", spec.name)
         h.expires = sub.termination_time or _after(spec.lifetime)
         h.last_renew = time.monotonic()
         h.subscribes += 1
@@ -365,6 +392,11 @@ class UpstreamRelay:
     @staticmethod
     def _gauge(h: _Held) -> None:
         metrics.UPSTREAM_UP.labels(upstream=h.spec.name).set(1 if h.state == "subscribed" else 0)
+
+
+def _key_meta(name: str) -> str:
+    """The store's meta key holding the current consumer key of upstream ``name``."""
+    return f"upstream.{name}.key"
 
 
 def _auth_kind(spec: UpstreamSettings) -> str | None:

@@ -472,8 +472,10 @@ class UpstreamSettings:
     #: send ``user``/``password`` as a UsernameToken: "digest" (PasswordDigest, as ONVIF
     #: devices require) or "text"; None: HTTP Basic
     wsse: Literal["digest", "text"] | None = None
-    #: "push": the producer sends Notify to the gateway (pull mode is not built yet)
-    mode: Literal["push"] = "push"
+    #: "push": the producer sends Notify to the gateway; "pull": the gateway creates a
+    #: pull point at the producer (WS-N CreatePullPoint) and takes from it with GetMessages
+    #: every second (producers behind NAT or a firewall)
+    mode: Literal["push", "pull"] = "push"
     #: the namespace URI relayed topics appear under (their prefix and path kept); None:
     #: the producer's own
     namespace: str | None = None

@@ -41,7 +41,17 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from wsnmom.client import ClientError, SoapFault, Subscription, TopicExpression, WsnClient
+from lxml import etree
+
+from wsnmom.client import (
+    ClientError,
+    Notification,
+    PullPoint,
+    SoapFault,
+    Subscription,
+    TopicExpression,
+    WsnClient,
+)
 from wsnmom.client.model import CONCRETE, FULL, ONVIF_CONCRETE_SET, SIMPLE
 from wsnmom.core import errors, metrics
 from wsnmom.core.addresses import upstream_address
@@ -65,6 +75,9 @@ log = logging.getLogger(__name__)
 FIRST_BACKOFF = 1.0
 #: seconds one call to a producer may take
 CALL_TIMEOUT = 10.0
+#: pull mode: notifications asked for by one GetMessages, and GetMessages per pass
+PULL_BATCH = 100
+PULL_ROUNDS = 10
 
 _DIALECTS = {
     "simple": SIMPLE,
@@ -84,6 +97,8 @@ class _Held:
     source: str
     state: str = "idle"
     subscription: Subscription | None = None
+    #: pull mode: the pull point at the producer the subscription feeds
+    pull_point: PullPoint | None = None
     #: the current consumer key (the last path segment of the consumer address)
     key: str | None = None
     expires: datetime | None = None
@@ -251,6 +266,9 @@ class UpstreamRelay:
             if known is not None:
                 known.refused += len(messages)
             raise errors.ResourceUnknown("no upstream subscription delivers here (any more)")
+        self._publish(held, messages)
+
+    def _publish(self, held: _Held, messages: Sequence[InboundNotification]) -> None:
         namespace = held.spec.namespace
         if namespace is not None:
             messages = [_renamespace(m, namespace) for m in messages]
@@ -296,6 +314,28 @@ class UpstreamRelay:
         check = h.spec.check_interval.total_seconds()
         if left <= lifetime / 3 or now - h.last_renew >= check:
             self._renew(h)
+        if h.pull_point is not None and h.subscription is not None:
+            self._pull(h)
+
+    def _pull(self, h: _Held) -> None:
+        """Pull mode: take what the pull point holds and publish it (at most
+        ``PULL_ROUNDS`` GetMessages of ``PULL_BATCH`` per pass)."""
+        assert h.pull_point is not None
+        for _ in range(PULL_ROUNDS):
+            try:
+                taken = h.pull_point.get_messages(PULL_BATCH)
+            except SoapFault as exc:  # the producer no longer has the pull point
+                log.warning("upstream %s: GetMessages refused (%s)", h.spec.name, exc)
+                self._release(h, "retrying")
+                h.error = f"GetMessages refused: {exc}"
+                return
+            except (ClientError, OSError) as exc:
+                self._failed(h, f"GetMessages failed: {exc}")
+                return
+            if taken:
+                self._publish(h, [_inbound(n) for n in taken])
+            if len(taken) < PULL_BATCH:
+                return
 
     def _client(self, spec: UpstreamSettings) -> WsnClient:
         return WsnClient(
@@ -319,9 +359,13 @@ class UpstreamRelay:
         h.state = "subscribing"
         with self._lock:
             self._keys[key] = h  # the first Notify may come before the answer
+        client = self._client(spec)
+        pull_point: PullPoint | None = None
         try:
-            sub = self._client(spec).subscribe(
-                upstream_address(self._base_url, key),
+            if spec.mode == "pull":
+                pull_point = client.create_pull_point()
+            sub = client.subscribe(
+                pull_point if pull_point is not None else upstream_address(self._base_url, key),
                 topic,
                 message_content=spec.message_content,
                 message_content_namespaces=spec.message_content_namespaces,
@@ -330,13 +374,16 @@ class UpstreamRelay:
         except (ClientError, OSError, ValueError) as exc:
             with self._lock:
                 self._keys.pop(key, None)
+            if pull_point is not None:
+                _end(pull_point, spec.name)
+            client.close()
             metrics.UPSTREAM_SUBSCRIBES.labels(upstream=spec.name, outcome="failed").inc()
             self._failed(h, f"Subscribe failed: {exc}")
             return
         with self._lock:
             if h.key is not None:
                 self._keys.pop(h.key, None)
-        h.key, h.subscription = key, sub
+        h.key, h.subscription, h.pull_point = key, sub, pull_point
         try:  # any instance behind the public URL may receive its Notify
             self._store.set_meta(_key_meta(spec.name), key)
         except Exception:
@@ -376,22 +423,44 @@ class UpstreamRelay:
             if h.key is not None:
                 self._keys.pop(h.key, None)
         h.subscription, h.key, h.expires, h.error = None, None, None, why
+        h.pull_point = None
 
     def _release(self, h: _Held, state: str) -> None:
         """Unsubscribe (best effort) and hold nothing."""
-        sub = h.subscription
+        sub, pull_point = h.subscription, h.pull_point
         self._forget(h, None if state != "standby" else h.error)
         h.state = state
-        if sub is None:
-            return
-        try:
-            sub.unsubscribe()
-        except (ClientError, OSError) as exc:
-            log.info("upstream %s: Unsubscribe failed (%s)", h.spec.name, exc)
+        for resource in (sub, pull_point):
+            if resource is not None:
+                _end(resource, h.spec.name)
+        if sub is not None:
+            sub.client.close()
 
     @staticmethod
     def _gauge(h: _Held) -> None:
         metrics.UPSTREAM_UP.labels(upstream=h.spec.name).set(1 if h.state == "subscribed" else 0)
+
+
+def _end(resource: Subscription | PullPoint, name: str) -> None:
+    """Unsubscribe, or destroy a pull point (best effort)."""
+    try:
+        if isinstance(resource, PullPoint):
+            resource.destroy()
+        else:
+            resource.unsubscribe()
+    except (ClientError, OSError) as exc:
+        log.info("upstream %s: ending %s failed (%s)", name, resource.address, exc)
+
+
+def _inbound(notification: Notification) -> InboundNotification:
+    """A notification taken from a pull point, as a Notify would have carried it."""
+    topic = notification.topic
+    source = (
+        ExpressionSource(topic.dialect, topic.text, dict(topic.namespaces))
+        if topic is not None
+        else None
+    )
+    return InboundNotification(payload=etree.tostring(notification.payload), topic=source)
 
 
 def _key_meta(name: str) -> str:

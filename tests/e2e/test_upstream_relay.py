@@ -251,3 +251,61 @@ def test_gateways_relaying_each_other_deliver_once_and_a_relay_to_itself_is_refu
     finally:
         a.stop()
         b.stop()
+
+
+def test_pull_mode_takes_from_a_pull_point_at_the_producer_and_recreates_it(
+    remote_dir: Path, relay_dir: Path
+) -> None:
+    remote = _embedded(remote_dir / "a")
+    remote.start()
+    relay = _embedded(relay_dir)
+    relay.start()
+    try:
+        _add(
+            relay,
+            name="polled",
+            url=remote.broker_url,
+            mode="pull",
+            topic="tns:t",
+            namespaces={"tns": PLANT},
+            check_interval="1",
+            max_backoff="1",
+        )
+        wait_until(lambda: _upstreams(relay)["polled"]["state"] == "subscribed", timeout=30)
+        # the producer holds a pull point and a subscription feeding it, nothing else
+        listing = requests.get(remote.base_url + API + "/pullpoints", timeout=10).json()
+        assert listing["count"] == 1
+        with (
+            NotificationConsumer() as inbox,
+            WsnClient(relay.broker_url, namespaces={"tns": PLANT}) as at_relay,
+        ):
+            at_relay.subscribe(inbox, "tns:t")
+            _notify_range(remote, range(0, 5))
+            first = inbox.wait_for(5, timeout=30)
+            # the producer restarts without its data: the pull point is gone
+            remote.stop()
+            shutil.rmtree(remote_dir / "a", ignore_errors=True)
+            remote = _embedded(remote_dir / "b", port=remote.port)
+            remote.start()
+            wait_until(
+                lambda: (
+                    _upstreams(relay)["polled"]["subscribes"] == 2
+                    and _upstreams(relay)["polled"]["state"] == "subscribed"
+                ),
+                timeout=60,
+                what="a new pull point and subscription",
+            )
+            _notify_range(remote, range(5, 10))
+            second = inbox.wait_for(5, timeout=30)
+            got = [int(n.payload.text or -1) for n in [*first, *second]]
+            assert sorted(got) == list(range(10))
+            assert inbox.drain() == []
+    finally:
+        relay.stop()
+        remote.stop()
+
+
+def _notify_range(remote: RunningServer, numbers: range) -> None:
+    with WsnClient(remote.broker_url, namespaces={"tns": PLANT}) as wsn:
+        for i in numbers:
+            wsn.notify(f'<n xmlns="urn:n">{i}</n>', "tns:t")

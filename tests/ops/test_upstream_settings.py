@@ -63,7 +63,7 @@ namespace = "urn:relayed:plant"
         ('name = "a"\nurl = "http://h/"\nuser = "u"', "user and password go together"),
         ('name = "a"\nurl = "http://h/"\ntoken = "t"\nuser = "u"\npassword = "p"', "not both"),
         ('name = "a"\nurl = "http://h/"\nwsse = "digest"', "wsse needs a user"),
-        ('name = "a"\nurl = "http://h/"\nmode = "pull"', "not one of: push"),
+        ('name = "a"\nurl = "http://h/"\nmode = "poll"', "not one of: push, pull"),
         ('name = "a"\nurl = "ftp://h/"', "entry 1: url"),
     ],
 )

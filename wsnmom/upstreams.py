@@ -9,7 +9,8 @@ every subscription made.  Each Notify received there is published into the middl
 if a publisher had sent it to the broker (same checks, same loop marker: a notification
 that went through this gateway before is dropped, ``core.loops``), keeping the producer's
 topic and prefixes; with ``namespace`` set, the topic's prefix is bound to that namespace
-instead of the producer's.
+instead of the producer's.  In pull mode (``mode = "pull"``) the consumer is a pull point
+the gateway creates at the producer, emptied with GetMessages on every pass.
 
 Lifetime, on a background thread (one pass a second and on every change):
 
@@ -36,7 +37,7 @@ import logging
 import secrets
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -456,11 +457,15 @@ def _inbound(notification: Notification) -> InboundNotification:
     """A notification taken from a pull point, as a Notify would have carried it."""
     topic = notification.topic
     source = (
-        ExpressionSource(topic.dialect, topic.text, dict(topic.namespaces))
+        ExpressionSource(topic.dialect, topic.text, _prefixes(topic.namespaces))
         if topic is not None
         else None
     )
     return InboundNotification(payload=etree.tostring(notification.payload), topic=source)
+
+
+def _prefixes(namespaces: Mapping[str, str]) -> dict[str | None, str]:
+    return {prefix: uri for prefix, uri in namespaces.items()}
 
 
 def _key_meta(name: str) -> str:

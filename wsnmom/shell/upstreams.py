@@ -59,6 +59,11 @@ def _pairs(values: tuple[str, ...], option: str) -> dict[str, str]:
     type=click.Choice(["digest", "text"]),
     help="Send the remote user and password as a WS-Security UsernameToken.",
 )
+@click.option(
+    "--pull",
+    is_flag=True,
+    help="Pull mode: take from a pull point at the producer (it cannot reach the gateway).",
+)
 @click.option("--lifetime", metavar="DURATION", help="Lifetime asked (PT10M, or seconds).")
 @broker_options
 def add_command(
@@ -74,6 +79,7 @@ def add_command(
     remote_password: str | None,
     remote_token: str | None,
     remote_wsse: str | None,
+    pull: bool,
     lifetime: str | None,
     broker: str,
     ns_pairs: tuple[str, ...],
@@ -83,7 +89,8 @@ def add_command(
     """Relay the producer at URL into the middleware, as upstream NAME (kept in the
     gateway's store; the gateway subscribes there at once).  --user/--password/--token
     are the gateway admin's credentials; --remote-* are the producer's."""
-    body: dict[str, Any] = {"name": name, "url": url, "dialect": dialect, "mode": "push"}
+    mode = "pull" if pull else "push"
+    body: dict[str, Any] = {"name": name, "url": url, "dialect": dialect, "mode": mode}
     optional: dict[str, Any] = {
         "topic": topic,
         "namespaces": _pairs(topic_ns, "--topic-ns") or None,

@@ -41,6 +41,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
+from urllib.parse import urlsplit
 
 from lxml import etree
 
@@ -76,6 +77,8 @@ log = logging.getLogger(__name__)
 FIRST_BACKOFF = 1.0
 #: seconds one call to a producer may take
 CALL_TIMEOUT = 10.0
+#: listen addresses that are no address a producer can send to
+WILDCARDS = frozenset({"0.0.0.0", "::"})
 #: pull mode: notifications asked for by one GetMessages, and GetMessages per pass
 PULL_BATCH = 100
 PULL_ROUNDS = 10
@@ -149,6 +152,13 @@ class UpstreamRelay:
         self._sync()
         for held in self._held.values():
             self._gauge(held)
+        host = urlsplit(self._base_url).hostname or ""
+        if host in WILDCARDS and any(h.spec.mode == "push" for h in self._held.values()):
+            log.warning(
+                "upstreams in push mode deliver to %s/wsn/upstream/..., which no producer "
+                "can reach: set public_url to an address of this gateway they can reach",
+                self._base_url,
+            )
         self._task.start()
 
     def _sync(self) -> None:
@@ -265,7 +275,8 @@ class UpstreamRelay:
             held = known  # the subscription another instance (the leader) holds
         if held is None:
             if known is not None:
-                known.refused += len(messages)
+                with self._lock:
+                    known.refused += len(messages)
             raise errors.ResourceUnknown("no upstream subscription delivers here (any more)")
         self._publish(held, messages)
 
@@ -274,8 +285,9 @@ class UpstreamRelay:
         if namespace is not None:
             messages = [_renamespace(m, namespace) for m in messages]
         self._service.notify(messages)
-        held.relayed += len(messages)
-        held.last_notify = datetime.now(UTC)
+        with self._lock:  # request threads of several producers' Notify at once
+            held.relayed += len(messages)
+            held.last_notify = datetime.now(UTC)
         metrics.UPSTREAM_RELAYED.labels(upstream=held.spec.name).inc(len(messages))
 
     # -- the background pass ---------------------------------------------------------------
@@ -402,6 +414,7 @@ class UpstreamRelay:
             granted = h.subscription.renew(h.spec.lifetime)
         except SoapFault as exc:  # the producer answered: it no longer has it
             log.warning("upstream %s: Renew refused (%s); subscribing again", h.spec.name, exc)
+            h.subscription.client.close()
             self._forget(h, f"Renew refused: {exc}")
             self._subscribe(h)
             return

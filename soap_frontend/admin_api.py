@@ -8,7 +8,8 @@ Reading::
 
     GET /wsn/admin/api/overview[?limit=N]   everything the page shows: health, totals,
                                             subscriptions, pull points, registrations,
-                                            topics (:func:`.admin_json.overview_json`)
+                                            topics (:func:`.admin_json.overview_json`),
+                                            upstreams (:mod:`.admin_upstreams`)
     GET /wsn/admin/api/subscriptions        {"count": n, "subscriptions": [...]}; searched,
                                             sorted and paged with ?q=&sort=&order=
                                             &offset=&limit= (:mod:`.admin_query`)
@@ -111,6 +112,12 @@ def _service() -> BrokerPort:
 def _settings() -> Settings | None:
     settings: Settings | None = current_app.extensions["wsnmom.soap"].settings
     return settings
+
+
+def _upstream_states() -> list[dict[str, Any]]:
+    """Each upstream's state (``wsnmom.upstreams``; none on an app without the relay)."""
+    relay = current_app.extensions.get("wsnmom.upstreams")
+    return list(relay.states()) if relay is not None else []
 
 
 def _json(
@@ -227,6 +234,7 @@ def page_view() -> tuple[dict[str, Any], str] | None:
     service = _service()
     data = overview_json(service.overview(), service.broker_address, DEFAULT_LIMIT)
     data["node"] = node_json(_settings())
+    data["upstreams"] = _upstream_states()
     detail_id = request.args.get("subscription")
     if detail_id:
         data["detail"] = _detail(service, detail_id)
@@ -249,6 +257,7 @@ def overview() -> Response:
     service = _service()
     data = overview_json(service.overview(), service.broker_address, limit)
     data["node"] = node_json(_settings())
+    data["upstreams"] = _upstream_states()
     return _json(data)
 
 

@@ -258,6 +258,7 @@
     renderPullPoints(data.pull_points, t.pull_points);
     renderTopics(data.topics, t.topics);
     renderRegistrations(data.registrations, t.registrations);
+    renderUpstreams(data.upstreams || []);
   }
 
   // Rows are updated in place, keyed by data-key: a cell is replaced only when what it
@@ -384,6 +385,18 @@
       el("td", {}, r.demand ? (r.demand_paused ? "paused (no demand)" : "active") : "no"),
       el("td", { title: when(r.terminates) }, r.terminates ? relative(r.terminates) : "never"))),
     total);
+  }
+
+  function renderUpstreams(items) {
+    fill("upstreams", items.map((u) => el("tr", { "data-key": u.name },
+      el("td", {}, u.name),
+      el("td", { class: "wrap" }, el("code", {}, u.url)),
+      el("td", { class: "wrap" }, u.topic || "(any)"),
+      el("td", {}, `${u.state} (${u.mode})`),
+      el("td", { class: "num" }, number(u.relayed)),
+      el("td", { class: "num" }, number(u.subscribes)),
+      el("td", { class: "wrap" }, u.error || ""))),
+    items.length);
   }
 
   // -- actions ---------------------------------------------------------------------------

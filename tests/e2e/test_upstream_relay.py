@@ -186,6 +186,11 @@ def test_upstreams_added_at_run_time_are_kept_and_removed(
         wait_until(lambda: _upstreams(relay)["alarms"]["subscribes"] == 1, timeout=30)
         listed = _cli(relay, "upstream", "list", "--json")
         assert listed.returncode == 0, listed.stderr
+        # the admin page shows it (filled in by the server, before any script runs)
+        page = requests.get(relay.base_url + "/admin", timeout=10).text
+        assert 'data-key="alarms"' in page and "subscribed (push)" in page
+        overview = requests.get(relay.base_url + API + "/overview", timeout=10).json()
+        assert [u["name"] for u in overview["upstreams"]] == ["alarms"]
         (entry,) = json.loads(listed.stdout)["upstreams"]
         assert (entry["name"], entry["source"], entry["topic"]) == ("alarms", "store", "tns:alarms")
         with WsnClient(remote.broker_url, namespaces={"tns": PLANT}) as wsn:

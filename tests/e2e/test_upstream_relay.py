@@ -314,3 +314,56 @@ def _notify_range(remote: RunningServer, numbers: range) -> None:
     with WsnClient(remote.broker_url, namespaces={"tns": PLANT}) as wsn:
         for i in numbers:
             wsn.notify(f'<n xmlns="urn:n">{i}</n>', "tns:t")
+
+
+def test_credentials_at_the_producer_usernametoken_digest_and_bearer(
+    remote_dir: Path, relay_dir: Path
+) -> None:
+    """A producer that requires authentication, as ONVIF devices do (UsernameToken with
+    PasswordDigest): the right credentials subscribe, wrong ones are reported."""
+    users = remote_dir / "users.toml"
+    users.write_text(
+        f'[users.camera]\nwsse_password = "camera-pw"\nsubscribe = ["{{{PLANT}}}camera//."]\n'
+    )
+    users.chmod(0o600)
+    token = "admin-" + uuid.uuid4().hex
+    remote = RunningServer(
+        "embedded",
+        f"embedded://{remote_dir / 'middleware'}",
+        remote_dir,
+        extra_env={"WSNMOM_AUTH__ADMIN_TOKEN": token, "WSNMOM_AUTH__USERS_FILE": str(users)},
+    )
+    remote.start()
+    relay = _embedded(relay_dir)
+    relay.start()
+    try:
+        common = {"url": remote.broker_url, "namespaces": {"tns": PLANT}, "max_backoff": "1"}
+        _add(
+            relay,
+            name="cam",
+            topic="tns:camera//.",
+            dialect="full",
+            user="camera",
+            password="camera-pw",
+            wsse="digest",
+            **common,
+        )
+        _add(relay, name="bearer", topic="tns:plant//.", dialect="full", token=token, **common)
+        wrong_password = {"user": "camera", "password": "nope", "wsse": "digest"}
+        _add(relay, name="wrong", topic="tns:camera//.", dialect="full", **wrong_password, **common)
+        wait_until(lambda: _upstreams(relay)["cam"]["state"] == "subscribed", timeout=30)
+        wait_until(lambda: _upstreams(relay)["bearer"]["state"] == "subscribed", timeout=30)
+        wait_until(lambda: (_upstreams(relay)["wrong"]["error"] or "") != "", timeout=30)
+        wrong = _upstreams(relay)["wrong"]
+        assert (wrong["state"], wrong["subscribes"]) == ("retrying", 0)
+        assert "could not be authenticated" in wrong["error"], wrong
+        assert _upstreams(relay)["cam"]["auth"] == "wsse-digest"
+        assert "camera-pw" not in json.dumps(_upstreams(relay))
+        with WsnClient(remote.broker_url, namespaces={"tns": PLANT}, token=token) as wsn:
+            wsn.notify('<motion xmlns="urn:onvif-like">true</motion>', "tns:camera/motion")
+            wsn.notify('<t xmlns="urn:t">21.5</t>', "tns:plant/temperature")
+        wait_until(lambda: _upstreams(relay)["cam"]["relayed"] == 1, timeout=30)
+        wait_until(lambda: _upstreams(relay)["bearer"]["relayed"] == 1, timeout=30)
+    finally:
+        relay.stop()
+        remote.stop()

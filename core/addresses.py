@@ -16,16 +16,20 @@ __all__ = [
     "BROKER_PATH",
     "RESOURCE_ID_CHARS",
     "RESOURCE_PATH",
+    "UPSTREAM_PATH",
     "ResourceKind",
     "broker_address",
     "kind_path",
     "parse_resource_path",
     "resource_address",
     "resource_path",
+    "upstream_address",
 ]
 
 #: path of the NotificationBroker endpoint
 BROKER_PATH = "/wsn/broker"
+#: path under which the gateway receives what its upstreams send (``wsnmom.upstreams``)
+UPSTREAM_PATH = "/wsn/upstream"
 #: characters of a resource id in a path (URL-unreserved characters)
 RESOURCE_ID_CHARS = r"[A-Za-z0-9._~-]+"
 
@@ -71,3 +75,8 @@ def parse_resource_path(path: str) -> tuple[ResourceKind, str] | None:
     if match is None:
         return None
     return ResourceKind(match.group(1)), match.group(2)
+
+
+def upstream_address(base_url: str, key: str) -> str:
+    """The consumer address an upstream subscription delivers to."""
+    return f"{base_url}{UPSTREAM_PATH}/{key}"

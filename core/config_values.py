@@ -8,6 +8,7 @@ Ranges and choices are declared on the dataclass fields with :func:`limits`.
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import math
 import re
@@ -164,6 +165,8 @@ def convert(value: object, tp: Any, meta: Mapping[str, Any] | None = None) -> An
             value = [v.strip() for v in value.split(",") if v.strip()]
         if not isinstance(value, list | tuple):
             raise InvalidValue(f"expected a list, got {value!r}")
+        if dataclasses.is_dataclass(item) and isinstance(item, type):
+            return [_record(v, item, i) for i, v in enumerate(value)]
         items = [convert(v, item) for v in value]
         return _check_named(items, meta)
     if origin is dict:
@@ -173,6 +176,31 @@ def convert(value: object, tp: Any, meta: Mapping[str, Any] | None = None) -> An
     result = _convert_scalar(value, tp)
     _check_range(result, meta)
     return _check_named(result, meta)
+
+
+def _record(value: object, cls: type, index: int) -> Any:
+    """One table of an array of tables (``[[upstream]]``) as the dataclass ``cls``: each
+    key converted as its field says; an unknown key is an error (a typo would otherwise
+    silently drop a credential or a filter)."""
+    if not isinstance(value, Mapping):
+        raise InvalidValue(f"entry {index + 1}: expected a table, got {value!r}")
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    hints = typing.get_type_hints(cls)
+    kwargs: dict[str, Any] = {}
+    for key, item in value.items():
+        name = str(key).replace("-", "_").lower()
+        if name not in fields:
+            raise InvalidValue(
+                f"entry {index + 1}: unknown key {key!r} (known: {', '.join(fields)})"
+            )
+        try:
+            kwargs[name] = convert(item, hints[name], fields[name].metadata)
+        except InvalidValue as exc:
+            raise InvalidValue(f"entry {index + 1}: {name}: {exc}") from None
+    try:
+        return cls(**kwargs)
+    except (TypeError, ValueError) as exc:
+        raise InvalidValue(f"entry {index + 1}: {exc}") from None
 
 
 def _convert_scalar(value: object, tp: Any) -> Any:

@@ -269,6 +269,26 @@ def set_subscription_backlog_source(fn: Callable[[], Iterable[tuple[str, float]]
     SUBSCRIPTION_BACKLOGS.source = fn
 
 
+UPSTREAM_UP = Gauge(
+    "wsnmom_upstream_up",
+    "1 while the gateway holds a subscription at the upstream, else 0 (wsnmom.upstreams)",
+    ["upstream"],
+    registry=REGISTRY,
+)
+UPSTREAM_RELAYED = Counter(
+    "wsnmom_upstream_relayed",
+    "Notifications received from an upstream and published into the middleware",
+    ["upstream"],
+    registry=REGISTRY,
+)
+UPSTREAM_SUBSCRIBES = Counter(
+    "wsnmom_upstream_subscribes",
+    "Subscribe requests sent to an upstream, by outcome (ok, failed)",
+    ["upstream", "outcome"],
+    registry=REGISTRY,
+)
+
+
 def render() -> tuple[bytes, str]:
     """The exposition text and its content type."""
     return generate_latest(REGISTRY), CONTENT_TYPE_LATEST

@@ -134,6 +134,19 @@ class Store(abc.ABC):
     def list_current_messages(self) -> list[NotificationMessage]:
         """Every stored current message."""
 
+    # upstreams (``[[upstream]]`` added at run time): JSON documents by name
+    @abc.abstractmethod
+    def put_upstream(self, name: str, data: dict[str, Any]) -> None:
+        """Insert or replace the upstream ``name``."""
+
+    @abc.abstractmethod
+    def delete_upstream(self, name: str) -> bool:
+        """Remove the upstream ``name``; False when there was none."""
+
+    @abc.abstractmethod
+    def list_upstreams(self) -> list[dict[str, Any]]:
+        """Every stored upstream, in the order they were added."""
+
     # facts about the store itself (which adapter its resources belong to, ...)
     @abc.abstractmethod
     def get_meta(self, key: str) -> str | None:
@@ -380,6 +393,7 @@ _SCHEMA = [
         namespace TEXT NOT NULL, path TEXT NOT NULL, data TEXT NOT NULL,
         PRIMARY KEY (namespace, path))""",
     """CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)""",
+    """CREATE TABLE IF NOT EXISTS upstreams (id TEXT PRIMARY KEY, data TEXT NOT NULL)""",
 ]
 
 
@@ -558,6 +572,22 @@ class SqliteStore(Store):
     def list_current_messages(self) -> list[NotificationMessage]:
         rows = self._query("SELECT data FROM current_messages ORDER BY namespace, path")
         return [message_from_json(json.loads(r[0])) for r in rows]
+
+    def put_upstream(self, name: str, data: dict[str, Any]) -> None:
+        with self._tx() as conn:
+            conn.execute(
+                "INSERT INTO upstreams (id, data) VALUES (?, ?) "
+                "ON CONFLICT (id) DO UPDATE SET data = excluded.data",
+                (name, json.dumps(data)),
+            )
+
+    def delete_upstream(self, name: str) -> bool:
+        with self._tx() as conn:
+            return conn.execute("DELETE FROM upstreams WHERE id = ?", (name,)).rowcount > 0
+
+    def list_upstreams(self) -> list[dict[str, Any]]:
+        rows = self._query("SELECT data FROM upstreams ORDER BY rowid")
+        return [dict(json.loads(r[0])) for r in rows]
 
     def get_meta(self, key: str) -> str | None:
         rows = self._query("SELECT value FROM meta WHERE key = ?", (key,))

@@ -93,6 +93,8 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
             shard INTEGER PRIMARY KEY, owner TEXT, epoch BIGINT NOT NULL DEFAULT 0,
             expires_at TIMESTAMPTZ NOT NULL)""",
     ),
+    # upstreams added at run time (``wsnmom upstream add``)
+    4: ("CREATE TABLE upstreams (id TEXT PRIMARY KEY, seq BIGSERIAL, data JSONB NOT NULL)",),
 }
 SCHEMA_VERSION = max(MIGRATIONS)
 
@@ -366,6 +368,15 @@ class PostgresStore(Store):
         """Every stored current message (``wsnmom store migrate`` copies them)."""
         rows = self._rows("SELECT data FROM current_messages ORDER BY namespace, path")
         return [message_from_json(r[0]) for r in rows]
+
+    def put_upstream(self, name: str, data: dict[str, Any]) -> None:
+        self._put("upstreams", "id", {"id": name, "data": self._jsonb(data)})
+
+    def delete_upstream(self, name: str) -> bool:
+        return self._delete("upstreams", name)
+
+    def list_upstreams(self) -> list[dict[str, Any]]:
+        return self._list("upstreams", dict)
 
     def get_meta(self, key: str) -> str | None:
         rows = self._rows("SELECT value FROM wsnmom_meta WHERE key = %s", (key,))

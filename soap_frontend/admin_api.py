@@ -8,7 +8,8 @@ Reading::
 
     GET /wsn/admin/api/overview[?limit=N]   everything the page shows: health, totals,
                                             subscriptions, pull points, registrations,
-                                            topics (:func:`.admin_json.overview_json`)
+                                            topics (:func:`.admin_json.overview_json`),
+                                            upstreams (:mod:`.admin_upstreams`)
     GET /wsn/admin/api/subscriptions        {"count": n, "subscriptions": [...]}; searched,
                                             sorted and paged with ?q=&sort=&order=
                                             &offset=&limit= (:mod:`.admin_query`)
@@ -126,6 +127,12 @@ def _settings() -> Settings | None:
     return settings
 
 
+def _upstream_states() -> list[dict[str, Any]]:
+    """Each upstream's state (``wsnmom.upstreams``; none on an app without the relay)."""
+    relay = current_app.extensions.get("wsnmom.upstreams")
+    return list(relay.states()) if relay is not None else []
+
+
 def _json(
     data: Mapping[str, Any], status: int = 200, headers: tuple[tuple[str, str], ...] = ()
 ) -> Response:
@@ -240,6 +247,7 @@ def page_view() -> tuple[dict[str, Any], str] | None:
     service = _service()
     data = overview_json(service.overview(), service.broker_address, DEFAULT_LIMIT)
     data["node"] = node_json(_settings())
+    data["upstreams"] = _upstream_states()
     detail_id = request.args.get("subscription")
     if detail_id:
         data["detail"] = _detail(service, detail_id)
@@ -297,6 +305,7 @@ def overview() -> Response:
     data = overview_json(service.overview(), service.broker_address, limit)
     data["node"] = node_json(_settings())
     data["cluster"] = cluster_json(service.cluster_status())
+    data["upstreams"] = _upstream_states()
     return _json(data)
 
 

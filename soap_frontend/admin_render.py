@@ -188,6 +188,28 @@ def prefilled(page: bytes, data: dict[str, Any], role: str) -> bytes:
             empty.set("hidden", "")
         elif empty is not None:
             empty.attrib.pop("hidden", None)
+    ups = data.get("upstreams") or []
+    body = _tbody(doc, "upstreams")
+    for u in ups:
+        _row(
+            body,
+            u["name"],
+            [
+                ("", u["name"]),
+                ("wrap", u["url"]),
+                ("wrap", u["topic"] or "(any)"),
+                ("", f"{u['state']} ({u['mode']})"),
+                ("num", _number(u["relayed"])),
+                ("num", _number(u["subscribes"])),
+                ("wrap", u["error"] or ""),
+            ],
+        )
+    _set(doc, "count-upstreams", f"({len(ups)})")
+    empty = doc.get_element_by_id("empty-upstreams", None)
+    if empty is not None and ups:
+        empty.set("hidden", "")
+    elif empty is not None:
+        empty.attrib.pop("hidden", None)
     if "detail_id" in data:
         _detail(doc, str(data["detail_id"]), data.get("detail"))
     if "peek" in data:

@@ -5,6 +5,7 @@ Endpoints
                                         RegisterPublisher, CreatePullPoint, WS-RP reads
     ``POST /wsn/subscriptions/<id>``     SubscriptionManager (pausable) + GetResourceProperty
     ``POST /wsn/pullpoints/<id>``        PullPoint: GetMessages, DestroyPullPoint, Notify + RP
+    ``POST /wsn/upstream/<key>``         Notify from an upstream producer (wsnmom.upstreams)
     ``POST /wsn/registrations/<id>``     PublisherRegistrationManager + RP (Notify accepted too:
                                         the registration's ConsumerReference is the broker)
     ``GET  /wsn/broker?wsdl``, ``/wsn/wsdl``   the WSDL (addresses: ``public_url``, trusted
@@ -37,13 +38,14 @@ from collections.abc import Callable
 from flask import Blueprint, Flask, Response, current_app, request
 from lxml import etree
 from werkzeug.exceptions import HTTPException
-from wsnmom.core.addresses import BROKER_PATH, resource_path
+from wsnmom.core.addresses import BROKER_PATH, UPSTREAM_PATH, resource_path
 from wsnmom.core.config import Settings
 from wsnmom.core.model import WireVersion
 from wsnmom.core.ports import BrokerPort
 
 from . import (
     admin_dead_letters,  # noqa: F401  (its routes join the admin blueprint)
+    admin_upstreams,  # noqa: F401  (its routes join the admin blueprint)
     codec,
 )
 from .admin_api import admin_api
@@ -115,6 +117,12 @@ def create_app(service: BrokerPort, settings: Settings | None = None) -> Flask:
         methods=["GET", "POST"],
     )
     app.register_blueprint(onvif)
+
+    upstream = Blueprint("upstream_consumer", __name__)
+    upstream.add_url_rule(
+        f"{UPSTREAM_PATH}/<resource_id>", "soap", _make_view(Role.UPSTREAM), methods=["POST"]
+    )
+    app.register_blueprint(upstream)
 
     meta = Blueprint("metadata", __name__)
     meta.add_url_rule("/wsn/wsdl", "wsdl", _wsdl_view)

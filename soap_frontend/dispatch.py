@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -29,7 +29,7 @@ from wsnmom.core.addresses import ResourceKind, parse_resource_path
 from wsnmom.core.config import Settings
 from wsnmom.core.guard import refusals
 from wsnmom.core.log_context import bound_request_id
-from wsnmom.core.model import EndpointReference, SoapVersion, WireVersion
+from wsnmom.core.model import EndpointReference, InboundNotification, SoapVersion, WireVersion
 from wsnmom.core.ports import BrokerPort
 
 from . import codec
@@ -81,6 +81,8 @@ class Role(enum.Enum):
     kinds of ``core.addresses`` (the value is the kind's path segment)."""
 
     BROKER = "broker"
+    #: ``/wsn/upstream/<key>``: Notify from an upstream producer (``wsnmom.upstreams``)
+    UPSTREAM = "upstream"
     SUBSCRIPTION = ResourceKind.SUBSCRIPTION.value
     PULL_POINT = ResourceKind.PULL_POINT.value
     REGISTRATION = ResourceKind.REGISTRATION.value
@@ -93,7 +95,9 @@ class Role(enum.Enum):
     @property
     def kind(self) -> ResourceKind | None:
         """The resource kind of this endpoint (None for the broker)."""
-        return None if self is Role.BROKER else ResourceKind(self.value)
+        if self is Role.BROKER or self is Role.UPSTREAM:
+            return None
+        return ResourceKind(self.value)
 
 
 #: operations that act on one resource, and the resource kind they need
@@ -131,6 +135,9 @@ class Frontend:
     limiter: RateLimiter = field(default_factory=lambda: RateLimiter(None, False))
     #: retries the long polls (ONVIF's PullMessages) without their request threads
     poller: Poller = field(default_factory=Poller)
+    #: where Notify posted to ``/wsn/upstream/<key>`` goes (``wsnmom.upstreams``): called
+    #: with the key and the messages; raises ResourceUnknown for an unknown key
+    relay: Callable[[str, Sequence[InboundNotification]], None] | None = None
 
 
 #: what a handler answers: a Body child (None: one-way) and the response's wsa:Action
@@ -186,6 +193,10 @@ def soap_post(
     (:mod:`.long_poll`)."""
     auth = fe.auth
     principal: Principal = ANONYMOUS
+    if role is Role.UPSTREAM:
+        # the producer cannot authenticate here: the unguessable key in the path is what
+        # admits its Notify, which is published as the gateway's own (SYSTEM)
+        return _upstream_post(fe, resource_id, content_type, data, path, environ)
     if auth.enabled and environ is not None:
         try:
             principal = auth.http_caller(environ)
@@ -317,6 +328,45 @@ def _long_poll(
     poll.begin = lambda: poller.add(poll)
     park(poll)  # raises Parked: the server answers poll.reply later
     raise AssertionError("the park function returned")  # pragma: no cover
+
+
+def _upstream_post(
+    fe: Frontend,
+    key: str | None,
+    content_type: str | None,
+    data: bytes,
+    path: str,
+    environ: Mapping[str, Any] | None,
+) -> Reply:
+    """A Notify from an upstream producer (the only operation of that endpoint)."""
+    try:
+        req = parse_request("POST", content_type, data)
+    except HttpError as exc:
+        invalid_log.info("rejected request to %s: %s", path, exc.message)
+        return transport_reply(fe, exc, content_type)
+    except SoapProtocolErrorWithContext as exc:
+        invalid_log.info("unusable SOAP request to %s: %s", path, exc)
+        return _fault(fe, BaseFaultError(str(exc)), exc.version, exc.addressing.message_id)
+    op = codec.OPERATIONS.get(req.operation)
+    count_request(op.local if op else "unknown")
+    try:
+        if op is not Op.NOTIFY:
+            raise BaseFaultError(
+                f"{req.operation} is not an operation of this endpoint: it takes Notify only"
+            )
+        if fe.relay is None or not key:
+            raise errors.ResourceUnknown("no upstream subscription delivers here")
+        messages = codec.parse_notify(req.body)
+        others = req.addressing.other_headers
+        if others:
+            messages = codec.apply_hops(others, messages)
+        messages = apply_app_headers(others, messages, trace_headers(environ))
+        fe.relay(key, messages)
+    except Exception as exc:
+        if isinstance(exc, errors.WsnError):
+            invalid_log.info("%s on %s: %s", exc.fault_name, req.operation, exc.description)
+        return _fault(fe, exc, req.version, req.addressing.message_id)
+    return Reply(202, b"", _DEFAULT_CONTENT_TYPE)
 
 
 def _unauthorized(fe: Frontend, version: SoapVersion | None, relates_to: str | None) -> Reply:

@@ -34,6 +34,7 @@ from wsnmom.core.store_binding import bind_store
 from wsnmom.core.store_url import open_store, shared_store
 from wsnmom.data_lock import StoreLock, lock_store
 from wsnmom.topic_mapping.namespaces import TopicSet, load_topic_namespace
+from wsnmom.upstreams import UpstreamRelay
 
 log = logging.getLogger("wsnmom.server")
 
@@ -194,12 +195,16 @@ class Runtime:
     exit_message: str = field(default="", repr=False)
     #: set by ``wsnmom serve`` once it handles SIGTERM (the connector may then stop it)
     serving: threading.Event = field(default_factory=threading.Event, repr=False)
+    #: the subscriptions at upstream producers (``wsnmom.upstreams``)
+    upstreams: UpstreamRelay | None = field(default=None, repr=False)
     _closed: bool = field(default=False, repr=False)
 
     def connected(self) -> None:
         """The adapter is open: tell plugins, restore the broker, run the start-up hooks."""
         self.plugins.adapter_opened(self.adapter)
         self.service.start()
+        if self.upstreams is not None:
+            self.upstreams.start()
         self._report_unowned()
         self.plugins.startup(self)
 
@@ -233,6 +238,8 @@ class Runtime:
             self.plugins.shutdown(self)
         except Exception:
             log.exception("plugin shutdown hook failed")
+        if self.upstreams is not None:
+            self.upstreams.stop()
         self.service.close()
         try:
             if self.connector is not None and not self.connector.opened:
@@ -413,6 +420,11 @@ def build_runtime(
         raise
     plugins.configure_app(app, service)
     runtime = Runtime(settings, plugins, adapter, store, topic_set, service, app, store_lock)
+    runtime.upstreams = UpstreamRelay(
+        settings.upstream, store, service, settings.base_url, leads=service.cluster.leads
+    )
+    app.extensions["wsnmom.soap"].relay = runtime.upstreams.receive
+    app.extensions["wsnmom.upstreams"] = runtime.upstreams
     if opened:
         try:
             runtime.connected()

@@ -37,11 +37,19 @@ class StoreCounts:
     pull_points: int = 0
     registrations: int = 0
     current_messages: int = 0
+    #: upstreams added at run time (``wsnmom upstream add``)
+    upstreams: int = 0
 
     @property
     def total(self) -> int:
         """All records."""
-        return self.subscriptions + self.pull_points + self.registrations + self.current_messages
+        return (
+            self.subscriptions
+            + self.pull_points
+            + self.registrations
+            + self.current_messages
+            + self.upstreams
+        )
 
 
 def count_records(target: Store) -> StoreCounts:
@@ -51,6 +59,7 @@ def count_records(target: Store) -> StoreCounts:
         len(target.list_pull_points()),
         len(target.list_registrations()),
         len(target.list_current_messages()),
+        len(target.list_upstreams()),
     )
 
 
@@ -62,6 +71,7 @@ def copy_store(source: Store, destination: Store) -> StoreCounts:
     pull_points = source.list_pull_points()
     registrations = source.list_registrations()
     current = source.list_current_messages()
+    upstreams = source.list_upstreams()
     # pull points first: a subscription may feed one, a registration may point at one
     for pp in pull_points:
         destination.put_pull_point(pp)
@@ -71,6 +81,8 @@ def copy_store(source: Store, destination: Store) -> StoreCounts:
         destination.put_subscription(sub)
     for message in current:
         destination.put_current_message(message)
+    for data in upstreams:
+        destination.put_upstream(str(data["name"]), data)
     for pp in pull_points:
         if destination.get_pull_point(pp.id) != pp:
             raise StoreError(f"pull point {pp.id} did not read back equal")
@@ -84,7 +96,13 @@ def copy_store(source: Store, destination: Store) -> StoreCounts:
         assert message.topic is not None
         if destination.get_current_message(message.topic) != message:
             raise StoreError(f"the current message of {message.topic} did not read back equal")
-    return StoreCounts(len(subscriptions), len(pull_points), len(registrations), len(current))
+    copied = {str(d["name"]): d for d in destination.list_upstreams()}
+    for data in upstreams:
+        if copied.get(str(data["name"])) != data:
+            raise StoreError(f"upstream {data['name']} did not read back equal")
+    return StoreCounts(
+        len(subscriptions), len(pull_points), len(registrations), len(current), len(upstreams)
+    )
 
 
 @click.group("store")
@@ -127,7 +145,8 @@ def migrate(source_url: str, destination_url: str, merge: bool) -> None:
     click.echo(
         f"copied {counts.subscriptions} subscriptions, {counts.pull_points} pull points, "
         f"{counts.registrations} registrations and {counts.current_messages} current "
-        f"messages from {redact_url(source_url)} to {redact_url(destination_url)}"
+        f"messages{f', plus {counts.upstreams} upstreams' if counts.upstreams else ''} "
+        f"from {redact_url(source_url)} to {redact_url(destination_url)}"
     )
 
 

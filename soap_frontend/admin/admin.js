@@ -322,6 +322,7 @@
     renderTopics(data.topics, t.topics);
     renderRegistrations(data.registrations, t.registrations);
     if (data.cluster) renderCluster(data.cluster);
+    renderUpstreams(data.upstreams || []);
   }
 
   // Rows are updated in place, keyed by data-key: a cell is replaced only when what it
@@ -470,6 +471,18 @@
       el("td", { class: "num", title: i.shards.join(",") }, number(c.shared ? i.shards.length : c.shards)),
       el("td", {}, seconds(i.lease_left)))),
     c.instances.length);
+  }
+
+  function renderUpstreams(items) {
+    fill("upstreams", items.map((u) => el("tr", { "data-key": u.name },
+      el("td", {}, u.name),
+      el("td", { class: "wrap" }, el("code", {}, u.url)),
+      el("td", { class: "wrap" }, u.topic || "(any)"),
+      el("td", {}, `${u.state} (${u.mode})`),
+      el("td", { class: "num" }, number(u.relayed)),
+      el("td", { class: "num" }, number(u.subscribes)),
+      el("td", { class: "wrap" }, u.error || ""))),
+    items.length);
   }
 
   // -- actions ---------------------------------------------------------------------------

@@ -291,6 +291,8 @@ def test_store_migrate_sqlite_to_postgres(tmp_path: Path, postgres_store_url: st
     source.put_registration(reg)
     current = NotificationMessage("m", b"<x/>", Topic("urn:t", ("a",)), published_at=NOW)
     source.put_current_message(current)
+    upstream = {"name": "plant", "url": "http://127.0.0.1:9/wsn/broker", "lifetime": 600.0}
+    source.put_upstream("plant", upstream)
     source.close()
 
     runner = CliRunner()
@@ -299,8 +301,10 @@ def test_store_migrate_sqlite_to_postgres(tmp_path: Path, postgres_store_url: st
     )
     assert done.exit_code == 0, done.output
     assert "copied 25 subscriptions, 1 pull points, 1 registrations and 1 current" in done.output
+    assert "plus 1 upstreams" in done.output
     copied = open_store(postgres_store_url)
     try:
+        assert copied.list_upstreams() == [upstream]
         assert copied.list_subscriptions() == subs
         assert copied.get_pull_point("pp") == pp and copied.get_registration("r") == reg
         assert copied.get_current_message(Topic("urn:t", ("a",))) == current
@@ -398,3 +402,15 @@ def test_postgres_store_of_every_earlier_version_is_upgraded(postgres_store_url:
                 upgraded.set_meta("adapter", "embedded")
             finally:
                 upgraded.close()
+
+
+def test_upstreams_round_trip_in_the_order_added(store: Store) -> None:
+    first = {"name": "cam-1", "url": "http://127.0.0.1:9/onvif", "namespaces": {"tns1": "urn:t"}}
+    second = {"name": "broker-b", "url": "http://127.0.0.1:9/wsn/broker", "lifetime": 600.0}
+    store.put_upstream("cam-1", first)
+    store.put_upstream("broker-b", second)
+    store.put_upstream("cam-1", {**first, "topic": "tns1:RuleEngine//."})  # replaced in place
+    assert store.list_upstreams() == [{**first, "topic": "tns1:RuleEngine//."}, second]
+    assert store.delete_upstream("cam-1") is True
+    assert store.delete_upstream("cam-1") is False
+    assert store.list_upstreams() == [second]

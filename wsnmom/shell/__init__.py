@@ -2,8 +2,8 @@
 ``subscriptions``, ``check``, built on :mod:`wsnmom.client` (they work against any WS-N
 broker), and the listings of a wsnmom gateway's admin API (``subscriptions list|purge``,
 ``pull-points``, ``registrations``, ``topics list``, ``dead-letters``, ``cluster
-status``) and its peeks (``subscriptions|pull-points|dead-letters peek``:
-:mod:`.peek`)."""
+status``, ``upstream``) and its peeks (``subscriptions|pull-points|dead-letters
+peek``: :mod:`.peek`)."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from .peek import dead_letters_peek, pull_points_peek, subscriptions_peek
 from .publish import notify_command
 from .receive import pull_command, subscribe_command
 from .subscriptions import subscriptions
+from .upstreams import upstream
 
 __all__ = ["install"]
 
@@ -37,6 +38,7 @@ def install(group: click.Group) -> None:
         registrations,
         dead_letters,
         cluster,
+        upstream,
         check_command,
     ):
         group.add_command(command)

@@ -33,7 +33,9 @@ evaluates in the delivery thread instead (no budget; only for trusted subscriber
 from __future__ import annotations
 
 import atexit
+import contextlib
 import hashlib
+import math
 import pickle
 import threading
 import time
@@ -42,7 +44,7 @@ from typing import Protocol
 
 from lxml import etree
 from wsnmom.core.codec import safe_parse
-from wsnmom.core.filter_process import Verdict, Worker, WorkerDied
+from wsnmom.core.filter_process import Verdict, Worker, WorkerDied, WorkerStarved
 from wsnmom.core.filter_share import FilterBusy, FilterShareExceeded, FilterShares
 from wsnmom.core.filter_worker import xpath_boolean
 
@@ -55,6 +57,10 @@ __all__ = [
     "SandboxEvaluator",
     "Verdict",
 ]
+
+
+#: how much lower than the gateway the costly filters' workers run (``filters.costly_nice``)
+COSTLY_NICE = 19
 
 
 class FilterBudgetExceeded(Exception):
@@ -146,58 +152,75 @@ def _describe(reason: str, cpu_limit: float, memory_mb: int) -> str:
 
 
 class _Pool:
-    """Worker processes with one memory limit, shared by every evaluator using it."""
+    """Worker processes with one memory limit and one costly priority, shared by every
+    evaluator using them: the cheap filters' workers at the gateway's priority, and the
+    costly filters' workers (:attr:`costly_idle`) ``nice`` lower."""
 
-    def __init__(self, memory_mb: int) -> None:
+    def __init__(self, memory_mb: int, nice: int) -> None:
         self.memory_mb = memory_mb
+        self.nice = nice
+        #: the cheap filters' workers not in use
         self.idle: list[Worker] = []
+        #: the costly filters' (low-priority) workers not in use
+        self.costly_idle: list[Worker] = []
         self.size = 0
+        self.costly_size = 0
         self._lock = threading.Lock()
         self._free = threading.Condition(self._lock)
-        #: threads waiting for a worker that are not heavy (heavy ones yield to them)
-        self._light_waiting = 0
         self._all: list[Worker] = []
+        #: id() of each costly filters' worker
+        self._costly: set[int] = set()
+        self._warm = False
 
-    def grow(self, processes: int) -> None:
+    def grow(self, processes: int, costly: int) -> None:
         with self._lock:
             while self.size < processes:
                 worker = Worker(self.memory_mb)
                 self._all.append(worker)
                 self.idle.append(worker)
                 self.size += 1
-                self._free.notify()
+            while self.costly_size < costly:
+                worker = Worker(self.memory_mb, self.nice)
+                self._all.append(worker)
+                self._costly.add(id(worker))
+                self.costly_idle.append(worker)
+                self.costly_size += 1
+            self._free.notify_all()
+        if self._warm:
+            self.warm(again=True)
+
+    def warm(self, *, again: bool = False) -> None:
+        """Start every idle worker's process that is not running (once, on the pool's
+        first use, unless ``again``): a cheap filter must never wait for an interpreter to
+        start because a costly one took the worker that was running."""
+        if self._warm and not again:
+            return
+        with self._lock:
+            self._warm = True
+            for worker in (*self.idle, *self.costly_idle):
+                if not worker.running():
+                    worker.start()
 
     def take(self) -> Worker:
-        """A worker, waiting for one to be free."""
+        """A cheap filters' worker, waiting for one to be free."""
         with self._free:
-            self._light_waiting += 1
-            try:
-                while not self.idle:
-                    self._free.wait()
-                return self.idle.pop()
-            finally:
-                self._light_waiting -= 1
-
-    def take_heavy(self) -> Worker | None:
-        """A worker for a heavy key, or None: only while another stays free (with one
-        worker: only while nobody else waits)."""
-        with self._free:
-            if not self._heavy_may_take():
-                return None
+            while not self.idle:
+                self._free.wait()
             return self.idle.pop()
 
-    def heavy_may_take(self) -> bool:
-        """Whether :meth:`take_heavy` would find a worker now."""
+    def take_costly(self) -> Worker | None:
+        """A costly filters' worker, or None when they are all in use."""
         with self._free:
-            return self._heavy_may_take()
+            return self.costly_idle.pop() if self.costly_idle else None
 
-    def _heavy_may_take(self) -> bool:
-        reserve = 1 if self.size > 1 else 0
-        return len(self.idle) > reserve and not self._light_waiting
+    def costly_free(self) -> bool:
+        """Whether :meth:`take_costly` would find a worker now."""
+        with self._free:
+            return bool(self.costly_idle)
 
     def give_back(self, worker: Worker) -> None:
         with self._free:
-            self.idle.append(worker)
+            (self.costly_idle if id(worker) in self._costly else self.idle).append(worker)
             self._free.notify_all()
 
     def close(self) -> None:
@@ -207,16 +230,16 @@ class _Pool:
             worker.close()
 
 
-_POOLS: dict[int, _Pool] = {}
+_POOLS: dict[tuple[int, int], _Pool] = {}
 _POOLS_LOCK = threading.Lock()
 
 
-def _pool(memory_mb: int, processes: int) -> _Pool:
+def _pool(memory_mb: int, nice: int, processes: int, costly: int) -> _Pool:
     with _POOLS_LOCK:
-        pool = _POOLS.get(memory_mb)
+        pool = _POOLS.get((memory_mb, nice))
         if pool is None:
-            pool = _POOLS[memory_mb] = _Pool(memory_mb)
-    pool.grow(processes)
+            pool = _POOLS[memory_mb, nice] = _Pool(memory_mb, nice)
+    pool.grow(processes, costly)
     return pool
 
 
@@ -248,11 +271,14 @@ class SandboxEvaluator:
         cpu_share: float = 0.1,
         costly_share: float | None = None,
         over_share_end: float = 0.0,
+        costly_nice: int = COSTLY_NICE,
     ) -> None:
         self.cpu_limit = cpu_limit
         self.memory_mb = memory_mb
         self.wall_limit = max(4 * cpu_limit, cpu_limit + 2.0)
-        self._pool = _pool(memory_mb, processes)
+        #: the costly filters' workers: as many as their group's share needs at once
+        costly = max(1, math.ceil(costly_share or 1))
+        self._pool = _pool(memory_mb, costly_nice, processes, costly)
         #: each subscription's recent use of the workers (``filters.cpu_share``) and the
         #: costly ones' together (``filters.costly_share``)
         self.shares = FilterShares(
@@ -271,7 +297,8 @@ class SandboxEvaluator:
         """Raise :class:`FilterBusy` when ``key`` would be refused a process now (before
         its messages are decoded for nothing), :class:`FilterBudgetExceeded` when it is to
         be ended."""
-        if self._check(key) and not self._pool.heavy_may_take():
+        self._pool.warm()
+        if self._check(key) and not self._pool.costly_free():
             raise FilterBusy(max(0.1, 4 * self.shares.cost(key)))
 
     def _check(self, key: str) -> bool:
@@ -290,13 +317,14 @@ class SandboxEvaluator:
         reused when the same payloads are evaluated again."""
         if not payloads:
             return []
+        self._pool.warm()
         if key is None:
             return self._evaluate(expression, payloads, self._pool.take())[0]
         out = self._resume(key, payloads)
         while len(out) < len(payloads):
             try:
                 heavy = self._check(key)
-                worker = self._pool.take_heavy() if heavy else self._pool.take()
+                worker = self._pool.take_costly() if heavy else self._pool.take()
                 if worker is None:
                     # each try decodes the channel's batch again: not more often than a
                     # few of its messages would take to evaluate
@@ -314,6 +342,9 @@ class SandboxEvaluator:
                 out += verdicts
             except FilterBudgetExceeded as exc:
                 exc.index += len(out)
+                raise
+            except FilterBusy:  # its low-priority worker was not run: again later
+                self._keep(key, payloads, out)
                 raise
             finally:
                 # the worker's CPU time: on a loaded machine the wall time of a cheap
@@ -363,7 +394,14 @@ class SandboxEvaluator:
             raise FilterBudgetExceeded(
                 _describe(exc.reason, self.cpu_limit, self.memory_mb), exc.index
             ) from None
+        except WorkerStarved:
+            raise FilterBusy(self.wall_limit) from None
         finally:
+            if not worker.running():
+                # replaced now, by the caller whose request ended it: the next caller
+                # does not wait for an interpreter to start
+                with contextlib.suppress(OSError):
+                    worker.start()
             self._pool.give_back(worker)
 
     def close(self) -> None:

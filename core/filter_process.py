@@ -12,11 +12,13 @@ Priority: a worker made with ``nice`` > 0 runs that much lower in the kernel's s
 order than the gateway (``setpriority(2)`` by the parent as soon as the process exists, so
 its interpreter's start is already at that priority): the costly filters' workers, which
 the kernel should run only when the gateway and the cheap filters' workers leave it a CPU.
-It also runs in a session of its own whose autogroup (``/proc/PID/autogroup``, where the
-kernel groups tasks by session) has the same nice value: within the gateway's autogroup
-its CPU time was charged to the gateway's group, so on a CPU shared with other sessions
-the gateway's wake-ups waited longer (p50 6-8 ms against 3-5 ms without the worker, in
-a measurement by hand at load 11-18), although the worker itself ranked below the gateway.
+It stays in the gateway's session: where the kernel groups tasks by session (autogroups,
+``/proc/PID/autogroup``), its CPU time counts against the gateway's group, which made the
+gateway's wake-ups on a CPU shared with other sessions' busy processes a little later (p50
+6-8 ms against 3-5 ms without a busy worker, a measurement by hand at load 11-18).  A
+session of its own with its autogroup at nice 19 removed that, but then the worker ranked
+below every other session's processes too, not only below the gateway: at load 16 a
+costly filter's 0.3 s of CPU did not run within 10 s (docs/performance.md, F28).
 Such a worker still starved past the patience was not run because it is meant to wait:
 the request fails with :class:`WorkerStarved` (the caller tries again later), never as an
 overrun.
@@ -80,18 +82,12 @@ def priority_of(pid: int) -> int | None:
 
 
 def _lower(pid: int, nice: int) -> None:
-    """Rank process ``pid`` (a child in a session of its own) ``nice`` below this one:
-    its nice value, and its autogroup's where the kernel has them."""
+    """Rank process ``pid`` (a child) ``nice`` below this one."""
     target = min(19, os.getpriority(os.PRIO_PROCESS, 0) + nice)
     try:
         os.setpriority(os.PRIO_PROCESS, pid, target)
     except OSError as exc:  # pragma: no cover - not refused for one's own children
         log.warning("cannot lower filter worker %s's priority: %s", pid, exc)
-    try:
-        with open(f"/proc/{pid}/autogroup", "w") as f:
-            f.write(str(target))
-    except OSError:  # no autogroups (or the process ended): its nice value is what counts
-        pass
 
 
 class WorkerDied(Exception):
@@ -137,7 +133,6 @@ class Worker:
             stdout=subprocess.PIPE,
             close_fds=True,
             bufsize=0,
-            start_new_session=self.low_priority,  # an autogroup of its own (see above)
         )
         assert proc.stdout is not None
         os.set_blocking(proc.stdout.fileno(), False)

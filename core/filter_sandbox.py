@@ -288,6 +288,8 @@ class SandboxEvaluator:
             burst=cpu_limit,
             end_after=over_share_end,
         )
+        #: wall-clock seconds a costly evaluation held its worker lately (moving average)
+        self._costly_turn = 0.0
         #: a pushed-back key's verdicts on the head of its batch: (payload digest,
         #: verdict), reused when the same payloads come again (no evaluation is wasted)
         self._kept: dict[str, list[tuple[bytes, Verdict]]] = {}
@@ -299,7 +301,15 @@ class SandboxEvaluator:
         be ended."""
         self._pool.warm()
         if self._check(key) and not self._pool.costly_free():
-            raise FilterBusy(max(0.1, 4 * self.shares.cost(key)))
+            raise FilterBusy(self._busy_delay(key))
+
+    def _busy_delay(self, key: str) -> float:
+        """Seconds a heavy ``key`` refused for want of a free costly filters' worker waits:
+        not less than a few of its own messages take, nor than a costly evaluation held a
+        worker lately.  Each try decodes its channel's batch again, and twenty costly
+        subscriptions not known yet (no cost of their own) retried every 0.1 s, about 200
+        channel runs a second in the gateway while one worker was busy."""
+        return max(0.1, 4 * self.shares.cost(key), self._costly_turn)
 
     def _check(self, key: str) -> bool:
         try:
@@ -326,9 +336,7 @@ class SandboxEvaluator:
                 heavy = self._check(key)
                 worker = self._pool.take_costly() if heavy else self._pool.take()
                 if worker is None:
-                    # each try decodes the channel's batch again: not more often than a
-                    # few of its messages would take to evaluate
-                    raise FilterBusy(max(0.1, 4 * self.shares.cost(key)))
+                    raise FilterBusy(self._busy_delay(key))
             except FilterBusy:
                 self._keep(key, payloads, out)
                 raise
@@ -349,9 +357,12 @@ class SandboxEvaluator:
             finally:
                 # the worker's CPU time: on a loaded machine the wall time of a cheap
                 # filter's round trip can exceed a costly filter's threshold
-                if spent is None:  # the worker died: it cannot have used more than this
-                    spent = min(time.monotonic() - started, self.cpu_limit * n)
+                held = time.monotonic() - started
+                if spent is None:  # the worker died or starved: not more than this
+                    spent = min(held, self.cpu_limit * n)
                 self.shares.charge(key, spent, n, heavy=heavy)
+                if heavy:
+                    self._costly_turn = (self._costly_turn + min(held, self.wall_limit)) / 2
         return out
 
     def _resume(self, key: str, payloads: Sequence[bytes]) -> list[Verdict]:

@@ -16,18 +16,36 @@ be bounded and ended:
 
 A message that exceeds a budget raises :class:`FilterBudgetExceeded`: the delivery channel
 ends the subscription with a SubscriptionEnd notice and a logged reason
-(``core.delivery.EndSubscription``).  The worker is replaced on the next request.
+(``core.delivery.EndSubscription``).  The worker is replaced at once.
 
-``filters.processes`` workers serve all subscriptions of the process (workers are shared
-by every broker in one Python process with the same memory limit, so a test suite starts
-them once); a delivery thread borrows one for a batch.  Over time each subscription may
-use ``filters.cpu_share`` of one worker (``core.filter_share``): one that used more is
-pushed back (``FilterBusy``), one that stays over it for ``filters.over_share_end`` seconds
-is ended, a costly one (or one not yet known to be cheap) takes a worker only while
-another stays free for cheap filters, and all costly ones together may use
-``filters.costly_share`` of one worker.  A pushed-back subscription's verdicts on the head
-of its batch are kept, so that no evaluation is done twice.  ``filters.isolation = "inline"``
-evaluates in the delivery thread instead (no budget; only for trusted subscribers).
+Workers are shared by every broker in one Python process with the same memory limit and
+costly priority (a test suite starts them once); a delivery thread borrows one for a
+batch.  Over time each subscription may use ``filters.cpu_share`` of one worker
+(``core.filter_share``): one that used more is pushed back (``FilterBusy``), one that
+stays over it for ``filters.over_share_end`` seconds is ended, and all costly ones (and
+those not yet known to be cheap) together may use ``filters.costly_share`` of one worker.
+A pushed-back subscription's verdicts on the head of its batch are kept, so that no
+evaluation is done twice.
+
+Cheap and costly filters never share a worker, and the kernel prefers the cheap ones:
+
+* ``filters.processes`` workers evaluate the cheap filters, at the gateway's priority;
+* ``ceil(filters.costly_share)`` (at least one) other workers evaluate the costly ones
+  and those not known yet, one message per turn, ``filters.costly_nice`` (19) lower in
+  the kernel's scheduling order (``core.filter_process``).  A costly filter never holds
+  a worker a cheap one waits for, and on a CPU shared with the gateway it runs when the
+  gateway's threads and the cheap filters' workers leave the CPU free.  Before, one pool
+  served both: a costly filter took the worker a cheap one had kept warm, the cheap
+  one's next batch waited for an interpreter to start (781 ms at load 8), and the costly
+  one competed for the CPU as an equal of the gateway (issue 22; docs/performance.md,
+  F28).  A costly filter whose low-priority worker was starved past the patience is
+  pushed back (``FilterBusy``), not ended;
+* every worker's process is started on the pool's first use, and a worker ended by an
+  overrun is restarted at once by the caller whose request ended it, so no caller waits
+  for a worker's interpreter to start.
+
+``filters.isolation = "inline"`` evaluates in the delivery thread instead (no budget;
+only for trusted subscribers).
 """
 
 from __future__ import annotations

@@ -326,12 +326,12 @@ class FilterSettings:
     cpu_limit: float = field(default=0.5, metadata=limits(above=0, maximum=3600))
     #: address space of each evaluation process, MiB
     memory: int = field(default=512, metadata=limits(64))
-    #: evaluation processes (shared by all subscriptions)
+    #: evaluation processes for cheap filters (shared by all subscriptions); costly ones
+    #: have ``ceil(costly_share)`` processes of their own, ``costly_nice`` lower
     processes: int = field(default=2, metadata=limits(1, 64))
     #: the share of one evaluation process a costly subscription (messages over a tenth
     #: of ``cpu_limit`` each) may use over time (usage decays with a 10 s half-life);
-    #: beyond it its deliveries wait; below it, it takes a process only while another
-    #: stays free
+    #: beyond it its deliveries wait
     cpu_share: float = field(default=0.1, metadata=limits(above=0, maximum=64))
     #: the share of one evaluation process all costly subscriptions together (and those
     #: not yet known to be cheap) may use over time; beyond it they wait as above
@@ -339,6 +339,10 @@ class FilterSettings:
     #: seconds a costly subscription may stay over its ``cpu_share`` before it is ended
     #: with SubscriptionEnd; 0: never (it is only pushed back)
     over_share_end: float = field(default=60.0, metadata=limits(0, 86400))
+    #: how much lower than the gateway's the scheduling priority (nice value) of the
+    #: costly filters' processes is, so that the kernel runs them when the gateway and
+    #: the cheap filters leave a CPU free; 0: the same priority
+    costly_nice: int = field(default=19, metadata=limits(0, 19))
 
 
 @dataclass(slots=True)

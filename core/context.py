@@ -125,6 +125,7 @@ class BrokerContext:
                 cpu_share=f.cpu_share,
                 costly_share=f.costly_share,
                 over_share_end=f.over_share_end,
+                costly_nice=f.costly_nice,
             )
         )
         #: ownership, topic ACL and quota checks of the caller (``core.access``)

@@ -7,6 +7,21 @@ used less CPU than its payloads may (``/proc/PID/stat``) is not overrunning: the
 did not run it (load, or its interpreter starting), so it is waited for, up to
 :data:`_PATIENCE` backstops.  Otherwise it is killed and the request fails with
 :class:`WorkerDied` (the CPU-time timer in the worker ends real overruns earlier).
+
+Priority: a worker made with ``nice`` > 0 runs that much lower in the kernel's scheduling
+order than the gateway (``setpriority(2)`` by the parent as soon as the process exists, so
+its interpreter's start is already at that priority): the costly filters' workers, which
+the kernel should run only when the gateway and the cheap filters' workers leave it a CPU.
+It stays in the gateway's session: where the kernel groups tasks by session (autogroups,
+``/proc/PID/autogroup``), its CPU time counts against the gateway's group, which made the
+gateway's wake-ups on a CPU shared with other sessions' busy processes a little later (p50
+6-8 ms against 3-5 ms without a busy worker, a measurement by hand at load 11-18).  A
+session of its own with its autogroup at nice 19 removed that, but then the worker ranked
+below every other session's processes too, not only below the gateway: at load 16 a
+costly filter's 0.3 s of CPU did not run within 10 s (docs/performance.md, F29).
+Such a worker still starved past the patience was not run because it is meant to wait:
+the request fails with :class:`WorkerStarved` (the caller tries again later), never as an
+overrun.
 """
 
 from __future__ import annotations
@@ -21,7 +36,7 @@ import subprocess
 import sys
 import time
 
-__all__ = ["Verdict", "Worker", "WorkerDied"]
+__all__ = ["Verdict", "Worker", "WorkerDied", "WorkerStarved", "priority_of"]
 
 log = logging.getLogger("wsnmom.core.filter_sandbox")
 
@@ -55,6 +70,26 @@ def _cpu_seconds(pid: int) -> float | None:
         return None
 
 
+def priority_of(pid: int) -> int | None:
+    """The nice value of process ``pid`` (field 19 of ``/proc/PID/stat``), None where
+    unknown."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rpartition(b")")[2].split()
+        return int(fields[16])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _lower(pid: int, nice: int) -> None:
+    """Rank process ``pid`` (a child) ``nice`` below this one."""
+    target = min(19, os.getpriority(os.PRIO_PROCESS, 0) + nice)
+    try:
+        os.setpriority(os.PRIO_PROCESS, pid, target)
+    except OSError as exc:  # pragma: no cover - not refused for one's own children
+        log.warning("cannot lower filter worker %s's priority: %s", pid, exc)
+
+
 class WorkerDied(Exception):
     def __init__(self, index: int, reason: str) -> None:
         super().__init__(reason)
@@ -62,15 +97,36 @@ class WorkerDied(Exception):
         self.reason = reason
 
 
-class Worker:
-    """One evaluation process; used by one thread at a time."""
+class WorkerStarved(Exception):
+    """A low-priority worker was not run for the whole patience (the machine had better
+    things to do): killed, its request not done; ``index`` verdicts came before."""
 
-    def __init__(self, memory_mb: int) -> None:
+    def __init__(self, index: int) -> None:
+        super().__init__("the low-priority filter worker was not run in time")
+        self.index = index
+
+
+class Worker:
+    """One evaluation process; used by one thread at a time.  ``nice``: how much lower
+    than the gateway the kernel is to rank it (0: the same)."""
+
+    def __init__(self, memory_mb: int, nice: int = 0) -> None:
         self.memory_mb = memory_mb
+        self.nice = max(0, nice)
         self.proc: subprocess.Popen[bytes] | None = None
         self._buffer = b""
 
-    def _start(self) -> subprocess.Popen[bytes]:
+    @property
+    def low_priority(self) -> bool:
+        return self.nice > 0
+
+    def running(self) -> bool:
+        """Whether its process exists (started and not ended)."""
+        return self.proc is not None and self.proc.poll() is None
+
+    def start(self) -> subprocess.Popen[bytes]:
+        """Start the process (replacing an ended one); its interpreter starts meanwhile,
+        so a worker started ahead of its first request has it ready."""
         proc = subprocess.Popen(
             [sys.executable, "-m", "wsnmom.core.filter_worker", str(self.memory_mb)],
             stdin=subprocess.PIPE,
@@ -82,6 +138,8 @@ class Worker:
         os.set_blocking(proc.stdout.fileno(), False)
         self._buffer = b""
         self.proc = proc
+        if self.nice:
+            _lower(proc.pid, self.nice)
         return proc
 
     def kill(self) -> None:
@@ -116,7 +174,7 @@ class Worker:
         self, request: bytes, count: int, cpu_limit: float, wall_limit: float
     ) -> tuple[list[Verdict], float | None]:
         """The verdicts, and the CPU seconds the worker spent (None if it did not say)."""
-        proc = self.proc if self.proc is not None and self.proc.poll() is None else self._start()
+        proc = self.proc if self.proc is not None and self.proc.poll() is None else self.start()
         assert proc.stdin is not None and proc.stdout is not None
         try:
             proc.stdin.write(struct.pack("!I", len(request)) + request)
@@ -130,10 +188,15 @@ class Worker:
         while len(out) < count:
             deadline = time.monotonic() + wall_limit
             verdict = self._next(fd, deadline)
+            starved = False  # past the patience, still under its CPU budget
             while verdict is _LATE and self._starved(proc.pid, cpu_before, cpu_limit, len(out)):
                 if time.monotonic() >= give_up_at:
+                    starved = True
                     break
                 verdict = self._next(fd, time.monotonic() + wall_limit)
+            if starved and self.low_priority:
+                self.kill()  # meant to wait behind the gateway: not an overrun
+                raise WorkerStarved(len(out))
             if verdict is None or verdict is _LATE:
                 reason = self._death_reason(proc, cpu_limit, wall_limit)
                 self.kill()

@@ -16,24 +16,44 @@ be bounded and ended:
 
 A message that exceeds a budget raises :class:`FilterBudgetExceeded`: the delivery channel
 ends the subscription with a SubscriptionEnd notice and a logged reason
-(``core.delivery.EndSubscription``).  The worker is replaced on the next request.
+(``core.delivery.EndSubscription``).  The worker is replaced at once.
 
-``filters.processes`` workers serve all subscriptions of the process (workers are shared
-by every broker in one Python process with the same memory limit, so a test suite starts
-them once); a delivery thread borrows one for a batch.  Over time each subscription may
-use ``filters.cpu_share`` of one worker (``core.filter_share``): one that used more is
-pushed back (``FilterBusy``), one that stays over it for ``filters.over_share_end`` seconds
-is ended, a costly one (or one not yet known to be cheap) takes a worker only while
-another stays free for cheap filters, and all costly ones together may use
-``filters.costly_share`` of one worker.  A pushed-back subscription's verdicts on the head
-of its batch are kept, so that no evaluation is done twice.  ``filters.isolation = "inline"``
-evaluates in the delivery thread instead (no budget; only for trusted subscribers).
+Workers are shared by every broker in one Python process with the same memory limit and
+costly priority (a test suite starts them once); a delivery thread borrows one for a
+batch.  Over time each subscription may use ``filters.cpu_share`` of one worker
+(``core.filter_share``): one that used more is pushed back (``FilterBusy``), one that
+stays over it for ``filters.over_share_end`` seconds is ended, and all costly ones (and
+those not yet known to be cheap) together may use ``filters.costly_share`` of one worker.
+A pushed-back subscription's verdicts on the head of its batch are kept, so that no
+evaluation is done twice.
+
+Cheap and costly filters never share a worker, and the kernel prefers the cheap ones:
+
+* ``filters.processes`` workers evaluate the cheap filters, at the gateway's priority;
+* ``ceil(filters.costly_share)`` (at least one) other workers evaluate the costly ones
+  and those not known yet, one message per turn, ``filters.costly_nice`` (19) lower in
+  the kernel's scheduling order (``core.filter_process``).  A costly filter never holds
+  a worker a cheap one waits for, and on a CPU shared with the gateway it runs when the
+  gateway's threads and the cheap filters' workers leave the CPU free.  Before, one pool
+  served both: a costly filter took the worker a cheap one had kept warm, the cheap
+  one's next batch waited for an interpreter to start (781 ms at load 8), and the costly
+  one competed for the CPU as an equal of the gateway (issue 22; docs/performance.md,
+  F29).  A costly filter whose low-priority worker was starved past the patience is
+  pushed back (``FilterBusy``), not ended;
+* every worker's process is started on the pool's first use, and a worker ended by an
+  overrun is restarted at once by the caller whose request ended it, so no caller waits
+  for a worker's interpreter to start.
+
+``filters.isolation = "inline"`` evaluates in the delivery thread instead (no budget;
+only for trusted subscribers).
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import hashlib
+import math
 import pickle
 import threading
 import time
@@ -42,7 +62,7 @@ from typing import Protocol
 
 from lxml import etree
 from wsnmom.core.codec import safe_parse
-from wsnmom.core.filter_process import Verdict, Worker, WorkerDied
+from wsnmom.core.filter_process import Verdict, Worker, WorkerDied, WorkerStarved
 from wsnmom.core.filter_share import FilterBusy, FilterShareExceeded, FilterShares
 from wsnmom.core.filter_worker import xpath_boolean
 
@@ -55,6 +75,10 @@ __all__ = [
     "SandboxEvaluator",
     "Verdict",
 ]
+
+
+#: how much lower than the gateway the costly filters' workers run (``filters.costly_nice``)
+COSTLY_NICE = 19
 
 
 class FilterBudgetExceeded(Exception):
@@ -146,58 +170,75 @@ def _describe(reason: str, cpu_limit: float, memory_mb: int) -> str:
 
 
 class _Pool:
-    """Worker processes with one memory limit, shared by every evaluator using it."""
+    """Worker processes with one memory limit and one costly priority, shared by every
+    evaluator using them: the cheap filters' workers at the gateway's priority, and the
+    costly filters' workers (:attr:`costly_idle`) ``nice`` lower."""
 
-    def __init__(self, memory_mb: int) -> None:
+    def __init__(self, memory_mb: int, nice: int) -> None:
         self.memory_mb = memory_mb
+        self.nice = nice
+        #: the cheap filters' workers not in use
         self.idle: list[Worker] = []
+        #: the costly filters' (low-priority) workers not in use
+        self.costly_idle: list[Worker] = []
         self.size = 0
+        self.costly_size = 0
         self._lock = threading.Lock()
         self._free = threading.Condition(self._lock)
-        #: threads waiting for a worker that are not heavy (heavy ones yield to them)
-        self._light_waiting = 0
         self._all: list[Worker] = []
+        #: id() of each costly filters' worker
+        self._costly: set[int] = set()
+        self._warm = False
 
-    def grow(self, processes: int) -> None:
+    def grow(self, processes: int, costly: int) -> None:
         with self._lock:
             while self.size < processes:
                 worker = Worker(self.memory_mb)
                 self._all.append(worker)
                 self.idle.append(worker)
                 self.size += 1
-                self._free.notify()
+            while self.costly_size < costly:
+                worker = Worker(self.memory_mb, self.nice)
+                self._all.append(worker)
+                self._costly.add(id(worker))
+                self.costly_idle.append(worker)
+                self.costly_size += 1
+            self._free.notify_all()
+        if self._warm:
+            self.warm(again=True)
+
+    def warm(self, *, again: bool = False) -> None:
+        """Start every idle worker's process that is not running (once, on the pool's
+        first use, unless ``again``): a cheap filter must never wait for an interpreter to
+        start because a costly one took the worker that was running."""
+        if self._warm and not again:
+            return
+        with self._lock:
+            self._warm = True
+            for worker in (*self.idle, *self.costly_idle):
+                if not worker.running():
+                    worker.start()
 
     def take(self) -> Worker:
-        """A worker, waiting for one to be free."""
+        """A cheap filters' worker, waiting for one to be free."""
         with self._free:
-            self._light_waiting += 1
-            try:
-                while not self.idle:
-                    self._free.wait()
-                return self.idle.pop()
-            finally:
-                self._light_waiting -= 1
-
-    def take_heavy(self) -> Worker | None:
-        """A worker for a heavy key, or None: only while another stays free (with one
-        worker: only while nobody else waits)."""
-        with self._free:
-            if not self._heavy_may_take():
-                return None
+            while not self.idle:
+                self._free.wait()
             return self.idle.pop()
 
-    def heavy_may_take(self) -> bool:
-        """Whether :meth:`take_heavy` would find a worker now."""
+    def take_costly(self) -> Worker | None:
+        """A costly filters' worker, or None when they are all in use."""
         with self._free:
-            return self._heavy_may_take()
+            return self.costly_idle.pop() if self.costly_idle else None
 
-    def _heavy_may_take(self) -> bool:
-        reserve = 1 if self.size > 1 else 0
-        return len(self.idle) > reserve and not self._light_waiting
+    def costly_free(self) -> bool:
+        """Whether :meth:`take_costly` would find a worker now."""
+        with self._free:
+            return bool(self.costly_idle)
 
     def give_back(self, worker: Worker) -> None:
         with self._free:
-            self.idle.append(worker)
+            (self.costly_idle if id(worker) in self._costly else self.idle).append(worker)
             self._free.notify_all()
 
     def close(self) -> None:
@@ -207,16 +248,16 @@ class _Pool:
             worker.close()
 
 
-_POOLS: dict[int, _Pool] = {}
+_POOLS: dict[tuple[int, int], _Pool] = {}
 _POOLS_LOCK = threading.Lock()
 
 
-def _pool(memory_mb: int, processes: int) -> _Pool:
+def _pool(memory_mb: int, nice: int, processes: int, costly: int) -> _Pool:
     with _POOLS_LOCK:
-        pool = _POOLS.get(memory_mb)
+        pool = _POOLS.get((memory_mb, nice))
         if pool is None:
-            pool = _POOLS[memory_mb] = _Pool(memory_mb)
-    pool.grow(processes)
+            pool = _POOLS[memory_mb, nice] = _Pool(memory_mb, nice)
+    pool.grow(processes, costly)
     return pool
 
 
@@ -248,11 +289,14 @@ class SandboxEvaluator:
         cpu_share: float = 0.1,
         costly_share: float | None = None,
         over_share_end: float = 0.0,
+        costly_nice: int = COSTLY_NICE,
     ) -> None:
         self.cpu_limit = cpu_limit
         self.memory_mb = memory_mb
         self.wall_limit = max(4 * cpu_limit, cpu_limit + 2.0)
-        self._pool = _pool(memory_mb, processes)
+        #: the costly filters' workers: as many as their group's share needs at once
+        costly = max(1, math.ceil(costly_share or 1))
+        self._pool = _pool(memory_mb, costly_nice, processes, costly)
         #: each subscription's recent use of the workers (``filters.cpu_share``) and the
         #: costly ones' together (``filters.costly_share``)
         self.shares = FilterShares(
@@ -262,6 +306,8 @@ class SandboxEvaluator:
             burst=cpu_limit,
             end_after=over_share_end,
         )
+        #: wall-clock seconds a costly evaluation held its worker lately (moving average)
+        self._costly_turn = 0.0
         #: a pushed-back key's verdicts on the head of its batch: (payload digest,
         #: verdict), reused when the same payloads come again (no evaluation is wasted)
         self._kept: dict[str, list[tuple[bytes, Verdict]]] = {}
@@ -271,8 +317,17 @@ class SandboxEvaluator:
         """Raise :class:`FilterBusy` when ``key`` would be refused a process now (before
         its messages are decoded for nothing), :class:`FilterBudgetExceeded` when it is to
         be ended."""
-        if self._check(key) and not self._pool.heavy_may_take():
-            raise FilterBusy(max(0.1, 4 * self.shares.cost(key)))
+        self._pool.warm()
+        if self._check(key) and not self._pool.costly_free():
+            raise FilterBusy(self._busy_delay(key))
+
+    def _busy_delay(self, key: str) -> float:
+        """Seconds a heavy ``key`` refused for want of a free costly filters' worker waits:
+        not less than a few of its own messages take, nor than a costly evaluation held a
+        worker lately.  Each try decodes its channel's batch again, and twenty costly
+        subscriptions not known yet (no cost of their own) retried every 0.1 s, about 200
+        channel runs a second in the gateway while one worker was busy."""
+        return max(0.1, 4 * self.shares.cost(key), self._costly_turn)
 
     def _check(self, key: str) -> bool:
         try:
@@ -290,17 +345,16 @@ class SandboxEvaluator:
         reused when the same payloads are evaluated again."""
         if not payloads:
             return []
+        self._pool.warm()
         if key is None:
             return self._evaluate(expression, payloads, self._pool.take())[0]
         out = self._resume(key, payloads)
         while len(out) < len(payloads):
             try:
                 heavy = self._check(key)
-                worker = self._pool.take_heavy() if heavy else self._pool.take()
+                worker = self._pool.take_costly() if heavy else self._pool.take()
                 if worker is None:
-                    # each try decodes the channel's batch again: not more often than a
-                    # few of its messages would take to evaluate
-                    raise FilterBusy(max(0.1, 4 * self.shares.cost(key)))
+                    raise FilterBusy(self._busy_delay(key))
             except FilterBusy:
                 self._keep(key, payloads, out)
                 raise
@@ -315,12 +369,18 @@ class SandboxEvaluator:
             except FilterBudgetExceeded as exc:
                 exc.index += len(out)
                 raise
+            except FilterBusy:  # its low-priority worker was not run: again later
+                self._keep(key, payloads, out)
+                raise
             finally:
                 # the worker's CPU time: on a loaded machine the wall time of a cheap
                 # filter's round trip can exceed a costly filter's threshold
-                if spent is None:  # the worker died: it cannot have used more than this
-                    spent = min(time.monotonic() - started, self.cpu_limit * n)
+                held = time.monotonic() - started
+                if spent is None:  # the worker died or starved: not more than this
+                    spent = min(held, self.cpu_limit * n)
                 self.shares.charge(key, spent, n, heavy=heavy)
+                if heavy:
+                    self._costly_turn = (self._costly_turn + min(held, self.wall_limit)) / 2
         return out
 
     def _resume(self, key: str, payloads: Sequence[bytes]) -> list[Verdict]:
@@ -363,7 +423,14 @@ class SandboxEvaluator:
             raise FilterBudgetExceeded(
                 _describe(exc.reason, self.cpu_limit, self.memory_mb), exc.index
             ) from None
+        except WorkerStarved:
+            raise FilterBusy(self.wall_limit) from None
         finally:
+            if not worker.running():
+                # replaced now, by the caller whose request ended it: the next caller
+                # does not wait for an interpreter to start
+                with contextlib.suppress(OSError):
+                    worker.start()
             self._pool.give_back(worker)
 
     def close(self) -> None:

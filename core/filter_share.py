@@ -10,11 +10,10 @@ takes a fraction ``s`` of one process is ``s * HALF_LIFE / ln 2`` seconds; ``lim
 that for ``s = filters.cpu_share``.
 
 * A subscription whose messages took more than ``heavy_cost`` seconds each lately is
-  *heavy*: it may take an evaluation process only while another one stays idle (with one
-  process: only while no other subscription waits), and it evaluates one message per
-  turn.  A subscription not known to be cheap yet (no history) evaluates one message per
-  turn too.  Cheap filters therefore always find a process without queueing behind costly
-  ones, and costly ones never hold a process for a whole batch.
+  *heavy*: it is evaluated on the costly filters' low-priority processes only
+  (``core.filter_sandbox``), one message per turn.  A subscription not known to be cheap
+  yet (no history) is evaluated that way too.  Cheap filters therefore never queue behind
+  costly ones, and costly ones never hold a process for a whole batch.
 * A heavy subscription above ``limit`` is *pushed back*: its evaluation is refused with
   the seconds until its usage has decayed below the limit (:class:`FilterBusy`); its
   channel waits that long, holding no thread and no process, and tries again.  No message

@@ -24,7 +24,12 @@ from typing import Any
 import pytest
 from lxml import etree
 from wsnmom.core import errors
-from wsnmom.core.filter_sandbox import FilterBudgetExceeded, InlineEvaluator, SandboxEvaluator
+from wsnmom.core.filter_sandbox import (
+    FilterBudgetExceeded,
+    FilterBusy,
+    InlineEvaluator,
+    SandboxEvaluator,
+)
 from wsnmom.core.filters import MessageContentFilter
 from wsnmom.core.model import CreatePullPointRequest, ExpressionSource
 from wsnmom.core.service import NATO_NS, BrokerService
@@ -142,13 +147,22 @@ def test_cpu_budget_names_the_message_and_the_worker_is_replaced(
     sandbox: SandboxEvaluator,
 ) -> None:
     costly = MessageContentFilter(mc(CUBIC))
+    cheap = MessageContentFilter(mc("boolean(/r)"))
+    assert sandbox.evaluate(cheap, [b"<r/>"]) == [True]
+    pool = sandbox._pool
+    # every process was started on the first use: none waits for an interpreter later
+    assert all(w.running() for w in (*pool.idle, *pool.costly_idle))
+    pids = {w.proc.pid for w in (*pool.idle, *pool.costly_idle) if w.proc is not None}
     started = time.monotonic()
     with pytest.raises(FilterBudgetExceeded) as exceeded:
         sandbox.evaluate(costly, [b"<r/>", BIG])
     assert exceeded.value.index == 1
     assert "filters.cpu_limit" in exceeded.value.reason
     assert time.monotonic() - started < 3
-    cheap = MessageContentFilter(mc("boolean(/r)"))
+    # the overrun's worker was replaced at once, by the caller whose request ended it
+    workers = (*pool.idle, *pool.costly_idle)
+    assert all(w.running() for w in workers)
+    assert len({w.proc.pid for w in workers if w.proc is not None} - pids) == 1
     assert sandbox.evaluate(cheap, [b"<r/>"]) == [True]
 
 
@@ -202,6 +216,37 @@ def test_a_worker_starved_of_cpu_is_waited_for_not_ended() -> None:
         with contextlib.suppress(ProcessLookupError):  # killed as a costly filter's would be
             os.kill(pid, signal.SIGCONT)
     thread.join(10)
+    assert got == [[True]]
+
+
+def test_a_starved_costly_worker_pushes_the_subscription_back_not_ended() -> None:
+    """A costly filter's worker runs at a low priority, meant to wait while the gateway
+    is busy: one not run for the whole patience (here: stopped) is replaced and the
+    subscription pushed back (``FilterBusy``), not ended as an overrun."""
+    sandbox = SandboxEvaluator(cpu_limit=0.2, memory_mb=322, processes=1, costly_share=0.25)
+    cheap = MessageContentFilter(mc("boolean(/r)"))
+    assert sandbox.evaluate(cheap, [b"<r/>"]) == [True]  # the workers are up
+    sandbox.wall_limit = 0.1  # the patience: ten of these
+    (worker,) = sandbox._pool.costly_idle
+    assert worker.proc is not None and worker.low_priority
+    pid = worker.proc.pid
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        with pytest.raises(FilterBusy):
+            sandbox.evaluate(cheap, [b"<r/>"], "new")  # not known yet: a costly worker
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGCONT)
+    assert worker.running() and worker.proc is not None and worker.proc.pid != pid
+    sandbox.wall_limit = 5.0
+    got: list[Any] = []
+
+    def again() -> bool:
+        with contextlib.suppress(FilterBusy):  # the group's budget refills first
+            got.append(sandbox.evaluate(cheap, [b"<r/>"], "new"))
+        return bool(got)
+
+    wait_until(again, 10, what="the pushed-back subscription evaluated")
     assert got == [[True]]
 
 

@@ -2,20 +2,24 @@
 message (``filters.cpu_share``, ``core.filter_share``).
 
 Twenty subscriptions whose filter took 0.3 s per message, under the 0.5 s ``cpu_limit``,
-kept both evaluation processes busy; a cheap filter waited seconds.  Now a subscription
-near its share takes a process only while another stays free (cheap filters never queue
-behind it), and one over its share is pushed back: its channel waits, holding no thread,
-and nothing is lost.  Isolation is asserted structurally (which caller gets a process
-while one is held); the latency figures are in bench/ (``isolation``).
+kept both evaluation processes busy; a cheap filter waited seconds.  Now a costly
+subscription is evaluated only on processes of its own that run at a lower scheduling
+priority (cheap filters never queue behind it, and the kernel prefers them), and one over
+its share is pushed back: its channel waits, holding no thread, and nothing is lost.
+Isolation is asserted structurally (which caller gets a process while others are held,
+and the priority the kernel gives each process); the latency figures are in bench/
+(``isolation``).
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import pytest
 from lxml import etree
 from wsnmom.core import metrics
+from wsnmom.core.filter_process import priority_of
 from wsnmom.core.filter_sandbox import SandboxEvaluator
 from wsnmom.core.filter_share import HALF_LIFE, FilterBusy, FilterShareExceeded, FilterShares
 from wsnmom.core.filters import MessageContentFilter
@@ -58,27 +62,81 @@ def test_costly_filters_are_heavy_and_pushed_back_until_their_use_decays() -> No
     assert shares.known_cheap("cheap") and shares.check("cheap") is False
 
 
-def test_a_heavy_subscription_leaves_a_process_to_cheap_filters() -> None:
-    # a pool of its own (pools are shared per memory limit) with two processes
-    evaluator = SandboxEvaluator(cpu_limit=2.0, memory_mb=333, processes=2, cpu_share=0.1)
+def test_costly_and_cheap_filters_never_share_a_process() -> None:
+    """Heavy subscriptions (and those not known to be cheap yet) are evaluated on the
+    costly filters' processes only: with every cheap filters' process held they are still
+    evaluated, and with the costly ones held they are pushed back while cheap filters are
+    evaluated."""
+    # a pool of its own (pools are shared per memory limit and priority)
+    evaluator = SandboxEvaluator(
+        cpu_limit=2.0, memory_mb=333, processes=2, cpu_share=0.1, costly_share=0.25
+    )
+    pool = evaluator._pool
     cheap = MessageContentFilter(mc("boolean(/r)"))
     evaluator.shares.charge("heavy", evaluator.shares.limit * 0.75)
     evaluator.shares.charge("light", 0.001)  # one cheap message: known to be cheap
-    held = evaluator._pool.take()  # another caller holds one process
+    held = [pool.take() for _ in range(pool.size)]  # other callers hold every cheap one
     try:
-        with pytest.raises(FilterBusy):
-            evaluator.evaluate(cheap, [b"<r/>"], "heavy")  # the free one is reserved
-        with pytest.raises(FilterBusy):  # so it is for one not known to be cheap yet
-            evaluator.evaluate(cheap, [b"<r/>"], "new")
+        assert evaluator.shares.check("new")  # not known yet: heavy
+        assert evaluator.evaluate(cheap, [b"<r/>"], "new") == [True]
+    finally:
+        for worker in held:
+            pool.give_back(worker)
+    costly = [pool.take_costly() for _ in range(pool.costly_size)]
+    try:
+        with pytest.raises(FilterBusy):  # the costly ones' processes are in use
+            evaluator.evaluate(cheap, [b"<r/>"], "heavy")
+        with pytest.raises(FilterBusy) as busy:
+            evaluator.ready("newer")
+        # it waits as long as a costly evaluation held a worker lately, not 0.1 s: twenty
+        # such subscriptions polled every 0.1 s (200 channel runs a second)
+        assert busy.value.delay >= evaluator._costly_turn > 0
         assert evaluator.evaluate(cheap, [b"<r/>"], "light") == [True]
         assert evaluator.evaluate(cheap, [b"<r/>"]) == [True]
     finally:
-        evaluator._pool.give_back(held)
-    assert evaluator.evaluate(cheap, [b"<r/>"], "heavy") == [True]  # both free: it may
+        for worker in costly:
+            assert worker is not None
+            pool.give_back(worker)
+    assert evaluator.evaluate(cheap, [b"<r/>"], "heavy") == [True]  # free again: it may
     evaluator.shares.charge("heavy", evaluator.shares.limit)
     with pytest.raises(FilterBusy) as busy:  # over its share: pushed back
         evaluator.evaluate(cheap, [b"<r/>"], "heavy")
     assert busy.value.delay > 0
+
+
+def test_costly_filters_run_at_a_lower_scheduling_priority() -> None:
+    """The kernel is to prefer the gateway and the cheap filters: the processes that
+    evaluate costly filters (the only ones a heavy subscription gets, see above) run
+    ``filters.costly_nice`` lower than the gateway, the cheap filters' ones at its
+    priority (read back from the kernel: ``getpriority(2)`` and ``/proc/PID/stat``)."""
+    evaluator = SandboxEvaluator(
+        cpu_limit=2.0, memory_mb=337, processes=2, costly_share=0.25, costly_nice=19
+    )
+    pool = evaluator._pool
+    content = MessageContentFilter(mc("boolean(/r)"))
+    assert evaluator.evaluate(content, [b"<r/>"]) == [True]  # every process starts
+    held = [pool.take() for _ in range(pool.size)]
+    try:  # not known to be cheap yet: evaluated on a costly filters' process
+        assert evaluator.evaluate(content, [b"<r/>"], "new") == [True]
+    finally:
+        for worker in held:
+            pool.give_back(worker)
+    ours = os.getpriority(os.PRIO_PROCESS, 0)
+    low = [w.proc.pid for w in pool.costly_idle if w.proc is not None]
+    normal = [w.proc.pid for w in pool.idle if w.proc is not None]
+    assert len(low) == pool.costly_size >= 1 and len(normal) == pool.size == 2
+    for pid in low:
+        assert os.getpriority(os.PRIO_PROCESS, pid) == min(19, ours + 19)
+        assert priority_of(pid) == min(19, ours + 19)
+    for pid in normal:
+        assert os.getpriority(os.PRIO_PROCESS, pid) == ours
+        assert priority_of(pid) == ours
+    # the same pool's priority is a setting: 0 leaves them at the gateway's
+    same = SandboxEvaluator(cpu_limit=2.0, memory_mb=337, processes=1, costly_nice=0)
+    same.shares.charge("k", 1.0)  # costly
+    assert same.evaluate(content, [b"<r/>"], "k") == [True]
+    (worker,) = same._pool.costly_idle
+    assert worker.proc is not None and priority_of(worker.proc.pid) == ours
 
 
 def test_a_pushed_back_subscription_waits_and_loses_nothing(

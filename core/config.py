@@ -496,8 +496,9 @@ class UpstreamSettings:
     wsse: Literal["digest", "text"] | None = None
     #: "push": the producer sends Notify to the gateway; "pull": the gateway creates a
     #: pull point at the producer (WS-N CreatePullPoint) and takes from it with GetMessages
-    #: every second (producers behind NAT or a firewall)
-    mode: Literal["push", "pull"] = "push"
+    #: every second (producers behind NAT or a firewall); "onvif-pull": ``url`` is an ONVIF
+    #: device's event service, read with CreatePullPointSubscription and PullMessages
+    mode: Literal["push", "pull", "onvif-pull"] = "push"
     #: the namespace URI relayed topics appear under (their prefix and path kept); None:
     #: the producer's own
     namespace: str | None = None

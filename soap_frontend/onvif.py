@@ -51,7 +51,7 @@ from .envelope import SoapRequest
 from .faults import BaseFaultError, xsd_datetime
 from .long_poll import WaitFor
 from .splice import Spliced, add_marker
-from .xml import WSNBW, WSTOP, children, qname, serialize_standalone, text_of
+from .xml import TEV, WSNBW, WSTOP, children, qname, serialize_standalone, text_of
 
 __all__ = [
     "EVENT_SERVICE_PATH",
@@ -63,8 +63,6 @@ __all__ = [
     "PullMessagesFault",
 ]
 
-#: the ONVIF event service's namespace
-TEV: Final = "http://www.onvif.org/ver10/events/wsdl"
 #: the endpoint of the event service
 EVENT_SERVICE_PATH: Final = "/onvif/event_service"
 #: pull-point subscriptions are ``SUBSCRIPTIONS_PATH/<id>``

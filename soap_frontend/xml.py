@@ -30,6 +30,8 @@ WSNBW: Final = "http://docs.oasis-open.org/wsn/bw-2"
 WSNBR: Final = "http://docs.oasis-open.org/wsn/br-2"
 WSNBRW: Final = "http://docs.oasis-open.org/wsn/brw-2"
 WSTOP: Final = "http://docs.oasis-open.org/wsn/t-1"
+#: the ONVIF event service (soap_frontend.onvif, client.onvif)
+TEV: Final = "http://www.onvif.org/ver10/events/wsdl"
 WSRF_BF: Final = "http://docs.oasis-open.org/wsrf/bf-2"
 WSRF_R: Final = "http://docs.oasis-open.org/wsrf/r-2"
 WSRF_RP: Final = "http://docs.oasis-open.org/wsrf/rp-2"

@@ -10,7 +10,10 @@ if a publisher had sent it to the broker (same checks, same loop marker: a notif
 that went through this gateway before is dropped, ``core.loops``), keeping the producer's
 topic and prefixes; with ``namespace`` set, the topic's prefix is bound to that namespace
 instead of the producer's.  In pull mode (``mode = "pull"``) the consumer is a pull point
-the gateway creates at the producer, emptied with GetMessages on every pass.
+the gateway creates at the producer, emptied with GetMessages on every pass.  In ONVIF pull
+mode (``mode = "onvif-pull"``, ``url`` a device's event service) the subscription is an
+ONVIF pull-point subscription (CreatePullPointSubscription), emptied with PullMessages
+(``Timeout`` zero) on every pass and renewed with WS-N's Renew.
 
 Lifetime, on a background thread (one pass a second and on every change):
 
@@ -55,6 +58,7 @@ from wsnmom.client import (
     WsnClient,
 )
 from wsnmom.client.model import CONCRETE, FULL, ONVIF_CONCRETE_SET, SIMPLE
+from wsnmom.client.onvif import OnvifEvents, OnvifPullSubscription
 from wsnmom.core import errors, metrics
 from wsnmom.core.addresses import upstream_address
 from wsnmom.core.config import (
@@ -82,6 +86,8 @@ WILDCARDS = frozenset({"0.0.0.0", "::"})
 #: pull mode: notifications asked for by one GetMessages, and GetMessages per pass
 PULL_BATCH = 100
 PULL_ROUNDS = 10
+#: ONVIF pull mode: PullMessages' Timeout (answer at once: the pass must not wait)
+PULL_TIMEOUT = timedelta(0)
 
 _DIALECTS = {
     "simple": SIMPLE,
@@ -327,23 +333,29 @@ class UpstreamRelay:
         check = h.spec.check_interval.total_seconds()
         if left <= lifetime / 3 or now - h.last_renew >= check:
             self._renew(h)
-        if h.pull_point is not None and h.subscription is not None:
+        if h.subscription is not None and h.spec.mode != "push":
             self._pull(h)
 
     def _pull(self, h: _Held) -> None:
-        """Pull mode: take what the pull point holds and publish it (at most
-        ``PULL_ROUNDS`` GetMessages of ``PULL_BATCH`` per pass)."""
-        assert h.pull_point is not None
+        """Pull modes: take what the pull point holds and publish it (at most
+        ``PULL_ROUNDS`` GetMessages or PullMessages of ``PULL_BATCH`` per pass)."""
+        sub, pull_point = h.subscription, h.pull_point
+        op = "GetMessages" if pull_point is not None else "PullMessages"
         for _ in range(PULL_ROUNDS):
             try:
-                taken = h.pull_point.get_messages(PULL_BATCH)
+                if pull_point is not None:
+                    taken = pull_point.get_messages(PULL_BATCH)
+                elif isinstance(sub, OnvifPullSubscription):
+                    taken = sub.pull_messages(PULL_TIMEOUT, PULL_BATCH)
+                else:
+                    return
             except SoapFault as exc:  # the producer no longer has the pull point
-                log.warning("upstream %s: GetMessages refused (%s)", h.spec.name, exc)
+                log.warning("upstream %s: %s refused (%s)", h.spec.name, op, exc)
                 self._release(h, "retrying")
-                h.error = f"GetMessages refused: {exc}"
+                h.error = f"{op} refused: {exc}"
                 return
             except (ClientError, OSError) as exc:
-                self._failed(h, f"GetMessages failed: {exc}")
+                self._failed(h, f"{op} failed: {exc}")
                 return
             if taken:
                 self._publish(h, [_inbound(n) for n in taken])
@@ -374,16 +386,25 @@ class UpstreamRelay:
             self._keys[key] = h  # the first Notify may come before the answer
         client = self._client(spec)
         pull_point: PullPoint | None = None
+        sub: Subscription
         try:
-            if spec.mode == "pull":
-                pull_point = client.create_pull_point()
-            sub = client.subscribe(
-                pull_point if pull_point is not None else upstream_address(self._base_url, key),
-                topic,
-                message_content=spec.message_content,
-                message_content_namespaces=spec.message_content_namespaces,
-                initial_termination_time=spec.lifetime,
-            )
+            if spec.mode == "onvif-pull":
+                sub = OnvifEvents(client).create_pull_point_subscription(
+                    topic,
+                    message_content=spec.message_content,
+                    message_content_namespaces=spec.message_content_namespaces,
+                    initial_termination_time=spec.lifetime,
+                )
+            else:
+                if spec.mode == "pull":
+                    pull_point = client.create_pull_point()
+                sub = client.subscribe(
+                    pull_point if pull_point is not None else upstream_address(self._base_url, key),
+                    topic,
+                    message_content=spec.message_content,
+                    message_content_namespaces=spec.message_content_namespaces,
+                    initial_termination_time=spec.lifetime,
+                )
         except (ClientError, OSError, ValueError) as exc:
             with self._lock:
                 self._keys.pop(key, None)

@@ -37,6 +37,7 @@ namespaces = { tns1 = "http://www.onvif.org/ver10/topics" }
 user = "admin"
 password = "secret"
 wsse = "digest"
+mode = "onvif-pull"
 lifetime = "PT1M"
 
 [[upstream]]
@@ -47,6 +48,7 @@ namespace = "urn:relayed:plant"
 """,
     )
     assert (camera.name, camera.wsse, camera.lifetime) == ("cam-1", "digest", timedelta(minutes=1))
+    assert camera.mode == "onvif-pull"
     assert camera.namespaces == {"tns1": "http://www.onvif.org/ver10/topics"}
     assert (broker.token, broker.namespace, broker.mode) == ("t0ken", "urn:relayed:plant", "push")
     assert "secret" not in repr(camera) and "t0ken" not in repr(broker)
@@ -63,7 +65,7 @@ namespace = "urn:relayed:plant"
         ('name = "a"\nurl = "http://h/"\nuser = "u"', "user and password go together"),
         ('name = "a"\nurl = "http://h/"\ntoken = "t"\nuser = "u"\npassword = "p"', "not both"),
         ('name = "a"\nurl = "http://h/"\nwsse = "digest"', "wsse needs a user"),
-        ('name = "a"\nurl = "http://h/"\nmode = "poll"', "not one of: push, pull"),
+        ('name = "a"\nurl = "http://h/"\nmode = "poll"', "not one of: push, pull, onvif-pull"),
         ('name = "a"\nurl = "ftp://h/"', "entry 1: url"),
     ],
 )

@@ -128,20 +128,16 @@ def subscribe_body(
     """A ``wsnt:Subscribe`` element."""
     body = new(T("Subscribe"))
     add_epr(body, T("ConsumerReference"), consumer)
-    if topic is not None or message_content is not None or producer_properties is not None:
-        filt = add(body, T("Filter"))
-        if topic is not None:
-            topic_element(filt, T("TopicExpression"), topic, namespaces)
-        if producer_properties is not None:
-            _query(filt, T("ProducerProperties"), producer_properties, XPATH, {})
-        if message_content is not None:
-            _query(
-                filt,
-                T("MessageContent"),
-                message_content,
-                message_content_dialect,
-                message_content_namespaces,
-            )
+    filter_element(
+        body,
+        T("Filter"),
+        topic,
+        namespaces,
+        message_content=message_content,
+        message_content_dialect=message_content_dialect,
+        message_content_namespaces=message_content_namespaces,
+        producer_properties=producer_properties,
+    )
     if initial_termination_time is not None:
         requested_time(body, T("InitialTerminationTime"), initial_termination_time)
     if use_raw or policies:
@@ -153,6 +149,37 @@ def subscribe_body(
     if subscription_end_topic is not None:
         topic_element(body, qname(NATO, "SubscriptionEndTopic"), subscription_end_topic, namespaces)
     return body
+
+
+def filter_element(
+    parent: etree._Element,
+    tag: str,
+    topic: TopicExpression | str | None,
+    namespaces: Mapping[str, str],
+    *,
+    message_content: str | None = None,
+    message_content_dialect: str = XPATH,
+    message_content_namespaces: Mapping[str, str] | None = None,
+    producer_properties: str | None = None,
+) -> etree._Element | None:
+    """Append a ``wsnt:FilterType`` element ``tag`` (WS-N's ``wsnt:Filter``, ONVIF's
+    ``tev:Filter``); nothing when there is nothing to filter by."""
+    if topic is None and message_content is None and producer_properties is None:
+        return None
+    filt = add(parent, tag)
+    if topic is not None:
+        topic_element(filt, T("TopicExpression"), topic, namespaces)
+    if producer_properties is not None:
+        _query(filt, T("ProducerProperties"), producer_properties, XPATH, {})
+    if message_content is not None:
+        _query(
+            filt,
+            T("MessageContent"),
+            message_content,
+            message_content_dialect,
+            message_content_namespaces or {},
+        )
+    return filt
 
 
 def _query(

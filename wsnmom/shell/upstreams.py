@@ -60,6 +60,13 @@ def _pairs(values: tuple[str, ...], option: str) -> dict[str, str]:
     help="Send the remote user and password as a WS-Security UsernameToken.",
 )
 @click.option(
+    "--mode",
+    type=click.Choice(["push", "pull", "onvif-pull"]),
+    help="push (the producer sends Notify), pull (WS-N CreatePullPoint/GetMessages at the "
+    "producer) or onvif-pull (URL is an ONVIF device's event service: "
+    "CreatePullPointSubscription/PullMessages).  Default: push.",
+)
+@click.option(
     "--pull",
     is_flag=True,
     help="Pull mode: take from a pull point at the producer (it cannot reach the gateway).",
@@ -79,6 +86,7 @@ def add_command(
     remote_password: str | None,
     remote_token: str | None,
     remote_wsse: str | None,
+    mode: str | None,
     pull: bool,
     lifetime: str | None,
     broker: str,
@@ -89,7 +97,9 @@ def add_command(
     """Relay the producer at URL into the middleware, as upstream NAME (kept in the
     gateway's store; the gateway subscribes there at once).  --user/--password/--token
     are the gateway admin's credentials; --remote-* are the producer's."""
-    mode = "pull" if pull else "push"
+    if pull and mode not in (None, "pull"):
+        raise click.BadParameter(f"--pull contradicts --mode {mode}", param_hint="--pull")
+    mode = mode or ("pull" if pull else "push")
     body: dict[str, Any] = {"name": name, "url": url, "dialect": dialect, "mode": mode}
     optional: dict[str, Any] = {
         "topic": topic,
@@ -123,6 +133,7 @@ def list_command(
         (
             u["name"],
             u["state"],
+            u["mode"],
             u["url"],
             u["topic"] or "-",
             u["relayed"],
@@ -132,7 +143,17 @@ def list_command(
         )
         for u in data["upstreams"]
     ]
-    header = ("NAME", "STATE", "URL", "TOPIC", "RELAYED", "SUBSCRIBES", "EXPIRES", "LAST ERROR")
+    header = (
+        "NAME",
+        "STATE",
+        "MODE",
+        "URL",
+        "TOPIC",
+        "RELAYED",
+        "SUBSCRIBES",
+        "EXPIRES",
+        "LAST ERROR",
+    )
     print_table(header, rows, "upstream")
 
 

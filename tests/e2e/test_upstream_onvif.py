@@ -1,0 +1,188 @@
+"""An ONVIF device relayed into MQTT in ONVIF pull mode (docs/federation.md): a wsnmom
+gateway's own ONVIF event service (``/onvif/event_service``), requiring a WS-Security
+UsernameToken with PasswordDigest, plays the camera.  A gateway on Mosquitto, added the
+upstream with ``wsnmom upstream add --mode onvif-pull``, holds a pull-point subscription
+there (CreatePullPointSubscription), empties it with PullMessages and renews it with Renew.
+A plain paho subscriber sees the motion events under their ``tns1:`` topics.  The camera
+restarts without its data (a rebooted camera forgets its subscriptions): the relay
+subscribes again, and nothing arrives twice."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+from lxml import etree
+
+pytest.importorskip("paho.mqtt")
+
+import paho.mqtt.client as mqtt
+
+from tests.fixtures.mosquitto import close_client, native_client
+from tests.fixtures.server import RunningServer, mqtt_gateway_url
+from tests.support.waiting import wait_until
+from wsnmom.client import WsnClient
+
+pytestmark = [pytest.mark.e2e, pytest.mark.mqtt]
+
+ONVIF_TOPICS = "http://www.onvif.org/ver10/topics"
+MOTION = "RuleEngine/CellMotionDetector/Motion"
+API = "/wsn/admin/api"
+
+
+@pytest.fixture
+def workdir() -> Iterator[Path]:
+    path = Path(tempfile.mkdtemp(prefix="wsnmom-onvif-up-"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _camera(data_dir: Path, users: Path, token: str, port: int = 0) -> RunningServer:
+    return RunningServer(
+        "embedded",
+        f"embedded://{data_dir / 'middleware'}",
+        data_dir,
+        port=port,
+        extra_env={"WSNMOM_AUTH__ADMIN_TOKEN": token, "WSNMOM_AUTH__USERS_FILE": str(users)},
+    )
+
+
+def _cli(server: RunningServer, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WSNMOM_")}
+    return subprocess.run(
+        [sys.executable, "-m", "wsnmom", *args, "--broker", server.broker_url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+
+
+def _state(server: RunningServer) -> dict[str, Any]:
+    listing = requests.get(server.base_url + API + "/upstreams", timeout=10).json()
+    return {u["name"]: u for u in listing["upstreams"]}["cam"]
+
+
+def _motion(camera: RunningServer, token: str, number: int) -> None:
+    event = (
+        '<tt:Message xmlns:tt="http://www.onvif.org/ver10/schema"'
+        ' UtcTime="2026-12-05T23:00:00Z">'
+        f'<tt:Source><tt:SimpleItem Name="Event" Value="{number}"/></tt:Source>'
+        '<tt:Data><tt:SimpleItem Name="IsMotion" Value="true"/></tt:Data></tt:Message>'
+    )
+    with WsnClient(camera.broker_url, namespaces={"tns1": ONVIF_TOPICS}, token=token) as wsn:
+        wsn.notify(event, f"tns1:{MOTION}")
+
+
+def _subscriptions_at(camera: RunningServer, token: str) -> int:
+    resp = requests.get(
+        camera.base_url + API + "/pullpoints",
+        headers={"Authorization": f"Bearer {token}"},
+        timeout=10,
+    )
+    resp.raise_for_status()
+    return int(resp.json()["count"])
+
+
+def test_onvif_pull_mode_relays_motion_events_into_mqtt_and_resubscribes_after_a_reboot(
+    workdir: Path, mqtt_url: str
+) -> None:
+    users = workdir / "users.toml"
+    users.write_text('[users.relay]\nwsse_password = "cam-pw"\n')
+    users.chmod(0o600)
+    token = "admin-" + uuid.uuid4().hex
+    camera = _camera(workdir / "cam-a", users, token)
+    camera.start()
+    tag = uuid.uuid4().hex[:10]
+    relay = RunningServer("mqtt", mqtt_gateway_url(mqtt_url, tag), workdir / "relay")
+    relay.start()
+    got: list[mqtt.MQTTMessage] = []
+    subscribed = threading.Event()
+    client = native_client(mqtt_url, "5")
+    client.on_message = lambda c, u, message: got.append(message)
+    client.on_subscribe = lambda *args: subscribed.set()
+    try:
+        client.subscribe(f"g{tag}/#", qos=1)
+        assert subscribed.wait(10)
+        added = _cli(
+            relay,
+            "upstream",
+            "add",
+            "cam",
+            camera.base_url + "/onvif/event_service",
+            "--mode",
+            "onvif-pull",
+            "--topic",
+            "tns1:RuleEngine//.",
+            "--dialect",
+            "concrete_set",
+            "--topic-ns",
+            f"tns1={ONVIF_TOPICS}",
+            "--remote-user",
+            "relay",
+            "--remote-password",
+            "cam-pw",
+            "--remote-wsse",
+            "digest",
+        )
+        assert added.returncode == 0, added.stderr
+        wait_until(
+            lambda: _state(relay)["state"] == "subscribed",
+            timeout=30,
+            what="the pull-point subscription at the camera",
+        )
+        state = _state(relay)
+        assert (state["mode"], state["auth"], state["subscribes"]) == (
+            "onvif-pull",
+            "wsse-digest",
+            1,
+        )
+        assert "/onvif/subscriptions/" in state["subscription"], state
+        # the camera holds one pull point: the subscription's
+        assert _subscriptions_at(camera, token) == 1
+        listed = _cli(relay, "upstream", "list")
+        assert listed.returncode == 0 and "onvif-pull" in listed.stdout, listed
+        page = requests.get(relay.base_url + "/admin", timeout=10).text
+        assert "subscribed (onvif-pull)" in page
+
+        _motion(camera, token, 1)
+        wait_until(lambda: len(got) == 1, timeout=30, what="the first motion event in MQTT")
+
+        # the camera reboots without its data: the subscription is gone there
+        camera.stop()
+        camera = _camera(workdir / "cam-b", users, token, port=camera.port)
+        camera.start()
+        wait_until(
+            lambda: _state(relay)["subscribes"] == 2 and _state(relay)["state"] == "subscribed",
+            timeout=90,
+            what="a new pull-point subscription at the rebooted camera",
+        )
+        _motion(camera, token, 2)
+        wait_until(lambda: len(got) >= 2, timeout=30, what="the second motion event in MQTT")
+        # the sentinel: a third event after both, so a duplicate would be in by now
+        _motion(camera, token, 3)
+        wait_until(lambda: len(got) >= 3, timeout=30, what="the third motion event in MQTT")
+    finally:
+        close_client(client)
+        relay.stop()
+        camera.stop()
+    numbers = []
+    for message in got:
+        assert message.topic.endswith("/" + MOTION), message.topic
+        props = dict(message.properties.UserProperty)
+        assert (props["wsnmom-topic-ns"], props["wsnmom-topic-path"]) == (ONVIF_TOPICS, MOTION)
+        body = etree.fromstring(message.payload)
+        assert body.tag == "{http://www.onvif.org/ver10/schema}Message"
+        assert body.find(".//{*}Data/{*}SimpleItem").get("Value") == "true"
+        numbers.append(body.find(".//{*}Source/{*}SimpleItem").get("Value"))
+    assert numbers == ["1", "2", "3"]

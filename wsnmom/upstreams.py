@@ -58,7 +58,7 @@ from wsnmom.client import (
     WsnClient,
 )
 from wsnmom.client.model import CONCRETE, FULL, ONVIF_CONCRETE_SET, SIMPLE
-from wsnmom.client.onvif import OnvifEvents, OnvifPullSubscription
+from wsnmom.client.onvif import OnvifEvents, OnvifPullSubscription, max_message_limit
 from wsnmom.core import errors, metrics
 from wsnmom.core.addresses import upstream_address
 from wsnmom.core.config import (
@@ -113,6 +113,8 @@ class _Held:
     key: str | None = None
     expires: datetime | None = None
     last_renew: float = 0.0
+    #: ONVIF pull mode: the MessageLimit of PullMessages (lowered to the device's maximum)
+    pull_limit: int = PULL_BATCH
     next_try: float = 0.0
     backoff: float = 0.0
     error: str | None = None
@@ -346,10 +348,15 @@ class UpstreamRelay:
                 if pull_point is not None:
                     taken = pull_point.get_messages(PULL_BATCH)
                 elif isinstance(sub, OnvifPullSubscription):
-                    taken = sub.pull_messages(PULL_TIMEOUT, PULL_BATCH)
+                    taken = sub.pull_messages(PULL_TIMEOUT, h.pull_limit)
                 else:
                     return
             except SoapFault as exc:  # the producer no longer has the pull point
+                most = max_message_limit(exc)
+                if pull_point is None and most is not None and 0 < most < h.pull_limit:
+                    log.info("upstream %s: PullMessages takes %d at most", h.spec.name, most)
+                    h.pull_limit = most  # the device's maximum: ask for that from now on
+                    continue
                 log.warning("upstream %s: %s refused (%s)", h.spec.name, op, exc)
                 self._release(h, "retrying")
                 h.error = f"{op} refused: {exc}"
@@ -359,7 +366,7 @@ class UpstreamRelay:
                 return
             if taken:
                 self._publish(h, [_inbound(n) for n in taken])
-            if len(taken) < PULL_BATCH:
+            if len(taken) < (h.pull_limit if pull_point is None else PULL_BATCH):
                 return
 
     def _client(self, spec: UpstreamSettings) -> WsnClient:

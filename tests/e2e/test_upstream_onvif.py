@@ -38,6 +38,8 @@ pytestmark = [pytest.mark.e2e, pytest.mark.mqtt]
 ONVIF_TOPICS = "http://www.onvif.org/ver10/topics"
 MOTION = "RuleEngine/CellMotionDetector/Motion"
 API = "/wsn/admin/api"
+CAMERA_LIMIT = 5
+BURST = range(10, 22)
 
 
 @pytest.fixture
@@ -53,7 +55,12 @@ def _camera(data_dir: Path, users: Path, token: str, port: int = 0) -> RunningSe
         f"embedded://{data_dir / 'middleware'}",
         data_dir,
         port=port,
-        extra_env={"WSNMOM_AUTH__ADMIN_TOKEN": token, "WSNMOM_AUTH__USERS_FILE": str(users)},
+        extra_env={
+            "WSNMOM_AUTH__ADMIN_TOKEN": token,
+            "WSNMOM_AUTH__USERS_FILE": str(users),
+            # PullMessages gives at most 5 at once: the relay must lower its MessageLimit
+            "WSNMOM_LIMITS__GET_MESSAGES_CAP": str(CAMERA_LIMIT),
+        },
     )
 
 
@@ -73,15 +80,16 @@ def _state(server: RunningServer) -> dict[str, Any]:
     return {u["name"]: u for u in listing["upstreams"]}["cam"]
 
 
-def _motion(camera: RunningServer, token: str, number: int) -> None:
-    event = (
-        '<tt:Message xmlns:tt="http://www.onvif.org/ver10/schema"'
-        ' UtcTime="2026-12-05T23:00:00Z">'
-        f'<tt:Source><tt:SimpleItem Name="Event" Value="{number}"/></tt:Source>'
-        '<tt:Data><tt:SimpleItem Name="IsMotion" Value="true"/></tt:Data></tt:Message>'
-    )
+def _motion(camera: RunningServer, token: str, *numbers: int) -> None:
     with WsnClient(camera.broker_url, namespaces={"tns1": ONVIF_TOPICS}, token=token) as wsn:
-        wsn.notify(event, f"tns1:{MOTION}")
+        for number in numbers:
+            event = (
+                '<tt:Message xmlns:tt="http://www.onvif.org/ver10/schema"'
+                ' UtcTime="2026-12-05T23:00:00Z">'
+                f'<tt:Source><tt:SimpleItem Name="Event" Value="{number}"/></tt:Source>'
+                '<tt:Data><tt:SimpleItem Name="IsMotion" Value="true"/></tt:Data></tt:Message>'
+            )
+            wsn.notify(event, f"tns1:{MOTION}")
 
 
 def _subscriptions_at(camera: RunningServer, token: str) -> int:
@@ -157,6 +165,10 @@ def test_onvif_pull_mode_relays_motion_events_into_mqtt_and_resubscribes_after_a
 
         _motion(camera, token, 1)
         wait_until(lambda: len(got) == 1, timeout=30, what="the first motion event in MQTT")
+        # a burst larger than the camera's MessageLimit: taken in several PullMessages
+        _motion(camera, token, *BURST)
+        wait_until(lambda: len(got) == 1 + len(BURST), timeout=30, what="the burst in MQTT")
+        assert _state(relay)["subscribes"] == 1  # the limit fault did not cost the subscription
 
         # the camera reboots without its data: the subscription is gone there
         camera.stop()
@@ -168,10 +180,10 @@ def test_onvif_pull_mode_relays_motion_events_into_mqtt_and_resubscribes_after_a
             what="a new pull-point subscription at the rebooted camera",
         )
         _motion(camera, token, 2)
-        wait_until(lambda: len(got) >= 2, timeout=30, what="the second motion event in MQTT")
+        wait_until(lambda: len(got) >= 2 + len(BURST), timeout=30, what="the event after it")
         # the sentinel: a third event after both, so a duplicate would be in by now
         _motion(camera, token, 3)
-        wait_until(lambda: len(got) >= 3, timeout=30, what="the third motion event in MQTT")
+        wait_until(lambda: len(got) >= 3 + len(BURST), timeout=30, what="the sentinel")
     finally:
         close_client(client)
         relay.stop()
@@ -184,5 +196,5 @@ def test_onvif_pull_mode_relays_motion_events_into_mqtt_and_resubscribes_after_a
         body = etree.fromstring(message.payload)
         assert body.tag == "{http://www.onvif.org/ver10/schema}Message"
         assert body.find(".//{*}Data/{*}SimpleItem").get("Value") == "true"
-        numbers.append(body.find(".//{*}Source/{*}SimpleItem").get("Value"))
-    assert numbers == ["1", "2", "3"]
+        numbers.append(int(body.find(".//{*}Source/{*}SimpleItem").get("Value")))
+    assert sorted(numbers) == sorted([1, *BURST, 2, 3])

@@ -36,16 +36,22 @@ from typing import Final
 import isodate
 
 from wsnmom.soap_frontend.codec import T, add
-from wsnmom.soap_frontend.xml import TEV, qname
+from wsnmom.soap_frontend.xml import TEV, qname, text_of
 from wsnmom.topic_mapping.dialects import XPATH
 
 from . import wire
 from .broker import WsnClient
-from .errors import TransportError
+from .errors import SoapFault, TransportError
 from .model import Notification, TerminationTime, TopicExpression
 from .resources import Subscription
 
-__all__ = ["CREATE_ACTION", "PULL_ACTION", "OnvifEvents", "OnvifPullSubscription"]
+__all__ = [
+    "CREATE_ACTION",
+    "PULL_ACTION",
+    "OnvifEvents",
+    "OnvifPullSubscription",
+    "max_message_limit",
+]
 
 #: the request actions of ONVIF's event WSDL
 CREATE_ACTION: Final = f"{TEV}/EventPortType/CreatePullPointSubscriptionRequest"
@@ -122,3 +128,18 @@ class OnvifEvents:
             current_time=wire.child_time(answer, T("CurrentTime")),
             termination_time=wire.child_time(answer, T("TerminationTime")),
         )
+
+
+def max_message_limit(fault: SoapFault) -> int | None:
+    """The ``MaxMessageLimit`` of a ``tev:PullMessagesFaultResponse`` (PullMessages asked
+    for more messages than the device gives at once); None for any other fault."""
+    detail = fault.detail
+    if detail is None:
+        return None
+    holder = detail.getparent()
+    for el in (holder if holder is not None else detail).iter(V("MaxMessageLimit")):
+        try:
+            return int(text_of(el))
+        except ValueError:
+            return None
+    return None

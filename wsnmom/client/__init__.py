@@ -26,6 +26,8 @@ Built on lxml and requests (no zeep, no Flask): importing this package starts no
 :class:`TopicExpression`   topic expression text + prefixes + dialect
 :class:`Notification`      a received notification (payload, topic, references)
 :mod:`.errors`             ``WsnFault`` subclasses, one per WS-N / WS-RF fault
+:mod:`.onvif`              an ONVIF event service: CreatePullPointSubscription,
+                           PullMessages, Renew, Unsubscribe
 =========================  ==========================================================
 """
 

@@ -17,6 +17,7 @@ import tempfile
 import threading
 import uuid
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +32,8 @@ import paho.mqtt.client as mqtt
 from tests.fixtures.mosquitto import close_client, native_client
 from tests.fixtures.server import RunningServer, mqtt_gateway_url
 from tests.support.waiting import wait_until
-from wsnmom.client import WsnClient
+from wsnmom.client import FULL, AuthenticationFailed, SoapFault, TopicExpression, WsnClient
+from wsnmom.client.onvif import OnvifEvents, max_message_limit
 
 pytestmark = [pytest.mark.e2e, pytest.mark.mqtt]
 
@@ -198,3 +200,44 @@ def test_onvif_pull_mode_relays_motion_events_into_mqtt_and_resubscribes_after_a
         assert body.find(".//{*}Data/{*}SimpleItem").get("Value") == "true"
         numbers.append(int(body.find(".//{*}Source/{*}SimpleItem").get("Value")))
     assert sorted(numbers) == sorted([1, *BURST, 2, 3])
+
+
+def test_the_onvif_client_pulls_renews_and_unsubscribes_with_a_digest_token(
+    workdir: Path,
+) -> None:
+    """``wsnmom.client.onvif``, which ONVIF pull mode uses, against the same camera: each
+    operation with a PasswordDigest UsernameToken; a wrong password is refused."""
+    users = workdir / "users.toml"
+    users.write_text('[users.relay]\nwsse_password = "cam-pw"\n')
+    users.chmod(0o600)
+    token = "admin-" + uuid.uuid4().hex
+    camera = _camera(workdir / "cam", users, token)
+    camera.start()
+    url = camera.base_url + "/onvif/event_service"
+    motion = TopicExpression.parse("tns1:RuleEngine//.", {"tns1": ONVIF_TOPICS}, FULL)
+    try:
+        with (
+            WsnClient(url, user="relay", password="nope", wsse="digest") as wrong,
+            pytest.raises(AuthenticationFailed),
+        ):
+            OnvifEvents(wrong).create_pull_point_subscription(motion)
+        with WsnClient(url, user="relay", password="cam-pw", wsse="digest") as client:
+            sub = OnvifEvents(client).create_pull_point_subscription(
+                motion, initial_termination_time=timedelta(seconds=30)
+            )
+            first_end = sub.termination_time
+            assert first_end is not None
+            assert sub.pull_messages(timedelta(0), CAMERA_LIMIT) == []
+            _motion(camera, token, 7)
+            (event,) = sub.pull_messages(timedelta(seconds=20), CAMERA_LIMIT)
+            assert event.topic is not None and event.topic.text.endswith(MOTION)
+            assert sub.renew(timedelta(minutes=10)) is not None
+            assert sub.termination_time is not None and sub.termination_time > first_end
+            with pytest.raises(SoapFault) as too_many:  # more than the camera gives at once
+                sub.pull_messages(timedelta(0), CAMERA_LIMIT + 1)
+            assert max_message_limit(too_many.value) == CAMERA_LIMIT
+            sub.unsubscribe()
+            with pytest.raises(SoapFault):
+                sub.pull_messages(timedelta(0), 1)
+    finally:
+        camera.stop()

@@ -2,12 +2,17 @@
 (retries exhausted, a filter over its budget, older than ``limits.max_age``) is published
 with its context to the subscription's dead-letter destination in the middleware, and
 ``wsnmom dead-letters list|show|replay|purge`` (the admin API) read, re-deliver and remove
-it.
+it.  What RabbitMQ drops itself (its ``x-message-ttl``, ``x-max-length``) reaches the same
+destination through the queue's dead-letter exchange (reasons ``max-age``, ``overflow``).
 
 Each test names a dead-letter destination of its own (the Subscribe policy element
 ``wsnmom:DeadLetters``), so tests sharing a gateway never see each other's dead letters.
+The ``max_age`` and ``overflow`` cases skip where those messages are not dead-lettered yet
+(the embedded store and MQTT session queues drop them in SQL; Kafka and the file log
+discard the excess unread): docs/operations.md, "Dead letters", says so.
 Cost: about 3 s per adapter (three failed attempts at 0.2-0.5 s, one 0.5 s filter
-budget) plus one more gateway per adapter for ``max_age``.
+budget) plus one more gateway per adapter for ``max_age`` and one on RabbitMQ for
+``max_messages``.
 """
 
 from __future__ import annotations

@@ -70,6 +70,14 @@ HEADER_TOPIC_PATH = "wsnmom-topic-path"
 HEADER_TOPIC_DIALECT = "wsnmom-topic-dialect"
 HEADER_PRODUCER_REFERENCE = "wsnmom-producer-ref"
 HEADER_PUBLISHED_AT = "wsnmom-published-at"
+#: Set by an adapter on a message the middleware dropped itself from a subscription and
+#: sent to ``SubscriptionSpec.dead_letters`` (``Capabilities.native_dead_letters``): why
+#: (:data:`DROPPED_MAX_AGE`, :data:`DROPPED_OVERFLOW`) and the ``SubscriptionSpec.name``
+#: it was dropped from.
+HEADER_DROPPED_REASON = "wsnmom-dropped-reason"
+HEADER_DROPPED_FROM = "wsnmom-dropped-from"
+DROPPED_MAX_AGE = "max-age"
+DROPPED_OVERFLOW = "overflow"
 
 #: Namespaces starting with this prefix are internal to wsnmom (see the module docstring):
 #: never matched by ``SubscriptionSpec.patterns=None``, never usable by clients.
@@ -207,6 +215,12 @@ class Capabilities:
     #: False: ``peek`` raises ``NotImplementedError`` saying why, and operators see only
     #: what core holds in memory (the admin page says so)
     peek: bool = False
+    #: what the middleware drops itself for ``QueueLimits`` (its own ``max_age`` and
+    #: count/byte limits) goes to the subscription's ``SubscriptionSpec.dead_letters``
+    #: topic, and reaches its subscribers with ``HEADER_DROPPED_REASON`` and
+    #: ``HEADER_DROPPED_FROM`` (RabbitMQ's dead-letter exchange).  False: such messages
+    #: are gone
+    native_dead_letters: bool = False
 
     @property
     def settles_in_order(self) -> bool:
@@ -286,6 +300,9 @@ class SubscriptionSpec:
     name: str
     patterns: tuple[PathPattern, ...] | None
     limits: QueueLimits = QueueLimits()
+    #: where the middleware sends what it drops itself for ``limits``, where it can
+    #: (``Capabilities.native_dead_letters``); None: nowhere
+    dead_letters: Topic | None = None
 
 
 class SubscriptionHandle(abc.ABC):

@@ -19,6 +19,15 @@ held, replay and purge settle.  What is held and not settled goes back to the mi
 when the gateway stops, so nothing is lost; where the adapter needs acknowledgements in
 order, a settled dead letter is acknowledged once those before it are.
 
+What the middleware drops itself (its own ``max_age`` and ``max_messages``, where it
+enforces them) reaches the same destination where the adapter can send it there
+(``Capabilities.native_dead_letters``: RabbitMQ's dead-letter exchange): core names the
+destination's topic in the subscription's ``SubscriptionSpec.dead_letters``
+(:meth:`DeadLetters.native_target`), and the adapter marks what arrives there with
+``HEADER_DROPPED_REASON`` / ``HEADER_DROPPED_FROM``; such a dead letter gets its reason
+(``max-age``, ``overflow``) and subscription from those, its time from when the box
+received it, no consumer and no attempts.
+
 The name of a destination: :func:`check_destination` (one rule, used for the setting and
 the Subscribe policy element ``wsnmom:DeadLetters``).
 """
@@ -37,6 +46,8 @@ from typing import Any
 
 from wsnmom.core import metrics
 from wsnmom.core.adapter import (
+    HEADER_DROPPED_FROM,
+    HEADER_DROPPED_REASON,
     HEADER_MESSAGE_ID,
     HEADER_TOPIC_NAMESPACE,
     HEADER_TOPIC_PATH,
@@ -68,7 +79,7 @@ log = logging.getLogger(__name__)
 
 DEAD_LETTER_NAMESPACE = INTERNAL_NAMESPACE_PREFIX + "dead-letters"
 #: why a message became a dead letter
-REASONS = ("retries-exhausted", "final-status", "filter-budget", "max-age")
+REASONS = ("retries-exhausted", "final-status", "filter-budget", "max-age", "overflow")
 
 H_ID = "wsnmom-dl-id"
 H_SUBSCRIPTION = "wsnmom-dl-subscription"
@@ -154,22 +165,26 @@ class DeadLetter:
         }
 
 
-def _letter(destination: str, received: Received) -> DeadLetter:
+def _letter(destination: str, key: str, received: Received, held_since: str) -> DeadLetter:
+    """The dead letter ``key`` of ``received``: the gateway's context headers, or for one
+    the middleware dropped itself, the adapter's ``HEADER_DROPPED_*`` (``held_since``:
+    when the box received it)."""
     h = received.headers
     ns, path = h.get(HEADER_TOPIC_NAMESPACE), h.get(HEADER_TOPIC_PATH)
     try:
         attempts = int(h.get(H_ATTEMPTS) or 0)
     except ValueError:
         attempts = 0
+    native = H_REASON not in h and HEADER_DROPPED_REASON in h
     return DeadLetter(
-        id=h.get(H_ID) or "",
+        id=key,
         destination=destination,
-        subscription_id=h.get(H_SUBSCRIPTION) or "",
+        subscription_id=h.get(HEADER_DROPPED_FROM if native else H_SUBSCRIPTION) or "",
         consumer=h.get(H_CONSUMER) or "",
-        reason=h.get(H_REASON) or "",
+        reason=h.get(HEADER_DROPPED_REASON if native else H_REASON) or "",
         attempts=attempts,
         last_error=h.get(H_ERROR) or None,
-        time=h.get(H_TIME) or "",
+        time=h.get(H_TIME) or held_since,
         topic=f"{{{ns}}}{path}" if path else None,
         message_id=h.get(HEADER_MESSAGE_ID),
         content_type=received.content_type or "application/xml",
@@ -181,12 +196,21 @@ class DeadLetterBox:
     """The dead letters of one destination this gateway holds (see the module
     docstring)."""
 
-    def __init__(self, name: str, handle: SubscriptionHandle, *, in_order: bool) -> None:
+    def __init__(
+        self,
+        name: str,
+        handle: SubscriptionHandle,
+        *,
+        in_order: bool,
+        clock: Callable[[], datetime] | None = None,
+    ) -> None:
         self.name = name
         self.handle = handle
         self._in_order = in_order
+        self._clock = clock
         self._lock = threading.Lock()
-        #: dead-letter id -> (message, settled but waiting for those before it)
+        #: dead-letter id -> (message, settled but waiting for those before it, when the
+        #: box received it)
         self._held: OrderedDict[str, list[Any]] = OrderedDict()
 
     def start(self, prefetch: int) -> None:
@@ -201,14 +225,15 @@ class DeadLetterBox:
 
     def _on_message(self, received: Received) -> None:
         key = received.headers.get(H_ID) or uuid.uuid4().hex
+        since = self._clock().isoformat() if self._clock is not None else ""
         with self._lock:
-            self._held[key] = [received, False]
+            self._held[key] = [received, False, since]
 
     def letters(self) -> list[DeadLetter]:
         """The dead letters held, oldest first."""
         with self._lock:
-            items = [(k, v[0]) for k, v in self._held.items() if not v[1]]
-        return [_letter(self.name, r) for _, r in items]
+            items = [(k, v[0], v[2]) for k, v in self._held.items() if not v[1]]
+        return [_letter(self.name, k, r, since) for k, r, since in items]
 
     def get(self, letter_id: str) -> DeadLetter | None:
         """The dead letter ``letter_id`` (None when not held)."""
@@ -216,8 +241,8 @@ class DeadLetterBox:
             entry = self._held.get(letter_id)
             if entry is None or entry[1]:
                 return None
-            received = entry[0]
-        return _letter(self.name, received)
+            received, since = entry[0], entry[2]
+        return _letter(self.name, letter_id, received, since)
 
     def received(self, letter_id: str) -> Received | None:
         """The middleware message of ``letter_id`` (None when not held)."""
@@ -292,11 +317,27 @@ class DeadLetters:
                     )
                 )
                 box = DeadLetterBox(
-                    name, handle, in_order=self._adapter.capabilities.settles_in_order
+                    name,
+                    handle,
+                    in_order=self._adapter.capabilities.settles_in_order,
+                    clock=self._clock,
                 )
                 box.start(self._list_max)
                 self._boxes[name] = box
             return box
+
+    def native_target(self, sub: Subscription) -> Topic | None:
+        """The topic the middleware is to send what it drops itself from ``sub``'s
+        subscription to (``SubscriptionSpec.dead_letters``), its box opened first; None
+        when disabled or the adapter cannot (``Capabilities.native_dead_letters``)."""
+        if not self.enabled or not self._adapter.capabilities.native_dead_letters:
+            return None
+        name = sub.dead_letters or self.default
+        try:
+            self.box(name)
+        except AdapterError as exc:  # opened again with the next dead letter sent to it
+            log.warning("dead letters %s: cannot open its box yet: %s", name, exc)
+        return destination_topic(name)
 
     def boxes(self) -> list[DeadLetterBox]:
         """The default destination's box and every other one opened since start."""

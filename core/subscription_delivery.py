@@ -155,7 +155,10 @@ class SubscriptionDelivery:
             return
         handle = ctx.adapter.subscription(
             SubscriptionSpec(
-                name=sub.id, patterns=state.filter.native_patterns, limits=ctx.limits()
+                name=sub.id,
+                patterns=state.filter.native_patterns,
+                limits=ctx.limits(),
+                dead_letters=ctx.dead_letters.native_target(sub),
             )
         )
         state.handle = handle

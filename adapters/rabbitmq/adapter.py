@@ -132,6 +132,10 @@ except ImportError as exc:  # pragma: no cover - depends on the installation
     raise ImportError('the RabbitMQ adapter needs pika: pip install "wsnmom[rabbitmq]"') from exc
 
 from wsnmom.core.adapter import (
+    DROPPED_MAX_AGE,
+    DROPPED_OVERFLOW,
+    HEADER_DROPPED_FROM,
+    HEADER_DROPPED_REASON,
     HEADER_MESSAGE_ID,
     HEADER_TOPIC_NAMESPACE,
     HEADER_TOPIC_PATH,
@@ -207,6 +211,10 @@ _PIKA_URL_ARGUMENTS = tuple(
 _DEPTH_CHANNELS = 8
 #: header of the primer a new subscription queue gets (``RabbitMQAdapter._prime``)
 _PRIMER_HEADER = "wsnmom-primer"
+#: what RabbitMQ adds to a message it dead-letters: why, and the queue it left
+_DEATH_REASON = "x-first-death-reason"
+_DEATH_QUEUE = "x-first-death-queue"
+_DEATH_REASONS = {"expired": DROPPED_MAX_AGE, "maxlen": DROPPED_OVERFLOW}
 _PRIMER_PROPERTIES = pika.BasicProperties(
     delivery_mode=pika.DeliveryMode.Persistent, expiration="0", headers={_PRIMER_HEADER: 1}
 )
@@ -537,6 +545,7 @@ class RabbitMQAdapter(Adapter):
         ordering="subscription",
         competing_consumers=True,
         max_message_bytes=MAX_MESSAGE_BYTES,
+        native_dead_letters=True,
     )
 
     declared_options = RabbitMQOptions
@@ -647,18 +656,24 @@ class RabbitMQAdapter(Adapter):
         """The queue that backs the durable subscription ``subscription``."""
         return self.opts.queue_prefix + subscription
 
-    def queue_arguments(self, limits: QueueLimits) -> dict[str, Any]:
-        """Queue arguments for ``limits`` (plus the configured type and extras)."""
+    def queue_arguments(
+        self, limits: QueueLimits, dead_letters: Binding | None = None
+    ) -> dict[str, Any]:
+        """Queue arguments for ``limits`` (plus the configured type and extras), with
+        ``dead_letters`` (exchange, routing key) as the queue's dead-letter exchange: what
+        the queue drops for its TTL or length goes there (``reject-publish-dlx`` rather than
+        ``reject-publish`` for DROP_NEWEST, so a refused message goes there too)."""
         args: dict[str, Any] = {"x-queue-type": self.opts.queue_type}
         args.update(self.opts.queue_arguments or {})
+        if dead_letters is not None:
+            args["x-dead-letter-exchange"], args["x-dead-letter-routing-key"] = dead_letters
         if limits.max_messages is not None:
             args["x-max-length"] = int(limits.max_messages)
         if limits.max_bytes is not None:
             args["x-max-length-bytes"] = int(limits.max_bytes)
         if limits.max_messages is not None or limits.max_bytes is not None:
-            args["x-overflow"] = (
-                "reject-publish" if limits.overflow is Overflow.DROP_NEWEST else "drop-head"
-            )
+            newest = "reject-publish-dlx" if dead_letters is not None else "reject-publish"
+            args["x-overflow"] = newest if limits.overflow is Overflow.DROP_NEWEST else "drop-head"
         if limits.max_age is not None:
             args["x-message-ttl"] = max(0, int(limits.max_age.total_seconds() * 1000))
         return args
@@ -856,10 +871,13 @@ class RabbitMQAdapter(Adapter):
 
     def _primes(self, args: Mapping[str, Any]) -> bool:
         """Whether queues declared with ``args`` get a primer (see :meth:`_prime`)."""
+        # a primer dead-lettered to the gateway's own dead-letter destination reaches only
+        # the gateway, which acks it silently; an operator's dead-letter exchange would
+        # hand it to others
         return (
             self.opts.prime_queues
             and args.get("x-queue-type", "classic") == "classic"
-            and "x-dead-letter-exchange" not in args
+            and "x-dead-letter-exchange" not in (self.opts.queue_arguments or {})
         )
 
     async def _prime(self, admin: Declarer, queue: str) -> None:
@@ -887,7 +905,11 @@ class RabbitMQAdapter(Adapter):
         internal = self._internal_exchanges(p.namespace for p in sub.spec.patterns or ())
         for exchange in dict.fromkeys(ex for ex, _ in bindings):
             await self._ensure_exchange(link, exchange, exchange in internal)
-        args = self.queue_arguments(sub.spec.limits)
+        dead_letters: Binding | None = None
+        if sub.spec.dead_letters is not None:
+            dead_letters = self.names.native_name(sub.spec.dead_letters)
+            await self._ensure_exchange(link, dead_letters[0], True)
+        args = self.queue_arguments(sub.spec.limits, dead_letters)
         wanted = set(bindings)
         # one declaration channel for the queue, its primer and its bindings, in order;
         # other subscriptions of this connection declare on the other channels meanwhile
@@ -1113,6 +1135,8 @@ class RabbitMQAdapter(Adapter):
             if not no_ack:  # a queue primer (see _prime), not a message
                 ch.pika.basic_ack(method.delivery_tag)
             return None
+        if _DEATH_REASON in headers and HEADER_DROPPED_REASON not in headers:
+            headers = self._dropped(headers)
         try:
             topic = self.topic_of(method.exchange, method.routing_key, headers)
         except NameNotRepresentable as exc:
@@ -1132,6 +1156,18 @@ class RabbitMQAdapter(Adapter):
             bool(method.redelivered),
             settled=no_ack,
         )
+
+    def _dropped(self, headers: Mapping[str, str]) -> dict[str, str]:
+        """``headers`` of a message RabbitMQ dead-lettered, with ``HEADER_DROPPED_REASON``
+        (``expired``: max-age, ``maxlen``: overflow, RabbitMQ's word otherwise) and
+        ``HEADER_DROPPED_FROM`` (the subscription whose queue it left)."""
+        out = dict(headers)
+        reason = headers[_DEATH_REASON]
+        out[HEADER_DROPPED_REASON] = _DEATH_REASONS.get(reason, reason)
+        queue = headers.get(_DEATH_QUEUE, "")
+        prefix = self.opts.queue_prefix
+        out[HEADER_DROPPED_FROM] = queue[len(prefix) :] if queue.startswith(prefix) else queue
+        return out
 
     async def _pull(
         self, sub: RabbitMQSubscription, max_messages: int, timeout: float

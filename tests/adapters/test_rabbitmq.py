@@ -28,9 +28,14 @@ from wsnmom.adapters.rabbitmq.adapter import (
     RabbitMQOptions,
 )
 from wsnmom.core.adapter import (
+    DROPPED_MAX_AGE,
+    DROPPED_OVERFLOW,
+    HEADER_DROPPED_FROM,
+    HEADER_DROPPED_REASON,
     HEADER_MESSAGE_ID,
     HEADER_TOPIC_NAMESPACE,
     HEADER_TOPIC_PATH,
+    INTERNAL_NAMESPACE_PREFIX,
     AdapterError,
     AdapterUnavailable,
     OutboundMessage,
@@ -107,6 +112,13 @@ class TestConfiguration:
             "x-message-ttl": 1500,
         }
         assert a.queue_arguments(QueueLimits(max_messages=1))["x-overflow"] == "drop-head"
+        # a dead-letter destination: RabbitMQ sends what it drops there, refusals included
+        dl = a.queue_arguments(
+            QueueLimits(max_messages=1, overflow=Overflow.DROP_NEWEST), ("dl.x", "orders")
+        )
+        assert dl["x-dead-letter-exchange"] == "dl.x"
+        assert dl["x-dead-letter-routing-key"] == "orders"
+        assert dl["x-overflow"] == "reject-publish-dlx"
 
     def test_options_from_url_query_and_mapping(self) -> None:
         a = RabbitMQAdapter(
@@ -478,6 +490,53 @@ class TestLimits:
         assert [m.body for m in pull_all(unbounded, 6)] == [b"%d" % i for i in range(6)]
         handle.delete()
         unbounded.delete()
+
+    @pytest.mark.parametrize(
+        ("limits", "reason", "dropped"),
+        [
+            (QueueLimits(max_messages=1), DROPPED_OVERFLOW, [b"0", b"1"]),
+            (
+                QueueLimits(max_messages=1, overflow=Overflow.DROP_NEWEST),
+                DROPPED_OVERFLOW,
+                [b"1", b"2"],
+            ),
+            (QueueLimits(max_age=timedelta(milliseconds=200)), DROPPED_MAX_AGE, [b"0", b"1", b"2"]),
+        ],
+        ids=["drop-oldest", "drop-newest", "max-age"],
+    )
+    def test_what_the_queue_drops_reaches_its_dead_letter_topic(
+        self,
+        make_adapter: Callable[..., RabbitMQAdapter],
+        ns: str,
+        limits: QueueLimits,
+        reason: str,
+        dropped: list[bytes],
+    ) -> None:
+        adapter = make_adapter()
+        dead = Topic(INTERNAL_NAMESPACE_PREFIX + "dl-test", ("d" + uuid.uuid4().hex[:8],))
+        box = adapter.subscription(
+            SubscriptionSpec(sub_name(), (PathPattern(dead.namespace, dead.path),))
+        )
+        name = sub_name()
+        patterns = (PathPattern(ns, ("t",)),)
+        handle = adapter.subscription(SubscriptionSpec(name, patterns, limits, dead_letters=dead))
+        for i in range(3):
+            adapter.publish(message(Topic(ns, ("t",)), b"%d" % i, **{"x-app": "kept"}))
+        # the primer of the new queue was dead-lettered too, and acked silently
+        got = pull_all(box, len(dropped), timeout=10.0)
+        assert [m.body for m in got] == dropped
+        for m in got:
+            assert m.headers[HEADER_DROPPED_REASON] == reason
+            assert m.headers[HEADER_DROPPED_FROM] == name
+            assert m.headers["x-app"] == "kept"
+            assert m.topic == dead
+        if reason == DROPPED_OVERFLOW:
+            assert [m.body for m in pull_all(handle, 1)] == [b"2" if dropped[0] == b"0" else b"0"]
+        # nothing else came: the next message the box holds is a sentinel published after
+        adapter.publish(message(dead, b"sentinel"))
+        assert [m.body for m in pull_all(box, 1)] == [b"sentinel"]
+        handle.delete()
+        box.delete()
 
     def test_changed_limits_recreate_an_empty_queue(
         self, make_adapter: Callable[..., RabbitMQAdapter], native: Any, ns: str

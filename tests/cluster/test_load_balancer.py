@@ -1,8 +1,9 @@
 """Two gateway instances behind a plain load balancer (HAProxy from Debian, round-robin,
 health-checked with ``/readyz``), the way issue 23 runs them: the cluster's ``public_url`` is
-the balancer's address, clients know nothing else, and every operation works through it —
-whichever instance each request lands on.  When one instance is killed, the balancer
-stops sending to it and everything goes on through the other, with nothing lost."""
+the balancer's address, clients know nothing else, and the operations work through it,
+whichever instance each request lands on (Pause/Resume aside: see the test's comment).
+When one instance is killed, the balancer stops sending to it and everything goes on
+through the other, with nothing lost."""
 
 from __future__ import annotations
 

@@ -407,7 +407,9 @@ def test_resume_goes_on_with_the_same_delivery(
     outbound.wait_messages(A, 3)
     wait_until(
         lambda: (
-            (d := service.subscription_status(sub.id).delivery) is not None and d.delivered == 3
+            # at least 3: a message sent as the pause came may be sent again after the
+            # resume (at-least-once; run14 of 2026-12-06); a new channel would count from 0
+            (d := service.subscription_status(sub.id).delivery) is not None and d.delivered >= 3
         ),
         what="3 delivered in the subscription's status",
     )

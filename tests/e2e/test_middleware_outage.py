@@ -1,8 +1,8 @@
-"""The gateway while its middleware is down (Core v2 §4), against a private RabbitMQ node
-that the tests stop and start: operations that need the middleware answer a SOAP Receiver
-fault (ResourceUnavailableFault) with HTTP 503 and Retry-After within seconds, a burst of
-them leaves the gateway responsive, nothing acknowledged is lost, and a gateway started
-before its node serves once the node is up."""
+"""The gateway while its middleware is down (`[middleware]` in docs/configuration.md), against
+a private RabbitMQ node that the tests stop and start: operations that need the middleware
+answer a SOAP Receiver fault (ResourceUnavailableFault) with HTTP 503 and Retry-After within
+seconds, a burst of them leaves the gateway responsive, nothing acknowledged is lost, and a
+gateway started before its node serves once the node is up."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Shared fixtures for the topic_mapping tests: the TREE-S and TREE-X topic spaces of the
-design document (ws-topics-and-wsn-1.0.md, A.1 and A.2.5)."""
+"""Shared fixtures for the topic_mapping tests: TREE-S, the example topic space of WS-Topics
+1.0 §4, and TREE-X, the same space grown with deeper and repeated names (t1/t3/t7/t3)."""
 
 from __future__ import annotations
 

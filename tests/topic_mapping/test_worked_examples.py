@@ -1,5 +1,6 @@
-"""Worked examples of the design document (A.2.5 on TREE-S and TREE-X, A.3 §7.3.1) and the
-alias resolution rules of WS-Topics §8."""
+"""Worked examples of topic expressions evaluated over TREE-S and TREE-X (the trees of
+conftest.py; WS-Topics §7.3.1 for the full dialect) and the alias resolution rules of
+WS-Topics §8."""
 
 from __future__ import annotations
 

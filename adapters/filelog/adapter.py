@@ -41,7 +41,6 @@ from urllib.parse import parse_qsl, unquote
 from wsnmom.adapters.embedded import EMBEDDED_SYNTAX
 from wsnmom.core.adapter import (
     HEADER_MESSAGE_ID,
-    Adapter,
     AdapterError,
     AdapterUnavailable,
     Capabilities,
@@ -54,6 +53,7 @@ from wsnmom.core.adapter import (
 from wsnmom.core.adapter_options import AdapterOptionError, option, parse_options
 from wsnmom.topic_mapping.model import PathPattern
 
+from ..logbase.adapter import LogAdapter
 from ..logbase.backend import LogRecord, RecordsLost, StreamId
 from ..logbase.cursor import CursorHandle
 from ..logbase.engine import CursorEngine
@@ -264,7 +264,7 @@ def _release(path: Path, shared: _Shared) -> None:
     shared.log.close()
 
 
-class FileLogAdapter(Adapter):
+class FileLogAdapter(LogAdapter):
     """Log-shaped reference adapter (see the module docstring)."""
 
     name = "filelog"
@@ -362,27 +362,11 @@ class FileLogAdapter(Adapter):
         return [PublishReceipt(routed=None) for _ in messages]
 
     # -- subscriptions ---------------------------------------------------------------------
+    def cursor_engine(self) -> CursorEngine:
+        return self._require().engine
+
     def subscription(self, spec: SubscriptionSpec) -> SubscriptionHandle:
-        handle = self._require().engine.subscription(spec)
+        handle = super().subscription(spec)
         assert isinstance(handle, CursorHandle)
         self._handles.add(handle)
         return handle
-
-    def delete_subscription(self, name: str) -> None:
-        self._require().engine.delete_subscription(name)
-
-    def subscription_names(self) -> list[str] | None:
-        return self._require().engine.names()
-
-    def depths(self, handles: Sequence[SubscriptionHandle]) -> list[int | None]:
-        return self._require().engine.depths(handles)
-
-    def restoring(self) -> None:
-        self._require().engine.restoring()
-
-    def restored(self) -> None:
-        self._require().engine.restored()
-
-    def stats(self) -> Mapping[str, int]:
-        """The cursor engine's counts (tests, diagnostics)."""
-        return self._require().engine.stats()

@@ -120,7 +120,6 @@ except ImportError as exc:  # pragma: no cover - depends on the installation
     ) from exc
 
 from wsnmom.core.adapter import (
-    Adapter,
     AdapterError,
     AdapterUnavailable,
     Capabilities,
@@ -135,6 +134,7 @@ from wsnmom.topic_mapping.errors import NameNotRepresentable
 from wsnmom.topic_mapping.model import Topic
 from wsnmom.topic_mapping.syntax import KAFKA
 
+from ..logbase.adapter import LogAdapter
 from ..logbase.backend import StreamId
 from ..logbase.engine import CursorEngine
 from .clients import Health, client_hooks
@@ -189,7 +189,7 @@ class _Backend(KafkaBackend):
         return out
 
 
-class KafkaAdapter(Adapter):
+class KafkaAdapter(LogAdapter):
     """Kafka adapter (see the module docstring)."""
 
     name = "kafka"
@@ -357,40 +357,19 @@ class KafkaAdapter(Adapter):
             return []
         return self._require().publisher.publish_many(messages, timeout)
 
-    # -- subscriptions ----------------------------------------------------------------------
+    # -- subscriptions (the rest is LogAdapter's) --------------------------------------------
+    def cursor_engine(self) -> CursorEngine:
+        return self._require().engine
+
     def subscription(self, spec: SubscriptionSpec) -> SubscriptionHandle:
         """The cursor ``spec.name`` (created at the end of the logs, or re-attached)."""
-        state = self._require()
+        self._require()
         for pattern in spec.patterns or ():
             self.mapping.register(pattern.namespace)
         try:
-            return state.engine.subscription(spec)
+            return super().subscription(spec)
         except KafkaException as exc:
             raise AdapterUnavailable(f"Kafka did not answer: {exc}") from exc
-
-    def delete_subscription(self, name: str) -> None:
-        """Forget the cursor and delete its consumer group (idempotent)."""
-        self._require().engine.delete_subscription(name)
-
-    def subscription_names(self) -> list[str] | None:
-        """Cursors open now or stored as consumer groups."""
-        return self._require().engine.names()
-
-    def depths(self, handles: Sequence[SubscriptionHandle]) -> list[int | None]:
-        """Records waiting per cursor, under one engine lock."""
-        return self._require().engine.depths(handles)
-
-    def restoring(self) -> None:
-        """Hold the head reader back while core re-attaches subscriptions."""
-        self._require().engine.restoring()
-
-    def restored(self) -> None:
-        """Every subscription is re-attached: follow the head."""
-        self._require().engine.restored()
-
-    def stats(self) -> Mapping[str, int]:
-        """The engine's counts (cursors, attached, threads) for tests and metrics."""
-        return self._require().engine.stats()
 
     # -- current message --------------------------------------------------------------------
     def current_message(self, topic: Topic) -> StoredMessage | None:

@@ -208,8 +208,7 @@ class Subscriptions:
             ctx.store.put_subscription(sub)
             self.attach(state)
         except AdapterError as exc:
-            ctx.store.delete_subscription(sub.id)
-            ctx.delete_native(sub.id)
+            self._undo_subscribe(state)
             if isinstance(exc, TopicUnavailable):  # the same answer as Notify on that topic
                 raise errors.TopicNotSupported(str(exc)) from exc
             raise ctx.gate.fault(
@@ -218,6 +217,25 @@ class Subscriptions:
         ctx.registry.update_gauges()
         ctx.wake_demand()
         return replace(sub)
+
+    def _undo_subscribe(self, state: LiveSubscription) -> None:
+        """Take back a Subscribe the middleware refused part way: ``attach`` may have
+        indexed the subscription, opened its durable subscription and its channel before
+        the refusal (a consumer the middleware did not start in time), and none of that
+        may outlive the fault."""
+        ctx = self._ctx
+        sub_id = state.record.id
+        with ctx.registry.lock:
+            ctx.registry.subscriptions.pop(sub_id, None)
+            self.delivery.direct.drop(state)
+        ctx.engine.close_channel(sub_id)
+        try:
+            self.delivery.feeds.detach(state)
+        except Exception:
+            log.warning("undoing the refused subscription %s failed", sub_id, exc_info=True)
+        ctx.delete_native(sub_id)
+        ctx.store.delete_subscription(sub_id)
+        ctx.registry.update_gauges()
 
     def attach(self, state: LiveSubscription) -> None:
         """Open the subscription's delivery (see ``SubscriptionDelivery.attach``)."""

@@ -491,6 +491,39 @@ def test_resume_reopens_a_subscription_whose_reopening_failed_at_start_up(
     assert [d.message.payload for d in got] == [b"<m>0</m>", b"<m>1</m>", SENTINEL]
 
 
+def test_a_subscribe_refused_when_its_consumer_cannot_start_leaves_nothing_behind(
+    service: BrokerService, outbound: RecordingOutbound, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The middleware took the durable subscription but did not start its consumer in time
+    (``MiddlewareBusy``, RabbitMQ under a declaration burst): the overload fault, and no
+    subscription left in the registry, the channels, the store or the middleware."""
+    from wsnmom.adapters.embedded.adapter import EmbeddedHandle
+    from wsnmom.core.adapter import MiddlewareBusy
+
+    original = EmbeddedHandle.start
+    refused: list[str] = []
+
+    def busy(self: EmbeddedHandle, *args: Any, **kw: Any) -> None:
+        refused.append(self.name)
+        raise MiddlewareBusy("the consumer did not start within 10.0s", retry_after=3.0)
+
+    monkeypatch.setattr(EmbeddedHandle, "start", busy)
+    with pytest.raises(errors.MiddlewareOverloaded):
+        service.subscribe(sub_req(A, topic=simple("t:a")))
+    assert len(refused) == 1
+    sub_id = refused[0]
+    assert sub_id not in service.registry.subscriptions
+    assert service.engine.channel(sub_id) is None
+    assert sub_id not in [s.id for s in service.store.list_subscriptions()]
+    assert sub_id not in (service.adapter.subscription_names() or [])
+    monkeypatch.setattr(EmbeddedHandle, "start", original)
+    kept = service.subscribe(sub_req(A, topic=simple("t:a")))
+    publish(service, "<sentinel/>")
+    got = outbound.wait_messages(A, 1)
+    assert [d.message.payload for d in got] == [SENTINEL]
+    assert [s.id for s in service.store.list_subscriptions()] == [kept.id]
+
+
 # -- purges ----------------------------------------------------------------------------------
 def test_purging_a_paused_subscription_leaves_it_paused(
     service: BrokerService, outbound: RecordingOutbound

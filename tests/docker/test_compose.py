@@ -39,7 +39,20 @@ PROFILES: dict[str, dict[str, str | None]] = {
         "postgres": r"postgres:\d[\w.-]*",
         "haproxy": r"haproxy:\d[\w.-]*",
     },
+    "ha-kafka": {
+        "gateway-ha-kafka-1": None,
+        "gateway-ha-kafka-2": None,
+        "gateway-ha-kafka-3": None,
+        "kafka": r"apache/kafka:\d[\w.-]*",
+        "postgres": r"postgres:\d[\w.-]*",
+        "haproxy-kafka": r"haproxy:\d[\w.-]*",
+    },
     "spark": {"spark-master": "docker/spark.Dockerfile", "spark-worker": "docker/spark.Dockerfile"},
+}
+#: cluster profile -> its load balancer service and its store's database
+CLUSTERS: dict[str, tuple[str, str]] = {
+    "ha": ("haproxy", "wsnmom"),
+    "ha-kafka": ("haproxy-kafka", "wsnmom_kafka"),
 }
 _PORT = re.compile(
     r"^(?:(?P<ip>[0-9.]+|\[[0-9a-fA-F:]+\]):)?(?P<host>\d+):(?P<container>\d+)(?:/(?:tcp|udp))?$"
@@ -183,19 +196,23 @@ def test_gateway_environment_is_made_of_known_settings(services: dict[str, dict[
         assert f"@{middleware}:" in settings.adapter_url or f"//{middleware}:" in (
             settings.adapter_url
         ), (name, settings.adapter_url)
-        # a gateway of the `ha` cluster publishes no port: clients reach the balancer
-        ports = gateway.get("ports") or services["haproxy"]["ports"]
+        # a gateway of a cluster publishes no port: clients reach the balancer
+        balancer = CLUSTERS[gateway["profiles"][0]][0] if "ports" not in gateway else ""
+        ports = gateway.get("ports") or services[balancer]["ports"]
         published = int(ports[0].split(":")[0])
         assert settings.public_url == f"http://localhost:{published}"
 
 
+@pytest.mark.parametrize("profile", sorted(CLUSTERS))
 def test_the_ha_cluster_shares_store_middleware_and_public_url(
-    services: dict[str, dict[str, Any]],
+    services: dict[str, dict[str, Any]], profile: str
 ) -> None:
     """One broker: the same store (PostgreSQL), middleware and public URL; an instance id
     and a data directory each; only the balancer publishes a port."""
-    gateways = {n: s for n, s in _gateways(services).items() if "ha" in s["profiles"]}
-    assert set(gateways) == {"gateway-ha-1", "gateway-ha-2", "gateway-ha-3"}
+    balancer, database = CLUSTERS[profile]
+    gateways = {n: s for n, s in _gateways(services).items() if profile in s["profiles"]}
+    assert set(gateways) == {n for n in PROFILES[profile] if n.startswith("gateway-")}
+    assert len(gateways) == 3
     shared = ("WSNMOM_ADAPTER_URL", "WSNMOM_STORE_URL", "WSNMOM_PUBLIC_URL")
     env = {n: g["environment"] for n, g in gateways.items()}
     assert len({tuple(e[k] for k in shared) for e in env.values()}) == 1
@@ -205,19 +222,47 @@ def test_the_ha_cluster_shares_store_middleware_and_public_url(
     store = next(iter(env.values()))["WSNMOM_STORE_URL"]
     pg = services["postgres"]["environment"]
     assert store == (
-        f"postgresql://{pg['POSTGRES_USER']}:{pg['POSTGRES_PASSWORD']}@postgres:5432/"
-        f"{pg['POSTGRES_DB']}"
+        f"postgresql://{pg['POSTGRES_USER']}:{pg['POSTGRES_PASSWORD']}@postgres:5432/{database}"
     )
-    assert set(services["haproxy"]["depends_on"]) == set(gateways)
+    assert set(services[balancer]["depends_on"]) == set(gateways)
 
 
-def test_the_balancer_configuration_is_valid_and_names_the_ha_gateways(
+def test_each_cluster_has_a_store_and_consumer_groups_of_its_own(
     services: dict[str, dict[str, Any]],
 ) -> None:
-    """``haproxy -c`` (HAProxy from Debian) accepts docker/haproxy/haproxy.cfg, whose
-    backend is exactly the `ha` gateways on their container port."""
+    """A store holds one middleware's resources (the gateway refuses another's at start):
+    the clusters and the single gateways use different databases, and the Kafka cluster
+    names its own consumer groups and pull point topic, apart from the `kafka` gateway's."""
+    stores = {
+        n: g["environment"].get("WSNMOM_STORE_URL")
+        for n, g in _gateways(services).items()
+        if g["environment"].get("WSNMOM_STORE_URL")
+    }
+    by_profile = {p: {stores[n] for n in PROFILES[p] if n in stores} for p in CLUSTERS}
+    assert all(len(s) == 1 for s in by_profile.values())
+    assert len(set.union(*by_profile.values())) == len(CLUSTERS)
+    init = [v for v in services["postgres"]["volumes"] if "docker-entrypoint-initdb.d" in v]
+    assert len(init) == 1
+    sql = (DOCKER / init[0].split(":")[0]).read_text()
+    for _balancer, database in CLUSTERS.values():
+        pg = services["postgres"]["environment"]
+        assert database == pg["POSTGRES_DB"] or f"CREATE DATABASE {database};" in sql
+    single = services["gateway-kafka"]["environment"]["WSNMOM_ADAPTER_URL"]
+    cluster = services["gateway-ha-kafka-1"]["environment"]["WSNMOM_ADAPTER_URL"]
+    for option in ("group_prefix=", "head_group=", "internal_topic="):
+        assert option not in single and option in cluster
+
+
+@pytest.mark.parametrize("profile", sorted(CLUSTERS))
+def test_the_balancer_configuration_is_valid_and_names_the_ha_gateways(
+    services: dict[str, dict[str, Any]], profile: str
+) -> None:
+    """``haproxy -c`` (HAProxy from Debian) accepts the cluster's balancer configuration
+    (docker/haproxy/), whose backend is exactly the cluster's gateways on their container
+    port."""
     binary = require_haproxy()
-    (mount,) = [v for v in services["haproxy"]["volumes"] if v.startswith("./")]
+    balancer = CLUSTERS[profile][0]
+    (mount,) = [v for v in services[balancer]["volumes"] if v.startswith("./")]
     source, target = mount.split(":")[:2]
     assert target == "/usr/local/etc/haproxy/haproxy.cfg"
     config = DOCKER / source
@@ -226,7 +271,7 @@ def test_the_balancer_configuration_is_valid_and_names_the_ha_gateways(
     )
     assert checked.returncode == 0, checked.stdout + checked.stderr
     servers = re.findall(r"^\s*server (\S+) (\S+) check", config.read_text(), re.MULTILINE)
-    names = {n for n, s in services.items() if n.startswith("gateway-ha-")}
+    names = {n for n in PROFILES[profile] if n.startswith("gateway-")}
     assert {(n, f"{n}:8080") for n in names} == set(servers)
     assert "option httpchk GET /readyz" in config.read_text()
 

@@ -77,7 +77,44 @@ def prefilled(page: bytes, data: dict[str, Any], role: str) -> bytes:
     doc.get_element_by_id("content").attrib.pop("hidden", None)
     _set(doc, "role", role, "badge admin" if role != "read-only" else "badge")
     _set(doc, "broker", data.get("broker") or "")
-    h = data["health"]
+    _health(doc, data["health"])
+    _totals(doc, data["totals"])
+    _node(doc, data.get("node") or {})
+    _subscription_rows(doc, data["subscriptions"])
+    _pull_point_rows(doc, data["pull_points"])
+    _topic_rows(doc, data["topics"])
+    _registration_rows(doc, data["registrations"])
+    t = data["totals"]
+    for name, items, total in (
+        ("subscriptions", data["subscriptions"], t["subscriptions"]),
+        ("pull-points", data["pull_points"], t["pull_points"]),
+        ("topics", data["topics"], t["topics"]),
+        ("registrations", data["registrations"], t["registrations"]),
+    ):
+        shown = len(items)
+        _set(doc, f"count-{name}", f"({shown} of {total})" if shown < total else f"({total})")
+        _show_empty(doc, name, shown)
+    ups = data.get("upstreams") or []
+    _upstream_rows(doc, ups)
+    _set(doc, "count-upstreams", f"({len(ups)})")
+    _show_empty(doc, "upstreams", len(ups))
+    if "detail_id" in data:
+        _detail(doc, str(data["detail_id"]), data.get("detail"))
+    if "peek" in data:
+        _peek(doc, data["peek"])
+    return bytes(html.tostring(doc, doctype="<!doctype html>", encoding="utf-8"))
+
+
+def _show_empty(doc: Any, name: str, shown: int) -> None:
+    """The "none yet" line of table ``name``: hidden when the table shows rows."""
+    empty = doc.get_element_by_id(f"empty-{name}", None)
+    if empty is not None and shown:
+        empty.set("hidden", "")
+    elif empty is not None:
+        empty.attrib.pop("hidden", None)
+
+
+def _health(doc: Any, h: dict[str, Any]) -> None:
     _set(doc, "health-adapter", f"{h['adapter']} ({h['shape']})")
     _set(doc, "health-url", h["url"] or "")
     for key, name in (("available", "health-available"), ("ready", "health-ready")):
@@ -85,7 +122,9 @@ def prefilled(page: bytes, data: dict[str, Any], role: str) -> bytes:
     answers = "the middleware answers" if h["answers"] else "the middleware does not answer"
     _set(doc, "health-answers", answers)
     _set(doc, "health-started", "resources restored" if h["started"] else "starting")
-    t = data["totals"]
+
+
+def _totals(doc: Any, t: dict[str, Any]) -> None:
     _set(doc, "total-subscriptions", _number(t["subscriptions"]))
     _set(doc, "total-states", f"{_number(t['paused'])} paused, {_number(t['failing'])} failing")
     _set(doc, "total-pull-points", _number(t["pull_points"]))
@@ -94,7 +133,9 @@ def prefilled(page: bytes, data: dict[str, Any], role: str) -> bytes:
     _set(doc, "total-messages", _number(t["messages"]))
     _set(doc, "total-rate", f"{t['rate']:.1f} msg/s now")
     _set(doc, "last-refresh", "values as the page was served")
-    n = data.get("node") or {}
+
+
+def _node(doc: Any, n: dict[str, Any]) -> None:
     _set(doc, "node-memory", _bytes(n.get("memory")))
     _set(doc, "node-pid", f"process {n['pid']}" if n.get("pid") else "")
     _set(doc, "node-open-files", _number(n.get("open_files")))
@@ -104,8 +145,10 @@ def prefilled(page: bytes, data: dict[str, Any], role: str) -> bytes:
     data_dir = n.get("data_dir")
     _set(doc, "node-data", f"data directory {_bytes(n.get('data_bytes'))}" if data_dir else "")
 
+
+def _subscription_rows(doc: Any, subscriptions: list[dict[str, Any]]) -> None:
     subs = _tbody(doc, "subscriptions")
-    for s in data["subscriptions"]:
+    for s in subscriptions:
         d = s.get("delivery") or {}
         state = "failing" if d.get("failures") else s["state"]
         consumer = f"pull point {s['pull_point']}" if s.get("pull_point") else s["consumer"]
@@ -128,8 +171,11 @@ def prefilled(page: bytes, data: dict[str, Any], role: str) -> bytes:
             id=s["id"],
             state=s["state"],
         )
+
+
+def _pull_point_rows(doc: Any, pull_points: list[dict[str, Any]]) -> None:
     pps = _tbody(doc, "pull-points")
-    for p in data["pull_points"]:
+    for p in pull_points:
         feeding = f"{len(p['feeding'])} subscription(s)" if p["feeding"] else "Notify only"
         _row(
             pps,
@@ -145,10 +191,13 @@ def prefilled(page: bytes, data: dict[str, Any], role: str) -> bytes:
             ],
             id=p["id"],
         )
-    topics = _tbody(doc, "topics")
-    for tp in data["topics"]:
+
+
+def _topic_rows(doc: Any, topics: list[dict[str, Any]]) -> None:
+    body = _tbody(doc, "topics")
+    for tp in topics:
         _row(
-            topics,
+            body,
             tp["topic"],
             [
                 ("wrap", f"{tp['path']}  {tp['namespace']}"),
@@ -158,8 +207,11 @@ def prefilled(page: bytes, data: dict[str, Any], role: str) -> bytes:
             ],
             topic=tp["topic"],
         )
+
+
+def _registration_rows(doc: Any, registrations: list[dict[str, Any]]) -> None:
     regs = _tbody(doc, "registrations")
-    for r in data["registrations"]:
+    for r in registrations:
         demand = "no"
         if r["demand"]:
             demand = "paused (no demand)" if r.get("demand_paused") else "active"
@@ -175,22 +227,11 @@ def prefilled(page: bytes, data: dict[str, Any], role: str) -> bytes:
             ],
             id=r["id"],
         )
-    for name, items, total in (
-        ("subscriptions", data["subscriptions"], t["subscriptions"]),
-        ("pull-points", data["pull_points"], t["pull_points"]),
-        ("topics", data["topics"], t["topics"]),
-        ("registrations", data["registrations"], t["registrations"]),
-    ):
-        shown = len(items)
-        _set(doc, f"count-{name}", f"({shown} of {total})" if shown < total else f"({total})")
-        empty = doc.get_element_by_id(f"empty-{name}", None)
-        if empty is not None and shown:
-            empty.set("hidden", "")
-        elif empty is not None:
-            empty.attrib.pop("hidden", None)
-    ups = data.get("upstreams") or []
+
+
+def _upstream_rows(doc: Any, upstreams: list[dict[str, Any]]) -> None:
     body = _tbody(doc, "upstreams")
-    for u in ups:
+    for u in upstreams:
         _row(
             body,
             u["name"],
@@ -204,17 +245,6 @@ def prefilled(page: bytes, data: dict[str, Any], role: str) -> bytes:
                 ("wrap", u["error"] or ""),
             ],
         )
-    _set(doc, "count-upstreams", f"({len(ups)})")
-    empty = doc.get_element_by_id("empty-upstreams", None)
-    if empty is not None and ups:
-        empty.set("hidden", "")
-    elif empty is not None:
-        empty.attrib.pop("hidden", None)
-    if "detail_id" in data:
-        _detail(doc, str(data["detail_id"]), data.get("detail"))
-    if "peek" in data:
-        _peek(doc, data["peek"])
-    return bytes(html.tostring(doc, doctype="<!doctype html>", encoding="utf-8"))
 
 
 def _field(tbody: Any, name: str, value: str) -> None:

@@ -256,8 +256,17 @@ def _build(base: str, policy: etree._Element | None) -> etree._Element:
         "wsnmom WS-Notification broker (WS-BaseNotification 1.3, WS-BrokeredNotification 1.3, "
         "WS-Topics 1.3). Dispatch is on the SOAP Body element; WS-Addressing 1.0 is used."
     )
+    _policy(defs, policy)
+    _types(defs, base)
+    _messages(defs)
+    _port_types(defs)
+    _bindings(defs)
+    _services(defs, base)
+    return defs
 
-    # WS-Policy: addressing plus the broker's advertised behaviour
+
+def _policy(defs: etree._Element, policy: etree._Element | None) -> None:
+    """WS-Policy: addressing plus the broker's advertised behaviour."""
     pol = etree.SubElement(defs, _q(WSP, "Policy"))
     pol.set(_q(WSU, "Id"), POLICY_ID)
     everything = etree.SubElement(etree.SubElement(pol, _q(WSP, "ExactlyOne")), _q(WSP, "All"))
@@ -270,6 +279,9 @@ def _build(base: str, policy: etree._Element | None) -> etree._Element:
         assertion.set(_q(WSP, "Ignorable"), "true")
         everything.append(assertion)
 
+
+def _types(defs: etree._Element, base: str) -> None:
+    """The schemas of the messages, imported from where the gateway serves them."""
     types = etree.SubElement(defs, _q(WSDL, "types"))
     schema = etree.SubElement(types, _q(XSD, "schema"))
     schema.set("targetNamespace", TNS + ":types")
@@ -279,7 +291,9 @@ def _build(base: str, policy: etree._Element | None) -> etree._Element:
         imp.set("namespace", ns)
         imp.set("schemaLocation", f"{base}/wsn/schemas/{name}")
 
-    # messages: one per element used anywhere
+
+def _messages(defs: etree._Element) -> None:
+    """One message per element used anywhere."""
     elements: dict[tuple[str, str], None] = {}
     for ops, _ in PORT_TYPES.values():
         for o in ops:
@@ -294,6 +308,8 @@ def _build(base: str, policy: etree._Element | None) -> etree._Element:
         part = etree.SubElement(msg, _q(WSDL, "part"), name=_part_name(local))
         part.set("element", f"{prefix[ns]}:{local}")
 
+
+def _port_types(defs: etree._Element) -> None:
     for pt_name, (ops, _) in PORT_TYPES.items():
         pt = etree.SubElement(defs, _q(WSDL, "portType"), name=pt_name)
         for o in ops:
@@ -312,6 +328,9 @@ def _build(base: str, policy: etree._Element | None) -> etree._Element:
                 fault_el.set("message", f"tns:{fault_local}")
                 fault_el.set(_q(WSAM, "Action"), "http://docs.oasis-open.org/wsn/fault")
 
+
+def _bindings(defs: etree._Element) -> None:
+    """A SOAP 1.1 and a SOAP 1.2 binding of every port type."""
     for pt_name, (ops, _) in PORT_TYPES.items():
         for suffix, soap_ns in (("Soap11", WSDL_SOAP11), ("Soap12", WSDL_SOAP12)):
             b = etree.SubElement(
@@ -336,6 +355,8 @@ def _build(base: str, policy: etree._Element | None) -> etree._Element:
                         fault_el, _q(soap_ns, "fault"), name=fault_local, use="literal"
                     )
 
+
+def _services(defs: etree._Element, base: str) -> None:
     for pt_name, (_, path) in PORT_TYPES.items():
         svc = etree.SubElement(defs, _q(WSDL, "service"), name=f"{pt_name}Service")
         for suffix, soap_ns in (("Soap11", WSDL_SOAP11), ("Soap12", WSDL_SOAP12)):
@@ -346,7 +367,6 @@ def _build(base: str, policy: etree._Element | None) -> etree._Element:
                 binding=f"tns:{pt_name}{suffix}Binding",
             )
             etree.SubElement(port, _q(soap_ns, "address"), location=f"{base}{path}")
-    return defs
 
 
 def _part_name(local: str) -> str:

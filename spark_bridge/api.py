@@ -159,7 +159,6 @@ def read_notifications(
     ``auto`` (Spark's Kafka connector when its jar is on the classpath, else the Python
     source), ``python`` or ``native``.
     """
-    from .native_kafka import native_kafka_available, native_kafka_frame, package_hint
     from .session import register
 
     _check(sources)
@@ -175,18 +174,7 @@ def read_notifications(
     )
     selection.compile()  # fails here, naming the expression, rather than in a task
     register(spark)
-    native = False
-    if any(s.kind == "kafka" for s in sources) and connector != "python":
-        native = native_kafka_available(spark)
-        if connector == "native" and not native:
-            raise BridgeError(
-                "Spark's Kafka connector is not on the classpath: start Spark with "
-                f"--packages {package_hint(spark)} (or --jars), or use connector='python'"
-            )
-        log.info(
-            "Kafka sources read with %s",
-            "Spark's Kafka connector" if native else "the bridge's Python source (wsn_kafka)",
-        )
+    native = _use_native_kafka(spark, sources, connector)
     chosen = {
         s.alias: ("spark-sql-kafka" if native and s.kind == "kafka" else s.format) for s in sources
     }
@@ -196,33 +184,69 @@ def read_notifications(
         pin_implementations(checkpoint, chosen)
     plan = plan_batch(sources, selection) if not streaming else {}
     cores = _parallelism(spark)
-    frames = []
-    for source in sources:
-        options = source.all_options(selection)
-        if cores > 1 and not any(k.lower() == "minpartitions" for k in options):
-            # enough tasks for every core (ranges of 10,000 offsets and more only)
-            options["minPartitions"] = str(cores)
-        if not streaming:
-            ranges = plan[source.alias]
-            options["startingOffsets"] = _json({s: a for s, (a, _) in ranges.items()})
-            options["endingOffsets"] = _json({s: b for s, (_, b) in ranges.items()})
-            log.info(
-                "%s source %r: reading %s",
-                source.kind,
-                source.alias,
-                ", ".join(f"{s} {a}..{b}" for s, (a, b) in sorted(ranges.items())) or "nothing",
-            )
-        else:
-            log.info("%s source %r: streaming %s", source.kind, source.alias, selection.describe())
-        if native and source.kind == "kafka":
-            frames.append(native_kafka_frame(spark, options, streaming))
-            continue
-        reader: Any = spark.readStream if streaming else spark.read
-        frames.append(reader.format(source.format).options(**options).load())
+    frames = [
+        _frame(spark, source, selection, plan, cores=cores, native=native, streaming=streaming)
+        for source in sources
+    ]
     result = frames[0]
     for frame in frames[1:]:
         result = result.unionByName(frame)
     return result
+
+
+def _use_native_kafka(spark: SparkSession, sources: Sequence[Source], connector: str) -> bool:
+    """Whether the Kafka sources are read by Spark's own Kafka connector."""
+    from .native_kafka import native_kafka_available, package_hint
+
+    if not any(s.kind == "kafka" for s in sources) or connector == "python":
+        return False
+    native = native_kafka_available(spark)
+    if connector == "native" and not native:
+        raise BridgeError(
+            "Spark's Kafka connector is not on the classpath: start Spark with "
+            f"--packages {package_hint(spark)} (or --jars), or use connector='python'"
+        )
+    log.info(
+        "Kafka sources read with %s",
+        "Spark's Kafka connector" if native else "the bridge's Python source (wsn_kafka)",
+    )
+    return native
+
+
+def _frame(
+    spark: SparkSession,
+    source: Source,
+    selection: Selection,
+    plan: Mapping[str, Any],
+    *,
+    cores: int,
+    native: bool,
+    streaming: bool,
+) -> DataFrame:
+    """The DataFrame of one source: a batch over its planned ranges, or a stream."""
+    from .native_kafka import native_kafka_frame
+
+    options = source.all_options(selection)
+    if cores > 1 and not any(k.lower() == "minpartitions" for k in options):
+        # enough tasks for every core (ranges of 10,000 offsets and more only)
+        options["minPartitions"] = str(cores)
+    if not streaming:
+        ranges = plan[source.alias]
+        options["startingOffsets"] = _json({s: a for s, (a, _) in ranges.items()})
+        options["endingOffsets"] = _json({s: b for s, (_, b) in ranges.items()})
+        log.info(
+            "%s source %r: reading %s",
+            source.kind,
+            source.alias,
+            ", ".join(f"{s} {a}..{b}" for s, (a, b) in sorted(ranges.items())) or "nothing",
+        )
+    else:
+        log.info("%s source %r: streaming %s", source.kind, source.alias, selection.describe())
+    if native and source.kind == "kafka":
+        return native_kafka_frame(spark, options, streaming)
+    reader: Any = spark.readStream if streaming else spark.read
+    frame: DataFrame = reader.format(source.format).options(**options).load()
+    return frame
 
 
 def _parallelism(spark: SparkSession) -> int:

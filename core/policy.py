@@ -242,7 +242,13 @@ def build_policy(
             "paused subscriptions keep accumulating (bounded by the accumulation policy); "
             "ResumeSubscription delivers everything accumulated, in order (RES-05 option 1)"
         ),
-        delivery_order=DELIVERY_ORDER[ordering],
+        delivery_order=(
+            DELIVERY_ORDER[ordering]
+            if settings.delivery.ordering == "ordered"
+            else "none by default: several deliveries in flight per subscription (delivery."
+            "ordering unordered); with wsnmom:DeliveryPolicy Ordering ordered: "
+            + DELIVERY_ORDER[ordering]
+        ),
         delivery_guarantee=(
             "at-least-once: acknowledged to the middleware only after the consumer answered "
             "2xx; undelivered notifications survive restarts in the durable subscription"

@@ -45,6 +45,8 @@ class Engine:
         self.ready: list[int] = []
         self.later: list[tuple[float, int]] = []
         self.reports: list[Outcome] = []
+        #: what ``admit`` answers: seconds the destination's circuit stays open, or None
+        self.wait: float | None = None
         self._lock = threading.Lock()
 
     def _ready(self, channel: Channel[Any], gen: int) -> None:
@@ -59,7 +61,7 @@ class Engine:
         fn()
 
     def admit(self, lane: Lane) -> float | None:
-        return None
+        return self.wait
 
     def report(self, lane: Lane, outcome: Outcome) -> None:
         self.reports.append(outcome)
@@ -399,3 +401,50 @@ def test_on_the_real_engine_a_stalled_consumer_holds_back_nothing() -> None:
     finally:
         release.set()
         engine.close()
+
+
+def test_a_message_beyond_the_memory_budget_parks_the_channel_with_everything_in_flight() -> None:
+    rig = Rig(in_flight=4)
+    # each message is charged 513 bytes: two fit, the third does not
+    rig.engine.budget = MemoryBudget(total=1200)
+    try:
+        rig.holds["m1"] = threading.Event()
+        rig.channel.start()
+        rig.deliver(1)
+        rig.run_in_thread()
+        rig.wait_arrived("m1")
+        rig.deliver(2, 3)  # m3 does not fit: the channel parks
+        wait_until(lambda: len(rig.handle.starts) == 2, 10, what="parked and started again")
+        assert rig.handle.stops == 1
+        assert rig.journal == []  # m2 and m3 given back by the stopped handle, not settled
+        assert rig.channel.held() == 0 and rig.engine.budget.used == 0
+        rig.holds["m1"].set()
+        rig.join()
+        assert rig.acks() == [1]  # its consumer took it: acked, although given back
+        rig.deliver(2, 3)  # the middleware redelivers
+        rig.run_ready()
+        assert rig.acks() == [1, 2, 3] and rig.engine.budget.used == 0
+    finally:
+        rig.engine.budget.close()
+
+
+def test_an_open_circuit_defers_the_attempt_without_sending(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    rig = Rig(in_flight=2, monkeypatch=monkeypatch)
+    rig.engine.wait = 5.0
+    rig.channel.start()
+    rig.deliver(1)
+    lane = Lane("http://c:1")
+    rig.channel._run(rig.engine.take_ready() or 0, lane)
+    assert rig.sent == [] and rig.engine.reports == []  # no attempt, nothing to report
+    [attempt] = rig.channel.status().attempts
+    assert attempt.deferred and not attempt.ok and "circuit open for 5.0s" in (attempt.error or "")
+    assert rig.engine.later == [(1.0, rig.channel._gen)]
+    rig.channel._run(rig.channel._gen, lane)  # before the retry is due: nothing happens
+    assert rig.sent == []
+    rig.engine.wait = None  # the circuit closed
+    rig.elapse()
+    rig.channel._run(rig.channel._gen, lane)
+    assert rig.sent == [["m1"]] and rig.engine.reports == [Outcome.ANSWERED]
+    assert rig.acks() == [1]

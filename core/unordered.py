@@ -23,9 +23,10 @@ runs (on a log a requeue rewinds the cursor): a stopped or parked handle gives b
 unsettled, as on an ordered channel.
 
 Everything else is the ordered channel's (``core.channel``): the in-memory queue and its
-byte budget (parking gives back every delivery in flight; their retry counts start again),
-Pause, the filters' share (``PrepareLater``), the dead letters and the attempts operators
-see (``status`` shows the delivery that failed most).
+byte budget (parking gives back every delivery in flight; a redelivered message takes up
+the failed attempts it had, found by its ``wsnmom-message-id``), Pause, the filters' share
+(``PrepareLater``), the dead letters and the attempts operators see (``status`` shows the
+delivery that failed most).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from wsnmom.core import metrics
-from wsnmom.core.adapter import Received
+from wsnmom.core.adapter import HEADER_MESSAGE_ID, Received
 from wsnmom.core.channel import Channel, ChannelStatus, EndSubscription, PrepareLater
 from wsnmom.core.lanes import Lane
 from wsnmom.core.log_context import bound_request_id
@@ -68,20 +69,51 @@ class _Delivery:
 class UnorderedChannel(Channel[T]):
     """A channel with up to ``in_flight`` deliveries at once (see the module docstring)."""
 
-    __slots__ = ("_deliveries", "in_flight")
+    __slots__ = ("_carried", "_deliveries", "in_flight")
 
     def __init__(self, *args: Any, in_flight: int = 1, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         #: most deliveries in flight at once
         self.in_flight = max(1, in_flight)
         self._deliveries: list[_Delivery] = []
+        #: parked: the failed attempts of the messages given back (by message id), taken up
+        #: again when the middleware redelivers them (None: none)
+        self._carried: dict[str, int] | None = None
 
     # -- state -----------------------------------------------------------------------------
+    def start(self) -> None:
+        with self._lock:
+            if not self._parked:  # a start after Pause or a give-up: counts start afresh
+                self._carried = None
+        super().start()
+
     def _halt(self) -> bool:
+        parking = self._parking
         if not super()._halt():
             return False
+        if parking:  # a retry count survives the park, as on an ordered channel
+            carried = self._carried or {}
+            for delivery in self._deliveries:
+                for received, _ in delivery.pending:
+                    key = received.headers.get(HEADER_MESSAGE_ID)
+                    if key and delivery.failures:
+                        carried[key] = delivery.failures
+            self._carried = carried or None
         self._deliveries = []  # their runs see the new generation and settle nothing more
         return True
+
+    def _carry(self, delivery: _Delivery) -> None:
+        """Under the lock: a delivery of redelivered messages takes up the failed attempts
+        they had before the channel parked."""
+        carried = self._carried
+        if not carried:
+            return
+        for received, _ in delivery.pending:
+            key = received.headers.get(HEADER_MESSAGE_ID)
+            if key:
+                delivery.failures = max(delivery.failures, carried.pop(key, 0))
+        if not carried:
+            self._carried = None
 
     @property
     def failures(self) -> int:
@@ -185,6 +217,9 @@ class UnorderedChannel(Channel[T]):
                 self._drop(delivery)
                 self._look_again(gen)
                 return
+            if self._carried:
+                with self._lock:
+                    self._carry(delivery)
         tried = self._attempt([item for _, item in delivery.pending], lane)
         with bound_request_id(tried.request_id):
             self._finish(gen, delivery, tried.ok, tried.reason, tried.not_before, tried.answer)

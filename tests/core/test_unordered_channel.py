@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 from wsnmom.core import unordered
-from wsnmom.core.adapter import Received
+from wsnmom.core.adapter import HEADER_MESSAGE_ID, Received
 from wsnmom.core.channel import Backoff, Channel, EndSubscription
 from wsnmom.core.delivery import DeliveryEngine
 from wsnmom.core.delivery_budget import MemoryBudget
@@ -448,3 +448,39 @@ def test_an_open_circuit_defers_the_attempt_without_sending(
     rig.channel._run(rig.channel._gen, lane)
     assert rig.sent == [["m1"]] and rig.engine.reports == [Outcome.ANSWERED]
     assert rig.acks() == [1]
+
+
+def test_a_retry_count_survives_a_park_and_a_pause_starts_it_afresh(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    rig = Rig(in_flight=2, monkeypatch=monkeypatch)
+    rig.fail["m1"] = [DeliveryFailed("down")] * 5
+
+    def message(n: int) -> Msg:
+        m = Msg(n, rig.journal)
+        m.headers = {HEADER_MESSAGE_ID: f"id-{n}"}
+        return m
+
+    rig.channel.start()
+    rig.handle.push(message(1))
+    rig.channel._run(rig.engine.take_ready() or 0)  # failure 1
+    rig.retry()  # failure 2
+    rig.channel._parking = True  # what the budget asks of a channel waiting for a retry
+    assert rig.channel._park() and rig.handle.stops == 1
+    rig.channel._unpark()
+    assert len(rig.handle.starts) == 2
+    rig.handle.push(message(1))  # redelivered by the middleware
+    rig.run_ready()  # failure 3: the last
+    assert rig.letters == [([1], "retries-exhausted", 3)]
+    # a Pause forgets the counts: after Resume a message gets its attempts again
+    rig2 = Rig(in_flight=2, monkeypatch=monkeypatch)
+    rig2.fail["m1"] = [DeliveryFailed("down")] * 5
+    rig2.channel.start()
+    rig2.handle.push(message(1))
+    rig2.channel._run(rig2.engine.take_ready() or 0)
+    rig2.retry()
+    rig2.channel.stop()
+    rig2.channel.start()
+    rig2.handle.push(message(1))
+    rig2.run_ready()
+    assert rig2.letters == [] and rig2.channel.status().failures == 1

@@ -134,6 +134,21 @@ class DeliveryAttempt:
     deferred: bool = False
 
 
+@dataclass(slots=True)
+class Attempted:
+    """How one try to send a batch ended (``Channel._attempt``)."""
+
+    ok: bool = True
+    #: why it failed ("" after a success)
+    reason: str = ""
+    #: with an open circuit: the seconds it stays open (the attempt was not made)
+    not_before: float | None = None
+    #: the failed attempt's answer: HTTP status and Retry-After (seconds)
+    answer: tuple[int | None, float | None] = (None, None)
+    #: the request that published the batch's first message (for log records)
+    request_id: str | None = None
+
+
 @dataclass(frozen=True, slots=True)
 class Backoff:
     """Retry schedule (seconds): the engine's, or a subscription's own
@@ -527,13 +542,7 @@ class Channel(Generic[T]):
                 if not q:
                     self._queue = None  # drained: give the block back until the next one
             pending = self._pending
-        ok = True
-        reason = ""
         request_id: str | None = None
-        #: with an open circuit: the seconds it stays open (the attempt was not made)
-        not_before: float | None = None
-        #: the failed attempt's answer: HTTP status and Retry-After (seconds)
-        answer: tuple[int | None, float | None] = (None, None)
         try:
             try:
                 items = self._prepare(take)
@@ -553,43 +562,50 @@ class Channel(Generic[T]):
                 else:
                     pending.append((received, item))
             batch = [item for _, item in pending if item is not None]
-            wait = self.engine.admit(lane) if batch and lane is not None else None
-            if wait is not None:  # the destination's circuit is open: no attempt now
-                ok = False
-                not_before = wait
-                reason = f"{self.destination} did not answer; circuit open for {wait:.1f}s"
-            if batch and self.trace is not None:
-                request_id = self.trace(batch[0])
-            if wait is not None:  # the destination's circuit is open: no attempt now
-                pass
-            elif batch:
-                outcome = Outcome.ANSWERED
-                with bound_request_id(request_id):
-                    try:
-                        self.send(batch)
-                    except DeliveryFailed as exc:
-                        ok = False
-                        reason = exc.reason
-                        answer = (exc.status, exc.retry_after)
-                        if exc.timed_out:
-                            outcome = Outcome.TIMED_OUT
-                        elif not exc.answered:
-                            outcome = Outcome.FAILED_FAST
-                    except Exception as exc:  # a bug or an unexpected client error: retry too
-                        log.exception("subscription %s: delivery raised", self.name)
-                        ok = False
-                        reason = f"{type(exc).__name__}: {exc}"
-                        outcome = Outcome.FAILED_FAST
-                    finally:
-                        if lane is not None:
-                            self.engine.report(lane, outcome)
+            tried = self._attempt(batch, lane)
+            request_id = tried.request_id
         finally:
             with self._lock:
                 self._running = False
         # log records about this batch (retry, give-up) name the request that published
         # its first message
         with bound_request_id(request_id):
-            self._after_send(gen, pending, ok, reason, not_before, answer)
+            self._after_send(gen, pending, tried.ok, tried.reason, tried.not_before, tried.answer)
+
+    def _attempt(self, batch: list[T], lane: Lane | None) -> Attempted:
+        """Send ``batch`` (nothing when empty), unless the destination's circuit is open;
+        the lane's breaker is told how it ended."""
+        tried = Attempted()
+        wait = self.engine.admit(lane) if batch and lane is not None else None
+        if wait is not None:  # the destination's circuit is open: no attempt now
+            tried.ok = False
+            tried.not_before = wait
+            tried.reason = f"{self.destination} did not answer; circuit open for {wait:.1f}s"
+        if batch and self.trace is not None:
+            tried.request_id = self.trace(batch[0])
+        if wait is not None or not batch:
+            return tried
+        outcome = Outcome.ANSWERED
+        with bound_request_id(tried.request_id):
+            try:
+                self.send(batch)
+            except DeliveryFailed as exc:
+                tried.ok = False
+                tried.reason = exc.reason
+                tried.answer = (exc.status, exc.retry_after)
+                if exc.timed_out:
+                    outcome = Outcome.TIMED_OUT
+                elif not exc.answered:
+                    outcome = Outcome.FAILED_FAST
+            except Exception as exc:  # a bug or an unexpected client error: retry too
+                log.exception("subscription %s: delivery raised", self.name)
+                tried.ok = False
+                tried.reason = f"{type(exc).__name__}: {exc}"
+                outcome = Outcome.FAILED_FAST
+            finally:
+                if lane is not None:
+                    self.engine.report(lane, outcome)
+        return tried
 
     def _prepare(self, take: list[Received]) -> Sequence[T | None]:
         """``prepare`` over ``take``; when it fails, message by message, so that only a

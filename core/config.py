@@ -221,6 +221,15 @@ class DeliverySettings:
     #: seconds a destination's circuit first stays open (doubles after each failed probe,
     #: up to ``retry.max_delay``)
     breaker_open: timedelta = field(default=timedelta(seconds=5), metadata=limits(above=0))
+    #: how a push subscription's messages are delivered unless its subscriber chose
+    #: (``wsnmom:DeliveryPolicy/Ordering``): "ordered" (one batch at a time, in arrival
+    #: order) or "unordered" (several at once, each retried on its own)
+    ordering: Literal["ordered", "unordered"] = "ordered"
+    #: deliveries in flight at once for an unordered subscription whose subscriber did not
+    #: choose (``InFlight``); at most ``max_in_flight``
+    in_flight: int = field(default=4, metadata=limits(1, 1024))
+    #: the most deliveries in flight a subscriber may choose for an unordered subscription
+    max_in_flight: int = field(default=16, metadata=limits(1, 1024))
 
 
 @dataclass(slots=True)

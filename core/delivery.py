@@ -3,8 +3,9 @@ no consumer able to delay another.
 
 Each push subscription (and each subscription that feeds one of the broker's own pull
 points) is a :class:`~wsnmom.core.channel.Channel` (what a run does, retries, give-up:
-see ``core.channel``).  The engine runs ready channels on its threads and keeps the retry
-timers.
+see ``core.channel``), or, for a subscription that chose unordered delivery, a
+:class:`~wsnmom.core.unordered.UnorderedChannel` (several deliveries at once, each retried
+on its own).  The engine runs ready channels on its threads and keeps the retry timers.
 
 Threads.  ``workers`` threads always exist.  A delivery that waits on a slow consumer holds
 its thread, so when every thread has been busy for longer than ``slow_after`` seconds and
@@ -41,6 +42,7 @@ from wsnmom.core.adapter import Received, SubscriptionHandle
 from wsnmom.core.channel import Backoff, Channel, ChannelStatus, EndSubscription
 from wsnmom.core.delivery_budget import MemoryBudget
 from wsnmom.core.lanes import BreakerSettings, Lane, Lanes, LaneState, Outcome
+from wsnmom.core.unordered import UnorderedChannel
 
 __all__ = ["Backoff", "Channel", "ChannelStatus", "DeliveryEngine", "EndSubscription"]
 
@@ -125,13 +127,16 @@ class DeliveryEngine:
         trace: Callable[[T], str | None] | None = None,
         group: str = "",
         bounded: bool = True,
+        in_flight: int | None = None,
     ) -> Channel[T]:
         """Create (not start) the channel ``name``, replacing a closed one; ``destination``
         is its lane (``core.lanes.destination_key`` of the consumer), None for none;
         ``trace`` gives the request id a prepared item was published by (for log
         records); ``group`` is the owner its threads and memory count against;
-        ``bounded`` False: its messages are counted but never refused."""
-        channel: Channel[T] = Channel(
+        ``bounded`` False: its messages are counted but never refused; ``in_flight``:
+        unordered delivery with at most that many deliveries at once
+        (``core.unordered``), None: in order, one batch at a time."""
+        args = (
             self,
             name,
             handle,
@@ -144,6 +149,9 @@ class DeliveryEngine:
             trace,
             group,
             bounded,
+        )
+        channel: Channel[T] = (
+            Channel(*args) if in_flight is None else UnorderedChannel(*args, in_flight=in_flight)
         )
         with self._channels_lock:
             old = self._channels.get(name)

@@ -1,6 +1,6 @@
 """A subscriber's delivery policy: the Subscribe policy extension ``wsnmom:DeliveryPolicy``
-(issue 25, item 2), checked against the gateway's ``retry`` settings, which are its
-defaults and its bounds.
+(issue 25, item 2), checked against the gateway's ``retry`` and ``delivery`` settings,
+which are its defaults and its bounds.
 
 The element holds any of these children (namespace ``urn:wsnmom:ns:1``), each at most
 once; an absent one takes the gateway's value:
@@ -21,11 +21,19 @@ once; an absent one takes the gateway's value:
 ``FinalStatuses``
     HTTP statuses (space or comma separated, 300 to 599) after which the batch is not
     retried: it goes straight to the dead letters and delivery goes on.
+``Ordering``
+    ``ordered`` (one batch at a time, in arrival order) or ``unordered`` (several
+    deliveries at once, each retried on its own: ``core.unordered``); default the
+    gateway's ``delivery.ordering``.
+``InFlight``
+    deliveries in flight at once when unordered: 1 to ``delivery.max_in_flight`` (default
+    ``delivery.in_flight``); refused with ``Ordering`` ``ordered``.
 
 :func:`parse` turns the element's (name, text) pairs into a :class:`DeliveryChoices`
 (only what the subscriber chose; stored with the subscription, so later defaults follow the
 gateway's configuration) or raises ``ValueError`` naming the child and the bound.
-:func:`resolve` gives the :class:`~wsnmom.core.channel.Backoff` a channel uses: the choices
+:func:`resolve` gives the :class:`~wsnmom.core.channel.Backoff` a channel uses
+(:func:`effective` also its ordering and deliveries in flight): the choices
 over the gateway's settings, clamped to its current bounds (a gateway restarted with lower
 bounds does not keep serving old choices above them).
 """
@@ -42,10 +50,11 @@ from wsnmom.core.channel import Backoff
 from wsnmom.core.config_values import check_statuses, parse_duration
 
 if TYPE_CHECKING:
-    from wsnmom.core.config import RetrySettings
+    from wsnmom.core.config import DeliverySettings, RetrySettings
 
 __all__ = [
     "CHILDREN",
+    "ORDERINGS",
     "DeliveryChoices",
     "EffectivePolicy",
     "check_statuses",
@@ -64,8 +73,11 @@ CHILDREN: dict[str, str] = {
     "RetryAfter": "retry_after",
     "RetryAfterMax": "retry_after_max",
     "FinalStatuses": "final_statuses",
+    "Ordering": "ordering",
+    "InFlight": "in_flight",
 }
 BACKOFFS = ("exponential", "linear")
+ORDERINGS = ("ordered", "unordered")
 _TRUE = ("true", "1")
 _FALSE = ("false", "0")
 
@@ -82,6 +94,8 @@ class DeliveryChoices:
     retry_after: bool | None = None
     retry_after_max: float | None = None
     final_statuses: tuple[int, ...] | None = None
+    ordering: str | None = None
+    in_flight: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The chosen fields only (stored with the subscription)."""
@@ -116,6 +130,10 @@ class EffectivePolicy:
     retry_after: bool
     retry_after_max: float
     final_statuses: tuple[int, ...]
+    #: "ordered" or "unordered"
+    ordering: str = "ordered"
+    #: deliveries in flight at once (1 when ordered)
+    in_flight: int = 1
 
     def as_json(self) -> dict[str, Any]:
         """JSON-able view (the admin API)."""
@@ -152,9 +170,15 @@ def _int(text: str) -> int:
     return int(text)
 
 
-def parse(children: Sequence[tuple[str, str]], retry: RetrySettings) -> DeliveryChoices:
+def parse(
+    children: Sequence[tuple[str, str]],
+    retry: RetrySettings,
+    delivery: DeliverySettings | None = None,
+) -> DeliveryChoices:
     """The subscriber's choices from the element's children (local name, text), checked
-    against the gateway's bounds.  :raises ValueError: "Child: problem"."""
+    against the gateway's bounds (``delivery`` None: its defaults).
+    :raises ValueError: "Child: problem"."""
+    delivery = delivery or _delivery_defaults()
     values: dict[str, Any] = {}
     for name, raw in children:
         field = CHILDREN.get(name)
@@ -166,7 +190,7 @@ def parse(children: Sequence[tuple[str, str]], retry: RetrySettings) -> Delivery
             raise ValueError(f"{name}: given twice")
         text = raw.strip()
         try:
-            values[field] = _value(field, text, retry)
+            values[field] = _value(field, text, retry, delivery)
         except ValueError as exc:
             raise ValueError(f"{name}: {exc}") from None
     choices = DeliveryChoices(**values)
@@ -176,11 +200,31 @@ def parse(children: Sequence[tuple[str, str]], retry: RetrySettings) -> Delivery
         most = retry.max_delay.total_seconds()
     if first is not None and first > most:
         raise ValueError(f"InitialDelay: {first:g}s is above MaxDelay ({most:g}s)")
+    if choices.in_flight is not None and (choices.ordering or delivery.ordering) == "ordered":
+        raise ValueError(
+            "InFlight: only with Ordering unordered (an ordered subscription has one "
+            "delivery in flight)"
+        )
     return choices
 
 
-def _value(field: str, text: str, retry: RetrySettings) -> Any:
+def _delivery_defaults() -> DeliverySettings:
+    from wsnmom.core.config import DeliverySettings
+
+    return DeliverySettings()
+
+
+def _value(field: str, text: str, retry: RetrySettings, delivery: DeliverySettings) -> Any:
     """One child's value, checked against its bound."""
+    if field == "ordering":
+        if text not in ORDERINGS:
+            raise ValueError(f"{text!r} is not one of: {', '.join(ORDERINGS)}")
+        return text
+    if field == "in_flight":
+        n = _int(text)
+        if not 1 <= n <= delivery.max_in_flight:
+            raise ValueError(f"{n} is not 1 to {delivery.max_in_flight} (the gateway's most)")
+        return n
     max_delay = retry.max_delay.total_seconds()
     if field == "max_attempts":
         n = _int(text)
@@ -217,9 +261,18 @@ def _value(field: str, text: str, retry: RetrySettings) -> Any:
 
 
 # --- resolving --------------------------------------------------------------------------
-def effective(choices: DeliveryChoices | None, retry: RetrySettings) -> EffectivePolicy:
-    """``choices`` over the gateway's ``retry`` settings, within its current bounds."""
+def effective(
+    choices: DeliveryChoices | None,
+    retry: RetrySettings,
+    delivery: DeliverySettings | None = None,
+) -> EffectivePolicy:
+    """``choices`` over the gateway's ``retry`` and ``delivery`` settings (None: its
+    defaults), within its current bounds."""
     c = choices or DeliveryChoices()
+    d = delivery or _delivery_defaults()
+    ordering = c.ordering or d.ordering
+    most = d.max_in_flight
+    in_flight = min(c.in_flight or d.in_flight, most) if ordering == "unordered" else 1
     max_delay = retry.max_delay.total_seconds()
     mine_max = min(c.max_delay if c.max_delay is not None else max_delay, max_delay)
     first = retry.initial_delay.total_seconds() if c.initial_delay is None else c.initial_delay
@@ -235,6 +288,8 @@ def effective(choices: DeliveryChoices | None, retry: RetrySettings) -> Effectiv
         final_statuses=(
             tuple(retry.final_statuses) if c.final_statuses is None else c.final_statuses
         ),
+        ordering=ordering,
+        in_flight=in_flight,
     )
 
 

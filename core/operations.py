@@ -267,7 +267,7 @@ class Operations:
             waiting=waiting,
             delivery=channel.status() if channel is not None else None,
             delivery_policy=(
-                effective(record.delivery_policy, ctx.settings.retry)
+                effective(record.delivery_policy, ctx.settings.retry, ctx.settings.delivery)
                 if record.pull_point_id is None
                 else None
             ),

@@ -14,7 +14,7 @@ from typing import Any
 
 from wsnmom.core.config import Settings
 from wsnmom.core.dead_letters import REASONS
-from wsnmom.core.delivery_policy import BACKOFFS
+from wsnmom.core.delivery_policy import BACKOFFS, ORDERINGS
 
 
 def xsd_duration(value: timedelta | None) -> str | None:
@@ -96,6 +96,12 @@ class DeliveryPolicyOffer:
     final_statuses: tuple[int, ...]
     #: what an exhausted batch leads to (the gateway's ``retry.give_up``)
     give_up: str
+    #: default ordering and the choices (``delivery.ordering``)
+    ordering: str = "ordered"
+    orderings: tuple[str, ...] = ()
+    #: default and most deliveries in flight of an unordered subscription
+    in_flight: int = 4
+    max_in_flight: int = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,7 +242,13 @@ def build_policy(
             "paused subscriptions keep accumulating (bounded by the accumulation policy); "
             "ResumeSubscription delivers everything accumulated, in order (RES-05 option 1)"
         ),
-        delivery_order=DELIVERY_ORDER[ordering],
+        delivery_order=(
+            DELIVERY_ORDER[ordering]
+            if settings.delivery.ordering == "ordered"
+            else "none by default: several deliveries in flight per subscription (delivery."
+            "ordering unordered); with wsnmom:DeliveryPolicy Ordering ordered: "
+            + DELIVERY_ORDER[ordering]
+        ),
         delivery_guarantee=(
             "at-least-once: acknowledged to the middleware only after the consumer answered "
             "2xx; undelivered notifications survive restarts in the durable subscription"
@@ -314,8 +326,9 @@ def build_policy(
                 "{urn:wsnmom:ns:1}DeliveryPolicy in wsnt:SubscriptionPolicy, with any of the "
                 "children MaxAttempts, Backoff (exponential|linear), InitialDelay, MaxDelay, "
                 "Timeout (xsd:duration or seconds), RetryAfter (true|false), RetryAfterMax, "
-                "FinalStatuses (HTTP statuses 300-599): absent ones take this gateway's "
-                "value, each bounded by it (SubscribeCreationFailedFault otherwise)"
+                "FinalStatuses (HTTP statuses 300-599), Ordering (ordered|unordered), "
+                "InFlight (deliveries at once when unordered): absent ones take this "
+                "gateway's value, each bounded by it (SubscribeCreationFailedFault otherwise)"
             ),
             max_attempts=r.max_attempts,
             backoff="exponential",
@@ -328,5 +341,9 @@ def build_policy(
             retry_after_max=r.retry_after_max,
             final_statuses=tuple(r.final_statuses),
             give_up=r.give_up,
+            ordering=settings.delivery.ordering,
+            orderings=ORDERINGS,
+            in_flight=min(settings.delivery.in_flight, settings.delivery.max_in_flight),
+            max_in_flight=settings.delivery.max_in_flight,
         ),
     )

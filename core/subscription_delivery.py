@@ -190,7 +190,7 @@ class SubscriptionDelivery:
                 group=sub.owner or "",
             )
         else:
-            policy = effective(sub.delivery_policy, ctx.settings.retry)
+            policy = effective(sub.delivery_policy, ctx.settings.retry, ctx.settings.delivery)
             pusher = _Pusher(self, state, policy.timeout)
             channel = ctx.engine.open_channel(
                 sub.id,
@@ -203,6 +203,7 @@ class SubscriptionDelivery:
                 destination=destination_key(sub.consumer.address),
                 trace=_delivered_request_id,
                 group=sub.owner or "",
+                in_flight=policy.in_flight if policy.ordering == "unordered" else None,
             )
             if sub.delivery_policy is not None:
                 channel.backoff = resolve(sub.delivery_policy, ctx.settings.retry)

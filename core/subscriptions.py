@@ -157,7 +157,9 @@ class Subscriptions:
         delivery_policy = None
         if req.delivery_policy is not None:
             try:
-                delivery_policy = delivery_choices(req.delivery_policy, ctx.settings.retry)
+                delivery_policy = delivery_choices(
+                    req.delivery_policy, ctx.settings.retry, ctx.settings.delivery
+                )
             except ValueError as exc:
                 raise errors.SubscribeCreationFailed(f"wsnmom:DeliveryPolicy/{exc}") from None
         compiled = self.compile_filter(req.topic, req.message_content, req.producer_properties)

@@ -174,6 +174,11 @@ def delivery_policy_summary(policy: EffectivePolicy, chosen: list[str]) -> str:
             if policy.final_statuses
             else "no final status"
         ),
+        (
+            f"unordered, {policy.in_flight} in flight"
+            if policy.ordering == "unordered"
+            else "ordered"
+        ),
     ]
     origin = f"chosen: {', '.join(chosen)}" if chosen else "the gateway's"
     return "; ".join(parts) + f" ({origin})"

@@ -10,6 +10,7 @@ most, multiplier 2, 1 s timeout."""
 
 from __future__ import annotations
 
+import threading
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -17,10 +18,11 @@ from typing import Any
 import pytest
 from wsnmom.core import errors
 from wsnmom.core.channel import Backoff
-from wsnmom.core.config import ConfigError, RetrySettings, load_settings
+from wsnmom.core.config import ConfigError, DeliverySettings, RetrySettings, load_settings
 from wsnmom.core.delivery_policy import DeliveryChoices, effective, parse, resolve
 from wsnmom.core.ports import DeliveryFailed
 from wsnmom.core.service import BrokerService
+from wsnmom.core.unordered import UnorderedChannel
 
 from tests.support.waiting import wait_until
 
@@ -61,7 +63,22 @@ INVALID: list[tuple[Children, str]] = [
     ((("FinalStatuses", "404 200"),), "FinalStatuses: 200 is not a failure status (300 to 599)"),
     ((("FinalStatuses", "4o4"),), "FinalStatuses: '4o4' is not an HTTP status (three digits)"),
     ((("FinalStatuses", ""),), "FinalStatuses: no status given"),
-    ((("Ordering", "unordered"),), "Ordering: not a child of DeliveryPolicy (one of"),
+    ((("Ordering", "random"),), "Ordering: 'random' is not one of: ordered, unordered"),
+    (
+        (("Ordering", "unordered"), ("InFlight", "0")),
+        "InFlight: 0 is not 1 to 16 (the gateway's most)",
+    ),
+    (
+        (("Ordering", "unordered"), ("InFlight", "17")),
+        "InFlight: 17 is not 1 to 16 (the gateway's most)",
+    ),
+    ((("InFlight", "four"),), "InFlight: 'four' is not a whole number"),
+    ((("InFlight", "2"),), "InFlight: only with Ordering unordered"),
+    (
+        (("Ordering", "ordered"), ("InFlight", "2")),
+        "InFlight: only with Ordering unordered",
+    ),
+    ((("Priority", "high"),), "Priority: not a child of DeliveryPolicy (one of"),
     ((("MaxAttempts", "2"), ("MaxAttempts", "3")), "MaxAttempts: given twice"),
 ]
 
@@ -118,6 +135,75 @@ def test_the_policy_document_offers_the_gateways_values_as_defaults_and_bounds(
     assert offer.final_statuses == () and offer.retry_after is False
 
 
+def test_ordering_and_in_flight_are_stored_followed_and_advertised(
+    service: BrokerService,
+) -> None:
+    sub_id = subscribe(service, ("Ordering", "unordered"), ("InFlight", "3"))
+    chosen = DeliveryChoices(ordering="unordered", in_flight=3)
+    stored = service.store.get_subscription(sub_id)
+    assert stored is not None and stored.delivery_policy == chosen
+    policy = service.operations.subscription(sub_id).delivery_policy
+    assert policy is not None and (policy.ordering, policy.in_flight) == ("unordered", 3)
+    channel = service.engine.channel(sub_id)
+    assert isinstance(channel, UnorderedChannel) and channel.in_flight == 3
+    # without a choice: the gateway's ordering (ordered: one delivery in flight)
+    plain = service.subscribe(sub_req(C, topic=simple("t:a"))).id
+    assert type(service.engine.channel(plain)).__name__ == "Channel"
+    policy = service.operations.subscription(plain).delivery_policy
+    assert policy is not None and (policy.ordering, policy.in_flight) == ("ordered", 1)
+    offer = service.policy().delivery_policy
+    assert (offer.ordering, offer.orderings) == ("ordered", ("ordered", "unordered"))
+    assert (offer.in_flight, offer.max_in_flight) == (4, 16)
+    assert "InFlight" in offer.subscribe_extension
+
+
+def test_the_gateways_ordering_and_in_flight_are_the_defaults_and_bounds(
+    make_broker: Any,
+) -> None:
+    b: Broker = make_broker(
+        delivery__ordering="unordered", delivery__in_flight=6, delivery__max_in_flight=8
+    )
+    service = b.service
+    assert service is not None
+    plain = service.subscribe(sub_req(C, topic=simple("t:a"))).id
+    channel = service.engine.channel(plain)
+    assert isinstance(channel, UnorderedChannel) and channel.in_flight == 6
+    ordered = subscribe(service, ("Ordering", "ordered"))
+    assert type(service.engine.channel(ordered)).__name__ == "Channel"
+    chosen = subscribe(service, ("InFlight", "8"))  # unordered by the gateway's default
+    assert service.engine.channel(chosen).in_flight == 8  # type: ignore[union-attr]
+    with pytest.raises(errors.SubscribeCreationFailed, match="InFlight: 9 is not 1 to 8"):
+        subscribe(service, ("InFlight", "9"))
+
+
+def test_unordered_delivery_on_the_embedded_adapter_goes_past_a_stalled_message(
+    service: BrokerService, outbound: RecordingOutbound, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    release = threading.Event()
+    stalled = threading.Event()
+    notify = outbound.notify
+
+    def holding(consumer: Any, soap_version: Any, messages: Any, **kw: Any) -> None:
+        if any(d.message.payload == b"<m>one</m>" for d in messages):
+            stalled.set()
+            assert release.wait(10)
+        notify(consumer, soap_version, messages, **kw)
+
+    monkeypatch.setattr(outbound, "notify", holding)
+    sub_id = subscribe(service, ("Ordering", "unordered"), ("InFlight", "2"))
+    publish(service, "one")
+    assert stalled.wait(10)
+    publish(service, "two")
+    [got] = outbound.wait_messages(C, 1)  # while the first one's answer is held
+    assert got.message.payload == b"<m>two</m>"
+    release.set()
+    got2 = outbound.wait_messages(C, 2)
+    assert [d.message.payload for d in got2] == [b"<m>two</m>", b"<m>one</m>"]
+    channel = service.engine.channel(sub_id)
+    assert channel is not None
+    wait_until(lambda: channel.status().delivered == 2 and channel.held() == 0, 10)
+
+
 def test_choices_above_bounds_lowered_since_are_held_to_the_new_bounds() -> None:
     retry = RetrySettings(
         max_attempts=8, max_delay=timedelta(seconds=60), timeout=10.0, final_statuses=[410]
@@ -126,6 +212,10 @@ def test_choices_above_bounds_lowered_since_are_held_to_the_new_bounds() -> None
     lowered = RetrySettings(max_attempts=2, max_delay=timedelta(seconds=5), timeout=1.0)
     policy = effective(chosen, lowered)
     assert (policy.max_attempts, policy.max_delay, policy.timeout) == (2, 5.0, 1.0)
+    many = parse((("Ordering", "unordered"), ("InFlight", "16")), retry)
+    fewer = DeliverySettings(max_in_flight=4, in_flight=9)
+    assert effective(many, retry, fewer).in_flight == 4
+    assert effective(DeliveryChoices(ordering="unordered"), retry, fewer).in_flight == 4
     assert effective(None, retry).final_statuses == (410,)
 
 

@@ -88,7 +88,13 @@ def test_subscriptions_round_trip_upsert_and_delete(store: Store) -> None:
 def test_a_subscriptions_delivery_policy_round_trips(store_url: str) -> None:
     """The subscriber's choices (``wsnmom:DeliveryPolicy``) survive a reopened store;
     a subscription stored before delivery policies existed reads as having none."""
-    chosen = DeliveryChoices(max_attempts=2, backoff="linear", final_statuses=(404, 410))
+    chosen = DeliveryChoices(
+        max_attempts=2,
+        backoff="linear",
+        final_statuses=(404, 410),
+        ordering="unordered",
+        in_flight=5,
+    )
     opened = open_store(store_url)
     try:
         opened.put_subscription(subscription("dp", delivery_policy=chosen))

@@ -141,7 +141,13 @@ INVALID = {
     "timeout": ({"Timeout": "PT10S"}, "Timeout: 10s is not above 0 and at most 3s"),
     "retry-after": ({"RetryAfter": "often"}, "RetryAfter: 'often' is not true or false"),
     "statuses": ({"FinalStatuses": "204"}, "FinalStatuses: 204 is not a failure status"),
-    "unknown": ({"InFlight": "4"}, "InFlight: not a child of DeliveryPolicy"),
+    "unknown": ({"Priority": "4"}, "Priority: not a child of DeliveryPolicy"),
+    "ordering": ({"Ordering": "fifo"}, "Ordering: 'fifo' is not one of: ordered, unordered"),
+    "in-flight": (
+        {"Ordering": "unordered", "InFlight": "17"},
+        "InFlight: 17 is not 1 to 16 (the gateway's most)",
+    ),
+    "in-flight-ordered": ({"InFlight": "2"}, "InFlight: only with Ordering unordered"),
 }
 
 
@@ -172,13 +178,21 @@ def test_the_policy_document_advertises_it_and_the_admin_api_shows_it(
     assert offer.findtext(f"{{{WSNMOM_POLICY}}}MaxAttempts") == "3"
     assert offer.findtext(f"{{{WSNMOM_POLICY}}}MaxDelay") == "PT0.5S"
     assert "DeliveryPolicy" in (offer.findtext(f"{{{WSNMOM_POLICY}}}SubscribeExtension") or "")
+    assert offer.findtext(f"{{{WSNMOM_POLICY}}}Ordering") == "ordered"
+    assert offer.findtext(f"{{{WSNMOM_POLICY}}}MaxInFlight") == "16"
     sub = wsn.subscribe(
         consumer.address("/shown"),
         "tns:sh",
-        policy=policy(destination, MaxAttempts="1", Backoff="linear"),
+        policy=policy(
+            destination, MaxAttempts="1", Backoff="linear", Ordering="unordered", InFlight="3"
+        ),
     )
     url = f"{wsnmom_server.base_url}/wsn/admin/api/subscriptions/{sub.id}"
     shown = requests.get(url, timeout=10).json()["delivery_policy"]
     assert (shown["max_attempts"], shown["backoff"], shown["max_delay"]) == (1, "linear", 0.5)
-    assert shown["chosen"] == ["backoff", "max_attempts"]
+    assert (shown["ordering"], shown["in_flight"]) == ("unordered", 3)
+    assert shown["chosen"] == ["backoff", "in_flight", "max_attempts", "ordering"]
+    assert shown["summary"].endswith(
+        "; unordered, 3 in flight (chosen: backoff, in_flight, max_attempts, ordering)"
+    )
     assert shown["summary"].startswith("1 attempt; linear backoff from 0.2 s to 0.5 s")

@@ -1,0 +1,530 @@
+"""core.unordered: a subscription that chose unordered delivery keeps up to ``in_flight``
+deliveries going at once; a stalled or failing one holds none of the others back; each
+message is acknowledged only once its own delivery succeeded or it was confirmed as a
+dead letter; a give-up, a final status, Pause and the memory budget behave as on an
+ordered channel.
+
+Driven step by step with a recording engine and the in-process stand-ins of
+tests/support/handles.py (a stalled consumer is a send blocked on an event in a thread of
+the test), and once on the real ``DeliveryEngine`` with its threads.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import pytest
+from wsnmom.core import unordered
+from wsnmom.core.adapter import HEADER_MESSAGE_ID, Received
+from wsnmom.core.channel import Backoff, Channel, EndSubscription
+from wsnmom.core.delivery import DeliveryEngine
+from wsnmom.core.delivery_budget import MemoryBudget
+from wsnmom.core.lanes import Lane, Outcome
+from wsnmom.core.ports import DeliveryFailed
+from wsnmom.core.unordered import UnorderedChannel
+
+from tests.support.handles import Handle, Msg
+from tests.support.waiting import wait_until
+
+#: retries due at once
+NOW = Backoff(max_attempts=3, initial_delay=0.0, multiplier=2.0, max_delay=0.0)
+#: retries due after a second: a step-by-step test makes them due with ``Rig.elapse``
+LATER = Backoff(max_attempts=3, initial_delay=1.0, multiplier=1.0, max_delay=1.0)
+
+
+class Engine:
+    """A Scheduler that records ready runs and timers instead of running them."""
+
+    def __init__(self, backoff: Backoff = LATER) -> None:
+        self.backoff = backoff
+        self.prefetch = 64
+        self.budget = MemoryBudget()
+        self.ready: list[int] = []
+        self.later: list[tuple[float, int]] = []
+        self.reports: list[Outcome] = []
+        #: what ``admit`` answers: seconds the destination's circuit stays open, or None
+        self.wait: float | None = None
+        self._lock = threading.Lock()
+
+    def _ready(self, channel: Channel[Any], gen: int) -> None:
+        with self._lock:
+            self.ready.append(gen)
+
+    def _later(self, delay: float, channel: Channel[Any], gen: int) -> None:
+        with self._lock:
+            self.later.append((delay, gen))
+
+    def _spawn(self, fn: Callable[[], None]) -> None:
+        fn()
+
+    def admit(self, lane: Lane) -> float | None:
+        return self.wait
+
+    def report(self, lane: Lane, outcome: Outcome) -> None:
+        self.reports.append(outcome)
+
+    def take_ready(self) -> int | None:
+        with self._lock:
+            return self.ready.pop(0) if self.ready else None
+
+
+class Rig:
+    """An unordered channel (batch size 1) whose consumer the test scripts per message:
+    ``hold`` stalls a message's send until released, ``fail`` makes its next sends fail."""
+
+    def __init__(
+        self,
+        in_flight: int = 4,
+        *,
+        ordered: bool = False,
+        batch_size: int = 1,
+        monkeypatch: pytest.MonkeyPatch | None = None,
+    ):
+        self.monkeypatch = monkeypatch
+        self.skew = 0.0
+        self.journal: list[tuple[Any, ...]] = []
+        self.engine = Engine()
+        self.handle = Handle()
+        self.sent: list[list[str]] = []
+        self.holds: dict[str, threading.Event] = {}
+        self.arrived: dict[str, threading.Event] = {}
+        self.fail: dict[str, list[DeliveryFailed]] = {}
+        self.drop: set[int] = set()
+        self.ended: list[EndSubscription] = []
+        self.letters: list[tuple[list[int], str, int]] = []
+        self.confirm = True
+        self.channel: UnorderedChannel[str] = UnorderedChannel(
+            self.engine,
+            "sub-u",
+            self.handle,
+            self.prepare,
+            self.send,
+            self.ended.append,
+            batch_size,
+            ordered,
+            in_flight=in_flight,
+        )
+        self.channel.dead_letter = self.bury
+        self.threads: list[threading.Thread] = []
+
+    def prepare(self, batch: Sequence[Received]) -> Sequence[str | None]:
+        return [None if m.n in self.drop else f"m{m.n}" for m in batch]  # type: ignore[attr-defined]
+
+    def send(self, items: Sequence[str]) -> None:
+        self.sent.append(list(items))
+        for item in items:
+            self.arrived.setdefault(item, threading.Event()).set()
+            hold = self.holds.get(item)
+            if hold is not None:
+                assert hold.wait(10), f"{item} never released"
+            failures = self.fail.get(item)
+            if failures:
+                raise failures.pop(0)
+
+    def bury(self, messages: Sequence[Received], reason: str, attempts: int, error: Any) -> bool:
+        self.letters.append(([m.n for m in messages], reason, attempts))  # type: ignore[attr-defined]
+        return self.confirm
+
+    def deliver(self, *ns: int) -> None:
+        self.handle.push(*(Msg(n, self.journal) for n in ns))
+
+    def elapse(self) -> None:
+        """Make every retry due (the channel's clock jumps ahead by a minute)."""
+        assert self.monkeypatch is not None
+        self.skew += 60.0
+        skew = self.skew
+        self.monkeypatch.setattr(unordered, "_monotonic", lambda: time.monotonic() + skew)
+
+    def retry(self) -> None:
+        """The retry timer fires: its run (the retry is due by then)."""
+        self.elapse()
+        self.channel._run(self.channel._gen)
+
+    def run_ready(self) -> None:
+        """Run every scheduled run inline (those they schedule too)."""
+        while (gen := self.engine.take_ready()) is not None:
+            self.channel._run(gen)
+
+    def run_in_thread(self) -> None:
+        """Take one scheduled run and run it in a thread (its send may stall)."""
+        gen = self.engine.take_ready()
+        assert gen is not None, "nothing scheduled"
+        t = threading.Thread(target=self.channel._run, args=(gen,), daemon=True)
+        t.start()
+        self.threads.append(t)
+
+    def wait_arrived(self, item: str) -> None:
+        assert self.arrived.setdefault(item, threading.Event()).wait(10), item
+
+    def join(self) -> None:
+        for t in self.threads:
+            t.join(10)
+            assert not t.is_alive()
+
+    def acks(self) -> list[int]:
+        return [e[1] for e in self.journal if e[0] == "ack"]
+
+    def requeued(self) -> list[int]:
+        return [e[1] for e in self.journal if e[0] == "nack" and e[2]]
+
+
+def test_a_stalled_delivery_holds_back_none_of_the_later_ones() -> None:
+    rig = Rig(in_flight=4)
+    rig.holds["m1"] = threading.Event()
+    rig.channel.start()
+    rig.deliver(1)
+    rig.run_in_thread()
+    rig.wait_arrived("m1")
+    rig.deliver(2, 3, 4, 5)
+    rig.run_ready()
+    assert rig.acks() == [2, 3, 4, 5]  # while message 1's answer is still held
+    assert rig.channel.held() == 1 and rig.channel.status().held == 1
+    rig.holds["m1"].set()
+    rig.join()
+    assert rig.acks() == [2, 3, 4, 5, 1]
+    assert rig.channel.delivered == 5 and rig.channel.held() == 0
+    assert rig.engine.budget.used == 0  # every message's bytes given back
+
+
+def test_at_most_in_flight_deliveries_at_once_and_a_free_place_takes_the_next() -> None:
+    rig = Rig(in_flight=2)
+    rig.holds["m1"] = threading.Event()
+    rig.holds["m2"] = threading.Event()
+    rig.channel.start()
+    rig.deliver(1, 2, 3)
+    rig.run_in_thread()  # takes m1 and schedules one more run (a place is free)
+    rig.wait_arrived("m1")
+    rig.run_in_thread()  # takes m2: both places taken, nothing more scheduled
+    rig.wait_arrived("m2")
+    rig.deliver(4)
+    rig.run_ready()
+    assert [s for s in rig.sent] == [["m1"], ["m2"]]  # m3 waits for a place
+    assert rig.channel.held() == 4
+    rig.holds["m2"].set()  # m2 answers: its place takes m3, then m4
+    rig.threads[1].join(10)
+    rig.run_ready()
+    assert rig.acks() == [2, 3, 4]
+    assert rig.sent[2:] == [["m3"], ["m4"]]
+    rig.holds["m1"].set()
+    rig.join()
+    assert rig.acks() == [2, 3, 4, 1]
+
+
+def test_a_failing_message_is_retried_on_its_own_while_later_ones_are_delivered(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    rig = Rig(in_flight=4, monkeypatch=monkeypatch)
+    rig.fail["m1"] = [DeliveryFailed("busy"), DeliveryFailed("busy")]
+    rig.channel.start()
+    rig.deliver(1, 2, 3)
+    rig.channel._run(rig.engine.take_ready() or 0)  # m1 fails: its retry timer is armed
+    assert rig.engine.later == [(1.0, rig.channel._gen)]
+    status = rig.channel.status()
+    assert (status.failures, status.last_error) == (1, "busy")
+    assert status.retry_at is not None and status.retry_at > time.time()
+    rig.run_ready()  # m1 is not due: m2 and m3 go meanwhile
+    assert rig.acks() == [2, 3]
+    rig.retry()  # fails again
+    assert rig.channel.status().failures == 2 and len(rig.engine.later) == 2
+    rig.deliver(4)
+    rig.run_ready()
+    assert rig.acks() == [2, 3, 4]
+    rig.retry()  # the third attempt succeeds
+    assert rig.acks() == [2, 3, 4, 1]
+    assert rig.sent.count(["m1"]) == 3
+    status = rig.channel.status()
+    assert (status.failures, status.retry_at, status.last_error) == (0, None, None)
+    assert [a.ok for a in status.attempts] == [False, True, True, False, True, True]
+    assert rig.channel.delivered == 4
+
+
+def test_exhausted_retries_bury_only_that_delivery_and_end_the_subscription(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    rig = Rig(in_flight=4, monkeypatch=monkeypatch)
+    rig.fail["m1"] = [DeliveryFailed("down")] * 3
+    rig.holds["m2"] = threading.Event()
+    rig.channel.start()
+    rig.deliver(1, 2)
+    rig.channel._run(rig.engine.take_ready() or 0)  # m1 fails once; m2's run is scheduled
+    rig.run_in_thread()  # m2 stalls
+    rig.wait_arrived("m2")
+    rig.retry()  # m1: second failure
+    assert rig.letters == [] and rig.channel.active
+    rig.retry()  # m1: third, the last
+    assert rig.letters == [([1], "retries-exhausted", 3)]
+    assert [e.cause for e in rig.ended] == ["delivery"]
+    assert rig.acks() == [1]  # settled once the dead letter was confirmed
+    assert not rig.channel.active and rig.handle.stops == 1
+    rig.holds["m2"].set()  # the stalled one still answers: it was delivered, so it is acked
+    rig.join()
+    assert rig.acks() == [1, 2]
+
+
+def test_an_unconfirmed_dead_letter_settles_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    rig = Rig(in_flight=2, monkeypatch=monkeypatch)
+    rig.confirm = False
+    rig.fail["m1"] = [DeliveryFailed("down")] * 3
+    restarts: list[float] = []
+    monkeypatch.setattr(
+        "wsnmom.core.channel.threading.Timer",
+        lambda delay, fn: type(
+            "T", (), {"daemon": True, "start": lambda self: restarts.append(delay)}
+        )(),
+    )
+    rig.channel.start()
+    rig.deliver(1)
+    rig.channel._run(rig.engine.take_ready() or 0)
+    rig.retry()
+    rig.retry()
+    assert rig.letters == [([1], "retries-exhausted", 3)]
+    assert rig.acks() == [] and rig.requeued() == [] and rig.ended == []
+    assert restarts == [1.0]  # started again after the longest delay: the give-up again
+
+
+def test_a_final_status_buries_that_delivery_alone_and_the_rest_goes_on() -> None:
+    rig = Rig(in_flight=2)
+    rig.channel.backoff = Backoff(
+        max_attempts=3, initial_delay=0.0, final_statuses=frozenset({410})
+    )
+    rig.fail["m1"] = [DeliveryFailed("gone", answered=True, status=410)]
+    rig.channel.start()
+    rig.deliver(1, 2, 3)
+    rig.run_ready()
+    assert rig.letters == [([1], "final-status", 1)]
+    assert sorted(rig.acks()) == [1, 2, 3]
+    assert rig.channel.active and rig.ended == []
+
+
+def test_filtered_messages_are_acked_at_once_even_where_the_adapter_orders_acks(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    rig = Rig(in_flight=2, ordered=True, batch_size=10, monkeypatch=monkeypatch)
+    rig.drop = {2}
+    rig.fail["m1"] = [DeliveryFailed("down")]
+    rig.channel.start()
+    rig.deliver(1, 2, 3)
+    rig.run_ready()
+    assert rig.sent == [["m1", "m3"]]
+    assert rig.acks() == [2]
+    rig.retry()
+    assert rig.acks() == [2, 1, 3]
+
+
+def test_pause_gives_everything_in_flight_back_unsettled_and_resume_starts_afresh(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    rig = Rig(in_flight=4, monkeypatch=monkeypatch)
+    rig.fail["m1"] = [DeliveryFailed("down")]
+    rig.holds["m2"] = threading.Event()
+    rig.channel.start()
+    rig.deliver(1, 2, 3)
+    rig.channel._run(rig.engine.take_ready() or 0)  # m1 fails, waits for its retry
+    rig.run_in_thread()  # m2 stalls
+    rig.wait_arrived("m2")
+    old = rig.channel._gen
+    rig.channel.stop()
+    assert rig.handle.stops == 1 and rig.channel.held() == 0
+    rig.elapse()
+    rig.channel._run(old)  # the retry timer of the old generation does nothing
+    assert rig.sent.count(["m1"]) == 1
+    assert rig.requeued() == []  # a log would rewind; the stopped handle gives them back
+    rig.holds["m2"].set()
+    rig.join()
+    assert rig.acks() == [2]  # delivered before the pause answered: acked
+    rig.channel.start()
+    rig.deliver(1, 3)  # the middleware redelivers
+    rig.run_ready()
+    assert sorted(rig.acks()) == [1, 2, 3]
+    assert rig.channel.status().failures == 0
+
+
+def test_prepare_later_puts_the_messages_back_and_frees_the_place() -> None:
+    rig = Rig(in_flight=1)
+    calls: list[int] = []
+
+    def busy_once(batch: Sequence[Received]) -> Sequence[str | None]:
+        from wsnmom.core.channel import PrepareLater
+
+        calls.append(len(batch))
+        if len(calls) == 1:
+            raise PrepareLater(0.5)
+        return [f"m{m.n}" for m in batch]  # type: ignore[attr-defined]
+
+    rig.channel.prepare = busy_once
+    rig.channel.start()
+    rig.deliver(1)
+    rig.run_ready()
+    assert rig.engine.later == [(0.5, rig.channel._gen)] and rig.sent == []
+    rig.deliver(2)  # scheduled already: waits for the timer's run
+    assert rig.engine.ready == []
+    rig.channel._run(rig.channel._gen)
+    rig.run_ready()
+    assert rig.acks() == [1, 2]
+
+
+def test_on_the_real_engine_a_stalled_consumer_holds_back_nothing() -> None:
+    engine = DeliveryEngine(workers=2, backoff=NOW, per_destination=4)
+    journal: list[tuple[Any, ...]] = []
+    release = threading.Event()
+    sent: list[str] = []
+
+    def send(items: Sequence[str]) -> None:
+        sent.extend(items)
+        if "m1" in items:
+            assert release.wait(10)
+
+    try:
+        handle = Handle()
+        channel = engine.open_channel(
+            "sub-e",
+            handle,
+            lambda batch: [f"m{m.n}" for m in batch],  # type: ignore[attr-defined]
+            send,
+            lambda end: None,
+            batch_size=1,
+            destination="http://127.0.0.1:1",
+            in_flight=4,
+        )
+        assert isinstance(channel, UnorderedChannel)
+        channel.start()
+        handle.push(Msg(1, journal))
+        wait_until(lambda: "m1" in sent, 10, what="message 1 sent")
+        handle.push(*(Msg(n, journal) for n in (2, 3, 4, 5)))
+        wait_until(lambda: sorted(e[1] for e in journal) == [2, 3, 4, 5], 10, what="2..5 acked")
+        release.set()
+        wait_until(lambda: len(journal) == 5, 10, what="message 1 acked")
+        assert [e[0] for e in journal] == ["ack"] * 5 and journal[-1] == ("ack", 1)
+    finally:
+        release.set()
+        engine.close()
+
+
+def test_a_message_beyond_the_memory_budget_parks_the_channel_with_everything_in_flight() -> None:
+    rig = Rig(in_flight=4)
+    # each message is charged 513 bytes: two fit, the third does not
+    rig.engine.budget = MemoryBudget(total=1200)
+    try:
+        rig.holds["m1"] = threading.Event()
+        rig.channel.start()
+        rig.deliver(1)
+        rig.run_in_thread()
+        rig.wait_arrived("m1")
+        rig.deliver(2, 3)  # m3 does not fit: the channel parks
+        wait_until(lambda: len(rig.handle.starts) == 2, 10, what="parked and started again")
+        assert rig.handle.stops == 1
+        assert rig.journal == []  # m2 and m3 given back by the stopped handle, not settled
+        assert rig.channel.held() == 0 and rig.engine.budget.used == 0
+        rig.holds["m1"].set()
+        rig.join()
+        assert rig.acks() == [1]  # its consumer took it: acked, although given back
+        rig.deliver(2, 3)  # the middleware redelivers
+        rig.run_ready()
+        assert rig.acks() == [1, 2, 3] and rig.engine.budget.used == 0
+    finally:
+        rig.engine.budget.close()
+
+
+def test_an_open_circuit_defers_the_attempt_without_sending(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    rig = Rig(in_flight=2, monkeypatch=monkeypatch)
+    rig.engine.wait = 5.0
+    rig.channel.start()
+    rig.deliver(1)
+    lane = Lane("http://c:1")
+    rig.channel._run(rig.engine.take_ready() or 0, lane)
+    assert rig.sent == [] and rig.engine.reports == []  # no attempt, nothing to report
+    [attempt] = rig.channel.status().attempts
+    assert attempt.deferred and not attempt.ok and "circuit open for 5.0s" in (attempt.error or "")
+    assert rig.engine.later == [(1.0, rig.channel._gen)]
+    rig.channel._run(rig.channel._gen, lane)  # before the retry is due: nothing happens
+    assert rig.sent == []
+    rig.engine.wait = None  # the circuit closed
+    rig.elapse()
+    rig.channel._run(rig.channel._gen, lane)
+    assert rig.sent == [["m1"]] and rig.engine.reports == [Outcome.ANSWERED]
+    assert rig.acks() == [1]
+
+
+def test_a_retry_count_survives_a_park_and_a_pause_starts_it_afresh(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    rig = Rig(in_flight=2, monkeypatch=monkeypatch)
+    rig.fail["m1"] = [DeliveryFailed("down")] * 5
+
+    def message(n: int) -> Msg:
+        m = Msg(n, rig.journal)
+        m.headers = {HEADER_MESSAGE_ID: f"id-{n}"}
+        return m
+
+    rig.channel.start()
+    rig.handle.push(message(1))
+    rig.channel._run(rig.engine.take_ready() or 0)  # failure 1
+    rig.retry()  # failure 2
+    rig.channel._parking = True  # what the budget asks of a channel waiting for a retry
+    assert rig.channel._park() and rig.handle.stops == 1
+    rig.channel._unpark()
+    assert len(rig.handle.starts) == 2
+    rig.handle.push(message(1))  # redelivered by the middleware
+    rig.run_ready()  # failure 3: the last
+    assert rig.letters == [([1], "retries-exhausted", 3)]
+    # a Pause forgets the counts: after Resume a message gets its attempts again
+    rig2 = Rig(in_flight=2, monkeypatch=monkeypatch)
+    rig2.fail["m1"] = [DeliveryFailed("down")] * 5
+    rig2.channel.start()
+    rig2.handle.push(message(1))
+    rig2.channel._run(rig2.engine.take_ready() or 0)
+    rig2.retry()
+    rig2.channel.stop()
+    rig2.channel.start()
+    rig2.handle.push(message(1))
+    rig2.run_ready()
+    assert rig2.letters == [] and rig2.channel.status().failures == 1
+
+
+def test_on_the_real_engine_every_message_is_acked_once_through_random_failures() -> None:
+    """200 messages, a consumer that refuses about a third of its attempts (seeded), four
+    deliveries in flight on four threads: each message ends acknowledged exactly once,
+    nothing stays held or charged."""
+    import random
+
+    rng = random.Random(25)
+    rng_lock = threading.Lock()
+    engine = DeliveryEngine(
+        workers=4,
+        backoff=Backoff(max_attempts=1000, initial_delay=0.001, max_delay=0.005, give_up="keep"),
+        per_destination=4,
+    )
+    journal: list[tuple[Any, ...]] = []
+
+    def send(items: Sequence[str]) -> None:
+        with rng_lock:
+            refuse = rng.random() < 0.3
+        if refuse:
+            raise DeliveryFailed("refused")
+
+    try:
+        handle = Handle()
+        channel = engine.open_channel(
+            "sub-r",
+            handle,
+            lambda batch: [f"m{m.n}" for m in batch],  # type: ignore[attr-defined]
+            send,
+            lambda end: None,
+            batch_size=3,
+            destination="http://127.0.0.1:1",
+            in_flight=4,
+        )
+        channel.start()
+        handle.push(*(Msg(n, journal) for n in range(200)))
+        wait_until(lambda: len(journal) >= 200, 30, what="200 settled")
+        wait_until(lambda: channel.held() == 0, 10, what="nothing held")
+        assert sorted(e[1] for e in journal) == list(range(200))
+        assert {e[0] for e in journal} == {"ack"}
+        assert engine.budget.used == 0 and channel.delivered == 200
+    finally:
+        engine.close()

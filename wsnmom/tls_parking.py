@@ -41,12 +41,12 @@ log = logging.getLogger("wsnmom.server")
 _REQUEST_ID = "HTTP_X_REQUEST_ID"
 
 
-class ParkingGateway(Gateway_10):  # type: ignore[misc]
+class ParkingGateway(Gateway_10):
     """cheroot's WSGI 1.0 gateway with the park function, or the answered poll, in the
     environ of a :class:`ParkingConnection`'s request."""
 
-    def get_environ(self) -> dict[str, Any]:
-        environ: dict[str, Any] = super().get_environ()
+    def get_environ(self) -> dict[str, Any]:  # type: ignore[override]
+        environ: dict[str, Any] = super().get_environ()  # type: ignore[no-untyped-call]
         conn = self.req.conn
         if not isinstance(conn, ParkingConnection):
             return environ
@@ -61,7 +61,7 @@ class ParkingGateway(Gateway_10):  # type: ignore[misc]
         return environ
 
 
-class ParkingConnection(HTTPConnection):  # type: ignore[misc]
+class ParkingConnection(HTTPConnection):
     """cheroot's HTTP connection whose request can wait without its worker thread."""
 
     #: the request being answered (cheroot's ``HTTPRequest``), kept while it is parked
@@ -90,7 +90,7 @@ class ParkingConnection(HTTPConnection):  # type: ignore[misc]
             return self._answer_resumed()
         self.request = None
         try:
-            return bool(super().communicate())
+            return bool(super().communicate())  # type: ignore[no-untyped-call]
         except Parked as parked:
             self.parked = parked.poll
             return True  # the worker calls put_conn, which lets go (see let_go)

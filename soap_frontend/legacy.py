@@ -23,7 +23,11 @@ RegisterPublisher(Request)         br-2 RegisterPublisher
 wsrl:Destroy                       wsrf-rl:Destroy (any resource kind)
 wsrl:SetTerminationTime            Renew (RequestedTerminationTime → TerminationTime)
 wsrp:GetResourceProperty           wsrf-rp:GetResourceProperty (property QName mapped)
-Pause / Resume (1.0 producer)      refused: PauseFailed / ResumeFailed
+Pause (1.0 producer)               refused: PauseFailed (N10 §8.4 lists "Pause operation
+                                   could not be performed" among its answers)
+Resume (1.0 producer)              ResumeResponse: the producer and its topics are never
+                                   paused, and resuming what is not paused is "no change"
+                                   (N10 §8.5)
 =================================  ==========================================================
 
 Addressing: every element of the older WS-Addressing namespace in the envelope is renamed
@@ -72,7 +76,7 @@ from .xml import (
     text_of,
 )
 
-__all__ = ["LEGACY", "Legacy", "recognise"]
+__all__ = ["LEGACY", "Answered", "Legacy", "recognise"]
 
 _FULL: Final = codec.FULL
 _CONCRETE: Final = codec.CONCRETE
@@ -82,6 +86,15 @@ _DRAFT_DIALECTS: Final = {
     codec.CONCRETE: _D0406 + "Concrete",
     codec.FULL: _D0406 + "Full",
 }
+
+
+class Answered(Exception):
+    """Raised by :meth:`Legacy.to_current` for a request it answers itself (no 1.3 request
+    stands for it): ``element`` is the answer in 1.3 namespaces, translated back as any."""
+
+    def __init__(self, element: etree._Element) -> None:
+        super().__init__("answered")
+        self.element = element
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,11 +172,8 @@ class Legacy:
                 "pausing the whole producer or a topic is not supported; pause a "
                 "subscription (PauseSubscription at its SubscriptionReference)"
             )
-        else:  # producer_resume
-            raise errors.ResumeFailed(
-                "the producer and its topics are never paused; resume a subscription "
-                "(ResumeSubscription at its SubscriptionReference)"
-            )
+        else:  # producer_resume: nothing is paused, so "no change occurs" (N10 §8.5)
+            raise Answered(etree.Element(qname(WSNT, "ResumeResponse")))
         return replace(req, body=body, addressing=addressing, wire=self.version)
 
     @property

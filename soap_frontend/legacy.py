@@ -430,7 +430,12 @@ class Legacy:
                 WSA: self.wsa,
             }
             for old in list(detail):  # a fresh element declaring the draft's prefixes
-                root = self._root(str(old.tag))
+                tag = str(old.tag)
+                if kind == "set_termination_time" and tag == qname(
+                    WSNT, "UnacceptableTerminationTimeFault"
+                ):  # the WSRL draft-01 name of SetTerminationTime's refusal
+                    tag = qname(WSRF_RL, "TerminationTimeChangeRejectedFault")
+                root = self._root(tag)
                 for child in list(old):
                     root.append(child)
                 for attribute, value in old.attrib.items():
@@ -596,6 +601,9 @@ WSN_12_DRAFT: Final = Legacy(
     wsnt=_OASIS_WSN + "wsn-WS-BaseNotification-1.2-draft-01.xsd",
     wsnbr=_OASIS_WSN + "wsn-WS-BrokeredNotification-1.2-draft-01.xsd",
     wsa="http://schemas.xmlsoap.org/ws/2004/03/addressing",
+    # the draft-01 schemas type EPRs as WS-Addressing 2003/03 (as 1.0); Globus Toolkit 4
+    # sends 2004/03: both are read, answers use 2004/03
+    wsa_also=("http://schemas.xmlsoap.org/ws/2003/03/addressing",),
     wsrl=_OASIS_WSRF + "wsrf-WS-ResourceLifetime-1.2-draft-01.xsd",
     wsrp=_OASIS_WSRF + "wsrf-WS-ResourceProperties-1.2-draft-01.xsd",
     wsbf=_OASIS_WSRF + "wsrf-WS-BaseFaults-1.2-draft-01.xsd",

@@ -25,6 +25,7 @@ WS-Addressing 2004/03 (``Subscribe`` with ``TopicExpression/@Dialect``).
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import tempfile
 import uuid
@@ -170,7 +171,7 @@ class Client:
     def notify(self, content: str) -> None:
         """§7.1.1: one NotificationMessage on the examples' topic."""
         v = self.v
-        dialect = f' Dialect="{DRAFT_WSN}TopicExpression/Concrete"' if v is V12 else ""
+        dialect = f' Dialect="{DRAFT_WSN}TopicExpression/Concrete"' if v.name == V12.name else ""
         body = (
             "<wsnt:Notify><wsnt:NotificationMessage>"
             f"<wsnt:Topic{dialect}>tns:ResourcePropertiesValueChanges</wsnt:Topic>"
@@ -419,8 +420,8 @@ def test_older_faults_and_register_publisher(own_server: RunningServer, v: Versi
         past + "</wsrl:RequestedTerminationTime></wsrl:SetTerminationTime>",
         status=500,
     )
-    # (1.2-draft: the 1.3 fault in the draft namespace, a guess: docs/conformance.md W10-13)
-    _assert_fault(env, v, "TerminationTimeChangeRejected", "UnacceptableTerminationTimeFault")
+    # (1.2-draft: WS-ResourceLifetime draft-01's fault of SetTerminationTime)
+    _assert_fault(env, v, "TerminationTimeChangeRejected", "TerminationTimeChangeRejectedFault")
     assert _body(client.post(registration, "Destroy", "<wsrl:Destroy/>")).tag == (
         f"{{{v.wsrl}}}DestroyResponse"
     )
@@ -464,6 +465,33 @@ def test_older_faults_and_register_publisher(own_server: RunningServer, v: Versi
             assert _body(env).tag == f"{{{v.wsnt}}}ResumeResponse"
             assert len(_body(env)) == 0
             assert _header(env, v.wsa, "Action") == f"{v.wsnt}/ResumeResponse"
+
+
+def test_a_draft_client_with_2003_03_addressing(own_server: RunningServer) -> None:
+    """The 1.2 draft-01 schemas type their EPRs as WS-Addressing 2003/03 (Globus Toolkit 4
+    sends 2004/03): a draft Subscribe in 2003/03 addressing is accepted, delivered to, and
+    answered in 2004/03."""
+    sender = dataclasses.replace(V12, wsa=V10.wsa)
+    client = Client(own_server, sender)
+    consumer = ConsumerServer()
+    try:
+        body = (
+            f"<wsnt:Subscribe><wsnt:ConsumerReference><wsa:Address>{consumer.address('/a')}"
+            "</wsa:Address></wsnt:ConsumerReference>"
+            f"<wsnt:TopicExpression{V12.topic_attributes}>tns:ResourcePropertiesValueChanges"
+            "</wsnt:TopicExpression></wsnt:Subscribe>"
+        )
+        answer = _body(client.post(own_server.broker_url, "Subscribe", body))
+        assert answer.tag == f"{{{V12.wsnt}}}SubscribeResponse"
+        address = answer[0].findtext(f"{{{V12.wsa}}}Address")
+        assert address
+        client.notify("in-2003-03")
+        _wait_content(consumer, V12, "/a", "in-2003-03")
+        assert _body(client.post(address, "Destroy", "<wsrl:Destroy/>")).tag == (
+            f"{{{V12.wsrl}}}DestroyResponse"
+        )
+    finally:
+        consumer.close()
 
 
 def test_wsdl_of_each_version(own_server: RunningServer) -> None:

@@ -430,12 +430,7 @@ class Legacy:
                 WSA: self.wsa,
             }
             for old in list(detail):  # a fresh element declaring the draft's prefixes
-                tag = str(old.tag)
-                if kind == "set_termination_time" and tag == qname(
-                    WSNT, "UnacceptableTerminationTimeFault"
-                ):  # the WSRL draft-01 name of SetTerminationTime's refusal
-                    tag = qname(WSRF_RL, "TerminationTimeChangeRejectedFault")
-                root = self._root(tag)
+                root = self._root(_draft_fault_tag(str(old.tag), kind))
                 for child in list(old):
                     root.append(child)
                 for attribute, value in old.attrib.items():
@@ -565,6 +560,28 @@ _EXPRESSION_FAULTS: Final = frozenset(
         "NotifyMessageNotSupportedFault",
     }
 )
+
+
+#: WSRL draft-01 operations: their faults are in the WSRL draft namespace
+_LIFETIME_KINDS: Final = frozenset({"destroy", "set_termination_time"})
+
+
+def _draft_fault_tag(tag: str, kind: str) -> str:
+    """The 1.2-draft name (as a 1.3 Clark name whose namespace is mapped to the draft's
+    afterwards) of the 1.3 fault element ``tag`` answering a request of ``kind``: the
+    names the draft-01 WSDLs declare where they differ from 1.3's."""
+    if tag == qname(WSNT, "TopicExpressionDialectUnknownFault"):
+        return qname(WSNT, "TopicPathDialectUnknownFault")
+    if kind in _LIFETIME_KINDS:
+        if tag == qname(WSNT, "UnacceptableTerminationTimeFault"):
+            return qname(WSRF_RL, "TerminationTimeChangeRejectedFault")
+        if tag == qname(WSNT, "UnableToDestroySubscriptionFault"):
+            return qname(WSRF_RL, "ResourceNotDestroyedFault")
+        if tag == qname(WSRF_R, "ResourceUnknownFault"):
+            return qname(WSRF_RL, "ResourceUnknownFault")
+    elif kind != "get_property" and tag == qname(WSRF_R, "ResourceUnknownFault"):
+        return qname(WSNT, "ResourceUnknownFault")  # the WS-BaseNotification draft's own
+    return tag
 
 
 def _name_10(name: str, kind: str) -> str:

@@ -21,7 +21,8 @@ PauseSubscription(Request)         PauseSubscription
 ResumeSubscription(Request)        ResumeSubscription
 RegisterPublisher(Request)         br-2 RegisterPublisher
 wsrl:Destroy                       wsrf-rl:Destroy (any resource kind)
-wsrl:SetTerminationTime            Renew (RequestedTerminationTime → TerminationTime)
+wsrl:SetTerminationTime            Renew (RequestedTerminationTime → TerminationTime); of a
+                                   registration: its own (N10 §11; br-2 has none)
 wsrp:GetResourceProperty           wsrf-rp:GetResourceProperty (property QName mapped)
 Pause (1.0 producer)               refused: PauseFailed (N10 §8.4 lists "Pause operation
                                    could not be performed" among its answers)

@@ -515,6 +515,15 @@ def test_wsdl_of_each_version(own_server: RunningServer) -> None:
         assert wsdl.get("targetNamespace") == ns
         ops = {op.get("name") for op in wsdl.iter("{http://schemas.xmlsoap.org/wsdl/}operation")}
         assert {"Subscribe", "Notify", "PauseSubscription", "SetTerminationTime"} <= ops
+        registrations = wsdl.find(
+            "{http://schemas.xmlsoap.org/wsdl/}portType[@name='PublisherRegistrationManager']"
+        )
+        assert registrations is not None
+        assert {op.get("name") for op in registrations} == {
+            "Destroy",
+            "SetTerminationTime",
+            "GetResourceProperty",
+        }
         address = wsdl.find(".//{http://schemas.xmlsoap.org/wsdl/soap12/}address")
         assert address is not None and address.get("location") == own_server.broker_url
     current = requests.get(f"{own_server.broker_url}?wsdl&version=1.3", timeout=30)

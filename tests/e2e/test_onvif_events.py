@@ -102,14 +102,20 @@ def notify(gateway: RunningServer, payload: str, topic: str = MOTION) -> None:
 
 
 def post(
-    address: str, body: str, header: str = "", timeout: float = 30.0, **kw: Any
+    address: str,
+    body: str,
+    header: str = "",
+    timeout: float = 30.0,
+    http: Any = requests,
+    **kw: Any,
 ) -> requests.Response:
+    """POST a SOAP 1.2 envelope (``http``: a ``requests.Session`` to keep its connection)."""
     envelope = (
         f'<s:Envelope xmlns:s="{SOAP12}" xmlns:tev="{TEV}" xmlns:wsnt="{WSNT}" '
         f'xmlns:wsa="{WSA}" xmlns:tns1="{TNS1}"><s:Header>{header}</s:Header>'
         f"<s:Body>{body}</s:Body></s:Envelope>"
     )
-    return requests.post(address, data=envelope.encode(), headers=HEADERS, timeout=timeout, **kw)
+    return http.post(address, data=envelope.encode(), headers=HEADERS, timeout=timeout, **kw)
 
 
 def body_of(response: requests.Response) -> etree._Element:
@@ -277,9 +283,13 @@ def _many_waiting_pulls(gateway: RunningServer, **kw: Any) -> None:
     count = 3 * THREADS
     addresses = [create(gateway, **kw) for _ in range(count)]
     answers: dict[str, requests.Response] = {}
+    #: one connection per long poll, kept alive after its answer
+    sessions = {a: requests.Session() for a in addresses}
     threads = [
         threading.Thread(
-            target=lambda a=a: answers.__setitem__(a, pull(a, "PT60S", timeout=90, **kw))
+            target=lambda a=a: answers.__setitem__(
+                a, pull(a, "PT60S", timeout=90, http=sessions[a], **kw)
+            )
         )
         for a in addresses
     ]
@@ -296,8 +306,13 @@ def _many_waiting_pulls(gateway: RunningServer, **kw: Any) -> None:
     for thread in threads:
         thread.join(70)
     assert {a: topics(answers[a]) for a in addresses} == {a: [MOTION] for a in addresses}
-    # the connections of the answered long polls serve their next request
-    assert [topics(pull(a, "PT0S", **kw)) for a in addresses] == [[]] * count
+    # the connections of the answered long polls are kept, and serve their next request
+    assert [answers[a].headers.get("Connection", "keep-alive").lower() for a in addresses] == [
+        "keep-alive"
+    ] * count
+    assert [topics(pull(a, "PT0S", http=sessions[a], **kw)) for a in addresses] == [[]] * count
+    for session in sessions.values():
+        session.close()
 
 
 def publish(gateway: RunningServer, payload: str, **kw: Any) -> None:

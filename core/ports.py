@@ -245,6 +245,12 @@ class BrokerPort(Protocol):
         """The registration; ResourceUnknown when unknown or expired."""
         ...
 
+    def renew_registration(
+        self, registration_id: str, termination: RequestedTime, *, invalid: bool = False
+    ) -> PublisherRegistration:
+        """A new termination time for the registration (WS-N 1.0's SetTerminationTime)."""
+        ...
+
     def destroy_registration(self, registration_id: str) -> None:
         """DestroyRegistration."""
         ...

@@ -32,6 +32,7 @@ from wsnmom.core.model import (
     ExpressionSource,
     PublisherRegistration,
     RegisterPublisherRequest,
+    RequestedTime,
     new_resource_id,
 )
 from wsnmom.core.outbound_policy import AddressRefused
@@ -143,6 +144,20 @@ class Registrations:
     def get(self, registration_id: str) -> PublisherRegistration:
         """The registration (a copy); ResourceUnknown when unknown or expired."""
         return replace(self._ctx.registry.live_registration(registration_id).record)
+
+    def renew(self, registration_id: str, termination: RequestedTime) -> PublisherRegistration:
+        """A new termination time for the registration (WS-ResourceLifetime's
+        SetTerminationTime, which a WS-N 1.0 PublisherRegistrationManager supports: N10
+        §11; br-2 has no such operation)."""
+        ctx = self._ctx
+        state = ctx.registry.live_registration(registration_id)
+        if termination is None:
+            raise errors.UnacceptableTerminationTime("SetTerminationTime needs a time")
+        new_time = ctx.termination(termination, errors.UnacceptableTerminationTime)
+        with ctx.registry.lock:
+            state.record.termination_time = new_time
+            ctx.store.put_registration(state.record)
+        return replace(state.record)
 
     def destroy(self, registration_id: str) -> None:
         """DestroyRegistration (BR §7.2); a demand subscription is unsubscribed."""

@@ -595,6 +595,18 @@ class BrokerService:
         self._guard.registration(registration_id)
         return self.registrations.get(registration_id)
 
+    def renew_registration(
+        self, registration_id: str, termination: RequestedTime, *, invalid: bool = False
+    ) -> PublisherRegistration:
+        """A new termination time for the registration (WS-N 1.0's SetTerminationTime)."""
+        self._gate.require_ready()
+        self._guard.registration(registration_id)
+        if invalid:
+            raise errors.UnacceptableTerminationTime(
+                "TerminationTime is empty or not a dateTime/duration"
+            )
+        return self.registrations.renew(registration_id, termination)
+
     def destroy_registration(self, registration_id: str) -> None:
         """DestroyRegistration (BR §7.2); a demand subscription is unsubscribed."""
         self._gate.require_ready()

@@ -811,8 +811,9 @@ def subscribe_response(sub: Subscription, address: str, now: datetime) -> etree.
     return resp
 
 
-def renew_response(sub: Subscription, now: datetime) -> etree._Element:
-    """RenewResponse: TerminationTime (required), CurrentTime."""
+def renew_response(sub: Subscription | PublisherRegistration, now: datetime) -> etree._Element:
+    """RenewResponse: TerminationTime (required), CurrentTime (also the answer to a WS-N 1.0
+    SetTerminationTime of a registration, translated back)."""
     resp = new(T("RenewResponse"))
     add_time(resp, T("TerminationTime"), sub.termination_time)
     add_time(resp, T("CurrentTime"), now)
@@ -954,10 +955,15 @@ def subscription_properties(sub: Subscription, now: datetime) -> dict[str, Prope
 def registration_properties(
     reg: PublisherRegistration, now: datetime
 ) -> dict[str, PropertyRenderer]:
-    """Resource properties of a publisher registration (PublisherRegistrationRP)."""
+    """Resource properties of a publisher registration (PublisherRegistrationRP + WSRL
+    times, which WS-N 1.0 §11.1 requires of a registration)."""
     return {
         T("CurrentTime"): lambda: [_time_el(T("CurrentTime"), now)],
         T("TerminationTime"): lambda: [_time_el(T("TerminationTime"), reg.termination_time)],
+        qname(WSRF_RL, "CurrentTime"): lambda: [_time_el(qname(WSRF_RL, "CurrentTime"), now)],
+        qname(WSRF_RL, "TerminationTime"): lambda: [
+            _time_el(qname(WSRF_RL, "TerminationTime"), reg.termination_time)
+        ],
         BR("PublisherReference"): lambda: (
             [_shown_epr_el(BR("PublisherReference"), reg.publisher_reference)]
             if reg.publisher_reference

@@ -55,7 +55,7 @@ from .faults import (
 )
 from .hashing import PasswordChecksBusy
 from .identity import AuthenticationFailed
-from .legacy import Legacy, recognise
+from .legacy import Answered, Legacy, recognise
 from .long_poll import PARK, Poll, Poller, WaitFor
 from .message_info import apply_app_headers, messages_header, trace_headers
 from .ratelimit import RateLimiter
@@ -234,6 +234,9 @@ def soap_post(
     if legacy is not None:
         try:
             req = legacy[0].to_current(req, legacy[1])
+        except Answered as answered:  # no 1.3 request stands for it (a producer's Resume)
+            count_request(legacy[1])
+            return _answer(req, answered.element, None, legacy)
         except Exception as exc:
             count_request(legacy[1])
             return _fault(fe, exc, req.version, req.addressing.message_id, legacy)
@@ -556,6 +559,12 @@ def _dispatch(
         return codec.register_publisher_response(
             reg, service.registration_address(reg.id), _broker_address(service)
         )
+    if op is Op.RENEW and req.wire is not WireVersion.WSN_13:
+        registration = _registration_addressed(role, resource_id, req)
+        if registration is not None:  # an older SetTerminationTime of a registration
+            value, invalid = codec.parse_renew(body)
+            reg = service.renew_registration(registration, value, invalid=invalid)
+            return codec.renew_response(reg, now())
     if op in RESOURCE_OPS:
         rid = _resolve(role, resource_id, RESOURCE_OPS[op], req, args)
         return _resource_op(service, op, rid, body)
@@ -564,6 +573,18 @@ def _dispatch(
     if op is Op.DESTROY:
         return _wsrl_destroy(service, role, resource_id, req)
     raise BaseFaultError(f"unsupported operation {op.local}")  # pragma: no cover
+
+
+def _registration_addressed(role: Role, resource_id: str | None, req: SoapRequest) -> str | None:
+    """The registration a request posted to its address (or to the broker with the
+    registration's address in ``wsa:To``) is for; None for any other resource."""
+    if role is Role.REGISTRATION:
+        return resource_id
+    if role is Role.BROKER:
+        found = parse_resource_path(_to_path(req))
+        if found is not None and Role.of(found[0]) is Role.REGISTRATION:
+            return found[1]
+    return None
 
 
 def _wsrl_destroy(

@@ -21,9 +21,14 @@ PauseSubscription(Request)         PauseSubscription
 ResumeSubscription(Request)        ResumeSubscription
 RegisterPublisher(Request)         br-2 RegisterPublisher
 wsrl:Destroy                       wsrf-rl:Destroy (any resource kind)
-wsrl:SetTerminationTime            Renew (RequestedTerminationTime → TerminationTime)
+wsrl:SetTerminationTime            Renew (RequestedTerminationTime → TerminationTime); of a
+                                   registration: its own (N10 §11; br-2 has none)
 wsrp:GetResourceProperty           wsrf-rp:GetResourceProperty (property QName mapped)
-Pause / Resume (1.0 producer)      refused: PauseFailed / ResumeFailed
+Pause (1.0 producer)               refused: PauseFailed (N10 §8.4 lists "Pause operation
+                                   could not be performed" among its answers)
+Resume (1.0 producer)              ResumeResponse: the producer and its topics are never
+                                   paused, and resuming what is not paused is "no change"
+                                   (N10 §8.5)
 =================================  ==========================================================
 
 Addressing: every element of the older WS-Addressing namespace in the envelope is renamed
@@ -72,7 +77,7 @@ from .xml import (
     text_of,
 )
 
-__all__ = ["LEGACY", "Legacy", "recognise"]
+__all__ = ["LEGACY", "Answered", "Legacy", "recognise"]
 
 _FULL: Final = codec.FULL
 _CONCRETE: Final = codec.CONCRETE
@@ -82,6 +87,15 @@ _DRAFT_DIALECTS: Final = {
     codec.CONCRETE: _D0406 + "Concrete",
     codec.FULL: _D0406 + "Full",
 }
+
+
+class Answered(Exception):
+    """Raised by :meth:`Legacy.to_current` for a request it answers itself (no 1.3 request
+    stands for it): ``element`` is the answer in 1.3 namespaces, translated back as any."""
+
+    def __init__(self, element: etree._Element) -> None:
+        super().__init__("answered")
+        self.element = element
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,11 +173,8 @@ class Legacy:
                 "pausing the whole producer or a topic is not supported; pause a "
                 "subscription (PauseSubscription at its SubscriptionReference)"
             )
-        else:  # producer_resume
-            raise errors.ResumeFailed(
-                "the producer and its topics are never paused; resume a subscription "
-                "(ResumeSubscription at its SubscriptionReference)"
-            )
+        else:  # producer_resume: nothing is paused, so "no change occurs" (N10 §8.5)
+            raise Answered(etree.Element(qname(WSNT, "ResumeResponse")))
         return replace(req, body=body, addressing=addressing, wire=self.version)
 
     @property
@@ -420,7 +431,7 @@ class Legacy:
                 WSA: self.wsa,
             }
             for old in list(detail):  # a fresh element declaring the draft's prefixes
-                root = self._root(str(old.tag))
+                root = self._root(_draft_fault_tag(str(old.tag), kind))
                 for child in list(old):
                     root.append(child)
                 for attribute, value in old.attrib.items():
@@ -552,6 +563,28 @@ _EXPRESSION_FAULTS: Final = frozenset(
 )
 
 
+#: WSRL draft-01 operations: their faults are in the WSRL draft namespace
+_LIFETIME_KINDS: Final = frozenset({"destroy", "set_termination_time"})
+
+
+def _draft_fault_tag(tag: str, kind: str) -> str:
+    """The 1.2-draft name (as a 1.3 Clark name whose namespace is mapped to the draft's
+    afterwards) of the 1.3 fault element ``tag`` answering a request of ``kind``: the
+    names the draft-01 WSDLs declare where they differ from 1.3's."""
+    if tag == qname(WSNT, "TopicExpressionDialectUnknownFault"):
+        return qname(WSNT, "TopicPathDialectUnknownFault")
+    if kind in _LIFETIME_KINDS:
+        if tag == qname(WSNT, "UnacceptableTerminationTimeFault"):
+            return qname(WSRF_RL, "TerminationTimeChangeRejectedFault")
+        if tag == qname(WSNT, "UnableToDestroySubscriptionFault"):
+            return qname(WSRF_RL, "ResourceNotDestroyedFault")
+        if tag == qname(WSRF_R, "ResourceUnknownFault"):
+            return qname(WSRF_RL, "ResourceUnknownFault")
+    elif kind != "get_property" and tag == qname(WSRF_R, "ResourceUnknownFault"):
+        return qname(WSNT, "ResourceUnknownFault")  # the WS-BaseNotification draft's own
+    return tag
+
+
 def _name_10(name: str, kind: str) -> str:
     """The 1.0 name of the 1.3 fault ``name`` answering a request of ``kind``."""
     if name in _FAULTS_10:
@@ -586,6 +619,9 @@ WSN_12_DRAFT: Final = Legacy(
     wsnt=_OASIS_WSN + "wsn-WS-BaseNotification-1.2-draft-01.xsd",
     wsnbr=_OASIS_WSN + "wsn-WS-BrokeredNotification-1.2-draft-01.xsd",
     wsa="http://schemas.xmlsoap.org/ws/2004/03/addressing",
+    # the draft-01 schemas type EPRs as WS-Addressing 2003/03 (as 1.0); Globus Toolkit 4
+    # sends 2004/03: both are read, answers use 2004/03
+    wsa_also=("http://schemas.xmlsoap.org/ws/2003/03/addressing",),
     wsrl=_OASIS_WSRF + "wsrf-WS-ResourceLifetime-1.2-draft-01.xsd",
     wsrp=_OASIS_WSRF + "wsrf-WS-ResourceProperties-1.2-draft-01.xsd",
     wsbf=_OASIS_WSRF + "wsrf-WS-BaseFaults-1.2-draft-01.xsd",

@@ -9,7 +9,8 @@ the broker's public base URL:
   RegisterPublisher, GetResourceProperty;
 * SubscriptionManager (subscriptions): PauseSubscription, ResumeSubscription, Destroy,
   SetTerminationTime, GetResourceProperty;
-* PublisherRegistrationManager (registrations): Destroy, GetResourceProperty.
+* PublisherRegistrationManager (registrations): Destroy, SetTerminationTime,
+  GetResourceProperty.
 
 The types are declared inline with open content (``xsd:any`` lax): the 1.0 specification's
 own schema cannot be served as printed (its extraction is garbled and it misspells
@@ -107,7 +108,7 @@ def _operations(legacy: Legacy) -> dict[str, tuple[tuple[_Op, ...], str]]:
             kind_path(ResourceKind.SUBSCRIPTION),
         ),
         "PublisherRegistrationManager": (
-            (destroy, get_rp),
+            (destroy, set_tt, get_rp),
             kind_path(ResourceKind.REGISTRATION),
         ),
     }

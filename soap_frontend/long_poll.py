@@ -7,14 +7,15 @@ deadline.  One :class:`Poller` thread per application tries every waiting poll a
 
 How the request's thread is let go depends on the HTTP server:
 
-* A server that can park a request (``wsnmom.parking`` for waitress) puts a callable in the
+* A server that can park a request (``wsnmom.parking`` for waitress, ``wsnmom.tls_parking``
+  for cheroot, the HTTPS server) puts a callable in the
   WSGI environ under :data:`PARK`.  The view calls it with the poll; it raises
   :class:`Parked`, which unwinds the application and leaves the request unanswered on its
   connection, and the server then hands the poll to the poller (``Poll.begin``).  When the
   poll answers, ``Poll.resume`` asks the server to run the request again: the environ then
   holds the finished poll under :data:`RESUMED`, and the view answers its reply at once.
-* Any other server (cheroot for TLS, test clients): the view waits on its own thread for
-  the poller's answer (:meth:`Poller.wait`).
+* Any other server (test clients): the view waits on its own thread for the poller's
+  answer (:meth:`Poller.wait`).
 """
 
 from __future__ import annotations

@@ -206,7 +206,28 @@ def pattern_covers(outer: PathPattern, inner: PathPattern) -> bool:
     ``a//*``).  Sound: True only when the inclusion holds."""
     if outer.namespace != inner.namespace:
         return False
-    return _covers(outer.segments, inner.segments)
+    return _covers(_canonical(outer.segments), _canonical(inner.segments))
+
+
+def _canonical(segments: tuple[Segment, ...]) -> tuple[Segment, ...]:
+    """``segments`` with each run of wildcards that holds a ``//`` written as its ``*``
+    steps first and one ``//`` last: the same topics (a run with k ``*`` and a ``//``
+    is "at least k levels", whatever their order), in the one form :func:`_covers`
+    compares step by step (so ``//*``, "one level or more", covers ``a//.``)."""
+    out: list[Segment] = []
+    run: list[Segment] = []
+    for seg in (*segments, None):
+        if seg is ANY or seg is DEEP:
+            run.append(seg)
+            continue
+        if DEEP in run:
+            out.extend([ANY] * run.count(ANY) + [DEEP])
+        else:
+            out.extend(run)
+        run = []
+        if seg is not None:
+            out.append(seg)
+    return tuple(out)
 
 
 def _covers(outer: tuple[Segment, ...], inner: tuple[Segment, ...]) -> bool:

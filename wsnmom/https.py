@@ -179,6 +179,8 @@ def create_tls_server(
     by ``guard``.  ``start()`` serves until ``stop()``."""
     from cheroot import wsgi
 
+    from wsnmom.tls_parking import ParkingConnection, ParkingGateway, let_go
+
     context = tls_context(settings)
     first, extra = sockets[0], sockets[1:]
     for sock in extra:
@@ -192,8 +194,10 @@ def create_tls_server(
 
     class Server(wsgi.Server):
         """Serves on the socket the gateway bound at start (no second bind); connections
-        go through the ingress before each request (``wsnmom.tls_ingress``)."""
+        go through the ingress before each request (``wsnmom.tls_ingress``); a long poll
+        waits without its worker (``wsnmom.tls_parking``)."""
 
+        ConnectionClass = ParkingConnection
         ingress: Ingress
 
         def bind(self, family: int, type: int, proto: int = 0) -> None:
@@ -215,6 +219,8 @@ def create_tls_server(
             self.ingress.accept(conn)  # a new connection: its handshake and first request
 
         def put_conn(self, conn: Any) -> None:
+            if let_go(conn):
+                return  # parked: back to a worker when its long poll answers
             if self.ready:
                 self.ingress.add(conn)  # kept alive: its next request
             else:
@@ -239,6 +245,7 @@ def create_tls_server(
         shutdown_timeout=5,
     )
     server.max_request_body_size = settings.max_request_bytes
+    server.gateway = ParkingGateway
     certfile = str(settings.tls.certfile)
     server.ssl_adapter = _adapter_class()(
         context, settings.auth.tls_identity, certfile, settings.tls.keyfile or certfile, guard

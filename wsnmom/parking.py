@@ -22,7 +22,8 @@ connections a channel class that can *park* a request instead:
 
 This relies on waitress's channel and task classes (``waitress.channel.HTTPChannel``,
 ``waitress.task.WSGITask``), which the pinned major version (3.x) keeps stable; the
-tests in tests/soap_frontend/test_onvif_long_poll.py fail if it stops working.
+tests in tests/soap_frontend/test_long_poll.py and tests/e2e/test_onvif_events.py fail if it
+stops working.
 """
 
 from __future__ import annotations

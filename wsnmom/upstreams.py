@@ -119,6 +119,8 @@ class _Held:
     backoff: float = 0.0
     error: str | None = None
     subscribes: int = 0
+    #: Renews the producer granted (of every subscription made)
+    renews: int = 0
     relayed: int = 0
     refused: int = 0
     last_notify: datetime | None = None
@@ -264,6 +266,7 @@ class UpstreamRelay:
             "expires": _iso(h.expires),
             "error": h.error,
             "subscribes": h.subscribes,
+            "renews": h.renews,
             "relayed": h.relayed,
             "refused": h.refused,
             "last_notify": _iso(h.last_notify),
@@ -451,6 +454,7 @@ class UpstreamRelay:
             return
         h.expires = granted or _after(h.spec.lifetime)
         h.last_renew = time.monotonic()
+        h.renews += 1
         h.state, h.error, h.backoff, h.next_try = "subscribed", None, 0.0, 0.0
 
     def _failed(self, h: _Held, why: str) -> None:

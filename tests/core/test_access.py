@@ -19,9 +19,11 @@ from wsnmom.core.model import (
     RegisterPublisherRequest,
 )
 from wsnmom.core.service import BrokerService
-from wsnmom.topic_mapping.model import DEEP, PathPattern
+from wsnmom.soap_frontend.credentials import parse_acl
+from wsnmom.topic_mapping.dialects import ONVIF_CONCRETE_SET
+from wsnmom.topic_mapping.model import DEEP, PathPattern, pattern_covers
 
-from .conftest import NS, Broker, concrete, full, note, simple, sub_req
+from .conftest import NS, NSMAP, Broker, ExpressionSource, concrete, full, note, simple, sub_req
 
 ALICE = Principal("alice", method="basic")
 BOB = Principal("bob", method="basic")
@@ -256,6 +258,49 @@ def test_notify_and_register_acl(service: BrokerService) -> None:
             service.subscribe(
                 sub_req(topic=simple("t:sensors"), subscription_end_topic=simple("t:ends"))
             )
+
+
+def concrete_set(text: str, ns: dict[str | None, str] | None = None) -> ExpressionSource:
+    return ExpressionSource(ONVIF_CONCRETE_SET, text, dict(ns or NSMAP))
+
+
+#: an identity whose ACLs are the whole namespace, written as operators write it
+#: (``{ns}//*`` in users.toml: every topic of the namespace, at any depth)
+WHOLE_NAMESPACE = Principal(
+    "camera-app",
+    subscribe=parse_acl([f"{{{NS}}}//*"], "subscribe"),
+    notify=parse_acl([f"{{{NS}}}//*"], "notify"),
+    method="wsse",
+)
+
+
+def test_a_whole_namespace_acl_covers_onvif_concrete_sets(service: BrokerService) -> None:
+    """ONVIF's ConcreteSet dialect (``a//.``: a topic and everything below it, and unions
+    of such paths) within a ``{ns}//*`` ACL: every ConcreteSet expression of the namespace
+    is allowed, for Subscribe, RegisterPublisher and Notify."""
+    with as_(WHOLE_NAMESPACE):
+        for allowed in ("t:sensors//.", "t:sensors/room1|t:alarms//.", "t:sensors"):
+            service.subscribe(sub_req(topic=concrete_set(allowed)))
+            service.register_publisher(RegisterPublisherRequest(None, (concrete_set(allowed),)))
+        service.notify([note("<ok/>", concrete_set("t:sensors/room1"))])
+        with pytest.raises(errors.SubscribeCreationFailed):  # another namespace
+            service.subscribe(sub_req(topic=concrete_set("o:x//.", {"o": "urn:other"})))
+    # SENSORS publishes on sensors/room1 only: a subtree is more than that
+    with as_(SENSORS), pytest.raises(errors.PublisherRegistrationRejected):
+        service.register_publisher(RegisterPublisherRequest(None, (concrete_set("t:sensors//."),)))
+
+
+def test_a_subtree_acl_leaves_out_its_root() -> None:
+    """``a//*`` (below a) does not cover ONVIF's ``a//.`` (a and below), ``*//*`` (two
+    levels or more) does not cover ``a//.`` either; ``//*`` and ``a//.`` do."""
+    below = parse_acl([f"{{{NS}}}sensors//*"], "acl")[0]
+    two_levels = parse_acl([f"{{{NS}}}*//*"], "acl")[0]
+    subtree = PathPattern(NS, ("sensors", DEEP))
+    assert not pattern_covers(below, subtree)
+    assert not pattern_covers(two_levels, subtree)
+    assert pattern_covers(parse_acl([f"{{{NS}}}//*"], "acl")[0], subtree)
+    assert pattern_covers(parse_acl([f"{{{NS}}}*//."], "acl")[0], subtree)
+    assert pattern_covers(subtree, below)
 
 
 def test_current_message_and_topic_lists_follow_the_acl(service: BrokerService) -> None:

@@ -161,3 +161,30 @@ def test_expired_subscription_delivers_nothing_before_the_sweep(
     service.notify([note("<late/>", simple("t:late"))])
     assert not outbound.wait(lambda: bool(outbound.attempts), timeout=0.5)
     assert service.get_messages(pp.id, None) == []
+
+
+def test_renew_registration(broker: Broker, clock: FakeClock) -> None:
+    """A registration's new termination time (WS-N 1.0's SetTerminationTime of a
+    PublisherRegistration): the Renew rules, kept in the store, and it postpones expiry."""
+    service = broker.service
+    assert service is not None
+    reg = service.register_publisher(
+        RegisterPublisherRequest(None, initial_termination_time=timedelta(seconds=10))
+    )
+    renewed = service.renew_registration(reg.id, timedelta(hours=1))
+    assert renewed.termination_time == clock() + timedelta(hours=1)
+    stored = service.store.get_registration(reg.id)
+    assert stored is not None and stored.termination_time == renewed.termination_time
+    for refused in (clock() - timedelta(seconds=1), timedelta(days=400), None):
+        with pytest.raises(errors.UnacceptableTerminationTime):
+            service.renew_registration(reg.id, refused)
+    with pytest.raises(errors.UnacceptableTerminationTime):
+        service.renew_registration(reg.id, None, invalid=True)
+    with pytest.raises(errors.ResourceUnknown):
+        service.renew_registration("nope", timedelta(hours=1))
+    clock.advance(seconds=30)  # past the first termination time: still registered
+    service.sweep()
+    assert service.get_registration(reg.id).termination_time == renewed.termination_time
+    clock.advance(seconds=3600)
+    with pytest.raises(errors.ResourceUnknown):
+        service.renew_registration(reg.id, timedelta(hours=1))

@@ -31,9 +31,11 @@ from onvif import ONVIFService
 from tests.fixtures.server import (
     ConsumerServer,
     RunningServer,
+    free_port,
     kafka_gateway_url,
     mqtt_gateway_url,
 )
+from tests.support.tls import Certificates, TlsGateway
 from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.e2e]
@@ -99,13 +101,21 @@ def notify(gateway: RunningServer, payload: str, topic: str = MOTION) -> None:
         wsn.notify(payload, topic)
 
 
-def post(address: str, body: str, header: str = "", timeout: float = 30.0) -> requests.Response:
+def post(
+    address: str,
+    body: str,
+    header: str = "",
+    timeout: float = 30.0,
+    http: Any = requests,
+    **kw: Any,
+) -> requests.Response:
+    """POST a SOAP 1.2 envelope (``http``: a ``requests.Session`` to keep its connection)."""
     envelope = (
         f'<s:Envelope xmlns:s="{SOAP12}" xmlns:tev="{TEV}" xmlns:wsnt="{WSNT}" '
         f'xmlns:wsa="{WSA}" xmlns:tns1="{TNS1}"><s:Header>{header}</s:Header>'
         f"<s:Body>{body}</s:Body></s:Envelope>"
     )
-    return requests.post(address, data=envelope.encode(), headers=HEADERS, timeout=timeout)
+    return http.post(address, data=envelope.encode(), headers=HEADERS, timeout=timeout, **kw)
 
 
 def body_of(response: requests.Response) -> etree._Element:
@@ -115,13 +125,14 @@ def body_of(response: requests.Response) -> etree._Element:
     return found[0]
 
 
-def create(gateway: RunningServer, filter_xml: str = "", itt: str = "PT60S") -> str:
+def create(gateway: RunningServer, filter_xml: str = "", itt: str = "PT60S", **kw: Any) -> str:
     """A pull-point subscription made with a raw envelope; its address."""
     r = post(
         f"{gateway.base_url}/onvif/event_service",
         f"<tev:CreatePullPointSubscription>{filter_xml}"
         f"<tev:InitialTerminationTime>{itt}</tev:InitialTerminationTime>"
         "</tev:CreatePullPointSubscription>",
+        **kw,
     )
     assert r.status_code == 200, r.text
     return str(body_of(r).findtext("tev:SubscriptionReference/wsa:Address", namespaces=NS))
@@ -255,9 +266,9 @@ def test_message_limit_bounds_one_answer(gateway: RunningServer) -> None:
     assert got == [MOTION] * 3
 
 
-def pulls_received(gateway: RunningServer) -> float:
+def pulls_received(gateway: RunningServer, **kw: Any) -> float:
     """PullMessages requests the gateway has received (its request metric)."""
-    text = requests.get(f"{gateway.base_url}/metrics", timeout=10).text
+    text = requests.get(f"{gateway.base_url}/metrics", timeout=10, **kw).text
     found = re.search(r'wsnmom_requests_total\{operation="onvif:PullMessages"\} (\S+)', text)
     return float(found.group(1)) if found else 0.0
 
@@ -265,24 +276,84 @@ def pulls_received(gateway: RunningServer) -> float:
 def test_waiting_pulls_hold_no_request_thread(gateway: RunningServer) -> None:
     """Three times as many long polls as the gateway has request threads wait at once, and
     the gateway still answers other requests; one notification answers them all."""
+    _many_waiting_pulls(gateway)
+
+
+def _many_waiting_pulls(gateway: RunningServer, **kw: Any) -> None:
     count = 3 * THREADS
-    addresses = [create(gateway) for _ in range(count)]
+    addresses = [create(gateway, **kw) for _ in range(count)]
     answers: dict[str, requests.Response] = {}
+    #: one connection per long poll, kept alive after its answer
+    sessions = {a: requests.Session() for a in addresses}
     threads = [
-        threading.Thread(target=lambda a=a: answers.__setitem__(a, pull(a, "PT60S", timeout=90)))
+        threading.Thread(
+            target=lambda a=a: answers.__setitem__(
+                a, pull(a, "PT60S", timeout=90, http=sessions[a], **kw)
+            )
+        )
         for a in addresses
     ]
     for thread in threads:
         thread.start()
 
-    wait_until(lambda: pulls_received(gateway) >= count, 30, what="the long polls to arrive")
-    r = post(f"{gateway.base_url}/onvif/event_service", "<tev:GetEventProperties/>", timeout=20)
+    wait_until(lambda: pulls_received(gateway, **kw) >= count, 30, what="the long polls to arrive")
+    r = post(
+        f"{gateway.base_url}/onvif/event_service", "<tev:GetEventProperties/>", timeout=20, **kw
+    )
     assert r.status_code == 200
     assert all(t.is_alive() for t in threads)  # answered while every long poll still waits
-    notify(gateway, motion("true"))
+    publish(gateway, motion("true"), **kw)
     for thread in threads:
         thread.join(70)
     assert {a: topics(answers[a]) for a in addresses} == {a: [MOTION] for a in addresses}
+    # the connections of the answered long polls are kept, and serve their next request
+    assert [answers[a].headers.get("Connection", "keep-alive").lower() for a in addresses] == [
+        "keep-alive"
+    ] * count
+    assert [topics(pull(a, "PT0S", http=sessions[a], **kw)) for a in addresses] == [[]] * count
+    for session in sessions.values():
+        session.close()
+
+
+def publish(gateway: RunningServer, payload: str, **kw: Any) -> None:
+    """Notify with a raw envelope (``kw``: the requests options, ``verify`` for HTTPS)."""
+    r = requests.post(
+        gateway.broker_url,
+        data=(
+            f'<s:Envelope xmlns:s="{SOAP12}" xmlns:wsnt="{WSNT}" xmlns:tns1="{TNS1}"><s:Body>'
+            "<wsnt:Notify><wsnt:NotificationMessage><wsnt:Topic Dialect="
+            f'"http://docs.oasis-open.org/wsn/t-1/TopicExpression/Concrete">{MOTION}</wsnt:Topic>'
+            f"<wsnt:Message>{payload}</wsnt:Message></wsnt:NotificationMessage></wsnt:Notify>"
+            "</s:Body></s:Envelope>"
+        ).encode(),
+        headers=HEADERS,
+        timeout=30,
+        **kw,
+    )
+    assert r.status_code == 202, r.text
+
+
+def test_waiting_pulls_hold_no_request_thread_over_https() -> None:
+    """Over HTTPS (cheroot, ``wsnmom.tls_parking``) as over HTTP: three times as many long
+    polls as request threads wait, another request is answered meanwhile, and each
+    connection serves its next request after its answer."""
+    data_dir = Path(tempfile.mkdtemp(prefix="wsnmom-onvif-https-"))
+    certs = Certificates(data_dir)
+    server = TlsGateway(
+        "embedded",
+        f"embedded://{data_dir / 'mw'}",
+        data_dir,
+        free_port(),
+        extra_env={"WSNMOM_THREADS": str(THREADS)},
+        certs=certs,
+        mutual=False,
+    )
+    server.start()
+    try:
+        _many_waiting_pulls(server, verify=certs.path("ca"))
+    finally:
+        server.stop()
+        shutil.rmtree(data_dir, ignore_errors=True)
 
 
 def test_concrete_set_filter_selects_topics(gateway: RunningServer) -> None:

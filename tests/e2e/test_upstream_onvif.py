@@ -17,7 +17,7 @@ import tempfile
 import threading
 import uuid
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -241,3 +241,108 @@ def test_the_onvif_client_pulls_renews_and_unsubscribes_with_a_digest_token(
                 sub.pull_messages(timedelta(0), 1)
     finally:
         camera.stop()
+
+
+#: the lifetime the relay asks of the camera: renewed when a third of it is left (3 s,
+#: with a pass a second), long before the default check_interval (30 s) would renew it
+SHORT_LIFETIME = 9
+
+
+def test_onvif_pull_mode_renews_before_expiry_and_events_keep_flowing(
+    workdir: Path, mqtt_url: str
+) -> None:
+    """The relay's pull-point subscription at the camera lives 9 s: the relay renews it
+    (Renew with a PasswordDigest UsernameToken) before it expires, the camera keeps the one
+    subscription, and events sent past its first and its second termination time reach
+    MQTT, each once."""
+    users = workdir / "users.toml"
+    users.write_text('[users.relay]\nwsse_password = "cam-pw"\n')
+    users.chmod(0o600)
+    token = "admin-" + uuid.uuid4().hex
+    camera = _camera(workdir / "cam", users, token)
+    camera.start()
+    tag = uuid.uuid4().hex[:10]
+    relay = RunningServer("mqtt", mqtt_gateway_url(mqtt_url, tag), workdir / "relay")
+    relay.start()
+    got: list[mqtt.MQTTMessage] = []
+    subscribed = threading.Event()
+    client = native_client(mqtt_url, "5")
+    client.on_message = lambda c, u, message: got.append(message)
+    client.on_subscribe = lambda *args: subscribed.set()
+    try:
+        client.subscribe(f"g{tag}/#", qos=1)
+        assert subscribed.wait(10)
+        added = _cli(
+            relay,
+            "upstream",
+            "add",
+            "cam",
+            camera.base_url + "/onvif/event_service",
+            "--mode",
+            "onvif-pull",
+            "--topic",
+            f"tns1:{MOTION}",
+            "--dialect",
+            "concrete_set",
+            "--topic-ns",
+            f"tns1={ONVIF_TOPICS}",
+            "--remote-user",
+            "relay",
+            "--remote-password",
+            "cam-pw",
+            "--remote-wsse",
+            "digest",
+            "--lifetime",
+            f"PT{SHORT_LIFETIME}S",
+        )
+        assert added.returncode == 0, added.stderr
+        wait_until(
+            lambda: _state(relay)["state"] == "subscribed",
+            timeout=30,
+            what="the pull-point subscription at the camera",
+        )
+        first = _state(relay)
+        first_end = datetime.fromisoformat(first["expires"])
+        assert first["renews"] == 0 and first_end - datetime.now(UTC) <= timedelta(
+            seconds=SHORT_LIFETIME
+        )
+        _motion(camera, token, 1)
+        wait_until(lambda: len(got) == 1, timeout=30, what="the first motion event in MQTT")
+
+        # past the first termination time, renewed: the next event still comes through
+        wait_until(
+            lambda: datetime.now(UTC) > first_end and _state(relay)["renews"] >= 1,
+            timeout=60,
+            what="the first termination time to pass",
+        )
+        renewed = _state(relay)
+        assert datetime.fromisoformat(renewed["expires"]) > first_end
+        _motion(camera, token, 2)
+        wait_until(lambda: len(got) == 2, timeout=30, what="the event after the first Renew")
+
+        # and past the renewed termination time too
+        second_end = datetime.fromisoformat(renewed["expires"])
+        wait_until(
+            lambda: datetime.now(UTC) > second_end and _state(relay)["renews"] >= 2,
+            timeout=60,
+            what="the renewed termination time to pass",
+        )
+        _motion(camera, token, 3)
+        wait_until(lambda: len(got) == 3, timeout=30, what="the event after the second Renew")
+        # the sentinel: a fourth event after them, so a duplicate would be in by now
+        _motion(camera, token, 4)
+        wait_until(lambda: len(got) >= 4, timeout=30, what="the sentinel")
+
+        final = _state(relay)
+        assert (final["state"], final["subscribes"], final["error"]) == ("subscribed", 1, None)
+        assert _subscriptions_at(camera, token) == 1  # renewed, never made again
+    finally:
+        close_client(client)
+        relay.stop()
+        camera.stop()
+    numbers = [
+        int(etree.fromstring(m.payload).find(".//{*}Source/{*}SimpleItem").get("Value"))
+        for m in got
+    ]
+    assert numbers == [1, 2, 3, 4]
+    assert all(m.topic.endswith("/" + MOTION) for m in got)

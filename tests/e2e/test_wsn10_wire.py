@@ -25,6 +25,7 @@ WS-Addressing 2004/03 (``Subscribe`` with ``TopicExpression/@Dialect``).
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import tempfile
 import uuid
@@ -170,7 +171,7 @@ class Client:
     def notify(self, content: str) -> None:
         """§7.1.1: one NotificationMessage on the examples' topic."""
         v = self.v
-        dialect = f' Dialect="{DRAFT_WSN}TopicExpression/Concrete"' if v is V12 else ""
+        dialect = f' Dialect="{DRAFT_WSN}TopicExpression/Concrete"' if v.name == V12.name else ""
         body = (
             "<wsnt:Notify><wsnt:NotificationMessage>"
             f"<wsnt:Topic{dialect}>tns:ResourcePropertiesValueChanges</wsnt:Topic>"
@@ -347,7 +348,7 @@ def test_older_client_lifecycle_survives_a_restart(own_server: RunningServer, v:
         answer = client.manage(address, ref, "<wsrl:Destroy/>", "Destroy")
         assert answer.tag == f"{{{v.wsrl}}}DestroyResponse"
         env = client.post(address, "PauseSubscriptionRequest", pause, headers=ref, status=500)
-        _assert_fault(env, v, "UnknownResource", "ResourceUnknownFault")
+        _assert_fault(env, v, "UnknownResource", "ResourceUnknownFault", v.wsnt)
         client.manage(other, other_ref, "<wsrl:Destroy/>", "Destroy")
     finally:
         consumer.close()
@@ -366,6 +367,17 @@ def test_older_faults_and_register_publisher(own_server: RunningServer, v: Versi
         status=500,
     )
     _assert_fault(env, v, "SubscribeCreationFailed", "SubscribeCreationFailedFault")
+    # a topic expression in a dialect nobody knows (the drafts' name for the fault differs
+    # from 1.3's TopicExpressionDialectUnknownFault)
+    env = client.post(
+        broker,
+        "SubscribeRequest",
+        f"<wsnt:{v.subscribe}><wsnt:ConsumerReference><wsa:Address>http://127.0.0.1:9/c"
+        f'</wsa:Address></wsnt:ConsumerReference><wsnt:{v.topic_element} Dialect="urn:x:none">'
+        f"tns:t1</wsnt:{v.topic_element}></wsnt:{v.subscribe}>",
+        status=500,
+    )
+    _assert_fault(env, v, "SubscribeCreationFailed", "TopicPathDialectUnknownFault", v.wsnt)
     # GetCurrentMessage on a topic nothing was published on
     env = client.post(
         broker,
@@ -390,6 +402,39 @@ def test_older_faults_and_register_publisher(own_server: RunningServer, v: Versi
     assert [c.tag for c in answer] == [f"{{{v.wsnbr}}}PublisherRegistrationReference"]
     registration = answer[0].findtext(f"{{{v.wsa}}}Address")
     assert registration
+    # scheduled destruction of the registration (N10 §11: WS-ResourceLifetime's
+    # SetTerminationTime at the PublisherRegistrationManager), read back as a property
+    wanted = (datetime.now(UTC) + timedelta(hours=3)).replace(microsecond=0)
+    answer = _body(
+        client.post(
+            registration,
+            "SetTerminationTime",
+            "<wsrl:SetTerminationTime><wsrl:RequestedTerminationTime>"
+            f"{wanted.strftime('%Y-%m-%dT%H:%M:%SZ')}"
+            "</wsrl:RequestedTerminationTime></wsrl:SetTerminationTime>",
+        )
+    )
+    assert answer.tag == f"{{{v.wsrl}}}SetTerminationTimeResponse"
+    assert _time(answer.findtext(f"{{{v.wsrl}}}NewTerminationTime")) == wanted
+    prop = _body(
+        client.post(
+            registration,
+            "GetResourceProperty",
+            "<wsrp:GetResourceProperty>wsrl:TerminationTime</wsrp:GetResourceProperty>",
+        )
+    )
+    assert _time(prop.findtext(f"{{{v.wsrl}}}TerminationTime")) == wanted
+    past = "<wsrl:SetTerminationTime><wsrl:RequestedTerminationTime>2004-01-01T00:00:00Z"
+    env = client.post(
+        registration,
+        "SetTerminationTime",
+        past + "</wsrl:RequestedTerminationTime></wsrl:SetTerminationTime>",
+        status=500,
+    )
+    # (1.2-draft: WS-ResourceLifetime draft-01's fault of SetTerminationTime)
+    _assert_fault(
+        env, v, "TerminationTimeChangeRejected", "TerminationTimeChangeRejectedFault", v.wsrl
+    )
     assert _body(client.post(registration, "Destroy", "<wsrl:Destroy/>")).tag == (
         f"{{{v.wsrl}}}DestroyResponse"
     )
@@ -410,10 +455,56 @@ def test_older_faults_and_register_publisher(own_server: RunningServer, v: Versi
         status=500,
     )
     _assert_fault(env, v, "InvalidResourceProperty", "InvalidResourcePropertyQNameFault")
-    # a 1.0 producer-wide Pause is refused with PauseFailed
+    # a 1.0 producer-wide Pause is refused with PauseFailed ("Pause operation could not be
+    # performed", N10 §8.4); Resume, of the producer or of a topic, is "no change" (§8.5),
+    # as nothing is paused: ResumeResponse
     if v is V10:
         env = client.post(broker, "PauseRequest", "<wsnt:PauseRequest/>", status=500)
         _assert_fault(env, v, "PauseFailed", "PauseFailedFault")
+        env = client.post(
+            broker,
+            "PauseRequest",
+            "<wsnt:PauseRequest><wsnt:Topic>tns:ResourcePropertiesValueChanges</wsnt:Topic>"
+            "</wsnt:PauseRequest>",
+            status=500,
+        )
+        _assert_fault(env, v, "PauseFailed", "PauseFailedFault")
+        for body in (
+            "<wsnt:ResumeRequest/>",
+            "<wsnt:ResumeRequest><wsnt:Topic>tns:ResourcePropertiesValueChanges</wsnt:Topic>"
+            "</wsnt:ResumeRequest>",
+        ):
+            env = client.post(broker, "ResumeRequest", body)
+            assert _body(env).tag == f"{{{v.wsnt}}}ResumeResponse"
+            assert len(_body(env)) == 0
+            assert _header(env, v.wsa, "Action") == f"{v.wsnt}/ResumeResponse"
+
+
+def test_a_draft_client_with_2003_03_addressing(own_server: RunningServer) -> None:
+    """The 1.2 draft-01 schemas type their EPRs as WS-Addressing 2003/03 (Globus Toolkit 4
+    sends 2004/03): a draft Subscribe in 2003/03 addressing is accepted, delivered to, and
+    answered in 2004/03."""
+    sender = dataclasses.replace(V12, wsa=V10.wsa)
+    client = Client(own_server, sender)
+    consumer = ConsumerServer()
+    try:
+        body = (
+            f"<wsnt:Subscribe><wsnt:ConsumerReference><wsa:Address>{consumer.address('/a')}"
+            "</wsa:Address></wsnt:ConsumerReference>"
+            f"<wsnt:TopicExpression{V12.topic_attributes}>tns:ResourcePropertiesValueChanges"
+            "</wsnt:TopicExpression></wsnt:Subscribe>"
+        )
+        answer = _body(client.post(own_server.broker_url, "Subscribe", body))
+        assert answer.tag == f"{{{V12.wsnt}}}SubscribeResponse"
+        address = answer[0].findtext(f"{{{V12.wsa}}}Address")
+        assert address
+        client.notify("in-2003-03")
+        _wait_content(consumer, V12, "/a", "in-2003-03")
+        assert _body(client.post(address, "Destroy", "<wsrl:Destroy/>")).tag == (
+            f"{{{V12.wsrl}}}DestroyResponse"
+        )
+    finally:
+        consumer.close()
 
 
 def test_wsdl_of_each_version(own_server: RunningServer) -> None:
@@ -424,6 +515,15 @@ def test_wsdl_of_each_version(own_server: RunningServer) -> None:
         assert wsdl.get("targetNamespace") == ns
         ops = {op.get("name") for op in wsdl.iter("{http://schemas.xmlsoap.org/wsdl/}operation")}
         assert {"Subscribe", "Notify", "PauseSubscription", "SetTerminationTime"} <= ops
+        registrations = wsdl.find(
+            "{http://schemas.xmlsoap.org/wsdl/}portType[@name='PublisherRegistrationManager']"
+        )
+        assert registrations is not None
+        assert {op.get("name") for op in registrations} == {
+            "Destroy",
+            "SetTerminationTime",
+            "GetResourceProperty",
+        }
         address = wsdl.find(".//{http://schemas.xmlsoap.org/wsdl/soap12/}address")
         assert address is not None and address.get("location") == own_server.broker_url
     current = requests.get(f"{own_server.broker_url}?wsdl&version=1.3", timeout=30)
@@ -437,7 +537,11 @@ def _time(text: str | None) -> datetime:
     return datetime.fromisoformat(text.replace("Z", "+00:00")).replace(microsecond=0)
 
 
-def _assert_fault(env: etree._Element, v: Version, name10: str, name12: str) -> None:
+def _assert_fault(
+    env: etree._Element, v: Version, name10: str, name12: str, ns12: str | None = None
+) -> None:
+    """A fault of version ``v``: 1.0's ErrorMessage starting with ``name10``, or the
+    1.2-draft element ``name12`` (in ``ns12`` when given, else in a draft namespace)."""
     fault = _body(env)
     assert fault.tag == f"{{{S12}}}Fault"
     detail = fault.find(f"{{{S12}}}Detail")
@@ -448,3 +552,5 @@ def _assert_fault(env: etree._Element, v: Version, name10: str, name12: str) -> 
     else:
         assert detail[0].tag.rsplit("}", 1)[1] == name12
         assert detail[0].tag.startswith(("{" + DRAFT_WSN, "{" + DRAFT_WSRF))
+        if ns12 is not None:
+            assert detail[0].tag == f"{{{ns12}}}{name12}"

@@ -263,6 +263,15 @@ class FakeService:
         except KeyError:
             raise errors.ResourceUnknown(f"no registration {rid}") from None
 
+    def renew_registration(
+        self, rid: str, termination: Any, *, invalid: bool = False
+    ) -> PublisherRegistration:
+        reg = self.get_registration(rid)
+        reg.termination_time = self._termination(
+            termination, invalid, errors.UnacceptableTerminationTime
+        )
+        return reg
+
     def destroy_registration(self, rid: str) -> None:
         self.get_registration(rid)
         del self.regs[rid]

@@ -52,24 +52,71 @@ Connection String
     options may also be given as query arguments: ``prefetch``, ``queue_type``,
     ``instance``.
 
-Parts (one job each; this module is the facade that implements core's ``Adapter`` by
-delegating to them)
-    * ``options``: the declared options, the URL's query, pika's connection parameters.
-    * ``names`` (``RabbitMQNames``): topic <-> exchange and routing key.
-    * ``declarations`` (``Declarations``): exchanges, subscription queues, bindings,
-      primers.
-    * ``pool`` (``ConsumerPool``): the consuming connections and the subscriptions each
-      carries.
-    * ``subscription`` (``RabbitMQSubscription``): core's handle on one queue;
-      ``consumers`` (``Consumers``): consuming, pulling, purging, counting and deleting
-      queues; ``deliveries`` (``Deliveries``): a delivery made into core's ``Received``.
-    * ``current`` (``CurrentMessages``): the current-message tap.
-    * ``publisher`` (``Publisher``): the publishing connection and publisher confirms.
-    * ``errors``: refusals, overload and failures as adapter errors.
-    * ``_link``: one connection with its I/O thread and fast frame paths; ``_backlog``,
-      ``_completion``: its helpers.
+Parts
+    ``RabbitMQAdapter`` implements core's ``Adapter`` by delegating to parts of one job
+    each: ``options`` (declared options, URL, pika parameters), ``names`` (topic <->
+    exchange and routing key), ``declarations`` (exchanges, queues, bindings, primers),
+    ``pool`` (the consuming connections), ``subscription`` (core's handle on a queue),
+    ``consumers`` (consuming, pulling, counting, deleting), ``deliveries`` (a delivery as
+    core's ``Received``), ``current`` (the current-message tap), ``publisher`` (publisher
+    confirms), ``errors`` (adapter errors), ``_link`` (one connection and its I/O thread).
 
-Options: see :mod:`wsnmom.adapters.rabbitmq.options` (and docs/adapters/rabbitmq.md).
+Options
+    ``exchanges``
+        mapping namespace URI -> exchange name; other namespaces get derived names.
+    ``all_exchange``
+        name of the catch-all exchange (default ``wsnmom.all``).
+    ``queue_prefix``
+        prefix of subscription queue names (default ``wsnmom.sub.``).
+    ``queue_type``
+        ``classic`` (default) or ``quorum``.
+    ``queue_arguments``
+        extra arguments for every subscription queue (e.g. ``x-queue-mode``).
+    ``prefetch``
+        default prefetch for consumers when core gives none (default 64).
+    ``heartbeat``
+        AMQP heartbeat in seconds (default 30; 0 disables).
+    ``tls``
+        mapping with ``ca_file``, ``cert_file``, ``key_file``, ``verify`` (default True),
+        ``server_hostname`` for ``amqps`` (default: the system trust store).
+    ``instance``
+        stable name of this gateway instance for its current-message tap queue (default:
+        random per process).
+    ``current_message``
+        keep the current-message tap (default True).
+    ``current_peers``
+        send a copy of every gateway publish to the other gateway instances' taps
+        (default True; false when a single instance runs).
+    ``report_unrouted``
+        publish with ``mandatory`` so that a message no queue takes is reported to
+        ``wsnmom_notification_published`` observers as ``routed=False`` (default True).
+        False: receipts say ``routed=None`` and the broker does not return each such
+        message to the gateway (for topics that often have no subscriber).
+    ``current_tap_max_length``, ``current_tap_expires``, ``current_cache_size``
+        tap queue length (10000), seconds an unused tap queue survives (3600) and number
+        of routing keys remembered (100000).
+    ``fail_on_nack``
+        raise PublishFailed when the broker nacks a publish (default False: a nack is what
+        a full DROP_NEWEST queue answers; see the docs).
+    ``prime_queues``
+        send every new (empty) classic subscription queue a primer, a persistent message
+        that expires at once, so that the broker creates the queue's files then and not
+        with the first notification (default True; see ``Declarations.prime``).
+    ``consumers_per_connection``
+        subscriptions per consuming connection (default 1000; each uses up to two
+        channels, so it is lowered automatically to fit the negotiated channel limit).
+    ``declare_channels``
+        channels per consuming connection on which subscriptions' queues and bindings
+        are declared at once (default 4; each declaration holds one for its round trips,
+        so a burst of new subscriptions on one connection does not queue on one channel).
+    ``operation_timeout``, ``reconnect_max_delay``
+        seconds to wait for declarations (10) and the longest reconnect backoff (5).  An
+        operation not answered in time while its connection is up raises
+        ``MiddlewareBusy`` (overload, with a backlog estimate), not ``AdapterUnavailable``.
+    ``pull``
+        ``buffer`` (default): pull points are consumed with prefetch into core's pull
+        buffer (``native_pull`` False, so subscriptions feeding a pull point are read by
+        it directly); ``get``: a ``basic.get`` per GetMessages (``native_pull``).
 """
 
 from __future__ import annotations

@@ -5,62 +5,8 @@ tested against this declaration); :func:`split_url` separates the wsnmom options
 URL's query from pika's own arguments, and :func:`connection_parameters` builds the
 ``pika.URLParameters`` both kinds of connection use (heartbeat, TLS, connection name).
 
-Options
-    ``exchanges``
-        mapping namespace URI -> exchange name; other namespaces get derived names.
-    ``all_exchange``
-        name of the catch-all exchange (default ``wsnmom.all``).
-    ``queue_prefix``
-        prefix of subscription queue names (default ``wsnmom.sub.``).
-    ``queue_type``
-        ``classic`` (default) or ``quorum``.
-    ``queue_arguments``
-        extra arguments for every subscription queue (e.g. ``x-queue-mode``).
-    ``prefetch``
-        default prefetch for consumers when core gives none (default 64).
-    ``heartbeat``
-        AMQP heartbeat in seconds (default 30; 0 disables).
-    ``tls``
-        mapping with ``ca_file``, ``cert_file``, ``key_file``, ``verify`` (default True),
-        ``server_hostname`` for ``amqps`` (default: the system trust store).
-    ``instance``
-        stable name of this gateway instance for its current-message tap queue (default:
-        random per process).
-    ``current_message``
-        keep the current-message tap (default True).
-    ``current_peers``
-        send a copy of every gateway publish to the other gateway instances' taps
-        (default True; false when a single instance runs).
-    ``report_unrouted``
-        publish with ``mandatory`` so that a message no queue takes is reported to
-        ``wsnmom_notification_published`` observers as ``routed=False`` (default True).
-        False: receipts say ``routed=None`` and the broker does not return each such
-        message to the gateway (for topics that often have no subscriber).
-    ``current_tap_max_length``, ``current_tap_expires``, ``current_cache_size``
-        tap queue length (10000), seconds an unused tap queue survives (3600) and number
-        of routing keys remembered (100000).
-    ``fail_on_nack``
-        raise PublishFailed when the broker nacks a publish (default False: a nack is what
-        a full DROP_NEWEST queue answers; see the docs).
-    ``prime_queues``
-        send every new (empty) classic subscription queue a primer, a persistent message
-        that expires at once, so that the broker creates the queue's files then and not
-        with the first notification (default True; see ``Declarations.prime``).
-    ``consumers_per_connection``
-        subscriptions per consuming connection (default 1000; each uses up to two
-        channels, so it is lowered automatically to fit the negotiated channel limit).
-    ``declare_channels``
-        channels per consuming connection on which subscriptions' queues and bindings
-        are declared at once (default 4; each declaration holds one for its round trips,
-        so a burst of new subscriptions on one connection does not queue on one channel).
-    ``operation_timeout``, ``reconnect_max_delay``
-        seconds to wait for declarations (10) and the longest reconnect backoff (5).  An
-        operation not answered in time while its connection is up raises
-        ``MiddlewareBusy`` (overload, with a backlog estimate), not ``AdapterUnavailable``.
-    ``pull``
-        ``buffer`` (default): pull points are consumed with prefetch into core's pull
-        buffer (``native_pull`` False, so subscriptions feeding a pull point are read by
-        it directly); ``get``: a ``basic.get`` per GetMessages (``native_pull``).
+The options are documented in the adapter's module docstring (``adapter``) and in
+docs/adapters/rabbitmq.md.
 """
 
 from __future__ import annotations

@@ -59,7 +59,9 @@ Parts
     ``pool`` (the consuming connections), ``subscription`` (core's handle on a queue),
     ``consumers`` (consuming, pulling, counting, deleting), ``deliveries`` (a delivery as
     core's ``Received``), ``current`` (the current-message tap), ``publisher`` (publisher
-    confirms), ``errors`` (adapter errors), ``_link`` (one connection and its I/O thread).
+    confirms), ``errors`` (adapter errors); ``_link`` (one connection and its I/O thread)
+    with ``_channel`` (awaitable channels), ``_fast`` (the connection that reads and
+    writes frames itself) and ``_wire`` (those frames).
 
 Options
     ``exchanges``

@@ -1,0 +1,259 @@
+"""Consumers: the work of subscription queues on their consuming connections.
+
+Starting and stopping a subscription's consumer (a channel with ``basic.qos`` and
+``basic.consume``, restarted when the broker closes it), pulling with ``basic.get`` (as a
+coroutine, or chained on the loop thread without one: :meth:`Consumers.pull_direct`),
+purging, depths (one queue, or many at once over a few channels) and deleting a queue.
+Every blocking call runs on the connection's I/O thread through :meth:`Consumers.run`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Coroutine, Sequence
+from typing import TYPE_CHECKING, Any
+
+from wsnmom.core.adapter import AdapterUnavailable, Received
+
+from . import errors
+from ._completion import Completion
+from ._link import Channel, ChannelError, FrameReader, GetReply, Link, LinkBusy
+from .declarations import Declarations
+from .deliveries import Deliveries
+
+if TYPE_CHECKING:
+    from .subscription import RabbitMQSubscription
+
+log = logging.getLogger("wsnmom.adapters.rabbitmq")
+
+#: channels one bulk depth query uses at once per connection
+_DEPTH_CHANNELS = 8
+
+
+class Consumers:
+    """Consumes, pulls, counts and deletes subscription queues; ``primary`` is the first
+    consuming connection (used when a call names none)."""
+
+    def __init__(
+        self,
+        primary: Link,
+        declarations: Declarations,
+        deliveries: Deliveries,
+        operation_timeout: float,
+    ) -> None:
+        self.primary = primary
+        self.declarations = declarations
+        self.deliveries = deliveries
+        self.timeout = operation_timeout
+
+    def run(
+        self, coro: Coroutine[Any, Any, Any], extra: float = 0.0, link: Link | None = None
+    ) -> Any:
+        """Run a coroutine on a consuming link (default: the first one), failures turned
+        into adapter errors (:func:`errors.run`)."""
+        return errors.run(link or self.primary, coro, self.timeout + extra)
+
+    async def start(self, sub: RabbitMQSubscription, ready: bool = True) -> None:
+        """Consume ``sub``'s queue on a channel of its own (unless it already does)."""
+        link = sub.link
+        if ready:
+            await link.ready(self.timeout)
+        if (sub.consumer is not None and sub.consumer.is_open) or not sub.consuming:
+            return
+        ch = await link.open_channel()
+        await ch.call("basic_qos", prefetch_count=sub.prefetch)
+        generation = link.generation
+        dispatch = self.deliveries.dispatch
+
+        def on_message(_ch: Any, method: Any, properties: Any, body: bytes) -> None:
+            dispatch(sub, ch, method, properties, body)
+
+        def on_close(closed: Channel, reason: BaseException) -> None:
+            # Closed by the broker while the connection stays up (queue deleted
+            # elsewhere, an ack for an unknown tag): consume again shortly.
+            if sub.consumer is closed:
+                sub.consumer = None
+            conn = link.connection
+            if (
+                sub.consuming
+                and not sub.deleted
+                and conn is not None
+                and conn.is_open
+                and link.generation == generation
+            ):
+                log.warning("consumer channel of %s closed (%s); restarting", sub.queue, reason)
+                link.loop.call_later(0.5, lambda: link.loop.create_task(self.restart(sub)))
+
+        ch.add_close_listener(on_close)
+        # deliveries are read straight from the wire; pika's consumer callback is the
+        # fallback
+        ch.read(FrameReader(on_deliver=lambda m, p, b: dispatch(sub, ch, m, p, b)))
+        await ch.call("basic_consume", sub.queue, on_message, auto_ack=False)
+        sub.consumer = ch
+
+    async def restart(self, sub: RabbitMQSubscription) -> None:
+        """Declare ``sub`` again and consume it (its channel was closed by the broker)."""
+        try:
+            await self.declarations.declare_subscription(sub)
+            await self.start(sub, ready=False)
+        except Exception as exc:
+            log.warning("cannot restart consumer of %s: %s", sub.queue, exc)
+
+    async def resume(self, sub: RabbitMQSubscription) -> None:
+        """``sub``'s connection came back: declare it again and resume its consumer."""
+        sub.consumer = None
+        sub.puller = None
+        try:
+            await self.declarations.declare_subscription(sub)
+            if sub.consuming:
+                await self.start(sub, ready=False)
+        except ChannelError as exc:
+            # one broken subscription must not keep the others from resuming
+            log.error("cannot restore subscription queue %s: %s", sub.queue, exc)
+
+    async def stop(self, sub: RabbitMQSubscription) -> None:
+        """Stop consuming ``sub``'s queue."""
+        ch = sub.consumer
+        sub.consumer = None
+        if ch is not None:
+            # closing the channel also requeues what was delivered but not settled
+            await ch.close()
+
+    async def pull(
+        self, sub: RabbitMQSubscription, max_messages: int, timeout: float
+    ) -> list[Received]:
+        """Up to ``max_messages`` by ``basic.get``, waiting up to ``timeout`` for one."""
+        link = sub.link
+        await link.ready(self.timeout)
+        if sub.puller is None or not sub.puller.is_open:
+            sub.puller = await link.open_channel()
+            sub.puller.start_fast_get()
+        ch = sub.puller
+        deadline = time.monotonic() + max(0.0, timeout)
+        out: list[Received] = []
+        while len(out) < max_messages:
+            got = await ch.get(sub.queue)
+            if got is None:
+                if out or time.monotonic() >= deadline:
+                    break
+                await asyncio.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
+                continue
+            method, properties, body = got
+            delivery = self.deliveries.delivery(ch, method, properties, body)
+            if delivery is not None:
+                out.append(delivery)
+            if out and not method.message_count:
+                break  # the queue had nothing behind it: spare the basic.get-empty trip
+        return out
+
+    def pull_direct(
+        self, sub: RabbitMQSubscription, max_messages: int, *, no_ack: bool = False
+    ) -> list[Received] | None:
+        """``pull`` without waiting (GetMessages) and without a coroutine: the gets are
+        chained by their replies on the loop thread; the caller waits for the last.  None
+        when the puller channel is not ready (then :meth:`pull` runs).  ``no_ack``: the
+        messages are removed on delivery (``take``)."""
+        link, ch = sub.link, sub.puller
+        if not link.is_up or ch is None or not ch.fast_get or not ch.is_open:
+            return None
+        queue = sub.queue
+        out: list[Received] = []
+        done = Completion()
+        delivery_of = self.deliveries.delivery
+
+        def reply(result: GetReply) -> None:
+            if done.done():
+                return
+            if isinstance(result, BaseException):
+                done.set_exception(result)
+                return
+            if result is not None:
+                method, properties, body = result
+                delivery = delivery_of(ch, method, properties, body, no_ack=no_ack)
+                if delivery is not None:
+                    out.append(delivery)
+                # stop when full, or when the queue had nothing behind this message
+                if len(out) < max_messages and (method.message_count or not out):
+                    ch.request_get(queue, reply, no_ack=no_ack)
+                    return
+            done.set_result(None)
+
+        def first() -> None:
+            ch.request_get(queue, reply, no_ack=no_ack)
+
+        try:
+            link.loop.call_soon_threadsafe(first)
+        except RuntimeError:
+            return None
+        timeout = self.timeout
+        link.backlog.begin()
+        completed = False
+        try:
+            done.result(timeout)
+            completed = True
+        except TimeoutError:
+            # what was taken meanwhile goes back to the queue with the channel
+            link.loop.call_soon_threadsafe(lambda: link.loop.create_task(ch.close()))
+            error = link.timed_out(timeout)
+            if isinstance(error, LinkBusy):
+                raise errors.busy(error) from None
+            raise AdapterUnavailable(str(error)) from None
+        except ChannelError as exc:
+            raise AdapterUnavailable(f"RabbitMQ refused: {exc}") from exc
+        finally:
+            link.backlog.end(completed=completed)
+        return out
+
+    async def depths(self, link: Link, queues: Sequence[str]) -> list[int | None]:
+        """Passive declares of ``queues`` on up to ``_DEPTH_CHANNELS`` channels at once;
+        None for a queue that is gone (its channel is replaced)."""
+        await link.ready(self.timeout)
+        results: list[int | None] = [None] * len(queues)
+        pending = iter(range(len(queues)))
+
+        async def worker() -> None:
+            channel: Channel | None = None
+            try:
+                for i in pending:
+                    if channel is None or not channel.is_open:
+                        channel = await link.open_channel()
+                    try:
+                        frame = await channel.call("queue_declare", queues[i], passive=True)
+                        results[i] = int(frame.method.message_count)
+                    except ChannelError:
+                        results[i] = None  # deleted meanwhile: the broker closed the channel
+            finally:
+                if channel is not None and channel.is_open:
+                    await channel.close()
+
+        width = min(_DEPTH_CHANNELS, len(queues))
+        await asyncio.gather(*(worker() for _ in range(width)))
+        return results
+
+    async def purge(self, queue: str, link: Link) -> int:
+        """``queue.purge``: how many ready messages the broker dropped."""
+        await link.ready(self.timeout)
+        async with link.declaring() as admin:
+            frame = await admin.call("queue_purge", queue)
+        return int(frame.method.message_count)
+
+    async def depth(self, queue: str, link: Link) -> int:
+        """Messages in ``queue`` (a passive declare)."""
+        await link.ready(self.timeout)
+        async with link.declaring() as admin:
+            frame = await admin.call("queue_declare", queue, passive=True)
+        return int(frame.method.message_count)
+
+    async def delete_queue(self, queue: str, sub: RabbitMQSubscription | None) -> None:
+        """Stop ``sub``'s consumer and puller (when given) and delete ``queue``."""
+        link = sub.link if sub is not None else self.primary
+        await link.ready(self.timeout)
+        if sub is not None:
+            await self.stop(sub)
+            if sub.puller is not None:
+                await sub.puller.close()
+                sub.puller = None
+        async with link.declaring() as admin:
+            await admin.call("queue_delete", queue)

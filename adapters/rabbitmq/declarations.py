@@ -1,0 +1,206 @@
+"""Declarations: the exchanges, queues and bindings the RabbitMQ adapter puts on the broker.
+
+Each topic namespace is a durable topic exchange (used as it is when it exists, declared
+otherwise) bound with ``#`` to the catch-all exchange, except the exchanges of internal
+namespaces (pull point inboxes), which are kept out of it.  Each subscription is a durable
+queue with its ``QueueLimits`` as queue arguments and one binding per topic pattern; a new
+classic queue gets a primer (:meth:`Declarations.prime`).  What was declared is
+remembered per connection, so each exchange is declared once per connection.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import pika
+from wsnmom.core.adapter import Overflow, QueueLimits, is_internal_namespace
+
+from ._link import NOT_FOUND, PRECONDITION_FAILED, RESOURCE_LOCKED, ChannelError, Declarer, Link
+from .names import Binding, RabbitMQNames
+from .options import RabbitMQOptions
+
+if TYPE_CHECKING:
+    from .subscription import RabbitMQSubscription
+
+log = logging.getLogger("wsnmom.adapters.rabbitmq")
+
+#: header of the primer a new subscription queue gets (:meth:`Declarations.prime`)
+PRIMER_HEADER = "wsnmom-primer"
+_PRIMER_PROPERTIES = pika.BasicProperties(
+    delivery_mode=pika.DeliveryMode.Persistent, expiration="0", headers={PRIMER_HEADER: 1}
+)
+
+
+class Declarations:
+    """Declares exchanges, subscription queues and their bindings (on any connection's
+    loop thread) and remembers per connection which exchanges are in place."""
+
+    def __init__(self, opts: RabbitMQOptions, names: RabbitMQNames) -> None:
+        self.opts = opts
+        self.names = names
+        #: exchanges declared (and bound) on each connection, by link name
+        self.declared: dict[str, set[str]] = {"consumer": set(), "publisher": set()}
+
+    def reset(self, link: Link) -> None:
+        """``link`` (re)connected: nothing is declared on it yet."""
+        self.declared[link.name] = set()
+
+    def queue_name(self, subscription: str) -> str:
+        """The queue that backs the durable subscription ``subscription``."""
+        return self.opts.queue_prefix + subscription
+
+    def queue_arguments(
+        self, limits: QueueLimits, dead_letters: Binding | None = None
+    ) -> dict[str, Any]:
+        """Queue arguments for ``limits`` (plus the configured type and extras), with
+        ``dead_letters`` (exchange, routing key) as the queue's dead-letter exchange: what
+        the queue drops for its TTL or length goes there (``reject-publish-dlx`` rather than
+        ``reject-publish`` for DROP_NEWEST, so a refused message goes there too)."""
+        args: dict[str, Any] = {"x-queue-type": self.opts.queue_type}
+        args.update(self.opts.queue_arguments or {})
+        if dead_letters is not None:
+            args["x-dead-letter-exchange"], args["x-dead-letter-routing-key"] = dead_letters
+        if limits.max_messages is not None:
+            args["x-max-length"] = int(limits.max_messages)
+        if limits.max_bytes is not None:
+            args["x-max-length-bytes"] = int(limits.max_bytes)
+        if limits.max_messages is not None or limits.max_bytes is not None:
+            newest = "reject-publish-dlx" if dead_letters is not None else "reject-publish"
+            args["x-overflow"] = newest if limits.overflow is Overflow.DROP_NEWEST else "drop-head"
+        if limits.max_age is not None:
+            args["x-message-ttl"] = max(0, int(limits.max_age.total_seconds() * 1000))
+        return args
+
+    async def ensure_exchange(self, link: Link, exchange: str, internal: bool = False) -> None:
+        """Declare ``exchange`` if absent (used as it is if present) and bind it to the
+        catch-all exchange -- unless it is the exchange of an ``internal`` namespace, which
+        is kept (and, if an older version bound it, taken) out of the catch-all; once per
+        connection."""
+        declared = self.declared.setdefault(link.name, set())
+        if exchange in declared:
+            return
+        if exchange == "":
+            declared.add(exchange)  # the default exchange: nothing to declare or bind
+            return
+        all_exchange = self.opts.all_exchange
+        if exchange != all_exchange and all_exchange not in declared:
+            await self.ensure_exchange(link, all_exchange)
+        async with link.declaring() as admin:
+            try:
+                await admin.call("exchange_declare", exchange, passive=True)
+            except ChannelError as exc:
+                if exc.code != NOT_FOUND:
+                    raise
+                await admin.call("exchange_declare", exchange, exchange_type="topic", durable=True)
+                log.info("declared topic exchange %r", exchange)
+            if exchange != all_exchange:
+                # exchange.unbind of a missing binding is a no-op in RabbitMQ
+                await admin.call(
+                    "exchange_unbind" if internal else "exchange_bind",
+                    destination=all_exchange,
+                    source=exchange,
+                    routing_key="#",
+                )
+        declared.add(exchange)
+
+    async def ensure_configured(self, link: Link) -> None:
+        """The catch-all exchange and the exchanges of the configured namespaces."""
+        await self.ensure_exchange(link, self.opts.all_exchange)
+        for namespace in self.opts.exchanges:
+            await self.ensure_exchange(
+                link, self.names.exchange_for(namespace), is_internal_namespace(namespace)
+            )
+
+    async def declare_queue(self, admin: Declarer, queue: str, args: dict[str, Any]) -> int | None:
+        """Declare a durable queue; on an argument mismatch re-create it if it is empty
+        and unused, else keep the existing queue (and its arguments) with a warning.
+
+        Returns the number of messages the queue holds (None when it was kept with other
+        arguments)."""
+        try:
+            frame = await admin.call("queue_declare", queue, durable=True, arguments=args)
+            return int(frame.method.message_count)
+        except ChannelError as exc:
+            if exc.code != PRECONDITION_FAILED:
+                raise
+            mismatch = exc.text
+        try:
+            await admin.call("queue_delete", queue, if_unused=True, if_empty=True)
+        except ChannelError as exc:
+            if exc.code not in (PRECONDITION_FAILED, RESOURCE_LOCKED):
+                raise
+            await admin.call("queue_declare", queue, passive=True)
+            log.warning(
+                "queue %r exists with other arguments and holds messages or consumers; "
+                "it keeps its arguments (%s)",
+                queue,
+                mismatch,
+            )
+            return None
+        frame = await admin.call("queue_declare", queue, durable=True, arguments=args)
+        log.info("queue %r re-created with new arguments %s", queue, args)
+        return int(frame.method.message_count)
+
+    def primes(self, args: Mapping[str, Any]) -> bool:
+        """Whether queues declared with ``args`` get a primer (see :meth:`prime`)."""
+        # a primer dead-lettered to the gateway's own dead-letter destination reaches only
+        # the gateway, which acks it silently; an operator's dead-letter exchange would
+        # hand it to others
+        return (
+            self.opts.prime_queues
+            and args.get("x-queue-type", "classic") == "classic"
+            and "x-dead-letter-exchange" not in (self.opts.queue_arguments or {})
+        )
+
+    async def prime(self, admin: Declarer, queue: str) -> None:
+        """Make the broker create a new classic queue's files now rather than on its first
+        real message.
+
+        RabbitMQ creates a classic queue's directory and index journal (and fsyncs them)
+        lazily, with the first persistent message.  That costs ~1.3 ms of broker I/O per
+        queue; a Notify to thousands of new subscriptions pays it for all of them before
+        the publish is confirmed (13 s for 10,000 here, beyond core's publish timeout).
+        The primer is a persistent, empty message that expires at once (``expiration``
+        0): the broker writes it, which creates the files, and drops it.  Nobody waits
+        for it.  A consumer that happens to get it before it expires never sees it: the
+        adapter acks primers silently (``Deliveries.delivery``).
+        """
+        (await admin.channel()).pika.basic_publish("", queue, b"", _PRIMER_PROPERTIES)
+
+    def internal_exchanges(self, namespaces: Iterable[str]) -> set[str]:
+        """Exchanges of the internal namespaces among ``namespaces``."""
+        return {self.names.exchange_for(ns) for ns in namespaces if is_internal_namespace(ns)}
+
+    async def declare_subscription(self, sub: RabbitMQSubscription) -> None:
+        """The subscription's queue (primed when new), its bindings (stale ones removed)
+        and the exchanges they need, on its consuming connection."""
+        link = sub.link
+        bindings = self.names.bindings_for(sub.spec.patterns)
+        internal = self.internal_exchanges(p.namespace for p in sub.spec.patterns or ())
+        for exchange in dict.fromkeys(ex for ex, _ in bindings):
+            await self.ensure_exchange(link, exchange, exchange in internal)
+        dead_letters: Binding | None = None
+        if sub.spec.dead_letters is not None:
+            dead_letters = self.names.native_name(sub.spec.dead_letters)
+            await self.ensure_exchange(link, dead_letters[0], True)
+        args = self.queue_arguments(sub.spec.limits, dead_letters)
+        wanted = set(bindings)
+        # one declaration channel for the queue, its primer and its bindings, in order;
+        # other subscriptions of this connection declare on the other channels meanwhile
+        async with link.declaring() as admin:
+            depth = await self.declare_queue(admin, sub.queue, args)
+            if depth == 0 and not sub.primed and self.primes(args):
+                await self.prime(admin, sub.queue)
+                sub.primed = True
+            for exchange, key in sorted(sub.bound - wanted):
+                await admin.call("queue_unbind", sub.queue, exchange, key)
+            for exchange, key in bindings:
+                await admin.call("queue_bind", sub.queue, exchange, key)
+        sub.bound = wanted
+
+    async def declare_for(self, sub: RabbitMQSubscription) -> None:
+        """:meth:`declare_subscription` once the subscription's connection is up."""
+        await sub.link.ready(self.opts.operation_timeout)
+        await self.declare_subscription(sub)

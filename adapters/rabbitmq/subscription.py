@@ -1,0 +1,124 @@
+"""The handle core holds on one RabbitMQ subscription: a durable queue on one consuming
+connection, consumed (``start``), pulled, taken, purged, counted and deleted through the
+adapter's :class:`~.consumers.Consumers`.  Peeking is refused (:data:`PEEK_REFUSAL`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from wsnmom.core.adapter import (
+    AdapterUnavailable,
+    MiddlewareBusy,
+    Received,
+    StoredMessage,
+    SubscriptionHandle,
+    SubscriptionSpec,
+)
+
+from ._link import Channel, Link
+from .consumers import Consumers
+from .names import Binding
+
+#: why a RabbitMQ subscription cannot be peeked (``Capabilities.peek`` False)
+PEEK_REFUSAL = (
+    "RabbitMQ hands a queued message out only by delivering it: a basic.get followed by "
+    "a requeueing nack (what the management UI's 'Get messages' does too) marks it "
+    "redelivered, hides it from the subscription's consumer meanwhile and, on a quorum "
+    "queue, counts a delivery against its delivery limit, so the waiting messages cannot "
+    "be read without consuming them"
+)
+
+
+class RabbitMQSubscription(SubscriptionHandle):
+    """Handle on one subscription queue.  Methods are thread-safe."""
+
+    def __init__(
+        self,
+        consumers: Consumers,
+        spec_: SubscriptionSpec,
+        link: Link,
+        queue: str,
+        prefetch: int,
+        forget: Callable[[RabbitMQSubscription], None],
+    ) -> None:
+        self.name = spec_.name
+        #: the consuming connection this subscription's channels live on
+        self.link = link
+        self.spec = spec_
+        self.queue = queue
+        self._consumers = consumers
+        self._forget = forget
+        #: bindings in place on the broker (as far as this process knows)
+        self.bound: set[Binding] = set()
+        self.on_message: Callable[[Received], None] | None = None
+        self.prefetch = prefetch
+        self.consuming = False
+        self.deleted = False
+        self.consumer: Channel | None = None
+        self.puller: Channel | None = None
+        #: the queue got its primer from this process (``Declarations.prime``)
+        self.primed = False
+
+    def start(self, on_message: Callable[[Received], None], prefetch: int = 64) -> None:
+        c = self._consumers
+        self.on_message = on_message
+        self.prefetch = max(1, prefetch)
+        self.consuming = True
+        c.run(c.start(self), link=self.link)
+
+    def stop(self) -> None:
+        self.consuming = False
+        c = self._consumers
+        c.run(c.stop(self), link=self.link)
+
+    def pull(self, max_messages: int, timeout: float = 0.0) -> list[Received]:
+        if max_messages <= 0:
+            return []
+        c = self._consumers
+        if timeout <= 0:
+            direct = c.pull_direct(self, max_messages)
+            if direct is not None:
+                return direct
+        got: list[Received] = c.run(c.pull(self, max_messages, timeout), timeout, self.link)
+        return got
+
+    def take(self, max_messages: int) -> list[Received]:
+        """``basic.get`` with auto-ack: RabbitMQ removes each message as it delivers it
+        (no ack frame, no unacked state); falls back to pull-and-ack while the puller
+        channel is not ready."""
+        if max_messages <= 0:
+            return []
+        direct = self._consumers.pull_direct(self, max_messages, no_ack=True)
+        if direct is not None:
+            return direct
+        return super().take(max_messages)
+
+    def peek(self, max_messages: int) -> list[StoredMessage]:
+        """Not possible: see :data:`PEEK_REFUSAL`."""
+        raise NotImplementedError(PEEK_REFUSAL)
+
+    def purge(self) -> int | None:
+        """``queue.purge``: RabbitMQ drops every ready message (unacknowledged ones
+        stay) and says how many."""
+        c = self._consumers
+        purged: int = c.run(c.purge(self.queue, self.link), link=self.link)
+        return purged
+
+    def depth(self) -> int | None:
+        c = self._consumers
+        try:
+            depth: int = c.run(c.depth(self.queue, self.link), link=self.link)
+            return depth
+        except (AdapterUnavailable, MiddlewareBusy):
+            return None
+
+    def delete(self) -> None:
+        c = self._consumers
+        self.consuming = False
+        self.deleted = True
+        self._forget(self)
+        c.run(c.delete_queue(self.queue, self), link=self.link)
+
+    def __repr__(self) -> str:
+        return f"<RabbitMQSubscription {self.name} queue={self.queue}>"

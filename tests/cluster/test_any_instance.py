@@ -256,3 +256,24 @@ def test_a_pull_point_drained_through_both_instances_loses_and_repeats_nothing(
         for f in [pool.submit(drain, g) for g in (a, b, a, b)]:
             f.result()
     assert sorted(got, key=int) == [str(i) for i in range(count)]
+
+
+@pytest.mark.rabbitmq
+def test_a_pull_point_destroyed_through_b_is_unknown_through_a_at_once(
+    cluster: Callable[..., Cluster],
+) -> None:
+    """GetMessages through A right after DestroyPullPoint through B (before A could have
+    followed the change) answers ResourceUnknownFault, never a 503: A finds the queue gone
+    and then the record gone from the store, which B deleted first."""
+    c = cluster(2)
+    a, b = c.gateways
+    wa, wb = c.client(a), c.client(b)
+    for i in range(10):
+        made = wa.create_pull_point()
+        through_a = wa.pull_point(EndpointReference(c.via(a, made.reference.address)))
+        through_b = wb.pull_point(EndpointReference(c.via(b, made.reference.address)))
+        wa.notify(n(i), topic("gone"), to=EndpointReference(c.via(a, made.reference.address)))
+        assert texts([m.payload for m in through_a.get_messages()]) == [str(i)]  # A holds it
+        through_b.destroy()
+        with pytest.raises(ResourceUnknownFault):
+            through_a.get_messages()

@@ -74,7 +74,7 @@ class Follow(Scenario):
     """Time from a change through one instance until the deliverer obeys it."""
 
     name = "follow"
-    title = "Cluster: a Pause, Resume, Renew or Unsubscribe through one instance, obeyed by the deliverer"
+    title = "Cluster: a change through one instance, obeyed by the deliverer"
     middlewares = ("rabbitmq",)
 
     def run(self, ctx: Context, mw: Middleware | None, result: ScenarioResult) -> None:
@@ -157,7 +157,9 @@ class Follow(Scenario):
         def change(kind: str, body: bytes, obeyed: Callable[[], bool]) -> None:
             status, answer = kc.post(via, body)
             if not 200 <= status < 300:
-                raise RuntimeError(f"{kind} through {other.base_url}: {status}")
+                raise RuntimeError(
+                    f"{kind} through {other.base_url}: {status} {soap.fault_summary(answer)}"
+                )
             times[kind].append(_until(obeyed, 30))
 
         change("pause", soap.pause(via), lambda: _delivering(deliverer, sub_id) is False)

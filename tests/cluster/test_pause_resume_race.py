@@ -86,8 +86,10 @@ def race(
     control = wa.subscribe(consumer.address("/control"), TOPIC)
     wa.notify(n("start"), TOPIC)
     wait_until(
-        lambda: "start" in received(consumer, victim.address)
-        and "start" in received(consumer, control.address),
+        lambda: (
+            "start" in received(consumer, victim.address)
+            and "start" in received(consumer, control.address)
+        ),
         10,
         what="the first deliveries",
     )

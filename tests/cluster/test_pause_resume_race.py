@@ -6,7 +6,8 @@ through A, notify" ended paused: the deliverer's follower had read the Pause fro
 store just before the deliverer's own Resume, and applied it after.
 
 Each test runs many rounds on two instances with one shard (one instance delivers, the
-other does not), alternating which instance gets the first request.
+other does not), alternating which instance gets the first request, on RabbitMQ and on
+Kafka.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any
 import pytest
 import requests
 
-from tests.cluster.conftest import INSTANCE, Cluster
+from tests.cluster.conftest import BOTH, INSTANCE, Cluster
 from tests.cluster.test_any_instance import n, received, topic
 from tests.fixtures.server import ConsumerServer
 from tests.support.waiting import wait_until
@@ -25,7 +26,7 @@ from wsnmom.client.model import EndpointReference
 from wsnmom.client.resources import Subscription
 from wsnmom.testing.gateway import Gateway
 
-pytestmark = [pytest.mark.rabbitmq, pytest.mark.e2e, pytest.mark.slow]
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 ROUNDS = 30
 TOPIC = topic("race")
@@ -96,6 +97,7 @@ def race(
     return c, Pair(c, victim), control
 
 
+@pytest.mark.parametrize("middleware", BOTH, indirect=True)
 def test_pause_through_one_instance_then_resume_through_the_other_always_delivers(
     race: tuple[Cluster, Pair, Subscription], consumer: ConsumerServer
 ) -> None:
@@ -119,6 +121,7 @@ def test_pause_through_one_instance_then_resume_through_the_other_always_deliver
     assert {r.headers[INSTANCE] for r in consumer.notifies()} == {c.instance_of(deliverer)}
 
 
+@pytest.mark.parametrize("middleware", BOTH, indirect=True)
 def test_resume_through_one_instance_then_pause_through_the_other_always_holds(
     race: tuple[Cluster, Pair, Subscription], consumer: ConsumerServer
 ) -> None:

@@ -33,6 +33,8 @@ ACTION_PAUSE = (
 ACTION_RESUME = (
     "http://docs.oasis-open.org/wsn/bw-2/PausableSubscriptionManager/ResumeSubscriptionRequest"
 )
+ACTION_RENEW = "http://docs.oasis-open.org/wsn/bw-2/SubscriptionManager/RenewRequest"
+ACTION_UNSUBSCRIBE = "http://docs.oasis-open.org/wsn/bw-2/SubscriptionManager/UnsubscribeRequest"
 
 #: placeholder in body templates replaced by the send timestamp (see ``bench.pacer``)
 TS_MARK = "__TS__"
@@ -127,6 +129,17 @@ def pause(subscription: str) -> bytes:
 def resume(subscription: str) -> bytes:
     """A ResumeSubscription sent to ``subscription``."""
     return envelope(ACTION_RESUME, subscription, "<wsnt:ResumeSubscription/>")
+
+
+def renew(subscription: str, termination: str) -> bytes:
+    """A Renew sent to ``subscription`` for ``termination`` (an xsd:duration)."""
+    body = f"<wsnt:Renew><wsnt:TerminationTime>{termination}</wsnt:TerminationTime></wsnt:Renew>"
+    return envelope(ACTION_RENEW, subscription, body)
+
+
+def unsubscribe(subscription: str) -> bytes:
+    """An Unsubscribe sent to ``subscription``."""
+    return envelope(ACTION_UNSUBSCRIBE, subscription, "<wsnt:Unsubscribe/>")
 
 
 def get_messages(to: str, maximum: int = 1) -> bytes:

@@ -11,7 +11,9 @@ again from the store and the live entry brought in line with it:
 * new: loaded as at start-up (``core.recovery``), its delivery opened where this
   instance delivers it (``BrokerContext.delivers``);
 * changed: a new termination time is taken over; a pause stops delivery here, a resume
-  starts it.
+  starts it.  Only a stored revision higher than the one held here is applied
+  (``Subscription.revision``, bumped by every write): a change read from the store just
+  before this instance wrote a newer one itself is not applied over it.
 
 Nothing is written back: following is idempotent, so a change applied twice does no harm.
 """
@@ -107,28 +109,37 @@ class Follower:
             ctx.wake_demand()
             log.debug("subscription %s made through another instance followed", sub_id)
             return state
-        record = live.record
-        record.termination_time = stored.termination_time
-        if stored.state is not record.state:
-            self._follow_state(live, stored.state)
+        with ctx.registry.lock:
+            # under the lock that Pause, Resume and Renew write under: a record this
+            # instance wrote after ``stored`` was read (an own Resume a moment after the
+            # Pause being followed) has the higher revision and is kept
+            record = live.record
+            if stored.revision <= record.revision:
+                return live
+            record.revision = stored.revision
+            record.termination_time = stored.termination_time
+            changed = stored.state is not record.state
+            if changed:
+                self._follow_state(live, stored.state)
+        if changed:
+            if live.feed is not None:
+                self._subscriptions.delivery.feeds.sync(live)
+            ctx.wake_demand()
         return live
 
     def _follow_state(self, live: LiveSubscription, state: SubscriptionState) -> None:
-        """Another instance paused or resumed the subscription: stop or start here."""
+        """Under the registry lock: another instance paused or resumed the subscription,
+        stop or start here."""
         ctx = self._ctx
-        with ctx.registry.lock:
-            live.record.state = state
-            channel = ctx.engine.channel(live.record.id)
-            if state is SubscriptionState.PAUSED:
-                if channel is not None:
-                    channel.stop()
-            elif channel is not None:
-                channel.start()
-            elif live.feed is None and not live.direct:
-                self._subscriptions.attach(live)
-        if live.feed is not None:
-            self._subscriptions.delivery.feeds.sync(live)
-        ctx.wake_demand()
+        live.record.state = state
+        channel = ctx.engine.channel(live.record.id)
+        if state is SubscriptionState.PAUSED:
+            if channel is not None:
+                channel.stop()
+        elif channel is not None:
+            channel.start()
+        elif live.feed is None and not live.direct:
+            self._subscriptions.attach(live)
 
     def _forget_subscription(self, live: LiveSubscription) -> None:
         """Another instance destroyed it (and its durable subscription): stop here."""

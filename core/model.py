@@ -301,6 +301,11 @@ class Subscription:
     #: not stored: messages the middleware deleted (retention) before this subscription
     #: read them, filled in when the subscription is read (``SubscriptionHandle.lost``)
     messages_lost: int = 0
+    #: the store's revision of this record: every write bumps it (the store sets it on the
+    #: record it writes), so an instance following a shared store applies a stored change
+    #: only when it is newer than what it holds (``core.follow``); 0: never stored.  Not
+    #: part of equality: two records with the same content are equal whatever their writes
+    revision: int = field(default=0, compare=False)
 
 
 @dataclass(slots=True)

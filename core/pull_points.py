@@ -173,15 +173,22 @@ class PullPoints:
         # one answer holds (and keeps a huge number out of the adapter's LIMIT)
         cap = ctx.settings.limits.get_messages_cap
         limit = min(maximum, cap) if maximum else cap
+        failed: AdapterError | None = None
         with state.lock:
             try:
                 # removed on hand-out: GetMessages is destructive and settles nothing later
                 received = state.source.take(limit)
             except AdapterError as exc:
-                refusal = ctx.gate.refusal(exc)
-                if refusal is not None:
-                    raise refusal from exc
-                raise errors.UnableToGetMessages(f"the middleware failed: {exc}") from exc
+                failed = exc
+        if failed is not None:
+            # destroyed through another instance a moment ago (its queue gone, not followed
+            # here yet): unknown, as on every instance, not a middleware failure
+            if ctx.registry.pull_point_gone(pull_point_id):
+                raise errors.ResourceUnknown(f"no pull point {pull_point_id!r}") from failed
+            refusal = ctx.gate.refusal(failed)
+            if refusal is not None:
+                raise refusal from failed
+            raise errors.UnableToGetMessages(f"the middleware failed: {failed}") from failed
         out: list[NotificationMessage] = []
         now = ctx.now()
         for r in received:
@@ -264,7 +271,11 @@ class PullPoints:
             except AdapterError:
                 log.exception("destroying subscription %s failed", sub.record.id)
         try:
-            ctx.adapter.delete_subscription(pp_id)
-        finally:
+            # the record first: an instance whose GetMessages finds the middleware's side
+            # gone then finds the record gone too (``Registry.pull_point_gone``)
             ctx.store.delete_pull_point(pp_id)
-            registry.update_gauges()
+        finally:
+            try:
+                ctx.adapter.delete_subscription(pp_id)
+            finally:
+                registry.update_gauges()

@@ -170,6 +170,15 @@ class Registry:
             raise errors.ResourceUnknown(f"no pull point {pull_point_id!r}")
         return state
 
+    def pull_point_gone(self, pull_point_id: str) -> bool:
+        """Whether the pull point is gone from a shared store (destroyed through another
+        instance): read again from the store, and forgotten here when it is.  False
+        without a shared store (the maps are complete) or when it is still stored."""
+        if self.loader is None:
+            return False
+        self._load("pull_point", pull_point_id)
+        return pull_point_id not in self.pull_points
+
     def live_registration(self, registration_id: str) -> LiveRegistration:
         """The registration; ResourceUnknown when unknown or expired."""
         state = self.registrations.get(registration_id)

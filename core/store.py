@@ -43,7 +43,8 @@ from wsnmom.core.model import (
 from wsnmom.core.sqlite_space import reclaimable, vacuum_step
 from wsnmom.topic_mapping.model import Topic
 
-SCHEMA_VERSION = 1
+#: 2: subscriptions have a revision every write bumps (``Subscription.revision``)
+SCHEMA_VERSION = 2
 
 
 class StoreError(Exception):
@@ -69,7 +70,7 @@ class Store(abc.ABC):
     # subscriptions
     @abc.abstractmethod
     def put_subscription(self, sub: Subscription) -> None:
-        """Insert or replace."""
+        """Insert or replace; bumps the stored revision and sets ``sub.revision`` to it."""
 
     @abc.abstractmethod
     def get_subscription(self, sub_id: str) -> Subscription | None:
@@ -383,7 +384,8 @@ def message_from_json(d: dict[str, Any]) -> NotificationMessage:
 _SCHEMA = [
     """CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)""",
     """CREATE TABLE IF NOT EXISTS subscriptions (
-        id TEXT PRIMARY KEY, termination_time TEXT, data TEXT NOT NULL)""",
+        id TEXT PRIMARY KEY, termination_time TEXT, data TEXT NOT NULL,
+        revision INTEGER NOT NULL DEFAULT 0)""",
     """CREATE TABLE IF NOT EXISTS pull_points (
         id TEXT PRIMARY KEY, name TEXT, termination_time TEXT, data TEXT NOT NULL)""",
     """CREATE INDEX IF NOT EXISTS pull_points_name ON pull_points (name)""",
@@ -395,6 +397,13 @@ _SCHEMA = [
     """CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)""",
     """CREATE TABLE IF NOT EXISTS upstreams (id TEXT PRIMARY KEY, data TEXT NOT NULL)""",
 ]
+
+
+def _sqlite_revised(row: tuple[Any, ...]) -> Subscription:
+    """A subscription from its row's document and revision."""
+    sub = subscription_from_json(json.loads(row[0]))
+    sub.revision = int(row[1])
+    return sub
 
 
 def sqlite_path(url: str) -> str:
@@ -462,6 +471,13 @@ class SqliteStore(Store):
                 raise StoreError(
                     f"store schema version {row[0]} is newer than this wsnmom ({SCHEMA_VERSION})"
                 )
+            elif row[0] < SCHEMA_VERSION:
+                columns = {r[1] for r in conn.execute("PRAGMA table_info(subscriptions)")}
+                if "revision" not in columns:  # version 1
+                    conn.execute(
+                        "ALTER TABLE subscriptions ADD COLUMN revision INTEGER NOT NULL DEFAULT 0"
+                    )
+                conn.execute("UPDATE schema_version SET version = ?", (SCHEMA_VERSION,))
 
     @property
     def schema_version(self) -> int:
@@ -471,15 +487,18 @@ class SqliteStore(Store):
     # subscriptions
     def put_subscription(self, sub: Subscription) -> None:
         with self._tx() as conn:
-            conn.execute(
-                "INSERT OR REPLACE INTO subscriptions (id, termination_time, data) "
-                "VALUES (?, ?, ?)",
+            row = conn.execute(
+                "INSERT INTO subscriptions (id, termination_time, data, revision) "
+                "VALUES (?, ?, ?, 1) ON CONFLICT (id) DO UPDATE SET "
+                "termination_time = excluded.termination_time, data = excluded.data, "
+                "revision = subscriptions.revision + 1 RETURNING revision",
                 (sub.id, _dt(sub.termination_time), json.dumps(subscription_to_json(sub))),
-            )
+            ).fetchone()
+        sub.revision = int(row[0])
 
     def get_subscription(self, sub_id: str) -> Subscription | None:
-        rows = self._query("SELECT data FROM subscriptions WHERE id = ?", (sub_id,))
-        return subscription_from_json(json.loads(rows[0][0])) if rows else None
+        rows = self._query("SELECT data, revision FROM subscriptions WHERE id = ?", (sub_id,))
+        return _sqlite_revised(rows[0]) if rows else None
 
     def delete_subscription(self, sub_id: str) -> bool:
         with self._tx() as conn:
@@ -488,8 +507,8 @@ class SqliteStore(Store):
         return gone > 0
 
     def list_subscriptions(self) -> list[Subscription]:
-        rows = self._query("SELECT data FROM subscriptions ORDER BY rowid")
-        return [subscription_from_json(json.loads(r[0])) for r in rows]
+        rows = self._query("SELECT data, revision FROM subscriptions ORDER BY rowid")
+        return [_sqlite_revised(r) for r in rows]
 
     # pull points
     def put_pull_point(self, pp: PullPoint) -> None:

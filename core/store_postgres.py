@@ -95,6 +95,9 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
     ),
     # upstreams added at run time (``wsnmom upstream add``)
     4: ("CREATE TABLE upstreams (id TEXT PRIMARY KEY, seq BIGSERIAL, data JSONB NOT NULL)",),
+    # every write of a subscription bumps its revision; an instance follows a stored
+    # change only when its revision is higher than the one it holds (``core.follow``)
+    5: ("ALTER TABLE subscriptions ADD COLUMN revision BIGINT NOT NULL DEFAULT 0",),
 }
 SCHEMA_VERSION = max(MIGRATIONS)
 
@@ -280,24 +283,27 @@ class PostgresStore(Store):
     # ------------------------------------------------------------------ records
 
     def put_subscription(self, sub: Subscription) -> None:
-        self._put(
-            "subscriptions",
-            "id",
-            {
-                "id": sub.id,
-                "termination_time": sub.termination_time,
-                "data": self._jsonb(subscription_to_json(sub)),
-            },
-        )
+        with self._tx() as conn:
+            row = conn.execute(
+                "INSERT INTO subscriptions (id, termination_time, data, revision) "
+                "VALUES (%s, %s, %s, 1) ON CONFLICT (id) DO UPDATE SET "
+                "termination_time = EXCLUDED.termination_time, data = EXCLUDED.data, "
+                "revision = subscriptions.revision + 1 RETURNING revision",
+                (sub.id, sub.termination_time, self._jsonb(subscription_to_json(sub))),
+            ).fetchone()
+        sub.revision = int(row[0])
 
     def get_subscription(self, sub_id: str) -> Subscription | None:
-        return self._get("subscriptions", "id", sub_id, subscription_from_json)
+        rows = self._rows("SELECT data, revision FROM subscriptions WHERE id = %s", (sub_id,))
+        return _revised(rows[0]) if rows else None
 
     def delete_subscription(self, sub_id: str) -> bool:
         return self._delete("subscriptions", sub_id)
 
     def list_subscriptions(self) -> list[Subscription]:
-        return self._list("subscriptions", subscription_from_json)
+        return [
+            _revised(r) for r in self._rows("SELECT data, revision FROM subscriptions ORDER BY seq")
+        ]
 
     def put_pull_point(self, pp: PullPoint) -> None:
         self._put(
@@ -415,3 +421,10 @@ class PostgresStore(Store):
                 return
             self._closed = True
         self._pool.close()
+
+
+def _revised(row: tuple[Any, ...]) -> Subscription:
+    """A subscription from its row's document and revision."""
+    sub = subscription_from_json(row[0])
+    sub.revision = int(row[1])
+    return sub

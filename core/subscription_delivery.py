@@ -210,8 +210,10 @@ class SubscriptionDelivery:
         channel.dead_letter = _Burial(ctx, state)
         with registry.lock:
             registry.subscriptions[sub.id] = state
-        if sub.state is SubscriptionState.ACTIVE:
-            channel.start()
+            # under the lock Pause/Resume and their followers change the state under: a
+            # pause followed while this opened (a shard gained) is not started over
+            if sub.state is SubscriptionState.ACTIVE:
+                channel.start()
 
     def forward(
         self, state: LiveSubscription, pull_point_id: str, batch: Sequence[NotificationMessage]

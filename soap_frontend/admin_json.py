@@ -82,6 +82,9 @@ def subscription_json(sub: Subscription, address: str) -> dict[str, Any]:
         "pull_point": sub.pull_point_id,
         "soap_version": "1.1" if sub.soap_version.name == "SOAP11" else "1.2",
         "wsn_version": sub.wire_version.value,
+        # the store's revision this instance holds (a cluster's instances agree on it once
+        # each followed the last change, docs/scale-out.md)
+        "revision": sub.revision,
     }
 
 

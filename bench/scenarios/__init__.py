@@ -5,6 +5,7 @@ from __future__ import annotations
 from bench.scenarios.base import Scenario
 from bench.scenarios.delivery import Delivery
 from bench.scenarios.fanout import FanOut
+from bench.scenarios.follow import Follow
 from bench.scenarios.ha import HighAvailability
 from bench.scenarios.ingress import Ingress
 from bench.scenarios.isolation import Isolation
@@ -23,6 +24,7 @@ SCENARIOS: tuple[type[Scenario], ...] = (
     Memory,
     Recovery,
     HighAvailability,
+    Follow,
     SparkBridge,
 )
 

@@ -10,7 +10,7 @@ import concurrent.futures
 import threading
 import time
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
 import requests
@@ -256,3 +256,134 @@ def test_a_pull_point_drained_through_both_instances_loses_and_repeats_nothing(
         for f in [pool.submit(drain, g) for g in (a, b, a, b)]:
             f.result()
     assert sorted(got, key=int) == [str(i) for i in range(count)]
+
+
+@pytest.mark.rabbitmq
+def test_a_pull_point_destroyed_through_b_is_unknown_through_a_at_once(
+    cluster: Callable[..., Cluster],
+) -> None:
+    """GetMessages through A right after DestroyPullPoint through B (before A could have
+    followed the change) answers ResourceUnknownFault, never a 503: A finds the queue gone
+    and then the record gone from the store, which B deleted first."""
+    c = cluster(2)
+    a, b = c.gateways
+    wa, wb = c.client(a), c.client(b)
+    for i in range(10):
+        made = wa.create_pull_point()
+        through_a = wa.pull_point(EndpointReference(c.via(a, made.reference.address)))
+        through_b = wb.pull_point(EndpointReference(c.via(b, made.reference.address)))
+        wa.notify(n(i), topic("gone"), to=EndpointReference(c.via(a, made.reference.address)))
+        assert texts([m.payload for m in through_a.get_messages()]) == [str(i)]  # A holds it
+        through_b.destroy()
+        with pytest.raises(ResourceUnknownFault):
+            through_a.get_messages()
+
+
+def obeyed_after(answered: float, check: Callable[[], bool], what: str) -> float:
+    """Seconds from ``answered`` (the other instance's answer: the change is in the store)
+    until ``check`` held on the deliverer (waited for longer than the bound, so that a miss
+    says by how much)."""
+    wait_until(check, FOLLOW + 10, what=what, interval=0.01)
+    return time.monotonic() - answered
+
+
+@pytest.mark.rabbitmq
+def test_an_unsubscribe_pause_or_renew_through_the_other_instance_is_obeyed_within_1_s(
+    cluster: Callable[..., Cluster], consumer: ConsumerServer
+) -> None:
+    """Issue 23 §2 as an outcome, five rounds: the deliverer reports each change made
+    through the other instance within 1 s of that instance's answer, and then holds to
+    it: a message published next reaches a control subscription (the sentinel) and not
+    the unsubscribed or paused one."""
+    c = cluster(2, WSNMOM_CLUSTER__SHARDS="1")
+    a, b = c.gateways
+    wa = c.client(a)
+    control = wa.subscribe(consumer.address("/control"), topic("bound"))
+    wa.notify(n("start"), topic("bound"))
+    first = wait_until(
+        lambda: [r for r in consumer.notifies() if r.path == "/control"],
+        10,
+        what="the first delivery",
+    )
+    deliverer, other = (a, b) if first[0].headers[INSTANCE] == "g0" else (b, a)
+    wo = c.client(other)
+    took: list[float] = []
+    for i in range(5):
+        gone = wa.subscribe(consumer.address(f"/gone{i}"), topic("bound"))
+        held = wa.subscribe(consumer.address(f"/held{i}"), topic("bound"))
+        renewed = wa.subscribe(consumer.address(f"/renewed{i}"), topic("bound"))
+        for sub in (gone, held, renewed):  # known to the deliverer, and delivering
+            wait_until(
+                lambda s=sub: detail_of(deliverer, s.id) is not None,  # type: ignore[misc]
+                10,
+                what=f"the deliverer knowing {sub.id}",
+            )
+
+        def via_other(sub: object) -> object:
+            ref = sub.reference  # type: ignore[attr-defined]
+            return wo.subscription(EndpointReference(c.via(other, ref.address)))
+
+        via_other(gone).unsubscribe()  # type: ignore[attr-defined]
+        answered = time.monotonic()
+        took.append(
+            obeyed_after(
+                answered,
+                lambda s=gone: detail_of(deliverer, s.id) is None,  # type: ignore[misc]
+                f"round {i}: the deliverer forgetting the unsubscribed one",
+            )
+        )
+        via_other(held).pause()  # type: ignore[attr-defined]
+        answered = time.monotonic()
+        took.append(
+            obeyed_after(
+                answered,
+                lambda s=held: delivering(deliverer, s.id) is False,  # type: ignore[misc]
+                f"round {i}: the deliverer stopping the paused one",
+            )
+        )
+        granted = via_other(renewed).renew(timedelta(hours=3 + i))  # type: ignore[attr-defined]
+        answered = time.monotonic()
+        took.append(
+            obeyed_after(
+                answered,
+                lambda s=renewed, g=granted: terminates(deliverer, s.id) == g,  # type: ignore[misc]
+                f"round {i}: the deliverer taking the new termination time",
+            )
+        )
+        wo.notify(n(i), topic("bound"))
+        wait_until(
+            lambda i=i: str(i) in received(consumer, control.address),  # type: ignore[misc]
+            10,
+            what=f"the control subscription's copy of {i} (the sentinel)",
+        )
+        wait_until(
+            lambda i=i, s=renewed: str(i) in received(consumer, s.address),  # type: ignore[misc]
+            10,
+            what=f"the renewed subscription's copy of {i}",
+        )
+        assert str(i) not in received(consumer, gone.address)
+        assert str(i) not in received(consumer, held.address)
+    assert max(took) <= FOLLOW, took
+
+
+def detail_of(gateway: Gateway, sub_id: str) -> dict[str, object] | None:
+    """A subscription as ``gateway``'s admin API shows it (None: unknown there)."""
+    answer = requests.get(f"{gateway.base_url}/wsn/admin/api/subscriptions/{sub_id}", timeout=5)
+    if answer.status_code == 404:
+        return None
+    answer.raise_for_status()
+    return dict(answer.json())
+
+
+def delivering(gateway: Gateway, sub_id: str) -> bool | None:
+    """Whether ``gateway``'s delivery channel of the subscription runs (None: it has none)."""
+    d = detail_of(gateway, sub_id)
+    channel = None if d is None else d.get("delivery")
+    return None if not isinstance(channel, dict) else bool(channel["active"])
+
+
+def terminates(gateway: Gateway, sub_id: str) -> datetime | None:
+    """The termination time ``gateway`` holds for the subscription (None: unknown)."""
+    d = detail_of(gateway, sub_id)
+    text = None if d is None else d.get("terminates")
+    return None if not isinstance(text, str) else datetime.fromisoformat(text)

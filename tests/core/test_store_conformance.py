@@ -85,6 +85,63 @@ def test_subscriptions_round_trip_upsert_and_delete(store: Store) -> None:
     assert [s.id for s in store.list_subscriptions()] == ["s2"]
 
 
+def test_every_write_of_a_subscription_bumps_its_revision(store: Store) -> None:
+    """The revision a cluster's instances follow changes by (``core.follow``): set on the
+    record written, read back with it, higher after every write, listed too."""
+    first = subscription("s1")
+    store.put_subscription(first)
+    assert first.revision == 1
+    assert store.get_subscription("s1").revision == 1  # type: ignore[union-attr]
+    # another instance's copy of the same record, written twice: its revision is the store's
+    other = subscription("s1", state=SubscriptionState.PAUSED)
+    store.put_subscription(other)
+    store.put_subscription(other)
+    assert other.revision == 3
+    stored = store.get_subscription("s1")
+    assert stored is not None and stored.revision == 3 and stored.state is SubscriptionState.PAUSED
+    store.put_subscription(first)  # an older copy written again: still a newer revision
+    assert first.revision == 4
+    assert [s.revision for s in store.list_subscriptions()] == [4]
+    store.delete_subscription("s1")
+    again = subscription("s1")
+    store.put_subscription(again)
+    assert again.revision == 1
+
+
+def test_a_sqlite_store_of_schema_version_1_is_upgraded(tmp_path: Path) -> None:
+    """A SQLite store made before subscriptions had a revision opens, upgrades and keeps
+    its subscriptions (revision 0 until their next write)."""
+    import json
+    import sqlite3
+
+    from wsnmom.core.store import SCHEMA_VERSION
+
+    path = tmp_path / "old.db"
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE schema_version (version INTEGER NOT NULL)")
+    conn.execute("INSERT INTO schema_version (version) VALUES (1)")
+    conn.execute(
+        "CREATE TABLE subscriptions (id TEXT PRIMARY KEY, termination_time TEXT, "
+        "data TEXT NOT NULL)"
+    )
+    old = subscription("old")
+    conn.execute(
+        "INSERT INTO subscriptions (id, termination_time, data) VALUES (?, ?, ?)",
+        ("old", None, json.dumps(subscription_to_json(old))),
+    )
+    conn.commit()
+    conn.close()
+    upgraded = open_store(f"sqlite:///{path}")
+    try:
+        assert upgraded.schema_version == SCHEMA_VERSION == 2  # type: ignore[attr-defined]
+        kept = upgraded.get_subscription("old")
+        assert kept == old and kept is not None and kept.revision == 0
+        upgraded.put_subscription(kept)
+        assert kept.revision == 1
+    finally:
+        upgraded.close()
+
+
 def test_a_subscriptions_delivery_policy_round_trips(store_url: str) -> None:
     """The subscriber's choices (``wsnmom:DeliveryPolicy``) survive a reopened store;
     a subscription stored before delivery policies existed reads as having none."""

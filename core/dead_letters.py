@@ -19,9 +19,12 @@ held, replay and purge settle.  What is held and not settled goes back to the mi
 when the gateway stops, so nothing is lost; where the adapter needs acknowledgements in
 order, a settled dead letter is acknowledged once those before it are.
 
-What the middleware drops itself (its own ``max_age`` and ``max_messages``, where it
-enforces them) reaches the same destination where the adapter can send it there
-(``Capabilities.native_dead_letters``: RabbitMQ's dead-letter exchange): core names the
+What the adapter drops for the queue limits (the middleware's own ``max_age`` and
+``max_messages`` where it enforces them, and what ``SubscriptionHandle.discard`` drops of
+the oldest where core enforces them) reaches the same destination where the adapter can
+send it there (``Capabilities.native_dead_letters``: RabbitMQ's dead-letter exchange, the
+embedded and MQTT queues in the transaction that drops it, a log before the cursor
+commits past it): core names the
 destination's topic in the subscription's ``SubscriptionSpec.dead_letters``
 (:meth:`DeadLetters.native_target`), and the adapter marks what arrives there with
 ``HEADER_DROPPED_REASON`` / ``HEADER_DROPPED_FROM``; such a dead letter gets its reason

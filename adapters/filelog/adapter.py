@@ -286,6 +286,9 @@ class FileLogAdapter(Adapter):
         shape="log",
         # a reader of its own reads from the cursor's positions, committing nothing
         peek=True,
+        # what discard skips (the oldest) is read and published to
+        # SubscriptionSpec.dead_letters before the cursor commits past it
+        native_dead_letters=True,
     )
 
     declared_options = FileLogOptions
@@ -363,7 +366,7 @@ class FileLogAdapter(Adapter):
 
     # -- subscriptions ---------------------------------------------------------------------
     def subscription(self, spec: SubscriptionSpec) -> SubscriptionHandle:
-        handle = self._require().engine.subscription(spec)
+        handle = self._require().engine.subscription(spec, bury=self.publish_many)
         assert isinstance(handle, CursorHandle)
         self._handles.add(handle)
         return handle

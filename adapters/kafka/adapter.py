@@ -211,6 +211,9 @@ class KafkaAdapter(Adapter):
         shape="log",
         # a reader of its own reads from the cursor's positions, committing nothing
         peek=True,
+        # what discard skips (the oldest) is read and published to
+        # SubscriptionSpec.dead_letters before the cursor commits past it
+        native_dead_letters=True,
     )
 
     declared_options = KafkaSettings
@@ -364,7 +367,7 @@ class KafkaAdapter(Adapter):
         for pattern in spec.patterns or ():
             self.mapping.register(pattern.namespace)
         try:
-            return state.engine.subscription(spec)
+            return state.engine.subscription(spec, bury=self.publish_many)
         except KafkaException as exc:
             raise AdapterUnavailable(f"Kafka did not answer: {exc}") from exc
 

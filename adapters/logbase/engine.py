@@ -52,7 +52,14 @@ last deliverer's saved position, and what it delivers again is what the last one
 settled in its last ``save_interval + commit_interval`` (plus what it had in flight).
 
 Limits the middleware cannot enforce are applied on request (``discard``): skipping the
-oldest matching records, or delivering only a budget and then jumping to the head.  The
+oldest matching records, or delivering only a budget and then jumping to the head.  A
+cursor with a dead-letter topic (``SubscriptionSpec.dead_letters``) and a ``Bury`` reads
+the oldest records it skips and publishes them there (``HEADER_DROPPED_REASON``
+"overflow", ``HEADER_DROPPED_FROM`` its name) before it lets its committed position pass
+them: they are held in flight like records handed out until the publish is confirmed, so
+a crash meanwhile reads them again (a dead letter may come twice, never none); a publish
+that fails rewinds the cursor to them and they are skipped again.  A jump for
+``discard(newest=True)`` passes records it never reads: they are not dead-lettered.  The
 depth of a detached cursor counts the records between its positions and the head in the
 streams it reads, which includes records of other topics when a stream is shared
 (``may_carry`` True for a namespace-wide log): an estimate, said so in ``depth``.
@@ -68,7 +75,14 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from wsnmom.core.adapter import (
+    DROPPED_OVERFLOW,
+    HEADER_DROPPED_FROM,
+    HEADER_DROPPED_REASON,
+    HEADER_MESSAGE_ID,
+    HEADER_TOPIC_NAMESPACE,
+    HEADER_TOPIC_PATH,
     AdapterUnavailable,
+    OutboundMessage,
     QueueLimits,
     Received,
     SubscriptionHandle,
@@ -88,7 +102,7 @@ from .backend import (
     SelectiveHeadReader,
     StreamId,
 )
-from .cursor import Cursor, CursorHandle
+from .cursor import Bury, Cursor, CursorHandle
 
 __all__ = ["CursorEngine"]
 
@@ -241,8 +255,9 @@ class CursorEngine:
         self._dispatching = False
 
     # -- subscriptions ---------------------------------------------------------------------
-    def subscription(self, spec: SubscriptionSpec) -> SubscriptionHandle:
-        """Create, or re-attach to, the cursor ``spec.name``."""
+    def subscription(self, spec: SubscriptionSpec, bury: Bury | None = None) -> SubscriptionHandle:
+        """Create, or re-attach to, the cursor ``spec.name``; ``bury`` publishes what
+        ``discard`` skips to ``spec.dead_letters`` (see the module docstring)."""
         with self.lock:
             if not self._running:
                 raise AdapterUnavailable("the log adapter is not open")
@@ -250,6 +265,7 @@ class CursorEngine:
             if cursor is not None:
                 if cursor.patterns != spec.patterns or cursor.limits != spec.limits:
                     self._rebind(cursor, spec.patterns, spec.limits)
+                cursor.dead_letters, cursor.bury = spec.dead_letters, bury
                 return CursorHandle(cursor)
             stored = self._stored.get(spec.name)
             held = self._hold
@@ -266,6 +282,7 @@ class CursorEngine:
             cursor = self._cursors.get(spec.name)
             if cursor is None:
                 cursor = Cursor(self, spec.name, spec.patterns, spec.limits, positions)
+                cursor.dead_letters, cursor.bury = spec.dead_letters, bury
                 if self.shared:
                     # another instance may deliver it: its positions are taken up from
                     # the position store when this engine starts it
@@ -695,6 +712,8 @@ class CursorEngine:
                 for r in records:
                     assigned[r.stream] = r.offset + 1 if isinstance(r, LogRecord) else r.next
             cursor.drain()
+            if cursor.dropping and not self._bury(cursor):
+                return None  # rewound: assign afresh next time
             with self.lock:
                 if stopped or cursor.window_full:
                     return None  # positions moved back: assign afresh next time
@@ -766,6 +785,9 @@ class CursorEngine:
                 cursor.skip_oldest -= 1
                 cursor.positions[stream] = item.offset + 1
                 cursor.dirty = True
+                if cursor.dead_letters is not None and cursor.bury is not None:
+                    cursor.hold(item)  # no committed position past it until buried
+                    cursor.dropping.append(item)
                 continue
             if cursor.cap_budget is not None and cursor.cap_budget <= 0:
                 self._apply_cap_at_head(cursor)
@@ -778,6 +800,56 @@ class CursorEngine:
             cursor.dirty = True
             cursor.hand_out(item)
         return False
+
+    def _bury(self, cursor: Cursor) -> bool:
+        """Publish the records ``cursor`` skipped to its dead-letter topic and settle them
+        (no lock held); False when the publish failed and the cursor was rewound to them
+        (they are skipped, and buried, again)."""
+        with self.lock:
+            dropped, cursor.dropping = cursor.dropping, []
+            gen, topic, bury = cursor.gen, cursor.dead_letters, cursor.bury
+        if not dropped or topic is None or bury is None:
+            return True
+        out: list[OutboundMessage] = []
+        for record in dropped:
+            headers = dict(record.headers)
+            headers.setdefault(HEADER_TOPIC_NAMESPACE, record.topic.namespace)
+            headers.setdefault(HEADER_TOPIC_PATH, "/".join(record.topic.path))
+            headers[HEADER_DROPPED_REASON] = DROPPED_OVERFLOW
+            headers[HEADER_DROPPED_FROM] = cursor.name
+            out.append(
+                OutboundMessage(
+                    topic=topic,
+                    body=bytes(record.body),
+                    message_id=headers.get(HEADER_MESSAGE_ID)
+                    or f"{cursor.name}:{record.stream}:{record.offset}",
+                    headers=headers,
+                    content_type=record.content_type or "application/xml",
+                )
+            )
+        try:
+            bury(out)
+        except Exception as exc:
+            log.error(
+                "subscription %s: %d dropped message(s) not dead-lettered (%s); "
+                "skipping them again",
+                cursor.name,
+                len(out),
+                exc,
+            )
+            time.sleep(0.5)  # the middleware may be down: no busy loop
+            with self.lock:
+                if gen == cursor.gen and not cursor.deleted:
+                    cursor.skip_oldest += len(dropped)
+            first = dropped[0]
+            self.settle(cursor, first.stream, first.offset, gen, rewind=True)
+            with self.lock:
+                if not cursor.attached:
+                    self._queue_catch_up(cursor, skipping=True)
+            return False
+        for record in dropped:
+            self.settle(cursor, record.stream, record.offset, gen, rewind=False)
+        return True
 
     def _lost(self, cursor: Cursor, item: RecordsLost) -> None:
         """Count records deleted before ``cursor`` read them (all records of the range:

@@ -42,6 +42,10 @@ from typing import Any
 import pytest
 
 from wsnmom.core.adapter import (
+    DROPPED_MAX_AGE,
+    DROPPED_OVERFLOW,
+    HEADER_DROPPED_FROM,
+    HEADER_DROPPED_REASON,
     HEADER_TOPIC_NAMESPACE,
     HEADER_TOPIC_PATH,
     INTERNAL_NAMESPACE_PREFIX,
@@ -69,6 +73,7 @@ __all__ = [
     "Collector",
     "CurrentMessage",
     "Delete",
+    "DroppedToDeadLetters",
     "Durability",
     "HeadersAndBodies",
     "PauseResume",
@@ -294,8 +299,11 @@ class AdapterFixtures:
         name: str,
         patterns: tuple[PathPattern, ...] | None,
         limits: QueueLimits | None = None,
+        dead_letters: Topic | None = None,
     ) -> SubscriptionHandle:
-        spec = SubscriptionSpec(name=name, patterns=patterns, limits=limits or QueueLimits())
+        spec = SubscriptionSpec(
+            name=name, patterns=patterns, limits=limits or QueueLimits(), dead_letters=dead_letters
+        )
         handle = adapter.subscription(spec)
         if not adapter.capabilities.native_pull:
             self._buffers[id(handle)] = PullBuffer(handle, KIT_BUFFER)
@@ -1084,6 +1092,90 @@ class QueueLimitsSemantics(AdapterFixtures):
         assert [m.body for m in got] == [b"fresh"]
 
 
+class DroppedToDeadLetters(AdapterFixtures):
+    """What the adapter drops for ``QueueLimits`` goes to ``SubscriptionSpec.dead_letters``
+    with ``HEADER_DROPPED_REASON`` and ``HEADER_DROPPED_FROM`` (``native_dead_letters``):
+    dropped by the middleware itself (``native_queue_limits``), or by
+    ``SubscriptionHandle.discard`` of the oldest, as core asks where it enforces limits."""
+
+    def _grave(
+        self, adapter: Adapter, unique_name: Names
+    ) -> tuple[Topic, SubscriptionHandle]:
+        """A dead-letter topic (internal, as core's are) and a subscription reading it."""
+        require(adapter, "native_dead_letters")
+        topic = Topic(f"{INTERNAL_NAMESPACE_PREFIX}conformance-{uuid.uuid4().hex}", ("dl",))
+        box = self.subscribe(adapter, unique_name(), (self.pattern(topic.namespace, "dl"),))
+        return topic, box
+
+    def _dropped(self, box: SubscriptionHandle, n: int) -> list[Received]:
+        got = self.receive(box, n)
+        assert len(got) == n, f"{len(got)} of {n} dead letters: {[m.body for m in got]}"
+        return got
+
+    def test_overflow_is_dead_lettered(
+        self, adapter: Adapter, namespace: str, unique_name: Names
+    ) -> None:
+        grave, box = self._grave(adapter, unique_name)
+        name = unique_name()
+        limits = QueueLimits(max_messages=2, overflow=Overflow.DROP_OLDEST)
+        handle = self.subscribe(
+            adapter, name, (self.pattern(namespace, "t"),), limits, dead_letters=grave
+        )
+        for i in range(4):
+            self.publish(adapter, self.topic(namespace, "t"), b"%d" % i, **{"x-kept": str(i)})
+        if not adapter.capabilities.native_queue_limits:
+            # core's sweep: the depth above the bound is discarded, the oldest first
+            self.wait_routed(handle, 4)
+            assert handle.discard(2) == 2
+        dropped = self._dropped(box, 2)
+        assert [m.body for m in dropped] == [b"0", b"1"]
+        for i, m in enumerate(dropped):
+            assert m.headers[HEADER_DROPPED_REASON] == DROPPED_OVERFLOW
+            assert m.headers[HEADER_DROPPED_FROM] == name
+            assert m.headers["x-kept"] == str(i)  # the original headers travel along
+            assert m.headers[HEADER_TOPIC_NAMESPACE] == namespace
+            assert m.headers[HEADER_TOPIC_PATH] == "t"
+        kept = self.receive(handle, 2) + self.barrier(adapter, handle, self.topic(namespace, "t"))
+        assert [m.body for m in kept] == [b"2", b"3"]
+        # nothing else was dead-lettered
+        self.assert_quiet(adapter, box, grave)
+
+    def test_without_a_topic_nothing_is_dead_lettered(
+        self, adapter: Adapter, namespace: str, unique_name: Names
+    ) -> None:
+        grave, box = self._grave(adapter, unique_name)
+        limits = QueueLimits(max_messages=1, overflow=Overflow.DROP_OLDEST)
+        handle = self.subscribe(adapter, unique_name(), (self.pattern(namespace, "t"),), limits)
+        for i in range(3):
+            self.publish(adapter, self.topic(namespace, "t"), b"%d" % i)
+        if not adapter.capabilities.native_queue_limits:
+            self.wait_routed(handle, 3)
+            handle.discard(2)
+        kept = self.receive(handle, 1) + self.barrier(adapter, handle, self.topic(namespace, "t"))
+        assert [m.body for m in kept] == [b"2"]
+        self.assert_quiet(adapter, box, grave)
+
+    def test_max_age_is_dead_lettered(
+        self, adapter: Adapter, namespace: str, unique_name: Names
+    ) -> None:
+        grave, box = self._grave(adapter, unique_name)
+        require(adapter, "native_queue_limits")  # otherwise core drops what is too old
+        name = unique_name()
+        limits = QueueLimits(max_age=timedelta(milliseconds=300))
+        handle = self.subscribe(
+            adapter, name, (self.pattern(namespace, "t"),), limits, dead_letters=grave
+        )
+        self.publish(adapter, self.topic(namespace, "t"), b"old")
+        time.sleep(1.0)  # past max_age: what is asserted is that it arrives below
+        self.publish(adapter, self.topic(namespace, "t"), b"fresh")
+        got = self.receive(handle, 1) + self.barrier(adapter, handle, self.topic(namespace, "t"))
+        assert [m.body for m in got] == [b"fresh"]
+        [old] = self._dropped(box, 1)
+        assert old.body == b"old"
+        assert old.headers[HEADER_DROPPED_REASON] == DROPPED_MAX_AGE
+        assert old.headers[HEADER_DROPPED_FROM] == name
+
+
 class CurrentMessage(AdapterFixtures):
     """The middleware keeps the last message per topic (``retained_current_message``)."""
 
@@ -1282,6 +1374,7 @@ class AdapterConformance(
     PauseResume,
     Durability,
     QueueLimitsSemantics,
+    DroppedToDeadLetters,
     CurrentMessage,
     Delete,
     HeadersAndBodies,

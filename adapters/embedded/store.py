@@ -374,6 +374,11 @@ class Engine:
         self.keep_current = keep_current
         self.memory = path == MEMORY
         self.lock = threading.RLock()
+        #: messages a limit dropped in the current transaction, for their subscriptions'
+        #: dead-letter topics (:meth:`_bury`, written by :meth:`_inter` before the commit)
+        self._graves: list[OutboundMessage] = []
+        #: dead letters were written since ``publish_many`` last learnt the next message id
+        self._interred = False
         self.users = 0
         self._lock_fd: int | None = None
         #: acked (sub, mid) rows not yet deleted: applied at the start of the next
@@ -428,11 +433,6 @@ class Engine:
         self._recover()
         # dispatcher
         self._cv = threading.Condition()
-        #: messages a limit dropped in the current transaction, for their subscriptions'
-        #: dead-letter topics (:meth:`_bury`, written by :meth:`_inter` before the commit)
-        self._graves: list[OutboundMessage] = []
-        #: dead letters were written since ``publish_many`` last learnt the next message id
-        self._interred = False
         self._ready: collections.deque[EmbeddedHandle] = collections.deque()
         self._queued: set[EmbeddedHandle] = set()
         self._dispatcher: threading.Thread | None = None

@@ -2,17 +2,18 @@
 (retries exhausted, a filter over its budget, older than ``limits.max_age``) is published
 with its context to the subscription's dead-letter destination in the middleware, and
 ``wsnmom dead-letters list|show|replay|purge`` (the admin API) read, re-deliver and remove
-it.  What RabbitMQ drops itself (its ``x-message-ttl``, ``x-max-length``) reaches the same
-destination through the queue's dead-letter exchange (reasons ``max-age``, ``overflow``).
+it.  What the adapter drops for the queue limits (reasons ``max-age``, ``overflow``)
+reaches the same destination: RabbitMQ's ``x-message-ttl`` and ``x-max-length`` through
+the queue's dead-letter exchange, the embedded and MQTT queues in the transaction that
+drops it, Kafka and the file log as the cursor reads past what core's sweep discards
+(``Capabilities.native_dead_letters``).
 
 Each test names a dead-letter destination of its own (the Subscribe policy element
 ``wsnmom:DeadLetters``), so tests sharing a gateway never see each other's dead letters.
-The ``max_age`` and ``overflow`` cases skip where those messages are not dead-lettered yet
-(the embedded store and MQTT session queues drop them in SQL; Kafka and the file log
-discard the excess unread): docs/operations.md, "Dead letters", says so.
+The ``max_age`` and ``overflow`` cases run on every adapter (docs/operations.md, "Dead
+letters", says who drops what).
 Cost: about 3 s per adapter (three failed attempts at 0.2-0.5 s, one 0.5 s filter
-budget) plus one more gateway per adapter for ``max_age`` and one on RabbitMQ for
-``max_messages``.
+budget) plus two more gateways per adapter, for ``max_age`` and ``max_messages``.
 """
 
 from __future__ import annotations
@@ -49,13 +50,6 @@ XPATH10 = "http://www.w3.org/TR/1999/REC-xpath-19991116"
 #: nested location paths: minutes of CPU on BIG, far past any filter budget
 CUBIC = "count(//a[count(//a[count(//a) > 0]) > 0]) > 0"
 BIG = "<r>" + "<a/>" * 3000 + "</r>"
-#: adapters whose middleware drops what is too old or too many itself, with no way to send
-#: it to the gateway's dead letters (``native_queue_limits`` without
-#: ``native_dead_letters``; docs/operations.md, "Dead letters")
-NATIVE_LIMITS_LOST = ("embedded", "mqtt")
-#: adapters where the gateway keeps a backlog within ``limits.max_messages`` by discarding
-#: the excess in the middleware (``SubscriptionHandle.discard``), unread
-DISCARDED_UNREAD = ("kafka", "filelog")
 
 
 def run(*args: str) -> tuple[int, str, str]:
@@ -196,9 +190,6 @@ def aged_server(
     wsnmom_server: RunningServer, request: pytest.FixtureRequest
 ) -> Iterator[RunningServer]:
     """A gateway of the same adapter with ``limits.max_age`` = 1 s."""
-    name = wsnmom_server.adapter
-    if name in NATIVE_LIMITS_LOST:
-        pytest.skip(f"the {name} adapter drops what is too old itself (docs/operations.md)")
     yield from limited_server(wsnmom_server, request, {"WSNMOM_LIMITS__MAX_AGE": "1"})
 
 
@@ -207,11 +198,6 @@ def full_server(
     wsnmom_server: RunningServer, request: pytest.FixtureRequest
 ) -> Iterator[RunningServer]:
     """A gateway of the same adapter with ``limits.max_messages`` = 1 (drop the oldest)."""
-    name = wsnmom_server.adapter
-    if name in NATIVE_LIMITS_LOST:
-        pytest.skip(f"the {name} adapter drops the excess itself (docs/operations.md)")
-    if name in DISCARDED_UNREAD:
-        pytest.skip(f"the {name} adapter discards the excess unread (docs/operations.md)")
     yield from limited_server(wsnmom_server, request, {"WSNMOM_LIMITS__MAX_MESSAGES": "1"})
 
 

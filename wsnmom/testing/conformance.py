@@ -1107,6 +1107,29 @@ class DroppedToDeadLetters(AdapterFixtures):
         box = self.subscribe(adapter, unique_name(), (self.pattern(topic.namespace, "dl"),))
         return topic, box
 
+    def _limit(
+        self,
+        adapter: Adapter,
+        namespace: str,
+        name: str,
+        handle: SubscriptionHandle,
+        published: int,
+        bound: int,
+    ) -> None:
+        """Let the limits act on the ``published`` messages: the middleware's, once it has
+        routed them all (a witness on another topic gets a sentinel published after
+        them: a session's broker confirms a publish before it routes it); otherwise what
+        core's sweep does, ``discard`` of the excess, the oldest first."""
+        if adapter.capabilities.native_queue_limits:
+            witness = self.subscribe(adapter, f"{name}-witness", (self.pattern(namespace, "w"),))
+            try:
+                assert self.barrier(adapter, witness, self.topic(namespace, "w")) == []
+            finally:
+                witness.delete()
+        else:
+            self.wait_routed(handle, published)
+            assert handle.discard(published - bound) == published - bound
+
     def _dropped(self, box: SubscriptionHandle, n: int) -> list[Received]:
         got = self.receive(box, n)
         assert len(got) == n, f"{len(got)} of {n} dead letters: {[m.body for m in got]}"
@@ -1123,16 +1146,14 @@ class DroppedToDeadLetters(AdapterFixtures):
         )
         for i in range(4):
             self.publish(adapter, self.topic(namespace, "t"), b"%d" % i, **{"x-kept": str(i)})
-        if not adapter.capabilities.native_queue_limits:
-            # core's sweep: the depth above the bound is discarded, the oldest first
-            self.wait_routed(handle, 4)
-            assert handle.discard(2) == 2
+        self._limit(adapter, namespace, name, handle, 4, 2)
         dropped = self._dropped(box, 2)
         assert [m.body for m in dropped] == [b"0", b"1"]
         for i, m in enumerate(dropped):
             assert m.headers[HEADER_DROPPED_REASON] == DROPPED_OVERFLOW
             assert m.headers[HEADER_DROPPED_FROM] == name
-            assert m.headers["x-kept"] == str(i)  # the original headers travel along
+            if adapter.capabilities.native_headers:  # the original headers travel along
+                assert m.headers["x-kept"] == str(i)
             assert m.headers[HEADER_TOPIC_NAMESPACE] == namespace
             assert m.headers[HEADER_TOPIC_PATH] == "t"
         kept = self.receive(handle, 2) + self.barrier(adapter, handle, self.topic(namespace, "t"))
@@ -1145,12 +1166,11 @@ class DroppedToDeadLetters(AdapterFixtures):
     ) -> None:
         grave, box = self._grave(adapter, unique_name)
         limits = QueueLimits(max_messages=1, overflow=Overflow.DROP_OLDEST)
-        handle = self.subscribe(adapter, unique_name(), (self.pattern(namespace, "t"),), limits)
+        name = unique_name()
+        handle = self.subscribe(adapter, name, (self.pattern(namespace, "t"),), limits)
         for i in range(3):
             self.publish(adapter, self.topic(namespace, "t"), b"%d" % i)
-        if not adapter.capabilities.native_queue_limits:
-            self.wait_routed(handle, 3)
-            handle.discard(2)
+        self._limit(adapter, namespace, name, handle, 3, 1)
         kept = self.receive(handle, 1) + self.barrier(adapter, handle, self.topic(namespace, "t"))
         assert [m.body for m in kept] == [b"2"]
         self.assert_quiet(adapter, box, grave)

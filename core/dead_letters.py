@@ -329,13 +329,14 @@ class DeadLetters:
                 self._boxes[name] = box
             return box
 
-    def native_target(self, sub: Subscription) -> Topic | None:
-        """The topic the middleware is to send what it drops itself from ``sub``'s
-        subscription to (``SubscriptionSpec.dead_letters``), its box opened first; None
-        when disabled or the adapter cannot (``Capabilities.native_dead_letters``)."""
+    def native_target(self, sub: Subscription | None) -> Topic | None:
+        """The topic the adapter is to send what it drops for the limits from ``sub``'s
+        durable subscription to (``SubscriptionSpec.dead_letters``), its box opened first;
+        ``sub`` None: a pull point's, the gateway's default destination.  None when
+        disabled or the adapter cannot (``Capabilities.native_dead_letters``)."""
         if not self.enabled or not self._adapter.capabilities.native_dead_letters:
             return None
-        name = sub.dead_letters or self.default
+        name = (sub.dead_letters if sub is not None else None) or self.default
         try:
             self.box(name)
         except AdapterError as exc:  # opened again with the next dead letter sent to it

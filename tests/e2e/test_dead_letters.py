@@ -255,3 +255,48 @@ def test_messages_dropped_for_max_messages_become_overflow_dead_letters(
     got = consumer.wait_for_messages(3, timeout=10)
     assert [payload_text(m) for m in got] == ["third", "first", "second"]
     assert letters(full_server, destination) == []
+
+
+def test_what_a_full_pull_point_drops_becomes_overflow_dead_letters(
+    full_server: RunningServer, destination: str
+) -> None:
+    """A pull point's limits dead-letter what they drop into the gateway's default
+    destination; replayed without an address, it goes back into the pull point.  Where
+    core buffers a pull point (``native_pull`` False: the logs, RabbitMQ's ``pull =
+    "buffer"``) the buffer takes what arrives and nothing waits in the middleware to be
+    dropped, so this runs where GetMessages reads the middleware itself."""
+    if full_server.adapter not in ("embedded", "mqtt"):
+        pytest.skip(f"the {full_server.adapter} adapter's pull points are buffered by core")
+    wsn = Wsn(full_server, f"urn:test:{uuid.uuid4().hex[:8]}")
+    pp_id, pp = wsn.create_pull_point()
+    # the subscription feeding the pull point dead-letters elsewhere: what the pull
+    # point drops goes to the gateway's default destination.  (The subscription's own
+    # queue is bounded too: should its forwarding lag, it drops some itself, to its own
+    # destination; the pull point then drops fewer.  Either way two are dropped.)
+    sub = wsn.subscribe(pp, "tns:pp", policy=policy(destination))
+    for n in ("first", "second", "third"):
+        wsn.notify(("tns:pp", f'<n xmlns="urn:n">{n}</n>'))
+
+    def dropped() -> list[dict[str, Any]]:
+        both = letters(full_server, "default") + letters(full_server, destination)
+        return sorted(both, key=lambda d: d["time"]) if len(both) == 2 else []
+
+    found = wait_until(dropped, 30, what="two dead letters")
+    assert [d["reason"] for d in found] == ["overflow", "overflow"]
+    owners = {"default": pp_id, destination: sub.id}
+    assert all(d["subscription"] == owners[d["destination"]] for d in found)
+    assert any(d["subscription"] == pp_id for d in found)  # the pull point dropped some
+    assert [payload_text(m) for m in wsn.get_messages(pp)] == ["third"]
+    replayed = []
+    for letter in found:
+        url = f"{full_server.base_url}/wsn/admin/api/dead-letters/{letter['id']}/replay"
+        resp = requests.post(url, json={}, timeout=10)
+        assert resp.status_code == 200, resp.text
+        kind = "pull point" if letter["subscription"] == pp_id else "subscription"
+        assert resp.json()["delivered_to"] == f"{kind} {letter['subscription']}"
+        # one at a time: the pull point holds one message
+        [got] = wait_until(lambda: wsn.get_messages(pp), 10, what="the replayed message")
+        replayed.append(payload_text(got))
+    assert sorted(replayed) == ["first", "second"]
+    assert letters(full_server, "default") == []
+    assert letters(full_server, destination) == []

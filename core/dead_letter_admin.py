@@ -123,9 +123,7 @@ class DeadLetterAdmin:
             # dropped by a pull point's limits: it held the message as rendered for its
             # subscriber, so it goes back into its inbox as it is
             try:
-                ctx.adapter.publish_many(
-                    [encode(message, route=pull_point_inbox(subscription_id))]
-                )
+                ctx.adapter.publish_many([encode(message, route=pull_point_inbox(subscription_id))])
             except AdapterError as exc:
                 raise ReplayFailed(f"publishing into the pull point failed: {exc}") from exc
             return f"pull point {subscription_id}"

@@ -1098,9 +1098,7 @@ class DroppedToDeadLetters(AdapterFixtures):
     dropped by the middleware itself (``native_queue_limits``), or by
     ``SubscriptionHandle.discard`` of the oldest, as core asks where it enforces limits."""
 
-    def _grave(
-        self, adapter: Adapter, unique_name: Names
-    ) -> tuple[Topic, SubscriptionHandle]:
+    def _grave(self, adapter: Adapter, unique_name: Names) -> tuple[Topic, SubscriptionHandle]:
         """A dead-letter topic (internal, as core's are) and a subscription reading it."""
         require(adapter, "native_dead_letters")
         topic = Topic(f"{INTERNAL_NAMESPACE_PREFIX}conformance-{uuid.uuid4().hex}", ("dl",))

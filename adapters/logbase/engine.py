@@ -783,23 +783,44 @@ class CursorEngine:
                 continue
             if cursor.skip_oldest:
                 cursor.skip_oldest -= 1
-                cursor.positions[stream] = item.offset + 1
-                cursor.dirty = True
-                if cursor.dead_letters is not None and cursor.bury is not None:
-                    cursor.hold(item)  # no committed position past it until buried
-                    cursor.dropping.append(item)
+                self._drop(cursor, item)
                 continue
+            buries = cursor.dead_letters is not None and cursor.bury is not None
             if cursor.cap_budget is not None and cursor.cap_budget <= 0:
-                self._apply_cap_at_head(cursor)
-                return True
+                if not buries:
+                    self._apply_cap_at_head(cursor)
+                    return True
+                if item.offset < cursor.cap_until.get(stream, 0):
+                    self._drop(cursor, item)  # read, not jumped past: dead-lettered
+                    self._cap_passed(cursor)
+                    continue
+                # past the cap in this stream (it arrived after the discard): kept
             if not cursor.started or cursor.window_full:
                 return True  # paused: only skipping; full: wait for settles
-            if cursor.cap_budget is not None:
+            if cursor.cap_budget is not None and cursor.cap_budget > 0:
                 cursor.cap_budget -= 1
+                if cursor.cap_budget <= 0 and buries:
+                    self._cap_passed(cursor)
             cursor.positions[stream] = item.offset + 1
             cursor.dirty = True
             cursor.hand_out(item)
         return False
+
+    @staticmethod
+    def _drop(cursor: Cursor, item: LogRecord) -> None:
+        """Skip ``item`` for a ``discard`` (hold the lock): with a dead-letter topic it is
+        held in flight until ``_bury`` published it."""
+        cursor.positions[item.stream] = item.offset + 1
+        cursor.dirty = True
+        if cursor.dead_letters is not None and cursor.bury is not None:
+            cursor.hold(item)  # no committed position past it until buried
+            cursor.dropping.append(item)
+
+    def _cap_passed(self, cursor: Cursor) -> None:
+        """A ``discard(newest=True)`` read to its end is done (hold the lock)."""
+        if all(cursor.positions.get(s, 0) >= end for s, end in cursor.cap_until.items()):
+            cursor.cap_budget = None
+            cursor.cap_until = {}
 
     def _bury(self, cursor: Cursor) -> bool:
         """Publish the records ``cursor`` skipped to its dead-letter topic and settle them

@@ -221,7 +221,7 @@ class Capabilities:
     #: forgets it for the subscription: what the middleware drops itself
     #: (``native_queue_limits``: its own ``max_age`` and count/byte limits; RabbitMQ's
     #: dead-letter exchange, the embedded and MQTT queues in the same transaction) and
-    #: what ``SubscriptionHandle.discard`` drops of the oldest (logs: read and published
+    #: what ``SubscriptionHandle.discard`` drops (logs: read and published
     #: before the cursor commits past it).  This is the one way an adapter reports a
     #: message it gives up on; core reads the topic like any other (``core.dead_letters``)
     #: and keeps no per-adapter case.  False: such messages are gone
@@ -373,7 +373,7 @@ class SubscriptionHandle(abc.ABC):
 
         Core calls it to enforce ``QueueLimits`` when the middleware does not
         (``native_queue_limits=False``).  With ``Capabilities.native_dead_letters`` and a
-        ``SubscriptionSpec.dead_letters`` topic, the oldest messages dropped go there
+        ``SubscriptionSpec.dead_letters`` topic, the messages dropped go there
         (``HEADER_DROPPED_REASON`` = :data:`DROPPED_OVERFLOW`).  The default takes the
         oldest messages (and dead-letters nothing); an
         adapter that cannot drop the newest raises ``NotImplementedError`` for it (core

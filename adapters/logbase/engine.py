@@ -58,8 +58,9 @@ the oldest records it skips and publishes them there (``HEADER_DROPPED_REASON``
 "overflow", ``HEADER_DROPPED_FROM`` its name) before it lets its committed position pass
 them: they are held in flight like records handed out until the publish is confirmed, so
 a crash meanwhile reads them again (a dead letter may come twice, never none); a publish
-that fails rewinds the cursor to them and they are skipped again.  A jump for
-``discard(newest=True)`` passes records it never reads: they are not dead-lettered.  The
+that fails rewinds the cursor to them and they are skipped again.  For
+``discard(newest=True)`` such a cursor does not jump: once its budget is delivered it
+reads the rest up to where the head was, and buries it the same way.  The
 depth of a detached cursor counts the records between its positions and the head in the
 streams it reads, which includes records of other topics when a stream is shared
 (``may_carry`` True for a namespace-wide log): an estimate, said so in ``depth``.

@@ -1096,7 +1096,7 @@ class DroppedToDeadLetters(AdapterFixtures):
     """What the adapter drops for ``QueueLimits`` goes to ``SubscriptionSpec.dead_letters``
     with ``HEADER_DROPPED_REASON`` and ``HEADER_DROPPED_FROM`` (``native_dead_letters``):
     dropped by the middleware itself (``native_queue_limits``), or by
-    ``SubscriptionHandle.discard`` of the oldest, as core asks where it enforces limits."""
+    ``SubscriptionHandle.discard``, as core asks where it enforces limits."""
 
     def _grave(self, adapter: Adapter, unique_name: Names) -> tuple[Topic, SubscriptionHandle]:
         """A dead-letter topic (internal, as core's are) and a subscription reading it."""
@@ -1113,11 +1113,12 @@ class DroppedToDeadLetters(AdapterFixtures):
         handle: SubscriptionHandle,
         published: int,
         bound: int,
+        newest: bool = False,
     ) -> None:
         """Let the limits act on the ``published`` messages: the middleware's, once it has
         routed them all (a witness on another topic gets a sentinel published after
         them: a session's broker confirms a publish before it routes it); otherwise what
-        core's sweep does, ``discard`` of the excess, the oldest first."""
+        core's sweep does, ``discard`` of the excess (the oldest, or ``newest``)."""
         if adapter.capabilities.native_queue_limits:
             witness = self.subscribe(adapter, f"{name}-witness", (self.pattern(namespace, "w"),))
             try:
@@ -1126,7 +1127,8 @@ class DroppedToDeadLetters(AdapterFixtures):
                 witness.delete()
         else:
             self.wait_routed(handle, published)
-            assert handle.discard(published - bound) == published - bound
+            excess = published - bound
+            assert handle.discard(excess, newest=newest) == excess
 
     def _dropped(self, box: SubscriptionHandle, n: int) -> list[Received]:
         got = self.receive(box, n)
@@ -1157,6 +1159,27 @@ class DroppedToDeadLetters(AdapterFixtures):
         kept = self.receive(handle, 2) + self.barrier(adapter, handle, self.topic(namespace, "t"))
         assert [m.body for m in kept] == [b"2", b"3"]
         # nothing else was dead-lettered
+        self.assert_quiet(adapter, box, grave)
+
+    def test_drop_newest_is_dead_lettered(
+        self, adapter: Adapter, namespace: str, unique_name: Names
+    ) -> None:
+        grave, box = self._grave(adapter, unique_name)
+        name = unique_name()
+        limits = QueueLimits(max_messages=2, overflow=Overflow.DROP_NEWEST)
+        handle = self.subscribe(
+            adapter, name, (self.pattern(namespace, "t"),), limits, dead_letters=grave
+        )
+        for i in range(4):
+            self.publish(adapter, self.topic(namespace, "t"), b"%d" % i)
+        self._limit(adapter, namespace, name, handle, 4, 2, newest=True)
+        # a log's cursor delivers the oldest before it reads (and buries) the newest
+        kept = self.receive(handle, 2) + self.barrier(adapter, handle, self.topic(namespace, "t"))
+        assert [m.body for m in kept] == [b"0", b"1"]
+        dropped = self._dropped(box, 2)
+        assert [m.body for m in dropped] == [b"2", b"3"]
+        assert {m.headers[HEADER_DROPPED_REASON] for m in dropped} == {DROPPED_OVERFLOW}
+        assert {m.headers[HEADER_DROPPED_FROM] for m in dropped} == {name}
         self.assert_quiet(adapter, box, grave)
 
     def test_without_a_topic_nothing_is_dead_lettered(

@@ -57,8 +57,11 @@ cursor with a dead-letter topic (``SubscriptionSpec.dead_letters``) and a ``Bury
 the oldest records it skips and publishes them there (``HEADER_DROPPED_REASON``
 "overflow", ``HEADER_DROPPED_FROM`` its name) before it lets its committed position pass
 them: they are held in flight like records handed out until the publish is confirmed, so
-a crash meanwhile reads them again (a dead letter may come twice, never none); a publish
-that fails rewinds the cursor to them and they are skipped again.  For
+a crash meanwhile reads them again (a dead letter may come twice, never none).  A publish
+that fails rewinds the cursor to its first unsettled record, as a stop does (what was in
+flight comes again, redelivered), and as many records are skipped from there again: the
+oldest waiting then, which may include records handed out before (delivered and
+dead-lettered both, never lost).  For
 ``discard(newest=True)`` such a cursor does not jump: once its budget is delivered it
 reads the rest up to where the head was, and buries it the same way.  The
 depth of a detached cursor counts the records between its positions and the head in the

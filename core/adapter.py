@@ -76,6 +76,10 @@ HEADER_PUBLISHED_AT = "wsnmom-published-at"
 #: it was dropped from.
 HEADER_DROPPED_REASON = "wsnmom-dropped-reason"
 HEADER_DROPPED_FROM = "wsnmom-dropped-from"
+#: with them, when it was dropped (ISO 8601, UTC), so that a dead letter keeps its time
+#: across gateway restarts; and how many times it had been handed out before (absent: 0)
+HEADER_DROPPED_AT = "wsnmom-dropped-at"
+HEADER_DROPPED_ATTEMPTS = "wsnmom-dropped-attempts"
 DROPPED_MAX_AGE = "max-age"
 DROPPED_OVERFLOW = "overflow"
 
@@ -217,7 +221,8 @@ class Capabilities:
     peek: bool = False
     #: what the adapter drops for ``QueueLimits`` goes to the subscription's
     #: ``SubscriptionSpec.dead_letters`` topic, and reaches its subscribers with
-    #: ``HEADER_DROPPED_REASON`` and ``HEADER_DROPPED_FROM``, before the middleware
+    #: ``HEADER_DROPPED_REASON``, ``HEADER_DROPPED_FROM`` and ``HEADER_DROPPED_AT``
+    #: (``HEADER_DROPPED_ATTEMPTS`` where it counts hand-outs), before the middleware
     #: forgets it for the subscription: what the middleware drops itself
     #: (``native_queue_limits``: its own ``max_age`` and count/byte limits; RabbitMQ's
     #: dead-letter exchange, the embedded and MQTT queues in the same transaction) and

@@ -27,9 +27,10 @@ embedded and MQTT queues in the transaction that drops it, a log before the curs
 commits past it): core names the
 destination's topic in the subscription's ``SubscriptionSpec.dead_letters``
 (:meth:`DeadLetters.native_target`), and the adapter marks what arrives there with
-``HEADER_DROPPED_REASON`` / ``HEADER_DROPPED_FROM``; such a dead letter gets its reason
-(``max-age``, ``overflow``) and subscription from those, its time from when the box
-received it, no consumer and no attempts.
+``HEADER_DROPPED_REASON`` / ``HEADER_DROPPED_FROM`` / ``HEADER_DROPPED_AT``; such a dead
+letter gets its reason (``max-age``, ``overflow``), subscription and time from those (the
+time from when the box received it where the adapter gave none), its attempts from
+``HEADER_DROPPED_ATTEMPTS`` (0 without), and no consumer.
 
 The name of a destination: :func:`check_destination` (one rule, used for the setting and
 the Subscribe policy element ``wsnmom:DeadLetters``).
@@ -49,6 +50,8 @@ from typing import Any
 
 from wsnmom.core import metrics
 from wsnmom.core.adapter import (
+    HEADER_DROPPED_AT,
+    HEADER_DROPPED_ATTEMPTS,
     HEADER_DROPPED_FROM,
     HEADER_DROPPED_REASON,
     HEADER_MESSAGE_ID,
@@ -174,11 +177,11 @@ def _letter(destination: str, key: str, received: Received, held_since: str) -> 
     when the box received it)."""
     h = received.headers
     ns, path = h.get(HEADER_TOPIC_NAMESPACE), h.get(HEADER_TOPIC_PATH)
+    native = H_REASON not in h and HEADER_DROPPED_REASON in h
     try:
-        attempts = int(h.get(H_ATTEMPTS) or 0)
+        attempts = int(h.get(HEADER_DROPPED_ATTEMPTS if native else H_ATTEMPTS) or 0)
     except ValueError:
         attempts = 0
-    native = H_REASON not in h and HEADER_DROPPED_REASON in h
     return DeadLetter(
         id=key,
         destination=destination,
@@ -187,7 +190,7 @@ def _letter(destination: str, key: str, received: Received, held_since: str) -> 
         reason=h.get(HEADER_DROPPED_REASON if native else H_REASON) or "",
         attempts=attempts,
         last_error=h.get(H_ERROR) or None,
-        time=h.get(H_TIME) or held_since,
+        time=h.get(HEADER_DROPPED_AT if native else H_TIME) or held_since,
         topic=f"{{{ns}}}{path}" if path else None,
         message_id=h.get(HEADER_MESSAGE_ID),
         content_type=received.content_type or "application/xml",

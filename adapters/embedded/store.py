@@ -49,12 +49,14 @@ import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from wsnmom.core.adapter import (
     DROPPED_MAX_AGE,
     DROPPED_OVERFLOW,
+    HEADER_DROPPED_AT,
+    HEADER_DROPPED_ATTEMPTS,
     HEADER_DROPPED_FROM,
     HEADER_DROPPED_REASON,
     HEADER_MESSAGE_ID,
@@ -1002,24 +1004,31 @@ class Engine:
             return
         marks = ",".join("?" * len(mids))
         rows = self.conn.execute(
-            f"SELECT id, ns, path, body, headers, ctype, msgid FROM messages "
-            f"WHERE id IN ({marks}) ORDER BY id",
-            tuple(mids),
+            f"SELECT m.id, m.ns, m.path, m.body, m.headers, m.ctype, m.msgid, e.delivered "
+            f"FROM messages m JOIN queue_entries e ON e.mid = m.id AND e.sub = ? "
+            f"WHERE m.id IN ({marks}) ORDER BY m.id",
+            (st.id, *mids),
         ).fetchall()
-        for _mid, ns, path, body, headers, ctype, msgid in rows:
+        for _mid, ns, path, body, headers, ctype, msgid, delivered in rows:
             message = OutboundMessage(
                 topic=Topic(ns, tuple(path.split("/"))),
                 body=bytes(body),
                 message_id=msgid,
                 content_type=ctype,
             )
-            self._grave(st, message, json.loads(headers), reason)
+            self._grave(st, message, json.loads(headers), reason, delivered)
 
     def _grave(
-        self, st: SubState, m: OutboundMessage, headers: dict[str, str], reason: str
+        self,
+        st: SubState,
+        m: OutboundMessage,
+        headers: dict[str, str],
+        reason: str,
+        delivered: int = 0,
     ) -> None:
-        """Keep ``m`` (its stored ``headers``), dropped from ``st`` for ``reason``, for
-        ``st``'s dead-letter topic (see :meth:`_bury`)."""
+        """Keep ``m`` (its stored ``headers``), dropped from ``st`` for ``reason`` after
+        being handed out ``delivered`` times, for ``st``'s dead-letter topic (see
+        :meth:`_bury`)."""
         if st.dead_letters is None:
             return
         headers.setdefault(HEADER_MESSAGE_ID, m.message_id)
@@ -1027,6 +1036,9 @@ class Engine:
         headers.setdefault(HEADER_TOPIC_PATH, _topic_key(m.topic))
         headers[HEADER_DROPPED_REASON] = reason
         headers[HEADER_DROPPED_FROM] = st.name
+        headers[HEADER_DROPPED_AT] = datetime.fromtimestamp(time.time(), UTC).isoformat()
+        if delivered:
+            headers[HEADER_DROPPED_ATTEMPTS] = str(delivered)
         self._graves.append(
             OutboundMessage(
                 topic=st.dead_letters,

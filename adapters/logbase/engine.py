@@ -76,10 +76,13 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 from wsnmom.core.adapter import (
     DROPPED_OVERFLOW,
+    HEADER_DROPPED_AT,
+    HEADER_DROPPED_ATTEMPTS,
     HEADER_DROPPED_FROM,
     HEADER_DROPPED_REASON,
     HEADER_MESSAGE_ID,
@@ -836,12 +839,16 @@ class CursorEngine:
         if not dropped or topic is None or bury is None:
             return True
         out: list[OutboundMessage] = []
+        now = datetime.now(UTC).isoformat()
         for record in dropped:
             headers = dict(record.headers)
             headers.setdefault(HEADER_TOPIC_NAMESPACE, record.topic.namespace)
             headers.setdefault(HEADER_TOPIC_PATH, "/".join(record.topic.path))
             headers[HEADER_DROPPED_REASON] = DROPPED_OVERFLOW
             headers[HEADER_DROPPED_FROM] = cursor.name
+            headers[HEADER_DROPPED_AT] = now
+            if record.offset < cursor.redeliver_below.get(record.stream, -1):
+                headers[HEADER_DROPPED_ATTEMPTS] = "1"  # handed out before (at least once)
             out.append(
                 OutboundMessage(
                     topic=topic,

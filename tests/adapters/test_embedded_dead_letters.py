@@ -12,13 +12,15 @@ from __future__ import annotations
 
 import sqlite3
 import uuid
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
 from wsnmom.adapters.embedded import EmbeddedAdapter
 from wsnmom.adapters.embedded import store as embedded_store
 from wsnmom.core.adapter import (
+    HEADER_DROPPED_AT,
+    HEADER_DROPPED_ATTEMPTS,
     HEADER_DROPPED_FROM,
     HEADER_DROPPED_REASON,
     HEADER_TOPIC_PATH,
@@ -134,3 +136,20 @@ def test_a_failed_transaction_dead_letters_nothing(
     adapter.publish(msg(b"c"))  # and nothing left over is written by the next one
     assert [m.body for m in sub.pull(10)] == [b"c"]
     assert [m.body for m in graves.pull(10)] == [b"a"]
+
+
+def test_a_message_handed_out_before_counts_its_attempts(
+    adapter: EmbeddedAdapter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    graves = box(adapter)
+    sub = bounded(adapter, QueueLimits(max_age=timedelta(seconds=0.3)))
+    adapter.publish_many([msg(b"tried"), msg(b"untried")])
+    [first] = sub.pull(1)
+    first.nack(requeue=True)  # handed out once, back in the queue
+    later(monkeypatch, embedded_store, 10)
+    assert sub.pull(10) == []  # both expired on the way
+    dropped = {m.body: m.headers for m in graves.pull(10)}
+    assert dropped[b"tried"][HEADER_DROPPED_ATTEMPTS] == "1"
+    assert HEADER_DROPPED_ATTEMPTS not in dropped[b"untried"]
+    at = datetime.fromisoformat(dropped[b"tried"][HEADER_DROPPED_AT])
+    assert at.tzinfo is not None

@@ -36,7 +36,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -44,6 +44,7 @@ import pytest
 from wsnmom.core.adapter import (
     DROPPED_MAX_AGE,
     DROPPED_OVERFLOW,
+    HEADER_DROPPED_AT,
     HEADER_DROPPED_FROM,
     HEADER_DROPPED_REASON,
     HEADER_TOPIC_NAMESPACE,
@@ -1130,6 +1131,15 @@ class DroppedToDeadLetters(AdapterFixtures):
             excess = published - bound
             assert handle.discard(excess, newest=newest) == excess
 
+    @staticmethod
+    def _assert_dropped_at(message: Received, published: datetime) -> None:
+        """``HEADER_DROPPED_AT``: an ISO 8601 time with its zone, not before the message
+        was published (a second of clock skew between the middleware and here allowed)."""
+        when = datetime.fromisoformat(message.headers[HEADER_DROPPED_AT])
+        assert when.tzinfo is not None, when
+        assert when >= published - timedelta(seconds=1), (when, published)
+        assert when <= datetime.now(UTC) + timedelta(seconds=1), when
+
     def _dropped(self, box: SubscriptionHandle, n: int) -> list[Received]:
         got = self.receive(box, n)
         assert len(got) == n, f"{len(got)} of {n} dead letters: {[m.body for m in got]}"
@@ -1144,6 +1154,7 @@ class DroppedToDeadLetters(AdapterFixtures):
         handle = self.subscribe(
             adapter, name, (self.pattern(namespace, "t"),), limits, dead_letters=grave
         )
+        published = datetime.now(UTC)
         for i in range(4):
             self.publish(adapter, self.topic(namespace, "t"), b"%d" % i, **{"x-kept": str(i)})
         self._limit(adapter, namespace, name, handle, 4, 2)
@@ -1152,6 +1163,7 @@ class DroppedToDeadLetters(AdapterFixtures):
         for i, m in enumerate(dropped):
             assert m.headers[HEADER_DROPPED_REASON] == DROPPED_OVERFLOW
             assert m.headers[HEADER_DROPPED_FROM] == name
+            self._assert_dropped_at(m, published)
             if adapter.capabilities.native_headers:  # the original headers travel along
                 assert m.headers["x-kept"] == str(i)
             assert m.headers[HEADER_TOPIC_NAMESPACE] == namespace
@@ -1206,6 +1218,7 @@ class DroppedToDeadLetters(AdapterFixtures):
         handle = self.subscribe(
             adapter, name, (self.pattern(namespace, "t"),), limits, dead_letters=grave
         )
+        published = datetime.now(UTC)
         self.publish(adapter, self.topic(namespace, "t"), b"old")
         time.sleep(1.0)  # past max_age: what is asserted is that it arrives below
         self.publish(adapter, self.topic(namespace, "t"), b"fresh")
@@ -1215,6 +1228,7 @@ class DroppedToDeadLetters(AdapterFixtures):
         assert old.body == b"old"
         assert old.headers[HEADER_DROPPED_REASON] == DROPPED_MAX_AGE
         assert old.headers[HEADER_DROPPED_FROM] == name
+        self._assert_dropped_at(old, published)
 
 
 class CurrentMessage(AdapterFixtures):

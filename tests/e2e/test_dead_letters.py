@@ -6,14 +6,16 @@ it.  What the adapter drops for the queue limits (reasons ``max-age``, ``overflo
 reaches the same destination: RabbitMQ's ``x-message-ttl`` and ``x-max-length`` through
 the queue's dead-letter exchange, the embedded and MQTT queues in the transaction that
 drops it, Kafka and the file log as the cursor reads past what core's sweep discards
-(``Capabilities.native_dead_letters``).
+(``Capabilities.native_dead_letters``); what a pull point's limits drop goes to the
+gateway's default destination and is replayed into the pull point.
 
 Each test names a dead-letter destination of its own (the Subscribe policy element
 ``wsnmom:DeadLetters``), so tests sharing a gateway never see each other's dead letters.
 The ``max_age`` and ``overflow`` cases run on every adapter (docs/operations.md, "Dead
 letters", says who drops what).
 Cost: about 3 s per adapter (three failed attempts at 0.2-0.5 s, one 0.5 s filter
-budget) plus two more gateways per adapter, for ``max_age`` and ``max_messages``.
+budget) plus three more gateways per adapter, for ``max_age``, ``max_messages`` and the
+pull point.
 """
 
 from __future__ import annotations
@@ -161,15 +163,21 @@ def test_an_invalid_dead_letter_destination_is_a_subscribe_fault_and_policy_name
 
 # --------------------------------------------------------------------------------- max_age
 def limited_server(
-    wsnmom_server: RunningServer, request: pytest.FixtureRequest, env: dict[str, str]
+    wsnmom_server: RunningServer,
+    request: pytest.FixtureRequest,
+    env: dict[str, str],
+    rabbitmq_query: str = "",
 ) -> Iterator[RunningServer]:
-    """A gateway of the same adapter with the limits ``env`` sets."""
+    """A gateway of the same adapter with the limits ``env`` sets (and on RabbitMQ the
+    adapter options ``rabbitmq_query``)."""
     name = wsnmom_server.adapter
     data_dir = Path(tempfile.mkdtemp(prefix=f"wsnmom-dl-{name}-"))
     if name == "embedded":
         url = f"embedded://{data_dir / 'middleware'}"
     elif name == "rabbitmq":
         url = str(request.getfixturevalue("rabbitmq_url"))
+        if rabbitmq_query:
+            url += ("&" if "?" in url else "?") + rabbitmq_query
     elif name == "filelog":
         url = f"filelog://{data_dir / 'log'}"
     elif name == "kafka":
@@ -199,6 +207,20 @@ def full_server(
 ) -> Iterator[RunningServer]:
     """A gateway of the same adapter with ``limits.max_messages`` = 1 (drop the oldest)."""
     yield from limited_server(wsnmom_server, request, {"WSNMOM_LIMITS__MAX_MESSAGES": "1"})
+
+
+@pytest.fixture
+def full_pull_server(
+    wsnmom_server: RunningServer, request: pytest.FixtureRequest
+) -> Iterator[RunningServer]:
+    """``full_server`` whose pull points GetMessages reads from the middleware itself
+    (RabbitMQ: ``pull = "get"``, as in cluster mode).  Where core buffers pull points
+    (``native_pull`` False: Kafka, the file log) the buffer takes what arrives and nothing
+    waits in the middleware to be dropped, so the test skips there."""
+    if wsnmom_server.adapter in ("kafka", "filelog"):
+        pytest.skip(f"the {wsnmom_server.adapter} adapter's pull points are buffered by core")
+    env = {"WSNMOM_LIMITS__MAX_MESSAGES": "1"}
+    yield from limited_server(wsnmom_server, request, env, rabbitmq_query="pull=get")
 
 
 def test_too_old_messages_become_dead_letters_replayed_to_their_subscription(
@@ -258,15 +280,11 @@ def test_messages_dropped_for_max_messages_become_overflow_dead_letters(
 
 
 def test_what_a_full_pull_point_drops_becomes_overflow_dead_letters(
-    full_server: RunningServer, destination: str
+    full_pull_server: RunningServer, destination: str
 ) -> None:
     """A pull point's limits dead-letter what they drop into the gateway's default
-    destination; replayed without an address, it goes back into the pull point.  Where
-    core buffers a pull point (``native_pull`` False: the logs, RabbitMQ's ``pull =
-    "buffer"``) the buffer takes what arrives and nothing waits in the middleware to be
-    dropped, so this runs where GetMessages reads the middleware itself."""
-    if full_server.adapter not in ("embedded", "mqtt"):
-        pytest.skip(f"the {full_server.adapter} adapter's pull points are buffered by core")
+    destination; replayed without an address, it goes back into the pull point."""
+    full_server = full_pull_server
     wsn = Wsn(full_server, f"urn:test:{uuid.uuid4().hex[:8]}")
     pp_id, pp = wsn.create_pull_point()
     # the subscription feeding the pull point dead-letters elsewhere: what the pull

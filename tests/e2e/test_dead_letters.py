@@ -209,6 +209,10 @@ def full_server(
     yield from limited_server(wsnmom_server, request, {"WSNMOM_LIMITS__MAX_MESSAGES": "1"})
 
 
+#: the default dead-letter destination of ``full_pull_server``
+GATEWAY_DL = "pp" + uuid.uuid4().hex[:12]
+
+
 @pytest.fixture
 def full_pull_server(
     wsnmom_server: RunningServer, request: pytest.FixtureRequest
@@ -219,7 +223,9 @@ def full_pull_server(
     waits in the middleware to be dropped, so the test skips there."""
     if wsnmom_server.adapter in ("kafka", "filelog"):
         pytest.skip(f"the {wsnmom_server.adapter} adapter's pull points are buffered by core")
-    env = {"WSNMOM_LIMITS__MAX_MESSAGES": "1"}
+    # a default destination of its own: gateways sharing a middleware share "default"
+    # (on RabbitMQ its queue has competing consumers)
+    env = {"WSNMOM_LIMITS__MAX_MESSAGES": "1", "WSNMOM_DEAD_LETTERS__DESTINATION": GATEWAY_DL}
     yield from limited_server(wsnmom_server, request, env, rabbitmq_query="pull=get")
 
 
@@ -288,7 +294,7 @@ def test_what_a_full_pull_point_drops_becomes_overflow_dead_letters(
     wsn = Wsn(full_server, f"urn:test:{uuid.uuid4().hex[:8]}")
     pp_id, pp = wsn.create_pull_point()
     # the subscription feeding the pull point dead-letters elsewhere: what the pull
-    # point drops goes to the gateway's default destination.  (The subscription's own
+    # point drops goes to the gateway's default destination (GATEWAY_DL).  (The subscription's own
     # queue is bounded too: should its forwarding lag, it drops some itself, to its own
     # destination; the pull point then drops fewer.  Either way two are dropped.)
     sub = wsn.subscribe(pp, "tns:pp", policy=policy(destination))
@@ -296,12 +302,14 @@ def test_what_a_full_pull_point_drops_becomes_overflow_dead_letters(
         wsn.notify(("tns:pp", f'<n xmlns="urn:n">{n}</n>'))
 
     def dropped() -> list[dict[str, Any]]:
-        both = letters(full_server, "default") + letters(full_server, destination)
-        return sorted(both, key=lambda d: d["time"]) if len(both) == 2 else []
+        both = letters(full_server, GATEWAY_DL) + letters(full_server, destination)
+        return sorted(both, key=lambda d: d["time"])
 
-    found = wait_until(dropped, 30, what="two dead letters")
+    wait_until(lambda: len(dropped()) >= 2, 30, what="two dead letters")
+    found = dropped()
+    assert len(found) == 2, found
     assert [d["reason"] for d in found] == ["overflow", "overflow"]
-    owners = {"default": pp_id, destination: sub.id}
+    owners = {GATEWAY_DL: pp_id, destination: sub.id}
     assert all(d["subscription"] == owners[d["destination"]] for d in found)
     assert any(d["subscription"] == pp_id for d in found)  # the pull point dropped some
     assert [payload_text(m) for m in wsn.get_messages(pp)] == ["third"]
@@ -316,5 +324,5 @@ def test_what_a_full_pull_point_drops_becomes_overflow_dead_letters(
         [got] = wait_until(lambda: wsn.get_messages(pp), 10, what="the replayed message")
         replayed.append(payload_text(got))
     assert sorted(replayed) == ["first", "second"]
-    assert letters(full_server, "default") == []
+    assert letters(full_server, GATEWAY_DL) == []
     assert letters(full_server, destination) == []

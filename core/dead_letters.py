@@ -20,8 +20,8 @@ when the gateway stops, so nothing is lost; where the adapter needs acknowledgem
 order, a settled dead letter is acknowledged once those before it are.
 
 What the adapter drops for the queue limits (the middleware's own ``max_age`` and
-``max_messages`` where it enforces them, and what ``SubscriptionHandle.discard`` drops of
-the oldest where core enforces them) reaches the same destination where the adapter can
+``max_messages`` where it enforces them, and what ``SubscriptionHandle.discard`` drops
+where core enforces them) reaches the same destination where the adapter can
 send it there (``Capabilities.native_dead_letters``: RabbitMQ's dead-letter exchange, the
 embedded and MQTT queues in the transaction that drops it, a log before the cursor
 commits past it): core names the

@@ -76,6 +76,10 @@ HEADER_PUBLISHED_AT = "wsnmom-published-at"
 #: it was dropped from.
 HEADER_DROPPED_REASON = "wsnmom-dropped-reason"
 HEADER_DROPPED_FROM = "wsnmom-dropped-from"
+#: with them, when it was dropped (ISO 8601, UTC), so that a dead letter keeps its time
+#: across gateway restarts; and how many times it had been handed out before (absent: 0)
+HEADER_DROPPED_AT = "wsnmom-dropped-at"
+HEADER_DROPPED_ATTEMPTS = "wsnmom-dropped-attempts"
 DROPPED_MAX_AGE = "max-age"
 DROPPED_OVERFLOW = "overflow"
 
@@ -215,11 +219,17 @@ class Capabilities:
     #: False: ``peek`` raises ``NotImplementedError`` saying why, and operators see only
     #: what core holds in memory (the admin page says so)
     peek: bool = False
-    #: what the middleware drops itself for ``QueueLimits`` (its own ``max_age`` and
-    #: count/byte limits) goes to the subscription's ``SubscriptionSpec.dead_letters``
-    #: topic, and reaches its subscribers with ``HEADER_DROPPED_REASON`` and
-    #: ``HEADER_DROPPED_FROM`` (RabbitMQ's dead-letter exchange).  False: such messages
-    #: are gone
+    #: what the adapter drops for ``QueueLimits`` goes to the subscription's
+    #: ``SubscriptionSpec.dead_letters`` topic, and reaches its subscribers with
+    #: ``HEADER_DROPPED_REASON``, ``HEADER_DROPPED_FROM`` and ``HEADER_DROPPED_AT``
+    #: (``HEADER_DROPPED_ATTEMPTS`` where it counts hand-outs), before the middleware
+    #: forgets it for the subscription: what the middleware drops itself
+    #: (``native_queue_limits``: its own ``max_age`` and count/byte limits; RabbitMQ's
+    #: dead-letter exchange, the embedded and MQTT queues in the same transaction) and
+    #: what ``SubscriptionHandle.discard`` drops (logs: read and published
+    #: before the cursor commits past it).  This is the one way an adapter reports a
+    #: message it gives up on; core reads the topic like any other (``core.dead_letters``)
+    #: and keeps no per-adapter case.  False: such messages are gone
     native_dead_letters: bool = False
 
     @property
@@ -300,7 +310,7 @@ class SubscriptionSpec:
     name: str
     patterns: tuple[PathPattern, ...] | None
     limits: QueueLimits = QueueLimits()
-    #: where the middleware sends what it drops itself for ``limits``, where it can
+    #: where the adapter sends what it drops for ``limits``, where it can
     #: (``Capabilities.native_dead_letters``); None: nowhere
     dead_letters: Topic | None = None
 
@@ -367,7 +377,10 @@ class SubscriptionHandle(abc.ABC):
         ``newest`` the most recent ones.  Returns how many were dropped.
 
         Core calls it to enforce ``QueueLimits`` when the middleware does not
-        (``native_queue_limits=False``).  The default takes the oldest messages; an
+        (``native_queue_limits=False``).  With ``Capabilities.native_dead_letters`` and a
+        ``SubscriptionSpec.dead_letters`` topic, the messages dropped go there
+        (``HEADER_DROPPED_REASON`` = :data:`DROPPED_OVERFLOW`).  The default takes the
+        oldest messages (and dead-letters nothing); an
         adapter that cannot drop the newest raises ``NotImplementedError`` for it (core
         then refuses the ``drop_newest`` setting at start-up).
         """

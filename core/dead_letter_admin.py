@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 
 from wsnmom.core import errors
 from wsnmom.core.adapter import AdapterError
-from wsnmom.core.codec import decode
+from wsnmom.core.codec import decode, encode, pull_point_inbox
 from wsnmom.core.context import BrokerContext
 from wsnmom.core.dead_letters import DeadLetter, DeadLetterBox, check_destination
 from wsnmom.core.model import (
@@ -118,6 +118,15 @@ class DeadLetterAdmin:
         ctx = self._ctx
         with ctx.registry.lock:
             state = ctx.registry.subscriptions.get(subscription_id)
+            pull_point = subscription_id in ctx.registry.pull_points
+        if state is None and pull_point:
+            # dropped by a pull point's limits: it held the message as rendered for its
+            # subscriber, so it goes back into its inbox as it is
+            try:
+                ctx.adapter.publish_many([encode(message, route=pull_point_inbox(subscription_id))])
+            except AdapterError as exc:
+                raise ReplayFailed(f"publishing into the pull point failed: {exc}") from exc
+            return f"pull point {subscription_id}"
         if state is None:
             raise ReplayFailed(
                 f"subscription {subscription_id} no longer exists; replay to a consumer "

@@ -19,14 +19,18 @@ held, replay and purge settle.  What is held and not settled goes back to the mi
 when the gateway stops, so nothing is lost; where the adapter needs acknowledgements in
 order, a settled dead letter is acknowledged once those before it are.
 
-What the middleware drops itself (its own ``max_age`` and ``max_messages``, where it
-enforces them) reaches the same destination where the adapter can send it there
-(``Capabilities.native_dead_letters``: RabbitMQ's dead-letter exchange): core names the
+What the adapter drops for the queue limits (the middleware's own ``max_age`` and
+``max_messages`` where it enforces them, and what ``SubscriptionHandle.discard`` drops
+where core enforces them) reaches the same destination where the adapter can
+send it there (``Capabilities.native_dead_letters``: RabbitMQ's dead-letter exchange, the
+embedded and MQTT queues in the transaction that drops it, a log before the cursor
+commits past it): core names the
 destination's topic in the subscription's ``SubscriptionSpec.dead_letters``
 (:meth:`DeadLetters.native_target`), and the adapter marks what arrives there with
-``HEADER_DROPPED_REASON`` / ``HEADER_DROPPED_FROM``; such a dead letter gets its reason
-(``max-age``, ``overflow``) and subscription from those, its time from when the box
-received it, no consumer and no attempts.
+``HEADER_DROPPED_REASON`` / ``HEADER_DROPPED_FROM`` / ``HEADER_DROPPED_AT``; such a dead
+letter gets its reason (``max-age``, ``overflow``), subscription and time from those (the
+time from when the box received it where the adapter gave none), its attempts from
+``HEADER_DROPPED_ATTEMPTS`` (0 without), and no consumer.
 
 The name of a destination: :func:`check_destination` (one rule, used for the setting and
 the Subscribe policy element ``wsnmom:DeadLetters``).
@@ -46,6 +50,8 @@ from typing import Any
 
 from wsnmom.core import metrics
 from wsnmom.core.adapter import (
+    HEADER_DROPPED_AT,
+    HEADER_DROPPED_ATTEMPTS,
     HEADER_DROPPED_FROM,
     HEADER_DROPPED_REASON,
     HEADER_MESSAGE_ID,
@@ -171,11 +177,11 @@ def _letter(destination: str, key: str, received: Received, held_since: str) -> 
     when the box received it)."""
     h = received.headers
     ns, path = h.get(HEADER_TOPIC_NAMESPACE), h.get(HEADER_TOPIC_PATH)
+    native = H_REASON not in h and HEADER_DROPPED_REASON in h
     try:
-        attempts = int(h.get(H_ATTEMPTS) or 0)
+        attempts = int(h.get(HEADER_DROPPED_ATTEMPTS if native else H_ATTEMPTS) or 0)
     except ValueError:
         attempts = 0
-    native = H_REASON not in h and HEADER_DROPPED_REASON in h
     return DeadLetter(
         id=key,
         destination=destination,
@@ -184,7 +190,7 @@ def _letter(destination: str, key: str, received: Received, held_since: str) -> 
         reason=h.get(HEADER_DROPPED_REASON if native else H_REASON) or "",
         attempts=attempts,
         last_error=h.get(H_ERROR) or None,
-        time=h.get(H_TIME) or held_since,
+        time=h.get(HEADER_DROPPED_AT if native else H_TIME) or held_since,
         topic=f"{{{ns}}}{path}" if path else None,
         message_id=h.get(HEADER_MESSAGE_ID),
         content_type=received.content_type or "application/xml",
@@ -326,13 +332,14 @@ class DeadLetters:
                 self._boxes[name] = box
             return box
 
-    def native_target(self, sub: Subscription) -> Topic | None:
-        """The topic the middleware is to send what it drops itself from ``sub``'s
-        subscription to (``SubscriptionSpec.dead_letters``), its box opened first; None
-        when disabled or the adapter cannot (``Capabilities.native_dead_letters``)."""
+    def native_target(self, sub: Subscription | None) -> Topic | None:
+        """The topic the adapter is to send what it drops for the limits from ``sub``'s
+        durable subscription to (``SubscriptionSpec.dead_letters``), its box opened first;
+        ``sub`` None: a pull point's, the gateway's default destination.  None when
+        disabled or the adapter cannot (``Capabilities.native_dead_letters``)."""
         if not self.enabled or not self._adapter.capabilities.native_dead_letters:
             return None
-        name = sub.dead_letters or self.default
+        name = (sub.dead_letters if sub is not None else None) or self.default
         try:
             self.box(name)
         except AdapterError as exc:  # opened again with the next dead letter sent to it

@@ -68,6 +68,8 @@ class PullPoints:
                 name=pull_point_id,
                 patterns=(inbox_pattern(pull_point_id),),
                 limits=ctx.limits(),
+                # what the limits drop from the pull point: the default destination
+                dead_letters=ctx.dead_letters.native_target(None),
             )
         )
 

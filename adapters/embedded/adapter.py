@@ -317,6 +317,8 @@ class EmbeddedAdapter(Adapter):
         max_message_bytes=None,
         sole_publisher=True,
         peek=True,
+        # what its limits drop goes to SubscriptionSpec.dead_letters in the same transaction
+        native_dead_letters=True,
     )
 
     declared_options = EmbeddedOptions
@@ -388,7 +390,7 @@ class EmbeddedAdapter(Adapter):
     def subscription(self, spec: SubscriptionSpec) -> SubscriptionHandle:
         """Create or re-attach to the durable subscription ``spec.name``."""
         eng = self._require()
-        st = eng.attach(spec.name, spec.patterns, spec.limits)
+        st = eng.attach(spec.name, spec.patterns, spec.limits, spec.dead_letters)
         handle = EmbeddedHandle(self, eng, st.id, st.name)
         self._handles.add(handle)
         return handle

@@ -49,11 +49,19 @@ import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from wsnmom.core.adapter import (
+    DROPPED_MAX_AGE,
+    DROPPED_OVERFLOW,
+    HEADER_DROPPED_AT,
+    HEADER_DROPPED_ATTEMPTS,
+    HEADER_DROPPED_FROM,
+    HEADER_DROPPED_REASON,
     HEADER_MESSAGE_ID,
+    HEADER_TOPIC_NAMESPACE,
+    HEADER_TOPIC_PATH,
     AdapterError,
     AdapterUnavailable,
     OutboundMessage,
@@ -190,10 +198,16 @@ def decode_patterns(text: str | None) -> tuple[PathPattern, ...] | None:
     return tuple(out)
 
 
-def encode_limits(limits: QueueLimits) -> str:
-    """QueueLimits as JSON (max_age in seconds)."""
+def encode_limits(limits: QueueLimits, dead_letters: Topic | None = None) -> str:
+    """QueueLimits as JSON (max_age in seconds), with the subscription's dead-letter topic
+    (``SubscriptionSpec.dead_letters``) when it has one."""
     return json.dumps(
         {
+            **(
+                {"dead_letters": [dead_letters.namespace, list(dead_letters.path)]}
+                if dead_letters is not None
+                else {}
+            ),
             "max_messages": limits.max_messages,
             "max_bytes": limits.max_bytes,
             "overflow": limits.overflow.value,
@@ -212,6 +226,12 @@ def decode_limits(text: str) -> QueueLimits:
         overflow=Overflow(raw.get("overflow", Overflow.DROP_OLDEST.value)),
         max_age=timedelta(seconds=age) if age is not None else None,
     )
+
+
+def decode_dead_letters(text: str) -> Topic | None:
+    """The dead-letter topic :func:`encode_limits` stored with the limits, if any."""
+    raw = json.loads(text).get("dead_letters")
+    return Topic(raw[0], tuple(raw[1])) if raw else None
 
 
 def _topic_key(topic: Topic) -> str:
@@ -236,6 +256,8 @@ class SubState:
     #: the highest message id handed out by ``take``: removals up to it may still be
     #: pending, so the next take starts above it
     taken_upto: int = 0
+    #: where what its limits drop goes (``SubscriptionSpec.dead_letters``); None: nowhere
+    dead_letters: Topic | None = None
 
     @property
     def bounded(self) -> bool:
@@ -354,6 +376,11 @@ class Engine:
         self.keep_current = keep_current
         self.memory = path == MEMORY
         self.lock = threading.RLock()
+        #: messages a limit dropped in the current transaction, for their subscriptions'
+        #: dead-letter topics (:meth:`_bury`, written by :meth:`_inter` before the commit)
+        self._graves: list[OutboundMessage] = []
+        #: dead letters were written since ``publish_many`` last learnt the next message id
+        self._interred = False
         self.users = 0
         self._lock_fd: int | None = None
         #: acked (sub, mid) rows not yet deleted: applied at the start of the next
@@ -471,6 +498,7 @@ class Engine:
             rows = self.conn.execute("SELECT id, name, patterns, limits FROM subscriptions")
             for sid, name, patterns, limits in rows.fetchall():
                 st = SubState(sid, name, decode_patterns(patterns), decode_limits(limits))
+                st.dead_letters = decode_dead_letters(limits)
                 self._install(st, held=held.get(sid, (0, 0)))
 
     def _checkpoint_loop(self) -> None:
@@ -560,12 +588,17 @@ class Engine:
         conn = self.conn
         conn.execute("BEGIN IMMEDIATE")
         acks, self._pending_acks = self._pending_acks, []
+        woken: set[int] = set()
         try:
             if acks:
                 self._apply_acks(conn, acks)
             yield conn
+            if self._graves:
+                self._inter(conn, woken)
             conn.execute("COMMIT")
+            self._wake(woken)
         except BaseException:
+            self._graves.clear()
             # also after a COMMIT that failed (a full disk): a transaction left open would
             # refuse every later one until a restart
             if conn.in_transaction:
@@ -637,15 +670,25 @@ class Engine:
         st.count, st.bytes = int(n), int(b)
 
     def attach(
-        self, name: str, patterns: tuple[PathPattern, ...] | None, limits: QueueLimits
+        self,
+        name: str,
+        patterns: tuple[PathPattern, ...] | None,
+        limits: QueueLimits,
+        dead_letters: Topic | None = None,
     ) -> SubState:
-        """Create the durable subscription ``name`` or re-bind it to new patterns/limits."""
+        """Create the durable subscription ``name`` or re-bind it to new patterns, limits
+        or dead-letter topic (where what its limits drop goes: :meth:`_bury`)."""
         with self.lock:
             sid = self.by_name.get(name)
             known = self.subs[sid] if sid is not None else None
-            if known is not None and known.patterns == patterns and known.limits == limits:
+            if (
+                known is not None
+                and known.patterns == patterns
+                and known.limits == limits
+                and known.dead_letters == dead_letters
+            ):
                 return known  # the usual re-attach at start-up: nothing to encode or write
-            enc_p, enc_l = encode_patterns(patterns), encode_limits(limits)
+            enc_p, enc_l = encode_patterns(patterns), encode_limits(limits, dead_letters)
             if known is not None:
                 with self.tx() as c:
                     c.execute(
@@ -653,6 +696,7 @@ class Engine:
                         (enc_p, enc_l, known.id),
                     )
                 known.patterns, known.limits = patterns, limits
+                known.dead_letters = dead_letters
                 self._install(known)
                 if known.bounded:
                     with self.tx():
@@ -665,7 +709,7 @@ class Engine:
                 )
                 sid = cur.lastrowid
             assert sid is not None
-            st = SubState(sid, name, patterns, limits)
+            st = SubState(sid, name, patterns, limits, dead_letters=dead_letters)
             self._install(st)
             return st
 
@@ -775,6 +819,7 @@ class Engine:
                     if st.bounded:
                         self._write_rows(c, message_rows, entry_rows)
                         if not self._make_room(st, size):
+                            self._grave(st, m, dict(m.headers), DROPPED_OVERFLOW)
                             continue
                     accepted.append(st)
                 if not accepted:
@@ -831,7 +876,9 @@ class Engine:
             current_mids.clear()
         for slot in current:
             current_mids[(slot[0], slot[1])] = slot[2]
-        self._next_mid = mid or known_mid
+        # dead letters written by this transaction took ids after ``mid``
+        self._next_mid = None if self._interred else mid or known_mid
+        self._interred = False
 
     def _routes(
         self, messages: Sequence[OutboundMessage]
@@ -925,6 +972,7 @@ class Engine:
         ).fetchone()
         if row is None:
             return False
+        self._bury(st, [row[0]], DROPPED_OVERFLOW)
         self.conn.execute(_REMOVE, (st.id, row[0]))
         self._decref(self.conn, [row[0]])
         if st.count is not None and st.bytes is not None:
@@ -945,6 +993,104 @@ class Engine:
         ):
             if not self._drop_one(st):
                 return
+
+    def _bury(self, st: SubState, mids: Sequence[int], reason: str) -> None:
+        """Keep the messages ``mids`` that ``st``'s limits drop for its dead-letter topic
+        (inside the transaction that drops them, before their rows go): they are written
+        with ``HEADER_DROPPED_REASON`` and ``HEADER_DROPPED_FROM`` and routed like any
+        message on that topic when the transaction commits (:meth:`_inter`), so they are
+        dead-lettered exactly when they are dropped.  Nothing without a topic."""
+        if st.dead_letters is None or not mids:
+            return
+        marks = ",".join("?" * len(mids))
+        rows = self.conn.execute(
+            f"SELECT m.id, m.ns, m.path, m.body, m.headers, m.ctype, m.msgid, e.delivered "
+            f"FROM messages m JOIN queue_entries e ON e.mid = m.id AND e.sub = ? "
+            f"WHERE m.id IN ({marks}) ORDER BY m.id",
+            (st.id, *mids),
+        ).fetchall()
+        for _mid, ns, path, body, headers, ctype, msgid, delivered in rows:
+            message = OutboundMessage(
+                topic=Topic(ns, tuple(path.split("/"))),
+                body=bytes(body),
+                message_id=msgid,
+                content_type=ctype,
+            )
+            self._grave(st, message, json.loads(headers), reason, delivered)
+
+    def _grave(
+        self,
+        st: SubState,
+        m: OutboundMessage,
+        headers: dict[str, str],
+        reason: str,
+        delivered: int = 0,
+    ) -> None:
+        """Keep ``m`` (its stored ``headers``), dropped from ``st`` for ``reason`` after
+        being handed out ``delivered`` times, for ``st``'s dead-letter topic (see
+        :meth:`_bury`)."""
+        if st.dead_letters is None:
+            return
+        headers.setdefault(HEADER_MESSAGE_ID, m.message_id)
+        headers.setdefault(HEADER_TOPIC_NAMESPACE, m.topic.namespace)
+        headers.setdefault(HEADER_TOPIC_PATH, _topic_key(m.topic))
+        headers[HEADER_DROPPED_REASON] = reason
+        headers[HEADER_DROPPED_FROM] = st.name
+        headers[HEADER_DROPPED_AT] = datetime.fromtimestamp(time.time(), UTC).isoformat()
+        if delivered:
+            headers[HEADER_DROPPED_ATTEMPTS] = str(delivered)
+        self._graves.append(
+            OutboundMessage(
+                topic=st.dead_letters,
+                body=m.body,
+                message_id=m.message_id,
+                headers=headers,
+                content_type=m.content_type,
+            )
+        )
+
+    def _inter(self, c: sqlite3.Connection, woken: set[int]) -> None:
+        """Write the messages :meth:`_bury` kept, each with one queue entry per
+        subscription of its dead-letter topic (no limits applied: dead letters are not
+        dropped again); ``woken`` gets those subscriptions."""
+        graves, self._graves = self._graves, []
+        now = time.time()
+        mid = self._next_message_id(c)
+        for m in graves:
+            targets = [sid for sid in sorted(self.targets(m.topic)) if sid in self.subs]
+            if not targets:
+                log.warning(
+                    "embedded store: a dropped message has no dead-letter queue on %s", m.topic
+                )
+                continue
+            size = len(m.body)
+            c.execute(
+                _INSERT_MESSAGE,
+                (
+                    mid,
+                    m.topic.namespace,
+                    _topic_key(m.topic),
+                    m.body,
+                    json.dumps(dict(m.headers)),
+                    m.content_type,
+                    m.message_id,
+                    size,
+                    now,
+                    len(targets),
+                ),
+            )
+            _execute_rows(
+                c, "INSERT INTO queue_entries(sub, mid) VALUES (?, ?)", [(s, mid) for s in targets]
+            )
+            for sid in targets:
+                st = self.subs[sid]
+                if st.count is not None and st.bytes is not None:
+                    st.count += 1
+                    st.bytes += size
+            woken.update(targets)
+            mid += 1
+        self._next_mid = None
+        self._interred = True
 
     @staticmethod
     def _release(c: sqlite3.Connection, mid: int) -> None:
@@ -976,6 +1122,7 @@ class Engine:
             rows = self.conn.execute(_OLDEST_READY, (st.id, after, _EXPIRE_CHUNK)).fetchall()
             expired = list(itertools.takewhile(lambda r: r[2] < cutoff, rows))
             if expired:
+                self._bury(st, [r[0] for r in expired], DROPPED_MAX_AGE)
                 self.conn.executemany(_REMOVE, [(st.id, r[0]) for r in expired])
                 self._decref(self.conn, [r[0] for r in expired])
                 if st.count is not None and st.bytes is not None:

@@ -286,6 +286,9 @@ class FileLogAdapter(LogAdapter):
         shape="log",
         # a reader of its own reads from the cursor's positions, committing nothing
         peek=True,
+        # what discard skips (the oldest or the newest) is read and published to
+        # SubscriptionSpec.dead_letters before the cursor commits past it
+        native_dead_letters=True,
     )
 
     declared_options = FileLogOptions

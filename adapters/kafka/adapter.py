@@ -211,6 +211,9 @@ class KafkaAdapter(LogAdapter):
         shape="log",
         # a reader of its own reads from the cursor's positions, committing nothing
         peek=True,
+        # what discard skips (the oldest or the newest) is read and published to
+        # SubscriptionSpec.dead_letters before the cursor commits past it
+        native_dead_letters=True,
     )
 
     declared_options = KafkaSettings

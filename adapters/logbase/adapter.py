@@ -25,8 +25,9 @@ class LogAdapter(Adapter):
         raise NotImplementedError
 
     def subscription(self, spec: SubscriptionSpec) -> SubscriptionHandle:
-        """The cursor ``spec.name``: created at the end of the logs, or re-attached."""
-        return self.cursor_engine().subscription(spec)
+        """The cursor ``spec.name``: created at the end of the logs, or re-attached.  What
+        its limits skip is published to ``spec.dead_letters`` through ``publish_many``."""
+        return self.cursor_engine().subscription(spec, bury=self.publish_many)
 
     def delete_subscription(self, name: str) -> None:
         """Forget the cursor and its stored positions (idempotent)."""

@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict, deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from wsnmom.core.adapter import (
+    OutboundMessage,
     QueueLimits,
     Received,
     StoredMessage,
@@ -37,7 +38,10 @@ from .backend import LogRecord, StreamId
 if TYPE_CHECKING:
     from .engine import CursorEngine
 
-__all__ = ["Cursor", "CursorHandle", "CursorReceived"]
+__all__ = ["Bury", "Cursor", "CursorHandle", "CursorReceived"]
+
+#: publishes dead letters, confirmed on return (the adapter's ``publish_many``)
+Bury = Callable[[Sequence[OutboundMessage]], Any]
 
 
 class CursorReceived(Received):
@@ -123,6 +127,12 @@ class Cursor:
         self.lost = 0
         #: matching records still to skip (``discard`` of the oldest)
         self.skip_oldest = 0
+        #: where the records ``discard`` skips go (``SubscriptionSpec.dead_letters``) and
+        #: how (``Bury``); either None: they are skipped unread
+        self.dead_letters: Topic | None = None
+        self.bury: Bury | None = None
+        #: records skipped for ``discard`` and held in flight until ``bury`` confirmed them
+        self.dropping: list[LogRecord] = []
         #: ``discard(newest=True)``: deliver this many more, then jump to ``cap_until``
         self.cap_budget: int | None = None
         self.cap_until: dict[StreamId, int] = {}
@@ -178,6 +188,13 @@ class Cursor:
     # -- hand-out (engine lock held) -------------------------------------------------------
     def hand_out(self, record: LogRecord) -> None:
         """Queue ``record`` for the subscriber and track it in flight."""
+        self.hold(record)
+        redelivered = record.offset < self.redeliver_below.get(record.stream, -1)
+        self._outbox.append(CursorReceived(self, record, self.gen, redelivered))
+
+    def hold(self, record: LogRecord) -> None:
+        """Track ``record`` in flight (unsettled): the cursor commits no position past it
+        until it is settled."""
         stream = record.stream
         queue = self.inflight.get(stream)
         if queue is None:
@@ -186,8 +203,6 @@ class Cursor:
             self.engine.may_pin(self.name)
         queue[record.offset] = False
         self.unsettled += 1
-        redelivered = record.offset < self.redeliver_below.get(stream, -1)
-        self._outbox.append(CursorReceived(self, record, self.gen, redelivered))
 
     def committed(self, stream: StreamId, read_position: int) -> int:
         """The offset this cursor may commit in ``stream``: its first unsettled record, or
@@ -231,6 +246,7 @@ class Cursor:
                 self.redeliver_below[stream] = max(self.redeliver_below.get(stream, -1), last + 1)
         self.inflight = {}
         self.unsettled = 0
+        self.dropping = []
         self.gen += 1
         self.positions = base
         self.attached = False

@@ -52,7 +52,18 @@ last deliverer's saved position, and what it delivers again is what the last one
 settled in its last ``save_interval + commit_interval`` (plus what it had in flight).
 
 Limits the middleware cannot enforce are applied on request (``discard``): skipping the
-oldest matching records, or delivering only a budget and then jumping to the head.  The
+oldest matching records, or delivering only a budget and then jumping to the head.  A
+cursor with a dead-letter topic (``SubscriptionSpec.dead_letters``) and a ``Bury`` reads
+the oldest records it skips and publishes them there (``HEADER_DROPPED_REASON``
+"overflow", ``HEADER_DROPPED_FROM`` its name) before it lets its committed position pass
+them: they are held in flight like records handed out until the publish is confirmed, so
+a crash meanwhile reads them again (a dead letter may come twice, never none).  A publish
+that fails rewinds the cursor to its first unsettled record, as a stop does (what was in
+flight comes again, redelivered), and as many records are skipped from there again: the
+oldest waiting then, which may include records handed out before (delivered and
+dead-lettered both, never lost).  For
+``discard(newest=True)`` such a cursor does not jump: once its budget is delivered it
+reads the rest up to where the head was, and buries it the same way.  The
 depth of a detached cursor counts the records between its positions and the head in the
 streams it reads, which includes records of other topics when a stream is shared
 (``may_carry`` True for a namespace-wide log): an estimate, said so in ``depth``.
@@ -65,10 +76,20 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 from wsnmom.core.adapter import (
+    DROPPED_OVERFLOW,
+    HEADER_DROPPED_AT,
+    HEADER_DROPPED_ATTEMPTS,
+    HEADER_DROPPED_FROM,
+    HEADER_DROPPED_REASON,
+    HEADER_MESSAGE_ID,
+    HEADER_TOPIC_NAMESPACE,
+    HEADER_TOPIC_PATH,
     AdapterUnavailable,
+    OutboundMessage,
     QueueLimits,
     Received,
     SubscriptionHandle,
@@ -88,7 +109,7 @@ from .backend import (
     SelectiveHeadReader,
     StreamId,
 )
-from .cursor import Cursor, CursorHandle
+from .cursor import Bury, Cursor, CursorHandle
 
 __all__ = ["CursorEngine"]
 
@@ -241,8 +262,9 @@ class CursorEngine:
         self._dispatching = False
 
     # -- subscriptions ---------------------------------------------------------------------
-    def subscription(self, spec: SubscriptionSpec) -> SubscriptionHandle:
-        """Create, or re-attach to, the cursor ``spec.name``."""
+    def subscription(self, spec: SubscriptionSpec, bury: Bury | None = None) -> SubscriptionHandle:
+        """Create, or re-attach to, the cursor ``spec.name``; ``bury`` publishes what
+        ``discard`` skips to ``spec.dead_letters`` (see the module docstring)."""
         with self.lock:
             if not self._running:
                 raise AdapterUnavailable("the log adapter is not open")
@@ -250,6 +272,7 @@ class CursorEngine:
             if cursor is not None:
                 if cursor.patterns != spec.patterns or cursor.limits != spec.limits:
                     self._rebind(cursor, spec.patterns, spec.limits)
+                cursor.dead_letters, cursor.bury = spec.dead_letters, bury
                 return CursorHandle(cursor)
             stored = self._stored.get(spec.name)
             held = self._hold
@@ -266,6 +289,7 @@ class CursorEngine:
             cursor = self._cursors.get(spec.name)
             if cursor is None:
                 cursor = Cursor(self, spec.name, spec.patterns, spec.limits, positions)
+                cursor.dead_letters, cursor.bury = spec.dead_letters, bury
                 if self.shared:
                     # another instance may deliver it: its positions are taken up from
                     # the position store when this engine starts it
@@ -695,6 +719,8 @@ class CursorEngine:
                 for r in records:
                     assigned[r.stream] = r.offset + 1 if isinstance(r, LogRecord) else r.next
             cursor.drain()
+            if cursor.dropping and not self._bury(cursor):
+                return None  # rewound: assign afresh next time
             with self.lock:
                 if stopped or cursor.window_full:
                     return None  # positions moved back: assign afresh next time
@@ -764,20 +790,98 @@ class CursorEngine:
                 continue
             if cursor.skip_oldest:
                 cursor.skip_oldest -= 1
-                cursor.positions[stream] = item.offset + 1
-                cursor.dirty = True
+                self._drop(cursor, item)
                 continue
+            buries = cursor.dead_letters is not None and cursor.bury is not None
             if cursor.cap_budget is not None and cursor.cap_budget <= 0:
-                self._apply_cap_at_head(cursor)
-                return True
+                if not buries:
+                    self._apply_cap_at_head(cursor)
+                    return True
+                if item.offset < cursor.cap_until.get(stream, 0):
+                    self._drop(cursor, item)  # read, not jumped past: dead-lettered
+                    self._cap_passed(cursor)
+                    continue
+                # past the cap in this stream (it arrived after the discard): kept
             if not cursor.started or cursor.window_full:
                 return True  # paused: only skipping; full: wait for settles
-            if cursor.cap_budget is not None:
+            if cursor.cap_budget is not None and cursor.cap_budget > 0:
                 cursor.cap_budget -= 1
+                if cursor.cap_budget <= 0 and buries:
+                    self._cap_passed(cursor)
             cursor.positions[stream] = item.offset + 1
             cursor.dirty = True
             cursor.hand_out(item)
         return False
+
+    @staticmethod
+    def _drop(cursor: Cursor, item: LogRecord) -> None:
+        """Skip ``item`` for a ``discard`` (hold the lock): with a dead-letter topic it is
+        held in flight until ``_bury`` published it."""
+        cursor.positions[item.stream] = item.offset + 1
+        cursor.dirty = True
+        if cursor.dead_letters is not None and cursor.bury is not None:
+            cursor.hold(item)  # no committed position past it until buried
+            cursor.dropping.append(item)
+
+    def _cap_passed(self, cursor: Cursor) -> None:
+        """A ``discard(newest=True)`` read to its end is done (hold the lock)."""
+        if all(cursor.positions.get(s, 0) >= end for s, end in cursor.cap_until.items()):
+            cursor.cap_budget = None
+            cursor.cap_until = {}
+
+    def _bury(self, cursor: Cursor) -> bool:
+        """Publish the records ``cursor`` skipped to its dead-letter topic and settle them
+        (no lock held); False when the publish failed and the cursor was rewound to them
+        (they are skipped, and buried, again)."""
+        with self.lock:
+            dropped, cursor.dropping = cursor.dropping, []
+            gen, topic, bury = cursor.gen, cursor.dead_letters, cursor.bury
+        if not dropped or topic is None or bury is None:
+            return True
+        out: list[OutboundMessage] = []
+        now = datetime.now(UTC).isoformat()
+        for record in dropped:
+            headers = dict(record.headers)
+            headers.setdefault(HEADER_TOPIC_NAMESPACE, record.topic.namespace)
+            headers.setdefault(HEADER_TOPIC_PATH, "/".join(record.topic.path))
+            headers[HEADER_DROPPED_REASON] = DROPPED_OVERFLOW
+            headers[HEADER_DROPPED_FROM] = cursor.name
+            headers[HEADER_DROPPED_AT] = now
+            if record.offset < cursor.redeliver_below.get(record.stream, -1):
+                headers[HEADER_DROPPED_ATTEMPTS] = "1"  # handed out before (at least once)
+            out.append(
+                OutboundMessage(
+                    topic=topic,
+                    body=bytes(record.body),
+                    message_id=headers.get(HEADER_MESSAGE_ID)
+                    or f"{cursor.name}:{record.stream}:{record.offset}",
+                    headers=headers,
+                    content_type=record.content_type or "application/xml",
+                )
+            )
+        try:
+            bury(out)
+        except Exception as exc:
+            log.error(
+                "subscription %s: %d dropped message(s) not dead-lettered (%s); "
+                "skipping them again",
+                cursor.name,
+                len(out),
+                exc,
+            )
+            time.sleep(0.5)  # the middleware may be down: no busy loop
+            with self.lock:
+                if gen == cursor.gen and not cursor.deleted:
+                    cursor.skip_oldest += len(dropped)
+            first = dropped[0]
+            self.settle(cursor, first.stream, first.offset, gen, rewind=True)
+            with self.lock:
+                if not cursor.attached:
+                    self._queue_catch_up(cursor, skipping=True)
+            return False
+        for record in dropped:
+            self.settle(cursor, record.stream, record.offset, gen, rewind=False)
+        return True
 
     def _lost(self, cursor: Cursor, item: RecordsLost) -> None:
         """Count records deleted before ``cursor`` read them (all records of the range:

@@ -163,6 +163,9 @@ class MqttAdapter(Adapter):
         shape="session",
         # the queues are the gateway's own (embedded store): peek reads them in SQLite
         peek=True,
+        # and what their limits drop goes to SubscriptionSpec.dead_letters (an internal
+        # topic: stored in the queues directly) in the same transaction
+        native_dead_letters=True,
     )
 
     declared_options = MqttSettings
@@ -289,7 +292,7 @@ class MqttAdapter(Adapter):
             known is not None and known.patterns == spec.patterns and known.limits == spec.limits
         ):
             # nothing new to route (a re-attach, a pull point inbox): attach at once
-            st = engine.attach(spec.name, spec.patterns, spec.limits)
+            st = engine.attach(spec.name, spec.patterns, spec.limits, spec.dead_letters)
             node.session.assign(spec.name, filters)
         else:
             # attached at a barrier after its SUBSCRIBEs: routed what was published after
@@ -297,7 +300,9 @@ class MqttAdapter(Adapter):
             st = node.session.assign(
                 spec.name,
                 filters,
-                functools.partial(engine.attach, spec.name, spec.patterns, spec.limits),
+                functools.partial(
+                    engine.attach, spec.name, spec.patterns, spec.limits, spec.dead_letters
+                ),
             )
         handle = MqttHandle(self, engine, st.id, st.name)
         self._handles.add(handle)

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from wsnmom.core.adapter import (
     DROPPED_MAX_AGE,
     DROPPED_OVERFLOW,
+    HEADER_DROPPED_AT,
     HEADER_DROPPED_FROM,
     HEADER_DROPPED_REASON,
     Received,
@@ -123,7 +125,7 @@ class Deliveries:
                 ch.pika.basic_ack(method.delivery_tag)
             return None
         if _DEATH_REASON in headers and HEADER_DROPPED_REASON not in headers:
-            headers = self.dropped(headers)
+            headers = self.dropped(headers, properties)
         try:
             topic = self.names.topic_of(method.exchange, method.routing_key, headers)
         except NameNotRepresentable as exc:
@@ -144,11 +146,19 @@ class Deliveries:
             settled=no_ack,
         )
 
-    def dropped(self, headers: Mapping[str, str]) -> dict[str, str]:
+    def dropped(self, headers: Mapping[str, str], properties: Any = None) -> dict[str, str]:
         """``headers`` of a message RabbitMQ dead-lettered, with ``HEADER_DROPPED_REASON``
-        (``expired``: max-age, ``maxlen``: overflow, RabbitMQ's word otherwise) and
-        ``HEADER_DROPPED_FROM`` (the subscription whose queue it left)."""
+        (``expired``: max-age, ``maxlen``: overflow, RabbitMQ's word otherwise),
+        ``HEADER_DROPPED_FROM`` (the subscription whose queue it left) and
+        ``HEADER_DROPPED_AT`` (the time of its first ``x-death`` entry, when it has one)."""
         out = dict(headers)
+        deaths = (getattr(properties, "headers", None) or {}).get("x-death")
+        if isinstance(deaths, list) and deaths and isinstance(deaths[-1], dict):
+            # entries are newest first: the last one is the first death
+            when = deaths[-1].get("time")
+            if isinstance(when, datetime):
+                stamp = when if when.tzinfo is not None else when.replace(tzinfo=UTC)
+                out[HEADER_DROPPED_AT] = stamp.isoformat()
         reason = headers[_DEATH_REASON]
         out[HEADER_DROPPED_REASON] = _DEATH_REASONS.get(reason, reason)
         queue = headers.get(_DEATH_QUEUE, "")

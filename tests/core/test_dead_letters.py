@@ -262,3 +262,57 @@ def test_dead_letters_survive_a_restart(
         assert again.id == letter.id and b"survives" in again.body
     finally:
         stop(service, adapter)
+
+
+def test_what_the_limits_drop_keeps_its_context_across_a_restart(
+    tmp_path: Path, outbound: RecordingOutbound, clock: FakeClock
+) -> None:
+    """The embedded store dead-letters what ``limits.max_messages`` drops
+    (``native_dead_letters``); reason, subscription and time come from the adapter's
+    ``wsnmom-dropped-*`` headers, so they are the same after a restart (the box's own
+    clock has moved on)."""
+    settings = make_settings(limits__max_messages=1)
+
+    def start() -> tuple[BrokerService, EmbeddedAdapter]:
+        adapter = EmbeddedAdapter(f"embedded://{tmp_path / 'mw'}")
+        adapter.open()
+        service = BrokerService(
+            settings,
+            adapter,
+            SqliteStore(str(tmp_path / "store.db")),
+            outbound,
+            topic_set=TopicSet(fixed=False),
+            clock=clock,
+            outbound_policy=OutboundPolicy(settings.outbound, resolver=documentation_address),
+        )
+        return service, adapter
+
+    def stop(service: BrokerService, adapter: EmbeddedAdapter) -> None:
+        service.close()
+        service.store.close()
+        adapter.close()
+
+    service, adapter = start()
+    sub = service.subscribe(sub_req(C, topic=simple("t:a")))
+    service.pause(sub.id)
+    for text in ("one", "two", "three"):
+        publish(service, text)
+    found = wait_until(
+        lambda: (d := service.dead_letters()) and len(d) == 2 and d, 10, what="two dead letters"
+    )
+    assert [d.reason for d in found] == ["overflow", "overflow"]
+    assert {d.subscription_id for d in found} == {sub.id}
+    assert b"one" in found[0].body and b"two" in found[1].body
+    assert all(d.time and d.attempts == 0 and d.consumer == "" for d in found)
+    stop(service, adapter)
+    clock.advance(hours=1)
+    service, adapter = start()
+    try:
+        again = wait_until(
+            lambda: (d := service.dead_letters()) and len(d) == 2 and d, 10, what="after a restart"
+        )
+        assert [(d.reason, d.subscription_id, d.time) for d in again] == [
+            (d.reason, d.subscription_id, d.time) for d in found
+        ]
+    finally:
+        stop(service, adapter)

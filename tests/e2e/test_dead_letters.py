@@ -2,17 +2,20 @@
 (retries exhausted, a filter over its budget, older than ``limits.max_age``) is published
 with its context to the subscription's dead-letter destination in the middleware, and
 ``wsnmom dead-letters list|show|replay|purge`` (the admin API) read, re-deliver and remove
-it.  What RabbitMQ drops itself (its ``x-message-ttl``, ``x-max-length``) reaches the same
-destination through the queue's dead-letter exchange (reasons ``max-age``, ``overflow``).
+it.  What the adapter drops for the queue limits (reasons ``max-age``, ``overflow``)
+reaches the same destination: RabbitMQ's ``x-message-ttl`` and ``x-max-length`` through
+the queue's dead-letter exchange, the embedded and MQTT queues in the transaction that
+drops it, Kafka and the file log as the cursor reads past what core's sweep discards
+(``Capabilities.native_dead_letters``); what a pull point's limits drop goes to the
+gateway's default destination and is replayed into the pull point.
 
 Each test names a dead-letter destination of its own (the Subscribe policy element
 ``wsnmom:DeadLetters``), so tests sharing a gateway never see each other's dead letters.
-The ``max_age`` and ``overflow`` cases skip where those messages are not dead-lettered yet
-(the embedded store and MQTT session queues drop them in SQL; Kafka and the file log
-discard the excess unread): docs/operations.md, "Dead letters", says so.
+The ``max_age`` and ``overflow`` cases run on every adapter (docs/operations.md, "Dead
+letters", says who drops what).
 Cost: about 3 s per adapter (three failed attempts at 0.2-0.5 s, one 0.5 s filter
-budget) plus one more gateway per adapter for ``max_age`` and one on RabbitMQ for
-``max_messages``.
+budget) plus three more gateways per adapter, for ``max_age``, ``max_messages`` and the
+pull point.
 """
 
 from __future__ import annotations
@@ -49,13 +52,6 @@ XPATH10 = "http://www.w3.org/TR/1999/REC-xpath-19991116"
 #: nested location paths: minutes of CPU on BIG, far past any filter budget
 CUBIC = "count(//a[count(//a[count(//a) > 0]) > 0]) > 0"
 BIG = "<r>" + "<a/>" * 3000 + "</r>"
-#: adapters whose middleware drops what is too old or too many itself, with no way to send
-#: it to the gateway's dead letters (``native_queue_limits`` without
-#: ``native_dead_letters``; docs/operations.md, "Dead letters")
-NATIVE_LIMITS_LOST = ("embedded", "mqtt")
-#: adapters where the gateway keeps a backlog within ``limits.max_messages`` by discarding
-#: the excess in the middleware (``SubscriptionHandle.discard``), unread
-DISCARDED_UNREAD = ("kafka", "filelog")
 
 
 def run(*args: str) -> tuple[int, str, str]:
@@ -167,15 +163,21 @@ def test_an_invalid_dead_letter_destination_is_a_subscribe_fault_and_policy_name
 
 # --------------------------------------------------------------------------------- max_age
 def limited_server(
-    wsnmom_server: RunningServer, request: pytest.FixtureRequest, env: dict[str, str]
+    wsnmom_server: RunningServer,
+    request: pytest.FixtureRequest,
+    env: dict[str, str],
+    rabbitmq_query: str = "",
 ) -> Iterator[RunningServer]:
-    """A gateway of the same adapter with the limits ``env`` sets."""
+    """A gateway of the same adapter with the limits ``env`` sets (and on RabbitMQ the
+    adapter options ``rabbitmq_query``)."""
     name = wsnmom_server.adapter
     data_dir = Path(tempfile.mkdtemp(prefix=f"wsnmom-dl-{name}-"))
     if name == "embedded":
         url = f"embedded://{data_dir / 'middleware'}"
     elif name == "rabbitmq":
         url = str(request.getfixturevalue("rabbitmq_url"))
+        if rabbitmq_query:
+            url += ("&" if "?" in url else "?") + rabbitmq_query
     elif name == "filelog":
         url = f"filelog://{data_dir / 'log'}"
     elif name == "kafka":
@@ -196,9 +198,6 @@ def aged_server(
     wsnmom_server: RunningServer, request: pytest.FixtureRequest
 ) -> Iterator[RunningServer]:
     """A gateway of the same adapter with ``limits.max_age`` = 1 s."""
-    name = wsnmom_server.adapter
-    if name in NATIVE_LIMITS_LOST:
-        pytest.skip(f"the {name} adapter drops what is too old itself (docs/operations.md)")
     yield from limited_server(wsnmom_server, request, {"WSNMOM_LIMITS__MAX_AGE": "1"})
 
 
@@ -207,12 +206,27 @@ def full_server(
     wsnmom_server: RunningServer, request: pytest.FixtureRequest
 ) -> Iterator[RunningServer]:
     """A gateway of the same adapter with ``limits.max_messages`` = 1 (drop the oldest)."""
-    name = wsnmom_server.adapter
-    if name in NATIVE_LIMITS_LOST:
-        pytest.skip(f"the {name} adapter drops the excess itself (docs/operations.md)")
-    if name in DISCARDED_UNREAD:
-        pytest.skip(f"the {name} adapter discards the excess unread (docs/operations.md)")
     yield from limited_server(wsnmom_server, request, {"WSNMOM_LIMITS__MAX_MESSAGES": "1"})
+
+
+#: the default dead-letter destination of ``full_pull_server``
+GATEWAY_DL = "pp" + uuid.uuid4().hex[:12]
+
+
+@pytest.fixture
+def full_pull_server(
+    wsnmom_server: RunningServer, request: pytest.FixtureRequest
+) -> Iterator[RunningServer]:
+    """``full_server`` whose pull points GetMessages reads from the middleware itself
+    (RabbitMQ: ``pull = "get"``, as in cluster mode).  Where core buffers pull points
+    (``native_pull`` False: Kafka, the file log) the buffer takes what arrives and nothing
+    waits in the middleware to be dropped, so the test skips there."""
+    if wsnmom_server.adapter in ("kafka", "filelog"):
+        pytest.skip(f"the {wsnmom_server.adapter} adapter's pull points are buffered by core")
+    # a default destination of its own: gateways sharing a middleware share "default"
+    # (on RabbitMQ its queue has competing consumers)
+    env = {"WSNMOM_LIMITS__MAX_MESSAGES": "1", "WSNMOM_DEAD_LETTERS__DESTINATION": GATEWAY_DL}
+    yield from limited_server(wsnmom_server, request, env, rabbitmq_query="pull=get")
 
 
 def test_too_old_messages_become_dead_letters_replayed_to_their_subscription(
@@ -268,4 +282,47 @@ def test_messages_dropped_for_max_messages_become_overflow_dead_letters(
         assert resp.status_code == 200, resp.text
     got = consumer.wait_for_messages(3, timeout=10)
     assert [payload_text(m) for m in got] == ["third", "first", "second"]
+    assert letters(full_server, destination) == []
+
+
+def test_what_a_full_pull_point_drops_becomes_overflow_dead_letters(
+    full_pull_server: RunningServer, destination: str
+) -> None:
+    """A pull point's limits dead-letter what they drop into the gateway's default
+    destination; replayed without an address, it goes back into the pull point."""
+    full_server = full_pull_server
+    wsn = Wsn(full_server, f"urn:test:{uuid.uuid4().hex[:8]}")
+    pp_id, pp = wsn.create_pull_point()
+    # the subscription feeding the pull point dead-letters elsewhere: what the pull
+    # point drops goes to the gateway's default destination (GATEWAY_DL).  (The subscription's own
+    # queue is bounded too: should its forwarding lag, it drops some itself, to its own
+    # destination; the pull point then drops fewer.  Either way two are dropped.)
+    sub = wsn.subscribe(pp, "tns:pp", policy=policy(destination))
+    for n in ("first", "second", "third"):
+        wsn.notify(("tns:pp", f'<n xmlns="urn:n">{n}</n>'))
+
+    def dropped() -> list[dict[str, Any]]:
+        both = letters(full_server, GATEWAY_DL) + letters(full_server, destination)
+        return sorted(both, key=lambda d: d["time"])
+
+    wait_until(lambda: len(dropped()) >= 2, 30, what="two dead letters")
+    found = dropped()
+    assert len(found) == 2, found
+    assert [d["reason"] for d in found] == ["overflow", "overflow"]
+    owners = {GATEWAY_DL: pp_id, destination: sub.id}
+    assert all(d["subscription"] == owners[d["destination"]] for d in found)
+    assert any(d["subscription"] == pp_id for d in found)  # the pull point dropped some
+    assert [payload_text(m) for m in wsn.get_messages(pp)] == ["third"]
+    replayed = []
+    for letter in found:
+        url = f"{full_server.base_url}/wsn/admin/api/dead-letters/{letter['id']}/replay"
+        resp = requests.post(url, json={}, timeout=10)
+        assert resp.status_code == 200, resp.text
+        kind = "pull point" if letter["subscription"] == pp_id else "subscription"
+        assert resp.json()["delivered_to"] == f"{kind} {letter['subscription']}"
+        # one at a time: the pull point holds one message
+        [got] = wait_until(lambda: wsn.get_messages(pp), 10, what="the replayed message")
+        replayed.append(payload_text(got))
+    assert sorted(replayed) == ["first", "second"]
+    assert letters(full_server, GATEWAY_DL) == []
     assert letters(full_server, destination) == []

@@ -36,12 +36,17 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
 from wsnmom.core.adapter import (
+    DROPPED_MAX_AGE,
+    DROPPED_OVERFLOW,
+    HEADER_DROPPED_AT,
+    HEADER_DROPPED_FROM,
+    HEADER_DROPPED_REASON,
     HEADER_TOPIC_NAMESPACE,
     HEADER_TOPIC_PATH,
     INTERNAL_NAMESPACE_PREFIX,
@@ -69,6 +74,7 @@ __all__ = [
     "Collector",
     "CurrentMessage",
     "Delete",
+    "DroppedToDeadLetters",
     "Durability",
     "HeadersAndBodies",
     "PauseResume",
@@ -294,8 +300,11 @@ class AdapterFixtures:
         name: str,
         patterns: tuple[PathPattern, ...] | None,
         limits: QueueLimits | None = None,
+        dead_letters: Topic | None = None,
     ) -> SubscriptionHandle:
-        spec = SubscriptionSpec(name=name, patterns=patterns, limits=limits or QueueLimits())
+        spec = SubscriptionSpec(
+            name=name, patterns=patterns, limits=limits or QueueLimits(), dead_letters=dead_letters
+        )
         handle = adapter.subscription(spec)
         if not adapter.capabilities.native_pull:
             self._buffers[id(handle)] = PullBuffer(handle, KIT_BUFFER)
@@ -1084,6 +1093,144 @@ class QueueLimitsSemantics(AdapterFixtures):
         assert [m.body for m in got] == [b"fresh"]
 
 
+class DroppedToDeadLetters(AdapterFixtures):
+    """What the adapter drops for ``QueueLimits`` goes to ``SubscriptionSpec.dead_letters``
+    with ``HEADER_DROPPED_REASON`` and ``HEADER_DROPPED_FROM`` (``native_dead_letters``):
+    dropped by the middleware itself (``native_queue_limits``), or by
+    ``SubscriptionHandle.discard``, as core asks where it enforces limits."""
+
+    def _grave(self, adapter: Adapter, unique_name: Names) -> tuple[Topic, SubscriptionHandle]:
+        """A dead-letter topic (internal, as core's are) and a subscription reading it."""
+        require(adapter, "native_dead_letters")
+        topic = Topic(f"{INTERNAL_NAMESPACE_PREFIX}conformance-{uuid.uuid4().hex}", ("dl",))
+        box = self.subscribe(adapter, unique_name(), (self.pattern(topic.namespace, "dl"),))
+        return topic, box
+
+    def _limit(
+        self,
+        adapter: Adapter,
+        namespace: str,
+        name: str,
+        handle: SubscriptionHandle,
+        published: int,
+        bound: int,
+        newest: bool = False,
+    ) -> None:
+        """Let the limits act on the ``published`` messages: the middleware's, once it has
+        routed them all (a witness on another topic gets a sentinel published after
+        them: a session's broker confirms a publish before it routes it); otherwise what
+        core's sweep does, ``discard`` of the excess (the oldest, or ``newest``)."""
+        if adapter.capabilities.native_queue_limits:
+            witness = self.subscribe(adapter, f"{name}-witness", (self.pattern(namespace, "w"),))
+            try:
+                assert self.barrier(adapter, witness, self.topic(namespace, "w")) == []
+            finally:
+                witness.delete()
+        else:
+            self.wait_routed(handle, published)
+            excess = published - bound
+            assert handle.discard(excess, newest=newest) == excess
+
+    @staticmethod
+    def _assert_dropped_at(message: Received, published: datetime) -> None:
+        """``HEADER_DROPPED_AT``: an ISO 8601 time with its zone, not before the message
+        was published (a second of clock skew between the middleware and here allowed)."""
+        when = datetime.fromisoformat(message.headers[HEADER_DROPPED_AT])
+        assert when.tzinfo is not None, when
+        assert when >= published - timedelta(seconds=1), (when, published)
+        assert when <= datetime.now(UTC) + timedelta(seconds=1), when
+
+    def _dropped(self, box: SubscriptionHandle, n: int) -> list[Received]:
+        got = self.receive(box, n)
+        assert len(got) == n, f"{len(got)} of {n} dead letters: {[m.body for m in got]}"
+        return got
+
+    def test_overflow_is_dead_lettered(
+        self, adapter: Adapter, namespace: str, unique_name: Names
+    ) -> None:
+        grave, box = self._grave(adapter, unique_name)
+        name = unique_name()
+        limits = QueueLimits(max_messages=2, overflow=Overflow.DROP_OLDEST)
+        handle = self.subscribe(
+            adapter, name, (self.pattern(namespace, "t"),), limits, dead_letters=grave
+        )
+        published = datetime.now(UTC)
+        for i in range(4):
+            self.publish(adapter, self.topic(namespace, "t"), b"%d" % i, **{"x-kept": str(i)})
+        self._limit(adapter, namespace, name, handle, 4, 2)
+        dropped = self._dropped(box, 2)
+        assert [m.body for m in dropped] == [b"0", b"1"]
+        for i, m in enumerate(dropped):
+            assert m.headers[HEADER_DROPPED_REASON] == DROPPED_OVERFLOW
+            assert m.headers[HEADER_DROPPED_FROM] == name
+            self._assert_dropped_at(m, published)
+            if adapter.capabilities.native_headers:  # the original headers travel along
+                assert m.headers["x-kept"] == str(i)
+            assert m.headers[HEADER_TOPIC_NAMESPACE] == namespace
+            assert m.headers[HEADER_TOPIC_PATH] == "t"
+        kept = self.receive(handle, 2) + self.barrier(adapter, handle, self.topic(namespace, "t"))
+        assert [m.body for m in kept] == [b"2", b"3"]
+        # nothing else was dead-lettered
+        self.assert_quiet(adapter, box, grave)
+
+    def test_drop_newest_is_dead_lettered(
+        self, adapter: Adapter, namespace: str, unique_name: Names
+    ) -> None:
+        grave, box = self._grave(adapter, unique_name)
+        name = unique_name()
+        limits = QueueLimits(max_messages=2, overflow=Overflow.DROP_NEWEST)
+        handle = self.subscribe(
+            adapter, name, (self.pattern(namespace, "t"),), limits, dead_letters=grave
+        )
+        for i in range(4):
+            self.publish(adapter, self.topic(namespace, "t"), b"%d" % i)
+        self._limit(adapter, namespace, name, handle, 4, 2, newest=True)
+        # a log's cursor delivers the oldest before it reads (and buries) the newest
+        kept = self.receive(handle, 2) + self.barrier(adapter, handle, self.topic(namespace, "t"))
+        assert [m.body for m in kept] == [b"0", b"1"]
+        dropped = self._dropped(box, 2)
+        assert [m.body for m in dropped] == [b"2", b"3"]
+        assert {m.headers[HEADER_DROPPED_REASON] for m in dropped} == {DROPPED_OVERFLOW}
+        assert {m.headers[HEADER_DROPPED_FROM] for m in dropped} == {name}
+        self.assert_quiet(adapter, box, grave)
+
+    def test_without_a_topic_nothing_is_dead_lettered(
+        self, adapter: Adapter, namespace: str, unique_name: Names
+    ) -> None:
+        grave, box = self._grave(adapter, unique_name)
+        limits = QueueLimits(max_messages=1, overflow=Overflow.DROP_OLDEST)
+        name = unique_name()
+        handle = self.subscribe(adapter, name, (self.pattern(namespace, "t"),), limits)
+        for i in range(3):
+            self.publish(adapter, self.topic(namespace, "t"), b"%d" % i)
+        self._limit(adapter, namespace, name, handle, 3, 1)
+        kept = self.receive(handle, 1) + self.barrier(adapter, handle, self.topic(namespace, "t"))
+        assert [m.body for m in kept] == [b"2"]
+        self.assert_quiet(adapter, box, grave)
+
+    def test_max_age_is_dead_lettered(
+        self, adapter: Adapter, namespace: str, unique_name: Names
+    ) -> None:
+        grave, box = self._grave(adapter, unique_name)
+        require(adapter, "native_queue_limits")  # otherwise core drops what is too old
+        name = unique_name()
+        limits = QueueLimits(max_age=timedelta(milliseconds=300))
+        handle = self.subscribe(
+            adapter, name, (self.pattern(namespace, "t"),), limits, dead_letters=grave
+        )
+        published = datetime.now(UTC)
+        self.publish(adapter, self.topic(namespace, "t"), b"old")
+        time.sleep(1.0)  # past max_age: what is asserted is that it arrives below
+        self.publish(adapter, self.topic(namespace, "t"), b"fresh")
+        got = self.receive(handle, 1) + self.barrier(adapter, handle, self.topic(namespace, "t"))
+        assert [m.body for m in got] == [b"fresh"]
+        [old] = self._dropped(box, 1)
+        assert old.body == b"old"
+        assert old.headers[HEADER_DROPPED_REASON] == DROPPED_MAX_AGE
+        assert old.headers[HEADER_DROPPED_FROM] == name
+        self._assert_dropped_at(old, published)
+
+
 class CurrentMessage(AdapterFixtures):
     """The middleware keeps the last message per topic (``retained_current_message``)."""
 
@@ -1282,6 +1429,7 @@ class AdapterConformance(
     PauseResume,
     Durability,
     QueueLimitsSemantics,
+    DroppedToDeadLetters,
     CurrentMessage,
     Delete,
     HeadersAndBodies,

@@ -1,0 +1,184 @@
+"""The cursor engine (adapters/logbase) dead-letters what ``discard`` skips, through the
+file-log adapter: the oldest records and, with ``newest``, the newest ones are read and
+published to the cursor's dead-letter topic (``SubscriptionSpec.dead_letters``) before
+the cursor commits past them; a publish that fails rewinds the cursor and they are
+skipped, and published, again.  The conformance kit (``DroppedToDeadLetters``) checks the
+oldest case on Kafka and the file log; these are the engine's own paths."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from wsnmom.adapters.filelog.adapter import FileLogAdapter
+from wsnmom.core.adapter import (
+    HEADER_DROPPED_FROM,
+    HEADER_DROPPED_REASON,
+    INTERNAL_NAMESPACE_PREFIX,
+    OutboundMessage,
+    PublishReceipt,
+    QueueLimits,
+    SubscriptionHandle,
+    SubscriptionSpec,
+)
+from wsnmom.topic_mapping.model import PathPattern, Topic
+
+from tests.support.waiting import wait_until
+from wsnmom.testing.conformance import Collector
+
+NS = "urn:test:logbase-dead-letters"
+GRAVE = Topic(INTERNAL_NAMESPACE_PREFIX + "dead-letters", ("logbase",))
+
+
+def msg(body: bytes) -> OutboundMessage:
+    return OutboundMessage(topic=Topic(NS, ("t",)), body=body, message_id=uuid.uuid4().hex)
+
+
+@pytest.fixture
+def adapter(tmp_path: Path) -> Iterator[FileLogAdapter]:
+    a = FileLogAdapter(f"filelog://{tmp_path / 'log'}?partitions=1")
+    a.open()
+    yield a
+    a.close()
+
+
+def paused(adapter: FileLogAdapter, name: str, count: int) -> SubscriptionHandle:
+    """A paused subscription with a dead-letter topic, ``count`` messages waiting."""
+    handle = adapter.subscription(
+        SubscriptionSpec(name, (PathPattern(NS, ("t",)),), QueueLimits(), dead_letters=GRAVE)
+    )
+    handle.start(Collector())
+    handle.stop()
+    adapter.publish_many([msg(b"%d" % i) for i in range(count)])
+    wait_until(lambda: handle.depth() == count, 5, what="the backlog")
+    return handle
+
+
+def grave(adapter: FileLogAdapter) -> Collector:
+    box = adapter.subscription(
+        SubscriptionSpec("box", (PathPattern(GRAVE.namespace, GRAVE.path),), QueueLimits())
+    )
+    got = Collector()
+    box.start(got)
+    return got
+
+
+def bodies(collector: Collector) -> list[bytes]:
+    return [m.body for m in collector.received]
+
+
+def test_the_oldest_skipped_are_dead_lettered_in_order(adapter: FileLogAdapter) -> None:
+    dead = grave(adapter)
+    handle = paused(adapter, "old", 10)
+    assert handle.discard(6) == 6
+    dead.wait_for(6, 5)
+    assert bodies(dead) == [b"%d" % i for i in range(6)]
+    assert {m.headers[HEADER_DROPPED_REASON] for m in dead.received} == {"overflow"}
+    assert {m.headers[HEADER_DROPPED_FROM] for m in dead.received} == {"old"}
+    got = Collector()
+    handle.start(got)
+    got.wait_for(4, 5)
+    adapter.publish(msg(b"sentinel"))
+    got.wait_for(5, 5)
+    assert bodies(got) == [b"6", b"7", b"8", b"9", b"sentinel"]
+
+
+def test_the_newest_skipped_are_read_and_dead_lettered(adapter: FileLogAdapter) -> None:
+    dead = grave(adapter)
+    handle = paused(adapter, "new", 10)
+    assert handle.discard(6, newest=True) == 6
+    adapter.publish(msg(b"later"))  # arrives after the limit was applied: kept
+    got = Collector()
+    handle.start(got)
+    got.wait_for(5, 5)
+    dead.wait_for(6, 5)
+    adapter.publish(msg(b"sentinel"))
+    got.wait_for(6, 5)
+    assert bodies(got) == [b"0", b"1", b"2", b"3", b"later", b"sentinel"]
+    assert bodies(dead) == [b"%d" % i for i in range(4, 10)]
+    assert {m.headers[HEADER_DROPPED_FROM] for m in dead.received} == {"new"}
+
+
+def test_a_failed_publish_skips_them_again(adapter: FileLogAdapter) -> None:
+    dead = grave(adapter)
+    real = adapter.publish_many
+    failures = [RuntimeError("the middleware refused")]
+    calls: list[int] = []
+
+    def flaky(messages: Sequence[OutboundMessage], timeout: float = 10.0) -> list[PublishReceipt]:
+        if any(m.topic == GRAVE for m in messages):
+            calls.append(len(messages))
+            if failures:
+                raise failures.pop()
+        return real(messages, timeout)
+
+    adapter.publish_many = flaky  # type: ignore[method-assign]
+    handle = paused(adapter, "flaky", 5)
+    assert handle.discard(3) == 3
+    dead.wait_for(3, 10)
+    assert len(calls) >= 2  # refused once, then published
+    assert bodies(dead) == [b"0", b"1", b"2"]
+    got = Collector()
+    handle.start(got)
+    got.wait_for(2, 5)
+    adapter.publish(msg(b"sentinel"))
+    got.wait_for(3, 5)
+    assert bodies(got) == [b"3", b"4", b"sentinel"]
+
+
+def test_no_position_passes_them_before_the_publish_is_confirmed(
+    adapter: FileLogAdapter,
+) -> None:
+    release = threading.Event()
+    entered = threading.Event()
+    real = adapter.publish_many
+
+    def slow(messages: Sequence[OutboundMessage], timeout: float = 10.0) -> Any:
+        if any(m.topic == GRAVE for m in messages):
+            entered.set()
+            release.wait(10)
+        return real(messages, timeout)
+
+    adapter.publish_many = slow  # type: ignore[method-assign]
+    grave(adapter)
+    handle = paused(adapter, "held", 4)
+    engine = adapter._require().engine
+    cursor = engine._cursors["held"]
+    handle.discard(2)
+    assert entered.wait(5)
+    # read past them, but what it may commit stays at the first one until it is buried
+    with engine.lock:
+        [stream] = list(cursor.inflight)
+        first = next(iter(cursor.inflight[stream]))
+        assert cursor.positions[stream] == first + 2
+        assert cursor.committed(stream, cursor.positions[stream]) == first
+    release.set()
+    wait_until(
+        lambda: cursor.committed(stream, cursor.positions[stream]) == first + 2,
+        5,
+        what="the commit past the dead letters",
+    )
+
+
+def test_without_a_topic_they_are_skipped_unread(adapter: FileLogAdapter) -> None:
+    dead = grave(adapter)
+    handle = adapter.subscription(SubscriptionSpec("plain", (PathPattern(NS, ("t",)),)))
+    handle.start(Collector())
+    handle.stop()
+    adapter.publish_many([msg(b"%d" % i) for i in range(4)])
+    wait_until(lambda: handle.depth() == 4, 5, what="the backlog")
+    handle.discard(3)
+    got = Collector()
+    handle.start(got)
+    got.wait_for(1, 5)
+    adapter.publish(msg(b"sentinel"))
+    got.wait_for(2, 5)
+    assert bodies(got) == [b"3", b"sentinel"]
+    # nothing reached the dead letters before a sentinel published there now
+    adapter.publish(OutboundMessage(topic=GRAVE, body=b"sentinel", message_id="s"))
+    dead.wait_for_body(b"sentinel", 5)
+    assert bodies(dead) == [b"sentinel"]

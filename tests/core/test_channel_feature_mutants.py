@@ -10,6 +10,8 @@ the memory budget and the dead-letter sink; no conftest fixture, no thread, no b
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -796,3 +798,66 @@ def test_a_channel_made_with_a_group_and_unbounded_keeps_them() -> None:
         bounded=False,
     )
     assert (ch.group, ch.bounded, ch.batch_size, ch.name) == ("g", False, 4, "s")
+
+
+def test_a_message_arriving_while_the_final_batch_is_buried_is_run() -> None:
+    """The channel stays scheduled while a final batch is buried (nothing runs meanwhile):
+    a message that comes during the sink's call does not schedule a run itself, so the
+    burial does."""
+    rig = rig_with(backoff=Backoff(final_statuses=frozenset({410})))
+    gen_box: list[int] = []
+
+    def sink(messages: Sequence[Received], reason: str, attempts: int, error: str | None) -> bool:
+        rig.deliver(2)
+        gen_box.append(len(rig.engine.ready))
+        return True
+
+    rig.channel.dead_letter = sink
+    rig.channel.start()
+    gen = rig.channel._gen
+    rig.failures.append(DeliveryFailed("gone", status=410))
+    rig.deliver(1)
+    rig.run()
+    assert gen_box == [1]  # the new message did not schedule a run
+    assert rig.engine.ready == [gen, gen]
+    rig.run()
+    assert rig.sent[-1] == ["m2"]
+    assert rig.acks() == [1, 2]
+
+
+def test_a_message_settled_after_its_charge_was_forgotten_releases_nothing() -> None:
+    budget = Budget()
+    rig = rig_with(budget)
+    rig.channel.start()
+    rig.during_send = rig.channel.stop
+    rig.deliver(1, 2)
+    rig.run()
+    assert rig.acks() == [1, 2]
+    assert budget.released == [("owner", size(1) + size(2))]  # by the stop, once
+
+
+def test_delivery_attempts_are_frozen_and_have_no_instance_dict() -> None:
+    a = DeliveryAttempt(at=1.0, ok=False, messages=1, error="x")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        a.ok = True  # type: ignore[misc]
+    assert not hasattr(a, "__dict__")
+
+
+def test_a_handle_that_cannot_stop_after_unconfirmed_letters_is_logged_with_its_stack(
+    timers: list[Timers], caplog: pytest.LogCaptureFixture
+) -> None:
+    rig = rig_with(sink=Sink(confirm=False), backoff=Backoff(max_attempts=1))
+
+    def boom() -> None:
+        raise RuntimeError("gone")
+
+    rig.channel.start()
+    rig.handle.stop = boom  # type: ignore[method-assign]
+    rig.failures.append(DeliveryFailed("down"))
+    rig.deliver(1)
+    with caplog.at_level(logging.DEBUG, logger="wsnmom.core.delivery"):
+        rig.run()
+    failed = [r for r in caplog.records if r.getMessage() == "stopping the handle failed"]
+    assert len(failed) == 1 and failed[0].exc_info
+    assert len(timers) == 1
+    assert rig.ended == []

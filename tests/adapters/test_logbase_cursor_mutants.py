@@ -10,12 +10,15 @@ tests/adapters/test_logbase_engine.py and the filelog/Kafka conformance runs.
 from __future__ import annotations
 
 import threading
+from collections import OrderedDict
 from datetime import UTC, datetime
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from wsnmom.adapters.logbase.backend import LogRecord
 from wsnmom.adapters.logbase.cursor import Cursor, CursorHandle, CursorReceived
+from wsnmom.adapters.logbase.engine import CursorEngine
 from wsnmom.core.adapter import QueueLimits, Received
 from wsnmom.topic_mapping.model import PathPattern, Topic
 
@@ -388,3 +391,20 @@ def test_every_forget_is_a_new_generation() -> None:
     c.forget_inflight({})
     c.forget_inflight({})
     assert c.gen == 2
+
+
+def test_the_engines_commit_pass_reads_when_the_first_unsettled_record_was_seen() -> None:
+    """``pin_seen`` is the engine's (``CursorEngine._pins_too_long``, run here on the
+    cursor with the engine's state stood in): a new cursor has seen nothing, and detaching
+    forgets what it saw, so the time a record pins the head's commit starts again."""
+    c, _ = cursor()
+    c.attached = True
+    c.inflight = {A: OrderedDict({5: False})}
+    engine = SimpleNamespace(_head={A: 6}, pin_seconds=10.0, pin_records=100)
+    assert CursorEngine._pins_too_long(engine, c, 100.0) is False  # type: ignore[arg-type]
+    assert CursorEngine._pins_too_long(engine, c, 111.0) is True  # type: ignore[arg-type]
+    c.attached = False
+    c.attached = True
+    assert CursorEngine._pins_too_long(engine, c, 112.0) is False  # type: ignore[arg-type]
+    assert CursorEngine._pins_too_long(engine, c, 121.0) is False  # type: ignore[arg-type]
+    assert CursorEngine._pins_too_long(engine, c, 122.0) is True  # type: ignore[arg-type]

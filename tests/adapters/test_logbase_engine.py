@@ -455,6 +455,44 @@ def test_a_recreated_log_is_read_again_from_its_start() -> None:
         engine.close()
 
 
+def test_an_unsettled_record_of_an_attached_cursor_holds_the_heads_commit() -> None:
+    """Not shared, an attached cursor has no positions of its own: the head's commit (where
+    the head resumes after a crash) stays at its first unsettled record, when it attached
+    at once and when it attached again after a stop."""
+    from wsnmom.adapters.logbase.engine import CursorEngine
+
+    log = _MemoryLog()
+    stream = ("t", 0)
+    engine = CursorEngine(_MemoryBackend(log), catch_up_readers=1)  # type: ignore[arg-type]
+    engine.start()
+
+    def head_commit() -> int:
+        with engine.lock:
+            return engine._head_commit_positions()[stream]
+
+    try:
+        riding = engine.subscription(spec("riding", "t"))
+        got = Collector(ack=False)
+        riding.start(got)
+        log.append(stream, b"0")
+        log.append(stream, b"1")
+        got.wait_for(2, 5)
+        assert engine.stats()["attached"] == 1
+        assert head_commit() == 0
+        for m in got.received:
+            m.ack()
+        wait(lambda: head_commit() == 2)
+        riding.stop()  # detached
+        again = Collector(ack=False)
+        riding.start(again)
+        wait(lambda: engine.stats()["attached"] == 1)  # back on the head
+        log.append(stream, b"2")
+        again.wait_for(1, 5)
+        assert head_commit() == 2
+    finally:
+        engine.close()
+
+
 class _SelectiveReader(_MemoryReader):
     """A head reader that asks the engine which topics a cursor wants."""
 

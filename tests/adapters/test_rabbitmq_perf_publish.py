@@ -37,6 +37,7 @@ from wsnmom.core.adapter import (
 )
 from wsnmom.topic_mapping.model import PathPattern, Topic
 
+from tests.support.waiting import wait_until
 from wsnmom.testing.conformance import Collector
 
 FRAME_MAX = 131072
@@ -562,8 +563,13 @@ def test_take_removes_on_delivery(make_adapter: Callable[..., RabbitMQAdapter], 
         m.nack(requeue=True)  # does nothing: already removed
     assert handle.depth() == 0
     adapter.close()
-    again = make_adapter().subscription(spec_)
-    assert again.pull(10, timeout=1.0) == []
+    reopened = make_adapter()
+    again = reopened.subscription(spec_)
+    # the barrier: a sentinel published now is the first message the queue gives
+    reopened.publish_many([message(topic, b"sentinel")])
+    got = wait_until(lambda: again.pull(10, timeout=0.2), 10, what="the sentinel")
+    assert [m.body for m in got] == [b"sentinel"]
+    got[0].ack()
     again.delete()
 
 

@@ -16,6 +16,7 @@ from wsnmom.core.hookspecs import hookimpl
 from wsnmom.core.model import CreatePullPointRequest, NotificationMessage
 from wsnmom.core.plugins import PluginManager, get_plugin_manager
 
+from tests.support.waiting import wait_until
 from wsnmom.server import build_runtime
 
 from .conftest import Broker, RecordingOutbound, note, simple, sub_req
@@ -61,12 +62,7 @@ class Observer:
 
 
 def wait(check: Callable[[], Any], timeout: float = 5.0) -> None:
-    import time
-
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.02)
+    wait_until(check, timeout, what="the observers' records")
 
 
 def test_observers_registered_at_runtime_see_publish_delivery_failure_and_pull(

@@ -10,7 +10,7 @@ from wsnmom.core import errors
 from wsnmom.core.model import INFINITE, CreatePullPointRequest, RegisterPublisherRequest
 from wsnmom.core.service import BrokerService
 
-from .conftest import Broker, FakeClock, RecordingOutbound, note, simple, sub_req
+from .conftest import Broker, FakeClock, RecordingOutbound, note, simple, sub_req, wait_idle
 
 
 def test_default_termination_is_finite(service: BrokerService, clock: FakeClock) -> None:
@@ -123,8 +123,13 @@ def test_expiry_destroys_everything(
     assert service.store.get_subscription(sub.id) is None
     assert service.store.get_pull_point(pp.id) is None
     assert service.store.get_registration(reg.id) is None
+    # the barrier: a live subscription to the same topic gets the notification
+    witness = "http://127.0.0.1:9/witness"
+    service.subscribe(sub_req(witness, topic=simple("t:a")))
     service.notify([note("<x/>", simple("t:a"))])
-    assert not outbound.wait(lambda: bool(outbound.attempts), timeout=0.3)
+    assert len(outbound.wait_messages(witness, 1)) == 1
+    wait_idle(service)  # and every subscription settled what was routed to it
+    assert [c.address for c in outbound.attempts] == [witness]
 
 
 def test_pull_point_and_registration_default_lifetimes(
@@ -158,8 +163,13 @@ def test_expired_subscription_delivers_nothing_before_the_sweep(
         )
     )
     clock.advance(seconds=3)  # both expired; the sweep (hourly in these tests) has not run
+    # the barrier: a live subscription to the same topic, subscribed after the expiry
+    witness = "http://127.0.0.1:9/witness"
+    service.subscribe(sub_req(witness, topic=simple("t:late")))
     service.notify([note("<late/>", simple("t:late"))])
-    assert not outbound.wait(lambda: bool(outbound.attempts), timeout=0.5)
+    assert len(outbound.wait_messages(witness, 1)) == 1
+    wait_idle(service)  # and every subscription settled what was routed to it
+    assert [c.address for c in outbound.attempts] == [witness]
     assert service.get_messages(pp.id, None) == []
 
 

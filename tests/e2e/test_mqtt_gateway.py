@@ -119,11 +119,13 @@ def test_notify_reaches_native_subscribers(
         got.append(message)
         arrived.set()
 
+    subscribed = threading.Event()
     client = native_client(mqtt_url, client_protocol)
     client.on_message = on_message
+    client.on_subscribe = lambda *args: subscribed.set()
     try:
         client.subscribe(f"{prefix}/{path}", qos=1)
-        time.sleep(0.2)
+        assert subscribed.wait(10)  # the SUBACK: the broker routes to the subscriber now
         wsn.notify((f"tns:{path}", '<s xmlns="urn:o">42</s>'), dialect=CONCRETE)
         assert arrived.wait(10)
     finally:

@@ -11,13 +11,14 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from wsnmom.core.store_url import open_store
 
 from tests.fixtures.postgres import PostgresNode, fresh_database
+from tests.support.waiting import wait_until
 from wsnmom.client.errors import ResourceUnavailableFault
 from wsnmom.testing.gateway import Gateway
 
@@ -42,15 +43,8 @@ def readyz_answer(gateway: Gateway) -> tuple[int, str]:
         return int(exc.code), exc.read().decode()
 
 
-def wait_for(what: str, check: object, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    last: object = None
-    while time.monotonic() < deadline:
-        last = check() if callable(check) else check
-        if last:
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"{what}: not within {timeout:.0f}s (last: {last!r})")
+def wait_for(what: str, check: Callable[[], object], timeout: float = 30.0) -> None:
+    wait_until(check, timeout, what=what, interval=0.1)
 
 
 @pytest.fixture

@@ -35,7 +35,7 @@ system-deps:
 # module's tests on one worker (its module-scoped gateway or browser starts once):
 # docs/testing.md, "Where the time goes"
 TEST_WORKERS ?= 2
-PYTEST_ARGS  ?= -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
+PYTEST_ARGS  ?= -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=25
 
 ## test: lint, type-check and run the whole test suite (starts local brokers itself)
 test: $(call stamp,$(TEST_EXTRAS)) system-deps lint typecheck

@@ -10,7 +10,6 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import pytest
-from lxml import etree
 from wsnmom.core import errors
 from wsnmom.core.model import SoapVersion, WireVersion
 from wsnmom.soap_frontend.faults import BaseFaultError
@@ -18,7 +17,8 @@ from wsnmom.soap_frontend.legacy import LEGACY, Legacy
 from wsnmom.soap_frontend.legacy_wsdl import render_legacy_wsdl
 from wsnmom.soap_frontend.metadata import render_wsdl
 
-WSDL = "http://schemas.xmlsoap.org/wsdl/"
+from tests.support.wsdl_faults import Fault, declared
+
 S12 = "http://www.w3.org/2003/05/soap-envelope"
 BASE = "http://127.0.0.1:1"
 
@@ -34,32 +34,6 @@ OPERATIONS: dict[str, tuple[str, tuple[str, ...]]] = {
     "SetTerminationTime": ("set_termination_time", ("Renew",)),
     "GetResourceProperty": ("get_property", ("GetResourceProperty",)),
 }
-
-#: a fault: (wsdl:fault name, detail element as a Clark name)
-Fault = tuple[str, str]
-
-
-def _resolve(el: etree._Element, value: str) -> str:
-    prefix, _, local = value.rpartition(":")
-    return f"{{{el.nsmap[prefix or None]}}}{local}"
-
-
-def declared(wsdl: bytes) -> dict[tuple[str, str], set[Fault]]:
-    """(port type, operation) → its faults, read from the WSDL document."""
-    doc = etree.fromstring(wsdl)
-    messages = {}
-    for msg in doc.iterfind(f"{{{WSDL}}}message"):
-        part = msg.find(f"{{{WSDL}}}part")
-        assert part is not None
-        messages[msg.get("name")] = _resolve(part, str(part.get("element")))
-    found: dict[tuple[str, str], set[Fault]] = {}
-    for pt in doc.iterfind(f"{{{WSDL}}}portType"):
-        for op in pt.iterfind(f"{{{WSDL}}}operation"):
-            faults = found.setdefault((str(pt.get("name")), str(op.get("name"))), set())
-            for fault in op.iterfind(f"{{{WSDL}}}fault"):
-                message = str(fault.get("message")).rpartition(":")[2]
-                faults.add((str(fault.get("name")), messages[message]))
-    return found
 
 
 def _faults_13(names: tuple[str, ...]) -> list[str]:

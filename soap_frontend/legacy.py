@@ -452,12 +452,11 @@ class Legacy:
     ) -> tuple[etree._Element, str, errors.WsnError]:
         """(SOAP Fault, wsa:Action, the error rendered) in this version.
 
-        1.0: the WSDL's faults all carry one ``ErrorMessage`` (xsd:string) element, in the
-        namespace of the interface that declares the operation (wsnt, wsrl or wsrp); the
-        fault's 1.0 name starts the message and the Reason (guess: 1.0 gives no other way
-        to tell them apart).  1.2-draft: the 1.3 WS-BaseFaults detail with its
-        namespaces mapped to the drafts' (guess: the 1.2-draft BaseFault has Timestamp,
-        Originator and Description too)."""
+        The detail element is :meth:`fault_element`'s.  1.0: the WSDL's faults all carry
+        one ``ErrorMessage`` (xsd:string) element; the fault's 1.0 name starts the message
+        and the Reason (guess: 1.0 gives no other way to tell them apart).  1.2-draft: the
+        1.3 WS-BaseFaults detail with its namespaces mapped to the drafts' (guess: the
+        1.2-draft BaseFault has Timestamp, Originator and Description too)."""
         fault, _, rendered = fault_for_error(exc, soap, now=now, originator=originator)
         detail = next((c for c in fault if _local(c) in ("detail", "Detail")), None)
         if detail is None:  # pragma: no cover - every rendered fault has a detail

@@ -15,9 +15,12 @@ the broker's public base URL:
 The types are declared inline with open content (``xsd:any`` lax): the 1.0 specification's
 own schema cannot be served as printed (its extraction is garbled and it misspells
 ``ResgisterPublisherResponse``), and the 1.2 drafts' schemas are not shipped here, so the
-element names and their namespaces are what this WSDL pins down.  Faults: 1.0's WSDL gives
-every fault the one ``ErrorMessage`` (xsd:string) message; the 1.2 draft's are
-``...Fault`` elements.
+element names and their namespaces are what this WSDL pins down.  Faults: each operation
+declares exactly the faults the server sends for it in this version,
+:meth:`Legacy.declared_faults` of its kind of request, named by the rule the runtime
+follows (:meth:`Legacy.fault_element`): 1.0, ``ErrorMessage`` (xsd:string) in the
+interface's namespace under the 1.0 fault name; 1.2-draft, the draft's ``...Fault``
+element.
 """
 
 from __future__ import annotations

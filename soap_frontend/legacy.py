@@ -56,7 +56,7 @@ from wsnmom.core import errors
 from wsnmom.core.model import Delivered, EndpointReference, SoapVersion, WireVersion
 from wsnmom.topic_mapping.dialects import XPATH
 
-from . import codec
+from . import codec, metadata
 from .envelope import SOAP_NS, SoapRequest, new_message_id, parse_addressing, to_bytes
 from .faults import fault_for_error
 from .splice import Spliced
@@ -77,7 +77,7 @@ from .xml import (
     text_of,
 )
 
-__all__ = ["LEGACY", "Answered", "Legacy", "recognise"]
+__all__ = ["LEGACY", "Answered", "Legacy", "LegacyFault", "recognise"]
 
 _FULL: Final = codec.FULL
 _CONCRETE: Final = codec.CONCRETE
@@ -96,6 +96,18 @@ class Answered(Exception):
     def __init__(self, element: etree._Element) -> None:
         super().__init__("answered")
         self.element = element
+
+
+@dataclass(frozen=True, slots=True)
+class LegacyFault:
+    """A fault as an older version sends it and its WSDL declares it."""
+
+    #: the wsdl:fault name (1.0: its WSDL's fault name; 1.2-draft: the element's local name)
+    name: str
+    #: the namespace of the detail element
+    namespace: str
+    #: the local name of the detail element (1.0: always ErrorMessage)
+    local: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -386,6 +398,49 @@ class Legacy:
         data = to_bytes(env)
         return body.fill(data) if isinstance(body, Spliced) else data
 
+    @property
+    def _draft_namespaces(self) -> dict[str, str]:
+        """1.3 namespace → this version's, for fault details (1.2-draft)."""
+        return {
+            WSNT: self.wsnt,
+            WSNBR: self.wsnbr,
+            WSRF_BF: self.wsbf or self.wsnt,
+            WSRF_R: self.wsr,
+            WSRF_RL: self.wsrl,
+            WSRF_RP: self.wsrp,
+            WSA: self.wsa,
+        }
+
+    def fault_element(self, fault: str, kind: str) -> LegacyFault:
+        """The fault this version sends for the 1.3 fault element ``fault`` (Clark name)
+        answering a request of ``kind``: the one rule both :meth:`fault` and the version's
+        WSDL (:func:`declared_faults`) follow.
+
+        1.0: ``ErrorMessage`` in the namespace of the interface declaring the operation
+        (WS-ResourceLifetime for Destroy/SetTerminationTime, WS-ResourceProperties for
+        GetResourceProperty, WS-Notification otherwise), named by the 1.0 WSDL's fault
+        name; 1.2-draft: the draft-01 element (:func:`_draft_fault_tag`) in the draft's
+        namespace, named by its local name."""
+        if self.wsbf is None:
+            local = fault.rsplit("}", 1)[-1]
+            interface = _INTERFACE_10.get(kind, "wsnt")
+            ns = (
+                self.wsrl
+                if interface == "wsrl"
+                else self.wsrp
+                if interface == "wsrp"
+                else self.wsnt
+            )
+            return LegacyFault(_name_10(local, kind), ns, "ErrorMessage")
+        ns, local = _draft_fault_tag(fault, kind)[1:].split("}", 1)
+        return LegacyFault(local, self._draft_namespaces.get(ns, ns), local)
+
+    def declared_faults(self, kind: str) -> tuple[LegacyFault, ...]:
+        """Every fault this version can send answering a request of ``kind`` (what its
+        WSDL declares for the operation), in a stable order without repeats."""
+        found = {self.fault_element(f, kind): None for f in _KIND_FAULTS[kind]}
+        return tuple(found)
+
     def fault(
         self,
         exc: BaseException,
@@ -397,41 +452,33 @@ class Legacy:
     ) -> tuple[etree._Element, str, errors.WsnError]:
         """(SOAP Fault, wsa:Action, the error rendered) in this version.
 
-        1.0: the WSDL's faults all carry one ``ErrorMessage`` (xsd:string) element, in the
-        namespace of the interface that declares the operation (wsnt, wsrl or wsrp); the
-        fault's 1.0 name starts the message and the Reason (guess: 1.0 gives no other way
-        to tell them apart).  1.2-draft: the 1.3 WS-BaseFaults detail with its
-        namespaces mapped to the drafts' (guess: the 1.2-draft BaseFault has Timestamp,
-        Originator and Description too)."""
+        The detail element is :meth:`fault_element`'s.  1.0: the WSDL's faults all carry
+        one ``ErrorMessage`` (xsd:string) element; the fault's 1.0 name starts the message
+        and the Reason (guess: 1.0 gives no other way to tell them apart).  1.2-draft: the
+        1.3 WS-BaseFaults detail with its namespaces mapped to the drafts' (guess: the
+        1.2-draft BaseFault has Timestamp, Originator and Description too)."""
         fault, _, rendered = fault_for_error(exc, soap, now=now, originator=originator)
         detail = next((c for c in fault if _local(c) in ("detail", "Detail")), None)
         if detail is None:  # pragma: no cover - every rendered fault has a detail
             return fault, self.fault_action, rendered
         if self.wsbf is None:
-            name = _name_10(rendered.fault_name, kind)
-            ns = {"destroy": self.wsrl, "set_termination_time": self.wsrl}.get(kind, self.wsnt)
-            if kind == "get_property":
-                ns = self.wsrp
+            tag = qname(rendered.namespace, rendered.fault_name)
+            sent = self.fault_element(tag, kind)
             for child in list(detail):
                 detail.remove(child)
-            prefix = {self.wsrl: "wsrl", self.wsrp: "wsrp"}.get(ns, "wsnt")
-            message = etree.SubElement(detail, qname(ns, "ErrorMessage"), nsmap={prefix: ns})
-            message.text = f"{name}: {rendered.description}"
+            prefix = {self.wsrl: "wsrl", self.wsrp: "wsrp"}.get(sent.namespace, "wsnt")
+            message = etree.SubElement(
+                detail, qname(sent.namespace, sent.local), nsmap={prefix: sent.namespace}
+            )
+            message.text = f"{sent.name}: {rendered.description}"
             for el in fault.iter():
                 if _local(el) in ("faultstring", "Text"):
-                    el.text = f"{name}: {el.text or ''}"
+                    el.text = f"{sent.name}: {el.text or ''}"
         else:
-            table = {
-                WSNT: self.wsnt,
-                WSNBR: self.wsnbr,
-                WSRF_BF: self.wsbf,
-                WSRF_R: self.wsr,
-                WSRF_RL: self.wsrl,
-                WSRF_RP: self.wsrp,
-                WSA: self.wsa,
-            }
+            table = self._draft_namespaces
             for old in list(detail):  # a fresh element declaring the draft's prefixes
-                root = self._root(_draft_fault_tag(str(old.tag), kind))
+                sent = self.fault_element(str(old.tag), kind)
+                root = self._root(qname(sent.namespace, sent.local))
                 for child in list(old):
                     root.append(child)
                 for attribute, value in old.attrib.items():
@@ -546,6 +593,8 @@ _FAULTS_10: Final[dict[str, str]] = {
     "InvalidResourcePropertyQNameFault": "InvalidResourceProperty",
     "UnableToDestroySubscriptionFault": "UnableToDestroyResource",
     "ResourceNotDestroyedFault": "UnableToDestroyResource",
+    # guess: 1.0 names no fault for a malformed request or an internal error
+    "BaseFault": "BaseFault",
 }
 #: faults about the request's expressions (1.0: SubscribeCreationFailed for Subscribe,
 #: the only fault its WSDL declares; InvalidTopicPathExpression elsewhere)
@@ -563,6 +612,42 @@ _EXPRESSION_FAULTS: Final = frozenset(
 )
 
 
+#: 1.0: the interface (namespace key) declaring each kind of request, whose namespace its
+#: ErrorMessage is in (WS-Notification for the others)
+_INTERFACE_10: Final = {
+    "destroy": "wsrl",
+    "set_termination_time": "wsrl",
+    "get_property": "wsrp",
+}
+
+#: 1.3 faults any request can be answered with: a malformed or misdirected request or an
+#: internal error (wsrf-bf:BaseFault), an overloaded middleware or quota
+#: (wsrf-r:ResourceUnavailableFault)
+_ANY_REQUEST: Final = (qname(WSRF_BF, "BaseFault"), qname(WSRF_R, "ResourceUnavailableFault"))
+
+
+def _faults_of(*operations: metadata.Operation) -> tuple[str, ...]:
+    return (*(qname(ns, local) for op in operations for ns, local in op.faults), *_ANY_REQUEST)
+
+
+#: kind of older request → the 1.3 faults (Clark names) it can be answered with: those of
+#: the 1.3 operation(s) it is handled as (:mod:`.metadata`), and any request's.  Notify is
+#: one-way (no fault is declared for it)
+_KIND_FAULTS: Final[dict[str, tuple[str, ...]]] = {
+    "notify": (),
+    "subscribe": _faults_of(metadata.SUBSCRIBE),
+    "current": _faults_of(metadata.GET_CURRENT_MESSAGE),
+    "pause": _faults_of(metadata.PAUSE),
+    "resume": _faults_of(metadata.RESUME),
+    "register": _faults_of(metadata.REGISTER_PUBLISHER),
+    "destroy": _faults_of(metadata.UNSUBSCRIBE, metadata.DESTROY_REGISTRATION),
+    "set_termination_time": _faults_of(metadata.RENEW),
+    "get_property": _faults_of(metadata.GET_RP),
+    "producer_pause": _faults_of(metadata.PAUSE),
+    "producer_resume": _ANY_REQUEST,
+}
+
+
 #: WSRL draft-01 operations: their faults are in the WSRL draft namespace
 _LIFETIME_KINDS: Final = frozenset({"destroy", "set_termination_time"})
 
@@ -576,7 +661,10 @@ def _draft_fault_tag(tag: str, kind: str) -> str:
     if kind in _LIFETIME_KINDS:
         if tag == qname(WSNT, "UnacceptableTerminationTimeFault"):
             return qname(WSRF_RL, "TerminationTimeChangeRejectedFault")
-        if tag == qname(WSNT, "UnableToDestroySubscriptionFault"):
+        if tag in (
+            qname(WSNT, "UnableToDestroySubscriptionFault"),
+            qname(WSNBR, "ResourceNotDestroyedFault"),
+        ):
             return qname(WSRF_RL, "ResourceNotDestroyedFault")
         if tag == qname(WSRF_R, "ResourceUnknownFault"):
             return qname(WSRF_RL, "ResourceUnknownFault")

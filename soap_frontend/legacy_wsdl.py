@@ -15,9 +15,12 @@ the broker's public base URL:
 The types are declared inline with open content (``xsd:any`` lax): the 1.0 specification's
 own schema cannot be served as printed (its extraction is garbled and it misspells
 ``ResgisterPublisherResponse``), and the 1.2 drafts' schemas are not shipped here, so the
-element names and their namespaces are what this WSDL pins down.  Faults: 1.0's WSDL gives
-every fault the one ``ErrorMessage`` (xsd:string) message; the 1.2 draft's are
-``...Fault`` elements.
+element names and their namespaces are what this WSDL pins down.  Faults: each operation
+declares exactly the faults the server sends for it in this version,
+:meth:`Legacy.declared_faults` of its kind of request, named by the rule the runtime
+follows (:meth:`Legacy.fault_element`): 1.0, ``ErrorMessage`` (xsd:string) in the
+interface's namespace under the 1.0 fault name; 1.2-draft, the draft's ``...Fault``
+element.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from lxml import etree
 from wsnmom.core.addresses import BROKER_PATH, ResourceKind, kind_path
 from wsnmom.core.model import WireVersion
 
-from .legacy import LEGACY, Legacy
+from .legacy import LEGACY, Legacy, LegacyFault
 from .xml import XSD
 
 WSDL = "http://schemas.xmlsoap.org/wsdl/"
@@ -36,70 +39,71 @@ WSDL_SOAP11 = "http://schemas.xmlsoap.org/wsdl/soap/"
 WSDL_SOAP12 = "http://schemas.xmlsoap.org/wsdl/soap12/"
 HTTP_TRANSPORT = "http://schemas.xmlsoap.org/soap/http"
 
-#: (operation, interface namespace key, request local, response local or None, faults)
-_Op = tuple[str, str, str, str | None, tuple[str, ...]]
+#: (operation, interface namespace key, request local, response local or None, kind of
+#: request: its faults are :meth:`Legacy.declared_faults` of it)
+_Op = tuple[str, str, str, str | None, str]
 
 
 def _operations(legacy: Legacy) -> dict[str, tuple[tuple[_Op, ...], str]]:
     """Port type → (operations, endpoint path)."""
     ten = legacy.version is WireVersion.WSN_10
     req = "Request" if ten else ""
-    notify: _Op = ("Notify", "wsnt", "Notify", None, ())
+    notify: _Op = ("Notify", "wsnt", "Notify", None, "notify")
     subscribe: _Op = (
         "Subscribe",
         "wsnt",
         "Subscribe" + req,
         "SubscribeResponse",
-        ("SubscribeCreationFailed",),
+        "subscribe",
     )
     current: _Op = (
         "GetCurrentMessage",
         "wsnt",
         "GetCurrentMessage" + req,
         "GetCurrentMessageResponse",
-        ("InvalidTopicPathExpression", "TopicNotSupported", "NoCurrentMessageOnTopic"),
+        "current",
     )
     register: _Op = (
         "RegisterPublisher",
         "wsnbr",
         "RegisterPublisher" + req,
         "RegisterPublisherResponse",
-        ("InvalidTopicPathExpression", "TopicNotSupported", "PublisherRegistrationFailed"),
+        "register",
     )
     get_rp: _Op = (
         "GetResourceProperty",
         "wsrp",
         "GetResourceProperty",
         "GetResourcePropertyResponse",
-        ("UnknownResource", "InvalidResourceProperty"),
+        "get_property",
     )
     pause: _Op = (
         "PauseSubscription",
         "wsnt",
         "PauseSubscription" + req,
         "PauseSubscriptionResponse",
-        ("PauseFailed",),
+        "pause",
     )
     resume: _Op = (
         "ResumeSubscription",
         "wsnt",
         "ResumeSubscription" + req,
         "ResumeSubscriptionResponse",
-        ("ResumeFailed",),
+        "resume",
     )
     destroy: _Op = (
         "Destroy",
         "wsrl",
         "Destroy",
         "DestroyResponse",
-        ("UnknownResource", "UnableToDestroyResource"),
+        "destroy",
     )
     set_tt: _Op = (
         "SetTerminationTime",
         "wsrl",
         "SetTerminationTime",
         "SetTerminationTimeResponse",
-        ("UnknownResource", "TerminationTimeChangeRejected", "UnableToSetTerminationTime"),
+        "set_termination_time",
     )
     return {
         "NotificationBroker": ((notify, subscribe, current, register, get_rp), BROKER_PATH),
@@ -118,15 +122,18 @@ def _q(ns: str, local: str) -> str:
     return f"{{{ns}}}{local}"
 
 
-def _fault_element(legacy: Legacy, name: str) -> tuple[str, str]:
-    """(namespace key, element local name) of a fault's detail element."""
-    if legacy.version is WireVersion.WSN_10:
-        return "wsnt", "ErrorMessage"
-    return "wsnt", name + "Fault"
+def _fault_message(fault: LegacyFault, prefix: dict[str, str]) -> str:
+    """The wsdl:message name of ``fault``: its name qualified by its namespace's prefix
+    (1.0's UnknownResource is an ErrorMessage in three namespaces; 1.2-draft's
+    ResourceUnknownFault an element of three)."""
+    suffix = "" if fault.name.endswith("Fault") else "Fault"
+    return f"{prefix[fault.namespace]}-{fault.name}{suffix}"
 
 
 def _build(legacy: Legacy, base: str) -> etree._Element:
     ns = {"wsnt": legacy.wsnt, "wsnbr": legacy.wsnbr, "wsrl": legacy.wsrl, "wsrp": legacy.wsrp}
+    if legacy.wsbf is not None:
+        ns["wsbf"] = legacy.wsbf
     tns = legacy.wsnt
     nsmap = {"wsdl": WSDL, "soap": WSDL_SOAP11, "soap12": WSDL_SOAP12, "xsd": XSD, "tns": tns}
     for key, uri in ns.items():
@@ -144,13 +151,12 @@ def _build(legacy: Legacy, base: str) -> etree._Element:
     # every element used, per namespace
     elements: dict[str, dict[str, None]] = {uri: {} for uri in ns.values()}
     for ops, _ in port_types.values():
-        for _, key, request, response, faults in ops:
+        for _, key, request, response, kind in ops:
             elements[ns[key]][request] = None
             if response:
                 elements[ns[key]][response] = None
-            for fault in faults:
-                fkey, flocal = _fault_element(legacy, fault)
-                elements[ns[fkey]][flocal] = None
+            for fault in legacy.declared_faults(kind):
+                elements[fault.namespace][fault.local] = None
     types = etree.SubElement(defs, _q(WSDL, "types"))
     for uri, names in elements.items():
         if not names:
@@ -175,13 +181,12 @@ def _build(legacy: Legacy, base: str) -> etree._Element:
     prefix[tns] = "tns"
     messages: dict[str, tuple[str, str]] = {}
     for ops, _ in port_types.values():
-        for _, key, request, response, faults in ops:
+        for _, key, request, response, kind in ops:
             messages[request] = (ns[key], request)
             if response:
                 messages[response] = (ns[key], response)
-            for fault in faults:
-                fkey, flocal = _fault_element(legacy, fault)
-                messages[f"{fault}Fault"] = (ns[fkey], flocal)
+            for fault in legacy.declared_faults(kind):
+                messages[_fault_message(fault, prefix)] = (fault.namespace, fault.local)
     for name, (uri, local) in messages.items():
         msg = etree.SubElement(defs, _q(WSDL, "message"), name=name)
         part = etree.SubElement(msg, _q(WSDL, "part"), name="body")
@@ -189,13 +194,18 @@ def _build(legacy: Legacy, base: str) -> etree._Element:
 
     for pt_name, (ops, _) in port_types.items():
         pt = etree.SubElement(defs, _q(WSDL, "portType"), name=pt_name)
-        for name, _, request, response, faults in ops:
+        for name, _, request, response, kind in ops:
             op_el = etree.SubElement(pt, _q(WSDL, "operation"), name=name)
             etree.SubElement(op_el, _q(WSDL, "input"), message=f"tns:{request}")
             if response:
                 etree.SubElement(op_el, _q(WSDL, "output"), message=f"tns:{response}")
-            for fault in faults:
-                etree.SubElement(op_el, _q(WSDL, "fault"), name=fault, message=f"tns:{fault}Fault")
+            for fault in legacy.declared_faults(kind):
+                etree.SubElement(
+                    op_el,
+                    _q(WSDL, "fault"),
+                    name=fault.name,
+                    message=f"tns:{_fault_message(fault, prefix)}",
+                )
 
     for pt_name, (ops, _) in port_types.items():
         for suffix, soap_ns in (("Soap12", WSDL_SOAP12), ("Soap11", WSDL_SOAP11)):
@@ -203,7 +213,7 @@ def _build(legacy: Legacy, base: str) -> etree._Element:
                 defs, _q(WSDL, "binding"), name=f"{pt_name}{suffix}Binding", type=f"tns:{pt_name}"
             )
             etree.SubElement(b, _q(soap_ns, "binding"), style="document", transport=HTTP_TRANSPORT)
-            for name, key, request, response, faults in ops:
+            for name, key, request, response, kind in ops:
                 op_el = etree.SubElement(b, _q(WSDL, "operation"), name=name)
                 etree.SubElement(
                     op_el,
@@ -216,9 +226,9 @@ def _build(legacy: Legacy, base: str) -> etree._Element:
                 if response:
                     out = etree.SubElement(op_el, _q(WSDL, "output"))
                     etree.SubElement(out, _q(soap_ns, "body"), use="literal")
-                for fault in faults:
-                    fault_el = etree.SubElement(op_el, _q(WSDL, "fault"), name=fault)
-                    etree.SubElement(fault_el, _q(soap_ns, "fault"), name=fault, use="literal")
+                for fault in legacy.declared_faults(kind):
+                    fault_el = etree.SubElement(op_el, _q(WSDL, "fault"), name=fault.name)
+                    etree.SubElement(fault_el, _q(soap_ns, "fault"), name=fault.name, use="literal")
 
     for pt_name, (_, path) in port_types.items():
         svc = etree.SubElement(defs, _q(WSDL, "service"), name=f"{pt_name}Service")

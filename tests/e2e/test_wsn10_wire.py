@@ -40,6 +40,7 @@ from lxml import etree
 
 from tests.fixtures.server import ConsumerServer, RunningServer, mqtt_gateway_url
 from tests.support.waiting import wait_until
+from tests.support.wsdl_faults import declared
 
 pytestmark = pytest.mark.e2e
 
@@ -348,7 +349,35 @@ def test_older_client_lifecycle_survives_a_restart(own_server: RunningServer, v:
         answer = client.manage(address, ref, "<wsrl:Destroy/>", "Destroy")
         assert answer.tag == f"{{{v.wsrl}}}DestroyResponse"
         env = client.post(address, "PauseSubscriptionRequest", pause, headers=ref, status=500)
-        _assert_fault(env, v, "UnknownResource", "ResourceUnknownFault", v.wsnt)
+        sub = (own_server, "SubscriptionManager")
+        _assert_fault(
+            env, v, "UnknownResource", "ResourceUnknownFault", v.wsnt, sub, "PauseSubscription"
+        )
+        # the unknown resource of each interface's operation, in that interface's namespace
+        # (1.2-draft: WS-ResourceLifetime's and WS-ResourceProperties' ResourceUnknownFault)
+        env = client.post(address, "Destroy", "<wsrl:Destroy/>", headers=ref, status=500)
+        _assert_fault(env, v, "UnknownResource", "ResourceUnknownFault", v.wsrl, sub, "Destroy")
+        env = client.post(
+            address,
+            "SetTerminationTime",
+            "<wsrl:SetTerminationTime><wsrl:RequestedTerminationTime>2100-01-01T00:00:00Z"
+            "</wsrl:RequestedTerminationTime></wsrl:SetTerminationTime>",
+            headers=ref,
+            status=500,
+        )
+        _assert_fault(
+            env, v, "UnknownResource", "ResourceUnknownFault", v.wsrl, sub, "SetTerminationTime"
+        )
+        env = client.post(
+            address,
+            "GetResourceProperty",
+            "<wsrp:GetResourceProperty>wsnt:ConsumerReference</wsrp:GetResourceProperty>",
+            headers=ref,
+            status=500,
+        )
+        _assert_fault(
+            env, v, "UnknownResource", "ResourceUnknownFault", v.wsrp, sub, "GetResourceProperty"
+        )
         client.manage(other, other_ref, "<wsrl:Destroy/>", "Destroy")
     finally:
         consumer.close()
@@ -366,7 +395,16 @@ def test_older_faults_and_register_publisher(own_server: RunningServer, v: Versi
         f"</wsnt:{v.topic_element}></wsnt:{v.subscribe}>",
         status=500,
     )
-    _assert_fault(env, v, "SubscribeCreationFailed", "SubscribeCreationFailedFault")
+    at_broker = (own_server, "NotificationBroker")
+    _assert_fault(
+        env,
+        v,
+        "SubscribeCreationFailed",
+        "SubscribeCreationFailedFault",
+        None,
+        at_broker,
+        "Subscribe",
+    )
     # a topic expression in a dialect nobody knows (the drafts' name for the fault differs
     # from 1.3's TopicExpressionDialectUnknownFault)
     env = client.post(
@@ -377,7 +415,15 @@ def test_older_faults_and_register_publisher(own_server: RunningServer, v: Versi
         f"tns:t1</wsnt:{v.topic_element}></wsnt:{v.subscribe}>",
         status=500,
     )
-    _assert_fault(env, v, "SubscribeCreationFailed", "TopicPathDialectUnknownFault", v.wsnt)
+    _assert_fault(
+        env,
+        v,
+        "SubscribeCreationFailed",
+        "TopicPathDialectUnknownFault",
+        v.wsnt,
+        at_broker,
+        "Subscribe",
+    )
     # GetCurrentMessage on a topic nothing was published on
     env = client.post(
         broker,
@@ -385,7 +431,15 @@ def test_older_faults_and_register_publisher(own_server: RunningServer, v: Versi
         f"<wsnt:{v.current}><wsnt:Topic>tns:nothing</wsnt:Topic></wsnt:{v.current}>",
         status=500,
     )
-    _assert_fault(env, v, "NoCurrentMessageOnTopic", "NoCurrentMessageOnTopicFault")
+    _assert_fault(
+        env,
+        v,
+        "NoCurrentMessageOnTopic",
+        "NoCurrentMessageOnTopicFault",
+        None,
+        at_broker,
+        "GetCurrentMessage",
+    )
     # §10.3.1 RegisterPublisher (Demand=false: the example's Demand=true needs a producer
     # that answers Subscribe)
     answer = _body(
@@ -433,7 +487,13 @@ def test_older_faults_and_register_publisher(own_server: RunningServer, v: Versi
     )
     # (1.2-draft: WS-ResourceLifetime draft-01's fault of SetTerminationTime)
     _assert_fault(
-        env, v, "TerminationTimeChangeRejected", "TerminationTimeChangeRejectedFault", v.wsrl
+        env,
+        v,
+        "TerminationTimeChangeRejected",
+        "TerminationTimeChangeRejectedFault",
+        v.wsrl,
+        (own_server, "PublisherRegistrationManager"),
+        "SetTerminationTime",
     )
     assert _body(client.post(registration, "Destroy", "<wsrl:Destroy/>")).tag == (
         f"{{{v.wsrl}}}DestroyResponse"
@@ -454,7 +514,15 @@ def test_older_faults_and_register_publisher(own_server: RunningServer, v: Versi
         "<wsrp:GetResourceProperty>wsnt:Topics</wsrp:GetResourceProperty>",
         status=500,
     )
-    _assert_fault(env, v, "InvalidResourceProperty", "InvalidResourcePropertyQNameFault")
+    _assert_fault(
+        env,
+        v,
+        "InvalidResourceProperty",
+        "InvalidResourcePropertyQNameFault",
+        v.wsrp,
+        at_broker,
+        "GetResourceProperty",
+    )
     # a 1.0 producer-wide Pause is refused with PauseFailed ("Pause operation could not be
     # performed", N10 §8.4); Resume, of the producer or of a topic, is "no change" (§8.5),
     # as nothing is paused: ResumeResponse
@@ -538,10 +606,18 @@ def _time(text: str | None) -> datetime:
 
 
 def _assert_fault(
-    env: etree._Element, v: Version, name10: str, name12: str, ns12: str | None = None
+    env: etree._Element,
+    v: Version,
+    name10: str,
+    name12: str,
+    ns12: str | None = None,
+    at: tuple[RunningServer, str] | None = None,
+    operation: str = "",
 ) -> None:
     """A fault of version ``v``: 1.0's ErrorMessage starting with ``name10``, or the
-    1.2-draft element ``name12`` (in ``ns12`` when given, else in a draft namespace)."""
+    1.2-draft element ``name12`` (in ``ns12`` when given, else in a draft namespace).
+    With ``at`` (server, port type): the fault sent is one the version's WSDL, as that
+    server serves it, declares for ``operation`` (fault name and element)."""
     fault = _body(env)
     assert fault.tag == f"{{{S12}}}Fault"
     detail = fault.find(f"{{{S12}}}Detail")
@@ -554,3 +630,9 @@ def _assert_fault(
         assert detail[0].tag.startswith(("{" + DRAFT_WSN, "{" + DRAFT_WSRF))
         if ns12 is not None:
             assert detail[0].tag == f"{{{ns12}}}{name12}"
+    if at is not None:
+        server, port_type = at
+        reply = requests.get(f"{server.broker_url}?wsdl&version={v.name}", timeout=30)
+        assert reply.status_code == 200
+        name = name10 if v is V10 else name12
+        assert (name, str(detail[0].tag)) in declared(reply.content)[(port_type, operation)]

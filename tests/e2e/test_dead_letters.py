@@ -33,6 +33,7 @@ import pytest
 import requests
 from click.testing import CliRunner
 from lxml import etree
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.e2e.conftest import Wsn
 from tests.fixtures.server import (
@@ -67,6 +68,21 @@ def letters(server: RunningServer, destination: str) -> list[dict[str, Any]]:
     return found
 
 
+def metric(server: RunningServer, name: str, **labels: str) -> float:
+    """The sum of ``name``'s samples on ``/metrics`` whose labels include ``labels``."""
+    text = requests.get(f"{server.base_url}/metrics", timeout=10).text
+    total = 0.0
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name and labels.items() <= sample.labels.items():
+                total += sample.value
+    return total
+
+
+def dead_lettered(server: RunningServer, **labels: str) -> float:
+    return metric(server, "wsnmom_dead_letters_total", **labels)
+
+
 def policy(destination: str) -> str:
     return f'<wsnmom:DeadLetters xmlns:wsnmom="{WSNMOM}">{destination}</wsnmom:DeadLetters>'
 
@@ -89,6 +105,7 @@ def test_retries_exhausted_become_dead_letters_replayed_to_another_consumer(
 ) -> None:
     consumer.mode = "error"
     failing = consumer.address("/failing")
+    before = dead_lettered(wsnmom_server, reason="retries-exhausted", source="gateway")
     sub = wsn.subscribe(failing, "tns:dl", policy=policy(destination))
     wsn.notify(("tns:dl", '<n xmlns="urn:n">given up</n>'))
     [letter] = wait_until(lambda: letters(wsnmom_server, destination), 30, what="a dead letter")
@@ -99,8 +116,11 @@ def test_retries_exhausted_become_dead_letters_replayed_to_another_consumer(
     assert "500" in letter["last_error"]
     assert letter["topic"] == f"{{{wsn.ns}}}dl"
     assert letter["time"]
-    metrics = requests.get(f"{wsnmom_server.base_url}/metrics", timeout=10).text
-    assert 'wsnmom_dead_letters_total{reason="retries-exhausted"}' in metrics
+    # counted once, as the gateway's; held by this gateway's box of the destination
+    after = dead_lettered(wsnmom_server, reason="retries-exhausted", source="gateway")
+    assert after == before + 1
+    held = "wsnmom_dead_letters_held"
+    assert metric(wsnmom_server, held, destination=destination) == 1
     broker = ["--broker", wsnmom_server.broker_url]
     # listed and shown through the CLI
     code, out, err = run("dead-letters", "list", *broker, "--destination", destination)
@@ -128,6 +148,8 @@ def test_retries_exhausted_become_dead_letters_replayed_to_another_consumer(
     [got] = other.wait_for_messages(1, timeout=10)
     assert payload_text(got) == "given up"
     assert letters(wsnmom_server, destination) == []
+    assert metric(wsnmom_server, held, destination=destination) == 0
+    assert dead_lettered(wsnmom_server, reason="retries-exhausted") == after  # replay: no new
 
 
 def test_a_filter_over_its_budget_leaves_a_dead_letter_purged_by_the_cli(
@@ -241,6 +263,9 @@ def test_too_old_messages_become_dead_letters_replayed_to_their_subscription(
     wsn.post(sub.address, "<wsnt:ResumeSubscription/>").ok()
     [letter] = wait_until(lambda: letters(aged_server, destination), 30, what="a dead letter")
     assert letter["reason"] == "max-age" and letter["subscription"] == sub.id
+    # a gateway of its own: the metric counted this one dead letter, once
+    assert dead_lettered(aged_server, reason="max-age") == 1
+    assert dead_lettered(aged_server) == 1
     # the subscription lives on: replayed to it, the consumer gets the message
     base = f"{aged_server.base_url}/wsn/admin/api/dead-letters/{letter['id']}/replay"
     resp = requests.post(base, json={}, timeout=10)
@@ -268,6 +293,10 @@ def test_messages_dropped_for_max_messages_become_overflow_dead_letters(
     assert [d["reason"] for d in found] == ["overflow", "overflow"]
     assert {d["subscription"] for d in found} == {sub.id}
     assert all(d["topic"] == f"{{{wsn.ns}}}full" and d["time"] for d in found)
+    # the adapter dropped them: counted as the middleware's, each once
+    assert dead_lettered(full_server, reason="overflow", source="middleware") == 2
+    assert dead_lettered(full_server) == 2
+    assert metric(full_server, "wsnmom_dead_letters_held", destination=destination) == 2
     wsn.post(sub.address, "<wsnt:ResumeSubscription/>").ok()
     [got] = consumer.wait_for_messages(1, timeout=10)
     assert payload_text(got) == "third"
@@ -283,6 +312,8 @@ def test_messages_dropped_for_max_messages_become_overflow_dead_letters(
     got = consumer.wait_for_messages(3, timeout=10)
     assert [payload_text(m) for m in got] == ["third", "first", "second"]
     assert letters(full_server, destination) == []
+    assert metric(full_server, "wsnmom_dead_letters_held", destination=destination) == 0
+    assert dead_lettered(full_server) == 2  # replayed, not counted again
 
 
 def test_what_a_full_pull_point_drops_becomes_overflow_dead_letters(

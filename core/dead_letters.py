@@ -38,8 +38,8 @@ confirmed its publish (a publish is never repeated, restarts or not); one an ada
 dropped (``source="middleware"``, published by no gateway) when a box first reads it back
 and the middleware does not flag it ``redelivered`` (a dead letter held when a gateway
 stops comes back flagged, so the next box does not count it again where the adapter's
-flag outlives the process: embedded, MQTT and RabbitMQ, not the logs).  ``wsnmom_dead_letters_held`` is how
-many a box holds now.
+flag outlives the process: embedded, MQTT and RabbitMQ, not the logs).
+``wsnmom_dead_letters_held`` is how many a box holds now.
 
 The name of a destination: :func:`check_destination` (one rule, used for the setting and
 the Subscribe policy element ``wsnmom:DeadLetters``).

@@ -7,7 +7,10 @@ reaches the same destination: RabbitMQ's ``x-message-ttl`` and ``x-max-length`` 
 the queue's dead-letter exchange, the embedded and MQTT queues in the transaction that
 drops it, Kafka and the file log as the cursor reads past what core's sweep discards
 (``Capabilities.native_dead_letters``); what a pull point's limits drop goes to the
-gateway's default destination and is replayed into the pull point.
+gateway's default destination and is replayed into the pull point.  ``/metrics`` counts
+each dead letter once (``wsnmom_dead_letters_total{reason, source}``: the gateway's when
+published, the middleware's when first read back, not again after a restart where the
+middleware flags redeliveries) and shows how many are held per destination.
 
 Each test names a dead-letter destination of its own (the Subscribe policy element
 ``wsnmom:DeadLetters``), so tests sharing a gateway never see each other's dead letters.
@@ -331,9 +334,7 @@ def test_dead_letters_held_over_a_restart_are_not_counted_again(
     wait_until(lambda: len(letters(full_server, destination)) == 2, 30, what="two dead letters")
     assert dead_lettered(full_server, reason="overflow", source="middleware") == 2
     full_server.restart()
-    wait_until(
-        lambda: len(letters(full_server, destination)) == 2, 30, what="the two held again"
-    )
+    wait_until(lambda: len(letters(full_server, destination)) == 2, 30, what="the two held again")
     # the sentinel: one more message drops "third", counted by the new process
     wsn.notify(("tns:rs", '<n xmlns="urn:n">fourth</n>'))
     found = wait_until(

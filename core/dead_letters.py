@@ -32,6 +32,15 @@ letter gets its reason (``max-age``, ``overflow``), subscription and time from t
 time from when the box received it where the adapter gave none), its attempts from
 ``HEADER_DROPPED_ATTEMPTS`` (0 without), and no consumer.
 
+The metric ``wsnmom_dead_letters_total{reason, source}`` counts each dead letter once,
+where that is exact: one the gateway publishes (``source="gateway"``) when the middleware
+confirmed its publish (a publish is never repeated, restarts or not); one an adapter
+dropped (``source="middleware"``, published by no gateway) when a box first reads it back
+and the middleware does not flag it ``redelivered`` (a dead letter held when a gateway
+stops comes back flagged, so the next box does not count it again where the adapter's
+flag outlives the process: embedded, MQTT and RabbitMQ, not the logs).
+``wsnmom_dead_letters_held`` is how many a box holds now.
+
 The name of a destination: :func:`check_destination` (one rule, used for the setting and
 the Subscribe policy element ``wsnmom:DeadLetters``).
 """
@@ -227,13 +236,25 @@ class DeadLetterBox:
         """Stop; what is held goes back to the middleware."""
         with self._lock:
             self._held.clear()
+            self._gauge()
         self.handle.stop()
+
+    def _gauge(self) -> None:
+        """``wsnmom_dead_letters_held`` of this destination (under the lock)."""
+        held = sum(1 for v in self._held.values() if not v[1])
+        metrics.DEAD_LETTERS_HELD.labels(destination=self.name).set(held)
 
     def _on_message(self, received: Received) -> None:
         key = received.headers.get(H_ID) or uuid.uuid4().hex
         since = self._clock().isoformat() if self._clock is not None else ""
+        native = H_REASON not in received.headers
         with self._lock:
             self._held[key] = [received, False, since]
+            self._gauge()
+        if native and not received.redelivered:
+            # an adapter's drop, counted when first read back (see the module docstring)
+            reason = received.headers.get(HEADER_DROPPED_REASON) or "unknown"
+            metrics.DEAD_LETTERS.labels(reason=reason, source="middleware").inc()
 
     def letters(self) -> list[DeadLetter]:
         """The dead letters held, oldest first."""
@@ -278,6 +299,7 @@ class DeadLetterBox:
                         break
                     del self._held[key]
                     ack.append(entry[0])
+            self._gauge()
         for received in ack:
             try:
                 received.ack()
@@ -433,7 +455,7 @@ class DeadLetters:
                 exc,
             )
             return False
-        metrics.DEAD_LETTERS.labels(reason=context.reason).inc(len(out))
+        metrics.DEAD_LETTERS.labels(reason=context.reason, source="gateway").inc(len(out))
         log.warning(
             "subscription %s: %d message(s) to dead letters %s (%s)",
             context.subscription_id,

@@ -51,9 +51,18 @@ NOTIFICATIONS_DROPPED = Counter(
 )
 DEAD_LETTERS = Counter(
     "wsnmom_dead_letters",
-    "Notifications the gateway gave up on and published to a dead-letter destination, "
-    "by reason (retries-exhausted, filter-budget, max-age)",
-    ["reason"],
+    "Dead letters, by reason (retries-exhausted, final-status, filter-budget, max-age, "
+    "overflow) and source: gateway (counted when the gateway's publish of it is confirmed) "
+    "or middleware (an adapter dropped it for the queue limits; counted when a dead-letter "
+    "box first reads it back)",
+    ["reason", "source"],
+    registry=REGISTRY,
+)
+DEAD_LETTERS_HELD = Gauge(
+    "wsnmom_dead_letters_held",
+    "Dead letters this gateway holds (read back, not yet replayed or purged) per "
+    "destination; at most dead_letters.list_max each",
+    ["destination"],
     registry=REGISTRY,
 )
 NOTIFICATIONS_PURGED = Counter(

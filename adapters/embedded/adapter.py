@@ -316,6 +316,7 @@ class EmbeddedAdapter(Adapter):
         competing_consumers=False,
         max_message_bytes=None,
         sole_publisher=True,
+        local_queues=True,
         peek=True,
     )
 

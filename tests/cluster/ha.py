@@ -31,8 +31,10 @@ from __future__ import annotations
 import os
 import random
 import re
+import shutil
 import signal
 import statistics
+import tempfile
 import threading
 import time
 from collections import Counter
@@ -41,6 +43,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from http.server import BaseHTTPRequestHandler
+from pathlib import Path
 from typing import Any
 
 import requests
@@ -397,18 +400,29 @@ def _taken_over(consumer: FlakyConsumer, event: Event, paths: set[str], timeout:
     """Wait until each of ``paths`` got a delivery attempt by an instance other than the
     event's after it began; note the gaps and the end."""
 
-    def check() -> bool:
+    def check() -> bool | list[str]:
         for a in consumer.seen():
             if a.path in paths and a.at > event.start and a.instance != event.instance:
                 event.gaps.setdefault(a.path, a.at - event.start)
-        return set(event.gaps) >= paths
+        missing = sorted(paths - set(event.gaps))
+        return True if not missing else [f"{p}: {_last(consumer, p)}" for p in missing]
 
-    wait_until(
-        check,
-        timeout,
-        what=f"{event.name}: every subscription of {event.instance} delivered by another instance",
-    )
+    def done() -> bool:
+        return check() is True
+
+    try:
+        wait_until(done, timeout, what=f"{event.name}: {event.instance}'s subscriptions taken over")
+    except AssertionError as failed:
+        raise AssertionError(
+            f"{failed}; began at {event.start:.2f}, still without: {check()}"
+        ) from None
     event.end = time.time()
+
+
+def _last(consumer: FlakyConsumer, path: str) -> str:
+    """The last delivery attempts to ``path``, for a failure message."""
+    mine = [a for a in consumer.seen() if a.path == path][-3:]
+    return ", ".join(f"{a.instance} {a.numbers} {a.accepted} at {a.at:.2f}" for a in mine)
 
 
 def _termination(
@@ -426,6 +440,7 @@ def run(cluster_factory: Callable[..., Cluster], middleware: str) -> Outcome:
     """The whole run (see the module docstring)."""
     consumer = FlakyConsumer()
     publisher: Publisher | None = None
+    c: Cluster | None = None
     try:
         c = cluster_factory(3, **SETTINGS)
         robin = RoundRobin(c)
@@ -549,6 +564,14 @@ def run(cluster_factory: Callable[..., Cluster], middleware: str) -> Outcome:
             shard_of_path={p: shard_of(i, SHARDS) for p, i in subs.items()},
             term_exit=term_exit,
         )
+    except BaseException:
+        if c is not None:  # keep the instances' logs for the failure's story
+            kept = Path(tempfile.mkdtemp(prefix=f"wsnmom-ha-{middleware}-"))
+            for i, g in enumerate(c.gateways):
+                if g.log_path.exists():
+                    shutil.copy(g.log_path, kept / f"g{i}.log")
+            print(f"the instances' logs: {kept}")
+        raise
     finally:
         if publisher is not None:
             publisher.stop.set()

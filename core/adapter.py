@@ -205,6 +205,10 @@ class Capabilities:
     #: durable subscription per such subscription (embedded: the directory is locked to
     #: one process).
     sole_publisher: bool = False
+    #: subscriptions' queued messages live in this process's data directory (embedded;
+    #: MQTT, whose queues are the gateway's own): one instance per store, so a second
+    #: live instance on a shared store is refused at start (docs/scale-out.md)
+    local_queues: bool = False
     #: ``nack(requeue=True)`` puts back exactly that message (queues).  False (logs): a
     #: requeue rewinds the subscription to that message, so later ones may come again
     per_message_nack: bool = True

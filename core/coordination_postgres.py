@@ -152,9 +152,10 @@ class PostgresCoordination:
                 ).fetchone()
                 if row is not None:
                     raise InstanceRefused(
-                        f"instance {row[0]!r} is live on this store, and the embedded adapter "
-                        "serves one instance only (its messages are in one process's data "
-                        "directory); stop it, or use RabbitMQ, Kafka or MQTT to run several"
+                        f"instance {row[0]!r} is live on this store, and this adapter "
+                        "(embedded or MQTT) serves one instance only (its subscriptions' "
+                        "messages are in one process's data directory); stop it, or use "
+                        "RabbitMQ or Kafka to run several"
                     )
             self._beat(conn)
 

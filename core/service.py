@@ -372,7 +372,7 @@ class BrokerService:
         self.cluster.join(
             self.settings.base_url,
             _version(),
-            single_instance=self.adapter.capabilities.sole_publisher,
+            single_instance=self.adapter.capabilities.local_queues,
         )
         if self.cluster.shared and not self.adapter.capabilities.native_pull:
             log.warning(

@@ -316,6 +316,7 @@ class EmbeddedAdapter(Adapter):
         competing_consumers=False,
         max_message_bytes=None,
         sole_publisher=True,
+        local_queues=True,
         peek=True,
         # what its limits drop goes to SubscriptionSpec.dead_letters in the same transaction
         native_dead_letters=True,

@@ -158,6 +158,8 @@ class MqttAdapter(Adapter):
         competing_consumers=False,
         max_message_bytes=None,
         sole_publisher=False,
+        # each subscription's queue is an embedded store in this instance's data directory
+        local_queues=True,
         per_message_nack=True,
         ordered_acks=False,
         shape="session",

@@ -142,3 +142,6 @@ BOTH = [
     pytest.param("rabbitmq", marks=pytest.mark.rabbitmq),
     pytest.param("kafka", marks=pytest.mark.kafka),
 ]
+
+# the HA suite's assertions live in tests/cluster/ha.py: show their values on failure
+pytest.register_assert_rewrite("tests.cluster.ha")

@@ -22,7 +22,7 @@ import pytest
 from tests.cluster.conftest import INSTANCE, Cluster
 from tests.fixtures.brokers import ResolvedBroker
 from tests.fixtures.postgres import fresh_database
-from tests.fixtures.server import ConsumerServer
+from tests.fixtures.server import ConsumerServer, mqtt_gateway_url
 from tests.support.waiting import wait_until
 from wsnmom.client.errors import ResourceUnknownFault
 from wsnmom.client.model import EndpointReference
@@ -205,15 +205,22 @@ def test_expiry_runs_on_one_instance_only(
         assert sum(g.log_path.read_text().count(line) for g in (a, b)) == 1
 
 
-@pytest.mark.rabbitmq
-def test_a_second_embedded_instance_on_one_store_is_refused(
-    postgres_server: ResolvedBroker,
+@pytest.mark.parametrize("adapter", ["embedded", pytest.param("mqtt", marks=pytest.mark.mqtt)])
+def test_a_second_instance_of_an_adapter_with_local_queues_is_refused(
+    request: pytest.FixtureRequest, postgres_server: ResolvedBroker, adapter: str
 ) -> None:
-    base = Path(tempfile.mkdtemp(prefix="wsnmom-embedded-"))
+    """The embedded and MQTT adapters keep subscriptions' queued messages in one
+    process's data directory: a second live instance on one store is refused."""
+    base = Path(tempfile.mkdtemp(prefix=f"wsnmom-{adapter}-"))
+    if adapter == "mqtt":
+        url = mqtt_gateway_url(str(request.getfixturevalue("mqtt_url")))
+        urls = [url, url]
+    else:
+        urls = [f"embedded://{base}/a", f"embedded://{base}/b"]
     try:
-        with fresh_database(postgres_server.url) as url:
-            first = Gateway("embedded", f"embedded://{base}/a", base / "a", store_url=url)
-            second = Gateway("embedded", f"embedded://{base}/b", base / "b", store_url=url)
+        with fresh_database(postgres_server.url) as store:
+            first = Gateway(adapter, urls[0], base / "a", store_url=store)
+            second = Gateway(adapter, urls[1], base / "b", store_url=store)
             first.start()
             try:
                 with pytest.raises(GatewayFailed) as failed:

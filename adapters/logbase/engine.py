@@ -747,7 +747,12 @@ class CursorEngine:
         return out
 
     def _apply_cap_at_head(self, cursor: Cursor) -> bool:
-        """A ``discard(newest=True)`` whose budget is spent: jump (hold the lock)."""
+        """A ``discard(newest=True)`` whose budget is spent: jump (hold the lock).  Not for
+        a cursor that dead-letters what it drops: it reads on to ``cap_until`` (an empty
+        poll only means the next records were not fetched yet), so that ``_read_for``
+        hands each dropped record to the dead letters before the cap clears."""
+        if cursor.dead_letters is not None and cursor.bury is not None:
+            return False
         if cursor.cap_budget is not None and cursor.cap_budget <= 0:
             for stream, offset in cursor.cap_until.items():
                 if cursor.positions.get(stream, 0) < offset:

@@ -103,6 +103,41 @@ def test_the_newest_skipped_are_read_and_dead_lettered(adapter: FileLogAdapter) 
     assert {m.headers[HEADER_DROPPED_FROM] for m in dead.received} == {"new"}
 
 
+def test_the_newest_skipped_are_dead_lettered_when_polls_come_back_empty(
+    adapter: FileLogAdapter,
+) -> None:
+    """A catch-up read that finds nothing for a moment (Kafka's 20 ms poll while a fetch
+    is in flight) does not make the cursor jump past the newest records it drops: each
+    is still read and dead-lettered.  The file log's reader is wrapped to answer every
+    second poll with nothing and the others with one record."""
+    engine = adapter.cursor_engine()
+    real_reader = engine.backend.reader
+
+    class HalfEmpty:
+        def __init__(self) -> None:
+            self.reader = real_reader()
+            self.polls = 0
+
+        def poll(self, max_records: int, timeout: float) -> Any:
+            self.polls += 1
+            return [] if self.polls % 2 == 0 else self.reader.poll(1, timeout)
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.reader, name)
+
+    engine.backend.reader = HalfEmpty  # type: ignore[method-assign]
+    dead = grave(adapter)
+    handle = paused(adapter, "newest-empty-polls", 10)
+    assert handle.discard(6, newest=True) == 6
+    got = Collector()
+    handle.start(got)
+    dead.wait_for(6, 10)
+    adapter.publish(msg(b"sentinel"))
+    got.wait_for(5, 10)
+    assert bodies(got) == [b"0", b"1", b"2", b"3", b"sentinel"]
+    assert sorted(bodies(dead)) == [b"%d" % i for i in range(4, 10)]
+
+
 def test_a_failed_publish_skips_them_again(adapter: FileLogAdapter) -> None:
     dead = grave(adapter)
     real = adapter.publish_many

@@ -133,6 +133,9 @@ class Cursor:
         self.bury: Bury | None = None
         #: records skipped for ``discard`` and held in flight until ``bury`` confirmed them
         self.dropping: list[LogRecord] = []
+        #: failed ``bury`` attempts in a row, and when (monotonic) the next one is due
+        self.bury_failures = 0
+        self.bury_due = 0.0
         #: ``discard(newest=True)``: deliver this many more, then jump to ``cap_until``
         self.cap_budget: int | None = None
         self.cap_until: dict[StreamId, int] = {}
@@ -246,6 +249,9 @@ class Cursor:
                 self.redeliver_below[stream] = max(self.redeliver_below.get(stream, -1), last + 1)
         self.inflight = {}
         self.unsettled = 0
+        # held for the dead letters: read, skipped and buried again from the position
+        # it goes back to (the oldest waiting then)
+        self.skip_oldest += len(self.dropping)
         self.dropping = []
         self.gen += 1
         self.positions = base

@@ -58,9 +58,17 @@ the oldest records it skips and publishes them there (``HEADER_DROPPED_REASON``
 "overflow", ``HEADER_DROPPED_FROM`` its name) before it lets its committed position pass
 them: they are held in flight like records handed out until the publish is confirmed, so
 a crash meanwhile reads them again (a dead letter may come twice, never none).  A publish
-that fails rewinds the cursor to its first unsettled record, as a stop does (what was in
-flight comes again, redelivered), and as many records are skipped from there again: the
-oldest waiting then, which may include records handed out before (delivered and
+that fails ("dead letters not published", logged, and counted in ``stats``) leaves them
+held and the cursor where it is: what it handed out meanwhile is not handed out again,
+its committed position stays below them, and the publish is tried again later, after
+``bury_retry_first`` seconds doubled with each failure in a row up to
+``bury_retry_max`` (the commit thread hands the cursor to a catch-up reader when it is
+due; no reader thread waits for it).  A refusal that lasts (an ACL, a record too large)
+thus costs one publish per ``bury_retry_max``, and the records pile up held: the window
+counts them, so more than ``prefetch`` of them stop the cursor's deliveries until they
+are published.  A stop or rewind meanwhile gives them back with what was in flight and
+as many records are skipped, and buried, again from where the cursor goes back to (the
+oldest waiting then, which may include records handed out before: delivered and
 dead-lettered both, never lost).  For
 ``discard(newest=True)`` such a cursor does not jump: once its budget is delivered it
 reads the rest up to where the head was, and buries it the same way.  The
@@ -143,6 +151,10 @@ class CursorEngine:
         self.pin_records = pin_records
         #: at most this often a cursor's own positions are saved again while they change
         self.save_interval = save_interval
+        #: a dead-letter publish that failed is tried again after this long, doubled
+        #: after each failure in a row up to ``bury_retry_max`` (seconds)
+        self.bury_retry_first = 0.5
+        self.bury_retry_max = 30.0
         #: batches a catch-up thread reads for one cursor before serving the next one
         self.catch_up_slice = catch_up_slice
         #: several gateway instances deliver these subscriptions, one at a time each
@@ -181,6 +193,11 @@ class CursorEngine:
         #: (in flight, detached and unsaved, or dirty): the commit passes look at these
         #: only, not at every cursor.  A superset: names are dropped when looked at.
         self._pinning: set[str] = set()
+        #: cursors whose dead letters were not published, and when to try again
+        #: (monotonic): the commit thread hands them to a catch-up reader then
+        self._bury_retry: dict[str, float] = {}
+        #: dead-letter publishes that failed, since start (``stats``)
+        self._bury_failed = 0
 
     def may_pin(self, name: str) -> None:
         """``name`` may now hold the head's commit back or need saving (hold the lock;
@@ -668,6 +685,7 @@ class CursorEngine:
             cursor.serving = True
             cursor.recheck = False
         try:
+            self._retry_bury(cursor)
             return self._read_turn(reader, cursor, assigned)
         finally:
             with self.lock:
@@ -719,8 +737,7 @@ class CursorEngine:
                 for r in records:
                     assigned[r.stream] = r.offset + 1 if isinstance(r, LogRecord) else r.next
             cursor.drain()
-            if cursor.dropping and not self._bury(cursor):
-                return None  # rewound: assign afresh next time
+            self._retry_bury(cursor)  # what it skipped now, or again once it is due
             with self.lock:
                 if stopped or cursor.window_full:
                     return None  # positions moved back: assign afresh next time
@@ -834,10 +851,36 @@ class CursorEngine:
             cursor.cap_budget = None
             cursor.cap_until = {}
 
+    def _retry_bury(self, cursor: Cursor) -> None:
+        """Bury what ``cursor`` skipped if it has records waiting for that and no failed
+        publish asks it to wait (served by this thread, no lock held)."""
+        with self.lock:
+            due = bool(cursor.dropping) and cursor.bury_due <= time.monotonic()
+        if due:
+            self._bury(cursor)
+
+    def _queue_due_buries(self) -> None:
+        """Hand each cursor whose dead-letter publish is due again to a catch-up reader
+        (commit thread), whether it is attached, paused or its window is full."""
+        now = time.monotonic()
+        with self.lock:
+            for name, due in list(self._bury_retry.items()):
+                cursor = self._cursors.get(name)
+                if cursor is None or cursor.deleted or not cursor.dropping:
+                    del self._bury_retry[name]
+                elif due <= now and not cursor.serving:  # served: looked at next pass
+                    del self._bury_retry[name]
+                    if not cursor.queued:
+                        cursor.queued = True
+                        self._catch_up.put(cursor)
+
     def _bury(self, cursor: Cursor) -> bool:
         """Publish the records ``cursor`` skipped to its dead-letter topic and settle them
-        (no lock held); False when the publish failed and the cursor was rewound to them
-        (they are skipped, and buried, again)."""
+        (served by this thread, no lock held).  False when the publish failed: they stay
+        held in flight at the front of ``dropping`` (no committed position passes them)
+        and are tried again after a delay that doubles with each failure in a row
+        (``bury_retry_first`` .. ``bury_retry_max``), on a later turn; the cursor does not
+        go back, so what it handed out meanwhile is not handed out again."""
         with self.lock:
             dropped, cursor.dropping = cursor.dropping, []
             gen, topic, bury = cursor.gen, cursor.dead_letters, cursor.bury
@@ -867,23 +910,39 @@ class CursorEngine:
         try:
             bury(out)
         except Exception as exc:
-            log.error(
-                "subscription %s: %d dropped message(s) not dead-lettered (%s); "
-                "skipping them again",
+            with self.lock:
+                self._bury_failed += 1
+                if cursor.deleted:
+                    return False
+                if gen != cursor.gen:
+                    # stopped or rewound meanwhile: it went back to them (they were in
+                    # flight), so they are read, skipped and buried again from there
+                    cursor.skip_oldest += len(dropped)
+                    return False
+                cursor.dropping[:0] = dropped  # still held: the commit stays below them
+                cursor.bury_failures += 1
+                delay = min(
+                    self.bury_retry_first * 2 ** min(cursor.bury_failures - 1, 30),
+                    self.bury_retry_max,
+                )
+                cursor.bury_due = time.monotonic() + delay
+                self._bury_retry[cursor.name] = cursor.bury_due
+                failures = cursor.bury_failures
+            log.log(
+                logging.ERROR if failures == 1 else logging.WARNING,
+                "subscription %s: dead letters not published: %d dropped message(s) "
+                "(%s); they stay held, tried again in %.1fs (failure %d in a row)",
                 cursor.name,
                 len(out),
                 exc,
+                delay,
+                failures,
             )
-            time.sleep(0.5)  # the middleware may be down: no busy loop
-            with self.lock:
-                if gen == cursor.gen and not cursor.deleted:
-                    cursor.skip_oldest += len(dropped)
-            first = dropped[0]
-            self.settle(cursor, first.stream, first.offset, gen, rewind=True)
-            with self.lock:
-                if not cursor.attached:
-                    self._queue_catch_up(cursor, skipping=True)
             return False
+        with self.lock:
+            if gen == cursor.gen:
+                cursor.bury_failures = 0
+                cursor.bury_due = 0.0
         for record in dropped:
             self.settle(cursor, record.stream, record.offset, gen, rewind=False)
         return True
@@ -1133,6 +1192,7 @@ class CursorEngine:
                 running = self._running
             if not running:
                 return
+            self._queue_due_buries()
             try:
                 self._flush_positions()
             except Exception:
@@ -1227,7 +1287,8 @@ class CursorEngine:
     # -- diagnostics -----------------------------------------------------------------------
     def stats(self) -> Mapping[str, int]:
         """Counts for tests and ``/metrics``: cursors, attached, started while detached,
-        threads, and the cursors the commit passes look at."""
+        threads, the cursors the commit passes look at, dead letters held because their
+        publish failed (not published yet) and failed dead-letter publishes."""
         with self.lock:
             cursors = list(self._cursors.values())
             return {
@@ -1237,4 +1298,7 @@ class CursorEngine:
                 "threads": len(self._threads),
                 # what the commit passes look at (not every cursor)
                 "pinning": len(self._pinning),
+                # dead letters held because their publish failed, and failed publishes
+                "dead_letters_unpublished": sum(len(c.dropping) for c in cursors),
+                "dead_letter_publish_failures": self._bury_failed,
             }

@@ -1,13 +1,15 @@
 """The cursor engine (adapters/logbase) dead-letters what ``discard`` skips, through the
 file-log adapter: the oldest records and, with ``newest``, the newest ones are read and
 published to the cursor's dead-letter topic (``SubscriptionSpec.dead_letters``) before
-the cursor commits past them; a publish that fails rewinds the cursor and they are
-skipped, and published, again.  The conformance kit (``DroppedToDeadLetters``) checks the
+the cursor commits past them; a publish that fails leaves them held (no committed
+position passes them) and is tried again later, backing off, while the cursor goes on
+delivering what it keeps, once.  The conformance kit (``DroppedToDeadLetters``) checks the
 oldest case on Kafka and the file log; these are the engine's own paths."""
 
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -138,7 +140,7 @@ def test_the_newest_skipped_are_dead_lettered_when_polls_come_back_empty(
     assert sorted(bodies(dead)) == [b"%d" % i for i in range(4, 10)]
 
 
-def test_a_failed_publish_skips_them_again(adapter: FileLogAdapter) -> None:
+def test_a_failed_publish_is_tried_again(adapter: FileLogAdapter) -> None:
     dead = grave(adapter)
     real = adapter.publish_many
     failures = [RuntimeError("the middleware refused")]
@@ -163,6 +165,71 @@ def test_a_failed_publish_skips_them_again(adapter: FileLogAdapter) -> None:
     adapter.publish(msg(b"sentinel"))
     got.wait_for(3, 5)
     assert bodies(got) == [b"3", b"4", b"sentinel"]
+
+
+def test_a_lasting_refusal_holds_them_and_backs_off_without_redelivering(
+    adapter: FileLogAdapter,
+) -> None:
+    """The dead-letter topic refuses every publish (an ACL, a record too large) for a
+    while: the cursor does not go back to the records it dropped, so each record it keeps
+    is delivered once; its committed position stays below the dropped ones; the publish is
+    tried again after growing delays.  Once the topic takes them they are dead-lettered
+    and the position passes them."""
+    engine = adapter.cursor_engine()
+    engine.bury_retry_first, engine.bury_retry_max = 0.3, 1.2
+    dead = grave(adapter)
+    real = adapter.publish_many
+    refusing = True
+    calls: list[float] = []
+
+    def refused(messages: Sequence[OutboundMessage], timeout: float = 10.0) -> Any:
+        if any(m.topic == GRAVE for m in messages):
+            calls.append(time.monotonic())
+            if refusing:
+                raise RuntimeError("dead-letter topic refused")
+        return real(messages, timeout)
+
+    adapter.publish_many = refused  # type: ignore[method-assign]
+    handle = paused(adapter, "stuck", 10)
+    assert handle.discard(3) == 3
+    got = Collector()
+    handle.start(got)
+    got.wait_for(7, 5)
+    wait_until(lambda: len(calls) >= 4, 10, what="four refused publishes")
+    # each delay at least doubles the one before: 0.3, 0.6, 1.2 (the maximum)
+    gaps = [b - a for a, b in zip(calls, calls[1:], strict=False)]
+    assert gaps[0] >= 0.3 and gaps[1] >= 0.6 and gaps[2] >= 1.2, gaps
+    adapter.publish(msg(b"sentinel"))
+    got.wait_for(8, 5)
+    assert bodies(got) == [b"%d" % i for i in range(3, 10)] + [b"sentinel"]
+    cursor = engine._cursors["stuck"]
+
+    def resumes_from(stream: Any) -> int:
+        """Where the cursor would resume after a crash: its own saved positions once it
+        held the head's commit back too long, else the head's commit."""
+        with engine.lock:
+            if cursor.own_positions:
+                return engine._stored["stuck"][stream]
+            return engine._head_commit_positions()[stream]
+
+    with engine.lock:
+        [stream] = list(cursor.inflight)
+        held = [offset for offset, settled in cursor.inflight[stream].items() if not settled]
+        first = held[0]
+        assert held == [first, first + 1, first + 2]  # the three dropped, unsettled
+        assert cursor.committed(stream, engine._head[stream]) == first
+        assert engine.stats()["dead_letters_unpublished"] == 3
+    assert resumes_from(stream) <= first
+    assert dead.received == []
+    refusing = False
+    dead.wait_for(3, 10)
+    assert bodies(dead) == [b"0", b"1", b"2"]
+    wait_until(lambda: not cursor.inflight, 5, what="the dead letters settled")
+    assert engine.stats()["dead_letters_unpublished"] == 0
+    wait_until(lambda: resumes_from(stream) >= first + 3, 5, what="the commit past them")
+    adapter.publish(msg(b"after"))
+    got.wait_for(9, 5)
+    assert bodies(got)[-1] == b"after" and len(got.received) == 9
 
 
 def test_no_position_passes_them_before_the_publish_is_confirmed(

@@ -853,9 +853,14 @@ class CursorEngine:
 
     def _retry_bury(self, cursor: Cursor) -> None:
         """Bury what ``cursor`` skipped if it has records waiting for that and no failed
-        publish asks it to wait (served by this thread, no lock held)."""
+        publish asks it to wait (served by this thread, no lock held); when it must wait,
+        the commit thread hands it to a reader once it is due."""
         with self.lock:
-            due = bool(cursor.dropping) and cursor.bury_due <= time.monotonic()
+            if not cursor.dropping:
+                return
+            due = cursor.bury_due <= time.monotonic()
+            if not due:  # e.g. skipped again after a stop: tried when the last wait ends
+                self._bury_retry.setdefault(cursor.name, cursor.bury_due)
         if due:
             self._bury(cursor)
 

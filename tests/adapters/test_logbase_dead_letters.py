@@ -232,6 +232,46 @@ def test_a_lasting_refusal_holds_them_and_backs_off_without_redelivering(
     assert bodies(got)[-1] == b"after" and len(got.received) == 9
 
 
+def test_a_stop_while_they_are_held_skips_them_again(adapter: FileLogAdapter) -> None:
+    """Stopped while its dead letters are not published: what was in flight comes again
+    (redelivered) and the held records are skipped again, not delivered; they are
+    dead-lettered once the topic takes them."""
+    engine = adapter.cursor_engine()
+    engine.bury_retry_first, engine.bury_retry_max = 0.2, 0.4
+    dead = grave(adapter)
+    real = adapter.publish_many
+    refusing = True
+    calls: list[int] = []
+
+    def refused(messages: Sequence[OutboundMessage], timeout: float = 10.0) -> Any:
+        if any(m.topic == GRAVE for m in messages):
+            calls.append(len(messages))
+            if refusing:
+                raise RuntimeError("dead-letter topic refused")
+        return real(messages, timeout)
+
+    adapter.publish_many = refused  # type: ignore[method-assign]
+    handle = paused(adapter, "stopped", 5)
+    assert handle.discard(2) == 2
+    first = Collector()
+    handle.start(first)
+    first.wait_for(3, 5)
+    wait_until(lambda: len(calls) >= 1, 5, what="a refused publish")
+    handle.stop()
+    again = Collector()
+    handle.start(again)
+    again.wait_for(3, 5)
+    wait_until(lambda: len(calls) >= 2, 5, what="the publish tried again")
+    refusing = False
+    dead.wait_for(2, 5)
+    adapter.publish(msg(b"sentinel"))
+    again.wait_for(4, 5)
+    assert bodies(first) == [b"2", b"3", b"4"]
+    assert bodies(again) == [b"2", b"3", b"4", b"sentinel"]
+    assert [m.redelivered for m in again.received] == [True, True, True, False]
+    assert sorted(bodies(dead)) == [b"0", b"1"]
+
+
 def test_no_position_passes_them_before_the_publish_is_confirmed(
     adapter: FileLogAdapter,
 ) -> None:

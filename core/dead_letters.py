@@ -358,14 +358,27 @@ class DeadLetters:
         """The topic the adapter is to send what it drops for the limits from ``sub``'s
         durable subscription to (``SubscriptionSpec.dead_letters``), its box opened first;
         ``sub`` None: a pull point's, the gateway's default destination.  None when
-        disabled or the adapter cannot (``Capabilities.native_dead_letters``)."""
+        disabled or the adapter cannot (``Capabilities.native_dead_letters``).
+
+        A box that cannot be opened raises the ``AdapterError`` (the same class, its text
+        naming the destination), so the Subscribe or CreatePullPoint is refused (a restored
+        subscription stays unattached, reported by ``ready``): the topic without its box
+        would lose what the adapter drops where it routes dead letters to the
+        subscriptions existing then (embedded, MQTT), and None would make the adapter drop
+        them without dead letters for the subscription's whole life."""
         if not self.enabled or not self._adapter.capabilities.native_dead_letters:
             return None
         name = (sub.dead_letters if sub is not None else None) or self.default
         try:
             self.box(name)
-        except AdapterError as exc:  # opened again with the next dead letter sent to it
-            log.warning("dead letters %s: cannot open its box yet: %s", name, exc)
+        except AdapterError as exc:
+            log.warning("dead letters %s: cannot open its box: %s", name, exc)
+            text = f"dead letters {name}: cannot open its box: {exc}"
+            try:
+                named = type(exc)(text)
+            except TypeError:  # a subclass with other arguments
+                named = AdapterError(text)
+            raise named from exc
         return destination_topic(name)
 
     def boxes(self) -> list[DeadLetterBox]:

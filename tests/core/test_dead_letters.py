@@ -1,7 +1,8 @@
 """Dead letters in core (``core.dead_letters``), on the real embedded adapter: nothing given
 up is settled before the middleware confirmed its dead letter; list, show, replay (refused
 for an ended subscription and for an address the outbound policy refuses) and purge;
-disabled dead letters drop as before.  The same on every middleware,
+disabled dead letters drop as before; a destination whose box cannot be opened refuses
+the Subscribe rather than lose what the limits drop.  The same on every middleware,
 through a running gateway: tests/e2e/test_dead_letters.py."""
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from wsnmom.core.adapter import (
 )
 from wsnmom.core.config import ConfigError, load_settings
 from wsnmom.core.dead_letter_admin import ReplayFailed
-from wsnmom.core.dead_letters import DEAD_LETTER_NAMESPACE
+from wsnmom.core.dead_letters import DEAD_LETTER_NAMESPACE, box_name
 from wsnmom.core.model import CreatePullPointRequest, ExpressionSource
 from wsnmom.core.outbound_policy import OutboundPolicy
 from wsnmom.core.service import BrokerService
@@ -316,3 +317,39 @@ def test_what_the_limits_drop_keeps_its_context_across_a_restart(
         ]
     finally:
         stop(service, adapter)
+
+
+def test_a_box_that_cannot_be_opened_refuses_the_subscribe(
+    make_service: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The embedded store routes what it drops for the limits to the subscriptions of the
+    dead-letter topic existing then: a Subscribe whose destination's box could not be
+    opened would lose every drop, so it is refused (a fault naming the destination); the
+    next Subscribe opens the box and what the limits drop is dead-lettered."""
+    service: BrokerService = make_service(limits__max_messages=1)
+    real = EmbeddedAdapter.subscription
+    failures = [AdapterUnavailable("the store is busy")]
+
+    def failing_once(self: EmbeddedAdapter, spec: SubscriptionSpec) -> SubscriptionHandle:
+        if spec.name == box_name("spare") and failures:
+            raise failures.pop()
+        return real(self, spec)
+
+    monkeypatch.setattr(EmbeddedAdapter, "subscription", failing_once)
+    with pytest.raises(errors.WsnError) as refused:
+        service.subscribe(sub_req(C, topic=simple("t:a"), dead_letters="spare"))
+    assert "dead letters spare" in str(refused.value.description)
+    assert service.registry.subscriptions == {}
+    assert not failures
+    sub = service.subscribe(sub_req(C, topic=simple("t:a"), dead_letters="spare"))
+    service.pause(sub.id)
+    for text in ("one", "two", "three"):
+        publish(service, text)
+    found = wait_until(
+        lambda: (d := service.dead_letters("spare")) and len(d) == 2 and d,
+        10,
+        what="two dead letters",
+    )
+    assert [d.reason for d in found] == ["overflow", "overflow"]
+    assert {d.subscription_id for d in found} == {sub.id}
+    assert b"one" in found[0].body and b"two" in found[1].body

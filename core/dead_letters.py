@@ -47,6 +47,7 @@ the Subscribe policy element ``wsnmom:DeadLetters``).
 
 from __future__ import annotations
 
+import copy
 import logging
 import re
 import threading
@@ -375,9 +376,10 @@ class DeadLetters:
             log.warning("dead letters %s: cannot open its box: %s", name, exc)
             text = f"dead letters {name}: cannot open its box: {exc}"
             try:
-                named = type(exc)(text)
-            except TypeError:  # a subclass with other arguments
+                named = copy.copy(exc)  # its class and attributes (``retry_after``) kept
+            except TypeError:  # an error class that cannot be copied from its args
                 named = AdapterError(text)
+            named.args = (text,)
             raise named from exc
         return destination_topic(name)
 

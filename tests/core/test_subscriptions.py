@@ -504,6 +504,8 @@ def test_a_subscribe_refused_when_its_consumer_cannot_start_leaves_nothing_behin
     refused: list[str] = []
 
     def busy(self: EmbeddedHandle, *args: Any, **kw: Any) -> None:
+        if self.name.startswith("wsnmom-dead-letters-"):  # its dead letters' box starts
+            return original(self, *args, **kw)
         refused.append(self.name)
         raise MiddlewareBusy("the consumer did not start within 10.0s", retry_after=3.0)
 

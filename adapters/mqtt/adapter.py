@@ -17,7 +17,7 @@ Features
       per-message ack and nack, native pull, limits enforced as messages arrive, FIFO per
       subscription.  The broker keeps the session's messages while the gateway is down;
       the queues keep them while a subscription is paused.  10,000 subscriptions cost two
-      connections and five threads in all.
+      connections and six threads in all (five on MQTT 3.1.1).
     * Publishing (``Publisher``): QoS 1, returns after the PUBACK; with ``retain`` (default)
       every message is retained, so GetCurrentMessage reads the broker's retained message
       of the topic (also one a native client retained).  Retained messages are never

@@ -11,8 +11,8 @@ With the option ``spark_logs`` the session also feeds the Spark bridge's buffer 
 what its limits drop in its outbox, which :class:`~.outbox.Outbox` publishes.
 
 Threads per node, whatever the number of subscriptions: paho's network thread for the
-session and one for the publisher, the ingest worker, the outbox sender, and the queue
-store's dispatcher and checkpoint threads.
+session and one for the publisher, the ingest worker, the outbox sender (MQTT 5), and the
+queue store's dispatcher and checkpoint threads.
 """
 
 from __future__ import annotations
@@ -83,7 +83,8 @@ class Node:
         try:
             self.session.start(self.subscriptions())
             self.publisher.start()
-            self.outbox.start()
+            if self.mapping.dead_letters:  # MQTT 3.1.1: nothing is ever put in the outbox
+                self.outbox.start()
         except BaseException:
             self.close()
             raise

@@ -45,6 +45,7 @@ class Outbox:
         self._publisher = publisher
         self._timeout = timeout
         self._wake = threading.Event()
+        self._stopped = threading.Event()
         self._stopping = False
         self._thread: threading.Thread | None = None
         #: dead letters sent and confirmed since start (stats, tests)
@@ -63,6 +64,7 @@ class Outbox:
     def stop(self) -> None:
         """Stop sending (what is not confirmed stays in the outbox)."""
         self._stopping = True
+        self._stopped.set()
         self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout=self._timeout + 5)
@@ -79,11 +81,11 @@ class Outbox:
                     return
                 log.warning("MQTT: dead letters wait in the outbox: %s", exc)
                 self._wake.set()
-                threading.Event().wait(_RETRY)
+                self._stopped.wait(_RETRY)
             except Exception:  # pragma: no cover - keep sending later
                 log.exception("MQTT: sending the outbox failed")
                 self._wake.set()
-                threading.Event().wait(_RETRY)
+                self._stopped.wait(_RETRY)
 
     def _send(self) -> bool:
         """Publish one batch and forget it once confirmed; False when none waited."""

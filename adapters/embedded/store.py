@@ -11,6 +11,11 @@ Storage layout (one SQLite database, ``PATH/embedded.sqlite3``)::
     subscriptions(id, name UNIQUE, patterns, limits)
     queue_entries(sub, mid, state, delivered)   PRIMARY KEY (sub, mid), WITHOUT ROWID
     current(ns, path, mid, body, headers, ctype) the retained message per topic (not internal ones)
+    outbox(id, ns, path, body, headers, ctype, msgid) dead letters another middleware is to get
+
+The ``outbox`` is empty unless the engine is made with ``outbox``: the MQTT adapter's queue
+store writes there the dead letters its limits drop (in the transaction that drops them),
+publishes them to the broker and deletes them once the broker confirmed them.
 
 A published message is stored once; fan-out adds one narrow ``queue_entries`` row per
 receiving subscription.  ``messages.refs`` counts the rows (plus the ``current`` row) that
@@ -47,7 +52,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -162,6 +167,15 @@ CREATE TABLE IF NOT EXISTS current(
     ctype TEXT,
     PRIMARY KEY (ns, path)
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS outbox(
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    ns TEXT NOT NULL,
+    path TEXT NOT NULL,
+    body BLOB NOT NULL,
+    headers TEXT NOT NULL,
+    ctype TEXT NOT NULL,
+    msgid TEXT NOT NULL
+);
 """
 
 #: 2: ``current`` can hold its message inline (``mid`` 0); a version 1 database gets the
@@ -367,9 +381,20 @@ class Engine:
     """Shared state of one embedded database; see the module docstring."""
 
     def __init__(
-        self, path: str, *, synchronous: str = "NORMAL", keep_current: bool = True
+        self,
+        path: str,
+        *,
+        synchronous: str = "NORMAL",
+        keep_current: bool = True,
+        outbox: Callable[[Topic], bool] | None = None,
     ) -> None:
         self.path = path
+        #: which dead-letter topics go to the ``outbox`` table instead of the queues (the
+        #: MQTT adapter: those it publishes to the broker, :meth:`outbox_batch`); None: none
+        self.outbox = outbox
+        #: called after a transaction that wrote to the outbox committed
+        self.on_outbox: Callable[[], None] | None = None
+        self._outboxed = False
         #: keep the current message per topic (``current`` table); False for a queue store
         #: whose middleware keeps it elsewhere (the MQTT adapter: the broker's retained
         #: messages)
@@ -597,8 +622,13 @@ class Engine:
                 self._inter(conn, woken)
             conn.execute("COMMIT")
             self._wake(woken)
+            if self._outboxed:
+                self._outboxed = False
+                if self.on_outbox is not None:
+                    self.on_outbox()
         except BaseException:
             self._graves.clear()
+            self._outboxed = False
             # also after a COMMIT that failed (a full disk): a transaction left open would
             # refuse every later one until a restart
             if conn.in_transaction:
@@ -1057,6 +1087,21 @@ class Engine:
         now = time.time()
         mid = self._next_message_id(c)
         for m in graves:
+            if self.outbox is not None and self.outbox(m.topic):
+                c.execute(
+                    "INSERT INTO outbox(ns, path, body, headers, ctype, msgid) "
+                    "VALUES (?, ?, ?, ?, ?, ?)",
+                    (
+                        m.topic.namespace,
+                        _topic_key(m.topic),
+                        m.body,
+                        json.dumps(dict(m.headers)),
+                        m.content_type,
+                        m.message_id,
+                    ),
+                )
+                self._outboxed = True
+                continue
             targets = [sid for sid in sorted(self.targets(m.topic)) if sid in self.subs]
             if not targets:
                 log.warning(
@@ -1091,6 +1136,35 @@ class Engine:
             mid += 1
         self._next_mid = None
         self._interred = True
+
+    def outbox_batch(self, limit: int) -> list[tuple[int, OutboundMessage]]:
+        """The oldest ``limit`` dead letters waiting in the outbox (see ``outbox``), with
+        their row ids for :meth:`outbox_remove`."""
+        with self.lock:
+            if self._closed:
+                raise AdapterUnavailable("the embedded adapter is closed")
+            rows = self.conn.execute(
+                "SELECT id, ns, path, body, headers, ctype, msgid FROM outbox ORDER BY id LIMIT ?",
+                (limit,),
+            ).fetchall()
+        return [
+            (
+                rid,
+                OutboundMessage(
+                    topic=Topic(ns, tuple(path.split("/"))),
+                    body=bytes(body),
+                    message_id=msgid,
+                    headers=json.loads(headers),
+                    content_type=ctype,
+                ),
+            )
+            for rid, ns, path, body, headers, ctype, msgid in rows
+        ]
+
+    def outbox_remove(self, ids: Sequence[int]) -> None:
+        """Forget outbox rows ``ids`` (their dead letters were delivered elsewhere)."""
+        with self.lock, self.tx() as c:
+            c.executemany("DELETE FROM outbox WHERE id = ?", [(i,) for i in ids])
 
     @staticmethod
     def _release(c: sqlite3.Connection, mid: int) -> None:

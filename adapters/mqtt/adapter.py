@@ -17,7 +17,7 @@ Features
       per-message ack and nack, native pull, limits enforced as messages arrive, FIFO per
       subscription.  The broker keeps the session's messages while the gateway is down;
       the queues keep them while a subscription is paused.  10,000 subscriptions cost two
-      connections and five threads in all.
+      connections and six threads in all (five on MQTT 3.1.1).
     * Publishing (``Publisher``): QoS 1, returns after the PUBACK; with ``retain`` (default)
       every message is retained, so GetCurrentMessage reads the broker's retained message
       of the topic (also one a native client retained).  Retained messages are never
@@ -27,9 +27,17 @@ Features
       Indicator, "no matching subscribers" as ``routed=False``, subscription identifiers.
       MQTT 3.1.1 (``protocol = "3.1.1"``): topic and body only (``native_headers`` False).
     * Internal topics (pull point inboxes) never reach the broker: they are routed in
-      process.  Several gateway instances on one broker each have their own session and
-      queues: a message reaches each WS-N subscription once, from the one instance that
-      holds it.
+      process.  Dead letters are the exception on MQTT 5: destination ``name`` is the MQTT
+      topic ``<topic_prefix>/wsnmom/dead-letters/name`` (QoS 1, never retained, context in
+      ``wsnmom-*`` user properties), read back by the gateway's box through the session
+      like any subscription; what the queues' limits drop reaches it through the queue
+      store's outbox (:mod:`.outbox`).  On 3.1.1 (no user properties to carry the
+      context) they stay in the queue store as internal topics.
+    * Several gateway instances on one broker each have their own session and queues: a
+      message reaches each WS-N subscription once, from the one instance that holds it.
+      Each instance's box reads every dead letter of a destination (as a native
+      subscriber would): replaying or purging one in one instance leaves the others'
+      copies.
     * Reachability: ``available()`` is False while either connection is down; publishing
       and subscribing then fail at once (``AdapterUnavailable``); paho reconnects with
       backoff and the session resubscribes what the broker lacks.
@@ -165,8 +173,9 @@ class MqttAdapter(Adapter):
         shape="session",
         # the queues are the gateway's own (embedded store): peek reads them in SQLite
         peek=True,
-        # and what their limits drop goes to SubscriptionSpec.dead_letters (an internal
-        # topic: stored in the queues directly) in the same transaction
+        # and what their limits drop goes to SubscriptionSpec.dead_letters in the same
+        # transaction (MQTT 5: to the outbox that publishes it to the broker; 3.1.1: into
+        # the box's queue)
         native_dead_letters=True,
     )
 
@@ -256,27 +265,36 @@ class MqttAdapter(Adapter):
         self, messages: Sequence[OutboundMessage], timeout: float = 10.0
     ) -> list[PublishReceipt]:
         """Publish everything, then wait for every PUBACK; messages on internal topics are
-        stored in the queues directly (one transaction)."""
+        stored in the queues directly (one transaction), dead letters on MQTT 5 are
+        published without RETAIN."""
         if not messages:
             return []
         node = self._require()
         receipts: list[PublishReceipt | None] = [None] * len(messages)
-        internal = [i for i, m in enumerate(messages) if is_internal_namespace(m.topic.namespace)]
+        mapping = node.mapping
+        internal = [i for i, m in enumerate(messages) if not mapping.on_broker(m.topic.namespace)]
         if internal:
             fanouts = node.engine.publish_many([messages[i] for i in internal])
             for i, fanout in zip(internal, fanouts, strict=True):
                 receipts[i] = PublishReceipt(routed=fanout > 0)
         if len(internal) < len(messages):
             external: list[tuple[int, tuple[str, OutboundMessage]]] = []
+            letters: list[tuple[int, tuple[str, OutboundMessage]]] = []
             for i, m in enumerate(messages):
                 if receipts[i] is None:
                     try:
-                        external.append((i, (node.mapping.name(m.topic), m)))
+                        item = (i, (mapping.name(m.topic), m))
                     except NameNotRepresentable as exc:
                         raise TopicUnavailable(f"the topic has no MQTT name: {exc}") from exc
-            done = node.publisher.publish_many([item for _, item in external], timeout)
-            for (i, _), receipt in zip(external, done, strict=True):
-                receipts[i] = receipt
+                    (letters if mapping.is_dead_letter(m.topic) else external).append(item)
+            for batch, retain in ((external, None), (letters, False)):
+                if not batch:
+                    continue
+                done = node.publisher.publish_many(
+                    [item for _, item in batch], timeout, retain=retain
+                )
+                for (i, _), receipt in zip(batch, done, strict=True):
+                    receipts[i] = receipt
         return [r for r in receipts if r is not None]
 
     # -- subscriptions ----------------------------------------------------------------------

@@ -5,7 +5,10 @@ or more levels) or the one-level root derived from its URI, then the escaped pat
 (``topic_mapping``'s MQTT syntax).  Topic expressions become MQTT filters (``+``, ``#``),
 one or more per expression; a subscription without a topic filter gets ``#``.  Internal
 namespaces (pull point inboxes) never reach the broker: the adapter routes them in
-process, so they have no filter.
+process, so they have no filter.  The one exception is the dead-letter namespace
+(``core.dead_letters``) on MQTT 5 (``dead_letters``): destination ``name`` is the MQTT
+topic ``wsnmom/dead-letters/name`` (:data:`DEAD_LETTER_ROOT`, under the topic prefix),
+published and subscribed like any other, so dead letters live on the broker.
 
 With a ``topic_prefix`` every MQTT topic of the gateway lies under it (``prefix/root/a/b``),
 "everything" is ``prefix/#``, and MQTT topics outside it are nobody's.
@@ -23,6 +26,7 @@ import threading
 from collections.abc import Iterable, Mapping
 
 from wsnmom.core.adapter import HEADER_TOPIC_NAMESPACE, HEADER_TOPIC_PATH, is_internal_namespace
+from wsnmom.core.dead_letters import DEAD_LETTER_NAMESPACE, check_destination
 from wsnmom.topic_mapping.errors import NameNotRepresentable
 from wsnmom.topic_mapping.escaping import is_ncname
 from wsnmom.topic_mapping.model import PathPattern, Topic
@@ -36,28 +40,46 @@ from wsnmom.topic_mapping.translate import (
     translate,
 )
 
-__all__ = ["EVERYTHING", "UNMAPPED_NAMESPACE", "MqttMapping"]
+__all__ = ["DEAD_LETTER_ROOT", "EVERYTHING", "UNMAPPED_NAMESPACE", "MqttMapping"]
 
 #: the filter of a subscription without a topic filter
 EVERYTHING = "#"
 #: routing namespace of a message whose MQTT topic has no WS topic (nobody receives it)
 UNMAPPED_NAMESPACE = "urn:wsnmom:internal:unmapped"
 _CACHE_LIMIT = 100_000
+#: the MQTT topic levels (under the topic prefix) above each dead-letter destination
+DEAD_LETTER_ROOT = "wsnmom/dead-letters"
 
 
 class MqttMapping:
     """Topic <-> MQTT topic name, and patterns -> filters, for one adapter.  Thread-safe."""
 
-    def __init__(self, namespaces: Mapping[str, str], topic_prefix: str = "") -> None:
+    def __init__(
+        self, namespaces: Mapping[str, str], topic_prefix: str = "", *, dead_letters: bool = False
+    ) -> None:
         self.roots = NamespaceRoots.for_syntax(dict(namespaces), MQTT)
         #: "prefix/" or ""
         self.head = topic_prefix + "/" if topic_prefix else ""
+        #: whether dead letters are on the broker (MQTT 5), and the levels above them
+        self.dead_letters = dead_letters
+        self.dead_letter_head = f"{self.head}{DEAD_LETTER_ROOT}/"
         self.everything = self.head + EVERYTHING
         self._lock = threading.Lock()
         self._names: dict[Topic, str] = {}
         self._topics: dict[str, Topic] = {}
         #: namespaces whose root is known (configured ones from the start)
         self._registered: set[str] = set(namespaces)
+
+    def on_broker(self, namespace: str) -> bool:
+        """Whether messages of ``namespace`` go through the broker (every namespace but
+        the internal ones; dead letters too with ``dead_letters``)."""
+        if not is_internal_namespace(namespace):
+            return True
+        return self.dead_letters and namespace == DEAD_LETTER_NAMESPACE
+
+    def is_dead_letter(self, topic: Topic) -> bool:
+        """Whether ``topic`` is a dead-letter destination kept on the broker."""
+        return self.dead_letters and topic.namespace == DEAD_LETTER_NAMESPACE
 
     # -- topics -> names -------------------------------------------------------------------
     def name(self, topic: Topic) -> str:
@@ -66,6 +88,13 @@ class MqttMapping:
         found = self._names.get(topic)
         if found is not None:
             return found
+        if self.is_dead_letter(topic):
+            try:
+                if len(topic.path) != 1:
+                    raise ValueError("not a dead-letter destination")
+                return self.dead_letter_head + check_destination(topic.path[0])
+            except ValueError as exc:
+                raise NameNotRepresentable(f"{topic}: {exc}") from exc
         self.register(topic.namespace)
         try:
             name = self.head + topic_to_native(topic, MQTT, self.roots).name
@@ -99,13 +128,22 @@ class MqttMapping:
         would be too long."""
         if patterns is None:
             return frozenset((self.everything,))
+        found: set[str] = set()
+        for p in patterns:
+            if self.dead_letters and p.namespace == DEAD_LETTER_NAMESPACE:
+                # one destination, or (wildcards) all of them: routed by the queue store
+                if p.is_concrete and len(p.segments) == 1:
+                    found.add(self.name(p.as_topic()))
+                else:
+                    found.add(self.dead_letter_head + EVERYTHING)
         external = [p for p in patterns if not is_internal_namespace(p.namespace)]
         if not external:
-            return frozenset()
+            return frozenset(found)
         for p in external:
             self.register(p.namespace)
         head = self.head
-        return frozenset(head + n.pattern for n in translate(external, MQTT, self.roots).patterns)
+        found.update(head + n.pattern for n in translate(external, MQTT, self.roots).patterns)
+        return frozenset(found)
 
     # -- names -> topics -------------------------------------------------------------------
     def topic(self, name: str, headers: Mapping[str, str] | None = None) -> Topic:
@@ -115,6 +153,8 @@ class MqttMapping:
         topic = self._topics.get(name)
         if topic is not None:
             return topic
+        if self.dead_letters and name.startswith(self.dead_letter_head):
+            return self._dead_letter_topic(name[len(self.dead_letter_head) :])
         if headers:
             ns = headers.get(HEADER_TOPIC_NAMESPACE)
             path = headers.get(HEADER_TOPIC_PATH)
@@ -146,3 +186,12 @@ class MqttMapping:
                 self._topics.clear()
             self._topics[name] = topic
         return topic
+
+    @staticmethod
+    def _dead_letter_topic(level: str) -> Topic:
+        """The dead-letter topic of the MQTT topic level after :data:`DEAD_LETTER_ROOT`
+        (nobody's when it cannot name a destination)."""
+        try:
+            return Topic(DEAD_LETTER_NAMESPACE, (check_destination(level),))
+        except ValueError:
+            return Topic(UNMAPPED_NAMESPACE, ("_x_",))

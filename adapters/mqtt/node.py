@@ -7,11 +7,12 @@ one process; within a process every adapter opened on the same directory shares 
 ever connected once.  The last adapter to close closes it.
 
 With the option ``spark_logs`` the session also feeds the Spark bridge's buffer logs
-(taps, see :mod:`.taps`).
+(taps, see :mod:`.taps`).  On MQTT 5 dead letters live on the broker: the queue store puts
+what its limits drop in its outbox, which :class:`~.outbox.Outbox` publishes.
 
 Threads per node, whatever the number of subscriptions: paho's network thread for the
-session and one for the publisher, the ingest worker, and the queue store's dispatcher and
-checkpoint threads.
+session and one for the publisher, the ingest worker, the outbox sender (MQTT 5), and the
+queue store's dispatcher and checkpoint threads.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from wsnmom.core.adapter import AdapterError
 
 from .config import MqttSettings
 from .mapping import MqttMapping
+from .outbox import Outbox
 from .publisher import Publisher
 from .session import Session
 from .state import SessionState
@@ -44,11 +46,14 @@ class Node:
         self.settings = settings
         self.directory = settings.queue_dir
         self.users = 0
-        self.mapping = MqttMapping(settings.namespaces, settings.topic_prefix)
+        self.mapping = MqttMapping(
+            settings.namespaces, settings.topic_prefix, dead_letters=settings.v5
+        )
         self.engine = Engine(
             os.path.join(self.directory, "queues"),
             synchronous=settings.synchronous,
             keep_current=False,
+            outbox=self.mapping.is_dead_letter,
         )
         try:
             self.state = SessionState(self.directory)
@@ -57,6 +62,10 @@ class Node:
                 settings, self.client_id, self.engine, self.mapping, self.state, _taps(settings)
             )
             self.publisher = Publisher(settings, self.client_id + "-p")
+            self.outbox = Outbox(
+                self.engine, self.mapping, self.publisher, settings.subscribe_timeout
+            )
+            self.engine.on_outbox = self.outbox.kick
         except BaseException:
             self.engine.close()
             raise
@@ -74,6 +83,8 @@ class Node:
         try:
             self.session.start(self.subscriptions())
             self.publisher.start()
+            if self.mapping.dead_letters:  # MQTT 3.1.1: nothing is ever put in the outbox
+                self.outbox.start()
         except BaseException:
             self.close()
             raise
@@ -86,6 +97,7 @@ class Node:
         """Stop the session (what arrived is stored and acknowledged), the publisher and
         the queue store."""
         try:
+            self.outbox.stop()
             self.session.stop()
             self.publisher.stop()
         finally:

@@ -75,6 +75,8 @@ class _Batch:
 
     remaining: int
     reasons: list[ReasonCode | None]
+    #: publish with RETAIN
+    retain: bool = True
     done: threading.Event = field(default_factory=threading.Event)
     error: Exception | None = None
 
@@ -151,15 +153,21 @@ class Publisher:
 
     # -- publishing -------------------------------------------------------------------------
     def publish_many(
-        self, items: Sequence[tuple[str, OutboundMessage]], timeout: float
+        self,
+        items: Sequence[tuple[str, OutboundMessage]],
+        timeout: float,
+        *,
+        retain: bool | None = None,
     ) -> list[PublishReceipt]:
-        """Publish each (MQTT topic, message) with QoS 1 and wait for every PUBACK."""
+        """Publish each (MQTT topic, message) with QoS 1 and wait for every PUBACK; with
+        RETAIN as ``retain`` says (None: the setting ``retain``)."""
         if not self.link.connected:
             raise AdapterUnavailable("the MQTT broker is not connected")
         limit = self.max_packet_size
         largest = self.settings.max_message_bytes
         v5 = self.settings.v5
-        batch = _Batch(len(items), [None] * len(items))
+        keep = self.settings.retain if retain is None else retain
+        batch = _Batch(len(items), [None] * len(items), keep)
         entries = []
         for i, (name, message) in enumerate(items):
             if limit is not None and len(message.body) + len(name) + 64 > limit:
@@ -193,13 +201,12 @@ class Publisher:
         if not pending:
             return
         client = self.link.client
-        retain = self.settings.retain
         while pending and self._inflight < self._limit:
             batch, i, name, body, props = pending.popleft()
             if batch.error is not None:
                 continue
             try:
-                info = client.publish(name, body, qos=1, retain=retain, properties=props)
+                info = client.publish(name, body, qos=1, retain=batch.retain, properties=props)
             except ValueError as exc:  # an illegal topic or a payload beyond MQTT's limit
                 batch.fail(PublishFailed(f"the MQTT client refused the message: {exc}"))
                 continue

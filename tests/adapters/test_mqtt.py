@@ -356,3 +356,40 @@ def test_a_bad_spark_logs_option_is_refused_at_once(tmp_path: Path) -> None:
     for bad in ({"x": {"topic": "q:a"}}, {"x": {"path": "p", "topic": "q:a"}}, {"x": "p"}):
         with pytest.raises(AdapterError, match="spark_logs"):
             MqttAdapter("mqtt://127.0.0.1:1", {"data_dir": str(tmp_path), "spark_logs": bad})
+
+
+# -- dead letters ---------------------------------------------------------------------------
+
+
+def test_dead_letters_left_in_the_outbox_by_a_crash_reach_the_broker_on_open(
+    make: Callable[..., MqttAdapter], tmp_path: Path
+) -> None:
+    """What a queue limit dropped waits in the queue store's outbox until the broker
+    confirmed it: one written by a process that stopped before publishing it is published
+    by the next one, and read back by the dead-letter box through the session."""
+    from wsnmom.adapters.embedded.store import Engine
+    from wsnmom.core.adapter import HEADER_DROPPED_REASON, INTERNAL_NAMESPACE_PREFIX
+
+    data_dir = str(tmp_path / "crashed")
+    grave = Topic(INTERNAL_NAMESPACE_PREFIX + "dead-letters", (f"d{uuid.uuid4().hex[:8]}",))
+    adapter = make(data_dir=data_dir)
+    box_spec = SubscriptionSpec("box", (PathPattern(grave.namespace, grave.path),))
+    adapter.subscription(box_spec)
+    bounded = SubscriptionSpec("sub", (pattern("o"),), QueueLimits(max_messages=1), grave)
+    adapter.subscription(bounded)
+    adapter.close()
+    # the drop of a process that stopped before its outbox was sent
+    engine = Engine(
+        str(Path(data_dir) / "mqtt" / "queues"), keep_current=False, outbox=grave.__eq__
+    )
+    try:
+        engine.publish_many([message("o", b"kept-1"), message("o", b"kept-2")])
+        assert [m.body for _, m in engine.outbox_batch(10)] == [b"kept-1"]
+    finally:
+        engine.close()
+    adapter = make(data_dir=data_dir)
+    box = adapter.subscription(box_spec)
+    [letter] = wait_until(lambda: box.pull(10), 30, what="the dead letter via the broker")
+    assert letter.body == b"kept-1" and letter.headers[HEADER_DROPPED_REASON] == "overflow"
+    node = adapter._require()
+    wait_until(lambda: not node.engine.outbox_batch(1), 10, what="the outbox emptied")

@@ -153,3 +153,22 @@ def test_packed_properties_are_the_bytes_paho_would_send(
     assert wire._packed(pairs, content_type, text).pack() == (
         wire._stock(pairs, content_type, text).pack()
     )
+
+
+def test_dead_letter_destinations_are_broker_topics_on_mqtt5_only() -> None:
+    dead = "urn:wsnmom:internal:dead-letters"
+    m = MqttMapping({NS: "p"}, topic_prefix="gw1", dead_letters=True)
+    assert m.on_broker(dead) and not m.on_broker("urn:wsnmom:internal:pull-point")
+    assert m.name(Topic(dead, ("default",))) == "gw1/wsnmom/dead-letters/default"
+    assert m.filters([PathPattern(dead, ("d1",))]) == {"gw1/wsnmom/dead-letters/d1"}
+    assert m.filters([PathPattern(dead, (ANY,))]) == {"gw1/wsnmom/dead-letters/#"}
+    assert m.topic("gw1/wsnmom/dead-letters/d1") == Topic(dead, ("d1",))
+    # what cannot name a destination is nobody's
+    assert m.topic("gw1/wsnmom/dead-letters/a/b").namespace == UNMAPPED_NAMESPACE
+    with pytest.raises(NameNotRepresentable):
+        m.name(Topic(dead, ("a", "b")))
+    # MQTT 3.1.1 (no user properties for the context): internal, as every internal topic
+    m = MqttMapping({NS: "p"}, topic_prefix="gw1")
+    assert not m.on_broker(dead) and not m.is_dead_letter(Topic(dead, ("d1",)))
+    assert m.filters([PathPattern(dead, ("d1",))]) == frozenset()
+    assert m.topic("gw1/wsnmom/dead-letters/d1").namespace != dead

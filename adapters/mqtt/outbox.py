@@ -1,0 +1,107 @@
+"""Sending the dead letters the queue store's limits drop to the broker.
+
+What a subscription's queue drops for its limits (``max_age``, ``max_messages``,
+``max_bytes``) is dead-lettered in the transaction that drops it: with dead letters on the
+broker (MQTT 5) the queue store writes it to its ``outbox`` table there
+(``Engine(outbox=...)``), and :class:`Outbox` publishes it to its dead-letter MQTT topic
+(QoS 1, not retained) and deletes the row once the broker acknowledged it.  A crash or a
+lost connection between the PUBACK and the delete sends it again (at least once, never
+lost); what waits in the outbox when the gateway starts is sent first.
+
+One thread per node; it sleeps until a transaction wrote to the outbox, and retries every
+``_RETRY`` seconds while the broker refuses or is away.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from wsnmom.adapters.embedded.store import Engine
+from wsnmom.core.adapter import AdapterError
+from wsnmom.topic_mapping.errors import NameNotRepresentable
+
+from .mapping import MqttMapping
+from .publisher import Publisher
+
+__all__ = ["Outbox"]
+
+log = logging.getLogger("wsnmom.adapters.mqtt")
+
+#: dead letters published per batch
+_BATCH = 100
+#: seconds between attempts while publishing fails
+_RETRY = 1.0
+
+
+class Outbox:
+    """The outbox sender of one node (see the module docstring)."""
+
+    def __init__(
+        self, engine: Engine, mapping: MqttMapping, publisher: Publisher, timeout: float
+    ) -> None:
+        self._engine = engine
+        self._mapping = mapping
+        self._publisher = publisher
+        self._timeout = timeout
+        self._wake = threading.Event()
+        self._stopped = threading.Event()
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+        #: dead letters sent and confirmed since start (stats, tests)
+        self.sent = 0
+
+    def kick(self) -> None:
+        """Something was written to the outbox (called after the commit)."""
+        self._wake.set()
+
+    def start(self) -> None:
+        """Send what waits, then whatever comes."""
+        self._thread = threading.Thread(target=self._run, name="wsnmom-mqtt-outbox", daemon=True)
+        self._wake.set()
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop sending (what is not confirmed stays in the outbox)."""
+        self._stopping = True
+        self._stopped.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=self._timeout + 5)
+
+    def _run(self) -> None:
+        while not self._stopping:
+            self._wake.wait()
+            self._wake.clear()
+            try:
+                while not self._stopping and self._send():
+                    pass
+            except AdapterError as exc:
+                if self._stopping:
+                    return
+                log.warning("MQTT: dead letters wait in the outbox: %s", exc)
+                self._wake.set()
+                self._stopped.wait(_RETRY)
+            except Exception:  # pragma: no cover - keep sending later
+                log.exception("MQTT: sending the outbox failed")
+                self._wake.set()
+                self._stopped.wait(_RETRY)
+
+    def _send(self) -> bool:
+        """Publish one batch and forget it once confirmed; False when none waited."""
+        rows = self._engine.outbox_batch(_BATCH)
+        if not rows:
+            return False
+        items = []
+        bad: list[int] = []
+        for rid, message in rows:
+            try:
+                items.append((rid, (self._mapping.name(message.topic), message)))
+            except NameNotRepresentable as exc:  # pragma: no cover - names are checked
+                log.error("MQTT: a dead letter without an MQTT topic is dropped: %s", exc)
+                bad.append(rid)
+        if items:
+            self._publisher.publish_many([item for _, item in items], self._timeout, retain=False)
+        self._engine.outbox_remove([rid for rid, _ in items] + bad)
+        self.sent += len(items)
+        return True

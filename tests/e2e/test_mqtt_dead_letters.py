@@ -1,0 +1,148 @@
+"""Dead letters live on the MQTT broker (issue 25, item 1: "a topic on Kafka and MQTT"):
+on MQTT 5 destination ``name`` is the MQTT topic ``<topic prefix>/wsnmom/dead-letters/name``,
+so a plain paho subscriber there receives what the gateway gives up on (published by the
+gateway, with the ``wsnmom-dl-*`` context as user properties) and what the queues' limits
+drop (published from the queue store's outbox, with the ``wsnmom-dropped-*`` properties),
+never retained; the gateway's own box reads the same messages back through its session.
+The shared suite (tests/e2e/test_dead_letters.py) covers listing, replay and the metric.
+Cost: one gateway (about 3 s) and three failed attempts at 0.2-0.5 s.
+"""
+
+from __future__ import annotations
+
+import queue
+import shutil
+import tempfile
+import threading
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+
+pytest.importorskip("paho.mqtt")
+
+from tests.e2e.conftest import Wsn
+from tests.fixtures.mosquitto import close_client, native_client
+from tests.fixtures.server import ConsumerServer, RunningServer, free_port, mqtt_gateway_url
+from tests.support.soap import WSNMOM
+from tests.support.waiting import wait_until
+
+pytestmark = [pytest.mark.e2e, pytest.mark.mqtt]
+
+
+@pytest.fixture(scope="module")
+def gateway(mqtt_url: str) -> Iterator[tuple[RunningServer, str]]:
+    """An MQTT 5 gateway whose queues keep one message (drop the oldest), and its topic
+    prefix."""
+    tag = uuid.uuid4().hex[:10]
+    data_dir = Path(tempfile.mkdtemp(prefix="wsnmom-mqtt-dl-"))
+    server = RunningServer(
+        "mqtt",
+        mqtt_gateway_url(mqtt_url, tag),
+        data_dir,
+        free_port(),
+        extra_env={"WSNMOM_LIMITS__MAX_MESSAGES": "1"},
+    )
+    server.start()
+    try:
+        yield server, f"g{tag}"
+    finally:
+        server.stop()
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
+class Reader:
+    """A plain MQTT 5 client subscribed (QoS 1) to one topic, collecting what arrives."""
+
+    def __init__(self, url: str, topic: str) -> None:
+        self.messages: queue.Queue[Any] = queue.Queue()
+        subscribed = threading.Event()
+        self.client = native_client(url)
+        self.client.on_message = lambda _c, _u, m: self.messages.put(m)
+        self.client.on_subscribe = lambda *_: subscribed.set()
+        self.client.subscribe(topic, qos=1)
+        assert subscribed.wait(10), "no SUBACK"
+
+    def take(self, n: int) -> list[Any]:
+        return [self.messages.get(timeout=30) for _ in range(n)]
+
+    def close(self) -> None:
+        close_client(self.client)
+
+
+def properties(message: Any) -> dict[str, str]:
+    return dict(getattr(message.properties, "UserProperty", None) or ())
+
+
+def letters(server: RunningServer, destination: str) -> list[dict[str, Any]]:
+    url = f"{server.base_url}/wsn/admin/api/dead-letters?destination={destination}"
+    resp = requests.get(url, timeout=10)
+    assert resp.status_code == 200, resp.text
+    found: list[dict[str, Any]] = resp.json()["dead_letters"]
+    return found
+
+
+def policy(destination: str) -> str:
+    return f'<wsnmom:DeadLetters xmlns:wsnmom="{WSNMOM}">{destination}</wsnmom:DeadLetters>'
+
+
+def test_a_native_subscriber_reads_what_the_gateway_gives_up_on(
+    gateway: tuple[RunningServer, str], mqtt_url: str, consumer: ConsumerServer
+) -> None:
+    server, prefix = gateway
+    destination = "n" + uuid.uuid4().hex[:12]
+    reader = Reader(mqtt_url, f"{prefix}/wsnmom/dead-letters/{destination}")
+    try:
+        consumer.mode = "error"
+        wsn = Wsn(server, f"urn:test:{uuid.uuid4().hex[:8]}")
+        failing = consumer.address("/failing")
+        sub = wsn.subscribe(failing, "tns:dl", policy=policy(destination))
+        wsn.notify(("tns:dl", '<n xmlns="urn:n">given up</n>'))
+        [message] = reader.take(1)
+        assert b"given up" in message.payload
+        assert not message.retain
+        props = properties(message)
+        assert props["wsnmom-dl-reason"] == "retries-exhausted"
+        assert props["wsnmom-dl-subscription"] == sub.id
+        assert props["wsnmom-dl-consumer"] == failing
+        assert props["wsnmom-dl-attempts"] == "3"
+        assert props["wsnmom-topic-path"] == "dl"
+        # and the gateway's box read the same message back from the broker
+        [letter] = wait_until(lambda: letters(server, destination), 30, what="the box")
+        assert letter["id"] == props["wsnmom-dl-id"]
+        assert letter["reason"] == "retries-exhausted"
+    finally:
+        reader.close()
+
+
+def test_what_a_queue_limit_drops_reaches_the_broker_through_the_outbox(
+    gateway: tuple[RunningServer, str], mqtt_url: str, consumer: ConsumerServer
+) -> None:
+    server, prefix = gateway
+    destination = "o" + uuid.uuid4().hex[:12]
+    reader = Reader(mqtt_url, f"{prefix}/wsnmom/dead-letters/{destination}")
+    try:
+        wsn = Wsn(server, f"urn:test:{uuid.uuid4().hex[:8]}")
+        sub = wsn.subscribe(consumer.address("/full"), "tns:full", policy=policy(destination))
+        wsn.post(sub.address, "<wsnt:PauseSubscription/>").ok()
+        for n in ("first", "second", "third"):
+            wsn.notify(("tns:full", f'<n xmlns="urn:n">{n}</n>'))
+        got = reader.take(2)
+        assert [b"first" in m.payload for m in got] == [True, False]
+        assert b"second" in got[1].payload
+        for message in got:
+            props = properties(message)
+            assert props["wsnmom-dropped-reason"] == "overflow"
+            assert props["wsnmom-dropped-from"] == sub.id
+            assert not message.retain
+        found = wait_until(
+            lambda: (d := letters(server, destination)) and len(d) == 2 and d,
+            30,
+            what="the box's two dead letters",
+        )
+        assert {d["reason"] for d in found} == {"overflow"}
+    finally:
+        reader.close()

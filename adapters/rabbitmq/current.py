@@ -19,10 +19,11 @@ import threading
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
+from datetime import datetime
 from typing import Any
 
 import pika
-from wsnmom.core.adapter import StoredMessage
+from wsnmom.core.adapter import HEADER_PUBLISHED_AT, StoredMessage
 from wsnmom.topic_mapping.errors import NameNotRepresentable
 from wsnmom.topic_mapping.model import Topic
 
@@ -220,9 +221,16 @@ class CurrentMessages:
         self.remember([((exchange, key), stored)])
 
     def remember(self, entries: Iterable[tuple[Binding, StoredMessage]]) -> None:
-        """Make ``entries`` the current messages of their (exchange, routing key)."""
+        """Make ``entries`` the current messages of their (exchange, routing key), unless
+        the one held was published later: another instance's publish comes back through
+        the peer tap asynchronously, and may arrive after this instance published a newer
+        message on the same topic itself.  Messages without the gateway's publication
+        time (native ones) always replace."""
         with self.lock:
             for where, stored in entries:
+                held = self.current.get(where)
+                if held is not None and _older(stored, held):
+                    continue
                 self.current[where] = stored
                 self.current.move_to_end(where)
             while len(self.current) > self.opts.current_cache_size:
@@ -262,3 +270,15 @@ class CurrentMessages:
         if stored is None:
             return None
         return StoredMessage(topic, stored.body, stored.headers, stored.content_type)
+
+
+def _older(stored: StoredMessage, held: StoredMessage) -> bool:
+    """Whether ``stored`` was published before ``held`` (both carry the gateway's
+    publication time, ISO 8601 with an offset; either without it: False)."""
+    a, b = stored.headers.get(HEADER_PUBLISHED_AT), held.headers.get(HEADER_PUBLISHED_AT)
+    if not a or not b:
+        return False
+    try:
+        return datetime.fromisoformat(a) < datetime.fromisoformat(b)
+    except (TypeError, ValueError):
+        return False

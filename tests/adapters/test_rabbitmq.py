@@ -17,7 +17,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pika
@@ -33,6 +33,7 @@ from wsnmom.core.adapter import (
     HEADER_DROPPED_FROM,
     HEADER_DROPPED_REASON,
     HEADER_MESSAGE_ID,
+    HEADER_PUBLISHED_AT,
     HEADER_TOPIC_NAMESPACE,
     HEADER_TOPIC_PATH,
     INTERNAL_NAMESPACE_PREFIX,
@@ -43,6 +44,7 @@ from wsnmom.core.adapter import (
     PublishFailed,
     QueueLimits,
     Received,
+    StoredMessage,
     SubscriptionSpec,
 )
 from wsnmom.topic_mapping.model import ANY, DEEP, PathPattern, Topic
@@ -60,6 +62,11 @@ pytestmark = pytest.mark.rabbitmq
 
 def message(topic: Topic, body: bytes, **headers: str) -> OutboundMessage:
     return OutboundMessage(topic=topic, body=body, message_id=uuid.uuid4().hex, headers=headers)
+
+
+def _at(second: int) -> str:
+    """A publication time as core writes it (``wsnmom-published-at``)."""
+    return datetime(2026, 12, 6, 3, 0, second, tzinfo=UTC).isoformat()
 
 
 def pull_all(handle: Any, n: int, timeout: float = 5.0, ack: bool = True) -> list[Received]:
@@ -425,8 +432,10 @@ class TestCurrentMessage:
         second = make_adapter()
         quiet = make_adapter(current_peers=False)
         topic = Topic(ns, ("peers",))
-        first.publish(message(topic, b"<1/>"))
-        second.publish(message(topic, b"<2/>"))
+        # as core publishes: with the publication time, which orders a peer copy that
+        # arrives late against the instance's own newer publish
+        first.publish(message(topic, b"<1/>", **{HEADER_PUBLISHED_AT: _at(1)}))
+        second.publish(message(topic, b"<2/>", **{HEADER_PUBLISHED_AT: _at(2)}))
         for adapter in (first, second, quiet):
             # the peer copy reaches another instance's tap asynchronously; current_message
             # waits for its own tap with a barrier of at most 2 s, which a loaded CI machine
@@ -444,6 +453,25 @@ class TestCurrentMessage:
         assert cur is not None and cur.body == b"<quiet/>"
         cur = first.current_message(topic)
         assert cur is not None and cur.body == b"<2/>"
+
+    def test_a_late_peer_copy_of_an_older_publish_does_not_replace_a_newer_one(
+        self, make_adapter: Callable[..., RabbitMQAdapter], ns: str
+    ) -> None:
+        """The copy of another instance's publish arrives through the tap asynchronously:
+        when it comes after this instance published a newer message on the topic, the
+        newer stays current; a native message (no publication time) always replaces."""
+        adapter = make_adapter()
+        topic = Topic(ns, ("late",))
+        adapter.publish(message(topic, b"<new/>", **{HEADER_PUBLISHED_AT: _at(2)}))
+        where = adapter.names.native_name(topic)
+        older = StoredMessage(topic, b"<old/>", {HEADER_PUBLISHED_AT: _at(1)}, "application/xml")
+        adapter.current.remember([(where, older)])
+        cur = adapter.current_message(topic)
+        assert cur is not None and cur.body == b"<new/>"
+        native = StoredMessage(topic, b"<native/>", {}, "application/xml")
+        adapter.current.remember([(where, native)])
+        cur = adapter.current_message(topic)
+        assert cur is not None and cur.body == b"<native/>"
 
     def test_peer_exchanges_go_with_the_tap_queue(
         self, make_adapter: Callable[..., RabbitMQAdapter], native: Any

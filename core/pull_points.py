@@ -277,7 +277,10 @@ class PullPoints:
             # gone then finds the record gone too (``Registry.pull_point_gone``)
             ctx.store.delete_pull_point(pp_id)
         except BaseException:
-            # the record stays: so do the queue and its messages
+            # the record stays: so do the queue and its messages, and the pull point here
+            # (a retry of DestroyPullPoint finds it)
+            with registry.lock:
+                registry.pull_points.setdefault(pp_id, state)
             registry.update_gauges()
             raise
         try:

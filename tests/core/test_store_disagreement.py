@@ -2,7 +2,8 @@
 subscription (review of issue 23's revisions): a Pause, Resume or Renew whose store write
 failed is undone in memory; a stored state or termination time at the revision held here
 (a failed write, a writer that does not bump revisions) is followed; the sweep reads the
-store before it expires a subscription whose memory says it is over.
+store before it expires a subscription whose memory says it is over; a pull point whose
+record could not be deleted keeps its messages.
 
 An old writer is played by writing the row's document behind the broker's back, its
 revision left as it was.
@@ -19,9 +20,17 @@ from typing import Any
 
 import pytest
 from wsnmom.core import errors
-from wsnmom.core.model import Subscription, SubscriptionState
+from wsnmom.core.model import (
+    CreatePullPointRequest,
+    EndpointReference,
+    SubscribeRequest,
+    Subscription,
+    SubscriptionState,
+)
 from wsnmom.core.service import BrokerService
 from wsnmom.core.store import StoreUnavailable, subscription_to_json
+
+from tests.support.waiting import wait_until
 
 from .conftest import Broker, FakeClock, RecordingOutbound, note, simple, sub_req
 
@@ -168,3 +177,39 @@ def test_the_sweep_keeps_a_subscription_renewed_in_the_store(
     assert service.store.get_subscription(gone.id) is None
     with pytest.raises(errors.ResourceUnknown):
         service.get_subscription(gone.id)
+
+
+def test_a_pull_point_whose_record_delete_failed_keeps_its_messages(
+    broker: Broker, service: BrokerService
+) -> None:
+    pp = service.create_pull_point(CreatePullPointRequest()).id
+    consumer = EndpointReference(service.pull_point_address(pp))
+    service.subscribe(SubscribeRequest(consumer, topic=simple("t:a")))
+    publish(service, "<m>kept</m>")
+    store: Any = service.store
+    real = store.delete_pull_point
+
+    def refuse(pp_id: str) -> bool:
+        raise StoreUnavailable("connection lost")
+
+    store.delete_pull_point = refuse
+    try:
+        with pytest.raises(errors.ResourceUnavailable):
+            service.destroy_pull_point(pp)
+    finally:
+        store.delete_pull_point = real
+    # the record stays, so do the pull point (here too) and what reached it (before: the
+    # middleware's side was deleted in a ``finally``)
+    assert service.store.get_pull_point(pp) is not None
+    assert service.get_pull_point(pp).id == pp
+    service = broker.restart()
+    got: list[bytes] = []
+
+    def pulled() -> bool:
+        got.extend(m.payload for m in service.get_messages(pp, None))
+        return bool(got)
+
+    wait_until(pulled, what="the message at the pull point")
+    assert got == [b"<m>kept</m>"]
+    service.destroy_pull_point(pp)
+    assert service.store.get_pull_point(pp) is None

@@ -353,7 +353,12 @@ class Channel(Generic[T]):
             self._pending = []
             freed = self._forget_charges()
         self._release(freed)
-        self.handle.start(self.on_message, prefetch=self.engine.prefetch)
+        try:
+            self.handle.start(self.on_message, prefetch=self.engine.prefetch)
+        except BaseException:
+            with self._lock:  # not started: a later start tries again
+                self._halt()
+            raise
 
     def stop(self) -> None:
         """Stop consuming; the durable subscription keeps accumulating.  Messages held in

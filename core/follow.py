@@ -129,11 +129,13 @@ class Follower:
             record = live.record
             if not _newer(stored, record):
                 return live
-            record.revision = stored.revision
-            record.termination_time = stored.termination_time
             changed = stored.state is not record.state
             if changed:
+                # first: when stopping or starting fails, nothing is recorded, and the
+                # next change or request applies the stored record again
                 self._follow_state(live, stored.state)
+            record.revision = stored.revision
+            record.termination_time = stored.termination_time
         if changed:
             if live.feed is not None:
                 self._subscriptions.delivery.feeds.sync(live)
@@ -144,15 +146,21 @@ class Follower:
         """Under the registry lock: another instance paused or resumed the subscription,
         stop or start here."""
         ctx = self._ctx
-        live.record.state = state
-        channel = ctx.engine.channel(live.record.id)
-        if state is SubscriptionState.PAUSED:
-            if channel is not None:
-                channel.stop()
-        elif channel is not None:
-            channel.start()
-        elif live.feed is None and not live.direct:
-            self._subscriptions.attach(live)
+        record = live.record
+        before = record.state
+        record.state = state
+        channel = ctx.engine.channel(record.id)
+        try:
+            if state is SubscriptionState.PAUSED:
+                if channel is not None:
+                    channel.stop()
+            elif channel is not None:
+                channel.start()
+            elif live.feed is None and not live.direct:
+                self._subscriptions.attach(live)
+        except BaseException:
+            record.state = before  # not followed: what this instance does
+            raise
 
     def _forget_subscription(self, live: LiveSubscription) -> None:
         """Another instance destroyed it (and its durable subscription): stop here."""

@@ -911,7 +911,6 @@ def test_a_trace_that_raises_is_a_failed_attempt_retried_later() -> None:
     assert rig.sent == [["m1"], ["m2"]] and rig.acks() == [1, 2]
 
 
-
 def test_a_dead_letter_sink_that_raises_leaves_the_channel_running() -> None:
     rig = Rig(
         ordered=True,

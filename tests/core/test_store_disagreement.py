@@ -142,9 +142,7 @@ def test_a_change_at_the_held_revision_is_followed(
     service.subscribe(sub_req(CONTROL, topic=simple("t:a")))
     held = service.get_subscription(sub.id)
     later: datetime = clock() + timedelta(hours=2)
-    write_behind(
-        broker, replace(held, state=SubscriptionState.PAUSED, termination_time=later)
-    )
+    write_behind(broker, replace(held, state=SubscriptionState.PAUSED, termination_time=later))
     assert stored(service, sub.id).revision == held.revision
     service.follower.load("subscription", sub.id)
     now = service.get_subscription(sub.id)
@@ -213,3 +211,41 @@ def test_a_pull_point_whose_record_delete_failed_keeps_its_messages(
     assert got == [b"<m>kept</m>"]
     service.destroy_pull_point(pp)
     assert service.store.get_pull_point(pp) is None
+
+
+def test_a_resume_whose_start_failed_here_is_followed_again(
+    broker: Broker,
+    service: BrokerService,
+    outbound: RecordingOutbound,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Review finding 5: the follower recorded the revision and the state before starting
+    the channel; when starting failed, the next loads saw nothing newer and the
+    subscription stayed recorded active without delivering."""
+    from wsnmom.adapters.embedded.adapter import EmbeddedHandle
+    from wsnmom.core.adapter import AdapterError
+
+    sub = service.subscribe(sub_req(VICTIM, topic=simple("t:a")))
+    service.pause(sub.id)
+    publish(service, "<m>held</m>")
+    # resumed through another instance: a newer revision
+    write_behind(broker, replace(service.get_subscription(sub.id), state=SubscriptionState.ACTIVE))
+    with sqlite3.connect(broker.tmp / "store.db") as conn:
+        conn.execute("UPDATE subscriptions SET revision = revision + 1 WHERE id = ?", (sub.id,))
+    real = EmbeddedHandle.start
+    refused: list[bool] = []
+
+    def start(self: EmbeddedHandle, *args: Any, **kwargs: Any) -> None:
+        if not refused:
+            refused.append(True)
+            raise AdapterError("middleware busy")
+        real(self, *args, **kwargs)
+
+    monkeypatch.setattr(EmbeddedHandle, "start", start)
+    with pytest.raises(AdapterError):
+        service.follower.load("subscription", sub.id)
+    assert service.get_subscription(sub.id).state is SubscriptionState.PAUSED
+    # the next load (the next change, a request naming it) applies it again
+    service.follower.load("subscription", sub.id)
+    assert service.get_subscription(sub.id).state is SubscriptionState.ACTIVE
+    assert [d.message.payload for d in outbound.wait_messages(VICTIM, 1)] == [b"<m>held</m>"]

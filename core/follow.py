@@ -52,6 +52,7 @@ def _newer(stored: Subscription, held: Subscription) -> bool:
         return stored.revision > held.revision
     return (stored.state, stored.termination_time) != (held.state, held.termination_time)
 
+
 Live = LiveSubscription | LivePullPoint | LiveRegistration
 
 

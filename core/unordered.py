@@ -223,9 +223,7 @@ class UnorderedChannel(Channel[T]):
         tried = self._attempt_safely([item for _, item in delivery.pending], lane)
         with bound_request_id(tried.request_id):
             try:
-                self._finish(
-                    gen, delivery, tried.ok, tried.reason, tried.not_before, tried.answer
-                )
+                self._finish(gen, delivery, tried.ok, tried.reason, tried.not_before, tried.answer)
             except Exception:
                 # a bug: the delivery, if still held, is tried again later (never left
                 # running, its place lost); a free place looks at the queue

@@ -14,10 +14,10 @@ from urllib.parse import urlsplit, urlunsplit
 import pytest
 from click.testing import CliRunner
 from wsnmom.core.adapter import AccessRefused, AdapterUnavailable, CredentialsRefused
+from wsnmom.core.store import SqliteTooOld
 
 from tests.support.ports import closed_port
 from wsnmom.cli import cli
-from wsnmom.core.store import SqliteTooOld
 from wsnmom.startup import ExitStatus, StartupError, explain, middleware_failure, open_listeners
 
 from .serve_process import free_port, run_serve, running_serve, serve_env

@@ -353,7 +353,12 @@ class Channel(Generic[T]):
             self._pending = []
             freed = self._forget_charges()
         self._release(freed)
-        self.handle.start(self.on_message, prefetch=self.engine.prefetch)
+        try:
+            self.handle.start(self.on_message, prefetch=self.engine.prefetch)
+        except BaseException:
+            with self._lock:  # not started: a later start tries again
+                self._halt()
+            raise
 
     def stop(self) -> None:
         """Stop consuming; the durable subscription keeps accumulating.  Messages held in
@@ -562,7 +567,7 @@ class Channel(Generic[T]):
                 else:
                     pending.append((received, item))
             batch = [item for _, item in pending if item is not None]
-            tried = self._attempt(batch, lane)
+            tried = self._attempt_safely(batch, lane)
             request_id = tried.request_id
         finally:
             with self._lock:
@@ -570,7 +575,22 @@ class Channel(Generic[T]):
         # log records about this batch (retry, give-up) name the request that published
         # its first message
         with bound_request_id(request_id):
-            self._after_send(gen, pending, tried.ok, tried.reason, tried.not_before, tried.answer)
+            try:
+                self._after_send(
+                    gen, pending, tried.ok, tried.reason, tried.not_before, tried.answer
+                )
+            except Exception:
+                log.exception("subscription %s: settling a batch raised", self.name)
+                self.engine._later(self.schedule.delay(1), self, gen)
+
+    def _attempt_safely(self, batch: list[T], lane: Lane | None) -> Attempted:
+        """:meth:`_attempt`; an unexpected exception (a bug) is a failed attempt, retried
+        as any other: the channel goes on."""
+        try:
+            return self._attempt(batch, lane)
+        except Exception as exc:
+            log.exception("subscription %s: an attempt raised", self.name)
+            return Attempted(ok=False, reason=f"unexpected error: {exc!r}")
 
     def _attempt(self, batch: list[T], lane: Lane | None) -> Attempted:
         """Send ``batch`` (nothing when empty), unless the destination's circuit is open;

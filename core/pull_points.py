@@ -276,8 +276,14 @@ class PullPoints:
             # the record first: an instance whose GetMessages finds the middleware's side
             # gone then finds the record gone too (``Registry.pull_point_gone``)
             ctx.store.delete_pull_point(pp_id)
+        except BaseException:
+            # the record stays: so do the queue and its messages, and the pull point here
+            # (a retry of DestroyPullPoint finds it)
+            with registry.lock:
+                registry.pull_points.setdefault(pp_id, state)
+            registry.update_gauges()
+            raise
+        try:
+            ctx.adapter.delete_subscription(pp_id)
         finally:
-            try:
-                ctx.adapter.delete_subscription(pp_id)
-            finally:
-                registry.update_gauges()
+            registry.update_gauges()

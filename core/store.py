@@ -64,6 +64,25 @@ class StoreUnavailable(StoreError, errors.ResourceUnavailable):
         )
 
 
+class SqliteTooOld(StoreError):
+    """The Python's SQLite library is older than the embedded store needs."""
+
+    def __init__(self, found: str) -> None:
+        super().__init__(
+            f"the embedded store needs SQLite {_version(SQLITE_NEEDED)} or later, this "
+            f"Python has SQLite {found}; use a Python built with a newer SQLite, or a "
+            "PostgreSQL store (--store postgresql://...)"
+        )
+
+
+#: the oldest SQLite the embedded store runs on (``INSERT ... RETURNING``: 3.35)
+SQLITE_NEEDED = (3, 35, 0)
+
+
+def _version(info: tuple[int, ...]) -> str:
+    return ".".join(str(n) for n in info)
+
+
 class Store(abc.ABC):
     """What core persists.  Every method is thread-safe."""
 
@@ -421,6 +440,8 @@ class SqliteStore(Store):
     """SQLite implementation of :class:`Store`."""
 
     def __init__(self, path: str) -> None:
+        if sqlite3.sqlite_version_info < SQLITE_NEEDED:
+            raise SqliteTooOld(sqlite3.sqlite_version)
         self.path = path
         if path != ":memory:":
             Path(path).parent.mkdir(parents=True, exist_ok=True)

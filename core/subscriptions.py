@@ -28,6 +28,7 @@ from wsnmom.core import errors, metrics
 from wsnmom.core.access import current_principal, may_manage
 from wsnmom.core.adapter import AdapterError, TopicUnavailable
 from wsnmom.core.addresses import ResourceKind, parse_resource_path, resource_address
+from wsnmom.core.channel import Channel
 from wsnmom.core.context import BrokerContext
 from wsnmom.core.dead_letters import check_destination
 from wsnmom.core.delivery import EndSubscription
@@ -261,7 +262,9 @@ class Subscriptions:
     ) -> Subscription:
         """Set a new termination time (BN §6.1.1)."""
         ctx = self._ctx
-        state = ctx.registry.live_subscription(subscription_id)
+        # read again: the whole record is written, its state with it (a Renew through
+        # this instance right after a Pause through another must not undo the Pause)
+        state = ctx.registry.current_subscription(subscription_id)
         if invalid:
             raise errors.UnacceptableTerminationTime(
                 "TerminationTime is empty or not a dateTime/duration"
@@ -270,8 +273,13 @@ class Subscriptions:
             raise errors.UnacceptableTerminationTime("Renew needs a TerminationTime")
         new_time = ctx.termination(termination, errors.UnacceptableTerminationTime)
         with ctx.registry.lock:
+            before = state.record.termination_time
             state.record.termination_time = new_time
-            ctx.store.put_subscription(state.record)
+            try:
+                ctx.store.put_subscription(state.record)
+            except Exception:
+                state.record.termination_time = before  # as the store still has it
+                raise
         return replace(state.record)
 
     def unsubscribe(self, subscription_id: str) -> None:
@@ -303,7 +311,13 @@ class Subscriptions:
             except AdapterError as exc:
                 raise self._ctx.gate.fault(exc, errors.PauseFailed(str(exc))) from exc
             state.record.state = SubscriptionState.PAUSED
-            ctx.store.put_subscription(state.record)
+            try:
+                ctx.store.put_subscription(state.record)
+            except Exception:
+                # as the store still has it: active, delivering
+                state.record.state = SubscriptionState.ACTIVE
+                self._undo(channel, "pause", subscription_id)
+                raise
         self._sync_feed(state, errors.PauseFailed)
         ctx.wake_demand()
 
@@ -350,9 +364,30 @@ class Subscriptions:
             except AdapterError as exc:
                 state.record.state = SubscriptionState.PAUSED
                 raise self._ctx.gate.fault(exc, errors.ResumeFailed(str(exc))) from exc
-            ctx.store.put_subscription(state.record)
+            try:
+                ctx.store.put_subscription(state.record)
+            except Exception:
+                # as the store still has it: paused
+                state.record.state = SubscriptionState.PAUSED
+                self._undo(ctx.engine.channel(subscription_id), "resume", subscription_id)
+                raise
         self._sync_feed(state, errors.ResumeFailed)
         ctx.wake_demand()
+
+    @staticmethod
+    def _undo(channel: Channel[Any] | None, change: str, subscription_id: str) -> None:
+        """Under the registry lock: a Pause (restart the channel) or Resume (stop it)
+        whose store write failed is undone here, so that this instance does what the
+        store says (its followers, and a retry, compare with the store)."""
+        if channel is None:
+            return
+        try:
+            if change == "pause":
+                channel.start()
+            else:
+                channel.stop()
+        except Exception:
+            log.warning("undoing the %s of %s failed", change, subscription_id, exc_info=True)
 
     def purge(self, subscription_id: str) -> int | None:
         """An operator's purge: drop every message waiting for the subscription, those

@@ -66,6 +66,24 @@ class Sweeper:
         bound = lim.max_messages
         return [s for s, d in zip(subs, depths, strict=True) if d is not None and d >= bound]
 
+    def _renewed_in_store(self, sub: LiveSubscription) -> bool:
+        """Whether the store has a termination time for an expired-looking subscription
+        that is not over (a Renew through another instance this one has not followed
+        yet, or written by an instance that does not bump revisions): then it is taken
+        over here and the subscription kept.  Destroying is for what the store says."""
+        ctx = self._ctx
+        try:
+            stored = ctx.store.get_subscription(sub.record.id)
+        except Exception:
+            log.warning("reading expired subscription %s failed", sub.record.id, exc_info=True)
+            return True  # the next sweep decides
+        if stored is None or is_expired(stored.termination_time, ctx.now()):
+            return False
+        with ctx.registry.lock:
+            sub.record.termination_time = stored.termination_time
+        log.info("subscription %s was renewed in the store: kept", sub.record.id)
+        return True
+
     def sweep(self) -> None:
         """Destroy every expired subscription, pull point and registration (with several
         instances on one store, only the leader sweeps; the others follow its deletes)."""
@@ -108,6 +126,8 @@ class Sweeper:
                     kept + pp_depths,
                 )
         for sub in subs:
+            if self._renewed_in_store(sub):
+                continue
             log.info("subscription %s expired", sub.record.id)
             try:
                 self._subscriptions.destroy(sub)

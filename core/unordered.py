@@ -220,9 +220,27 @@ class UnorderedChannel(Channel[T]):
             if self._carried:
                 with self._lock:
                     self._carry(delivery)
-        tried = self._attempt([item for _, item in delivery.pending], lane)
+        tried = self._attempt_safely([item for _, item in delivery.pending], lane)
         with bound_request_id(tried.request_id):
-            self._finish(gen, delivery, tried.ok, tried.reason, tried.not_before, tried.answer)
+            try:
+                self._finish(gen, delivery, tried.ok, tried.reason, tried.not_before, tried.answer)
+            except Exception:
+                # a bug: the delivery, if still held, is tried again later (never left
+                # running, its place lost); a free place looks at the queue
+                log.exception("subscription %s: settling a batch raised", self.name)
+                self._rescue(gen, delivery)
+
+    def _rescue(self, gen: int, delivery: _Delivery) -> None:
+        """After ``_finish`` raised: retry a delivery still held, look at the queue."""
+        delay = self.schedule.delay(1)
+        with self._lock:
+            held = delivery in self._deliveries and (delivery.running or not delivery.due)
+            if held:
+                delivery.running = False
+                delivery.due = _monotonic() + delay
+        if held:
+            self.engine._later(delay, self, gen)
+        self._look_again(gen)
 
     def _drop(self, delivery: _Delivery) -> None:
         with self._lock:

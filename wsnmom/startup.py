@@ -28,7 +28,7 @@ from wsnmom.core.config import ConfigError
 from wsnmom.core.config_values import InvalidValue
 from wsnmom.core.coordination import InstanceRefused
 from wsnmom.core.plugins import UnknownAdapterScheme
-from wsnmom.core.store import StoreError, StoreUnavailable
+from wsnmom.core.store import SqliteTooOld, StoreError, StoreUnavailable
 from wsnmom.core.store_binding import StoreOfAnotherAdapter
 from wsnmom.data_lock import DataDirInUse
 
@@ -236,6 +236,8 @@ def explain(exc: BaseException) -> StartupError:
             f"old store with --adapter of {exc.recorded!r} until its backlog is delivered); "
             "`wsnmom store migrate` copies the records of a stopped gateway to another store",
         )
+    if isinstance(exc, SqliteTooOld):
+        return StartupError(ExitStatus.CONFIG, f"configuration: {exc}")
     if isinstance(exc, StoreUnavailable):
         return StartupError(
             ExitStatus.DATA_DIR,

@@ -5,14 +5,18 @@ what every instance ends up doing.  Before subscriptions had a store revision
 through A, notify" ended paused: the deliverer's follower had read the Pause from the
 store just before the deliverer's own Resume, and applied it after.
 
-Each test runs many rounds on two instances with one shard (one instance delivers, the
-other does not), alternating which instance gets the first request, on RabbitMQ and on
-Kafka.
+Each race test runs many rounds on two instances with one shard (one instance delivers,
+the other does not), alternating which instance gets the first request, on RabbitMQ and on
+Kafka.  Two more (RabbitMQ) come from the review of the revisions: a Pause the store
+refused is undone on the deliverer, and a Renew right after a Pause through the other
+instance does not write the subscription active again.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -22,6 +26,7 @@ from tests.cluster.conftest import BOTH, INSTANCE, Cluster
 from tests.cluster.test_any_instance import n, received, topic
 from tests.fixtures.server import ConsumerServer
 from tests.support.waiting import wait_until
+from wsnmom.client.errors import SoapFault
 from wsnmom.client.model import EndpointReference
 from wsnmom.client.resources import Subscription
 from wsnmom.testing.gateway import Gateway
@@ -73,6 +78,30 @@ def deliverer_of(c: Cluster, consumer: ConsumerServer, path: str) -> Gateway:
     ids = {r.headers[INSTANCE] for r in consumer.notifies() if r.path == path}
     assert len(ids) == 1, ids
     return next(g for g in c.gateways if c.instance_of(g) in ids)
+
+
+@contextmanager
+def refused_writes(c: Cluster, sub_id: str) -> Iterator[None]:
+    """While inside: the shared store refuses every update of one subscription's row (a
+    trigger), as a PostgreSQL blip refuses a write."""
+    import psycopg
+
+    url = c.gateways[0].store_url
+    assert url is not None
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(
+            "CREATE FUNCTION test_refuse() RETURNS trigger LANGUAGE plpgsql AS "
+            "$$ BEGIN RAISE EXCEPTION 'refused by the test'; END $$"
+        )
+        conn.execute(
+            "CREATE TRIGGER test_refuse BEFORE UPDATE ON subscriptions FOR EACH ROW "
+            f"WHEN (OLD.id = '{sub_id}') EXECUTE FUNCTION test_refuse()"
+        )
+        try:
+            yield
+        finally:
+            conn.execute("DROP TRIGGER test_refuse ON subscriptions")
+            conn.execute("DROP FUNCTION test_refuse()")
 
 
 @pytest.fixture
@@ -158,3 +187,70 @@ def test_resume_through_one_instance_then_pause_through_the_other_always_holds(
         15,
         what="every held message after the last resume",
     )
+
+
+@pytest.mark.rabbitmq
+def test_a_pause_the_store_refused_leaves_the_deliverer_delivering(
+    race: tuple[Cluster, Pair, Subscription], consumer: ConsumerServer
+) -> None:
+    """Review finding 1: the deliverer stopped its channel and marked the record paused,
+    then the store refused the write; the retry and a Resume through the other instance
+    were no-ops (equal revisions), and the deliverer never delivered again."""
+    c, pair, _ = race
+    deliverer = deliverer_of(c, consumer, "/victim")
+    other = next(g for g in c.gateways if g is not deliverer)
+    publisher = c.client(other)
+    with refused_writes(c, pair.sub.id), pytest.raises(SoapFault):
+        pair.on(deliverer).pause()
+    # undone: still delivering
+    publisher.notify(n("refused"), TOPIC)
+    wait_until(
+        lambda: "refused" in received(consumer, pair.sub.address),
+        10,
+        what="the message after the refused pause",
+    )
+    # the retry pauses, a resume through the other instance resumes
+    pair.on(deliverer).pause()
+    wait_until(lambda: pair.settled("paused"), 5, what="both instances paused")
+    pair.on(other).resume()
+    publisher.notify(n("resumed"), TOPIC)
+    wait_until(
+        lambda: "resumed" in received(consumer, pair.sub.address),
+        10,
+        what="the message after the resume through the other instance",
+    )
+    wait_until(lambda: pair.settled("active"), 5, what="both instances active, one revision")
+
+
+@pytest.mark.rabbitmq
+def test_a_renew_right_after_a_pause_through_the_other_instance_keeps_it_paused(
+    race: tuple[Cluster, Pair, Subscription], consumer: ConsumerServer
+) -> None:
+    """Review finding 3: Renew wrote the whole record as the instance held it, so a Renew
+    through B before B followed a Pause through A wrote it active again."""
+    c, pair, control = race
+    a, b = c.gateways
+    publisher = c.client(a)
+    for i in range(4):
+        first, second = (a, b) if i % 2 == 0 else (b, a)
+        pair.on(first).pause()
+        pair.on(second).renew(timedelta(hours=1))
+        wait_until(
+            lambda: pair.settled("paused"),
+            5,
+            what=f"round {i}: both instances paused (paused through {first.port}, renewed "
+            f"through {second.port})",
+        )
+        publisher.notify(n(i), TOPIC)
+        wait_until(
+            lambda i=i: str(i) in received(consumer, control.address),  # type: ignore[misc]
+            10,
+            what=f"the control subscription's copy of round {i}'s message (the sentinel)",
+        )
+        assert str(i) not in received(consumer, pair.sub.address), f"round {i}"
+        pair.on(first).resume()
+        wait_until(
+            lambda i=i: str(i) in received(consumer, pair.sub.address),  # type: ignore[misc]
+            10,
+            what=f"round {i}'s message after the resume",
+        )

@@ -885,3 +885,50 @@ def test_a_batch_without_a_trace_is_sent_with_no_request_id() -> None:
     rig.deliver(1)
     rig.run()
     assert seen == [None]
+
+
+# -- an unexpected exception (a bug) never wedges the channel ------------------------------
+def test_a_trace_that_raises_is_a_failed_attempt_retried_later() -> None:
+    calls: list[str] = []
+
+    def trace(item: str) -> str | None:
+        calls.append(item)
+        if len(calls) == 1:
+            raise RuntimeError("boom")
+        return None
+
+    rig = Rig(ordered=True, trace=trace)
+    rig.channel.start()
+    rig.deliver(1)
+    rig.run()  # before: raised, and the channel stayed scheduled for ever
+    assert rig.sent == [] and rig.acks() == []
+    assert [gen for _, gen in rig.engine.later] == [rig.channel._gen]
+    assert "unexpected error" in (rig.channel.status().last_error or "")
+    rig.run()  # the retry timer
+    assert rig.sent == [["m1"]] and rig.acks() == [1]
+    rig.deliver(2)
+    rig.run()
+    assert rig.sent == [["m1"], ["m2"]] and rig.acks() == [1, 2]
+
+
+def test_a_dead_letter_sink_that_raises_leaves_the_channel_running() -> None:
+    rig = Rig(
+        ordered=True,
+        backoff=Backoff(max_attempts=3, initial_delay=1.0, final_statuses=frozenset({410})),
+    )
+    rig.failures = [DeliveryFailed("gone", answered=True, status=410)]
+
+    def bury(messages: Sequence[Received], reason: str, attempts: int, error: Any) -> bool:
+        raise RuntimeError("dead letters unreachable")
+
+    rig.channel.dead_letter = bury
+    rig.channel.start()
+    rig.deliver(1)
+    rig.run()  # before: raised, and the channel stayed scheduled for ever
+    assert [gen for _, gen in rig.engine.later] == [rig.channel._gen]
+    rig.run()  # the timer's run: nothing left, the channel waits for messages
+    ready = len(rig.engine.ready)
+    rig.deliver(2)
+    assert len(rig.engine.ready) == ready + 1
+    rig.run()
+    assert rig.sent == [["m1"], ["m2"]] and rig.acks() == [2]

@@ -24,6 +24,8 @@ from wsnmom.core.model import (
     WireVersion,
 )
 from wsnmom.core.store import (
+    SqliteStore,
+    SqliteTooOld,
     Store,
     StoreError,
     StoreUnavailable,
@@ -277,6 +279,20 @@ def test_postgres_instances_starting_together_migrate_once(postgres_store_url: s
     finally:
         for s in stores:
             s.close()
+
+
+def test_sqlite_older_than_the_store_needs_is_refused_by_name(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # INSERT ... ON CONFLICT ... RETURNING (put_subscription) needs SQLite 3.35; Ubuntu
+    # 20.04 has 3.31: refused on opening, naming both versions, not at the first Subscribe
+    import sqlite3
+
+    monkeypatch.setattr(sqlite3, "sqlite_version_info", (3, 31, 1))
+    monkeypatch.setattr(sqlite3, "sqlite_version", "3.31.1")
+    with pytest.raises(SqliteTooOld, match=r"needs SQLite 3\.35\.0 or later.*SQLite 3\.31\.1"):
+        SqliteStore(str(tmp_path / "old.db"))
+    assert not (tmp_path / "old.db").exists()
 
 
 def test_postgres_newer_schema_is_refused(postgres_store_url: str) -> None:

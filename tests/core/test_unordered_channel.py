@@ -528,3 +528,48 @@ def test_on_the_real_engine_every_message_is_acked_once_through_random_failures(
         assert engine.budget.used == 0 and channel.delivered == 200
     finally:
         engine.close()
+
+
+# -- an unexpected exception (a bug) never wedges a delivery -------------------------------
+def test_a_trace_that_raises_is_a_failed_attempt_retried_later(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    rig = Rig(in_flight=1, monkeypatch=monkeypatch)
+    calls: list[str] = []
+
+    def trace(item: str) -> str | None:
+        calls.append(item)
+        if len(calls) == 1:
+            raise RuntimeError("boom")
+        return None
+
+    rig.channel.trace = trace
+    rig.channel.start()
+    rig.deliver(1)
+    rig.run_ready()  # before: raised, the delivery running for ever and its place lost
+    assert rig.sent == [] and rig.acks() == []
+    assert [gen for _, gen in rig.engine.later] == [rig.channel._gen]
+    rig.retry()
+    assert rig.sent == [["m1"]] and rig.acks() == [1]
+    rig.deliver(2, 3)
+    rig.run_ready()
+    assert rig.acks() == [1, 2, 3]
+
+
+def test_a_dead_letter_sink_that_raises_frees_the_place() -> None:
+    rig = Rig(in_flight=1)
+    rig.channel.backoff = Backoff(
+        max_attempts=3, initial_delay=0.0, final_statuses=frozenset({410})
+    )
+    rig.fail["m1"] = [DeliveryFailed("gone", answered=True, status=410)]
+
+    def bury(messages: Sequence[Received], reason: str, attempts: int, error: Any) -> bool:
+        raise RuntimeError("dead letters unreachable")
+
+    rig.channel.dead_letter = bury
+    rig.channel.start()
+    rig.deliver(1, 2)
+    rig.run_ready()  # before: m2 queued for ever behind the lost place
+    assert rig.sent == [["m1"], ["m2"]]
+    assert rig.acks() == [2]  # m1 unsettled: the middleware gives it back
+    assert rig.channel.held() == 0

@@ -14,6 +14,7 @@ from urllib.parse import urlsplit, urlunsplit
 import pytest
 from click.testing import CliRunner
 from wsnmom.core.adapter import AccessRefused, AdapterUnavailable, CredentialsRefused
+from wsnmom.core.store import SqliteTooOld
 
 from tests.support.ports import closed_port
 from wsnmom.cli import cli
@@ -217,6 +218,12 @@ def test_privileged_port_is_a_port_error() -> None:
 def test_unexpected_errors_point_at_debug() -> None:
     error = explain(RuntimeError("boom"))
     assert error.status is ExitStatus.INTERNAL and "--debug" in error.message
+
+
+def test_sqlite_too_old_is_a_configuration_error() -> None:
+    error = explain(SqliteTooOld("3.31.1"))
+    assert error.status is ExitStatus.CONFIG
+    assert "SQLite 3.35.0 or later" in error.message and "3.31.1" in error.message
 
 
 # --- data directory ------------------------------------------------------------------------

@@ -263,3 +263,31 @@ def test_a_message_given_up_is_dead_lettered(
         lambda: sub.id not in service.registry.subscriptions, what="the subscription to end"
     )
     assert outbound.payloads_to(A) == []
+
+
+def test_a_fed_pull_point_keeps_what_was_not_taken_across_a_restart(
+    start: Callable[..., Broker],
+) -> None:
+    broker = start()
+    service = running(broker)
+    pp = service.create_pull_point(CreatePullPointRequest())
+    service.subscribe(sub_req(service.pull_point_address(pp.id), topic=simple("t:a")))
+    publish(service, *[body(i) for i in range(4)])
+    got: list[bytes] = []
+
+    def two() -> bool:
+        got.extend(m.payload for m in service.get_messages(pp.id, 2 - len(got)))
+        return len(got) >= 2
+
+    wait_until(two, what="2 messages from the pull point")
+    service = broker.restart()
+    publish(service, body(4))
+    rest: list[bytes] = []
+
+    def three() -> bool:
+        rest.extend(m.payload for m in service.get_messages(pp.id, None))
+        return len(rest) >= 3
+
+    wait_until(three, what="the rest from the pull point after a restart")
+    assert got == [body(0).encode(), body(1).encode()]
+    assert rest == [body(i).encode() for i in range(2, 5)]

@@ -131,10 +131,13 @@ def test_unsubscribe_stops_delivery(
     service.subscribe(sub_req(WITNESS, topic=simple("t:a")))
     publish(service, body(0))
     outbound.wait_messages(A, 1)
+    assert sub.id in (service.adapter.subscription_names() or [])
     service.unsubscribe(sub.id)
     publish(service, body(1))
     barrier(service, outbound)
     assert outbound.payloads_to(A) == [body(0).encode()]
+    # and the middleware keeps nothing for it
+    assert sub.id not in (service.adapter.subscription_names() or [])
     with pytest.raises(errors.ResourceUnknown):
         service.get_subscription(sub.id)
 

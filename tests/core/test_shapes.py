@@ -136,7 +136,8 @@ def test_unsubscribe_stops_delivery(
     publish(service, body(1))
     barrier(service, outbound)
     assert outbound.payloads_to(A) == [body(0).encode()]
-    # and the middleware keeps nothing for it
+    # and neither core nor the middleware keeps anything for it
+    assert service.engine.channel(sub.id) is None
     assert sub.id not in (service.adapter.subscription_names() or [])
     with pytest.raises(errors.ResourceUnknown):
         service.get_subscription(sub.id)

@@ -12,7 +12,7 @@ stalled message, a dead letter after the last attempt.  The broker e2e tests
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -21,7 +21,7 @@ from wsnmom.core import errors
 from wsnmom.core.model import CreatePullPointRequest
 from wsnmom.core.service import BrokerService
 
-from tests.support.shaped_adapters import QUEUE_SCHEME, SESSION_SCHEME, register
+from tests.support.shaped_adapters import QUEUE_SCHEME, SESSION_SCHEME, registered
 from tests.support.waiting import wait_until
 
 from .conftest import Broker, RecordingOutbound, note, simple, sub_req, wait_idle
@@ -39,6 +39,13 @@ SHAPES: dict[str, str | None] = {
 }
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _shaped_adapters() -> Iterator[None]:
+    """``testsession://`` and ``testqueue://`` for this module's tests only."""
+    with registered():
+        yield
+
+
 @pytest.fixture(params=list(SHAPES))
 def shape(request: pytest.FixtureRequest) -> str:
     return str(request.param)
@@ -47,7 +54,6 @@ def shape(request: pytest.FixtureRequest) -> str:
 @pytest.fixture
 def start(shape: str, make_broker: Callable[..., Broker]) -> Callable[..., Broker]:
     """Start a broker of ``shape`` (keyword arguments: settings overrides)."""
-    register()
 
     def make(**overrides: Any) -> Broker:
         return make_broker(adapter_url=SHAPES[shape], limits__max_age=None, **overrides)
@@ -149,9 +155,7 @@ def test_a_renewed_subscription_outlives_its_first_termination_time(
     service = running(start())
     minute = timedelta(minutes=1)
     renewed = service.subscribe(sub_req(A, topic=simple("t:a"), initial_termination_time=minute))
-    ends = service.subscribe(
-        sub_req(WITNESS, topic=simple("t:a"), initial_termination_time=minute)
-    )
+    ends = service.subscribe(sub_req(WITNESS, topic=simple("t:a"), initial_termination_time=minute))
     service.renew(renewed.id, timedelta(minutes=10))
     clock.advance(minutes=2)
     service.sweep()
@@ -263,9 +267,7 @@ def test_a_message_given_up_is_dead_lettered(
     [letter] = wait_until(service.dead_letters, 10, what="a dead letter")
     assert body("lost").encode() in letter.body
     assert sum(c.address == A for c in outbound.attempts) == 2
-    wait_until(
-        lambda: sub.id not in service.registry.subscriptions, what="the subscription to end"
-    )
+    wait_until(lambda: sub.id not in service.registry.subscriptions, what="the subscription to end")
     assert outbound.payloads_to(A) == []
 
 

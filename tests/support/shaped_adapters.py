@@ -13,14 +13,15 @@ capabilities core acts on changed to those of the middleware they stand for:
   push mode and keeps their unsettled messages in its pull buffer), ``shape="queue"``.
 
 They are registered through the plugin mechanism (``wsnmom_register_adapters``) on the
-process-wide plugin manager by :func:`register`, so ``resolve(url)`` finds them as it
+process-wide plugin manager by :func:`registered`, so ``resolve(url)`` finds them as it
 finds any adapter a plugin adds.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any, ClassVar
 
 from wsnmom.adapters.embedded.adapter import SCHEME as EMBEDDED_SCHEME
@@ -87,8 +88,15 @@ class ShapedAdaptersPlugin:
         registry.add(QUEUE_SCHEME, QueueShapedAdapter)
 
 
-def register() -> None:
-    """Register the plugin on the process-wide plugin manager (idempotent)."""
+@contextmanager
+def registered() -> Iterator[None]:
+    """The plugin registered on the process-wide plugin manager while the block runs; then
+    unregistered and its schemes removed, so later tests see the manager as it was."""
     pm = get_plugin_manager()
-    if SESSION_SCHEME not in pm.adapters:
-        pm.register(ShapedAdaptersPlugin(), name=PLUGIN_NAME)
+    pm.register(ShapedAdaptersPlugin(), name=PLUGIN_NAME)
+    try:
+        yield
+    finally:
+        pm.unregister(PLUGIN_NAME)
+        pm.adapters.remove(SESSION_SCHEME)
+        pm.adapters.remove(QUEUE_SCHEME)

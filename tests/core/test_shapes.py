@@ -37,6 +37,8 @@ SHAPES: dict[str, str | None] = {
     "session": SESSION_SCHEME + "://{tmp}/mw",
     "queue": QUEUE_SCHEME + "://{tmp}/mw",
 }
+#: the shapes whose pull points the middleware serves (no pull buffer in core)
+SHAPES_NATIVE_PULL = ("embedded", "session")
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -297,3 +299,32 @@ def test_a_fed_pull_point_keeps_what_was_not_taken_across_a_restart(
     wait_until(three, what="the rest from the pull point after a restart")
     assert got == [body(0).encode(), body(1).encode()]
     assert rest == [body(i).encode() for i in range(2, 5)]
+
+
+def test_a_notify_sent_to_a_pull_point_is_handed_out_once_across_a_restart(
+    shape: str, start: Callable[..., Broker]
+) -> None:
+    """A Notify sent to the pull point itself: its own queue, read through the middleware's
+    pull (native pull) or core's pull buffer (the queue and log shapes)."""
+    broker = start()
+    service = running(broker)
+    pp = service.create_pull_point(CreatePullPointRequest())
+    assert (service.registry.pull_points[pp.id].buffer is None) == (shape in SHAPES_NATIVE_PULL)
+    service.notify_pull_point(pp.id, [note(body(i), simple("t:a")) for i in range(4)])
+    got: list[bytes] = []
+
+    def two() -> bool:
+        got.extend(m.payload for m in service.get_messages(pp.id, 2 - len(got)))
+        return len(got) >= 2
+
+    wait_until(two, what="2 messages from the pull point")
+    service = broker.restart()
+    rest: list[bytes] = []
+
+    def two_more() -> bool:
+        rest.extend(m.payload for m in service.get_messages(pp.id, None))
+        return len(rest) >= 2
+
+    wait_until(two_more, what="the rest from the pull point after a restart")
+    assert got == [body(0).encode(), body(1).encode()]
+    assert rest == [body(2).encode(), body(3).encode()]

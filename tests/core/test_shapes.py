@@ -5,9 +5,9 @@ pull feeds read from the log), and the test adapters of tests/support/shaped_ada
 standing for MQTT's session shape (not sole publisher, native pull) and RabbitMQ's queue
 shape (not sole publisher, core's pull buffer).  Each test proves one path of core on every
 shape: push in order, pause and resume, unsubscribe, renew, a pull point fed by a
-subscription, a failing consumer (retry, and across a restart), unordered delivery past a
-stalled message, a dead letter after the last attempt.  The broker e2e tests
-(tests/e2e/) then only need to prove the middleware, not core again."""
+subscription, a failing consumer (retry, and across a restart), a Notify sent to a pull
+point, unordered delivery past a stalled message, a dead letter after the last attempt.
+The broker e2e tests (tests/e2e/) then only need to prove the middleware, not core again."""
 
 from __future__ import annotations
 
@@ -199,7 +199,7 @@ def test_a_failing_consumer_gets_everything_once_it_answers(
     service.subscribe(sub_req(A, topic=simple("t:a")))
     outbound.down.add(A)
     publish(service, *[body(i) for i in range(3)])
-    outbound.wait(lambda: sum(c.address == A for c in outbound.attempts) >= 2)
+    assert outbound.wait(lambda: sum(c.address == A for c in outbound.attempts) >= 2)
     with outbound.cond:
         outbound.down.discard(A)
     got = outbound.wait_messages(A, 3)

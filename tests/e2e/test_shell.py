@@ -161,9 +161,11 @@ def test_subscribe_print_until_ctrl_c(
     ns = client.namespaces["tns"]
     assert proc.out[:2] == [f"{{{ns}}}live/a <one>1</one>", f"{{{ns}}}live/b/c <two>2</two>"]
     proc.proc.send_signal(signal.SIGINT)
-    assert proc.proc.wait(15) == 0
-    proc.wait_err("unsubscribed")
+    # the Unsubscribe is a round trip to the gateway, which a loaded CI machine stretched
+    # past 15 s once (with the exit after it); the exit alone is quick
+    proc.wait_err("unsubscribed", 30)
     proc.wait_err("received 2 notification(s)")
+    assert proc.proc.wait(15) == 0, proc.err
     assert sub_id not in _admin_ids(wsnmom_server)
 
 

@@ -119,9 +119,12 @@ def test_retries_exhausted_become_dead_letters_replayed_to_another_consumer(
     assert "500" in letter["last_error"]
     assert letter["topic"] == f"{{{wsn.ns}}}dl"
     assert letter["time"]
-    # counted once, as the gateway's; held by this gateway's box of the destination
+    # counted, as the gateway's; held by this gateway's box of the destination.  (The e2e
+    # gateway is shared: other modules' subscriptions give up meanwhile and count too, so
+    # "exactly once" is asserted on gateways of their own: the max-age, overflow and
+    # restart tests below.)
     after = dead_lettered(wsnmom_server, reason="retries-exhausted", source="gateway")
-    assert after == before + 1
+    assert after >= before + 1
     held = "wsnmom_dead_letters_held"
     assert metric(wsnmom_server, held, destination=destination) == 1
     broker = ["--broker", wsnmom_server.broker_url]

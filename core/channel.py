@@ -373,6 +373,23 @@ class Channel(Generic[T]):
         self._release(freed)
         self.handle.stop()
 
+    def _retry_later(
+        self, reason: str, failures: int, delay: float, not_before: float | None, gen: int
+    ) -> None:
+        """A failed attempt to be tried again after ``delay``: logged (at debug when the
+        consumer set the time with Retry-After), and timed unless the channel parks to
+        leave its memory to others meanwhile."""
+        log.log(
+            logging.INFO if not_before is None else logging.DEBUG,
+            "subscription %s: delivery failed (%s); retry %d in %.3fs",
+            self.name,
+            reason,
+            failures,
+            delay,
+        )
+        if not self._yield_room(gen):
+            self.engine._later(delay, self, gen)
+
     def _halt(self) -> bool:
         """Under the lock: stop consuming (False when stopped already)."""
         if self._stopped:
@@ -852,15 +869,6 @@ class Channel(Generic[T]):
             if self._bury_final(pending, failures, reason, new_gen) or reschedule:
                 self.engine._ready(self, new_gen)
         elif delay is not None:
-            log.log(
-                logging.INFO if not_before is None else logging.DEBUG,
-                "subscription %s: delivery failed (%s); retry %d in %.3fs",
-                self.name,
-                reason,
-                failures,
-                delay,
-            )
-            if not self._yield_room(new_gen):
-                self.engine._later(delay, self, new_gen)
+            self._retry_later(reason, failures, delay, not_before, new_gen)
         elif reschedule:
             self.engine._ready(self, new_gen)

@@ -336,15 +336,6 @@ class UnorderedChannel(Channel[T]):
                     self._scheduled = True
                 self.engine._ready(self, new_gen)
         elif delay is not None:
-            log.log(
-                logging.INFO if not_before is None else logging.DEBUG,
-                "subscription %s: delivery failed (%s); retry %d in %.3fs",
-                self.name,
-                reason,
-                failures,
-                delay,
-            )
-            if not self._yield_room(new_gen):
-                self.engine._later(delay, self, new_gen)
+            self._retry_later(reason, failures, delay, not_before, new_gen)
         elif not current:
             self._look_again(gen)

@@ -33,7 +33,8 @@ from .records import (
     next_message_id,
 )
 
-log = logging.getLogger(__name__)
+#: the engine's logger (one name for all its parts)
+log = logging.getLogger(f"{__package__}.store")
 
 
 class DeadLetters(EngineParts):

@@ -19,7 +19,8 @@ from .parts import EngineParts
 if TYPE_CHECKING:
     from wsnmom.adapters.embedded.adapter import EmbeddedHandle
 
-log = logging.getLogger(__name__)
+#: the engine's logger (one name for all its parts)
+log = logging.getLogger(f"{__package__}.store")
 
 #: largest batch the dispatcher fetches for one handle in one transaction
 _FETCH_BATCH = 256

@@ -31,7 +31,8 @@ try:  # pragma: no cover - platform dependent
 except ImportError:  # pragma: no cover - Windows
     fcntl = None  # type: ignore[assignment]
 
-log = logging.getLogger(__name__)
+#: the engine's logger (one name for all its parts)
+log = logging.getLogger(f"{__package__}.store")
 
 DB_FILE = "embedded.sqlite3"
 LOCK_FILE = "wsnmom.lock"

@@ -33,6 +33,7 @@ from wsnmom.core.model import (
     new_resource_id,
 )
 from wsnmom.core.pull_buffer import Fed, PullBuffer
+from wsnmom.core.pull_readers import handed_over
 from wsnmom.core.registry import LivePullPoint, LiveSubscription
 from wsnmom.topic_mapping.model import PathPattern
 
@@ -74,13 +75,16 @@ class PullPoints:
         )
 
     def live(self, record: PullPoint, handle: SubscriptionHandle) -> LivePullPoint:
-        """The live pull point over ``handle``: with a started pull buffer when the
-        middleware has no pull of its own (``Capabilities.native_pull`` False)."""
+        """The live pull point over ``handle``: with a pull buffer when the middleware has
+        no pull of its own (``Capabilities.native_pull`` False), started when this
+        instance reads the pull point (in a cluster, the one holding its shard:
+        ``core.ownership`` starts and stops it as shards come and go)."""
         ctx = self._ctx
         if ctx.adapter.capabilities.native_pull:
             return LivePullPoint(record, handle)
         buffer = PullBuffer(handle, ctx.settings.limits.get_messages_cap)
-        buffer.start()
+        if ctx.delivers(record.id):
+            buffer.start()
         return LivePullPoint(record, handle, buffer)
 
     def create(self, req: CreatePullPointRequest) -> PullPoint:
@@ -177,6 +181,10 @@ class PullPoints:
         limit = min(maximum, cap) if maximum else cap
         failed: AdapterError | None = None
         with state.lock:
+            # a buffer is read only by the instance holding the pull point's shard
+            # (``core.pull_readers``); checked under the lock its hand-over takes
+            if state.buffer is not None and not ctx.delivers(pull_point_id):
+                raise handed_over(pull_point_id, ctx.settings.middleware.retry_after)
             try:
                 # removed on hand-out: GetMessages is destructive and settles nothing later
                 received = state.source.take(limit)

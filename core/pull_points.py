@@ -244,8 +244,8 @@ class PullPoints:
                     exc, errors.ResourceUnavailable(f"the middleware failed: {exc}")
                 ) from exc
             finally:
-                if buffer is not None:
-                    buffer.start()
+                if buffer is not None and ctx.delivers(pull_point_id):
+                    buffer.start()  # read here only by the pull point's reading instance
         log.warning("pull point %s purged: %s message(s) dropped", pull_point_id, dropped)
         if dropped:
             metrics.NOTIFICATIONS_PURGED.inc(dropped)

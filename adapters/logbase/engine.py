@@ -461,6 +461,11 @@ class CursorEngine(Head, Commits, CatchUp, Burial):
                 moved = cursor.settle(stream, offset)
                 if moved and not cursor.attached:
                     cursor.dirty = True
+                elif moved and self.shared:
+                    # its own positions are saved while they change (``_own_due``), also
+                    # when it settles records handed out long ago and receives no more
+                    # (a pull point drained after a burst)
+                    self.may_pin(cursor.name)
                 requeue = was_full and not cursor.window_full and not cursor.attached
             if requeue:
                 self._queue_catch_up(cursor)

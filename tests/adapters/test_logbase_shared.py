@@ -143,3 +143,31 @@ def test_an_instance_that_does_not_deliver_a_subscription_never_saves_its_positi
     b.close()  # a clean stop saves every position B owns: none of the subscription's
     assert store_b.saved == {"w"}
     assert shared.get("s") == {STREAM: 5}
+
+
+def test_a_deliverer_settling_a_burst_it_was_handed_long_ago_keeps_its_position_saved(
+    engines: tuple[_MemoryLog, _SharedPositions, list[CursorEngine]],
+) -> None:
+    # a pull point drained slowly after a burst: every record was handed out at once, and
+    # nothing new arrives while GetMessages settles them
+    log, shared, (a, _b) = engines
+    held: list[Any] = []
+    lock = threading.Lock()
+
+    def keep(received: Any) -> None:
+        with lock:
+            held.append(received)
+
+    a.subscription(spec("s", "t")).start(keep, prefetch=100)
+    for i in range(10):
+        log.append(STREAM, b"%d" % i)
+    wait_until(lambda: len(held) == 10, 5, what="the burst handed out")
+    # the commit passes looked at the cursor and let it go: nothing settled yet
+    wait_until(lambda: a.stats()["pinning"] == 0, 5, what="the commit passes done with it")
+    for received in held[:6]:
+        received.ack()
+    # saved within save_interval + commit_interval (before, never: a kill -9 now gave
+    # the burst out again from its start)
+    wait_until(
+        lambda: shared.get("s") == {STREAM: 6}, 5, what="the position of the records settled"
+    )

@@ -169,7 +169,7 @@ def test_a_kill_9_of_the_reader_while_draining_loses_nothing(
     pull_point = c.client(a).create_pull_point()
     address = pull_point.reference.address
     feed(c, b, address)
-    before, after = 300, 100
+    before, after = 800, 100
     publish(c, a, range(before))
     first = wait_until(
         lambda: (lambda x: x if x.numbers else None)(get_messages(c, a, address, 5)),
@@ -211,12 +211,18 @@ def test_a_kill_9_of_the_reader_while_draining_loses_nothing(
             except requests.ConnectionError:
                 continue  # the killed reader
             take(answer)
-            if answer.status == 503:
-                time.sleep(0.1)  # what Retry-After asks, shortened
+            # a steady pace, so that the reader hands out for longer than UNSAVED before
+            # the kill (503: what Retry-After asks, shortened)
+            time.sleep(0.1)
 
     with concurrent.futures.ThreadPoolExecutor(3) as pool:
         futures = [pool.submit(drain, g) for g in (a, b, survivor)]
-        wait_until(lambda: len(got) > before // 3, 30, what="a third drained")
+        started = time.monotonic()
+        wait_until(
+            lambda: time.monotonic() - started > UNSAVED + 3 or len(got) > before // 2,
+            30,
+            what="draining for a while",
+        )
         assert reader.process is not None
         killed_at = time.monotonic()
         reader.process.kill()
@@ -236,6 +242,9 @@ def test_a_kill_9_of_the_reader_while_draining_loses_nothing(
         if first_seen[k][1] != reader_id or first_seen[k][0] < killed_at - UNSAVED
     }
     assert early == {}, f"duplicates not from the dead reader's last {UNSAVED} s: {early}"
+    # which is a bound: the dead reader had handed out messages before its last UNSAVED s
+    old = [k for k, (t, _) in first_seen.items() if t < killed_at - UNSAVED]
+    assert len(old) > 20, f"only {len(old)} message(s) handed out early enough to tell"
     # the survivor read everything after the kill, and said "try again" meanwhile
     assert {i for k, (t, i) in first_seen.items() if t > killed_at + 0.5} <= {
         c.instance_of(survivor)

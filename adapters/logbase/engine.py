@@ -42,8 +42,11 @@ started cursor).
 a durable subscription is delivered by one instance at a time, and which one changes.
 A cursor this engine has not started (made for a subscription another instance delivers)
 is *foreign*: its positions are not this instance's to save, so it is never saved and
-never holds the head's commit back.  When this engine starts it, it first takes up the
-positions the subscription's last deliverer saved (``PositionStore.load_one``).  A started
+never holds the head's commit back, except once when it is made: a new subscription's
+starting positions are saved by the instance that makes it, and an instance that makes
+the cursor of a subscription made elsewhere starts from them (``_shared_start``).  When
+this engine starts it, it first takes up the positions the subscription's last
+deliverer saved (``PositionStore.load_one``).  A started
 cursor always keeps positions of its own: attached, they are saved at most every
 ``save_interval`` while they change (and the position store keeps them: they are never
 deleted on re-attaching); stopped (a pause, a shard handed over or lost) it saves them
@@ -297,6 +300,8 @@ class CursorEngine(Head, Commits, CatchUp, Burial):
                 positions = dict(self._head)
         else:
             positions = self._end_now()
+            if self.shared:
+                positions = self._shared_start(spec.name, positions)
         with self.lock:
             cursor = self._cursors.get(spec.name)
             if cursor is None:
@@ -312,6 +317,28 @@ class CursorEngine(Head, Commits, CatchUp, Burial):
                 self._cursors[spec.name] = cursor
                 self._index_cursor(cursor)
             return CursorHandle(cursor)
+
+    def _shared_start(self, name: str, ends: dict[StreamId, int]) -> dict[StreamId, int]:
+        """Shared: where a cursor made here without known positions starts.  Made through
+        another instance a moment ago (this one follows it): where that instance saved it;
+        else it is new: ``ends``, saved at once, so that whichever instance delivers it
+        starts there and no record published after it was made is skipped."""
+        store = self._store
+        if store is None:
+            return ends
+        try:
+            saved = store.load_one(name)
+            if saved is not None:
+                return {**ends, **saved}
+            start = {stream: offset for stream, offset in ends.items() if offset >= 0}
+            if not start:  # no stream yet: nothing to save
+                return ends
+            store.save({name: start})
+        except Exception as exc:
+            raise AdapterUnavailable(f"saving where {name} starts failed: {exc}") from exc
+        with self.lock:
+            self._stored[name] = dict(start)
+        return ends
 
     def _end_now(self) -> dict[StreamId, int]:
         """Where a new cursor starts: the current end of every stream (from the backend

@@ -171,3 +171,19 @@ def test_a_deliverer_settling_a_burst_it_was_handed_long_ago_keeps_its_position_
     wait_until(
         lambda: shared.get("s") == {STREAM: 6}, 5, what="the position of the records settled"
     )
+
+
+def test_a_subscription_made_through_another_instance_starts_where_it_was_made(
+    engines: tuple[_MemoryLog, _SharedPositions, list[CursorEngine]],
+) -> None:
+    log, shared, (a, b) = engines
+    log.append(STREAM, b"before")
+    a.subscription(spec("s", "t"))  # made through A, delivered by B
+    assert shared.get("s") == {STREAM: 1}  # where it starts, saved before A answered
+    for i in range(3):  # published before B followed the new subscription
+        log.append(STREAM, b"%d" % i)
+    got = Collector()
+    b.subscription(spec("s", "t")).start(got)
+    received = got.wait_for(3, 5)
+    # before, B's cursor began at the end of the log when B made it: these were skipped
+    assert [m.body for m in received] == [b"0", b"1", b"2"]

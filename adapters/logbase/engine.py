@@ -320,16 +320,18 @@ class CursorEngine(Head, Commits, CatchUp, Burial):
 
     def _shared_start(self, name: str, ends: dict[StreamId, int]) -> dict[StreamId, int]:
         """Shared: where a cursor made here without known positions starts.  Made through
-        another instance a moment ago (this one follows it): where that instance saved it;
-        else it is new: ``ends``, saved at once, so that whichever instance delivers it
-        starts there and no record published after it was made is skipped."""
+        another instance a moment ago (this one follows it): where that instance saved it,
+        and from the start of each stream it saved nothing for (a stream that appeared
+        since, such as the topic of the first notification published to it); else it is
+        new: ``ends``, saved at once, so that whichever instance delivers it starts there
+        and no record published after it was made is skipped."""
         store = self._store
         if store is None:
             return ends
         try:
             saved = store.load_one(name)
             if saved is not None:
-                return {**ends, **saved}
+                return dict(saved)
             start = {stream: offset for stream, offset in ends.items() if offset >= 0}
             if not start:  # no stream yet: nothing to save
                 return ends

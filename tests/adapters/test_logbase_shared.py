@@ -187,3 +187,15 @@ def test_a_subscription_made_through_another_instance_starts_where_it_was_made(
     received = got.wait_for(3, 5)
     # before, B's cursor began at the end of the log when B made it: these were skipped
     assert [m.body for m in received] == [b"0", b"1", b"2"]
+
+
+def test_a_stream_that_appeared_after_the_subscription_was_made_is_read_from_its_start(
+    engines: tuple[_MemoryLog, _SharedPositions, list[CursorEngine]],
+) -> None:
+    log, _shared, (a, b) = engines
+    log.append(STREAM, b"before")
+    a.subscription(spec("s", "t"))  # made through A, delivered by B
+    log.append(("t", 1), b"new")  # the first record of a stream A did not know
+    got = Collector()
+    b.subscription(spec("s", "t")).start(got)
+    assert [m.body for m in got.wait_for(1, 5)] == [b"new"]

@@ -253,4 +253,8 @@ def test_a_kill_9_of_the_reader_while_draining_loses_nothing(
         r.status == 503 and r.fault == "ResourceUnavailableFault" and r.retry_after
         for r in refusals
     ), refusals[:3]
-    print(f"kill -9 of the reader: {len(twice)} duplicate(s), {len(refusals)} retry answer(s)")
+    oldest = max((killed_at - first_seen[k][0] for k in twice), default=0.0)
+    print(
+        f"kill -9 of the reader: {len(twice)} duplicate(s), the oldest first handed out "
+        f"{oldest:.2f} s before the kill; {len(refusals)} retry answer(s)"
+    )

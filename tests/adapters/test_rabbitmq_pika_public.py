@@ -1,13 +1,13 @@
-"""The RabbitMQ adapter uses only pika's public names, so pika is not pinned below a
-minor release (pyproject.toml: ``pika>=1.4``).
+"""The RabbitMQ adapter uses only pika's public names, so pika is not pinned to a minor
+release (pyproject.toml: ``pika>=1.4``).
 
-Read from the sources (``ast``): no module of the adapter's package imports a name of
-pika that starts with an underscore, or reads, writes or calls an attribute whose name is
-one of pika's private names (every ``_name`` pika's own sources define or use: its
-private methods, attributes and module globals), also not through ``getattr``/
-``setattr``/``hasattr`` with a constant name, nor defines a method of such a name (an
-override).  A name of the adapter's own that pika happens to use as well counts too: it
-would shadow pika's in a subclass.
+Read from the sources (``ast``), for the adapter's package and the Spark bridge's
+RabbitMQ tap (the other shipped user of pika): no import of a pika name or module that
+starts with an underscore; no ``obj._name`` (nor ``getattr``/``setattr``/``hasattr``/
+``delattr`` with that constant) of a private name that pika's own sources define or use
+and the adapter does not define itself; and in a class derived from one of pika's, no
+``self._name`` and no method ``_name`` that pika has (an access to, or an override of,
+its internals), even when the adapter assigns that name itself.
 
 The check proves it can fail: it flags the names the fast link once used
 (``_on_data_available``, ``_frame_buffer``, ``_output_marshaled_frames``, ...).  And what
@@ -30,8 +30,10 @@ pika = pytest.importorskip("pika")
 
 from tests.support.ports import closed_port  # noqa: E402
 
-PACKAGE = Path(__file__).resolve().parents[2] / "adapters" / "rabbitmq"
-MODULES = sorted(PACKAGE.glob("*.py"))
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGE = ROOT / "adapters" / "rabbitmq"
+#: the adapter's package and the other shipped module that uses pika (the Spark tap)
+MODULES = [*sorted(PACKAGE.glob("*.py")), ROOT / "spark_bridge" / "rabbitmq_tap.py"]
 ACCESSORS = {"getattr", "setattr", "hasattr", "delattr"}
 
 

@@ -15,7 +15,12 @@ sits between the socket and pika:
   thread may write (:meth:`FastConnection.send_now`) under the connection's write lock.
 
 No name of pika's that starts with an underscore is used here (tests/adapters/
-test_rabbitmq_pika_public.py checks the package).
+test_rabbitmq_pika_public.py checks the package).  The I/O interface is pika's interface
+for connection adapters: ``AsyncioConnection`` documents accepting it as
+``custom_ioloop``, while ``AbstractIOServices``' own docstring tells applications to use
+their native loop instead ("not a public API").  Its methods are the same from pika 1.1
+to 1.4.4 (type hints added); being abstract classes, a method pika adds fails the test
+above at construction.
 """
 
 from __future__ import annotations

@@ -147,10 +147,15 @@ class GuardedTlsConnection(Tracked, ssl.SSLSocket):
                 if framing.refused:  # a head the reserve does not admit
                     self.turn_away()
                     return CLOSED
+                if framing.error:  # no HTTP/1.1 the server is sure to read alike
+                    self.reject(self._answer)
+                    return CLOSED
                 if framing.phase == BODY and was != BODY and framing.expect_continue:
                     self._continue()
                 if framing.phase == APP or len(self.inbox) > limit:
-                    self._drain()
+                    if not self._drain():
+                        self.reject(self._answer)
+                        return CLOSED
                     return READY
         except ssl.SSLWantReadError:
             return _WANT_READ
@@ -160,20 +165,25 @@ class GuardedTlsConnection(Tracked, ssl.SSLSocket):
             log.debug("https: connection from %s: %s", self.guard_client, exc)
             return CLOSED
 
-    def _drain(self) -> None:
+    def _drain(self) -> bool:
         """Move what TLS decrypted already into the inbox, so that nothing waits where
-        no selector sees it."""
+        no selector sees it; False when those bytes are refused (``Framing.error``)."""
         while self.pending():
             data = ssl.SSLSocket.recv(self, self.pending())
             if not data:
-                return
+                break
             self.inbox.write(data)
             self.framing.received(data, time.monotonic())
+        return not self.framing.error
 
     def _continue(self) -> None:
-        self.settimeout(1.0)  # 25 bytes: the socket buffer takes them at once
+        self._answer(_CONTINUE)
+
+    def _answer(self, data: bytes) -> None:
+        """Send a short answer from the ingress (it fits the socket buffer at once)."""
+        self.settimeout(1.0)
         try:
-            ssl.SSLSocket.sendall(self, _CONTINUE)
+            ssl.SSLSocket.sendall(self, data)
         finally:
             self.setblocking(False)
 

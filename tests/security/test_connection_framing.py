@@ -32,7 +32,7 @@ def test_content_length_request(split: int | None) -> None:
 @pytest.mark.parametrize("split", [None, 1, 2, 5])
 def test_chunked_request(split: int | None) -> None:
     f = Framing(0.0)
-    head = b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
+    head = b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
     feed(f, head, split=split)
     assert f.phase == BODY
     feed(f, b"5;ext=1\r\nhello\r\n10\r\n" + b"x" * 16 + b"\r\n", split=split)
@@ -50,14 +50,14 @@ def test_get_without_body_goes_to_the_application() -> None:
 def test_slow_headers_stay_in_the_header_phase_from_the_first_byte() -> None:
     f = Framing(0.0)
     f.sent(0.5)  # nothing to answer yet: no change
-    for i, byte in enumerate(b"POST / HTTP/1.1\r\nX-Slow: aaaaaaaa"):
+    for i, byte in enumerate(b"POST / HTTP/1.1\r\nHost: x\r\nX-Slow: aaaaaaaa"):
         f.received(bytes([byte]), 1.0 + i)
     assert f.phase == HEADERS and f.since == 0.0  # a new connection: since accept
 
 
 def test_keep_alive_next_request_starts_its_own_header_clock() -> None:
     f = Framing(0.0)
-    f.received(b"GET / HTTP/1.1\r\n\r\n", 1.0)
+    f.received(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", 1.0)
     f.sent(2.0)
     assert f.phase == WAITING
     f.received(b"GET", 9.0)
@@ -66,7 +66,7 @@ def test_keep_alive_next_request_starts_its_own_header_clock() -> None:
 
 def test_pipelined_request_waits_for_the_response() -> None:
     f = Framing(0.0)
-    f.received(b"GET /a HTTP/1.1\r\n\r\nGET /b HTTP/1.1\r\n", 1.0)
+    f.received(b"GET /a HTTP/1.1\r\nHost: x\r\n\r\nGET /b HTTP/1.1\r\nHost: x\r\n", 1.0)
     assert f.phase == APP  # no deadline while the first is being answered
     f.sent(5.0)
     assert f.phase == HEADERS and f.since == 5.0
@@ -76,7 +76,7 @@ def test_pipelined_request_waits_for_the_response() -> None:
 
 def test_100_continue_does_not_end_the_body() -> None:
     f = Framing(0.0)
-    f.received(b"POST / HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 3\r\n\r\n", 1.0)
+    f.received(b"POST / HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 3\r\n\r\n", 1.0)
     f.sent(1.1)  # the interim response
     assert f.phase == BODY
     f.received(b"abc", 2.0)
@@ -96,7 +96,7 @@ def test_a_late_100_continue_does_not_end_the_request() -> None:
     conn = GuardedConnection(a.family, a.type, a.proto, fileno=a.detach())
     guard._register(conn, "127.0.0.1")
     try:
-        b.sendall(b"POST / HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 3\r\n\r\nabc")
+        b.sendall(b"POST / HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 3\r\n\r\nabc")
         assert conn.recv(4096).endswith(b"abc") and conn.framing.phase == APP
         conn.sendall(b"HTTP/1.1 100 Continue\r\n\r\n")
         assert conn.framing.phase == APP  # the application still works on it

@@ -69,7 +69,7 @@ def test_reserved_places_admit_probes_and_vouched_heads_only() -> None:
     probe.framing.received(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n", 1.0)
     assert probe.framing.phase == APP and not probe.framing.refused
     vouched, _ = _admitted(guard)
-    vouched.framing.received(b"POST /wsn/broker HTTP/1.1\r\nX: secret\r\n", 1.0)
+    vouched.framing.received(b"POST /wsn/broker HTTP/1.1\r\nHost: x\r\nX: secret\r\n", 1.0)
     vouched.framing.received(b"Content-Length: 3\r\n\r\n", 1.0)
     assert vouched.framing.phase == BODY and not vouched.framing.refused
     # both reserved places serve a request: nothing to evict, the next is refused
@@ -77,7 +77,7 @@ def test_reserved_places_admit_probes_and_vouched_heads_only() -> None:
     # a reserved connection whose request is neither is refused as its head completes
     stranger = Framing(0.0)
     stranger.screen = guard._screen
-    stranger.received(b"POST /wsn/broker HTTP/1.1\r\nContent-Length: 9\r\n\r\n", 1.0)
+    stranger.received(b"POST /wsn/broker HTTP/1.1\r\nHost: x\r\nContent-Length: 9\r\n\r\n", 1.0)
     assert stranger.refused
 
 
@@ -86,13 +86,13 @@ def test_newcomer_evicts_slow_heads_then_idle_connections_from_the_reserve() -> 
     for _ in range(2):
         _admitted(guard)
     idle, _ = _admitted(guard)
-    idle.framing.received(b"GET /readyz HTTP/1.1\r\n\r\n", 1.0)
+    idle.framing.received(b"GET /readyz HTTP/1.1\r\nHost: x\r\n\r\n", 1.0)
     idle.framing.sent(2.0)  # answered: idle between requests
     slow, _ = _admitted(guard)
     slow.framing.received(b"GET /heal", 5.0)  # a head that is still arriving
     first, victim = _admitted(guard)
     assert victim is slow and slow.guard_reason == "evicted"
-    first.framing.received(b"GET /healthz HTTP/1.1\r\n\r\n", 6.0)
+    first.framing.received(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n", 6.0)
     _, victim = _admitted(guard)
     assert victim is idle
     # evicted connections are forgotten when they close; the places stay taken
@@ -107,7 +107,7 @@ def test_slow_body_is_cut_at_the_minimum_rate_not_only_the_body_timeout() -> Non
     slow, _ = _admitted(guard)
     fast, _ = _admitted(guard)
     for conn in (slow, fast):
-        conn.framing.received(b"POST / HTTP/1.1\r\nContent-Length: 10000000\r\n\r\n", 0.0)
+        conn.framing.received(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 10000000\r\n\r\n", 0.0)
     for second in range(1, 4):
         slow.framing.received(b"x", float(second))  # 1 byte/s
         fast.framing.received(b"x" * 200, float(second))  # 200 bytes/s
@@ -116,7 +116,7 @@ def test_slow_body_is_cut_at_the_minimum_rate_not_only_the_body_timeout() -> Non
     # without a minimum rate the same body would hold its place for body_timeout
     lax = _guard(limit=0, body_timeout=60.0)
     conn, _ = _admitted(lax)
-    conn.framing.received(b"POST / HTTP/1.1\r\nContent-Length: 10000000\r\n\r\nx", 0.0)
+    conn.framing.received(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 10000000\r\n\r\nx", 0.0)
     assert lax.expired(now=59.0) == [] and lax.expired(now=60.0) == [(conn, "body_timeout")]
 
 

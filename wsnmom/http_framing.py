@@ -9,8 +9,9 @@ per request; every byte is parsed as it arrives, pipelined requests included, so
 nothing reaches the HTTP server behind (waitress, cheroot) before this parser has agreed
 where each request ends.  On top of h11 the head is refused when its framing could be
 read two ways (RFC 9112): a bare CR or LF, an obs-fold line, more than one
-``Content-Length`` or ``Transfer-Encoding``, both of them, or ``Transfer-Encoding`` in an
-HTTP/1.0 request.  A refused stream sets ``error`` (and ``status``, the answer it
+``Content-Length`` or ``Transfer-Encoding``, both of them, ``Transfer-Encoding`` in an
+HTTP/1.0 request, trailer fields after a chunked body, or a method in lower case (the
+last two, which h11 reads alike, because cheroot and waitress refuse them).  A refused stream sets ``error`` (and ``status``, the answer it
 deserves); the connection must then be closed without passing the bytes on.
 """
 
@@ -129,6 +130,11 @@ class Framing:
         elif self.phase == WAITING:
             self.since = now
 
+    @property
+    def mid_request(self) -> bool:
+        """Whether part of a request has arrived and the rest is still owed."""
+        return bool(self._head) or self._parser is not None
+
     # -- parsing ---------------------------------------------------------------------------
     def _take_head(self, data: bytes, now: float) -> bytes:
         """Collect the request head; once complete, check it and start its h11 parser.
@@ -177,6 +183,9 @@ class Framing:
                 elif isinstance(event, h11.Data):
                     self.body_bytes += len(event.data)
                 elif isinstance(event, h11.EndOfMessage):
+                    if event.headers:  # cheroot refuses them: no one reads them
+                        self._refuse("trailer fields after a chunked body")
+                        return b""
                     rest = parser.trailing_data[0]
                     self._parser = None
                     if self.listener is not None:
@@ -193,6 +202,9 @@ class Framing:
         return b""
 
     def _request(self, request: h11.Request) -> None:
+        if request.method != request.method.upper():  # waitress refuses it
+            self._refuse("a method in lower case")
+            return
         names = {name for name, _ in request.headers}
         if request.http_version != b"1.1" and b"transfer-encoding" in names:
             self._refuse("Transfer-Encoding in an HTTP/1.0 request")

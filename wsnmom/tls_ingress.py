@@ -120,6 +120,15 @@ class GuardedTlsConnection(Tracked, ssl.SSLSocket):
             return bytes(buffer[: inbox.readinto(buffer)])
         return super().recv(bufsize, flags)
 
+    # the ingress marks the answer as sent when the worker gives the connection back
+    # (Ingress.add): cheroot writes one answer in several sends, and a request pipelined
+    # behind it must not be taken for answered by the second
+    def send(self, data: Any, flags: int = 0) -> int:
+        return ssl.SSLSocket.send(self, data, flags)
+
+    def sendall(self, data: Any, flags: int = 0) -> None:
+        ssl.SSLSocket.sendall(self, data, flags)
+
     def pump(self, limit: int) -> str | int:
         """Handshake and read what is there, without blocking: :data:`READY` once the
         request is complete or ``limit`` bytes wait, :data:`CLOSED`, or the selector event
@@ -251,8 +260,11 @@ class Ingress:
             self._close(conn)
 
     def add(self, conn: Any) -> None:
-        """A kept-alive connection back from its worker (the worker's thread): its next
-        request."""
+        """A kept-alive connection back from its worker (the worker's thread), its answer
+        written: its next request."""
+        framing = getattr(conn.socket, "framing", None)
+        if framing is not None:
+            framing.sent(time.monotonic())
         self._pump(conn, registered=False)
 
     def _run(self) -> None:

@@ -77,11 +77,7 @@ _REFUSAL = (
     b"Content-Length: %d\r\n\r\n%s"
 )
 
-_REJECTION = (
-    b"HTTP/1.1 %d %s\r\n"
-    b"Content-Type: text/plain; charset=utf-8\r\n"
-    b"Connection: close\r\n"
-)
+_REJECTION = b"HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n"
 _REASONS = {400: b"Bad Request", 431: b"Request Header Fields Too Large", 501: b"Not Implemented"}
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network

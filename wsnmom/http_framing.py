@@ -7,12 +7,15 @@ checks each request head of a reserved place as it completes (``screen``).
 The framing itself is h11's (a maintained, strict HTTP/1.1 parser), one ``h11.Connection``
 per request; every byte is parsed as it arrives, pipelined requests included, so that
 nothing reaches the HTTP server behind (waitress, cheroot) before this parser has agreed
-where each request ends.  On top of h11 the head is refused when its framing could be
-read two ways (RFC 9112): a bare CR or LF, an obs-fold line, more than one
-``Content-Length`` or ``Transfer-Encoding``, both of them, ``Transfer-Encoding`` in an
-HTTP/1.0 request, trailer fields after a chunked body, or a method in lower case (the
-last two, which h11 reads alike, because cheroot and waitress refuse them).  A refused stream sets ``error`` (and ``status``, the answer it
-deserves); the connection must then be closed without passing the bytes on.
+where each request ends.  On top of h11 a request is refused when its framing could be
+read two ways (RFC 9112): a bare CR or LF in its head, an obs-fold line, a
+``Content-Length`` that is not one decimal number, more than one ``Content-Length`` or
+``Transfer-Encoding``, both of them, or ``Transfer-Encoding`` in an HTTP/1.0 request
+(which waitress ignores).  Two more, which h11 accepts but the servers behind refuse, are
+refused here too so that both always agree: trailer fields after a chunked body
+(cheroot) and a method in lower case (waitress).  A refused stream sets ``error`` (and
+``status``, the answer it deserves); the connection must then be closed without passing
+the bytes on.
 """
 
 from __future__ import annotations
@@ -46,7 +49,10 @@ def head_error(head: bytes) -> str:
     for line in head[: -len(_END)].split(b"\r\n")[1:]:
         if line[:1] in (b" ", b"\t"):
             return "a header line folded onto the next (obs-fold)"
-        name = line.split(b":", 1)[0].lower()
+        name, _, value = line.partition(b":")
+        name = name.lower()
+        if name == b"content-length" and not value.strip(b" \t").isdigit():
+            return "an invalid Content-Length"
         lengths += name == b"content-length"
         encodings += name == b"transfer-encoding"
     if lengths > 1:

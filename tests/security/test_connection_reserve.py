@@ -107,7 +107,9 @@ def test_slow_body_is_cut_at_the_minimum_rate_not_only_the_body_timeout() -> Non
     slow, _ = _admitted(guard)
     fast, _ = _admitted(guard)
     for conn in (slow, fast):
-        conn.framing.received(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 10000000\r\n\r\n", 0.0)
+        conn.framing.received(
+            b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 10000000\r\n\r\n", 0.0
+        )
     for second in range(1, 4):
         slow.framing.received(b"x", float(second))  # 1 byte/s
         fast.framing.received(b"x" * 200, float(second))  # 200 bytes/s

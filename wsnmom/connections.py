@@ -20,9 +20,11 @@ head, a probe or credentials its ``vouch`` check accepts, or it is answered 503 
 closed as soon as its head is complete; and while its head is still arriving (or it sits
 idle between requests) a newcomer may take its place (eviction), so slow heads cannot
 hold the reserve either.
-Admitted connections are :class:`GuardedConnection` sockets that follow the HTTP/1.1
-framing of what they receive (:class:`Framing`: request line and headers, then the body by
-``Content-Length`` or chunked encoding), so a reaper thread can close a connection whose
+Admitted connections are :class:`GuardedConnection` sockets that read the HTTP/1.1
+framing of what they receive before the server does (:class:`Framing`, on h11: request
+line and headers, then the body by ``Content-Length`` or chunked encoding; a framing that
+is malformed or could be read two ways is answered 400 and closed, and the server never
+sees its bytes), so a reaper thread can close a connection whose
 
 * request line and headers take longer than ``header_timeout`` from the request's first
   byte (for a new connection, from when it was accepted),

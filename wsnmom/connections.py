@@ -187,7 +187,7 @@ class Tracked:
         them): a request head the reserve does not admit (503), or bytes that are no
         HTTP/1.1 both parsers read alike (``Framing.error``)."""
         if self.framing.refused:
-            self.turn_away()
+            self.turn_away(answer=not self.framing.behind)
         else:
             self.reject()
 
@@ -217,16 +217,19 @@ class Tracked:
         _discard_input(self)
         self.cut()
 
-    def turn_away(self) -> None:
-        """Answer a request the reserve does not admit 503 and end the connection."""
+    def turn_away(self, *, answer: bool = True) -> None:
+        """Answer a request the reserve does not admit 503 (``answer``: False behind a
+        request being answered, whose answer the 503 could land in) and end the
+        connection."""
         guard = getattr(self, "guard", None)
         if guard is None or self.guard_reason:
             return
         self.guard_reason = "reserve"
         guard._turned_away(self)
-        with contextlib.suppress(OSError, ValueError):
-            text = RESERVED.encode() + b"\n"
-            super().send(_REFUSAL % (len(text), text))  # type: ignore[misc]
+        if answer:
+            with contextlib.suppress(OSError, ValueError):
+                text = RESERVED.encode() + b"\n"
+                super().send(_REFUSAL % (len(text), text))  # type: ignore[misc]
         self.cut()
 
     def send(self, data: Any, flags: int = 0) -> int:

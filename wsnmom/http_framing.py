@@ -73,6 +73,7 @@ class Framing:
         "_parser",
         "_queued",
         "answered",
+        "behind",
         "body_bytes",
         "error",
         "expect_continue",
@@ -93,6 +94,8 @@ class Framing:
         self.screen: Callable[[bytes], bool] | None = None
         #: a request head failed ``screen``: the connection must be refused
         self.refused = False
+        #: the refused head came behind a request the application works on
+        self.behind = False
         #: why the bytes received are no HTTP/1.1 this parser and the server behind it
         #: are sure to read alike ("" while they are); then ``status`` is the answer
         self.error = ""
@@ -165,7 +168,7 @@ class Framing:
             self._refuse(why)
             return b""
         if self.screen is not None and not self.screen(head[: -len(_END)]):
-            self.refused = True
+            self.refused, self.behind = True, self.phase == APP
         self._parser = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD)
         self.body_bytes = 0
         if self.phase != APP:

@@ -162,7 +162,11 @@ class GuardedTlsConnection(Tracked, ssl.SSLSocket):
                 if framing.phase == BODY and was != BODY and framing.expect_continue:
                     self._continue()
                 if framing.phase == APP or len(self.inbox) > limit:
-                    if not self._drain():
+                    self._drain()
+                    if framing.refused:  # a pipelined head the reserve does not admit
+                        self.turn_away(answer=False)
+                        return CLOSED
+                    if framing.error:  # a pipelined request read two ways
                         self.reject(self._answer)
                         return CLOSED
                     return READY
@@ -174,16 +178,15 @@ class GuardedTlsConnection(Tracked, ssl.SSLSocket):
             log.debug("https: connection from %s: %s", self.guard_client, exc)
             return CLOSED
 
-    def _drain(self) -> bool:
+    def _drain(self) -> None:
         """Move what TLS decrypted already into the inbox, so that nothing waits where
-        no selector sees it; False when those bytes are refused (``Framing.error``)."""
+        no selector sees it."""
         while self.pending():
             data = ssl.SSLSocket.recv(self, self.pending())
             if not data:
-                break
+                return
             self.inbox.write(data)
             self.framing.received(data, time.monotonic())
-        return not self.framing.error
 
     def _continue(self) -> None:
         self._answer(_CONTINUE)

@@ -232,3 +232,15 @@ def test_credentials_vouch_for_a_reserved_place_only_when_checked_at_once(
     open_settings = load_settings(None, environ={}, overrides={"data_dir": str(tmp_path)})
     anonymous = SimpleNamespace(extensions={"wsnmom.auth": Authenticator(open_settings)})
     assert credential_vouch(anonymous) is None
+
+
+def test_a_pipelined_head_is_screened_as_it_arrives() -> None:
+    """A head pipelined behind an admitted request on a reserved place is checked when it
+    arrives (not once the first is answered), and refused without a 503 that could land
+    inside the first request's answer."""
+    f = Framing(0.0)
+    f.screen = lambda head: head.startswith(b"GET /healthz ")
+    f.received(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n", 1.0)
+    assert f.phase == APP and not f.refused
+    f.received(b"POST /wsn/broker HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\n\r\nx", 2.0)
+    assert f.refused and f.behind

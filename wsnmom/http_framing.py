@@ -2,13 +2,29 @@
 moments it answered (:class:`Framing`): request line and headers, the body by
 ``Content-Length`` or chunked encoding, the application at work, idle.  The connection
 guard (:mod:`wsnmom.connections`) runs its deadlines and the minimum body rate on it, and
-checks each request head of a reserved place as it completes (``screen``)."""
+checks each request head of a reserved place as it completes (``screen``).
+
+The framing itself is h11's (a maintained, strict HTTP/1.1 parser), one ``h11.Connection``
+per request; every byte is parsed as it arrives, pipelined requests included, so that
+nothing reaches the HTTP server behind (waitress, cheroot) before this parser has agreed
+where each request ends.  On top of h11 a request is refused when its framing could be
+read two ways (RFC 9112): a bare CR or LF in its head, an obs-fold line, a
+``Content-Length`` that is not one decimal number, more than one ``Content-Length`` or
+``Transfer-Encoding``, both of them, or ``Transfer-Encoding`` in an HTTP/1.0 request
+(which waitress ignores).  Two more, which h11 accepts but the servers behind refuse, are
+refused here too so that both always agree: trailer fields after a chunked body
+(cheroot) and a method in lower case (waitress).  A refused stream sets ``error`` (and
+``status``, the answer it deserves); the connection must then be closed without passing
+the bytes on.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-__all__ = ["APP", "BODY", "HEADERS", "WAITING", "Framing"]
+import h11
+
+__all__ = ["APP", "BODY", "HEADERS", "WAITING", "Framing", "head_error"]
 
 #: phases of a connection
 WAITING = "waiting"  # between requests (idle deadline)
@@ -16,7 +32,36 @@ HEADERS = "headers"  # request line and headers arriving (header deadline)
 BODY = "body"  # body arriving (body deadline)
 APP = "app"  # a complete request with the application: no deadline
 
-_MAX_HEAD = 256 * 1024
+#: the largest request head (waitress' ``max_request_header_size`` default)
+MAX_HEAD = 256 * 1024
+_END = b"\r\n\r\n"
+
+#: what a :attr:`Framing.listener` receives: the h11 events of each request in order
+Listener = Callable[[h11.Request | h11.Data | h11.EndOfMessage], None]
+
+
+def head_error(head: bytes) -> str:
+    """Why the request head ``head`` (request line, header lines, the blank line) has a
+    framing two parsers could read differently; "" when it has none."""
+    rest = head.replace(b"\r\n", b"")
+    if b"\r" in rest or b"\n" in rest:
+        return "a bare CR or LF in the request head"
+    if b"\r\n " in head or b"\r\n\t" in head:
+        return "a header line folded onto the next (obs-fold)"
+    low = head.lower()
+    lengths = low.count(b"\r\ncontent-length:")
+    encodings = low.count(b"\r\ntransfer-encoding:")
+    if lengths > 1:
+        return "more than one Content-Length"
+    if encodings > 1:
+        return "more than one Transfer-Encoding"
+    if lengths and encodings:
+        return "both Content-Length and Transfer-Encoding"
+    if lengths:
+        start = low.index(b"\r\ncontent-length:") + len(b"\r\ncontent-length:")
+        if not head[start : head.index(b"\r\n", start)].strip(b" \t").isdigit():
+            return "an invalid Content-Length"
+    return ""
 
 
 class Framing:
@@ -24,152 +69,164 @@ class Framing:
     moments it sent.  ``since`` is when the current phase began."""
 
     __slots__ = (
-        "_chunk",
         "_head",
-        "_left",
-        "_pending",
+        "_parser",
+        "_queued",
+        "answered",
+        "behind",
         "body_bytes",
+        "error",
         "expect_continue",
+        "listener",
         "phase",
         "refused",
         "screen",
         "since",
+        "status",
     )
 
     def __init__(self, now: float) -> None:
         self.phase = HEADERS  # a new connection owes its first request's headers
         self.since = now
-        #: body bytes of the current request received so far (the minimum body rate)
+        #: body bytes of the request being received so far (the minimum body rate)
         self.body_bytes = 0
         #: on a reserved connection: the check every request head must pass
         self.screen: Callable[[bytes], bool] | None = None
         #: a request head failed ``screen``: the connection must be refused
         self.refused = False
+        #: the refused head came behind a request the application works on
+        self.behind = False
+        #: why the bytes received are no HTTP/1.1 this parser and the server behind it
+        #: are sure to read alike ("" while they are); then ``status`` is the answer
+        self.error = ""
+        self.status = 400
+        #: whether anything was answered on this connection yet
+        self.answered = False
+        #: the request received's h11 events, for a differential test (None: none)
+        self.listener: Listener | None = None
+        #: the head of the request being received, until it is complete
         self._head = b""
-        #: body bytes still expected (Content-Length), or -1 while chunked
-        self._left = 0
-        #: chunked decoding state: bytes of the current chunk (+ CRLF) left, or a
-        #: negative state (-1: size line, -2: trailers)
-        self._chunk = 0
-        #: bytes received while the application works (a pipelined next request)
-        self._pending = b""
+        #: the h11 parser of the request whose body is being received
+        self._parser: h11.Connection | None = None
+        #: complete requests received behind the one the application works on
+        self._queued = 0
         #: the current request's head asked for ``100 Continue`` before its body
         self.expect_continue = False
 
     def received(self, data: bytes, now: float) -> None:
         """``data`` arrived."""
-        if not data:
-            return
-        if self.phase == APP:
-            if len(self._pending) < _MAX_HEAD:
-                self._pending += data
+        if not data or self.error:
             return
         if self.phase == WAITING:
-            self.phase, self.since, self._head = HEADERS, now, b""
-        offset = 0
-        if self.phase == HEADERS:
-            offset = self._headers(data, now)
-            if offset < 0:
-                return
-            if self._head:  # the head came in pieces: continue in the joined bytes
-                data, self._head = self._head, b""
-        if self.phase == BODY and offset < len(data):
-            offset = self._body(data, offset)
-        if self.phase == APP and offset < len(data):
-            self._pending = data[offset : offset + _MAX_HEAD]
+            self.phase, self.since = HEADERS, now
+        while data and not self.error:
+            data = self._take_head(data, now) if self._parser is None else self._body(data, now)
 
     def sent(self, now: float) -> None:
         """Response bytes were sent (a 100 Continue during the body changes nothing)."""
+        self.answered = True
         if self.phase == APP:
-            pending, self._pending = self._pending, b""
-            self.phase, self.since = WAITING, now
-            if pending:
-                self.received(pending, now)
+            if self._queued:  # a pipelined request, complete already: its turn
+                self._queued -= 1
+                self.phase = APP
+            elif self._parser is not None:
+                self.phase = BODY
+            elif self._head:
+                self.phase = HEADERS
+            else:
+                self.phase = WAITING
+            self.since = now
         elif self.phase == WAITING:
             self.since = now
 
-    def _headers(self, data: bytes, now: float) -> int:
-        """Take the request head from ``data``: the offset of the body in ``data`` (in
-        ``self._head`` when the head came in pieces, which then holds all of it), or -1
-        while the head is incomplete."""
+    @property
+    def mid_request(self) -> bool:
+        """Whether part of a request has arrived and the rest is still owed."""
+        return bool(self._head) or self._parser is not None
+
+    # -- parsing ---------------------------------------------------------------------------
+    def _take_head(self, data: bytes, now: float) -> bytes:
+        """Collect the request head; once complete, check it and start its h11 parser.
+        What of ``data`` follows the head (the rest is kept while it is incomplete)."""
         head = self._head + data if self._head else data
-        start = 0
-        if not self._head and head[:2] == b"\r\n":
-            start = len(head) - len(head.lstrip(b"\r\n"))  # stray CRLFs (RFC 9112 2.2)
-            if start == len(head):
-                return -1
-        end = head.find(b"\r\n\r\n", start)
+        while head[:2] == b"\r\n":  # empty lines before a request (RFC 9112 2.2)
+            head = head[2:]
+        end = head.find(_END, max(0, len(head) - len(data) - 3))
         if end < 0:
-            self._head = head[-_MAX_HEAD:]
-            return -1
-        block = head[start:end].lower()
-        if self.screen is not None and not self.screen(head[start:end]):
-            self.refused = True
-        self._head = head if head is not data else b""
-        self.phase, self.since, self.body_bytes = BODY, now, 0
-        self.expect_continue = b"100-continue" in _header(block, b"expect")
-        if b"\ntransfer-encoding:" in block and b"chunked" in _header(block, b"transfer-encoding"):
-            self._left, self._chunk = -1, -1
+            if len(head) > MAX_HEAD:
+                self._refuse("the request head is too large", 431)
+            self._head = head
+            return b""
+        end += len(_END)
+        head, rest = head[:end], head[end:]
+        self._head = b""
+        if end > MAX_HEAD:
+            self._refuse("the request head is too large", 431)
+            return b""
+        why = head_error(head)
+        if why:
+            self._refuse(why)
+            return b""
+        if self.screen is not None and not self.screen(head[: -len(_END)]):
+            self.refused, self.behind = True, self.phase == APP
+        self._parser = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD)
+        self.body_bytes = 0
+        if self.phase != APP:
+            self.phase, self.since = BODY, now
+        return self._body(head + rest, now)
+
+    def _body(self, data: bytes, now: float) -> bytes:
+        """Feed ``data`` to the request's h11 parser; what follows the request's end."""
+        parser = self._parser
+        assert parser is not None
+        parser.receive_data(data)
+        try:
+            while True:
+                event = parser.next_event()
+                if event is h11.NEED_DATA:
+                    return b""
+                if isinstance(event, h11.Request):
+                    self._request(event)
+                    if self.error:
+                        return b""
+                elif isinstance(event, h11.Data):
+                    self.body_bytes += len(event.data)
+                elif isinstance(event, h11.EndOfMessage):
+                    if event.headers:  # cheroot refuses them: no one reads them
+                        self._refuse("trailer fields after a chunked body")
+                        return b""
+                    rest = parser.trailing_data[0]
+                    self._parser = None
+                    if self.listener is not None:
+                        self.listener(event)
+                    self._complete(now)
+                    return rest
+                else:  # pragma: no cover - h11 gives a server nothing else before the end
+                    self._refuse(f"unexpected {type(event).__name__}")
+                    return b""
+                if self.listener is not None:
+                    self.listener(event)
+        except h11.RemoteProtocolError as exc:
+            self._refuse(str(exc), exc.error_status_hint)
+        return b""
+
+    def _request(self, request: h11.Request) -> None:
+        if request.method != request.method.upper():  # waitress refuses it
+            self._refuse("a method in lower case")
+            return
+        names = {name for name, _ in request.headers}
+        if request.http_version != b"1.1" and b"transfer-encoding" in names:
+            self._refuse("Transfer-Encoding in an HTTP/1.0 request")
+            return
+        expect = (v for n, v in request.headers if n == b"expect")
+        self.expect_continue = any(v.lower() == b"100-continue" for v in expect)
+
+    def _complete(self, now: float) -> None:
+        if self.phase == APP:
+            self._queued += 1  # pipelined behind the one the application works on
         else:
-            length = _header(block, b"content-length").strip()
-            self._left = int(length) if length.isdigit() else 0
-            if self._left == 0:
-                self.phase = APP
-        return end + 4
+            self.phase, self.since = APP, now
 
-    def _body(self, data: bytes, offset: int) -> int:
-        """Take body bytes from ``data[offset:]``; the offset after them."""
-        if self._left >= 0:
-            take = min(self._left, len(data) - offset)
-            self._left -= take
-            self.body_bytes += take
-            if self._left == 0:
-                self.phase = APP
-            return offset + take
-        rest = self._chunked(data[offset:])
-        self.body_bytes += len(data) - offset - len(rest)
-        return len(data) - len(rest)
-
-    def _chunked(self, data: bytes) -> bytes:
-        i = 0
-        while i < len(data):
-            if self._chunk > 0:
-                take = min(self._chunk, len(data) - i)
-                self._chunk -= take
-                i += take
-                if self._chunk == 0:
-                    self._chunk = -1
-                continue
-            line_end = data.find(b"\n", i)
-            if line_end < 0:
-                self._head = (self._head + data[i:])[-1024:]
-                return b""
-            line = (self._head + data[i:line_end]).strip()
-            self._head = b""
-            i = line_end + 1
-            if self._chunk == -2:  # trailers until an empty line
-                if not line:
-                    self.phase = APP
-                    return data[i:]
-                continue
-            if not line:
-                continue  # the CRLF after a chunk's data
-            size = line.split(b";", 1)[0]
-            try:
-                n = int(size, 16)
-            except ValueError:
-                self.phase = APP  # malformed: waitress answers it
-                return b""
-            # the data; the CRLF after it reads as an empty size line and is skipped
-            self._chunk = n if n else -2
-        return b""
-
-
-def _header(block: bytes, name: bytes) -> bytes:
-    """The value of header ``name`` in a lower-cased header block ("" when absent)."""
-    start = block.find(b"\n" + name + b":")
-    if start < 0:
-        return b""
-    start += len(name) + 2
-    end = block.find(b"\r\n", start)
-    return block[start:] if end < 0 else block[start:end]
+    def _refuse(self, why: str, status: int = 400) -> None:
+        self.error, self.status = why or "malformed request", status
+        self._parser, self._head = None, b""

@@ -40,28 +40,66 @@ _END = b"\r\n\r\n"
 Listener = Callable[[h11.Request | h11.Data | h11.EndOfMessage], None]
 
 
-def head_error(head: bytes) -> str:
+def _inspect(head: bytes) -> tuple[str, int, int]:
     """Why the request head ``head`` (request line, header lines, the blank line) has a
-    framing two parsers could read differently; "" when it has none."""
+    framing two parsers could read differently ("" when it has none), and where the value
+    of its one ``Content-Length`` starts and ends in it (0, 0 without one)."""
     rest = head.replace(b"\r\n", b"")
     if b"\r" in rest or b"\n" in rest:
-        return "a bare CR or LF in the request head"
+        return "a bare CR or LF in the request head", 0, 0
     if b"\r\n " in head or b"\r\n\t" in head:
-        return "a header line folded onto the next (obs-fold)"
+        return "a header line folded onto the next (obs-fold)", 0, 0
     low = head.lower()
     lengths = low.count(b"\r\ncontent-length:")
     encodings = low.count(b"\r\ntransfer-encoding:")
     if lengths > 1:
-        return "more than one Content-Length"
+        return "more than one Content-Length", 0, 0
     if encodings > 1:
-        return "more than one Transfer-Encoding"
+        return "more than one Transfer-Encoding", 0, 0
     if lengths and encodings:
-        return "both Content-Length and Transfer-Encoding"
-    if lengths:
-        start = low.index(b"\r\ncontent-length:") + len(b"\r\ncontent-length:")
-        if not head[start : head.index(b"\r\n", start)].strip(b" \t").isdigit():
-            return "an invalid Content-Length"
-    return ""
+        return "both Content-Length and Transfer-Encoding", 0, 0
+    if not lengths:
+        return "", 0, 0
+    start = low.index(b"\r\ncontent-length:") + len(b"\r\ncontent-length:")
+    end = head.index(b"\r\n", start)
+    if not head[start:end].strip(b" \t").isdigit():
+        return "an invalid Content-Length", 0, 0
+    return "", start, end
+
+
+def head_error(head: bytes) -> str:
+    """Why the request head ``head`` (request line, header lines, the blank line) has a
+    framing two parsers could read differently; "" when it has none."""
+    return _inspect(head)[0]
+
+
+class _Verdict:
+    """What h11 read in a request head: the request, whether it asked for ``100 Continue``
+    and whether its body is chunked (h11 reads such a body; it accepts no other
+    ``Transfer-Encoding``)."""
+
+    __slots__ = ("chunked", "expect_continue", "request")
+
+    def __init__(self, request: h11.Request, expect_continue: bool, chunked: bool) -> None:
+        self.request = request
+        self.expect_continue = expect_continue
+        self.chunked = chunked
+
+
+#: the longest head whose verdict a connection keeps for its next request
+_SHAPE_MAX = 4096
+#: every digit read as 0: two heads of one shape differ in the value of their
+#: ``Content-Length`` only, not in its length or its white space
+_ZEROS = bytes.maketrans(b"123456789", b"000000000")
+
+
+def _shape(head: bytes, start: int, end: int) -> bytes:
+    """``head`` with the digits of its ``Content-Length`` (at ``start:end``) read as 0:
+    whatever h11 reads in a head other than that number, it reads alike in every head of
+    one shape (its checks of the number: digits only, at most 20 of them)."""
+    if start == end:
+        return head
+    return head[:start] + head[start:end].translate(_ZEROS) + head[end:]
 
 
 class Framing:
@@ -70,8 +108,11 @@ class Framing:
 
     __slots__ = (
         "_head",
+        "_left",
         "_parser",
         "_queued",
+        "_shape",
+        "_verdict",
         "answered",
         "behind",
         "body_bytes",
@@ -106,10 +147,16 @@ class Framing:
         self.listener: Listener | None = None
         #: the head of the request being received, until it is complete
         self._head = b""
-        #: the h11 parser of the request whose body is being received
+        #: the h11 parser of the request whose chunked body is being received
         self._parser: h11.Connection | None = None
+        #: the bytes still owed of a body by ``Content-Length`` being received
+        self._left = 0
         #: complete requests received behind the one the application works on
         self._queued = 0
+        #: the shape (:func:`_shape`) of the last head h11 read and its verdict: a client
+        #: sends every request of a connection with a head of one shape, as a rule
+        self._shape = b""
+        self._verdict: _Verdict | None = None
         #: the current request's head asked for ``100 Continue`` before its body
         self.expect_continue = False
 
@@ -120,7 +167,12 @@ class Framing:
         if self.phase == WAITING:
             self.phase, self.since = HEADERS, now
         while data and not self.error:
-            data = self._take_head(data, now) if self._parser is None else self._body(data, now)
+            if self._left:
+                data = self._count(data, now)
+            elif self._parser is not None:
+                data = self._chunks(data, now)
+            else:
+                data = self._take_head(data, now)
 
     def sent(self, now: float) -> None:
         """Response bytes were sent (a 100 Continue during the body changes nothing)."""
@@ -129,7 +181,7 @@ class Framing:
             if self._queued:  # a pipelined request, complete already: its turn
                 self._queued -= 1
                 self.phase = APP
-            elif self._parser is not None:
+            elif self._left or self._parser is not None:
                 self.phase = BODY
             elif self._head:
                 self.phase = HEADERS
@@ -142,12 +194,12 @@ class Framing:
     @property
     def mid_request(self) -> bool:
         """Whether part of a request has arrived and the rest is still owed."""
-        return bool(self._head) or self._parser is not None
+        return bool(self._head) or bool(self._left) or self._parser is not None
 
     # -- parsing ---------------------------------------------------------------------------
     def _take_head(self, data: bytes, now: float) -> bytes:
-        """Collect the request head; once complete, check it and start its h11 parser.
-        What of ``data`` follows the head (the rest is kept while it is incomplete)."""
+        """Collect the request head; once complete, check it and read it with h11.  What
+        of ``data`` follows the head (the rest is kept while it is incomplete)."""
         head = self._head + data if self._head else data
         while head[:2] == b"\r\n":  # empty lines before a request (RFC 9112 2.2)
             head = head[2:]
@@ -163,20 +215,61 @@ class Framing:
         if end > MAX_HEAD:
             self._refuse("the request head is too large", 431)
             return b""
-        why = head_error(head)
+        why, start, stop = _inspect(head)
         if why:
             self._refuse(why)
             return b""
         if self.screen is not None and not self.screen(head[: -len(_END)]):
             self.refused, self.behind = True, self.phase == APP
-        self._parser = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD)
         self.body_bytes = 0
         if self.phase != APP:
             self.phase, self.since = BODY, now
-        return self._body(head + rest, now)
+        shape = _shape(head, start, stop) if end <= _SHAPE_MAX else b""
+        verdict = self._verdict if shape and shape == self._shape else None
+        if verdict is None:  # h11 reads the head (and a chunked body after it)
+            parser = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD)
+            parser.receive_data(head)
+            try:
+                event = parser.next_event()
+            except h11.RemoteProtocolError as exc:
+                self._refuse(str(exc), exc.error_status_hint)
+                return b""
+            if not isinstance(event, h11.Request):  # pragma: no cover - a complete head
+                self._refuse(f"unexpected {type(event).__name__}")
+                return b""
+            verdict = self._request(event)
+            if verdict is None:
+                return b""
+            if self.listener is not None:
+                self.listener(event)
+            if verdict.chunked:
+                self.expect_continue = verdict.expect_continue
+                self._parser = parser
+                return rest
+            self._shape, self._verdict = shape, verdict
+        elif self.listener is not None:
+            self.listener(verdict.request)
+        self.expect_continue = verdict.expect_continue
+        self._left = int(head[start:stop]) if start != stop else 0
+        if not self._left:
+            self._done(now)
+        return rest
 
-    def _body(self, data: bytes, now: float) -> bytes:
-        """Feed ``data`` to the request's h11 parser; what follows the request's end."""
+    def _count(self, data: bytes, now: float) -> bytes:
+        """Body bytes of a request by ``Content-Length`` (the number h11 accepted in its
+        head); what follows the request's end."""
+        take = min(self._left, len(data))
+        self._left -= take
+        self.body_bytes += take
+        if self.listener is not None:
+            self.listener(h11.Data(data=data[:take]))
+        if self._left:
+            return b""
+        self._done(now)
+        return data[take:]
+
+    def _chunks(self, data: bytes, now: float) -> bytes:
+        """Feed ``data`` to the h11 parser of a chunked body; what follows its end."""
         parser = self._parser
         assert parser is not None
         parser.receive_data(data)
@@ -185,11 +278,7 @@ class Framing:
                 event = parser.next_event()
                 if event is h11.NEED_DATA:
                     return b""
-                if isinstance(event, h11.Request):
-                    self._request(event)
-                    if self.error:
-                        return b""
-                elif isinstance(event, h11.Data):
+                if isinstance(event, h11.Data):
                     self.body_bytes += len(event.data)
                 elif isinstance(event, h11.EndOfMessage):
                     if event.headers:  # cheroot refuses them: no one reads them
@@ -197,9 +286,7 @@ class Framing:
                         return b""
                     rest = parser.trailing_data[0]
                     self._parser = None
-                    if self.listener is not None:
-                        self.listener(event)
-                    self._complete(now)
+                    self._done(now)
                     return rest
                 else:  # pragma: no cover - h11 gives a server nothing else before the end
                     self._refuse(f"unexpected {type(event).__name__}")
@@ -210,18 +297,22 @@ class Framing:
             self._refuse(str(exc), exc.error_status_hint)
         return b""
 
-    def _request(self, request: h11.Request) -> None:
+    def _request(self, request: h11.Request) -> _Verdict | None:
+        """The verdict on a request h11 accepted, or None when it is refused here."""
         if request.method != request.method.upper():  # waitress refuses it
             self._refuse("a method in lower case")
-            return
-        names = {name for name, _ in request.headers}
-        if request.http_version != b"1.1" and b"transfer-encoding" in names:
+            return None
+        chunked = any(name == b"transfer-encoding" for name, _ in request.headers)
+        if chunked and request.http_version != b"1.1":
             self._refuse("Transfer-Encoding in an HTTP/1.0 request")
-            return
+            return None
         expect = (v for n, v in request.headers if n == b"expect")
-        self.expect_continue = any(v.lower() == b"100-continue" for v in expect)
+        return _Verdict(request, any(v.lower() == b"100-continue" for v in expect), chunked)
 
-    def _complete(self, now: float) -> None:
+    def _done(self, now: float) -> None:
+        """The request received is complete."""
+        if self.listener is not None:
+            self.listener(h11.EndOfMessage())
         if self.phase == APP:
             self._queued += 1  # pipelined behind the one the application works on
         else:
@@ -229,4 +320,4 @@ class Framing:
 
     def _refuse(self, why: str, status: int = 400) -> None:
         self.error, self.status = why or "malformed request", status
-        self._parser, self._head = None, b""
+        self._parser, self._head, self._left = None, b"", 0

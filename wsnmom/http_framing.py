@@ -18,18 +18,19 @@ at most 20 of them (both kept in the shape), so h11 would read it alike: it is n
 again. On top of h11 a request is refused when its framing could be read two ways (RFC
 9112): a bare CR or LF in its head, an obs-fold line, a ``Content-Length`` that is not
 one decimal number, more than one ``Content-Length`` or ``Transfer-Encoding``, both of
-them, or ``Transfer-Encoding`` in an HTTP/1.0 request (which waitress ignores). Two
-more, which h11 accepts but the servers behind refuse, are refused here too so that both
-always agree: trailer fields after a chunked body (cheroot), a method in lower case
-(waitress) and ``Expect: 100-continue`` on a request without a body (waitress 3.0
-answers it ``100 Continue`` and then reads the next request's head as more of this
-one's: the request is lost and its headers join the next one's). A refused stream sets
-``error`` (and ``status``, the answer it deserves); the connection must then be closed
-without passing the bytes on.
+them, or ``Transfer-Encoding`` in an HTTP/1.0 request (which waitress ignores). Four
+more, which h11 accepts but a server behind refuses or misreads, are refused here too so
+that both always agree: trailer fields after a chunked body (cheroot), a control
+character in a header value (waitress), a method in lower case (waitress) and ``Expect:
+100-continue`` on a request without a body (waitress 3.0 answers it ``100 Continue`` and
+then reads the next request's head as more of this one's: the request is lost and its
+headers join the next one's). A refused stream sets ``error`` (and ``status``, the
+answer it deserves); the connection must then be closed without passing the bytes on.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 
 import h11
@@ -50,6 +51,10 @@ _END = b"\r\n\r\n"
 Listener = Callable[[h11.Request | h11.Data | h11.EndOfMessage], None]
 
 
+#: control characters a request head must not hold (HT is allowed, CR and LF end lines)
+_CONTROL = re.compile(rb"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+
+
 def _inspect(head: bytes) -> tuple[str, int, int]:
     """Why the request head ``head`` (request line, header lines, the blank line) has a
     framing two parsers could read differently ("" when it has none), and where the value
@@ -59,6 +64,8 @@ def _inspect(head: bytes) -> tuple[str, int, int]:
         return "a bare CR or LF in the request head", 0, 0
     if b"\r\n " in head or b"\r\n\t" in head:
         return "a header line folded onto the next (obs-fold)", 0, 0
+    if _CONTROL.search(head):  # h11 takes them in a header value, waitress does not
+        return "a control character in the request head", 0, 0
     low = head.lower()
     lengths = low.count(b"\r\ncontent-length:")
     encodings = low.count(b"\r\ntransfer-encoding:")

@@ -18,14 +18,15 @@ at most 20 of them (both kept in the shape), so h11 would read it alike: it is n
 again. On top of h11 a request is refused when its framing could be read two ways (RFC
 9112): a bare CR or LF in its head, an obs-fold line, a ``Content-Length`` that is not
 one decimal number, more than one ``Content-Length`` or ``Transfer-Encoding``, both of
-them, or ``Transfer-Encoding`` in an HTTP/1.0 request (which waitress ignores). Four
+them, or ``Transfer-Encoding`` in an HTTP/1.0 request (which waitress ignores). Five
 more, which h11 accepts but a server behind refuses or misreads, are refused here too so
 that both always agree: trailer fields after a chunked body (cheroot), a control
-character in a header value (waitress), a method in lower case (waitress) and ``Expect:
-100-continue`` on a request without a body (waitress 3.0 answers it ``100 Continue`` and
-then reads the next request's head as more of this one's: the request is lost and its
-headers join the next one's). A refused stream sets ``error`` (and ``status``, the
-answer it deserves); the connection must then be closed without passing the bytes on.
+character in a header value (waitress), an empty line between a chunked body and the
+next request (cheroot), a method in lower case (waitress) and ``Expect: 100-continue``
+on a request without a body (waitress 3.0 answers it ``100 Continue`` and then reads the
+next request's head as more of this one's: the request is lost and its headers join the
+next one's). A refused stream sets ``error`` (and ``status``, the answer it deserves);
+the connection must then be closed without passing the bytes on.
 """
 
 from __future__ import annotations
@@ -124,6 +125,7 @@ class Framing:
     moments it sent.  ``since`` is when the current phase began."""
 
     __slots__ = (
+        "_chunked_end",
         "_head",
         "_left",
         "_parser",
@@ -168,6 +170,8 @@ class Framing:
         self._parser: h11.Connection | None = None
         #: the bytes still owed of a body by ``Content-Length`` being received
         self._left = 0
+        #: the last request received ended with a chunked body and no head began since
+        self._chunked_end = False
         #: complete requests received behind the one the application works on
         self._queued = 0
         #: the shape (:func:`_shape`) of the last head h11 read and its verdict: a client
@@ -219,6 +223,10 @@ class Framing:
         of ``data`` follows the head (the rest is kept while it is incomplete)."""
         head = self._head + data if self._head else data
         while head[:2] == b"\r\n":  # empty lines before a request (RFC 9112 2.2)
+            if self._chunked_end:  # cheroot reads no trailer section: its end is the
+                # one empty line it skips before a request, and this one it refuses
+                self._refuse("an empty line after a chunked body")
+                return b""
             head = head[2:]
         end = head.find(_END, max(0, len(head) - len(data) - 3))
         if end < 0:
@@ -228,7 +236,7 @@ class Framing:
             return b""
         end += len(_END)
         head, rest = head[:end], head[end:]
-        self._head = b""
+        self._head, self._chunked_end = b"", False
         if end > MAX_HEAD:
             self._refuse("the request head is too large", 431)
             return b""
@@ -305,7 +313,7 @@ class Framing:
                         self._refuse("trailer fields after a chunked body")
                         return b""
                     rest = parser.trailing_data[0]
-                    self._parser = None
+                    self._parser, self._chunked_end = None, True
                     self._done(now)
                     return rest
                 else:  # pragma: no cover - h11 gives a server nothing else before the end

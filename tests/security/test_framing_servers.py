@@ -1,12 +1,16 @@
-"""What h11 accepts and waitress (3.0) reads otherwise; the guard's framing refuses it
-(400) before waitress sees it, so that both agree on every request.
+"""What h11 accepts and a server behind the guard (waitress 3.0, cheroot 11) reads
+otherwise; the guard's framing refuses it (400) before the server sees it, so that both
+agree on every request.
 
 * ``Expect: 100-continue`` on a request without a body: waitress answers it
   ``100 Continue``, marks the request incomplete again and reads the next request's head
   as more of its head, so the request is never served and its headers join the next
   request's.
 * A control character (DEL, or one below SP other than HT) in a header value: h11 takes
-  it, waitress answers 400."""
+  it, waitress answers 400.
+* An empty line between a chunked body and the next request: cheroot reads no trailer
+  section, so the CRLF that ends it is the one empty line it skips before a request, and
+  it answers one more 400."""
 
 from __future__ import annotations
 
@@ -85,3 +89,39 @@ def test_waitress_refuses_a_del_in_a_header_value_and_so_does_the_guard(
         with _sent(server, stream) as sock:
             responses, closed = read_responses(sock, 2)
         assert closed and served(responses) == ([], 400), responses
+
+
+CHUNKED = b"POST /r/0 HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nab\r\n0\r\n\r\n"
+
+
+@pytest.mark.parametrize("split", [False, True])
+def test_the_framing_refuses_an_empty_line_after_a_chunked_body(split: bool) -> None:
+    f = Framing(0.0)
+    f.received(CHUNKED, 1.0)
+    f.sent(2.0)
+    if split:
+        f.received(b"\r", 3.0)
+        assert not f.error
+    f.received((b"\n" if split else b"\r\n") + SENTINEL, 3.0)
+    assert f.error == "an empty line after a chunked body"
+
+
+def test_a_request_right_after_a_chunked_body_and_empty_lines_before_another_are_read() -> None:
+    head = b"POST /r/1 HTTP/1.1\r\nHost: h\r\nContent-Length: 0\r\n\r\n"
+    view = front_view(CHUNKED + head + b"\r\n" + SENTINEL, [])
+    assert not view.error and [r[1] for r in view.requests] == ["/r/0", "/r/1", "/sentinel"]
+
+
+@pytest.mark.e2e
+def test_cheroot_refuses_an_empty_line_after_a_chunked_body_and_so_does_the_guard(
+    http_server: Server, https_server: Server
+) -> None:
+    with _sent(https_server, CHUNKED + SENTINEL) as sock:  # behind the guard, no empty line
+        responses, _ = read_responses(sock, 2)
+    assert [path for _, path, _ in served(responses)[0]] == ["/r/0", "/sentinel"]
+
+    stream = CHUNKED + b"\r\n" + SENTINEL
+    for server in (http_server, https_server):
+        with _sent(server, stream) as sock:
+            responses, closed = read_responses(sock, 2)
+        assert closed and served(responses)[0] in ([], [("POST", "/r/0", b"ab")]), responses

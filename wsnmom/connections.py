@@ -206,9 +206,10 @@ class Tracked:
             guard._rejected(self, framing.error)
         plain = isinstance(self, GuardedConnection)  # no TLS record to write otherwise
         if framing.phase != APP and (send is not None or (plain and not framing.answered)):
-            text = f"{framing.error}\n".encode()
+            reason = _REASONS.get(framing.status, b"Bad Request")
+            text = reason + b"\n\n" + framing.error.encode() + b"\n"  # as waitress words it
             with contextlib.suppress(OSError, ValueError):
-                answer = _REJECTION % (framing.status, _REASONS.get(framing.status, b"Bad Request"))
+                answer = _REJECTION % (framing.status, reason)
                 answer += b"Content-Length: %d\r\n\r\n%s" % (len(text), text)
                 if send is None:
                     socket.socket.send(self, answer, socket.MSG_DONTWAIT)  # type: ignore[arg-type]

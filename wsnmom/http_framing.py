@@ -56,6 +56,19 @@ Listener = Callable[[h11.Request | h11.Data | h11.EndOfMessage], None]
 _CONTROL = re.compile(rb"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
 
+#: a chunk size line as waitress reads it: hex digits and extensions without white space
+#: (RFC 9112 7.1.1: a chunk-ext-name is a token, its value a token or a quoted-string)
+_TOKEN = rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+"
+_QUOTED = rb'"(?:[\t \x21\x23-\x5b\x5d-\x7e\x80-\xff]|\\[\t \x21-\x7e\x80-\xff])*"'
+_SIZE_LINE = re.compile(rb"[0-9A-Fa-f]+(?:;%s(?:=(?:%s|%s))?)*" % (_TOKEN, _TOKEN, _QUOTED))
+
+
+def _size_lines_ok(frame: bytes) -> bool:
+    """Whether the chunk size lines in ``frame`` (what h11 read between two chunks' data:
+    the CRLF after one, the size line of the next) are all of waitress' form."""
+    return all(not line or _SIZE_LINE.fullmatch(line) for line in frame.split(b"\r\n"))
+
+
 def _inspect(head: bytes) -> tuple[str, int, int]:
     """Why the request head ``head`` (request line, header lines, the blank line) has a
     framing two parsers could read differently ("" when it has none), and where the value
@@ -131,6 +144,7 @@ class Framing:
         "_parser",
         "_queued",
         "_shape",
+        "_unread",
         "_verdict",
         "answered",
         "behind",
@@ -172,6 +186,8 @@ class Framing:
         self._left = 0
         #: the last request received ended with a chunked body and no head began since
         self._chunked_end = False
+        #: of a chunked body, the bytes given to h11 that no event of its accounts for yet
+        self._unread = b""
         #: complete requests received behind the one the application works on
         self._queued = 0
         #: the shape (:func:`_shape`) of the last head h11 read and its verdict: a client
@@ -297,28 +313,41 @@ class Framing:
         return data[take:]
 
     def _chunks(self, data: bytes, now: float) -> bytes:
-        """Feed ``data`` to the h11 parser of a chunked body; what follows its end."""
+        """Feed ``data`` to the h11 parser of a chunked body; what follows its end.  The
+        chunk size lines h11 read are checked as waitress checks them (h11 takes white
+        space after the size and anything after a ``;``)."""
         parser = self._parser
         assert parser is not None
         parser.receive_data(data)
+        self._unread += data  # the bytes h11 was given since its last event
         try:
             while True:
                 event = parser.next_event()
                 if event is h11.NEED_DATA:
                     return b""
+                read = len(self._unread) - len(parser.trailing_data[0])
                 if isinstance(event, h11.Data):
                     self.body_bytes += len(event.data)
+                    if event.chunk_start and not _size_lines_ok(
+                        self._unread[: read - len(event.data)]
+                    ):
+                        self._refuse("an invalid chunk size line")
+                        return b""
                 elif isinstance(event, h11.EndOfMessage):
                     if event.headers:  # cheroot refuses them: no one reads them
                         self._refuse("trailer fields after a chunked body")
                         return b""
+                    if not _size_lines_ok(self._unread[:read]):
+                        self._refuse("an invalid chunk size line")
+                        return b""
                     rest = parser.trailing_data[0]
-                    self._parser, self._chunked_end = None, True
+                    self._parser, self._chunked_end, self._unread = None, True, b""
                     self._done(now)
                     return rest
                 else:  # pragma: no cover - h11 gives a server nothing else before the end
                     self._refuse(f"unexpected {type(event).__name__}")
                     return b""
+                self._unread = self._unread[read:]
                 if self.listener is not None:
                     self.listener(event)
         except h11.RemoteProtocolError as exc:
@@ -348,4 +377,4 @@ class Framing:
 
     def _refuse(self, why: str, status: int = 400) -> None:
         self.error, self.status = why or "malformed request", status
-        self._parser, self._head, self._left = None, b"", 0
+        self._parser, self._head, self._left, self._unread = None, b"", 0, b""

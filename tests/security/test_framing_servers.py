@@ -10,7 +10,10 @@ agree on every request.
   it, waitress answers 400.
 * An empty line between a chunked body and the next request: cheroot reads no trailer
   section, so the CRLF that ends it is the one empty line it skips before a request, and
-  it answers one more 400."""
+  it answers one more 400.
+* A chunk size line with white space in it or an extension that is not
+  ``;token[=token|quoted-string]``: h11 reads anything after the size's digits and a
+  ``;``, waitress answers 400."""
 
 from __future__ import annotations
 
@@ -125,3 +128,44 @@ def test_cheroot_refuses_an_empty_line_after_a_chunked_body_and_so_does_the_guar
         with _sent(server, stream) as sock:
             responses, closed = read_responses(sock, 2)
         assert closed and served(responses)[0] in ([], [("POST", "/r/0", b"ab")]), responses
+
+
+@pytest.mark.parametrize(
+    ("line", "ok"),
+    [
+        (b"2", True),
+        (b"2;a=b", True),
+        (b'2;a="q r";c', True),
+        (b"02;A-b=c", True),
+        (b"2; a=b", False),
+        (b"2 ;a=b", False),
+        (b"2;a=b c", False),
+        (b"2;=b", False),
+        (b"2 ", False),
+        (b'2;a="', False),
+    ],
+)
+def test_chunk_size_lines_are_read_as_waitress_reads_them(line: bytes, ok: bool) -> None:
+    head = b"POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n"
+    for last in (False, True):
+        f = Framing(0.0)
+        # the line as a chunk's size line, or as the last chunk's (its size read as 0)
+        body = b"0" + line[1:] + b"\r\n\r\n" if last else line + b"\r\nab\r\n0\r\n\r\n"
+        f.received(head + body, 1.0)
+        assert (f.error == "") == ok, (line, last, f.error)
+
+
+@pytest.mark.e2e
+def test_waitress_refuses_a_space_in_a_chunk_extension_and_so_does_the_guard(
+    bare_waitress: Server, http_server: Server, https_server: Server
+) -> None:
+    stream = b"POST /r/0 HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n"
+    stream += b"1; a=b\r\nx\r\n0\r\n\r\n" + SENTINEL
+    with _sent(bare_waitress, stream) as sock:
+        alone, _ = read_responses(sock, 1)
+    assert served(alone) == ([], 400)
+
+    for server in (http_server, https_server):
+        with _sent(server, stream) as sock:
+            responses, closed = read_responses(sock, 2)
+        assert closed and served(responses) == ([], 400), responses

@@ -18,15 +18,17 @@ at most 20 of them (both kept in the shape), so h11 would read it alike: it is n
 again. On top of h11 a request is refused when its framing could be read two ways (RFC
 9112): a bare CR or LF in its head, an obs-fold line, a ``Content-Length`` that is not
 one decimal number, more than one ``Content-Length`` or ``Transfer-Encoding``, both of
-them, or ``Transfer-Encoding`` in an HTTP/1.0 request (which waitress ignores). Five
+them, or ``Transfer-Encoding`` in an HTTP/1.0 request (which waitress ignores). Six
 more, which h11 accepts but a server behind refuses or misreads, are refused here too so
 that both always agree: trailer fields after a chunked body (cheroot), a control
 character in a header value (waitress), an empty line between a chunked body and the
-next request (cheroot), a method in lower case (waitress) and ``Expect: 100-continue``
-on a request without a body (waitress 3.0 answers it ``100 Continue`` and then reads the
-next request's head as more of this one's: the request is lost and its headers join the
-next one's). A refused stream sets ``error`` (and ``status``, the answer it deserves);
-the connection must then be closed without passing the bytes on.
+next request (cheroot), a chunk size line with white space or an extension not of the
+form ``;token[=token|quoted-string]`` (waitress), a method in lower case (waitress) and
+``Expect: 100-continue`` on a request without a body (waitress 3.0 answers it ``100
+Continue`` and then reads the next request's head as more of this one's: the request is
+lost and its headers join the next one's). A refused stream sets ``error`` (and
+``status``, the answer it deserves); the connection must then be closed without passing
+the bytes on.
 """
 
 from __future__ import annotations

@@ -82,10 +82,11 @@ class UnorderedChannel(Channel[T]):
 
     # -- state -----------------------------------------------------------------------------
     def start(self) -> None:
-        with self._lock:
-            if not self._parked:  # a start after Pause or a give-up: counts start afresh
-                self._carried = None
-        super().start()
+        with self._switch:
+            with self._lock:
+                if not self._parked:  # a start after Pause or a give-up: counts start afresh
+                    self._carried = None
+            super().start()
 
     def _halt(self) -> bool:
         parking = self._parking

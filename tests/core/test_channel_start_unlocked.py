@@ -88,9 +88,7 @@ def test_other_registry_users_go_on_while_a_resume_starts_a_channel(
         # while the start waits for the middleware: a Subscribe (it indexes the new
         # subscription under the registry lock) and a Pause of another subscription
         # answer (before: both waited for the start)
-        other, made = in_thread(
-            lambda: service.subscribe(sub_req(OTHER, topic=simple("t:a"))).id
-        )
+        other, made = in_thread(lambda: service.subscribe(sub_req(OTHER, topic=simple("t:a"))).id)
         other.join(10)
         assert made and isinstance(made[0], str), made
         pausing, done = in_thread(lambda: service.pause(str(made[0])))

@@ -23,6 +23,7 @@ from wsnmom.core.model import Subscription, SubscriptionState
 from wsnmom.core.service import BrokerService
 from wsnmom.core.store import SqliteStore, Store
 from wsnmom.core.store_url import open_store
+from wsnmom.core.subscriptions import CHANGE_ATTEMPTS
 
 from tests.support.waiting import wait_until
 
@@ -74,20 +75,20 @@ def unsubscribe(store: Store, sub_id: str) -> None:
 @pytest.fixture
 def between(
     service: BrokerService, other: Store, monkeypatch: pytest.MonkeyPatch
-) -> Callable[[Change, str], list[Subscription]]:
-    """``between(change, sub_id)``: the broker's next conditional write of a subscription
-    is preceded by ``change`` through the other store; returns the records the broker
-    tried to write, as it tried them."""
+) -> Callable[..., list[Subscription]]:
+    """``between(change, sub_id, every=False)``: the broker's next conditional write of a
+    subscription (``every``: each one) is preceded by ``change`` through the other store;
+    returns the records the broker tried to write, as it tried them."""
     store: Any = service.store
     real = store.update_subscription
 
-    def arm(change: Change, sub_id: str) -> list[Subscription]:
+    def arm(change: Change, sub_id: str, *, every: bool = False) -> list[Subscription]:
         tried: list[Subscription] = []
         armed = [True]
 
         def update(sub: Subscription) -> bool:
             if armed[0]:
-                armed[0] = False
+                armed[0] = every
                 change(other, sub_id)
             tried.append(Subscription(**{f: getattr(sub, f) for f in sub.__dataclass_fields__}))
             return bool(real(sub))
@@ -129,7 +130,7 @@ def test_a_renew_while_another_instance_pauses_keeps_the_pause(
     service: BrokerService,
     other: Store,
     outbound: RecordingOutbound,
-    between: Callable[[Change, str], list[Subscription]],
+    between: Callable[..., list[Subscription]],
 ) -> None:
     sub_id, _ = delivering(service, outbound)
     tried = between(pause, sub_id)
@@ -147,7 +148,7 @@ def test_a_pause_while_another_instance_renews_keeps_the_renewal(
     service: BrokerService,
     other: Store,
     outbound: RecordingOutbound,
-    between: Callable[[Change, str], list[Subscription]],
+    between: Callable[..., list[Subscription]],
 ) -> None:
     sub_id, _ = delivering(service, outbound)
     before = stored(other, sub_id).termination_time
@@ -165,7 +166,7 @@ def test_a_resume_while_another_instance_renews_keeps_the_renewal_and_delivers(
     service: BrokerService,
     other: Store,
     outbound: RecordingOutbound,
-    between: Callable[[Change, str], list[Subscription]],
+    between: Callable[..., list[Subscription]],
 ) -> None:
     sub_id, _ = delivering(service, outbound)
     service.pause(sub_id)
@@ -186,7 +187,7 @@ def test_a_renew_of_a_subscription_another_instance_destroyed_does_not_bring_it_
     service: BrokerService,
     other: Store,
     outbound: RecordingOutbound,
-    between: Callable[[Change, str], list[Subscription]],
+    between: Callable[..., list[Subscription]],
 ) -> None:
     sub_id, _ = delivering(service, outbound)
     between(unsubscribe, sub_id)
@@ -199,3 +200,23 @@ def test_a_renew_of_a_subscription_another_instance_destroyed_does_not_bring_it_
     service.notify([note("<m>after</m>", simple("t:a"))])
     outbound.wait_messages(CONTROL, before + 1, timeout=15)
     assert b"<m>after</m>" not in outbound.payloads_to(VICTIM)
+
+
+def test_a_change_refused_on_every_attempt_is_a_503_and_memory_follows_the_store(
+    service: BrokerService,
+    other: Store,
+    outbound: RecordingOutbound,
+    between: Callable[..., list[Subscription]],
+) -> None:
+    sub_id, _ = delivering(service, outbound)
+    tried = between(renew, sub_id, every=True)
+    with pytest.raises(errors.ResourceUnavailable):
+        service.pause(sub_id)
+    assert len(tried) == CHANGE_ATTEMPTS
+    record = stored(other, sub_id)
+    assert record.state is SubscriptionState.ACTIVE and record.revision == 1 + CHANGE_ATTEMPTS
+    live = service.get_subscription(sub_id)
+    assert live.state is SubscriptionState.ACTIVE  # the undone pauses: delivering
+    assert live.termination_time == record.termination_time
+    service.notify([note("<m>after</m>", simple("t:a"))])
+    wait_until(lambda: b"<m>after</m>" in outbound.payloads_to(VICTIM), timeout=15)

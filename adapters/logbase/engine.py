@@ -158,6 +158,10 @@ class CursorEngine(Head, Commits, CatchUp, Burial):
         #: several gateway instances deliver these subscriptions, one at a time each
         #: (see the module docstring); set before cursors are made
         self.shared = False
+        #: shared: whether this instance may still write a subscription's position (core's
+        #: lease fence, ``Adapter.shared_by_instances``), asked before every write; None:
+        #: always
+        self.may_save: Callable[[str], bool] | None = None
         self.lock = threading.RLock()
         self._cursors = {}
         self._index = TopicIndex()
@@ -335,6 +339,8 @@ class CursorEngine(Head, Commits, CatchUp, Burial):
             start = {stream: offset for stream, offset in ends.items() if offset >= 0}
             if not start:  # no stream yet: nothing to save
                 return ends
+            # not fenced by ``may_save``: nobody delivers a subscription not made yet, and
+            # the instance that makes it need not hold its shard
             store.save({name: start})
         except Exception as exc:
             raise AdapterUnavailable(f"saving where {name} starts failed: {exc}") from exc

@@ -95,7 +95,14 @@ log = logging.getLogger(__name__)
 
 DEAD_LETTER_NAMESPACE = INTERNAL_NAMESPACE_PREFIX + "dead-letters"
 #: why a message became a dead letter
-REASONS = ("retries-exhausted", "final-status", "filter-budget", "max-age", "overflow")
+REASONS = (
+    "retries-exhausted",
+    "final-status",
+    "filter-budget",
+    "max-age",
+    "overflow",
+    "overflow-end",
+)
 
 H_ID = "wsnmom-dl-id"
 H_SUBSCRIPTION = "wsnmom-dl-subscription"
@@ -382,6 +389,17 @@ class DeadLetters:
             named.args = (text,)
             raise named from exc
         return destination_topic(name)
+
+    def ending_context(self, sub: Subscription, error: str) -> dict[str, str] | None:
+        """The context headers an adapter adds to a subscription's backlog it sends to
+        the dead letters as it deletes the subscription
+        (``SubscriptionHandle.delete_into_dead_letters``): the consumer and ``error`` (the
+        subscription, reason and time come from the adapter's ``HEADER_DROPPED_*``).
+        None when the adapter sends nothing there (disabled, or no
+        ``Capabilities.native_dead_letters``)."""
+        if not self.enabled or not self._adapter.capabilities.native_dead_letters:
+            return None
+        return {H_CONSUMER: redact_url(sub.consumer.address), H_ERROR: error[:_ERROR_CHARS]}
 
     def boxes(self) -> list[DeadLetterBox]:
         """The default destination's box and every other one opened since start."""

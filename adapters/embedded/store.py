@@ -753,22 +753,59 @@ class Engine:
             self.index.remove(sid)
             self.match_all.discard(sid)
             with self.tx() as c:
-                c.execute(
-                    "UPDATE messages SET refs = refs - 1 "
-                    "WHERE id IN (SELECT mid FROM queue_entries WHERE sub = ?)",
-                    (sid,),
-                )
-                c.execute(
-                    "DELETE FROM messages WHERE refs <= 0 "
-                    "AND id IN (SELECT mid FROM queue_entries WHERE sub = ?)",
-                    (sid,),
-                )
-                c.execute("DELETE FROM queue_entries WHERE sub = ?", (sid,))
-                c.execute("DELETE FROM subscriptions WHERE id = ?", (sid,))
+                self._delete_rows(c, sid)
+        self._detach_handles(sid)
+        return sid
+
+    @staticmethod
+    def _delete_rows(c: sqlite3.Connection, sid: int) -> None:
+        """Delete subscription ``sid``'s rows and its queue (in a transaction)."""
+        c.execute(
+            "UPDATE messages SET refs = refs - 1 "
+            "WHERE id IN (SELECT mid FROM queue_entries WHERE sub = ?)",
+            (sid,),
+        )
+        c.execute(
+            "DELETE FROM messages WHERE refs <= 0 "
+            "AND id IN (SELECT mid FROM queue_entries WHERE sub = ?)",
+            (sid,),
+        )
+        c.execute("DELETE FROM queue_entries WHERE sub = ?", (sid,))
+        c.execute("DELETE FROM subscriptions WHERE id = ?", (sid,))
+
+    def _detach_handles(self, sid: int) -> None:
         handles = self.started.pop(sid, set())
         for h in list(handles):
             h.detach()
-        return sid
+
+    def delete_into_dead_letters(
+        self, name: str, reason: str, context: Mapping[str, str]
+    ) -> int | None:
+        """Destroy ``name`` as :meth:`delete_subscription` does, in one transaction with
+        sending every message of its queue (handed out or not) to its dead-letter topic
+        (:meth:`_bury`, ``reason``, the headers ``context`` added); returns how many
+        (None: unknown subscription).  A failed transaction leaves it as it was."""
+        with self.lock:
+            sid = self.by_name.get(name)
+            st = self.subs.get(sid) if sid is not None else None
+            if sid is None or st is None:
+                return None
+            with self.tx() as c:
+                mids = [
+                    int(r[0])
+                    for r in c.execute(
+                        "SELECT mid FROM queue_entries WHERE sub = ? ORDER BY mid", (sid,)
+                    )
+                ]
+                for at in range(0, len(mids), 500):
+                    self._bury(st, mids[at : at + 500], reason, context)
+                self._delete_rows(c, sid)
+            del self.by_name[name]
+            self.subs.pop(sid, None)
+            self.index.remove(sid)
+            self.match_all.discard(sid)
+        self._detach_handles(sid)
+        return len(mids) if st.dead_letters is not None else 0
 
     def subscription_names(self) -> list[str]:
         with self.lock:
@@ -1024,7 +1061,13 @@ class Engine:
             if not self._drop_one(st):
                 return
 
-    def _bury(self, st: SubState, mids: Sequence[int], reason: str) -> None:
+    def _bury(
+        self,
+        st: SubState,
+        mids: Sequence[int],
+        reason: str,
+        context: Mapping[str, str] | None = None,
+    ) -> None:
         """Keep the messages ``mids`` that ``st``'s limits drop for its dead-letter topic
         (inside the transaction that drops them, before their rows go): they are written
         with ``HEADER_DROPPED_REASON`` and ``HEADER_DROPPED_FROM`` and routed like any
@@ -1046,7 +1089,10 @@ class Engine:
                 message_id=msgid,
                 content_type=ctype,
             )
-            self._grave(st, message, json.loads(headers), reason, delivered)
+            stored = json.loads(headers)
+            if context:
+                stored.update(context)
+            self._grave(st, message, stored, reason, delivered)
 
     def _grave(
         self,

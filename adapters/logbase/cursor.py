@@ -24,6 +24,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from wsnmom.core.adapter import (
+    DROPPED_OVERFLOW,
     OutboundMessage,
     QueueLimits,
     Received,
@@ -136,6 +137,11 @@ class Cursor:
         #: failed ``bury`` attempts in a row, and when (monotonic) the next one is due
         self.bury_failures = 0
         self.bury_due = 0.0
+        #: the ``HEADER_DROPPED_REASON`` of what it buries, more headers for them, and how
+        #: many it buried (``CursorEngine.delete_into_dead_letters``)
+        self.drop_reason = DROPPED_OVERFLOW
+        self.drop_context: dict[str, str] = {}
+        self.buried = 0
         #: ``discard(newest=True)``: deliver this many more, then jump to ``cap_until``
         self.cap_budget: int | None = None
         self.cap_until: dict[StreamId, int] = {}
@@ -340,6 +346,13 @@ class CursorHandle(SubscriptionHandle):
     def delete(self) -> None:
         """Forget the cursor and its stored positions."""
         self._cursor.engine.delete_subscription(self.name)
+
+    def delete_into_dead_letters(
+        self, reason: str, context: Mapping[str, str], timeout: float = 30.0
+    ) -> int:
+        """Bury every waiting record up to the head, then forget the cursor (see the
+        engine)."""
+        return self._cursor.engine.delete_into_dead_letters(self._cursor, reason, context, timeout)
 
     def __repr__(self) -> str:
         c = self._cursor

@@ -387,6 +387,54 @@ class CursorEngine:
             self._to_delete.add(name)
         self._wake_commit.set()
 
+    def delete_into_dead_letters(
+        self, cursor: Cursor, reason: str, context: Mapping[str, str], timeout: float
+    ) -> int:
+        """Bury what ``cursor`` has waiting up to where the head is now, then forget it
+        (``SubscriptionHandle.delete_into_dead_letters``): it is stopped (what was in
+        flight is given back), and a catch-up reader reads it on to the head as for
+        ``discard(newest=True)`` with no budget, holding each record until ``_bury``
+        published it (``HEADER_DROPPED_REASON`` = ``reason``, ``context`` added).  This
+        thread waits for that; a failed publish or ``timeout`` raises
+        ``AdapterUnavailable`` (the cursor keeps what was not buried, and buries what it
+        holds later; core starts it again)."""
+        if cursor.dead_letters is None or cursor.bury is None:
+            raise NotImplementedError(f"subscription {cursor.name} has no dead-letter topic")
+        self.stop_cursor(cursor)
+        with self.lock:
+            if cursor.deleted:
+                return 0
+            cursor.drop_reason, cursor.drop_context = reason, dict(context)
+            cursor.buried, cursor.bury_failures, cursor.bury_due = 0, 0, 0.0
+            cursor.cap_budget = 0
+            cursor.cap_until = {s: h for s, h in self._head.items() if self._relevant(cursor, s)}
+            until = dict(cursor.cap_until)
+            cursor.dirty = True
+        deadline = time.monotonic() + timeout
+        error = f"not done within {timeout:g}s"
+        while time.monotonic() < deadline:
+            with self.lock:
+                if cursor.bury_failures:
+                    error = "the dead letters were not published"
+                    break
+                read = cursor.cap_budget is None or all(
+                    cursor.positions.get(s, 0) >= end for s, end in until.items()
+                )
+                if read and not cursor.dropping and not cursor.unsettled:
+                    buried = cursor.buried
+                    self.delete_subscription(cursor.name)  # the lock held: nothing moved
+                    return buried
+                self._queue_catch_up(cursor, skipping=True)  # (no-op while queued)
+            time.sleep(0.02)
+        with self.lock:
+            cursor.cap_budget, cursor.cap_until = None, {}
+            cursor.drop_reason, cursor.drop_context = DROPPED_OVERFLOW, {}
+            buried = cursor.buried
+        raise AdapterUnavailable(
+            f"subscription {cursor.name}: {buried} record(s) sent to the dead letters, "
+            f"the rest not: {error}"
+        )
+
     def names(self) -> list[str]:
         """Cursors open now or stored."""
         with self.lock:
@@ -897,7 +945,8 @@ class CursorEngine:
             headers = dict(record.headers)
             headers.setdefault(HEADER_TOPIC_NAMESPACE, record.topic.namespace)
             headers.setdefault(HEADER_TOPIC_PATH, "/".join(record.topic.path))
-            headers[HEADER_DROPPED_REASON] = DROPPED_OVERFLOW
+            headers.update(cursor.drop_context)
+            headers[HEADER_DROPPED_REASON] = cursor.drop_reason
             headers[HEADER_DROPPED_FROM] = cursor.name
             headers[HEADER_DROPPED_AT] = now
             if record.offset < cursor.redeliver_below.get(record.stream, -1):
@@ -945,6 +994,7 @@ class CursorEngine:
             )
             return False
         with self.lock:
+            cursor.buried += len(dropped)
             if gen == cursor.gen:
                 cursor.bury_failures = 0
                 cursor.bury_due = 0.0

@@ -395,6 +395,8 @@ class Engine:
         #: called after a transaction that wrote to the outbox committed
         self.on_outbox: Callable[[], None] | None = None
         self._outboxed = False
+        #: :meth:`outbox_park` runs: dead letters go to the queues here, not the outbox
+        self._parking = False
         #: keep the current message per topic (``current`` table); False for a queue store
         #: whose middleware keeps it elsewhere (the MQTT adapter: the broker's retained
         #: messages)
@@ -1133,7 +1135,7 @@ class Engine:
         now = time.time()
         mid = self._next_message_id(c)
         for m in graves:
-            if self.outbox is not None and self.outbox(m.topic):
+            if self.outbox is not None and not self._parking and self.outbox(m.topic):
                 c.execute(
                     "INSERT INTO outbox(ns, path, body, headers, ctype, msgid) "
                     "VALUES (?, ?, ?, ?, ?, ?)",
@@ -1206,6 +1208,20 @@ class Engine:
             )
             for rid, ns, path, body, headers, ctype, msgid in rows
         ]
+
+    def outbox_park(self, parked: Sequence[tuple[int, OutboundMessage]]) -> None:
+        """Move outbox rows (id, the dead letter :meth:`outbox_batch` gave) that the other
+        middleware refuses for good into the queues here of their topic's subscriptions
+        (the gateway's dead-letter boxes), in one transaction, as if there were no
+        outbox: they stay listed and counted, and wait here until replayed or purged."""
+        with self.lock:
+            self._parking = True
+            try:
+                with self.tx() as c:
+                    c.executemany("DELETE FROM outbox WHERE id = ?", [(i,) for i, _ in parked])
+                    self._graves.extend(m for _, m in parked)
+            finally:
+                self._parking = False
 
     def outbox_remove(self, ids: Sequence[int]) -> None:
         """Forget outbox rows ``ids`` (their dead letters were delivered elsewhere)."""

@@ -1231,7 +1231,6 @@ class DroppedToDeadLetters(AdapterFixtures):
         assert old.headers[HEADER_DROPPED_FROM] == name
         self._assert_dropped_at(old, published)
 
-
     def test_delete_into_dead_letters(
         self, adapter: Adapter, namespace: str, unique_name: Names
     ) -> None:

@@ -134,6 +134,8 @@ class Cursor:
         self.bury: Bury | None = None
         #: records skipped for ``discard`` and held in flight until ``bury`` confirmed them
         self.dropping: list[LogRecord] = []
+        #: how many of the records in flight are such (they do not count in the window)
+        self.held_drops = 0
         #: failed ``bury`` attempts in a row, and when (monotonic) the next one is due
         self.bury_failures = 0
         self.bury_due = 0.0
@@ -191,8 +193,10 @@ class Cursor:
 
     @property
     def window_full(self) -> bool:
-        """No more hand-outs until something is settled."""
-        return self.unsettled >= self.prefetch
+        """No more hand-outs until something is settled (records held for the dead
+        letters do not count: a dead-letter publish that keeps failing must not stop
+        delivery; see the engine)."""
+        return self.unsettled - self.held_drops >= self.prefetch
 
     # -- hand-out (engine lock held) -------------------------------------------------------
     def hand_out(self, record: LogRecord) -> None:
@@ -255,6 +259,7 @@ class Cursor:
                 self.redeliver_below[stream] = max(self.redeliver_below.get(stream, -1), last + 1)
         self.inflight = {}
         self.unsettled = 0
+        self.held_drops = 0
         # held for the dead letters: read, skipped and buried again from the position
         # it goes back to (the oldest waiting then)
         self.skip_oldest += len(self.dropping)

@@ -64,9 +64,12 @@ its committed position stays below them, and the publish is tried again later, a
 ``bury_retry_first`` seconds doubled with each failure in a row up to
 ``bury_retry_max`` (the commit thread hands the cursor to a catch-up reader when it is
 due; no reader thread waits for it).  A refusal that lasts (an ACL, a record too large)
-thus costs one publish per ``bury_retry_max``, and the records pile up held: the window
-counts them, so more than ``prefetch`` of them stop the cursor's deliveries until they
-are published.  A stop or rewind meanwhile gives them back with what was in flight and
+thus costs one publish per ``bury_retry_max``.  It does not stall delivery: held records
+do not count in the cursor's window (``Cursor.held_drops``), and at the first failure
+what was still to be skipped is delivered instead and ``discard`` skips nothing more
+until a publish succeeds, so what stays held is what was skipped before the failure (at
+most one read, ``batch`` records, per ``discard``): the limit is not enforced while the
+dead letters cannot be published, rather than messages lost or delivery stopped.  A stop or rewind meanwhile gives them back with what was in flight and
 as many records are skipped, and buried, again from where the cursor goes back to (the
 oldest waiting then, which may include records handed out before: delivered and
 dead-lettered both, never lost).  For
@@ -605,6 +608,8 @@ class CursorEngine:
         if count <= 0:
             return 0
         with self.lock:
+            if cursor.bury_failures and cursor.dead_letters is not None and cursor.bury is not None:
+                return 0  # its dead letters are refused: nothing more is dropped meanwhile
             waiting = self.depth(cursor)
             count = min(count, waiting)
             if not count:
@@ -891,6 +896,7 @@ class CursorEngine:
         cursor.dirty = True
         if cursor.dead_letters is not None and cursor.bury is not None:
             cursor.hold(item)  # no committed position past it until buried
+            cursor.held_drops += 1
             cursor.dropping.append(item)
 
     def _cap_passed(self, cursor: Cursor) -> None:
@@ -974,6 +980,9 @@ class CursorEngine:
                     cursor.skip_oldest += len(dropped)
                     return False
                 cursor.dropping[:0] = dropped  # still held: the commit stays below them
+                # what was still to be skipped is delivered instead, and ``discard``
+                # skips nothing more until they are published: only these stay held
+                cursor.skip_oldest, cursor.cap_budget, cursor.cap_until = 0, None, {}
                 cursor.bury_failures += 1
                 delay = min(
                     self.bury_retry_first * 2 ** min(cursor.bury_failures - 1, 30),
@@ -998,6 +1007,7 @@ class CursorEngine:
             if gen == cursor.gen:
                 cursor.bury_failures = 0
                 cursor.bury_due = 0.0
+                cursor.held_drops = max(0, cursor.held_drops - len(dropped))
         for record in dropped:
             self.settle(cursor, record.stream, record.offset, gen, rewind=False)
         return True

@@ -69,12 +69,12 @@ do not count in the cursor's window (``Cursor.held_drops``), and at the first fa
 what was still to be skipped is delivered instead and ``discard`` skips nothing more
 until a publish succeeds, so what stays held is what was skipped before the failure (at
 most one read, ``batch`` records, per ``discard``): the limit is not enforced while the
-dead letters cannot be published, rather than messages lost or delivery stopped.  A stop or rewind meanwhile gives them back with what was in flight and
-as many records are skipped, and buried, again from where the cursor goes back to (the
-oldest waiting then, which may include records handed out before: delivered and
-dead-lettered both, never lost).  For
-``discard(newest=True)`` such a cursor does not jump: once its budget is delivered it
-reads the rest up to where the head was, and buries it the same way.  The
+dead letters cannot be published, rather than messages lost or delivery stopped.  A stop
+or rewind meanwhile gives them back with what was in flight and as many records are
+skipped, and buried, again from where the cursor goes back to (the oldest waiting then,
+which may include records handed out before: delivered and dead-lettered both, never
+lost).  For ``discard(newest=True)`` such a cursor does not jump: once its budget is
+delivered it reads the rest up to where the head was, and buries it the same way.  The
 depth of a detached cursor counts the records between its positions and the head in the
 streams it reads, which includes records of other topics when a stream is shared
 (``may_carry`` True for a namespace-wide log): an estimate, said so in ``depth``.

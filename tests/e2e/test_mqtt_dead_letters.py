@@ -230,3 +230,51 @@ def test_a_dead_letter_the_broker_refuses_for_good_is_kept_and_blocks_no_other(
         reader.close()
         server.stop()
         shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def test_two_gateways_on_one_broker_hold_each_dead_letter_once(
+    mqtt_url: str, consumer: ConsumerServer
+) -> None:
+    """Two gateways of one topic prefix read their destination through one shared
+    subscription (``dead_letter_share``): the broker hands each dead letter to one of
+    them, so every dead letter is listed by exactly one gateway (each held a copy of
+    every one before)."""
+    tag = uuid.uuid4().hex[:10]
+    destination = "s" + uuid.uuid4().hex[:12]
+    env = {"WSNMOM_LIMITS__MAX_MESSAGES": "1", "WSNMOM_DEAD_LETTERS__DESTINATION": destination}
+    servers: list[RunningServer] = []
+    dirs: list[Path] = []
+    try:
+        for _ in range(2):
+            dirs.append(Path(tempfile.mkdtemp(prefix="wsnmom-mqtt-share-")))
+            servers.append(
+                RunningServer(
+                    "mqtt", mqtt_gateway_url(mqtt_url, tag), dirs[-1], free_port(), extra_env=env
+                )
+            )
+            servers[-1].start()
+        wsn = Wsn(servers[0], f"urn:test:{uuid.uuid4().hex[:8]}")
+        sub = wsn.subscribe(consumer.address("/shared"), "tns:t")  # the default destination
+        wsn.post(sub.address, "<wsnt:PauseSubscription/>").ok()
+        wsn.notify(("tns:t", '<n xmlns="urn:n">kept</n>'))
+        produced = 0
+        # each Notify now drops the one before it into the dead letters, until both
+        # gateways hold some (the broker alternates between them)
+        while not all(letters(s, destination) for s in servers):
+            assert produced < 40, [len(letters(s, destination)) for s in servers]
+            produced += 1
+            wsn.notify(("tns:t", f'<n xmlns="urn:n">n{produced}</n>'))
+            wait_until(
+                lambda n=produced: sum(len(letters(s, destination)) for s in servers) >= n,
+                30,
+                what=f"{produced} dead letter(s)",
+            )
+        held = [letters(s, destination) for s in servers]
+        ids = [d["message_id"] for found in held for d in found]
+        assert len(ids) == produced and len(set(ids)) == produced, held
+        assert {d["reason"] for found in held for d in found} == {"overflow"}
+    finally:
+        for server in servers:
+            server.stop()
+        for d in dirs:
+            shutil.rmtree(d, ignore_errors=True)

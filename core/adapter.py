@@ -320,6 +320,13 @@ class SubscriptionSpec:
     #: where the adapter sends what it drops for ``limits``, where it can
     #: (``Capabilities.native_dead_letters``); None: nowhere
     dead_letters: Topic | None = None
+    #: an adapter that publishes what it drops to ``dead_letters`` itself (a log's
+    #: cursor reads and publishes it) publishes through this when given: core's confirmed
+    #: publish, which counts each one in the metric once it is confirmed (it raises
+    #: ``AdapterError`` as ``publish_many`` does).  None: the adapter's own
+    #: ``publish_many``.  Adapters whose middleware moves what it drops (a dead-letter
+    #: exchange, a transaction) ignore it
+    dead_letter_sink: Callable[[Sequence[OutboundMessage]], object] | None = None
 
 
 class SubscriptionHandle(abc.ABC):

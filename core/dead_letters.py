@@ -112,6 +112,9 @@ H_ATTEMPTS = "wsnmom-dl-attempts"
 H_ERROR = "wsnmom-dl-error"
 H_TIME = "wsnmom-dl-time"
 CONTEXT_HEADERS = (H_ID, H_SUBSCRIPTION, H_CONSUMER, H_REASON, H_ATTEMPTS, H_ERROR, H_TIME)
+#: on an adapter's drop published through :meth:`DeadLetters.sink`: counted when
+#: published, so no box counts it when it reads it
+H_COUNTED = "wsnmom-dl-counted"
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
 #: the longest last error kept with a dead letter (headers stay small)
@@ -259,7 +262,7 @@ class DeadLetterBox:
         with self._lock:
             self._held[key] = [received, False, since]
             self._gauge()
-        if native and not received.redelivered:
+        if native and not received.redelivered and H_COUNTED not in received.headers:
             # an adapter's drop, counted when first read back (see the module docstring)
             reason = received.headers.get(HEADER_DROPPED_REASON) or "unknown"
             metrics.DEAD_LETTERS.labels(reason=reason, source="middleware").inc()
@@ -389,6 +392,27 @@ class DeadLetters:
             named.args = (text,)
             raise named from exc
         return destination_topic(name)
+
+    def sink(self, messages: Sequence[OutboundMessage]) -> None:
+        """Publish what an adapter dropped to a dead-letter topic, marked
+        :data:`H_COUNTED`, and count each one (``source="middleware"``) once the middleware
+        confirmed it (``SubscriptionSpec.dead_letter_sink``; raises ``AdapterError`` when
+        it did not).  Counted at the publish, a log's drop is counted once however often
+        boxes read it back (a log flags a redelivery within one process only)."""
+        marked = [
+            OutboundMessage(
+                topic=m.topic,
+                body=m.body,
+                message_id=m.message_id,
+                headers={**m.headers, H_COUNTED: "1"},
+                content_type=m.content_type,
+            )
+            for m in messages
+        ]
+        self._adapter.publish_many(marked, timeout=self._timeout)
+        for m in messages:
+            reason = m.headers.get(HEADER_DROPPED_REASON) or "unknown"
+            metrics.DEAD_LETTERS.labels(reason=reason, source="middleware").inc()
 
     def ending_context(self, sub: Subscription, error: str) -> dict[str, str] | None:
         """The context headers an adapter adds to a subscription's backlog it sends to

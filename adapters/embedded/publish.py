@@ -4,6 +4,7 @@ kept (see :mod:`wsnmom.adapters.embedded.store`)."""
 
 from __future__ import annotations
 
+import sqlite3
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -75,7 +76,6 @@ class Publishing(EngineParts):
         ``self._next_mid`` and brings ``current_mids`` up to date."""
         with self.tx() as c:
             routes, last_in_slot = self._routes(messages)
-            subs = self.subs
             message_rows: list[tuple[Any, ...]] = []
             entry_rows: list[tuple[int, int]] = []
             #: (ns, path, mid, body, headers, ctype): a stored message by id, or _INLINE
@@ -90,17 +90,7 @@ class Publishing(EngineParts):
                 if not route.targets and not retain:
                     continue
                 size = len(m.body)
-                accepted: list[SubState] = []
-                for sid in route.targets:
-                    st = subs.get(sid)
-                    if st is None:
-                        continue
-                    if st.bounded:
-                        write_rows(c, message_rows, entry_rows)
-                        if not self._make_room(st, size):
-                            self._grave(st, m, dict(m.headers), DROPPED_OVERFLOW)
-                            continue
-                    accepted.append(st)
+                accepted = self._accepting(c, route, m, size, message_rows, entry_rows)
                 if not accepted:
                     if retain:
                         current.append(
@@ -140,17 +130,7 @@ class Publishing(EngineParts):
                     touched.add(st.id)
                 mid += 1
             write_rows(c, message_rows, entry_rows)
-            for slot in current:
-                ns, key = slot[0], slot[1]
-                old = current_mids.get((ns, key))
-                if old is None:
-                    row = c.execute(
-                        "SELECT mid FROM current WHERE ns = ? AND path = ?", (ns, key)
-                    ).fetchone()
-                    old = row[0] if row is not None else None
-                c.execute(_SET_CURRENT, slot)
-                if old:  # neither unknown (None) nor inline (_INLINE)
-                    release(c, old)
+            _set_current(c, current, current_mids)
         if len(current_mids) + len(current) > _CURRENT_MIDS_MAX:
             current_mids.clear()
         for slot in current:
@@ -158,6 +138,32 @@ class Publishing(EngineParts):
         # dead letters written by this transaction took ids after ``mid``
         self._next_mid = None if self._interred else mid or known_mid
         self._interred = False
+
+    def _accepting(
+        self,
+        c: sqlite3.Connection,
+        route: _Route,
+        m: OutboundMessage,
+        size: int,
+        message_rows: list[tuple[Any, ...]],
+        entry_rows: list[tuple[int, int]],
+    ) -> list[SubState]:
+        """The subscriptions of ``route`` that take ``m`` (``size`` bytes): a bounded one
+        first applies its overflow policy, which sees the batch's rows written so far, and
+        one that cannot make room buries ``m`` instead (:meth:`_publish_tx`)."""
+        subs = self.subs
+        accepted: list[SubState] = []
+        for sid in route.targets:
+            st = subs.get(sid)
+            if st is None:
+                continue
+            if st.bounded:
+                write_rows(c, message_rows, entry_rows)
+                if not self._make_room(st, size):
+                    self._grave(st, m, dict(m.headers), DROPPED_OVERFLOW)
+                    continue
+            accepted.append(st)
+        return accepted
 
     def _routes(
         self, messages: Sequence[OutboundMessage]
@@ -189,3 +195,23 @@ class Publishing(EngineParts):
                 last_in_slot[route.slot] = i
             routes.append(route)
         return routes, last_in_slot
+
+
+def _set_current(
+    c: sqlite3.Connection,
+    current: Sequence[tuple[str, str, int, bytes | None, str | None, str | None]],
+    current_mids: dict[tuple[str, str], int],
+) -> None:
+    """Write the batch's ``current`` rows (``_SET_CURRENT``) and release the messages they
+    replace; ``current_mids`` tells the replaced ids known without a query."""
+    for slot in current:
+        ns, key = slot[0], slot[1]
+        old = current_mids.get((ns, key))
+        if old is None:
+            row = c.execute(
+                "SELECT mid FROM current WHERE ns = ? AND path = ?", (ns, key)
+            ).fetchone()
+            old = row[0] if row is not None else None
+        c.execute(_SET_CURRENT, slot)
+        if old:  # neither unknown (None) nor inline (_INLINE)
+            release(c, old)

@@ -438,9 +438,10 @@ class SubscriptionHandle(abc.ABC):
         reaches the subscription before it is gone is left out: the adapter stops it
         receiving first, or buries and deletes in one step.  Returns how many were sent.
 
-        Raises ``AdapterError`` when the middleware did not confirm them all within
-        ``timeout``: those it confirmed are gone from the subscription, the rest stay
-        (it is not deleted; core tries again later).  Adapters with
+        Raises ``AdapterError`` when the middleware refused them or stopped confirming
+        them for ``timeout`` seconds (a long backlog may take longer as long as it
+        progresses): those it confirmed are gone from the subscription, the rest stay (it
+        is not deleted; core tries again later).  Adapters with
         ``Capabilities.native_dead_letters`` implement it; the default raises
         ``NotImplementedError`` (core then deletes without dead letters and says so).
         """

@@ -149,9 +149,9 @@ class Burial(EngineParts):
         flight is given back), and a catch-up reader reads it on to the head as for
         ``discard(newest=True)`` with no budget, holding each record until ``_bury``
         published it (``HEADER_DROPPED_REASON`` = ``reason``, ``context`` added).  This
-        thread waits for that; a failed publish or ``timeout`` raises
-        ``AdapterUnavailable`` (the cursor keeps what was not buried, and buries what it
-        holds later; core starts it again)."""
+        thread waits for that; a failed publish, or ``timeout`` seconds without progress
+        (nothing more read or buried), raises ``AdapterUnavailable`` (the cursor keeps
+        what was not buried, and buries what it holds later; core starts it again)."""
         if cursor.dead_letters is None or cursor.bury is None:
             raise NotImplementedError(f"subscription {cursor.name} has no dead-letter topic")
         self.stop_cursor(cursor)
@@ -165,12 +165,16 @@ class Burial(EngineParts):
             until = dict(cursor.cap_until)
             cursor.dirty = True
         deadline = time.monotonic() + timeout
-        error = f"not done within {timeout:g}s"
+        error = f"no progress for {timeout:g}s"
+        progress: tuple[int, int] = (-1, -1)
         while time.monotonic() < deadline:
             with self.lock:
                 if cursor.bury_failures:
                     error = "the dead letters were not published"
                     break
+                now = (cursor.buried, sum(cursor.positions.values()))
+                if now != progress:  # a long backlog takes as long as it needs
+                    progress, deadline = now, time.monotonic() + timeout
                 read = cursor.cap_budget is None or all(
                     cursor.positions.get(s, 0) >= end for s, end in until.items()
                 )

@@ -495,14 +495,21 @@ class Adapter(abc.ABC):
     def close(self) -> None:
         """Disconnect; idempotent.  Durable subscriptions stay on the middleware."""
 
-    def shared_by_instances(self) -> None:
+    def shared_by_instances(self, may_save: Callable[[str], bool] | None = None) -> None:
         """Several gateway instances share this middleware as one broker (cluster mode,
         docs/scale-out.md): a durable subscription is delivered by one of them at a time,
         and which one changes (its delivery starts on one instance after it stopped on
         another, or while the other is dead).  Called once, before or after ``open()``,
         before any subscription is made.  An adapter that keeps a subscription's
         delivery position itself must then continue from the position the last
-        deliverer saved, and save it while it delivers.  Default: nothing to do."""
+        deliverer saved, and save it while it delivers.
+
+        ``may_save(name)`` is core's fence for those saves: whether this instance may
+        still write the position of the durable subscription ``name`` (it holds the lease
+        of its shard, or handed it back cleanly a moment ago).  Such an adapter asks it
+        just before every position write and drops the write when it says no: an instance
+        that was stopped past its lease (a zombie) then never moves a position back behind
+        the one the new deliverer saved.  Default: nothing to do."""
         return None
 
     @abc.abstractmethod

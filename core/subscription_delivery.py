@@ -211,8 +211,10 @@ class SubscriptionDelivery:
         channel.dead_letter = _Burial(ctx, state)
         with registry.lock:
             registry.subscriptions[sub.id] = state
-            # under the lock Pause/Resume and their followers change the state under: a
-            # pause followed while this opened (a shard gained) is not started over
+        # under the subscription's lock, which Pause/Resume and their followers change the
+        # state under: a pause followed while this opened (a shard gained) is not started
+        # over; the start (a middleware round trip) holds no registry lock
+        with state.lock:
             if sub.state is SubscriptionState.ACTIVE:
                 channel.start()
 

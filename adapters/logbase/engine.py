@@ -158,6 +158,10 @@ class CursorEngine(Head, Commits, CatchUp, Burial):
         #: several gateway instances deliver these subscriptions, one at a time each
         #: (see the module docstring); set before cursors are made
         self.shared = False
+        #: shared: whether this instance may still write a subscription's position (core's
+        #: lease fence, ``Adapter.shared_by_instances``), asked before every write; None:
+        #: always
+        self.may_save: Callable[[str], bool] | None = None
         self.lock = threading.RLock()
         self._cursors = {}
         self._index = TopicIndex()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import queue
 import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from wsnmom.topic_mapping.index import TopicIndex
@@ -35,6 +36,7 @@ class EngineParts:
     bury_retry_max: float
     catch_up_slice: int
     shared: bool
+    may_save: Callable[[str], bool] | None
     lock: threading.RLock
     _cursors: dict[str, Cursor]
     _index: TopicIndex[str]

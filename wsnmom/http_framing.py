@@ -140,6 +140,7 @@ class Framing:
     moments it sent.  ``since`` is when the current phase began."""
 
     __slots__ = (
+        "_blank",
         "_chunked_end",
         "_head",
         "_left",
@@ -188,6 +189,8 @@ class Framing:
         self._left = 0
         #: the last request received ended with a chunked body and no head began since
         self._chunked_end = False
+        #: the bytes of the empty line skipped before the request being received (0, 2)
+        self._blank = 0
         #: of a chunked body, the bytes given to h11 that no event of its accounts for yet
         self._unread = b""
         #: complete requests received behind the one the application works on
@@ -245,19 +248,24 @@ class Framing:
                 # one empty line it skips before a request, and this one it refuses
                 self._refuse("an empty line after a chunked body")
                 return b""
-            head = head[2:]
+            if self._blank:  # cheroot skips one and reads the next as a request line
+                self._refuse("more than one empty line before a request")
+                return b""
+            self._blank, head = 2, head[2:]
+        # waitress counts the empty line and the blank line ending the head in its limit
         end = head.find(_END, max(0, len(head) - len(data) - 3))
         if end < 0:
-            if len(head) > MAX_HEAD:
+            if self._blank + len(head) >= MAX_HEAD:
                 self._refuse("the request head is too large", 431)
             self._head = head
             return b""
         end += len(_END)
         head, rest = head[:end], head[end:]
         self._head, self._chunked_end = b"", False
-        if end > MAX_HEAD:
+        if self._blank + end >= MAX_HEAD:
             self._refuse("the request head is too large", 431)
             return b""
+        self._blank = 0
         why, start, stop = _inspect(head)
         if why:
             self._refuse(why)
@@ -358,6 +366,9 @@ class Framing:
 
     def _request(self, request: h11.Request) -> _Verdict | None:
         """The verdict on a request h11 accepted, or None when it is refused here."""
+        if request.http_version not in (b"1.1", b"1.0"):  # h11 takes any digit.digit
+            self._refuse("HTTP version not supported", 505)
+            return None
         if request.method != request.method.upper():  # waitress refuses it
             self._refuse("a method in lower case")
             return None

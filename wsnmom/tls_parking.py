@@ -64,7 +64,7 @@ class ParkingGateway(Gateway_10):
     body the application left (:func:`read_rest`)."""
 
     def respond(self) -> None:
-        super().respond()  # type: ignore[no-untyped-call]
+        super().respond()
         read_rest(self.req)
 
     def get_environ(self) -> dict[str, Any]:  # type: ignore[override]

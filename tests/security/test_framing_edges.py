@@ -61,7 +61,9 @@ def _post(path: bytes, body: bytes, version: bytes = b"HTTP/1.1") -> bytes:
 # ------------------------------------------------------------------------ the head limit
 @pytest.mark.parametrize("lead", [b"", b"\r\n"])
 @pytest.mark.parametrize("split", [False, True])
-def test_a_head_at_waitress_limit_is_refused_431(http_server: Server, lead: bytes, split: bool) -> None:
+def test_a_head_at_waitress_limit_is_refused_431(
+    http_server: Server, lead: bytes, split: bool
+) -> None:
     """waitress refuses a head once it read ``MAX_HEAD`` bytes, the empty line before it
     and the blank line ending it included: so does the guard, one byte under is read."""
     for size, refused in ((MAX_HEAD - len(lead), True), (MAX_HEAD - len(lead) - 1, False)):

@@ -26,7 +26,11 @@ next request (cheroot), a chunk size line with white space or an extension not o
 form ``;token[=token|quoted-string]`` (waitress), a method in lower case (waitress) and
 ``Expect: 100-continue`` on a request without a body (waitress 3.0 answers it ``100
 Continue`` and then reads the next request's head as more of this one's: the request is
-lost and its headers join the next one's). A refused stream sets ``error`` (and
+lost and its headers join the next one's).  So are more than one empty line before a
+request (cheroot reads the second as a request line), an HTTP version other than 1.0 and
+1.1 (505: h11 takes any, cheroot refuses them, waitress reads them as 1.0) and a head of
+``MAX_HEAD`` bytes or more, the empty line before it and the blank line after it counted
+(431, as waitress counts). A refused stream sets ``error`` (and
 ``status``, the answer it deserves); the connection must then be closed without passing
 the bytes on.
 """
@@ -46,7 +50,7 @@ HEADERS = "headers"  # request line and headers arriving (header deadline)
 BODY = "body"  # body arriving (body deadline)
 APP = "app"  # a complete request with the application: no deadline
 
-#: the largest request head (waitress' ``max_request_header_size`` default)
+#: the size a request head must stay under (waitress' ``max_request_header_size`` default)
 MAX_HEAD = 256 * 1024
 _END = b"\r\n\r\n"
 

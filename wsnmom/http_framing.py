@@ -111,13 +111,15 @@ def head_error(head: bytes) -> str:
 
 
 class _Verdict:
-    """What h11 read in a request head: the request, whether it asked for ``100 Continue``
-    and whether its body is chunked (h11 reads such a body; it accepts no other
-    ``Transfer-Encoding``)."""
+    """What h11 read in a request head: whether it asked for ``100 Continue`` and whether
+    its body is chunked (h11 reads such a body; it accepts no other
+    ``Transfer-Encoding``); the request itself only for a :attr:`Framing.listener` (its
+    header objects take up to 27 times the head's bytes, held as long as the
+    connection)."""
 
     __slots__ = ("chunked", "expect_continue", "request")
 
-    def __init__(self, request: h11.Request, expect_continue: bool, chunked: bool) -> None:
+    def __init__(self, request: h11.Request | None, expect_continue: bool, chunked: bool) -> None:
         self.request = request
         self.expect_continue = expect_continue
         self.chunked = chunked
@@ -302,7 +304,7 @@ class Framing:
                 self._parser = parser
                 return rest
             self._shape, self._verdict = shape, verdict
-        elif self.listener is not None:
+        elif self.listener is not None and verdict.request is not None:
             self.listener(verdict.request)
         self.expect_continue = verdict.expect_continue
         self._left = int(head[start:stop]) if start != stop else 0
@@ -381,7 +383,8 @@ class Framing:
             self._refuse("Transfer-Encoding in an HTTP/1.0 request")
             return None
         expect = (v for n, v in request.headers if n == b"expect")
-        return _Verdict(request, any(v.lower() == b"100-continue" for v in expect), chunked)
+        kept = request if self.listener is not None else None
+        return _Verdict(kept, any(v.lower() == b"100-continue" for v in expect), chunked)
 
     def _done(self, now: float) -> None:
         """The request received is complete."""

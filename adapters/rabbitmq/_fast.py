@@ -217,12 +217,24 @@ class Stream(asyncio.Protocol, nbio_interface.AbstractStreamTransport):  # type:
         self.on_linked(self)
 
     def connection_lost(self, exc: Exception | None) -> None:
+        # asyncio closes the socket right after this; its descriptor number may then be
+        # the next connection's: let go of it under the write lock, so that a thread in
+        # send_now sends on the live socket or not at all
+        with self.io.write_lock:
+            self.sock = None
+            self.tail = b""
         if self.linked:
             self.linked = False
             self.protocol.connection_lost(exc)
 
     def eof_received(self) -> bool | None:
-        return bool(self.protocol.eof_received())
+        """The peer's end of stream: when pika's protocol says "close" (it does), abort,
+        as pika's own transport does; asyncio's graceful close would first wait for the
+        unsent bytes, which a peer that stopped reading never takes."""
+        keep_open = bool(self.protocol.eof_received())
+        if not keep_open and self.transport is not None:
+            self.transport.abort()
+        return keep_open
 
     def data_received(self, data: bytes) -> None:
         """Hand each whole frame to its channel's reader, the others to pika: a run of

@@ -17,6 +17,7 @@ import asyncio
 import socket
 import struct
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -116,16 +117,26 @@ def test_frames_from_the_loop_and_from_threads_never_interleave(
     def via_loop(data: bytes) -> None:
         stream.write(data)
 
+    sent_now = [0]
+
     def thread_writer(writer: int) -> None:
         for seq in range(per_writer):
             data = _frame(writer, seq, sizes[seq % len(sizes)])
-            with io.write_lock:
-                if stream.idle():
-                    assert stream.send_now(data)
-                    continue
-                # still under the lock, as the publisher: the loop writes it after
-                # whatever waits now
-                loop.call_soon_threadsafe(via_loop, data)
+            # every other frame waits a little for an idle stream, so that many go the
+            # direct way (and leave tails) while the loop has buffers of its own
+            patience = 200 if seq % 2 else 1
+            for _ in range(patience):
+                with io.write_lock:
+                    if stream.idle():
+                        assert stream.send_now(data)
+                        sent_now[0] += 1
+                        break
+                    if _ == patience - 1:
+                        # still under the lock, as the publisher: the loop writes it
+                        # after whatever waits now
+                        loop.call_soon_threadsafe(via_loop, data)
+                        break
+                time.sleep(0.0005)
 
     def loop_frames() -> None:
         for seq in range(per_writer):
@@ -173,6 +184,7 @@ def test_frames_from_the_loop_and_from_threads_never_interleave(
     peer.close()
     assert not errors
     assert received == expected
+    assert sent_now[0] >= threads_n  # the direct way was taken, not only the loop's
 
 
 def test_the_peers_eof_ends_the_connection_with_bytes_still_to_write(

@@ -139,8 +139,11 @@ def test_frames_from_the_loop_and_from_threads_never_interleave(
                 time.sleep(0.0005)
 
     def loop_frames() -> None:
+        # the loop's own writes (pika's frames) come at any time, also between a
+        # thread's partial send and the loop's flush of its tail
         for seq in range(per_writer):
             loop.call_soon_threadsafe(via_loop, _frame(loop_writer, seq, sizes[-seq % 4]))
+            time.sleep(0.0003)
 
     expected = {w: per_writer for w in range(1, loop_writer + 1)}
     received: dict[int, int] = {w: 0 for w in expected}
@@ -175,9 +178,9 @@ def test_frames_from_the_loop_and_from_threads_never_interleave(
     reader = threading.Thread(target=read_all, name="stream-io-peer")
     reader.start()
     writers = [threading.Thread(target=thread_writer, args=(w,)) for w in range(1, threads_n + 1)]
+    writers.append(threading.Thread(target=loop_frames))
     for t in writers:
         t.start()
-    loop_frames()
     for t in writers:
         t.join(60)
     reader.join(60)

@@ -60,15 +60,21 @@ class _Operation(nbio_interface.AbstractIOReference):  # type: ignore[misc]
 
     def __init__(self, task: asyncio.Future[Any], on_done: Callable[[Any], None]) -> None:
         self.task = task
+        #: pika cancelled it (the task itself may still run a step before it ends)
+        self.cancelled = False
 
         def done(task: asyncio.Future[Any]) -> None:
-            if not task.cancelled():
+            if not task.cancelled() and not self.cancelled:
                 on_done(task.exception() or task.result())
 
         task.add_done_callback(done)
 
     def cancel(self) -> bool:
-        return self.task.cancel()
+        if self.cancelled or self.task.done():
+            return False
+        self.cancelled = True
+        self.task.cancel()
+        return True
 
 
 class FrameIO(nbio_interface.AbstractIOServices):  # type: ignore[misc]
@@ -157,21 +163,31 @@ class FrameIO(nbio_interface.AbstractIOServices):  # type: ignore[misc]
             on_done(result)
 
         def make() -> Stream:
-            return Stream(self, protocol_factory(), sock, ssl_context is None, report)
+            stream = Stream(self, protocol_factory(), sock, ssl_context is None, report)
+            stream.abandoned = lambda: operation.cancelled
+            return stream
 
         async def connect() -> None:
             await self.loop.create_connection(
                 make,
                 sock=sock,
                 ssl=ssl_context,
-                server_hostname=server_hostname if ssl_context is not None else None,
+                # pika's None: no hostname check (the context decides); asyncio's is ""
+                server_hostname=(server_hostname or "") if ssl_context is not None else None,
             )
 
         def ended(result: Any) -> None:
             if isinstance(result, BaseException):
                 report(result)
 
-        return _Operation(asyncio.ensure_future(connect(), loop=self.loop), ended)
+        def dropped(task: asyncio.Future[Any]) -> None:
+            if task.cancelled():  # pika leaves the socket to us once it called us
+                with contextlib.suppress(OSError):
+                    sock.close()
+
+        operation = _Operation(asyncio.ensure_future(connect(), loop=self.loop), ended)
+        operation.task.add_done_callback(dropped)
+        return operation
 
 
 class Stream(asyncio.Protocol, nbio_interface.AbstractStreamTransport):  # type: ignore[misc]
@@ -201,12 +217,17 @@ class Stream(asyncio.Protocol, nbio_interface.AbstractStreamTransport):  # type:
         self.pending = b""
         #: what a :meth:`send_now` left unsent: written before anything else
         self.tail = b""
+        #: whether pika cancelled the set-up (then it hears nothing of this stream)
+        self.abandoned: Callable[[], bool] = lambda: False
 
     # --- asyncio's side ----------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport
+        if self.abandoned():  # pika's timeout struck while asyncio built the transport
+            transport.abort()
+            return
         try:
             self.protocol.connection_made(self)
         except Exception as exc:

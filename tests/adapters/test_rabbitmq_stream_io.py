@@ -14,6 +14,7 @@ without a broker: what reaches the wire and what pika's protocol is told.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 import struct
 import threading
@@ -233,4 +234,94 @@ def test_no_thread_writes_to_the_socket_after_the_connection_is_lost(
     with io.write_lock:
         assert not stream.idle()
         assert not stream.send_now(b"\x08\x00\x00\x00\x00\x00\x00\xce")
+    peer.close()
+
+
+def test_an_attempt_pika_cancelled_is_not_linked(loop: asyncio.AbstractEventLoop) -> None:
+    """pika cancels the stream's set-up when its timeout strikes; from then on neither
+    its protocol nor ``on_done`` hears of that attempt, as with pika's own services,
+    even when asyncio had the transport ready in the same loop iteration."""
+    ours, peer = socket.socketpair()
+    io = FrameIO(loop, {})
+    protocol = Protocol()
+    done: list[Any] = []
+    ops: list[Any] = []
+
+    def factory() -> Protocol:
+        assert ops[0].cancel()  # the timeout strikes while asyncio builds the transport
+        return protocol
+
+    def create() -> None:
+        ops.append(io.create_streaming_connection(factory, ours, done.append))
+
+    loop.call_soon_threadsafe(create)
+    wait_until(lambda: ops and ops[0].task.done(), what="the attempt ended")
+    _on_loop(loop, lambda: None)  # a loop round trip after it: any report has come
+    assert done == []
+    assert protocol.transport is None and protocol.lost == []
+    assert io.stream is None
+    wait_until(lambda: peer.recv(1) == b"", what="the abandoned socket closed")
+    peer.close()
+
+
+def test_tls_without_a_server_hostname_links(
+    loop: asyncio.AbstractEventLoop, tmp_path: Any
+) -> None:
+    """pika's I/O interface: ``server_hostname=None`` means no hostname check (the
+    context decides), not an error.  A TLS peer on the other end of a socket pair."""
+    trustme = pytest.importorskip("trustme")
+    import ssl
+
+    ca = trustme.CA()
+    server_ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ca.issue_cert("127.0.0.1").configure_cert(server_ctx)
+    client_ctx = ssl.create_default_context()
+    ca.configure_trust(client_ctx)
+    client_ctx.check_hostname = False
+    ours, peer = socket.socketpair()
+
+    def serve() -> None:
+        with server_ctx.wrap_socket(peer, server_side=True) as tls:
+            tls.sendall(b"hello")
+            with contextlib.suppress(OSError):
+                tls.recv(1)
+
+    server = threading.Thread(target=serve, daemon=True)
+    server.start()
+    io = FrameIO(loop, {})
+    protocol = Protocol()
+    done: list[Any] = []
+
+    def create() -> None:
+        io.create_streaming_connection(
+            lambda: protocol, ours, done.append, ssl_context=client_ctx, server_hostname=None
+        )
+
+    loop.call_soon_threadsafe(create)
+    [result] = wait_until(lambda: done, what="the TLS stream's set-up reported")
+    assert not isinstance(result, BaseException), result
+    stream, _ = result
+    _on_loop(loop, stream.abort)
+    server.join(10)
+
+
+def test_an_attempt_cancelled_before_it_started_closes_its_socket(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    """pika hands the socket over with the call (it forgets it): cancelled at once, the
+    attempt closes it."""
+    ours, peer = socket.socketpair()
+    io = FrameIO(loop, {})
+    done: list[Any] = []
+
+    def create() -> None:
+        op = io.create_streaming_connection(Protocol, ours, done.append)
+        assert op.cancel()
+        assert not op.cancel()  # "False if already done or cancelled"
+
+    loop.call_soon_threadsafe(create)
+    wait_until(lambda: ours.fileno() == -1, what="the socket closed")
+    assert peer.recv(1) == b""
+    _on_loop(loop, lambda: None)
+    assert done == []
     peer.close()

@@ -26,8 +26,9 @@ import pytest
 
 pytest.importorskip("pika")
 
-from tests.support.waiting import wait_until  # noqa: E402
-from wsnmom.adapters.rabbitmq._fast import FrameIO, Stream  # noqa: E402
+from wsnmom.adapters.rabbitmq._fast import FrameIO, Stream
+
+from tests.support.waiting import wait_until
 
 _HEAD = struct.Struct(">BHI")
 _SEQ = struct.Struct(">I")
@@ -115,8 +116,10 @@ def test_frames_from_the_loop_and_from_threads_never_interleave(
     loop_writer = threads_n + 1
     sizes = [1, 700, 5000, 30_000]
 
-    def via_loop(data: bytes) -> None:
+    def via_loop(data: bytes, written: threading.Event | None = None) -> None:
         stream.write(data)
+        if written is not None:
+            written.set()
 
     sent_now = [0]
 
@@ -126,18 +129,24 @@ def test_frames_from_the_loop_and_from_threads_never_interleave(
             # every other frame waits a little for an idle stream, so that many go the
             # direct way (and leave tails) while the loop has buffers of its own
             patience = 200 if seq % 2 else 1
-            for _ in range(patience):
+            written: threading.Event | None = None
+            for attempt in range(patience):
                 with io.write_lock:
                     if stream.idle():
                         assert stream.send_now(data)
                         sent_now[0] += 1
                         break
-                    if _ == patience - 1:
+                    if attempt == patience - 1:
                         # still under the lock, as the publisher: the loop writes it
                         # after whatever waits now
-                        loop.call_soon_threadsafe(via_loop, data)
+                        written = threading.Event()
+                        loop.call_soon_threadsafe(via_loop, data, written)
                         break
                 time.sleep(0.0005)
+            # like the publisher, which waits for the broker's confirm, a thread sends
+            # its next frame once the loop wrote this one
+            if written is not None:
+                assert written.wait(30)
 
     def loop_frames() -> None:
         # the loop's own writes (pika's frames) come at any time, also between a

@@ -20,6 +20,7 @@ import struct
 import threading
 import time
 from collections.abc import Iterator
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -32,6 +33,7 @@ from tests.support.waiting import wait_until
 
 _HEAD = struct.Struct(">BHI")
 _SEQ = struct.Struct(">I")
+HEARTBEAT = b"\x08\x00\x00\x00\x00\x00\x00\xce"
 
 
 class Protocol:
@@ -41,6 +43,7 @@ class Protocol:
         self.transport: Any = None
         self.lost: list[BaseException | None] = []
         self.eof = 0
+        self.received = b""
 
     def connection_made(self, transport: Any) -> None:
         self.transport = transport
@@ -53,7 +56,7 @@ class Protocol:
         return False  # as pika's BaseConnection: "close the transport"
 
     def data_received(self, data: bytes) -> None:
-        pass
+        self.received += data
 
 
 @pytest.fixture
@@ -242,7 +245,7 @@ def test_no_thread_writes_to_the_socket_after_the_connection_is_lost(
     assert stream.sock is None
     with io.write_lock:
         assert not stream.idle()
-        assert not stream.send_now(b"\x08\x00\x00\x00\x00\x00\x00\xce")
+        assert not stream.send_now(HEARTBEAT)
     peer.close()
 
 
@@ -291,13 +294,14 @@ def test_tls_without_a_server_hostname_links(
 
     def serve() -> None:
         with server_ctx.wrap_socket(peer, server_side=True) as tls:
-            tls.sendall(b"hello")
+            tls.sendall(HEARTBEAT)
             with contextlib.suppress(OSError):
                 tls.recv(1)
 
     server = threading.Thread(target=serve, daemon=True)
     server.start()
     io = FrameIO(loop, {})
+    io.connection = SimpleNamespace(bytes_received=0, frames_received=0)  # type: ignore[assignment]
     protocol = Protocol()
     done: list[Any] = []
 
@@ -310,6 +314,7 @@ def test_tls_without_a_server_hostname_links(
     [result] = wait_until(lambda: done, what="the TLS stream's set-up reported")
     assert not isinstance(result, BaseException), result
     stream, _ = result
+    wait_until(lambda: protocol.received == HEARTBEAT, what="the peer's frame through TLS")
     _on_loop(loop, stream.abort)
     server.join(10)
 

@@ -139,7 +139,7 @@ class Follower:
             record.termination_time = stored.termination_time
         if changed:
             if live.feed is not None:
-                self._subscriptions.delivery.feeds.sync(live)
+                self._subscriptions.delivery.feeds.sync(live, here=False)
             ctx.wake_demand()
         return live
 
@@ -172,7 +172,7 @@ class Follower:
             self._subscriptions.delivery.direct.drop(live)
         ctx.engine.close_channel(sub_id)
         try:
-            self._subscriptions.delivery.feeds.detach(live)
+            self._subscriptions.delivery.feeds.detach(live, here=False)
         except AdapterError:
             log.debug("detaching the feed of %s failed", sub_id, exc_info=True)
         ctx.registry.update_gauges()

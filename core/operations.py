@@ -277,8 +277,8 @@ class Operations:
         self, state: LivePullPoint, depths: dict[int, int | None], feeding: list[str]
     ) -> PullPointStatus:
         waiting = depths.get(id(state.handle))
-        if waiting is not None and state.buffer is not None:
-            waiting += state.buffer.buffered()
+        if waiting is not None:
+            waiting += state.reader.buffered()
         return PullPointStatus(
             record=replace(state.record),
             address=self._ctx.pull_point_address(state.record.id),

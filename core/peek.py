@@ -108,8 +108,8 @@ class Peeker:
         held = channel.held_messages(count) if channel is not None else []
         result = self._read(held, state.handle, count)
         if state.feed is not None and result.complete:
-            # read by its pull point's buffer directly (core.pull_feeds): what reached the
-            # buffer is the pull point's
+            # read by its pull point directly (core.pull_feeds): what reached the pull
+            # point's buffer is the pull point's
             note = "what its pull point's buffer already holds is shown by the pull point's peek"
             return PeekResult(result.messages, True, note)
         return result
@@ -119,7 +119,7 @@ class Peeker:
         when there is no such pull point."""
         state = self._ctx.registry.live_pull_point(pull_point_id)
         count = max(0, min(count, MAX_PEEK))
-        held = state.buffer.held(count) if state.buffer is not None else []
+        held = state.reader.held(count)
         return self._read(held, state.handle, count)
 
     def _read(self, held: Sequence[Received], handle: SubscriptionHandle, count: int) -> PeekResult:

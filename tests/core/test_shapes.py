@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from wsnmom.core import errors
 from wsnmom.core.model import CreatePullPointRequest
+from wsnmom.core.pull_reader import PullReader
 from wsnmom.core.service import BrokerService
 
 from tests.support.shaped_adapters import QUEUE_SCHEME, SESSION_SCHEME, registered
@@ -173,13 +174,15 @@ def test_a_pull_point_fed_by_a_subscription(shape: str, start: Callable[..., Bro
     pp = service.create_pull_point(CreatePullPointRequest())
     sub = service.subscribe(sub_req(service.pull_point_address(pp.id), topic=simple("t:a")))
     state = service.registry.subscriptions[sub.id]
-    # the path core takes for the shape
-    if shape == "embedded":  # sole publisher: routed at publish time
+    # the path core takes for the shape: routed at publish time (sole publisher), else
+    # read by the pull point from its own durable subscription, never a delivery channel
+    if shape == "embedded":
         assert state.handle is None
-    elif shape in ("log", "queue"):  # no native pull: read into the pull point directly
-        assert state.feed is not None
-    else:  # session: a durable subscription of its own, delivering into the pull point
-        assert state.handle is not None and state.feed is None
+    else:
+        reader = service.registry.pull_points[pp.id].reader
+        assert state.handle is not None and state.feed is reader
+        assert isinstance(reader, PullReader) == (shape in SHAPES_NATIVE_PULL)
+    assert service.engine.channel(sub.id) is None
     publish(service, *[body(i) for i in range(5)])
     got: list[bytes] = []
 
@@ -309,7 +312,8 @@ def test_a_notify_sent_to_a_pull_point_is_handed_out_once_across_a_restart(
     broker = start()
     service = running(broker)
     pp = service.create_pull_point(CreatePullPointRequest())
-    assert (service.registry.pull_points[pp.id].buffer is None) == (shape in SHAPES_NATIVE_PULL)
+    reader = service.registry.pull_points[pp.id].reader
+    assert isinstance(reader, PullReader) == (shape in SHAPES_NATIVE_PULL)
     service.notify_pull_point(pp.id, [note(body(i), simple("t:a")) for i in range(4)])
     got: list[bytes] = []
 

@@ -5,8 +5,12 @@ pull feeds read from the log), and the test adapters of tests/support/shaped_ada
 standing for MQTT's session shape (not sole publisher, native pull) and RabbitMQ's queue
 shape (not sole publisher, core's pull buffer).  Each test proves one path of core on every
 shape: push in order, pause and resume, unsubscribe, renew, a pull point fed by a
-subscription, a failing consumer (retry, and across a restart), a Notify sent to a pull
-point, unordered delivery past a stalled message, a dead letter after the last attempt.
+subscription (read by the pull point from the subscription's own durable subscription:
+core's one pull path, through the middleware's pull or core's pull buffer; routed at
+publish time on embedded), with a MessageContent filter, paused and unsubscribed (what
+reached the pull point stays), a failing consumer (retry, and across a restart), a Notify
+sent to a pull point, unordered delivery past a stalled message, a dead letter after the
+last attempt.
 The broker e2e tests (tests/e2e/) then only need to prove the middleware, not core again."""
 
 from __future__ import annotations

@@ -47,8 +47,9 @@ class SubscriptionStatus:
 
     record: Subscription
     address: str
-    #: "push" (to its consumer), "pull point" (forwarded into one of the broker's pull
-    #: points) or "routed" (routed into its pull point when published: no queue of its own)
+    #: "push" (to its consumer), "pull point" (read by one of the broker's pull points
+    #: from its own queue) or "routed" (routed into its pull point when published: no
+    #: queue of its own)
     mode: str
     #: messages waiting in the middleware (not handed out); None: it cannot tell
     waiting: int | None

@@ -31,7 +31,9 @@ from wsnmom.core.adapter_options import AdapterOptionError, option, parse_option
 from wsnmom.topic_mapping.model import Topic
 from wsnmom.topic_mapping.syntax import WildcardSyntax
 
-from .store import MEMORY, Engine, Row, _synchronous, acquire_engine, release_engine
+from .records import MEMORY, Row
+from .storage import _synchronous
+from .store import Engine, acquire_engine, release_engine
 
 SCHEME = "embedded"
 

@@ -55,7 +55,7 @@ def test_a_feeding_subscription_has_no_channel_and_a_small_feed(service: BrokerS
         wait_idle(service)
     assert [r.body for r in got] == [f"<x>{i}</x>".encode() for i in range(3)]
     assert all(isinstance(r, Fed) for r in got)  # rendered for the subscription
-    assert not hasattr(got[0].feed, "__dict__")  # type: ignore[attr-defined]
+    assert not hasattr(got[0].feed, "__dict__")
 
 
 def test_channel_queue_created_on_demand_and_released(

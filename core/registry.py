@@ -46,6 +46,10 @@ class LiveSubscription:
     #: its pull point's reader, which reads its durable subscription directly
     #: (``core.pull_feeds``)
     feed: PullBuffer | PullReader | None = None
+    #: serialises the changes of this subscription (Pause, Resume, Renew, following the
+    #: store, starting its delivery): held across their middleware calls and store
+    #: writes, which the registry lock is not (taken after it, never before)
+    lock: threading.RLock = field(default_factory=threading.RLock)
 
 
 @dataclass(slots=True)

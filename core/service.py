@@ -243,7 +243,7 @@ class BrokerService:
             became_leader=self._became_leader,
         )
         if self.cluster.shared:
-            self.adapter.shared_by_instances()
+            self.adapter.shared_by_instances(self.cluster.may_save)
             ctx.delivers = self.cluster.delivers
             ctx.leads = self.cluster.leads
             ctx.registry.loader = self.follower.load

@@ -162,6 +162,7 @@ class Commits(EngineParts):
                 cursor.dirty = False
             deletes = {n for n in self._to_delete if n not in changes}
             self._to_delete = set()
+        self._fence(changes, own)
         if changes:
             try:
                 store.save(changes)
@@ -198,6 +199,18 @@ class Commits(EngineParts):
                     live = self._cursors.get(name)
                     if live is None or live.attached:
                         self._stored.pop(name, None)
+
+    def _fence(self, changes: dict[str, dict[StreamId, int]], own: dict[str, int]) -> None:
+        """Shared: drop the position writes core's fence refuses (this instance no longer
+        holds the subscription's shard: another one may deliver it and save positions
+        ahead of these; a zombie's last write would move them back)."""
+        may_save = self.may_save
+        if not self.shared or may_save is None:
+            return
+        for name in [n for n in changes if not may_save(n)]:
+            del changes[name]
+            own.pop(name, None)
+            log.info("position of %s not saved: this instance no longer delivers it", name)
 
     def _own_due(self, cursor: Cursor, now: float) -> dict[StreamId, int] | None:
         """The positions to save for attached ``cursor`` now, if it is due: marked by the

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import queue
 import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from wsnmom.topic_mapping.index import TopicIndex
@@ -35,6 +36,7 @@ class EngineParts:
     bury_retry_max: float
     catch_up_slice: int
     shared: bool
+    may_save: Callable[[str], bool] | None
     lock: threading.RLock
     _cursors: dict[str, Cursor]
     _index: TopicIndex[str]
@@ -70,6 +72,8 @@ class EngineParts:
             self, cursor: Cursor, stream: StreamId, offset: int, gen: int, rewind: bool
         ) -> None: ...
         def _relevant(self, cursor: Cursor, stream: StreamId) -> bool: ...
+        def stop_cursor(self, cursor: Cursor) -> None: ...
+        def delete_subscription(self, name: str) -> None: ...
         def _queue_catch_up(self, cursor: Cursor, *, skipping: bool = False) -> None: ...
         def _detach_at(self, cursor: Cursor, stream: StreamId, offset: int) -> None: ...
         def _lost(self, cursor: Cursor, item: RecordsLost) -> None: ...

@@ -10,6 +10,7 @@ feeding it) needs no state on its channel, so every subscription of a connection
 through a few channels the connection shares (``_TAKE_CHANNELS``): 10,000 pull points need
 no channel each.  A pull that is acknowledged later keeps a channel of the
 subscription's own (``RabbitMQSubscription.puller``), whose delivery tags it acks on.
+
 Every blocking call runs on the connection's I/O thread through :meth:`Consumers.run`.
 """
 
@@ -279,6 +280,17 @@ class Consumers:
         async with link.declaring() as admin:
             frame = await admin.call("queue_declare", queue, passive=True)
         return int(frame.method.message_count)
+
+    async def unbind(self, sub: RabbitMQSubscription) -> None:
+        """Remove every binding of ``sub``'s queue (those of its patterns and those this
+        process made): it receives nothing more."""
+        link = sub.link
+        await link.ready(self.timeout)
+        bindings = set(self.declarations.names.bindings_for(sub.spec.patterns)) | sub.bound
+        async with link.declaring() as admin:
+            for exchange, key in sorted(bindings):
+                await admin.call("queue_unbind", sub.queue, exchange, key)
+        sub.bound = set()
 
     async def delete_queue(self, queue: str, sub: RabbitMQSubscription | None) -> None:
         """Stop ``sub``'s consumer and puller (when given) and delete ``queue``."""

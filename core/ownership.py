@@ -3,7 +3,7 @@ delivery of the gained shards' push subscriptions, close the lost ones' (what a 
 delivery held goes back to the middleware unsettled).  Subscriptions read by a pull
 point's buffer (feeds) or routed at publish time have no delivery of their own and are
 left alone.  A pull point core buffers (no native pull) is read by the instance holding
-its shard (``core.pull_readers``): its buffer, feeds included, is started with the shard
+its shard (``core.pull_owners``): its buffer, feeds included, is started with the shard
 and stopped when it goes (what it held goes back to the middleware unsettled)."""
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import logging
 
 from wsnmom.core.context import BrokerContext
 from wsnmom.core.coordination import shard_of
+from wsnmom.core.pull_buffer import PullBuffer
 from wsnmom.core.registry import LivePullPoint, LiveSubscription
 from wsnmom.core.subscriptions import Subscriptions
 
@@ -46,7 +47,7 @@ class Ownership:
             return [
                 p
                 for p in registry.pull_points.values()
-                if p.buffer is not None and shard_of(p.record.id, count) in shards
+                if isinstance(p.reader, PullBuffer) and shard_of(p.record.id, count) in shards
             ]
 
     def gained(self, shards: set[int]) -> None:
@@ -61,8 +62,7 @@ class Ownership:
         for pull_point in self._pull_points(shards):
             try:
                 with pull_point.lock:  # not within a GetMessages
-                    if pull_point.buffer is not None:
-                        pull_point.buffer.start()
+                    pull_point.reader.start()
             except Exception:
                 log.exception("starting to read pull point %s failed", pull_point.record.id)
 
@@ -73,7 +73,6 @@ class Ownership:
         for pull_point in self._pull_points(shards):
             try:
                 with pull_point.lock:  # after a GetMessages under way settled its messages
-                    if pull_point.buffer is not None:
-                        pull_point.buffer.stop()
+                    pull_point.reader.stop()
             except Exception:
                 log.exception("stopping pull point %s failed", pull_point.record.id)

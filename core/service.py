@@ -70,8 +70,8 @@ from wsnmom.core.peek import Peeker, PeekResult
 from wsnmom.core.periodic import PeriodicTask
 from wsnmom.core.policy import BrokerPolicy, build_policy
 from wsnmom.core.ports import BrokerProperties, OutboundSoap
+from wsnmom.core.pull_owners import PullOwners
 from wsnmom.core.pull_points import PullPoints
-from wsnmom.core.pull_readers import PullReaders
 from wsnmom.core.rate_history import RateHistory, RatePoint
 from wsnmom.core.recovery import restore
 from wsnmom.core.registrations import Registrations
@@ -243,8 +243,8 @@ class BrokerService:
             lost=ownership.lost,
             became_leader=self._became_leader,
         )
-        #: which instance reads a pull point core buffers (``core.pull_readers``)
-        self.pull_readers = PullReaders(
+        #: which instance reads a pull point core buffers (``core.pull_owners``)
+        self.pull_owners = PullOwners(
             active=False,  # known once the adapter is open (start)
             instance=ctx.instance_id,
             shards=self.settings.cluster.shards,
@@ -406,7 +406,7 @@ class BrokerService:
         )
         # without a native pull, each pull point is read by the instance holding its
         # shard, and GetMessages sent elsewhere is forwarded there (docs/scale-out.md)
-        self.pull_readers.active = self.cluster.shared and not self.adapter.capabilities.native_pull
+        self.pull_owners.active = self.cluster.shared and not self.adapter.capabilities.native_pull
         restore(self._ctx, self.subscriptions, self.pull_points, self.registrations)
         self.cluster.start()
         self._gate.ready = True
@@ -569,11 +569,11 @@ class BrokerService:
     def get_messages(self, pull_point_id: str, maximum: int | None) -> list[NotificationMessage]:
         """Destructive FIFO read (BN §5.1.2); None/0 = all available up to the cap.  In
         a cluster where core buffers pull points, only the instance reading the pull
-        point reads it (``core.pull_readers``): elsewhere "retry later"."""
+        point reads it (``core.pull_owners``): elsewhere "retry later"."""
         self._gate.require_middleware()
         self._guard.pull_point(pull_point_id)
-        if not self.pull_readers.reads_here(pull_point_id):
-            raise self.pull_readers.refusal(pull_point_id)
+        if not self.pull_owners.reads_here(pull_point_id):
+            raise self.pull_owners.refusal(pull_point_id)
         return self.pull_points.get_messages(pull_point_id, maximum)
 
     def notify_pull_point(

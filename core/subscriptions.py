@@ -516,7 +516,8 @@ class Subscriptions:
             record.termination_time = stored.termination_time
         if changed:
             if live.feed is not None:
-                self.delivery.feeds.sync(live)
+                # the instance that made the change kept what reached the pull point
+                self.delivery.feeds.sync(live, here=False)
             self._ctx.wake_demand()
 
     def _follow_state(self, live: LiveSubscription, state: SubscriptionState) -> None:
@@ -550,7 +551,7 @@ class Subscriptions:
                 self.delivery.direct.drop(live)
             ctx.engine.close_channel(sub_id)
         try:
-            self.delivery.feeds.detach(live)
+            self.delivery.feeds.detach(live, here=False)
         except AdapterError:
             log.debug("detaching the feed of %s failed", sub_id, exc_info=True)
         ctx.registry.update_gauges()

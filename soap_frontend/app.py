@@ -142,7 +142,7 @@ def create_app(service: BrokerPort, settings: Settings | None = None) -> Flask:
         HostCheck(
             PullForward(
                 SoapFastPath(app, app.wsgi_app, broker_view, resource_views),
-                getattr(service, "pull_readers", None),
+                getattr(service, "pull_owners", None),
                 app.config.get("MAX_CONTENT_LENGTH"),
             ),
             settings,

@@ -1,7 +1,7 @@
 """WSGI middleware: a request to a pull point goes to the instance that reads it.
 
 In a cluster on a middleware without a pull of its own, one instance reads each pull
-point (``core.pull_readers``).  A POST to ``/wsn/pullpoints/<id>`` (GetMessages,
+point (``core.pull_owners``).  A POST to ``/wsn/pullpoints/<id>`` (GetMessages,
 DestroyPullPoint, Notify, properties) that arrives at another instance is sent on to the
 reading instance's address (``cluster.address``, from the store's instance table), and
 its answer relayed as it came: status, body, ``Retry-After`` and the reader's
@@ -34,7 +34,7 @@ from urllib.parse import urlsplit
 from wsnmom.core import errors
 from wsnmom.core.addresses import ResourceKind, parse_resource_path
 from wsnmom.core.model import SoapVersion
-from wsnmom.core.pull_readers import PullReaders, Reader
+from wsnmom.core.pull_owners import PullOwners, Reader
 
 from .dispatch import transport_reply
 from .envelope import HttpError, content_type_for, envelope_bytes, version_for_media_type
@@ -88,7 +88,7 @@ def _verified(secret: str, value: str, path: str, body: bytes, now: float) -> bo
 class PullForward:
     """Wraps a WSGI application (see the module docstring)."""
 
-    def __init__(self, app: WsgiApp, readers: PullReaders | None, max_body: int | None) -> None:
+    def __init__(self, app: WsgiApp, readers: PullOwners | None, max_body: int | None) -> None:
         self.app = app
         self.readers = readers
         self.max_body = max_body

@@ -16,7 +16,7 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 import pytest
 import requests
 from wsnmom.core.coordination import InstanceInfo, shard_of
-from wsnmom.core.pull_readers import PullReaders
+from wsnmom.core.pull_owners import PullOwners
 from wsnmom.soap_frontend.pull_forward import FORWARD_HEADER, WINDOW, PullForward, sign
 from wsnmom.soap_frontend.request_ids import RequestIds
 
@@ -37,8 +37,8 @@ class Quiet(WSGIRequestHandler):
 
 def readers(
     instance: str, *, here: bool, table: list[InstanceInfo], secret: str = SECRET
-) -> PullReaders:
-    return PullReaders(
+) -> PullOwners:
+    return PullOwners(
         active=True,
         instance=instance,
         shards=4,

@@ -9,14 +9,14 @@ point's shard (hashed like push subscriptions, ``core.coordination.shard_of``). 
 that instance starts the pull point's buffer (``core.ownership``), and a GetMessages
 arriving at another instance is forwarded there (``soap_frontend.pull_forward``).
 
-:meth:`PullReaders.reader` answers for a pull point: this instance (read here), another
+:meth:`PullOwners.reader` answers for a pull point: this instance (read here), another
 instance's address (forward there), or a refusal to retry later (no live instance holds
 the shard now: a failover or a hand-over is under way).  The instance table is read from
 the store at most every :data:`FRESH` seconds.
 
 On a single instance, or a middleware with a native pull (RabbitMQ's ``basic.get``:
 every instance takes from one queue), every instance reads every pull point:
-:attr:`PullReaders.active` is False and nothing is forwarded.
+:attr:`PullOwners.active` is False and nothing is forwarded.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from wsnmom.core import errors
 from wsnmom.core.coordination import InstanceInfo, shard_of
 
-__all__ = ["FRESH", "PullReaders", "Reader", "handed_over"]
+__all__ = ["FRESH", "PullOwners", "Reader", "handed_over"]
 
 #: seconds an instance table read from the store is used for
 FRESH = 0.5
@@ -59,7 +59,7 @@ def handed_over(pull_point_id: str, retry_after: float) -> errors.ResourceUnavai
     )
 
 
-class PullReaders:
+class PullOwners:
     """Which instance reads each pull point (see the module docstring)."""
 
     def __init__(

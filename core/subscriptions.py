@@ -505,6 +505,8 @@ class Subscriptions:
         being followed) has the higher revision and is kept."""
         with live.lock:
             record = live.record
+            if self._ctx.registry.subscriptions.get(record.id) is not live:
+                return  # destroyed since it was looked up: not started, nor attached, again
             if not force and not newer(stored, record):
                 return
             changed = stored.state is not record.state
@@ -631,20 +633,21 @@ class Subscriptions:
         ctx = self._ctx
         sub_id = state.record.id
         # under the subscription's lock: a Resume or a shard gained that is starting its
-        # delivery finishes first, and the channel closed below stays closed
+        # delivery finishes first, and the channel closed below stays closed.  The store
+        # first, then the registry: a lookup meanwhile (the follower reads the registry,
+        # then the store) finds it in neither, and does not load it again, its durable
+        # subscription made anew after the delete below
         try:
             with state.lock:
+                ctx.store.delete_subscription(sub_id)
                 with ctx.registry.lock:
                     ctx.registry.subscriptions.pop(sub_id, None)
                     direct = state.direct
                     self.delivery.direct.drop(state)
                 ctx.engine.close_channel(sub_id)
-                try:
-                    self.delivery.feeds.detach(state)
-                    if not direct:
-                        ctx.adapter.delete_subscription(sub_id)
-                finally:
-                    ctx.store.delete_subscription(sub_id)
+                self.delivery.feeds.detach(state)
+                if not direct:
+                    ctx.adapter.delete_subscription(sub_id)
         finally:
             ctx.registry.update_gauges()
             ctx.wake_demand()

@@ -350,10 +350,19 @@ class Subscriptions:
                 # the gate before the registry lock: publishes hold the gate while they
                 # route (lock order)
                 with self.delivery.direct.gate.exclusive(), ctx.registry.lock:
-                    if state.direct:
+                    queued = state.direct
+                    if queued:
                         self._queue_direct(state)
+                if queued:  # the write (and its undo) under this subscription's lock only
+                    try:
                         written = ctx.store.update_subscription(record)
-                        return _Outcome.DONE if written else _Outcome.CONFLICT
+                    except Exception:
+                        self._unpause_queued(state)
+                        raise
+                    if written:
+                        return _Outcome.DONE
+                    self._unpause_queued(state)
+                    return _Outcome.CONFLICT
             # a channel's stop and start are middleware round trips: under this
             # subscription's lock only, never the registry's
             channel = ctx.engine.channel(record.id)
@@ -401,6 +410,14 @@ class Subscriptions:
             record.state = SubscriptionState.ACTIVE
             direct.add(state)
             raise self._ctx.gate.fault(exc, errors.PauseFailed(str(exc))) from exc
+
+    def _unpause_queued(self, state: LiveSubscription) -> None:
+        """The store write of a Pause that gave a routed subscription a durable
+        subscription of its own failed or was refused: active again, as the store still
+        has it, delivering through that durable subscription (kept, as a restart keeps
+        one it finds, ``core.recovery``)."""
+        state.record.state = SubscriptionState.ACTIVE
+        self._undo(self._ctx.engine.channel(state.record.id), "pause", state.record.id)
 
     def resume(self, subscription_id: str) -> None:
         """ResumeSubscription: deliver what accumulated, in order; no-op when not paused."""

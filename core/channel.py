@@ -479,9 +479,12 @@ class Channel(Generic[T]):
         return True
 
     def _unpark(self) -> None:
-        """The budget's thread: there is room again; consume (no-op unless parked)."""
-        if self._parked:
-            self.start()
+        """The budget's thread: there is room again; consume (no-op unless parked).  The
+        check and the start under ``_switch``: a stop meanwhile (a Pause, which leaves a
+        parked channel stopped for good) comes before or after both, never between."""
+        with self._switch:
+            if self._parked:
+                self.start()
 
     def close(self) -> None:
         """Stop for good (subscription destroyed or broker closing)."""

@@ -313,7 +313,7 @@ class Subscriptions:
                 if written:
                     return replace(record)
                 record.termination_time = before
-            state = self._reread(subscription_id)
+            state = self._reread(subscription_id, errors.ResourceUnavailable)
         raise self._contended(subscription_id)
 
     def unsubscribe(self, subscription_id: str) -> None:
@@ -336,7 +336,7 @@ class Subscriptions:
                 self._ctx.wake_demand()
             if outcome is not _Outcome.CONFLICT:
                 return
-            state = self._reread(subscription_id)
+            state = self._reread(subscription_id, errors.PauseFailed)
         raise self._contended(subscription_id)
 
     def _pause(self, state: LiveSubscription) -> _Outcome:
@@ -429,7 +429,7 @@ class Subscriptions:
                 self._ctx.wake_demand()
             if outcome is not _Outcome.CONFLICT:
                 return
-            state = self._reread(subscription_id)
+            state = self._reread(subscription_id, errors.ResumeFailed)
         raise self._contended(subscription_id)
 
     def _resume(self, state: LiveSubscription) -> _Outcome:
@@ -483,19 +483,24 @@ class Subscriptions:
         if self._ctx.registry.subscriptions.get(state.record.id) is not state:
             raise errors.ResourceUnknown(f"no subscription {state.record.id!r}")
 
-    def _reread(self, subscription_id: str) -> LiveSubscription:
+    def _reread(self, subscription_id: str, fault: type[errors.WsnError]) -> LiveSubscription:
         """A conditional write found the subscription changed since it was read (another
         instance wrote it in between): take the stored record over, whatever revision is
         held here, and return the live entry the change is to be applied to again;
-        ResourceUnknown when the store no longer has it."""
+        ResourceUnknown when the store no longer has it, ``fault`` (or the gate's
+        refusal) when the middleware fails to stop or start its delivery as the stored
+        record says."""
         ctx = self._ctx
         stored = ctx.store.get_subscription(subscription_id)
         live = ctx.registry.subscriptions.get(subscription_id)
         if live is not None:
-            if stored is None:
-                self.forget(live)
-            else:
-                self.adopt(live, stored, force=True)
+            try:
+                if stored is None:
+                    self.forget(live)
+                else:
+                    self.adopt(live, stored, force=True)
+            except AdapterError as exc:
+                raise ctx.gate.fault(exc, fault(f"the middleware failed: {exc}")) from exc
         return ctx.registry.live_subscription(subscription_id)
 
     @staticmethod

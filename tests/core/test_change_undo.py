@@ -2,7 +2,9 @@
 it: delivering (issue 23, review of the conditional writes).  For a subscription routed
 into its pull point at publish time, the Pause first gives it a durable subscription of
 its own (kept: a restart keeps using one it finds); the write failing then left it
-paused in memory, its delivery never started, while the store said active."""
+paused in memory, its delivery never started, while the store said active.  And a
+middleware failure while a refused change takes the stored record over is the change's
+fault, not an error of the gateway."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from typing import Any
 import pytest
 from lxml import etree
 from wsnmom.core import errors
+from wsnmom.core.adapter import AdapterError
 from wsnmom.core.model import (
     CreatePullPointRequest,
     EndpointReference,
@@ -21,7 +24,9 @@ from wsnmom.core.service import BrokerService
 
 from tests.support.waiting import wait_until
 
-from .conftest import Broker, note, simple
+from .conftest import Broker, note, simple, sub_req
+
+VICTIM = "http://127.0.0.1:9/victim"
 
 
 class StoreDown(Exception):
@@ -68,3 +73,47 @@ def test_a_pause_of_a_routed_subscription_whose_write_fails_keeps_delivering(
 
     wait_until(arrived, 10, what="the message through the subscription's own delivery")
     assert got == ["after"]
+
+
+class StartFails:
+    """Wraps a subscription handle: its starts after the first raise AdapterError."""
+
+    def __init__(self, real: Any) -> None:
+        self.real = real
+        self.starts = 0
+
+    def start(self, on_message: Any, prefetch: int) -> None:
+        self.starts += 1
+        if self.starts > 1:
+            raise AdapterError("the middleware refuses the consumer")
+        self.real.start(on_message, prefetch=prefetch)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.real, name)
+
+
+def test_a_middleware_failure_while_a_refused_resume_takes_the_store_over_is_a_fault(
+    service: BrokerService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Resume's write is refused (another instance resumed it too): this instance
+    stops its delivery again, reads the store (active) and starts it as the store says;
+    that start failing is ResumeFailed, not an AdapterError (before: a 500)."""
+    sub_id = service.subscribe(sub_req(VICTIM, topic=simple("t:a"))).id
+    service.pause(sub_id)
+    channel = service.engine.channel(sub_id)
+    assert channel is not None
+    handle = StartFails(channel.handle)
+    channel.handle = handle  # type: ignore[assignment]
+    store: Any = service.store
+    real = store.update_subscription
+
+    def update(sub: Any) -> bool:
+        other = store.get_subscription(sub.id)  # the other instance's Resume, meanwhile
+        other.state = SubscriptionState.ACTIVE
+        assert real(other)
+        return bool(real(sub))
+
+    monkeypatch.setattr(store, "update_subscription", update)
+    with pytest.raises(errors.ResumeFailed):
+        service.resume(sub_id)
+    assert handle.starts == 2  # its own start, then the store's

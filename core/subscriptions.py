@@ -663,40 +663,42 @@ class Subscriptions:
         if handle is None or context is None:
             self.finish(state, reason)
             return True
-        with ctx.registry.lock:
+        # under the subscription's lock, as a Pause's stop and start: a Pause meanwhile
+        # waits, and is not undone by the start after a refused backlog
+        with state.lock:
             channel = ctx.engine.channel(state.record.id)
             restart = channel is not None and channel.active
-        if restart:
-            assert channel is not None
-            channel.stop()  # what it held goes back to the middleware, then goes too
-        try:
-            sent = handle.delete_into_dead_letters(
-                DROPPED_OVERFLOW_END, context, timeout=ctx.settings.publish_timeout
-            )
-        except NotImplementedError as exc:
-            log.error(
-                "subscription %s: its backlog is deleted, not dead-lettered: %s",
-                state.record.id,
-                exc,
-            )
-        except AdapterError as exc:
-            log.error(
-                "subscription %s: its backlog could not all be sent to its dead letters "
-                "(%s); it is not ended yet, tried again at the next sweep",
-                state.record.id,
-                exc,
-            )
             if restart:
                 assert channel is not None
-                channel.start()
-            return False
-        else:
-            log.warning(
-                "subscription %s: %d message(s) of its backlog to its dead letters (%s)",
-                state.record.id,
-                sent,
-                DROPPED_OVERFLOW_END,
-            )
+                channel.stop()  # what it held goes back to the middleware, then goes too
+            try:
+                sent = handle.delete_into_dead_letters(
+                    DROPPED_OVERFLOW_END, context, timeout=ctx.settings.publish_timeout
+                )
+            except NotImplementedError as exc:
+                log.error(
+                    "subscription %s: its backlog is deleted, not dead-lettered: %s",
+                    state.record.id,
+                    exc,
+                )
+            except AdapterError as exc:
+                log.error(
+                    "subscription %s: its backlog could not all be sent to its dead "
+                    "letters (%s); it is not ended yet, tried again at the next sweep",
+                    state.record.id,
+                    exc,
+                )
+                if restart:
+                    assert channel is not None
+                    channel.start()
+                return False
+            else:
+                log.warning(
+                    "subscription %s: %d message(s) of its backlog to its dead letters (%s)",
+                    state.record.id,
+                    sent,
+                    DROPPED_OVERFLOW_END,
+                )
         self.finish(state, reason)
         return True
 

@@ -52,13 +52,20 @@ class Ownership:
 
     def gained(self, shards: set[int]) -> None:
         """This instance delivers ``shards`` now."""
-        engine = self._ctx.engine
+        ctx = self._ctx
         for state in self._of(shards):
-            if engine.channel(state.record.id) is None:
+            sub_id = state.record.id
+            # under its lock, which a destroy holds throughout: one destroyed since the
+            # look-up above is not opened again (its durable subscription made anew)
+            with state.lock:
+                if ctx.registry.subscriptions.get(sub_id) is not state:
+                    continue
+                if ctx.engine.channel(sub_id) is not None:
+                    continue
                 try:
                     self._subscriptions.attach(state)
                 except Exception:
-                    log.exception("opening the delivery of %s failed", state.record.id)
+                    log.exception("opening the delivery of %s failed", sub_id)
         for pull_point in self._pull_points(shards):
             try:
                 with pull_point.lock:  # not within a GetMessages

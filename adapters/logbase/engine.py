@@ -86,7 +86,7 @@ Code layout: :class:`CursorEngine` (here: set-up, lifecycle, subscriptions, sett
 queries) combines parts of one job each, over the state that
 :class:`~wsnmom.adapters.logbase.parts.EngineParts` declares: :mod:`.head` (the head
 thread), :mod:`.catch_up` (the catch-up readers), :mod:`.commits` (the head's commit and
-saved positions) and :mod:`.burial` (dead letters).
+saved positions), :mod:`.burial` (dead letters) and :mod:`.peeking` (peek).
 """
 
 from __future__ import annotations
@@ -109,8 +109,6 @@ from wsnmom.topic_mapping.index import TopicIndex
 
 from .backend import (
     LogBackend,
-    LogRecord,
-    RecordsLost,
     SelectiveHeadReader,
     StreamId,
 )
@@ -119,13 +117,14 @@ from .catch_up import CatchUp
 from .commits import Commits
 from .cursor import Bury, Cursor, CursorHandle
 from .head import Head
+from .peeking import Peeking
 
 __all__ = ["CursorEngine"]
 
 log = logging.getLogger(__name__)
 
 
-class CursorEngine(Head, Commits, CatchUp, Burial):
+class CursorEngine(Head, Commits, CatchUp, Burial, Peeking):
     """Cursors over a ``LogBackend`` (see the module docstring).  Thread-safe."""
 
     def __init__(
@@ -527,57 +526,6 @@ class CursorEngine(Head, Commits, CatchUp, Burial):
             if cursor.cap_budget is not None:
                 total += cursor.cap_budget
             return max(0, total - cursor.skip_oldest)
-
-    def peek(self, cursor: Cursor, count: int, timeout: float = 5.0) -> list[LogRecord]:
-        """Up to ``count`` of the records waiting for ``cursor``, read by a reader of its
-        own from the cursor's positions up to the head and committed nowhere: the
-        cursor, the head and the stored positions stay as they are.  In read order,
-        which is offset order within each stream.  A cursor riding on the head has
-        nothing waiting (its records are handed out as they arrive): empty.  The
-        ``count`` oldest records ``discard`` will skip are left out.  Stops after
-        ``timeout`` seconds with what it read."""
-        if count <= 0:
-            return []
-        with self.lock:
-            if not self._running:
-                raise AdapterUnavailable("the log adapter is not open")
-            if cursor.attached or cursor.deleted:
-                return []
-            start = self._assignment(cursor)
-            ends = {s: self._head.get(s, 0) for s in start}
-            skip = cursor.skip_oldest
-        todo = {s: o for s, o in start.items() if max(o, 0) < ends[s]}
-        if not todo:
-            return []
-        reader = self.backend.reader()
-        out: list[LogRecord] = []
-        deadline = time.monotonic() + timeout
-        try:
-            reader.assign(todo)
-            while todo and len(out) < count and time.monotonic() < deadline:
-                finished = False
-                for item in reader.poll(self.batch, self.poll_timeout):
-                    stream = item.stream
-                    if stream not in todo:
-                        continue
-                    if isinstance(item, RecordsLost):
-                        # retention deleted some (or the log started again): go on after
-                        todo[stream] = item.next if item.next >= item.first else ends[stream]
-                    else:
-                        todo[stream] = item.offset + 1
-                        if item.offset < ends[stream] and cursor.wants(item.topic):
-                            if skip:
-                                skip -= 1
-                            elif len(out) < count:
-                                out.append(item)
-                    if todo[stream] >= ends[stream]:
-                        del todo[stream]
-                        finished = True
-                if finished and todo and len(out) < count:
-                    reader.assign(todo)  # stop reading the streams read to their end
-        finally:
-            reader.close()
-        return out
 
     def depths(self, handles: Sequence[SubscriptionHandle]) -> list[int | None]:
         """``depth`` of each handle under one lock acquisition."""

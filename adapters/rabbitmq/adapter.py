@@ -71,13 +71,18 @@ Options
     ``queue_prefix``
         prefix of subscription queue names (default ``wsnmom.sub.``).
     ``queue_type``
-        ``classic`` (default) or ``quorum``.
+        ``classic`` (default) or ``quorum`` (the default in cluster mode).  A subscription
+        that drops the newest message into a dead-letter destination gets a classic
+        queue even so (RabbitMQ 3.10's quorum queues drop the oldest instead).
+    ``single_active_consumer``
+        ``x-single-active-consumer`` on push subscription queues (default: in cluster
+        mode, ``shared_by_instances``; never on pull point queues).
     ``queue_arguments``
         extra arguments for every subscription queue (e.g. ``x-queue-mode``).
     ``prefetch``
         default prefetch for consumers when core gives none (default 64).
     ``heartbeat``
-        AMQP heartbeat in seconds (default 30; 0 disables).
+        AMQP heartbeat in seconds (default 30, 3 in cluster mode; 0 disables).
     ``tls``
         mapping with ``ca_file``, ``cert_file``, ``key_file``, ``verify`` (default True),
         ``server_hostname`` for ``amqps`` (default: the system trust store).
@@ -147,13 +152,14 @@ from wsnmom.core.adapter import (
     SubscriptionHandle,
     SubscriptionSpec,
 )
+from wsnmom.core.adapter_options import AdapterOptionError
 from wsnmom.topic_mapping.model import PathPattern, Topic
 from wsnmom.topic_mapping.syntax import RABBITMQ
 
 from ._link import Channel, Link, PublishFrames, describe
 from .consumers import Consumers
 from .current import HEADER_ORIGIN, CurrentMessages
-from .declarations import Declarations
+from .declarations import Declarations, quorum_refusal
 from .deliveries import Deliveries
 from .errors import PublishUnavailable, refusal
 from .names import Binding, RabbitMQNames
@@ -199,14 +205,25 @@ class RabbitMQAdapter(Adapter):
     )
 
     declared_options = RabbitMQOptions
-    #: several instances on one store: every instance takes a pull point's messages from
-    #: its queue (``basic.get``), none holds them in its own buffer
-    cluster_options: ClassVar[Mapping[str, Any]] = {"pull": "get"}
+    #: several instances on one store (docs/scale-out.md): every instance takes a pull
+    #: point's messages from its queue (``basic.get``), none holds them in its own buffer;
+    #: subscription queues are quorum queues (push ones with single-active-consumer, see
+    #: ``shared_by_instances``); a 3 s heartbeat lets the broker see a stopped instance's
+    #: connection dead (2 to 3 heartbeats) before a 10 s lease expires, so that its
+    #: successor's consumer becomes the active one by then
+    cluster_options: ClassVar[Mapping[str, Any]] = {
+        "pull": "get",
+        "queue_type": "quorum",
+        "heartbeat": 3,
+    }
 
     def __init__(self, url: str, options: Mapping[str, Any] | None = None) -> None:
         super().__init__(url, options)
         pika_url, from_url = split_url(url)
         self.opts = RabbitMQOptions.parse(self.options, from_url)
+        refusal_ = quorum_refusal(self.opts)
+        if refusal_ is not None:
+            raise AdapterOptionError(refusal_)
         if self.opts.pull == "get":
             self.capabilities = replace(type(self).capabilities, native_pull=True)
         #: topic <-> exchange and routing key (shared with the Spark bridge's tap)
@@ -239,10 +256,19 @@ class RabbitMQAdapter(Adapter):
         return self.declarations.queue_name(subscription)
 
     def queue_arguments(
-        self, limits: QueueLimits, dead_letters: Binding | None = None
+        self, limits: QueueLimits, dead_letters: Binding | None = None, single_active: bool = False
     ) -> dict[str, Any]:
         """Queue arguments for ``limits`` (``Declarations.queue_arguments``)."""
-        return self.declarations.queue_arguments(limits, dead_letters)
+        return self.declarations.queue_arguments(limits, dead_letters, single_active)
+
+    def shared_by_instances(self) -> None:
+        """Cluster mode: each push subscription's queue lets one consumer at a time
+        receive (``x-single-active-consumer``, unless the option
+        ``single_active_consumer`` is false), so the broker itself fences an instance
+        that still consumes after its lease was taken over: its successor's consumer
+        waits until RabbitMQ sees the old one's channel or connection closed
+        (docs/scale-out.md, "What fences what")."""
+        self.declarations.shared = True
 
     def exchange_for(self, namespace: str) -> str:
         """Exchange of a topic namespace (configured or derived)."""

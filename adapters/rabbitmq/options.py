@@ -59,12 +59,20 @@ class RabbitMQOptions:
         "wsnmom.all", doc="catch-all exchange; the tap exchanges are named after it"
     )
     queue_prefix: str = option("wsnmom.sub.", doc="prefix of subscription queue names")
-    queue_type: Literal["classic", "quorum"] = option("classic", doc="`classic` or `quorum`")
+    queue_type: Literal["classic", "quorum"] = option(
+        "classic", doc="`classic` or `quorum` (`quorum` in cluster mode)"
+    )
     queue_arguments: Mapping[str, Any] | None = option(
         None, doc="extra arguments for every subscription queue"
     )
+    single_active_consumer: bool | None = option(
+        None,
+        doc="`x-single-active-consumer` on push subscription queues (default: in cluster mode)",
+    )
     prefetch: int = option(64, minimum=1, doc="prefetch for consumers when core gives none")
-    heartbeat: int = option(30, minimum=0, doc="AMQP heartbeat, seconds (0 disables)")
+    heartbeat: int = option(
+        30, minimum=0, doc="AMQP heartbeat, seconds (0 disables; 3 in cluster mode)"
+    )
     tls: Mapping[str, Any] | None = option(
         None,
         parse=_tls,

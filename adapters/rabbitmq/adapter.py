@@ -70,13 +70,9 @@ Options
         name of the catch-all exchange (default ``wsnmom.all``).
     ``queue_prefix``
         prefix of subscription queue names (default ``wsnmom.sub.``).
-    ``queue_type``
-        ``classic`` (default) or ``quorum`` (the default in cluster mode).  A subscription
-        that drops the newest message into a dead-letter destination gets a classic
-        queue even so (RabbitMQ 3.10's quorum queues drop the oldest instead).
-    ``single_active_consumer``
-        ``x-single-active-consumer`` on push subscription queues (default: in cluster
-        mode, ``shared_by_instances``; never on pull point queues).
+    ``queue_type``, ``single_active_consumer``
+        ``classic`` (default) or ``quorum`` (cluster mode); push subscription queues with
+        ``x-single-active-consumer`` (default: in cluster mode; see ``declarations``).
     ``queue_arguments``
         extra arguments for every subscription queue (e.g. ``x-queue-mode``).
     ``prefetch``
@@ -163,7 +159,13 @@ from .declarations import Declarations, quorum_refusal
 from .deliveries import Deliveries
 from .errors import PublishUnavailable, refusal
 from .names import Binding, RabbitMQNames
-from .options import RabbitMQOptions, connection_parameters, safe_url, split_url
+from .options import (
+    CLUSTER_OPTIONS,
+    RabbitMQOptions,
+    connection_parameters,
+    safe_url,
+    split_url,
+)
 from .pool import ConsumerPool
 from .publisher import Publisher
 from .subscription import PEEK_REFUSAL, RabbitMQSubscription
@@ -205,25 +207,14 @@ class RabbitMQAdapter(Adapter):
     )
 
     declared_options = RabbitMQOptions
-    #: several instances on one store (docs/scale-out.md): every instance takes a pull
-    #: point's messages from its queue (``basic.get``), none holds them in its own buffer;
-    #: subscription queues are quorum queues (push ones with single-active-consumer, see
-    #: ``shared_by_instances``); a 3 s heartbeat lets the broker see a stopped instance's
-    #: connection dead (2 to 3 heartbeats) before a 10 s lease expires, so that its
-    #: successor's consumer becomes the active one by then
-    cluster_options: ClassVar[Mapping[str, Any]] = {
-        "pull": "get",
-        "queue_type": "quorum",
-        "heartbeat": 3,
-    }
+    cluster_options: ClassVar[Mapping[str, Any]] = CLUSTER_OPTIONS
 
     def __init__(self, url: str, options: Mapping[str, Any] | None = None) -> None:
         super().__init__(url, options)
         pika_url, from_url = split_url(url)
         self.opts = RabbitMQOptions.parse(self.options, from_url)
-        refusal_ = quorum_refusal(self.opts)
-        if refusal_ is not None:
-            raise AdapterOptionError(refusal_)
+        if (refused := quorum_refusal(self.opts)) is not None:
+            raise AdapterOptionError(refused)
         if self.opts.pull == "get":
             self.capabilities = replace(type(self).capabilities, native_pull=True)
         #: topic <-> exchange and routing key (shared with the Spark bridge's tap)
@@ -262,12 +253,8 @@ class RabbitMQAdapter(Adapter):
         return self.declarations.queue_arguments(limits, dead_letters, single_active)
 
     def shared_by_instances(self) -> None:
-        """Cluster mode: each push subscription's queue lets one consumer at a time
-        receive (``x-single-active-consumer``, unless the option
-        ``single_active_consumer`` is false), so the broker itself fences an instance
-        that still consumes after its lease was taken over: its successor's consumer
-        waits until RabbitMQ sees the old one's channel or connection closed
-        (docs/scale-out.md, "What fences what")."""
+        """Cluster mode: push subscription queues let one consumer at a time receive
+        (``x-single-active-consumer``; docs/scale-out.md, "What fences what")."""
         self.declarations.shared = True
 
     def exchange_for(self, namespace: str) -> str:

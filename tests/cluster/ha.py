@@ -292,6 +292,8 @@ class Outcome:
     shard_of_path: dict[str, int]
     #: path -> subscription id
     ids: dict[str, str]
+    #: the instances' log files (:func:`keep_logs`)
+    logs: list[Path]
     term_exit: int | None
     #: seconds from SIGTERM until the last of its shards was taken by another instance
     term_handover: float
@@ -641,16 +643,13 @@ def run(cluster_factory: Callable[..., Cluster], middleware: str) -> Outcome:
             zombie_resumed=resumed,
             shard_of_path={p: shard_of(i, SHARDS) for p, i in subs.items()},
             ids=dict(subs),
+            logs=[g.log_path for g in c.gateways],
             term_exit=term_exit,
             term_handover=term_handover,
         )
     except BaseException:
         if c is not None:  # keep the instances' logs for the failure's story
-            kept = Path(tempfile.mkdtemp(prefix=f"wsnmom-ha-{middleware}-"))
-            for i, g in enumerate(c.gateways):
-                if g.log_path.exists():
-                    shutil.copy(g.log_path, kept / f"g{i}.log")
-            print(f"the instances' logs: {kept}")
+            keep_logs(middleware, [g.log_path for g in c.gateways])
         raise
     finally:
         if publisher is not None:
@@ -659,11 +658,28 @@ def run(cluster_factory: Callable[..., Cluster], middleware: str) -> Outcome:
         consumer.close()
 
 
+def keep_logs(middleware: str, logs: list[Path]) -> None:
+    """Copy the instances' logs somewhere that outlives the test, and say where."""
+    kept = Path(tempfile.mkdtemp(prefix=f"wsnmom-ha-{middleware}-"))
+    for i, log in enumerate(logs):
+        if log.exists():
+            shutil.copy(log, kept / f"g{i}.log")
+    print(f"the instances' logs: {kept}")
+
+
 def check(outcome: Outcome, keeps_order: tuple[str, ...] = ()) -> None:
     """The suite's assertions on one run (issue 23, "Tests"); ``keeps_order``: the
     events across which the middleware keeps each subscription's order."""
     print(outcome.report())
-    o = outcome
+    try:
+        _check(outcome, keeps_order)
+    except AssertionError:
+        keep_logs(outcome.middleware, outcome.logs)
+        raise
+
+
+def _check(o: Outcome, keeps_order: tuple[str, ...]) -> None:
+    """:func:`check`'s assertions."""
     # 0 lost: every acknowledged number at every live subscription
     assert o.lost() == {}, o.lost()
     assert len(o.sent) > 30 and len(o.failed) <= 2, (len(o.sent), o.failed)

@@ -23,16 +23,16 @@ pytestmark = [pytest.mark.rabbitmq, pytest.mark.e2e, pytest.mark.timeout(400)]
 def test_ha_suite(cluster: Callable[..., Cluster], middleware: str, rabbitmq_url: str) -> None:
     outcome = ha.run(cluster, middleware)
     ha.check(outcome, keeps_order=("none", "kill -9", "sigstop"))
-    # every subscription queue is a quorum queue with single-active-consumer: declaring
-    # it with exactly these arguments succeeds only then
+    # every subscription queue is a quorum queue with single-active-consumer: RabbitMQ
+    # refuses basic.get on exactly those, saying so
     conn = pika.BlockingConnection(pika.URLParameters(rabbitmq_url))
     try:
-        channel = conn.channel()
-        for sub_id in outcome.ids.values():
-            channel.queue_declare(
-                "wsnmom.sub." + sub_id,
-                durable=True,
-                arguments={"x-queue-type": "quorum", "x-single-active-consumer": True},
-            )
+        for path, sub_id in outcome.ids.items():
+            if path == outcome.unsubscribed:
+                continue  # its queue is gone
+            with pytest.raises(pika.exceptions.ChannelClosedByBroker) as refused:
+                conn.channel().basic_get("wsnmom.sub." + sub_id)
+            assert refused.value.reply_code == 405
+            assert "quorum queues with single active consumer" in refused.value.reply_text
     finally:
         conn.close()

@@ -7,9 +7,11 @@ limits map onto quorum queues, and what happens to classic queues made before.""
 from __future__ import annotations
 
 import logging
+import signal
 import subprocess
 import sys
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -154,6 +156,65 @@ def test_a_dead_consumers_messages_come_back_first_in_order(
             holder.kill()
             holder.wait()
     hb.delete()
+
+
+_SAMPLER = """
+import sys, time
+from wsnmom.adapters.rabbitmq.adapter import RabbitMQAdapter
+from wsnmom.core.adapter import SubscriptionSpec
+from wsnmom.topic_mapping.model import PathPattern
+a = RabbitMQAdapter(sys.argv[1] + "?heartbeat=1", {"queue_type": "quorum"})
+a.open()
+a.shared_by_instances()
+pattern = (PathPattern(sys.argv[2], ("t",)),)
+hs = [a.subscription(SubscriptionSpec(n, pattern)) for n in sys.argv[3:]]
+for h in hs:
+    h.start(lambda m: m.ack())
+print("ready", flush=True)
+last = time.time()
+while True:
+    t = time.time()
+    a.depths(hs)
+    if t - last > 3:  # the first query after the stop
+        print(f"after {time.time() - t:.3f}", flush=True)
+        break
+    last = time.time()
+    time.sleep(0.5)
+"""
+
+
+def test_a_depth_query_right_after_a_sigcont_does_not_wait_for_the_timeout(
+    rabbitmq_url: str,
+) -> None:
+    """An instance stopped longer than 2 to 3 AMQP heartbeats finds its connections
+    closed by RabbitMQ when it continues. A call that opens a channel then (a depth
+    query) used to wait for the whole operation timeout (10 s) for a channel that never
+    opened; a shutdown right after a SIGCONT waited 5 s for the thread stuck in it (the
+    HA suite's SIGTERM hand-over took 6 s). It now fails (or succeeds on the new
+    connection) at once."""
+    ns = f"urn:test:fence:{uuid.uuid4().hex}"
+    names = [f"q-{uuid.uuid4().hex[:12]}" for _ in range(10)]
+    child = subprocess.Popen(
+        [sys.executable, "-c", _SAMPLER, rabbitmq_url, ns, *names],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert child.stdout is not None
+    try:
+        assert child.stdout.readline().strip() == "ready"
+        child.send_signal(signal.SIGSTOP)
+        # stopped longer than RabbitMQ waits for a silent connection (2 to 3 heartbeats
+        # of 1 s): it closes the child's connections meanwhile
+        time.sleep(4)
+        child.send_signal(signal.SIGCONT)
+        # the child prints how long its first query after the stop took, and exits
+        out, _ = child.communicate(timeout=30)
+        line = out.strip()
+        assert line.startswith("after "), line
+        assert float(line.split()[1]) < 5.0, line
+    finally:
+        child.kill()
+        child.wait()
 
 
 def test_a_pull_point_queue_has_no_single_active_consumer(

@@ -438,7 +438,12 @@ def percentile(values: list[float], p: float) -> float:
 def _busiest(robin: RoundRobin, subs: dict[str, str], cluster: Cluster) -> tuple[Gateway, set[str]]:
     """The live instance delivering most subscriptions, and their paths."""
     with robin.next() as (asked, _):
-        held = owners(asked)
+        # every shard owned (one given back above a fair share is free for a heartbeat)
+        held = wait_until(
+            lambda: (view := owners(asked)) if len(view) == SHARDS else None,
+            10,
+            what="every shard owned",
+        )
     per: dict[str, set[str]] = {}
     for path, sub_id in subs.items():
         per.setdefault(held[shard_of(sub_id, SHARDS)], set()).add(path)

@@ -435,15 +435,15 @@ def percentile(values: list[float], p: float) -> float:
     return ordered[int(rank) - 1]
 
 
+def _all_owned(view: dict[int, str]) -> dict[int, str] | None:
+    return view if len(view) == SHARDS else None
+
+
 def _busiest(robin: RoundRobin, subs: dict[str, str], cluster: Cluster) -> tuple[Gateway, set[str]]:
     """The live instance delivering most subscriptions, and their paths."""
     with robin.next() as (asked, _):
         # every shard owned (one given back above a fair share is free for a heartbeat)
-        held = wait_until(
-            lambda: (view := owners(asked)) if len(view) == SHARDS else None,
-            10,
-            what="every shard owned",
-        )
+        held = wait_until(lambda: _all_owned(owners(asked)), 10, what="every shard owned")
     per: dict[str, set[str]] = {}
     for path, sub_id in subs.items():
         per.setdefault(held[shard_of(sub_id, SHARDS)], set()).add(path)

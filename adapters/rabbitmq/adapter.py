@@ -159,13 +159,7 @@ from .declarations import Declarations, quorum_refusal
 from .deliveries import Deliveries
 from .errors import PublishUnavailable, refusal
 from .names import Binding, RabbitMQNames
-from .options import (
-    CLUSTER_OPTIONS,
-    RabbitMQOptions,
-    connection_parameters,
-    safe_url,
-    split_url,
-)
+from .options import CLUSTER_OPTIONS, RabbitMQOptions, connection_parameters, safe_url, split_url
 from .pool import ConsumerPool
 from .publisher import Publisher
 from .subscription import PEEK_REFUSAL, RabbitMQSubscription

@@ -82,6 +82,9 @@ HEADER_DROPPED_AT = "wsnmom-dropped-at"
 HEADER_DROPPED_ATTEMPTS = "wsnmom-dropped-attempts"
 DROPPED_MAX_AGE = "max-age"
 DROPPED_OVERFLOW = "overflow"
+#: the subscription was ended for its full backlog (``limits.on_full = "end"``) and its
+#: whole backlog sent to its dead letters (``SubscriptionHandle.delete_into_dead_letters``)
+DROPPED_OVERFLOW_END = "overflow-end"
 
 #: Namespaces starting with this prefix are internal to wsnmom (see the module docstring):
 #: never matched by ``SubscriptionSpec.patterns=None``, never usable by clients.
@@ -317,6 +320,13 @@ class SubscriptionSpec:
     #: where the adapter sends what it drops for ``limits``, where it can
     #: (``Capabilities.native_dead_letters``); None: nowhere
     dead_letters: Topic | None = None
+    #: an adapter that publishes what it drops to ``dead_letters`` itself (a log's
+    #: cursor reads and publishes it) publishes through this when given: core's confirmed
+    #: publish, which counts each one in the metric once it is confirmed (it raises
+    #: ``AdapterError`` as ``publish_many`` does).  None: the adapter's own
+    #: ``publish_many``.  Adapters whose middleware moves what it drops (a dead-letter
+    #: exchange, a transaction) ignore it
+    dead_letter_sink: Callable[[Sequence[OutboundMessage]], object] | None = None
 
 
 class SubscriptionHandle(abc.ABC):
@@ -416,6 +426,27 @@ class SubscriptionHandle(abc.ABC):
     def delete(self) -> None:
         """Destroy the durable subscription and everything it holds.  Idempotent."""
 
+    def delete_into_dead_letters(
+        self, reason: str, context: Mapping[str, str], timeout: float = 30.0
+    ) -> int:
+        """Destroy the durable subscription as ``delete`` does, after sending every message
+        it holds to its ``SubscriptionSpec.dead_letters`` topic: the waiting ones and those
+        handed out and not settled (the caller stopped consuming first), each marked as
+        what the adapter drops for the limits is (``HEADER_DROPPED_REASON`` = ``reason``,
+        ``HEADER_DROPPED_FROM``, ``HEADER_DROPPED_AT``, ``HEADER_DROPPED_ATTEMPTS`` where
+        known) plus the headers ``context`` (the consumer, the error).  Nothing that
+        reaches the subscription before it is gone is left out: the adapter stops it
+        receiving first, or buries and deletes in one step.  Returns how many were sent.
+
+        Raises ``AdapterError`` when the middleware refused them or stopped confirming
+        them for ``timeout`` seconds (a long backlog may take longer as long as it
+        progresses): those it confirmed are gone from the subscription, the rest stay (it
+        is not deleted; core tries again later).  Adapters with
+        ``Capabilities.native_dead_letters`` implement it; the default raises
+        ``NotImplementedError`` (core then deletes without dead letters and says so).
+        """
+        raise NotImplementedError("this adapter cannot send a backlog to its dead letters")
+
 
 class Adapter(abc.ABC):
     """Base class of middleware adapters.
@@ -464,14 +495,21 @@ class Adapter(abc.ABC):
     def close(self) -> None:
         """Disconnect; idempotent.  Durable subscriptions stay on the middleware."""
 
-    def shared_by_instances(self) -> None:
+    def shared_by_instances(self, may_save: Callable[[str], bool] | None = None) -> None:
         """Several gateway instances share this middleware as one broker (cluster mode,
         docs/scale-out.md): a durable subscription is delivered by one of them at a time,
         and which one changes (its delivery starts on one instance after it stopped on
         another, or while the other is dead).  Called once, before or after ``open()``,
         before any subscription is made.  An adapter that keeps a subscription's
         delivery position itself must then continue from the position the last
-        deliverer saved, and save it while it delivers.  Default: nothing to do."""
+        deliverer saved, and save it while it delivers.
+
+        ``may_save(name)`` is core's fence for those saves: whether this instance may
+        still write the position of the durable subscription ``name`` (it holds the lease
+        of its shard, or handed it back cleanly a moment ago).  Such an adapter asks it
+        just before every position write and drops the write when it says no: an instance
+        that was stopped past its lease (a zombie) then never moves a position back behind
+        the one the new deliverer saved.  Default: nothing to do."""
         return None
 
     @abc.abstractmethod

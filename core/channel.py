@@ -244,6 +244,7 @@ class Channel(Generic[T]):
         "_running",
         "_scheduled",
         "_stopped",
+        "_switch",
         "backoff",
         "batch_size",
         "bounded",
@@ -305,6 +306,11 @@ class Channel(Generic[T]):
         self._parking = False
         self._parked = False
         self._lock = threading.Lock()
+        #: held across a start, stop or close, the handle's call included (a middleware
+        #: round trip, which ``_lock`` is not held across): a close while the channel
+        #: starts waits for the start and then stops the handle, so that a subscription
+        #: destroyed meanwhile is not left consuming
+        self._switch = threading.RLock()
         #: received, not yet taken by a worker (created on the first message)
         self._queue: deque[Received] | None = None
         #: the batch being sent: (message, item to send, or None for a filtered message
@@ -339,39 +345,41 @@ class Channel(Generic[T]):
 
     def start(self) -> None:
         """Consume from the durable subscription (also after ``stop``)."""
-        with self._lock:
-            if self._closed or not self._stopped:
-                return
-            if not self._parked:
-                self._failures = 0
-                self._retry_at = 0.0
-            self._parked = self._parking = False
-            self._stopped = False
-            self._gen += 1
-            self._scheduled = False
-            self._queue = None
-            self._pending = []
-            freed = self._forget_charges()
-        self._release(freed)
-        try:
-            self.handle.start(self.on_message, prefetch=self.engine.prefetch)
-        except BaseException:
-            with self._lock:  # not started: a later start tries again
-                self._halt()
-            raise
+        with self._switch:
+            with self._lock:
+                if self._closed or not self._stopped:
+                    return
+                if not self._parked:
+                    self._failures = 0
+                    self._retry_at = 0.0
+                self._parked = self._parking = False
+                self._stopped = False
+                self._gen += 1
+                self._scheduled = False
+                self._queue = None
+                self._pending = []
+                freed = self._forget_charges()
+            self._release(freed)
+            try:
+                self.handle.start(self.on_message, prefetch=self.engine.prefetch)
+            except BaseException:
+                with self._lock:  # not started: a later start tries again
+                    self._halt()
+                raise
 
     def stop(self) -> None:
         """Stop consuming; the durable subscription keeps accumulating.  Messages held in
         memory stay unsettled and are redelivered by the middleware on the next start."""
-        with self._lock:
-            if self._parked:  # the handle is stopped already; no longer to be unparked
-                self._parked = self._parking = False
-                return
-            if not self._halt():
-                return
-            freed = self._forget_charges()
-        self._release(freed)
-        self.handle.stop()
+        with self._switch:
+            with self._lock:
+                if self._parked:  # the handle is stopped already; no longer to be unparked
+                    self._parked = self._parking = False
+                    return
+                if not self._halt():
+                    return
+                freed = self._forget_charges()
+            self._release(freed)
+            self.handle.stop()
 
     def _retry_later(
         self, reason: str, failures: int, delay: float, not_before: float | None, gen: int
@@ -447,14 +455,15 @@ class Channel(Generic[T]):
     def _park(self) -> bool:
         """The budget's thread: stop the handle and forget what is held, keeping the
         retry count; False when the channel is not consuming any more."""
-        with self._lock:
-            if not self._parking or self._closed or not self._halt():
-                self._parking = False
-                return False
-            self._parked = True
-            freed = self._forget_charges()
-        self._release(freed)
-        self.handle.stop()
+        with self._switch:
+            with self._lock:
+                if not self._parking or self._closed or not self._halt():
+                    self._parking = False
+                    return False
+                self._parked = True
+                freed = self._forget_charges()
+            self._release(freed)
+            self.handle.stop()
         return True
 
     def _yield_room(self, gen: int) -> bool:
@@ -476,10 +485,11 @@ class Channel(Generic[T]):
 
     def close(self) -> None:
         """Stop for good (subscription destroyed or broker closing)."""
-        with self._lock:
-            self._closed = True
-            self._parked = False
-        self.stop()
+        with self._switch:  # after a start under way: the handle it started is stopped
+            with self._lock:
+                self._closed = True
+                self._parked = False
+            self.stop()
 
     def held(self) -> int:
         """Messages held in memory (queued plus pending)."""

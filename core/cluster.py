@@ -110,6 +110,9 @@ class ClusterMember:
         self._margin = min(2.0, self._lease / 4)
         self._held: dict[int, int] = {}
         self._valid_until = 0.0
+        #: shards handed back cleanly: until when their last lease was valid (the final
+        #: positions of their deliveries may still be saved until then, ``may_save``)
+        self._released_until: dict[int, float] = {}
         self._leader = not self.shared
         self._cursor = 0
         self._stop = threading.Event()
@@ -131,6 +134,21 @@ class ClusterMember:
         if not self.shared:
             return True
         return self.shard(subscription_id) in self._held and time.monotonic() < self._valid_until
+
+    def may_save(self, subscription_id: str) -> bool:
+        """Whether this instance may still write the subscription's delivery position in
+        the middleware (the fence of ``Adapter.shared_by_instances``): while it delivers
+        it, and for a shard it handed back cleanly until that lease would have ended (the
+        final position of a delivery closed at the hand-over).  Never after its lease
+        could have expired unrenewed (a zombie): another instance may deliver the
+        subscription by then, and an older position written now would move its saved
+        position back."""
+        if not self.shared:
+            return True
+        if self.delivers(subscription_id):
+            return True
+        until = self._released_until.get(self.shard(subscription_id))
+        return until is not None and time.monotonic() < until
 
     def leads(self) -> bool:
         """Whether this instance runs the cluster's periodic work."""
@@ -212,6 +230,7 @@ class ClusterMember:
         if self.shared:
             held = set(self._held)
             self._held = {}
+            self._released_until.update(dict.fromkeys(held, self._valid_until))
             self._valid_until = 0.0
             if held:
                 log.info("instance %s hands back shards %s", self._instance, _shards_text(held))
@@ -274,8 +293,13 @@ class ClusterMember:
         lost = set(self._held) - set(now_held)
         gained = set(now_held) - set(self._held)
         # the lease began at the store after ``started``: it ends after started + lease
+        was_valid_until = self._valid_until
         self._valid_until = started + self._lease - self._margin
+        now = time.monotonic()
+        self._released_until = {s: t for s, t in self._released_until.items() if t > now}
         if lost:
+            for shard in lost & set(leases.released):
+                self._released_until[shard] = was_valid_until
             released = len(lost & set(leases.released))
             self._count_lost(released=released, expired=len(lost) - released)
             self._held = {s: e for s, e in self._held.items() if s in now_held}

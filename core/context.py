@@ -18,7 +18,7 @@ from wsnmom.core import errors
 from wsnmom.core.adapter import Adapter, Overflow, QueueLimits
 from wsnmom.core.addresses import ResourceKind, broker_address, resource_address
 from wsnmom.core.availability import MiddlewareGate, data_paths
-from wsnmom.core.config import Settings
+from wsnmom.core.config import FilterSettings, Settings
 from wsnmom.core.coordination import instance_id
 from wsnmom.core.dead_letters import DeadLetters
 from wsnmom.core.delivery import DeliveryEngine
@@ -64,6 +64,22 @@ def _always(_: str) -> bool:
 
 def _yes() -> bool:
     return True
+
+
+def _content_evaluator(f: FilterSettings) -> ContentEvaluator:
+    """What evaluates MessageContent filters under ``[filters]``: inline, or in the sandbox
+    processes with their budgets."""
+    if f.isolation == "inline":
+        return InlineEvaluator()
+    return SandboxEvaluator(
+        cpu_limit=f.cpu_limit,
+        memory_mb=f.memory,
+        processes=f.processes,
+        cpu_share=f.cpu_share,
+        costly_share=f.costly_share,
+        over_share_end=f.over_share_end,
+        costly_nice=f.costly_nice,
+    )
 
 
 class BrokerContext:
@@ -115,19 +131,7 @@ class BrokerContext:
             max_nesting=f.max_nesting,
         )
         #: evaluates MessageContent filters (off the request threads, within budgets)
-        self.content_evaluator: ContentEvaluator = (
-            InlineEvaluator()
-            if f.isolation == "inline"
-            else SandboxEvaluator(
-                cpu_limit=f.cpu_limit,
-                memory_mb=f.memory,
-                processes=f.processes,
-                cpu_share=f.cpu_share,
-                costly_share=f.costly_share,
-                over_share_end=f.over_share_end,
-                costly_nice=f.costly_nice,
-            )
-        )
+        self.content_evaluator = _content_evaluator(f)
         #: ownership, topic ACL and quota checks of the caller (``core.access``)
         self.guard = Guard(self)
         #: OpenTelemetry spans, None unless ``[tracing] enabled`` (``core.tracing``)

@@ -143,12 +143,6 @@ class FilterShares:
                     raise FilterBusy(max(0.01, -tokens / self.group_share))
         return True
 
-    def known_cheap(self, key: str) -> bool:
-        """Whether ``key``'s messages were cheap lately (it may evaluate a whole batch)."""
-        with self._lock:
-            cost = self._cost.get(key)
-        return cost is not None and cost <= self.heavy_cost
-
     def charge(self, key: str, seconds: float, messages: int = 1, *, heavy: bool = False) -> None:
         """``key`` held an evaluation process for ``seconds`` for ``messages``; ``heavy``:
         it was admitted as heavy (the group's budget pays too)."""
@@ -178,8 +172,3 @@ class FilterShares:
         """``key``'s recent seconds per message (0 without history)."""
         with self._lock:
             return self._cost.get(key, 0.0)
-
-    def usage(self, key: str) -> float:
-        """``key``'s decayed usage now, seconds."""
-        with self._lock:
-            return self._now_usage(key, self._clock())

@@ -11,12 +11,13 @@ again from the store and the live entry brought in line with it:
 * new: loaded as at start-up (``core.recovery``), its delivery opened where this
   instance delivers it (``BrokerContext.delivers``);
 * changed: a new termination time is taken over; a pause stops delivery here, a resume
-  starts it.  Only a stored revision higher than the one held here is applied
-  (``Subscription.revision``, bumped by every write): a change read from the store just
-  before this instance wrote a newer one itself is not applied over it.  At an equal
-  revision a stored state or termination time that differs from the one held is applied
-  too: the store is right when a write of this instance failed after it had changed its
-  record, and when an instance of a release without revisions wrote the change.
+  starts it (``Subscriptions.adopt``).  Only a stored revision higher than the one held
+  here is applied (``Subscription.revision``, bumped by every write): a change read from
+  the store just before this instance wrote a newer one itself is not applied over it.
+  At an equal revision a stored state or termination time that differs from the one held
+  is applied too: the store is right when a write of this instance failed after it had
+  changed its record, and when an instance of a release without revisions wrote the
+  change.
 
 Nothing is written back: following is idempotent, so a change applied twice does no harm.
 """
@@ -28,11 +29,9 @@ import threading
 from collections.abc import Iterable
 
 from wsnmom.core import errors
-from wsnmom.core.adapter import AdapterError
 from wsnmom.core.context import BrokerContext
 from wsnmom.core.coordination import Change
 from wsnmom.core.lifetimes import is_expired
-from wsnmom.core.model import Subscription, SubscriptionState
 from wsnmom.core.pull_points import PullPoints
 from wsnmom.core.registrations import Registrations
 from wsnmom.core.registry import LivePullPoint, LiveRegistration, LiveSubscription
@@ -41,16 +40,6 @@ from wsnmom.core.subscriptions import Subscriptions
 __all__ = ["Follower"]
 
 log = logging.getLogger(__name__)
-
-
-def _newer(stored: Subscription, held: Subscription) -> bool:
-    """Whether the stored record is to be applied over the one held here: a higher
-    revision, or an equal one with another state or termination time (a write that failed
-    after the record held here changed; a writer that does not bump revisions).  The race
-    the revision settles always shows a lower stored revision."""
-    if stored.revision != held.revision:
-        return stored.revision > held.revision
-    return (stored.state, stored.termination_time) != (held.state, held.termination_time)
 
 
 Live = LiveSubscription | LivePullPoint | LiveRegistration
@@ -99,7 +88,7 @@ class Follower:
         live = ctx.registry.subscriptions.get(sub_id)
         if stored is None or is_expired(stored.termination_time, ctx.now()):
             if live is not None and stored is None:
-                self._forget_subscription(live)
+                self._subscriptions.forget(live)
             return None
         if live is None:
             if (
@@ -123,60 +112,8 @@ class Follower:
             ctx.wake_demand()
             log.debug("subscription %s made through another instance followed", sub_id)
             return state
-        with ctx.registry.lock:
-            # under the lock that Pause, Resume and Renew write under: a record this
-            # instance wrote after ``stored`` was read (an own Resume a moment after the
-            # Pause being followed) has the higher revision and is kept
-            record = live.record
-            if not _newer(stored, record):
-                return live
-            changed = stored.state is not record.state
-            if changed:
-                # first: when stopping or starting fails, nothing is recorded, and the
-                # next change or request applies the stored record again
-                self._follow_state(live, stored.state)
-            record.revision = stored.revision
-            record.termination_time = stored.termination_time
-        if changed:
-            if live.feed is not None:
-                self._subscriptions.delivery.feeds.sync(live)
-            ctx.wake_demand()
+        self._subscriptions.adopt(live, stored)
         return live
-
-    def _follow_state(self, live: LiveSubscription, state: SubscriptionState) -> None:
-        """Under the registry lock: another instance paused or resumed the subscription,
-        stop or start here."""
-        ctx = self._ctx
-        record = live.record
-        before = record.state
-        record.state = state
-        channel = ctx.engine.channel(record.id)
-        try:
-            if state is SubscriptionState.PAUSED:
-                if channel is not None:
-                    channel.stop()
-            elif channel is not None:
-                channel.start()
-            elif live.feed is None and not live.direct:
-                self._subscriptions.attach(live)
-        except BaseException:
-            record.state = before  # not followed: what this instance does
-            raise
-
-    def _forget_subscription(self, live: LiveSubscription) -> None:
-        """Another instance destroyed it (and its durable subscription): stop here."""
-        ctx = self._ctx
-        sub_id = live.record.id
-        with ctx.registry.lock:
-            ctx.registry.subscriptions.pop(sub_id, None)
-            self._subscriptions.delivery.direct.drop(live)
-        ctx.engine.close_channel(sub_id)
-        try:
-            self._subscriptions.delivery.feeds.detach(live)
-        except AdapterError:
-            log.debug("detaching the feed of %s failed", sub_id, exc_info=True)
-        ctx.registry.update_gauges()
-        ctx.wake_demand()
 
     # -- pull points -----------------------------------------------------------------------
     def pull_point(self, pp_id: str) -> LivePullPoint | None:
@@ -194,7 +131,7 @@ class Follower:
                         if s.record.pull_point_id == pp_id
                     ]
                 for sub in feeding:
-                    self._forget_subscription(sub)
+                    self._subscriptions.forget(sub)
                 live.stop()
                 registry.update_gauges()
             return None

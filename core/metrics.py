@@ -110,7 +110,7 @@ CONNECTIONS_REFUSED = Counter(
 CONNECTIONS_CLOSED = Counter(
     "wsnmom_connections_closed",
     "HTTP connections closed by the gateway, by deadline (header_timeout, body_timeout, "
-    "idle_timeout)",
+    "idle_timeout, min_body_rate), eviction (evicted) or refused framing (framing)",
     ["reason"],
     registry=REGISTRY,
 )

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from wsnmom.core.config import Settings
+from wsnmom.core.config import LimitSettings, RetrySettings, Settings
 from wsnmom.core.dead_letters import REASONS
 from wsnmom.core.delivery_policy import BACKOFFS, ORDERINGS
 
@@ -223,32 +223,13 @@ def build_policy(
         termination_at_expiry="destroyed (durable subscription deleted); no SubscriptionEnd",
         pull_point_default_termination_time=t.pull_point_default,
         registration_default_termination_time=t.registration_default,
-        retry=RetryPolicy(
-            max_attempts=r.max_attempts,
-            initial_delay=r.initial_delay,
-            multiplier=r.multiplier,
-            max_delay=r.max_delay,
-            give_up=r.give_up,
-        ),
-        accumulation=AccumulationPolicy(
-            max_messages=lim.max_messages,
-            max_bytes=lim.max_bytes,
-            retention=lim.max_age,
-            overflow=lim.overflow,
-            on_full=lim.on_full,
-            enforced_by=dict(limits_enforced_by or {}),
-        ),
+        retry=_retry_policy(r),
+        accumulation=_accumulation_policy(lim, limits_enforced_by),
         pause_behaviour=(
             "paused subscriptions keep accumulating (bounded by the accumulation policy); "
             "ResumeSubscription delivers everything accumulated, in order (RES-05 option 1)"
         ),
-        delivery_order=(
-            DELIVERY_ORDER[ordering]
-            if settings.delivery.ordering == "ordered"
-            else "none by default: several deliveries in flight per subscription (delivery."
-            "ordering unordered); with wsnmom:DeliveryPolicy Ordering ordered: "
-            + DELIVERY_ORDER[ordering]
-        ),
+        delivery_order=_delivery_order(settings, ordering),
         delivery_guarantee=(
             "at-least-once: acknowledged to the middleware only after the consumer answered "
             "2xx; undelivered notifications survive restarts in the durable subscription"
@@ -311,39 +292,86 @@ def build_policy(
             "subscriptions, pull points, registrations and current messages are stored; "
             "restored after restart, expired ones removed"
         ),
-        dead_letters=DeadLetterPolicy(
-            enabled=settings.dead_letters.enabled,
-            default_destination=settings.dead_letters.destination,
-            subscribe_extension=(
-                "{urn:wsnmom:ns:1}DeadLetters in wsnt:SubscriptionPolicy: the destination "
-                "name, 1 to 64 letters, digits, '-' or '_' (SubscribeCreationFailedFault "
-                "otherwise)"
-            ),
-            reasons=REASONS,
+        dead_letters=_dead_letter_policy(settings),
+        delivery_policy=_delivery_policy_offer(settings),
+    )
+
+
+def _retry_policy(r: RetrySettings) -> RetryPolicy:
+    """The retry part of the policy (``[retry]``)."""
+    return RetryPolicy(
+        max_attempts=r.max_attempts,
+        initial_delay=r.initial_delay,
+        multiplier=r.multiplier,
+        max_delay=r.max_delay,
+        give_up=r.give_up,
+    )
+
+
+def _accumulation_policy(
+    lim: LimitSettings, limits_enforced_by: dict[str, str] | None
+) -> AccumulationPolicy:
+    """The accumulation bounds (``[limits]``) and who enforces each."""
+    return AccumulationPolicy(
+        max_messages=lim.max_messages,
+        max_bytes=lim.max_bytes,
+        retention=lim.max_age,
+        overflow=lim.overflow,
+        on_full=lim.on_full,
+        enforced_by=dict(limits_enforced_by or {}),
+    )
+
+
+def _delivery_order(settings: Settings, ordering: str) -> str:
+    """DeliveryOrder: the adapter's order, kept only by ordered deliveries."""
+    return (
+        DELIVERY_ORDER[ordering]
+        if settings.delivery.ordering == "ordered"
+        else "none by default: several deliveries in flight per subscription (delivery."
+        "ordering unordered); with wsnmom:DeliveryPolicy Ordering ordered: "
+        + DELIVERY_ORDER[ordering]
+    )
+
+
+def _dead_letter_policy(settings: Settings) -> DeadLetterPolicy:
+    """The dead-letter part of the policy (``[dead_letters]``)."""
+    return DeadLetterPolicy(
+        enabled=settings.dead_letters.enabled,
+        default_destination=settings.dead_letters.destination,
+        subscribe_extension=(
+            "{urn:wsnmom:ns:1}DeadLetters in wsnt:SubscriptionPolicy: the destination "
+            "name, 1 to 64 letters, digits, '-' or '_' (SubscribeCreationFailedFault "
+            "otherwise)"
         ),
-        delivery_policy=DeliveryPolicyOffer(
-            subscribe_extension=(
-                "{urn:wsnmom:ns:1}DeliveryPolicy in wsnt:SubscriptionPolicy, with any of the "
-                "children MaxAttempts, Backoff (exponential|linear), InitialDelay, MaxDelay, "
-                "Timeout (xsd:duration or seconds), RetryAfter (true|false), RetryAfterMax, "
-                "FinalStatuses (HTTP statuses 300-599), Ordering (ordered|unordered), "
-                "InFlight (deliveries at once when unordered): absent ones take this "
-                "gateway's value, each bounded by it (SubscribeCreationFailedFault otherwise)"
-            ),
-            max_attempts=r.max_attempts,
-            backoff="exponential",
-            backoffs=BACKOFFS,
-            initial_delay=r.initial_delay,
-            max_delay=r.max_delay,
-            multiplier=r.multiplier,
-            timeout=timedelta(seconds=r.timeout),
-            retry_after=r.honour_retry_after,
-            retry_after_max=r.retry_after_max,
-            final_statuses=tuple(r.final_statuses),
-            give_up=r.give_up,
-            ordering=settings.delivery.ordering,
-            orderings=ORDERINGS,
-            in_flight=min(settings.delivery.in_flight, settings.delivery.max_in_flight),
-            max_in_flight=settings.delivery.max_in_flight,
+        reasons=REASONS,
+    )
+
+
+def _delivery_policy_offer(settings: Settings) -> DeliveryPolicyOffer:
+    """What a subscriber may ask in wsnmom:DeliveryPolicy, and this gateway's values."""
+    r = settings.retry
+    return DeliveryPolicyOffer(
+        subscribe_extension=(
+            "{urn:wsnmom:ns:1}DeliveryPolicy in wsnt:SubscriptionPolicy, with any of the "
+            "children MaxAttempts, Backoff (exponential|linear), InitialDelay, MaxDelay, "
+            "Timeout (xsd:duration or seconds), RetryAfter (true|false), RetryAfterMax, "
+            "FinalStatuses (HTTP statuses 300-599), Ordering (ordered|unordered), "
+            "InFlight (deliveries at once when unordered): absent ones take this "
+            "gateway's value, each bounded by it (SubscribeCreationFailedFault otherwise)"
         ),
+        max_attempts=r.max_attempts,
+        backoff="exponential",
+        backoffs=BACKOFFS,
+        initial_delay=r.initial_delay,
+        max_delay=r.max_delay,
+        multiplier=r.multiplier,
+        timeout=timedelta(seconds=r.timeout),
+        retry_after=r.honour_retry_after,
+        retry_after_max=r.retry_after_max,
+        final_statuses=tuple(r.final_statuses),
+        give_up=r.give_up,
+        ordering=settings.delivery.ordering,
+        orderings=ORDERINGS,
+        in_flight=min(settings.delivery.in_flight, settings.delivery.max_in_flight),
+        max_in_flight=settings.delivery.max_in_flight,
     )

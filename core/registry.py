@@ -44,6 +44,10 @@ class LiveSubscription:
     direct: bool = False
     #: the pull buffer that reads its durable subscription directly (``core.pull_feeds``)
     feed: PullBuffer | None = None
+    #: serialises the changes of this subscription (Pause, Resume, Renew, following the
+    #: store, starting its delivery): held across their middleware calls and store
+    #: writes, which the registry lock is not (taken after it, never before)
+    lock: threading.RLock = field(default_factory=threading.RLock)
 
 
 @dataclass(slots=True)

@@ -106,6 +106,45 @@ def _version() -> str:
         return "unknown"
 
 
+def _outbound_policy(settings: Settings, given: OutboundPolicy | None) -> OutboundPolicy:
+    """The outbound-address policy (``given``, else built from ``settings.outbound``), with
+    the rule that the gateway's own endpoints are never a consumer or a publisher."""
+    policy = given or OutboundPolicy(settings.outbound)
+    # the gateway's own endpoints are never a consumer or a publisher (loops)
+    policy.add_rule(
+        SelfAddressRule(
+            settings.base_url,
+            settings.host,
+            settings.port,
+            resolver=policy.resolver,
+        )
+    )
+    return policy
+
+
+def _delivery_engine(settings: Settings) -> DeliveryEngine:
+    """The delivery engine under ``settings.delivery`` and ``settings.retry``."""
+    r = settings.retry
+    d = settings.delivery
+    return DeliveryEngine(
+        workers=d.workers,
+        # the gateway's [retry]: the schedule of subscriptions without a policy of their own
+        backoff=resolve_delivery_policy(None, r),
+        prefetch=d.prefetch,
+        max_workers=max(d.max_workers, d.workers),
+        per_destination=d.per_destination or None,
+        per_host=d.per_host or None,
+        per_owner=d.per_owner or max(1, max(d.max_workers, d.workers) // 4),
+        budget=MemoryBudget(d.memory, d.memory_per_owner),
+        slow_after=d.slow_after,
+        breaker=BreakerSettings(
+            failures=d.breaker_failures,
+            open_for=d.breaker_open.total_seconds(),
+            max_open=max(r.max_delay.total_seconds(), d.breaker_open.total_seconds()),
+        ),
+    )
+
+
 class BrokerService:
     """The broker; see the module docstring.  All public methods are thread-safe.
     Implements ``core.ports.BrokerPort``, what the SOAP frontend is written against."""
@@ -127,16 +166,7 @@ class BrokerService:
         self.settings = settings
         #: the outbound-address policy; share it with the outbound SOAP client so both
         #: apply the same rules (built from ``settings.outbound`` when not given)
-        self.outbound_policy = outbound_policy or OutboundPolicy(settings.outbound)
-        # the gateway's own endpoints are never a consumer or a publisher (loops)
-        self.outbound_policy.add_rule(
-            SelfAddressRule(
-                settings.base_url,
-                settings.host,
-                settings.port,
-                resolver=self.outbound_policy.resolver,
-            )
-        )
+        self.outbound_policy = _outbound_policy(settings, outbound_policy)
         #: observer hooks are called through it (None: no observers)
         self.plugins = plugins
         self.adapter = adapter
@@ -144,24 +174,7 @@ class BrokerService:
         self.outbound = outbound
         self.topic_set = topic_set if topic_set is not None else TopicSet(fixed=False)
         r = settings.retry
-        d = settings.delivery
-        self.engine = DeliveryEngine(
-            workers=d.workers,
-            # the gateway's [retry]: the schedule of subscriptions without a policy of their own
-            backoff=resolve_delivery_policy(None, r),
-            prefetch=d.prefetch,
-            max_workers=max(d.max_workers, d.workers),
-            per_destination=d.per_destination or None,
-            per_host=d.per_host or None,
-            per_owner=d.per_owner or max(1, max(d.max_workers, d.workers) // 4),
-            budget=MemoryBudget(d.memory, d.memory_per_owner),
-            slow_after=d.slow_after,
-            breaker=BreakerSettings(
-                failures=d.breaker_failures,
-                open_for=d.breaker_open.total_seconds(),
-                max_open=max(r.max_delay.total_seconds(), d.breaker_open.total_seconds()),
-            ),
-        )
+        self.engine = _delivery_engine(settings)
         ctx = self._ctx = BrokerContext(
             settings,
             adapter,
@@ -206,22 +219,7 @@ class BrokerService:
         )
         ctx.wake_sweep = self.lifetimes.wake
         ctx.wake_demand = self.demand.wake
-        self.follower = Follower(ctx, self.subscriptions, self.pull_points, self.registrations)
-        ownership = Ownership(ctx, self.subscriptions)
-        #: this instance among those sharing the store (``core.cluster``)
-        self.cluster = ClusterMember(
-            store.coordination(ctx.instance_id),
-            settings.cluster,
-            self.follower,
-            gained=ownership.gained,
-            lost=ownership.lost,
-            became_leader=self._became_leader,
-        )
-        if self.cluster.shared:
-            self.adapter.shared_by_instances()
-            ctx.delivers = self.cluster.delivers
-            ctx.leads = self.cluster.leads
-            ctx.registry.loader = self.follower.load
+        self._join_cluster(ctx)
         self._policy = self._build_policy()
         self._started = False
         self._closed = False
@@ -229,6 +227,26 @@ class BrokerService:
         metrics.set_subscription_backlog_source(self._subscription_backlogs)
         if autostart:
             self.start()
+
+    def _join_cluster(self, ctx: BrokerContext) -> None:
+        """This instance among those sharing the store: the follower that loads what
+        others wrote, ownership of shards, and the cluster membership (``core.cluster``)."""
+        self.follower = Follower(ctx, self.subscriptions, self.pull_points, self.registrations)
+        ownership = Ownership(ctx, self.subscriptions)
+        #: this instance among those sharing the store (``core.cluster``)
+        self.cluster = ClusterMember(
+            self.store.coordination(ctx.instance_id),
+            self.settings.cluster,
+            self.follower,
+            gained=ownership.gained,
+            lost=ownership.lost,
+            became_leader=self._became_leader,
+        )
+        if self.cluster.shared:
+            self.adapter.shared_by_instances(self.cluster.may_save)
+            ctx.delivers = self.cluster.delivers
+            ctx.leads = self.cluster.leads
+            ctx.registry.loader = self.follower.load
 
     # -- infrastructure --------------------------------------------------------------------
     def now(self) -> datetime:
@@ -448,12 +466,6 @@ class BrokerService:
         self._gate.require_middleware()
         self._guard.subscription(subscription_id, pause=True)
         self.subscriptions.resume(subscription_id)
-
-    def end_subscription(self, subscription_id: str, reason: str) -> None:
-        """Administrative removal: destroy and publish SubscriptionEnd (NCIA Annex 1)."""
-        self._gate.require_ready()
-        self._guard.subscription(subscription_id)
-        self.subscriptions.end(subscription_id, reason)
 
     # -- operators ------------------------------------------------------------------------
     def overview(self) -> Overview:

@@ -92,6 +92,13 @@ class Store(abc.ABC):
         """Insert or replace; bumps the stored revision and sets ``sub.revision`` to it."""
 
     @abc.abstractmethod
+    def update_subscription(self, sub: Subscription) -> bool:
+        """Write ``sub`` only if the stored revision is still ``sub.revision`` (the one
+        read): a conditional write, so that a change another writer made after that read
+        is never overwritten.  Bumps the stored revision and sets ``sub.revision`` to it;
+        False (nothing written) when the subscription changed or was deleted meanwhile."""
+
+    @abc.abstractmethod
     def get_subscription(self, sub_id: str) -> Subscription | None:
         """The subscription, or None."""
 
@@ -516,6 +523,23 @@ class SqliteStore(Store):
                 (sub.id, _dt(sub.termination_time), json.dumps(subscription_to_json(sub))),
             ).fetchone()
         sub.revision = int(row[0])
+
+    def update_subscription(self, sub: Subscription) -> bool:
+        with self._tx() as conn:
+            row = conn.execute(
+                "UPDATE subscriptions SET termination_time = ?, data = ?, "
+                "revision = revision + 1 WHERE id = ? AND revision = ? RETURNING revision",
+                (
+                    _dt(sub.termination_time),
+                    json.dumps(subscription_to_json(sub)),
+                    sub.id,
+                    sub.revision,
+                ),
+            ).fetchone()
+        if row is None:
+            return False
+        sub.revision = int(row[0])
+        return True
 
     def get_subscription(self, sub_id: str) -> Subscription | None:
         rows = self._query("SELECT data, revision FROM subscriptions WHERE id = ?", (sub_id,))

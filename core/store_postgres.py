@@ -293,6 +293,25 @@ class PostgresStore(Store):
             ).fetchone()
         sub.revision = int(row[0])
 
+    def update_subscription(self, sub: Subscription) -> bool:
+        # under READ COMMITTED a writer that waited for the row re-checks the revision on
+        # the row the other writer committed: of two writes on one revision, one wins
+        with self._tx() as conn:
+            row = conn.execute(
+                "UPDATE subscriptions SET termination_time = %s, data = %s, "
+                "revision = revision + 1 WHERE id = %s AND revision = %s RETURNING revision",
+                (
+                    sub.termination_time,
+                    self._jsonb(subscription_to_json(sub)),
+                    sub.id,
+                    sub.revision,
+                ),
+            ).fetchone()
+        if row is None:
+            return False
+        sub.revision = int(row[0])
+        return True
+
     def get_subscription(self, sub_id: str) -> Subscription | None:
         rows = self._rows("SELECT data, revision FROM subscriptions WHERE id = %s", (sub_id,))
         return _revised(rows[0]) if rows else None

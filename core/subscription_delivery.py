@@ -159,6 +159,7 @@ class SubscriptionDelivery:
                 patterns=state.filter.native_patterns,
                 limits=ctx.limits(),
                 dead_letters=ctx.dead_letters.native_target(sub),
+                dead_letter_sink=ctx.dead_letters.sink,
             )
         )
         state.handle = handle
@@ -210,8 +211,10 @@ class SubscriptionDelivery:
         channel.dead_letter = _Burial(ctx, state)
         with registry.lock:
             registry.subscriptions[sub.id] = state
-            # under the lock Pause/Resume and their followers change the state under: a
-            # pause followed while this opened (a shard gained) is not started over
+        # under the subscription's lock, which Pause/Resume and their followers change the
+        # state under: a pause followed while this opened (a shard gained) is not started
+        # over; the start (a middleware round trip) holds no registry lock
+        with state.lock:
             if sub.state is SubscriptionState.ACTIVE:
                 channel.start()
 

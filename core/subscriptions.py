@@ -18,6 +18,7 @@ Decisions:
 
 from __future__ import annotations
 
+import enum
 import logging
 from dataclasses import replace
 from functools import partial
@@ -26,7 +27,7 @@ from urllib.parse import urlsplit
 
 from wsnmom.core import errors, metrics
 from wsnmom.core.access import current_principal, may_manage
-from wsnmom.core.adapter import AdapterError, TopicUnavailable
+from wsnmom.core.adapter import DROPPED_OVERFLOW_END, AdapterError, TopicUnavailable
 from wsnmom.core.addresses import ResourceKind, parse_resource_path, resource_address
 from wsnmom.core.channel import Channel
 from wsnmom.core.context import BrokerContext
@@ -61,9 +62,35 @@ from wsnmom.core.subscription_delivery import SubscriptionDelivery
 from wsnmom.core.subscription_end import subscription_end_payload
 from wsnmom.topic_mapping.model import Topic, TopicExpression
 
-__all__ = ["Subscriptions"]
+__all__ = ["CHANGE_ATTEMPTS", "Subscriptions", "newer"]
 
 log = logging.getLogger(__name__)
+
+#: how many times a change is applied again when another instance changed the
+#: subscription between this one's read and its conditional write
+CHANGE_ATTEMPTS = 5
+
+
+class _Outcome(enum.Enum):
+    """What one attempt of a Pause or Resume did."""
+
+    #: nothing to do (already so), or done without a feed to sync
+    DONE = "done"
+    #: changed and written
+    CHANGED = "changed"
+    #: the store had a newer revision: nothing written, nothing changed here
+    CONFLICT = "conflict"
+
+
+def newer(stored: Subscription, held: Subscription) -> bool:
+    """Whether the stored record is to be applied over the one held here: a higher
+    revision, or an equal one with another state or termination time (a write that failed
+    after the record held here changed; a writer that does not bump revisions).  The race
+    the revision settles always shows a lower stored revision."""
+    if stored.revision != held.revision:
+        return stored.revision > held.revision
+    return (stored.state, stored.termination_time) != (held.state, held.termination_time)
+
 
 TopicMemo = dict[tuple[Any, ...], TopicExpression]
 
@@ -272,15 +299,22 @@ class Subscriptions:
         if termination is None:
             raise errors.UnacceptableTerminationTime("Renew needs a TerminationTime")
         new_time = ctx.termination(termination, errors.UnacceptableTerminationTime)
-        with ctx.registry.lock:
-            before = state.record.termination_time
-            state.record.termination_time = new_time
-            try:
-                ctx.store.put_subscription(state.record)
-            except Exception:
-                state.record.termination_time = before  # as the store still has it
-                raise
-        return replace(state.record)
+        for _ in range(CHANGE_ATTEMPTS):
+            with state.lock:
+                record = state.record
+                self._require_live(state)
+                before = record.termination_time
+                record.termination_time = new_time
+                try:
+                    written = ctx.store.update_subscription(record)
+                except Exception:
+                    record.termination_time = before  # as the store still has it
+                    raise
+                if written:
+                    return replace(record)
+                record.termination_time = before
+            state = self._reread(subscription_id)
+        raise self._contended(subscription_id)
 
     def unsubscribe(self, subscription_id: str) -> None:
         """Destroy the subscription (BN §6.1.2); no SubscriptionEnd."""
@@ -294,32 +328,53 @@ class Subscriptions:
 
     def pause(self, subscription_id: str) -> None:
         """PauseSubscription: stop delivering, keep accumulating; idempotent."""
+        state = self._ctx.registry.current_subscription(subscription_id)
+        for _ in range(CHANGE_ATTEMPTS):
+            outcome = self._pause(state)
+            if outcome is _Outcome.CHANGED:
+                self._sync_feed(state, errors.PauseFailed)
+                self._ctx.wake_demand()
+            if outcome is not _Outcome.CONFLICT:
+                return
+            state = self._reread(subscription_id)
+        raise self._contended(subscription_id)
+
+    def _pause(self, state: LiveSubscription) -> _Outcome:
         ctx = self._ctx
-        state = ctx.registry.current_subscription(subscription_id)
-        # the gate before the lock: publishes hold the gate while they route (lock order)
-        with self.delivery.direct.gate.exclusive(), ctx.registry.lock:
-            if state.record.state is SubscriptionState.PAUSED:
-                return
+        record = state.record
+        with state.lock:
+            self._require_live(state)
+            if record.state is SubscriptionState.PAUSED:
+                return _Outcome.DONE
             if state.direct:
-                self._queue_direct(state)
-                ctx.store.put_subscription(state.record)
-                return
-            channel = ctx.engine.channel(subscription_id)
+                # the gate before the registry lock: publishes hold the gate while they
+                # route (lock order)
+                with self.delivery.direct.gate.exclusive(), ctx.registry.lock:
+                    if state.direct:
+                        self._queue_direct(state)
+                        written = ctx.store.update_subscription(record)
+                        return _Outcome.DONE if written else _Outcome.CONFLICT
+            # a channel's stop and start are middleware round trips: under this
+            # subscription's lock only, never the registry's
+            channel = ctx.engine.channel(record.id)
             try:
                 if channel is not None:
                     channel.stop()
             except AdapterError as exc:
                 raise self._ctx.gate.fault(exc, errors.PauseFailed(str(exc))) from exc
-            state.record.state = SubscriptionState.PAUSED
+            record.state = SubscriptionState.PAUSED
             try:
-                ctx.store.put_subscription(state.record)
+                written = ctx.store.update_subscription(record)
             except Exception:
                 # as the store still has it: active, delivering
-                state.record.state = SubscriptionState.ACTIVE
-                self._undo(channel, "pause", subscription_id)
+                record.state = SubscriptionState.ACTIVE
+                self._undo(channel, "pause", record.id)
                 raise
-        self._sync_feed(state, errors.PauseFailed)
-        ctx.wake_demand()
+            if not written:
+                record.state = SubscriptionState.ACTIVE
+                self._undo(channel, "pause", record.id)
+                return _Outcome.CONFLICT
+        return _Outcome.CHANGED
 
     def _sync_feed(self, state: LiveSubscription, fault: type[errors.WsnError]) -> None:
         """A feed follows its subscription's new state (outside the registry lock: a
@@ -349,36 +404,52 @@ class Subscriptions:
 
     def resume(self, subscription_id: str) -> None:
         """ResumeSubscription: deliver what accumulated, in order; no-op when not paused."""
-        ctx = self._ctx
-        state = ctx.registry.current_subscription(subscription_id)
-        with ctx.registry.lock:
-            if state.record.state is SubscriptionState.ACTIVE:
+        state = self._ctx.registry.current_subscription(subscription_id)
+        for _ in range(CHANGE_ATTEMPTS):
+            outcome = self._resume(state)
+            if outcome is _Outcome.CHANGED:
+                self._sync_feed(state, errors.ResumeFailed)
+                self._ctx.wake_demand()
+            if outcome is not _Outcome.CONFLICT:
                 return
-            channel = ctx.engine.channel(subscription_id)
-            state.record.state = SubscriptionState.ACTIVE
+            state = self._reread(subscription_id)
+        raise self._contended(subscription_id)
+
+    def _resume(self, state: LiveSubscription) -> _Outcome:
+        ctx = self._ctx
+        record = state.record
+        with state.lock:
+            self._require_live(state)
+            if record.state is SubscriptionState.ACTIVE:
+                return _Outcome.DONE
+            channel = ctx.engine.channel(record.id)
+            record.state = SubscriptionState.ACTIVE
             try:
                 if channel is not None:
                     channel.start()
                 elif state.feed is None:
                     self.attach(state)
             except AdapterError as exc:
-                state.record.state = SubscriptionState.PAUSED
+                record.state = SubscriptionState.PAUSED
                 raise self._ctx.gate.fault(exc, errors.ResumeFailed(str(exc))) from exc
             try:
-                ctx.store.put_subscription(state.record)
+                written = ctx.store.update_subscription(record)
             except Exception:
                 # as the store still has it: paused
-                state.record.state = SubscriptionState.PAUSED
-                self._undo(ctx.engine.channel(subscription_id), "resume", subscription_id)
+                record.state = SubscriptionState.PAUSED
+                self._undo(ctx.engine.channel(record.id), "resume", record.id)
                 raise
-        self._sync_feed(state, errors.ResumeFailed)
-        ctx.wake_demand()
+            if not written:
+                record.state = SubscriptionState.PAUSED
+                self._undo(ctx.engine.channel(record.id), "resume", record.id)
+                return _Outcome.CONFLICT
+        return _Outcome.CHANGED
 
     @staticmethod
     def _undo(channel: Channel[Any] | None, change: str, subscription_id: str) -> None:
-        """Under the registry lock: a Pause (restart the channel) or Resume (stop it)
-        whose store write failed is undone here, so that this instance does what the
-        store says (its followers, and a retry, compare with the store)."""
+        """Under the subscription's lock: a Pause (restart the channel) or Resume (stop
+        it) whose store write failed or was refused is undone here, so that this instance
+        does what the store says (its followers, and a retry, compare with the store)."""
         if channel is None:
             return
         try:
@@ -388,6 +459,102 @@ class Subscriptions:
                 channel.stop()
         except Exception:
             log.warning("undoing the %s of %s failed", change, subscription_id, exc_info=True)
+
+    def _require_live(self, state: LiveSubscription) -> None:
+        """Under the subscription's lock: ResourceUnknown when it was destroyed since it
+        was looked up (an Unsubscribe, expiry or another instance's destroy meanwhile)."""
+        if self._ctx.registry.subscriptions.get(state.record.id) is not state:
+            raise errors.ResourceUnknown(f"no subscription {state.record.id!r}")
+
+    def _reread(self, subscription_id: str) -> LiveSubscription:
+        """A conditional write found the subscription changed since it was read (another
+        instance wrote it in between): take the stored record over, whatever revision is
+        held here, and return the live entry the change is to be applied to again;
+        ResourceUnknown when the store no longer has it."""
+        ctx = self._ctx
+        stored = ctx.store.get_subscription(subscription_id)
+        live = ctx.registry.subscriptions.get(subscription_id)
+        if live is not None:
+            if stored is None:
+                self.forget(live)
+            else:
+                self.adopt(live, stored, force=True)
+        return ctx.registry.live_subscription(subscription_id)
+
+    @staticmethod
+    def _contended(subscription_id: str) -> errors.WsnError:
+        log.warning(
+            "subscription %s changed through other instances %d times while a change was "
+            "applied to it here; given up",
+            subscription_id,
+            CHANGE_ATTEMPTS,
+        )
+        return errors.ResourceUnavailable(
+            f"subscription {subscription_id!r} is being changed through other instances; try again",
+            retry_after=1.0,
+        )
+
+    # -- following the store ---------------------------------------------------------------
+    def adopt(self, live: LiveSubscription, stored: Subscription, *, force: bool = False) -> None:
+        """Bring the live subscription in line with ``stored``, its record as the store
+        holds it: its state (delivery stopped or started here), termination time and
+        revision.  Applied only when :func:`newer` says so, unless ``force`` (this
+        instance's conditional write was refused: the store's record is the one every
+        change applies to).  Under the subscription's lock, so that a record this
+        instance wrote after ``stored`` was read (an own Resume a moment after the Pause
+        being followed) has the higher revision and is kept."""
+        with live.lock:
+            record = live.record
+            if not force and not newer(stored, record):
+                return
+            changed = stored.state is not record.state
+            if changed:
+                # first: when stopping or starting fails, nothing is recorded, and the
+                # next change or request applies the stored record again
+                self._follow_state(live, stored.state)
+            record.revision = stored.revision
+            record.termination_time = stored.termination_time
+        if changed:
+            if live.feed is not None:
+                self.delivery.feeds.sync(live)
+            self._ctx.wake_demand()
+
+    def _follow_state(self, live: LiveSubscription, state: SubscriptionState) -> None:
+        """Under the subscription's lock: another instance paused or resumed it, stop or
+        start here."""
+        ctx = self._ctx
+        record = live.record
+        before = record.state
+        record.state = state
+        channel = ctx.engine.channel(record.id)
+        try:
+            if state is SubscriptionState.PAUSED:
+                if channel is not None:
+                    channel.stop()
+            elif channel is not None:
+                channel.start()
+            elif live.feed is None and not live.direct:
+                self.attach(live)
+        except BaseException:
+            record.state = before  # not followed: what this instance does
+            raise
+
+    def forget(self, live: LiveSubscription) -> None:
+        """Another instance destroyed it (and its durable subscription): stop here."""
+        ctx = self._ctx
+        sub_id = live.record.id
+        with live.lock:
+            with ctx.registry.lock:
+                if ctx.registry.subscriptions.get(sub_id) is live:
+                    ctx.registry.subscriptions.pop(sub_id, None)
+                self.delivery.direct.drop(live)
+            ctx.engine.close_channel(sub_id)
+        try:
+            self.delivery.feeds.detach(live)
+        except AdapterError:
+            log.debug("detaching the feed of %s failed", sub_id, exc_info=True)
+        ctx.registry.update_gauges()
+        ctx.wake_demand()
 
     def purge(self, subscription_id: str) -> int | None:
         """An operator's purge: drop every message waiting for the subscription, those
@@ -417,7 +584,7 @@ class Subscriptions:
     def _purge_handle(self, state: LiveSubscription) -> int | None:
         """Purge the durable subscription of a subscription with a delivery channel."""
         ctx = self._ctx
-        with ctx.registry.lock:
+        with state.lock:
             handle = state.handle
             if handle is None:
                 return 0
@@ -459,21 +626,76 @@ class Subscriptions:
             log.exception("destroying subscription %s failed", state.record.id)
         self._publish_end(state, reason)
 
+    def end_full(self, state: LiveSubscription, reason: str) -> bool:
+        """End a subscription whose backlog is full (``limits.on_full = "end"``) as
+        ``finish`` does, after its whole backlog went to its dead letters
+        (``SubscriptionHandle.delete_into_dead_letters``, reason ``overflow-end``; what its
+        delivery held in memory goes back to the middleware first).  False when the
+        middleware did not take the backlog: the subscription goes on as it was, those
+        that reached the dead letters gone from it, and the next sweep tries again."""
+        ctx = self._ctx
+        handle = state.handle
+        context = ctx.dead_letters.ending_context(state.record, f"subscription ended: {reason}")
+        if handle is None or context is None:
+            self.finish(state, reason)
+            return True
+        with ctx.registry.lock:
+            channel = ctx.engine.channel(state.record.id)
+            restart = channel is not None and channel.active
+        if restart:
+            assert channel is not None
+            channel.stop()  # what it held goes back to the middleware, then goes too
+        try:
+            sent = handle.delete_into_dead_letters(
+                DROPPED_OVERFLOW_END, context, timeout=ctx.settings.publish_timeout
+            )
+        except NotImplementedError as exc:
+            log.error(
+                "subscription %s: its backlog is deleted, not dead-lettered: %s",
+                state.record.id,
+                exc,
+            )
+        except AdapterError as exc:
+            log.error(
+                "subscription %s: its backlog could not all be sent to its dead letters "
+                "(%s); it is not ended yet, tried again at the next sweep",
+                state.record.id,
+                exc,
+            )
+            if restart:
+                assert channel is not None
+                channel.start()
+            return False
+        else:
+            log.warning(
+                "subscription %s: %d message(s) of its backlog to its dead letters (%s)",
+                state.record.id,
+                sent,
+                DROPPED_OVERFLOW_END,
+            )
+        self.finish(state, reason)
+        return True
+
     def destroy(self, state: LiveSubscription) -> None:
         """Remove the subscription everywhere: delivery, middleware, store."""
         ctx = self._ctx
         sub_id = state.record.id
-        with ctx.registry.lock:
-            ctx.registry.subscriptions.pop(sub_id, None)
-            direct = state.direct
-            self.delivery.direct.drop(state)
-        ctx.engine.close_channel(sub_id)
+        # under the subscription's lock: a Resume or a shard gained that is starting its
+        # delivery finishes first, and the channel closed below stays closed
         try:
-            self.delivery.feeds.detach(state)
-            if not direct:
-                ctx.adapter.delete_subscription(sub_id)
+            with state.lock:
+                with ctx.registry.lock:
+                    ctx.registry.subscriptions.pop(sub_id, None)
+                    direct = state.direct
+                    self.delivery.direct.drop(state)
+                ctx.engine.close_channel(sub_id)
+                try:
+                    self.delivery.feeds.detach(state)
+                    if not direct:
+                        ctx.adapter.delete_subscription(sub_id)
+                finally:
+                    ctx.store.delete_subscription(sub_id)
         finally:
-            ctx.store.delete_subscription(sub_id)
             ctx.registry.update_gauges()
             ctx.wake_demand()
 

@@ -24,7 +24,9 @@ unsettled, as on an ordered channel.
 
 Everything else is the ordered channel's (``core.channel``): the in-memory queue and its
 byte budget (parking gives back every delivery in flight; a redelivered message takes up
-the failed attempts it had, found by its ``wsnmom-message-id``), Pause, the filters' share
+the failed attempts it had, found by its ``wsnmom-message-id``: a delivery counts on from
+the most its messages had, and each message carries its own count into a later park),
+Pause, the filters' share
 (``PrepareLater``), the dead letters and the attempts operators see (``status`` shows the
 delivery that failed most).
 """
@@ -64,6 +66,10 @@ class _Delivery:
     retry_at: float = 0.0
     #: a run is attempting it now
     running: bool = False
+    #: the failed attempts its messages brought from before a park (by message id; None:
+    #: none), and the most of them, which ``failures`` started at
+    prior: dict[str, int] | None = None
+    base: int = 0
 
 
 class UnorderedChannel(Channel[T]):
@@ -82,10 +88,11 @@ class UnorderedChannel(Channel[T]):
 
     # -- state -----------------------------------------------------------------------------
     def start(self) -> None:
-        with self._lock:
-            if not self._parked:  # a start after Pause or a give-up: counts start afresh
-                self._carried = None
-        super().start()
+        with self._switch:
+            with self._lock:
+                if not self._parked:  # a start after Pause or a give-up: counts start afresh
+                    self._carried = None
+            super().start()
 
     def _halt(self) -> bool:
         parking = self._parking
@@ -94,24 +101,41 @@ class UnorderedChannel(Channel[T]):
         if parking:  # a retry count survives the park, as on an ordered channel
             carried = self._carried or {}
             for delivery in self._deliveries:
+                # each message's own count: what it brought plus what this delivery
+                # failed since (not the delivery's, which started at the most any of its
+                # messages brought: a message batched with one that had failed before
+                # would take that count up, and carry it, grown, into the next park)
+                made = delivery.failures - delivery.base
+                prior = delivery.prior or {}
                 for received, _ in delivery.pending:
                     key = received.headers.get(HEADER_MESSAGE_ID)
-                    if key and delivery.failures:
-                        carried[key] = delivery.failures
+                    count = prior.get(key, 0) + made if key else 0
+                    if key and count:
+                        carried[key] = count
             self._carried = carried or None
         self._deliveries = []  # their runs see the new generation and settle nothing more
         return True
 
-    def _carry(self, delivery: _Delivery) -> None:
+    def _carry(self, delivery: _Delivery, take: list[Received]) -> None:
         """Under the lock: a delivery of redelivered messages takes up the failed attempts
-        they had before the channel parked."""
+        they had before the channel parked (the most of them); every message taken,
+        filtered ones included, is forgotten from what is carried."""
         carried = self._carried
         if not carried:
             return
-        for received, _ in delivery.pending:
+        pending = {id(received) for received, _ in delivery.pending}
+        prior: dict[str, int] = {}
+        for received in take:
             key = received.headers.get(HEADER_MESSAGE_ID)
-            if key:
-                delivery.failures = max(delivery.failures, carried.pop(key, 0))
+            if not key:
+                continue
+            count = carried.pop(key, 0)
+            if count and id(received) in pending:
+                prior[key] = count
+        if prior:
+            delivery.prior = prior
+            delivery.base = max(prior.values())
+            delivery.failures = max(delivery.failures, delivery.base)
         if not carried:
             self._carried = None
 
@@ -213,13 +237,13 @@ class UnorderedChannel(Channel[T]):
                     self._settle(received, ack=True)
                 else:
                     delivery.pending.append((received, item))
+            if self._carried:
+                with self._lock:
+                    self._carry(delivery, take)
             if not delivery.pending:  # all filtered
                 self._drop(delivery)
                 self._look_again(gen)
                 return
-            if self._carried:
-                with self._lock:
-                    self._carry(delivery)
         tried = self._attempt_safely([item for _, item in delivery.pending], lane)
         with bound_request_id(tried.request_id):
             try:

@@ -2,7 +2,7 @@
 ``--use-patch-file`` (only those lines are mutated): ``scripts/mutation.sh`` mutates just the
 settling code of a large module this way.
 
-    python scripts/mutation_scope.py adapters/mqtt/session.py Session._process ... > scope.patch
+    python scripts/mutation_scope.py adapters/mqtt/ingest.py Ingest._process ... > scope.patch
 """
 
 from __future__ import annotations

@@ -846,7 +846,7 @@ def create_pull_point_response(
     """CreatePullPointResponse with the PullPoint EPR and, when ``now`` is given, the
     granted lifetime as ``wsrf-rl:CurrentTime`` and ``wsrf-rl:TerminationTime`` in the
     response's ``##other`` extension (b-2 has no wsnt elements for it; clients such as
-    ONVIF ones expect the lifetime to be reported, peer-implementations.md §4.6)."""
+    ONVIF ones expect the lifetime to be reported)."""
     resp = new(T("CreatePullPointResponse"))
     add_epr(resp, T("PullPoint"), resource_epr(address, pp.id))
     if now is not None:

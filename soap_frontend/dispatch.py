@@ -198,15 +198,10 @@ def soap_post(
         # admits its Notify, which is published as the gateway's own (SYSTEM)
         return _upstream_post(fe, resource_id, content_type, data, path, environ)
     if auth.enabled and environ is not None:
-        try:
-            principal = auth.http_caller(environ)
-        except PasswordChecksBusy as exc:
-            return _busy(fe, version_for_media_type(content_type), exc)
-        except AuthenticationFailed:
-            return _unauthorized(fe, version_for_media_type(content_type), None)
-        if principal.anonymous and auth.required and not auth.wsse:
-            metrics.AUTH_FAILURES.labels(reason="missing").inc()
-            return _unauthorized(fe, version_for_media_type(content_type), None)
+        caller = _http_caller(fe, content_type, environ)
+        if isinstance(caller, Reply):
+            return caller
+        principal = caller
     try:
         req = parse_request(method, content_type, data)
     except HttpError as exc:
@@ -216,20 +211,10 @@ def soap_post(
         invalid_log.info("unusable SOAP request to %s: %s", path, exc)
         return _fault(fe, BaseFaultError(str(exc)), exc.version, exc.addressing.message_id)
     if auth.enabled and principal.anonymous:
-        try:
-            token = find_username_token(req.addressing.other_headers)
-            if token is not None:
-                principal = auth.wsse_caller(token)
-        except TokenRejected:
-            metrics.AUTH_FAILURES.labels(reason="wsse").inc()
-            return _unauthorized(fe, req.version, req.addressing.message_id)
-        except PasswordChecksBusy as exc:
-            return _busy(fe, req.version, exc)
-        except AuthenticationFailed:
-            return _unauthorized(fe, req.version, req.addressing.message_id)
-        if principal.anonymous and auth.required:
-            metrics.AUTH_FAILURES.labels(reason="missing").inc()
-            return _unauthorized(fe, req.version, req.addressing.message_id)
+        caller = _wsse_caller(fe, req, principal)
+        if isinstance(caller, Reply):
+            return caller
+        principal = caller
     legacy = recognise(req)  # an older WS-N wire format: rewritten into 1.3 here
     if legacy is not None:
         try:
@@ -266,6 +251,45 @@ def soap_post(
     finally:
         PRINCIPAL.reset(bound)
     return _answer(req, result, action, legacy)
+
+
+def _http_caller(
+    fe: Frontend, content_type: str | None, environ: Mapping[str, Any]
+) -> Principal | Reply:
+    """The caller by HTTP credentials, or the fault that refuses the request (none given
+    where they are required and WS-Security cannot give them either)."""
+    auth = fe.auth
+    try:
+        principal = auth.http_caller(environ)
+    except PasswordChecksBusy as exc:
+        return _busy(fe, version_for_media_type(content_type), exc)
+    except AuthenticationFailed:
+        return _unauthorized(fe, version_for_media_type(content_type), None)
+    if principal.anonymous and auth.required and not auth.wsse:
+        metrics.AUTH_FAILURES.labels(reason="missing").inc()
+        return _unauthorized(fe, version_for_media_type(content_type), None)
+    return principal
+
+
+def _wsse_caller(fe: Frontend, req: SoapRequest, principal: Principal) -> Principal | Reply:
+    """The caller by a WS-Security UsernameToken in ``req`` (``principal`` when it has
+    none), or the fault that refuses the request."""
+    auth = fe.auth
+    try:
+        token = find_username_token(req.addressing.other_headers)
+        if token is not None:
+            principal = auth.wsse_caller(token)
+    except TokenRejected:
+        metrics.AUTH_FAILURES.labels(reason="wsse").inc()
+        return _unauthorized(fe, req.version, req.addressing.message_id)
+    except PasswordChecksBusy as exc:
+        return _busy(fe, req.version, exc)
+    except AuthenticationFailed:
+        return _unauthorized(fe, req.version, req.addressing.message_id)
+    if principal.anonymous and auth.required:
+        metrics.AUTH_FAILURES.labels(reason="missing").inc()
+        return _unauthorized(fe, req.version, req.addressing.message_id)
+    return principal
 
 
 def _answer(

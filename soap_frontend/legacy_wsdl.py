@@ -42,6 +42,8 @@ HTTP_TRANSPORT = "http://schemas.xmlsoap.org/soap/http"
 #: (operation, interface namespace key, request local, response local or None, kind of
 #: request: its faults are :meth:`Legacy.declared_faults` of it)
 _Op = tuple[str, str, str, str | None, str]
+#: port type -> (its operations, its endpoint path): :func:`_operations`
+_PortTypes = dict[str, tuple[tuple[_Op, ...], str]]
 
 
 def _operations(legacy: Legacy) -> dict[str, tuple[tuple[_Op, ...], str]]:
@@ -131,6 +133,7 @@ def _fault_message(fault: LegacyFault, prefix: dict[str, str]) -> str:
 
 
 def _build(legacy: Legacy, base: str) -> etree._Element:
+    """The WSDL document of ``legacy``'s wire format for a broker at ``base``."""
     ns = {"wsnt": legacy.wsnt, "wsnbr": legacy.wsnbr, "wsrl": legacy.wsrl, "wsrp": legacy.wsrp}
     if legacy.wsbf is not None:
         ns["wsbf"] = legacy.wsbf
@@ -148,6 +151,23 @@ def _build(legacy: Legacy, base: str) -> etree._Element:
         "namespace; the WS-N 1.3 description is ?wsdl."
     )
     port_types = _operations(legacy)
+    _types(defs, legacy, ns, port_types)
+    prefix = {uri: key for key, uri in ns.items()}
+    prefix[tns] = "tns"
+    _messages(defs, legacy, ns, prefix, port_types)
+    _port_types(defs, legacy, prefix, port_types)
+    _bindings(defs, legacy, ns, port_types)
+    _services(defs, port_types, base)
+    return defs
+
+
+def _types(
+    defs: etree._Element,
+    legacy: Legacy,
+    ns: dict[str, str],
+    port_types: _PortTypes,
+) -> None:
+    """wsdl:types: one schema per namespace with every element the operations use."""
     # every element used, per namespace
     elements: dict[str, dict[str, None]] = {uri: {} for uri in ns.values()}
     for ops, _ in port_types.values():
@@ -177,8 +197,15 @@ def _build(legacy: Legacy, base: str) -> etree._Element:
             any_el.set("minOccurs", "0")
             any_el.set("maxOccurs", "unbounded")
 
-    prefix = {uri: key for key, uri in ns.items()}
-    prefix[tns] = "tns"
+
+def _messages(
+    defs: etree._Element,
+    legacy: Legacy,
+    ns: dict[str, str],
+    prefix: dict[str, str],
+    port_types: _PortTypes,
+) -> None:
+    """A wsdl:message per request, response and declared fault."""
     messages: dict[str, tuple[str, str]] = {}
     for ops, _ in port_types.values():
         for _, key, request, response, kind in ops:
@@ -192,6 +219,14 @@ def _build(legacy: Legacy, base: str) -> etree._Element:
         part = etree.SubElement(msg, _q(WSDL, "part"), name="body")
         part.set("element", f"{prefix[uri]}:{local}")
 
+
+def _port_types(
+    defs: etree._Element,
+    legacy: Legacy,
+    prefix: dict[str, str],
+    port_types: _PortTypes,
+) -> None:
+    """A wsdl:portType per endpoint, with its operations and their faults."""
     for pt_name, (ops, _) in port_types.items():
         pt = etree.SubElement(defs, _q(WSDL, "portType"), name=pt_name)
         for name, _, request, response, kind in ops:
@@ -207,6 +242,14 @@ def _build(legacy: Legacy, base: str) -> etree._Element:
                     message=f"tns:{_fault_message(fault, prefix)}",
                 )
 
+
+def _bindings(
+    defs: etree._Element,
+    legacy: Legacy,
+    ns: dict[str, str],
+    port_types: _PortTypes,
+) -> None:
+    """A SOAP 1.2 and a SOAP 1.1 binding of each port type (document/literal)."""
     for pt_name, (ops, _) in port_types.items():
         for suffix, soap_ns in (("Soap12", WSDL_SOAP12), ("Soap11", WSDL_SOAP11)):
             b = etree.SubElement(
@@ -230,6 +273,9 @@ def _build(legacy: Legacy, base: str) -> etree._Element:
                     fault_el = etree.SubElement(op_el, _q(WSDL, "fault"), name=fault.name)
                     etree.SubElement(fault_el, _q(soap_ns, "fault"), name=fault.name, use="literal")
 
+
+def _services(defs: etree._Element, port_types: _PortTypes, base: str) -> None:
+    """A wsdl:service per port type, with a SOAP 1.2 and a SOAP 1.1 port at ``base``."""
     for pt_name, (_, path) in port_types.items():
         svc = etree.SubElement(defs, _q(WSDL, "service"), name=f"{pt_name}Service")
         for suffix, soap_ns in (("Soap12", WSDL_SOAP12), ("Soap11", WSDL_SOAP11)):
@@ -240,7 +286,6 @@ def _build(legacy: Legacy, base: str) -> etree._Element:
                 binding=f"tns:{pt_name}{suffix}Binding",
             )
             etree.SubElement(port, _q(soap_ns, "address"), location=f"{base}{path}")
-    return defs
 
 
 @functools.lru_cache(maxsize=64)

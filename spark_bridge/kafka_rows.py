@@ -188,26 +188,13 @@ class KafkaRows:
         bodies = pa.array(values, pa.binary()).fill_null(b"")
         payload, payload_bytes = self._payloads(bodies, values, content_type, has_id)
 
-        accepted = None
-        content = self.filter.content
-        if content is not None:
-            if payload_bytes is None:
-                payload_bytes = [v or b"" for v in values]
-            verdicts = [content.matches(p) for p in payload_bytes]
-            if not all(verdicts):
-                accepted = pa.array(verdicts, pa.bool_())
+        accepted = self._accepted(payload_bytes, values)
 
         if not pc.all(has_id).as_py():
             fallback = [f"{self.source}/{stream}/{offset}" for offset in offsets_array.to_pylist()]
             message_id = pc.if_else(has_id, message_id, pa.array(fallback, pa.string()))
 
-        names = [entry[0] for entry in table]
-        if len(set(slots)) == 1:
-            first = names[slots[0]]
-            columns = [pa.repeat(pa.scalar(v, pa.string()), count) for v in first]
-        else:
-            index = pa.array(slots, pa.int32())
-            columns = [pa.array([n[i] for n in names], pa.string()).take(index) for i in range(3)]
+        columns = self._topic_columns([entry[0] for entry in table], slots, count)
         arrays = [
             pa.repeat(pa.scalar(self.source, pa.string()), count),
             pa.repeat(pa.scalar("kafka", pa.string()), count),
@@ -228,6 +215,30 @@ class KafkaRows:
             self.dropped += count - batch.num_rows
         self.accepted += batch.num_rows
         return batch
+
+    def _accepted(
+        self, payload_bytes: Sequence[bytes] | None, values: Sequence[bytes | None]
+    ) -> pa.Array | None:
+        """The rows the MessageContent filter accepts (None: every row, or no filter)."""
+        pa = self._pa
+        content = self.filter.content
+        if content is None:
+            return None
+        if payload_bytes is None:
+            payload_bytes = [v or b"" for v in values]
+        verdicts = [content.matches(p) for p in payload_bytes]
+        return None if all(verdicts) else pa.array(verdicts, pa.bool_())
+
+    def _topic_columns(
+        self, names: Sequence[_Names], slots: Sequence[int], count: int
+    ) -> list[pa.Array]:
+        """The three topic columns of ``count`` rows: row i has the names of ``slots[i]``."""
+        pa = self._pa
+        if len(set(slots)) == 1:
+            first = names[slots[0]]
+            return [pa.repeat(pa.scalar(v, pa.string()), count) for v in first]
+        index = pa.array(slots, pa.int32())
+        return [pa.array([n[i] for n in names], pa.string()).take(index) for i in range(3)]
 
     def _topics(
         self,

@@ -20,9 +20,11 @@ head, a probe or credentials its ``vouch`` check accepts, or it is answered 503 
 closed as soon as its head is complete; and while its head is still arriving (or it sits
 idle between requests) a newcomer may take its place (eviction), so slow heads cannot
 hold the reserve either.
-Admitted connections are :class:`GuardedConnection` sockets that follow the HTTP/1.1
-framing of what they receive (:class:`Framing`: request line and headers, then the body by
-``Content-Length`` or chunked encoding), so a reaper thread can close a connection whose
+Admitted connections are :class:`GuardedConnection` sockets that read the HTTP/1.1
+framing of what they receive before the server does (:class:`Framing`, on h11: request
+line and headers, then the body by ``Content-Length`` or chunked encoding; a framing that
+is malformed or could be read two ways is answered 400 and closed, and the server never
+sees its bytes), so a reaper thread can close a connection whose
 
 * request line and headers take longer than ``header_timeout`` from the request's first
   byte (for a new connection, from when it was accepted),
@@ -48,7 +50,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from wsnmom.core import metrics
-from wsnmom.http_framing import BODY, HEADERS, WAITING, Framing
+from wsnmom.http_framing import APP, BODY, HEADERS, WAITING, Framing
 
 __all__ = [
     "ConnectionGuard",
@@ -76,6 +78,9 @@ _REFUSAL = (
     b"Connection: close\r\n"
     b"Content-Length: %d\r\n\r\n%s"
 )
+
+_REJECTION = b"HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n"
+_REASONS = {400: b"Bad Request", 431: b"Request Header Fields Too Large", 501: b"Not Implemented"}
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
@@ -158,9 +163,10 @@ class Tracked:
 
     def recv(self, bufsize: int, flags: int = 0) -> bytes:
         data: bytes = super().recv(bufsize, flags)  # type: ignore[misc]
-        self.framing.received(data, time.monotonic())
-        if self.framing.refused:
-            self.turn_away()
+        framing = self.framing
+        framing.received(data, time.monotonic())
+        if framing.refused or framing.error:
+            self.refuse()
             return b""  # the server sees the client go: nothing of the request is served
         return data
 
@@ -169,22 +175,62 @@ class Tracked:
         size = nbytes or memoryview(buffer).nbytes
         n: int = super().recv_into(buffer, size, flags)  # type: ignore[misc]
         if n:
-            self.framing.received(bytes(memoryview(buffer)[:n]), time.monotonic())
-            if self.framing.refused:
-                self.turn_away()
+            framing = self.framing
+            framing.received(bytes(memoryview(buffer)[:n]), time.monotonic())
+            if framing.refused or framing.error:
+                self.refuse()
                 return 0
         return n
 
-    def turn_away(self) -> None:
-        """Answer a request the reserve does not admit 503 and end the connection."""
+    def refuse(self) -> None:
+        """End a connection whose bytes the framing refused (before the server sees
+        them): a request head the reserve does not admit (503), or bytes that are no
+        HTTP/1.1 both parsers read alike (``Framing.error``)."""
+        if self.framing.refused:
+            self.turn_away(answer=not self.framing.behind)
+        else:
+            self.reject()
+
+    def reject(self, send: Callable[[bytes], Any] | None = None) -> None:
+        """Close a connection whose framing is malformed or ambiguous: answer ``400`` (or
+        the status the framing gives) when no answer of the server's can be on its way,
+        else only close.  ``send`` writes the answer, from a thread that knows the
+        server writes nothing meanwhile (HTTPS: the ingress); by default the answer goes
+        on this plain socket only before its first answer."""
+        guard = getattr(self, "guard", None)
+        if self.guard_reason:
+            return
+        self.guard_reason = "framing"
+        framing = self.framing
+        if guard is not None:
+            guard._rejected(self, framing.error)
+        plain = isinstance(self, GuardedConnection)  # no TLS record to write otherwise
+        if framing.phase != APP and (send is not None or (plain and not framing.answered)):
+            reason = _REASONS.get(framing.status, b"Bad Request")
+            text = reason + b"\n\n" + framing.error.encode() + b"\n"  # as waitress words it
+            with contextlib.suppress(OSError, ValueError):
+                answer = _REJECTION % (framing.status, reason)
+                answer += b"Content-Length: %d\r\n\r\n%s" % (len(text), text)
+                if send is None:
+                    socket.socket.send(self, answer, socket.MSG_DONTWAIT)  # type: ignore[arg-type]
+                else:
+                    send(answer)
+        _discard_input(self)
+        self.cut()
+
+    def turn_away(self, *, answer: bool = True) -> None:
+        """Answer a request the reserve does not admit 503 (``answer``: False behind a
+        request being answered, whose answer the 503 could land in) and end the
+        connection."""
         guard = getattr(self, "guard", None)
         if guard is None or self.guard_reason:
             return
         self.guard_reason = "reserve"
         guard._turned_away(self)
-        with contextlib.suppress(OSError, ValueError):
-            text = RESERVED.encode() + b"\n"
-            super().send(_REFUSAL % (len(text), text))  # type: ignore[misc]
+        if answer:
+            with contextlib.suppress(OSError, ValueError):
+                text = RESERVED.encode() + b"\n"
+                super().send(_REFUSAL % (len(text), text))  # type: ignore[misc]
         self.cut()
 
     def send(self, data: Any, flags: int = 0) -> int:
@@ -217,6 +263,15 @@ class Tracked:
         plain TCP shutdown, also under TLS, so that a thread blocked on it returns)."""
         with contextlib.suppress(OSError):
             socket.socket.shutdown(self, socket.SHUT_RDWR)  # type: ignore[arg-type]
+
+
+def _discard_input(sock: Any) -> None:
+    """Read and drop what the client sent already (up to 1 MiB), so that the close after
+    an answer does not reset the connection under the answer."""
+    with contextlib.suppress(OSError, ValueError):
+        for _ in range(16):
+            if not socket.socket.recv(sock, 65536, socket.MSG_DONTWAIT):
+                return
 
 
 class GuardedConnection(Tracked, socket.socket):
@@ -383,6 +438,13 @@ class ConnectionGuard:
                 self._leaving.add(id(conn))
             self._count("refused: connections.reserve")
         metrics.CONNECTIONS_REFUSED.labels(reason="reserve").inc()
+
+    def _rejected(self, conn: Tracked, why: str) -> None:
+        """``conn``'s bytes had a malformed or ambiguous framing."""
+        metrics.CONNECTIONS_CLOSED.labels(reason="framing").inc()
+        with self._lock:
+            self._count("closed: malformed HTTP framing")
+        log.debug("closing a connection from %s: %s", conn.guard_client, why)
 
     def _screen(self, head: bytes) -> bool:
         vouch = self.vouch

@@ -12,6 +12,7 @@ The ``wsnmom serve`` command is :mod:`wsnmom.serve_command`.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -366,35 +367,23 @@ def build_runtime(
     topic_set = load_topic_set(settings)
     if adapter is None:
         adapter = make_adapter(settings)
-    store_lock = lock_store(settings.store_url)
-    started = time.monotonic()
-    attempt: _OpenAttempt | None = None
-    try:
+    with contextlib.ExitStack() as undo:  # what a start that fails gives back, newest first
+        store_lock = lock_store(settings.store_url)
+        undo.callback(store_lock.release)
+        started = time.monotonic()
+        attempt: _OpenAttempt | None = None
         if wait:
             attempt = _first_attempt(adapter, settings.middleware.wait)
         else:
             adapter.open()
-    except BaseException:
-        store_lock.release()
-        raise
-    opened = attempt is None or (attempt.done.is_set() and attempt.error is None)
-    try:
+        undo.callback(adapter.close)
+        opened = attempt is None or (attempt.done.is_set() and attempt.error is None)
         store = open_store(
             settings.store_url, instance_id=instance_id(settings.cluster.instance_id)
         )
-    except BaseException:
-        adapter.close()
-        store_lock.release()
-        raise
-    try:
+        undo.callback(store.close)
         bind_store(store, type(adapter).name)
-    except BaseException:
-        store.close()
-        adapter.close()
-        store_lock.release()
-        raise
-    policy = outbound_policy or OutboundPolicy(settings.outbound)
-    try:
+        policy = outbound_policy or OutboundPolicy(settings.outbound)
         service = BrokerService(
             settings,
             adapter,
@@ -405,19 +394,9 @@ def build_runtime(
             autostart=False,
             outbound_policy=policy,
         )
-    except BaseException:
-        adapter.close()
-        store.close()
-        store_lock.release()
-        raise
-    try:
+        undo.callback(service.close)
         app = create_app(service, settings)
-    except BaseException:
-        service.close()
-        adapter.close()
-        store.close()
-        store_lock.release()
-        raise
+        undo.pop_all()  # started: the runtime owns them now
     plugins.configure_app(app, service)
     runtime = Runtime(settings, plugins, adapter, store, topic_set, service, app, store_lock)
     runtime.upstreams = UpstreamRelay(

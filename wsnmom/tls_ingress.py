@@ -120,6 +120,15 @@ class GuardedTlsConnection(Tracked, ssl.SSLSocket):
             return bytes(buffer[: inbox.readinto(buffer)])
         return super().recv(bufsize, flags)
 
+    # the ingress marks the answer as sent when the worker gives the connection back
+    # (Ingress.add): cheroot writes one answer in several sends, and a request pipelined
+    # behind it must not be taken for answered by the second
+    def send(self, data: Any, flags: int = 0) -> int:
+        return ssl.SSLSocket.send(self, data, flags)
+
+    def sendall(self, data: Any, flags: int = 0) -> None:
+        ssl.SSLSocket.sendall(self, data, flags)
+
     def pump(self, limit: int) -> str | int:
         """Handshake and read what is there, without blocking: :data:`READY` once the
         request is complete or ``limit`` bytes wait, :data:`CLOSED`, or the selector event
@@ -147,10 +156,19 @@ class GuardedTlsConnection(Tracked, ssl.SSLSocket):
                 if framing.refused:  # a head the reserve does not admit
                     self.turn_away()
                     return CLOSED
+                if framing.error:  # no HTTP/1.1 the server is sure to read alike
+                    self.reject(self._answer)
+                    return CLOSED
                 if framing.phase == BODY and was != BODY and framing.expect_continue:
                     self._continue()
                 if framing.phase == APP or len(self.inbox) > limit:
                     self._drain()
+                    if framing.refused:  # a pipelined head the reserve does not admit
+                        self.turn_away(answer=False)
+                        return CLOSED
+                    if framing.error:  # a pipelined request read two ways
+                        self.reject(self._answer)
+                        return CLOSED
                     return READY
         except ssl.SSLWantReadError:
             return _WANT_READ
@@ -171,9 +189,13 @@ class GuardedTlsConnection(Tracked, ssl.SSLSocket):
             self.framing.received(data, time.monotonic())
 
     def _continue(self) -> None:
-        self.settimeout(1.0)  # 25 bytes: the socket buffer takes them at once
+        self._answer(_CONTINUE)
+
+    def _answer(self, data: bytes) -> None:
+        """Send a short answer from the ingress (it fits the socket buffer at once)."""
+        self.settimeout(1.0)
         try:
-            ssl.SSLSocket.sendall(self, _CONTINUE)
+            ssl.SSLSocket.sendall(self, data)
         finally:
             self.setblocking(False)
 
@@ -241,8 +263,11 @@ class Ingress:
             self._close(conn)
 
     def add(self, conn: Any) -> None:
-        """A kept-alive connection back from its worker (the worker's thread): its next
-        request."""
+        """A kept-alive connection back from its worker (the worker's thread), its answer
+        written: its next request."""
+        framing = getattr(conn.socket, "framing", None)
+        if framing is not None:
+            framing.sent(time.monotonic())
         self._pump(conn, registered=False)
 
     def _run(self) -> None:

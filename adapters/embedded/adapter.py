@@ -31,7 +31,9 @@ from wsnmom.core.adapter_options import AdapterOptionError, option, parse_option
 from wsnmom.topic_mapping.model import Topic
 from wsnmom.topic_mapping.syntax import WildcardSyntax
 
-from .store import MEMORY, Engine, Row, _synchronous, acquire_engine, release_engine
+from .records import MEMORY, Row
+from .storage import _synchronous
+from .store import Engine, acquire_engine, release_engine
 
 SCHEME = "embedded"
 
@@ -286,6 +288,17 @@ class EmbeddedHandle(SubscriptionHandle):
             raise AdapterUnavailable("the embedded adapter is closed")
         self._engine.delete_subscription(self.name)
         self.detach()
+
+    def delete_into_dead_letters(
+        self, reason: str, context: Mapping[str, str], timeout: float = 30.0
+    ) -> int:
+        """Destroy the subscription in the transaction that sends its whole queue to its
+        dead-letter topic (``Engine.delete_into_dead_letters``)."""
+        if self._engine.closed:
+            raise AdapterUnavailable("the embedded adapter is closed")
+        sent = self._engine.delete_into_dead_letters(self.name, reason, context)
+        self.detach()
+        return sent or 0
 
     def detach(self) -> None:
         """Make this handle inert (subscription deleted or adapter closed)."""

@@ -106,7 +106,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
@@ -234,6 +234,8 @@ class KafkaAdapter(LogAdapter):
         self._open: _Open | None = None
         #: several gateway instances deliver these subscriptions (``shared_by_instances``)
         self._shared = False
+        #: core's fence for position writes (``shared_by_instances``)
+        self._may_save: Callable[[str], bool] | None = None
 
     def __repr__(self) -> str:
         return f"<KafkaAdapter {redact_url(self.url)} {self.settings.redacted()}>"
@@ -279,6 +281,7 @@ class KafkaAdapter(LogAdapter):
                 backend, catch_up_readers=settings.catch_up_readers, poll_timeout=0.02
             )
             engine.shared = self._shared
+            engine.may_save = self._may_save
             engine.start()
         except KafkaException as exc:
             self._release(parts)
@@ -315,15 +318,17 @@ class KafkaAdapter(LogAdapter):
         finally:
             self._release([state.current, state.publisher])
 
-    def shared_by_instances(self) -> None:
+    def shared_by_instances(self, may_save: Callable[[str], bool] | None = None) -> None:
         """Cluster mode: a subscription's delivery moves between instances, so every
         cursor this instance starts takes up the positions its last deliverer saved in
-        its consumer group, and keeps them saved while it delivers (the engine's
-        ``shared``; docs/scale-out.md)."""
+        its consumer group, and keeps them saved while it delivers, each write fenced by
+        ``may_save`` (the engine's ``shared`` and ``may_save``; docs/scale-out.md)."""
         with self._lock:
             self._shared = True
+            self._may_save = may_save
             if self._open is not None:
                 self._open.engine.shared = True
+                self._open.engine.may_save = may_save
 
     def _require(self) -> _Open:
         state = self._open

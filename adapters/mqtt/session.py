@@ -40,30 +40,41 @@ Subscribing and unsubscribing happen under ``_lock`` (paho's calls only queue pa
 SUBACK, UNSUBACK and barriers are put in the same FIFO as the messages.  A filter being
 replaced is unsubscribed only once its replacements are acknowledged, so its topics are
 never uncovered.
+
+Code layout: :class:`Session` (here: lifecycle, subscribing and the network callbacks)
+and its worker (:mod:`.ingest`) share the state and the FIFO's records of :mod:`.inbox`.
 """
 
 from __future__ import annotations
 
-import functools
-import itertools
 import logging
 import queue
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 from typing import Any
 
 from wsnmom.adapters.embedded.store import Engine
-from wsnmom.core.adapter import AccessRefused, AdapterUnavailable, OutboundMessage
+from wsnmom.core.adapter import AccessRefused, AdapterUnavailable
 
 from .config import MqttSettings
 from .filters import Change, FilterSet
+from .inbox import (
+    _STOP,
+    SessionStats,
+    _Acked,
+    _After,
+    _Barrier,
+    _Connected,
+    _nothing,
+    _Removed,
+    _Retire,
+)
+from .ingest import Ingest
 from .link import Link, Properties, ReasonCode, mqtt
 from .mapping import MqttMapping
 from .state import SessionState
-from .taps import Arrival, Taps
-from .wire import metadata, outbound
+from .taps import Taps
 
 __all__ = ["Session"]
 
@@ -75,94 +86,15 @@ try:
 except ImportError as exc:  # pragma: no cover - link.py raised already
     raise ImportError('the MQTT adapter needs paho-mqtt: pip install "wsnmom[mqtt]"') from exc
 
-#: seconds between attempts to commit a batch the queue store refused
-_RETRY_DELAY = 0.5
 #: seconds between two warnings about dropped QoS 0 messages
 _WARN_EVERY = 30.0
 
-
-@dataclass(frozen=True, slots=True)
-class _Retire:
-    """Unsubscribe these (filter, identifier) pairs now, unless effective again (worker)."""
-
-    items: tuple[tuple[str, int], ...]
-
-
-@dataclass(frozen=True, slots=True)
-class _Acked:
-    """The broker acknowledged a filter (state update, worker)."""
-
-    filter: str
-    sid: int
-
-
-@dataclass(frozen=True, slots=True)
-class _Removed:
-    """The broker acknowledged an UNSUBSCRIBE (state update, worker)."""
-
-    filter: str
-    sid: int
-
-
-@dataclass(frozen=True, slots=True)
-class _Connected:
-    """A CONNACK: resubscribe what the broker does not have (worker)."""
-
-    session_present: bool
-    first: bool
-
-
-@dataclass(eq=False)
-class _Barrier:
-    """An action the worker runs when everything the broker sent before the UNSUBACK of
-    a no-op UNSUBSCRIBE has been stored."""
-
-    action: Callable[[], Any]
-    done: threading.Event = field(default_factory=threading.Event)
-    result: Any = None
-    error: BaseException | None = None
-
-
-@dataclass(eq=False)
-class _After:
-    """Filters to retire once every filter in ``waiting`` is acknowledged."""
-
-    waiting: set[tuple[str, int]]
-    retire: tuple[tuple[str, int], ...]
-
-
-@dataclass
-class SessionStats:
-    """Counters for tests and metrics."""
-
-    received: int = 0
-    committed: int = 0
-    dropped_retained: int = 0
-    dropped_twins: int = 0
-    dropped_qos0: int = 0
-    batches: int = 0
-    refused_filters: dict[str, str] = field(default_factory=dict)
-
-
-_STOP = object()
 
 #: an UNSUBSCRIBE of this filter (never subscribed) is the session's barrier
 BARRIER_TOPIC = "wsnmom/barrier"
 
 
-def _nothing() -> None:
-    return None
-
-
-def _topic_of(message: Any) -> str:
-    """The message's topic name ("" when it is not UTF-8: no WS topic has it)."""
-    try:
-        return str(message.topic)
-    except UnicodeDecodeError:
-        return ""
-
-
-class Session:
+class Session(Ingest):
     """The persistent session, its filters and its ingest worker (module docstring)."""
 
     def __init__(
@@ -461,209 +393,6 @@ class Session:
                 b.done.set()
             self._unacked_barriers.clear()
             self._cv.notify_all()
-
-    # -- the worker -------------------------------------------------------------------------
-    def _run(self) -> None:
-        try:
-            self._loop()
-        finally:
-            self.taps.close()
-
-    def _loop(self) -> None:
-        inbox = self._inbox
-        limit = self.settings.ingest_batch
-        while True:
-            item = inbox.get()
-            if item is _STOP:
-                return
-            items = [item]
-            stop = False
-            while len(items) < limit:
-                try:
-                    nxt = inbox.get_nowait()
-                except queue.Empty:
-                    break
-                if nxt is _STOP:
-                    stop = True
-                    break
-                items.append(nxt)
-            try:
-                self._process(items)
-            except Exception:  # pragma: no cover - keep the worker alive, the broker resends
-                log.exception("MQTT session: processing %d arrivals failed", len(items))
-            if stop:
-                return
-
-    def _process(self, items: list[Any]) -> None:
-        keep: list[Arrival] = []
-        acks: list[tuple[int, int, int]] = []
-        added: list[tuple[str, int]] = []
-        removed: list[tuple[str, int]] = []
-        later: list[Callable[[], None]] = []
-        stats = self.stats
-        for item in items:
-            if type(item) is tuple:
-                generation, message = item
-                stats.received += 1
-                if message.qos:
-                    acks.append((generation, message.mid, message.qos))
-                if message.retain:
-                    stats.dropped_retained += 1
-                    continue
-                if self._twin(message):
-                    stats.dropped_twins += 1
-                    continue
-                keep.append(self._convert(message))
-            elif isinstance(item, _Barrier):
-                if keep:  # everything before the barrier is stored first
-                    self._commit(keep)
-                    keep = []
-                try:
-                    item.result = item.action()
-                except BaseException as exc:
-                    item.error = exc
-                item.done.set()
-            elif isinstance(item, _Retire):
-                self._retire(item.items)
-            elif isinstance(item, _Acked):
-                added.append((item.filter, item.sid))
-            elif isinstance(item, _Removed):
-                removed.append((item.filter, item.sid))
-            elif isinstance(item, _Connected):
-                self._previous = None
-                later.append(functools.partial(self._reconcile, item))
-        if keep:
-            self._commit(keep)
-        if acks:
-            client = self.link.client
-            with self._lock:
-                generation = self._generation
-                for gen, mid, qos in acks:
-                    if gen == generation:
-                        client.ack(mid, qos)
-        if added or removed:
-            try:
-                self.state.update(added, removed)
-            except Exception:
-                log.exception("MQTT session: recording the session's filters failed")
-        for action in later:
-            action()
-
-    def _twin(self, message: Any) -> bool:
-        """Whether ``message`` is another copy of the message just before it, sent for
-        another filter of the session (MQTT 5 subscription identifiers differ, all else is
-        equal).  The broker queues the copies of one message together; the same message
-        published twice comes again through a filter already seen, which starts a new
-        group, so only copies are dropped."""
-        props = message.properties
-        ids = getattr(props, "SubscriptionIdentifier", None) if props is not None else None
-        if not ids:
-            self._previous = None
-            return False
-        mine = frozenset(ids)
-        signature = (
-            _topic_of(message),
-            message.payload,
-            tuple(getattr(props, "UserProperty", None) or ()),
-            getattr(props, "ContentType", None),
-        )
-        previous = self._previous
-        if previous is None or previous[0] & mine or previous[1] != signature:
-            self._previous = (mine, signature)
-            return False
-        # another copy of the same message (three filters may overlap for a moment)
-        self._previous = (previous[0] | mine, signature)
-        return True
-
-    def _convert(self, message: Any) -> Arrival:
-        body = bytes(message.payload)
-        headers, content_type = metadata(message.properties if self.settings.v5 else None, body)
-        name = _topic_of(message)
-        topic = self.mapping.topic(name, headers)
-        return Arrival(name, outbound(topic, body, headers, content_type), bool(message.dup))
-
-    def _commit(self, arrivals: list[Arrival]) -> None:
-        """Store ``arrivals`` in the queue store (one transaction), then hand them to the
-        taps; each is retried while it refuses, so that nothing is acknowledged to the
-        broker before every consumer has it."""
-        if self.engine is not None:
-            self._store(self.engine, [a.message for a in arrivals])
-        if self.taps:
-            self.taps.deliver(arrivals, lambda: self._stopping)
-        self.stats.committed += len(arrivals)
-        self.stats.batches += 1
-
-    def _store(self, engine: Engine, messages: list[OutboundMessage]) -> None:
-        for attempt in itertools.count():
-            try:
-                engine.publish_many(messages)
-                return
-            except AdapterUnavailable:
-                if self._stopping or engine.closed:
-                    raise
-            except Exception:
-                if self._stopping:
-                    raise
-                if attempt == 0:
-                    log.exception(
-                        "MQTT session: storing %d messages failed; retrying", len(messages)
-                    )
-            time.sleep(_RETRY_DELAY)
-
-    def _retire(self, items: Iterable[tuple[str, int]]) -> None:
-        """Unsubscribe the filters that are not effective again (a comeback was subscribed
-        anew after this retirement was planned: its SUBSCRIBE went out before this
-        UNSUBSCRIBE would, which would remove it)."""
-        with self._lock:
-            for f, sid in items:
-                if f not in self.filters.effective:
-                    self._send_unsubscribe(f, sid)
-
-    def _reconcile(self, connected: _Connected) -> None:
-        """After a CONNACK: make the broker hold exactly the effective filters."""
-        with self._lock:
-            if connected.session_present:
-                known = self._stored if connected.first else None
-                for e in self.filters.effective.values():
-                    if known is not None and known.get(e.filter) == e.id:
-                        e.acked = True  # the broker kept it from the last run
-                        self.filters.known[e.filter] = e.id
-                    elif not e.acked or e.filter in self._pending_sub:
-                        self._send_subscribe(e.filter, e.id)
-                stale = (
-                    tuple((f, sid) for f, sid in known.items() if f not in self.filters.effective)
-                    if known
-                    else ()
-                )
-                pending = [(f, sid) for f, sid in self._pending_sub.items()]
-                if stale:
-                    if pending:
-                        self._after.append(_After(set(pending), stale))
-                    else:
-                        self._inbox.put(_Retire(stale))
-                for f, sid in list(self._pending_unsub.items()):
-                    self._send_unsubscribe(f, sid)
-            else:
-                if not connected.first or self._stored:
-                    log.warning(
-                        "MQTT session: the broker did not keep the gateway's session; "
-                        "messages published while the gateway was away are lost "
-                        "(check the broker's persistence and session expiry)"
-                    )
-                self.filters.reset_acks()
-                self._pending_unsub.clear()
-                for e in self.filters.effective.values():
-                    self._send_subscribe(e.filter, e.id)
-            for b in self._unacked_barriers:
-                self._send_barrier(b)
-            self._stored = {}
-            self._reconciled = True
-            self._cv.notify_all()
-        if not connected.session_present:
-            try:
-                self.state.clear_filters()
-            except Exception:
-                log.exception("MQTT session: recording the session's filters failed")
 
     # -- information ------------------------------------------------------------------------
     def backlog(self) -> int:

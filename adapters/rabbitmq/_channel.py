@@ -216,8 +216,10 @@ class Channel:
         """Send pre-encoded frames (:class:`PublishFrames`) on this channel's connection."""
         if not self.is_open:
             raise ChannelError.from_reason(self.close_reason)
-        # the same call pika's own _send_message ends in (it also keeps the byte count)
-        self.pika.connection._output_marshaled_frames([data])
+        conn = self.pika.connection
+        if not isinstance(conn, FastConnection):
+            raise TypeError("not a FastConnection")
+        conn.write_frames(data)
 
     @property
     def write_lock(self) -> contextlib.AbstractContextManager[Any]:
@@ -233,11 +235,8 @@ class Channel:
     def send_now(self, data: bytes) -> None:
         """Write pre-encoded frames from the calling thread (any thread), right after
         :meth:`can_send_now` said yes, :attr:`write_lock` held all along."""
-        conn = self.pika.connection
-        sent = conn.send_now(data)
+        sent = self.pika.connection.send_now(data)
         assert sent, "send_now without can_send_now under the same write lock"
-        conn.bytes_sent += len(data)
-        conn.frames_sent += 1
 
     def _on_get_empty(self, _frame: Any) -> None:
         waiter = self._get_waiter

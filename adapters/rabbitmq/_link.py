@@ -306,10 +306,10 @@ class Link:
 
         conn = FastConnection(
             self.parameters,
+            loop=self.loop,
             on_open_callback=opened,
             on_open_error_callback=failed,
             on_close_callback=closed,
-            custom_ioloop=self.loop,
         )
         self._connecting = conn
         try:
@@ -481,7 +481,7 @@ class Link:
             if ch.is_open and ch.pika.connection is conn
         ]
         if frames and conn is not None and conn.is_open:
-            conn._output_marshaled_frames([b"".join(frames)])
+            conn.write_frames(b"".join(frames))
 
     def call_soon(self, fn: Callable[..., Any], *args: Any) -> None:
         """Run ``fn(*args)`` on the loop thread soon (no result); ignored once closed."""

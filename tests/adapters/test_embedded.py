@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from wsnmom.adapters.embedded import EmbeddedAdapter
 from wsnmom.adapters.embedded.adapter import parse_url
-from wsnmom.adapters.embedded.store import DB_FILE
+from wsnmom.adapters.embedded.storage import DB_FILE
 from wsnmom.core.adapter import (
     HEADER_MESSAGE_ID,
     AdapterError,
@@ -359,14 +359,12 @@ def test_push_respects_prefetch_and_delivers_everything(adapter: EmbeddedAdapter
 def test_max_age_expires(adapter: EmbeddedAdapter, monkeypatch: pytest.MonkeyPatch) -> None:
     from datetime import timedelta
 
-    from wsnmom.adapters.embedded import store as embedded_store
-
-    from tests.support.clock import later
+    from tests.support.clock import EMBEDDED_ENGINE, later
 
     lim = QueueLimits(max_age=timedelta(milliseconds=100))
     h = adapter.subscription(SubscriptionSpec("s", (PathPattern(NS, ("t",)),), lim))
     adapter.publish(msg("t", b"old"))
-    later(monkeypatch, embedded_store, 10)  # it is 10 s old now
+    later(monkeypatch, EMBEDDED_ENGINE, 10)  # it is 10 s old now
     assert h.depth() == 0
     assert h.pull(10) == []
 

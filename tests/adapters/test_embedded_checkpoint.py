@@ -9,8 +9,8 @@ import uuid
 from pathlib import Path
 
 from wsnmom.adapters.embedded import EmbeddedAdapter
-from wsnmom.adapters.embedded import store as store_module
-from wsnmom.adapters.embedded.store import DB_FILE
+from wsnmom.adapters.embedded import storage as store_module
+from wsnmom.adapters.embedded.storage import DB_FILE
 from wsnmom.core.adapter import OutboundMessage, QueueLimits, SubscriptionSpec
 from wsnmom.topic_mapping.model import PathPattern, Topic
 

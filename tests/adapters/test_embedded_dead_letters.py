@@ -17,7 +17,6 @@ from pathlib import Path
 
 import pytest
 from wsnmom.adapters.embedded import EmbeddedAdapter
-from wsnmom.adapters.embedded import store as embedded_store
 from wsnmom.core.adapter import (
     HEADER_DROPPED_AT,
     HEADER_DROPPED_ATTEMPTS,
@@ -33,7 +32,7 @@ from wsnmom.core.adapter import (
 )
 from wsnmom.topic_mapping.model import PathPattern, Topic
 
-from tests.support.clock import later
+from tests.support.clock import EMBEDDED_ENGINE, later
 
 NS = "urn:wsnmom:test:embedded-dead-letters"
 PATTERNS = (PathPattern(NS, ("t",)),)
@@ -83,7 +82,7 @@ def test_many_expired_at_once_are_all_dead_lettered(
     graves = box(adapter)
     sub = bounded(adapter, QueueLimits(max_age=timedelta(seconds=0.3)))
     adapter.publish_many([msg(b"old-%d" % i) for i in range(600)])  # > 2 expiry chunks
-    later(monkeypatch, embedded_store, 10)
+    later(monkeypatch, EMBEDDED_ENGINE, 10)
     adapter.publish(msg(b"new"))
     assert [m.body for m in sub.pull(10)] == [b"new"]
     assert graves.depth() == 600
@@ -146,7 +145,7 @@ def test_a_message_handed_out_before_counts_its_attempts(
     adapter.publish_many([msg(b"tried"), msg(b"untried")])
     [first] = sub.pull(1)
     first.nack(requeue=True)  # handed out once, back in the queue
-    later(monkeypatch, embedded_store, 10)
+    later(monkeypatch, EMBEDDED_ENGINE, 10)
     assert sub.pull(10) == []  # both expired on the way
     dropped = {m.body: m.headers for m in graves.pull(10)}
     assert dropped[b"tried"][HEADER_DROPPED_ATTEMPTS] == "1"

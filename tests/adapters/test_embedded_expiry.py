@@ -11,11 +11,10 @@ from datetime import timedelta
 
 import pytest
 from wsnmom.adapters.embedded import EmbeddedAdapter
-from wsnmom.adapters.embedded import store as embedded_store
 from wsnmom.core.adapter import OutboundMessage, Overflow, QueueLimits, SubscriptionSpec
 from wsnmom.topic_mapping.model import PathPattern, Topic
 
-from tests.support.clock import later
+from tests.support.clock import EMBEDDED_ENGINE, later
 
 NS = "urn:wsnmom:test:embedded-expiry"
 PATTERNS = (PathPattern(NS, ("t",)),)
@@ -32,7 +31,7 @@ def test_expiry_removes_more_than_one_chunk(
         SubscriptionSpec("aged", PATTERNS, QueueLimits(max_age=timedelta(seconds=0.3)))
     )
     adapter.publish_many([msg(b"old-%d" % i) for i in range(700)])  # > 2 chunks of 256
-    later(monkeypatch, embedded_store, 10)  # they are 10 s old now
+    later(monkeypatch, EMBEDDED_ENGINE, 10)  # they are 10 s old now
     adapter.publish(msg(b"new"))
     assert h.depth() == 1
     (only,) = h.pull(10)
@@ -48,7 +47,7 @@ def test_expired_messages_make_room_before_drop_newest_refuses(
     h = adapter.subscription(SubscriptionSpec("bounded", PATTERNS, limits))
     adapter.publish_many([msg(b"old-%d" % i) for i in range(3)])
     adapter.publish(msg(b"refused"))  # full, nothing expired yet: the newest is dropped
-    later(monkeypatch, embedded_store, 10)
+    later(monkeypatch, EMBEDDED_ENGINE, 10)
     adapter.publish_many([msg(b"new-1"), msg(b"new-2")])
     assert [m.body for m in h.pull(10)] == [b"new-1", b"new-2"]
 

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 from wsnmom.adapters.embedded import EmbeddedAdapter
 from wsnmom.adapters.embedded.adapter import EmbeddedReceived
-from wsnmom.adapters.embedded.store import DB_FILE, _HeadersJson
+from wsnmom.adapters.embedded.records import _HeadersJson
+from wsnmom.adapters.embedded.storage import DB_FILE
 from wsnmom.core.adapter import (
     HEADER_MESSAGE_ID,
     INTERNAL_NAMESPACE_PREFIX,

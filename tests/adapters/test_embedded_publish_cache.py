@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from wsnmom.adapters.embedded import EmbeddedAdapter
-from wsnmom.adapters.embedded import store as store_module
-from wsnmom.adapters.embedded.store import DB_FILE, Engine
+from wsnmom.adapters.embedded import EmbeddedAdapter, publish, records
+from wsnmom.adapters.embedded.storage import DB_FILE
+from wsnmom.adapters.embedded.store import Engine
 from wsnmom.core.adapter import OutboundMessage, QueueLimits, SubscriptionSpec
 from wsnmom.topic_mapping.model import ANY, PathPattern, Topic
 
@@ -66,7 +66,7 @@ def test_ids_and_current_slots_match_the_database(adapter: EmbeddedAdapter, stor
     for i in range(5):
         adapter.publish_many([msg("a"), msg("b")] if i % 2 else [msg("a")])
         with e.lock:
-            assert e._next_mid == Engine._next_message_id(e.conn)
+            assert e._next_mid == records.next_message_id(e.conn)
             expected = {
                 (ns, path): mid
                 for ns, path, mid in e.conn.execute("SELECT ns, path, mid FROM current")
@@ -100,7 +100,7 @@ def test_failed_transaction_forgets_and_recovers(
     def fail(*args: Any) -> None:
         raise sqlite3.OperationalError("disk I/O error")
 
-    monkeypatch.setattr(store_module, "_execute_rows", fail)
+    monkeypatch.setattr(records, "_execute_rows", fail)
     with pytest.raises(Exception):  # noqa: B017 - the adapter's own wrapping of the error
         adapter.publish_many([msg("a")])
     assert e._next_mid is None and e._current_mids == {}
@@ -113,7 +113,7 @@ def test_failed_transaction_forgets_and_recovers(
 def test_memory_of_current_slots_is_bounded(
     adapter: EmbeddedAdapter, store: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(store_module, "_CURRENT_MIDS_MAX", 3)
+    monkeypatch.setattr(publish, "_CURRENT_MIDS_MAX", 3)
     catch_all(adapter)
     e = engine(adapter)
     for i in range(8):

@@ -15,11 +15,10 @@ from pathlib import Path
 
 import pytest
 from wsnmom.adapters.embedded import EmbeddedAdapter
-from wsnmom.adapters.embedded import store as embedded_store
 from wsnmom.core.adapter import OutboundMessage, QueueLimits, Received, SubscriptionSpec
 from wsnmom.topic_mapping.model import PathPattern, Topic
 
-from tests.support.clock import later
+from tests.support.clock import EMBEDDED_ENGINE, later
 
 NS = "urn:wsnmom:test:embedded-take"
 SPEC = SubscriptionSpec("pp", (PathPattern(NS, ("t",)),))
@@ -63,7 +62,7 @@ def test_take_never_returns_expired_messages(
     limits = QueueLimits(max_age=timedelta(seconds=0.3))
     h = adapter.subscription(SubscriptionSpec("aged", SPEC.patterns, limits))
     adapter.publish_many([msg(b"old-1"), msg(b"old-2")])
-    later(monkeypatch, embedded_store, 10)  # the two are 10 s old now
+    later(monkeypatch, EMBEDDED_ENGINE, 10)  # the two are 10 s old now
     adapter.publish(msg(b"new"))
     assert bodies(h.take(5)) == [b"new"]
     assert h.depth() == 0

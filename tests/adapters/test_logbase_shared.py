@@ -143,3 +143,54 @@ def test_an_instance_that_does_not_deliver_a_subscription_never_saves_its_positi
     b.close()  # a clean stop saves every position B owns: none of the subscription's
     assert store_b.saved == {"w"}
     assert shared.get("s") == {STREAM: 5}
+
+
+def test_a_zombies_position_writes_are_fenced_and_move_nothing_back(
+    engines: tuple[_MemoryLog, _SharedPositions, list[CursorEngine]],
+) -> None:
+    """A delivered records, then was stopped (SIGSTOP: its writes do not land) past its
+    lease while B took the subscription over and saved a position ahead of A's.  When A
+    runs again, its position writes (the pending one, and the last one when its watchdog
+    closes the delivery) are refused by core's fence (``may_save``): the saved position
+    stays B's.  Before, A wrote its older position over B's, and a later failover
+    delivered those records again."""
+    log, shared, (a, b) = engines
+    store_a = a.backend.position_store()  # type: ignore[attr-defined]
+    leased = {"a": True}
+    a.may_save = lambda name: name != "s" or leased["a"]
+    on_a = a.subscription(spec("s", "t"))
+    on_b = b.subscription(spec("s", "t"))
+    # witnesses each instance delivers all along: their saves show its commit passes
+    witness, witness_b = Collector(), Collector()
+    a.subscription(spec("w", "u")).start(witness)
+    b.subscription(spec("v", "v")).start(witness_b)
+    got_a = Collector()
+    on_a.start(got_a)
+    store_a.dead = True  # stopped: what A writes from now on does not land
+    for i in range(5):
+        log.append(STREAM, b"%d" % i)
+    got_a.wait_for(5, 5)
+    # its lease expires: what it reads from now on it does not post (the lease check
+    # before every post), so it settles nothing more; B takes the subscription over and
+    # saves past A's position
+    leased["a"] = False
+    got_a.ack = False
+    got_b = Collector()
+    on_b.start(got_b)
+    for i in range(5, 8):
+        log.append(STREAM, b"%d" % i)
+    got_b.wait_for_body(b"7", 5)
+    wait_until(lambda: (shared.get("s") or {}).get(STREAM) == 8, 5, what="B saving its position")
+    # B stops delivering (so that it saves nothing more), and its last commit pass ran
+    on_b.stop()
+    log.append(("v", 0), b"witness")
+    witness_b.wait_for(1, 5)
+    wait_until(lambda: (shared.get("v") or {}).get(("v", 0)) == 1, 5, what="B's next commit pass")
+    # A runs again: its pending write is tried again, then its watchdog closes the
+    # delivery (the position A had: 5)
+    store_a.dead = False
+    on_a.stop()
+    log.append(("u", 0), b"witness")
+    witness.wait_for(1, 5)
+    wait_until(lambda: (shared.get("w") or {}).get(("u", 0)) == 1, 5, what="A's next commit pass")
+    assert (shared.get("s") or {}).get(STREAM) == 8  # before: 5

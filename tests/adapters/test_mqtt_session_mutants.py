@@ -18,10 +18,12 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from wsnmom.adapters.mqtt import session as session_module
+from wsnmom.adapters.mqtt import ingest
 from wsnmom.adapters.mqtt.config import MqttSettings
+from wsnmom.adapters.mqtt.inbox import _Acked, _Barrier, _Connected, _Removed
+from wsnmom.adapters.mqtt.ingest import _topic_of
 from wsnmom.adapters.mqtt.mapping import MqttMapping
-from wsnmom.adapters.mqtt.session import Session, _Acked, _Barrier, _Removed, _topic_of
+from wsnmom.adapters.mqtt.session import Session
 from wsnmom.adapters.mqtt.state import SessionState
 from wsnmom.adapters.mqtt.taps import Arrival, Tap, Taps
 from wsnmom.core.adapter import AdapterUnavailable, OutboundMessage
@@ -71,7 +73,7 @@ def msg(
 
 @pytest.fixture
 def rig(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
-    monkeypatch.setattr(session_module, "_RETRY_DELAY", 0.0)
+    monkeypatch.setattr(ingest, "_RETRY_DELAY", 0.0)
     journal: list[Any] = []
     store = Store()
     store.journal = journal
@@ -239,7 +241,7 @@ def test_a_reconnect_forgets_the_previous_message(rig: Any) -> None:
     s = rig.session
     s._reconcile = lambda connected: None
     arrived(rig, msg(1, ids=[1]))
-    s._process([session_module._Connected(True, False), (0, msg(2, ids=[2]))])
+    s._process([_Connected(True, False), (0, msg(2, ids=[2]))])
     assert s.stats.dropped_twins == 0
 
 

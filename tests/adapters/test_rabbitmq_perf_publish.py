@@ -587,7 +587,9 @@ def test_writes_go_straight_to_the_socket_and_large_ones_still_arrive_whole(
     )
     adapter.publish(message(topic, b"<warm/>"))  # publishing channel open
     assert adapter._pub is not None
-    transport = adapter._pub.pika.connection._transport
+    stream = adapter._pub.pika.connection.frame_io.stream
+    assert stream is not None and stream.transport is not None
+    transport = stream.transport  # asyncio's: what the socket did not take at once
     buffered: list[int] = []
     write = transport.write
     monkeypatch.setattr(transport, "write", lambda data: (buffered.append(len(data)), write(data)))

@@ -28,6 +28,7 @@ from wsnmom.core.outbound_policy import OutboundPolicy
 from wsnmom.core.ports import DeliveryFailed
 from wsnmom.core.service import BrokerService
 from wsnmom.core.store import SqliteStore
+from wsnmom.core.store_url import open_store
 from wsnmom.topic_mapping.dialects import CONCRETE, FULL, SIMPLE
 from wsnmom.topic_mapping.namespaces import TopicSet
 
@@ -235,6 +236,9 @@ class Broker:
     adapter_url: str | None = None
     #: resolves names for the outbound policy (None: ``documentation_address``)
     resolver: Any = None
+    #: the store (None: a SQLite file in ``tmp``); a PostgreSQL one makes it a cluster's
+    #: instance, following the store
+    store_url: str | None = None
 
     def start(self) -> BrokerService:
         if self.adapter_url is None:
@@ -245,7 +249,11 @@ class Broker:
             url = self.adapter_url.format(tmp=self.tmp)
             self.adapter = resolve(url)(url)
         self.adapter.open()
-        store = SqliteStore(str(self.tmp / "store.db"))
+        store = (
+            SqliteStore(str(self.tmp / "store.db"))
+            if self.store_url is None
+            else open_store(self.store_url, instance_id=self.tmp.name)
+        )
         self.service = BrokerService(
             self.settings,
             self.adapter,
@@ -298,6 +306,7 @@ def make_broker(
         adapter_url: str | None = None,
         resolver: Any = None,
         soap: Any = None,
+        store_url: str | None = None,
         **overrides: Any,
     ) -> Broker:
         """``soap``: the outbound SOAP port (default: the recording one)."""
@@ -310,6 +319,7 @@ def make_broker(
             plugins=plugins,
             adapter_url=adapter_url,
             resolver=resolver,
+            store_url=store_url,
         )
         brokers.append(b)
         b.start()

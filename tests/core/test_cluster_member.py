@@ -88,6 +88,9 @@ def test_delivery_stops_before_an_unrenewed_lease_can_expire_and_resumes() -> No
         # before that
         assert member._valid_until < store.renewed[-1] + LEASE
         assert not member.delivers(sub)
+        # nor may it write the subscription's position in the middleware any more (a
+        # zombie's write would move the next deliverer's back)
+        assert not member.may_save(sub)
         store.up = True
         wait_until(lambda: gained, 5, what="delivery started again after a renewal")
         assert gained[0] == {0, 1} and member.delivers(sub)
@@ -95,3 +98,48 @@ def test_delivery_stops_before_an_unrenewed_lease_can_expire_and_resumes() -> No
         member._stop.set()
         assert isinstance(member._thread, threading.Thread)
         member._thread.join(5)
+
+
+class ReleasingStore(FlakyStore):
+    """Holds shards 0 and 1, then is told to hand shard 1 back (another instance
+    joined)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release_one = False
+
+    def heartbeat(self, shards: int, lease: float) -> Leases:
+        super().heartbeat(shards, lease)
+        if self.release_one:
+            return Leases({0: 1}, released=(1,))
+        return Leases({0: 1, 1: 1})
+
+
+def test_the_final_positions_of_a_shard_handed_back_may_be_saved_until_its_lease_ends() -> None:
+    store = ReleasingStore()
+    settings = ClusterSettings(lease=timedelta(seconds=LEASE), heartbeat=0.1, poll=0.05)
+    member = ClusterMember(
+        store,
+        settings,
+        follower=None,  # type: ignore[arg-type]
+        gained=lambda shards: None,
+        lost=lambda shards: None,
+        became_leader=lambda: None,
+    )
+    member.join("http://x", "1", single_instance=False)
+    ids = [f"s{i}" for i in range(200)]
+    kept = next(i for i in ids if member.shard(i) == 0)
+    handed = next(i for i in ids if member.shard(i) == 1)
+    other = next(i for i in ids if member.shard(i) not in (0, 1))
+    assert member.may_save(kept) and member.may_save(handed) and not member.may_save(other)
+    store.release_one = True
+    member._beat(notify=True)
+    assert not member.delivers(handed)
+    # the delivery closed at the hand-over saves its final position at the adapter's next
+    # commit pass: allowed until the lease it had would have ended
+    assert member.may_save(handed)
+    until = member._released_until[1]
+    wait_until(lambda: time.monotonic() >= until, LEASE * 2, what="the old lease's end")
+    member._beat(notify=True)  # the lease it keeps renewed
+    assert not member.may_save(handed)
+    assert member.may_save(kept)

@@ -202,7 +202,7 @@ def test_unsubscribe_and_expiry_send_no_subscription_end(
     sub = service.subscribe(sub_req(C, subscription_end_topic=simple("t:ends")))
     service.unsubscribe(sub.id)
     sub2 = service.subscribe(sub_req(C, subscription_end_topic=simple("t:ends")))
-    service.end_subscription(sub2.id, "administrative removal")
+    service.subscriptions.end(sub2.id, "administrative removal")
     got = outbound.wait_messages(watcher, 1)
     assert len(got) == 1
     assert b"administrative removal" in got[0].message.payload

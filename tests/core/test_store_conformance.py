@@ -36,6 +36,7 @@ from wsnmom.core.store_url import open_store
 from wsnmom.topic_mapping.model import Topic
 
 from tests.fixtures.brokers import free_port
+from tests.support.waiting import wait_until
 
 NOW = datetime(2030, 1, 1, tzinfo=UTC)
 
@@ -108,6 +109,35 @@ def test_every_write_of_a_subscription_bumps_its_revision(store: Store) -> None:
     again = subscription("s1")
     store.put_subscription(again)
     assert again.revision == 1
+
+
+def test_a_write_on_a_revision_another_writer_moved_on_from_is_refused(store_url: str) -> None:
+    """Two instances (two stores on one database) read a subscription at one revision;
+    the first conditional write wins, the second writes nothing and says so, and a
+    conditional write of a deleted subscription does not bring it back."""
+    first, second = open_store(store_url), open_store(store_url)
+    try:
+        first.put_subscription(subscription("s1"))
+        a, b = first.get_subscription("s1"), second.get_subscription("s1")
+        assert a is not None and b is not None and a.revision == b.revision == 1
+        a.state = SubscriptionState.PAUSED
+        assert first.update_subscription(a) and a.revision == 2
+        b.termination_time = NOW + timedelta(days=1)
+        assert not second.update_subscription(b)
+        assert b.revision == 1  # nothing written, the record as read
+        stored = second.get_subscription("s1")
+        assert stored is not None and stored.revision == 2
+        assert stored.state is SubscriptionState.PAUSED
+        assert stored.termination_time == NOW + timedelta(hours=1)
+        # read again and applied again: written
+        stored.termination_time = NOW + timedelta(days=1)
+        assert second.update_subscription(stored) and stored.revision == 3
+        assert first.delete_subscription("s1")
+        assert not first.update_subscription(stored)
+        assert first.get_subscription("s1") is None
+    finally:
+        first.close()
+        second.close()
 
 
 def test_a_sqlite_store_of_schema_version_1_is_upgraded(tmp_path: Path) -> None:
@@ -293,6 +323,48 @@ def test_sqlite_older_than_the_store_needs_is_refused_by_name(
     with pytest.raises(SqliteTooOld, match=r"needs SQLite 3\.35\.0 or later.*SQLite 3\.31\.1"):
         SqliteStore(str(tmp_path / "old.db"))
     assert not (tmp_path / "old.db").exists()
+
+
+def test_postgres_two_conditional_writes_waiting_for_one_row_one_wins(
+    postgres_store_url: str,
+) -> None:
+    """Two writers that read one revision and then wait for the row (a third transaction
+    holds it): when it is let go, PostgreSQL checks the revision again on the row the
+    first writer committed, so exactly one of the two writes is taken."""
+    import psycopg
+
+    stores = [open_store(postgres_store_url) for _ in range(2)]
+    try:
+        stores[0].put_subscription(subscription("s1"))
+        copies = [s.get_subscription("s1") for s in stores]
+        assert all(c is not None and c.revision == 1 for c in copies)
+        with (
+            psycopg.connect(postgres_store_url) as holder,
+            psycopg.connect(postgres_store_url, autocommit=True) as watcher,
+            concurrent.futures.ThreadPoolExecutor(2) as pool,
+        ):
+            holder.execute("SELECT 1 FROM subscriptions WHERE id = 's1' FOR UPDATE")
+            writes = [
+                pool.submit(store.update_subscription, copy)  # type: ignore[arg-type]
+                for store, copy in zip(stores, copies, strict=True)
+            ]
+
+            def waiting() -> int:
+                row = watcher.execute(
+                    "SELECT count(*) FROM pg_stat_activity "
+                    "WHERE datname = current_database() AND wait_event_type = 'Lock'"
+                ).fetchone()
+                return int(row[0]) if row else 0
+
+            wait_until(lambda: waiting() == 2, timeout=10, what="both writers waiting")
+            holder.rollback()
+            results = [w.result(timeout=10) for w in writes]
+        assert sorted(results) == [False, True]
+        stored = stores[0].get_subscription("s1")
+        assert stored is not None and stored.revision == 2
+    finally:
+        for store in stores:
+            store.close()
 
 
 def test_postgres_newer_schema_is_refused(postgres_store_url: str) -> None:

@@ -53,22 +53,31 @@ def failing_writes(service: BrokerService) -> Iterator[Callable[[int], None]]:
     """``fail(n)``: the next ``n`` subscription writes raise as a store that stopped
     answering does."""
     store: Any = service.store
-    real = store.put_subscription
+    real_put, real_update = store.put_subscription, store.update_subscription
     left = [0]
 
-    def put(sub: Subscription) -> None:
+    def refuse() -> None:
         if left[0] > 0:
             left[0] -= 1
             raise StoreUnavailable("connection lost")
-        real(sub)
+
+    def put(sub: Subscription) -> None:
+        refuse()
+        real_put(sub)
+
+    def update(sub: Subscription) -> bool:
+        refuse()
+        return bool(real_update(sub))
 
     store.put_subscription = put
+    store.update_subscription = update
 
     def fail(n: int) -> None:
         left[0] = n
 
     yield fail
     del store.put_subscription
+    del store.update_subscription
 
 
 def write_behind(broker: Broker, record: Subscription) -> None:

@@ -486,6 +486,48 @@ def test_a_retry_count_survives_a_park_and_a_pause_starts_it_afresh(
     assert rig2.letters == [] and rig2.channel.status().failures == 1
 
 
+def test_a_message_batched_with_one_that_failed_before_a_park_carries_only_its_own_count(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Across parks each message keeps the failed attempts it had itself.  Before, every
+    message of a redelivered batch was carried at the batch's count, which started at the
+    most any of them brought: a message that joined one that had failed took that count up
+    and carried it, grown, into the next park, and was buried as exhausted before its
+    attempts were."""
+    rig = Rig(in_flight=2, batch_size=2, monkeypatch=monkeypatch)
+    rig.channel.backoff = LATER  # three attempts
+    rig.fail["m1"] = [DeliveryFailed("down")] * 5
+    rig.fail["m2"] = [DeliveryFailed("down")] * 5
+
+    def message(n: int) -> Msg:
+        m = Msg(n, rig.journal)
+        m.headers = {HEADER_MESSAGE_ID: f"id-{n}"}
+        return m
+
+    def park_and_unpark() -> None:
+        rig.channel._parking = True  # what the budget asks of a channel waiting for a retry
+        assert rig.channel._park()
+        rig.channel._unpark()
+
+    rig.channel.start()
+    rig.handle.push(message(1))
+    rig.run_ready()  # m1 alone: failure 1
+    park_and_unpark()
+    assert rig.channel._carried == {"id-1": 1}
+    rig.handle.push(message(1), message(2))  # redelivered m1, and m2 new: one delivery
+    rig.run_ready()
+    assert rig.sent[-1] == ["m1", "m2"]  # failed: m1's second attempt, m2's first
+    park_and_unpark()
+    assert rig.channel._carried == {"id-1": 2, "id-2": 1}  # before: both at 2
+    rig.channel.batch_size = 1
+    rig.handle.push(message(2))  # m2 alone: its second attempt fails
+    rig.run_ready()
+    assert rig.letters == []  # before: buried as exhausted after two attempts
+    assert rig.channel.status().failures == 2
+    rig.retry()  # its third
+    assert rig.letters == [([2], "retries-exhausted", 3)]
+
+
 def test_on_the_real_engine_every_message_is_acked_once_through_random_failures() -> None:
     """200 messages, a consumer that refuses about a third of its attempts (seeded), four
     deliveries in flight on four threads: each message ends acknowledged exactly once,

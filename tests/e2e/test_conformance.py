@@ -73,7 +73,7 @@ def test_itt_unacceptable(wsn: Wsn, consumer: ConsumerServer, itt: str) -> None:
 
 
 def test_create_pull_point_without_itt_reports_finite_time(wsn: Wsn) -> None:
-    """ONVIF interop scenario 1 (peer-implementations.md §4.6): CreatePullPoint without
+    """ONVIF interop scenario 1 (from ONVIF clients' reports): CreatePullPoint without
     InitialTerminationTime succeeds and reports a finite TerminationTime, in the response
     (WS-ResourceLifetime elements in its ##other extension) and as resource property."""
     ans = wsn.post(wsn.broker, "<wsnt:CreatePullPoint/>")

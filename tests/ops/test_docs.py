@@ -57,6 +57,23 @@ def test_code_comments_cite_no_section_of_a_document_outside_the_repository() ->
     assert hits == []
 
 
+#: a Markdown document named in code (``docs/x.md``, ``x.md §4``)
+_CITED_DOC = re.compile(r"(?<![\w.-])([\w-]+\.md)\b")
+
+
+def test_code_cites_only_documents_the_repository_holds() -> None:
+    held = {p.name for p in ROOT.rglob("*.md") if ".venv" not in p.parts}
+    hits = [
+        f"{path.relative_to(ROOT)}:{n}: {name}"
+        for folder in _CODE
+        for path in sorted((ROOT / folder).rglob("*.py"))
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        for name in _CITED_DOC.findall(line)
+        if name not in held and path != Path(__file__)
+    ]
+    assert hits == []
+
+
 def _rule_rows() -> dict[str, str]:
     rows = {}
     for line in CONFORMANCE.read_text().splitlines():

@@ -69,7 +69,7 @@ def test_reserved_places_admit_probes_and_vouched_heads_only() -> None:
     probe.framing.received(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n", 1.0)
     assert probe.framing.phase == APP and not probe.framing.refused
     vouched, _ = _admitted(guard)
-    vouched.framing.received(b"POST /wsn/broker HTTP/1.1\r\nX: secret\r\n", 1.0)
+    vouched.framing.received(b"POST /wsn/broker HTTP/1.1\r\nHost: x\r\nX: secret\r\n", 1.0)
     vouched.framing.received(b"Content-Length: 3\r\n\r\n", 1.0)
     assert vouched.framing.phase == BODY and not vouched.framing.refused
     # both reserved places serve a request: nothing to evict, the next is refused
@@ -77,7 +77,7 @@ def test_reserved_places_admit_probes_and_vouched_heads_only() -> None:
     # a reserved connection whose request is neither is refused as its head completes
     stranger = Framing(0.0)
     stranger.screen = guard._screen
-    stranger.received(b"POST /wsn/broker HTTP/1.1\r\nContent-Length: 9\r\n\r\n", 1.0)
+    stranger.received(b"POST /wsn/broker HTTP/1.1\r\nHost: x\r\nContent-Length: 9\r\n\r\n", 1.0)
     assert stranger.refused
 
 
@@ -86,13 +86,13 @@ def test_newcomer_evicts_slow_heads_then_idle_connections_from_the_reserve() -> 
     for _ in range(2):
         _admitted(guard)
     idle, _ = _admitted(guard)
-    idle.framing.received(b"GET /readyz HTTP/1.1\r\n\r\n", 1.0)
+    idle.framing.received(b"GET /readyz HTTP/1.1\r\nHost: x\r\n\r\n", 1.0)
     idle.framing.sent(2.0)  # answered: idle between requests
     slow, _ = _admitted(guard)
     slow.framing.received(b"GET /heal", 5.0)  # a head that is still arriving
     first, victim = _admitted(guard)
     assert victim is slow and slow.guard_reason == "evicted"
-    first.framing.received(b"GET /healthz HTTP/1.1\r\n\r\n", 6.0)
+    first.framing.received(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n", 6.0)
     _, victim = _admitted(guard)
     assert victim is idle
     # evicted connections are forgotten when they close; the places stay taken
@@ -107,7 +107,9 @@ def test_slow_body_is_cut_at_the_minimum_rate_not_only_the_body_timeout() -> Non
     slow, _ = _admitted(guard)
     fast, _ = _admitted(guard)
     for conn in (slow, fast):
-        conn.framing.received(b"POST / HTTP/1.1\r\nContent-Length: 10000000\r\n\r\n", 0.0)
+        conn.framing.received(
+            b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 10000000\r\n\r\n", 0.0
+        )
     for second in range(1, 4):
         slow.framing.received(b"x", float(second))  # 1 byte/s
         fast.framing.received(b"x" * 200, float(second))  # 200 bytes/s
@@ -116,7 +118,7 @@ def test_slow_body_is_cut_at_the_minimum_rate_not_only_the_body_timeout() -> Non
     # without a minimum rate the same body would hold its place for body_timeout
     lax = _guard(limit=0, body_timeout=60.0)
     conn, _ = _admitted(lax)
-    conn.framing.received(b"POST / HTTP/1.1\r\nContent-Length: 10000000\r\n\r\nx", 0.0)
+    conn.framing.received(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 10000000\r\n\r\nx", 0.0)
     assert lax.expired(now=59.0) == [] and lax.expired(now=60.0) == [(conn, "body_timeout")]
 
 
@@ -230,3 +232,15 @@ def test_credentials_vouch_for_a_reserved_place_only_when_checked_at_once(
     open_settings = load_settings(None, environ={}, overrides={"data_dir": str(tmp_path)})
     anonymous = SimpleNamespace(extensions={"wsnmom.auth": Authenticator(open_settings)})
     assert credential_vouch(anonymous) is None
+
+
+def test_a_pipelined_head_is_screened_as_it_arrives() -> None:
+    """A head pipelined behind an admitted request on a reserved place is checked when it
+    arrives (not once the first is answered), and refused without a 503 that could land
+    inside the first request's answer."""
+    f = Framing(0.0)
+    f.screen = lambda head: head.startswith(b"GET /healthz ")
+    f.received(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n", 1.0)
+    assert f.phase == APP and not f.refused
+    f.received(b"POST /wsn/broker HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\n\r\nx", 2.0)
+    assert f.refused and f.behind

@@ -1,4 +1,5 @@
-"""Translation tables (ws-topics-and-wsn-1.0.md section C) and name/root mapping examples."""
+"""Translation tables (WS-Topics onto the middleware's names: docs/topic-mapping.md) and
+name/root mapping examples."""
 
 from __future__ import annotations
 

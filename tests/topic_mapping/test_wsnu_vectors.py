@@ -1,4 +1,4 @@
-"""WS-Nu topic filter vectors (peer-implementations.md §4.4), topic rows only.
+"""WS-Nu topic filter vectors (the WS-Nu project's filter tests), topic rows only.
 
 A Notify with 12 NotificationMessages; #2-#9 carry a topic in the Simple, Concrete, Full or
 XPath dialect, the others have none.  Each filter is parsed as a subscription would be and

@@ -1,0 +1,152 @@
+"""Dead letters of the embedded engine: what a subscription's limits drop is kept, in the
+transaction that drops it, for the subscription's dead-letter topic and routed like any
+message on it when that transaction commits (or written to the :mod:`.outbox`) (see
+:mod:`wsnmom.adapters.embedded.store`)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sqlite3
+import time
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+
+from wsnmom.core.adapter import (
+    HEADER_DROPPED_AT,
+    HEADER_DROPPED_ATTEMPTS,
+    HEADER_DROPPED_FROM,
+    HEADER_DROPPED_REASON,
+    HEADER_MESSAGE_ID,
+    HEADER_TOPIC_NAMESPACE,
+    HEADER_TOPIC_PATH,
+    OutboundMessage,
+)
+from wsnmom.topic_mapping.model import Topic
+
+from .parts import EngineParts
+from .records import (
+    _INSERT_MESSAGE,
+    SubState,
+    _execute_rows,
+    _topic_key,
+    next_message_id,
+)
+
+#: the engine's logger (one name for all its parts)
+log = logging.getLogger(f"{__package__}.store")
+
+
+class DeadLetters(EngineParts):
+    """Burial of what an engine's limits drop."""
+
+    def _bury(
+        self,
+        st: SubState,
+        mids: Sequence[int],
+        reason: str,
+        context: Mapping[str, str] | None = None,
+    ) -> None:
+        """Keep the messages ``mids`` that ``st``'s limits drop for its dead-letter topic
+        (inside the transaction that drops them, before their rows go): they are written
+        with ``HEADER_DROPPED_REASON`` and ``HEADER_DROPPED_FROM`` and routed like any
+        message on that topic when the transaction commits (:meth:`_inter`), so they are
+        dead-lettered exactly when they are dropped; ``context``: more headers for them.
+        Nothing without a topic."""
+        if st.dead_letters is None or not mids:
+            return
+        marks = ",".join("?" * len(mids))
+        rows = self.conn.execute(
+            f"SELECT m.id, m.ns, m.path, m.body, m.headers, m.ctype, m.msgid, e.delivered "
+            f"FROM messages m JOIN queue_entries e ON e.mid = m.id AND e.sub = ? "
+            f"WHERE m.id IN ({marks}) ORDER BY m.id",
+            (st.id, *mids),
+        ).fetchall()
+        for _mid, ns, path, body, headers, ctype, msgid, delivered in rows:
+            message = OutboundMessage(
+                topic=Topic(ns, tuple(path.split("/"))),
+                body=bytes(body),
+                message_id=msgid,
+                content_type=ctype,
+            )
+            stored = json.loads(headers)
+            if context:
+                stored.update(context)
+            self._grave(st, message, stored, reason, delivered)
+
+    def _grave(
+        self,
+        st: SubState,
+        m: OutboundMessage,
+        headers: dict[str, str],
+        reason: str,
+        delivered: int = 0,
+    ) -> None:
+        """Keep ``m`` (its stored ``headers``), dropped from ``st`` for ``reason`` after
+        being handed out ``delivered`` times, for ``st``'s dead-letter topic (see
+        :meth:`_bury`)."""
+        if st.dead_letters is None:
+            return
+        headers.setdefault(HEADER_MESSAGE_ID, m.message_id)
+        headers.setdefault(HEADER_TOPIC_NAMESPACE, m.topic.namespace)
+        headers.setdefault(HEADER_TOPIC_PATH, _topic_key(m.topic))
+        headers[HEADER_DROPPED_REASON] = reason
+        headers[HEADER_DROPPED_FROM] = st.name
+        headers[HEADER_DROPPED_AT] = datetime.fromtimestamp(time.time(), UTC).isoformat()
+        if delivered:
+            headers[HEADER_DROPPED_ATTEMPTS] = str(delivered)
+        self._graves.append(
+            OutboundMessage(
+                topic=st.dead_letters,
+                body=m.body,
+                message_id=m.message_id,
+                headers=headers,
+                content_type=m.content_type,
+            )
+        )
+
+    def _inter(self, c: sqlite3.Connection, woken: set[int]) -> None:
+        """Write the messages :meth:`_bury` kept, each with one queue entry per
+        subscription of its dead-letter topic (no limits applied: dead letters are not
+        dropped again); ``woken`` gets those subscriptions."""
+        graves, self._graves = self._graves, []
+        now = time.time()
+        mid = next_message_id(c)
+        for m in graves:
+            if self.outbox is not None and not self._parking and self.outbox(m.topic):
+                self._to_outbox(c, m)
+                continue
+            targets = [sid for sid in sorted(self.targets(m.topic)) if sid in self.subs]
+            if not targets:
+                log.warning(
+                    "embedded store: a dropped message has no dead-letter queue on %s", m.topic
+                )
+                continue
+            size = len(m.body)
+            c.execute(
+                _INSERT_MESSAGE,
+                (
+                    mid,
+                    m.topic.namespace,
+                    _topic_key(m.topic),
+                    m.body,
+                    json.dumps(dict(m.headers)),
+                    m.content_type,
+                    m.message_id,
+                    size,
+                    now,
+                    len(targets),
+                ),
+            )
+            _execute_rows(
+                c, "INSERT INTO queue_entries(sub, mid) VALUES (?, ?)", [(s, mid) for s in targets]
+            )
+            for sid in targets:
+                st = self.subs[sid]
+                if st.count is not None and st.bytes is not None:
+                    st.count += 1
+                    st.bytes += size
+            woken.update(targets)
+            mid += 1
+        self._next_mid = None
+        self._interred = True

@@ -1,0 +1,108 @@
+"""Push delivery and pull wake-ups of the embedded engine: one dispatcher thread per engine
+serves started handles round-robin (never holding the database lock while it calls
+``on_message``) and flushes group-committed acknowledgements; pull waiters wait for
+arrivals (see :mod:`wsnmom.adapters.embedded.store`)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from wsnmom.core.adapter import (
+    AdapterUnavailable,
+)
+
+from .parts import EngineParts
+
+if TYPE_CHECKING:
+    from wsnmom.adapters.embedded.adapter import EmbeddedHandle
+
+#: the engine's logger (one name for all its parts)
+log = logging.getLogger(f"{__package__}.store")
+
+#: largest batch the dispatcher fetches for one handle in one transaction
+_FETCH_BATCH = 256
+#: seconds acks may wait for others to share their commit
+_ACK_DELAY = 0.002
+
+
+class Dispatch(EngineParts):
+    """The dispatcher and arrival signal of an engine."""
+
+    def _kick(self) -> None:
+        """Make sure the dispatcher thread runs (it flushes pending acks)."""
+        with self._cv:
+            self._ensure_dispatcher()
+            self._cv.notify()
+
+    def wait_arrival(self, since: int, timeout: float) -> int:
+        """Block until a publish after ``since`` (an ``arrivals`` value) or timeout."""
+        with self._arrival:
+            if self._arrivals == since and not self._closed:
+                self._arrival.wait(timeout)
+            return self._arrivals
+
+    @property
+    def arrivals(self) -> int:
+        return self._arrivals
+
+    def _wake(self, sids: Iterable[int]) -> None:
+        sids = set(sids)
+        if not sids:
+            return
+        with self._arrival:
+            self._arrivals += 1
+            self._arrival.notify_all()
+        handles = [h for sid in sids for h in tuple(self.started.get(sid, ()))]
+        if handles:
+            self.schedule(handles)
+
+    def schedule(self, handles: Iterable[EmbeddedHandle]) -> None:
+        """Queue started handles for a dispatcher round."""
+        with self._cv:
+            for h in handles:
+                if h not in self._queued:
+                    self._queued.add(h)
+                    self._ready.append(h)
+            self._ensure_dispatcher()
+            self._cv.notify()
+
+    def _ensure_dispatcher(self) -> None:
+        # call with self._cv held
+        if self._dispatcher is None and not self._closed:
+            self._dispatcher = threading.Thread(
+                target=self._dispatch_loop, name=f"wsnmom-embedded-{self.path}", daemon=True
+            )
+            self._dispatcher.start()
+
+    def _dispatch_loop(self) -> None:
+        while True:
+            h: EmbeddedHandle | None = None
+            with self._cv:
+                while not self._ready and not self._closed:
+                    if self._pending_acks:
+                        self._cv.wait(_ACK_DELAY)  # let acks coalesce, then flush them
+                        break
+                    self._cv.wait()
+                if self._closed:
+                    return
+                if self._ready:
+                    h = self._ready.popleft()
+                    self._queued.discard(h)
+            if h is None:
+                try:
+                    self.flush_acks()
+                except Exception:  # pragma: no cover - e.g. closed meanwhile
+                    log.exception("embedded store: flushing acks failed")
+                continue
+            try:
+                more = h.dispatch_round(_FETCH_BATCH)
+            except AdapterUnavailable:  # closed while dispatching
+                more = False
+            except Exception:  # pragma: no cover - defensive: keep the dispatcher alive
+                log.exception("embedded dispatcher failed for %s", h.name)
+                more = False
+            if more:
+                self.schedule([h])

@@ -1,0 +1,83 @@
+"""The embedded engine's outbox: dead letters that another middleware is to get (the MQTT
+adapter's queue store publishes them to the broker and then removes them) (see
+:mod:`wsnmom.adapters.embedded.store`)."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Sequence
+
+from wsnmom.core.adapter import (
+    AdapterUnavailable,
+    OutboundMessage,
+)
+from wsnmom.topic_mapping.model import Topic
+
+from .parts import EngineParts
+from .records import (
+    _topic_key,
+)
+
+
+class Outbox(EngineParts):
+    """The outbox table of an engine."""
+
+    def _to_outbox(self, c: sqlite3.Connection, m: OutboundMessage) -> None:
+        """Write the dead letter ``m`` to the outbox (inside the transaction that buried it;
+        ``on_outbox`` is called once that transaction committed)."""
+        c.execute(
+            "INSERT INTO outbox(ns, path, body, headers, ctype, msgid) VALUES (?, ?, ?, ?, ?, ?)",
+            (
+                m.topic.namespace,
+                _topic_key(m.topic),
+                m.body,
+                json.dumps(dict(m.headers)),
+                m.content_type,
+                m.message_id,
+            ),
+        )
+        self._outboxed = True
+
+    def outbox_batch(self, limit: int) -> list[tuple[int, OutboundMessage]]:
+        """The oldest ``limit`` dead letters waiting in the outbox (see ``outbox``), with
+        their row ids for :meth:`outbox_remove`."""
+        with self.lock:
+            if self._closed:
+                raise AdapterUnavailable("the embedded adapter is closed")
+            rows = self.conn.execute(
+                "SELECT id, ns, path, body, headers, ctype, msgid FROM outbox ORDER BY id LIMIT ?",
+                (limit,),
+            ).fetchall()
+        return [
+            (
+                rid,
+                OutboundMessage(
+                    topic=Topic(ns, tuple(path.split("/"))),
+                    body=bytes(body),
+                    message_id=msgid,
+                    headers=json.loads(headers),
+                    content_type=ctype,
+                ),
+            )
+            for rid, ns, path, body, headers, ctype, msgid in rows
+        ]
+
+    def outbox_park(self, parked: Sequence[tuple[int, OutboundMessage]]) -> None:
+        """Move outbox rows (id, the dead letter :meth:`outbox_batch` gave) that the other
+        middleware refuses for good into the queues here of their topic's subscriptions
+        (the gateway's dead-letter boxes), in one transaction, as if there were no
+        outbox: they stay listed and counted, and wait here until replayed or purged."""
+        with self.lock:
+            self._parking = True
+            try:
+                with self.tx() as c:
+                    c.executemany("DELETE FROM outbox WHERE id = ?", [(i,) for i, _ in parked])
+                    self._graves.extend(m for _, m in parked)
+            finally:
+                self._parking = False
+
+    def outbox_remove(self, ids: Sequence[int]) -> None:
+        """Forget outbox rows ``ids`` (their dead letters were delivered elsewhere)."""
+        with self.lock, self.tx() as c:
+            c.executemany("DELETE FROM outbox WHERE id = ?", [(i,) for i in ids])

@@ -1,0 +1,325 @@
+"""The cursor engine's catch-up readers: a detached cursor is queued, and one of
+``catch_up_readers`` threads reads its streams from its positions, a slice of batches at a
+time, until it reaches the head and re-attaches; skips and caps (``discard``) are applied
+as it reads (see :mod:`wsnmom.adapters.logbase.engine`)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping, Sequence
+
+from .backend import (
+    EARLIEST,
+    LogReader,
+    LogRecord,
+    RecordsLost,
+    StreamId,
+)
+from .cursor import Cursor
+from .parts import EngineParts
+
+#: the engine's logger (one name for all its parts)
+log = logging.getLogger(f"{__package__}.engine")
+
+
+class CatchUp(EngineParts):
+    """The catch-up side of a :class:`~wsnmom.adapters.logbase.engine.CursorEngine`."""
+
+    def _relevant(self, cursor: Cursor, stream: StreamId) -> bool:
+        return self.backend.may_carry(stream[0], cursor.patterns)
+
+    def _at_head(self, cursor: Cursor) -> bool:
+        """Whether ``cursor`` has read up to the head in every stream it reads."""
+        for stream, head in self._head.items():
+            if not self._relevant(cursor, stream):
+                continue
+            position = cursor.positions.get(stream)
+            if position is None or position == EARLIEST:
+                position = 0
+            if position < head:
+                return False
+        return True
+
+    def _try_attach(self, cursor: Cursor) -> bool:
+        """Attach ``cursor`` when it has read up to the head in every stream it reads
+        (hold the lock).  Skips and caps still pending then have nothing left to apply
+        to (the depth was an estimate) and are dropped; a paused cursor stays detached."""
+        if cursor.attached:
+            return True
+        if not self._at_head(cursor):
+            return False
+        cursor.skip_oldest = 0
+        cursor.cap_budget = None
+        cursor.cap_until = {}
+        if not cursor.started:
+            return False
+        cursor.attached = True
+        cursor.floor = {s: p for s, p in cursor.positions.items() if p >= 0}
+        if self.shared:
+            # another instance may deliver it next: its saved positions stay, and are
+            # saved again while they change
+            cursor.own_positions = True
+            self.may_pin(cursor.name)
+        elif cursor.name in self._stored:
+            self._to_delete.add(cursor.name)
+        cursor.dirty = False
+        return True
+
+    def _queue_catch_up(self, cursor: Cursor, *, skipping: bool = False) -> None:
+        """Give ``cursor`` to a catch-up reader (started cursors; paused ones only to
+        apply a ``discard``).  A cursor a reader serves now is not queued: that reader
+        looks at it again when its turn ends (``Cursor.recheck``)."""
+        if cursor.serving:
+            cursor.recheck = True
+            return
+        wanted = cursor.started or (
+            skipping and (cursor.skip_oldest > 0 or cursor.cap_budget is not None)
+        )
+        if wanted and not cursor.queued and not cursor.deleted:
+            cursor.queued = True
+            self._catch_up.put(cursor)
+
+    def _detach_at(self, cursor: Cursor, stream: StreamId, offset: int) -> None:
+        """The head could not hand ``cursor`` the record at ``offset`` (window full): it
+        continues from there with a catch-up reader (hold the lock)."""
+        positions = dict(self._head)
+        for s, floor in cursor.floor.items():
+            positions[s] = max(positions.get(s, floor), floor)
+        positions[stream] = offset
+        cursor.positions = positions
+        cursor.attached = False
+        cursor.floor = {}
+        cursor.dirty = True
+
+    def _catch_up_loop(self) -> None:
+        reader: LogReader | None = None
+        assigned: dict[StreamId, int] | None = None
+        try:
+            while True:
+                cursor = self._catch_up.get()
+                if cursor is None:
+                    return
+                if reader is None:
+                    reader = self.backend.reader()
+                    assigned = None
+                try:
+                    assigned = self._catch_up_one(reader, cursor, assigned)
+                except Exception:
+                    log.exception("catching up subscription %s failed; retrying", cursor.name)
+                    try:
+                        reader.close()
+                    except Exception:
+                        log.debug("closing a reader failed", exc_info=True)
+                    reader, assigned = None, None
+                    time.sleep(0.5)
+                    with self.lock:
+                        cursor.queued = False
+                        self._queue_catch_up(cursor)
+        finally:
+            if reader is not None:
+                reader.close()
+
+    def _catch_up_one(
+        self, reader: LogReader, cursor: Cursor, assigned: dict[StreamId, int] | None
+    ) -> dict[StreamId, int] | None:
+        """One turn of a catch-up reader for ``cursor`` (see ``_read_turn``); returns the
+        reader's assignment afterwards (None: unknown, assign afresh next time).
+
+        A cursor has at most one reader at a time (``Cursor.serving``): it may be stopped,
+        started, rewound or reset while its reader waits for the middleware, and is then
+        queued again, but a second reader taking it meanwhile would read from positions
+        the first one is about to move past.  Whatever asked for another turn during
+        this one gets it when this one ends (``Cursor.recheck``)."""
+        with self.lock:
+            cursor.queued = False
+            if cursor.serving:  # not queued while served; kept for safety
+                cursor.recheck = True
+                return assigned
+            cursor.serving = True
+            cursor.recheck = False
+        try:
+            self._retry_bury(cursor)
+            return self._read_turn(reader, cursor, assigned)
+        finally:
+            with self.lock:
+                cursor.serving = False
+                if cursor.recheck:
+                    cursor.recheck = False
+                    if not cursor.attached:
+                        self._queue_catch_up(cursor, skipping=True)
+
+    def _read_turn(
+        self, reader: LogReader, cursor: Cursor, assigned: dict[StreamId, int] | None
+    ) -> dict[StreamId, int] | None:
+        """Read for ``cursor`` until it attaches, its window fills or its slice ends.
+
+        Before every poll the reader is pointed at the cursor's positions if they are
+        not where it continues from (``_assignment``): the cursor was stopped (what was
+        in flight is given back, so its position went back to its first unsettled
+        record), rewound, reset or rebound, or the head follows a stream the reader does
+        not.  Records read before such a move are dropped, never handed out beyond
+        records the cursor still needs."""
+        with self.lock:
+            if not self._running or cursor.attached or cursor.deleted:
+                return assigned
+            if not cursor.started and not (cursor.skip_oldest or cursor.cap_budget is not None):
+                return assigned
+            if cursor.window_full:
+                return assigned
+            if self._try_attach(cursor) or not self._has_work(cursor):
+                return assigned
+        for _ in range(self.catch_up_slice):
+            with self.lock:
+                wanted = self._assignment(cursor)
+            if assigned is None or wanted != assigned:
+                reader.assign(wanted)
+                assigned = dict(wanted)
+            records = reader.poll(self.batch, self.poll_timeout)
+            with self.lock:
+                if not self._running or cursor.deleted or cursor.attached:
+                    return None
+                if not records:
+                    if self._try_attach(cursor) or not self._has_work(cursor):
+                        return assigned
+                    if self._apply_cap_at_head(cursor):
+                        return None
+                    continue
+                if self._moved_meanwhile(cursor, assigned, records):
+                    continue  # read from where the cursor no longer is: dropped
+                stopped = self._read_for(cursor, records)
+                for r in records:
+                    assigned[r.stream] = r.offset + 1 if isinstance(r, LogRecord) else r.next
+            cursor.drain()
+            self._retry_bury(cursor)  # what it skipped now, or again once it is due
+            with self.lock:
+                if stopped or cursor.window_full:
+                    return None  # positions moved back: assign afresh next time
+        with self.lock:
+            if not cursor.attached and not self._try_attach(cursor):
+                self._queue_catch_up(cursor, skipping=True)
+        return None
+
+    @staticmethod
+    def _has_work(cursor: Cursor) -> bool:
+        """A started cursor reads; a paused one only while it has records to skip."""
+        return cursor.started or cursor.skip_oldest > 0 or cursor.cap_budget is not None
+
+    def _assignment(self, cursor: Cursor) -> dict[StreamId, int]:
+        """The streams ``cursor`` reads and where (hold the lock)."""
+        out: dict[StreamId, int] = {}
+        streams = set(self._head) | set(cursor.positions)
+        for stream in streams:
+            if not self._relevant(cursor, stream):
+                continue
+            # a stream the cursor has no position in appeared after it was created (or
+            # left the head): everything on it is new to the cursor
+            out[stream] = cursor.positions.get(stream, 0)
+        return out
+
+    def _apply_cap_at_head(self, cursor: Cursor) -> bool:
+        """A ``discard(newest=True)`` whose budget is spent: jump (hold the lock).  Not for
+        a cursor that dead-letters what it drops: it reads on to ``cap_until`` (an empty
+        poll only means the next records were not fetched yet), so that ``_read_for``
+        hands each dropped record to the dead letters before the cap clears."""
+        if cursor.dead_letters is not None and cursor.bury is not None:
+            return False
+        if cursor.cap_budget is not None and cursor.cap_budget <= 0:
+            for stream, offset in cursor.cap_until.items():
+                if cursor.positions.get(stream, 0) < offset:
+                    cursor.positions[stream] = offset
+            cursor.cap_budget = None
+            cursor.cap_until = {}
+            cursor.dirty = True
+            self._queue_catch_up(cursor, skipping=True)
+            return True
+        return False
+
+    @staticmethod
+    def _moved_meanwhile(
+        cursor: Cursor, assigned: Mapping[StreamId, int], records: Sequence[LogRecord | RecordsLost]
+    ) -> bool:
+        """Whether ``cursor``'s position in a stream of ``records`` is no longer where the
+        reader that read them continued from (hold the lock)."""
+        streams = {item.stream for item in records}
+        return any(s in assigned and cursor.positions.get(s, 0) != assigned[s] for s in streams)
+
+    def _read_for(self, cursor: Cursor, records: Sequence[LogRecord | RecordsLost]) -> bool:
+        """Apply records a catch-up reader read for ``cursor`` (hold the lock); True when
+        it must stop (window full, or a jump moved its positions)."""
+        for item in records:
+            if isinstance(item, RecordsLost) and item.next < item.first:
+                # the log ends below where this reader asked: it started again
+                self._stream_restarted(item.stream, item.next)
+                self._queue_catch_up(cursor)
+                return True
+            if isinstance(item, RecordsLost):
+                self._lost(cursor, item)
+                continue
+            stream = item.stream
+            position = cursor.positions.get(stream, 0)
+            if item.offset < position:
+                continue
+            if not cursor.wants(item.topic):
+                cursor.positions[stream] = item.offset + 1
+                cursor.dirty = True
+                continue
+            if cursor.skip_oldest:
+                cursor.skip_oldest -= 1
+                self._drop(cursor, item)
+                continue
+            buries = cursor.dead_letters is not None and cursor.bury is not None
+            if cursor.cap_budget is not None and cursor.cap_budget <= 0:
+                if not buries:
+                    self._apply_cap_at_head(cursor)
+                    return True
+                if item.offset < cursor.cap_until.get(stream, 0):
+                    self._drop(cursor, item)  # read, not jumped past: dead-lettered
+                    self._cap_passed(cursor)
+                    continue
+                # past the cap in this stream (it arrived after the discard): kept
+            if not cursor.started or cursor.window_full:
+                return True  # paused: only skipping; full: wait for settles
+            if cursor.cap_budget is not None and cursor.cap_budget > 0:
+                cursor.cap_budget -= 1
+                if cursor.cap_budget <= 0 and buries:
+                    self._cap_passed(cursor)
+            cursor.positions[stream] = item.offset + 1
+            cursor.dirty = True
+            cursor.hand_out(item)
+        return False
+
+    @staticmethod
+    def _drop(cursor: Cursor, item: LogRecord) -> None:
+        """Skip ``item`` for a ``discard`` (hold the lock): with a dead-letter topic it is
+        held in flight until ``_bury`` published it."""
+        cursor.positions[item.stream] = item.offset + 1
+        cursor.dirty = True
+        if cursor.dead_letters is not None and cursor.bury is not None:
+            cursor.hold(item)  # no committed position past it until buried
+            cursor.held_drops += 1
+            cursor.dropping.append(item)
+
+    def _cap_passed(self, cursor: Cursor) -> None:
+        """A ``discard(newest=True)`` read to its end is done (hold the lock)."""
+        if all(cursor.positions.get(s, 0) >= end for s, end in cursor.cap_until.items()):
+            cursor.cap_budget = None
+            cursor.cap_until = {}
+
+    def _lost(self, cursor: Cursor, item: RecordsLost) -> None:
+        """Count records deleted before ``cursor`` read them (all records of the range:
+        where a stream carries other topics too, an upper bound)."""
+        count = max(0, item.next - max(item.first, 0))
+        cursor.lost += count
+        if not cursor.attached:
+            cursor.positions[item.stream] = item.next
+            cursor.dirty = True
+        log.warning(
+            "subscription %s: %d message(s) of %s were deleted by retention before it "
+            "read them (offsets %d..%d)",
+            cursor.name,
+            count,
+            item.stream,
+            item.first,
+            item.next - 1,
+        )

@@ -246,9 +246,10 @@ class RabbitMQAdapter(Adapter):
         """Queue arguments for ``limits`` (``Declarations.queue_arguments``)."""
         return self.declarations.queue_arguments(limits, dead_letters, single_active)
 
-    def shared_by_instances(self) -> None:
+    def shared_by_instances(self, may_save: Callable[[str], bool] | None = None) -> None:
         """Cluster mode: push subscription queues let one consumer at a time receive
-        (``x-single-active-consumer``; docs/scale-out.md, "What fences what")."""
+        (``x-single-active-consumer``; docs/scale-out.md, "What fences what").  RabbitMQ
+        keeps the positions (acks), so ``may_save`` is not needed."""
         self.declarations.shared = True
 
     def exchange_for(self, namespace: str) -> str:

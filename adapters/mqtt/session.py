@@ -21,11 +21,19 @@ matching filter, one after the other, and MQTT 5 subscription identifiers tell t
 filters apart); and QoS 0 messages beyond ``qos0_backlog`` waiting ones (QoS 0 is at most
 once; QoS 1 traffic is bounded by the session's Receive Maximum).
 
-A new subscription is attached to the queue store by the worker, at a *barrier*: the
-UNSUBACK of an UNSUBSCRIBE sent once its filters are acknowledged.  Messages the broker
-queued for the session before that reach it before the barrier, so a subscription
-receives what was published after it was created, not what was still in flight (unless
-the broker holds messages back behind a full Receive Maximum window).
+A new subscription is attached to the queue store by the worker, at a *barrier*: a
+QoS 1 message (its payload a token) that the session publishes, right after the
+subscription's SUBSCRIBEs, to a topic of its own (:func:`sentinel_topic`, subscribed on
+every CONNACK).  The broker queues it for the session behind everything it queued
+before, and the worker stores those before it attaches the subscription, so a
+subscription receives what was published after it was created, not what was still on
+its way; even behind a backlog longer than the Receive Maximum window (after a
+reconnect), which a control packet (an UNSUBACK, a SUBACK) would overtake.  This rests on
+the broker sending a session's messages in the order it queued them, across topics (MQTT
+promises the order per topic and publisher only; Mosquitto, EMQX and HiveMQ keep one
+queue per session); it needs no MQTT 5 feature, so MQTT 3.1.1 gets the same barrier.
+Sentinels are acknowledged and never routed; one whose barrier is gone (a connection
+lost, a previous run) is dropped.
 
 Besides the queue store, *taps* (:mod:`.taps`) may consume the session: their filters join
 the same filter set, and the worker hands each tap its messages after the queue store's
@@ -47,10 +55,12 @@ and its worker (:mod:`.ingest`) share the state and the FIFO's records of :mod:`
 
 from __future__ import annotations
 
+import itertools
 import logging
 import queue
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -90,8 +100,15 @@ except ImportError as exc:  # pragma: no cover - link.py raised already
 _WARN_EVERY = 30.0
 
 
-#: an UNSUBSCRIBE of this filter (never subscribed) is the session's barrier
-BARRIER_TOPIC = "wsnmom/barrier"
+#: the level under the topic prefix of the sessions' sentinel topics
+SENTINEL_ROOT = "wsnmom/sentinel"
+
+
+def sentinel_topic(head: str, client_id: str) -> str:
+    """The topic of the barriers of the session ``client_id`` (``head``: the topic prefix
+    and its slash, or ""); characters a topic level cannot hold become ``_``."""
+    level = "".join("_" if c in "+#/\x00" else c for c in client_id) or "_"
+    return f"{head}{SENTINEL_ROOT}/{level}"
 
 
 class Session(Ingest):
@@ -125,8 +142,12 @@ class Session(Ingest):
         self._pending_sub: dict[str, int] = {}
         self._pending_unsub: dict[str, int] = {}
         self._after: list[_After] = []
-        #: barriers sent and not acknowledged (sent again after a reconnect)
-        self._barriers: dict[int, _Barrier] = {}
+        #: the topic of the session's barriers, and the tokens of those sent, not arrived
+        self.sentinel_topic = sentinel_topic(mapping.head, client_id)
+        self._barriers: dict[bytes, _Barrier] = {}
+        self._tokens = itertools.count()
+        #: unique to this run: a sentinel of a previous run completes nothing
+        self._run_id = uuid.uuid4().hex
         self._unacked_barriers: list[_Barrier] = []
         #: (identifiers, signature) of the last message stored (worker only)
         self._previous: tuple[frozenset[int], tuple[Any, ...]] | None = None
@@ -267,9 +288,19 @@ class Session(Ingest):
         return b.result
 
     def _send_barrier(self, b: _Barrier) -> None:
-        rc, mid = self.link.client.unsubscribe(BARRIER_TOPIC)
-        if rc == mqtt.MQTT_ERR_SUCCESS and mid is not None:
-            self._barriers[mid] = b
+        token = f"{self._run_id}:{next(self._tokens)}".encode()
+        self._barriers[token] = b
+        self.link.client.publish(self.sentinel_topic, token, qos=1)
+
+    def _subscribe_sentinel(self) -> None:
+        """Subscribe the sentinel topic (on every CONNACK, before any barrier is sent:
+        the broker handles a connection's packets in order)."""
+        client = self.link.client
+        if self.settings.v5:
+            options = SubscribeOptions(qos=1, noLocal=False, retainHandling=2)
+            client.subscribe(self.sentinel_topic, options=options)
+        else:
+            client.subscribe(self.sentinel_topic, qos=1)
 
     def _serves(self, name: str) -> bool:
         return all(
@@ -356,12 +387,6 @@ class Session(Ingest):
         self, client: Any, userdata: Any, mid: int, reasons: list[ReasonCode], props: Any
     ) -> None:
         with self._lock:
-            barrier = self._barriers.pop(mid, None)
-            if barrier is not None:
-                if barrier in self._unacked_barriers:
-                    self._unacked_barriers.remove(barrier)
-                self._inbox.put(barrier)
-                return
             op = self._unsub_mids.pop(mid, None)
             if op is None:
                 return

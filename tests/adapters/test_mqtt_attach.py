@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from wsnmom.adapters.mqtt.adapter import MqttAdapter
 from wsnmom.core.adapter import (
     OutboundMessage,

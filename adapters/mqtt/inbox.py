@@ -114,6 +114,7 @@ class SessionParts:
     _pending_unsub: dict[str, int]
     _after: list[_After]
     sentinel_topic: str
+    _sentinel_subscribed: bool
     _barriers: dict[bytes, _Barrier]
     _unacked_barriers: list[_Barrier]
     _previous: tuple[frozenset[int], tuple[Any, ...]] | None

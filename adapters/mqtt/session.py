@@ -146,6 +146,9 @@ class Session(Ingest):
         self.sentinel_topic = sentinel_topic(mapping.head, client_id)
         self._barriers: dict[bytes, _Barrier] = {}
         self._tokens = itertools.count()
+        #: the SUBSCRIBE of the sentinel topic went out on this connection, and its mid
+        self._sentinel_subscribed = False
+        self._sentinel_mid: int | None = None
         #: unique to this run: a sentinel of a previous run completes nothing
         self._run_id = uuid.uuid4().hex
         self._unacked_barriers: list[_Barrier] = []
@@ -288,19 +291,22 @@ class Session(Ingest):
         return b.result
 
     def _send_barrier(self, b: _Barrier) -> None:
+        if not self._sentinel_subscribed:  # a barrier before the worker saw the CONNACK
+            self._subscribe_sentinel()
         token = f"{self._run_id}:{next(self._tokens)}".encode()
         self._barriers[token] = b
         self.link.client.publish(self.sentinel_topic, token, qos=1)
 
     def _subscribe_sentinel(self) -> None:
-        """Subscribe the sentinel topic (on every CONNACK, before any barrier is sent:
-        the broker handles a connection's packets in order)."""
+        """Subscribe the sentinel topic (once per connection, before its first barrier:
+        the broker handles a connection's packets in order; ``_lock`` held)."""
+        self._sentinel_subscribed = True
         client = self.link.client
         if self.settings.v5:
             options = SubscribeOptions(qos=1, noLocal=False, retainHandling=2)
-            client.subscribe(self.sentinel_topic, options=options)
+            _, self._sentinel_mid = client.subscribe(self.sentinel_topic, options=options)
         else:
-            client.subscribe(self.sentinel_topic, qos=1)
+            _, self._sentinel_mid = client.subscribe(self.sentinel_topic, qos=1)
 
     def _serves(self, name: str) -> bool:
         return all(
@@ -360,6 +366,16 @@ class Session(Ingest):
     def _subscribe_cb(
         self, client: Any, userdata: Any, mid: int, reasons: list[ReasonCode], props: Any
     ) -> None:
+        if mid == self._sentinel_mid:
+            if reasons and reasons[0].is_failure:
+                log.error(
+                    "MQTT session: the broker refused the subscription to the sentinel "
+                    "topic %r (%s): new subscriptions cannot start (see the ACLs in "
+                    "docs/adapters/mqtt.md)",
+                    self.sentinel_topic,
+                    reasons[0],
+                )
+            return
         with self._cv:
             op = self._sub_mids.pop(mid, None)
             if op is None:
@@ -406,6 +422,7 @@ class Session(Ingest):
     def _disconnected_cb(self) -> None:
         with self._cv:
             self._generation += 1
+            self._sentinel_subscribed = False
             self._sub_mids.clear()
             self._unsub_mids.clear()
             self._barriers.clear()

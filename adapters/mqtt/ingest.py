@@ -206,8 +206,6 @@ class Ingest(SessionParts):
     def _reconcile(self, connected: _Connected) -> None:
         """After a CONNACK: make the broker hold exactly the effective filters."""
         with self._lock:
-            if not self._sentinel_subscribed:
-                self._subscribe_sentinel()
             if connected.session_present:
                 known = self._stored if connected.first else None
                 for e in self.filters.effective.values():

@@ -21,19 +21,19 @@ matching filter, one after the other, and MQTT 5 subscription identifiers tell t
 filters apart); and QoS 0 messages beyond ``qos0_backlog`` waiting ones (QoS 0 is at most
 once; QoS 1 traffic is bounded by the session's Receive Maximum).
 
-A new subscription is attached to the queue store by the worker, at a *barrier*: a
-QoS 1 message (its payload a token) that the session publishes, right after the
-subscription's SUBSCRIBEs, to a topic of its own (:func:`sentinel_topic`, subscribed on
-every CONNACK).  The broker queues it for the session behind everything it queued
-before, and the worker stores those before it attaches the subscription, so a
+A new subscription is attached to the queue store by the worker, at a *barrier*: a QoS 1
+message (its payload a token) that the session publishes, right after the subscription's
+SUBSCRIBEs, to a topic of its own (:func:`sentinel_topic`, subscribed before the first
+barrier of each connection).  The broker queues it for the session behind everything it
+queued before, and the worker stores those before it attaches the subscription, so a
 subscription receives what was published after it was created, not what was still on
 its way; even behind a backlog longer than the Receive Maximum window (after a
 reconnect), which a control packet (an UNSUBACK, a SUBACK) would overtake.  This rests on
 the broker sending a session's messages in the order it queued them, across topics (MQTT
-promises the order per topic and publisher only; Mosquitto, EMQX and HiveMQ keep one
-queue per session); it needs no MQTT 5 feature, so MQTT 3.1.1 gets the same barrier.
-Sentinels are acknowledged and never routed; one whose barrier is gone (a connection
-lost, a previous run) is dropped.
+promises the order per topic and publisher only; Mosquitto keeps one FIFO per session);
+it needs no MQTT 5 feature, so MQTT 3.1.1 gets the same barrier.  Sentinels are
+acknowledged and never routed; one whose barrier is gone (a connection lost, a copy
+through a second filter, a previous run) is dropped.
 
 Besides the queue store, *taps* (:mod:`.taps`) may consume the session: their filters join
 the same filter set, and the worker hands each tap its messages after the queue store's
@@ -45,9 +45,9 @@ the broker sends unacknowledged messages again, and a late PUBACK could otherwis
 acknowledge a different message that reuses the packet id.
 
 Subscribing and unsubscribing happen under ``_lock`` (paho's calls only queue packets);
-SUBACK, UNSUBACK and barriers are put in the same FIFO as the messages.  A filter being
-replaced is unsubscribed only once its replacements are acknowledged, so its topics are
-never uncovered.
+SUBACK and UNSUBACK are put in the same FIFO as the messages (a barrier's sentinel is one
+of the messages).  A filter being replaced is unsubscribed only once its replacements are
+acknowledged, so its topics are never uncovered.
 
 Code layout: :class:`Session` (here: lifecycle, subscribing and the network callbacks)
 and its worker (:mod:`.ingest`) share the state and the FIFO's records of :mod:`.inbox`.
@@ -283,7 +283,7 @@ class Session(Ingest):
                     b.action = _nothing
                     cancelled = True
             # cancelled: the action will never run, so there is no result to return even
-            # when the late UNSUBACK completes the barrier (it ran ``_nothing``)
+            # when the late sentinel completes the barrier (it ran ``_nothing``)
             if cancelled or not b.done.wait(0.5):
                 raise AdapterUnavailable(f"the MQTT broker did not answer within {wait:g}s")
         if b.error is not None:
@@ -291,15 +291,16 @@ class Session(Ingest):
         return b.result
 
     def _send_barrier(self, b: _Barrier) -> None:
-        if not self._sentinel_subscribed:  # a barrier before the worker saw the CONNACK
+        if not self._sentinel_subscribed:
             self._subscribe_sentinel()
         token = f"{self._run_id}:{next(self._tokens)}".encode()
         self._barriers[token] = b
         self.link.client.publish(self.sentinel_topic, token, qos=1)
 
     def _subscribe_sentinel(self) -> None:
-        """Subscribe the sentinel topic (once per connection, before its first barrier:
-        the broker handles a connection's packets in order; ``_lock`` held)."""
+        """Subscribe the sentinel topic (before the connection's first barrier: the broker
+        handles a connection's packets in order; ``_lock`` held).  Only sessions that
+        attach subscriptions need it (not one of taps only)."""
         self._sentinel_subscribed = True
         client = self.link.client
         if self.settings.v5:

@@ -82,6 +82,9 @@ HEADER_DROPPED_AT = "wsnmom-dropped-at"
 HEADER_DROPPED_ATTEMPTS = "wsnmom-dropped-attempts"
 DROPPED_MAX_AGE = "max-age"
 DROPPED_OVERFLOW = "overflow"
+#: the subscription was ended for its full backlog (``limits.on_full = "end"``) and its
+#: whole backlog sent to its dead letters (``SubscriptionHandle.delete_into_dead_letters``)
+DROPPED_OVERFLOW_END = "overflow-end"
 
 #: Namespaces starting with this prefix are internal to wsnmom (see the module docstring):
 #: never matched by ``SubscriptionSpec.patterns=None``, never usable by clients.
@@ -317,6 +320,13 @@ class SubscriptionSpec:
     #: where the adapter sends what it drops for ``limits``, where it can
     #: (``Capabilities.native_dead_letters``); None: nowhere
     dead_letters: Topic | None = None
+    #: an adapter that publishes what it drops to ``dead_letters`` itself (a log's
+    #: cursor reads and publishes it) publishes through this when given: core's confirmed
+    #: publish, which counts each one in the metric once it is confirmed (it raises
+    #: ``AdapterError`` as ``publish_many`` does).  None: the adapter's own
+    #: ``publish_many``.  Adapters whose middleware moves what it drops (a dead-letter
+    #: exchange, a transaction) ignore it
+    dead_letter_sink: Callable[[Sequence[OutboundMessage]], object] | None = None
 
 
 class SubscriptionHandle(abc.ABC):
@@ -415,6 +425,27 @@ class SubscriptionHandle(abc.ABC):
     @abc.abstractmethod
     def delete(self) -> None:
         """Destroy the durable subscription and everything it holds.  Idempotent."""
+
+    def delete_into_dead_letters(
+        self, reason: str, context: Mapping[str, str], timeout: float = 30.0
+    ) -> int:
+        """Destroy the durable subscription as ``delete`` does, after sending every message
+        it holds to its ``SubscriptionSpec.dead_letters`` topic: the waiting ones and those
+        handed out and not settled (the caller stopped consuming first), each marked as
+        what the adapter drops for the limits is (``HEADER_DROPPED_REASON`` = ``reason``,
+        ``HEADER_DROPPED_FROM``, ``HEADER_DROPPED_AT``, ``HEADER_DROPPED_ATTEMPTS`` where
+        known) plus the headers ``context`` (the consumer, the error).  Nothing that
+        reaches the subscription before it is gone is left out: the adapter stops it
+        receiving first, or buries and deletes in one step.  Returns how many were sent.
+
+        Raises ``AdapterError`` when the middleware refused them or stopped confirming
+        them for ``timeout`` seconds (a long backlog may take longer as long as it
+        progresses): those it confirmed are gone from the subscription, the rest stay (it
+        is not deleted; core tries again later).  Adapters with
+        ``Capabilities.native_dead_letters`` implement it; the default raises
+        ``NotImplementedError`` (core then deletes without dead letters and says so).
+        """
+        raise NotImplementedError("this adapter cannot send a backlog to its dead letters")
 
 
 class Adapter(abc.ABC):

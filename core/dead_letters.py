@@ -95,7 +95,14 @@ log = logging.getLogger(__name__)
 
 DEAD_LETTER_NAMESPACE = INTERNAL_NAMESPACE_PREFIX + "dead-letters"
 #: why a message became a dead letter
-REASONS = ("retries-exhausted", "final-status", "filter-budget", "max-age", "overflow")
+REASONS = (
+    "retries-exhausted",
+    "final-status",
+    "filter-budget",
+    "max-age",
+    "overflow",
+    "overflow-end",
+)
 
 H_ID = "wsnmom-dl-id"
 H_SUBSCRIPTION = "wsnmom-dl-subscription"
@@ -105,6 +112,9 @@ H_ATTEMPTS = "wsnmom-dl-attempts"
 H_ERROR = "wsnmom-dl-error"
 H_TIME = "wsnmom-dl-time"
 CONTEXT_HEADERS = (H_ID, H_SUBSCRIPTION, H_CONSUMER, H_REASON, H_ATTEMPTS, H_ERROR, H_TIME)
+#: on an adapter's drop published through :meth:`DeadLetters.sink`: counted when
+#: published, so no box counts it when it reads it
+H_COUNTED = "wsnmom-dl-counted"
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
 #: the longest last error kept with a dead letter (headers stay small)
@@ -252,7 +262,7 @@ class DeadLetterBox:
         with self._lock:
             self._held[key] = [received, False, since]
             self._gauge()
-        if native and not received.redelivered:
+        if native and not received.redelivered and H_COUNTED not in received.headers:
             # an adapter's drop, counted when first read back (see the module docstring)
             reason = received.headers.get(HEADER_DROPPED_REASON) or "unknown"
             metrics.DEAD_LETTERS.labels(reason=reason, source="middleware").inc()
@@ -382,6 +392,38 @@ class DeadLetters:
             named.args = (text,)
             raise named from exc
         return destination_topic(name)
+
+    def sink(self, messages: Sequence[OutboundMessage]) -> None:
+        """Publish what an adapter dropped to a dead-letter topic, marked
+        :data:`H_COUNTED`, and count each one (``source="middleware"``) once the middleware
+        confirmed it (``SubscriptionSpec.dead_letter_sink``; raises ``AdapterError`` when
+        it did not).  Counted at the publish, a log's drop is counted once however often
+        boxes read it back (a log flags a redelivery within one process only)."""
+        marked = [
+            OutboundMessage(
+                topic=m.topic,
+                body=m.body,
+                message_id=m.message_id,
+                headers={**m.headers, H_COUNTED: "1"},
+                content_type=m.content_type,
+            )
+            for m in messages
+        ]
+        self._adapter.publish_many(marked, timeout=self._timeout)
+        for m in messages:
+            reason = m.headers.get(HEADER_DROPPED_REASON) or "unknown"
+            metrics.DEAD_LETTERS.labels(reason=reason, source="middleware").inc()
+
+    def ending_context(self, sub: Subscription, error: str) -> dict[str, str] | None:
+        """The context headers an adapter adds to a subscription's backlog it sends to
+        the dead letters as it deletes the subscription
+        (``SubscriptionHandle.delete_into_dead_letters``): the consumer and ``error`` (the
+        subscription, reason and time come from the adapter's ``HEADER_DROPPED_*``).
+        None when the adapter sends nothing there (disabled, or no
+        ``Capabilities.native_dead_letters``)."""
+        if not self.enabled or not self._adapter.capabilities.native_dead_letters:
+            return None
+        return {H_CONSUMER: redact_url(sub.consumer.address), H_ERROR: error[:_ERROR_CHARS]}
 
     def boxes(self) -> list[DeadLetterBox]:
         """The default destination's box and every other one opened since start."""

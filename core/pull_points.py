@@ -70,6 +70,7 @@ class PullPoints:
                 limits=ctx.limits(),
                 # what the limits drop from the pull point: the default destination
                 dead_letters=ctx.dead_letters.native_target(None),
+                dead_letter_sink=ctx.dead_letters.sink,
             )
         )
 

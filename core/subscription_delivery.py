@@ -159,6 +159,7 @@ class SubscriptionDelivery:
                 patterns=state.filter.native_patterns,
                 limits=ctx.limits(),
                 dead_letters=ctx.dead_letters.native_target(sub),
+                dead_letter_sink=ctx.dead_letters.sink,
             )
         )
         state.handle = handle

@@ -27,7 +27,7 @@ from urllib.parse import urlsplit
 
 from wsnmom.core import errors, metrics
 from wsnmom.core.access import current_principal, may_manage
-from wsnmom.core.adapter import AdapterError, TopicUnavailable
+from wsnmom.core.adapter import DROPPED_OVERFLOW_END, AdapterError, TopicUnavailable
 from wsnmom.core.addresses import ResourceKind, parse_resource_path, resource_address
 from wsnmom.core.channel import Channel
 from wsnmom.core.context import BrokerContext
@@ -625,6 +625,56 @@ class Subscriptions:
         except AdapterError:
             log.exception("destroying subscription %s failed", state.record.id)
         self._publish_end(state, reason)
+
+    def end_full(self, state: LiveSubscription, reason: str) -> bool:
+        """End a subscription whose backlog is full (``limits.on_full = "end"``) as
+        ``finish`` does, after its whole backlog went to its dead letters
+        (``SubscriptionHandle.delete_into_dead_letters``, reason ``overflow-end``; what its
+        delivery held in memory goes back to the middleware first).  False when the
+        middleware did not take the backlog: the subscription goes on as it was, those
+        that reached the dead letters gone from it, and the next sweep tries again."""
+        ctx = self._ctx
+        handle = state.handle
+        context = ctx.dead_letters.ending_context(state.record, f"subscription ended: {reason}")
+        if handle is None or context is None:
+            self.finish(state, reason)
+            return True
+        with ctx.registry.lock:
+            channel = ctx.engine.channel(state.record.id)
+            restart = channel is not None and channel.active
+        if restart:
+            assert channel is not None
+            channel.stop()  # what it held goes back to the middleware, then goes too
+        try:
+            sent = handle.delete_into_dead_letters(
+                DROPPED_OVERFLOW_END, context, timeout=ctx.settings.publish_timeout
+            )
+        except NotImplementedError as exc:
+            log.error(
+                "subscription %s: its backlog is deleted, not dead-lettered: %s",
+                state.record.id,
+                exc,
+            )
+        except AdapterError as exc:
+            log.error(
+                "subscription %s: its backlog could not all be sent to its dead letters "
+                "(%s); it is not ended yet, tried again at the next sweep",
+                state.record.id,
+                exc,
+            )
+            if restart:
+                assert channel is not None
+                channel.start()
+            return False
+        else:
+            log.warning(
+                "subscription %s: %d message(s) of its backlog to its dead letters (%s)",
+                state.record.id,
+                sent,
+                DROPPED_OVERFLOW_END,
+            )
+        self.finish(state, reason)
+        return True
 
     def destroy(self, state: LiveSubscription) -> None:
         """Remove the subscription everywhere: delivery, middleware, store."""

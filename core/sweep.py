@@ -111,10 +111,13 @@ class Sweeper:
         keeper = ctx.limit_keeper
         if ctx.settings.limits.on_full == "end" or not keeper.native:
             with_handles, depths, pull_points, pp_depths = self._depths()
-            ending = self.full_subscriptions(with_handles, depths)
-            for sub in ending:
+            ending = [
+                sub
+                for sub in self.full_subscriptions(with_handles, depths)
+                if self._subscriptions.end_full(sub, "accumulation limit reached")
+            ]
+            for _ in ending:
                 metrics.SUBSCRIPTIONS_ENDED.labels(reason="overflow").inc()
-                self._subscriptions.finish(sub, "accumulation limit reached")
             if not keeper.native:
                 ended = {s.record.id for s in ending}
                 handles = [s.handle for s in with_handles if s.record.id not in ended]

@@ -289,6 +289,17 @@ class EmbeddedHandle(SubscriptionHandle):
         self._engine.delete_subscription(self.name)
         self.detach()
 
+    def delete_into_dead_letters(
+        self, reason: str, context: Mapping[str, str], timeout: float = 30.0
+    ) -> int:
+        """Destroy the subscription in the transaction that sends its whole queue to its
+        dead-letter topic (``Engine.delete_into_dead_letters``)."""
+        if self._engine.closed:
+            raise AdapterUnavailable("the embedded adapter is closed")
+        sent = self._engine.delete_into_dead_letters(self.name, reason, context)
+        self.detach()
+        return sent or 0
+
     def detach(self) -> None:
         """Make this handle inert (subscription deleted or adapter closed)."""
         with self._delivering, self._state:

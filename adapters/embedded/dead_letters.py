@@ -9,7 +9,7 @@ import json
 import logging
 import sqlite3
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 
 from wsnmom.core.adapter import (
@@ -40,12 +40,19 @@ log = logging.getLogger(f"{__package__}.store")
 class DeadLetters(EngineParts):
     """Burial of what an engine's limits drop."""
 
-    def _bury(self, st: SubState, mids: Sequence[int], reason: str) -> None:
+    def _bury(
+        self,
+        st: SubState,
+        mids: Sequence[int],
+        reason: str,
+        context: Mapping[str, str] | None = None,
+    ) -> None:
         """Keep the messages ``mids`` that ``st``'s limits drop for its dead-letter topic
         (inside the transaction that drops them, before their rows go): they are written
         with ``HEADER_DROPPED_REASON`` and ``HEADER_DROPPED_FROM`` and routed like any
         message on that topic when the transaction commits (:meth:`_inter`), so they are
-        dead-lettered exactly when they are dropped.  Nothing without a topic."""
+        dead-lettered exactly when they are dropped; ``context``: more headers for them.
+        Nothing without a topic."""
         if st.dead_letters is None or not mids:
             return
         marks = ",".join("?" * len(mids))
@@ -62,7 +69,10 @@ class DeadLetters(EngineParts):
                 message_id=msgid,
                 content_type=ctype,
             )
-            self._grave(st, message, json.loads(headers), reason, delivered)
+            stored = json.loads(headers)
+            if context:
+                stored.update(context)
+            self._grave(st, message, stored, reason, delivered)
 
     def _grave(
         self,
@@ -103,7 +113,7 @@ class DeadLetters(EngineParts):
         now = time.time()
         mid = next_message_id(c)
         for m in graves:
-            if self.outbox is not None and self.outbox(m.topic):
+            if self.outbox is not None and not self._parking and self.outbox(m.topic):
                 self._to_outbox(c, m)
                 continue
             targets = [sid for sid in sorted(self.targets(m.topic)) if sid in self.subs]

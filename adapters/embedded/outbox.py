@@ -63,6 +63,20 @@ class Outbox(EngineParts):
             for rid, ns, path, body, headers, ctype, msgid in rows
         ]
 
+    def outbox_park(self, parked: Sequence[tuple[int, OutboundMessage]]) -> None:
+        """Move outbox rows (id, the dead letter :meth:`outbox_batch` gave) that the other
+        middleware refuses for good into the queues here of their topic's subscriptions
+        (the gateway's dead-letter boxes), in one transaction, as if there were no
+        outbox: they stay listed and counted, and wait here until replayed or purged."""
+        with self.lock:
+            self._parking = True
+            try:
+                with self.tx() as c:
+                    c.executemany("DELETE FROM outbox WHERE id = ?", [(i,) for i, _ in parked])
+                    self._graves.extend(m for _, m in parked)
+            finally:
+                self._parking = False
+
     def outbox_remove(self, ids: Sequence[int]) -> None:
         """Forget outbox rows ``ids`` (their dead letters were delivered elsewhere)."""
         with self.lock, self.tx() as c:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import collections
 import sqlite3
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING
 
@@ -54,6 +54,8 @@ class EngineParts:
     outbox: Callable[[Topic], bool] | None
     on_outbox: Callable[[], None] | None
     _outboxed: bool
+    #: ``Outbox.outbox_park`` runs: dead letters go to the queues here, not the outbox
+    _parking: bool
     _graves: list[OutboundMessage]
     _interred: bool
     #: the dispatcher and pull waiters (:mod:`.dispatch`)
@@ -76,7 +78,13 @@ class EngineParts:
         def _head_expired(self, st: SubState, rows: Sequence[tuple[object, ...]]) -> bool: ...
         def _make_room(self, st: SubState, size: int) -> bool: ...
         def _enforce_limits(self, st: SubState) -> None: ...
-        def _bury(self, st: SubState, mids: Sequence[int], reason: str) -> None: ...
+        def _bury(
+            self,
+            st: SubState,
+            mids: Sequence[int],
+            reason: str,
+            context: Mapping[str, str] | None = None,
+        ) -> None: ...
         def _grave(
             self,
             st: SubState,

@@ -93,6 +93,7 @@ class Engine(Storage, Subscriptions, Publishing, Queues, Limits, DeadLetters, Ou
         #: called after a transaction that wrote to the outbox committed
         self.on_outbox = None
         self._outboxed = False
+        self._parking = False
         #: keep the current message per topic (``current`` table); False for a queue store
         #: whose middleware keeps it elsewhere (the MQTT adapter: the broker's retained
         #: messages)

@@ -3,6 +3,9 @@ topic index that routes to them (see :mod:`wsnmom.adapters.embedded.store`)."""
 
 from __future__ import annotations
 
+import sqlite3
+from collections.abc import Mapping
+
 from wsnmom.core.adapter import (
     QueueLimits,
     is_internal_namespace,
@@ -123,22 +126,59 @@ class Subscriptions(EngineParts):
             self.index.remove(sid)
             self.match_all.discard(sid)
             with self.tx() as c:
-                c.execute(
-                    "UPDATE messages SET refs = refs - 1 "
-                    "WHERE id IN (SELECT mid FROM queue_entries WHERE sub = ?)",
-                    (sid,),
-                )
-                c.execute(
-                    "DELETE FROM messages WHERE refs <= 0 "
-                    "AND id IN (SELECT mid FROM queue_entries WHERE sub = ?)",
-                    (sid,),
-                )
-                c.execute("DELETE FROM queue_entries WHERE sub = ?", (sid,))
-                c.execute("DELETE FROM subscriptions WHERE id = ?", (sid,))
+                self._delete_rows(c, sid)
+        self._detach_handles(sid)
+        return sid
+
+    @staticmethod
+    def _delete_rows(c: sqlite3.Connection, sid: int) -> None:
+        """Delete subscription ``sid``'s rows and its queue (in a transaction)."""
+        c.execute(
+            "UPDATE messages SET refs = refs - 1 "
+            "WHERE id IN (SELECT mid FROM queue_entries WHERE sub = ?)",
+            (sid,),
+        )
+        c.execute(
+            "DELETE FROM messages WHERE refs <= 0 "
+            "AND id IN (SELECT mid FROM queue_entries WHERE sub = ?)",
+            (sid,),
+        )
+        c.execute("DELETE FROM queue_entries WHERE sub = ?", (sid,))
+        c.execute("DELETE FROM subscriptions WHERE id = ?", (sid,))
+
+    def _detach_handles(self, sid: int) -> None:
         handles = self.started.pop(sid, set())
         for h in list(handles):
             h.detach()
-        return sid
+
+    def delete_into_dead_letters(
+        self, name: str, reason: str, context: Mapping[str, str]
+    ) -> int | None:
+        """Destroy ``name`` as :meth:`delete_subscription` does, in one transaction with
+        sending every message of its queue (handed out or not) to its dead-letter topic
+        (``_bury``, ``reason``, the headers ``context`` added); returns how many (None:
+        unknown subscription).  A failed transaction leaves it as it was."""
+        with self.lock:
+            sid = self.by_name.get(name)
+            st = self.subs.get(sid) if sid is not None else None
+            if sid is None or st is None:
+                return None
+            with self.tx() as c:
+                mids = [
+                    int(r[0])
+                    for r in c.execute(
+                        "SELECT mid FROM queue_entries WHERE sub = ? ORDER BY mid", (sid,)
+                    )
+                ]
+                for at in range(0, len(mids), 500):
+                    self._bury(st, mids[at : at + 500], reason, context)
+                self._delete_rows(c, sid)
+            del self.by_name[name]
+            self.subs.pop(sid, None)
+            self.index.remove(sid)
+            self.match_all.discard(sid)
+        self._detach_handles(sid)
+        return len(mids) if st.dead_letters is not None else 0
 
     def subscription_names(self) -> list[str]:
         with self.lock:

@@ -26,8 +26,11 @@ class LogAdapter(Adapter):
 
     def subscription(self, spec: SubscriptionSpec) -> SubscriptionHandle:
         """The cursor ``spec.name``: created at the end of the logs, or re-attached.  What
-        its limits skip is published to ``spec.dead_letters`` through ``publish_many``."""
-        return self.cursor_engine().subscription(spec, bury=self.publish_many)
+        its limits skip is published to ``spec.dead_letters`` through
+        ``spec.dead_letter_sink`` (core's, which counts them), else ``publish_many``."""
+        return self.cursor_engine().subscription(
+            spec, bury=spec.dead_letter_sink or self.publish_many
+        )
 
     def delete_subscription(self, name: str) -> None:
         """Forget the cursor and its stored positions (idempotent)."""

@@ -1,12 +1,14 @@
 """The cursor engine's burial: the records a cursor skips for its limits are published to
 its dead-letter topic before its committed position passes them, held in flight until the
-publish is confirmed, and tried again with a doubling delay when it fails (see
+publish is confirmed, and tried again with a doubling delay when it fails; and a
+subscription ended with its whole backlog buried (``delete_into_dead_letters``) (see
 :mod:`wsnmom.adapters.logbase.engine`)."""
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
 from datetime import UTC, datetime
 
 from wsnmom.core.adapter import (
@@ -18,6 +20,7 @@ from wsnmom.core.adapter import (
     HEADER_MESSAGE_ID,
     HEADER_TOPIC_NAMESPACE,
     HEADER_TOPIC_PATH,
+    AdapterUnavailable,
     OutboundMessage,
 )
 
@@ -77,7 +80,8 @@ class Burial(EngineParts):
             headers = dict(record.headers)
             headers.setdefault(HEADER_TOPIC_NAMESPACE, record.topic.namespace)
             headers.setdefault(HEADER_TOPIC_PATH, "/".join(record.topic.path))
-            headers[HEADER_DROPPED_REASON] = DROPPED_OVERFLOW
+            headers.update(cursor.drop_context)
+            headers[HEADER_DROPPED_REASON] = cursor.drop_reason
             headers[HEADER_DROPPED_FROM] = cursor.name
             headers[HEADER_DROPPED_AT] = now
             if record.offset < cursor.redeliver_below.get(record.stream, -1):
@@ -105,6 +109,9 @@ class Burial(EngineParts):
                     cursor.skip_oldest += len(dropped)
                     return False
                 cursor.dropping[:0] = dropped  # still held: the commit stays below them
+                # what was still to be skipped is delivered instead, and ``discard``
+                # skips nothing more until they are published: only these stay held
+                cursor.skip_oldest, cursor.cap_budget, cursor.cap_until = 0, None, {}
                 cursor.bury_failures += 1
                 delay = min(
                     self.bury_retry_first * 2 ** min(cursor.bury_failures - 1, 30),
@@ -125,9 +132,63 @@ class Burial(EngineParts):
             )
             return False
         with self.lock:
+            cursor.buried += len(dropped)
             if gen == cursor.gen:
                 cursor.bury_failures = 0
                 cursor.bury_due = 0.0
+                cursor.held_drops = max(0, cursor.held_drops - len(dropped))
         for record in dropped:
             self.settle(cursor, record.stream, record.offset, gen, rewind=False)
         return True
+
+    def delete_into_dead_letters(
+        self, cursor: Cursor, reason: str, context: Mapping[str, str], timeout: float
+    ) -> int:
+        """Bury what ``cursor`` has waiting up to where the head is now, then forget it
+        (``SubscriptionHandle.delete_into_dead_letters``): it is stopped (what was in
+        flight is given back), and a catch-up reader reads it on to the head as for
+        ``discard(newest=True)`` with no budget, holding each record until ``_bury``
+        published it (``HEADER_DROPPED_REASON`` = ``reason``, ``context`` added).  This
+        thread waits for that; a failed publish, or ``timeout`` seconds without progress
+        (nothing more read or buried), raises ``AdapterUnavailable`` (the cursor keeps
+        what was not buried, and buries what it holds later; core starts it again)."""
+        if cursor.dead_letters is None or cursor.bury is None:
+            raise NotImplementedError(f"subscription {cursor.name} has no dead-letter topic")
+        self.stop_cursor(cursor)
+        with self.lock:
+            if cursor.deleted:
+                return 0
+            cursor.drop_reason, cursor.drop_context = reason, dict(context)
+            cursor.buried, cursor.bury_failures, cursor.bury_due = 0, 0, 0.0
+            cursor.cap_budget = 0
+            cursor.cap_until = {s: h for s, h in self._head.items() if self._relevant(cursor, s)}
+            until = dict(cursor.cap_until)
+            cursor.dirty = True
+        deadline = time.monotonic() + timeout
+        error = f"no progress for {timeout:g}s"
+        progress: tuple[int, int] = (-1, -1)
+        while time.monotonic() < deadline:
+            with self.lock:
+                if cursor.bury_failures:
+                    error = "the dead letters were not published"
+                    break
+                now = (cursor.buried, sum(cursor.positions.values()))
+                if now != progress:  # a long backlog takes as long as it needs
+                    progress, deadline = now, time.monotonic() + timeout
+                read = cursor.cap_budget is None or all(
+                    cursor.positions.get(s, 0) >= end for s, end in until.items()
+                )
+                if read and not cursor.dropping and not cursor.unsettled:
+                    buried = cursor.buried
+                    self.delete_subscription(cursor.name)  # the lock held: nothing moved
+                    return buried
+                self._queue_catch_up(cursor, skipping=True)  # (no-op while queued)
+            time.sleep(0.02)
+        with self.lock:
+            cursor.cap_budget, cursor.cap_until = None, {}
+            cursor.drop_reason, cursor.drop_context = DROPPED_OVERFLOW, {}
+            buried = cursor.buried
+        raise AdapterUnavailable(
+            f"subscription {cursor.name}: {buried} record(s) sent to the dead letters, "
+            f"the rest not: {error}"
+        )

@@ -297,6 +297,7 @@ class CatchUp(EngineParts):
         cursor.dirty = True
         if cursor.dead_letters is not None and cursor.bury is not None:
             cursor.hold(item)  # no committed position past it until buried
+            cursor.held_drops += 1
             cursor.dropping.append(item)
 
     def _cap_passed(self, cursor: Cursor) -> None:

@@ -24,6 +24,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from wsnmom.core.adapter import (
+    DROPPED_OVERFLOW,
     OutboundMessage,
     QueueLimits,
     Received,
@@ -133,9 +134,16 @@ class Cursor:
         self.bury: Bury | None = None
         #: records skipped for ``discard`` and held in flight until ``bury`` confirmed them
         self.dropping: list[LogRecord] = []
+        #: how many of the records in flight are such (they do not count in the window)
+        self.held_drops = 0
         #: failed ``bury`` attempts in a row, and when (monotonic) the next one is due
         self.bury_failures = 0
         self.bury_due = 0.0
+        #: the ``HEADER_DROPPED_REASON`` of what it buries, more headers for them, and how
+        #: many it buried (``CursorEngine.delete_into_dead_letters``)
+        self.drop_reason = DROPPED_OVERFLOW
+        self.drop_context: dict[str, str] = {}
+        self.buried = 0
         #: ``discard(newest=True)``: deliver this many more, then jump to ``cap_until``
         self.cap_budget: int | None = None
         self.cap_until: dict[StreamId, int] = {}
@@ -185,8 +193,10 @@ class Cursor:
 
     @property
     def window_full(self) -> bool:
-        """No more hand-outs until something is settled."""
-        return self.unsettled >= self.prefetch
+        """No more hand-outs until something is settled (records held for the dead
+        letters do not count: a dead-letter publish that keeps failing must not stop
+        delivery; see the engine)."""
+        return self.unsettled - self.held_drops >= self.prefetch
 
     # -- hand-out (engine lock held) -------------------------------------------------------
     def hand_out(self, record: LogRecord) -> None:
@@ -249,6 +259,7 @@ class Cursor:
                 self.redeliver_below[stream] = max(self.redeliver_below.get(stream, -1), last + 1)
         self.inflight = {}
         self.unsettled = 0
+        self.held_drops = 0
         # held for the dead letters: read, skipped and buried again from the position
         # it goes back to (the oldest waiting then)
         self.skip_oldest += len(self.dropping)
@@ -340,6 +351,13 @@ class CursorHandle(SubscriptionHandle):
     def delete(self) -> None:
         """Forget the cursor and its stored positions."""
         self._cursor.engine.delete_subscription(self.name)
+
+    def delete_into_dead_letters(
+        self, reason: str, context: Mapping[str, str], timeout: float = 30.0
+    ) -> int:
+        """Bury every waiting record up to the head, then forget the cursor (see the
+        engine)."""
+        return self._cursor.engine.delete_into_dead_letters(self._cursor, reason, context, timeout)
 
     def __repr__(self) -> str:
         c = self._cursor

@@ -64,14 +64,17 @@ its committed position stays below them, and the publish is tried again later, a
 ``bury_retry_first`` seconds doubled with each failure in a row up to
 ``bury_retry_max`` (the commit thread hands the cursor to a catch-up reader when it is
 due; no reader thread waits for it).  A refusal that lasts (an ACL, a record too large)
-thus costs one publish per ``bury_retry_max``, and the records pile up held: the window
-counts them, so more than ``prefetch`` of them stop the cursor's deliveries until they
-are published.  A stop or rewind meanwhile gives them back with what was in flight and
-as many records are skipped, and buried, again from where the cursor goes back to (the
-oldest waiting then, which may include records handed out before: delivered and
-dead-lettered both, never lost).  For
-``discard(newest=True)`` such a cursor does not jump: once its budget is delivered it
-reads the rest up to where the head was, and buries it the same way.  The
+thus costs one publish per ``bury_retry_max``.  It does not stall delivery: held records
+do not count in the cursor's window (``Cursor.held_drops``), and at the first failure
+what was still to be skipped is delivered instead and ``discard`` skips nothing more
+until a publish succeeds, so what stays held is what was skipped before the failure (at
+most one read, ``batch`` records, per ``discard``): the limit is not enforced while the
+dead letters cannot be published, rather than messages lost or delivery stopped.  A stop
+or rewind meanwhile gives them back with what was in flight and as many records are
+skipped, and buried, again from where the cursor goes back to (the oldest waiting then,
+which may include records handed out before: delivered and dead-lettered both, never
+lost).  For ``discard(newest=True)`` such a cursor does not jump: once its budget is
+delivered it reads the rest up to where the head was, and buries it the same way.  The
 depth of a detached cursor counts the records between its positions and the head in the
 streams it reads, which includes records of other topics when a stream is shared
 (``may_carry`` True for a namespace-wide log): an estimate, said so in ``depth``.
@@ -556,6 +559,8 @@ class CursorEngine(Head, Commits, CatchUp, Burial):
         if count <= 0:
             return 0
         with self.lock:
+            if cursor.bury_failures and cursor.dead_letters is not None and cursor.bury is not None:
+                return 0  # its dead letters are refused: nothing more is dropped meanwhile
             waiting = self.depth(cursor)
             count = min(count, waiting)
             if not count:

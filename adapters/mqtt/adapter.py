@@ -146,6 +146,19 @@ class MqttHandle(EmbeddedHandle):
         adapter.delete_subscription(self.name)
         self.detach()
 
+    def delete_into_dead_letters(
+        self, reason: str, context: Mapping[str, str], timeout: float = 30.0
+    ) -> int:
+        """Destroy the queue in the transaction that sends its messages to its dead-letter
+        topic (the outbox on MQTT 5), then release its filters."""
+        adapter = self._adapter
+        assert isinstance(adapter, MqttAdapter)
+        node = adapter._require()
+        sent = node.engine.delete_into_dead_letters(self.name, reason, context)
+        node.session.release(self.name)
+        self.detach()
+        return sent or 0
+
 
 class MqttAdapter(Adapter):
     """MQTT adapter (see the module docstring)."""

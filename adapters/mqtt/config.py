@@ -60,6 +60,13 @@ def _topic_prefix(value: Any) -> str:
     return _prefix(value) if value else ""
 
 
+def _share_group(value: Any) -> str:
+    text = str(value)
+    if any(c in text for c in "/+#\x00"):
+        raise ValueError(f"dead_letter_share: {value!r} may not contain '/', '+' or '#'")
+    return text
+
+
 def _namespaces(value: Any) -> dict[str, str]:
     if value is None:
         return {}
@@ -112,6 +119,13 @@ class MqttSettings:
     )
     topic_prefix: str = option(
         "", parse=_topic_prefix, doc="levels in front of every MQTT topic of the gateway"
+    )
+    dead_letter_share: str = option(
+        "wsnmom",
+        parse=_share_group,
+        doc="MQTT 5: the shared-subscription group (`$share/<group>/...`) the gateways of "
+        "one topic prefix read their dead letters through, so that each dead letter is "
+        "held by one of them; empty: each gateway holds a copy of every one",
     )
     data_dir: str | None = option(
         None,

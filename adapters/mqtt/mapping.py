@@ -10,6 +10,11 @@ process, so they have no filter.  The one exception is the dead-letter namespace
 topic ``wsnmom/dead-letters/name`` (:data:`DEAD_LETTER_ROOT`, under the topic prefix),
 published and subscribed like any other, so dead letters live on the broker.
 
+The gateways of one topic prefix read each destination through the shared subscription
+``$share/<dead_letter_share>/<topic>`` (MQTT 5): the broker hands each dead letter to one
+of them, which holds it, as RabbitMQ's competing consumers do on one queue; with an empty
+``dead_letter_share`` each gateway's box gets a copy of every one.
+
 With a ``topic_prefix`` every MQTT topic of the gateway lies under it (``prefix/root/a/b``),
 "everything" is ``prefix/#``, and MQTT topics outside it are nobody's.
 
@@ -55,7 +60,12 @@ class MqttMapping:
     """Topic <-> MQTT topic name, and patterns -> filters, for one adapter.  Thread-safe."""
 
     def __init__(
-        self, namespaces: Mapping[str, str], topic_prefix: str = "", *, dead_letters: bool = False
+        self,
+        namespaces: Mapping[str, str],
+        topic_prefix: str = "",
+        *,
+        dead_letters: bool = False,
+        dead_letter_share: str = "",
     ) -> None:
         self.roots = NamespaceRoots.for_syntax(dict(namespaces), MQTT)
         #: "prefix/" or ""
@@ -63,6 +73,9 @@ class MqttMapping:
         #: whether dead letters are on the broker (MQTT 5), and the levels above them
         self.dead_letters = dead_letters
         self.dead_letter_head = f"{self.head}{DEAD_LETTER_ROOT}/"
+        #: the filters of dead-letter boxes are shared subscriptions of this group (each
+        #: dead letter reaches one gateway of it); "": plain ones (each gets a copy)
+        self.dead_letter_share = f"$share/{dead_letter_share}/" if dead_letter_share else ""
         self.everything = self.head + EVERYTHING
         self._lock = threading.Lock()
         self._names: dict[Topic, str] = {}
@@ -133,9 +146,9 @@ class MqttMapping:
             if self.dead_letters and p.namespace == DEAD_LETTER_NAMESPACE:
                 # one destination, or (wildcards) all of them: routed by the queue store
                 if p.is_concrete and len(p.segments) == 1:
-                    found.add(self.name(p.as_topic()))
+                    found.add(self.dead_letter_share + self.name(p.as_topic()))
                 else:
-                    found.add(self.dead_letter_head + EVERYTHING)
+                    found.add(self.dead_letter_share + self.dead_letter_head + EVERYTHING)
         external = [p for p in patterns if not is_internal_namespace(p.namespace)]
         if not external:
             return frozenset(found)

@@ -47,7 +47,10 @@ class Node:
         self.directory = settings.queue_dir
         self.users = 0
         self.mapping = MqttMapping(
-            settings.namespaces, settings.topic_prefix, dead_letters=settings.v5
+            settings.namespaces,
+            settings.topic_prefix,
+            dead_letters=settings.v5,
+            dead_letter_share=settings.dead_letter_share,
         )
         self.engine = Engine(
             os.path.join(self.directory, "queues"),

@@ -9,7 +9,13 @@ lost connection between the PUBACK and the delete sends it again (at least once,
 lost); what waits in the outbox when the gateway starts is sent first.
 
 One thread per node; it sleeps until a transaction wrote to the outbox, and retries every
-``_RETRY`` seconds while the broker refuses or is away.
+``_RETRY`` seconds while the broker is away or refuses for a while (quota exceeded, no
+PUBACK in time).  A dead letter the broker refuses for good (``PublishRefused``: not
+authorized by its ACL, too large for it, ...) would be refused again each time and keep
+every later one waiting behind it: it is *parked* instead, moved from the outbox into
+the gateway's own queue of its destination (``Engine.outbox_park``), as on MQTT 3.1.1,
+so the gateway still lists, counts, replays and purges it, and it is logged once; the
+others go on to the broker.
 """
 
 from __future__ import annotations
@@ -18,11 +24,11 @@ import logging
 import threading
 
 from wsnmom.adapters.embedded.store import Engine
-from wsnmom.core.adapter import AdapterError
+from wsnmom.core.adapter import AdapterError, OutboundMessage
 from wsnmom.topic_mapping.errors import NameNotRepresentable
 
 from .mapping import MqttMapping
-from .publisher import Publisher
+from .publisher import Publisher, PublishRefused
 
 __all__ = ["Outbox"]
 
@@ -48,8 +54,9 @@ class Outbox:
         self._stopped = threading.Event()
         self._stopping = False
         self._thread: threading.Thread | None = None
-        #: dead letters sent and confirmed since start (stats, tests)
+        #: dead letters sent and confirmed since start, and parked (stats, tests)
         self.sent = 0
+        self.parked = 0
 
     def kick(self) -> None:
         """Something was written to the outbox (called after the commit)."""
@@ -100,8 +107,27 @@ class Outbox:
             except NameNotRepresentable as exc:  # pragma: no cover - names are checked
                 log.error("MQTT: a dead letter without an MQTT topic is dropped: %s", exc)
                 bad.append(rid)
+        parked: list[tuple[int, OutboundMessage]] = []
+        why: set[str] = set()
         if items:
-            self._publisher.publish_many([item for _, item in items], self._timeout, retain=False)
-        self._engine.outbox_remove([rid for rid, _ in items] + bad)
-        self.sent += len(items)
+            outcomes = self._publisher.publish_each(
+                [item for _, item in items], self._timeout, retain=False
+            )
+            for (rid, (_, message)), outcome in zip(items, outcomes, strict=True):
+                if isinstance(outcome, PublishRefused):
+                    parked.append((rid, message))
+                    why.add(str(outcome))
+        if parked:
+            self._engine.outbox_park(parked)
+            self.parked += len(parked)
+            log.error(
+                "MQTT: the broker refuses %d dead letter(s) for good (%s); they are kept in "
+                "the gateway's own dead letters instead (listed, replayed and purged as the "
+                "others)",
+                len(parked),
+                "; ".join(sorted(why)),
+            )
+        kept = {rid for rid, _ in parked}
+        self._engine.outbox_remove([rid for rid, _ in items if rid not in kept] + bad)
+        self.sent += len(items) - len(parked)
         return True

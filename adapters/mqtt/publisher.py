@@ -46,7 +46,7 @@ from .config import MqttSettings
 from .link import Link, ReasonCode, mqtt
 from .wire import publish_properties
 
-__all__ = ["Publisher", "Retained"]
+__all__ = ["PublishRefused", "Publisher", "Retained"]
 
 log = logging.getLogger("wsnmom.adapters.mqtt")
 
@@ -57,6 +57,16 @@ except ImportError as exc:  # pragma: no cover - link.py raised already
 
 #: PUBACK reason "no matching subscribers" (MQTT 5): accepted, nobody received it
 _NO_SUBSCRIBERS = 0x10
+#: PUBACK reasons that will not change when the message is sent again: not authorized,
+#: topic name invalid, packet too large, payload format invalid (MQTT 5)
+_REFUSED_FOR_GOOD = frozenset({0x87, 0x90, 0x95, 0x99})
+
+
+class PublishRefused(PublishFailed):
+    """The broker (or its limits, known from CONNACK) refuses this message for good:
+    sending it again would be refused again."""
+
+
 #: unacknowledged messages before the first CONNACK says what the broker takes
 _DEFAULT_WINDOW = 20
 
@@ -161,28 +171,74 @@ class Publisher:
     ) -> list[PublishReceipt]:
         """Publish each (MQTT topic, message) with QoS 1 and wait for every PUBACK; with
         RETAIN as ``retain`` says (None: the setting ``retain``)."""
+        return [self._receipt(reason) for reason in self._publish(items, timeout, retain)]
+
+    def publish_each(
+        self,
+        items: Sequence[tuple[str, OutboundMessage]],
+        timeout: float,
+        *,
+        retain: bool | None = None,
+    ) -> list[PublishReceipt | PublishRefused]:
+        """``publish_many``, except that a message the broker refuses for good
+        (``PublishRefused``) is answered in its place instead of failing the others;
+        any other failure (a lost connection, no PUBACK in time, a refusal that may
+        pass later) still raises for the whole batch."""
+        refused: dict[int, PublishRefused] = {}
+        reasons = self._publish(items, timeout, retain, refused)
+        out: list[PublishReceipt | PublishRefused] = []
+        for i, reason in enumerate(reasons):
+            if i in refused:
+                out.append(refused[i])
+                continue
+            try:
+                out.append(self._receipt(reason))
+            except PublishRefused as exc:
+                out.append(exc)
+        return out
+
+    def _publish(
+        self,
+        items: Sequence[tuple[str, OutboundMessage]],
+        timeout: float,
+        retain: bool | None,
+        refused: dict[int, PublishRefused] | None = None,
+    ) -> list[ReasonCode | None]:
+        """Send ``items`` and wait for their PUBACKs; each one's reason code (None: not
+        sent, or MQTT 3.1.1).  ``refused`` None: a message too large raises; else it is
+        put there by its index and not sent."""
         if not self.link.connected:
             raise AdapterUnavailable("the MQTT broker is not connected")
         limit = self.max_packet_size
         largest = self.settings.max_message_bytes
         v5 = self.settings.v5
         keep = self.settings.retain if retain is None else retain
-        batch = _Batch(len(items), [None] * len(items), keep)
-        entries = []
+        reasons: list[ReasonCode | None] = [None] * len(items)
+        sending: list[tuple[int, str, OutboundMessage]] = []
         for i, (name, message) in enumerate(items):
+            problem: PublishRefused | None = None
             if limit is not None and len(message.body) + len(name) + 64 > limit:
-                raise PublishFailed(
+                problem = PublishRefused(
                     f"the message is too large for the broker ({len(message.body)} bytes, "
                     f"packets of at most {limit} bytes)"
                 )
-            if largest is not None and len(message.body) > largest:
-                raise PublishFailed(
+            elif largest is not None and len(message.body) > largest:
+                problem = PublishRefused(
                     f"the message has {len(message.body)} bytes, max_message_bytes is {largest}"
                 )
-            props = publish_properties(message) if v5 else None
-            entries.append((batch, i, name, message.body, props))
-        if not entries:
-            return []
+            if problem is None:
+                sending.append((i, name, message))
+            elif refused is None:
+                raise problem
+            else:
+                refused[i] = problem
+        if not sending:
+            return reasons
+        batch = _Batch(len(sending), reasons, keep)
+        entries = [
+            (batch, i, name, message.body, publish_properties(message) if v5 else None)
+            for i, name, message in sending
+        ]
         # deque.extend of a list is one step for other threads: a batch is never split
         self._pending.extend(entries)
         if not self._kicked:
@@ -192,7 +248,7 @@ class Publisher:
             batch.fail(PublishFailed(f"the MQTT broker did not confirm within {timeout:g}s"))
         if batch.error is not None:
             raise batch.error
-        return [self._receipt(reason) for reason in batch.reasons]
+        return batch.reasons
 
     def _pump(self) -> None:
         """Send waiting messages while the window has room (the driver's thread)."""
@@ -227,6 +283,8 @@ class Publisher:
         if not self.settings.v5 or reason is None:
             return PublishReceipt(routed=None)
         if reason.is_failure:
+            if reason.value in _REFUSED_FOR_GOOD:
+                raise PublishRefused(f"the MQTT broker refused the message ({reason})")
             raise PublishFailed(f"the MQTT broker refused the message ({reason})")
         return PublishReceipt(routed=reason.value != _NO_SUBSCRIBERS)
 

@@ -380,6 +380,7 @@ class RabbitMQAdapter(Adapter):
             self.queue_name(spec.name),
             self.opts.prefetch,
             self.pool.forget,
+            lambda messages, timeout: self.publish_many(messages, timeout=timeout),
         )
 
     def subscription(self, spec: SubscriptionSpec) -> SubscriptionHandle:

@@ -246,6 +246,17 @@ class Consumers:
             frame = await admin.call("queue_declare", queue, passive=True)
         return int(frame.method.message_count)
 
+    async def unbind(self, sub: RabbitMQSubscription) -> None:
+        """Remove every binding of ``sub``'s queue (those of its patterns and those this
+        process made): it receives nothing more."""
+        link = sub.link
+        await link.ready(self.timeout)
+        bindings = set(self.declarations.names.bindings_for(sub.spec.patterns)) | sub.bound
+        async with link.declaring() as admin:
+            for exchange, key in sorted(bindings):
+                await admin.call("queue_unbind", sub.queue, exchange, key)
+        sub.bound = set()
+
     async def delete_queue(self, queue: str, sub: RabbitMQSubscription | None) -> None:
         """Stop ``sub``'s consumer and puller (when given) and delete ``queue``."""
         link = sub.link if sub is not None else self.primary

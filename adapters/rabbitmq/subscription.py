@@ -5,16 +5,28 @@ adapter's :class:`~.consumers.Consumers`.  Peeking is refused (:data:`PEEK_REFUS
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
 
 from wsnmom.core.adapter import (
+    HEADER_DROPPED_AT,
+    HEADER_DROPPED_ATTEMPTS,
+    HEADER_DROPPED_FROM,
+    HEADER_DROPPED_REASON,
+    HEADER_MESSAGE_ID,
+    HEADER_TOPIC_NAMESPACE,
+    HEADER_TOPIC_PATH,
+    AdapterError,
     AdapterUnavailable,
     MiddlewareBusy,
+    OutboundMessage,
     Received,
     StoredMessage,
     SubscriptionHandle,
     SubscriptionSpec,
 )
+from wsnmom.topic_mapping.model import Topic
 
 from ._link import Channel, Link
 from .consumers import Consumers
@@ -41,6 +53,7 @@ class RabbitMQSubscription(SubscriptionHandle):
         queue: str,
         prefetch: int,
         forget: Callable[[RabbitMQSubscription], None],
+        publish: Callable[[Sequence[OutboundMessage], float], object] | None = None,
     ) -> None:
         self.name = spec_.name
         #: the consuming connection this subscription's channels live on
@@ -49,6 +62,8 @@ class RabbitMQSubscription(SubscriptionHandle):
         self.queue = queue
         self._consumers = consumers
         self._forget = forget
+        #: the adapter's confirmed ``publish_many`` (``delete_into_dead_letters``)
+        self._publish = publish
         #: bindings in place on the broker (as far as this process knows)
         self.bound: set[Binding] = set()
         self.on_message: Callable[[Received], None] | None = None
@@ -120,5 +135,63 @@ class RabbitMQSubscription(SubscriptionHandle):
         self._forget(self)
         c.run(c.delete_queue(self.queue, self), link=self.link)
 
+    def delete_into_dead_letters(
+        self, reason: str, context: Mapping[str, str], timeout: float = 30.0
+    ) -> int:
+        """Unbind the queue (it receives nothing more), stop its consumer (what it held
+        is requeued), then take its messages in batches, publish each batch to the
+        dead-letter topic with publisher confirms and acknowledge it, and delete the
+        queue once a ``basic.get`` finds it empty.  A publish not confirmed within
+        ``timeout`` requeues its batch, binds the queue again and raises (the
+        subscription goes on, without what went before)."""
+        topic, publish = self.spec.dead_letters, self._publish
+        if topic is None or publish is None:
+            raise NotImplementedError("this subscription has no dead-letter topic")
+        c = self._consumers
+        c.run(c.unbind(self), link=self.link)
+        self.stop()
+        sent = 0
+        try:
+            while batch := self.pull(500, timeout=0.0):
+                try:  # ``timeout`` for each batch: a long queue takes as long as it needs
+                    publish(
+                        [_dropped(r, topic, self.name, reason, context) for r in batch], timeout
+                    )
+                except BaseException:
+                    for r in batch:
+                        r.nack(requeue=True)
+                    raise
+                for r in batch:
+                    r.ack()
+                sent += len(batch)
+        except AdapterError:
+            c.run(c.declarations.declare_for(self), link=self.link)  # bound again
+            raise
+        self.delete()
+        return sent
+
     def __repr__(self) -> str:
         return f"<RabbitMQSubscription {self.name} queue={self.queue}>"
+
+
+def _dropped(
+    r: Received, topic: Topic, name: str, reason: str, context: Mapping[str, str]
+) -> OutboundMessage:
+    """``r`` as the dead letter of subscription ``name`` on ``topic``."""
+    headers = {k: v for k, v in r.headers.items() if isinstance(v, str)}
+    if r.topic is not None:
+        headers.setdefault(HEADER_TOPIC_NAMESPACE, r.topic.namespace)
+        headers.setdefault(HEADER_TOPIC_PATH, "/".join(r.topic.path))
+    headers.update(context)
+    headers[HEADER_DROPPED_REASON] = reason
+    headers[HEADER_DROPPED_FROM] = name
+    headers[HEADER_DROPPED_AT] = datetime.now(UTC).isoformat()
+    if r.redelivered:
+        headers[HEADER_DROPPED_ATTEMPTS] = "1"  # handed out before, at least once
+    return OutboundMessage(
+        topic=topic,
+        body=bytes(r.body),
+        message_id=headers.get(HEADER_MESSAGE_ID) or uuid.uuid4().hex,
+        headers=headers,
+        content_type=r.content_type or "application/xml",
+    )

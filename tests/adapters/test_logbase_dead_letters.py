@@ -19,9 +19,11 @@ from typing import Any
 import pytest
 from wsnmom.adapters.filelog.adapter import FileLogAdapter
 from wsnmom.core.adapter import (
+    DROPPED_OVERFLOW_END,
     HEADER_DROPPED_FROM,
     HEADER_DROPPED_REASON,
     INTERNAL_NAMESPACE_PREFIX,
+    AdapterUnavailable,
     OutboundMessage,
     PublishReceipt,
     QueueLimits,
@@ -231,6 +233,88 @@ def test_a_lasting_refusal_holds_them_and_backs_off_without_redelivering(
     adapter.publish(msg(b"after"))
     got.wait_for(9, 5)
     assert bodies(got)[-1] == b"after" and len(got.received) == 9
+
+
+def test_a_lasting_refusal_does_not_stall_delivery_nor_drop_more(
+    adapter: FileLogAdapter,
+) -> None:
+    """More records held for a refused dead-letter publish than the cursor's window
+    (prefetch 2, 6 held): they do not count in it, so the records it keeps are delivered;
+    while the refusal lasts a ``discard`` skips nothing; once the topic takes them, the
+    held ones are dead-lettered and ``discard`` drops again."""
+    engine = adapter.cursor_engine()
+    engine.bury_retry_first, engine.bury_retry_max = 0.2, 0.4
+    dead = grave(adapter)
+    real = adapter.publish_many
+    refusing = True
+
+    def refused(messages: Sequence[OutboundMessage], timeout: float = 10.0) -> Any:
+        if any(m.topic == GRAVE for m in messages) and refusing:
+            raise RuntimeError("dead-letter topic refused")
+        return real(messages, timeout)
+
+    adapter.publish_many = refused  # type: ignore[method-assign]
+    handle = paused(adapter, "window", 10)
+    cursor = engine._cursors["window"]
+    assert handle.discard(6) == 6
+    wait_until(lambda: cursor.bury_failures, 5, what="a refused publish")
+    wait_until(lambda: handle.depth() == 4, 5, what="six skipped")
+    assert handle.discard(1) == 0  # refused meanwhile: nothing more is dropped
+    got = Collector()
+    handle.start(got, prefetch=2)
+    got.wait_for(4, 5)
+    adapter.publish_many([msg(b"a"), msg(b"b"), msg(b"c")])
+    got.wait_for(7, 5)
+    assert bodies(got) == [b"6", b"7", b"8", b"9", b"a", b"b", b"c"]
+    with engine.lock:
+        assert cursor.held_drops == 6 and cursor.unsettled == 6
+    refusing = False
+    dead.wait_for(6, 10)
+    assert bodies(dead) == [b"%d" % i for i in range(6)]
+    wait_until(lambda: not cursor.unsettled, 5, what="the held records settled")
+    assert cursor.held_drops == 0
+    handle.stop()
+    adapter.publish_many([msg(b"f"), msg(b"g")])
+    wait_until(lambda: handle.depth() == 2, 5, what="two waiting")
+    assert handle.discard(1) == 1
+    dead.wait_for(7, 5)
+    assert bodies(dead)[6:] == [b"f"]
+    assert bodies(got) == [b"6", b"7", b"8", b"9", b"a", b"b", b"c"]
+
+
+def test_an_end_whose_publish_is_refused_keeps_the_cursor_and_succeeds_later(
+    adapter: FileLogAdapter,
+) -> None:
+    """``delete_into_dead_letters`` while the dead-letter topic refuses: it raises and the
+    cursor stays (core then goes on delivering it and tries again at the next sweep);
+    tried again once the topic takes them, every record reaches the dead letters once and
+    the cursor is gone."""
+    engine = adapter.cursor_engine()
+    engine.bury_retry_first, engine.bury_retry_max = 0.2, 0.4
+    dead = grave(adapter)
+    real = adapter.publish_many
+    refusing = True
+
+    def refused(messages: Sequence[OutboundMessage], timeout: float = 10.0) -> Any:
+        if any(m.topic == GRAVE for m in messages) and refusing:
+            raise RuntimeError("dead-letter topic refused")
+        return real(messages, timeout)
+
+    adapter.publish_many = refused  # type: ignore[method-assign]
+    handle = paused(adapter, "ending", 4)
+    with pytest.raises(AdapterUnavailable, match="not published"):
+        handle.delete_into_dead_letters(DROPPED_OVERFLOW_END, {}, timeout=5)
+    assert "ending" in engine.names()
+    refusing = False
+    assert handle.delete_into_dead_letters(DROPPED_OVERFLOW_END, {}, timeout=5) >= 1
+    assert "ending" not in engine.names()
+    dead.wait_for(4, 5)
+    adapter.publish_many([OutboundMessage(topic=GRAVE, body=b"sentinel", message_id="s")])
+    dead.wait_for_body(b"sentinel", 5)
+    assert sorted(bodies(dead)) == [b"0", b"1", b"2", b"3", b"sentinel"]
+    # buried by the second end, or by the retry of what the first one held
+    reasons = {m.headers[HEADER_DROPPED_REASON] for m in dead.received if m.body != b"sentinel"}
+    assert reasons <= {DROPPED_OVERFLOW_END, "overflow"}
 
 
 def test_a_stop_while_they_are_held_skips_them_again(adapter: FileLogAdapter) -> None:

@@ -5,7 +5,11 @@ gateway, with the ``wsnmom-dl-*`` context as user properties) and what the queue
 drop (published from the queue store's outbox, with the ``wsnmom-dropped-*`` properties),
 never retained; the gateway's own box reads the same messages back through its session.
 The shared suite (tests/e2e/test_dead_letters.py) covers listing, replay and the metric.
-Cost: one gateway (about 3 s) and three failed attempts at 0.2-0.5 s.
+A dead letter the broker refuses for good (here its ACL forbids writing to one
+destination) is kept by the gateway instead, listed, counted and replayed as the others,
+and does not keep the later ones from the broker.
+Cost: one gateway (about 3 s) and three failed attempts at 0.2-0.5 s; one more gateway
+and a Mosquitto of its own for the refusal.
 """
 
 from __future__ import annotations
@@ -24,10 +28,14 @@ import requests
 
 pytest.importorskip("paho.mqtt")
 
+from wsnmom.adapters.mqtt.mapping import MqttMapping
+from wsnmom.core.dead_letters import destination_topic
+from wsnmom.topic_mapping.model import Topic
+
 from tests.e2e.conftest import Wsn
-from tests.fixtures.mosquitto import close_client, native_client
+from tests.fixtures.mosquitto import MosquittoNode, close_client, native_client
 from tests.fixtures.server import ConsumerServer, RunningServer, free_port, mqtt_gateway_url
-from tests.support.soap import WSNMOM
+from tests.support.soap import NS, WSNMOM
 from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.mqtt]
@@ -146,3 +154,127 @@ def test_what_a_queue_limit_drops_reaches_the_broker_through_the_outbox(
         assert {d["reason"] for d in found} == {"overflow"}
     finally:
         reader.close()
+
+
+def test_a_dead_letter_the_broker_refuses_for_good_is_kept_and_blocks_no_other(
+    mosquitto_factory: Any, consumer: ConsumerServer, consumer_factory: Any
+) -> None:
+    """The broker's ACL lets the gateway read destination ``refused`` but not write it:
+    what subscription A's limit drops there is refused with "not authorized" at each
+    attempt.  It is parked in the gateway's own queue of the destination (listed,
+    counted, replayable), and what B's limit drops afterwards, behind it in the outbox,
+    still reaches the broker."""
+    tag = uuid.uuid4().hex[:10]
+    ns = f"urn:test:{uuid.uuid4().hex[:8]}"
+    mapping = MqttMapping({}, f"g{tag}", dead_letters=True)
+    root = mapping.name(Topic(ns, ("a",))).rsplit("/", 1)[0]
+    refused, fine = "r" + uuid.uuid4().hex[:12], "f" + uuid.uuid4().hex[:12]
+
+    def dl(name: str) -> str:
+        return mapping.name(destination_topic(name))
+
+    node: MosquittoNode = mosquitto_factory(
+        acl=(
+            f"topic readwrite {root}/#\n"
+            f"topic readwrite {dl('default')}\n"
+            f"topic readwrite {dl(fine)}\n"
+            f"topic read {dl(refused)}\n"
+        )
+    )
+    data_dir = Path(tempfile.mkdtemp(prefix="wsnmom-mqtt-refused-"))
+    server = RunningServer(
+        "mqtt",
+        mqtt_gateway_url(node.url, tag),
+        data_dir,
+        free_port(),
+        extra_env={"WSNMOM_LIMITS__MAX_MESSAGES": "1"},
+    )
+    server.start()
+    reader = Reader(node.url, dl(fine))
+    try:
+        wsn = Wsn(server, ns)
+        a = wsn.subscribe(consumer.address("/a"), "tns:a", policy=policy(refused))
+        b = wsn.subscribe(consumer.address("/b"), "tns:b", policy=policy(fine))
+        for sub in (a, b):
+            wsn.post(sub.address, "<wsnt:PauseSubscription/>").ok()
+        for n in ("a1", "a2", "a3"):
+            wsn.notify(("tns:a", f'<n xmlns="urn:n">{n}</n>'))
+        parked = wait_until(
+            lambda: (d := letters(server, refused)) and len(d) == 2 and d,
+            30,
+            what="A's two dead letters, kept by the gateway",
+        )
+        assert {d["reason"] for d in parked} == {"overflow"}
+        assert {d["subscription"] for d in parked} == {a.id}
+        for n in ("b1", "b2", "b3"):
+            wsn.notify(("tns:b", f'<n xmlns="urn:n">{n}</n>'))
+        # behind the refused ones in the outbox, B's reach the broker
+        got = reader.take(2)
+        assert b">b1<" in got[0].payload and b">b2<" in got[1].payload
+        assert {properties(m)["wsnmom-dropped-from"] for m in got} == {b.id}
+        wait_until(lambda: len(letters(server, fine)) == 2, 30, what="B's dead letters read back")
+        assert [d["id"] for d in letters(server, refused)] == [d["id"] for d in parked]
+        text = requests.get(f"{server.base_url}/metrics", timeout=10).text
+        assert 'wsnmom_dead_letters_total{reason="overflow",source="middleware"} 4.0' in text
+        refusals = server.log_path.read_text().count("dead letter(s) for good")
+        assert 1 <= refusals <= 2, server.log_tail()  # once per parking, not per attempt
+        # a parked dead letter is replayed like any other
+        other = consumer_factory()
+        url = f"{server.base_url}/wsn/admin/api/dead-letters/{parked[0]['id']}/replay"
+        resp = requests.post(url, json={"consumer": other.address("/r")}, timeout=10)
+        assert resp.status_code == 200, resp.text
+        [message] = other.wait_for_messages(1, timeout=10)
+        assert message.findtext("wsnt:Message/{urn:n}n", namespaces=NS) == "a1"
+        assert [d["id"] for d in letters(server, refused)] == [parked[1]["id"]]
+    finally:
+        reader.close()
+        server.stop()
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def test_two_gateways_on_one_broker_hold_each_dead_letter_once(
+    mqtt_url: str, consumer: ConsumerServer
+) -> None:
+    """Two gateways of one topic prefix read their destination through one shared
+    subscription (``dead_letter_share``): the broker hands each dead letter to one of
+    them, so every dead letter is listed by exactly one gateway (each held a copy of
+    every one before)."""
+    tag = uuid.uuid4().hex[:10]
+    destination = "s" + uuid.uuid4().hex[:12]
+    env = {"WSNMOM_LIMITS__MAX_MESSAGES": "1", "WSNMOM_DEAD_LETTERS__DESTINATION": destination}
+    servers: list[RunningServer] = []
+    dirs: list[Path] = []
+    try:
+        for _ in range(2):
+            dirs.append(Path(tempfile.mkdtemp(prefix="wsnmom-mqtt-share-")))
+            servers.append(
+                RunningServer(
+                    "mqtt", mqtt_gateway_url(mqtt_url, tag), dirs[-1], free_port(), extra_env=env
+                )
+            )
+            servers[-1].start()
+        wsn = Wsn(servers[0], f"urn:test:{uuid.uuid4().hex[:8]}")
+        sub = wsn.subscribe(consumer.address("/shared"), "tns:t")  # the default destination
+        wsn.post(sub.address, "<wsnt:PauseSubscription/>").ok()
+        wsn.notify(("tns:t", '<n xmlns="urn:n">kept</n>'))
+        produced = 0
+        # each Notify now drops the one before it into the dead letters, until both
+        # gateways hold some (the broker alternates between them)
+        while not all(letters(s, destination) for s in servers):
+            assert produced < 40, [len(letters(s, destination)) for s in servers]
+            produced += 1
+            wsn.notify(("tns:t", f'<n xmlns="urn:n">n{produced}</n>'))
+            wait_until(
+                lambda n=produced: sum(len(letters(s, destination)) for s in servers) >= n,
+                30,
+                what=f"{produced} dead letter(s)",
+            )
+        held = [letters(s, destination) for s in servers]
+        ids = [d["message_id"] for found in held for d in found]
+        assert len(ids) == produced and len(set(ids)) == produced, held
+        assert {d["reason"] for found in held for d in found} == {"overflow"}
+    finally:
+        for server in servers:
+            server.stop()
+        for d in dirs:
+            shutil.rmtree(d, ignore_errors=True)

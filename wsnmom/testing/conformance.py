@@ -44,6 +44,7 @@ import pytest
 from wsnmom.core.adapter import (
     DROPPED_MAX_AGE,
     DROPPED_OVERFLOW,
+    DROPPED_OVERFLOW_END,
     HEADER_DROPPED_AT,
     HEADER_DROPPED_FROM,
     HEADER_DROPPED_REASON,
@@ -1229,6 +1230,48 @@ class DroppedToDeadLetters(AdapterFixtures):
         assert old.headers[HEADER_DROPPED_REASON] == DROPPED_MAX_AGE
         assert old.headers[HEADER_DROPPED_FROM] == name
         self._assert_dropped_at(old, published)
+
+    def test_delete_into_dead_letters(
+        self, adapter: Adapter, namespace: str, unique_name: Names
+    ) -> None:
+        """``delete_into_dead_letters``: the whole backlog, what was handed out and not
+        settled included, reaches the dead-letter topic, each message once, with the
+        reason and the context given, and the subscription is gone."""
+        grave, box = self._grave(adapter, unique_name)
+        name = unique_name()
+        topic = self.topic(namespace, "t")
+        patterns = (self.pattern(namespace, "t"),)
+        handle = self.subscribe(adapter, name, patterns, dead_letters=grave)
+        published = datetime.now(UTC)
+        for i in range(3):
+            self.publish(adapter, topic, b"%d" % i, **{"x-kept": str(i)})
+        held = Collector(ack=False)
+        handle.start(held, prefetch=2)
+        assert len(held.wait_for(2, self.receive_timeout)) == 2  # handed out, not settled
+        handle.stop()  # as core stops its delivery first
+        for i in range(3, 5):
+            self.publish(adapter, topic, b"%d" % i)
+        self.wait_routed(handle, 5)
+        sent = handle.delete_into_dead_letters(
+            DROPPED_OVERFLOW_END, {"x-context": "ended"}, timeout=2 * self.receive_timeout
+        )
+        assert sent == 5
+        dropped = self._dropped(box, 5)
+        assert sorted(m.body for m in dropped) == [b"0", b"1", b"2", b"3", b"4"]
+        for m in dropped:
+            assert m.headers[HEADER_DROPPED_REASON] == DROPPED_OVERFLOW_END
+            assert m.headers[HEADER_DROPPED_FROM] == name
+            assert m.headers[HEADER_TOPIC_PATH] == "t"
+            self._assert_dropped_at(m, published)
+            if adapter.capabilities.native_headers:
+                assert m.headers["x-context"] == "ended"
+        if adapter.capabilities.native_headers:
+            kept = {m.body: m.headers.get("x-kept") for m in dropped}
+            assert kept[b"0"] == "0" and kept[b"2"] == "2"
+        self.assert_quiet(adapter, box, grave)  # each once, nothing more
+        self.publish(adapter, topic, b"after")  # reaches no queue: the subscription is gone
+        again = self.subscribe(adapter, name, patterns)
+        self.assert_quiet(adapter, again, topic)
 
 
 class CurrentMessage(AdapterFixtures):

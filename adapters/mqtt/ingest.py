@@ -98,6 +98,11 @@ class Ingest(SessionParts):
                     stats.dropped_twins += 1
                     continue
                 keep.append(self._convert(message))
+            elif isinstance(item, _Barrier):  # the fallback (an UNSUBACK)
+                if keep:
+                    self._commit(keep)
+                    keep = []
+                _run_barrier(item)
             elif isinstance(item, _Retire):
                 self._retire(item.items)
             elif isinstance(item, _Acked):

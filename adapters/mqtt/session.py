@@ -33,7 +33,9 @@ the broker sending a session's messages in the order it queued them, across topi
 promises the order per topic and publisher only; Mosquitto keeps one FIFO per session);
 it needs no MQTT 5 feature, so MQTT 3.1.1 gets the same barrier.  Sentinels are
 acknowledged and never routed; one whose barrier is gone (a connection lost, a copy
-through a second filter, a previous run) is dropped.
+through a second filter, a previous run) is dropped.  A broker whose ACL refuses the
+sentinel topic gets the former barrier (logged as an error): the UNSUBACK of a no-op
+UNSUBSCRIBE, which is right unless the session has a backlog beyond its window.
 
 Besides the queue store, *taps* (:mod:`.taps`) may consume the session: their filters join
 the same filter set, and the worker hands each tap its messages after the queue store's
@@ -104,6 +106,11 @@ _WARN_EVERY = 30.0
 SENTINEL_ROOT = "wsnmom/sentinel"
 
 
+#: the fallback barrier (:meth:`Session._sentinel_refused_cb`) unsubscribes this topic,
+#: never subscribed
+FALLBACK_BARRIER_TOPIC = "wsnmom/barrier"
+
+
 def sentinel_topic(head: str, client_id: str) -> str:
     """The topic of the barriers of the session ``client_id`` (``head``: the topic prefix
     and its slash, or ""); characters a topic level cannot hold become ``_``."""
@@ -149,6 +156,10 @@ class Session(Ingest):
         #: the SUBSCRIBE of the sentinel topic went out on this connection, and its mid
         self._sentinel_subscribed = False
         self._sentinel_mid: int | None = None
+        #: the broker refused the sentinel topic (its ACL): barriers fall back to UNSUBACKs
+        self._sentinel_refused = False
+        #: barriers sent as a no-op UNSUBSCRIBE (the fallback), by mid
+        self._unsub_barriers: dict[int, _Barrier] = {}
         #: unique to this run: a sentinel of a previous run completes nothing
         self._run_id = uuid.uuid4().hex
         self._unacked_barriers: list[_Barrier] = []
@@ -291,11 +302,21 @@ class Session(Ingest):
         return b.result
 
     def _send_barrier(self, b: _Barrier) -> None:
+        if self._sentinel_refused:
+            self._send_unsubscribe_barrier(b)
+            return
         if not self._sentinel_subscribed:
             self._subscribe_sentinel()
         token = f"{self._run_id}:{next(self._tokens)}".encode()
         self._barriers[token] = b
         self.link.client.publish(self.sentinel_topic, token, qos=1)
+
+    def _send_unsubscribe_barrier(self, b: _Barrier) -> None:
+        """The fallback barrier: the UNSUBACK of a no-op UNSUBSCRIBE, which overtakes
+        messages the broker holds back behind a full Receive Maximum window."""
+        rc, mid = self.link.client.unsubscribe(FALLBACK_BARRIER_TOPIC)
+        if rc == mqtt.MQTT_ERR_SUCCESS and mid is not None:
+            self._unsub_barriers[mid] = b
 
     def _subscribe_sentinel(self) -> None:
         """Subscribe the sentinel topic (before the connection's first barrier: the broker
@@ -369,13 +390,7 @@ class Session(Ingest):
     ) -> None:
         if mid == self._sentinel_mid:
             if reasons and reasons[0].is_failure:
-                log.error(
-                    "MQTT session: the broker refused the subscription to the sentinel "
-                    "topic %r (%s): new subscriptions cannot start (see the ACLs in "
-                    "docs/adapters/mqtt.md)",
-                    self.sentinel_topic,
-                    reasons[0],
-                )
+                self._sentinel_refused_cb(reasons[0])
             return
         with self._cv:
             op = self._sub_mids.pop(mid, None)
@@ -400,10 +415,33 @@ class Session(Ingest):
                             self._inbox.put(_Retire(after.retire))
             self._cv.notify_all()
 
+    def _sentinel_refused_cb(self, reason: ReasonCode) -> None:
+        """The broker refused the sentinel topic: the barriers waiting for sentinels and
+        all later ones (this run) fall back to UNSUBACKs."""
+        log.error(
+            "MQTT session: the broker refused the subscription to the sentinel topic %r "
+            "(%s): a subscription created behind a backlog of more than the Receive "
+            "Maximum may receive older messages; allow the gateway to publish and "
+            "subscribe it (see the ACLs in docs/adapters/mqtt.md)",
+            self.sentinel_topic,
+            reason,
+        )
+        with self._lock:
+            self._sentinel_refused = True
+            waiting, self._barriers = list(self._barriers.values()), {}
+            for b in waiting:
+                self._send_unsubscribe_barrier(b)
+
     def _unsubscribe_cb(
         self, client: Any, userdata: Any, mid: int, reasons: list[ReasonCode], props: Any
     ) -> None:
         with self._lock:
+            barrier = self._unsub_barriers.pop(mid, None)
+            if barrier is not None:
+                if barrier in self._unacked_barriers:
+                    self._unacked_barriers.remove(barrier)
+                self._inbox.put(barrier)
+                return
             op = self._unsub_mids.pop(mid, None)
             if op is None:
                 return
@@ -425,6 +463,7 @@ class Session(Ingest):
             self._generation += 1
             self._sentinel_subscribed = False
             self._sub_mids.clear()
+            self._unsub_barriers.clear()
             self._unsub_mids.clear()
             self._barriers.clear()
             # fail fast: a subscription being created waits for no reconnect (its filters

@@ -61,6 +61,10 @@ class Client:
         self.journal.append(("subscribe", topic))
         return 0, 99
 
+    def unsubscribe(self, topic: str) -> tuple[int, int]:
+        self.journal.append(("unsubscribe", topic))
+        return 0, sum(e[0] == "unsubscribe" for e in self.journal)
+
 
 def msg(
     mid: int,
@@ -184,11 +188,15 @@ def test_the_first_barrier_of_a_connection_subscribes_the_sentinel_topic_first(
     ]
 
 
-def test_a_refused_sentinel_topic_is_logged(rig: Any, caplog: pytest.LogCaptureFixture) -> None:
+def test_a_refused_sentinel_topic_falls_back_to_unsuback_barriers(
+    rig: Any, caplog: pytest.LogCaptureFixture
+) -> None:
     from wsnmom.adapters.mqtt.link import PacketTypes, ReasonCode
 
     s = rig.session
-    s._send_barrier(_Barrier(lambda: None))
+    waiting = _Barrier(lambda: "first")
+    s._unacked_barriers.append(waiting)
+    s._send_barrier(waiting)
     granted = ReasonCode(PacketTypes.SUBACK, "Granted QoS 1")  # type: ignore[no-untyped-call]
     refused = ReasonCode(PacketTypes.SUBACK, "Not authorized")  # type: ignore[no-untyped-call]
     with caplog.at_level(logging.ERROR, "wsnmom.adapters.mqtt"):
@@ -197,6 +205,30 @@ def test_a_refused_sentinel_topic_is_logged(rig: Any, caplog: pytest.LogCaptureF
         s._subscribe_cb(None, None, 99, [refused], None)
     assert "sentinel topic" in caplog.text
     assert s.stats.refused_filters == {}
+    later = _Barrier(lambda: "second")
+    s._send_barrier(later)
+    assert [e[:2] for e in rig.journal] == [
+        ("subscribe", s.sentinel_topic),
+        ("publish", s.sentinel_topic),
+        ("unsubscribe", "wsnmom/barrier"),  # the waiting one, sent again
+        ("unsubscribe", "wsnmom/barrier"),
+    ]
+    assert s._barriers == {}
+    s._unsubscribe_cb(None, None, 1, [], None)
+    s._unsubscribe_cb(None, None, 2, [], None)
+    assert s._unacked_barriers == []
+    s._process([(0, msg(1, b"<a/>")), s._inbox.get(), s._inbox.get()])
+    assert (waiting.result, later.result) == ("first", "second")
+    assert rig.store.batches == [[b"<a/>"]]
+
+
+def test_an_unsuback_barrier_runs_after_everything_before_it_is_stored(rig: Any) -> None:
+    seen: list[Any] = []
+    barrier = _Barrier(lambda: seen.append(list(rig.store.batches)) or "done")
+    rig.session._process([(0, msg(1, b"<a/>")), barrier, (0, msg(2, b"<b/>"))])
+    assert seen == [[[b"<a/>"]]]
+    assert barrier.result == "done" and barrier.done.is_set()
+    assert rig.store.batches == [[b"<a/>"], [b"<b/>"]]
 
 
 def test_a_barrier_runs_after_everything_before_its_sentinel_is_stored(rig: Any) -> None:

@@ -51,6 +51,14 @@ class _Connected:
     first: bool
 
 
+@dataclass(frozen=True, slots=True)
+class _SentinelRefused:
+    """The broker refused the sentinel topic (a SUBACK or PUBACK failure): fall back to
+    UNSUBACK barriers (worker)."""
+
+    reason: str
+
+
 @dataclass(eq=False)
 class _Barrier:
     """An action the worker runs when everything the broker queued for the session
@@ -129,3 +137,4 @@ class SessionParts:
         def _send_subscribe(self, f: str, sid: int) -> None: ...
         def _send_unsubscribe(self, f: str, sid: int) -> None: ...
         def _send_barrier(self, barrier: _Barrier) -> None: ...
+        def _sentinel_refused(self, reason: str) -> None: ...

@@ -18,7 +18,17 @@ from typing import Any
 from wsnmom.adapters.embedded.store import Engine
 from wsnmom.core.adapter import AdapterUnavailable, OutboundMessage
 
-from .inbox import _STOP, SessionParts, _Acked, _After, _Barrier, _Connected, _Removed, _Retire
+from .inbox import (
+    _STOP,
+    SessionParts,
+    _Acked,
+    _After,
+    _Barrier,
+    _Connected,
+    _Removed,
+    _Retire,
+    _SentinelRefused,
+)
 from .taps import Arrival
 from .wire import metadata, outbound
 
@@ -103,6 +113,8 @@ class Ingest(SessionParts):
                     self._commit(keep)
                     keep = []
                 _run_barrier(item)
+            elif isinstance(item, _SentinelRefused):
+                self._sentinel_refused(item.reason)
             elif isinstance(item, _Retire):
                 self._retire(item.items)
             elif isinstance(item, _Acked):

@@ -33,8 +33,9 @@ the broker sending a session's messages in the order it queued them, across topi
 promises the order per topic and publisher only; Mosquitto keeps one FIFO per session);
 it needs no MQTT 5 feature, so MQTT 3.1.1 gets the same barrier.  Sentinels are
 acknowledged and never routed; one whose barrier is gone (a connection lost, a copy
-through a second filter, a previous run) is dropped.  A broker whose ACL refuses the
-sentinel topic gets the former barrier (logged as an error): the UNSUBACK of a no-op
+through a second filter, a previous run) is dropped.  A broker that refuses the
+sentinel topic (a failed SUBACK or, MQTT 5, PUBACK) gets the former barrier (logged as an
+error): the UNSUBACK of a no-op
 UNSUBSCRIBE, which is right unless the session has a backlog beyond its window.
 
 Besides the queue store, *taps* (:mod:`.taps`) may consume the session: their filters join
@@ -81,6 +82,7 @@ from .inbox import (
     _nothing,
     _Removed,
     _Retire,
+    _SentinelRefused,
 )
 from .ingest import Ingest
 from .link import Link, Properties, ReasonCode, mqtt
@@ -156,8 +158,9 @@ class Session(Ingest):
         #: the SUBSCRIBE of the sentinel topic went out on this connection, and its mid
         self._sentinel_subscribed = False
         self._sentinel_mid: int | None = None
-        #: the broker refused the sentinel topic (its ACL): barriers fall back to UNSUBACKs
-        self._sentinel_refused = False
+        #: when the broker refused the sentinel topic (its ACL): barriers fall back to
+        #: UNSUBACKs
+        self._sentinel_refused_since: float | None = None
         #: barriers sent as a no-op UNSUBSCRIBE (the fallback), by mid
         self._unsub_barriers: dict[int, _Barrier] = {}
         #: unique to this run: a sentinel of a previous run completes nothing
@@ -183,6 +186,7 @@ class Session(Ingest):
         client.on_message = self._message_cb
         client.on_subscribe = self._subscribe_cb
         client.on_unsubscribe = self._unsubscribe_cb
+        client.on_publish = self._publish_cb
         self._first = True
         #: the first CONNACK was handled (the broker has or was asked for every filter)
         self._reconciled = False
@@ -302,7 +306,7 @@ class Session(Ingest):
         return b.result
 
     def _send_barrier(self, b: _Barrier) -> None:
-        if self._sentinel_refused:
+        if self._sentinel_refused_since is not None:
             self._send_unsubscribe_barrier(b)
             return
         if not self._sentinel_subscribed:
@@ -390,7 +394,7 @@ class Session(Ingest):
     ) -> None:
         if mid == self._sentinel_mid:
             if reasons and reasons[0].is_failure:
-                self._sentinel_refused_cb(reasons[0])
+                self._inbox.put(_SentinelRefused(str(reasons[0])))
             return
         with self._cv:
             op = self._sub_mids.pop(mid, None)
@@ -415,11 +419,22 @@ class Session(Ingest):
                             self._inbox.put(_Retire(after.retire))
             self._cv.notify_all()
 
-    def _sentinel_refused_cb(self, reason: ReasonCode) -> None:
+    def _publish_cb(
+        self, client: Any, userdata: Any, mid: int, reason: ReasonCode, props: Any
+    ) -> None:
+        # paho holds its own lock here: the worker falls back (the session publishes
+        # sentinels only; Mosquitto grants a SUBSCRIBE its ACL denies, and refuses the
+        # PUBLISH, on MQTT 5 only)
+        if reason is not None and reason.is_failure:
+            self._inbox.put(_SentinelRefused(str(reason)))
+
+    def _sentinel_refused(self, reason: str) -> None:
         """The broker refused the sentinel topic: the barriers waiting for sentinels and
-        all later ones (this run) fall back to UNSUBACKs."""
+        all later ones (this run) fall back to UNSUBACKs (worker)."""
+        if self._sentinel_refused_since is not None:
+            return
         log.error(
-            "MQTT session: the broker refused the subscription to the sentinel topic %r "
+            "MQTT session: the broker refused the sentinel topic %r "
             "(%s): a subscription created behind a backlog of more than the Receive "
             "Maximum may receive older messages; allow the gateway to publish and "
             "subscribe it (see the ACLs in docs/adapters/mqtt.md)",
@@ -427,7 +442,7 @@ class Session(Ingest):
             reason,
         )
         with self._lock:
-            self._sentinel_refused = True
+            self._sentinel_refused_since = time.monotonic()
             waiting, self._barriers = list(self._barriers.values()), {}
             for b in waiting:
                 self._send_unsubscribe_barrier(b)

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from wsnmom.adapters.mqtt import ingest
 from wsnmom.adapters.mqtt.config import MqttSettings
-from wsnmom.adapters.mqtt.inbox import _Acked, _Barrier, _Connected, _Removed
+from wsnmom.adapters.mqtt.inbox import _Acked, _Barrier, _Connected, _Removed, _SentinelRefused
 from wsnmom.adapters.mqtt.ingest import _topic_of
 from wsnmom.adapters.mqtt.mapping import MqttMapping
 from wsnmom.adapters.mqtt.session import Session, sentinel_topic
@@ -201,9 +201,11 @@ def test_a_refused_sentinel_topic_falls_back_to_unsuback_barriers(
     refused = ReasonCode(PacketTypes.SUBACK, "Not authorized")  # type: ignore[no-untyped-call]
     with caplog.at_level(logging.ERROR, "wsnmom.adapters.mqtt"):
         s._subscribe_cb(None, None, 99, [granted], None)
-        assert not caplog.records
+        assert s._inbox.empty()
         s._subscribe_cb(None, None, 99, [refused], None)
-    assert "sentinel topic" in caplog.text
+        s._process([s._inbox.get()])
+        s._process([_SentinelRefused("again")])  # logged and resent once
+    assert caplog.text.count("sentinel topic") == 1
     assert s.stats.refused_filters == {}
     later = _Barrier(lambda: "second")
     s._send_barrier(later)
@@ -220,6 +222,18 @@ def test_a_refused_sentinel_topic_falls_back_to_unsuback_barriers(
     s._process([(0, msg(1, b"<a/>")), s._inbox.get(), s._inbox.get()])
     assert (waiting.result, later.result) == ("first", "second")
     assert rig.store.batches == [[b"<a/>"]]
+
+
+def test_a_refused_sentinel_publish_is_handed_to_the_worker(rig: Any) -> None:
+    from wsnmom.adapters.mqtt.link import PacketTypes, ReasonCode
+
+    s = rig.session
+    ok = ReasonCode(PacketTypes.PUBACK, "Success")  # type: ignore[no-untyped-call]
+    refused = ReasonCode(PacketTypes.PUBACK, "Not authorized")  # type: ignore[no-untyped-call]
+    s._publish_cb(None, None, 1, ok, None)
+    assert s._inbox.empty()
+    s._publish_cb(None, None, 2, refused, None)
+    assert s._inbox.get() == _SentinelRefused("Not authorized")
 
 
 def test_an_unsuback_barrier_runs_after_everything_before_it_is_stored(rig: Any) -> None:

@@ -9,6 +9,7 @@ UNSUBACK) overtake it.  A subscription made then must still get none of the back
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -110,3 +111,22 @@ def test_a_subscription_made_behind_a_backlog_gets_only_what_follows_it(
     assert [m.body for m in until_sentinel(fresh, 60)] == [b"new"]
     kept = subscribe(again, "away", "kept")  # re-attach: the backlog was stored for it
     assert [m.body for m in until_sentinel(kept, 30)] == [*old, b"new"]
+
+
+def test_a_broker_refusing_the_sentinel_topic_gets_the_fallback_barrier(
+    make: Callable[..., MqttAdapter],
+    mosquitto_factory: Callable[..., MosquittoNode],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Mosquitto's ACL grants the SUBSCRIBE of a topic it denies and refuses the PUBLISH
+    (MQTT 5): Subscribes still work, at an UNSUBACK, and the refusal is logged."""
+    node = mosquitto_factory(acl="topic readwrite acl/#\n")
+    gateway = make(node.url, namespaces={NS: "acl"})
+    with caplog.at_level(logging.ERROR, "wsnmom.adapters.mqtt"):
+        first = subscribe(gateway, "x", "first")
+        second = subscribe(gateway, "x", "second")
+    assert "refused the sentinel topic" in caplog.text
+    gateway.publish(message("x", b"after"))
+    gateway.publish(message("x", SENTINEL))
+    assert [m.body for m in until_sentinel(first, 30)] == [b"after"]
+    assert [m.body for m in until_sentinel(second, 30)] == [b"after"]

@@ -4,8 +4,8 @@ It names the contract's classes, methods, fields, hooks and modules: every one o
 exist.  It sorts every ``Capabilities`` field into "acted on by core" or "informational",
 exactly once, as the field's own doc comment in ``core/adapter.py`` says, and the reference
 section "Capabilities" agrees.  It names every abstract method of ``Adapter`` and
-``SubscriptionHandle``, links each step to a section of the page, and every link inside
-the page leads to a heading.
+``SubscriptionHandle``, links each step to a section of the page, and every link of the
+page leads to a document and heading.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 from wsnmom.adapters.logbase.adapter import LogAdapter
 from wsnmom.adapters.logbase.backend import LogBackend
+from wsnmom.adapters.logbase.cursor import CursorHandle
 from wsnmom.adapters.logbase.engine import CursorEngine
 from wsnmom.core import adapter as contract
 from wsnmom.core import hookspecs
@@ -51,6 +52,7 @@ CLASSES: dict[str, type[Any]] = {
     "LogAdapter": LogAdapter,
     "LogBackend": LogBackend,
     "CursorEngine": CursorEngine,
+    "CursorHandle": CursorHandle,
     "AdapterOptionError": AdapterOptionError,
     "AdapterRegistry": AdapterRegistry,
     "PullBuffer": PullBuffer,
@@ -209,8 +211,16 @@ def _slug(heading: str) -> str:
     return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
 
 
-def test_every_link_inside_the_page_leads_to_a_heading() -> None:
-    text = re.sub(r"^```.*?^```", "", _page(), flags=re.M | re.S)  # no code comments
-    anchors = {_slug(h) for h in re.findall(r"^#+ (.+)$", text, re.M)}
-    for anchor in re.findall(r"\]\(#([^)]+)\)", text):
-        assert anchor in anchors, f"#{anchor} leads nowhere"
+def _anchors(doc: Path) -> set[str]:
+    text = re.sub(r"^```.*?^```", "", doc.read_text(encoding="utf-8"), flags=re.M | re.S)
+    return {_slug(h) for h in re.findall(r"^#+ (.+)$", text, re.M)}  # no code comments
+
+
+def test_every_link_of_the_page_leads_to_a_document_and_heading() -> None:
+    for target, anchor in re.findall(r"\]\(([\w/.-]*?)(?:#([^)]+))?\)", _page()):
+        if target.startswith(("http:", "https:")):
+            continue
+        doc = DOC.parent / target if target else DOC
+        assert doc.is_file(), f"{target} is no document"
+        if anchor:
+            assert anchor in _anchors(doc), f"{target}#{anchor} leads nowhere"

@@ -37,6 +37,7 @@ from wsnmom.core.model import (
     new_resource_id,
 )
 from wsnmom.core.pull_buffer import Fed, PullBuffer
+from wsnmom.core.pull_owners import handed_over
 from wsnmom.core.pull_reader import PullReader
 from wsnmom.core.registry import LivePullPoint, LiveSubscription
 from wsnmom.topic_mapping.model import PathPattern
@@ -81,13 +82,16 @@ class PullPoints:
 
     def live(self, record: PullPoint, handle: SubscriptionHandle) -> LivePullPoint:
         """The live pull point over ``handle``: read through the middleware's pull, or
-        through a started pull buffer when it has none (``Capabilities.native_pull``)."""
+        through a pull buffer when it has none (``Capabilities.native_pull``), started when
+        this instance reads the pull point (in a cluster, the one holding its shard:
+        ``core.ownership`` starts and stops it as shards come and go)."""
         ctx = self._ctx
         cap = ctx.settings.limits.get_messages_cap
         if ctx.adapter.capabilities.native_pull:
             return LivePullPoint(record, handle, PullReader(handle, cap))
         buffer = PullBuffer(handle, cap)
-        buffer.start()
+        if ctx.delivers(record.id):
+            buffer.start()
         return LivePullPoint(record, handle, buffer)
 
     def create(self, req: CreatePullPointRequest) -> PullPoint:
@@ -184,6 +188,10 @@ class PullPoints:
         limit = min(maximum, cap) if maximum else cap
         failed: AdapterError | None = None
         with state.lock:
+            # a buffer is read only by the instance holding the pull point's shard
+            # (``core.pull_owners``); checked under the lock its hand-over takes
+            if isinstance(state.reader, PullBuffer) and not ctx.delivers(pull_point_id):
+                raise handed_over(pull_point_id, ctx.settings.middleware.retry_after)
             try:
                 # removed on hand-out: GetMessages is destructive and settles nothing later
                 received = state.reader.take(limit)
@@ -241,7 +249,8 @@ class PullPoints:
                     exc, errors.ResourceUnavailable(f"the middleware failed: {exc}")
                 ) from exc
             finally:
-                reader.start()
+                if not isinstance(reader, PullBuffer) or ctx.delivers(pull_point_id):
+                    reader.start()  # a buffer only on the pull point's reading instance
         log.warning("pull point %s purged: %s message(s) dropped", pull_point_id, dropped)
         if dropped:
             metrics.NOTIFICATIONS_PURGED.inc(dropped)

@@ -123,7 +123,17 @@ class Consumers:
         # deliveries are read straight from the wire; pika's consumer callback is the
         # fallback
         ch.read(FrameReader(on_deliver=lambda m, p, b: dispatch(sub, ch, m, p, b)))
-        await ch.call("basic_consume", sub.queue, on_message, auto_ack=False)
+        try:
+            await ch.call("basic_consume", sub.queue, on_message, auto_ack=False)
+        except ChannelError as exc:
+            if exc.code != 0 or not sub.consuming:
+                raise
+            # the connection went down under the consume: RabbitMQ closes the whole
+            # connection (INTERNAL_ERROR) when a quorum queue does not answer a consume
+            # in time, as on a loaded broker; once it is back the link resumes every
+            # subscription still consuming (``resume``), this one too
+            log.warning("consuming %s: connection lost (%s); resumed on reconnect", sub.queue, exc)
+            return
         sub.consumer = ch
 
     async def restart(self, sub: RabbitMQSubscription) -> None:

@@ -119,11 +119,13 @@ def _message(topic: Topic, body: bytes) -> OutboundMessage:
 def test_publish_consume_and_pull_over_tls(
     relay: TlsRelay,
     make_adapter: Callable[..., RabbitMQAdapter],
-    rabbitmq_url: str,
+    private_vhost: str,
     certs: tuple[str, ssl.SSLContext],
 ) -> None:
     ns = f"urn:test:rabbit-tls:{uuid.uuid4().hex}"
-    adapter = make_adapter(_amqps(rabbitmq_url, relay.port), tls={"ca_file": certs[0]})
+    # a vhost of its own: the unrouted publish below must meet no catch-all subscription of
+    # another test in the shared vhost
+    adapter = make_adapter(_amqps(private_vhost, relay.port), tls={"ca_file": certs[0]})
     topic = Topic(ns, ("t",))
     consumed = adapter.subscription(
         SubscriptionSpec("c-" + uuid.uuid4().hex[:8], (PathPattern(ns, ("t",)),))

@@ -79,8 +79,11 @@ class PullFeeds:
         self._prepare = prepare
         self._forward = forward
         self._lock = threading.Lock()
-        #: subscriptions whose filter ended them, until their give-up detached the feed
+        #: subscriptions whose filter ended them, until their give-up detached the feed;
+        #: under a lock of its own (``_prepared`` runs inside a reader's ``take``, which
+        #: ``sync`` and ``detach`` wait for while holding ``_lock``)
         self._ending: set[str] = set()
+        self._ending_lock = threading.Lock()
 
     @staticmethod
     def wanted(sub: Subscription) -> bool:
@@ -122,7 +125,7 @@ class PullFeeds:
         try:
             message = self._prepare(state, received)
         except EndSubscription as end:
-            with self._lock:
+            with self._ending_lock:
                 first = sub_id not in self._ending
                 self._ending.add(sub_id)
             if first:
@@ -158,7 +161,7 @@ class PullFeeds:
         except Exception:
             log.exception("subscription %s: ending it failed", sub_id)
         finally:
-            with self._lock:
+            with self._ending_lock:
                 self._ending.discard(sub_id)
 
     def sync(self, state: LiveSubscription, *, here: bool = True) -> None:

@@ -23,6 +23,9 @@ them when GetMessages asks, and holds nothing in memory:
   reads a feed once its suspension began (else the answer could hand out the
   subscription's later messages, taken after the pause, ahead of the earlier ones the
   pause keeps in the inbox).
+* What an answer took is removed from the middleware: a feed failing unexpectedly after
+  that ends the answer with what it holds (the failure reaches GetMessages only when the
+  answer is empty).
 * A feed the middleware cannot read (its subscription destroyed through another instance a
   moment ago) is skipped for that answer; only when nothing at all could be read does the
   failure reach GetMessages.
@@ -156,6 +159,18 @@ class PullReader:
                     # are still read (the inbox was, so the middleware answers)
                     log.debug("pull point %s: feed %s not read: %s", self.name, feed.handle, exc)
                     break
+                except Exception:
+                    # an adapter's unexpected failure: what this answer already took is
+                    # removed from the middleware, so it is handed out, not dropped
+                    if not out:
+                        raise
+                    log.warning(
+                        "pull point %s: feed %s failed; answering with what was taken",
+                        self.name,
+                        feed.handle,
+                        exc_info=True,
+                    )
+                    return out
                 for received in got:
                     message = feed.prepare(received)
                     if message is not None:

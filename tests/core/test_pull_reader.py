@@ -8,6 +8,8 @@ import threading
 from collections import deque
 from collections.abc import Callable
 
+import pytest
+
 from wsnmom.core.adapter import AdapterError, Received, SubscriptionHandle
 from wsnmom.core.pull_buffer import Fed
 from wsnmom.core.pull_reader import PullReader
@@ -165,3 +167,26 @@ def test_a_feed_suspended_while_getmessages_reads_it_keeps_its_order() -> None:
     # what the answer holds comes before what the pause keeps in the inbox (handed out
     # later): never a later message of the subscription ahead of an earlier one
     assert answer + kept == [b"a0", b"a1", b"a2", b"a3"]
+
+
+class Broken(Queue):
+    """A feed whose middleware fails with something other than an AdapterError."""
+
+    def take(self, max_messages: int) -> list[Received]:
+        raise RuntimeError("database disk image is malformed")
+
+
+def test_an_unexpected_feed_failure_keeps_what_the_answer_took() -> None:
+    inbox = Queue("pp", "i0")
+    reader = PullReader(inbox, cap=10)
+    reader.add_feed("s1", Broken("s1"), keep_all, active=True)
+    # the inbox's message is removed as it is taken: it must be in the answer
+    assert bodies(reader.take(10)) == [b"i0"]
+    assert list(inbox.ready) == []
+
+
+def test_an_unexpected_feed_failure_with_nothing_taken_reaches_the_caller() -> None:
+    reader = PullReader(Queue("pp"), cap=10)
+    reader.add_feed("s1", Broken("s1"), keep_all, active=True)
+    with pytest.raises(RuntimeError):
+        reader.take(10)

@@ -9,7 +9,6 @@ from collections import deque
 from collections.abc import Callable
 
 import pytest
-
 from wsnmom.core.adapter import AdapterError, Received, SubscriptionHandle
 from wsnmom.core.pull_buffer import Fed
 from wsnmom.core.pull_reader import PullReader

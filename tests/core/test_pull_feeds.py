@@ -330,3 +330,42 @@ def test_feeds_arriving_from_many_threads_are_all_handed_out_once() -> None:
     for i in range(8):  # each feed's messages in its order
         mine = [n for n in taken if n // 1000 == i]
         assert mine == sorted(mine)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="known defect (review s6-review-pull): with core's pull buffer, the copies a pause "
+    "keeps in the inbox re-enter the buffer behind what the resumed feed delivers",
+)
+def test_a_resume_right_after_a_pause_keeps_the_subscriptions_order(
+    make_broker: Callable[..., Broker],
+) -> None:
+    # the buffer holds at most 2 messages per handle (the inbox's and each feed's)
+    broker = make_broker(adapter_url=FILELOG, limits__max_age=None, limits__get_messages_cap=2)
+    service = broker.service
+    assert service is not None
+    pp = service.create_pull_point(CreatePullPointRequest())
+    # the inbox's share of the buffer is full: what the pause keeps in the inbox waits
+    service.notify_pull_point(
+        pp.id, [note("<i>0</i>", simple("t:r")), note("<i>1</i>", simple("t:r"))]
+    )
+    wait_buffered(service, pp.id, 2)
+    sub = service.subscribe(sub_req(service.pull_point_address(pp.id), topic=simple("t:r")))
+    mine = service.subscription_address(sub.id)
+    service.notify([note(f"<m>{i}</m>", simple("t:r")) for i in range(3)])
+    wait_buffered(service, pp.id, 4)  # <i>0</i>, <i>1</i>, <m>0</m>, <m>1</m>
+    service.pause(sub.id)  # <m>0</m>, <m>1</m> reached the pull point: kept in its inbox
+    service.resume(sub.id)
+    service.notify([note("<sentinel/>", simple("t:r"))])
+    # the resumed feed's <m>2</m> and sentinel are in the buffer behind <i>0</i>, <i>1</i>;
+    # the kept copies wait in the inbox for room in the buffer
+    wait_buffered(service, pp.id, 4)
+    got: list[Any] = []
+
+    def seen() -> bool:
+        got.extend(service.get_messages(pp.id, None))
+        return SENTINEL in payloads(got)
+
+    wait_until(seen, what="the sentinel at the pull point")
+    fed = [m for m in got if m.subscription_reference is not None]
+    assert of(fed, mine) == [b"<m>0</m>", b"<m>1</m>", b"<m>2</m>", SENTINEL]

@@ -37,9 +37,9 @@ What a pull point fed this way guarantees, as before:
   feed.
 * Order: each subscription's messages in its order; between feeds and the inbox, the
   order they reached the buffer (native pull: in one answer the inbox's first, then the
-  feeds' in turn).  Known gap with the buffer: a resume right after a pause can hand out
-  the resumed feed's next messages before the copies the pause kept in the inbox (they
-  re-enter the buffer behind them; tests/core/test_pull_feeds.py, strict xfail).
+  feeds' in turn).  The copies a pause kept in the inbox come before the subscription's
+  later messages: with the buffer, a resume starts the feed once they are back in the
+  buffer (``PullBuffer.expect``; at most ``pull_buffer.KEPT_WAIT`` later).
 * A MessageContent filter that exceeds its evaluation budget ends the subscription, as
   on a delivery channel: the message is dropped, later ones are not evaluated, and the
   subscription's ``give_up`` runs on a thread of its own (it detaches the feed).
@@ -230,9 +230,15 @@ class PullFeeds:
             return
         messages = [w.message for w in waiting if isinstance(w.message, NotificationMessage)]
         if messages:
+            # named before they are published: the buffer may receive them at once
+            ids = [m.message_id for m in messages]
+            if isinstance(reader, PullBuffer):
+                reader.expect(sub.id, ids)
             try:
                 self._forward(state, pull_point_id, messages)
             except DeliveryFailed as exc:
+                if isinstance(reader, PullBuffer):
+                    reader.unexpect(sub.id, ids)
                 log.warning(
                     "subscription %s: %d message(s) waiting in pull point %s go back to "
                     "the subscription: %s",

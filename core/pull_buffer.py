@@ -20,6 +20,13 @@ feed's waiting messages out (a pause or the end of the subscription: the caller 
 them in the pull point by other means) and ignores what the feed delivers until its
 handle is stopped or resumed.
 
+**Kept copies and a resume.**  The caller keeps what a suspended feed held by publishing
+copies into the pull point's inbox, whose handle delivers them into this buffer again
+behind whatever is there.  It names them first (``expect``, by message id): a resume of
+the feed while copies are still on their way starts the feed only once they are back in
+the buffer (or after ``KEPT_WAIT``: copies the inbox's limits dropped never come), so the
+feed's next messages never overtake them.
+
 The conformance kit uses the same class to run its pull-based checks on push-only
 adapters.
 """
@@ -29,12 +36,15 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Generic, TypeVar
 
-from wsnmom.core.adapter import Received, SubscriptionHandle
+from wsnmom.core.adapter import HEADER_MESSAGE_ID, Received, SubscriptionHandle
 
-__all__ = ["Fed", "Feed", "PullBuffer"]
+__all__ = ["KEPT_WAIT", "Fed", "Feed", "PullBuffer"]
+
+#: seconds a resumed feed waits at most for its kept copies to be back in the buffer
+KEPT_WAIT = 30.0
 
 M = TypeVar("M")
 
@@ -70,7 +80,7 @@ class Feed(Generic[M]):
     """One feeding subscription of a pull point (of this buffer, or of a
     ``core.pull_reader.PullReader``)."""
 
-    __slots__ = ("active", "handle", "prepare", "waiting")
+    __slots__ = ("active", "handle", "kept", "prepare", "waiting")
 
     def __init__(self, handle: SubscriptionHandle, prepare: Callable[[Received], M | None]):
         self.handle = handle
@@ -79,13 +89,25 @@ class Feed(Generic[M]):
         self.active = False
         #: its messages in the buffer, filtered ones included
         self.waiting = 0
+        #: its kept copies still on their way through the inbox (``PullBuffer.expect``)
+        self.kept = 0
 
 
 class PullBuffer:
     """A push-mode handle (and its feeds) whose messages wait here for ``pull`` / ``take``.
     Thread-safe."""
 
-    __slots__ = ("_cv", "_feeds", "_queue", "_skips", "_started", "handle", "prefetch")
+    __slots__ = (
+        "_cv",
+        "_deferred",
+        "_feeds",
+        "_kept",
+        "_queue",
+        "_skips",
+        "_started",
+        "handle",
+        "prefetch",
+    )
 
     def __init__(self, handle: SubscriptionHandle, prefetch: int) -> None:
         self.handle = handle
@@ -96,6 +118,10 @@ class PullBuffer:
         self._feeds: dict[str, Feed[object]] = {}
         #: feeds' filtered messages in the queue (waiting to be settled in order)
         self._skips = 0
+        #: kept copies on their way through the inbox: message id -> its feed
+        self._kept: dict[str, Feed[object]] = {}
+        #: resumed feeds started once their kept copies are back: name -> deadline
+        self._deferred: dict[str, float] = {}
 
     @property
     def name(self) -> str:
@@ -123,9 +149,13 @@ class PullBuffer:
             self._started = False
             self._queue.clear()
             self._skips = 0
+            # started again with the buffer; the inbox delivers its copies again too
+            self._kept.clear()
+            self._deferred.clear()
             feeds = [f for f in self._feeds.values() if f.active]
             for feed in self._feeds.values():
                 feed.waiting = 0
+                feed.kept = 0
         self.handle.stop()
         for feed in feeds:
             feed.handle.stop()
@@ -137,6 +167,10 @@ class PullBuffer:
             else:
                 stale = False
                 self._queue.append(received)
+                if self._kept:
+                    feed = self._kept.pop(received.headers.get(HEADER_MESSAGE_ID, ""), None)
+                    if feed is not None:
+                        feed.kept -= 1
                 self._cv.notify_all()
         if stale:
             received.nack(requeue=True)
@@ -198,6 +232,7 @@ class PullBuffer:
             if feed is None:
                 return []
             feed.active = False
+            self._deferred.pop(name, None)
             if not feed.waiting:
                 return []
             mine: list[Fed[object]] = []
@@ -212,23 +247,79 @@ class PullBuffer:
             feed.waiting = 0
         return mine
 
+    def expect(self, name: str, message_ids: Sequence[str]) -> None:
+        """Copies of the feed's messages (by message id) are being published into the
+        pull point's inbox: a resume waits for them (see the module docstring)."""
+        with self._cv:
+            feed = self._feeds.get(name)
+            if feed is None or not self._started:
+                return
+            for message_id in message_ids:
+                if self._kept.setdefault(message_id, feed) is feed:
+                    feed.kept += 1
+
+    def unexpect(self, name: str, message_ids: Sequence[str]) -> None:
+        """The copies ``expect`` named were not published after all."""
+        with self._cv:
+            feed = self._feeds.get(name)
+            for message_id in message_ids:
+                if feed is not None and self._kept.get(message_id) is feed:
+                    del self._kept[message_id]
+                    feed.kept -= 1
+
+    def _drop_kept(self, feed: Feed[M]) -> None:
+        """Forget the feed's expected copies (hold ``_cv``)."""
+        if feed.kept:
+            for message_id in [k for k, f in self._kept.items() if f is feed]:
+                del self._kept[message_id]
+            feed.kept = 0
+
     def resume_feed(self, name: str) -> None:
         """Accept the feed's messages again and start its handle (when the buffer is
-        started)."""
+        started), once the copies it kept at its pause are back in the buffer."""
         with self._cv:
             feed = self._feeds.get(name)
             if feed is None or feed.active:
                 return
             feed.active = True
             start = self._started
+            if start and feed.kept:
+                self._deferred[name] = time.monotonic() + KEPT_WAIT
+                return
         if start:
+            self._start_feed(name, feed)
+
+    def holding_back(self, name: str) -> bool:
+        """Whether the resumed feed waits for its kept copies before it is read."""
+        with self._cv:
+            return name in self._deferred
+
+    def _start_deferred(self) -> None:
+        """Start the resumed feeds whose kept copies are back (or waited long enough)."""
+        if not self._deferred:  # unlocked read: a feed deferred meanwhile waits one call
+            return
+        now = time.monotonic()
+        ready: list[tuple[str, Feed[object]]] = []
+        with self._cv:
+            for name, deadline in list(self._deferred.items()):
+                feed = self._feeds.get(name)
+                if feed is None or not feed.active:
+                    del self._deferred[name]
+                elif not feed.kept or now >= deadline:
+                    del self._deferred[name]
+                    self._drop_kept(feed)
+                    ready.append((name, feed))
+        for name, feed in ready:
             self._start_feed(name, feed)
 
     def remove_feed(self, name: str, *, drain: bool = True) -> list[Fed[object]]:
         """Forget the feed; returns its waiting messages (see ``suspend_feed``)."""
         waiting = self.suspend_feed(name, drain=drain)
         with self._cv:
-            self._feeds.pop(name, None)
+            feed = self._feeds.pop(name, None)
+            if feed is not None:
+                self._drop_kept(feed)
+            self._deferred.pop(name, None)
         return waiting
 
     @staticmethod
@@ -247,6 +338,7 @@ class PullBuffer:
         filtered messages met on the way (``Fed`` without a message), in queue order;
         waits up to ``timeout`` for the first message."""
         self.start()
+        self._start_deferred()
         deadline = time.monotonic() + timeout
         with self._cv:
             while len(self._queue) <= self._skips:

@@ -37,7 +37,9 @@ What a pull point fed this way guarantees, as before:
   feed.
 * Order: each subscription's messages in its order; between feeds and the inbox, the
   order they reached the buffer (native pull: in one answer the inbox's first, then the
-  feeds' in turn).
+  feeds' in turn).  The copies a pause kept in the inbox come before the subscription's
+  later messages: with the buffer, a resume starts the feed once they are back in the
+  buffer (``PullBuffer.expect``; at most ``pull_buffer.KEPT_WAIT`` later).
 * A MessageContent filter that exceeds its evaluation budget ends the subscription, as
   on a delivery channel: the message is dropped, later ones are not evaluated, and the
   subscription's ``give_up`` runs on a thread of its own (it detaches the feed).
@@ -79,8 +81,11 @@ class PullFeeds:
         self._prepare = prepare
         self._forward = forward
         self._lock = threading.Lock()
-        #: subscriptions whose filter ended them, until their give-up detached the feed
+        #: subscriptions whose filter ended them, until their give-up detached the feed;
+        #: under a lock of its own (``_prepared`` runs inside a reader's ``take``, which
+        #: ``sync`` and ``detach`` wait for while holding ``_lock``)
         self._ending: set[str] = set()
+        self._ending_lock = threading.Lock()
 
     @staticmethod
     def wanted(sub: Subscription) -> bool:
@@ -122,7 +127,7 @@ class PullFeeds:
         try:
             message = self._prepare(state, received)
         except EndSubscription as end:
-            with self._lock:
+            with self._ending_lock:
                 first = sub_id not in self._ending
                 self._ending.add(sub_id)
             if first:
@@ -158,7 +163,7 @@ class PullFeeds:
         except Exception:
             log.exception("subscription %s: ending it failed", sub_id)
         finally:
-            with self._lock:
+            with self._ending_lock:
                 self._ending.discard(sub_id)
 
     def sync(self, state: LiveSubscription, *, here: bool = True) -> None:
@@ -225,9 +230,15 @@ class PullFeeds:
             return
         messages = [w.message for w in waiting if isinstance(w.message, NotificationMessage)]
         if messages:
+            # named before they are published: the buffer may receive them at once
+            ids = [m.message_id for m in messages]
+            if isinstance(reader, PullBuffer):
+                reader.expect(sub.id, ids)
             try:
                 self._forward(state, pull_point_id, messages)
             except DeliveryFailed as exc:
+                if isinstance(reader, PullBuffer):
+                    reader.unexpect(sub.id, ids)
                 log.warning(
                     "subscription %s: %d message(s) waiting in pull point %s go back to "
                     "the subscription: %s",

@@ -17,6 +17,15 @@ them when GetMessages asks, and holds nothing in memory:
   most ``cap`` per feed); the caller publishes them into the inbox and settles them, or
   ``give_back`` returns them to the feed.  ``drain=False`` (another instance made the
   change and keeps them) takes nothing.
+* Reads of the feeds are serialised (``_reading``): ``take`` holds it for a whole answer,
+  ``suspend_feed`` to stop the feed and take what reached the pull point.  A pause or an
+  end arriving while GetMessages reads the feed waits for that answer, and no answer
+  reads a feed once its suspension began (else the answer could hand out the
+  subscription's later messages, taken after the pause, ahead of the earlier ones the
+  pause keeps in the inbox).
+* What an answer took is removed from the middleware: a feed failing unexpectedly after
+  that ends the answer with what it holds (the failure reaches GetMessages only when the
+  answer is empty).
 * A feed the middleware cannot read (its subscription destroyed through another instance a
   moment ago) is skipped for that answer; only when nothing at all could be read does the
   failure reach GetMessages.
@@ -40,13 +49,15 @@ class PullReader:
     """A pull point's inbox handle and its feeds, read with the middleware's pull.
     Thread-safe (GetMessages on one pull point is serialised by its caller)."""
 
-    __slots__ = ("_feeds", "_lock", "_turn", "cap", "handle")
+    __slots__ = ("_feeds", "_lock", "_reading", "_turn", "cap", "handle")
 
     def __init__(self, handle: SubscriptionHandle, cap: int) -> None:
         self.handle = handle
         #: at most this many of a feed's messages are kept when it is suspended
         self.cap = cap
         self._lock = threading.Lock()
+        #: held while the feeds are read (a ``take``, a ``suspend_feed``); before ``_lock``
+        self._reading = threading.Lock()
         self._feeds: dict[str, Feed[object]] = {}
         #: where the next ``take`` starts among the feeds
         self._turn = 0
@@ -82,15 +93,16 @@ class PullReader:
     def suspend_feed(self, name: str, *, drain: bool = True) -> list[Fed[object]]:
         """Stop reading the feed; with ``drain``, the messages that reached the pull point
         (up to ``cap``, unsettled, filtered ones included) for the caller to keep."""
-        with self._lock:
-            feed = self._feeds.get(name)
-            if feed is None or not feed.active:
+        with self._reading:
+            with self._lock:
+                feed = self._feeds.get(name)
+                if feed is None or not feed.active:
+                    return []
+                feed.active = False
+            if not drain:
                 return []
-            feed.active = False
-        if not drain:
-            return []
-        received = feed.handle.pull(self.cap, timeout=0.0)
-        return [Fed(feed, r, feed.prepare(r)) for r in received]
+            received = feed.handle.pull(self.cap, timeout=0.0)
+            return [Fed(feed, r, feed.prepare(r)) for r in received]
 
     def resume_feed(self, name: str) -> None:
         """Read the feed again."""
@@ -124,6 +136,10 @@ class PullReader:
     def take(self, max_messages: int) -> list[Received]:
         """Up to ``max_messages`` messages, removed as they are handed out: the inbox's
         first, then the active feeds' in turn (see the module docstring)."""
+        with self._reading:
+            return self._take(max_messages)
+
+    def _take(self, max_messages: int) -> list[Received]:
         out: list[Received] = list(self.handle.take(max_messages))
         if len(out) >= max_messages:
             return out
@@ -143,6 +159,18 @@ class PullReader:
                     # are still read (the inbox was, so the middleware answers)
                     log.debug("pull point %s: feed %s not read: %s", self.name, feed.handle, exc)
                     break
+                except Exception:
+                    # an adapter's unexpected failure: what this answer already took is
+                    # removed from the middleware, so it is handed out, not dropped
+                    if not out:
+                        raise
+                    log.warning(
+                        "pull point %s: feed %s failed; answering with what was taken",
+                        self.name,
+                        feed.handle,
+                        exc_info=True,
+                    )
+                    return out
                 for received in got:
                     message = feed.prepare(received)
                     if message is not None:

@@ -418,6 +418,12 @@ class Subscriptions:
         one it finds, ``core.recovery``)."""
         state.record.state = SubscriptionState.ACTIVE
         self._undo(self._ctx.engine.channel(state.record.id), "pause", state.record.id)
+        if state.feed is not None:
+            # its pull point reads that durable subscription (attached paused): read it
+            try:
+                self.delivery.feeds.sync(state)
+            except Exception:
+                log.warning("undoing the pause of %s failed", state.record.id, exc_info=True)
 
     def resume(self, subscription_id: str) -> None:
         """ResumeSubscription: deliver what accumulated, in order; no-op when not paused."""

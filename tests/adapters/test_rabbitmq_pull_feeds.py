@@ -1,7 +1,8 @@
 """Core's one pull path on RabbitMQ with ``pull = "get"`` (issue 24 item 1, issue 29): a
 pull point fed by a subscription is read from the subscription's own queue by GetMessages
 (``basic.get``), rendered for that subscription; no copy goes into the pull point's queue
-and no consumer is started for the feed.  A pause keeps what reached the pull point."""
+and no consumer is started for the feed.  A pause keeps what reached the pull point; with
+the default pull (core's buffer) a resume right after it keeps the subscription's order."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import pytest
 from wsnmom.adapters.rabbitmq import RabbitMQAdapter
 from wsnmom.core.model import CreatePullPointRequest
 from wsnmom.core.outbound_policy import OutboundPolicy
+from wsnmom.core.pull_buffer import PullBuffer
 from wsnmom.core.pull_reader import PullReader
 from wsnmom.core.service import BrokerService
 from wsnmom.core.store import SqliteStore
@@ -35,9 +37,19 @@ pytestmark = pytest.mark.rabbitmq
 @pytest.fixture
 def service(private_vhost: str) -> Iterator[BrokerService]:
     url = private_vhost + ("&" if "?" in private_vhost else "?") + "pull=get"
+    yield from _service(url)
+
+
+@pytest.fixture
+def buffered(private_vhost: str) -> Iterator[BrokerService]:
+    """The default pull (core's buffer), holding at most 2 messages per handle."""
+    yield from _service(private_vhost, limits__get_messages_cap=2)
+
+
+def _service(url: str, **overrides: object) -> Iterator[BrokerService]:
     adapter = RabbitMQAdapter(url)
     adapter.open()
-    settings = make_settings(limits__max_age=None)
+    settings = make_settings(limits__max_age=None, **overrides)
     store = SqliteStore(str(Path(tempfile.mkdtemp(prefix="wsnmom-rmqfeeds-")) / "store.db"))
     svc = BrokerService(
         settings,
@@ -97,3 +109,35 @@ def test_a_pause_keeps_what_reached_the_pull_point(service: BrokerService) -> No
     assert _drain(service, pp.id, 3) == [b"<m>0</m>", b"<m>1</m>", b"<sentinel/>"]
     service.resume(sub.id)
     assert _drain(service, pp.id, 1) == [b"<m>2</m>"]
+
+
+def test_a_resume_right_after_a_pause_keeps_the_order_with_the_buffer(
+    buffered: BrokerService,
+) -> None:
+    service = buffered
+    pp = service.create_pull_point(CreatePullPointRequest())
+    buffer = service.registry.pull_points[pp.id].reader
+    assert isinstance(buffer, PullBuffer)
+    # the inbox's share of the buffer is full: what the pause keeps in the inbox waits
+    service.notify_pull_point(pp.id, [note(f"<i>{i}</i>", simple("t:r")) for i in range(2)])
+    wait_until(lambda: buffer.buffered() == 2, 10, what="the inbox's 2 messages buffered")
+    sub = service.subscribe(sub_req(service.pull_point_address(pp.id), topic=simple("t:r")))
+    service.notify([note(f"<m>{i}</m>", simple("t:r")) for i in range(3)])
+    wait_until(lambda: buffer.buffered() == 4, 10, what="the feed's 2 messages buffered")
+    service.pause(sub.id)  # <m>0</m>, <m>1</m> reached the pull point: kept in its inbox
+    service.resume(sub.id)
+    service.notify([note("<sentinel/>", simple("t:r"))])
+    wait_until(
+        lambda: buffer.holding_back(sub.id) or buffer.buffered() >= 4,
+        10,
+        what="the resumed feed held back or read",
+    )
+    got: list[bytes] = []
+
+    def seen() -> bool:
+        got.extend(m.payload for m in service.get_messages(pp.id, None))
+        return b"<sentinel/>" in got
+
+    wait_until(seen, 10, what="the sentinel at the pull point")
+    fed = [p for p in got if p.startswith((b"<m>", b"<sentinel"))]
+    assert fed == [b"<m>0</m>", b"<m>1</m>", b"<m>2</m>", b"<sentinel/>"]

@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 from lxml import etree
-from wsnmom.core.adapter import Received, SubscriptionHandle
+from wsnmom.core import pull_buffer
+from wsnmom.core.adapter import HEADER_MESSAGE_ID, Received, SubscriptionHandle
 from wsnmom.core.model import CreatePullPointRequest, ExpressionSource
 from wsnmom.core.pull_buffer import PullBuffer
 from wsnmom.core.service import BrokerService
@@ -330,3 +331,98 @@ def test_feeds_arriving_from_many_threads_are_all_handed_out_once() -> None:
     for i in range(8):  # each feed's messages in its order
         mine = [n for n in taken if n // 1000 == i]
         assert mine == sorted(mine)
+
+
+def test_a_resume_right_after_a_pause_keeps_the_subscriptions_order(
+    make_broker: Callable[..., Broker],
+) -> None:
+    # the buffer holds at most 2 messages per handle (the inbox's and each feed's)
+    broker = make_broker(adapter_url=FILELOG, limits__max_age=None, limits__get_messages_cap=2)
+    service = broker.service
+    assert service is not None
+    pp = service.create_pull_point(CreatePullPointRequest())
+    # the inbox's share of the buffer is full: what the pause keeps in the inbox waits
+    service.notify_pull_point(
+        pp.id, [note("<i>0</i>", simple("t:r")), note("<i>1</i>", simple("t:r"))]
+    )
+    wait_buffered(service, pp.id, 2)
+    sub = service.subscribe(sub_req(service.pull_point_address(pp.id), topic=simple("t:r")))
+    mine = service.subscription_address(sub.id)
+    service.notify([note(f"<m>{i}</m>", simple("t:r")) for i in range(3)])
+    wait_buffered(service, pp.id, 4)  # <i>0</i>, <i>1</i>, <m>0</m>, <m>1</m>
+    service.pause(sub.id)  # <m>0</m>, <m>1</m> reached the pull point: kept in its inbox
+    service.resume(sub.id)
+    service.notify([note("<sentinel/>", simple("t:r"))])
+    # the kept copies wait in the inbox for room in the buffer: the resumed feed either
+    # waits for them, or (the defect) its <m>2</m> and sentinel are in the buffer first
+    buffer = service.registry.pull_points[pp.id].reader
+    assert isinstance(buffer, PullBuffer)
+    wait_until(
+        lambda: buffer.holding_back(sub.id) or buffer.buffered() >= 4,
+        what="the resumed feed held back or read",
+    )
+    got: list[Any] = []
+
+    def seen() -> bool:
+        got.extend(service.get_messages(pp.id, None))
+        return SENTINEL in payloads(got)
+
+    wait_until(seen, what="the sentinel at the pull point")
+    fed = [m for m in got if m.subscription_reference is not None]
+    assert of(fed, mine) == [b"<m>0</m>", b"<m>1</m>", b"<m>2</m>", SENTINEL]
+
+
+def _copy(message_id: str, settled: list[int]) -> _Msg:
+    """A kept copy as the inbox delivers it (its message id in the header)."""
+    copy = _Msg(100, settled)
+    copy.headers = {HEADER_MESSAGE_ID: message_id}
+    return copy
+
+
+def test_a_resumed_feed_is_read_once_its_kept_copies_are_back() -> None:
+    settled: list[int] = []
+    inbox = _Handle("inbox")
+    buffer = PullBuffer(inbox, prefetch=100)
+    buffer.start()
+    feed = _Handle("feed")
+    buffer.add_feed("feed", feed, lambda r: r.n, active=True)  # type: ignore[attr-defined]
+    buffer.suspend_feed("feed")
+    feed.stop()
+    buffer.expect("feed", ["k0", "k1"])
+    buffer.resume_feed("feed")
+    assert buffer.holding_back("feed") and feed.callback is None
+    assert inbox.callback is not None
+    inbox.callback(_copy("k0", settled))
+    assert buffer.take(10) != [] and feed.callback is None  # one copy still on its way
+    inbox.callback(_copy("k1", settled))
+    assert len(buffer.take(10)) == 1  # the copy, then the feed is read
+    assert feed.callback is not None and not buffer.holding_back("feed")
+
+
+def test_copies_that_never_come_hold_a_resumed_feed_back_only_so_long(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(pull_buffer, "KEPT_WAIT", 0.0)
+    buffer = PullBuffer(_Handle("inbox"), prefetch=100)
+    buffer.start()
+    feed = _Handle("feed")
+    buffer.add_feed("feed", feed, lambda r: r.n, active=True)  # type: ignore[attr-defined]
+    buffer.suspend_feed("feed")
+    feed.stop()
+    buffer.expect("feed", ["dropped by the inbox's limits"])
+    buffer.resume_feed("feed")
+    assert buffer.take(10) == []
+    assert feed.callback is not None and not buffer.holding_back("feed")
+
+
+def test_copies_not_published_after_all_hold_nothing_back() -> None:
+    buffer = PullBuffer(_Handle("inbox"), prefetch=100)
+    buffer.start()
+    feed = _Handle("feed")
+    buffer.add_feed("feed", feed, lambda r: r.n, active=True)  # type: ignore[attr-defined]
+    buffer.suspend_feed("feed")
+    feed.stop()
+    buffer.expect("feed", ["k0"])
+    buffer.unexpect("feed", ["k0"])
+    buffer.resume_feed("feed")
+    assert feed.callback is not None and not buffer.holding_back("feed")

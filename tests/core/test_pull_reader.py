@@ -4,13 +4,17 @@ is taken unsettled and can be given back (in-memory handles, no middleware)."""
 
 from __future__ import annotations
 
+import threading
 from collections import deque
 from collections.abc import Callable
 
+import pytest
 from wsnmom.core.adapter import AdapterError, Received, SubscriptionHandle
 from wsnmom.core.pull_buffer import Fed
 from wsnmom.core.pull_reader import PullReader
 from wsnmom.topic_mapping.model import Topic
+
+from tests.support.waiting import wait_until
 
 TOPIC = Topic("urn:t", ("a",))
 
@@ -129,3 +133,59 @@ def test_a_change_made_through_another_instance_takes_nothing() -> None:
     assert reader.remove_feed("s1", drain=False) == []
     assert list(feed.ready) == [b"a0"]
     assert reader.feeds(active=True) == [] and reader.feeds(active=False) == []
+
+
+class Racing(Queue):
+    """A feed whose first ``take`` lets ``during`` run on another thread before it takes
+    (a PauseSubscription or Unsubscribe arriving while GetMessages reads the feed)."""
+
+    def __init__(self, name: str, *bodies: str) -> None:
+        super().__init__(name, *bodies)
+        self.during: Callable[[], None] | None = None
+
+    def take(self, max_messages: int) -> list[Received]:
+        during, self.during = self.during, None
+        if during is not None:
+            other = threading.Thread(target=during, daemon=True)
+            other.start()
+            # the pause gets its chance to read the feed first; with the feed's reads
+            # serialised it waits for this take instead (the join times out)
+            other.join(timeout=1.0)
+        return super().take(max_messages)
+
+
+def test_a_feed_suspended_while_getmessages_reads_it_keeps_its_order() -> None:
+    reader = PullReader(Queue("pp"), cap=2)
+    feed = Racing("s1", "a0", "a1", "a2", "a3")
+    reader.add_feed("s1", feed, keep_all, active=True)
+    suspended: list[list[Fed[object]]] = []
+    feed.during = lambda: suspended.append(reader.suspend_feed("s1"))
+    answer = bodies(reader.take(10))
+    wait_until(lambda: bool(suspended), 5.0, what="the suspend")
+    kept = bodies(list(suspended[0]))
+    # what the answer holds comes before what the pause keeps in the inbox (handed out
+    # later): never a later message of the subscription ahead of an earlier one
+    assert answer + kept == [b"a0", b"a1", b"a2", b"a3"]
+
+
+class Broken(Queue):
+    """A feed whose middleware fails with something other than an AdapterError."""
+
+    def take(self, max_messages: int) -> list[Received]:
+        raise RuntimeError("database disk image is malformed")
+
+
+def test_an_unexpected_feed_failure_keeps_what_the_answer_took() -> None:
+    inbox = Queue("pp", "i0")
+    reader = PullReader(inbox, cap=10)
+    reader.add_feed("s1", Broken("s1"), keep_all, active=True)
+    # the inbox's message is removed as it is taken: it must be in the answer
+    assert bodies(reader.take(10)) == [b"i0"]
+    assert list(inbox.ready) == []
+
+
+def test_an_unexpected_feed_failure_with_nothing_taken_reaches_the_caller() -> None:
+    reader = PullReader(Queue("pp"), cap=10)
+    reader.add_feed("s1", Broken("s1"), keep_all, active=True)
+    with pytest.raises(RuntimeError):
+        reader.take(10)

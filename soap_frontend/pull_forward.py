@@ -32,7 +32,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from wsnmom.core import errors
-from wsnmom.core.addresses import ResourceKind, parse_resource_path
+from wsnmom.core.addresses import ResourceKind, parse_resource_path, resource_path
 from wsnmom.core.model import SoapVersion
 from wsnmom.core.pull_owners import PullOwners, Reader
 
@@ -59,8 +59,9 @@ _SENT_ON = {
     "HTTP_HOST": "Host",
     "HTTP_ACCEPT": "Accept",
 }
-#: response headers not relayed (the connection's own, or set again here)
-_NOT_RELAYED = {"connection", "keep-alive", "transfer-encoding", "content-length", "x-request-id"}
+#: response headers relayed (the answer's own; never the reader's connection, server,
+#: cookies or other internals; ``X-Request-Id`` and ``Content-Length`` are set again here)
+_RELAYED = {"content-type", "retry-after", "wsnmom-instance", "www-authenticate", "allow"}
 
 StartResponse = Callable[..., Any]
 WsgiApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
@@ -102,7 +103,11 @@ class PullForward:
             return self.app(environ, start_response)
         path = str(environ.get("PATH_INFO") or "")
         found = parse_resource_path(path)
-        if found is None or found[0] is not ResourceKind.PULL_POINT:
+        if (
+            found is None
+            or found[0] is not ResourceKind.PULL_POINT
+            or path.rstrip("/") != resource_path(ResourceKind.PULL_POINT, found[1])
+        ):  # only a pull point's own path: a client never picks where a signed request goes
             return self.app(environ, start_response)
         body = self._body(environ)
         if body is None:  # no plain Content-Length within the limit: answered here
@@ -146,28 +151,38 @@ class PullForward:
 
     # -- forwarding ----------------------------------------------------------------------
     def _body(self, environ: dict[str, Any]) -> bytes | None:
-        """The request body (put back for the application to read), or None when it has
-        no plain Content-Length within the limit (left alone)."""
+        """The request body (put back for the application to read), or None when it is
+        over the limit or not framed (left alone: the application answers it).  A body
+        the server hands on chunked (cheroot: ``Transfer-Encoding``, no length) is read
+        to its end."""
         length = environ.get("CONTENT_LENGTH")
-        if (
-            "HTTP_TRANSFER_ENCODING" in environ
-            or not isinstance(length, str)
-            or not length.isdigit()
-            or not length.isascii()
-            or (self.max_body is not None and int(length) > self.max_body)
-        ):
+        chunked = "HTTP_TRANSFER_ENCODING" in environ
+        if chunked:
+            if str(environ["HTTP_TRANSFER_ENCODING"]).strip().lower() != "chunked":
+                return None
+            wanted = None
+        elif isinstance(length, str) and length.isascii() and length.isdigit():
+            wanted = int(length)
+            if self.max_body is not None and wanted > self.max_body:
+                return None
+        else:
             return None
         stream = environ["wsgi.input"]
-        wanted = int(length)
         parts: list[bytes] = []
         got = 0
-        while got < wanted:
-            chunk = stream.read(wanted - got)
+        while wanted is None or got < wanted:
+            step = 65536 if wanted is None else min(65536, wanted - got)
+            chunk = stream.read(step)
             if not chunk:
                 break
             parts.append(chunk)
             got += len(chunk)
+            if wanted is None and self.max_body is not None and got > self.max_body:
+                # over the limit: the application answers what it reads (the rest)
+                environ["wsgi.input"] = io.BufferedReader(_Joined(parts, stream))
+                return None
         body = b"".join(parts)
+        environ.pop("HTTP_TRANSFER_ENCODING", None)
         environ["wsgi.input"] = io.BytesIO(body)
         environ["CONTENT_LENGTH"] = str(len(body))
         environ["wsgi.input_terminated"] = True
@@ -205,9 +220,7 @@ class PullForward:
                 response = connection.getresponse()
                 data = response.read()
                 status = f"{response.status} {response.reason}"
-                relayed = [
-                    (k, v) for k, v in response.getheaders() if k.lower() not in _NOT_RELAYED
-                ]
+                relayed = [(k, v) for k, v in response.getheaders() if k.lower() in _RELAYED]
             finally:
                 connection.close()
         except Exception as exc:
@@ -242,3 +255,24 @@ class PullForward:
             ],
         )
         return [data]
+
+
+class _Joined(io.RawIOBase):
+    """What was read of a body, then the rest of its stream."""
+
+    def __init__(self, parts: list[bytes], rest: Any) -> None:
+        self._head = b"".join(parts)
+        self._rest = rest
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        if self._head:
+            n = min(len(buffer), len(self._head))
+            buffer[:n] = self._head[:n]
+            self._head = self._head[n:]
+            return n
+        data = self._rest.read(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)

@@ -222,7 +222,7 @@ def test_a_chunked_request_over_the_limit_is_left_to_the_application(reader: Rea
         r = requests.post(
             url + PATH,
             data=iter([big[: 1 << 19], big[1 << 19 :]]),
-            headers={"Content-Type": content_type()},
+            headers={"Content-Type": content_type(), "Connection": "close"},
             timeout=10,
         )
         assert r.content == b"answered here" and reader.seen == []

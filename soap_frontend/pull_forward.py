@@ -40,7 +40,7 @@ from .dispatch import transport_reply
 from .envelope import HttpError, content_type_for, envelope_bytes, version_for_media_type
 from .faults import count_fault, fault_for_error
 
-__all__ = ["FORWARD_HEADER", "PullForward", "sign"]
+__all__ = ["CONNECT_TIMEOUT", "FORWARD_HEADER", "TIMEOUT", "PullForward", "sign"]
 
 log = logging.getLogger("wsnmom.soap.pull_forward")
 
@@ -51,6 +51,9 @@ _ENVIRON_KEY = "HTTP_WSNMOM_FORWARDED"
 WINDOW = 60.0
 #: seconds to wait for the reading instance's answer
 TIMEOUT = 30.0
+#: seconds to wait for a connection to the reading instance (TLS handshake included): a
+#: silent host (dead, its lease not run out yet) holds a request thread no longer
+CONNECT_TIMEOUT = 2.0
 #: request headers sent on with a forwarded request
 _SENT_ON = {
     "CONTENT_TYPE": "Content-Type",

@@ -7,6 +7,8 @@ two WSGI stacks in this process, the reader served by a real HTTP server."""
 
 from __future__ import annotations
 
+import contextlib
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -17,7 +19,14 @@ import pytest
 import requests
 from wsnmom.core.coordination import InstanceInfo, shard_of
 from wsnmom.core.pull_owners import PullOwners
-from wsnmom.soap_frontend.pull_forward import FORWARD_HEADER, WINDOW, PullForward, sign
+from wsnmom.soap_frontend.pull_forward import (
+    CONNECT_TIMEOUT,
+    FORWARD_HEADER,
+    TIMEOUT,
+    WINDOW,
+    PullForward,
+    sign,
+)
 from wsnmom.soap_frontend.request_ids import RequestIds
 
 from tests.support.ports import closed_port
@@ -252,3 +261,49 @@ def test_the_reader_s_own_headers_are_not_relayed(reader: Reader) -> None:
         assert "X-Read" not in r.headers and "Set-Cookie" not in r.headers
     finally:
         close()
+
+
+@contextlib.contextmanager
+def silent_address() -> Iterator[str]:
+    """A loopback address whose connections are never accepted: a listening socket whose
+    accept queue is full, so that the kernel drops further SYNs (as a dead host's would
+    go unanswered)."""
+    listening = socket.socket()
+    held: list[socket.socket] = []
+    try:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen(0)
+        while True:
+            s = socket.socket()
+            s.settimeout(0.3)
+            try:
+                s.connect(listening.getsockname())
+            except OSError:
+                s.close()
+                break
+            held.append(s)
+        host, port = listening.getsockname()
+        yield f"http://{host}:{port}"
+    finally:
+        for s in held:
+            s.close()
+        listening.close()
+
+
+def test_a_reader_that_does_not_accept_is_given_up_well_before_the_client_does() -> None:
+    """A reader whose host went silent (its lease not run out yet) holds the forwarding
+    thread only for :data:`CONNECT_TIMEOUT`, not for the answer's whole timeout."""
+    assert CONNECT_TIMEOUT * 4 < TIMEOUT
+    with silent_address() as address:
+        url, close = front([owner_info(address)])
+        try:
+            r = requests.post(
+                url + PATH,
+                data=BODY,
+                headers={"Content-Type": content_type()},
+                timeout=CONNECT_TIMEOUT * 4,
+            )
+        finally:
+            close()
+    assert r.status_code == 503 and r.headers["Retry-After"] == "5"
+    assert fault_name(r.content) == "ResourceUnavailableFault"

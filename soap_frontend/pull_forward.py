@@ -217,8 +217,11 @@ class PullForward:
                 if target.scheme == "https"
                 else http.client.HTTPConnection
             )
-            connection = connection_class(target.netloc, timeout=TIMEOUT)
+            connection = connection_class(target.netloc, timeout=CONNECT_TIMEOUT)
             try:
+                connection.connect()
+                assert connection.sock is not None
+                connection.sock.settimeout(TIMEOUT)
                 connection.request("POST", url_path, body=body, headers=headers)
                 response = connection.getresponse()
                 data = response.read()

@@ -214,7 +214,7 @@ def test_a_chunked_request_is_forwarded(reader: Reader) -> None:
         r = requests.post(
             url + PATH,
             data=iter([BODY[:10], BODY[10:]]),  # a generator: sent chunked
-            headers={"Content-Type": content_type()},
+            headers={"Content-Type": content_type(), "Connection": "close"},
             timeout=10,
         )
         assert r.status_code == 200 and r.content == b"<answer/>"

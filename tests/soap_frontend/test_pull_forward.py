@@ -19,9 +19,11 @@ import pytest
 import requests
 from wsnmom.core.coordination import InstanceInfo, shard_of
 from wsnmom.core.pull_owners import PullOwners
+from wsnmom.soap_frontend.auth import FORWARDED_IDENTITY_KEY
 from wsnmom.soap_frontend.pull_forward import (
     CONNECT_TIMEOUT,
     FORWARD_HEADER,
+    FORWARDED_IDENTITY_HEADER,
     TIMEOUT,
     WINDOW,
     PullForward,
@@ -68,6 +70,8 @@ class Reader:
 
     def __init__(self) -> None:
         self.seen: list[tuple[str, bytes, dict[str, str]]] = []
+        #: the identity each request named (``auth.FORWARDED_IDENTITY_KEY``)
+        self.identities: list[tuple[str, str] | None] = []
         port = free_port()
         self.url = f"http://127.0.0.1:{port}"
         stack = RequestIds(
@@ -82,6 +86,7 @@ class Reader:
         body = environ["wsgi.input"].read(length)
         headers = {k: str(v) for k, v in environ.items() if k.startswith("HTTP_")}
         self.seen.append((str(environ["PATH_INFO"]), body, headers))
+        self.identities.append(environ.get(FORWARDED_IDENTITY_KEY))
         start(
             "200 OK",
             [
@@ -307,3 +312,48 @@ def test_a_reader_that_does_not_accept_is_given_up_well_before_the_client_does()
             close()
     assert r.status_code == 503 and r.headers["Retry-After"] == "5"
     assert fault_name(r.content) == "ResourceUnavailableFault"
+
+
+def test_a_client_known_by_its_certificate_or_a_proxy_keeps_its_identity(reader: Reader) -> None:
+    """A client without an ``Authorization`` header (its TLS certificate, a trusted proxy's
+    identity header) is named to the reader in the signed request: the reader's
+    authenticator takes that identity, not the forwarding instance's anonymous call."""
+    port = free_port()
+
+    def local(environ: dict[str, Any], start: Callable[..., Any]) -> Iterable[bytes]:
+        start("200 OK", [("Content-Type", "text/plain")])
+        return [b"answered here"]
+
+    def identity(environ: dict[str, Any]) -> tuple[str, str] | None:
+        # the forwarding instance's authenticator (here: what its TLS server verified)
+        name = environ.get("HTTP_X_TEST_CERT")
+        return (str(name), "tls") if name else None
+
+    stack = RequestIds(
+        PullForward(
+            local, readers("g0", here=False, table=[owner_info(reader.url)]), 1 << 20, identity
+        ),
+        "g0",
+    )
+    server = make_server("127.0.0.1", port, stack, handler_class=Quiet)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{port}"
+    try:
+        assert post(url, **{"X-Test-Cert": "CN=cämera 1,O=Example"}).status_code == 200
+        assert reader.identities == [("CN=cämera 1,O=Example", "tls")]
+        # with an Authorization header the reader checks that itself
+        assert post(url, Authorization="Basic dTpw", **{"X-Test-Cert": "CN=x"}).ok
+        assert reader.identities[1:] == [None]
+    finally:
+        server.shutdown()
+        server.server_close()
+    # a client cannot name an identity: without a signature, or with one for another
+    now = int(time.time())
+    named = {FORWARDED_IDENTITY_HEADER: "tls CN%3Dadmin"}
+    assert post(reader.url, **named).status_code == 200  # not forwarded: ignored
+    assert reader.identities[2:] == [None]
+    unsigned = {FORWARD_HEADER: sign(SECRET, "g0", now, PATH, BODY), **named}
+    assert post(reader.url, **unsigned).status_code == 403
+    signed = sign(SECRET, "g0", now, PATH, BODY, "tls CN%3Dcam")
+    assert post(reader.url, **{FORWARD_HEADER: signed, **named}).status_code == 403
+    assert len(reader.identities) == 3

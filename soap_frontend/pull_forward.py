@@ -15,7 +15,15 @@ HMAC-SHA256 of those, the path and the body under the cluster's secret (made onc
 store, ``Coordination.secret``).  An instance serves a request with a valid header
 itself, never forwarding it again; a header that does not verify (a client's, a stale
 one) is refused with HTTP 403.  The client's own credentials travel with the request:
-the reading instance authenticates and authorises the client as any instance would.
+the reading instance authenticates and authorises the client as any instance would.  A
+client known without an ``Authorization`` header (its TLS certificate, a trusted
+proxy's identity header) is named in :data:`FORWARDED_IDENTITY_HEADER`, which the
+signature covers: the reader takes that identity (``auth.FORWARDED_IDENTITY_KEY``).
+
+Only a pull point's own path is forwarded; a chunked body is read first (over the limit
+it is left to the application).  Of the reader's answer only its own headers are relayed
+(:data:`_RELAYED`).  Connecting to the reader waits :data:`CONNECT_TIMEOUT`, its answer
+:data:`TIMEOUT`.
 """
 
 from __future__ import annotations
@@ -29,24 +37,36 @@ import math
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import quote, unquote, urlsplit
 
 from wsnmom.core import errors
 from wsnmom.core.addresses import ResourceKind, parse_resource_path, resource_path
 from wsnmom.core.model import SoapVersion
 from wsnmom.core.pull_owners import PullOwners, Reader
 
+from .auth import FORWARDED_IDENTITY_KEY
 from .dispatch import transport_reply
 from .envelope import HttpError, content_type_for, envelope_bytes, version_for_media_type
 from .faults import count_fault, fault_for_error
 
-__all__ = ["CONNECT_TIMEOUT", "FORWARD_HEADER", "TIMEOUT", "PullForward", "sign"]
+__all__ = [
+    "CONNECT_TIMEOUT",
+    "FORWARDED_IDENTITY_HEADER",
+    "FORWARD_HEADER",
+    "TIMEOUT",
+    "PullForward",
+    "sign",
+]
 
 log = logging.getLogger("wsnmom.soap.pull_forward")
 
 #: the header of a request one instance forwards to another
 FORWARD_HEADER = "WSNMOM-Forwarded"
 _ENVIRON_KEY = "HTTP_WSNMOM_FORWARDED"
+#: the header naming the identity the forwarding instance established for its client
+#: (``<method> <percent-encoded name>``), covered by the signature
+FORWARDED_IDENTITY_HEADER = "WSNMOM-Forwarded-Identity"
+_IDENTITY_ENVIRON_KEY = "HTTP_WSNMOM_FORWARDED_IDENTITY"
 #: seconds a forwarded request's signature stays valid (clocks of one cluster agree)
 WINDOW = 60.0
 #: seconds to wait for the reading instance's answer
@@ -68,34 +88,58 @@ _RELAYED = {"content-type", "retry-after", "wsnmom-instance", "www-authenticate"
 
 StartResponse = Callable[..., Any]
 WsgiApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
+#: the identity (name, method) of a request's client known without an Authorization
+#: header, or None (anonymous)
+IdentityOf = Callable[[dict[str, Any]], "tuple[str, str] | None"]
 
 
-def sign(secret: str, instance: str, moment: int, path: str, body: bytes) -> str:
+def sign(
+    secret: str, instance: str, moment: int, path: str, body: bytes, identity: str = ""
+) -> str:
     """The :data:`FORWARD_HEADER` value of a request ``instance`` forwards at ``moment``
-    (Unix seconds): ``<instance> <moment> <hex HMAC>``."""
+    (Unix seconds) naming ``identity`` (the :data:`FORWARDED_IDENTITY_HEADER` value, ""
+    for none): ``<instance> <moment> <hex HMAC>``."""
     mac = hmac.new(secret.encode(), digestmod=hashlib.sha256)
-    mac.update(f"{instance}\n{moment}\n{path}\n".encode())
+    mac.update(f"{instance}\n{moment}\n{path}\n{identity}\n".encode())
     mac.update(hashlib.sha256(body).digest())
     return f"{instance} {moment} {mac.hexdigest()}"
 
 
-def _verified(secret: str, value: str, path: str, body: bytes, now: float) -> bool:
+def _verified(secret: str, value: str, path: str, body: bytes, identity: str, now: float) -> bool:
     parts = value.split(" ")
     if len(parts) != 3 or not parts[1].isdigit():
         return False
     instance, moment = parts[0], int(parts[1])
     if abs(now - moment) > WINDOW:
         return False
-    return hmac.compare_digest(sign(secret, instance, moment, path, body), value)
+    return hmac.compare_digest(sign(secret, instance, moment, path, body, identity), value)
+
+
+def _identity_value(identity: tuple[str, str]) -> str:
+    name, method = identity
+    return f"{method} {quote(name, safe='')}"
+
+
+def _identity_of_value(value: str) -> tuple[str, str] | None:
+    method, _, name = value.partition(" ")
+    return (unquote(name), method) if method and name else None
 
 
 class PullForward:
     """Wraps a WSGI application (see the module docstring)."""
 
-    def __init__(self, app: WsgiApp, readers: PullOwners | None, max_body: int | None) -> None:
+    def __init__(
+        self,
+        app: WsgiApp,
+        readers: PullOwners | None,
+        max_body: int | None,
+        identity: IdentityOf | None = None,
+    ) -> None:
         self.app = app
         self.readers = readers
         self.max_body = max_body
+        #: the identity this instance establishes for a client without Authorization
+        self.identity = identity
 
     def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Any:
         claimed = environ.get(_ENVIRON_KEY)
@@ -128,10 +172,11 @@ class PullForward:
         readers = self.readers
         path = str(environ.get("PATH_INFO") or "")
         body = self._body(environ)
+        named = str(environ.get(_IDENTITY_ENVIRON_KEY) or "")
         ok = False
         if readers is not None and readers.active and body is not None:
             try:
-                ok = _verified(readers.secret(), value, path, body, time.time())
+                ok = _verified(readers.secret(), value, path, body, named, time.time())
             except Exception:
                 log.warning("reading the cluster's secret failed", exc_info=True)
         if not ok:
@@ -150,6 +195,9 @@ class PullForward:
                 ],
             )
             return [reply.body]
+        identity = _identity_of_value(named)
+        if identity is not None:
+            environ[FORWARDED_IDENTITY_KEY] = identity
         return self.app(environ, start_response)
 
     # -- forwarding ----------------------------------------------------------------------
@@ -208,9 +256,17 @@ class PullForward:
         request_id = environ.get("wsnmom.request_id")
         if request_id:
             headers["X-Request-Id"] = str(request_id)
+        named = ""
+        if self.identity is not None and not environ.get("HTTP_AUTHORIZATION"):
+            try:
+                identity = self.identity(environ)
+            except Exception:  # wrong credentials: answered here (401), as any request
+                return self.app(environ, start_response)
+            if identity is not None:
+                named = headers[FORWARDED_IDENTITY_HEADER] = _identity_value(identity)
         try:
             headers[FORWARD_HEADER] = sign(
-                readers.secret(), readers.instance, int(time.time()), path, body
+                readers.secret(), readers.instance, int(time.time()), path, body, named
             )
             connection_class = (
                 http.client.HTTPSConnection

@@ -8,6 +8,7 @@ two WSGI stacks in this process, the reader served by a real HTTP server."""
 from __future__ import annotations
 
 import contextlib
+import http.client
 import socket
 import threading
 import time
@@ -19,10 +20,11 @@ import pytest
 import requests
 from wsnmom.core.coordination import InstanceInfo, shard_of
 from wsnmom.core.pull_owners import PullOwners
-from wsnmom.soap_frontend.auth import FORWARDED_IDENTITY_KEY
+from wsnmom.soap_frontend.auth import FORWARDED_ADDRESS_KEY, FORWARDED_IDENTITY_KEY
 from wsnmom.soap_frontend.pull_forward import (
     CONNECT_TIMEOUT,
     FORWARD_HEADER,
+    FORWARDED_FOR_HEADER,
     FORWARDED_IDENTITY_HEADER,
     TIMEOUT,
     WINDOW,
@@ -72,6 +74,8 @@ class Reader:
         self.seen: list[tuple[str, bytes, dict[str, str]]] = []
         #: the identity each request named (``auth.FORWARDED_IDENTITY_KEY``)
         self.identities: list[tuple[str, str] | None] = []
+        #: the client address each request named (``auth.FORWARDED_ADDRESS_KEY``)
+        self.addresses: list[str | None] = []
         port = free_port()
         self.url = f"http://127.0.0.1:{port}"
         stack = RequestIds(
@@ -87,6 +91,7 @@ class Reader:
         headers = {k: str(v) for k, v in environ.items() if k.startswith("HTTP_")}
         self.seen.append((str(environ["PATH_INFO"]), body, headers))
         self.identities.append(environ.get(FORWARDED_IDENTITY_KEY))
+        self.addresses.append(environ.get(FORWARDED_ADDRESS_KEY))
         start(
             "200 OK",
             [
@@ -357,3 +362,35 @@ def test_a_client_known_by_its_certificate_or_a_proxy_keeps_its_identity(reader:
     signed = sign(SECRET, "g0", now, PATH, BODY, "tls CN%3Dcam")
     assert post(reader.url, **{FORWARD_HEADER: signed, **named}).status_code == 403
     assert len(reader.identities) == 3
+
+
+def test_the_reader_counts_a_forwarded_request_against_its_client_s_address(
+    reader: Reader,
+) -> None:
+    """Per-address limits (anonymous clients) at the reader see the client's address, not
+    the forwarding instance's: it travels signed in ``WSNMOM-Forwarded-For``."""
+    url, close = front([owner_info(reader.url)])
+    host, port = url.removeprefix("http://").split(":")
+    try:
+        # the client connects from another loopback address than the instances
+        connection = http.client.HTTPConnection(
+            host, int(port), timeout=10, source_address=("127.0.0.2", 0)
+        )
+        try:
+            connection.request("POST", PATH, body=BODY, headers={"Content-Type": content_type()})
+            assert connection.getresponse().read() == b"<answer/>"
+        finally:
+            connection.close()
+        assert reader.addresses == ["127.0.0.2"]
+    finally:
+        close()
+    # a client cannot name an address: without a signature, or with one for another
+    now = int(time.time())
+    named = {FORWARDED_FOR_HEADER: "192.0.2.1"}
+    assert post(reader.url, **named).status_code == 200
+    assert reader.addresses[1:] == [None]
+    unsigned = {FORWARD_HEADER: sign(SECRET, "g0", now, PATH, BODY), **named}
+    assert post(reader.url, **unsigned).status_code == 403
+    other = {FORWARD_HEADER: sign(SECRET, "g0", now, PATH, BODY, "", "192.0.2.2"), **named}
+    assert post(reader.url, **other).status_code == 403
+    assert len(reader.addresses) == 2

@@ -53,6 +53,7 @@ from .public_base import is_trusted
 from .wsse import NonceCache, TokenRejected, UsernameToken, digest_matches
 
 __all__ = [
+    "FORWARDED_ADDRESS_KEY",
     "FORWARDED_IDENTITY_KEY",
     "TLS_IDENTITY_KEY",
     "Authenticator",
@@ -67,6 +68,8 @@ TLS_IDENTITY_KEY = "wsnmom.tls.identity"
 #: established for a request it forwarded (set only on a request whose signature
 #: verifies, ``pull_forward``)
 FORWARDED_IDENTITY_KEY = "wsnmom.forwarded.identity"
+#: the environ key of the client's address of such a request (per-address rate limits)
+FORWARDED_ADDRESS_KEY = "wsnmom.forwarded.address"
 
 _CACHE_LIMIT = 4096
 

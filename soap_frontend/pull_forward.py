@@ -19,6 +19,8 @@ the reading instance authenticates and authorises the client as any instance wou
 client known without an ``Authorization`` header (its TLS certificate, a trusted
 proxy's identity header) is named in :data:`FORWARDED_IDENTITY_HEADER`, which the
 signature covers: the reader takes that identity (``auth.FORWARDED_IDENTITY_KEY``).
+The client's address goes in :data:`FORWARDED_FOR_HEADER`, also signed: the reader's
+per-address rate limits count it (``auth.FORWARDED_ADDRESS_KEY``).
 
 Only a pull point's own path is forwarded; a chunked body is read first (over the limit
 it is left to the application).  Of the reader's answer only its own headers are relayed
@@ -44,13 +46,14 @@ from wsnmom.core.addresses import ResourceKind, parse_resource_path, resource_pa
 from wsnmom.core.model import SoapVersion
 from wsnmom.core.pull_owners import PullOwners, Reader
 
-from .auth import FORWARDED_IDENTITY_KEY
+from .auth import FORWARDED_ADDRESS_KEY, FORWARDED_IDENTITY_KEY
 from .dispatch import transport_reply
 from .envelope import HttpError, content_type_for, envelope_bytes, version_for_media_type
 from .faults import count_fault, fault_for_error
 
 __all__ = [
     "CONNECT_TIMEOUT",
+    "FORWARDED_FOR_HEADER",
     "FORWARDED_IDENTITY_HEADER",
     "FORWARD_HEADER",
     "TIMEOUT",
@@ -67,6 +70,10 @@ _ENVIRON_KEY = "HTTP_WSNMOM_FORWARDED"
 #: (``<method> <percent-encoded name>``), covered by the signature
 FORWARDED_IDENTITY_HEADER = "WSNMOM-Forwarded-Identity"
 _IDENTITY_ENVIRON_KEY = "HTTP_WSNMOM_FORWARDED_IDENTITY"
+#: the header naming the client's address (per-address rate limits), covered by the
+#: signature
+FORWARDED_FOR_HEADER = "WSNMOM-Forwarded-For"
+_ADDRESS_ENVIRON_KEY = "HTTP_WSNMOM_FORWARDED_FOR"
 #: seconds a forwarded request's signature stays valid (clocks of one cluster agree)
 WINDOW = 60.0
 #: seconds to wait for the reading instance's answer
@@ -94,25 +101,35 @@ IdentityOf = Callable[[dict[str, Any]], "tuple[str, str] | None"]
 
 
 def sign(
-    secret: str, instance: str, moment: int, path: str, body: bytes, identity: str = ""
+    secret: str,
+    instance: str,
+    moment: int,
+    path: str,
+    body: bytes,
+    identity: str = "",
+    address: str = "",
 ) -> str:
     """The :data:`FORWARD_HEADER` value of a request ``instance`` forwards at ``moment``
-    (Unix seconds) naming ``identity`` (the :data:`FORWARDED_IDENTITY_HEADER` value, ""
-    for none): ``<instance> <moment> <hex HMAC>``."""
+    (Unix seconds) naming ``identity`` and the client's ``address`` (the
+    :data:`FORWARDED_IDENTITY_HEADER` and :data:`FORWARDED_FOR_HEADER` values, "" for
+    none): ``<instance> <moment> <hex HMAC>``."""
     mac = hmac.new(secret.encode(), digestmod=hashlib.sha256)
-    mac.update(f"{instance}\n{moment}\n{path}\n{identity}\n".encode())
+    mac.update(f"{instance}\n{moment}\n{path}\n{identity}\n{address}\n".encode())
     mac.update(hashlib.sha256(body).digest())
     return f"{instance} {moment} {mac.hexdigest()}"
 
 
-def _verified(secret: str, value: str, path: str, body: bytes, identity: str, now: float) -> bool:
+def _verified(
+    secret: str, value: str, path: str, body: bytes, identity: str, address: str, now: float
+) -> bool:
     parts = value.split(" ")
     if len(parts) != 3 or not parts[1].isdigit():
         return False
     instance, moment = parts[0], int(parts[1])
     if abs(now - moment) > WINDOW:
         return False
-    return hmac.compare_digest(sign(secret, instance, moment, path, body, identity), value)
+    signed = sign(secret, instance, moment, path, body, identity, address)
+    return hmac.compare_digest(signed, value)
 
 
 def _identity_value(identity: tuple[str, str]) -> str:
@@ -173,10 +190,12 @@ class PullForward:
         path = str(environ.get("PATH_INFO") or "")
         body = self._body(environ)
         named = str(environ.get(_IDENTITY_ENVIRON_KEY) or "")
+        address = str(environ.get(_ADDRESS_ENVIRON_KEY) or "")
         ok = False
         if readers is not None and readers.active and body is not None:
             try:
-                ok = _verified(readers.secret(), value, path, body, named, time.time())
+                secret = readers.secret()
+                ok = _verified(secret, value, path, body, named, address, time.time())
             except Exception:
                 log.warning("reading the cluster's secret failed", exc_info=True)
         if not ok:
@@ -198,6 +217,8 @@ class PullForward:
         identity = _identity_of_value(named)
         if identity is not None:
             environ[FORWARDED_IDENTITY_KEY] = identity
+        if address:
+            environ[FORWARDED_ADDRESS_KEY] = address
         return self.app(environ, start_response)
 
     # -- forwarding ----------------------------------------------------------------------
@@ -264,9 +285,12 @@ class PullForward:
                 return self.app(environ, start_response)
             if identity is not None:
                 named = headers[FORWARDED_IDENTITY_HEADER] = _identity_value(identity)
+        address = str(environ.get("REMOTE_ADDR") or "")
+        if address:
+            headers[FORWARDED_FOR_HEADER] = address
         try:
             headers[FORWARD_HEADER] = sign(
-                readers.secret(), readers.instance, int(time.time()), path, body, named
+                readers.secret(), readers.instance, int(time.time()), path, body, named, address
             )
             connection_class = (
                 http.client.HTTPSConnection

@@ -394,3 +394,27 @@ def test_the_reader_counts_a_forwarded_request_against_its_client_s_address(
     other = {FORWARD_HEADER: sign(SECRET, "g0", now, PATH, BODY, "", "192.0.2.2"), **named}
     assert post(reader.url, **other).status_code == 403
     assert len(reader.addresses) == 2
+
+
+def test_the_rate_limit_counts_the_forwarded_client_s_address() -> None:
+    from wsnmom.core.config import QuotaSettings, Settings
+    from wsnmom.soap_frontend import create_app
+
+    from tests.soap_frontend.fake_service import FakeService
+    from tests.support.soap import notify_body
+
+    app = create_app(
+        FakeService(), Settings(quotas=QuotaSettings(rate=0.001, burst=1), max_request_bytes=4096)
+    )
+    client = app.test_client()
+    notify = envelope(notify_body(("tns:a", "<p:x xmlns:p='urn:p'>1</p:x>")))
+
+    def status(forwarded_for: str) -> int:
+        # both come from the forwarding instance's address
+        base = {"REMOTE_ADDR": "10.0.0.1", FORWARDED_ADDRESS_KEY: forwarded_for}
+        r = client.post("/wsn/broker", data=notify, content_type=content_type(), environ_base=base)
+        return r.status_code
+
+    assert status("192.0.2.1") < 300
+    assert status("192.0.2.1") == 429  # its one request of the burst is spent
+    assert status("192.0.2.2") < 300  # another client behind the same instance

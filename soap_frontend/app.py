@@ -32,8 +32,10 @@ path (:mod:`.fastpath`), which the application is wrapped in.  The broker is rea
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable
+from typing import Any
 
 from flask import Blueprint, Flask, Response, current_app, request
 from lxml import etree
@@ -144,6 +146,7 @@ def create_app(service: BrokerPort, settings: Settings | None = None) -> Flask:
                 SoapFastPath(app, app.wsgi_app, broker_view, resource_views),
                 getattr(service, "pull_owners", None),
                 app.config.get("MAX_CONTENT_LENGTH"),
+                functools.partial(_identity_of, auth),
             ),
             settings,
             app.config,
@@ -151,6 +154,17 @@ def create_app(service: BrokerPort, settings: Settings | None = None) -> Flask:
         instance=getattr(service, "instance_id", ""),
     )
     return app
+
+
+def _identity_of(auth: Authenticator, environ: dict[str, Any]) -> tuple[str, str] | None:
+    """The identity of a client without an Authorization header (its TLS certificate, a
+    trusted proxy's header) that a forwarded request names (``pull_forward``).
+
+    :raises AuthenticationFailed: a proxy names an identity with a secret."""
+    if not auth.enabled:
+        return None
+    caller = auth.http_caller(environ)
+    return None if caller.name is None else (caller.name, caller.method)
 
 
 def _make_view(role: Role) -> Callable[[str], Response]:

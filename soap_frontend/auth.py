@@ -52,12 +52,24 @@ from .passwords import decoy_hash, token_digest, verify_password
 from .public_base import is_trusted
 from .wsse import NonceCache, TokenRejected, UsernameToken, digest_matches
 
-__all__ = ["TLS_IDENTITY_KEY", "Authenticator", "listens_on_loopback_only"]
+__all__ = [
+    "FORWARDED_ADDRESS_KEY",
+    "FORWARDED_IDENTITY_KEY",
+    "TLS_IDENTITY_KEY",
+    "Authenticator",
+    "listens_on_loopback_only",
+]
 
 log = logging.getLogger("wsnmom.auth")
 
 #: the environ key where the HTTPS server puts the verified client certificate's identity
 TLS_IDENTITY_KEY = "wsnmom.tls.identity"
+#: the environ key of the identity (name, method) another instance of the cluster
+#: established for a request it forwarded (set only on a request whose signature
+#: verifies, ``pull_forward``)
+FORWARDED_IDENTITY_KEY = "wsnmom.forwarded.identity"
+#: the environ key of the client's address of such a request (per-address rate limits)
+FORWARDED_ADDRESS_KEY = "wsnmom.forwarded.address"
 
 _CACHE_LIMIT = 4096
 
@@ -179,6 +191,9 @@ class Authenticator:
         header = environ.get("HTTP_AUTHORIZATION")
         if header:
             return self._authorization(str(header))
+        forwarded = environ.get(FORWARDED_IDENTITY_KEY)
+        if isinstance(forwarded, tuple) and len(forwarded) == 2:
+            return self.credentials.principal(str(forwarded[0]), str(forwarded[1]))
         tls_name = environ.get(TLS_IDENTITY_KEY)
         if isinstance(tls_name, str) and tls_name:
             return self.credentials.principal(tls_name, "tls")

@@ -33,7 +33,7 @@ from wsnmom.core.model import EndpointReference, InboundNotification, SoapVersio
 from wsnmom.core.ports import BrokerPort
 
 from . import codec
-from .auth import Authenticator
+from .auth import FORWARDED_ADDRESS_KEY, Authenticator
 from .codec import Op
 from .envelope import (
     HttpError,
@@ -231,7 +231,11 @@ def soap_post(
     else:
         count_request(op.local if op else "unknown")
     if fe.limiter.enabled:
-        address = environ.get("REMOTE_ADDR") if environ is not None else None
+        address = (
+            environ.get(FORWARDED_ADDRESS_KEY) or environ.get("REMOTE_ADDR")
+            if environ is not None
+            else None
+        )  # a request another instance forwarded: its client's (``pull_forward``)
         refused = fe.limiter.check(principal, address)
         if refused is not None:
             return _rate_limited(fe, req, principal, *refused)

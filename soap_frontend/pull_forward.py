@@ -15,7 +15,17 @@ HMAC-SHA256 of those, the path and the body under the cluster's secret (made onc
 store, ``Coordination.secret``).  An instance serves a request with a valid header
 itself, never forwarding it again; a header that does not verify (a client's, a stale
 one) is refused with HTTP 403.  The client's own credentials travel with the request:
-the reading instance authenticates and authorises the client as any instance would.
+the reading instance authenticates and authorises the client as any instance would.  A
+client known without an ``Authorization`` header (its TLS certificate, a trusted
+proxy's identity header) is named in :data:`FORWARDED_IDENTITY_HEADER`, which the
+signature covers: the reader takes that identity (``auth.FORWARDED_IDENTITY_KEY``).
+The client's address goes in :data:`FORWARDED_FOR_HEADER`, also signed: the reader's
+per-address rate limits count it (``auth.FORWARDED_ADDRESS_KEY``).
+
+Only a pull point's own path is forwarded; a chunked body is read first (over the limit
+it is left to the application).  Of the reader's answer only its own headers are relayed
+(:data:`_RELAYED`).  Connecting to the reader waits :data:`CONNECT_TIMEOUT`, its answer
+:data:`TIMEOUT`.
 """
 
 from __future__ import annotations
@@ -29,28 +39,48 @@ import math
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import quote, unquote, urlsplit
 
 from wsnmom.core import errors
-from wsnmom.core.addresses import ResourceKind, parse_resource_path
+from wsnmom.core.addresses import ResourceKind, parse_resource_path, resource_path
 from wsnmom.core.model import SoapVersion
 from wsnmom.core.pull_owners import PullOwners, Reader
 
+from .auth import FORWARDED_ADDRESS_KEY, FORWARDED_IDENTITY_KEY
 from .dispatch import transport_reply
 from .envelope import HttpError, content_type_for, envelope_bytes, version_for_media_type
 from .faults import count_fault, fault_for_error
 
-__all__ = ["FORWARD_HEADER", "PullForward", "sign"]
+__all__ = [
+    "CONNECT_TIMEOUT",
+    "FORWARDED_FOR_HEADER",
+    "FORWARDED_IDENTITY_HEADER",
+    "FORWARD_HEADER",
+    "TIMEOUT",
+    "PullForward",
+    "sign",
+]
 
 log = logging.getLogger("wsnmom.soap.pull_forward")
 
 #: the header of a request one instance forwards to another
 FORWARD_HEADER = "WSNMOM-Forwarded"
 _ENVIRON_KEY = "HTTP_WSNMOM_FORWARDED"
+#: the header naming the identity the forwarding instance established for its client
+#: (``<method> <percent-encoded name>``), covered by the signature
+FORWARDED_IDENTITY_HEADER = "WSNMOM-Forwarded-Identity"
+_IDENTITY_ENVIRON_KEY = "HTTP_WSNMOM_FORWARDED_IDENTITY"
+#: the header naming the client's address (per-address rate limits), covered by the
+#: signature
+FORWARDED_FOR_HEADER = "WSNMOM-Forwarded-For"
+_ADDRESS_ENVIRON_KEY = "HTTP_WSNMOM_FORWARDED_FOR"
 #: seconds a forwarded request's signature stays valid (clocks of one cluster agree)
 WINDOW = 60.0
 #: seconds to wait for the reading instance's answer
 TIMEOUT = 30.0
+#: seconds to wait for a connection to the reading instance (TLS handshake included): a
+#: silent host (dead, its lease not run out yet) holds a request thread no longer
+CONNECT_TIMEOUT = 2.0
 #: request headers sent on with a forwarded request
 _SENT_ON = {
     "CONTENT_TYPE": "Content-Type",
@@ -59,39 +89,74 @@ _SENT_ON = {
     "HTTP_HOST": "Host",
     "HTTP_ACCEPT": "Accept",
 }
-#: response headers not relayed (the connection's own, or set again here)
-_NOT_RELAYED = {"connection", "keep-alive", "transfer-encoding", "content-length", "x-request-id"}
+#: response headers relayed (the answer's own; never the reader's connection, server,
+#: cookies or other internals; ``X-Request-Id`` and ``Content-Length`` are set again here)
+_RELAYED = {"content-type", "retry-after", "wsnmom-instance", "www-authenticate", "allow"}
 
 StartResponse = Callable[..., Any]
 WsgiApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
+#: the identity (name, method) of a request's client known without an Authorization
+#: header, or None (anonymous)
+IdentityOf = Callable[[dict[str, Any]], "tuple[str, str] | None"]
 
 
-def sign(secret: str, instance: str, moment: int, path: str, body: bytes) -> str:
+def sign(
+    secret: str,
+    instance: str,
+    moment: int,
+    path: str,
+    body: bytes,
+    identity: str = "",
+    address: str = "",
+) -> str:
     """The :data:`FORWARD_HEADER` value of a request ``instance`` forwards at ``moment``
-    (Unix seconds): ``<instance> <moment> <hex HMAC>``."""
+    (Unix seconds) naming ``identity`` and the client's ``address`` (the
+    :data:`FORWARDED_IDENTITY_HEADER` and :data:`FORWARDED_FOR_HEADER` values, "" for
+    none): ``<instance> <moment> <hex HMAC>``."""
     mac = hmac.new(secret.encode(), digestmod=hashlib.sha256)
-    mac.update(f"{instance}\n{moment}\n{path}\n".encode())
+    mac.update(f"{instance}\n{moment}\n{path}\n{identity}\n{address}\n".encode())
     mac.update(hashlib.sha256(body).digest())
     return f"{instance} {moment} {mac.hexdigest()}"
 
 
-def _verified(secret: str, value: str, path: str, body: bytes, now: float) -> bool:
+def _verified(
+    secret: str, value: str, path: str, body: bytes, identity: str, address: str, now: float
+) -> bool:
     parts = value.split(" ")
     if len(parts) != 3 or not parts[1].isdigit():
         return False
     instance, moment = parts[0], int(parts[1])
     if abs(now - moment) > WINDOW:
         return False
-    return hmac.compare_digest(sign(secret, instance, moment, path, body), value)
+    signed = sign(secret, instance, moment, path, body, identity, address)
+    return hmac.compare_digest(signed, value)
+
+
+def _identity_value(identity: tuple[str, str]) -> str:
+    name, method = identity
+    return f"{method} {quote(name, safe='')}"
+
+
+def _identity_of_value(value: str) -> tuple[str, str] | None:
+    method, _, name = value.partition(" ")
+    return (unquote(name), method) if method and name else None
 
 
 class PullForward:
     """Wraps a WSGI application (see the module docstring)."""
 
-    def __init__(self, app: WsgiApp, readers: PullOwners | None, max_body: int | None) -> None:
+    def __init__(
+        self,
+        app: WsgiApp,
+        readers: PullOwners | None,
+        max_body: int | None,
+        identity: IdentityOf | None = None,
+    ) -> None:
         self.app = app
         self.readers = readers
         self.max_body = max_body
+        #: the identity this instance establishes for a client without Authorization
+        self.identity = identity
 
     def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Any:
         claimed = environ.get(_ENVIRON_KEY)
@@ -102,7 +167,11 @@ class PullForward:
             return self.app(environ, start_response)
         path = str(environ.get("PATH_INFO") or "")
         found = parse_resource_path(path)
-        if found is None or found[0] is not ResourceKind.PULL_POINT:
+        if (
+            found is None
+            or found[0] is not ResourceKind.PULL_POINT
+            or path.rstrip("/") != resource_path(ResourceKind.PULL_POINT, found[1])
+        ):  # only a pull point's own path: a client never picks where a signed request goes
             return self.app(environ, start_response)
         body = self._body(environ)
         if body is None:  # no plain Content-Length within the limit: answered here
@@ -120,10 +189,13 @@ class PullForward:
         readers = self.readers
         path = str(environ.get("PATH_INFO") or "")
         body = self._body(environ)
+        named = str(environ.get(_IDENTITY_ENVIRON_KEY) or "")
+        address = str(environ.get(_ADDRESS_ENVIRON_KEY) or "")
         ok = False
         if readers is not None and readers.active and body is not None:
             try:
-                ok = _verified(readers.secret(), value, path, body, time.time())
+                secret = readers.secret()
+                ok = _verified(secret, value, path, body, named, address, time.time())
             except Exception:
                 log.warning("reading the cluster's secret failed", exc_info=True)
         if not ok:
@@ -142,32 +214,47 @@ class PullForward:
                 ],
             )
             return [reply.body]
+        identity = _identity_of_value(named)
+        if identity is not None:
+            environ[FORWARDED_IDENTITY_KEY] = identity
+        if address:
+            environ[FORWARDED_ADDRESS_KEY] = address
         return self.app(environ, start_response)
 
     # -- forwarding ----------------------------------------------------------------------
     def _body(self, environ: dict[str, Any]) -> bytes | None:
-        """The request body (put back for the application to read), or None when it has
-        no plain Content-Length within the limit (left alone)."""
+        """The request body (put back for the application to read), or None when it is
+        over the limit or not framed (left alone: the application answers it).  A body
+        the server hands on chunked (cheroot: ``Transfer-Encoding``, no length) is read
+        to its end."""
         length = environ.get("CONTENT_LENGTH")
-        if (
-            "HTTP_TRANSFER_ENCODING" in environ
-            or not isinstance(length, str)
-            or not length.isdigit()
-            or not length.isascii()
-            or (self.max_body is not None and int(length) > self.max_body)
-        ):
+        chunked = "HTTP_TRANSFER_ENCODING" in environ
+        if chunked:
+            if str(environ["HTTP_TRANSFER_ENCODING"]).strip().lower() != "chunked":
+                return None
+            wanted = None
+        elif isinstance(length, str) and length.isascii() and length.isdigit():
+            wanted = int(length)
+            if self.max_body is not None and wanted > self.max_body:
+                return None
+        else:
             return None
         stream = environ["wsgi.input"]
-        wanted = int(length)
         parts: list[bytes] = []
         got = 0
-        while got < wanted:
-            chunk = stream.read(wanted - got)
+        while wanted is None or got < wanted:
+            step = 65536 if wanted is None else min(65536, wanted - got)
+            chunk = stream.read(step)
             if not chunk:
                 break
             parts.append(chunk)
             got += len(chunk)
+            if wanted is None and self.max_body is not None and got > self.max_body:
+                # over the limit: the application answers what it reads (the rest)
+                environ["wsgi.input"] = io.BufferedReader(_Joined(parts, stream))
+                return None
         body = b"".join(parts)
+        environ.pop("HTTP_TRANSFER_ENCODING", None)
         environ["wsgi.input"] = io.BytesIO(body)
         environ["CONTENT_LENGTH"] = str(len(body))
         environ["wsgi.input_terminated"] = True
@@ -190,24 +277,36 @@ class PullForward:
         request_id = environ.get("wsnmom.request_id")
         if request_id:
             headers["X-Request-Id"] = str(request_id)
+        named = ""
+        if self.identity is not None and not environ.get("HTTP_AUTHORIZATION"):
+            try:
+                identity = self.identity(environ)
+            except Exception:  # wrong credentials: answered here (401), as any request
+                return self.app(environ, start_response)
+            if identity is not None:
+                named = headers[FORWARDED_IDENTITY_HEADER] = _identity_value(identity)
+        address = str(environ.get("REMOTE_ADDR") or "")
+        if address:
+            headers[FORWARDED_FOR_HEADER] = address
         try:
             headers[FORWARD_HEADER] = sign(
-                readers.secret(), readers.instance, int(time.time()), path, body
+                readers.secret(), readers.instance, int(time.time()), path, body, named, address
             )
             connection_class = (
                 http.client.HTTPSConnection
                 if target.scheme == "https"
                 else http.client.HTTPConnection
             )
-            connection = connection_class(target.netloc, timeout=TIMEOUT)
+            connection = connection_class(target.netloc, timeout=CONNECT_TIMEOUT)
             try:
+                connection.connect()
+                assert connection.sock is not None
+                connection.sock.settimeout(TIMEOUT)
                 connection.request("POST", url_path, body=body, headers=headers)
                 response = connection.getresponse()
                 data = response.read()
                 status = f"{response.status} {response.reason}"
-                relayed = [
-                    (k, v) for k, v in response.getheaders() if k.lower() not in _NOT_RELAYED
-                ]
+                relayed = [(k, v) for k, v in response.getheaders() if k.lower() in _RELAYED]
             finally:
                 connection.close()
         except Exception as exc:
@@ -242,3 +341,24 @@ class PullForward:
             ],
         )
         return [data]
+
+
+class _Joined(io.RawIOBase):
+    """What was read of a body, then the rest of its stream."""
+
+    def __init__(self, parts: list[bytes], rest: Any) -> None:
+        self._head = b"".join(parts)
+        self._rest = rest
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        if self._head:
+            n = min(len(buffer), len(self._head))
+            buffer[:n] = self._head[:n]
+            self._head = self._head[n:]
+            return n
+        data = self._rest.read(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)

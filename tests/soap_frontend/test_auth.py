@@ -14,7 +14,7 @@ import pytest
 from wsnmom.core.access import ANONYMOUS
 from wsnmom.core.config import ConfigError, Settings, load_settings
 from wsnmom.soap_frontend import passwords
-from wsnmom.soap_frontend.auth import TLS_IDENTITY_KEY, Authenticator
+from wsnmom.soap_frontend.auth import FORWARDED_IDENTITY_KEY, TLS_IDENTITY_KEY, Authenticator
 from wsnmom.soap_frontend.identity import AuthenticationFailed
 from wsnmom.soap_frontend.ratelimit import RateLimiter
 from wsnmom.soap_frontend.wsse import NonceCache, TokenRejected, UsernameToken
@@ -168,6 +168,15 @@ def test_tls_and_proxy_identities(tmp_path: Path, caplog: pytest.LogCaptureFixtu
     assert forged is ANONYMOUS and "not in trusted_proxies" in caplog.text
     with pytest.raises(ConfigError, match="trusted_proxies is empty"):
         Authenticator(_settings(tmp_path, auth__proxy_header="X-Client-Identity"))
+    # a request another instance forwarded with the identity it established (signed,
+    # checked by PullForward): that identity, by the same method; a proxy's header
+    # arriving from the forwarding instance (not a trusted proxy) is not needed
+    relayed = {FORWARDED_IDENTITY_KEY: ("CN=cam,O=Example", "tls"), "REMOTE_ADDR": "192.0.2.9"}
+    by_relay = auth.http_caller(relayed)
+    assert (by_relay.name, by_relay.admin, by_relay.method) == ("CN=cam,O=Example", True, "tls")
+    assert auth.http_caller({FORWARDED_IDENTITY_KEY: ("carol", "proxy")}).name == "carol"
+    with pytest.raises(AuthenticationFailed):  # its own credentials, checked here
+        auth.http_caller({**relayed, "HTTP_AUTHORIZATION": "Bearer wrong"})
 
 
 def test_username_token_replay_window() -> None:

@@ -7,6 +7,9 @@ two WSGI stacks in this process, the reader served by a real HTTP server."""
 
 from __future__ import annotations
 
+import contextlib
+import http.client
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -17,7 +20,17 @@ import pytest
 import requests
 from wsnmom.core.coordination import InstanceInfo, shard_of
 from wsnmom.core.pull_owners import PullOwners
-from wsnmom.soap_frontend.pull_forward import FORWARD_HEADER, WINDOW, PullForward, sign
+from wsnmom.soap_frontend.auth import FORWARDED_ADDRESS_KEY, FORWARDED_IDENTITY_KEY
+from wsnmom.soap_frontend.pull_forward import (
+    CONNECT_TIMEOUT,
+    FORWARD_HEADER,
+    FORWARDED_FOR_HEADER,
+    FORWARDED_IDENTITY_HEADER,
+    TIMEOUT,
+    WINDOW,
+    PullForward,
+    sign,
+)
 from wsnmom.soap_frontend.request_ids import RequestIds
 
 from tests.support.ports import closed_port
@@ -59,6 +72,10 @@ class Reader:
 
     def __init__(self) -> None:
         self.seen: list[tuple[str, bytes, dict[str, str]]] = []
+        #: the identity each request named (``auth.FORWARDED_IDENTITY_KEY``)
+        self.identities: list[tuple[str, str] | None] = []
+        #: the client address each request named (``auth.FORWARDED_ADDRESS_KEY``)
+        self.addresses: list[str | None] = []
         port = free_port()
         self.url = f"http://127.0.0.1:{port}"
         stack = RequestIds(
@@ -73,7 +90,16 @@ class Reader:
         body = environ["wsgi.input"].read(length)
         headers = {k: str(v) for k, v in environ.items() if k.startswith("HTTP_")}
         self.seen.append((str(environ["PATH_INFO"]), body, headers))
-        start("200 OK", [("Content-Type", "application/soap+xml"), ("X-Read", "yes")])
+        self.identities.append(environ.get(FORWARDED_IDENTITY_KEY))
+        self.addresses.append(environ.get(FORWARDED_ADDRESS_KEY))
+        start(
+            "200 OK",
+            [
+                ("Content-Type", "application/soap+xml"),
+                ("X-Read", "yes"),
+                ("Set-Cookie", "reader=g1; Path=/"),
+            ],
+        )
         return [b"<answer/>"]
 
     def close(self) -> None:
@@ -123,7 +149,7 @@ def test_a_request_for_a_pull_point_read_elsewhere_is_forwarded_and_relayed(
         r = post(url, Authorization="Basic dTpw", **{"X-Request-Id": "req-1"})
         assert r.status_code == 200 and r.content == b"<answer/>"
         # the answer names the instance that read, once; the request id stays the client's
-        assert r.headers["WSNMOM-Instance"] == "g1" and r.headers["X-Read"] == "yes"
+        assert r.headers["WSNMOM-Instance"] == "g1"
         assert r.headers["X-Request-Id"] == "req-1"
         [(path, body, headers)] = reader.seen
         assert path == PATH and body == BODY
@@ -173,3 +199,222 @@ def test_no_live_reader_or_an_unreachable_one_answers_try_again() -> None:
             assert r.headers["Retry-After"] == "5", why
             assert fault_name(r.content) == "ResourceUnavailableFault", why
             assert r.headers["WSNMOM-Instance"] == "g0", why
+
+
+def served_by_cheroot(table: list[InstanceInfo]) -> tuple[str, Callable[[], None]]:
+    """The instance a client asks (g0), served by cheroot, the HTTPS server's WSGI server
+    (it hands a chunked body on as it came: ``Transfer-Encoding`` and no length)."""
+    from cheroot import wsgi
+
+    def local(environ: dict[str, Any], start: Callable[..., Any]) -> Iterable[bytes]:
+        start("200 OK", [("Content-Type", "text/plain")])
+        return [b"answered here"]
+
+    port = free_port()
+    stack = RequestIds(PullForward(local, readers("g0", here=False, table=table), 1 << 20), "g0")
+    server = wsgi.Server(("127.0.0.1", port), stack, numthreads=2)
+    server.prepare()
+    threading.Thread(target=server.serve, daemon=True).start()
+    return f"http://127.0.0.1:{port}", server.stop
+
+
+def test_a_chunked_request_is_forwarded(reader: Reader) -> None:
+    url, close = served_by_cheroot([owner_info(reader.url)])
+    try:
+        r = requests.post(
+            url + PATH,
+            data=iter([BODY[:10], BODY[10:]]),  # a generator: sent chunked
+            headers={"Content-Type": content_type(), "Connection": "close"},
+            timeout=10,
+        )
+        assert r.status_code == 200 and r.content == b"<answer/>"
+        [(path, body, _headers)] = reader.seen
+        assert path == PATH and body == BODY
+    finally:
+        close()
+
+
+def test_a_chunked_request_over_the_limit_is_left_to_the_application(reader: Reader) -> None:
+    url, close = served_by_cheroot([owner_info(reader.url)])
+    try:
+        big = BODY + b" " * (1 << 20)
+        r = requests.post(
+            url + PATH,
+            data=iter([big[: 1 << 19], big[1 << 19 :]]),
+            headers={"Content-Type": content_type(), "Connection": "close"},
+            timeout=10,
+        )
+        assert r.content == b"answered here" and reader.seen == []
+    finally:
+        close()
+
+
+def test_only_a_pull_point_s_own_path_is_forwarded(reader: Reader) -> None:
+    url, close = front([owner_info(reader.url)])
+    try:
+        for path in (f"/x{PATH}", f"/wsn/admin/api{PATH}", f"/a%20b{PATH}", f"/a%3Fb{PATH}"):
+            assert post(url, path).content == b"answered here", path
+        assert reader.seen == []
+        assert post(url, PATH).content == b"<answer/>"
+    finally:
+        close()
+
+
+def test_the_reader_s_own_headers_are_not_relayed(reader: Reader) -> None:
+    url, close = front([owner_info(reader.url)])
+    try:
+        r = post(url)
+        assert r.status_code == 200 and r.content == b"<answer/>"
+        # its answer's content type and the instance that read it, not its internals
+        assert r.headers["Content-Type"] == "application/soap+xml"
+        assert r.headers["WSNMOM-Instance"] == "g1"
+        assert "X-Read" not in r.headers and "Set-Cookie" not in r.headers
+    finally:
+        close()
+
+
+@contextlib.contextmanager
+def silent_address() -> Iterator[str]:
+    """A loopback address whose connections are never accepted: a listening socket whose
+    accept queue is full, so that the kernel drops further SYNs (as a dead host's would
+    go unanswered)."""
+    listening = socket.socket()
+    held: list[socket.socket] = []
+    try:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen(0)
+        while True:
+            s = socket.socket()
+            s.settimeout(0.3)
+            try:
+                s.connect(listening.getsockname())
+            except OSError:
+                s.close()
+                break
+            held.append(s)
+        host, port = listening.getsockname()
+        yield f"http://{host}:{port}"
+    finally:
+        for s in held:
+            s.close()
+        listening.close()
+
+
+def test_a_reader_that_does_not_accept_is_given_up_well_before_the_client_does() -> None:
+    """A reader whose host went silent (its lease not run out yet) holds the forwarding
+    thread only for :data:`CONNECT_TIMEOUT`, not for the answer's whole timeout."""
+    assert CONNECT_TIMEOUT * 4 < TIMEOUT
+    with silent_address() as address:
+        url, close = front([owner_info(address)])
+        try:
+            r = requests.post(
+                url + PATH,
+                data=BODY,
+                headers={"Content-Type": content_type()},
+                timeout=CONNECT_TIMEOUT * 4,
+            )
+        finally:
+            close()
+    assert r.status_code == 503 and r.headers["Retry-After"] == "5"
+    assert fault_name(r.content) == "ResourceUnavailableFault"
+
+
+def test_a_client_known_by_its_certificate_or_a_proxy_keeps_its_identity(reader: Reader) -> None:
+    """A client without an ``Authorization`` header (its TLS certificate, a trusted proxy's
+    identity header) is named to the reader in the signed request: the reader's
+    authenticator takes that identity, not the forwarding instance's anonymous call."""
+    port = free_port()
+
+    def local(environ: dict[str, Any], start: Callable[..., Any]) -> Iterable[bytes]:
+        start("200 OK", [("Content-Type", "text/plain")])
+        return [b"answered here"]
+
+    def identity(environ: dict[str, Any]) -> tuple[str, str] | None:
+        # the forwarding instance's authenticator (here: what its TLS server verified)
+        name = environ.get("HTTP_X_TEST_CERT")
+        return (str(name), "tls") if name else None
+
+    stack = RequestIds(
+        PullForward(
+            local, readers("g0", here=False, table=[owner_info(reader.url)]), 1 << 20, identity
+        ),
+        "g0",
+    )
+    server = make_server("127.0.0.1", port, stack, handler_class=Quiet)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{port}"
+    try:
+        assert post(url, **{"X-Test-Cert": "CN=cämera 1,O=Example"}).status_code == 200
+        assert reader.identities == [("CN=cämera 1,O=Example", "tls")]
+        # with an Authorization header the reader checks that itself
+        assert post(url, Authorization="Basic dTpw", **{"X-Test-Cert": "CN=x"}).ok
+        assert reader.identities[1:] == [None]
+    finally:
+        server.shutdown()
+        server.server_close()
+    # a client cannot name an identity: without a signature, or with one for another
+    now = int(time.time())
+    named = {FORWARDED_IDENTITY_HEADER: "tls CN%3Dadmin"}
+    assert post(reader.url, **named).status_code == 200  # not forwarded: ignored
+    assert reader.identities[2:] == [None]
+    unsigned = {FORWARD_HEADER: sign(SECRET, "g0", now, PATH, BODY), **named}
+    assert post(reader.url, **unsigned).status_code == 403
+    signed = sign(SECRET, "g0", now, PATH, BODY, "tls CN%3Dcam")
+    assert post(reader.url, **{FORWARD_HEADER: signed, **named}).status_code == 403
+    assert len(reader.identities) == 3
+
+
+def test_the_reader_counts_a_forwarded_request_against_its_client_s_address(
+    reader: Reader,
+) -> None:
+    """Per-address limits (anonymous clients) at the reader see the client's address, not
+    the forwarding instance's: it travels signed in ``WSNMOM-Forwarded-For``."""
+    url, close = front([owner_info(reader.url)])
+    host, port = url.removeprefix("http://").split(":")
+    try:
+        # the client connects from another loopback address than the instances
+        connection = http.client.HTTPConnection(
+            host, int(port), timeout=10, source_address=("127.0.0.2", 0)
+        )
+        try:
+            connection.request("POST", PATH, body=BODY, headers={"Content-Type": content_type()})
+            assert connection.getresponse().read() == b"<answer/>"
+        finally:
+            connection.close()
+        assert reader.addresses == ["127.0.0.2"]
+    finally:
+        close()
+    # a client cannot name an address: without a signature, or with one for another
+    now = int(time.time())
+    named = {FORWARDED_FOR_HEADER: "192.0.2.1"}
+    assert post(reader.url, **named).status_code == 200
+    assert reader.addresses[1:] == [None]
+    unsigned = {FORWARD_HEADER: sign(SECRET, "g0", now, PATH, BODY), **named}
+    assert post(reader.url, **unsigned).status_code == 403
+    other = {FORWARD_HEADER: sign(SECRET, "g0", now, PATH, BODY, "", "192.0.2.2"), **named}
+    assert post(reader.url, **other).status_code == 403
+    assert len(reader.addresses) == 2
+
+
+def test_the_rate_limit_counts_the_forwarded_client_s_address() -> None:
+    from wsnmom.core.config import QuotaSettings, Settings
+    from wsnmom.soap_frontend import create_app
+
+    from tests.soap_frontend.fake_service import FakeService
+    from tests.support.soap import notify_body
+
+    app = create_app(
+        FakeService(), Settings(quotas=QuotaSettings(rate=0.001, burst=1), max_request_bytes=4096)
+    )
+    client = app.test_client()
+    notify = envelope(notify_body(("tns:a", "<p:x xmlns:p='urn:p'>1</p:x>")))
+
+    def status(forwarded_for: str) -> int:
+        # both come from the forwarding instance's address
+        base = {"REMOTE_ADDR": "10.0.0.1", FORWARDED_ADDRESS_KEY: forwarded_for}
+        r = client.post("/wsn/broker", data=notify, content_type=content_type(), environ_base=base)
+        return r.status_code
+
+    assert status("192.0.2.1") < 300
+    assert status("192.0.2.1") == 429  # its one request of the burst is spent
+    assert status("192.0.2.2") < 300  # another client behind the same instance

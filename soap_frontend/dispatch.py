@@ -231,12 +231,7 @@ def soap_post(
     else:
         count_request(op.local if op else "unknown")
     if fe.limiter.enabled:
-        address = (
-            environ.get(FORWARDED_ADDRESS_KEY) or environ.get("REMOTE_ADDR")
-            if environ is not None
-            else None
-        )  # a request another instance forwarded: its client's (``pull_forward``)
-        refused = fe.limiter.check(principal, address)
+        refused = fe.limiter.check(principal, _client_address(environ))
         if refused is not None:
             return _rate_limited(fe, req, principal, *refused)
     bound = PRINCIPAL.set(principal)  # core reads the caller from here
@@ -255,6 +250,15 @@ def soap_post(
     finally:
         PRINCIPAL.reset(bound)
     return _answer(req, result, action, legacy)
+
+
+def _client_address(environ: Mapping[str, Any] | None) -> str | None:
+    """The client's address for the rate limit: of a request another instance forwarded,
+    its client's (``pull_forward``), else the peer's."""
+    if environ is None:
+        return None
+    address = environ.get(FORWARDED_ADDRESS_KEY) or environ.get("REMOTE_ADDR")
+    return str(address) if address is not None else None
 
 
 def _http_caller(

@@ -2,7 +2,9 @@
 ends subscriptions whose backlog is full when the configured reaction is to end them
 (``limits.on_full = "end"``).  Runs on a ``core.periodic.PeriodicTask`` every
 ``termination.sweep_interval`` and whenever something notices an expiry, on one instance
-of a cluster only (the leader, ``core.cluster``).
+of a cluster only (the leader, ``core.cluster``); on every instance it first tries again
+the ends of subscriptions it gave up on whose backlog the middleware did not take
+(``Subscriptions.retry_ends``).
 """
 
 from __future__ import annotations
@@ -88,6 +90,8 @@ class Sweeper:
         """Destroy every expired subscription, pull point and registration (with several
         instances on one store, only the leader sweeps; the others follow its deletes)."""
         ctx = self._ctx
+        # on every instance: the ends of what it delivers and gave up on (core.subscriptions)
+        self._subscriptions.retry_ends()
         if not ctx.leads():
             return
         registry = ctx.registry

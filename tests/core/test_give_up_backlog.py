@@ -175,3 +175,30 @@ def test_a_refused_backlog_keeps_the_subscription_until_a_sweep_ends_it(
     assert {found[t].reason for t in BEHIND} <= {"retries-exhausted", "overflow"}
     assert len(outbound.attempts) == attempts  # delivery stayed stopped
     assert delivered_texts(outbound) == []
+
+
+def test_a_full_subscription_is_ended_by_the_instance_that_delivers_it(
+    make_broker: Any,
+) -> None:
+    """``limits.on_full = "end"`` with several instances on one store: the sweep of an
+    instance ends only the full subscriptions it delivers (whose delivery it stops before
+    their backlog goes to the dead letters), the leader's included; the instance that
+    delivers one ends it without leading.  (The cluster member's answers are set on the
+    context as ``core.service`` sets them from ``core.cluster``.)"""
+    service = make(make_broker, "queue", limits__max_messages=3, limits__on_full="end").service
+    assert service is not None
+    sub = service.subscribe(sub_req(C, topic=simple("t:a")))
+    service.pause(sub.id)
+    for text in ("first", "second", "third"):  # max_messages: full, nothing dropped
+        service.notify([note(f"<m>{text}</m>", simple("t:a"))])
+    ctx = service._ctx
+    ctx.leads, ctx.delivers = (lambda: True), (lambda _id: False)
+    service.sweep()  # the leader, not delivering it
+    assert sub.id in service.registry.subscriptions
+    assert service.dead_letters() == []
+    ctx.leads, ctx.delivers = (lambda: False), (lambda _id: True)
+    service.sweep()  # delivering it, not leading
+    assert sub.id not in service.registry.subscriptions
+    letters = service.dead_letters()
+    assert {d.reason for d in letters} == {"overflow-end"}
+    assert len(letters) == 3 and {d.subscription_id for d in letters} == {sub.id}

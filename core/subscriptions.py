@@ -14,6 +14,11 @@ Decisions:
   accumulated, in order.  Both are idempotent.
 * SubscriptionEnd (``core.subscription_end``) is published when the broker ends a
   subscription itself; never for Unsubscribe or expiry.
+* A subscription the broker ends because its backlog is full or its delivery gave up has
+  its whole backlog sent to its dead letters first
+  (``SubscriptionHandle.delete_into_dead_letters``, on the instance that delivers it, its
+  delivery stopped); when the middleware does not take it, it is not ended yet and a later
+  sweep tries again.
 """
 
 from __future__ import annotations

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import enum
 import logging
+import threading
 from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
@@ -127,6 +128,9 @@ class Subscriptions:
         self._inbound = inbound
         #: subscriptions given up on whose backlog the middleware did not take yet (by id)
         self._ending: dict[str, _Ending] = {}
+        #: the ids whose end runs now, and the lock of both
+        self._burying: set[str] = set()
+        self._ending_lock = threading.Lock()
 
     # -- filters ---------------------------------------------------------------------------
     def compile_filter(
@@ -648,6 +652,19 @@ class Subscriptions:
         self._end_given_up(state, ending)
 
     def _end_given_up(self, state: LiveSubscription, ending: _Ending) -> None:
+        """One end at a time per subscription (a give-up and a sweep's retry)."""
+        sub_id = state.record.id
+        with self._ending_lock:
+            if sub_id in self._burying:
+                return
+            self._burying.add(sub_id)
+        try:
+            self._end_given_up_now(state, ending)
+        finally:
+            with self._ending_lock:
+                self._burying.discard(sub_id)
+
+    def _end_given_up_now(self, state: LiveSubscription, ending: _Ending) -> None:
         sub_id = state.record.id
         if not self._ctx.delivers(sub_id):
             # the shard moved on since the give-up: the instance delivering it now

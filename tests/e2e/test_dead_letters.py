@@ -508,3 +508,51 @@ def test_a_subscription_given_up_on_leaves_its_whole_backlog_in_its_dead_letters
     # a gateway of its own: these, each counted once, and the one end
     assert dead_lettered(server) == len(names)
     assert metric(server, "wsnmom_subscriptions_ended_total", reason="delivery") == 1
+
+
+def test_a_filter_over_its_budget_leaves_the_whole_backlog_in_its_dead_letters(
+    one_by_one_server: RunningServer, consumer: ConsumerServer, destination: str
+) -> None:
+    """A MessageContent filter over its budget ends the subscription: the message it
+    was evaluated on and every message waiting behind it are dead letters
+    (``filter-budget``), each once, and none reached the consumer."""
+    server = one_by_one_server
+    wsn = Wsn(server, f"urn:test:{uuid.uuid4().hex[:8]}")
+    content = f'<wsnt:MessageContent Dialect="{XPATH10}">{CUBIC}</wsnt:MessageContent>'
+    sub = wsn.subscribe(
+        consumer.address("/costly-backlog"),
+        "tns:fbb",
+        extra_filter=content,
+        policy=policy(destination),
+    )
+    wsn.post(sub.address, "<wsnt:PauseSubscription/>").ok()
+    wsn.notify(("tns:fbb", BIG))
+    for n in ("second", "third"):
+        wsn.notify(("tns:fbb", f'<n xmlns="urn:n">{n}</n>'))
+    wsn.post(sub.address, "<wsnt:ResumeSubscription/>").ok()
+    subscription = f"{server.base_url}/wsn/admin/api/subscriptions/{sub.id}"
+    wait_until(
+        lambda: requests.get(subscription, timeout=10).status_code == 404, 30, what="the end"
+    )
+    found = wait_until(
+        lambda: (d := letters(server, destination)) and len(d) >= 3 and d,
+        30,
+        what="three dead letters",
+    )
+    assert len(found) == 3, found
+    assert {d["reason"] for d in found} == {"filter-budget"}
+    assert {d["subscription"] for d in found} == {sub.id}
+    bodies = {
+        d["id"]: requests.get(
+            f"{server.base_url}/wsn/admin/api/dead-letters/{d['id']}", timeout=10
+        ).json()["body"]
+        for d in found
+    }
+    [big] = [i for i, b in bodies.items() if "<a/><a/>" in b]
+    letter = {d["id"]: d for d in found}
+    assert "cpu_limit" in letter[big]["last_error"]
+    for n in ("second", "third"):
+        [mine] = [i for i, b in bodies.items() if f">{n}<" in b]
+        assert letter[mine]["last_error"].startswith("subscription ended: ")
+    assert consumer.messages_for(sub.address) == []
+    assert dead_lettered(server) == 3

@@ -245,6 +245,7 @@ class Channel(Generic[T]):
         "_retry_at",
         "_running",
         "_scheduled",
+        "_start_due",
         "_stopped",
         "_switch",
         "backoff",
@@ -313,6 +314,9 @@ class Channel(Generic[T]):
         #: starts waits for the start and then stops the handle, so that a subscription
         #: destroyed meanwhile is not left consuming
         self._switch = threading.RLock()
+        #: a start after an unconfirmed give-up is due (``_start_later``); a stop or a
+        #: start meanwhile cancels it
+        self._start_due = False
         #: received, not yet taken by a worker (created on the first message)
         self._queue: deque[Received] | None = None
         #: the batch being sent: (message, item to send, or None for a filtered message
@@ -349,6 +353,7 @@ class Channel(Generic[T]):
         """Consume from the durable subscription (also after ``stop``)."""
         with self._switch:
             with self._lock:
+                self._start_due = False
                 if self._closed or not self._stopped:
                     return
                 if not self._parked:
@@ -374,6 +379,9 @@ class Channel(Generic[T]):
         memory stay unsettled and are redelivered by the middleware on the next start."""
         with self._switch:
             with self._lock:
+                # a stopped channel stays so: no start after a give-up either (a Pause
+                # of a channel that gave up and waits to try again)
+                self._start_due = False
                 if self._parked:  # the handle is stopped already; no longer to be unparked
                     self._parked = self._parking = False
                     return
@@ -481,9 +489,12 @@ class Channel(Generic[T]):
         return True
 
     def _unpark(self) -> None:
-        """The budget's thread: there is room again; consume (no-op unless parked)."""
-        if self._parked:
-            self.start()
+        """The budget's thread: there is room again; consume (no-op unless parked).  The
+        check and the start under ``_switch``: a stop meanwhile (a Pause, which leaves a
+        parked channel stopped for good) comes before or after both, never between."""
+        with self._switch:
+            if self._parked:
+                self.start()
 
     def close(self) -> None:
         """Stop for good (subscription destroyed or broker closing)."""
@@ -754,10 +765,21 @@ class Channel(Generic[T]):
         return False
 
     def _start_later(self) -> None:
-        """Start again after the longest retry delay (a dead letter was not confirmed)."""
-        retry = threading.Timer(self.schedule.max_delay, self.start)
+        """Start again after the longest retry delay (a dead letter was not confirmed),
+        unless stopped or started meanwhile."""
+        with self._lock:
+            self._start_due = True
+        retry = threading.Timer(self.schedule.max_delay, self._start_if_due)
         retry.daemon = True
         retry.start()
+
+    def _start_if_due(self) -> None:
+        """The timer of ``_start_later``."""
+        with self._switch:
+            with self._lock:
+                due = self._start_due
+            if due:
+                self.start()
 
     @property
     def schedule(self) -> Backoff:

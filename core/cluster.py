@@ -229,8 +229,10 @@ class ClusterMember:
             thread.join(10)
         if self.shared:
             held = set(self._held)
-            self._held = {}
+            # recorded before they are forgotten: ``may_save``, asked meanwhile from
+            # delivery threads, says yes for them throughout
             self._released_until.update(dict.fromkeys(held, self._valid_until))
+            self._held = {}
             self._valid_until = 0.0
             if held:
                 log.info("instance %s hands back shards %s", self._instance, _shards_text(held))
@@ -292,17 +294,22 @@ class ClusterMember:
         now_held = dict(leases.held)
         lost = set(self._held) - set(now_held)
         gained = set(now_held) - set(self._held)
-        # the lease began at the store after ``started``: it ends after started + lease
-        was_valid_until = self._valid_until
-        self._valid_until = started + self._lease - self._margin
+        # ``delivers`` and ``may_save`` are asked meanwhile from other threads: the shards
+        # handed back are recorded before they are forgotten, and those lost are
+        # forgotten before the lease is renewed (a zombie's, long expired, would otherwise
+        # cover for a moment the shards another instance took over)
         now = time.monotonic()
-        self._released_until = {s: t for s, t in self._released_until.items() if t > now}
+        released_until = {s: t for s, t in self._released_until.items() if t > now}
+        for shard in lost & set(leases.released):
+            released_until[shard] = self._valid_until
+        self._released_until = released_until
         if lost:
-            for shard in lost & set(leases.released):
-                self._released_until[shard] = was_valid_until
+            self._held = {s: e for s, e in self._held.items() if s in now_held}
+        # the lease began at the store after ``started``: it ends after started + lease
+        self._valid_until = started + self._lease - self._margin
+        if lost:
             released = len(lost & set(leases.released))
             self._count_lost(released=released, expired=len(lost) - released)
-            self._held = {s: e for s, e in self._held.items() if s in now_held}
             log.info("instance %s stops delivering shards %s", self._instance, _shards_text(lost))
             if notify:
                 self._lost(lost)

@@ -42,6 +42,7 @@ import difflib
 import logging
 import os
 import re
+import socket
 import tomllib
 import typing
 from collections.abc import Callable, Mapping
@@ -381,6 +382,10 @@ class ClusterSettings:
     heartbeat: float = field(default=1.0, metadata=limits(above=0, maximum=60))
     #: seconds between reads of the store's change log when no NOTIFY woke the instance
     poll: float = field(default=0.5, metadata=limits(above=0, maximum=60))
+    #: where the other instances reach this one (a pull point's GetMessages sent to
+    #: another instance is forwarded here when this one reads it); "" =
+    #: ``http(s)://<listen host>:<port>`` (the host name when listening on every address)
+    address: str = field(default="", metadata=limits(check="http_url"))
 
 
 @dataclass(slots=True)
@@ -612,6 +617,19 @@ class Settings:
         scheme = "https" if self.tls.certfile else "http"
         url = self.public_url or f"{scheme}://{_url_host(self.host)}:{self.port}"
         return url.rstrip("/")
+
+    @property
+    def instance_url(self) -> str:
+        """Where the other instances of a cluster reach this one: ``cluster.address``
+        without a trailing slash, else ``http(s)://<listen host>:<port>`` (this host's name
+        when listening on every address)."""
+        if self.cluster.address:
+            return self.cluster.address.rstrip("/")
+        scheme = "https" if self.tls.certfile else "http"
+        host = self.host.strip()
+        if host in ("", "0.0.0.0", "::", "[::]"):
+            host = socket.getfqdn()
+        return f"{scheme}://{_url_host(host)}:{self.port}"
 
     def origin(self, name: str) -> str:
         """Where the setting ``name`` (dotted) came from, "default" when not set."""

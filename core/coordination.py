@@ -145,6 +145,12 @@ class Coordination(Protocol):
         """Give up leases, leadership and the instance row (a clean stop)."""
         ...
 
+    def secret(self) -> str:
+        """The cluster's shared secret: made once in the store by the first instance that
+        asks, the same for every instance (it signs requests one instance forwards to
+        another)."""
+        ...
+
 
 class SingleInstance:
     """The coordination of a store one instance opens: it leads and holds every shard;
@@ -156,6 +162,7 @@ class SingleInstance:
         self.instance_id = instance_id
         self._address = ""
         self._version = ""
+        self._secret = secrets.token_hex(32)
 
     def cursor(self) -> int:
         return 0
@@ -183,3 +190,6 @@ class SingleInstance:
 
     def leave(self) -> None:
         return None
+
+    def secret(self) -> str:
+        return self._secret

@@ -12,6 +12,8 @@
   its fair share (shards / live instances, rounded up); taking a shard bumps its epoch
   (the fencing token).  Above its fair share (an instance joined) it releases the rest
   after it stopped delivering them.
+* ``wsnmom_meta`` row ``cluster_secret``: the secret instances sign forwarded requests
+  with, made by the first instance that asks (``secret``).
 * Leadership is a session-level advisory lock held on a dedicated connection, which
   also LISTENs: when the process dies the connection goes and so does the lock.
 """
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import math
+import secrets
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -266,3 +269,15 @@ class PostgresCoordination:
         except Exception:
             log.warning("instance %s: leaving the cluster failed", self.instance_id, exc_info=True)
         self._drop_session()
+
+    def secret(self) -> str:
+        with self._store.transaction() as conn:
+            conn.execute(
+                "INSERT INTO wsnmom_meta (key, value) VALUES ('cluster_secret', %s) "
+                "ON CONFLICT (key) DO NOTHING",
+                (secrets.token_hex(32),),
+            )
+            row = conn.execute(
+                "SELECT value FROM wsnmom_meta WHERE key = 'cluster_secret'"
+            ).fetchone()
+        return str(row[0])

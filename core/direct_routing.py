@@ -13,10 +13,12 @@ A ``PublishGate`` keeps publishes out while a subscription changes how it is rou
 publishes hold it shared, a routing change exclusively (see ``core.gate``).  Lock order:
 the gate before the registry lock.
 
-Adapters without ``sole_publisher`` never route here: every subscription has its durable
-subscription and a delivery channel forwards into the pull point.  Neither do
-subscriptions with a MessageContent filter: their filter is evaluated by the delivery
-channel, never on the publishing request's thread (``core.filter_sandbox``).
+This is core's one optimisation of the one pull path (``core.pull_feeds``), kept on an A/B
+(docs/performance.md, "One pull path"): half the memory and Subscribe cost per feeding
+subscription.  Adapters without ``sole_publisher`` never route here: every subscription
+has its durable subscription, which its pull point reads.  Neither do subscriptions with
+a MessageContent filter: their filter is evaluated when the pull point reads them, never
+on the publishing request's thread (``core.filter_sandbox``).
 """
 
 from __future__ import annotations

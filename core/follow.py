@@ -84,8 +84,11 @@ class Follower:
     # -- subscriptions ---------------------------------------------------------------------
     def subscription(self, sub_id: str) -> LiveSubscription | None:
         ctx = self._ctx
-        stored = ctx.store.get_subscription(sub_id)
+        # the registry before the store: a destroy here empties them the other way round
+        # (``Subscriptions.destroy``), so a subscription being destroyed is never found
+        # in the store but not in the registry (and loaded again)
         live = ctx.registry.subscriptions.get(sub_id)
+        stored = ctx.store.get_subscription(sub_id)
         if stored is None or is_expired(stored.termination_time, ctx.now()):
             if live is not None and stored is None:
                 self._subscriptions.forget(live)

@@ -47,8 +47,9 @@ class SubscriptionStatus:
 
     record: Subscription
     address: str
-    #: "push" (to its consumer), "pull point" (forwarded into one of the broker's pull
-    #: points) or "routed" (routed into its pull point when published: no queue of its own)
+    #: "push" (to its consumer), "pull point" (read by one of the broker's pull points
+    #: from its own queue) or "routed" (routed into its pull point when published: no
+    #: queue of its own)
     mode: str
     #: messages waiting in the middleware (not handed out); None: it cannot tell
     waiting: int | None
@@ -277,8 +278,8 @@ class Operations:
         self, state: LivePullPoint, depths: dict[int, int | None], feeding: list[str]
     ) -> PullPointStatus:
         waiting = depths.get(id(state.handle))
-        if waiting is not None and state.buffer is not None:
-            waiting += state.buffer.buffered()
+        if waiting is not None:
+            waiting += state.reader.buffered()
         return PullPointStatus(
             record=replace(state.record),
             address=self._ctx.pull_point_address(state.record.id),

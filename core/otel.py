@@ -12,10 +12,10 @@ Spans (instrumentation scope ``wsnmom``):
     (a publish without one, a Notify to a pull point or a SubscriptionEnd notification,
     continues its messages' context as the receive span does).
 ``wsnmom.deliver`` (CONSUMER)
-    One delivery attempt of a batch to a subscription's consumer (``mode`` "push") or pull
-    point (``mode`` "forward"); its parent is the trace context of the first message of the
-    batch that carries one, the others are links.  Attributes ``wsnmom.subscription.id``,
-    ``wsnmom.delivery.mode``.
+    One delivery attempt of a batch to a subscription's consumer (``mode`` "push"), or a
+    feeding subscription's message reaching its pull point (``mode`` "forward"); its
+    parent is the trace context of the first message of the batch that carries one, the
+    others are links.  Attributes ``wsnmom.subscription.id``, ``wsnmom.delivery.mode``.
 
 Every span has ``messaging.batch.message_count`` and ``wsnmom.outcome`` ("ok" or
 "error"); an error also sets the span's status and records the exception.

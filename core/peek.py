@@ -4,7 +4,9 @@ operator without consuming them.
 A subscription's backlog is what its delivery channel holds in memory (the batch being
 sent and what was received for the next ones, ``Channel.held_messages``) followed by what
 waits in the middleware; a pull point's is what core's pull buffer holds followed by what
-waits in the middleware for its durable subscription.  The part in memory is read from
+waits in the middleware for its durable subscription (read through the middleware's pull,
+``core.pull_reader``: then what waits in its active feeds, in the order GetMessages takes
+them).  The part in memory is read from
 core.  The part in the middleware is read with ``SubscriptionHandle.peek`` where the
 adapter can read it without consuming (``Capabilities.peek``); where it cannot (RabbitMQ
 hands a message out only by delivering it), the answer holds only what core holds,
@@ -30,6 +32,7 @@ from wsnmom.core.codec import decode
 from wsnmom.core.context import BrokerContext
 from wsnmom.core.model import NotificationMessage
 from wsnmom.core.pull_buffer import Fed
+from wsnmom.core.pull_reader import PullReader
 
 __all__ = ["MAX_PEEK", "PeekResult", "Peeked", "Peeker"]
 
@@ -108,8 +111,8 @@ class Peeker:
         held = channel.held_messages(count) if channel is not None else []
         result = self._read(held, state.handle, count)
         if state.feed is not None and result.complete:
-            # read by its pull point's buffer directly (core.pull_feeds): what reached the
-            # buffer is the pull point's
+            # read by its pull point directly (core.pull_feeds): what reached the pull
+            # point's buffer is the pull point's
             note = "what its pull point's buffer already holds is shown by the pull point's peek"
             return PeekResult(result.messages, True, note)
         return result
@@ -119,8 +122,16 @@ class Peeker:
         when there is no such pull point."""
         state = self._ctx.registry.live_pull_point(pull_point_id)
         count = max(0, min(count, MAX_PEEK))
-        held = state.buffer.held(count) if state.buffer is not None else []
-        return self._read(held, state.handle, count)
+        reader = state.reader
+        result = self._read(reader.held(count), state.handle, count)
+        if isinstance(reader, PullReader):
+            for feed in reader.feeds(active=True):
+                room = count - len(result.messages)
+                if room <= 0 or not result.complete:
+                    break
+                part = self._read([], feed, room)
+                result = PeekResult(result.messages + part.messages, part.complete, part.note)
+        return result
 
     def _read(self, held: Sequence[Received], handle: SubscriptionHandle, count: int) -> PeekResult:
         out = [p for r in held if (p := _peeked(r, IN_MEMORY)) is not None]

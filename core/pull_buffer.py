@@ -34,7 +34,7 @@ from typing import Generic, TypeVar
 
 from wsnmom.core.adapter import Received, SubscriptionHandle
 
-__all__ = ["Fed", "PullBuffer"]
+__all__ = ["Fed", "Feed", "PullBuffer"]
 
 M = TypeVar("M")
 
@@ -46,7 +46,7 @@ class Fed(Received, Generic[M]):
 
     __slots__ = ("feed", "message", "received")
 
-    def __init__(self, feed: _Feed[M], received: Received, message: M | None) -> None:
+    def __init__(self, feed: Feed[M], received: Received, message: M | None) -> None:
         self.feed = feed
         self.received = received
         self.message = message
@@ -66,8 +66,9 @@ class Fed(Received, Generic[M]):
         self.received.nack(requeue)
 
 
-class _Feed(Generic[M]):
-    """One feeding subscription of the buffer."""
+class Feed(Generic[M]):
+    """One feeding subscription of a pull point (of this buffer, or of a
+    ``core.pull_reader.PullReader``)."""
 
     __slots__ = ("active", "handle", "prepare", "waiting")
 
@@ -92,7 +93,7 @@ class PullBuffer:
         self._cv = threading.Condition()
         self._queue: deque[Received] = deque()
         self._started = False
-        self._feeds: dict[str, _Feed[object]] = {}
+        self._feeds: dict[str, Feed[object]] = {}
         #: feeds' filtered messages in the queue (waiting to be settled in order)
         self._skips = 0
 
@@ -152,7 +153,7 @@ class PullBuffer:
         """Read the subscription ``name`` through ``handle`` into this buffer; ``prepare``
         makes the pull point's message of each of its messages (None: drop it).  Started
         now when ``active`` (and the buffer is)."""
-        feed: _Feed[M] = _Feed(handle, prepare)
+        feed: Feed[M] = Feed(handle, prepare)
         with self._cv:
             self._feeds[name] = feed  # type: ignore[assignment]
             feed.active = active
@@ -160,13 +161,13 @@ class PullBuffer:
         if start:
             self._start_feed(name, feed)
 
-    def _start_feed(self, name: str, feed: _Feed[M]) -> None:
+    def _start_feed(self, name: str, feed: Feed[M]) -> None:
         def arrived(received: Received) -> None:
             self._fed(name, feed, received)
 
         feed.handle.start(arrived, prefetch=self.prefetch)
 
-    def _fed(self, name: str, feed: _Feed[M], received: Received) -> None:
+    def _fed(self, name: str, feed: Feed[M], received: Received) -> None:
         """A feed's message (on the adapter's thread, one at a time per feed)."""
         message = feed.prepare(received)
         with self._cv:
@@ -187,10 +188,11 @@ class PullBuffer:
         if settle:
             received.ack()
 
-    def suspend_feed(self, name: str) -> list[Fed[object]]:
+    def suspend_feed(self, name: str, *, drain: bool = True) -> list[Fed[object]]:
         """Take the feed's waiting messages out of the buffer, in order (filtered ones
         too), and ignore what it delivers from now on; the caller settles them and stops
-        or deletes the feed's handle."""
+        or deletes the feed's handle.  They are taken with or without ``drain``: this
+        instance holds them (unsettled) and no other does."""
         with self._cv:
             feed = self._feeds.get(name)
             if feed is None:
@@ -222,12 +224,17 @@ class PullBuffer:
         if start:
             self._start_feed(name, feed)
 
-    def remove_feed(self, name: str) -> list[Fed[object]]:
+    def remove_feed(self, name: str, *, drain: bool = True) -> list[Fed[object]]:
         """Forget the feed; returns its waiting messages (see ``suspend_feed``)."""
-        waiting = self.suspend_feed(name)
+        waiting = self.suspend_feed(name, drain=drain)
         with self._cv:
             self._feeds.pop(name, None)
         return waiting
+
+    @staticmethod
+    def give_back(waiting: list[Fed[object]]) -> None:
+        """Nothing to do: the feed's handle is stopped or deleted next, which gives its
+        unsettled messages back to the middleware."""
 
     def feeds(self, *, active: bool) -> list[SubscriptionHandle]:
         """The handles of the active (or the suspended) feeds."""

@@ -1,27 +1,34 @@
 """Subscriptions feeding one of the broker's pull points, read by the pull point directly.
 
-A subscription whose consumer is one of the broker's pull points needs its messages in
-that pull point.  With ``sole_publisher`` core routes them there when they are published
-(``core.direct_routing``).  Otherwise the subscription has a durable subscription of its
-own, and on a middleware whose pull points core buffers (``Capabilities.native_pull``
-False: the log adapters, Kafka among them) the pull point's buffer reads that durable
-subscription itself, as a *feed* (``core.pull_buffer``).  Before, a delivery channel
-published a copy of every message into the pull point's inbox, waited for the
-middleware's confirmation on a delivery thread, and the pull point read the copy back: two
-trips through the middleware per message, and a one-message fan-out to 10,000 pull points
-bounded by eight threads waiting for confirmations.  The copy added nothing: on a log the
-subscription's position already keeps the message until it is settled.
+A subscription whose consumer is one of the broker's pull points has a durable
+subscription of its own, and its pull point reads it directly, as a *feed*: through the
+middleware's own pull where it has one (``Capabilities.native_pull``: GetMessages takes
+from the feed, ``core.pull_reader``), else through core's pull buffer, which consumes the
+feed into memory unsettled (``core.pull_buffer``).  This is the one path from a
+subscription into a pull point; the one exception is an optimisation: with
+``Capabilities.sole_publisher``, a feeding subscription without a MessageContent filter
+that was never paused is routed into the pull point's inbox when a notification is
+published (``core.direct_routing``) and has no durable subscription at all.
+
+No copy of a fed message is made into the pull point's inbox.  Before, a delivery channel
+published a copy of every message into the inbox, waited for the middleware's
+confirmation on a delivery thread, and the pull point read the copy back: two trips
+through the middleware per message, a consumer per feeding subscription, and a
+one-message fan-out to 10,000 pull points bounded by eight threads waiting for
+confirmations.  The copy added nothing: the subscription's own durable subscription
+already keeps the message until it is handed out.
 
 What a pull point fed this way guarantees, as before:
 
 * GetMessages returns each message as its subscription renders it (SubscriptionReference,
   topic dialect, producer reference) and filters it (topic, MessageContent, expiry,
   ``limits.max_age``).
-* At least once: a fed message stays unsettled in the subscription until GetMessages
-  hands it out; after a crash it comes again, marked redelivered.
+* At least once: a fed message stays in the subscription until GetMessages hands it out
+  (buffered: unsettled until then; after a crash it comes again, marked redelivered).
 * PauseSubscription keeps what reached the pull point in it: the feed's waiting messages
-  are published into the pull point's inbox (as forwarding did) and settled, then the
-  feed stops; the subscription accumulates until ResumeSubscription starts it again.
+  (those in the buffer; with native pull, the first ``get_messages_cap`` waiting in the
+  subscription) are published into the pull point's inbox and settled, then the feed
+  stops; the subscription accumulates until ResumeSubscription starts it again.
   Unsubscribe, expiry and the broker's own ends do the same before the durable
   subscription is deleted (unless the pull point itself is being destroyed).  Should that
   publish fail, the messages stay in the subscription and come after the resume.
@@ -29,7 +36,8 @@ What a pull point fed this way guarantees, as before:
   pull point's to its inbox; the buffer holds at most ``get_messages_cap`` messages per
   feed.
 * Order: each subscription's messages in its order; between feeds and the inbox, the
-  order they reached the buffer.
+  order they reached the buffer (native pull: in one answer the inbox's first, then the
+  feeds' in turn).
 * A MessageContent filter that exceeds its evaluation budget ends the subscription, as
   on a delivery channel: the message is dropped, later ones are not evaluated, and the
   subscription's ``give_up`` runs on a thread of its own (it detaches the feed).
@@ -48,7 +56,8 @@ from wsnmom.core.channel import EndSubscription
 from wsnmom.core.context import BrokerContext
 from wsnmom.core.model import NotificationMessage, Subscription, SubscriptionState
 from wsnmom.core.ports import DeliveryFailed
-from wsnmom.core.pull_buffer import Fed
+from wsnmom.core.pull_buffer import Fed, PullBuffer
+from wsnmom.core.pull_reader import PullReader
 from wsnmom.core.registry import LiveSubscription
 
 __all__ = ["PullFeeds"]
@@ -73,10 +82,11 @@ class PullFeeds:
         #: subscriptions whose filter ended them, until their give-up detached the feed
         self._ending: set[str] = set()
 
-    def wanted(self, sub: Subscription) -> bool:
-        """Whether ``sub`` is to be read by its pull point directly."""
-        caps = self._ctx.adapter.capabilities
-        return sub.pull_point_id is not None and not caps.native_pull and not caps.sole_publisher
+    @staticmethod
+    def wanted(sub: Subscription) -> bool:
+        """Whether ``sub`` is to be read by its pull point directly (every subscription
+        that feeds a pull point and is not routed at publish time)."""
+        return sub.pull_point_id is not None
 
     def attach(
         self,
@@ -84,16 +94,16 @@ class PullFeeds:
         handle: SubscriptionHandle,
         give_up: Callable[[EndSubscription], None],
     ) -> None:
-        """Make the subscription's durable ``handle`` a feed of its pull point's buffer
-        (started unless the subscription is paused); ``give_up`` ends the subscription."""
+        """Make the subscription's durable ``handle`` a feed of its pull point's reader
+        (read unless the subscription is paused); ``give_up`` ends the subscription."""
         sub = state.record
         assert sub.pull_point_id is not None
         live = self._ctx.registry.pull_points.get(sub.pull_point_id)
-        if live is None or live.buffer is None:
+        if live is None:
             raise AdapterError(f"pull point {sub.pull_point_id} is gone")
         with self._lock:
-            state.feed = live.buffer
-            live.buffer.add_feed(
+            state.feed = live.reader
+            live.reader.add_feed(
                 sub.id,
                 handle,
                 partial(self._prepared, state, give_up),
@@ -131,8 +141,13 @@ class PullFeeds:
             return None
         if message is None:
             metrics.NOTIFICATIONS_FILTERED.inc()
-        else:
-            metrics.NOTIFICATIONS_OUT.labels(mode="forward").inc()
+            return None
+        metrics.NOTIFICATIONS_OUT.labels(mode="forward").inc()
+        tracing = self._ctx.tracing
+        if tracing is not None:
+            # the message reached the pull point: a delivery span continues its trace
+            with tracing.attempt([message.headers], sub_id, "forward"):
+                pass
         return message
 
     def _give_up(
@@ -146,30 +161,33 @@ class PullFeeds:
             with self._lock:
                 self._ending.discard(sub_id)
 
-    def sync(self, state: LiveSubscription) -> None:
+    def sync(self, state: LiveSubscription, *, here: bool = True) -> None:
         """Bring the feed in line with the subscription's state after a pause or resume:
-        started when active; when paused, what reached the pull point kept in it and the
-        feed stopped."""
+        read when active; when paused, what reached the pull point kept in it and the
+        feed stopped.  ``here`` False: another instance made the change (and kept what
+        reached the pull point from the middleware's side)."""
         with self._lock:
-            buffer, handle = state.feed, state.handle
-            if buffer is None or handle is None:
+            reader, handle = state.feed, state.handle
+            if reader is None or handle is None:
                 return
             if state.record.state is SubscriptionState.ACTIVE:
-                buffer.resume_feed(state.record.id)
+                reader.resume_feed(state.record.id)
                 return
-            self._keep(state, buffer.suspend_feed(state.record.id))
+            drain = here and self._kept_here(state)
+            self._keep(state, reader, reader.suspend_feed(state.record.id, drain=drain))
             handle.stop()
 
-    def detach(self, state: LiveSubscription) -> None:
+    def detach(self, state: LiveSubscription, *, here: bool = True) -> None:
         """The subscription ends: what reached the pull point stays in it (unless the pull
         point is gone), the feed is forgotten; the caller deletes the durable
-        subscription."""
+        subscription.  ``here`` False: it ended through another instance."""
         with self._lock:
-            buffer, handle = state.feed, state.handle
-            if buffer is None:
+            reader, handle = state.feed, state.handle
+            if reader is None:
                 return
             state.feed = None
-            self._keep(state, buffer.remove_feed(state.record.id))
+            drain = here and self._kept_here(state)
+            self._keep(state, reader, reader.remove_feed(state.record.id, drain=drain))
             if handle is not None:
                 handle.stop()
 
@@ -177,18 +195,25 @@ class PullFeeds:
         """An operator's purge of a feeding subscription: what reached the pull point
         stays there, what waits in the subscription is dropped."""
         with self._lock:
-            buffer, handle = state.feed, state.handle
-            if buffer is None or handle is None:
+            reader, handle = state.feed, state.handle
+            if reader is None or handle is None:
                 return 0
-            self._keep(state, buffer.suspend_feed(state.record.id))
+            self._keep(state, reader, reader.suspend_feed(state.record.id))
             handle.stop()
             try:
                 return handle.purge()
             finally:
                 if state.record.state is SubscriptionState.ACTIVE:
-                    buffer.resume_feed(state.record.id)
+                    reader.resume_feed(state.record.id)
 
-    def _keep(self, state: LiveSubscription, waiting: list[Fed[object]]) -> None:
+    def _kept_here(self, state: LiveSubscription) -> bool:
+        """Whether the subscription's pull point is still there to keep its messages."""
+        pull_point_id = state.record.pull_point_id
+        return pull_point_id is not None and pull_point_id in self._ctx.registry.pull_points
+
+    def _keep(
+        self, state: LiveSubscription, reader: PullBuffer | PullReader, waiting: list[Fed[object]]
+    ) -> None:
         """Publish the waiting messages into the pull point's inbox and settle them (in
         order); when the pull point is gone or the publish fails they stay unsettled."""
         if not waiting:
@@ -196,6 +221,7 @@ class PullFeeds:
         sub = state.record
         pull_point_id = sub.pull_point_id
         if pull_point_id is None or pull_point_id not in self._ctx.registry.pull_points:
+            reader.give_back(waiting)
             return
         messages = [w.message for w in waiting if isinstance(w.message, NotificationMessage)]
         if messages:
@@ -210,6 +236,7 @@ class PullFeeds:
                     pull_point_id,
                     exc.reason,
                 )
+                reader.give_back(waiting)
                 return
         for item in waiting:
             try:

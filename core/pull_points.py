@@ -1,8 +1,12 @@
 """Pull points: CreatePullPoint, GetMessages, Notify to a pull point, DestroyPullPoint.
 
 A pull point is a durable subscription bound to its private inbox topic
-``{urn:wsnmom:internal:pull-point}p<id>`` (``core.codec.pull_point_inbox``); Notify to the
-pull point and every subscription feeding it publish copies there.
+``{urn:wsnmom:internal:pull-point}p<id>`` (``core.codec.pull_point_inbox``), where Notify to
+the pull point publishes.  The subscriptions feeding it are read by it directly, from
+their own durable subscriptions (``core.pull_feeds``): through the middleware's pull
+(``core.pull_reader``) or core's pull buffer (``core.pull_buffer``).  With
+``Capabilities.sole_publisher`` those without a MessageContent filter are routed into the
+inbox when a notification is published instead (``core.direct_routing``).
 
 * CreatePullPoint with a known ``name`` re-attaches to that pull point.
 * GetMessages: FIFO; MaximumNumber absent or 0 returns everything available up to
@@ -33,6 +37,8 @@ from wsnmom.core.model import (
     new_resource_id,
 )
 from wsnmom.core.pull_buffer import Fed, PullBuffer
+from wsnmom.core.pull_owners import handed_over
+from wsnmom.core.pull_reader import PullReader
 from wsnmom.core.registry import LivePullPoint, LiveSubscription
 from wsnmom.topic_mapping.model import PathPattern
 
@@ -75,13 +81,17 @@ class PullPoints:
         )
 
     def live(self, record: PullPoint, handle: SubscriptionHandle) -> LivePullPoint:
-        """The live pull point over ``handle``: with a started pull buffer when the
-        middleware has no pull of its own (``Capabilities.native_pull`` False)."""
+        """The live pull point over ``handle``: read through the middleware's pull, or
+        through a pull buffer when it has none (``Capabilities.native_pull``), started when
+        this instance reads the pull point (in a cluster, the one holding its shard:
+        ``core.ownership`` starts and stops it as shards come and go)."""
         ctx = self._ctx
+        cap = ctx.settings.limits.get_messages_cap
         if ctx.adapter.capabilities.native_pull:
-            return LivePullPoint(record, handle)
-        buffer = PullBuffer(handle, ctx.settings.limits.get_messages_cap)
-        buffer.start()
+            return LivePullPoint(record, handle, PullReader(handle, cap))
+        buffer = PullBuffer(handle, cap)
+        if ctx.delivers(record.id):
+            buffer.start()
         return LivePullPoint(record, handle, buffer)
 
     def create(self, req: CreatePullPointRequest) -> PullPoint:
@@ -178,9 +188,13 @@ class PullPoints:
         limit = min(maximum, cap) if maximum else cap
         failed: AdapterError | None = None
         with state.lock:
+            # a buffer is read only by the instance holding the pull point's shard
+            # (``core.pull_owners``); checked under the lock its hand-over takes
+            if isinstance(state.reader, PullBuffer) and not ctx.delivers(pull_point_id):
+                raise handed_over(pull_point_id, ctx.settings.middleware.retry_after)
             try:
                 # removed on hand-out: GetMessages is destructive and settles nothing later
-                received = state.source.take(limit)
+                received = state.reader.take(limit)
             except AdapterError as exc:
                 failed = exc
         if failed is not None:
@@ -222,23 +236,21 @@ class PullPoints:
         ctx = self._ctx
         state = ctx.registry.live_pull_point(pull_point_id)
         with state.lock:  # no GetMessages meanwhile
-            buffer = state.buffer
+            reader = state.reader
             try:
-                if buffer is not None:
-                    buffer.stop()  # buffered messages go back to the middleware, then go
+                reader.stop()  # buffered messages go back to the middleware, then go
                 dropped = state.handle.purge()
-                if buffer is not None:
-                    # what the active feeds hold was on its way into the pull point
-                    for feed in buffer.feeds(active=True):
-                        more = feed.purge()
-                        dropped = None if dropped is None or more is None else dropped + more
+                # what the active feeds hold was on its way into the pull point
+                for feed in reader.feeds(active=True):
+                    more = feed.purge()
+                    dropped = None if dropped is None or more is None else dropped + more
             except AdapterError as exc:
                 raise ctx.gate.fault(
                     exc, errors.ResourceUnavailable(f"the middleware failed: {exc}")
                 ) from exc
             finally:
-                if buffer is not None:
-                    buffer.start()
+                if not isinstance(reader, PullBuffer) or ctx.delivers(pull_point_id):
+                    reader.start()  # a buffer only on the pull point's reading instance
         log.warning("pull point %s purged: %s message(s) dropped", pull_point_id, dropped)
         if dropped:
             metrics.NOTIFICATIONS_PURGED.inc(dropped)

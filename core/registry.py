@@ -25,6 +25,7 @@ from wsnmom.core.filters import CompiledFilter
 from wsnmom.core.lifetimes import is_expired
 from wsnmom.core.model import PublisherRegistration, PullPoint, Subscription
 from wsnmom.core.pull_buffer import PullBuffer
+from wsnmom.core.pull_reader import PullReader
 from wsnmom.topic_mapping.model import Topic, TopicExpression
 
 __all__ = ["LivePullPoint", "LiveRegistration", "LiveSubscription", "Registry"]
@@ -42,8 +43,9 @@ class LiveSubscription:
     handle: SubscriptionHandle | None = None
     #: routed into its pull point when published (no durable subscription of its own)
     direct: bool = False
-    #: the pull buffer that reads its durable subscription directly (``core.pull_feeds``)
-    feed: PullBuffer | None = None
+    #: its pull point's reader, which reads its durable subscription directly
+    #: (``core.pull_feeds``)
+    feed: PullBuffer | PullReader | None = None
     #: serialises the changes of this subscription (Pause, Resume, Renew, following the
     #: store, starting its delivery): held across their middleware calls and store
     #: writes, which the registry lock is not (taken after it, never before)
@@ -56,22 +58,15 @@ class LivePullPoint:
 
     record: PullPoint
     handle: SubscriptionHandle
-    #: core's pull buffer over ``handle`` when the middleware has no pull of its own
-    buffer: PullBuffer | None = None
+    #: what GetMessages takes from: ``handle`` (the inbox) and the feeds, through the
+    #: middleware's pull (``PullReader``) or core's pull buffer when it has none
+    reader: PullBuffer | PullReader
     #: serialises GetMessages on this pull point
     lock: threading.Lock = field(default_factory=threading.Lock)
 
-    @property
-    def source(self) -> SubscriptionHandle | PullBuffer:
-        """What GetMessages takes from."""
-        return self.buffer if self.buffer is not None else self.handle
-
     def stop(self) -> None:
         """Stop consuming (broker closing): buffered messages stay in the middleware."""
-        if self.buffer is not None:
-            self.buffer.stop()
-        else:
-            self.handle.stop()
+        self.reader.stop()
 
 
 @dataclass(slots=True)
@@ -203,8 +198,8 @@ class Registry:
     def buffered(self) -> int:
         """Messages held in core's pull buffers (push-only middleware)."""
         with self.lock:
-            buffers = [p.buffer for p in self.pull_points.values() if p.buffer is not None]
-        return sum(b.buffered() for b in buffers)
+            readers = [p.reader for p in self.pull_points.values()]
+        return sum(r.buffered() for r in readers)
 
     def update_gauges(self) -> None:
         """Publish the resource counts to ``/metrics``."""

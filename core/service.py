@@ -70,6 +70,7 @@ from wsnmom.core.peek import Peeker, PeekResult
 from wsnmom.core.periodic import PeriodicTask
 from wsnmom.core.policy import BrokerPolicy, build_policy
 from wsnmom.core.ports import BrokerProperties, OutboundSoap
+from wsnmom.core.pull_owners import PullOwners
 from wsnmom.core.pull_points import PullPoints
 from wsnmom.core.rate_history import RateHistory, RatePoint
 from wsnmom.core.recovery import restore
@@ -242,6 +243,17 @@ class BrokerService:
             lost=ownership.lost,
             became_leader=self._became_leader,
         )
+        #: which instance reads a pull point core buffers (``core.pull_owners``)
+        self.pull_owners = PullOwners(
+            active=False,  # known once the adapter is open (start)
+            instance=ctx.instance_id,
+            shards=self.settings.cluster.shards,
+            lease=self.settings.cluster.lease.total_seconds(),
+            delivers=self.cluster.delivers,
+            instances=self.cluster.instances,
+            retry_after=self.settings.middleware.retry_after,
+            secret=self.cluster.coordination.secret,
+        )
         if self.cluster.shared:
             self.adapter.shared_by_instances(self.cluster.may_save)
             ctx.delivers = self.cluster.delivers
@@ -388,16 +400,13 @@ class BrokerService:
         self._policy = self._build_policy()
         self._ctx.limit_keeper.warn_unenforced()
         self.cluster.join(
-            self.settings.base_url,
+            self.settings.instance_url,
             _version(),
             single_instance=self.adapter.capabilities.local_queues,
         )
-        if self.cluster.shared and not self.adapter.capabilities.native_pull:
-            log.warning(
-                "several instances may share this store, but the middleware has no pull of "
-                "its own: messages this instance buffers for a pull point are not seen by "
-                "GetMessages sent to another instance (docs/scale-out.md)"
-            )
+        # without a native pull, each pull point is read by the instance holding its
+        # shard, and GetMessages sent elsewhere is forwarded there (docs/scale-out.md)
+        self.pull_owners.active = self.cluster.shared and not self.adapter.capabilities.native_pull
         restore(self._ctx, self.subscriptions, self.pull_points, self.registrations)
         self.cluster.start()
         self._gate.ready = True
@@ -558,9 +567,13 @@ class BrokerService:
         return self.pull_points.get(pull_point_id)
 
     def get_messages(self, pull_point_id: str, maximum: int | None) -> list[NotificationMessage]:
-        """Destructive FIFO read (BN §5.1.2); None/0 = all available up to the cap."""
+        """Destructive FIFO read (BN §5.1.2); None/0 = all available up to the cap.  In
+        a cluster where core buffers pull points, only the instance reading the pull
+        point reads it (``core.pull_owners``): elsewhere "retry later"."""
         self._gate.require_middleware()
         self._guard.pull_point(pull_point_id)
+        if not self.pull_owners.reads_here(pull_point_id):
+            raise self.pull_owners.refusal(pull_point_id)
         return self.pull_points.get_messages(pull_point_id, maximum)
 
     def notify_pull_point(

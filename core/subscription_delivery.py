@@ -4,10 +4,9 @@ subscription, and the message as that subscriber sees it.
 A push subscription has a durable native subscription whose messages a delivery channel
 (``core.delivery``) decodes, filters (residual topic match, MessageContent, expiry) and
 posts to the consumer with the outbound SOAP port.  A subscription whose consumer is one of
-the broker's pull points is, with ``sole_publisher``, routed at publish time
-(``core.direct_routing``); where core buffers pull points (``native_pull`` False), read by
-the pull point directly (``core.pull_feeds``); otherwise it forwards its accepted messages
-into the pull point's inbox through a delivery channel.
+the broker's pull points has no delivery channel: its pull point reads its durable
+subscription directly (``core.pull_feeds``), or, with ``sole_publisher``, it is routed into
+the pull point at publish time (``core.direct_routing``).
 """
 
 from __future__ import annotations
@@ -143,8 +142,9 @@ class SubscriptionDelivery:
         return None if message is None else self.render(state, message)
 
     def attach(self, state: LiveSubscription, give_up: Callable[[EndSubscription], None]) -> None:
-        """Open the durable subscription and its delivery channel (started unless paused),
-        or, for a subscription routed at publish time, just index it."""
+        """Open the durable subscription and its delivery channel (started unless paused);
+        for one feeding a pull point, make it a feed of the pull point instead, or, routed
+        at publish time, just index it."""
         ctx = self._ctx
         registry = ctx.registry
         sub = state.record
@@ -176,38 +176,23 @@ class SubscriptionDelivery:
             return
         batch_size = ctx.settings.delivery.batch_size
         ordered = ctx.adapter.capabilities.settles_in_order
-        channel: Channel[Any]
-        if sub.pull_point_id is not None:
-            forwarder = _Forwarder(self, state, sub.pull_point_id)
-            channel = ctx.engine.open_channel(
-                sub.id,
-                handle,
-                forwarder.prepare,
-                forwarder.send,
-                give_up,
-                batch_size=batch_size,
-                ordered=ordered,
-                trace=_message_request_id,
-                group=sub.owner or "",
-            )
-        else:
-            policy = effective(sub.delivery_policy, ctx.settings.retry, ctx.settings.delivery)
-            pusher = _Pusher(self, state, policy.timeout)
-            channel = ctx.engine.open_channel(
-                sub.id,
-                handle,
-                pusher.prepare,
-                pusher.send,
-                give_up,
-                batch_size=batch_size,
-                ordered=ordered,
-                destination=destination_key(sub.consumer.address),
-                trace=_delivered_request_id,
-                group=sub.owner or "",
-                in_flight=policy.in_flight if policy.ordering == "unordered" else None,
-            )
-            if sub.delivery_policy is not None:
-                channel.backoff = resolve(sub.delivery_policy, ctx.settings.retry)
+        policy = effective(sub.delivery_policy, ctx.settings.retry, ctx.settings.delivery)
+        pusher = _Pusher(self, state, policy.timeout)
+        channel: Channel[Any] = ctx.engine.open_channel(
+            sub.id,
+            handle,
+            pusher.prepare,
+            pusher.send,
+            give_up,
+            batch_size=batch_size,
+            ordered=ordered,
+            destination=destination_key(sub.consumer.address),
+            trace=_delivered_request_id,
+            group=sub.owner or "",
+            in_flight=policy.in_flight if policy.ordering == "unordered" else None,
+        )
+        if sub.delivery_policy is not None:
+            channel.backoff = resolve(sub.delivery_policy, ctx.settings.retry)
         channel.dead_letter = _Burial(ctx, state)
         with registry.lock:
             registry.subscriptions[sub.id] = state
@@ -221,7 +206,8 @@ class SubscriptionDelivery:
     def forward(
         self, state: LiveSubscription, pull_point_id: str, batch: Sequence[NotificationMessage]
     ) -> None:
-        """Publish a subscription's accepted messages into its pull point's inbox."""
+        """Publish a subscription's accepted messages into its pull point's inbox (what
+        reached the pull point from a feed that pauses or ends, ``core.pull_feeds``)."""
         ctx = self._ctx
         if pull_point_id not in ctx.registry.pull_points:
             raise DeliveryFailed(f"pull point {pull_point_id} is gone", permanent=True)
@@ -330,35 +316,5 @@ class _Pusher:
         ctx.observers.delivered([d.message for d in batch], sub.id)
 
 
-class _Forwarder:
-    """The delivery functions of a subscription whose consumer is one of the broker's pull
-    points."""
-
-    __slots__ = ("delivery", "pull_point_id", "state")
-
-    def __init__(
-        self, delivery: SubscriptionDelivery, state: LiveSubscription, pull_point_id: str
-    ) -> None:
-        self.delivery = delivery
-        self.state = state
-        self.pull_point_id = pull_point_id
-
-    def prepare(self, batch: Sequence[Received]) -> list[NotificationMessage | None]:
-        """Each message as the pull point is to hold it, or None to drop it."""
-        render = self.delivery.render
-        return [
-            None if m is None else render(self.state, m)
-            for m in self.delivery.accepted(self.state, batch, shared=True)
-        ]
-
-    def send(self, batch: Sequence[NotificationMessage]) -> None:
-        """Publish ``batch`` into the pull point's inbox."""
-        self.delivery.forward(self.state, self.pull_point_id, batch)
-
-
 def _delivered_request_id(item: Delivered) -> str | None:
     return item.message.request_id
-
-
-def _message_request_id(item: NotificationMessage) -> str | None:
-    return item.request_id

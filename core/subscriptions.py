@@ -342,7 +342,7 @@ class Subscriptions:
                 if written:
                     return replace(record)
                 record.termination_time = before
-            state = self._reread(subscription_id)
+            state = self._reread(subscription_id, errors.ResourceUnavailable)
         raise self._contended(subscription_id)
 
     def unsubscribe(self, subscription_id: str) -> None:
@@ -365,7 +365,7 @@ class Subscriptions:
                 self._ctx.wake_demand()
             if outcome is not _Outcome.CONFLICT:
                 return
-            state = self._reread(subscription_id)
+            state = self._reread(subscription_id, errors.PauseFailed)
         raise self._contended(subscription_id)
 
     def _pause(self, state: LiveSubscription) -> _Outcome:
@@ -379,10 +379,19 @@ class Subscriptions:
                 # the gate before the registry lock: publishes hold the gate while they
                 # route (lock order)
                 with self.delivery.direct.gate.exclusive(), ctx.registry.lock:
-                    if state.direct:
+                    queued = state.direct
+                    if queued:
                         self._queue_direct(state)
+                if queued:  # the write (and its undo) under this subscription's lock only
+                    try:
                         written = ctx.store.update_subscription(record)
-                        return _Outcome.DONE if written else _Outcome.CONFLICT
+                    except Exception:
+                        self._unpause_queued(state)
+                        raise
+                    if written:
+                        return _Outcome.DONE
+                    self._unpause_queued(state)
+                    return _Outcome.CONFLICT
             # a channel's stop and start are middleware round trips: under this
             # subscription's lock only, never the registry's
             channel = ctx.engine.channel(record.id)
@@ -431,6 +440,14 @@ class Subscriptions:
             direct.add(state)
             raise self._ctx.gate.fault(exc, errors.PauseFailed(str(exc))) from exc
 
+    def _unpause_queued(self, state: LiveSubscription) -> None:
+        """The store write of a Pause that gave a routed subscription a durable
+        subscription of its own failed or was refused: active again, as the store still
+        has it, delivering through that durable subscription (kept, as a restart keeps
+        one it finds, ``core.recovery``)."""
+        state.record.state = SubscriptionState.ACTIVE
+        self._undo(self._ctx.engine.channel(state.record.id), "pause", state.record.id)
+
     def resume(self, subscription_id: str) -> None:
         """ResumeSubscription: deliver what accumulated, in order; no-op when not paused."""
         state = self._ctx.registry.current_subscription(subscription_id)
@@ -441,7 +458,7 @@ class Subscriptions:
                 self._ctx.wake_demand()
             if outcome is not _Outcome.CONFLICT:
                 return
-            state = self._reread(subscription_id)
+            state = self._reread(subscription_id, errors.ResumeFailed)
         raise self._contended(subscription_id)
 
     def _resume(self, state: LiveSubscription) -> _Outcome:
@@ -495,19 +512,24 @@ class Subscriptions:
         if self._ctx.registry.subscriptions.get(state.record.id) is not state:
             raise errors.ResourceUnknown(f"no subscription {state.record.id!r}")
 
-    def _reread(self, subscription_id: str) -> LiveSubscription:
+    def _reread(self, subscription_id: str, fault: type[errors.WsnError]) -> LiveSubscription:
         """A conditional write found the subscription changed since it was read (another
         instance wrote it in between): take the stored record over, whatever revision is
         held here, and return the live entry the change is to be applied to again;
-        ResourceUnknown when the store no longer has it."""
+        ResourceUnknown when the store no longer has it, ``fault`` (or the gate's
+        refusal) when the middleware fails to stop or start its delivery as the stored
+        record says."""
         ctx = self._ctx
         stored = ctx.store.get_subscription(subscription_id)
         live = ctx.registry.subscriptions.get(subscription_id)
         if live is not None:
-            if stored is None:
-                self.forget(live)
-            else:
-                self.adopt(live, stored, force=True)
+            try:
+                if stored is None:
+                    self.forget(live)
+                else:
+                    self.adopt(live, stored, force=True)
+            except AdapterError as exc:
+                raise ctx.gate.fault(exc, fault(f"the middleware failed: {exc}")) from exc
         return ctx.registry.live_subscription(subscription_id)
 
     @staticmethod
@@ -534,6 +556,8 @@ class Subscriptions:
         being followed) has the higher revision and is kept."""
         with live.lock:
             record = live.record
+            if self._ctx.registry.subscriptions.get(record.id) is not live:
+                return  # destroyed since it was looked up: not started, nor attached, again
             if not force and not newer(stored, record):
                 return
             changed = stored.state is not record.state
@@ -545,7 +569,8 @@ class Subscriptions:
             record.termination_time = stored.termination_time
         if changed:
             if live.feed is not None:
-                self.delivery.feeds.sync(live)
+                # the instance that made the change kept what reached the pull point
+                self.delivery.feeds.sync(live, here=False)
             self._ctx.wake_demand()
 
     def _follow_state(self, live: LiveSubscription, state: SubscriptionState) -> None:
@@ -579,7 +604,7 @@ class Subscriptions:
                 self.delivery.direct.drop(live)
             ctx.engine.close_channel(sub_id)
         try:
-            self.delivery.feeds.detach(live)
+            self.delivery.feeds.detach(live, here=False)
         except AdapterError:
             log.debug("detaching the feed of %s failed", sub_id, exc_info=True)
         ctx.registry.update_gauges()
@@ -738,40 +763,42 @@ class Subscriptions:
         context = ctx.dead_letters.ending_context(state.record, f"subscription ended: {reason}")
         if handle is None or context is None:
             return True
-        with ctx.registry.lock:
+        # under the subscription's lock, as a Pause's stop and start: a Pause meanwhile
+        # waits, and is not undone by the start after a refused backlog
+        with state.lock:
             channel = ctx.engine.channel(state.record.id)
             restart = channel is not None and channel.active
-        if restart:
-            assert channel is not None
-            channel.stop()  # what it held goes back to the middleware, then goes too
-        try:
-            sent = handle.delete_into_dead_letters(
-                dropped, context, timeout=ctx.settings.publish_timeout
-            )
-        except NotImplementedError as exc:
-            log.error(
-                "subscription %s: its backlog is deleted, not dead-lettered: %s",
-                state.record.id,
-                exc,
-            )
-        except AdapterError as exc:
-            log.error(
-                "subscription %s: its backlog could not all be sent to its dead letters "
-                "(%s); it is not ended yet, tried again at the next sweep",
-                state.record.id,
-                exc,
-            )
-            if restart and resume:
+            if restart:
                 assert channel is not None
-                channel.start()
-            return False
-        else:
-            log.warning(
-                "subscription %s: %d message(s) of its backlog to its dead letters (%s)",
-                state.record.id,
-                sent,
-                dropped,
-            )
+                channel.stop()  # what it held goes back to the middleware, then goes too
+            try:
+                sent = handle.delete_into_dead_letters(
+                    dropped, context, timeout=ctx.settings.publish_timeout
+                )
+            except NotImplementedError as exc:
+                log.error(
+                    "subscription %s: its backlog is deleted, not dead-lettered: %s",
+                    state.record.id,
+                    exc,
+                )
+            except AdapterError as exc:
+                log.error(
+                    "subscription %s: its backlog could not all be sent to its dead "
+                    "letters (%s); it is not ended yet, tried again at the next sweep",
+                    state.record.id,
+                    exc,
+                )
+                if restart and resume:
+                    assert channel is not None
+                    channel.start()
+                return False
+            else:
+                log.warning(
+                    "subscription %s: %d message(s) of its backlog to its dead letters (%s)",
+                    state.record.id,
+                    sent,
+                    dropped,
+                )
         return True
 
     def destroy(self, state: LiveSubscription) -> None:
@@ -779,20 +806,21 @@ class Subscriptions:
         ctx = self._ctx
         sub_id = state.record.id
         # under the subscription's lock: a Resume or a shard gained that is starting its
-        # delivery finishes first, and the channel closed below stays closed
+        # delivery finishes first, and the channel closed below stays closed.  The store
+        # first, then the registry: a lookup meanwhile (the follower reads the registry,
+        # then the store) finds it in neither, and does not load it again, its durable
+        # subscription made anew after the delete below
         try:
             with state.lock:
+                ctx.store.delete_subscription(sub_id)
                 with ctx.registry.lock:
                     ctx.registry.subscriptions.pop(sub_id, None)
                     direct = state.direct
                     self.delivery.direct.drop(state)
                 ctx.engine.close_channel(sub_id)
-                try:
-                    self.delivery.feeds.detach(state)
-                    if not direct:
-                        ctx.adapter.delete_subscription(sub_id)
-                finally:
-                    ctx.store.delete_subscription(sub_id)
+                self.delivery.feeds.detach(state)
+                if not direct:
+                    ctx.adapter.delete_subscription(sub_id)
         finally:
             ctx.registry.update_gauges()
             ctx.wake_demand()

@@ -116,12 +116,14 @@ class UnorderedChannel(Channel[T]):
         self._deliveries = []  # their runs see the new generation and settle nothing more
         return True
 
-    def _carry(self, delivery: _Delivery, take: list[Received]) -> None:
+    def _carry(self, gen: int, delivery: _Delivery, take: list[Received]) -> None:
         """Under the lock: a delivery of redelivered messages takes up the failed attempts
         they had before the channel parked (the most of them); every message taken,
-        filtered ones included, is forgotten from what is carried."""
+        filtered ones included, is forgotten from what is carried.  Nothing for a run of
+        an earlier generation (the channel parked while it prepared): its messages come
+        again, and their redelivery takes the counts up."""
         carried = self._carried
-        if not carried:
+        if not carried or gen != self._gen or delivery not in self._deliveries:
             return
         pending = {id(received) for received, _ in delivery.pending}
         prior: dict[str, int] = {}
@@ -239,7 +241,7 @@ class UnorderedChannel(Channel[T]):
                     delivery.pending.append((received, item))
             if self._carried:
                 with self._lock:
-                    self._carry(delivery, take)
+                    self._carry(gen, delivery, take)
             if not delivery.pending:  # all filtered
                 self._drop(delivery)
                 self._look_again(gen)

@@ -63,6 +63,7 @@ from .long_poll import RESUMED, Poll
 from .metadata import SCHEMA_FILES, render_wsdl, schema_bytes
 from .onvif import EVENT_SERVICE_PATH, SUBSCRIPTIONS_PATH, EventService
 from .public_base import public_base
+from .pull_forward import PullForward
 from .ratelimit import RateLimiter
 from .request_ids import RequestIds
 
@@ -139,7 +140,13 @@ def create_app(service: BrokerPort, settings: Settings | None = None) -> Flask:
     app.register_blueprint(admin_page)
     app.wsgi_app = RequestIds(  # type: ignore[method-assign]
         HostCheck(
-            SoapFastPath(app, app.wsgi_app, broker_view, resource_views), settings, app.config
+            PullForward(
+                SoapFastPath(app, app.wsgi_app, broker_view, resource_views),
+                getattr(service, "pull_owners", None),
+                app.config.get("MAX_CONTENT_LENGTH"),
+            ),
+            settings,
+            app.config,
         ),
         instance=getattr(service, "instance_id", ""),
     )

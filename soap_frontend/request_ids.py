@@ -2,7 +2,8 @@
 sends a usable one, else a new one.  The id is bound for log records emitted while the
 request is handled (:mod:`wsnmom.core.log_context`) and returned as the ``X-Request-Id``
 response header, with ``WSNMOM-Instance``: the instance that answered (GetMessages
-included), for clients of a cluster (docs/scale-out.md).
+included; for a request another instance answered, ``soap_frontend.pull_forward``, that
+instance's), for clients of a cluster (docs/scale-out.md).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ __all__ = ["HEADER", "RequestIds"]
 
 HEADER = "X-Request-Id"
 _ENVIRON_KEY = "HTTP_X_REQUEST_ID"
+_INSTANCE_LOWER = INSTANCE_HEADER.lower()
 
 StartResponse = Callable[..., Any]
 WsgiApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
@@ -36,7 +38,8 @@ class RequestIds:
 
         def start(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Any:
             headers.append((HEADER, request_id))
-            if self.instance:
+            if self.instance and not any(k.lower() == _INSTANCE_LOWER for k, _ in headers):
+                # a relayed answer names the instance that gave it (``pull_forward``)
                 headers.append((INSTANCE_HEADER, self.instance))
             if exc_info is None:
                 return start_response(status, headers)

@@ -80,7 +80,12 @@ _REFUSAL = (
 )
 
 _REJECTION = b"HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n"
-_REASONS = {400: b"Bad Request", 431: b"Request Header Fields Too Large", 501: b"Not Implemented"}
+_REASONS = {
+    400: b"Bad Request",
+    431: b"Request Header Fields Too Large",
+    501: b"Not Implemented",
+    505: b"HTTP Version Not Supported",
+}
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 

@@ -26,7 +26,11 @@ next request (cheroot), a chunk size line with white space or an extension not o
 form ``;token[=token|quoted-string]`` (waitress), a method in lower case (waitress) and
 ``Expect: 100-continue`` on a request without a body (waitress 3.0 answers it ``100
 Continue`` and then reads the next request's head as more of this one's: the request is
-lost and its headers join the next one's). A refused stream sets ``error`` (and
+lost and its headers join the next one's).  So are more than one empty line before a
+request (cheroot reads the second as a request line), an HTTP version other than 1.0 and
+1.1 (505: h11 takes any, cheroot refuses them, waitress reads them as 1.0) and a head of
+``MAX_HEAD`` bytes or more, the empty line before it and the blank line after it counted
+(431, as waitress counts). A refused stream sets ``error`` (and
 ``status``, the answer it deserves); the connection must then be closed without passing
 the bytes on.
 """
@@ -46,7 +50,7 @@ HEADERS = "headers"  # request line and headers arriving (header deadline)
 BODY = "body"  # body arriving (body deadline)
 APP = "app"  # a complete request with the application: no deadline
 
-#: the largest request head (waitress' ``max_request_header_size`` default)
+#: the size a request head must stay under (waitress' ``max_request_header_size`` default)
 MAX_HEAD = 256 * 1024
 _END = b"\r\n\r\n"
 
@@ -107,13 +111,15 @@ def head_error(head: bytes) -> str:
 
 
 class _Verdict:
-    """What h11 read in a request head: the request, whether it asked for ``100 Continue``
-    and whether its body is chunked (h11 reads such a body; it accepts no other
-    ``Transfer-Encoding``)."""
+    """What h11 read in a request head: whether it asked for ``100 Continue`` and whether
+    its body is chunked (h11 reads such a body; it accepts no other
+    ``Transfer-Encoding``); the request itself only for a :attr:`Framing.listener` (its
+    header objects take up to 27 times the head's bytes, held as long as the
+    connection)."""
 
     __slots__ = ("chunked", "expect_continue", "request")
 
-    def __init__(self, request: h11.Request, expect_continue: bool, chunked: bool) -> None:
+    def __init__(self, request: h11.Request | None, expect_continue: bool, chunked: bool) -> None:
         self.request = request
         self.expect_continue = expect_continue
         self.chunked = chunked
@@ -140,6 +146,7 @@ class Framing:
     moments it sent.  ``since`` is when the current phase began."""
 
     __slots__ = (
+        "_blank",
         "_chunked_end",
         "_head",
         "_left",
@@ -188,6 +195,8 @@ class Framing:
         self._left = 0
         #: the last request received ended with a chunked body and no head began since
         self._chunked_end = False
+        #: the bytes of the empty line skipped before the request being received (0, 2)
+        self._blank = 0
         #: of a chunked body, the bytes given to h11 that no event of its accounts for yet
         self._unread = b""
         #: complete requests received behind the one the application works on
@@ -245,19 +254,24 @@ class Framing:
                 # one empty line it skips before a request, and this one it refuses
                 self._refuse("an empty line after a chunked body")
                 return b""
-            head = head[2:]
+            if self._blank:  # cheroot skips one and reads the next as a request line
+                self._refuse("more than one empty line before a request")
+                return b""
+            self._blank, head = 2, head[2:]
+        # waitress counts the empty line and the blank line ending the head in its limit
         end = head.find(_END, max(0, len(head) - len(data) - 3))
         if end < 0:
-            if len(head) > MAX_HEAD:
+            if self._blank + len(head) >= MAX_HEAD:
                 self._refuse("the request head is too large", 431)
             self._head = head
             return b""
         end += len(_END)
         head, rest = head[:end], head[end:]
         self._head, self._chunked_end = b"", False
-        if end > MAX_HEAD:
+        if self._blank + end >= MAX_HEAD:
             self._refuse("the request head is too large", 431)
             return b""
+        self._blank = 0
         why, start, stop = _inspect(head)
         if why:
             self._refuse(why)
@@ -290,7 +304,7 @@ class Framing:
                 self._parser = parser
                 return rest
             self._shape, self._verdict = shape, verdict
-        elif self.listener is not None:
+        elif self.listener is not None and verdict.request is not None:
             self.listener(verdict.request)
         self.expect_continue = verdict.expect_continue
         self._left = int(head[start:stop]) if start != stop else 0
@@ -358,6 +372,9 @@ class Framing:
 
     def _request(self, request: h11.Request) -> _Verdict | None:
         """The verdict on a request h11 accepted, or None when it is refused here."""
+        if request.http_version not in (b"1.1", b"1.0"):  # h11 takes any digit.digit
+            self._refuse("HTTP version not supported", 505)
+            return None
         if request.method != request.method.upper():  # waitress refuses it
             self._refuse("a method in lower case")
             return None
@@ -366,7 +383,8 @@ class Framing:
             self._refuse("Transfer-Encoding in an HTTP/1.0 request")
             return None
         expect = (v for n, v in request.headers if n == b"expect")
-        return _Verdict(request, any(v.lower() == b"100-continue" for v in expect), chunked)
+        kept = request if self.listener is not None else None
+        return _Verdict(kept, any(v.lower() == b"100-continue" for v in expect), chunked)
 
     def _done(self, now: float) -> None:
         """The request received is complete."""

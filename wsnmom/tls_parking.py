@@ -29,21 +29,43 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from cheroot.errors import MaxSizeExceeded
 from cheroot.server import HTTPConnection
 from cheroot.wsgi import Gateway_10
 
 from wsnmom.soap_frontend.long_poll import PARK, RESUMED, Parked, Poll
 
-__all__ = ["ParkingConnection", "ParkingGateway", "let_go"]
+__all__ = ["ParkingConnection", "ParkingGateway", "let_go", "read_rest"]
 
 log = logging.getLogger("wsnmom.server")
 
 _REQUEST_ID = "HTTP_X_REQUEST_ID"
+_READ = 64 * 1024
+
+
+def read_rest(req: Any) -> None:
+    """Read what the application left of ``req``'s chunked body (cheroot's
+    ``HTTPRequest``).  cheroot reads the rest of a body by Content-Length before the next
+    request, not of a chunked one: it would read the chunk size line as the next request
+    line, where the connection guard (``wsnmom.http_framing``), which read the chunks,
+    expects the next request.  A body it cannot read to its end closes the connection."""
+    if not req.chunked_read or req.close_connection:
+        return
+    try:
+        while req.rfile.read(_READ):
+            pass
+    except (OSError, ValueError, MaxSizeExceeded):
+        req.close_connection = True
 
 
 class ParkingGateway(Gateway_10):
     """cheroot's WSGI 1.0 gateway with the park function, or the answered poll, in the
-    environ of a :class:`ParkingConnection`'s request."""
+    environ of a :class:`ParkingConnection`'s request; it reads the rest of a chunked
+    body the application left (:func:`read_rest`)."""
+
+    def respond(self) -> None:
+        super().respond()
+        read_rest(self.req)
 
     def get_environ(self) -> dict[str, Any]:  # type: ignore[override]
         environ: dict[str, Any] = super().get_environ()  # type: ignore[no-untyped-call]

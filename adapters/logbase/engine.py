@@ -42,8 +42,11 @@ started cursor).
 a durable subscription is delivered by one instance at a time, and which one changes.
 A cursor this engine has not started (made for a subscription another instance delivers)
 is *foreign*: its positions are not this instance's to save, so it is never saved and
-never holds the head's commit back.  When this engine starts it, it first takes up the
-positions the subscription's last deliverer saved (``PositionStore.load_one``).  A started
+never holds the head's commit back, except once when it is made: a new subscription's
+starting positions are saved by the instance that makes it, and an instance that makes
+the cursor of a subscription made elsewhere starts from them (``_shared_start``).  When
+this engine starts it, it first takes up the positions the subscription's last
+deliverer saved (``PositionStore.load_one``).  A started
 cursor always keeps positions of its own: attached, they are saved at most every
 ``save_interval`` while they change (and the position store keeps them: they are never
 deleted on re-attaching); stopped (a pause, a shard handed over or lost) it saves them
@@ -83,7 +86,7 @@ Code layout: :class:`CursorEngine` (here: set-up, lifecycle, subscriptions, sett
 queries) combines parts of one job each, over the state that
 :class:`~wsnmom.adapters.logbase.parts.EngineParts` declares: :mod:`.head` (the head
 thread), :mod:`.catch_up` (the catch-up readers), :mod:`.commits` (the head's commit and
-saved positions) and :mod:`.burial` (dead letters).
+saved positions), :mod:`.burial` (dead letters) and :mod:`.peeking` (peek).
 """
 
 from __future__ import annotations
@@ -106,8 +109,6 @@ from wsnmom.topic_mapping.index import TopicIndex
 
 from .backend import (
     LogBackend,
-    LogRecord,
-    RecordsLost,
     SelectiveHeadReader,
     StreamId,
 )
@@ -116,13 +117,14 @@ from .catch_up import CatchUp
 from .commits import Commits
 from .cursor import Bury, Cursor, CursorHandle
 from .head import Head
+from .peeking import Peeking
 
 __all__ = ["CursorEngine"]
 
 log = logging.getLogger(__name__)
 
 
-class CursorEngine(Head, Commits, CatchUp, Burial):
+class CursorEngine(Head, Commits, CatchUp, Burial, Peeking):
     """Cursors over a ``LogBackend`` (see the module docstring).  Thread-safe."""
 
     def __init__(
@@ -304,6 +306,8 @@ class CursorEngine(Head, Commits, CatchUp, Burial):
                 positions = dict(self._head)
         else:
             positions = self._end_now()
+            if self.shared:
+                positions = self._shared_start(spec.name, positions)
         with self.lock:
             cursor = self._cursors.get(spec.name)
             if cursor is None:
@@ -319,6 +323,32 @@ class CursorEngine(Head, Commits, CatchUp, Burial):
                 self._cursors[spec.name] = cursor
                 self._index_cursor(cursor)
             return CursorHandle(cursor)
+
+    def _shared_start(self, name: str, ends: dict[StreamId, int]) -> dict[StreamId, int]:
+        """Shared: where a cursor made here without known positions starts.  Made through
+        another instance a moment ago (this one follows it): where that instance saved it,
+        and from the start of each stream it saved nothing for (a stream that appeared
+        since, such as the topic of the first notification published to it); else it is
+        new: ``ends``, saved at once, so that whichever instance delivers it starts there
+        and no record published after it was made is skipped."""
+        store = self._store
+        if store is None:
+            return ends
+        try:
+            saved = store.load_one(name)
+            if saved is not None:
+                return dict(saved)
+            start = {stream: offset for stream, offset in ends.items() if offset >= 0}
+            if not start:  # no stream yet: nothing to save
+                return ends
+            # not fenced by ``may_save``: nobody delivers a subscription not made yet, and
+            # the instance that makes it need not hold its shard
+            store.save({name: start})
+        except Exception as exc:
+            raise AdapterUnavailable(f"saving where {name} starts failed: {exc}") from exc
+        with self.lock:
+            self._stored[name] = dict(start)
+        return ends
 
     def _end_now(self) -> dict[StreamId, int]:
         """Where a new cursor starts: the current end of every stream (from the backend
@@ -468,6 +498,11 @@ class CursorEngine(Head, Commits, CatchUp, Burial):
                 moved = cursor.settle(stream, offset)
                 if moved and not cursor.attached:
                     cursor.dirty = True
+                elif moved and self.shared:
+                    # its own positions are saved while they change (``_own_due``), also
+                    # when it settles records handed out long ago and receives no more
+                    # (a pull point drained after a burst)
+                    self.may_pin(cursor.name)
                 requeue = was_full and not cursor.window_full and not cursor.attached
             if requeue:
                 self._queue_catch_up(cursor)
@@ -491,57 +526,6 @@ class CursorEngine(Head, Commits, CatchUp, Burial):
             if cursor.cap_budget is not None:
                 total += cursor.cap_budget
             return max(0, total - cursor.skip_oldest)
-
-    def peek(self, cursor: Cursor, count: int, timeout: float = 5.0) -> list[LogRecord]:
-        """Up to ``count`` of the records waiting for ``cursor``, read by a reader of its
-        own from the cursor's positions up to the head and committed nowhere: the
-        cursor, the head and the stored positions stay as they are.  In read order,
-        which is offset order within each stream.  A cursor riding on the head has
-        nothing waiting (its records are handed out as they arrive): empty.  The
-        ``count`` oldest records ``discard`` will skip are left out.  Stops after
-        ``timeout`` seconds with what it read."""
-        if count <= 0:
-            return []
-        with self.lock:
-            if not self._running:
-                raise AdapterUnavailable("the log adapter is not open")
-            if cursor.attached or cursor.deleted:
-                return []
-            start = self._assignment(cursor)
-            ends = {s: self._head.get(s, 0) for s in start}
-            skip = cursor.skip_oldest
-        todo = {s: o for s, o in start.items() if max(o, 0) < ends[s]}
-        if not todo:
-            return []
-        reader = self.backend.reader()
-        out: list[LogRecord] = []
-        deadline = time.monotonic() + timeout
-        try:
-            reader.assign(todo)
-            while todo and len(out) < count and time.monotonic() < deadline:
-                finished = False
-                for item in reader.poll(self.batch, self.poll_timeout):
-                    stream = item.stream
-                    if stream not in todo:
-                        continue
-                    if isinstance(item, RecordsLost):
-                        # retention deleted some (or the log started again): go on after
-                        todo[stream] = item.next if item.next >= item.first else ends[stream]
-                    else:
-                        todo[stream] = item.offset + 1
-                        if item.offset < ends[stream] and cursor.wants(item.topic):
-                            if skip:
-                                skip -= 1
-                            elif len(out) < count:
-                                out.append(item)
-                    if todo[stream] >= ends[stream]:
-                        del todo[stream]
-                        finished = True
-                if finished and todo and len(out) < count:
-                    reader.assign(todo)  # stop reading the streams read to their end
-        finally:
-            reader.close()
-        return out
 
     def depths(self, handles: Sequence[SubscriptionHandle]) -> list[int | None]:
         """``depth`` of each handle under one lock acquisition."""

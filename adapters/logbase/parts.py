@@ -1,8 +1,8 @@
 """What the parts of the cursor engine share: :class:`EngineParts` declares the engine's
 state and the methods one part calls on another, so each part (a module of one job:
-:mod:`.head`, :mod:`.catch_up`, :mod:`.commits`, :mod:`.burial`) type-checks on its own;
-:class:`wsnmom.adapters.logbase.engine.CursorEngine` combines them, sets the state up and
-serves subscriptions."""
+:mod:`.head`, :mod:`.catch_up`, :mod:`.commits`, :mod:`.burial`, :mod:`.peeking`)
+type-checks on its own; :class:`wsnmom.adapters.logbase.engine.CursorEngine` combines
+them, sets the state up and serves subscriptions."""
 
 from __future__ import annotations
 
@@ -81,3 +81,4 @@ class EngineParts:
         def _queue_due_buries(self) -> None: ...
         def _stream_restarted(self, stream: StreamId, start: int) -> None: ...
         def _maybe_commit_head(self, head: HeadReader) -> None: ...
+        def _assignment(self, cursor: Cursor) -> dict[StreamId, int]: ...

@@ -51,10 +51,18 @@ class _Connected:
     first: bool
 
 
+@dataclass(frozen=True, slots=True)
+class _SentinelRefused:
+    """The broker refused the sentinel topic (a SUBACK or PUBACK failure): fall back to
+    UNSUBACK barriers (worker)."""
+
+    reason: str
+
+
 @dataclass(eq=False)
 class _Barrier:
-    """An action the worker runs when everything the broker sent before the UNSUBACK of
-    a no-op UNSUBSCRIBE has been stored."""
+    """An action the worker runs when everything the broker queued for the session
+    before the barrier's sentinel has been stored."""
 
     action: Callable[[], Any]
     done: threading.Event = field(default_factory=threading.Event)
@@ -113,7 +121,8 @@ class SessionParts:
     _pending_sub: dict[str, int]
     _pending_unsub: dict[str, int]
     _after: list[_After]
-    _barriers: dict[int, _Barrier]
+    sentinel_topic: str
+    _barriers: dict[bytes, _Barrier]
     _unacked_barriers: list[_Barrier]
     _previous: tuple[frozenset[int], tuple[Any, ...]] | None
     _ids: bool
@@ -128,3 +137,4 @@ class SessionParts:
         def _send_subscribe(self, f: str, sid: int) -> None: ...
         def _send_unsubscribe(self, f: str, sid: int) -> None: ...
         def _send_barrier(self, barrier: _Barrier) -> None: ...
+        def _sentinel_refused(self, reason: str) -> None: ...

@@ -1,8 +1,9 @@
 """The MQTT session's worker: it takes what the network thread put in the FIFO, up to
 ``ingest_batch`` at a time, drops retained messages and twins, stores the rest in the
-queue store (one transaction) and hands them to the taps, then sends their PUBACKs on the
-connection they came on; it also applies the broker's acknowledgements of filters and
-reconciles the filters after each CONNACK (see :mod:`.session`)."""
+queue store (one transaction) and hands them to the taps, runs the barriers whose
+sentinels arrived (after storing what came before them), then sends the PUBACKs on the
+connection the messages came on; it also applies the broker's acknowledgements of
+filters and reconciles the filters after each CONNACK (see :mod:`.session`)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,17 @@ from typing import Any
 from wsnmom.adapters.embedded.store import Engine
 from wsnmom.core.adapter import AdapterUnavailable, OutboundMessage
 
-from .inbox import _STOP, SessionParts, _Acked, _After, _Barrier, _Connected, _Removed, _Retire
+from .inbox import (
+    _STOP,
+    SessionParts,
+    _Acked,
+    _After,
+    _Barrier,
+    _Connected,
+    _Removed,
+    _Retire,
+    _SentinelRefused,
+)
 from .taps import Arrival
 from .wire import metadata, outbound
 
@@ -79,9 +90,17 @@ class Ingest(SessionParts):
         for item in items:
             if type(item) is tuple:
                 generation, message = item
-                stats.received += 1
                 if message.qos:
                     acks.append((generation, message.mid, message.qos))
+                if _topic_of(message) == self.sentinel_topic:
+                    barrier = self._arrived(bytes(message.payload))
+                    if barrier is not None:
+                        if keep:  # everything before the sentinel is stored first
+                            self._commit(keep)
+                            keep = []
+                        _run_barrier(barrier)
+                    continue
+                stats.received += 1
                 if message.retain:
                     stats.dropped_retained += 1
                     continue
@@ -89,15 +108,13 @@ class Ingest(SessionParts):
                     stats.dropped_twins += 1
                     continue
                 keep.append(self._convert(message))
-            elif isinstance(item, _Barrier):
-                if keep:  # everything before the barrier is stored first
+            elif isinstance(item, _Barrier):  # the fallback (an UNSUBACK)
+                if keep:
                     self._commit(keep)
                     keep = []
-                try:
-                    item.result = item.action()
-                except BaseException as exc:
-                    item.error = exc
-                item.done.set()
+                _run_barrier(item)
+            elif isinstance(item, _SentinelRefused):
+                self._sentinel_refused(item.reason)
             elif isinstance(item, _Retire):
                 self._retire(item.items)
             elif isinstance(item, _Acked):
@@ -123,6 +140,15 @@ class Ingest(SessionParts):
                 log.exception("MQTT session: recording the session's filters failed")
         for action in later:
             action()
+
+    def _arrived(self, token: bytes) -> _Barrier | None:
+        """The barrier whose sentinel carries ``token`` (None: one that is gone, a copy
+        through another filter, a previous run's), no longer waited for."""
+        with self._lock:
+            barrier = self._barriers.pop(token, None)
+            if barrier is not None and barrier in self._unacked_barriers:
+                self._unacked_barriers.remove(barrier)
+            return barrier
 
     def _twin(self, message: Any) -> bool:
         """Whether ``message`` is another copy of the message just before it, sent for
@@ -239,3 +265,12 @@ class Ingest(SessionParts):
                 self.state.clear_filters()
             except Exception:
                 log.exception("MQTT session: recording the session's filters failed")
+
+
+def _run_barrier(barrier: _Barrier) -> None:
+    """Run a barrier's action (everything queued before its sentinel is stored)."""
+    try:
+        barrier.result = barrier.action()
+    except BaseException as exc:
+        barrier.error = exc
+    barrier.done.set()

@@ -21,11 +21,22 @@ matching filter, one after the other, and MQTT 5 subscription identifiers tell t
 filters apart); and QoS 0 messages beyond ``qos0_backlog`` waiting ones (QoS 0 is at most
 once; QoS 1 traffic is bounded by the session's Receive Maximum).
 
-A new subscription is attached to the queue store by the worker, at a *barrier*: the
-UNSUBACK of an UNSUBSCRIBE sent once its filters are acknowledged.  Messages the broker
-queued for the session before that reach it before the barrier, so a subscription
-receives what was published after it was created, not what was still in flight (unless
-the broker holds messages back behind a full Receive Maximum window).
+A new subscription is attached to the queue store by the worker, at a *barrier*: a QoS 1
+message (its payload a token) that the session publishes, right after the subscription's
+SUBSCRIBEs, to a topic of its own (:func:`sentinel_topic`, subscribed before the first
+barrier of each connection).  The broker queues it for the session behind everything it
+queued before, and the worker stores those before it attaches the subscription, so a
+subscription receives what was published after it was created, not what was still on
+its way; even behind a backlog longer than the Receive Maximum window (after a
+reconnect), which a control packet (an UNSUBACK, a SUBACK) would overtake.  This rests on
+the broker sending a session's messages in the order it queued them, across topics (MQTT
+promises the order per topic and publisher only; Mosquitto keeps one FIFO per session);
+it needs no MQTT 5 feature, so MQTT 3.1.1 gets the same barrier.  Sentinels are
+acknowledged and never routed; one whose barrier is gone (a connection lost, a copy
+through a second filter, a previous run) is dropped.  A broker that refuses the
+sentinel topic (a failed SUBACK or, MQTT 5, PUBACK) gets the former barrier (logged as an
+error): the UNSUBACK of a no-op
+UNSUBSCRIBE, which is right unless the session has a backlog beyond its window.
 
 Besides the queue store, *taps* (:mod:`.taps`) may consume the session: their filters join
 the same filter set, and the worker hands each tap its messages after the queue store's
@@ -37,9 +48,9 @@ the broker sends unacknowledged messages again, and a late PUBACK could otherwis
 acknowledge a different message that reuses the packet id.
 
 Subscribing and unsubscribing happen under ``_lock`` (paho's calls only queue packets);
-SUBACK, UNSUBACK and barriers are put in the same FIFO as the messages.  A filter being
-replaced is unsubscribed only once its replacements are acknowledged, so its topics are
-never uncovered.
+SUBACK and UNSUBACK are put in the same FIFO as the messages (a barrier's sentinel is one
+of the messages).  A filter being replaced is unsubscribed only once its replacements are
+acknowledged, so its topics are never uncovered.
 
 Code layout: :class:`Session` (here: lifecycle, subscribing and the network callbacks)
 and its worker (:mod:`.ingest`) share the state and the FIFO's records of :mod:`.inbox`.
@@ -47,10 +58,12 @@ and its worker (:mod:`.ingest`) share the state and the FIFO's records of :mod:`
 
 from __future__ import annotations
 
+import itertools
 import logging
 import queue
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -69,6 +82,7 @@ from .inbox import (
     _nothing,
     _Removed,
     _Retire,
+    _SentinelRefused,
 )
 from .ingest import Ingest
 from .link import Link, Properties, ReasonCode, mqtt
@@ -90,8 +104,20 @@ except ImportError as exc:  # pragma: no cover - link.py raised already
 _WARN_EVERY = 30.0
 
 
-#: an UNSUBSCRIBE of this filter (never subscribed) is the session's barrier
-BARRIER_TOPIC = "wsnmom/barrier"
+#: the level under the topic prefix of the sessions' sentinel topics
+SENTINEL_ROOT = "wsnmom/sentinel"
+
+
+#: the fallback barrier (:meth:`Session._sentinel_refused_cb`) unsubscribes this topic,
+#: never subscribed
+FALLBACK_BARRIER_TOPIC = "wsnmom/barrier"
+
+
+def sentinel_topic(head: str, client_id: str) -> str:
+    """The topic of the barriers of the session ``client_id`` (``head``: the topic prefix
+    and its slash, or ""); characters a topic level cannot hold become ``_``."""
+    level = "".join("_" if c in "+#/\x00" else c for c in client_id) or "_"
+    return f"{head}{SENTINEL_ROOT}/{level}"
 
 
 class Session(Ingest):
@@ -125,8 +151,20 @@ class Session(Ingest):
         self._pending_sub: dict[str, int] = {}
         self._pending_unsub: dict[str, int] = {}
         self._after: list[_After] = []
-        #: barriers sent and not acknowledged (sent again after a reconnect)
-        self._barriers: dict[int, _Barrier] = {}
+        #: the topic of the session's barriers, and the tokens of those sent, not arrived
+        self.sentinel_topic = sentinel_topic(mapping.head, client_id)
+        self._barriers: dict[bytes, _Barrier] = {}
+        self._tokens = itertools.count()
+        #: the SUBSCRIBE of the sentinel topic went out on this connection, and its mid
+        self._sentinel_subscribed = False
+        self._sentinel_mid: int | None = None
+        #: when the broker refused the sentinel topic (its ACL): barriers fall back to
+        #: UNSUBACKs
+        self._sentinel_refused_since: float | None = None
+        #: barriers sent as a no-op UNSUBSCRIBE (the fallback), by mid
+        self._unsub_barriers: dict[int, _Barrier] = {}
+        #: unique to this run: a sentinel of a previous run completes nothing
+        self._run_id = uuid.uuid4().hex
         self._unacked_barriers: list[_Barrier] = []
         #: (identifiers, signature) of the last message stored (worker only)
         self._previous: tuple[frozenset[int], tuple[Any, ...]] | None = None
@@ -148,6 +186,7 @@ class Session(Ingest):
         client.on_message = self._message_cb
         client.on_subscribe = self._subscribe_cb
         client.on_unsubscribe = self._unsubscribe_cb
+        client.on_publish = self._publish_cb
         self._first = True
         #: the first CONNACK was handled (the broker has or was asked for every filter)
         self._reconciled = False
@@ -259,7 +298,7 @@ class Session(Ingest):
                     b.action = _nothing
                     cancelled = True
             # cancelled: the action will never run, so there is no result to return even
-            # when the late UNSUBACK completes the barrier (it ran ``_nothing``)
+            # when the late sentinel completes the barrier (it ran ``_nothing``)
             if cancelled or not b.done.wait(0.5):
                 raise AdapterUnavailable(f"the MQTT broker did not answer within {wait:g}s")
         if b.error is not None:
@@ -267,9 +306,33 @@ class Session(Ingest):
         return b.result
 
     def _send_barrier(self, b: _Barrier) -> None:
-        rc, mid = self.link.client.unsubscribe(BARRIER_TOPIC)
+        if self._sentinel_refused_since is not None:
+            self._send_unsubscribe_barrier(b)
+            return
+        if not self._sentinel_subscribed:
+            self._subscribe_sentinel()
+        token = f"{self._run_id}:{next(self._tokens)}".encode()
+        self._barriers[token] = b
+        self.link.client.publish(self.sentinel_topic, token, qos=1)
+
+    def _send_unsubscribe_barrier(self, b: _Barrier) -> None:
+        """The fallback barrier: the UNSUBACK of a no-op UNSUBSCRIBE, which overtakes
+        messages the broker holds back behind a full Receive Maximum window."""
+        rc, mid = self.link.client.unsubscribe(FALLBACK_BARRIER_TOPIC)
         if rc == mqtt.MQTT_ERR_SUCCESS and mid is not None:
-            self._barriers[mid] = b
+            self._unsub_barriers[mid] = b
+
+    def _subscribe_sentinel(self) -> None:
+        """Subscribe the sentinel topic (before the connection's first barrier: the broker
+        handles a connection's packets in order; ``_lock`` held).  Only sessions that
+        attach subscriptions need it (not one of taps only)."""
+        self._sentinel_subscribed = True
+        client = self.link.client
+        if self.settings.v5:
+            options = SubscribeOptions(qos=1, noLocal=False, retainHandling=2)
+            _, self._sentinel_mid = client.subscribe(self.sentinel_topic, options=options)
+        else:
+            _, self._sentinel_mid = client.subscribe(self.sentinel_topic, qos=1)
 
     def _serves(self, name: str) -> bool:
         return all(
@@ -329,6 +392,10 @@ class Session(Ingest):
     def _subscribe_cb(
         self, client: Any, userdata: Any, mid: int, reasons: list[ReasonCode], props: Any
     ) -> None:
+        if mid == self._sentinel_mid:
+            if reasons and reasons[0].is_failure:
+                self._inbox.put(_SentinelRefused(str(reasons[0])))
+            return
         with self._cv:
             op = self._sub_mids.pop(mid, None)
             if op is None:
@@ -352,11 +419,39 @@ class Session(Ingest):
                             self._inbox.put(_Retire(after.retire))
             self._cv.notify_all()
 
+    def _publish_cb(
+        self, client: Any, userdata: Any, mid: int, reason: ReasonCode, props: Any
+    ) -> None:
+        # paho holds its own lock here: the worker falls back (the session publishes
+        # sentinels only; Mosquitto grants a SUBSCRIBE its ACL denies, and refuses the
+        # PUBLISH, on MQTT 5 only)
+        if reason is not None and reason.is_failure:
+            self._inbox.put(_SentinelRefused(str(reason)))
+
+    def _sentinel_refused(self, reason: str) -> None:
+        """The broker refused the sentinel topic: the barriers waiting for sentinels and
+        all later ones (this run) fall back to UNSUBACKs (worker)."""
+        if self._sentinel_refused_since is not None:
+            return
+        log.error(
+            "MQTT session: the broker refused the sentinel topic %r "
+            "(%s): a subscription created behind a backlog of more than the Receive "
+            "Maximum may receive older messages; allow the gateway to publish and "
+            "subscribe it (see the ACLs in docs/adapters/mqtt.md)",
+            self.sentinel_topic,
+            reason,
+        )
+        with self._lock:
+            self._sentinel_refused_since = time.monotonic()
+            waiting, self._barriers = list(self._barriers.values()), {}
+            for b in waiting:
+                self._send_unsubscribe_barrier(b)
+
     def _unsubscribe_cb(
         self, client: Any, userdata: Any, mid: int, reasons: list[ReasonCode], props: Any
     ) -> None:
         with self._lock:
-            barrier = self._barriers.pop(mid, None)
+            barrier = self._unsub_barriers.pop(mid, None)
             if barrier is not None:
                 if barrier in self._unacked_barriers:
                     self._unacked_barriers.remove(barrier)
@@ -381,7 +476,9 @@ class Session(Ingest):
     def _disconnected_cb(self) -> None:
         with self._cv:
             self._generation += 1
+            self._sentinel_subscribed = False
             self._sub_mids.clear()
+            self._unsub_barriers.clear()
             self._unsub_mids.clear()
             self._barriers.clear()
             # fail fast: a subscription being created waits for no reconnect (its filters

@@ -60,15 +60,21 @@ class _Operation(nbio_interface.AbstractIOReference):  # type: ignore[misc]
 
     def __init__(self, task: asyncio.Future[Any], on_done: Callable[[Any], None]) -> None:
         self.task = task
+        #: pika cancelled it (the task itself may still run a step before it ends)
+        self.cancelled = False
 
         def done(task: asyncio.Future[Any]) -> None:
-            if not task.cancelled():
+            if not task.cancelled() and not self.cancelled:
                 on_done(task.exception() or task.result())
 
         task.add_done_callback(done)
 
     def cancel(self) -> bool:
-        return self.task.cancel()
+        if self.cancelled or self.task.done():
+            return False
+        self.cancelled = True
+        self.task.cancel()
+        return True
 
 
 class FrameIO(nbio_interface.AbstractIOServices):  # type: ignore[misc]
@@ -157,21 +163,31 @@ class FrameIO(nbio_interface.AbstractIOServices):  # type: ignore[misc]
             on_done(result)
 
         def make() -> Stream:
-            return Stream(self, protocol_factory(), sock, ssl_context is None, report)
+            stream = Stream(self, protocol_factory(), sock, ssl_context is None, report)
+            stream.abandoned = lambda: operation.cancelled
+            return stream
 
         async def connect() -> None:
             await self.loop.create_connection(
                 make,
                 sock=sock,
                 ssl=ssl_context,
-                server_hostname=server_hostname if ssl_context is not None else None,
+                # pika's None: no hostname check (the context decides); asyncio's is ""
+                server_hostname=(server_hostname or "") if ssl_context is not None else None,
             )
 
         def ended(result: Any) -> None:
             if isinstance(result, BaseException):
                 report(result)
 
-        return _Operation(asyncio.ensure_future(connect(), loop=self.loop), ended)
+        def dropped(task: asyncio.Future[Any]) -> None:
+            if task.cancelled():  # pika leaves the socket to us once it called us
+                with contextlib.suppress(OSError):
+                    sock.close()
+
+        operation = _Operation(asyncio.ensure_future(connect(), loop=self.loop), ended)
+        operation.task.add_done_callback(dropped)
+        return operation
 
 
 class Stream(asyncio.Protocol, nbio_interface.AbstractStreamTransport):  # type: ignore[misc]
@@ -201,12 +217,17 @@ class Stream(asyncio.Protocol, nbio_interface.AbstractStreamTransport):  # type:
         self.pending = b""
         #: what a :meth:`send_now` left unsent: written before anything else
         self.tail = b""
+        #: whether pika cancelled the set-up (then it hears nothing of this stream)
+        self.abandoned: Callable[[], bool] = lambda: False
 
     # --- asyncio's side ----------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport
+        if self.abandoned():  # pika's timeout struck while asyncio built the transport
+            transport.abort()
+            return
         try:
             self.protocol.connection_made(self)
         except Exception as exc:
@@ -217,12 +238,24 @@ class Stream(asyncio.Protocol, nbio_interface.AbstractStreamTransport):  # type:
         self.on_linked(self)
 
     def connection_lost(self, exc: Exception | None) -> None:
+        # asyncio closes the socket right after this; its descriptor number may then be
+        # the next connection's: let go of it under the write lock, so that a thread in
+        # send_now sends on the live socket or not at all
+        with self.io.write_lock:
+            self.sock = None
+            self.tail = b""
         if self.linked:
             self.linked = False
             self.protocol.connection_lost(exc)
 
     def eof_received(self) -> bool | None:
-        return bool(self.protocol.eof_received())
+        """The peer's end of stream: when pika's protocol says "close" (it does), abort,
+        as pika's own transport does; asyncio's graceful close would first wait for the
+        unsent bytes, which a peer that stopped reading never takes."""
+        keep_open = bool(self.protocol.eof_received())
+        if not keep_open and self.transport is not None:
+            self.transport.abort()
+        return keep_open
 
     def data_received(self, data: bytes) -> None:
         """Hand each whole frame to its channel's reader, the others to pika: a run of

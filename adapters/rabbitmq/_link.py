@@ -344,7 +344,13 @@ class Link:
             if not fut.done():
                 fut.set_result(ch)
 
-        conn.channel(on_open_callback=opened)
+        def closed(_ch: PikaChannel, reason: BaseException) -> None:
+            # the connection died before the channel opened (pika closes its channels):
+            # fail now rather than at the timeout
+            if not fut.done():
+                fut.set_exception(LinkDown(f"channel not opened: {describe(reason)}"))
+
+        conn.channel(on_open_callback=opened).add_on_close_callback(closed)
         return Channel(self, await asyncio.wait_for(fut, self.connect_timeout))
 
     @contextlib.asynccontextmanager

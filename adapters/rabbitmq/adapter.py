@@ -70,14 +70,15 @@ Options
         name of the catch-all exchange (default ``wsnmom.all``).
     ``queue_prefix``
         prefix of subscription queue names (default ``wsnmom.sub.``).
-    ``queue_type``
-        ``classic`` (default) or ``quorum``.
+    ``queue_type``, ``single_active_consumer``
+        ``classic`` (default) or ``quorum`` (cluster mode); push subscription queues with
+        ``x-single-active-consumer`` (default: in cluster mode; see ``declarations``).
     ``queue_arguments``
         extra arguments for every subscription queue (e.g. ``x-queue-mode``).
     ``prefetch``
         default prefetch for consumers when core gives none (default 64).
     ``heartbeat``
-        AMQP heartbeat in seconds (default 30; 0 disables).
+        AMQP heartbeat in seconds (default 30, 3 in cluster mode; 0 disables).
     ``tls``
         mapping with ``ca_file``, ``cert_file``, ``key_file``, ``verify`` (default True),
         ``server_hostname`` for ``amqps`` (default: the system trust store).
@@ -147,17 +148,18 @@ from wsnmom.core.adapter import (
     SubscriptionHandle,
     SubscriptionSpec,
 )
+from wsnmom.core.adapter_options import AdapterOptionError
 from wsnmom.topic_mapping.model import PathPattern, Topic
 from wsnmom.topic_mapping.syntax import RABBITMQ
 
 from ._link import Channel, Link, PublishFrames, describe
 from .consumers import Consumers
 from .current import HEADER_ORIGIN, CurrentMessages
-from .declarations import Declarations
+from .declarations import Declarations, quorum_refusal
 from .deliveries import Deliveries
 from .errors import PublishUnavailable, refusal
 from .names import Binding, RabbitMQNames
-from .options import RabbitMQOptions, connection_parameters, safe_url, split_url
+from .options import CLUSTER_OPTIONS, RabbitMQOptions, connection_parameters, safe_url, split_url
 from .pool import ConsumerPool
 from .publisher import Publisher
 from .subscription import PEEK_REFUSAL, RabbitMQSubscription
@@ -199,14 +201,14 @@ class RabbitMQAdapter(Adapter):
     )
 
     declared_options = RabbitMQOptions
-    #: several instances on one store: every instance takes a pull point's messages from
-    #: its queue (``basic.get``), none holds them in its own buffer
-    cluster_options: ClassVar[Mapping[str, Any]] = {"pull": "get"}
+    cluster_options: ClassVar[Mapping[str, Any]] = CLUSTER_OPTIONS
 
     def __init__(self, url: str, options: Mapping[str, Any] | None = None) -> None:
         super().__init__(url, options)
         pika_url, from_url = split_url(url)
         self.opts = RabbitMQOptions.parse(self.options, from_url)
+        if (refused := quorum_refusal(self.opts)) is not None:
+            raise AdapterOptionError(refused)
         if self.opts.pull == "get":
             self.capabilities = replace(type(self).capabilities, native_pull=True)
         #: topic <-> exchange and routing key (shared with the Spark bridge's tap)
@@ -239,10 +241,16 @@ class RabbitMQAdapter(Adapter):
         return self.declarations.queue_name(subscription)
 
     def queue_arguments(
-        self, limits: QueueLimits, dead_letters: Binding | None = None
+        self, limits: QueueLimits, dead_letters: Binding | None = None, single_active: bool = False
     ) -> dict[str, Any]:
         """Queue arguments for ``limits`` (``Declarations.queue_arguments``)."""
-        return self.declarations.queue_arguments(limits, dead_letters)
+        return self.declarations.queue_arguments(limits, dead_letters, single_active)
+
+    def shared_by_instances(self, may_save: Callable[[str], bool] | None = None) -> None:
+        """Cluster mode: push subscription queues let one consumer at a time receive
+        (``x-single-active-consumer``; docs/scale-out.md, "What fences what").  RabbitMQ
+        keeps the positions (acks), so ``may_save`` is not needed."""
+        self.declarations.shared = True
 
     def exchange_for(self, namespace: str) -> str:
         """Exchange of a topic namespace (configured or derived)."""

@@ -4,6 +4,13 @@ Starting and stopping a subscription's consumer (a channel with ``basic.qos`` an
 ``basic.consume``, restarted when the broker closes it), pulling with ``basic.get`` (as a
 coroutine, or chained on the loop thread without one: :meth:`Consumers.pull_direct`),
 purging, depths (one queue, or many at once over a few channels) and deleting a queue.
+
+A take (``basic.get`` with auto-ack: GetMessages on a pull point and on the subscriptions
+feeding it) needs no state on its channel, so every subscription of a connection takes
+through a few channels the connection shares (``_TAKE_CHANNELS``): 10,000 pull points need
+no channel each.  A pull that is acknowledged later keeps a channel of the
+subscription's own (``RabbitMQSubscription.puller``), whose delivery tags it acks on.
+
 Every blocking call runs on the connection's I/O thread through :meth:`Consumers.run`.
 """
 
@@ -30,6 +37,8 @@ log = logging.getLogger("wsnmom.adapters.rabbitmq")
 
 #: channels one bulk depth query uses at once per connection
 _DEPTH_CHANNELS = 8
+#: channels per connection that every subscription's takes share
+_TAKE_CHANNELS = 4
 
 
 class Consumers:
@@ -47,6 +56,30 @@ class Consumers:
         self.declarations = declarations
         self.deliveries = deliveries
         self.timeout = operation_timeout
+        #: the shared take channels of each connection (by ``id`` of its link)
+        self._takers: dict[int, list[Channel]] = {}
+        self._taker_locks: dict[int, asyncio.Lock] = {}
+        self._turn = 0
+
+    def taker(self, link: Link) -> Channel | None:
+        """One of ``link``'s shared take channels that is open (in turn), or None."""
+        channels = [c for c in self._takers.get(id(link), ()) if c.is_open and c.fast_get]
+        if not channels:
+            return None
+        self._turn += 1
+        return channels[self._turn % len(channels)]
+
+    async def open_takers(self, link: Link) -> None:
+        """Open ``link``'s shared take channels (those closed since too); loop thread."""
+        lock = self._taker_locks.setdefault(id(link), asyncio.Lock())
+        async with lock:
+            await link.ready(self.timeout)
+            channels = [c for c in self._takers.get(id(link), ()) if c.is_open]
+            while len(channels) < _TAKE_CHANNELS:
+                ch = await link.open_channel()
+                ch.start_fast_get()
+                channels.append(ch)
+            self._takers[id(link)] = channels
 
     def run(
         self, coro: Coroutine[Any, Any, Any], extra: float = 0.0, link: Link | None = None
@@ -90,7 +123,17 @@ class Consumers:
         # deliveries are read straight from the wire; pika's consumer callback is the
         # fallback
         ch.read(FrameReader(on_deliver=lambda m, p, b: dispatch(sub, ch, m, p, b)))
-        await ch.call("basic_consume", sub.queue, on_message, auto_ack=False)
+        try:
+            await ch.call("basic_consume", sub.queue, on_message, auto_ack=False)
+        except ChannelError as exc:
+            if exc.code != 0 or not sub.consuming:
+                raise
+            # the connection went down under the consume: RabbitMQ closes the whole
+            # connection (INTERNAL_ERROR) when a quorum queue does not answer a consume
+            # in time, as on a loaded broker; once it is back the link resumes every
+            # subscription still consuming (``resume``), this one too
+            log.warning("consuming %s: connection lost (%s); resumed on reconnect", sub.queue, exc)
+            return
         sub.consumer = ch
 
     async def restart(self, sub: RabbitMQSubscription) -> None:
@@ -153,9 +196,11 @@ class Consumers:
     ) -> list[Received] | None:
         """``pull`` without waiting (GetMessages) and without a coroutine: the gets are
         chained by their replies on the loop thread; the caller waits for the last.  None
-        when the puller channel is not ready (then :meth:`pull` runs).  ``no_ack``: the
-        messages are removed on delivery (``take``)."""
-        link, ch = sub.link, sub.puller
+        when the channel is not ready (then :meth:`pull` runs, or :meth:`open_takers`).
+        ``no_ack``: the messages are removed on delivery (``take``), through one of the
+        connection's shared take channels."""
+        link = sub.link
+        ch = self.taker(link) if no_ack else sub.puller
         if not link.is_up or ch is None or not ch.fast_get or not ch.is_open:
             return None
         queue = sub.queue

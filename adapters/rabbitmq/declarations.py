@@ -6,6 +6,15 @@ namespaces (pull point inboxes), which are kept out of it.  Each subscription is
 queue with its ``QueueLimits`` as queue arguments and one binding per topic pattern; a new
 classic queue gets a primer (:meth:`Declarations.prime`).  What was declared is
 remembered per connection, so each exchange is declared once per connection.
+
+In cluster mode (several gateway instances, ``shared``) a push subscription's queue also
+gets ``x-single-active-consumer``: the broker hands its messages to one consumer at a
+time, whichever instances consume it (docs/scale-out.md, "What fences what").  Pull point
+queues do not (RabbitMQ refuses ``basic.get`` on such a queue, and any instance may answer
+a GetMessages).  Quorum queues enforce every limit of ``QueueLimits`` except one: RabbitMQ
+3.10 accepts ``x-overflow: reject-publish-dlx`` on a quorum queue but drops the oldest
+message instead (measured), so a subscription that drops the newest message into a
+dead-letter destination gets a classic queue (:meth:`Declarations.queue_type`).
 """
 
 from __future__ import annotations
@@ -15,7 +24,7 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import pika
-from wsnmom.core.adapter import Overflow, QueueLimits, is_internal_namespace
+from wsnmom.core.adapter import Overflow, QueueLimits, SubscriptionSpec, is_internal_namespace
 
 from ._link import NOT_FOUND, PRECONDITION_FAILED, RESOURCE_LOCKED, ChannelError, Declarer, Link
 from .names import Binding, RabbitMQNames
@@ -25,6 +34,61 @@ if TYPE_CHECKING:
     from .subscription import RabbitMQSubscription
 
 log = logging.getLogger("wsnmom.adapters.rabbitmq")
+
+#: the queue arguments a quorum queue accepts (RabbitMQ 3.10); it refuses every other one
+#: with PRECONDITION_FAILED, ``x-max-priority`` and ``x-queue-mode`` among them
+QUORUM_ARGUMENTS = frozenset(
+    {
+        "x-queue-type",
+        "x-dead-letter-exchange",
+        "x-dead-letter-routing-key",
+        "x-dead-letter-strategy",
+        "x-expires",
+        "x-max-length",
+        "x-max-length-bytes",
+        "x-max-in-memory-length",
+        "x-max-in-memory-bytes",
+        "x-overflow",
+        "x-single-active-consumer",
+        "x-quorum-initial-group-size",
+        "x-delivery-limit",
+        "x-message-ttl",
+        "x-queue-leader-locator",
+    }
+)
+
+
+def quorum_refusal(opts: RabbitMQOptions) -> str | None:
+    """Why ``opts.queue_arguments`` cannot go with quorum queues (None: they can, or the
+    queues are classic)."""
+    if opts.queue_type != "quorum":
+        return None
+    extras = dict(opts.queue_arguments or {})
+    refused = sorted(k for k in extras if k not in QUORUM_ARGUMENTS)
+    if refused:
+        return (
+            f"queue_arguments {', '.join(refused)} cannot be used with quorum queues "
+            f'(queue_type = "quorum", the default in cluster mode): remove them or set '
+            f'queue_type = "classic"'
+        )
+    if extras.get("x-overflow") == "reject-publish-dlx":
+        return (
+            "queue_arguments x-overflow = reject-publish-dlx: quorum queues (queue_type = "
+            '"quorum", the default in cluster mode) drop the oldest message instead; use '
+            'reject-publish or drop-head, or queue_type = "classic"'
+        )
+    return None
+
+
+def _existing_type(mismatch: str) -> str | None:
+    """What a PRECONDITION_FAILED text says of the existing queue's type: ``"classic"``,
+    ``"other"`` (quorum, stream), or None when it names another argument (RabbitMQ names
+    the first that differs, the type among the last)."""
+    if "'x-queue-type'" not in mismatch:
+        return None
+    classic = mismatch.endswith("current is none") or "current is the value 'classic'" in mismatch
+    return "classic" if classic else "other"
+
 
 #: header of the primer a new subscription queue gets (:meth:`Declarations.prime`)
 PRIMER_HEADER = "wsnmom-primer"
@@ -42,6 +106,11 @@ class Declarations:
         self.names = names
         #: exchanges declared (and bound) on each connection, by link name
         self.declared: dict[str, set[str]] = {"consumer": set(), "publisher": set()}
+        #: several gateway instances deliver these subscriptions, one at a time each
+        #: (``RabbitMQAdapter.shared_by_instances``)
+        self.shared = False
+        #: queues already reported as kept classic (logged once each)
+        self._told: set[str] = set()
 
     def reset(self, link: Link) -> None:
         """``link`` (re)connected: nothing is declared on it yet."""
@@ -51,15 +120,47 @@ class Declarations:
         """The queue that backs the durable subscription ``subscription``."""
         return self.opts.queue_prefix + subscription
 
+    def single_active(self, spec: SubscriptionSpec) -> bool:
+        """Whether ``spec``'s queue lets one consumer at a time receive: in cluster mode
+        (option ``single_active_consumer``, default: when ``shared``), for every queue but
+        a pull point's (its patterns all in internal namespaces), which ``basic.get``
+        reads."""
+        wanted = self.opts.single_active_consumer
+        if wanted is None:
+            wanted = self.shared
+        patterns = spec.patterns
+        inbox = bool(patterns) and all(is_internal_namespace(p.namespace) for p in patterns or ())
+        return wanted and not inbox
+
+    def queue_type(self, limits: QueueLimits, dead_letters: Binding | None) -> str:
+        """The configured type, except classic for a queue that refuses the newest message
+        into a dead-letter destination (``reject-publish-dlx``), which a quorum queue of
+        RabbitMQ 3.10 turns into dropping the oldest."""
+        limited = limits.max_messages is not None or limits.max_bytes is not None
+        if (
+            self.opts.queue_type == "quorum"
+            and limited
+            and limits.overflow is Overflow.DROP_NEWEST
+            and dead_letters is not None
+        ):
+            return "classic"
+        return self.opts.queue_type
+
     def queue_arguments(
-        self, limits: QueueLimits, dead_letters: Binding | None = None
+        self,
+        limits: QueueLimits,
+        dead_letters: Binding | None = None,
+        single_active: bool = False,
     ) -> dict[str, Any]:
-        """Queue arguments for ``limits`` (plus the configured type and extras), with
+        """Queue arguments for ``limits`` (plus the type and extras), with
         ``dead_letters`` (exchange, routing key) as the queue's dead-letter exchange: what
         the queue drops for its TTL or length goes there (``reject-publish-dlx`` rather than
-        ``reject-publish`` for DROP_NEWEST, so a refused message goes there too)."""
-        args: dict[str, Any] = {"x-queue-type": self.opts.queue_type}
+        ``reject-publish`` for DROP_NEWEST, so a refused message goes there too), and
+        ``x-single-active-consumer`` when ``single_active``."""
+        args: dict[str, Any] = {"x-queue-type": self.queue_type(limits, dead_letters)}
         args.update(self.opts.queue_arguments or {})
+        if single_active:
+            args["x-single-active-consumer"] = True
         if dead_letters is not None:
             args["x-dead-letter-exchange"], args["x-dead-letter-routing-key"] = dead_letters
         if limits.max_messages is not None:
@@ -117,6 +218,12 @@ class Declarations:
         """Declare a durable queue; on an argument mismatch re-create it if it is empty
         and unused, else keep the existing queue (and its arguments) with a warning.
 
+        Only a classic queue is re-created: RabbitMQ has no "delete if empty and unused"
+        for quorum queues (it closes the whole connection with NOT_IMPLEMENTED), so when
+        the existing queue may be a quorum queue it is kept as it is.  A queue's type
+        cannot change in place: a classic queue that holds messages or has a consumer
+        stays classic (and without single-active-consumer), with a warning once.
+
         Returns the number of messages the queue holds (None when it was kept with other
         arguments)."""
         try:
@@ -126,12 +233,52 @@ class Declarations:
             if exc.code != PRECONDITION_FAILED:
                 raise
             mismatch = exc.text
+        existing = _existing_type(mismatch)
+        wanted = args.get("x-queue-type", "classic")
+        if existing is None and wanted != "classic":
+            # the same queue as an earlier classic declaration of these limits?
+            probe = {**args, "x-queue-type": "classic"}
+            probe.pop("x-single-active-consumer", None)
+            try:
+                await admin.call("queue_declare", queue, durable=True, arguments=probe)
+                existing = "classic"
+            except ChannelError as exc:
+                if exc.code != PRECONDITION_FAILED:
+                    raise
+                existing = _existing_type(exc.text)
+        if existing == "other" or (existing is None and wanted != "classic"):
+            await admin.call("queue_declare", queue, passive=True)
+            log.warning(
+                "queue %r exists with other arguments; it keeps them (%s): it is or may be "
+                "a quorum queue, which RabbitMQ cannot delete only when empty and unused",
+                queue,
+                mismatch,
+            )
+            return None
+        classic = existing == "classic"
         try:
             await admin.call("queue_delete", queue, if_unused=True, if_empty=True)
         except ChannelError as exc:
             if exc.code not in (PRECONDITION_FAILED, RESOURCE_LOCKED):
                 raise
             await admin.call("queue_declare", queue, passive=True)
+            if classic and wanted != "classic":
+                if queue not in self._told:
+                    self._told.add(queue)
+                    fence = args.get("x-single-active-consumer") is True
+                    log.warning(
+                        "queue %r is a classic queue that holds messages or has a consumer: "
+                        "it stays classic (RabbitMQ cannot change a queue's type in place)"
+                        "%s; it becomes a %s queue when declared again empty and unused "
+                        "(a restart of every instance once it drained), or unsubscribe "
+                        "and subscribe again",
+                        queue,
+                        ", without single-active-consumer: only the lease fences its consumers"
+                        if fence
+                        else "",
+                        wanted,
+                    )
+                return None
             log.warning(
                 "queue %r exists with other arguments and holds messages or consumers; "
                 "it keeps its arguments (%s)",
@@ -185,7 +332,9 @@ class Declarations:
         if sub.spec.dead_letters is not None:
             dead_letters = self.names.native_name(sub.spec.dead_letters)
             await self.ensure_exchange(link, dead_letters[0], True)
-        args = self.queue_arguments(sub.spec.limits, dead_letters)
+        args = self.queue_arguments(
+            sub.spec.limits, dead_letters, single_active=self.single_active(sub.spec)
+        )
         wanted = set(bindings)
         # one declaration channel for the queue, its primer and its bindings, in order;
         # other subscriptions of this connection declare on the other channels meanwhile

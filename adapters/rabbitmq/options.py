@@ -21,6 +21,12 @@ import pika
 from wsnmom.core.adapter_options import AdapterOptionError, did_you_mean, option, parse_options
 from wsnmom.core.config_values import convert
 
+#: the options ``wsnmom serve`` sets when several instances share the store (the adapter's
+#: ``cluster_options``; docs/scale-out.md): pull points read by ``basic.get``, so that any
+#: instance answers for them; quorum queues; a 3 s heartbeat, so that the broker sees a
+#: stopped instance's connection dead (after 2 to 3 heartbeats) before a 10 s lease
+#: expires and makes its successor's consumer the active one
+CLUSTER_OPTIONS: Mapping[str, Any] = {"pull": "get", "queue_type": "quorum", "heartbeat": 3}
 #: the wsnmom options that may be given as query arguments of the URL
 URL_OPTIONS = ("prefetch", "queue_type", "instance", "pull")
 #: the query arguments ``pika.URLParameters`` reads (it has a setter for each)
@@ -59,12 +65,20 @@ class RabbitMQOptions:
         "wsnmom.all", doc="catch-all exchange; the tap exchanges are named after it"
     )
     queue_prefix: str = option("wsnmom.sub.", doc="prefix of subscription queue names")
-    queue_type: Literal["classic", "quorum"] = option("classic", doc="`classic` or `quorum`")
+    queue_type: Literal["classic", "quorum"] = option(
+        "classic", doc="`classic` or `quorum` (`quorum` in cluster mode)"
+    )
     queue_arguments: Mapping[str, Any] | None = option(
         None, doc="extra arguments for every subscription queue"
     )
+    single_active_consumer: bool | None = option(
+        None,
+        doc="`x-single-active-consumer` on push subscription queues (default: in cluster mode)",
+    )
     prefetch: int = option(64, minimum=1, doc="prefetch for consumers when core gives none")
-    heartbeat: int = option(30, minimum=0, doc="AMQP heartbeat, seconds (0 disables)")
+    heartbeat: int = option(
+        30, minimum=0, doc="AMQP heartbeat, seconds (0 disables; 3 in cluster mode)"
+    )
     tls: Mapping[str, Any] | None = option(
         None,
         parse=_tls,

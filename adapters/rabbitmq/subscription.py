@@ -99,12 +99,16 @@ class RabbitMQSubscription(SubscriptionHandle):
         return got
 
     def take(self, max_messages: int) -> list[Received]:
-        """``basic.get`` with auto-ack: RabbitMQ removes each message as it delivers it
-        (no ack frame, no unacked state); falls back to pull-and-ack while the puller
-        channel is not ready."""
+        """``basic.get`` with auto-ack on one of the connection's shared take channels:
+        RabbitMQ removes each message as it delivers it (no ack frame, no unacked state);
+        falls back to pull-and-ack when those cannot be opened."""
         if max_messages <= 0:
             return []
-        direct = self._consumers.pull_direct(self, max_messages, no_ack=True)
+        c = self._consumers
+        direct = c.pull_direct(self, max_messages, no_ack=True)
+        if direct is None:
+            c.run(c.open_takers(self.link), link=self.link)
+            direct = c.pull_direct(self, max_messages, no_ack=True)
         if direct is not None:
             return direct
         return super().take(max_messages)

@@ -5,8 +5,9 @@ filter, QoS 0 beyond the backlog) and how it retries a refusing store.
 
 The worker's batch (``Session._process``) is called directly with paho-like messages and
 a recording client; these tests kill the mutants of that code in
-``adapters/mqtt/session.py`` (``make mutation``).  The session against a real Mosquitto is
-covered by tests/adapters/test_mqtt.py and the MQTT conformance run.
+``adapters/mqtt/ingest.py`` and ``session.py`` (``make mutation``).  The session against
+a real Mosquitto is covered by tests/adapters/test_mqtt.py, test_mqtt_attach.py and the
+MQTT conformance run.
 """
 
 from __future__ import annotations
@@ -20,10 +21,10 @@ from typing import Any
 import pytest
 from wsnmom.adapters.mqtt import ingest
 from wsnmom.adapters.mqtt.config import MqttSettings
-from wsnmom.adapters.mqtt.inbox import _Acked, _Barrier, _Connected, _Removed
+from wsnmom.adapters.mqtt.inbox import _Acked, _Barrier, _Connected, _Removed, _SentinelRefused
 from wsnmom.adapters.mqtt.ingest import _topic_of
 from wsnmom.adapters.mqtt.mapping import MqttMapping
-from wsnmom.adapters.mqtt.session import Session
+from wsnmom.adapters.mqtt.session import Session, sentinel_topic
 from wsnmom.adapters.mqtt.state import SessionState
 from wsnmom.adapters.mqtt.taps import Arrival, Tap, Taps
 from wsnmom.core.adapter import AdapterUnavailable, OutboundMessage
@@ -52,6 +53,17 @@ class Client:
 
     def ack(self, mid: int, qos: int) -> None:
         self.journal.append(("ack", mid, qos))
+
+    def publish(self, topic: str, payload: bytes, qos: int) -> None:
+        self.journal.append(("publish", topic, payload, qos))
+
+    def subscribe(self, topic: str, **options: Any) -> tuple[int, int]:
+        self.journal.append(("subscribe", topic))
+        return 0, 99
+
+    def unsubscribe(self, topic: str) -> tuple[int, int]:
+        self.journal.append(("unsubscribe", topic))
+        return 0, sum(e[0] == "unsubscribe" for e in self.journal)
 
 
 def msg(
@@ -150,15 +162,128 @@ def test_a_lost_connection_bumps_the_generation_and_fails_waiting_barriers(rig: 
     assert s._unacked_barriers == []
 
 
-def test_a_barrier_runs_after_everything_before_it_is_stored(rig: Any) -> None:
+def sent(rig: Any, barrier: _Barrier, mid: int) -> Any:
+    """Send ``barrier``; the sentinel message the broker sends back (as ``mid``)."""
+    rig.session._send_barrier(barrier)
+    kind, topic, token, qos = rig.journal.pop()
+    assert (kind, topic, qos) == ("publish", rig.session.sentinel_topic, 1)
+    rig.journal[:] = [e for e in rig.journal if e[0] != "subscribe"]
+    return msg(mid, token, topic=topic)
+
+
+def test_the_first_barrier_of_a_connection_subscribes_the_sentinel_topic_first(
+    rig: Any,
+) -> None:
+    s = rig.session
+    for _ in range(2):
+        s._send_barrier(_Barrier(lambda: None))
+    s._disconnected_cb()
+    s._send_barrier(_Barrier(lambda: None))
+    assert [e[:2] for e in rig.journal] == [
+        ("subscribe", s.sentinel_topic),
+        ("publish", s.sentinel_topic),
+        ("publish", s.sentinel_topic),
+        ("subscribe", s.sentinel_topic),
+        ("publish", s.sentinel_topic),
+    ]
+
+
+def test_a_refused_sentinel_topic_falls_back_to_unsuback_barriers(
+    rig: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    from wsnmom.adapters.mqtt.link import PacketTypes, ReasonCode
+
+    s = rig.session
+    waiting = _Barrier(lambda: "first")
+    s._unacked_barriers.append(waiting)
+    s._send_barrier(waiting)
+    granted = ReasonCode(PacketTypes.SUBACK, "Granted QoS 1")  # type: ignore[no-untyped-call]
+    refused = ReasonCode(PacketTypes.SUBACK, "Not authorized")  # type: ignore[no-untyped-call]
+    with caplog.at_level(logging.ERROR, "wsnmom.adapters.mqtt"):
+        s._subscribe_cb(None, None, 99, [granted], None)
+        assert s._inbox.empty()
+        s._subscribe_cb(None, None, 99, [refused], None)
+        s._process([s._inbox.get()])
+        s._process([_SentinelRefused("again")])  # logged and resent once
+    assert caplog.text.count("sentinel topic") == 1
+    assert s.stats.refused_filters == {}
+    later = _Barrier(lambda: "second")
+    s._send_barrier(later)
+    assert [e[:2] for e in rig.journal] == [
+        ("subscribe", s.sentinel_topic),
+        ("publish", s.sentinel_topic),
+        ("unsubscribe", "wsnmom/barrier"),  # the waiting one, sent again
+        ("unsubscribe", "wsnmom/barrier"),
+    ]
+    assert s._barriers == {}
+    s._unsubscribe_cb(None, None, 1, [], None)
+    s._unsubscribe_cb(None, None, 2, [], None)
+    assert s._unacked_barriers == []
+    s._process([(0, msg(1, b"<a/>")), s._inbox.get(), s._inbox.get()])
+    assert (waiting.result, later.result) == ("first", "second")
+    assert rig.store.batches == [[b"<a/>"]]
+
+
+def test_a_refused_sentinel_publish_is_handed_to_the_worker(rig: Any) -> None:
+    from wsnmom.adapters.mqtt.link import PacketTypes, ReasonCode
+
+    s = rig.session
+    ok = ReasonCode(PacketTypes.PUBACK, "Success")  # type: ignore[no-untyped-call]
+    refused = ReasonCode(PacketTypes.PUBACK, "Not authorized")  # type: ignore[no-untyped-call]
+    s._publish_cb(None, None, 1, ok, None)
+    assert s._inbox.empty()
+    s._publish_cb(None, None, 2, refused, None)
+    assert s._inbox.get() == _SentinelRefused("Not authorized")
+
+
+def test_an_unsuback_barrier_runs_after_everything_before_it_is_stored(rig: Any) -> None:
     seen: list[Any] = []
     barrier = _Barrier(lambda: seen.append(list(rig.store.batches)) or "done")
     rig.session._process([(0, msg(1, b"<a/>")), barrier, (0, msg(2, b"<b/>"))])
     assert seen == [[[b"<a/>"]]]
+    assert barrier.result == "done" and barrier.done.is_set()
+    assert rig.store.batches == [[b"<a/>"], [b"<b/>"]]
+
+
+def test_a_barrier_runs_after_everything_before_its_sentinel_is_stored(rig: Any) -> None:
+    seen: list[Any] = []
+    barrier = _Barrier(lambda: seen.append(list(rig.store.batches)) or "done")
+    s = rig.session
+    s._unacked_barriers.append(barrier)
+    sentinel = sent(rig, barrier, 5)
+    s._process([(0, msg(1, b"<a/>")), (0, sentinel), (0, msg(2, b"<b/>"))])
+    assert seen == [[[b"<a/>"]]]
     assert barrier.result == "done" and barrier.error is None
     assert barrier.done.is_set()
-    assert rig.store.batches == [[b"<a/>"], [b"<b/>"]]
-    assert rig.journal[-2:] == [("ack", 1, 1), ("ack", 2, 1)]
+    assert s._unacked_barriers == [] and s._barriers == {}
+    assert rig.store.batches == [[b"<a/>"], [b"<b/>"]]  # the sentinel is not stored
+    assert rig.journal[-3:] == [("ack", 1, 1), ("ack", 5, 1), ("ack", 2, 1)]
+    assert (s.stats.received, s.stats.committed) == (2, 2)
+
+
+def test_a_sentinel_without_its_barrier_is_acknowledged_and_dropped(rig: Any) -> None:
+    ran: list[str] = []
+    barrier = _Barrier(lambda: ran.append("ran"))
+    sentinel = sent(rig, barrier, 5)
+    rig.session._process([(0, sentinel), (0, sentinel)])  # the second: a copy
+    assert ran == ["ran"]
+    rig.session._process([(0, msg(6, b"other-run:0", topic=rig.session.sentinel_topic))])
+    assert ran == ["ran"]
+    assert rig.store.batches == []
+    assert rig.journal == [("ack", 5, 1), ("ack", 5, 1), ("ack", 6, 1)]
+    assert rig.session.stats.received == 0
+
+
+def test_each_barrier_has_its_own_token(rig: Any) -> None:
+    first = sent(rig, _Barrier(lambda: 1), 1)
+    second = sent(rig, _Barrier(lambda: 2), 2)
+    assert first.payload != second.payload
+
+
+def test_a_sentinel_topic_is_one_level_per_client_id() -> None:
+    assert sentinel_topic("", "gw-1") == "wsnmom/sentinel/gw-1"
+    assert sentinel_topic("pre/", "a/b+c#\x00") == "pre/wsnmom/sentinel/a_b_c__"
+    assert sentinel_topic("", "") == "wsnmom/sentinel/_"
 
 
 def test_a_failing_barrier_keeps_its_error(rig: Any) -> None:
@@ -166,7 +291,7 @@ def test_a_failing_barrier_keeps_its_error(rig: Any) -> None:
         raise KeyError("x")
 
     barrier = _Barrier(boom)
-    rig.session._process([barrier])
+    rig.session._process([(0, sent(rig, barrier, 1))])
     assert isinstance(barrier.error, KeyError)
     assert barrier.done.is_set()
 

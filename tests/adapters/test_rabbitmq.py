@@ -130,7 +130,7 @@ class TestConfiguration:
     def test_options_from_url_query_and_mapping(self) -> None:
         a = RabbitMQAdapter(
             "rabbitmq://u:p@broker:5673/vh?prefetch=7&queue_type=quorum&heartbeat=11",
-            {"exchanges": {"urn:x": "x.events"}, "queue_arguments": {"x-queue-mode": "lazy"}},
+            {"exchanges": {"urn:x": "x.events"}, "queue_arguments": {"x-delivery-limit": 5}},
         )
         assert a.opts.prefetch == 7
         assert a.opts.queue_type == "quorum"
@@ -139,7 +139,7 @@ class TestConfiguration:
         assert a.parameters.virtual_host == "vh"
         assert a.parameters.heartbeat == 11
         assert a.parameters.ssl_options is None
-        assert a.queue_arguments(QueueLimits())["x-queue-mode"] == "lazy"
+        assert a.queue_arguments(QueueLimits())["x-delivery-limit"] == 5
         assert a.exchange_for("urn:x") == "x.events"
 
     def test_amqps_uses_tls(self) -> None:

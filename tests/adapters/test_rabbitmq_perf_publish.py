@@ -545,7 +545,7 @@ def test_take_removes_on_delivery(make_adapter: Callable[..., RabbitMQAdapter], 
     name = f"t-{uuid.uuid4().hex[:8]}"
     spec_ = SubscriptionSpec(name, (PathPattern(ns, ("takes",)),))
     handle = adapter.subscription(spec_)
-    assert handle.take(5) == []  # before the puller channel exists: pull and ack
+    assert handle.take(5) == []  # opens the connection's shared take channels first
     adapter.publish_many([message(topic, b"%d" % i) for i in range(200)])
 
     def drain(_: int) -> list[Any]:
@@ -571,6 +571,31 @@ def test_take_removes_on_delivery(make_adapter: Callable[..., RabbitMQAdapter], 
     assert [m.body for m in got] == [b"sentinel"]
     got[0].ack()
     again.delete()
+
+
+@pytest.mark.rabbitmq
+def test_takes_of_many_subscriptions_share_a_few_channels(
+    make_adapter: Callable[..., RabbitMQAdapter], ns: str
+) -> None:
+    """GetMessages on 40 pull points (and on the subscriptions feeding them) opens no
+    channel per queue: every take goes over the connection's few shared take channels."""
+    adapter = make_adapter()
+    topic = Topic(ns, ("shared",))
+    handles = [
+        adapter.subscription(
+            SubscriptionSpec(f"s-{uuid.uuid4().hex[:8]}", (PathPattern(ns, ("shared",)),))
+        )
+        for _ in range(40)
+    ]
+    adapter.publish_many([message(topic, b"one")])
+    got = [wait_until(lambda h=h: h.take(5), 10, what="the message") for h in handles]
+    assert [[m.body for m in g] for g in got] == [[b"one"]] * 40
+    assert all(h.puller is None for h in handles)  # type: ignore[attr-defined]
+    links = {id(h.link) for h in handles}  # type: ignore[attr-defined]
+    takers = adapter.consumers._takers
+    assert sum(len(takers[link]) for link in links) <= 4 * len(links)
+    for h in handles:
+        h.delete()
 
 
 def test_writes_go_straight_to_the_socket_and_large_ones_still_arrive_whole(

@@ -95,8 +95,12 @@ def _adapter_url(request: pytest.FixtureRequest, middleware: str) -> str:
         return kafka_gateway_url(str(request.getfixturevalue("kafka_url")))
     # on a shared store the RabbitMQ adapter reads pull points with basic.get by itself
     # (its cluster_options), so that every instance answers for every pull point
-    # (docs/scale-out.md): the URL does not say so
-    return str(request.getfixturevalue("rabbitmq_url"))
+    # (docs/scale-out.md): the URL does not say so.  It names a 1 s heartbeat: with the
+    # 3 s lease of these tests, RabbitMQ must see a stopped instance's connection dead
+    # (after 2 to 3 heartbeats) before its successor takes the lease, for the
+    # successor's consumer to be the active one by then (single-active-consumer)
+    url = str(request.getfixturevalue("rabbitmq_url"))
+    return url + ("&" if "?" in url else "?") + "heartbeat=1"
 
 
 @pytest.fixture

@@ -13,9 +13,10 @@ after the other (:func:`run`):
    without an owner, an Unsubscribe of one of its subscriptions and a Renew of another are
    sent through the other instances;
 2. **restart** of the killed instance: it owns shards again and delivers;
-3. **SIGSTOP** of the now busiest instance until every subscription it delivered was
-   delivered by another instance (its lease was taken over), then **SIGCONT**: it
-   rejoins without a restart;
+3. **SIGSTOP** of the now busiest instance for :data:`STOPPED` (20 s; every subscription
+   it delivered must be delivered by another instance meanwhile: its lease was taken
+   over), then **SIGCONT**: it rejoins without a restart (it takes shards again and
+   delivers);
 4. **SIGTERM** of the now busiest instance: its shards are taken by the others within
    2 s of the signal (by their logs), its subscriptions are delivered by another instance
    before its lease could have run out, and it exits with status 0.
@@ -72,6 +73,8 @@ SEED = 23
 #: old deliverer had posted but not had acknowledged; Kafka, also what it delivered since
 #: its last position save, at most 1.2 s before)
 DUP = 3.0
+#: how long the SIGSTOP lasts (issue 23: "SIGSTOP for 20 s, then SIGCONT")
+STOPPED = 20.0
 #: an Unsubscribe through any instance is obeyed within this many seconds
 OBEYED = 1.0
 #: a SIGTERMed instance's subscriptions are delivered by another one within this
@@ -281,10 +284,16 @@ class Outcome:
     renewed: tuple[datetime | None, datetime | None]
     #: seconds from the Renew's answer until another instance showed the new time
     renew_seen: float
-    #: the stopped (SIGSTOP) instance, and when (time.time()) it took which shards again
+    #: the stopped (SIGSTOP) instance, when (time.time()) it took which shards again, and
+    #: when it was continued (SIGCONT)
     zombie: str
     zombie_takes: list[tuple[float, set[int]]]
+    zombie_resumed: float
     shard_of_path: dict[str, int]
+    #: path -> subscription id
+    ids: dict[str, str]
+    #: the instances' log files (:func:`keep_logs`)
+    logs: list[Path]
     term_exit: int | None
     #: seconds from SIGTERM until the last of its shards was taken by another instance
     term_handover: float
@@ -338,6 +347,29 @@ class Outcome:
             out[name].append((path, n, at))
         return out
 
+    def order_breaks(self) -> dict[str, list[tuple[str, int, float]]]:
+        """Every number first accepted by a subscription after a higher one was, by the
+        event whose window (as for :meth:`duplicates`) holds that late acceptance: the
+        subscriptions are ordered (the default), so outside a failover there are none."""
+        out: dict[str, list[tuple[str, int, float]]] = {e.name: [] for e in self.events}
+        out["none"] = []
+        highest: dict[str, int] = {}
+        seen: set[tuple[str, int]] = set()
+        for a in sorted(self.attempts, key=lambda a: a.at):
+            if not a.accepted:
+                continue
+            for n in a.numbers:
+                if (a.path, n) in seen:
+                    continue
+                seen.add((a.path, n))
+                if n < highest.get(a.path, 0):
+                    name = next(
+                        (e.name for e in self.events if e.start - DUP <= a.at <= e.end), "none"
+                    )
+                    out[name].append((a.path, n, a.at))
+                highest[a.path] = max(highest.get(a.path, 0), n)
+        return out
+
     def fenced_deliveries(self) -> list[Attempt]:
         """Attempts by the stopped instance, after it was stopped, of a number published
         after it was stopped, to a subscription whose shard it had not taken again (by
@@ -367,6 +399,7 @@ class Outcome:
     def report(self) -> str:
         """One line per event: gaps p50/p95/max and duplicates."""
         dups = self.duplicates()
+        breaks = self.order_breaks()
         lines = [f"{self.middleware}: {len(self.sent)} Notifies x {len(self.paths)} subs"]
         for e in self.events:
             g = sorted(e.gaps.values())
@@ -376,9 +409,20 @@ class Outcome:
                 if g
                 else "no gaps"
             )
-            lines.append(f"  {e.name} {e.instance}: {figures}; duplicates {len(dups[e.name])}")
+            lines.append(
+                f"  {e.name} {e.instance}: {figures}; duplicates {len(dups[e.name])}; "
+                f"out of order {len(breaks[e.name])} over "
+                f"{len({p for p, _, _ in breaks[e.name]})} subs"
+            )
         lines.append(f"  SIGTERM: shards taken by the others after {self.term_handover:.2f} s")
         lines.append(f"  duplicates outside every window: {len(dups['none'])}")
+        lines.append(f"  out of order outside every window: {len(breaks['none'])}")
+        rejoined = [at - self.zombie_resumed for at, _ in self.zombie_takes]
+        lines.append(
+            "  the stopped instance took shards again "
+            + ", ".join(f"{t:+.2f}" for t in rejoined if t > 0)
+            + " s after SIGCONT"
+        )
         lines.append(f"  posts by the stopped instance after SIGCONT: {len(self.zombie_posts())}")
         lines.append(f"  Renew seen through another instance after {self.renew_seen:.2f} s")
         return "\n".join(lines)
@@ -391,10 +435,15 @@ def percentile(values: list[float], p: float) -> float:
     return ordered[int(rank) - 1]
 
 
+def _all_owned(view: dict[int, str]) -> dict[int, str] | None:
+    return view if len(view) == SHARDS else None
+
+
 def _busiest(robin: RoundRobin, subs: dict[str, str], cluster: Cluster) -> tuple[Gateway, set[str]]:
     """The live instance delivering most subscriptions, and their paths."""
     with robin.next() as (asked, _):
-        held = owners(asked)
+        # every shard owned (one given back above a fair share is free for a heartbeat)
+        held = wait_until(lambda: _all_owned(owners(asked)), 10, what="every shard owned")
     per: dict[str, set[str]] = {}
     for path, sub_id in subs.items():
         per.setdefault(held[shard_of(sub_id, SHARDS)], set()).add(path)
@@ -542,10 +591,18 @@ def run(cluster_factory: Callable[..., Cluster], middleware: str) -> Outcome:
         events.append(stop)
         try:
             _taken_over(consumer, stop, theirs - {gone}, LEASE + 20)
+            # the stop lasts STOPPED seconds whatever the takeover took
+            time.sleep(max(0.0, stop.start + STOPPED - time.time()))
         finally:
             os.kill(zombie.process.pid, signal.SIGCONT)
+        resumed = time.time()
         robin.back(zombie)
         wait_until(lambda: spread(zombie, 3), 30, what="the stopped instance back in")
+        wait_until(
+            lambda: any(a.instance == stop.instance and a.at > resumed for a in consumer.seen()),
+            20,
+            what="a delivery by the stopped instance after SIGCONT",
+        )
         stop.end = time.time()
 
         # 4. SIGTERM of the busiest: handed over, exit status 0
@@ -588,17 +645,16 @@ def run(cluster_factory: Callable[..., Cluster], middleware: str) -> Outcome:
             renew_seen=renew_seen,
             zombie=stop.instance,
             zombie_takes=wait_until(lambda: takes(zombie), 5, what="the log's takes"),
+            zombie_resumed=resumed,
             shard_of_path={p: shard_of(i, SHARDS) for p, i in subs.items()},
+            ids=dict(subs),
+            logs=[g.log_path for g in c.gateways],
             term_exit=term_exit,
             term_handover=term_handover,
         )
     except BaseException:
         if c is not None:  # keep the instances' logs for the failure's story
-            kept = Path(tempfile.mkdtemp(prefix=f"wsnmom-ha-{middleware}-"))
-            for i, g in enumerate(c.gateways):
-                if g.log_path.exists():
-                    shutil.copy(g.log_path, kept / f"g{i}.log")
-            print(f"the instances' logs: {kept}")
+            keep_logs(middleware, [g.log_path for g in c.gateways])
         raise
     finally:
         if publisher is not None:
@@ -607,10 +663,28 @@ def run(cluster_factory: Callable[..., Cluster], middleware: str) -> Outcome:
         consumer.close()
 
 
-def check(outcome: Outcome) -> None:
-    """The suite's assertions on one run (issue 23, "Tests")."""
+def keep_logs(middleware: str, logs: list[Path]) -> None:
+    """Copy the instances' logs somewhere that outlives the test, and say where."""
+    kept = Path(tempfile.mkdtemp(prefix=f"wsnmom-ha-{middleware}-"))
+    for i, log in enumerate(logs):
+        if log.exists():
+            shutil.copy(log, kept / f"g{i}.log")
+    print(f"the instances' logs: {kept}")
+
+
+def check(outcome: Outcome, keeps_order: tuple[str, ...] = ()) -> None:
+    """The suite's assertions on one run (issue 23, "Tests"); ``keeps_order``: the
+    events across which the middleware keeps each subscription's order."""
     print(outcome.report())
-    o = outcome
+    try:
+        _check(outcome, keeps_order)
+    except AssertionError:
+        keep_logs(outcome.middleware, outcome.logs)
+        raise
+
+
+def _check(o: Outcome, keeps_order: tuple[str, ...]) -> None:
+    """:func:`check`'s assertions."""
     # 0 lost: every acknowledged number at every live subscription
     assert o.lost() == {}, o.lost()
     assert len(o.sent) > 30 and len(o.failed) <= 2, (len(o.sent), o.failed)
@@ -634,8 +708,14 @@ def check(outcome: Outcome) -> None:
     assert o.term_exit == 0, o.term_exit
     # restart: the restarted instance owns shards and delivers again (run() waited)
     assert o.event("restart").end > o.event("restart").start
-    # no delivery by a fenced instance
+    # no delivery by a fenced instance; it rejoined without a restart: it took shards
+    # again after SIGCONT (by its log; run() also waited for a delivery of it)
     assert o.fenced_deliveries() == [], o.fenced_deliveries()
+    assert any(at > o.zombie_resumed for at, _ in o.zombie_takes), o.zombie_takes
+    # order: none broken across the events named ("none": outside every event)
+    breaks = o.order_breaks()
+    for name in keeps_order:
+        assert breaks[name] == [], (name, breaks[name])
     # the Unsubscribe sent through another instance during the failover is obeyed
     assert o.after_unsubscribe() == [], o.after_unsubscribe()
     assert o.accepted()[o.unsubscribed], "the unsubscribed subscription received nothing before"

@@ -377,7 +377,7 @@ def test_a_give_up_whose_dead_letters_are_not_confirmed_settles_nothing_and_retr
     assert rig.ended == []
     assert rig.handle.stops == 1
     assert [(t.interval, t.function, t.daemon, t.started) for t in timers] == [
-        (42.0, rig.channel.start, True, True)
+        (42.0, rig.channel._start_if_due, True, True)
     ]
 
 

@@ -20,6 +20,7 @@ from wsnmom.core.adapter import Received, SubscriptionHandle
 from wsnmom.core.delivery import DeliveryEngine
 from wsnmom.core.model import CreatePullPointRequest, ExpressionSource
 from wsnmom.core.ports import DeliveryFailed
+from wsnmom.core.pull_buffer import PullBuffer
 from wsnmom.core.service import BrokerService
 
 from tests.support.waiting import wait_until
@@ -155,7 +156,7 @@ def test_pull_point_on_a_push_only_adapter_uses_a_pull_buffer(log_broker: Broker
     assert service is not None
     assert not service.adapter.capabilities.native_pull
     pp = service.create_pull_point(CreatePullPointRequest())
-    assert service.registry.pull_points[pp.id].buffer is not None
+    assert isinstance(service.registry.pull_points[pp.id].reader, PullBuffer)
     service.subscribe(sub_req(service.pull_point_address(pp.id), topic=simple("t:p")))
     service.notify([note(f"<n>{i}</n>", simple("t:p")) for i in range(5)])
     got: list[bytes] = []

@@ -88,8 +88,8 @@ def of(messages: list[Any], sub_address: str) -> list[bytes]:
 
 
 def wait_buffered(service: BrokerService, pp_id: str, n: int, timeout: float = 5.0) -> None:
-    buffer = service.registry.pull_points[pp_id].buffer
-    assert buffer is not None
+    buffer = service.registry.pull_points[pp_id].reader
+    assert isinstance(buffer, PullBuffer)
     wait_until(lambda: buffer.buffered() >= n, timeout, what=f"{n} message(s) buffered")
     assert buffer.buffered() == n
 
@@ -190,7 +190,7 @@ def test_filtered_messages_are_settled_and_never_handed_out(log_broker: Broker) 
     handle = service.registry.subscriptions[sub.id].handle
     assert handle is not None
     # everything was settled in order: nothing waits, nothing comes again after a restart
-    assert service.registry.pull_points[pp.id].buffer.buffered() == 0  # type: ignore[union-attr]
+    assert service.registry.pull_points[pp.id].reader.buffered() == 0
     service = log_broker.restart()
     mine = service.subscription_address(sub.id)
     service.notify([note('<sentinel keep="1"/>', simple("t:c"))])

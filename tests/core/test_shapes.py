@@ -5,8 +5,12 @@ pull feeds read from the log), and the test adapters of tests/support/shaped_ada
 standing for MQTT's session shape (not sole publisher, native pull) and RabbitMQ's queue
 shape (not sole publisher, core's pull buffer).  Each test proves one path of core on every
 shape: push in order, pause and resume, unsubscribe, renew, a pull point fed by a
-subscription, a failing consumer (retry, and across a restart), a Notify sent to a pull
-point, unordered delivery past a stalled message, a dead letter after the last attempt.
+subscription (read by the pull point from the subscription's own durable subscription:
+core's one pull path, through the middleware's pull or core's pull buffer; routed at
+publish time on embedded), with a MessageContent filter, paused and unsubscribed (what
+reached the pull point stays), a failing consumer (retry, and across a restart), a Notify
+sent to a pull point, unordered delivery past a stalled message, a dead letter after the
+last attempt.
 The broker e2e tests (tests/e2e/) then only need to prove the middleware, not core again."""
 
 from __future__ import annotations
@@ -18,7 +22,8 @@ from typing import Any
 
 import pytest
 from wsnmom.core import errors
-from wsnmom.core.model import CreatePullPointRequest
+from wsnmom.core.model import CreatePullPointRequest, ExpressionSource
+from wsnmom.core.pull_reader import PullReader
 from wsnmom.core.service import BrokerService
 
 from tests.support.shaped_adapters import QUEUE_SCHEME, SESSION_SCHEME, registered
@@ -29,6 +34,7 @@ from .conftest import Broker, RecordingOutbound, note, simple, sub_req, wait_idl
 A = "http://127.0.0.1:9/a"
 WITNESS = "http://127.0.0.1:9/witness"
 SENTINEL = b"<sentinel/>"
+XPATH10 = "http://www.w3.org/TR/1999/REC-xpath-19991116"
 
 #: shape -> adapter URL (None: the conftest's embedded adapter)
 SHAPES: dict[str, str | None] = {
@@ -173,13 +179,15 @@ def test_a_pull_point_fed_by_a_subscription(shape: str, start: Callable[..., Bro
     pp = service.create_pull_point(CreatePullPointRequest())
     sub = service.subscribe(sub_req(service.pull_point_address(pp.id), topic=simple("t:a")))
     state = service.registry.subscriptions[sub.id]
-    # the path core takes for the shape
-    if shape == "embedded":  # sole publisher: routed at publish time
+    # the path core takes for the shape: routed at publish time (sole publisher), else
+    # read by the pull point from its own durable subscription, never a delivery channel
+    if shape == "embedded":
         assert state.handle is None
-    elif shape in ("log", "queue"):  # no native pull: read into the pull point directly
-        assert state.feed is not None
-    else:  # session: a durable subscription of its own, delivering into the pull point
-        assert state.handle is not None and state.feed is None
+    else:
+        reader = service.registry.pull_points[pp.id].reader
+        assert state.handle is not None and state.feed is reader
+        assert isinstance(reader, PullReader) == (shape in SHAPES_NATIVE_PULL)
+    assert service.engine.channel(sub.id) is None
     publish(service, *[body(i) for i in range(5)])
     got: list[bytes] = []
 
@@ -309,7 +317,8 @@ def test_a_notify_sent_to_a_pull_point_is_handed_out_once_across_a_restart(
     broker = start()
     service = running(broker)
     pp = service.create_pull_point(CreatePullPointRequest())
-    assert (service.registry.pull_points[pp.id].buffer is None) == (shape in SHAPES_NATIVE_PULL)
+    reader = service.registry.pull_points[pp.id].reader
+    assert isinstance(reader, PullReader) == (shape in SHAPES_NATIVE_PULL)
     service.notify_pull_point(pp.id, [note(body(i), simple("t:a")) for i in range(4)])
     got: list[bytes] = []
 
@@ -328,3 +337,81 @@ def test_a_notify_sent_to_a_pull_point_is_handed_out_once_across_a_restart(
     wait_until(two_more, what="the rest from the pull point after a restart")
     assert got == [body(0).encode(), body(1).encode()]
     assert rest == [body(2).encode(), body(3).encode()]
+
+
+def _drain_until(service: BrokerService, pp_id: str, last: bytes) -> list[Any]:
+    """GetMessages until ``last`` is among what came (every message, in order)."""
+    got: list[Any] = []
+
+    def there() -> bool:
+        got.extend(service.get_messages(pp_id, None))
+        return any(m.payload == last for m in got)
+
+    wait_until(there, what=f"{last!r} from the pull point")
+    return got
+
+
+def _reached(service: BrokerService, pp_id: str, sub_id: str, n: int) -> None:
+    """Wait until ``n`` messages of the subscription reached its pull point: in the inbox
+    (routed at publish time), core's pull buffer, or the feed the pull point reads."""
+    state = service.registry.subscriptions[sub_id]
+    reader = service.registry.pull_points[pp_id].reader
+    if state.handle is None:
+        count = reader.handle.depth
+    elif isinstance(reader, PullReader):
+        count = state.handle.depth
+    else:
+        count = reader.buffered
+    wait_until(lambda: count() == n, what=f"{n} message(s) in the pull point")
+
+
+def test_a_pull_point_feed_with_a_content_filter(start: Callable[..., Broker]) -> None:
+    """The MessageContent filter is applied and the SubscriptionReference is the feeding
+    subscription's, whatever the shape (on embedded too: such a subscription is read by
+    the pull point, not routed at publish time)."""
+    service = running(start())
+    pp = service.create_pull_point(CreatePullPointRequest())
+    content = ExpressionSource(XPATH10, "boolean(/*[@keep='1'])", {})
+    sub = service.subscribe(
+        sub_req(service.pull_point_address(pp.id), topic=simple("t:a"), message_content=content)
+    )
+    assert service.registry.subscriptions[sub.id].feed is service.registry.pull_points[pp.id].reader
+    publish(service, *[f'<m keep="{i % 2}">{i}</m>' for i in range(6)])
+    got = _drain_until(service, pp.id, b'<m keep="1">5</m>')
+    assert [m.payload for m in got] == [f'<m keep="1">{i}</m>'.encode() for i in (1, 3, 5)]
+    address = service.subscription_address(sub.id)
+    assert {m.subscription_reference.address for m in got} == {address}
+
+
+def test_pausing_a_feed_keeps_what_reached_the_pull_point(start: Callable[..., Broker]) -> None:
+    service = running(start())
+    pp = service.create_pull_point(CreatePullPointRequest())
+    sub = service.subscribe(sub_req(service.pull_point_address(pp.id), topic=simple("t:a")))
+    publish(service, body(0), body(1))
+    _reached(service, pp.id, sub.id, 2)
+    service.pause(sub.id)
+    publish(service, body(2), body(3))  # held in the subscription while it is paused
+    service.notify_pull_point(pp.id, [note("<sentinel/>", simple("t:a"))])
+    got = _drain_until(service, pp.id, SENTINEL)
+    assert [m.payload for m in got] == [body(0).encode(), body(1).encode(), SENTINEL]
+    address = service.subscription_address(sub.id)
+    assert [m.subscription_reference.address for m in got[:2]] == [address, address]
+    service.resume(sub.id)
+    rest = _drain_until(service, pp.id, body(3).encode())
+    assert [m.payload for m in rest] == [body(2).encode(), body(3).encode()]
+
+
+def test_unsubscribing_a_feed_keeps_what_reached_the_pull_point(
+    start: Callable[..., Broker],
+) -> None:
+    service = running(start())
+    pp = service.create_pull_point(CreatePullPointRequest())
+    sub = service.subscribe(sub_req(service.pull_point_address(pp.id), topic=simple("t:a")))
+    publish(service, body(0), body(1))
+    _reached(service, pp.id, sub.id, 2)
+    service.unsubscribe(sub.id)
+    publish(service, body(2))
+    service.notify_pull_point(pp.id, [note("<sentinel/>", simple("t:a"))])
+    got = _drain_until(service, pp.id, SENTINEL)
+    assert [m.payload for m in got] == [body(0).encode(), body(1).encode(), SENTINEL]
+    assert sub.id not in (service.adapter.subscription_names() or [])

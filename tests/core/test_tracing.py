@@ -154,8 +154,8 @@ def test_a_refused_notify_is_an_error_span_and_native_messages_keep_their_trace(
     assert not named(spans(), "wsnmom.publish")  # refused before anything was published
 
     # a message published natively (no wsnmom headers) with its own trace context: a push
-    # delivery and a forward into a pull point (a MessageContent filter makes the forward a
-    # delivery channel's attempt, not routing at publish time) continue it
+    # delivery and its reaching a pull point (a MessageContent filter makes the pull point
+    # read the subscription, not routing at publish time) continue it
     pushed = service.subscribe(sub_req(UP, topic=simple("t:nat")))
     pp = service.create_pull_point(CreatePullPointRequest(None))
     fed = service.subscribe(
@@ -170,10 +170,14 @@ def test_a_refused_notify_is_an_error_span_and_native_messages_keep_their_trace(
             Topic(NS, ("nat",)), b"<n/>", "native-1", {"traceparent": OTHER}, "application/xml"
         )
     )
-    wait_until(
-        lambda: {_sub(s) for s in named(spans(), "wsnmom.deliver")} >= {pushed.id, fed.id},
-        what="both deliveries' spans",
-    )
+    taken: list[object] = []
+
+    def both() -> bool:
+        taken.extend(service.get_messages(pp.id, None))  # a native pull reads it now
+        return {_sub(s) for s in named(spans(), "wsnmom.deliver")} >= {pushed.id, fed.id}
+
+    wait_until(both, what="both deliveries' spans")
+    assert len(taken) == 1
     by_sub = {_sub(s): s for s in named(spans(), "wsnmom.deliver")}
     assert by_sub[pushed.id].attributes["wsnmom.delivery.mode"] == "push"
     assert by_sub[fed.id].attributes["wsnmom.delivery.mode"] == "forward"

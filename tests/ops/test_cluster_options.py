@@ -26,7 +26,7 @@ def _pull(adapter_url: str, store_url: str, options: dict[str, str] | None = Non
 
 
 def test_a_shared_store_sets_the_adapters_cluster_options() -> None:
-    assert RabbitMQAdapter.cluster_options == {"pull": "get"}
+    assert RabbitMQAdapter.cluster_options["pull"] == "get"
     assert _pull(AMQP, PG) == "get"
     assert _pull(AMQP, "sqlite:////tmp/store.db") == "buffer"
 

@@ -88,16 +88,18 @@ def _settings(env: dict[str, str]) -> Any:
 
 
 @contextlib.contextmanager
-def _serving(env: dict[str, str], tls: ssl.SSLContext | None = None) -> Iterator[Server]:
+def _serving(
+    env: dict[str, str], tls: ssl.SSLContext | None = None, app: Any = None
+) -> Iterator[Server]:
     """The gateway's HTTP server (``serve_command._http_server``) behind its guard, with
-    the echo application."""
+    ``app`` (by default the echo application)."""
     from wsnmom.serve_command import _http_server
 
     settings = _settings(env)
     guard = ConnectionGuard(ConnectionPolicy.from_settings(settings))
     port = free_port()
     sock = socket.create_server(("127.0.0.1", port))
-    server = _http_server(echo, [sock], settings, guard)
+    server = _http_server(app or echo, [sock], settings, guard)
     guard.start()
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
@@ -248,8 +250,8 @@ def exchange(server: Server, stream: bytes, view: FrontView) -> None:
         return
     assert back == front[: len(back)], ("served what the guard did not see", stream, front, back)
     if view.error:
-        # refused: nothing served past the refusal, answered 400 (431) or closed
-        assert error in (None, 400, 431), (stream, view.error, error)
+        # refused: nothing served past the refusal, answered 400 (431, 505) or closed
+        assert error in (None, 400, 431, 505), (stream, view.error, error)
         return
     if error == 413:  # a body over max_request_bytes: a limit, not a framing question
         return

@@ -230,7 +230,7 @@ def test_client_disconnect_is_a_bad_request() -> None:
     fault = etree.fromstring(body).find(f"{{{SOAP12}}}Body/{{{SOAP12}}}Fault")
     assert fault is not None
     assert fault.findtext(f"{{{SOAP12}}}Code/{{{SOAP12}}}Value") == "s:Sender"
-    assert isinstance(app.wsgi_app.app.app, SoapFastPath)  # type: ignore[attr-defined]
+    assert isinstance(app.wsgi_app.app.app.app, SoapFastPath)  # type: ignore[attr-defined]
 
 
 def test_server_name_makes_it_step_aside() -> None:

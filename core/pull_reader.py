@@ -1,0 +1,164 @@
+"""A pull point read through the middleware's own pull (``Capabilities.native_pull``).
+
+Every pull point reads its inbox (Notify sent to the pull point, SetSynchronizationPoint,
+what a paused feed kept) and its *feeds*, the durable subscriptions of the subscriptions
+that feed it, directly (``core.pull_feeds``): no copy of a feeding subscription's message
+is made into the inbox.  Where the middleware has no pull of its own, ``core.pull_buffer``
+consumes the inbox and the feeds into memory; where it has one, this reader takes from
+them when GetMessages asks, and holds nothing in memory:
+
+* ``take`` takes from the inbox first, then from each active feed in turn (the feed that
+  comes first rotates, so a full answer does not starve the others), until the answer is
+  full.  A feed's messages are prepared for the pull point (its filters applied, rendered
+  with its SubscriptionReference: a ``Fed``) as they are taken; those its filters drop are
+  gone with the take.  Each source's messages come in its order.
+* ``suspend_feed`` (a pause, the end of the subscription) takes what reached the pull
+  point: the first ``cap`` messages waiting in the feed, unsettled (as the buffer holds at
+  most ``cap`` per feed); the caller publishes them into the inbox and settles them, or
+  ``give_back`` returns them to the feed.  ``drain=False`` (another instance made the
+  change and keeps them) takes nothing.
+* A feed the middleware cannot read (its subscription destroyed through another instance a
+  moment ago) is skipped for that answer; only when nothing at all could be read does the
+  failure reach GetMessages.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Sequence
+
+from wsnmom.core.adapter import AdapterError, Received, SubscriptionHandle
+from wsnmom.core.pull_buffer import Fed, Feed
+
+__all__ = ["PullReader"]
+
+log = logging.getLogger(__name__)
+
+
+class PullReader:
+    """A pull point's inbox handle and its feeds, read with the middleware's pull.
+    Thread-safe (GetMessages on one pull point is serialised by its caller)."""
+
+    __slots__ = ("_feeds", "_lock", "_turn", "cap", "handle")
+
+    def __init__(self, handle: SubscriptionHandle, cap: int) -> None:
+        self.handle = handle
+        #: at most this many of a feed's messages are kept when it is suspended
+        self.cap = cap
+        self._lock = threading.Lock()
+        self._feeds: dict[str, Feed[object]] = {}
+        #: where the next ``take`` starts among the feeds
+        self._turn = 0
+
+    @property
+    def name(self) -> str:
+        """The pull point's durable subscription's name."""
+        return self.handle.name
+
+    def start(self) -> None:
+        """Nothing is consumed ahead of GetMessages."""
+
+    def stop(self) -> None:
+        """Stop the inbox's handle (the broker closes)."""
+        self.handle.stop()
+
+    # -- feeds ---------------------------------------------------------------------------------
+    def add_feed(
+        self,
+        name: str,
+        handle: SubscriptionHandle,
+        prepare: Callable[[Received], object | None],
+        *,
+        active: bool,
+    ) -> None:
+        """Read the subscription ``name`` through ``handle``; ``prepare`` makes the pull
+        point's message of each of its messages (None: drop it)."""
+        feed: Feed[object] = Feed(handle, prepare)
+        feed.active = active
+        with self._lock:
+            self._feeds[name] = feed
+
+    def suspend_feed(self, name: str, *, drain: bool = True) -> list[Fed[object]]:
+        """Stop reading the feed; with ``drain``, the messages that reached the pull point
+        (up to ``cap``, unsettled, filtered ones included) for the caller to keep."""
+        with self._lock:
+            feed = self._feeds.get(name)
+            if feed is None or not feed.active:
+                return []
+            feed.active = False
+        if not drain:
+            return []
+        received = feed.handle.pull(self.cap, timeout=0.0)
+        return [Fed(feed, r, feed.prepare(r)) for r in received]
+
+    def resume_feed(self, name: str) -> None:
+        """Read the feed again."""
+        with self._lock:
+            feed = self._feeds.get(name)
+            if feed is not None:
+                feed.active = True
+
+    def remove_feed(self, name: str, *, drain: bool = True) -> list[Fed[object]]:
+        """Forget the feed; returns what reached the pull point (see ``suspend_feed``)."""
+        waiting = self.suspend_feed(name, drain=drain)
+        with self._lock:
+            self._feeds.pop(name, None)
+        return waiting
+
+    @staticmethod
+    def give_back(waiting: Sequence[Fed[object]]) -> None:
+        """Messages ``suspend_feed`` took that could not be kept go back to their feed."""
+        for item in reversed(waiting):
+            try:
+                item.nack(True)
+            except Exception:  # the handle may be gone: then so are the messages
+                log.debug("giving a fed message back failed", exc_info=True)
+
+    def feeds(self, *, active: bool) -> list[SubscriptionHandle]:
+        """The handles of the active (or the suspended) feeds."""
+        with self._lock:
+            return [f.handle for f in self._feeds.values() if f.active is active]
+
+    # -- pull ----------------------------------------------------------------------------------
+    def take(self, max_messages: int) -> list[Received]:
+        """Up to ``max_messages`` messages, removed as they are handed out: the inbox's
+        first, then the active feeds' in turn (see the module docstring)."""
+        out: list[Received] = list(self.handle.take(max_messages))
+        if len(out) >= max_messages:
+            return out
+        with self._lock:
+            feeds = [f for f in self._feeds.values() if f.active]
+            if feeds:
+                turn = self._turn % len(feeds)
+                self._turn = turn + 1
+                feeds = feeds[turn:] + feeds[:turn]
+        for feed in feeds:
+            while len(out) < max_messages:
+                want = max_messages - len(out)
+                try:
+                    got = feed.handle.take(want)
+                except AdapterError as exc:
+                    # gone through another instance, or the middleware failed: the others
+                    # are still read (the inbox was, so the middleware answers)
+                    log.debug("pull point %s: feed %s not read: %s", self.name, feed.handle, exc)
+                    break
+                for received in got:
+                    message = feed.prepare(received)
+                    if message is not None:
+                        out.append(Fed(feed, received, message))
+                if len(got) < want:
+                    break
+        return out
+
+    def held(self, limit: int) -> list[Received]:
+        """Nothing is held in memory."""
+        return []
+
+    def buffered(self) -> int:
+        """Nothing is held in memory."""
+        return 0
+
+    def depth(self) -> int | None:
+        """Messages waiting in the inbox."""
+        return self.handle.depth()

@@ -1,0 +1,99 @@
+"""Core's one pull path on RabbitMQ with ``pull = "get"`` (issue 24 item 1, issue 29): a
+pull point fed by a subscription is read from the subscription's own queue by GetMessages
+(``basic.get``), rendered for that subscription; no copy goes into the pull point's queue
+and no consumer is started for the feed.  A pause keeps what reached the pull point."""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from wsnmom.adapters.rabbitmq import RabbitMQAdapter
+from wsnmom.core.model import CreatePullPointRequest
+from wsnmom.core.outbound_policy import OutboundPolicy
+from wsnmom.core.pull_reader import PullReader
+from wsnmom.core.service import BrokerService
+from wsnmom.core.store import SqliteStore
+from wsnmom.topic_mapping.namespaces import TopicSet
+
+from tests.core.conftest import (
+    FakeClock,
+    RecordingOutbound,
+    documentation_address,
+    make_settings,
+    note,
+    simple,
+    sub_req,
+)
+from tests.support.waiting import wait_until
+
+pytestmark = pytest.mark.rabbitmq
+
+
+@pytest.fixture
+def service(private_vhost: str) -> Iterator[BrokerService]:
+    url = private_vhost + ("&" if "?" in private_vhost else "?") + "pull=get"
+    adapter = RabbitMQAdapter(url)
+    adapter.open()
+    settings = make_settings(limits__max_age=None)
+    store = SqliteStore(str(Path(tempfile.mkdtemp(prefix="wsnmom-rmqfeeds-")) / "store.db"))
+    svc = BrokerService(
+        settings,
+        adapter,
+        store,
+        RecordingOutbound(),
+        topic_set=TopicSet(fixed=False),
+        clock=FakeClock(),
+        demand_interval=0.2,
+        outbound_policy=OutboundPolicy(settings.outbound, resolver=documentation_address),
+    )
+    svc.start()
+    try:
+        yield svc
+    finally:
+        svc.close()
+
+
+def _drain(service: BrokerService, pp_id: str, n: int) -> list[bytes]:
+    got: list[bytes] = []
+
+    def enough() -> bool:
+        got.extend(m.payload for m in service.get_messages(pp_id, None))
+        return len(got) >= n
+
+    wait_until(enough, 10, what=f"{n} message(s) from the pull point")
+    return got
+
+
+def test_get_messages_reads_the_feeding_subscriptions_queue(service: BrokerService) -> None:
+    pp = service.create_pull_point(CreatePullPointRequest())
+    sub = service.subscribe(sub_req(service.pull_point_address(pp.id), topic=simple("t:a")))
+    live = service.registry.pull_points[pp.id]
+    state = service.registry.subscriptions[sub.id]
+    assert isinstance(live.reader, PullReader) and state.feed is live.reader
+    assert service.engine.channel(sub.id) is None  # no delivery channel
+    assert state.handle is not None and not state.handle.consuming
+    service.notify([note(f"<m>{i}</m>", simple("t:a")) for i in range(3)])
+    wait_until(lambda: state.handle.depth() == 3, 10, what="3 messages in the subscription's queue")
+    assert live.handle.depth() == 0  # nothing was copied into the pull point's queue
+    messages = service.get_messages(pp.id, None)
+    assert [m.payload for m in messages] == [f"<m>{i}</m>".encode() for i in range(3)]
+    address = service.subscription_address(sub.id)
+    assert {m.subscription_reference.address for m in messages} == {address}
+    assert state.handle.depth() == 0
+
+
+def test_a_pause_keeps_what_reached_the_pull_point(service: BrokerService) -> None:
+    pp = service.create_pull_point(CreatePullPointRequest())
+    sub = service.subscribe(sub_req(service.pull_point_address(pp.id), topic=simple("t:a")))
+    state = service.registry.subscriptions[sub.id]
+    service.notify([note(f"<m>{i}</m>", simple("t:a")) for i in range(2)])
+    wait_until(lambda: state.handle.depth() == 2, 10, what="2 messages in the subscription")
+    service.pause(sub.id)
+    service.notify([note("<m>2</m>", simple("t:a"))])  # waits in the subscription
+    service.notify_pull_point(pp.id, [note("<sentinel/>", simple("t:a"))])
+    assert _drain(service, pp.id, 3) == [b"<m>0</m>", b"<m>1</m>", b"<sentinel/>"]
+    service.resume(sub.id)
+    assert _drain(service, pp.id, 1) == [b"<m>2</m>"]

@@ -238,7 +238,9 @@ class Capabilities:
     #: ``SubscriptionHandle.peek`` reads waiting messages without consuming them (no
     #: redelivery flag, no delivery count, nothing hidden from consumers meanwhile).
     #: False: ``peek`` raises ``NotImplementedError`` saying why, and operators see only
-    #: what core holds in memory (the admin page says so)
+    #: what core holds in memory (the admin page says so).  Informational: core calls
+    #: ``peek`` either way and takes the ``NotImplementedError`` as the answer
+    #: (``core.peek``); the kit runs its ``Peek`` checks with it
     peek: bool = False
     #: what the adapter drops for ``QueueLimits`` goes to the subscription's
     #: ``SubscriptionSpec.dead_letters`` topic, and reaches its subscribers with
@@ -410,7 +412,7 @@ class SubscriptionHandle(abc.ABC):
         (``HEADER_DROPPED_REASON`` = :data:`DROPPED_OVERFLOW`).  The default takes the
         oldest messages (and dead-letters nothing); an
         adapter that cannot drop the newest raises ``NotImplementedError`` for it (core
-        then refuses the ``drop_newest`` setting at start-up).
+        then drops the oldest instead and logs an error, ``core.limits``).
         """
         if newest:
             raise NotImplementedError("this adapter cannot drop the newest messages")

@@ -24,7 +24,8 @@ fails for that reason.  Pick single groups by subclassing only some of the base 
 The adapter is resolved from the URL through the plugin registry (so your plugin's entry
 point is exercised too), unless you override the ``adapter_class`` fixture.
 
-Push-only adapters (``native_pull=False``: logs, sessions) are checked through
+Adapters without a pull of their own (``native_pull=False``: logs; RabbitMQ with its
+default ``pull = "buffer"``) are checked through
 ``wsnmom.core.pull_buffer.PullBuffer``, the same buffer core uses for their pull points;
 the ``PullSemantics`` group (the adapter's own pull) is skipped for them.
 """

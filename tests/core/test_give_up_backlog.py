@@ -199,6 +199,9 @@ def test_a_full_subscription_is_ended_by_the_instance_that_delivers_it(
     ctx.leads, ctx.delivers = (lambda: False), (lambda _id: True)
     service.sweep()  # delivering it, not leading
     assert sub.id not in service.registry.subscriptions
-    letters = service.dead_letters()
+    # the dead letters' box reads them back on its own thread
+    letters = wait_until(
+        lambda: (d := service.dead_letters()) and len(d) >= 3 and d, 10, what="three"
+    )
     assert {d.reason for d in letters} == {"overflow-end"}
     assert len(letters) == 3 and {d.subscription_id for d in letters} == {sub.id}

@@ -25,8 +25,10 @@ the dead letters (reason ``final-status``), is settled once they are confirmed, 
 channel goes on with the next messages (nothing runs meanwhile, so order holds).  After
 ``max_attempts`` failed attempts the give-up action applies: ``keep`` retries
 forever at ``max_delay`` (the middleware keeps accumulating within its QueueLimits),
-``end`` calls the channel's ``on_give_up`` with an :class:`EndSubscription` (the service
-ends the subscription and publishes SubscriptionEnd).
+``end`` calls the channel's ``on_give_up`` with an :class:`EndSubscription` on a thread
+of its own, once the batch given up on is a dead letter and acknowledged and the handle
+stopped (the service sends the rest of the backlog to the dead letters, ends the
+subscription and publishes SubscriptionEnd).
 
 A push channel has a ``destination`` (``core.lanes``): while that destination's circuit is
 open, a run does not send; the attempt fails at once, without network traffic, and counts

@@ -14,13 +14,19 @@ Decisions:
   accumulated, in order.  Both are idempotent.
 * SubscriptionEnd (``core.subscription_end``) is published when the broker ends a
   subscription itself; never for Unsubscribe or expiry.
+* A subscription the broker ends because its backlog is full or its delivery gave up has
+  its whole backlog sent to its dead letters first
+  (``SubscriptionHandle.delete_into_dead_letters``, on the instance that delivers it, its
+  delivery stopped); when the middleware does not take it, it is not ended yet and a later
+  sweep tries again.
 """
 
 from __future__ import annotations
 
 import enum
 import logging
-from dataclasses import replace
+import threading
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 from urllib.parse import urlsplit
@@ -95,6 +101,24 @@ def newer(stored: Subscription, held: Subscription) -> bool:
 TopicMemo = dict[tuple[Any, ...], TopicExpression]
 
 
+#: the dead-letter reason of the backlog of a subscription ended because its consumer stayed
+#: unreachable, and because its filter exceeded its budget: those of the batch given up on
+DROPPED_GIVE_UP = "retries-exhausted"
+DROPPED_FILTER_BUDGET = "filter-budget"
+
+
+@dataclass(frozen=True, slots=True)
+class _Ending:
+    """A subscription given up on, to be ended once its backlog is in its dead letters."""
+
+    #: why it ends (SubscriptionEnd, the log, the dead letters' last error)
+    reason: str
+    #: the backlog's dead-letter reason
+    dropped: str
+    #: ``EndSubscription.cause`` (the ended-subscriptions metric's label)
+    cause: str
+
+
 class Subscriptions:
     """Creates, changes and ends subscriptions."""
 
@@ -102,6 +126,11 @@ class Subscriptions:
         self._ctx = ctx
         self.delivery = delivery
         self._inbound = inbound
+        #: subscriptions given up on whose backlog the middleware did not take yet (by id)
+        self._ending: dict[str, _Ending] = {}
+        #: the ids whose end runs now, and the lock of both
+        self._burying: set[str] = set()
+        self._ending_lock = threading.Lock()
 
     # -- filters ---------------------------------------------------------------------------
     def compile_filter(
@@ -638,15 +667,70 @@ class Subscriptions:
 
     def give_up(self, subscription_id: str, end: EndSubscription) -> None:
         """Delivery cannot go on (the retry policy gave up on the consumer, or the filter
-        exceeded its evaluation budget): end the subscription."""
+        exceeded its evaluation budget): end the subscription, its backlog to its dead
+        letters first.  Runs on a thread of its own (``Channel.on_give_up``), after the
+        channel stopped and acknowledged the batch it gave up on (that batch went to the
+        dead letters already, so the burial here finds it gone).  When the middleware
+        does not take the backlog the subscription stays, its delivery stopped, and
+        :meth:`retry_ends` (every sweep, on every instance) tries again."""
         state = self._ctx.registry.subscriptions.get(subscription_id)
         if state is None:
             return
-        metrics.SUBSCRIPTIONS_ENDED.labels(reason=end.cause).inc()
         if end.cause == "delivery":
-            self.finish(state, f"consumer unreachable: {end.reason}")
+            ending = _Ending(f"consumer unreachable: {end.reason}", DROPPED_GIVE_UP, end.cause)
         else:
-            self.finish(state, end.reason)
+            ending = _Ending(end.reason, DROPPED_FILTER_BUDGET, end.cause)
+        self._end_given_up(state, ending)
+
+    def _end_given_up(self, state: LiveSubscription, ending: _Ending) -> None:
+        """One end at a time per subscription (a give-up and a sweep's retry)."""
+        sub_id = state.record.id
+        with self._ending_lock:
+            if sub_id in self._burying:
+                return
+            self._burying.add(sub_id)
+        try:
+            self._end_given_up_now(state, ending)
+        finally:
+            with self._ending_lock:
+                self._burying.discard(sub_id)
+
+    def _end_given_up_now(self, state: LiveSubscription, ending: _Ending) -> None:
+        sub_id = state.record.id
+        if not self._ctx.delivers(sub_id):
+            # the shard moved on since the give-up: the instance delivering it now
+            # delivers the backlog, or gives up on it and ends the subscription itself
+            log.warning(
+                "subscription %s: not ended here (%s): another instance delivers it now",
+                sub_id,
+                ending.reason,
+            )
+            self._ending.pop(sub_id, None)
+            return
+        # a pull point's feed settles what it reads while its subscription ends (as
+        # filtered): its backlog is deleted with it, as before
+        if state.feed is not None or self._bury_backlog(
+            state, ending.reason, ending.dropped, resume=False
+        ):
+            self._ending.pop(sub_id, None)
+            metrics.SUBSCRIPTIONS_ENDED.labels(reason=ending.cause).inc()
+            self.finish(state, ending.reason)
+        else:
+            self._ending[sub_id] = ending
+
+    def retry_ends(self) -> None:
+        """Try again to end the subscriptions given up on whose backlog the middleware
+        did not take (:meth:`give_up`); one that is gone, or that another instance
+        delivers now, is no longer this instance's to end."""
+        for sub_id, ending in list(self._ending.items()):
+            state = self._ctx.registry.subscriptions.get(sub_id)
+            if state is None:
+                self._ending.pop(sub_id, None)
+                continue
+            try:
+                self._end_given_up(state, ending)
+            except Exception:
+                log.exception("ending subscription %s failed", sub_id)
 
     def finish(self, state: LiveSubscription, reason: str) -> None:
         """End a subscription for a reason other than Unsubscribe/expiry."""
@@ -664,11 +748,26 @@ class Subscriptions:
         delivery held in memory goes back to the middleware first).  False when the
         middleware did not take the backlog: the subscription goes on as it was, those
         that reached the dead letters gone from it, and the next sweep tries again."""
+        if not self._bury_backlog(state, reason, DROPPED_OVERFLOW_END, resume=True):
+            return False
+        self.finish(state, reason)
+        return True
+
+    def _bury_backlog(
+        self, state: LiveSubscription, reason: str, dropped: str, resume: bool
+    ) -> bool:
+        """Before a subscription ends: stop its delivery here (what it held goes back to
+        the middleware) and have the adapter send its whole backlog to its dead letters
+        (``HEADER_DROPPED_REASON`` = ``dropped``, with the consumer and "subscription
+        ended: ``reason``") and delete its durable subscription.  True when that was done,
+        or cannot be (no handle, dead letters off, an adapter without it: then the
+        backlog is deleted with the subscription, as before).  False when the middleware
+        did not take it all: the subscription stays, those that reached the dead letters
+        gone from it, its delivery started again when ``resume``."""
         ctx = self._ctx
         handle = state.handle
         context = ctx.dead_letters.ending_context(state.record, f"subscription ended: {reason}")
         if handle is None or context is None:
-            self.finish(state, reason)
             return True
         # under the subscription's lock, as a Pause's stop and start: a Pause meanwhile
         # waits, and is not undone by the start after a refused backlog
@@ -680,7 +779,7 @@ class Subscriptions:
                 channel.stop()  # what it held goes back to the middleware, then goes too
             try:
                 sent = handle.delete_into_dead_letters(
-                    DROPPED_OVERFLOW_END, context, timeout=ctx.settings.publish_timeout
+                    dropped, context, timeout=ctx.settings.publish_timeout
                 )
             except NotImplementedError as exc:
                 log.error(
@@ -695,7 +794,7 @@ class Subscriptions:
                     state.record.id,
                     exc,
                 )
-                if restart:
+                if restart and resume:
                     assert channel is not None
                     channel.start()
                 return False
@@ -704,9 +803,8 @@ class Subscriptions:
                     "subscription %s: %d message(s) of its backlog to its dead letters (%s)",
                     state.record.id,
                     sent,
-                    DROPPED_OVERFLOW_END,
+                    dropped,
                 )
-        self.finish(state, reason)
         return True
 
     def destroy(self, state: LiveSubscription) -> None:

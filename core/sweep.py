@@ -2,7 +2,10 @@
 ends subscriptions whose backlog is full when the configured reaction is to end them
 (``limits.on_full = "end"``).  Runs on a ``core.periodic.PeriodicTask`` every
 ``termination.sweep_interval`` and whenever something notices an expiry, on one instance
-of a cluster only (the leader, ``core.cluster``).
+of a cluster only (the leader, ``core.cluster``); on every instance it first tries again
+the ends of subscriptions it gave up on whose backlog the middleware did not take
+(``Subscriptions.retry_ends``), and ends the full subscriptions it delivers (so that the
+delivery stopped before their backlog goes to the dead letters is the one that runs).
 """
 
 from __future__ import annotations
@@ -39,14 +42,18 @@ class Sweeper:
         self._registrations = registrations
 
     def _depths(
-        self,
+        self, *, pull_points: bool = True
     ) -> tuple[list[LiveSubscription], list[int | None], list[LivePullPoint], list[int | None]]:
-        """Every subscription with a handle and every pull point, with their depths from
-        one bulk ``Adapter.depths`` call."""
-        registry = self._ctx.registry
+        """Every subscription with a handle and every pull point (none without
+        ``pull_points``; then only the subscriptions this instance delivers), with their
+        depths from one bulk ``Adapter.depths`` call."""
+        ctx = self._ctx
+        registry = ctx.registry
         with registry.lock:
             subs = [s for s in registry.subscriptions.values() if s.handle is not None]
-            pps = list(registry.pull_points.values())
+            pps = list(registry.pull_points.values()) if pull_points else []
+        if not pull_points:
+            subs = [s for s in subs if ctx.delivers(s.record.id)]
         handles = [s.handle for s in subs if s.handle is not None] + [p.handle for p in pps]
         try:
             depths = self._ctx.adapter.depths(handles)
@@ -54,6 +61,22 @@ class Sweeper:
             log.debug("reading depths failed", exc_info=True)
             depths = [None] * len(handles)
         return subs, depths[: len(subs)], pps, depths[len(subs) :]
+
+    def _end_full(
+        self, subs: list[LiveSubscription], depths: list[int | None]
+    ) -> list[LiveSubscription]:
+        """End the full subscriptions among ``subs`` that this instance delivers (with
+        several instances on one store, each ends its own: its delivery is the one
+        stopped before the backlog goes to the dead letters); those ended."""
+        ending = [
+            sub
+            for sub in self.full_subscriptions(subs, depths)
+            if self._ctx.delivers(sub.record.id)
+            and self._subscriptions.end_full(sub, "accumulation limit reached")
+        ]
+        for _ in ending:
+            metrics.SUBSCRIPTIONS_ENDED.labels(reason="overflow").inc()
+        return ending
 
     def full_subscriptions(
         self, subs: list[LiveSubscription], depths: list[int | None]
@@ -88,7 +111,12 @@ class Sweeper:
         """Destroy every expired subscription, pull point and registration (with several
         instances on one store, only the leader sweeps; the others follow its deletes)."""
         ctx = self._ctx
+        # on every instance: the ends of what it delivers and gave up on (core.subscriptions)
+        self._subscriptions.retry_ends()
         if not ctx.leads():
+            if ctx.settings.limits.on_full == "end":
+                own, depths, _, _ = self._depths(pull_points=False)
+                self._end_full(own, depths)
             return
         registry = ctx.registry
         now = ctx.now()
@@ -111,13 +139,7 @@ class Sweeper:
         keeper = ctx.limit_keeper
         if ctx.settings.limits.on_full == "end" or not keeper.native:
             with_handles, depths, pull_points, pp_depths = self._depths()
-            ending = [
-                sub
-                for sub in self.full_subscriptions(with_handles, depths)
-                if self._subscriptions.end_full(sub, "accumulation limit reached")
-            ]
-            for _ in ending:
-                metrics.SUBSCRIPTIONS_ENDED.labels(reason="overflow").inc()
+            ending = self._end_full(with_handles, depths)
             if not keeper.native:
                 ended = {s.record.id for s in ending}
                 handles = [s.handle for s in with_handles if s.record.id not in ended]

@@ -123,8 +123,17 @@ def test_retries_exhausted_become_dead_letters_replayed_to_another_consumer(
     # gateway is shared: other modules' subscriptions give up meanwhile and count too, so
     # "exactly once" is asserted on gateways of their own: the max-age, overflow and
     # restart tests below.)
-    after = dead_lettered(wsnmom_server, reason="retries-exhausted", source="gateway")
-    assert after >= before + 1
+    # counted once the middleware confirmed the publish, which may come after the box
+    # already read it back (RabbitMQ)
+    after = wait_until(
+        lambda: (
+            (n := dead_lettered(wsnmom_server, reason="retries-exhausted", source="gateway"))
+            >= before + 1
+            and n
+        ),
+        10,
+        what="the dead letter counted",
+    )
     held = "wsnmom_dead_letters_held"
     assert metric(wsnmom_server, held, destination=destination) == 1
     broker = ["--broker", wsnmom_server.broker_url]
@@ -245,6 +254,15 @@ def ending_server(
     ``limits.max_messages`` = 3 (``on_full = "end"``)."""
     env = {"WSNMOM_LIMITS__MAX_MESSAGES": "3", "WSNMOM_LIMITS__ON_FULL": "end"}
     yield from limited_server(wsnmom_server, request, env)
+
+
+@pytest.fixture
+def one_by_one_server(
+    wsnmom_server: RunningServer, request: pytest.FixtureRequest
+) -> Iterator[RunningServer]:
+    """A gateway of the same adapter that delivers one message per Notify
+    (``delivery.batch_size`` = 1): what follows the first waits behind it."""
+    yield from limited_server(wsnmom_server, request, {"WSNMOM_DELIVERY__BATCH_SIZE": "1"})
 
 
 #: the default dead-letter destination of ``full_pull_server``
@@ -444,3 +462,106 @@ def test_what_a_full_pull_point_drops_becomes_overflow_dead_letters(
         replayed.append(payload_text(got))
     assert sorted(replayed) == ["first", "second"]
     assert letters(full_server, GATEWAY_DL) == []
+
+
+def test_a_subscription_given_up_on_leaves_its_whole_backlog_in_its_dead_letters(
+    one_by_one_server: RunningServer, consumer: ConsumerServer, destination: str
+) -> None:
+    """Retries exhausted end the subscription: the batch given up on is a dead letter
+    (``retries-exhausted``, its attempts), and so is every message waiting behind it,
+    those its delivery held in memory included (the same reason, "subscription ended:
+    consumer unreachable: ..."), each exactly once, before its queue, cursor or session
+    is deleted."""
+    server = one_by_one_server
+    wsn = Wsn(server, f"urn:test:{uuid.uuid4().hex[:8]}")
+    consumer.mode = "error"
+    address = consumer.address("/backlog")
+    sub = wsn.subscribe(address, "tns:gb", policy=policy(destination))
+    wsn.post(sub.address, "<wsnt:PauseSubscription/>").ok()
+    names = ("first", "second", "third", "fourth")
+    for n in names:
+        wsn.notify(("tns:gb", f'<n xmlns="urn:n">{n}</n>'))
+    wsn.post(sub.address, "<wsnt:ResumeSubscription/>").ok()
+    subscription = f"{server.base_url}/wsn/admin/api/subscriptions/{sub.id}"
+    wait_until(
+        lambda: requests.get(subscription, timeout=10).status_code == 404, 30, what="the end"
+    )
+    found = wait_until(
+        lambda: (d := letters(server, destination)) and len(d) >= len(names) and d,
+        30,
+        what="four dead letters",
+    )
+    assert len(found) == len(names), found
+    bodies = {
+        d["id"]: requests.get(
+            f"{server.base_url}/wsn/admin/api/dead-letters/{d['id']}", timeout=10
+        ).json()["body"]
+        for d in found
+    }
+    by_name = {n: [i for i, b in bodies.items() if f">{n}<" in b] for n in names}
+    assert all(len(ids) == 1 for ids in by_name.values()), by_name  # each exactly once
+    letter = {d["id"]: d for d in found}
+    given_up = letter[by_name["first"][0]]
+    assert given_up["attempts"] == 3 and "500" in given_up["last_error"]
+    assert {d["reason"] for d in found} == {"retries-exhausted"}
+    assert {d["subscription"] for d in found} == {sub.id}
+    assert {d["consumer"] for d in found} == {address}
+    for n in names[1:]:
+        behind = letter[by_name[n][0]]
+        assert behind["last_error"].startswith("subscription ended: consumer unreachable")
+        assert "500" in behind["last_error"]
+        assert behind["time"]
+    # only "first" was ever sent to the consumer: nothing both delivered and dead-lettered
+    sent = {payload_text(m) for m in consumer.messages_for(sub.address)}
+    assert sent == {"first"}
+    # a gateway of its own: these, each counted once, and the one end
+    assert dead_lettered(server) == len(names)
+    assert metric(server, "wsnmom_subscriptions_ended_total", reason="delivery") == 1
+
+
+def test_a_filter_over_its_budget_leaves_the_whole_backlog_in_its_dead_letters(
+    one_by_one_server: RunningServer, consumer: ConsumerServer, destination: str
+) -> None:
+    """A MessageContent filter over its budget ends the subscription: the message it
+    was evaluated on and every message waiting behind it are dead letters
+    (``filter-budget``), each once, and none reached the consumer."""
+    server = one_by_one_server
+    wsn = Wsn(server, f"urn:test:{uuid.uuid4().hex[:8]}")
+    content = f'<wsnt:MessageContent Dialect="{XPATH10}">{CUBIC}</wsnt:MessageContent>'
+    sub = wsn.subscribe(
+        consumer.address("/costly-backlog"),
+        "tns:fbb",
+        extra_filter=content,
+        policy=policy(destination),
+    )
+    wsn.post(sub.address, "<wsnt:PauseSubscription/>").ok()
+    wsn.notify(("tns:fbb", BIG))
+    for n in ("second", "third"):
+        wsn.notify(("tns:fbb", f'<n xmlns="urn:n">{n}</n>'))
+    wsn.post(sub.address, "<wsnt:ResumeSubscription/>").ok()
+    subscription = f"{server.base_url}/wsn/admin/api/subscriptions/{sub.id}"
+    wait_until(
+        lambda: requests.get(subscription, timeout=10).status_code == 404, 30, what="the end"
+    )
+    found = wait_until(
+        lambda: (d := letters(server, destination)) and len(d) >= 3 and d,
+        30,
+        what="three dead letters",
+    )
+    assert len(found) == 3, found
+    assert {d["reason"] for d in found} == {"filter-budget"}
+    assert {d["subscription"] for d in found} == {sub.id}
+    bodies = {
+        d["id"]: requests.get(
+            f"{server.base_url}/wsn/admin/api/dead-letters/{d['id']}", timeout=10
+        ).json()["body"]
+        for d in found
+    }
+    [big] = [i for i, b in bodies.items() if "<a/><a/>" in b]
+    letter = {d["id"]: d for d in found}
+    assert "cpu_limit" in letter[big]["last_error"]
+    for n in ("second", "third"):
+        [mine] = [i for i, b in bodies.items() if f">{n}<" in b]
+        assert letter[mine]["last_error"].startswith("subscription ended: ")
+    assert consumer.messages_for(sub.address) == []
+    assert dead_lettered(server) == 3

@@ -1,0 +1,207 @@
+"""A subscription ended because its delivery gave up (``core.subscriptions``,
+``Subscriptions.give_up``) leaves its whole backlog in its dead letters, on the queue
+shape (the embedded adapter) and the log shape (the file log; Kafka shares its cursor
+engine): the batch given up on with its own reason and attempts, every message behind it
+(waiting in the middleware or held by the stopped channel) with the same reason and
+"subscription ended: ...", each once, and none of them delivered.  A backlog the
+middleware refuses keeps the subscription, its delivery stopped, until a sweep ends it.
+The session shape (MQTT) and every middleware through a gateway:
+tests/e2e/test_dead_letters.py."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from wsnmom.core.adapter import HEADER_DROPPED_REASON, OutboundMessage
+from wsnmom.core.dead_letters import DeadLetter
+from wsnmom.core.model import ExpressionSource
+from wsnmom.core.service import BrokerService
+
+from tests.support.waiting import wait_until
+
+from .conftest import Broker, RecordingOutbound, note, simple, sub_req
+
+C = "http://127.0.0.1:9/consumer"
+XPATH10 = "http://www.w3.org/TR/1999/REC-xpath-19991116"
+#: nested location paths: minutes of CPU on BIG, far past the filter budget
+CUBIC = "count(//a[count(//a[count(//a) > 0]) > 0]) > 0"
+BIG = "<r>" + "<a/>" * 3000 + "</r>"
+SHAPES = {
+    "queue": "embedded://{tmp}/mw",
+    "log": "filelog://{tmp}/log?partitions=1",
+}
+BEHIND = ("second", "third", "fourth")
+
+
+def make(make_broker: Any, shape: str, **overrides: Any) -> Broker:
+    """A broker on ``shape`` that delivers one message per Notify (what follows the
+    first waits behind it) and gives up after two attempts."""
+    return make_broker(
+        adapter_url=SHAPES[shape],
+        delivery__batch_size=1,
+        retry__max_attempts=2,
+        retry__initial_delay=timedelta(seconds=0.01),
+        retry__max_delay=timedelta(seconds=0.05),
+        **overrides,
+    )
+
+
+def queue_behind(service: BrokerService, sub_id: str, first: str) -> None:
+    """``first`` then ``BEHIND``, published while the subscription is paused, so that
+    they are all waiting when delivery starts."""
+    service.pause(sub_id)
+    for text in (first, *BEHIND):
+        service.notify([note(text if text.startswith("<") else f"<m>{text}</m>", simple("t:a"))])
+    service.resume(sub_id)
+
+
+def by_text(letters: Sequence[DeadLetter], texts: Sequence[str]) -> dict[str, DeadLetter]:
+    """Each text's one dead letter (asserting each is there exactly once)."""
+    found: dict[str, DeadLetter] = {}
+    for text in texts:
+        mine = [d for d in letters if text.encode() in d.body]
+        assert len(mine) == 1, (text, [d.body for d in letters])
+        found[text] = mine[0]
+    return found
+
+
+def delivered_texts(outbound: RecordingOutbound) -> list[bytes]:
+    return [m.message.payload for call in outbound.delivered for m in call.messages]
+
+
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+def test_retries_exhausted_leave_the_whole_backlog_in_the_dead_letters(
+    make_broker: Any, outbound: RecordingOutbound, shape: str
+) -> None:
+    service = make(make_broker, shape).service
+    assert service is not None
+    outbound.down.add(C)
+    sub = service.subscribe(sub_req(C, topic=simple("t:a")))
+    queue_behind(service, sub.id, "first")
+    wait_until(lambda: sub.id not in service.registry.subscriptions, 20, what="the end")
+    letters = wait_until(
+        lambda: (d := service.dead_letters()) and len(d) >= 4 and d, 20, what="four"
+    )
+    assert len(letters) == 4
+    found = by_text(letters, ("first", *BEHIND))
+    assert found["first"].attempts == 2 and found["first"].last_error == f"{C} is down"
+    for text in BEHIND:
+        letter = found[text]
+        assert letter.last_error == f"subscription ended: consumer unreachable: {C} is down"
+        assert letter.time
+    assert {d.reason for d in letters} == {"retries-exhausted"}
+    assert {d.subscription_id for d in letters} == {sub.id}
+    assert {d.consumer for d in letters} == {C}
+    assert delivered_texts(outbound) == []
+    # every attempt was of "first": nothing behind it was sent, then buried
+    assert {m.message.payload for call in outbound.attempts for m in call.messages} == {
+        b"<m>first</m>"
+    }
+
+
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+def test_a_filter_over_its_budget_leaves_the_whole_backlog_in_the_dead_letters(
+    make_broker: Any, outbound: RecordingOutbound, shape: str
+) -> None:
+    service = make(make_broker, shape, filters__cpu_limit=0.3).service
+    assert service is not None
+    sub = service.subscribe(
+        sub_req(C, topic=simple("t:a"), message_content=ExpressionSource(XPATH10, CUBIC, {}))
+    )
+    queue_behind(service, sub.id, BIG)
+    wait_until(lambda: sub.id not in service.registry.subscriptions, 30, what="the end")
+    letters = wait_until(
+        lambda: (d := service.dead_letters()) and len(d) >= 4 and d, 20, what="four"
+    )
+    assert len(letters) == 4
+    found = by_text(letters, (BIG, *BEHIND))
+    assert found[BIG].attempts == 0 and "cpu_limit" in (found[BIG].last_error or "")
+    for text in BEHIND:
+        assert (found[text].last_error or "").startswith("subscription ended: ")
+    assert {d.reason for d in letters} == {"filter-budget"}
+    assert outbound.attempts == []
+
+
+def test_a_refused_backlog_keeps_the_subscription_until_a_sweep_ends_it(
+    make_broker: Any, outbound: RecordingOutbound
+) -> None:
+    """The log refuses the backlog's dead letters: the batch given up on is a dead
+    letter, the subscription stays with its delivery stopped (nothing more is sent to
+    the consumer) and the rest waits in the middleware; the sweep after the refusal ends
+    it, every message a dead letter once."""
+    b = make(make_broker, "log")
+    service = b.service
+    assert service is not None
+    adapter = b.adapter
+    engine = adapter.cursor_engine()
+    engine.bury_retry_first, engine.bury_retry_max = 0.2, 0.4
+    real = adapter.publish_many
+    refused: list[int] = []
+    refusing = True
+
+    def publish_many(messages: Sequence[OutboundMessage], timeout: float = 10.0) -> Any:
+        # the backlog's dead letters carry the adapter's drop headers; the batch given
+        # up on is published by the channel without them
+        if refusing and any(HEADER_DROPPED_REASON in m.headers for m in messages):
+            refused.append(len(messages))
+            raise RuntimeError("dead-letter topic refused")
+        return real(messages, timeout)
+
+    adapter.publish_many = publish_many
+    outbound.down.add(C)
+    sub = service.subscribe(sub_req(C, topic=simple("t:a")))
+    queue_behind(service, sub.id, "first")
+    [first] = wait_until(service.dead_letters, 20, what="the batch given up on")
+    assert b"first" in first.body and first.reason == "retries-exhausted"
+    wait_until(lambda: refused, 20, what="a refused burial")
+    wait_until(lambda: sub.id in service.subscriptions._ending, 20, what="the end pending")
+    assert sub.id in service.registry.subscriptions
+    channel = service.engine.channel(sub.id)
+    assert channel is None or not channel.active
+    attempts = len(outbound.attempts)
+    refusing = False
+    service.sweep()
+    assert sub.id not in service.registry.subscriptions
+    letters = wait_until(
+        lambda: (d := service.dead_letters()) and len(d) >= 4 and d, 20, what="four"
+    )
+    assert len(letters) == 4
+    found = by_text(letters, ("first", *BEHIND))
+    # buried by the sweep's end, or by the cursor's retry of what the refused end held
+    # (the log's drops are "overflow" then: adapters/logbase/burial.py)
+    assert {found[t].reason for t in BEHIND} <= {"retries-exhausted", "overflow"}
+    assert len(outbound.attempts) == attempts  # delivery stayed stopped
+    assert delivered_texts(outbound) == []
+
+
+def test_a_full_subscription_is_ended_by_the_instance_that_delivers_it(
+    make_broker: Any,
+) -> None:
+    """``limits.on_full = "end"`` with several instances on one store: the sweep of an
+    instance ends only the full subscriptions it delivers (whose delivery it stops before
+    their backlog goes to the dead letters), the leader's included; the instance that
+    delivers one ends it without leading.  (The cluster member's answers are set on the
+    context as ``core.service`` sets them from ``core.cluster``.)"""
+    service = make(make_broker, "queue", limits__max_messages=3, limits__on_full="end").service
+    assert service is not None
+    sub = service.subscribe(sub_req(C, topic=simple("t:a")))
+    service.pause(sub.id)
+    for text in ("first", "second", "third"):  # max_messages: full, nothing dropped
+        service.notify([note(f"<m>{text}</m>", simple("t:a"))])
+    ctx = service._ctx
+    ctx.leads, ctx.delivers = (lambda: True), (lambda _id: False)
+    service.sweep()  # the leader, not delivering it
+    assert sub.id in service.registry.subscriptions
+    assert service.dead_letters() == []
+    ctx.leads, ctx.delivers = (lambda: False), (lambda _id: True)
+    service.sweep()  # delivering it, not leading
+    assert sub.id not in service.registry.subscriptions
+    # the dead letters' box reads them back on its own thread
+    letters = wait_until(
+        lambda: (d := service.dead_letters()) and len(d) >= 3 and d, 10, what="three"
+    )
+    assert {d.reason for d in letters} == {"overflow-end"}
+    assert len(letters) == 3 and {d.subscription_id for d in letters} == {sub.id}

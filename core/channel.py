@@ -408,6 +408,28 @@ class Channel(Generic[T]):
         if not self._yield_room(gen):
             self.engine._later(delay, self, gen)
 
+    def _give_up(
+        self, letters: list[Received], batch: list[Received], failures: int, reason: str
+    ) -> None:
+        """Retries ran out (``give_up = "end"``): ``letters`` go to the dead letters and
+        ``batch`` is settled, the handle stops (what else it held goes back to the
+        middleware) and the subscription ends on a thread of its own, which buries the
+        rest of its backlog."""
+        log.warning(
+            "subscription %s: giving up after %d failed attempts: %s",
+            self.name,
+            failures,
+            reason,
+        )
+        if not self._bury(letters, batch, "retries-exhausted", failures, reason):
+            return
+        try:
+            self.handle.stop()
+        except Exception:
+            log.debug("stopping the handle failed", exc_info=True)
+        end = EndSubscription(reason, "delivery")
+        self.engine._spawn(lambda: self.on_give_up(end))
+
     def _halt(self) -> bool:
         """Under the lock: stop consuming (False when stopped already)."""
         if self._stopped:
@@ -882,22 +904,8 @@ class Channel(Generic[T]):
             for received, _ in pending:
                 self._settle(received, ack=True)
         if give_up:
-            log.warning(
-                "subscription %s: giving up after %d failed attempts: %s",
-                self.name,
-                failures,
-                reason,
-            )
             letters = [r for r, item in pending if item is not None]
-            batch = [r for r, _ in pending]
-            if not self._bury(letters, batch, "retries-exhausted", failures, reason):
-                return
-            try:
-                self.handle.stop()
-            except Exception:
-                log.debug("stopping the handle failed", exc_info=True)
-            end = EndSubscription(reason, "delivery")
-            self.engine._spawn(lambda: self.on_give_up(end))
+            self._give_up(letters, [r for r, _ in pending], failures, reason)
         elif final:
             log.warning("subscription %s: HTTP %s is final: %s", self.name, status, reason)
             if self._bury_final(pending, failures, reason, new_gen) or reschedule:

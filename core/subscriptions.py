@@ -39,6 +39,7 @@ from wsnmom.core.channel import Channel
 from wsnmom.core.context import BrokerContext
 from wsnmom.core.dead_letters import check_destination
 from wsnmom.core.delivery import EndSubscription
+from wsnmom.core.delivery_policy import DeliveryChoices
 from wsnmom.core.delivery_policy import parse as delivery_choices
 from wsnmom.core.filters import (
     CompiledFilter,
@@ -205,20 +206,7 @@ class Subscriptions:
                 "SubscriptionPolicy requests not recognised: " + ", ".join(req.unsupported_policy),
                 policies=tuple(req.unsupported_policy),
             )
-        dead_letters = None
-        if req.dead_letters is not None:
-            try:
-                dead_letters = check_destination(req.dead_letters.strip())
-            except ValueError as exc:
-                raise errors.SubscribeCreationFailed(f"wsnmom:DeadLetters: {exc}") from None
-        delivery_policy = None
-        if req.delivery_policy is not None:
-            try:
-                delivery_policy = delivery_choices(
-                    req.delivery_policy, ctx.settings.retry, ctx.settings.delivery
-                )
-            except ValueError as exc:
-                raise errors.SubscribeCreationFailed(f"wsnmom:DeliveryPolicy/{exc}") from None
+        dead_letters, delivery_policy = self._delivery_extensions(req)
         compiled = self.compile_filter(req.topic, req.message_content, req.producer_properties)
         ctx.guard.check_subscribe(compiled.topic)
         end_topic = self.end_topic(req.subscription_end_topic)
@@ -231,18 +219,7 @@ class Subscriptions:
         termination = ctx.termination(
             req.initial_termination_time, errors.UnacceptableInitialTerminationTime
         )
-        pull_point_id = self.pull_point_for(address)
-        if pull_point_id is None:
-            try:
-                ctx.policy.check(address)
-            except AddressRefused as exc:
-                error = (
-                    errors.SubscribeCreationFailed
-                    if exc.temporary
-                    else (errors.ConsumerAddressRefused)
-                )
-                shown = redact_url(address)
-                raise error(f"consumer address {shown!r} refused: {exc.reason}") from None
+        pull_point_id = self._consumer_checked(address)
         sub = Subscription(
             id=new_resource_id(),
             consumer=req.consumer,
@@ -276,6 +253,45 @@ class Subscriptions:
         ctx.registry.update_gauges()
         ctx.wake_demand()
         return replace(sub)
+
+    def _delivery_extensions(
+        self, req: SubscribeRequest
+    ) -> tuple[str | None, DeliveryChoices | None]:
+        """The Subscribe's dead-letter destination and delivery policy, checked against
+        the gateway's settings (a precise Subscribe fault when one is invalid)."""
+        dead_letters = None
+        if req.dead_letters is not None:
+            try:
+                dead_letters = check_destination(req.dead_letters.strip())
+            except ValueError as exc:
+                raise errors.SubscribeCreationFailed(f"wsnmom:DeadLetters: {exc}") from None
+        delivery_policy = None
+        if req.delivery_policy is not None:
+            settings = self._ctx.settings
+            try:
+                delivery_policy = delivery_choices(
+                    req.delivery_policy, settings.retry, settings.delivery
+                )
+            except ValueError as exc:
+                raise errors.SubscribeCreationFailed(f"wsnmom:DeliveryPolicy/{exc}") from None
+        return dead_letters, delivery_policy
+
+    def _consumer_checked(self, address: str) -> str | None:
+        """The pull point ``address`` names (one of the broker's own), or None after the
+        address policy admitted it as a push consumer."""
+        pull_point_id = self.pull_point_for(address)
+        if pull_point_id is None:
+            try:
+                self._ctx.policy.check(address)
+            except AddressRefused as exc:
+                error = (
+                    errors.SubscribeCreationFailed
+                    if exc.temporary
+                    else (errors.ConsumerAddressRefused)
+                )
+                shown = redact_url(address)
+                raise error(f"consumer address {shown!r} refused: {exc.reason}") from None
+        return pull_point_id
 
     def _undo_subscribe(self, state: LiveSubscription) -> None:
         """Take back a Subscribe the middleware refused part way: ``attach`` may have

@@ -340,21 +340,8 @@ class UnorderedChannel(Channel[T]):
                 self._settle(received, ack=True)
             self._look_again(gen)
         elif give_up:
-            log.warning(
-                "subscription %s: giving up after %d failed attempts: %s",
-                self.name,
-                failures,
-                reason,
-            )
             batch = [r for r, _ in pending]
-            if not self._bury(batch, batch, "retries-exhausted", failures, reason):
-                return
-            try:
-                self.handle.stop()
-            except Exception:
-                log.debug("stopping the handle failed", exc_info=True)
-            end = EndSubscription(reason, "delivery")
-            self.engine._spawn(lambda: self.on_give_up(end))
+            self._give_up(batch, batch, failures, reason)
         elif final:
             log.warning("subscription %s: HTTP %s is final: %s", self.name, status, reason)
             if self._bury_final(pending, failures, reason, new_gen):

@@ -19,10 +19,6 @@ LIMIT = 80
 LONGER = {
     # one flat list of the policy's fields, each a line or a sentence: nothing to follow
     "core/policy.py:build_policy": "a declaration",
-    # changed on other branches this session (delivery and store work): split after
-    "core/channel.py:_after_send": "split once the delivery branches landed",
-    "core/subscriptions.py:subscribe": "split once the pull-path branch landed",
-    "core/unordered.py:_finish": "split once the delivery branches landed",
 }
 
 

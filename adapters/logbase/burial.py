@@ -155,9 +155,25 @@ class Burial(EngineParts):
         if cursor.dead_letters is None or cursor.bury is None:
             raise NotImplementedError(f"subscription {cursor.name} has no dead-letter topic")
         self.stop_cursor(cursor)
+        self._start_head()
+        ends = self.backend.end_positions()
         with self.lock:
             if cursor.deleted:
                 return 0
+            # "the head" is where the streams end now, not where the head reader last
+            # polled: a record published before this call is backlog too, and would
+            # otherwise be neither delivered nor dead-lettered once the cursor is gone
+            self._sync_head_locked(timeout=timeout)
+            behind = {
+                s: e
+                for s, e in (ends or {}).items()
+                if e > self._head.get(s, 0) and self._relevant(cursor, s)
+            }
+            if behind:
+                raise AdapterUnavailable(
+                    f"subscription {cursor.name}: the head reader is behind the end of "
+                    f"{sorted(behind)}; nothing sent to the dead letters yet"
+                )
             cursor.drop_reason, cursor.drop_context = reason, dict(context)
             cursor.buried, cursor.bury_failures, cursor.bury_due = 0, 0, 0.0
             cursor.cap_budget = 0

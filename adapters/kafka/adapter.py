@@ -108,7 +108,6 @@ import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from functools import partial
 from typing import Any
 
 try:
@@ -182,6 +181,12 @@ class _Backend(KafkaBackend):
         with self._published_lock:
             if offset + 1 > self._published.get(stream, 0):
                 self._published[stream] = offset + 1
+
+    def forget_published(self) -> None:
+        """A followed topic started again below its old end: the offsets noted are of
+        the old log (kept, a cursor's end would wait for offsets that never come)."""
+        with self._published_lock:
+            self._published.clear()
 
     def published_ends(self) -> dict[StreamId, int]:
         """Where each stream ends at least: after the gateway's own confirmed publishes
@@ -305,7 +310,12 @@ class KafkaAdapter(LogAdapter):
             parts.append(publisher)
             backend.exact_watermarks = settings.exact_watermarks
             topics.on_created = backend.topic_created
-            backend.on_reset = partial(publisher.renew, "a followed topic was re-created")
+
+            def reset() -> None:
+                backend.forget_published()  # the offsets it knew are of the old log
+                publisher.renew("a followed topic was re-created")
+
+            backend.on_reset = reset
             engine = CursorEngine(
                 backend, catch_up_readers=settings.catch_up_readers, poll_timeout=0.02
             )

@@ -343,6 +343,11 @@ class SubscriptionSpec:
     #: ``publish_many``.  Adapters whose middleware moves what it drops (a dead-letter
     #: exchange, a transaction) ignore it
     dead_letter_sink: Callable[[Sequence[OutboundMessage]], object] | None = None
+    #: core reads this durable subscription with :meth:`SubscriptionHandle.pull` (a pull
+    #: point's inbox, or a subscription feeding a pull point on a middleware with native
+    #: pull), never with ``start``: an adapter that lets one consumer at a time receive
+    #: (RabbitMQ's single-active-consumer in cluster mode) must keep it readable by pull
+    pulled: bool = False
 
 
 class SubscriptionHandle(abc.ABC):

@@ -77,6 +77,7 @@ class PullPoints:
                 # what the limits drop from the pull point: the default destination
                 dead_letters=ctx.dead_letters.native_target(None),
                 dead_letter_sink=ctx.dead_letters.sink,
+                pulled=ctx.adapter.capabilities.native_pull,
             )
         )
 

@@ -160,6 +160,8 @@ class SubscriptionDelivery:
                 limits=ctx.limits(),
                 dead_letters=ctx.dead_letters.native_target(sub),
                 dead_letter_sink=ctx.dead_letters.sink,
+                # a feed of a pull point is read by the pull point's GetMessages
+                pulled=self.feeds.wanted(sub) and ctx.adapter.capabilities.native_pull,
             )
         )
         state.handle = handle

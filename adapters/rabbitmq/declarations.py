@@ -123,14 +123,15 @@ class Declarations:
     def single_active(self, spec: SubscriptionSpec) -> bool:
         """Whether ``spec``'s queue lets one consumer at a time receive: in cluster mode
         (option ``single_active_consumer``, default: when ``shared``), for every queue but
-        a pull point's (its patterns all in internal namespaces), which ``basic.get``
-        reads."""
+        those ``basic.get`` reads, which RabbitMQ refuses on such a queue: a pull point's
+        (its patterns all in internal namespaces) and a subscription feeding one
+        (``SubscriptionSpec.pulled``)."""
         wanted = self.opts.single_active_consumer
         if wanted is None:
             wanted = self.shared
         patterns = spec.patterns
         inbox = bool(patterns) and all(is_internal_namespace(p.namespace) for p in patterns or ())
-        return wanted and not inbox
+        return wanted and not inbox and not spec.pulled
 
     def queue_type(self, limits: QueueLimits, dead_letters: Binding | None) -> str:
         """The configured type, except classic for a queue that refuses the newest message

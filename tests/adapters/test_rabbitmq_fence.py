@@ -232,6 +232,28 @@ def test_a_pull_point_queue_has_no_single_active_consumer(
     ha.delete()
 
 
+def test_a_subscription_feeding_a_pull_point_has_no_single_active_consumer(
+    make_adapter: Callable[..., RabbitMQAdapter],
+) -> None:
+    """A subscription whose consumer is a pull point is read by the pull point's
+    GetMessages with ``basic.get`` (``SubscriptionSpec.pulled``), through any instance: its
+    queue has no single-active-consumer either (RabbitMQ would refuse the get), while a
+    push subscription's has."""
+    a, b = _cluster_pair(make_adapter)
+    ns = f"urn:test:fence:{uuid.uuid4().hex}"
+    pushed = SubscriptionSpec(f"s-{uuid.uuid4().hex[:12]}", (PathPattern(ns, ("t",)),))
+    assert a.declarations.single_active(pushed)
+    spec = SubscriptionSpec(f"f-{uuid.uuid4().hex[:12]}", (PathPattern(ns, ("t",)),), pulled=True)
+    assert not a.declarations.single_active(spec)
+    ha, hb = a.subscription(spec), b.subscription(spec)
+    for i in range(4):
+        a.publish(_message(ns, b"%d" % i))
+    wait_until(lambda: ha.depth() == 4, 10, what="four in the feeding subscription")
+    taken = [m.body for m in ha.take(2)] + [m.body for m in hb.take(2)]
+    assert taken == [b"0", b"1", b"2", b"3"]
+    ha.delete()
+
+
 def test_a_classic_queue_made_before_stays_classic_while_it_holds_messages(
     make_adapter: Callable[..., RabbitMQAdapter],
     native: Any,

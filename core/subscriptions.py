@@ -723,9 +723,7 @@ class Subscriptions:
             )
             self._ending.pop(sub_id, None)
             return
-        # a pull point's feed settles what it reads while its subscription ends (as
-        # filtered): its backlog is deleted with it, as before
-        if state.feed is not None or self._bury_backlog(
+        if self._bury_backlog(
             state, ending.reason, ending.dropped, resume=False
         ):
             self._ending.pop(sub_id, None)
@@ -793,6 +791,12 @@ class Subscriptions:
             if restart:
                 assert channel is not None
                 channel.stop()  # what it held goes back to the middleware, then goes too
+            # a pull point's feed: what reached the pull point stays there, as at a pause
+            try:
+                fed = state.feed is not None and self.delivery.feeds.stop(state)
+            except AdapterError as exc:
+                log.error("subscription %s: its feed did not stop (%s)", state.record.id, exc)
+                return False  # tried again at the next sweep (a feed has no channel)
             try:
                 sent = handle.delete_into_dead_letters(
                     dropped, context, timeout=ctx.settings.publish_timeout
@@ -813,6 +817,8 @@ class Subscriptions:
                 if restart and resume:
                     assert channel is not None
                     channel.start()
+                if fed and resume:
+                    self.delivery.feeds.sync(state)
                 return False
             else:
                 log.warning(

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from wsnmom.core.adapter import HEADER_DROPPED_REASON, OutboundMessage
 from wsnmom.core.dead_letters import DeadLetter
-from wsnmom.core.model import ExpressionSource
+from wsnmom.core.model import CreatePullPointRequest, ExpressionSource
 from wsnmom.core.service import BrokerService
 
 from tests.support.waiting import wait_until
@@ -205,3 +205,67 @@ def test_a_full_subscription_is_ended_by_the_instance_that_delivers_it(
     )
     assert {d.reason for d in letters} == {"overflow-end"}
     assert len(letters) == 3 and {d.subscription_id for d in letters} == {sub.id}
+
+
+#: passes the filter at once (one <a/>): what reached the pull point before the breach
+EARLY = "<r><a/>early</r>"
+#: the feed's reader per shape: the embedded queue's own pull, the file log's buffer
+FEEDS = {"queue": "native pull", "log": "pull buffer"}
+
+
+def feeding(service: BrokerService) -> tuple[str, str]:
+    """A pull point and a subscription feeding it with the costly filter (ids)."""
+    pp = service.create_pull_point(CreatePullPointRequest())
+    sub = service.subscribe(
+        sub_req(
+            service.pull_point_address(pp.id),
+            topic=simple("t:a"),
+            message_content=ExpressionSource(XPATH10, CUBIC, {}),
+        )
+    )
+    assert service.registry.subscriptions[sub.id].feed is not None
+    return pp.id, sub.id
+
+
+def handed_out(service: BrokerService, pp_id: str, maximum: int | None) -> list[bytes]:
+    return [m.payload for m in service.get_messages(pp_id, maximum)]
+
+
+@pytest.mark.parametrize("shape", sorted(FEEDS))
+def test_a_feed_over_its_filter_budget_leaves_its_backlog_in_the_dead_letters(
+    make_broker: Any, shape: str
+) -> None:
+    """A subscription feeding a pull point (core.pull_feeds; native pull on the queue,
+    the buffer on the log) whose filter goes over its budget: what reached the pull point
+    before the breach is handed out once, the breaching message and every one behind it
+    are dead letters once each, and nothing from the breach on is handed out."""
+    service = make(make_broker, shape, filters__cpu_limit=0.3).service
+    assert service is not None
+    pp_id, sub_id = feeding(service)
+    service.pause(sub_id)
+    for text in (EARLY, BIG, *BEHIND):
+        service.notify([note(text if text.startswith("<") else f"<m>{text}</m>", simple("t:a"))])
+    service.resume(sub_id)
+    handed: list[bytes] = []
+    # two at a time: with native pull the answer stops at the breach, the rest waits
+    handed += handed_out(service, pp_id, 2)
+    wait_until(lambda: sub_id not in service.registry.subscriptions, 30, what="the end")
+    letters = wait_until(
+        lambda: (d := service.dead_letters()) and len(d) >= 4 and d, 20, what="four"
+    )
+    # what reached the pull point is kept in it (with the buffer: copied into its inbox)
+    wait_until(
+        lambda: handed.extend(handed_out(service, pp_id, None)) or handed,
+        20,
+        what="the early message",
+    )
+    assert handed == [EARLY.encode()]
+    assert len(letters) == 4
+    found = by_text(letters, (BIG, *BEHIND))
+    # (the buffer's BIG was read once, unsettled: the log counts that as an attempt)
+    assert "cpu_limit" in (found[BIG].last_error or "")
+    for text in BEHIND:
+        assert (found[text].last_error or "").startswith("subscription ended: ")
+    assert {d.reason for d in letters} == {"filter-budget"}
+    assert {d.subscription_id for d in letters} == {sub_id}
+    assert handed_out(service, pp_id, None) == []

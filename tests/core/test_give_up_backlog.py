@@ -208,7 +208,7 @@ def test_a_full_subscription_is_ended_by_the_instance_that_delivers_it(
 
 
 #: passes the filter at once (one <a/>): what reached the pull point before the breach
-EARLY = "<r><a/>early</r>"
+EARLY = "<r><a/><e>early</e></r>"
 #: the feed's reader per shape: the embedded queue's own pull, the file log's buffer
 FEEDS = {"queue": "native pull", "log": "pull buffer"}
 

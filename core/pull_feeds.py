@@ -149,9 +149,7 @@ class PullFeeds:
             if reader is not None:
                 reader.halt_feed(sub_id)
             self._after_breach(state, reader, received, end.reason)
-            threading.Thread(
-                target=self._give_up, args=(sub_id, give_up, end), daemon=True
-            ).start()
+            threading.Thread(target=self._give_up, args=(sub_id, give_up, end), daemon=True).start()
             return None
         except Exception:
             log.exception("subscription %s: cannot prepare a message; dropped", state.record.id)

@@ -723,9 +723,7 @@ class Subscriptions:
             )
             self._ending.pop(sub_id, None)
             return
-        if self._bury_backlog(
-            state, ending.reason, ending.dropped, resume=False
-        ):
+        if self._bury_backlog(state, ending.reason, ending.dropped, resume=False):
             self._ending.pop(sub_id, None)
             metrics.SUBSCRIPTIONS_ENDED.labels(reason=ending.cause).inc()
             self.finish(state, ending.reason)

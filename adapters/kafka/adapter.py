@@ -108,7 +108,6 @@ import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from functools import partial
 from typing import Any
 
 try:
@@ -140,7 +139,7 @@ from ..logbase.engine import CursorEngine
 from .clients import Health, client_hooks
 from .config import KafkaSettings, parse_settings, redact_url
 from .current import CurrentMessages
-from .mapping import KafkaMapping
+from .mapping import Destination, KafkaMapping
 from .publisher import Publisher
 from .readers import KafkaBackend
 from .topics import Topics
@@ -167,6 +166,34 @@ class _Backend(KafkaBackend):
     """The engine's backend, with exact end offsets where the option says they are."""
 
     exact_watermarks = False
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._published_lock = threading.Lock()
+        self._published: dict[StreamId, int] = {}
+
+    def note_published(
+        self, dest: Destination, message: OutboundMessage, partition: int, offset: int, ts: int
+    ) -> None:
+        """The gateway's own publish to ``dest``'s ``partition`` was confirmed at
+        ``offset`` (the publisher's last per topic of a batch)."""
+        stream = (dest.log, partition)
+        with self._published_lock:
+            if offset + 1 > self._published.get(stream, 0):
+                self._published[stream] = offset + 1
+
+    def forget_published(self) -> None:
+        """A followed topic started again below its old end: the offsets noted are of
+        the old log (kept, a cursor's end would wait for offsets that never come)."""
+        with self._published_lock:
+            self._published.clear()
+
+    def published_ends(self) -> dict[StreamId, int]:
+        """Where each stream ends at least: after the gateway's own confirmed publishes
+        (what a cursor's end must read up to when the brokers' watermark is not trusted,
+        ``exact_watermarks = false``)."""
+        with self._published_lock:
+            return dict(self._published)
 
     def end_positions(self) -> dict[StreamId, int] | None:
         if not self.exact_watermarks:
@@ -270,13 +297,25 @@ class KafkaAdapter(LogAdapter):
             )
             current = CurrentMessages(settings, self.mapping, topics, health)
             parts.append(current)
-            publisher = Publisher(settings, self.mapping, topics, health, current.published)
+            backend = _Backend(settings, self.mapping, admin, topics, health, current.observe)
+
+            def confirmed(
+                dest: Destination, message: OutboundMessage, partition: int, offset: int, ts: int
+            ) -> None:
+                current.published(dest, message, partition, offset, ts)
+                backend.note_published(dest, message, partition, offset, ts)
+
+            publisher = Publisher(settings, self.mapping, topics, health, confirmed)
             publisher.start()
             parts.append(publisher)
-            backend = _Backend(settings, self.mapping, admin, topics, health, current.observe)
             backend.exact_watermarks = settings.exact_watermarks
             topics.on_created = backend.topic_created
-            backend.on_reset = partial(publisher.renew, "a followed topic was re-created")
+
+            def reset() -> None:
+                backend.forget_published()  # the offsets it knew are of the old log
+                publisher.renew("a followed topic was re-created")
+
+            backend.on_reset = reset
             engine = CursorEngine(
                 backend, catch_up_readers=settings.catch_up_readers, poll_timeout=0.02
             )

@@ -24,6 +24,7 @@ from wsnmom.core.adapter import (
     OutboundMessage,
 )
 
+from .backend import StreamId
 from .cursor import Cursor
 from .parts import EngineParts
 
@@ -141,6 +142,37 @@ class Burial(EngineParts):
             self.settle(cursor, record.stream, record.offset, gen, rewind=False)
         return True
 
+    def _ends_at_least(self) -> dict[StreamId, int]:
+        """Where each stream ends at least now: the backend's exact ends where it can
+        tell, and after the gateway's own confirmed publishes where it keeps those (a
+        backend's optional ``published_ends``: Kafka without trusted watermarks)."""
+        ends = dict(self.backend.end_positions() or {})
+        published = getattr(self.backend, "published_ends", None)
+        if callable(published):
+            for stream, end in published().items():
+                ends[stream] = max(ends.get(stream, 0), end)
+        return ends
+
+    def _await_head_locked(
+        self, cursor: Cursor, ends: Mapping[StreamId, int], timeout: float
+    ) -> None:
+        """Wait (hold the lock; released meanwhile) until the head reader has polled to
+        the end and past ``ends`` in every stream ``cursor`` reads; ``AdapterUnavailable``
+        when it has not within ``timeout`` (nothing is dead-lettered yet)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            self._sync_head_locked(timeout=max(0.0, deadline - time.monotonic()))
+            behind = sorted(
+                s for s, e in ends.items() if e > self._head.get(s, 0) and self._relevant(cursor, s)
+            )
+            if not behind:
+                return
+            if time.monotonic() >= deadline or not self._dispatching or not self._running:
+                raise AdapterUnavailable(
+                    f"subscription {cursor.name}: the head reader did not reach the end of "
+                    f"{behind} within {timeout:g}s; nothing sent to the dead letters yet"
+                )
+
     def delete_into_dead_letters(
         self, cursor: Cursor, reason: str, context: Mapping[str, str], timeout: float
     ) -> int:
@@ -155,9 +187,15 @@ class Burial(EngineParts):
         if cursor.dead_letters is None or cursor.bury is None:
             raise NotImplementedError(f"subscription {cursor.name} has no dead-letter topic")
         self.stop_cursor(cursor)
+        self._start_head()
+        ends = self._ends_at_least()
         with self.lock:
             if cursor.deleted:
                 return 0
+            # "the head" is where the streams end now, not where the head reader last
+            # polled: a record published before this call is backlog too, and would
+            # otherwise be neither delivered nor dead-lettered once the cursor is gone
+            self._await_head_locked(cursor, ends, timeout)
             cursor.drop_reason, cursor.drop_context = reason, dict(context)
             cursor.buried, cursor.bury_failures, cursor.bury_due = 0, 0, 0.0
             cursor.cap_budget = 0

@@ -150,11 +150,16 @@ class MqttHandle(EmbeddedHandle):
         self, reason: str, context: Mapping[str, str], timeout: float = 30.0
     ) -> int:
         """Destroy the queue in the transaction that sends its messages to its dead-letter
-        topic (the outbox on MQTT 5), then release its filters."""
+        topic (the outbox on MQTT 5), then release its filters.  The transaction runs at a
+        session barrier: what the broker confirmed before the call (a PUBACK comes before
+        the broker delivers to this session) is in the queue by then, and goes too."""
         adapter = self._adapter
         assert isinstance(adapter, MqttAdapter)
         node = adapter._require()
-        sent = node.engine.delete_into_dead_letters(self.name, reason, context)
+        sent = node.session.at_barrier(
+            functools.partial(node.engine.delete_into_dead_letters, self.name, reason, context),
+            timeout,
+        )
         node.session.release(self.name)
         self.detach()
         return sent or 0

@@ -283,6 +283,23 @@ class Session(Ingest):
             )
         return result
 
+    def at_barrier(self, action: Callable[[], Any], timeout: float | None = None) -> Any:
+        """Run ``action`` on the worker once everything the broker queued for the
+        session before this call has been stored (a barrier), and return its result: a
+        publish the broker confirmed is in the queues it was routed to when ``action``
+        runs.  AdapterUnavailable when the session is not connected or the broker does
+        not answer in time (``action`` then never runs)."""
+        if not self.link.connected:
+            raise AdapterUnavailable("the MQTT session is not connected")
+        wait = self.settings.subscribe_timeout if timeout is None else timeout
+        barrier = _Barrier(action)
+        with self._lock:
+            if not self.link.connected:
+                raise AdapterUnavailable("the MQTT session is not connected")
+            self._unacked_barriers.append(barrier)
+            self._send_barrier(barrier)
+        return self._await(barrier, wait)
+
     def release(self, name: str) -> None:
         """Subscription ``name`` is gone: its filters go when nobody else needs them."""
         with self._lock:

@@ -142,21 +142,32 @@ class RabbitMQSubscription(SubscriptionHandle):
     def delete_into_dead_letters(
         self, reason: str, context: Mapping[str, str], timeout: float = 30.0
     ) -> int:
-        """Unbind the queue (it receives nothing more), stop its consumer (what it held
-        is requeued), then take its messages in batches, publish each batch to the
-        dead-letter topic with publisher confirms and acknowledge it, and delete the
-        queue once a ``basic.get`` finds it empty.  A publish not confirmed within
-        ``timeout`` requeues its batch, binds the queue again and raises (the
-        subscription goes on, without what went before)."""
+        """Stop its consumer (what it held is requeued), take its messages in batches,
+        publish each batch to the dead-letter topic with publisher confirms and
+        acknowledge it: first while the queue is still bound (up to the depth it had),
+        then unbound (it receives nothing more) until a ``basic.get`` finds it empty, and
+        delete it.  A publish not confirmed within ``timeout`` requeues its batch and
+        raises (the subscription goes on, without what went before); refused while still
+        bound, as a lasting refusal is at its first batch, nothing published meanwhile
+        misses the queue, and once unbound it is bound again."""
         topic, publish = self.spec.dead_letters, self._publish
         if topic is None or publish is None:
             raise NotImplementedError("this subscription has no dead-letter topic")
         c = self._consumers
-        c.run(c.unbind(self), link=self.link)
         self.stop()
-        sent = 0
+        waiting = self.depth() or 0
+        sent, unbound = 0, False
         try:
-            while batch := self.pull(500, timeout=0.0):
+            while True:
+                if not unbound and sent >= waiting:
+                    c.run(c.unbind(self), link=self.link)
+                    unbound = True
+                batch = self.pull(500, timeout=0.0)
+                if not batch:
+                    if unbound:
+                        break
+                    waiting = sent  # emptied while bound: unbind, then the last ones
+                    continue
                 try:  # ``timeout`` for each batch: a long queue takes as long as it needs
                     publish(
                         [_dropped(r, topic, self.name, reason, context) for r in batch], timeout
@@ -169,7 +180,8 @@ class RabbitMQSubscription(SubscriptionHandle):
                     r.ack()
                 sent += len(batch)
         except AdapterError:
-            c.run(c.declarations.declare_for(self), link=self.link)  # bound again
+            if unbound:
+                c.run(c.declarations.declare_for(self), link=self.link)  # bound again
             raise
         self.delete()
         return sent

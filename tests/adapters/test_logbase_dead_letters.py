@@ -409,3 +409,25 @@ def test_without_a_topic_they_are_skipped_unread(adapter: FileLogAdapter) -> Non
     adapter.publish(OutboundMessage(topic=GRAVE, body=b"sentinel", message_id="s"))
     dead.wait_for_body(b"sentinel", 5)
     assert bodies(dead) == [b"sentinel"]
+
+
+def test_an_end_right_after_a_publish_buries_what_the_head_has_not_read_yet(
+    adapter: FileLogAdapter,
+) -> None:
+    """``delete_into_dead_letters`` called as soon as a publish is confirmed: every record
+    published before the call is the subscription's backlog, the ones the head reader has
+    not polled yet too, so each reaches the dead letters (none lost when the cursor is
+    deleted)."""
+    dead = grave(adapter)
+    handle = adapter.subscription(
+        SubscriptionSpec("racing", (PathPattern(NS, ("t",)),), QueueLimits(), dead_letters=GRAVE)
+    )
+    handle.start(Collector())
+    handle.stop()
+    for round_ in range(5):
+        adapter.publish_many([msg(b"%d:%d" % (round_, i)) for i in range(200)])
+    sent = handle.delete_into_dead_letters(DROPPED_OVERFLOW_END, {}, timeout=10)
+    adapter.publish_many([OutboundMessage(topic=GRAVE, body=b"sentinel", message_id="s")])
+    dead.wait_for_body(b"sentinel", 10)
+    assert sent == 1000
+    assert len(bodies(dead)) == 1001

@@ -1274,6 +1274,27 @@ class DroppedToDeadLetters(AdapterFixtures):
         again = self.subscribe(adapter, name, patterns)
         self.assert_quiet(adapter, again, topic)
 
+    def test_delete_into_dead_letters_right_after_a_publish(
+        self, adapter: Adapter, namespace: str, unique_name: Names
+    ) -> None:
+        """``delete_into_dead_letters`` called as soon as the middleware confirmed a
+        publish: what it confirmed is the backlog, whether or not the adapter has read it
+        yet (a log's head reader; MQTT's gateway session, whose PUBACK comes before the
+        broker delivers to it), so each message reaches the dead letters once."""
+        grave, box = self._grave(adapter, unique_name)
+        name = unique_name()
+        topic = self.topic(namespace, "t")
+        handle = self.subscribe(adapter, name, (self.pattern(namespace, "t"),), dead_letters=grave)
+        count = 300
+        adapter.publish_many([self.message(topic, b"%d" % i) for i in range(count)])
+        sent = handle.delete_into_dead_letters(
+            DROPPED_OVERFLOW_END, {}, timeout=2 * self.receive_timeout
+        )
+        assert sent == count
+        dropped = self._dropped(box, count)
+        assert sorted(m.body for m in dropped) == sorted(b"%d" % i for i in range(count))
+        self.assert_quiet(adapter, box, grave)
+
 
 class CurrentMessage(AdapterFixtures):
     """The middleware keeps the last message per topic (``retained_current_message``)."""

@@ -239,6 +239,18 @@ def feeding(service: BrokerService) -> tuple[str, str]:
     return pp.id, sub.id
 
 
+def queue_all(service: BrokerService, sub_id: str) -> None:
+    """``EARLY``, ``BIG``, then ``BEHIND``, all waiting in the subscription when its
+    feed is read again (MQTT's session queue takes them from Mosquitto asynchronously)."""
+    service.pause(sub_id)
+    for text in (EARLY, BIG, *BEHIND):
+        service.notify([note(text if text.startswith("<") else f"<m>{text}</m>", simple("t:a"))])
+    handle = service.registry.subscriptions[sub_id].handle
+    assert handle is not None
+    wait_until(lambda: (n := handle.depth()) is None or n >= 5, 20, what="the backlog")
+    service.resume(sub_id)
+
+
 def handed_out(service: BrokerService, pp_id: str, maximum: int | None) -> list[bytes]:
     return [m.payload for m in service.get_messages(pp_id, maximum)]
 
@@ -255,14 +267,17 @@ def test_a_feed_over_its_filter_budget_leaves_its_backlog_in_the_dead_letters(
     service = make_feeding(make_broker, request, shape).service
     assert service is not None
     pp_id, sub_id = feeding(service)
-    service.pause(sub_id)
-    for text in (EARLY, BIG, *BEHIND):
-        service.notify([note(text if text.startswith("<") else f"<m>{text}</m>", simple("t:a"))])
-    service.resume(sub_id)
+    queue_all(service, sub_id)
     handed: list[bytes] = []
     # two at a time: with native pull the answer stops at the breach, the rest waits
-    handed += handed_out(service, pp_id, 2)
-    wait_until(lambda: sub_id not in service.registry.subscriptions, 30, what="the end")
+    wait_until(
+        lambda: (
+            handed.extend(handed_out(service, pp_id, 2))
+            or sub_id not in service.registry.subscriptions
+        ),
+        30,
+        what="the end",
+    )
     letters = wait_until(
         lambda: (d := service.dead_letters()) and len(d) >= 4 and d, 20, what="four"
     )
@@ -309,10 +324,7 @@ def test_a_feed_whose_backlog_is_refused_stays_stopped_until_a_sweep_ends_it(
 
     adapter.publish_many = publish_many
     pp_id, sub_id = feeding(service)
-    service.pause(sub_id)
-    for text in (EARLY, BIG, *BEHIND):
-        service.notify([note(text if text.startswith("<") else f"<m>{text}</m>", simple("t:a"))])
-    service.resume(sub_id)
+    queue_all(service, sub_id)
     wait_until(lambda: refused, 20, what="a refused burial")
     wait_until(lambda: sub_id in service.subscriptions._ending, 20, what="the end pending")
     assert sub_id in service.registry.subscriptions

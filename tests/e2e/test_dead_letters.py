@@ -602,12 +602,24 @@ def test_a_pull_points_feed_over_its_filter_budget_leaves_the_whole_backlog_in_i
     wsn.notify(("tns:fpp", BIG))
     for n in ("second", "third"):
         wsn.notify(("tns:fpp", f'<n xmlns="urn:n">{n}</n>'))
-    wsn.post(sub.address, "<wsnt:ResumeSubscription/>").ok()
-    # two at a time: a pull point reading its feed on GetMessages stops at the breach
-    handed = [content_of(m) for m in wsn.get_messages(pp, 2)]
     subscription = f"{server.base_url}/wsn/admin/api/subscriptions/{sub.id}"
+    # all four waiting in the subscription (MQTT's session queue takes them from the
+    # broker asynchronously)
     wait_until(
-        lambda: requests.get(subscription, timeout=10).status_code == 404, 30, what="the end"
+        lambda: (n := requests.get(subscription, timeout=10).json()["waiting"]) is None or n >= 4,
+        30,
+        what="the backlog",
+    )
+    wsn.post(sub.address, "<wsnt:ResumeSubscription/>").ok()
+    handed: list[str] = []
+    # two at a time: a pull point reading its feed on GetMessages stops at the breach
+    wait_until(
+        lambda: (
+            handed.extend(content_of(m) for m in wsn.get_messages(pp, 2))
+            or requests.get(subscription, timeout=10).status_code == 404
+        ),
+        30,
+        what="the end",
     )
     found = wait_until(
         lambda: (d := letters(server, destination)) and len(d) >= 3 and d,

@@ -684,7 +684,8 @@ class Subscriptions:
     def give_up(self, subscription_id: str, end: EndSubscription) -> None:
         """Delivery cannot go on (the retry policy gave up on the consumer, or the filter
         exceeded its evaluation budget): end the subscription, its backlog to its dead
-        letters first.  Runs on a thread of its own (``Channel.on_give_up``), after the
+        letters first.  Runs on a thread of its own (``Channel.on_give_up``; for a pull
+        point's feed, ``core.pull_feeds``, once the feed stopped at the breach), after the
         channel stopped and acknowledged the batch it gave up on (that batch went to the
         dead letters already, so the burial here finds it gone).  When the middleware
         does not take the backlog the subscription stays, its delivery stopped, and
@@ -769,12 +770,13 @@ class Subscriptions:
         self, state: LiveSubscription, reason: str, dropped: str, resume: bool
     ) -> bool:
         """Before a subscription ends: stop its delivery here (what it held goes back to
-        the middleware) and have the adapter send its whole backlog to its dead letters
-        (``HEADER_DROPPED_REASON`` = ``dropped``, with the consumer and "subscription
-        ended: ``reason``") and delete its durable subscription.  True when that was done,
-        or cannot be (no handle, dead letters off, an adapter without it: then the
-        backlog is deleted with the subscription, as before).  False when the middleware
-        did not take it all: the subscription stays, those that reached the dead letters
+        the middleware; a pull point's feed keeps what reached the pull point in it, as a
+        pause does: ``PullFeeds.stop``) and have the adapter send its whole backlog to
+        its dead letters (``HEADER_DROPPED_REASON`` = ``dropped``, with the consumer and
+        "subscription ended: ``reason``") and delete its durable subscription.  True when
+        that was done, or cannot be (no handle, dead letters off, an adapter without it:
+        then the backlog is deleted with the subscription, as before).  False when the
+        middleware did not take it all: the subscription stays, those that reached the dead letters
         gone from it, its delivery started again when ``resume``."""
         ctx = self._ctx
         handle = state.handle

@@ -776,8 +776,8 @@ class Subscriptions:
         "subscription ended: ``reason``") and delete its durable subscription.  True when
         that was done, or cannot be (no handle, dead letters off, an adapter without it:
         then the backlog is deleted with the subscription, as before).  False when the
-        middleware did not take it all: the subscription stays, those that reached the dead letters
-        gone from it, its delivery started again when ``resume``."""
+        middleware did not take it all: the subscription stays, those that reached the
+        dead letters gone from it, its delivery started again when ``resume``."""
         ctx = self._ctx
         handle = state.handle
         context = ctx.dead_letters.ending_context(state.record, f"subscription ended: {reason}")

@@ -18,7 +18,8 @@ settled at once when nothing of that feed waits before it, else it waits in the 
 (never handed out) and is settled when GetMessages reaches it.  ``suspend_feed`` takes a
 feed's waiting messages out (a pause or the end of the subscription: the caller keeps
 them in the pull point by other means) and ignores what the feed delivers until its
-handle is stopped or resumed.
+handle is stopped or resumed; ``halt_feed`` only ignores what it delivers from now on
+(its subscription's filter ended it: ``core.pull_feeds``).
 
 **Kept copies and a resume.**  The caller keeps what a suspended feed held by publishing
 copies into the pull point's inbox, whose handle delivers them into this buffer again
@@ -246,6 +247,17 @@ class PullBuffer:
             self._skips -= sum(1 for r in mine if r.message is None)
             feed.waiting = 0
         return mine
+
+    def halt_feed(self, name: str) -> None:
+        """Ignore what the feed delivers from now on, leaving it unsettled (its handle
+        gives it back to the middleware when stopped), and keep its waiting messages in
+        the buffer (handed out, or taken by ``suspend_feed``).  Callable from the feed's
+        ``prepare``: the message being prepared is ignored too."""
+        with self._cv:
+            feed = self._feeds.get(name)
+            if feed is not None:
+                feed.active = False
+                self._deferred.pop(name, None)
 
     def expect(self, name: str, message_ids: Sequence[str]) -> None:
         """Copies of the feed's messages (by message id) are being published into the

@@ -41,8 +41,16 @@ What a pull point fed this way guarantees, as before:
   later messages: with the buffer, a resume starts the feed once they are back in the
   buffer (``PullBuffer.expect``; at most ``pull_buffer.KEPT_WAIT`` later).
 * A MessageContent filter that exceeds its evaluation budget ends the subscription, as
-  on a delivery channel: the message is dropped, later ones are not evaluated, and the
-  subscription's ``give_up`` runs on a thread of its own (it detaches the feed).
+  on a delivery channel, and every message from that one on goes to its dead letters: the
+  feed stops at once (``halt_feed``), so nothing from the breach on is handed out or
+  settled, and the subscription's ``give_up`` runs on a thread of its own.  That keeps
+  what reached the pull point in it (as a pause does), stops the feed's handle, sends
+  the subscription's backlog to its dead letters and ends it (``core.subscriptions``;
+  when the middleware refuses the backlog, the subscription stays with its feed stopped
+  until a sweep ends it).  With the buffer the breaching message and those behind it
+  stay unsettled in the subscription, part of that backlog.  With native pull a
+  ``take`` has already removed the breaching message, and the rest of its batch, from
+  the middleware: each of those goes to the dead letters on its own, as it is met.
 """
 
 from __future__ import annotations
@@ -81,10 +89,10 @@ class PullFeeds:
         self._prepare = prepare
         self._forward = forward
         self._lock = threading.Lock()
-        #: subscriptions whose filter ended them, until their give-up detached the feed;
+        #: subscriptions whose filter ended them (-> why), until their give-up ran;
         #: under a lock of its own (``_prepared`` runs inside a reader's ``take``, which
         #: ``sync`` and ``detach`` wait for while holding ``_lock``)
-        self._ending: set[str] = set()
+        self._ending: dict[str, str] = {}
         self._ending_lock = threading.Lock()
 
     @staticmethod
@@ -122,24 +130,26 @@ class PullFeeds:
         received: Received,
     ) -> NotificationMessage | None:
         sub_id = state.record.id
-        if sub_id in self._ending:
+        reader = state.feed
+        ending = self._ending.get(sub_id)
+        if ending is not None:
+            self._after_breach(state, reader, received, f"subscription ended: {ending}")
             return None
         try:
             message = self._prepare(state, received)
         except EndSubscription as end:
             with self._ending_lock:
                 first = sub_id not in self._ending
-                self._ending.add(sub_id)
-            if first:
-                log.warning("subscription %s: %s", sub_id, end.reason)
-                # the message is settled as filtered when this returns: a dead letter the
-                # middleware did not confirm is only logged here (core.dead_letters)
-                self._ctx.dead_letters.bury(
-                    state.record, [received], "filter-budget", 0, end.reason
-                )
-                threading.Thread(
-                    target=self._give_up, args=(sub_id, give_up, end), daemon=True
-                ).start()
+                self._ending.setdefault(sub_id, end.reason)
+            if not first:
+                self._after_breach(state, reader, received, f"subscription ended: {end.reason}")
+                return None
+            log.warning("subscription %s: %s", sub_id, end.reason)
+            # nothing from here on is handed out or settled (see the module docstring)
+            if reader is not None:
+                reader.halt_feed(sub_id)
+            self._after_breach(state, reader, received, end.reason)
+            threading.Thread(target=self._give_up, args=(sub_id, give_up, end), daemon=True).start()
             return None
         except Exception:
             log.exception("subscription %s: cannot prepare a message; dropped", state.record.id)
@@ -155,6 +165,21 @@ class PullFeeds:
                 pass
         return message
 
+    def _after_breach(
+        self,
+        state: LiveSubscription,
+        reader: PullBuffer | PullReader | None,
+        received: Received,
+        error: str,
+    ) -> None:
+        """A message of a subscription its filter ended, met from the breach on.  With
+        native pull a ``take`` removed it from the middleware: it goes to the dead letters
+        here (a dead letter the middleware did not confirm is only logged:
+        ``core.dead_letters``).  With the buffer it stays unsettled in the subscription
+        (the halted feed ignores it) and goes with the backlog."""
+        if isinstance(reader, PullReader):
+            self._ctx.dead_letters.bury(state.record, [received], "filter-budget", 0, error)
+
     def _give_up(
         self, sub_id: str, give_up: Callable[[EndSubscription], None], end: EndSubscription
     ) -> None:
@@ -164,7 +189,7 @@ class PullFeeds:
             log.exception("subscription %s: ending it failed", sub_id)
         finally:
             with self._ending_lock:
-                self._ending.discard(sub_id)
+                self._ending.pop(sub_id, None)
 
     def sync(self, state: LiveSubscription, *, here: bool = True) -> None:
         """Bring the feed in line with the subscription's state after a pause or resume:
@@ -181,6 +206,20 @@ class PullFeeds:
             drain = here and self._kept_here(state)
             self._keep(state, reader, reader.suspend_feed(state.record.id, drain=drain))
             handle.stop()
+
+    def stop(self, state: LiveSubscription) -> bool:
+        """Before the subscription's backlog goes to its dead letters: what reached the
+        pull point stays in it (as a pause keeps it), the feed and its handle stop (what
+        the handle held goes back to the middleware, into that backlog).  False when it
+        has no feed here."""
+        with self._lock:
+            reader, handle = state.feed, state.handle
+            if reader is None or handle is None:
+                return False
+            drain = self._kept_here(state)
+            self._keep(state, reader, reader.suspend_feed(state.record.id, drain=drain))
+            handle.stop()
+            return True
 
     def detach(self, state: LiveSubscription, *, here: bool = True) -> None:
         """The subscription ends: what reached the pull point stays in it (unless the pull

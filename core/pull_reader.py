@@ -17,6 +17,9 @@ them when GetMessages asks, and holds nothing in memory:
   most ``cap`` per feed); the caller publishes them into the inbox and settles them, or
   ``give_back`` returns them to the feed.  ``drain=False`` (another instance made the
   change and keeps them) takes nothing.
+* ``halt_feed`` (its subscription's filter went over its budget) stops the feed at once,
+  from inside a ``take``: that answer takes nothing more from it, and what waits in it
+  stays there for the subscription's end (``core.pull_feeds``).
 * Reads of the feeds are serialised (``_reading``): ``take`` holds it for a whole answer,
   ``suspend_feed`` to stop the feed and take what reached the pull point.  A pause or an
   end arriving while GetMessages reads the feed waits for that answer, and no answer
@@ -104,6 +107,15 @@ class PullReader:
             received = feed.handle.pull(self.cap, timeout=0.0)
             return [Fed(feed, r, feed.prepare(r)) for r in received]
 
+    def halt_feed(self, name: str) -> None:
+        """Stop reading the feed at once, taking nothing: callable from the feed's
+        ``prepare`` inside a ``take`` (its subscription's filter ended it), whose answer
+        then takes nothing more from the feed; a later ``suspend_feed`` takes nothing."""
+        with self._lock:
+            feed = self._feeds.get(name)
+            if feed is not None:
+                feed.active = False
+
     def resume_feed(self, name: str) -> None:
         """Read the feed again."""
         with self._lock:
@@ -150,7 +162,7 @@ class PullReader:
                 self._turn = turn + 1
                 feeds = feeds[turn:] + feeds[:turn]
         for feed in feeds:
-            while len(out) < max_messages:
+            while len(out) < max_messages and feed.active:
                 want = max_messages - len(out)
                 try:
                     got = feed.handle.take(want)

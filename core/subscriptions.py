@@ -684,7 +684,8 @@ class Subscriptions:
     def give_up(self, subscription_id: str, end: EndSubscription) -> None:
         """Delivery cannot go on (the retry policy gave up on the consumer, or the filter
         exceeded its evaluation budget): end the subscription, its backlog to its dead
-        letters first.  Runs on a thread of its own (``Channel.on_give_up``), after the
+        letters first.  Runs on a thread of its own (``Channel.on_give_up``; for a pull
+        point's feed, ``core.pull_feeds``, once the feed stopped at the breach), after the
         channel stopped and acknowledged the batch it gave up on (that batch went to the
         dead letters already, so the burial here finds it gone).  When the middleware
         does not take the backlog the subscription stays, its delivery stopped, and
@@ -723,11 +724,7 @@ class Subscriptions:
             )
             self._ending.pop(sub_id, None)
             return
-        # a pull point's feed settles what it reads while its subscription ends (as
-        # filtered): its backlog is deleted with it, as before
-        if state.feed is not None or self._bury_backlog(
-            state, ending.reason, ending.dropped, resume=False
-        ):
+        if self._bury_backlog(state, ending.reason, ending.dropped, resume=False):
             self._ending.pop(sub_id, None)
             metrics.SUBSCRIPTIONS_ENDED.labels(reason=ending.cause).inc()
             self.finish(state, ending.reason)
@@ -773,13 +770,14 @@ class Subscriptions:
         self, state: LiveSubscription, reason: str, dropped: str, resume: bool
     ) -> bool:
         """Before a subscription ends: stop its delivery here (what it held goes back to
-        the middleware) and have the adapter send its whole backlog to its dead letters
-        (``HEADER_DROPPED_REASON`` = ``dropped``, with the consumer and "subscription
-        ended: ``reason``") and delete its durable subscription.  True when that was done,
-        or cannot be (no handle, dead letters off, an adapter without it: then the
-        backlog is deleted with the subscription, as before).  False when the middleware
-        did not take it all: the subscription stays, those that reached the dead letters
-        gone from it, its delivery started again when ``resume``."""
+        the middleware; a pull point's feed keeps what reached the pull point in it, as a
+        pause does: ``PullFeeds.stop``) and have the adapter send its whole backlog to
+        its dead letters (``HEADER_DROPPED_REASON`` = ``dropped``, with the consumer and
+        "subscription ended: ``reason``") and delete its durable subscription.  True when
+        that was done, or cannot be (no handle, dead letters off, an adapter without it:
+        then the backlog is deleted with the subscription, as before).  False when the
+        middleware did not take it all: the subscription stays, those that reached the
+        dead letters gone from it, its delivery started again when ``resume``."""
         ctx = self._ctx
         handle = state.handle
         context = ctx.dead_letters.ending_context(state.record, f"subscription ended: {reason}")
@@ -793,6 +791,12 @@ class Subscriptions:
             if restart:
                 assert channel is not None
                 channel.stop()  # what it held goes back to the middleware, then goes too
+            # a pull point's feed: what reached the pull point stays there, as at a pause
+            try:
+                fed = state.feed is not None and self.delivery.feeds.stop(state)
+            except AdapterError as exc:
+                log.error("subscription %s: its feed did not stop (%s)", state.record.id, exc)
+                return False  # tried again at the next sweep (a feed has no channel)
             try:
                 sent = handle.delete_into_dead_letters(
                     dropped, context, timeout=ctx.settings.publish_timeout
@@ -813,6 +817,8 @@ class Subscriptions:
                 if restart and resume:
                     assert channel is not None
                     channel.start()
+                if fed and resume:
+                    self.delivery.feeds.sync(state)
                 return False
             else:
                 log.warning(

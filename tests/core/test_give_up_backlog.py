@@ -5,8 +5,10 @@ engine): the batch given up on with its own reason and attempts, every message b
 (waiting in the middleware or held by the stopped channel) with the same reason and
 "subscription ended: ...", each once, and none of them delivered.  A backlog the
 middleware refuses keeps the subscription, its delivery stopped, until a sweep ends it.
-The session shape (MQTT) and every middleware through a gateway:
-tests/e2e/test_dead_letters.py."""
+A subscription feeding a pull point (``core.pull_feeds``) whose filter goes over its
+budget does the same, on native pull (the queue, and the session shape against the test
+Mosquitto) and on the pull buffer (the log).  The session shape of pushed subscriptions
+and every middleware through a gateway: tests/e2e/test_dead_letters.py."""
 
 from __future__ import annotations
 
@@ -17,9 +19,10 @@ from typing import Any
 import pytest
 from wsnmom.core.adapter import HEADER_DROPPED_REASON, OutboundMessage
 from wsnmom.core.dead_letters import DeadLetter
-from wsnmom.core.model import ExpressionSource
+from wsnmom.core.model import CreatePullPointRequest, ExpressionSource
 from wsnmom.core.service import BrokerService
 
+from tests.fixtures.server import mqtt_gateway_url
 from tests.support.waiting import wait_until
 
 from .conftest import Broker, RecordingOutbound, note, simple, sub_req
@@ -205,3 +208,140 @@ def test_a_full_subscription_is_ended_by_the_instance_that_delivers_it(
     )
     assert {d.reason for d in letters} == {"overflow-end"}
     assert len(letters) == 3 and {d.subscription_id for d in letters} == {sub.id}
+
+
+#: passes the filter at once (one <a/>): what reached the pull point before the breach
+EARLY = "<r><a/><e>early</e></r>"
+#: the feed's reader per shape: the embedded queue's and MQTT's own pull (MQTT against
+#: the test Mosquitto), the file log's buffer
+FEEDS = {"queue": "native pull", "session": "native pull", "log": "pull buffer"}
+
+
+def make_feeding(make_broker: Any, request: pytest.FixtureRequest, shape: str) -> Broker:
+    """``make`` with a filter budget, on the session shape too."""
+    if shape != "session":
+        return make(make_broker, shape, filters__cpu_limit=0.3)
+    url = mqtt_gateway_url(str(request.getfixturevalue("mqtt_url"))) + "&data_dir={tmp}/mqtt"
+    return make_broker(adapter_url=url, filters__cpu_limit=0.3)
+
+
+def feeding(service: BrokerService) -> tuple[str, str]:
+    """A pull point and a subscription feeding it with the costly filter (ids)."""
+    pp = service.create_pull_point(CreatePullPointRequest())
+    sub = service.subscribe(
+        sub_req(
+            service.pull_point_address(pp.id),
+            topic=simple("t:a"),
+            message_content=ExpressionSource(XPATH10, CUBIC, {}),
+        )
+    )
+    assert service.registry.subscriptions[sub.id].feed is not None
+    return pp.id, sub.id
+
+
+def queue_all(service: BrokerService, sub_id: str) -> None:
+    """``EARLY``, ``BIG``, then ``BEHIND``, all waiting in the subscription when its
+    feed is read again (MQTT's session queue takes them from Mosquitto asynchronously)."""
+    service.pause(sub_id)
+    for text in (EARLY, BIG, *BEHIND):
+        service.notify([note(text if text.startswith("<") else f"<m>{text}</m>", simple("t:a"))])
+    handle = service.registry.subscriptions[sub_id].handle
+    assert handle is not None
+    wait_until(lambda: (n := handle.depth()) is None or n >= 5, 20, what="the backlog")
+    service.resume(sub_id)
+
+
+def handed_out(service: BrokerService, pp_id: str, maximum: int | None) -> list[bytes]:
+    return [m.payload for m in service.get_messages(pp_id, maximum)]
+
+
+@pytest.mark.parametrize("shape", sorted(FEEDS))
+def test_a_feed_over_its_filter_budget_leaves_its_backlog_in_the_dead_letters(
+    make_broker: Any, request: pytest.FixtureRequest, shape: str
+) -> None:
+    """A subscription feeding a pull point (core.pull_feeds; native pull on the queue
+    and the session, the buffer on the log) whose filter goes over its budget: what
+    reached the pull point before the breach is handed out once, the breaching message
+    and every one behind it are dead letters once each, and nothing from the breach on
+    is handed out."""
+    service = make_feeding(make_broker, request, shape).service
+    assert service is not None
+    pp_id, sub_id = feeding(service)
+    queue_all(service, sub_id)
+    handed: list[bytes] = []
+    # two at a time: with native pull the answer stops at the breach, the rest waits
+    wait_until(
+        lambda: (
+            handed.extend(handed_out(service, pp_id, 2))
+            or sub_id not in service.registry.subscriptions
+        ),
+        30,
+        what="the end",
+    )
+    letters = wait_until(
+        lambda: (d := service.dead_letters()) and len(d) >= 4 and d, 20, what="four"
+    )
+    # what reached the pull point is kept in it (with the buffer: copied into its inbox)
+    wait_until(
+        lambda: handed.extend(handed_out(service, pp_id, None)) or handed,
+        20,
+        what="the early message",
+    )
+    assert handed == [EARLY.encode()]
+    assert len(letters) == 4
+    found = by_text(letters, (BIG, *BEHIND))
+    # (the buffer's BIG was read once, unsettled: the log counts that as an attempt)
+    assert "cpu_limit" in (found[BIG].last_error or "")
+    for text in BEHIND:
+        assert (found[text].last_error or "").startswith("subscription ended: ")
+    assert {d.reason for d in letters} == {"filter-budget"}
+    assert {d.subscription_id for d in letters} == {sub_id}
+    assert handed_out(service, pp_id, None) == []
+
+
+def test_a_feed_whose_backlog_is_refused_stays_stopped_until_a_sweep_ends_it(
+    make_broker: Any,
+) -> None:
+    """The log refuses the backlog of a feed its filter ended: the subscription stays,
+    its feed stopped (nothing more read into the pull point's buffer), what reached the
+    pull point before the breach is still handed out; the sweep after the refusal ends
+    it, every message from the breach on a dead letter once."""
+    b = make(make_broker, "log", filters__cpu_limit=0.3)
+    service = b.service
+    assert service is not None
+    adapter = b.adapter
+    engine = adapter.cursor_engine()
+    engine.bury_retry_first, engine.bury_retry_max = 0.2, 0.4
+    real = adapter.publish_many
+    refused: list[int] = []
+    refusing = True
+
+    def publish_many(messages: Sequence[OutboundMessage], timeout: float = 10.0) -> Any:
+        if refusing and any(HEADER_DROPPED_REASON in m.headers for m in messages):
+            refused.append(len(messages))
+            raise RuntimeError("dead-letter topic refused")
+        return real(messages, timeout)
+
+    adapter.publish_many = publish_many
+    pp_id, sub_id = feeding(service)
+    queue_all(service, sub_id)
+    wait_until(lambda: refused, 20, what="a refused burial")
+    wait_until(lambda: sub_id in service.subscriptions._ending, 20, what="the end pending")
+    assert sub_id in service.registry.subscriptions
+    reader = service.registry.pull_points[pp_id].reader
+    handle = service.registry.subscriptions[sub_id].handle
+    assert handle in reader.feeds(active=False)
+    handed = wait_until(lambda: handed_out(service, pp_id, None), 20, what="the early message")
+    assert handed == [EARLY.encode()]
+    refusing = False
+    service.sweep()
+    assert sub_id not in service.registry.subscriptions
+    letters = wait_until(
+        lambda: (d := service.dead_letters()) and len(d) >= 4 and d, 20, what="four"
+    )
+    assert len(letters) == 4
+    found = by_text(letters, (BIG, *BEHIND))
+    # buried by the sweep's end, or by the cursor's retry of what the refused end held
+    # (the log's drops are "overflow" then: adapters/logbase/burial.py)
+    assert {d.reason for d in found.values()} <= {"filter-budget", "overflow"}
+    assert handed_out(service, pp_id, None) == []

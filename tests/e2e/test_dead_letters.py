@@ -571,3 +571,81 @@ def test_a_filter_over_its_budget_leaves_the_whole_backlog_in_its_dead_letters(
         assert letter[mine]["last_error"].startswith("subscription ended: ")
     assert consumer.messages_for(sub.address) == []
     assert dead_lettered(server) == 3
+
+
+#: passes ``CUBIC`` at once: what reaches the pull point before the breach
+EARLY = "<r><a/><e>early</e></r>"
+
+
+def content_of(message: Any) -> str:
+    """The text of the message's content ("early"; "" for ``BIG``)."""
+    return "".join(message.find("wsnt:Message", NS).itertext())
+
+
+def test_a_pull_points_feed_over_its_filter_budget_leaves_the_whole_backlog_in_its_dead_letters(
+    wsnmom_server: RunningServer, destination: str
+) -> None:
+    """A subscription feeding a pull point (read by the pull point directly:
+    core.pull_feeds) whose MessageContent filter goes over its budget: what reached the
+    pull point before the breach is handed out, the message evaluated and every one
+    behind it are dead letters (``filter-budget``) once each, and none of them is handed
+    out, before or after the end."""
+    server = wsnmom_server
+    wsn = Wsn(server, f"urn:test:{uuid.uuid4().hex[:8]}")
+    _, pp = wsn.create_pull_point()
+    content = f'<wsnt:MessageContent Dialect="{XPATH10}">{CUBIC}</wsnt:MessageContent>'
+    sub = wsn.subscribe(pp, "tns:fpp", extra_filter=content, policy=policy(destination))
+    wsn.post(sub.address, "<wsnt:PauseSubscription/>").ok()
+    # "early" passes the filter at once (one <a/>), "second" and "third" would be
+    # dropped by it at once
+    wsn.notify(("tns:fpp", EARLY))
+    wsn.notify(("tns:fpp", BIG))
+    for n in ("second", "third"):
+        wsn.notify(("tns:fpp", f'<n xmlns="urn:n">{n}</n>'))
+    subscription = f"{server.base_url}/wsn/admin/api/subscriptions/{sub.id}"
+    # all four waiting in the subscription (MQTT's session queue takes them from the
+    # broker asynchronously)
+    wait_until(
+        lambda: (n := requests.get(subscription, timeout=10).json()["waiting"]) is None or n >= 4,
+        30,
+        what="the backlog",
+    )
+    wsn.post(sub.address, "<wsnt:ResumeSubscription/>").ok()
+    handed: list[str] = []
+    # two at a time: a pull point reading its feed on GetMessages stops at the breach
+    wait_until(
+        lambda: (
+            handed.extend(content_of(m) for m in wsn.get_messages(pp, 2))
+            or requests.get(subscription, timeout=10).status_code == 404
+        ),
+        30,
+        what="the end",
+    )
+    found = wait_until(
+        lambda: (d := letters(server, destination)) and len(d) >= 3 and d,
+        30,
+        what="three dead letters",
+    )
+    # what reached the pull point stays in it (kept in its inbox where it was buffered)
+    wait_until(
+        lambda: handed.extend(content_of(m) for m in wsn.get_messages(pp)) or handed,
+        30,
+        what="the early message",
+    )
+    assert handed == ["early"]
+    assert len(found) == 3, found
+    assert {d["reason"] for d in found} == {"filter-budget"}
+    assert {d["subscription"] for d in found} == {sub.id}
+    bodies = {
+        d["id"]: requests.get(
+            f"{server.base_url}/wsn/admin/api/dead-letters/{d['id']}", timeout=10
+        ).json()["body"]
+        for d in found
+    }
+    letter = {d["id"]: d for d in found}
+    [big] = [i for i, b in bodies.items() if "<a/><a/>" in b]
+    assert "cpu_limit" in letter[big]["last_error"]
+    for n in ("second", "third"):
+        [mine] = [i for i, b in bodies.items() if f">{n}<" in b]
+        assert letter[mine]["last_error"].startswith("subscription ended: ")
+    assert wsn.get_messages(pp) == []

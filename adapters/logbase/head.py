@@ -141,7 +141,12 @@ class Head(EngineParts):
                 # its saved position lies in the old log: saved again before a crash
                 # could resume from it
                 if cursor.attached and cursor.inflight:
-                    cursor.own_positions = False
+                    if not self.shared:
+                        # the head's commit covers it again until they are saved (a
+                        # crash meanwhile must not resume from them); shared, the head's
+                        # commit never covers it and it keeps positions of its own,
+                        # saved while they change (``_own_due``)
+                        cursor.own_positions = False
                     self._own_save.add(cursor.name)
                     self._pinning.add(cursor.name)
                 elif cursor.attached:

@@ -291,9 +291,7 @@ def test_a_deliverer_keeps_saving_its_position_after_another_stream_was_recreate
     for body in (b"y1", b"y2", b"y3"):
         by_body[body].ack()
     # saved within save_interval + commit_interval (before, never: it stayed at y1)
-    wait_until(
-        lambda: shared.get("s") == {STREAM: 4, other: 0}, 5, what="the position of y1..y3"
-    )
+    wait_until(lambda: shared.get("s") == {STREAM: 4, other: 0}, 5, what="the position of y1..y3")
     # A dies (kill -9); B takes over from the saved position: nothing settled comes again
     store_a.dead = True
     got_b = Collector()

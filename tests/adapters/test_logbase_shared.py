@@ -299,3 +299,36 @@ def test_a_deliverer_keeps_saving_its_position_after_another_stream_was_recreate
     log.append(STREAM, b"y4")
     received = got_b.wait_for_body(b"y4", 5)
     assert [m.body for m in received] == [b"y4"]
+
+
+def test_a_deliverer_with_nothing_unsettled_keeps_its_position_saved_when_a_stream_is_recreated(
+    engines: tuple[_MemoryLog, _SharedPositions, list[CursorEngine]],
+) -> None:
+    """Everything settled, a stream it had read is re-created: its position is saved again
+    (the new log's start), not deleted.  Before, it was deleted as on one instance (where
+    the head's commit covers a cursor at the head; shared, it never does), and stayed
+    deleted while no record came: an instance that made the subscription after a kill -9
+    started it at the end of the log, and what was published meanwhile was skipped."""
+    log, shared, (a, b) = engines
+    store_a = a.backend.position_store()  # type: ignore[attr-defined]
+    other = ("t", 1)
+    got = Collector()
+    a.subscription(spec("s", "t")).start(got)
+    log.append(STREAM, b"y0")
+    log.append(other, b"x0")
+    got.wait_for(2, 5)
+    wait_until(lambda: shared.get("s") == {STREAM: 1, other: 1}, 5, what="the position of both")
+    # the commit passes are done with it (saved and unchanged)
+    wait_until(lambda: a.stats()["pinning"] == 0, 5, what="the commit passes done with it")
+    log.recreate(other)
+    wait_until(
+        lambda: shared.get("s") == {STREAM: 1, other: 0}, 5, what="the save after the restart"
+    )
+    # A dies (kill -9); a record is published; then B makes the subscription and delivers it
+    store_a.dead = True
+    log.append(STREAM, b"y1")
+    got_b = Collector()
+    b.subscription(spec("s", "t")).start(got_b)
+    log.append(STREAM, b"y2")
+    received = got_b.wait_for_body(b"y2", 5)
+    assert [m.body for m in received] == [b"y1", b"y2"]

@@ -140,7 +140,14 @@ class Head(EngineParts):
             if self._stored.get(cursor.name, {}).get(stream, start) > start:
                 # its saved position lies in the old log: saved again before a crash
                 # could resume from it
-                if cursor.attached and cursor.inflight:
+                if cursor.attached and self.shared:
+                    # the head's commit never covers it: it keeps positions of its own,
+                    # saved while they change (``_own_due``), never deleted
+                    self._own_save.add(cursor.name)
+                    self._pinning.add(cursor.name)
+                elif cursor.attached and cursor.inflight:
+                    # the head's commit covers it again until they are saved (a crash
+                    # meanwhile must not resume from them)
                     cursor.own_positions = False
                     self._own_save.add(cursor.name)
                     self._pinning.add(cursor.name)

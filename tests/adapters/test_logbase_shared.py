@@ -250,3 +250,85 @@ def test_a_zombies_position_writes_are_fenced_and_move_nothing_back(
     witness.wait_for(1, 5)
     wait_until(lambda: (shared.get("w") or {}).get(("u", 0)) == 1, 5, what="A's next commit pass")
     assert (shared.get("s") or {}).get(STREAM) == 8  # before: 5
+
+
+def test_a_deliverer_keeps_saving_its_position_after_another_stream_was_recreated(
+    engines: tuple[_MemoryLog, _SharedPositions, list[CursorEngine]],
+) -> None:
+    """A stream the deliverer had read (its saved position there in the old log) is
+    re-created while it holds unsettled records of another stream: its position is saved
+    again at once (the new log's start), and from then on as it settles, as before.
+    Before, that one save was the last until it detached: what it settled afterwards was
+    never saved, and a kill -9 handed it all out again from the frozen position."""
+    log, shared, (a, b) = engines
+    store_a = a.backend.position_store()  # type: ignore[attr-defined]
+    other = ("t", 1)  # a stream that appeared after the cursor attached (no floor in it)
+    held: list[Any] = []
+    lock = threading.Lock()
+
+    def keep(received: Any) -> None:
+        with lock:
+            held.append(received)
+
+    a.subscription(spec("s", "t")).start(keep, prefetch=100)
+    for i in range(4):
+        log.append(STREAM, b"y%d" % i)
+    log.append(other, b"x0")
+    wait_until(lambda: len(held) == 5, 5, what="the records handed out")
+    with lock:
+        by_body = {r.body: r for r in held}
+    by_body[b"x0"].ack()
+    by_body[b"y0"].ack()
+    wait_until(
+        lambda: shared.get("s") == {STREAM: 1, other: 1}, 5, what="the position of y0 and x0"
+    )
+    # y1..y3 unsettled; the other stream starts again empty: its saved offset 1 lies in
+    # the old log, so the position is saved again (before any crash could resume there)
+    log.recreate(other)
+    wait_until(
+        lambda: shared.get("s") == {STREAM: 1, other: 0}, 5, what="the save after the restart"
+    )
+    for body in (b"y1", b"y2", b"y3"):
+        by_body[body].ack()
+    # saved within save_interval + commit_interval (before, never: it stayed at y1)
+    wait_until(lambda: shared.get("s") == {STREAM: 4, other: 0}, 5, what="the position of y1..y3")
+    # A dies (kill -9); B takes over from the saved position: nothing settled comes again
+    store_a.dead = True
+    got_b = Collector()
+    b.subscription(spec("s", "t")).start(got_b)
+    log.append(STREAM, b"y4")
+    received = got_b.wait_for_body(b"y4", 5)
+    assert [m.body for m in received] == [b"y4"]
+
+
+def test_a_deliverer_with_nothing_unsettled_keeps_its_position_saved_when_a_stream_is_recreated(
+    engines: tuple[_MemoryLog, _SharedPositions, list[CursorEngine]],
+) -> None:
+    """Everything settled, a stream it had read is re-created: its position is saved again
+    (the new log's start), not deleted.  Before, it was deleted as on one instance (where
+    the head's commit covers a cursor at the head; shared, it never does), and stayed
+    deleted while no record came: an instance that made the subscription after a kill -9
+    started it at the end of the log, and what was published meanwhile was skipped."""
+    log, shared, (a, b) = engines
+    store_a = a.backend.position_store()  # type: ignore[attr-defined]
+    other = ("t", 1)
+    got = Collector()
+    a.subscription(spec("s", "t")).start(got)
+    log.append(STREAM, b"y0")
+    log.append(other, b"x0")
+    got.wait_for(2, 5)
+    wait_until(lambda: shared.get("s") == {STREAM: 1, other: 1}, 5, what="the position of both")
+    # the commit passes are done with it (saved and unchanged)
+    wait_until(lambda: a.stats()["pinning"] == 0, 5, what="the commit passes done with it")
+    log.recreate(other)
+    wait_until(
+        lambda: shared.get("s") == {STREAM: 1, other: 0}, 5, what="the save after the restart"
+    )
+    # A dies (kill -9); a record is published; then B makes the subscription and delivers it
+    store_a.dead = True
+    log.append(STREAM, b"y1")
+    got_b = Collector()
+    b.subscription(spec("s", "t")).start(got_b)
+    log.append(STREAM, b"y2")
+    received = got_b.wait_for_body(b"y2", 5)
+    assert [m.body for m in received] == [b"y1", b"y2"]

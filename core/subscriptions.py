@@ -26,6 +26,7 @@ from __future__ import annotations
 import enum
 import logging
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
@@ -373,16 +374,7 @@ class Subscriptions:
 
     def pause(self, subscription_id: str) -> None:
         """PauseSubscription: stop delivering, keep accumulating; idempotent."""
-        state = self._ctx.registry.current_subscription(subscription_id)
-        for _ in range(CHANGE_ATTEMPTS):
-            outcome = self._pause(state)
-            if outcome is _Outcome.CHANGED:
-                self._sync_feed(state, errors.PauseFailed)
-                self._ctx.wake_demand()
-            if outcome is not _Outcome.CONFLICT:
-                return
-            state = self._reread(subscription_id, errors.PauseFailed)
-        raise self._contended(subscription_id)
+        self._change_state(subscription_id, self._pause, errors.PauseFailed)
 
     def _pause(self, state: LiveSubscription) -> _Outcome:
         ctx = self._ctx
@@ -472,15 +464,26 @@ class Subscriptions:
 
     def resume(self, subscription_id: str) -> None:
         """ResumeSubscription: deliver what accumulated, in order; no-op when not paused."""
+        self._change_state(subscription_id, self._resume, errors.ResumeFailed)
+
+    def _change_state(
+        self,
+        subscription_id: str,
+        step: Callable[[LiveSubscription], _Outcome],
+        fault: type[errors.WsnError],
+    ) -> None:
+        """Pause or Resume (``step``): on a conflicting write elsewhere, read the record
+        again and try again, at most ``CHANGE_ATTEMPTS`` times; a change made here brings
+        a feed in line and wakes the demand-based publishers."""
         state = self._ctx.registry.current_subscription(subscription_id)
         for _ in range(CHANGE_ATTEMPTS):
-            outcome = self._resume(state)
+            outcome = step(state)
             if outcome is _Outcome.CHANGED:
-                self._sync_feed(state, errors.ResumeFailed)
+                self._sync_feed(state, fault)
                 self._ctx.wake_demand()
             if outcome is not _Outcome.CONFLICT:
                 return
-            state = self._reread(subscription_id, errors.ResumeFailed)
+            state = self._reread(subscription_id, fault)
         raise self._contended(subscription_id)
 
     def _resume(self, state: LiveSubscription) -> _Outcome:

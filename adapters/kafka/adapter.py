@@ -351,11 +351,17 @@ class KafkaAdapter(LogAdapter):
             state, self._open = self._open, None
         if state is None:
             return
+        closing = state.backend.closing
+        closing.begin(self.settings.close_timeout)  # adapters/kafka/closing.py
         state.health.stop()
         try:
             state.engine.close()
         finally:
-            self._release([state.current, state.publisher])
+            self._release([state.current])
+            try:
+                state.publisher.close(timeout=closing.remaining(10.0))
+            except Exception:
+                log.debug("releasing %r failed", state.publisher, exc_info=True)
 
     def shared_by_instances(self, may_save: Callable[[str], bool] | None = None) -> None:
         """Cluster mode: a subscription's delivery moves between instances, so every

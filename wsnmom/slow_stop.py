@@ -53,3 +53,4 @@ def reporting_a_slow_stop(after: float = AFTER) -> Iterator[None]:
         yield
     finally:
         timer.cancel()
+        timer.join()  # at once, unless a report is being written

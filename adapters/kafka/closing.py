@@ -30,7 +30,7 @@ class Closing:
     def __init__(self) -> None:
         self._deadline: float | None = None
         #: completed by ``begin``: wakes the waits under way
-        self._begun: concurrent.futures.Future[None] = concurrent.futures.Future()
+        self._begun: concurrent.futures.Future[object] = concurrent.futures.Future()
 
     @property
     def begun(self) -> bool:
@@ -66,11 +66,11 @@ class Closing:
                 break
             waiting: set[concurrent.futures.Future[object]] = set(pending)
             if not self._begun.done():
-                waiting.add(self._begun)  # type: ignore[arg-type]
+                waiting.add(self._begun)
             _, pending = concurrent.futures.wait(
                 waiting, timeout=left, return_when=concurrent.futures.FIRST_COMPLETED
             )
-            pending.discard(self._begun)  # type: ignore[arg-type]
+            pending.discard(self._begun)
         return {f for f in futures if f.done()}
 
     def run(self, work: Callable[[], None], what: str, timeout: float) -> None:

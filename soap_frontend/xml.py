@@ -13,7 +13,7 @@ its own, including prefixes that are only used inside text or attribute values (
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final, NamedTuple, cast
 
 from lxml import etree
@@ -339,8 +339,30 @@ def _serialize_general(el: etree._Element) -> bytes:
             if p and uri not in INFRASTRUCTURE_NAMESPACES
         }
     )
-    etree.cleanup_namespaces(copy, keep_ns_prefixes=keep)
-    return etree.tostring(copy, encoding="utf-8")
+    return etree.tostring(drop_unused_namespaces(copy, keep), encoding="utf-8")
+
+
+def drop_unused_namespaces(root: etree._Element, keep: Sequence[str]) -> etree._Element:
+    """``root`` (a document's root) without the namespace declarations no element or
+    attribute name uses, but those of the prefixes ``keep``: ``etree.cleanup_namespaces``,
+    which changes ``root`` in place, unless an element undeclares the default namespace
+    (``xmlns=""``).  ``cleanup_namespaces`` drops such an undeclaration (libxml2 sees no
+    name using it), and the element would be read back in its parent's default namespace;
+    then only the root's declarations are cleaned (those ``cleanup_namespaces`` keeps on
+    it, found on a copy), the root is made anew with them and the children moved under it,
+    the descendants keeping their declarations.  Returns the element to serialise."""
+    if not any(e.nsmap.get(None) == "" for e in root.iter() if isinstance(e.tag, str)):
+        etree.cleanup_namespaces(root, keep_ns_prefixes=list(keep))
+        return root
+    probe = etree.fromstring(etree.tostring(root))
+    etree.cleanup_namespaces(probe, keep_ns_prefixes=list(keep))
+    made = etree.Element(
+        root.tag, attrib={str(k): str(v) for k, v in root.items()}, nsmap=cast(Any, probe.nsmap)
+    )
+    made.text = root.text
+    for child in list(root):
+        made.append(child)  # its tail moves with it
+    return made
 
 
 def parse_fragment(data: bytes) -> etree._Element:

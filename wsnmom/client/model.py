@@ -25,7 +25,12 @@ from lxml import etree
 from wsnmom.core.codec import WSNMOM_NS, wrap_native
 from wsnmom.core.model import EndpointReference, ExpressionSource
 from wsnmom.soap_frontend.faults import xsd_datetime
-from wsnmom.soap_frontend.xml import XmlRejected, parse_xml, serialize_standalone
+from wsnmom.soap_frontend.xml import (
+    XmlRejected,
+    drop_unused_namespaces,
+    parse_xml,
+    serialize_standalone,
+)
 from wsnmom.topic_mapping.dialects import CONCRETE, FULL, ONVIF_CONCRETE_SET, SIMPLE, XPATH
 
 __all__ = [
@@ -173,8 +178,7 @@ def tidy_xml(el: etree._Element) -> bytes:
             if p and f"{p}:" in blob
         }
     )
-    etree.cleanup_namespaces(copy, keep_ns_prefixes=keep)
-    return etree.tostring(copy, encoding="utf-8")
+    return etree.tostring(drop_unused_namespaces(copy, keep), encoding="utf-8")
 
 
 def _fresh_prefix(bound: Mapping[str, str]) -> str:

@@ -55,6 +55,9 @@ CASES: list[tuple[str, str]] = [
         '<a xmlns="">v<b xmlns="urn:n"/></a>u</y>w<?p i?></x></wsnt:M></s:E>',
         "*/*",
     ),
+    # the payload root undeclares the envelope's default namespace (a leaf, and not)
+    (f'<s:E {ENV} xmlns="urn:d"><wsnt:M><a xmlns=""/></wsnt:M></s:E>', "*/*"),
+    (f'<s:E {ENV} xmlns="urn:d"><wsnt:M><a xmlns=""><b/></a></wsnt:M></s:E>', "*/*"),
     # the envelope's default namespace undeclared above the payload
     (f'<s:E {ENV} xmlns="urn:d"><wsnt:M xmlns=""><p><q/></p></wsnt:M></s:E>', "*/*"),
 ]

@@ -10,6 +10,7 @@ broker's parts and delegates to them.
                           port, topic set, delivery engine, clock, addresses)
 ``core.registry``         the live resources and their lock
 ``core.subscriptions``    Subscribe, Renew, Unsubscribe, Pause/Resume, broker-made ends
+                          (parts: ``subscription_changes``, ``subscription_ends``)
 ``core.subscription_delivery``  delivery channels, rendering for a subscriber
 ``core.direct_routing``   routing at publish time into pull points (sole publisher)
 ``core.inbound``          Notify, publishing, GetCurrentMessage

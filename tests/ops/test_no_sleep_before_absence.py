@@ -49,7 +49,7 @@ ALLOWED: dict[str, str] = {
     # has decided on all twelve before; a closed socket would read b"" at once
     "tests/security/test_https_connections.py::test_connection_limit": "barrier before",
     # a pull's own timeout under test: an empty pull returns after it, not before
-    "wsnmom/testing/conformance.py::test_empty_pull_returns_after_timeout": "timeout api",
+    "wsnmom/testing/conformance_delivery.py::test_empty_pull_returns_after_timeout": "timeout api",
     "tests/core/test_pull_buffer_mutants.py::test_pull_waits_for_the_first_message_up_to_the_timeout": "timeout api",  # noqa: E501
     # in process and synchronous: the feed's only other message (filtered) is in the
     # buffer already, and nothing else pushes

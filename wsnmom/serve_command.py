@@ -30,7 +30,6 @@ from wsnmom.core.config import ConfigError, Settings, load_settings
 from wsnmom.core.redaction import redact_text, redact_url
 from wsnmom.logs import configure_logging
 from wsnmom.reserve import credential_vouch
-from wsnmom.slow_stop import reporting_a_slow_stop
 from wsnmom.startup import StartupError, explain, open_listeners
 
 log = logging.getLogger("wsnmom.server")
@@ -325,13 +324,12 @@ def _run(settings: Settings, debug: bool) -> None:
         pass
     finally:
         log.info("shutting down")
-        with reporting_a_slow_stop():
-            try:
-                server.close()
-            except Exception:
-                log.debug("closing the HTTP server failed", exc_info=True)
-            guard.stop()
-            runtime.close()
+        try:
+            server.close()
+        except Exception:
+            log.debug("closing the HTTP server failed", exc_info=True)
+        guard.stop()
+        runtime.close()
         for s, handler in previous.items():
             signal.signal(s, handler)
     if runtime.exit_status:

@@ -66,6 +66,7 @@ from .auth import FORWARDED_ADDRESS_KEY, FORWARDED_ADMIN_KEY, FORWARDED_IDENTITY
 from .dispatch import transport_reply
 from .envelope import HttpError, content_type_for, envelope_bytes, version_for_media_type
 from .faults import count_fault, fault_for_error
+from .long_poll import RESUMED
 from .onvif import MAX_TIMEOUT, subscription_id_of
 from .outbound_http import OutboundEnvironment, verifying_context
 
@@ -106,6 +107,8 @@ ADMIN_METHOD = "admin"
 #: the admin API's paths (an admin identity named in a forward is taken there only)
 ADMIN_PREFIX = "/wsn/admin/"
 _NONCE = re.compile(r"[0-9a-f]{32}")
+#: the environ key marking a forwarded request whose signature and nonce were checked
+_VERIFIED = "wsnmom.forward.verified"
 #: seconds to wait for a connection to the reading instance (TLS handshake included): a
 #: silent host (dead, its lease not run out yet) holds a request thread no longer
 CONNECT_TIMEOUT = 2.0
@@ -220,6 +223,10 @@ class PullForward:
         self._tls: ssl.SSLContext | None = None
 
     def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Any:
+        if RESUMED in environ or _VERIFIED in environ:
+            # a parked long poll run again (``long_poll``): its first run was let through
+            # here (and a forwarded one verified, its nonce spent), its body read
+            return self.app(environ, start_response)
         claimed = environ.get(_ENVIRON_KEY)
         readers = self.readers
         if claimed is not None:
@@ -311,6 +318,7 @@ class PullForward:
                 start_response,
                 f"replayed: this {FORWARD_HEADER} request (nonce {nonce}) was served before",
             )
+        environ[_VERIFIED] = True
         identity = _identity_of_value(named)
         if identity is not None:
             name, identity_method = identity

@@ -11,6 +11,7 @@ import contextlib
 import http.client
 import secrets
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -94,7 +95,7 @@ def owner_info(url: str, *, age: float = 0.1) -> InstanceInfo:
 class Reader:
     """The reading instance: records what reached its application."""
 
-    def __init__(self, nonces: set[str] | None = None) -> None:
+    def __init__(self, nonces: set[str] | None = None, tls: Any = None) -> None:
         self.seen: list[tuple[str, bytes, dict[str, str]]] = []
         #: the identity each request named (``auth.FORWARDED_IDENTITY_KEY``)
         self.identities: list[tuple[str, str] | None] = []
@@ -107,6 +108,11 @@ class Reader:
             instance="g1",
         )
         self.server: WSGIServer = make_server("127.0.0.1", port, stack, handler_class=Quiet)
+        if tls is not None:  # a trustme certificate: served over HTTPS
+            context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+            tls.configure_cert(context)
+            self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
+            self.url = f"https://127.0.0.1:{port}"
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
 
@@ -512,3 +518,37 @@ def test_an_onvif_subscription_is_forwarded_to_the_reader_of_the_pull_point_it_f
         assert len(reader.seen) == 1
     finally:
         close()
+
+
+def test_an_https_reader_is_checked_against_the_outbound_ca_bundle(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An ``https://`` cluster address: the reader's certificate is checked against the
+    CA bundle of every outbound HTTPS (``REQUESTS_CA_BUNDLE``, else certifi's): trusted
+    there, the request is forwarded; not trusted, it is "try again" (503), never sent."""
+    import trustme
+
+    ca = trustme.CA()
+    ca.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
+    reader = Reader(tls=ca.issue_cert("127.0.0.1"))
+    try:
+        assert reader.url.startswith("https://")
+        monkeypatch.delenv("CURL_CA_BUNDLE", raising=False)
+        monkeypatch.delenv("REQUESTS_CA_BUNDLE", raising=False)
+        url, close = front([owner_info(reader.url)])
+        try:
+            r = post(url)
+            assert r.status_code == 503 and fault_name(r.content) == "ResourceUnavailableFault"
+        finally:
+            close()
+        assert reader.seen == []
+        monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(tmp_path / "ca.pem"))
+        url, close = front([owner_info(reader.url)])
+        try:
+            r = post(url)
+            assert r.status_code == 200 and r.headers["WSNMOM-Instance"] == "g1"
+        finally:
+            close()
+        assert len(reader.seen) == 1
+    finally:
+        reader.close()

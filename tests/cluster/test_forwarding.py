@@ -267,6 +267,10 @@ def test_onvif_and_admin_requests_through_any_instance_reach_the_reader_once(
         return len(peeked) == 20
 
     wait_until(peek_all, 30, what="the 20 messages in the peek through C")
+    # the admin page's own peek through C shows them too (the reader's API answered it)
+    page = requests.get(f"{cc.base_url}/admin?pull_point={pull_point}", timeout=30)
+    assert page.status_code == 200
+    assert 'id="peek-count">(20)<' in page.text, page.text[:2000]
     purged = admin(cc, "POST", f"/pullpoints/{pull_point}/purge")
     assert purged.status_code == 200, purged.text
     assert purged.headers[INSTANCE] == reader_id

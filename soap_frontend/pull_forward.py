@@ -4,14 +4,15 @@ In a cluster on a middleware without a pull of its own, one instance reads each 
 point (``core.pull_owners``).  A POST to ``/wsn/pullpoints/<id>`` (GetMessages,
 DestroyPullPoint, Notify, properties), or to an ONVIF pull-point subscription
 ``/onvif/subscriptions/<id>`` (PullMessages, SetSynchronizationPoint, Renew, Unsubscribe:
-read where the pull point the subscription feeds is read), that arrives at another
-instance is sent on to the reading instance's address (``cluster.address``, from the
-store's instance table), and its answer relayed as it came: status, body,
-``Retry-After`` and the reader's ``WSNMOM-Instance`` (the instance that read the
-messages).  While no live instance reads the pull point (a hand-over), the answer is
-ResourceUnavailableFault, HTTP 503 with ``Retry-After``, as for every "try again" of the
-gateway; so is a reader that cannot be reached.  An operator's purge or peek through the
-admin API is sent on the same way (:meth:`PullForward.relay`, called by
+read where the pull point the subscription feeds is read), or to the broker or the ONVIF
+event service with one of those addresses in ``wsa:To`` (parsed only when the body holds
+such a path), that arrives at another instance is sent on to the reading instance's
+address (``cluster.address``, from the store's instance table), and its answer relayed as
+it came: status, body, ``Retry-After`` and the reader's ``WSNMOM-Instance`` (the instance
+that read the messages).  While no live instance reads the pull point (a hand-over), the
+answer is ResourceUnavailableFault, HTTP 503 with ``Retry-After``, as for every "try
+again" of the gateway; so is a reader that cannot be reached.  An operator's purge or
+peek through the admin API is sent on the same way (:meth:`PullForward.relay`, called by
 ``admin_forward`` once the admin was authorised where the request arrived).
 
 A forwarded request carries :data:`FORWARD_HEADER`: the sending instance, a time, a
@@ -31,7 +32,8 @@ forwarding instance authorised there (method ``admin``; taken on admin paths onl
 :data:`FORWARDED_FOR_HEADER`, also signed: the reader's per-address rate limits count it
 (``auth.FORWARDED_ADDRESS_KEY``).
 
-Only a pull point's own path (or an ONVIF subscription's) is forwarded; a chunked body is
+Only a pull point's own path (or an ONVIF subscription's), or one named in ``wsa:To``, is
+forwarded; a chunked body is
 read first (over the limit it is left to the application).  Of the reader's answer only
 its own headers are relayed (:data:`_RELAYED`).  Connecting to the reader waits
 :data:`CONNECT_TIMEOUT`, its answer :data:`TIMEOUT` (an ONVIF PullMessages, which may
@@ -58,16 +60,22 @@ from typing import Any
 from urllib.parse import quote, unquote, urlsplit
 
 from wsnmom.core import errors
-from wsnmom.core.addresses import ResourceKind, parse_resource_path, resource_path
+from wsnmom.core.addresses import BROKER_PATH, ResourceKind, parse_resource_path, resource_path
 from wsnmom.core.model import SoapVersion
 from wsnmom.core.pull_owners import PullOwners, Reader
 
 from .auth import FORWARDED_ADDRESS_KEY, FORWARDED_ADMIN_KEY, FORWARDED_IDENTITY_KEY
 from .dispatch import transport_reply
-from .envelope import HttpError, content_type_for, envelope_bytes, version_for_media_type
+from .envelope import (
+    HttpError,
+    content_type_for,
+    envelope_bytes,
+    parse_request,
+    version_for_media_type,
+)
 from .faults import count_fault, fault_for_error
 from .long_poll import RESUMED
-from .onvif import MAX_TIMEOUT, subscription_id_of
+from .onvif import EVENT_SERVICE_PATH, MAX_TIMEOUT, SUBSCRIPTIONS_PATH, subscription_id_of
 from .outbound_http import OutboundEnvironment, verifying_context
 
 __all__ = [
@@ -107,6 +115,11 @@ ADMIN_METHOD = "admin"
 #: the admin API's paths (an admin identity named in a forward is taken there only)
 ADMIN_PREFIX = "/wsn/admin/"
 _NONCE = re.compile(r"[0-9a-f]{32}")
+#: endpoints whose requests name their pull point in ``wsa:To`` (when they name one)
+_SHARED_ENDPOINTS = frozenset({BROKER_PATH, EVENT_SERVICE_PATH})
+#: what a body naming a pull point or an ONVIF subscription holds
+_PULL_POINT_MARK = resource_path(ResourceKind.PULL_POINT, "").encode()
+_ONVIF_MARK = (SUBSCRIPTIONS_PATH + "/").encode()
 #: the environ key marking a forwarded request whose signature and nonce were checked
 _VERIFIED = "wsnmom.forward.verified"
 #: seconds to wait for a connection to the reading instance (TLS handshake included): a
@@ -235,11 +248,15 @@ class PullForward:
             return self.app(environ, start_response)
         path = str(environ.get("PATH_INFO") or "")
         pull_point_id = self._pull_point_of(readers, path)
-        if pull_point_id is None:
+        if pull_point_id is None and path not in _SHARED_ENDPOINTS:
             return self.app(environ, start_response)
         body = self._body(environ)
         if body is None:  # no plain Content-Length within the limit: answered here
             return self.app(environ, start_response)
+        if pull_point_id is None:
+            pull_point_id = self._addressed(readers, environ, body)
+            if pull_point_id is None:
+                return self.app(environ, start_response)
         try:
             reader = readers.reader(pull_point_id)
         except errors.ResourceUnavailable as exc:
@@ -265,6 +282,21 @@ class PullForward:
         except Exception:  # the store: the application answers (its own fault)
             log.warning("finding the pull point of %s failed", path, exc_info=True)
             return None
+
+    def _addressed(self, readers: PullOwners, environ: dict[str, Any], body: bytes) -> str | None:
+        """The pull point a request to a shared endpoint (the broker, the ONVIF event
+        service) names in ``wsa:To``: a pull point's address or an ONVIF subscription's.
+        Only a body that holds such a path is parsed (not a Notify's)."""
+        if _PULL_POINT_MARK not in body and _ONVIF_MARK not in body:
+            return None
+        try:
+            to = parse_request("POST", environ.get("CONTENT_TYPE"), body).addressing.to
+            target = urlsplit(to).path if to else ""
+        except Exception:  # malformed: the application answers its fault
+            return None
+        if target in _SHARED_ENDPOINTS:
+            return None
+        return self._pull_point_of(readers, target)
 
     # -- a request another instance forwarded --------------------------------------------
     def _forwarded(self, environ: dict[str, Any], start_response: StartResponse, value: str) -> Any:
@@ -438,7 +470,8 @@ class PullForward:
         if address:
             headers[FORWARDED_FOR_HEADER] = address
         path = str(environ.get("PATH_INFO") or "")
-        wait = ONVIF_TIMEOUT if subscription_id_of(path) is not None else TIMEOUT
+        onvif = path == EVENT_SERVICE_PATH or subscription_id_of(path) is not None
+        wait = ONVIF_TIMEOUT if onvif else TIMEOUT
         try:
             headers[FORWARD_HEADER] = sign(
                 readers.secret(),

@@ -125,10 +125,11 @@ def taps() -> Iterator[list[Tap]]:
             tap.close()
 
 
-def soap(address: str, body: str, timeout: float = 60.0) -> requests.Response:
+def soap(address: str, body: str, timeout: float = 60.0, to: str = "") -> requests.Response:
+    header = f"<wsa:To>{to}</wsa:To>" if to else ""
     envelope = (
         f'<s:Envelope xmlns:s="{SOAP12}" xmlns:tev="{TEV}" xmlns:wsnt="{WSNT}" '
-        f'xmlns:wsa="{WSA}"><s:Header/><s:Body>{body}</s:Body></s:Envelope>'
+        f'xmlns:wsa="{WSA}"><s:Header>{header}</s:Header><s:Body>{body}</s:Body></s:Envelope>'
     )
     return requests.post(address, data=envelope.encode(), headers=HEADERS, timeout=timeout)
 
@@ -244,6 +245,27 @@ def test_onvif_and_admin_requests_through_any_instance_reach_the_reader_once(
         "<wsnt:Renew><wsnt:TerminationTime>PT20M</wsnt:TerminationTime></wsnt:Renew>",
     )
     assert renewed.status_code == 200 and renewed.headers[INSTANCE] == reader_id, renewed.text
+    # posted to the event service with the subscription in wsa:To: the reader answers too
+    publish(c, b, range(count, count + 1))
+    addressed: list[int] = []
+    wait_until(
+        lambda: (
+            addressed.extend(
+                numbers(
+                    soap(
+                        f"{cc.base_url}/onvif/event_service",
+                        "<tev:PullMessages><tev:Timeout>PT1S</tev:Timeout>"
+                        "<tev:MessageLimit>5</tev:MessageLimit></tev:PullMessages>",
+                        to=reference,
+                    )
+                )
+            )
+            or addressed
+        ),
+        30,
+        what="the message through the event service",
+    )
+    assert addressed == [count]
     synced = soap(via_c, "<tev:SetSynchronizationPoint/>")
     assert synced.status_code == 200 and synced.headers[INSTANCE] == reader_id, synced.text
     # (what it puts into the pull point is not asserted: the current messages of the
@@ -251,7 +273,7 @@ def test_onvif_and_admin_requests_through_any_instance_reach_the_reader_once(
     # in on Kafka; docs/onvif.md)
     numbers(pull(via_c, "PT1S", 10))
     forwarded = [s for s in taps[ids.index(reader_id)].seen if FORWARDED in s.headers]
-    assert {s.path for s in forwarded} == {urlpath(reference)}
+    assert {s.path for s in forwarded} == {urlpath(reference), "/onvif/event_service"}
     senders = {s.headers[FORWARDED].split(" ")[0] for s in forwarded}
     assert senders == {c.instance_of(g) for g in others}  # the first round asked all three
 

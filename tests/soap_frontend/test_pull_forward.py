@@ -552,3 +552,46 @@ def test_an_https_reader_is_checked_against_the_outbound_ca_bundle(
         assert len(reader.seen) == 1
     finally:
         reader.close()
+
+
+def test_a_request_naming_a_pull_point_in_wsa_to_at_a_shared_endpoint_is_forwarded(
+    reader: Reader,
+) -> None:
+    """A GetMessages posted to the broker, or an ONVIF request posted to the event
+    service, with the pull point's (or the ONVIF subscription's) address in ``wsa:To``
+    goes to the reader as it came; a Notify whose payload merely holds such a path, a
+    request addressed to the broker itself and a malformed one are answered here."""
+    url, close = front([owner_info(reader.url)], fed={"sub-1": PP})
+
+    def send(path: str, body: bytes) -> requests.Response:
+        return requests.post(
+            url + path, data=body, headers={"Content-Type": content_type()}, timeout=10
+        )
+
+    base = "http://gateway.example"
+    try:
+        forwarded = {
+            "/wsn/broker": envelope("<wsnt:GetMessages/>", to=base + PATH),
+            "/onvif/event_service": envelope(
+                "<wsnt:Renew/>", to=base + "/onvif/subscriptions/sub-1"
+            ),
+        }
+        for path, body in forwarded.items():
+            r = send(path, body)
+            assert r.status_code == 200 and r.headers["WSNMOM-Instance"] == "g1", path
+        assert [(p, b) for p, b, _ in reader.seen] == list(forwarded.items())
+        here = {
+            "a payload naming a pull point": envelope(
+                f"<wsnt:Notify><wsnt:NotificationMessage><wsnt:Message>{base}{PATH}"
+                "</wsnt:Message></wsnt:NotificationMessage></wsnt:Notify>",
+                to=base + "/wsn/broker",
+            ),
+            "no wsa:To": envelope(f"<wsnt:Subscribe><x>{base}{PATH}</x></wsnt:Subscribe>"),
+            "malformed": b"<s:Envelope " + PATH.encode(),
+            "a longer path": envelope("<wsnt:GetMessages/>", to=base + PATH + "/x"),
+        }
+        for why, body in here.items():
+            assert send("/wsn/broker", body).content == b"answered here", why
+        assert len(reader.seen) == 2
+    finally:
+        close()

@@ -313,11 +313,15 @@ def _peeked_elsewhere(kind: str, resource_id: str, admin: str) -> dict[str, Any]
     )
     if sent is None:
         return None
-    data = json.loads(sent.get_data())
     if sent.status_code == 404:
         raise errors.ResourceUnknown(f"no {kind} {resource_id!r}")
-    if sent.status_code != 200:
-        raise errors.ResourceUnavailable(str(data.get("error", sent.status_code)))
+    try:
+        data = json.loads(sent.get_data())
+    except ValueError:  # not the API's answer (a limit of the instance's own): its text
+        data = {"error": sent.get_data(as_text=True).strip()}
+    if sent.status_code != 200 or not isinstance(data, dict):
+        error = data.get("error") if isinstance(data, dict) else None
+        raise errors.ResourceUnavailable(str(error or f"HTTP {sent.status_code}"))
     answer: dict[str, Any] = data
     return answer
 

@@ -91,4 +91,6 @@ def elsewhere(
             headers={"Retry-After": str(retry), "Cache-Control": "no-store"},
         )
     status = int(answer.status.split(" ", 1)[0])
-    return Response(answer.body, status=status, headers=answer.headers)
+    relayed = Response(answer.body, status=status, headers=answer.headers)
+    relayed.headers["Cache-Control"] = "no-store"  # as every admin API answer
+    return relayed

@@ -52,6 +52,7 @@ from . import (
 )
 from .admin_api import admin_api
 from .admin_auth import AdminSessions
+from .admin_forward import EXTENSION as ADMIN_FORWARD
 from .admin_page import admin_page
 from .auth import Authenticator
 from .dispatch import Frontend, Reply, Role, soap_post, transport_reply
@@ -140,14 +141,15 @@ def create_app(service: BrokerPort, settings: Settings | None = None) -> Flask:
     app.extensions["wsnmom.admin"] = AdminSessions(lifetime)
     app.register_blueprint(admin_api)
     app.register_blueprint(admin_page)
+    forward = app.extensions[ADMIN_FORWARD] = PullForward(
+        SoapFastPath(app, app.wsgi_app, broker_view, resource_views),
+        getattr(service, "pull_owners", None),
+        app.config.get("MAX_CONTENT_LENGTH"),
+        functools.partial(_identity_of, auth),
+    )
     app.wsgi_app = RequestIds(  # type: ignore[method-assign]
         HostCheck(
-            PullForward(
-                SoapFastPath(app, app.wsgi_app, broker_view, resource_views),
-                getattr(service, "pull_owners", None),
-                app.config.get("MAX_CONTENT_LENGTH"),
-                functools.partial(_identity_of, auth),
-            ),
+            forward,
             settings,
             app.config,
         ),

@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import secrets
 import socket
+import time
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -151,6 +152,12 @@ class Coordination(Protocol):
         another)."""
         ...
 
+    def first_use(self, nonce: str, expires_at: float) -> bool:
+        """Record the nonce of a forwarded request, kept until ``expires_at`` (Unix
+        seconds); False when it was recorded before (the request is a replay).  In a
+        cluster every instance sees what any recorded (the store)."""
+        ...
+
 
 class SingleInstance:
     """The coordination of a store one instance opens: it leads and holds every shard;
@@ -163,6 +170,7 @@ class SingleInstance:
         self._address = ""
         self._version = ""
         self._secret = secrets.token_hex(32)
+        self._nonces: dict[str, float] = {}
 
     def cursor(self) -> int:
         return 0
@@ -193,3 +201,12 @@ class SingleInstance:
 
     def secret(self) -> str:
         return self._secret
+
+    def first_use(self, nonce: str, expires_at: float) -> bool:
+        now = time.time()
+        if len(self._nonces) > 4096:
+            self._nonces = {n: t for n, t in self._nonces.items() if t >= now}
+        if self._nonces.get(nonce, -1.0) >= now:
+            return False
+        self._nonces[nonce] = expires_at
+        return True

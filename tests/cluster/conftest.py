@@ -41,8 +41,10 @@ class Cluster:
         n: int,
         env: dict[str, str],
         base: Path,
+        instance_env: Callable[[int], dict[str, str]] | None = None,
     ) -> None:
         self.middleware = middleware
+        self.store_url = store_url
         self.public_url = f"http://127.0.0.1:{free_port()}"
         self.gateways: list[Gateway] = []
         for i in range(n):
@@ -55,6 +57,7 @@ class Cluster:
                     "WSNMOM_PUBLIC_URL": self.public_url,
                     "WSNMOM_CLUSTER__INSTANCE_ID": f"g{i}",
                     **env,
+                    **(instance_env(i) if instance_env is not None else {}),
                 },
             )
             self.gateways.append(gateway)
@@ -107,12 +110,15 @@ def _adapter_url(request: pytest.FixtureRequest, middleware: str) -> str:
 def cluster(
     request: pytest.FixtureRequest, postgres_server: ResolvedBroker, middleware: str
 ) -> Iterator[Callable[..., Cluster]]:
-    """A factory: ``cluster(n, **env)`` starts ``n`` gateways (``env``: their settings)."""
+    """A factory: ``cluster(n, **env)`` starts ``n`` gateways (``env``: their settings;
+    ``instance_env=f``: ``f(i)`` adds instance ``i``'s own)."""
     made: list[Cluster] = []
     dirs: list[Path] = []
     databases = []
 
-    def make(n: int = 2, **env: str) -> Cluster:
+    def make(
+        n: int = 2, instance_env: Callable[[int], dict[str, str]] | None = None, **env: str
+    ) -> Cluster:
         base = Path(tempfile.mkdtemp(prefix="wsnmom-cluster-"))
         dirs.append(base)
         database = fresh_database(postgres_server.url)
@@ -125,7 +131,7 @@ def cluster(
             **env,
         }
         adapter_url = _adapter_url(request, middleware)
-        made.append(Cluster(middleware, store_url, adapter_url, n, settings, base))
+        made.append(Cluster(middleware, store_url, adapter_url, n, settings, base, instance_env))
         made[-1].start()
         return made[-1]
 

@@ -7,6 +7,7 @@ to a live instance.  ``SingleInstance`` (SQLite) leads and holds every shard."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -103,3 +104,42 @@ def test_one_instance_on_sqlite_leads_and_holds_every_shard() -> None:
     assert single.changes(0) == (0, [])
     assert 0 <= shard_of("some-id", SHARDS) < SHARDS
     assert shard_of("some-id", SHARDS) == shard_of("some-id", SHARDS)
+
+
+def _nonce_rows(store: Store) -> list[str]:
+    with store.transaction() as conn:  # type: ignore[attr-defined]
+        rows = conn.execute("SELECT nonce FROM wsnmom_nonces ORDER BY nonce").fetchall()
+    return [str(r[0]) for r in rows]
+
+
+def test_a_forwarded_requests_nonce_is_taken_once_across_instances_and_the_leader_purges_it(
+    stores: tuple[Store, Store],
+) -> None:
+    """``first_use``: one insert; the second use of a nonce, through the same instance or
+    another, is refused; the leader's heartbeat deletes nonces past their expiry (with the
+    margin for clocks), and only those."""
+    a, b = stores
+    ca, cb = a.coordination("a"), b.coordination("b")
+    now = time.time()
+    assert ca.first_use("n-live", now + 60) is True
+    assert ca.first_use("n-live", now + 60) is False  # a replay to the same instance
+    assert cb.first_use("n-live", now + 60) is False  # and to another
+    assert cb.first_use("n-old", now - 300) is True  # expired long ago (beyond the margin)
+    assert cb.first_use("n-recent", now - 1) is True  # expired within the margin: kept
+    assert _nonce_rows(a) == ["n-live", "n-old", "n-recent"]
+    cb.heartbeat(SHARDS, LEASE)  # not the leader: purges nothing
+    assert _nonce_rows(a) == ["n-live", "n-old", "n-recent"]
+    assert ca.lead()
+    ca.heartbeat(SHARDS, LEASE)
+    assert _nonce_rows(a) == ["n-live", "n-recent"]
+    ca.leave()
+    cb.leave()
+
+
+def test_one_instance_remembers_a_nonce_until_it_expires() -> None:
+    single = SingleInstance("only")
+    now = time.time()
+    assert single.first_use("n", now + 60) is True
+    assert single.first_use("n", now + 60) is False
+    assert single.first_use("old", now - 1) is True
+    assert single.first_use("old", now + 60) is True  # its first record had expired

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import contextlib
 import http.client
+import secrets
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -38,6 +40,13 @@ from tests.support.soap import content_type, envelope, fault_name
 from wsnmom.testing.gateway import free_port
 
 SECRET = "s" * 64
+
+
+def signed(*args: Any, **named: Any) -> str:
+    """:func:`sign` with a fresh nonce."""
+    return sign(*args, nonce=secrets.token_hex(16), **named)
+
+
 PP = "pp-1"
 PATH = f"/wsn/pullpoints/{PP}"
 BODY = envelope("<wsnt:GetMessages/>")
@@ -49,8 +58,22 @@ class Quiet(WSGIRequestHandler):
 
 
 def readers(
-    instance: str, *, here: bool, table: list[InstanceInfo], secret: str = SECRET
+    instance: str,
+    *,
+    here: bool,
+    table: list[InstanceInfo],
+    secret: str = SECRET,
+    nonces: set[str] | None = None,
+    fed: dict[str, str] | None = None,
 ) -> PullOwners:
+    seen = set() if nonces is None else nonces
+
+    def first_use(nonce: str, _expires: float) -> bool:
+        if nonce in seen:
+            return False
+        seen.add(nonce)
+        return True
+
     return PullOwners(
         active=True,
         instance=instance,
@@ -60,6 +83,8 @@ def readers(
         instances=lambda: table,
         retry_after=5.0,
         secret=lambda: secret,
+        first_use=first_use,
+        fed_by=lambda sid: (fed or {}).get(sid),
     )
 
 
@@ -70,7 +95,7 @@ def owner_info(url: str, *, age: float = 0.1) -> InstanceInfo:
 class Reader:
     """The reading instance: records what reached its application."""
 
-    def __init__(self) -> None:
+    def __init__(self, nonces: set[str] | None = None, tls: Any = None) -> None:
         self.seen: list[tuple[str, bytes, dict[str, str]]] = []
         #: the identity each request named (``auth.FORWARDED_IDENTITY_KEY``)
         self.identities: list[tuple[str, str] | None] = []
@@ -79,9 +104,15 @@ class Reader:
         port = free_port()
         self.url = f"http://127.0.0.1:{port}"
         stack = RequestIds(
-            PullForward(self._app, readers("g1", here=True, table=[]), 1 << 20), instance="g1"
+            PullForward(self._app, readers("g1", here=True, table=[], nonces=nonces), 1 << 20),
+            instance="g1",
         )
         self.server: WSGIServer = make_server("127.0.0.1", port, stack, handler_class=Quiet)
+        if tls is not None:  # a trustme certificate: served over HTTPS
+            context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+            tls.configure_cert(context)
+            self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
+            self.url = f"https://127.0.0.1:{port}"
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
 
@@ -116,7 +147,9 @@ def reader() -> Iterator[Reader]:
         r.close()
 
 
-def front(table: list[InstanceInfo]) -> tuple[str, Callable[[], None]]:
+def front(
+    table: list[InstanceInfo], fed: dict[str, str] | None = None
+) -> tuple[str, Callable[[], None]]:
     """The instance a client asks (g0, not the reader), served over HTTP."""
 
     def local(environ: dict[str, Any], start: Callable[..., Any]) -> Iterable[bytes]:
@@ -124,7 +157,9 @@ def front(table: list[InstanceInfo]) -> tuple[str, Callable[[], None]]:
         return [b"answered here"]
 
     port = free_port()
-    stack = RequestIds(PullForward(local, readers("g0", here=False, table=table), 1 << 20), "g0")
+    stack = RequestIds(
+        PullForward(local, readers("g0", here=False, table=table, fed=fed), 1 << 20), "g0"
+    )
     server = make_server("127.0.0.1", port, stack, handler_class=Quiet)
     threading.Thread(target=server.serve_forever, daemon=True).start()
 
@@ -165,13 +200,13 @@ def test_a_request_for_a_pull_point_read_elsewhere_is_forwarded_and_relayed(
 
 def test_a_forwarding_header_that_does_not_verify_is_refused(reader: Reader) -> None:
     now = int(time.time())
-    good = sign(SECRET, "g0", now, PATH, BODY)
+    good = signed(SECRET, "g0", now, PATH, BODY)
     refused = {
         "made up": f"g0 {now} {'0' * 64}",
-        "another secret": sign("x" * 64, "g0", now, PATH, BODY),
-        "another path": sign(SECRET, "g0", now, "/wsn/pullpoints/other", BODY),
-        "another body": sign(SECRET, "g0", now, PATH, BODY + b" "),
-        "too old": sign(SECRET, "g0", now - int(WINDOW) - 5, PATH, BODY),
+        "another secret": signed("x" * 64, "g0", now, PATH, BODY),
+        "another path": signed(SECRET, "g0", now, "/wsn/pullpoints/other", BODY),
+        "another body": signed(SECRET, "g0", now, PATH, BODY + b" "),
+        "too old": signed(SECRET, "g0", now - int(WINDOW) - 5, PATH, BODY),
         "malformed": "g0",
     }
     for why, value in refused.items():
@@ -357,10 +392,10 @@ def test_a_client_known_by_its_certificate_or_a_proxy_keeps_its_identity(reader:
     named = {FORWARDED_IDENTITY_HEADER: "tls CN%3Dadmin"}
     assert post(reader.url, **named).status_code == 200  # not forwarded: ignored
     assert reader.identities[2:] == [None]
-    unsigned = {FORWARD_HEADER: sign(SECRET, "g0", now, PATH, BODY), **named}
+    unsigned = {FORWARD_HEADER: signed(SECRET, "g0", now, PATH, BODY), **named}
     assert post(reader.url, **unsigned).status_code == 403
-    signed = sign(SECRET, "g0", now, PATH, BODY, "tls CN%3Dcam")
-    assert post(reader.url, **{FORWARD_HEADER: signed, **named}).status_code == 403
+    with_identity = signed(SECRET, "g0", now, PATH, BODY, "tls CN%3Dcam")
+    assert post(reader.url, **{FORWARD_HEADER: with_identity, **named}).status_code == 403
     assert len(reader.identities) == 3
 
 
@@ -389,9 +424,9 @@ def test_the_reader_counts_a_forwarded_request_against_its_client_s_address(
     named = {FORWARDED_FOR_HEADER: "192.0.2.1"}
     assert post(reader.url, **named).status_code == 200
     assert reader.addresses[1:] == [None]
-    unsigned = {FORWARD_HEADER: sign(SECRET, "g0", now, PATH, BODY), **named}
+    unsigned = {FORWARD_HEADER: signed(SECRET, "g0", now, PATH, BODY), **named}
     assert post(reader.url, **unsigned).status_code == 403
-    other = {FORWARD_HEADER: sign(SECRET, "g0", now, PATH, BODY, "", "192.0.2.2"), **named}
+    other = {FORWARD_HEADER: signed(SECRET, "g0", now, PATH, BODY, "", "192.0.2.2"), **named}
     assert post(reader.url, **other).status_code == 403
     assert len(reader.addresses) == 2
 
@@ -418,3 +453,145 @@ def test_the_rate_limit_counts_the_forwarded_client_s_address() -> None:
     assert status("192.0.2.1") < 300
     assert status("192.0.2.1") == 429  # its one request of the burst is spent
     assert status("192.0.2.2") < 300  # another client behind the same instance
+
+
+def test_a_replayed_forward_is_refused_by_the_reader_and_by_every_other_instance() -> None:
+    """A forwarded request captured on its way and sent again within its validity, to the
+    same reader or to another instance (the nonce is recorded where all see it: here one
+    set, in a cluster the store), is refused with 403 and a fault saying so; the
+    application saw it once."""
+    nonces: set[str] = set()
+    first, second = Reader(nonces), Reader(nonces)
+    url, close = front([owner_info(first.url)])
+    try:
+        assert post(url).content == b"<answer/>"
+        [(_, _, captured)] = first.seen
+        header = captured["HTTP_WSNMOM_FORWARDED"]
+        assert len(header.split(" ")) == 4  # instance, time, nonce, MAC
+        replay = {FORWARD_HEADER: header, FORWARDED_FOR_HEADER: "127.0.0.1"}
+        assert captured["HTTP_WSNMOM_FORWARDED_FOR"] == "127.0.0.1"
+        for target in (first, second):
+            r = post(target.url, **replay)
+            assert r.status_code == 403
+            assert fault_name(r.content) is not None and "replayed" in r.text
+        assert len(first.seen) == 1 and second.seen == []
+        # a fresh forward of the same request goes through: each forward has its nonce
+        assert post(url).content == b"<answer/>"
+        assert len(first.seen) == 2
+        assert first.seen[1][2]["HTTP_WSNMOM_FORWARDED"] != header
+        # the nonce is covered by the MAC: another nonce in the captured header fails
+        parts = header.split(" ")
+        forged = " ".join([*parts[:2], secrets.token_hex(16), parts[3]])
+        r = post(second.url, **{**replay, FORWARD_HEADER: forged})
+        assert r.status_code == 403 and "replayed" not in r.text
+        assert second.seen == []
+    finally:
+        close()
+        first.close()
+        second.close()
+
+
+def test_the_signature_covers_the_method_and_the_query(reader: Reader) -> None:
+    now = int(time.time())
+    for why, value in {
+        "signed for GET": signed(SECRET, "g0", now, PATH, BODY, method="GET"),
+        "signed with a query": signed(SECRET, "g0", now, PATH + "?count=5", BODY),
+    }.items():
+        assert post(reader.url, **{FORWARD_HEADER: value}).status_code == 403, why
+    assert reader.seen == []
+
+
+def test_an_onvif_subscription_is_forwarded_to_the_reader_of_the_pull_point_it_feeds(
+    reader: Reader,
+) -> None:
+    """``/onvif/subscriptions/<id>`` (PullMessages, Renew, Unsubscribe,
+    SetSynchronizationPoint) goes where the pull point the subscription feeds is read; a
+    subscription that feeds none (unknown) is answered where it arrives."""
+    url, close = front([owner_info(reader.url)], fed={"sub-1": PP})
+    try:
+        r = post(url, "/onvif/subscriptions/sub-1")
+        assert r.status_code == 200 and r.headers["WSNMOM-Instance"] == "g1"
+        [(path, body, _)] = reader.seen
+        assert path == "/onvif/subscriptions/sub-1" and body == BODY
+        assert post(url, "/onvif/subscriptions/other").content == b"answered here"
+        assert post(url, "/onvif/subscriptions/sub-1/x").content == b"answered here"
+        assert len(reader.seen) == 1
+    finally:
+        close()
+
+
+def test_an_https_reader_is_checked_against_the_outbound_ca_bundle(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An ``https://`` cluster address: the reader's certificate is checked against the
+    CA bundle of every outbound HTTPS (``REQUESTS_CA_BUNDLE``, else certifi's): trusted
+    there, the request is forwarded; not trusted, it is "try again" (503), never sent."""
+    import trustme
+
+    ca = trustme.CA()
+    ca.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
+    reader = Reader(tls=ca.issue_cert("127.0.0.1"))
+    try:
+        assert reader.url.startswith("https://")
+        monkeypatch.delenv("CURL_CA_BUNDLE", raising=False)
+        monkeypatch.delenv("REQUESTS_CA_BUNDLE", raising=False)
+        url, close = front([owner_info(reader.url)])
+        try:
+            r = post(url)
+            assert r.status_code == 503 and fault_name(r.content) == "ResourceUnavailableFault"
+        finally:
+            close()
+        assert reader.seen == []
+        monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(tmp_path / "ca.pem"))
+        url, close = front([owner_info(reader.url)])
+        try:
+            r = post(url)
+            assert r.status_code == 200 and r.headers["WSNMOM-Instance"] == "g1"
+        finally:
+            close()
+        assert len(reader.seen) == 1
+    finally:
+        reader.close()
+
+
+def test_a_request_naming_a_pull_point_in_wsa_to_at_a_shared_endpoint_is_forwarded(
+    reader: Reader,
+) -> None:
+    """A GetMessages posted to the broker, or an ONVIF request posted to the event
+    service, with the pull point's (or the ONVIF subscription's) address in ``wsa:To``
+    goes to the reader as it came; a Notify whose payload merely holds such a path, a
+    request addressed to the broker itself and a malformed one are answered here."""
+    url, close = front([owner_info(reader.url)], fed={"sub-1": PP})
+
+    def send(path: str, body: bytes) -> requests.Response:
+        return requests.post(
+            url + path, data=body, headers={"Content-Type": content_type()}, timeout=10
+        )
+
+    base = "http://gateway.example"
+    try:
+        forwarded = {
+            "/wsn/broker": envelope("<wsnt:GetMessages/>", to=base + PATH),
+            "/onvif/event_service": envelope(
+                "<wsnt:Renew/>", to=base + "/onvif/subscriptions/sub-1"
+            ),
+        }
+        for path, body in forwarded.items():
+            r = send(path, body)
+            assert r.status_code == 200 and r.headers["WSNMOM-Instance"] == "g1", path
+        assert [(p, b) for p, b, _ in reader.seen] == list(forwarded.items())
+        here = {
+            "a payload naming a pull point": envelope(
+                f"<wsnt:Notify><wsnt:NotificationMessage><wsnt:Message>{base}{PATH}"
+                "</wsnt:Message></wsnt:NotificationMessage></wsnt:Notify>",
+                to=base + "/wsn/broker",
+            ),
+            "no wsa:To": envelope(f"<wsnt:Subscribe><x>{base}{PATH}</x></wsnt:Subscribe>"),
+            "malformed": b"<s:Envelope " + PATH.encode(),
+            "a longer path": envelope("<wsnt:GetMessages/>", to=base + PATH + "/x"),
+        }
+        for why, body in here.items():
+            assert send("/wsn/broker", body).content == b"answered here", why
+        assert len(reader.seen) == 2
+    finally:
+        close()

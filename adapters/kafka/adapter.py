@@ -97,6 +97,9 @@ Options
         the head reader is once it has read everything fetched (a few tens of ms).
     ``connect_timeout``
         seconds ``open()`` waits for the cluster to answer (10).
+    ``close_timeout``
+        seconds ``close()`` waits for the cluster in all (2): position saves, the head's
+        commit, the producer's flush (``closing.py``).
     ``config``, ``producer_config``, ``consumer_config``
         tables of librdkafka properties (all clients, the producer, the readers): SASL,
         SSL (``ssl.ca.location``, ...), ``client.id`` and tuning.

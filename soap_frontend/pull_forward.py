@@ -247,27 +247,32 @@ class PullForward:
         if readers is None or not readers.active or environ.get("REQUEST_METHOD") != "POST":
             return self.app(environ, start_response)
         path = str(environ.get("PATH_INFO") or "")
-        pull_point_id = self._pull_point_of(readers, path)
+        try:
+            pull_point_id = self._pull_point_of(readers, path)
+        except errors.ResourceUnavailable as exc:
+            return self._fault(environ, start_response, exc)
         if pull_point_id is None and path not in _SHARED_ENDPOINTS:
             return self.app(environ, start_response)
         body = self._body(environ)
         if body is None:  # no plain Content-Length within the limit: answered here
             return self.app(environ, start_response)
-        if pull_point_id is None:
-            pull_point_id = self._addressed(readers, environ, body)
-            if pull_point_id is None:
-                return self.app(environ, start_response)
         try:
-            reader = readers.reader(pull_point_id)
+            if pull_point_id is None:
+                pull_point_id = self._addressed(readers, environ, body)
+            reader = None if pull_point_id is None else readers.reader(pull_point_id)
         except errors.ResourceUnavailable as exc:
             return self._fault(environ, start_response, exc)
-        if reader.here:
+        if reader is None or pull_point_id is None or reader.here:
             return self.app(environ, start_response)
         return self._forward(environ, start_response, reader, pull_point_id, body)
 
     def _pull_point_of(self, readers: PullOwners, path: str) -> str | None:
         """The pull point a request to ``path`` reads: a pull point's own path, or an
-        ONVIF pull-point subscription's (its pull point); None: answered here."""
+        ONVIF pull-point subscription's (its pull point); None: answered here.
+
+        :raises errors.ResourceUnavailable: the store cannot say which pull point the
+            subscription feeds (retry later)
+        """
         found = parse_resource_path(path)
         if found is not None and found[0] is ResourceKind.PULL_POINT:
             # only a pull point's own path: a client never picks where a signed request goes
@@ -279,9 +284,11 @@ class PullForward:
             return None
         try:
             return readers.pull_point_fed_by(subscription_id)
-        except Exception:  # the store: the application answers (its own fault)
-            log.warning("finding the pull point of %s failed", path, exc_info=True)
-            return None
+        except Exception as exc:  # the store: never answered where it may not be read
+            log.warning("finding the pull point of %s failed: %s", path, exc)
+            raise errors.ResourceUnavailable(
+                f"the store does not answer: {exc}; retry later", retry_after=readers.retry_after
+            ) from exc
 
     def _addressed(self, readers: PullOwners, environ: dict[str, Any], body: bytes) -> str | None:
         """The pull point a request to a shared endpoint (the broker, the ONVIF event

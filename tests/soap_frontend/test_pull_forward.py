@@ -65,6 +65,7 @@ def readers(
     secret: str = SECRET,
     nonces: set[str] | None = None,
     fed: dict[str, str] | None = None,
+    fed_by: Callable[[str], str | None] | None = None,
 ) -> PullOwners:
     seen = set() if nonces is None else nonces
 
@@ -84,7 +85,7 @@ def readers(
         retry_after=5.0,
         secret=lambda: secret,
         first_use=first_use,
-        fed_by=lambda sid: (fed or {}).get(sid),
+        fed_by=fed_by or (lambda sid: (fed or {}).get(sid)),
     )
 
 
@@ -595,3 +596,33 @@ def test_a_request_naming_a_pull_point_in_wsa_to_at_a_shared_endpoint_is_forward
         assert len(reader.seen) == 2
     finally:
         close()
+
+
+def test_an_onvif_subscription_is_try_again_while_the_store_cannot_say_what_it_feeds(
+    reader: Reader,
+) -> None:
+    """A subscription not in this instance's memory (made through another instance a
+    moment ago) is looked up in the store: while the store does not answer, the request is
+    "try again" (503), never answered by an instance that may not read its pull point (a
+    ResourceUnknownFault there would end the client's subscription)."""
+    port = free_port()
+
+    def local(environ: dict[str, Any], start: Callable[..., Any]) -> Iterable[bytes]:
+        start("200 OK", [("Content-Type", "text/plain")])
+        return [b"answered here"]
+
+    def store_down(_subscription_id: str) -> str | None:
+        raise OSError("the store does not answer")
+
+    owners = readers("g0", here=False, table=[owner_info(reader.url)], fed_by=store_down)
+    stack = RequestIds(PullForward(local, owners, 1 << 20), "g0")
+    server = make_server("127.0.0.1", port, stack, handler_class=Quiet)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        r = post(f"http://127.0.0.1:{port}", "/onvif/subscriptions/sub-1")
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert r.status_code == 503 and r.headers["Retry-After"] == "5"
+    assert fault_name(r.content) == "ResourceUnavailableFault"
+    assert reader.seen == []

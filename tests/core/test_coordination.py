@@ -7,11 +7,20 @@ to a live instance.  ``SingleInstance`` (SQLite) leads and holds every shard."""
 
 from __future__ import annotations
 
+import sys
+import threading
 import time
 from collections.abc import Iterator
 
 import pytest
-from wsnmom.core.coordination import Change, InstanceRefused, SingleInstance, shard_of
+from wsnmom.core import errors
+from wsnmom.core.coordination import (
+    NONCE_LIMIT,
+    Change,
+    InstanceRefused,
+    SingleInstance,
+    shard_of,
+)
 from wsnmom.core.store import Store
 from wsnmom.core.store_url import open_store
 
@@ -143,3 +152,51 @@ def test_one_instance_remembers_a_nonce_until_it_expires() -> None:
     assert single.first_use("n", now + 60) is False
     assert single.first_use("old", now - 1) is True
     assert single.first_use("old", now + 60) is True  # its first record had expired
+
+
+def test_one_instance_takes_each_nonce_once_under_concurrency() -> None:
+    """Request threads recording nonces at once (past the point where expired ones are
+    swept): each nonce is taken exactly once, and none is lost or raises."""
+    single = SingleInstance("only")
+    now = time.time()
+    for i in range(5000):
+        assert single.first_use(f"earlier-{i}", now + 60)
+    nonces = [f"n-{i}" for i in range(2000)]
+    taken: list[str] = []
+    failed: list[BaseException] = []
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # threads interleave between almost every bytecode
+
+    def run() -> None:
+        try:
+            taken.extend(n for n in nonces if single.first_use(n, now + 60))
+        except BaseException as exc:  # noqa: BLE001 - recorded, asserted below
+            failed.append(exc)
+
+    threads = [threading.Thread(target=run) for _ in range(4)]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(switch)
+    assert failed == []
+    assert sorted(taken) == sorted(nonces)  # each exactly once
+
+
+def test_one_instance_remembers_a_bounded_number_of_live_nonces() -> None:
+    """Beyond :data:`NONCE_LIMIT` live nonces a forward is refused as "try again" (the
+    caller answers 503), never remembered in a set that grows without bound; expired
+    nonces make room."""
+    single = SingleInstance("only")
+    now = time.time()
+    for i in range(NONCE_LIMIT - 10):
+        single.first_use(f"live-{i}", now + 60)
+    for i in range(10):
+        single.first_use(f"ending-{i}", now + 0.5)
+    with pytest.raises(errors.ResourceUnavailable):
+        single.first_use("one-more", now + 60)
+    assert single.first_use("live-0", now + 60) is False  # a replay is still a replay
+    wait_until(lambda: time.time() > now + 0.5, timeout=5)
+    assert single.first_use("one-more", now + 60) is True  # an expired one made room

@@ -355,7 +355,8 @@ class PullForward:
             return self._refused(
                 environ,
                 start_response,
-                f"replayed: this {FORWARD_HEADER} request (nonce {nonce}) was served before",
+                f"replayed: this {FORWARD_HEADER} request (nonce {nonce}) was served before "
+                "(or is older by the store's clock than a nonce is kept)",
             )
         environ[_VERIFIED] = True
         identity = _identity_of_value(named)

@@ -133,7 +133,11 @@ def test_a_forwarded_requests_nonce_is_taken_once_across_instances_and_the_leade
     assert ca.first_use("n-live", now + 60) is True
     assert ca.first_use("n-live", now + 60) is False  # a replay to the same instance
     assert cb.first_use("n-live", now + 60) is False  # and to another
-    assert cb.first_use("n-old", now - 300) is True  # expired long ago (beyond the margin)
+    with a.transaction() as conn:  # type: ignore[attr-defined]
+        # a nonce recorded long ago (expired beyond the margin)
+        conn.execute(
+            "INSERT INTO wsnmom_nonces VALUES ('n-old', to_timestamp(%s))", (now - 300,)
+        )
     assert cb.first_use("n-recent", now - 1) is True  # expired within the margin: kept
     assert _nonce_rows(a) == ["n-live", "n-old", "n-recent"]
     cb.heartbeat(SHARDS, LEASE)  # not the leader: purges nothing
@@ -200,3 +204,22 @@ def test_one_instance_remembers_a_bounded_number_of_live_nonces() -> None:
     assert single.first_use("live-0", now + 60) is False  # a replay is still a replay
     wait_until(lambda: time.time() > now + 0.5, timeout=5)
     assert single.first_use("one-more", now + 60) is True  # an expired one made room
+
+
+def test_a_nonce_the_leader_may_have_purged_already_is_refused(
+    stores: tuple[Store, Store],
+) -> None:
+    """An instance whose clock is behind the store's by more than the margin judges a
+    signature still valid after the leader (by the store's clock) deleted its nonce: the
+    store refuses such a nonce, recorded or not, so that a replay then is never taken for a
+    first use."""
+    a, b = stores
+    ca, cb = a.coordination("a"), b.coordination("b")
+    now = time.time()  # the store's clock: the test's (one host)
+    assert ca.lead()
+    assert cb.first_use("n-skewed", now - 90) is False
+    ca.heartbeat(SHARDS, LEASE)  # the leader purges what expired beyond the margin
+    assert cb.first_use("n-skewed", now - 90) is False  # the replay, after the purge
+    assert cb.first_use("n-fresh", now + 60) is True
+    ca.leave()
+    cb.leave()

@@ -190,11 +190,21 @@ def _verified(
     return (moment, nonce) if hmac.compare_digest(signed, value) else None
 
 
+#: what a forwarded request line's path keeps as it is (RFC 3986 ``pchar`` and ``/``)
+_PATH_SAFE = "/:@!$&'()*+,;="
+
+
 def _target_path(environ: dict[str, Any]) -> str:
-    """The path a signature covers: the request's path and its query."""
+    """The request line's target a forwarded request is sent with, and its signature
+    covers: the request's path, percent-encoded (a ``?``, a space or a ``#`` in it stays
+    in the path: one target names one path and one query), and its query."""
     path = str(environ.get("PATH_INFO") or "")
+    try:
+        raw = path.encode("latin-1")  # PEP 3333: the path's bytes, as latin-1
+    except UnicodeEncodeError:
+        raw = path.encode()
     query = environ.get("QUERY_STRING")
-    return path + (f"?{query}" if query else "")
+    return quote(raw, safe=_PATH_SAFE) + (f"?{query}" if query else "")
 
 
 def identity_value(identity: tuple[str, str]) -> str:

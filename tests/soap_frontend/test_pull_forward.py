@@ -626,3 +626,27 @@ def test_an_onvif_subscription_is_try_again_while_the_store_cannot_say_what_it_f
     assert r.status_code == 503 and r.headers["Retry-After"] == "5"
     assert fault_name(r.content) == "ResourceUnavailableFault"
     assert reader.seen == []
+
+
+def test_the_forwarded_path_is_the_one_signed_and_served(reader: Reader) -> None:
+    """A path holding characters a request line reserves (an admin's peek of an id with a
+    ``?``, a space) reaches the reader as that path, percent-encoded, not cut at the ``?``
+    into another path and a query; and a signature for a path with a ``?`` in it is not one
+    for the path before it with the rest as query."""
+    from wsnmom.core.pull_owners import Reader as Holder
+
+    forward = PullForward(lambda _e, _s: [b""], readers("g0", here=False, table=[]), 1 << 20)
+    holder = Holder(False, "g1", reader.url)
+    for path in ("/wsn/admin/api/pullpoints/a?b/peek", "/wsn/admin/api/pullpoints/a b/peek"):
+        environ = {"REQUEST_METHOD": "GET", "PATH_INFO": path, "QUERY_STRING": "count=2"}
+        answer = forward.relay(environ, holder, "a", b"")
+        assert answer.status.startswith("200"), path
+        assert reader.seen[-1][0] == path
+    # the header made for the path "pp-1?x", sent again (by someone on the way) with the
+    # request line of pull point pp-1 and the query "x": it does not verify
+    environ = {"REQUEST_METHOD": "POST", "PATH_INFO": f"{PATH}?x", "CONTENT_TYPE": content_type()}
+    forward.relay(environ, holder, "a", BODY)
+    value = reader.seen[-1][2]["HTTP_WSNMOM_FORWARDED"]
+    r = post(reader.url, f"{PATH}?x", **{FORWARD_HEADER: value})
+    assert r.status_code == 403 and "for the cluster's instances" in r.text
+    assert all(seen[0] != PATH for seen in reader.seen)

@@ -179,7 +179,9 @@ def _verified(
 ) -> tuple[int, str] | None:
     """The moment and nonce of a header that verifies, else None."""
     parts = value.split(" ")
-    if len(parts) != 4 or not parts[1].isdigit() or not _NONCE.fullmatch(parts[2]):
+    if len(parts) != 4 or not value.isascii():  # made up (compare_digest takes ASCII)
+        return None
+    if not parts[1].isdigit() or not _NONCE.fullmatch(parts[2]):
         return None
     instance, moment, nonce = parts[0], int(parts[1]), parts[2]
     if abs(now - moment) > WINDOW:

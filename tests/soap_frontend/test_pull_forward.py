@@ -650,3 +650,19 @@ def test_the_forwarded_path_is_the_one_signed_and_served(reader: Reader) -> None
     r = post(reader.url, f"{PATH}?x", **{FORWARD_HEADER: value})
     assert r.status_code == 403 and "for the cluster's instances" in r.text
     assert all(seen[0] != PATH for seen in reader.seen)
+
+
+def test_a_made_up_header_with_other_characters_is_refused_quietly(
+    reader: Reader, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A forwarding header with characters outside ASCII (a time of Unicode digits, an
+    instance name in Latin-1) is refused as any that does not verify: 403, logged as a
+    refusal, never as a failure of the cluster's secret with a traceback."""
+    now = int(time.time())
+    nonce = secrets.token_hex(16)
+    for value in (f"g0 {now}\u00b2 {nonce} {'0' * 64}", f"g\u00e9 {now} {nonce} {'0' * 64}"):
+        caplog.clear()
+        r = post(reader.url, **{FORWARD_HEADER: value})
+        assert r.status_code == 403, value
+        assert not [rec for rec in caplog.records if rec.levelname == "WARNING"], value
+    assert reader.seen == []

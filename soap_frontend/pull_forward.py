@@ -331,18 +331,20 @@ class PullForward:
         verified = None
         if readers is not None and readers.clustered and body is not None:
             try:
-                verified = _verified(
-                    readers.secret(),
-                    value,
-                    method,
-                    _target_path(environ),
-                    body,
-                    named,
-                    address,
-                    time.time(),
-                )
-            except Exception:
-                log.warning("reading the cluster's secret failed", exc_info=True)
+                secret = readers.secret()
+            except Exception as exc:  # the store: nothing can be checked now
+                log.warning("reading the cluster's secret failed: %s", exc)
+                return self._fault(environ, start_response, self._store_down(readers, exc))
+            verified = _verified(
+                secret,
+                value,
+                method,
+                _target_path(environ),
+                body,
+                named,
+                address,
+                time.time(),
+            )
         if verified is None:
             log.info("refused a request to %s: its %s does not verify", path, FORWARD_HEADER)
             why = f"the {FORWARD_HEADER} header is for the cluster's instances"
@@ -353,14 +355,7 @@ class PullForward:
             first = readers.first_use(nonce, moment + WINDOW)
         except Exception as exc:
             log.warning("recording a forwarded request's nonce failed: %s", exc)
-            return self._fault(
-                environ,
-                start_response,
-                errors.ResourceUnavailable(
-                    f"the store does not answer: {exc}; retry later",
-                    retry_after=readers.retry_after,
-                ),
-            )
+            return self._fault(environ, start_response, self._store_down(readers, exc))
         if not first:
             log.warning(
                 "refused a replayed request to %s: the nonce of its %s was used before",
@@ -384,6 +379,13 @@ class PullForward:
         if address:
             environ[FORWARDED_ADDRESS_KEY] = address
         return self.app(environ, start_response)
+
+    @staticmethod
+    def _store_down(readers: PullOwners, exc: Exception) -> errors.ResourceUnavailable:
+        """The "try again" of a forwarded request the store's failure leaves unchecked."""
+        return errors.ResourceUnavailable(
+            f"the store does not answer: {exc}; retry later", retry_after=readers.retry_after
+        )
 
     def _refused(
         self, environ: dict[str, Any], start_response: StartResponse, why: str

@@ -666,3 +666,39 @@ def test_a_made_up_header_with_other_characters_is_refused_quietly(
         assert r.status_code == 403, value
         assert not [rec for rec in caplog.records if rec.levelname == "WARNING"], value
     assert reader.seen == []
+
+
+def test_a_forwarded_request_is_try_again_while_the_reader_cannot_read_the_secret() -> None:
+    """A reader that has not read the cluster's secret yet while the store does not
+    answer cannot check a forwarded request: "try again" (503, relayed to the client as
+    such), not a refusal of the header as made up (403, a Sender fault the client would
+    not retry)."""
+
+    def store_down() -> str:
+        raise OSError("the store does not answer")
+
+    def app(_environ: dict[str, Any], start: Callable[..., Any]) -> Iterable[bytes]:
+        start("200 OK", [("Content-Type", "text/plain")])
+        return [b"served"]
+
+    owners = PullOwners(
+        active=True,
+        instance="g1",
+        shards=4,
+        lease=3.0,
+        delivers=lambda _id: True,
+        instances=lambda: [],
+        retry_after=5.0,
+        secret=store_down,
+    )
+    port = free_port()
+    server = make_server("127.0.0.1", port, PullForward(app, owners, 1 << 20), handler_class=Quiet)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        value = signed(SECRET, "g0", int(time.time()), PATH, BODY)
+        r = post(f"http://127.0.0.1:{port}", **{FORWARD_HEADER: value})
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert r.status_code == 503 and r.headers["Retry-After"] == "5"
+    assert fault_name(r.content) == "ResourceUnavailableFault"

@@ -23,12 +23,13 @@ that does not verify (a client's, one older than :data:`WINDOW`) is refused with
 and so is one whose nonce was seen before (a replay, to this instance or any other: the
 nonce is recorded in the store, ``PullOwners.first_use``).  The signed path is the
 request line's, percent-encoded (:func:`_target_path`): one signature, one path and
-query.  While the store cannot say which pull point an ONVIF subscription feeds, or
-record a nonce, the answer is 503 (never served where the pull point may not be read).  The client's own credentials
-travel with the request: the reading instance authenticates and authorises the client as
-any instance would.  A client known without an ``Authorization`` header (its TLS
-certificate, a trusted proxy's identity header) is named in
-:data:`FORWARDED_IDENTITY_HEADER`, which the signature covers: the reader takes that
+query.  While the store cannot say which pull point an ONVIF subscription feeds, give the
+cluster's secret or record a nonce, the answer is 503 (never served where the pull point
+may not be read).
+The client's own credentials travel with the request: the reading instance authenticates
+and authorises the client as any instance would.  A client known without an
+``Authorization`` header (its TLS certificate, a trusted proxy's identity header) is named
+in :data:`FORWARDED_IDENTITY_HEADER`, which the signature covers: the reader takes that
 identity (``auth.FORWARDED_IDENTITY_KEY``).  An admin action names the admin the
 forwarding instance authorised there (method ``admin``; taken on admin paths only,
 ``auth.FORWARDED_ADMIN_KEY``).  The client's address goes in

@@ -87,8 +87,7 @@ def elsewhere(
             # sent here as the holder, which this instance no longer is (the shard moved
             # during the request): neither served here nor sent on again
             raise errors.ResourceUnavailable(
-                f"the {kind} {resource_id} moved to another instance of the cluster; "
-                "retry later",
+                f"the {kind} {resource_id} moved to another instance of the cluster; retry later",
                 retry_after=readers.retry_after,
             )
         answer = forward.relay(

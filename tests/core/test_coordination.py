@@ -135,9 +135,7 @@ def test_a_forwarded_requests_nonce_is_taken_once_across_instances_and_the_leade
     assert cb.first_use("n-live", now + 60) is False  # and to another
     with a.transaction() as conn:  # type: ignore[attr-defined]
         # a nonce recorded long ago (expired beyond the margin)
-        conn.execute(
-            "INSERT INTO wsnmom_nonces VALUES ('n-old', to_timestamp(%s))", (now - 300,)
-        )
+        conn.execute("INSERT INTO wsnmom_nonces VALUES ('n-old', to_timestamp(%s))", (now - 300,))
     assert cb.first_use("n-recent", now - 1) is True  # expired within the margin: kept
     assert _nonce_rows(a) == ["n-live", "n-old", "n-recent"]
     cb.heartbeat(SHARDS, LEASE)  # not the leader: purges nothing

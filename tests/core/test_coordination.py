@@ -17,6 +17,7 @@ from wsnmom.core import errors
 from wsnmom.core.coordination import (
     NONCE_LIMIT,
     Change,
+    Coordination,
     InstanceRefused,
     SingleInstance,
     shard_of,
@@ -219,5 +220,31 @@ def test_a_nonce_the_leader_may_have_purged_already_is_refused(
     ca.heartbeat(SHARDS, LEASE)  # the leader purges what expired beyond the margin
     assert cb.first_use("n-skewed", now - 90) is False  # the replay, after the purge
     assert cb.first_use("n-fresh", now + 60) is True
+    ca.leave()
+    cb.leave()
+
+
+def test_a_nonce_used_through_two_instances_at_once_is_taken_once(
+    stores: tuple[Store, Store],
+) -> None:
+    """Two instances recording the same nonces at the same moment (a forward and its
+    replay racing): the store's unique key lets exactly one take each."""
+    a, b = stores
+    ca, cb = a.coordination("a"), b.coordination("b")
+    expires = time.time() + 60
+    nonces = [f"race-{i}" for i in range(50)]
+    taken: list[str] = []
+    start = threading.Barrier(2)
+
+    def run(coordination: Coordination) -> None:
+        start.wait()
+        taken.extend(n for n in nonces if coordination.first_use(n, expires))
+
+    threads = [threading.Thread(target=run, args=(c,)) for c in (ca, cb)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(taken) == sorted(nonces)
     ca.leave()
     cb.leave()

@@ -702,3 +702,43 @@ def test_a_forwarded_request_is_try_again_while_the_reader_cannot_read_the_secre
         server.server_close()
     assert r.status_code == 503 and r.headers["Retry-After"] == "5"
     assert fault_name(r.content) == "ResourceUnavailableFault"
+
+
+def test_two_instances_each_taking_the_other_for_the_reader_forward_once() -> None:
+    """During a shard move A may take B for the reader while B takes A: A's forward is
+    served by B (whose core then answers "try again" if it does not read the pull point),
+    never sent back: one hop, no loop."""
+    served: dict[str, int] = {"g0": 0, "g1": 0}
+
+    def stack(instance: str, table: list[InstanceInfo]) -> tuple[str, Callable[[], None]]:
+        def local(environ: dict[str, Any], start: Callable[..., Any]) -> Iterable[bytes]:
+            served[instance] += 1
+            start("200 OK", [("Content-Type", "text/plain")])
+            return [f"answered by {instance}".encode()]
+
+        port = free_port()
+        app = RequestIds(
+            PullForward(local, readers(instance, here=False, table=table), 1 << 20), instance
+        )
+        server = make_server("127.0.0.1", port, app, handler_class=Quiet)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+
+        def close() -> None:
+            server.shutdown()
+            server.server_close()
+
+        return f"http://127.0.0.1:{port}", close
+
+    table_a: list[InstanceInfo] = []
+    table_b: list[InstanceInfo] = []
+    url_a, close_a = stack("g0", table_a)
+    url_b, close_b = stack("g1", table_b)
+    try:
+        table_a.append(owner_info(url_b))  # A: g1 reads
+        table_b.append(InstanceInfo("g0", url_a, "v", 0.1, ((shard_of(PP, 4), 1),), 2.0))
+        r = post(url_a)
+        assert r.status_code == 200 and r.content == b"answered by g1"
+        assert served == {"g0": 0, "g1": 1}
+    finally:
+        close_a()
+        close_b()

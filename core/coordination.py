@@ -162,7 +162,9 @@ class Coordination(Protocol):
     def first_use(self, nonce: str, expires_at: float) -> bool:
         """Record the nonce of a forwarded request, kept until ``expires_at`` (Unix
         seconds); False when it was recorded before (the request is a replay).  In a
-        cluster every instance sees what any recorded (the store)."""
+        cluster every instance sees what any recorded (the store).  Raises when it
+        cannot record it (the store does not answer, too many live nonces): the caller
+        answers "try again"."""
         ...
 
 

@@ -16,7 +16,10 @@
   with, made by the first instance that asks (``secret``).
 * ``wsnmom_nonces`` (schema 6): the nonce of every forwarded request served, with its
   expiry; a nonce is inserted once (:meth:`PostgresCoordination.first_use`), so a request
-  replayed to any instance is refused.  The leader deletes expired ones at its heartbeat.
+  replayed to any instance is refused.  The leader deletes those expired for longer than
+  :data:`NONCE_MARGIN` at its heartbeat (by the store's clock), and the store refuses a
+  nonce expired that long (an instance whose clock is behind judged it valid; its record
+  may be gone), so a replay is never taken for a first use, whatever the clocks.
 * Leadership is a session-level advisory lock held on a dedicated connection, which
   also LISTENs: when the process dies the connection goes and so does the lock.
 """
@@ -293,10 +296,15 @@ class PostgresCoordination:
         return str(row[0])
 
     def first_use(self, nonce: str, expires_at: float) -> bool:
+        # a nonce the leader may have deleted already (its expiry beyond the margin by the
+        # store's clock: the judging instance's clock is behind) is refused, recorded or
+        # not: its replay could not be told from a first use
         with self._store.transaction() as conn:
             inserted = conn.execute(
-                "INSERT INTO wsnmom_nonces (nonce, expires_at) VALUES (%s, to_timestamp(%s)) "
+                "INSERT INTO wsnmom_nonces (nonce, expires_at) "
+                "SELECT %s, to_timestamp(%s) "
+                f"WHERE to_timestamp(%s) >= now() - interval '{NONCE_MARGIN}' "
                 "ON CONFLICT (nonce) DO NOTHING",
-                (nonce, expires_at),
+                (nonce, expires_at, expires_at),
             ).rowcount
         return bool(inserted == 1)

@@ -9,7 +9,11 @@ to the instance holding the resource's shard, once the admin was authorised wher
 arrived (a session, a loopback operator: what only that instance knows), signed as every
 forwarded request (``pull_forward``) and naming the admin for the reader's audit log;
 the reader's answer is relayed as it came.  While no live instance holds the shard, or
-the holder cannot be reached, the answer is 503 with ``Retry-After``.
+the holder cannot be reached, or the store cannot say which pull point a subscription
+feeds, the answer is 503 with ``Retry-After``.  A forwarded request is served only where
+the shard still is: one arriving after the shard moved on (a hand-over during the
+request) is answered 503 too, neither served (a purge of what this instance no longer
+holds) nor sent on again.
 
 Which instance: a pull point's reader; for a subscription feeding a pull point, that pull
 point's reader (its feed is read with the pull point); for a push subscription, its
@@ -37,14 +41,20 @@ EXTENSION = "wsnmom.pull_forward"
 
 
 def _reader(readers: PullOwners, kind: str, resource_id: str) -> tuple[str, Reader] | None:
-    """The resource whose shard decides, and who holds it; None: served here."""
+    """The resource whose shard decides, and who holds it; None: served here.
+
+    :raises errors.ResourceUnavailable: no live instance holds it, or the store cannot
+        say which pull point the subscription feeds (retry later)
+    """
     if kind == "pull point":
         return (resource_id, readers.reader(resource_id)) if readers.active else None
     try:
         fed = readers.pull_point_fed_by(resource_id)
-    except Exception:  # the store: answered here (its own fault)
-        log.warning("finding the pull point subscription %s feeds failed", resource_id)
-        return None
+    except Exception as exc:  # the store: never served where the backlog may not be
+        log.warning("finding the pull point subscription %s feeds failed: %s", resource_id, exc)
+        raise errors.ResourceUnavailable(
+            f"the store does not answer: {exc}; retry later", retry_after=readers.retry_after
+        ) from exc
     if fed is not None:
         return (fed, readers.reader(fed)) if readers.active else None
     return resource_id, readers.holder(resource_id)
@@ -69,12 +79,17 @@ def elsewhere(
         }
     if forward is None or readers is None or not readers.clustered:
         return None
-    if environ.get(FORWARDED_ADMIN_KEY) is not None:
-        return None  # sent here by another instance: served here, never sent on again
     try:
         found = _reader(readers, kind, resource_id)
         if found is None or found[1].here:
             return None
+        if environ.get(FORWARDED_ADMIN_KEY) is not None:
+            # sent here as the holder, which this instance no longer is (the shard moved
+            # during the request): neither served here nor sent on again
+            raise errors.ResourceUnavailable(
+                f"the {kind} {resource_id} moved to another instance of the cluster; retry later",
+                retry_after=readers.retry_after,
+            )
         answer = forward.relay(
             environ,
             found[1],

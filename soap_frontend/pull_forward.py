@@ -21,11 +21,15 @@ under the cluster's secret (made once in the store, ``Coordination.secret``).  A
 instance serves a request with a valid header itself, never forwarding it again; a header
 that does not verify (a client's, one older than :data:`WINDOW`) is refused with HTTP 403,
 and so is one whose nonce was seen before (a replay, to this instance or any other: the
-nonce is recorded in the store, ``PullOwners.first_use``).  The client's own credentials
-travel with the request: the reading instance authenticates and authorises the client as
-any instance would.  A client known without an ``Authorization`` header (its TLS
-certificate, a trusted proxy's identity header) is named in
-:data:`FORWARDED_IDENTITY_HEADER`, which the signature covers: the reader takes that
+nonce is recorded in the store, ``PullOwners.first_use``).  The signed path is the
+request line's, percent-encoded (:func:`_target_path`): one signature, one path and
+query.  While the store cannot say which pull point an ONVIF subscription feeds, give the
+cluster's secret or record a nonce, the answer is 503 (never served where the pull point
+may not be read).
+The client's own credentials travel with the request: the reading instance authenticates
+and authorises the client as any instance would.  A client known without an
+``Authorization`` header (its TLS certificate, a trusted proxy's identity header) is named
+in :data:`FORWARDED_IDENTITY_HEADER`, which the signature covers: the reader takes that
 identity (``auth.FORWARDED_IDENTITY_KEY``).  An admin action names the admin the
 forwarding instance authorised there (method ``admin``; taken on admin paths only,
 ``auth.FORWARDED_ADMIN_KEY``).  The client's address goes in
@@ -179,7 +183,9 @@ def _verified(
 ) -> tuple[int, str] | None:
     """The moment and nonce of a header that verifies, else None."""
     parts = value.split(" ")
-    if len(parts) != 4 or not parts[1].isdigit() or not _NONCE.fullmatch(parts[2]):
+    if len(parts) != 4 or not value.isascii():  # made up (compare_digest takes ASCII)
+        return None
+    if not parts[1].isdigit() or not _NONCE.fullmatch(parts[2]):
         return None
     instance, moment, nonce = parts[0], int(parts[1]), parts[2]
     if abs(now - moment) > WINDOW:
@@ -190,11 +196,21 @@ def _verified(
     return (moment, nonce) if hmac.compare_digest(signed, value) else None
 
 
+#: what a forwarded request line's path keeps as it is (RFC 3986 ``pchar`` and ``/``)
+_PATH_SAFE = "/:@!$&'()*+,;="
+
+
 def _target_path(environ: dict[str, Any]) -> str:
-    """The path a signature covers: the request's path and its query."""
+    """The request line's target a forwarded request is sent with, and its signature
+    covers: the request's path, percent-encoded (a ``?``, a space or a ``#`` in it stays
+    in the path: one target names one path and one query), and its query."""
     path = str(environ.get("PATH_INFO") or "")
+    try:
+        raw = path.encode("latin-1")  # PEP 3333: the path's bytes, as latin-1
+    except UnicodeEncodeError:
+        raw = path.encode()
     query = environ.get("QUERY_STRING")
-    return path + (f"?{query}" if query else "")
+    return quote(raw, safe=_PATH_SAFE) + (f"?{query}" if query else "")
 
 
 def identity_value(identity: tuple[str, str]) -> str:
@@ -247,27 +263,32 @@ class PullForward:
         if readers is None or not readers.active or environ.get("REQUEST_METHOD") != "POST":
             return self.app(environ, start_response)
         path = str(environ.get("PATH_INFO") or "")
-        pull_point_id = self._pull_point_of(readers, path)
+        try:
+            pull_point_id = self._pull_point_of(readers, path)
+        except errors.ResourceUnavailable as exc:
+            return self._fault(environ, start_response, exc)
         if pull_point_id is None and path not in _SHARED_ENDPOINTS:
             return self.app(environ, start_response)
         body = self._body(environ)
         if body is None:  # no plain Content-Length within the limit: answered here
             return self.app(environ, start_response)
-        if pull_point_id is None:
-            pull_point_id = self._addressed(readers, environ, body)
-            if pull_point_id is None:
-                return self.app(environ, start_response)
         try:
-            reader = readers.reader(pull_point_id)
+            if pull_point_id is None:
+                pull_point_id = self._addressed(readers, environ, body)
+            reader = None if pull_point_id is None else readers.reader(pull_point_id)
         except errors.ResourceUnavailable as exc:
             return self._fault(environ, start_response, exc)
-        if reader.here:
+        if reader is None or pull_point_id is None or reader.here:
             return self.app(environ, start_response)
         return self._forward(environ, start_response, reader, pull_point_id, body)
 
     def _pull_point_of(self, readers: PullOwners, path: str) -> str | None:
         """The pull point a request to ``path`` reads: a pull point's own path, or an
-        ONVIF pull-point subscription's (its pull point); None: answered here."""
+        ONVIF pull-point subscription's (its pull point); None: answered here.
+
+        :raises errors.ResourceUnavailable: the store cannot say which pull point the
+            subscription feeds (retry later)
+        """
         found = parse_resource_path(path)
         if found is not None and found[0] is ResourceKind.PULL_POINT:
             # only a pull point's own path: a client never picks where a signed request goes
@@ -279,9 +300,11 @@ class PullForward:
             return None
         try:
             return readers.pull_point_fed_by(subscription_id)
-        except Exception:  # the store: the application answers (its own fault)
-            log.warning("finding the pull point of %s failed", path, exc_info=True)
-            return None
+        except Exception as exc:  # the store: never answered where it may not be read
+            log.warning("finding the pull point of %s failed: %s", path, exc)
+            raise errors.ResourceUnavailable(
+                f"the store does not answer: {exc}; retry later", retry_after=readers.retry_after
+            ) from exc
 
     def _addressed(self, readers: PullOwners, environ: dict[str, Any], body: bytes) -> str | None:
         """The pull point a request to a shared endpoint (the broker, the ONVIF event
@@ -309,18 +332,20 @@ class PullForward:
         verified = None
         if readers is not None and readers.clustered and body is not None:
             try:
-                verified = _verified(
-                    readers.secret(),
-                    value,
-                    method,
-                    _target_path(environ),
-                    body,
-                    named,
-                    address,
-                    time.time(),
-                )
-            except Exception:
-                log.warning("reading the cluster's secret failed", exc_info=True)
+                secret = readers.secret()
+            except Exception as exc:  # the store: nothing can be checked now
+                log.warning("reading the cluster's secret failed: %s", exc)
+                return self._fault(environ, start_response, self._store_down(readers, exc))
+            verified = _verified(
+                secret,
+                value,
+                method,
+                _target_path(environ),
+                body,
+                named,
+                address,
+                time.time(),
+            )
         if verified is None:
             log.info("refused a request to %s: its %s does not verify", path, FORWARD_HEADER)
             why = f"the {FORWARD_HEADER} header is for the cluster's instances"
@@ -331,14 +356,7 @@ class PullForward:
             first = readers.first_use(nonce, moment + WINDOW)
         except Exception as exc:
             log.warning("recording a forwarded request's nonce failed: %s", exc)
-            return self._fault(
-                environ,
-                start_response,
-                errors.ResourceUnavailable(
-                    f"the store does not answer: {exc}; retry later",
-                    retry_after=readers.retry_after,
-                ),
-            )
+            return self._fault(environ, start_response, self._store_down(readers, exc))
         if not first:
             log.warning(
                 "refused a replayed request to %s: the nonce of its %s was used before",
@@ -348,7 +366,8 @@ class PullForward:
             return self._refused(
                 environ,
                 start_response,
-                f"replayed: this {FORWARD_HEADER} request (nonce {nonce}) was served before",
+                f"replayed: this {FORWARD_HEADER} request (nonce {nonce}) was served before "
+                "(or is older by the store's clock than a nonce is kept)",
             )
         environ[_VERIFIED] = True
         identity = _identity_of_value(named)
@@ -361,6 +380,13 @@ class PullForward:
         if address:
             environ[FORWARDED_ADDRESS_KEY] = address
         return self.app(environ, start_response)
+
+    @staticmethod
+    def _store_down(readers: PullOwners, exc: Exception) -> errors.ResourceUnavailable:
+        """The "try again" of a forwarded request the store's failure leaves unchecked."""
+        return errors.ResourceUnavailable(
+            f"the store does not answer: {exc}; retry later", retry_after=readers.retry_after
+        )
 
     def _refused(
         self, environ: dict[str, Any], start_response: StartResponse, why: str

@@ -65,6 +65,7 @@ def readers(
     secret: str = SECRET,
     nonces: set[str] | None = None,
     fed: dict[str, str] | None = None,
+    fed_by: Callable[[str], str | None] | None = None,
 ) -> PullOwners:
     seen = set() if nonces is None else nonces
 
@@ -84,7 +85,7 @@ def readers(
         retry_after=5.0,
         secret=lambda: secret,
         first_use=first_use,
-        fed_by=lambda sid: (fed or {}).get(sid),
+        fed_by=fed_by or (lambda sid: (fed or {}).get(sid)),
     )
 
 
@@ -595,3 +596,149 @@ def test_a_request_naming_a_pull_point_in_wsa_to_at_a_shared_endpoint_is_forward
         assert len(reader.seen) == 2
     finally:
         close()
+
+
+def test_an_onvif_subscription_is_try_again_while_the_store_cannot_say_what_it_feeds(
+    reader: Reader,
+) -> None:
+    """A subscription not in this instance's memory (made through another instance a
+    moment ago) is looked up in the store: while the store does not answer, the request is
+    "try again" (503), never answered by an instance that may not read its pull point (a
+    ResourceUnknownFault there would end the client's subscription)."""
+    port = free_port()
+
+    def local(environ: dict[str, Any], start: Callable[..., Any]) -> Iterable[bytes]:
+        start("200 OK", [("Content-Type", "text/plain")])
+        return [b"answered here"]
+
+    def store_down(_subscription_id: str) -> str | None:
+        raise OSError("the store does not answer")
+
+    owners = readers("g0", here=False, table=[owner_info(reader.url)], fed_by=store_down)
+    stack = RequestIds(PullForward(local, owners, 1 << 20), "g0")
+    server = make_server("127.0.0.1", port, stack, handler_class=Quiet)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        r = post(f"http://127.0.0.1:{port}", "/onvif/subscriptions/sub-1")
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert r.status_code == 503 and r.headers["Retry-After"] == "5"
+    assert fault_name(r.content) == "ResourceUnavailableFault"
+    assert reader.seen == []
+
+
+def test_the_forwarded_path_is_the_one_signed_and_served(reader: Reader) -> None:
+    """A path holding characters a request line reserves (an admin's peek of an id with a
+    ``?``, a space) reaches the reader as that path, percent-encoded, not cut at the ``?``
+    into another path and a query; and a signature for a path with a ``?`` in it is not one
+    for the path before it with the rest as query."""
+    from wsnmom.core.pull_owners import Reader as Holder
+
+    forward = PullForward(lambda _e, _s: [b""], readers("g0", here=False, table=[]), 1 << 20)
+    holder = Holder(False, "g1", reader.url)
+    for path in ("/wsn/admin/api/pullpoints/a?b/peek", "/wsn/admin/api/pullpoints/a b/peek"):
+        environ = {"REQUEST_METHOD": "GET", "PATH_INFO": path, "QUERY_STRING": "count=2"}
+        answer = forward.relay(environ, holder, "a", b"")
+        assert answer.status.startswith("200"), path
+        assert reader.seen[-1][0] == path
+    # the header made for the path "pp-1?x", sent again (by someone on the way) with the
+    # request line of pull point pp-1 and the query "x": it does not verify
+    environ = {"REQUEST_METHOD": "POST", "PATH_INFO": f"{PATH}?x", "CONTENT_TYPE": content_type()}
+    forward.relay(environ, holder, "a", BODY)
+    value = reader.seen[-1][2]["HTTP_WSNMOM_FORWARDED"]
+    r = post(reader.url, f"{PATH}?x", **{FORWARD_HEADER: value})
+    assert r.status_code == 403 and "for the cluster's instances" in r.text
+    assert all(seen[0] != PATH for seen in reader.seen)
+
+
+def test_a_made_up_header_with_other_characters_is_refused_quietly(
+    reader: Reader, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A forwarding header with characters outside ASCII (a time of Unicode digits, an
+    instance name in Latin-1) is refused as any that does not verify: 403, logged as a
+    refusal, never as a failure of the cluster's secret with a traceback."""
+    now = int(time.time())
+    nonce = secrets.token_hex(16)
+    for value in (f"g0 {now}\u00b2 {nonce} {'0' * 64}", f"g\u00e9 {now} {nonce} {'0' * 64}"):
+        caplog.clear()
+        r = post(reader.url, **{FORWARD_HEADER: value})
+        assert r.status_code == 403, value
+        assert not [rec for rec in caplog.records if rec.levelname == "WARNING"], value
+    assert reader.seen == []
+
+
+def test_a_forwarded_request_is_try_again_while_the_reader_cannot_read_the_secret() -> None:
+    """A reader that has not read the cluster's secret yet while the store does not
+    answer cannot check a forwarded request: "try again" (503, relayed to the client as
+    such), not a refusal of the header as made up (403, a Sender fault the client would
+    not retry)."""
+
+    def store_down() -> str:
+        raise OSError("the store does not answer")
+
+    def app(_environ: dict[str, Any], start: Callable[..., Any]) -> Iterable[bytes]:
+        start("200 OK", [("Content-Type", "text/plain")])
+        return [b"served"]
+
+    owners = PullOwners(
+        active=True,
+        instance="g1",
+        shards=4,
+        lease=3.0,
+        delivers=lambda _id: True,
+        instances=lambda: [],
+        retry_after=5.0,
+        secret=store_down,
+    )
+    port = free_port()
+    server = make_server("127.0.0.1", port, PullForward(app, owners, 1 << 20), handler_class=Quiet)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        value = signed(SECRET, "g0", int(time.time()), PATH, BODY)
+        r = post(f"http://127.0.0.1:{port}", **{FORWARD_HEADER: value})
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert r.status_code == 503 and r.headers["Retry-After"] == "5"
+    assert fault_name(r.content) == "ResourceUnavailableFault"
+
+
+def test_two_instances_each_taking_the_other_for_the_reader_forward_once() -> None:
+    """During a shard move A may take B for the reader while B takes A: A's forward is
+    served by B (whose core then answers "try again" if it does not read the pull point),
+    never sent back: one hop, no loop."""
+    served: dict[str, int] = {"g0": 0, "g1": 0}
+
+    def stack(instance: str, table: list[InstanceInfo]) -> tuple[str, Callable[[], None]]:
+        def local(environ: dict[str, Any], start: Callable[..., Any]) -> Iterable[bytes]:
+            served[instance] += 1
+            start("200 OK", [("Content-Type", "text/plain")])
+            return [f"answered by {instance}".encode()]
+
+        port = free_port()
+        app = RequestIds(
+            PullForward(local, readers(instance, here=False, table=table), 1 << 20), instance
+        )
+        server = make_server("127.0.0.1", port, app, handler_class=Quiet)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+
+        def close() -> None:
+            server.shutdown()
+            server.server_close()
+
+        return f"http://127.0.0.1:{port}", close
+
+    table_a: list[InstanceInfo] = []
+    table_b: list[InstanceInfo] = []
+    url_a, close_a = stack("g0", table_a)
+    url_b, close_b = stack("g1", table_b)
+    try:
+        table_a.append(owner_info(url_b))  # A: g1 reads
+        table_b.append(InstanceInfo("g0", url_a, "v", 0.1, ((shard_of(PP, 4), 1),), 2.0))
+        r = post(url_a)
+        assert r.status_code == 200 and r.content == b"answered by g1"
+        assert served == {"g0": 0, "g1": 1}
+    finally:
+        close_a()
+        close_b()

@@ -63,19 +63,28 @@ class Outbox(EngineParts):
             for rid, ns, path, body, headers, ctype, msgid in rows
         ]
 
-    def outbox_park(self, parked: Sequence[tuple[int, OutboundMessage]]) -> None:
+    def outbox_park(self, parked: Sequence[tuple[int, OutboundMessage]]) -> int:
         """Move outbox rows (id, the dead letter :meth:`outbox_batch` gave) that the other
         middleware refuses for good into the queues here of their topic's subscriptions
         (the gateway's dead-letter boxes), in one transaction, as if there were no
-        outbox: they stay listed and counted, and wait here until replayed or purged."""
+        outbox: they stay listed and counted, and wait here until replayed or purged.
+        One with no queue of its topic (its box was deleted) is stranded instead
+        (:mod:`.dead_letters`), kept until a box is opened again; returns how many were.
+
+        The row id is the key: a row no longer in the outbox (parked already, by a call
+        that failed after its commit and is repeated) is not queued again."""
         with self.lock:
+            homeless = 0
             self._parking = True
             try:
                 with self.tx() as c:
-                    c.executemany("DELETE FROM outbox WHERE id = ?", [(i,) for i, _ in parked])
-                    self._graves.extend(m for _, m in parked)
+                    for rid, m in parked:
+                        if c.execute("DELETE FROM outbox WHERE id = ?", (rid,)).rowcount:
+                            self._graves.append(m)
+                            homeless += not any(sid in self.subs for sid in self.targets(m.topic))
             finally:
                 self._parking = False
+            return homeless
 
     def outbox_remove(self, ids: Sequence[int]) -> None:
         """Forget outbox rows ``ids`` (their dead letters were delivered elsewhere)."""

@@ -85,11 +85,22 @@ CREATE TABLE IF NOT EXISTS outbox(
     ctype TEXT NOT NULL,
     msgid TEXT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS stranded(
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    ns TEXT NOT NULL,
+    path TEXT NOT NULL,
+    body BLOB NOT NULL,
+    headers TEXT NOT NULL,
+    ctype TEXT NOT NULL,
+    msgid TEXT NOT NULL,
+    since REAL NOT NULL
+);
 """
 
 #: 2: ``current`` can hold its message inline (``mid`` 0); a version 1 database gets the
-#: three columns on open (its rows all reference ``messages`` and stay valid)
-_SCHEMA_VERSION = "2"
+#: three columns on open (its rows all reference ``messages`` and stay valid).
+#: 3: the ``stranded`` table (dead letters whose topic had no queue), made on open
+_SCHEMA_VERSION = "3"
 #: the ``current.mid`` of a message held inline in its ``current`` row
 _INLINE = 0
 

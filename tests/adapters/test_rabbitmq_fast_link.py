@@ -6,7 +6,6 @@ threads at once are all counted."""
 
 from __future__ import annotations
 
-import asyncio
 import sys
 import threading
 import uuid
@@ -25,7 +24,17 @@ from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.rabbitmq
 
-HEARTBEAT = b"\x08\x00\x00\x00\x00\x00\x00\xce"
+
+
+class Frame(bytes):
+    """Bytes whose length is Python code: the interpreter may switch threads inside an
+    update of a counter by ``len(data)``, as it may anywhere without the GIL."""
+
+    def __len__(self) -> int:
+        return bytes.__len__(self)
+
+
+HEARTBEAT = Frame(b"\x08\x00\x00\x00\x00\x00\x00\xce")
 
 
 @pytest.fixture
@@ -129,17 +138,15 @@ def test_a_reader_that_raises_closes_its_channel_not_the_connection(
         _delete(link, good.queue, buggy.queue)
 
 
-def test_bytes_sent_from_two_threads_are_all_counted(
-    link: Link, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_bytes_sent_from_two_threads_are_all_counted(link: Link) -> None:
     """The loop thread (``write_frames``, pika's own writes) and a publishing thread
-    (``send_now`` under the write lock) write at once; every byte and frame is counted."""
-    monkeypatch.setattr(sys, "getswitchinterval", sys.getswitchinterval)
+    (``send_now`` under the write lock) write at once; every byte and frame is counted.
+    (Both used to add to pika's ``bytes_sent``: a few hundred bytes of 3 MB were lost.)"""
     old = sys.getswitchinterval()
     sys.setswitchinterval(1e-6)  # threads switch as often as they can
     conn = link.connection
     assert conn is not None
-    rounds = 20_000
+    rounds = 200_000
     before = conn.sent()
     done = threading.Event()
 
@@ -154,7 +161,7 @@ def test_bytes_sent_from_two_threads_are_all_counted(
     direct = 0
     try:
         link.loop.call_soon_threadsafe(on_loop, rounds)
-        while not done.is_set() or direct < rounds // 4:
+        while not done.is_set() or direct < rounds // 2:
             with conn.write_lock:
                 if conn.send_now(HEARTBEAT):
                     direct += 1
@@ -170,4 +177,3 @@ def test_bytes_sent_from_two_threads_are_all_counted(
 
     # nothing else writes on this idle connection (no heartbeats within the test)
     assert counted(), (conn.sent(), before, rounds, direct)
-    asyncio.run_coroutine_threadsafe(asyncio.sleep(0), link.loop).result(10)

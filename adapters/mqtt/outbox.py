@@ -12,14 +12,17 @@ One thread per node; it sleeps until a transaction wrote to the outbox.  While t
 broker is away or refuses for a while (quota exceeded, no PUBACK in time) it tries again
 after a delay that doubles from ``_RETRY_FIRST`` at each failed attempt, up to
 ``_RETRY_MAX``, and starts from the first delay again once a batch went through
-(:meth:`Outbox.stats`: the delay now, the failed attempts in a row).  A dead letter the broker refuses for good (``PublishRefused``: not
-authorized by its ACL, too large for it, ...) would be refused again each time and keep
-every later one waiting behind it: it is *parked* instead, moved from the outbox into
-the gateway's own queue of its destination (``Engine.outbox_park``), as on MQTT 3.1.1,
-so the gateway still lists, counts, replays and purges it, and it is logged once; the
-others go on to the broker.  One whose destination has no box any more (deleted) is kept
-by the queue store as *stranded* (:mod:`wsnmom.adapters.embedded.dead_letters`), counted
-in the stats, until the box is opened again.
+(:meth:`Outbox.stats`: the delay now, the failed attempts in a row).
+
+A dead letter the broker refuses for good (``PublishRefused``: not authorized by its ACL,
+too large for it, ...) would be refused again each time and keep every later one waiting
+behind it: it is *parked* instead, moved from the outbox into the gateway's own queue of
+its destination (``Engine.outbox_park``, one transaction keyed on the outbox row: a
+repeated park queues nothing twice), as on MQTT 3.1.1, so the gateway still lists,
+counts, replays and purges it, and it is logged once; the others go on to the broker.
+One whose destination has no box any more (deleted) is kept by the queue store as
+*stranded* (:mod:`wsnmom.adapters.embedded.dead_letters`), counted in the stats, until
+the box is opened again.
 """
 
 from __future__ import annotations

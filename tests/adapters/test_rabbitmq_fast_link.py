@@ -25,7 +25,6 @@ from tests.support.waiting import wait_until
 pytestmark = pytest.mark.rabbitmq
 
 
-
 class Frame(bytes):
     """Bytes whose length is Python code: the interpreter may switch threads inside an
     update of a counter by ``len(data)``, as it may anywhere without the GIL."""

@@ -72,6 +72,31 @@ def _cluster_pair(make_adapter: Callable[..., RabbitMQAdapter]) -> list[RabbitMQ
     return pair
 
 
+def _taken_over(
+    publisher: RabbitMQAdapter,
+    ns: str,
+    hb: Any,
+    held: Callable[[], object],
+    go: Callable[[], object],
+) -> _Consumer:
+    """The two-consumer set-up: ten published, held by the first consumer (``held``
+    returns once it holds them), then B's consumer (``hb``) started and ten more
+    published: those wait in the queue and B gets nothing while the first is active;
+    ``go`` ends the first consumer and B gets all twenty (returned)."""
+    for i in range(10):
+        publisher.publish(_message(ns, b"%d" % i))
+    held()
+    second = _Consumer()
+    hb.start(second, prefetch=10)
+    for i in range(10, 20):
+        publisher.publish(_message(ns, b"%d" % i))
+    wait_until(lambda: hb.depth() == 10, 10, what="ten ready behind the first one's ten")
+    assert second.bodies() == []
+    go()
+    wait_until(lambda: len(second.bodies()) >= 20, 15, what="B took over")
+    return second
+
+
 def test_two_consumers_of_one_subscription_queue_only_the_active_one_receives(
     make_adapter: Callable[..., RabbitMQAdapter], native: Any
 ) -> None:
@@ -90,17 +115,17 @@ def test_two_consumers_of_one_subscription_queue_only_the_active_one_receives(
         durable=True,
         arguments={"x-queue-type": "quorum", "x-single-active-consumer": True},
     )
-    first, second = _Consumer(hold=True), _Consumer()
+    first = _Consumer(hold=True)
     ha.start(first, prefetch=10)
-    hb.start(second, prefetch=10)
-    for i in range(20):
-        a.publish(_message(ns, b"%d" % i))
-    # A holds 0..9; 10..19 wait in the queue (B took none of them: B acks what it gets)
-    wait_until(lambda: first.bodies() == [b"%d" % i for i in range(10)], 10, what="A's ten")
-    wait_until(lambda: ha.depth() == 10, 10, what="ten ready in the queue")
-    assert second.bodies() == []
-    ha.stop()
-    wait_until(lambda: len(second.bodies()) >= 20, 10, what="B took over")
+    second = _taken_over(
+        a,
+        ns,
+        hb,
+        held=lambda: wait_until(
+            lambda: first.bodies() == [b"%d" % i for i in range(10)], 10, what="A's ten"
+        ),
+        go=ha.stop,
+    )
     assert sorted(second.bodies(), key=int) == [b"%d" % i for i in range(20)]
     assert sorted(int(m.body) for m in second.got if m.redelivered) == list(range(10))
     hb.delete()
@@ -137,20 +162,14 @@ def test_a_dead_consumers_messages_come_back_first_in_order(
         stdout=subprocess.PIPE,
         text=True,
     )
+    stdout = holder.stdout
+    assert stdout is not None
+
+    def held() -> None:
+        assert stdout.readline().strip() == "held"
+
     try:
-        for i in range(10):
-            b.publish(_message(ns, b"%d" % i))
-        assert holder.stdout is not None
-        assert holder.stdout.readline().strip() == "held"
-        second = _Consumer()
-        hb.start(second, prefetch=10)
-        for i in range(10, 20):
-            b.publish(_message(ns, b"%d" % i))
-        wait_until(lambda: hb.depth() == 10, 10, what="ten ready behind the holder's ten")
-        assert second.bodies() == []
-        holder.kill()
-        holder.wait(10)
-        wait_until(lambda: len(second.bodies()) >= 20, 15, what="B took over")
+        second = _taken_over(b, ns, hb, held=held, go=lambda: (holder.kill(), holder.wait(10)))
         assert second.bodies() == [b"%d" % i for i in range(20)]
         assert [m.redelivered for m in second.got] == [True] * 10 + [False] * 10
     finally:
@@ -252,6 +271,19 @@ def test_a_depth_query_right_after_a_sigcont_answers(
             publisher.delete_subscription(name)
 
 
+def _taken_by_both(a: RabbitMQAdapter, b: RabbitMQAdapter, spec: SubscriptionSpec) -> None:
+    """Four messages published to ``spec``'s queue are taken two through each instance,
+    in order (with single-active-consumer RabbitMQ would refuse the gets)."""
+    ha, hb = a.subscription(spec), b.subscription(spec)
+    topic = Topic(spec.patterns[0].namespace, ("t",))
+    for i in range(4):
+        a.publish(OutboundMessage(topic, b"%d" % i, uuid.uuid4().hex))
+    wait_until(lambda: ha.depth() == 4, 10, what="four in the queue")
+    taken = [m.body for m in ha.take(2)] + [m.body for m in hb.take(2)]
+    assert taken == [b"0", b"1", b"2", b"3"]
+    ha.delete()
+
+
 def test_a_pull_point_queue_has_no_single_active_consumer(
     make_adapter: Callable[..., RabbitMQAdapter],
 ) -> None:
@@ -262,13 +294,7 @@ def test_a_pull_point_queue_has_no_single_active_consumer(
     inbox = f"{INTERNAL_NAMESPACE_PREFIX}pull:{uuid.uuid4().hex}"
     spec = SubscriptionSpec(f"p-{uuid.uuid4().hex[:12]}", (PathPattern(inbox, ("t",)),))
     assert not a.declarations.single_active(spec)
-    ha, hb = a.subscription(spec), b.subscription(spec)
-    for i in range(4):
-        a.publish(_message(inbox, b"%d" % i))
-    wait_until(lambda: ha.depth() == 4, 10, what="four in the pull point")
-    taken = [m.body for m in ha.take(2)] + [m.body for m in hb.take(2)]
-    assert taken == [b"0", b"1", b"2", b"3"]
-    ha.delete()
+    _taken_by_both(a, b, spec)
 
 
 def test_a_subscription_feeding_a_pull_point_has_no_single_active_consumer(
@@ -284,13 +310,7 @@ def test_a_subscription_feeding_a_pull_point_has_no_single_active_consumer(
     assert a.declarations.single_active(pushed)
     spec = SubscriptionSpec(f"f-{uuid.uuid4().hex[:12]}", (PathPattern(ns, ("t",)),), pulled=True)
     assert not a.declarations.single_active(spec)
-    ha, hb = a.subscription(spec), b.subscription(spec)
-    for i in range(4):
-        a.publish(_message(ns, b"%d" % i))
-    wait_until(lambda: ha.depth() == 4, 10, what="four in the feeding subscription")
-    taken = [m.body for m in ha.take(2)] + [m.body for m in hb.take(2)]
-    assert taken == [b"0", b"1", b"2", b"3"]
-    ha.delete()
+    _taken_by_both(a, b, spec)
 
 
 def test_a_classic_queue_made_before_stays_classic_while_it_holds_messages(

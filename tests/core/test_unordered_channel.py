@@ -615,3 +615,84 @@ def test_a_dead_letter_sink_that_raises_frees_the_place() -> None:
     assert rig.sent == [["m1"], ["m2"]]
     assert rig.acks() == [2]  # m1 unsettled: the middleware gives it back
     assert rig.channel.held() == 0
+
+
+def _count(counter: Any) -> float:
+    return float(counter._value.get())
+
+
+def test_what_operators_see_while_deliveries_are_in_flight(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``held_messages`` lists the deliveries in flight first, then the queue, up to its
+    limit; ``failures`` and ``status`` show the delivery that failed most and the retry
+    due first; a give-up leaves the channel inactive."""
+    from wsnmom.core import metrics
+
+    rig = Rig(in_flight=2, monkeypatch=monkeypatch)
+    rig.fail["m1"] = [DeliveryFailed("one")] * 3
+    rig.fail["m2"] = [DeliveryFailed("two")]
+    failed = _count(metrics.DELIVERY_FAILURES)
+    rig.channel.start()
+    rig.deliver(1, 2, 3, 4)
+    rig.run_ready()  # m1 and m2 fail once each; m3 and m4 wait for a place
+    assert _count(metrics.DELIVERY_FAILURES) == failed + 2
+    assert [m.n for m in rig.channel.held_messages(10)] == [1, 2, 3, 4]  # type: ignore[attr-defined]
+    assert [m.n for m in rig.channel.held_messages(3)] == [1, 2, 3]  # type: ignore[attr-defined]
+    assert [m.n for m in rig.channel.held_messages(1)] == [1]  # type: ignore[attr-defined]
+    assert rig.channel.held_messages(0) == []
+    assert rig.channel.held() == 4
+    rig.retry()  # m1 fails again
+    rig.channel._run(rig.channel._gen)  # m2 is delivered: its place takes m3, then m4
+    rig.run_ready()
+    assert rig.acks() == [2, 3, 4]
+    assert rig.channel.failures == 2
+    status = rig.channel.status()
+    assert status.failures == 2 and status.held == 1 and status.active
+    assert status.delivered == 3 and status.last_delivery is not None
+    assert status.last_error is None  # the last attempt's (m4 delivered)
+    assert status.retry_at is not None and status.retry_at > time.time()
+    rig.retry()  # the third attempt fails: given up, the channel is no longer active
+    assert rig.letters == [([1], "retries-exhausted", 3)]
+    assert not rig.channel.status().active and rig.channel.failures == 0
+
+
+def test_a_deferred_attempt_and_a_failed_one_are_counted_apart(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from wsnmom.core import metrics
+
+    rig = Rig(in_flight=2, monkeypatch=monkeypatch)
+    rig.fail["m1"] = [DeliveryFailed("busy")]
+    lane = Lane("http://c:1")
+    failed, deferred = _count(metrics.DELIVERY_FAILURES), _count(metrics.DELIVERY_DEFERRED)
+    rig.engine.wait = 5.0  # the destination's circuit is open
+    rig.channel.start()
+    rig.deliver(1)
+    rig.channel._run(rig.engine.take_ready() or 0, lane)
+    assert _count(metrics.DELIVERY_DEFERRED) == deferred + 1
+    assert _count(metrics.DELIVERY_FAILURES) == failed
+    rig.engine.wait = None
+    rig.elapse()
+    rig.channel._run(rig.channel._gen, lane)  # sent, and it fails
+    assert rig.sent == [["m1"]]
+    assert _count(metrics.DELIVERY_DEFERRED) == deferred + 1
+    assert _count(metrics.DELIVERY_FAILURES) == failed + 1
+
+
+def test_a_retry_due_runs_before_a_new_delivery_and_a_place_is_never_below_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``in_flight`` below one is one; a run takes the delivery whose retry is due before
+    a new one from the queue."""
+    rig = Rig(in_flight=0, monkeypatch=monkeypatch)
+    assert rig.channel.in_flight == 1
+    rig.fail["m1"] = [DeliveryFailed("busy")]
+    rig.channel.start()
+    rig.deliver(1, 2)
+    rig.run_ready()  # m1 fails; its one place is taken: m2 waits
+    assert rig.sent == [["m1"]] and rig.channel.held() == 2
+    rig.retry()  # the retry, not m2
+    assert rig.sent == [["m1"], ["m1"]]
+    rig.run_ready()
+    assert rig.sent[2:] == [["m2"]] and rig.acks() == [1, 2]

@@ -34,9 +34,12 @@ from wsnmom.topic_mapping.model import Topic
 from .parts import EngineParts
 from .records import (
     _INSERT_MESSAGE,
+    LETTER_COLUMNS,
     SubState,
     _execute_rows,
     _topic_key,
+    letter_of,
+    letter_values,
     next_message_id,
 )
 
@@ -128,21 +131,7 @@ class DeadLetters(EngineParts):
                 self._strand(c, m, now)
                 continue
             size = len(m.body)
-            c.execute(
-                _INSERT_MESSAGE,
-                (
-                    mid,
-                    m.topic.namespace,
-                    _topic_key(m.topic),
-                    m.body,
-                    json.dumps(dict(m.headers)),
-                    m.content_type,
-                    m.message_id,
-                    size,
-                    now,
-                    len(targets),
-                ),
-            )
+            c.execute(_INSERT_MESSAGE, (mid, *letter_values(m), size, now, len(targets)))
             _execute_rows(
                 c, "INSERT INTO queue_entries(sub, mid) VALUES (?, ?)", [(s, mid) for s in targets]
             )
@@ -160,17 +149,8 @@ class DeadLetters(EngineParts):
         """Keep dead letter ``m``, whose topic has no queue, in the ``stranded`` table
         (inside the transaction that would have queued it)."""
         c.execute(
-            "INSERT INTO stranded(ns, path, body, headers, ctype, msgid, since) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (
-                m.topic.namespace,
-                _topic_key(m.topic),
-                m.body,
-                json.dumps(dict(m.headers)),
-                m.content_type,
-                m.message_id,
-                now,
-            ),
+            f"INSERT INTO stranded({LETTER_COLUMNS}, since) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (*letter_values(m), now),
         )
         self._stranded = True
         log.error(
@@ -194,17 +174,11 @@ class DeadLetters(EngineParts):
         if not self._stranded or self._closed:
             return 0
         rows = self.conn.execute(
-            "SELECT id, ns, path, body, headers, ctype, msgid FROM stranded ORDER BY id"
+            f"SELECT id, {LETTER_COLUMNS} FROM stranded ORDER BY id"
         ).fetchall()
         found: list[tuple[int, OutboundMessage]] = []
-        for rid, ns, path, body, headers, ctype, msgid in rows:
-            m = OutboundMessage(
-                topic=Topic(ns, tuple(path.split("/"))),
-                body=bytes(body),
-                message_id=msgid,
-                headers=json.loads(headers),
-                content_type=ctype,
-            )
+        for rid, *row in rows:
+            m = letter_of(*row)
             if any(sid in self.subs for sid in self.targets(m.topic)):
                 found.append((rid, m))
         if not found:

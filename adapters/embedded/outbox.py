@@ -4,7 +4,6 @@ adapter's queue store publishes them to the broker and then removes them) (see
 
 from __future__ import annotations
 
-import json
 import sqlite3
 from collections.abc import Sequence
 
@@ -12,12 +11,9 @@ from wsnmom.core.adapter import (
     AdapterUnavailable,
     OutboundMessage,
 )
-from wsnmom.topic_mapping.model import Topic
 
 from .parts import EngineParts
-from .records import (
-    _topic_key,
-)
+from .records import LETTER_COLUMNS, letter_of, letter_values
 
 
 class Outbox(EngineParts):
@@ -27,15 +23,7 @@ class Outbox(EngineParts):
         """Write the dead letter ``m`` to the outbox (inside the transaction that buried it;
         ``on_outbox`` is called once that transaction committed)."""
         c.execute(
-            "INSERT INTO outbox(ns, path, body, headers, ctype, msgid) VALUES (?, ?, ?, ?, ?, ?)",
-            (
-                m.topic.namespace,
-                _topic_key(m.topic),
-                m.body,
-                json.dumps(dict(m.headers)),
-                m.content_type,
-                m.message_id,
-            ),
+            f"INSERT INTO outbox({LETTER_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)", letter_values(m)
         )
         self._outboxed = True
 
@@ -46,22 +34,9 @@ class Outbox(EngineParts):
             if self._closed:
                 raise AdapterUnavailable("the embedded adapter is closed")
             rows = self.conn.execute(
-                "SELECT id, ns, path, body, headers, ctype, msgid FROM outbox ORDER BY id LIMIT ?",
-                (limit,),
+                f"SELECT id, {LETTER_COLUMNS} FROM outbox ORDER BY id LIMIT ?", (limit,)
             ).fetchall()
-        return [
-            (
-                rid,
-                OutboundMessage(
-                    topic=Topic(ns, tuple(path.split("/"))),
-                    body=bytes(body),
-                    message_id=msgid,
-                    headers=json.loads(headers),
-                    content_type=ctype,
-                ),
-            )
-            for rid, ns, path, body, headers, ctype, msgid in rows
-        ]
+        return [(rid, letter_of(*row)) for rid, *row in rows]
 
     def outbox_park(self, parked: Sequence[tuple[int, OutboundMessage]]) -> int:
         """Move outbox rows (id, the dead letter :meth:`outbox_batch` gave) that the other

@@ -172,6 +172,36 @@ def _topic_key(topic: Topic) -> str:
     return "/".join(topic.path)
 
 
+#: the columns of a dead letter waiting outside the queues (the ``outbox`` and
+#: ``stranded`` tables): :func:`letter_values` writes them, :func:`letter_of` reads them
+LETTER_COLUMNS = "ns, path, body, headers, ctype, msgid"
+
+
+def letter_values(m: OutboundMessage) -> tuple[str, str, bytes, str, str, str]:
+    """The :data:`LETTER_COLUMNS` of dead letter ``m``."""
+    return (
+        m.topic.namespace,
+        _topic_key(m.topic),
+        m.body,
+        json.dumps(dict(m.headers)),
+        m.content_type,
+        m.message_id,
+    )
+
+
+def letter_of(
+    ns: str, path: str, body: bytes, headers: str, ctype: str, msgid: str
+) -> OutboundMessage:
+    """The dead letter of a row's :data:`LETTER_COLUMNS`."""
+    return OutboundMessage(
+        topic=Topic(ns, tuple(path.split("/"))),
+        body=bytes(body),
+        message_id=msgid,
+        headers=json.loads(headers),
+        content_type=ctype,
+    )
+
+
 # --------------------------------------------------------------------------- records
 
 

@@ -696,3 +696,85 @@ def test_a_retry_due_runs_before_a_new_delivery_and_a_place_is_never_below_one(
     assert rig.sent == [["m1"], ["m1"]]
     rig.run_ready()
     assert rig.sent[2:] == [["m2"]] and rig.acks() == [1, 2]
+
+
+def test_a_run_while_every_place_is_taken_takes_nothing_and_schedules_nothing() -> None:
+    """With its one place taken (a stalled send), a run (a timer's, a spurious one)
+    takes no second delivery, and taking the first scheduled no run for the next."""
+    rig = Rig(in_flight=1)
+    rig.holds["m1"] = threading.Event()
+    rig.channel.start()
+    rig.deliver(1, 2)
+    rig.run_in_thread()
+    rig.wait_arrived("m1")
+    assert rig.engine.ready == []  # no place for m2: nothing scheduled for it
+    rig.channel._run(rig.channel._gen)
+    assert rig.sent == [["m1"]] and rig.channel.held() == 2
+    rig.holds["m1"].set()
+    rig.join()
+    rig.run_ready()  # m1's place takes m2
+    assert rig.acks() == [1, 2]
+
+
+def test_a_run_of_an_earlier_generation_does_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """After a Pause and Resume, a run scheduled before (of the old generation) neither
+    takes a delivery nor looks at the queue again."""
+    rig = Rig(in_flight=2, monkeypatch=monkeypatch)
+    rig.channel.start()
+    old = rig.channel._gen
+    rig.channel.stop()
+    rig.channel.start()
+    rig.deliver(1)
+    rig.engine.ready.clear()
+    rig.channel._run(old)
+    rig.channel._look_again(old)
+    assert rig.sent == [] and rig.engine.ready == []
+    rig.channel._run(rig.channel._gen)
+    assert rig.acks() == [1]
+
+
+def test_a_batch_ending_the_subscription_leaves_nothing_in_flight() -> None:
+    """Preparing a batch ends the subscription (``EndSubscription``): its delivery is
+    dropped and what the channel holds reads as nothing."""
+    rig = Rig(in_flight=2)
+
+    def ending(batch: Sequence[Received]) -> Sequence[str | None]:
+        raise EndSubscription("the filter's end", "filter")
+
+    rig.channel.prepare = ending
+    rig.channel.start()
+    rig.deliver(1, 2)
+    rig.run_ready()
+    assert [e.reason for e in rig.ended] == ["the filter's end"]
+    assert rig.letters == [([1], "filter-budget", 0)]
+    assert rig.channel.held() == 0 and rig.channel.held_messages(5) == []
+    assert rig.channel.status().failures == 0 and rig.channel.failures == 0
+
+
+def test_a_settling_bug_retries_the_delivery_after_the_first_delay(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``_finish`` raising before it let go of the delivery (a bug): the delivery is not
+    left running with its place lost; it is retried after the schedule's first delay,
+    not before, and then delivered."""
+    rig = Rig(in_flight=1, monkeypatch=monkeypatch)
+    rig.channel.backoff = Backoff(max_attempts=5, initial_delay=1.0, multiplier=2.0, max_delay=9)
+    real = UnorderedChannel._remember
+    calls: list[int] = []
+
+    def remember(self: Any, *args: Any) -> None:
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("a bug while settling")
+        real(self, *args)
+
+    monkeypatch.setattr(UnorderedChannel, "_remember", remember)
+    rig.channel.start()
+    rig.deliver(1)
+    rig.run_ready()
+    assert rig.sent == [["m1"]] and rig.acks() == []
+    assert rig.engine.later == [(1.0, rig.channel._gen)]
+    rig.channel._run(rig.channel._gen)  # not due yet
+    assert rig.sent == [["m1"]]
+    rig.retry()
+    assert rig.sent == [["m1"], ["m1"]] and rig.acks() == [1]

@@ -182,6 +182,7 @@ def test_a_stalled_delivery_holds_back_none_of_the_later_ones() -> None:
     rig.run_ready()
     assert rig.acks() == [2, 3, 4, 5]  # while message 1's answer is still held
     assert rig.channel.held() == 1 and rig.channel.status().held == 1
+    assert rig.channel.status().retry_at is None  # in flight, never failed
     rig.holds["m1"].set()
     rig.join()
     assert rig.acks() == [2, 3, 4, 5, 1]
@@ -687,6 +688,10 @@ def test_a_retry_due_runs_before_a_new_delivery_and_a_place_is_never_below_one(
     a new one from the queue."""
     rig = Rig(in_flight=0, monkeypatch=monkeypatch)
     assert rig.channel.in_flight == 1
+    unnamed: UnorderedChannel[str] = UnorderedChannel(
+        rig.engine, "sub-d", Handle(), rig.prepare, rig.send, rig.ended.append, 1, False
+    )
+    assert unnamed.in_flight == 1  # the default
     rig.fail["m1"] = [DeliveryFailed("busy")]
     rig.channel.start()
     rig.deliver(1, 2)
@@ -778,3 +783,42 @@ def test_a_settling_bug_retries_the_delivery_after_the_first_delay(
     assert rig.sent == [["m1"]]
     rig.retry()
     assert rig.sent == [["m1"], ["m1"]] and rig.acks() == [1]
+
+
+def test_a_second_stop_stops_nothing_more() -> None:
+    rig = Rig(in_flight=2)
+    rig.channel.start()
+    rig.deliver(1)
+    rig.channel.stop()
+    rig.channel.stop()
+    assert rig.handle.stops == 1 and rig.channel.held() == 0
+
+
+def test_counts_carried_over_a_park_wait_for_each_message_to_come_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two messages failed before a park; the middleware redelivers them one at a time
+    (and first one without a message id): each takes up its own count when it comes
+    back, the second's kept while the first is taken."""
+    rig = Rig(in_flight=2, batch_size=2, monkeypatch=monkeypatch)
+    rig.fail["m1"] = [DeliveryFailed("down")] * 5
+    rig.fail["m2"] = [DeliveryFailed("down")] * 5
+
+    def message(n: int, key: bool = True) -> Msg:
+        m = Msg(n, rig.journal)
+        m.headers = {HEADER_MESSAGE_ID: f"id-{n}"} if key else {}
+        return m
+
+    rig.channel.start()
+    rig.handle.push(message(1), message(2))
+    rig.run_ready()  # one delivery: failure 1
+    rig.retry()  # failure 2
+    rig.channel._parking = True  # what the budget asks of a channel waiting for a retry
+    assert rig.channel._park()
+    rig.channel._unpark()
+    assert rig.channel._carried == {"id-1": 2, "id-2": 2}
+    rig.channel.batch_size = 2
+    rig.handle.push(message(3, key=False), message(1))  # m1 back, behind one without id
+    rig.run_ready()  # its third attempt: the last
+    assert rig.letters == [([3, 1], "retries-exhausted", 3)]
+    assert rig.channel._carried == {"id-2": 2}

@@ -397,7 +397,7 @@ class MqttAdapter(Adapter):
     def stats(self) -> Mapping[str, Any]:
         """Counts for tests and metrics: filters, subscriptions, arrivals, messages handed
         to taps (``spark_logs``), the publisher's window and the most messages it had
-        unacknowledged at once."""
+        unacknowledged at once, and the dead-letter outbox's (:meth:`.Outbox.stats`)."""
         node = self._require()
         s = node.session.stats
         return {
@@ -414,4 +414,5 @@ class MqttAdapter(Adapter):
             "backlog": node.session.backlog(),
             "publish_window": node.publisher.window,
             "publish_peak_inflight": node.publisher.peak_inflight,
+            **node.outbox.stats(),
         }

@@ -270,13 +270,23 @@ class MqttAdapter(Adapter):
                 "instance (its own store) or with the standalone MQTT buffer"
             )
         with self._lock:
-            if self._node is not None:
+            if self._cluster:
+                return
+            node, self._node = self._node, None
+            if node is not None and (self._handles or node.engine.subs):
+                self._node = node
                 raise AdapterError(
-                    "shared_by_instances must be called before the MQTT adapter is opened"
+                    "the MQTT adapter holds subscriptions of a single instance already: "
+                    "cluster mode must be chosen before any subscription is made"
                 )
             self._cluster = True
             self._may_deliver = may_save
             self.capabilities = self._capabilities()
+        if node is not None:
+            # opened before core knew the store is shared (``wsnmom serve`` opens the
+            # middleware first): the single-instance node goes, cluster mode opens
+            nodes.release(node)
+            self._open_cluster()
 
     def __repr__(self) -> str:
         return f"<MqttAdapter {redact_url(self.url)} open={self._node is not None}>"

@@ -183,6 +183,7 @@ class Link:
             props.SessionExpiryInterval = s.session_expiry if self.persistent else 0
             props.ReceiveMaximum = self.receive_maximum or s.receive_maximum
         clean: Any = not self.persistent if s.v5 else mqtt.MQTT_CLEAN_START_FIRST_ONLY
+        before = self.connections
         self.client.connect_async(
             s.host, s.port, keepalive=s.keepalive, clean_start=clean, properties=props
         )
@@ -192,8 +193,13 @@ class Link:
         else:
             self.client.loop_start()
         with self._cv:
-            self._cv.wait_for(lambda: self._connected or self._refused is not None, timeout)
-            refused, connected = self._refused, self._connected
+            # a CONNACK counts even when the connection is gone again by the time this
+            # thread looks (a take-over of a fixed client id right after it connected)
+            self._cv.wait_for(
+                lambda: self._connected or self._refused is not None or self.connections > before,
+                timeout,
+            )
+            refused, connected = self._refused, self._connected or self.connections > before
         if connected:
             return
         self.stop()

@@ -7,6 +7,13 @@ instance) and deletes it.  :class:`ClusterHandle` is core's handle on one of the
 ``start`` connects with Receive Maximum = prefetch and hands each message to core,
 ``stop`` disconnects (the broker keeps queueing), ``delete`` ends the session.
 
+**Declaring without cutting the deliverer off.**  Connecting with a session's client id
+cuts off whoever delivers it, so a declare first reads the session's *record*, a
+retained message on ``<topic prefix>/wsnmom/sessions/<client id>`` naming the filters the
+session was given: when they are the ones wanted (a re-attach), the declare connects
+nothing.  The record also tells an instance that re-binds a subscription which filters
+to unsubscribe; a delete clears it after ending the session.
+
 **Fencing.**  Whoever connects with the session's client id last receives; the broker cuts
 the previous connection off.  Mosquitto does not tell the old connection why, so a
 handle reconnects after a loss only while ``may_save(name)`` (core's lease fence, given
@@ -36,6 +43,7 @@ from typing import Any
 from wsnmom.core.adapter import (
     AdapterError,
     AdapterUnavailable,
+    OutboundMessage,
     Received,
     StoredMessage,
     SubscriptionHandle,
@@ -47,6 +55,7 @@ from wsnmom.topic_mapping.model import PathPattern, Topic
 from .config import MqttSettings
 from .filters import FilterSet
 from .mapping import MqttMapping
+from .publisher import Publisher
 from .sub_session import SessionConnection
 
 __all__ = ["RESTART_DELAY", "ClusterHandle", "SubscriptionSessions", "session_client_id"]
@@ -57,6 +66,8 @@ log = logging.getLogger("wsnmom.adapters.mqtt")
 RESTART_DELAY = 1.0
 #: the client id of every subscription session starts with this
 CLIENT_ID_HEAD = "wsnmom-s-"
+#: the routing topic of a record (never routed: records are read as retained messages)
+_RECORD = Topic("urn:wsnmom:internal:session-record", ("r",))
 
 MayDeliver = Callable[[str], bool]
 
@@ -87,7 +98,8 @@ class SubscriptionSessions:
     """Names, declares and deletes the subscription sessions of one adapter (module
     docstring).  ``instance_id``: this instance's own client id, for the sessions that
     belong to it rather than to the cluster (dead-letter boxes: each instance reads its
-    own, as single instances on one broker do)."""
+    own, as single instances on one broker do).  ``publisher``: reads and writes the
+    sessions' records (:meth:`record_topic`)."""
 
     def __init__(
         self,
@@ -95,9 +107,11 @@ class SubscriptionSessions:
         mapping: MqttMapping,
         instance_id: str,
         may_deliver: MayDeliver | None,
+        publisher: Publisher | None = None,
     ) -> None:
         self.settings = settings
         self.mapping = mapping
+        self.publisher = publisher
         self.instance_id = instance_id
         self.may_deliver: MayDeliver = may_deliver or (lambda name: True)
         self._lock = threading.Lock()
@@ -114,13 +128,49 @@ class SubscriptionSessions:
         """Whether ``name``'s session belongs to this instance alone (no fence)."""
         return name.startswith("wsnmom-dead-letters-")
 
+    def record_topic(self, client_id: str) -> str:
+        """The MQTT topic whose retained message records the filters ``client_id``'s
+        session was given (every instance reads it before it declares)."""
+        return f"{self.mapping.record_head}{client_id}"
+
+    def recorded(self, client_id: str) -> frozenset[str] | None:
+        """The filters the session's record names, None without a record."""
+        if self.publisher is None:
+            return None
+        found = self.publisher.retained(
+            self.record_topic(client_id), self.settings.subscribe_timeout
+        )
+        if found is None or not found.payload:
+            return None
+        return frozenset(found.payload.decode().split("\n"))
+
+    def _record(self, client_id: str, filters: frozenset[str]) -> None:
+        """Write (or with no ``filters``, clear) the session's record."""
+        if self.publisher is None:
+            return
+        body = "\n".join(sorted(filters)).encode()
+        message = OutboundMessage(topic=_RECORD, body=body, message_id=client_id)
+        self.publisher.publish_many(
+            [(self.record_topic(client_id), message)],
+            self.settings.subscribe_timeout,
+            retain=True,
+        )
+
     def declare(self, client_id: str, filters: frozenset[str], timeout: float) -> None:
-        """Make sure ``client_id``'s session exists with ``filters``: connect, subscribe
-        them, unsubscribe the filters this process subscribed before and no longer wants,
-        disconnect.  A take-over that cuts the declaring connection off (the deliverer
+        """Make sure ``client_id``'s session exists with ``filters``.  When its record
+        says so already (a re-attach: every instance re-attaches every subscription at
+        start and when it follows a new one), nothing more: connecting would cut the
+        deliverer off.  Otherwise connect, subscribe them, unsubscribe the filters the
+        record (or this process) had and no longer wants, disconnect, and write the
+        record.  A take-over that cuts the declaring connection off (the deliverer
         reconnecting at the same moment) is retried until ``timeout``."""
+        recorded = self.recorded(client_id)
+        if recorded == filters:
+            with self._lock:
+                self._declared[client_id] = filters
+            return
         with self._lock:
-            before = self._declared.get(client_id, frozenset())
+            before = self._declared.get(client_id, frozenset()) | (recorded or frozenset())
         deadline = time.monotonic() + timeout
         while True:
             conn = SessionConnection(
@@ -138,6 +188,7 @@ class SubscriptionSessions:
             finally:
                 conn.close()
             time.sleep(0.05)
+        self._record(client_id, filters)
         with self._lock:
             self._declared[client_id] = filters
 
@@ -151,6 +202,7 @@ class SubscriptionSessions:
             conn.connect()
         finally:
             conn.end()
+        self._record(client_id, frozenset())
         with self._lock:
             self._declared.pop(client_id, None)
 
@@ -195,7 +247,16 @@ class ClusterHandle(SubscriptionHandle):
                 return
             self._cancel_timer()
             self._delay = self._sessions.settings.reconnect_min_delay
-            self._connect(first=True)
+            try:
+                self._connect(first=True)
+            except AdapterUnavailable as exc:
+                # cut off at once (another instance declaring the session at this
+                # moment), or the broker away: connect again shortly, as after a loss
+                if self._conn is not None:
+                    self._conn.close()
+                    self._conn = None
+                log.warning("MQTT subscription session of %s: %s; trying again", self.name, exc)
+                self._schedule(self._delay, first=True)
 
     def _connect(self, *, first: bool) -> None:
         """Open a connection and subscribe (lock held).  ``first``: the session may be

@@ -39,8 +39,10 @@ class ClusterNode:
             self.client_id = state.settle_client_id(settings.client_id)
         finally:
             state.close()
-        self.sessions = SubscriptionSessions(settings, self.mapping, self.client_id, may_deliver)
         self.publisher = Publisher(settings, self.client_id + "-p")
+        self.sessions = SubscriptionSessions(
+            settings, self.mapping, self.client_id, may_deliver, self.publisher
+        )
 
     def start(self) -> None:
         """Connect the publisher."""

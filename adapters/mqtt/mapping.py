@@ -50,7 +50,14 @@ from wsnmom.topic_mapping.translate import (
     translate,
 )
 
-__all__ = ["DEAD_LETTER_ROOT", "EVERYTHING", "INTERNAL_ROOT", "UNMAPPED_NAMESPACE", "MqttMapping"]
+__all__ = [
+    "DEAD_LETTER_ROOT",
+    "EVERYTHING",
+    "INTERNAL_ROOT",
+    "RECORD_ROOT",
+    "UNMAPPED_NAMESPACE",
+    "MqttMapping",
+]
 
 #: the filter of a subscription without a topic filter
 EVERYTHING = "#"
@@ -62,6 +69,9 @@ DEAD_LETTER_ROOT = "wsnmom/dead-letters"
 #: the MQTT topic levels (under the topic prefix) above the internal topics a cluster
 #: routes through the broker (pull point inboxes): ``<root>/<namespace suffix>/<path>``
 INTERNAL_ROOT = "wsnmom/internal"
+#: the MQTT topic levels (under the topic prefix) of cluster mode's session records
+#: (retained messages, read by the gateway only: no subscription's topic)
+RECORD_ROOT = "wsnmom/sessions"
 
 
 class MqttMapping:
@@ -90,6 +100,7 @@ class MqttMapping:
         #: under :data:`INTERNAL_ROOT`, so every instance's Notify reaches the inbox
         self.internal_on_broker = internal_on_broker
         self.internal_head = f"{self.head}{INTERNAL_ROOT}/"
+        self.record_head = f"{self.head}{RECORD_ROOT}/"
         self._lock = threading.Lock()
         self._names: dict[Topic, str] = {}
         self._topics: dict[str, Topic] = {}
@@ -191,6 +202,8 @@ class MqttMapping:
             return topic
         if self.dead_letters and name.startswith(self.dead_letter_head):
             return self._dead_letter_topic(name[len(self.dead_letter_head) :])
+        if self.internal_on_broker and name.startswith(self.record_head):
+            return Topic(UNMAPPED_NAMESPACE, ("_x_",))
         if self.internal_on_broker and name.startswith(self.internal_head):
             levels = name[len(self.internal_head) :].split("/")
             if len(levels) >= 2 and all(levels):

@@ -106,9 +106,9 @@ def cluster(mqtt_url: str, tmp_path: Path) -> Iterator[Callable[[], Instance]]:
         inst.adapter.close()
 
 
-def session_present(url: str, client_id: str) -> bool:
+def session_present(url: str, client_id: str, expiry: int = 0) -> bool:
     """Whether the broker holds ``client_id``'s session (connect with clean start false
-    and session expiry 0, so the look leaves nothing behind)."""
+    and session expiry ``expiry``: 0 leaves nothing behind, more keeps the session)."""
     host, port = url.removeprefix("mqtt://").rsplit(":", 1)
     client = mqtt.Client(
         callback_api_version=CallbackAPIVersion.VERSION2,
@@ -124,7 +124,7 @@ def session_present(url: str, client_id: str) -> bool:
 
     client.on_connect = on_connect
     props = Properties(PacketTypes.CONNECT)  # type: ignore[no-untyped-call]
-    props.SessionExpiryInterval = 0
+    props.SessionExpiryInterval = expiry
     client.connect(host, int(port), clean_start=False, properties=props)
     client.loop_start()
     try:
@@ -186,22 +186,37 @@ def test_a_takeover_cuts_b_off_and_a_gets_bs_unacknowledged_messages_first_in_or
     assert consumer.bodies() == [*first, SENTINEL, b"after"]
 
 
-def test_a_deliverer_that_may_still_deliver_reconnects_after_a_declare_cut_it_off(
+def test_a_re_attach_through_another_instance_does_not_disturb_the_deliverer(
     cluster: Callable[[], Instance],
 ) -> None:
-    """A re-attach through another instance (core's follower) connects the client id for
-    a moment; the deliverer, still holding the lease, comes back and loses nothing."""
+    """Core re-attaches every subscription on every instance (at start, when following):
+    the session's record says it exists with those filters, so nothing connects."""
     a, b = cluster(), cluster()
     consumer = Collector()
     hb = b.handle("s3")
     hb.start(consumer, prefetch=4)
-    a.publish(*[b"x%d" % i for i in range(10)])
-    a.handle("s3")  # cuts B off for a moment
+    a.handle("s3")
+    a.publish(*[b"x%d" % i for i in range(10)], SENTINEL)
+    wait_until(lambda: consumer.has(SENTINEL), 20, what="the sentinel through B")
+    assert consumer.bodies() == [*[b"x%d" % i for i in range(10)], SENTINEL]
+    assert hb.connections == 1 and hb.connected
+
+
+def test_a_deliverer_still_holding_the_lease_reconnects_after_being_cut_off(
+    cluster: Callable[[], Instance], mqtt_url: str
+) -> None:
+    a, b = cluster(), cluster()
+    consumer = Collector()
+    hb = b.handle("s8")
+    hb.start(consumer, prefetch=4)
+    a.publish(*[b"y%d" % i for i in range(10)])
+    # another connection with the client id (as a declare of changed filters does)
+    assert session_present(mqtt_url, hb.client_id, expiry=600)
     wait_until(lambda: hb.connections >= 2 and hb.connected, 20, what="B back")
     a.publish(SENTINEL)
     wait_until(lambda: consumer.has(SENTINEL), 20, what="the sentinel through B")
     unique = list(dict.fromkeys(consumer.bodies()))
-    assert unique == [*[b"x%d" % i for i in range(10)], SENTINEL]
+    assert unique == [*[b"y%d" % i for i in range(10)], SENTINEL]
 
 
 def test_delete_through_a_while_b_consumes_leaves_no_session(
@@ -271,10 +286,13 @@ def test_messages_the_patterns_reject_are_acknowledged_and_not_handed_out(
     a = cluster()
     consumer = Collector()
     spec = SubscriptionSpec("s7", (PathPattern(NS, ("a", "b")),), QueueLimits())
-    h = a.adapter.subscription(spec)
-    assert isinstance(h, ClusterHandle)
+    assert a.adapter._cnode is not None
+    sessions = a.adapter._cnode.sessions
+    h = ClusterHandle(sessions, spec)
     # a filter wider than the patterns, as a widened filter brings: the handle decides
-    h.filters = frozenset({f"{h.filters and next(iter(h.filters)).rsplit('/', 1)[0]}/#"})
+    (exact,) = h.filters
+    h.filters = frozenset({exact.rsplit("/", 1)[0] + "/#"})
+    sessions.declare(h.client_id, h.filters, 10)
     h.start(consumer)
     a.publish(b"other", path="a/c")
     a.publish(b"mine", path="a/b")

@@ -371,3 +371,22 @@ def test_a_slow_consumer_never_holds_more_than_its_prefetch(
     conn = h._conn
     assert conn is not None
     print(f"received and not acknowledged at most: {conn.peak_unacknowledged}")
+
+
+def test_cluster_mode_chosen_after_open_ends_the_single_instance_session(
+    mqtt_url: str, tmp_path: Path
+) -> None:
+    """``wsnmom serve`` opens the middleware before core says the store is shared."""
+    adapter = MqttAdapter(
+        mqtt_url, {"data_dir": str(tmp_path / "late"), "topic_prefix": f"l{uuid.uuid4().hex[:8]}"}
+    )
+    adapter.open()
+    try:
+        single = adapter.stats()["client_id"]
+        assert adapter.capabilities.local_queues
+        adapter.shared_by_instances(lambda name: True)
+        assert not adapter.capabilities.local_queues
+        assert adapter.stats()["cluster"]
+        assert not session_present(mqtt_url, single)
+    finally:
+        adapter.close()

@@ -113,37 +113,7 @@ class Link:
         #: the refusal of the last CONNACK, None after a success
         self._refused: AdapterError | None = None
         self._started = False
-        protocol = mqtt.MQTTv5 if settings.v5 else mqtt.MQTTv311
-        kwargs: dict[str, Any] = {
-            "callback_api_version": CallbackAPIVersion.VERSION2,
-            "client_id": client_id,
-            "protocol": protocol,
-            "manual_ack": manual_ack,
-            # False: a lost connection stays lost (cluster mode's subscription sessions
-            # decide themselves whether to connect again, :mod:`.cluster_handle`)
-            "reconnect_on_failure": reconnect,
-        }
-        if not settings.v5:
-            kwargs["clean_session"] = not persistent
-        client = mqtt.Client(**kwargs)
-        client.suppress_exceptions = True  # a bug in a callback must not end the network loop
-        client.enable_logger(_PAHO_LOG)
-        client.connect_timeout = settings.connect_timeout
-        client.reconnect_delay_set(
-            settings.reconnect_min_delay,  # type: ignore[arg-type]
-            settings.reconnect_max_delay,  # type: ignore[arg-type]
-        )
-        if settings.username is not None:
-            client.username_pw_set(settings.username, settings.password)
-        if settings.tls:
-            client.tls_set(
-                ca_certs=settings.ca_certs,
-                certfile=settings.certfile,
-                keyfile=settings.keyfile,
-                cert_reqs=ssl.CERT_REQUIRED,
-            )
-            if settings.tls_insecure:
-                client.tls_insecure_set(True)
+        client = _new_client(settings, client_id, persistent, manual_ack, reconnect)
         client.on_socket_open = _no_delay
         client.on_connect = self._connect_cb
         client.on_connect_fail = self._connect_fail_cb
@@ -352,3 +322,42 @@ def _refusal(reason: ReasonCode, settings: MqttSettings) -> AdapterError:
     if reason.value in _BAD_CLIENT:
         return AdapterError(f"the MQTT broker {where} refused the client ({reason})")
     return AdapterUnavailable(f"the MQTT broker {where} refused the connection ({reason})")
+
+
+def _new_client(
+    settings: MqttSettings, client_id: str, persistent: bool, manual_ack: bool, reconnect: bool
+) -> mqtt.Client:
+    """A paho client with the settings applied (protocol, credentials, TLS, reconnect
+    delays); its callbacks are the link's to set."""
+    protocol = mqtt.MQTTv5 if settings.v5 else mqtt.MQTTv311
+    kwargs: dict[str, Any] = {
+        "callback_api_version": CallbackAPIVersion.VERSION2,
+        "client_id": client_id,
+        "protocol": protocol,
+        "manual_ack": manual_ack,
+        # False: a lost connection stays lost (cluster mode's subscription sessions
+        # decide themselves whether to connect again, :mod:`.cluster_handle`)
+        "reconnect_on_failure": reconnect,
+    }
+    if not settings.v5:
+        kwargs["clean_session"] = not persistent
+    client = mqtt.Client(**kwargs)
+    client.suppress_exceptions = True  # a bug in a callback must not end the network loop
+    client.enable_logger(_PAHO_LOG)
+    client.connect_timeout = settings.connect_timeout
+    client.reconnect_delay_set(
+        settings.reconnect_min_delay,  # type: ignore[arg-type]
+        settings.reconnect_max_delay,  # type: ignore[arg-type]
+    )
+    if settings.username is not None:
+        client.username_pw_set(settings.username, settings.password)
+    if settings.tls:
+        client.tls_set(
+            ca_certs=settings.ca_certs,
+            certfile=settings.certfile,
+            keyfile=settings.keyfile,
+            cert_reqs=ssl.CERT_REQUIRED,
+        )
+        if settings.tls_insecure:
+            client.tls_insecure_set(True)
+    return client

@@ -259,7 +259,7 @@ def test_each_cluster_has_a_store_and_consumer_groups_of_its_own(
         pg = services["postgres"]["environment"]
         assert database == pg["POSTGRES_DB"] or f"CREATE DATABASE {database};" in sql
     for single_gateway, cluster_gateway, options in (
-        ("gateway-kafka", "gateway-ha-kafka-1", ("group_prefix=", "head_group=", "internal_topic=")),
+        ("gateway-kafka", "gateway-ha-kafka-1", ("group_prefix=", "head_group=", "internal_topic")),
         ("gateway-mosquitto", "gateway-ha-mqtt-1", ("topic_prefix=",)),
     ):
         single = services[single_gateway]["environment"]["WSNMOM_ADAPTER_URL"]

@@ -92,8 +92,12 @@ class Link:
         label: str = "link",
         own_loop: bool = False,
         after_read: Callable[[], None] | None = None,
+        reconnect: bool = True,
+        receive_maximum: int | None = None,
     ) -> None:
         self.settings = settings
+        #: the Receive Maximum this link's CONNECT announces (None: the settings')
+        self.receive_maximum = receive_maximum
         self.label = label
         self.persistent = persistent
         self._on_connected = on_connected
@@ -113,7 +117,9 @@ class Link:
             "client_id": client_id,
             "protocol": protocol,
             "manual_ack": manual_ack,
-            "reconnect_on_failure": True,
+            # False: a lost connection stays lost (cluster mode's subscription sessions
+            # decide themselves whether to connect again, :mod:`.cluster_handle`)
+            "reconnect_on_failure": reconnect,
         }
         if not settings.v5:
             kwargs["clean_session"] = not persistent
@@ -175,8 +181,9 @@ class Link:
         if s.v5:
             props = Properties(PacketTypes.CONNECT)  # type: ignore[no-untyped-call]
             props.SessionExpiryInterval = s.session_expiry if self.persistent else 0
-            props.ReceiveMaximum = s.receive_maximum
+            props.ReceiveMaximum = self.receive_maximum or s.receive_maximum
         clean: Any = not self.persistent if s.v5 else mqtt.MQTT_CLEAN_START_FIRST_ONLY
+        before = self.connections
         self.client.connect_async(
             s.host, s.port, keepalive=s.keepalive, clean_start=clean, properties=props
         )
@@ -186,8 +193,13 @@ class Link:
         else:
             self.client.loop_start()
         with self._cv:
-            self._cv.wait_for(lambda: self._connected or self._refused is not None, timeout)
-            refused, connected = self._refused, self._connected
+            # a CONNACK counts even when the connection is gone again by the time this
+            # thread looks (a take-over of a fixed client id right after it connected)
+            self._cv.wait_for(
+                lambda: self._connected or self._refused is not None or self.connections > before,
+                timeout,
+            )
+            refused, connected = self._refused, self._connected or self.connections > before
         if connected:
             return
         self.stop()

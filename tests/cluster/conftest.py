@@ -100,8 +100,8 @@ def _adapter_url(request: pytest.FixtureRequest, middleware: str) -> str:
         # its instances (they are one broker); tansu's watermarks are not exact
         return kafka_gateway_url(str(request.getfixturevalue("kafka_url")))
     if middleware == "mqtt":
-        # one topic prefix per cluster, shared by its instances (they are one broker): the
-        # prefix of its topics and of its subscriptions' sessions on the broker
+        # one topic prefix per cluster, shared by its instances: it names the cluster's
+        # subscription sessions (docs/scale-out.md, "MQTT in cluster mode")
         return mqtt_gateway_url(str(request.getfixturevalue("mqtt_url")))
     # on a shared store the RabbitMQ adapter reads pull points with basic.get by itself
     # (its cluster_options), so that every instance answers for every pull point
@@ -156,6 +156,13 @@ BOTH = [
     pytest.param("rabbitmq", marks=pytest.mark.rabbitmq),
     pytest.param("kafka", marks=pytest.mark.kafka),
 ]
+
+#: the MQTT cluster (a session per subscription on the session's Mosquitto)
+MQTT = pytest.param("mqtt", marks=pytest.mark.mqtt)
+#: RabbitMQ, Kafka and MQTT
+ALL = [*BOTH, MQTT]
+#: RabbitMQ and MQTT
+RABBIT_AND_MQTT = [BOTH[0], MQTT]
 
 # the HA suite's assertions live in tests/cluster/ha.py: show their values on failure
 pytest.register_assert_rewrite("tests.cluster.ha")

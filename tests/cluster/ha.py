@@ -723,6 +723,8 @@ def _check(o: Outcome, keeps_order: tuple[str, ...], window: int | None) -> None
     # no delivery by a fenced instance; it rejoined without a restart: it took shards
     # again after SIGCONT (by its log; run() also waited for a delivery of it)
     assert o.fenced_deliveries() == [], o.fenced_deliveries()
+    # ... which needs every delivery to name its instance (the header on every Notify)
+    assert all(a.instance for a in o.attempts), [a for a in o.attempts if not a.instance][:3]
     assert any(at > o.zombie_resumed for at, _ in o.zombie_takes), o.zombie_takes
     # order: none broken across the events named ("none": outside every event)
     breaks = o.order_breaks()

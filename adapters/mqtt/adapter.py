@@ -38,6 +38,13 @@ Features
       Each instance's box reads every dead letter of a destination (as a native
       subscriber would): replaying or purging one in one instance leaves the others'
       copies.
+    * Cluster mode (``shared_by_instances``: several instances on one PostgreSQL store,
+      MQTT 5 only): every durable subscription is a persistent session of its own on the
+      broker (:mod:`.cluster_handle`), nothing of it on this instance's disk; the
+      instance holding its shard connects it, and a reconnect is made only while core's
+      fence says this instance still delivers it.  Pull point inboxes then go through
+      the broker; no native pull, no peek, no limits but the broker's own
+      (docs/scale-out.md "MQTT in cluster mode").
     * Reachability: ``available()`` is False while either connection is down; publishing
       and subscribing then fail at once (``AdapterUnavailable``); paho reconnects with
       backoff and the session resubscribes what the broker lacks.

@@ -401,6 +401,22 @@ class ClusterHandle(SubscriptionHandle):
     def discard(self, count: int, *, newest: bool = False) -> int:
         raise NotImplementedError("an MQTT session's messages cannot be dropped unread")
 
+    def purge(self) -> int | None:
+        """Drop every waiting message: the session is ended and made again with its
+        filters (delivery, if started, resumes on the new one).  None: MQTT cannot tell
+        how many there were."""
+        with self._lock:
+            was = self._started
+            consumer, prefetch = self._consumer, self._prefetch
+        self.stop()
+        self._sessions.delete(self.client_id)
+        self._sessions.declare(
+            self.client_id, self.filters, self._sessions.settings.subscribe_timeout
+        )
+        if was and consumer is not None:
+            self.start(consumer, prefetch)
+        return None
+
     # -- end ---------------------------------------------------------------------------------
     def delete(self) -> None:
         """Stop and end the session on the broker (its messages are gone); idempotent."""

@@ -63,6 +63,7 @@ class Delivery(Received):
     __slots__ = (
         "_conn",
         "_generation",
+        "_handed",
         "_mid",
         "_settled",
         "body",
@@ -88,6 +89,8 @@ class Delivery(Received):
         self._generation = generation
         self._mid = mid
         self._settled = False
+        #: handed to the consumer (counts against the window until settled)
+        self._handed = False
         self.topic = topic
         self.body = body
         self.headers = headers
@@ -147,6 +150,15 @@ class SessionConnection:
         self._pending: dict[int, str] = {}
         self._refused: dict[str, str] = {}
         self._unsubscribed: dict[int, threading.Event] = {}
+        self._closing = False
+        #: messages handed to the consumer at most at once (the Receive Maximum asked
+        #: for; Mosquitto 2.0.11 sends more once PUBACKs flow: those wait in ``_held``)
+        self._window = receive_maximum or settings.receive_maximum
+        self._outstanding = 0
+        self._held: collections.deque[Delivery] = collections.deque()
+        self._dispatching = False
+        #: the most messages received and not acknowledged at once on this connection
+        self.peak_unacknowledged = 0
         self._closing = False
         #: the connection ended (taken over, lost, or closed)
         self.lost = False
@@ -228,6 +240,7 @@ class SessionConnection:
             self._closing = True
             self._generation += 1
             self._order.clear()
+            self._held.clear()
         self.link.stop()
 
     def end(self) -> None:
@@ -255,7 +268,39 @@ class SessionConnection:
             if d._generation != self._generation or d._settled:
                 return
             d._settled = True
+            if d._handed:
+                self._outstanding -= 1
             self._ack_ready()
+        self._dispatch()
+
+    def _dispatch(self) -> None:
+        """Hand held messages to the consumer, in arrival order, while the window has
+        room; one thread at a time does it (the others only queue)."""
+        with self._lock:
+            if self._dispatching:
+                return
+            self._dispatching = True
+        try:
+            while True:
+                with self._lock:
+                    if (
+                        not self._held
+                        or self._outstanding >= self._window
+                        or self._consumer is None
+                    ):
+                        self._dispatching = False
+                        return
+                    d = self._held.popleft()
+                    if d._generation != self._generation:
+                        continue
+                    d._handed = True
+                    self._outstanding += 1
+                    consumer = self._consumer
+                consumer(d)
+        except BaseException:
+            with self._lock:
+                self._dispatching = False
+            raise
 
     def _ack_ready(self) -> None:
         """Acknowledge, in arrival order, every settled message at the head (lock held)."""
@@ -303,14 +348,15 @@ class SessionConnection:
                 bool(message.dup),
             )
             self._order.append(d)
-            consumer = self._consumer
-            if consumer is None:
+            self.peak_unacknowledged = max(self.peak_unacknowledged, len(self._order))
+            if self._consumer is None:
                 return  # a declaring connection: the next connection gets it again
             if message.retain or not self._accepts(topic):
                 d._settled = True
                 self._ack_ready()
                 return
-        consumer(d)
+            self._held.append(d)
+        self._dispatch()
 
     def _subscribed(
         self, client: Any, userdata: Any, mid: int, reasons: Sequence[Any], props: Any
@@ -334,6 +380,7 @@ class SessionConnection:
         with self._lock:
             self._generation += 1
             self._order.clear()
+            self._held.clear()
             for done in self._unsubscribed.values():
                 done.set()
             self._unsubscribed.clear()

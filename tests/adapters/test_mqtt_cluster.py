@@ -5,7 +5,9 @@ where every durable subscription is a persistent session of its own (docs/scale-
 
 from __future__ import annotations
 
+import queue
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -322,3 +324,51 @@ def test_cluster_mode_refuses_mqtt_3_1_1_and_spark_taps(mqtt_url: str, tmp_path:
     with pytest.raises(AdapterOptionError, match="only with MQTT 5"):
         old.shared_by_instances(lambda name: True)
     assert old.capabilities.local_queues  # still a single instance's adapter
+
+
+def test_a_slow_consumer_never_holds_more_than_its_prefetch(
+    cluster: Callable[[], Instance],
+) -> None:
+    """Mosquitto 2.0.11 sends a session more unacknowledged messages than its Receive
+    Maximum once PUBACKs flow (eclipse-mosquitto/mosquitto#2301); the connection holds
+    the excess back, so core never has more than its prefetch unsettled, in order."""
+    a = cluster()
+    prefetch = 4
+    pending: queue.SimpleQueue[Received] = queue.SimpleQueue()
+    seen: list[bytes] = []
+    lock = threading.Lock()
+    unsettled = [0, 0]  # now, most
+
+    def consumer(r: Received) -> None:
+        with lock:
+            seen.append(r.body)
+            unsettled[0] += 1
+            unsettled[1] = max(unsettled[1], unsettled[0])
+        pending.put(r)
+
+    def settle() -> None:
+        while True:
+            r = pending.get()
+            if r is None:
+                return
+            time.sleep(0.002)
+            with lock:
+                unsettled[0] -= 1
+            r.ack()
+
+    worker = threading.Thread(target=settle, daemon=True)
+    worker.start()
+    h = a.handle("s9")
+    bodies = [b"%d" % i for i in range(300)]
+    a.publish(*bodies)
+    h.start(consumer, prefetch=prefetch)
+    try:
+        wait_until(lambda: len(seen) == len(bodies), 60, what="every message")
+    finally:
+        pending.put(None)  # type: ignore[arg-type]
+        worker.join(10)
+    assert seen == bodies
+    assert unsettled[1] <= prefetch
+    conn = h._conn
+    assert conn is not None
+    print(f"received and not acknowledged at most: {conn.peak_unacknowledged}")

@@ -27,8 +27,9 @@ closed), by when core has followed a deletion and stopped the handle; otherwise 
 session is made again with the filters and delivery resumes (what the broker lost is
 lost).
 
-Threads and connections: one connection and one paho network thread per subscription
-this instance delivers, and a short-lived one per declare and delete.
+Threads and connections: one connection per subscription this instance delivers (and a
+short-lived one per declare and delete), all served by the instance's one network thread
+(:mod:`.hub`).
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ from wsnmom.topic_mapping.model import PathPattern, Topic
 
 from .config import MqttSettings
 from .filters import FilterSet
+from .hub import Hub
 from .mapping import MqttMapping
 from .publisher import Publisher
 from .sub_session import SessionConnection
@@ -108,10 +110,13 @@ class SubscriptionSessions:
         instance_id: str,
         may_deliver: MayDeliver | None,
         publisher: Publisher | None = None,
+        hub: Hub | None = None,
     ) -> None:
         self.settings = settings
         self.mapping = mapping
         self.publisher = publisher
+        #: the one network thread of every session connection (None: one each)
+        self.hub = hub
         self.instance_id = instance_id
         self.may_deliver: MayDeliver = may_deliver or (lambda name: True)
         self._lock = threading.Lock()
@@ -174,7 +179,12 @@ class SubscriptionSessions:
         deadline = time.monotonic() + timeout
         while True:
             conn = SessionConnection(
-                self.settings, client_id, self.mapping, lambda t: True, receive_maximum=1
+                self.settings,
+                client_id,
+                self.mapping,
+                lambda t: True,
+                receive_maximum=1,
+                hub=self.hub,
             )
             try:
                 conn.connect()
@@ -196,7 +206,7 @@ class SubscriptionSessions:
         """End ``client_id``'s session: connect with clean start and session expiry 0 and
         disconnect; its messages are gone, and a connection still open is cut off."""
         conn = SessionConnection(
-            self.settings, client_id, self.mapping, lambda t: True, persistent=False
+            self.settings, client_id, self.mapping, lambda t: True, persistent=False, hub=self.hub
         )
         try:
             conn.connect()
@@ -272,6 +282,7 @@ class ClusterHandle(SubscriptionHandle):
             receive_maximum=self._prefetch,
             on_lost=lambda: self._lost(conn),
             on_requeue=lambda: self._requeue(conn),
+            hub=self._sessions.hub,
         )
         self._conn = conn
         present = conn.connect()

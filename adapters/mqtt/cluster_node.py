@@ -5,8 +5,8 @@ publishing connection, the mapping (pull point inboxes on the broker, under
 a subscription lives on this instance's disk: the data directory keeps only the
 instance's own client id (its publisher and its dead-letter boxes' sessions).
 
-Threads: the publisher's network thread, and one network thread per subscription
-session this instance delivers.
+Threads: the publisher's network thread, and one network thread (:mod:`.hub`) for every
+subscription session this instance connects, whatever their number.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 from .cluster_handle import SubscriptionSessions
 from .config import MqttSettings
+from .hub import Hub
 from .mapping import MqttMapping
 from .publisher import Publisher
 from .state import SessionState
@@ -40,8 +41,10 @@ class ClusterNode:
         finally:
             state.close()
         self.publisher = Publisher(settings, self.client_id + "-p")
+        #: the network thread of every subscription session of this instance
+        self.hub = Hub("mqtt-sessions")
         self.sessions = SubscriptionSessions(
-            settings, self.mapping, self.client_id, may_deliver, self.publisher
+            settings, self.mapping, self.client_id, may_deliver, self.publisher, self.hub
         )
 
     def start(self) -> None:
@@ -54,3 +57,4 @@ class ClusterNode:
 
     def close(self) -> None:
         self.publisher.stop()
+        self.hub.close()

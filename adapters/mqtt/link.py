@@ -39,6 +39,7 @@ from wsnmom.core.adapter import (
 
 from .config import MqttSettings
 from .driver import Driver
+from .hub import Hub
 
 __all__ = ["Link", "PacketTypes", "Properties", "ReasonCode", "mqtt"]
 
@@ -94,6 +95,7 @@ class Link:
         after_read: Callable[[], None] | None = None,
         reconnect: bool = True,
         receive_maximum: int | None = None,
+        hub: Hub | None = None,
     ) -> None:
         self.settings = settings
         #: the Receive Maximum this link's CONNECT announces (None: the settings')
@@ -148,6 +150,10 @@ class Link:
         client.on_disconnect = self._disconnect_cb
         self.client = client
         self.driver: Driver | None = None
+        #: the network thread this link shares with others (:mod:`.hub`; no reconnects)
+        self.hub = hub
+        if hub is not None:
+            Hub.prepare(client)
         if own_loop:
             self.driver = Driver(
                 client,
@@ -188,7 +194,17 @@ class Link:
             s.host, s.port, keepalive=s.keepalive, clean_start=clean, properties=props
         )
         self._started = True
-        if self.driver is not None:
+        if self.hub is not None:
+            try:
+                with self.io_lock:
+                    self.client.reconnect()
+            except OSError as exc:
+                self._started = False
+                raise AdapterUnavailable(
+                    f"cannot connect to the MQTT broker {s.host}:{s.port}: {exc}"
+                ) from exc
+            self.hub.add(self.client, self.io_lock)
+        elif self.driver is not None:
             self.driver.start()
         else:
             self.client.loop_start()
@@ -214,7 +230,9 @@ class Link:
         if not self._started:
             return
         self._started = False
-        if self.driver is not None:
+        if self.hub is not None:
+            self._stop_on_hub(self.hub)
+        elif self.driver is not None:
             self.driver.stop()
         else:
             try:
@@ -226,9 +244,28 @@ class Link:
             self._connected = False
             self._cv.notify_all()
 
+    def _stop_on_hub(self, hub: Hub) -> None:
+        """Write what is queued (a DISCONNECT with properties, say), disconnect, leave the
+        hub."""
+        client = self.client
+        with self.io_lock:
+            for step in (client.loop_write, client.disconnect, client.loop_write):
+                if client.socket() is None:
+                    break
+                with contextlib.suppress(Exception):
+                    step()
+        hub.remove(client)
+        with self.io_lock:
+            sock = client.socket()
+            if sock is not None:  # the DISCONNECT could not be written
+                with contextlib.suppress(OSError):
+                    sock.close()
+
     def wake(self) -> None:
         """Have the network thread write what was queued and call ``after_read``
         (``own_loop``; paho's own thread is woken by paho)."""
+        if self.hub is not None:
+            self.hub.wake()
         if self.driver is not None:
             self.driver.wake()
 

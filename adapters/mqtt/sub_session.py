@@ -42,6 +42,7 @@ from wsnmom.core.adapter import AccessRefused, AdapterUnavailable, Received
 from wsnmom.topic_mapping.model import Topic
 
 from .config import MqttSettings
+from .hub import Hub
 from .link import Link, Properties, mqtt
 from .mapping import MqttMapping
 from .wire import metadata
@@ -133,6 +134,7 @@ class SessionConnection:
         on_lost: Callable[[], None] | None = None,
         on_requeue: Callable[[], None] | None = None,
         persistent: bool = True,
+        hub: Hub | None = None,
     ) -> None:
         self.settings = settings
         self.client_id = client_id
@@ -173,6 +175,7 @@ class SessionConnection:
             label=f"MQTT subscription session {client_id}",
             reconnect=False,
             receive_maximum=receive_maximum,
+            hub=hub,
         )
         client = self.link.client
         client.on_message = self._message
@@ -195,17 +198,17 @@ class SessionConnection:
             return
         wait = self.settings.subscribe_timeout if timeout is None else timeout
         client = self.link.client
-        with self._lock:
+        # lock order: the client's io_lock, then this connection's (as the network
+        # thread, which holds the io_lock while it reads, takes them)
+        with self.link.io_lock, self._lock:
             for f in wanted:
                 options = SubscribeOptions(qos=1, noLocal=False, retainHandling=2)
-                props = None
-                if not self.settings.v5:  # pragma: no cover - cluster mode is MQTT 5 only
-                    options = SubscribeOptions(qos=1)
-                with self.link.io_lock:
-                    rc, mid = client.subscribe(f, options=options, properties=props)
+                rc, mid = client.subscribe(f, options=options)
                 if rc != mqtt.MQTT_ERR_SUCCESS or mid is None:
                     raise AdapterUnavailable(f"{self.client_id}: cannot subscribe {f!r} now")
                 self._pending[mid] = f
+        self.link.wake()
+        with self._lock:
             done = self._lock.wait_for(lambda: not self._pending or self.lost, wait)
             refused = [(f, r) for f, r in self._refused.items() if f in wanted]
             lost = self.lost
@@ -225,12 +228,12 @@ class SessionConnection:
             return
         wait = self.settings.subscribe_timeout if timeout is None else timeout
         done = threading.Event()
-        with self._lock:
-            with self.link.io_lock:
-                rc, mid = self.link.client.unsubscribe(gone)
+        with self.link.io_lock, self._lock:
+            rc, mid = self.link.client.unsubscribe(gone)
             if rc != mqtt.MQTT_ERR_SUCCESS or mid is None:
                 raise AdapterUnavailable(f"{self.client_id}: cannot unsubscribe now")
             self._unsubscribed[mid] = done
+        self.link.wake()
         if not done.wait(wait) or self.lost:
             raise AdapterUnavailable(f"{self.client_id}: the broker did not acknowledge it")
 
@@ -254,6 +257,7 @@ class SessionConnection:
         props.SessionExpiryInterval = 0
         with contextlib.suppress(Exception), self.link.io_lock:
             self.link.client.disconnect(properties=props)
+        self.link.wake()
         self.link.stop()
 
     @property
@@ -264,13 +268,14 @@ class SessionConnection:
 
     # -- settling ---------------------------------------------------------------------------
     def _settle(self, d: Delivery) -> None:
-        with self._lock:
+        with self.link.io_lock, self._lock:
             if d._generation != self._generation or d._settled:
                 return
             d._settled = True
             if d._handed:
                 self._outstanding -= 1
             self._ack_ready()
+        self.link.wake()
         self._dispatch()
 
     def _dispatch(self) -> None:
@@ -303,16 +308,16 @@ class SessionConnection:
             raise
 
     def _ack_ready(self) -> None:
-        """Acknowledge, in arrival order, every settled message at the head (lock held)."""
+        """Acknowledge, in arrival order, every settled message at the head (the client's
+        io_lock and this connection's lock held, in that order)."""
         order = self._order
         if not order or not order[0]._settled:
             return
         client = self.link.client
-        with self.link.io_lock:
-            while order and order[0]._settled:
-                d = order.popleft()
-                client.ack(d._mid, 1)
-                self.acked += 1
+        while order and order[0]._settled:
+            d = order.popleft()
+            client.ack(d._mid, 1)
+            self.acked += 1
         self._lock.notify_all()
 
     def _requeue(self, d: Delivery) -> None:
@@ -333,7 +338,7 @@ class SessionConnection:
         except UnicodeDecodeError:
             name = ""
         topic = self.mapping.topic(name, headers)
-        with self._lock:
+        with self.link.io_lock, self._lock:
             if self._closing or self.lost:
                 return
             self.received += 1

@@ -116,6 +116,7 @@ def session_present(url: str, client_id: str, expiry: int = 0) -> bool:
         callback_api_version=CallbackAPIVersion.VERSION2,
         client_id=client_id,
         protocol=mqtt.MQTTv5,
+        manual_ack=True,  # what the session sends it meanwhile stays unacknowledged
     )
     flags: list[bool] = []
     done = threading.Event()

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import select
 import socket
 import threading
 from dataclasses import dataclass
@@ -28,6 +27,8 @@ try:
     import paho.mqtt.client as mqtt
 except ImportError as exc:  # pragma: no cover - depends on the installation
     raise ImportError('the MQTT adapter needs paho-mqtt: pip install "wsnmom[mqtt]"') from exc
+
+from .readiness import ready
 
 __all__ = ["Hub"]
 
@@ -120,7 +121,7 @@ class Hub:
                 if m.client.want_write():
                     wlist.append(sock)
             try:
-                readable, writable, _ = select.select([self._wake_r, *socks], wlist, [], timeout)
+                readable, writable = ready([self._wake_r, *socks], wlist, timeout)
             except (OSError, ValueError, TypeError):  # a socket closed under us
                 readable, writable = list(socks), []
             if self._wake_r in readable:

@@ -23,9 +23,10 @@ cut the new deliverer off in turn.  A reconnect that finds no session on the bro
 (deleted through another instance, or lost by the broker) is not taken as it is: the
 connection ends the empty session it made and the handle starts again after
 ``RESTART_DELAY`` (as the RabbitMQ adapter restarts a consumer whose channel the broker
-closed), by when core has followed a deletion and stopped the handle; otherwise the
-session is made again with the filters and delivery resumes (what the broker lost is
-lost).
+closed), by when core has usually followed a deletion and stopped the handle.  The
+restart makes the session again only while its record exists: a delete clears it, so a
+deliverer that has not followed the deletion yet checks again later and never brings the
+session back.
 
 Threads and connections: one connection per subscription this instance delivers (and a
 short-lived one per declare and delete), all served by the instance's one network thread
@@ -240,6 +241,8 @@ class ClusterHandle(SubscriptionHandle):
         self.fenced = 0
         #: reconnects that found the session gone on the broker
         self.sessions_lost = 0
+        #: restarts refused because the session's record was gone (deleted elsewhere)
+        self.unrecorded = 0
 
     def __repr__(self) -> str:
         return f"<ClusterHandle {self.name} {self.client_id} started={self._started}>"
@@ -298,7 +301,7 @@ class ClusterHandle(SubscriptionHandle):
             )
             conn.end()
             self._conn = None
-            self._schedule(RESTART_DELAY, first=True)
+            self._schedule(RESTART_DELAY, first=True, restart=True)
             return
         conn.subscribe(self.filters)
 
@@ -345,9 +348,9 @@ class ClusterHandle(SubscriptionHandle):
             if self._started and self._conn is None:
                 self._schedule(0.0, first=False)
 
-    def _schedule(self, delay: float, *, first: bool) -> None:
+    def _schedule(self, delay: float, *, first: bool, restart: bool = False) -> None:
         self._cancel_timer()
-        timer = threading.Timer(delay, self._reconnect, kwargs={"first": first})
+        timer = threading.Timer(delay, self._reconnect, kwargs={"first": first, "restart": restart})
         timer.daemon = True
         self._timer = timer
         timer.start()
@@ -357,7 +360,7 @@ class ClusterHandle(SubscriptionHandle):
             self._timer.cancel()
             self._timer = None
 
-    def _reconnect(self, *, first: bool) -> None:
+    def _reconnect(self, *, first: bool, restart: bool = False) -> None:
         with self._lock:
             self._timer = None
             if not self._started or self._deleted or self._conn is not None:
@@ -372,6 +375,21 @@ class ClusterHandle(SubscriptionHandle):
                 )
                 return
             try:
+                if restart and self._sessions.recorded(self.client_id) is None:
+                    # its record is gone too: deleted through another instance (a delete
+                    # ends the session, then clears the record), which core follows and
+                    # stops this handle; never made again from here
+                    self.unrecorded += 1
+                    log.warning(
+                        "MQTT subscription session of %s and its record are gone from the "
+                        "broker: not delivering it (deleted through another instance, or "
+                        "the broker lost its state: a re-attach makes it again)",
+                        self.name,
+                    )
+                    self._schedule(
+                        self._sessions.settings.reconnect_max_delay, first=True, restart=True
+                    )
+                    return
                 self._connect(first=first)
             except AdapterError as exc:
                 log.warning("MQTT subscription session of %s: reconnect failed: %s", self.name, exc)
@@ -380,7 +398,7 @@ class ClusterHandle(SubscriptionHandle):
                     self._conn = None
                 delay = self._delay
                 self._delay = min(self._delay * 2, self._sessions.settings.reconnect_max_delay)
-                self._schedule(delay, first=first)
+                self._schedule(delay, first=first, restart=restart)
             else:
                 if self._conn is not None:
                     self._delay = self._sessions.settings.reconnect_min_delay

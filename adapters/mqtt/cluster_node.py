@@ -42,7 +42,7 @@ class ClusterNode:
             state.close()
         self.publisher = Publisher(settings, self.client_id + "-p")
         #: the network thread of every subscription session of this instance
-        self.hub = Hub("mqtt-sessions")
+        self.hub = Hub("mqtt-sessions", tls=settings.tls)
         self.sessions = SubscriptionSessions(
             settings, self.mapping, self.client_id, may_deliver, self.publisher, self.hub
         )

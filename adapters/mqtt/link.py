@@ -265,7 +265,7 @@ class Link:
         """Have the network thread write what was queued and call ``after_read``
         (``own_loop``; paho's own thread is woken by paho)."""
         if self.hub is not None:
-            self.hub.wake()
+            self.hub.wake(self.client)
         if self.driver is not None:
             self.driver.wake()
 

@@ -3,11 +3,12 @@
 ``select.select`` refuses descriptors numbered 1024 and above (FD_SETSIZE: "filedescriptor
 out of range in select()"), and a process with many connections gets such numbers for
 its new sockets: in cluster mode an instance holds a connection per subscription session
-it delivers, and paho a socket pair per client, so a few hundred subscriptions are
-enough.  A network loop that took that error for "every socket is readable" polled them
-all without ever waiting, a core's worth of CPU for as long as one such socket was open.
-:func:`ready` answers what ``select.select(readers, writers, [], timeout)`` answers,
-through ``poll(2)``, which has no such limit.
+it delivers, and a busy gateway many HTTP connections.  The publisher's network loop
+(:mod:`.driver`) took that error for "the socket is readable" and polled without ever
+waiting, burning CPU for as long as its connection was above the limit (a reconnect in
+a process with over a thousand descriptors open).  :func:`ready` answers what
+``select.select(readers, writers, [], timeout)`` answers, through ``poll(2)``, which has
+no such limit (the subscription sessions' :mod:`.hub` uses an epoll selector).
 """
 
 from __future__ import annotations

@@ -48,7 +48,7 @@ def high_descriptors() -> Iterator[None]:
 
 @pytest.mark.usefixtures("high_descriptors")
 def test_ready_waits_on_descriptors_that_select_refuses() -> None:
-    """What the network loops (``driver.py``, ``hub.py``) wait with."""
+    """What the publisher's network loop (``driver.py``) waits with."""
     a, b = socket.socketpair()
     try:
         assert a.fileno() > 1023

@@ -291,9 +291,15 @@ class MqttAdapter(Adapter):
             self.capabilities = self._capabilities()
         if node is not None:
             # opened before core knew the store is shared (``wsnmom serve`` opens the
-            # middleware first): the single-instance node goes, cluster mode opens
+            # middleware first): the single-instance node goes, cluster mode opens, and
+            # the node's session (no filters, nothing queued) is ended on the broker
             nodes.release(node)
             self._open_cluster()
+            if node.users == 0 and self._cnode is not None:
+                try:
+                    self._cnode.sessions.delete(node.client_id)
+                except AdapterError as exc:
+                    log.warning("MQTT: cannot end the instance's unused session: %s", exc)
 
     def __repr__(self) -> str:
         return f"<MqttAdapter {redact_url(self.url)} open={self._node is not None}>"

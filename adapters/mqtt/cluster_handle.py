@@ -52,6 +52,7 @@ from wsnmom.core.adapter import (
     SubscriptionSpec,
     is_internal_namespace,
 )
+from wsnmom.core.dead_letters import box_name
 from wsnmom.topic_mapping.model import PathPattern, Topic
 
 from .config import MqttSettings
@@ -73,6 +74,9 @@ CLIENT_ID_HEAD = "wsnmom-s-"
 _RECORD = Topic("urn:wsnmom:internal:session-record", ("r",))
 
 MayDeliver = Callable[[str], bool]
+
+#: the names of dead-letter boxes (core reads one in every instance)
+_BOX_HEAD = box_name("")
 
 
 def session_client_id(topic_prefix: str, name: str) -> str:
@@ -126,13 +130,13 @@ class SubscriptionSessions:
 
     def client_id(self, name: str) -> str:
         """The client id of subscription ``name``'s session."""
-        if name.startswith("wsnmom-dead-letters-"):
+        if self.own(name):
             return session_client_id(self.instance_id, name)
         return session_client_id(self.settings.topic_prefix, name)
 
     def own(self, name: str) -> bool:
         """Whether ``name``'s session belongs to this instance alone (no fence)."""
-        return name.startswith("wsnmom-dead-letters-")
+        return name.startswith(_BOX_HEAD)
 
     def record_topic(self, client_id: str) -> str:
         """The MQTT topic whose retained message records the filters ``client_id``'s

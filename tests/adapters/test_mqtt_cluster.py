@@ -28,6 +28,7 @@ from wsnmom.core.adapter import (
 )
 from wsnmom.core.adapter_options import AdapterOptionError
 from wsnmom.core.codec import pull_point_inbox
+from wsnmom.core.dead_letters import box_name, destination_topic
 from wsnmom.core.pull_points import inbox_pattern
 from wsnmom.topic_mapping.model import PathPattern, Topic
 
@@ -371,3 +372,50 @@ def test_a_slow_consumer_never_holds_more_than_its_prefetch(
     conn = h._conn
     assert conn is not None
     print(f"received and not acknowledged at most: {conn.peak_unacknowledged}")
+
+
+def test_cluster_mode_chosen_after_open_ends_the_single_instance_session(
+    mqtt_url: str, tmp_path: Path
+) -> None:
+    """``wsnmom serve`` opens the middleware before core says the store is shared."""
+    adapter = MqttAdapter(
+        mqtt_url, {"data_dir": str(tmp_path / "late"), "topic_prefix": f"l{uuid.uuid4().hex[:8]}"}
+    )
+    adapter.open()
+    try:
+        single = adapter.stats()["client_id"]
+        assert adapter.capabilities.local_queues
+        adapter.shared_by_instances(lambda name: True)
+        assert not adapter.capabilities.local_queues
+        assert adapter.stats()["cluster"]
+        assert not session_present(mqtt_url, single)
+    finally:
+        adapter.close()
+
+
+def test_each_instance_reads_dead_letters_through_a_box_session_of_its_own(
+    cluster: Callable[[], Instance],
+) -> None:
+    """Dead-letter boxes are read by every instance (core opens one in each): their
+    sessions are the instance's own, sharing each dead letter through ``$share``."""
+    a, b = cluster(), cluster()
+    topic = destination_topic("dl1")
+    spec = SubscriptionSpec(
+        box_name("dl1"), (PathPattern(topic.namespace, topic.path),), QueueLimits()
+    )
+    ha, hb = a.adapter.subscription(spec), b.adapter.subscription(spec)
+    assert isinstance(ha, ClusterHandle) and isinstance(hb, ClusterHandle)
+    assert ha.client_id != hb.client_id
+    got_a, got_b = Collector(), Collector()
+    ha.start(got_a)
+    hb.start(got_b)
+    bodies = [b"d%d" % i for i in range(6)]
+    a.adapter.publish_many(
+        [OutboundMessage(topic=topic, body=body, message_id=uuid.uuid4().hex) for body in bodies]
+    )
+    wait_until(
+        lambda: len(got_a.bodies()) + len(got_b.bodies()) == len(bodies),
+        20,
+        what="every dead letter in one of the boxes",
+    )
+    assert sorted(got_a.bodies() + got_b.bodies()) == sorted(bodies)

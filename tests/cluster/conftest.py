@@ -3,7 +3,10 @@
 The middleware is RabbitMQ unless a test parametrizes the ``middleware`` fixture
 (``indirect``) with ``"kafka"`` (the session's Kafka broker, tansu locally; every cluster
 gets its own topic prefix, inbox topic and consumer group names, shared by its instances)
-or ``"mqtt"`` (the session's Mosquitto; a topic prefix per cluster).
+or ``"mqtt"`` (also ``"mosquitto"``: the session's MQTT broker, a local Mosquitto with
+persistence and a raised ``max_queued_messages``, tests/fixtures/mosquitto.py; every
+cluster gets its own topic prefix, shared by its instances, under which its topics and
+its subscriptions' broker sessions live).
 ``cluster(n)`` starts ``n`` ``wsnmom serve`` processes on a fresh database, each with its
 own data directory and port, all with one ``public_url`` (a load balancer's address that
 nothing listens on): endpoint references name no instance, and :meth:`Cluster.via`
@@ -88,8 +91,9 @@ class Cluster:
 @pytest.fixture
 def middleware(request: pytest.FixtureRequest) -> str:
     """The middleware of the test's clusters: ``"rabbitmq"`` (default), ``"kafka"`` or
-    ``"mqtt"``."""
-    return str(getattr(request, "param", "rabbitmq"))
+    ``"mqtt"`` (``"mosquitto"`` is the same)."""
+    name = str(getattr(request, "param", "rabbitmq"))
+    return "mqtt" if name == "mosquitto" else name
 
 
 def _adapter_url(request: pytest.FixtureRequest, middleware: str) -> str:

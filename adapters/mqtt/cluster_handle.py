@@ -152,7 +152,13 @@ class SubscriptionSessions:
         )
         if found is None or not found.payload:
             return None
-        return frozenset(found.payload.decode().split("\n"))
+        try:
+            return frozenset(found.payload.decode().split("\n"))
+        except UnicodeDecodeError:
+            # not written by a gateway (any client allowed to publish under the topic
+            # prefix can): no record, so the declare connects and writes one
+            log.warning("the MQTT session record of %s is not readable: ignored", client_id)
+            return None
 
     def _record(self, client_id: str, filters: frozenset[str]) -> None:
         """Write (or with no ``filters``, clear) the session's record."""

@@ -9,7 +9,7 @@ from collections.abc import Callable
 import pytest
 
 from tests.adapters import test_mqtt_cluster as base
-from tests.adapters.test_mqtt_cluster import SENTINEL, Collector, Instance
+from tests.adapters.test_mqtt_cluster import SENTINEL, Collector, Instance, session_present
 from tests.fixtures.mosquitto import MqttPublisher
 from tests.support.waiting import wait_until
 
@@ -17,6 +17,24 @@ pytestmark = pytest.mark.mqtt
 
 #: two adapters in cluster mode on one broker (the fixture of test_mqtt_cluster.py)
 cluster = base.cluster
+
+
+def test_a_start_after_a_delete_through_another_instance_does_not_make_the_session_again(
+    cluster: Callable[[], Instance], mqtt_url: str
+) -> None:
+    """B followed the Subscribe (its handle declared, not started: not its shard); the
+    Unsubscribe goes through A; B gains the shard (or is resumed) before it follows the
+    Unsubscribe and starts the handle.  That start must not make the deleted session
+    again: core's follower then only stops the handle (``Subscriptions.forget``), so a
+    session made here would stay on the broker for ever, queueing every match."""
+    a, b = cluster(), cluster()
+    hb = b.handle("gone1")
+    a.adapter.delete_subscription("gone1")
+    consumer = Collector()
+    hb.start(consumer)
+    assert not hb.connected
+    hb.stop()  # core follows the Unsubscribe
+    assert not session_present(mqtt_url, hb.client_id)
 
 
 def test_an_unreadable_session_record_counts_as_none(

@@ -4,9 +4,14 @@ the ``cluster`` fixture of test_mqtt_cluster.py)."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable
 
 import pytest
+from wsnmom.adapters.mqtt.cluster_handle import ClusterHandle
+from wsnmom.core.adapter import OutboundMessage, QueueLimits, SubscriptionSpec
+from wsnmom.core.dead_letters import box_name, destination_topic
+from wsnmom.topic_mapping.model import PathPattern
 
 from tests.adapters import test_mqtt_cluster as base
 from tests.adapters.test_mqtt_cluster import SENTINEL, Collector, Instance, session_present
@@ -60,3 +65,35 @@ def test_an_unreadable_session_record_counts_as_none(
     finally:
         native.publish(sessions.record_topic(client_id), b"", retain=True)
         native.close()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a departed instance's dead-letter box session stays in the $share group and "
+    "Mosquitto keeps queueing its share of dead letters to it (review R2, issue 23)",
+)
+def test_a_departed_instances_box_takes_no_share_of_the_dead_letters(
+    cluster: Callable[[], Instance],
+) -> None:
+    """Each instance reads dead letters through a box session of its own, all in one
+    ``$share`` group.  Mosquitto hands a shared subscription's messages round robin to
+    every session in the group, connected or not (eclipse-mosquitto/mosquitto#1747), so
+    an instance gone for good (scaled down, or back with a new data directory, hence a
+    new client id) keeps taking its share into a session nobody reads."""
+    a = cluster()
+    b = cluster()
+    topic = destination_topic(f"dl{uuid.uuid4().hex[:6]}")
+    spec = SubscriptionSpec(
+        box_name(topic.path[0]), (PathPattern(topic.namespace, topic.path),), QueueLimits()
+    )
+    ha, hb = a.adapter.subscription(spec), b.adapter.subscription(spec)
+    assert isinstance(ha, ClusterHandle) and isinstance(hb, ClusterHandle)
+    ha.start(Collector())
+    a.adapter.close()  # A leaves the cluster for good
+    got = Collector()
+    hb.start(got)
+    bodies = [b"d%d" % i for i in range(8)]
+    b.adapter.publish_many(
+        [OutboundMessage(topic=topic, body=x, message_id=uuid.uuid4().hex) for x in bodies]
+    )
+    wait_until(lambda: len(got.bodies()) == len(bodies), 10, what="every dead letter in B's box")

@@ -368,16 +368,20 @@ class ClusterHandle(SubscriptionHandle):
 
     def _requeue(self, conn: SessionConnection) -> None:
         """A message was nacked for requeue: drop the connection, so the broker sends
-        everything unacknowledged again, in order, to the next one."""
-        with self._lock:
-            if conn is not self._conn or not self._started:
-                return
-            self._conn = None
+        everything unacknowledged again, in order, to the next one.  Often called on the
+        network thread (a nack in the consumer's callback), which must not wait for the
+        handle's lock: a start or a reconnect holds it while it waits for that very
+        thread (the CONNACK, the SUBACK), and the messages queued in the session arrive
+        before the SUBACK."""
         threading.Thread(
             target=self._bounce, args=(conn,), name="wsnmom-mqtt-requeue", daemon=True
         ).start()
 
     def _bounce(self, conn: SessionConnection) -> None:
+        with self._lock:
+            if conn is not self._conn or not self._started:
+                return
+            self._conn = None
         conn.close()
         with self._lock:
             if self._started and self._conn is None:

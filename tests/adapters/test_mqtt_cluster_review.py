@@ -6,15 +6,17 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
+from wsnmom.adapters.mqtt.adapter import MqttAdapter
 from wsnmom.adapters.mqtt.cluster_handle import ClusterHandle
-from wsnmom.core.adapter import OutboundMessage, QueueLimits, SubscriptionSpec
+from wsnmom.core.adapter import OutboundMessage, QueueLimits, Received, SubscriptionSpec
 from wsnmom.core.dead_letters import box_name, destination_topic
-from wsnmom.topic_mapping.model import PathPattern
+from wsnmom.topic_mapping.model import PathPattern, Topic
 
 from tests.adapters import test_mqtt_cluster as base
-from tests.adapters.test_mqtt_cluster import SENTINEL, Collector, Instance, session_present
+from tests.adapters.test_mqtt_cluster import NS, SENTINEL, Collector, Instance, session_present
 from tests.fixtures.mosquitto import MqttPublisher
 from tests.support.waiting import wait_until
 
@@ -97,3 +99,52 @@ def test_a_departed_instances_box_takes_no_share_of_the_dead_letters(
         [OutboundMessage(topic=topic, body=x, message_id=uuid.uuid4().hex) for x in bodies]
     )
     wait_until(lambda: len(got.bodies()) == len(bodies), 10, what="every dead letter in B's box")
+
+
+def test_a_nack_in_the_callback_while_the_start_waits_for_its_suback_stalls_nothing(
+    mqtt_url: str, tmp_path: Path
+) -> None:
+    """Messages queued in a session arrive with the CONNACK, before the SUBACK a start
+    (or a reconnect) waits for while it holds the handle's lock.  A consumer that nacks
+    one at once does so on the instance's one network thread; the requeue must not wait
+    for the handle's lock there, or that thread (every session of the instance) stands
+    still until the start gives up (``subscribe_timeout``, long here)."""
+    adapter = MqttAdapter(
+        mqtt_url,
+        {
+            "data_dir": str(tmp_path / "n"),
+            "namespaces": {NS: "ns"},
+            "topic_prefix": f"n{uuid.uuid4().hex[:8]}",
+            "session_expiry": 600,
+            "reconnect_min_delay": 0.1,
+            "subscribe_timeout": 30,
+        },
+    )
+    adapter.shared_by_instances(lambda name: True)
+    adapter.open()
+    try:
+        spec = SubscriptionSpec("nk1", (PathPattern(NS, ("a",)),), QueueLimits())
+        handle = adapter.subscription(spec)
+        topic = Topic(NS, ("a",))
+
+        def publish(*bodies: bytes) -> None:
+            adapter.publish_many(
+                [OutboundMessage(topic=topic, body=b, message_id=uuid.uuid4().hex) for b in bodies]
+            )
+
+        publish(b"q1", b"q2")  # queued in the session: they come with the CONNACK
+        got: list[bytes] = []
+
+        def consumer(r: Received) -> None:
+            if r.redelivered:
+                got.append(r.body)
+                r.ack()
+            else:
+                r.nack(requeue=True)  # a first delivery goes back at once
+
+        handle.start(consumer, prefetch=4)
+        publish(SENTINEL)
+        wait_until(lambda: SENTINEL in got, 20, what="the sentinel, requeued once")
+        assert got == [b"q1", b"q2", SENTINEL]
+    finally:
+        adapter.close()

@@ -148,3 +148,58 @@ def test_a_nack_in_the_callback_while_the_start_waits_for_its_suback_stalls_noth
         assert got == [b"q1", b"q2", SENTINEL]
     finally:
         adapter.close()
+
+
+def test_acks_out_of_order_leave_as_pubacks_in_arrival_order(
+    cluster: Callable[[], Instance],
+) -> None:
+    """Unordered delivery settles messages in any order; a PUBACK leaves only once every
+    earlier message was settled (MQTT-4.6.0-2).  Settled but held back behind an
+    unsettled one: given again after a stop; the whole run settled: never again."""
+    a = cluster()
+    held = Collector(hold=True)
+    h = a.handle("po1")
+    h.start(held, prefetch=5)
+    first = [b"a%d" % i for i in range(5)]
+    a.publish(*first)
+    wait_until(lambda: len(held.got) == 5, 20, what="the window")
+    for r in reversed(held.got[1:]):
+        r.ack()  # a4..a1 settled, a0 not: nothing may be acknowledged yet
+    h.stop()
+    again = Collector(hold=True)
+    h.start(again, prefetch=5)
+    wait_until(lambda: len(again.got) == 5, 20, what="the window again")
+    assert again.bodies() == first and all(r.redelivered for r in again.got)
+    for r in again.got[1:]:
+        r.ack()
+    again.got[0].ack()  # the head last: the five PUBACKs leave now
+    a.publish(SENTINEL)
+    wait_until(lambda: again.has(SENTINEL), 20, what="the sentinel")
+    again.got[-1].ack()
+    h.stop()
+    last = Collector()
+    h.start(last, prefetch=5)
+    a.publish(b"after")
+    wait_until(lambda: last.has(b"after"), 20, what="the next message")
+    assert last.bodies() == [b"after"]
+
+
+def test_a_delete_leaves_neither_the_session_nor_its_record(
+    cluster: Callable[[], Instance], mqtt_url: str
+) -> None:
+    """An Unsubscribe through an instance that does not deliver: the session and its
+    retained record (what a native client under the prefix would read) are gone."""
+    a, b = cluster(), cluster()
+    assert a.adapter._cnode is not None
+    sessions = a.adapter._cnode.sessions
+    consumer = Collector()
+    hb = b.handle("del1")
+    hb.start(consumer)
+    a.publish(b"one")
+    wait_until(lambda: consumer.has(b"one"), 20, what="a delivery through B")
+    assert sessions.recorded(hb.client_id) is not None
+    a.adapter.delete_subscription("del1")
+    wait_until(lambda: hb.unrecorded >= 1, 20, what="B's restart finding no record")
+    hb.stop()  # B follows the Unsubscribe
+    assert sessions.recorded(hb.client_id) is None
+    assert not session_present(mqtt_url, hb.client_id)

@@ -4,13 +4,18 @@ the ``cluster`` fixture of test_mqtt_cluster.py)."""
 
 from __future__ import annotations
 
+import socket
+import threading
 import uuid
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from wsnmom.adapters.mqtt.adapter import MqttAdapter
-from wsnmom.adapters.mqtt.cluster_handle import ClusterHandle
+from wsnmom.adapters.mqtt.cluster_handle import ClusterHandle, SubscriptionSessions
+from wsnmom.adapters.mqtt.config import parse_settings
+from wsnmom.adapters.mqtt.hub import Hub
+from wsnmom.adapters.mqtt.mapping import MqttMapping
 from wsnmom.core.adapter import OutboundMessage, QueueLimits, Received, SubscriptionSpec
 from wsnmom.core.dead_letters import box_name, destination_topic
 from wsnmom.topic_mapping.model import PathPattern, Topic
@@ -203,3 +208,40 @@ def test_a_delete_leaves_neither_the_session_nor_its_record(
     hb.stop()  # B follows the Unsubscribe
     assert sessions.recorded(hb.client_id) is None
     assert not session_present(mqtt_url, hb.client_id)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="ClusterHandle holds its lock across the CONNECT/CONNACK and SUBSCRIBE/SUBACK "
+    "waits of start and reconnect, so stop waits for them (review R2, issue 23)",
+)
+def test_a_stop_does_not_wait_for_a_connect_the_broker_does_not_answer(
+    tmp_path: Path,
+) -> None:
+    """Core stops handles on its cluster thread when shards move (``Ownership.lost``):
+    a stop must not wait out a start or reconnect that the broker leaves unanswered (a
+    listener that never sends a CONNACK here, an overloaded broker in life), or the
+    heartbeats wait too and the instance loses every lease."""
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)  # the kernel accepts the TCP connection; nobody answers the CONNECT
+    hub = Hub("review")
+    try:
+        port = silent.getsockname()[1]
+        settings = parse_settings(
+            f"mqtt://127.0.0.1:{port}",
+            {"data_dir": str(tmp_path / "s"), "namespaces": {NS: "ns"}, "connect_timeout": 60},
+        )
+        mapping = MqttMapping(settings.namespaces, settings.topic_prefix)
+        sessions = SubscriptionSessions(settings, mapping, "inst", None, None, hub)
+        spec = SubscriptionSpec("silent1", (PathPattern(NS, ("a",)),), QueueLimits())
+        handle = ClusterHandle(sessions, spec)
+        starting = threading.Thread(target=handle.start, args=(Collector(),), daemon=True)
+        starting.start()
+        wait_until(lambda: handle._conn is not None, 10, what="the start connecting")
+        stopped = threading.Event()
+        threading.Thread(target=lambda: (handle.stop(), stopped.set()), daemon=True).start()
+        wait_until(stopped.is_set, 10, what="the stop, while the CONNACK is awaited")
+    finally:
+        silent.close()
+        hub.close()

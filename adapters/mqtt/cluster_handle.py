@@ -26,7 +26,8 @@ connection ends the empty session it made and the handle starts again after
 closed), by when core has usually followed a deletion and stopped the handle.  The
 restart makes the session again only while its record exists: a delete clears it, so a
 deliverer that has not followed the deletion yet checks again later and never brings the
-session back.
+session back.  The same rule holds for a ``start`` (a shard gained, a Resume) that finds
+no session: made again only while its record exists.
 
 Threads and connections: one connection per subscription this instance delivers (and a
 short-lived one per declare and delete), all served by the instance's one network thread
@@ -152,7 +153,13 @@ class SubscriptionSessions:
         )
         if found is None or not found.payload:
             return None
-        return frozenset(found.payload.decode().split("\n"))
+        try:
+            return frozenset(found.payload.decode().split("\n"))
+        except UnicodeDecodeError:
+            # not written by a gateway (any client allowed to publish under the topic
+            # prefix can): no record, so the declare connects and writes one
+            log.warning("the MQTT session record of %s is not readable: ignored", client_id)
+            return None
 
     def _record(self, client_id: str, filters: frozenset[str]) -> None:
         """Write (or with no ``filters``, clear) the session's record."""
@@ -297,6 +304,20 @@ class ClusterHandle(SubscriptionHandle):
         self._conn = conn
         present = conn.connect()
         self.connections += 1
+        if not present and first and not self._still_recorded(conn):
+            # deleted through another instance (a delete ends the session, then clears
+            # its record) before this one followed: a session made here would outlive
+            # the subscription (core's follower only stops this handle)
+            self.unrecorded += 1
+            log.warning(
+                "MQTT subscription session of %s and its record are gone from the broker: "
+                "not making it again (deleted through another instance)",
+                self.name,
+            )
+            conn.end()
+            self._conn = None
+            self._schedule(self._sessions.settings.reconnect_max_delay, first=True, restart=True)
+            return
         if not present and not first:
             self.sessions_lost += 1
             log.warning(
@@ -311,6 +332,16 @@ class ClusterHandle(SubscriptionHandle):
             self._schedule(RESTART_DELAY, first=True, restart=True)
             return
         conn.subscribe(self.filters)
+
+    def _still_recorded(self, conn: SessionConnection) -> bool:
+        """Whether the session's record exists (``conn``, connected to a session it found
+        absent, is ended when the record cannot be read)."""
+        try:
+            return self._sessions.recorded(self.client_id) is not None
+        except AdapterError:
+            conn.end()
+            self._conn = None
+            raise
 
     def stop(self) -> None:
         """Disconnect cleanly; the broker keeps the session and queues for it."""
@@ -340,16 +371,20 @@ class ClusterHandle(SubscriptionHandle):
 
     def _requeue(self, conn: SessionConnection) -> None:
         """A message was nacked for requeue: drop the connection, so the broker sends
-        everything unacknowledged again, in order, to the next one."""
-        with self._lock:
-            if conn is not self._conn or not self._started:
-                return
-            self._conn = None
+        everything unacknowledged again, in order, to the next one.  Often called on the
+        network thread (a nack in the consumer's callback), which must not wait for the
+        handle's lock: a start or a reconnect holds it while it waits for that very
+        thread (the CONNACK, the SUBACK), and the messages queued in the session arrive
+        before the SUBACK."""
         threading.Thread(
             target=self._bounce, args=(conn,), name="wsnmom-mqtt-requeue", daemon=True
         ).start()
 
     def _bounce(self, conn: SessionConnection) -> None:
+        with self._lock:
+            if conn is not self._conn or not self._started:
+                return
+            self._conn = None
         conn.close()
         with self._lock:
             if self._started and self._conn is None:

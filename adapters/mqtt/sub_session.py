@@ -159,6 +159,8 @@ class SessionConnection:
         self._outstanding = 0
         self._held: collections.deque[Delivery] = collections.deque()
         self._dispatching = False
+        #: a message was nacked for requeue (``on_requeue`` called)
+        self._requeued = False
         #: the most messages received and not acknowledged at once on this connection
         self.peak_unacknowledged = 0
         self._closing = False
@@ -322,8 +324,10 @@ class SessionConnection:
 
     def _requeue(self, d: Delivery) -> None:
         with self._lock:
-            if d._generation != self._generation or d._settled:
+            if d._generation != self._generation or d._settled or self._requeued:
                 return
+            # once: the owner drops this connection, which gives back every message
+            self._requeued = True
         if self._on_requeue is not None:
             self._on_requeue()
 

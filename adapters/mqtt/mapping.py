@@ -45,7 +45,7 @@ from wsnmom.topic_mapping.translate import (
     translate,
 )
 
-__all__ = ["DEAD_LETTER_ROOT", "EVERYTHING", "UNMAPPED_NAMESPACE", "MqttMapping"]
+__all__ = ["DEAD_LETTER_ROOT", "EVERYTHING", "SHARED", "UNMAPPED_NAMESPACE", "MqttMapping"]
 
 #: the filter of a subscription without a topic filter
 EVERYTHING = "#"
@@ -54,6 +54,8 @@ UNMAPPED_NAMESPACE = "urn:wsnmom:internal:unmapped"
 _CACHE_LIMIT = 100_000
 #: the MQTT topic levels (under the topic prefix) above each dead-letter destination
 DEAD_LETTER_ROOT = "wsnmom/dead-letters"
+#: how a shared subscription's filter starts (MQTT 5: ``$share/<group>/<filter>``)
+SHARED = "$share/"
 
 
 class MqttMapping:
@@ -75,7 +77,7 @@ class MqttMapping:
         self.dead_letter_head = f"{self.head}{DEAD_LETTER_ROOT}/"
         #: the filters of dead-letter boxes are shared subscriptions of this group (each
         #: dead letter reaches one gateway of it); "": plain ones (each gets a copy)
-        self.dead_letter_share = f"$share/{dead_letter_share}/" if dead_letter_share else ""
+        self.dead_letter_share = f"{SHARED}{dead_letter_share}/" if dead_letter_share else ""
         self.everything = self.head + EVERYTHING
         self._lock = threading.Lock()
         self._names: dict[Topic, str] = {}

@@ -227,10 +227,11 @@ class Session(Ingest):
             raise
 
     def subscribed(self) -> bool:
-        """Whether the broker holds every filter now: connected, this connection's
-        CONNACK handled (the shared filters, which the broker may have dropped,
-        subscribed again) and no SUBSCRIBE of a shared filter waiting for its SUBACK.  The dead-letter outbox waits for
-        it, so that a box's shared subscription exists when its dead letters arrive."""
+        """Whether the broker holds every shared filter now: connected, this
+        connection's CONNACK handled (the shared filters, which the broker may have
+        dropped, subscribed again) and no SUBSCRIBE of a shared filter waiting for its
+        SUBACK.  The dead-letter outbox waits for it, so that a box's shared
+        subscription exists when its dead letters arrive."""
         if not (self.link.connected and self._resubscribed):
             return False
         with self._lock:

@@ -32,7 +32,6 @@ from paho.mqtt.enums import CallbackAPIVersion
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 from paho.mqtt.subscribeoptions import SubscribeOptions
-
 from wsnmom.adapters.mqtt.adapter import MqttAdapter
 from wsnmom.adapters.mqtt.mapping import MqttMapping
 from wsnmom.core.adapter import (
@@ -204,7 +203,10 @@ class Gateway:
         )
         adapter.subscription(
             SubscriptionSpec(
-                "sub", (PathPattern(SOURCE.namespace, SOURCE.path),), QueueLimits(max_messages=1), grave
+                "sub",
+                (PathPattern(SOURCE.namespace, SOURCE.path),),
+                QueueLimits(max_messages=1),
+                grave,
             )
         )
         assert any(f.startswith("$share/") for f in adapter._require().session.filters.effective)
@@ -245,9 +247,7 @@ class Gateway:
 
 
 @pytest.fixture
-def gateway(
-    mosquitto_factory: Callable[..., MosquittoNode], tmp_path: Path
-) -> Iterator[Gateway]:
+def gateway(mosquitto_factory: Callable[..., MosquittoNode], tmp_path: Path) -> Iterator[Gateway]:
     g = Gateway(mosquitto_factory(), tmp_path / "gw")
     g.open()
     yield g

@@ -18,6 +18,7 @@ from typing import Any
 from wsnmom.adapters.embedded.store import Engine
 from wsnmom.core.adapter import AdapterUnavailable, OutboundMessage
 
+from .filters import SHARED
 from .inbox import (
     _STOP,
     SessionParts,
@@ -29,7 +30,6 @@ from .inbox import (
     _Retire,
     _SentinelRefused,
 )
-from .mapping import SHARED
 from .taps import Arrival
 from .wire import metadata, outbound
 

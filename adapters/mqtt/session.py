@@ -78,7 +78,7 @@ from wsnmom.adapters.embedded.store import Engine
 from wsnmom.core.adapter import AccessRefused, AdapterUnavailable
 
 from .config import MqttSettings
-from .filters import Change, FilterSet
+from .filters import SHARED, Change, FilterSet
 from .inbox import (
     _STOP,
     SessionStats,
@@ -93,7 +93,7 @@ from .inbox import (
 )
 from .ingest import Ingest
 from .link import Link, Properties, ReasonCode, mqtt
-from .mapping import SHARED, MqttMapping
+from .mapping import MqttMapping
 from .state import SessionState
 from .taps import Taps
 

@@ -31,10 +31,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
-__all__ = ["MAX_SUBSCRIPTION_ID", "Change", "FilterSet", "covers", "join", "overlaps"]
+__all__ = ["MAX_SUBSCRIPTION_ID", "SHARED", "Change", "FilterSet", "covers", "join", "overlaps"]
 
 #: the largest MQTT 5 subscription identifier (a variable byte integer)
 MAX_SUBSCRIPTION_ID = 268_435_455
+#: how a shared subscription's filter starts (MQTT 5: ``$share/<group>/<filter>``; the
+#: dead-letter boxes')
+SHARED = "$share/"
 
 _ONE = "+"
 _ALL = "#"

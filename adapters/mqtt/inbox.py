@@ -131,6 +131,7 @@ class SessionParts:
     _stopping: bool
     _first: bool
     _reconciled: bool
+    _resubscribed: bool
 
     if TYPE_CHECKING:
 

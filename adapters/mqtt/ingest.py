@@ -18,6 +18,7 @@ from typing import Any
 from wsnmom.adapters.embedded.store import Engine
 from wsnmom.core.adapter import AdapterUnavailable, OutboundMessage
 
+from .filters import SHARED
 from .inbox import (
     _STOP,
     SessionParts,
@@ -226,7 +227,12 @@ class Ingest(SessionParts):
             if connected.session_present:
                 known = self._stored if connected.first else None
                 for e in self.filters.effective.values():
-                    if known is not None and known.get(e.filter) == e.id:
+                    if e.filter.startswith(SHARED):
+                        # Mosquitto 2.0.11 does not keep a session's shared subscriptions
+                        # across its restart, yet says session present: subscribed again
+                        # (a SUBSCRIBE of a filter the session has replaces it)
+                        self._send_subscribe(e.filter, e.id)
+                    elif known is not None and known.get(e.filter) == e.id:
                         e.acked = True  # the broker kept it from the last run
                         self.filters.known[e.filter] = e.id
                     elif not e.acked or e.filter in self._pending_sub:
@@ -259,6 +265,7 @@ class Ingest(SessionParts):
                 self._send_barrier(b)
             self._stored = {}
             self._reconciled = True
+            self._resubscribed = True
             self._cv.notify_all()
         if not connected.session_present:
             try:

@@ -66,7 +66,11 @@ class Node:
             )
             self.publisher = Publisher(settings, self.client_id + "-p")
             self.outbox = Outbox(
-                self.engine, self.mapping, self.publisher, settings.subscribe_timeout
+                self.engine,
+                self.mapping,
+                self.publisher,
+                settings.subscribe_timeout,
+                ready=self.session.subscribed,
             )
             self.engine.on_outbox = self.outbox.kick
         except BaseException:

@@ -8,7 +8,10 @@ broker (MQTT 5) the queue store writes it to its ``outbox`` table there
 lost connection between the PUBACK and the delete sends it again (at least once, never
 lost); what waits in the outbox when the gateway starts is sent first.
 
-One thread per node; it sleeps until a transaction wrote to the outbox.  While the
+One thread per node; it sleeps until a transaction wrote to the outbox.  It sends only
+while the gateway's session holds all its filters (``ready``): after a reconnect the
+session subscribes its boxes' shared subscriptions again (Mosquitto 2.0.11 does not keep
+them across its restart), and a dead letter published before that would reach no box.  While the
 broker is away or refuses for a while (quota exceeded, no PUBACK in time) it tries again
 after a delay that doubles from ``_RETRY_FIRST`` at each failed attempt, up to
 ``_RETRY_MAX``, and starts from the first delay again once a batch went through
@@ -29,10 +32,11 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from wsnmom.adapters.embedded.store import Engine
-from wsnmom.core.adapter import AdapterError, OutboundMessage
+from wsnmom.core.adapter import AdapterError, AdapterUnavailable, OutboundMessage
 from wsnmom.topic_mapping.errors import NameNotRepresentable
 
 from .mapping import MqttMapping
@@ -54,9 +58,16 @@ class Outbox:
     """The outbox sender of one node (see the module docstring)."""
 
     def __init__(
-        self, engine: Engine, mapping: MqttMapping, publisher: Publisher, timeout: float
+        self,
+        engine: Engine,
+        mapping: MqttMapping,
+        publisher: Publisher,
+        timeout: float,
+        ready: Callable[[], bool] | None = None,
     ) -> None:
         self._engine = engine
+        #: whether the gateway's session holds its filters (its boxes' among them)
+        self._ready = ready
         self._mapping = mapping
         self._publisher = publisher
         self._timeout = timeout
@@ -135,6 +146,8 @@ class Outbox:
         rows = self._engine.outbox_batch(_BATCH)
         if not rows:
             return False
+        if self._ready is not None and not self._ready():
+            raise AdapterUnavailable("the session has not subscribed its filters again yet")
         items = []
         bad: list[int] = []
         for rid, message in rows:

@@ -43,6 +43,13 @@ the same filter set, and the worker hands each tap its messages after the queue 
 commit and before the PUBACKs.  A session may have taps and no queue store (the Spark
 bridge's standalone MQTT buffer).
 
+After every CONNACK the worker makes the broker hold the effective filters
+(``_reconcile``): all of them when the session is new; with ``session present``, those not
+acknowledged yet and every *shared* filter (``$share/...``, the dead-letter boxes'):
+Mosquitto 2.0.11 does not keep a session's shared subscriptions across its restart, yet
+answers ``session present`` and keeps its plain ones and its queued messages (tested in
+tests/adapters/test_mqtt_dead_letter_restart.py).
+
 Acknowledgements are sent only on the connection the message came on: after a reconnect
 the broker sends unacknowledged messages again, and a late PUBACK could otherwise
 acknowledge a different message that reuses the packet id.
@@ -71,7 +78,7 @@ from wsnmom.adapters.embedded.store import Engine
 from wsnmom.core.adapter import AccessRefused, AdapterUnavailable
 
 from .config import MqttSettings
-from .filters import Change, FilterSet
+from .filters import SHARED, Change, FilterSet
 from .inbox import (
     _STOP,
     SessionStats,
@@ -190,6 +197,8 @@ class Session(Ingest):
         self._first = True
         #: the first CONNACK was handled (the broker has or was asked for every filter)
         self._reconciled = False
+        #: the CONNACK of this connection was handled (cleared when it is lost)
+        self._resubscribed = False
 
     # -- lifecycle --------------------------------------------------------------------------
     def start(self, subscriptions: Iterable[tuple[str, frozenset[str]]]) -> None:
@@ -216,6 +225,17 @@ class Session(Ingest):
         except BaseException:
             self.stop()
             raise
+
+    def subscribed(self) -> bool:
+        """Whether the broker holds every shared filter now: connected, this
+        connection's CONNACK handled (the shared filters, which the broker may have
+        dropped, subscribed again) and no SUBSCRIBE of a shared filter waiting for its
+        SUBACK.  The dead-letter outbox waits for it, so that a box's shared
+        subscription exists when its dead letters arrive."""
+        if not (self.link.connected and self._resubscribed):
+            return False
+        with self._lock:
+            return not any(f.startswith(SHARED) for f in self._pending_sub)
 
     def _all_acked(self) -> bool:
         # O(1): evaluated on every SUBACK while thousands of filters are subscribed again
@@ -493,6 +513,7 @@ class Session(Ingest):
     def _disconnected_cb(self) -> None:
         with self._cv:
             self._generation += 1
+            self._resubscribed = False
             self._sentinel_subscribed = False
             self._sub_mids.clear()
             self._unsub_barriers.clear()

@@ -53,9 +53,6 @@ class Setup:
                 "topic_prefix": prefix,
                 "session_expiry": 300,
                 "reconnect_max_delay": 0.5,
-                # a plain subscription: the box's shared one does not outlive the broker
-                # restart of the first test on Mosquitto 2.0.11 (noticed, not this test's)
-                "dead_letter_share": "",
             },
         )
         self.adapter.open()

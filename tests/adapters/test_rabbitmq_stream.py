@@ -225,3 +225,26 @@ def test_a_reader_that_fails_outside_a_message_names_none(
     stream.data_received(ACK + NACK + OPEN_OK)
     assert failed == [None]
     assert bytes(protocol.received) == OPEN_OK
+
+
+def test_a_failure_on_an_empty_message_leaves_no_content_being_read(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    """A content header the reader cannot decode, of a message without a body: that
+    content ends with the header.  The reader is not left "reading content": the content
+    of a method it does not read (here a Basic.GetOk, handed to pika) reaches pika whole,
+    not swallowed as the rest of the failed message."""
+    failed: list[Any] = []
+    reader = FrameReader(on_deliver=lambda *a: None)
+    reader.on_failure = failed.append
+    protocol = Pika()
+    stream, _ = _stream(loop, {1: reader}, protocol)
+    method = _method(1, spec.Basic.Deliver("ctag", 8, False, "ex", "rk"))
+    header = bytearray(frame.Header(1, 0, PROPS).marshal())
+    kind = header.index(b"\x01kS")
+    header[kind + 2] = ord("Z")  # a field type pika does not know
+    get_ok = _method(1, spec.Basic.GetOk(9, False, "ex", "rk", 0)) + _content(1, b"abc", PROPS)
+    stream.data_received(method + bytes(header) + get_ok)
+    assert [m.delivery_tag for m in failed] == [8]
+    assert not reader.reading_content
+    assert bytes(protocol.received) == get_ok

@@ -425,7 +425,12 @@ class FrameReader:
             tables = self._handler is not self.on_return
             self._size = size  # first: a property list that fails still has its body
             self._body = []
-            self._props = Properties(data, start + 14, flags, tables)
+            try:
+                self._props = Properties(data, start + 14, flags, tables)
+            except Exception:
+                if size == 0:  # no body follows: this content ends here all the same
+                    self._failed, self._method, self._handler = self._method, None, None
+                raise
             if size == 0:
                 self._finish(b"")
             return

@@ -25,6 +25,7 @@ from wsnmom.adapters.rabbitmq._link import Link
 from wsnmom.adapters.rabbitmq._wire import shortstr
 from wsnmom.core.adapter import (
     INTERNAL_NAMESPACE_PREFIX,
+    AdapterError,
     OutboundMessage,
     SubscriptionSpec,
 )
@@ -131,3 +132,47 @@ def test_the_current_message_tap_reads_on_after_a_message_it_cannot_read(
         return None if stored is None else stored.body
 
     wait_until(lambda: current() == b"native", 20, what="the tap reading again")
+
+
+def test_a_pull_point_is_not_held_up_by_a_message_it_cannot_read(
+    make_adapter: Callable[..., Any],
+) -> None:
+    """The same for a subscription pulled with ``basic.get``: a pull or two fail (the
+    puller's channel closes), then the message is dead-lettered and the next pull gets
+    what came after it."""
+    adapter = make_adapter(current_message=False, prime_queues=False)
+    ns = f"urn:test:rabbit-poison-pull:{uuid.uuid4().hex}"
+    topic = Topic(ns, ("t",))
+    grave = Topic(f"{INTERNAL_NAMESPACE_PREFIX}dl-{uuid.uuid4().hex}", ("dl",))
+    tag = uuid.uuid4().hex[:12]
+    graves = adapter.subscription(
+        SubscriptionSpec(f"g-{tag}", (PathPattern(grave.namespace, ("dl",)),))
+    )
+    handle = adapter.subscription(
+        SubscriptionSpec(f"q-{tag}", (PathPattern(ns, ("t",)),), dead_letters=grave)
+    )
+    adapter.publish(message(topic, b"before"))  # declares the topic's exchange
+    first = handle.pull(10, timeout=5)
+    assert [m.body for m in first] == [b"before"]
+    first[0].ack()
+    exchange, key = adapter.names.native_name(topic)
+    publish_poison(adapter.pool.primary, exchange, key, b"poison")
+    adapter.publish(message(topic, b"after"))
+    failed = 0
+    got: list[bytes] = []
+    pulled: list[Any] = []
+    for _ in range(6):
+        try:
+            pulled = handle.pull(10, timeout=2)
+            got = [m.body for m in pulled]
+        except AdapterError:
+            failed += 1
+            continue
+        if got:
+            break
+    assert got == [b"after"]
+    assert failed <= 2
+    pulled[0].ack()
+    wait_until(lambda: graves.depth() == 1, 20, what="the poison dead-lettered")
+    handle.delete()
+    graves.delete()

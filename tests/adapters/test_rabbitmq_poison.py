@@ -7,6 +7,7 @@ table) on a real RabbitMQ: the channel that read it is closed and consumed again
   second time (dead-lettered to the subscription's dead-letter topic, by RabbitMQ), so
   the messages after it arrive; it used to come back every 0.5 s for ever, and nothing
   after it was delivered;
+- a pull point likewise: a pull or two fail, then it gets what came after;
 - the current-message tap, which reads every message of every topic, reads on: it used
   to stay closed until the connection was lost, its map frozen."""
 

@@ -70,6 +70,9 @@ class Channel:
         self._get_waiter: asyncio.Future[Any] | None = None
         self._close_listeners: list[Callable[[Channel, BaseException], None]] = []
         self._reader: FrameReader | None = None
+        #: reject (not requeue) a message whose reading failed twice: a channel that
+        #: reads with manual acknowledgements (see :meth:`_reader_failed`)
+        self.reject_unreadable = False
         #: basic.get requests awaiting their reply, oldest first (replies come in order)
         self._getters: deque[Callable[[GetReply], None]] = deque()
         #: encoded basic.get frames per (queue, no_ack)
@@ -96,15 +99,34 @@ class Channel:
         self._reader = reader
         reader.on_failure = self._reader_failed
 
-    def _reader_failed(self) -> None:
+    def _reader_failed(self, message: Delivered | None) -> None:
         """Reading this channel's traffic raised (logged by the connection): close the
         channel, so that what it holds unsettled goes back to its queues and its owner's
-        close listener (a consumer's restart) runs; the connection stays."""
-        if self.pika.is_open:
-            try:
-                self.pika.close()
-            except Exception:  # pragma: no cover - closing already
-                log.debug("closing channel %d after a failed read", self.pika.channel_number)
+        close listener (a consumer's restart) runs; the connection stays.  Settlements
+        already given are written first.  With :attr:`reject_unreadable`, a message that
+        failed once already (``redelivered``) is rejected instead of requeued: it would
+        fail again at each redelivery and hold up the queue behind it (RabbitMQ
+        dead-letters it when the queue has a dead-letter exchange, else drops it)."""
+        if not self.pika.is_open:
+            return
+        self.link.flush_settles()
+        if (
+            self.reject_unreadable
+            and message is not None
+            and message.redelivered
+            and message.delivery_tag
+        ):
+            log.error(
+                "RabbitMQ: a message of %r/%r cannot be read again; rejected (dead-lettered "
+                "when its queue has a dead-letter destination)",
+                message.exchange,
+                message.routing_key,
+            )
+            self.pika.basic_reject(message.delivery_tag, requeue=False)
+        try:
+            self.pika.close()
+        except Exception:  # pragma: no cover - closing already
+            log.debug("closing channel %d after a failed read", self.pika.channel_number)
 
     def _on_close(self, _channel: PikaChannel, reason: BaseException) -> None:
         self.close_reason = reason

@@ -312,6 +312,7 @@ class FrameReader:
 
     __slots__ = (
         "_body",
+        "_failed",
         "_handler",
         "_method",
         "_props",
@@ -335,19 +336,23 @@ class FrameReader:
         self.on_return = on_return
         self.on_deliver = on_deliver
         self.on_get = on_get
-        #: called once when reading failed (:meth:`fail`): the channel's owner closes it
-        self.on_failure: Callable[[], None] | None = None
+        #: called once when reading failed (:meth:`fail`) with the message being read
+        #: then (None: none was): the channel's owner closes the channel
+        self.on_failure: Callable[[Delivered | None], None] | None = None
         #: the content being read: its method, handler, properties, body parts, size
         self._method: Delivered | None = None
         self._handler: MessageHandler | None = None
         self._props: Properties | None = None
         self._body: list[bytes] = []
         self._size = 0
+        #: the message whose handler raised (:meth:`_finish`), for :meth:`fail`
+        self._failed: Delivered | None = None
 
     def fail(self) -> None:
         """Reading raised (a handler's bug, a message it cannot decode): from now on drop
         what this reader handles, the content being read included, and tell
-        ``on_failure`` (once)."""
+        ``on_failure`` (once) which message it failed on, if any."""
+        message = self._failed or self._method
         if self.on_confirm is not None:
             self.on_confirm = _drop
         for name in ("on_return", "on_deliver", "on_get"):
@@ -357,7 +362,7 @@ class FrameReader:
             self._handler = _drop
         failed, self.on_failure = self.on_failure, None
         if failed is not None:
-            failed()
+            failed(message)
 
     @property
     def reading_content(self) -> bool:
@@ -420,7 +425,12 @@ class FrameReader:
             tables = self._handler is not self.on_return
             self._size = size  # first: a property list that fails still has its body
             self._body = []
-            self._props = Properties(data, start + 14, flags, tables)
+            try:
+                self._props = Properties(data, start + 14, flags, tables)
+            except Exception:
+                if size == 0:  # no body follows: this content ends here all the same
+                    self._failed, self._method, self._handler = self._method, None, None
+                raise
             if size == 0:
                 self._finish(b"")
             return
@@ -437,7 +447,11 @@ class FrameReader:
         if handler is _drop:
             return
         assert method is not None and handler is not None and props is not None
-        handler(method, props, body)
+        try:
+            handler(method, props, body)
+        except Exception:
+            self._failed = method
+            raise
 
 
 def _drop(*_args: Any) -> None:

@@ -120,6 +120,7 @@ class Consumers:
                 link.loop.call_later(0.5, lambda: link.loop.create_task(self.restart(sub)))
 
         ch.add_close_listener(on_close)
+        ch.reject_unreadable = True  # manual acks: one it cannot read twice is rejected
         # deliveries are read straight from the wire; pika's consumer callback is the
         # fallback
         ch.read(FrameReader(on_deliver=lambda m, p, b: dispatch(sub, ch, m, p, b)))
@@ -172,6 +173,7 @@ class Consumers:
         await link.ready(self.timeout)
         if sub.puller is None or not sub.puller.is_open:
             sub.puller = await link.open_channel()
+            sub.puller.reject_unreadable = True  # manual acks
             sub.puller.start_fast_get()
         ch = sub.puller
         deadline = time.monotonic() + max(0.0, timeout)

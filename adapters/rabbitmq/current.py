@@ -177,9 +177,32 @@ class CurrentMessages:
         def on_message(_ch: Any, method: Any, properties: Any, body: bytes) -> None:
             self.on_tap(method, properties, body)
 
+        generation = link.generation
+
+        def on_close(closed: Channel, reason: BaseException) -> None:
+            # closed while the connection stays up (a message its reader could not read,
+            # the tap queue deleted): consume again shortly
+            conn = link.connection
+            if (
+                self.channel is closed
+                and conn is not None
+                and conn.is_open
+                and link.generation == generation
+            ):
+                log.warning("current-message tap closed (%s); restarting", reason)
+                link.loop.call_later(0.5, lambda: link.loop.create_task(self._restart(link)))
+
+        ch.add_close_listener(on_close)
         ch.read(FrameReader(on_deliver=lambda m, p, b: self.on_tap(m, p, b)))
         await ch.call("basic_consume", self.queue, on_message, auto_ack=True)
         self.channel = ch
+
+    async def _restart(self, link: Link) -> None:
+        """Consume the tap again (its channel closed, the connection is up)."""
+        try:
+            await self.start(link)
+        except Exception as exc:
+            log.warning("cannot restart the current-message tap: %s", exc)
 
     def lost(self) -> None:
         """The tap's connection went down: no tap, and no barrier will come back."""

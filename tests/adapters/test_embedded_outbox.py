@@ -5,9 +5,12 @@ drops them, instead of into the queues; they stay there, over a restart, until
 
 from __future__ import annotations
 
+import json
+import sqlite3
 import uuid
 from pathlib import Path
 
+from wsnmom.adapters.embedded.storage import DB_FILE
 from wsnmom.adapters.embedded.store import Engine
 from wsnmom.core.adapter import (
     HEADER_DROPPED_FROM,
@@ -147,6 +150,45 @@ def test_a_local_dead_letter_without_its_box_is_kept(tmp_path: Path) -> None:
         assert eng.stranded_count() == 1
         box = eng.attach("box", (PathPattern(LOCAL.namespace, LOCAL.path),), QueueLimits())
         assert _bodies(eng, box.id) == [b"first"]
+        assert eng.stranded_count() == 0
+    finally:
+        eng.close()
+
+
+#: the tables of a schema 2 database (before the ``stranded`` table) that the outbox uses
+_VERSION_2 = """
+CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
+INSERT INTO meta VALUES ('schema', '2');
+CREATE TABLE outbox(
+    id INTEGER PRIMARY KEY AUTOINCREMENT, ns TEXT NOT NULL, path TEXT NOT NULL,
+    body BLOB NOT NULL, headers TEXT NOT NULL, ctype TEXT NOT NULL, msgid TEXT NOT NULL);
+"""
+
+
+def test_a_schema_2_database_gets_the_stranded_table_on_open(tmp_path: Path) -> None:
+    """An ``embedded.sqlite3`` of schema 2 with a dead letter waiting in its outbox: the
+    engine opens it as schema 3, the letter is still there, and strands when parked
+    without a box."""
+    tmp_path.mkdir(exist_ok=True)
+    with sqlite3.connect(tmp_path / DB_FILE) as c:
+        c.executescript(_VERSION_2)
+        c.execute(
+            "INSERT INTO outbox(ns, path, body, headers, ctype, msgid) VALUES (?, ?, ?, ?, ?, ?)",
+            (GRAVE.namespace, "/".join(GRAVE.path), b"old", json.dumps({"a": "1"}), "t", "m1"),
+        )
+    eng = engine(tmp_path)
+    try:
+        schema = eng.conn.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
+        assert schema == ("3",)
+        assert eng.stranded_count() == 0
+        rows = eng.outbox_batch(10)
+        assert [(m.body, m.topic, dict(m.headers)) for _, m in rows] == [
+            (b"old", GRAVE, {"a": "1"})
+        ]
+        assert eng.outbox_park(rows) == 1
+        assert eng.stranded_count() == 1
+        box = eng.attach("box", (PathPattern(GRAVE.namespace, GRAVE.path),), QueueLimits())
+        assert _bodies(eng, box.id) == [b"old"]
         assert eng.stranded_count() == 0
     finally:
         eng.close()

@@ -68,7 +68,7 @@ class Reader:
         ch = await self.link.open_channel()
         await ch.call("queue_declare", self.queue, auto_delete=False)
         ch.add_close_listener(lambda _ch, _reason: self.closed.set())
-        ch.read(FrameReader(on_deliver=self._deliver))
+        ch.read(FrameReader(on_deliver=lambda m, p, b: self._deliver(m, p, b)))
         await ch.call("basic_consume", self.queue, lambda *_: None, auto_ack=False)
         return ch
 
@@ -176,3 +176,39 @@ def test_bytes_sent_from_two_threads_are_all_counted(link: Link) -> None:
 
     # nothing else writes on this idle connection (no heartbeats within the test)
     assert counted(), (conn.sent(), before, rounds, direct)
+
+
+def test_acks_given_before_a_reader_fails_are_written_before_its_channel_closes(
+    link: Link,
+) -> None:
+    """An ack given from another thread (as a WS-N delivery settles) waits for the loop's
+    next flush; the channel that a failed read closes must write it first, or the
+    message already handled goes back to its queue and is delivered twice."""
+    queue = f"fast-acks-{uuid.uuid4().hex[:10]}"
+    reader = Reader(link, queue)
+    tags: list[int] = []
+
+    def deliver(method: Delivered, _props: Properties, body: bytes) -> None:
+        if body != b"poison":
+            tags.append(method.delivery_tag)
+            return
+        # the consumer settles the one before from its own thread, then fails
+        acker = threading.Thread(target=link.settle, args=(reader.channel, tags[0], True, False))
+        acker.start()
+        acker.join()
+        raise RuntimeError("the consumer's bug")
+
+    reader._deliver = deliver  # type: ignore[method-assign]
+    try:
+
+        def publish(body: bytes) -> None:
+            _run(link, reader.channel.pika.basic_publish, "", queue, body)
+
+        publish(b"handled")
+        wait_until(lambda: len(tags) == 1, 15, what="the first delivery")
+        publish(b"poison")
+        wait_until(reader.closed.is_set, 15, what="the channel closed")
+        # only the message it failed on is back in the queue
+        wait_until(lambda: _depth(link, queue) == 1, 15, what="one message requeued")
+    finally:
+        _delete(link, queue)

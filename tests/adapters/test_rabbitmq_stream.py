@@ -169,7 +169,7 @@ def test_a_reader_that_raises_drops_its_channels_frames_and_pika_reads_on(
     Its owner is told once, what the reader would have handled from then on (the rest
     of that content, later confirms and deliveries) is dropped, not handed to pika, and
     every other frame reaches pika whole and in order."""
-    failed: list[int] = []
+    failed: list[Any] = []
     seen: list[str] = []
 
     def deliver(_m: Any, _p: Any, body: bytes) -> None:
@@ -177,13 +177,14 @@ def test_a_reader_that_raises_drops_its_channels_frames_and_pika_reads_on(
         raise ValueError("the consumer's bug")
 
     reader = FrameReader(on_deliver=deliver, on_confirm=lambda *a: seen.append("confirm"))
-    reader.on_failure = lambda: failed.append(1)
+    reader.on_failure = failed.append
     protocol = Pika()
     stream, _ = _stream(loop, {1: reader}, protocol)
     for chunk in _chunks(b"".join([ACK, DELIVER, OPEN_OK, DELIVER, NACK, OTHER_DELIVER]), size):
         stream.data_received(chunk)
     assert seen == ["confirm", "deliver"]  # nothing handled after the failure
-    assert failed == [1]
+    # told once, with the delivery it failed on (its owner may reject it)
+    assert [(m.delivery_tag, m.consumer_tag) for m in failed] == [(7, "ctag")]
     assert bytes(protocol.received) == OPEN_OK + OTHER_DELIVER
     assert stream.pending == b""
 
@@ -193,9 +194,9 @@ def test_a_failure_while_a_content_header_is_read_drops_that_content(
 ) -> None:
     """A content header the reader cannot decode (a headers table with a field type
     pika does not know): its body frames are dropped too, not handed to pika."""
-    failed: list[int] = []
+    failed: list[Any] = []
     reader = FrameReader(on_deliver=lambda *a: None)
-    reader.on_failure = lambda: failed.append(1)
+    reader.on_failure = failed.append
     protocol = Pika()
     stream, _ = _stream(loop, {1: reader}, protocol)
     method = _method(1, spec.Basic.Deliver("ctag", 8, False, "ex", "rk"))
@@ -204,5 +205,46 @@ def test_a_failure_while_a_content_header_is_read_drops_that_content(
     header[kind + 2] = ord("Z")  # a field type pika does not know
     body = bytes(frame.Body(1, b"abc").marshal())
     stream.data_received(method + bytes(header) + body + OPEN_OK)
-    assert failed == [1]
+    assert [m.delivery_tag for m in failed] == [8]  # the delivery being read
     assert bytes(protocol.received) == OPEN_OK
+
+
+def test_a_reader_that_fails_outside_a_message_names_none(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    """A confirm handler that raises: no message to reject, the owner is told None."""
+    failed: list[Any] = []
+
+    def confirm(*_a: Any) -> None:
+        raise ValueError("the publisher's bug")
+
+    reader = FrameReader(on_confirm=confirm)
+    reader.on_failure = failed.append
+    protocol = Pika()
+    stream, _ = _stream(loop, {1: reader}, protocol)
+    stream.data_received(ACK + NACK + OPEN_OK)
+    assert failed == [None]
+    assert bytes(protocol.received) == OPEN_OK
+
+
+def test_a_failure_on_an_empty_message_leaves_no_content_being_read(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    """A content header the reader cannot decode, of a message without a body: that
+    content ends with the header.  The reader is not left "reading content": the content
+    of a method it does not read (here a Basic.GetOk, handed to pika) reaches pika whole,
+    not swallowed as the rest of the failed message."""
+    failed: list[Any] = []
+    reader = FrameReader(on_deliver=lambda *a: None)
+    reader.on_failure = failed.append
+    protocol = Pika()
+    stream, _ = _stream(loop, {1: reader}, protocol)
+    method = _method(1, spec.Basic.Deliver("ctag", 8, False, "ex", "rk"))
+    header = bytearray(frame.Header(1, 0, PROPS).marshal())
+    kind = header.index(b"\x01kS")
+    header[kind + 2] = ord("Z")  # a field type pika does not know
+    get_ok = _method(1, spec.Basic.GetOk(9, False, "ex", "rk", 0)) + _content(1, b"abc", PROPS)
+    stream.data_received(method + bytes(header) + get_ok)
+    assert [m.delivery_tag for m in failed] == [8]
+    assert not reader.reading_content
+    assert bytes(protocol.received) == get_ok

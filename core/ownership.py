@@ -27,6 +27,15 @@ class Ownership:
     def __init__(self, ctx: BrokerContext, subscriptions: Subscriptions) -> None:
         self._ctx = ctx
         self._subscriptions = subscriptions
+        #: the instance is stopping: gained shards open nothing more
+        self._closed = False
+
+    def close(self) -> None:
+        """The instance is stopping: a ``gained`` under way opens no further delivery
+        (each open is a middleware round trip, which a SIGTERM right after a rejoin
+        waited for, subscription after subscription, while the middleware connection
+        was being restored) and pull point buffers are not started."""
+        self._closed = True
 
     def _of(self, shards: set[int]) -> list[LiveSubscription]:
         """Live subscriptions of ``shards`` whose delivery is a channel of their own."""
@@ -54,6 +63,8 @@ class Ownership:
         """This instance delivers ``shards`` now."""
         ctx = self._ctx
         for state in self._of(shards):
+            if self._closed:
+                return
             sub_id = state.record.id
             # under its lock, which a destroy holds throughout: one destroyed since the
             # look-up above is not opened again (its durable subscription made anew)
@@ -67,6 +78,8 @@ class Ownership:
                 except Exception:
                     log.exception("opening the delivery of %s failed", sub_id)
         for pull_point in self._pull_points(shards):
+            if self._closed:
+                return
             try:
                 with pull_point.lock:  # not within a GetMessages
                     pull_point.reader.start()

@@ -94,8 +94,7 @@ class PathRecorder:
 
 def _config(instance: str) -> str:
     return (
-        f'[cluster]\ninstance_id = "{instance}"\nshards = 64\nlease = {LEASE:g}\n'
-        "heartbeat = 0.5\n"
+        f'[cluster]\ninstance_id = "{instance}"\nshards = 64\nlease = {LEASE:g}\nheartbeat = 0.5\n'
     )
 
 
@@ -156,7 +155,9 @@ class HighAvailabilityAtScale(Scenario):
             def probe(via: ServerProcess) -> None:
                 nonlocal seq
                 seq += 1
-                status, answer = kc.post(via.broker_url, soap.notify(via.broker_url, TOPIC, seq0=seq))
+                status, answer = kc.post(
+                    via.broker_url, soap.notify(via.broker_url, TOPIC, seq0=seq)
+                )
                 if not 200 <= status < 300:
                     raise RuntimeError(f"Notify: {status} {soap.fault_summary(answer)}")
 
@@ -233,7 +234,9 @@ class HighAvailabilityAtScale(Scenario):
             f"max {values[-1]:.2f} s; shards taken after {shards_after:.2f} s; "
             f"{duplicates} duplicates"
         )
-        result.add(Metric(name="failover_gap_p50_s", value=percentile(values, 50), unit="s", note=note))
+        result.add(
+            Metric(name="failover_gap_p50_s", value=percentile(values, 50), unit="s", note=note)
+        )
         result.add(
             Metric(
                 name="failover_gap_p95_s",

@@ -958,3 +958,21 @@ def test_a_dead_letter_sink_that_raises_leaves_the_channel_running() -> None:
     assert len(rig.engine.ready) == ready + 1
     rig.run()
     assert rig.sent == [["m1"], ["m2"]] and rig.acks() == [2]
+
+
+def test_a_channel_opened_while_the_engine_closes_never_starts() -> None:
+    """A SIGTERM while the cluster thread opens a gained shard's deliveries: what it opens
+    after the engine began closing is closed at once, so the handle is never started
+    (nothing consumes after the shards were handed back)."""
+    from wsnmom.core.delivery import DeliveryEngine
+
+    engine = DeliveryEngine(workers=1)
+    before = Handle("before")
+    engine.open_channel("a", before, lambda b: list(b), lambda b: None, lambda e: None).start()
+    engine.close()
+    after = Handle("after")
+    channel = engine.open_channel("b", after, lambda b: list(b), lambda b: None, lambda e: None)
+    channel.start()
+    assert before.starts and before.stops == 1
+    assert after.starts == [] and not channel.active
+    assert engine.channel("b") is None

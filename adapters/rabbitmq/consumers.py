@@ -97,6 +97,19 @@ class Consumers:
         if (sub.consumer is not None and sub.consumer.is_open) or not sub.consuming:
             return
         ch = await link.open_channel()
+        try:
+            await self._consume(sub, ch)
+        except BaseException:
+            # abandoned half-way (the caller timed out and cancelled it, or the broker
+            # refused): a consumer left on a channel nobody holds would stay the queue's
+            # single active consumer, its deliveries going to a stopped channel
+            if ch.is_open and sub.consumer is not ch:
+                link.loop.create_task(ch.close())
+            raise
+
+    async def _consume(self, sub: RabbitMQSubscription, ch: Channel) -> None:
+        """:meth:`start` on the channel ``ch`` opened for it."""
+        link = sub.link
         await ch.call("basic_qos", prefetch_count=sub.prefetch)
         generation = link.generation
         dispatch = self.deliveries.dispatch

@@ -19,6 +19,7 @@ import os
 import re
 import threading
 import time
+import urllib.request
 from collections import Counter
 from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -108,6 +109,20 @@ def _takes(server: ServerProcess) -> list[tuple[float, set[int]]]:
     return out
 
 
+def _dump(servers: dict[str, ServerProcess], ctx: Context) -> None:
+    """Each live instance's view of the subscriptions (admin API), into the work
+    directory, for a failure's story."""
+    for name, server in servers.items():
+        if server.pid is None:
+            continue
+        url = server.base_url + "/wsn/admin/api/subscriptions?limit=100000"
+        try:
+            with urllib.request.urlopen(url, timeout=30) as answer:
+                (ctx.workdir / f"ha-scale-{name}.json").write_bytes(answer.read())
+        except Exception as exc:
+            ctx.log(f"  {name}: no subscription list ({exc})")
+
+
 class HighAvailabilityAtScale(Scenario):
     """Failover gap (p50/p95/max) with thousands of push subscriptions."""
 
@@ -169,6 +184,7 @@ class HighAvailabilityAtScale(Scenario):
                 return seen if set(seen) >= paths else None
 
             if not wait_until(lambda: first_round() is not None, 120):
+                _dump(servers, ctx)
                 raise RuntimeError("the first Notify did not reach every subscription")
             deliverer = first_round()
             assert deliverer is not None
@@ -192,8 +208,8 @@ class HighAvailabilityAtScale(Scenario):
                     break
                 time.sleep(PROBE_EVERY)
             if len(gaps) < len(theirs):
+                _dump(servers, ctx)
                 raise RuntimeError(f"{len(theirs) - len(gaps)} subscriptions never taken over")
-            final = seq
             probe(survivors[0])
             final = seq
             live = paths

@@ -100,6 +100,7 @@ class ClusterMember:
         gained: Callable[[set[int]], None],
         lost: Callable[[set[int]], None],
         became_leader: Callable[[], None],
+        held: Callable[[set[int]], None] | None = None,
     ) -> None:
         self.coordination = coordination
         self.shared = coordination.shared
@@ -108,6 +109,8 @@ class ClusterMember:
         self._gained = gained
         self._lost = lost
         self._became_leader = became_leader
+        #: told the shards held after every heartbeat (``Ownership.reconcile``)
+        self._reconcile = held
         self._lease = settings.lease.total_seconds()
         #: stop delivering this long before a lease could expire (a heartbeat's delay)
         self._margin = min(2.0, self._lease / 4)
@@ -350,6 +353,8 @@ class ClusterMember:
             )
             if notify:
                 self._gained(gained)
+        if notify and self._reconcile is not None and now_held:
+            self._reconcile(set(now_held))
 
     def _watchdog(self) -> None:
         """Stop delivering before leases not renewed in time can expire."""

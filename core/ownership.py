@@ -22,6 +22,8 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
+from collections.abc import Sequence
 
 from wsnmom.core.context import BrokerContext
 from wsnmom.core.coordination import shard_of
@@ -35,6 +37,8 @@ log = logging.getLogger(__name__)
 
 #: opener threads: deliveries of gained shards opened at once
 OPEN_AT_ONCE = 8
+#: seconds between two looks for held subscriptions without a delivery (``reconcile``)
+RECONCILE_EVERY = 2.0
 
 
 class Ownership:
@@ -51,6 +55,7 @@ class Ownership:
         #: openings queued or under way (``settled`` waits for none)
         self._pending = 0
         self._idle = threading.Condition()
+        self._reconciled = float("-inf")
 
     def close(self) -> None:
         """The instance is stopping: queued openings are dropped and no further one is
@@ -95,6 +100,26 @@ class Ownership:
         work.extend(self._pull_points(shards))
         if self._closed or not work:
             return
+        self._queue_openings(work)
+
+    def reconcile(self, shards: set[int]) -> None:
+        """After every heartbeat, with the shards held: queue the opening of each of
+        their subscriptions that has no delivery yet.  One is left without when it was
+        looked at while the lease looked lapsed (``delivers`` said no): a subscription
+        another instance made, followed while the cluster thread was late (a burst of
+        Subscribes at thousands of subscriptions), or an opening queued then.  Nothing
+        is queued while every one has its delivery (the usual case: a look-up in memory,
+        at most every :data:`RECONCILE_EVERY` seconds: 60 ms at 100,000 subscriptions)."""
+        now = time.monotonic()
+        if self._closed or now < self._reconciled + RECONCILE_EVERY:
+            return
+        self._reconciled = now
+        engine = self._ctx.engine
+        missing = [s for s in self._of(shards) if engine.channel(s.record.id) is None]
+        if missing:
+            self._queue_openings(missing)
+
+    def _queue_openings(self, work: Sequence[LiveSubscription | LivePullPoint]) -> None:
         with self._idle:
             self._pending += len(work)
         while len(self._openers) < min(OPEN_AT_ONCE, len(work) + len(self._openers)):

@@ -242,6 +242,7 @@ class BrokerService:
             self.follower,
             gained=ownership.gained,
             lost=ownership.lost,
+            held=ownership.reconcile,
             became_leader=self._became_leader,
         )
         #: which instance reads a pull point core buffers (``core.pull_owners``)

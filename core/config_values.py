@@ -4,6 +4,8 @@ the types of :mod:`wsnmom.core.config`'s dataclasses, and checking their ranges.
 :func:`convert` raises :class:`InvalidValue` with the problem only ("not a duration:
 '5min'"); :mod:`wsnmom.core.config` adds the setting's name and where the value came from.
 Ranges and choices are declared on the dataclass fields with :func:`limits`.
+:class:`ConfigError` is the error with both (defined here, below every settings module;
+imported from :mod:`wsnmom.core.config`).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from wsnmom.core.dead_letters import check_destination
 
 __all__ = [
     "LOG_LEVELS",
+    "ConfigError",
     "InvalidValue",
     "check_log_level",
     "check_statuses",
@@ -38,6 +41,10 @@ LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 class InvalidValue(ValueError):
     """A raw value cannot be used for a setting (the message says why, without the name)."""
+
+
+class ConfigError(ValueError):
+    """A setting has an unusable value (the message names it and where it came from)."""
 
 
 def limits(

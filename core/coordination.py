@@ -13,16 +13,22 @@ store gives ``core.coordination_postgres.PostgresCoordination``.
 
 from __future__ import annotations
 
+import heapq
 import os
 import secrets
 import socket
+import threading
+import time
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from wsnmom.core import errors
+
 __all__ = [
     "INSTANCE_HEADER",
+    "NONCE_LIMIT",
     "Change",
     "Coordination",
     "InstanceInfo",
@@ -36,6 +42,8 @@ __all__ = [
 
 #: the HTTP header naming the instance that sent a Notify or answered a request
 INSTANCE_HEADER = "WSNMOM-Instance"
+#: the most live nonces :class:`SingleInstance` remembers (beyond: "try again")
+NONCE_LIMIT = 65536
 
 _PROCESS_ID: str | None = None
 
@@ -151,6 +159,14 @@ class Coordination(Protocol):
         another)."""
         ...
 
+    def first_use(self, nonce: str, expires_at: float) -> bool:
+        """Record the nonce of a forwarded request, kept until ``expires_at`` (Unix
+        seconds); False when it was recorded before (the request is a replay).  In a
+        cluster every instance sees what any recorded (the store).  Raises when it
+        cannot record it (the store does not answer, too many live nonces): the caller
+        answers "try again"."""
+        ...
+
 
 class SingleInstance:
     """The coordination of a store one instance opens: it leads and holds every shard;
@@ -163,6 +179,11 @@ class SingleInstance:
         self._address = ""
         self._version = ""
         self._secret = secrets.token_hex(32)
+        #: live nonces and their expiries, and the same as a heap by expiry (swept from
+        #: its head), under a lock: request threads record nonces at once
+        self._nonces: dict[str, float] = {}
+        self._expiries: list[tuple[float, str]] = []
+        self._nonce_lock = threading.Lock()
 
     def cursor(self) -> int:
         return 0
@@ -193,3 +214,25 @@ class SingleInstance:
 
     def secret(self) -> str:
         return self._secret
+
+    def first_use(self, nonce: str, expires_at: float) -> bool:
+        """As :meth:`Coordination.first_use`, in memory: at most :data:`NONCE_LIMIT`
+        live nonces (beyond: ``ResourceUnavailable``, never a set without bound).
+
+        :raises errors.ResourceUnavailable: as many live nonces as the limit
+        """
+        now = time.time()
+        with self._nonce_lock:
+            expiries = self._expiries
+            while expiries and expiries[0][0] < now:
+                _, gone = heapq.heappop(expiries)
+                del self._nonces[gone]
+            if nonce in self._nonces:
+                return False
+            if len(self._nonces) >= NONCE_LIMIT:
+                raise errors.ResourceUnavailable(
+                    f"{NONCE_LIMIT} forwarded requests within their validity; retry later"
+                )
+            self._nonces[nonce] = expires_at
+            heapq.heappush(expiries, (expires_at, nonce))
+            return True

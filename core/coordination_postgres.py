@@ -14,6 +14,12 @@
   after it stopped delivering them.
 * ``wsnmom_meta`` row ``cluster_secret``: the secret instances sign forwarded requests
   with, made by the first instance that asks (``secret``).
+* ``wsnmom_nonces`` (schema 6): the nonce of every forwarded request served, with its
+  expiry; a nonce is inserted once (:meth:`PostgresCoordination.first_use`), so a request
+  replayed to any instance is refused.  The leader deletes those expired for longer than
+  :data:`NONCE_MARGIN` at its heartbeat (by the store's clock), and the store refuses a
+  nonce expired that long (an instance whose clock is behind judged it valid; its record
+  may be gone), so a replay is never taken for a first use, whatever the clocks.
 * Leadership is a session-level advisory lock held on a dedicated connection, which
   also LISTENs: when the process dies the connection goes and so does the lock.
 """
@@ -41,6 +47,9 @@ LEADER_LOCK = 0x77736E6C
 SETTLE = 5.0
 #: change-log rows older than this are deleted by the leader
 KEEP_CHANGES = "1 hour"
+#: nonces are deleted this long after their expiry (the store's clock may be behind the
+#: clocks that judged them, by up to a signature's validity)
+NONCE_MARGIN = "60 seconds"
 CHANNEL = "wsnmom_changes"
 
 
@@ -216,6 +225,10 @@ class PostgresCoordination:
                 conn.execute(
                     f"DELETE FROM wsnmom_changes WHERE at < now() - interval '{KEEP_CHANGES}'"
                 )
+                conn.execute(
+                    "DELETE FROM wsnmom_nonces "
+                    f"WHERE expires_at < now() - interval '{NONCE_MARGIN}'"
+                )
         self._seeded = True
         released: tuple[int, ...] = ()
         if len(held) > fair:
@@ -281,3 +294,17 @@ class PostgresCoordination:
                 "SELECT value FROM wsnmom_meta WHERE key = 'cluster_secret'"
             ).fetchone()
         return str(row[0])
+
+    def first_use(self, nonce: str, expires_at: float) -> bool:
+        # a nonce the leader may have deleted already (its expiry beyond the margin by the
+        # store's clock: the judging instance's clock is behind) is refused, recorded or
+        # not: its replay could not be told from a first use
+        with self._store.transaction() as conn:
+            inserted = conn.execute(
+                "INSERT INTO wsnmom_nonces (nonce, expires_at) "
+                "SELECT %s, to_timestamp(%s) "
+                f"WHERE to_timestamp(%s) >= now() - interval '{NONCE_MARGIN}' "
+                "ON CONFLICT (nonce) DO NOTHING",
+                (nonce, expires_at, expires_at),
+            ).rowcount
+        return bool(inserted == 1)

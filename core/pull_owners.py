@@ -12,7 +12,15 @@ arriving at another instance is forwarded there (``soap_frontend.pull_forward``)
 :meth:`PullOwners.reader` answers for a pull point: this instance (read here), another
 instance's address (forward there), or a refusal to retry later (no live instance holds
 the shard now: a failover or a hand-over is under way).  The instance table is read from
-the store at most every :data:`FRESH` seconds.
+the store at most every :data:`FRESH` seconds.  :meth:`PullOwners.holder` answers the
+same for any resource whose shard decides where its backlog is read (a push
+subscription's deliverer holds what its delivery took from the middleware): an
+operator's purge or peek goes there, on every middleware in cluster mode.
+:meth:`PullOwners.pull_point_fed_by` names the pull point a subscription feeds (an ONVIF
+pull-point subscription is read where its pull point is).
+
+Every forwarded request carries a nonce; :meth:`PullOwners.first_use` records it in the
+store (``Coordination.first_use``), so a request replayed to any instance is refused.
 
 On a single instance, or a middleware with a native pull (RabbitMQ's ``basic.get``:
 every instance takes from one queue), every instance reads every pull point:
@@ -73,16 +81,25 @@ class PullOwners:
         instances: Callable[[], list[InstanceInfo]],
         retry_after: float,
         secret: Callable[[], str],
+        first_use: Callable[[str, float], bool] = lambda _n, _t: True,
+        fed_by: Callable[[str], str | None] = lambda _id: None,
+        clustered: bool | None = None,
     ) -> None:
         #: whether a pull point has one reading instance (cluster mode, no native pull)
         self.active = active
+        #: whether other instances share the store (every middleware): a push
+        #: subscription's backlog is then read by its deliverer (:meth:`holder`)
+        self.clustered = active if clustered is None else clustered
         self.instance = instance
         self._shards = shards
         self._lease = lease
         self._delivers = delivers
         self._instances = instances
-        self._retry_after = retry_after
+        #: the ``Retry-After`` of this cluster's "try again"
+        self.retry_after = retry_after
         self._secret_of = secret
+        self._first_use = first_use
+        self._fed_by = fed_by
         self._secret: str | None = None
         self._lock = threading.Lock()
         self._table: list[InstanceInfo] = []
@@ -94,13 +111,22 @@ class PullOwners:
             self._secret = self._secret_of()
         return self._secret
 
+    def first_use(self, nonce: str, expires_at: float) -> bool:
+        """Record a forwarded request's nonce until ``expires_at`` (Unix seconds); False
+        when any instance recorded it before (a replay)."""
+        return self._first_use(nonce, expires_at)
+
+    def pull_point_fed_by(self, subscription_id: str) -> str | None:
+        """The pull point the subscription feeds (None: none, or no such subscription)."""
+        return self._fed_by(subscription_id)
+
     def reads_here(self, pull_point_id: str) -> bool:
         """Whether this instance may read the pull point now."""
         return not self.active or self._delivers(pull_point_id)
 
     def refusal(self, pull_point_id: str) -> errors.ResourceUnavailable:
         """:func:`handed_over` with this cluster's ``Retry-After``."""
-        return handed_over(pull_point_id, self._retry_after)
+        return handed_over(pull_point_id, self.retry_after)
 
     def reader(self, pull_point_id: str) -> Reader:
         """Who reads the pull point now.
@@ -109,6 +135,19 @@ class PullOwners:
         """
         if self.reads_here(pull_point_id):
             return _HERE
+        return self._holder(pull_point_id)
+
+    def holder(self, resource_id: str) -> Reader:
+        """Who holds the resource's shard now (this instance when no other instance
+        shares the store).
+
+        :raises errors.ResourceUnavailable: no live instance holds it (retry later)
+        """
+        if not self.clustered or self._delivers(resource_id):
+            return _HERE
+        return self._holder(resource_id)
+
+    def _holder(self, pull_point_id: str) -> Reader:
         shard = shard_of(pull_point_id, self._shards)
         for fresh in (False, True):
             for info in self._table_now(fresh=fresh):
@@ -134,7 +173,7 @@ class PullOwners:
             table = self._instances()
         except Exception as exc:
             raise errors.ResourceUnavailable(
-                f"the store does not answer: {exc}; retry later", retry_after=self._retry_after
+                f"the store does not answer: {exc}; retry later", retry_after=self.retry_after
             ) from exc
         with self._lock:
             self._table, self._read_at = table, now

@@ -10,6 +10,7 @@ broker's parts and delegates to them.
                           port, topic set, delivery engine, clock, addresses)
 ``core.registry``         the live resources and their lock
 ``core.subscriptions``    Subscribe, Renew, Unsubscribe, Pause/Resume, broker-made ends
+                          (parts: ``subscription_changes``, ``subscription_ends``)
 ``core.subscription_delivery``  delivery channels, rendering for a subscriber
 ``core.direct_routing``   routing at publish time into pull points (sole publisher)
 ``core.inbound``          Notify, publishing, GetCurrentMessage
@@ -255,6 +256,8 @@ class BrokerService:
             instances=self.cluster.instances,
             retry_after=self.settings.middleware.retry_after,
             secret=self.cluster.coordination.secret,
+            first_use=self.cluster.coordination.first_use,
+            fed_by=self._pull_point_fed_by,
         )
         if self.cluster.shared:
             self.adapter.shared_by_instances(self.cluster.may_save)
@@ -409,6 +412,7 @@ class BrokerService:
         # without a native pull, each pull point is read by the instance holding its
         # shard, and GetMessages sent elsewhere is forwarded there (docs/scale-out.md)
         self.pull_owners.active = self.cluster.shared and not self.adapter.capabilities.native_pull
+        self.pull_owners.clustered = self.cluster.shared
         restore(self._ctx, self.subscriptions, self.pull_points, self.registrations)
         self.cluster.start()
         self._gate.ready = True
@@ -495,6 +499,13 @@ class BrokerService:
     def rate_history(self) -> list[RatePoint]:
         """The last hour of traffic, oldest first (the admin page's charts)."""
         return self.rates.points()
+
+    def _pull_point_fed_by(self, subscription_id: str) -> str | None:
+        """The pull point a subscription feeds (``core.pull_owners``): read from memory,
+        else from the store (made through another instance a moment ago)."""
+        state = self._ctx.registry.subscriptions.get(subscription_id)
+        record = state.record if state is not None else self.store.get_subscription(subscription_id)
+        return None if record is None else record.pull_point_id
 
     def cluster_status(self) -> ClusterStatus:
         """This instance and every instance sharing its store (``wsnmom cluster status``)."""

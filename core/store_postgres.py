@@ -98,6 +98,13 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
     # every write of a subscription bumps its revision; an instance follows a stored
     # change only when its revision is higher than the one it holds (``core.follow``)
     5: ("ALTER TABLE subscriptions ADD COLUMN revision BIGINT NOT NULL DEFAULT 0",),
+    # the nonce of every request one instance forwarded to another, kept while its
+    # signature is valid: a replayed request is refused (``core.coordination_postgres``)
+    6: (
+        """CREATE TABLE wsnmom_nonces (
+            nonce TEXT PRIMARY KEY, expires_at TIMESTAMPTZ NOT NULL)""",
+        "CREATE INDEX wsnmom_nonces_expiry ON wsnmom_nonces (expires_at)",
+    ),
 }
 SCHEMA_VERSION = max(MIGRATIONS)
 

@@ -82,6 +82,7 @@ from .admin_auth import (
 )
 from .admin_charts import chart_svg
 from .admin_cluster import cluster_json
+from .admin_forward import elsewhere
 from .admin_json import (
     attempts_json,
     history_json,
@@ -252,7 +253,7 @@ def page_view() -> tuple[dict[str, Any], str] | None:
     if detail_id:
         data["detail"] = _detail(service, detail_id)
         data["detail_id"] = detail_id
-    peek = _page_peek(service, detail_id)
+    peek = _page_peek(service, detail_id, str(caller.principal))
     if peek is not None:
         data["peek"] = peek
     role = "admin" if caller.authenticated_admin else "read-only"
@@ -265,17 +266,24 @@ def page_view() -> tuple[dict[str, Any], str] | None:
 PAGE_PEEK = 20
 
 
-def _page_peek(service: BrokerPort, subscription_id: str | None) -> dict[str, Any] | None:
+def _page_peek(
+    service: BrokerPort, subscription_id: str | None, admin: str
+) -> dict[str, Any] | None:
     """The page's peek (``?subscription=``, ``?pull_point=`` or ``?peek=dead-letters``):
-    its title and the API's answer, or an ``error``; None when the page shows none."""
+    its title and the API's answer, or an ``error``; None when the page shows none.  A
+    backlog another instance holds is peeked there (:mod:`.admin_forward`)."""
     pull_point_id = request.args.get("pull_point")
     try:
         if subscription_id:
             title = f"Waiting messages of subscription {subscription_id}"
-            answer = peek_json(service.peek_subscription(subscription_id, PAGE_PEEK))
+            answer = _peeked_elsewhere("subscription", subscription_id, admin) or peek_json(
+                service.peek_subscription(subscription_id, PAGE_PEEK)
+            )
         elif pull_point_id:
             title = f"Waiting messages of pull point {pull_point_id}"
-            answer = peek_json(service.peek_pull_point(pull_point_id, PAGE_PEEK))
+            answer = _peeked_elsewhere("pull point", pull_point_id, admin) or peek_json(
+                service.peek_pull_point(pull_point_id, PAGE_PEEK)
+            )
         elif request.args.get("peek") == "dead-letters":
             title = "Dead letters' messages"
             letters = service.dead_letters()[:PAGE_PEEK]
@@ -290,6 +298,32 @@ def _page_peek(service: BrokerPort, subscription_id: str | None) -> dict[str, An
     except errors.WsnError as exc:
         return {"title": "Waiting messages", "error": f"{exc.fault_name}: {exc.description}"}
     return {"title": title, **answer}
+
+
+def _peeked_elsewhere(kind: str, resource_id: str, admin: str) -> dict[str, Any] | None:
+    """The page's peek of a backlog another instance holds, as that instance's API
+    answered it; None when this instance holds it."""
+    segment = "pullpoints" if kind == "pull point" else "subscriptions"
+    sent = elsewhere(
+        kind,
+        resource_id,
+        admin,
+        api_path=f"{ADMIN_API_PREFIX}/{segment}/{resource_id}/peek",
+        query=f"count={PAGE_PEEK}",
+    )
+    if sent is None:
+        return None
+    if sent.status_code == 404:
+        raise errors.ResourceUnknown(f"no {kind} {resource_id!r}")
+    try:
+        data = json.loads(sent.get_data())
+    except ValueError:  # not the API's answer (a limit of the instance's own): its text
+        data = {"error": sent.get_data(as_text=True).strip()}
+    if sent.status_code != 200 or not isinstance(data, dict):
+        error = data.get("error") if isinstance(data, dict) else None
+        raise errors.ResourceUnavailable(str(error or f"HTTP {sent.status_code}"))
+    answer: dict[str, Any] = data
+    return answer
 
 
 @admin_api.get("/overview")
@@ -388,8 +422,12 @@ def peek_count() -> int:
 def _peek(kind: str, resource_id: str, read: Callable[[int], PeekResult]) -> Response:
     """A peek's answer: 200 with the messages (``complete`` False and a ``note`` where
     the middleware cannot show its part), 400, 404 or 503."""
-    if (refused := _refused_reading(_caller())) is not None:
+    caller = _caller()
+    if (refused := _refused_reading(caller)) is not None:
         return refused
+    assert isinstance(caller, AdminCaller)
+    if (sent := elsewhere(kind, resource_id, str(caller.principal))) is not None:
+        return sent
     try:
         result = read(peek_count())
     except ValueError as exc:
@@ -480,7 +518,16 @@ def list_topics() -> Response:
 
 
 # --- acting -------------------------------------------------------------------------------------
-def _act(kind: str, resource_id: str, action: str, run: Callable[[], Any]) -> Response:
+def _act(
+    kind: str,
+    resource_id: str,
+    action: str,
+    run: Callable[[], Any],
+    *,
+    forward: bool = False,
+) -> Response:
+    """Run an admin action for an authorised caller; ``forward``: at the instance that
+    holds the resource's backlog (:mod:`.admin_forward`)."""
     caller = _caller()
     if (refused := _refused_acting(caller)) is not None:
         who = caller.principal if isinstance(caller, AdminCaller) else "wrong credentials"
@@ -494,6 +541,17 @@ def _act(kind: str, resource_id: str, action: str, run: Callable[[], Any]) -> Re
         )
         return refused
     assert isinstance(caller, AdminCaller)
+    if forward and (sent := elsewhere(kind, resource_id, str(caller.principal))) is not None:
+        audit.warning(
+            "admin: %s of %s %s by %s from %s sent to the instance holding it (HTTP %s)",
+            action,
+            kind,
+            resource_id,
+            caller.principal,
+            request.remote_addr,
+            sent.status_code,
+        )
+        return sent
     bound = PRINCIPAL.set(caller.principal)  # core acts as this admin
     try:
         result = run()
@@ -541,7 +599,13 @@ def subscription_action(subscription_id: str, action: str) -> Response:
     if run is None:
         return _error(f"unknown action {action!r}", 404)
     service = _service()
-    return _act("subscription", subscription_id, action, lambda: run(service, subscription_id))
+    return _act(
+        "subscription",
+        subscription_id,
+        action,
+        lambda: run(service, subscription_id),
+        forward=action == "purge",
+    )
 
 
 @admin_api.post("/pullpoints/<pull_point_id>/purge")
@@ -549,7 +613,11 @@ def pull_point_purge(pull_point_id: str) -> Response:
     """Purge a pull point."""
     service = _service()
     return _act(
-        "pull point", pull_point_id, "purge", lambda: service.purge_pull_point(pull_point_id)
+        "pull point",
+        pull_point_id,
+        "purge",
+        lambda: service.purge_pull_point(pull_point_id),
+        forward=True,
     )
 
 

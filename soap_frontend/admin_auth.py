@@ -52,6 +52,7 @@ from urllib.parse import urlsplit
 from werkzeug.http import parse_cookie
 from wsnmom.core.access import ANONYMOUS, Principal
 
+from .auth import FORWARDED_ADMIN_KEY
 from .hashing import PasswordChecksBusy
 from .identity import AuthenticationFailed, caller_of
 from .public_base import forwarded_base, is_trusted
@@ -200,6 +201,11 @@ class AdminSessions:
         live session, else the HTTP caller (:func:`.identity.caller_of`).
 
         :raises AuthenticationFailed: HTTP credentials were given but are wrong."""
+        forwarded = environ.get(FORWARDED_ADMIN_KEY)
+        if isinstance(forwarded, str) and forwarded:
+            # another instance authorised this admin and forwarded the action, signed
+            # (``pull_forward``, ``admin_forward``): its identity, without a session
+            return AdminCaller(Principal(name=forwarded, admin=True, method="forwarded"))
         session = parse_cookie(str(environ.get("HTTP_COOKIE") or "")).get(SESSION_COOKIE)
         if session:
             principal = self.principal(session)

@@ -52,6 +52,7 @@ from . import (
 )
 from .admin_api import admin_api
 from .admin_auth import AdminSessions
+from .admin_forward import EXTENSION as ADMIN_FORWARD
 from .admin_page import admin_page
 from .auth import Authenticator
 from .dispatch import Frontend, Reply, Role, soap_post, transport_reply
@@ -111,6 +112,32 @@ def create_app(service: BrokerPort, settings: Settings | None = None) -> Flask:
         bp.add_url_rule(rule, "soap", view, methods=["GET", "POST"])
         app.register_blueprint(bp)
 
+    _register_fixed_endpoints(app)
+
+    lifetime = settings.admin.session.total_seconds() if settings is not None else 8 * 3600.0
+    app.extensions["wsnmom.admin"] = AdminSessions(lifetime)
+    app.register_blueprint(admin_api)
+    app.register_blueprint(admin_page)
+    forward = app.extensions[ADMIN_FORWARD] = PullForward(
+        SoapFastPath(app, app.wsgi_app, broker_view, resource_views),
+        getattr(service, "pull_owners", None),
+        app.config.get("MAX_CONTENT_LENGTH"),
+        functools.partial(_identity_of, auth),
+    )
+    app.wsgi_app = RequestIds(  # type: ignore[method-assign]
+        HostCheck(
+            forward,
+            settings,
+            app.config,
+        ),
+        instance=getattr(service, "instance_id", ""),
+    )
+    return app
+
+
+def _register_fixed_endpoints(app: Flask) -> None:
+    """The endpoints at fixed paths: the ONVIF event service and its subscriptions, the
+    upstream consumer, and the metadata, health and metrics views."""
     onvif = Blueprint("onvif_events", __name__)
     onvif.add_url_rule(EVENT_SERVICE_PATH, "service", _onvif_view, methods=["GET", "POST"])
     onvif.add_url_rule(
@@ -135,25 +162,6 @@ def create_app(service: BrokerPort, settings: Settings | None = None) -> Flask:
     meta.add_url_rule("/readyz", "readyz", _readyz_view)
     meta.add_url_rule("/metrics", "metrics", _metrics_view)
     app.register_blueprint(meta)
-
-    lifetime = settings.admin.session.total_seconds() if settings is not None else 8 * 3600.0
-    app.extensions["wsnmom.admin"] = AdminSessions(lifetime)
-    app.register_blueprint(admin_api)
-    app.register_blueprint(admin_page)
-    app.wsgi_app = RequestIds(  # type: ignore[method-assign]
-        HostCheck(
-            PullForward(
-                SoapFastPath(app, app.wsgi_app, broker_view, resource_views),
-                getattr(service, "pull_owners", None),
-                app.config.get("MAX_CONTENT_LENGTH"),
-                functools.partial(_identity_of, auth),
-            ),
-            settings,
-            app.config,
-        ),
-        instance=getattr(service, "instance_id", ""),
-    )
-    return app
 
 
 def _identity_of(auth: Authenticator, environ: dict[str, Any]) -> tuple[str, str] | None:

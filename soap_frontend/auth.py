@@ -54,6 +54,7 @@ from .wsse import NonceCache, TokenRejected, UsernameToken, digest_matches
 
 __all__ = [
     "FORWARDED_ADDRESS_KEY",
+    "FORWARDED_ADMIN_KEY",
     "FORWARDED_IDENTITY_KEY",
     "TLS_IDENTITY_KEY",
     "Authenticator",
@@ -70,6 +71,9 @@ TLS_IDENTITY_KEY = "wsnmom.tls.identity"
 FORWARDED_IDENTITY_KEY = "wsnmom.forwarded.identity"
 #: the environ key of the client's address of such a request (per-address rate limits)
 FORWARDED_ADDRESS_KEY = "wsnmom.forwarded.address"
+#: the environ key of the admin another instance authorised for the admin action it
+#: forwarded (set only on an admin path of a request whose signature verifies)
+FORWARDED_ADMIN_KEY = "wsnmom.forwarded.admin"
 
 _CACHE_LIMIT = 4096
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import base64
 import os
+import ssl
 import threading
 import urllib.request
 from collections.abc import Mapping
@@ -96,12 +97,27 @@ class OutboundEnvironment:
         return proxy if "://" in proxy else "http://" + proxy
 
 
+def ca_bundle(environment: OutboundEnvironment) -> str:
+    """The CA certificates outbound HTTPS trusts: the environment's bundle (a file or a
+    directory), else certifi's."""
+    return environment.ca_bundle or certifi.where()
+
+
+def verifying_context(environment: OutboundEnvironment) -> ssl.SSLContext:
+    """A TLS client context checking certificates against :func:`ca_bundle` (the one
+    rule for every outbound HTTPS of the gateway)."""
+    bundle = ca_bundle(environment)
+    if os.path.isdir(bundle):
+        return ssl.create_default_context(capath=bundle)
+    return ssl.create_default_context(cafile=bundle)
+
+
 class OutboundConnections:
     """Pooled keep-alive connections for outbound POSTs (thread-safe)."""
 
     def __init__(self, environment: OutboundEnvironment, *, pool_size: int = 32) -> None:
         self.environment = environment
-        bundle = environment.ca_bundle or certifi.where()
+        bundle = ca_bundle(environment)
         where = "ca_cert_dir" if os.path.isdir(bundle) else "ca_certs"
         #: keyword arguments of every pool: size, TLS verification, no retries
         self.pool_options: dict[str, Any] = {
@@ -201,4 +217,11 @@ class OutboundConnections:
         return urllib3.ProxyManager(proxy, proxy_headers=proxy_headers, **self.pool_options)
 
 
-__all__ = ["TRANSPORT_ERRORS", "OutboundConnections", "OutboundEnvironment", "is_timeout"]
+__all__ = [
+    "TRANSPORT_ERRORS",
+    "OutboundConnections",
+    "OutboundEnvironment",
+    "ca_bundle",
+    "is_timeout",
+    "verifying_context",
+]

@@ -13,7 +13,7 @@ its own, including prefixes that are only used inside text or attribute values (
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final, NamedTuple, cast
 
 from lxml import etree
@@ -329,7 +329,8 @@ def _fast_plan(nsmap: Mapping[str | None, str]) -> _Plan | None:
 
 def _serialize_general(el: etree._Element) -> bytes:
     """The general path of :func:`serialize_standalone`."""
-    copy = etree.fromstring(etree.tostring(el))  # re-rooted: inherits in-scope nsmap
+    data = etree.tostring(el)
+    copy = etree.fromstring(data)  # re-rooted: inherits in-scope nsmap
     keep = sorted(
         {
             p
@@ -339,8 +340,38 @@ def _serialize_general(el: etree._Element) -> bytes:
             if p and uri not in INFRASTRUCTURE_NAMESPACES
         }
     )
-    etree.cleanup_namespaces(copy, keep_ns_prefixes=keep)
-    return etree.tostring(copy, encoding="utf-8")
+    made = drop_unused_namespaces(copy, keep, undeclaring=UNDECLARATION in data)
+    return etree.tostring(made, encoding="utf-8")
+
+
+#: how lxml writes an element's undeclaration of the default namespace
+UNDECLARATION: Final = b'xmlns=""'
+
+
+def drop_unused_namespaces(
+    root: etree._Element, keep: Sequence[str], *, undeclaring: bool
+) -> etree._Element:
+    """``root`` (a document's root) without the namespace declarations no element or
+    attribute name uses, but those of the prefixes ``keep``: ``etree.cleanup_namespaces``,
+    which changes ``root`` in place, unless ``undeclaring`` (:data:`UNDECLARATION` is in
+    the bytes ``root`` was parsed from: an element may undeclare the default namespace).
+    ``cleanup_namespaces`` drops such an undeclaration (libxml2 sees no name using it),
+    and the element would be read back in its parent's default namespace; then only the
+    root's declarations are cleaned (those ``cleanup_namespaces`` keeps on it, found on a
+    copy), the root is made anew with them and the children moved under it, the
+    descendants keeping their declarations.  Returns the element to serialise."""
+    if not undeclaring:
+        etree.cleanup_namespaces(root, keep_ns_prefixes=list(keep))
+        return root
+    probe = etree.fromstring(etree.tostring(root))
+    etree.cleanup_namespaces(probe, keep_ns_prefixes=list(keep))
+    made = etree.Element(
+        root.tag, attrib={str(k): str(v) for k, v in root.items()}, nsmap=cast(Any, probe.nsmap)
+    )
+    made.text = root.text
+    for child in list(root):
+        made.append(child)  # its tail moves with it
+    return made
 
 
 def parse_fragment(data: bytes) -> etree._Element:

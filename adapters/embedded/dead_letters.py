@@ -1,7 +1,14 @@
 """Dead letters of the embedded engine: what a subscription's limits drop is kept, in the
 transaction that drops it, for the subscription's dead-letter topic and routed like any
 message on it when that transaction commits (or written to the :mod:`.outbox`) (see
-:mod:`wsnmom.adapters.embedded.store`)."""
+:mod:`wsnmom.adapters.embedded.store`).
+
+A dead letter whose topic has no queue when it is written (its box, the subscription of
+the gateway that reads the destination, was deleted) is not dropped: it is *stranded*,
+kept in the ``stranded`` table (logged as an error, counted by :meth:`stranded_count`),
+and moved into the queues of its topic, in one transaction, as soon as a subscription
+that receives it is attached (the gateway opens a destination's box again when asked to
+list it, ``wsnmom dead-letters list -d NAME``)."""
 
 from __future__ import annotations
 
@@ -27,9 +34,12 @@ from wsnmom.topic_mapping.model import Topic
 from .parts import EngineParts
 from .records import (
     _INSERT_MESSAGE,
+    LETTER_COLUMNS,
     SubState,
     _execute_rows,
     _topic_key,
+    letter_of,
+    letter_values,
     next_message_id,
 )
 
@@ -118,26 +128,10 @@ class DeadLetters(EngineParts):
                 continue
             targets = [sid for sid in sorted(self.targets(m.topic)) if sid in self.subs]
             if not targets:
-                log.warning(
-                    "embedded store: a dropped message has no dead-letter queue on %s", m.topic
-                )
+                self._strand(c, m, now)
                 continue
             size = len(m.body)
-            c.execute(
-                _INSERT_MESSAGE,
-                (
-                    mid,
-                    m.topic.namespace,
-                    _topic_key(m.topic),
-                    m.body,
-                    json.dumps(dict(m.headers)),
-                    m.content_type,
-                    m.message_id,
-                    size,
-                    now,
-                    len(targets),
-                ),
-            )
+            c.execute(_INSERT_MESSAGE, (mid, *letter_values(m), size, now, len(targets)))
             _execute_rows(
                 c, "INSERT INTO queue_entries(sub, mid) VALUES (?, ?)", [(s, mid) for s in targets]
             )
@@ -150,3 +144,53 @@ class DeadLetters(EngineParts):
             mid += 1
         self._next_mid = None
         self._interred = True
+
+    def _strand(self, c: sqlite3.Connection, m: OutboundMessage, now: float) -> None:
+        """Keep dead letter ``m``, whose topic has no queue, in the ``stranded`` table
+        (inside the transaction that would have queued it)."""
+        c.execute(
+            f"INSERT INTO stranded({LETTER_COLUMNS}, since) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (*letter_values(m), now),
+        )
+        self._stranded = True
+        log.error(
+            "embedded store: a dead letter for %s has no queue (its box was deleted); it is "
+            "kept and goes to the box as soon as one is opened again",
+            m.topic,
+        )
+
+    def stranded_count(self) -> int:
+        """How many dead letters wait for a queue of their topic (see the module
+        docstring)."""
+        with self.lock:
+            if self._closed:
+                return 0
+            return int(self.conn.execute("SELECT count(*) FROM stranded").fetchone()[0])
+
+    def _release_stranded(self) -> int:
+        """Move every stranded dead letter whose topic has a queue now into those queues
+        (one transaction, call with ``lock`` held); how many.  Their stranded rows go in
+        the same transaction, so none is queued twice."""
+        if not self._stranded or self._closed:
+            return 0
+        rows = self.conn.execute(
+            f"SELECT id, {LETTER_COLUMNS} FROM stranded ORDER BY id"
+        ).fetchall()
+        found: list[tuple[int, OutboundMessage]] = []
+        for rid, *row in rows:
+            m = letter_of(*row)
+            if any(sid in self.subs for sid in self.targets(m.topic)):
+                found.append((rid, m))
+        if not found:
+            self._stranded = bool(rows)
+            return 0
+        self._parking = True  # into the queues, not the outbox: they were there before
+        try:
+            with self.tx() as c:
+                c.executemany("DELETE FROM stranded WHERE id = ?", [(rid,) for rid, _ in found])
+                self._graves.extend(m for _, m in found)
+        finally:
+            self._parking = False
+        self._stranded = len(found) < len(rows)
+        log.info("embedded store: %d stranded dead letter(s) moved to their box", len(found))
+        return len(found)

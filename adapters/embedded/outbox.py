@@ -4,7 +4,6 @@ adapter's queue store publishes them to the broker and then removes them) (see
 
 from __future__ import annotations
 
-import json
 import sqlite3
 from collections.abc import Sequence
 
@@ -12,12 +11,9 @@ from wsnmom.core.adapter import (
     AdapterUnavailable,
     OutboundMessage,
 )
-from wsnmom.topic_mapping.model import Topic
 
 from .parts import EngineParts
-from .records import (
-    _topic_key,
-)
+from .records import LETTER_COLUMNS, letter_of, letter_values
 
 
 class Outbox(EngineParts):
@@ -27,15 +23,7 @@ class Outbox(EngineParts):
         """Write the dead letter ``m`` to the outbox (inside the transaction that buried it;
         ``on_outbox`` is called once that transaction committed)."""
         c.execute(
-            "INSERT INTO outbox(ns, path, body, headers, ctype, msgid) VALUES (?, ?, ?, ?, ?, ?)",
-            (
-                m.topic.namespace,
-                _topic_key(m.topic),
-                m.body,
-                json.dumps(dict(m.headers)),
-                m.content_type,
-                m.message_id,
-            ),
+            f"INSERT INTO outbox({LETTER_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)", letter_values(m)
         )
         self._outboxed = True
 
@@ -46,36 +34,32 @@ class Outbox(EngineParts):
             if self._closed:
                 raise AdapterUnavailable("the embedded adapter is closed")
             rows = self.conn.execute(
-                "SELECT id, ns, path, body, headers, ctype, msgid FROM outbox ORDER BY id LIMIT ?",
-                (limit,),
+                f"SELECT id, {LETTER_COLUMNS} FROM outbox ORDER BY id LIMIT ?", (limit,)
             ).fetchall()
-        return [
-            (
-                rid,
-                OutboundMessage(
-                    topic=Topic(ns, tuple(path.split("/"))),
-                    body=bytes(body),
-                    message_id=msgid,
-                    headers=json.loads(headers),
-                    content_type=ctype,
-                ),
-            )
-            for rid, ns, path, body, headers, ctype, msgid in rows
-        ]
+        return [(rid, letter_of(*row)) for rid, *row in rows]
 
-    def outbox_park(self, parked: Sequence[tuple[int, OutboundMessage]]) -> None:
+    def outbox_park(self, parked: Sequence[tuple[int, OutboundMessage]]) -> int:
         """Move outbox rows (id, the dead letter :meth:`outbox_batch` gave) that the other
         middleware refuses for good into the queues here of their topic's subscriptions
         (the gateway's dead-letter boxes), in one transaction, as if there were no
-        outbox: they stay listed and counted, and wait here until replayed or purged."""
+        outbox: they stay listed and counted, and wait here until replayed or purged.
+        One with no queue of its topic (its box was deleted) is stranded instead
+        (:mod:`.dead_letters`), kept until a box is opened again; returns how many were.
+
+        The row id is the key: a row no longer in the outbox (parked already, by a call
+        that failed after its commit and is repeated) is not queued again."""
         with self.lock:
+            homeless = 0
             self._parking = True
             try:
                 with self.tx() as c:
-                    c.executemany("DELETE FROM outbox WHERE id = ?", [(i,) for i, _ in parked])
-                    self._graves.extend(m for _, m in parked)
+                    for rid, m in parked:
+                        if c.execute("DELETE FROM outbox WHERE id = ?", (rid,)).rowcount:
+                            self._graves.append(m)
+                            homeless += not any(sid in self.subs for sid in self.targets(m.topic))
             finally:
                 self._parking = False
+            return homeless
 
     def outbox_remove(self, ids: Sequence[int]) -> None:
         """Forget outbox rows ``ids`` (their dead letters were delivered elsewhere)."""

@@ -58,6 +58,8 @@ class EngineParts:
     _parking: bool
     _graves: list[OutboundMessage]
     _interred: bool
+    #: the ``stranded`` table may hold rows (:mod:`.dead_letters`)
+    _stranded: bool
     #: the dispatcher and pull waiters (:mod:`.dispatch`)
     _cv: threading.Condition
     _ready: collections.deque[EmbeddedHandle]
@@ -95,3 +97,4 @@ class EngineParts:
         ) -> None: ...
         def _inter(self, c: sqlite3.Connection, woken: set[int]) -> None: ...
         def _to_outbox(self, c: sqlite3.Connection, m: OutboundMessage) -> None: ...
+        def _release_stranded(self) -> int: ...

@@ -85,11 +85,22 @@ CREATE TABLE IF NOT EXISTS outbox(
     ctype TEXT NOT NULL,
     msgid TEXT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS stranded(
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    ns TEXT NOT NULL,
+    path TEXT NOT NULL,
+    body BLOB NOT NULL,
+    headers TEXT NOT NULL,
+    ctype TEXT NOT NULL,
+    msgid TEXT NOT NULL,
+    since REAL NOT NULL
+);
 """
 
 #: 2: ``current`` can hold its message inline (``mid`` 0); a version 1 database gets the
-#: three columns on open (its rows all reference ``messages`` and stay valid)
-_SCHEMA_VERSION = "2"
+#: three columns on open (its rows all reference ``messages`` and stay valid).
+#: 3: the ``stranded`` table (dead letters whose topic had no queue), made on open
+_SCHEMA_VERSION = "3"
 #: the ``current.mid`` of a message held inline in its ``current`` row
 _INLINE = 0
 
@@ -159,6 +170,36 @@ def decode_dead_letters(text: str) -> Topic | None:
 
 def _topic_key(topic: Topic) -> str:
     return "/".join(topic.path)
+
+
+#: the columns of a dead letter waiting outside the queues (the ``outbox`` and
+#: ``stranded`` tables): :func:`letter_values` writes them, :func:`letter_of` reads them
+LETTER_COLUMNS = "ns, path, body, headers, ctype, msgid"
+
+
+def letter_values(m: OutboundMessage) -> tuple[str, str, bytes, str, str, str]:
+    """The :data:`LETTER_COLUMNS` of dead letter ``m``."""
+    return (
+        m.topic.namespace,
+        _topic_key(m.topic),
+        m.body,
+        json.dumps(dict(m.headers)),
+        m.content_type,
+        m.message_id,
+    )
+
+
+def letter_of(
+    ns: str, path: str, body: bytes, headers: str, ctype: str, msgid: str
+) -> OutboundMessage:
+    """The dead letter of a row's :data:`LETTER_COLUMNS`."""
+    return OutboundMessage(
+        topic=Topic(ns, tuple(path.split("/"))),
+        body=bytes(body),
+        message_id=msgid,
+        headers=json.loads(headers),
+        content_type=ctype,
+    )
 
 
 # --------------------------------------------------------------------------- records

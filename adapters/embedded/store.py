@@ -119,6 +119,7 @@ class Engine(Storage, Subscriptions, Publishing, Queues, Limits, DeadLetters, Ou
         self._current_mids = {}
         self._closed = False
         self._open_database(synchronous)
+        self._stranded = self.conn.execute("SELECT 1 FROM stranded LIMIT 1").fetchone() is not None
         self.index = TopicIndex()
         self.match_all = set()
         self.subs = {}

@@ -80,7 +80,20 @@ class Subscriptions(EngineParts):
         dead_letters: Topic | None = None,
     ) -> SubState:
         """Create the durable subscription ``name`` or re-bind it to new patterns, limits
-        or dead-letter topic (where what its limits drop goes: :meth:`_bury`)."""
+        or dead-letter topic (where what its limits drop goes: :meth:`_bury`); stranded
+        dead letters it receives are moved into its queue (:mod:`.dead_letters`)."""
+        with self.lock:
+            st = self._attach(name, patterns, limits, dead_letters)
+            self._release_stranded()
+            return st
+
+    def _attach(
+        self,
+        name: str,
+        patterns: tuple[PathPattern, ...] | None,
+        limits: QueueLimits,
+        dead_letters: Topic | None,
+    ) -> SubState:
         with self.lock:
             sid = self.by_name.get(name)
             known = self.subs[sid] if sid is not None else None

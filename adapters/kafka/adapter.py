@@ -97,6 +97,9 @@ Options
         the head reader is once it has read everything fetched (a few tens of ms).
     ``connect_timeout``
         seconds ``open()`` waits for the cluster to answer (10).
+    ``close_timeout``
+        seconds ``close()`` waits for the cluster in all (2): position saves, the head's
+        commit, the producer's flush (``closing.py``).
     ``config``, ``producer_config``, ``consumer_config``
         tables of librdkafka properties (all clients, the producer, the readers): SASL,
         SSL (``ssl.ca.location``, ...), ``client.id`` and tuning.
@@ -351,11 +354,17 @@ class KafkaAdapter(LogAdapter):
             state, self._open = self._open, None
         if state is None:
             return
+        closing = state.backend.closing
+        closing.begin(self.settings.close_timeout)  # adapters/kafka/closing.py
         state.health.stop()
         try:
             state.engine.close()
         finally:
-            self._release([state.current, state.publisher])
+            self._release([state.current])
+            try:
+                state.publisher.close(timeout=closing.remaining(10.0))
+            except Exception:
+                log.debug("releasing %r failed", state.publisher, exc_info=True)
 
     def shared_by_instances(self, may_save: Callable[[str], bool] | None = None) -> None:
         """Cluster mode: a subscription's delivery moves between instances, so every

@@ -123,6 +123,9 @@ class KafkaSettings:
     )
     exact_watermarks: bool = option(True, doc="trust the brokers' high watermark (false for tansu)")
     connect_timeout: float = option(10.0, above=0, doc="seconds `open()` waits for the cluster")
+    close_timeout: float = option(
+        2.0, minimum=0, doc="seconds `close()` waits for the cluster (positions, commits)"
+    )
     config: Mapping[str, str] = option(
         default_factory=dict, parse=_string_map, doc="librdkafka properties of every client"
     )

@@ -86,13 +86,13 @@ class Discovery:
             found, self._found = self._found, None
         return found
 
-    def stop(self) -> None:
-        """Stop the thread (waits for a look under way)."""
+    def stop(self, timeout: float = 15.0) -> None:
+        """Stop the thread (waits up to ``timeout`` for a look under way)."""
         self._stop.set()
         self._wake.set()
         thread, self._thread = self._thread, None
         if thread is not None:
-            thread.join(timeout=15)
+            thread.join(timeout=timeout)
 
     def _run(self) -> None:
         settings = self._settings

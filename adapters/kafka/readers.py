@@ -28,7 +28,6 @@ Position store
 
 from __future__ import annotations
 
-import concurrent.futures
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -49,6 +48,7 @@ from wsnmom.core.adapter import AdapterError
 from wsnmom.topic_mapping.model import PathPattern, Topic
 
 from .clients import Health, client_hooks, message_topic, record_from_message
+from .closing import Closing
 from .config import KafkaSettings
 from .discovery import Discovery
 from .mapping import KafkaMapping
@@ -365,17 +365,23 @@ class KafkaHeadReader(_Consuming):
             self._committed[(tp.topic, tp.partition)] = tp.offset
 
     def close(self) -> None:
-        """Commit what was given last (waiting, when the cluster answers) and release."""
-        self._discovery.stop()
-        if self._committed and self._backend.health.available:
-            try:
-                self._consumer.commit(
-                    offsets=[TopicPartition(s[0], s[1], o) for s, o in self._committed.items()],
-                    asynchronous=False,
-                )
-            except KafkaException as exc:
-                log.warning("committing the head position at close failed: %s", exc)
-        super().close()
+        """Commit what was given last (waiting, when the cluster answers) and release,
+        within the adapter's close time once its close began (``Closing``)."""
+        closing = self._backend.closing
+        self._discovery.stop(closing.remaining(15.0))
+
+        def commit_and_release() -> None:
+            if self._committed and self._backend.health.available:
+                try:
+                    self._consumer.commit(
+                        offsets=[TopicPartition(*s, o) for s, o in self._committed.items()],
+                        asynchronous=False,
+                    )
+                except KafkaException as exc:
+                    log.warning("committing the head position at close failed: %s", exc)
+            _Consuming.close(self)
+
+        closing.run(commit_and_release, "head-close", 60.0)
 
 
 class KafkaPositionStore:
@@ -393,8 +399,11 @@ class KafkaPositionStore:
         admin_factory: Callable[[], AdminClient],
         settings: KafkaSettings,
         health: Health,
+        closing: Closing | None = None,
     ) -> None:
         self._new_admin = admin_factory
+        #: the adapter's close: its deadline ends every wait (adapters/kafka/closing.py)
+        self._closing = closing or Closing()
         self._health = health
         self._epoch = health.epoch
         self._admin = admin_factory()
@@ -459,7 +468,7 @@ class KafkaPositionStore:
         """Write these cursors' offsets (other streams of each group are kept)."""
         self._fresh()
         timed_out = self._save(changes)
-        if timed_out:
+        if timed_out and not self._closing.begun:
             self._renew("a request timed out")
             timed_out = self._save({n: changes[n] for n in timed_out})
         self._admin.poll(0)  # its queued log lines and errors
@@ -485,15 +494,16 @@ class KafkaPositionStore:
             )
         failed: list[str] = []
         timed_out: list[str] = []
-        # librdkafka times the requests out itself; this bound is for a client that never
-        # completes a future (seen at close under heavy load: the shutdown hung here)
-        deadline = time.monotonic() + self._timeout + 5.0
+        # librdkafka times the requests out itself; the extra bound is for a client that
+        # never completes a future (seen at close under heavy load: the shutdown hung
+        # here), and once the adapter closes, its deadline ends the wait
+        done = self._closing.wait([f for _, f in futures], self._timeout + 5.0)
         for name, future in futures:
-            try:
-                result = future.result(timeout=max(0.0, deadline - time.monotonic()))
-            except concurrent.futures.TimeoutError:
+            if future not in done:
                 timed_out.append(name)
                 continue
+            try:
+                result = future.result()
             except KafkaException as exc:
                 if exc.args[0].code() == KafkaError._TIMED_OUT:
                     timed_out.append(name)
@@ -518,6 +528,8 @@ class KafkaPositionStore:
         groups = [self._group(n) for n in names]
         self._fresh()
         timed_out = self._delete(groups)
+        if timed_out and self._closing.begun:
+            raise AdapterError(f"deleting {len(timed_out)} cursor group(s) timed out")
         if timed_out:
             self._renew("a request timed out")
             if self._delete(timed_out):
@@ -529,7 +541,11 @@ class KafkaPositionStore:
         for start in range(0, len(groups), 500):
             chunk = groups[start : start + 500]
             futures = self._admin.delete_consumer_groups(chunk, request_timeout=self._timeout)
+            done = self._closing.wait(futures.values(), self._timeout + 5.0)
             for group, future in futures.items():
+                if future not in done:
+                    timed_out.append(group)
+                    continue
                 try:
                     future.result()
                 except KafkaException as exc:
@@ -567,6 +583,8 @@ class KafkaBackend:
         self.on_reset: Callable[[], None] | None = None
         #: when the head reader last polled (monotonic; 0: never)
         self.head_polled = 0.0
+        #: the adapter's close, once begun (adapters/kafka/closing.py)
+        self.closing = Closing()
 
     @property
     def following(self) -> bool:
@@ -585,7 +603,7 @@ class KafkaBackend:
 
     def position_store(self) -> KafkaPositionStore:
         """The cursor groups."""
-        return KafkaPositionStore(self.new_admin, self.settings, self.health)
+        return KafkaPositionStore(self.new_admin, self.settings, self.health, self.closing)
 
     def new_admin(self) -> AdminClient:
         """An admin client configured like the adapter's."""

@@ -38,6 +38,13 @@ Features
       Each instance's box reads every dead letter of a destination (as a native
       subscriber would): replaying or purging one in one instance leaves the others'
       copies.
+    * Cluster mode (``shared_by_instances``: several instances on one PostgreSQL store,
+      MQTT 5 only): every durable subscription is a persistent session of its own on the
+      broker (:mod:`.cluster_handle`), nothing of it on this instance's disk; the
+      instance holding its shard connects it, and a reconnect is made only while core's
+      fence says this instance still delivers it.  Pull point inboxes then go through
+      the broker; no native pull, no peek, no limits but the broker's own
+      (docs/scale-out.md "MQTT in cluster mode").
     * Reachability: ``available()`` is False while either connection is down; publishing
       and subscribing then fail at once (``AdapterUnavailable``); paho reconnects with
       backoff and the session resubscribes what the broker lacks.
@@ -102,12 +109,13 @@ import functools
 import logging
 import threading
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
 from wsnmom.adapters.embedded.adapter import EmbeddedHandle
 from wsnmom.core.adapter import (
     Adapter,
+    AdapterError,
     AdapterUnavailable,
     Capabilities,
     OutboundMessage,
@@ -125,6 +133,8 @@ from wsnmom.topic_mapping.model import Topic
 from wsnmom.topic_mapping.syntax import MQTT
 
 from . import node as nodes
+from .cluster_handle import ClusterHandle, describe
+from .cluster_node import ClusterNode
 from .config import MqttSettings, parse_settings
 from .taps import tap_provider
 from .wire import metadata
@@ -212,6 +222,12 @@ class MqttAdapter(Adapter):
                 tap_provider("spark_logs").check(self.settings.spark_logs)
             except ValueError as exc:
                 raise AdapterOptionError(f"bad MQTT adapter option spark_logs: {exc}") from exc
+        #: cluster mode (``shared_by_instances``): every subscription is a session of its
+        #: own on the broker (docs/scale-out.md "MQTT in cluster mode")
+        self._cluster = False
+        self._may_deliver: Callable[[str], bool] | None = None
+        self._cnode: ClusterNode | None = None
+        self._chandles: weakref.WeakSet[ClusterHandle] = weakref.WeakSet()
         self.capabilities = self._capabilities()
         self._lock = threading.Lock()
         self._node: nodes.Node | None = None
@@ -219,12 +235,71 @@ class MqttAdapter(Adapter):
 
     def _capabilities(self, max_bytes: int | None = None) -> Capabilities:
         s = self.settings
-        return dataclasses.replace(
+        caps = dataclasses.replace(
             MqttAdapter.capabilities,
             native_headers=s.v5,
             retained_current_message=s.retain,
             max_message_bytes=s.max_message_bytes or max_bytes,
         )
+        if not self._cluster:
+            return caps
+        # cluster mode: the broker's sessions are the queues; nothing on this disk
+        return dataclasses.replace(
+            caps,
+            local_queues=False,
+            # a session hands messages out only to a connection: pull points are read
+            # by the instance holding their shard (core buffers them)
+            native_pull=False,
+            # the broker's own per-session limits bound them, not QueueLimits
+            native_queue_limits=False,
+            peek=False,
+            native_dead_letters=False,
+            # PUBACKs in arrival order
+            ordered_acks=True,
+            # a requeue drops the connection: every unacknowledged message comes again
+            per_message_nack=False,
+        )
+
+    def shared_by_instances(self, may_save: Callable[[str], bool] | None = None) -> None:
+        """Cluster mode: every durable subscription becomes a persistent MQTT session of
+        its own on the broker, delivered by the instance that ``may_save`` says holds it
+        (docs/scale-out.md).  Needs MQTT 5 and no ``spark_logs``."""
+        if not self.settings.v5:
+            raise AdapterOptionError(
+                "the MQTT adapter runs several gateway instances on one store (cluster "
+                "mode) only with MQTT 5 (session expiry, user properties): remove "
+                "protocol=3.1.1, or run one instance with its own store"
+            )
+        if self.settings.spark_logs:
+            raise AdapterOptionError(
+                "the MQTT adapter option spark_logs needs the instance's own session, "
+                "which cluster mode does not have: run the Spark taps on a single "
+                "instance (its own store) or with the standalone MQTT buffer"
+            )
+        with self._lock:
+            if self._cluster:
+                return
+            node, self._node = self._node, None
+            if node is not None and (self._handles or node.engine.subs):
+                self._node = node
+                raise AdapterError(
+                    "the MQTT adapter holds subscriptions of a single instance already: "
+                    "cluster mode must be chosen before any subscription is made"
+                )
+            self._cluster = True
+            self._may_deliver = may_save
+            self.capabilities = self._capabilities()
+        if node is not None:
+            # opened before core knew the store is shared (``wsnmom serve`` opens the
+            # middleware first): the single-instance node goes, cluster mode opens, and
+            # the node's session (no filters, nothing queued) is ended on the broker
+            nodes.release(node)
+            self._open_cluster()
+            if node.users == 0 and self._cnode is not None:
+                try:
+                    self._cnode.sessions.delete(node.client_id)
+                except AdapterError as exc:
+                    log.warning("MQTT: cannot end the instance's unused session: %s", exc)
 
     def __repr__(self) -> str:
         return f"<MqttAdapter {redact_url(self.url)} open={self._node is not None}>"
@@ -233,6 +308,9 @@ class MqttAdapter(Adapter):
     def open(self) -> None:
         """Open the queues, connect the session (resubscribing what the broker lacks) and
         the publisher; idempotent."""
+        if self._cluster:
+            self._open_cluster()
+            return
         with self._lock:
             if self._node is not None:
                 return
@@ -247,8 +325,33 @@ class MqttAdapter(Adapter):
             node.client_id,
         )
 
+    def _open_cluster(self) -> None:
+        """Cluster mode's ``open``: the publisher only (module cluster_node)."""
+        with self._lock:
+            if self._cnode is not None:
+                return
+            try:
+                cnode = ClusterNode(self.settings, self._may_deliver)
+            except OSError as exc:
+                raise AdapterError(f"cannot use {self.settings.queue_dir!r}: {exc}") from exc
+            cnode.start()
+            self._cnode = cnode
+        size = cnode.publisher.max_packet_size
+        self.capabilities = self._capabilities(size - 1024 if size else None)
+        log.info(
+            "MQTT adapter open on %s in cluster mode (a session per subscription, instance %s)",
+            redact_url(self.url),
+            cnode.client_id,
+        )
+
     def close(self) -> None:
         """Stop this adapter's handles (unsettled messages return) and release the node."""
+        with self._lock:
+            cnode, self._cnode = self._cnode, None
+        if cnode is not None:
+            for chandle in list(self._chandles):
+                chandle.stop()
+            cnode.close()
         with self._lock:
             node, self._node = self._node, None
         if node is None:
@@ -258,6 +361,12 @@ class MqttAdapter(Adapter):
             handle.detach()
         nodes.release(node)
 
+    def _require_cluster(self) -> ClusterNode:
+        cnode = self._cnode
+        if cnode is None:
+            raise AdapterUnavailable("the MQTT adapter is not open")
+        return cnode
+
     def _require(self) -> nodes.Node:
         node = self._node
         if node is None:
@@ -266,11 +375,15 @@ class MqttAdapter(Adapter):
 
     def ping(self, timeout: float = 1.0) -> bool:
         """Whether both connections to the broker are up."""
+        if self._cluster:
+            return self._cnode is not None and self._cnode.connected
         node = self._node
         return node is not None and node.connected
 
     def available(self) -> bool:
         """False while a connection to the broker is down (no I/O)."""
+        if self._cluster:
+            return self._cnode is not None and self._cnode.connected
         node = self._node
         return node is not None and node.connected
 
@@ -287,11 +400,14 @@ class MqttAdapter(Adapter):
         published without RETAIN."""
         if not messages:
             return []
-        node = self._require()
+        node: nodes.Node | ClusterNode | None = self._cnode if self._cluster else self._node
+        if node is None:
+            raise AdapterUnavailable("the MQTT adapter is not open")
         receipts: list[PublishReceipt | None] = [None] * len(messages)
         mapping = node.mapping
         internal = [i for i, m in enumerate(messages) if not mapping.on_broker(m.topic.namespace)]
         if internal:
+            assert isinstance(node, nodes.Node)
             fanouts = node.engine.publish_many([messages[i] for i in internal])
             for i, fanout in zip(internal, fanouts, strict=True):
                 receipts[i] = PublishReceipt(routed=fanout > 0)
@@ -304,7 +420,11 @@ class MqttAdapter(Adapter):
                         item = (i, (mapping.name(m.topic), m))
                     except NameNotRepresentable as exc:
                         raise TopicUnavailable(f"the topic has no MQTT name: {exc}") from exc
-                    (letters if mapping.is_dead_letter(m.topic) else external).append(item)
+                    # dead letters and (cluster mode) pull point inboxes: never retained
+                    unretained = mapping.is_dead_letter(m.topic) or is_internal_namespace(
+                        m.topic.namespace
+                    )
+                    (letters if unretained else external).append(item)
             for batch, retain in ((external, None), (letters, False)):
                 if not batch:
                     continue
@@ -318,7 +438,10 @@ class MqttAdapter(Adapter):
     # -- subscriptions ----------------------------------------------------------------------
     def subscription(self, spec: SubscriptionSpec) -> SubscriptionHandle:
         """Create or re-attach to the queue ``spec.name`` and make sure the session holds
-        filters for its patterns (returns once the broker acknowledged them)."""
+        filters for its patterns (returns once the broker acknowledged them).  In cluster
+        mode: make sure the subscription's own session exists with its filters."""
+        if self._cluster:
+            return self._cluster_subscription(spec)
         node = self._require()
         try:
             filters = node.mapping.filters(spec.patterns)
@@ -346,14 +469,30 @@ class MqttAdapter(Adapter):
         self._handles.add(handle)
         return handle
 
+    def _cluster_subscription(self, spec: SubscriptionSpec) -> SubscriptionHandle:
+        cnode = self._require_cluster()
+        try:
+            chandle = ClusterHandle(cnode.sessions, spec)
+        except NameNotRepresentable as exc:
+            raise TopicUnavailable(f"no MQTT filter for the subscription: {exc}") from exc
+        cnode.sessions.declare(chandle.client_id, chandle.filters, self.settings.subscribe_timeout)
+        self._chandles.add(chandle)
+        return chandle
+
     def delete_subscription(self, name: str) -> None:
         """Destroy the queue ``name`` and release its filters; idempotent."""
+        if self._cluster:
+            sessions = self._require_cluster().sessions
+            sessions.delete(sessions.client_id(name))
+            return
         node = self._require()
         node.engine.delete_subscription(name)
         node.session.release(name)
 
     def depths(self, handles: Sequence[SubscriptionHandle]) -> list[int | None]:
         """Depths of many queues in one transaction."""
+        if self._cluster:
+            return [None if isinstance(h, ClusterHandle) else h.depth() for h in handles]
         engine = self._require().engine
         out: list[int | None] = [None] * len(handles)
         ours = [
@@ -368,15 +507,20 @@ class MqttAdapter(Adapter):
                 out[i] = 0 if isinstance(h, MqttHandle) else h.depth()
         return out
 
-    def subscription_names(self) -> list[str]:
-        """Names of every queue (subscription) this gateway instance keeps."""
+    def subscription_names(self) -> list[str] | None:
+        """Names of every queue (subscription) this gateway instance keeps (cluster mode:
+        None, MQTT cannot list a broker's sessions)."""
+        if self._cluster:
+            return None
         return self._require().engine.subscription_names()
 
     # -- current message --------------------------------------------------------------------
     def current_message(self, topic: Topic) -> StoredMessage | None:
         """The message the broker retains on ``topic`` (also one a native client
         retained), None when there is none or retaining is off."""
-        node = self._require()
+        node: nodes.Node | ClusterNode | None = self._cnode if self._cluster else self._node
+        if node is None:
+            raise AdapterUnavailable("the MQTT adapter is not open")
         if not self.settings.retain or is_internal_namespace(topic.namespace):
             return None
         try:
@@ -397,7 +541,16 @@ class MqttAdapter(Adapter):
     def stats(self) -> Mapping[str, Any]:
         """Counts for tests and metrics: filters, subscriptions, arrivals, messages handed
         to taps (``spark_logs``), the publisher's window and the most messages it had
-        unacknowledged at once."""
+        unacknowledged at once, and the dead-letter outbox's (:meth:`.Outbox.stats`)."""
+        if self._cluster:
+            cnode = self._require_cluster()
+            return {
+                "client_id": cnode.client_id,
+                "cluster": True,
+                **describe(list(self._chandles)),
+                "publish_window": cnode.publisher.window,
+                "publish_peak_inflight": cnode.publisher.peak_inflight,
+            }
         node = self._require()
         s = node.session.stats
         return {
@@ -414,4 +567,5 @@ class MqttAdapter(Adapter):
             "backlog": node.session.backlog(),
             "publish_window": node.publisher.window,
             "publish_peak_inflight": node.publisher.peak_inflight,
+            **node.outbox.stats(),
         }

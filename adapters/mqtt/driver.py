@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import select
 import socket
 import threading
 from collections.abc import Callable
@@ -32,6 +31,8 @@ try:
     import paho.mqtt.client as mqtt
 except ImportError as exc:  # pragma: no cover - depends on the installation
     raise ImportError('the MQTT adapter needs paho-mqtt: pip install "wsnmom[mqtt]"') from exc
+
+from .readiness import ready
 
 __all__ = ["Driver"]
 
@@ -144,7 +145,7 @@ class Driver:
             timeout = 0.0 if pending is not None and pending() > 0 else _TICK
             wlist = [sock] if client.want_write() else []
             try:
-                readable, writable, _ = select.select([sock, self._wake_r], wlist, [], timeout)
+                readable, writable = ready([sock, self._wake_r], wlist, timeout)
             except (OSError, ValueError, TypeError):  # closed under us
                 readable, writable = [sock], []
             if self._wake_r in readable:

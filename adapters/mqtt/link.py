@@ -39,6 +39,7 @@ from wsnmom.core.adapter import (
 
 from .config import MqttSettings
 from .driver import Driver
+from .hub import Hub
 
 __all__ = ["Link", "PacketTypes", "Properties", "ReasonCode", "mqtt"]
 
@@ -92,8 +93,13 @@ class Link:
         label: str = "link",
         own_loop: bool = False,
         after_read: Callable[[], None] | None = None,
+        reconnect: bool = True,
+        receive_maximum: int | None = None,
+        hub: Hub | None = None,
     ) -> None:
         self.settings = settings
+        #: the Receive Maximum this link's CONNECT announces (None: the settings')
+        self.receive_maximum = receive_maximum
         self.label = label
         self.persistent = persistent
         self._on_connected = on_connected
@@ -107,41 +113,17 @@ class Link:
         #: the refusal of the last CONNACK, None after a success
         self._refused: AdapterError | None = None
         self._started = False
-        protocol = mqtt.MQTTv5 if settings.v5 else mqtt.MQTTv311
-        kwargs: dict[str, Any] = {
-            "callback_api_version": CallbackAPIVersion.VERSION2,
-            "client_id": client_id,
-            "protocol": protocol,
-            "manual_ack": manual_ack,
-            "reconnect_on_failure": True,
-        }
-        if not settings.v5:
-            kwargs["clean_session"] = not persistent
-        client = mqtt.Client(**kwargs)
-        client.suppress_exceptions = True  # a bug in a callback must not end the network loop
-        client.enable_logger(_PAHO_LOG)
-        client.connect_timeout = settings.connect_timeout
-        client.reconnect_delay_set(
-            settings.reconnect_min_delay,  # type: ignore[arg-type]
-            settings.reconnect_max_delay,  # type: ignore[arg-type]
-        )
-        if settings.username is not None:
-            client.username_pw_set(settings.username, settings.password)
-        if settings.tls:
-            client.tls_set(
-                ca_certs=settings.ca_certs,
-                certfile=settings.certfile,
-                keyfile=settings.keyfile,
-                cert_reqs=ssl.CERT_REQUIRED,
-            )
-            if settings.tls_insecure:
-                client.tls_insecure_set(True)
+        client = _new_client(settings, client_id, persistent, manual_ack, reconnect)
         client.on_socket_open = _no_delay
         client.on_connect = self._connect_cb
         client.on_connect_fail = self._connect_fail_cb
         client.on_disconnect = self._disconnect_cb
         self.client = client
         self.driver: Driver | None = None
+        #: the network thread this link shares with others (:mod:`.hub`; no reconnects)
+        self.hub = hub
+        if hub is not None:
+            Hub.prepare(client)
         if own_loop:
             self.driver = Driver(
                 client,
@@ -175,19 +157,35 @@ class Link:
         if s.v5:
             props = Properties(PacketTypes.CONNECT)  # type: ignore[no-untyped-call]
             props.SessionExpiryInterval = s.session_expiry if self.persistent else 0
-            props.ReceiveMaximum = s.receive_maximum
+            props.ReceiveMaximum = self.receive_maximum or s.receive_maximum
         clean: Any = not self.persistent if s.v5 else mqtt.MQTT_CLEAN_START_FIRST_ONLY
+        before = self.connections
         self.client.connect_async(
             s.host, s.port, keepalive=s.keepalive, clean_start=clean, properties=props
         )
         self._started = True
-        if self.driver is not None:
+        if self.hub is not None:
+            try:
+                with self.io_lock:
+                    self.client.reconnect()
+            except OSError as exc:
+                self._started = False
+                raise AdapterUnavailable(
+                    f"cannot connect to the MQTT broker {s.host}:{s.port}: {exc}"
+                ) from exc
+            self.hub.add(self.client, self.io_lock)
+        elif self.driver is not None:
             self.driver.start()
         else:
             self.client.loop_start()
         with self._cv:
-            self._cv.wait_for(lambda: self._connected or self._refused is not None, timeout)
-            refused, connected = self._refused, self._connected
+            # a CONNACK counts even when the connection is gone again by the time this
+            # thread looks (a take-over of a fixed client id right after it connected)
+            self._cv.wait_for(
+                lambda: self._connected or self._refused is not None or self.connections > before,
+                timeout,
+            )
+            refused, connected = self._refused, self._connected or self.connections > before
         if connected:
             return
         self.stop()
@@ -202,7 +200,9 @@ class Link:
         if not self._started:
             return
         self._started = False
-        if self.driver is not None:
+        if self.hub is not None:
+            self._stop_on_hub(self.hub)
+        elif self.driver is not None:
             self.driver.stop()
         else:
             try:
@@ -214,9 +214,28 @@ class Link:
             self._connected = False
             self._cv.notify_all()
 
+    def _stop_on_hub(self, hub: Hub) -> None:
+        """Write what is queued (a DISCONNECT with properties, say), disconnect, leave the
+        hub."""
+        client = self.client
+        with self.io_lock:
+            for step in (client.loop_write, client.disconnect, client.loop_write):
+                if client.socket() is None:
+                    break
+                with contextlib.suppress(Exception):
+                    step()
+        hub.remove(client)
+        with self.io_lock:
+            sock = client.socket()
+            if sock is not None:  # the DISCONNECT could not be written
+                with contextlib.suppress(OSError):
+                    sock.close()
+
     def wake(self) -> None:
         """Have the network thread write what was queued and call ``after_read``
         (``own_loop``; paho's own thread is woken by paho)."""
+        if self.hub is not None:
+            self.hub.wake(self.client)
         if self.driver is not None:
             self.driver.wake()
 
@@ -303,3 +322,42 @@ def _refusal(reason: ReasonCode, settings: MqttSettings) -> AdapterError:
     if reason.value in _BAD_CLIENT:
         return AdapterError(f"the MQTT broker {where} refused the client ({reason})")
     return AdapterUnavailable(f"the MQTT broker {where} refused the connection ({reason})")
+
+
+def _new_client(
+    settings: MqttSettings, client_id: str, persistent: bool, manual_ack: bool, reconnect: bool
+) -> mqtt.Client:
+    """A paho client with the settings applied (protocol, credentials, TLS, reconnect
+    delays); its callbacks are the link's to set."""
+    protocol = mqtt.MQTTv5 if settings.v5 else mqtt.MQTTv311
+    kwargs: dict[str, Any] = {
+        "callback_api_version": CallbackAPIVersion.VERSION2,
+        "client_id": client_id,
+        "protocol": protocol,
+        "manual_ack": manual_ack,
+        # False: a lost connection stays lost (cluster mode's subscription sessions
+        # decide themselves whether to connect again, :mod:`.cluster_handle`)
+        "reconnect_on_failure": reconnect,
+    }
+    if not settings.v5:
+        kwargs["clean_session"] = not persistent
+    client = mqtt.Client(**kwargs)
+    client.suppress_exceptions = True  # a bug in a callback must not end the network loop
+    client.enable_logger(_PAHO_LOG)
+    client.connect_timeout = settings.connect_timeout
+    client.reconnect_delay_set(
+        settings.reconnect_min_delay,  # type: ignore[arg-type]
+        settings.reconnect_max_delay,  # type: ignore[arg-type]
+    )
+    if settings.username is not None:
+        client.username_pw_set(settings.username, settings.password)
+    if settings.tls:
+        client.tls_set(
+            ca_certs=settings.ca_certs,
+            certfile=settings.certfile,
+            keyfile=settings.keyfile,
+            cert_reqs=ssl.CERT_REQUIRED,
+        )
+        if settings.tls_insecure:
+            client.tls_insecure_set(True)
+    return client

@@ -30,7 +30,12 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterable, Mapping
 
-from wsnmom.core.adapter import HEADER_TOPIC_NAMESPACE, HEADER_TOPIC_PATH, is_internal_namespace
+from wsnmom.core.adapter import (
+    HEADER_TOPIC_NAMESPACE,
+    HEADER_TOPIC_PATH,
+    INTERNAL_NAMESPACE_PREFIX,
+    is_internal_namespace,
+)
 from wsnmom.core.dead_letters import DEAD_LETTER_NAMESPACE, check_destination
 from wsnmom.topic_mapping.errors import NameNotRepresentable
 from wsnmom.topic_mapping.escaping import is_ncname
@@ -45,7 +50,14 @@ from wsnmom.topic_mapping.translate import (
     translate,
 )
 
-__all__ = ["DEAD_LETTER_ROOT", "EVERYTHING", "UNMAPPED_NAMESPACE", "MqttMapping"]
+__all__ = [
+    "DEAD_LETTER_ROOT",
+    "EVERYTHING",
+    "INTERNAL_ROOT",
+    "RECORD_ROOT",
+    "UNMAPPED_NAMESPACE",
+    "MqttMapping",
+]
 
 #: the filter of a subscription without a topic filter
 EVERYTHING = "#"
@@ -54,6 +66,12 @@ UNMAPPED_NAMESPACE = "urn:wsnmom:internal:unmapped"
 _CACHE_LIMIT = 100_000
 #: the MQTT topic levels (under the topic prefix) above each dead-letter destination
 DEAD_LETTER_ROOT = "wsnmom/dead-letters"
+#: the MQTT topic levels (under the topic prefix) above the internal topics a cluster
+#: routes through the broker (pull point inboxes): ``<root>/<namespace suffix>/<path>``
+INTERNAL_ROOT = "wsnmom/internal"
+#: the MQTT topic levels (under the topic prefix) of cluster mode's session records
+#: (retained messages, read by the gateway only: no subscription's topic)
+RECORD_ROOT = "wsnmom/sessions"
 
 
 class MqttMapping:
@@ -66,6 +84,7 @@ class MqttMapping:
         *,
         dead_letters: bool = False,
         dead_letter_share: str = "",
+        internal_on_broker: bool = False,
     ) -> None:
         self.roots = NamespaceRoots.for_syntax(dict(namespaces), MQTT)
         #: "prefix/" or ""
@@ -77,6 +96,11 @@ class MqttMapping:
         #: dead letter reaches one gateway of it); "": plain ones (each gets a copy)
         self.dead_letter_share = f"$share/{dead_letter_share}/" if dead_letter_share else ""
         self.everything = self.head + EVERYTHING
+        #: cluster mode: internal topics (pull point inboxes) go through the broker too,
+        #: under :data:`INTERNAL_ROOT`, so every instance's Notify reaches the inbox
+        self.internal_on_broker = internal_on_broker
+        self.internal_head = f"{self.head}{INTERNAL_ROOT}/"
+        self.record_head = f"{self.head}{RECORD_ROOT}/"
         self._lock = threading.Lock()
         self._names: dict[Topic, str] = {}
         self._topics: dict[str, Topic] = {}
@@ -86,7 +110,7 @@ class MqttMapping:
     def on_broker(self, namespace: str) -> bool:
         """Whether messages of ``namespace`` go through the broker (every namespace but
         the internal ones; dead letters too with ``dead_letters``)."""
-        if not is_internal_namespace(namespace):
+        if not is_internal_namespace(namespace) or self.internal_on_broker:
             return True
         return self.dead_letters and namespace == DEAD_LETTER_NAMESPACE
 
@@ -108,6 +132,10 @@ class MqttMapping:
                 return self.dead_letter_head + check_destination(topic.path[0])
             except ValueError as exc:
                 raise NameNotRepresentable(f"{topic}: {exc}") from exc
+        if self.internal_on_broker and is_internal_namespace(topic.namespace):
+            return self.internal_head + "/".join(
+                _level(x) for x in (_internal_suffix(topic.namespace), *topic.path)
+            )
         self.register(topic.namespace)
         try:
             name = self.head + topic_to_native(topic, MQTT, self.roots).name
@@ -149,6 +177,12 @@ class MqttMapping:
                     found.add(self.dead_letter_share + self.name(p.as_topic()))
                 else:
                     found.add(self.dead_letter_share + self.dead_letter_head + EVERYTHING)
+            elif self.internal_on_broker and is_internal_namespace(p.namespace):
+                if p.is_concrete:
+                    found.add(self.name(p.as_topic()))
+                else:
+                    suffix = _level(_internal_suffix(p.namespace))
+                    found.add(f"{self.internal_head}{suffix}/{EVERYTHING}")
         external = [p for p in patterns if not is_internal_namespace(p.namespace)]
         if not external:
             return frozenset(found)
@@ -168,6 +202,13 @@ class MqttMapping:
             return topic
         if self.dead_letters and name.startswith(self.dead_letter_head):
             return self._dead_letter_topic(name[len(self.dead_letter_head) :])
+        if self.internal_on_broker and name.startswith(self.record_head):
+            return Topic(UNMAPPED_NAMESPACE, ("_x_",))
+        if self.internal_on_broker and name.startswith(self.internal_head):
+            levels = name[len(self.internal_head) :].split("/")
+            if len(levels) >= 2 and all(levels):
+                return Topic(INTERNAL_NAMESPACE_PREFIX + levels[0], tuple(levels[1:]))
+            return Topic(UNMAPPED_NAMESPACE, ("_x_",))
         if headers:
             ns = headers.get(HEADER_TOPIC_NAMESPACE)
             path = headers.get(HEADER_TOPIC_PATH)
@@ -208,3 +249,15 @@ class MqttMapping:
             return Topic(DEAD_LETTER_NAMESPACE, (check_destination(level),))
         except ValueError:
             return Topic(UNMAPPED_NAMESPACE, ("_x_",))
+
+
+def _internal_suffix(namespace: str) -> str:
+    """What follows the internal prefix in ``namespace``."""
+    return namespace[len(INTERNAL_NAMESPACE_PREFIX) :]
+
+
+def _level(text: str) -> str:
+    """``text`` as one MQTT topic level; NameNotRepresentable when it cannot be one."""
+    if not text or any(c in text for c in "/+#\x00") or text.startswith("$"):
+        raise NameNotRepresentable(f"{text!r} cannot be an MQTT topic level")
+    return text

@@ -8,20 +8,28 @@ broker (MQTT 5) the queue store writes it to its ``outbox`` table there
 lost connection between the PUBACK and the delete sends it again (at least once, never
 lost); what waits in the outbox when the gateway starts is sent first.
 
-One thread per node; it sleeps until a transaction wrote to the outbox, and retries every
-``_RETRY`` seconds while the broker is away or refuses for a while (quota exceeded, no
-PUBACK in time).  A dead letter the broker refuses for good (``PublishRefused``: not
-authorized by its ACL, too large for it, ...) would be refused again each time and keep
-every later one waiting behind it: it is *parked* instead, moved from the outbox into
-the gateway's own queue of its destination (``Engine.outbox_park``), as on MQTT 3.1.1,
-so the gateway still lists, counts, replays and purges it, and it is logged once; the
-others go on to the broker.
+One thread per node; it sleeps until a transaction wrote to the outbox.  While the
+broker is away or refuses for a while (quota exceeded, no PUBACK in time) it tries again
+after a delay that doubles from ``_RETRY_FIRST`` at each failed attempt, up to
+``_RETRY_MAX``, and starts from the first delay again once a batch went through
+(:meth:`Outbox.stats`: the delay now, the failed attempts in a row).
+
+A dead letter the broker refuses for good (``PublishRefused``: not authorized by its ACL,
+too large for it, ...) would be refused again each time and keep every later one waiting
+behind it: it is *parked* instead, moved from the outbox into the gateway's own queue of
+its destination (``Engine.outbox_park``, one transaction keyed on the outbox row: a
+repeated park queues nothing twice), as on MQTT 3.1.1, so the gateway still lists,
+counts, replays and purges it, and it is logged once; the others go on to the broker.
+One whose destination has no box any more (deleted) is kept by the queue store as
+*stranded* (:mod:`wsnmom.adapters.embedded.dead_letters`), counted in the stats, until
+the box is opened again.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+from typing import Any
 
 from wsnmom.adapters.embedded.store import Engine
 from wsnmom.core.adapter import AdapterError, OutboundMessage
@@ -36,8 +44,10 @@ log = logging.getLogger("wsnmom.adapters.mqtt")
 
 #: dead letters published per batch
 _BATCH = 100
-#: seconds between attempts while publishing fails
-_RETRY = 1.0
+#: seconds before the first attempt again once publishing failed; doubled at each failed
+#: attempt in a row, up to ``_RETRY_MAX``
+_RETRY_FIRST = 1.0
+_RETRY_MAX = 30.0
 
 
 class Outbox:
@@ -57,6 +67,9 @@ class Outbox:
         #: dead letters sent and confirmed since start, and parked (stats, tests)
         self.sent = 0
         self.parked = 0
+        #: failed attempts in a row, and the wait before the next one (0: none failed)
+        self.failures = 0
+        self.retry_delay = 0.0
 
     def kick(self) -> None:
         """Something was written to the outbox (called after the commit)."""
@@ -76,23 +89,46 @@ class Outbox:
         if self._thread is not None:
             self._thread.join(timeout=self._timeout + 5)
 
+    def stats(self) -> dict[str, Any]:
+        """The sender's counts for the adapter's stats."""
+        return {
+            "dead_letters_sent": self.sent,
+            "dead_letters_parked": self.parked,
+            "dead_letters_stranded": self._engine.stranded_count(),
+            "outbox_failures": self.failures,
+            "outbox_retry_delay": self.retry_delay,
+        }
+
+    def _backoff(self) -> float:
+        """Count a failed attempt; the seconds to wait before the next one."""
+        self.failures += 1
+        self.retry_delay = min(_RETRY_MAX, _RETRY_FIRST * 2 ** min(self.failures - 1, 16))
+        return self.retry_delay
+
     def _run(self) -> None:
         while not self._stopping:
             self._wake.wait()
             self._wake.clear()
             try:
                 while not self._stopping and self._send():
-                    pass
+                    self.failures, self.retry_delay = 0, 0.0
+                self.failures, self.retry_delay = 0, 0.0
             except AdapterError as exc:
                 if self._stopping:
                     return
-                log.warning("MQTT: dead letters wait in the outbox: %s", exc)
+                delay = self._backoff()
+                log.warning(
+                    "MQTT: dead letters wait in the outbox (attempt %d failed, next in %gs): %s",
+                    self.failures,
+                    delay,
+                    exc,
+                )
                 self._wake.set()
-                self._stopped.wait(_RETRY)
+                self._stopped.wait(delay)
             except Exception:  # pragma: no cover - keep sending later
                 log.exception("MQTT: sending the outbox failed")
                 self._wake.set()
-                self._stopped.wait(_RETRY)
+                self._stopped.wait(self._backoff())
 
     def _send(self) -> bool:
         """Publish one batch and forget it once confirmed; False when none waited."""
@@ -118,14 +154,17 @@ class Outbox:
                     parked.append((rid, message))
                     why.add(str(outcome))
         if parked:
-            self._engine.outbox_park(parked)
+            homeless = self._engine.outbox_park(parked)
             self.parked += len(parked)
             log.error(
                 "MQTT: the broker refuses %d dead letter(s) for good (%s); they are kept in "
                 "the gateway's own dead letters instead (listed, replayed and purged as the "
-                "others)",
+                "others)%s",
                 len(parked),
                 "; ".join(sorted(why)),
+                f"; {homeless} of them have no box (kept until it is opened again)"
+                if homeless
+                else "",
             )
         kept = {rid for rid, _ in parked}
         self._engine.outbox_remove([rid for rid, _ in items if rid not in kept] + bad)

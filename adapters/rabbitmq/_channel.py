@@ -97,6 +97,17 @@ class Channel:
             raise TypeError("not a FastConnection")
         readers[self.pika.channel_number] = reader
         self._reader = reader
+        reader.on_failure = self._reader_failed
+
+    def _reader_failed(self) -> None:
+        """Reading this channel's traffic raised (logged by the connection): close the
+        channel, so that what it holds unsettled goes back to its queues and its owner's
+        close listener (a consumer's restart) runs; the connection stays."""
+        if self.pika.is_open:
+            try:
+                self.pika.close()
+            except Exception:  # pragma: no cover - closing already
+                log.debug("closing channel %d after a failed read", self.pika.channel_number)
 
     def _on_close(self, _channel: PikaChannel, reason: BaseException) -> None:
         self.close_reason = reason

@@ -10,6 +10,10 @@ sits between the socket and pika:
   :class:`~._wire.FrameReader` per channel number, :attr:`FastConnection.readers`) to
   those readers straight from the received bytes, and every other frame to pika's protocol
   (``data_received``), in the order they came;
+- an exception raised while a reader reads (its handler's bug, a message it cannot
+  decode) is logged and contained to that channel: the reader drops what it would have
+  handled from then on and its channel is closed (its consumer restarts, its unsettled
+  messages go back to their queues), while the connection and its other channels go on;
 - writing, asyncio's transport sends at once when nothing is buffered (pika's own
   transport buffered every write and sent it from the next loop iteration), and another
   thread may write (:meth:`FastConnection.send_now`) under the connection's write lock.
@@ -27,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import socket
 import ssl
 import threading
@@ -40,6 +45,8 @@ from pika.adapters.asyncio_connection import AsyncioConnection
 from pika.adapters.utils import nbio_interface
 
 from ._wire import CONTENT_FRAMES, READ_HEAD, FrameReader
+
+log = logging.getLogger("wsnmom.adapters.rabbitmq")
 
 
 class _Timer(nbio_interface.AbstractTimerReference):  # type: ignore[misc]
@@ -291,17 +298,29 @@ class Stream(asyncio.Protocol, nbio_interface.AbstractStreamTransport):  # type:
                 reader = readers.get(channel)
                 if reader is None:
                     continue
-            if kind == spec.FRAME_METHOD:
-                handled = reader.method(buf, start, end)
-            else:
-                handled = reader.reading_content and kind in CONTENT_FRAMES
-                if handled:
-                    reader.content(kind, buf, start, end)
+            try:
+                if kind == spec.FRAME_METHOD:
+                    handled = reader.method(buf, start, end)
+                else:
+                    handled = reader.reading_content and kind in CONTENT_FRAMES
+                    if handled:
+                        reader.content(kind, buf, start, end)
+            except Exception:
+                # one channel's bug (a handler that raised, a message it cannot decode):
+                # that channel is closed, the connection and its other channels go on
+                log.exception(
+                    "RabbitMQ: reading channel %d failed; the channel is closed, its "
+                    "unsettled messages go back to their queues, the connection stays",
+                    channel,
+                )
+                reader.fail()
+                handled = True
             if handled:
                 run = offset
                 connection.frames_received += 1
                 connection.bytes_received += offset - frame_start
-        # (an exception above ends the connection: asyncio's transport aborts it)
+        # (an exception above, a broken frame, ends the connection: asyncio's transport
+        # aborts it)
         self.pending = buf[offset:]
         if run < offset:
             to_pika(buf[run:offset])
@@ -386,6 +405,9 @@ class FastConnection(AsyncioConnection):  # type: ignore[misc]
         on_close_callback: Callable[[Any, BaseException], None],
     ) -> None:
         self.readers: dict[int, FrameReader] = {}
+        #: what :meth:`send_now` wrote (other threads, under the write lock)
+        self.direct_bytes_sent = 0
+        self.direct_frames_sent = 0
         self.frame_io = FrameIO(loop, self.readers)
         self.frame_io.connection = self
         super().__init__(
@@ -408,7 +430,7 @@ class FastConnection(AsyncioConnection):  # type: ignore[misc]
 
     def write_frames(self, data: bytes) -> None:
         """Write pre-encoded frames from the loop thread (counted as pika counts its
-        own)."""
+        own, on the same thread)."""
         stream = self.frame_io.stream
         if stream is None:
             raise pika.exceptions.ConnectionWrongStateError("not connected")
@@ -419,10 +441,20 @@ class FastConnection(AsyncioConnection):  # type: ignore[misc]
     def send_now(self, data: bytes) -> bool:
         """Write ``data`` from the calling thread, which holds :attr:`write_lock`, when
         nothing waits before it; False (nothing written) otherwise.  Any thread: a
-        publisher saves the loop wake-up per publish this way."""
+        publisher saves the loop wake-up per publish this way.  Counted apart from pika's
+        ``bytes_sent``/``frames_sent``, which only the loop thread updates (pika does so
+        without a lock), under the write lock (:meth:`sent` adds both up)."""
         stream = self.frame_io.stream
         if stream is None or not stream.send_now(data):
             return False
-        self.bytes_sent += len(data)
-        self.frames_sent += 1
+        self.direct_bytes_sent += len(data)
+        self.direct_frames_sent += 1
         return True
+
+    def sent(self) -> tuple[int, int]:
+        """(bytes, frames) written on this connection: pika's own, :meth:`write_frames`'
+        and :meth:`send_now`'s (statistics; each count is exact, the pair is read without
+        stopping the writers)."""
+        with self.write_lock:
+            direct = self.direct_bytes_sent, self.direct_frames_sent
+        return self.bytes_sent + direct[0], self.frames_sent + direct[1]

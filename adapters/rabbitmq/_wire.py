@@ -318,6 +318,7 @@ class FrameReader:
         "_size",
         "on_confirm",
         "on_deliver",
+        "on_failure",
         "on_get",
         "on_return",
     )
@@ -334,12 +335,29 @@ class FrameReader:
         self.on_return = on_return
         self.on_deliver = on_deliver
         self.on_get = on_get
+        #: called once when reading failed (:meth:`fail`): the channel's owner closes it
+        self.on_failure: Callable[[], None] | None = None
         #: the content being read: its method, handler, properties, body parts, size
         self._method: Delivered | None = None
         self._handler: MessageHandler | None = None
         self._props: Properties | None = None
         self._body: list[bytes] = []
         self._size = 0
+
+    def fail(self) -> None:
+        """Reading raised (a handler's bug, a message it cannot decode): from now on drop
+        what this reader handles, the content being read included, and tell
+        ``on_failure`` (once)."""
+        if self.on_confirm is not None:
+            self.on_confirm = _drop
+        for name in ("on_return", "on_deliver", "on_get"):
+            if getattr(self, name) is not None:
+                setattr(self, name, _drop)
+        if self._method is not None:
+            self._handler = _drop
+        failed, self.on_failure = self.on_failure, None
+        if failed is not None:
+            failed()
 
     @property
     def reading_content(self) -> bool:
@@ -400,9 +418,9 @@ class FrameReader:
         if kind == spec.FRAME_HEADER:
             _cls, _weight, size, flags = _CONTENT.unpack_from(data, start)
             tables = self._handler is not self.on_return
-            self._props = Properties(data, start + 14, flags, tables)
-            self._size = size
+            self._size = size  # first: a property list that fails still has its body
             self._body = []
+            self._props = Properties(data, start + 14, flags, tables)
             if size == 0:
                 self._finish(b"")
             return
@@ -416,5 +434,11 @@ class FrameReader:
         method, handler, props = self._method, self._handler, self._props
         self._method = self._handler = self._props = None
         self._body = []
+        if handler is _drop:
+            return
         assert method is not None and handler is not None and props is not None
         handler(method, props, body)
+
+
+def _drop(*_args: Any) -> None:
+    """The handler of a :class:`FrameReader` that failed: what it reads is dropped."""

@@ -13,6 +13,7 @@ from bench.scenarios.isolation import Isolation
 from bench.scenarios.matching import Matching
 from bench.scenarios.memory import Memory
 from bench.scenarios.recovery import Recovery
+from bench.scenarios.rejoin import Rejoin
 from bench.scenarios.spark import SparkBridge
 
 #: every scenario, in the order a full run executes them
@@ -26,6 +27,7 @@ SCENARIOS: tuple[type[Scenario], ...] = (
     Recovery,
     HighAvailability,
     HighAvailabilityAtScale,
+    Rejoin,
     Follow,
     SparkBridge,
 )

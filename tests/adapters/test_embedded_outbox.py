@@ -72,3 +72,81 @@ def test_other_dead_letter_topics_stay_in_the_queues(tmp_path: Path) -> None:
         assert eng.depths([box.id]) == [1]
     finally:
         eng.close()
+
+
+def _bodies(eng: Engine, sid: int) -> list[bytes]:
+    return [row.body for row, _ in eng.peek(sid, 100)]
+
+
+def _parked_setup(eng: Engine) -> tuple[int, list[tuple[int, OutboundMessage]]]:
+    """A box, and two dead letters of ``sub``'s limit waiting in the outbox: (the box's
+    id, the outbox rows)."""
+    box = eng.attach("box", (PathPattern(GRAVE.namespace, GRAVE.path),), QueueLimits())
+    eng.attach("sub", (PathPattern(NS, ("t",)),), QueueLimits(max_messages=1), GRAVE)
+    eng.publish_many([msg(b"first"), msg(b"second"), msg(b"third")])
+    rows = eng.outbox_batch(10)
+    assert [m.body for _, m in rows] == [b"first", b"second"]
+    return box.id, rows
+
+
+def test_parking_is_idempotent(tmp_path: Path) -> None:
+    """The outbox row is the key of a parking: parking rows again (a sender that failed
+    after the parking committed and repeats it) queues nothing twice."""
+    eng = engine(tmp_path)
+    try:
+        box, rows = _parked_setup(eng)
+        eng.outbox_park(rows)
+        eng.outbox_park(rows)
+        eng.outbox_park(rows[:1])
+        assert _bodies(eng, box) == [b"first", b"second"]
+        assert eng.outbox_batch(10) == []
+    finally:
+        eng.close()
+
+
+def test_a_letter_parked_without_its_box_is_kept_until_the_box_is_back(tmp_path: Path) -> None:
+    """A dead letter parked while its destination's box was deleted has no queue to go
+    to: it is stranded (kept, counted), over a restart, and moved into the box's queue
+    when the box is attached again, once."""
+    eng = engine(tmp_path)
+    try:
+        _, rows = _parked_setup(eng)
+        eng.delete_subscription("box")
+        homeless = eng.outbox_park(rows)
+        assert eng.outbox_batch(10) == []
+        assert eng.stranded_count() == 2
+        assert homeless == 2
+        # another subscription is no box of theirs
+        eng.attach("other", (PathPattern(NS, ("t",)),), QueueLimits())
+        assert eng.stranded_count() == 2
+    finally:
+        eng.close()
+    eng = engine(tmp_path)
+    try:
+        assert eng.stranded_count() == 2
+        box = eng.attach("box", (PathPattern(GRAVE.namespace, GRAVE.path),), QueueLimits())
+        assert eng.stranded_count() == 0
+        assert _bodies(eng, box.id) == [b"first", b"second"]
+        row = eng.peek(box.id, 10)[0][0]
+        assert row.headers[HEADER_DROPPED_REASON] == "overflow"
+        assert row.headers[HEADER_DROPPED_FROM] == "sub"
+        # attaching it again moves nothing more
+        eng.attach("box2", (PathPattern(GRAVE.namespace, GRAVE.path),), QueueLimits())
+        assert _bodies(eng, box.id) == [b"first", b"second"]
+    finally:
+        eng.close()
+
+
+def test_a_local_dead_letter_without_its_box_is_kept(tmp_path: Path) -> None:
+    """The same without the outbox (the embedded adapter, MQTT 3.1.1): what a limit drops
+    for a destination whose box is gone is stranded, not dropped."""
+    eng = engine(tmp_path)
+    try:
+        eng.attach("sub", (PathPattern(NS, ("t",)),), QueueLimits(max_messages=1), LOCAL)
+        eng.publish_many([msg(b"first"), msg(b"second")])
+        assert eng.stranded_count() == 1
+        box = eng.attach("box", (PathPattern(LOCAL.namespace, LOCAL.path),), QueueLimits())
+        assert _bodies(eng, box.id) == [b"first"]
+        assert eng.stranded_count() == 0
+    finally:
+        eng.close()

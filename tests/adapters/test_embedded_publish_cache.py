@@ -238,6 +238,6 @@ def test_version_1_database_is_upgraded_on_open(store: Path) -> None:
         cur = a.current_message(Topic(NS, ("a",)))
         assert cur is not None and cur.body == b"<new/>"
         assert rows(store, "SELECT count(*) FROM messages") == [(0,)]
-        assert rows(store, "SELECT value FROM meta WHERE key = 'schema'") == [("2",)]
+        assert rows(store, "SELECT value FROM meta WHERE key = 'schema'") == [("3",)]
     finally:
         a.close()

@@ -5,13 +5,16 @@ Each test has a data directory of its own, so its own persistent session and que
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import uuid
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 pytest.importorskip("paho.mqtt")
+
+from wsnmom.core.adapter import Adapter
 
 from wsnmom.testing.conformance import AdapterConformance
 
@@ -38,3 +41,37 @@ class TestMqtt311Conformance(TestMqtt5Conformance):
     @pytest.fixture
     def adapter_options(self, tmp_path: Path) -> Mapping[str, Any]:
         return {"data_dir": str(tmp_path), "session_expiry": 300, "protocol": "3.1.1"}
+
+
+class TestMqttClusterConformance(TestMqtt5Conformance):
+    """Every group, MQTT 5 in cluster mode (``shared_by_instances``): a session per
+    subscription on the broker (docs/scale-out.md, "MQTT in cluster mode")."""
+
+    @pytest.fixture
+    def adapter_options(self, tmp_path: Path) -> Mapping[str, Any]:
+        return {
+            "data_dir": str(tmp_path),
+            "session_expiry": 300,
+            # the cluster's sessions are named after it: one per test
+            "topic_prefix": f"k{uuid.uuid4().hex[:10]}",
+        }
+
+    @pytest.fixture
+    def make_adapter(
+        self,
+        adapter_class: type[Adapter],
+        adapter_url: str,
+        adapter_options: Mapping[str, Any],
+    ) -> Iterator[Callable[[], Adapter]]:
+        made: list[Adapter] = []
+
+        def make() -> Adapter:
+            adapter = adapter_class(adapter_url, dict(adapter_options))
+            adapter.shared_by_instances(lambda name: True)
+            adapter.open()
+            made.append(adapter)
+            return adapter
+
+        yield make
+        for adapter in reversed(made):
+            adapter.close()

@@ -158,3 +158,51 @@ def test_a_bad_frame_end_is_refused(loop: asyncio.AbstractEventLoop) -> None:
     stream, _ = _stream(loop, {1: FrameReader()}, Pika())
     with pytest.raises(pika.exceptions.InvalidFrameError):
         stream.data_received(ACK[:-1] + b"\x00")
+
+
+@pytest.mark.parametrize("size", [1, 7, 10_000])
+def test_a_reader_that_raises_drops_its_channels_frames_and_pika_reads_on(
+    loop: asyncio.AbstractEventLoop, size: int
+) -> None:
+    """A reader whose handler raises at a delivery (here at its first confirm, then at a
+    delivery whose content arrives in pieces): the failure is contained to its channel.
+    Its owner is told once, what the reader would have handled from then on (the rest
+    of that content, later confirms and deliveries) is dropped, not handed to pika, and
+    every other frame reaches pika whole and in order."""
+    failed: list[int] = []
+    seen: list[str] = []
+
+    def deliver(_m: Any, _p: Any, body: bytes) -> None:
+        seen.append("deliver")
+        raise ValueError("the consumer's bug")
+
+    reader = FrameReader(on_deliver=deliver, on_confirm=lambda *a: seen.append("confirm"))
+    reader.on_failure = lambda: failed.append(1)
+    protocol = Pika()
+    stream, _ = _stream(loop, {1: reader}, protocol)
+    for chunk in _chunks(b"".join([ACK, DELIVER, OPEN_OK, DELIVER, NACK, OTHER_DELIVER]), size):
+        stream.data_received(chunk)
+    assert seen == ["confirm", "deliver"]  # nothing handled after the failure
+    assert failed == [1]
+    assert bytes(protocol.received) == OPEN_OK + OTHER_DELIVER
+    assert stream.pending == b""
+
+
+def test_a_failure_while_a_content_header_is_read_drops_that_content(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    """A content header the reader cannot decode (a headers table with a field type
+    pika does not know): its body frames are dropped too, not handed to pika."""
+    failed: list[int] = []
+    reader = FrameReader(on_deliver=lambda *a: None)
+    reader.on_failure = lambda: failed.append(1)
+    protocol = Pika()
+    stream, _ = _stream(loop, {1: reader}, protocol)
+    method = _method(1, spec.Basic.Deliver("ctag", 8, False, "ex", "rk"))
+    header = bytearray(frame.Header(1, 3, PROPS).marshal())
+    kind = header.index(b"\x01kS")  # the headers table's one entry: "k" -> "v"
+    header[kind + 2] = ord("Z")  # a field type pika does not know
+    body = bytes(frame.Body(1, b"abc").marshal())
+    stream.data_received(method + bytes(header) + body + OPEN_OK)
+    assert failed == [1]
+    assert bytes(protocol.received) == OPEN_OK

@@ -107,3 +107,12 @@ def test_tidy_xml_keeps_what_is_used() -> None:
     for uri in (b"urn:q", b"urn:a", b"urn:v"):
         assert uri in out
     assert etree.fromstring(out).get("type") == "q:Thing"
+
+
+def test_tidy_xml_keeps_an_undeclared_default_namespace() -> None:
+    """What the shell prints of ``<x xmlns="urn:n"><a xmlns=""/></x>`` reads back with
+    ``a`` in no namespace (``cleanup_namespaces`` alone dropped the ``xmlns=""``)."""
+    doc = etree.fromstring('<env xmlns:unused="urn:u"><x xmlns="urn:n"><a xmlns=""/></x></env>')
+    out = tidy_xml(doc[0])
+    assert b"urn:u" not in out
+    assert [e.tag for e in etree.fromstring(out).iter()] == ["{urn:n}x", "a"]

@@ -2,7 +2,11 @@
 
 The middleware is RabbitMQ unless a test parametrizes the ``middleware`` fixture
 (``indirect``) with ``"kafka"`` (the session's Kafka broker, tansu locally; every cluster
-gets its own topic prefix, inbox topic and consumer group names, shared by its instances).
+gets its own topic prefix, inbox topic and consumer group names, shared by its instances)
+or ``"mqtt"`` (also ``"mosquitto"``: the session's MQTT broker, a local Mosquitto with
+persistence and a raised ``max_queued_messages``, tests/fixtures/mosquitto.py; every
+cluster gets its own topic prefix, shared by its instances, under which its topics and
+its subscriptions' broker sessions live).
 ``cluster(n)`` starts ``n`` ``wsnmom serve`` processes on a fresh database, each with its
 own data directory and port, all with one ``public_url`` (a load balancer's address that
 nothing listens on): endpoint references name no instance, and :meth:`Cluster.via`
@@ -22,7 +26,7 @@ import requests
 
 from tests.fixtures.brokers import ResolvedBroker
 from tests.fixtures.postgres import fresh_database
-from tests.fixtures.server import kafka_gateway_url
+from tests.fixtures.server import kafka_gateway_url, mqtt_gateway_url
 from wsnmom.client import WsnClient
 from wsnmom.testing.gateway import Gateway, free_port
 
@@ -41,8 +45,10 @@ class Cluster:
         n: int,
         env: dict[str, str],
         base: Path,
+        instance_env: Callable[[int], dict[str, str]] | None = None,
     ) -> None:
         self.middleware = middleware
+        self.store_url = store_url
         self.public_url = f"http://127.0.0.1:{free_port()}"
         self.gateways: list[Gateway] = []
         for i in range(n):
@@ -55,6 +61,7 @@ class Cluster:
                     "WSNMOM_PUBLIC_URL": self.public_url,
                     "WSNMOM_CLUSTER__INSTANCE_ID": f"g{i}",
                     **env,
+                    **(instance_env(i) if instance_env is not None else {}),
                 },
             )
             self.gateways.append(gateway)
@@ -83,8 +90,10 @@ class Cluster:
 
 @pytest.fixture
 def middleware(request: pytest.FixtureRequest) -> str:
-    """The middleware of the test's clusters: ``"rabbitmq"`` (default) or ``"kafka"``."""
-    return str(getattr(request, "param", "rabbitmq"))
+    """The middleware of the test's clusters: ``"rabbitmq"`` (default), ``"kafka"`` or
+    ``"mqtt"`` (``"mosquitto"`` is the same)."""
+    name = str(getattr(request, "param", "rabbitmq"))
+    return "mqtt" if name == "mosquitto" else name
 
 
 def _adapter_url(request: pytest.FixtureRequest, middleware: str) -> str:
@@ -93,6 +102,10 @@ def _adapter_url(request: pytest.FixtureRequest, middleware: str) -> str:
         # one topic prefix, inbox topic and set of consumer groups per cluster, shared by
         # its instances (they are one broker); tansu's watermarks are not exact
         return kafka_gateway_url(str(request.getfixturevalue("kafka_url")))
+    if middleware == "mqtt":
+        # one topic prefix per cluster, shared by its instances: it names the cluster's
+        # subscription sessions (docs/scale-out.md, "MQTT in cluster mode")
+        return mqtt_gateway_url(str(request.getfixturevalue("mqtt_url")))
     # on a shared store the RabbitMQ adapter reads pull points with basic.get by itself
     # (its cluster_options), so that every instance answers for every pull point
     # (docs/scale-out.md): the URL does not say so.  It names a 1 s heartbeat: with the
@@ -107,12 +120,15 @@ def _adapter_url(request: pytest.FixtureRequest, middleware: str) -> str:
 def cluster(
     request: pytest.FixtureRequest, postgres_server: ResolvedBroker, middleware: str
 ) -> Iterator[Callable[..., Cluster]]:
-    """A factory: ``cluster(n, **env)`` starts ``n`` gateways (``env``: their settings)."""
+    """A factory: ``cluster(n, **env)`` starts ``n`` gateways (``env``: their settings;
+    ``instance_env=f``: ``f(i)`` adds instance ``i``'s own)."""
     made: list[Cluster] = []
     dirs: list[Path] = []
     databases = []
 
-    def make(n: int = 2, **env: str) -> Cluster:
+    def make(
+        n: int = 2, instance_env: Callable[[int], dict[str, str]] | None = None, **env: str
+    ) -> Cluster:
         base = Path(tempfile.mkdtemp(prefix="wsnmom-cluster-"))
         dirs.append(base)
         database = fresh_database(postgres_server.url)
@@ -125,7 +141,7 @@ def cluster(
             **env,
         }
         adapter_url = _adapter_url(request, middleware)
-        made.append(Cluster(middleware, store_url, adapter_url, n, settings, base))
+        made.append(Cluster(middleware, store_url, adapter_url, n, settings, base, instance_env))
         made[-1].start()
         return made[-1]
 
@@ -146,6 +162,13 @@ BOTH = [
     pytest.param("rabbitmq", marks=pytest.mark.rabbitmq),
     pytest.param("kafka", marks=pytest.mark.kafka),
 ]
+
+#: the MQTT cluster (a session per subscription on the session's Mosquitto)
+MQTT = pytest.param("mqtt", marks=pytest.mark.mqtt)
+#: RabbitMQ, Kafka and MQTT
+ALL = [*BOTH, MQTT]
+#: RabbitMQ and MQTT
+RABBIT_AND_MQTT = [BOTH[0], MQTT]
 
 # the HA suite's assertions live in tests/cluster/ha.py: show their values on failure
 pytest.register_assert_rewrite("tests.cluster.ha")

@@ -1,4 +1,5 @@
-"""The HA suite of issue 23, shared by ``test_ha_rabbitmq.py`` and ``test_ha_kafka.py``.
+"""The HA suite of issue 23, shared by ``test_ha_rabbitmq.py``, ``test_ha_kafka.py`` and
+``test_ha_mqtt.py``.
 
 One run per middleware: three ``wsnmom serve`` processes on one PostgreSQL store (3 s
 lease, 0.5 s heartbeat), a :class:`RoundRobin` client that sends each request to the next
@@ -24,8 +25,7 @@ after the other (:func:`run`):
 Finally the publisher stops and every acknowledged number must arrive at every live
 subscription.  :class:`Outcome` holds what the assertions (and docs/scale-out.md, "The HA
 suite") use: the failover gaps, the duplicates per event, and what a fenced instance or
-the unsubscribed subscription received.  MQTT is not in the suite: a second MQTT instance
-on one store is refused (its queues are on one instance's disk; docs/scale-out.md).
+the unsubscribed subscription received.
 """
 
 from __future__ import annotations
@@ -69,9 +69,9 @@ INTERVAL = 0.2
 FAIL_RATE = 0.1
 SEED = 23
 #: a duplicate's first copy was accepted at most this long before an ownership change
-#: began (the bound documented per middleware in docs/scale-out.md: RabbitMQ, what the
-#: old deliverer had posted but not had acknowledged; Kafka, also what it delivered since
-#: its last position save, at most 1.2 s before)
+#: began (the bound documented per middleware in docs/scale-out.md: RabbitMQ and MQTT,
+#: what the old deliverer had posted but not had acknowledged; Kafka, also what it
+#: delivered since its last position save, at most 1.2 s before)
 DUP = 3.0
 #: how long the SIGSTOP lasts (issue 23: "SIGSTOP for 20 s, then SIGCONT")
 STOPPED = 20.0
@@ -346,6 +346,14 @@ class Outcome:
             name = next((e.name for e in self.events if e.start - DUP <= at <= e.end), "none")
             out[name].append((path, n, at))
         return out
+
+    def most_duplicates(self) -> dict[str, int]:
+        """Per event, the most numbers one subscription accepted twice within its window
+        (as :meth:`duplicates` counts them)."""
+        return {
+            name: max(Counter(path for path, _, _ in found).values(), default=0)
+            for name, found in self.duplicates().items()
+        }
 
     def order_breaks(self) -> dict[str, list[tuple[str, int, float]]]:
         """Every number first accepted by a subscription after a higher one was, by the
@@ -672,18 +680,20 @@ def keep_logs(middleware: str, logs: list[Path]) -> None:
     print(f"the instances' logs: {kept}")
 
 
-def check(outcome: Outcome, keeps_order: tuple[str, ...] = ()) -> None:
+def check(outcome: Outcome, keeps_order: tuple[str, ...] = (), window: int | None = None) -> None:
     """The suite's assertions on one run (issue 23, "Tests"); ``keeps_order``: the
-    events across which the middleware keeps each subscription's order."""
+    events across which the middleware keeps each subscription's order; ``window``: the
+    most duplicates one subscription may have per event (its in-flight window, where the
+    middleware bounds them by it)."""
     print(outcome.report())
     try:
-        _check(outcome, keeps_order)
+        _check(outcome, keeps_order, window)
     except AssertionError:
         keep_logs(outcome.middleware, outcome.logs)
         raise
 
 
-def _check(o: Outcome, keeps_order: tuple[str, ...]) -> None:
+def _check(o: Outcome, keeps_order: tuple[str, ...], window: int | None) -> None:
     """:func:`check`'s assertions."""
     # 0 lost: every acknowledged number at every live subscription
     assert o.lost() == {}, o.lost()
@@ -696,6 +706,8 @@ def _check(o: Outcome, keeps_order: tuple[str, ...]) -> None:
     # duplicates only within the documented bound: the first copy was accepted at most
     # DUP s before an ownership change began (and before it settled)
     assert o.duplicates()["none"] == [], o.duplicates()["none"]
+    if window is not None:  # and at most the in-flight window per subscription and event
+        assert max(o.most_duplicates().values()) <= window, o.most_duplicates()
     # failover gap p95 within lease + 2 s, after kill -9 and after SIGSTOP
     for name in ("kill -9", "sigstop"):
         gaps = list(o.event(name).gaps.values())
@@ -711,6 +723,8 @@ def _check(o: Outcome, keeps_order: tuple[str, ...]) -> None:
     # no delivery by a fenced instance; it rejoined without a restart: it took shards
     # again after SIGCONT (by its log; run() also waited for a delivery of it)
     assert o.fenced_deliveries() == [], o.fenced_deliveries()
+    # ... which needs every delivery to name its instance (the header on every Notify)
+    assert all(a.instance for a in o.attempts), [a for a in o.attempts if not a.instance][:3]
     assert any(at > o.zombie_resumed for at, _ in o.zombie_takes), o.zombie_takes
     # order: none broken across the events named ("none": outside every event)
     breaks = o.order_breaks()

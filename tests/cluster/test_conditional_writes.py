@@ -12,8 +12,6 @@ after the other and the later one wrote its own copy of the other field back.
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable
 from datetime import timedelta
 
 import pytest
@@ -22,27 +20,13 @@ from tests.cluster.conftest import Cluster
 from tests.cluster.test_any_instance import n, received
 from tests.cluster.test_pause_resume_race import TOPIC, Pair, detail, race
 from tests.fixtures.server import ConsumerServer
+from tests.support.threads import in_thread
 from tests.support.waiting import wait_until
 from wsnmom.client.resources import Subscription
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 __all__ = ["race"]  # the fixture, shared with the race tests
-
-
-def in_thread(fn: Callable[[], object]) -> tuple[threading.Thread, list[object]]:
-    """Run ``fn`` in a thread; the list gets its result or exception."""
-    out: list[object] = []
-
-    def run() -> None:
-        try:
-            out.append(fn())
-        except BaseException as exc:
-            out.append(exc)
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    return thread, out
 
 
 @pytest.mark.rabbitmq

@@ -19,7 +19,7 @@ import requests
 from click.testing import CliRunner
 from wsnmom.core.coordination import shard_of
 
-from tests.cluster.conftest import Cluster
+from tests.cluster.conftest import MQTT, Cluster
 from tests.cluster.test_failover import Stamped, numbers
 from tests.support.waiting import wait_until
 from wsnmom.cli import cli
@@ -92,6 +92,7 @@ STOPPED = 6.0
 LEASE = 3.0
 
 
+@pytest.mark.parametrize("middleware", ["rabbitmq", MQTT], indirect=True)
 def test_a_stopped_instance_delivers_nothing_after_its_lease_was_taken_over_and_rejoins(
     cluster: Callable[..., Cluster],
 ) -> None:
@@ -189,6 +190,7 @@ def numbers_in(rec: Any) -> set[int]:
     }
 
 
+@pytest.mark.parametrize("middleware", ["rabbitmq", MQTT], indirect=True)
 def test_a_restarted_instance_takes_its_share_back_and_delivers_it(
     cluster: Callable[..., Cluster],
 ) -> None:

@@ -17,7 +17,7 @@ import pytest
 import requests
 from lxml import etree
 
-from tests.cluster.conftest import INSTANCE, Cluster
+from tests.cluster.conftest import INSTANCE, MQTT, Cluster
 from tests.cluster.test_operate import status
 from tests.support.soap import WSNT, body_child, content_type, envelope, fault_name
 from tests.support.waiting import wait_until
@@ -88,7 +88,7 @@ def feed(c: Cluster, gateway: Gateway, address: str) -> None:
     c.client(gateway).subscribe(EndpointReference(address), TOPIC)
 
 
-@pytest.mark.parametrize("middleware", KAFKA, indirect=True)
+@pytest.mark.parametrize("middleware", [*KAFKA, MQTT], indirect=True)
 def test_get_messages_through_both_instances_hands_out_every_message_once(
     cluster: Callable[..., Cluster],
 ) -> None:
@@ -159,7 +159,7 @@ def test_get_messages_through_both_instances_hands_out_every_message_once(
     assert left == [count]
 
 
-@pytest.mark.parametrize("middleware", KAFKA, indirect=True)
+@pytest.mark.parametrize("middleware", [*KAFKA, MQTT], indirect=True)
 def test_a_kill_9_of_the_reader_while_draining_loses_nothing(
     cluster: Callable[..., Cluster],
 ) -> None:

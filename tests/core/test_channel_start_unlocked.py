@@ -14,6 +14,8 @@ from typing import Any
 from wsnmom.core.model import SubscriptionState
 from wsnmom.core.service import BrokerService
 
+from tests.support.threads import in_thread
+
 from .conftest import RecordingOutbound, note, simple, sub_req
 
 VICTIM = "http://127.0.0.1:9/victim"
@@ -54,21 +56,6 @@ def slow_start(service: BrokerService, sub_id: str) -> SlowStart:
     wrapper = SlowStart(channel.handle)
     channel.handle = wrapper  # type: ignore[assignment]
     return wrapper
-
-
-def in_thread(fn: Callable[[], object]) -> tuple[threading.Thread, list[object]]:
-    """Run ``fn`` in a thread; the list gets its result or exception."""
-    out: list[object] = []
-
-    def run() -> None:
-        try:
-            out.append(fn())
-        except BaseException as exc:
-            out.append(exc)
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    return thread, out
 
 
 def paused(service: BrokerService) -> str:

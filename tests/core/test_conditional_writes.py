@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from datetime import timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 from wsnmom.core import errors
@@ -99,6 +99,26 @@ def between(
     return arm
 
 
+class Race(NamedTuple):
+    """What each test here uses: the broker, the other instance's store, what the broker
+    delivered, and ``between`` (above)."""
+
+    service: BrokerService
+    other: Store
+    outbound: RecordingOutbound
+    between: Callable[..., list[Subscription]]
+
+
+@pytest.fixture
+def race(
+    service: BrokerService,
+    other: Store,
+    outbound: RecordingOutbound,
+    between: Callable[..., list[Subscription]],
+) -> Race:
+    return Race(service, other, outbound, between)
+
+
 def stored(store: Store, sub_id: str) -> Subscription:
     record = store.get_subscription(sub_id)
     assert record is not None
@@ -119,19 +139,33 @@ def delivering(service: BrokerService, outbound: RecordingOutbound) -> tuple[str
 
 def held(service: BrokerService, outbound: RecordingOutbound, body: str) -> None:
     """A message published now reaches the control subscription (the sentinel) and not
-    the victim, which holds it."""
+    the victim, which holds it (or is gone)."""
     before = len(outbound.payloads_to(CONTROL))
     service.notify([note(body, simple("t:a"))])
     outbound.wait_messages(CONTROL, before + 1, timeout=15)
     assert body.encode() not in outbound.payloads_to(VICTIM)
 
 
-def test_a_renew_while_another_instance_pauses_keeps_the_pause(
-    service: BrokerService,
+def renewed_meanwhile(
     other: Store,
-    outbound: RecordingOutbound,
     between: Callable[..., list[Subscription]],
-) -> None:
+    sub_id: str,
+    act: Callable[[], object],
+) -> Subscription:
+    """``act()`` through the broker while the other instance renews ``sub_id`` between
+    the broker's read and its write: the record stored afterwards, which keeps that
+    renewal (before: the broker wrote the old time back)."""
+    before = stored(other, sub_id).termination_time
+    assert before is not None
+    between(renew, sub_id)
+    act()
+    record = stored(other, sub_id)
+    assert record.termination_time == before + LATER
+    return record
+
+
+def test_a_renew_while_another_instance_pauses_keeps_the_pause(race: Race) -> None:
+    service, other, outbound, between = race
     sub_id, _ = delivering(service, outbound)
     tried = between(pause, sub_id)
     renewed = service.renew(sub_id, timedelta(hours=5))
@@ -144,51 +178,31 @@ def test_a_renew_while_another_instance_pauses_keeps_the_pause(
     held(service, outbound, "<m>held</m>")
 
 
-def test_a_pause_while_another_instance_renews_keeps_the_renewal(
-    service: BrokerService,
-    other: Store,
-    outbound: RecordingOutbound,
-    between: Callable[..., list[Subscription]],
-) -> None:
+def test_a_pause_while_another_instance_renews_keeps_the_renewal(race: Race) -> None:
+    service, other, outbound, between = race
     sub_id, _ = delivering(service, outbound)
-    before = stored(other, sub_id).termination_time
-    assert before is not None
-    between(renew, sub_id)
-    service.pause(sub_id)
-    record = stored(other, sub_id)
+    record = renewed_meanwhile(other, between, sub_id, lambda: service.pause(sub_id))
     assert record.state is SubscriptionState.PAUSED
-    assert record.termination_time == before + LATER  # before: the old time written back
-    assert service.get_subscription(sub_id).termination_time == before + LATER
+    assert service.get_subscription(sub_id).termination_time == record.termination_time
     held(service, outbound, "<m>held</m>")
 
 
-def test_a_resume_while_another_instance_renews_keeps_the_renewal_and_delivers(
-    service: BrokerService,
-    other: Store,
-    outbound: RecordingOutbound,
-    between: Callable[..., list[Subscription]],
-) -> None:
+def test_a_resume_while_another_instance_renews_keeps_the_renewal_and_delivers(race: Race) -> None:
+    service, other, outbound, between = race
     sub_id, _ = delivering(service, outbound)
     service.pause(sub_id)
     held(service, outbound, "<m>held</m>")
-    before = stored(other, sub_id).termination_time
-    assert before is not None
-    between(renew, sub_id)
-    service.resume(sub_id)
-    record = stored(other, sub_id)
+    record = renewed_meanwhile(other, between, sub_id, lambda: service.resume(sub_id))
     assert record.state is SubscriptionState.ACTIVE
-    assert record.termination_time == before + LATER
     wait_until(
         lambda: b"<m>held</m>" in outbound.payloads_to(VICTIM), timeout=15, what="the resume"
     )
 
 
 def test_a_renew_of_a_subscription_another_instance_destroyed_does_not_bring_it_back(
-    service: BrokerService,
-    other: Store,
-    outbound: RecordingOutbound,
-    between: Callable[..., list[Subscription]],
+    race: Race,
 ) -> None:
+    service, other, outbound, between = race
     sub_id, _ = delivering(service, outbound)
     between(unsubscribe, sub_id)
     with pytest.raises(errors.ResourceUnknown):
@@ -196,18 +210,13 @@ def test_a_renew_of_a_subscription_another_instance_destroyed_does_not_bring_it_
     assert other.get_subscription(sub_id) is None  # before: written back, alive again
     assert sub_id not in service.registry.subscriptions
     assert service.engine.channel(sub_id) is None
-    before = len(outbound.payloads_to(CONTROL))
-    service.notify([note("<m>after</m>", simple("t:a"))])
-    outbound.wait_messages(CONTROL, before + 1, timeout=15)
-    assert b"<m>after</m>" not in outbound.payloads_to(VICTIM)
+    held(service, outbound, "<m>after</m>")
 
 
 def test_a_change_refused_on_every_attempt_is_a_503_and_memory_follows_the_store(
-    service: BrokerService,
-    other: Store,
-    outbound: RecordingOutbound,
-    between: Callable[..., list[Subscription]],
+    race: Race,
 ) -> None:
+    service, other, outbound, between = race
     sub_id, _ = delivering(service, outbound)
     tried = between(renew, sub_id, every=True)
     with pytest.raises(errors.ResourceUnavailable):

@@ -7,10 +7,21 @@ to a live instance.  ``SingleInstance`` (SQLite) leads and holds every shard."""
 
 from __future__ import annotations
 
+import sys
+import threading
+import time
 from collections.abc import Iterator
 
 import pytest
-from wsnmom.core.coordination import Change, InstanceRefused, SingleInstance, shard_of
+from wsnmom.core import errors
+from wsnmom.core.coordination import (
+    NONCE_LIMIT,
+    Change,
+    Coordination,
+    InstanceRefused,
+    SingleInstance,
+    shard_of,
+)
 from wsnmom.core.store import Store
 from wsnmom.core.store_url import open_store
 
@@ -103,3 +114,137 @@ def test_one_instance_on_sqlite_leads_and_holds_every_shard() -> None:
     assert single.changes(0) == (0, [])
     assert 0 <= shard_of("some-id", SHARDS) < SHARDS
     assert shard_of("some-id", SHARDS) == shard_of("some-id", SHARDS)
+
+
+def _nonce_rows(store: Store) -> list[str]:
+    with store.transaction() as conn:  # type: ignore[attr-defined]
+        rows = conn.execute("SELECT nonce FROM wsnmom_nonces ORDER BY nonce").fetchall()
+    return [str(r[0]) for r in rows]
+
+
+def test_a_forwarded_requests_nonce_is_taken_once_across_instances_and_the_leader_purges_it(
+    stores: tuple[Store, Store],
+) -> None:
+    """``first_use``: one insert; the second use of a nonce, through the same instance or
+    another, is refused; the leader's heartbeat deletes nonces past their expiry (with the
+    margin for clocks), and only those."""
+    a, b = stores
+    ca, cb = a.coordination("a"), b.coordination("b")
+    now = time.time()
+    assert ca.first_use("n-live", now + 60) is True
+    assert ca.first_use("n-live", now + 60) is False  # a replay to the same instance
+    assert cb.first_use("n-live", now + 60) is False  # and to another
+    with a.transaction() as conn:  # type: ignore[attr-defined]
+        # a nonce recorded long ago (expired beyond the margin)
+        conn.execute("INSERT INTO wsnmom_nonces VALUES ('n-old', to_timestamp(%s))", (now - 300,))
+    assert cb.first_use("n-recent", now - 1) is True  # expired within the margin: kept
+    assert _nonce_rows(a) == ["n-live", "n-old", "n-recent"]
+    cb.heartbeat(SHARDS, LEASE)  # not the leader: purges nothing
+    assert _nonce_rows(a) == ["n-live", "n-old", "n-recent"]
+    assert ca.lead()
+    ca.heartbeat(SHARDS, LEASE)
+    assert _nonce_rows(a) == ["n-live", "n-recent"]
+    ca.leave()
+    cb.leave()
+
+
+def test_one_instance_remembers_a_nonce_until_it_expires() -> None:
+    single = SingleInstance("only")
+    now = time.time()
+    assert single.first_use("n", now + 60) is True
+    assert single.first_use("n", now + 60) is False
+    assert single.first_use("old", now - 1) is True
+    assert single.first_use("old", now + 60) is True  # its first record had expired
+
+
+def test_one_instance_takes_each_nonce_once_under_concurrency() -> None:
+    """Request threads recording nonces at once (past the point where expired ones are
+    swept): each nonce is taken exactly once, and none is lost or raises."""
+    single = SingleInstance("only")
+    now = time.time()
+    for i in range(5000):
+        assert single.first_use(f"earlier-{i}", now + 60)
+    nonces = [f"n-{i}" for i in range(2000)]
+    taken: list[str] = []
+    failed: list[BaseException] = []
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # threads interleave between almost every bytecode
+
+    def run() -> None:
+        try:
+            taken.extend(n for n in nonces if single.first_use(n, now + 60))
+        except BaseException as exc:  # recorded, asserted below
+            failed.append(exc)
+
+    threads = [threading.Thread(target=run) for _ in range(4)]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(switch)
+    assert failed == []
+    assert sorted(taken) == sorted(nonces)  # each exactly once
+
+
+def test_one_instance_remembers_a_bounded_number_of_live_nonces() -> None:
+    """Beyond :data:`NONCE_LIMIT` live nonces a forward is refused as "try again" (the
+    caller answers 503), never remembered in a set that grows without bound; expired
+    nonces make room."""
+    single = SingleInstance("only")
+    now = time.time()
+    for i in range(NONCE_LIMIT - 10):
+        single.first_use(f"live-{i}", now + 60)
+    for i in range(10):
+        single.first_use(f"ending-{i}", now + 0.5)
+    with pytest.raises(errors.ResourceUnavailable):
+        single.first_use("one-more", now + 60)
+    assert single.first_use("live-0", now + 60) is False  # a replay is still a replay
+    wait_until(lambda: time.time() > now + 0.5, timeout=5)
+    assert single.first_use("one-more", now + 60) is True  # an expired one made room
+
+
+def test_a_nonce_the_leader_may_have_purged_already_is_refused(
+    stores: tuple[Store, Store],
+) -> None:
+    """An instance whose clock is behind the store's by more than the margin judges a
+    signature still valid after the leader (by the store's clock) deleted its nonce: the
+    store refuses such a nonce, recorded or not, so that a replay then is never taken for a
+    first use."""
+    a, b = stores
+    ca, cb = a.coordination("a"), b.coordination("b")
+    now = time.time()  # the store's clock: the test's (one host)
+    assert ca.lead()
+    assert cb.first_use("n-skewed", now - 90) is False
+    ca.heartbeat(SHARDS, LEASE)  # the leader purges what expired beyond the margin
+    assert cb.first_use("n-skewed", now - 90) is False  # the replay, after the purge
+    assert cb.first_use("n-fresh", now + 60) is True
+    ca.leave()
+    cb.leave()
+
+
+def test_a_nonce_used_through_two_instances_at_once_is_taken_once(
+    stores: tuple[Store, Store],
+) -> None:
+    """Two instances recording the same nonces at the same moment (a forward and its
+    replay racing): the store's unique key lets exactly one take each."""
+    a, b = stores
+    ca, cb = a.coordination("a"), b.coordination("b")
+    expires = time.time() + 60
+    nonces = [f"race-{i}" for i in range(50)]
+    taken: list[str] = []
+    start = threading.Barrier(2)
+
+    def run(coordination: Coordination) -> None:
+        start.wait()
+        taken.extend(n for n in nonces if coordination.first_use(n, expires))
+
+    threads = [threading.Thread(target=run, args=(c,)) for c in (ca, cb)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(taken) == sorted(nonces)
+    ca.leave()
+    cb.leave()

@@ -61,6 +61,41 @@ def queue_behind(service: BrokerService, sub_id: str, first: str) -> None:
     service.resume(sub_id)
 
 
+def letters_of(service: BrokerService, count: int, timeout: float = 20) -> list[DeadLetter]:
+    """The dead letters once there are ``count`` of them (the box reads them back on
+    its own thread), asserting there are no more."""
+    letters = wait_until(
+        lambda: (d := service.dead_letters()) and len(d) >= count and d,
+        timeout,
+        what=f"{count} dead letters",
+    )
+    assert len(letters) == count, [d.body for d in letters]
+    return letters
+
+
+class RefusedBurials:
+    """The log adapter of ``broker`` refuses the backlog's dead letters (those with the
+    adapter's drop headers; the batch given up on is published by the channel without
+    them) while ``refusing``; ``refused``: the size of each refused publish.  The cursor
+    retries its burial every 0.2 to 0.4 s."""
+
+    def __init__(self, broker: Broker) -> None:
+        adapter = broker.adapter
+        engine = adapter.cursor_engine()
+        engine.bury_retry_first, engine.bury_retry_max = 0.2, 0.4
+        self.refusing = True
+        self.refused: list[int] = []
+        real = adapter.publish_many
+
+        def publish_many(messages: Sequence[OutboundMessage], timeout: float = 10.0) -> Any:
+            if self.refusing and any(HEADER_DROPPED_REASON in m.headers for m in messages):
+                self.refused.append(len(messages))
+                raise RuntimeError("dead-letter topic refused")
+            return real(messages, timeout)
+
+        adapter.publish_many = publish_many
+
+
 def by_text(letters: Sequence[DeadLetter], texts: Sequence[str]) -> dict[str, DeadLetter]:
     """Each text's one dead letter (asserting each is there exactly once)."""
     found: dict[str, DeadLetter] = {}
@@ -85,10 +120,7 @@ def test_retries_exhausted_leave_the_whole_backlog_in_the_dead_letters(
     sub = service.subscribe(sub_req(C, topic=simple("t:a")))
     queue_behind(service, sub.id, "first")
     wait_until(lambda: sub.id not in service.registry.subscriptions, 20, what="the end")
-    letters = wait_until(
-        lambda: (d := service.dead_letters()) and len(d) >= 4 and d, 20, what="four"
-    )
-    assert len(letters) == 4
+    letters = letters_of(service, 4)
     found = by_text(letters, ("first", *BEHIND))
     assert found["first"].attempts == 2 and found["first"].last_error == f"{C} is down"
     for text in BEHIND:
@@ -116,10 +148,7 @@ def test_a_filter_over_its_budget_leaves_the_whole_backlog_in_the_dead_letters(
     )
     queue_behind(service, sub.id, BIG)
     wait_until(lambda: sub.id not in service.registry.subscriptions, 30, what="the end")
-    letters = wait_until(
-        lambda: (d := service.dead_letters()) and len(d) >= 4 and d, 20, what="four"
-    )
-    assert len(letters) == 4
+    letters = letters_of(service, 4)
     found = by_text(letters, (BIG, *BEHIND))
     assert found[BIG].attempts == 0 and "cpu_limit" in (found[BIG].last_error or "")
     for text in BEHIND:
@@ -138,40 +167,22 @@ def test_a_refused_backlog_keeps_the_subscription_until_a_sweep_ends_it(
     b = make(make_broker, "log")
     service = b.service
     assert service is not None
-    adapter = b.adapter
-    engine = adapter.cursor_engine()
-    engine.bury_retry_first, engine.bury_retry_max = 0.2, 0.4
-    real = adapter.publish_many
-    refused: list[int] = []
-    refusing = True
-
-    def publish_many(messages: Sequence[OutboundMessage], timeout: float = 10.0) -> Any:
-        # the backlog's dead letters carry the adapter's drop headers; the batch given
-        # up on is published by the channel without them
-        if refusing and any(HEADER_DROPPED_REASON in m.headers for m in messages):
-            refused.append(len(messages))
-            raise RuntimeError("dead-letter topic refused")
-        return real(messages, timeout)
-
-    adapter.publish_many = publish_many
+    burials = RefusedBurials(b)
     outbound.down.add(C)
     sub = service.subscribe(sub_req(C, topic=simple("t:a")))
     queue_behind(service, sub.id, "first")
     [first] = wait_until(service.dead_letters, 20, what="the batch given up on")
     assert b"first" in first.body and first.reason == "retries-exhausted"
-    wait_until(lambda: refused, 20, what="a refused burial")
+    wait_until(lambda: burials.refused, 20, what="a refused burial")
     wait_until(lambda: sub.id in service.subscriptions._ending, 20, what="the end pending")
     assert sub.id in service.registry.subscriptions
     channel = service.engine.channel(sub.id)
     assert channel is None or not channel.active
     attempts = len(outbound.attempts)
-    refusing = False
+    burials.refusing = False
     service.sweep()
     assert sub.id not in service.registry.subscriptions
-    letters = wait_until(
-        lambda: (d := service.dead_letters()) and len(d) >= 4 and d, 20, what="four"
-    )
-    assert len(letters) == 4
+    letters = letters_of(service, 4)
     found = by_text(letters, ("first", *BEHIND))
     # buried by the sweep's end, or by the cursor's retry of what the refused end held
     # (the log's drops are "overflow" then: adapters/logbase/burial.py)
@@ -202,12 +213,9 @@ def test_a_full_subscription_is_ended_by_the_instance_that_delivers_it(
     ctx.leads, ctx.delivers = (lambda: False), (lambda _id: True)
     service.sweep()  # delivering it, not leading
     assert sub.id not in service.registry.subscriptions
-    # the dead letters' box reads them back on its own thread
-    letters = wait_until(
-        lambda: (d := service.dead_letters()) and len(d) >= 3 and d, 10, what="three"
-    )
+    letters = letters_of(service, 3, timeout=10)
     assert {d.reason for d in letters} == {"overflow-end"}
-    assert len(letters) == 3 and {d.subscription_id for d in letters} == {sub.id}
+    assert {d.subscription_id for d in letters} == {sub.id}
 
 
 #: passes the filter at once (one <a/>): what reached the pull point before the breach
@@ -278,9 +286,7 @@ def test_a_feed_over_its_filter_budget_leaves_its_backlog_in_the_dead_letters(
         30,
         what="the end",
     )
-    letters = wait_until(
-        lambda: (d := service.dead_letters()) and len(d) >= 4 and d, 20, what="four"
-    )
+    letters = letters_of(service, 4)
     # what reached the pull point is kept in it (with the buffer: copied into its inbox)
     wait_until(
         lambda: handed.extend(handed_out(service, pp_id, None)) or handed,
@@ -288,7 +294,6 @@ def test_a_feed_over_its_filter_budget_leaves_its_backlog_in_the_dead_letters(
         what="the early message",
     )
     assert handed == [EARLY.encode()]
-    assert len(letters) == 4
     found = by_text(letters, (BIG, *BEHIND))
     # (the buffer's BIG was read once, unsettled: the log counts that as an attempt)
     assert "cpu_limit" in (found[BIG].last_error or "")
@@ -309,23 +314,10 @@ def test_a_feed_whose_backlog_is_refused_stays_stopped_until_a_sweep_ends_it(
     b = make(make_broker, "log", filters__cpu_limit=0.3)
     service = b.service
     assert service is not None
-    adapter = b.adapter
-    engine = adapter.cursor_engine()
-    engine.bury_retry_first, engine.bury_retry_max = 0.2, 0.4
-    real = adapter.publish_many
-    refused: list[int] = []
-    refusing = True
-
-    def publish_many(messages: Sequence[OutboundMessage], timeout: float = 10.0) -> Any:
-        if refusing and any(HEADER_DROPPED_REASON in m.headers for m in messages):
-            refused.append(len(messages))
-            raise RuntimeError("dead-letter topic refused")
-        return real(messages, timeout)
-
-    adapter.publish_many = publish_many
+    burials = RefusedBurials(b)
     pp_id, sub_id = feeding(service)
     queue_all(service, sub_id)
-    wait_until(lambda: refused, 20, what="a refused burial")
+    wait_until(lambda: burials.refused, 20, what="a refused burial")
     wait_until(lambda: sub_id in service.subscriptions._ending, 20, what="the end pending")
     assert sub_id in service.registry.subscriptions
     reader = service.registry.pull_points[pp_id].reader
@@ -333,13 +325,10 @@ def test_a_feed_whose_backlog_is_refused_stays_stopped_until_a_sweep_ends_it(
     assert handle in reader.feeds(active=False)
     handed = wait_until(lambda: handed_out(service, pp_id, None), 20, what="the early message")
     assert handed == [EARLY.encode()]
-    refusing = False
+    burials.refusing = False
     service.sweep()
     assert sub_id not in service.registry.subscriptions
-    letters = wait_until(
-        lambda: (d := service.dead_letters()) and len(d) >= 4 and d, 20, what="four"
-    )
-    assert len(letters) == 4
+    letters = letters_of(service, 4)
     found = by_text(letters, (BIG, *BEHIND))
     # buried by the sweep's end, or by the cursor's retry of what the refused end held
     # (the log's drops are "overflow" then: adapters/logbase/burial.py)

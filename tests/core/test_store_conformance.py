@@ -551,6 +551,10 @@ def test_postgres_store_of_every_earlier_version_is_upgraded(postgres_store_url:
                 assert upgraded.schema_version == SCHEMA_VERSION
                 assert upgraded.find_pull_point("n") == PullPoint("pp", NOW, None, "n")
                 upgraded.set_meta("adapter", "embedded")
+                # schema 6: forwarded requests' nonces are recorded once
+                coordination = upgraded.coordination("upgraded")
+                assert coordination.first_use(f"nonce-{version}", time.time() + 60) is True
+                assert coordination.first_use(f"nonce-{version}", time.time() + 60) is False
             finally:
                 upgraded.close()
 

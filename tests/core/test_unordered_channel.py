@@ -182,6 +182,7 @@ def test_a_stalled_delivery_holds_back_none_of_the_later_ones() -> None:
     rig.run_ready()
     assert rig.acks() == [2, 3, 4, 5]  # while message 1's answer is still held
     assert rig.channel.held() == 1 and rig.channel.status().held == 1
+    assert rig.channel.status().retry_at is None  # in flight, never failed
     rig.holds["m1"].set()
     rig.join()
     assert rig.acks() == [2, 3, 4, 5, 1]
@@ -615,3 +616,209 @@ def test_a_dead_letter_sink_that_raises_frees_the_place() -> None:
     assert rig.sent == [["m1"], ["m2"]]
     assert rig.acks() == [2]  # m1 unsettled: the middleware gives it back
     assert rig.channel.held() == 0
+
+
+def _count(counter: Any) -> float:
+    return float(counter._value.get())
+
+
+def test_what_operators_see_while_deliveries_are_in_flight(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``held_messages`` lists the deliveries in flight first, then the queue, up to its
+    limit; ``failures`` and ``status`` show the delivery that failed most and the retry
+    due first; a give-up leaves the channel inactive."""
+    from wsnmom.core import metrics
+
+    rig = Rig(in_flight=2, monkeypatch=monkeypatch)
+    rig.fail["m1"] = [DeliveryFailed("one")] * 3
+    rig.fail["m2"] = [DeliveryFailed("two")]
+    failed = _count(metrics.DELIVERY_FAILURES)
+    rig.channel.start()
+    rig.deliver(1, 2, 3, 4)
+    rig.run_ready()  # m1 and m2 fail once each; m3 and m4 wait for a place
+    assert _count(metrics.DELIVERY_FAILURES) == failed + 2
+    assert [m.n for m in rig.channel.held_messages(10)] == [1, 2, 3, 4]  # type: ignore[attr-defined]
+    assert [m.n for m in rig.channel.held_messages(3)] == [1, 2, 3]  # type: ignore[attr-defined]
+    assert [m.n for m in rig.channel.held_messages(1)] == [1]  # type: ignore[attr-defined]
+    assert rig.channel.held_messages(0) == []
+    assert rig.channel.held() == 4
+    rig.retry()  # m1 fails again
+    rig.channel._run(rig.channel._gen)  # m2 is delivered: its place takes m3, then m4
+    rig.run_ready()
+    assert rig.acks() == [2, 3, 4]
+    assert rig.channel.failures == 2
+    status = rig.channel.status()
+    assert status.failures == 2 and status.held == 1 and status.active
+    assert status.delivered == 3 and status.last_delivery is not None
+    assert status.last_error is None  # the last attempt's (m4 delivered)
+    assert status.retry_at is not None and status.retry_at > time.time()
+    rig.retry()  # the third attempt fails: given up, the channel is no longer active
+    assert rig.letters == [([1], "retries-exhausted", 3)]
+    assert not rig.channel.status().active and rig.channel.failures == 0
+
+
+def test_a_deferred_attempt_and_a_failed_one_are_counted_apart(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from wsnmom.core import metrics
+
+    rig = Rig(in_flight=2, monkeypatch=monkeypatch)
+    rig.fail["m1"] = [DeliveryFailed("busy")]
+    lane = Lane("http://c:1")
+    failed, deferred = _count(metrics.DELIVERY_FAILURES), _count(metrics.DELIVERY_DEFERRED)
+    rig.engine.wait = 5.0  # the destination's circuit is open
+    rig.channel.start()
+    rig.deliver(1)
+    rig.channel._run(rig.engine.take_ready() or 0, lane)
+    assert _count(metrics.DELIVERY_DEFERRED) == deferred + 1
+    assert _count(metrics.DELIVERY_FAILURES) == failed
+    rig.engine.wait = None
+    rig.elapse()
+    rig.channel._run(rig.channel._gen, lane)  # sent, and it fails
+    assert rig.sent == [["m1"]]
+    assert _count(metrics.DELIVERY_DEFERRED) == deferred + 1
+    assert _count(metrics.DELIVERY_FAILURES) == failed + 1
+
+
+def test_a_retry_due_runs_before_a_new_delivery_and_a_place_is_never_below_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``in_flight`` below one is one; a run takes the delivery whose retry is due before
+    a new one from the queue."""
+    rig = Rig(in_flight=0, monkeypatch=monkeypatch)
+    assert rig.channel.in_flight == 1
+    unnamed: UnorderedChannel[str] = UnorderedChannel(
+        rig.engine, "sub-d", Handle(), rig.prepare, rig.send, rig.ended.append, 1, False
+    )
+    assert unnamed.in_flight == 1  # the default
+    rig.fail["m1"] = [DeliveryFailed("busy")]
+    rig.channel.start()
+    rig.deliver(1, 2)
+    rig.run_ready()  # m1 fails; its one place is taken: m2 waits
+    assert rig.sent == [["m1"]] and rig.channel.held() == 2
+    rig.retry()  # the retry, not m2
+    assert rig.sent == [["m1"], ["m1"]]
+    rig.run_ready()
+    assert rig.sent[2:] == [["m2"]] and rig.acks() == [1, 2]
+
+
+def test_a_run_while_every_place_is_taken_takes_nothing_and_schedules_nothing() -> None:
+    """With its one place taken (a stalled send), a run (a timer's, a spurious one)
+    takes no second delivery, and taking the first scheduled no run for the next."""
+    rig = Rig(in_flight=1)
+    rig.holds["m1"] = threading.Event()
+    rig.channel.start()
+    rig.deliver(1, 2)
+    rig.run_in_thread()
+    rig.wait_arrived("m1")
+    assert rig.engine.ready == []  # no place for m2: nothing scheduled for it
+    rig.channel._run(rig.channel._gen)
+    assert rig.sent == [["m1"]] and rig.channel.held() == 2
+    rig.holds["m1"].set()
+    rig.join()
+    rig.run_ready()  # m1's place takes m2
+    assert rig.acks() == [1, 2]
+
+
+def test_a_run_of_an_earlier_generation_does_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """After a Pause and Resume, a run scheduled before (of the old generation) neither
+    takes a delivery nor looks at the queue again."""
+    rig = Rig(in_flight=2, monkeypatch=monkeypatch)
+    rig.channel.start()
+    old = rig.channel._gen
+    rig.channel.stop()
+    rig.channel.start()
+    rig.deliver(1)
+    rig.engine.ready.clear()
+    rig.channel._run(old)
+    rig.channel._look_again(old)
+    assert rig.sent == [] and rig.engine.ready == []
+    rig.channel._run(rig.channel._gen)
+    assert rig.acks() == [1]
+
+
+def test_a_batch_ending_the_subscription_leaves_nothing_in_flight() -> None:
+    """Preparing a batch ends the subscription (``EndSubscription``): its delivery is
+    dropped and what the channel holds reads as nothing."""
+    rig = Rig(in_flight=2)
+
+    def ending(batch: Sequence[Received]) -> Sequence[str | None]:
+        raise EndSubscription("the filter's end", "filter")
+
+    rig.channel.prepare = ending
+    rig.channel.start()
+    rig.deliver(1, 2)
+    rig.run_ready()
+    assert [e.reason for e in rig.ended] == ["the filter's end"]
+    assert rig.letters == [([1], "filter-budget", 0)]
+    assert rig.channel.held() == 0 and rig.channel.held_messages(5) == []
+    assert rig.channel.status().failures == 0 and rig.channel.failures == 0
+
+
+def test_a_settling_bug_retries_the_delivery_after_the_first_delay(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``_finish`` raising before it let go of the delivery (a bug): the delivery is not
+    left running with its place lost; it is retried after the schedule's first delay,
+    not before, and then delivered."""
+    rig = Rig(in_flight=1, monkeypatch=monkeypatch)
+    rig.channel.backoff = Backoff(max_attempts=5, initial_delay=1.0, multiplier=2.0, max_delay=9)
+    real = UnorderedChannel._remember
+    calls: list[int] = []
+
+    def remember(self: Any, *args: Any) -> None:
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("a bug while settling")
+        real(self, *args)
+
+    monkeypatch.setattr(UnorderedChannel, "_remember", remember)
+    rig.channel.start()
+    rig.deliver(1)
+    rig.run_ready()
+    assert rig.sent == [["m1"]] and rig.acks() == []
+    assert rig.engine.later == [(1.0, rig.channel._gen)]
+    rig.channel._run(rig.channel._gen)  # not due yet
+    assert rig.sent == [["m1"]]
+    rig.retry()
+    assert rig.sent == [["m1"], ["m1"]] and rig.acks() == [1]
+
+
+def test_a_second_stop_stops_nothing_more() -> None:
+    rig = Rig(in_flight=2)
+    rig.channel.start()
+    rig.deliver(1)
+    rig.channel.stop()
+    rig.channel.stop()
+    assert rig.handle.stops == 1 and rig.channel.held() == 0
+
+
+def test_counts_carried_over_a_park_wait_for_each_message_to_come_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two messages failed before a park; the middleware redelivers them one at a time
+    (and first one without a message id): each takes up its own count when it comes
+    back, the second's kept while the first is taken."""
+    rig = Rig(in_flight=2, batch_size=2, monkeypatch=monkeypatch)
+    rig.fail["m1"] = [DeliveryFailed("down")] * 5
+    rig.fail["m2"] = [DeliveryFailed("down")] * 5
+
+    def message(n: int, key: bool = True) -> Msg:
+        m = Msg(n, rig.journal)
+        m.headers = {HEADER_MESSAGE_ID: f"id-{n}"} if key else {}
+        return m
+
+    rig.channel.start()
+    rig.handle.push(message(1), message(2))
+    rig.run_ready()  # one delivery: failure 1
+    rig.retry()  # failure 2
+    rig.channel._parking = True  # what the budget asks of a channel waiting for a retry
+    assert rig.channel._park()
+    rig.channel._unpark()
+    assert rig.channel._carried == {"id-1": 2, "id-2": 2}
+    rig.channel.batch_size = 2
+    rig.handle.push(message(3, key=False), message(1))  # m1 back, behind one without id
+    rig.run_ready()  # its third attempt: the last
+    assert rig.letters == [([3, 1], "retries-exhausted", 3)]
+    assert rig.channel._carried == {"id-2": 2}

@@ -47,12 +47,21 @@ PROFILES: dict[str, dict[str, str | None]] = {
         "postgres": r"postgres:\d[\w.-]*",
         "haproxy-kafka": r"haproxy:\d[\w.-]*",
     },
+    "ha-mqtt": {
+        "gateway-ha-mqtt-1": None,
+        "gateway-ha-mqtt-2": None,
+        "gateway-ha-mqtt-3": None,
+        "mosquitto": r"eclipse-mosquitto:\d[\w.-]*",
+        "postgres": r"postgres:\d[\w.-]*",
+        "haproxy-mqtt": r"haproxy:\d[\w.-]*",
+    },
     "spark": {"spark-master": "docker/spark.Dockerfile", "spark-worker": "docker/spark.Dockerfile"},
 }
 #: cluster profile -> its load balancer service and its store's database
 CLUSTERS: dict[str, tuple[str, str]] = {
     "ha": ("haproxy", "wsnmom"),
     "ha-kafka": ("haproxy-kafka", "wsnmom_kafka"),
+    "ha-mqtt": ("haproxy-mqtt", "wsnmom_mqtt"),
 }
 _PORT = re.compile(
     r"^(?:(?P<ip>[0-9.]+|\[[0-9a-fA-F:]+\]):)?(?P<host>\d+):(?P<container>\d+)(?:/(?:tcp|udp))?$"
@@ -231,8 +240,10 @@ def test_each_cluster_has_a_store_and_consumer_groups_of_its_own(
     services: dict[str, dict[str, Any]],
 ) -> None:
     """A store holds one middleware's resources (the gateway refuses another's at start):
-    the clusters and the single gateways use different databases, and the Kafka cluster
-    names its own consumer groups and pull point topic, apart from the `kafka` gateway's."""
+    the clusters and the single gateways use different databases; the Kafka cluster names
+    its own consumer groups and pull point topic, apart from the `kafka` gateway's, and the
+    MQTT cluster its own topic prefix (its topics and subscription sessions), apart from
+    the `mosquitto` gateway's."""
     stores = {
         n: g["environment"].get("WSNMOM_STORE_URL")
         for n, g in _gateways(services).items()
@@ -247,10 +258,14 @@ def test_each_cluster_has_a_store_and_consumer_groups_of_its_own(
     for _balancer, database in CLUSTERS.values():
         pg = services["postgres"]["environment"]
         assert database == pg["POSTGRES_DB"] or f"CREATE DATABASE {database};" in sql
-    single = services["gateway-kafka"]["environment"]["WSNMOM_ADAPTER_URL"]
-    cluster = services["gateway-ha-kafka-1"]["environment"]["WSNMOM_ADAPTER_URL"]
-    for option in ("group_prefix=", "head_group=", "internal_topic="):
-        assert option not in single and option in cluster
+    for single_gateway, cluster_gateway, options in (
+        ("gateway-kafka", "gateway-ha-kafka-1", ("group_prefix=", "head_group=", "internal_topic")),
+        ("gateway-mosquitto", "gateway-ha-mqtt-1", ("topic_prefix=",)),
+    ):
+        single = services[single_gateway]["environment"]["WSNMOM_ADAPTER_URL"]
+        cluster = services[cluster_gateway]["environment"]["WSNMOM_ADAPTER_URL"]
+        for option in options:
+            assert option not in single and option in cluster, (cluster_gateway, option)
 
 
 @pytest.mark.parametrize("profile", sorted(CLUSTERS))

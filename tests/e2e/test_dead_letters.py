@@ -45,7 +45,8 @@ from tests.fixtures.server import (
     kafka_gateway_url,
     mqtt_gateway_url,
 )
-from tests.support.soap import NS, WSNMOM
+from tests.support.dead_letters import letters, policy, wait_ended, wait_letters
+from tests.support.soap import NS
 from tests.support.waiting import wait_until
 from wsnmom.cli import cli
 
@@ -63,14 +64,6 @@ def run(*args: str) -> tuple[int, str, str]:
     return result.exit_code, result.stdout, result.stderr
 
 
-def letters(server: RunningServer, destination: str) -> list[dict[str, Any]]:
-    url = f"{server.base_url}/wsn/admin/api/dead-letters?destination={destination}"
-    resp = requests.get(url, timeout=10)
-    assert resp.status_code == 200, resp.text
-    found: list[dict[str, Any]] = resp.json()["dead_letters"]
-    return found
-
-
 def metric(server: RunningServer, name: str, **labels: str) -> float:
     """The sum of ``name``'s samples on ``/metrics`` whose labels include ``labels``."""
     text = requests.get(f"{server.base_url}/metrics", timeout=10).text
@@ -84,10 +77,6 @@ def metric(server: RunningServer, name: str, **labels: str) -> float:
 
 def dead_lettered(server: RunningServer, **labels: str) -> float:
     return metric(server, "wsnmom_dead_letters_total", **labels)
-
-
-def policy(destination: str) -> str:
-    return f'<wsnmom:DeadLetters xmlns:wsnmom="{WSNMOM}">{destination}</wsnmom:DeadLetters>'
 
 
 def payload_text(message: Any) -> str | None:
@@ -147,10 +136,7 @@ def test_retries_exhausted_become_dead_letters_replayed_to_another_consumer(
     assert "given up" in shown["body"] and shown["subscription"] == sub.id
     # the subscription ended (SubscriptionEnd semantics are unchanged), so replaying to it
     # is refused and the dead letter stays
-    subscription = f"{wsnmom_server.base_url}/wsn/admin/api/subscriptions/{sub.id}"
-    wait_until(
-        lambda: requests.get(subscription, timeout=10).status_code == 404, 10, what="the end"
-    )
+    wait_ended(wsnmom_server, sub.id, timeout=10)
     code, _, err = run("dead-letters", "replay", *broker, letter["id"])
     assert code == 1 and "no longer exists" in err
     assert [d["id"] for d in letters(wsnmom_server, destination)] == [letter["id"]]
@@ -319,11 +305,7 @@ def test_messages_dropped_for_max_messages_become_overflow_dead_letters(
     for n in ("first", "second", "third"):
         wsn.notify(("tns:full", f'<n xmlns="urn:n">{n}</n>'))
     # the backlog holds one message: the two oldest were dropped, into the dead letters
-    found = wait_until(
-        lambda: (d := letters(full_server, destination)) and len(d) == 2 and d,
-        30,
-        what="two dead letters",
-    )
+    found = wait_letters(full_server, destination, 2, "two dead letters")
     assert [d["reason"] for d in found] == ["overflow", "overflow"]
     assert {d["subscription"] for d in found} == {sub.id}
     assert all(d["topic"] == f"{{{wsn.ns}}}full" and d["time"] for d in found)
@@ -365,15 +347,8 @@ def test_a_subscription_ended_for_its_full_backlog_leaves_the_backlog_in_its_dea
     wsn.post(sub.address, "<wsnt:PauseSubscription/>").ok()
     for n in ("first", "second", "third"):
         wsn.notify(("tns:full", f'<n xmlns="urn:n">{n}</n>'))
-    subscription = f"{ending_server.base_url}/wsn/admin/api/subscriptions/{sub.id}"
-    wait_until(
-        lambda: requests.get(subscription, timeout=10).status_code == 404, 30, what="the end"
-    )
-    found = wait_until(
-        lambda: (d := letters(ending_server, destination)) and len(d) >= 3 and d,
-        30,
-        what="three dead letters",
-    )
+    wait_ended(ending_server, sub.id)
+    found = wait_letters(ending_server, destination, 3, "three dead letters")
     assert [d["reason"] for d in found] == ["overflow-end"] * 3
     assert {d["subscription"] for d in found} == {sub.id}
     assert {d["consumer"] for d in found} == {address}
@@ -427,11 +402,8 @@ def test_dead_letters_held_over_a_restart_are_not_counted_again(
     wait_until(lambda: len(letters(full_server, destination)) == 2, 30, what="the two held again")
     # the sentinel: one more message drops "third", counted by the new process
     wsn.notify(("tns:rs", '<n xmlns="urn:n">fourth</n>'))
-    found = wait_until(
-        lambda: (d := letters(full_server, destination)) and len(d) == 3 and d,
-        30,
-        what="the third dead letter",
-    )
+    found = wait_letters(full_server, destination, 3, "the third dead letter")
+    assert len(found) == 3, found
     assert all(d["reason"] == "overflow" and d["subscription"] == sub.id for d in found)
     assert dead_lettered(full_server) == 1
     assert metric(full_server, "wsnmom_dead_letters_held", destination=destination) == 3
@@ -488,15 +460,8 @@ def test_a_subscription_given_up_on_leaves_its_whole_backlog_in_its_dead_letters
     for n in names:
         wsn.notify(("tns:gb", f'<n xmlns="urn:n">{n}</n>'))
     wsn.post(sub.address, "<wsnt:ResumeSubscription/>").ok()
-    subscription = f"{server.base_url}/wsn/admin/api/subscriptions/{sub.id}"
-    wait_until(
-        lambda: requests.get(subscription, timeout=10).status_code == 404, 30, what="the end"
-    )
-    found = wait_until(
-        lambda: (d := letters(server, destination)) and len(d) >= len(names) and d,
-        30,
-        what="four dead letters",
-    )
+    wait_ended(server, sub.id)
+    found = wait_letters(server, destination, len(names), "four dead letters")
     assert len(found) == len(names), found
     bodies = {
         d["id"]: requests.get(
@@ -545,15 +510,8 @@ def test_a_filter_over_its_budget_leaves_the_whole_backlog_in_its_dead_letters(
     for n in ("second", "third"):
         wsn.notify(("tns:fbb", f'<n xmlns="urn:n">{n}</n>'))
     wsn.post(sub.address, "<wsnt:ResumeSubscription/>").ok()
-    subscription = f"{server.base_url}/wsn/admin/api/subscriptions/{sub.id}"
-    wait_until(
-        lambda: requests.get(subscription, timeout=10).status_code == 404, 30, what="the end"
-    )
-    found = wait_until(
-        lambda: (d := letters(server, destination)) and len(d) >= 3 and d,
-        30,
-        what="three dead letters",
-    )
+    wait_ended(server, sub.id)
+    found = wait_letters(server, destination, 3, "three dead letters")
     assert len(found) == 3, found
     assert {d["reason"] for d in found} == {"filter-budget"}
     assert {d["subscription"] for d in found} == {sub.id}
@@ -621,11 +579,7 @@ def test_a_pull_points_feed_over_its_filter_budget_leaves_the_whole_backlog_in_i
         30,
         what="the end",
     )
-    found = wait_until(
-        lambda: (d := letters(server, destination)) and len(d) >= 3 and d,
-        30,
-        what="three dead letters",
-    )
+    found = wait_letters(server, destination, 3, "three dead letters")
     # what reached the pull point stays in it (kept in its inbox where it was buffered)
     wait_until(
         lambda: handed.extend(content_of(m) for m in wsn.get_messages(pp)) or handed,

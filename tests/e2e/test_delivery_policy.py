@@ -13,7 +13,6 @@ bounds only.  Cost: about 4 s per adapter.
 from __future__ import annotations
 
 import uuid
-from typing import Any
 
 import pytest
 import requests
@@ -21,6 +20,7 @@ from lxml import etree
 
 from tests.e2e.conftest import Wsn
 from tests.fixtures.server import ConsumerServer, Received, RunningServer
+from tests.support.dead_letters import letters
 from tests.support.soap import WSNMOM
 from tests.support.waiting import wait_until
 
@@ -37,14 +37,6 @@ def policy(destination: str, **children: str) -> str:
         f'<wsnmom:DeadLetters xmlns:wsnmom="{WSNMOM}">{destination}</wsnmom:DeadLetters>'
         f'<wsnmom:DeliveryPolicy xmlns:wsnmom="{WSNMOM}">{inner}</wsnmom:DeliveryPolicy>'
     )
-
-
-def letters(server: RunningServer, destination: str) -> list[dict[str, Any]]:
-    url = f"{server.base_url}/wsn/admin/api/dead-letters?destination={destination}"
-    resp = requests.get(url, timeout=10)
-    assert resp.status_code == 200, resp.text
-    found: list[dict[str, Any]] = resp.json()["dead_letters"]
-    return found
 
 
 def requests_to(consumer: ConsumerServer, path: str) -> list[Received]:

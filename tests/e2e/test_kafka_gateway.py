@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import subprocess
 import tempfile
 import threading
 import time
@@ -361,3 +362,38 @@ def test_each_subscriptions_lag_is_visible(tagged: tuple[RunningServer, str]) ->
 
         wait_until(lambda: lag() == (3, 3.0), 30, what=f"a lag of 3 (now {lag()})")
         sub.unsubscribe()
+
+
+def test_a_gateway_whose_broker_stops_answering_still_stops_promptly_on_sigterm(
+    tansu_factory: Callable[[], TansuNode], consumer: ConsumerServer
+) -> None:
+    """SIGTERM while the broker does not answer (SIGSTOP: connections open, requests
+    unanswered -- as the suite's tansu left some after it dropped a connection): the
+    shutdown's position saves and commits give up after ``close_timeout`` instead of each
+    waiting out its request timeout (the stop took over 30 s, and the suite's harness
+    killed it after 15 s).  What was not saved is delivered again (at least once)."""
+    node = tansu_factory()
+    server = start_gateway(kafka_gateway_url(node.url))
+    try:
+        wsn = Wsn(server, f"urn:test:{uuid.uuid4().hex[:8]}")
+        for path in ("a", "b", "c"):  # cursors whose positions the stop saves
+            wsn.subscribe(consumer.address(f"/{path}"), f"tns:{path}")
+        for path in ("a", "b", "c"):
+            wsn.notify((f"tns:{path}", f'<n xmlns="urn:n">{path}</n>'))
+        consumer.wait_for_messages(3, timeout=20)
+        node.pause()
+        assert server.process is not None
+        started = time.monotonic()
+        server.process.send_signal(signal.SIGTERM)
+        try:
+            status = server.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"no exit 30 s after SIGTERM:\n{server.log_tail(200)}")
+        took = time.monotonic() - started
+        print(f"stopped {took:.1f} s after SIGTERM")
+        # close_timeout (2 s) for the saves, the head's commit and each client's close
+        assert took < 10.0, f"{took:.1f} s:\n{server.log_tail(200)}"
+        assert status == 0, server.log_tail()
+    finally:
+        node.resume()
+        stop_gateway(server)

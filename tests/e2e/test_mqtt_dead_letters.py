@@ -35,7 +35,8 @@ from wsnmom.topic_mapping.model import Topic
 from tests.e2e.conftest import Wsn
 from tests.fixtures.mosquitto import MosquittoNode, close_client, native_client
 from tests.fixtures.server import ConsumerServer, RunningServer, free_port, mqtt_gateway_url
-from tests.support.soap import NS, WSNMOM
+from tests.support.dead_letters import letters, policy, wait_letters
+from tests.support.soap import NS
 from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.mqtt]
@@ -83,18 +84,6 @@ class Reader:
 
 def properties(message: Any) -> dict[str, str]:
     return dict(getattr(message.properties, "UserProperty", None) or ())
-
-
-def letters(server: RunningServer, destination: str) -> list[dict[str, Any]]:
-    url = f"{server.base_url}/wsn/admin/api/dead-letters?destination={destination}"
-    resp = requests.get(url, timeout=10)
-    assert resp.status_code == 200, resp.text
-    found: list[dict[str, Any]] = resp.json()["dead_letters"]
-    return found
-
-
-def policy(destination: str) -> str:
-    return f'<wsnmom:DeadLetters xmlns:wsnmom="{WSNMOM}">{destination}</wsnmom:DeadLetters>'
 
 
 def test_a_native_subscriber_reads_what_the_gateway_gives_up_on(
@@ -146,11 +135,8 @@ def test_what_a_queue_limit_drops_reaches_the_broker_through_the_outbox(
             assert props["wsnmom-dropped-reason"] == "overflow"
             assert props["wsnmom-dropped-from"] == sub.id
             assert not message.retain
-        found = wait_until(
-            lambda: (d := letters(server, destination)) and len(d) == 2 and d,
-            30,
-            what="the box's two dead letters",
-        )
+        found = wait_letters(server, destination, 2, "the box's two dead letters")
+        assert len(found) == 2, found
         assert {d["reason"] for d in found} == {"overflow"}
     finally:
         reader.close()
@@ -199,11 +185,8 @@ def test_a_dead_letter_the_broker_refuses_for_good_is_kept_and_blocks_no_other(
             wsn.post(sub.address, "<wsnt:PauseSubscription/>").ok()
         for n in ("a1", "a2", "a3"):
             wsn.notify(("tns:a", f'<n xmlns="urn:n">{n}</n>'))
-        parked = wait_until(
-            lambda: (d := letters(server, refused)) and len(d) == 2 and d,
-            30,
-            what="A's two dead letters, kept by the gateway",
-        )
+        parked = wait_letters(server, refused, 2, "A's two dead letters, kept by the gateway")
+        assert len(parked) == 2, parked
         assert {d["reason"] for d in parked} == {"overflow"}
         assert {d["subscription"] for d in parked} == {a.id}
         for n in ("b1", "b2", "b3"):

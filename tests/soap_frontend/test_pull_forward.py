@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import contextlib
 import http.client
+import secrets
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -38,6 +40,13 @@ from tests.support.soap import content_type, envelope, fault_name
 from wsnmom.testing.gateway import free_port
 
 SECRET = "s" * 64
+
+
+def signed(*args: Any, **named: Any) -> str:
+    """:func:`sign` with a fresh nonce."""
+    return sign(*args, nonce=secrets.token_hex(16), **named)
+
+
 PP = "pp-1"
 PATH = f"/wsn/pullpoints/{PP}"
 BODY = envelope("<wsnt:GetMessages/>")
@@ -49,8 +58,23 @@ class Quiet(WSGIRequestHandler):
 
 
 def readers(
-    instance: str, *, here: bool, table: list[InstanceInfo], secret: str = SECRET
+    instance: str,
+    *,
+    here: bool,
+    table: list[InstanceInfo],
+    secret: str = SECRET,
+    nonces: set[str] | None = None,
+    fed: dict[str, str] | None = None,
+    fed_by: Callable[[str], str | None] | None = None,
 ) -> PullOwners:
+    seen = set() if nonces is None else nonces
+
+    def first_use(nonce: str, _expires: float) -> bool:
+        if nonce in seen:
+            return False
+        seen.add(nonce)
+        return True
+
     return PullOwners(
         active=True,
         instance=instance,
@@ -60,6 +84,8 @@ def readers(
         instances=lambda: table,
         retry_after=5.0,
         secret=lambda: secret,
+        first_use=first_use,
+        fed_by=fed_by or (lambda sid: (fed or {}).get(sid)),
     )
 
 
@@ -70,7 +96,7 @@ def owner_info(url: str, *, age: float = 0.1) -> InstanceInfo:
 class Reader:
     """The reading instance: records what reached its application."""
 
-    def __init__(self) -> None:
+    def __init__(self, nonces: set[str] | None = None, tls: Any = None) -> None:
         self.seen: list[tuple[str, bytes, dict[str, str]]] = []
         #: the identity each request named (``auth.FORWARDED_IDENTITY_KEY``)
         self.identities: list[tuple[str, str] | None] = []
@@ -79,9 +105,15 @@ class Reader:
         port = free_port()
         self.url = f"http://127.0.0.1:{port}"
         stack = RequestIds(
-            PullForward(self._app, readers("g1", here=True, table=[]), 1 << 20), instance="g1"
+            PullForward(self._app, readers("g1", here=True, table=[], nonces=nonces), 1 << 20),
+            instance="g1",
         )
         self.server: WSGIServer = make_server("127.0.0.1", port, stack, handler_class=Quiet)
+        if tls is not None:  # a trustme certificate: served over HTTPS
+            context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+            tls.configure_cert(context)
+            self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
+            self.url = f"https://127.0.0.1:{port}"
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
 
@@ -116,7 +148,9 @@ def reader() -> Iterator[Reader]:
         r.close()
 
 
-def front(table: list[InstanceInfo]) -> tuple[str, Callable[[], None]]:
+def front(
+    table: list[InstanceInfo], fed: dict[str, str] | None = None
+) -> tuple[str, Callable[[], None]]:
     """The instance a client asks (g0, not the reader), served over HTTP."""
 
     def local(environ: dict[str, Any], start: Callable[..., Any]) -> Iterable[bytes]:
@@ -124,7 +158,9 @@ def front(table: list[InstanceInfo]) -> tuple[str, Callable[[], None]]:
         return [b"answered here"]
 
     port = free_port()
-    stack = RequestIds(PullForward(local, readers("g0", here=False, table=table), 1 << 20), "g0")
+    stack = RequestIds(
+        PullForward(local, readers("g0", here=False, table=table, fed=fed), 1 << 20), "g0"
+    )
     server = make_server("127.0.0.1", port, stack, handler_class=Quiet)
     threading.Thread(target=server.serve_forever, daemon=True).start()
 
@@ -165,13 +201,13 @@ def test_a_request_for_a_pull_point_read_elsewhere_is_forwarded_and_relayed(
 
 def test_a_forwarding_header_that_does_not_verify_is_refused(reader: Reader) -> None:
     now = int(time.time())
-    good = sign(SECRET, "g0", now, PATH, BODY)
+    good = signed(SECRET, "g0", now, PATH, BODY)
     refused = {
         "made up": f"g0 {now} {'0' * 64}",
-        "another secret": sign("x" * 64, "g0", now, PATH, BODY),
-        "another path": sign(SECRET, "g0", now, "/wsn/pullpoints/other", BODY),
-        "another body": sign(SECRET, "g0", now, PATH, BODY + b" "),
-        "too old": sign(SECRET, "g0", now - int(WINDOW) - 5, PATH, BODY),
+        "another secret": signed("x" * 64, "g0", now, PATH, BODY),
+        "another path": signed(SECRET, "g0", now, "/wsn/pullpoints/other", BODY),
+        "another body": signed(SECRET, "g0", now, PATH, BODY + b" "),
+        "too old": signed(SECRET, "g0", now - int(WINDOW) - 5, PATH, BODY),
         "malformed": "g0",
     }
     for why, value in refused.items():
@@ -357,10 +393,10 @@ def test_a_client_known_by_its_certificate_or_a_proxy_keeps_its_identity(reader:
     named = {FORWARDED_IDENTITY_HEADER: "tls CN%3Dadmin"}
     assert post(reader.url, **named).status_code == 200  # not forwarded: ignored
     assert reader.identities[2:] == [None]
-    unsigned = {FORWARD_HEADER: sign(SECRET, "g0", now, PATH, BODY), **named}
+    unsigned = {FORWARD_HEADER: signed(SECRET, "g0", now, PATH, BODY), **named}
     assert post(reader.url, **unsigned).status_code == 403
-    signed = sign(SECRET, "g0", now, PATH, BODY, "tls CN%3Dcam")
-    assert post(reader.url, **{FORWARD_HEADER: signed, **named}).status_code == 403
+    with_identity = signed(SECRET, "g0", now, PATH, BODY, "tls CN%3Dcam")
+    assert post(reader.url, **{FORWARD_HEADER: with_identity, **named}).status_code == 403
     assert len(reader.identities) == 3
 
 
@@ -389,9 +425,9 @@ def test_the_reader_counts_a_forwarded_request_against_its_client_s_address(
     named = {FORWARDED_FOR_HEADER: "192.0.2.1"}
     assert post(reader.url, **named).status_code == 200
     assert reader.addresses[1:] == [None]
-    unsigned = {FORWARD_HEADER: sign(SECRET, "g0", now, PATH, BODY), **named}
+    unsigned = {FORWARD_HEADER: signed(SECRET, "g0", now, PATH, BODY), **named}
     assert post(reader.url, **unsigned).status_code == 403
-    other = {FORWARD_HEADER: sign(SECRET, "g0", now, PATH, BODY, "", "192.0.2.2"), **named}
+    other = {FORWARD_HEADER: signed(SECRET, "g0", now, PATH, BODY, "", "192.0.2.2"), **named}
     assert post(reader.url, **other).status_code == 403
     assert len(reader.addresses) == 2
 
@@ -418,3 +454,291 @@ def test_the_rate_limit_counts_the_forwarded_client_s_address() -> None:
     assert status("192.0.2.1") < 300
     assert status("192.0.2.1") == 429  # its one request of the burst is spent
     assert status("192.0.2.2") < 300  # another client behind the same instance
+
+
+def test_a_replayed_forward_is_refused_by_the_reader_and_by_every_other_instance() -> None:
+    """A forwarded request captured on its way and sent again within its validity, to the
+    same reader or to another instance (the nonce is recorded where all see it: here one
+    set, in a cluster the store), is refused with 403 and a fault saying so; the
+    application saw it once."""
+    nonces: set[str] = set()
+    first, second = Reader(nonces), Reader(nonces)
+    url, close = front([owner_info(first.url)])
+    try:
+        assert post(url).content == b"<answer/>"
+        [(_, _, captured)] = first.seen
+        header = captured["HTTP_WSNMOM_FORWARDED"]
+        assert len(header.split(" ")) == 4  # instance, time, nonce, MAC
+        replay = {FORWARD_HEADER: header, FORWARDED_FOR_HEADER: "127.0.0.1"}
+        assert captured["HTTP_WSNMOM_FORWARDED_FOR"] == "127.0.0.1"
+        for target in (first, second):
+            r = post(target.url, **replay)
+            assert r.status_code == 403
+            assert fault_name(r.content) is not None and "replayed" in r.text
+        assert len(first.seen) == 1 and second.seen == []
+        # a fresh forward of the same request goes through: each forward has its nonce
+        assert post(url).content == b"<answer/>"
+        assert len(first.seen) == 2
+        assert first.seen[1][2]["HTTP_WSNMOM_FORWARDED"] != header
+        # the nonce is covered by the MAC: another nonce in the captured header fails
+        parts = header.split(" ")
+        forged = " ".join([*parts[:2], secrets.token_hex(16), parts[3]])
+        r = post(second.url, **{**replay, FORWARD_HEADER: forged})
+        assert r.status_code == 403 and "replayed" not in r.text
+        assert second.seen == []
+    finally:
+        close()
+        first.close()
+        second.close()
+
+
+def test_the_signature_covers_the_method_and_the_query(reader: Reader) -> None:
+    now = int(time.time())
+    for why, value in {
+        "signed for GET": signed(SECRET, "g0", now, PATH, BODY, method="GET"),
+        "signed with a query": signed(SECRET, "g0", now, PATH + "?count=5", BODY),
+    }.items():
+        assert post(reader.url, **{FORWARD_HEADER: value}).status_code == 403, why
+    assert reader.seen == []
+
+
+def test_an_onvif_subscription_is_forwarded_to_the_reader_of_the_pull_point_it_feeds(
+    reader: Reader,
+) -> None:
+    """``/onvif/subscriptions/<id>`` (PullMessages, Renew, Unsubscribe,
+    SetSynchronizationPoint) goes where the pull point the subscription feeds is read; a
+    subscription that feeds none (unknown) is answered where it arrives."""
+    url, close = front([owner_info(reader.url)], fed={"sub-1": PP})
+    try:
+        r = post(url, "/onvif/subscriptions/sub-1")
+        assert r.status_code == 200 and r.headers["WSNMOM-Instance"] == "g1"
+        [(path, body, _)] = reader.seen
+        assert path == "/onvif/subscriptions/sub-1" and body == BODY
+        assert post(url, "/onvif/subscriptions/other").content == b"answered here"
+        assert post(url, "/onvif/subscriptions/sub-1/x").content == b"answered here"
+        assert len(reader.seen) == 1
+    finally:
+        close()
+
+
+def test_an_https_reader_is_checked_against_the_outbound_ca_bundle(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An ``https://`` cluster address: the reader's certificate is checked against the
+    CA bundle of every outbound HTTPS (``REQUESTS_CA_BUNDLE``, else certifi's): trusted
+    there, the request is forwarded; not trusted, it is "try again" (503), never sent."""
+    import trustme
+
+    ca = trustme.CA()
+    ca.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
+    reader = Reader(tls=ca.issue_cert("127.0.0.1"))
+    try:
+        assert reader.url.startswith("https://")
+        monkeypatch.delenv("CURL_CA_BUNDLE", raising=False)
+        monkeypatch.delenv("REQUESTS_CA_BUNDLE", raising=False)
+        url, close = front([owner_info(reader.url)])
+        try:
+            r = post(url)
+            assert r.status_code == 503 and fault_name(r.content) == "ResourceUnavailableFault"
+        finally:
+            close()
+        assert reader.seen == []
+        monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(tmp_path / "ca.pem"))
+        url, close = front([owner_info(reader.url)])
+        try:
+            r = post(url)
+            assert r.status_code == 200 and r.headers["WSNMOM-Instance"] == "g1"
+        finally:
+            close()
+        assert len(reader.seen) == 1
+    finally:
+        reader.close()
+
+
+def test_a_request_naming_a_pull_point_in_wsa_to_at_a_shared_endpoint_is_forwarded(
+    reader: Reader,
+) -> None:
+    """A GetMessages posted to the broker, or an ONVIF request posted to the event
+    service, with the pull point's (or the ONVIF subscription's) address in ``wsa:To``
+    goes to the reader as it came; a Notify whose payload merely holds such a path, a
+    request addressed to the broker itself and a malformed one are answered here."""
+    url, close = front([owner_info(reader.url)], fed={"sub-1": PP})
+
+    def send(path: str, body: bytes) -> requests.Response:
+        return requests.post(
+            url + path, data=body, headers={"Content-Type": content_type()}, timeout=10
+        )
+
+    base = "http://gateway.example"
+    try:
+        forwarded = {
+            "/wsn/broker": envelope("<wsnt:GetMessages/>", to=base + PATH),
+            "/onvif/event_service": envelope(
+                "<wsnt:Renew/>", to=base + "/onvif/subscriptions/sub-1"
+            ),
+        }
+        for path, body in forwarded.items():
+            r = send(path, body)
+            assert r.status_code == 200 and r.headers["WSNMOM-Instance"] == "g1", path
+        assert [(p, b) for p, b, _ in reader.seen] == list(forwarded.items())
+        here = {
+            "a payload naming a pull point": envelope(
+                f"<wsnt:Notify><wsnt:NotificationMessage><wsnt:Message>{base}{PATH}"
+                "</wsnt:Message></wsnt:NotificationMessage></wsnt:Notify>",
+                to=base + "/wsn/broker",
+            ),
+            "no wsa:To": envelope(f"<wsnt:Subscribe><x>{base}{PATH}</x></wsnt:Subscribe>"),
+            "malformed": b"<s:Envelope " + PATH.encode(),
+            "a longer path": envelope("<wsnt:GetMessages/>", to=base + PATH + "/x"),
+        }
+        for why, body in here.items():
+            assert send("/wsn/broker", body).content == b"answered here", why
+        assert len(reader.seen) == 2
+    finally:
+        close()
+
+
+def test_an_onvif_subscription_is_try_again_while_the_store_cannot_say_what_it_feeds(
+    reader: Reader,
+) -> None:
+    """A subscription not in this instance's memory (made through another instance a
+    moment ago) is looked up in the store: while the store does not answer, the request is
+    "try again" (503), never answered by an instance that may not read its pull point (a
+    ResourceUnknownFault there would end the client's subscription)."""
+    port = free_port()
+
+    def local(environ: dict[str, Any], start: Callable[..., Any]) -> Iterable[bytes]:
+        start("200 OK", [("Content-Type", "text/plain")])
+        return [b"answered here"]
+
+    def store_down(_subscription_id: str) -> str | None:
+        raise OSError("the store does not answer")
+
+    owners = readers("g0", here=False, table=[owner_info(reader.url)], fed_by=store_down)
+    stack = RequestIds(PullForward(local, owners, 1 << 20), "g0")
+    server = make_server("127.0.0.1", port, stack, handler_class=Quiet)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        r = post(f"http://127.0.0.1:{port}", "/onvif/subscriptions/sub-1")
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert r.status_code == 503 and r.headers["Retry-After"] == "5"
+    assert fault_name(r.content) == "ResourceUnavailableFault"
+    assert reader.seen == []
+
+
+def test_the_forwarded_path_is_the_one_signed_and_served(reader: Reader) -> None:
+    """A path holding characters a request line reserves (an admin's peek of an id with a
+    ``?``, a space) reaches the reader as that path, percent-encoded, not cut at the ``?``
+    into another path and a query; and a signature for a path with a ``?`` in it is not one
+    for the path before it with the rest as query."""
+    from wsnmom.core.pull_owners import Reader as Holder
+
+    forward = PullForward(lambda _e, _s: [b""], readers("g0", here=False, table=[]), 1 << 20)
+    holder = Holder(False, "g1", reader.url)
+    for path in ("/wsn/admin/api/pullpoints/a?b/peek", "/wsn/admin/api/pullpoints/a b/peek"):
+        environ = {"REQUEST_METHOD": "GET", "PATH_INFO": path, "QUERY_STRING": "count=2"}
+        answer = forward.relay(environ, holder, "a", b"")
+        assert answer.status.startswith("200"), path
+        assert reader.seen[-1][0] == path
+    # the header made for the path "pp-1?x", sent again (by someone on the way) with the
+    # request line of pull point pp-1 and the query "x": it does not verify
+    environ = {"REQUEST_METHOD": "POST", "PATH_INFO": f"{PATH}?x", "CONTENT_TYPE": content_type()}
+    forward.relay(environ, holder, "a", BODY)
+    value = reader.seen[-1][2]["HTTP_WSNMOM_FORWARDED"]
+    r = post(reader.url, f"{PATH}?x", **{FORWARD_HEADER: value})
+    assert r.status_code == 403 and "for the cluster's instances" in r.text
+    assert all(seen[0] != PATH for seen in reader.seen)
+
+
+def test_a_made_up_header_with_other_characters_is_refused_quietly(
+    reader: Reader, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A forwarding header with characters outside ASCII (a time of Unicode digits, an
+    instance name in Latin-1) is refused as any that does not verify: 403, logged as a
+    refusal, never as a failure of the cluster's secret with a traceback."""
+    now = int(time.time())
+    nonce = secrets.token_hex(16)
+    for value in (f"g0 {now}\u00b2 {nonce} {'0' * 64}", f"g\u00e9 {now} {nonce} {'0' * 64}"):
+        caplog.clear()
+        r = post(reader.url, **{FORWARD_HEADER: value})
+        assert r.status_code == 403, value
+        assert not [rec for rec in caplog.records if rec.levelname == "WARNING"], value
+    assert reader.seen == []
+
+
+def test_a_forwarded_request_is_try_again_while_the_reader_cannot_read_the_secret() -> None:
+    """A reader that has not read the cluster's secret yet while the store does not
+    answer cannot check a forwarded request: "try again" (503, relayed to the client as
+    such), not a refusal of the header as made up (403, a Sender fault the client would
+    not retry)."""
+
+    def store_down() -> str:
+        raise OSError("the store does not answer")
+
+    def app(_environ: dict[str, Any], start: Callable[..., Any]) -> Iterable[bytes]:
+        start("200 OK", [("Content-Type", "text/plain")])
+        return [b"served"]
+
+    owners = PullOwners(
+        active=True,
+        instance="g1",
+        shards=4,
+        lease=3.0,
+        delivers=lambda _id: True,
+        instances=lambda: [],
+        retry_after=5.0,
+        secret=store_down,
+    )
+    port = free_port()
+    server = make_server("127.0.0.1", port, PullForward(app, owners, 1 << 20), handler_class=Quiet)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        value = signed(SECRET, "g0", int(time.time()), PATH, BODY)
+        r = post(f"http://127.0.0.1:{port}", **{FORWARD_HEADER: value})
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert r.status_code == 503 and r.headers["Retry-After"] == "5"
+    assert fault_name(r.content) == "ResourceUnavailableFault"
+
+
+def test_two_instances_each_taking_the_other_for_the_reader_forward_once() -> None:
+    """During a shard move A may take B for the reader while B takes A: A's forward is
+    served by B (whose core then answers "try again" if it does not read the pull point),
+    never sent back: one hop, no loop."""
+    served: dict[str, int] = {"g0": 0, "g1": 0}
+
+    def stack(instance: str, table: list[InstanceInfo]) -> tuple[str, Callable[[], None]]:
+        def local(environ: dict[str, Any], start: Callable[..., Any]) -> Iterable[bytes]:
+            served[instance] += 1
+            start("200 OK", [("Content-Type", "text/plain")])
+            return [f"answered by {instance}".encode()]
+
+        port = free_port()
+        app = RequestIds(
+            PullForward(local, readers(instance, here=False, table=table), 1 << 20), instance
+        )
+        server = make_server("127.0.0.1", port, app, handler_class=Quiet)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+
+        def close() -> None:
+            server.shutdown()
+            server.server_close()
+
+        return f"http://127.0.0.1:{port}", close
+
+    table_a: list[InstanceInfo] = []
+    table_b: list[InstanceInfo] = []
+    url_a, close_a = stack("g0", table_a)
+    url_b, close_b = stack("g1", table_b)
+    try:
+        table_a.append(owner_info(url_b))  # A: g1 reads
+        table_b.append(InstanceInfo("g0", url_a, "v", 0.1, ((shard_of(PP, 4), 1),), 2.0))
+        r = post(url_a)
+        assert r.status_code == 200 and r.content == b"answered by g1"
+        assert served == {"g0": 0, "g1": 1}
+    finally:
+        close_a()
+        close_b()

@@ -47,6 +47,19 @@ CASES: list[tuple[str, str]] = [
     ('<p xmlns:a="urn:a"><a:q/></p>', "."),
     # the same prefix rebound below
     (f'<s:E {ENV}><wsnt:M xmlns:b="urn:1"><b:p xmlns:b="urn:2"/></wsnt:M></s:E>', "*/*"),
+    # the default namespace undeclared inside the payload (xmlns="" must stay)
+    (f'<s:E {ENV}><wsnt:M><x xmlns="urn:n"><a xmlns=""/></x></wsnt:M></s:E>', "*/*"),
+    (f'<s:E {ENV}><wsnt:M><n:x xmlns:n="urn:n"><a xmlns=""/></n:x></wsnt:M></s:E>', "*/*"),
+    (
+        f'<s:E {ENV} xmlns="urn:d"><wsnt:M><x xmlns="urn:n" a="1">t<!--c--><y xmlns="urn:m">'
+        '<a xmlns="">v<b xmlns="urn:n"/></a>u</y>w<?p i?></x></wsnt:M></s:E>',
+        "*/*",
+    ),
+    # the payload root undeclares the envelope's default namespace (a leaf, and not)
+    (f'<s:E {ENV} xmlns="urn:d"><wsnt:M><a xmlns=""/></wsnt:M></s:E>', "*/*"),
+    (f'<s:E {ENV} xmlns="urn:d"><wsnt:M><a xmlns=""><b/></a></wsnt:M></s:E>', "*/*"),
+    # the envelope's default namespace undeclared above the payload
+    (f'<s:E {ENV} xmlns="urn:d"><wsnt:M xmlns=""><p><q/></p></wsnt:M></s:E>', "*/*"),
 ]
 
 
@@ -75,3 +88,19 @@ def test_application_namespaces_kept_for_qname_text() -> None:
     assert el is not None
     out = etree.fromstring(serialize_standalone(el))
     assert out.nsmap == {"app": "urn:app"}
+
+
+@pytest.mark.parametrize(("doc", "path"), CASES)
+def test_the_payload_keeps_its_infoset(doc: str, path: str) -> None:
+    """What is serialised reads back as the same elements in the same namespaces: an
+    element undeclaring the default namespace (``xmlns=""``) stays in no namespace
+    (``cleanup_namespaces`` alone dropped the undeclaration, and ``//a`` stopped matching
+    ``<a xmlns=""/>`` under ``<x xmlns="urn:n">`` once the Notify was parsed)."""
+    root = etree.fromstring(doc.encode())
+    el = root if path == "." else root.find(path)
+    assert el is not None
+    out = etree.fromstring(serialize_standalone(el))
+    assert [e.tag for e in out.iter()] == [e.tag for e in el.iter()]
+    assert etree.tostring(out, method="c14n", exclusive=True) == etree.tostring(
+        el, method="c14n", exclusive=True
+    )

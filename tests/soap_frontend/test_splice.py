@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from lxml import etree
 from wsnmom.core.model import Delivered, EndpointReference, NotificationMessage, SoapVersion
-from wsnmom.soap_frontend import codec
+from wsnmom.soap_frontend import codec, responses
 from wsnmom.soap_frontend.envelope import build_envelope, to_bytes
 from wsnmom.soap_frontend.splice import MARKER, Spliced
 from wsnmom.topic_mapping.model import Topic
@@ -118,11 +118,12 @@ def test_frames_render_every_part_and_validate() -> None:
 
 
 def test_frame_table_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(codec, "_FRAMES_MAX", 8)
-    codec._frames.clear()
+    # the frame table is the responses part's (the codec re-exports its builders)
+    monkeypatch.setattr(responses, "_FRAMES_MAX", 8)
+    responses._frames.clear()
     for i in range(30):
         codec.get_messages_response([_message(b"<a/>", topic=Topic("urn:t", (f"t{i}",)))])
-        assert len(codec._frames) <= 8
+        assert len(responses._frames) <= 8
     data = codec.get_messages_response([_message(b"<a/>", topic=Topic("urn:t", ("t29",)))])
     assert b">tns:t29<" in data.to_bytes()
 

@@ -25,7 +25,13 @@ from lxml import etree
 from wsnmom.core.codec import WSNMOM_NS, wrap_native
 from wsnmom.core.model import EndpointReference, ExpressionSource
 from wsnmom.soap_frontend.faults import xsd_datetime
-from wsnmom.soap_frontend.xml import XmlRejected, parse_xml, serialize_standalone
+from wsnmom.soap_frontend.xml import (
+    UNDECLARATION,
+    XmlRejected,
+    drop_unused_namespaces,
+    parse_xml,
+    serialize_standalone,
+)
 from wsnmom.topic_mapping.dialects import CONCRETE, FULL, ONVIF_CONCRETE_SET, SIMPLE, XPATH
 
 __all__ = [
@@ -159,7 +165,8 @@ def tidy_xml(el: etree._Element) -> bytes:
 
     A declaration is kept when an element or attribute name uses it, or when its prefix is
     followed by ``:`` in some text or attribute value (it may be a QName there)."""
-    copy = etree.fromstring(serialize_standalone(el))
+    data = serialize_standalone(el)
+    copy = etree.fromstring(data)
     values = [t for node in copy.iter() for t in (node.text, node.tail) if t] + [
         v for node in copy.iter() if isinstance(node.tag, str) for v in node.attrib.values()
     ]
@@ -173,8 +180,8 @@ def tidy_xml(el: etree._Element) -> bytes:
             if p and f"{p}:" in blob
         }
     )
-    etree.cleanup_namespaces(copy, keep_ns_prefixes=keep)
-    return etree.tostring(copy, encoding="utf-8")
+    made = drop_unused_namespaces(copy, keep, undeclaring=UNDECLARATION in data)
+    return etree.tostring(made, encoding="utf-8")
 
 
 def _fresh_prefix(bound: Mapping[str, str]) -> str:

@@ -1,8 +1,8 @@
 """pytest plugin shipped with wsnmom (entry point ``pytest11: wsnmom``).
 
 It makes the adapter conformance kit's assertions readable (assertion rewriting for
-:mod:`wsnmom.testing.conformance`), declares the ``wsnmom_conformance`` marker and offers
-these fixtures:
+:mod:`wsnmom.testing.conformance` and its parts), declares the ``wsnmom_conformance``
+marker and offers these fixtures:
 
 ``wsnmom_gateway``
     session scoped: a running gateway (:class:`wsnmom.testing.gateway.Gateway`) in a
@@ -32,7 +32,15 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-pytest.register_assert_rewrite("wsnmom.testing.conformance")
+# the kit and its parts (wsnmom.testing.conformance imports them)
+pytest.register_assert_rewrite(
+    "wsnmom.testing.conformance",
+    "wsnmom.testing.conformance_fixtures",
+    "wsnmom.testing.conformance_routing",
+    "wsnmom.testing.conformance_delivery",
+    "wsnmom.testing.conformance_retention",
+    "wsnmom.testing.conformance_messages",
+)
 
 if TYPE_CHECKING:
     from wsnmom.core.plugins import PluginManager

@@ -34,9 +34,10 @@ A push channel has a ``destination`` (``core.lanes``): while that destination's 
 open, a run does not send; the attempt fails at once, without network traffic, and counts
 like any failed attempt: the same retry schedule, the same give-up.
 
-``stop`` (PauseSubscription) stops the adapter handle; messages held in memory are left
-unsettled and are redelivered by the middleware when the channel starts again, so resume
-delivers everything accumulated, in order.
+``stop`` (PauseSubscription; a shard handed over) stops the adapter handle; messages held
+in memory are left unsettled, and so are those the handle hands over while it is being
+stopped: the middleware redelivers them when the channel starts again (or to the instance
+that takes the subscription over), so resume delivers everything accumulated, in order.
 
 Memory.  Each message's bytes are charged to the engine's ``budget``
 (``core.delivery_budget``) under the channel's ``group`` (its owner) before it is queued,
@@ -247,6 +248,7 @@ class Channel(Generic[T]):
         "_scheduled",
         "_start_due",
         "_stopped",
+        "_stopping",
         "_switch",
         "backoff",
         "batch_size",
@@ -328,6 +330,8 @@ class Channel(Generic[T]):
         self._running = False
         self._rerun = False
         self._stopped = True
+        #: ``stop`` is stopping the handle: what arrives meanwhile is left to it
+        self._stopping = False
         self._closed = False
         #: operators' view (``status``): when the pending batch is retried (POSIX
         #: seconds, 0: not scheduled), the last failure, deliveries and the last one
@@ -388,8 +392,13 @@ class Channel(Generic[T]):
                 if not self._halt():
                     return
                 freed = self._forget_charges()
+                self._stopping = True
             self._release(freed)
-            self.handle.stop()
+            try:
+                self.handle.stop()
+            finally:
+                with self._lock:
+                    self._stopping = False
 
     def _retry_later(
         self, reason: str, failures: int, delay: float, not_before: float | None, gen: int
@@ -564,9 +573,13 @@ class Channel(Generic[T]):
         park = False
         size = len(received.body) + MESSAGE_OVERHEAD
         with self._lock:
-            stale = self._stopped and not self._parking
+            # a message for a stopped channel is requeued, unless the handle is being
+            # stopped (``stop``) or parked: the handle gives it back then, in its place
+            # (a requeue could skip it, or put it behind later ones: a RabbitMQ quorum
+            # queue requeues at the back, and a graceful hand-over would break order)
+            stale = self._stopped and not self._parking and not self._stopping
             if self._stopped:
-                pass  # parked: the stopped handle gives it back (a requeue could skip)
+                pass
             elif self._parking or not self.engine.budget.take(
                 self.group, size, self, force=not self.bounded
             ):

@@ -40,6 +40,9 @@ __all__ = ["ClusterCounts", "ClusterMember", "ClusterStatus"]
 
 log = logging.getLogger(__name__)
 
+#: seconds ``ClusterMember.stop`` waits for the thread before handing back
+STOP_WAIT = 1.0
+
 
 def _shards_text(shards: Iterable[int]) -> str:
     return ",".join(str(s) for s in sorted(shards))
@@ -97,6 +100,7 @@ class ClusterMember:
         gained: Callable[[set[int]], None],
         lost: Callable[[set[int]], None],
         became_leader: Callable[[], None],
+        held: Callable[[set[int]], None] | None = None,
     ) -> None:
         self.coordination = coordination
         self.shared = coordination.shared
@@ -105,6 +109,8 @@ class ClusterMember:
         self._gained = gained
         self._lost = lost
         self._became_leader = became_leader
+        #: told the shards held after every heartbeat (``Ownership.reconcile``)
+        self._reconcile = held
         self._lease = settings.lease.total_seconds()
         #: stop delivering this long before a lease could expire (a heartbeat's delay)
         self._margin = min(2.0, self._lease / 4)
@@ -222,11 +228,23 @@ class ClusterMember:
         self._thread.start()
 
     def stop(self) -> None:
-        """Stop the thread; hand the leases and the leadership back (a clean stop)."""
+        """Stop the thread; hand the leases and the leadership back (a clean stop).
+
+        The thread is waited for briefly (:data:`STOP_WAIT`): it may be opening the
+        deliveries of a shard it just gained, a middleware round trip each, which waits
+        for a connection being restored (a SIGTERM right after a rejoin).  The caller
+        closed the deliveries first and stopped ``gained`` (``core.ownership``), so what
+        the thread opens meanwhile never consumes, and the shards are handed back at
+        once; the thread ends after its round without touching the store again."""
         self._stop.set()
         thread = self._thread
         if thread is not None:
-            thread.join(10)
+            thread.join(STOP_WAIT)
+            if thread.is_alive():
+                log.warning(
+                    "instance %s: the cluster thread is still busy; handing back anyway",
+                    self._instance,
+                )
         if self.shared:
             held = set(self._held)
             # recorded before they are forgotten: ``may_save``, asked meanwhile from
@@ -247,6 +265,8 @@ class ClusterMember:
             if now >= next_beat:
                 next_beat = now + s.heartbeat
                 self._beat(notify=True)
+                if self._stop.is_set():
+                    break  # stopped during the beat: ``stop`` may have handed back
                 self._take_lead()
             self._watchdog()
             self._follow()
@@ -333,6 +353,8 @@ class ClusterMember:
             )
             if notify:
                 self._gained(gained)
+        if notify and self._reconcile is not None and now_held:
+            self._reconcile(set(now_held))
 
     def _watchdog(self) -> None:
         """Stop delivering before leases not renewed in time can expire."""

@@ -92,6 +92,8 @@ class DeliveryEngine:
         self._seq = itertools.count()
         self._cond = threading.Condition()
         self._closed = False
+        #: ``close`` began: a channel opened from now on is closed at once (never starts)
+        self._closing = False
         self._channels: dict[str, Channel[Any]] = {}
         self._channels_lock = threading.Lock()
         #: thread ident -> monotonic time its current run started (absent: waiting)
@@ -154,8 +156,14 @@ class DeliveryEngine:
             Channel(*args) if in_flight is None else UnorderedChannel(*args, in_flight=in_flight)
         )
         with self._channels_lock:
-            old = self._channels.get(name)
-            self._channels[name] = channel
+            closing = self._closing
+            old = None if closing else self._channels.get(name)
+            if not closing:
+                self._channels[name] = channel
+        if closing:
+            # the engine is closing (a SIGTERM while a gained shard's deliveries open):
+            # the channel never consumes, so nothing delivers after the hand-back
+            channel.close()
         if old is not None:
             old.close()
         return channel
@@ -330,8 +338,9 @@ class DeliveryEngine:
                 self._cond.wait(max(timeout, 0.0))
 
     def close(self) -> None:
-        """Close every channel and stop the threads."""
+        """Close every channel (and any opened meanwhile) and stop the threads."""
         with self._channels_lock:
+            self._closing = True
             channels = list(self._channels.values())
             self._channels.clear()
         for channel in channels:

@@ -4,11 +4,26 @@ delivery held goes back to the middleware unsettled).  Subscriptions read by a p
 point's buffer (feeds) or routed at publish time have no delivery of their own and are
 left alone.  A pull point core buffers (no native pull) is read by the instance holding
 its shard (``core.pull_owners``): its buffer, feeds included, is started with the shard
-and stopped when it goes (what it held goes back to the middleware unsettled)."""
+and stopped when it goes (what it held goes back to the middleware unsettled).
+
+Opening a delivery is a few middleware round trips (declare the durable subscription,
+start its consumer).  ``gained`` therefore only queues the openings: :data:`OPEN_AT_ONCE`
+opener threads do them, several at once, while the cluster thread goes on renewing the
+leases.  (On the cluster thread, one after the other, the openings of a few hundred
+subscriptions outlasted the lease: the instance then dropped every shard as "not renewed
+in time", took them again and opened them again, for ever; docs/scale-out.md, "Failover
+at scale".)  An opening is made under the subscription's lock and only while this
+instance still holds its shard (``SubscriptionDelivery.attach`` asks); ``lost`` closes
+under the same lock, so a shard lost while its openings wait or run leaves nothing open.
+"""
 
 from __future__ import annotations
 
 import logging
+import queue
+import threading
+import time
+from collections.abc import Sequence
 
 from wsnmom.core.context import BrokerContext
 from wsnmom.core.coordination import shard_of
@@ -16,9 +31,14 @@ from wsnmom.core.pull_buffer import PullBuffer
 from wsnmom.core.registry import LivePullPoint, LiveSubscription
 from wsnmom.core.subscriptions import Subscriptions
 
-__all__ = ["Ownership"]
+__all__ = ["OPEN_AT_ONCE", "Ownership"]
 
 log = logging.getLogger(__name__)
+
+#: opener threads: deliveries of gained shards opened at once
+OPEN_AT_ONCE = 8
+#: seconds between two looks for held subscriptions without a delivery (``reconcile``)
+RECONCILE_EVERY = 2.0
 
 
 class Ownership:
@@ -27,6 +47,29 @@ class Ownership:
     def __init__(self, ctx: BrokerContext, subscriptions: Subscriptions) -> None:
         self._ctx = ctx
         self._subscriptions = subscriptions
+        #: the instance is stopping: gained shards open nothing more
+        self._closed = False
+        #: openings waiting for an opener thread (None: stop that thread)
+        self._queue: queue.Queue[LiveSubscription | LivePullPoint | None] = queue.Queue()
+        self._openers: list[threading.Thread] = []
+        #: openings queued or under way (``settled`` waits for none)
+        self._pending = 0
+        self._idle = threading.Condition()
+        self._reconciled = float("-inf")
+
+    def close(self) -> None:
+        """The instance is stopping: queued openings are dropped and no further one is
+        made (each is a middleware round trip, which a SIGTERM right after a rejoin
+        waited for, subscription after subscription, while the middleware connection
+        was being restored); the opener threads end."""
+        self._closed = True
+        for _ in self._openers:
+            self._queue.put(None)
+
+    def settled(self, timeout: float = 30.0) -> bool:
+        """Wait until every queued opening was made (or dropped); False on timeout."""
+        with self._idle:
+            return self._idle.wait_for(lambda: self._pending == 0, timeout)
 
     def _of(self, shards: set[int]) -> list[LiveSubscription]:
         """Live subscriptions of ``shards`` whose delivery is a channel of their own."""
@@ -51,32 +94,82 @@ class Ownership:
             ]
 
     def gained(self, shards: set[int]) -> None:
-        """This instance delivers ``shards`` now."""
-        ctx = self._ctx
-        for state in self._of(shards):
-            sub_id = state.record.id
-            # under its lock, which a destroy holds throughout: one destroyed since the
-            # look-up above is not opened again (its durable subscription made anew)
-            with state.lock:
-                if ctx.registry.subscriptions.get(sub_id) is not state:
-                    continue
-                if ctx.engine.channel(sub_id) is not None:
-                    continue
-                try:
-                    self._subscriptions.attach(state)
-                except Exception:
-                    log.exception("opening the delivery of %s failed", sub_id)
-        for pull_point in self._pull_points(shards):
+        """This instance delivers ``shards`` now: their deliveries and pull point
+        buffers are queued for the opener threads (see the module docstring)."""
+        work: list[LiveSubscription | LivePullPoint] = [*self._of(shards)]
+        work.extend(self._pull_points(shards))
+        if self._closed or not work:
+            return
+        self._queue_openings(work)
+
+    def reconcile(self, shards: set[int]) -> None:
+        """After every heartbeat, with the shards held: queue the opening of each of
+        their subscriptions that has no delivery yet.  One is left without when it was
+        looked at while the lease looked lapsed (``delivers`` said no): a subscription
+        another instance made, followed while the cluster thread was late (a burst of
+        Subscribes at thousands of subscriptions), or an opening queued then.  Nothing
+        is queued while every one has its delivery (the usual case: a look-up in memory,
+        at most every :data:`RECONCILE_EVERY` seconds: 60 ms at 100,000 subscriptions)."""
+        now = time.monotonic()
+        if self._closed or now < self._reconciled + RECONCILE_EVERY:
+            return
+        self._reconciled = now
+        engine = self._ctx.engine
+        missing = [s for s in self._of(shards) if engine.channel(s.record.id) is None]
+        if missing:
+            self._queue_openings(missing)
+
+    def _queue_openings(self, work: Sequence[LiveSubscription | LivePullPoint]) -> None:
+        with self._idle:
+            self._pending += len(work)
+        while len(self._openers) < min(OPEN_AT_ONCE, len(work) + len(self._openers)):
+            opener = threading.Thread(target=self._run, name="wsnmom-open", daemon=True)
+            self._openers.append(opener)
+            opener.start()
+        for item in work:
+            self._queue.put(item)
+
+    def _run(self) -> None:
+        while (item := self._queue.get()) is not None:
             try:
-                with pull_point.lock:  # not within a GetMessages
-                    pull_point.reader.start()
+                if not self._closed:
+                    if isinstance(item, LivePullPoint):
+                        self._start_reading(item)
+                    else:
+                        self._open(item)
             except Exception:
-                log.exception("starting to read pull point %s failed", pull_point.record.id)
+                log.exception("opening the delivery of %s failed", item.record.id)
+            finally:
+                with self._idle:
+                    self._pending -= 1
+                    self._idle.notify_all()
+
+    def _open(self, state: LiveSubscription) -> None:
+        """Open one gained subscription's delivery (``attach`` opens it only while this
+        instance holds its shard)."""
+        ctx = self._ctx
+        sub_id = state.record.id
+        # under its lock, which a destroy holds throughout (one destroyed since the
+        # look-up in ``gained`` is not opened again, its durable subscription made anew)
+        # and ``lost`` too
+        with state.lock:
+            if ctx.registry.subscriptions.get(sub_id) is not state:
+                return
+            if ctx.engine.channel(sub_id) is not None or not ctx.delivers(sub_id):
+                return
+            self._subscriptions.attach(state)
+
+    def _start_reading(self, pull_point: LivePullPoint) -> None:
+        """Start a gained pull point's buffer, unless its shard went meanwhile."""
+        with pull_point.lock:  # not within a GetMessages
+            if self._ctx.delivers(pull_point.record.id):
+                pull_point.reader.start()
 
     def lost(self, shards: set[int]) -> None:
         """Another instance delivers ``shards`` (or may soon)."""
         for state in self._of(shards):
-            self._ctx.engine.close_channel(state.record.id)
+            with state.lock:  # after an opening under way: it is closed here
+                self._ctx.engine.close_channel(state.record.id)
         for pull_point in self._pull_points(shards):
             try:
                 with pull_point.lock:  # after a GetMessages under way settled its messages

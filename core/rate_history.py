@@ -30,6 +30,8 @@ log = logging.getLogger(__name__)
 INTERVAL = 15.0
 #: seconds of history kept
 WINDOW = 3600.0
+#: seconds ``stop`` waits for a sample under way (the thread is a daemon)
+STOP_WAIT = 0.2
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,7 +95,10 @@ class RateHistory:
         self._stop.set()
         thread, self._thread = self._thread, None
         if thread is not None and thread is not threading.current_thread():
-            thread.join(timeout=5)
+            # a sample only reads: a stop does not wait long for one under way (right
+            # after a SIGCONT, its depth query waits for the middleware connection to
+            # be restored; a SIGTERM then waited 5 s here before handing over)
+            thread.join(timeout=STOP_WAIT)
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval):

@@ -234,7 +234,8 @@ class BrokerService:
         """This instance among those sharing the store: the follower that loads what
         others wrote, ownership of shards, and the cluster membership (``core.cluster``)."""
         self.follower = Follower(ctx, self.subscriptions, self.pull_points, self.registrations)
-        ownership = Ownership(ctx, self.subscriptions)
+        #: opens and closes deliveries as shards come and go (``core.ownership``)
+        self.ownership = ownership = Ownership(ctx, self.subscriptions)
         #: this instance among those sharing the store (``core.cluster``)
         self.cluster = ClusterMember(
             self.store.coordination(ctx.instance_id),
@@ -242,6 +243,7 @@ class BrokerService:
             self.follower,
             gained=ownership.gained,
             lost=ownership.lost,
+            held=ownership.reconcile,
             became_leader=self._became_leader,
         )
         #: which instance reads a pull point core buffers (``core.pull_owners``)
@@ -426,6 +428,8 @@ class BrokerService:
                 return
             self._closed = True
         self._gate.ready = False
+        # first: a shard gained meanwhile opens no more deliveries (core.ownership)
+        self.ownership.close()
         self.rates.stop()
         self.lifetimes.stop()
         self.demand.stop()

@@ -9,7 +9,8 @@ opened, so a busy port costs nothing.
 
 Shutdown is graceful: the HTTP server stops accepting, delivery threads stop, unsettled
 notifications stay in the middleware's durable subscriptions and are delivered after the
-next start.
+next start.  A shutdown still under way after 1.5 s logs every thread's stack
+(:mod:`wsnmom.slow_stop`).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from wsnmom.core.config import ConfigError, Settings, load_settings
 from wsnmom.core.redaction import redact_text, redact_url
 from wsnmom.logs import configure_logging
 from wsnmom.reserve import credential_vouch
+from wsnmom.slow_stop import SlowStopWatch
 from wsnmom.startup import StartupError, explain, open_listeners
 
 log = logging.getLogger("wsnmom.server")
@@ -324,12 +326,14 @@ def _run(settings: Settings, debug: bool) -> None:
         pass
     finally:
         log.info("shutting down")
-        try:
-            server.close()
-        except Exception:
-            log.debug("closing the HTTP server failed", exc_info=True)
-        guard.stop()
-        runtime.close()
+        # a stop slower than the 2 s hand-over logs every thread's stack (wsnmom.slow_stop)
+        with SlowStopWatch("shutting down"):
+            try:
+                server.close()
+            except Exception:
+                log.debug("closing the HTTP server failed", exc_info=True)
+            guard.stop()
+            runtime.close()
         for s, handler in previous.items():
             signal.signal(s, handler)
     if runtime.exit_status:

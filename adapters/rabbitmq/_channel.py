@@ -4,7 +4,9 @@
 broker closes the channel (a failed passive declare, a precondition failure) every RPC
 pending on it raises :class:`ChannelError` with the AMQP reply code.  It also reads its own
 traffic through a :class:`~._wire.FrameReader` when given one, chains ``basic.get``
-requests without coroutines (``request_get``) and writes pre-encoded publish frames.
+requests without coroutines (``request_get``), consumes without pika's knowledge
+(``consume``: closing the channel then sends no ``basic.cancel`` first) and writes
+pre-encoded publish frames.
 :class:`Declarer` is one of a connection's declaration channels, held by one task.
 """
 
@@ -20,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import pika
 import pika.exceptions
+import pika.frame
 from pika import spec
 from pika.channel import Channel as PikaChannel
 
@@ -239,6 +242,27 @@ class Channel:
         finally:
             self._get_waiter = None
         return result
+
+    async def consume(self, queue: str, consumer_tag: str) -> None:
+        """``basic.consume`` (manual acks) written on the wire and its ``consume-ok``
+        awaited, without pika's consumer registry: the deliveries are read by this
+        channel's :class:`FrameReader` (:meth:`read` first), and :meth:`close` then sends
+        ``channel.close`` alone.  pika's own ``close`` cancels every consumer it knows
+        before closing, and RabbitMQ activates a single-active-consumer queue's next
+        consumer at the cancel, before what this one holds comes back: the next one then
+        got newer messages first.  Closing the channel instead returns what it holds to
+        the head of the queue before the next consumer is activated (RabbitMQ 3.10,
+        quorum queues; docs/scale-out.md, "What fences what")."""
+        fut = self._future()
+
+        def consumed(_frame: Any) -> None:
+            if not fut.done():
+                fut.set_result(None)
+
+        self.pika.add_callback(consumed, [spec.Basic.ConsumeOk], one_shot=True)
+        method = spec.Basic.Consume(queue=queue, consumer_tag=consumer_tag, no_ack=False)
+        self.write(pika.frame.Method(self.pika.channel_number, method).marshal())
+        await fut
 
     def frames(self) -> PublishFrames:
         """A :class:`PublishFrames` for this channel (sized to the connection's frame_max)."""

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import uuid
 from collections.abc import Coroutine, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -96,12 +97,22 @@ class Consumers:
         if (sub.consumer is not None and sub.consumer.is_open) or not sub.consuming:
             return
         ch = await link.open_channel()
+        try:
+            await self._consume(sub, ch)
+        except BaseException:
+            # abandoned half-way (the caller timed out and cancelled it, or the broker
+            # refused): a consumer left on a channel nobody holds would stay the queue's
+            # single active consumer, its deliveries going to a stopped channel
+            if ch.is_open and sub.consumer is not ch:
+                link.loop.create_task(ch.close())
+            raise
+
+    async def _consume(self, sub: RabbitMQSubscription, ch: Channel) -> None:
+        """:meth:`start` on the channel ``ch`` opened for it."""
+        link = sub.link
         await ch.call("basic_qos", prefetch_count=sub.prefetch)
         generation = link.generation
         dispatch = self.deliveries.dispatch
-
-        def on_message(_ch: Any, method: Any, properties: Any, body: bytes) -> None:
-            dispatch(sub, ch, method, properties, body)
 
         def on_close(closed: Channel, reason: BaseException) -> None:
             # Closed by the broker while the connection stays up (queue deleted
@@ -121,11 +132,11 @@ class Consumers:
 
         ch.add_close_listener(on_close)
         ch.reject_unreadable = True  # manual acks: one it cannot read twice is rejected
-        # deliveries are read straight from the wire; pika's consumer callback is the
-        # fallback
+        # deliveries are read straight from the wire, and pika knows no consumer on the
+        # channel: stopping closes it without cancelling first (``Channel.consume``)
         ch.read(FrameReader(on_deliver=lambda m, p, b: dispatch(sub, ch, m, p, b)))
         try:
-            await ch.call("basic_consume", sub.queue, on_message, auto_ack=False)
+            await ch.consume(sub.queue, f"wsnmom.{uuid.uuid4().hex}")
         except ChannelError as exc:
             if exc.code != 0 or not sub.consuming:
                 raise
@@ -158,11 +169,14 @@ class Consumers:
             log.error("cannot restore subscription queue %s: %s", sub.queue, exc)
 
     async def stop(self, sub: RabbitMQSubscription) -> None:
-        """Stop consuming ``sub``'s queue."""
+        """Stop consuming ``sub``'s queue: close its channel, without ``basic.cancel``
+        first.  What was delivered and not settled goes back to the head of the queue, in
+        order, before single-active-consumer activates another instance's consumer, which
+        gets those first (a cancel first let that consumer take newer ones before them);
+        acks given before the stop are written first."""
         ch = sub.consumer
         sub.consumer = None
         if ch is not None:
-            # closing the channel also requeues what was delivered but not settled
             await ch.close()
 
     async def pull(

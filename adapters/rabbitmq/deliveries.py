@@ -100,9 +100,11 @@ class Deliveries:
         body: bytes,
     ) -> None:
         """Hand a consumer's delivery to ``sub``'s callback (requeued when it has none
-        or the callback fails)."""
+        or the callback fails; left unsettled once ``sub`` stops consuming)."""
         delivery = self.delivery(ch, method, properties, body)
-        if delivery is None:
+        if delivery is None or not sub.consuming:
+            # stopping: the channel's close gives it back in its place (a requeue would
+            # put it behind the later messages of a quorum queue)
             return
         callback = sub.on_message
         if callback is None:

@@ -80,7 +80,13 @@ class RabbitMQSubscription(SubscriptionHandle):
         self.on_message = on_message
         self.prefetch = max(1, prefetch)
         self.consuming = True
-        c.run(c.start(self), link=self.link)
+        try:
+            c.run(c.start(self), link=self.link)
+        except BaseException:
+            # not started (core tries again later): a reconnect must not start it either,
+            # or its deliveries would reach a stopped channel
+            self.consuming = False
+            raise
 
     def stop(self) -> None:
         self.consuming = False

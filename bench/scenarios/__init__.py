@@ -7,6 +7,7 @@ from bench.scenarios.delivery import Delivery
 from bench.scenarios.fanout import FanOut
 from bench.scenarios.follow import Follow
 from bench.scenarios.ha import HighAvailability
+from bench.scenarios.ha_scale import HighAvailabilityAtScale
 from bench.scenarios.ingress import Ingress
 from bench.scenarios.isolation import Isolation
 from bench.scenarios.matching import Matching
@@ -25,6 +26,7 @@ SCENARIOS: tuple[type[Scenario], ...] = (
     Memory,
     Recovery,
     HighAvailability,
+    HighAvailabilityAtScale,
     Rejoin,
     Follow,
     SparkBridge,

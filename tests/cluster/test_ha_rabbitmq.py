@@ -3,8 +3,11 @@
 restart, SIGSTOP for 20 s then SIGCONT, and SIGTERM in one run.  In cluster mode every
 push subscription's queue is a quorum queue with single-active-consumer (the broker's own
 fence, docs/scale-out.md "What fences what"): checked on the broker after the run.  Each
-subscription's order holds across the kill and the SIGSTOP (the broker gives a dead
-consumer's messages back before it activates the next one)."""
+subscription's order holds throughout: across the kill and the SIGSTOP (the broker gives a
+dead consumer's messages back before it activates the next one) and across the graceful
+hand-overs, the SIGTERM and the shards handed back to the restarted and to the rejoined
+instance (a stopping consumer's channel is closed without cancelling it first, so the
+broker does the same)."""
 
 from __future__ import annotations
 
@@ -22,7 +25,7 @@ pytestmark = [pytest.mark.rabbitmq, pytest.mark.e2e, pytest.mark.timeout(400)]
 @pytest.mark.parametrize("middleware", ["rabbitmq"], indirect=True)
 def test_ha_suite(cluster: Callable[..., Cluster], middleware: str, rabbitmq_url: str) -> None:
     outcome = ha.run(cluster, middleware)
-    ha.check(outcome, keeps_order=("none", "kill -9", "sigstop"))
+    ha.check(outcome, keeps_order=("none", "kill -9", "restart", "sigstop", "sigterm"))
     # every subscription queue is a quorum queue with single-active-consumer: RabbitMQ
     # refuses basic.get on exactly those, saying so
     conn = pika.BlockingConnection(pika.URLParameters(rabbitmq_url))

@@ -199,6 +199,32 @@ def test_stop_stops_the_handle_once_and_requeues_late_messages() -> None:
     assert rig.engine.ready == []
 
 
+def test_a_message_handed_over_while_the_handle_stops_is_left_to_it() -> None:
+    """A message the handle delivers while it is being stopped (a shard handed over: the
+    RabbitMQ consumer got it before its channel closed) is neither queued nor settled:
+    the stopping handle gives it back in its place.  A requeue would put it behind later
+    messages on a RabbitMQ quorum queue, so the next deliverer would break order."""
+    rig = Rig()
+    rig.channel.start()
+    on_message = rig.handle.on_message
+    assert on_message is not None
+    late = Msg(2, rig.journal)
+
+    class Stopping(Handle):
+        def stop(self) -> None:
+            super().stop()
+            on_message(Msg(1, rig.journal))
+
+    stopping = Stopping()
+    rig.channel.handle = stopping
+    rig.channel.stop()
+    assert stopping.stops == 1
+    assert rig.journal == []
+    assert rig.channel.held() == 0 and rig.engine.ready == []
+    on_message(late)  # once stopped: requeued, as before
+    assert rig.journal == [("nack", 2, True)]
+
+
 def test_close_stops_and_a_closed_channel_never_starts_again() -> None:
     rig = Rig()
     rig.channel.start()
@@ -932,3 +958,21 @@ def test_a_dead_letter_sink_that_raises_leaves_the_channel_running() -> None:
     assert len(rig.engine.ready) == ready + 1
     rig.run()
     assert rig.sent == [["m1"], ["m2"]] and rig.acks() == [2]
+
+
+def test_a_channel_opened_while_the_engine_closes_never_starts() -> None:
+    """A SIGTERM while the cluster thread opens a gained shard's deliveries: what it opens
+    after the engine began closing is closed at once, so the handle is never started
+    (nothing consumes after the shards were handed back)."""
+    from wsnmom.core.delivery import DeliveryEngine
+
+    engine = DeliveryEngine(workers=1)
+    before = Handle("before")
+    engine.open_channel("a", before, lambda b: list(b), lambda b: None, lambda e: None).start()
+    engine.close()
+    after = Handle("after")
+    channel = engine.open_channel("b", after, lambda b: list(b), lambda b: None, lambda e: None)
+    channel.start()
+    assert before.starts and before.stops == 1
+    assert after.starts == [] and not channel.active
+    assert engine.channel("b") is None

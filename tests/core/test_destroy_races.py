@@ -48,6 +48,7 @@ def test_a_shard_gained_while_its_subscription_is_destroyed_does_not_bring_it_ba
 
     ownership._of = of_then_unsubscribe  # type: ignore[method-assign]
     ownership.gained(set(range(service.settings.cluster.shards)))
+    assert ownership.settled()  # the openings are made by the opener threads
     _assert_gone(service, outbound, sub_id)
 
 

@@ -242,7 +242,14 @@ class ClusterHandle(SubscriptionHandle):
         self.filters = planned(spec.name, sessions.mapping.filters(spec.patterns))
         self._accepts = acceptor(spec.patterns)
         self._lock = threading.RLock()
+        #: the connection that delivers (installed by ``_attempt``)
         self._conn: SessionConnection | None = None
+        #: the connection being made outside the lock (``stop`` closes it)
+        self._pending: SessionConnection | None = None
+        #: a connection being made on which a message was nacked for requeue
+        self._bounced: SessionConnection | None = None
+        #: bumped by ``stop``: an attempt of an older generation installs nothing
+        self._generation = 0
         self._consumer: Callable[[Received], None] | None = None
         self._prefetch = 64
         self._started = False
@@ -263,7 +270,9 @@ class ClusterHandle(SubscriptionHandle):
 
     # -- delivery ---------------------------------------------------------------------------
     def start(self, on_message: Callable[[Received], None], prefetch: int = 64) -> None:
-        """Connect (taking the session over), subscribe the filters, deliver."""
+        """Connect (taking the session over), subscribe the filters, deliver.  The lock
+        is held only to change state: a ``stop`` meanwhile (core's cluster thread, a
+        shard moving) does not wait for the broker's answers (see ``_attempt``)."""
         with self._lock:
             if self._deleted:
                 raise AdapterError(f"the subscription session {self.name} was deleted")
@@ -272,36 +281,111 @@ class ClusterHandle(SubscriptionHandle):
             self._started = True
             if self._conn is not None and not self._conn.lost:
                 return
+            if self._pending is not None:
+                return  # a connection of this start's generation is under way
             self._cancel_timer()
             self._delay = self._sessions.settings.reconnect_min_delay
-            try:
-                self._connect(first=True)
-            except AdapterUnavailable as exc:
-                # cut off at once (another instance declaring the session at this
-                # moment), or the broker away: connect again shortly, as after a loss
-                if self._conn is not None:
-                    self._conn.close()
-                    self._conn = None
-                log.warning("MQTT subscription session of %s: %s; trying again", self.name, exc)
-                self._schedule(self._delay, first=True)
+            generation = self._generation
+        self._attempt(generation, first=True, restart=False, starting=True)
 
-    def _connect(self, *, first: bool) -> None:
-        """Open a connection and subscribe (lock held).  ``first``: the session may be
-        new (made here); otherwise a session gone from the broker is a failure."""
-        consumer = self._consumer
-        assert consumer is not None
+    def _live(self, generation: int) -> bool:
+        """Whether an attempt of ``generation`` may still install its connection (lock
+        held): started, not deleted, and no ``stop`` since it began."""
+        return self._started and not self._deleted and generation == self._generation
+
+    def _attempt(self, generation: int, *, first: bool, restart: bool, starting: bool) -> None:
+        """Connect and subscribe outside the lock, then install the connection if the
+        handle is still started on ``generation`` (else close it).  ``first``: the
+        session may be new (made here); ``restart``: made again only while its record
+        exists; ``starting``: a ``start`` (a refusal is raised to core, not retried)."""
+        with self._lock:
+            if not self._live(generation) or self._pending is not None:
+                return
+            if self._conn is not None:
+                if not self._conn.lost:
+                    return
+                self._conn = None
+            consumer = self._consumer
+            assert consumer is not None
+            conn = self._connection(consumer, self._prefetch)
+            self._pending = conn
+        try:
+            verdict = self._open(conn, first=first, restart=restart)
+        except AdapterError as exc:
+            conn.close()
+            with self._lock:
+                if self._pending is conn:
+                    self._pending = None
+                live = self._live(generation)
+                bounced, self._bounced = self._bounced is conn, None
+                if not live or (starting and not isinstance(exc, AdapterUnavailable)):
+                    pass  # stopped meanwhile, or a refusal core hears of (start raises it)
+                elif bounced:
+                    self._schedule(0.0, first=False)
+                else:
+                    delay = self._delay
+                    self._delay = min(delay * 2, self._sessions.settings.reconnect_max_delay)
+                    self._schedule(delay, first=first, restart=restart)
+            if not live:
+                return
+            if starting and not isinstance(exc, AdapterUnavailable):
+                raise
+            # cut off at once (another instance declaring the session at this moment),
+            # or the broker away: connect again shortly, as after a loss
+            log.warning("MQTT subscription session of %s: %s; trying again", self.name, exc)
+            return
+        installed = False
+        with self._lock:
+            if self._pending is conn:
+                self._pending = None
+            bounced, self._bounced = self._bounced is conn, None
+            if self._live(generation):
+                if verdict == "gone":
+                    self._schedule(RESTART_DELAY, first=True, restart=True)
+                elif verdict == "unrecorded":
+                    max_delay = self._sessions.settings.reconnect_max_delay
+                    self._schedule(max_delay, first=True, restart=True)
+                elif bounced or conn.lost:
+                    # a nack while it subscribed, or cut off already: the next one
+                    # gets every unacknowledged message again
+                    self._schedule(0.0 if bounced else self._delay, first=False)
+                else:
+                    self._conn = conn
+                    self._delay = self._sessions.settings.reconnect_min_delay
+                    installed = True
+        if not installed and verdict == "ok":
+            conn.close()  # stopped meanwhile: this connection delivers nothing
+
+    def _connection(self, consumer: Callable[[Received], None], prefetch: int) -> SessionConnection:
+        """A new connection to the session, delivering to ``consumer``."""
         conn = SessionConnection(
             self._sessions.settings,
             self.client_id,
             self._sessions.mapping,
             self._accepts,
             consumer=consumer,
-            receive_maximum=self._prefetch,
+            receive_maximum=prefetch,
             on_lost=lambda: self._lost(conn),
             on_requeue=lambda: self._requeue(conn),
             hub=self._sessions.hub,
         )
-        self._conn = conn
+        return conn
+
+    def _open(self, conn: SessionConnection, *, first: bool, restart: bool) -> str:
+        """Connect ``conn`` and subscribe (lock not held): ``"ok"``, or ``"gone"`` /
+        ``"unrecorded"`` when the session (and its record) are gone, ``conn`` ended."""
+        if restart and self._sessions.recorded(self.client_id) is None:
+            # its record is gone too: deleted through another instance (a delete ends the
+            # session, then clears the record), which core follows and stops this
+            # handle; never made again from here
+            self.unrecorded += 1
+            log.warning(
+                "MQTT subscription session of %s and its record are gone from the "
+                "broker: not delivering it (deleted through another instance, or "
+                "the broker lost its state: a re-attach makes it again)",
+                self.name,
+            )
+            return "unrecorded"
         present = conn.connect()
         self.connections += 1
         if not present and first and not self._still_recorded(conn):
@@ -315,9 +399,7 @@ class ClusterHandle(SubscriptionHandle):
                 self.name,
             )
             conn.end()
-            self._conn = None
-            self._schedule(self._sessions.settings.reconnect_max_delay, first=True, restart=True)
-            return
+            return "unrecorded"
         if not present and not first:
             self.sessions_lost += 1
             log.warning(
@@ -328,10 +410,9 @@ class ClusterHandle(SubscriptionHandle):
                 RESTART_DELAY,
             )
             conn.end()
-            self._conn = None
-            self._schedule(RESTART_DELAY, first=True, restart=True)
-            return
+            return "gone"
         conn.subscribe(self.filters)
+        return "ok"
 
     def _still_recorded(self, conn: SessionConnection) -> bool:
         """Whether the session's record exists (``conn``, connected to a session it found
@@ -340,22 +421,26 @@ class ClusterHandle(SubscriptionHandle):
             return self._sessions.recorded(self.client_id) is not None
         except AdapterError:
             conn.end()
-            self._conn = None
             raise
 
     def stop(self) -> None:
-        """Disconnect cleanly; the broker keeps the session and queues for it."""
+        """Disconnect cleanly; the broker keeps the session and queues for it.  Never
+        waits for the broker: a connection still being made is closed, and its attempt
+        (of an older generation) installs nothing."""
         with self._lock:
             self._started = False
+            self._generation += 1
             self._cancel_timer()
             conn, self._conn = self._conn, None
-        if conn is not None:
-            conn.close()
+            pending, self._pending = self._pending, None
+        for c in (conn, pending):
+            if c is not None:
+                c.close()
 
     # -- losses and reconnects --------------------------------------------------------------
     def _lost(self, conn: SessionConnection) -> None:
-        # on paho's network thread, which must not wait for the handle's lock (a start
-        # may hold it while it waits for that very thread)
+        # on the network thread, which must not wait for the handle's lock (kept short,
+        # but a thread of its own keeps the network thread free of it altogether)
         threading.Thread(
             target=self._after_loss, args=(conn,), name="wsnmom-mqtt-lost", daemon=True
         ).start()
@@ -363,7 +448,7 @@ class ClusterHandle(SubscriptionHandle):
     def _after_loss(self, conn: SessionConnection) -> None:
         with self._lock:
             if conn is not self._conn or not self._started:
-                return
+                return  # a connection still being made: its attempt sees it lost
             self._conn = None
             delay = self._delay
             self._delay = min(self._delay * 2, self._sessions.settings.reconnect_max_delay)
@@ -372,22 +457,25 @@ class ClusterHandle(SubscriptionHandle):
     def _requeue(self, conn: SessionConnection) -> None:
         """A message was nacked for requeue: drop the connection, so the broker sends
         everything unacknowledged again, in order, to the next one.  Often called on the
-        network thread (a nack in the consumer's callback), which must not wait for the
-        handle's lock: a start or a reconnect holds it while it waits for that very
-        thread (the CONNACK, the SUBACK), and the messages queued in the session arrive
-        before the SUBACK."""
+        network thread (a nack in the consumer's callback): done on a thread of its own,
+        so the network thread never waits for the handle's lock.  Messages queued in the
+        session arrive before the SUBACK a start waits for: a nack then marks the
+        connection being made, which its attempt drops instead of installing."""
         threading.Thread(
             target=self._bounce, args=(conn,), name="wsnmom-mqtt-requeue", daemon=True
         ).start()
 
     def _bounce(self, conn: SessionConnection) -> None:
         with self._lock:
+            if conn is self._pending:
+                self._bounced = conn
+                return
             if conn is not self._conn or not self._started:
                 return
             self._conn = None
         conn.close()
         with self._lock:
-            if self._started and self._conn is None:
+            if self._started and self._conn is None and self._pending is None:
                 self._schedule(0.0, first=False)
 
     def _schedule(self, delay: float, *, first: bool, restart: bool = False) -> None:
@@ -405,7 +493,8 @@ class ClusterHandle(SubscriptionHandle):
     def _reconnect(self, *, first: bool, restart: bool = False) -> None:
         with self._lock:
             self._timer = None
-            if not self._started or self._deleted or self._conn is not None:
+            busy = self._conn is not None or self._pending is not None
+            if not self._started or self._deleted or busy:
                 return
             if not self._sessions.own(self.name) and not self._sessions.may_deliver(self.name):
                 # fenced: another instance may deliver it now; connecting would cut it off
@@ -416,34 +505,8 @@ class ClusterHandle(SubscriptionHandle):
                     self.name,
                 )
                 return
-            try:
-                if restart and self._sessions.recorded(self.client_id) is None:
-                    # its record is gone too: deleted through another instance (a delete
-                    # ends the session, then clears the record), which core follows and
-                    # stops this handle; never made again from here
-                    self.unrecorded += 1
-                    log.warning(
-                        "MQTT subscription session of %s and its record are gone from the "
-                        "broker: not delivering it (deleted through another instance, or "
-                        "the broker lost its state: a re-attach makes it again)",
-                        self.name,
-                    )
-                    self._schedule(
-                        self._sessions.settings.reconnect_max_delay, first=True, restart=True
-                    )
-                    return
-                self._connect(first=first)
-            except AdapterError as exc:
-                log.warning("MQTT subscription session of %s: reconnect failed: %s", self.name, exc)
-                if self._conn is not None:
-                    self._conn.close()
-                    self._conn = None
-                delay = self._delay
-                self._delay = min(self._delay * 2, self._sessions.settings.reconnect_max_delay)
-                self._schedule(delay, first=first, restart=restart)
-            else:
-                if self._conn is not None:
-                    self._delay = self._sessions.settings.reconnect_min_delay
+            generation = self._generation
+        self._attempt(generation, first=first, restart=restart, starting=False)
 
     @property
     def connected(self) -> bool:

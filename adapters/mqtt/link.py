@@ -181,16 +181,29 @@ class Link:
         with self._cv:
             # a CONNACK counts even when the connection is gone again by the time this
             # thread looks (a take-over of a fixed client id right after it connected)
+            # a ``stop`` from another thread meanwhile ends the wait too (a subscription
+            # session's owner gives a connection up without waiting for its CONNACK)
             self._cv.wait_for(
-                lambda: self._connected or self._refused is not None or self.connections > before,
+                lambda: (
+                    self._connected
+                    or self._refused is not None
+                    or self.connections > before
+                    or not self._started
+                ),
                 timeout,
             )
             refused, connected = self._refused, self._connected or self.connections > before
+            stopped = not self._started
         if connected:
             return
         self.stop()
         if refused is not None:
             raise refused
+        if stopped:
+            if self.hub is not None:
+                # a stop that came before the client joined the hub left it there
+                self._stop_on_hub(self.hub)
+            raise AdapterUnavailable(f"{self.label}: stopped while waiting for the CONNACK")
         raise AdapterUnavailable(
             f"the MQTT broker {s.host}:{s.port} did not accept a connection within {timeout:g}s"
         )
@@ -199,7 +212,9 @@ class Link:
         """Disconnect and end the network thread; idempotent."""
         if not self._started:
             return
-        self._started = False
+        with self._cv:
+            self._started = False
+            self._cv.notify_all()
         if self.hub is not None:
             self._stop_on_hub(self.hub)
         elif self.driver is not None:

@@ -187,8 +187,19 @@ class SessionConnection:
     # -- lifecycle --------------------------------------------------------------------------
     def connect(self) -> bool:
         """Connect (the broker cuts any other connection of the client id off); returns
-        whether the broker still had the session (CONNACK session present)."""
+        whether the broker still had the session (CONNACK session present).
+        AdapterUnavailable when :meth:`close` or :meth:`end` came first or meanwhile (from
+        another thread: the owner gave the connection up)."""
+        with self._lock:
+            if self._closing:
+                raise AdapterUnavailable(f"{self.client_id}: closed before it connected")
         self.link.start(self.settings.connect_timeout)
+        with self._lock:
+            closing = self._closing
+        if closing:
+            # closed while the CONNECT was under way, before the link could be stopped
+            self.link.stop()
+            raise AdapterUnavailable(f"{self.client_id}: closed while it connected")
         return self.link.session_present
 
     def subscribe(self, filters: Iterable[str], timeout: float | None = None) -> None:
@@ -211,9 +222,11 @@ class SessionConnection:
                 self._pending[mid] = f
         self.link.wake()
         with self._lock:
-            done = self._lock.wait_for(lambda: not self._pending or self.lost, wait)
+            done = self._lock.wait_for(
+                lambda: not self._pending or self.lost or self._closing, wait
+            )
             refused = [(f, r) for f, r in self._refused.items() if f in wanted]
-            lost = self.lost
+            lost = self.lost or self._closing
         if refused:
             f, reason = refused[0]
             raise AccessRefused(f"the MQTT broker refused the subscription to {f!r}: {reason}")
@@ -246,6 +259,7 @@ class SessionConnection:
             self._generation += 1
             self._order.clear()
             self._held.clear()
+            self._lock.notify_all()  # a subscribe waiting for its SUBACK gives up
         self.link.stop()
 
     def end(self) -> None:

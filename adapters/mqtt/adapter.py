@@ -475,7 +475,9 @@ class MqttAdapter(Adapter):
             chandle = ClusterHandle(cnode.sessions, spec)
         except NameNotRepresentable as exc:
             raise TopicUnavailable(f"no MQTT filter for the subscription: {exc}") from exc
-        cnode.sessions.declare(chandle.client_id, chandle.filters, self.settings.subscribe_timeout)
+        cnode.sessions.declare(
+            chandle.client_id, chandle.filters, self.settings.subscribe_timeout, spec.name
+        )
         self._chandles.add(chandle)
         return chandle
 
@@ -509,9 +511,18 @@ class MqttAdapter(Adapter):
 
     def subscription_names(self) -> list[str] | None:
         """Names of every queue (subscription) this gateway instance keeps (cluster mode:
-        None, MQTT cannot list a broker's sessions)."""
+        the subscriptions whose sessions' records are on the broker,
+        ``SubscriptionSessions.names``; None when a record names none, written before
+        records named their subscription)."""
         if self._cluster:
-            return None
+            sessions = self._require_cluster().sessions
+            try:
+                return sessions.names(self.settings.subscribe_timeout)
+            except AdapterUnavailable:
+                raise
+            except AdapterError as exc:
+                log.warning("MQTT: %s", exc)
+                return None
         return self._require().engine.subscription_names()
 
     # -- current message --------------------------------------------------------------------

@@ -61,6 +61,7 @@ from .filters import FilterSet
 from .hub import Hub
 from .mapping import MqttMapping
 from .publisher import Publisher
+from .record_scan import retained_under
 from .sub_session import SessionConnection
 
 __all__ = ["RESTART_DELAY", "ClusterHandle", "SubscriptionSessions", "session_client_id"]
@@ -71,6 +72,8 @@ log = logging.getLogger("wsnmom.adapters.mqtt")
 RESTART_DELAY = 1.0
 #: the client id of every subscription session starts with this
 CLIENT_ID_HEAD = "wsnmom-s-"
+#: the first line of a record, before the subscription's name
+_NAME_LINE = "#name="
 #: the routing topic of a record (never routed: records are read as retained messages)
 _RECORD = Topic("urn:wsnmom:internal:session-record", ("r",))
 
@@ -146,6 +149,12 @@ class SubscriptionSessions:
 
     def recorded(self, client_id: str) -> frozenset[str] | None:
         """The filters the session's record names, None without a record."""
+        found = self._read_record(client_id)
+        return None if found is None else found[1]
+
+    def _read_record(self, client_id: str) -> tuple[str | None, frozenset[str]] | None:
+        """The subscription name and the filters the session's record names (the name
+        None in a record written before records named it), None without a record."""
         if self.publisher is None:
             return None
         found = self.publisher.retained(
@@ -153,19 +162,62 @@ class SubscriptionSessions:
         )
         if found is None or not found.payload:
             return None
+        return self._parse_record(client_id, found.payload)
+
+    def _parse_record(
+        self, client_id: str, payload: bytes
+    ) -> tuple[str | None, frozenset[str]] | None:
         try:
-            return frozenset(found.payload.decode().split("\n"))
+            lines = payload.decode().split("\n")
         except UnicodeDecodeError:
             # not written by a gateway (any client allowed to publish under the topic
             # prefix can): no record, so the declare connects and writes one
             log.warning("the MQTT session record of %s is not readable: ignored", client_id)
             return None
+        name: str | None = None
+        if lines and lines[0].startswith(_NAME_LINE):
+            name = lines.pop(0)[len(_NAME_LINE) :]
+        return name, frozenset(line for line in lines if line or name is None)
 
-    def _record(self, client_id: str, filters: frozenset[str]) -> None:
-        """Write (or with no ``filters``, clear) the session's record."""
+    def names(self, timeout: float) -> list[str]:
+        """The names of the subscriptions whose sessions have a record (read from the
+        retained records under ``<prefix>/wsnmom/sessions/+`` by a short-lived clean
+        session): every cluster subscription whose session a delete has not ended, and
+        this instance's own dead-letter boxes.  A record whose name does not hash to its
+        client id (another instance's box, or not written by a gateway) is not counted.
+        AdapterUnavailable when the broker does not answer; AdapterError when a record
+        names no subscription (written before records named one: the list would be
+        incomplete until every instance re-attached its subscriptions)."""
+        head = self.mapping.record_head
+        found = retained_under(self.settings, self.instance_id, head + "+", timeout)
+        names: list[str] = []
+        for topic, payload in found.items():
+            client_id = topic[len(head) :]
+            if not client_id.startswith(CLIENT_ID_HEAD):
+                continue
+            record = self._parse_record(client_id, payload)
+            if record is None:
+                continue
+            name = record[0]
+            if name is None:
+                raise AdapterError(
+                    f"the MQTT session record of {client_id} names no subscription "
+                    "(written by an older version): the subscriptions cannot be listed"
+                )
+            if self.client_id(name) == client_id:
+                names.append(name)
+        return sorted(names)
+
+    def _record(self, client_id: str, filters: frozenset[str], name: str | None = None) -> None:
+        """Write (or with neither ``filters`` nor ``name``, clear) the session's record:
+        the subscription's ``name`` on a first line of its own (no MQTT filter starts
+        with ``#`` followed by more), then the filters, one a line."""
         if self.publisher is None:
             return
-        body = "\n".join(sorted(filters)).encode()
+        lines = sorted(filters)
+        if name is not None and "\n" not in name:
+            lines.insert(0, _NAME_LINE + name)
+        body = "\n".join(lines).encode()
         message = OutboundMessage(topic=_RECORD, body=body, message_id=client_id)
         self.publisher.publish_many(
             [(self.record_topic(client_id), message)],
@@ -173,16 +225,23 @@ class SubscriptionSessions:
             retain=True,
         )
 
-    def declare(self, client_id: str, filters: frozenset[str], timeout: float) -> None:
-        """Make sure ``client_id``'s session exists with ``filters``.  When its record
-        says so already (a re-attach: every instance re-attaches every subscription at
-        start and when it follows a new one), nothing more: connecting would cut the
-        deliverer off.  Otherwise write the record, connect, subscribe them, unsubscribe
-        the filters the record (or this process) had and no longer wants, disconnect.
-        A take-over that cuts the declaring connection off (the deliverer reconnecting at
-        the same moment) is retried until ``timeout``."""
-        recorded = self.recorded(client_id)
+    def declare(
+        self, client_id: str, filters: frozenset[str], timeout: float, name: str | None = None
+    ) -> None:
+        """Make sure ``client_id``'s session (of subscription ``name``) exists with
+        ``filters``.  When its record says so already (a re-attach: every instance
+        re-attaches every subscription at start and when it follows a new one), nothing
+        more: connecting would cut the deliverer off (a record that does not name the
+        subscription yet is written again, naming it).  Otherwise write the record,
+        connect, subscribe them, unsubscribe the filters the record (or this process) had
+        and no longer wants, disconnect.  A take-over that cuts the declaring connection
+        off (the deliverer reconnecting at the same moment) is retried until
+        ``timeout``."""
+        found = self._read_record(client_id)
+        recorded = None if found is None else found[1]
         if recorded == filters:
+            if name is not None and found is not None and found[0] != name:
+                self._record(client_id, filters, name)
             with self._lock:
                 self._declared[client_id] = filters
             return
@@ -191,7 +250,7 @@ class SubscriptionSessions:
         # the record first: another instance re-attaching the subscription meanwhile (it
         # follows the store) then connects nothing, so it cannot cut off the instance
         # that already delivers it; a deliverer subscribes the filters itself anyway
-        self._record(client_id, filters)
+        self._record(client_id, filters, name)
         deadline = time.monotonic() + timeout
         while True:
             conn = SessionConnection(
@@ -545,7 +604,7 @@ class ClusterHandle(SubscriptionHandle):
         self.stop()
         self._sessions.delete(self.client_id)
         self._sessions.declare(
-            self.client_id, self.filters, self._sessions.settings.subscribe_timeout
+            self.client_id, self.filters, self._sessions.settings.subscribe_timeout, self.name
         )
         if was and consumer is not None:
             self.start(consumer, prefetch)

@@ -244,3 +244,71 @@ def test_a_stop_does_not_wait_for_a_connect_the_broker_does_not_answer(
     finally:
         silent.close()
         hub.close()
+
+
+def test_the_subscription_names_are_those_of_the_session_records(
+    cluster: Callable[[], Instance], mqtt_url: str
+) -> None:
+    """Cluster mode lists its subscriptions from the sessions' retained records (each
+    names its subscription), on every instance alike, so an orphan can be found and
+    deleted: a session whose delete failed while the broker was away (session and
+    record left), and a record whose session was ended by a delete killed before it
+    cleared the record.  A record whose name does not hash to its client id (written by
+    a native client under the prefix) names nothing; one without a name (written before
+    records named their subscription) makes the list unknown (None), not short."""
+    a, b = cluster(), cluster()
+    assert a.adapter._cnode is not None
+    sessions = a.adapter._cnode.sessions
+    assert a.adapter.subscription_names() == []
+    a.handle("nm1")
+    b.handle("nm1")  # a re-attach: one record
+    b.handle("nm2")
+    assert a.adapter.subscription_names() == ["nm1", "nm2"]
+    assert b.adapter.subscription_names() == ["nm1", "nm2"]
+    # nm3's delete was killed after it ended the session, before it cleared the record
+    gone = sessions.client_id("nm3")
+    sessions._record(gone, frozenset({"x/y"}), "nm3")
+    native = MqttPublisher(mqtt_url)
+    forged = sessions.client_id("nm4")
+    try:
+        native.publish(sessions.record_topic(forged), b"#name=nm1\nx/#", retain=True)
+        assert b.adapter.subscription_names() == ["nm1", "nm2", "nm3"]
+        # the orphans, deleted as core deletes a name it no longer stores
+        a.adapter.delete_subscription("nm2")
+        a.adapter.delete_subscription("nm3")
+        assert b.adapter.subscription_names() == ["nm1"]
+        assert not session_present(mqtt_url, sessions.client_id("nm2"))
+        assert sessions.recorded(gone) is None
+        native.publish(sessions.record_topic(forged), b"x/#", retain=True)  # no name line
+        assert b.adapter.subscription_names() is None
+    finally:
+        native.publish(sessions.record_topic(forged), b"", retain=True)
+        native.close()
+    assert b.adapter.subscription_names() == ["nm1"]
+
+
+def test_a_re_attach_names_the_subscription_in_a_record_that_does_not(
+    cluster: Callable[[], Instance], mqtt_url: str
+) -> None:
+    """A record written before records named their subscription (the filters alone) is
+    written again, naming it, when an instance re-attaches the subscription (at start:
+    every instance re-attaches every subscription), without connecting to the session."""
+    a = cluster()
+    assert a.adapter._cnode is not None
+    sessions = a.adapter._cnode.sessions
+    h = a.handle("old1")
+    consumer = Collector()
+    h.start(consumer)
+    native = MqttPublisher(mqtt_url)
+    try:
+        body = "\n".join(sorted(h.filters)).encode()
+        native.publish(sessions.record_topic(h.client_id), body, retain=True)
+        assert a.adapter.subscription_names() is None
+        a.handle("old1")  # the re-attach
+        assert a.adapter.subscription_names() == ["old1"]
+        a.publish(SENTINEL)
+        wait_until(lambda: consumer.has(SENTINEL), 20, what="the sentinel")
+        assert h.connections == 1  # the re-attach did not cut the deliverer off
+    finally:
+        native.close()
+        h.stop()

@@ -9,10 +9,11 @@ instance) and deletes it.  :class:`ClusterHandle` is core's handle on one of the
 
 **Declaring without cutting the deliverer off.**  Connecting with a session's client id
 cuts off whoever delivers it, so a declare first reads the session's *record*, a
-retained message on ``<topic prefix>/wsnmom/sessions/<client id>`` naming the filters the
-session was given: when they are the ones wanted (a re-attach), the declare connects
-nothing.  The record also tells an instance that re-binds a subscription which filters
-to unsubscribe; a delete clears it after ending the session.
+retained message on ``<topic prefix>/wsnmom/sessions/<client id>`` naming the subscription
+and the filters the session was given (``SubscriptionSessions.names`` lists them): when
+they are the ones wanted (a re-attach), the declare connects nothing.  The record also
+tells an instance that re-binds a subscription which filters to unsubscribe; a delete
+clears it after ending the session.
 
 **Fencing.**  Whoever connects with the session's client id last receives; the broker cuts
 the previous connection off.  Mosquitto does not tell the old connection why, so a
@@ -28,6 +29,11 @@ restart makes the session again only while its record exists: a delete clears it
 deliverer that has not followed the deletion yet checks again later and never brings the
 session back.  The same rule holds for a ``start`` (a shard gained, a Resume) that finds
 no session: made again only while its record exists.
+
+Locking: a handle holds its lock only to change its state, never across a wait for the
+broker: ``start`` and reconnects connect and subscribe outside it and install the
+connection only if no ``stop`` came meanwhile (the handle's generation), and ``stop``
+closes a connection still being made (core stops handles on its cluster thread).
 
 Threads and connections: one connection per subscription this instance delivers (and a
 short-lived one per declare and delete), all served by the instance's one network thread

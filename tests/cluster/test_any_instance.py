@@ -44,10 +44,14 @@ def n(i: int | str) -> str:
 
 
 def unknown(call: Callable[[], object]) -> bool:
+    """Whether ``call`` answers ResourceUnknown (False for anything else, also for a
+    "retry later" while a buffered pull point's shard moves between the instances)."""
     try:
         call()
     except ResourceUnknownFault:
         return True
+    except ResourceUnavailableFault:
+        return False
     return False
 
 

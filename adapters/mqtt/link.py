@@ -40,6 +40,7 @@ from wsnmom.core.adapter import (
 from .config import MqttSettings
 from .driver import Driver
 from .hub import Hub
+from .inbound_wire import CLIENT_CLASS
 
 __all__ = ["Link", "PacketTypes", "Properties", "ReasonCode", "mqtt"]
 
@@ -125,7 +126,7 @@ class Link:
         }
         if not settings.v5:
             kwargs["clean_session"] = not persistent
-        client = mqtt.Client(**kwargs)
+        client = CLIENT_CLASS(**kwargs)  # paho's, with a faster PUBLISH decoder
         client.suppress_exceptions = True  # a bug in a callback must not end the network loop
         client.enable_logger(_PAHO_LOG)
         client.connect_timeout = settings.connect_timeout

@@ -48,7 +48,12 @@ _KNOWN: dict[int, tuple[str, str]] = {
     35: ("TopicAlias", "u16"),
     38: ("UserProperty", "pair"),
 }
-_REPEATED = frozenset({"SubscriptionIdentifier", "UserProperty"})
+
+
+#: characters an MQTT string must not hold, which paho refuses (MQTT-1.5.4-2, -3): a packet
+#: with one is left to paho
+_REFUSED = "\x00"
+_BOM = "\ufeff"
 
 
 class Unknown(ValueError):
@@ -97,9 +102,12 @@ def _bytes(data: bytes | bytearray, at: int) -> tuple[bytes, int]:
 def _text(data: bytes | bytearray, at: int) -> tuple[str, int]:
     raw, at = _bytes(data, at)
     try:
-        return raw.decode("utf-8"), at
+        text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise Unknown("invalid UTF-8") from exc
+    if _REFUSED in text or _BOM in text:
+        raise Unknown("a character MQTT refuses in a string")
+    return text, at
 
 
 def decode_properties(data: bytes | bytearray, at: int) -> tuple[InboundProperties, int]:
@@ -109,50 +117,57 @@ def decode_properties(data: bytes | bytearray, at: int) -> tuple[InboundProperti
     end = at + length
     if end > len(data):
         raise Unknown("truncated properties")
-    props = InboundProperties()
     found: dict[str, Any] = {}
-    while at < end:
-        ident, at = _vbi(data, at)
-        known = _KNOWN.get(ident)
-        if known is None:
-            raise Unknown(f"property {ident}")
-        name, kind = known
-        value: Any
-        if kind == "pair":
-            key, at = _text(data, at)
-            val, at = _text(data, at)
-            value = (key, val)
-        elif kind == "str":
-            value, at = _text(data, at)
-        elif kind == "vbi":
-            value, at = _vbi(data, at)
-        elif kind == "byte":
-            if at >= end:
-                raise Unknown("truncated byte")
-            value = data[at]
+    pairs: list[tuple[str, str]] = []
+    try:
+        while at < end:
+            ident = data[at]
             at += 1
-        elif kind == "u16":
-            if at + 2 > end:
-                raise Unknown("truncated integer")
-            value = struct.unpack_from("!H", data, at)[0]
-            at += 2
-        elif kind == "u32":
-            if at + 4 > end:
-                raise Unknown("truncated integer")
-            value = struct.unpack_from("!L", data, at)[0]
-            at += 4
-        else:  # bin
-            value, at = _bytes(data, at)
-        if name in _REPEATED:
-            found.setdefault(name, []).append(value)
-        elif name in found:
-            raise Unknown(f"property {ident} twice")
-        else:
+            if ident == 38:  # User Property, the common case: two strings
+                n = (data[at] << 8) | data[at + 1]
+                key = data[at + 2 : at + 2 + n].decode()
+                at += 2 + n
+                n = (data[at] << 8) | data[at + 1]
+                value = data[at + 2 : at + 2 + n].decode()
+                at += 2 + n
+                if _REFUSED in key or _REFUSED in value or _BOM in key or _BOM in value:
+                    raise Unknown("a character MQTT refuses in a string")
+                pairs.append((key, value))
+                continue
+            known = _KNOWN.get(ident)
+            if known is None:  # also an identifier of more than one byte (none is known)
+                raise Unknown(f"property {ident}")
+            name, kind = known
+            value: Any
+            if kind == "str":
+                value, at = _text(data, at)
+            elif kind == "vbi":
+                value, at = _vbi(data, at)
+                found.setdefault(name, []).append(value)
+                continue
+            elif kind == "byte":
+                value = data[at]
+                at += 1
+            elif kind == "u16":
+                value = struct.unpack_from("!H", data, at)[0]
+                at += 2
+            elif kind == "u32":
+                value = struct.unpack_from("!L", data, at)[0]
+                at += 4
+            else:  # bin
+                value, at = _bytes(data, at)
+            if name in found:
+                raise Unknown(f"property {ident} twice")
             found[name] = value
+    except (IndexError, struct.error, UnicodeDecodeError) as exc:
+        raise Unknown(f"malformed properties: {exc}") from exc
     if at != end:
         raise Unknown("properties overrun their length")
+    props = InboundProperties()
     for name, value in found.items():
         object.__setattr__(props, name, value)
+    if pairs:
+        object.__setattr__(props, "UserProperty", pairs)
     return props, end
 
 

@@ -12,7 +12,6 @@ pytest.importorskip("paho.mqtt")
 import paho.mqtt.client as mqtt
 from paho.mqtt import _packet
 from paho.mqtt.client import MalformedPacket
-
 from wsnmom.adapters.mqtt import inbound_wire
 from wsnmom.adapters.mqtt.inbound_wire import Unknown, decode_qos1
 from wsnmom.adapters.mqtt.link import Link

@@ -128,11 +128,11 @@ def decode_properties(data: bytes | bytearray, at: int) -> tuple[InboundProperti
                 key = data[at + 2 : at + 2 + n].decode()
                 at += 2 + n
                 n = (data[at] << 8) | data[at + 1]
-                value = data[at + 2 : at + 2 + n].decode()
+                val = data[at + 2 : at + 2 + n].decode()
                 at += 2 + n
-                if _REFUSED in key or _REFUSED in value or _BOM in key or _BOM in value:
+                if _REFUSED in key or _REFUSED in val or _BOM in key or _BOM in val:
                     raise Unknown("a character MQTT refuses in a string")
-                pairs.append((key, value))
+                pairs.append((key, val))
                 continue
             known = _KNOWN.get(ident)
             if known is None:  # also an identifier of more than one byte (none is known)
@@ -209,6 +209,7 @@ class Client(mqtt.Client):
 def _agrees() -> bool:
     """Whether paho's decoder and this one read a sample packet alike."""
     from paho.mqtt import _packet
+    from paho.mqtt.enums import CallbackAPIVersion
 
     def text(s: str) -> bytes:
         raw = s.encode()
@@ -224,13 +225,14 @@ def _agrees() -> bool:
         header = 0x32 | 0x08
         stock = _packet.decode_publish(header, body, mqtt.MQTTv5)
         mine = decode_qos1(header, body)
-        probe = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, protocol=mqtt.MQTTv5)
+        probe = mqtt.Client(CallbackAPIVersion.VERSION2, protocol=mqtt.MQTTv5)
         needed = all(hasattr(probe, a) for a in ("_in_packet", "_protocol", "_manual_ack"))
+        assert stock.properties is not None
         return (
             needed
             and callable(getattr(mqtt.Client, "_handle_on_message", None))
             and callable(getattr(mqtt, "time_func", None))
-            and stock.properties.json() == mine.properties.json()
+            and stock.properties.json() == mine.properties.json()  # type: ignore[no-untyped-call]
             and (stock.topic.decode(), stock.mid, stock.dup, stock.retain, bytes(stock.payload))
             == (mine.topic, mine.mid, mine.dup, mine.retain, mine.payload)
         )
@@ -240,7 +242,7 @@ def _agrees() -> bool:
 
 
 #: the client class every link uses
-CLIENT_CLASS: type[Any] = Client if _agrees() else mqtt.Client
+CLIENT_CLASS: type[mqtt.Client] = Client if _agrees() else mqtt.Client
 if CLIENT_CLASS is not Client:  # pragma: no cover - depends on the installed paho
     log.warning(
         "paho-mqtt's client differs from what wsnmom's PUBLISH decoder expects; using "

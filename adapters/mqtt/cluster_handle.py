@@ -170,10 +170,10 @@ class SubscriptionSessions:
         """Make sure ``client_id``'s session exists with ``filters``.  When its record
         says so already (a re-attach: every instance re-attaches every subscription at
         start and when it follows a new one), nothing more: connecting would cut the
-        deliverer off.  Otherwise connect, subscribe them, unsubscribe the filters the
-        record (or this process) had and no longer wants, disconnect, and write the
-        record.  A take-over that cuts the declaring connection off (the deliverer
-        reconnecting at the same moment) is retried until ``timeout``."""
+        deliverer off.  Otherwise write the record, connect, subscribe them, unsubscribe
+        the filters the record (or this process) had and no longer wants, disconnect.
+        A take-over that cuts the declaring connection off (the deliverer reconnecting at
+        the same moment) is retried until ``timeout``."""
         recorded = self.recorded(client_id)
         if recorded == filters:
             with self._lock:
@@ -181,6 +181,10 @@ class SubscriptionSessions:
             return
         with self._lock:
             before = self._declared.get(client_id, frozenset()) | (recorded or frozenset())
+        # the record first: another instance re-attaching the subscription meanwhile (it
+        # follows the store) then connects nothing, so it cannot cut off the instance
+        # that already delivers it; a deliverer subscribes the filters itself anyway
+        self._record(client_id, filters)
         deadline = time.monotonic() + timeout
         while True:
             conn = SessionConnection(
@@ -203,7 +207,6 @@ class SubscriptionSessions:
             finally:
                 conn.close()
             time.sleep(0.05)
-        self._record(client_id, filters)
         with self._lock:
             self._declared[client_id] = filters
 

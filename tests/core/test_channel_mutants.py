@@ -987,6 +987,7 @@ def test_a_channel_opened_while_the_engine_closes_never_starts() -> None:
     assert after.starts == [] and not channel.active
     assert engine.channel("b") is None
 
+
 # -- what arrives while a batch is prepared ------------------------------------------------
 def test_what_arrives_while_a_batch_is_prepared_joins_its_post() -> None:
     rig = Rig(batch_size=10)

@@ -6,7 +6,8 @@ channel's in-memory queue (bounded by the adapter prefetch) and schedules the ch
 its engine (``core.delivery.DeliveryEngine``).  A channel is run by at most one thread at a
 time, which keeps per-consumer order.
 
-A run takes up to ``batch_size`` messages from the head of the queue, passes them through
+A run takes up to ``batch_size`` messages from the head of the queue (and, once they are
+prepared, what arrived meanwhile, up to ``batch_size`` in all), passes them through
 ``prepare`` together (decode + residual topic / MessageContent filter, one verdict per
 message: a message that does not match is acked at once and never delivered) and hands
 the rest to ``send`` as one batch (one wrapped Notify).  ``prepare`` raising
@@ -632,6 +633,8 @@ class Channel(Generic[T]):
             except PrepareLater as later:
                 self._put_back(gen, take, later.delay)
                 return
+            if take:
+                take, items = self._join_arrivals(gen, take, items)
             for received, item in zip(take, items, strict=True):
                 if item is None:
                     metrics.NOTIFICATIONS_FILTERED.inc()
@@ -657,6 +660,45 @@ class Channel(Generic[T]):
             except Exception:
                 log.exception("subscription %s: settling a batch raised", self.name)
                 self.engine._later(self.schedule.delay(1), self, gen)
+
+    def _join_arrivals(
+        self, gen: int, take: list[Received], items: Sequence[T | None]
+    ) -> tuple[list[Received], list[T | None]]:
+        """What arrived while ``take`` was prepared joins it, up to ``batch_size`` (one
+        post instead of two; nothing waits for it).  An arrival ``prepare`` cannot take
+        now goes back to the head of the queue for the next run."""
+        take, items = list(take), list(items)
+        while len(take) < self.batch_size:
+            with self._lock:
+                q = self._queue
+                if gen != self._gen or self._stopped or not q:
+                    break
+                more = [q.popleft() for _ in range(min(self.batch_size - len(take), len(q)))]
+                if not q:
+                    self._queue = None
+            try:
+                prepared = self._prepare(more)
+            except (EndSubscription, PrepareLater):
+                self._requeue_head(gen, more)  # the next run meets it again
+                break
+            take.extend(more)
+            items.extend(prepared)
+        return take, items
+
+    def _requeue_head(self, gen: int, more: list[Received]) -> None:
+        """Give ``more`` (taken from the head of the queue) back to it; stopped meanwhile:
+        unsettled, for the middleware to redeliver."""
+        with self._lock:
+            current = gen == self._gen and not self._stopped
+            if current:
+                q = self._queue
+                if q is None:
+                    q = self._queue = deque()
+                q.extendleft(reversed(more))
+            parked = self._parking
+        if not current and not parked:
+            for received in more:
+                self._settle(received, ack=False)
 
     def _attempt_safely(self, batch: list[T], lane: Lane | None) -> Attempted:
         """:meth:`_attempt`; an unexpected exception (a bug) is a failed attempt, retried

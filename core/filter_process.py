@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
 import select
 import signal
@@ -245,8 +246,7 @@ class Worker:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return _LATE
-            ready, _, _ = select.select([fd], [], [], remaining)
-            if not ready:
+            if not _readable(fd, remaining):
                 return _LATE
             try:
                 chunk = os.read(fd, 65536)
@@ -269,3 +269,12 @@ class Worker:
         if code == -signal.SIGKILL:
             return "killed"
         return f"exit:{code}"
+
+
+def _readable(fd: int, timeout: float) -> bool:
+    """Whether ``fd`` can be read (data, or its end) within ``timeout`` seconds.  Through
+    ``poll(2)``: ``select()`` refuses descriptors numbered 1024 and above, which a gateway
+    holding many connections gives its new pipes."""
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    return bool(poller.poll(max(0, math.ceil(timeout * 1000))))

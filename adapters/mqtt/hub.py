@@ -94,13 +94,17 @@ class Hub:
         self._poke()
 
     def wake(self, client: Any = None) -> None:
-        """Have the hub write what was queued for ``client`` (None: look at all)."""
+        """Have the hub write what was queued for ``client`` (None: look at all).  Only a
+        wake that finds nothing waiting pokes the thread: the others join the pass that
+        poke starts (the PUBACKs of a settled batch: one wake-up, not one per message)."""
         with self._lock:
+            idle = not self._dirty
             if client is None:
                 self._dirty.update(self._members)
             else:
                 self._dirty.add(id(client))
-        self._poke()
+        if idle:
+            self._poke()
 
     def _poke(self) -> None:
         with contextlib.suppress(OSError):

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from wsnmom.core import metrics
 from wsnmom.core.adapter import Received
-from wsnmom.core.channel import Backoff, Channel, EndSubscription, _settle
+from wsnmom.core.channel import Backoff, Channel, EndSubscription, PrepareLater, _settle
 from wsnmom.core.delivery_budget import MemoryBudget
 from wsnmom.core.lanes import Lane, Outcome
 from wsnmom.core.log_context import current_request_id
@@ -90,6 +90,10 @@ class Rig:
         self.drop = drop
         self.prepared: list[list[int]] = []
         self.during_send: Callable[[], None] | None = None
+        #: called once, inside the next ``prepare`` (messages arriving meanwhile)
+        self.during_prepare: Callable[[], None] | None = None
+        #: ``prepare`` raises this once for a batch that starts with this message
+        self.refuse: tuple[int, Exception] | None = None
         self.channel: Channel[str] = Channel(
             self.engine,
             "sub-1",
@@ -106,6 +110,12 @@ class Rig:
     def prepare(self, batch: Sequence[Received]) -> Sequence[str | None]:
         ns = [m.n for m in batch]  # type: ignore[attr-defined]
         self.prepared.append(ns)
+        if self.refuse is not None and ns and ns[0] == self.refuse[0]:
+            error, self.refuse = self.refuse[1], None
+            raise error
+        hook, self.during_prepare = self.during_prepare, None
+        if hook is not None:
+            hook()
         return [None if self.drop(n) else f"m{n}" for n in ns]
 
     def send(self, items: Sequence[str]) -> None:
@@ -976,3 +986,63 @@ def test_a_channel_opened_while_the_engine_closes_never_starts() -> None:
     assert before.starts and before.stops == 1
     assert after.starts == [] and not channel.active
     assert engine.channel("b") is None
+
+
+# -- what arrives while a batch is prepared ------------------------------------------------
+def test_what_arrives_while_a_batch_is_prepared_joins_its_post() -> None:
+    rig = Rig(batch_size=10)
+    rig.channel.start()
+    rig.deliver(1, 2)
+    rig.during_prepare = lambda: rig.deliver(3, 4, 5)
+    rig.run()
+    assert rig.sent == [["m1", "m2", "m3", "m4", "m5"]]
+    assert rig.prepared == [[1, 2], [3, 4, 5]]
+    assert rig.acks() == [1, 2, 3, 4, 5]
+    assert rig.channel.held() == 0
+    assert rig.engine.ready == [rig.channel._gen]  # scheduled once, not run again
+
+
+def test_arrivals_join_only_up_to_the_batch_size() -> None:
+    rig = Rig(batch_size=3)
+    rig.channel.start()
+    rig.deliver(1, 2)
+    rig.during_prepare = lambda: rig.deliver(3, 4, 5)
+    rig.run()
+    assert rig.sent == [["m1", "m2", "m3"]]
+    assert rig.channel.held() == 2
+    rig.run()
+    assert rig.sent[1] == ["m4", "m5"]
+    assert rig.acks() == [1, 2, 3, 4, 5]
+
+
+@pytest.mark.parametrize("error", [PrepareLater(0.5), EndSubscription("over budget", "filter")])
+def test_arrivals_prepare_refuses_go_back_to_the_head_of_the_queue(error: Exception) -> None:
+    rig = Rig(batch_size=10)
+    rig.channel.start()
+    rig.deliver(1, 2)
+    rig.during_prepare = lambda: rig.deliver(3, 4)
+    rig.refuse = (3, error)
+    rig.run()
+    assert rig.sent == [["m1", "m2"]]
+    assert rig.acks() == [1, 2]
+    assert [m.n for m in rig.channel.held_messages(10)] == [3, 4]  # type: ignore[attr-defined]
+    assert len(rig.engine.ready) == 2  # run again for them
+    rig.run()
+    assert rig.sent[1] == ["m3", "m4"]
+    assert rig.acks() == [1, 2, 3, 4]
+
+
+def test_arrivals_after_a_stop_are_not_joined() -> None:
+    rig = Rig(batch_size=10)
+    rig.channel.start()
+    rig.deliver(1, 2)
+    gen = rig.channel._gen
+
+    def arrive_then_stop() -> None:
+        rig.deliver(3)
+        rig.channel.stop()
+
+    rig.during_prepare = arrive_then_stop
+    rig.channel._run(gen)
+    assert rig.prepared == [[1, 2]]
+    assert 3 not in rig.acks()

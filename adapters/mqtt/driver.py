@@ -8,20 +8,22 @@ numbered 1024 and above, so a gateway process holding more than about a thousand
 descriptors (HTTP keep-alive clients, outbound connections) would lose the connection at
 its next reconnect; this loop waits with :func:`.readiness.ready` (``poll``).
 
-Why the publisher's link needs it anyway: with ``loop_start`` every message published from another thread is one hand-off to
-paho's network thread (a byte on a socket pair wakes its ``select``) and every PUBACK one
-hand-off back (a condition per message).  The driver's thread instead calls
-``after_read()`` on every pass (after reading, or after :meth:`Driver.wake`): the publisher
-sends from its own queue there, as many messages as the broker's window has room for, so
-a batch of messages costs one wake-up, and the room PUBACKs make is refilled in the pass
-that read them.
+Why the publisher's link needs it anyway: with ``loop_start`` every message published from
+another thread is one hand-off to paho's network thread (a byte on a socket pair wakes its
+``select``) and every PUBACK one hand-off back (a condition per message). The driver's
+thread instead calls ``after_read()`` on every pass (after reading, or after
+:meth:`Driver.wake`): the publisher sends from its own queue there, as many messages as the
+broker's window has room for, so a batch of messages costs one wake-up, and the room
+PUBACKs make is refilled in the pass that read them.
 
 Only the driver's thread reads and writes the socket, always under :attr:`Driver.io_lock`
-(another thread that queues a packet holds it too, then calls ``wake``).  Request threads
+(another thread that queues a packet holds it too, then calls ``wake``; with
+``wake_on_queue``, as for the session's link, paho's own locks guard its queue and queueing
+a packet wakes the thread, as with ``loop_start``). Request threads
 never hold a lock across a system call: one that did would keep every other publisher
 waiting while it waits for the GIL again (measured: a convoy that cut the throughput of
-1-message Notifies with a push subscription to a quarter on a loaded CPU).  Reconnects
-wait ``reconnect_min_delay`` doubled up to ``reconnect_max_delay``.
+1-message Notifies with a push subscription to a quarter on a loaded CPU). Reconnects wait
+``reconnect_min_delay`` doubled up to ``reconnect_max_delay``.
 """
 
 from __future__ import annotations

@@ -1,15 +1,15 @@
-"""One paho-mqtt client and its connection: settings applied, connected in the background
-with reconnects (exponential backoff), state visible without I/O.
+"""One paho-mqtt client and its connection: settings applied, connected in the background with
+reconnects (exponential backoff), state visible without I/O.
 
 :class:`Link` runs its client on the adapter's :class:`~.driver.Driver` (one thread does
 all the socket I/O; with ``own_loop`` it calls ``after_read`` on every pass and the users
 wake it, otherwise queueing a packet wakes it), or on a shared :class:`~.hub.Hub` — never
-on paho's ``loop_start``, whose ``select`` refuses descriptors >= 1024: it connects,
-reads, writes, sends keep-alives and reconnects after a loss, waiting
-``reconnect_min_delay`` doubled up to ``reconnect_max_delay`` between attempts.  Its callbacks never block: the users of a link
-only record what happened and hand work to their own threads.  :meth:`Link.start` waits
-for the first CONNACK and turns a refusal into the adapter's typed errors
-(wrong credentials, not authorized) so a gateway does not keep knocking.
+on paho's ``loop_start``, whose ``select`` refuses descriptors >= 1024: it connects, reads,
+writes, sends keep-alives and reconnects after a loss, waiting ``reconnect_min_delay``
+doubled up to ``reconnect_max_delay`` between attempts. Its callbacks never block: the
+users of a link only record what happened and hand work to their own threads.
+:meth:`Link.start` waits for the first CONNACK and turns a refusal into the adapter's typed
+errors (wrong credentials, not authorized) so a gateway does not keep knocking.
 """
 
 from __future__ import annotations

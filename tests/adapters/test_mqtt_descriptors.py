@@ -31,7 +31,7 @@ __all__ = ["high_descriptors", "make"]  # fixtures used by name
 
 def _descriptors(adapter: MqttAdapter) -> list[int]:
     """The descriptors of the adapter's connections (session and publisher)."""
-    node = adapter._node  # noqa: SLF001 - the test checks where its sockets are
+    node = adapter._node  # where its sockets are
     assert node is not None
     socks = [node.session.link.client.socket(), node.publisher.link.client.socket()]
     return [s.fileno() for s in socks if s is not None]

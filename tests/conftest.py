@@ -2,6 +2,7 @@
 
 import importlib.util
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -41,9 +42,53 @@ def _adapter_of(nodeid: str) -> str:
     return parts[0].rsplit("/", 1)[-1].removeprefix("test_").split("_")[0]
 
 
+#: descriptors open at the end of each pytest-xdist worker, by worker id
+_WORKER_DESCRIPTORS: dict[str, int] = {}
+
+
+def _open_descriptors() -> int | None:
+    """The descriptors this process holds (None where /proc is missing)."""
+    try:
+        return len(os.listdir("/proc/self/fd"))
+    except OSError:
+        return None
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """A pytest-xdist worker hands its count of open descriptors to the controller."""
+    output = getattr(session.config, "workeroutput", None)
+    count = _open_descriptors()
+    if output is not None and count is not None:
+        output["open_descriptors"] = count
+
+
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist: optional without it
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    count = getattr(node, "workeroutput", {}).get("open_descriptors")
+    if count is not None:
+        _WORKER_DESCRIPTORS[str(node.gateway.id)] = int(count)
+
+
+def _report_descriptors(terminalreporter: Any) -> None:
+    """One line: the descriptors each test process held at its end.  Tests that leak them
+    (adapters, clients, pull buffers kept past their test) show here long before a process
+    reaches 1024, where ``select()`` (paho's own loop, the test suite's native clients)
+    fails."""
+    counts = dict(_WORKER_DESCRIPTORS)
+    if not counts and not hasattr(terminalreporter.config, "workerinput"):
+        own = _open_descriptors()
+        if own is not None:
+            counts["main"] = own
+    if counts:
+        listed = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
+        terminalreporter.write_line(f"open descriptors at the end: {listed}")
+
+
 def pytest_terminal_summary(terminalreporter: Any) -> None:
-    """One line per capability the run skipped tests for, with the adapters that lack it
-    (a skip whose reason is a capability name: ``wsnmom.testing.conformance.require``)."""
+    """The descriptors left open (:func:`_report_descriptors`); one line per capability
+    the run skipped tests for, with the adapters that lack it (a skip whose reason is a
+    capability name: ``wsnmom.testing.conformance.require``)."""
+    _report_descriptors(terminalreporter)
     names = _capability_names()
     lacking: dict[str, dict[str, int]] = {}
     for report in terminalreporter.stats.get("skipped", []):

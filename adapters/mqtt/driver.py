@@ -2,20 +2,28 @@
 external event loops (``loop_read``, ``loop_write``, ``loop_misc``, ``reconnect``,
 ``on_socket_register_write``), instead of paho's threaded loop (``loop_start``).
 
-Why: with ``loop_start`` every message published from another thread is one hand-off to
-paho's network thread (a byte on a socket pair wakes its ``select``) and every PUBACK one
-hand-off back (a condition per message).  The driver's thread instead calls
-``after_read()`` on every pass (after reading, or after :meth:`Driver.wake`): the publisher
-sends from its own queue there, as many messages as the broker's window has room for, so
-a batch of messages costs one wake-up, and the room PUBACKs make is refilled in the pass
-that read them.
+Every paho client of the adapter runs on this loop or on :mod:`.hub`, never on paho's
+``loop_start``: paho's loop waits with ``select.select``, which refuses descriptors
+numbered 1024 and above, so a gateway process holding more than about a thousand
+descriptors (HTTP keep-alive clients, outbound connections) would lose the connection at
+its next reconnect; this loop waits with :func:`.readiness.ready` (``poll``).
+
+Why the publisher's link needs it anyway: with ``loop_start`` every message published from
+another thread is one hand-off to paho's network thread (a byte on a socket pair wakes its
+``select``) and every PUBACK one hand-off back (a condition per message). The driver's
+thread instead calls ``after_read()`` on every pass (after reading, or after
+:meth:`Driver.wake`): the publisher sends from its own queue there, as many messages as the
+broker's window has room for, so a batch of messages costs one wake-up, and the room
+PUBACKs make is refilled in the pass that read them.
 
 Only the driver's thread reads and writes the socket, always under :attr:`Driver.io_lock`
-(another thread that queues a packet holds it too, then calls ``wake``).  Request threads
+(another thread that queues a packet holds it too, then calls ``wake``; with
+``wake_on_queue``, as for the session's link, paho's own locks guard its queue and queueing
+a packet wakes the thread, as with ``loop_start``). Request threads
 never hold a lock across a system call: one that did would keep every other publisher
 waiting while it waits for the GIL again (measured: a convoy that cut the throughput of
-1-message Notifies with a push subscription to a quarter on a loaded CPU).  Reconnects
-wait ``reconnect_min_delay`` doubled up to ``reconnect_max_delay``.
+1-message Notifies with a push subscription to a quarter on a loaded CPU). Reconnects wait
+``reconnect_min_delay`` doubled up to ``reconnect_max_delay``.
 """
 
 from __future__ import annotations
@@ -38,7 +46,7 @@ __all__ = ["Driver"]
 
 log = logging.getLogger("wsnmom.adapters.mqtt")
 
-#: longest wait in ``select``: keep-alives are checked at least this often
+#: longest wait for the socket: keep-alives are checked at least this often
 _TICK = 1.0
 
 
@@ -53,6 +61,9 @@ class Driver:
         max_delay: float,
         on_connect_fail: Callable[[], None],
         after_read: Callable[[], None] | None = None,
+        *,
+        wake_on_queue: bool = False,
+        reconnect: bool = True,
     ) -> None:
         self.client = client
         self.label = label
@@ -60,6 +71,7 @@ class Driver:
         self.max_delay = max_delay
         self.on_connect_fail = on_connect_fail
         self.after_read = after_read
+        self.reconnect = reconnect
         #: held for every call into the client that reads, writes or queues packets
         self.io_lock = threading.RLock()
         self._halt = threading.Event()
@@ -70,8 +82,11 @@ class Driver:
         #: no reconnects after a refusal that waiting does not cure, or after ``stop``
         self.give_up = False
         # without these callbacks paho writes a packet in the thread that queues it; with
-        # them it leaves the writing to the loop (this thread)
-        client.on_socket_register_write = _nothing
+        # them it leaves the writing to the loop (this thread).  ``wake_on_queue``: a packet
+        # queued while nothing waits to be written wakes this thread (as paho's own loop
+        # is woken), for users that queue without ``io_lock`` and ``wake``; a packet queued
+        # while others wait is seen by the next pass (``want_write`` before every wait)
+        client.on_socket_register_write = self._queued if wake_on_queue else _nothing
         client.on_socket_unregister_write = _nothing
 
     def start(self) -> None:
@@ -80,7 +95,7 @@ class Driver:
         self._thread.start()
 
     def flush(self) -> None:
-        """Write what is queued (the driver's thread, ``io_lock`` held); ``select`` waits
+        """Write what is queued (the driver's thread, ``io_lock`` held); ``ready`` waits
         for room in the socket for the rest."""
         if self.client.want_write():
             self.client.loop_write()
@@ -89,6 +104,9 @@ class Driver:
         """Make the driver's thread write what is queued and call ``after_read``."""
         with contextlib.suppress(OSError):
             self._wake_w.send(b"\0")
+
+    def _queued(self, client: Any, userdata: Any, sock: Any) -> None:
+        self.wake()
 
     def stop(self, timeout: float = 5.0) -> None:
         """Send DISCONNECT, close the connection and end the thread; idempotent."""
@@ -116,10 +134,14 @@ class Driver:
         delay = self.min_delay
         while not self._halt.is_set() and not self.give_up:
             if not self._connect():
+                if not self.reconnect:
+                    return
                 self._halt.wait(delay)
                 delay = min(delay * 2, self.max_delay)
                 continue
             self._serve()
+            if not self.reconnect:
+                return
             delay = self.min_delay
             self._halt.wait(delay)
 

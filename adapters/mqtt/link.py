@@ -1,14 +1,15 @@
-"""One paho-mqtt client and its connection: settings applied, connected in the background
-with reconnects (exponential backoff), state visible without I/O.
+"""One paho-mqtt client and its connection: settings applied, connected in the background with
+reconnects (exponential backoff), state visible without I/O.
 
-:class:`Link` runs paho's own network thread (``loop_start``), or with ``own_loop`` the
-adapter's :class:`~.driver.Driver` (one thread does all the socket I/O and calls
-``after_read`` on every pass): it connects, reads, writes, sends keep-alives and
-reconnects after a loss, waiting ``reconnect_min_delay`` doubled up to
-``reconnect_max_delay`` between attempts.  Its callbacks never block: the users of a link
-only record what happened and hand work to their own threads.  :meth:`Link.start` waits
-for the first CONNACK and turns a refusal into the adapter's typed errors
-(wrong credentials, not authorized) so a gateway does not keep knocking.
+:class:`Link` runs its client on the adapter's :class:`~.driver.Driver` (one thread does
+all the socket I/O; with ``own_loop`` it calls ``after_read`` on every pass and the users
+wake it, otherwise queueing a packet wakes it), or on a shared :class:`~.hub.Hub` — never
+on paho's ``loop_start``, whose ``select`` refuses descriptors >= 1024: it connects, reads,
+writes, sends keep-alives and reconnects after a loss, waiting ``reconnect_min_delay``
+doubled up to ``reconnect_max_delay`` between attempts. Its callbacks never block: the
+users of a link only record what happened and hand work to their own threads.
+:meth:`Link.start` waits for the first CONNACK and turns a refusal into the adapter's typed
+errors (wrong credentials, not authorized) so a gateway does not keep knocking.
 """
 
 from __future__ import annotations
@@ -76,9 +77,9 @@ class Link:
     ``persistent``: the session survives the connection (clean start false, MQTT 5
     session expiry ``settings.session_expiry``); otherwise every connection starts clean.
     ``on_connected(session_present, properties)`` and ``on_disconnected()`` are called on
-    paho's network thread (the driver's with ``own_loop``), after the link's own state
+    the network thread (the driver's or the hub's), after the link's own state
     changed.  ``after_read`` (``own_loop`` only) is called after every read, under
-    ``io_lock``.
+    ``io_lock``.  ``reconnect`` false: a lost connection stays lost.
     """
 
     def __init__(
@@ -124,7 +125,8 @@ class Link:
         self.hub = hub
         if hub is not None:
             Hub.prepare(client)
-        if own_loop:
+        else:
+            # never paho's ``loop_start``: its ``select`` refuses descriptors >= 1024
             self.driver = Driver(
                 client,
                 label.replace(" ", "-").lower(),
@@ -132,11 +134,13 @@ class Link:
                 settings.reconnect_max_delay,
                 on_connect_fail=lambda: self._connect_fail_cb(client, None),
                 after_read=after_read,
+                wake_on_queue=not own_loop,
+                reconnect=reconnect,
             )
         #: held around calls into the client from other threads that queue packets
-        #: (``own_loop``: the driver's thread holds it while it reads and writes; call
-        #: ``wake()`` after queueing); paho's own locks make it a formality with
-        #: ``loop_start``
+        #: (the driver's or the hub's thread holds it while it reads and writes); with
+        #: ``own_loop`` call ``wake()`` after queueing, without it queueing wakes the
+        #: driver and paho's own locks suffice
         self.io_lock: Any = self.driver.io_lock if self.driver else threading.RLock()
 
     # -- state ------------------------------------------------------------------------------
@@ -176,8 +180,6 @@ class Link:
             self.hub.add(self.client, self.io_lock)
         elif self.driver is not None:
             self.driver.start()
-        else:
-            self.client.loop_start()
         with self._cv:
             # a CONNACK counts even when the connection is gone again by the time this
             # thread looks (a take-over of a fixed client id right after it connected)
@@ -219,12 +221,6 @@ class Link:
             self._stop_on_hub(self.hub)
         elif self.driver is not None:
             self.driver.stop()
-        else:
-            try:
-                self.client.disconnect()
-            except Exception:  # pragma: no cover - the socket may be gone already
-                log.debug("%s: disconnect failed", self.label, exc_info=True)
-            self.client.loop_stop()
         with self._cv:
             self._connected = False
             self._cv.notify_all()
@@ -248,7 +244,7 @@ class Link:
 
     def wake(self) -> None:
         """Have the network thread write what was queued and call ``after_read``
-        (``own_loop``; paho's own thread is woken by paho)."""
+        (needed with ``own_loop`` or a hub; otherwise queueing a packet wakes the driver)."""
         if self.hub is not None:
             self.hub.wake(self.client)
         if self.driver is not None:

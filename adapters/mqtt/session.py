@@ -4,7 +4,7 @@ the gateway-kept queues.
 One persistent session per gateway instance (clean start false, QoS 1, session expiry
 ``session_expiry``) subscribes to the effective filters of every subscription
 (:mod:`.filters`).  The broker keeps the session's messages while the gateway is away; while
-it is connected, paho's network thread hands every message to the worker through one FIFO
+it is connected, the link's network thread hands every message to the worker through one FIFO
 (``_inbox``) and never blocks.  The worker takes up to ``ingest_batch`` messages at a time,
 routes them by topic into the queue store (``adapters.embedded.store.Engine``: one SQLite
 transaction per batch; each subscription's own patterns decide, so a message reaches a

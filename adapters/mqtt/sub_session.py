@@ -25,7 +25,8 @@ which decides.  A connection without a consumer (a declaring one: :meth:`open` t
 :meth:`close`) acknowledges nothing it receives meanwhile; the broker sends those
 messages again to the next connection.
 
-One paho network thread per open connection (``loop_start``).
+The connections of an instance share its :class:`~.hub.Hub`'s network thread (without
+one, each runs on a :class:`~.driver.Driver` of its own).
 """
 
 from __future__ import annotations

@@ -149,3 +149,23 @@ def test_advertised_address_and_ipv6() -> None:
         body = f"<wsnt:Notify>{_message('t:a', '<six/>')}</wsnt:Notify>"
         assert _post(consumer6.address, _envelope(body)).status_code == 202
         assert consumer6.get(timeout=5).payload.tag == "six"
+
+
+def test_close_ends_the_keep_alive_connections_it_serves() -> None:
+    """A broker keeps its delivery connection open between Notifies; closing the consumer
+    ends it (before, its socket and request thread stayed until the broker closed it)."""
+    consumer = NotificationConsumer()
+    conn = socket.create_connection((consumer.host, consumer.port), timeout=10)
+    try:
+        conn.sendall(b"GET /consumer HTTP/1.1\r\nHost: x\r\n\r\n")
+        answer = b""
+        while b"\r\n\r\n" not in answer or not answer.endswith(b"here\n"):
+            chunk = conn.recv(4096)
+            assert chunk, "the consumer closed the connection before answering"
+            answer += chunk
+        assert answer.startswith(b"HTTP/1.1 405")  # answered, and kept open (HTTP/1.1)
+        consumer.close()
+        assert conn.recv(4096) == b""  # the end of the connection, within the timeout
+    finally:
+        conn.close()
+        consumer.close()

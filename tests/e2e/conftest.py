@@ -118,9 +118,13 @@ class Wsn:
 
 
 @pytest.fixture
-def wsn(wsnmom_server: RunningServer) -> Wsn:
-    """A raw SOAP client with a fresh topic namespace (isolates tests sharing the server)."""
-    return Wsn(wsnmom_server, f"urn:test:{uuid.uuid4().hex[:12]}")
+def wsn(wsnmom_server: RunningServer) -> Iterator[Wsn]:
+    """A raw SOAP client with a fresh topic namespace (isolates tests sharing the server);
+    its HTTP session closed at teardown (left to the garbage collector, its keep-alive
+    connection stayed open for many tests)."""
+    client = Wsn(wsnmom_server, f"urn:test:{uuid.uuid4().hex[:12]}")
+    yield client
+    client.http.close()
 
 
 @pytest.fixture

@@ -21,9 +21,11 @@ gets a SOAP fault (HTTP 500), so the broker retries or gives up as configured.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import logging
 import queue
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -77,6 +79,9 @@ class NotificationConsumer:
         self._callback = on_notification
         self._count = 0
         self._lock = threading.Lock()
+        #: the connections being served (keep-alive ones wait for their next request)
+        self._connections: set[socket.socket] = set()
+        self._connections_lock = threading.Lock()
         consumer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -85,6 +90,16 @@ class NotificationConsumer:
 
             def log_message(self, format: str, *args: Any) -> None:
                 log.debug("%s " + format, self.address_string(), *args)
+
+            def setup(self) -> None:
+                super().setup()
+                with consumer._connections_lock:
+                    consumer._connections.add(self.connection)
+
+            def finish(self) -> None:
+                with consumer._connections_lock:
+                    consumer._connections.discard(self.connection)
+                super().finish()
 
             def do_POST(self) -> None:
                 consumer._handle(self)
@@ -172,10 +187,16 @@ class NotificationConsumer:
 
     # --- lifecycle -------------------------------------------------------------------------
     def close(self) -> None:
-        """Stop the server (idempotent)."""
+        """Stop the server and end the connections it serves (a broker's keep-alive
+        connection would keep its socket and request thread otherwise); idempotent."""
         if self._thread.is_alive():
             self._server.shutdown()
         self._server.server_close()
+        with self._connections_lock:
+            serving = list(self._connections)
+        for connection in serving:  # its request thread reads the end and closes it
+            with contextlib.suppress(OSError):
+                connection.shutdown(socket.SHUT_RDWR)
 
     def __enter__(self) -> Self:
         return self

@@ -175,12 +175,15 @@ class AdapterFixtures:
 
     @pytest.fixture(autouse=True)
     def _pull_buffers(self) -> Iterator[None]:
-        """Pull buffers over the push-only handles of one test (stopped at teardown)."""
+        """Pull buffers over the push-only handles of one test (stopped and dropped at
+        teardown: pytest keeps the test's instance to the end of the run, and a buffer
+        keeps its handle and so the closed adapter, its sockets and threads' memory)."""
         self._buffers: dict[int, PullBuffer] = {}
         yield
         for buffer in self._buffers.values():
             with contextlib.suppress(Exception):
                 buffer.stop()
+        self._buffers.clear()
 
     @pytest.fixture
     def namespace(self) -> str:

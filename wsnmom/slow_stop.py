@@ -64,10 +64,10 @@ class SlowStopWatch:
 
     def _watch(self) -> None:
         while self.dumped < self.dumps and not self._done.wait(self.after):
-            self.dumped += 1
             log.warning(
                 "%s still under way after %.1f s; the threads:\n%s",
                 self.what,
                 time.monotonic() - self._started,
                 thread_dump(),
             )
+            self.dumped += 1  # after the line is logged: what a reader of the count may see

@@ -225,7 +225,7 @@ def test_a_zombies_position_writes_are_fenced_and_move_nothing_back(
     store_a.dead = True  # stopped: what A writes from now on does not land
     for i in range(5):
         log.append(STREAM, b"%d" % i)
-    got_a.wait_for(5, 5)
+    got_a.wait_for(5, 30)
     # its lease expires: what it reads from now on it does not post (the lease check
     # before every post), so it settles nothing more; B takes the subscription over and
     # saves past A's position
@@ -235,20 +235,20 @@ def test_a_zombies_position_writes_are_fenced_and_move_nothing_back(
     on_b.start(got_b)
     for i in range(5, 8):
         log.append(STREAM, b"%d" % i)
-    got_b.wait_for_body(b"7", 5)
-    wait_until(lambda: (shared.get("s") or {}).get(STREAM) == 8, 5, what="B saving its position")
+    got_b.wait_for_body(b"7", 30)
+    wait_until(lambda: (shared.get("s") or {}).get(STREAM) == 8, 30, what="B saving its position")
     # B stops delivering (so that it saves nothing more), and its last commit pass ran
     on_b.stop()
     log.append(("v", 0), b"witness")
-    witness_b.wait_for(1, 5)
-    wait_until(lambda: (shared.get("v") or {}).get(("v", 0)) == 1, 5, what="B's next commit pass")
+    witness_b.wait_for(1, 30)
+    wait_until(lambda: (shared.get("v") or {}).get(("v", 0)) == 1, 30, what="B's next commit pass")
     # A runs again: its pending write is tried again, then its watchdog closes the
     # delivery (the position A had: 5)
     store_a.dead = False
     on_a.stop()
     log.append(("u", 0), b"witness")
-    witness.wait_for(1, 5)
-    wait_until(lambda: (shared.get("w") or {}).get(("u", 0)) == 1, 5, what="A's next commit pass")
+    witness.wait_for(1, 30)
+    wait_until(lambda: (shared.get("w") or {}).get(("u", 0)) == 1, 30, what="A's next commit pass")
     assert (shared.get("s") or {}).get(STREAM) == 8  # before: 5
 
 

@@ -527,7 +527,9 @@ class Adapter(abc.ABC):
 
         ``may_save(name)`` is core's fence for those saves: whether this instance may
         still write the position of the durable subscription ``name`` (it holds the lease
-        of its shard, or handed it back cleanly a moment ago).  Such an adapter asks it
+        of its shard, or handed it back cleanly a moment ago; for a subscription that
+        feeds a pull point core buffers, the shard of that pull point, whose holder reads
+        the feed, ``core.pull_owners``).  Cheap: no I/O.  Such an adapter asks it
         just before every position write and drops the write when it says no: an instance
         that was stopped past its lease (a zombie) then never moves a position back behind
         the one the new deliverer saved.  Default: nothing to do."""

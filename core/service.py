@@ -98,6 +98,9 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
+#: feeds whose pull point the position fence remembers (``BrokerService._may_save``)
+FEEDS_REMEMBERED = 65536
+
 
 def _version() -> str:
     try:
@@ -237,6 +240,8 @@ class BrokerService:
         #: opens and closes deliveries as shards come and go (``core.ownership``)
         self.ownership = ownership = Ownership(ctx, self.subscriptions)
         #: this instance among those sharing the store (``core.cluster``)
+        #: feed subscription -> the pull point it feeds (the position fence's cache)
+        self._feeds: dict[str, str] = {}
         self.cluster = ClusterMember(
             self.store.coordination(ctx.instance_id),
             self.settings.cluster,
@@ -260,7 +265,7 @@ class BrokerService:
             fed_by=self._pull_point_fed_by,
         )
         if self.cluster.shared:
-            self.adapter.shared_by_instances(self.cluster.may_save)
+            self.adapter.shared_by_instances(self._may_save)
             ctx.delivers = self.cluster.delivers
             ctx.leads = self.cluster.leads
             ctx.registry.loader = self.follower.load
@@ -499,6 +504,27 @@ class BrokerService:
     def rate_history(self) -> list[RatePoint]:
         """The last hour of traffic, oldest first (the admin page's charts)."""
         return self.rates.points()
+
+    def _may_save(self, name: str) -> bool:
+        """Core's position fence (``Adapter.shared_by_instances``): a subscription that
+        feeds a pull point core buffers is read where that pull point is read
+        (``core.pull_owners``), so it is fenced by the pull point's shard; any other name
+        by its own (``ClusterMember.may_save``, clean hand-back grace included).  Asked
+        before every position write: the feed's pull point is read from the registry (a
+        dict read) and remembered, so a feed destroyed a moment ago is still fenced by
+        its pull point; never a store query."""
+        if self.pull_owners.active:
+            pull_point = self._feeds.get(name)
+            if pull_point is None:
+                state = self._ctx.registry.subscriptions.get(name)
+                pull_point = state.record.pull_point_id if state is not None else None
+                if pull_point is not None:
+                    if len(self._feeds) >= FEEDS_REMEMBERED:
+                        self._feeds.clear()
+                    self._feeds[name] = pull_point
+            if pull_point is not None:
+                return self.cluster.may_save(pull_point)
+        return self.cluster.may_save(name)
 
     def _pull_point_fed_by(self, subscription_id: str) -> str | None:
         """The pull point a subscription feeds (``core.pull_owners``): read from memory,

@@ -18,9 +18,10 @@ clears it after ending the session.
 **Fencing.**  Whoever connects with the session's client id last receives; the broker cuts
 the previous connection off.  Mosquitto does not tell the old connection why, so a
 handle reconnects after a loss only while ``may_save(name)`` (core's lease fence, given
-to ``Adapter.shared_by_instances``) says this instance still delivers the subscription,
-asked just before every reconnect: a zombie woken after SIGSTOP stays off and does not
-cut the new deliverer off in turn.  A reconnect that finds no session on the broker
+to ``Adapter.shared_by_instances``) says this instance still delivers the subscription
+(for a feed of a pull point: still reads that pull point), asked just before every
+reconnect: a zombie woken after SIGSTOP stays off and does not cut the new deliverer off
+in turn.  A reconnect that finds no session on the broker
 (deleted through another instance, or lost by the broker) is not taken as it is: the
 connection ends the empty session it made and the handle starts again after
 ``RESTART_DELAY`` (as the RabbitMQ adapter restarts a consumer whose channel the broker

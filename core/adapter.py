@@ -564,6 +564,16 @@ class Adapter(abc.ABC):
     def delete_subscription(self, name: str) -> None:
         """Destroy the durable subscription ``name`` without a handle; idempotent."""
 
+    def forget_subscription(self, name: str) -> None:
+        """Cluster mode: another instance destroyed the durable subscription ``name``
+        (its record is gone from the shared store); this instance stopped its handle.
+        Drop what the adapter keeps of it here and write nothing of it to the middleware
+        again; an adapter that saved its position itself (a cursor's consumer group)
+        makes sure no save of this instance's, also one already under way, is left behind
+        the other instance's delete.  Idempotent, also for unknown names.  Default:
+        nothing (the middleware keeps nothing this instance wrote)."""
+        return None
+
     def depths(self, handles: Sequence[SubscriptionHandle]) -> list[int | None]:
         """``handle.depth()`` of each handle, in order, in as few middleware round trips
         as possible (``/metrics`` and the sweep call this once for every subscription).

@@ -136,6 +136,7 @@ class Follower:
                 for sub in feeding:
                     self._subscriptions.forget(sub)
                 live.stop()
+                ctx.forget_native(pp_id)
                 registry.update_gauges()
             return None
         if live is None:

@@ -25,7 +25,7 @@ from tests.fixtures.server import ConsumerServer
 from tests.support.waiting import wait_until
 from wsnmom.client.model import EndpointReference
 
-pytestmark = [pytest.mark.e2e, pytest.mark.kafka]
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.kafka]
 
 TOPIC = topic("groups")
 

@@ -312,7 +312,10 @@ class SessionClient:
     def buffered(self) -> bool:
         """Whether TLS holds bytes already read from the socket (the hub serves them)."""
         sock = self._sock
-        return isinstance(sock, ssl.SSLSocket) and sock.pending() > 0
+        try:
+            return isinstance(sock, ssl.SSLSocket) and sock.pending() > 0
+        except (OSError, ValueError):  # closed meanwhile by another thread
+            return False
 
     def serve(self, readable: bool, writable: bool) -> bool:
         """One pass of the hub: read, keep alive, write; whether the connection lives."""
@@ -342,6 +345,9 @@ class SessionClient:
                 self._end(f"protocol violation: {exc}")
             except (OSError, ssl.SSLError) as exc:
                 self._end(f"connection lost ({exc})", log_it=True)
+            except Exception as exc:  # a bug (here or in a callback): this session only
+                log.exception("%s: serving the connection failed", self.label)
+                self._end(f"closed after an internal error ({exc!r})")
             if self._proto.state == "closed" and self._ended is None:
                 self._end("the broker refused or closed the session")
             return self._ended is None

@@ -273,3 +273,33 @@ def test_a_broker_that_never_answers_the_connect(
     with pytest.raises(AdapterUnavailable, match="did not accept a connection"):
         client.start(0.5)
     assert handler.ended.is_set()
+
+
+class Failing(Recorder):
+    """A handler with a bug: every message raises."""
+
+    def published(self, messages: list[Publish]) -> None:
+        raise RuntimeError("a bug in the consumer")
+
+
+def test_a_failing_callback_ends_that_session_only(
+    broker: FakeBroker, hub: Hub, tmp_path: Path
+) -> None:
+    """The session is closed (its owner hears of it and reconnects: the broker sends the
+    messages again) and the hub's thread serves the other sessions on."""
+    handler = Failing()
+    client = _client(broker, hub, tmp_path, handler)
+    _connect(client, broker, CONNACK_PRESENT)
+    broker.send(_publish("t", 1, b"x"))
+    wait_until(handler.ended.is_set, 20, what="the failing session closed")
+    assert handler.why is not None and "internal error" in handler.why
+    other = FakeBroker()
+    try:
+        handler2 = Recorder()
+        client2 = _client(other, hub, tmp_path, handler2)
+        _connect(client2, other, CONNACK_PRESENT)
+        other.send(_publish("t", 1, b"after"))
+        wait_until(lambda: handler2.calls, 20, what="a message on another session")
+        client2.close()
+    finally:
+        other.close()

@@ -37,6 +37,7 @@ from wsnmom.core.adapter import AdapterUnavailable
 from .config import MqttSettings
 from .hub import Hub
 from .link import refusal
+from .reason_codes import reason_name
 from .sub_codec import (
     PINGREQ_PACKET,
     PROTOCOL_ERROR,
@@ -53,7 +54,6 @@ from .sub_codec import (
     encode_puback,
     encode_subscribe,
     encode_unsubscribe,
-    reason_name,
     split,
 )
 

@@ -44,8 +44,9 @@ from wsnmom.topic_mapping.model import Topic
 from .config import MqttSettings
 from .hub import Hub
 from .mapping import MqttMapping
+from .reason_codes import reason_name
 from .sub_client import SessionClient
-from .sub_codec import Connack, Publish, SubAck, reason_name
+from .sub_codec import Connack, Publish, SubAck
 from .wire import metadata_of
 
 __all__ = ["Delivery", "SessionConnection"]

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 from paho.mqtt.reasoncodes import ReasonCode
+from wsnmom.adapters.mqtt.reason_codes import reason_name
 from wsnmom.adapters.mqtt.sub_client import SessionProtocol
 from wsnmom.adapters.mqtt.sub_codec import (
     Connack,
@@ -30,7 +31,6 @@ from wsnmom.adapters.mqtt.sub_codec import (
     encode_puback,
     encode_subscribe,
     encode_unsubscribe,
-    reason_name,
     split,
 )
 

@@ -131,8 +131,9 @@ class SubscriptionSessions:
         self.settings = settings
         self.mapping = mapping
         self.publisher = publisher
-        #: the one network thread of every session connection (None: one each)
-        self.hub = hub
+        #: the one network thread of every session connection (without one given, a hub
+        #: of its own)
+        self.hub = hub if hub is not None else Hub("mqtt-sessions", tls=settings.tls)
         self.instance_id = instance_id
         self.may_deliver: MayDeliver = may_deliver or (lambda name: True)
         self._lock = threading.Lock()

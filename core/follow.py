@@ -110,7 +110,8 @@ class Follower:
                 log.warning("subscription %s cannot be followed: %s", sub_id, exc.description)
                 return None
             state = LiveSubscription(stored, compiled, end_topic)
-            subs.attach(state)
+            # the instance that made it declares it (before it answers the Subscribe)
+            subs.attach(state, origin="elsewhere")
             ctx.registry.update_gauges()
             ctx.wake_demand()
             log.debug("subscription %s made through another instance followed", sub_id)

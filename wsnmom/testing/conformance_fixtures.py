@@ -90,13 +90,19 @@ class Collector:
             message.ack()
 
     def wait_for(self, n: int, timeout: float) -> list[Received]:
-        """Wait until at least ``n`` messages arrived (or timeout); returns all so far."""
+        """Wait until at least ``n`` messages arrived; returns all so far.
+
+        :raises AssertionError: fewer than ``n`` arrived within ``timeout`` seconds (a
+            wait that runs out is never a pause: wait for a sentinel instead).
+        """
         deadline = time.monotonic() + timeout
         with self._cv:
             while len(self.received) < n:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
-                    break
+                    raise AssertionError(
+                        f"{len(self.received)} of {n} message(s) within {timeout:g} s"
+                    )
                 self._cv.wait(remaining)
             return list(self.received)
 

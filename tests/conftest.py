@@ -116,7 +116,9 @@ SLOW_TIMEOUT = 600
 
 #: the seconds each test module took (``scripts/test_durations.py`` writes it)
 DURATIONS = Path(__file__).with_name("durations.json")
-#: seconds per test of a module ``durations.json`` does not know
+#: seconds per test of a module ``durations.json`` does not know, in a directory where it
+#: knows no module either (elsewhere: that directory's seconds per test, see
+#: :func:`seconds_per_test`)
 UNKNOWN_TEST_SECONDS = 0.5
 #: directories whose modules one pytest-xdist worker runs together: every module of
 #: tests/spark_bridge needs the worker's SparkSession, a JVM of its own (tens of seconds of
@@ -134,17 +136,38 @@ def work_unit(nodeid: str) -> str:
     return module
 
 
+def seconds_per_test(counts: dict[str, int], known: dict[str, float]) -> dict[str, float]:
+    """Per directory, the seconds a test of its modules that ``known`` has took on
+    average: the estimate for a module of that directory that ``known`` lacks.  A new
+    cluster module (a few tests of tens of seconds each) then counts as one, not as
+    ``UNKNOWN_TEST_SECONDS`` a test, which put it last, where one worker ran it alone
+    while the other had finished."""
+    seconds: dict[str, float] = {}
+    tests: dict[str, int] = {}
+    for module, count in counts.items():
+        if module in known:
+            directory = module.rsplit("/", 1)[0]
+            seconds[directory] = seconds.get(directory, 0.0) + known[module]
+            tests[directory] = tests.get(directory, 0) + count
+    return {d: seconds[d] / tests[d] for d in seconds if tests[d]}
+
+
 def longest_first(items: list[pytest.Item], known: dict[str, float]) -> list[pytest.Item]:
     """``items`` with whole work units (:func:`work_unit`) ordered by their expected
     seconds, longest first, each unit's tests kept in their order.  A module's seconds
-    come from ``known`` or, when it is not there, ``UNKNOWN_TEST_SECONDS`` a test; ties in
-    the units' path order (every worker must collect the same order)."""
-    modules: dict[str, list[pytest.Item]] = {}
+    come from ``known`` or, when it is not there, its number of tests times its
+    directory's seconds per test (:func:`seconds_per_test`; ``UNKNOWN_TEST_SECONDS``
+    where ``known`` has none of the directory); ties in the units' path order (every
+    worker must collect the same order)."""
+    counts: dict[str, int] = {}
     for item in items:
-        modules.setdefault(item.nodeid.split("::", 1)[0], []).append(item)
+        module = item.nodeid.split("::", 1)[0]
+        counts[module] = counts.get(module, 0) + 1
+    rates = seconds_per_test(counts, known)
     units: dict[str, float] = {}
-    for module, tests in modules.items():
-        seconds = known.get(module, UNKNOWN_TEST_SECONDS * len(tests))
+    for module, count in counts.items():
+        rate = rates.get(module.rsplit("/", 1)[0], UNKNOWN_TEST_SECONDS)
+        seconds = known.get(module, rate * count)
         unit = work_unit(module)
         units[unit] = units.get(unit, 0.0) + seconds
     return sorted(items, key=lambda item: (-units[work_unit(item.nodeid)], work_unit(item.nodeid)))

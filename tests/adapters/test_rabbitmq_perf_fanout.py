@@ -11,7 +11,6 @@ confirm, primed against unprimed, at 2,000 queues) are measured by bench/rabbitm
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -57,10 +56,10 @@ def primer_like(native: Any, queue: str) -> None:
 
 
 def wait_depth(handle: SubscriptionHandle, depth: int, timeout: float = 5.0) -> int | None:
-    deadline = time.monotonic() + timeout
-    while (now := handle.depth()) != depth and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return now
+    """The queue's depth, once the broker reports ``depth``; fails the test when it does
+    not within ``timeout`` seconds."""
+    wait_until(lambda: handle.depth() == depth, timeout, what=f"a depth of {depth}", interval=0.05)
+    return depth
 
 
 def test_primers_are_never_delivered(

@@ -61,9 +61,13 @@ class Counter:
             self._cv.notify_all()
 
     def wait_for(self, n: int, timeout: float) -> int:
+        """The count, once it reached ``n``; fails the test when it did not in time."""
         deadline = time.monotonic() + timeout
         with self._cv:
-            while self.count < n and (remaining := deadline - time.monotonic()) > 0:
+            while self.count < n:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise AssertionError(f"{self.count} of {n} message(s) within {timeout:g} s")
                 self._cv.wait(remaining)
             return self.count
 

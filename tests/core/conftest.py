@@ -193,10 +193,14 @@ class RecordingOutbound:
         return True
 
     def wait_messages(self, address: str, n: int, timeout: float = 5.0) -> list[Delivered]:
-        self.wait(
+        """Every message delivered to ``address``, once there are at least ``n``; fails
+        the test when fewer came within ``timeout`` seconds."""
+        if not self.wait(
             lambda: sum(len(c.messages) for c in self.delivered if c.address == address) >= n,
             timeout,
-        )
+        ):
+            got = len(self.messages_to(address))
+            raise AssertionError(f"{got} of {n} message(s) to {address} within {timeout:g} s")
         return self.messages_to(address)
 
 

@@ -224,11 +224,13 @@ def aged_server(
     yield from limited_server(wsnmom_server, request, {"WSNMOM_LIMITS__MAX_AGE": "1"})
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def full_server(
     wsnmom_server: RunningServer, request: pytest.FixtureRequest
 ) -> Iterator[RunningServer]:
-    """A gateway of the same adapter with ``limits.max_messages`` = 1 (drop the oldest)."""
+    """A gateway of the same adapter with ``limits.max_messages`` = 1 (drop the oldest),
+    one per module and adapter: its tests count the metrics' increase (each uses a
+    destination and a topic of its own)."""
     yield from limited_server(wsnmom_server, request, {"WSNMOM_LIMITS__MAX_MESSAGES": "1"})
 
 
@@ -242,12 +244,13 @@ def ending_server(
     yield from limited_server(wsnmom_server, request, env)
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def one_by_one_server(
     wsnmom_server: RunningServer, request: pytest.FixtureRequest
 ) -> Iterator[RunningServer]:
     """A gateway of the same adapter that delivers one message per Notify
-    (``delivery.batch_size`` = 1): what follows the first waits behind it."""
+    (``delivery.batch_size`` = 1): what follows the first waits behind it.  One per
+    module and adapter: its tests count the metrics' increase."""
     yield from limited_server(wsnmom_server, request, {"WSNMOM_DELIVERY__BATCH_SIZE": "1"})
 
 
@@ -300,6 +303,8 @@ def test_messages_dropped_for_max_messages_become_overflow_dead_letters(
     full_server: RunningServer, consumer: ConsumerServer, destination: str
 ) -> None:
     wsn = Wsn(full_server, f"urn:test:{uuid.uuid4().hex[:8]}")
+    counted = dead_lettered(full_server)
+    from_middleware = dead_lettered(full_server, reason="overflow", source="middleware")
     sub = wsn.subscribe(consumer.address("/full"), "tns:full", policy=policy(destination))
     wsn.post(sub.address, "<wsnt:PauseSubscription/>").ok()
     for n in ("first", "second", "third"):
@@ -310,8 +315,10 @@ def test_messages_dropped_for_max_messages_become_overflow_dead_letters(
     assert {d["subscription"] for d in found} == {sub.id}
     assert all(d["topic"] == f"{{{wsn.ns}}}full" and d["time"] for d in found)
     # the adapter dropped them: counted as the middleware's, each once
-    assert dead_lettered(full_server, reason="overflow", source="middleware") == 2
-    assert dead_lettered(full_server) == 2
+    assert dead_lettered(full_server, reason="overflow", source="middleware") == (
+        from_middleware + 2
+    )
+    assert dead_lettered(full_server) == counted + 2
     assert metric(full_server, "wsnmom_dead_letters_held", destination=destination) == 2
     wsn.post(sub.address, "<wsnt:ResumeSubscription/>").ok()
     [got] = consumer.wait_for_messages(1, timeout=10)
@@ -329,7 +336,7 @@ def test_messages_dropped_for_max_messages_become_overflow_dead_letters(
     assert [payload_text(m) for m in got] == ["third", "first", "second"]
     assert letters(full_server, destination) == []
     assert metric(full_server, "wsnmom_dead_letters_held", destination=destination) == 0
-    assert dead_lettered(full_server) == 2  # replayed, not counted again
+    assert dead_lettered(full_server) == counted + 2  # replayed, not counted again
 
 
 def test_a_subscription_ended_for_its_full_backlog_leaves_the_backlog_in_its_dead_letters(
@@ -392,12 +399,15 @@ def test_dead_letters_held_over_a_restart_are_not_counted_again(
     next process (flagged redelivered; on a log, counted when its cursor published it);
     a new drop after the restart is."""
     wsn = Wsn(full_server, f"urn:test:{uuid.uuid4().hex[:8]}")
+    from_middleware = dead_lettered(full_server, reason="overflow", source="middleware")
     sub = wsn.subscribe(consumer.address("/restart"), "tns:rs", policy=policy(destination))
     wsn.post(sub.address, "<wsnt:PauseSubscription/>").ok()
     for n in ("first", "second", "third"):
         wsn.notify(("tns:rs", f'<n xmlns="urn:n">{n}</n>'))
     wait_until(lambda: len(letters(full_server, destination)) == 2, 30, what="two dead letters")
-    assert dead_lettered(full_server, reason="overflow", source="middleware") == 2
+    assert dead_lettered(full_server, reason="overflow", source="middleware") == (
+        from_middleware + 2
+    )
     full_server.restart()
     wait_until(lambda: len(letters(full_server, destination)) == 2, 30, what="the two held again")
     # the sentinel: one more message drops "third", counted by the new process
@@ -452,6 +462,8 @@ def test_a_subscription_given_up_on_leaves_its_whole_backlog_in_its_dead_letters
     is deleted."""
     server = one_by_one_server
     wsn = Wsn(server, f"urn:test:{uuid.uuid4().hex[:8]}")
+    counted = dead_lettered(server)
+    ended = metric(server, "wsnmom_subscriptions_ended_total", reason="delivery")
     consumer.mode = "error"
     address = consumer.address("/backlog")
     sub = wsn.subscribe(address, "tns:gb", policy=policy(destination))
@@ -485,9 +497,9 @@ def test_a_subscription_given_up_on_leaves_its_whole_backlog_in_its_dead_letters
     # only "first" was ever sent to the consumer: nothing both delivered and dead-lettered
     sent = {payload_text(m) for m in consumer.messages_for(sub.address)}
     assert sent == {"first"}
-    # a gateway of its own: these, each counted once, and the one end
-    assert dead_lettered(server) == len(names)
-    assert metric(server, "wsnmom_subscriptions_ended_total", reason="delivery") == 1
+    # these, each counted once, and the one end
+    assert dead_lettered(server) == counted + len(names)
+    assert metric(server, "wsnmom_subscriptions_ended_total", reason="delivery") == ended + 1
 
 
 def test_a_filter_over_its_budget_leaves_the_whole_backlog_in_its_dead_letters(
@@ -498,6 +510,7 @@ def test_a_filter_over_its_budget_leaves_the_whole_backlog_in_its_dead_letters(
     (``filter-budget``), each once, and none reached the consumer."""
     server = one_by_one_server
     wsn = Wsn(server, f"urn:test:{uuid.uuid4().hex[:8]}")
+    counted = dead_lettered(server)
     content = f'<wsnt:MessageContent Dialect="{XPATH10}">{CUBIC}</wsnt:MessageContent>'
     sub = wsn.subscribe(
         consumer.address("/costly-backlog"),
@@ -528,7 +541,7 @@ def test_a_filter_over_its_budget_leaves_the_whole_backlog_in_its_dead_letters(
         [mine] = [i for i, b in bodies.items() if f">{n}<" in b]
         assert letter[mine]["last_error"].startswith("subscription ended: ")
     assert consumer.messages_for(sub.address) == []
-    assert dead_lettered(server) == 3
+    assert dead_lettered(server) == counted + 3
 
 
 #: passes ``CUBIC`` at once: what reaches the pull point before the breach

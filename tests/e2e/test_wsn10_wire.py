@@ -25,6 +25,7 @@ WS-Addressing 2004/03 (``Subscribe`` with ``TopicExpression/@Dialect``).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import shutil
 import tempfile
@@ -38,6 +39,7 @@ import pytest
 import requests
 from lxml import etree
 
+from tests.fixtures.postgres import fresh_database
 from tests.fixtures.server import ConsumerServer, RunningServer, mqtt_gateway_url
 from tests.support.waiting import wait_until
 from tests.support.wsdl_faults import declared
@@ -223,6 +225,7 @@ def _wait_content(consumer: ConsumerServer, v: Version, path: str, text: str) ->
 
 
 @pytest.fixture(
+    scope="module",
     params=[
         pytest.param("embedded"),
         pytest.param("mqtt", marks=pytest.mark.mqtt),
@@ -230,27 +233,30 @@ def _wait_content(consumer: ConsumerServer, v: Version, path: str, text: str) ->
     ],
 )
 def own_server(request: pytest.FixtureRequest) -> Iterator[RunningServer]:
-    """A gateway of this test only (it is restarted), on a temporary data directory: the
-    embedded middleware, or MQTT, with the SQLite store; or the embedded middleware with a
-    PostgreSQL store."""
+    """A gateway of this module only (its tests restart it), on a temporary data
+    directory: the embedded middleware, or MQTT, with the SQLite store; or the embedded
+    middleware with a PostgreSQL store of its own.  Each test's ``Client`` has a topic
+    namespace of its own, so the tests sharing it do not see each other's messages."""
     name: str = request.param
     data_dir = Path(tempfile.mkdtemp(prefix=f"wsnmom-wsn10-{name}-"))
-    store_url = None
-    if name == "mqtt":  # the restarted gateway keeps its data directory and prefix
-        url = mqtt_gateway_url(str(request.getfixturevalue("mqtt_url")))
-    else:
-        url = f"embedded://{data_dir / 'middleware'}"
-    if name == "postgres-store":
-        store_url = str(request.getfixturevalue("postgres_store_url"))
-    server = RunningServer(name, url, data_dir, store_url=store_url)
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
-        if request.session.testsfailed:
-            print(f"\n--- wsnmom serve ({name}) log tail ---\n{server.log_tail(80)}")
-        shutil.rmtree(data_dir, ignore_errors=True)
+    with contextlib.ExitStack() as stack:
+        store_url = None
+        if name == "mqtt":  # the restarted gateway keeps its data directory and prefix
+            url = mqtt_gateway_url(str(request.getfixturevalue("mqtt_url")))
+        else:
+            url = f"embedded://{data_dir / 'middleware'}"
+        if name == "postgres-store":
+            postgres = request.getfixturevalue("postgres_server")
+            store_url = stack.enter_context(fresh_database(postgres.url))
+        server = RunningServer(name, url, data_dir, store_url=store_url)
+        server.start()
+        try:
+            yield server
+        finally:
+            server.stop()
+            if request.session.testsfailed:
+                print(f"\n--- wsnmom serve ({name}) log tail ---\n{server.log_tail(80)}")
+            shutil.rmtree(data_dir, ignore_errors=True)
 
 
 @pytest.mark.parametrize("v", [V10, V12], ids=["wsn-1.0", "wsn-1.2-draft"])

@@ -9,7 +9,13 @@ from typing import Any, cast
 
 import pytest
 
-from tests.conftest import DURATIONS, UNKNOWN_TEST_SECONDS, longest_first, work_unit
+from tests.conftest import (
+    DURATIONS,
+    UNKNOWN_TEST_SECONDS,
+    longest_first,
+    seconds_per_test,
+    work_unit,
+)
 
 
 @dataclass
@@ -57,6 +63,32 @@ def test_units_longest_first_each_in_its_own_order() -> None:
         "tests/c/test_unknown.py::u1",
     ]
     assert UNKNOWN_TEST_SECONDS < 1.0
+
+
+def test_a_module_the_file_lacks_counts_its_directorys_seconds_per_test() -> None:
+    """A new two-test cluster module is estimated at the known cluster modules' 10 s a
+    test: 20 s, before a known 15 s module (at 0.5 s a test it came last)."""
+    items = [
+        FakeItem("tests/e2e/test_known.py::k"),
+        FakeItem("tests/cluster/test_new.py::n1"),
+        FakeItem("tests/cluster/test_new.py::n2"),
+        FakeItem("tests/cluster/test_old.py::o1"),
+        FakeItem("tests/cluster/test_old.py::o2"),
+        FakeItem("tests/cluster/test_old.py::o3"),
+    ]
+    known = {"tests/e2e/test_known.py": 15.0, "tests/cluster/test_old.py": 30.0}
+    counts = {"tests/e2e/test_known.py": 1, "tests/cluster/test_new.py": 2}
+    counts["tests/cluster/test_old.py"] = 3
+    assert seconds_per_test(counts, known) == {"tests/e2e": 15.0, "tests/cluster": 10.0}
+    ordered = longest_first(cast(list[pytest.Item], items), known)
+    assert ids(ordered) == [
+        "tests/cluster/test_old.py::o1",
+        "tests/cluster/test_old.py::o2",
+        "tests/cluster/test_old.py::o3",
+        "tests/cluster/test_new.py::n1",
+        "tests/cluster/test_new.py::n2",
+        "tests/e2e/test_known.py::k",
+    ]
 
 
 def test_ties_are_broken_by_path_so_every_worker_collects_the_same_order() -> None:

@@ -11,7 +11,6 @@ Cost: three gateways, about 8 s.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -79,9 +78,21 @@ def test_two_gateways_subscribed_to_each_other_deliver_once(
     assert post(a.broker_url, notify_body(("tns:t", "<m>from-a</m>"))).status_code == 202
     assert post(b.broker_url, notify_body(("tns:t", "<m>from-b</m>"))).status_code == 202
     wait_until(lambda: len(at_a.messages()) >= 2 and len(at_b.messages()) >= 2, timeout=10)
-    time.sleep(2)  # a loop would keep going: give it time to show
-    assert sorted(watcher_messages(at_a)) == ["from-a", "from-b"]
-    assert sorted(watcher_messages(at_b)) == ["from-a", "from-b"]
+    # the barrier: a sentinel from each side.  Each bridge delivers in order, and what a
+    # gateway received came into its bridge's queue when it reached its own consumer: a
+    # copy coming back around the loop (from-a through b to a, from-b through a to b)
+    # would reach the consumers before the sentinel sent after it on that bridge
+    assert post(a.broker_url, notify_body(("tns:t", "<m>sentinel-a</m>"))).status_code == 202
+    assert post(b.broker_url, notify_body(("tns:t", "<m>sentinel-b</m>"))).status_code == 202
+    sentinels = {"sentinel-a", "sentinel-b"}
+    wait_until(
+        lambda: all(sentinels <= set(watcher_messages(c)) for c in (at_a, at_b)),
+        timeout=10,
+        what="both sentinels at both consumers",
+    )
+    everything = ["from-a", "from-b", "sentinel-a", "sentinel-b"]
+    assert sorted(watcher_messages(at_a)) == everything
+    assert sorted(watcher_messages(at_b)) == everything
     # each consumer saw the path of what it got in the hop marker
     # (one wsnmom:Via per NotificationMessage of each Notify, in order)
     paths = {}
@@ -90,8 +101,21 @@ def test_two_gateways_subscribed_to_each_other_deliver_once(
         texts = [m.findtext("{*}Message/m") for m in rec.body_child]
         assert len(texts) == len(hops)
         paths.update(zip(texts, [via.text for via in hops], strict=True))
-    assert paths == {"from-a": "gw-a gw-b", "from-b": "gw-b"}
+    assert paths == {
+        "from-a": "gw-a gw-b",
+        "from-b": "gw-b",
+        "sentinel-a": "gw-a gw-b",
+        "sentinel-b": "gw-b",
+    }
+    # each gateway dropped the copy of its notification and of its sentinel that came
+    # back (the sentinel's may still be on its way back)
     for gateway in (a, b):
-        metrics = requests.get(f"{gateway.base_url}/metrics", timeout=5).text
-        assert 'wsnmom_notifications_rejected_total{reason="loop"} 1.0' in metrics
+        wait_until(
+            lambda g=gateway: (
+                'wsnmom_notifications_rejected_total{reason="loop"} 2.0'
+                in requests.get(f"{g.base_url}/metrics", timeout=5).text
+            ),
+            timeout=10,
+            what=f"two loops dropped by {gateway.base_url}",
+        )
         assert "dropped notifications that came back" in gateway.log_path.read_text()

@@ -90,13 +90,19 @@ class Collector:
             message.ack()
 
     def wait_for(self, n: int, timeout: float) -> list[Received]:
-        """Wait until at least ``n`` messages arrived (or timeout); returns all so far."""
+        """Wait until at least ``n`` messages arrived; returns all so far.
+
+        :raises AssertionError: fewer than ``n`` arrived within ``timeout`` seconds (a
+            wait that runs out is never a pause: wait for a sentinel instead).
+        """
         deadline = time.monotonic() + timeout
         with self._cv:
             while len(self.received) < n:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
-                    break
+                    raise AssertionError(
+                        f"{len(self.received)} of {n} message(s) within {timeout:g} s"
+                    )
                 self._cv.wait(remaining)
             return list(self.received)
 
@@ -259,13 +265,19 @@ class AdapterFixtures:
     def receive(
         self, handle: SubscriptionHandle, n: int, *, ack: bool = True, timeout: float | None = None
     ) -> list[Received]:
-        """Pull until ``n`` messages arrived or the timeout passed."""
-        deadline = time.monotonic() + (self.receive_timeout if timeout is None else timeout)
+        """Pull until ``n`` messages arrived (acked unless ``ack`` is false).
+
+        :raises AssertionError: fewer arrived within the timeout (the receive timeout
+            unless given); never a pause before an absence: use :meth:`barrier`.
+        """
+        wait = self.receive_timeout if timeout is None else timeout
+        deadline = time.monotonic() + wait
         got: list[Received] = []
         while len(got) < n:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                break
+                bodies = [m.body for m in got]
+                raise AssertionError(f"{len(got)} of {n} message(s) within {wait:g} s: {bodies}")
             batch = self.puller(handle).pull(n - len(got), timeout=min(remaining, 0.5))
             assert len(batch) <= n - len(got), "pull returned more than max_messages"
             got.extend(batch)
@@ -275,10 +287,19 @@ class AdapterFixtures:
         return got
 
     def take_until(self, handle: SubscriptionHandle, n: int) -> list[Received]:
-        """``take`` until ``n`` messages arrived or the receive timeout passed."""
+        """``take`` until ``n`` messages arrived.
+
+        :raises AssertionError: fewer within the receive timeout.
+        """
         deadline = time.monotonic() + self.receive_timeout
         got: list[Received] = []
-        while len(got) < n and time.monotonic() < deadline:
+        while len(got) < n:
+            if time.monotonic() >= deadline:
+                bodies = [m.body for m in got]
+                raise AssertionError(
+                    f"{len(got)} of {n} message(s) taken within {self.receive_timeout:g} s: "
+                    f"{bodies}"
+                )
             batch = self.puller(handle).take(n - len(got))
             assert len(batch) <= n - len(got), "take returned more than max_messages"
             got.extend(batch)

@@ -113,9 +113,10 @@ class Peek(AdapterFixtures):
 
     def _peek_until(self, handle: SubscriptionHandle, n: int) -> list[Any]:
         """Peek until ``n`` messages show (a log's head must have read what was just
-        published before they count as waiting) or the receive timeout passed."""
+        published before they count as waiting); fails after the receive timeout."""
         deadline = time.monotonic() + self.receive_timeout
-        while len(seen := handle.peek(n)) < n and time.monotonic() < deadline:
+        while len(seen := handle.peek(n)) < n:
+            assert time.monotonic() < deadline, f"{len(seen)} of {n} message(s) to peek at"
             time.sleep(0.05)
         return seen
 

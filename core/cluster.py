@@ -1,10 +1,8 @@
 """This instance as a member of a cluster of gateways on one store (docs/scale-out.md).
 
-:class:`ClusterMember` runs one background thread that, with the store's
-:class:`~wsnmom.core.coordination.Coordination`:
+:class:`ClusterMember` runs two background threads with the store's
+:class:`~wsnmom.core.coordination.Coordination`.  The **heartbeat** thread:
 
-* follows what other instances wrote (``core.follow``), woken by the store (LISTEN/NOTIFY)
-  and at least every ``cluster.poll`` seconds;
 * every ``cluster.heartbeat`` seconds renews its heartbeat and shard leases and takes free
   shards up to its fair share; push subscriptions are delivered only by the instance
   holding their shard (:meth:`ClusterMember.delivers`), so it opens their delivery when it
@@ -14,6 +12,15 @@
   over by another instance has one deliverer again once that instance's lease began;
 * takes the leadership when it is free: periodic work (expiry, overflow ends, demand
   reconciliation) runs only on the leader (:meth:`ClusterMember.leads`).
+
+The **follow** thread follows what other instances wrote (``core.follow``), woken by the
+store (LISTEN/NOTIFY) and at least every ``cluster.poll`` seconds.  Following a
+subscription made through another instance declares it in the middleware (round trips):
+a burst of Subscribes keeps this thread busy for as long as it lasts, which on the
+heartbeat's thread outlasted the lease (every shard then moved to another instance and
+back, docs/scale-out.md).  Only the heartbeat thread writes the leases' state
+(``_held``, ``_valid_until``, ``_released_until``; ``stop`` once the threads ended);
+other threads read it (:meth:`ClusterMember.delivers`, :meth:`ClusterMember.may_save`).
 
 On a store only one instance opens (SQLite) there is no thread: the instance leads and
 delivers everything.
@@ -30,6 +37,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from itertools import takewhile
 
 from wsnmom.core import metrics
 from wsnmom.core.config import ClusterSettings
@@ -40,7 +48,7 @@ __all__ = ["ClusterCounts", "ClusterMember", "ClusterStatus"]
 
 log = logging.getLogger(__name__)
 
-#: seconds ``ClusterMember.stop`` waits for the thread before handing back
+#: seconds ``ClusterMember.stop`` waits for its threads before handing back
 STOP_WAIT = 1.0
 
 
@@ -64,6 +72,8 @@ class ClusterCounts:
     expired: int = 0
     #: seconds the last heartbeat's transaction took (None: none yet)
     store_seconds: float | None = None
+    #: seconds the longest round of following the change log took (None: none yet)
+    follow_longest: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,7 +132,7 @@ class ClusterMember:
         self._leader = not self.shared
         self._cursor = 0
         self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._threads: list[threading.Thread] = []
         self._counts = ClusterCounts()
         metrics.set_cluster_sources(
             lambda: len(self._held) if self.shared else settings.shards,
@@ -197,6 +207,7 @@ class ClusterMember:
                 c.released,
                 c.expired,
                 c.store_seconds,
+                c.follow_longest,
             ),
             instances=instances,
             error=error,
@@ -221,29 +232,35 @@ class ClusterMember:
         return str(getattr(self.coordination, "instance_id", ""))
 
     def start(self) -> None:
-        """Start following, heartbeats and leadership (a no-op for a single instance)."""
-        if not self.shared or self._thread is not None:
+        """Start the heartbeat and follow threads (a no-op for a single instance)."""
+        if not self.shared or self._threads:
             return
-        self._thread = threading.Thread(target=self._run, name="wsnmom-cluster", daemon=True)
-        self._thread.start()
+        self._threads = [
+            threading.Thread(target=self._run_heartbeat, name="wsnmom-heartbeat", daemon=True),
+            threading.Thread(target=self._run_follow, name="wsnmom-follow", daemon=True),
+        ]
+        for thread in self._threads:
+            thread.start()
 
     def stop(self) -> None:
-        """Stop the thread; hand the leases and the leadership back (a clean stop).
+        """Stop the threads; hand the leases and the leadership back (a clean stop).
 
-        The thread is waited for briefly (:data:`STOP_WAIT`): it may be opening the
-        deliveries of a shard it just gained, a middleware round trip each, which waits
-        for a connection being restored (a SIGTERM right after a rejoin).  The caller
-        closed the deliveries first and stopped ``gained`` (``core.ownership``), so what
-        the thread opens meanwhile never consumes, and the shards are handed back at
-        once; the thread ends after its round without touching the store again."""
+        The threads are waited for briefly (:data:`STOP_WAIT` in all): the follow thread
+        may be declaring a subscription another instance made, and the heartbeat thread
+        closing the deliveries of a shard it lost, middleware round trips that wait for a
+        connection being restored (a SIGTERM right after a rejoin).  The caller closed the
+        deliveries first and stopped ``gained`` (``core.ownership``), so what opens
+        meanwhile never consumes, and the shards are handed back at once; a thread still
+        busy ends after its round without touching the leases again."""
         self._stop.set()
-        thread = self._thread
-        if thread is not None:
-            thread.join(STOP_WAIT)
+        deadline = time.monotonic() + STOP_WAIT
+        for thread in self._threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
             if thread.is_alive():
                 log.warning(
-                    "instance %s: the cluster thread is still busy; handing back anyway",
+                    "instance %s: the thread %s is still busy; handing back anyway",
                     self._instance,
+                    thread.name,
                 )
         if self.shared:
             held = set(self._held)
@@ -256,8 +273,10 @@ class ClusterMember:
                 log.info("instance %s hands back shards %s", self._instance, _shards_text(held))
             self.coordination.leave()
 
-    # -- the thread ------------------------------------------------------------------------
-    def _run(self) -> None:
+    # -- the threads -----------------------------------------------------------------------
+    def _run_heartbeat(self) -> None:
+        """Beat every ``cluster.heartbeat`` seconds; between beats, wake when the leases'
+        local deadline passes (the watchdog)."""
         s = self._settings
         next_beat = time.monotonic() + s.heartbeat
         while not self._stop.is_set():
@@ -269,21 +288,37 @@ class ClusterMember:
                     break  # stopped during the beat: ``stop`` may have handed back
                 self._take_lead()
             self._watchdog()
+            wake = next_beat
+            if self._held:
+                wake = min(wake, self._valid_until)
+            self._stop.wait(max(0.01, wake - time.monotonic()))
+
+    def _run_follow(self) -> None:
+        """Follow the change log, woken by the store or every ``cluster.poll`` seconds."""
+        poll = self._settings.poll
+        while not self._stop.is_set():
             self._follow()
             try:
-                self.coordination.wait(max(0.01, min(s.poll, next_beat - time.monotonic())))
+                self.coordination.wait(poll)
             except Exception:
                 log.debug("waiting for store changes failed", exc_info=True)
-                self._stop.wait(s.poll)
+                self._stop.wait(poll)
 
     def _follow(self) -> None:
+        started = time.monotonic()
         try:
             self._cursor, changes = self.coordination.changes(self._cursor)
         except Exception:
             log.debug("reading the change log failed", exc_info=True)
             return
         if changes:
-            self._follower.apply(changes)
+            # a burst is thousands of middleware declarations: a stop does not wait for them
+            self._follower.apply(takewhile(lambda _: not self._stop.is_set(), changes))
+        took = time.monotonic() - started
+        metrics.CLUSTER_FOLLOW_SECONDS.observe(took)
+        longest = self._counts.follow_longest
+        if longest is None or took > longest:
+            self._counts.follow_longest = took
 
     def _take_lead(self) -> None:
         if self._leader:
@@ -306,6 +341,8 @@ class ClusterMember:
             metrics.CLUSTER_HEARTBEAT_FAILURES.inc()
             log.warning("instance %s: heartbeat failed: %s", self._instance, exc)
             return
+        if self._stop.is_set():
+            return  # ``stop`` hands back (or did, when this beat outlasted its wait)
         took = time.monotonic() - started
         self._counts.store_seconds = took
         metrics.STORE_ROUND_TRIP_SECONDS.observe(took)
@@ -338,6 +375,8 @@ class ClusterMember:
                 self.coordination.release(leases.released)
             except Exception:
                 log.debug("releasing shards failed (their leases expire)", exc_info=True)
+        if self._stop.is_set():
+            return  # stopped while ``lost`` closed deliveries: ``stop`` hands back
         self._held = now_held
         if gained:
             failovers = len(gained & set(leases.taken_over))

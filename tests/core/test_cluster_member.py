@@ -5,7 +5,6 @@ delivery is closed, and it starts again when a heartbeat renews them."""
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Sequence
 from datetime import timedelta
@@ -96,8 +95,8 @@ def test_delivery_stops_before_an_unrenewed_lease_can_expire_and_resumes() -> No
         assert gained[0] == {0, 1} and member.delivers(sub)
     finally:
         member._stop.set()
-        assert isinstance(member._thread, threading.Thread)
-        member._thread.join(5)
+        for thread in member._threads:
+            thread.join(5)
 
 
 class ReleasingStore(FlakyStore):

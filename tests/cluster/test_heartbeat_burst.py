@@ -1,0 +1,103 @@
+"""The heartbeat is not starved by following (docs/scale-out.md, "Delivery ownership"): a
+burst of Subscribes through one instance, each followed by the other (a read of the store
+and a declaration in RabbitMQ, the queue and its eight bindings, one after the other),
+keeps one round of the other's following busy for longer than it may go without renewing
+its leases; neither instance loses a shard as "not renewed in time" meanwhile, nor takes
+one over.  When one thread did both, that round held the heartbeat back: the follower
+gave up all its shards and the other instance took them over."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+import requests
+
+from tests.cluster.conftest import Cluster
+from tests.support.waiting import wait_until
+from wsnmom.testing.gateway import Gateway, free_port
+
+pytestmark = [pytest.mark.rabbitmq, pytest.mark.e2e, pytest.mark.slow]
+
+#: each subscription's topics: a binding each in RabbitMQ, a round trip each, which b's
+#: following makes one after the other and a's Subscribes 16 at once
+TOPIC = " | ".join(f"{{urn:cluster}}burst/t{i}" for i in range(8))
+#: the cluster fixture's lease
+LEASE = 3.0
+#: how long an instance delivers after its last renewal began: lease - margin
+#: (``core.cluster``), so how long a round of following could hold the heartbeat back
+#: on one thread before the instance gave up every shard
+UNRENEWED = LEASE - min(2.0, LEASE / 4)
+#: Subscribes in the burst, and how many are sent at once
+BURST = 250
+AT_ONCE = 8
+
+
+def cluster_view(gateway: Gateway) -> dict[str, Any]:
+    """``GET /wsn/admin/api/cluster`` of one instance."""
+    answer = requests.get(gateway.base_url + "/wsn/admin/api/cluster", timeout=10)
+    answer.raise_for_status()
+    data: dict[str, Any] = answer.json()
+    return data
+
+
+def known(gateway: Gateway) -> int:
+    """How many subscriptions the instance knows (admin API)."""
+    answer = requests.get(gateway.base_url + "/wsn/admin/api/subscriptions?limit=1", timeout=30)
+    answer.raise_for_status()
+    return int(answer.json()["count"])
+
+
+def test_a_burst_of_subscribes_longer_than_the_lease_moves_no_shard(
+    cluster: Callable[..., Cluster],
+) -> None:
+    c = cluster(2)
+    a, b = c.gateways
+    wait_until(
+        lambda: [len(cluster_view(g)["held"]) for g in (a, b)] == [32, 32],
+        30,
+        what="the 64 shards spread over both instances",
+    )
+    names = {"g0": a, "g1": b}
+    before = {n: cluster_view(g)["counts"] for n, g in names.items()}
+    # nothing listens there: no Notify is sent, so nothing is delivered either
+    consumer = f"http://127.0.0.1:{free_port()}/burst"
+    clients = threading.local()  # a client (a connection pool) per sending thread
+
+    def subscribe(_: int) -> None:
+        if not hasattr(clients, "a"):
+            clients.a = c.client(a)
+        clients.a.subscribe(consumer, TOPIC)
+
+    started = time.monotonic()
+    with ThreadPoolExecutor(AT_ONCE) as pool:
+        list(pool.map(subscribe, range(BURST)))
+    wait_until(lambda: known(b) >= BURST, 120, what=f"b following the {BURST} Subscribes")
+    followed = time.monotonic() - started
+    # the burst is what the test is about: one round of b's following (what a wrote
+    # while b followed the round before) took longer than b may go without renewing its
+    # leases; on one thread with the heartbeat, that round made b give up its shards
+    longest = cluster_view(b)["counts"]["follow_longest"]
+    assert longest > UNRENEWED, (
+        f"b's longest round of following took {longest:.1f} s (the burst was followed in "
+        f"{followed:.1f} s): too short to show anything; raise BURST"
+    )
+    # a heartbeat of each after the burst was followed: its counts hold what it lost
+    renewed = {n: cluster_view(g)["counts"]["renewals"] for n, g in names.items()}
+    wait_until(
+        lambda: all(cluster_view(g)["counts"]["renewals"] > renewed[n] for n, g in names.items()),
+        10,
+        what="a heartbeat of each instance after the burst",
+    )
+    after = {n: cluster_view(g)["counts"] for n, g in names.items()}
+    for name in before:
+        lost = after[name]["expired"] - before[name]["expired"]
+        moved = after[name]["failovers"] - before[name]["failovers"]
+        assert (lost, moved) == (0, 0), (
+            f"{name} lost {lost} shards as expired and took {moved} over during a burst "
+            f"followed in {followed:.1f} s (longest round {longest:.1f} s)"
+        )

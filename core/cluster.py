@@ -18,7 +18,9 @@ store (LISTEN/NOTIFY) and at least every ``cluster.poll`` seconds.  Following a
 subscription made through another instance declares it in the middleware (round trips):
 a burst of Subscribes keeps this thread busy for as long as it lasts, which on the
 heartbeat's thread outlasted the lease (every shard then moved to another instance and
-back, docs/scale-out.md).  Only the heartbeat thread writes the leases' state
+back, docs/scale-out.md).  A change whose following failed (the middleware closed the
+connection under its declaration) is followed again every :data:`FOLLOW_RETRY_EVERY`
+seconds, for up to :data:`FOLLOW_RETRY_FOR`.  Only the heartbeat thread writes the leases' state
 (``_held``, ``_valid_until``, ``_released_until``; ``stop`` once the threads ended);
 other threads read it (:meth:`ClusterMember.delivers`, :meth:`ClusterMember.may_save`).
 
@@ -41,7 +43,7 @@ from itertools import takewhile
 
 from wsnmom.core import metrics
 from wsnmom.core.config import ClusterSettings
-from wsnmom.core.coordination import Coordination, InstanceInfo, shard_of
+from wsnmom.core.coordination import Change, Coordination, InstanceInfo, shard_of
 from wsnmom.core.follow import Follower
 
 __all__ = ["ClusterCounts", "ClusterMember", "ClusterStatus"]
@@ -50,6 +52,11 @@ log = logging.getLogger(__name__)
 
 #: seconds ``ClusterMember.stop`` waits for its threads before handing back
 STOP_WAIT = 1.0
+#: seconds a change whose following failed is followed again (every
+#: ``FOLLOW_RETRY_EVERY`` seconds) before it is given up (a middleware that closed the
+#: connection, a store that did not answer)
+FOLLOW_RETRY_FOR = 300.0
+FOLLOW_RETRY_EVERY = 2.0
 
 
 def _shards_text(shards: Iterable[int]) -> str:
@@ -131,6 +138,9 @@ class ClusterMember:
         self._released_until: dict[int, float] = {}
         self._leader = not self.shared
         self._cursor = 0
+        #: changes whose following failed -> when they first failed (followed again)
+        self._failed: dict[Change, float] = {}
+        self._retry_at = 0.0
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._counts = ClusterCounts()
@@ -311,14 +321,41 @@ class ClusterMember:
         except Exception:
             log.debug("reading the change log failed", exc_info=True)
             return
-        if changes:
+        # a change whose following failed earlier first (a subscription declared in the
+        # middleware when it was made elsewhere: unknown here, nobody would deliver it),
+        # every FOLLOW_RETRY_EVERY seconds
+        again: list[Change] = []
+        if self._failed and started >= self._retry_at:
+            again = [c for c in self._failed if c not in changes]
+            self._retry_at = started + FOLLOW_RETRY_EVERY
+        if again or changes:
             # a burst is thousands of middleware declarations: a stop does not wait for them
-            self._follower.apply(takewhile(lambda _: not self._stop.is_set(), changes))
+            failed = self._follower.apply(
+                takewhile(lambda _: not self._stop.is_set(), [*again, *changes])
+            )
+            self._remember_failed(failed)
         took = time.monotonic() - started
         metrics.CLUSTER_FOLLOW_SECONDS.observe(took)
         longest = self._counts.follow_longest
         if longest is None or took > longest:
             self._counts.follow_longest = took
+
+    def _remember_failed(self, failed: list[Change]) -> None:
+        """Keep the changes that failed for the next round, until :data:`FOLLOW_RETRY_FOR`
+        seconds after their first failure; forget those followed since."""
+        now = time.monotonic()
+        first = {c: self._failed.get(c, now) for c in failed}
+        kept = {c: t for c, t in first.items() if now - t <= FOLLOW_RETRY_FOR}
+        for change in set(first) - set(kept):
+            log.error(
+                "instance %s gives up following %s %s (failing for %.0f s): it is known "
+                "here again when a request names it or the instance restarts",
+                self._instance,
+                change.kind,
+                change.id,
+                now - first[change],
+            )
+        self._failed = kept
 
     def _take_lead(self) -> None:
         if self._leader:

@@ -39,12 +39,12 @@ FANOUT = 10
 #: stage -> frames that mark it (the first stage whose frame a stack holds counts it)
 STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("PUBLISH decoding (paho's Properties)", ("decode_publish",)),
-    ("hand-off to core (on_message, channel queue, wake-up)", ("_handle_on_message",)),
-    ("PUBLISH decoding (wsnmom)", ("decode_qos1",)),
+    ("hand-off to core (on_message, channel queue, wake-up)", ("_handle_on_message", "published")),
+    ("PUBLISH decoding (wsnmom's subscriber)", ("sub_codec",)),
     ("HTTP posts to the consumer", ("_Pusher.send",)),
     ("prepare (decode, filters)", ("Channel._prepare",)),
     ("settling, PUBACK", ("Delivery.ack", "_settle", "Channel._after_send")),
-    ("network reads (recv, select)", ("Hub._run", "loop_read")),
+    ("network reads (recv, select)", ("Hub._run", "loop_read", "SessionClient._read")),
     ("Notify requests", ("waitress",)),
     ("single instance: ingest, queues", ("ingest", "embedded")),
     ("delivery workers, other", ("DeliveryEngine._work",)),

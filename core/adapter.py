@@ -319,6 +319,10 @@ class Received(abc.ABC):
         """Not done: requeue for redelivery (in order where possible) or drop it."""
 
 
+#: ``SubscriptionSpec.origin``
+SpecOrigin = Literal["", "new", "elsewhere"]
+
+
 @dataclass(frozen=True, slots=True)
 class SubscriptionSpec:
     """A durable subscription core wants to exist.
@@ -348,6 +352,14 @@ class SubscriptionSpec:
     #: pull), never with ``start``: an adapter that lets one consumer at a time receive
     #: (RabbitMQ's single-active-consumer in cluster mode) must keep it readable by pull
     pulled: bool = False
+    #: how core came to want it: ``"new"``, made by a Subscribe a moment ago under a new
+    #: name (nothing of it can exist on the middleware yet: an adapter need not look);
+    #: ``"elsewhere"``, made through another gateway instance on the same middleware,
+    #: which declares it before it answers the Subscribe (this instance follows the
+    #: store, ``core.follow``: an adapter of a middleware shared by instances may leave
+    #: the declaration to this instance's first consume, ``start``); ``""``, anything
+    #: else (a restart's restore, a re-attach, a shard taken over): declared as needed
+    origin: SpecOrigin = ""
 
 
 class SubscriptionHandle(abc.ABC):
@@ -563,6 +575,16 @@ class Adapter(abc.ABC):
     @abc.abstractmethod
     def delete_subscription(self, name: str) -> None:
         """Destroy the durable subscription ``name`` without a handle; idempotent."""
+
+    def forget_subscription(self, name: str) -> None:
+        """Cluster mode: another instance destroyed the durable subscription ``name``
+        (its record is gone from the shared store); this instance stopped its handle.
+        Drop what the adapter keeps of it here and write nothing of it to the middleware
+        again; an adapter that saved its position itself (a cursor's consumer group)
+        makes sure no save of this instance's, also one already under way, is left behind
+        the other instance's delete.  Idempotent, also for unknown names.  Default:
+        nothing (the middleware keeps nothing this instance wrote)."""
+        return None
 
     def depths(self, handles: Sequence[SubscriptionHandle]) -> list[int | None]:
         """``handle.depth()`` of each handle, in order, in as few middleware round trips

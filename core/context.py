@@ -218,6 +218,14 @@ class BrokerContext:
         )
         return granted
 
+    def forget_native(self, name: str) -> None:
+        """Another instance deleted the durable subscription ``name``: the adapter drops
+        what it keeps of it here (``Adapter.forget_subscription``); failures are logged."""
+        try:
+            self.adapter.forget_subscription(name)
+        except Exception:
+            _log.warning("forgetting durable subscription %s failed", name, exc_info=True)
+
     def delete_native(self, name: str) -> None:
         """Delete the durable subscription ``name``; failures are logged, not raised."""
         try:

@@ -2,10 +2,14 @@
 
 * ``wsnmom_changes``: a trigger on subscriptions, pull points and registrations logs every
   write with the writer's ``application_name`` (its instance id) and sends a NOTIFY on
-  ``wsnmom_changes``.  :meth:`PostgresCoordination.changes` reads what other instances
-  wrote; rows younger than :data:`SETTLE` seconds are read again on every call (a
-  transaction that took a lower ``seq`` may commit after a higher one), and the ones seen
-  are remembered, so nothing is missed or applied twice.
+  ``wsnmom_changes`` whose payload is that id (schema 7; the kind before).
+  :meth:`PostgresCoordination.changes` reads what other instances wrote; rows younger than
+  :data:`SETTLE` seconds are read again on every call (a transaction that took a lower
+  ``seq`` may commit after a higher one), and the ones seen are remembered, so nothing is
+  missed or applied twice.  This instance's own rows stay in the server (only the highest
+  settled ``seq`` comes back, to move the cursor), and its own NOTIFYs do not end
+  :meth:`PostgresCoordination.wait`: a burst of writes through one instance costs it no
+  reading of the log it wrote (docs/scale-out.md, "What cluster mode costs").
 * ``wsnmom_instances``: id, address, version, heartbeat (the store's clock).
 * ``wsnmom_shards``: one row per shard with its owner, epoch and lease expiry.  A
   heartbeat renews this instance's unexpired leases and takes free or expired ones up to
@@ -110,8 +114,9 @@ class PostgresCoordination:
         import psycopg
 
         try:
-            for _ in self._listen().notifies(timeout=timeout, stop_after=1):
-                pass
+            for note in self._listen().notifies(timeout=timeout):
+                if note.payload != self.instance_id:
+                    break  # another instance's write (or an older release's: the kind)
         except psycopg.Error:
             self._drop_listening()
             raise
@@ -141,28 +146,35 @@ class PostgresCoordination:
 
     # -- the change log -------------------------------------------------------------------
     def cursor(self) -> int:
-        with self._store.transaction() as conn:
+        with self._store.statement() as conn:
             row = conn.execute("SELECT coalesce(max(seq), 0) FROM wsnmom_changes").fetchone()
         return int(row[0])
 
     def changes(self, cursor: int) -> tuple[int, list[Change]]:
-        with self._store.transaction() as conn:
+        # one statement: the other instances' rows after the cursor, and one row (kind
+        # NULL) with the highest settled seq of all, this instance's own rows included
+        with self._store.statement() as conn:
             rows = conn.execute(
-                "SELECT seq, kind, id, origin, "
-                "extract(epoch FROM clock_timestamp() - at) FROM wsnmom_changes "
-                "WHERE seq > %s ORDER BY seq",
-                (cursor,),
+                "WITH fresh AS (SELECT seq, kind, id, origin, at FROM wsnmom_changes "
+                "WHERE seq > %s) "
+                "SELECT seq, kind, id FROM fresh WHERE origin <> %s "
+                "UNION ALL SELECT max(seq), NULL, NULL FROM fresh "
+                "WHERE at < clock_timestamp() - make_interval(secs => %s) "
+                "ORDER BY 1",
+                (cursor, self.instance_id, SETTLE),
             ).fetchall()
         out: list[Change] = []
         low = cursor
-        for seq, kind, rid, origin, age in rows:
-            if seq not in self._seen:
+        for seq, kind, rid in rows:
+            if seq is None:
+                continue  # nothing settled yet
+            if kind is None:
+                low = max(low, int(seq))
+            elif seq not in self._seen:
                 self._seen.add(seq)
                 change = Change(str(kind), str(rid))
-                if origin != self.instance_id and change not in out:
+                if change not in out:
                     out.append(change)
-            if float(age) > SETTLE:
-                low = max(low, int(seq))
         self._seen = {s for s in self._seen if s > low}
         return low, out
 
@@ -254,7 +266,7 @@ class PostgresCoordination:
     def release(self, shards: Sequence[int]) -> None:
         if not shards:
             return
-        with self._store.transaction() as conn:
+        with self._store.statement() as conn:
             conn.execute(
                 "UPDATE wsnmom_shards SET owner = NULL, expires_at = now() "
                 "WHERE owner = %s AND shard = ANY(%s)",
@@ -262,7 +274,7 @@ class PostgresCoordination:
             )
 
     def instances(self) -> list[InstanceInfo]:
-        with self._store.transaction() as conn:
+        with self._store.statement() as conn:
             rows = conn.execute(
                 "SELECT i.id, i.address, i.version, "
                 "extract(epoch FROM now() - i.heartbeat), "
@@ -314,7 +326,7 @@ class PostgresCoordination:
         # a nonce the leader may have deleted already (its expiry beyond the margin by the
         # store's clock: the judging instance's clock is behind) is refused, recorded or
         # not: its replay could not be told from a first use
-        with self._store.transaction() as conn:
+        with self._store.statement() as conn:
             inserted = conn.execute(
                 "INSERT INTO wsnmom_nonces (nonce, expires_at) "
                 "SELECT %s, to_timestamp(%s) "

@@ -114,7 +114,8 @@ class Follower:
                 log.warning("subscription %s cannot be followed: %s", sub_id, exc.description)
                 return None
             state = LiveSubscription(stored, compiled, end_topic)
-            subs.attach(state)
+            # the instance that made it declares it (before it answers the Subscribe)
+            subs.attach(state, origin="elsewhere")
             ctx.registry.update_gauges()
             ctx.wake_demand()
             log.debug("subscription %s made through another instance followed", sub_id)
@@ -140,6 +141,7 @@ class Follower:
                 for sub in feeding:
                     self._subscriptions.forget(sub)
                 live.stop()
+                ctx.forget_native(pp_id)
                 registry.update_gauges()
             return None
         if live is None:

@@ -105,6 +105,19 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
             nonce TEXT PRIMARY KEY, expires_at TIMESTAMPTZ NOT NULL)""",
         "CREATE INDEX wsnmom_nonces_expiry ON wsnmom_nonces (expires_at)",
     ),
+    # the NOTIFY of a change names its writer (its instance id) instead of its kind: an
+    # instance is not woken by its own writes (``PostgresCoordination.wait``)
+    7: (
+        """CREATE OR REPLACE FUNCTION wsnmom_note_change() RETURNS trigger
+        LANGUAGE plpgsql AS $$
+        DECLARE rid TEXT; writer TEXT := current_setting('application_name');
+        BEGIN
+            IF TG_OP = 'DELETE' THEN rid := OLD.id; ELSE rid := NEW.id; END IF;
+            INSERT INTO wsnmom_changes (kind, id, origin) VALUES (TG_ARGV[0], rid, writer);
+            PERFORM pg_notify('wsnmom_changes', writer);
+            RETURN NULL;
+        END $$""",
+    ),
 }
 SCHEMA_VERSION = max(MIGRATIONS)
 
@@ -175,7 +188,8 @@ class PostgresStore(Store):
             timeout=POOL_TIMEOUT,
             kwargs={
                 "connect_timeout": int(CONNECT_TIMEOUT),
-                "autocommit": False,
+                # transactions are explicit (``_tx``); a lone statement commits by itself
+                "autocommit": True,
                 "application_name": self.instance_id,
             },
             open=False,
@@ -213,15 +227,23 @@ class PostgresStore(Store):
 
     @contextmanager
     def _tx(self) -> Iterator[Any]:
-        """A pooled connection inside one transaction; connection trouble becomes
-        StoreUnavailable (and later uses fail at once until a probe connects again), other
-        database errors StoreError."""
+        """A pooled connection inside one transaction (see :meth:`_conn`)."""
+        with self._conn() as conn, conn.transaction():
+            yield conn
+
+    @contextmanager
+    def _conn(self) -> Iterator[Any]:
+        """A pooled connection in autocommit: each statement is a transaction of its own,
+        one round trip (a transaction block costs two more, BEGIN and COMMIT), so a
+        single-statement write or read runs here, several that must commit together in
+        :meth:`_tx`.  Connection trouble becomes StoreUnavailable (and later uses fail at
+        once until a probe connects again), other database errors StoreError."""
         if self._closed:
             raise StoreError("store is closed")
         self._require_server()
         psycopg = self._psycopg
         try:
-            with self._pool.connection() as conn, conn.transaction():
+            with self._pool.connection() as conn:
                 yield conn
         except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
             raise self._down(f"the PostgreSQL store is not answering: {exc}") from None
@@ -235,11 +257,11 @@ class PostgresStore(Store):
             raise
 
     def _rows(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-        with self._tx() as conn:
+        with self._conn() as conn:
             return list(conn.execute(sql, params).fetchall())
 
     def _count(self, sql: str, params: tuple[Any, ...]) -> int:
-        with self._tx() as conn:
+        with self._conn() as conn:
             return int(conn.execute(sql, params).rowcount)
 
     def _migrate(self) -> None:
@@ -274,7 +296,7 @@ class PostgresStore(Store):
             f"INSERT INTO {table} ({names}) VALUES ({marks}) "
             f"ON CONFLICT ({key}) DO UPDATE SET {updates}"
         )
-        with self._tx() as conn:
+        with self._conn() as conn:
             conn.execute(sql, tuple(columns.values()))
 
     def _get(self, table: str, column: str, value: str, decode: Callable[..., T]) -> T | None:
@@ -290,7 +312,7 @@ class PostgresStore(Store):
     # ------------------------------------------------------------------ records
 
     def put_subscription(self, sub: Subscription) -> None:
-        with self._tx() as conn:
+        with self._conn() as conn:
             row = conn.execute(
                 "INSERT INTO subscriptions (id, termination_time, data, revision) "
                 "VALUES (%s, %s, %s, 1) ON CONFLICT (id) DO UPDATE SET "
@@ -303,7 +325,7 @@ class PostgresStore(Store):
     def update_subscription(self, sub: Subscription) -> bool:
         # under READ COMMITTED a writer that waited for the row re-checks the revision on
         # the row the other writer committed: of two writes on one revision, one wins
-        with self._tx() as conn:
+        with self._conn() as conn:
             row = conn.execute(
                 "UPDATE subscriptions SET termination_time = %s, data = %s, "
                 "revision = revision + 1 WHERE id = %s AND revision = %s RETURNING revision",
@@ -378,7 +400,7 @@ class PostgresStore(Store):
     def put_current_message(self, message: NotificationMessage) -> None:
         if message.topic is None:
             raise ValueError("a current message needs a topic")
-        with self._tx() as conn:
+        with self._conn() as conn:
             conn.execute(
                 "INSERT INTO current_messages (namespace, path, data) VALUES (%s, %s, %s) "
                 "ON CONFLICT (namespace, path) DO UPDATE SET data = EXCLUDED.data",
@@ -415,7 +437,7 @@ class PostgresStore(Store):
         return str(rows[0][0]) if rows else None
 
     def set_meta(self, key: str, value: str) -> None:
-        with self._tx() as conn:
+        with self._conn() as conn:
             conn.execute(
                 "INSERT INTO wsnmom_meta (key, value) VALUES (%s, %s) "
                 "ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
@@ -432,6 +454,13 @@ class PostgresStore(Store):
     def transaction(self) -> Iterator[Any]:
         """A pooled connection in one transaction (for ``core.coordination_postgres``)."""
         with self._tx() as conn:
+            yield conn
+
+    @contextmanager
+    def statement(self) -> Iterator[Any]:
+        """A pooled connection in autocommit, for one statement (for
+        ``core.coordination_postgres``): one round trip instead of three."""
+        with self._conn() as conn:
             yield conn
 
     def ping(self) -> bool:

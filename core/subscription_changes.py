@@ -353,5 +353,6 @@ class SubscriptionChanges(SubscriptionParts):
             self.delivery.feeds.detach(live, here=False)
         except AdapterError:
             log.debug("detaching the feed of %s failed", sub_id, exc_info=True)
+        ctx.forget_native(sub_id)
         ctx.registry.update_gauges()
         ctx.wake_demand()

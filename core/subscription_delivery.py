@@ -17,7 +17,7 @@ from dataclasses import replace
 from typing import Any
 
 from wsnmom.core import metrics
-from wsnmom.core.adapter import AdapterError, Received, SubscriptionSpec
+from wsnmom.core.adapter import AdapterError, Received, SpecOrigin, SubscriptionSpec
 from wsnmom.core.channel import PrepareLater
 from wsnmom.core.codec import decode, encode, is_internal_routing, pull_point_inbox
 from wsnmom.core.context import BrokerContext
@@ -141,10 +141,15 @@ class SubscriptionDelivery:
         message = self.accepted(state, [received])[0]
         return None if message is None else self.render(state, message)
 
-    def attach(self, state: LiveSubscription, give_up: Callable[[EndSubscription], None]) -> None:
-        """Open the durable subscription and its delivery channel (started unless paused);
-        for one feeding a pull point, make it a feed of the pull point instead, or, routed
-        at publish time, just index it."""
+    def attach(
+        self,
+        state: LiveSubscription,
+        give_up: Callable[[EndSubscription], None],
+        origin: SpecOrigin = "",
+    ) -> None:
+        """Open the durable subscription (``origin``: ``SubscriptionSpec.origin``) and its
+        delivery channel (started unless paused); for one feeding a pull point, make it a
+        feed of the pull point instead, or, routed at publish time, just index it."""
         ctx = self._ctx
         registry = ctx.registry
         sub = state.record
@@ -162,6 +167,7 @@ class SubscriptionDelivery:
                 dead_letter_sink=ctx.dead_letters.sink,
                 # a feed of a pull point is read by the pull point's GetMessages
                 pulled=self.feeds.wanted(sub) and ctx.adapter.capabilities.native_pull,
+                origin=origin,
             )
         )
         state.handle = handle

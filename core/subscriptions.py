@@ -30,7 +30,7 @@ from urllib.parse import urlsplit
 
 from wsnmom.core import errors, metrics
 from wsnmom.core.access import current_principal, may_manage
-from wsnmom.core.adapter import AdapterError, TopicUnavailable
+from wsnmom.core.adapter import AdapterError, SpecOrigin, TopicUnavailable
 from wsnmom.core.addresses import ResourceKind, parse_resource_path, resource_address
 from wsnmom.core.context import BrokerContext
 from wsnmom.core.dead_letters import check_destination
@@ -189,7 +189,7 @@ class Subscriptions(SubscriptionChanges, SubscriptionEnds):
         state = LiveSubscription(sub, compiled, end_topic)
         try:
             ctx.store.put_subscription(sub)
-            self.attach(state)
+            self.attach(state, origin="new")
         except AdapterError as exc:
             self._undo_subscribe(state)
             if isinstance(exc, TopicUnavailable):  # the same answer as Notify on that topic
@@ -259,9 +259,9 @@ class Subscriptions(SubscriptionChanges, SubscriptionEnds):
         ctx.store.delete_subscription(sub_id)
         ctx.registry.update_gauges()
 
-    def attach(self, state: LiveSubscription) -> None:
+    def attach(self, state: LiveSubscription, *, origin: SpecOrigin = "") -> None:
         """Open the subscription's delivery (see ``SubscriptionDelivery.attach``)."""
-        self.delivery.attach(state, partial(self.give_up, state.record.id))
+        self.delivery.attach(state, partial(self.give_up, state.record.id), origin)
 
     # -- SubscriptionManager ---------------------------------------------------------------
     def get(self, subscription_id: str) -> Subscription:

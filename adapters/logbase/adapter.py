@@ -36,6 +36,10 @@ class LogAdapter(Adapter):
         """Forget the cursor and its stored positions (idempotent)."""
         self.cursor_engine().delete_subscription(name)
 
+    def forget_subscription(self, name: str) -> None:
+        """Drop the cursor another instance deleted; nothing of it is saved again."""
+        self.cursor_engine().forget_subscription(name)
+
     def subscription_names(self) -> list[str] | None:
         """Cursors open now or stored."""
         return self.cursor_engine().names()

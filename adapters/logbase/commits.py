@@ -147,6 +147,7 @@ class Commits(EngineParts):
                     if positions is not None:
                         changes[cursor.name] = positions
                         own[cursor.name] = cursor.gen
+                        cursor.saved_here = True
                     continue
                 self._own_save.discard(cursor.name)
                 if not (cursor.dirty or final) or (cursor.foreign and not cursor.dirty):
@@ -160,6 +161,7 @@ class Commits(EngineParts):
                 }
                 changes[cursor.name] = committed
                 cursor.dirty = False
+                cursor.saved_here = True
             deletes = {n for n in self._to_delete if n not in changes}
             self._to_delete = set()
         self._fence(changes, own)

@@ -153,6 +153,9 @@ class Cursor:
         #: shared engine: not started here since it was made or stopped; its positions
         #: are taken up from the position store when it starts (see the engine)
         self.foreign = False
+        #: the commit thread took its positions for saving at least once (see
+        #: ``CursorEngine.forget_subscription``)
+        self.saved_here = False
         #: per stream, the first unsettled offset the commit pass saw and since when
         self.pin_seen: dict[StreamId, tuple[int, float]] = {}
         self._outbox: deque[CursorReceived] = deque()

@@ -403,6 +403,20 @@ class CursorEngine(Head, Commits, CatchUp, Burial, Peeking):
 
     def delete_subscription(self, name: str) -> None:
         """Forget the cursor ``name`` and its stored positions (idempotent)."""
+        self._release(name, delete=True)
+
+    def forget_subscription(self, name: str) -> None:
+        """Shared: another instance deleted the subscription ``name`` (idempotent).  The
+        cursor is dropped and nothing of it is saved any more; when this instance saved
+        its positions before (it delivered it: a save under way may land after the other
+        instance's delete and make the stored positions again), they are deleted once
+        more, by the commit thread after any save of its already under way."""
+        with self.lock:
+            cursor = self._cursors.get(name)
+            wrote = cursor is not None and cursor.saved_here
+        self._release(name, delete=wrote)
+
+    def _release(self, name: str, *, delete: bool) -> None:
         with self.lock:
             cursor = self._cursors.pop(name, None)
             self._stored.pop(name, None)
@@ -416,8 +430,10 @@ class CursorEngine(Head, Commits, CatchUp, Burial, Peeking):
                 cursor.callback = None
                 cursor.inflight = {}
                 cursor.unsettled = 0
-            self._to_delete.add(name)
-        self._wake_commit.set()
+            if delete:
+                self._to_delete.add(name)
+        if delete:
+            self._wake_commit.set()
 
     def names(self) -> list[str]:
         """Cursors open now or stored."""

@@ -476,7 +476,11 @@ class MqttAdapter(Adapter):
         except NameNotRepresentable as exc:
             raise TopicUnavailable(f"no MQTT filter for the subscription: {exc}") from exc
         cnode.sessions.declare(
-            chandle.client_id, chandle.filters, self.settings.subscribe_timeout, spec.name
+            chandle.client_id,
+            chandle.filters,
+            self.settings.subscribe_timeout,
+            spec.name,
+            new=spec.origin == "new",
         )
         self._chandles.add(chandle)
         return chandle

@@ -131,8 +131,9 @@ class SubscriptionSessions:
         self.settings = settings
         self.mapping = mapping
         self.publisher = publisher
-        #: the one network thread of every session connection (None: one each)
-        self.hub = hub
+        #: the one network thread of every session connection (without one given, a hub
+        #: of its own)
+        self.hub = hub if hub is not None else Hub("mqtt-sessions", tls=settings.tls)
         self.instance_id = instance_id
         self.may_deliver: MayDeliver = may_deliver or (lambda name: True)
         self._lock = threading.Lock()
@@ -233,7 +234,13 @@ class SubscriptionSessions:
         )
 
     def declare(
-        self, client_id: str, filters: frozenset[str], timeout: float, name: str | None = None
+        self,
+        client_id: str,
+        filters: frozenset[str],
+        timeout: float,
+        name: str | None = None,
+        *,
+        new: bool = False,
     ) -> None:
         """Make sure ``client_id``'s session (of subscription ``name``) exists with
         ``filters``.  When its record says so already (a re-attach: every instance
@@ -243,8 +250,10 @@ class SubscriptionSessions:
         connect, subscribe them, unsubscribe the filters the record (or this process) had
         and no longer wants, disconnect.  A take-over that cuts the declaring connection
         off (the deliverer reconnecting at the same moment) is retried until
-        ``timeout``."""
-        found = self._read_record(client_id)
+        ``timeout``.  A ``new`` subscription (a Subscribe made its name a moment ago) has
+        no record: none is read (a round trip on the publisher's connection, one read at
+        a time for all request threads)."""
+        found = None if new else self._read_record(client_id)
         recorded = None if found is None else found[1]
         if recorded == filters:
             if name is not None and found is not None and found[0] != name:

@@ -1,14 +1,13 @@
-"""One network thread for many paho clients (cluster mode's subscription sessions), through
-paho's API for external event loops, as :mod:`.driver` runs one client.
+"""One network thread for the connections of many subscription sessions (cluster mode).
 
-A :class:`Hub` serves every client added to it in one thread: a selector (epoll) over their
-sockets (and a wake-up socket), then ``loop_read`` / ``loop_write`` / ``loop_misc`` of
-each client whose socket is ready, keep-alives at least every ``_TICK`` seconds.  A
-client is connected by the caller (``reconnect``, a blocking TCP connect and the CONNECT
-queued) and then added; it never reconnects here: once its connection ends (paho calls
-its ``on_disconnect``) the hub forgets it.  Calls into a client from other threads
-(acknowledgements, SUBSCRIBE) hold the client's ``io_lock``, which the hub holds while it
-reads and writes that client, and then :meth:`Hub.wake` it.
+A :class:`Hub` serves every :class:`Member` added to it in one thread: a selector (epoll)
+over their sockets (and a wake-up socket), then ``serve`` of each member whose socket is
+ready, keep-alives at least every ``_TICK`` seconds.  A member connects itself (a
+blocking TCP connect, its CONNECT queued) and is then added; it never reconnects here:
+once ``serve`` says its connection ended, the hub forgets it.  Other threads queue
+packets on a member (acknowledgements, SUBSCRIBE) holding its ``io_lock``, which it holds
+while the hub serves it, and then :meth:`Hub.wake` it.  The members are
+:class:`~.sub_client.SessionClient` objects.
 
 So an instance in cluster mode has one network thread for all its subscription sessions
 instead of one per session (docs/scale-out.md "MQTT in cluster mode").
@@ -22,15 +21,9 @@ import selectors
 import socket
 import threading
 import time
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
-try:
-    import paho.mqtt.client as mqtt
-except ImportError as exc:  # pragma: no cover - depends on the installation
-    raise ImportError('the MQTT adapter needs paho-mqtt: pip install "wsnmom[mqtt]"') from exc
-
-__all__ = ["Hub"]
+__all__ = ["Hub", "Member"]
 
 log = logging.getLogger("wsnmom.adapters.mqtt")
 
@@ -38,27 +31,33 @@ log = logging.getLogger("wsnmom.adapters.mqtt")
 _TICK = 1.0
 
 
-@dataclass(eq=False)
-class _Member:
-    client: Any
-    io_lock: threading.RLock
+class Member(Protocol):
+    """A connection the hub serves."""
 
+    def socket(self) -> socket.socket | None:
+        """The socket to watch (None once closed)."""
 
-def _nothing(client: Any, userdata: Any, sock: Any) -> None:
-    return None
+    def want_write(self) -> bool:
+        """Whether bytes wait to be written."""
+
+    def buffered(self) -> bool:
+        """Whether bytes already read from the socket wait (TLS)."""
+
+    def serve(self, readable: bool, writable: bool) -> bool:
+        """Read, keep alive, write; whether the connection lives on."""
 
 
 class Hub:
-    """Serves many paho clients in one thread (see the module docstring)."""
+    """Serves many connections in one thread (see the module docstring)."""
 
     def __init__(self, label: str = "mqtt-hub", *, tls: bool = False) -> None:
         self.label = label
         self.tls = tls
         self._lock = threading.Lock()
-        self._members: dict[int, _Member] = {}
-        #: clients removed, or with packets queued (or just added), since the thread last
+        self._members: dict[int, Member] = {}
+        #: members removed, or with packets queued (or just added), since the thread last
         #: looked
-        self._removed: list[Any] = []
+        self._removed: list[Member] = []
         self._dirty: set[int] = set()
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
@@ -66,18 +65,11 @@ class Hub:
         self._halt = threading.Event()
         self._thread: threading.Thread | None = None
 
-    @staticmethod
-    def prepare(client: Any) -> None:
-        """Leave every write of ``client`` to the hub (call before connecting it)."""
-        client.on_socket_register_write = _nothing
-        client.on_socket_unregister_write = _nothing
-
-    def add(self, client: Any, io_lock: threading.RLock) -> None:
-        """Serve ``client`` (connected by the caller) until its connection ends."""
-        member = _Member(client, io_lock)
+    def add(self, member: Member) -> None:
+        """Serve ``member`` (connected by itself) until its connection ends."""
         with self._lock:
-            self._members[id(client)] = member
-            self._dirty.add(id(client))
+            self._members[id(member)] = member
+            self._dirty.add(id(member))
             if self._thread is None:
                 self._thread = threading.Thread(
                     target=self._run, name=f"wsnmom-{self.label}", daemon=True
@@ -85,24 +77,23 @@ class Hub:
                 self._thread.start()
         self._poke()
 
-    def remove(self, client: Any) -> None:
-        """Stop serving ``client`` (its socket is the caller's to close)."""
+    def remove(self, member: Member) -> None:
+        """Stop serving ``member`` (its socket is its own to close)."""
         with self._lock:
-            member = self._members.pop(id(client), None)
-            if member is not None:
+            if self._members.pop(id(member), None) is not None:
                 self._removed.append(member)
         self._poke()
 
-    def wake(self, client: Any = None) -> None:
-        """Have the hub write what was queued for ``client`` (None: look at all).  Only a
+    def wake(self, member: Any = None) -> None:
+        """Have the hub write what was queued for ``member`` (None: look at all).  Only a
         wake that finds nothing waiting pokes the thread: the others join the pass that
         poke starts (the PUBACKs of a settled batch: one wake-up, not one per message)."""
         with self._lock:
             idle = not self._dirty
-            if client is None:
+            if member is None:
                 self._dirty.update(self._members)
             else:
-                self._dirty.add(id(client))
+                self._dirty.add(id(member))
         if idle:
             self._poke()
 
@@ -114,7 +105,7 @@ class Hub:
         return len(self._members)
 
     def close(self, timeout: float = 5.0) -> None:
-        """End the thread (the clients are their owners' to disconnect first)."""
+        """End the thread (the members are their owners' to close first)."""
         self._halt.set()
         self._poke()
         thread = self._thread
@@ -138,18 +129,11 @@ class Hub:
                     self._dirty.clear()
                 for m in removed:
                     self._unregister(sel, registered, m)
-                # clients with something queued, or just added: write (and register)
-                pending_tls = False
+                # members with something queued, or just added: write (and register)
                 for m in dirty:
-                    self._sync(sel, registered, m)
                     self._serve(sel, registered, m, readable=False, writable=True)
-                if self.tls:  # TLS: bytes already read from the socket may wait
-                    for sock, _ in registered.values():
-                        pending = getattr(sock, "pending", None)
-                        if pending is not None and pending() > 0:
-                            pending_tls = True
-                            break
-                timeout = 0.0 if pending_tls else max(0.0, next_misc - time.monotonic())
+                buffered = self.tls and any(m.buffered() for m in self._snapshot())
+                timeout = 0.0 if buffered else max(0.0, next_misc - time.monotonic())
                 try:
                     events = sel.select(timeout)
                 except (OSError, ValueError):  # a socket closed under us
@@ -159,40 +143,37 @@ class Hub:
                         with contextlib.suppress(OSError):
                             self._wake_r.recv(65536)
                         continue
-                    m = ready.data
                     self._serve(
                         sel,
                         registered,
-                        m,
+                        ready.data,
                         readable=bool(mask & selectors.EVENT_READ),
                         writable=bool(mask & selectors.EVENT_WRITE),
                     )
-                if pending_tls:
-                    with self._lock:
-                        members = list(self._members.values())
-                    for m in members:
-                        sock = m.client.socket()
-                        pending = getattr(sock, "pending", None)
-                        if pending is not None and pending() > 0:
+                if buffered:  # TLS: bytes already read from the socket wait
+                    for m in self._snapshot():
+                        if m.buffered():
                             self._serve(sel, registered, m, readable=True, writable=False)
                 if time.monotonic() >= next_misc:
                     next_misc = time.monotonic() + _TICK
-                    with self._lock:
-                        members = list(self._members.values())
-                    for m in members:  # keep-alives
+                    for m in self._snapshot():  # keep-alives
                         self._serve(sel, registered, m, readable=False, writable=False)
         finally:
             sel.close()
 
-    def _sync(self, sel: Any, registered: dict[int, tuple[Any, bool]], m: _Member) -> None:
+    def _snapshot(self) -> list[Member]:
+        with self._lock:
+            return list(self._members.values())
+
+    def _sync(self, sel: Any, registered: dict[int, tuple[Any, bool]], m: Member) -> None:
         """Register ``m``'s socket (for writing too while it wants to write)."""
-        sock = m.client.socket()
-        key = id(m.client)
+        sock = m.socket()
+        key = id(m)
         old = registered.get(key)
         if sock is None:
             self._unregister(sel, registered, m)
             return
-        want = bool(m.client.want_write())
+        want = m.want_write()
         if old is not None and old[0] is sock and old[1] == want:
             return
         events = selectors.EVENT_READ | (selectors.EVENT_WRITE if want else 0)
@@ -208,8 +189,8 @@ class Hub:
         except (KeyError, ValueError, OSError):
             registered.pop(key, None)
 
-    def _unregister(self, sel: Any, registered: dict[int, tuple[Any, bool]], m: _Member) -> None:
-        old = registered.pop(id(m.client), None)
+    def _unregister(self, sel: Any, registered: dict[int, tuple[Any, bool]], m: Member) -> None:
+        old = registered.pop(id(m), None)
         if old is not None:
             with contextlib.suppress(KeyError, ValueError, OSError):
                 sel.unregister(old[0])
@@ -218,37 +199,20 @@ class Hub:
         self,
         sel: Any,
         registered: dict[int, tuple[Any, bool]],
-        m: _Member,
+        m: Member,
         *,
         readable: bool,
         writable: bool,
     ) -> None:
-        """One pass over one client: read, write, keep alive; forget it once gone."""
-        client = m.client
+        """One pass over one member; forget it once its connection ended."""
         try:
-            with m.io_lock:
-                sock = client.socket()
-                if sock is None:
-                    gone = True
-                else:
-                    rc = mqtt.MQTT_ERR_SUCCESS
-                    if readable:
-                        rc = client.loop_read()
-                    if (
-                        rc == mqtt.MQTT_ERR_SUCCESS
-                        and client.socket() is not None
-                        and (client.want_write() or writable)
-                    ):
-                        rc = client.loop_write()
-                    if rc == mqtt.MQTT_ERR_SUCCESS and client.socket() is not None:
-                        rc = client.loop_misc()
-                    gone = rc != mqtt.MQTT_ERR_SUCCESS or client.socket() is None
-                if not gone:
-                    self._sync(sel, registered, m)
+            alive = m.serve(readable, writable)
         except Exception:  # a bug must not end the loop of every other session
-            log.exception("%s: serving an MQTT client failed", self.label)
-            gone = True
-        if gone:
-            self._unregister(sel, registered, m)
-            with self._lock:
-                self._members.pop(id(client), None)
+            log.exception("%s: serving an MQTT connection failed", self.label)
+            alive = False
+        if alive:
+            self._sync(sel, registered, m)
+            return
+        self._unregister(sel, registered, m)
+        with self._lock:
+            self._members.pop(id(m), None)

@@ -3,10 +3,11 @@ reconnects (exponential backoff), state visible without I/O.
 
 :class:`Link` runs its client on the adapter's :class:`~.driver.Driver` (one thread does
 all the socket I/O; with ``own_loop`` it calls ``after_read`` on every pass and the users
-wake it, otherwise queueing a packet wakes it), or on a shared :class:`~.hub.Hub` — never
-on paho's ``loop_start``, whose ``select`` refuses descriptors >= 1024: it connects, reads,
-writes, sends keep-alives and reconnects after a loss, waiting ``reconnect_min_delay``
-doubled up to ``reconnect_max_delay`` between attempts. Its callbacks never block: the
+wake it, otherwise queueing a packet wakes it), never on paho's ``loop_start``, whose
+``select`` refuses descriptors >= 1024: it connects, reads, writes, sends keep-alives and
+reconnects after a loss, waiting ``reconnect_min_delay`` doubled up to
+``reconnect_max_delay`` between attempts.  (Cluster mode's subscription sessions use no
+paho client: :mod:`.sub_client`.) Its callbacks never block: the
 users of a link only record what happened and hand work to their own threads.
 :meth:`Link.start` waits for the first CONNACK and turns a refusal into the adapter's typed
 errors (wrong credentials, not authorized) so a gateway does not keep knocking.
@@ -40,9 +41,8 @@ from wsnmom.core.adapter import (
 
 from .config import MqttSettings
 from .driver import Driver
-from .hub import Hub
 
-__all__ = ["Link", "PacketTypes", "Properties", "ReasonCode", "mqtt"]
+__all__ = ["Link", "PacketTypes", "Properties", "ReasonCode", "mqtt", "refusal"]
 
 log = logging.getLogger("wsnmom.adapters.mqtt")
 
@@ -77,7 +77,7 @@ class Link:
     ``persistent``: the session survives the connection (clean start false, MQTT 5
     session expiry ``settings.session_expiry``); otherwise every connection starts clean.
     ``on_connected(session_present, properties)`` and ``on_disconnected()`` are called on
-    the network thread (the driver's or the hub's), after the link's own state
+    the driver's network thread, after the link's own state
     changed.  ``after_read`` (``own_loop`` only) is called after every read, under
     ``io_lock``.  ``reconnect`` false: a lost connection stays lost.
     """
@@ -96,7 +96,6 @@ class Link:
         after_read: Callable[[], None] | None = None,
         reconnect: bool = True,
         receive_maximum: int | None = None,
-        hub: Hub | None = None,
     ) -> None:
         self.settings = settings
         #: the Receive Maximum this link's CONNECT announces (None: the settings')
@@ -120,28 +119,22 @@ class Link:
         client.on_connect_fail = self._connect_fail_cb
         client.on_disconnect = self._disconnect_cb
         self.client = client
-        self.driver: Driver | None = None
-        #: the network thread this link shares with others (:mod:`.hub`; no reconnects)
-        self.hub = hub
-        if hub is not None:
-            Hub.prepare(client)
-        else:
-            # never paho's ``loop_start``: its ``select`` refuses descriptors >= 1024
-            self.driver = Driver(
-                client,
-                label.replace(" ", "-").lower(),
-                settings.reconnect_min_delay,
-                settings.reconnect_max_delay,
-                on_connect_fail=lambda: self._connect_fail_cb(client, None),
-                after_read=after_read,
-                wake_on_queue=not own_loop,
-                reconnect=reconnect,
-            )
+        # never paho's ``loop_start``: its ``select`` refuses descriptors >= 1024
+        self.driver = Driver(
+            client,
+            label.replace(" ", "-").lower(),
+            settings.reconnect_min_delay,
+            settings.reconnect_max_delay,
+            on_connect_fail=lambda: self._connect_fail_cb(client, None),
+            after_read=after_read,
+            wake_on_queue=not own_loop,
+            reconnect=reconnect,
+        )
         #: held around calls into the client from other threads that queue packets
-        #: (the driver's or the hub's thread holds it while it reads and writes); with
+        #: (the driver's thread holds it while it reads and writes); with
         #: ``own_loop`` call ``wake()`` after queueing, without it queueing wakes the
         #: driver and paho's own locks suffice
-        self.io_lock: Any = self.driver.io_lock if self.driver else threading.RLock()
+        self.io_lock: Any = self.driver.io_lock
 
     # -- state ------------------------------------------------------------------------------
     @property
@@ -168,23 +161,11 @@ class Link:
             s.host, s.port, keepalive=s.keepalive, clean_start=clean, properties=props
         )
         self._started = True
-        if self.hub is not None:
-            try:
-                with self.io_lock:
-                    self.client.reconnect()
-            except OSError as exc:
-                self._started = False
-                raise AdapterUnavailable(
-                    f"cannot connect to the MQTT broker {s.host}:{s.port}: {exc}"
-                ) from exc
-            self.hub.add(self.client, self.io_lock)
-        elif self.driver is not None:
-            self.driver.start()
+        self.driver.start()
         with self._cv:
             # a CONNACK counts even when the connection is gone again by the time this
-            # thread looks (a take-over of a fixed client id right after it connected)
-            # a ``stop`` from another thread meanwhile ends the wait too (a subscription
-            # session's owner gives a connection up without waiting for its CONNACK)
+            # thread looks (a take-over of a fixed client id right after it connected);
+            # a ``stop`` from another thread meanwhile ends the wait too
             self._cv.wait_for(
                 lambda: (
                     self._connected
@@ -202,9 +183,6 @@ class Link:
         if refused is not None:
             raise refused
         if stopped:
-            if self.hub is not None:
-                # a stop that came before the client joined the hub left it there
-                self._stop_on_hub(self.hub)
             raise AdapterUnavailable(f"{self.label}: stopped while waiting for the CONNACK")
         raise AdapterUnavailable(
             f"the MQTT broker {s.host}:{s.port} did not accept a connection within {timeout:g}s"
@@ -217,55 +195,31 @@ class Link:
         with self._cv:
             self._started = False
             self._cv.notify_all()
-        if self.hub is not None:
-            self._stop_on_hub(self.hub)
-        elif self.driver is not None:
-            self.driver.stop()
+        self.driver.stop()
         with self._cv:
             self._connected = False
             self._cv.notify_all()
 
-    def _stop_on_hub(self, hub: Hub) -> None:
-        """Write what is queued (a DISCONNECT with properties, say), disconnect, leave the
-        hub."""
-        client = self.client
-        with self.io_lock:
-            for step in (client.loop_write, client.disconnect, client.loop_write):
-                if client.socket() is None:
-                    break
-                with contextlib.suppress(Exception):
-                    step()
-        hub.remove(client)
-        with self.io_lock:
-            sock = client.socket()
-            if sock is not None:  # the DISCONNECT could not be written
-                with contextlib.suppress(OSError):
-                    sock.close()
-
     def wake(self) -> None:
         """Have the network thread write what was queued and call ``after_read``
-        (needed with ``own_loop`` or a hub; otherwise queueing a packet wakes the driver)."""
-        if self.hub is not None:
-            self.hub.wake(self.client)
-        if self.driver is not None:
-            self.driver.wake()
+        (needed with ``own_loop``; otherwise queueing a packet wakes the driver)."""
+        self.driver.wake()
 
     # -- paho callbacks (network thread) ---------------------------------------------------
     def _connect_cb(
         self, client: Any, userdata: Any, flags: Any, reason: ReasonCode, properties: Any
     ) -> None:
         if reason.is_failure:
-            refusal = _refusal(reason, self.settings)
+            refused = refusal(reason.value, str(reason), self.settings)
             with self._cv:
-                self._refused = refusal
+                self._refused = refused
                 self._cv.notify_all()
-            if isinstance(refusal, AdapterUnavailable):
+            if isinstance(refused, AdapterUnavailable):
                 log.warning("%s: the broker refused the connection: %s", self.label, reason)
             else:
                 # waiting would not help: stop knocking (the adapter reports the error)
-                log.error("%s: %s", self.label, refusal)
-                if self.driver is not None:
-                    self.driver.give_up = True
+                log.error("%s: %s", self.label, refused)
+                self.driver.give_up = True
                 client.disconnect()
             return
         if self.settings.v5 and properties is not None:
@@ -319,20 +273,20 @@ def _no_delay(client: Any, userdata: Any, sock: Any) -> None:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
 
-def _refusal(reason: ReasonCode, settings: MqttSettings) -> AdapterError:
-    """The adapter error for a refused CONNACK."""
+def refusal(code: int, name: str, settings: MqttSettings) -> AdapterError:
+    """The adapter error for a CONNACK refusing with reason ``code`` (named ``name``)."""
     where = f"{settings.host}:{settings.port}"
-    if reason.value in _BAD_CREDENTIALS:
+    if code in _BAD_CREDENTIALS:
         return CredentialsRefused(
-            f"the MQTT broker {where} refused the gateway's login ({reason}; MQTT takes the "
+            f"the MQTT broker {where} refused the gateway's login ({name}; MQTT takes the "
             "user name and password from the URL or the adapter options username / "
             "password, a client certificate from certfile / keyfile)"
         )
-    if reason.value in _NOT_AUTHORIZED:
-        return AccessRefused(f"the MQTT broker {where} does not authorize the gateway ({reason})")
-    if reason.value in _BAD_CLIENT:
-        return AdapterError(f"the MQTT broker {where} refused the client ({reason})")
-    return AdapterUnavailable(f"the MQTT broker {where} refused the connection ({reason})")
+    if code in _NOT_AUTHORIZED:
+        return AccessRefused(f"the MQTT broker {where} does not authorize the gateway ({name})")
+    if code in _BAD_CLIENT:
+        return AdapterError(f"the MQTT broker {where} refused the client ({name})")
+    return AdapterUnavailable(f"the MQTT broker {where} refused the connection ({name})")
 
 
 def _new_client(

@@ -25,38 +25,37 @@ which decides.  A connection without a consumer (a declaring one: :meth:`open` t
 :meth:`close`) acknowledges nothing it receives meanwhile; the broker sends those
 messages again to the next connection.
 
-The connections of an instance share its :class:`~.hub.Hub`'s network thread (without
-one, each runs on a :class:`~.driver.Driver` of its own).
+The connections of an instance share its :class:`~.hub.Hub`'s network thread; each is a
+:class:`~.sub_client.SessionClient` (the adapter's own MQTT 5 subscriber, not paho), which
+hands over the PUBLISH packets of one read in one call (:meth:`SessionConnection.published`).
 """
 
 from __future__ import annotations
 
 import collections
-import contextlib
 import logging
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
-from typing import Any
 
 from wsnmom.core.adapter import AccessRefused, AdapterUnavailable, Received
 from wsnmom.topic_mapping.model import Topic
 
 from .config import MqttSettings
 from .hub import Hub
-from .link import Link, Properties, mqtt
 from .mapping import MqttMapping
-from .wire import metadata
+from .reason_codes import reason_name
+from .sub_client import SessionClient
+from .sub_codec import Connack, Publish, SubAck
+from .wire import metadata_of
 
 __all__ = ["Delivery", "SessionConnection"]
 
 log = logging.getLogger("wsnmom.adapters.mqtt")
 
-try:
-    from paho.mqtt.packettypes import PacketTypes
-    from paho.mqtt.subscribeoptions import SubscribeOptions
-except ImportError as exc:  # pragma: no cover - link.py raised already
-    raise ImportError('the MQTT adapter needs paho-mqtt: pip install "wsnmom[mqtt]"') from exc
+#: Subscription Options of every filter: QoS 1, Retain Handling 2 (retained messages are
+#: not sent: they are no new notifications), No Local and Retain As Published off
+SUBSCRIBE_OPTIONS = 0x21
 
 
 class Delivery(Received):
@@ -121,7 +120,9 @@ class SessionConnection:
     """See the module docstring.  ``accepts(topic)``: the subscription's own patterns;
     ``consumer``: None for a declaring connection; ``on_lost()`` when the connection ends
     other than by :meth:`close`; ``on_requeue()`` when a message is nacked for requeue
-    (the owner drops this connection and opens another)."""
+    (the owner drops this connection and opens another).  Its ``connected``,
+    ``published``, ``acknowledged`` and ``closed`` are its client's callbacks (the hub's
+    thread, the client's ``io_lock`` held)."""
 
     def __init__(
         self,
@@ -135,7 +136,7 @@ class SessionConnection:
         on_lost: Callable[[], None] | None = None,
         on_requeue: Callable[[], None] | None = None,
         persistent: bool = True,
-        hub: Hub | None = None,
+        hub: Hub,
     ) -> None:
         self.settings = settings
         self.client_id = client_id
@@ -150,7 +151,7 @@ class SessionConnection:
         #: bumped when the connection ends: a settlement of an older one acknowledges
         #: nothing
         self._generation = 0
-        self._pending: dict[int, str] = {}
+        self._pending: dict[int, list[str]] = {}
         self._refused: dict[str, str] = {}
         self._unsubscribed: dict[int, threading.Event] = {}
         self._closing = False
@@ -169,21 +170,15 @@ class SessionConnection:
         self.lost = False
         self.received = 0
         self.acked = 0
-        self.link = Link(
+        self.client = SessionClient(
             settings,
             client_id,
+            self,
+            hub,
             persistent=persistent,
-            manual_ack=True,
-            on_disconnected=self._disconnected,
+            receive_maximum=self._window,
             label=f"MQTT subscription session {client_id}",
-            reconnect=False,
-            receive_maximum=receive_maximum,
-            hub=hub,
         )
-        client = self.link.client
-        client.on_message = self._message
-        client.on_subscribe = self._subscribed
-        client.on_unsubscribe = self._unsubscribed_cb
 
     # -- lifecycle --------------------------------------------------------------------------
     def connect(self) -> bool:
@@ -194,14 +189,14 @@ class SessionConnection:
         with self._lock:
             if self._closing:
                 raise AdapterUnavailable(f"{self.client_id}: closed before it connected")
-        self.link.start(self.settings.connect_timeout)
+        present = self.client.start(self.settings.connect_timeout)
         with self._lock:
             closing = self._closing
         if closing:
-            # closed while the CONNECT was under way, before the link could be stopped
-            self.link.stop()
+            # closed while the CONNECT was under way, before the client could be closed
+            self.client.close()
             raise AdapterUnavailable(f"{self.client_id}: closed while it connected")
-        return self.link.session_present
+        return present
 
     def subscribe(self, filters: Iterable[str], timeout: float | None = None) -> None:
         """Subscribe ``filters`` (QoS 1, retained messages not sent) and wait for their
@@ -211,17 +206,14 @@ class SessionConnection:
         if not wanted:
             return
         wait = self.settings.subscribe_timeout if timeout is None else timeout
-        client = self.link.client
+        client = self.client
         # lock order: the client's io_lock, then this connection's (as the network
         # thread, which holds the io_lock while it reads, takes them)
-        with self.link.io_lock, self._lock:
-            for f in wanted:
-                options = SubscribeOptions(qos=1, noLocal=False, retainHandling=2)
-                rc, mid = client.subscribe(f, options=options)
-                if rc != mqtt.MQTT_ERR_SUCCESS or mid is None:
-                    raise AdapterUnavailable(f"{self.client_id}: cannot subscribe {f!r} now")
-                self._pending[mid] = f
-        self.link.wake()
+        with client.io_lock, self._lock:
+            if not client.open:
+                raise AdapterUnavailable(f"{self.client_id}: cannot subscribe now (not connected)")
+            self._pending[client.subscribe(wanted, SUBSCRIBE_OPTIONS)] = wanted
+        client.wake()
         with self._lock:
             done = self._lock.wait_for(
                 lambda: not self._pending or self.lost or self._closing, wait
@@ -244,12 +236,12 @@ class SessionConnection:
             return
         wait = self.settings.subscribe_timeout if timeout is None else timeout
         done = threading.Event()
-        with self.link.io_lock, self._lock:
-            rc, mid = self.link.client.unsubscribe(gone)
-            if rc != mqtt.MQTT_ERR_SUCCESS or mid is None:
+        client = self.client
+        with client.io_lock, self._lock:
+            if not client.open:
                 raise AdapterUnavailable(f"{self.client_id}: cannot unsubscribe now")
-            self._unsubscribed[mid] = done
-        self.link.wake()
+            self._unsubscribed[client.unsubscribe(gone)] = done
+        client.wake()
         if not done.wait(wait) or self.lost:
             raise AdapterUnavailable(f"{self.client_id}: the broker did not acknowledge it")
 
@@ -261,7 +253,7 @@ class SessionConnection:
             self._order.clear()
             self._held.clear()
             self._lock.notify_all()  # a subscribe waiting for its SUBACK gives up
-        self.link.stop()
+        self.client.close()
 
     def end(self) -> None:
         """Disconnect and have the broker drop the session (MQTT 5 DISCONNECT with
@@ -270,12 +262,7 @@ class SessionConnection:
             self._closing = True
             self._generation += 1
             self._order.clear()
-        props = Properties(PacketTypes.DISCONNECT)  # type: ignore[no-untyped-call]
-        props.SessionExpiryInterval = 0
-        with contextlib.suppress(Exception), self.link.io_lock:
-            self.link.client.disconnect(properties=props)
-        self.link.wake()
-        self.link.stop()
+        self.client.close(session_expiry=0)
 
     @property
     def unacknowledged(self) -> int:
@@ -285,14 +272,14 @@ class SessionConnection:
 
     # -- settling ---------------------------------------------------------------------------
     def _settle(self, d: Delivery) -> None:
-        with self.link.io_lock, self._lock:
+        with self.client.io_lock, self._lock:
             if d._generation != self._generation or d._settled:
                 return
             d._settled = True
             if d._handed:
                 self._outstanding -= 1
             self._ack_ready()
-        self.link.wake()
+        self.client.wake()
         self._dispatch()
 
     def _dispatch(self) -> None:
@@ -330,10 +317,10 @@ class SessionConnection:
         order = self._order
         if not order or not order[0]._settled:
             return
-        client = self.link.client
+        client = self.client
         while order and order[0]._settled:
             d = order.popleft()
-            client.ack(d._mid, 1)
+            client.ack(d._mid)
             self.acked += 1
         self._lock.notify_all()
 
@@ -346,61 +333,66 @@ class SessionConnection:
         if self._on_requeue is not None:
             self._on_requeue()
 
-    # -- paho callbacks (network thread; never block) ---------------------------------------
-    def _message(self, client: Any, userdata: Any, message: Any) -> None:
-        if message.qos == 0:
-            return  # subscribed at QoS 1: nothing to acknowledge
-        body = bytes(message.payload)
-        headers, content_type = metadata(message.properties if self.settings.v5 else None, body)
-        try:
-            name = str(message.topic)
-        except UnicodeDecodeError:
-            name = ""
-        topic = self.mapping.topic(name, headers)
-        with self.link.io_lock, self._lock:
+    # -- the client's callbacks (the hub's thread, io_lock held; never block) --------------
+    def connected(self, connack: Connack) -> None:
+        """The CONNACK (``connect`` returns what it says)."""
+
+    def published(self, messages: list[Publish]) -> None:
+        """The PUBLISH packets of one read, in arrival order."""
+        arrived = []
+        for m in messages:
+            if m.qos == 0:
+                continue  # subscribed at QoS 1: nothing to acknowledge
+            headers, content_type = metadata_of(m.user_properties, m.content_type, m.payload)
+            arrived.append((m, self.mapping.topic(m.topic, headers), headers, content_type))
+        if not arrived:
+            return
+        handed = False
+        with self._lock:
             if self._closing or self.lost:
                 return
-            self.received += 1
-            d = Delivery(
-                self,
-                self._generation,
-                message.mid,
-                topic,
-                body,
-                headers,
-                content_type,
-                bool(message.dup),
-            )
-            self._order.append(d)
+            for m, topic, headers, content_type in arrived:
+                self.received += 1
+                d = Delivery(
+                    self,
+                    self._generation,
+                    m.packet_id,
+                    topic,
+                    m.payload,
+                    headers,
+                    content_type,
+                    m.dup,
+                )
+                self._order.append(d)
+                if self._consumer is None:
+                    continue  # a declaring connection: the next connection gets it again
+                if m.retain or not self._accepts(topic):
+                    d._settled = True
+                    continue
+                self._held.append(d)
+                handed = True
             self.peak_unacknowledged = max(self.peak_unacknowledged, len(self._order))
-            if self._consumer is None:
-                return  # a declaring connection: the next connection gets it again
-            if message.retain or not self._accepts(topic):
-                d._settled = True
-                self._ack_ready()
-                return
-            self._held.append(d)
-        self._dispatch()
+            self._ack_ready()
+        if handed:
+            self._dispatch()
 
-    def _subscribed(
-        self, client: Any, userdata: Any, mid: int, reasons: Sequence[Any], props: Any
-    ) -> None:
+    def acknowledged(self, ack: SubAck) -> None:
+        """A SUBACK or UNSUBACK."""
+        if ack.unsubscribe:
+            with self._lock:
+                done = self._unsubscribed.pop(ack.packet_id, None)
+            if done is not None:
+                done.set()
+            return
         with self._lock:
-            f = self._pending.pop(mid, None)
-            reason = reasons[0] if reasons else None
-            if f is not None and reason is not None and getattr(reason, "is_failure", False):
-                self._refused[f] = str(reason)
+            wanted = self._pending.pop(ack.packet_id, None) or []
+            for f, code in zip(wanted, ack.reasons, strict=False):
+                if code >= 0x80:
+                    self._refused[f] = reason_name(code)
             self._lock.notify_all()
 
-    def _unsubscribed_cb(
-        self, client: Any, userdata: Any, mid: int, reasons: Any, props: Any
-    ) -> None:
-        with self._lock:
-            done = self._unsubscribed.pop(mid, None)
-        if done is not None:
-            done.set()
-
-    def _disconnected(self) -> None:
+    def closed(self, why: str) -> None:
+        """The connection ended (closed here, cut off, lost, or refused)."""
         with self._lock:
             self._generation += 1
             self._order.clear()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Iterable
 from typing import Any
 
 from wsnmom.core.adapter import HEADER_MESSAGE_ID, OutboundMessage
@@ -20,7 +21,7 @@ from wsnmom.topic_mapping.model import Topic
 from ..native import sniff_content_type
 from .link import PacketTypes, Properties
 
-__all__ = ["metadata", "outbound", "publish_properties"]
+__all__ = ["metadata", "metadata_of", "outbound", "publish_properties"]
 
 #: content types whose bodies are text (Payload Format Indicator 1 when valid UTF-8)
 _TEXT_SUFFIXES = ("+xml", "+json")
@@ -124,13 +125,22 @@ def publish_properties(message: OutboundMessage) -> Properties:
 
 
 def metadata(properties: Any, body: bytes) -> tuple[dict[str, str], str]:
-    """Headers and content type of an arriving message (``properties`` None on 3.1.1)."""
+    """Headers and content type of an arriving message (``properties`` paho's, None on
+    3.1.1)."""
+    if properties is None:
+        return {}, sniff_content_type(body)
+    pairs = getattr(properties, "UserProperty", None) or ()
+    return metadata_of(pairs, getattr(properties, "ContentType", None), body)
+
+
+def metadata_of(
+    pairs: Iterable[tuple[str, str]], content_type: str | None, body: bytes
+) -> tuple[dict[str, str], str]:
+    """Headers and content type of an arriving MQTT 5 message from its user properties
+    (the first of a repeated name counts) and Content Type."""
     headers: dict[str, str] = {}
-    content_type = ""
-    if properties is not None:
-        for key, value in getattr(properties, "UserProperty", None) or ():
-            headers.setdefault(key, value)
-        content_type = getattr(properties, "ContentType", None) or ""
+    for key, value in pairs:
+        headers.setdefault(key, value)
     return headers, content_type or sniff_content_type(body)
 
 

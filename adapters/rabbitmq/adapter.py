@@ -393,7 +393,8 @@ class RabbitMQAdapter(Adapter):
 
     def subscription(self, spec: SubscriptionSpec) -> SubscriptionHandle:
         sub = self.pool.subscription(spec, self._new_subscription)
-        self._run(self.declarations.declare_for(sub), link=sub.link)
+        if not self.declarations.deferred(sub):
+            self._run(self.declarations.declare_for(sub), link=sub.link)
         return sub
 
     def delete_subscription(self, name: str) -> None:

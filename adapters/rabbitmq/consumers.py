@@ -96,6 +96,8 @@ class Consumers:
             await link.ready(self.timeout)
         if (sub.consumer is not None and sub.consumer.is_open) or not sub.consuming:
             return
+        if not sub.declared:  # followed without declaring it (``Declarations.deferred``)
+            await self.declarations.declare_subscription(sub)
         ch = await link.open_channel()
         try:
             await self._consume(sub, ch)

@@ -349,6 +349,20 @@ class Declarations:
             for exchange, key in bindings:
                 await admin.call("queue_bind", sub.queue, exchange, key)
         sub.bound = wanted
+        sub.declared = True
+
+    def deferred(self, sub: RabbitMQSubscription) -> bool:
+        """Whether ``sub``'s declaration waits for its first consume here
+        (``Consumers.start``): in cluster mode, a push subscription made through another
+        gateway instance (``SubscriptionSpec.origin``), which declared it before it
+        answered the Subscribe.  Every instance follows every new subscription; this one
+        delivers it only if it holds its shard, now or after a hand-over, and declaring
+        it on each of them cost the broker one queue declaration (a quorum queue's is
+        the slow part of a Subscribe) and its bindings per instance.  A subscription read
+        by pull is declared at once: any instance may answer a GetMessages."""
+        return (
+            self.shared and sub.spec.origin == "elsewhere" and not sub.spec.pulled
+        ) and not sub.declared
 
     async def declare_for(self, sub: RabbitMQSubscription) -> None:
         """:meth:`declare_subscription` once the subscription's connection is up."""

@@ -74,6 +74,8 @@ class RabbitMQSubscription(SubscriptionHandle):
         self.puller: Channel | None = None
         #: the queue got its primer from this process (``Declarations.prime``)
         self.primed = False
+        #: this process declared the queue and its bindings (``Declarations.deferred``)
+        self.declared = False
 
     def start(self, on_message: Callable[[Received], None], prefetch: int = 64) -> None:
         c = self._consumers

@@ -1,7 +1,7 @@
 """Scenario ha-scale: failover with many push subscriptions (docs/scale-out.md, "Failover").
 
-Three instances on one PostgreSQL store and one RabbitMQ (64 shards, 3 s lease, 0.5 s
-heartbeat), ``N`` push subscriptions on one topic (2,000; 300 with ``--quick``;
+Three instances on one PostgreSQL store and one RabbitMQ or Kafka (64 shards, 3 s lease,
+0.5 s heartbeat), ``N`` push subscriptions on one topic (2,000; 300 with ``--quick``;
 ``WSNMOM_BENCH_HA_SUBSCRIPTIONS`` sets it), spread over eight consumer ports of the
 bench process.  Subscribes are sent 8 at a time, 200 at a time, each 200 followed by
 every instance before the next; one refused with 503 (retry later) is sent again.  A
@@ -166,7 +166,7 @@ class HighAvailabilityAtScale(Scenario):
 
     name = "ha-scale"
     title = "HA at scale: failover after kill -9 with thousands of push subscriptions"
-    middlewares = ("rabbitmq",)
+    middlewares = ("rabbitmq", "kafka")
 
     def run(self, ctx: Context, mw: Middleware | None, result: ScenarioResult) -> None:
         assert mw is not None
@@ -178,7 +178,9 @@ class HighAvailabilityAtScale(Scenario):
         self, ctx: Context, mw: Middleware, store: str, count: int, result: ScenarioResult
     ) -> None:
         isolated = mw.adapter_url(ctx.workdir / "ha-scale")
-        adapter = isolated + ("&" if "?" in isolated else "?") + "pull=get"
+        adapter = isolated
+        if mw.name == "rabbitmq":
+            adapter += ("&" if "?" in isolated else "?") + "pull=get"
         servers: dict[str, ServerProcess] = {}
         for name in ("s0", "s1", "s2"):
             server = ServerProcess(adapter, ctx.workdir / f"ha-scale-{name}", _config(name))
@@ -246,6 +248,7 @@ class HighAvailabilityAtScale(Scenario):
             survivors = [servers[n] for n in names if n != victim]
             ctx.log(f"  deliverers: {dict(per)}; killing {victim}")
             killed_wall, killed = time.time(), time.monotonic()
+            load_at_kill = os.getloadavg()
             servers[victim].kill()
             gaps: dict[str, float] = {}
             deadline = killed + LEASE + 120
@@ -296,11 +299,14 @@ class HighAvailabilityAtScale(Scenario):
             shards_taken_after_s=shards_after,
             probes=final,
             duplicates=duplicates,
+            load_average_at_kill=[round(x, 2) for x in load_at_kill],
+            load_average_after=[round(x, 2) for x in os.getloadavg()],
         )
         ctx.log(
             f"  gap p50 {percentile(values, 50):.2f} p95 {percentile(values, 95):.2f} "
             f"max {values[-1]:.2f} s; shards taken after {shards_after:.2f} s; "
-            f"{duplicates} duplicates"
+            f"{duplicates} duplicates; load average {load_at_kill[0]:.1f} at the kill, "
+            f"{os.getloadavg()[0]:.1f} after"
         )
         result.add(
             Metric(name="failover_gap_p50_s", value=percentile(values, 50), unit="s", note=note)

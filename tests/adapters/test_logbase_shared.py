@@ -330,3 +330,27 @@ def test_a_deliverer_with_nothing_unsettled_keeps_its_position_saved_when_a_stre
     log.append(STREAM, b"y2")
     received = got_b.wait_for_body(b"y2", 5)
     assert [m.body for m in received] == [b"y1", b"y2"]
+
+
+def test_a_deliverer_forgetting_a_subscription_another_instance_deleted_leaves_nothing(
+    engines: tuple[_MemoryLog, _SharedPositions, list[CursorEngine]],
+) -> None:
+    # B deletes the subscription A delivers (an Unsubscribe through B); A follows: it
+    # stops the handle, whose position it saves at the next commit pass, possibly after
+    # B's delete (tests/cluster/test_kafka_groups.py plays it on Kafka)
+    log, shared, (a, b) = engines
+    on_a = a.subscription(spec("s", "t"))
+    b.subscription(spec("s", "t"))
+    on_a.start(got := Collector())
+    log.append(STREAM, b"0")
+    got.wait_for(1, 5)
+    wait_until(lambda: shared.get("s") == {STREAM: 1}, 5, what="A saving the position")
+    b.delete_subscription("s")
+    wait_until(lambda: shared.get("s") is None, 5, what="B's delete")
+    on_a.stop()
+    # the save the stop asks for lands after B's delete: the position is there again
+    wait_until(lambda: shared.get("s") == {STREAM: 1}, 5, what="A's save at the stop")
+    a.forget_subscription("s")
+    wait_until(lambda: shared.get("s") is None, 5, what="A deleting what it saved")
+    assert "s" not in a.names() and "s" not in b.names()
+    assert a.stats()["cursors"] == 0 and b.stats()["cursors"] == 0

@@ -24,6 +24,7 @@ from wsnmom.core.adapter import (
     OutboundMessage,
     QueueLimits,
     Received,
+    SpecOrigin,
     SubscriptionSpec,
 )
 from wsnmom.core.adapter_options import AdapterOptionError
@@ -58,8 +59,9 @@ class Instance:
         self.adapter.shared_by_instances(lambda name: self.may.get(name, True))
         self.adapter.open()
 
-    def handle(self, name: str, path: str = "a") -> ClusterHandle:
-        spec = SubscriptionSpec(name, (PathPattern(NS, tuple(path.split("/"))),), QueueLimits())
+    def handle(self, name: str, path: str = "a", origin: SpecOrigin = "") -> ClusterHandle:
+        pattern = PathPattern(NS, tuple(path.split("/")))
+        spec = SubscriptionSpec(name, (pattern,), QueueLimits(), origin=origin)
         handle = self.adapter.subscription(spec)
         assert isinstance(handle, ClusterHandle)
         return handle
@@ -153,6 +155,35 @@ def test_declared_through_a_consumed_through_b_gets_everything_after_the_declare
     # B's own declare (its re-attach) took at most one message (Receive Maximum 1) and
     # gave it back unacknowledged: it comes with DUP
     assert sum(r.redelivered for r in consumer.got) <= 1
+
+
+def test_a_new_subscription_is_declared_without_reading_a_record_and_keeps_what_follows(
+    cluster: Callable[[], Instance],
+) -> None:
+    """A Subscribe's new subscription (``origin`` "new"): no record is read (there can be
+    none); its session is made with its filters all the same, so what is published once
+    ``subscription`` returned waits for its deliverer, and its record names it (another
+    instance's re-attach finds it and connects nothing)."""
+    a, b = cluster(), cluster()
+    sessions = a.adapter._require_cluster().sessions
+    reads: list[str] = []
+    read = sessions._read_record
+
+    def counted(client_id: str) -> tuple[str | None, frozenset[str]] | None:
+        reads.append(client_id)
+        return read(client_id)
+
+    sessions._read_record = counted  # type: ignore[method-assign]
+    a.handle("fresh", origin="new")
+    assert reads == []
+    bodies = [b"n%d" % i for i in range(5)]
+    a.publish(*bodies)
+    assert sessions.recorded(sessions.client_id("fresh")) is not None
+    consumer = Collector()
+    b.handle("fresh").start(consumer, prefetch=8)
+    b.publish(SENTINEL)
+    wait_until(lambda: consumer.has(SENTINEL), 20, what="the sentinel through B")
+    assert consumer.bodies() == [*bodies, SENTINEL]
 
 
 def test_a_takeover_cuts_b_off_and_a_gets_bs_unacknowledged_messages_first_in_order(

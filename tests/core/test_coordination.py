@@ -269,3 +269,59 @@ def test_a_nonce_used_through_two_instances_at_once_is_taken_once(
     assert sorted(taken) == sorted(nonces)
     ca.leave()
     cb.leave()
+
+
+def _age_changes(store: Store, seconds: float) -> None:
+    """Make every change-log row ``seconds`` older (as time passing would)."""
+    with store.transaction() as conn:  # type: ignore[attr-defined]
+        conn.execute("UPDATE wsnmom_changes SET at = at - make_interval(secs => %s)", (seconds,))
+
+
+def test_an_instances_own_rows_are_not_read_back_and_still_move_its_cursor_once_settled(
+    stores: tuple[Store, Store],
+) -> None:
+    """A burst of writes through one instance: its own rows never come back from
+    ``changes`` (only the highest settled seq does, as the new cursor), while another
+    instance's rows do, once each, whether settled or not."""
+    a, b = stores
+    ca = a.coordination("a")
+    start = ca.cursor()
+    for n in range(5):
+        a.put_subscription(subscription(f"own{n}"))
+    cursor, seen = ca.changes(start)
+    assert (cursor, seen) == (start, [])  # nothing settled yet, nothing of a's own
+    b.put_subscription(subscription("theirs"))
+    _age_changes(a, 60)  # every row settled now
+    a.put_subscription(subscription("own-fresh"))  # and one that is not
+    settled_top = ca.cursor() - 1  # the last row is own-fresh's, unsettled
+    cursor, seen = ca.changes(start)
+    assert seen == [Change("subscription", "theirs")]
+    assert cursor == settled_top
+    assert ca.changes(cursor) == (cursor, [])  # own-fresh is a's own: never read back
+
+
+def test_an_instances_own_writes_do_not_wake_it_and_another_instances_do(
+    stores: tuple[Store, Store], postgres_store_url: str
+) -> None:
+    """The NOTIFY of a change carries its writer: ``wait`` lets this instance's own go by
+    and returns on another instance's.  A listener of its own shows when the NOTIFY of
+    a's write was sent (to every listener at once)."""
+    import psycopg
+
+    a, b = stores
+    ca = a.coordination("a")
+    ca.wait(0)  # a's session listens from now on
+    with psycopg.connect(postgres_store_url, autocommit=True) as witness:
+        witness.execute("LISTEN wsnmom_changes")
+        a.put_subscription(subscription("own"))
+        got = [n.payload for n in witness.notifies(timeout=30, stop_after=1)]
+        assert got == ["a"]  # the writer's instance id
+        started = time.monotonic()
+        ca.wait(2.0)  # the NOTIFY of a's own write is there: it does not end the wait
+        assert time.monotonic() - started >= 2.0
+        b.put_subscription(subscription("theirs"))
+        assert [n.payload for n in witness.notifies(timeout=30, stop_after=1)] == ["b"]
+        started = time.monotonic()
+        ca.wait(60.0)
+        assert time.monotonic() - started < 60.0  # woken by b's write, not timed out
+    ca.leave()

@@ -1,0 +1,173 @@
+"""Kafka in cluster mode: an Unsubscribe through the instance that does not deliver leaves
+no consumer group behind (docs/scale-out.md, "Kafka and MQTT in cluster mode").
+
+The deliverer of a subscription saves its position in the subscription's consumer group
+(``wsnmom.sub.<id>``); the instance the Unsubscribe goes through deletes that group.  The
+deliverer follows the Unsubscribe and stops its cursor, and the save that used to follow a
+stop made the group again after the delete: an empty group, left for good.  The deliverer
+is stopped (SIGSTOP) while the other instance deletes, so that its follow comes after the
+delete every time.  A subscription feeding a pull point is read, and its position saved,
+by the pull point's reader, and behaves the same way (a DestroyPullPoint is forwarded to
+the reader, which deletes the groups itself)."""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Callable
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+from confluent_kafka import ConsumerGroupTopicPartitions
+from confluent_kafka.admin import AdminClient
+
+from tests.cluster.conftest import INSTANCE, Cluster
+from tests.cluster.test_any_instance import detail_of, n, topic
+from tests.cluster.test_pull_owner import get_messages
+from tests.fixtures.server import ConsumerServer
+from tests.support.waiting import wait_until
+from wsnmom.client.model import EndpointReference
+from wsnmom.testing.gateway import Gateway
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.kafka]
+
+TOPIC = topic("groups")
+
+
+def groups(admin: AdminClient, prefix: str) -> set[str]:
+    """The consumer groups on the broker whose names start with ``prefix``."""
+    found = admin.list_consumer_groups(request_timeout=10).result()
+    return {g.group_id for g in found.valid if g.group_id.startswith(prefix)}
+
+
+def saved(admin: AdminClient, group: str, kafka_topic_prefix: str) -> int:
+    """The offsets saved in ``group`` for the cluster's own topics, summed (records of a
+    topic that starts at offset 0 that the group's subscription settled)."""
+    request = [ConsumerGroupTopicPartitions(group)]
+    answer = admin.list_consumer_group_offsets(request, request_timeout=10)[group].result()
+    return sum(
+        tp.offset
+        for tp in answer.topic_partitions or []
+        if tp.topic.startswith(kafka_topic_prefix) and tp.offset > 0
+    )
+
+
+def sentinel(
+    c: Cluster,
+    consumer: ConsumerServer,
+    admin: AdminClient,
+    deliverer: Gateway,
+    other: Gateway,
+    kept_group: str,
+    topic_prefix: str,
+    number: int,
+) -> None:
+    """Wait until the deliverer saved the kept subscription's position past ``number``,
+    published now: the commit thread saves in passes, one after the other, so a save it
+    was asked for before has landed by then.  The kept subscription must still be
+    delivered by ``deliverer`` (it kept its lease through the stop)."""
+    c.client(other).notify(n(number), TOPIC)
+    mark = f">{number}<".encode()
+    got = wait_until(
+        lambda: [r for r in consumer.notifies() if r.path == "/kept" and mark in r.body],
+        20,
+        what=f"the kept subscription's copy of {number}",
+    )
+    assert got[0].headers[INSTANCE] == c.instance_of(deliverer)
+    wait_until(
+        lambda: saved(admin, kept_group, topic_prefix) == number,
+        20,
+        what=f"the kept subscription's position after {number}, saved by the deliverer",
+    )
+
+
+@pytest.mark.parametrize("middleware", ["kafka"], indirect=True)
+def test_an_unsubscribe_through_the_other_instance_leaves_no_consumer_group(
+    cluster: Callable[..., Cluster], consumer: ConsumerServer, kafka_bootstrap: str
+) -> None:
+    # one shard: one instance delivers everything; a 10 s lease, so that the deliverer
+    # stopped for the delete keeps its lease (its position saves are not fenced)
+    c = cluster(2, WSNMOM_CLUSTER__SHARDS="1", WSNMOM_CLUSTER__LEASE="10")
+    a, b = c.gateways
+    query = parse_qs(urlsplit(a.adapter_url).query)
+    (group_prefix,) = query["group_prefix"]
+    (topic_prefix,) = query["topic_prefix"]
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    wa = c.client(a)
+    gone = wa.subscribe(consumer.address("/gone"), TOPIC)
+    kept = wa.subscribe(consumer.address("/kept"), TOPIC)
+    wa.notify(n(1), TOPIC)
+    firsts = wait_until(
+        lambda: (lambda got: got if {r.path for r in got} == {"/gone", "/kept"} else None)(
+            consumer.notifies()
+        ),
+        20,
+        what="the first message at both subscriptions",
+    )
+    deliverer, other = (a, b) if firsts[0].headers[INSTANCE] == c.instance_of(a) else (b, a)
+    group = group_prefix + gone.id
+    # the deliverer saved where the subscription is (its position moved with the ack)
+    wait_until(lambda: saved(admin, group, topic_prefix) == 1, 20, what="gone's saved position")
+    assert deliverer.process is not None
+    os.kill(deliverer.process.pid, signal.SIGSTOP)
+    try:
+        wo = c.client(other)
+        wo.subscription(EndpointReference(c.via(other, gone.address))).unsubscribe()
+        wait_until(lambda: group not in groups(admin, group_prefix), 10, what="the delete")
+    finally:
+        os.kill(deliverer.process.pid, signal.SIGCONT)
+    wait_until(lambda: detail_of(deliverer, gone.id) is None, 10, what="the deliverer following")
+    sentinel(c, consumer, admin, deliverer, other, group_prefix + kept.id, topic_prefix, 2)
+    wait_until(
+        lambda: group not in groups(admin, group_prefix),
+        10,
+        what=f"no consumer group of the unsubscribed subscription ({group})",
+    )
+    # the kept subscription's group is still there (the listing does show groups)
+    assert group_prefix + kept.id in groups(admin, group_prefix)
+
+
+@pytest.mark.parametrize("middleware", ["kafka"], indirect=True)
+def test_a_pull_points_feed_unsubscribed_through_the_other_instance_leaves_no_group(
+    cluster: Callable[..., Cluster], consumer: ConsumerServer, kafka_bootstrap: str
+) -> None:
+    # a subscription feeding a pull point is read by the pull point's reader (one shard:
+    # the deliverer), which saves its position; its Unsubscribe is not forwarded
+    c = cluster(2, WSNMOM_CLUSTER__SHARDS="1", WSNMOM_CLUSTER__LEASE="10")
+    a, b = c.gateways
+    query = parse_qs(urlsplit(a.adapter_url).query)
+    (group_prefix,) = query["group_prefix"]
+    (topic_prefix,) = query["topic_prefix"]
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    wa = c.client(a)
+    address = wa.create_pull_point().reference.address
+    feeding = wa.subscribe(EndpointReference(address), TOPIC)
+    kept = wa.subscribe(consumer.address("/kept"), TOPIC)
+    wa.notify(n(1), TOPIC)
+    first = wait_until(
+        lambda: [r for r in consumer.notifies() if r.path == "/kept"], 20, what="kept's 1"
+    )
+    deliverer, other = (a, b) if first[0].headers[INSTANCE] == c.instance_of(a) else (b, a)
+    handed = wait_until(
+        lambda: get_messages(c, other, address, 10).numbers, 20, what="the pull point's 1"
+    )
+    assert handed == [1]
+    group = group_prefix + feeding.id
+    # the reader saved where the feed is (it handed the record out)
+    wait_until(lambda: saved(admin, group, topic_prefix) == 1, 20, what="the feed's position")
+    assert deliverer.process is not None
+    os.kill(deliverer.process.pid, signal.SIGSTOP)
+    try:
+        wo = c.client(other)
+        wo.subscription(EndpointReference(c.via(other, feeding.address))).unsubscribe()
+        wait_until(lambda: group not in groups(admin, group_prefix), 10, what="the delete")
+    finally:
+        os.kill(deliverer.process.pid, signal.SIGCONT)
+    wait_until(lambda: detail_of(deliverer, feeding.id) is None, 10, what="the reader following")
+    sentinel(c, consumer, admin, deliverer, other, group_prefix + kept.id, topic_prefix, 2)
+    wait_until(
+        lambda: group not in groups(admin, group_prefix),
+        10,
+        what=f"no consumer group of the unsubscribed feed ({group})",
+    )
+    assert group_prefix + kept.id in groups(admin, group_prefix)

@@ -58,6 +58,8 @@ KEEP_CHANGES = "1 hour"
 #: nonces are deleted this long after their expiry (the store's clock may be behind the
 #: clocks that judged them, by up to a signature's validity)
 NONCE_MARGIN = "60 seconds"
+#: how long the leader's pruning waits for a lock on the change log or the nonces
+PRUNE_LOCK_WAIT = "200ms"
 CHANNEL = "wsnmom_changes"
 
 
@@ -205,6 +207,26 @@ class PostgresCoordination:
             (self.instance_id, self._address, self._version),
         )
 
+    def _prune(self, conn: Any) -> None:
+        """The leader's pruning of old change-log rows and nonces, inside the heartbeat's
+        transaction but in a savepoint that waits at most :data:`PRUNE_LOCK_WAIT` for its
+        locks: a table locked by someone else (a long reader, an operator's maintenance)
+        postpones the pruning to a later beat instead of holding the lease renewal back."""
+        import psycopg
+
+        try:
+            with conn.transaction():
+                conn.execute(f"SET LOCAL lock_timeout = '{PRUNE_LOCK_WAIT}'")
+                conn.execute(
+                    f"DELETE FROM wsnmom_changes WHERE at < now() - interval '{KEEP_CHANGES}'"
+                )
+                conn.execute(
+                    "DELETE FROM wsnmom_nonces "
+                    f"WHERE expires_at < now() - interval '{NONCE_MARGIN}'"
+                )
+        except psycopg.errors.LockNotAvailable:
+            log.debug("pruning the change log postponed: a table is locked")
+
     def heartbeat(self, shards: int, lease: float) -> Leases:
         me = self.instance_id
         taken_over: list[int] = []
@@ -248,13 +270,7 @@ class PostgresCoordination:
                     if previous is not None and previous != me:
                         taken_over.append(int(s))
             if self._leader:
-                conn.execute(
-                    f"DELETE FROM wsnmom_changes WHERE at < now() - interval '{KEEP_CHANGES}'"
-                )
-                conn.execute(
-                    "DELETE FROM wsnmom_nonces "
-                    f"WHERE expires_at < now() - interval '{NONCE_MARGIN}'"
-                )
+                self._prune(conn)
         self._seeded = True
         released: tuple[int, ...] = ()
         if len(held) > fair:

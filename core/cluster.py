@@ -1,10 +1,8 @@
 """This instance as a member of a cluster of gateways on one store (docs/scale-out.md).
 
-:class:`ClusterMember` runs one background thread that, with the store's
-:class:`~wsnmom.core.coordination.Coordination`:
+:class:`ClusterMember` runs two background threads with the store's
+:class:`~wsnmom.core.coordination.Coordination`.  The **heartbeat** thread:
 
-* follows what other instances wrote (``core.follow``), woken by the store (LISTEN/NOTIFY)
-  and at least every ``cluster.poll`` seconds;
 * every ``cluster.heartbeat`` seconds renews its heartbeat and shard leases and takes free
   shards up to its fair share; push subscriptions are delivered only by the instance
   holding their shard (:meth:`ClusterMember.delivers`), so it opens their delivery when it
@@ -14,6 +12,17 @@
   over by another instance has one deliverer again once that instance's lease began;
 * takes the leadership when it is free: periodic work (expiry, overflow ends, demand
   reconciliation) runs only on the leader (:meth:`ClusterMember.leads`).
+
+The **follow** thread follows what other instances wrote (``core.follow``), woken by the
+store (LISTEN/NOTIFY) and at least every ``cluster.poll`` seconds.  Following a
+subscription made through another instance declares it in the middleware (round trips):
+a burst of Subscribes keeps this thread busy for as long as it lasts, which on the
+heartbeat's thread outlasted the lease (every shard then moved to another instance and
+back, docs/scale-out.md).  A change whose following failed (the middleware closed the
+connection under its declaration) is followed again every :data:`FOLLOW_RETRY_EVERY`
+seconds, for up to :data:`FOLLOW_RETRY_FOR`.  Only the heartbeat thread writes the leases' state
+(``_held``, ``_valid_until``, ``_released_until``; ``stop`` once the threads ended);
+other threads read it (:meth:`ClusterMember.delivers`, :meth:`ClusterMember.may_save`).
 
 On a store only one instance opens (SQLite) there is no thread: the instance leads and
 delivers everything.
@@ -30,18 +39,24 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from itertools import takewhile
 
 from wsnmom.core import metrics
 from wsnmom.core.config import ClusterSettings
-from wsnmom.core.coordination import Coordination, InstanceInfo, shard_of
+from wsnmom.core.coordination import Change, Coordination, InstanceInfo, shard_of
 from wsnmom.core.follow import Follower
 
 __all__ = ["ClusterCounts", "ClusterMember", "ClusterStatus"]
 
 log = logging.getLogger(__name__)
 
-#: seconds ``ClusterMember.stop`` waits for the thread before handing back
+#: seconds ``ClusterMember.stop`` waits for its threads before handing back
 STOP_WAIT = 1.0
+#: seconds a change whose following failed is followed again (every
+#: ``FOLLOW_RETRY_EVERY`` seconds) before it is given up (a middleware that closed the
+#: connection, a store that did not answer)
+FOLLOW_RETRY_FOR = 300.0
+FOLLOW_RETRY_EVERY = 2.0
 
 
 def _shards_text(shards: Iterable[int]) -> str:
@@ -64,6 +79,8 @@ class ClusterCounts:
     expired: int = 0
     #: seconds the last heartbeat's transaction took (None: none yet)
     store_seconds: float | None = None
+    #: seconds the longest round of following the change log took (None: none yet)
+    follow_longest: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,8 +138,11 @@ class ClusterMember:
         self._released_until: dict[int, float] = {}
         self._leader = not self.shared
         self._cursor = 0
+        #: changes whose following failed -> when they first failed (followed again)
+        self._failed: dict[Change, float] = {}
+        self._retry_at = 0.0
         self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._threads: list[threading.Thread] = []
         self._counts = ClusterCounts()
         metrics.set_cluster_sources(
             lambda: len(self._held) if self.shared else settings.shards,
@@ -197,6 +217,7 @@ class ClusterMember:
                 c.released,
                 c.expired,
                 c.store_seconds,
+                c.follow_longest,
             ),
             instances=instances,
             error=error,
@@ -221,29 +242,35 @@ class ClusterMember:
         return str(getattr(self.coordination, "instance_id", ""))
 
     def start(self) -> None:
-        """Start following, heartbeats and leadership (a no-op for a single instance)."""
-        if not self.shared or self._thread is not None:
+        """Start the heartbeat and follow threads (a no-op for a single instance)."""
+        if not self.shared or self._threads:
             return
-        self._thread = threading.Thread(target=self._run, name="wsnmom-cluster", daemon=True)
-        self._thread.start()
+        self._threads = [
+            threading.Thread(target=self._run_heartbeat, name="wsnmom-heartbeat", daemon=True),
+            threading.Thread(target=self._run_follow, name="wsnmom-follow", daemon=True),
+        ]
+        for thread in self._threads:
+            thread.start()
 
     def stop(self) -> None:
-        """Stop the thread; hand the leases and the leadership back (a clean stop).
+        """Stop the threads; hand the leases and the leadership back (a clean stop).
 
-        The thread is waited for briefly (:data:`STOP_WAIT`): it may be opening the
-        deliveries of a shard it just gained, a middleware round trip each, which waits
-        for a connection being restored (a SIGTERM right after a rejoin).  The caller
-        closed the deliveries first and stopped ``gained`` (``core.ownership``), so what
-        the thread opens meanwhile never consumes, and the shards are handed back at
-        once; the thread ends after its round without touching the store again."""
+        The threads are waited for briefly (:data:`STOP_WAIT` in all): the follow thread
+        may be declaring a subscription another instance made, and the heartbeat thread
+        closing the deliveries of a shard it lost, middleware round trips that wait for a
+        connection being restored (a SIGTERM right after a rejoin).  The caller closed the
+        deliveries first and stopped ``gained`` (``core.ownership``), so what opens
+        meanwhile never consumes, and the shards are handed back at once; a thread still
+        busy ends after its round without touching the leases again."""
         self._stop.set()
-        thread = self._thread
-        if thread is not None:
-            thread.join(STOP_WAIT)
+        deadline = time.monotonic() + STOP_WAIT
+        for thread in self._threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
             if thread.is_alive():
                 log.warning(
-                    "instance %s: the cluster thread is still busy; handing back anyway",
+                    "instance %s: the thread %s is still busy; handing back anyway",
                     self._instance,
+                    thread.name,
                 )
         if self.shared:
             held = set(self._held)
@@ -256,8 +283,10 @@ class ClusterMember:
                 log.info("instance %s hands back shards %s", self._instance, _shards_text(held))
             self.coordination.leave()
 
-    # -- the thread ------------------------------------------------------------------------
-    def _run(self) -> None:
+    # -- the threads -----------------------------------------------------------------------
+    def _run_heartbeat(self) -> None:
+        """Beat every ``cluster.heartbeat`` seconds; between beats, wake when the leases'
+        local deadline passes (the watchdog)."""
         s = self._settings
         next_beat = time.monotonic() + s.heartbeat
         while not self._stop.is_set():
@@ -269,21 +298,64 @@ class ClusterMember:
                     break  # stopped during the beat: ``stop`` may have handed back
                 self._take_lead()
             self._watchdog()
+            wake = next_beat
+            if self._held:
+                wake = min(wake, self._valid_until)
+            self._stop.wait(max(0.01, wake - time.monotonic()))
+
+    def _run_follow(self) -> None:
+        """Follow the change log, woken by the store or every ``cluster.poll`` seconds."""
+        poll = self._settings.poll
+        while not self._stop.is_set():
             self._follow()
             try:
-                self.coordination.wait(max(0.01, min(s.poll, next_beat - time.monotonic())))
+                self.coordination.wait(poll)
             except Exception:
                 log.debug("waiting for store changes failed", exc_info=True)
-                self._stop.wait(s.poll)
+                self._stop.wait(poll)
 
     def _follow(self) -> None:
+        started = time.monotonic()
         try:
             self._cursor, changes = self.coordination.changes(self._cursor)
         except Exception:
             log.debug("reading the change log failed", exc_info=True)
             return
-        if changes:
-            self._follower.apply(changes)
+        # a change whose following failed earlier first (a subscription declared in the
+        # middleware when it was made elsewhere: unknown here, nobody would deliver it),
+        # every FOLLOW_RETRY_EVERY seconds
+        again: list[Change] = []
+        if self._failed and started >= self._retry_at:
+            again = [c for c in self._failed if c not in changes]
+            self._retry_at = started + FOLLOW_RETRY_EVERY
+        if again or changes:
+            # a burst is thousands of middleware declarations: a stop does not wait for them
+            failed = self._follower.apply(
+                takewhile(lambda _: not self._stop.is_set(), [*again, *changes])
+            )
+            self._remember_failed(failed)
+        took = time.monotonic() - started
+        metrics.CLUSTER_FOLLOW_SECONDS.observe(took)
+        longest = self._counts.follow_longest
+        if longest is None or took > longest:
+            self._counts.follow_longest = took
+
+    def _remember_failed(self, failed: list[Change]) -> None:
+        """Keep the changes that failed for the next round, until :data:`FOLLOW_RETRY_FOR`
+        seconds after their first failure; forget those followed since."""
+        now = time.monotonic()
+        first = {c: self._failed.get(c, now) for c in failed}
+        kept = {c: t for c, t in first.items() if now - t <= FOLLOW_RETRY_FOR}
+        for change in set(first) - set(kept):
+            log.error(
+                "instance %s gives up following %s %s (failing for %.0f s): it is known "
+                "here again when a request names it or the instance restarts",
+                self._instance,
+                change.kind,
+                change.id,
+                now - first[change],
+            )
+        self._failed = kept
 
     def _take_lead(self) -> None:
         if self._leader:
@@ -306,6 +378,8 @@ class ClusterMember:
             metrics.CLUSTER_HEARTBEAT_FAILURES.inc()
             log.warning("instance %s: heartbeat failed: %s", self._instance, exc)
             return
+        if self._stop.is_set():
+            return  # ``stop`` hands back (or did, when this beat outlasted its wait)
         took = time.monotonic() - started
         self._counts.store_seconds = took
         metrics.STORE_ROUND_TRIP_SECONDS.observe(took)
@@ -338,6 +412,8 @@ class ClusterMember:
                 self.coordination.release(leases.released)
             except Exception:
                 log.debug("releasing shards failed (their leases expire)", exc_info=True)
+        if self._stop.is_set():
+            return  # stopped while ``lost`` closed deliveries: ``stop`` hands back
         self._held = now_held
         if gained:
             failovers = len(gained & set(leases.taken_over))

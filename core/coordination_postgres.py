@@ -24,8 +24,12 @@
   :data:`NONCE_MARGIN` at its heartbeat (by the store's clock), and the store refuses a
   nonce expired that long (an instance whose clock is behind judged it valid; its record
   may be gone), so a replay is never taken for a first use, whatever the clocks.
-* Leadership is a session-level advisory lock held on a dedicated connection, which
-  also LISTENs: when the process dies the connection goes and so does the lock.
+* Two dedicated connections besides the store's pool: one LISTENs (the follow thread
+  waits on it, ``wait``), the other holds the leadership, a session-level advisory lock
+  (the heartbeat thread takes it, ``lead``): when the process dies the connection goes and
+  so does the lock.  One connection each, because psycopg holds a connection's lock for
+  the whole of a wait for notifications: on a shared one, taking the leadership waited
+  for the poll.
 """
 
 from __future__ import annotations
@@ -54,13 +58,16 @@ KEEP_CHANGES = "1 hour"
 #: nonces are deleted this long after their expiry (the store's clock may be behind the
 #: clocks that judged them, by up to a signature's validity)
 NONCE_MARGIN = "60 seconds"
+#: how long the leader's pruning waits for a lock on the change log or the nonces
+PRUNE_LOCK_WAIT = "200ms"
 CHANNEL = "wsnmom_changes"
 
 
 class PostgresCoordination:
     """:class:`~wsnmom.core.coordination.Coordination` in PostgreSQL (see the module
-    docstring).  ``changes``, ``wait``, ``lead`` and ``heartbeat`` are called from one
-    thread (the cluster member's); ``instances`` from any."""
+    docstring).  ``changes`` and ``wait`` are called from one thread (the cluster
+    member's follow thread), ``heartbeat``, ``release`` and ``lead`` from another (its
+    heartbeat thread); ``instances`` from any."""
 
     shared = True
 
@@ -68,62 +75,71 @@ class PostgresCoordination:
         self._store = store
         self._url = url
         self.instance_id = instance_id
-        self._session: Any = None
+        #: the dedicated connections: LISTEN (follow thread), the leadership (heartbeat)
+        self._listening: Any = None
+        self._leading: Any = None
         self._leader = False
         self._seen: set[int] = set()
         self._seeded = False
         self._address = ""
         self._version = ""
 
-    # -- the dedicated session: LISTEN and the leadership ---------------------------------
-    def _connect(self) -> Any:
-        if self._session is not None and not self._session.closed:
-            return self._session
+    # -- the dedicated connections: LISTEN and the leadership -----------------------------
+    def _connect(self, role: str) -> Any:
         import psycopg
 
-        self._leader = False
-        self._session = psycopg.connect(
+        return psycopg.connect(
             self._url,
             autocommit=True,
             connect_timeout=5,
-            application_name=f"{self.instance_id}/session",
+            application_name=f"{self.instance_id}/{role}",
         )
-        self._session.execute(f"LISTEN {CHANNEL}")
-        return self._session
 
-    def _drop_session(self) -> None:
+    def _listen(self) -> Any:
+        if self._listening is None or self._listening.closed:
+            self._listening = self._connect("listen")
+            self._listening.execute(f"LISTEN {CHANNEL}")
+        return self._listening
+
+    def _drop_listening(self) -> None:
+        connection, self._listening = self._listening, None
+        _close(connection)
+
+    def _drop_leading(self) -> None:
         if self._leader:
             log.warning("instance %s lost the leadership (store connection lost)", self.instance_id)
         self._leader = False
-        session, self._session = self._session, None
-        if session is not None:
-            try:
-                session.close()
-            except Exception:
-                log.debug("closing the session connection failed", exc_info=True)
+        connection, self._leading = self._leading, None
+        _close(connection)
 
     def wait(self, timeout: float) -> None:
         import psycopg
 
         try:
-            session = self._connect()
-            for note in session.notifies(timeout=timeout):
+            for note in self._listen().notifies(timeout=timeout):
                 if note.payload != self.instance_id:
                     break  # another instance's write (or an older release's: the kind)
         except psycopg.Error:
-            self._drop_session()
+            self._drop_listening()
             raise
 
     def lead(self) -> bool:
+        """Take the leadership when it is free; while held, check that its connection
+        (and so the lock) is still there: a round trip per heartbeat, which notices a
+        connection the store dropped (the LISTEN connection's waits did, when one
+        connection did both)."""
         import psycopg
 
-        if self._leader:
-            return True
         try:
-            row = self._connect().execute("SELECT pg_try_advisory_lock(%s)", (LEADER_LOCK,))
+            if self._leader:
+                self._leading.execute("SELECT 1")
+                return True
+            if self._leading is None or self._leading.closed:
+                self._leading = self._connect("leader")
+            row = self._leading.execute("SELECT pg_try_advisory_lock(%s)", (LEADER_LOCK,))
             got = bool(row.fetchone()[0])
         except psycopg.Error:
-            self._drop_session()
+            self._drop_leading()
             return False
         if got:
             self._leader = True
@@ -191,6 +207,26 @@ class PostgresCoordination:
             (self.instance_id, self._address, self._version),
         )
 
+    def _prune(self, conn: Any) -> None:
+        """The leader's pruning of old change-log rows and nonces, inside the heartbeat's
+        transaction but in a savepoint that waits at most :data:`PRUNE_LOCK_WAIT` for its
+        locks: a table locked by someone else (a long reader, an operator's maintenance)
+        postpones the pruning to a later beat instead of holding the lease renewal back."""
+        import psycopg
+
+        try:
+            with conn.transaction():
+                conn.execute(f"SET LOCAL lock_timeout = '{PRUNE_LOCK_WAIT}'")
+                conn.execute(
+                    f"DELETE FROM wsnmom_changes WHERE at < now() - interval '{KEEP_CHANGES}'"
+                )
+                conn.execute(
+                    "DELETE FROM wsnmom_nonces "
+                    f"WHERE expires_at < now() - interval '{NONCE_MARGIN}'"
+                )
+        except psycopg.errors.LockNotAvailable:
+            log.debug("pruning the change log postponed: a table is locked")
+
     def heartbeat(self, shards: int, lease: float) -> Leases:
         me = self.instance_id
         taken_over: list[int] = []
@@ -234,13 +270,7 @@ class PostgresCoordination:
                     if previous is not None and previous != me:
                         taken_over.append(int(s))
             if self._leader:
-                conn.execute(
-                    f"DELETE FROM wsnmom_changes WHERE at < now() - interval '{KEEP_CHANGES}'"
-                )
-                conn.execute(
-                    "DELETE FROM wsnmom_nonces "
-                    f"WHERE expires_at < now() - interval '{NONCE_MARGIN}'"
-                )
+                self._prune(conn)
         self._seeded = True
         released: tuple[int, ...] = ()
         if len(held) > fair:
@@ -293,7 +323,8 @@ class PostgresCoordination:
                 conn.execute("DELETE FROM wsnmom_instances WHERE id = %s", (self.instance_id,))
         except Exception:
             log.warning("instance %s: leaving the cluster failed", self.instance_id, exc_info=True)
-        self._drop_session()
+        self._drop_leading()
+        self._drop_listening()
 
     def secret(self) -> str:
         with self._store.transaction() as conn:
@@ -320,3 +351,11 @@ class PostgresCoordination:
                 (nonce, expires_at, expires_at),
             ).rowcount
         return bool(inserted == 1)
+
+
+def _close(connection: Any) -> None:
+    if connection is not None:
+        try:
+            connection.close()
+        except Exception:
+            log.debug("closing a dedicated store connection failed", exc_info=True)

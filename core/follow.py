@@ -62,13 +62,17 @@ class Follower:
         #: one resource is followed at a time (the member's thread and request threads)
         self._lock = threading.RLock()
 
-    def apply(self, changes: Iterable[Change]) -> None:
-        """Follow each change; one that fails is logged and the others still apply."""
+    def apply(self, changes: Iterable[Change]) -> list[Change]:
+        """Follow each change; one that fails is logged and the others still apply.
+        Returns those that failed (the caller follows them again later)."""
+        failed = []
         for change in changes:
             try:
                 self.load(change.kind, change.id)
             except Exception:
                 log.warning("following %s %s failed", change.kind, change.id, exc_info=True)
+                failed.append(change)
+        return failed
 
     def load(self, kind: str, resource_id: str) -> Live | None:
         """Bring the resource in line with the store; the live entry (None: gone)."""

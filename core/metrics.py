@@ -172,6 +172,13 @@ CLUSTER_LEADER = Gauge(
     "1 when this instance runs the cluster's periodic work",
     registry=REGISTRY,
 )
+CLUSTER_FOLLOW_SECONDS = Histogram(
+    "wsnmom_cluster_follow_seconds",
+    "Duration of one round of following the store's change log: reading it and bringing "
+    "this instance in line with what other instances wrote (cluster mode)",
+    buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0),
+    registry=REGISTRY,
+)
 STORE_ROUND_TRIP_SECONDS = Histogram(
     "wsnmom_store_round_trip_seconds",
     "Duration of the cluster heartbeat's transaction in the store (one per heartbeat)",

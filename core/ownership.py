@@ -8,13 +8,14 @@ and stopped when it goes (what it held goes back to the middleware unsettled).
 
 Opening a delivery is a few middleware round trips (declare the durable subscription,
 start its consumer).  ``gained`` therefore only queues the openings: :data:`OPEN_AT_ONCE`
-opener threads do them, several at once, while the cluster thread goes on renewing the
-leases.  (On the cluster thread, one after the other, the openings of a few hundred
-subscriptions outlasted the lease: the instance then dropped every shard as "not renewed
-in time", took them again and opened them again, for ever; docs/scale-out.md, "Failover
-at scale".)  An opening is made under the subscription's lock and only while this
-instance still holds its shard (``SubscriptionDelivery.attach`` asks); ``lost`` closes
-under the same lock, so a shard lost while its openings wait or run leaves nothing open.
+opener threads do them, several at once, while the heartbeat thread (``core.cluster``)
+goes on renewing the leases.  (On that thread, one after the other, the openings of a
+few hundred subscriptions outlasted the lease: the instance then dropped every shard as
+"not renewed in time", took them again and opened them again, for ever;
+docs/scale-out.md, "Failover at scale".)  An opening is made under the subscription's
+lock and only while this instance still holds its shard (``SubscriptionDelivery.attach``
+asks); ``lost`` closes under the same lock, so a shard lost while its openings wait or
+run leaves nothing open.
 """
 
 from __future__ import annotations
@@ -105,9 +106,11 @@ class Ownership:
     def reconcile(self, shards: set[int]) -> None:
         """After every heartbeat, with the shards held: queue the opening of each of
         their subscriptions that has no delivery yet.  One is left without when it was
-        looked at while the lease looked lapsed (``delivers`` said no): a subscription
-        another instance made, followed while the cluster thread was late (a burst of
-        Subscribes at thousands of subscriptions), or an opening queued then.  Nothing
+        looked at while the lease looked lapsed (``delivers`` said no), or while its
+        shard was being gained: a subscription another instance made, followed (on the
+        follow thread) just before the heartbeat thread's ``gained`` looked for the
+        shard's subscriptions, or one made through this instance then, or an opening
+        queued while the lease looked lapsed.  Nothing
         is queued while every one has its delivery (the usual case: a look-up in memory,
         at most every :data:`RECONCILE_EVERY` seconds: 60 ms at 100,000 subscriptions)."""
         now = time.monotonic()

@@ -4,9 +4,10 @@ Three instances on one PostgreSQL store and one RabbitMQ or Kafka (64 shards, 3 
 0.5 s heartbeat), ``N`` push subscriptions on one topic (2,000; 300 with ``--quick``;
 ``WSNMOM_BENCH_HA_SUBSCRIPTIONS`` sets it), spread over eight consumer ports of the
 bench process.  Subscribes are sent 8 at a time, 200 at a time, each 200 followed by
-every instance before the next.  A first Notify tells which instance delivers each
-subscription; then the instance delivering most is killed (-9) and a Notify is published
-every :data:`PROBE_EVERY` seconds through the other two.  For each subscription of the
+every instance before the next; one refused with 503 (retry later) is sent again.  A
+first Notify tells which instance delivers each subscription; then the instance
+delivering most is killed (-9) and a Notify is published every :data:`PROBE_EVERY`
+seconds through the other two.  For each subscription of the
 dead instance, the gap is the time from the kill to its first delivery by another
 instance; the scenario reports p50/p95/max of those gaps, when the survivors took the
 dead instance's shards (their logs: the lease's part of the gap), the duplicates (a
@@ -44,6 +45,9 @@ LEASE = 3.0
 PROBE_EVERY = 5.0
 #: Subscribes sent before waiting for every instance to follow them
 BATCH = 200
+#: times a Subscribe refused with 503 is sent again, and seconds before each time
+RETRIES = 10
+RETRY_AFTER = 2.0
 #: consumer ports (each a destination of its own: the gateways' per-destination limit)
 PORTS = 8
 _SEQ = re.compile(rb'seq="(\d+)"')
@@ -116,6 +120,26 @@ def _takes(server: ServerProcess) -> list[tuple[float, set[int]]]:
     return out
 
 
+def _subscribe(requests: list[client.Request]) -> int:
+    """Send the Subscribes 8 at a time; those refused with 503 ("retry later": RabbitMQ
+    closes a connection with INTERNAL_ERROR when a quorum queue does not answer in time,
+    as on a loaded broker) are sent again, up to :data:`RETRIES` times.  Returns how
+    many were sent again."""
+    retried = 0
+    for attempt in range(RETRIES + 1):
+        answers, _ = client.run_requests(requests, processes=1, threads=8)
+        bad = [status for status, _ in answers if not 200 <= status < 300 and status != 503]
+        if bad:
+            raise RuntimeError(f"{len(bad)} Subscribes refused: {bad[:3]}")
+        requests = [r for r, (status, _) in zip(requests, answers, strict=True) if status == 503]
+        if not requests:
+            return retried
+        if attempt < RETRIES:
+            retried += len(requests)
+            time.sleep(RETRY_AFTER)  # the instances reconnect meanwhile (/readyz says 503)
+    raise RuntimeError(f"{len(requests)} Subscribes still refused (503) after {RETRIES} retries")
+
+
 def _known(server: ServerProcess) -> int:
     """How many subscriptions the instance knows (admin API)."""
     url = server.base_url + "/wsn/admin/api/subscriptions?limit=1"
@@ -170,6 +194,7 @@ class HighAvailabilityAtScale(Scenario):
             for server in servers.values():
                 server.start()
             names = list(servers)
+            retried = 0
             t0 = time.perf_counter()
             for start in range(0, count, BATCH):
                 requests = [
@@ -181,10 +206,7 @@ class HighAvailabilityAtScale(Scenario):
                     )
                     for i in range(start, min(count, start + BATCH))
                 ]
-                answers, _ = client.run_requests(requests, processes=1, threads=8)
-                bad = [status for status, _ in answers if not 200 <= status < 300]
-                if bad:
-                    raise RuntimeError(f"{len(bad)} Subscribes refused: {bad[:3]}")
+                retried += _subscribe(requests)
                 made = min(count, start + BATCH)
                 # every instance followed them (each loads what the others made, one
                 # middleware declaration each, on the thread that also renews its leases)
@@ -192,7 +214,10 @@ class HighAvailabilityAtScale(Scenario):
                     lambda made=made: all(_known(s) >= made for s in servers.values()), 300
                 ):
                     raise RuntimeError(f"the instances did not follow {made} subscriptions")
-            ctx.log(f"  {count} subscriptions in {time.perf_counter() - t0:.1f} s")
+            ctx.log(
+                f"  {count} subscriptions in {time.perf_counter() - t0:.1f} s "
+                f"({retried} Subscribes sent again after a 503)"
+            )
             kc = client.KeepAliveClient()
             seq = 0
 

@@ -5,9 +5,8 @@ delivery is closed, and it starts again when a heartbeat renews them."""
 
 from __future__ import annotations
 
-import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import timedelta
 
 from wsnmom.core.cluster import ClusterMember
@@ -96,8 +95,8 @@ def test_delivery_stops_before_an_unrenewed_lease_can_expire_and_resumes() -> No
         assert gained[0] == {0, 1} and member.delivers(sub)
     finally:
         member._stop.set()
-        assert isinstance(member._thread, threading.Thread)
-        member._thread.join(5)
+        for thread in member._threads:
+            thread.join(5)
 
 
 class ReleasingStore(FlakyStore):
@@ -143,3 +142,57 @@ def test_the_final_positions_of_a_shard_handed_back_may_be_saved_until_its_lease
     member._beat(notify=True)  # the lease it keeps renewed
     assert not member.may_save(handed)
     assert member.may_save(kept)
+
+
+class OneChange(FlakyStore):
+    """The change log holds one change, read once."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.read = False
+
+    def changes(self, cursor: int) -> tuple[int, list[Change]]:
+        if self.read:
+            return cursor, []
+        self.read = True
+        return cursor + 1, [Change("subscription", "s1")]
+
+
+class FailingOnce:
+    """A follower whose first following of a change fails (the middleware closed the
+    connection under its declaration)."""
+
+    def __init__(self) -> None:
+        self.seen: list[Change] = []
+
+    def apply(self, changes: Iterable[Change]) -> list[Change]:
+        got = list(changes)
+        self.seen.extend(got)
+        return got if len(self.seen) == len(got) else []
+
+
+def test_a_change_whose_following_failed_is_followed_again() -> None:
+    """Before, it was logged and dropped: the instance did not know a subscription made
+    through another one, and when it held its shard nobody delivered it."""
+    store = OneChange()
+    follower = FailingOnce()
+    settings = ClusterSettings(lease=timedelta(seconds=LEASE), heartbeat=0.1, poll=0.05)
+    member = ClusterMember(
+        store,
+        settings,
+        follower=follower,  # type: ignore[arg-type]
+        gained=lambda shards: None,
+        lost=lambda shards: None,
+        became_leader=lambda: None,
+    )
+    member.join("http://x", "1", single_instance=False)
+    member.start()
+    try:
+        wait_until(lambda: len(follower.seen) >= 2, 10, what="the change followed again")
+        assert follower.seen == [Change("subscription", "s1")] * 2
+        # followed since: not again
+        wait_until(lambda: not member._failed, 5, what="the change no longer pending")
+    finally:
+        member._stop.set()
+        for thread in member._threads:
+            thread.join(5)

@@ -99,6 +99,27 @@ def test_the_leadership_is_one_sessions_lock(stores: tuple[Store, Store]) -> Non
     cb.leave()
 
 
+def test_a_leader_whose_connection_the_store_dropped_knows_it_at_its_next_lead(
+    stores: tuple[Store, Store],
+) -> None:
+    """The leadership's connection is used by nothing else (the follow thread waits on
+    another): ``lead`` itself notices that the store ended it, and the other instance
+    takes the leadership."""
+    a, b = stores
+    ca, cb = a.coordination("a"), b.coordination("b")
+    assert ca.lead() is True
+    with b.transaction() as conn:  # type: ignore[attr-defined]
+        ended = conn.execute(
+            "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity "
+            "WHERE application_name = 'a/leader'"
+        ).fetchone()[0]
+    assert ended == 1
+    wait_until(cb.lead, 10, what="b taking the leadership a's ended connection held")
+    assert ca.lead() is False
+    ca.leave()
+    cb.leave()
+
+
 def test_a_single_instance_adapter_is_refused_next_to_a_live_instance(
     stores: tuple[Store, Store],
 ) -> None:

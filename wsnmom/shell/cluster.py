@@ -78,5 +78,6 @@ def cluster_status(
         f"{'leader' if data['leader'] else 'not the leader'}; renewals {c['renewals']}, "
         f"heartbeat failures {c['heartbeat_failures']}, shards taken {c['taken']}, "
         f"failovers {c['failovers']}, released {c['released']}, expired {c['expired']}, "
-        f"store round trip {_age(c['store_seconds'])}"
+        f"store round trip {_age(c['store_seconds'])}, "
+        f"longest follow {_age(c.get('follow_longest'))}"
     )

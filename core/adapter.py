@@ -318,6 +318,14 @@ class Received(abc.ABC):
     def nack(self, requeue: bool = True) -> None:
         """Not done: requeue for redelivery (in order where possible) or drop it."""
 
+    @property
+    def settleable(self) -> bool:
+        """False once settling it can no longer reach the middleware (the connection it
+        came on is gone): the middleware gives it again, so core must not hand out the
+        copy it still holds (``core.pull_buffer`` drops it).  True unless the adapter can
+        tell."""
+        return True
+
 
 #: ``SubscriptionSpec.origin``
 SpecOrigin = Literal["", "new", "elsewhere"]

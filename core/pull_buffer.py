@@ -21,6 +21,13 @@ them in the pull point by other means) and ignores what the feed delivers until 
 handle is stopped or resumed; ``halt_feed`` only ignores what it delivers from now on
 (its subscription's filter ended it: ``core.pull_feeds``).
 
+**A lost connection.**  A message whose connection to the middleware is gone
+(``Received.settleable`` false: an MQTT session taken over or cut off) can no longer be
+settled, and the middleware gives it again to the handle's next connection; the buffer
+drops its copy instead of handing it out (else both copies would be handed out).  What
+an answer took just before the loss may still come again: its acknowledgement may not
+have reached the middleware.
+
 **Kept copies and a resume.**  The caller keeps what a suspended feed held by publishing
 copies into the pull point's inbox, whose handle delivers them into this buffer again
 behind whatever is there.  It names them first (``expect``, by message id): a resume of
@@ -75,6 +82,11 @@ class Fed(Received, Generic[M]):
     def nack(self, requeue: bool = True) -> None:
         """Give the middleware's message back (or drop it)."""
         self.received.nack(requeue)
+
+    @property
+    def settleable(self) -> bool:
+        """Whether settling still reaches the middleware's message."""
+        return self.received.settleable
 
 
 class Feed(Generic[M]):
@@ -353,11 +365,13 @@ class PullBuffer:
         self._start_deferred()
         deadline = time.monotonic() + timeout
         with self._cv:
+            self._drop_unsettleable()
             while len(self._queue) <= self._skips:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return []
                 self._cv.wait(remaining)
+                self._drop_unsettleable()
             out: list[Received] = []
             handed = 0
             while self._queue and handed < max_messages:
@@ -368,9 +382,27 @@ class PullBuffer:
                         self._skips -= 1
                         out.append(item)
                         continue
+                if not item.settleable:  # its connection went since the drop above
+                    continue
                 out.append(item)
                 handed += 1
             return out
+
+    def _drop_unsettleable(self) -> None:
+        """Forget the messages whose connection to the middleware is gone (hold ``_cv``):
+        the middleware gives them again, in order, to the handle's next connection, so
+        handing out the copy held here would hand the message out twice."""
+        if all(item.settleable for item in self._queue):
+            return
+        kept: deque[Received] = deque()
+        for item in self._queue:
+            if item.settleable:
+                kept.append(item)
+            elif isinstance(item, Fed):
+                item.feed.waiting -= 1
+                if item.message is None:
+                    self._skips -= 1
+        self._queue = kept
 
     def pull(self, max_messages: int, timeout: float = 0.0) -> list[Received]:
         """Up to ``max_messages`` buffered messages, oldest first, waiting up to ``timeout``
@@ -402,7 +434,7 @@ class PullBuffer:
             for item in self._queue:
                 if len(out) >= limit:
                     break
-                if isinstance(item, Fed) and item.message is None:
+                if (isinstance(item, Fed) and item.message is None) or not item.settleable:
                     continue
                 out.append(item)
             return out

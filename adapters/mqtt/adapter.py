@@ -475,13 +475,17 @@ class MqttAdapter(Adapter):
             chandle = ClusterHandle(cnode.sessions, spec)
         except NameNotRepresentable as exc:
             raise TopicUnavailable(f"no MQTT filter for the subscription: {exc}") from exc
-        cnode.sessions.declare(
-            chandle.client_id,
-            chandle.filters,
-            self.settings.subscribe_timeout,
-            spec.name,
-            new=spec.origin == "new",
-        )
+        if spec.origin != "elsewhere":
+            # a subscription made through another instance was declared there before its
+            # Subscribe was answered: a declare here would read its record, and one read
+            # before that instance wrote it connects, cutting off whoever delivers it
+            cnode.sessions.declare(
+                chandle.client_id,
+                chandle.filters,
+                self.settings.subscribe_timeout,
+                spec.name,
+                new=spec.origin == "new",
+            )
         self._chandles.add(chandle)
         return chandle
 

@@ -112,6 +112,13 @@ class Delivery(Received):
         else:
             self._conn._settle(self)
 
+    @property
+    def settleable(self) -> bool:
+        """False once its connection is gone (ended, cut off, or a requeue dropped it):
+        its PUBACK can no longer leave, and the broker sends it again to the next
+        connection of the session."""
+        return self._generation == self._conn._generation
+
 
 Consumer = Callable[[Received], None]
 

@@ -24,7 +24,13 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import pika
-from wsnmom.core.adapter import Overflow, QueueLimits, SubscriptionSpec, is_internal_namespace
+from wsnmom.core.adapter import (
+    AdapterError,
+    Overflow,
+    QueueLimits,
+    SubscriptionSpec,
+    is_internal_namespace,
+)
 
 from ._link import NOT_FOUND, PRECONDITION_FAILED, RESOURCE_LOCKED, ChannelError, Declarer, Link
 from .names import Binding, RabbitMQNames
@@ -78,6 +84,20 @@ def quorum_refusal(opts: RabbitMQOptions) -> str | None:
             'reject-publish or drop-head, or queue_type = "classic"'
         )
     return None
+
+
+def _mismatch(queue: str, exc: ChannelError) -> str:
+    """The text of a refused declaration of ``queue`` that says the queue exists with
+    other arguments (PRECONDITION_FAILED, "inequivalent arg").  Any other refusal is
+    raised: another channel error as it is, a PRECONDITION_FAILED of another kind (a
+    vhost's ``max-queues`` limit reached, say) as the adapter error it is, which no
+    other declaration of the queue gets past (taken for a mismatch, it ended in a
+    passive declaration's 404 "no queue", answered as "middleware not reachable")."""
+    if exc.code != PRECONDITION_FAILED:
+        raise exc
+    if "inequivalent arg" not in exc.text:
+        raise AdapterError(f"RabbitMQ refused to declare queue {queue!r}: {exc}") from exc
+    return exc.text
 
 
 def _existing_type(mismatch: str) -> str | None:
@@ -231,9 +251,7 @@ class Declarations:
             frame = await admin.call("queue_declare", queue, durable=True, arguments=args)
             return int(frame.method.message_count)
         except ChannelError as exc:
-            if exc.code != PRECONDITION_FAILED:
-                raise
-            mismatch = exc.text
+            mismatch = _mismatch(queue, exc)
         existing = _existing_type(mismatch)
         wanted = args.get("x-queue-type", "classic")
         if existing is None and wanted != "classic":
@@ -244,9 +262,7 @@ class Declarations:
                 await admin.call("queue_declare", queue, durable=True, arguments=probe)
                 existing = "classic"
             except ChannelError as exc:
-                if exc.code != PRECONDITION_FAILED:
-                    raise
-                existing = _existing_type(exc.text)
+                existing = _existing_type(_mismatch(queue, exc))
         if existing == "other" or (existing is None and wanted != "classic"):
             await admin.call("queue_declare", queue, passive=True)
             log.warning(

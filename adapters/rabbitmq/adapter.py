@@ -188,9 +188,7 @@ class RabbitMQAdapter(Adapter):
         syntax=RABBITMQ,
         ack_mode="per_message",
         durable_subscriptions=True,
-        # pull points are consumed into core's pull buffer (option pull = "buffer"); an
-        # instance with pull = "get" declares native_pull (see __init__)
-        native_pull=False,
+        native_pull=False,  # pull = "buffer" (core's pull buffer); "get": see __init__
         retained_current_message=True,
         native_headers=True,
         native_queue_limits=True,

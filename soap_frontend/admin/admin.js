@@ -246,7 +246,10 @@
     if (!items.length) rows.append(el("tr", {}, el("td", { colSpan: 7, class: "muted" }, "nothing waiting")));
   }
 
+  // answers can come back out of order: only the latest query's answer is shown
+  let subscriptionQueries = 0;
   async function querySubscriptions() {
+    const asked = ++subscriptionQueries;
     const paging = query.q || query.sort || query.offset;
     $("sub-prev").disabled = query.offset === 0;
     if (!paging) {
@@ -257,7 +260,7 @@
     const [sort, order] = (query.sort || "created").split(" ");
     const args = new URLSearchParams({ q: query.q, sort, order: order || "asc", offset: query.offset, limit: PAGE });
     const { status, body } = await api(`subscriptions?${args}`);
-    if (status !== 200 || !body) return;
+    if (asked !== subscriptionQueries || status !== 200 || !body) return;
     renderSubscriptions(body.subscriptions, body.count);
     const last = query.offset + body.subscriptions.length;
     $("sub-page").textContent = body.count ? `${query.offset + 1} to ${last} of ${number(body.count)}` : "no match";

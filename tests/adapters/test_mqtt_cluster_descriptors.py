@@ -12,7 +12,6 @@ declared, consumed and acknowledged."""
 from __future__ import annotations
 
 import os
-import resource
 import select
 import socket
 from collections.abc import Iterator
@@ -22,28 +21,15 @@ import pytest
 from wsnmom.adapters.mqtt.readiness import ready
 
 from tests.adapters.test_mqtt_cluster import SENTINEL, Collector, Instance
+from tests.support.descriptors import ABOVE, descriptors_held
 from tests.support.waiting import wait_until
-
-#: every descriptor below this is taken before the adapter opens anything
-ABOVE = 1100
 
 
 @pytest.fixture
 def high_descriptors() -> Iterator[None]:
     """Hold descriptors up to :data:`ABOVE` (the soft limit raised if needed)."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    wanted = ABOVE + 200
-    if soft < wanted:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (min(wanted, hard), hard))
-    held: list[int] = []
-    try:
-        while not held or held[-1] < ABOVE:
-            held.append(os.open(os.devnull, os.O_RDONLY))
+    with descriptors_held(ABOVE):
         yield
-    finally:
-        for fd in held:
-            os.close(fd)
-        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
 
 
 @pytest.mark.usefixtures("high_descriptors")

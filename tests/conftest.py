@@ -7,6 +7,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, settings
+
+# A property's deadline and "too slow" checks time the machine, not the code: the suite runs
+# on two workers on two cores next to brokers, where one example may wait 300 ms for a core.
+settings.register_profile("suite", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("suite")
 
 _FIXTURE_MODULES = (
     "tests.fixtures.brokers",

@@ -392,7 +392,12 @@ class KafkaPositionStore:
     out for good while new groups and new clients work (seen with librdkafka 2.x and a
     restarted broker).  So the store takes a new admin client after every lost connection
     (``Health.epoch``) before its next request, and a request that still timed out is
-    retried once at once with a new client."""
+    retried once at once with a new client.  So is a save whose connection the broker
+    dropped under it (``_TRANSPORT``), also while the adapter closes (within its
+    deadline): tansu drops the connection at the first save of a group after its delete,
+    and the other saves waiting on that connection fail with it (the position of a
+    subscription buried into its dead letters was lost that way at a restart, and the
+    next process dead-lettered those messages again)."""
 
     def __init__(
         self,
@@ -467,16 +472,22 @@ class KafkaPositionStore:
     def save(self, changes: Mapping[str, Mapping[StreamId, int]]) -> None:
         """Write these cursors' offsets (other streams of each group are kept)."""
         self._fresh()
-        timed_out = self._save(changes)
-        if timed_out and not self._closing.begun:
-            self._renew("a request timed out")
-            timed_out = self._save({n: changes[n] for n in timed_out})
+        retry = self._save(changes)
+        # a timed-out request during the close has used up its deadline: not retried
+        if retry and self._closing.remaining(self._timeout) > 0:
+            why = "a request timed out" if "timed out" in retry.values() else "a connection dropped"
+            self._renew(why)
+            retry = self._save({n: changes[n] for n in retry})
         self._admin.poll(0)  # its queued log lines and errors
-        if timed_out:
-            raise AdapterError(f"saving positions timed out for {len(timed_out)} cursor(s)")
+        if retry:
+            problems = sorted(f"{name}: {why}" for name, why in retry.items())
+            raise AdapterError(
+                f"saving positions failed for {len(retry)} cursor(s): " + "; ".join(problems[:5])
+            )
 
-    def _save(self, changes: Mapping[str, Mapping[StreamId, int]]) -> list[str]:
-        """Write; the names whose request timed out (other failures raise)."""
+    def _save(self, changes: Mapping[str, Mapping[StreamId, int]]) -> dict[str, str]:
+        """Write; the names whose request timed out or lost its connection, with which
+        (worth a retry with a new client; other failures raise)."""
         futures = []
         for name, positions in changes.items():
             tps = [TopicPartition(s[0], s[1], o) for s, o in positions.items() if o >= 0]
@@ -493,20 +504,23 @@ class KafkaPositionStore:
                 )
             )
         failed: list[str] = []
-        timed_out: list[str] = []
+        retry: dict[str, str] = {}
         # librdkafka times the requests out itself; the extra bound is for a client that
         # never completes a future (seen at close under heavy load: the shutdown hung
         # here), and once the adapter closes, its deadline ends the wait
         done = self._closing.wait([f for _, f in futures], self._timeout + 5.0)
         for name, future in futures:
             if future not in done:
-                timed_out.append(name)
+                retry[name] = "timed out"
                 continue
             try:
                 result = future.result()
             except KafkaException as exc:
-                if exc.args[0].code() == KafkaError._TIMED_OUT:
-                    timed_out.append(name)
+                code = exc.args[0].code()
+                if code == KafkaError._TIMED_OUT:
+                    retry[name] = "timed out"
+                elif code == KafkaError._TRANSPORT:
+                    retry[name] = "connection dropped"
                 else:
                     failed.append(f"{name}: {exc}")
                 continue
@@ -521,7 +535,7 @@ class KafkaPositionStore:
                 failed.append(f"{name} {tp.topic}[{tp.partition}]: {tp.error}")
         if failed:
             raise AdapterError("saving positions failed: " + "; ".join(failed[:5]))
-        return timed_out
+        return retry
 
     def delete(self, names: Iterable[str]) -> None:
         """Delete these cursors' groups; unknown ones are ignored."""

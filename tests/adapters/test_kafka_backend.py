@@ -274,6 +274,27 @@ def test_position_store_round_trip_for_2000_cursors(
     assert saved - started < 20 and read - saved < 20 and deleted - deleting < 20
 
 
+def test_saves_whose_connection_the_broker_dropped_land_also_while_closing(
+    make_backend: Callable[..., KafkaBackend], admin: AdminClient, tag: str
+) -> None:
+    """tansu drops the connection at the first save of a consumer group after its delete,
+    and every save waiting on that connection fails with it (``_TRANSPORT``).  The store
+    retries them at once with a new client, also once the adapter's close has begun
+    (within its deadline), so both land.  Before, the save raised, and at a gateway's
+    close the other cursor's position was lost with it: the next process read those
+    records again (a subscription's dead letters buried a second time)."""
+    name = f"b{tag}.dropped"
+    create_topic(admin, name)
+    backend = make_backend()
+    store = backend.position_store()
+    store.save({"gone": {(name, 0): 1}})
+    store.delete(["gone"])  # a cursor that attached: its group is deleted
+    backend.closing.begin(60.0)
+    store.save({"gone": {(name, 0): 2}, "other": {(name, 0): 3}})
+    assert store.load_one("gone") == {(name, 0): 2}
+    assert store.load_one("other") == {(name, 0): 3}
+
+
 def test_a_lone_record_is_returned_without_waiting_for_a_full_batch(
     make_backend: Callable[..., KafkaBackend], admin: AdminClient, kafka_bootstrap: str, tag: str
 ) -> None:

@@ -321,7 +321,8 @@ def test_crash_recovery_of_riders_and_paused_cursors(tmp_path: Path) -> None:
 
 
 class _MemoryLog:
-    """An in-memory log whose streams can be re-created (emptied, offsets from 0)."""
+    """An in-memory log whose streams can be re-created (emptied, offsets from 0).  A
+    stream carries the topic its log is named after: ``("u", 0)`` carries topic ``u``."""
 
     def __init__(self) -> None:
         self.cond = threading.Condition()
@@ -334,7 +335,7 @@ class _MemoryLog:
         with self.cond:
             records = self.records.setdefault(stream, [])
             records.append(
-                LogRecord(stream, len(records), topic("t"), body, {}, "application/xml", None)
+                LogRecord(stream, len(records), topic(stream[0]), body, {}, "application/xml", None)
             )
             self.cond.notify_all()
 

@@ -216,7 +216,11 @@ def test_a_zombies_position_writes_are_fenced_and_move_nothing_back(
     a.may_save = lambda name: name != "s" or leased["a"]
     on_a = a.subscription(spec("s", "t"))
     on_b = b.subscription(spec("s", "t"))
-    # witnesses each instance delivers all along: their saves show its commit passes
+    # witnesses each instance delivers all along: their saves show its commit passes.
+    # Each gets a record of its own topic and settles it, which is what has its position
+    # saved again (a position that only follows the head past other topics' records is
+    # not: before, the witness records carried topic "t", and the wait ran out whenever a
+    # commit pass was done with the witness before its record came, at load 15-20)
     witness, witness_b = Collector(), Collector()
     a.subscription(spec("w", "u")).start(witness)
     b.subscription(spec("v", "v")).start(witness_b)
@@ -240,12 +244,14 @@ def test_a_zombies_position_writes_are_fenced_and_move_nothing_back(
     # B stops delivering (so that it saves nothing more), and its last commit pass ran
     on_b.stop()
     log.append(("v", 0), b"witness")
+    witness_b.wait_for(1, 30)
     wait_until(lambda: (shared.get("v") or {}).get(("v", 0)) == 1, 30, what="B's next commit pass")
     # A runs again: its pending write is tried again, then its watchdog closes the
     # delivery (the position A had: 5)
     store_a.dead = False
     on_a.stop()
     log.append(("u", 0), b"witness")
+    witness.wait_for(1, 30)
     wait_until(lambda: (shared.get("w") or {}).get(("u", 0)) == 1, 30, what="A's next commit pass")
     assert (shared.get("s") or {}).get(STREAM) == 8  # before: 5
 

@@ -380,7 +380,7 @@ def test_start_up_advice(
 ) -> None:
     from wsnmom.core.config import load_settings
 
-    from wsnmom.serve_command import _advise
+    from wsnmom.serving import _advise
 
     with caplog.at_level("WARNING", logger="wsnmom.server"):
         _advise(load_settings(None, environ={}, overrides=overrides))
@@ -428,7 +428,7 @@ def test_anonymous_beyond_loopback_is_a_warning(
 ) -> None:
     from wsnmom.core.config import load_settings
 
-    from wsnmom.serve_command import _check_auth
+    from wsnmom.serving import _check_auth
 
     settings = load_settings(
         None,
@@ -462,7 +462,7 @@ def test_outbound_beyond_loopback_is_a_warning(
     private addresses says so at start and names the strict profile's settings."""
     from wsnmom.core.config import load_settings
 
-    from wsnmom.serve_command import _advise_outbound
+    from wsnmom.serving import _advise_outbound
 
     settings = load_settings(
         None,

@@ -26,6 +26,15 @@ pytest_plugins = [name for name in _FIXTURE_MODULES if importlib.util.find_spec(
 pytest_plugins.append("pytester")  # tests/testing runs the wsnmom pytest plugin in a project
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Before xdist starts its workers (in the controller only): write the bytecode cache
+    every child process reads (tests/support/bytecode.py says why)."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        from tests.support.bytecode import compile_sources
+
+        compile_sources()
+
+
 def _capability_names() -> set[str]:
     """Every capability an adapter declares (``Capabilities`` fields, ``syntax.*`` too)."""
     from dataclasses import fields

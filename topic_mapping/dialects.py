@@ -4,6 +4,10 @@
 of its dialect: the path dialects (Simple, Concrete, Full, ONVIF's ConcreteSet) in
 :mod:`.path_dialects`, the XPath dialect in :mod:`.xpath_dialect`.  The dialect URIs and
 helpers are re-exported here, where callers have always found them.
+
+The XPath dialect's module (and elementpath under it) is imported by the first XPath
+expression parsed, not with this module: most processes never parse one, and the
+command line starts faster without it.
 """
 
 from __future__ import annotations
@@ -30,7 +34,6 @@ from .path_dialects import (
     is_single_qname,
     parse_path_dialect,
 )
-from .xpath_dialect import parse_xpath
 
 __all__ = [
     "CONCRETE",
@@ -83,6 +86,8 @@ def parse_topic_expression(
     else:
         canonical = canonical_dialect(dialect)
     if canonical == XPATH:
+        from .xpath_dialect import parse_xpath
+
         return parse_xpath(text, namespaces, topic_set=topic_set)
     patterns = parse_path_dialect(text, canonical, namespaces)
     return TopicExpression(canonical, text, _dedupe(patterns))

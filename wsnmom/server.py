@@ -7,7 +7,8 @@ namespace documents, fixed or ad hoc) -> ``BrokerService`` (outbound SOAP client
 ``wsnmom.soap_frontend.client.SoapClient``) -> Flask app
 (``wsnmom.soap_frontend.app.create_app``).  ``Runtime.close()`` tears it down in reverse.
 
-The ``wsnmom serve`` command is :mod:`wsnmom.serve_command`.
+The ``wsnmom serve`` command is :mod:`wsnmom.serve_command` (options) and
+:mod:`wsnmom.serving` (what it runs).
 """
 
 from __future__ import annotations

@@ -11,6 +11,9 @@ messages themselves stay where they are, in the middleware: point the new gatewa
 same middleware.
 
 ``wsnmom store info URL`` prints what a store holds.
+
+The store modules are imported when a command of this group runs, not with the command
+line (``wsnmom --help`` and the other commands do not need them).
 """
 
 from __future__ import annotations
@@ -18,13 +21,15 @@ from __future__ import annotations
 import json
 import sys
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
 
 import click
 
 from wsnmom.core.redaction import redact_url
-from wsnmom.core.store import Store, StoreError
-from wsnmom.core.store_url import open_store
 from wsnmom.data_lock import DataDirInUse, lock_store
+
+if TYPE_CHECKING:
+    from wsnmom.core.store import Store
 
 __all__ = ["StoreCounts", "copy_store", "count_records", "store"]
 
@@ -67,6 +72,8 @@ def copy_store(source: Store, destination: Store) -> StoreCounts:
     """Copy every record of ``source`` into ``destination`` (replacing records with the
     same ids) and check each one reads back equal; StoreError naming the first that does
     not."""
+    from wsnmom.core.store import StoreError
+
     subscriptions = source.list_subscriptions()
     pull_points = source.list_pull_points()
     registrations = source.list_registrations()
@@ -116,6 +123,8 @@ def store() -> None:
 @click.option("--merge", is_flag=True, help="Copy into a destination that already holds records.")
 def migrate(source_url: str, destination_url: str, merge: bool) -> None:
     """Copy every record of one store into another, with the gateway stopped."""
+    from wsnmom.core.store import StoreError
+
     if source_url == destination_url:
         raise click.UsageError("--from and --to name the same store")
     try:
@@ -155,6 +164,8 @@ def migrate(source_url: str, destination_url: str, merge: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def info(url: str, as_json: bool) -> None:
     """What a store holds."""
+    from wsnmom.core.store import StoreError
+
     try:
         opened = _open(url)
         try:
@@ -173,6 +184,9 @@ def info(url: str, as_json: bool) -> None:
 
 
 def _open(url: str) -> Store:
+    from wsnmom.core.store import StoreError
+    from wsnmom.core.store_url import open_store
+
     try:
         return open_store(url)
     except StoreError as exc:

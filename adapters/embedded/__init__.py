@@ -27,6 +27,21 @@ Options (URL query or adapter options; options win)
     fsynced, survives those too, at a throughput cost.
 """
 
-from .adapter import EMBEDDED_SYNTAX, EmbeddedAdapter, EmbeddedHandle, EmbeddedReceived
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .adapter import EMBEDDED_SYNTAX, EmbeddedAdapter, EmbeddedHandle, EmbeddedReceived
 
 __all__ = ["EMBEDDED_SYNTAX", "EmbeddedAdapter", "EmbeddedHandle", "EmbeddedReceived"]
+
+
+def __getattr__(name: str) -> Any:
+    # importing the package (its plugin module does, at every start of the command line)
+    # does not import the adapter: it is imported when an embedded:// URL is resolved
+    if name in __all__:
+        from . import adapter
+
+        return getattr(adapter, name)
+    raise AttributeError(name)

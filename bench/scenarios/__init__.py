@@ -15,6 +15,7 @@ from bench.scenarios.memory import Memory
 from bench.scenarios.recovery import Recovery
 from bench.scenarios.rejoin import Rejoin
 from bench.scenarios.spark import SparkBridge
+from bench.scenarios.startup import Startup
 
 #: every scenario, in the order a full run executes them
 SCENARIOS: tuple[type[Scenario], ...] = (
@@ -30,6 +31,7 @@ SCENARIOS: tuple[type[Scenario], ...] = (
     Rejoin,
     Follow,
     SparkBridge,
+    Startup,
 )
 
 __all__ = ["SCENARIOS", "Scenario"]

@@ -1,9 +1,15 @@
 """``wsnmom serve`` start-up failures: one line naming the cause and what to do, a distinct
-exit status per kind of cause, the traceback only with ``--debug``."""
+exit status per kind of cause, the traceback only with ``--debug``.
+
+Failures of the settings and the configuration file come before the command opens
+anything (no logging set up, no socket, no adapter): those tests run the command in this
+process (:func:`_serve_in_process`); the others, and one of those (``--port 70000``), start
+a real process."""
 
 from __future__ import annotations
 
 import errno
+import os
 import re
 import socket
 import subprocess
@@ -41,6 +47,19 @@ def _expect(result: subprocess.CompletedProcess[str], status: ExitStatus, *fragm
     return line
 
 
+def _serve_in_process(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """``wsnmom serve ARGS`` run by click in this process with ``env`` (the caller's
+    ``WSNMOM_*`` variables unset, as :func:`serve_env` leaves them out), as a finished
+    process: for failures that stop the command before it opens anything."""
+    unset: dict[str, str | None] = {k: None for k in os.environ if k.startswith("WSNMOM_")}
+    result = CliRunner().invoke(cli, ["serve", *args], env={**unset, **env})
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return subprocess.CompletedProcess(
+        ["wsnmom", "serve", *args], result.exit_code, result.stdout, result.stderr
+    )
+
+
 def test_exit_statuses_are_distinct() -> None:
     assert len({int(s) for s in ExitStatus}) == len(ExitStatus)
 
@@ -60,17 +79,17 @@ def test_port_out_of_range(tmp_path: Path) -> None:
 
 
 def test_port_out_of_range_in_the_environment(tmp_path: Path) -> None:
-    result = run_serve([], serve_env(tmp_path, WSNMOM_PORT="0"))
+    result = _serve_in_process([], serve_env(tmp_path, WSNMOM_PORT="0"))
     _expect(result, ExitStatus.CONFIG, "WSNMOM_PORT=0: port:")
 
 
 def test_bad_log_level(tmp_path: Path) -> None:
-    result = run_serve([], serve_env(tmp_path, WSNMOM_LOG_LEVEL="verbose"))
+    result = _serve_in_process([], serve_env(tmp_path, WSNMOM_LOG_LEVEL="verbose"))
     _expect(result, ExitStatus.CONFIG, "WSNMOM_LOG_LEVEL=verbose: log_level: not a log level")
 
 
 def test_bad_setting_names_variable_and_setting(tmp_path: Path) -> None:
-    result = run_serve([], serve_env(tmp_path, WSNMOM_RETRY__MAX_DELAY="5min"))
+    result = _serve_in_process([], serve_env(tmp_path, WSNMOM_RETRY__MAX_DELAY="5min"))
     _expect(
         result,
         ExitStatus.CONFIG,
@@ -113,19 +132,19 @@ def test_toml_typo_warns_with_file_and_key(tmp_path: Path) -> None:
 
 def test_missing_config_file(tmp_path: Path) -> None:
     missing = tmp_path / "nope.toml"
-    result = run_serve(["--config", str(missing)], serve_env(tmp_path))
+    result = _serve_in_process(["--config", str(missing)], serve_env(tmp_path))
     _expect(result, ExitStatus.CONFIG_FILE, f"cannot read configuration file {missing}")
 
 
 def test_config_file_from_the_environment_is_checked_the_same_way(tmp_path: Path) -> None:
-    result = run_serve([], serve_env(tmp_path, WSNMOM_CONFIG=str(tmp_path)))  # a directory
+    result = _serve_in_process([], serve_env(tmp_path, WSNMOM_CONFIG=str(tmp_path)))  # a directory
     _expect(result, ExitStatus.CONFIG_FILE, f"cannot read configuration file {tmp_path}")
 
 
 def test_invalid_toml(tmp_path: Path) -> None:
     cfg = tmp_path / "gw.toml"
     cfg.write_text("port = \n")
-    result = run_serve(["--config", str(cfg)], serve_env(tmp_path))
+    result = _serve_in_process(["--config", str(cfg)], serve_env(tmp_path))
     _expect(result, ExitStatus.CONFIG_FILE, f"configuration file {cfg} is not valid TOML")
 
 
@@ -380,7 +399,7 @@ def test_start_up_advice(
 ) -> None:
     from wsnmom.core.config import load_settings
 
-    from wsnmom.serve_command import _advise
+    from wsnmom.serving import _advise
 
     with caplog.at_level("WARNING", logger="wsnmom.server"):
         _advise(load_settings(None, environ={}, overrides=overrides))
@@ -428,7 +447,7 @@ def test_anonymous_beyond_loopback_is_a_warning(
 ) -> None:
     from wsnmom.core.config import load_settings
 
-    from wsnmom.serve_command import _check_auth
+    from wsnmom.serving import _check_auth
 
     settings = load_settings(
         None,
@@ -462,7 +481,7 @@ def test_outbound_beyond_loopback_is_a_warning(
     private addresses says so at start and names the strict profile's settings."""
     from wsnmom.core.config import load_settings
 
-    from wsnmom.serve_command import _advise_outbound
+    from wsnmom.serving import _advise_outbound
 
     settings = load_settings(
         None,

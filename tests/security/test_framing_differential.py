@@ -8,7 +8,7 @@ requests, ``Content-Length`` and ``Transfer-Encoding`` together, duplicate and i
 tokens, HTTP/1.0 with ``Transfer-Encoding``, stray empty lines.  Each stream is read by a
 standalone :class:`Framing` (the guard's view: the requests it saw, each as method,
 target and body, and whether it refused) and sent to a real server behind the guard, as
-the gateway serves it (``serve_command._http_server``: waitress for HTTP, cheroot with the
+the gateway serves it (``serving._http_server``: waitress for HTTP, cheroot with the
 TLS ingress for HTTPS), whose application echoes each request it is given.  What the
 server served must be exactly the guard's requests, in order, as a prefix: never a
 request the guard did not see, never a body cut elsewhere.  A stream the guard accepts
@@ -91,9 +91,9 @@ def _settings(env: dict[str, str]) -> Any:
 def _serving(
     env: dict[str, str], tls: ssl.SSLContext | None = None, app: Any = None
 ) -> Iterator[Server]:
-    """The gateway's HTTP server (``serve_command._http_server``) behind its guard, with
+    """The gateway's HTTP server (``serving._http_server``) behind its guard, with
     ``app`` (by default the echo application)."""
-    from wsnmom.serve_command import _http_server
+    from wsnmom.serving import _http_server
 
     settings = _settings(env)
     guard = ConnectionGuard(ConnectionPolicy.from_settings(settings))

@@ -219,7 +219,9 @@ def test_fixture_without_middleware(
     project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, ci: str, outcome: dict[str, Any]
 ) -> None:
     monkeypatch.setenv("CI", ci)
-    result = project.runpytest_subprocess(
+    # in this process: the fixture fails before it starts anything, and
+    # test_fixture_runs_the_documented_example runs the plugin in a process of its own
+    result = project.runpytest_inprocess(
         "-p", "no:cacheprovider", "-rA", "--wsnmom-adapter", "nosuch"
     )
     result.assert_outcomes(**outcome)

@@ -19,7 +19,15 @@ pytest.importorskip("paho.mqtt")
 
 from wsnmom.adapters.mqtt.adapter import MqttAdapter
 
-from tests.adapters.test_mqtt import SENTINEL, make, message, pattern, subscribe, until_sentinel
+from tests.adapters.test_mqtt import (
+    SENTINEL,
+    acknowledged_at_the_broker,
+    make,
+    message,
+    pattern,
+    subscribe,
+    until_sentinel,
+)
 from tests.adapters.test_mqtt_cluster_descriptors import ABOVE, high_descriptors
 from tests.fixtures.mosquitto import MosquittoNode
 from tests.support.waiting import wait_until
@@ -37,21 +45,6 @@ def _descriptors(adapter: MqttAdapter) -> list[int]:
     return [s.fileno() for s in socks if s is not None]
 
 
-def _acknowledged_at_the_broker(adapter: MqttAdapter) -> None:
-    """Return once the broker has taken the session's PUBACKs of everything stored so far.
-
-    A restart of the broker before it read them sends those messages again (at least
-    once), and the queues would get them twice.  The worker stores a batch, runs the
-    barriers whose sentinels came in it, and only then queues the batch's PUBACKs: the
-    first barrier's sentinel, published after the test saw the batch stored, arrives in a
-    later batch, so when it completes the PUBACKs are queued; the second sentinel goes out
-    behind them on the same connection, and the broker answers it after reading them."""
-    node = adapter._node  # the session's barriers
-    assert node is not None
-    node.session.at_barrier(lambda: None)
-    node.session.at_barrier(lambda: None)
-
-
 @pytest.mark.usefixtures("high_descriptors")
 def test_the_session_above_descriptor_1023_delivers_and_reconnects_after_a_broker_restart(
     make: Callable[..., MqttAdapter], mosquitto_factory: Callable[..., MosquittoNode]
@@ -65,7 +58,7 @@ def test_the_session_above_descriptor_1023_delivers_and_reconnects_after_a_broke
     adapter.publish(message("fd", SENTINEL))
     assert [m.body for m in until_sentinel(handle)] == [b"before %d" % i for i in range(5)]
 
-    _acknowledged_at_the_broker(adapter)
+    acknowledged_at_the_broker(adapter)
     node.restart()
     wait_until(adapter.available, 20, what="the adapter back after the broker's restart")
     fds = _descriptors(adapter)

@@ -2,6 +2,11 @@
 too for the first two tests) are one broker: every
 operation works through either of them for a resource made through the other, and a
 change made through one is obeyed by the instance that delivers within 1 s (issue 23 §2).
+
+The tests only send requests: on each middleware they share one cluster of two instances
+on one shard (``shared_cluster``; one instance delivers every push subscription and
+reads every buffered pull point, the other forwards to it), each on topics and consumer
+paths of its own.
 """
 
 from __future__ import annotations
@@ -31,6 +36,8 @@ NS = "urn:cluster"
 WSNT = "http://docs.oasis-open.org/wsn/b-2"
 #: a change made through one instance takes effect on the others within this (issue 23)
 FOLLOW = 1.0
+#: the settings of the module's clusters: one shard, so one instance delivers
+ONE_SHARD = {"WSNMOM_CLUSTER__SHARDS": "1"}
 #: headroom for a loaded 2-core machine over FOLLOW, for the HTTP round trips around it
 SLACK = 1.0
 
@@ -76,9 +83,9 @@ def _unless_handed_over(get: Callable[[], list[Any]]) -> list[Any] | None:
 
 @pytest.mark.parametrize("middleware", ALL, indirect=True)
 def test_every_operation_through_b_for_resources_made_through_a(
-    cluster: Callable[..., Cluster], consumer: ConsumerServer
+    shared_cluster: Callable[..., Cluster], consumer: ConsumerServer
 ) -> None:
-    c = cluster(2)
+    c = shared_cluster(2, **ONE_SHARD)
     a, b = c.gateways
     wa, wb = c.client(a), c.client(b)
     assert c.instance_of(a) == "g0" and c.instance_of(b) == "g1"
@@ -170,10 +177,9 @@ def admin_state(gateway: Gateway, sub_id: str) -> str:
 
 @pytest.mark.parametrize("middleware", ALL, indirect=True)
 def test_pause_resume_renew_unsubscribe_through_the_other_instance_are_obeyed(
-    cluster: Callable[..., Cluster], consumer: ConsumerServer
+    shared_cluster: Callable[..., Cluster], consumer: ConsumerServer
 ) -> None:
-    # one shard: one instance delivers every push subscription, the other none
-    c = cluster(2, WSNMOM_CLUSTER__SHARDS="1")
+    c = shared_cluster(2, **ONE_SHARD)
     a, b = c.gateways
     wa = c.client(a)
     victim = wa.subscribe(consumer.address("/victim"), topic("t"))
@@ -253,9 +259,9 @@ def test_pause_resume_renew_unsubscribe_through_the_other_instance_are_obeyed(
 
 @pytest.mark.rabbitmq
 def test_a_pull_point_drained_through_both_instances_loses_and_repeats_nothing(
-    cluster: Callable[..., Cluster],
+    shared_cluster: Callable[..., Cluster],
 ) -> None:
-    c = cluster(2)
+    c = shared_cluster(2, **ONE_SHARD)
     a, b = c.gateways
     wa = c.client(a)
     pull_point = wa.create_pull_point()
@@ -286,12 +292,12 @@ def test_a_pull_point_drained_through_both_instances_loses_and_repeats_nothing(
 
 @pytest.mark.rabbitmq
 def test_a_pull_point_destroyed_through_b_is_unknown_through_a_at_once(
-    cluster: Callable[..., Cluster],
+    shared_cluster: Callable[..., Cluster],
 ) -> None:
     """GetMessages through A right after DestroyPullPoint through B (before A could have
     followed the change) answers ResourceUnknownFault, never a 503: A finds the queue gone
     and then the record gone from the store, which B deleted first."""
-    c = cluster(2)
+    c = shared_cluster(2, **ONE_SHARD)
     a, b = c.gateways
     wa, wb = c.client(a), c.client(b)
     for i in range(10):
@@ -315,13 +321,13 @@ def obeyed_after(answered: float, check: Callable[[], bool], what: str) -> float
 
 @pytest.mark.parametrize("middleware", RABBIT_AND_MQTT, indirect=True)
 def test_an_unsubscribe_pause_or_renew_through_the_other_instance_is_obeyed_within_1_s(
-    cluster: Callable[..., Cluster], consumer: ConsumerServer
+    shared_cluster: Callable[..., Cluster], consumer: ConsumerServer
 ) -> None:
     """Issue 23 §2 as an outcome, five rounds: the deliverer reports each change made
     through the other instance within 1 s of that instance's answer, and then holds to
     it: a message published next reaches a control subscription (the sentinel) and not
     the unsubscribed or paused one."""
-    c = cluster(2, WSNMOM_CLUSTER__SHARDS="1")
+    c = shared_cluster(2, **ONE_SHARD)
     a, b = c.gateways
     wa = c.client(a)
     control = wa.subscribe(consumer.address("/control"), topic("bound"))

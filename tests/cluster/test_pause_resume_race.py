@@ -9,11 +9,13 @@ Each race test runs many rounds on two instances with one shard (one instance de
 the other does not), alternating which instance gets the first request, on RabbitMQ and on
 Kafka.  Two more (RabbitMQ) come from the review of the revisions: a Pause the store
 refused is undone on the deliverer, and a Renew right after a Pause through the other
-instance does not write the subscription active again.
+instance does not write the subscription active again.  The module's tests on one
+middleware share one cluster (``shared_cluster``).
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import timedelta
@@ -26,7 +28,7 @@ from tests.cluster.conftest import BOTH, INSTANCE, Cluster
 from tests.cluster.test_any_instance import n, received, topic
 from tests.fixtures.server import ConsumerServer
 from tests.support.waiting import wait_until
-from wsnmom.client.errors import SoapFault
+from wsnmom.client.errors import ClientError, SoapFault
 from wsnmom.client.model import EndpointReference
 from wsnmom.client.resources import Subscription
 from wsnmom.testing.gateway import Gateway
@@ -106,24 +108,31 @@ def refused_writes(c: Cluster, sub_id: str) -> Iterator[None]:
 
 @pytest.fixture
 def race(
-    cluster: Callable[..., Cluster], consumer: ConsumerServer
-) -> tuple[Cluster, Pair, Subscription]:
-    """Two instances on one shard, a victim subscription (``Pair``) and a control one,
-    both made through the first instance and delivered once."""
-    c = cluster(2, WSNMOM_CLUSTER__SHARDS="1")
+    shared_cluster: Callable[..., Cluster], consumer: ConsumerServer
+) -> Iterator[tuple[Cluster, Pair, Subscription]]:
+    """Two instances on one shard (one delivers, the other does not; the module's tests
+    share them), a victim subscription (``Pair``) and a control one, both made through
+    the first instance and delivered once; both unsubscribed afterwards, so that the
+    next test's messages on the same topic reach only its own."""
+    c = shared_cluster(2, WSNMOM_CLUSTER__SHARDS="1")
     wa = c.client(c.gateways[0])
     victim = wa.subscribe(consumer.address("/victim"), TOPIC)
     control = wa.subscribe(consumer.address("/control"), TOPIC)
-    wa.notify(n("start"), TOPIC)
-    wait_until(
-        lambda: (
-            "start" in received(consumer, victim.address)
-            and "start" in received(consumer, control.address)
-        ),
-        10,
-        what="the first deliveries",
-    )
-    return c, Pair(c, victim), control
+    try:
+        wa.notify(n("start"), TOPIC)
+        wait_until(
+            lambda: (
+                "start" in received(consumer, victim.address)
+                and "start" in received(consumer, control.address)
+            ),
+            10,
+            what="the first deliveries",
+        )
+        yield c, Pair(c, victim), control
+    finally:
+        for sub in (victim, control):
+            with contextlib.suppress(ClientError):
+                Pair(c, sub).on(c.gateways[0]).unsubscribe()
 
 
 @pytest.mark.parametrize("middleware", BOTH, indirect=True)

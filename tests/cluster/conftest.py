@@ -33,6 +33,10 @@ from wsnmom.testing.gateway import Gateway, free_port
 
 #: the instance header every response and outbound Notify carries
 INSTANCE = "WSNMOM-Instance"
+#: seconds a cluster's gateway may take to become ready: the wait ends when it is; on
+#: the shared 2-core machine at load 18 to 28 a start took 16 to over 30 s (the Python
+#: imports alone 12 s), as long as the suite gateways' (tests/fixtures/server.py)
+START = 120.0
 
 
 class Cluster:
@@ -69,7 +73,7 @@ class Cluster:
 
     def start(self) -> None:
         for gateway in self.gateways:
-            gateway.start()
+            gateway.start(START)
 
     def stop(self) -> None:
         for gateway in self.gateways:

@@ -1,7 +1,9 @@
 """Two gateway processes on one PostgreSQL store and one middleware (RabbitMQ; Kafka
 too for the first two tests) are one broker: every
 operation works through either of them for a resource made through the other, and a
-change made through one is obeyed by the instance that delivers within 1 s (issue 23 §2).
+change made through one is obeyed by the instance that delivers within 1 s (issue 23 §2);
+an operator's peek and purge of a push subscription through the instance that does not
+deliver it are answered by the deliverer.
 
 The tests only send requests: on each middleware they share one cluster of two instances
 on one shard (``shared_cluster``; one instance delivers every push subscription and
@@ -23,7 +25,7 @@ import requests
 from lxml import etree
 from wsnmom.core.coordination import shard_of
 
-from tests.cluster.conftest import ALL, INSTANCE, RABBIT_AND_MQTT, Cluster
+from tests.cluster.conftest import ALL, BOTH, INSTANCE, RABBIT_AND_MQTT, Cluster
 from tests.fixtures.server import ConsumerServer
 from tests.support.waiting import wait_until
 from wsnmom.client.errors import ResourceUnavailableFault, ResourceUnknownFault
@@ -309,6 +311,65 @@ def test_a_pull_point_destroyed_through_b_is_unknown_through_a_at_once(
         through_b.destroy()
         with pytest.raises(ResourceUnknownFault):
             through_a.get_messages()
+
+
+@pytest.mark.parametrize("middleware", BOTH, indirect=True)
+def test_a_push_subscriptions_backlog_is_peeked_and_purged_at_its_deliverer(
+    shared_cluster: Callable[..., Cluster], consumer: ConsumerServer
+) -> None:
+    """An operator's peek and purge of a push subscription through the instance that does
+    not deliver it are answered by the deliverer, which holds the subscription's delivery;
+    what was purged never arrives after the resume."""
+    c = shared_cluster(2, **ONE_SHARD)
+    a, _ = c.gateways
+    wa = c.client(a)
+    victim = wa.subscribe(consumer.address("/victim"), topic("peek"))
+    control = wa.subscribe(consumer.address("/control"), topic("peek"))
+    wa.notify(n(0), topic("peek"))
+    first = wait_until(
+        lambda: [r for r in consumer.notifies() if r.path == "/victim"],
+        10,
+        what="the first delivery to the victim",
+    )
+    deliverer_id = first[0].headers[INSTANCE]
+    deliverer, other = sorted(c.gateways, key=lambda g: c.instance_of(g) != deliverer_id)
+    assert requests.post(
+        f"{deliverer.base_url}/wsn/admin/api/subscriptions/{victim.id}/pause", timeout=10
+    ).ok
+    wait_until(lambda: admin_state(deliverer, victim.id) == "paused", 10, what="paused")
+    c.client(other).notify_many([(n(i), topic("peek")) for i in range(1, 11)])
+    wait_until(
+        lambda: "10" in received(consumer, control.address),
+        20,
+        what="the control subscription's copy of message 10 (the sentinel)",
+    )
+    peeked = admin(other, "GET", f"/subscriptions/{victim.id}/peek?count=50")
+    assert peeked.status_code == 200, peeked.text
+    assert peeked.headers[INSTANCE] == deliverer_id
+    if peeked.json()["complete"]:  # Kafka reads its part without consuming; RabbitMQ not
+        assert len(peeked.json()["messages"]) == 10
+    purged = admin(other, "POST", f"/subscriptions/{victim.id}/purge")
+    assert purged.status_code == 200, purged.text
+    assert purged.headers[INSTANCE] == deliverer_id
+    assert purged.json()["purged"] in (None, 10) or purged.json()["purged"] >= 10
+    assert requests.post(
+        f"{other.base_url}/wsn/admin/api/subscriptions/{victim.id}/resume", timeout=10
+    ).ok
+    wait_until(lambda: admin_state(deliverer, victim.id) == "active", 10, what="resumed")
+    c.client(other).notify(n(11), topic("peek"))
+    wait_until(
+        lambda: "11" in received(consumer, victim.address),
+        20,
+        what="message 11 to the victim after the resume (the sentinel)",
+    )
+    assert received(consumer, victim.address) == ["0", "11"]
+
+
+def admin(gateway: Gateway, method: str, path: str) -> requests.Response:
+    """A request to ``gateway``'s admin API (a loopback operator)."""
+    return requests.request(
+        method, f"{gateway.base_url}/wsn/admin/api{path}", timeout=60, headers={"Accept": "*/*"}
+    )
 
 
 def obeyed_after(answered: float, check: Callable[[], bool], what: str) -> float:

@@ -85,10 +85,12 @@ TERM_LEASE = 10.0
     [
         pytest.param("kill", "rabbitmq", marks=pytest.mark.rabbitmq),
         pytest.param("term", "rabbitmq", marks=pytest.mark.rabbitmq),
+        # SIGTERM on Kafka and MQTT: the HA suites' SIGTERM (test_ha_kafka.py,
+        # test_ha_mqtt.py) asserts more: taken within 2 s by the others' logs, every
+        # subscription delivered by another instance within the 3 s lease, exit status
+        # 0, nothing lost, duplicates only from the last 3 s before it
         pytest.param("kill", "kafka", marks=pytest.mark.kafka),
-        pytest.param("term", "kafka", marks=pytest.mark.kafka),
         pytest.param("kill", "mqtt", marks=pytest.mark.mqtt),
-        pytest.param("term", "mqtt", marks=pytest.mark.mqtt),
     ],
     indirect=["middleware"],
 )

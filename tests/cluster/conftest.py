@@ -15,6 +15,7 @@ sends a request for a resource to the instance a test chooses.
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator
@@ -32,6 +33,10 @@ from wsnmom.testing.gateway import Gateway, free_port
 
 #: the instance header every response and outbound Notify carries
 INSTANCE = "WSNMOM-Instance"
+#: seconds a cluster's gateway may take to become ready: the wait ends when it is; on
+#: the shared 2-core machine at load 18 to 28 a start took 16 to over 30 s (the Python
+#: imports alone 12 s), as long as the suite gateways' (tests/fixtures/server.py)
+START = 120.0
 
 
 class Cluster:
@@ -68,7 +73,7 @@ class Cluster:
 
     def start(self) -> None:
         for gateway in self.gateways:
-            gateway.start()
+            gateway.start(START)
 
     def stop(self) -> None:
         for gateway in self.gateways:
@@ -116,23 +121,29 @@ def _adapter_url(request: pytest.FixtureRequest, middleware: str) -> str:
     return url + ("&" if "?" in url else "?") + "heartbeat=1"
 
 
-@pytest.fixture
-def cluster(
-    request: pytest.FixtureRequest, postgres_server: ResolvedBroker, middleware: str
-) -> Iterator[Callable[..., Cluster]]:
-    """A factory: ``cluster(n, **env)`` starts ``n`` gateways (``env``: their settings;
-    ``instance_env=f``: ``f(i)`` adds instance ``i``'s own)."""
-    made: list[Cluster] = []
-    dirs: list[Path] = []
-    databases = []
+class _Clusters:
+    """The clusters one fixture started, with their directories and databases;
+    :meth:`close` stops and removes them all."""
+
+    def __init__(self, server_url: str) -> None:
+        self.server_url = server_url
+        self.made: list[Cluster] = []
+        self._dirs: list[Path] = []
+        self._databases: list[contextlib.AbstractContextManager[str]] = []
 
     def make(
-        n: int = 2, instance_env: Callable[[int], dict[str, str]] | None = None, **env: str
+        self,
+        middleware: str,
+        adapter_url: str,
+        n: int,
+        env: dict[str, str],
+        instance_env: Callable[[int], dict[str, str]] | None = None,
     ) -> Cluster:
+        """Start ``n`` gateways on a fresh database (``env``: their settings)."""
         base = Path(tempfile.mkdtemp(prefix="wsnmom-cluster-"))
-        dirs.append(base)
-        database = fresh_database(postgres_server.url)
-        databases.append(database)
+        self._dirs.append(base)
+        database = fresh_database(self.server_url)
+        self._databases.append(database)
         store_url = database.__enter__()
         settings = {
             "WSNMOM_CLUSTER__LEASE": "3",
@@ -140,20 +151,80 @@ def cluster(
             "WSNMOM_CLUSTER__POLL": "0.5",
             **env,
         }
-        adapter_url = _adapter_url(request, middleware)
-        made.append(Cluster(middleware, store_url, adapter_url, n, settings, base, instance_env))
-        made[-1].start()
-        return made[-1]
+        made = Cluster(middleware, store_url, adapter_url, n, settings, base, instance_env)
+        self.made.append(made)
+        made.start()
+        return made
+
+    def close(self) -> None:
+        for c in self.made:
+            c.stop()
+        for database in self._databases:
+            database.__exit__(None, None, None)
+        for d in self._dirs:
+            shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture
+def cluster(
+    request: pytest.FixtureRequest, postgres_server: ResolvedBroker, middleware: str
+) -> Iterator[Callable[..., Cluster]]:
+    """A factory: ``cluster(n, **env)`` starts ``n`` gateways (``env``: their settings;
+    ``instance_env=f``: ``f(i)`` adds instance ``i``'s own), stopped after the test."""
+    clusters = _Clusters(postgres_server.url)
+
+    def make(
+        n: int = 2, instance_env: Callable[[int], dict[str, str]] | None = None, **env: str
+    ) -> Cluster:
+        return clusters.make(middleware, _adapter_url(request, middleware), n, env, instance_env)
 
     try:
         yield make
     finally:
-        for c in made:
-            c.stop()
-        for database in databases:
-            database.__exit__(None, None, None)
-        for d in dirs:
-            shutil.rmtree(d, ignore_errors=True)
+        clusters.close()
+
+
+#: a shared cluster's key: middleware, size and settings
+_Key = tuple[str, int, tuple[tuple[str, str], ...]]
+
+
+@pytest.fixture(scope="module")
+def _module_clusters(
+    postgres_server: ResolvedBroker,
+) -> Iterator[tuple[_Clusters, dict[_Key, Cluster]]]:
+    """The clusters :func:`shared_cluster` started for one module, by key; stopped when
+    the module's tests are done."""
+    clusters = _Clusters(postgres_server.url)
+    try:
+        yield clusters, {}
+    finally:
+        clusters.close()
+
+
+@pytest.fixture
+def shared_cluster(
+    request: pytest.FixtureRequest,
+    middleware: str,
+    _module_clusters: tuple[_Clusters, dict[_Key, Cluster]],
+) -> Callable[..., Cluster]:
+    """``shared_cluster(n, **env)``: as ``cluster(n, **env)``, for tests that only send
+    requests (they stop, kill or reconfigure no instance).  A module's tests on one
+    middleware with the same ``n`` and settings share one cluster, started by the first
+    of them (a gateway start is most of such a test's time) and stopped after the
+    module.  Each test uses topics, consumer paths and names of its own, so that what
+    another test left there (its subscriptions, pull points) never reaches what it
+    asserts on."""
+    clusters, found = _module_clusters
+
+    def make(n: int = 2, **env: str) -> Cluster:
+        key = (middleware, n, tuple(sorted(env.items())))
+        known = found.get(key)
+        if known is None or not all(g.running for g in known.gateways):
+            # a test that failed may have left an instance dead: start a new one
+            found[key] = clusters.make(middleware, _adapter_url(request, middleware), n, env)
+        return found[key]
+
+    return make
 
 
 #: ``@pytest.mark.parametrize("middleware", BOTH, indirect=True)``: a test on RabbitMQ and

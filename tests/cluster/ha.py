@@ -40,7 +40,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -51,7 +51,7 @@ from typing import Any
 import requests
 from wsnmom.core.coordination import shard_of
 
-from tests.cluster.conftest import INSTANCE, Cluster
+from tests.cluster.conftest import INSTANCE, START, Cluster
 from tests.fixtures.server import ConsumerServer, Received, _fault_envelope
 from tests.support.waiting import wait_until
 from wsnmom.client import WsnClient
@@ -111,6 +111,10 @@ class FlakyConsumer(ConsumerServer):
     def __init__(self) -> None:
         self.attempts: list[Attempt] = []
         self._tries: Counter[tuple[str, int]] = Counter()
+        # kept as the attempts come: the run polls them every few milliseconds, and
+        # counting the whole list each time cost the test process most of a core
+        self._accepted: dict[str, Counter[int]] = {}
+        self._latest: dict[str, float] = {}  # instance -> its latest attempt's time
         super().__init__()
 
     def _handle(self, handler: BaseHTTPRequestHandler, data: bytes) -> None:
@@ -121,9 +125,11 @@ class FlakyConsumer(ConsumerServer):
             tried = self._tries[key]
             self._tries[key] += 1
             fail = random.Random(f"{SEED}/{key[0]}/{key[1]}/{tried}").random() < FAIL_RATE
-            self.attempts.append(
-                Attempt(at, handler.path, handler.headers.get(INSTANCE, ""), numbers, not fail)
-            )
+            instance = handler.headers.get(INSTANCE, "")
+            self.attempts.append(Attempt(at, handler.path, instance, numbers, not fail))
+            self._latest[instance] = max(at, self._latest.get(instance, 0.0))
+            if not fail:
+                self._accepted.setdefault(handler.path, Counter()).update(numbers)
         if fail:
             rec = Received(handler.path, dict(handler.headers), data)
             self._send(handler, 500, _fault_envelope(rec), rec)
@@ -135,12 +141,14 @@ class FlakyConsumer(ConsumerServer):
             return list(self.attempts)
 
     def accepted(self) -> dict[str, Counter[int]]:
-        """Per path, how often each number was accepted."""
-        out: dict[str, Counter[int]] = {}
-        for a in self.seen():
-            if a.accepted:
-                out.setdefault(a.path, Counter()).update(a.numbers)
-        return out
+        """Per path, how often each number was accepted (a copy)."""
+        with self._lock:
+            return {path: Counter(got) for path, got in self._accepted.items()}
+
+    def attempted_since(self, instance: str, moment: float) -> bool:
+        """Whether ``instance`` made a delivery attempt after ``moment``."""
+        with self._lock:
+            return self._latest.get(instance, 0.0) > moment
 
 
 class RoundRobin:
@@ -218,6 +226,16 @@ class Publisher(threading.Thread):
             10,
             what="a Notify published after the moment",
         )
+
+
+def streaming(accepted: dict[str, Counter[int]]) -> bool:
+    """Whether every subscription accepted at least 3 numbers."""
+    return len(accepted) == SUBSCRIPTIONS and all(len(got) >= 3 for got in accepted.values())
+
+
+def holds(accepted: dict[str, Counter[int]], paths: Iterable[str], numbers: set[int]) -> bool:
+    """Whether each of ``paths`` accepted every one of ``numbers``."""
+    return all(numbers <= accepted.get(p, Counter()).keys() for p in paths)
 
 
 def cluster_view(gateway: Gateway) -> dict[str, Any]:
@@ -464,10 +482,15 @@ def _taken_over(consumer: FlakyConsumer, event: Event, paths: set[str], timeout:
     """Wait until each of ``paths`` got a delivery attempt by an instance other than the
     event's after it began; note the gaps and the end."""
 
+    scanned = 0  # the attempts only grow: each check reads the new ones
+
     def check() -> bool | list[str]:
-        for a in consumer.seen():
+        nonlocal scanned
+        seen = consumer.seen()
+        for a in seen[scanned:]:
             if a.path in paths and a.at > event.start and a.instance != event.instance:
                 event.gaps.setdefault(a.path, a.at - event.start)
+        scanned = len(seen)
         missing = sorted(paths - set(event.gaps))
         return True if not missing else [f"{p}: {_last(consumer, p)}" for p in missing]
 
@@ -533,10 +556,7 @@ def run(cluster_factory: Callable[..., Cluster], middleware: str) -> Outcome:
         publisher = Publisher(robin)
         publisher.start()
         wait_until(
-            lambda: (
-                len(consumer.accepted()) == SUBSCRIPTIONS
-                and all(len(got) >= 3 for got in consumer.accepted().values())
-            ),
+            lambda: streaming(consumer.accepted()),
             60,
             what="every subscription receiving its stream",
         )
@@ -570,20 +590,20 @@ def run(cluster_factory: Callable[..., Cluster], middleware: str) -> Outcome:
         # other subscription of the killed instance (now delivered by the others)
         sentinel = publisher.first_after(unsubscribed_at + OBEYED)
         wait_until(
-            lambda: all(sentinel in consumer.accepted().get(p, ()) for p in theirs - {gone}),
+            lambda: holds(consumer.accepted(), theirs - {gone}, {sentinel}),
             30,
             what="the sentinel at the killed instance's other subscriptions",
         )
 
         # 2. restart: the work spreads back to it
         restart = Event("restart", ids[victim.port], time.time())
-        victim.start()
+        victim.start(START)
         robin.back(victim)
-        wait_until(lambda: spread(victim, 3), 30, what="the shards spread back over 3")
         wait_until(
-            lambda: any(
-                a.instance == restart.instance and a.at > restart.start for a in consumer.seen()
-            ),
+            lambda: spread(victim, 3), 30, what="the shards spread back over 3", interval=0.1
+        )
+        wait_until(
+            lambda: consumer.attempted_since(restart.instance, restart.start),
             20,
             what="a delivery by the restarted instance",
         )
@@ -605,9 +625,9 @@ def run(cluster_factory: Callable[..., Cluster], middleware: str) -> Outcome:
             os.kill(zombie.process.pid, signal.SIGCONT)
         resumed = time.time()
         robin.back(zombie)
-        wait_until(lambda: spread(zombie, 3), 30, what="the stopped instance back in")
+        wait_until(lambda: spread(zombie, 3), 30, what="the stopped instance back in", interval=0.1)
         wait_until(
-            lambda: any(a.instance == stop.instance and a.at > resumed for a in consumer.seen()),
+            lambda: consumer.attempted_since(stop.instance, resumed),
             20,
             what="a delivery by the stopped instance after SIGCONT",
         )
@@ -636,9 +656,10 @@ def run(cluster_factory: Callable[..., Cluster], middleware: str) -> Outcome:
         sent = dict(publisher.sent)
         live = [p for p in subs if p != gone]
         wait_until(
-            lambda: all(set(sent) <= set(consumer.accepted().get(p, ())) for p in live),
+            lambda: holds(consumer.accepted(), live, set(sent)),
             60,
             what="every acknowledged number at every live subscription",
+            interval=0.1,
         )
         return Outcome(
             middleware=middleware,

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cluster.conftest import INSTANCE, Cluster
+from tests.cluster.conftest import INSTANCE, START, Cluster
 from tests.fixtures.brokers import ResolvedBroker
 from tests.fixtures.postgres import fresh_database
 from tests.fixtures.server import ConsumerServer, mqtt_gateway_url
@@ -85,10 +85,12 @@ TERM_LEASE = 10.0
     [
         pytest.param("kill", "rabbitmq", marks=pytest.mark.rabbitmq),
         pytest.param("term", "rabbitmq", marks=pytest.mark.rabbitmq),
+        # SIGTERM on Kafka and MQTT: the HA suites' SIGTERM (test_ha_kafka.py,
+        # test_ha_mqtt.py) asserts more: taken within 2 s by the others' logs, every
+        # subscription delivered by another instance within the 3 s lease, exit status
+        # 0, nothing lost, duplicates only from the last 3 s before it
         pytest.param("kill", "kafka", marks=pytest.mark.kafka),
-        pytest.param("term", "kafka", marks=pytest.mark.kafka),
         pytest.param("kill", "mqtt", marks=pytest.mark.mqtt),
-        pytest.param("term", "mqtt", marks=pytest.mark.mqtt),
     ],
     indirect=["middleware"],
 )
@@ -231,10 +233,10 @@ def test_a_second_instance_of_an_adapter_with_local_queues_is_refused(
         with fresh_database(postgres_server.url) as store:
             first = Gateway(adapter, urls[0], base / "a", store_url=store)
             second = Gateway(adapter, urls[1], base / "b", store_url=store)
-            first.start()
+            first.start(START)
             try:
                 with pytest.raises(GatewayFailed) as failed:
-                    second.start()
+                    second.start(START)  # the wait ends when the refused instance exits
                 assert refusal in str(failed.value)
                 assert first.running
             finally:

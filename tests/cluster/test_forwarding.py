@@ -30,10 +30,9 @@ import pytest
 import requests
 from lxml import etree
 
-from tests.cluster.conftest import BOTH, INSTANCE, Cluster
-from tests.cluster.test_any_instance import admin_state, received
+from tests.cluster.conftest import INSTANCE, Cluster
+from tests.cluster.test_any_instance import admin
 from tests.cluster.test_operate import status
-from tests.fixtures.server import ConsumerServer
 from tests.support.waiting import wait_until
 from wsnmom.testing.gateway import Gateway, free_port
 
@@ -168,12 +167,6 @@ def publish(c: Cluster, gateway: Gateway, values: range) -> None:
     for start in range(values.start, values.stop, 25):
         end = min(start + 25, values.stop)
         client.notify_many([(n(i), TOPIC) for i in range(start, end)])
-
-
-def admin(gateway: Gateway, method: str, path: str) -> requests.Response:
-    return requests.request(
-        method, f"{gateway.base_url}/wsn/admin/api{path}", timeout=60, headers={"Accept": "*/*"}
-    )
 
 
 def resign(secret: str, seen: Seen, moment: int) -> str:
@@ -389,59 +382,6 @@ def pull_point_of(gateway: Gateway, reference: str) -> str:
     found = data.get("pull_point_id") or data.get("pull_point")
     assert found, data
     return str(found)
-
-
-@pytest.mark.parametrize("middleware", BOTH, indirect=True)
-def test_a_push_subscriptions_backlog_is_peeked_and_purged_at_its_deliverer(
-    cluster: Callable[..., Cluster], consumer: ConsumerServer
-) -> None:
-    """An operator's peek and purge of a push subscription through the instance that does
-    not deliver it are answered by the deliverer, which holds the subscription's delivery;
-    what was purged never arrives after the resume."""
-    # one shard: one instance delivers every push subscription, the other none
-    c = cluster(2, WSNMOM_CLUSTER__SHARDS="1")
-    a, _ = c.gateways
-    wa = c.client(a)
-    victim = wa.subscribe(consumer.address("/victim"), TOPIC)
-    control = wa.subscribe(consumer.address("/control"), TOPIC)
-    wa.notify(n(0), TOPIC)
-    first = wait_until(
-        lambda: [r for r in consumer.notifies() if r.path == "/victim"],
-        10,
-        what="the first delivery to the victim",
-    )
-    deliverer_id = first[0].headers[INSTANCE]
-    deliverer, other = sorted(c.gateways, key=lambda g: c.instance_of(g) != deliverer_id)
-    assert requests.post(
-        f"{deliverer.base_url}/wsn/admin/api/subscriptions/{victim.id}/pause", timeout=10
-    ).ok
-    wait_until(lambda: admin_state(deliverer, victim.id) == "paused", 10, what="paused")
-    publish(c, other, range(1, 11))
-    wait_until(
-        lambda: "10" in received(consumer, control.address),
-        20,
-        what="the control subscription's copy of message 10 (the sentinel)",
-    )
-    peeked = admin(other, "GET", f"/subscriptions/{victim.id}/peek?count=50")
-    assert peeked.status_code == 200, peeked.text
-    assert peeked.headers[INSTANCE] == deliverer_id
-    if peeked.json()["complete"]:  # Kafka reads its part without consuming; RabbitMQ not
-        assert len(peeked.json()["messages"]) == 10
-    purged = admin(other, "POST", f"/subscriptions/{victim.id}/purge")
-    assert purged.status_code == 200, purged.text
-    assert purged.headers[INSTANCE] == deliverer_id
-    assert purged.json()["purged"] in (None, 10) or purged.json()["purged"] >= 10
-    assert requests.post(
-        f"{other.base_url}/wsn/admin/api/subscriptions/{victim.id}/resume", timeout=10
-    ).ok
-    wait_until(lambda: admin_state(deliverer, victim.id) == "active", 10, what="resumed")
-    publish(c, other, range(11, 12))
-    wait_until(
-        lambda: "11" in received(consumer, victim.address),
-        20,
-        what="message 11 to the victim after the resume (the sentinel)",
-    )
-    assert received(consumer, victim.address) == ["0", "11"]
 
 
 def n(i: int) -> str:

@@ -9,11 +9,14 @@ Each race test runs many rounds on two instances with one shard (one instance de
 the other does not), alternating which instance gets the first request, on RabbitMQ and on
 Kafka.  Two more (RabbitMQ) come from the review of the revisions: a Pause the store
 refused is undone on the deliverer, and a Renew right after a Pause through the other
-instance does not write the subscription active again.
+instance does not write the subscription active again, and a Pause and a Renew through
+the two instances on one revision both hold (conditional writes).  The module's tests on
+one middleware share one cluster (``shared_cluster``).
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import timedelta
@@ -25,8 +28,9 @@ import requests
 from tests.cluster.conftest import BOTH, INSTANCE, Cluster
 from tests.cluster.test_any_instance import n, received, topic
 from tests.fixtures.server import ConsumerServer
+from tests.support.threads import in_thread
 from tests.support.waiting import wait_until
-from wsnmom.client.errors import SoapFault
+from wsnmom.client.errors import ClientError, SoapFault
 from wsnmom.client.model import EndpointReference
 from wsnmom.client.resources import Subscription
 from wsnmom.testing.gateway import Gateway
@@ -106,24 +110,31 @@ def refused_writes(c: Cluster, sub_id: str) -> Iterator[None]:
 
 @pytest.fixture
 def race(
-    cluster: Callable[..., Cluster], consumer: ConsumerServer
-) -> tuple[Cluster, Pair, Subscription]:
-    """Two instances on one shard, a victim subscription (``Pair``) and a control one,
-    both made through the first instance and delivered once."""
-    c = cluster(2, WSNMOM_CLUSTER__SHARDS="1")
+    shared_cluster: Callable[..., Cluster], consumer: ConsumerServer
+) -> Iterator[tuple[Cluster, Pair, Subscription]]:
+    """Two instances on one shard (one delivers, the other does not; the module's tests
+    share them), a victim subscription (``Pair``) and a control one, both made through
+    the first instance and delivered once; both unsubscribed afterwards, so that the
+    next test's messages on the same topic reach only its own."""
+    c = shared_cluster(2, WSNMOM_CLUSTER__SHARDS="1")
     wa = c.client(c.gateways[0])
     victim = wa.subscribe(consumer.address("/victim"), TOPIC)
     control = wa.subscribe(consumer.address("/control"), TOPIC)
-    wa.notify(n("start"), TOPIC)
-    wait_until(
-        lambda: (
-            "start" in received(consumer, victim.address)
-            and "start" in received(consumer, control.address)
-        ),
-        10,
-        what="the first deliveries",
-    )
-    return c, Pair(c, victim), control
+    try:
+        wa.notify(n("start"), TOPIC)
+        wait_until(
+            lambda: (
+                "start" in received(consumer, victim.address)
+                and "start" in received(consumer, control.address)
+            ),
+            10,
+            what="the first deliveries",
+        )
+        yield c, Pair(c, victim), control
+    finally:
+        for sub in (victim, control):
+            with contextlib.suppress(ClientError):
+                Pair(c, sub).on(c.gateways[0]).unsubscribe()
 
 
 @pytest.mark.parametrize("middleware", BOTH, indirect=True)
@@ -254,3 +265,70 @@ def test_a_renew_right_after_a_pause_through_the_other_instance_keeps_it_paused(
             10,
             what=f"round {i}'s message after the resume",
         )
+
+
+@pytest.mark.rabbitmq
+def test_a_pause_and_a_renew_through_two_instances_on_one_revision_both_hold(
+    race: tuple[Cluster, Pair, Subscription], consumer: ConsumerServer
+) -> None:
+    """A Pause through one instance and a Renew through the other, both reading one
+    revision of the subscription before either writes (issue 23): the store takes one
+    write, refuses the other (a conditional write on the revision read), and that
+    instance reads the record again and applies its change again, so the subscription
+    ends paused and renewed.
+
+    The two writes are made to interleave on the real gateways with a row lock: the test
+    holds the subscription's row (``SELECT ... FOR UPDATE``), sends both requests, waits
+    until PostgreSQL shows both instances' writes waiting for the row (each read the
+    record before, a plain read does not wait), then lets go.  Before, both writes were
+    taken one after the other and the later one wrote its own copy of the other field
+    back."""
+    import psycopg
+
+    c, pair, control = race
+    a, b = c.gateways
+    url = a.store_url
+    assert url is not None
+    sub_id = pair.sub.id
+    with (
+        psycopg.connect(url) as holder,
+        psycopg.connect(url, autocommit=True) as watcher,
+    ):
+        holder.execute("SELECT 1 FROM subscriptions WHERE id = %s FOR UPDATE", (sub_id,))
+        pausing, paused = in_thread(pair.on(a).pause)
+        renewing, renewed = in_thread(lambda: pair.on(b).renew(timedelta(hours=5)))
+
+        def waiting() -> int:
+            row = watcher.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                "AND wait_event_type = 'Lock' AND query LIKE '%%subscriptions%%'"
+            ).fetchone()
+            return int(row[0]) if row else 0
+
+        try:
+            wait_until(lambda: waiting() == 2, 20, what="both instances' writes waiting")
+        finally:
+            holder.rollback()
+        pausing.join(20)
+        renewing.join(20)
+        row = watcher.execute(
+            "SELECT data->>'state', termination_time FROM subscriptions WHERE id = %s",
+            (sub_id,),
+        ).fetchone()
+    assert paused == [None], paused
+    assert renewed and not isinstance(renewed[0], BaseException), renewed
+    assert row is not None
+    state, termination = row
+    assert state == "paused"  # before: one of the two lost, whichever wrote last
+    assert termination == renewed[0]
+    wait_until(lambda: pair.settled("paused"), 5, what="both instances paused, one revision")
+    # both instances hold the renewed time too
+    assert len({detail(g, sub_id)["terminates"] for g in c.gateways}) == 1
+    # held: the control subscription's copy is the sentinel
+    c.client(a).notify(n("held"), TOPIC)
+    wait_until(
+        lambda: "held" in received(consumer, control.address),
+        10,
+        what="the control subscription's copy",
+    )
+    assert "held" not in received(consumer, pair.sub.address)

@@ -26,7 +26,7 @@ import requests
 
 from tests.fixtures.brokers import ResolvedBroker
 from tests.fixtures.postgres import fresh_database
-from tests.fixtures.server import SuiteGateway, kafka_gateway_url, mqtt_gateway_url
+from tests.fixtures.server import PatientGateway, kafka_gateway_url, mqtt_gateway_url
 from wsnmom.client import WsnClient
 from wsnmom.testing.gateway import Gateway, free_port
 
@@ -52,7 +52,7 @@ class Cluster:
         self.public_url = f"http://127.0.0.1:{free_port()}"
         self.gateways: list[Gateway] = []
         for i in range(n):
-            gateway = SuiteGateway(
+            gateway = PatientGateway(
                 middleware,
                 adapter_url,
                 base / f"g{i}",

@@ -22,7 +22,7 @@ import pytest
 from tests.cluster.conftest import INSTANCE, Cluster
 from tests.fixtures.brokers import ResolvedBroker
 from tests.fixtures.postgres import fresh_database
-from tests.fixtures.server import ConsumerServer, SuiteGateway, mqtt_gateway_url
+from tests.fixtures.server import ConsumerServer, PatientGateway, mqtt_gateway_url
 from tests.support.waiting import wait_until
 from wsnmom.client.errors import ResourceUnknownFault
 from wsnmom.client.model import EndpointReference
@@ -229,8 +229,8 @@ def test_a_second_instance_of_an_adapter_with_local_queues_is_refused(
         urls = [f"embedded://{base}/a", f"embedded://{base}/b"]
     try:
         with fresh_database(postgres_server.url) as store:
-            first = SuiteGateway(adapter, urls[0], base / "a", store_url=store)
-            second = SuiteGateway(adapter, urls[1], base / "b", store_url=store)
+            first = PatientGateway(adapter, urls[0], base / "a", store_url=store)
+            second = PatientGateway(adapter, urls[1], base / "b", store_url=store)
             first.start()
             try:
                 with pytest.raises(GatewayFailed) as failed:

@@ -263,7 +263,9 @@ def _create(path: Path, wanted: dict[str, str]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     draft = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.new")
     try:
-        with closing(_connect(draft, wal=True)) as db:
+        # a rollback journal: the committed draft is all in its one file when it is linked
+        # (the writer that opens the path then turns WAL on)
+        with closing(_connect(draft, wal=False)) as db:
             _initialise(db, draft, wanted)
         try:
             os.link(draft, path)  # unlike a rename, never replaces a log created meanwhile

@@ -12,7 +12,9 @@ Records keep what the gateway's codec needs to decode them (native name, routing
 body, headers, content type, arrival time), so reading the log gives the same rows as
 reading the middleware.  Writes use one connection in WAL mode with ``synchronous=FULL``:
 a committed append survives a crash of the buffer and of the machine.  Readers use their
-own connections and never block the writer.
+own connections, never block the writer and never write.  A new log is built next to
+its path and linked into place complete, so a reader that finds the file (a Spark query
+started with its buffer) finds a whole log, never one half-created.
 
 No pyspark here: the buffer runs without Spark.
 """
@@ -20,10 +22,13 @@ No pyspark here: the buffer runs without Spark.
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import threading
 import time
+import uuid
 from collections.abc import Iterable, Iterator, Sequence
+from contextlib import closing
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -36,22 +41,22 @@ __all__ = ["FORMAT", "Entry", "NotificationLog"]
 #: the file format version stored in the log's ``meta`` table
 FORMAT = "1"
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS records (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT,
-    dedupe TEXT UNIQUE,
-    digest TEXT,
-    native TEXT NOT NULL,
-    topic_ns TEXT NOT NULL,
-    topic_path TEXT NOT NULL,
-    body BLOB NOT NULL,
-    headers TEXT NOT NULL,
-    content_type TEXT NOT NULL,
-    received_at REAL NOT NULL
-);
-CREATE INDEX IF NOT EXISTS records_digest ON records (digest) WHERE digest IS NOT NULL;
-"""
+_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+    """CREATE TABLE IF NOT EXISTS records (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        dedupe TEXT UNIQUE,
+        digest TEXT,
+        native TEXT NOT NULL,
+        topic_ns TEXT NOT NULL,
+        topic_path TEXT NOT NULL,
+        body BLOB NOT NULL,
+        headers TEXT NOT NULL,
+        content_type TEXT NOT NULL,
+        received_at REAL NOT NULL
+    )""",
+    "CREATE INDEX IF NOT EXISTS records_digest ON records (digest) WHERE digest IS NOT NULL",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,37 +91,32 @@ class NotificationLog:
         create: bool = True,
     ) -> None:
         self.path = Path(path)
+        self._local = threading.local()
+        self._writer = create
         if not create and not self.path.exists():
             raise FileNotFoundError(f"no notification log at {self.path}")
-        if create:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._local = threading.local()
-        db = self._db()
-        with db:
-            db.executescript(_SCHEMA)
-            meta = dict(db.execute("SELECT key, value FROM meta").fetchall())
-            version = meta.get("format")
-            if version is not None and version != FORMAT:
-                raise ValueError(f"{self.path} is a log of format {version}, not {FORMAT}")
-            wanted = {"format": FORMAT}
-            if name is not None:
-                wanted["name"] = name
-            if middleware is not None:
-                wanted["middleware"] = middleware
-            for key, value in wanted.items():
-                if key not in meta:
-                    db.execute("INSERT INTO meta (key, value) VALUES (?, ?)", (key, value))
-                    meta[key] = value
+        wanted = {"format": FORMAT}
+        if name is not None:
+            wanted["name"] = name
+        if middleware is not None:
+            wanted["middleware"] = middleware
+        if create and not self.path.exists():
+            _create(self.path, wanted)
+        try:
+            if create:
+                meta = _initialise(self._db(), self.path, wanted)
+            else:
+                meta = _read_meta(self._db(), self.path)
+        except BaseException:
+            self.close()
+            raise
         self.name = meta.get("name") or self.path.stem
         self.middleware = meta.get("middleware") or "log"
 
     def _db(self) -> sqlite3.Connection:
         db: sqlite3.Connection | None = getattr(self._local, "db", None)
         if db is None:
-            db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute("PRAGMA synchronous=FULL")
-            db.isolation_level = "DEFERRED"
+            db = _connect(self.path, wal=self._writer)
             self._local.db = db
         return db
 
@@ -241,3 +241,79 @@ class NotificationLog:
     def entries(self) -> Iterable[tuple[int, str, bytes]]:
         """``(seq, native name, body)`` of every record (tests, tooling)."""
         return self._db().execute("SELECT seq, native, body FROM records ORDER BY seq").fetchall()
+
+
+# -- creating and opening -------------------------------------------------------------------
+# A log file appears at its path only complete (schema and meta committed): a reader that
+# finds the file never sees a log half-created, and never writes to it.
+
+
+def _connect(path: Path, *, wal: bool) -> sqlite3.Connection:
+    db = sqlite3.connect(path, timeout=30, isolation_level=None)
+    if wal:  # a reader leaves the file alone: the journal mode is stored in it
+        db.execute("PRAGMA journal_mode=WAL")
+    db.execute("PRAGMA synchronous=FULL")
+    db.isolation_level = "DEFERRED"
+    return db
+
+
+def _create(path: Path, wanted: dict[str, str]) -> None:
+    """Build a new log next to ``path`` and link it into place; when another process
+    created ``path`` meanwhile, leave its log (the caller then opens and checks it)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    draft = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.new")
+    try:
+        # a rollback journal: the committed draft is all in its one file when it is linked
+        # (the writer that opens the path then turns WAL on)
+        with closing(_connect(draft, wal=False)) as db:
+            _initialise(db, draft, wanted)
+        try:
+            os.link(draft, path)  # unlike a rename, never replaces a log created meanwhile
+        except FileExistsError:
+            return
+        _fsync_dir(path.parent)
+    finally:
+        draft.unlink(missing_ok=True)
+
+
+def _initialise(db: sqlite3.Connection, path: Path, wanted: dict[str, str]) -> dict[str, str]:
+    """Create what is missing of the schema and of the ``wanted`` meta in one write
+    transaction, check the format; the meta."""
+    with db:
+        db.execute("BEGIN IMMEDIATE")  # a concurrent opener waits, then sees this one's meta
+        for statement in _SCHEMA:
+            db.execute(statement)
+        meta: dict[str, str] = dict(db.execute("SELECT key, value FROM meta").fetchall())
+        _check_format(path, meta.get("format", FORMAT))
+        for key, value in wanted.items():
+            if key not in meta:
+                db.execute("INSERT INTO meta (key, value) VALUES (?, ?)", (key, value))
+                meta[key] = value
+    return meta
+
+
+def _read_meta(db: sqlite3.Connection, path: Path) -> dict[str, str]:
+    try:
+        meta: dict[str, str] = dict(db.execute("SELECT key, value FROM meta").fetchall())
+    except sqlite3.OperationalError as exc:
+        if "no such table" not in str(exc):
+            raise
+        meta = {}
+    if "format" not in meta:
+        raise ValueError(f"{path} is not a notification log")
+    _check_format(path, meta["format"])
+    return meta
+
+
+def _check_format(path: Path, version: str) -> None:
+    if version != FORMAT:
+        raise ValueError(f"{path} is a log of format {version}, not {FORMAT}")
+
+
+def _fsync_dir(directory: Path) -> None:
+    """Make the new directory entry durable, as the log's commits are."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -124,8 +124,11 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
         terminalreporter.write_line(f"{capability}: {listed}")
 
 
-#: per-test timeout of a test marked ``slow`` that sets none itself (the default for every
-#: other test is ``timeout`` in pyproject.toml)
+#: per-test timeout of a test marked ``slow`` or ``spark`` that sets none itself (the
+#: default for every other test is ``timeout`` in pyproject.toml).  Spark's: a JVM and the
+#: Python workers of the bridge's sources start inside them, and at load 33 the first Spark
+#: test of a run (63 s on a quiet machine) ran past 180 s, which also broke the shared
+#: session for every Spark test after it
 SLOW_TIMEOUT = 600
 
 
@@ -205,7 +208,8 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
-        if item.get_closest_marker("slow") and not item.get_closest_marker("timeout"):
+        long = item.get_closest_marker("slow") or item.get_closest_marker("spark")
+        if long and not item.get_closest_marker("timeout"):
             item.add_marker(pytest.mark.timeout(SLOW_TIMEOUT))
     # On pytest-xdist workers (``make test``: ``--dist loadfile --no-loadscope-reorder``),
     # the work units are handed out in this order, so the longest start first and the two

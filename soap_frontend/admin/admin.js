@@ -9,6 +9,7 @@
   let session = { admin: false, read: false, sign_in: false, csrf: null };
   let timer = null;
   let loading = false;
+  let again = false;  // asked for while a refresh ran: one more refresh when it ends
   let refreshes = 0;
   // the subscriptions table's query: searched, sorted and paged by the gateway
   // (GET subscriptions?q=&sort=&order=&offset=&limit=); none: the overview's list
@@ -120,7 +121,12 @@
   }
 
   async function refresh() {
-    if (loading || !session.read) return;
+    if (!session.read) return;
+    if (loading) {
+      // a click or a search during a refresh: the running one read the query before it
+      again = true;
+      return;
+    }
     loading = true;
     try {
       const { status, body } = await api("overview");
@@ -144,6 +150,10 @@
       $("last-refresh").textContent = `gateway unreachable (${error.message || error})`;
     } finally {
       loading = false;
+      if (again) {
+        again = false;
+        refresh();
+      }
     }
   }
 

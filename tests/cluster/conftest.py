@@ -27,7 +27,12 @@ import requests
 
 from tests.fixtures.brokers import ResolvedBroker
 from tests.fixtures.postgres import fresh_database
-from tests.fixtures.server import kafka_gateway_url, mqtt_gateway_url
+from tests.fixtures.server import (
+    START_TIMEOUT,
+    PatientGateway,
+    kafka_gateway_url,
+    mqtt_gateway_url,
+)
 from wsnmom.client import WsnClient
 from wsnmom.testing.gateway import Gateway, free_port
 
@@ -36,7 +41,7 @@ INSTANCE = "WSNMOM-Instance"
 #: seconds a cluster's gateway may take to become ready: the wait ends when it is; on
 #: the shared 2-core machine at load 18 to 28 a start took 16 to over 30 s (the Python
 #: imports alone 12 s), as long as the suite gateways' (tests/fixtures/server.py)
-START = 120.0
+START = START_TIMEOUT
 
 
 class Cluster:
@@ -57,7 +62,7 @@ class Cluster:
         self.public_url = f"http://127.0.0.1:{free_port()}"
         self.gateways: list[Gateway] = []
         for i in range(n):
-            gateway = Gateway(
+            gateway = PatientGateway(
                 middleware,
                 adapter_url,
                 base / f"g{i}",

@@ -19,14 +19,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.cluster.conftest import INSTANCE, START, Cluster
+from tests.cluster.conftest import INSTANCE, Cluster
 from tests.fixtures.brokers import ResolvedBroker
 from tests.fixtures.postgres import fresh_database
-from tests.fixtures.server import ConsumerServer, mqtt_gateway_url
+from tests.fixtures.server import ConsumerServer, PatientGateway, mqtt_gateway_url
 from tests.support.waiting import wait_until
 from wsnmom.client.errors import ResourceUnknownFault
 from wsnmom.client.model import EndpointReference
-from wsnmom.testing.gateway import Gateway, GatewayFailed
+from wsnmom.testing.gateway import GatewayFailed
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -231,12 +231,12 @@ def test_a_second_instance_of_an_adapter_with_local_queues_is_refused(
         urls = [f"embedded://{base}/a", f"embedded://{base}/b"]
     try:
         with fresh_database(postgres_server.url) as store:
-            first = Gateway(adapter, urls[0], base / "a", store_url=store)
-            second = Gateway(adapter, urls[1], base / "b", store_url=store)
-            first.start(START)
+            first = PatientGateway(adapter, urls[0], base / "a", store_url=store)
+            second = PatientGateway(adapter, urls[1], base / "b", store_url=store)
+            first.start()
             try:
                 with pytest.raises(GatewayFailed) as failed:
-                    second.start(START)  # the wait ends when the refused instance exits
+                    second.start()  # the wait ends when the refused instance exits
                 assert refusal in str(failed.value)
                 assert first.running
             finally:

@@ -16,7 +16,7 @@ import pytest
 import requests
 
 from tests.cluster.conftest import Cluster
-from tests.fixtures.server import ConsumerServer
+from tests.fixtures.server import ConsumerServer, PatientGateway
 from tests.support.waiting import wait_until
 from wsnmom.client import ResourceUnknownFault, WsnClient
 from wsnmom.testing.gateway import Gateway
@@ -42,7 +42,7 @@ def _remote_consumers(remote: Gateway) -> list[str]:
 @pytest.fixture
 def remote() -> Iterator[Gateway]:
     data_dir = Path(tempfile.mkdtemp(prefix="wsnmom-cluster-upstream-"))
-    gateway = Gateway("embedded", f"embedded://{data_dir / 'middleware'}", data_dir)
+    gateway = PatientGateway("embedded", f"embedded://{data_dir / 'middleware'}", data_dir)
     gateway.start()
     try:
         yield gateway

@@ -165,7 +165,9 @@ def test_spark_buffer_command_runs_until_terminated(
         text=True,
     )
     try:
-        wait_until(lambda: path.exists(), what="the log file")
+        # a Python process starting: seconds of CPU, a minute on a loaded machine (at load
+        # 35 the default 10 s ran out); the file appears complete (spark_bridge/log.py)
+        wait_until(lambda: path.exists(), 60, what="the log file")
 
         def bodies() -> list[bytes]:
             return [body for _seq, _native, body in NotificationLog(path, create=False).entries()]
@@ -174,14 +176,14 @@ def test_spark_buffer_command_runs_until_terminated(
             mqtt_publisher.publish("plant/valves/probe/state", b"<probe/>")
             return bool(bodies())
 
-        wait_until(subscribed, 30, interval=0.2, what="a probe in the log")
+        wait_until(subscribed, 60, interval=0.2, what="a probe in the log")
         for i in range(5):
             mqtt_publisher.publish(f"plant/valves/v{i}/state", b"<s/>")
         mqtt_publisher.publish("plant/valves/sentinel/state", b"<sentinel/>")  # the barrier
-        got = wait_until(lambda: b"<sentinel/>" in (b := bodies()) and b, what="the sentinel")
+        got = wait_until(lambda: b"<sentinel/>" in (b := bodies()) and b, 30, what="the sentinel")
     finally:
         proc.terminate()
-        _, err = proc.communicate(timeout=20)
+        _, err = proc.communicate(timeout=60)
     assert got.count(b"<s/>") == 5
     assert proc.returncode == 0, err
     assert f"{len(got)} appended" in err and "plant/valves/+/state" in err

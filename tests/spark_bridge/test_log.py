@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 import threading
 from pathlib import Path
 
@@ -70,11 +71,57 @@ def test_readers_on_other_threads_see_committed_appends(tmp_path: Path) -> None:
 def test_a_log_of_another_format_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "l.sqlite"
     NotificationLog(path)
-    import sqlite3
-
     with sqlite3.connect(path) as db:
         db.execute("UPDATE meta SET value = '9' WHERE key = 'format'")
     with pytest.raises(ValueError, match="format 9"):
         NotificationLog(path)
     with pytest.raises(FileNotFoundError):
         NotificationLog(tmp_path / "missing.sqlite", create=False)
+
+
+def test_a_reader_opening_a_log_while_it_is_created_sees_it_whole(tmp_path: Path) -> None:
+    """A Spark reader (or a test) may open a log the moment its file appears, while the
+    buffer is still creating it: the reader must not race the creator's meta (it failed
+    with ``UNIQUE constraint failed: meta.key``) nor see the log without its name."""
+    failures: list[str] = []
+    for i in range(30):
+        path = tmp_path / f"l{i}.sqlite"
+        start = threading.Barrier(2)
+
+        def create(path: Path = path, start: threading.Barrier = start) -> None:
+            start.wait()
+            try:
+                NotificationLog(path, name="plant", middleware="mqtt").close()
+            except Exception as exc:  # every failure is reported below
+                failures.append(f"creator {path.name}: {exc!r}")
+
+        writer = threading.Thread(target=create)
+        writer.start()
+        start.wait()
+        while not path.exists():  # open the very moment the file appears
+            pass
+        try:
+            reader = NotificationLog(path, create=False)
+        except Exception as exc:
+            failures.append(f"reader {path.name}: {exc!r}")
+        else:
+            if (reader.name, reader.middleware) != ("plant", "mqtt"):
+                failures.append(f"reader {path.name}: {reader.name}, {reader.middleware}")
+            reader.close()
+        writer.join()
+    assert failures == []
+
+
+def test_a_reader_never_writes_to_the_file(tmp_path: Path) -> None:
+    other = tmp_path / "other.sqlite"
+    with sqlite3.connect(other) as db:
+        db.execute("CREATE TABLE t (x)")
+    with pytest.raises(ValueError, match="not a notification log"):
+        NotificationLog(other, create=False)
+    with sqlite3.connect(other) as db:  # no schema and no meta were added to it
+        assert db.execute("SELECT name FROM sqlite_master").fetchall() == [("t",)]
+    with sqlite3.connect(tmp_path / "l.sqlite") as db:
+        db.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+        db.execute("INSERT INTO meta VALUES ('format', '9')")
+    with pytest.raises(ValueError, match="format 9"):
+        NotificationLog(tmp_path / "l.sqlite", create=False)

@@ -9,9 +9,11 @@ expired while the gateway was down (ResourceUnknownFault), the consumer coming u
 N (at-least-once: duplicates allowed and reported, nothing missing), GetMessages returns
 all N, and ResumeSubscription delivers the paused subscription's N in order.
 
-Each test runs its own ``wsnmom serve`` (``RunningServer``) on a temporary data directory;
-RabbitMQ, Kafka and MQTT runs use the session's broker with a unique topic namespace (Kafka:
-also unique topics and consumer groups per gateway; MQTT: a topic prefix per gateway).
+The module runs a ``wsnmom serve`` (``RunningServer``) of its own per adapter, on a
+temporary data directory, shared by the SIGKILL and the SIGTERM test: each kills it and
+starts it again (it starts it if a failed test left it stopped), and each works in a topic
+namespace of its own.  RabbitMQ, Kafka and MQTT runs use the session's broker (Kafka: also
+unique topics and consumer groups per gateway; MQTT: a topic prefix per gateway).
 """
 
 from __future__ import annotations
@@ -51,15 +53,17 @@ ENV = {"WSNMOM_RETRY__GIVE_UP": "keep", "WSNMOM_RETRY__MAX_DELAY": "0.5"}
 
 
 @pytest.fixture(
+    scope="module",
     params=[
         pytest.param("embedded"),
         pytest.param("rabbitmq", marks=pytest.mark.rabbitmq),
         pytest.param("kafka", marks=pytest.mark.kafka),
         pytest.param("mqtt", marks=pytest.mark.mqtt),
-    ]
+    ],
 )
-def own_server(request: pytest.FixtureRequest) -> Iterator[RunningServer]:
-    """A gateway of this test only (it gets killed), on a temporary data directory."""
+def crash_server(request: pytest.FixtureRequest) -> Iterator[RunningServer]:
+    """A gateway of this module's tests only (they kill it), on a temporary data
+    directory, one per adapter: a start per test cost as much as the test's own restart."""
     name: str = request.param
     data_dir = Path(tempfile.mkdtemp(prefix=f"wsnmom-crash-{name}-"))
     if name == "embedded":
@@ -79,6 +83,15 @@ def own_server(request: pytest.FixtureRequest) -> Iterator[RunningServer]:
         if request.session.testsfailed:
             print(f"\n--- wsnmom serve ({name}) log tail ---\n{server.log_tail(80)}")
         shutil.rmtree(data_dir, ignore_errors=True)
+
+
+@pytest.fixture
+def own_server(crash_server: RunningServer) -> RunningServer:
+    """``crash_server``, running: a test that failed between its kill and its restart left
+    it stopped."""
+    if not crash_server.running:
+        crash_server.start()
+    return crash_server
 
 
 def ids_of(messages: list[etree._Element]) -> list[int]:

@@ -81,33 +81,37 @@ def test_cxf_broker(wsn: Wsn, consumer: ConsumerServer) -> None:
     assert len(_from(consumer, sub.address)) == 1
 
 
-def test_cxf_renew_expiry_destroys(client: WsnClient, inbox: NotificationConsumer) -> None:
-    sub = client.subscribe(inbox, "tns:myTopic", initial_termination_time="PT1S")
-    time.sleep(1.6)  # past the termination time: the probe below renews what is still alive
-
-    def renew_faults() -> bool:
-        try:
-            sub.renew(timedelta(seconds=60))
-        except ResourceUnknownFault:
-            return True
-        return False
-
-    wait_until(renew_faults, what="the expired subscription to be destroyed")
-    witness = client.subscribe(inbox, "tns:myTopic")
-    client.notify("<foo/>", "tns:myTopic")
-    client.notify("<sentinel/>", "tns:myTopic")
-    got = _until_sentinel(inbox.drain)
-    assert [n.subscription_address for n in got] == [witness.address] * 2
-
-
-def test_cxf_renew_before_expiry_keeps_receiving(
+def test_cxf_renew_expiry_destroys_and_renew_before_expiry_keeps_receiving(
     client: WsnClient, inbox: NotificationConsumer
 ) -> None:
-    sub = client.subscribe(inbox, "tns:myTopic", initial_termination_time="PT2S")
-    sub.renew(timedelta(seconds=60))
-    time.sleep(2.3)
-    client.notify("<foo/>", "tns:myTopic")
-    assert inbox.get(timeout=5).subscription_address == sub.address
+    """CXF's two Renew cases side by side, so that one wait passes both termination times:
+    a subscription renewed before its 2 s run out keeps receiving past them; one of 1 s
+    that is not renewed is destroyed (a Renew after its time faults)."""
+    with NotificationConsumer() as kept_inbox:
+        kept = client.subscribe(kept_inbox, "tns:myTopic", initial_termination_time="PT2S")
+        subscribed_at = time.monotonic()
+        kept.renew(timedelta(seconds=60))
+        sub = client.subscribe(inbox, "tns:myTopic", initial_termination_time="PT1S")
+        created_at = time.monotonic()
+        # past both termination times: the probe below renews what is still alive
+        time.sleep(
+            max(0.0, subscribed_at + 2.3 - time.monotonic(), created_at + 1.6 - time.monotonic())
+        )
+
+        def renew_faults() -> bool:
+            try:
+                sub.renew(timedelta(seconds=60))
+            except ResourceUnknownFault:
+                return True
+            return False
+
+        wait_until(renew_faults, what="the expired subscription to be destroyed")
+        witness = client.subscribe(inbox, "tns:myTopic")
+        client.notify("<foo/>", "tns:myTopic")
+        client.notify("<sentinel/>", "tns:myTopic")
+        got = _until_sentinel(inbox.drain)
+        assert [n.subscription_address for n in got] == [witness.address] * 2
+        assert kept_inbox.get(timeout=5).subscription_address == kept.address
 
 
 @pytest.mark.parametrize("queue_name", [None, "testQueue"])

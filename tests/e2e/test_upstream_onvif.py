@@ -66,6 +66,24 @@ def _camera(data_dir: Path, users: Path, token: str, port: int = 0) -> RunningSe
     )
 
 
+@pytest.fixture(scope="module")
+def camera() -> Iterator[tuple[RunningServer, str]]:
+    """A camera of the tests that do not reboot it, and its admin token: each of them
+    holds a subscription of its own there."""
+    path = Path(tempfile.mkdtemp(prefix="wsnmom-onvif-cam-"))
+    users = path / "users.toml"
+    users.write_text('[users.relay]\nwsse_password = "cam-pw"\n')
+    users.chmod(0o600)
+    token = "admin-" + uuid.uuid4().hex
+    server = _camera(path / "cam", users, token)
+    server.start()
+    try:
+        yield server, token
+    finally:
+        server.stop()
+        shutil.rmtree(path, ignore_errors=True)
+
+
 def _cli(server: RunningServer, *args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("WSNMOM_")}
     return subprocess.run(
@@ -203,44 +221,36 @@ def test_onvif_pull_mode_relays_motion_events_into_mqtt_and_resubscribes_after_a
 
 
 def test_the_onvif_client_pulls_renews_and_unsubscribes_with_a_digest_token(
-    workdir: Path,
+    camera: tuple[RunningServer, str],
 ) -> None:
     """``wsnmom.client.onvif``, which ONVIF pull mode uses, against the same camera: each
     operation with a PasswordDigest UsernameToken; a wrong password is refused."""
-    users = workdir / "users.toml"
-    users.write_text('[users.relay]\nwsse_password = "cam-pw"\n')
-    users.chmod(0o600)
-    token = "admin-" + uuid.uuid4().hex
-    camera = _camera(workdir / "cam", users, token)
-    camera.start()
-    url = camera.base_url + "/onvif/event_service"
+    camera_server, token = camera
+    url = camera_server.base_url + "/onvif/event_service"
     motion = TopicExpression.parse("tns1:RuleEngine//.", {"tns1": ONVIF_TOPICS}, FULL)
-    try:
-        with (
-            WsnClient(url, user="relay", password="nope", wsse="digest") as wrong,
-            pytest.raises(AuthenticationFailed),
-        ):
-            OnvifEvents(wrong).create_pull_point_subscription(motion)
-        with WsnClient(url, user="relay", password="cam-pw", wsse="digest") as client:
-            sub = OnvifEvents(client).create_pull_point_subscription(
-                motion, initial_termination_time=timedelta(seconds=30)
-            )
-            first_end = sub.termination_time
-            assert first_end is not None
-            assert sub.pull_messages(timedelta(0), CAMERA_LIMIT) == []
-            _motion(camera, token, 7)
-            (event,) = sub.pull_messages(timedelta(seconds=20), CAMERA_LIMIT)
-            assert event.topic is not None and event.topic.text.endswith(MOTION)
-            assert sub.renew(timedelta(minutes=10)) is not None
-            assert sub.termination_time is not None and sub.termination_time > first_end
-            with pytest.raises(SoapFault) as too_many:  # more than the camera gives at once
-                sub.pull_messages(timedelta(0), CAMERA_LIMIT + 1)
-            assert max_message_limit(too_many.value) == CAMERA_LIMIT
-            sub.unsubscribe()
-            with pytest.raises(SoapFault):
-                sub.pull_messages(timedelta(0), 1)
-    finally:
-        camera.stop()
+    with (
+        WsnClient(url, user="relay", password="nope", wsse="digest") as wrong,
+        pytest.raises(AuthenticationFailed),
+    ):
+        OnvifEvents(wrong).create_pull_point_subscription(motion)
+    with WsnClient(url, user="relay", password="cam-pw", wsse="digest") as client:
+        sub = OnvifEvents(client).create_pull_point_subscription(
+            motion, initial_termination_time=timedelta(seconds=30)
+        )
+        first_end = sub.termination_time
+        assert first_end is not None
+        assert sub.pull_messages(timedelta(0), CAMERA_LIMIT) == []
+        _motion(camera_server, token, 7)
+        (event,) = sub.pull_messages(timedelta(seconds=20), CAMERA_LIMIT)
+        assert event.topic is not None and event.topic.text.endswith(MOTION)
+        assert sub.renew(timedelta(minutes=10)) is not None
+        assert sub.termination_time is not None and sub.termination_time > first_end
+        with pytest.raises(SoapFault) as too_many:  # more than the camera gives at once
+            sub.pull_messages(timedelta(0), CAMERA_LIMIT + 1)
+        assert max_message_limit(too_many.value) == CAMERA_LIMIT
+        sub.unsubscribe()
+        with pytest.raises(SoapFault):
+            sub.pull_messages(timedelta(0), 1)
 
 
 #: the lifetime the relay asks of the camera: renewed when a third of it is left (3 s,
@@ -249,18 +259,14 @@ SHORT_LIFETIME = 9
 
 
 def test_onvif_pull_mode_renews_before_expiry_and_events_keep_flowing(
-    workdir: Path, mqtt_url: str
+    workdir: Path, mqtt_url: str, camera: tuple[RunningServer, str]
 ) -> None:
     """The relay's pull-point subscription at the camera lives 9 s: the relay renews it
     (Renew with a PasswordDigest UsernameToken) before it expires, the camera keeps the one
     subscription, and events sent past its first and its second termination time reach
     MQTT, each once."""
-    users = workdir / "users.toml"
-    users.write_text('[users.relay]\nwsse_password = "cam-pw"\n')
-    users.chmod(0o600)
-    token = "admin-" + uuid.uuid4().hex
-    camera = _camera(workdir / "cam", users, token)
-    camera.start()
+    camera_server, token = camera
+    held_before = _subscriptions_at(camera_server, token)  # the other tests' subscriptions
     tag = uuid.uuid4().hex[:10]
     relay = RunningServer("mqtt", mqtt_gateway_url(mqtt_url, tag), workdir / "relay")
     relay.start()
@@ -277,7 +283,7 @@ def test_onvif_pull_mode_renews_before_expiry_and_events_keep_flowing(
             "upstream",
             "add",
             "cam",
-            camera.base_url + "/onvif/event_service",
+            camera_server.base_url + "/onvif/event_service",
             "--mode",
             "onvif-pull",
             "--topic",
@@ -306,7 +312,7 @@ def test_onvif_pull_mode_renews_before_expiry_and_events_keep_flowing(
         assert first["renews"] == 0 and first_end - datetime.now(UTC) <= timedelta(
             seconds=SHORT_LIFETIME
         )
-        _motion(camera, token, 1)
+        _motion(camera_server, token, 1)
         wait_until(lambda: len(got) == 1, timeout=30, what="the first motion event in MQTT")
 
         # past the first termination time, renewed: the next event still comes through
@@ -317,7 +323,7 @@ def test_onvif_pull_mode_renews_before_expiry_and_events_keep_flowing(
         )
         renewed = _state(relay)
         assert datetime.fromisoformat(renewed["expires"]) > first_end
-        _motion(camera, token, 2)
+        _motion(camera_server, token, 2)
         wait_until(lambda: len(got) == 2, timeout=30, what="the event after the first Renew")
 
         # and past the renewed termination time too
@@ -327,19 +333,19 @@ def test_onvif_pull_mode_renews_before_expiry_and_events_keep_flowing(
             timeout=60,
             what="the renewed termination time to pass",
         )
-        _motion(camera, token, 3)
+        _motion(camera_server, token, 3)
         wait_until(lambda: len(got) == 3, timeout=30, what="the event after the second Renew")
         # the sentinel: a fourth event after them, so a duplicate would be in by now
-        _motion(camera, token, 4)
+        _motion(camera_server, token, 4)
         wait_until(lambda: len(got) >= 4, timeout=30, what="the sentinel")
 
         final = _state(relay)
         assert (final["state"], final["subscribes"], final["error"]) == ("subscribed", 1, None)
-        assert _subscriptions_at(camera, token) == 1  # renewed, never made again
+        # renewed, never made again
+        assert _subscriptions_at(camera_server, token) == held_before + 1
     finally:
         close_client(client)
         relay.stop()
-        camera.stop()
     numbers = [
         int(etree.fromstring(m.payload).find(".//{*}Source/{*}SimpleItem").get("Value"))
         for m in got

@@ -259,134 +259,165 @@ def own_server(request: pytest.FixtureRequest) -> Iterator[RunningServer]:
             shutil.rmtree(data_dir, ignore_errors=True)
 
 
-@pytest.mark.parametrize("v", [V10, V12], ids=["wsn-1.0", "wsn-1.2-draft"])
-def test_older_client_lifecycle_survives_a_restart(own_server: RunningServer, v: Version) -> None:
-    client = Client(own_server, v)
-    consumer = ConsumerServer()
+# two lifecycles and a restart (and the module gateway's start in the first test): at
+# load 40 that passed the default 180 s (docs/testing.md, "A hang fails one test")
+@pytest.mark.timeout(360)
+def test_older_client_lifecycle_survives_a_restart(own_server: RunningServer) -> None:
+    """A WS-N 1.0 and a 1.2-draft subscriber each: notify, GetCurrentMessage, pause,
+    resume, renew; then one restart of the gateway (for both: a restart costs a gateway
+    start), after which each subscriber's format holds and Destroy ends its
+    subscriptions."""
+    clients = {v: (Client(own_server, v), ConsumerServer()) for v in (V10, V12)}
     try:
-        address, ref = client.subscribe(consumer.address("/a"))
-        other, other_ref = client.subscribe(consumer.address("/b"))
-        client.subscribe(consumer.address("/raw"), use_notify=False)
-
-        # notify: delivered in the subscriber's format, its reference property echoed
-        client.notify("first")
-        _wait_content(consumer, v, "/a", "first")
-        rec = next(r for r in consumer.notifies() if r.path == "/a")
-        assert rec.envelope.findtext(f"{{{S12}}}Header/{{{v.wsa}}}Action") == (
-            f"{_action_base(v.wsnt)}/Notify"
-        )
-        assert rec.envelope.findtext(f"{{{S12}}}Header/{{{v.wsa}}}To") == consumer.address("/a")
-        assert rec.envelope.find(f"{{{S12}}}Header/{{{NCEX}}}NCResourceId") is not None
-        holder = rec.body_child[0]
-        topic = holder.find(f"{{{v.wsnt}}}Topic")
-        assert topic is not None and topic.text is not None
-        prefix, _, local = topic.text.partition(":")
-        assert (topic.nsmap[prefix], local) == (client.topic_ns, "ResourcePropertiesValueChanges")
-        producer = holder.find(f"{{{v.wsnt}}}ProducerReference/{{{v.wsa}}}Address")
-        assert producer is not None and producer.text == "http://127.0.0.1:9/ProducerEndpoint"
-        # UseNotify=false: the raw message, with this version's addressing headers
-        wait_until(lambda: any(r.path == "/raw" for r in consumer.notifies()), timeout=30)
-        raw = next(r for r in consumer.notifies() if r.path == "/raw")
-        assert raw.body_child.tag == f"{{{NPEX}}}NotifyContent"
-        assert raw.body_child.text == "first"
-        assert raw.envelope.find(f"{{{S12}}}Header/{{{v.wsa}}}Action") is not None
-
-        # §8.3.1 GetCurrentMessage: the last message on the topic, in the 1.x element
-        answer = _body(
-            client.post(
-                own_server.broker_url,
-                "GetCurrentMessageRequest",
-                f"<wsnt:{v.current}><wsnt:Topic>tns:ResourcePropertiesValueChanges"
-                f"</wsnt:Topic></wsnt:{v.current}>",
-            )
-        )
-        assert answer.tag == f"{{{v.wsnt}}}GetCurrentMessageResponse"
-        assert answer.findtext(f"{{{NPEX}}}NotifyContent") == "first"
-
-        # pause /a: /b gets "second", /a not until it is resumed
-        pause = f"<wsnt:{v.pause}/>"
-        assert client.manage(address, ref, pause, "PauseSubscriptionRequest").tag == (
-            f"{{{v.wsnt}}}PauseSubscriptionResponse"
-        )
-        client.notify("second")
-        _wait_content(consumer, v, "/b", "second")
-        assert "second" not in _contents(consumer, v, "/a")
-        resume = f"<wsnt:{v.resume}/>"
-        assert client.manage(address, ref, resume, "ResumeSubscriptionRequest").tag == (
-            f"{{{v.wsnt}}}ResumeSubscriptionResponse"
-        )
-        _wait_content(consumer, v, "/a", "second")
-
-        # renew: WS-ResourceLifetime SetTerminationTime, read back as a resource property
-        wanted = (datetime.now(UTC) + timedelta(hours=2)).replace(microsecond=0)
-        answer = client.manage(
-            address,
-            ref,
-            "<wsrl:SetTerminationTime><wsrl:RequestedTerminationTime>"
-            f"{wanted.strftime('%Y-%m-%dT%H:%M:%SZ')}"
-            "</wsrl:RequestedTerminationTime></wsrl:SetTerminationTime>",
-            "SetTerminationTime",
-        )
-        assert answer.tag == f"{{{v.wsrl}}}SetTerminationTimeResponse"
-        assert [c.tag for c in answer] == [
-            f"{{{v.wsrl}}}NewTerminationTime",
-            f"{{{v.wsrl}}}CurrentTime",
-        ]
-        assert _time(answer[0].text) == wanted
-        prop = client.manage(
-            address,
-            ref,
-            "<wsrp:GetResourceProperty>wsrl:TerminationTime</wsrp:GetResourceProperty>",
-            "GetResourceProperty",
-        )
-        assert prop.tag == f"{{{v.wsrp}}}GetResourcePropertyResponse"
-        assert _time(prop.findtext(f"{{{v.wsrl}}}TerminationTime")) == wanted
-
-        # the subscriber's format survives a restart of the gateway
+        held = {v: _lifecycle_before_a_restart(own_server, *clients[v]) for v in clients}
         own_server.restart()
-        client.notify("after-restart")
-        _wait_content(consumer, v, "/a", "after-restart")
-        listed = requests.get(
-            f"{own_server.base_url}/wsn/admin/api/subscriptions", timeout=30
-        ).json()["subscriptions"]
-        assert {s["id"]: s["wsn_version"] for s in listed}[address.rsplit("/", 1)[1]] == v.name
-
-        # destroy: WS-ResourceLifetime Destroy; the subscription is then unknown
-        answer = client.manage(address, ref, "<wsrl:Destroy/>", "Destroy")
-        assert answer.tag == f"{{{v.wsrl}}}DestroyResponse"
-        env = client.post(address, "PauseSubscriptionRequest", pause, headers=ref, status=500)
-        sub = (own_server, "SubscriptionManager")
-        _assert_fault(
-            env, v, "UnknownResource", "ResourceUnknownFault", v.wsnt, sub, "PauseSubscription"
-        )
-        # the unknown resource of each interface's operation, in that interface's namespace
-        # (1.2-draft: WS-ResourceLifetime's and WS-ResourceProperties' ResourceUnknownFault)
-        env = client.post(address, "Destroy", "<wsrl:Destroy/>", headers=ref, status=500)
-        _assert_fault(env, v, "UnknownResource", "ResourceUnknownFault", v.wsrl, sub, "Destroy")
-        env = client.post(
-            address,
-            "SetTerminationTime",
-            "<wsrl:SetTerminationTime><wsrl:RequestedTerminationTime>2100-01-01T00:00:00Z"
-            "</wsrl:RequestedTerminationTime></wsrl:SetTerminationTime>",
-            headers=ref,
-            status=500,
-        )
-        _assert_fault(
-            env, v, "UnknownResource", "ResourceUnknownFault", v.wsrl, sub, "SetTerminationTime"
-        )
-        env = client.post(
-            address,
-            "GetResourceProperty",
-            "<wsrp:GetResourceProperty>wsnt:ConsumerReference</wsrp:GetResourceProperty>",
-            headers=ref,
-            status=500,
-        )
-        _assert_fault(
-            env, v, "UnknownResource", "ResourceUnknownFault", v.wsrp, sub, "GetResourceProperty"
-        )
-        client.manage(other, other_ref, "<wsrl:Destroy/>", "Destroy")
+        for v, (client, consumer) in clients.items():
+            _lifecycle_after_a_restart(own_server, client, consumer, *held[v])
     finally:
-        consumer.close()
+        for _, consumer in clients.values():
+            consumer.close()
+
+
+def _lifecycle_before_a_restart(
+    own_server: RunningServer, client: Client, consumer: ConsumerServer
+) -> tuple[str, str, str, str]:
+    """Subscribe (/a, /b, raw), notify, GetCurrentMessage, pause and resume, renew: the
+    subscriptions /a and /b and their reference properties."""
+    v = client.v
+    address, ref = client.subscribe(consumer.address("/a"))
+    other, other_ref = client.subscribe(consumer.address("/b"))
+    client.subscribe(consumer.address("/raw"), use_notify=False)
+
+    # notify: delivered in the subscriber's format, its reference property echoed
+    client.notify("first")
+    _wait_content(consumer, v, "/a", "first")
+    rec = next(r for r in consumer.notifies() if r.path == "/a")
+    assert rec.envelope.findtext(f"{{{S12}}}Header/{{{v.wsa}}}Action") == (
+        f"{_action_base(v.wsnt)}/Notify"
+    )
+    assert rec.envelope.findtext(f"{{{S12}}}Header/{{{v.wsa}}}To") == consumer.address("/a")
+    assert rec.envelope.find(f"{{{S12}}}Header/{{{NCEX}}}NCResourceId") is not None
+    holder = rec.body_child[0]
+    topic = holder.find(f"{{{v.wsnt}}}Topic")
+    assert topic is not None and topic.text is not None
+    prefix, _, local = topic.text.partition(":")
+    assert (topic.nsmap[prefix], local) == (client.topic_ns, "ResourcePropertiesValueChanges")
+    producer = holder.find(f"{{{v.wsnt}}}ProducerReference/{{{v.wsa}}}Address")
+    assert producer is not None and producer.text == "http://127.0.0.1:9/ProducerEndpoint"
+    # UseNotify=false: the raw message, with this version's addressing headers
+    wait_until(lambda: any(r.path == "/raw" for r in consumer.notifies()), timeout=30)
+    raw = next(r for r in consumer.notifies() if r.path == "/raw")
+    assert raw.body_child.tag == f"{{{NPEX}}}NotifyContent"
+    assert raw.body_child.text == "first"
+    assert raw.envelope.find(f"{{{S12}}}Header/{{{v.wsa}}}Action") is not None
+
+    # §8.3.1 GetCurrentMessage: the last message on the topic, in the 1.x element
+    answer = _body(
+        client.post(
+            own_server.broker_url,
+            "GetCurrentMessageRequest",
+            f"<wsnt:{v.current}><wsnt:Topic>tns:ResourcePropertiesValueChanges"
+            f"</wsnt:Topic></wsnt:{v.current}>",
+        )
+    )
+    assert answer.tag == f"{{{v.wsnt}}}GetCurrentMessageResponse"
+    assert answer.findtext(f"{{{NPEX}}}NotifyContent") == "first"
+
+    # pause /a: /b gets "second", /a not until it is resumed
+    pause = f"<wsnt:{v.pause}/>"
+    assert client.manage(address, ref, pause, "PauseSubscriptionRequest").tag == (
+        f"{{{v.wsnt}}}PauseSubscriptionResponse"
+    )
+    client.notify("second")
+    _wait_content(consumer, v, "/b", "second")
+    assert "second" not in _contents(consumer, v, "/a")
+    resume = f"<wsnt:{v.resume}/>"
+    assert client.manage(address, ref, resume, "ResumeSubscriptionRequest").tag == (
+        f"{{{v.wsnt}}}ResumeSubscriptionResponse"
+    )
+    _wait_content(consumer, v, "/a", "second")
+
+    # renew: WS-ResourceLifetime SetTerminationTime, read back as a resource property
+    wanted = (datetime.now(UTC) + timedelta(hours=2)).replace(microsecond=0)
+    answer = client.manage(
+        address,
+        ref,
+        "<wsrl:SetTerminationTime><wsrl:RequestedTerminationTime>"
+        f"{wanted.strftime('%Y-%m-%dT%H:%M:%SZ')}"
+        "</wsrl:RequestedTerminationTime></wsrl:SetTerminationTime>",
+        "SetTerminationTime",
+    )
+    assert answer.tag == f"{{{v.wsrl}}}SetTerminationTimeResponse"
+    assert [c.tag for c in answer] == [
+        f"{{{v.wsrl}}}NewTerminationTime",
+        f"{{{v.wsrl}}}CurrentTime",
+    ]
+    assert _time(answer[0].text) == wanted
+    prop = client.manage(
+        address,
+        ref,
+        "<wsrp:GetResourceProperty>wsrl:TerminationTime</wsrp:GetResourceProperty>",
+        "GetResourceProperty",
+    )
+    assert prop.tag == f"{{{v.wsrp}}}GetResourcePropertyResponse"
+    assert _time(prop.findtext(f"{{{v.wsrl}}}TerminationTime")) == wanted
+    return address, ref, other, other_ref
+
+
+def _lifecycle_after_a_restart(
+    own_server: RunningServer,
+    client: Client,
+    consumer: ConsumerServer,
+    address: str,
+    ref: str,
+    other: str,
+    other_ref: str,
+) -> None:
+    """The subscriber's format survived the restart; Destroy, then the unknown resource
+    in each interface's namespace."""
+    v = client.v
+    pause = f"<wsnt:{v.pause}/>"
+    client.notify("after-restart")
+    _wait_content(consumer, v, "/a", "after-restart")
+    listed = requests.get(f"{own_server.base_url}/wsn/admin/api/subscriptions", timeout=30).json()[
+        "subscriptions"
+    ]
+    assert {s["id"]: s["wsn_version"] for s in listed}[address.rsplit("/", 1)[1]] == v.name
+
+    # destroy: WS-ResourceLifetime Destroy; the subscription is then unknown
+    answer = client.manage(address, ref, "<wsrl:Destroy/>", "Destroy")
+    assert answer.tag == f"{{{v.wsrl}}}DestroyResponse"
+    env = client.post(address, "PauseSubscriptionRequest", pause, headers=ref, status=500)
+    sub = (own_server, "SubscriptionManager")
+    _assert_fault(
+        env, v, "UnknownResource", "ResourceUnknownFault", v.wsnt, sub, "PauseSubscription"
+    )
+    # the unknown resource of each interface's operation, in that interface's namespace
+    # (1.2-draft: WS-ResourceLifetime's and WS-ResourceProperties' ResourceUnknownFault)
+    env = client.post(address, "Destroy", "<wsrl:Destroy/>", headers=ref, status=500)
+    _assert_fault(env, v, "UnknownResource", "ResourceUnknownFault", v.wsrl, sub, "Destroy")
+    env = client.post(
+        address,
+        "SetTerminationTime",
+        "<wsrl:SetTerminationTime><wsrl:RequestedTerminationTime>2100-01-01T00:00:00Z"
+        "</wsrl:RequestedTerminationTime></wsrl:SetTerminationTime>",
+        headers=ref,
+        status=500,
+    )
+    _assert_fault(
+        env, v, "UnknownResource", "ResourceUnknownFault", v.wsrl, sub, "SetTerminationTime"
+    )
+    env = client.post(
+        address,
+        "GetResourceProperty",
+        "<wsrp:GetResourceProperty>wsnt:ConsumerReference</wsrp:GetResourceProperty>",
+        headers=ref,
+        status=500,
+    )
+    _assert_fault(
+        env, v, "UnknownResource", "ResourceUnknownFault", v.wsrp, sub, "GetResourceProperty"
+    )
+    client.manage(other, other_ref, "<wsrl:Destroy/>", "Destroy")
 
 
 @pytest.mark.parametrize("v", [V10, V12], ids=["wsn-1.0", "wsn-1.2-draft"])

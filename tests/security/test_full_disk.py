@@ -214,4 +214,5 @@ def test_a_write_that_finds_the_disk_full_is_a_503_and_the_gateway_recovers(
     )
     assert post(gateway.broker_url, "<wsnt:CreatePullPoint/>").status_code == 200
     assert _get_messages(pull_points[0]).status_code == 200
-    assert post(gateway.broker_url, subscribe_body(pull_points[1], "tns:t")).status_code == 200
+    subscribed = post(gateway.broker_url, subscribe_body(pull_points[1], "tns:t"))
+    assert subscribed.status_code == 200, subscribed.text[:500]

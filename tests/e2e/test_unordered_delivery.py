@@ -18,7 +18,6 @@ held answer is not given up on while the test waits on a loaded machine.
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import tempfile
 import threading
@@ -35,6 +34,7 @@ from tests.fixtures.server import (
     RunningServer,
     kafka_gateway_url,
     mqtt_gateway_url,
+    serving,
 )
 from tests.support.soap import NS, WSNMOM
 from tests.support.waiting import wait_until
@@ -74,15 +74,8 @@ def own_server(request: pytest.FixtureRequest) -> Iterator[RunningServer]:
         url = mqtt_gateway_url(str(request.getfixturevalue("mqtt_url")))
     else:  # the restarted gateway keeps the URL: the same topics and groups
         url = kafka_gateway_url(str(request.getfixturevalue("kafka_url")))
-    server = RunningServer(name, url, data_dir, extra_env=dict(ENV))
-    server.start()
-    try:
+    with serving(RunningServer(name, url, data_dir, extra_env=dict(ENV)), request) as server:
         yield server
-    finally:
-        server.stop()
-        if request.session.testsfailed:
-            print(f"\n--- wsnmom serve ({name}) log tail ---\n{server.log_tail(80)}")
-        shutil.rmtree(data_dir, ignore_errors=True)
 
 
 class ScriptedConsumer(ConsumerServer):

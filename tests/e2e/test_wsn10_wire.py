@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import shutil
 import tempfile
 import uuid
 from collections.abc import Iterator
@@ -40,7 +39,7 @@ import requests
 from lxml import etree
 
 from tests.fixtures.postgres import fresh_database
-from tests.fixtures.server import ConsumerServer, RunningServer, mqtt_gateway_url
+from tests.fixtures.server import ConsumerServer, RunningServer, mqtt_gateway_url, serving
 from tests.support.waiting import wait_until
 from tests.support.wsdl_faults import declared
 
@@ -248,15 +247,8 @@ def own_server(request: pytest.FixtureRequest) -> Iterator[RunningServer]:
         if name == "postgres-store":
             postgres = request.getfixturevalue("postgres_server")
             store_url = stack.enter_context(fresh_database(postgres.url))
-        server = RunningServer(name, url, data_dir, store_url=store_url)
-        server.start()
-        try:
+        with serving(RunningServer(name, url, data_dir, store_url=store_url), request) as server:
             yield server
-        finally:
-            server.stop()
-            if request.session.testsfailed:
-                print(f"\n--- wsnmom serve ({name}) log tail ---\n{server.log_tail(80)}")
-            shutil.rmtree(data_dir, ignore_errors=True)
 
 
 # two lifecycles and a restart (and the module gateway's start in the first test): at

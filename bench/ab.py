@@ -43,7 +43,7 @@ from bench import client, cpus, load, soap
 from bench.consumer import ConsumerProcess
 from bench.middleware import MIDDLEWARES, Middleware
 from bench.server import ServerProcess
-from bench.util import percentile, wait_until
+from bench.util import percentile, process_cpu_seconds, wait_until
 
 REPO = Path(__file__).resolve().parents[1]
 LAUNCHER = Path(__file__).with_name("ab_launch.py")
@@ -64,12 +64,6 @@ class TreeServer(ServerProcess):
         """``python bench/ab_launch.py TREE serve ...`` instead of ``python -m wsnmom``."""
         base = super().command()
         return [base[0], str(LAUNCHER), str(self.tree), *base[3:]]
-
-
-def process_cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a whole process (all its threads) from ``/proc``."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def export_commit(rev: str, dest: Path) -> str:

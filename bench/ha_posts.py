@@ -28,9 +28,9 @@ from typing import Any
 from bench import client, soap
 from bench.middleware import MIDDLEWARES, Middleware
 from bench.scenarios.base import Context
-from bench.scenarios.ha import _post, _postgres, cpu_seconds
+from bench.scenarios.ha import _post, _postgres
 from bench.server import ServerProcess
-from bench.util import wait_until
+from bench.util import process_cpu_seconds, wait_until
 
 _SEQ = re.compile(rb'seq="(\d+)"')
 TOPIC = "ha-posts"
@@ -138,11 +138,11 @@ def measure(
             command += ["--pid", str(server.pid), "--output", str(raw), "--nonblocking"]
             spy = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             time.sleep(1.0)
-        started = cpu_seconds(server.pid)
+        started = process_cpu_seconds(server.pid)
         _notify_all(server, notifies)
         if not wait_until(lambda: consumer.messages - messages >= notifies * FANOUT, 120, 0.01):
             raise RuntimeError("not every message was delivered")
-        used = cpu_seconds(server.pid) - started
+        used = process_cpu_seconds(server.pid) - started
         if spy is not None:
             spy.send_signal(2)
             spy.wait(30)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 import socket
 import time
 from collections.abc import Callable, Sequence
@@ -64,3 +65,10 @@ def median(values: Sequence[float]) -> float | None:
     ordered = sorted(values)
     mid = len(ordered) // 2
     return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
+def process_cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds a whole process (all its threads) has used so far, from
+    ``/proc`` (a process of ours that has not been waited for)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")

@@ -31,7 +31,6 @@ from collections import Counter
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -40,21 +39,14 @@ from bench.middleware import Middleware
 from bench.model import Metric, ScenarioResult, Target
 from bench.scenarios.base import Context, Scenario
 from bench.server import ServerProcess
-from bench.util import percentile, wait_until
+from bench.util import percentile, process_cpu_seconds, wait_until
 
 TOPIC = "ha"
 COST_TOPIC = "ha-cost"
 NOBODY_TOPIC = "ha-nobody"
 _SEQ = re.compile(rb'seq="(\d+)"')
-_TICK = os.sysconf("SC_CLK_TCK")
 #: notifications per second of the failover stream
 STREAM_RATE = 20.0
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of a process so far."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / _TICK
 
 
 class Recorder:
@@ -376,16 +368,16 @@ class HighAvailability(Scenario):
         assert server.pid is not None
         kc = client.KeepAliveClient()
         pid = server.pid
-        started = cpu_seconds(pid)
+        started = process_cpu_seconds(pid)
         self._notify_all(server, NOBODY_TOPIC, notifies)
-        per_notify = (cpu_seconds(pid) - started) / notifies
+        per_notify = (process_cpu_seconds(pid) - started) / notifies
         for _ in range(fanout):
             _post(server, soap.subscribe(server.broker_url, recorder.address, COST_TOPIC), kc)
-        started = cpu_seconds(pid)
+        started = process_cpu_seconds(pid)
         self._notify_all(server, COST_TOPIC, notifies)
         if not wait_until(lambda: recorder.count() >= notifies * fanout, 120, poll=0.01):
             raise RuntimeError(f"{recorder.count()} of {notifies * fanout} deliveries arrived")
-        used = cpu_seconds(pid) - started
+        used = process_cpu_seconds(pid) - started
         per_delivery = max(0.0, used - per_notify * notifies) / (notifies * fanout)
         t0 = time.perf_counter()
         for _ in range(subscribes):

@@ -14,7 +14,6 @@ Flask import, ``--help`` <= 8x the click import (docs/performance.md, "Process s
 
 from __future__ import annotations
 
-import os
 import resource
 import statistics
 import subprocess
@@ -25,16 +24,10 @@ from bench.middleware import Middleware
 from bench.model import Metric, ScenarioResult, Target
 from bench.scenarios.base import Context, Scenario
 from bench.server import ServerProcess
+from bench.util import process_cpu_seconds
 
 #: starts per measurement (full run, quick run)
 REPEATS = (7, 3)
-
-
-def _process_cpu(pid: int) -> float:
-    """User + system CPU seconds ``pid`` has used so far."""
-    with open(f"/proc/{pid}/stat") as stat:
-        fields = stat.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _child_cpu() -> float:
@@ -63,7 +56,7 @@ def start_to_ready(ctx: Context, mw: Middleware, tag: str) -> tuple[float, float
     try:
         wall = server.start()
         assert server.pid is not None
-        return _process_cpu(server.pid), wall
+        return process_cpu_seconds(server.pid), wall
     finally:
         server.stop()
         mw.release(url)

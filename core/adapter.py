@@ -225,6 +225,13 @@ class Capabilities:
     #: MQTT, whose queues are the gateway's own): one instance per store, so a second
     #: live instance on a shared store is refused at start (docs/scale-out.md)
     local_queues: bool = False
+    #: every name ``Adapter.subscription_names`` answers is this gateway's (its data
+    #: directory's queues, or sessions under its own topic prefix), never another
+    #: gateway's on the same middleware: core's orphan sweep (``core.orphans``) may then
+    #: delete a listed name the store has no subscription or pull point of.  False (the
+    #: default, and Kafka, whose consumer group names do not say which gateway made
+    #: them): nothing listed is ever deleted for having no record
+    own_names: bool = False
     #: ``nack(requeue=True)`` puts back exactly that message (queues).  False (logs): a
     #: requeue rewinds the subscription to that message, so later ones may come again.
     #: Informational (core settles every message; the kit checks redelivery with it)

@@ -141,6 +141,12 @@ def box_name(name: str) -> str:
     return f"wsnmom-dead-letters-{name}"
 
 
+def is_box_name(name: str) -> bool:
+    """Whether the durable subscription ``name`` is a dead-letter box (core's own, also
+    one of a destination this instance does not know)."""
+    return name.startswith(box_name(""))
+
+
 @dataclass(frozen=True, slots=True)
 class DeadLetterContext:
     """Why the messages handed to ``DeadLetters.send`` were given up on."""

@@ -95,6 +95,11 @@ SUBSCRIPTIONS_ENDED = Counter(
     ["reason"],
     registry=REGISTRY,
 )
+ORPHANS_REMOVED = Counter(
+    "wsnmom_orphans_removed",
+    "Durable subscriptions removed by the orphan sweep (no record in the store)",
+    registry=REGISTRY,
+)
 DELIVERY_SECONDS = Histogram(
     "wsnmom_delivery_seconds", "Duration of successful outbound Notify calls", registry=REGISTRY
 )

@@ -1,5 +1,5 @@
 """A daemon thread that runs one piece of work every ``interval`` seconds, or as soon as it is
-woken; used by the lifetime sweep and the demand reconciler."""
+woken; used by the lifetime sweep, the orphan sweep and the demand reconciler."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ class PeriodicTask:
 
     def __init__(
         self,
-        work: Callable[[], None],
+        work: Callable[[], object],
         *,
         name: str,
         interval: float,

@@ -65,6 +65,7 @@ from wsnmom.core.model import (
 )
 from wsnmom.core.observers import Observers
 from wsnmom.core.operations import Operations, Overview, SubscriptionStatus
+from wsnmom.core.orphans import OrphanSweep
 from wsnmom.core.outbound_policy import OutboundPolicy
 from wsnmom.core.ownership import Ownership
 from wsnmom.core.peek import Peeker, PeekResult
@@ -223,6 +224,8 @@ class BrokerService:
             interval=settings.termination.sweep_interval.total_seconds(),
         )
         ctx.wake_sweep = self.lifetimes.wake
+        #: removes durable subscriptions without a record (``core.orphans``)
+        self.orphans = OrphanSweep(ctx)
         ctx.wake_demand = self.demand.wake
         self._join_cluster(ctx)
         self._policy = self._build_policy()
@@ -422,6 +425,7 @@ class BrokerService:
         self.cluster.start()
         self._gate.ready = True
         self.lifetimes.start()
+        self.orphans.start()
         self.demand.start()
         self.demand.wake()
         self.rates.start()
@@ -437,6 +441,7 @@ class BrokerService:
         self.ownership.close()
         self.rates.stop()
         self.lifetimes.stop()
+        self.orphans.stop()
         self.demand.stop()
         self.engine.close()
         self._ctx.dead_letters.close()

@@ -330,6 +330,8 @@ class EmbeddedAdapter(Adapter):
         max_message_bytes=None,
         sole_publisher=True,
         local_queues=True,
+        # its queues are in this gateway's data directory (core's orphan sweep)
+        own_names=True,
         peek=True,
         # what its limits drop goes to SubscriptionSpec.dead_letters in the same transaction
         native_dead_letters=True,

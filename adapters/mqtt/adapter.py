@@ -196,6 +196,9 @@ class MqttAdapter(Adapter):
         sole_publisher=False,
         # each subscription's queue is an embedded store in this instance's data directory
         local_queues=True,
+        # the queues in this instance's data directory; in cluster mode the sessions
+        # whose records lie under this cluster's topic prefix (core's orphan sweep)
+        own_names=True,
         per_message_nack=True,
         ordered_acks=False,
         shape="session",

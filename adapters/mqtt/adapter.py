@@ -108,6 +108,7 @@ import dataclasses
 import functools
 import logging
 import threading
+import time
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
@@ -127,13 +128,14 @@ from wsnmom.core.adapter import (
     is_internal_namespace,
 )
 from wsnmom.core.adapter_options import AdapterOptionError
+from wsnmom.core.dead_letters import box_name
 from wsnmom.core.redaction import redact_url
 from wsnmom.topic_mapping.errors import NameNotRepresentable
 from wsnmom.topic_mapping.model import Topic
 from wsnmom.topic_mapping.syntax import MQTT
 
 from . import node as nodes
-from .cluster_handle import ClusterHandle, describe
+from .cluster_handle import ClusterHandle, await_boxes, describe
 from .cluster_node import ClusterNode
 from .config import MqttSettings, parse_settings
 from .taps import tap_provider
@@ -431,6 +433,17 @@ class MqttAdapter(Adapter):
             for batch, retain in ((external, None), (letters, False)):
                 if not batch:
                     continue
+                if retain is False and self._cluster:
+                    # a box whose $share filter the broker dropped (a restart) first
+                    # subscribes again: docs/scale-out.md, "Dead-letter boxes"
+                    started = time.monotonic()
+                    boxes = {
+                        box_name("/".join(m.topic.path))
+                        for _, (_, m) in batch
+                        if mapping.is_dead_letter(m.topic)
+                    }
+                    await_boxes(list(self._chandles), boxes, timeout)
+                    timeout = max(0.1, timeout - (time.monotonic() - started))
                 done = node.publisher.publish_many(
                     [item for _, item in batch], timeout, retain=retain
                 )

@@ -47,7 +47,7 @@ import hashlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from wsnmom.core.adapter import (
@@ -71,7 +71,13 @@ from .publisher import Publisher
 from .record_scan import retained_under
 from .sub_session import SessionConnection
 
-__all__ = ["RESTART_DELAY", "ClusterHandle", "SubscriptionSessions", "session_client_id"]
+__all__ = [
+    "RESTART_DELAY",
+    "ClusterHandle",
+    "SubscriptionSessions",
+    "await_boxes",
+    "session_client_id",
+]
 
 log = logging.getLogger("wsnmom.adapters.mqtt")
 
@@ -317,6 +323,8 @@ class ClusterHandle(SubscriptionHandle):
         self.filters = planned(spec.name, sessions.mapping.filters(spec.patterns))
         self._accepts = acceptor(spec.patterns)
         self._lock = threading.RLock()
+        #: notified when a connection is installed or the handle stops
+        self._changed = threading.Condition(self._lock)
         #: the connection that delivers (installed by ``_attempt``)
         self._conn: SessionConnection | None = None
         #: the connection being made outside the lock (``stop`` closes it)
@@ -428,6 +436,7 @@ class ClusterHandle(SubscriptionHandle):
                     self._conn = conn
                     self._delay = self._sessions.settings.reconnect_min_delay
                     installed = True
+                    self._changed.notify_all()
         if not installed and verdict == "ok":
             conn.close()  # stopped meanwhile: this connection delivers nothing
 
@@ -505,6 +514,7 @@ class ClusterHandle(SubscriptionHandle):
         with self._lock:
             self._started = False
             self._generation += 1
+            self._changed.notify_all()
             self._cancel_timer()
             conn, self._conn = self._conn, None
             pending, self._pending = self._pending, None
@@ -589,6 +599,15 @@ class ClusterHandle(SubscriptionHandle):
         conn = self._conn
         return conn is not None and not conn.lost
 
+    def await_connection(self, timeout: float) -> bool:
+        """Whether a connection delivers, or the handle is not started (nothing to wait
+        for), waiting up to ``timeout`` seconds for one; a connection is installed once
+        the broker acknowledged its SUBSCRIBE (the filters are subscribed again).  The
+        lock is held by others only to change state, never across a wait for the
+        broker."""
+        with self._changed:
+            return self._changed.wait_for(lambda: self.connected or not self._started, timeout)
+
     def unacknowledged(self) -> int:
         """Messages handed out on the current connection and not acknowledged yet."""
         conn = self._conn
@@ -644,3 +663,23 @@ def describe(handles: Sequence[Any]) -> dict[str, int]:
         "fenced_reconnects": sum(h.fenced for h in live),
         "sessions_lost": sum(h.sessions_lost for h in live),
     }
+
+
+def await_boxes(handles: Iterable[ClusterHandle], boxes: set[str], timeout: float) -> None:
+    """Wait until this instance's started dead-letter boxes named in ``boxes`` have a
+    connection whose SUBSCRIBE the broker acknowledged, up to ``timeout`` seconds in all;
+    AdapterUnavailable when one has none by then (the dead letters then stay with core,
+    which publishes them again later).
+
+    Why: Mosquitto 2.0.11 drops a session's shared subscriptions across its restart (it
+    keeps the plain ones and the queued messages), and a box reads ``$share/…``: a dead
+    letter published after the broker came back and before any box subscribed again is
+    queued for nobody.  The publisher may reconnect before the box does; its dead letters
+    wait for the box (docs/scale-out.md, "Dead-letter boxes")."""
+    deadline = time.monotonic() + timeout
+    for handle in [h for h in handles if h.name in boxes]:
+        if not handle.await_connection(max(0.0, deadline - time.monotonic())):
+            raise AdapterUnavailable(
+                f"the dead-letter box {handle.name} has not subscribed again since its "
+                "connection was lost: its dead letters wait"
+            )

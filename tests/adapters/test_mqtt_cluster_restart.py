@@ -3,12 +3,14 @@ own, persistence on): Mosquitto 2.0.11 keeps a persistent session's plain subscr
 and its queued messages, and drops its shared ones while answering ``session present``
 (tests/adapters/test_mqtt_dead_letter_restart.py).  A subscription session subscribes its
 filters on every connection, so a dead-letter box (a ``$share`` filter) receives again
-once its session reconnected; a dead letter published after the restart while no box
-session has subscribed again is queued for nobody, while an ordinary subscription's
-session keeps what was published meanwhile."""
+once its session reconnected; an instance's dead letters wait until its own box has
+subscribed again (a dead letter published while no box session has is queued for
+nobody), while an ordinary subscription's session keeps what was published
+meanwhile."""
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -105,7 +107,8 @@ def test_a_dead_letter_sent_before_any_box_session_subscribed_again_is_lost(
     """The gap of the single-instance mode, with no outbox to wait: both sessions are
     stopped (the broker keeps them), the broker restarts, a dead letter and a
     notification are published, the sessions start again: the notification was queued,
-    the dead letter was not (the next one arrives alone)."""
+    the dead letter was not (the next one arrives alone).  A stopped box is not waited
+    for (core stops its boxes only when it closes; the next test has a started one)."""
     setup.box.stop()
     setup.sub.stop()
     setup.restart_broker()
@@ -117,3 +120,40 @@ def test_a_dead_letter_sent_before_any_box_session_subscribed_again_is_lost(
     wait_until(lambda: setup.letters.has(b"after"), 20, what="the next dead letter")
     assert setup.letters.bodies() == [b"after"]
     wait_until(lambda: setup.got.has(b"queued"), 20, what="the queued notification")
+
+
+def test_a_dead_letter_published_before_the_box_subscribed_again_waits_for_it(
+    setup: Setup,
+) -> None:
+    """After a broker restart the publisher is back before the box's session (its
+    reconnect put off for the test, as a loaded instance's can be): the dead letter
+    published meanwhile waits until the box has subscribed its ``$share`` filter again,
+    and reaches it.  The box's reconnect is let go once the publish waits for it, or,
+    as the code before did, once the publish returned: the letter was then queued for
+    nobody."""
+    box, adapter = setup.box, setup.instance.adapter
+    waiting = threading.Event()
+    wait_for_box = box.await_connection
+
+    def noted(timeout: float) -> bool:
+        waiting.set()
+        return wait_for_box(timeout)
+
+    box.await_connection = noted  # type: ignore[method-assign]
+    with box._lock:
+        box._delay = 3600.0  # the box's next reconnect: when the test lets it go
+    setup.restart_broker()
+    # the box saw its connection lost and put its reconnect off (an hour)
+    wait_until(lambda: box._timer is not None, 30, what="the box's reconnect put off")
+    wait_until(lambda: adapter._cnode is not None and adapter._cnode.connected, 30)
+    assert not box.connected
+    publishing = threading.Thread(target=setup.publish, args=(DESTINATION, b"held"))
+    publishing.start()
+    wait_until(lambda: waiting.is_set() or not publishing.is_alive(), 30, what="the publish")
+    with box._lock:
+        box._schedule(0.0, first=False)
+    publishing.join(60)
+    assert not publishing.is_alive()
+    setup.publish(DESTINATION, b"after")
+    wait_until(lambda: setup.letters.has(b"after"), 30, what="the next dead letter")
+    assert setup.letters.bodies() == [b"held", b"after"]

@@ -164,6 +164,28 @@ class Commits(EngineParts):
                 cursor.saved_here = True
             deletes = {n for n in self._to_delete if n not in changes}
             self._to_delete = set()
+            saving = [c for n in changes if (c := self._cursors.get(n)) is not None]
+            for cursor in saving:
+                cursor.saving += 1
+                cursor.saves += 1
+        try:
+            self._save(changes, own, deletes, now)
+        finally:
+            with self.lock:
+                for cursor in saving:
+                    cursor.saving -= 1
+
+    def _save(
+        self,
+        changes: dict[str, dict[StreamId, int]],
+        own: dict[str, int],
+        deletes: set[str],
+        now: float,
+    ) -> None:
+        """Write what ``_flush_positions`` took at ``now``: ``changes`` (``own``: those of
+        attached cursors, with their generation) and ``deletes``."""
+        store = self._store
+        assert store is not None
         self._fence(changes, own)
         if changes:
             try:

@@ -156,6 +156,11 @@ class Cursor:
         #: the commit thread took its positions for saving at least once (see
         #: ``CursorEngine.forget_subscription``)
         self.saved_here = False
+        #: saves of its positions the commit thread took (``saves``) and has not finished
+        #: (``saving``): while one is on its way the position store holds older positions
+        #: than this cursor (see ``CursorEngine._take_up``)
+        self.saves = 0
+        self.saving = 0
         #: per stream, the first unsettled offset the commit pass saw and since when
         self.pin_seen: dict[StreamId, tuple[int, float]] = {}
         self._outbox: deque[CursorReceived] = deque()

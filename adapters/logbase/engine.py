@@ -477,12 +477,20 @@ class CursorEngine(Head, Commits, CatchUp, Burial, Peeking):
     def _take_up(self, cursor: Cursor) -> None:
         """Give foreign ``cursor`` the positions its last deliverer saved (streams it
         saved nothing for keep the cursor's own).  Unsaved positions of this instance's
-        own (stopped a moment ago) are the newest there are, and are kept."""
+        own (stopped a moment ago), or positions it is saving now, are the newest there
+        are, and are kept."""
         store = self._store
         with self.lock:
-            if not cursor.foreign or cursor.started or cursor.dirty or store is None:
+            if (
+                not cursor.foreign
+                or cursor.started
+                or cursor.dirty
+                or cursor.saving
+                or store is None
+            ):
                 cursor.foreign = False
                 return
+            saves = cursor.saves
         try:
             saved = store.load_one(cursor.name)
         except Exception as exc:
@@ -490,7 +498,15 @@ class CursorEngine(Head, Commits, CatchUp, Burial, Peeking):
                 f"reading the saved positions of {cursor.name} failed: {exc}"
             ) from exc
         with self.lock:
-            if not cursor.foreign or cursor.started or cursor.dirty:
+            # a save of this engine's that was on its way, or began, while the store was
+            # read: what was read is older than the cursor (a purge's skip read back)
+            if (
+                not cursor.foreign
+                or cursor.started
+                or cursor.dirty
+                or cursor.saving
+                or cursor.saves != saves
+            ):
                 cursor.foreign = False
                 return
             cursor.foreign = False

@@ -360,3 +360,41 @@ def test_a_deliverer_forgetting_a_subscription_another_instance_deleted_leaves_n
     wait_until(lambda: shared.get("s") is None, 5, what="A deleting what it saved")
     assert "s" not in a.names() and "s" not in b.names()
     assert a.stats()["cursors"] == 0 and b.stats()["cursors"] == 0
+
+
+def test_a_purge_is_not_undone_by_a_resume_while_its_position_is_being_saved(
+    engines: tuple[_MemoryLog, _SharedPositions, list[CursorEngine]],
+) -> None:
+    # tests/cluster/test_any_instance.py's peek/purge on Kafka got the purged messages
+    # after the resume (session 9): the resume took the position up from the store while
+    # the commit pass was still saving the one past the purged records
+    log, shared, (a, _b) = engines
+    store = a.backend.position_store()  # type: ignore[attr-defined]
+    handle = a.subscription(spec("s", "t"))
+    handle.start(got := Collector())
+    log.append(STREAM, b"0")
+    got.wait_for(1, 5)
+    wait_until(lambda: shared.get("s") == {STREAM: 1}, 5, what="A saving the position")
+    handle.stop()  # paused
+    for i in range(1, 11):
+        log.append(STREAM, b"%d" % i)
+    wait_until(lambda: handle.depth() == 10, 5, what="the head reading the ten records")
+    entered, release = threading.Event(), threading.Event()
+    save = store.save
+
+    def slow_save(changes: Any) -> None:
+        if dict(changes).get("s") == {STREAM: 11}:  # the position past the purged ones
+            entered.set()
+            assert release.wait(10)
+        save(changes)
+
+    store.save = slow_save
+    try:
+        assert handle.purge() == 10
+        assert entered.wait(5), "the commit pass saving the position past the purge"
+        handle.start(got)  # resumed while that save is on its way
+    finally:
+        release.set()
+    log.append(STREAM, b"11")
+    assert [m.body for m in got.wait_for_body(b"11", 5)] == [b"0", b"11"]
+    wait_until(lambda: shared.get("s") == {STREAM: 12}, 5, what="A saving the position")

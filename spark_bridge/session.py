@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shlex
+import stat
 import sys
 import tempfile
 from typing import TYPE_CHECKING
@@ -67,20 +68,41 @@ def worker_python() -> str:
     compiled again in every worker process (1.1 s of CPU instead of 0.25 s for a
     streaming source's runner, which Spark gives a fixed 10 s to connect back).  The
     installed pyspark is the same version: its wheel ships the archives.  A small shell
-    script in the temporary directory, one per interpreter; the interpreter itself where
-    there is no ``/bin/sh``."""
+    script in the temporary directory, one per interpreter and user; the interpreter
+    itself where there is no ``/bin/sh`` or the script cannot be written."""
     if not os.path.exists("/bin/sh"):
         return sys.executable
     script = _LAUNCHER % shlex.quote(sys.executable)
-    digest = hashlib.sha256(script.encode()).hexdigest()[:16]
+    digest = hashlib.sha256(f"{os.getuid()}:{script}".encode()).hexdigest()[:16]
     path = os.path.join(tempfile.gettempdir(), f"wsnmom-spark-python-{digest}")
-    if not os.path.exists(path):
+    if _trusted(path, script):
+        return path
+    try:
         fd, partial = tempfile.mkstemp(prefix="wsnmom-spark-python-", dir=os.path.dirname(path))
         with os.fdopen(fd, "w") as out:
             out.write(script)
         os.chmod(partial, 0o755)
         os.replace(partial, path)  # whole or not at all, also with two sessions at once
+    except OSError:
+        # another user's file at that name in a sticky temporary directory: not ours to
+        # replace, and never ours to run
+        return sys.executable
     return path
+
+
+def _trusted(path: str, script: str) -> bool:
+    """Whether ``path`` is a launcher this user wrote: a regular file of this user that
+    nobody else can write, holding ``script``.  The temporary directory is shared, so a
+    file found at a predictable name is run only after these checks (and a sticky
+    directory keeps others from replacing it afterwards)."""
+    try:
+        found = os.lstat(path)
+        if not stat.S_ISREG(found.st_mode) or found.st_uid != os.getuid() or found.st_mode & 0o022:
+            return False
+        with open(path, encoding="utf-8") as held:
+            return held.read() == script
+    except (OSError, UnicodeDecodeError):
+        return False
 
 
 def local_session(

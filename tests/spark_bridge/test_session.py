@@ -56,3 +56,55 @@ def test_the_worker_launcher_drops_only_sparks_own_archives(tmp_path: Path) -> N
     ).stdout.splitlines()
     assert ".zip" not in shown[0], shown  # the installed one
     assert shown[1] == kept, shown
+
+
+def _launcher_path() -> Path:
+    path = Path(worker_python())
+    assert path.name.startswith("wsnmom-spark-python-"), path
+    return path
+
+
+@pytest.mark.parametrize("tamper", ["content", "mode", "symlink", "owner"])
+def test_a_launcher_someone_else_could_have_written_is_never_run(
+    tmp_path: Path, tamper: str
+) -> None:
+    """The launcher's name in the shared temporary directory is predictable: a file found
+    there that is not this user's own, unwritable by others and holding the launcher is
+    replaced (or, when it cannot be, the interpreter itself is used), never run."""
+    if tamper == "owner" and os.geteuid() != 0:
+        pytest.skip("giving a file to another user needs root")  # CI runs as root
+    path = _launcher_path()
+    path.unlink()
+    planted = tmp_path / "planted"
+    planted.write_text("#!/bin/sh\necho planted\n")
+    planted.chmod(0o755)
+    if tamper == "content":
+        path.write_text(planted.read_text())
+        path.chmod(0o755)
+    elif tamper == "mode":
+        path.write_text(_launcher_text())
+        path.chmod(0o777)
+    elif tamper == "symlink":
+        path.symlink_to(planted)
+    else:
+        path.write_text(_launcher_text())
+        path.chmod(0o755)
+        os.chown(path, 65534, 65534)
+    chosen = worker_python()
+    ran = subprocess.run(
+        [chosen, "-c", "print('interpreter')"], capture_output=True, text=True, timeout=60
+    ).stdout
+    assert ran.strip() == "interpreter", (tamper, chosen, ran)
+    launcher = _launcher_path()
+    assert launcher.read_text() == _launcher_text()
+    found = launcher.lstat()
+    assert (found.st_uid, found.st_mode & 0o7777) == (os.getuid(), 0o755), tamper
+
+
+def _launcher_text() -> str:
+    import shlex
+    import sys
+
+    from wsnmom.spark_bridge import session
+
+    return session._LAUNCHER % shlex.quote(sys.executable)

@@ -11,7 +11,6 @@ import json
 from typing import Any
 
 import click
-from wsnmom.core.adapter_options import describe_options
 from wsnmom.core.plugins import PluginManager, get_plugin_manager
 
 
@@ -26,6 +25,9 @@ def _capabilities(caps: Any) -> dict[str, Any]:
 def adapter_rows(pm: PluginManager) -> list[dict[str, Any]]:
     """One row per registered scheme: class, extra, capabilities and declared options, or
     the import error."""
+    # imported here: the listing loads the adapters anyway, ``wsnmom --help`` need not
+    from wsnmom.core.adapter_options import describe_options
+
     rows: list[dict[str, Any]] = []
     for entry in pm.adapters.entries():
         row: dict[str, Any] = {

@@ -36,7 +36,6 @@ from urllib.parse import unquote, urlsplit
 
 import certifi
 import urllib3
-from requests.utils import should_bypass_proxies
 from urllib3.exceptions import HTTPError, NewConnectionError
 from wsnmom.core.outbound_policy import Destination
 
@@ -79,6 +78,10 @@ class OutboundEnvironment:
         key = (parts.scheme, parts.netloc)
         found = self._by_host.get(key)
         if found is None:
+            # requests' no_proxy rules, imported only once a proxy is configured: a
+            # gateway start without one does not import requests
+            from requests.utils import should_bypass_proxies
+
             bypass = should_bypass_proxies(url, no_proxy=self.no_proxy)
             found = {} if bypass else self.proxies
             if len(self._by_host) >= self.MAX_HOSTS:

@@ -43,22 +43,11 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from lxml import etree
 
-from wsnmom.client import (
-    ClientError,
-    Notification,
-    PullPoint,
-    SoapFault,
-    Subscription,
-    TopicExpression,
-    WsnClient,
-)
-from wsnmom.client.model import CONCRETE, FULL, ONVIF_CONCRETE_SET, SIMPLE
-from wsnmom.client.onvif import OnvifEvents, OnvifPullSubscription, max_message_limit
 from wsnmom.core import errors, metrics
 from wsnmom.core.addresses import upstream_address
 from wsnmom.core.config import (
@@ -72,6 +61,14 @@ from wsnmom.core.model import ExpressionSource, InboundNotification
 from wsnmom.core.periodic import PeriodicTask
 from wsnmom.core.ports import BrokerPort
 from wsnmom.core.store import Store
+from wsnmom.topic_mapping.dialects import CONCRETE, FULL, ONVIF_CONCRETE_SET, SIMPLE
+
+if TYPE_CHECKING:
+    from wsnmom.client import Notification, PullPoint, Subscription, WsnClient
+
+# The WS-N client (and requests under it) is imported by the methods that talk to a
+# producer: a gateway without upstreams never needs it, and every start would pay for it
+# (docs/performance.md, "Process start").
 
 __all__ = ["UpstreamRelay"]
 
@@ -344,6 +341,9 @@ class UpstreamRelay:
     def _pull(self, h: _Held) -> None:
         """Pull modes: take what the pull point holds and publish it (at most
         ``PULL_ROUNDS`` GetMessages or PullMessages of ``PULL_BATCH`` per pass)."""
+        from wsnmom.client import ClientError, SoapFault
+        from wsnmom.client.onvif import OnvifPullSubscription, max_message_limit
+
         sub, pull_point = h.subscription, h.pull_point
         op = "GetMessages" if pull_point is not None else "PullMessages"
         for _ in range(PULL_ROUNDS):
@@ -373,6 +373,8 @@ class UpstreamRelay:
                 return
 
     def _client(self, spec: UpstreamSettings) -> WsnClient:
+        from wsnmom.client import WsnClient
+
         return WsnClient(
             spec.url,
             namespaces=spec.namespaces,
@@ -384,6 +386,9 @@ class UpstreamRelay:
         )
 
     def _subscribe(self, h: _Held) -> None:
+        from wsnmom.client import ClientError, TopicExpression
+        from wsnmom.client.onvif import OnvifEvents
+
         spec = h.spec
         key = f"{spec.name}.{secrets.token_urlsafe(12)}"
         topic = (
@@ -440,6 +445,8 @@ class UpstreamRelay:
         log.info("upstream %s: subscribed at %s (%s)", spec.name, spec.url, sub.address)
 
     def _renew(self, h: _Held) -> None:
+        from wsnmom.client import ClientError, SoapFault
+
         assert h.subscription is not None
         try:
             granted = h.subscription.renew(h.spec.lifetime)
@@ -489,6 +496,8 @@ class UpstreamRelay:
 
 def _end(resource: Subscription | PullPoint, name: str) -> None:
     """Unsubscribe, or destroy a pull point (best effort)."""
+    from wsnmom.client import ClientError, PullPoint
+
     try:
         if isinstance(resource, PullPoint):
             resource.destroy()

@@ -53,7 +53,7 @@ from wsnmom.core.coordination import shard_of
 
 from tests.cluster.conftest import INSTANCE, START, Cluster
 from tests.fixtures.server import ConsumerServer, Received, _fault_envelope
-from tests.support.waiting import wait_until
+from tests.support.waiting import FINE, wait_until
 from wsnmom.client import WsnClient
 from wsnmom.client.model import EndpointReference
 from wsnmom.client.resources import Subscription
@@ -498,7 +498,12 @@ def _taken_over(consumer: FlakyConsumer, event: Event, paths: set[str], timeout:
         return check() is True
 
     try:
-        wait_until(done, timeout, what=f"{event.name}: {event.instance}'s subscriptions taken over")
+        wait_until(
+            done,
+            timeout,
+            what=f"{event.name}: {event.instance}'s subscriptions taken over",
+            interval=FINE,  # event.end is read when it returns
+        )
     except AssertionError as failed:
         raise AssertionError(
             f"{failed}; began at {event.start:.2f}, still without: {check()}"
@@ -583,6 +588,7 @@ def run(cluster_factory: Callable[..., Cluster], middleware: str) -> Outcome:
             lambda: _termination(robin, addresses[renewed], renewer, granted),
             10,
             what="the Renew seen through the other instance",
+            interval=FINE,  # timed: renew_seen
         )
         renew_seen = time.time() - renewed_at
         _taken_over(consumer, kill, theirs - {gone}, LEASE + 20)
@@ -606,6 +612,7 @@ def run(cluster_factory: Callable[..., Cluster], middleware: str) -> Outcome:
             lambda: consumer.attempted_since(restart.instance, restart.start),
             20,
             what="a delivery by the restarted instance",
+            interval=FINE,  # timed: restart.end
         )
         restart.end = time.time()
         events.append(restart)
@@ -630,6 +637,7 @@ def run(cluster_factory: Callable[..., Cluster], middleware: str) -> Outcome:
             lambda: consumer.attempted_since(stop.instance, resumed),
             20,
             what="a delivery by the stopped instance after SIGCONT",
+            interval=FINE,  # timed: stop.end
         )
         stop.end = time.time()
 

@@ -27,7 +27,7 @@ from wsnmom.core.coordination import shard_of
 
 from tests.cluster.conftest import ALL, BOTH, INSTANCE, RABBIT_AND_MQTT, Cluster
 from tests.fixtures.server import ConsumerServer
-from tests.support.waiting import wait_until
+from tests.support.waiting import FINE, wait_until
 from wsnmom.client.errors import ResourceUnavailableFault, ResourceUnknownFault
 from wsnmom.client.model import EndpointReference
 from wsnmom.testing.gateway import Gateway
@@ -212,6 +212,7 @@ def test_pause_resume_renew_unsubscribe_through_the_other_instance_are_obeyed(
         lambda: admin_state(deliverer, victim.id) == "paused",
         FOLLOW + SLACK,
         what="the deliverer pausing the victim",
+        interval=FINE,  # timed just below
     )
     assert time.monotonic() - started < FOLLOW + SLACK
     wa.notify(n(1), topic("t"))

@@ -21,7 +21,7 @@ from wsnmom.core.model import EndpointReference, SubscribeRequest
 from wsnmom.soap_frontend.client import SoapClient
 
 from tests.fixtures.server import ConsumerServer
-from tests.support.waiting import wait_until
+from tests.support.waiting import FINE, wait_until
 
 from .conftest import Broker, note, simple
 
@@ -109,7 +109,8 @@ def _healthy_delay(b: Broker, healthy: ConsumerServer, pits: list[Tarpit], stuck
     )
     started = time.monotonic()
     b.service.notify([note("<m>1</m>", simple("t:ok"))])
-    healthy.wait_for_messages(1, timeout=TIMEOUT * 3)
+    # checked every 20 ms (not the back-off): the time read next is the delay measured
+    wait_until(healthy.messages, TIMEOUT * 3, what="the healthy consumer's message", interval=FINE)
     return time.monotonic() - started
 
 

@@ -2,7 +2,8 @@
 dialect's elementpath, the middleware client libraries, Flask, waitress and the gateway's
 server and embedded adapter are imported by the commands that use them (``serve``,
 ``store``, ``topics translate`` with an XPath expression), not by ``wsnmom --help`` or the
-shell client's commands.  docs/performance.md, "Process start"."""
+shell client's commands; the WS-N client (requests, the SOAP codec, the metrics) by the
+shell commands that send a request.  docs/performance.md, "Process start"."""
 
 from __future__ import annotations
 
@@ -22,6 +23,9 @@ NOT_AT_START = (
     "waitress",
     "wsnmom.adapters.embedded.adapter",
     "wsnmom.server",
+    "requests",
+    "wsnmom.client.broker",
+    "prometheus_client",
 )
 
 

@@ -11,7 +11,10 @@ for any WS-N broker over HTTP, and a small consumer endpoint that receives notif
         print(inbox.get(timeout=5).payload_xml)
         sub.unsubscribe()
 
-Built on lxml and requests (no zeep, no Flask): importing this package starts nothing.
+Built on lxml and requests (no zeep, no Flask): importing this package starts nothing and
+imports none of them; each name is imported from its module on first use, so the command
+line's ``--help`` and commands that never send a request do not pay for requests and the
+SOAP codec (docs/performance.md, "Process start").
 
 =========================  ==========================================================
 :class:`WsnClient`         every broker operation (Subscribe, Notify, GetCurrentMessage,
@@ -31,43 +34,52 @@ Built on lxml and requests (no zeep, no Flask): importing this package starts no
 =========================  ==========================================================
 """
 
-from wsnmom.core.model import SoapVersion
+from __future__ import annotations
 
-from .broker import DEFAULT_BROKER, Target, WsnClient
-from .consumer import NotificationConsumer
-from .credentials import Credentials
-from .errors import (
-    AuthenticationFailed,
-    ClientError,
-    InvalidFilterFault,
-    InvalidMessageContentExpressionFault,
-    InvalidTopicExpressionFault,
-    MultipleTopicsSpecifiedFault,
-    NoCurrentMessageOnTopicFault,
-    ResourceUnknownFault,
-    SoapFault,
-    TopicExpressionDialectUnknownFault,
-    TopicNotSupportedFault,
-    TransportError,
-    UnableToGetMessagesFault,
-    UnacceptableInitialTerminationTimeFault,
-    UnacceptableTerminationTimeFault,
-    WsnFault,
-)
-from .model import (
-    CONCRETE,
-    FULL,
-    NO_TERMINATION,
-    ONVIF_CONCRETE_SET,
-    SIMPLE,
-    XPATH,
-    EndpointReference,
-    Message,
-    Notification,
-    TopicExpression,
-    text_payload,
-)
-from .resources import PublisherRegistration, PullPoint, Subscription, SubscriptionProperties
+import importlib
+from typing import TYPE_CHECKING, Any, Final
+
+if TYPE_CHECKING:
+    from wsnmom.core.model import SoapVersion
+
+    from .broker import Target, WsnClient
+    from .consumer import NotificationConsumer
+    from .credentials import Credentials
+    from .errors import (
+        AuthenticationFailed,
+        ClientError,
+        InvalidFilterFault,
+        InvalidMessageContentExpressionFault,
+        InvalidTopicExpressionFault,
+        MultipleTopicsSpecifiedFault,
+        NoCurrentMessageOnTopicFault,
+        ResourceUnknownFault,
+        SoapFault,
+        TopicExpressionDialectUnknownFault,
+        TopicNotSupportedFault,
+        TransportError,
+        UnableToGetMessagesFault,
+        UnacceptableInitialTerminationTimeFault,
+        UnacceptableTerminationTimeFault,
+        WsnFault,
+    )
+    from .model import (
+        CONCRETE,
+        FULL,
+        NO_TERMINATION,
+        ONVIF_CONCRETE_SET,
+        SIMPLE,
+        XPATH,
+        EndpointReference,
+        Message,
+        Notification,
+        TopicExpression,
+        text_payload,
+    )
+    from .resources import PublisherRegistration, PullPoint, Subscription, SubscriptionProperties
+
+#: where ``wsnmom serve`` listens by default
+DEFAULT_BROKER: Final = "http://127.0.0.1:8080/wsn/broker"
 
 __all__ = [
     "CONCRETE",
@@ -108,3 +120,61 @@ __all__ = [
     "WsnFault",
     "text_payload",
 ]
+
+#: the module each lazily imported name comes from
+_MODULES: Final = {
+    "SoapVersion": "wsnmom.core.model",
+    **dict.fromkeys(("Target", "WsnClient"), ".broker"),
+    "NotificationConsumer": ".consumer",
+    "Credentials": ".credentials",
+    **dict.fromkeys(
+        (
+            "AuthenticationFailed",
+            "ClientError",
+            "InvalidFilterFault",
+            "InvalidMessageContentExpressionFault",
+            "InvalidTopicExpressionFault",
+            "MultipleTopicsSpecifiedFault",
+            "NoCurrentMessageOnTopicFault",
+            "ResourceUnknownFault",
+            "SoapFault",
+            "TopicExpressionDialectUnknownFault",
+            "TopicNotSupportedFault",
+            "TransportError",
+            "UnableToGetMessagesFault",
+            "UnacceptableInitialTerminationTimeFault",
+            "UnacceptableTerminationTimeFault",
+            "WsnFault",
+        ),
+        ".errors",
+    ),
+    **dict.fromkeys(
+        (
+            "CONCRETE",
+            "FULL",
+            "NO_TERMINATION",
+            "ONVIF_CONCRETE_SET",
+            "SIMPLE",
+            "XPATH",
+            "EndpointReference",
+            "Message",
+            "Notification",
+            "TopicExpression",
+            "text_payload",
+        ),
+        ".model",
+    ),
+    **dict.fromkeys(
+        ("PublisherRegistration", "PullPoint", "Subscription", "SubscriptionProperties"),
+        ".resources",
+    ),
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _MODULES.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value  # the next access is a plain lookup
+    return value

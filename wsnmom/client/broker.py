@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from types import TracebackType
-from typing import Final, Literal, Self
+from typing import Literal, Self
 
 import requests
 from lxml import etree
@@ -45,7 +45,7 @@ from wsnmom.soap_frontend.xml import (
 )
 from wsnmom.topic_mapping.dialects import XPATH
 
-from . import wire
+from . import DEFAULT_BROKER, wire
 from .credentials import Credentials
 from .errors import InvalidResourcePropertyQNameFault, TransportError
 from .model import Message, Notification, Payload, TerminationTime, TopicExpression
@@ -54,9 +54,6 @@ from .transport import SoapTransport
 from .wire import new
 
 __all__ = ["DEFAULT_BROKER", "Target", "WsnClient"]
-
-#: where ``wsnmom serve`` listens by default
-DEFAULT_BROKER: Final = "http://127.0.0.1:8080/wsn/broker"
 
 #: a resource to act on: its handle, endpoint reference or address
 Target = Subscription | PullPoint | PublisherRegistration | EndpointReference | str

@@ -13,15 +13,15 @@ from __future__ import annotations
 import ipaddress
 import os
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import click
-import requests
-
-from wsnmom.client.credentials import Credentials
 
 from .common import base_url, credentials, tls_options
+
+if TYPE_CHECKING:
+    from wsnmom.client import Credentials
 
 __all__ = ["ADMIN_TOKEN_VARIABLE", "admin_call", "print_table"]
 
@@ -41,6 +41,8 @@ def _loopback(url: str) -> bool:
 
 
 def _credentials(broker: str) -> Credentials | None:
+    from wsnmom.client import Credentials
+
     given = credentials()
     if given is not None:
         if given.wsse is not None:
@@ -63,6 +65,8 @@ def admin_call(
     """``method`` ``/wsn/admin/api`` + ``path`` at the gateway of ``broker`` (with the JSON
     ``body``, if any); its JSON, or a one-line error naming ``what`` was asked (exit
     status 1)."""
+    import requests
+
     url = base_url(broker) + API + path
     given = _credentials(broker)
     try:

@@ -12,20 +12,20 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urljoin, urlsplit, urlunsplit
 
 import click
-import requests
 from lxml import etree
 
-from wsnmom.client import ClientError, WsnClient
-from wsnmom.client.errors import TransportError
 from wsnmom.core.addresses import BROKER_PATH
 from wsnmom.soap_frontend.xml import WSNBR, WSNMOM_POLICY, WSNT, XmlRejected, parse_xml, text_of
 from wsnmom.topic_mapping.dialects import DIALECT_ALIASES
 
 from .common import DIALECTS, credential_options, credentials, tls_options
+
+if TYPE_CHECKING:
+    import requests
 
 _LABELS = {
     "simple": "Simple",
@@ -85,6 +85,8 @@ def broker_url(url: str) -> str:
 
 
 def _read_wsdl(report: Report, http: requests.Session, timeout: float) -> None:
+    import requests
+
     url = report.broker + "?wsdl"
     pending, seen = [url], set[str]()
     while pending and len(seen) < 6:
@@ -138,6 +140,8 @@ def _read_definitions(report: Report, doc: etree._Element) -> None:
 
 
 def _read_properties(report: Report, timeout: float) -> None:
+    from wsnmom.client import ClientError, TransportError, WsnClient
+
     with WsnClient(
         report.broker, timeout=timeout, credentials=credentials(), **tls_options()
     ) as client:
@@ -162,6 +166,8 @@ def _read_properties(report: Report, timeout: float) -> None:
 
 
 def _read_policy(report: Report, http: requests.Session, timeout: float) -> None:
+    import requests
+
     parts = urlsplit(report.broker)
     path = parts.path[: -len(BROKER_PATH)] if parts.path.endswith(BROKER_PATH) else ""
     url = urlunsplit((parts.scheme, parts.netloc, path + "/wsn/policy", "", ""))
@@ -238,6 +244,8 @@ def _print(report: Report, verbose: bool) -> None:
 def check_command(url: str, as_json: bool, verbose: bool, timeout: float) -> None:
     """Show what the WS-N broker at URL supports (WSDL, dialects, policy); exit 1 when URL
     is not a WS-N broker."""
+    import requests
+
     report = Report(broker_url(url))
     with requests.Session() as http:
         _read_wsdl(report, http, timeout)

@@ -9,32 +9,24 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit
 
 import click
 from lxml import etree
 
-from wsnmom.client import (
-    CONCRETE,
-    DEFAULT_BROKER,
-    FULL,
-    ONVIF_CONCRETE_SET,
-    SIMPLE,
-    XPATH,
-    AuthenticationFailed,
-    ClientError,
-    Notification,
-    TopicExpression,
-    TransportError,
-    WsnClient,
-    WsnFault,
-)
-from wsnmom.client.credentials import Credentials
-from wsnmom.client.model import tidy_xml
+from wsnmom.client import DEFAULT_BROKER
 from wsnmom.core import addresses
 from wsnmom.core.addresses import BROKER_PATH, ResourceKind
 from wsnmom.core.model import SoapVersion
+from wsnmom.topic_mapping.dialects import CONCRETE, FULL, ONVIF_CONCRETE_SET, SIMPLE, XPATH
+
+if TYPE_CHECKING:
+    from wsnmom.client import Credentials, Notification, TopicExpression, WsnClient
+
+# The client (requests, the SOAP codec) is imported by the functions that use it, not
+# here: every command's module imports this one, and ``wsnmom --help`` should not pay for
+# it (docs/performance.md, "Process start").
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -114,6 +106,8 @@ def credential_options(func: F) -> F:
 
 def credentials() -> Credentials | None:
     """The credentials given on the command line, if any (asks for a missing password)."""
+    from wsnmom.client import Credentials
+
     ctx = click.get_current_context(silent=True)
     given: dict[str, Any] = ctx.meta.get(_CREDENTIALS, {}) if ctx is not None else {}
     user, password, token, wsse = (given.get(k) for k in ("user", "password", "token", "wsse"))
@@ -181,6 +175,8 @@ def _http_url(ctx: click.Context, param: click.Parameter, value: str) -> str:
 
 def make_client(broker: str, ns_pairs: tuple[str, ...], soap11: bool, timeout: float) -> WsnClient:
     """A client for the common options."""
+    from wsnmom.client import WsnClient
+
     return WsnClient(
         broker,
         namespaces=namespaces(ns_pairs),
@@ -216,6 +212,8 @@ def topic_expression(
     text: str | None, dialect: str | None, ns: Mapping[str, str]
 ) -> TopicExpression | None:
     """A TOPIC argument as an expression (None stays None)."""
+    from wsnmom.client import TopicExpression
+
     if text is None:
         return None
     uri = DIALECTS.get(dialect.lower(), dialect) if dialect else None
@@ -237,6 +235,8 @@ def format_option(func: F) -> F:
 
 def render(notification: Notification, fmt: str) -> str:
     """One notification as printed by ``subscribe --print`` and ``pull``."""
+    from wsnmom.client.model import tidy_xml
+
     topic = str(notification.topic) if notification.topic is not None else "-"
     if notification.is_native and notification.payload.get("encoding") != "base64":
         text = notification.data.decode("utf-8")
@@ -347,6 +347,8 @@ class LiveCount:
 @contextmanager
 def reporting() -> Iterator[None]:
     """Turn client errors into one-line messages and exit status 1."""
+    from wsnmom.client import AuthenticationFailed, ClientError, TransportError, WsnFault
+
     try:
         yield
     except AuthenticationFailed as exc:

@@ -13,14 +13,12 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Iterator
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 import click
 from lxml import etree
 
 from wsnmom.adapters.native import sniff_content_type
-from wsnmom.client import ClientError, Message, TopicExpression, text_payload
-from wsnmom.client.model import payload_element
 from wsnmom.core.addresses import ResourceKind
 from wsnmom.core.app_headers import HeaderRefused, validated
 
@@ -35,8 +33,13 @@ from .common import (
     topic_expression,
 )
 
+if TYPE_CHECKING:
+    from wsnmom.client import TopicExpression
+
 
 def _payload(data: bytes, content_type: str | None) -> etree._Element:
+    from wsnmom.client.model import payload_element, text_payload
+
     if content_type is None or content_type.endswith("xml"):
         try:
             return payload_element(data)
@@ -141,6 +144,8 @@ def notify_command(
     wsnmom notify -H traceparent=00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01 \\
         '{urn:example}sensors/room1' '<temp>21.5</temp>'
     """
+    from wsnmom.client import ClientError, Message
+
     headers = _headers(header_pairs)
     if payload is not None and source is not None:
         raise click.UsageError("give the payload as an argument or with --file, not both")

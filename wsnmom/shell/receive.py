@@ -14,18 +14,11 @@ import time
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 from types import FrameType
+from typing import TYPE_CHECKING
 
 import click
 import isodate
 
-from wsnmom.client import (
-    ClientError,
-    Notification,
-    NotificationConsumer,
-    PullPoint,
-    Subscription,
-    WsnClient,
-)
 from wsnmom.core.addresses import ResourceKind
 
 from .common import (
@@ -41,6 +34,9 @@ from .common import (
     resource_address,
     topic_expression,
 )
+
+if TYPE_CHECKING:
+    from wsnmom.client import Notification, NotificationConsumer, PullPoint, Subscription, WsnClient
 
 #: how often a pull point is read while following it
 DEFAULT_INTERVAL = 1.0
@@ -158,6 +154,8 @@ def subscribe_command(
     wsnmom subscribe --print --pull '{urn:example}alarms'
     wsnmom subscribe --consumer http://host:9000/in '{urn:example}alarms'
     """
+    from wsnmom.client import NotificationConsumer
+
     life = _duration(lifetime)
     if pull and not print_:
         raise click.UsageError("--pull needs --print")
@@ -257,6 +255,8 @@ def _print_pulled(
 
 
 def _end(action: Callable[[], None], done: str) -> None:
+    from wsnmom.client import ClientError
+
     try:
         action()
     except (ClientError, KeyboardInterrupt) as exc:

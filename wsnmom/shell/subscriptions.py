@@ -11,12 +11,11 @@ an id is enough.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
 import click
 
-from wsnmom.client import ClientError, Subscription
 from wsnmom.core.addresses import ResourceKind
 
 from .admin import admin_call, print_table
@@ -26,6 +25,9 @@ from .common import (
     reporting,
     resource_address,
 )
+
+if TYPE_CHECKING:
+    from wsnmom.client import Subscription
 
 
 @click.group("subscriptions")
@@ -168,6 +170,8 @@ def delete_command(
     timeout: float,
 ) -> None:
     """Unsubscribe one or more subscriptions."""
+    from wsnmom.client import ClientError
+
     failed = 0
     with make_client(broker, ns_pairs, soap11, timeout) as client:
         for item in subscriptions_:
@@ -195,6 +199,8 @@ def _each(
     action: str,
 ) -> None:
     """Pause or resume each subscription; exit status 1 when any was refused."""
+    from wsnmom.client import ClientError
+
     failed = 0
     with make_client(broker, ns_pairs, soap11, timeout) as client:
         for item in items:

@@ -29,6 +29,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     names = ", ".join(cls.name for cls in SCENARIOS)
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="small counts: a smoke run")
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="smaller than --quick (implies it): each scenario only runs through; "
+        "the figures mean nothing (the harness's test)",
+    )
     parser.add_argument("--scenarios", type=_csv, help=f"comma-separated subset of: {names}")
     parser.add_argument(
         "--adapters", type=_csv, help="comma-separated subset of: embedded, rabbitmq, kafka, mqtt"
@@ -54,9 +60,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     """Run and return the exit status."""
     args = parse_args(argv)
+    args.quick = args.quick or args.smoke
     try:
         report = run(
-            args.scenarios, args.adapters, args.quick, args.json, args.keep, pin=not args.no_pin
+            args.scenarios,
+            args.adapters,
+            args.quick,
+            args.json,
+            args.keep,
+            pin=not args.no_pin,
+            smoke=args.smoke,
         )
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)

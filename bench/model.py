@@ -162,6 +162,8 @@ class RunReport:
     results: list[ScenarioResult] = field(default_factory=list)
     finished_at: str | None = None
     scenarios: list[str] = field(default_factory=list)
+    #: ``--smoke``: the harness ran through, the figures mean nothing
+    smoke: bool = False
 
     def targets(self) -> list[tuple[ScenarioResult, Metric]]:
         """Every (result, metric) pair that has a target."""
@@ -179,6 +181,7 @@ class RunReport:
             "started_at": self.started_at,
             "finished_at": self.finished_at,
             "quick": self.quick,
+            "smoke": self.smoke,
             "scenarios": self.scenarios,
             "machine": self.machine,
             "adapters": [asdict(a) for a in self.adapters],

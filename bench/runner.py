@@ -42,19 +42,21 @@ def run(
     json_path: Path,
     keep: bool = False,
     pin: bool = True,
+    smoke: bool = False,
 ) -> RunReport:
     """Run everything selected; the JSON report is rewritten after every scenario."""
     scenarios = select_scenarios(scenario_names)
     report = RunReport(
         started_at=now_iso(),
         quick=quick,
+        smoke=smoke,
         machine=machine_info(REPO),
         scenarios=[s.name for s in scenarios],
     )
     plan = cpus.choose(pin)
     report.machine["cpu_plan"] = plan.describe() if plan else None
     workdir = Path(tempfile.mkdtemp(prefix="wsnmom-bench-"))
-    ctx = Context(quick=quick, workdir=workdir, log=log)
+    ctx = Context(quick=quick, workdir=workdir, log=log, smoke=smoke)
 
     def chosen(name: str) -> bool:
         return not adapter_names or name in adapter_names

@@ -24,17 +24,24 @@ class Context:
     quick: bool
     workdir: Path
     log: Callable[[str], None]
+    #: ``--smoke``: smaller still than quick, only to see each scenario run through (the
+    #: harness's own test); figures of such a run mean nothing
+    smoke: bool = False
     #: why ``wsnmom serve`` cannot run (None when it can)
     serve_unavailable: str | None = None
     #: scenario -> extra notes for the report
     notes: dict[str, str] = field(default_factory=dict)
 
-    def pick(self, full: int, quick: int) -> int:
-        """``quick`` in quick mode, else ``full``."""
+    def pick(self, full: int, quick: int, smoke: int | None = None) -> int:
+        """``smoke`` in a smoke run (when given), ``quick`` in quick mode, else ``full``."""
+        if self.smoke and smoke is not None:
+            return smoke
         return quick if self.quick else full
 
-    def pickf(self, full: float, quick: float) -> float:
+    def pickf(self, full: float, quick: float, smoke: float | None = None) -> float:
         """Float version of ``pick``."""
+        if self.smoke and smoke is not None:
+            return smoke
         return quick if self.quick else full
 
 

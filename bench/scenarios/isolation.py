@@ -118,7 +118,8 @@ class Isolation(Scenario):
     def run(self, ctx: Context, mw: Middleware | None, result: ScenarioResult) -> None:
         assert mw is not None
         rate = float(ctx.pick(200, 100))
-        seconds = ctx.pickf(8.0, 3.0)
+        seconds = ctx.pickf(8.0, 3.0, smoke=1.0)
+        lead = ctx.pickf(COSTLY_LEAD, COSTLY_LEAD, smoke=0.5)
         result.details.update(rate=rate, seconds=seconds, tarpits=TARPITS)
         consumer = ConsumerProcess().start()
         # the one-host tarpits need a host the others do not use (127.0.0.1: the consumer)
@@ -180,7 +181,7 @@ class Isolation(Scenario):
                         )
                 finally:
                     kc.close()
-                time.sleep(COSTLY_LEAD)
+                time.sleep(lead)
                 runs["filters"] = _latencies(server.broker_url, consumer, rate, seconds)
         finally:
             pits.close()

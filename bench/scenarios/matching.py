@@ -35,6 +35,8 @@ class Matching(Scenario):
             return
         sizes = "1000,10000" if ctx.quick else "1000,10000,100000"
         messages = "500" if ctx.quick else "5000"
+        if ctx.smoke:
+            sizes, messages = "1000,2000", "100"
         with tempfile.TemporaryDirectory(prefix="wsnmom-match-") as tmp:
             out_path = Path(tmp) / "matching.json"
             proc = subprocess.run(

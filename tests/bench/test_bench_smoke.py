@@ -1,5 +1,6 @@
-"""Smoke test of the benchmark harness: ``python -m bench --quick`` on three cheap scenarios
-(embedded adapter) must run to the end and write a well-formed JSON report.
+"""Smoke test of the benchmark harness: ``python -m bench --smoke`` (``--quick`` with
+shorter load runs still) on three cheap scenarios (embedded adapter) must run to the end
+and write a well-formed JSON report.
 
 It checks the harness, not the figures: targets are never asserted here.
 """
@@ -27,7 +28,7 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
             sys.executable,
             "-m",
             "bench",
-            "--quick",
+            "--smoke",
             "--scenarios",
             "ingress,isolation,matching",
             "--adapters",
@@ -51,7 +52,7 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 @pytest.mark.timeout(180)
 def test_report_structure(report: dict[str, Any]) -> None:
     assert report["schema"] == 1
-    assert report["quick"] is True
+    assert report["quick"] is True and report["smoke"] is True
     assert report["scenarios"] == ["ingress", "isolation", "matching"]
     assert {"cpu", "cores", "python", "commit"} <= set(report["machine"])
     assert [a["name"] for a in report["adapters"]] == ["embedded"]

@@ -465,7 +465,7 @@ def _all_owned(view: dict[int, str]) -> dict[int, str] | None:
     return view if len(view) == SHARDS else None
 
 
-def _busiest(robin: RoundRobin, subs: dict[str, str], cluster: Cluster) -> tuple[Gateway, set[str]]:
+def busiest(robin: RoundRobin, subs: dict[str, str], cluster: Cluster) -> tuple[Gateway, set[str]]:
     """The live instance delivering most subscriptions, and their paths."""
     with robin.next() as (asked, _):
         # every shard owned (one given back above a fair share is free for a heartbeat)
@@ -478,7 +478,7 @@ def _busiest(robin: RoundRobin, subs: dict[str, str], cluster: Cluster) -> tuple
     return live[name], per[name]
 
 
-def _taken_over(consumer: FlakyConsumer, event: Event, paths: set[str], timeout: float) -> None:
+def taken_over(consumer: FlakyConsumer, event: Event, paths: set[str], timeout: float) -> None:
     """Wait until each of ``paths`` got a delivery attempt by an instance other than the
     event's after it began; note the gaps and the end."""
 
@@ -569,7 +569,7 @@ def run(cluster_factory: Callable[..., Cluster], middleware: str) -> Outcome:
         ids = {g.port: c.instance_of(g) for g in c.gateways}
 
         # 1. kill -9 of the busiest; Unsubscribe and Renew through the others meanwhile
-        victim, theirs = _busiest(robin, subs, c)
+        victim, theirs = busiest(robin, subs, c)
         robin.out(victim)
         assert victim.process is not None
         kill = Event("kill -9", ids[victim.port], time.time())
@@ -591,7 +591,7 @@ def run(cluster_factory: Callable[..., Cluster], middleware: str) -> Outcome:
             interval=FINE,  # timed: renew_seen
         )
         renew_seen = time.time() - renewed_at
-        _taken_over(consumer, kill, theirs - {gone}, LEASE + 20)
+        taken_over(consumer, kill, theirs - {gone}, LEASE + 20)
         # the barrier: a number published after the Unsubscribe was obeyed reached every
         # other subscription of the killed instance (now delivered by the others)
         sentinel = publisher.first_after(unsubscribed_at + OBEYED)
@@ -618,14 +618,14 @@ def run(cluster_factory: Callable[..., Cluster], middleware: str) -> Outcome:
         events.append(restart)
 
         # 3. SIGSTOP of the busiest until its subscriptions were taken over, then SIGCONT
-        zombie, theirs = _busiest(robin, subs, c)
+        zombie, theirs = busiest(robin, subs, c)
         robin.out(zombie)
         assert zombie.process is not None
         stop = Event("sigstop", ids[zombie.port], time.time())
         os.kill(zombie.process.pid, signal.SIGSTOP)
         events.append(stop)
         try:
-            _taken_over(consumer, stop, theirs - {gone}, LEASE + 20)
+            taken_over(consumer, stop, theirs - {gone}, LEASE + 20)
             # the stop lasts STOPPED seconds whatever the takeover took
             time.sleep(max(0.0, stop.start + STOPPED - time.time()))
         finally:
@@ -642,13 +642,13 @@ def run(cluster_factory: Callable[..., Cluster], middleware: str) -> Outcome:
         stop.end = time.time()
 
         # 4. SIGTERM of the busiest: handed over, exit status 0
-        leaving, theirs = _busiest(robin, subs, c)
+        leaving, theirs = busiest(robin, subs, c)
         robin.out(leaving)
         assert leaving.process is not None
         term = Event("sigterm", ids[leaving.port], time.time())
         leaving.process.send_signal(signal.SIGTERM)
         events.append(term)
-        _taken_over(consumer, term, theirs - {gone}, LEASE + 20)
+        taken_over(consumer, term, theirs - {gone}, LEASE + 20)
         term_exit = leaving.process.wait(20)
         shards = {shard_of(subs[p], SHARDS) for p in theirs - {gone}}
         others = [g for g in c.gateways if g is not leaving]

@@ -1,15 +1,14 @@
-"""A SIGTERM right after a rejoin (issue 23 §3: "SIGTERM: the instance hands its work
-over within 2 s and exits cleanly"; docs/scale-out.md).  An instance stopped (SIGSTOP)
-long enough for its leases to be taken over and for RabbitMQ to close its connections
-continues (SIGCONT), takes shards again, and is sent SIGTERM while it is still
-restoring its RabbitMQ connection, declaring its subscriptions again and opening the
-deliveries of the shards it took.  Here RabbitMQ itself is paused meanwhile, so that the
+"""A SIGTERM right after a rejoin (issue 23 §3: "SIGTERM: the instance hands its work over
+within 2 s and exits cleanly"; docs/scale-out.md).  An instance stopped (SIGSTOP) until its
+leases were taken over and RabbitMQ closed its connections (another instance delivers each
+of its subscriptions) continues (SIGCONT), takes shards again, and is sent SIGTERM while it
+is still restoring its RabbitMQ connection, declaring its subscriptions again and opening
+the deliveries of the shards it took.  Here RabbitMQ itself is paused meanwhile, so that the
 connection is not restored before the SIGTERM (under load it took seconds: one HA-suite
-run's hand-over took 6.5 s).  Before, the stop waited for the traffic sampler's depth
-query (5 s) and for the cluster thread opening every gained subscription, each waiting
-for the connection (10 s and more); the instance must hand its shards back and exit
-within 2 s, and once RabbitMQ answers again every subscription gets every acknowledged
-message, in order."""
+run's hand-over took 6.5 s).  Before, the stop waited for the traffic sampler's depth query
+(5 s) and for the cluster thread opening every gained subscription, each waiting for the
+connection (10 s and more); the instance must hand its shards back and exit within 2 s, and
+once RabbitMQ answers again every subscription gets every acknowledged message, in order."""
 
 from __future__ import annotations
 
@@ -28,9 +27,6 @@ from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.rabbitmq, pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(300)]
 
-#: long enough for the lease (3 s) to be taken over and for RabbitMQ to close the stopped
-#: instance's connections (1 s heartbeats); the HA suite stops it for 20 s
-STOPPED = 8.0
 #: subscriptions (a third of the HA suite's: enough for every instance to hold some)
 SUBSCRIPTIONS = 20
 
@@ -62,12 +58,15 @@ def test_a_sigterm_while_a_rejoined_instance_reconnects_hands_over_within_2_s(
             60,
             what="every subscription receiving its stream",
         )
-        zombie = c.gateways[1]
+        zombie, theirs = ha.busiest(robin, subs, c)
         robin.out(zombie)
         assert zombie.process is not None
+        stop = ha.Event("sigstop", c.instance_of(zombie), time.time())
         os.kill(zombie.process.pid, signal.SIGSTOP)
         try:
-            time.sleep(STOPPED)
+            # another instance delivers each of its subscriptions: its lease was taken
+            # over and RabbitMQ closed its connections (single active consumer)
+            ha.taken_over(consumer, stop, theirs, ha.LEASE + 20)
             rabbitmq_node.pause()
         finally:
             os.kill(zombie.process.pid, signal.SIGCONT)

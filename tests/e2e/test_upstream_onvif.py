@@ -9,10 +9,8 @@ subscribes again, and nothing arrives twice."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import threading
 import uuid
@@ -31,6 +29,7 @@ import paho.mqtt.client as mqtt
 
 from tests.fixtures.mosquitto import close_client, native_client
 from tests.fixtures.server import RunningServer, mqtt_gateway_url
+from tests.support.cli import wsnmom_in_process
 from tests.support.waiting import wait_until
 from wsnmom.client import FULL, AuthenticationFailed, SoapFault, TopicExpression, WsnClient
 from wsnmom.client.onvif import OnvifEvents, max_message_limit
@@ -85,14 +84,9 @@ def camera() -> Iterator[tuple[RunningServer, str]]:
 
 
 def _cli(server: RunningServer, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("WSNMOM_")}
-    return subprocess.run(
-        [sys.executable, "-m", "wsnmom", *args, "--broker", server.broker_url],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=env,
-    )
+    """``wsnmom ARGS --broker`` the gateway, in this process (``test_upstream_relay.py``
+    runs ``wsnmom upstream add`` as a real process)."""
+    return wsnmom_in_process(*args, "--broker", server.broker_url)
 
 
 def _state(server: RunningServer) -> dict[str, Any]:

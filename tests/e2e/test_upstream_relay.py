@@ -24,6 +24,7 @@ import requests
 from lxml import etree
 
 from tests.fixtures.server import RunningServer, kafka_gateway_url
+from tests.support.cli import wsnmom_in_process
 from tests.support.waiting import wait_until
 from wsnmom.client import NotificationConsumer, WsnClient
 
@@ -152,7 +153,8 @@ def test_kafka_gateway_relays_a_remote_topic_tree_and_resubscribes_after_a_resta
         remote.stop()
 
 
-def _cli(server: RunningServer, *args: str) -> subprocess.CompletedProcess[str]:
+def _cli_process(server: RunningServer, *args: str) -> subprocess.CompletedProcess[str]:
+    """``wsnmom ARGS --broker`` the gateway, as a process of its own."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("WSNMOM_")}
     return subprocess.run(
         [sys.executable, "-m", "wsnmom", *args, "--broker", server.broker_url],
@@ -163,6 +165,11 @@ def _cli(server: RunningServer, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+def _cli(server: RunningServer, *args: str) -> subprocess.CompletedProcess[str]:
+    """The same in this process (the add above runs the command as a real process)."""
+    return wsnmom_in_process(*args, "--broker", server.broker_url)
+
+
 def test_upstreams_added_at_run_time_are_kept_and_removed(
     remote_dir: Path, relay_dir: Path
 ) -> None:
@@ -171,7 +178,7 @@ def test_upstreams_added_at_run_time_are_kept_and_removed(
     relay = _embedded(relay_dir)
     relay.start()
     try:
-        added = _cli(
+        added = _cli_process(
             relay,
             "upstream",
             "add",

@@ -38,9 +38,6 @@ ALLOWED: dict[str, str] = {
     # precondition); what follows waits for the child's answer, and `is None` is one of
     # the right answers (a depth whose connection is not back yet), not an absence
     "tests/adapters/test_rabbitmq_fence.py::test_a_depth_query_right_after_a_sigcont_answers": "precondition",  # noqa: E501
-    # the nap is the SIGSTOP's length (past the lease, a precondition of the rejoin); what
-    # follows waits for the rejoin, the exit and every number (presences, not absences)
-    "tests/cluster/test_rejoin_sigterm.py::test_a_sigterm_while_a_rejoined_instance_reconnects_hands_over_within_2_s": "precondition",  # noqa: E501
     # the nap lets wall-clock time pass until the 2 s subscription has expired; what
     # follows are synchronous queries, and every delivery is checked against a sentinel
     "tests/e2e/test_crash_restart.py::test_state_and_notifications_survive_a_crash": "clock",

@@ -1,7 +1,7 @@
 """Fixtures of the Spark bridge tests: one local SparkSession for the whole run (a JVM
-start costs ~5-10 s), gateways shared by the bridge tests (waiting for conditions:
-tests/support/waiting.py; native MQTT publishing: ``mqtt_publisher`` of
-tests/fixtures/mosquitto.py)."""
+start costs ~5-10 s; renewed when a test left it unusable), gateways shared by the
+bridge tests (waiting for conditions: tests/support/waiting.py; native MQTT publishing:
+``mqtt_publisher`` of tests/fixtures/mosquitto.py)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,8 @@ from typing import Any
 
 import pytest
 
+from tests.support.spark_session import SparkHolder
+
 
 def _java_ok() -> str | None:
     if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
@@ -21,8 +23,9 @@ def _java_ok() -> str | None:
 
 
 @pytest.fixture(scope="session")
-def spark() -> Iterator[Any]:
-    """A ``local[2]`` SparkSession shared by every Spark test (bridge sources registered)."""
+def spark_holder() -> Iterator[SparkHolder]:
+    """The worker's one ``local[2]`` SparkSession (bridge sources registered), renewed when
+    a test left it unusable (tests/support/spark_session.py)."""
     reason = None
     try:
         import pyarrow  # noqa: F401
@@ -34,14 +37,17 @@ def spark() -> Iterator[Any]:
         if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
             pytest.fail(reason, pytrace=False)
         pytest.skip(reason)
-    from wsnmom.spark_bridge.session import local_session
-
-    session = local_session("wsnmom-tests", cores=2)
-    session.sparkContext.setLogLevel("ERROR")
+    holder = SparkHolder("wsnmom-tests", cores=2)
     try:
-        yield session
+        yield holder
     finally:
-        session.stop()
+        holder.stop()
+
+
+@pytest.fixture
+def spark(spark_holder: SparkHolder) -> Any:
+    """The shared SparkSession, checked (and renewed if need be) before each test."""
+    return spark_holder.get()
 
 
 @pytest.fixture(scope="session")

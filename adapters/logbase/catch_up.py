@@ -241,7 +241,7 @@ class CatchUp(EngineParts):
                 touched, active = self._apply(active, assigned, records)
                 for r in records:
                     assigned[r.stream] = r.offset + 1 if isinstance(r, LogRecord) else r.next
-            for cursor in touched:
+            for cursor in self._fair(touched):
                 cursor.drain()
                 self._retry_bury(cursor)  # what it skipped now, or again once it is due
             if not active:
@@ -251,6 +251,18 @@ class CatchUp(EngineParts):
                 if not cursor.attached and not self._try_attach(cursor):
                     self._queue_catch_up(cursor, skipping=True)
         return None
+
+    def _fair(self, touched: list[Cursor]) -> list[Cursor]:
+        """The order to hand a poll's records to the subscribers of a group: it starts
+        one member further at every poll.  Whoever drains first may take the delivery
+        budget's room (``core.delivery_budget``) and the others park, stop and start
+        again: in a fixed order the first member took it every time and the others
+        never delivered."""
+        if len(touched) < 2:
+            return touched
+        self._drains += 1
+        first = self._drains % len(touched)
+        return touched[first:] + touched[:first]
 
     def _together(
         self, active: list[Cursor], assigned: Mapping[StreamId, int] | None

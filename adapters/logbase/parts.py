@@ -36,6 +36,7 @@ class EngineParts:
     bury_retry_max: float
     catch_up_slice: int
     catch_up_group: int
+    _drains: int
     shared: bool
     may_save: Callable[[str], bool] | None
     lock: threading.RLock

@@ -165,8 +165,7 @@ class CursorEngine(Head, Commits, CatchUp, Burial, Peeking):
         #: at most this many queued cursors a catch-up thread looks at for others that
         #: start where the one it took starts (``CatchUp._gather``)
         self.catch_up_group = catch_up_group
-        #: polls whose records a catch-up thread handed to a group (``CatchUp._fair``)
-        self._drains = 0
+        self._drains = 0  # polls a catch-up thread handed to a group (``CatchUp._fair``)
         #: several gateway instances deliver these subscriptions, one at a time each
         #: (see the module docstring); set before cursors are made
         self.shared = False

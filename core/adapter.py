@@ -55,7 +55,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from wsnmom.core.model import _direct_init
+from wsnmom.core.model import NotificationMessage, _direct_init
 from wsnmom.topic_mapping.model import PathPattern, Topic
 
 if TYPE_CHECKING:
@@ -303,6 +303,18 @@ class StoredMessage:
     timestamp: datetime | None = None
 
 
+class SharedMessage:
+    """One middleware message handed to several subscriptions (a log record read once
+    for many cursors): every copy's ``Received.shared`` is the same object, and core
+    keeps there what it derives from the message's content alone (its decoded
+    notification), so that is done once per message, not once per subscription."""
+
+    __slots__ = ("notification",)
+
+    def __init__(self) -> None:
+        self.notification: NotificationMessage | None = None
+
+
 class Received(abc.ABC):
     """A message handed to core from a durable subscription; settle it exactly once."""
 
@@ -316,6 +328,9 @@ class Received(abc.ABC):
     #: it (or the gateway's own ``wsnmom-published-at`` header) for ``QueueLimits.max_age``
     #: when the middleware does not enforce limits itself
     timestamp: datetime | None = None
+    #: the same object in every subscription's copy of one middleware message, when the
+    #: adapter hands one message to several (``SharedMessage``); None: not shared
+    shared: SharedMessage | None = None
 
     @abc.abstractmethod
     def ack(self) -> None:

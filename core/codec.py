@@ -67,6 +67,7 @@ from wsnmom.core.adapter import (
     HEADER_TOPIC_PATH,
     INTERNAL_NAMESPACE_PREFIX,
     OutboundMessage,
+    SharedMessage,
     is_internal_namespace,
 )
 from wsnmom.core.app_headers import from_middleware
@@ -359,7 +360,20 @@ def published_at_from_header(text: str | None) -> datetime | None:
 
 
 def decode(received: Carried) -> NotificationMessage:
-    """The notification carried by a middleware message (native ones included)."""
+    """The notification carried by a middleware message (native ones included); decoded
+    once for all the copies of a message the adapter shares (``Received.shared``: a
+    notification is immutable, and a log record read for many subscriptions was parsed
+    once per subscription before)."""
+    shared: SharedMessage | None = getattr(received, "shared", None)
+    if shared is None:
+        return _decode(received)
+    message = shared.notification
+    if message is None:  # two threads at once may both decode it: the same result
+        message = shared.notification = _decode(received)
+    return message
+
+
+def _decode(received: Carried) -> NotificationMessage:
     headers = received.headers
     content_type = received.content_type or "application/xml"
     payload = xml_payload(received.body, content_type)

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol, runtime_checkable
 
+from wsnmom.core.adapter import SharedMessage
 from wsnmom.topic_mapping.model import PathPattern, Topic
 
 __all__ = [
@@ -58,6 +59,7 @@ class LogRecord:
         "_content_type",
         "_details",
         "_headers",
+        "_shared",
         "_timestamp",
         "offset",
         "stream",
@@ -85,6 +87,16 @@ class LogRecord:
         #: when the middleware stored it (UTC), None when unknown
         self._timestamp = timestamp
         self._details = details
+        self._shared: SharedMessage | None = None
+
+    @property
+    def shared(self) -> SharedMessage:
+        """What every cursor's copy of this record shares (``Received.shared``): the
+        head and a catch-up reader hand one record object to every cursor it is for."""
+        shared = self._shared
+        if shared is None:  # two threads at once may make two: each still correct
+            shared = self._shared = SharedMessage()
+        return shared
 
     def _load(self) -> None:
         details, self._details = self._details, None

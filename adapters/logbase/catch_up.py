@@ -1,11 +1,14 @@
 """The cursor engine's catch-up readers: a detached cursor is queued, and one of
 ``catch_up_readers`` threads reads its streams from its positions, a slice of batches at a
 time, until it reaches the head and re-attaches; skips and caps (``discard``) are applied
-as it reads (see :mod:`wsnmom.adapters.logbase.engine`)."""
+as it reads (see :mod:`wsnmom.adapters.logbase.engine`).  Queued cursors that start at
+the same positions of the same streams are read for together: one assignment and one
+fetch per batch, each record applied to each of them."""
 
 from __future__ import annotations
 
 import logging
+import queue
 import time
 from collections.abc import Mapping, Sequence
 
@@ -100,13 +103,17 @@ class CatchUp(EngineParts):
                 cursor = self._catch_up.get()
                 if cursor is None:
                     return
+                group = self._gather(cursor)
                 if reader is None:
                     reader = self.backend.reader()
                     assigned = None
                 try:
-                    assigned = self._catch_up_one(reader, cursor, assigned)
+                    assigned = self._catch_up_one(reader, group, assigned)
                 except Exception:
-                    log.exception("catching up subscription %s failed; retrying", cursor.name)
+                    log.exception(
+                        "catching up subscription(s) %s failed; retrying",
+                        ", ".join(c.name for c in group),
+                    )
                     try:
                         reader.close()
                     except Exception:
@@ -114,91 +121,195 @@ class CatchUp(EngineParts):
                     reader, assigned = None, None
                     time.sleep(0.5)
                     with self.lock:
-                        cursor.queued = False
-                        self._queue_catch_up(cursor)
+                        for member in group:
+                            member.queued = False
+                            self._queue_catch_up(member)
         finally:
             if reader is not None:
                 reader.close()
 
+    def _gather(self, leader: Cursor) -> list[Cursor]:
+        """``leader`` and the cursors queued behind it that read the same streams from
+        the same positions (after a failover, every subscription of a topic the dead
+        instance delivered is one record behind at the same offset): one reader reads
+        for all of them at once.  At most ``catch_up_group`` queued cursors are looked
+        at; the others are queued again, in their order."""
+        group = [leader]
+        if self.catch_up_group <= 1:
+            return group
+        others: list[Cursor | None] = []
+        with self.lock:
+            start = self._assignment(leader)
+            for _ in range(self.catch_up_group - 1):
+                try:
+                    item = self._catch_up.get_nowait()
+                except queue.Empty:
+                    break
+                if item is None:  # closing: the sentinel goes back for a reader to take
+                    others.append(item)
+                    break
+                if not item.serving and self._assignment(item) == start:
+                    group.append(item)
+                else:
+                    others.append(item)
+            for item in others:
+                self._catch_up.put(item)
+        return group
+
     def _catch_up_one(
-        self, reader: LogReader, cursor: Cursor, assigned: dict[StreamId, int] | None
+        self, reader: LogReader, group: list[Cursor], assigned: dict[StreamId, int] | None
     ) -> dict[StreamId, int] | None:
-        """One turn of a catch-up reader for ``cursor`` (see ``_read_turn``); returns the
-        reader's assignment afterwards (None: unknown, assign afresh next time).
+        """One turn of a catch-up reader for the cursors of ``group`` (see
+        ``_read_turn``); returns the reader's assignment afterwards (None: unknown,
+        assign afresh next time).
 
         A cursor has at most one reader at a time (``Cursor.serving``): it may be stopped,
         started, rewound or reset while its reader waits for the middleware, and is then
         queued again, but a second reader taking it meanwhile would read from positions
         the first one is about to move past.  Whatever asked for another turn during
         this one gets it when this one ends (``Cursor.recheck``)."""
+        served: list[Cursor] = []
         with self.lock:
-            cursor.queued = False
-            if cursor.serving:  # not queued while served; kept for safety
-                cursor.recheck = True
-                return assigned
-            cursor.serving = True
-            cursor.recheck = False
+            for cursor in group:
+                cursor.queued = False
+                if cursor.serving:  # not queued while served; kept for safety
+                    cursor.recheck = True
+                    continue
+                cursor.serving = True
+                cursor.recheck = False
+                served.append(cursor)
         try:
-            self._retry_bury(cursor)
-            return self._read_turn(reader, cursor, assigned)
+            for cursor in served:
+                self._retry_bury(cursor)
+            return self._read_turn(reader, served, assigned) if served else assigned
         finally:
             with self.lock:
-                cursor.serving = False
-                if cursor.recheck:
-                    cursor.recheck = False
-                    if not cursor.attached:
-                        self._queue_catch_up(cursor, skipping=True)
+                for cursor in served:
+                    cursor.serving = False
+                    if cursor.recheck:
+                        cursor.recheck = False
+                        if not cursor.attached:
+                            self._queue_catch_up(cursor, skipping=True)
+
+    def _ready_to_read(self, cursor: Cursor) -> bool:
+        """Whether ``cursor`` has reading to do now (hold the lock); attaches it when it
+        is at the head."""
+        if not self._running or cursor.attached or cursor.deleted:
+            return False
+        if not self._has_work(cursor) or cursor.window_full:
+            return False
+        return not self._try_attach(cursor)
 
     def _read_turn(
-        self, reader: LogReader, cursor: Cursor, assigned: dict[StreamId, int] | None
+        self, reader: LogReader, group: list[Cursor], assigned: dict[StreamId, int] | None
     ) -> dict[StreamId, int] | None:
-        """Read for ``cursor`` until it attaches, its window fills or its slice ends.
+        """Read for the cursors of ``group`` until each attaches, its window fills or the
+        slice ends; one assignment and one poll serve them all, and each record read is
+        applied to each of them (``_read_for``: its patterns, skips and caps, its window).
 
-        Before every poll the reader is pointed at the cursor's positions if they are
-        not where it continues from (``_assignment``): the cursor was stopped (what was
-        in flight is given back, so its position went back to its first unsettled
-        record), rewound, reset or rebound, or the head follows a stream the reader does
-        not.  Records read before such a move are dropped, never handed out beyond
-        records the cursor still needs."""
+        Before every poll the reader is pointed at the group's positions if they are
+        not where it continues from (``_assignment``).  A cursor whose positions moved
+        meanwhile (it was stopped: what was in flight is given back, so its position
+        went back to its first unsettled record; rewound, reset or rebound; or the head
+        follows a stream the reader does not) leaves the group and is queued again:
+        records read before such a move are dropped for it, never handed out beyond
+        records it still needs."""
         with self.lock:
-            if not self._running or cursor.attached or cursor.deleted:
-                return assigned
-            if not cursor.started and not (cursor.skip_oldest or cursor.cap_budget is not None):
-                return assigned
-            if cursor.window_full:
-                return assigned
-            if self._try_attach(cursor) or not self._has_work(cursor):
-                return assigned
+            active = [c for c in group if self._ready_to_read(c)]
+        if not active:
+            return assigned
         for _ in range(self.catch_up_slice):
             with self.lock:
-                wanted = self._assignment(cursor)
+                active, wanted = self._together(active, assigned)
+                if not active:
+                    return None
             if assigned is None or wanted != assigned:
                 reader.assign(wanted)
                 assigned = dict(wanted)
             records = reader.poll(self.batch, self.poll_timeout)
             with self.lock:
-                if not self._running or cursor.deleted or cursor.attached:
+                if not self._running:
+                    return None
+                active = [c for c in active if not c.deleted and not c.attached]
+                if not active:
                     return None
                 if not records:
-                    if self._try_attach(cursor) or not self._has_work(cursor):
+                    active = [c for c in active if not self._done_at_end(c)]
+                    if not active:
                         return assigned
-                    if self._apply_cap_at_head(cursor):
-                        return None
                     continue
-                if self._moved_meanwhile(cursor, assigned, records):
-                    continue  # read from where the cursor no longer is: dropped
-                stopped = self._read_for(cursor, records)
+                touched, active = self._apply(active, assigned, records)
                 for r in records:
                     assigned[r.stream] = r.offset + 1 if isinstance(r, LogRecord) else r.next
-            cursor.drain()
-            self._retry_bury(cursor)  # what it skipped now, or again once it is due
-            with self.lock:
-                if stopped or cursor.window_full:
-                    return None  # positions moved back: assign afresh next time
+            for cursor in self._fair(touched):
+                cursor.drain()
+                self._retry_bury(cursor)  # what it skipped now, or again once it is due
+            if not active:
+                return None  # positions moved back: assign afresh next time
         with self.lock:
-            if not cursor.attached and not self._try_attach(cursor):
-                self._queue_catch_up(cursor, skipping=True)
+            for cursor in active:
+                if not cursor.attached and not self._try_attach(cursor):
+                    self._queue_catch_up(cursor, skipping=True)
         return None
+
+    def _fair(self, touched: list[Cursor]) -> list[Cursor]:
+        """The order to hand a poll's records to the subscribers of a group: it starts
+        one member further at every poll.  Whoever drains first may take the delivery
+        budget's room (``core.delivery_budget``) and the others park, stop and start
+        again: in a fixed order the first member took it every time and the others
+        never delivered."""
+        if len(touched) < 2:
+            return touched
+        self._drains += 1
+        first = self._drains % len(touched)
+        return touched[first:] + touched[:first]
+
+    def _together(
+        self, active: list[Cursor], assigned: Mapping[StreamId, int] | None
+    ) -> tuple[list[Cursor], dict[StreamId, int]]:
+        """The members of a group that still read the same streams from the same
+        positions, and those positions (hold the lock): where the reader continues
+        from if any member is there, else the first member's.  The others leave the
+        group and get a turn of their own (``Cursor.recheck``)."""
+        starts = [self._assignment(c) for c in active]
+        wanted = next((s for s in starts if s == assigned), starts[0])
+        kept: list[Cursor] = []
+        for cursor, start in zip(active, starts, strict=True):
+            if start == wanted:
+                kept.append(cursor)
+            else:
+                cursor.recheck = True
+        return kept, wanted
+
+    def _done_at_end(self, cursor: Cursor) -> bool:
+        """An empty poll for ``cursor`` (hold the lock): True when its turn ends (it
+        attached, has nothing to do, or a spent cap jumped and queued it again)."""
+        if self._try_attach(cursor) or not self._has_work(cursor):
+            return True
+        return self._apply_cap_at_head(cursor)
+
+    def _apply(
+        self,
+        active: list[Cursor],
+        assigned: Mapping[StreamId, int],
+        records: Sequence[LogRecord | RecordsLost],
+    ) -> tuple[list[Cursor], list[Cursor]]:
+        """Apply one poll's ``records`` to every member of a group (hold the lock);
+        returns the members given records and those that read on.  A member whose
+        positions moved since the reader was pointed (``_moved_meanwhile``) gets none of
+        them (read from where it no longer is: dropped) and reads on from where it is
+        now (``_together``); one that must stop (window full, a jump) leaves."""
+        touched: list[Cursor] = []
+        kept: list[Cursor] = []
+        for cursor in active:
+            if self._moved_meanwhile(cursor, assigned, records):
+                kept.append(cursor)
+                continue
+            touched.append(cursor)
+            stopped = self._read_for(cursor, records)
+            if not stopped and not cursor.window_full:
+                kept.append(cursor)
+        return touched, kept
 
     @staticmethod
     def _has_work(cursor: Cursor) -> bool:

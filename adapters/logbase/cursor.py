@@ -48,7 +48,7 @@ Bury = Callable[[Sequence[OutboundMessage]], Any]
 class CursorReceived(Received):
     """A record handed to a subscriber; settles through its cursor."""
 
-    __slots__ = ("_cursor", "_gen", "_offset", "_settled", "_stream")
+    __slots__ = ("_cursor", "_gen", "_offset", "_settled", "_stream", "shared")
 
     def __init__(self, cursor: Cursor, record: LogRecord, gen: int, redelivered: bool) -> None:
         self._cursor = cursor
@@ -62,6 +62,7 @@ class CursorReceived(Received):
         self.content_type = record.content_type
         self.redelivered = redelivered
         self.timestamp: datetime | None = record.timestamp
+        self.shared = record.shared
 
     def ack(self) -> None:
         """Done: the cursor may commit past this record once everything before it is."""

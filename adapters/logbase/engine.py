@@ -11,10 +11,14 @@ Threads and readers (all fixed in number):
   cursor (paused and resumed, its window was full, it was rewound, or it was restored at
   start-up) is queued, and a catch-up thread reads its streams from its positions until it
   reaches the head, where it re-attaches; a cursor whose window fills yields its reader to
-  the next one.  One reader at a time serves a cursor, and it follows every move of the
-  cursor's positions (a stop, a rewind, a reset) before its next poll, so what it read
-  beyond a position that moved back is never handed out (the records in between would
-  be skipped);
+  the next one.  A reader takes together the queued cursors that read the same streams
+  from the same positions (after a failover, every subscription of a topic the dead
+  instance delivered is behind at the same offset) and reads once for all of them,
+  applying each record to each cursor (its patterns, skips, caps and window); one whose
+  positions move leaves the group.  One reader at a time serves a cursor, and it follows
+  every move of the cursor's positions (a stop, a rewind, a reset) before its next poll,
+  so what it read beyond a position that moved back is never handed out (the records in
+  between would be skipped);
 * one **commit** thread: every ``commit_interval`` it saves the positions of detached
   cursors that changed (``PositionStore``) and removes stored positions of cursors that
   re-attached, and the head thread commits the head (``HeadReader.commit``) below every
@@ -136,6 +140,7 @@ class CursorEngine(Head, Commits, CatchUp, Burial, Peeking):
         poll_timeout: float = 0.1,
         commit_interval: float = 0.2,
         catch_up_slice: int = 20,
+        catch_up_group: int = 256,
         pin_seconds: float = 1.0,
         pin_records: int = 1000,
         save_interval: float = 1.0,
@@ -157,6 +162,10 @@ class CursorEngine(Head, Commits, CatchUp, Burial, Peeking):
         self.bury_retry_max = 30.0
         #: batches a catch-up thread reads for one cursor before serving the next one
         self.catch_up_slice = catch_up_slice
+        #: at most this many queued cursors a catch-up thread looks at for others that
+        #: start where the one it took starts (``CatchUp._gather``)
+        self.catch_up_group = catch_up_group
+        self._drains = 0  # polls a catch-up thread handed to a group (``CatchUp._fair``)
         #: several gateway instances deliver these subscriptions, one at a time each
         #: (see the module docstring); set before cursors are made
         self.shared = False

@@ -35,6 +35,8 @@ class EngineParts:
     bury_retry_first: float
     bury_retry_max: float
     catch_up_slice: int
+    catch_up_group: int
+    _drains: int
     shared: bool
     may_save: Callable[[str], bool] | None
     lock: threading.RLock

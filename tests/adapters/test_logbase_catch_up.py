@@ -17,7 +17,9 @@ from typing import Any
 
 from wsnmom.adapters.logbase.backend import LogRecord, RecordsLost, StreamId
 from wsnmom.adapters.logbase.cursor import CursorHandle
+from wsnmom.core.codec import decode
 
+from tests.adapters.test_logbase_engine import spec
 from tests.adapters.test_logbase_reset import STREAM, engine_with_behind_cursor, record
 from wsnmom.testing.conformance import Collector
 
@@ -77,7 +79,7 @@ def _restart(handle: CursorHandle, got: Collector) -> Callable[[], None]:
 def _serve(engine: Any, cursor: Any, reader: _LogReader, turns: int = 3) -> None:
     """Give ``cursor`` to the catch-up reader until it rides on the head again."""
     for _ in range(turns):
-        engine._catch_up_one(reader, cursor, None)
+        engine._catch_up_one(reader, [cursor], None)
         if cursor.attached:
             return
 
@@ -105,7 +107,7 @@ def test_a_stop_and_start_noticed_on_an_empty_poll_is_served_at_once() -> None:
     engine, cursor, handle, got = _behind()
     try:
         reader = _LogReader(batch=10, hooks={1: _restart(handle, got)})
-        engine._catch_up_one(reader, cursor, None)
+        engine._catch_up_one(reader, [cursor], None)
         assert got.bodies() == [b"r%d" % i for i in range(5, 10)]
         assert cursor.attached
         assert reader.polls < engine.catch_up_slice
@@ -127,14 +129,14 @@ def test_a_cursor_is_read_by_one_catch_up_reader_at_a_time() -> None:
 
     try:
         first = _LogReader(batch=2, hooks={1: wait_for_release})
-        serving = threading.Thread(target=engine._catch_up_one, args=(first, cursor, None))
+        serving = threading.Thread(target=engine._catch_up_one, args=(first, [cursor], None))
         serving.start()
         assert polling.wait(10)
         _restart(handle, got)()
         second = _LogReader(batch=10)
         while not engine._catch_up.empty():  # what another catch-up thread would take
             queued = engine._catch_up.get_nowait()
-            engine._catch_up_one(second, queued, None)
+            engine._catch_up_one(second, [queued], None)
         assert second.polls == 0
         release.set()
         serving.join(10)
@@ -144,4 +146,67 @@ def test_a_cursor_is_read_by_one_catch_up_reader_at_a_time() -> None:
         assert got.bodies() == [b"r%d" % i for i in range(5, 10)]
     finally:
         release.set()
+        engine.close()
+
+
+def test_cursors_queued_at_the_same_positions_are_read_once_for_all() -> None:
+    """After a failover every taken-over cursor of a topic is behind at the same offset:
+    one reader takes them together (``_gather``), assigns and polls once for all, and
+    each gets every record; a cursor queued at another position is left for its own
+    turn, and a member whose window fills leaves the group while the others read on."""
+    engine, cursor, _, got = _behind()  # "c" at 5 of 10, settles nothing
+    try:
+        members = [cursor]
+        collectors = [got]
+        for name, position, prefetch in (("b", 5, 100), ("small", 5, 2), ("far", 2, 100)):
+            other = engine.subscription(spec(name, "t"))._cursor
+            with engine.lock:
+                other.positions = {STREAM: position}
+            collectors.append(Collector(ack=False))
+            other_handle = CursorHandle(other)
+            other_handle.start(collectors[-1], prefetch=prefetch)
+            members.append(other)
+        small, far = members[2], members[3]
+        queued = engine._catch_up.get_nowait()  # what a catch-up thread takes first
+        assert queued is cursor
+        group = engine._gather(queued)
+        assert group == members[:3]
+        reader = _LogReader(batch=10)
+        engine._catch_up_one(reader, group, None)
+        assert reader.assigned == [{STREAM: 5}]
+        assert (
+            collectors[0].bodies() == collectors[1].bodies() == [b"r%d" % i for i in range(5, 10)]
+        )
+        assert cursor.attached and members[1].attached
+        assert collectors[2].bodies() == [b"r5", b"r6"] and not small.attached  # window full
+        # the far cursor waits in the queue for a turn of its own, from its own position
+        assert engine._catch_up.get_nowait() is far
+        engine._catch_up_one(reader, [far], None)
+        assert collectors[3].bodies() == [b"r%d" % i for i in range(2, 10)]
+    finally:
+        engine.close()
+
+
+def test_every_cursors_copy_of_a_record_decodes_to_one_notification() -> None:
+    """Parsing each subscription's copy of a record was most of the survivors' delivery
+    work after a failover (docs/scale-out.md, "Failover at scale"): the copies share
+    one ``SharedMessage``, so core decodes the record once; another record has its own."""
+    engine, _, _, got = _behind()
+    try:
+        other = engine.subscription(spec("b", "t"))._cursor
+        with engine.lock:
+            other.positions = {STREAM: 5}
+        also = Collector(ack=False)
+        CursorHandle(other).start(also, prefetch=100)
+        group = engine._gather(engine._catch_up.get_nowait())
+        engine._catch_up_one(_LogReader(batch=10), group, None)
+        mine, theirs = got.received, also.received
+        assert (
+            [m.body for m in mine] == [m.body for m in theirs] == [b"r%d" % i for i in range(5, 10)]
+        )
+        assert decode(mine[0]) is decode(theirs[0])
+        assert b"r5" in decode(mine[0]).payload  # not XML: wrapped as a native message
+        assert decode(mine[1]) is not decode(mine[0])
+        assert mine[0] is not theirs[0]  # settled apart: one copy per cursor
+    finally:
         engine.close()

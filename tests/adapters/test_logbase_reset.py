@@ -64,7 +64,7 @@ def engine_with_behind_cursor() -> tuple[CursorEngine, Any, Collector]:
 
 
 def run(engine: CursorEngine, cursor: Any, reader: _ScriptedReader) -> None:
-    engine._catch_up_one(reader, cursor, None)  # type: ignore[arg-type]
+    engine._catch_up_one(reader, [cursor], None)  # type: ignore[arg-type]
 
 
 def restarted(engine: CursorEngine) -> Callable[[], None]:

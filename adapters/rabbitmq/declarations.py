@@ -393,8 +393,16 @@ class Declarations:
         since the connection was last made, as they are wanted now: a declaration again
         (as every opening of its delivery made, a shard gained after a hand-over) would
         change nothing, unless the queue was deleted behind the adapter's back, which
-        the consume then finds (``Consumers.start`` declares it again and retries)."""
-        return sub.declared_as is not None and sub.declared_as == self.declaration(sub)
+        the consume then finds (``Consumers.start`` declares it again and retries).
+        Never while the connection is down: the declaration waits for it (up to the
+        operation timeout) before core opens the subscription's delivery channel, whose
+        start would otherwise wait for it, holding the channel a stopping instance
+        closes (a SIGTERM right after a rejoin waited for that)."""
+        return (
+            sub.link.is_up
+            and sub.declared_as is not None
+            and sub.declared_as == self.declaration(sub)
+        )
 
     def deferred(self, sub: RabbitMQSubscription) -> bool:
         """Whether ``sub``'s declaration waits for its first consume here

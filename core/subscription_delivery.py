@@ -141,15 +141,44 @@ class SubscriptionDelivery:
         message = self.accepted(state, [received])[0]
         return None if message is None else self.render(state, message)
 
+    def _spec(self, state: LiveSubscription, origin: SpecOrigin) -> SubscriptionSpec:
+        """The durable subscription ``state`` needs."""
+        ctx = self._ctx
+        sub = state.record
+        return SubscriptionSpec(
+            name=sub.id,
+            patterns=state.filter.native_patterns,
+            limits=ctx.limits(),
+            dead_letters=ctx.dead_letters.native_target(sub),
+            dead_letter_sink=ctx.dead_letters.sink,
+            # a feed of a pull point is read by the pull point's GetMessages
+            pulled=self.feeds.wanted(sub) and ctx.adapter.capabilities.native_pull,
+            origin=origin,
+        )
+
+    def make(self, state: LiveSubscription) -> bool:
+        """Make a new subscription's durable subscription (``origin`` "new"), before its
+        record is stored: another instance of a cluster follows the record and may
+        consume the durable subscription at once (it holds its shard), and must find it
+        made, not half made (RabbitMQ 3.10 answers a declaration of a quorum queue that
+        is still being created as if it existed, and a consume then crashes the channel
+        and closes the whole connection).  ``attach`` uses the handle.  False when there
+        is nothing to make (routed at publish time)."""
+        if self.direct.wanted(state.record):
+            return False
+        state.handle = self._ctx.adapter.subscription(self._spec(state, "new"))
+        return True
+
     def attach(
         self,
         state: LiveSubscription,
         give_up: Callable[[EndSubscription], None],
         origin: SpecOrigin = "",
     ) -> None:
-        """Open the durable subscription (``origin``: ``SubscriptionSpec.origin``) and its
-        delivery channel (started unless paused); for one feeding a pull point, make it a
-        feed of the pull point instead, or, routed at publish time, just index it."""
+        """Open the durable subscription (``origin``: ``SubscriptionSpec.origin``; "new":
+        the handle :meth:`make` made) and its delivery channel (started unless paused);
+        for one feeding a pull point, make it a feed of the pull point instead, or,
+        routed at publish time, just index it."""
         ctx = self._ctx
         registry = ctx.registry
         sub = state.record
@@ -158,18 +187,9 @@ class SubscriptionDelivery:
                 registry.subscriptions[sub.id] = state
                 self.direct.add(state)
             return
-        handle = ctx.adapter.subscription(
-            SubscriptionSpec(
-                name=sub.id,
-                patterns=state.filter.native_patterns,
-                limits=ctx.limits(),
-                dead_letters=ctx.dead_letters.native_target(sub),
-                dead_letter_sink=ctx.dead_letters.sink,
-                # a feed of a pull point is read by the pull point's GetMessages
-                pulled=self.feeds.wanted(sub) and ctx.adapter.capabilities.native_pull,
-                origin=origin,
-            )
-        )
+        handle = state.handle
+        if origin != "new" or handle is None:
+            handle = ctx.adapter.subscription(self._spec(state, origin))
         state.handle = handle
         if self.feeds.wanted(sub):
             self.feeds.attach(state, handle, give_up)

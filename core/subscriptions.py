@@ -187,11 +187,19 @@ class Subscriptions(SubscriptionChanges, SubscriptionEnds):
             owner=ctx.guard.owner(),
         )
         state = LiveSubscription(sub, compiled, end_topic)
+        stored = False
         try:
-            ctx.store.put_subscription(sub)
+            # the durable subscription first, then the record other instances follow
+            made = self.delivery.make(state)
+            try:
+                ctx.store.put_subscription(sub)
+                stored = True
+            finally:
+                if made and not stored:  # the store refused: nothing may stay behind
+                    ctx.delete_native(sub.id)
             self.attach(state, origin="new")
         except AdapterError as exc:
-            self._undo_subscribe(state)
+            self._undo_subscribe(state, stored)
             if isinstance(exc, TopicUnavailable):  # the same answer as Notify on that topic
                 raise errors.TopicNotSupported(str(exc)) from exc
             raise ctx.gate.fault(
@@ -240,11 +248,11 @@ class Subscriptions(SubscriptionChanges, SubscriptionEnds):
                 raise error(f"consumer address {shown!r} refused: {exc.reason}") from None
         return pull_point_id
 
-    def _undo_subscribe(self, state: LiveSubscription) -> None:
+    def _undo_subscribe(self, state: LiveSubscription, stored: bool) -> None:
         """Take back a Subscribe the middleware refused part way: ``attach`` may have
         indexed the subscription, opened its durable subscription and its channel before
         the refusal (a consumer the middleware did not start in time), and none of that
-        may outlive the fault."""
+        may outlive the fault; the record goes too when it was ``stored``."""
         ctx = self._ctx
         sub_id = state.record.id
         with ctx.registry.lock:
@@ -256,7 +264,8 @@ class Subscriptions(SubscriptionChanges, SubscriptionEnds):
         except Exception:
             log.warning("undoing the refused subscription %s failed", sub_id, exc_info=True)
         ctx.delete_native(sub_id)
-        ctx.store.delete_subscription(sub_id)
+        if stored:
+            ctx.store.delete_subscription(sub_id)
         ctx.registry.update_gauges()
 
     def attach(self, state: LiveSubscription, *, origin: SpecOrigin = "") -> None:

@@ -62,6 +62,16 @@ GetReply = tuple[Any, Any, bytes] | None | BaseException
 _GET_HEAD = struct.pack(">HHH", 60, 70, 0)
 
 
+def _resolver(fut: asyncio.Future[Any]) -> Callable[[Any], None]:
+    """A pika callback that resolves ``fut`` with None (a reply frame arrived)."""
+
+    def resolve(_frame: Any) -> None:
+        if not fut.done():
+            fut.set_result(None)
+
+    return resolve
+
+
 class Channel:
     """A pika channel whose RPCs are awaitable.  Use only on the link's loop thread."""
 
@@ -243,7 +253,7 @@ class Channel:
             self._get_waiter = None
         return result
 
-    async def consume(self, queue: str, consumer_tag: str) -> None:
+    async def consume(self, queue: str, consumer_tag: str, prefetch: int | None = None) -> None:
         """``basic.consume`` (manual acks) written on the wire and its ``consume-ok``
         awaited, without pika's consumer registry: the deliveries are read by this
         channel's :class:`FrameReader` (:meth:`read` first), and :meth:`close` then sends
@@ -252,17 +262,24 @@ class Channel:
         consumer at the cancel, before what this one holds comes back: the next one then
         got newer messages first.  Closing the channel instead returns what it holds to
         the head of the queue before the next consumer is activated (RabbitMQ 3.10,
-        quorum queues; docs/scale-out.md, "What fences what")."""
-        fut = self._future()
+        quorum queues; docs/scale-out.md, "What fences what").
 
-        def consumed(_frame: Any) -> None:
-            if not fut.done():
-                fut.set_result(None)
-
-        self.pika.add_callback(consumed, [spec.Basic.ConsumeOk], one_shot=True)
-        method = spec.Basic.Consume(queue=queue, consumer_tag=consumer_tag, no_ack=False)
-        self.write(pika.frame.Method(self.pika.channel_number, method).marshal())
-        await fut
+        With ``prefetch``, a ``basic.qos`` (per consumer) goes in the same write, ahead of
+        the consume: the broker applies a channel's methods in order, so the consume is
+        limited by it, and the opening waits for one round trip instead of two."""
+        methods: list[tuple[Any, Any]] = []
+        if prefetch is not None:
+            methods.append((spec.Basic.Qos(prefetch_count=prefetch), spec.Basic.QosOk))
+        consume = spec.Basic.Consume(queue=queue, consumer_tag=consumer_tag, no_ack=False)
+        methods.append((consume, spec.Basic.ConsumeOk))
+        waits = []
+        for _method, reply in methods:
+            fut = self._future()
+            self.pika.add_callback(_resolver(fut), [reply], one_shot=True)
+            waits.append(fut)
+        number = self.pika.channel_number
+        self.write(b"".join(pika.frame.Method(number, m).marshal() for m, _ in methods))
+        await asyncio.gather(*waits)
 
     def frames(self) -> PublishFrames:
         """A :class:`PublishFrames` for this channel (sized to the connection's frame_max)."""

@@ -34,15 +34,12 @@ Features
       publishes update the map directly, and reach *other* gateway instances' taps as
       copies that the broker keeps from the publishing instance's own tap queue (see
       ``docs/adapters/rabbitmq.md``).
-    * Threading: one publishing connection and a pool of consuming connections (one to
-      start with; another one per ``consumers_per_connection`` subscriptions), each
-      driven by its own I/O thread (``_link.Link``); public methods are thread-safe and
-      marshal onto those threads.  Every subscription lives on one consuming connection
-      with its own channel per consumer (and per puller), so the number of subscriptions
-      is not bounded by the channel limit of one connection (2,047 by default).  Lost
-      connections are re-established with backoff; exchanges, queues, bindings and
-      consumers are declared again and consumers resumed.  Publishes not confirmed when
-      the connection drops raise ``PublishFailed``.
+    * Threading: one publishing connection and a pool of consuming connections (another
+      one per ``consumers_per_connection`` subscriptions), each driven by its own I/O
+      thread (``_link.Link``); public methods are thread-safe.  A subscription has its own
+      channel per consumer (and per puller) on one consuming connection.  Lost connections
+      are re-established with backoff, everything declared again and consumers resumed;
+      publishes not confirmed when the connection drops raise ``PublishFailed``.
 
 Connection String
     ``amqp://user:password@host:5672/vhost`` or ``amqps://...`` (TLS, port 5671), parsed by
@@ -391,16 +388,20 @@ class RabbitMQAdapter(Adapter):
 
     def subscription(self, spec: SubscriptionSpec) -> SubscriptionHandle:
         sub = self.pool.subscription(spec, self._new_subscription)
-        if not self.declarations.deferred(sub):
+        if not self.declarations.deferred(sub) and not self.declarations.in_place(sub):
             self._run(self.declarations.declare_for(sub), link=sub.link)
         return sub
 
     def delete_subscription(self, name: str) -> None:
-        sub = self.pool.find(name)
-        if sub is not None:
+        if (sub := self.pool.find(name)) is not None:
             sub.delete()
         else:
             self._run(self.consumers.delete_queue(self.queue_name(name), None))
+
+    def forget_subscription(self, name: str) -> None:
+        """Destroyed by another instance (``RabbitMQSubscription.forget``)."""
+        if (sub := self.pool.find(name)) is not None:
+            sub.forget()
 
     def depths(self, handles: Sequence[SubscriptionHandle]) -> list[int | None]:
         """Depths of many subscription queues: per consuming connection one call onto its

@@ -27,7 +27,7 @@ from wsnmom.core.adapter import AdapterUnavailable, Received
 
 from . import errors
 from ._completion import Completion
-from ._link import Channel, ChannelError, FrameReader, GetReply, Link, LinkBusy
+from ._link import NOT_FOUND, Channel, ChannelError, FrameReader, GetReply, Link, LinkBusy
 from .declarations import Declarations
 from .deliveries import Deliveries
 
@@ -98,6 +98,20 @@ class Consumers:
             return
         if not sub.declared:  # followed without declaring it (``Declarations.deferred``)
             await self.declarations.declare_subscription(sub)
+        try:
+            await self._open_consumer(sub)
+        except ChannelError as exc:
+            if exc.code != NOT_FOUND or not sub.consuming:
+                raise
+            # the queue is gone although this process declared it (an operator deleted
+            # it; ``Declarations.in_place`` skipped the declaration): declare, consume
+            log.warning("queue %s was deleted: declaring it again (%s)", sub.queue, exc)
+            await self.declarations.declare_subscription(sub)
+            await self._open_consumer(sub)
+
+    async def _open_consumer(self, sub: RabbitMQSubscription) -> None:
+        """A channel for ``sub``'s consumer and the consume on it."""
+        link = sub.link
         ch = await link.open_channel()
         try:
             await self._consume(sub, ch)
@@ -112,7 +126,6 @@ class Consumers:
     async def _consume(self, sub: RabbitMQSubscription, ch: Channel) -> None:
         """:meth:`start` on the channel ``ch`` opened for it."""
         link = sub.link
-        await ch.call("basic_qos", prefetch_count=sub.prefetch)
         generation = link.generation
         dispatch = self.deliveries.dispatch
 
@@ -138,7 +151,7 @@ class Consumers:
         # channel: stopping closes it without cancelling first (``Channel.consume``)
         ch.read(FrameReader(on_deliver=lambda m, p, b: dispatch(sub, ch, m, p, b)))
         try:
-            await ch.consume(sub.queue, f"wsnmom.{uuid.uuid4().hex}")
+            await ch.consume(sub.queue, f"wsnmom.{uuid.uuid4().hex}", sub.prefetch)
         except ChannelError as exc:
             if exc.code != 0 or not sub.consuming:
                 raise
@@ -319,6 +332,7 @@ class Consumers:
             for exchange, key in sorted(bindings):
                 await admin.call("queue_unbind", sub.queue, exchange, key)
         sub.bound = set()
+        sub.declared_as = None
 
     async def delete_queue(self, queue: str, sub: RabbitMQSubscription | None) -> None:
         """Stop ``sub``'s consumer and puller (when given) and delete ``queue``."""

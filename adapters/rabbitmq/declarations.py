@@ -110,6 +110,10 @@ def _existing_type(mismatch: str) -> str | None:
     return "classic" if classic else "other"
 
 
+#: what a subscription's declaration put on the broker: the generation of the connection
+#: it was made on, the queue's arguments, the bindings (``Declarations.in_place``)
+Declared = tuple[int, dict[str, Any], tuple[Binding, ...]]
+
 #: header of the primer a new subscription queue gets (:meth:`Declarations.prime`)
 PRIMER_HEADER = "wsnmom-primer"
 _PRIMER_PROPERTIES = pika.BasicProperties(
@@ -352,6 +356,7 @@ class Declarations:
         args = self.queue_arguments(
             sub.spec.limits, dead_letters, single_active=self.single_active(sub.spec)
         )
+        generation = link.generation
         wanted = set(bindings)
         # one declaration channel for the queue, its primer and its bindings, in order;
         # other subscriptions of this connection declare on the other channels meanwhile
@@ -366,6 +371,38 @@ class Declarations:
                 await admin.call("queue_bind", sub.queue, exchange, key)
         sub.bound = wanted
         sub.declared = True
+        # a queue kept with other arguments is declared again at its next opening: it
+        # changes type once it is empty and unused
+        sub.declared_as = None if depth is None else (generation, args, tuple(bindings))
+
+    def declaration(self, sub: RabbitMQSubscription) -> Declared:
+        """What :meth:`declare_subscription` would put on the broker for ``sub`` now: its
+        connection's generation (a reconnect declares everything again), the queue's
+        arguments and its bindings."""
+        dead_letters: Binding | None = None
+        if sub.spec.dead_letters is not None:
+            dead_letters = self.names.native_name(sub.spec.dead_letters)
+        args = self.queue_arguments(
+            sub.spec.limits, dead_letters, single_active=self.single_active(sub.spec)
+        )
+        bindings = tuple(self.names.bindings_for(sub.spec.patterns))
+        return sub.link.generation, args, bindings
+
+    def in_place(self, sub: RabbitMQSubscription) -> bool:
+        """Whether this process declared ``sub``'s queue and bindings on its connection,
+        since the connection was last made, as they are wanted now: a declaration again
+        (as every opening of its delivery made, a shard gained after a hand-over) would
+        change nothing, unless the queue was deleted behind the adapter's back, which
+        the consume then finds (``Consumers.start`` declares it again and retries).
+        Never while the connection is down: the declaration waits for it (up to the
+        operation timeout) before core opens the subscription's delivery channel, whose
+        start would otherwise wait for it, holding the channel a stopping instance
+        closes (a SIGTERM right after a rejoin waited for that)."""
+        return (
+            sub.link.is_up
+            and sub.declared_as is not None
+            and sub.declared_as == self.declaration(sub)
+        )
 
     def deferred(self, sub: RabbitMQSubscription) -> bool:
         """Whether ``sub``'s declaration waits for its first consume here

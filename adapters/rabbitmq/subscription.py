@@ -30,6 +30,7 @@ from wsnmom.topic_mapping.model import Topic
 
 from ._link import Channel, Link
 from .consumers import Consumers
+from .declarations import Declared
 from .names import Binding
 
 #: why a RabbitMQ subscription cannot be peeked (``Capabilities.peek`` False)
@@ -76,6 +77,8 @@ class RabbitMQSubscription(SubscriptionHandle):
         self.primed = False
         #: this process declared the queue and its bindings (``Declarations.deferred``)
         self.declared = False
+        #: what this process last declared for it (``Declarations.in_place``)
+        self.declared_as: Declared | None = None
 
     def start(self, on_message: Callable[[Received], None], prefetch: int = 64) -> None:
         c = self._consumers
@@ -146,6 +149,19 @@ class RabbitMQSubscription(SubscriptionHandle):
         self.deleted = True
         self._forget(self)
         c.run(c.delete_queue(self.queue, self), link=self.link)
+
+    def forget(self) -> None:
+        """Another instance destroyed it (``Adapter.forget_subscription``): out of the
+        pool, and the queue deleted when this process declared it: that may have been
+        after the other instance deleted it (a first consume here while a Subscribe
+        refused there was undone), and nothing else would delete it then.  Deleting a
+        queue that is gone already is no error in RabbitMQ."""
+        if self.declared:
+            self.delete()
+            return
+        self.consuming = False
+        self.deleted = True
+        self._forget(self)
 
     def delete_into_dead_letters(
         self, reason: str, context: Mapping[str, str], timeout: float = 30.0

@@ -527,23 +527,28 @@ def test_cluster_mode_defaults() -> None:
 def test_a_consumer_that_could_not_start_is_not_started_by_a_reconnect(
     make_adapter: Callable[..., RabbitMQAdapter], native: Any
 ) -> None:
-    """A start that fails (here: the queue was deleted behind the adapter's back, so the
-    consume is refused) leaves the handle not consuming: core tries again later, and the
-    connection's resume after a reconnect must not start a consumer whose deliveries would
-    reach a stopped channel (on a single-active-consumer queue it would also keep the
-    deliverer's consumer waiting).  The queue made again, a start consumes."""
+    """A start that fails (here: the queue was replaced behind the adapter's back by an
+    exclusive queue of another connection, so the consume is refused, RESOURCE_LOCKED)
+    leaves the handle not consuming: core tries again later, and the connection's resume
+    after a reconnect must not start a consumer whose deliveries would reach a stopped
+    channel (on a single-active-consumer queue it would also keep the deliverer's
+    consumer waiting).  That queue gone, a start declares the queue again (its consume
+    found none) and consumes."""
     from wsnmom.core.adapter import AdapterError
 
     ns = f"urn:test:fence:{uuid.uuid4().hex}"
     (a,) = _cluster_pair(make_adapter)[:1]
     spec = SubscriptionSpec(f"n-{uuid.uuid4().hex[:12]}", (PathPattern(ns, ("t",)),))
     handle = a.subscription(spec)
-    native.queue_delete(a.queue_name(spec.name))
+    queue = a.queue_name(spec.name)
+    native.queue_delete(queue)
+    native.queue_declare(queue, exclusive=True)
     got = _Consumer()
     with pytest.raises(AdapterError):
         handle.start(got, prefetch=10)
     assert not handle.consuming  # type: ignore[attr-defined]
-    a.subscription(spec)  # declared again
+    native.queue_delete(queue)
+    a.subscription(spec)
     handle.start(got, prefetch=10)
     a.publish(_message(ns, b"after"))
     wait_until(lambda: got.bodies() == [b"after"], 10, what="the message after the start")

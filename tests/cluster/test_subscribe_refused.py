@@ -2,7 +2,9 @@
 (session 8, P7): the client was told "no", so nothing may exist afterwards, neither in
 the store (another instance would follow it and deliver a subscription without a queue)
 nor in any instance's admin API; and the client's retry once the middleware accepts
-again makes exactly one subscription.
+again makes exactly one subscription.  The refused subscription's record is never even
+written: the durable subscription is made before it (no other instance then follows a
+subscription whose queue is not, or not yet, made).
 
 The refusal is deterministic: the cluster runs in a vhost of its own whose queue limit
 (``max-queues``) is set to the queues the instances declared at start, so RabbitMQ
@@ -19,6 +21,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 from urllib.parse import quote, urlsplit, urlunsplit
 
+import psycopg
 import pytest
 import requests
 
@@ -74,6 +77,13 @@ def _limit(node: RabbitNode, name: str, queues: int) -> None:
     node.rabbitmqctl("set_vhost_limits", "-p", name, json.dumps({"max-queues": queues}))
 
 
+def _subscription_changes(store_url: str) -> int:
+    """Rows of the store's change log about subscriptions (every insert, update, delete)."""
+    with psycopg.connect(store_url, autocommit=True) as conn:
+        row = conn.execute("SELECT count(*) FROM wsnmom_changes WHERE kind = 'subscription'")
+        return int(row.fetchone()[0])  # type: ignore[index]
+
+
 def _ids(gateway: Gateway) -> set[str]:
     url = gateway.base_url + "/wsn/admin/api/subscriptions"
     return {s["id"] for s in requests.get(url, timeout=10).json()["subscriptions"]}
@@ -93,10 +103,14 @@ def test_a_refused_subscribe_leaves_no_subscription_on_any_instance(
     for g in (a, b):
         wait_until(lambda g=g: sentinel_id in _ids(g), 30, what="the sentinel everywhere")
     _limit(node, name, _queues(node, name))
+    changes = _subscription_changes(c.store_url)
     with pytest.raises(WsnFault) as refused:
         wa.subscribe(consumer.address("/refused"), TOPIC)
     assert "queue limit" in str(refused.value), refused.value
     assert isinstance(refused.value, SubscribeCreationFailedFault), refused.value
+    # the queue is declared before the record is stored: a refused one was never in the
+    # store, so no instance followed it (and could declare its queue after the refusal)
+    assert _subscription_changes(c.store_url) == changes
     # a second sentinel, made through b once the limit is lifted, is followed after the
     # refused one's record would have been: once a shows it, a's change log is read past
     _limit(node, name, -1)

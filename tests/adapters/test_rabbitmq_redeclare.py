@@ -1,0 +1,177 @@
+"""What the RabbitMQ adapter declares again, and what it deletes, in cluster mode (issue
+23; docs/scale-out.md, "Where an opening's time goes"):
+
+- a subscription whose queue and bindings this process declared on the same connection,
+  with the same arguments, is not declared again when its delivery opens again (a shard
+  lost and gained back); a queue deleted behind the adapter's back meanwhile is found by
+  the consume, declared again and consumed;
+- a subscription another instance destroyed is forgotten here, and its queue deleted when
+  this process declared it (at a first consume that may come after the other instance's
+  delete: the orphan queue a refused Subscribe left behind).
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from wsnmom.adapters.rabbitmq.adapter import RabbitMQAdapter
+from wsnmom.adapters.rabbitmq.subscription import RabbitMQSubscription
+from wsnmom.core.adapter import OutboundMessage, Received, SubscriptionSpec
+from wsnmom.topic_mapping.model import PathPattern, Topic
+
+from tests.support.waiting import wait_until
+
+pytestmark = pytest.mark.rabbitmq
+
+
+def _message(ns: str, body: bytes) -> OutboundMessage:
+    return OutboundMessage(Topic(ns, ("t",)), body, uuid.uuid4().hex)
+
+
+class _Consumer:
+    """Records the bodies one subscription handle receives, and acks them."""
+
+    def __init__(self) -> None:
+        self.got: list[bytes] = []
+        self._lock = threading.Lock()
+
+    def __call__(self, m: Received) -> None:
+        with self._lock:
+            self.got.append(m.body)
+        m.ack()
+
+    def bodies(self) -> list[bytes]:
+        with self._lock:
+            return list(self.got)
+
+
+def _cluster_adapter(make_adapter: Callable[..., RabbitMQAdapter]) -> RabbitMQAdapter:
+    adapter = make_adapter(queue_type="quorum")
+    adapter.shared_by_instances()
+    return adapter
+
+
+def _queue_exists(url: str, queue: str) -> bool:
+    """Whether the broker has ``queue`` (a passive declaration on a connection of its own:
+    RabbitMQ closes the channel that asks for a missing one)."""
+    import pika
+    from pika.exceptions import ChannelClosedByBroker
+
+    conn = pika.BlockingConnection(pika.URLParameters(url))
+    try:
+        conn.channel().queue_declare(queue, passive=True)
+        return True
+    except ChannelClosedByBroker as exc:
+        if exc.reply_code != 404:
+            raise
+        return False
+    finally:
+        if conn.is_open:
+            conn.close()
+
+
+def _counting(adapter: RabbitMQAdapter) -> list[str]:
+    """The names of the subscriptions ``adapter`` declares from now on, in order."""
+    declared: list[str] = []
+    real = adapter.declarations.declare_subscription
+
+    async def counted(sub: RabbitMQSubscription) -> None:
+        declared.append(sub.name)
+        await real(sub)
+
+    adapter.declarations.declare_subscription = counted  # type: ignore[method-assign]
+    return declared
+
+
+def test_an_opening_again_declares_nothing_and_a_deleted_queue_is_declared_at_the_consume(
+    make_adapter: Callable[..., RabbitMQAdapter], native: Any
+) -> None:
+    """Delivery opened, closed (the shard lost) and opened again (gained back): the second
+    opening declares nothing (the same arguments and bindings on the same connection).
+    The queue then deleted by an operator: the next opening declares nothing either, its
+    consume finds no queue (404), declares it with its binding and consumes it; a message
+    published afterwards is delivered."""
+    ns = f"urn:test:redeclare:{uuid.uuid4().hex}"
+    a = _cluster_adapter(make_adapter)
+    spec = SubscriptionSpec(f"r-{uuid.uuid4().hex[:12]}", (PathPattern(ns, ("t",)),))
+    handle = a.subscription(spec)
+    got = _Consumer()
+    handle.start(got, prefetch=10)
+    a.publish(_message(ns, b"one"))
+    wait_until(lambda: got.bodies() == [b"one"], 15, what="the first delivery")
+    handle.stop()
+
+    declared = _counting(a)
+    again = a.subscription(spec)
+    assert again is handle
+    again.start(got, prefetch=10)
+    assert declared == []  # the opening again declared nothing
+    a.publish(_message(ns, b"two"))
+    wait_until(lambda: got.bodies() == [b"one", b"two"], 15, what="the second delivery")
+    again.stop()
+
+    native.queue_delete(a.queue_name(spec.name))
+    a.subscription(spec).start(got, prefetch=10)
+    assert declared == [spec.name]  # declared once: at the consume that found no queue
+    a.publish(_message(ns, b"three"))
+    wait_until(lambda: got.bodies() == [b"one", b"two", b"three"], 15, what="the delivery after it")
+    handle.delete()
+
+
+def test_another_declaration_is_made_when_the_arguments_changed(
+    make_adapter: Callable[..., RabbitMQAdapter],
+) -> None:
+    """The skip holds only for what was declared: another binding (the patterns changed)
+    is declared."""
+    ns = f"urn:test:redeclare:{uuid.uuid4().hex}"
+    a = _cluster_adapter(make_adapter)
+    name = f"r-{uuid.uuid4().hex[:12]}"
+    handle = a.subscription(SubscriptionSpec(name, (PathPattern(ns, ("t",)),)))
+    declared = _counting(a)
+    wider = SubscriptionSpec(name, (PathPattern(ns, ("t",)), PathPattern(ns, ("u",))))
+    assert a.subscription(wider) is handle
+    assert declared == [name]
+    got = _Consumer()
+    handle.start(got, prefetch=10)
+    a.publish(OutboundMessage(Topic(ns, ("u",)), b"on u", uuid.uuid4().hex))
+    wait_until(lambda: got.bodies() == [b"on u"], 15, what="the delivery on the new binding")
+    handle.delete()
+
+
+def test_a_queue_declared_here_after_another_instance_deleted_it_goes_when_forgotten(
+    make_adapter: Callable[..., RabbitMQAdapter], rabbitmq_url: str
+) -> None:
+    """The orphan of a refused Subscribe: instance A wrote the record, B followed it and,
+    holding its shard, declared the queue at its first consume after A's refusal had
+    deleted the queue and the record.  B follows the record's deletion (core's ``forget``:
+    its channel closed, then ``forget_subscription``): the queue B declared is deleted,
+    not left behind bound, filling with every message of its topic.  A follower that never
+    declared the queue deletes nothing."""
+    ns = f"urn:test:redeclare:{uuid.uuid4().hex}"
+    a, b = _cluster_adapter(make_adapter), _cluster_adapter(make_adapter)
+    pattern = PathPattern(ns, ("t",))
+    spec = SubscriptionSpec(f"o-{uuid.uuid4().hex[:12]}", (pattern,), origin="new")
+    a.subscription(spec)
+    a.delete_subscription(spec.name)  # the refused Subscribe undone on A
+    queue = b.queue_name(spec.name)
+    assert not _queue_exists(rabbitmq_url, queue)
+    hb = b.subscription(SubscriptionSpec(spec.name, (pattern,), origin="elsewhere"))
+    hb.start(_Consumer(), prefetch=10)  # B holds the shard: declared at its first consume
+    assert _queue_exists(rabbitmq_url, queue)
+    hb.stop()
+    b.forget_subscription(spec.name)
+    assert not _queue_exists(rabbitmq_url, queue)
+    assert b.stats()["subscriptions"] == 0
+
+    # followed, never declared here: forgetting deletes nothing of the other's queue
+    kept = SubscriptionSpec(f"k-{uuid.uuid4().hex[:12]}", (pattern,), origin="new")
+    a.subscription(kept)
+    b.subscription(SubscriptionSpec(kept.name, (pattern,), origin="elsewhere"))
+    b.forget_subscription(kept.name)
+    assert _queue_exists(rabbitmq_url, b.queue_name(kept.name))
+    assert b.stats()["subscriptions"] == 0
+    a.delete_subscription(kept.name)

@@ -20,6 +20,7 @@ from wsnmom.topic_mapping.model import Topic
 from .records import SubState
 
 if TYPE_CHECKING:
+    from wsnmom.adapters.dir_lock import DirectoryLock
     from wsnmom.adapters.embedded.adapter import EmbeddedHandle
 
 
@@ -35,7 +36,7 @@ class EngineParts:
     conn: sqlite3.Connection
     _closed: bool
     _db_file: str
-    _lock_fd: int | None
+    _dir_lock: DirectoryLock | None
     _stop_checkpoints: threading.Event
     _checkpointer: threading.Thread | None
     #: acked (sub, mid) rows not yet deleted (:mod:`.storage`)

@@ -17,6 +17,7 @@ from wsnmom.core.adapter import (
 )
 from wsnmom.core.sqlite_space import JOURNAL_LIMIT, reclaimable, vacuum_step
 
+from ..dir_lock import lock_directory
 from .parts import EngineParts
 from .records import (
     _REMOVE,
@@ -25,11 +26,6 @@ from .records import (
     MEMORY,
     decref,
 )
-
-try:  # pragma: no cover - platform dependent
-    import fcntl
-except ImportError:  # pragma: no cover - Windows
-    fcntl = None  # type: ignore[assignment]
 
 #: the engine's logger (one name for all its parts)
 log = logging.getLogger(f"{__package__}.store")
@@ -102,25 +98,12 @@ class Storage(EngineParts):
         )
 
     def _acquire_process_lock(self) -> None:
-        if fcntl is None:  # pragma: no cover - Windows: no cross-process guard
-            return
-        fd = os.open(os.path.join(self.path, LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            os.close(fd)
-            raise AdapterError(  # another gateway owns it: waiting would not help
-                f"embedded store {self.path!r} is in use by another process"
-            ) from exc
-        os.ftruncate(fd, 0)
-        os.write(fd, str(os.getpid()).encode())
-        self._lock_fd = fd
+        self._dir_lock = lock_directory(self.path, LOCK_FILE, "embedded store")
 
     def _release_process_lock(self) -> None:
-        if self._lock_fd is not None:
-            with contextlib.suppress(OSError):
-                os.close(self._lock_fd)  # closing releases the flock
-            self._lock_fd = None
+        if self._dir_lock is not None:
+            self._dir_lock.release()
+            self._dir_lock = None
 
     def _checkpoint_loop(self) -> None:
         """Copy committed WAL pages into the database file every

@@ -106,7 +106,7 @@ class Engine(Storage, Subscriptions, Publishing, Queues, Limits, DeadLetters, Ou
         #: dead letters were written since ``publish_many`` last learnt the next message id
         self._interred = False
         self.users = 0
-        self._lock_fd = None
+        self._dir_lock = None
         #: acked (sub, mid) rows not yet deleted: applied at the start of the next
         #: transaction (group commit); a crash before that redelivers them
         self._pending_acks = []

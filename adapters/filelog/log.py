@@ -20,7 +20,6 @@ a killed process loses nothing; ``fsync=True`` also survives a power failure.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import struct
@@ -31,9 +30,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
-from wsnmom.core.adapter import AdapterError, AdapterUnavailable
+from wsnmom.core.adapter import AdapterUnavailable
 from wsnmom.topic_mapping.model import Topic
 
+from ..dir_lock import DirectoryLock, lock_directory
 from ..logbase.backend import EARLIEST, LogRecord, RecordsLost, StreamId
 
 __all__ = ["FileLog"]
@@ -76,22 +76,14 @@ class FileLog:
         self._first: dict[StreamId, int] = {}
         self._records: dict[StreamId, list[LogRecord]] = {}
         self._files: dict[StreamId, IO[bytes]] = {}
-        self._lock_file: IO[bytes] | None = None
+        self._dir_lock: DirectoryLock | None = None
         self.closed = True
 
     # -- open / close ----------------------------------------------------------------------
     def open(self) -> None:
         """Lock the directory and load every stream."""
         self.path.mkdir(parents=True, exist_ok=True)
-        lock_file = (self.path / "filelog.lock").open("ab")
-        try:
-            fcntl.flock(lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            lock_file.close()
-            raise AdapterError(  # another gateway owns it: waiting would not help
-                f"{self.path} is in use by another process (filelog.lock)"
-            ) from exc
-        self._lock_file = lock_file
+        self._dir_lock = lock_directory(str(self.path), "filelog.lock", "file log")
         trimmed = self._read_json("trimmed.json")
         for file in sorted(self.path.glob("*.log")):
             stream = _parse_key(file.stem)
@@ -108,10 +100,9 @@ class FileLog:
                 f.close()
             self._files = {}
             self.cond.notify_all()
-        if self._lock_file is not None:
-            fcntl.flock(self._lock_file, fcntl.LOCK_UN)
-            self._lock_file.close()
-            self._lock_file = None
+        if self._dir_lock is not None:
+            self._dir_lock.release()
+            self._dir_lock = None
 
     def _read_json(self, name: str) -> dict[str, Any]:
         try:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from ..dir_lock import lock_directory
 from .cluster_handle import SubscriptionSessions
 from .config import MqttSettings
 from .hub import Hub
@@ -20,7 +21,10 @@ from .mapping import MqttMapping
 from .publisher import Publisher
 from .state import SessionState
 
-__all__ = ["ClusterNode"]
+__all__ = ["LOCK_FILE", "ClusterNode"]
+
+#: held in the data directory while an instance uses it (``adapters.dir_lock``)
+LOCK_FILE = "cluster.lock"
 
 
 class ClusterNode:
@@ -28,6 +32,16 @@ class ClusterNode:
 
     def __init__(self, settings: MqttSettings, may_deliver: Callable[[str], bool] | None) -> None:
         self.settings = settings
+        # the instance's client ids come from this directory: a second process on it
+        # would connect with the same ones, and each CONNECT would cut the other off
+        self._dir_lock = lock_directory(settings.queue_dir, LOCK_FILE, "MQTT data directory")
+        try:
+            self._setup(settings, may_deliver)
+        except BaseException:
+            self._dir_lock.release()
+            raise
+
+    def _setup(self, settings: MqttSettings, may_deliver: Callable[[str], bool] | None) -> None:
         self.mapping = MqttMapping(
             settings.namespaces,
             settings.topic_prefix,
@@ -56,5 +70,8 @@ class ClusterNode:
         return self.publisher.link.connected
 
     def close(self) -> None:
-        self.publisher.stop()
-        self.hub.close()
+        try:
+            self.publisher.stop()
+            self.hub.close()
+        finally:
+            self._dir_lock.release()

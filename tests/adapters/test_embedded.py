@@ -328,7 +328,7 @@ def test_store_is_locked_by_its_process(store: Path) -> None:
     proc = _spawn(store)
     try:
         a = EmbeddedAdapter(f"embedded://{store}")
-        with pytest.raises(AdapterError, match="another process") as raised:
+        with pytest.raises(AdapterError, match=f"in use by process {proc.pid} ") as raised:
             a.open()
         # permanent: a gateway must not keep waiting for it as for a middleware outage
         assert not isinstance(raised.value, AdapterUnavailable)

@@ -4,6 +4,7 @@ the ``cluster`` fixture of test_mqtt_cluster.py)."""
 
 from __future__ import annotations
 
+import os
 import socket
 import threading
 import uuid
@@ -16,7 +17,13 @@ from wsnmom.adapters.mqtt.cluster_handle import ClusterHandle, SubscriptionSessi
 from wsnmom.adapters.mqtt.config import parse_settings
 from wsnmom.adapters.mqtt.hub import Hub
 from wsnmom.adapters.mqtt.mapping import MqttMapping
-from wsnmom.core.adapter import OutboundMessage, QueueLimits, Received, SubscriptionSpec
+from wsnmom.core.adapter import (
+    AdapterError,
+    OutboundMessage,
+    QueueLimits,
+    Received,
+    SubscriptionSpec,
+)
 from wsnmom.core.dead_letters import box_name, destination_topic
 from wsnmom.topic_mapping.model import PathPattern, Topic
 
@@ -312,3 +319,33 @@ def test_a_re_attach_names_the_subscription_in_a_record_that_does_not(
     finally:
         native.close()
         h.stop()
+
+
+def test_a_second_instance_on_one_data_directory_is_refused(mqtt_url: str, tmp_path: Path) -> None:
+    """An instance's client ids (its publisher's, its dead-letter boxes') are kept in its
+    data directory: two instances on one directory would connect with the same ids and
+    cut each other off at every CONNECT, for ever and silently.  The second is refused,
+    naming the directory and the holder; once the first closes, the directory is free."""
+    options = {
+        "data_dir": str(tmp_path / "shared"),
+        "namespaces": {NS: "ns"},
+        "topic_prefix": f"d{uuid.uuid4().hex[:8]}",
+    }
+
+    def instance() -> MqttAdapter:
+        adapter = MqttAdapter(mqtt_url, options)
+        adapter.shared_by_instances(lambda name: True)
+        return adapter
+
+    first, second = instance(), instance()
+    first.open()
+    try:
+        with pytest.raises(AdapterError) as refused:
+            second.open()
+        message = str(refused.value)
+        assert str(tmp_path / "shared" / "mqtt") in message, message
+        assert f"process {os.getpid()}" in message, message
+    finally:
+        first.close()
+    second.open()  # the first one's lock went with its close
+    second.close()

@@ -32,7 +32,7 @@ from wsnmom.core.log_context import bound_request_id
 from wsnmom.core.model import EndpointReference, InboundNotification, SoapVersion, WireVersion
 from wsnmom.core.ports import BrokerPort
 
-from . import codec
+from . import codec, legacy_answers, legacy_faults
 from .auth import FORWARDED_ADDRESS_KEY, Authenticator
 from .codec import Op
 from .envelope import (
@@ -55,7 +55,8 @@ from .faults import (
 )
 from .hashing import PasswordChecksBusy
 from .identity import AuthenticationFailed
-from .legacy import Answered, Legacy, recognise
+from .legacy import Legacy, recognise
+from .legacy_requests import Answered, to_current
 from .long_poll import PARK, Poll, Poller, WaitFor
 from .message_info import apply_app_headers, messages_header, trace_headers
 from .ratelimit import RateLimiter
@@ -218,7 +219,7 @@ def soap_post(
     legacy = recognise(req)  # an older WS-N wire format: rewritten into 1.3 here
     if legacy is not None:
         try:
-            req = legacy[0].to_current(req, legacy[1])
+            req = to_current(legacy[0], req, legacy[1])
         except Answered as answered:  # no 1.3 request stands for it (a producer's Resume)
             count_request(legacy[1])
             return _answer(req, answered.element, None, legacy)
@@ -309,11 +310,15 @@ def _answer(
     if result is None:  # one-way
         return Reply(202, b"", _DEFAULT_CONTENT_TYPE)
     if legacy is not None:  # answered in the older wire format the request came in
-        answer = legacy[0].response(result)
+        answer = legacy_answers.response(legacy[0], result)
         element = answer.element if isinstance(answer, Spliced) else answer
         legacy_action = legacy[0].action(str(element.tag))
-        data = legacy[0].envelope_bytes(
-            req.version, answer, action=legacy_action, relates_to=req.addressing.message_id
+        data = legacy_answers.envelope_bytes(
+            legacy[0],
+            req.version,
+            answer,
+            action=legacy_action,
+            relates_to=req.addressing.message_id,
         )
         return Reply(200, data, content_type_for(req.version, legacy_action))
     data = envelope_bytes(req.version, result, action=action, relates_to=req.addressing.message_id)
@@ -471,10 +476,12 @@ def _fault(
         fault, action, rendered = fault_for_error(exc, version, now=now, originator=originator)
         data = envelope_bytes(version, fault, action=action, relates_to=relates_to)
     else:
-        fault, action, rendered = legacy[0].fault(
-            exc, version, legacy[1], now=now, originator=originator
+        fault, action, rendered = legacy_faults.fault(
+            legacy[0], exc, version, legacy[1], now=now, originator=originator
         )
-        data = legacy[0].envelope_bytes(version, fault, action=action, relates_to=relates_to)
+        data = legacy_answers.envelope_bytes(
+            legacy[0], version, fault, action=action, relates_to=relates_to
+        )
     count_fault(rendered.fault_name)
     exc = rendered  # the fault an error stands for (a full disk: ResourceUnavailable)
     retry_after = getattr(exc, "retry_after", None)

@@ -46,7 +46,9 @@ from wsnmom.core.model import WireVersion
 from wsnmom.core.ports import BrokerPort
 
 from . import (
+    admin_actions,  # noqa: F401  (its routes join the admin blueprint)
     admin_dead_letters,  # noqa: F401  (its routes join the admin blueprint)
+    admin_reads,  # noqa: F401  (its routes join the admin blueprint)
     admin_upstreams,  # noqa: F401  (its routes join the admin blueprint)
     codec,
 )

@@ -31,16 +31,9 @@ from flask import Response, request
 from wsnmom.core import errors
 from wsnmom.core.dead_letters import DeadLetter
 
-from .admin_api import (
-    _act,
-    _caller,
-    _error,
-    _json,
-    _refused_reading,
-    _service,
-    admin_api,
-    peek_count,
-)
+from .admin_actions import _act
+from .admin_api import _caller, _error, _json, _refused_reading, _service, admin_api
+from .admin_reads import peek_count
 
 __all__ = ["dead_letter_json"]
 

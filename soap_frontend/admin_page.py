@@ -59,7 +59,7 @@ def _serve(name: str) -> Response:
 def page() -> Response:
     """The admin page, with the values filled in for a caller who may read them
     (:mod:`.admin_render`)."""
-    from .admin_api import page_view
+    from .admin_reads import page_view
     from .admin_render import prefilled
 
     view = page_view()

@@ -26,7 +26,8 @@ from flask import Response, current_app, request
 from wsnmom.core import errors
 from wsnmom.core.config import ConfigError, UpstreamSettings, upstream_from_json
 
-from .admin_api import _act, _caller, _error, _json, _refused_reading, admin_api
+from .admin_actions import _act
+from .admin_api import _caller, _error, _json, _refused_reading, admin_api
 
 __all__ = ["UpstreamsPort"]
 

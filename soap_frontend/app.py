@@ -25,9 +25,10 @@ new one), which log records emitted while handling the request carry too
 (:mod:`.request_ids`).
 
 SOAP POSTs are handled by :func:`.dispatch.soap_post` (how a request finds its operation
-and resource is described there), called from the Flask views here and from the WSGI fast
-path (:mod:`.fastpath`), which the application is wrapped in.  The broker is reached through
-``core.ports.BrokerPort``; the paths come from ``core.addresses``.
+and resource is described there and in :mod:`.broker_calls`), called from the Flask views
+here and from the WSGI fast path (:mod:`.fastpath`), which the application is wrapped in.
+The broker is reached through ``core.ports.BrokerPort``; the paths come from
+``core.addresses``.
 """
 
 from __future__ import annotations
@@ -46,7 +47,9 @@ from wsnmom.core.model import WireVersion
 from wsnmom.core.ports import BrokerPort
 
 from . import (
+    admin_actions,  # noqa: F401  (its routes join the admin blueprint)
     admin_dead_letters,  # noqa: F401  (its routes join the admin blueprint)
+    admin_reads,  # noqa: F401  (its routes join the admin blueprint)
     admin_upstreams,  # noqa: F401  (its routes join the admin blueprint)
     codec,
 )
@@ -55,7 +58,8 @@ from .admin_auth import AdminSessions
 from .admin_forward import EXTENSION as ADMIN_FORWARD
 from .admin_page import admin_page
 from .auth import Authenticator
-from .dispatch import Frontend, Reply, Role, soap_post, transport_reply
+from .broker_calls import Role
+from .dispatch import Frontend, Reply, soap_post, transport_reply
 from .envelope import HttpError, version_for_media_type
 from .fastpath import SoapFastPath
 from .faults import invalid_log

@@ -55,7 +55,7 @@ from wsnmom.core.outbound_policy import AddressRefused, Destination, OutboundPol
 from wsnmom.core.ports import DeliveryFailed
 from wsnmom.core.redaction import redact_text, redact_url
 
-from . import codec
+from . import codec, legacy_answers
 from .codec import ACTIONS, FULL, SIMPLE, Op
 from .envelope import SOAP_NS, content_type_for, envelope_bytes
 from .legacy import LEGACY, Legacy
@@ -134,7 +134,7 @@ class SoapClient:
             wrapped: etree._Element | Spliced = (
                 codec.notify_element(messages)
                 if legacy is None
-                else legacy.notify_element(messages)
+                else legacy_answers.notify_element(legacy, messages)
             )
             hops = codec.hops_header([d.message.via for d in messages])
             info = messages_header([d.message for d in messages])
@@ -214,15 +214,15 @@ class SoapClient:
         if legacy is None:
             headers = [_reference_header(p) for p in target.reference_parameters]
         else:
-            headers = legacy.reference_headers(target.reference_parameters)
+            headers = legacy_answers.reference_headers(target.reference_parameters)
         headers += [h for h in (hops, info) if h is not None]
         if legacy is None:
             data = envelope_bytes(
                 version, body, action=action, to=target.address, extra_headers=headers
             )
         else:
-            data = legacy.envelope_bytes(
-                version, body, action=action, to=target.address, extra_headers=headers
+            data = legacy_answers.envelope_bytes(
+                legacy, version, body, action=action, to=target.address, extra_headers=headers
             )
         http_headers = {
             "Content-Type": content_type_for(version, action),

@@ -32,7 +32,8 @@ from werkzeug.http import HTTP_STATUS_CODES
 from werkzeug.wsgi import get_input_stream
 from wsnmom.core.addresses import BROKER_PATH, parse_resource_path, resource_path
 
-from .dispatch import Frontend, Reply, Role, soap_post
+from .broker_calls import Role
+from .dispatch import Frontend, Reply, soap_post
 
 WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 

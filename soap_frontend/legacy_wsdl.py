@@ -17,8 +17,8 @@ own schema cannot be served as printed (its extraction is garbled and it misspel
 ``ResgisterPublisherResponse``), and the 1.2 drafts' schemas are not shipped here, so the
 element names and their namespaces are what this WSDL pins down.  Faults: each operation
 declares exactly the faults the server sends for it in this version,
-:meth:`Legacy.declared_faults` of its kind of request, named by the rule the runtime
-follows (:meth:`Legacy.fault_element`): 1.0, ``ErrorMessage`` (xsd:string) in the
+:func:`.legacy_faults.declared_faults` of its kind of request, named by the rule the runtime
+follows (:func:`.legacy_faults.fault_element`): 1.0, ``ErrorMessage`` (xsd:string) in the
 interface's namespace under the 1.0 fault name; 1.2-draft, the draft's ``...Fault``
 element.
 """
@@ -31,7 +31,8 @@ from lxml import etree
 from wsnmom.core.addresses import BROKER_PATH, ResourceKind, kind_path
 from wsnmom.core.model import WireVersion
 
-from .legacy import LEGACY, Legacy, LegacyFault
+from .legacy import LEGACY, Legacy
+from .legacy_faults import LegacyFault, declared_faults
 from .xml import XSD
 
 WSDL = "http://schemas.xmlsoap.org/wsdl/"
@@ -40,7 +41,7 @@ WSDL_SOAP12 = "http://schemas.xmlsoap.org/wsdl/soap12/"
 HTTP_TRANSPORT = "http://schemas.xmlsoap.org/soap/http"
 
 #: (operation, interface namespace key, request local, response local or None, kind of
-#: request: its faults are :meth:`Legacy.declared_faults` of it)
+#: request: its faults are :func:`.legacy_faults.declared_faults` of it)
 _Op = tuple[str, str, str, str | None, str]
 #: port type -> (its operations, its endpoint path): :func:`_operations`
 _PortTypes = dict[str, tuple[tuple[_Op, ...], str]]
@@ -175,7 +176,7 @@ def _types(
             elements[ns[key]][request] = None
             if response:
                 elements[ns[key]][response] = None
-            for fault in legacy.declared_faults(kind):
+            for fault in declared_faults(legacy, kind):
                 elements[fault.namespace][fault.local] = None
     types = etree.SubElement(defs, _q(WSDL, "types"))
     for uri, names in elements.items():
@@ -212,7 +213,7 @@ def _messages(
             messages[request] = (ns[key], request)
             if response:
                 messages[response] = (ns[key], response)
-            for fault in legacy.declared_faults(kind):
+            for fault in declared_faults(legacy, kind):
                 messages[_fault_message(fault, prefix)] = (fault.namespace, fault.local)
     for name, (uri, local) in messages.items():
         msg = etree.SubElement(defs, _q(WSDL, "message"), name=name)
@@ -234,7 +235,7 @@ def _port_types(
             etree.SubElement(op_el, _q(WSDL, "input"), message=f"tns:{request}")
             if response:
                 etree.SubElement(op_el, _q(WSDL, "output"), message=f"tns:{response}")
-            for fault in legacy.declared_faults(kind):
+            for fault in declared_faults(legacy, kind):
                 etree.SubElement(
                     op_el,
                     _q(WSDL, "fault"),
@@ -269,7 +270,7 @@ def _bindings(
                 if response:
                     out = etree.SubElement(op_el, _q(WSDL, "output"))
                     etree.SubElement(out, _q(soap_ns, "body"), use="literal")
-                for fault in legacy.declared_faults(kind):
+                for fault in declared_faults(legacy, kind):
                     fault_el = etree.SubElement(op_el, _q(WSDL, "fault"), name=fault.name)
                     etree.SubElement(fault_el, _q(soap_ns, "fault"), name=fault.name, use="literal")
 

@@ -9,9 +9,10 @@ import pytest
 from lxml import etree
 from wsnmom.core import errors
 from wsnmom.core.model import SoapVersion, WireVersion
-from wsnmom.soap_frontend import codec
+from wsnmom.soap_frontend import codec, legacy_faults
 from wsnmom.soap_frontend.envelope import SoapRequest, parse_request
 from wsnmom.soap_frontend.legacy import WSN_10, WSN_12_DRAFT, recognise
+from wsnmom.soap_frontend.legacy_requests import to_current
 
 from tests.support.soap import envelope
 
@@ -34,7 +35,7 @@ def _rewrite(data: bytes) -> SoapRequest:
     found = recognise(req)
     assert found is not None
     legacy, kind = found
-    return legacy.to_current(req, kind)
+    return to_current(legacy, req, kind)
 
 
 def test_a_13_request_is_not_recognised() -> None:
@@ -120,8 +121,8 @@ def test_draft_notify_keeps_its_dialect() -> None:
     ],
 )
 def test_10_fault_names(error: errors.WsnError, kind: str, name: str) -> None:
-    fault, action, _ = WSN_10.fault(
-        error, SoapVersion.SOAP12, kind, now=datetime.now(UTC), originator=None
+    fault, action, _ = legacy_faults.fault(
+        WSN_10, error, SoapVersion.SOAP12, kind, now=datetime.now(UTC), originator=None
     )
     detail = fault.find(f"{{{S12}}}Detail")
     assert detail is not None and len(detail) == 1

@@ -2,7 +2,7 @@
 per operation are exactly the ones the runtime sends for it: every 1.3 fault the 1.3 WSDL
 declares for the operation(s) an older request is handled as, plus any request's
 (wsrf-bf:BaseFault, ResourceUnavailableFault, an internal error), rendered by
-:meth:`Legacy.fault` as the server does, is declared there with that element and name;
+:func:`legacy_faults.fault` as the server does, is declared there with that element and name;
 and each declared fault is one the runtime sends."""
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 import pytest
 from wsnmom.core import errors
 from wsnmom.core.model import SoapVersion, WireVersion
+from wsnmom.soap_frontend import legacy_faults
 from wsnmom.soap_frontend.faults import BaseFaultError
 from wsnmom.soap_frontend.legacy import LEGACY, Legacy
 from wsnmom.soap_frontend.legacy_wsdl import render_legacy_wsdl
@@ -51,8 +52,8 @@ def _error(element: str) -> BaseException:
 
 def sent(legacy: Legacy, exc: BaseException, kind: str) -> Fault:
     """(fault name, detail element) of the fault the runtime sends for ``exc``."""
-    fault, _, _ = legacy.fault(
-        exc, SoapVersion.SOAP12, kind, now=datetime.now(UTC), originator=None
+    fault, _, _ = legacy_faults.fault(
+        legacy, exc, SoapVersion.SOAP12, kind, now=datetime.now(UTC), originator=None
     )
     detail = fault.find(f"{{{S12}}}Detail")
     assert detail is not None and len(detail) == 1
@@ -94,10 +95,10 @@ def test_every_fault_sent_is_declared_for_its_operation(version: WireVersion) ->
 @pytest.mark.parametrize("kind", [k for k, _ in OPERATIONS.values()])
 def test_the_runtime_and_the_wsdl_follow_one_rule(version: WireVersion, kind: str) -> None:
     """For every fault core has, whatever the request: the element sent is the one
-    :meth:`Legacy.fault_element` names (the rule the WSDL is built from)."""
+    :func:`legacy_faults.fault_element` names (the rule the WSDL is built from)."""
     legacy = LEGACY[version]
     for name, cls in sorted(errors.ALL_FAULTS.items()):
-        rule = legacy.fault_element(f"{{{cls.namespace}}}{name}", kind)
+        rule = legacy_faults.fault_element(legacy, f"{{{cls.namespace}}}{name}", kind)
         assert sent(legacy, cls("x"), kind) == (
             rule.name,
             f"{{{rule.namespace}}}{rule.local}",

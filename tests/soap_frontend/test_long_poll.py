@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 from lxml import etree
-from wsnmom.soap_frontend.dispatch import Frontend, Result, Role, soap_post
+from wsnmom.soap_frontend.broker_calls import Role
+from wsnmom.soap_frontend.dispatch import Frontend, Result, soap_post
 from wsnmom.soap_frontend.envelope import SoapRequest
 from wsnmom.soap_frontend.long_poll import PARK, Parked, Poll, Poller, WaitFor
 

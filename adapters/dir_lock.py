@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import os
 
-from wsnmom.core.adapter import AdapterError
+from wsnmom.core.adapter import DirectoryInUse
 
 try:
     import fcntl
@@ -39,8 +39,9 @@ class DirectoryLock:
 def lock_directory(directory: str, file: str, what: str) -> DirectoryLock:
     """Lock ``directory`` (created if missing) through its ``file``.
 
-    :raises AdapterError: another process holds the lock (``what`` names the directory's
-        use in the message), or the file cannot be opened.
+    :raises DirectoryInUse: another process holds the lock (``what`` names the directory's
+        use in the message).
+    :raises OSError: the directory or its lock file cannot be made.
     """
     if fcntl is None:  # pragma: no cover - Windows
         return DirectoryLock(None)
@@ -55,7 +56,7 @@ def lock_directory(directory: str, file: str, what: str) -> DirectoryLock:
             owner = os.read(fd, 32).decode("ascii", "replace").strip()
         os.close(fd)
         holder = f"process {owner}" if owner else "another process"
-        raise AdapterError(f"{what} {directory!r} is in use by {holder} ({file})") from exc
+        raise DirectoryInUse(f"{what} {directory!r} is in use by {holder} ({file})") from exc
     os.ftruncate(fd, 0)
     os.write(fd, str(os.getpid()).encode())
     return DirectoryLock(fd)

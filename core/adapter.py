@@ -137,6 +137,12 @@ class AccessRefused(MiddlewareRefused):
     the user may not use it."""
 
 
+class DirectoryInUse(AdapterError):
+    """A directory the adapter keeps (its queues, its session state) is held by another
+    process; waiting would not help (not an ``AdapterUnavailable``): another gateway uses
+    that data directory."""
+
+
 class PublishFailed(AdapterError):
     """The middleware did not confirm a publish (nacked, timed out, rejected)."""
 

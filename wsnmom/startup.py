@@ -23,6 +23,7 @@ from wsnmom.core.adapter import (
     AdapterError,
     AdapterUnavailable,
     CredentialsRefused,
+    DirectoryInUse,
 )
 from wsnmom.core.config import ConfigError
 from wsnmom.core.config_values import InvalidValue
@@ -195,9 +196,7 @@ _MIDDLEWARE_ADVICE = {
     ),
 }
 
-#: the embedded adapter's messages when another process holds its directory, or its
-#: database cannot be opened
-_IN_USE = "in use by another process"
+#: the embedded adapter's message when its database cannot be opened
 _CANNOT_OPEN = "cannot open embedded store"
 
 
@@ -263,7 +262,7 @@ def explain(exc: BaseException) -> StartupError:
 
 def _adapter_error(exc: AdapterError) -> StartupError:
     text = str(exc)
-    if _IN_USE in text:
+    if isinstance(exc, DirectoryInUse):
         return StartupError(
             ExitStatus.DATA_DIR,
             f"{text}: another gateway uses this data directory; stop it or give this one "

@@ -7,6 +7,7 @@ what the last one saved, not from where its own idle cursor was made."""
 from __future__ import annotations
 
 import threading
+from dataclasses import replace
 from collections.abc import Iterator
 from typing import Any
 
@@ -360,3 +361,23 @@ def test_a_deliverer_forgetting_a_subscription_another_instance_deleted_leaves_n
     wait_until(lambda: shared.get("s") is None, 5, what="A deleting what it saved")
     assert "s" not in a.names() and "s" not in b.names()
     assert a.stats()["cursors"] == 0 and b.stats()["cursors"] == 0
+
+
+@pytest.mark.parametrize("deliverer", ["maker", "follower"])
+def test_a_subscription_made_before_any_stream_existed_gets_the_first_records(
+    engines: tuple[_MemoryLog, _SharedPositions, list[CursorEngine]], deliverer: str
+) -> None:
+    """The maker knew no stream, so it saved no start; the first record was published
+    before the other instance followed the subscription.  Before, that instance took the
+    subscription for a new one, started it at its own end and saved that: whichever
+    instance delivered it then skipped the record (an at-least-once loss)."""
+    log, shared, (a, b) = engines
+    made = a.subscription(replace(spec("s", "t"), origin="new"))
+    assert shared.get("s") is None  # no stream yet: nothing to save
+    log.append(STREAM, b"first")
+    followed = b.subscription(replace(spec("s", "t"), origin="elsewhere"))
+    log.append(STREAM, b"second")  # published once both instances have the cursor
+    got = Collector()
+    (made if deliverer == "maker" else followed).start(got)
+    received = got.wait_for_body(b"second", 5)
+    assert [m.body for m in received] == [b"first", b"second"]

@@ -7,8 +7,8 @@ what the last one saved, not from where its own idle cursor was made."""
 from __future__ import annotations
 
 import threading
-from dataclasses import replace
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import pytest

@@ -1,6 +1,8 @@
 """The cursor engine's head thread: it follows the end of every stream and hands each record
 to the attached cursors whose patterns match; a stream that restarted (its offsets went
-back) resets the cursors that read it (see :mod:`wsnmom.adapters.logbase.engine`)."""
+back) resets the cursors that read it; a cursor that attached during a poll in which a
+selective head left out a topic it wants reads that poll's records with a catch-up
+reader (see :mod:`wsnmom.adapters.logbase.engine`)."""
 
 from __future__ import annotations
 

@@ -185,16 +185,13 @@ class CursorEngine(Head, Commits, CatchUp, Burial, Peeking):
         self._store = None
         self._head_reader = None
         self._threads = []
-        self._running = False
-        self._dispatching = False
-        self._hold = False
+        self._running = self._dispatching = self._hold = False
         self._head_started = threading.Event()
         #: during a head poll: topics the selective head was told nobody wants, cursors
         #: that attached (``Head._recheck_attached``)
         self._refused, self._attached_meanwhile = set(), set()
         #: head sync: polls asked for / the last one that reached the end
-        self._sync_asked = 0
-        self._sync_done = 0
+        self._sync_asked = self._sync_done = 0
         self._sync_cv = threading.Condition(self.lock)
         self._wake_commit = threading.Event()
         self._last_head_commit = 0.0

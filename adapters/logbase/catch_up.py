@@ -59,6 +59,7 @@ class CatchUp(EngineParts):
             return False
         cursor.attached = True
         cursor.floor = {s: p for s, p in cursor.positions.items() if p >= 0}
+        self._attached_meanwhile.add(cursor.name)
         if self.shared:
             # another instance may deliver it next: its saved positions stay, and are
             # saved again while they change

@@ -185,13 +185,13 @@ class CursorEngine(Head, Commits, CatchUp, Burial, Peeking):
         self._store = None
         self._head_reader = None
         self._threads = []
-        self._running = False
-        self._dispatching = False
-        self._hold = False
+        self._running = self._dispatching = self._hold = False
         self._head_started = threading.Event()
+        #: during a head poll: topics the selective head was told nobody wants, cursors
+        #: that attached (``Head._recheck_attached``)
+        self._refused, self._attached_meanwhile = set(), set()
         #: head sync: polls asked for / the last one that reached the end
-        self._sync_asked = 0
-        self._sync_done = 0
+        self._sync_asked = self._sync_done = 0
         self._sync_cv = threading.Condition(self.lock)
         self._wake_commit = threading.Event()
         self._last_head_commit = 0.0
@@ -316,7 +316,7 @@ class CursorEngine(Head, Commits, CatchUp, Burial, Peeking):
         else:
             positions = self._end_now()
             if self.shared:
-                positions = self._shared_start(spec.name, positions)
+                positions = self._shared_start(spec.name, positions, spec.origin)
         with self.lock:
             cursor = self._cursors.get(spec.name)
             if cursor is None:
@@ -333,13 +333,19 @@ class CursorEngine(Head, Commits, CatchUp, Burial, Peeking):
                 self._index_cursor(cursor)
             return CursorHandle(cursor)
 
-    def _shared_start(self, name: str, ends: dict[StreamId, int]) -> dict[StreamId, int]:
+    def _shared_start(
+        self, name: str, ends: dict[StreamId, int], origin: str
+    ) -> dict[StreamId, int]:
         """Shared: where a cursor made here without known positions starts.  Made through
         another instance a moment ago (this one follows it): where that instance saved it,
         and from the start of each stream it saved nothing for (a stream that appeared
-        since, such as the topic of the first notification published to it); else it is
-        new: ``ends``, saved at once, so that whichever instance delivers it starts there
-        and no record published after it was made is skipped."""
+        since, such as the topic of the first notification published to it).  That
+        instance saved nothing at all when it knew no stream yet: then every stream is
+        read from its start (``origin`` "elsewhere"; taking it for a new one here started
+        it at this instance's end and saved that, so the records published in between
+        were skipped by whichever instance delivered it).  Else it is new: ``ends``,
+        saved at once, so that whichever instance delivers it starts there and no record
+        published after it was made is skipped."""
         store = self._store
         if store is None:
             return ends
@@ -347,6 +353,8 @@ class CursorEngine(Head, Commits, CatchUp, Burial, Peeking):
             saved = store.load_one(name)
             if saved is not None:
                 return dict(saved)
+            if origin == "elsewhere":
+                return {}
             start = {stream: offset for stream, offset in ends.items() if offset >= 0}
             if not start:  # no stream yet: nothing to save
                 return ends

@@ -1,6 +1,8 @@
 """The cursor engine's head thread: it follows the end of every stream and hands each record
 to the attached cursors whose patterns match; a stream that restarted (its offsets went
-back) resets the cursors that read it (see :mod:`wsnmom.adapters.logbase.engine`)."""
+back) resets the cursors that read it; a cursor that attached during a poll in which a
+selective head left out a topic it wants reads that poll's records with a catch-up
+reader (see :mod:`wsnmom.adapters.logbase.engine`)."""
 
 from __future__ import annotations
 
@@ -30,7 +32,10 @@ class Head(EngineParts):
         question, from the head thread; under the lock, so a cursor being re-indexed is
         never missed)."""
         with self.lock:
-            return bool(self._match_all) or bool(self._index.match(topic))
+            if self._match_all or self._index.match(topic):
+                return True
+            self._refused.add(topic)
+            return False
 
     def _head_loop(self) -> None:
         head = self._head_reader
@@ -42,6 +47,8 @@ class Head(EngineParts):
                 if not self._running:
                     return
                 asked = self._sync_asked
+                self._refused.clear()
+                self._attached_meanwhile.clear()
             try:
                 records = head.poll(self.batch, self.poll_timeout)
             except Exception:
@@ -52,6 +59,8 @@ class Head(EngineParts):
             with self.lock:
                 if not self._running:
                     return
+                if self._refused and self._attached_meanwhile:
+                    self._recheck_attached()
                 for stream, offset in head.positions().items():
                     self._head.setdefault(stream, offset)
                 matched: dict[Topic, set[str]] = {}  # a batch's records share few topics
@@ -65,6 +74,29 @@ class Head(EngineParts):
             for cursor in touched.values():
                 cursor.drain()
             self._maybe_commit_head(head)
+
+    def _recheck_attached(self) -> None:
+        """Before a poll's records are dispatched (hold the lock): a cursor that attached
+        while the poll was under way, and wants a topic the selective head was told
+        nobody wanted, may miss what the head left out of that topic (it attached at the
+        head's positions before the poll, and from the start of a stream the head did not
+        follow yet).  It goes back to those positions and a catch-up reader reads them;
+        it is in the index now, so a later poll leaves nothing of it out."""
+        for name in self._attached_meanwhile:
+            cursor = self._cursors.get(name)
+            if cursor is None or not cursor.attached:
+                continue
+            if not any(cursor.wants(topic) for topic in self._refused):
+                continue
+            positions = dict(self._head)
+            for stream, floor in cursor.floor.items():
+                positions[stream] = max(positions.get(stream, floor), floor)
+            cursor.positions = positions
+            cursor.attached = False
+            cursor.floor = {}
+            cursor.dirty = True
+            self._queue_catch_up(cursor)
+        self._attached_meanwhile.clear()
 
     def _dispatch(
         self,

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from wsnmom.topic_mapping.index import TopicIndex
+from wsnmom.topic_mapping.model import Topic
 
 from .backend import HeadReader, LogBackend, PositionStore, RecordsLost, StreamId
 
@@ -54,6 +55,8 @@ class EngineParts:
     _dispatching: bool
     _hold: bool
     _head_started: threading.Event
+    _refused: set[Topic]
+    _attached_meanwhile: set[str]
     _sync_asked: int
     _sync_done: int
     _sync_cv: threading.Condition

@@ -17,7 +17,7 @@ import pytest
 pytest.importorskip("confluent_kafka")
 
 from wsnmom.adapters.kafka.adapter import KafkaAdapter
-from wsnmom.core.adapter import OutboundMessage, SubscriptionSpec
+from wsnmom.core.adapter import OutboundMessage, SpecOrigin, SubscriptionSpec
 from wsnmom.topic_mapping.model import PathPattern, Topic
 
 from tests.adapters.test_kafka_conformance import isolated_options
@@ -36,8 +36,8 @@ def message(body: bytes) -> OutboundMessage:
     return OutboundMessage(topic=TOPIC, body=body, message_id=uuid.uuid4().hex)
 
 
-def spec(name: str) -> SubscriptionSpec:
-    return SubscriptionSpec(name, (PathPattern(NS, TOPIC.path),))
+def spec(name: str, origin: SpecOrigin = "") -> SubscriptionSpec:
+    return SubscriptionSpec(name, (PathPattern(NS, TOPIC.path),), origin=origin)
 
 
 class _CountingReaders:
@@ -98,11 +98,11 @@ def test_cursors_taken_over_behind_the_head_get_every_record_once_in_order(
     zombies = {"g1-0", "g1-1", "g0-0"}  # this instance's lease on them lapsed
     dead = instances("dead", lambda name: True)
     survivor = instances("survivor", lambda name: name not in zombies, catch_up_readers=1)
-    dead.publish_many([message(b"pre")])
     groups = {g: [f"g{g}-{i}" for i in range(8)] for g in range(3)}
     names = [n for members in groups.values() for n in members]
-    for name in names:  # made through the survivor, their starting positions saved
-        survivor.subscription(spec(name))
+    for name in names:  # made through the survivor before the topic's first record
+        survivor.subscription(spec(name, "new"))
+    dead.publish_many([message(b"pre")])
     bodies = [b"m%d" % i for i in range(10)]
     dead.publish_many([message(b) for b in bodies])
     # the dead instance delivered groups 1 and 2 and settled the first 4 and 7 records
@@ -112,7 +112,8 @@ def test_cursors_taken_over_behind_the_head_get_every_record_once_in_order(
     for g in settled:
         for name in groups[g]:
             held[name] = Collector(ack=False)
-            dead.subscription(spec(name)).start(held[name], prefetch=100)
+            # the dead instance follows them (it has a head group of its own)
+            dead.subscription(spec(name, "elsewhere")).start(held[name], prefetch=100)
     for name, got in held.items():
         got.wait_for(10, WAIT)
         for received in got.received[: settled[int(name[1])]]:
@@ -126,12 +127,12 @@ def test_cursors_taken_over_behind_the_head_get_every_record_once_in_order(
         return next((o for (log, _), o in positions.items() if log.endswith("line.speed")), 0)
 
     starts = {n: saved(first[n]) for n in names}
-    # group 0 where it was made, groups 1 and 2 past the records settled ("pre" is
-    # offset 0; whether a cursor starts before or after it depends on whether the
-    # instance that made or delivered it knew the topic's stream yet)
-    assert {starts[n] for n in groups[0]} <= {0, 1}, starts
-    assert {starts[n] for n in groups[1]} <= {4, 5}, starts
-    assert {starts[n] for n in groups[2]} <= {7, 8}, starts
+    # group 0 where it was made (nothing saved: each stream from its start), groups 1
+    # and 2 past the records settled ("pre" is offset 0; before, a cursor the survivor
+    # saved no start for was started by the dead instance at its own end, past "pre")
+    assert {starts[n] for n in groups[0]} == {0}, starts
+    assert {starts[n] for n in groups[1]} == {4}, starts
+    assert {starts[n] for n in groups[2]} == {7}, starts
 
     readers = _CountingReaders(survivor)
     got = {name: Collector() for name in names}
@@ -155,3 +156,33 @@ def test_cursors_taken_over_behind_the_head_get_every_record_once_in_order(
     wait_until(saved_past_the_sentinel, WAIT, what="the survivor saving its positions")
     for name in zombies:
         assert store.load_one(name) == first[name], name
+
+
+def test_subscriptions_made_before_their_topics_first_record_get_it_whoever_delivers(
+    instances: Callable[..., KafkaAdapter],
+) -> None:
+    """Subscriptions made through one instance before their topic had a record, the
+    first records published, then another instance (a head group of its own, already
+    reading the topic's stream past them) follows them; half are delivered by each.
+    Every one gets every record: the follower takes up the start the maker saved, and
+    reads the stream that start has no position in from its beginning, not from where
+    its own head is."""
+    maker = instances("maker", lambda name: True)
+    follower = instances("follower", lambda name: True)
+    names = [f"s{i}" for i in range(6)]
+    made = {name: maker.subscription(spec(name, "new")) for name in names}
+    # a subscription the follower delivers: once it has the first records, the
+    # follower's head reads the topic's stream past them
+    witness = Collector()
+    follower.subscription(spec("witness", "new")).start(witness, prefetch=100)
+    first = [b"f%d" % i for i in range(3)]
+    maker.publish_many([message(b) for b in first])
+    witness.wait_for(len(first), WAIT)
+    followed = {name: follower.subscription(spec(name, "elsewhere")) for name in names}
+    got = {name: Collector() for name in names}
+    for i, name in enumerate(names):
+        (made if i % 2 else followed)[name].start(got[name], prefetch=100)
+    maker.publish_many([message(b"end")])  # the sentinel
+    for name in names:
+        got[name].wait_for_body(b"end", WAIT)
+        assert got[name].bodies() == [*first, b"end"], name

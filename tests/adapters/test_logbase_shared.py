@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -398,3 +399,23 @@ def test_a_purge_is_not_undone_by_a_resume_while_its_position_is_being_saved(
     log.append(STREAM, b"11")
     assert [m.body for m in got.wait_for_body(b"11", 5)] == [b"0", b"11"]
     wait_until(lambda: shared.get("s") == {STREAM: 12}, 5, what="A saving the position")
+
+
+@pytest.mark.parametrize("deliverer", ["maker", "follower"])
+def test_a_subscription_made_before_any_stream_existed_gets_the_first_records(
+    engines: tuple[_MemoryLog, _SharedPositions, list[CursorEngine]], deliverer: str
+) -> None:
+    """The maker knew no stream, so it saved no start; the first record was published
+    before the other instance followed the subscription.  Before, that instance took the
+    subscription for a new one, started it at its own end and saved that: whichever
+    instance delivered it then skipped the record (an at-least-once loss)."""
+    log, shared, (a, b) = engines
+    made = a.subscription(replace(spec("s", "t"), origin="new"))
+    assert shared.get("s") is None  # no stream yet: nothing to save
+    log.append(STREAM, b"first")
+    followed = b.subscription(replace(spec("s", "t"), origin="elsewhere"))
+    log.append(STREAM, b"second")  # published once both instances have the cursor
+    got = Collector()
+    (made if deliverer == "maker" else followed).start(got)
+    received = got.wait_for_body(b"second", 5)
+    assert [m.body for m in received] == [b"first", b"second"]

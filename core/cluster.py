@@ -256,9 +256,10 @@ class ClusterMember:
         """Stop the threads; hand the leases and the leadership back (a clean stop).
 
         The threads are waited for briefly (:data:`STOP_WAIT` in all): the follow thread
-        may be declaring a subscription another instance made, and the heartbeat thread
-        closing the deliveries of a shard it lost, middleware round trips that wait for a
-        connection being restored (a SIGTERM right after a rejoin).  The caller closed the
+        may be declaring a subscription another instance made, a middleware round trip
+        that waits for a connection being restored (a SIGTERM right after a rejoin); the
+        heartbeat thread only queues the openings and closings of the shards it gains and
+        loses (``core.ownership``).  The caller closed the
         deliveries first and stopped ``gained`` (``core.ownership``), so what opens
         meanwhile never consumes, and the shards are handed back at once; a thread still
         busy ends after its round without touching the leases again."""
@@ -413,7 +414,7 @@ class ClusterMember:
             except Exception:
                 log.debug("releasing shards failed (their leases expire)", exc_info=True)
         if self._stop.is_set():
-            return  # stopped while ``lost`` closed deliveries: ``stop`` hands back
+            return  # stopped during this beat: ``stop`` hands back
         self._held = now_held
         if gained:
             failovers = len(gained & set(leases.taken_over))

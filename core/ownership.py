@@ -12,10 +12,16 @@ opener threads do them, several at once, while the heartbeat thread (``core.clus
 goes on renewing the leases.  (On that thread, one after the other, the openings of a
 few hundred subscriptions outlasted the lease: the instance then dropped every shard as
 "not renewed in time", took them again and opened them again, for ever;
-docs/scale-out.md, "Failover at scale".)  An opening is made under the subscription's
-lock and only while this instance still holds its shard (``SubscriptionDelivery.attach``
-asks); ``lost`` closes under the same lock, so a shard lost while its openings wait or
-run leaves nothing open.
+docs/scale-out.md, "Failover at scale".)  Closing a delivery is a round trip too (cancel
+its consumer), so ``lost`` queues the closings to the same threads.  The fence does not
+wait for them: the heartbeat forgets a lost shard before it calls ``lost``, and from then
+on a delivery of that shard posts nothing (``_Pusher`` asks ``delivers`` before preparing
+and before posting each batch) until it is closed or its shard is held again.
+
+Each opening and each closing is made under the subscription's (or pull point's) lock
+and looks at the shard again there: an opening only while this instance holds it, a
+closing only while it does not.  A shard lost and taken again, its closing and its
+opening run in either order, or at once on two threads: the delivery ends open once.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ import queue
 import threading
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from wsnmom.core.context import BrokerContext
 from wsnmom.core.coordination import shard_of
@@ -42,6 +49,16 @@ OPEN_AT_ONCE = 8
 RECONCILE_EVERY = 2.0
 
 
+@dataclass(frozen=True, slots=True)
+class _Close:
+    """A delivery (or a pull point's buffer) of a lost shard, to be closed."""
+
+    item: LiveSubscription | LivePullPoint
+
+
+_Work = LiveSubscription | LivePullPoint | _Close
+
+
 class Ownership:
     """Opens and closes deliveries as shards come and go (see the module docstring)."""
 
@@ -50,10 +67,10 @@ class Ownership:
         self._subscriptions = subscriptions
         #: the instance is stopping: gained shards open nothing more
         self._closed = False
-        #: openings waiting for an opener thread (None: stop that thread)
-        self._queue: queue.Queue[LiveSubscription | LivePullPoint | None] = queue.Queue()
+        #: openings and closings waiting for an opener thread (None: stop that thread)
+        self._queue: queue.Queue[_Work | None] = queue.Queue()
         self._openers: list[threading.Thread] = []
-        #: openings queued or under way (``settled`` waits for none)
+        #: openings and closings queued or under way (``settled`` waits for none)
         self._pending = 0
         self._idle = threading.Condition()
         self._reconciled = float("-inf")
@@ -68,7 +85,8 @@ class Ownership:
             self._queue.put(None)
 
     def settled(self, timeout: float = 30.0) -> bool:
-        """Wait until every queued opening was made (or dropped); False on timeout."""
+        """Wait until every queued opening and closing was made (or dropped); False on
+        timeout."""
         with self._idle:
             return self._idle.wait_for(lambda: self._pending == 0, timeout)
 
@@ -101,7 +119,7 @@ class Ownership:
         work.extend(self._pull_points(shards))
         if self._closed or not work:
             return
-        self._queue_openings(work)
+        self._enqueue(work)
 
     def reconcile(self, shards: set[int]) -> None:
         """After every heartbeat, with the shards held: queue the opening of each of
@@ -120,9 +138,9 @@ class Ownership:
         engine = self._ctx.engine
         missing = [s for s in self._of(shards) if engine.channel(s.record.id) is None]
         if missing:
-            self._queue_openings(missing)
+            self._enqueue(missing)
 
-    def _queue_openings(self, work: Sequence[LiveSubscription | LivePullPoint]) -> None:
+    def _enqueue(self, work: Sequence[_Work]) -> None:
         with self._idle:
             self._pending += len(work)
         while len(self._openers) < min(OPEN_AT_ONCE, len(work) + len(self._openers)):
@@ -135,13 +153,18 @@ class Ownership:
     def _run(self) -> None:
         while (item := self._queue.get()) is not None:
             try:
-                if not self._closed:
-                    if isinstance(item, LivePullPoint):
-                        self._start_reading(item)
-                    else:
-                        self._open(item)
+                if self._closed:
+                    pass  # the engine closes every delivery
+                elif isinstance(item, _Close):
+                    self._close(item.item)
+                elif isinstance(item, LivePullPoint):
+                    self._start_reading(item)
+                else:
+                    self._open(item)
             except Exception:
-                log.exception("opening the delivery of %s failed", item.record.id)
+                what = "closing" if isinstance(item, _Close) else "opening"
+                record = item.item.record if isinstance(item, _Close) else item.record
+                log.exception("%s the delivery of %s failed", what, record.id)
             finally:
                 with self._idle:
                     self._pending -= 1
@@ -169,13 +192,23 @@ class Ownership:
                 pull_point.reader.start()
 
     def lost(self, shards: set[int]) -> None:
-        """Another instance delivers ``shards`` (or may soon)."""
-        for state in self._of(shards):
-            with state.lock:  # after an opening under way: it is closed here
-                self._ctx.engine.close_channel(state.record.id)
-        for pull_point in self._pull_points(shards):
-            try:
-                with pull_point.lock:  # after a GetMessages under way settled its messages
-                    pull_point.reader.stop()
-            except Exception:
-                log.exception("stopping pull point %s failed", pull_point.record.id)
+        """Another instance delivers ``shards`` (or may soon): their deliveries and pull
+        point buffers are queued for closing (see the module docstring); they post
+        nothing meanwhile."""
+        work: list[_Work] = [_Close(s) for s in self._of(shards)]
+        work.extend(_Close(p) for p in self._pull_points(shards))
+        if self._closed or not work:
+            return
+        self._enqueue(work)
+
+    def _close(self, item: LiveSubscription | LivePullPoint) -> None:
+        """Close one lost delivery, unless its shard is held again (then it stays open,
+        or is opened by the opening queued when the shard was gained)."""
+        if isinstance(item, LivePullPoint):
+            with item.lock:  # after a GetMessages under way settled its messages
+                if not self._ctx.delivers(item.record.id):
+                    item.reader.stop()
+            return
+        with item.lock:  # after an opening under way: it is closed here
+            if not self._ctx.delivers(item.record.id):
+                self._ctx.engine.close_channel(item.record.id)

@@ -304,6 +304,13 @@ class _Pusher:
         """Each message as the consumer is to get it, or None to drop it."""
         out: list[Delivered | None] = []
         sub_id = self.state.record.id
+        ctx = self.delivery._ctx
+        if not ctx.delivers(sub_id):
+            # its shard was lost, the closing of this delivery is queued
+            # (``core.ownership``): kept unsettled, not a failed attempt (a give-up would
+            # bury what another instance delivers); it goes back to the middleware at
+            # the close, or is sent once the shard is held again
+            raise PrepareLater(ctx.settings.retry.initial_delay.total_seconds() or 1.0)
         for message in self.delivery.accepted(self.state, batch, shared=True):
             if message is None:
                 out.append(None)

@@ -10,15 +10,10 @@ lock goes away with the process, however it ends.
 
 from __future__ import annotations
 
-import contextlib
 import os
 
 from wsnmom.core.adapter import DirectoryInUse
-
-try:
-    import fcntl
-except ImportError:  # pragma: no cover - Windows: no cross-process guard
-    fcntl = None  # type: ignore[assignment]
+from wsnmom.core.file_lock import LockHeld, lock_file, unlock_file
 
 __all__ = ["DirectoryLock", "lock_directory"]
 
@@ -30,10 +25,8 @@ class DirectoryLock:
         self._fd = fd
 
     def release(self) -> None:
-        if self._fd is not None:
-            with contextlib.suppress(OSError):
-                os.close(self._fd)  # closing releases the flock
-            self._fd = None
+        unlock_file(self._fd)
+        self._fd = None
 
 
 def lock_directory(directory: str, file: str, what: str) -> DirectoryLock:
@@ -43,20 +36,9 @@ def lock_directory(directory: str, file: str, what: str) -> DirectoryLock:
         use in the message).
     :raises OSError: the directory or its lock file cannot be made.
     """
-    if fcntl is None:  # pragma: no cover - Windows
-        return DirectoryLock(None)
     os.makedirs(directory, exist_ok=True)
-    path = os.path.join(directory, file)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as exc:
-        owner = ""
-        with contextlib.suppress(OSError):
-            owner = os.read(fd, 32).decode("ascii", "replace").strip()
-        os.close(fd)
-        holder = f"process {owner}" if owner else "another process"
-        raise DirectoryInUse(f"{what} {directory!r} is in use by {holder} ({file})") from exc
-    os.ftruncate(fd, 0)
-    os.write(fd, str(os.getpid()).encode())
-    return DirectoryLock(fd)
+        return DirectoryLock(lock_file(os.path.join(directory, file)))
+    except LockHeld as held:
+        holder = f"process {held.owner}" if held.owner else "another process"
+        raise DirectoryInUse(f"{what} {directory!r} is in use by {holder} ({file})") from held

@@ -8,14 +8,9 @@ process holds it.  The lock goes away with the process, however it ends.
 
 from __future__ import annotations
 
-import contextlib
-import os
 from pathlib import Path
 
-try:
-    import fcntl
-except ImportError:  # pragma: no cover - Windows: no cross-process guard
-    fcntl = None  # type: ignore[assignment]
+from wsnmom.core.file_lock import LockHeld, lock_file, unlock_file
 
 __all__ = ["DataDirInUse", "StoreLock", "lock_store"]
 
@@ -41,10 +36,8 @@ class StoreLock:
         self._fd = fd
 
     def release(self) -> None:
-        if self._fd is not None:
-            with contextlib.suppress(OSError):
-                os.close(self._fd)  # closing releases the flock
-            self._fd = None
+        unlock_file(self._fd)
+        self._fd = None
 
 
 def lock_store(store_url: str) -> StoreLock:
@@ -54,22 +47,15 @@ def lock_store(store_url: str) -> StoreLock:
     :raises OSError: the directory cannot be created or written.
     """
     prefix = "sqlite:///"
-    if fcntl is None or not store_url.startswith(prefix):
+    if not store_url.startswith(prefix):
         return StoreLock(None, None)
     db = store_url[len(prefix) :]
     if not db or db == ":memory:":
         return StoreLock(None, None)
     path = Path(db + ".lock")
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as exc:
-        owner = ""
-        with contextlib.suppress(OSError):
-            owner = os.read(fd, 32).decode("ascii", "replace").strip()
-        os.close(fd)
-        raise DataDirInUse(path, owner) from exc
-    os.ftruncate(fd, 0)
-    os.write(fd, str(os.getpid()).encode())
-    return StoreLock(path, fd)
+        fd = lock_file(str(path))
+    except LockHeld as held:
+        raise DataDirInUse(path, held.owner) from held
+    return StoreLock(path if fd is not None else None, fd)

@@ -44,6 +44,13 @@ Threading
     ``on_message`` callback given to ``SubscriptionHandle.start`` is called on an adapter
     thread and must not block: core only enqueues there.  ``Received.ack``/``nack`` may be
     called from any thread.
+
+Where the contract's parts are written
+    This module holds the durable subscription (``SubscriptionSpec``, ``QueueLimits``,
+    ``SubscriptionHandle``) and the ``Adapter`` itself; ``adapter_capabilities`` holds
+    ``Capabilities``, ``adapter_messages`` the header names and message types,
+    ``adapter_errors`` the exceptions.  Every name is re-exported here: import them from
+    ``wsnmom.core.adapter``.
 """
 
 from __future__ import annotations
@@ -51,106 +58,86 @@ from __future__ import annotations
 import abc
 import enum
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, ClassVar, Literal
 
-from wsnmom.core.model import NotificationMessage, _direct_init
+from wsnmom.core.adapter_capabilities import Capabilities
+from wsnmom.core.adapter_errors import (
+    AccessRefused,
+    AdapterError,
+    AdapterUnavailable,
+    CredentialsRefused,
+    DirectoryInUse,
+    MiddlewareBusy,
+    MiddlewareRefused,
+    PublishFailed,
+    TopicUnavailable,
+)
+from wsnmom.core.adapter_messages import (
+    DROPPED_MAX_AGE,
+    DROPPED_OVERFLOW,
+    DROPPED_OVERFLOW_END,
+    HEADER_DROPPED_AT,
+    HEADER_DROPPED_ATTEMPTS,
+    HEADER_DROPPED_FROM,
+    HEADER_DROPPED_REASON,
+    HEADER_MESSAGE_ID,
+    HEADER_PRODUCER_REFERENCE,
+    HEADER_PUBLISHED_AT,
+    HEADER_TOPIC_DIALECT,
+    HEADER_TOPIC_NAMESPACE,
+    HEADER_TOPIC_PATH,
+    INTERNAL_NAMESPACE_PREFIX,
+    OutboundMessage,
+    PublishReceipt,
+    Received,
+    SharedMessage,
+    StoredMessage,
+    is_internal_namespace,
+)
 from wsnmom.topic_mapping.model import PathPattern, Topic
 
-if TYPE_CHECKING:
-    from wsnmom.topic_mapping.syntax import WildcardSyntax
-
-
-#: Metadata header names carried with every message (AMQP headers, Kafka record headers,
-#: MQTT 5 user properties).  Natively published messages may lack all of them.
-HEADER_MESSAGE_ID = "wsnmom-message-id"
-HEADER_TOPIC_NAMESPACE = "wsnmom-topic-ns"
-HEADER_TOPIC_PATH = "wsnmom-topic-path"
-HEADER_TOPIC_DIALECT = "wsnmom-topic-dialect"
-HEADER_PRODUCER_REFERENCE = "wsnmom-producer-ref"
-HEADER_PUBLISHED_AT = "wsnmom-published-at"
-#: Set by an adapter on a message the middleware dropped itself from a subscription and
-#: sent to ``SubscriptionSpec.dead_letters`` (``Capabilities.native_dead_letters``): why
-#: (:data:`DROPPED_MAX_AGE`, :data:`DROPPED_OVERFLOW`) and the ``SubscriptionSpec.name``
-#: it was dropped from.
-HEADER_DROPPED_REASON = "wsnmom-dropped-reason"
-HEADER_DROPPED_FROM = "wsnmom-dropped-from"
-#: with them, when it was dropped (ISO 8601, UTC), so that a dead letter keeps its time
-#: across gateway restarts; and how many times it had been handed out before (absent: 0)
-HEADER_DROPPED_AT = "wsnmom-dropped-at"
-HEADER_DROPPED_ATTEMPTS = "wsnmom-dropped-attempts"
-DROPPED_MAX_AGE = "max-age"
-DROPPED_OVERFLOW = "overflow"
-#: the subscription was ended for its full backlog (``limits.on_full = "end"``) and its
-#: whole backlog sent to its dead letters (``SubscriptionHandle.delete_into_dead_letters``)
-DROPPED_OVERFLOW_END = "overflow-end"
-
-#: Namespaces starting with this prefix are internal to wsnmom (see the module docstring):
-#: never matched by ``SubscriptionSpec.patterns=None``, never usable by clients.
-INTERNAL_NAMESPACE_PREFIX = "urn:wsnmom:internal:"
-
-
-def is_internal_namespace(namespace: str) -> bool:
-    """True for a namespace reserved for wsnmom's internal traffic."""
-    return namespace.startswith(INTERNAL_NAMESPACE_PREFIX)
-
-
-class AdapterError(Exception):
-    """Base class of adapter failures."""
-
-
-class AdapterUnavailable(AdapterError):
-    """The middleware cannot be reached now (connection lost, not yet open).
-
-    Retrying may help, unless it is a :class:`MiddlewareRefused`: the middleware answered
-    and turned the gateway away, which needs an operator."""
-
-
-class MiddlewareBusy(AdapterError):
-    """The middleware is connected but did not answer in time: it is overloaded, not
-    unreachable (never an ``AdapterUnavailable``).  ``retry_after`` (seconds) is the
-    adapter's estimate of when the backlog in front of the operation will have cleared;
-    ``backlog`` how many operations were waiting (None when the adapter cannot tell).
-    Core answers a ResourceUnavailableFault of its own text, HTTP 503 with that
-    ``Retry-After``, and does not treat the middleware as down."""
-
-    def __init__(
-        self, message: str, *, retry_after: float | None = None, backlog: int | None = None
-    ) -> None:
-        super().__init__(message)
-        self.retry_after = retry_after
-        self.backlog = backlog
-
-
-class MiddlewareRefused(AdapterError):
-    """The middleware answered but will not serve the gateway; retrying does not help
-    (not an ``AdapterUnavailable``: a gateway does not keep waiting for it)."""
-
-
-class CredentialsRefused(MiddlewareRefused):
-    """Wrong user name, password or client certificate."""
-
-
-class AccessRefused(MiddlewareRefused):
-    """The credentials were accepted but the virtual host / namespace does not exist or
-    the user may not use it."""
-
-
-class DirectoryInUse(AdapterError):
-    """A directory the adapter keeps (its queues, its session state) is held by another
-    process; waiting would not help (not an ``AdapterUnavailable``): another gateway uses
-    that data directory."""
-
-
-class PublishFailed(AdapterError):
-    """The middleware did not confirm a publish (nacked, timed out, rejected)."""
-
-
-class TopicUnavailable(AdapterError):
-    """The middleware has no place for this topic and will not create one (e.g. a Kafka
-    topic that must exist already, an MQTT name past 65,535 bytes); core answers
-    TopicNotSupportedFault to the Notify or Subscribe that needed it."""
+#: the contract's names; those defined in ``adapter_errors``, ``adapter_messages`` and
+#: ``adapter_capabilities`` are re-exported here, where plugin authors import them from
+__all__ = [
+    "DROPPED_MAX_AGE",
+    "DROPPED_OVERFLOW",
+    "DROPPED_OVERFLOW_END",
+    "HEADER_DROPPED_AT",
+    "HEADER_DROPPED_ATTEMPTS",
+    "HEADER_DROPPED_FROM",
+    "HEADER_DROPPED_REASON",
+    "HEADER_MESSAGE_ID",
+    "HEADER_PRODUCER_REFERENCE",
+    "HEADER_PUBLISHED_AT",
+    "HEADER_TOPIC_DIALECT",
+    "HEADER_TOPIC_NAMESPACE",
+    "HEADER_TOPIC_PATH",
+    "INTERNAL_NAMESPACE_PREFIX",
+    "AccessRefused",
+    "Adapter",
+    "AdapterError",
+    "AdapterUnavailable",
+    "Capabilities",
+    "CredentialsRefused",
+    "DirectoryInUse",
+    "MiddlewareBusy",
+    "MiddlewareRefused",
+    "OutboundMessage",
+    "Overflow",
+    "PublishFailed",
+    "PublishReceipt",
+    "QueueLimits",
+    "Received",
+    "SharedMessage",
+    "SpecOrigin",
+    "StoredMessage",
+    "SubscriptionHandle",
+    "SubscriptionSpec",
+    "TopicUnavailable",
+    "is_internal_namespace",
+]
 
 
 class Overflow(enum.Enum):
@@ -169,190 +156,6 @@ class QueueLimits:
     overflow: Overflow = Overflow.DROP_OLDEST
     #: retention: messages older than this are discarded undelivered
     max_age: timedelta | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Capabilities:
-    """What an adapter can do.  New fields are only ever added, with safe defaults.
-
-    The class attribute ``Adapter.capabilities`` says what the adapter class can do in
-    general (``wsnmom adapters`` lists it); an adapter whose abilities depend on the
-    connection (MQTT 3.1.1 or 5) sets its own instance attribute in ``open()``.  Core reads
-    ``adapter.capabilities`` after ``open()`` and acts on the fields that say so; the
-    fields marked *informational* change nothing in core: they tell the conformance kit
-    which checks apply, and operators (``wsnmom adapters``, the admin page) what the
-    middleware does (docs/plugins.md, "Capabilities").
-    """
-
-    #: native topic syntax; the adapter translates core's patterns with it
-    #: (``topic_mapping.translate``).  Informational for core (the kit checks it)
-    syntax: WildcardSyntax
-    #: "per_message" (RabbitMQ, MQTT, embedded) or "offset" (Kafka).  With "offset" core
-    #: settles the messages of a subscription in the order it received them, filtered-out
-    #: ones included, so the adapter can commit a contiguous prefix
-    ack_mode: Literal["per_message", "offset"] = "per_message"
-    #: subscriptions survive gateway and middleware restarts.  Informational
-    durable_subscriptions: bool = True
-    #: SubscriptionHandle.pull / take are served by the middleware: GetMessages takes from
-    #: the pull point's handle and from the handles of the subscriptions feeding it
-    #: (``core.pull_reader``).  False: core never calls them; it starts those handles in
-    #: push mode into a pull buffer of unsettled messages, settled as GetMessages hands
-    #: them out (``core.pull_buffer``).  Either way the pull point reads its feeds
-    #: directly (``core.pull_feeds``)
-    native_pull: bool = True
-    #: the middleware keeps the last message per topic (MQTT retain, embedded table).
-    #: False: core keeps the current message per topic in its own store
-    retained_current_message: bool = False
-    #: metadata travels as native headers (False: MQTT 3.1.1, wrapped in the body).
-    #: Informational: the adapter wraps them itself
-    native_headers: bool = True
-    #: QueueLimits are enforced by the middleware itself as messages arrive (RabbitMQ
-    #: x-max-length ...).  False: core enforces them (``max_age`` when a message is handed
-    #: out; counts and bytes every sweep, with ``Adapter.depths`` and
-    #: ``SubscriptionHandle.discard``), and the policy document says so
-    native_queue_limits: bool = False
-    #: order is kept per subscription ("subscription") or only per partition
-    #: ("partition"); core states it in the policy document (``GET /wsn/policy``)
-    ordering: Literal["subscription", "partition", "none"] = "subscription"
-    #: several gateway processes can consume one subscription without duplicates.
-    #: Informational
-    competing_consumers: bool = True
-    #: largest message body the middleware accepts, None = no practical limit.
-    #: Informational (the kit checks it)
-    max_message_bytes: int | None = None
-    #: every message reaches the middleware through this one gateway process (no native
-    #: publishers, no other gateway instances).  Core's one optimisation flag: it then
-    #: routes a notification to the subscriptions feeding its own pull points (those
-    #: without a MessageContent filter, never paused) when it publishes, instead of giving
-    #: each a durable subscription its pull point reads (``core.direct_routing``;
-    #: embedded: the directory is locked to one process).
-    sole_publisher: bool = False
-    #: subscriptions' queued messages live in this process's data directory (embedded;
-    #: MQTT, whose queues are the gateway's own): one instance per store, so a second
-    #: live instance on a shared store is refused at start (docs/scale-out.md)
-    local_queues: bool = False
-    #: every name ``Adapter.subscription_names`` answers is this gateway's (its data
-    #: directory's queues, or sessions under its own topic prefix), never another
-    #: gateway's on the same middleware: core's orphan sweep (``core.orphans``) may then
-    #: delete a listed name the store has no subscription or pull point of.  False (the
-    #: default, and Kafka, whose consumer group names do not say which gateway made
-    #: them): nothing listed is ever deleted for having no record
-    own_names: bool = False
-    #: ``nack(requeue=True)`` puts back exactly that message (queues).  False (logs): a
-    #: requeue rewinds the subscription to that message, so later ones may come again.
-    #: Informational (core settles every message; the kit checks redelivery with it)
-    per_message_nack: bool = True
-    #: acknowledgements must reach the middleware in the order messages arrived (MQTT
-    #: QoS 1 PUBACK order); core then settles in order as for ``ack_mode="offset"``
-    ordered_acks: bool = False
-    #: how subscriptions are built on the middleware: "queue", "log" (cursors over
-    #: shared logs) or "session".  Informational (shown on the admin overview)
-    shape: Literal["queue", "log", "session"] = "queue"
-    #: ``SubscriptionHandle.peek`` reads waiting messages without consuming them (no
-    #: redelivery flag, no delivery count, nothing hidden from consumers meanwhile).
-    #: False: ``peek`` raises ``NotImplementedError`` saying why, and operators see only
-    #: what core holds in memory (the admin page says so).  Informational: core calls
-    #: ``peek`` either way and takes the ``NotImplementedError`` as the answer
-    #: (``core.peek``); the kit runs its ``Peek`` checks with it
-    peek: bool = False
-    #: what the adapter drops for ``QueueLimits`` goes to the subscription's
-    #: ``SubscriptionSpec.dead_letters`` topic, and reaches its subscribers with
-    #: ``HEADER_DROPPED_REASON``, ``HEADER_DROPPED_FROM`` and ``HEADER_DROPPED_AT``
-    #: (``HEADER_DROPPED_ATTEMPTS`` where it counts hand-outs), before the middleware
-    #: forgets it for the subscription: what the middleware drops itself
-    #: (``native_queue_limits``: its own ``max_age`` and count/byte limits; RabbitMQ's
-    #: dead-letter exchange, the embedded and MQTT queues in the same transaction) and
-    #: what ``SubscriptionHandle.discard`` drops (logs: read and published
-    #: before the cursor commits past it).  This is the one way an adapter reports a
-    #: message it gives up on; core reads the topic like any other (``core.dead_letters``)
-    #: and keeps no per-adapter case.  False: such messages are gone
-    native_dead_letters: bool = False
-
-    @property
-    def settles_in_order(self) -> bool:
-        """Whether core must settle each subscription's messages in arrival order."""
-        return self.ack_mode == "offset" or self.ordered_acks
-
-
-@_direct_init
-@dataclass(frozen=True, slots=True)
-class OutboundMessage:
-    """A message core asks the adapter to publish."""
-
-    topic: Topic
-    body: bytes
-    message_id: str
-    headers: Mapping[str, str] = field(default_factory=dict)
-    content_type: str = "application/xml"
-
-
-@_direct_init
-@dataclass(frozen=True, slots=True)
-class PublishReceipt:
-    """The middleware's answer to a confirmed publish."""
-
-    #: False when the middleware said no subscription received it (RabbitMQ unroutable);
-    #: None when the middleware cannot tell.  Not an error: there may be no subscriber yet.
-    routed: bool | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class StoredMessage:
-    """A message read back from the middleware without consuming it (the current message
-    of a topic, a message ``SubscriptionHandle.peek`` saw waiting)."""
-
-    topic: Topic
-    body: bytes
-    headers: Mapping[str, str]
-    content_type: str = "application/xml"
-    #: when the middleware stored it (UTC), None when it cannot tell
-    timestamp: datetime | None = None
-
-
-class SharedMessage:
-    """One middleware message handed to several subscriptions (a log record read once
-    for many cursors): every copy's ``Received.shared`` is the same object, and core
-    keeps there what it derives from the message's content alone (its decoded
-    notification), so that is done once per message, not once per subscription."""
-
-    __slots__ = ("notification",)
-
-    def __init__(self) -> None:
-        self.notification: NotificationMessage | None = None
-
-
-class Received(abc.ABC):
-    """A message handed to core from a durable subscription; settle it exactly once."""
-
-    topic: Topic
-    body: bytes
-    headers: Mapping[str, str]
-    content_type: str
-    #: True when the middleware says this message was handed out before
-    redelivered: bool
-    #: when the middleware stored the message (UTC), None when it cannot tell; core uses
-    #: it (or the gateway's own ``wsnmom-published-at`` header) for ``QueueLimits.max_age``
-    #: when the middleware does not enforce limits itself
-    timestamp: datetime | None = None
-    #: the same object in every subscription's copy of one middleware message, when the
-    #: adapter hands one message to several (``SharedMessage``); None: not shared
-    shared: SharedMessage | None = None
-
-    @abc.abstractmethod
-    def ack(self) -> None:
-        """Done: the middleware may forget the message for this subscription."""
-
-    @abc.abstractmethod
-    def nack(self, requeue: bool = True) -> None:
-        """Not done: requeue for redelivery (in order where possible) or drop it."""
-
-    @property
-    def settleable(self) -> bool:
-        """False once settling it can no longer reach the middleware (the connection it
-        came on is gone): the middleware gives it again, so core must not hand out the
-        copy it still holds (``core.pull_buffer`` drops it).  True unless the adapter can
-        tell."""
-        return True
 
 
 #: ``SubscriptionSpec.origin``

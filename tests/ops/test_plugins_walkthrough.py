@@ -2,8 +2,8 @@
 
 It names the contract's classes, methods, fields, hooks and modules: every one of them must
 exist.  It sorts every ``Capabilities`` field into "acted on by core" or "informational",
-exactly once, as the field's own doc comment in ``core/adapter.py`` says, and the reference
-section "Capabilities" agrees.  It names every abstract method of ``Adapter`` and
+exactly once, as the field's own doc comment in ``core/adapter_capabilities.py`` says, and
+the reference section "Capabilities" agrees.  It names every abstract method of ``Adapter`` and
 ``SubscriptionHandle``, links each step to a section of the page, and every link of the
 page leads to a document and heading.
 """

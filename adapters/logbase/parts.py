@@ -1,8 +1,9 @@
 """What the parts of the cursor engine share: :class:`EngineParts` declares the engine's
 state and the methods one part calls on another, so each part (a module of one job:
-:mod:`.head`, :mod:`.catch_up`, :mod:`.commits`, :mod:`.burial`, :mod:`.peeking`)
-type-checks on its own; :class:`wsnmom.adapters.logbase.engine.CursorEngine` combines
-them, sets the state up and serves subscriptions."""
+:mod:`.subscriptions`, :mod:`.head`, :mod:`.catch_up`, :mod:`.commits`, :mod:`.burial`,
+:mod:`.backlog`, :mod:`.peeking`) type-checks on its own;
+:class:`wsnmom.adapters.logbase.engine.CursorEngine` combines them, sets the state up and
+starts, stops and settles cursors."""
 
 from __future__ import annotations
 

@@ -210,3 +210,37 @@ def test_every_cursors_copy_of_a_record_decodes_to_one_notification() -> None:
         assert mine[0] is not theirs[0]  # settled apart: one copy per cursor
     finally:
         engine.close()
+
+
+def test_group_members_that_move_apart_are_read_for_apart() -> None:
+    """Two cursors read together from 5 (``_gather``); after the first poll one of them
+    is stopped and started (its position goes back to 5) while the other reads on from 7.
+    From then on one reading cannot serve both: the moved member leaves the group
+    (``_together``, ``Cursor.recheck``), gets nothing more from this turn and is queued
+    for a turn of its own, which reads from where it is now; the other is read for
+    without the reader being pointed anywhere else.  Kept in the group, the moved member
+    would sit through the other's reads, then be read for again in the same turn."""
+    engine, stayed, _, stayed_got = _behind()  # "c" at 5 of 10, settles nothing
+    try:
+        moved = engine.subscription(spec("b", "t"))._cursor
+        with engine.lock:
+            moved.positions = {STREAM: 5}
+        moved_got = Collector(ack=False)
+        moved_handle = CursorHandle(moved)
+        moved_handle.start(moved_got, prefetch=100)
+        group = engine._gather(engine._catch_up.get_nowait())
+        assert group == [stayed, moved]
+        reader = _LogReader(batch=2, hooks={1: _restart(moved_handle, moved_got)})
+        engine._catch_up_one(reader, group, None)
+        assert stayed_got.bodies() == [b"r%d" % i for i in range(5, 10)]
+        assert stayed.attached
+        # one assignment for the whole turn: nothing was read again for the moved one
+        assert reader.assigned == [{STREAM: 5}]
+        assert moved_got.bodies() == [] and not moved.attached
+        assert engine._catch_up.get_nowait() is moved  # its own turn, queued
+        engine._catch_up_one(reader, [moved], None)
+        assert reader.assigned[1:] == [{STREAM: 5}]
+        assert moved_got.bodies() == [b"r%d" % i for i in range(5, 10)]
+        assert moved.attached
+    finally:
+        engine.close()

@@ -139,12 +139,12 @@ from wsnmom.topic_mapping.syntax import KAFKA
 from ..logbase.adapter import LogAdapter
 from ..logbase.backend import StreamId
 from ..logbase.engine import CursorEngine
+from .backend import KafkaBackend
 from .clients import Health, client_hooks
 from .config import KafkaSettings, parse_settings, redact_url
 from .current import CurrentMessages
 from .mapping import Destination, KafkaMapping
 from .publisher import Publisher
-from .readers import KafkaBackend
 from .topics import Topics
 
 __all__ = ["KafkaAdapter"]

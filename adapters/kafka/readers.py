@@ -1,5 +1,5 @@
-"""The ``adapters.logbase`` backend over confluent-kafka: the head reader, catch-up readers,
-the position store and ``may_carry``.
+"""The readers of the ``adapters.logbase`` backend over confluent-kafka: the head reader and
+the catch-up readers.
 
 Readers never join a consumer group: each is a consumer with ``assign`` at chosen offsets
 (no group membership means no rebalances and no group-join delay).  Offsets out of range
@@ -19,42 +19,35 @@ Head reader
     The broker requests of both are made by a thread of their own (``Discovery``): the
     head thread only applies what was found.
 
-Position store
-    One consumer group per cursor, ``group_prefix + name``, with offsets and never a
-    member, written with ``AdminClient.alter_consumer_group_offsets`` (one request per
-    cursor, all in flight at once), so ``kafka-consumer-groups --describe`` shows each
-    subscription's lag.
+The position store is ``positions.py``, and ``backend.py`` the ``LogBackend`` that makes
+all three.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import (
     OFFSET_BEGINNING,
     Consumer,
-    ConsumerGroupTopicPartitions,
     KafkaError,
     KafkaException,
     Message,
     TopicPartition,
 )
-from confluent_kafka.admin import AdminClient
 from wsnmom.adapters.logbase.backend import EARLIEST, LogRecord, RecordsLost, StreamId
-from wsnmom.core.adapter import AdapterError
-from wsnmom.topic_mapping.model import PathPattern, Topic
+from wsnmom.topic_mapping.model import Topic
 
-from .clients import Health, client_hooks, message_topic, record_from_message
-from .closing import Closing
-from .config import KafkaSettings
+from .clients import client_hooks, message_topic, record_from_message
 from .discovery import Discovery
-from .mapping import KafkaMapping
-from .topics import Topics
 
-__all__ = ["KafkaBackend", "KafkaHeadReader", "KafkaPositionStore", "KafkaReader"]
+if TYPE_CHECKING:
+    from .backend import KafkaBackend
+
+__all__ = ["KafkaHeadReader", "KafkaReader"]
 
 log = logging.getLogger("wsnmom.adapters.kafka")
 
@@ -382,259 +375,3 @@ class KafkaHeadReader(_Consuming):
             _Consuming.close(self)
 
         closing.run(commit_and_release, "head-close", 60.0)
-
-
-class KafkaPositionStore:
-    """``PositionStore``: one consumer group per cursor (see the module docstring).
-
-    It has an admin client of its own.  librdkafka keeps a coordinator handle per group;
-    after the broker was restarted, requests for a group the client used before may time
-    out for good while new groups and new clients work (seen with librdkafka 2.x and a
-    restarted broker).  So the store takes a new admin client after every lost connection
-    (``Health.epoch``) before its next request, and a request that still timed out is
-    retried once at once with a new client.  So is a save whose connection the broker
-    dropped under it (``_TRANSPORT``), also while the adapter closes (within its
-    deadline): tansu drops the connection at the first save of a group after its delete,
-    and the other saves waiting on that connection fail with it (the position of a
-    subscription buried into its dead letters was lost that way at a restart, and the
-    next process dead-lettered those messages again)."""
-
-    def __init__(
-        self,
-        admin_factory: Callable[[], AdminClient],
-        settings: KafkaSettings,
-        health: Health,
-        closing: Closing | None = None,
-    ) -> None:
-        self._new_admin = admin_factory
-        #: the adapter's close: its deadline ends every wait (adapters/kafka/closing.py)
-        self._closing = closing or Closing()
-        self._health = health
-        self._epoch = health.epoch
-        self._admin = admin_factory()
-        self._prefix = settings.group_prefix
-        self._timeout = 30.0
-
-    def _renew(self, why: str) -> None:
-        log.info("a new Kafka admin client for subscription positions: %s", why)
-        self._epoch = self._health.epoch
-        self._admin = self._new_admin()
-
-    def _fresh(self) -> None:
-        """A new admin client when connections were lost since the last one was made."""
-        if self._health.epoch != self._epoch:
-            self._renew("connections to the cluster were lost")
-
-    def _group(self, name: str) -> str:
-        return self._prefix + name
-
-    def load(self) -> dict[str, dict[StreamId, int]]:
-        """Every cursor group's offsets, by cursor name."""
-        self._fresh()
-        result = self._admin.list_consumer_groups(request_timeout=self._timeout).result()
-        names = [
-            g.group_id[len(self._prefix) :]
-            for g in result.valid
-            if g.group_id.startswith(self._prefix)
-        ]
-        futures = []
-        for name in names:
-            request = [ConsumerGroupTopicPartitions(self._group(name))]
-            future = self._admin.list_consumer_group_offsets(
-                request, request_timeout=self._timeout
-            )[self._group(name)]
-            futures.append((name, future))
-        out: dict[str, dict[StreamId, int]] = {}
-        for name, future in futures:
-            try:
-                partitions = future.result().topic_partitions or []
-            except KafkaException as exc:
-                raise AdapterError(f"reading the positions of {name} failed: {exc}") from exc
-            out[name] = {(tp.topic, tp.partition): tp.offset for tp in partitions if tp.offset >= 0}
-        return out
-
-    def load_one(self, name: str) -> dict[StreamId, int] | None:
-        """One cursor group's offsets (None: the group has none)."""
-        self._fresh()
-        group = self._group(name)
-        future = self._admin.list_consumer_group_offsets(
-            [ConsumerGroupTopicPartitions(group)], request_timeout=self._timeout
-        )[group]
-        try:
-            partitions = future.result().topic_partitions or []
-        except KafkaException as exc:
-            if exc.args[0].code() == KafkaError.GROUP_ID_NOT_FOUND:
-                return None
-            raise AdapterError(f"reading the positions of {name} failed: {exc}") from exc
-        found = {(tp.topic, tp.partition): tp.offset for tp in partitions if tp.offset >= 0}
-        return found or None
-
-    def save(self, changes: Mapping[str, Mapping[StreamId, int]]) -> None:
-        """Write these cursors' offsets (other streams of each group are kept)."""
-        self._fresh()
-        retry = self._save(changes)
-        # a timed-out request during the close has used up its deadline: not retried
-        if retry and self._closing.remaining(self._timeout) > 0:
-            why = "a request timed out" if "timed out" in retry.values() else "a connection dropped"
-            self._renew(why)
-            retry = self._save({n: changes[n] for n in retry})
-        self._admin.poll(0)  # its queued log lines and errors
-        if retry:
-            problems = sorted(f"{name}: {why}" for name, why in retry.items())
-            raise AdapterError(
-                f"saving positions failed for {len(retry)} cursor(s): " + "; ".join(problems[:5])
-            )
-
-    def _save(self, changes: Mapping[str, Mapping[StreamId, int]]) -> dict[str, str]:
-        """Write; the names whose request timed out or lost its connection, with which
-        (worth a retry with a new client; other failures raise)."""
-        futures = []
-        for name, positions in changes.items():
-            tps = [TopicPartition(s[0], s[1], o) for s, o in positions.items() if o >= 0]
-            if not tps:
-                continue
-            group = self._group(name)
-            request = [ConsumerGroupTopicPartitions(group, tps)]
-            futures.append(
-                (
-                    name,
-                    self._admin.alter_consumer_group_offsets(
-                        request, request_timeout=self._timeout
-                    )[group],
-                )
-            )
-        failed: list[str] = []
-        retry: dict[str, str] = {}
-        # librdkafka times the requests out itself; the extra bound is for a client that
-        # never completes a future (seen at close under heavy load: the shutdown hung
-        # here), and once the adapter closes, its deadline ends the wait
-        done = self._closing.wait([f for _, f in futures], self._timeout + 5.0)
-        for name, future in futures:
-            if future not in done:
-                retry[name] = "timed out"
-                continue
-            try:
-                result = future.result()
-            except KafkaException as exc:
-                code = exc.args[0].code()
-                if code == KafkaError._TIMED_OUT:
-                    retry[name] = "timed out"
-                elif code == KafkaError._TRANSPORT:
-                    retry[name] = "connection dropped"
-                else:
-                    failed.append(f"{name}: {exc}")
-                continue
-            for tp in result.topic_partitions or []:
-                if tp.error is None:
-                    continue
-                if tp.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
-                    # the topic is gone (deleted, or the broker restarted empty): a
-                    # position in it means nothing any more
-                    log.debug("not saving %s's position in vanished %s", name, tp.topic)
-                    continue
-                failed.append(f"{name} {tp.topic}[{tp.partition}]: {tp.error}")
-        if failed:
-            raise AdapterError("saving positions failed: " + "; ".join(failed[:5]))
-        return retry
-
-    def delete(self, names: Iterable[str]) -> None:
-        """Delete these cursors' groups; unknown ones are ignored."""
-        groups = [self._group(n) for n in names]
-        self._fresh()
-        timed_out = self._delete(groups)
-        if timed_out and self._closing.begun:
-            raise AdapterError(f"deleting {len(timed_out)} cursor group(s) timed out")
-        if timed_out:
-            self._renew("a request timed out")
-            if self._delete(timed_out):
-                raise AdapterError(f"deleting {len(timed_out)} cursor group(s) timed out")
-
-    def _delete(self, groups: list[str]) -> list[str]:
-        """Delete; the groups whose request timed out (other failures raise)."""
-        timed_out: list[str] = []
-        for start in range(0, len(groups), 500):
-            chunk = groups[start : start + 500]
-            futures = self._admin.delete_consumer_groups(chunk, request_timeout=self._timeout)
-            done = self._closing.wait(futures.values(), self._timeout + 5.0)
-            for group, future in futures.items():
-                if future not in done:
-                    timed_out.append(group)
-                    continue
-                try:
-                    future.result()
-                except KafkaException as exc:
-                    code = exc.args[0].code()
-                    if code == KafkaError._TIMED_OUT:
-                        timed_out.append(group)
-                    elif code not in (KafkaError.GROUP_ID_NOT_FOUND, KafkaError.NON_EMPTY_GROUP):
-                        raise AdapterError(f"deleting group {group} failed: {exc}") from exc
-        return timed_out
-
-
-class KafkaBackend:
-    """``LogBackend`` over one Kafka cluster."""
-
-    def __init__(
-        self,
-        settings: KafkaSettings,
-        mapping: KafkaMapping,
-        admin: AdminClient,
-        topics: Topics,
-        health: Health,
-        observe: Callable[[LogRecord], None] | None = None,
-    ) -> None:
-        self.settings = settings
-        self.mapping = mapping
-        self.admin = admin
-        self.topics = topics
-        self.health = health
-        #: sees every record the head reads (the current-message cache)
-        self.observe = observe
-        self._head: KafkaHeadReader | None = None
-        self._readers = 0
-        #: called when a followed topic started again below its old end (re-created,
-        #: or the broker restarted empty): the publisher renews its producer id
-        self.on_reset: Callable[[], None] | None = None
-        #: when the head reader last polled (monotonic; 0: never)
-        self.head_polled = 0.0
-        #: the adapter's close, once begun (adapters/kafka/closing.py)
-        self.closing = Closing()
-
-    @property
-    def following(self) -> bool:
-        """Whether the head reader is reading now (polled within the last second)."""
-        return self._head is not None and time.monotonic() - self.head_polled < 1.0
-
-    def head_reader(self) -> KafkaHeadReader:
-        """A new head reader (the engine keeps one)."""
-        self._head = KafkaHeadReader(self)
-        return self._head
-
-    def reader(self) -> KafkaReader:
-        """A new catch-up reader."""
-        self._readers += 1
-        return KafkaReader(self, f"{self.settings.head_group}.reader")
-
-    def position_store(self) -> KafkaPositionStore:
-        """The cursor groups."""
-        return KafkaPositionStore(self.new_admin, self.settings, self.health, self.closing)
-
-    def new_admin(self) -> AdminClient:
-        """An admin client configured like the adapter's."""
-        return AdminClient(
-            {
-                **self.settings.admin(),
-                **client_hooks(self.health),
-                "allow.auto.create.topics": False,
-            }
-        )
-
-    def may_carry(self, log: str, patterns: tuple[PathPattern, ...] | None) -> bool:
-        """See ``KafkaMapping.may_carry``."""
-        return self.mapping.may_carry(log, patterns)
-
-    def topic_created(self) -> None:
-        """The adapter created a topic: the head looks for it at once."""
-        head = self._head
-        if head is not None:
-            head.discover_soon()

@@ -14,10 +14,10 @@ pytest.importorskip("confluent_kafka")
 
 from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from wsnmom.adapters.kafka.backend import KafkaBackend
 from wsnmom.adapters.kafka.clients import Health
 from wsnmom.adapters.kafka.config import parse_settings
 from wsnmom.adapters.kafka.mapping import KafkaMapping
-from wsnmom.adapters.kafka.readers import KafkaBackend
 from wsnmom.adapters.kafka.topics import Topics
 from wsnmom.adapters.logbase.backend import EARLIEST, LogRecord, RecordsLost
 from wsnmom.topic_mapping.model import Topic

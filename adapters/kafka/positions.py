@@ -1,0 +1,216 @@
+"""The position store of the ``adapters.logbase`` backend over confluent-kafka.
+
+One consumer group per cursor, ``group_prefix + name``, with offsets and never a member,
+written with ``AdminClient.alter_consumer_group_offsets`` (one request per cursor, all in
+flight at once), so ``kafka-consumer-groups --describe`` shows each subscription's lag.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping
+
+from confluent_kafka import (
+    ConsumerGroupTopicPartitions,
+    KafkaError,
+    KafkaException,
+    TopicPartition,
+)
+from confluent_kafka.admin import AdminClient
+from wsnmom.adapters.logbase.backend import StreamId
+from wsnmom.core.adapter import AdapterError
+
+from .clients import Health
+from .closing import Closing
+from .config import KafkaSettings
+
+__all__ = ["KafkaPositionStore"]
+
+log = logging.getLogger("wsnmom.adapters.kafka")
+
+
+class KafkaPositionStore:
+    """``PositionStore``: one consumer group per cursor (see the module docstring).
+
+    It has an admin client of its own.  librdkafka keeps a coordinator handle per group;
+    after the broker was restarted, requests for a group the client used before may time
+    out for good while new groups and new clients work (seen with librdkafka 2.x and a
+    restarted broker).  So the store takes a new admin client after every lost connection
+    (``Health.epoch``) before its next request, and a request that still timed out is
+    retried once at once with a new client.  So is a save whose connection the broker
+    dropped under it (``_TRANSPORT``), also while the adapter closes (within its
+    deadline): tansu drops the connection at the first save of a group after its delete,
+    and the other saves waiting on that connection fail with it (the position of a
+    subscription buried into its dead letters was lost that way at a restart, and the
+    next process dead-lettered those messages again)."""
+
+    def __init__(
+        self,
+        admin_factory: Callable[[], AdminClient],
+        settings: KafkaSettings,
+        health: Health,
+        closing: Closing | None = None,
+    ) -> None:
+        self._new_admin = admin_factory
+        #: the adapter's close: its deadline ends every wait (adapters/kafka/closing.py)
+        self._closing = closing or Closing()
+        self._health = health
+        self._epoch = health.epoch
+        self._admin = admin_factory()
+        self._prefix = settings.group_prefix
+        self._timeout = 30.0
+
+    def _renew(self, why: str) -> None:
+        log.info("a new Kafka admin client for subscription positions: %s", why)
+        self._epoch = self._health.epoch
+        self._admin = self._new_admin()
+
+    def _fresh(self) -> None:
+        """A new admin client when connections were lost since the last one was made."""
+        if self._health.epoch != self._epoch:
+            self._renew("connections to the cluster were lost")
+
+    def _group(self, name: str) -> str:
+        return self._prefix + name
+
+    def load(self) -> dict[str, dict[StreamId, int]]:
+        """Every cursor group's offsets, by cursor name."""
+        self._fresh()
+        result = self._admin.list_consumer_groups(request_timeout=self._timeout).result()
+        names = [
+            g.group_id[len(self._prefix) :]
+            for g in result.valid
+            if g.group_id.startswith(self._prefix)
+        ]
+        futures = []
+        for name in names:
+            request = [ConsumerGroupTopicPartitions(self._group(name))]
+            future = self._admin.list_consumer_group_offsets(
+                request, request_timeout=self._timeout
+            )[self._group(name)]
+            futures.append((name, future))
+        out: dict[str, dict[StreamId, int]] = {}
+        for name, future in futures:
+            try:
+                partitions = future.result().topic_partitions or []
+            except KafkaException as exc:
+                raise AdapterError(f"reading the positions of {name} failed: {exc}") from exc
+            out[name] = {(tp.topic, tp.partition): tp.offset for tp in partitions if tp.offset >= 0}
+        return out
+
+    def load_one(self, name: str) -> dict[StreamId, int] | None:
+        """One cursor group's offsets (None: the group has none)."""
+        self._fresh()
+        group = self._group(name)
+        future = self._admin.list_consumer_group_offsets(
+            [ConsumerGroupTopicPartitions(group)], request_timeout=self._timeout
+        )[group]
+        try:
+            partitions = future.result().topic_partitions or []
+        except KafkaException as exc:
+            if exc.args[0].code() == KafkaError.GROUP_ID_NOT_FOUND:
+                return None
+            raise AdapterError(f"reading the positions of {name} failed: {exc}") from exc
+        found = {(tp.topic, tp.partition): tp.offset for tp in partitions if tp.offset >= 0}
+        return found or None
+
+    def save(self, changes: Mapping[str, Mapping[StreamId, int]]) -> None:
+        """Write these cursors' offsets (other streams of each group are kept)."""
+        self._fresh()
+        retry = self._save(changes)
+        # a timed-out request during the close has used up its deadline: not retried
+        if retry and self._closing.remaining(self._timeout) > 0:
+            why = "a request timed out" if "timed out" in retry.values() else "a connection dropped"
+            self._renew(why)
+            retry = self._save({n: changes[n] for n in retry})
+        self._admin.poll(0)  # its queued log lines and errors
+        if retry:
+            problems = sorted(f"{name}: {why}" for name, why in retry.items())
+            raise AdapterError(
+                f"saving positions failed for {len(retry)} cursor(s): " + "; ".join(problems[:5])
+            )
+
+    def _save(self, changes: Mapping[str, Mapping[StreamId, int]]) -> dict[str, str]:
+        """Write; the names whose request timed out or lost its connection, with which
+        (worth a retry with a new client; other failures raise)."""
+        futures = []
+        for name, positions in changes.items():
+            tps = [TopicPartition(s[0], s[1], o) for s, o in positions.items() if o >= 0]
+            if not tps:
+                continue
+            group = self._group(name)
+            request = [ConsumerGroupTopicPartitions(group, tps)]
+            futures.append(
+                (
+                    name,
+                    self._admin.alter_consumer_group_offsets(
+                        request, request_timeout=self._timeout
+                    )[group],
+                )
+            )
+        failed: list[str] = []
+        retry: dict[str, str] = {}
+        # librdkafka times the requests out itself; the extra bound is for a client that
+        # never completes a future (seen at close under heavy load: the shutdown hung
+        # here), and once the adapter closes, its deadline ends the wait
+        done = self._closing.wait([f for _, f in futures], self._timeout + 5.0)
+        for name, future in futures:
+            if future not in done:
+                retry[name] = "timed out"
+                continue
+            try:
+                result = future.result()
+            except KafkaException as exc:
+                code = exc.args[0].code()
+                if code == KafkaError._TIMED_OUT:
+                    retry[name] = "timed out"
+                elif code == KafkaError._TRANSPORT:
+                    retry[name] = "connection dropped"
+                else:
+                    failed.append(f"{name}: {exc}")
+                continue
+            for tp in result.topic_partitions or []:
+                if tp.error is None:
+                    continue
+                if tp.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                    # the topic is gone (deleted, or the broker restarted empty): a
+                    # position in it means nothing any more
+                    log.debug("not saving %s's position in vanished %s", name, tp.topic)
+                    continue
+                failed.append(f"{name} {tp.topic}[{tp.partition}]: {tp.error}")
+        if failed:
+            raise AdapterError("saving positions failed: " + "; ".join(failed[:5]))
+        return retry
+
+    def delete(self, names: Iterable[str]) -> None:
+        """Delete these cursors' groups; unknown ones are ignored."""
+        groups = [self._group(n) for n in names]
+        self._fresh()
+        timed_out = self._delete(groups)
+        if timed_out and self._closing.begun:
+            raise AdapterError(f"deleting {len(timed_out)} cursor group(s) timed out")
+        if timed_out:
+            self._renew("a request timed out")
+            if self._delete(timed_out):
+                raise AdapterError(f"deleting {len(timed_out)} cursor group(s) timed out")
+
+    def _delete(self, groups: list[str]) -> list[str]:
+        """Delete; the groups whose request timed out (other failures raise)."""
+        timed_out: list[str] = []
+        for start in range(0, len(groups), 500):
+            chunk = groups[start : start + 500]
+            futures = self._admin.delete_consumer_groups(chunk, request_timeout=self._timeout)
+            done = self._closing.wait(futures.values(), self._timeout + 5.0)
+            for group, future in futures.items():
+                if future not in done:
+                    timed_out.append(group)
+                    continue
+                try:
+                    future.result()
+                except KafkaException as exc:
+                    code = exc.args[0].code()
+                    if code == KafkaError._TIMED_OUT:
+                        timed_out.append(group)
+                    elif code not in (KafkaError.GROUP_ID_NOT_FOUND, KafkaError.NON_EMPTY_GROUP):
+                        raise AdapterError(f"deleting group {group} failed: {exc}") from exc
+        return timed_out

@@ -1,19 +1,12 @@
 """A durable subscription in cluster mode: its own persistent MQTT session on the broker
 (docs/scale-out.md, "MQTT in cluster mode").
 
-:class:`SubscriptionSessions` (one per adapter in cluster mode) names each subscription's
-session, makes sure it exists with the subscription's filters (``declare``, from any
-instance) and deletes it.  :class:`ClusterHandle` is core's handle on one of them:
+:class:`~.cluster_sessions.SubscriptionSessions` (one per adapter in cluster mode, in
+:mod:`.cluster_sessions`, re-exported here) names each subscription's session, makes sure
+it exists with the subscription's filters (``declare``, from any instance, without cutting
+the deliverer off) and deletes it.  :class:`ClusterHandle` is core's handle on one of them:
 ``start`` connects with Receive Maximum = prefetch and hands each message to core,
 ``stop`` disconnects (the broker keeps queueing), ``delete`` ends the session.
-
-**Declaring without cutting the deliverer off.**  Connecting with a session's client id
-cuts off whoever delivers it, so a declare first reads the session's *record*, a
-retained message on ``<topic prefix>/wsnmom/sessions/<client id>`` naming the subscription
-and the filters the session was given (``SubscriptionSessions.names`` lists them): when
-they are the ones wanted (a re-attach), the declare connects nothing.  The record also
-tells an instance that re-binds a subscription which filters to unsubscribe; a delete
-clears it after ending the session.
 
 **Fencing.**  Whoever connects with the session's client id last receives; the broker cuts
 the previous connection off.  Mosquitto does not tell the old connection why, so a
@@ -43,7 +36,6 @@ short-lived one per declare and delete), all served by the instance's one networ
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import threading
 import time
@@ -53,22 +45,16 @@ from typing import Any
 from wsnmom.core.adapter import (
     AdapterError,
     AdapterUnavailable,
-    OutboundMessage,
     Received,
     StoredMessage,
     SubscriptionHandle,
     SubscriptionSpec,
     is_internal_namespace,
 )
-from wsnmom.core.dead_letters import box_name
 from wsnmom.topic_mapping.model import PathPattern, Topic
 
-from .config import MqttSettings
+from .cluster_sessions import SubscriptionSessions, session_client_id
 from .filters import FilterSet
-from .hub import Hub
-from .mapping import MqttMapping
-from .publisher import Publisher
-from .record_scan import retained_under
 from .sub_session import SessionConnection
 
 __all__ = [
@@ -83,24 +69,6 @@ log = logging.getLogger("wsnmom.adapters.mqtt")
 
 #: seconds a handle waits before it starts again after its session was found gone
 RESTART_DELAY = 1.0
-#: the client id of every subscription session starts with this
-CLIENT_ID_HEAD = "wsnmom-s-"
-#: the first line of a record, before the subscription's name
-_NAME_LINE = "#name="
-#: the routing topic of a record (never routed: records are read as retained messages)
-_RECORD = Topic("urn:wsnmom:internal:session-record", ("r",))
-
-MayDeliver = Callable[[str], bool]
-
-#: the names of dead-letter boxes (core reads one in every instance)
-_BOX_HEAD = box_name("")
-
-
-def session_client_id(topic_prefix: str, name: str) -> str:
-    """The fixed client id of subscription ``name``'s session in the cluster of
-    ``topic_prefix`` (28 characters, the same on every instance)."""
-    digest = hashlib.blake2b(f"{topic_prefix}\x00{name}".encode(), digest_size=10).hexdigest()
-    return CLIENT_ID_HEAD + digest
 
 
 def planned(name: str, filters: frozenset[str]) -> frozenset[str]:
@@ -116,201 +84,6 @@ def acceptor(patterns: tuple[PathPattern, ...] | None) -> Callable[[Topic], bool
         return lambda topic: not is_internal_namespace(topic.namespace)
     pats = tuple(patterns)
     return lambda topic: any(p.matches(topic) for p in pats)
-
-
-class SubscriptionSessions:
-    """Names, declares and deletes the subscription sessions of one adapter (module
-    docstring).  ``instance_id``: this instance's own client id, for the sessions that
-    belong to it rather than to the cluster (dead-letter boxes: each instance reads its
-    own, as single instances on one broker do).  ``publisher``: reads and writes the
-    sessions' records (:meth:`record_topic`)."""
-
-    def __init__(
-        self,
-        settings: MqttSettings,
-        mapping: MqttMapping,
-        instance_id: str,
-        may_deliver: MayDeliver | None,
-        publisher: Publisher | None = None,
-        hub: Hub | None = None,
-    ) -> None:
-        self.settings = settings
-        self.mapping = mapping
-        self.publisher = publisher
-        #: the one network thread of every session connection (without one given, a hub
-        #: of its own)
-        self.hub = hub if hub is not None else Hub("mqtt-sessions", tls=settings.tls)
-        self.instance_id = instance_id
-        self.may_deliver: MayDeliver = may_deliver or (lambda name: True)
-        self._lock = threading.Lock()
-        #: client id -> the filters this process subscribed in its session
-        self._declared: dict[str, frozenset[str]] = {}
-
-    def client_id(self, name: str) -> str:
-        """The client id of subscription ``name``'s session."""
-        if self.own(name):
-            return session_client_id(self.instance_id, name)
-        return session_client_id(self.settings.topic_prefix, name)
-
-    def own(self, name: str) -> bool:
-        """Whether ``name``'s session belongs to this instance alone (no fence)."""
-        return name.startswith(_BOX_HEAD)
-
-    def record_topic(self, client_id: str) -> str:
-        """The MQTT topic whose retained message records the filters ``client_id``'s
-        session was given (every instance reads it before it declares)."""
-        return f"{self.mapping.record_head}{client_id}"
-
-    def recorded(self, client_id: str) -> frozenset[str] | None:
-        """The filters the session's record names, None without a record."""
-        found = self._read_record(client_id)
-        return None if found is None else found[1]
-
-    def _read_record(self, client_id: str) -> tuple[str | None, frozenset[str]] | None:
-        """The subscription name and the filters the session's record names (the name
-        None in a record written before records named it), None without a record."""
-        if self.publisher is None:
-            return None
-        found = self.publisher.retained(
-            self.record_topic(client_id), self.settings.subscribe_timeout
-        )
-        if found is None or not found.payload:
-            return None
-        return self._parse_record(client_id, found.payload)
-
-    def _parse_record(
-        self, client_id: str, payload: bytes
-    ) -> tuple[str | None, frozenset[str]] | None:
-        try:
-            lines = payload.decode().split("\n")
-        except UnicodeDecodeError:
-            # not written by a gateway (any client allowed to publish under the topic
-            # prefix can): no record, so the declare connects and writes one
-            log.warning("the MQTT session record of %s is not readable: ignored", client_id)
-            return None
-        name: str | None = None
-        if lines and lines[0].startswith(_NAME_LINE):
-            name = lines.pop(0)[len(_NAME_LINE) :]
-        return name, frozenset(line for line in lines if line or name is None)
-
-    def names(self, timeout: float) -> list[str]:
-        """The names of the subscriptions whose sessions have a record (read from the
-        retained records under ``<prefix>/wsnmom/sessions/+`` by a short-lived clean
-        session): every cluster subscription whose session a delete has not ended, and
-        this instance's own dead-letter boxes.  A record whose name does not hash to its
-        client id (another instance's box, or not written by a gateway) is not counted.
-        AdapterUnavailable when the broker does not answer; AdapterError when a record
-        names no subscription (written before records named one: the list would be
-        incomplete until every instance re-attached its subscriptions)."""
-        head = self.mapping.record_head
-        found = retained_under(self.settings, self.instance_id, head + "+", timeout)
-        names: list[str] = []
-        for topic, payload in found.items():
-            client_id = topic[len(head) :]
-            if not client_id.startswith(CLIENT_ID_HEAD):
-                continue
-            record = self._parse_record(client_id, payload)
-            if record is None:
-                continue
-            name = record[0]
-            if name is None:
-                raise AdapterError(
-                    f"the MQTT session record of {client_id} names no subscription "
-                    "(written by an older version): the subscriptions cannot be listed"
-                )
-            if self.client_id(name) == client_id:
-                names.append(name)
-        return sorted(names)
-
-    def _record(self, client_id: str, filters: frozenset[str], name: str | None = None) -> None:
-        """Write (or with neither ``filters`` nor ``name``, clear) the session's record:
-        the subscription's ``name`` on a first line of its own (no MQTT filter starts
-        with ``#`` followed by more), then the filters, one a line."""
-        if self.publisher is None:
-            return
-        lines = sorted(filters)
-        if name is not None and "\n" not in name:
-            lines.insert(0, _NAME_LINE + name)
-        body = "\n".join(lines).encode()
-        message = OutboundMessage(topic=_RECORD, body=body, message_id=client_id)
-        self.publisher.publish_many(
-            [(self.record_topic(client_id), message)],
-            self.settings.subscribe_timeout,
-            retain=True,
-        )
-
-    def declare(
-        self,
-        client_id: str,
-        filters: frozenset[str],
-        timeout: float,
-        name: str | None = None,
-        *,
-        new: bool = False,
-    ) -> None:
-        """Make sure ``client_id``'s session (of subscription ``name``) exists with
-        ``filters``.  When its record says so already (a re-attach: every instance
-        re-attaches every subscription at start and when it follows a new one), nothing
-        more: connecting would cut the deliverer off (a record that does not name the
-        subscription yet is written again, naming it).  Otherwise write the record,
-        connect, subscribe them, unsubscribe the filters the record (or this process) had
-        and no longer wants, disconnect.  A take-over that cuts the declaring connection
-        off (the deliverer reconnecting at the same moment) is retried until
-        ``timeout``.  A ``new`` subscription (a Subscribe made its name a moment ago) has
-        no record: none is read (a round trip on the publisher's connection, one read at
-        a time for all request threads)."""
-        found = None if new else self._read_record(client_id)
-        recorded = None if found is None else found[1]
-        if recorded == filters:
-            if name is not None and found is not None and found[0] != name:
-                self._record(client_id, filters, name)
-            with self._lock:
-                self._declared[client_id] = filters
-            return
-        with self._lock:
-            before = self._declared.get(client_id, frozenset()) | (recorded or frozenset())
-        # the record first: another instance re-attaching the subscription meanwhile (it
-        # follows the store) then connects nothing, so it cannot cut off the instance
-        # that already delivers it; a deliverer subscribes the filters itself anyway
-        self._record(client_id, filters, name)
-        deadline = time.monotonic() + timeout
-        while True:
-            conn = SessionConnection(
-                self.settings,
-                client_id,
-                self.mapping,
-                lambda t: True,
-                receive_maximum=1,
-                hub=self.hub,
-            )
-            try:
-                conn.connect()
-                conn.subscribe(filters, max(0.5, deadline - time.monotonic()))
-                conn.unsubscribe(before - filters, max(0.5, deadline - time.monotonic()))
-                break
-            except AdapterUnavailable:
-                if time.monotonic() >= deadline:
-                    raise
-                log.debug("declaring %s: cut off, trying again", client_id)
-            finally:
-                conn.close()
-            time.sleep(0.05)
-        with self._lock:
-            self._declared[client_id] = filters
-
-    def delete(self, client_id: str) -> None:
-        """End ``client_id``'s session: connect with clean start and session expiry 0 and
-        disconnect; its messages are gone, and a connection still open is cut off."""
-        conn = SessionConnection(
-            self.settings, client_id, self.mapping, lambda t: True, persistent=False, hub=self.hub
-        )
-        try:
-            conn.connect()
-        finally:
-            conn.end()
-        self._record(client_id, frozenset())
-        with self._lock:
-            self._declared.pop(client_id, None)
 
 
 class ClusterHandle(SubscriptionHandle):

@@ -1,9 +1,10 @@
 """What one gateway instance holds for one MQTT broker in cluster mode
 (``Adapter.shared_by_instances``; docs/scale-out.md "MQTT in cluster mode"): the
 publishing connection, the mapping (pull point inboxes on the broker, under
-``wsnmom/internal``) and the subscription sessions (:mod:`.cluster_handle`).  Nothing of
-a subscription lives on this instance's disk: the data directory keeps only the
-instance's own client id (its publisher and its dead-letter boxes' sessions).
+``wsnmom/internal``) and the subscription sessions (:mod:`.cluster_sessions`,
+:mod:`.cluster_handle`).  Nothing of a subscription lives on this instance's disk: the
+data directory keeps only the instance's own client id (its publisher and its dead-letter
+boxes' sessions).
 
 Threads: the publisher's network thread, and one network thread (:mod:`.hub`) for every
 subscription session this instance connects, whatever their number.
@@ -14,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ..dir_lock import lock_directory
-from .cluster_handle import SubscriptionSessions
+from .cluster_sessions import SubscriptionSessions
 from .config import MqttSettings
 from .hub import Hub
 from .mapping import MqttMapping

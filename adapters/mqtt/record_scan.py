@@ -1,6 +1,6 @@
 """Every retained message under one MQTT topic filter, read with a short-lived clean
 session (cluster mode lists its subscription sessions' records with it:
-:meth:`.cluster_handle.SubscriptionSessions.names`).
+:meth:`.cluster_sessions.SubscriptionSessions.names`).
 
 The session subscribes the filter (QoS 0, retained messages sent) and unsubscribes it
 at once; Mosquitto sends the retained messages a SUBSCRIBE brings before it answers the

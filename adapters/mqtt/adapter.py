@@ -55,60 +55,21 @@ Connection String
     never appear in log lines or ``repr``.
 
 Options
-    ``protocol``
-        ``5`` (default) or ``3.1.1``.
-    ``namespaces``
-        table namespace URI -> topic prefix (``"org/wsn"``).
-    ``topic_prefix``
-        levels in front of every MQTT topic of the gateway (default none): namespaces'
-        prefixes and derived roots lie under it, a subscription without a topic filter
-        gets ``topic_prefix/#`` instead of ``#``, and nothing outside it is read.
-    ``data_dir``
-        where the queues and the session state live (``<data_dir>/mqtt``); the gateway
-        passes its data directory.
-    ``client_id``
-        the session's client id (default ``wsnmom-<random>``, made once and kept in the
-        data directory); the publisher connects as ``<client_id>-p``.
-    ``username``, ``password``
-        credentials (also from the URL).
-    ``keepalive``, ``session_expiry``, ``receive_maximum``
-        seconds (30); MQTT 5 session expiry in seconds (4294967295: never); the session's
-        Receive Maximum (1000 unacknowledged QoS 1 messages).
-    ``publish_window``
-        QoS 1 messages the publisher keeps unacknowledged at most (1000; on MQTT 5 also at
-        most the broker's Receive Maximum: Mosquitto's ``max_inflight_messages``, 20 by
-        default).
-    ``connect_timeout``, ``subscribe_timeout``, ``reconnect_min_delay``,
-    ``reconnect_max_delay``
-        seconds: 10, 10, 0.2, 10.
-    ``retain``
-        publish with RETAIN and answer GetCurrentMessage from retained messages (true).
-    ``retained_wait``
-        extra seconds a GetCurrentMessage waits for a retained message after the broker
-        acknowledged the UNSUBSCRIBE (0; for brokers that send retained messages late).
-    ``max_message_bytes``
-        largest body accepted (default: the broker's Maximum Packet Size, if it says).
-    ``qos0_backlog``, ``ingest_batch``
-        QoS 0 messages waiting to be stored beyond which new ones are dropped (10000);
-        messages stored per transaction (512).
-    ``synchronous``
-        ``NORMAL`` (default) or ``FULL``: the queue store's SQLite durability.
-    ``ca_certs``, ``certfile``, ``keyfile``, ``tls_insecure``
-        TLS (``mqtts://``): CA bundle (default: the system's), client certificate and key,
-        and skipping the host name check.
-    ``spark_logs``
-        table: log name -> ``path``, ``topic``, ``dialect``, ``namespaces``, ``keep``: the
-        session also appends what it receives on those topics to the Spark bridge's buffer
-        logs, before acknowledging it (see :mod:`.taps` and docs/spark.md).
+    Declared once, each with its default and meaning, by ``MqttSettings`` (:mod:`.config`);
+    docs/adapters/mqtt.md, "Options", has the table.  The gateway passes its data
+    directory as ``data_dir``.
+
+Code layout: this module is the facade (``MqttAdapter``: lifecycle, both modes,
+subscriptions, current message, stats) and the single-instance handle (``MqttHandle``);
+:mod:`.capabilities` says what the adapter can do by protocol and mode, and
+:mod:`.publish_routing` where each published message goes.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import logging
 import threading
-import time
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
@@ -128,16 +89,16 @@ from wsnmom.core.adapter import (
     is_internal_namespace,
 )
 from wsnmom.core.adapter_options import AdapterOptionError
-from wsnmom.core.dead_letters import box_name
 from wsnmom.core.redaction import redact_url
 from wsnmom.topic_mapping.errors import NameNotRepresentable
 from wsnmom.topic_mapping.model import Topic
-from wsnmom.topic_mapping.syntax import MQTT
 
 from . import node as nodes
-from .cluster_handle import ClusterHandle, await_boxes, describe
+from .capabilities import CAPABILITIES, capabilities_of
+from .cluster_handle import ClusterHandle, describe
 from .cluster_node import ClusterNode
 from .config import MqttSettings, parse_settings
+from .publish_routing import route_and_publish
 from .taps import tap_provider
 from .wire import metadata
 
@@ -184,33 +145,7 @@ class MqttAdapter(Adapter):
     schemes = ("mqtt", "mqtts")
     extra = "mqtt"
     uses_data_dir: ClassVar[bool] = True
-    capabilities = Capabilities(
-        syntax=MQTT,
-        ack_mode="per_message",
-        durable_subscriptions=True,
-        native_pull=True,
-        retained_current_message=True,
-        native_headers=True,
-        native_queue_limits=True,
-        ordering="subscription",
-        competing_consumers=False,
-        max_message_bytes=None,
-        sole_publisher=False,
-        # each subscription's queue is an embedded store in this instance's data directory
-        local_queues=True,
-        # the queues in this instance's data directory; in cluster mode the sessions
-        # whose records lie under this cluster's topic prefix (core's orphan sweep)
-        own_names=True,
-        per_message_nack=True,
-        ordered_acks=False,
-        shape="session",
-        # the queues are the gateway's own (embedded store): peek reads them in SQLite
-        peek=True,
-        # and what their limits drop goes to SubscriptionSpec.dead_letters in the same
-        # transaction (MQTT 5: to the outbox that publishes it to the broker; 3.1.1: into
-        # the box's queue)
-        native_dead_letters=True,
-    )
+    capabilities = CAPABILITIES
 
     declared_options = MqttSettings
 
@@ -239,31 +174,7 @@ class MqttAdapter(Adapter):
         self._handles: weakref.WeakSet[MqttHandle] = weakref.WeakSet()
 
     def _capabilities(self, max_bytes: int | None = None) -> Capabilities:
-        s = self.settings
-        caps = dataclasses.replace(
-            MqttAdapter.capabilities,
-            native_headers=s.v5,
-            retained_current_message=s.retain,
-            max_message_bytes=s.max_message_bytes or max_bytes,
-        )
-        if not self._cluster:
-            return caps
-        # cluster mode: the broker's sessions are the queues; nothing on this disk
-        return dataclasses.replace(
-            caps,
-            local_queues=False,
-            # a session hands messages out only to a connection: pull points are read
-            # by the instance holding their shard (core buffers them)
-            native_pull=False,
-            # the broker's own per-session limits bound them, not QueueLimits
-            native_queue_limits=False,
-            peek=False,
-            native_dead_letters=False,
-            # PUBACKs in arrival order
-            ordered_acks=True,
-            # a requeue drops the connection: every unacknowledged message comes again
-            per_message_nack=False,
-        )
+        return capabilities_of(self.settings, cluster=self._cluster, max_bytes=max_bytes)
 
     def shared_by_instances(self, may_save: Callable[[str], bool] | None = None) -> None:
         """Cluster mode: every durable subscription becomes a persistent MQTT session of
@@ -408,48 +319,7 @@ class MqttAdapter(Adapter):
         node: nodes.Node | ClusterNode | None = self._cnode if self._cluster else self._node
         if node is None:
             raise AdapterUnavailable("the MQTT adapter is not open")
-        receipts: list[PublishReceipt | None] = [None] * len(messages)
-        mapping = node.mapping
-        internal = [i for i, m in enumerate(messages) if not mapping.on_broker(m.topic.namespace)]
-        if internal:
-            assert isinstance(node, nodes.Node)
-            fanouts = node.engine.publish_many([messages[i] for i in internal])
-            for i, fanout in zip(internal, fanouts, strict=True):
-                receipts[i] = PublishReceipt(routed=fanout > 0)
-        if len(internal) < len(messages):
-            external: list[tuple[int, tuple[str, OutboundMessage]]] = []
-            letters: list[tuple[int, tuple[str, OutboundMessage]]] = []
-            for i, m in enumerate(messages):
-                if receipts[i] is None:
-                    try:
-                        item = (i, (mapping.name(m.topic), m))
-                    except NameNotRepresentable as exc:
-                        raise TopicUnavailable(f"the topic has no MQTT name: {exc}") from exc
-                    # dead letters and (cluster mode) pull point inboxes: never retained
-                    unretained = mapping.is_dead_letter(m.topic) or is_internal_namespace(
-                        m.topic.namespace
-                    )
-                    (letters if unretained else external).append(item)
-            for batch, retain in ((external, None), (letters, False)):
-                if not batch:
-                    continue
-                if retain is False and self._cluster:
-                    # a box whose $share filter the broker dropped (a restart) first
-                    # subscribes again: docs/scale-out.md, "Dead-letter boxes"
-                    started = time.monotonic()
-                    boxes = {
-                        box_name("/".join(m.topic.path))
-                        for _, (_, m) in batch
-                        if mapping.is_dead_letter(m.topic)
-                    }
-                    await_boxes(list(self._chandles), boxes, timeout)
-                    timeout = max(0.1, timeout - (time.monotonic() - started))
-                done = node.publisher.publish_many(
-                    [item for _, item in batch], timeout, retain=retain
-                )
-                for (i, _), receipt in zip(batch, done, strict=True):
-                    receipts[i] = receipt
-        return [r for r in receipts if r is not None]
+        return route_and_publish(node, messages, timeout, self._chandles if self._cluster else None)
 
     # -- subscriptions ----------------------------------------------------------------------
     def subscription(self, spec: SubscriptionSpec) -> SubscriptionHandle:

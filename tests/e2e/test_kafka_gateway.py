@@ -136,58 +136,54 @@ def test_existing_topic_policy_answers_topic_not_supported(
 
 
 @pytest.mark.slow
-def test_broker_outage_faults_fast_then_delivers_everything_acknowledged(
-    tansu_factory: Callable[[], TansuNode], consumer: ConsumerServer
+def outage_faults_fast_then_delivers_everything_acknowledged(
+    server: RunningServer, node: TansuNode, consumer: ConsumerServer
 ) -> None:
-    node = tansu_factory()
-    server = start_gateway(kafka_gateway_url(node.url))
-    try:
-        wsn = Wsn(server, f"urn:test:{uuid.uuid4().hex[:8]}")
-        wsn.subscribe(consumer.address(), "tns:outage")
-        acked = []
-        for i in range(5):
-            wsn.notify(("tns:outage", f'<n xmlns="urn:n">{i}</n>'))
-            acked.append(str(i))
-        node.pause()
-        # the health probe notices within health_interval + health_timeout
-        overview = f"{server.base_url}/wsn/admin/api/overview?limit=1"
-        wait_until(
-            lambda: requests.get(overview, timeout=10).json()["health"]["available"] is False,
-            10,
-            what="the gateway to notice that its broker does not answer",
-        )
-        started = time.monotonic()
-        answer = wsn.post(
-            wsn.broker,
-            f'<wsnt:Notify><wsnt:NotificationMessage><wsnt:Topic xmlns:tns="{wsn.ns}" '
-            'Dialect="http://docs.oasis-open.org/wsn/t-1/TopicExpression/Simple">tns:outage'
-            '</wsnt:Topic><wsnt:Message><n xmlns="urn:n">lost</n></wsnt:Message>'
-            "</wsnt:NotificationMessage></wsnt:Notify>",
-        )
-        took = time.monotonic() - started
-        assert answer.status == 503 and answer.fault == "ResourceUnavailableFault"
-        assert took < 5.0, took
-        node.resume()
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline and len(acked) < 10:
-            try:
-                wsn.notify(("tns:outage", f'<n xmlns="urn:n">{len(acked)}</n>'))
-            except AssertionError:
-                time.sleep(0.5)
-                continue
-            acked.append(str(len(acked)))
-        assert len(acked) == 10
+    """The broker paused (SIGSTOP) under ``server``: a Notify answers 503 within 5 s once
+    the health probe noticed, and after the resume every acknowledged Notify is delivered
+    to ``consumer`` (the only subscriber there so far)."""
+    wsn = Wsn(server, f"urn:test:{uuid.uuid4().hex[:8]}")
+    wsn.subscribe(consumer.address(), "tns:outage")
+    acked = []
+    for i in range(5):
+        wsn.notify(("tns:outage", f'<n xmlns="urn:n">{i}</n>'))
+        acked.append(str(i))
+    node.pause()
+    # the health probe notices within health_interval + health_timeout
+    overview = f"{server.base_url}/wsn/admin/api/overview?limit=1"
+    wait_until(
+        lambda: requests.get(overview, timeout=10).json()["health"]["available"] is False,
+        10,
+        what="the gateway to notice that its broker does not answer",
+    )
+    started = time.monotonic()
+    answer = wsn.post(
+        wsn.broker,
+        f'<wsnt:Notify><wsnt:NotificationMessage><wsnt:Topic xmlns:tns="{wsn.ns}" '
+        'Dialect="http://docs.oasis-open.org/wsn/t-1/TopicExpression/Simple">tns:outage'
+        '</wsnt:Topic><wsnt:Message><n xmlns="urn:n">lost</n></wsnt:Message>'
+        "</wsnt:NotificationMessage></wsnt:Notify>",
+    )
+    took = time.monotonic() - started
+    assert answer.status == 503 and answer.fault == "ResourceUnavailableFault"
+    assert took < 5.0, took
+    node.resume()
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and len(acked) < 10:
+        try:
+            wsn.notify(("tns:outage", f'<n xmlns="urn:n">{len(acked)}</n>'))
+        except AssertionError:
+            time.sleep(0.5)
+            continue
+        acked.append(str(len(acked)))
+    assert len(acked) == 10
 
-        def delivered() -> set[str]:
-            return {
-                m.findtext("wsnt:Message/{urn:n}n", namespaces=NS) or ""
-                for m in consumer.messages()
-            }
+    def delivered() -> set[str]:
+        return {
+            m.findtext("wsnt:Message/{urn:n}n", namespaces=NS) or "" for m in consumer.messages()
+        }
 
-        wait_until(lambda: set(acked) <= delivered(), timeout=20, what="every acknowledged Notify")
-    finally:
-        node.resume()
-        stop_gateway(server)
+    wait_until(lambda: set(acked) <= delivered(), timeout=20, what="every acknowledged Notify")
 
 
 @pytest.mark.slow
@@ -367,20 +363,29 @@ def test_each_subscriptions_lag_is_visible(tagged: tuple[RunningServer, str]) ->
 def test_a_gateway_whose_broker_stops_answering_still_stops_promptly_on_sigterm(
     tansu_factory: Callable[[], TansuNode], consumer: ConsumerServer
 ) -> None:
-    """SIGTERM while the broker does not answer (SIGSTOP: connections open, requests
-    unanswered -- as the suite's tansu left some after it dropped a connection): the
-    shutdown's position saves and commits give up after ``close_timeout`` instead of each
-    waiting out its request timeout (the stop took over 30 s, and the suite's harness
-    killed it after 15 s).  What was not saved is delivered again (at least once)."""
+    """First a broker outage (SIGSTOP, then SIGCONT) under the running gateway: Notify
+    faults fast, then every acknowledged Notify is delivered
+    (``outage_faults_fast_then_delivers_everything_acknowledged``; the same broker and
+    gateway: one tansu node and one gateway start less).  Then SIGTERM while the broker
+    does not answer (SIGSTOP: connections open, requests unanswered -- as the suite's
+    tansu left some after it dropped a connection): the shutdown's position saves and
+    commits give up after ``close_timeout`` instead of each waiting out its request
+    timeout (the stop took over 30 s, and the suite's harness killed it after 15 s).  What
+    was not saved is delivered again (at least once)."""
     node = tansu_factory()
     server = start_gateway(kafka_gateway_url(node.url))
     try:
+        outage_faults_fast_then_delivers_everything_acknowledged(server, node, consumer)
         wsn = Wsn(server, f"urn:test:{uuid.uuid4().hex[:8]}")
         for path in ("a", "b", "c"):  # cursors whose positions the stop saves
             wsn.subscribe(consumer.address(f"/{path}"), f"tns:{path}")
         for path in ("a", "b", "c"):
             wsn.notify((f"tns:{path}", f'<n xmlns="urn:n">{path}</n>'))
-        consumer.wait_for_messages(3, timeout=20)
+        wait_until(
+            lambda: {r.path for r in consumer.notifies()} >= {"/a", "/b", "/c"},
+            20,
+            what="a message at each of /a, /b and /c",
+        )
         node.pause()
         assert server.process is not None
         started = time.monotonic()

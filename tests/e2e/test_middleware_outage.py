@@ -10,7 +10,7 @@ import concurrent.futures
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -33,8 +33,9 @@ OUTAGE_ENV = {
 }
 
 
-@pytest.fixture
-def gateway(rabbitmq_node: RabbitNode) -> Iterator[RunningServer]:
+def outage_gateway(rabbitmq_node: RabbitNode) -> Iterator[RunningServer]:
+    """A gateway (not started) on the session's node with ``OUTAGE_ENV``; the node runs
+    again afterwards, whatever the test did."""
     data_dir = Path(tempfile.mkdtemp(prefix="wsnmom-outage-"))
     server = RunningServer("rabbitmq", rabbitmq_node.url, data_dir, extra_env=OUTAGE_ENV)
     try:
@@ -42,6 +43,17 @@ def gateway(rabbitmq_node: RabbitNode) -> Iterator[RunningServer]:
     finally:
         server.stop()
         rabbitmq_node.start()  # whatever the test did, the node runs again for the others
+
+
+@pytest.fixture
+def gateway(rabbitmq_node: RabbitNode) -> Iterator[RunningServer]:
+    yield from outage_gateway(rabbitmq_node)
+
+
+@pytest.fixture
+def late_gateway(rabbitmq_node: RabbitNode) -> Iterator[RunningServer]:
+    """A second gateway, started by the test while the node is down."""
+    yield from outage_gateway(rabbitmq_node)
 
 
 def post(url: str, body: str, timeout: float = 30.0) -> requests.Response:
@@ -71,8 +83,14 @@ def assert_unavailable(resp: requests.Response) -> None:
 
 
 def test_outage_faults_fast_keeps_serving_and_loses_nothing(
-    gateway: RunningServer, rabbitmq_node: RabbitNode, consumer: ConsumerServer
+    gateway: RunningServer,
+    late_gateway: RunningServer,
+    rabbitmq_node: RabbitNode,
+    consumer: ConsumerServer,
+    consumer_factory: Callable[[], ConsumerServer],
 ) -> None:
+    """An outage of a gateway's node, and (in the same outage: one node stop and start
+    less) a second gateway started while its node is down, which serves once it is up."""
     gateway.start()
     ns = f"urn:test:{uuid.uuid4().hex[:12]}"
     broker = gateway.broker_url
@@ -114,6 +132,14 @@ def test_outage_faults_fast_keeps_serving_and_loses_nothing(
     for resp in results:
         assert_unavailable(resp)
 
+    # a gateway started before its node is up: alive, not ready, faults what needs the node
+    late_gateway.start(wait_for="/healthz")
+    assert requests.get(f"{late_gateway.base_url}/readyz", timeout=5).status_code == 503
+    late_consumer = consumer_factory()
+    late, late_ns = late_gateway.broker_url, f"urn:test:{uuid.uuid4().hex[:12]}"
+    assert_unavailable(post(late, notify_body(("tns:t", "<m>early</m>"), ns=late_ns)))
+    assert_unavailable(post(late, subscribe_body(late_consumer.address(), "tns:t", ns=late_ns)))
+
     rabbitmq_node.start()
     wait_status(f"{gateway.base_url}/readyz", 200, 60)
     deadline = time.monotonic() + 30
@@ -148,23 +174,13 @@ def test_outage_faults_fast_keeps_serving_and_loses_nothing(
         assert sum(m.startswith("cannot connect to RabbitMQ (retrying)") for m in said) <= 1
         assert sum(m == "connected to RabbitMQ again" for m in said) == 1, said
 
-
-def test_gateway_started_before_its_node_serves_once_it_is_up(
-    gateway: RunningServer, rabbitmq_node: RabbitNode, consumer: ConsumerServer
-) -> None:
-    rabbitmq_node.stop()
-    gateway.start(wait_for="/healthz")
-    assert requests.get(f"{gateway.base_url}/readyz", timeout=5).status_code == 503
-    ns = f"urn:test:{uuid.uuid4().hex[:12]}"
-    assert_unavailable(post(gateway.broker_url, notify_body(("tns:t", "<m>early</m>"), ns=ns)))
-    assert_unavailable(post(gateway.broker_url, subscribe_body(consumer.address(), "tns:t", ns=ns)))
-
-    rabbitmq_node.start()
-    wait_status(f"{gateway.base_url}/readyz", 200, 60)
-    resp = post(gateway.broker_url, subscribe_body(consumer.address(), "tns:t", ns=ns))
+    # the gateway started before its node serves once the node is up
+    wait_status(f"{late_gateway.base_url}/readyz", 200, 60)
+    resp = post(late, subscribe_body(late_consumer.address(), "tns:t", ns=late_ns))
     assert resp.status_code == 200, resp.content
-    assert post(gateway.broker_url, notify_body(("tns:t", "<m>late</m>"), ns=ns)).status_code == 202
-    assert [m.findtext("{*}Message/{*}m") for m in consumer.wait_for_messages(1, 20)] == ["late"]
+    assert post(late, notify_body(("tns:t", "<m>late</m>"), ns=late_ns)).status_code == 202
+    got_late = late_consumer.wait_for_messages(1, 20)
+    assert [m.findtext("{*}Message/{*}m") for m in got_late] == ["late"]
 
 
 def test_overloaded_node_is_refused_as_overloaded_not_unreachable(

@@ -98,8 +98,8 @@ class OrphanSweep:
     def at_start(self, *, shared: bool) -> list[str]:
         """A single instance (not ``shared``), before it serves: every intent is an
         orphan's (no Subscribe is under way); the names removed.  Nothing in a cluster
-        (its leader sweeps)."""
-        return [] if shared else self.sweep_intents(0.0)
+        (its leader sweeps) or when the sweep is off."""
+        return [] if shared or self._task is None else self.sweep_intents(0.0)
 
     def sweep(self) -> list[str]:
         """One round: the intents older than the grace, then (``own_names``) the listed

@@ -10,6 +10,7 @@ tests/cluster/test_orphan_kill.py."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -167,3 +168,32 @@ def test_a_subscribe_whose_intent_was_swept_meanwhile_is_refused_and_leaves_noth
     assert sub_id not in service.registry.subscriptions
     again = service.subscribe(sub_req(CONSUMER, topic=concrete("t:orphans/late")))
     assert store.get_subscription(again.id) is not None and store.list_intents() == []
+
+
+@pytest.mark.rabbitmq
+def test_a_single_instance_sweeps_every_intent_at_start(
+    make_broker: Callable[..., Broker], rabbitmq_url: str
+) -> None:
+    """A single instance (SQLite store) left an intent a moment ago, as a process killed
+    between declaring and storing does: younger than the grace, the periodic sweep
+    leaves it; the restart removes it, and its queue, before serving (no Subscribe can
+    be under way then); the live subscription's queue stays."""
+    broker = make_broker(adapter_url=rabbitmq_url)
+    service = _service(broker)
+    live = service.subscribe(sub_req(CONSUMER, topic=concrete("t:orphans/start")))
+    name = "killed-" + uuid.uuid4().hex[:12]
+    service.store.put_intent(name)
+    _declare(broker.adapter, name)
+    queue = broker.adapter.queue_name(name)
+    assert service.orphans.sweep() == []
+    assert queue_exists(rabbitmq_url, queue)
+    before = _removed()
+    again = broker.restart()
+    assert not queue_exists(rabbitmq_url, queue)
+    assert again.store.list_intents() == [] and _removed() == before + 1
+    assert queue_exists(rabbitmq_url, broker.adapter.queue_name(live.id))
+    # an instance of a cluster leaves even a young intent to its leader's sweep
+    again.store.put_intent(name)
+    assert again.orphans.at_start(shared=True) == []
+    assert [n for n, _ in again.store.list_intents()] == [name]
+    again.store.delete_intent(name)

@@ -20,8 +20,9 @@ import pytest
 from pika.exceptions import ChannelClosedByBroker
 from wsnmom.core import errors, metrics
 from wsnmom.core.adapter import Adapter, QueueLimits, SubscriptionSpec
-from wsnmom.core.model import Subscription
+from wsnmom.core.model import CreatePullPointRequest, PullPoint, Subscription
 from wsnmom.core.service import BrokerService
+from wsnmom.core.store import StoreUnavailable
 from wsnmom.topic_mapping.model import PathPattern
 
 from tests.core.conftest import NS, Broker, RecordingOutbound, concrete, note, sub_req
@@ -197,3 +198,43 @@ def test_a_single_instance_sweeps_every_intent_at_start(
     assert again.orphans.at_start(shared=True) == []
     assert [n for n, _ in again.store.list_intents()] == [name]
     again.store.delete_intent(name)
+
+
+@pytest.mark.rabbitmq
+def test_a_create_pull_point_whose_record_is_not_stored_leaves_nothing(
+    make_broker: Callable[..., Broker], rabbitmq_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """CreatePullPoint makes its queue before its record, as Subscribe does: a store that
+    refuses the record's write (before intents: the queue stayed, an orphan nothing
+    named), and an intent swept meanwhile (a CreatePullPoint slower than the grace),
+    each leave no record, no intent and no queue; the first is the store's fault
+    (ResourceUnavailable, retried by the client), the second UnableToCreatePullPoint."""
+    broker = make_broker(adapter_url=rabbitmq_url)
+    service = _service(broker)
+    store: Any = service.store
+    real_add = store.add_pull_point
+    made: list[str] = []
+
+    def refused(pp: PullPoint) -> None:
+        made.append(pp.id)
+        raise StoreUnavailable("connection lost")
+
+    def late(pp: PullPoint) -> None:
+        made.append(pp.id)
+        assert service.orphans.sweep_intents(0.0) == [pp.id]
+        real_add(pp)
+
+    for add, fault in (
+        (refused, errors.ResourceUnavailable),
+        (late, errors.UnableToCreatePullPoint),
+    ):
+        monkeypatch.setattr(store, "add_pull_point", add)
+        with pytest.raises(fault):
+            service.create_pull_point(CreatePullPointRequest(name="orphans-pp"))
+        monkeypatch.undo()
+        pp_id = made[-1]
+        assert store.get_pull_point(pp_id) is None and store.list_intents() == []
+        assert pp_id not in service.registry.pull_points
+        assert not queue_exists(rabbitmq_url, broker.adapter.queue_name(pp_id))  # type: ignore[attr-defined]
+    kept = service.create_pull_point(CreatePullPointRequest(name="orphans-pp"))
+    assert store.get_pull_point(kept.id) is not None and store.list_intents() == []

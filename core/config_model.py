@@ -35,10 +35,12 @@ class TerminationSettings:
     registration_default: timedelta = field(default=timedelta(days=1), metadata=limits(above=0))
     #: how often the lifetime scheduler looks for expired resources
     sweep_interval: timedelta = field(default=timedelta(seconds=1), metadata=limits(above=0))
-    #: how often the middleware's durable subscriptions are compared with the store
-    #: (``core.orphans``); 0 turns the orphan sweep off
+    #: how often the orphan sweep looks for durable subscriptions without a record (stale
+    #: intents; listed names, where the adapter lists its own: ``core.orphans``); 0 turns
+    #: the orphan sweep off
     orphan_sweep_interval: timedelta = field(default=timedelta(minutes=5), metadata=limits(0))
-    #: how long a durable subscription must stay without a record before it is removed
+    #: how old an intent without a record must be, or how long a listed durable
+    #: subscription must stay without a record, before the orphan sweep removes it
     orphan_grace: timedelta = field(default=timedelta(minutes=10), metadata=limits(0))
 
 

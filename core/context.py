@@ -226,9 +226,24 @@ class BrokerContext:
         except Exception:
             _log.warning("forgetting durable subscription %s failed", name, exc_info=True)
 
-    def delete_native(self, name: str) -> None:
-        """Delete the durable subscription ``name``; failures are logged, not raised."""
+    def delete_native(self, name: str) -> bool:
+        """Delete the durable subscription ``name``; failures are logged, not raised
+        (False)."""
         try:
             self.adapter.delete_subscription(name)
         except Exception:
             _log.warning("deleting durable subscription %s failed", name, exc_info=True)
+            return False
+        return True
+
+    def undo_native(self, name: str) -> None:
+        """Take back the durable subscription ``name`` that a refused Subscribe or
+        CreatePullPoint made (its record is not stored): delete it, then its intent; when
+        either fails the intent stays and the orphan sweep finishes the job
+        (``core.orphans``).  Failures are logged, not raised."""
+        if not self.delete_native(name):
+            return
+        try:
+            self.store.delete_intent(name)
+        except Exception:
+            _log.warning("removing the intent of %s failed", name, exc_info=True)

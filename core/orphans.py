@@ -1,17 +1,29 @@
 """The orphan sweep: removes durable subscriptions the middleware keeps for a subscription
-or pull point that the store no longer has (a delete that failed while the middleware was
-away, a process killed between the store and the middleware, a refused Subscribe or
-CreatePullPoint whose durable subscription was already made).  Such a queue or session
+or pull point that the store does not have (a process killed between making the durable
+subscription and storing its record, a refused Subscribe or CreatePullPoint whose undo
+failed, a delete that failed while the middleware was away).  Such a queue or session
 would otherwise hold messages for nobody, for ever.
 
 Runs on a ``core.periodic.PeriodicTask`` every ``termination.orphan_sweep_interval``, on
-one instance of a cluster (the leader, as the lifetime sweep) and on a single instance.
-Only adapters that list their durable subscriptions (``Adapter.subscription_names``) and
-list only their own (``Capabilities.own_names``) are swept.  A name is removed only after
-it was found without a record by every sweep for ``termination.orphan_grace``: the list
-is read before the store in each round, so a resource whose durable subscription is made
-before its record (CreatePullPoint, on any instance) is never removed while it is being
-made, as long as making it takes less than the grace.
+one instance of a cluster (the leader, as the lifetime sweep) and on a single instance;
+a single instance (no other instance shares its store) also sweeps once at start.  Two
+ways of finding orphans:
+
+* **Intents**, on every adapter.  Before core asks the adapter to make a new durable
+  subscription it stores the name as an intent (``Store.put_intent``); the record's write
+  removes it in the same statement (``Store.add_subscription``/``add_pull_point``).  An
+  intent older than ``termination.orphan_grace`` (by the store's clock) is an orphan's:
+  the sweep removes the intent (only if still that old), then deletes the durable
+  subscription (idempotent).  Removing the intent first is what makes this safe against a
+  Subscribe still under way, however slow: its record's write finds no intent and fails
+  (``IntentGone``), and the Subscribe deletes its own durable subscription and is
+  refused.  An intent whose record exists is just removed.  At start a single instance
+  sweeps every intent, whatever its age: no Subscribe can be under way.
+* **Listing**, where the adapter lists its durable subscriptions and only its own
+  (``Capabilities.own_names``: embedded, MQTT): it also finds orphans no intent names
+  (a failed delete, and those made before intents existed).  A listed name is removed
+  only after it was found without a record by every sweep for ``termination.orphan_grace``:
+  the list is read before the store in each round.
 """
 
 from __future__ import annotations
@@ -19,12 +31,14 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 
 from wsnmom.core import metrics
 from wsnmom.core.adapter import AdapterError
 from wsnmom.core.context import BrokerContext
 from wsnmom.core.dead_letters import is_box_name
 from wsnmom.core.periodic import PeriodicTask
+from wsnmom.core.store import Store
 
 __all__ = ["OrphanSweep"]
 
@@ -81,12 +95,70 @@ class OrphanSweep:
             return None
         return {name for name in listed if name not in known and not is_box_name(name)}
 
+    def at_start(self, *, shared: bool) -> list[str]:
+        """A single instance (not ``shared``), before it serves: every intent is an
+        orphan's (no Subscribe is under way); the names removed.  Nothing in a cluster
+        (its leader sweeps) or when the sweep is off."""
+        return [] if shared or self._task is None else self.sweep_intents(0.0)
+
     def sweep(self) -> list[str]:
-        """Remove the orphans found in every sweep for the grace; the names removed."""
-        ctx = self._ctx
-        if not ctx.adapter.capabilities.own_names or not ctx.leads():
+        """One round: the intents older than the grace, then (``own_names``) the listed
+        orphans found in every sweep for the grace; the names removed."""
+        if not self._ctx.leads():
             self._seen.clear()  # a leader to come starts its own grace
             return []
+        removed = self.sweep_intents(self.grace)
+        if self._ctx.adapter.capabilities.own_names:
+            removed += self._sweep_listed()
+        return removed
+
+    def sweep_intents(self, older_than: float) -> list[str]:
+        """Delete the durable subscription of each intent at least ``older_than`` seconds
+        old that no record names, and the intent; the names whose durable subscription
+        was deleted."""
+        store = self._ctx.store
+        try:
+            stale = store.list_intents(older_than)
+        except Exception:
+            log.warning("orphan sweep: reading the intents failed", exc_info=True)
+            return []
+        removed: list[str] = []
+        for name, at in stale:
+            try:
+                if self._remove_intended(store, name, at, older_than):
+                    removed.append(name)
+            except Exception:
+                log.warning("orphan sweep: the intent of %s failed", name, exc_info=True)
+        return removed
+
+    def _remove_intended(self, store: Store, name: str, at: datetime, older_than: float) -> bool:
+        """One stale intent (see :meth:`sweep_intents`); True when its durable
+        subscription was deleted."""
+        if store.get_subscription(name) is not None or store.get_pull_point(name) is not None:
+            store.delete_intent(name)  # its record exists: the durable subscription is live
+            return False
+        # the intent first: a Subscribe still under way now fails to store its record
+        if not store.delete_intent(name, older_than):
+            return False  # its record was stored meanwhile
+        try:
+            self._ctx.adapter.delete_subscription(name)
+        except AdapterError as exc:
+            log.warning("removing the orphan durable subscription %s failed: %s", name, exc)
+            store.put_intent(name, at)  # the next round tries again
+            return False
+        metrics.ORPHANS_REMOVED.inc()
+        age = (datetime.now(UTC) - at).total_seconds()
+        log.warning(
+            "removed the orphan durable subscription %s: made %.0f s ago by a Subscribe or "
+            "CreatePullPoint that never stored its record",
+            name,
+            age,
+        )
+        return True
+
+    def _sweep_listed(self) -> list[str]:
+        """The listed orphans found in every sweep for the grace, removed."""
+        ctx = self._ctx
         orphans = self._orphans()
         if orphans is None:
             return []

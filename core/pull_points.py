@@ -40,6 +40,7 @@ from wsnmom.core.pull_buffer import Fed, PullBuffer
 from wsnmom.core.pull_owners import handed_over
 from wsnmom.core.pull_reader import PullReader
 from wsnmom.core.registry import LivePullPoint, LiveSubscription
+from wsnmom.core.store import IntentGone, StoreError
 from wsnmom.topic_mapping.model import PathPattern
 
 __all__ = ["PullPoints", "inbox_pattern"]
@@ -126,15 +127,28 @@ class PullPoints:
             default=ctx.settings.termination.pull_point_default,
         )
         pp = PullPoint(new_resource_id(), ctx.now(), termination, req.name, owner)
+        # its intent first, then the durable subscription, then the record, which replaces
+        # the intent (a process killed in between leaves the intent: ``core.orphans``)
+        ctx.store.put_intent(pp.id)
+        live: LivePullPoint | None = None
         try:
             live = self.live(pp, self.open_handle(pp.id))
-            ctx.store.put_pull_point(pp)
+            ctx.store.add_pull_point(pp)
         except AdapterError as exc:
-            ctx.delete_native(pp.id)
+            ctx.undo_native(pp.id)
             refusal = ctx.gate.refusal(exc)
             if refusal is not None:
                 raise refusal from exc
             raise errors.UnableToCreatePullPoint(f"the middleware refused: {exc}") from exc
+        except StoreError as exc:  # nothing may stay behind
+            if live is not None:
+                live.stop()
+            ctx.undo_native(pp.id)
+            if isinstance(exc, IntentGone):
+                raise errors.UnableToCreatePullPoint(
+                    "making the pull point took longer than the orphan grace; retry"
+                ) from exc
+            raise
         with registry.lock:
             registry.pull_points[pp.id] = live
         registry.update_gauges()

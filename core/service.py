@@ -422,6 +422,7 @@ class BrokerService:
         self.pull_owners.active = self.cluster.shared and not self.adapter.capabilities.native_pull
         self.pull_owners.clustered = self.cluster.shared
         restore(self._ctx, self.subscriptions, self.pull_points, self.registrations)
+        self.orphans.at_start(shared=self.cluster.shared)
         self.cluster.start()
         self._gate.ready = True
         self.lifetimes.start()

@@ -20,9 +20,10 @@ import base64
 import json
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -43,8 +44,9 @@ from wsnmom.core.model import (
 from wsnmom.core.sqlite_space import reclaimable, vacuum_step
 from wsnmom.topic_mapping.model import Topic
 
-#: 2: subscriptions have a revision every write bumps (``Subscription.revision``)
-SCHEMA_VERSION = 2
+#: 2: subscriptions have a revision every write bumps (``Subscription.revision``);
+#: 3: intents, the durable subscriptions being made (``Store.put_intent``)
+SCHEMA_VERSION = 3
 
 
 class StoreError(Exception):
@@ -62,6 +64,15 @@ class StoreUnavailable(StoreError, errors.ResourceUnavailable):
         errors.ResourceUnavailable.__init__(
             self, f"the store is not reachable: {description}", retry_after=self.RETRY_AFTER
         )
+
+
+class IntentGone(StoreError):
+    """A new record was not written: the intent it was to replace is gone (the orphan
+    sweep took it for an orphan's, ``core.orphans``, and deleted its durable subscription)."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"the intent of {name} is gone: the orphan sweep removed it")
+        self.name = name
 
 
 class SqliteTooOld(StoreError):
@@ -114,6 +125,31 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def put_pull_point(self, pp: PullPoint) -> None:
         """Insert or replace."""
+
+    # intents: durable subscriptions being made, before their record exists (core.orphans)
+    @abc.abstractmethod
+    def put_intent(self, name: str, at: datetime | None = None) -> None:
+        """Record that the durable subscription ``name`` is about to be made, at ``at``
+        (None: now, by the store's clock, which every instance of a cluster shares)."""
+
+    @abc.abstractmethod
+    def add_subscription(self, sub: Subscription) -> None:
+        """Store a new subscription's record and remove its intent in one write (as
+        :meth:`put_subscription`); :class:`IntentGone`, nothing written, when there is no
+        intent of its id (the orphan sweep removed it)."""
+
+    @abc.abstractmethod
+    def add_pull_point(self, pp: PullPoint) -> None:
+        """:meth:`add_subscription` for a new pull point."""
+
+    @abc.abstractmethod
+    def delete_intent(self, name: str, older_than: float | None = None) -> bool:
+        """Remove the intent ``name`` (only if recorded at least ``older_than`` seconds
+        ago); False when none was removed."""
+
+    @abc.abstractmethod
+    def list_intents(self, older_than: float = 0.0) -> list[tuple[str, datetime]]:
+        """The intents recorded at least ``older_than`` seconds ago, oldest first."""
 
     @abc.abstractmethod
     def get_pull_point(self, pp_id: str) -> PullPoint | None:
@@ -422,6 +458,8 @@ _SCHEMA = [
         PRIMARY KEY (namespace, path))""",
     """CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)""",
     """CREATE TABLE IF NOT EXISTS upstreams (id TEXT PRIMARY KEY, data TEXT NOT NULL)""",
+    # at: seconds since the epoch (one instance opens the file: its clock is the store's)
+    """CREATE TABLE IF NOT EXISTS intents (name TEXT PRIMARY KEY, at REAL NOT NULL)""",
 ]
 
 
@@ -515,13 +553,27 @@ class SqliteStore(Store):
     # subscriptions
     def put_subscription(self, sub: Subscription) -> None:
         with self._tx() as conn:
-            row = conn.execute(
-                "INSERT INTO subscriptions (id, termination_time, data, revision) "
-                "VALUES (?, ?, ?, 1) ON CONFLICT (id) DO UPDATE SET "
-                "termination_time = excluded.termination_time, data = excluded.data, "
-                "revision = subscriptions.revision + 1 RETURNING revision",
-                (sub.id, _dt(sub.termination_time), json.dumps(subscription_to_json(sub))),
-            ).fetchone()
+            self._write_subscription(conn, sub)
+
+    def add_subscription(self, sub: Subscription) -> None:
+        with self._tx() as conn:
+            self._claim(conn, sub.id)
+            self._write_subscription(conn, sub)
+
+    @staticmethod
+    def _claim(conn: sqlite3.Connection, name: str) -> None:
+        if conn.execute("DELETE FROM intents WHERE name = ?", (name,)).rowcount == 0:
+            raise IntentGone(name)
+
+    @staticmethod
+    def _write_subscription(conn: sqlite3.Connection, sub: Subscription) -> None:
+        row = conn.execute(
+            "INSERT INTO subscriptions (id, termination_time, data, revision) "
+            "VALUES (?, ?, ?, 1) ON CONFLICT (id) DO UPDATE SET "
+            "termination_time = excluded.termination_time, data = excluded.data, "
+            "revision = subscriptions.revision + 1 RETURNING revision",
+            (sub.id, _dt(sub.termination_time), json.dumps(subscription_to_json(sub))),
+        ).fetchone()
         sub.revision = int(row[0])
 
     def update_subscription(self, sub: Subscription) -> bool:
@@ -558,11 +610,39 @@ class SqliteStore(Store):
     # pull points
     def put_pull_point(self, pp: PullPoint) -> None:
         with self._tx() as conn:
-            conn.execute(
-                "INSERT OR REPLACE INTO pull_points (id, name, termination_time, data) "
-                "VALUES (?, ?, ?, ?)",
-                (pp.id, pp.name, _dt(pp.termination_time), json.dumps(pull_point_to_json(pp))),
-            )
+            self._write_pull_point(conn, pp)
+
+    def add_pull_point(self, pp: PullPoint) -> None:
+        with self._tx() as conn:
+            self._claim(conn, pp.id)
+            self._write_pull_point(conn, pp)
+
+    @staticmethod
+    def _write_pull_point(conn: sqlite3.Connection, pp: PullPoint) -> None:
+        conn.execute(
+            "INSERT OR REPLACE INTO pull_points (id, name, termination_time, data) "
+            "VALUES (?, ?, ?, ?)",
+            (pp.id, pp.name, _dt(pp.termination_time), json.dumps(pull_point_to_json(pp))),
+        )
+
+    # intents
+    def put_intent(self, name: str, at: datetime | None = None) -> None:
+        when = time.time() if at is None else at.timestamp()
+        with self._tx() as conn:
+            conn.execute("INSERT OR REPLACE INTO intents (name, at) VALUES (?, ?)", (name, when))
+
+    def delete_intent(self, name: str, older_than: float | None = None) -> bool:
+        cutoff = float("inf") if older_than is None else time.time() - older_than
+        with self._tx() as conn:
+            sql = "DELETE FROM intents WHERE name = ? AND at <= ?"
+            return conn.execute(sql, (name, cutoff)).rowcount > 0
+
+    def list_intents(self, older_than: float = 0.0) -> list[tuple[str, datetime]]:
+        rows = self._query(
+            "SELECT name, at FROM intents WHERE at <= ? ORDER BY at, name",
+            (time.time() - older_than,),
+        )
+        return [(str(r[0]), datetime.fromtimestamp(float(r[1]), UTC)) for r in rows]
 
     def get_pull_point(self, pp_id: str) -> PullPoint | None:
         rows = self._query("SELECT data FROM pull_points WHERE id = ?", (pp_id,))

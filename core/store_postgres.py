@@ -23,12 +23,14 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from datetime import datetime
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 from wsnmom.core.coordination import Coordination
 from wsnmom.core.model import NotificationMessage, PublisherRegistration, PullPoint, Subscription
 from wsnmom.core.store import (
+    IntentGone,
     Store,
     StoreError,
     StoreUnavailable,
@@ -117,6 +119,12 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
             PERFORM pg_notify('wsnmom_changes', writer);
             RETURN NULL;
         END $$""",
+    ),
+    # intents: durable subscriptions being made before their record is written; the
+    # record's write removes its intent in the same statement (``core.orphans``)
+    8: (
+        """CREATE TABLE wsnmom_intents (
+            name TEXT PRIMARY KEY, at TIMESTAMPTZ NOT NULL DEFAULT clock_timestamp())""",
     ),
 }
 SCHEMA_VERSION = max(MIGRATIONS)
@@ -322,6 +330,20 @@ class PostgresStore(Store):
             ).fetchone()
         sub.revision = int(row[0])
 
+    def add_subscription(self, sub: Subscription) -> None:
+        # one statement, one round trip: the intent's delete and the insert commit together,
+        # and no row is inserted when the delete found none (the sweep took it first)
+        with self._conn() as conn:
+            row = conn.execute(
+                f"WITH claimed AS ({_CLAIM}) "
+                "INSERT INTO subscriptions (id, termination_time, data, revision) "
+                "SELECT %s, %s::timestamptz, %s, 1 FROM claimed RETURNING revision",
+                (sub.id, sub.id, sub.termination_time, self._jsonb(subscription_to_json(sub))),
+            ).fetchone()
+        if row is None:
+            raise IntentGone(sub.id)
+        sub.revision = int(row[0])
+
     def update_subscription(self, sub: Subscription) -> bool:
         # under READ COMMITTED a writer that waited for the row re-checks the revision on
         # the row the other writer committed: of two writes on one revision, one wins
@@ -365,6 +387,23 @@ class PostgresStore(Store):
             },
         )
 
+    def add_pull_point(self, pp: PullPoint) -> None:
+        with self._conn() as conn:
+            row = conn.execute(
+                f"WITH claimed AS ({_CLAIM}) "
+                "INSERT INTO pull_points (id, name, termination_time, data) "
+                "SELECT %s, %s::text, %s::timestamptz, %s FROM claimed RETURNING id",
+                (
+                    pp.id,
+                    pp.id,
+                    pp.name,
+                    pp.termination_time,
+                    self._jsonb(pull_point_to_json(pp)),
+                ),
+            ).fetchone()
+        if row is None:
+            raise IntentGone(pp.id)
+
     def get_pull_point(self, pp_id: str) -> PullPoint | None:
         return self._get("pull_points", "id", pp_id, pull_point_from_json)
 
@@ -376,6 +415,35 @@ class PostgresStore(Store):
 
     def list_pull_points(self) -> list[PullPoint]:
         return self._list("pull_points", pull_point_from_json)
+
+    def put_intent(self, name: str, at: datetime | None = None) -> None:
+        with self._conn() as conn:
+            conn.execute(
+                "INSERT INTO wsnmom_intents (name, at) "
+                "VALUES (%s, coalesce(%s::timestamptz, clock_timestamp())) "
+                "ON CONFLICT (name) DO UPDATE SET at = EXCLUDED.at",
+                (name, at),
+            )
+
+    def delete_intent(self, name: str, older_than: float | None = None) -> bool:
+        if older_than is None:
+            return self._count("DELETE FROM wsnmom_intents WHERE name = %s", (name,)) > 0
+        return (
+            self._count(
+                "DELETE FROM wsnmom_intents WHERE name = %s "
+                "AND at <= clock_timestamp() - make_interval(secs => %s)",
+                (name, older_than),
+            )
+            > 0
+        )
+
+    def list_intents(self, older_than: float = 0.0) -> list[tuple[str, datetime]]:
+        rows = self._rows(
+            "SELECT name, at FROM wsnmom_intents "
+            "WHERE at <= clock_timestamp() - make_interval(secs => %s) ORDER BY at, name",
+            (older_than,),
+        )
+        return [(str(r[0]), r[1]) for r in rows]
 
     def put_registration(self, reg: PublisherRegistration) -> None:
         self._put(
@@ -476,6 +544,10 @@ class PostgresStore(Store):
                 return
             self._closed = True
         self._pool.close()
+
+
+#: the intent a new record replaces, deleted in the record's statement (its first parameter)
+_CLAIM = "DELETE FROM wsnmom_intents WHERE name = %s RETURNING name"
 
 
 def _revised(row: tuple[Any, ...]) -> Subscription:

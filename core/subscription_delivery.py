@@ -163,9 +163,12 @@ class SubscriptionDelivery:
         made, not half made (RabbitMQ 3.10 answers a declaration of a quorum queue that
         is still being created as if it existed, and a consume then crashes the channel
         and closes the whole connection).  ``attach`` uses the handle.  False when there
-        is nothing to make (routed at publish time)."""
+        is nothing to make (routed at publish time).  Its intent is stored first: a
+        process killed before the record is stored leaves a durable subscription that the
+        orphan sweep finds by it (``core.orphans``)."""
         if self.direct.wanted(state.record):
             return False
+        self._ctx.store.put_intent(state.record.id)
         state.handle = self._ctx.adapter.subscription(self._spec(state, "new"))
         return True
 

@@ -57,6 +57,7 @@ from wsnmom.core.model import (
 from wsnmom.core.outbound_policy import AddressRefused
 from wsnmom.core.redaction import redact_url
 from wsnmom.core.registry import LiveSubscription
+from wsnmom.core.store import IntentGone
 from wsnmom.core.subscription_changes import CHANGE_ATTEMPTS, SubscriptionChanges, newer
 from wsnmom.core.subscription_delivery import SubscriptionDelivery
 from wsnmom.core.subscription_ends import SubscriptionEnds
@@ -189,14 +190,22 @@ class Subscriptions(SubscriptionChanges, SubscriptionEnds):
         state = LiveSubscription(sub, compiled, end_topic)
         stored = False
         try:
-            # the durable subscription first, then the record other instances follow
+            # the durable subscription first (after its intent), then the record other
+            # instances follow, which replaces the intent
             made = self.delivery.make(state)
             try:
-                ctx.store.put_subscription(sub)
+                if made:
+                    ctx.store.add_subscription(sub)
+                else:
+                    ctx.store.put_subscription(sub)
                 stored = True
+            except IntentGone as exc:  # slower than the orphan grace: swept meanwhile
+                raise errors.SubscribeCreationFailed(
+                    "making the subscription took longer than the orphan grace; retry"
+                ) from exc
             finally:
                 if made and not stored:  # the store refused: nothing may stay behind
-                    ctx.delete_native(sub.id)
+                    ctx.undo_native(sub.id)
             self.attach(state, origin="new")
         except AdapterError as exc:
             self._undo_subscribe(state, stored)
@@ -263,9 +272,14 @@ class Subscriptions(SubscriptionChanges, SubscriptionEnds):
             self.delivery.feeds.detach(state)
         except Exception:
             log.warning("undoing the refused subscription %s failed", sub_id, exc_info=True)
-        ctx.delete_native(sub_id)
         if stored:
+            # an intent again first: the sweep deletes what the undo below may not
+            try:
+                ctx.store.put_intent(sub_id)
+            except Exception:
+                log.warning("recording the intent of %s failed", sub_id, exc_info=True)
             ctx.store.delete_subscription(sub_id)
+        ctx.undo_native(sub_id)
         ctx.registry.update_gauges()
 
     def attach(self, state: LiveSubscription, *, origin: SpecOrigin = "") -> None:

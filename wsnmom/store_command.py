@@ -1,7 +1,8 @@
 """``wsnmom store``: look at a store and move one gateway's store into another.
 
 ``wsnmom store migrate --from sqlite:///... --to postgresql://...`` copies every
-subscription, pull point, publisher registration and current message from one store to
+subscription, pull point, publisher registration, current message, upstream and intent (a
+durable subscription whose record was never stored, ``core.orphans``) from one store to
 another, as it is the way from a single gateway to a cluster that shares a PostgreSQL
 store.  The gateway must be stopped: a SQLite source is locked for the copy exactly as a
 running gateway locks it, so a gateway that still runs makes the command refuse.  The
@@ -44,6 +45,8 @@ class StoreCounts:
     current_messages: int = 0
     #: upstreams added at run time (``wsnmom upstream add``)
     upstreams: int = 0
+    #: intents: durable subscriptions whose record was never stored (``core.orphans``)
+    intents: int = 0
 
     @property
     def total(self) -> int:
@@ -54,6 +57,7 @@ class StoreCounts:
             + self.registrations
             + self.current_messages
             + self.upstreams
+            + self.intents
         )
 
 
@@ -65,6 +69,7 @@ def count_records(target: Store) -> StoreCounts:
         len(target.list_registrations()),
         len(target.list_current_messages()),
         len(target.list_upstreams()),
+        len(target.list_intents()),
     )
 
 
@@ -79,6 +84,9 @@ def copy_store(source: Store, destination: Store) -> StoreCounts:
     registrations = source.list_registrations()
     current = source.list_current_messages()
     upstreams = source.list_upstreams()
+    # with their times: the sweep of the destination's gateways removes their durable
+    # subscriptions once they are older than the grace (the middleware stays the same)
+    intents = source.list_intents()
     # pull points first: a subscription may feed one, a registration may point at one
     for pp in pull_points:
         destination.put_pull_point(pp)
@@ -90,6 +98,8 @@ def copy_store(source: Store, destination: Store) -> StoreCounts:
         destination.put_current_message(message)
     for data in upstreams:
         destination.put_upstream(str(data["name"]), data)
+    for name, at in intents:
+        destination.put_intent(name, at)
     for pp in pull_points:
         if destination.get_pull_point(pp.id) != pp:
             raise StoreError(f"pull point {pp.id} did not read back equal")
@@ -107,8 +117,19 @@ def copy_store(source: Store, destination: Store) -> StoreCounts:
     for data in upstreams:
         if copied.get(str(data["name"])) != data:
             raise StoreError(f"upstream {data['name']} did not read back equal")
+    copied_intents = dict(destination.list_intents())
+    for name, at in intents:
+        # SQLite keeps seconds as a float: equal to the millisecond
+        back = copied_intents.get(name)
+        if back is None or abs((back - at).total_seconds()) > 0.001:
+            raise StoreError(f"the intent of {name} did not read back equal")
     return StoreCounts(
-        len(subscriptions), len(pull_points), len(registrations), len(current), len(upstreams)
+        len(subscriptions),
+        len(pull_points),
+        len(registrations),
+        len(current),
+        len(upstreams),
+        len(intents),
     )
 
 
@@ -154,7 +175,8 @@ def migrate(source_url: str, destination_url: str, merge: bool) -> None:
     click.echo(
         f"copied {counts.subscriptions} subscriptions, {counts.pull_points} pull points, "
         f"{counts.registrations} registrations and {counts.current_messages} current "
-        f"messages{f', plus {counts.upstreams} upstreams' if counts.upstreams else ''} "
+        f"messages{f', plus {counts.upstreams} upstreams' if counts.upstreams else ''}"
+        f"{f', plus {counts.intents} intents' if counts.intents else ''} "
         f"from {redact_url(source_url)} to {redact_url(destination_url)}"
     )
 

@@ -24,6 +24,7 @@ from wsnmom.core.model import (
     WireVersion,
 )
 from wsnmom.core.store import (
+    IntentGone,
     SqliteStore,
     SqliteTooOld,
     Store,
@@ -140,9 +141,11 @@ def test_a_write_on_a_revision_another_writer_moved_on_from_is_refused(store_url
         second.close()
 
 
-def test_a_sqlite_store_of_schema_version_1_is_upgraded(tmp_path: Path) -> None:
-    """A SQLite store made before subscriptions had a revision opens, upgrades and keeps
-    its subscriptions (revision 0 until their next write)."""
+@pytest.mark.parametrize("version", [1, 2])
+def test_a_sqlite_store_of_every_earlier_version_is_upgraded(tmp_path: Path, version: int) -> None:
+    """A SQLite store of each earlier schema version (1: before subscriptions had a
+    revision; 2: before intents) opens, upgrades and keeps its subscriptions (revision 0
+    until their next write); its intents work."""
     import json
     import sqlite3
 
@@ -151,10 +154,11 @@ def test_a_sqlite_store_of_schema_version_1_is_upgraded(tmp_path: Path) -> None:
     path = tmp_path / "old.db"
     conn = sqlite3.connect(path)
     conn.execute("CREATE TABLE schema_version (version INTEGER NOT NULL)")
-    conn.execute("INSERT INTO schema_version (version) VALUES (1)")
+    conn.execute("INSERT INTO schema_version (version) VALUES (?)", (version,))
+    revision = ", revision INTEGER NOT NULL DEFAULT 0" if version >= 2 else ""
     conn.execute(
         "CREATE TABLE subscriptions (id TEXT PRIMARY KEY, termination_time TEXT, "
-        "data TEXT NOT NULL)"
+        f"data TEXT NOT NULL{revision})"
     )
     old = subscription("old")
     conn.execute(
@@ -165,11 +169,14 @@ def test_a_sqlite_store_of_schema_version_1_is_upgraded(tmp_path: Path) -> None:
     conn.close()
     upgraded = open_store(f"sqlite:///{path}")
     try:
-        assert upgraded.schema_version == SCHEMA_VERSION == 2  # type: ignore[attr-defined]
+        assert upgraded.schema_version == SCHEMA_VERSION == 3  # type: ignore[attr-defined]
         kept = upgraded.get_subscription("old")
         assert kept == old and kept is not None and kept.revision == 0
         upgraded.put_subscription(kept)
         assert kept.revision == 1
+        upgraded.put_intent("new")
+        upgraded.add_subscription(subscription("new"))
+        assert upgraded.list_intents() == [] and upgraded.get_subscription("new") is not None
     finally:
         upgraded.close()
 
@@ -444,6 +451,8 @@ def test_store_migrate_sqlite_to_postgres(tmp_path: Path, postgres_store_url: st
     source.put_current_message(current)
     upstream = {"name": "plant", "url": "http://127.0.0.1:9/wsn/broker", "lifetime": 600.0}
     source.put_upstream("plant", upstream)
+    made = datetime(2025, 1, 1, tzinfo=UTC)  # intents of the past are listed
+    source.put_intent("made-never-stored", made)
     source.close()
 
     runner = CliRunner()
@@ -452,9 +461,10 @@ def test_store_migrate_sqlite_to_postgres(tmp_path: Path, postgres_store_url: st
     )
     assert done.exit_code == 0, done.output
     assert "copied 25 subscriptions, 1 pull points, 1 registrations and 1 current" in done.output
-    assert "plus 1 upstreams" in done.output
+    assert "plus 1 upstreams, plus 1 intents" in done.output
     copied = open_store(postgres_store_url)
     try:
+        assert copied.list_intents() == [("made-never-stored", made)]
         assert copied.list_upstreams() == [upstream]
         assert copied.list_subscriptions() == subs
         assert copied.get_pull_point("pp") == pp and copied.get_registration("r") == reg
@@ -555,6 +565,10 @@ def test_postgres_store_of_every_earlier_version_is_upgraded(postgres_store_url:
                 coordination = upgraded.coordination("upgraded")
                 assert coordination.first_use(f"nonce-{version}", time.time() + 60) is True
                 assert coordination.first_use(f"nonce-{version}", time.time() + 60) is False
+                # schema 8: intents, replaced by their record
+                upgraded.put_intent("pp-new")
+                upgraded.add_pull_point(PullPoint("pp-new", NOW, None, "m"))
+                assert upgraded.list_intents() == []
             finally:
                 upgraded.close()
 
@@ -569,3 +583,42 @@ def test_upstreams_round_trip_in_the_order_added(store: Store) -> None:
     assert store.delete_upstream("cam-1") is True
     assert store.delete_upstream("cam-1") is False
     assert store.list_upstreams() == [second]
+
+
+# -- intents (core.orphans) ----------------------------------------------------------------
+
+
+def test_a_new_record_replaces_its_intent_in_one_write(store: Store) -> None:
+    """``add_subscription``/``add_pull_point`` write the record and remove its intent;
+    without an intent (the orphan sweep took it) they write nothing."""
+    store.put_intent("s1")
+    store.put_intent("pp1")
+    assert [name for name, _ in store.list_intents()] == ["s1", "pp1"]
+    sub = subscription("s1")
+    store.add_subscription(sub)
+    assert sub.revision == 1 and store.get_subscription("s1") == sub
+    pp = PullPoint("pp1", NOW, NOW + timedelta(hours=1), "named")
+    store.add_pull_point(pp)
+    assert store.get_pull_point("pp1") == pp and store.find_pull_point("named") == pp
+    assert store.list_intents() == []
+    with pytest.raises(IntentGone):
+        store.add_subscription(subscription("s2"))
+    with pytest.raises(IntentGone):
+        store.add_pull_point(PullPoint("pp2", NOW, None, "other"))
+    assert store.get_subscription("s2") is None and store.get_pull_point("pp2") is None
+    assert store.find_pull_point("other") is None
+
+
+def test_intents_by_age(store: Store) -> None:
+    """Listed and removed by their age (the store's clock); a removal conditional on the
+    age leaves a younger intent alone."""
+    old = datetime.now(UTC) - timedelta(seconds=100)
+    store.put_intent("young")
+    store.put_intent("old", old)
+    assert store.list_intents(50) == [("old", old)]
+    assert [name for name, _ in store.list_intents()] == ["old", "young"]
+    assert store.delete_intent("young", 50) is False
+    assert store.delete_intent("old", 50) is True
+    assert store.delete_intent("old") is False
+    assert store.delete_intent("young") is True
+    assert store.list_intents() == []

@@ -193,9 +193,9 @@ class PostgresCoordination:
                 if row is not None:
                     raise InstanceRefused(
                         f"instance {row[0]!r} is live on this store, and this adapter "
-                        "(embedded or MQTT) serves one instance only (its subscriptions' "
-                        "messages are in one process's data directory); stop it, or use "
-                        "RabbitMQ or Kafka to run several"
+                        "serves one instance only (its subscriptions' messages are in one "
+                        "process's data directory, as the embedded adapter's are); stop "
+                        "it, or use RabbitMQ, Kafka or MQTT 5 to run several"
                     )
             self._beat(conn)
 

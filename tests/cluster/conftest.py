@@ -243,8 +243,6 @@ BOTH = [
 MQTT = pytest.param("mqtt", marks=pytest.mark.mqtt)
 #: RabbitMQ, Kafka and MQTT
 ALL = [*BOTH, MQTT]
-#: RabbitMQ and MQTT
-RABBIT_AND_MQTT = [BOTH[0], MQTT]
 
 # the HA suite's assertions live in tests/cluster/ha.py: show their values on failure
 pytest.register_assert_rewrite("tests.cluster.ha")

@@ -25,7 +25,7 @@ import requests
 from lxml import etree
 from wsnmom.core.coordination import shard_of
 
-from tests.cluster.conftest import ALL, BOTH, INSTANCE, RABBIT_AND_MQTT, Cluster
+from tests.cluster.conftest import ALL, BOTH, INSTANCE, Cluster
 from tests.fixtures.server import ConsumerServer
 from tests.support.waiting import FINE, wait_until
 from wsnmom.client.errors import ResourceUnavailableFault, ResourceUnknownFault
@@ -381,7 +381,7 @@ def obeyed_after(answered: float, check: Callable[[], bool], what: str) -> float
     return time.monotonic() - answered
 
 
-@pytest.mark.parametrize("middleware", RABBIT_AND_MQTT, indirect=True)
+@pytest.mark.parametrize("middleware", ALL, indirect=True)
 def test_an_unsubscribe_pause_or_renew_through_the_other_instance_is_obeyed_within_1_s(
     shared_cluster: Callable[..., Cluster], consumer: ConsumerServer
 ) -> None:

@@ -4,11 +4,11 @@ restart, SIGSTOP for 20 s then SIGCONT, and SIGTERM in one run.  In cluster mode
 push subscription is its own persistent MQTT session on the broker, fenced by the
 client-id take-over (a new owner's CONNECT cuts the old one off; docs/scale-out.md "MQTT
 in cluster mode"): the broker resends the old owner's unacknowledged messages first, in
-order, so each subscription's order holds across the kill, the SIGSTOP and the SIGTERM,
-and a failover duplicates at most a subscription's in-flight window (its Receive
-Maximum, ``delivery.prefetch``).  Checked on the broker after the run: every live
-subscription's session is there, the one unsubscribed through another instance during
-the failover is not."""
+order, so each subscription's order holds across the kill, the restart (shards handed
+back), the SIGSTOP and the SIGTERM, and a failover duplicates at most a subscription's
+in-flight window (its Receive Maximum, ``delivery.prefetch``).  Checked on the broker
+after the run: every live subscription's session is there, the one unsubscribed through
+another instance during the failover is not."""
 
 from __future__ import annotations
 
@@ -41,7 +41,11 @@ def test_ha_suite(cluster: Callable[..., Cluster], middleware: str) -> None:
         return made[-1]
 
     outcome = ha.run(factory, middleware)
-    ha.check(outcome, keeps_order=("none", "kill -9", "sigstop", "sigterm"), window=WINDOW)
+    ha.check(
+        outcome,
+        keeps_order=("none", "kill -9", "restart", "sigstop", "sigterm"),
+        window=WINDOW,
+    )
     # on the broker, once no instance holds a session any more (a probe of a session in
     # use would cut its deliverer off)
     (c,) = made

@@ -320,6 +320,20 @@ def test_readme_shows_the_compose_command() -> None:
     )
 
 
+def test_readme_shows_the_ha_profile_and_a_two_instance_start() -> None:
+    """Issue 23's "done when": the README shows the ``ha`` profile and two instances
+    started locally on one store, whose variables are settings the gateway knows."""
+    readme = (ROOT / "README.md").read_text()
+    assert "docker compose -f docker/compose.yml --profile ha up" in readme
+    start = readme.split("### Several instances as one broker", 1)[1].split("```sh", 1)[1]
+    start = start.split("```", 1)[0]
+    assert len(re.findall(r"wsnmom serve --port \d+ --data-dir \S+ &", start)) == 2
+    exported = dict(re.findall(r"^export (WSNMOM_\w+)=(\S+)", start, re.M))
+    known = {env_name(n) for n in setting_names()}
+    assert set(exported) <= known, set(exported) - known
+    assert exported["WSNMOM_STORE_URL"].startswith("postgresql://")
+
+
 # --- Dockerfile ----------------------------------------------------------------------------
 
 

@@ -175,9 +175,11 @@ def compare(
     auth: str = "none",
     rate: float = 200.0,
     tree_config: str = "",
+    warmup: float = 2.0,
 ) -> list[Side]:
     """Run the comparison; returns the two sides (base first) with their rounds.
-    ``tree_config``: TOML lines for the working tree's gateway only."""
+    ``tree_config``: TOML lines for the working tree's gateway only; ``warmup``: seconds
+    of load on each gateway before the first round."""
     mw: Middleware = next(cls() for cls in MIDDLEWARES if cls.name == adapter)
     reason = mw.unavailable()
     if reason:
@@ -224,9 +226,9 @@ def compare(
                         if status != 200:
                             raise RuntimeError(f"{side.label}: Subscribe answered {status}")
                     if kind == "latency":  # warm-up without a backlog left behind
-                        load.run_paced(url, soap.notify(url, TOPIC, ts=soap.TS_MARK), rate, 2.0)
+                        load.run_paced(url, soap.notify(url, TOPIC, ts=soap.TS_MARK), rate, warmup)
                     else:
-                        load.run_load(url, _body(kind, url), 2.0, headers=headers)  # warm-up
+                        load.run_load(url, _body(kind, url), warmup, headers=headers)  # warm-up
                 settle = 1.0 if kind in PUSH_LOADS else 0.3
                 for i in range(rounds):
                     order = sides if i % 2 == 0 else sides[::-1]
@@ -265,6 +267,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=8, help="rounds per side")
     parser.add_argument("--seconds", type=float, default=4.0, help="length of one round")
     parser.add_argument(
+        "--warmup", type=float, default=2.0, help="seconds of load on each side before round 1"
+    )
+    parser.add_argument(
         "--auth",
         choices=sorted(AUTH_HEADERS),
         default="none",
@@ -289,6 +294,7 @@ def main() -> None:
         auth=args.auth,
         rate=args.rate,
         tree_config=args.tree_config.replace("\\n", "\n"),
+        warmup=args.warmup,
     )
     (base_us, base_rps), (new_us, new_rps) = (s.medians() for s in sides)
     print(

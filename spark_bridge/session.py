@@ -14,6 +14,7 @@ import shlex
 import stat
 import sys
 import tempfile
+import weakref
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -21,14 +22,14 @@ if TYPE_CHECKING:
 
 __all__ = ["local_session", "register", "worker_python"]
 
-#: sessions the data sources were registered with (by id: sessions are not hashable)
-_registered: set[int] = set()
+#: sessions the data sources were registered with, held weakly: a session object that is
+#: gone leaves the set, so a new session at its address (``id``) is registered again
+_registered: weakref.WeakSet[SparkSession] = weakref.WeakSet()
 
 
 def register(spark: SparkSession) -> None:
     """Register every data source of the bridge with ``spark`` (once per session)."""
-    key = id(spark)
-    if key in _registered:
+    if spark in _registered:
         return
     from .kafka_source import KafkaSource
     from .log_source import LogSource
@@ -37,7 +38,7 @@ def register(spark: SparkSession) -> None:
 
     for source in (KafkaSource, RabbitMQSource, LogSource, NotifySink):
         spark.dataSource.register(source)
-    _registered.add(key)
+    _registered.add(spark)
 
 
 #: the worker launcher: Spark puts ``$SPARK_HOME/python/lib/*.zip`` (pyspark and py4j as

@@ -104,8 +104,8 @@ class Delivery(Scenario):
 
     def run(self, ctx: Context, mw: Middleware | None, result: ScenarioResult) -> None:
         assert mw is not None
-        count = ctx.pick(5000, 300)
-        paced_s = ctx.pickf(10.0, 3.0)
+        count = ctx.pick(5000, 300, smoke=100)
+        paced_s = ctx.pickf(10.0, 3.0, smoke=1.0)
         body = soap.payload(0, "0", 64).encode()
         raw_dir = ctx.workdir / f"raw-{mw.name}"
         with cpus.on_server_cpus():

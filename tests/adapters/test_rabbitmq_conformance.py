@@ -5,7 +5,19 @@ from __future__ import annotations
 
 import pytest
 
-from wsnmom.testing.conformance import AdapterConformance
+from wsnmom.testing.conformance import (
+    AckSemantics,
+    AdapterBasics,
+    AdapterConformance,
+    Delete,
+    DroppedToDeadLetters,
+    Durability,
+    HeadersAndBodies,
+    Peek,
+    PullSemantics,
+    QueueLimitsSemantics,
+    TopicRouting,
+)
 
 pytestmark = pytest.mark.rabbitmq
 
@@ -22,10 +34,24 @@ class TestRabbitMQConformance(AdapterConformance):
         return module_vhost
 
 
-class TestRabbitMQGetConformance(AdapterConformance):
+class TestRabbitMQGetConformance(
+    AdapterBasics,
+    TopicRouting,
+    AckSemantics,
+    PullSemantics,
+    Durability,
+    QueueLimitsSemantics,
+    DroppedToDeadLetters,
+    Delete,
+    HeadersAndBodies,
+    Peek,
+):
     """The kit again with ``pull = "get"``: pull points read with ``basic.get`` per
-    GetMessages (``native_pull``), so the kit's pull checks run against the adapter's own
-    ``pull`` and ``take``."""
+    GetMessages (``native_pull``), so the kit's pull checks (and every group that reads
+    what it checks with ``receive``, ``barrier`` or ``take``) run against the adapter's own
+    ``pull`` and ``take``.  Left out: ``PauseResume`` (push deliveries only) and
+    ``CurrentMessage`` (no subscription), which ``pull`` does not change (it only sets
+    ``native_pull``); the class above runs them."""
 
     receive_timeout = 5.0
 

@@ -38,7 +38,10 @@ def test_exported_tree_is_what_the_launcher_imports(tmp_path: Path) -> None:
 def test_short_comparison_measures_both_sides() -> None:
     lines: list[str] = []
     affinity = os.sched_getaffinity(0)
-    sides = ab.compare("HEAD", "embedded", "notify", rounds=2, seconds=1.0, log=lines.append)
+    # the harness, not the figures: short rounds and warm-ups
+    sides = ab.compare(
+        "HEAD", "embedded", "notify", rounds=2, seconds=0.5, log=lines.append, warmup=0.2
+    )
     # the pinning of the comparison does not outlive it (later tests need every CPU)
     assert os.sched_getaffinity(0) == affinity and cpus.current() is None
     assert [s.label.split()[0] for s in sides] == ["base", "working"]
@@ -54,7 +57,14 @@ def test_short_comparison_measures_both_sides() -> None:
 def test_latency_load_reports_percentiles_of_both_sides() -> None:
     lines: list[str] = []
     sides = ab.compare(
-        "HEAD", "embedded", "latency", rounds=1, seconds=1.0, log=lines.append, rate=50.0
+        "HEAD",
+        "embedded",
+        "latency",
+        rounds=1,
+        seconds=0.5,
+        log=lines.append,
+        rate=50.0,
+        warmup=0.2,
     )
     for side in sides:
         assert len(side.rounds) == len(side.latencies) == 1

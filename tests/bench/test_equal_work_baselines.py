@@ -1,6 +1,6 @@
 """The baselines that do the same work as the gateway (docs/performance.md, scenarios 1 and
 2): the serialising Notify endpoint of bench/baseline_app.py and the minimal relay of
-bench/relay.py, alone and inside a quick delivery scenario that reports the new and the old
+bench/relay.py, alone and inside a smoke-sized delivery scenario that reports the new and the old
 ratio side by side.
 
 These check that the baselines run, do their work and yield numbers; they never assert a
@@ -126,7 +126,7 @@ def delivery_report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
             sys.executable,
             "-m",
             "bench",
-            "--quick",
+            "--smoke",  # the harness and the report, not the figures
             "--scenarios",
             "delivery",
             "--adapters",

@@ -74,3 +74,51 @@ def _interrupt_a_long_job(spark: Any) -> Interrupted:
     finally:
         helper.join(60)
         signal.signal(signal.SIGUSR1, previous)
+
+
+def _finds_the_bridge_sources(session: Any) -> bool:
+    """Whether ``session`` knows the bridge's formats (reading a schema runs no job)."""
+    try:
+        schema = session.read.format("wsn_log").load().schema
+    except Exception as exc:  # Spark reports an unknown format as a JVM exception
+        assert "DATA_SOURCE_NOT_FOUND" in str(exc), exc
+        return False
+    return bool(schema.fields)
+
+
+def test_a_new_session_where_a_stopped_one_was_gets_the_sources_registered(
+    spark: Any, spark_holder: SparkHolder
+) -> None:
+    """``register`` once remembered sessions by ``id``: a session made after another was
+    stopped and freed can take its address, and was then taken for registered (every
+    ``wsn_*`` format unknown to it).  Sessions of a size class of their own make CPython
+    hand the freed address to the next one (checked below, so that the test shows it)."""
+    from pyspark import SparkContext
+    from pyspark.sql import SparkSession
+    from wsnmom.spark_bridge.session import register
+
+    class Padded(SparkSession):
+        __slots__ = tuple(f"pad{i}" for i in range(40))  # a pymalloc size class of its own
+
+    conf = spark.sparkContext.getConf()
+    spark_holder.stop()  # the next test's ``spark`` is a new session
+    del spark
+    first = Padded(SparkContext.getOrCreate(conf))
+    register(first)
+    assert _finds_the_bridge_sources(first)
+    freed = id(first)
+    first.stop()
+    del first
+    context = SparkContext.getOrCreate(conf)
+    # the newest session is kept by PySpark until the next one is made: this one frees
+    # ``first``, the one after takes its address
+    kept = [Padded(context)]
+    try:
+        while len(kept) < 20 and id(kept[-1]) != freed:
+            kept.append(Padded(context))
+        again = kept[-1]
+        assert id(again) == freed, "no session took the stopped one's address"
+        register(again)
+        assert _finds_the_bridge_sources(again)
+    finally:
+        context.stop()

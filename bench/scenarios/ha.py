@@ -309,7 +309,8 @@ class HighAvailability(Scenario):
             ctx.log(
                 f"  {mode}: {figures['notify_ms']:.3f} ms CPU per Notify, "
                 f"{figures['delivery_ms']:.4f} ms per delivery, "
-                f"{figures['subscribe_per_s']:.0f} Subscribe/s"
+                f"{figures['subscribe_per_s']:.0f} Subscribe/s; "
+                f"{figures['retried']:.0f} Notifies sent again after a 503"
             )
         single, cluster = measured["single"], measured["cluster"]
         result.add(

@@ -1,5 +1,5 @@
-"""Scenario ha: gateway instances sharing one PostgreSQL store, on RabbitMQ and on MQTT
-(docs/scale-out.md).
+"""Scenario ha: gateway instances sharing one PostgreSQL store, on RabbitMQ, MQTT and
+Kafka (docs/scale-out.md).
 
 Two parts:
 
@@ -9,14 +9,15 @@ Two parts:
   gives the gap from the kill to the first delivery by the other instance (reported as
   p50/p95/max, target p95 <= lease + 2 s) and the duplicates it caused (at-least-once).
   Every number published must arrive: a loss fails the scenario.
-* **Cost of cluster mode.** One instance on a SQLite store and one instance on the
-  PostgreSQL store in cluster mode, on the same broker, each given the same work: Notifies
+* **Cost of cluster mode** (``bench/scenarios/ha_cost.py``). One instance on a SQLite
+  store and one instance on the PostgreSQL store in cluster mode, on the same broker,
+  side by side, taking turns round after round (A B B A ...) at the same work: Notifies
   nobody subscribed to (CPU per Notify), Notifies to ten push subscriptions (CPU per
-  delivery) and a run of Subscribes (throughput).  CPU is the gateway process's user +
-  system time (``/proc``), so the background work of cluster mode (heartbeats, the change
-  log) is included.  Target: cluster mode costs at most 15 % more CPU per Notify and per
-  delivery.  On MQTT the single instance keeps its subscriptions' queues in SQLite, the
-  cluster-mode one in the broker (a persistent session per subscription).
+  delivery) and a run of Subscribes (throughput).  CPU is the gateway process's CPU clock
+  (nanoseconds, every thread), so the background work of cluster mode (heartbeats, the
+  change log) is included.  Target: cluster mode costs at most 15 % more CPU per Notify
+  and per delivery.  On MQTT the single instance keeps its subscriptions' queues in
+  SQLite, the cluster-mode one in the broker (a persistent session per subscription).
 """
 
 from __future__ import annotations
@@ -37,13 +38,12 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 from bench import client, soap
 from bench.middleware import Middleware
 from bench.model import Metric, ScenarioResult, Target
+from bench.scenarios import ha_cost
 from bench.scenarios.base import Context, Scenario
 from bench.server import ServerProcess
-from bench.util import percentile, process_cpu_seconds, wait_until
+from bench.util import percentile, wait_until
 
 TOPIC = "ha"
-COST_TOPIC = "ha-cost"
-NOBODY_TOPIC = "ha-nobody"
 _SEQ = re.compile(rb'seq="(\d+)"')
 #: notifications per second of the failover stream
 STREAM_RATE = 20.0
@@ -161,7 +161,7 @@ class HighAvailability(Scenario):
 
     name = "ha"
     title = "HA: failover after kill -9, and what cluster mode costs against one instance"
-    middlewares = ("rabbitmq", "mqtt")
+    middlewares = ("rabbitmq", "mqtt", "kafka")
 
     def run(self, ctx: Context, mw: Middleware | None, result: ScenarioResult) -> None:
         assert mw is not None
@@ -290,43 +290,46 @@ class HighAvailability(Scenario):
             raise RuntimeError("the first notification was not delivered")
         return recorder.snapshot()[0][1]
 
-    # -- cost ----------------------------------------------------------------------------
+    # -- cost ---------------------------------------------------------------------------
     def _cost(self, ctx: Context, mw: Middleware, store: str, result: ScenarioResult) -> None:
-        notifies = ctx.pick(2000, 300)
-        subscribes = ctx.pick(500, 100)
-        fanout = 10
-        measured: dict[str, dict[str, float]] = {}
-        for mode in ("single", "cluster"):
-            adapter = mw.adapter_url(ctx.workdir / f"ha-cost-{mode}")
-            # the cluster defaults (64 shards, 10 s lease, 1 s heartbeat)
-            extra = '[cluster]\ninstance_id = "c0"\n' if mode == "cluster" else ""
-            server = ServerProcess(adapter, ctx.workdir / f"ha-cost-{mode}", extra)
-            if mode == "cluster":
-                server.store_url = store
-            recorder = Recorder()
-            try:
-                server.start()
-                measured[mode] = self._work(server, recorder, notifies, subscribes, fanout)
-            finally:
-                recorder.close()
-                server.stop()
-                mw.release(adapter)
+        rounds = ctx.pick(8, 6, 2)
+        notifies = ctx.pick(500, 200, 20)
+        subscribes = ctx.pick(60, 20, 5)
+        instances: dict[str, ha_cost.Instance] = {}
+        try:
+            for mode in ha_cost.MODES:
+                instances[mode] = ha_cost.start(ctx, mw, store, mode, Recorder)
+            ratios = ha_cost.compare(ctx, instances, notifies, subscribes, rounds)
+            trips = _store_round_trips(instances["cluster"].server)
+        finally:
+            for instance in instances.values():
+                ha_cost.close(mw, instance)
+        measured = {mode: instances[mode].tally.figures() for mode in ha_cost.MODES}
+        for mode, figures in measured.items():
             ctx.log(
-                f"  {mode}: {measured[mode]['notify_ms']:.3f} ms CPU per Notify, "
-                f"{measured[mode]['delivery_ms']:.3f} ms per delivery, "
-                f"{measured[mode]['subscribe_per_s']:.0f} Subscribe/s"
+                f"  {mode}: {figures['notify_ms']:.3f} ms CPU per Notify, "
+                f"{figures['delivery_ms']:.4f} ms per delivery, "
+                f"{figures['subscribe_per_s']:.0f} Subscribe/s; "
+                f"{figures['retried']:.0f} Notifies sent again after a 503"
             )
         single, cluster = measured["single"], measured["cluster"]
         result.add(
             Metric(
                 name="store_heartbeat_ms",
-                value=cluster["store_round_trip_ms"],
+                value=trips * 1000,
                 unit="ms",
                 note="mean of the cluster heartbeat's transaction in PostgreSQL (informative)",
             )
         )
-        result.details.update(cost=measured, notifies=notifies, fanout=fanout)
-        base = f"one instance on a SQLite store, same {mw.name}"
+        result.details.update(
+            cost=measured,
+            cost_rounds=ratios,
+            notifies_per_round=notifies,
+            rounds=rounds,
+            fanout=ha_cost.FANOUT,
+        )
+        base = f"one instance on a SQLite store, same {mw.name}, same rounds"
+        work = f"{rounds} interleaved rounds of {notifies} Notifies"
         for key, name, unit, target in (
             ("notify_ms", "cpu_per_notify_ms", "ms", True),
             ("delivery_ms", "cpu_per_delivery_ms", "ms", True),
@@ -340,54 +343,7 @@ class HighAvailability(Scenario):
                     baseline=single[key],
                     baseline_name=base,
                     target=Target("<=", 1.15) if target else None,
-                    note="cluster mode, PostgreSQL store" + ("" if target else " (informative)"),
+                    note=f"cluster mode, PostgreSQL store; {work}; {ha_cost.spread(ratios, key)}"
+                    + ("" if target else " (informative)"),
                 )
             )
-
-    @staticmethod
-    def _notify_all(server: ServerProcess, topic: str, count: int) -> None:
-        """``count`` Notifies from 8 concurrent clients (a busy gateway: the background
-        work of cluster mode is spread over many Notifies, as it is in production)."""
-        requests = [
-            client.Request(server.broker_url, soap.notify(server.broker_url, topic, seq0=i))
-            for i in range(count)
-        ]
-        answers, _ = client.run_requests(requests, processes=1, threads=8)
-        bad = [status for status, _ in answers if not 200 <= status < 300]
-        if bad:
-            raise RuntimeError(f"{len(bad)} Notifies refused: {bad[:3]}")
-
-    def _work(
-        self,
-        server: ServerProcess,
-        recorder: Recorder,
-        notifies: int,
-        subscribes: int,
-        fanout: int,
-    ) -> dict[str, float]:
-        assert server.pid is not None
-        kc = client.KeepAliveClient()
-        pid = server.pid
-        started = process_cpu_seconds(pid)
-        self._notify_all(server, NOBODY_TOPIC, notifies)
-        per_notify = (process_cpu_seconds(pid) - started) / notifies
-        for _ in range(fanout):
-            _post(server, soap.subscribe(server.broker_url, recorder.address, COST_TOPIC), kc)
-        started = process_cpu_seconds(pid)
-        self._notify_all(server, COST_TOPIC, notifies)
-        if not wait_until(lambda: recorder.count() >= notifies * fanout, 120, poll=0.01):
-            raise RuntimeError(f"{recorder.count()} of {notifies * fanout} deliveries arrived")
-        used = process_cpu_seconds(pid) - started
-        per_delivery = max(0.0, used - per_notify * notifies) / (notifies * fanout)
-        t0 = time.perf_counter()
-        for _ in range(subscribes):
-            _post(server, soap.subscribe(server.broker_url, recorder.address, "ha-idle"), kc)
-        subscribe_s = time.perf_counter() - t0
-        kc.close()
-        trips = _store_round_trips(server)
-        return {
-            "store_round_trip_ms": trips * 1000,
-            "notify_ms": per_notify * 1000,
-            "delivery_ms": per_delivery * 1000,
-            "subscribe_per_s": subscribes / subscribe_s,
-        }

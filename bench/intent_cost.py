@@ -1,10 +1,11 @@
-"""What the orphan sweep's intents cost a Subscribe (``core.orphans``): Subscribes through
-one in-process ``BrokerService`` on the embedded adapter (``--rabbitmq``: a private
-RabbitMQ node), with a SQLite store (single instance) and with a PostgreSQL store
-(cluster mode), with intents ("after") and with the path before them ("before": no
-intent, the record written by ``put_subscription``, as the code did), one Subscribe of
-each after the other in the same run, so that the machine's load falls on both alike.
-Prints the median per Subscribe of each, their ratio, and the load average.
+"""What the orphan sweep's intents cost a Subscribe and an Unsubscribe (``core.orphans``):
+Subscribes, then their Unsubscribes, through one in-process ``BrokerService`` on the
+embedded adapter (``--rabbitmq``: a private RabbitMQ node), with a SQLite store (single
+instance) and with a PostgreSQL store (cluster mode), with intents ("after") and with the
+path before them ("before": no intent, the record written by ``put_subscription`` and
+deleted without an intent, as the code did), one of each after the other in the same
+run, so that the machine's load falls on both alike.  Prints the median per Subscribe
+and per Unsubscribe of each, their ratios, and the load average.
 
     python -m bench.intent_cost [--subscribes 200] [--rounds 5] [--rabbitmq]
 
@@ -21,6 +22,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -49,35 +51,47 @@ def _postgres() -> Iterator[str]:
 
 def _before(store: Any) -> Callable[[], None]:
     """Make ``store`` behave as before intents; the returned call undoes it."""
+    delete = store.delete_subscription
     store.put_intent = lambda name, at=None: None
     store.add_subscription = store.put_subscription
+    store.delete_subscription = lambda sub_id, intent=False: delete(sub_id)
+    store.delete_intent = lambda name, older_than=None: False
 
     def undo() -> None:
-        del store.put_intent
-        del store.add_subscription
+        for name in ("put_intent", "add_subscription", "delete_subscription", "delete_intent"):
+            delattr(store, name)
 
     return undo
 
 
+def _timed(service: Any, kind: str, call: Callable[[], Any], into: list[float]) -> Any:
+    """``call()`` as ``kind`` ("before": without intents), its time added to ``into``."""
+    undo = _before(service.store) if kind == "before" else None
+    try:
+        start = time.perf_counter()
+        result = call()
+        into.append(time.perf_counter() - start)
+        return result
+    finally:
+        if undo is not None:
+            undo()
+
+
 def _round(broker: Broker, n: int, results: dict[str, list[float]]) -> None:
     """``n`` Subscribes of each kind, alternating one by one (the load falls on both
-    alike), then their Unsubscribes (every round starts from the same store)."""
+    alike), then their Unsubscribes, alternating too (every round starts from the same
+    store)."""
     service = broker.service
     assert service is not None
     made = []
     for i in range(2 * n):
         kind = "before" if i % 2 else "after"
-        undo = _before(service.store) if kind == "before" else None
-        try:
-            start = time.perf_counter()
-            sub = service.subscribe(sub_req("http://127.0.0.1:9/bench", topic=TOPIC))
-            results[kind].append(time.perf_counter() - start)
-        finally:
-            if undo is not None:
-                undo()
-        made.append(sub.id)
-    for sub_id in made:
-        service.unsubscribe(sub_id)
+        request = sub_req("http://127.0.0.1:9/bench", topic=TOPIC)
+        sub = _timed(service, kind, partial(service.subscribe, request), results[kind])
+        made.append((kind, sub.id))
+    for kind, sub_id in made:
+        unsubscribe = partial(service.unsubscribe, sub_id)
+        _timed(service, kind, unsubscribe, results["unsubscribe " + kind])
 
 
 def measure(
@@ -94,16 +108,18 @@ def measure(
     )
     broker.start()
     try:
-        results: dict[str, list[float]] = {"before": [], "after": []}
-        _round(broker, 10, {"before": [], "after": []})  # warm-up
+        kinds = ("before", "after", "unsubscribe before", "unsubscribe after")
+        results: dict[str, list[float]] = {kind: [] for kind in kinds}
+        _round(broker, 10, {kind: [] for kind in kinds})  # warm-up
         for _ in range(rounds):
             _round(broker, n, results)
-        before = statistics.median(results["before"]) * 1000
-        after = statistics.median(results["after"]) * 1000
-        print(
-            f"{label}: Subscribe median before {before:.2f} ms, after {after:.2f} ms, "
-            f"ratio {after / before:.2f} ({rounds} x {n} each; load {_load()})"
-        )
+        for operation, prefix in (("Subscribe", ""), ("Unsubscribe", "unsubscribe ")):
+            before = statistics.median(results[prefix + "before"]) * 1000
+            after = statistics.median(results[prefix + "after"]) * 1000
+            print(
+                f"{label}: {operation} median before {before:.2f} ms, after {after:.2f} ms, "
+                f"ratio {after / before:.2f} ({rounds} x {n} each; load {_load()})"
+            )
     finally:
         broker.stop()
 

@@ -241,8 +241,12 @@ class BrokerContext:
         CreatePullPoint made (its record is not stored): delete it, then its intent; when
         either fails the intent stays and the orphan sweep finishes the job
         (``core.orphans``).  Failures are logged, not raised."""
-        if not self.delete_native(name):
-            return
+        if self.delete_native(name):
+            self.drop_intent(name)
+
+    def drop_intent(self, name: str) -> None:
+        """Remove the intent ``name`` once its durable subscription is gone; a failure is
+        logged (the sweep then finds the intent, and its delete finds nothing)."""
         try:
             self.store.delete_intent(name)
         except Exception:

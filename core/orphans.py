@@ -18,7 +18,10 @@ ways of finding orphans:
   Subscribe still under way, however slow: its record's write finds no intent and fails
   (``IntentGone``), and the Subscribe deletes its own durable subscription and is
   refused.  An intent whose record exists is just removed.  At start a single instance
-  sweeps every intent, whatever its age: no Subscribe can be under way.
+  sweeps every intent, whatever its age: no Subscribe can be under way.  A removal
+  (Unsubscribe, DestroyPullPoint, expiry) writes an intent in the record's delete
+  (``Store.delete_subscription(intent=True)``) and removes it once the middleware's
+  delete succeeded: a crash or a refused delete in between leaves it to the sweep.
 * **Listing**, where the adapter lists its durable subscriptions and only its own
   (``Capabilities.own_names``: embedded, MQTT): it also finds orphans no intent names
   (a failed delete, and those made before intents existed).  A listed name is removed
@@ -149,8 +152,9 @@ class OrphanSweep:
         metrics.ORPHANS_REMOVED.inc()
         age = (datetime.now(UTC) - at).total_seconds()
         log.warning(
-            "removed the orphan durable subscription %s: made %.0f s ago by a Subscribe or "
-            "CreatePullPoint that never stored its record",
+            "removed the orphan durable subscription %s: its intent, %.0f s old, was left "
+            "by a Subscribe or CreatePullPoint that never stored its record, or by a removal "
+            "that deleted the record but not the durable subscription",
             name,
             age,
         )

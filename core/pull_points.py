@@ -302,8 +302,10 @@ class PullPoints:
                 log.exception("destroying subscription %s failed", sub.record.id)
         try:
             # the record first: an instance whose GetMessages finds the middleware's side
-            # gone then finds the record gone too (``Registry.pull_point_gone``)
-            ctx.store.delete_pull_point(pp_id)
+            # gone then finds the record gone too (``Registry.pull_point_gone``); with an
+            # intent of its queue, for the sweep if the delete below never happens (a
+            # crash) or fails
+            removed = ctx.store.delete_pull_point(pp_id, intent=True)
         except BaseException:
             # the record stays: so do the queue and its messages, and the pull point here
             # (a retry of DestroyPullPoint finds it)
@@ -313,5 +315,7 @@ class PullPoints:
             raise
         try:
             ctx.adapter.delete_subscription(pp_id)
+            if removed:
+                ctx.drop_intent(pp_id)
         finally:
             registry.update_gauges()

@@ -10,6 +10,7 @@ with SubscriptionEnd; one whose pull point is gone is removed.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from wsnmom.core import errors
 from wsnmom.core.adapter import AdapterError
@@ -63,13 +64,20 @@ def _restore_registrations(ctx: BrokerContext, registrations: Registrations) -> 
         ctx.registry.registrations[reg.id] = LiveRegistration(reg, topics)
 
 
+def _retire(ctx: BrokerContext, name: str, delete: Callable[..., bool]) -> None:
+    """Delete a record (``delete``) with an intent of its durable subscription, then the
+    durable subscription, then the intent: a failed delete is left to the orphan sweep."""
+    removed = delete(name, intent=True)
+    if ctx.delete_native(name) and removed:
+        ctx.drop_intent(name)
+
+
 def _restore_pull_points(ctx: BrokerContext, pull_points: PullPoints) -> None:
     now = ctx.now()
     for pp in ctx.store.list_pull_points():
         if is_expired(pp.termination_time, now):
             log.info("pull point %s expired while the broker was down", pp.id)
-            ctx.delete_native(pp.id)
-            ctx.store.delete_pull_point(pp.id)
+            _retire(ctx, pp.id, ctx.store.delete_pull_point)
             continue
         try:
             live = pull_points.live(pp, pull_points.open_handle(pp.id))
@@ -98,13 +106,11 @@ def _restore_subscriptions(ctx: BrokerContext, subscriptions: Subscriptions) -> 
             ctx.store.put_subscription(sub)
         if is_expired(sub.termination_time, now):
             log.info("subscription %s expired while the broker was down", sub.id)
-            ctx.delete_native(sub.id)
-            ctx.store.delete_subscription(sub.id)
+            _retire(ctx, sub.id, ctx.store.delete_subscription)
             continue
         if sub.pull_point_id is not None and sub.pull_point_id not in ctx.registry.pull_points:
             log.info("subscription %s feeds a pull point that is gone", sub.id)
-            ctx.delete_native(sub.id)
-            ctx.store.delete_subscription(sub.id)
+            _retire(ctx, sub.id, ctx.store.delete_subscription)
             continue
         try:
             compiled = subscriptions.compile_filter(

@@ -114,8 +114,11 @@ class Store(abc.ABC):
         """The subscription, or None."""
 
     @abc.abstractmethod
-    def delete_subscription(self, sub_id: str) -> bool:
-        """Remove; False when it was not there."""
+    def delete_subscription(self, sub_id: str, *, intent: bool = False) -> bool:
+        """Remove; False when it was not there.  ``intent``: in the same write, store an
+        intent of ``sub_id`` when a record was removed, so that the orphan sweep deletes
+        the durable subscription if this instance dies (or its middleware refuses) before
+        it does; the caller removes the intent once the durable subscription is gone."""
 
     @abc.abstractmethod
     def list_subscriptions(self) -> list[Subscription]:
@@ -160,8 +163,9 @@ class Store(abc.ABC):
         """The pull point created with ``name``, or None."""
 
     @abc.abstractmethod
-    def delete_pull_point(self, pp_id: str) -> bool:
-        """Remove; False when it was not there."""
+    def delete_pull_point(self, pp_id: str, *, intent: bool = False) -> bool:
+        """Remove; False when it was not there (``intent``: as for
+        :meth:`delete_subscription`)."""
 
     @abc.abstractmethod
     def list_pull_points(self) -> list[PullPoint]:
@@ -597,9 +601,11 @@ class SqliteStore(Store):
         rows = self._query("SELECT data, revision FROM subscriptions WHERE id = ?", (sub_id,))
         return _sqlite_revised(rows[0]) if rows else None
 
-    def delete_subscription(self, sub_id: str) -> bool:
+    def delete_subscription(self, sub_id: str, *, intent: bool = False) -> bool:
         with self._tx() as conn:
             gone = conn.execute("DELETE FROM subscriptions WHERE id = ?", (sub_id,)).rowcount
+            if gone and intent:
+                self._intend(conn, sub_id)
         self._reclaim()
         return gone > 0
 
@@ -627,9 +633,13 @@ class SqliteStore(Store):
 
     # intents
     def put_intent(self, name: str, at: datetime | None = None) -> None:
-        when = time.time() if at is None else at.timestamp()
         with self._tx() as conn:
-            conn.execute("INSERT OR REPLACE INTO intents (name, at) VALUES (?, ?)", (name, when))
+            self._intend(conn, name, at)
+
+    @staticmethod
+    def _intend(conn: sqlite3.Connection, name: str, at: datetime | None = None) -> None:
+        when = time.time() if at is None else at.timestamp()
+        conn.execute("INSERT OR REPLACE INTO intents (name, at) VALUES (?, ?)", (name, when))
 
     def delete_intent(self, name: str, older_than: float | None = None) -> bool:
         cutoff = float("inf") if older_than is None else time.time() - older_than
@@ -652,9 +662,11 @@ class SqliteStore(Store):
         rows = self._query("SELECT data FROM pull_points WHERE name = ?", (name,))
         return pull_point_from_json(json.loads(rows[0][0])) if rows else None
 
-    def delete_pull_point(self, pp_id: str) -> bool:
+    def delete_pull_point(self, pp_id: str, *, intent: bool = False) -> bool:
         with self._tx() as conn:
             gone = conn.execute("DELETE FROM pull_points WHERE id = ?", (pp_id,)).rowcount
+            if gone and intent:
+                self._intend(conn, pp_id)
         self._reclaim()
         return gone > 0
 

@@ -317,6 +317,19 @@ class PostgresStore(Store):
     def _delete(self, table: str, value: str) -> bool:
         return self._count(f"DELETE FROM {table} WHERE id = %s", (value,)) > 0
 
+    def _retire(self, table: str, value: str) -> bool:
+        # one statement: the record's delete and its intent commit together, and the
+        # intent is written only when a record was deleted
+        return (
+            self._count(
+                f"WITH gone AS (DELETE FROM {table} WHERE id = %s RETURNING id) "
+                "INSERT INTO wsnmom_intents (name) SELECT id FROM gone "
+                "ON CONFLICT (name) DO UPDATE SET at = EXCLUDED.at",
+                (value,),
+            )
+            > 0
+        )
+
     # ------------------------------------------------------------------ records
 
     def put_subscription(self, sub: Subscription) -> None:
@@ -367,8 +380,12 @@ class PostgresStore(Store):
         rows = self._rows("SELECT data, revision FROM subscriptions WHERE id = %s", (sub_id,))
         return _revised(rows[0]) if rows else None
 
-    def delete_subscription(self, sub_id: str) -> bool:
-        return self._delete("subscriptions", sub_id)
+    def delete_subscription(self, sub_id: str, *, intent: bool = False) -> bool:
+        return (
+            self._retire("subscriptions", sub_id)
+            if intent
+            else self._delete("subscriptions", sub_id)
+        )
 
     def list_subscriptions(self) -> list[Subscription]:
         return [
@@ -410,8 +427,8 @@ class PostgresStore(Store):
     def find_pull_point(self, name: str) -> PullPoint | None:
         return self._get("pull_points", "name", name, pull_point_from_json)
 
-    def delete_pull_point(self, pp_id: str) -> bool:
-        return self._delete("pull_points", pp_id)
+    def delete_pull_point(self, pp_id: str, *, intent: bool = False) -> bool:
+        return self._retire("pull_points", pp_id) if intent else self._delete("pull_points", pp_id)
 
     def list_pull_points(self) -> list[PullPoint]:
         return self._list("pull_points", pull_point_from_json)

@@ -362,10 +362,12 @@ class Subscriptions(SubscriptionChanges, SubscriptionEnds):
         # delivery finishes first, and the channel closed below stays closed.  The store
         # first, then the registry: a lookup meanwhile (the follower reads the registry,
         # then the store) finds it in neither, and does not load it again, its durable
-        # subscription made anew after the delete below
+        # subscription made anew after the delete below.  The record's delete stores an
+        # intent of its durable subscription: a crash or a refusal before the middleware's
+        # delete leaves it to the orphan sweep (``core.orphans``)
         try:
             with state.lock:
-                ctx.store.delete_subscription(sub_id)
+                removed = ctx.store.delete_subscription(sub_id, intent=True)
                 with ctx.registry.lock:
                     ctx.registry.subscriptions.pop(sub_id, None)
                     direct = state.direct
@@ -374,6 +376,8 @@ class Subscriptions(SubscriptionChanges, SubscriptionEnds):
                 self.delivery.feeds.detach(state)
                 if not direct:
                     ctx.adapter.delete_subscription(sub_id)
+            if removed:
+                ctx.drop_intent(sub_id)
         finally:
             ctx.registry.update_gauges()
             ctx.wake_demand()

@@ -609,6 +609,26 @@ def test_a_new_record_replaces_its_intent_in_one_write(store: Store) -> None:
     assert store.find_pull_point("other") is None
 
 
+def test_a_record_deleted_with_intent_leaves_the_intent_of_its_durable_subscription(
+    store: Store,
+) -> None:
+    """``delete_subscription``/``delete_pull_point`` with ``intent=True`` remove the record
+    and store an intent of its name in the same write (the orphan sweep deletes the durable
+    subscription if the middleware's delete never happens); nothing when there was no
+    record; without ``intent`` no intent."""
+    store.put_subscription(subscription("s1"))
+    store.put_pull_point(PullPoint("pp1", NOW, None, "named"))
+    store.put_subscription(subscription("s2"))
+    assert store.delete_subscription("s1", intent=True) is True
+    assert store.delete_pull_point("pp1", intent=True) is True
+    assert store.delete_subscription("s2") is True
+    assert store.get_subscription("s1") is None and store.get_pull_point("pp1") is None
+    assert sorted(name for name, _ in store.list_intents()) == ["pp1", "s1"]
+    assert store.delete_subscription("s1", intent=True) is False
+    assert store.delete_pull_point("never", intent=True) is False
+    assert sorted(name for name, _ in store.list_intents()) == ["pp1", "s1"]
+
+
 def test_intents_by_age(store: Store) -> None:
     """Listed and removed by their age (the store's clock); a removal conditional on the
     age leaves a younger intent alone."""

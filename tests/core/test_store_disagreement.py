@@ -196,7 +196,7 @@ def test_a_pull_point_whose_record_delete_failed_keeps_its_messages(
     store: Any = service.store
     real = store.delete_pull_point
 
-    def refuse(pp_id: str) -> bool:
+    def refuse(pp_id: str, *, intent: bool = False) -> bool:
         raise StoreUnavailable("connection lost")
 
     store.delete_pull_point = refuse

@@ -1,10 +1,16 @@
 """Test-only fault injection (never installed with wsnmom): a ``wsnmom serve`` process
-whose ``PYTHONPATH`` starts with this directory, and whose environment has
-``KILLPOINT_BEFORE_STORE=TEXT``, SIGKILLs itself when it is about to store the record of
-a new subscription whose consumer address contains ``TEXT`` (or of a new pull point whose
-name is ``TEXT``): after its durable subscription was made, before its record exists,
-exactly where a crash leaves an orphan (``core.orphans``).  Python imports
-``sitecustomize`` from ``sys.path`` at start; without the variable this does nothing."""
+whose ``PYTHONPATH`` starts with this directory SIGKILLs itself exactly where a crash
+leaves an orphan durable subscription (``core.orphans``), as its environment says:
+
+* ``KILLPOINT_BEFORE_STORE=TEXT``: about to store the record of a new subscription whose
+  consumer address contains ``TEXT`` (or of a new pull point whose name is ``TEXT``),
+  after its durable subscription was made, before its record exists;
+* ``KILLPOINT_AFTER_DELETE=TEXT``: just after the removal (Unsubscribe, DestroyPullPoint,
+  expiry) of such a subscription or pull point deleted its record, before the
+  middleware's delete.
+
+Python imports ``sitecustomize`` from ``sys.path`` at start; without the variables this
+does nothing."""
 
 from __future__ import annotations
 
@@ -12,26 +18,52 @@ import os
 import signal
 from typing import Any
 
-MARK = os.environ.get("KILLPOINT_BEFORE_STORE", "")
+BEFORE_STORE = os.environ.get("KILLPOINT_BEFORE_STORE", "")
+AFTER_DELETE = os.environ.get("KILLPOINT_AFTER_DELETE", "")
 
 
-def _killing(cls: type, method: str) -> None:
+def _marked(record: Any, mark: str) -> bool:
+    consumer = getattr(record, "consumer", None)
+    named = getattr(consumer, "address", None) or getattr(record, "name", None) or ""
+    return mark in named
+
+
+def _kill() -> None:
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _killing_before(cls: type, method: str) -> None:
     real = getattr(cls, method)
 
     def add(self: Any, record: Any) -> None:
-        consumer = getattr(record, "consumer", None)
-        named = getattr(consumer, "address", None) or getattr(record, "name", None) or ""
-        if MARK in named:
-            os.kill(os.getpid(), signal.SIGKILL)
+        if _marked(record, BEFORE_STORE):
+            _kill()
         real(self, record)
 
     setattr(cls, method, add)
 
 
-if MARK:
+def _killing_after(cls: type, method: str, getter: str) -> None:
+    real = getattr(cls, method)
+
+    def delete(self: Any, name: str, *, intent: bool = False) -> bool:
+        record = getattr(self, getter)(name)
+        removed = bool(real(self, name, intent=intent))
+        if record is not None and _marked(record, AFTER_DELETE):
+            _kill()
+        return removed
+
+    setattr(cls, method, delete)
+
+
+if BEFORE_STORE or AFTER_DELETE:
     from wsnmom.core.store import SqliteStore
     from wsnmom.core.store_postgres import PostgresStore
 
     for store in (SqliteStore, PostgresStore):
-        _killing(store, "add_subscription")
-        _killing(store, "add_pull_point")
+        if BEFORE_STORE:
+            _killing_before(store, "add_subscription")
+            _killing_before(store, "add_pull_point")
+        if AFTER_DELETE:
+            _killing_after(store, "delete_subscription", "get_subscription")
+            _killing_after(store, "delete_pull_point", "get_pull_point")

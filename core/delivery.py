@@ -37,7 +37,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from wsnmom.core import metrics
+from wsnmom.core import metrics, takeover_timing
 from wsnmom.core.adapter import Received, SubscriptionHandle
 from wsnmom.core.channel import Backoff, Channel, ChannelStatus, EndSubscription
 from wsnmom.core.delivery_budget import MemoryBudget
@@ -160,6 +160,7 @@ class DeliveryEngine:
             old = None if closing else self._channels.get(name)
             if not closing:
                 self._channels[name] = channel
+        channel.timing = takeover_timing.current()
         if closing:
             # the engine is closing (a SIGTERM while a gained shard's deliveries open):
             # the channel never consumes, so nothing delivers after the hand-back
@@ -279,6 +280,8 @@ class DeliveryEngine:
             if item is None:
                 return
             channel, gen = item
+            if channel.timing is not None:
+                channel.timing.mark("lane")
             lane: Lane | None = None
             if channel.destination is not None:
                 lane = self.lanes.enter(channel.destination, item, channel.group)

@@ -1,0 +1,76 @@
+"""Where a take-over's time goes: for each push subscription whose delivery this
+instance opens because it took the subscription's shard (``core.ownership``), the
+seconds from the take to each step of its first delivery, observed once per
+subscription in ``wsnmom_takeover_seconds{stage}`` (docs/scale-out.md, "Failover at
+scale").  The stages, in order:
+
+* ``opening``: an opener thread begins the opening (the wait for an opener);
+* ``opened``: the durable subscription is opened and its consumer started;
+* ``read``: the first message arrived from the middleware (``Channel.on_message``);
+* ``lane``: a delivery thread took the ready channel and asks for its place in the
+  destination's lane (the wait for a thread);
+* ``run``: the channel holds its place in the lane and runs (the wait in the lane);
+* ``post``: the Notify is built and its post starts;
+* ``answer``: the consumer answered (or the attempt failed).
+
+A channel carries a :class:`TakeoverTiming` only until its first attempt ends; every
+other delivery pays one ``is None`` test per step.  The opener thread hands the timing
+to the channel it opens through :func:`opening` (a thread-local), so no signature on the
+way from ``Ownership`` to ``DeliveryEngine.open_channel`` changes.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from wsnmom.core import metrics
+
+__all__ = ["STAGES", "TakeoverTiming", "current", "opening"]
+
+STAGES = ("opening", "opened", "read", "lane", "run", "post", "answer")
+
+_local = threading.local()
+
+
+class TakeoverTiming:
+    """The marks of one taken-over subscription's first delivery (monotonic seconds)."""
+
+    __slots__ = ("marks", "taken")
+
+    def __init__(self, taken: float) -> None:
+        #: when this instance took the subscription's shard
+        self.taken = taken
+        self.marks: dict[str, float] = {}
+
+    def mark(self, stage: str) -> None:
+        """The first time ``stage`` is reached (later ones are not the first delivery's)."""
+        if stage not in self.marks:
+            self.marks[stage] = time.monotonic()
+
+    def finish(self) -> None:
+        """The first attempt ended: observe every stage reached."""
+        self.mark("answer")
+        for stage, at in self.marks.items():
+            metrics.TAKEOVER_SECONDS.labels(stage=stage).observe(max(0.0, at - self.taken))
+
+
+@contextmanager
+def opening(timing: TakeoverTiming | None) -> Iterator[None]:
+    """Within: a channel opened on this thread carries ``timing`` (see :func:`current`)."""
+    _local.timing = timing
+    try:
+        yield
+    finally:
+        _local.timing = None
+
+
+def current() -> TakeoverTiming | None:
+    """The timing of the opening under way on this thread, if it is a take-over's; it is
+    handed out once."""
+    timing: TakeoverTiming | None = getattr(_local, "timing", None)
+    if timing is not None:
+        _local.timing = None
+    return timing

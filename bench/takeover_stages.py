@@ -12,7 +12,7 @@ import urllib.request
 
 __all__ = ["STAGES", "Buckets", "count", "quantile", "scrape", "since"]
 
-STAGES = ("opening", "opened", "read", "lane", "run", "post", "answer")
+STAGES = ("opening", "channel", "opened", "read", "lane", "run", "post", "answer")
 
 #: (stage, upper bound) -> cumulative count
 Buckets = dict[tuple[str, float], float]

@@ -160,7 +160,9 @@ class DeliveryEngine:
             old = None if closing else self._channels.get(name)
             if not closing:
                 self._channels[name] = channel
-        channel.timing = takeover_timing.current()
+        channel.timing = timing = takeover_timing.current()
+        if timing is not None:
+            timing.mark("channel")
         if closing:
             # the engine is closing (a SIGTERM while a gained shard's deliveries open):
             # the channel never consumes, so nothing delivers after the hand-back

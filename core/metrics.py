@@ -205,7 +205,7 @@ _TAKEOVER_BUCKETS = (
 TAKEOVER_SECONDS = Histogram(
     "wsnmom_takeover_seconds",
     "Cluster mode: seconds from this instance taking a shard to each stage (opening, "
-    "opened, read, lane, run, post, answer) of the first delivery of each of the shard's "
+    "channel, opened, read, lane, run, post, answer) of the first delivery of each of the shard's "
     "push subscriptions it opened (docs/scale-out.md, Failover at scale)",
     ["stage"],
     buckets=_TAKEOVER_BUCKETS,

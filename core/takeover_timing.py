@@ -5,7 +5,9 @@ subscription in ``wsnmom_takeover_seconds{stage}`` (docs/scale-out.md, "Failover
 scale").  The stages, in order:
 
 * ``opening``: an opener thread begins the opening (the wait for an opener);
-* ``opened``: the durable subscription is opened and its consumer started;
+* ``channel``: the durable subscription is opened (declared, where the middleware
+  needs it) and its delivery channel created;
+* ``opened``: its consumer is started (the opening is done);
 * ``read``: the first message arrived from the middleware (``Channel.on_message``);
 * ``lane``: a delivery thread took the ready channel and asks for its place in the
   destination's lane (the wait for a thread);
@@ -30,7 +32,7 @@ from wsnmom.core import metrics
 
 __all__ = ["STAGES", "TakeoverTiming", "current", "opening"]
 
-STAGES = ("opening", "opened", "read", "lane", "run", "post", "answer")
+STAGES = ("opening", "channel", "opened", "read", "lane", "run", "post", "answer")
 
 _local = threading.local()
 

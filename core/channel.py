@@ -755,8 +755,8 @@ class Channel(Generic[T]):
                 if lane is not None:
                     self.engine.report(lane, outcome)
                 if timing is not None:
-                    self.timing = None
-                    timing.finish()
+                    self.timing = None  # the first attempt is timed, no other
+                    timing.mark("answer")
         return tried
 
     def _prepare(self, take: list[Received]) -> Sequence[T | None]:

@@ -15,7 +15,8 @@ scale").  The stages, in order:
 * ``post``: the Notify is built and its post starts;
 * ``answer``: the consumer answered (or the attempt failed).
 
-A channel carries a :class:`TakeoverTiming` only until its first attempt ends; every
+Each stage is observed once, when first reached.  A channel carries a
+:class:`TakeoverTiming` only until its first attempt ends; every
 other delivery pays one ``is None`` test per step.  The opener thread hands the timing
 to the channel it opens through :func:`opening` (a thread-local), so no signature on the
 way from ``Ownership`` to ``DeliveryEngine.open_channel`` changes.
@@ -40,23 +41,22 @@ _local = threading.local()
 class TakeoverTiming:
     """The marks of one taken-over subscription's first delivery (monotonic seconds)."""
 
-    __slots__ = ("marks", "taken")
+    __slots__ = ("marked", "taken")
 
     def __init__(self, taken: float) -> None:
         #: when this instance took the subscription's shard
         self.taken = taken
-        self.marks: dict[str, float] = {}
+        #: the stages observed so far
+        self.marked: set[str] = set()
 
     def mark(self, stage: str) -> None:
-        """The first time ``stage`` is reached (later ones are not the first delivery's)."""
-        if stage not in self.marks:
-            self.marks[stage] = time.monotonic()
-
-    def finish(self) -> None:
-        """The first attempt ended: observe every stage reached."""
-        self.mark("answer")
-        for stage, at in self.marks.items():
-            metrics.TAKEOVER_SECONDS.labels(stage=stage).observe(max(0.0, at - self.taken))
+        """Observe ``stage`` the first time it is reached (later ones are not the first
+        delivery's).  Observed at once, by the thread that reaches it: the opener thread
+        may mark ``opened`` after the delivery thread marked ``answer``."""
+        if stage not in self.marked:
+            self.marked.add(stage)
+            seconds = max(0.0, time.monotonic() - self.taken)
+            metrics.TAKEOVER_SECONDS.labels(stage=stage).observe(seconds)
 
 
 @contextmanager

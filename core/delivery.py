@@ -282,11 +282,14 @@ class DeliveryEngine:
             if item is None:
                 return
             channel, gen = item
-            if channel.timing is not None:
-                channel.timing.mark("lane")
+            timing = channel.timing
+            if timing is not None:
+                timing.mark("lane")
             lane: Lane | None = None
             if channel.destination is not None:
-                lane = self.lanes.enter(channel.destination, item, channel.group)
+                # a taken-over subscription's first delivery waits ahead (``core.lanes``)
+                first = timing is not None
+                lane = self.lanes.enter(channel.destination, item, channel.group, first=first)
                 if lane is None:
                     continue  # the destination is busy: the item waits in its lane
             self._busy[ident] = time.monotonic()

@@ -15,6 +15,9 @@ scale").  The stages, in order:
 * ``post``: the Notify is built and its post starts;
 * ``answer``: the consumer answered (or the attempt failed).
 
+The delivery engine also reads a channel's timing as "its first delivery after a take-over
+is pending": such a delivery waits at the head of a full lane (``core.lanes``).
+
 Each stage is observed once, when first reached.  A channel carries a
 :class:`TakeoverTiming` only until its first attempt ends; every
 other delivery pays one ``is None`` test per step.  The opener thread hands the timing

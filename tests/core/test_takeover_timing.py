@@ -6,6 +6,7 @@ that follow, and openings that are not a take-over's, observe nothing
 from __future__ import annotations
 
 from wsnmom.core import metrics
+from wsnmom.core.lanes import Lanes
 from wsnmom.core.ownership import Ownership
 from wsnmom.core.service import BrokerService
 from wsnmom.core.takeover_timing import STAGES
@@ -65,3 +66,19 @@ def test_openings_that_are_no_take_over_are_not_timed(
     service.notify([note("<m>plain</m>", simple("t:plain"))])
     outbound.wait_messages(TAKEN, 1)
     assert _observed() == before
+
+
+def test_a_taken_over_first_delivery_waits_at_the_head_of_a_full_lane() -> None:
+    lanes = Lanes(1, per_host=2)
+    held = lanes.enter("http://h:1", ("own-1", 0))
+    assert held is not None
+    assert lanes.enter("http://h:1", ("own-2", 0)) is None  # waits in the destination's
+    assert lanes.enter("http://h:1", ("taken", 0), first=True) is None
+    assert lanes.leave(held) == [("taken", 0)]  # ahead of the one served a moment ago
+    # the same in a full host lane (many ports of one host, as in the bench)
+    other = lanes.enter("http://h:2", ("own-3", 0))
+    again = lanes.enter("http://h:1", ("taken", 0), first=True)
+    assert other is not None and again is not None
+    assert lanes.enter("http://h:3", ("own-4", 0)) is None  # the host's two places taken
+    assert lanes.enter("http://h:3", ("taken-2", 0), first=True) is None
+    assert lanes.leave(other) == [("taken-2", 0)]

@@ -65,6 +65,7 @@ from wsnmom.core.delivery_budget import MESSAGE_OVERHEAD, MemoryBudget
 from wsnmom.core.lanes import Lane, Outcome
 from wsnmom.core.log_context import bound_request_id
 from wsnmom.core.ports import DeliveryFailed
+from wsnmom.core.takeover_timing import TakeoverTiming
 
 __all__ = ["Backoff", "Channel", "ChannelStatus", "EndSubscription", "PrepareLater", "Scheduler"]
 
@@ -265,6 +266,7 @@ class Channel(Generic[T]):
         "ordered",
         "prepare",
         "send",
+        "timing",
         "trace",
     )
 
@@ -342,6 +344,9 @@ class Channel(Generic[T]):
         self._last_delivery = 0.0
         #: the last attempts (created on the first: most channels of pull points never try)
         self._attempts: deque[DeliveryAttempt] | None = None
+        #: opened for a taken shard: the steps of its first delivery are timed (until its
+        #: first attempt ends; ``core.takeover_timing``)
+        self.timing: TakeoverTiming | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
     @property
@@ -573,6 +578,8 @@ class Channel(Generic[T]):
         schedule = False
         park = False
         size = len(received.body) + MESSAGE_OVERHEAD
+        if self.timing is not None:
+            self.timing.mark("read")
         with self._lock:
             # a message for a stopped channel is requeued, unless the handle is being
             # stopped (``stop``) or parked: the handle gives it back then, in its place
@@ -623,6 +630,8 @@ class Channel(Generic[T]):
                 if not q:
                     self._queue = None  # drained: give the block back until the next one
             pending = self._pending
+        if self.timing is not None:
+            self.timing.mark("run")
         request_id: str | None = None
         try:
             try:
@@ -723,6 +732,9 @@ class Channel(Generic[T]):
         if wait is not None or not batch:
             return tried
         outcome = Outcome.ANSWERED
+        timing = self.timing
+        if timing is not None:
+            timing.mark("post")
         with bound_request_id(tried.request_id):
             try:
                 self.send(batch)
@@ -742,6 +754,9 @@ class Channel(Generic[T]):
             finally:
                 if lane is not None:
                     self.engine.report(lane, outcome)
+                if timing is not None:
+                    self.timing = None  # the first attempt is timed, no other
+                    timing.mark("answer")
         return tried
 
     def _prepare(self, take: list[Received]) -> Sequence[T | None]:

@@ -37,7 +37,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from wsnmom.core import metrics
+from wsnmom.core import metrics, takeover_timing
 from wsnmom.core.adapter import Received, SubscriptionHandle
 from wsnmom.core.channel import Backoff, Channel, ChannelStatus, EndSubscription
 from wsnmom.core.delivery_budget import MemoryBudget
@@ -160,6 +160,9 @@ class DeliveryEngine:
             old = None if closing else self._channels.get(name)
             if not closing:
                 self._channels[name] = channel
+        channel.timing = timing = takeover_timing.current()
+        if timing is not None:
+            timing.mark("channel")
         if closing:
             # the engine is closing (a SIGTERM while a gained shard's deliveries open):
             # the channel never consumes, so nothing delivers after the hand-back
@@ -279,9 +282,14 @@ class DeliveryEngine:
             if item is None:
                 return
             channel, gen = item
+            timing = channel.timing
+            if timing is not None:
+                timing.mark("lane")
             lane: Lane | None = None
             if channel.destination is not None:
-                lane = self.lanes.enter(channel.destination, item, channel.group)
+                # a taken-over subscription's first delivery waits ahead (``core.lanes``)
+                first = timing is not None
+                lane = self.lanes.enter(channel.destination, item, channel.group, first=first)
                 if lane is None:
                     continue  # the destination is busy: the item waits in its lane
             self._busy[ident] = time.monotonic()

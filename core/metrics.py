@@ -191,6 +191,27 @@ STORE_ROUND_TRIP_SECONDS = Histogram(
     registry=REGISTRY,
 )
 
+#: 0.1 s steps up to 6 s (a take-over within lease + 2 s is read to a tenth), then coarser
+_TAKEOVER_BUCKETS = (
+    *(round(0.1 * i, 1) for i in range(1, 61)),
+    7.0,
+    8.0,
+    10.0,
+    15.0,
+    20.0,
+    30.0,
+    60.0,
+)
+TAKEOVER_SECONDS = Histogram(
+    "wsnmom_takeover_seconds",
+    "Cluster mode: seconds from this instance taking a shard to each stage (opening, "
+    "channel, opened, read, lane, run, post, answer) of the first delivery of each of the shard's "
+    "push subscriptions it opened (docs/scale-out.md, Failover at scale)",
+    ["stage"],
+    buckets=_TAKEOVER_BUCKETS,
+    registry=REGISTRY,
+)
+
 
 class _SubscriptionBacklogs:
     """``wsnmom_subscription_backlog_messages{subscription}``: each live subscription's

@@ -38,6 +38,7 @@ from wsnmom.core.coordination import shard_of
 from wsnmom.core.pull_buffer import PullBuffer
 from wsnmom.core.registry import LivePullPoint, LiveSubscription
 from wsnmom.core.subscriptions import Subscriptions
+from wsnmom.core.takeover_timing import TakeoverTiming, opening
 
 __all__ = ["OPEN_AT_ONCE", "Ownership"]
 
@@ -56,7 +57,16 @@ class _Close:
     item: LiveSubscription | LivePullPoint
 
 
-_Work = LiveSubscription | LivePullPoint | _Close
+@dataclass(frozen=True, slots=True)
+class _Taken:
+    """A delivery of a gained shard, to be opened; ``taken``: when the shard was gained
+    (monotonic; its first delivery is timed, ``core.takeover_timing``)."""
+
+    item: LiveSubscription
+    taken: float
+
+
+_Work = LiveSubscription | LivePullPoint | _Close | _Taken
 
 
 class Ownership:
@@ -115,7 +125,8 @@ class Ownership:
     def gained(self, shards: set[int]) -> None:
         """This instance delivers ``shards`` now: their deliveries and pull point
         buffers are queued for the opener threads (see the module docstring)."""
-        work: list[LiveSubscription | LivePullPoint] = [*self._of(shards)]
+        taken = time.monotonic()
+        work: list[_Work] = [_Taken(s, taken) for s in self._of(shards)]
         work.extend(self._pull_points(shards))
         if self._closed or not work:
             return
@@ -159,22 +170,26 @@ class Ownership:
                     self._close(item.item)
                 elif isinstance(item, LivePullPoint):
                     self._start_reading(item)
+                elif isinstance(item, _Taken):
+                    self._open(item.item, TakeoverTiming(item.taken))
                 else:
                     self._open(item)
             except Exception:
                 what = "closing" if isinstance(item, _Close) else "opening"
-                record = item.item.record if isinstance(item, _Close) else item.record
+                record = item.item.record if isinstance(item, _Close | _Taken) else item.record
                 log.exception("%s the delivery of %s failed", what, record.id)
             finally:
                 with self._idle:
                     self._pending -= 1
                     self._idle.notify_all()
 
-    def _open(self, state: LiveSubscription) -> None:
+    def _open(self, state: LiveSubscription, timing: TakeoverTiming | None = None) -> None:
         """Open one gained subscription's delivery (``attach`` opens it only while this
-        instance holds its shard)."""
+        instance holds its shard); ``timing``: a take-over's, handed to its channel."""
         ctx = self._ctx
         sub_id = state.record.id
+        if timing is not None:
+            timing.mark("opening")
         # under its lock, which a destroy holds throughout (one destroyed since the
         # look-up in ``gained`` is not opened again, its durable subscription made anew)
         # and ``lost`` too
@@ -183,7 +198,10 @@ class Ownership:
                 return
             if ctx.engine.channel(sub_id) is not None or not ctx.delivers(sub_id):
                 return
-            self._subscriptions.attach(state)
+            with opening(timing):
+                self._subscriptions.attach(state)
+            if timing is not None:
+                timing.mark("opened")
 
     def _start_reading(self, pull_point: LivePullPoint) -> None:
         """Start a gained pull point's buffer, unless its shard went meanwhile."""

@@ -28,7 +28,7 @@ from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from bench import client, soap
+from bench import client, soap, takeover_stages
 from bench.middleware import Middleware
 from bench.model import Metric, ScenarioResult, Target
 from bench.scenarios.base import Context, Scenario
@@ -247,6 +247,8 @@ class HighAvailabilityAtScale(Scenario):
             theirs = {p for p, who in deliverer.items() if who == victim}
             survivors = [servers[n] for n in names if n != victim]
             ctx.log(f"  deliverers: {dict(per)}; killing {victim}")
+            # the survivors' take-over histograms before: the difference after is this kill's
+            stages_before = [takeover_stages.scrape(s.base_url) for s in survivors]
             killed_wall, killed = time.time(), time.monotonic()
             load_at_kill = os.getloadavg()
             servers[victim].kill()
@@ -277,6 +279,9 @@ class HighAvailabilityAtScale(Scenario):
 
             if not wait_until(everything, 120):
                 raise RuntimeError("probes lost across the kill")
+            stages = takeover_stages.since(
+                [takeover_stages.scrape(s.base_url) for s in survivors], stages_before
+            )
             taken = [at for s in survivors for at, _ in _takes(s) if at > killed_wall]
             shards_after = (max(taken) - killed_wall) if taken else float("nan")
             kc.close()
@@ -321,6 +326,7 @@ class HighAvailabilityAtScale(Scenario):
             )
         )
         result.add(Metric(name="failover_gap_max_s", value=values[-1], unit="s"))
+        self._stages(ctx, stages, result)
         result.add(
             Metric(
                 name="shards_taken_after_s",
@@ -337,3 +343,30 @@ class HighAvailabilityAtScale(Scenario):
                 note=f"{final} probes to every subscription; 0 lost",
             )
         )
+
+    def _stages(
+        self, ctx: Context, stages: takeover_stages.Buckets, result: ScenarioResult
+    ) -> None:
+        """Report where the survivors' time went, stage by stage (seconds from the take
+        of a subscription's shard; ``core.takeover_timing``)."""
+        breakdown: dict[str, dict[str, float | int | None]] = {}
+        parts = []
+        for stage in takeover_stages.STAGES:
+            p50 = takeover_stages.quantile(stages, stage, 50)
+            p95 = takeover_stages.quantile(stages, stage, 95)
+            n = takeover_stages.count(stages, stage)
+            breakdown[stage] = {"count": n, "p50_s": p50, "p95_s": p95}
+            if p95 is None:
+                continue
+            parts.append(f"{stage} {p50:.1f}/{p95:.1f}")
+            result.add(
+                Metric(
+                    name=f"takeover_{stage}_p95_s",
+                    value=p95,
+                    unit="s",
+                    note=f"take of the shard to '{stage}' of the first delivery, p95 over "
+                    f"{n} subscriptions (bucket bound, 0.1 s)",
+                )
+            )
+        result.details.update(takeover_stages_s=breakdown)
+        ctx.log("  after the take, p50/p95 s: " + ", ".join(parts))

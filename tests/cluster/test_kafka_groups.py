@@ -8,7 +8,12 @@ stop made the group again after the delete: an empty group, left for good.  The 
 is stopped (SIGSTOP) while the other instance deletes, so that its follow comes after the
 delete every time.  A subscription feeding a pull point is read, and its position saved,
 by the pull point's reader, and behaves the same way (a DestroyPullPoint is forwarded to
-the reader, which deletes the groups itself)."""
+the reader, which deletes the groups itself).
+
+The two tests share one cluster (``shared_cluster``), each on a topic of its own (so
+that the offsets saved in its groups count its own records only).  The deliverer's stop
+is shorter than the 10 s lease: it keeps its lease and shards, and the cluster is as
+before for the next test."""
 
 from __future__ import annotations
 
@@ -31,7 +36,10 @@ from wsnmom.testing.gateway import Gateway
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.kafka]
 
-TOPIC = topic("groups")
+#: the module's cluster: one shard, so one instance delivers everything; a 10 s lease, so
+#: that the deliverer stopped for the delete keeps its lease (its position saves are not
+#: fenced)
+SETTINGS = {"WSNMOM_CLUSTER__SHARDS": "1", "WSNMOM_CLUSTER__LEASE": "10"}
 
 
 def groups(admin: AdminClient, prefix: str) -> set[str]:
@@ -61,12 +69,13 @@ def sentinel(
     kept_group: str,
     topic_prefix: str,
     number: int,
+    on: str,
 ) -> None:
     """Wait until the deliverer saved the kept subscription's position past ``number``,
-    published now: the commit thread saves in passes, one after the other, so a save it
-    was asked for before has landed by then.  The kept subscription must still be
+    published now on topic ``on``: the commit thread saves in passes, one after the other,
+    so a save it was asked for before has landed by then.  The kept subscription must still be
     delivered by ``deliverer`` (it kept its lease through the stop)."""
-    c.client(other).notify(n(number), TOPIC)
+    c.client(other).notify(n(number), on)
     mark = f">{number}<".encode()
     got = wait_until(
         lambda: [r for r in consumer.notifies() if r.path == "/kept" and mark in r.body],
@@ -83,20 +92,19 @@ def sentinel(
 
 @pytest.mark.parametrize("middleware", ["kafka"], indirect=True)
 def test_an_unsubscribe_through_the_other_instance_leaves_no_consumer_group(
-    cluster: Callable[..., Cluster], consumer: ConsumerServer, kafka_bootstrap: str
+    shared_cluster: Callable[..., Cluster], consumer: ConsumerServer, kafka_bootstrap: str
 ) -> None:
-    # one shard: one instance delivers everything; a 10 s lease, so that the deliverer
-    # stopped for the delete keeps its lease (its position saves are not fenced)
-    c = cluster(2, WSNMOM_CLUSTER__SHARDS="1", WSNMOM_CLUSTER__LEASE="10")
+    c = shared_cluster(2, **SETTINGS)
+    on = topic("groups-unsubscribe")
     a, b = c.gateways
     query = parse_qs(urlsplit(a.adapter_url).query)
     (group_prefix,) = query["group_prefix"]
     (topic_prefix,) = query["topic_prefix"]
     admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
     wa = c.client(a)
-    gone = wa.subscribe(consumer.address("/gone"), TOPIC)
-    kept = wa.subscribe(consumer.address("/kept"), TOPIC)
-    wa.notify(n(1), TOPIC)
+    gone = wa.subscribe(consumer.address("/gone"), on)
+    kept = wa.subscribe(consumer.address("/kept"), on)
+    wa.notify(n(1), on)
     firsts = wait_until(
         lambda: (lambda got: got if {r.path for r in got} == {"/gone", "/kept"} else None)(
             consumer.notifies()
@@ -117,7 +125,7 @@ def test_an_unsubscribe_through_the_other_instance_leaves_no_consumer_group(
     finally:
         os.kill(deliverer.process.pid, signal.SIGCONT)
     wait_until(lambda: detail_of(deliverer, gone.id) is None, 10, what="the deliverer following")
-    sentinel(c, consumer, admin, deliverer, other, group_prefix + kept.id, topic_prefix, 2)
+    sentinel(c, consumer, admin, deliverer, other, group_prefix + kept.id, topic_prefix, 2, on)
     wait_until(
         lambda: group not in groups(admin, group_prefix),
         10,
@@ -129,11 +137,12 @@ def test_an_unsubscribe_through_the_other_instance_leaves_no_consumer_group(
 
 @pytest.mark.parametrize("middleware", ["kafka"], indirect=True)
 def test_a_pull_points_feed_unsubscribed_through_the_other_instance_leaves_no_group(
-    cluster: Callable[..., Cluster], consumer: ConsumerServer, kafka_bootstrap: str
+    shared_cluster: Callable[..., Cluster], consumer: ConsumerServer, kafka_bootstrap: str
 ) -> None:
     # a subscription feeding a pull point is read by the pull point's reader (one shard:
     # the deliverer), which saves its position; its Unsubscribe is not forwarded
-    c = cluster(2, WSNMOM_CLUSTER__SHARDS="1", WSNMOM_CLUSTER__LEASE="10")
+    c = shared_cluster(2, **SETTINGS)
+    on = topic("groups-feed")
     a, b = c.gateways
     query = parse_qs(urlsplit(a.adapter_url).query)
     (group_prefix,) = query["group_prefix"]
@@ -141,9 +150,9 @@ def test_a_pull_points_feed_unsubscribed_through_the_other_instance_leaves_no_gr
     admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
     wa = c.client(a)
     address = wa.create_pull_point().reference.address
-    feeding = wa.subscribe(EndpointReference(address), TOPIC)
-    kept = wa.subscribe(consumer.address("/kept"), TOPIC)
-    wa.notify(n(1), TOPIC)
+    feeding = wa.subscribe(EndpointReference(address), on)
+    kept = wa.subscribe(consumer.address("/kept"), on)
+    wa.notify(n(1), on)
     first = wait_until(
         lambda: [r for r in consumer.notifies() if r.path == "/kept"], 20, what="kept's 1"
     )
@@ -164,7 +173,7 @@ def test_a_pull_points_feed_unsubscribed_through_the_other_instance_leaves_no_gr
     finally:
         os.kill(deliverer.process.pid, signal.SIGCONT)
     wait_until(lambda: detail_of(deliverer, feeding.id) is None, 10, what="the reader following")
-    sentinel(c, consumer, admin, deliverer, other, group_prefix + kept.id, topic_prefix, 2)
+    sentinel(c, consumer, admin, deliverer, other, group_prefix + kept.id, topic_prefix, 2, on)
     wait_until(
         lambda: group not in groups(admin, group_prefix),
         10,

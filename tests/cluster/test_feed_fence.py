@@ -110,7 +110,7 @@ def test_the_reader_saves_the_position_of_a_feed_on_another_instances_shard(
     group = query["group_prefix"][0] + sp.feed_id
     admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
     wait_until(
-        lambda: saved(admin, group, query["topic_prefix"][0]) == count,
+        lambda: saved(admin, group, query["topic_prefix"][0], TOPIC) == count,
         UNSAVED + 10,
         what="the feed's position saved past every message handed out",
     )

@@ -10,8 +10,9 @@ delete every time.  A subscription feeding a pull point is read, and its positio
 by the pull point's reader, and behaves the same way (a DestroyPullPoint is forwarded to
 the reader, which deletes the groups itself).
 
-The two tests share one cluster (``shared_cluster``), each on a topic of its own (so
-that the offsets saved in its groups count its own records only).  The deliverer's stop
+The two tests share one cluster (``shared_cluster``), each on a topic of its own, and
+count the positions saved in that topic only (a subscription's group holds a position in
+every topic of the cluster).  The deliverer's stop
 is shorter than the 10 s lease: it keeps its lease and shards, and the cluster is as
 before for the next test."""
 
@@ -48,15 +49,18 @@ def groups(admin: AdminClient, prefix: str) -> set[str]:
     return {g.group_id for g in found.valid if g.group_id.startswith(prefix)}
 
 
-def saved(admin: AdminClient, group: str, kafka_topic_prefix: str) -> int:
+def saved(admin: AdminClient, group: str, kafka_topic_prefix: str, on: str = "") -> int:
     """The offsets saved in ``group`` for the cluster's own topics, summed (records of a
-    topic that starts at offset 0 that the group's subscription settled)."""
+    topic that starts at offset 0 that the group's subscription settled); ``on``: only
+    for the Kafka topic of that WS topic (a group holds a position in every topic of the
+    cluster: records of other topics are settled too, as not the subscription's)."""
     request = [ConsumerGroupTopicPartitions(group)]
     answer = admin.list_consumer_group_offsets(request, request_timeout=10)[group].result()
+    level = "." + on.rpartition("}")[2] if on else ""
     return sum(
         tp.offset
         for tp in answer.topic_partitions or []
-        if tp.topic.startswith(kafka_topic_prefix) and tp.offset > 0
+        if tp.topic.startswith(kafka_topic_prefix) and tp.topic.endswith(level) and tp.offset > 0
     )
 
 
@@ -84,7 +88,7 @@ def sentinel(
     )
     assert got[0].headers[INSTANCE] == c.instance_of(deliverer)
     wait_until(
-        lambda: saved(admin, kept_group, topic_prefix) == number,
+        lambda: saved(admin, kept_group, topic_prefix, on) == number,
         20,
         what=f"the kept subscription's position after {number}, saved by the deliverer",
     )
@@ -115,7 +119,7 @@ def test_an_unsubscribe_through_the_other_instance_leaves_no_consumer_group(
     deliverer, other = (a, b) if firsts[0].headers[INSTANCE] == c.instance_of(a) else (b, a)
     group = group_prefix + gone.id
     # the deliverer saved where the subscription is (its position moved with the ack)
-    wait_until(lambda: saved(admin, group, topic_prefix) == 1, 20, what="gone's saved position")
+    wait_until(lambda: saved(admin, group, topic_prefix, on) == 1, 20, what="gone's saved position")
     assert deliverer.process is not None
     os.kill(deliverer.process.pid, signal.SIGSTOP)
     try:
@@ -163,7 +167,7 @@ def test_a_pull_points_feed_unsubscribed_through_the_other_instance_leaves_no_gr
     assert handed == [1]
     group = group_prefix + feeding.id
     # the reader saved where the feed is (it handed the record out)
-    wait_until(lambda: saved(admin, group, topic_prefix) == 1, 20, what="the feed's position")
+    wait_until(lambda: saved(admin, group, topic_prefix, on) == 1, 20, what="the feed's position")
     assert deliverer.process is not None
     os.kill(deliverer.process.pid, signal.SIGSTOP)
     try:

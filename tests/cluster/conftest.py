@@ -231,8 +231,11 @@ def shared_cluster(
     middleware: str,
     _module_clusters: tuple[_Clusters, dict[_Key, Cluster]],
 ) -> Callable[..., Cluster]:
-    """``shared_cluster(n, **env)``: as ``cluster(n, **env)``, for tests that only send
-    requests (they stop, kill or reconfigure no instance).  A module's tests on one
+    """``shared_cluster(n, **env)``: as ``cluster(n, **env)``, for tests that leave its
+    instances as they found them: they send requests (a SIGSTOP shorter than the lease
+    is fine), and stop, kill or reconfigure no instance, except a module's last test on
+    the cluster, which may kill one (a test finding an instance dead starts a new
+    cluster: the order of the tests decides only the saving).  A module's tests on one
     middleware with the same ``n`` and settings share one cluster, started by the first
     of them (a gateway start is most of such a test's time) and stopped after the
     module.  Each test uses topics, consumer paths and names of its own, so that what

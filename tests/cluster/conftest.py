@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import contextlib
 import shutil
+import subprocess
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
@@ -42,6 +44,25 @@ INSTANCE = "WSNMOM-Instance"
 #: the shared 2-core machine at load 18 to 28 a start took 16 to over 30 s (the Python
 #: imports alone 12 s), as long as the suite gateways' (tests/fixtures/server.py)
 START = START_TIMEOUT
+
+
+def stop_together(gateways: list[Gateway], timeout: float = 15.0) -> None:
+    """Stop ``gateways`` gracefully at once: SIGTERM to every live one, then wait for each
+    (SIGKILL after ``timeout`` seconds).  Stopped one after the other, each instance left
+    would take the shards the one before handed back (and open their deliveries) only to
+    hand them back in turn; and the stops' hand-overs would be waited for in a row."""
+    live = [g for g in gateways if g.running]
+    for gateway in live:
+        assert gateway.process is not None
+        gateway.process.terminate()
+    deadline = time.monotonic() + timeout
+    for gateway in live:
+        assert gateway.process is not None
+        try:
+            gateway.process.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            gateway.process.kill()
+            gateway.process.wait(5)
 
 
 class Cluster:
@@ -81,8 +102,7 @@ class Cluster:
             gateway.start(START)
 
     def stop(self) -> None:
-        for gateway in self.gateways:
-            gateway.stop()
+        stop_together(self.gateways)
 
     def via(self, gateway: Gateway, address: str) -> str:
         """``address`` (at the public URL) as sent to ``gateway``."""
@@ -162,8 +182,7 @@ class _Clusters:
         return made
 
     def close(self) -> None:
-        for c in self.made:
-            c.stop()
+        stop_together([g for c in self.made for g in c.gateways])
         for database in self._databases:
             database.__exit__(None, None, None)
         for d in self._dirs:
@@ -212,8 +231,11 @@ def shared_cluster(
     middleware: str,
     _module_clusters: tuple[_Clusters, dict[_Key, Cluster]],
 ) -> Callable[..., Cluster]:
-    """``shared_cluster(n, **env)``: as ``cluster(n, **env)``, for tests that only send
-    requests (they stop, kill or reconfigure no instance).  A module's tests on one
+    """``shared_cluster(n, **env)``: as ``cluster(n, **env)``, for tests that leave its
+    instances as they found them: they send requests (a SIGSTOP shorter than the lease
+    is fine), and stop, kill or reconfigure no instance, except a module's last test on
+    the cluster, which may kill one (a test finding an instance dead starts a new
+    cluster: the order of the tests decides only the saving).  A module's tests on one
     middleware with the same ``n`` and settings share one cluster, started by the first
     of them (a gateway start is most of such a test's time) and stopped after the
     module.  Each test uses topics, consumer paths and names of its own, so that what

@@ -15,11 +15,13 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 import requests
+from confluent_kafka.admin import AdminClient
 from wsnmom.adapters.mqtt.cluster_handle import session_client_id
 from wsnmom.core.coordination import shard_of
 
 from tests.adapters.test_mqtt_cluster import session_present
 from tests.cluster.conftest import MQTT, Cluster
+from tests.cluster.test_kafka_groups import saved
 from tests.cluster.test_operate import status
 from tests.cluster.test_pull_owner import KAFKA, TOPIC, UNSAVED, Answer, get_messages, publish
 from tests.support.waiting import wait_until
@@ -85,7 +87,7 @@ def split(c: Cluster) -> Split:
 
 @pytest.mark.parametrize("middleware", KAFKA, indirect=True)
 def test_the_reader_saves_the_position_of_a_feed_on_another_instances_shard(
-    cluster: Callable[..., Cluster],
+    cluster: Callable[..., Cluster], kafka_bootstrap: str
 ) -> None:
     c = cluster(2, WSNMOM_CLUSTER__SHARDS=str(SHARDS))
     a, b = c.gateways
@@ -101,10 +103,17 @@ def test_the_reader_saves_the_position_of_a_feed_on_another_instances_shard(
         got.extend(answer.numbers)
         assert answer.instance == reader_id
     assert sorted(got) == list(range(count))
-    drained_at = time.monotonic()
-    # past the documented bound of what a dead reader may hand out again (its last
-    # position save), then the kill
-    wait_until(lambda: time.monotonic() - drained_at > UNSAVED + 1, 10, what="the bound")
+    # the reader saves the feed's position past everything it handed out (in the feed's
+    # consumer group, within UNSAVED: its next save), then the kill; without the fence's
+    # leave to save a feed on another instance's shard the position stays behind
+    query = parse_qs(urlsplit(reader.adapter_url).query)
+    group = query["group_prefix"][0] + sp.feed_id
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    wait_until(
+        lambda: saved(admin, group, query["topic_prefix"][0], TOPIC) == count,
+        UNSAVED + 10,
+        what="the feed's position saved past every message handed out",
+    )
     assert reader.process is not None
     reader.process.kill()
     reader.process.wait(10)

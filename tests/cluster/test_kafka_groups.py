@@ -8,7 +8,13 @@ stop made the group again after the delete: an empty group, left for good.  The 
 is stopped (SIGSTOP) while the other instance deletes, so that its follow comes after the
 delete every time.  A subscription feeding a pull point is read, and its position saved,
 by the pull point's reader, and behaves the same way (a DestroyPullPoint is forwarded to
-the reader, which deletes the groups itself)."""
+the reader, which deletes the groups itself).
+
+The two tests share one cluster (``shared_cluster``), each on a topic of its own, and
+count the positions saved in that topic only (a subscription's group holds a position in
+every topic of the cluster).  The deliverer's stop
+is shorter than the 10 s lease: it keeps its lease and shards, and the cluster is as
+before for the next test."""
 
 from __future__ import annotations
 
@@ -31,7 +37,10 @@ from wsnmom.testing.gateway import Gateway
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.kafka]
 
-TOPIC = topic("groups")
+#: the module's cluster: one shard, so one instance delivers everything; a 10 s lease, so
+#: that the deliverer stopped for the delete keeps its lease (its position saves are not
+#: fenced)
+SETTINGS = {"WSNMOM_CLUSTER__SHARDS": "1", "WSNMOM_CLUSTER__LEASE": "10"}
 
 
 def groups(admin: AdminClient, prefix: str) -> set[str]:
@@ -40,15 +49,18 @@ def groups(admin: AdminClient, prefix: str) -> set[str]:
     return {g.group_id for g in found.valid if g.group_id.startswith(prefix)}
 
 
-def saved(admin: AdminClient, group: str, kafka_topic_prefix: str) -> int:
+def saved(admin: AdminClient, group: str, kafka_topic_prefix: str, on: str = "") -> int:
     """The offsets saved in ``group`` for the cluster's own topics, summed (records of a
-    topic that starts at offset 0 that the group's subscription settled)."""
+    topic that starts at offset 0 that the group's subscription settled); ``on``: only
+    for the Kafka topic of that WS topic (a group holds a position in every topic of the
+    cluster: records of other topics are settled too, as not the subscription's)."""
     request = [ConsumerGroupTopicPartitions(group)]
     answer = admin.list_consumer_group_offsets(request, request_timeout=10)[group].result()
+    level = "." + on.rpartition("}")[2] if on else ""
     return sum(
         tp.offset
         for tp in answer.topic_partitions or []
-        if tp.topic.startswith(kafka_topic_prefix) and tp.offset > 0
+        if tp.topic.startswith(kafka_topic_prefix) and tp.topic.endswith(level) and tp.offset > 0
     )
 
 
@@ -61,12 +73,13 @@ def sentinel(
     kept_group: str,
     topic_prefix: str,
     number: int,
+    on: str,
 ) -> None:
     """Wait until the deliverer saved the kept subscription's position past ``number``,
-    published now: the commit thread saves in passes, one after the other, so a save it
-    was asked for before has landed by then.  The kept subscription must still be
+    published now on topic ``on``: the commit thread saves in passes, one after the other,
+    so a save it was asked for before has landed by then.  The kept subscription must still be
     delivered by ``deliverer`` (it kept its lease through the stop)."""
-    c.client(other).notify(n(number), TOPIC)
+    c.client(other).notify(n(number), on)
     mark = f">{number}<".encode()
     got = wait_until(
         lambda: [r for r in consumer.notifies() if r.path == "/kept" and mark in r.body],
@@ -75,7 +88,7 @@ def sentinel(
     )
     assert got[0].headers[INSTANCE] == c.instance_of(deliverer)
     wait_until(
-        lambda: saved(admin, kept_group, topic_prefix) == number,
+        lambda: saved(admin, kept_group, topic_prefix, on) == number,
         20,
         what=f"the kept subscription's position after {number}, saved by the deliverer",
     )
@@ -83,20 +96,19 @@ def sentinel(
 
 @pytest.mark.parametrize("middleware", ["kafka"], indirect=True)
 def test_an_unsubscribe_through_the_other_instance_leaves_no_consumer_group(
-    cluster: Callable[..., Cluster], consumer: ConsumerServer, kafka_bootstrap: str
+    shared_cluster: Callable[..., Cluster], consumer: ConsumerServer, kafka_bootstrap: str
 ) -> None:
-    # one shard: one instance delivers everything; a 10 s lease, so that the deliverer
-    # stopped for the delete keeps its lease (its position saves are not fenced)
-    c = cluster(2, WSNMOM_CLUSTER__SHARDS="1", WSNMOM_CLUSTER__LEASE="10")
+    c = shared_cluster(2, **SETTINGS)
+    on = topic("groups-unsubscribe")
     a, b = c.gateways
     query = parse_qs(urlsplit(a.adapter_url).query)
     (group_prefix,) = query["group_prefix"]
     (topic_prefix,) = query["topic_prefix"]
     admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
     wa = c.client(a)
-    gone = wa.subscribe(consumer.address("/gone"), TOPIC)
-    kept = wa.subscribe(consumer.address("/kept"), TOPIC)
-    wa.notify(n(1), TOPIC)
+    gone = wa.subscribe(consumer.address("/gone"), on)
+    kept = wa.subscribe(consumer.address("/kept"), on)
+    wa.notify(n(1), on)
     firsts = wait_until(
         lambda: (lambda got: got if {r.path for r in got} == {"/gone", "/kept"} else None)(
             consumer.notifies()
@@ -107,7 +119,7 @@ def test_an_unsubscribe_through_the_other_instance_leaves_no_consumer_group(
     deliverer, other = (a, b) if firsts[0].headers[INSTANCE] == c.instance_of(a) else (b, a)
     group = group_prefix + gone.id
     # the deliverer saved where the subscription is (its position moved with the ack)
-    wait_until(lambda: saved(admin, group, topic_prefix) == 1, 20, what="gone's saved position")
+    wait_until(lambda: saved(admin, group, topic_prefix, on) == 1, 20, what="gone's saved position")
     assert deliverer.process is not None
     os.kill(deliverer.process.pid, signal.SIGSTOP)
     try:
@@ -117,7 +129,7 @@ def test_an_unsubscribe_through_the_other_instance_leaves_no_consumer_group(
     finally:
         os.kill(deliverer.process.pid, signal.SIGCONT)
     wait_until(lambda: detail_of(deliverer, gone.id) is None, 10, what="the deliverer following")
-    sentinel(c, consumer, admin, deliverer, other, group_prefix + kept.id, topic_prefix, 2)
+    sentinel(c, consumer, admin, deliverer, other, group_prefix + kept.id, topic_prefix, 2, on)
     wait_until(
         lambda: group not in groups(admin, group_prefix),
         10,
@@ -129,11 +141,12 @@ def test_an_unsubscribe_through_the_other_instance_leaves_no_consumer_group(
 
 @pytest.mark.parametrize("middleware", ["kafka"], indirect=True)
 def test_a_pull_points_feed_unsubscribed_through_the_other_instance_leaves_no_group(
-    cluster: Callable[..., Cluster], consumer: ConsumerServer, kafka_bootstrap: str
+    shared_cluster: Callable[..., Cluster], consumer: ConsumerServer, kafka_bootstrap: str
 ) -> None:
     # a subscription feeding a pull point is read by the pull point's reader (one shard:
     # the deliverer), which saves its position; its Unsubscribe is not forwarded
-    c = cluster(2, WSNMOM_CLUSTER__SHARDS="1", WSNMOM_CLUSTER__LEASE="10")
+    c = shared_cluster(2, **SETTINGS)
+    on = topic("groups-feed")
     a, b = c.gateways
     query = parse_qs(urlsplit(a.adapter_url).query)
     (group_prefix,) = query["group_prefix"]
@@ -141,9 +154,9 @@ def test_a_pull_points_feed_unsubscribed_through_the_other_instance_leaves_no_gr
     admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
     wa = c.client(a)
     address = wa.create_pull_point().reference.address
-    feeding = wa.subscribe(EndpointReference(address), TOPIC)
-    kept = wa.subscribe(consumer.address("/kept"), TOPIC)
-    wa.notify(n(1), TOPIC)
+    feeding = wa.subscribe(EndpointReference(address), on)
+    kept = wa.subscribe(consumer.address("/kept"), on)
+    wa.notify(n(1), on)
     first = wait_until(
         lambda: [r for r in consumer.notifies() if r.path == "/kept"], 20, what="kept's 1"
     )
@@ -154,7 +167,7 @@ def test_a_pull_points_feed_unsubscribed_through_the_other_instance_leaves_no_gr
     assert handed == [1]
     group = group_prefix + feeding.id
     # the reader saved where the feed is (it handed the record out)
-    wait_until(lambda: saved(admin, group, topic_prefix) == 1, 20, what="the feed's position")
+    wait_until(lambda: saved(admin, group, topic_prefix, on) == 1, 20, what="the feed's position")
     assert deliverer.process is not None
     os.kill(deliverer.process.pid, signal.SIGSTOP)
     try:
@@ -164,7 +177,7 @@ def test_a_pull_points_feed_unsubscribed_through_the_other_instance_leaves_no_gr
     finally:
         os.kill(deliverer.process.pid, signal.SIGCONT)
     wait_until(lambda: detail_of(deliverer, feeding.id) is None, 10, what="the reader following")
-    sentinel(c, consumer, admin, deliverer, other, group_prefix + kept.id, topic_prefix, 2)
+    sentinel(c, consumer, admin, deliverer, other, group_prefix + kept.id, topic_prefix, 2, on)
     wait_until(
         lambda: group not in groups(admin, group_prefix),
         10,

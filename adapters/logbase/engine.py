@@ -50,7 +50,10 @@ never holds the head's commit back, except once when it is made: a new subscript
 starting positions are saved by the instance that makes it, and an instance that makes
 the cursor of a subscription made elsewhere starts from them (``_shared_start``).  When
 this engine starts it, it first takes up the positions the subscription's last
-deliverer saved (``PositionStore.load_one``).  A started
+deliverer saved (``PositionStore.load_one``), unless the store holds nothing but what
+this engine itself last saved or read there: nobody else delivered it since, and its own
+positions are the newest (newer than the store's when core's fence refused its last save
+for a moment, a heartbeat late under load: a purge was undone that way).  A started
 cursor always keeps positions of its own: attached, they are saved at most every
 ``save_interval`` while they change (and the position store keeps them: they are never
 deleted on re-attaching); stopped (a pause, a shard handed over or lost) it saves them
@@ -328,7 +331,9 @@ class CursorEngine(Subscriptions, Head, Commits, CatchUp, Burial, Backlog, Peeki
         """Give foreign ``cursor`` the positions its last deliverer saved (streams it
         saved nothing for keep the cursor's own).  Unsaved positions of this instance's
         own (stopped a moment ago), or positions it is saving now, are the newest there
-        are, and are kept."""
+        are, and are kept; so are positions the store holds nothing newer than (it holds
+        only what this engine last saved or read there: nobody else delivered it since,
+        and a save the fence refused meanwhile is not undone)."""
         store = self._store
         with self.lock:
             if (
@@ -360,9 +365,21 @@ class CursorEngine(Subscriptions, Head, Commits, CatchUp, Burial, Backlog, Peeki
                 cursor.foreign = False
                 return
             cursor.foreign = False
-            if saved:
+            if saved and self._written_elsewhere(cursor.name, saved):
                 cursor.positions = {**cursor.positions, **saved}
                 self._stored[cursor.name] = dict(saved)
+            elif saved:
+                # nobody else wrote since this engine's last save or read: its own
+                # positions are at or past those (newer when the fence refused its last
+                # save: a purge's skip read back brought the purged records again)
+                cursor.positions = {**saved, **cursor.positions}
+
+    def _written_elsewhere(self, name: str, saved: Mapping[StreamId, int]) -> bool:
+        """Whether the positions ``saved`` (just read from the position store) hold one
+        this engine neither saved nor read there last (hold the lock): another instance
+        wrote them since."""
+        known = self._stored.get(name)
+        return known is None or any(known.get(s) != o for s, o in saved.items())
 
     # -- settling --------------------------------------------------------------------------
     def settle(self, cursor: Cursor, stream: StreamId, offset: int, gen: int, rewind: bool) -> None:

@@ -44,6 +44,7 @@ class Subscriptions(EngineParts):
                 return CursorHandle(cursor)
             stored = self._stored.get(spec.name)
             held = self._hold
+        made_here = False  # this instance saved where it starts (``_shared_start``)
         if stored is not None:
             positions = dict(stored)
         elif held:
@@ -54,7 +55,7 @@ class Subscriptions(EngineParts):
         else:
             positions = self._end_now()
             if self.shared:
-                positions = self._shared_start(spec.name, positions, spec.origin)
+                positions, made_here = self._shared_start(spec.name, positions, spec.origin)
         with self.lock:
             cursor = self._cursors.get(spec.name)
             if cursor is None:
@@ -71,11 +72,16 @@ class Subscriptions(EngineParts):
                     cursor.dirty = stored is None
                 self._cursors[spec.name] = cursor
                 self._index_cursor(cursor)
+            if made_here:
+                # its save made the position store's entry: a forget deletes it again (a
+                # follower made a pull point's cursor after its DestroyPullPoint deleted
+                # the entry, and left it for good)
+                cursor.saved_here = True
             return CursorHandle(cursor)
 
     def _shared_start(
         self, name: str, ends: dict[StreamId, int], origin: str
-    ) -> dict[StreamId, int]:
+    ) -> tuple[dict[StreamId, int], bool]:
         """Shared: where a cursor made here without known positions starts.  Made through
         another instance a moment ago (this one follows it): where that instance saved it,
         and from the start of each stream it saved nothing for (a stream that appeared
@@ -85,19 +91,19 @@ class Subscriptions(EngineParts):
         it at this instance's end and saved that, so the records published in between
         were skipped by whichever instance delivered it).  Else it is new: ``ends``,
         saved at once, so that whichever instance delivers it starts there and no record
-        published after it was made is skipped."""
+        published after it was made is skipped.  With whether it saved."""
         store = self._store
         if store is None:
-            return ends
+            return ends, False
         try:
             saved = store.load_one(name)
             if saved is not None:
-                return dict(saved)
+                return dict(saved), False
             if origin == "elsewhere":
-                return {}
+                return {}, False
             start = {stream: offset for stream, offset in ends.items() if offset >= 0}
             if not start:  # no stream yet: nothing to save
-                return ends
+                return ends, False
             # not fenced by ``may_save``: nobody delivers a subscription not made yet, and
             # the instance that makes it need not hold its shard
             store.save({name: start})
@@ -105,7 +111,7 @@ class Subscriptions(EngineParts):
             raise AdapterUnavailable(f"saving where {name} starts failed: {exc}") from exc
         with self.lock:
             self._stored[name] = dict(start)
-        return ends
+        return ends, True
 
     def _end_now(self) -> dict[StreamId, int]:
         """Where a new cursor starts: the current end of every stream (from the backend
@@ -166,7 +172,8 @@ class Subscriptions(EngineParts):
         """Shared: another instance deleted the subscription ``name`` (idempotent).  The
         cursor is dropped and nothing of it is saved any more; when this instance saved
         its positions before (it delivered it: a save under way may land after the other
-        instance's delete and make the stored positions again), they are deleted once
+        instance's delete and make the stored positions again; or it saved where the
+        cursor starts when it made it, possibly after that delete), they are deleted once
         more, by the commit thread after any save of its already under way."""
         with self.lock:
             cursor = self._cursors.get(name)

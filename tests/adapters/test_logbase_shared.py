@@ -419,3 +419,92 @@ def test_a_subscription_made_before_any_stream_existed_gets_the_first_records(
     (made if deliverer == "maker" else followed).start(got)
     received = got.wait_for_body(b"second", 5)
     assert [m.body for m in received] == [b"first", b"second"]
+
+
+def test_a_purge_is_not_undone_by_a_resume_after_the_fence_refused_its_save(
+    engines: tuple[_MemoryLog, _SharedPositions, list[CursorEngine]],
+) -> None:
+    """tests/cluster/test_any_instance.py's peek/purge on Kafka got the ten purged
+    messages after the resume again (session 11, load 8-16): core's fence refused the
+    deliverer's save of the position past them for a moment (a heartbeat late: the lease's
+    local deadline passed before it was renewed), and the resume took the older position
+    up from the store.  The deliverer kept its shard, so nobody else wrote a position
+    since: its own is the newest, and is kept."""
+    log, shared, (a, _b) = engines
+    leased = threading.Event()
+    leased.set()
+    a.may_save = lambda name: leased.is_set()
+    handle = a.subscription(spec("s", "t"))
+    handle.start(got := Collector())
+    log.append(STREAM, b"0")
+    got.wait_for(1, 5)
+    wait_until(lambda: shared.get("s") == {STREAM: 1}, 5, what="A saving the position")
+    handle.stop()  # paused
+    for i in range(1, 11):
+        log.append(STREAM, b"%d" % i)
+    wait_until(lambda: handle.depth() == 10, 5, what="the head reading the ten records")
+    cursor = a._cursors["s"]
+    leased.clear()  # the fence refuses until the late heartbeat renews the lease
+    assert handle.purge() == 10
+    # the commit pass took the position past the purged records (after the skip: not
+    # dirty since) and finished: the fence refused it
+    wait_until(
+        lambda: cursor.positions == {STREAM: 11} and not cursor.dirty and not cursor.saving,
+        5,
+        what="the commit pass refused the position past the purge",
+    )
+    assert shared.get("s") == {STREAM: 1}
+    leased.set()  # renewed: the same instance delivers it, and resumes it
+    handle.start(got)
+    log.append(STREAM, b"11")
+    assert [m.body for m in got.wait_for_body(b"11", 5)] == [b"0", b"11"]
+    wait_until(lambda: shared.get("s") == {STREAM: 12}, 5, what="A saving the position")
+
+
+def test_a_cursor_started_again_takes_up_the_position_another_instance_saved_since(
+    engines: tuple[_MemoryLog, _SharedPositions, list[CursorEngine]],
+) -> None:
+    # the other side of the rule above: A delivered and saved, then B delivered the
+    # subscription and saved past A; A delivers it again from B's position, not its own
+    log, shared, (a, b) = engines
+    on_a = a.subscription(spec("s", "t"))
+    on_b = b.subscription(spec("s", "t"))
+    on_a.start(got_a := Collector())
+    for i in range(3):
+        log.append(STREAM, b"%d" % i)
+    got_a.wait_for(3, 5)
+    wait_until(lambda: shared.get("s") == {STREAM: 3}, 5, what="A saving the position")
+    on_a.stop()  # its shard handed over
+    cursor = a._cursors["s"]
+    wait_until(lambda: not cursor.dirty and not cursor.saving, 5, what="A's save at the stop")
+    on_b.start(got_b := Collector())
+    for i in range(3, 6):
+        log.append(STREAM, b"%d" % i)
+    assert [m.body for m in got_b.wait_for_body(b"5", 5)] == [b"3", b"4", b"5"]
+    wait_until(lambda: shared.get("s") == {STREAM: 6}, 5, what="B saving its position")
+    on_b.stop()  # handed back
+    on_a.start(got_again := Collector())
+    log.append(STREAM, b"6")
+    assert [m.body for m in got_again.wait_for_body(b"6", 5)] == [b"6"]
+
+
+def test_a_cursor_made_after_another_instance_deleted_it_leaves_nothing_when_forgotten(
+    engines: tuple[_MemoryLog, _SharedPositions, list[CursorEngine]],
+) -> None:
+    """A follower made a pull point's cursor (``core.follow``: no origin, so where it
+    starts is saved when nothing is stored) a moment after a DestroyPullPoint through
+    another instance deleted its stored position: its save made the entry again.  It
+    then followed the destroy and forgot the cursor; before, it sent no delete (it had
+    never delivered it) and the entry stayed for good (on Kafka a consumer group still
+    listed long after, session 11)."""
+    log, shared, (a, b) = engines
+    log.append(STREAM, b"before")
+    b.subscription(spec("p", "t"))  # made through B: where it starts is saved
+    assert shared.get("p") == {STREAM: 1}
+    b.delete_subscription("p")  # destroyed through B
+    wait_until(lambda: shared.get("p") is None, 5, what="B's delete")
+    a.subscription(spec("p", "t"))  # A follows the creation late
+    assert shared.get("p") == {STREAM: 1}  # made again
+    a.forget_subscription("p")  # A follows the destroy
+    wait_until(lambda: shared.get("p") is None, 5, what="A deleting what it saved")
+    assert "p" not in a.names() and "p" not in b.names()

@@ -76,7 +76,7 @@ class KafkaBackend:
         return AdminClient(
             {
                 **self.settings.admin(),
-                **client_hooks(self.health),
+                **client_hooks(self.health, side=True),
                 "allow.auto.create.topics": False,
             }
         )

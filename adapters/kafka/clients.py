@@ -8,8 +8,14 @@ Reachability
     connections open (overloaded, or stopped with SIGSTOP) is noticed only when requests
     time out, a minute later by default.  ``Health`` therefore also probes the cluster
     every ``health_interval`` seconds with a metadata request for the internal topic that
-    must answer within ``health_timeout``: one failed probe or "all brokers down" makes
-    ``available`` False, the next answered probe makes it True again.  Every lost
+    must answer within ``health_timeout``: one failed probe, or "all brokers down" from
+    the producer or the probing admin client, makes ``available`` False, and the next
+    answered probe (asked for at once) makes it True again.  The other clients (readers,
+    the position store's admin clients) are side clients: their "all brokers down" only
+    asks for a probe at once.  Such a client has one connection, which the broker may
+    close on purpose (tansu does at the first offset commit of a group deleted before);
+    taken as an outage, that refused every Notify with 503 until the next probe while
+    the cluster served all the other clients.  Every lost
     connection bumps ``epoch``, which the readers use to check whether topics were
     re-created behind their back (a memory-only broker that restarted).  A publish that
     waits longer than usual asks for a probe at once (``poke``) and fails when the cluster
@@ -84,7 +90,15 @@ class Health:
         self._thread: threading.Thread | None = None
 
     def error_cb(self, error: KafkaError) -> None:
-        """librdkafka's ``error_cb`` for every client."""
+        """librdkafka's ``error_cb`` of the producer and the probing admin client."""
+        self._error(error, side=False)
+
+    def side_error_cb(self, error: KafkaError) -> None:
+        """librdkafka's ``error_cb`` of the side clients: "all brokers down" only asks for
+        a probe (see the module docstring)."""
+        self._error(error, side=True)
+
+    def _error(self, error: KafkaError, *, side: bool) -> None:
         code = error.code()
         if code in _FATAL_AUTH:
             self.fatal = error
@@ -93,7 +107,11 @@ class Health:
             with self._lock:
                 self.epoch += 1
         if code in _DOWN:
-            self._set(False, error.str())
+            if side:
+                log.info("a Kafka client lost its connections (%s); probing", error.str())
+            else:
+                self._set(False, error.str())
+            self.poke()
         else:
             log.debug("Kafka client error: %s", error.str())
 
@@ -161,15 +179,17 @@ class Health:
             self.available = False
 
 
-def client_hooks(health: Health) -> dict[str, Any]:
-    """The configuration entries that connect a client to ``health`` and logging.
+def client_hooks(health: Health, *, side: bool = False) -> dict[str, Any]:
+    """The configuration entries that connect a client to ``health`` and logging
+    (``side``: a side client, see the module docstring).
 
     librdkafka's log lines are queued (``log.queue``) and handed to Python logging by the
     client's own ``poll``/``consume`` (the publisher's poll thread, the readers, the
     health probe), never from librdkafka's threads: with a ``logger`` called from them, the
     producer's broker thread spent 285-550 us of CPU per message instead of 70-130 under
     16 concurrent publishing threads (even with no line logged), halving the throughput."""
-    return {"error_cb": health.error_cb, "logger": kafka_logger, "log.queue": True}
+    error_cb = health.side_error_cb if side else health.error_cb
+    return {"error_cb": error_cb, "logger": kafka_logger, "log.queue": True}
 
 
 # -- records --------------------------------------------------------------------------------

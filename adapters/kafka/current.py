@@ -184,7 +184,7 @@ class CurrentMessages:
         if self._consumer is None:
             config: dict[str, Any] = {
                 **self._settings.consumer(f"{self._settings.head_group}.current"),
-                **client_hooks(self._health),
+                **client_hooks(self._health, side=True),
             }
             self._consumer = Consumer(config)
         return self._consumer

@@ -38,11 +38,13 @@ class KafkaPositionStore:
     restarted broker).  So the store takes a new admin client after every lost connection
     (``Health.epoch``) before its next request, and a request that still timed out is
     retried once at once with a new client.  So is a save whose connection the broker
-    dropped under it (``_TRANSPORT``), also while the adapter closes (within its
-    deadline): tansu drops the connection at the first save of a group after its delete,
-    and the other saves waiting on that connection fail with it (the position of a
-    subscription buried into its dead letters was lost that way at a restart, and the
-    next process dead-lettered those messages again)."""
+    dropped under it (``_TRANSPORT``, or ``_DESTROY_BROKER`` on a new client), also
+    while the adapter closes (within its deadline): tansu drops the connection at the
+    first save of a group after its delete, and the other saves waiting on that
+    connection fail with it (the position of a subscription buried into its dead letters
+    was lost that way at a restart, and the next process dead-lettered those messages
+    again).  With several such groups in one save it drops once per group: dropped saves
+    are retried as long as each attempt lands some."""
 
     def __init__(
         self,
@@ -118,11 +120,17 @@ class KafkaPositionStore:
         """Write these cursors' offsets (other streams of each group are kept)."""
         self._fresh()
         retry = self._save(changes)
-        # a timed-out request during the close has used up its deadline: not retried
-        if retry and self._closing.remaining(self._timeout) > 0:
-            why = "a request timed out" if "timed out" in retry.values() else "a connection dropped"
-            self._renew(why)
-            retry = self._save({n: changes[n] for n in retry})
+        # a timed-out request during the close has used up its deadline: not retried.
+        # Each group deleted before drops the connection at its first commit, and the
+        # saves after it with it: tried again while every attempt lands some
+        while retry and self._closing.remaining(self._timeout) > 0:
+            timed_out = "timed out" in retry.values()
+            self._renew("a request timed out" if timed_out else "a connection dropped")
+            left = self._save({n: changes[n] for n in retry})
+            progress = len(left) < len(retry)
+            retry = left
+            if timed_out or not progress:
+                break
         self._admin.poll(0)  # its queued log lines and errors
         if retry:
             problems = sorted(f"{name}: {why}" for name, why in retry.items())
@@ -164,7 +172,9 @@ class KafkaPositionStore:
                 code = exc.args[0].code()
                 if code == KafkaError._TIMED_OUT:
                     retry[name] = "timed out"
-                elif code == KafkaError._TRANSPORT:
+                elif code in (KafkaError._TRANSPORT, KafkaError._DESTROY_BROKER):
+                    # _DESTROY_BROKER: a new client retired the bootstrap broker handle
+                    # the request waited on
                     retry[name] = "connection dropped"
                 else:
                     failed.append(f"{name}: {exc}")

@@ -65,7 +65,7 @@ class _Consuming:
         self._mapping = backend.mapping
         config: dict[str, Any] = {
             **backend.settings.consumer(group),
-            **client_hooks(backend.health),
+            **client_hooks(backend.health, side=True),
         }
         self._consumer = Consumer(config)
         #: next offset expected per assigned stream

@@ -62,9 +62,11 @@ class Tally:
 def notify_all(server: ServerProcess, topic: str, count: int, first: int = 0) -> int:
     """``count`` Notifies from 8 concurrent clients (a busy gateway: the background work
     of cluster mode is spread over many Notifies, as it is in production).  Those refused
-    with 503 ("retry later": Kafka's client lost the broker for a moment on the loaded
-    machine) are sent again, up to :data:`RETRIES` times, 1 s later; returns how many were
-    sent again (their refusals cost CPU too, so the caller reports them)."""
+    with 503 ("retry later": a middleware briefly unreachable on the loaded machine;
+    on Kafka every run had some until a client's lost connection stopped counting as an
+    outage, docs/adapters/kafka.md) are sent again, up to :data:`RETRIES` times, 1 s
+    later; returns how many were sent again (their refusals cost CPU too, so the caller
+    reports them)."""
     requests = [
         client.Request(server.broker_url, soap.notify(server.broker_url, topic, seq0=first + i))
         for i in range(count)

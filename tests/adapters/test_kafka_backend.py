@@ -12,7 +12,12 @@ import pytest
 
 pytest.importorskip("confluent_kafka")
 
-from confluent_kafka import Producer, TopicPartition
+from confluent_kafka import (
+    ConsumerGroupTopicPartitions,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient, NewTopic
 from wsnmom.adapters.kafka.backend import KafkaBackend
 from wsnmom.adapters.kafka.clients import Health
@@ -293,6 +298,57 @@ def test_saves_whose_connection_the_broker_dropped_land_also_while_closing(
     store.save({"gone": {(name, 0): 2}, "other": {(name, 0): 3}})
     assert store.load_one("gone") == {(name, 0): 2}
     assert store.load_one("other") == {(name, 0): 3}
+
+
+def test_saves_to_several_groups_deleted_before_land_in_one_call(
+    make_backend: Callable[..., KafkaBackend], admin: AdminClient, tag: str
+) -> None:
+    """tansu drops the connection at the first save of each group deleted before: with two
+    in one save, the retry on a new client lands the first and is dropped at the second.
+    Before, ``save`` raised after that one retry (the single instance's engine logged
+    "saving subscription positions failed" a few times per bench ``ha`` run)."""
+    name = f"b{tag}.two"
+    create_topic(admin, name)
+    store = make_backend().position_store()
+    store.save({"g1": {(name, 0): 1}, "g2": {(name, 0): 1}})
+    store.delete(["g1", "g2"])
+    store.save({"g1": {(name, 0): 2}, "g2": {(name, 0): 3}})
+    assert store.load_one("g1") == {(name, 0): 2}
+    assert store.load_one("g2") == {(name, 0): 3}
+
+
+def test_a_position_client_whose_connection_the_broker_dropped_is_not_an_outage(
+    kafka_node: TansuNode, kafka_url: str, admin: AdminClient, tag: str
+) -> None:
+    """The position store's admin client has one connection, and tansu closes it at the
+    first save of a group deleted before: librdkafka then reports "1/1 brokers are down"
+    for that client while the cluster serves every other one.  That is no outage: the
+    adapter stays available and only probes at once.  Before, it was taken as one, and
+    a single instance answered Notifies "the middleware is not reachable" (503) until the
+    next probe, under load in every Kafka run of bench scenario ``ha``."""
+    name = f"b{tag}.side"
+    create_topic(admin, name)
+    settings = parse_settings(kafka_url, {"group_prefix": f"wsnmom.sub.b{tag}."})
+    health = Health(60.0, 10.0)  # no periodic probe during the test: only asked-for ones
+    backend = KafkaBackend(settings, KafkaMapping(settings), admin, Topics(admin, settings), health)
+    health.start(lambda timeout: admin.list_topics(topic=name, timeout=timeout))
+    try:
+        store = backend.position_store()
+        store.save({"gone": {(name, 0): 1}})
+        store.delete(["gone"])
+        side = backend.new_admin()
+        group = f"wsnmom.sub.b{tag}.gone"
+        request = [ConsumerGroupTopicPartitions(group, [TopicPartition(name, 0, 2)])]
+        future = side.alter_consumer_group_offsets(request, request_timeout=30)[group]
+        with pytest.raises(KafkaException, match="_TRANSPORT"):
+            future.result()  # the broker dropped the client's only connection
+        asked = time.monotonic()
+        side.poll(0)  # its error callbacks: the connection lost, all (1/1) brokers down
+        assert health.available
+        assert wait_until(lambda: health.answered_since(asked), 15)  # the probe it asked for
+        assert health.available
+    finally:
+        health.stop()
 
 
 def test_a_lone_record_is_returned_without_waiting_for_a_full_batch(

@@ -34,6 +34,7 @@ from wsnmom.core.adapter_options import AdapterOptionError
 from wsnmom.core.config import Settings
 from wsnmom.topic_mapping.model import PathPattern, Topic
 
+from tests.support.rabbitmq_queues import queue_exists
 from tests.support.waiting import wait_until
 from wsnmom.server import make_adapter as serve_adapter
 
@@ -173,25 +174,6 @@ def test_a_graceful_stop_hands_over_in_order_what_was_acked_held_and_still_arriv
     hb.delete()
 
 
-def _queue_exists(url: str, queue: str) -> bool:
-    """Whether the broker has ``queue`` (a passive declaration on a connection of its own:
-    RabbitMQ closes the channel that asks for a missing one)."""
-    import pika
-    from pika.exceptions import ChannelClosedByBroker
-
-    conn = pika.BlockingConnection(pika.URLParameters(url))
-    try:
-        conn.channel().queue_declare(queue, passive=True)
-        return True
-    except ChannelClosedByBroker as exc:
-        if exc.reply_code != 404:
-            raise
-        return False
-    finally:
-        if conn.is_open:
-            conn.close()
-
-
 def test_a_subscription_followed_from_another_instance_is_declared_only_to_be_consumed(
     make_adapter: Callable[..., RabbitMQAdapter], rabbitmq_url: str
 ) -> None:
@@ -206,17 +188,17 @@ def test_a_subscription_followed_from_another_instance_is_declared_only_to_be_co
     pattern = PathPattern(ns, ("t",))
     spec = SubscriptionSpec(f"e-{uuid.uuid4().hex[:12]}", (pattern,), origin="elsewhere")
     hb = b.subscription(spec)
-    assert not _queue_exists(rabbitmq_url, b.queue_name(spec.name))
+    assert not queue_exists(rabbitmq_url, b.queue_name(spec.name))
     got = _Consumer()
     hb.start(got, prefetch=10)
-    assert _queue_exists(rabbitmq_url, b.queue_name(spec.name))
+    assert queue_exists(rabbitmq_url, b.queue_name(spec.name))
     a.publish(_message(ns, b"after the start"))
     wait_until(lambda: got.bodies() == [b"after the start"], 15, what="the delivery")
     pulled = SubscriptionSpec(
         f"p-{uuid.uuid4().hex[:12]}", (pattern,), pulled=True, origin="elsewhere"
     )
     b.subscription(pulled)
-    assert _queue_exists(rabbitmq_url, b.queue_name(pulled.name))
+    assert queue_exists(rabbitmq_url, b.queue_name(pulled.name))
     hb.delete()
     b.delete_subscription(pulled.name)
 

@@ -23,6 +23,7 @@ from wsnmom.adapters.rabbitmq.subscription import RabbitMQSubscription
 from wsnmom.core.adapter import OutboundMessage, Received, SubscriptionSpec
 from wsnmom.topic_mapping.model import PathPattern, Topic
 
+from tests.support.rabbitmq_queues import queue_exists
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.rabbitmq
@@ -53,25 +54,6 @@ def _cluster_adapter(make_adapter: Callable[..., RabbitMQAdapter]) -> RabbitMQAd
     adapter = make_adapter(queue_type="quorum")
     adapter.shared_by_instances()
     return adapter
-
-
-def _queue_exists(url: str, queue: str) -> bool:
-    """Whether the broker has ``queue`` (a passive declaration on a connection of its own:
-    RabbitMQ closes the channel that asks for a missing one)."""
-    import pika
-    from pika.exceptions import ChannelClosedByBroker
-
-    conn = pika.BlockingConnection(pika.URLParameters(url))
-    try:
-        conn.channel().queue_declare(queue, passive=True)
-        return True
-    except ChannelClosedByBroker as exc:
-        if exc.reply_code != 404:
-            raise
-        return False
-    finally:
-        if conn.is_open:
-            conn.close()
 
 
 def _counting(adapter: RabbitMQAdapter) -> list[str]:
@@ -158,13 +140,13 @@ def test_a_queue_declared_here_after_another_instance_deleted_it_goes_when_forgo
     a.subscription(spec)
     a.delete_subscription(spec.name)  # the refused Subscribe undone on A
     queue = b.queue_name(spec.name)
-    assert not _queue_exists(rabbitmq_url, queue)
+    assert not queue_exists(rabbitmq_url, queue)
     hb = b.subscription(SubscriptionSpec(spec.name, (pattern,), origin="elsewhere"))
     hb.start(_Consumer(), prefetch=10)  # B holds the shard: declared at its first consume
-    assert _queue_exists(rabbitmq_url, queue)
+    assert queue_exists(rabbitmq_url, queue)
     hb.stop()
     b.forget_subscription(spec.name)
-    assert not _queue_exists(rabbitmq_url, queue)
+    assert not queue_exists(rabbitmq_url, queue)
     assert b.stats()["subscriptions"] == 0
 
     # followed, never declared here: forgetting deletes nothing of the other's queue
@@ -172,6 +154,6 @@ def test_a_queue_declared_here_after_another_instance_deleted_it_goes_when_forgo
     a.subscription(kept)
     b.subscription(SubscriptionSpec(kept.name, (pattern,), origin="elsewhere"))
     b.forget_subscription(kept.name)
-    assert _queue_exists(rabbitmq_url, b.queue_name(kept.name))
+    assert queue_exists(rabbitmq_url, b.queue_name(kept.name))
     assert b.stats()["subscriptions"] == 0
     a.delete_subscription(kept.name)

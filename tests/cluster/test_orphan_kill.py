@@ -31,8 +31,8 @@ from confluent_kafka.admin import AdminClient
 from tests.cluster.conftest import INSTANCE, Cluster
 from tests.cluster.test_any_instance import n, topic
 from tests.cluster.test_kafka_groups import groups
-from tests.core.test_orphan_intents import queue_exists
 from tests.fixtures.server import ConsumerServer
+from tests.support.rabbitmq_queues import queue_exists
 from tests.support.waiting import wait_until
 from wsnmom.client.errors import TransportError
 from wsnmom.client.model import EndpointReference

@@ -15,9 +15,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import pika
 import pytest
-from pika.exceptions import ChannelClosedByBroker
 from wsnmom.core import errors, metrics
 from wsnmom.core.adapter import Adapter, QueueLimits, SubscriptionSpec
 from wsnmom.core.model import CreatePullPointRequest, PullPoint, Subscription
@@ -27,6 +25,7 @@ from wsnmom.topic_mapping.model import PathPattern
 
 from tests.core.conftest import NS, Broker, RecordingOutbound, concrete, note, sub_req
 from tests.fixtures.server import kafka_gateway_url
+from tests.support.rabbitmq_queues import queue_exists
 from tests.support.waiting import wait_until
 
 GRACE = 600.0
@@ -39,22 +38,6 @@ def _adapter_url(kind: str, request: pytest.FixtureRequest) -> str:
     if kind == "rabbitmq":
         return str(request.getfixturevalue("rabbitmq_url"))
     return kafka_gateway_url(str(request.getfixturevalue("kafka_url")))
-
-
-def queue_exists(amqp_url: str, queue: str) -> bool:
-    """Whether RabbitMQ has ``queue``: a passive declaration on a connection of its own
-    (the broker closes the channel that asks for a missing one, 404)."""
-    conn = pika.BlockingConnection(pika.URLParameters(amqp_url))
-    try:
-        conn.channel().queue_declare(queue, passive=True)
-        return True
-    except ChannelClosedByBroker as exc:
-        if exc.reply_code != 404:
-            raise
-        return False
-    finally:
-        if conn.is_open:
-            conn.close()
 
 
 def _declare(adapter: Adapter, name: str) -> None:

@@ -44,7 +44,7 @@ CALL = 30.0
 #: how long the zombie's commit of its open transaction may try: tansu drops the
 #: connection at each attempt, so the call takes all of it (a broker that took the commit
 #: would answer in milliseconds)
-ZOMBIE_COMMIT = 10.0
+ZOMBIE_COMMIT = 4.0
 #: the errors a fenced producer's offset commit gets (librdkafka's, Kafka's)
 FENCED = {KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH}
 

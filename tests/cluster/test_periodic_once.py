@@ -1,17 +1,19 @@
 """Work that a cluster does once, whichever instance is asked (issue 23 §2, "periodic work
-once"; docs/scale-out.md, "Periodic work once"), on two instances on one PostgreSQL store
-and RabbitMQ:
+once"; docs/scale-out.md, "Periodic work once"), on two instances on one PostgreSQL store:
 
 * a subscription the gateway ends (its consumer unreachable past the retry policy) gets
-  one SubscriptionEnd, ended by one instance, and an expired one gets none;
-* a demand-based publisher gets one call per change of demand (Subscribe, Pause, Resume,
-  Unsubscribe), from the leader only;
+  one SubscriptionEnd, ended by one instance, and an expired one gets none (on RabbitMQ,
+  Kafka and MQTT: each middleware sends the backlog to the dead letters its own way
+  before the end);
+* a demand-based publisher gets one call per change of demand (Subscribe, Pause, Resume),
+  from the leader only, and one Unsubscribe at DestroyRegistration, from the instance
+  asked (RabbitMQ: the core's work, the same on every middleware);
 * with every NOTIFY of the store lost, the follow thread's polling alone still brings a
-  change made through one instance to the deliverer within 1 s.
+  change made through one instance to the deliverer within 1 s (RabbitMQ).
 
 The tests only send requests (the last one changes the store's trigger function and puts
-it back): they share one cluster of two instances on one shard (``shared_cluster``), each
-on topics and consumer paths of its own.
+it back): on each middleware they share one cluster of two instances on one shard
+(``shared_cluster``), each on topics and consumer paths of its own.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import psycopg
 import pytest
 from lxml import etree
 
-from tests.cluster.conftest import INSTANCE, Cluster
+from tests.cluster.conftest import ALL, INSTANCE, Cluster
 from tests.cluster.test_any_instance import FOLLOW, delivering, detail_of, obeyed_after, received
 from tests.cluster.test_operate import status
 from tests.fixtures.server import ConsumerServer, Received
@@ -35,7 +37,7 @@ from wsnmom.client.errors import ResourceUnknownFault
 from wsnmom.client.model import EndpointReference
 from wsnmom.testing.gateway import Gateway
 
-pytestmark = [pytest.mark.rabbitmq, pytest.mark.e2e, pytest.mark.slow]
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 NS = "urn:cluster:once"
 WSNT = "http://docs.oasis-open.org/wsn/b-2"
@@ -91,6 +93,7 @@ def sentinels(requests: list[Received]) -> list[str]:
     ]
 
 
+@pytest.mark.parametrize("middleware", ALL, indirect=True)
 def test_a_subscription_the_gateway_ends_gets_one_subscription_end_and_an_expired_one_none(
     shared_cluster: Callable[..., Cluster], consumer: ConsumerServer
 ) -> None:
@@ -177,6 +180,7 @@ class Publisher(ConsumerServer):
         super()._handle(handler, data)
 
 
+@pytest.mark.rabbitmq
 def test_a_demand_based_publisher_is_called_once_per_change_by_the_leader_only(
     shared_cluster: Callable[..., Cluster], consumer: ConsumerServer
 ) -> None:
@@ -240,6 +244,7 @@ BEGIN
 END $$"""
 
 
+@pytest.mark.rabbitmq
 def test_with_every_notify_lost_polling_alone_brings_a_change_within_1_s(
     shared_cluster: Callable[..., Cluster], consumer: ConsumerServer
 ) -> None:

@@ -19,12 +19,14 @@ it back): on each middleware they share one cluster of two instances on one shar
 from __future__ import annotations
 
 import collections
+import threading
 import time
 from collections.abc import Callable
 from datetime import timedelta
 
 import psycopg
 import pytest
+import requests
 from lxml import etree
 
 from tests.cluster.conftest import ALL, INSTANCE, Cluster
@@ -230,6 +232,73 @@ def test_a_demand_based_publisher_is_called_once_per_change_by_the_leader_only(
         wf.subscription(via(second.address)).unsubscribe()
         wf.destroy_registration(via(other.reference.address))
     finally:
+        publisher.close()
+
+
+class HeldPublisher(Publisher):
+    """A publisher that holds its answer to each Subscribe until :attr:`answer` is set."""
+
+    def __init__(self) -> None:
+        self.answer = threading.Event()
+        super().__init__()
+
+    def _handle(self, handler, data: bytes) -> None:  # type: ignore[no-untyped-def]
+        if b"Subscribe>" in data and b"Unsubscribe" not in data:
+            self.calls.append(("Subscribe (held)", handler.path, ""))
+            self.answer.wait(30)
+        super()._handle(handler, data)
+
+
+def registrations(gateway: Gateway) -> set[str]:
+    """The ids of the registrations ``gateway`` holds (its admin API)."""
+    answer = requests.get(f"{gateway.base_url}/wsn/admin/api/registrations", timeout=5)
+    answer.raise_for_status()
+    return {r["id"] for r in answer.json()["registrations"]}
+
+
+@pytest.mark.rabbitmq
+def test_a_registration_destroyed_while_the_leader_subscribes_at_its_publisher_leaves_nothing(
+    shared_cluster: Callable[..., Cluster], consumer: ConsumerServer
+) -> None:
+    """DestroyRegistration through the instance that does not lead, answered while the
+    leader's Subscribe at the publisher waits for its answer: once the leader has the
+    answer, it unsubscribes at the publisher (nobody else knows that subscription), and
+    the registration stays destroyed in the store.  Before, the publisher's subscription
+    stayed, sending to the broker for a registration that no longer exists."""
+    c = shared_cluster(2, **SETTINGS)
+    leader, follower = leader_and_follower(c)
+    wanted = topic("held-demand")
+    publisher = HeldPublisher()
+    try:
+        wf = c.client(follower)
+        registration = wf.register_publisher(publisher.address("/held"), [wanted], demand=True)
+        sub = wf.subscribe(consumer.address("/held-demand"), wanted)
+        wait_until(lambda: publisher.calls, 20, what="the leader's Subscribe at the publisher")
+        wf.destroy_registration(EndpointReference(c.via(follower, registration.reference.address)))
+        wait_until(
+            lambda: registration.id not in registrations(leader),
+            20,
+            what="the leader following the destruction",
+        )
+        publisher.answer.set()
+        wait_until(
+            lambda: any(op == "Unsubscribe" for op, _, _ in publisher.calls),
+            20,
+            what="the leader's Unsubscribe of the subscription it made at the publisher",
+        )
+        assert [(op, path) for op, path, _ in publisher.calls] == [
+            ("Subscribe (held)", "/held"),
+            ("Subscribe", "/held"),
+            ("Unsubscribe", "/publisher-subscriptions/1"),
+        ]
+        with psycopg.connect(c.store_url) as store:
+            row = store.execute(
+                "SELECT count(*) FROM registrations WHERE id = %s", (registration.id,)
+            ).fetchone()
+        assert row == (0,)
+        wf.subscription(EndpointReference(c.via(follower, sub.address))).unsubscribe()
+    finally:
+        publisher.answer.set()
         publisher.close()
 
 

@@ -7,7 +7,9 @@ once"; docs/scale-out.md, "Periodic work once"), on two instances on one Postgre
   before the end);
 * a demand-based publisher gets one call per change of demand (Subscribe, Pause, Resume),
   from the leader only, and one Unsubscribe at DestroyRegistration, from the instance
-  asked (RabbitMQ: the core's work, the same on every middleware);
+  asked, and the publisher's subscription the leader made while the registration was
+  being destroyed through the other instance is unsubscribed (RabbitMQ: the core's work,
+  the same on every middleware);
 * with every NOTIFY of the store lost, the follow thread's polling alone still brings a
   change made through one instance to the deliverer within 1 s (RabbitMQ).
 

@@ -58,7 +58,7 @@ class DemandManager:
         broker_consumer: Callable[[], EndpointReference],
         entries: Callable[[], Sequence[DemandEntry]],
         active_filters: Callable[[], Sequence[TopicExpression | None]],
-        save: Callable[[PublisherRegistration], None],
+        save: Callable[[PublisherRegistration], bool],
         timeout: float = 10.0,
         interval: float = 5.0,
         min_spacing: float = 0.1,
@@ -169,7 +169,12 @@ class DemandManager:
             return
         reg.demand_subscription = ref
         reg.demand_paused = False
-        self._save(reg)
+        if not self._save(reg):
+            # destroyed meanwhile, through another instance whose DestroyRegistration
+            # knew no subscription at the publisher yet: nobody else will end this one
+            log.info("registration %s is gone: unsubscribing at its publisher", reg.id)
+            reg.demand_subscription = None
+            self._unsubscribe(ref)
 
     def _ensure_paused(self, reg: PublisherRegistration) -> None:
         if reg.demand_subscription is None or reg.demand_paused:

@@ -175,12 +175,18 @@ class Registrations:
         self._demand.release(state.record)
         ctx.registry.update_gauges()
 
-    def save(self, reg: PublisherRegistration) -> None:
-        """Store ``reg`` again (the demand manager changed it) while it lives."""
+    def save(self, reg: PublisherRegistration) -> bool:
+        """Store ``reg`` again (the demand manager changed it) while it lives, here and in
+        the store: one destroyed through another instance that this one has not followed
+        yet is not written back (it would live again).  Whether it was stored."""
         ctx = self._ctx
         with ctx.registry.lock:
-            if reg.id in ctx.registry.registrations:
-                ctx.store.put_registration(reg)
+            if reg.id not in ctx.registry.registrations:
+                return False
+            if ctx.store.get_registration(reg.id) is None:
+                return False
+            ctx.store.put_registration(reg)
+        return True
 
     def demand_entries(self) -> list[DemandEntry]:
         """The demand-based registrations."""

@@ -5,6 +5,8 @@ adapter's :class:`~.consumers.Consumers`.  Peeking is refused (:data:`PEEK_REFUS
 
 from __future__ import annotations
 
+import functools
+import queue
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
@@ -32,6 +34,12 @@ from ._link import Channel, Link
 from .consumers import Consumers
 from .declarations import Declared
 from .names import Binding
+
+#: messages dead-lettered per confirmed publish (and the consumer's prefetch meanwhile)
+BURIAL_BATCH = 500
+#: seconds without a message after which a dead-lettering consumer is stopped and the
+#: queue's depth read (with no consumer on it, the depth counts every message left)
+QUIET = 0.3
 
 #: why a RabbitMQ subscription cannot be peeked (``Capabilities.peek`` False)
 PEEK_REFUSAL = (
@@ -166,48 +174,73 @@ class RabbitMQSubscription(SubscriptionHandle):
     def delete_into_dead_letters(
         self, reason: str, context: Mapping[str, str], timeout: float = 30.0
     ) -> int:
-        """Stop its consumer (what it held is requeued), take its messages in batches,
-        publish each batch to the dead-letter topic with publisher confirms and
-        acknowledge it: first while the queue is still bound (up to the depth it had),
-        then unbound (it receives nothing more) until a ``basic.get`` finds it empty, and
-        delete it.  A publish not confirmed within ``timeout`` requeues its batch and
-        raises (the subscription goes on, without what went before); refused while still
-        bound, as a lasting refusal is at its first batch, nothing published meanwhile
-        misses the queue, and once unbound it is bound again."""
+        """Stop its consumer (what it held is requeued), consume its messages on a
+        consumer of its own (a quorum queue with single-active-consumer, cluster mode,
+        refuses ``basic.get``), publish them in batches to the dead-letter topic with
+        publisher confirms and acknowledge each batch: first while the queue is still
+        bound (up to the depth it had), then unbound (it receives nothing more) until,
+        with no consumer on it, it is found empty; then delete it.  A publish not
+        confirmed within ``timeout`` gives its batch back (the consumer's channel is
+        closed) and raises: the subscription goes on, without what went before; refused
+        while still bound, as a lasting refusal is at its first batch, nothing published
+        meanwhile misses the queue, and once unbound it is bound again."""
         topic, publish = self.spec.dead_letters, self._publish
         if topic is None or publish is None:
             raise NotImplementedError("this subscription has no dead-letter topic")
         c = self._consumers
+        bury = functools.partial(self._dead_letter_round, topic, publish, reason, context, timeout)
         self.stop()
         waiting = self.depth() or 0
-        sent, unbound = 0, False
+        sent = bury(waiting) if waiting else 0
+        c.run(c.unbind(self), link=self.link)
         try:
             while True:
-                if not unbound and sent >= waiting:
-                    c.run(c.unbind(self), link=self.link)
-                    unbound = True
-                batch = self.pull(500, timeout=0.0)
-                if not batch:
-                    if unbound:
+                left = self.depth()  # no consumer now: every message left is counted
+                if left is None:
+                    raise AdapterUnavailable(f"the depth of queue {self.queue} is unknown")
+                if left == 0:
+                    break
+                sent += bury(None)
+        except AdapterError:
+            c.run(c.declarations.declare_for(self), link=self.link)  # bound again
+            raise
+        self.delete()
+        return sent
+
+    def _dead_letter_round(
+        self,
+        topic: Topic,
+        publish: Callable[[Sequence[OutboundMessage], float], object],
+        reason: str,
+        context: Mapping[str, str],
+        timeout: float,
+        limit: int | None,
+    ) -> int:
+        """Consume the queue until ``limit`` messages (None: any number) were sent, or it
+        hands out nothing for :data:`QUIET` seconds, each batch published as dead letters
+        and acknowledged; then stop consuming (what it handed out and was not sent goes
+        back to the queue in its place).  How many were sent."""
+        handed: queue.SimpleQueue[Received] = queue.SimpleQueue()
+        sent = 0
+        self.start(handed.put, prefetch=BURIAL_BATCH)
+        try:
+            while limit is None or sent < limit:
+                room = BURIAL_BATCH if limit is None else min(BURIAL_BATCH, limit - sent)
+                batch: list[Received] = []
+                try:
+                    batch.append(handed.get(timeout=QUIET))
+                    while len(batch) < room:
+                        batch.append(handed.get_nowait())
+                except queue.Empty:
+                    if not batch:
                         break
-                    waiting = sent  # emptied while bound: unbind, then the last ones
-                    continue
-                try:  # ``timeout`` for each batch: a long queue takes as long as it needs
-                    publish(
-                        [_dropped(r, topic, self.name, reason, context) for r in batch], timeout
-                    )
-                except BaseException:
-                    for r in batch:
-                        r.nack(requeue=True)
-                    raise
+                # ``timeout`` for each batch: a long queue takes as long as it needs
+                publish([_dropped(r, topic, self.name, reason, context) for r in batch], timeout)
                 for r in batch:
                     r.ack()
                 sent += len(batch)
-        except AdapterError:
-            if unbound:
-                c.run(c.declarations.declare_for(self), link=self.link)  # bound again
-            raise
-        self.delete()
+        finally:
+            self.stop()
         return sent
 
     def __repr__(self) -> str:

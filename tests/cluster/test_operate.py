@@ -1,5 +1,6 @@
 """Seeing and fencing the cluster (issue 23 §3-4): ``wsnmom cluster status``, the admin
-API's ``/cluster`` and ``/metrics`` show every instance with the shards it holds, the
+API's ``/cluster``, the admin page's Cluster table (in a real headless Chromium,
+tests/fixtures/browser.py) and ``/metrics`` show every instance with the shards it holds, the
 leader and the lease counters; an instance stopped with SIGSTOP (a zombie) delivers
 nothing once its lease was taken over, and rejoins without a restart when it continues.
 
@@ -52,7 +53,7 @@ def metric(gateway: Gateway, name: str) -> float:
 
 
 def test_every_instance_shows_the_cluster_its_shards_leases_and_leader(
-    cluster: Callable[..., Cluster],
+    cluster: Callable[..., Cluster], chromium: Any
 ) -> None:
     c = cluster(2)
     a, b = c.gateways
@@ -87,6 +88,42 @@ def test_every_instance_shows_the_cluster_its_shards_leases_and_leader(
     assert result.exit_code == 0, result.output
     rows = {line.removeprefix("* ").split()[0]: line for line in result.stdout.splitlines()[1:3]}
     assert set(rows) == {"g0", "g1"} and rows[c.instance_of(a)].startswith("* ")
+    # the admin page's Cluster table, as each instance renders it in a real browser
+    for data, gateway in zip(seen, (a, b), strict=True):
+        page_shows_the_cluster(chromium, gateway, data)
+
+
+def page_shows_the_cluster(web: Any, gateway: Gateway, data: dict[str, Any]) -> None:
+    """``gateway``'s admin page shows the cluster ``data`` (its ``cluster status``): the
+    count, the summary naming the instance, its share and whether it leads, and a row
+    per instance (the one asked marked) with its address, heartbeat, shards and lease."""
+    me = data["instance"]
+
+    def cells() -> list[list[str]]:
+        return list(
+            web.execute_script(
+                "return Array.from(document.querySelectorAll('#instances tbody tr'))"
+                ".map(r => Array.from(r.cells).map(c => c.innerText.trim()))"
+            )
+        )
+
+    web.get(gateway.base_url + "/admin?refresh=0.3")
+    wait_until(lambda: len(cells()) == 2, 20, what=f"the Cluster table of {me}")
+    shown = web.execute_script(
+        "return [document.getElementById('count-instances').innerText,"
+        " document.getElementById('cluster-summary').innerText]"
+    )
+    assert shown[0] == "(2)"
+    assert shown[1].startswith(f"This instance ({me}) delivers 32 of 64 shards"), shown[1]
+    assert ("runs the periodic work" in shown[1]) is data["leader"], shown[1]
+    rows = {r[0].split()[0]: r for r in cells()}
+    assert set(rows) == {"g0", "g1"}
+    for info in data["instances"]:
+        instance, address, version, heartbeat, shards, lease = rows[info["id"]]
+        assert instance == (f"{me} (this one)" if info["id"] == me else info["id"])
+        assert address == info["address"] and version == info["version"]
+        assert heartbeat.endswith(" s ago") and shards == "32"
+        assert 0 < float(lease.removesuffix(" s")) <= 3
 
 
 #: how long the zombie stays stopped: well past its lease, so the other instance takes over

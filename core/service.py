@@ -254,27 +254,6 @@ class BrokerService(OperatorCalls):
         with topic ACLs sees only the topics they name (``Principal.may_see``)."""
         return broker_properties(self.settings, self.topic_set)
 
-    def _backlog(self) -> float:
-        """Messages waiting over every subscription and pull point: one bulk ``depths``
-        call to the adapter, plus what core's pull buffers hold."""
-        try:
-            depths = self.adapter.depths(self.registry.handles())
-        except Exception:
-            log.debug("reading the backlog failed", exc_info=True)
-            depths = []
-        return float(sum(d or 0 for d in depths) + self.registry.buffered())
-
-    def _subscription_backlogs(self) -> list[tuple[str, float]]:
-        """(id, backlog) of every live subscription whose backlog the middleware can tell
-        (one bulk ``depths`` call)."""
-        if not self._started or self._closed:
-            return []
-        return [
-            (s.record.id, float(s.backlog))
-            for s in self.operations.subscriptions()
-            if s.backlog is not None
-        ]
-
     # -- the cluster -----------------------------------------------------------------------
     @property
     def instance_id(self) -> str:

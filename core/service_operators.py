@@ -1,13 +1,16 @@
 """The operators' calls of ``BrokerService`` (:class:`OperatorCalls`, a base class of it): what
 the admin page, the admin API and the ``wsnmom`` commands ask of a running broker (the
 resources with their delivery state, the traffic history, the cluster, peeks and purges,
-the dead letters), answered by the parts the service built (``core.operations``,
-``core.rate_history``, ``core.cluster``, ``core.peek``, ``core.dead_letter_admin``)."""
+the dead letters) and the backlog figures the metrics and the admin page's charts read,
+answered by the parts the service built (``core.operations``, ``core.rate_history``,
+``core.cluster``, ``core.peek``, ``core.dead_letter_admin``)."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 
+from wsnmom.core.adapter import Adapter
 from wsnmom.core.availability import MiddlewareGate
 from wsnmom.core.cluster import ClusterMember, ClusterStatus
 from wsnmom.core.dead_letter_admin import DeadLetterAdmin
@@ -16,9 +19,13 @@ from wsnmom.core.operations import Operations, Overview, SubscriptionStatus
 from wsnmom.core.peek import Peeker, PeekResult
 from wsnmom.core.pull_points import PullPoints
 from wsnmom.core.rate_history import RateHistory, RatePoint
+from wsnmom.core.registry import Registry
 from wsnmom.core.subscriptions import Subscriptions
 
 __all__ = ["OperatorCalls"]
+
+# BrokerService's logger: these are its calls
+log = logging.getLogger("wsnmom.core.service")
 
 
 class OperatorCalls:
@@ -32,7 +39,11 @@ class OperatorCalls:
     dead_letter_admin: DeadLetterAdmin
     subscriptions: Subscriptions
     pull_points: PullPoints
+    adapter: Adapter
+    registry: Registry
     _gate: MiddlewareGate
+    _started: bool
+    _closed: bool
 
     def overview(self) -> Overview:
         """Every live resource with its state, the topics and the health (admin page)."""
@@ -93,3 +104,25 @@ class OperatorCalls:
         """Drop every message waiting in the pull point; how many (None: unknown)."""
         self._gate.require_middleware()
         return self.pull_points.purge(pull_point_id)
+
+    # -- the backlog (metrics, the admin page's charts) --------------------------------------
+    def _backlog(self) -> float:
+        """Messages waiting over every subscription and pull point: one bulk ``depths``
+        call to the adapter, plus what core's pull buffers hold."""
+        try:
+            depths = self.adapter.depths(self.registry.handles())
+        except Exception:
+            log.debug("reading the backlog failed", exc_info=True)
+            depths = []
+        return float(sum(d or 0 for d in depths) + self.registry.buffered())
+
+    def _subscription_backlogs(self) -> list[tuple[str, float]]:
+        """(id, backlog) of every live subscription whose backlog the middleware can tell
+        (one bulk ``depths`` call)."""
+        if not self._started or self._closed:
+            return []
+        return [
+            (s.record.id, float(s.backlog))
+            for s in self.operations.subscriptions()
+            if s.backlog is not None
+        ]

@@ -33,7 +33,7 @@ from wsnmom.core.model import (
 )
 from wsnmom.core.ports import OutboundSoap
 from wsnmom.core.service import BrokerService
-from wsnmom.core.store import SqliteStore
+from wsnmom.core.store_sqlite import SqliteStore
 from wsnmom.topic_mapping.dialects import SIMPLE
 
 TOPIC_NS = "urn:wsnmom:bench:memory"

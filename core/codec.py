@@ -74,7 +74,7 @@ from wsnmom.core.app_headers import from_middleware
 from wsnmom.core.model import EndpointReference, NotificationMessage
 from wsnmom.core.per_thread import PerThread
 from wsnmom.core.safe_xml import hardened_parser
-from wsnmom.core.store import epr_from_json, epr_to_json
+from wsnmom.core.store_documents import epr_from_json, epr_to_json
 from wsnmom.topic_mapping.model import Topic
 
 #: namespace of wsnmom's own XML elements (NativeMessage, SubscriptionEnd reason)

@@ -39,7 +39,10 @@ from typing import Any, TypeVar
 
 from wsnmom.core import metrics, takeover_timing
 from wsnmom.core.adapter import Received, SubscriptionHandle
-from wsnmom.core.channel import Backoff, Channel, ChannelStatus, EndSubscription
+from wsnmom.core.backoff import Backoff
+from wsnmom.core.channel import Channel
+from wsnmom.core.channel_signals import EndSubscription
+from wsnmom.core.channel_status import ChannelStatus
 from wsnmom.core.delivery_budget import MemoryBudget
 from wsnmom.core.lanes import BreakerSettings, Lane, Lanes, LaneState, Outcome
 from wsnmom.core.unordered import UnorderedChannel

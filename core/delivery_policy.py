@@ -46,7 +46,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
-from wsnmom.core.channel import Backoff
+from wsnmom.core.backoff import Backoff
 from wsnmom.core.config_values import check_statuses, parse_duration
 
 if TYPE_CHECKING:

@@ -62,7 +62,7 @@ from functools import partial
 
 from wsnmom.core import metrics
 from wsnmom.core.adapter import AdapterError, Received, SubscriptionHandle
-from wsnmom.core.channel import EndSubscription
+from wsnmom.core.channel_signals import EndSubscription
 from wsnmom.core.context import BrokerContext
 from wsnmom.core.model import NotificationMessage, Subscription, SubscriptionState
 from wsnmom.core.ports import DeliveryFailed

@@ -19,7 +19,14 @@ broker's parts and delegates to them.
 ``core.recovery``         restore from the store at start
 ``core.sweep``            expiry and overflow ends
 ``core.operations``       what operators see (all resources, delivery state, topics)
+``core.cluster_parts``    this instance in a cluster: follower, ownership, membership,
+                          pull-point readers, the position fence
 ========================  ===========================================================
+
+Beside the facade: ``core.service_setup`` (the outbound policy and delivery engine built
+from the settings), ``core.service_operators`` (the operators' calls, a base class),
+``core.advertised`` (resource properties and policy) and ``core.readiness`` (whether the
+broker can serve).
 
 Resource ids are unguessable (``new_resource_id``); addresses follow ``core.addresses``.
 """
@@ -32,24 +39,15 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from wsnmom.core import errors, metrics
-from wsnmom.core.access import current_principal
 from wsnmom.core.adapter import Adapter
-from wsnmom.core.cluster import ClusterMember, ClusterStatus
+from wsnmom.core.advertised import broker_policy, broker_properties
+from wsnmom.core.cluster_parts import ClusterParts
 from wsnmom.core.config import Settings
 from wsnmom.core.context import BrokerContext
 from wsnmom.core.dead_letter_admin import DeadLetterAdmin
-from wsnmom.core.dead_letters import DeadLetter
-from wsnmom.core.delivery import DeliveryEngine
-from wsnmom.core.delivery_budget import MemoryBudget
-from wsnmom.core.delivery_policy import resolve as resolve_delivery_policy
 from wsnmom.core.demand import DemandManager
-from wsnmom.core.disk import storage_full_text
-from wsnmom.core.filters import MESSAGE_CONTENT_DIALECTS
-from wsnmom.core.follow import Follower
 from wsnmom.core.inbound import Inbound
-from wsnmom.core.lanes import BreakerSettings
 from wsnmom.core.lifetimes import utc_now
-from wsnmom.core.loops import SelfAddressRule
 from wsnmom.core.model import (
     CreatePullPointRequest,
     EndpointReference,
@@ -64,26 +62,30 @@ from wsnmom.core.model import (
     Subscription,
 )
 from wsnmom.core.observers import Observers
-from wsnmom.core.operations import Operations, Overview, SubscriptionStatus
+from wsnmom.core.operations import Operations
 from wsnmom.core.orphans import OrphanSweep
 from wsnmom.core.outbound_policy import OutboundPolicy
-from wsnmom.core.ownership import Ownership
-from wsnmom.core.peek import Peeker, PeekResult
+from wsnmom.core.peek import Peeker
 from wsnmom.core.periodic import PeriodicTask
-from wsnmom.core.policy import BrokerPolicy, build_policy
+from wsnmom.core.policy import BrokerPolicy
 from wsnmom.core.ports import BrokerProperties, OutboundSoap
-from wsnmom.core.pull_owners import PullOwners
 from wsnmom.core.pull_points import PullPoints
-from wsnmom.core.rate_history import RateHistory, RatePoint
+from wsnmom.core.rate_history import RateHistory
+from wsnmom.core.readiness import disk_low, unready_reason
 from wsnmom.core.recovery import restore
 from wsnmom.core.registrations import Registrations
 from wsnmom.core.registry import Registry
+from wsnmom.core.service_operators import OperatorCalls
+from wsnmom.core.service_setup import (
+    build_delivery_engine,
+    build_outbound_policy,
+    gateway_version,
+)
 from wsnmom.core.store import Store
 from wsnmom.core.subscription_delivery import SubscriptionDelivery
 from wsnmom.core.subscription_end import NATO_NS, WSNMOM_NS, subscription_end_payload
 from wsnmom.core.subscriptions import Subscriptions
 from wsnmom.core.sweep import Sweeper
-from wsnmom.topic_mapping.dialects import FULL, SUPPORTED_DIALECTS
 from wsnmom.topic_mapping.namespaces import TopicSet
 
 if TYPE_CHECKING:
@@ -99,59 +101,8 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-#: feeds whose pull point the position fence remembers (``BrokerService._may_save``)
-FEEDS_REMEMBERED = 65536
 
-
-def _version() -> str:
-    try:
-        from importlib.metadata import version
-
-        return version("wsnmom")
-    except Exception:
-        return "unknown"
-
-
-def _outbound_policy(settings: Settings, given: OutboundPolicy | None) -> OutboundPolicy:
-    """The outbound-address policy (``given``, else built from ``settings.outbound``), with
-    the rule that the gateway's own endpoints are never a consumer or a publisher."""
-    policy = given or OutboundPolicy(settings.outbound)
-    # the gateway's own endpoints are never a consumer or a publisher (loops)
-    policy.add_rule(
-        SelfAddressRule(
-            settings.base_url,
-            settings.host,
-            settings.port,
-            resolver=policy.resolver,
-        )
-    )
-    return policy
-
-
-def _delivery_engine(settings: Settings) -> DeliveryEngine:
-    """The delivery engine under ``settings.delivery`` and ``settings.retry``."""
-    r = settings.retry
-    d = settings.delivery
-    return DeliveryEngine(
-        workers=d.workers,
-        # the gateway's [retry]: the schedule of subscriptions without a policy of their own
-        backoff=resolve_delivery_policy(None, r),
-        prefetch=d.prefetch,
-        max_workers=max(d.max_workers, d.workers),
-        per_destination=d.per_destination or None,
-        per_host=d.per_host or None,
-        per_owner=d.per_owner or max(1, max(d.max_workers, d.workers) // 4),
-        budget=MemoryBudget(d.memory, d.memory_per_owner),
-        slow_after=d.slow_after,
-        breaker=BreakerSettings(
-            failures=d.breaker_failures,
-            open_for=d.breaker_open.total_seconds(),
-            max_open=max(r.max_delay.total_seconds(), d.breaker_open.total_seconds()),
-        ),
-    )
-
-
-class BrokerService:
+class BrokerService(OperatorCalls):
     """The broker; see the module docstring.  All public methods are thread-safe.
     Implements ``core.ports.BrokerPort``, what the SOAP frontend is written against."""
 
@@ -172,7 +123,7 @@ class BrokerService:
         self.settings = settings
         #: the outbound-address policy; share it with the outbound SOAP client so both
         #: apply the same rules (built from ``settings.outbound`` when not given)
-        self.outbound_policy = _outbound_policy(settings, outbound_policy)
+        self.outbound_policy = build_outbound_policy(settings, outbound_policy)
         #: observer hooks are called through it (None: no observers)
         self.plugins = plugins
         self.adapter = adapter
@@ -180,7 +131,7 @@ class BrokerService:
         self.outbound = outbound
         self.topic_set = topic_set if topic_set is not None else TopicSet(fixed=False)
         r = settings.retry
-        self.engine = _delivery_engine(settings)
+        self.engine = build_delivery_engine(settings)
         ctx = self._ctx = BrokerContext(
             settings,
             adapter,
@@ -228,7 +179,7 @@ class BrokerService:
         self.orphans = OrphanSweep(ctx)
         ctx.wake_demand = self.demand.wake
         self._join_cluster(ctx)
-        self._policy = self._build_policy()
+        self._policy = broker_policy(ctx)
         self._started = False
         self._closed = False
         metrics.set_backlog_source(self._backlog)
@@ -237,41 +188,22 @@ class BrokerService:
             self.start()
 
     def _join_cluster(self, ctx: BrokerContext) -> None:
-        """This instance among those sharing the store: the follower that loads what
-        others wrote, ownership of shards, and the cluster membership (``core.cluster``)."""
-        self.follower = Follower(ctx, self.subscriptions, self.pull_points, self.registrations)
-        #: opens and closes deliveries as shards come and go (``core.ownership``)
-        self.ownership = ownership = Ownership(ctx, self.subscriptions)
-        #: this instance among those sharing the store (``core.cluster``)
-        #: feed subscription -> the pull point it feeds (the position fence's cache)
-        self._feeds: dict[str, str] = {}
-        self.cluster = ClusterMember(
-            self.store.coordination(ctx.instance_id),
-            self.settings.cluster,
-            self.follower,
-            gained=ownership.gained,
-            lost=ownership.lost,
-            held=ownership.reconcile,
+        """This instance among those sharing the store (``core.cluster_parts``)."""
+        parts = ClusterParts(
+            ctx,
+            self.subscriptions,
+            self.pull_points,
+            self.registrations,
             became_leader=self._became_leader,
         )
+        #: loads what other instances wrote (``core.follow``)
+        self.follower = parts.follower
+        #: opens and closes deliveries as shards come and go (``core.ownership``)
+        self.ownership = parts.ownership
+        #: this instance among those sharing the store (``core.cluster``)
+        self.cluster = parts.cluster
         #: which instance reads a pull point core buffers (``core.pull_owners``)
-        self.pull_owners = PullOwners(
-            active=False,  # known once the adapter is open (start)
-            instance=ctx.instance_id,
-            shards=self.settings.cluster.shards,
-            lease=self.settings.cluster.lease.total_seconds(),
-            delivers=self.cluster.delivers,
-            instances=self.cluster.instances,
-            retry_after=self.settings.middleware.retry_after,
-            secret=self.cluster.coordination.secret,
-            first_use=self.cluster.coordination.first_use,
-            fed_by=self._pull_point_fed_by,
-        )
-        if self.cluster.shared:
-            self.adapter.shared_by_instances(self._may_save)
-            ctx.delivers = self.cluster.delivers
-            ctx.leads = self.cluster.leads
-            ctx.registry.loader = self.follower.load
+        self.pull_owners = parts.pull_owners
 
     # -- infrastructure --------------------------------------------------------------------
     def now(self) -> datetime:
@@ -302,31 +234,11 @@ class BrokerService:
 
     def unready_reason(self) -> str:
         """Why the broker is not ready ("" when it is): which dependency is missing."""
-        if self._closed:
-            return "the broker is stopping"
-        if not self._gate.ready:
-            return "the broker is starting: its middleware has not answered yet"
-        disk = self._gate.disk
-        low = disk.low() if disk is not None else None
-        if low is not None:
-            return storage_full_text(low)
-        try:
-            answers = bool(self.adapter.ping())
-        except Exception:
-            answers = False
-        if not answers:
-            return "the middleware does not answer"
-        try:
-            stored = self.store.ping()
-        except Exception:
-            stored = False
-        return "" if stored else "the store does not answer"
+        return unready_reason(self._ctx, closing=self._closed)
 
     def disk_low(self) -> str:
         """Why the data directory's disk refuses new work ("" when it does not)."""
-        disk = self._gate.disk
-        low = disk.low() if disk is not None else None
-        return storage_full_text(low) if low is not None else ""
+        return disk_low(self._gate)
 
     @property
     def started(self) -> bool:
@@ -337,59 +249,10 @@ class BrokerService:
         """The advertised broker policy."""
         return self._policy
 
-    def _build_policy(self) -> BrokerPolicy:
-        """The policy under the adapter's capabilities now (they are final once it is
-        open: ``start`` builds it again)."""
-        return build_policy(
-            self.settings,
-            message_content_dialects=MESSAGE_CONTENT_DIALECTS,
-            limits_enforced_by=self._ctx.limit_keeper.enforcement(),
-            ordering=self.adapter.capabilities.ordering,
-        )
-
     def broker_properties(self) -> BrokerProperties:
         """NotificationBroker resource properties, as the caller may see them: an identity
         with topic ACLs sees only the topics they name (``Principal.may_see``)."""
-        principal = current_principal()
-        unrestricted = principal.admin or (principal.subscribe is None and principal.notify is None)
-        visible = None if unrestricted else principal.may_see
-        topics = [
-            t
-            for t in self.topic_set.topics()
-            if not self.topic_set.is_alias(t) and (visible is None or visible(t))
-        ]
-        exprs = [
-            ExpressionSource(FULL, "tns:" + "/".join(topic.path), {"tns": topic.namespace})
-            for topic in topics
-        ]
-        return BrokerProperties(
-            topic_expressions=exprs,
-            fixed_topic_set=self.topic_set.fixed,
-            dialects=tuple(SUPPORTED_DIALECTS),
-            topic_set=self.topic_set.to_element(visible),
-            requires_registration=self.settings.requires_registration,
-        )
-
-    def _backlog(self) -> float:
-        """Messages waiting over every subscription and pull point: one bulk ``depths``
-        call to the adapter, plus what core's pull buffers hold."""
-        try:
-            depths = self.adapter.depths(self.registry.handles())
-        except Exception:
-            log.debug("reading the backlog failed", exc_info=True)
-            depths = []
-        return float(sum(d or 0 for d in depths) + self.registry.buffered())
-
-    def _subscription_backlogs(self) -> list[tuple[str, float]]:
-        """(id, backlog) of every live subscription whose backlog the middleware can tell
-        (one bulk ``depths`` call)."""
-        if not self._started or self._closed:
-            return []
-        return [
-            (s.record.id, float(s.backlog))
-            for s in self.operations.subscriptions()
-            if s.backlog is not None
-        ]
+        return broker_properties(self.settings, self.topic_set)
 
     # -- the cluster -----------------------------------------------------------------------
     @property
@@ -410,11 +273,11 @@ class BrokerService:
             self._started = True
         # the adapter is open now, and its capabilities may differ from its class's (they
         # are per instance, known after open()): advertise what this instance does
-        self._policy = self._build_policy()
+        self._policy = broker_policy(self._ctx)
         self._ctx.limit_keeper.warn_unenforced()
         self.cluster.join(
             self.settings.instance_url,
-            _version(),
+            gateway_version(),
             single_instance=self.adapter.capabilities.local_queues,
         )
         # without a native pull, each pull point is read by the instance holding its
@@ -494,95 +357,6 @@ class BrokerService:
         self._gate.require_middleware()
         self._guard.subscription(subscription_id, pause=True)
         self.subscriptions.resume(subscription_id)
-
-    # -- operators ------------------------------------------------------------------------
-    def overview(self) -> Overview:
-        """Every live resource with its state, the topics and the health (admin page)."""
-        return self.operations.overview()
-
-    def subscription_statuses(
-        self, ids: Sequence[str] | None = None, *, depths: bool = True
-    ) -> list[SubscriptionStatus]:
-        """Every live subscription (or those of ``ids``) with its backlog and delivery
-        state, oldest first; without ``depths`` the backlogs are unknown (None)."""
-        return self.operations.subscriptions(ids, depths=depths)
-
-    def rate_history(self) -> list[RatePoint]:
-        """The last hour of traffic, oldest first (the admin page's charts)."""
-        return self.rates.points()
-
-    def _may_save(self, name: str) -> bool:
-        """Core's position fence (``Adapter.shared_by_instances``): a subscription that
-        feeds a pull point core buffers is read where that pull point is read
-        (``core.pull_owners``), so it is fenced by the pull point's shard; any other name
-        by its own (``ClusterMember.may_save``, clean hand-back grace included).  Asked
-        before every position write: the feed's pull point is read from the registry (a
-        dict read) and remembered, so a feed destroyed a moment ago is still fenced by
-        its pull point; never a store query."""
-        if self.pull_owners.active:
-            pull_point = self._feeds.get(name)
-            if pull_point is None:
-                state = self._ctx.registry.subscriptions.get(name)
-                pull_point = state.record.pull_point_id if state is not None else None
-                if pull_point is not None:
-                    if len(self._feeds) >= FEEDS_REMEMBERED:
-                        self._feeds.clear()
-                    self._feeds[name] = pull_point
-            if pull_point is not None:
-                return self.cluster.may_save(pull_point)
-        return self.cluster.may_save(name)
-
-    def _pull_point_fed_by(self, subscription_id: str) -> str | None:
-        """The pull point a subscription feeds (``core.pull_owners``): read from memory,
-        else from the store (made through another instance a moment ago)."""
-        state = self._ctx.registry.subscriptions.get(subscription_id)
-        record = state.record if state is not None else self.store.get_subscription(subscription_id)
-        return None if record is None else record.pull_point_id
-
-    def cluster_status(self) -> ClusterStatus:
-        """This instance and every instance sharing its store (``wsnmom cluster status``)."""
-        return self.cluster.status()
-
-    def subscription_status(self, subscription_id: str) -> SubscriptionStatus:
-        """One subscription with its backlog and delivery state."""
-        return self.operations.subscription(subscription_id)
-
-    def purge_subscription(self, subscription_id: str) -> int | None:
-        """Drop every message waiting for the subscription; how many (None: unknown)."""
-        self._gate.require_middleware()
-        return self.subscriptions.purge(subscription_id)
-
-    def peek_subscription(self, subscription_id: str, count: int) -> PeekResult:
-        """The first ``count`` messages of the subscription's backlog, not consumed."""
-        return self.peeker.subscription(subscription_id, count)
-
-    def peek_pull_point(self, pull_point_id: str, count: int) -> PeekResult:
-        """The first ``count`` messages waiting in the pull point, not consumed."""
-        return self.peeker.pull_point(pull_point_id, count)
-
-    # -- dead letters (core.dead_letter_admin) --------------------------------------------
-    def dead_letters(self, destination: str | None = None) -> list[DeadLetter]:
-        """The dead letters held, oldest first per destination."""
-        return self.dead_letter_admin.list(destination)
-
-    def dead_letter(self, letter_id: str) -> DeadLetter:
-        """One dead letter (``ResourceUnknown`` when not held)."""
-        return self.dead_letter_admin.show(letter_id)
-
-    def replay_dead_letter(self, letter_id: str, consumer: str | None = None) -> str:
-        """Re-deliver a dead letter to its subscription or to ``consumer``; where it went."""
-        return self.dead_letter_admin.replay(letter_id, consumer)
-
-    def purge_dead_letters(
-        self, letter_ids: Sequence[str] | None = None, destination: str | None = None
-    ) -> int:
-        """Remove dead letters (all held, or those named); how many."""
-        return self.dead_letter_admin.purge(letter_ids, destination)
-
-    def purge_pull_point(self, pull_point_id: str) -> int | None:
-        """Drop every message waiting in the pull point; how many (None: unknown)."""
-        self._gate.require_middleware()
-        return self.pull_points.purge(pull_point_id)
 
     # -- NotificationConsumer / current message -------------------------------------------
     def notify(self, messages: Sequence[InboundNotification]) -> None:

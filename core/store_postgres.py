@@ -29,11 +29,8 @@ from urllib.parse import urlsplit
 
 from wsnmom.core.coordination import Coordination
 from wsnmom.core.model import NotificationMessage, PublisherRegistration, PullPoint, Subscription
-from wsnmom.core.store import (
-    IntentGone,
-    Store,
-    StoreError,
-    StoreUnavailable,
+from wsnmom.core.store import IntentGone, Store, StoreError, StoreUnavailable
+from wsnmom.core.store_documents import (
     message_from_json,
     message_to_json,
     pull_point_from_json,

@@ -4,7 +4,8 @@ gateways can share)."""
 
 from __future__ import annotations
 
-from wsnmom.core.store import SqliteStore, Store, StoreError, sqlite_path
+from wsnmom.core.store import Store, StoreError
+from wsnmom.core.store_sqlite import SqliteStore, sqlite_path
 
 __all__ = ["open_store", "shared_store"]
 

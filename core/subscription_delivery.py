@@ -18,7 +18,7 @@ from typing import Any
 
 from wsnmom.core import metrics
 from wsnmom.core.adapter import AdapterError, Received, SpecOrigin, SubscriptionSpec
-from wsnmom.core.channel import PrepareLater
+from wsnmom.core.channel_signals import PrepareLater
 from wsnmom.core.codec import decode, encode, is_internal_routing, pull_point_inbox
 from wsnmom.core.context import BrokerContext
 from wsnmom.core.delivery import Channel, EndSubscription

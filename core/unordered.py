@@ -40,7 +40,9 @@ from typing import Any, TypeVar
 
 from wsnmom.core import metrics
 from wsnmom.core.adapter import HEADER_MESSAGE_ID, Received
-from wsnmom.core.channel import Channel, ChannelStatus, EndSubscription, PrepareLater
+from wsnmom.core.channel import Channel
+from wsnmom.core.channel_signals import EndSubscription, PrepareLater
+from wsnmom.core.channel_status import ChannelStatus
 from wsnmom.core.lanes import Lane
 from wsnmom.core.log_context import bound_request_id
 

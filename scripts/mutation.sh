@@ -20,7 +20,11 @@ PYTEST_ARGS="-x -q -p no:cacheprovider --noconftest"
 # scope (optional) names the functions to mutate (the settling code of a larger module);
 # tests under tests/core/ that use its conftest's broker fixtures run with conftests
 declare -A MODULES=(
+    # core/channel.py and its parts (channel_state, channel_give_up, backoff), against the same tests
     [channel]="wsnmom.core.channel|core/channel.py|tests/core/test_channel_mutants.py tests/core/test_channel_feature_mutants.py|"
+    [channel_state]="wsnmom.core.channel_state|core/channel_state.py|tests/core/test_channel_mutants.py tests/core/test_channel_feature_mutants.py|"
+    [channel_give_up]="wsnmom.core.channel_give_up|core/channel_give_up.py|tests/core/test_channel_mutants.py tests/core/test_channel_feature_mutants.py|"
+    [backoff]="wsnmom.core.backoff|core/backoff.py|tests/core/test_channel_mutants.py tests/core/test_channel_feature_mutants.py|"
     [unordered]="wsnmom.core.unordered|core/unordered.py|tests/core/test_unordered_channel.py|"
     [pull_buffer]="wsnmom.core.pull_buffer|core/pull_buffer.py|tests/core/test_pull_buffer_mutants.py|"
     [cursor]="wsnmom.adapters.logbase.cursor|adapters/logbase/cursor.py|tests/adapters/test_logbase_engine.py tests/adapters/test_logbase_cursor_mutants.py|"
@@ -32,7 +36,7 @@ declare -A MODULES=(
     [subscription_changes]="wsnmom.core.subscription_changes|core/subscription_changes.py|tests/core/test_subscriptions.py tests/core/test_termination.py tests/core/test_operations.py tests/core/test_direct_pull_routing.py tests/core/test_access.py tests/core/test_delivery.py|"
     [subscription_ends]="wsnmom.core.subscription_ends|core/subscription_ends.py|tests/core/test_subscriptions.py tests/core/test_termination.py tests/core/test_operations.py tests/core/test_direct_pull_routing.py tests/core/test_access.py tests/core/test_delivery.py|"
 )
-ORDER=(channel unordered pull_buffer cursor mqtt_session mqtt_ingest pull_points subscriptions subscription_changes subscription_ends)
+ORDER=(channel channel_state channel_give_up backoff unordered pull_buffer cursor mqtt_session mqtt_ingest pull_points subscriptions subscription_changes subscription_ends)
 
 selected=("$@")
 [ ${#selected[@]} -eq 0 ] && selected=("${ORDER[@]}")

@@ -29,8 +29,9 @@ from wsnmom.core.config import ConfigError
 from wsnmom.core.config_values import InvalidValue
 from wsnmom.core.coordination import InstanceRefused
 from wsnmom.core.plugins import UnknownAdapterScheme
-from wsnmom.core.store import SqliteTooOld, StoreError, StoreUnavailable
+from wsnmom.core.store import StoreError, StoreUnavailable
 from wsnmom.core.store_binding import StoreOfAnotherAdapter
+from wsnmom.core.store_sqlite import SqliteTooOld
 from wsnmom.data_lock import DataDirInUse
 
 __all__ = ["ExitStatus", "StartupError", "explain", "middleware_failure", "open_listeners"]

@@ -17,7 +17,7 @@ from wsnmom.core.outbound_policy import OutboundPolicy
 from wsnmom.core.pull_buffer import PullBuffer
 from wsnmom.core.pull_reader import PullReader
 from wsnmom.core.service import BrokerService
-from wsnmom.core.store import SqliteStore
+from wsnmom.core.store_sqlite import SqliteStore
 from wsnmom.topic_mapping.namespaces import TopicSet
 
 from tests.core.conftest import (

@@ -27,7 +27,7 @@ from wsnmom.core.model import (
 from wsnmom.core.outbound_policy import OutboundPolicy
 from wsnmom.core.ports import DeliveryFailed
 from wsnmom.core.service import BrokerService
-from wsnmom.core.store import SqliteStore
+from wsnmom.core.store_sqlite import SqliteStore
 from wsnmom.core.store_url import open_store
 from wsnmom.topic_mapping.dialects import CONCRETE, FULL, SIMPLE
 from wsnmom.topic_mapping.namespaces import TopicSet

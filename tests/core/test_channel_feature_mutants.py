@@ -17,16 +17,12 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import pytest
-from wsnmom.core import channel as channel_module
+from wsnmom.core import channel_give_up
 from wsnmom.core.adapter import Received
-from wsnmom.core.channel import (
-    ATTEMPTS_KEPT,
-    Backoff,
-    Channel,
-    DeliveryAttempt,
-    EndSubscription,
-    PrepareLater,
-)
+from wsnmom.core.backoff import Backoff
+from wsnmom.core.channel import Channel
+from wsnmom.core.channel_signals import EndSubscription, PrepareLater
+from wsnmom.core.channel_status import ATTEMPTS_KEPT, DeliveryAttempt
 from wsnmom.core.delivery_budget import MESSAGE_OVERHEAD
 from wsnmom.core.lanes import Lane
 from wsnmom.core.ports import DeliveryFailed
@@ -83,7 +79,7 @@ class Sink:
 
 
 class Timers:
-    """Stands in for ``threading.Timer`` in core.channel: records, never runs."""
+    """Stands in for ``threading.Timer`` in core.channel_give_up: records, never runs."""
 
     made: list[Timers] = []
 
@@ -101,7 +97,7 @@ class Timers:
 @pytest.fixture
 def timers(monkeypatch: pytest.MonkeyPatch) -> list[Timers]:
     Timers.made = []
-    monkeypatch.setattr(channel_module.threading, "Timer", Timers)
+    monkeypatch.setattr(channel_give_up.threading, "Timer", Timers)
     return Timers.made
 
 

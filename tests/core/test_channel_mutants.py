@@ -17,7 +17,10 @@ from typing import Any
 import pytest
 from wsnmom.core import metrics
 from wsnmom.core.adapter import Received
-from wsnmom.core.channel import Backoff, Channel, EndSubscription, PrepareLater, _settle
+from wsnmom.core.backoff import Backoff
+from wsnmom.core.channel import Channel
+from wsnmom.core.channel_signals import EndSubscription, PrepareLater
+from wsnmom.core.channel_state import settle
 from wsnmom.core.delivery_budget import MemoryBudget
 from wsnmom.core.lanes import Lane, Outcome
 from wsnmom.core.log_context import current_request_id
@@ -171,11 +174,11 @@ def test_backoff_defaults() -> None:
 # -- settling ------------------------------------------------------------------------------
 def test_settle_acks_or_requeues_and_survives_a_gone_handle() -> None:
     journal: list[tuple[Any, ...]] = []
-    _settle(Msg(1, journal), ack=True)
-    _settle(Msg(2, journal), ack=False)
+    settle(Msg(1, journal), ack=True)
+    settle(Msg(2, journal), ack=False)
     assert journal == [("ack", 1), ("nack", 2, True)]
-    _settle(BrokenMsg(3, journal), ack=True)
-    _settle(BrokenMsg(4, journal), ack=False)
+    settle(BrokenMsg(3, journal), ack=True)
+    settle(BrokenMsg(4, journal), ack=False)
 
 
 def test_end_subscription_carries_reason_and_cause() -> None:
@@ -893,7 +896,7 @@ def test_failures_to_settle_or_stop_are_logged_with_their_stack(
         raise RuntimeError("gone")
 
     with caplog.at_level(logging.DEBUG, logger="wsnmom.core.delivery"):
-        _settle(BrokenMsg(1, []), ack=True)
+        settle(BrokenMsg(1, []), ack=True)
         ended = Rig()
         ended.channel.start()
         ended.handle.stop = boom  # type: ignore[method-assign]

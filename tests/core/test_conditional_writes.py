@@ -21,7 +21,8 @@ import pytest
 from wsnmom.core import errors
 from wsnmom.core.model import Subscription, SubscriptionState
 from wsnmom.core.service import BrokerService
-from wsnmom.core.store import SqliteStore, Store
+from wsnmom.core.store import Store
+from wsnmom.core.store_sqlite import SqliteStore
 from wsnmom.core.store_url import open_store
 from wsnmom.core.subscriptions import CHANGE_ATTEMPTS
 

@@ -21,7 +21,8 @@ from wsnmom.core.model import (
     SubscriptionState,
 )
 from wsnmom.core.policy import build_policy
-from wsnmom.core.store import SCHEMA_VERSION, SqliteStore, StoreError
+from wsnmom.core.store import StoreError
+from wsnmom.core.store_sqlite import SCHEMA_VERSION, SqliteStore
 from wsnmom.core.store_url import open_store
 from wsnmom.topic_mapping.model import Topic
 

@@ -317,7 +317,7 @@ def test_capabilities_are_per_instance_and_read_after_open(
     and a broker built before the adapter opened (a gateway started before its middleware)
     advertises what the open instance does."""
     from wsnmom.adapters.embedded.adapter import EmbeddedAdapter
-    from wsnmom.core.store import SqliteStore
+    from wsnmom.core.store_sqlite import SqliteStore
 
     class LearnsAtOpen(EmbeddedAdapter):
         def open(self) -> None:

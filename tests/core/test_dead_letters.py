@@ -29,7 +29,7 @@ from wsnmom.core.dead_letters import DEAD_LETTER_NAMESPACE, box_name
 from wsnmom.core.model import CreatePullPointRequest, ExpressionSource
 from wsnmom.core.outbound_policy import OutboundPolicy
 from wsnmom.core.service import BrokerService
-from wsnmom.core.store import SqliteStore
+from wsnmom.core.store_sqlite import SqliteStore
 from wsnmom.topic_mapping.namespaces import TopicSet
 
 from tests.support.waiting import wait_until

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import time
 
-from wsnmom.core.channel import ATTEMPTS_KEPT, Backoff
+from wsnmom.core.backoff import Backoff
+from wsnmom.core.channel_status import ATTEMPTS_KEPT
 from wsnmom.core.ports import DeliveryFailed
 
 from tests.core.test_channel_mutants import Rig

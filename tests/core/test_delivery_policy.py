@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 from wsnmom.core import errors
-from wsnmom.core.channel import Backoff
+from wsnmom.core.backoff import Backoff
 from wsnmom.core.config import ConfigError, DeliverySettings, RetrySettings, load_settings
 from wsnmom.core.delivery_policy import DeliveryChoices, effective, parse, resolve
 from wsnmom.core.ports import DeliveryFailed

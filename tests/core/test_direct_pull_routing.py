@@ -20,7 +20,7 @@ from wsnmom.core.model import (
     SubscriptionState,
 )
 from wsnmom.core.service import BrokerService
-from wsnmom.core.store import subscription_from_json, subscription_to_json
+from wsnmom.core.store_documents import subscription_from_json, subscription_to_json
 
 from tests.support.waiting import wait_until
 

@@ -39,7 +39,7 @@ class Timers:
 
 def _given_up_unconfirmed(monkeypatch: pytest.MonkeyPatch) -> tuple[Rig, Timers]:
     timers = Timers()
-    monkeypatch.setattr("wsnmom.core.channel.threading.Timer", timers)
+    monkeypatch.setattr("wsnmom.core.channel_give_up.threading.Timer", timers)
     rig = Rig(in_flight=2, monkeypatch=monkeypatch)
     rig.confirm = False
     rig.fail["m1"] = [DeliveryFailed("down")] * 5

@@ -35,7 +35,7 @@ from wsnmom.core.model import (
     new_message_ids,
 )
 from wsnmom.core.service import BrokerService
-from wsnmom.core.store import epr_to_json
+from wsnmom.core.store_documents import epr_to_json
 from wsnmom.topic_mapping.model import Topic
 
 from .conftest import NS, RecordingOutbound, note, simple, sub_req, wait_idle

@@ -23,16 +23,9 @@ from wsnmom.core.model import (
     SubscriptionState,
     WireVersion,
 )
-from wsnmom.core.store import (
-    IntentGone,
-    SqliteStore,
-    SqliteTooOld,
-    Store,
-    StoreError,
-    StoreUnavailable,
-    subscription_from_json,
-    subscription_to_json,
-)
+from wsnmom.core.store import IntentGone, Store, StoreError, StoreUnavailable
+from wsnmom.core.store_documents import subscription_from_json, subscription_to_json
+from wsnmom.core.store_sqlite import SqliteStore, SqliteTooOld
 from wsnmom.core.store_url import open_store
 from wsnmom.topic_mapping.model import Topic
 
@@ -149,7 +142,7 @@ def test_a_sqlite_store_of_every_earlier_version_is_upgraded(tmp_path: Path, ver
     import json
     import sqlite3
 
-    from wsnmom.core.store import SCHEMA_VERSION
+    from wsnmom.core.store_sqlite import SCHEMA_VERSION
 
     path = tmp_path / "old.db"
     conn = sqlite3.connect(path)
@@ -534,7 +527,7 @@ def test_postgres_store_of_every_earlier_version_is_upgraded(postgres_store_url:
     migrations up to it, with a record in it) opens, upgrades and keeps its records."""
     import psycopg
     from psycopg.types.json import Jsonb
-    from wsnmom.core.store import pull_point_to_json
+    from wsnmom.core.store_documents import pull_point_to_json
     from wsnmom.core.store_postgres import MIGRATIONS, SCHEMA_VERSION, PostgresStore
 
     from tests.fixtures.postgres import fresh_database

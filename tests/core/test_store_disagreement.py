@@ -28,7 +28,8 @@ from wsnmom.core.model import (
     SubscriptionState,
 )
 from wsnmom.core.service import BrokerService
-from wsnmom.core.store import StoreUnavailable, subscription_to_json
+from wsnmom.core.store import StoreUnavailable
+from wsnmom.core.store_documents import subscription_to_json
 
 from tests.support.waiting import wait_until
 

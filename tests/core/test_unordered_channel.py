@@ -19,7 +19,9 @@ from typing import Any
 import pytest
 from wsnmom.core import unordered
 from wsnmom.core.adapter import HEADER_MESSAGE_ID, Received
-from wsnmom.core.channel import Backoff, Channel, EndSubscription
+from wsnmom.core.backoff import Backoff
+from wsnmom.core.channel import Channel
+from wsnmom.core.channel_signals import EndSubscription
 from wsnmom.core.delivery import DeliveryEngine
 from wsnmom.core.delivery_budget import MemoryBudget
 from wsnmom.core.lanes import Lane, Outcome
@@ -271,7 +273,7 @@ def test_an_unconfirmed_dead_letter_settles_nothing(monkeypatch: pytest.MonkeyPa
     rig.fail["m1"] = [DeliveryFailed("down")] * 3
     restarts: list[float] = []
     monkeypatch.setattr(
-        "wsnmom.core.channel.threading.Timer",
+        "wsnmom.core.channel_give_up.threading.Timer",
         lambda delay, fn: type(
             "T", (), {"daemon": True, "start": lambda self: restarts.append(delay)}
         )(),
@@ -348,7 +350,7 @@ def test_prepare_later_puts_the_messages_back_and_frees_the_place() -> None:
     calls: list[int] = []
 
     def busy_once(batch: Sequence[Received]) -> Sequence[str | None]:
-        from wsnmom.core.channel import PrepareLater
+        from wsnmom.core.channel_signals import PrepareLater
 
         calls.append(len(batch))
         if len(calls) == 1:

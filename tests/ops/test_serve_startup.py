@@ -20,7 +20,7 @@ from urllib.parse import urlsplit, urlunsplit
 import pytest
 from click.testing import CliRunner
 from wsnmom.core.adapter import AccessRefused, AdapterUnavailable, CredentialsRefused
-from wsnmom.core.store import SqliteTooOld
+from wsnmom.core.store_sqlite import SqliteTooOld
 
 from tests.support.ports import closed_port
 from wsnmom.cli import cli

@@ -57,8 +57,8 @@ def _killing_after(cls: type, method: str, getter: str) -> None:
 
 
 if BEFORE_STORE or AFTER_DELETE:
-    from wsnmom.core.store import SqliteStore
     from wsnmom.core.store_postgres import PostgresStore
+    from wsnmom.core.store_sqlite import SqliteStore
 
     for store in (SqliteStore, PostgresStore):
         if BEFORE_STORE:

@@ -1,0 +1,105 @@
+"""This broker instance among those sharing its store, as ``BrokerService`` wires it
+(:class:`ClusterParts`): the follower that loads what other instances wrote
+(``core.follow``), shard ownership (``core.ownership``), the membership itself
+(``core.cluster``), which instance reads a pull point core buffers (``core.pull_owners``),
+and core's position fence, which the adapter asks before it saves a position
+(``may_save``).  On a store only one instance opens (SQLite) the same parts exist; the
+adapter is given no fence then.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from wsnmom.core.cluster import ClusterMember
+from wsnmom.core.context import BrokerContext
+from wsnmom.core.follow import Follower
+from wsnmom.core.ownership import Ownership
+from wsnmom.core.pull_owners import PullOwners
+from wsnmom.core.pull_points import PullPoints
+from wsnmom.core.registrations import Registrations
+from wsnmom.core.subscriptions import Subscriptions
+
+__all__ = ["FEEDS_REMEMBERED", "ClusterParts"]
+
+#: feeds whose pull point the position fence remembers (``ClusterParts.may_save``)
+FEEDS_REMEMBERED = 65536
+
+
+class ClusterParts:
+    """This instance's part in a cluster (see the module docstring)."""
+
+    def __init__(
+        self,
+        ctx: BrokerContext,
+        subscriptions: Subscriptions,
+        pull_points: PullPoints,
+        registrations: Registrations,
+        *,
+        became_leader: Callable[[], None],
+    ) -> None:
+        self._ctx = ctx
+        settings = ctx.settings
+        self.follower = Follower(ctx, subscriptions, pull_points, registrations)
+        #: opens and closes deliveries as shards come and go (``core.ownership``)
+        self.ownership = ownership = Ownership(ctx, subscriptions)
+        #: feed subscription -> the pull point it feeds (the position fence's cache)
+        self._feeds: dict[str, str] = {}
+        #: this instance among those sharing the store (``core.cluster``)
+        self.cluster = ClusterMember(
+            ctx.store.coordination(ctx.instance_id),
+            settings.cluster,
+            self.follower,
+            gained=ownership.gained,
+            lost=ownership.lost,
+            held=ownership.reconcile,
+            became_leader=became_leader,
+        )
+        #: which instance reads a pull point core buffers (``core.pull_owners``)
+        self.pull_owners = PullOwners(
+            active=False,  # known once the adapter is open (start)
+            instance=ctx.instance_id,
+            shards=settings.cluster.shards,
+            lease=settings.cluster.lease.total_seconds(),
+            delivers=self.cluster.delivers,
+            instances=self.cluster.instances,
+            retry_after=settings.middleware.retry_after,
+            secret=self.cluster.coordination.secret,
+            first_use=self.cluster.coordination.first_use,
+            fed_by=self.fed_by,
+        )
+        if self.cluster.shared:
+            ctx.adapter.shared_by_instances(self.may_save)
+            ctx.delivers = self.cluster.delivers
+            ctx.leads = self.cluster.leads
+            ctx.registry.loader = self.follower.load
+
+    def may_save(self, name: str) -> bool:
+        """Core's position fence (``Adapter.shared_by_instances``): a subscription that
+        feeds a pull point core buffers is read where that pull point is read
+        (``core.pull_owners``), so it is fenced by the pull point's shard; any other name
+        by its own (``ClusterMember.may_save``, clean hand-back grace included).  Asked
+        before every position write: the feed's pull point is read from the registry (a
+        dict read) and remembered, so a feed destroyed a moment ago is still fenced by
+        its pull point; never a store query."""
+        if self.pull_owners.active:
+            pull_point = self._feeds.get(name)
+            if pull_point is None:
+                state = self._ctx.registry.subscriptions.get(name)
+                pull_point = state.record.pull_point_id if state is not None else None
+                if pull_point is not None:
+                    if len(self._feeds) >= FEEDS_REMEMBERED:
+                        self._feeds.clear()
+                    self._feeds[name] = pull_point
+            if pull_point is not None:
+                return self.cluster.may_save(pull_point)
+        return self.cluster.may_save(name)
+
+    def fed_by(self, subscription_id: str) -> str | None:
+        """The pull point a subscription feeds (``core.pull_owners``): read from memory,
+        else from the store (made through another instance a moment ago)."""
+        state = self._ctx.registry.subscriptions.get(subscription_id)
+        record = (
+            state.record if state is not None else self._ctx.store.get_subscription(subscription_id)
+        )
+        return None if record is None else record.pull_point_id

@@ -140,6 +140,11 @@ class Hub:
         with contextlib.suppress(OSError):
             self._wake_w.send(b"\0")
 
+    @property
+    def serving(self) -> bool:
+        """Whether the thread serves (not closed): a member closing cleanly needs it."""
+        return not self._halt.is_set()
+
     def __len__(self) -> int:
         return len(self._members)
 

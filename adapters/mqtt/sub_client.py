@@ -24,9 +24,10 @@ stays with the hub, which writes what is queued (the last PUBACKs, then the DISC
 shuts the sending side down and reads (and drops) what still arrives until the broker
 closes its side, at most :data:`~.hub.DRAIN_TIMEOUT` seconds; only then is the socket
 closed.  Closing it at once lost PUBACKs: a socket closed with unread data, or one that
-receives data once closed, sends a TCP reset, and the broker's kernel then drops what
-the broker had not read yet (the PUBACKs and the DISCONNECT), so the broker sent those
-messages again to the session's next connection.  A new connection with the same client
+receives data once closed, sends a TCP reset, which drops what it still had to send, and
+the broker, its connection reset, never processes what it had not read yet (the last
+PUBACKs and the DISCONNECT), so it sent those messages again to the session's next
+connection.  A new connection with the same client
 id waits for the previous one's close (:meth:`~.hub.Hub.await_drained`): a take-over
 would drop what the broker had not read of it just the same.  The broker's Receive Maximum is not
 enforced on arrivals: Mosquitto 2.0.11 sends more than it once PUBACKs flow
@@ -312,14 +313,28 @@ class SessionClient:
         open connection is handed to the hub to write what is queued first (see the
         module docstring)."""
         with self.io_lock:
-            drain = self._ended is None and self._sock is not None and self._proto.state == "open"
-            if drain:
+            drain = (
+                self._ended is None
+                and self._sock is not None
+                and self._proto.state == "open"
+                and self._hub.serving
+            )
+            if self._ended is None and self._proto.state == "open":
                 self._proto.queue(encode_disconnect(0, session_expiry))
+            if drain:
                 deadline = time.monotonic() + DRAIN_TIMEOUT
                 self._drain = (deadline, self._hub.draining(self.client_id))
+            elif self._ended is None and self._sock is not None:
+                with contextlib.suppress(OSError, ssl.SSLError):
+                    self._write()  # no hub thread any more: as much as the socket takes
             self._end("closed by the gateway", keep_socket=drain)
         if drain:
             self.wake()
+
+    def await_closed(self, timeout: float = DRAIN_TIMEOUT) -> bool:
+        """Wait until a clean close handed everything over and closed the socket (and
+        every other connection of the client id closing), up to ``timeout`` seconds."""
+        return self._hub.await_drained(self.client_id, timeout)
 
     # -- the hub's side ----------------------------------------------------------------------
     def socket(self) -> socket.socket | None:

@@ -31,14 +31,24 @@ one, so a subscribing connection (nothing of its own in flight) read one packet 
 paying a wait for the socket, the wake-up socket and ``loop_misc`` per arrival. The pass
 calls ``loop_read`` again while the socket stays readable (a wait of 0 s, or the TLS
 buffer's ``pending``).
+
+A stop closes cleanly (:func:`linger`): paho closes its socket the moment it wrote the
+DISCONNECT, and a socket closed while the broker still sends (a session's backlog) answers
+with a TCP reset, which lost the last PUBACKs (the broker sent those messages again after
+the next start: the SQLite queues held them twice).  So ``stop`` keeps a duplicate of the
+connection's descriptor (paho's close then ends nothing), shuts its sending side down once
+paho wrote the DISCONNECT, and reads until the broker closes its side, at most
+:data:`~.hub.DRAIN_TIMEOUT` seconds (as the subscription sessions' hub does).
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import socket
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -47,6 +57,7 @@ try:
 except ImportError as exc:  # pragma: no cover - depends on the installation
     raise ImportError('the MQTT adapter needs paho-mqtt: pip install "wsnmom[mqtt]"') from exc
 
+from .hub import DRAIN_TIMEOUT
 from .readiness import ready
 
 __all__ = ["Driver"]
@@ -118,10 +129,15 @@ class Driver:
         self.wake()
 
     def stop(self, timeout: float = 5.0) -> None:
-        """Send DISCONNECT, close the connection and end the thread; idempotent."""
+        """Send DISCONNECT, close the connection cleanly (:func:`linger`) and end the
+        thread; idempotent."""
         self.give_up = True
+        held: socket.socket | None = None
         with self.io_lock:
-            if self.client.socket() is not None:
+            sock = self.client.socket()
+            if sock is not None:
+                with contextlib.suppress(OSError, ValueError):
+                    held = socket.socket(fileno=os.dup(sock.fileno()))
                 with contextlib.suppress(Exception):
                     self.client.disconnect()
                     self.flush()
@@ -135,6 +151,8 @@ class Driver:
             if sock is not None:  # pragma: no cover - the DISCONNECT could not be written
                 with contextlib.suppress(OSError):
                     sock.close()
+        if held is not None:
+            linger(held, DRAIN_TIMEOUT if sock is None else 0.0)
         for s in (self._wake_r, self._wake_w):
             s.close()
 
@@ -224,3 +242,21 @@ def _waiting(sock: Any) -> bool:
 
 def _nothing(client: Any, userdata: Any, sock: Any) -> None:
     return None
+
+
+def linger(sock: socket.socket, timeout: float) -> None:
+    """Close a connection whose last packets were written: shut its sending side down,
+    read (and drop) until the peer closes its side or ``timeout`` seconds passed, then
+    close.  The peer so reads everything sent before the close (a socket closed while
+    data still arrives sends a TCP reset instead)."""
+    deadline = time.monotonic() + timeout
+    try:
+        sock.shutdown(socket.SHUT_WR)
+        while (left := deadline - time.monotonic()) > 0:
+            sock.settimeout(left)
+            if not sock.recv(65536):
+                break
+    except OSError:
+        pass
+    finally:
+        sock.close()

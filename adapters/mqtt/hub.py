@@ -11,6 +11,11 @@ while the hub serves it, and then :meth:`Hub.wake` it.  The members are
 
 So an instance in cluster mode has one network thread for all its subscription sessions
 instead of one per session (docs/scale-out.md "MQTT in cluster mode").
+
+A member that closes cleanly stays served while it hands its last packets over (it says
+so with :meth:`Hub.draining`, keyed by its client id): a new connection with that key
+waits for it (:meth:`Hub.await_drained`), and :meth:`Hub.close` waits for every one, at
+most :data:`DRAIN_TIMEOUT` seconds each.
 """
 
 from __future__ import annotations
@@ -29,6 +34,9 @@ log = logging.getLogger("wsnmom.adapters.mqtt")
 
 #: longest wait in ``select``: keep-alives are checked at least this often
 _TICK = 1.0
+#: seconds a member that closes cleanly is served at most to hand its last packets over
+#: (see :meth:`Hub.draining`)
+DRAIN_TIMEOUT = 5.0
 
 
 class Member(Protocol):
@@ -64,6 +72,8 @@ class Hub:
         self._wake_w.setblocking(False)
         self._halt = threading.Event()
         self._thread: threading.Thread | None = None
+        #: key -> the events of its members closing (set once each is closed)
+        self._drains: dict[str, set[threading.Event]] = {}
 
     def add(self, member: Member) -> None:
         """Serve ``member`` (connected by itself) until its connection ends."""
@@ -97,15 +107,52 @@ class Hub:
         if idle:
             self._poke()
 
+    def draining(self, key: str) -> threading.Event:
+        """A member of ``key`` closes and is served until its socket is closed: the
+        event to set then (:meth:`await_drained` waits for it)."""
+        done = threading.Event()
+        with self._lock:
+            self._drains.setdefault(key, set()).add(done)
+        return done
+
+    def drained(self, key: str, done: threading.Event) -> None:
+        """The member of ``key`` given ``done`` is closed."""
+        done.set()
+        with self._lock:
+            events = self._drains.get(key)
+            if events is not None:
+                events.discard(done)
+                if not events:
+                    del self._drains[key]
+
+    def await_drained(self, key: str | None, timeout: float = DRAIN_TIMEOUT) -> bool:
+        """Wait until the closing members of ``key`` (None: of every key) are closed, up
+        to ``timeout`` seconds; whether they all are."""
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            if key is None:
+                waits = [e for events in self._drains.values() for e in events]
+            else:
+                waits = list(self._drains.get(key, ()))
+        return all(e.wait(max(0.0, deadline - time.monotonic())) for e in waits)
+
     def _poke(self) -> None:
         with contextlib.suppress(OSError):
             self._wake_w.send(b"\0")
+
+    @property
+    def serving(self) -> bool:
+        """Whether the thread serves (not closed): a member closing cleanly needs it."""
+        return not self._halt.is_set()
 
     def __len__(self) -> int:
         return len(self._members)
 
     def close(self, timeout: float = 5.0) -> None:
-        """End the thread (the members are their owners' to close first)."""
+        """End the thread (the members are their owners' to close first), once the
+        members closing cleanly are closed (at most :data:`DRAIN_TIMEOUT` seconds)."""
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self.await_drained(None, DRAIN_TIMEOUT + _TICK)
         self._halt.set()
         self._poke()
         thread = self._thread

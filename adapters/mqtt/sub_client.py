@@ -16,7 +16,20 @@ matching DISCONNECT reason code and one log line; nothing the broker sends ends 
 thread.
 
 It never reconnects: the owner (:mod:`.sub_session`) hears of every end of the
-connection (``Handler.closed``) and decides.  The broker's Receive Maximum is not
+connection (``Handler.closed``) and decides.
+
+**A clean close hands every queued packet over** (:meth:`SessionClient.close`): the
+owner hears ``closed`` at once and nothing more is queued or handed out, but the socket
+stays with the hub, which writes what is queued (the last PUBACKs, then the DISCONNECT),
+shuts the sending side down and reads (and drops) what still arrives until the broker
+closes its side, at most :data:`~.hub.DRAIN_TIMEOUT` seconds; only then is the socket
+closed.  Closing it at once lost PUBACKs: a socket closed with unread data, or one that
+receives data once closed, sends a TCP reset, which drops what it still had to send, and
+the broker, its connection reset, never processes what it had not read yet (the last
+PUBACKs and the DISCONNECT), so it sent those messages again to the session's next
+connection.  A new connection with the same client
+id waits for the previous one's close (:meth:`~.hub.Hub.await_drained`): a take-over
+would drop what the broker had not read of it just the same.  The broker's Receive Maximum is not
 enforced on arrivals: Mosquitto 2.0.11 sends more than it once PUBACKs flow
 (docs/scale-out.md "MQTT in cluster mode"), and :mod:`.sub_session` holds the excess.
 """
@@ -35,7 +48,7 @@ from typing import Protocol
 from wsnmom.core.adapter import AdapterUnavailable
 
 from .config import MqttSettings
-from .hub import Hub
+from .hub import DRAIN_TIMEOUT, Hub
 from .link import refusal
 from .reason_codes import reason_name
 from .sub_codec import (
@@ -219,6 +232,10 @@ class SessionClient:
         self._connack: Connack | None = None
         #: why the connection ended (None: not ended)
         self._ended: str | None = None
+        #: a clean close under way (the hub serves it until then, and sets the event
+        #: once the socket is closed), and whether the sending side was shut down
+        self._drain: tuple[float, threading.Event] | None = None
+        self._shut = False
 
     # -- owner's side (any thread) -----------------------------------------------------------
     def start(self, timeout: float) -> bool:
@@ -226,6 +243,7 @@ class SessionClient:
         AdapterUnavailable when the broker cannot be reached or does not answer in time,
         or :meth:`close` came meanwhile; the adapter's refusal errors for a refusal."""
         s = self.settings
+        self._hub.await_drained(self.client_id)
         try:
             sock = socket.create_connection((s.host, s.port), timeout=timeout)
             if s.tls:
@@ -291,14 +309,32 @@ class SessionClient:
 
     def close(self, session_expiry: int | None = None) -> None:
         """Send DISCONNECT (``session_expiry`` 0: the broker drops the session) and close;
-        idempotent.  The handler hears ``closed``."""
+        idempotent, never waits for the broker.  The handler hears ``closed`` at once; an
+        open connection is handed to the hub to write what is queued first (see the
+        module docstring)."""
         with self.io_lock:
-            if self._ended is None and self._sock is not None:
-                if self._proto.state == "open":
-                    self._proto.queue(encode_disconnect(0, session_expiry))
+            drain = (
+                self._ended is None
+                and self._sock is not None
+                and self._proto.state == "open"
+                and self._hub.serving
+            )
+            if self._ended is None and self._proto.state == "open":
+                self._proto.queue(encode_disconnect(0, session_expiry))
+            if drain:
+                deadline = time.monotonic() + DRAIN_TIMEOUT
+                self._drain = (deadline, self._hub.draining(self.client_id))
+            elif self._ended is None and self._sock is not None:
                 with contextlib.suppress(OSError, ssl.SSLError):
-                    self._write()
-            self._end("closed by the gateway")
+                    self._write()  # no hub thread any more: as much as the socket takes
+            self._end("closed by the gateway", keep_socket=drain)
+        if drain:
+            self.wake()
+
+    def await_closed(self, timeout: float = DRAIN_TIMEOUT) -> bool:
+        """Wait until a clean close handed everything over and closed the socket (and
+        every other connection of the client id closing), up to ``timeout`` seconds."""
+        return self._hub.await_drained(self.client_id, timeout)
 
     # -- the hub's side ----------------------------------------------------------------------
     def socket(self) -> socket.socket | None:
@@ -320,6 +356,8 @@ class SessionClient:
     def serve(self, readable: bool, writable: bool) -> bool:
         """One pass of the hub: read, keep alive, write; whether the connection lives."""
         with self.io_lock:
+            if self._drain is not None:
+                return self._draining()
             if self._sock is None or self._ended is not None:
                 return False
             try:
@@ -415,17 +453,50 @@ class SessionClient:
         if sent:
             self._proto.sent(time.monotonic())
 
-    def _end(self, why: str, *, log_it: bool = False) -> None:
-        """Close the socket and tell the handler, once (``io_lock`` held)."""
+    def _draining(self) -> bool:
+        """A pass of a clean close: write what is queued, then shut the sending side
+        down, and read (dropping it) until the broker closes or the deadline; whether
+        the hub serves the socket on (``io_lock`` held)."""
+        sock, drain = self._sock, self._drain
+        assert sock is not None and drain is not None
+        deadline, done = drain
+        over = time.monotonic() >= deadline
+        try:
+            self._write()
+            if not self._proto.out and not self._shut:
+                sock.shutdown(socket.SHUT_WR)  # TLS: unwrapped, the rest is read raw
+                self._shut = True
+            for _ in range(_READS):
+                try:
+                    data = sock.recv(_CHUNK)
+                except (BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
+                    break
+                if not data:
+                    over = True  # the broker read everything and closed its side
+                    break
+        except (OSError, ssl.SSLError, ValueError):
+            over = True
+        if not over:
+            return True
+        self._drain, self._sock = None, None
+        with contextlib.suppress(OSError):
+            sock.close()
+        self._hub.drained(self.client_id, done)
+        return False
+
+    def _end(self, why: str, *, log_it: bool = False, keep_socket: bool = False) -> None:
+        """Close the socket (unless ``keep_socket``: a clean close, the hub closes it)
+        and tell the handler, once (``io_lock`` held)."""
         if self._ended is not None:
             return
         self._ended = why
         self._proto.state = "closed"
-        sock, self._sock = self._sock, None
-        if sock is not None:
-            self._hub.remove(self)
-            with contextlib.suppress(OSError):
-                sock.close()
+        if not keep_socket:
+            sock, self._sock = self._sock, None
+            if sock is not None:
+                self._hub.remove(self)
+                with contextlib.suppress(OSError):
+                    sock.close()
         if log_it:
             log.warning("%s: %s", self.label, why)
         self._cv.notify_all()

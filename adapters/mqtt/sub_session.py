@@ -264,12 +264,15 @@ class SessionConnection:
 
     def end(self) -> None:
         """Disconnect and have the broker drop the session (MQTT 5 DISCONNECT with
-        session expiry 0): its subscriptions and messages are gone."""
+        session expiry 0): its subscriptions and messages are gone.  Returns once the
+        broker read the DISCONNECT and closed (at most ``DRAIN_TIMEOUT``): what follows
+        (a delete clears the session's record) comes after it."""
         with self._lock:
             self._closing = True
             self._generation += 1
             self._order.clear()
         self.client.close(session_expiry=0)
+        self.client.await_closed()
 
     @property
     def unacknowledged(self) -> int:

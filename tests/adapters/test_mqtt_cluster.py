@@ -74,7 +74,9 @@ class Instance:
 
 
 class Collector:
-    """A consumer: keeps what arrives; acks at once unless ``hold``."""
+    """A consumer: keeps what arrives; acks at once unless ``hold``, before it keeps the
+    message, so that a message a test sees in ``got`` was acknowledged (a ``stop`` the
+    test makes once it saw it cannot come before the ack)."""
 
     def __init__(self, hold: bool = False) -> None:
         self.hold = hold
@@ -82,10 +84,10 @@ class Collector:
         self.lock = threading.Lock()
 
     def __call__(self, received: Received) -> None:
-        with self.lock:
-            self.got.append(received)
         if not self.hold:
             received.ack()
+        with self.lock:
+            self.got.append(received)
 
     def bodies(self) -> list[bytes]:
         with self.lock:

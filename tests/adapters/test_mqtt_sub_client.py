@@ -303,3 +303,49 @@ def test_a_failing_callback_ends_that_session_only(
         client2.close()
     finally:
         other.close()
+
+
+def test_a_clean_close_hands_over_what_is_queued_and_reads_on_until_the_broker_closes(
+    broker: FakeBroker, hub: Hub, tmp_path: Path
+) -> None:
+    """The PUBACKs queued before the close, then DISCONNECT, then the end of the
+    client's sending side; the client reads on (what the broker still sends is dropped,
+    never handed out) and closes its socket once the broker closed its side.  Closing at
+    once made the broker's next data answer with a TCP reset, which lost the PUBACKs the
+    broker had not read yet (test_mqtt_cluster_stop_acks.py, with Mosquitto)."""
+    handler = Recorder()
+    client = _client(broker, hub, tmp_path, handler)
+    _connect(client, broker, CONNACK_PRESENT)
+    broker.send(b"".join(_publish("t/x", i, b"m%d" % i) for i in range(1, 4)))
+    wait_until(lambda: sum(len(c) for c in handler.calls) == 3, 20, what="three messages")
+    with client.io_lock:
+        for pid in (1, 2, 3):
+            client.ack(pid)  # queued, not written: the close hands them over
+        client.close()
+    assert handler.why == "closed by the gateway" and not client.open
+    # the broker goes on sending (its backlog): the client still reads
+    broker.send(b"".join(_publish("t/x", i, b"late%d" % i) for i in range(4, 200)))
+    assert [broker.packet() for _ in range(3)] == [(0x40, b"\x00" + bytes((i,))) for i in (1, 2, 3)]
+    assert broker.packet() == (0xE0, b"")  # DISCONNECT, normal
+    assert broker.eof()  # the client's sending side is shut down
+    broker.send(_publish("t/x", 200, b"later"))  # still read: no reset
+    assert broker.conn is not None
+    broker.conn.close()
+    assert client.await_closed(20)
+    assert sum(len(c) for c in handler.calls) == 3  # nothing after the close handed out
+
+
+def test_a_clean_close_on_a_broker_that_never_closes_ends_by_the_deadline(
+    broker: FakeBroker, hub: Hub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A close never hangs on a silent broker: the socket is closed after at most
+    ``DRAIN_TIMEOUT`` (here 0.2 s), and a new connection of the client id waits no
+    longer than that."""
+    monkeypatch.setattr("wsnmom.adapters.mqtt.sub_client.DRAIN_TIMEOUT", 0.2)
+    handler = Recorder()
+    client = _client(broker, hub, tmp_path, handler)
+    _connect(client, broker, CONNACK_PRESENT)
+    client.close()  # returns at once: the hub hands over, the broker reads nothing yet
+    assert client.await_closed(20)
+    assert broker.packet() == (0xE0, b"")
+    assert broker.eof()

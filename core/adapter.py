@@ -397,6 +397,13 @@ class Adapter(abc.ABC):
         a short grace) instead of waiting for a timeout.  Default: True."""
         return True
 
+    def unavailable_reason(self) -> str | None:
+        """While ``available`` is False: what the adapter knows failed ("1/1 brokers are
+        down", "connection refused"), for the text of core's 503 refusal.  Answers at
+        once, without I/O; it may name hosts, never a credential (core redacts it as
+        every fault text).  Default: None (the refusal names only the middleware)."""
+        return None
+
     @abc.abstractmethod
     def publish(self, message: OutboundMessage, timeout: float = 10.0) -> PublishReceipt:
         """Publish and wait for the middleware's confirmation; raises PublishFailed."""

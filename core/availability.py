@@ -38,6 +38,7 @@ from typing import Any
 from wsnmom.core import errors
 from wsnmom.core.adapter import Adapter, AdapterUnavailable, MiddlewareBusy
 from wsnmom.core.disk import DiskWatch, is_storage_full, storage_full_text
+from wsnmom.core.redaction import redact_text
 
 __all__ = ["MiddlewareGate", "data_paths"]
 
@@ -131,10 +132,20 @@ class MiddlewareGate:
         return errors.ResourceUnavailable(storage_full_text(), retry_after=self.retry_after)
 
     def unavailable(self, cause: BaseException | None = None) -> errors.ResourceUnavailable:
-        """The refusal for an operation that found the middleware unreachable."""
-        detail = f": {cause}" if cause is not None else ""
+        """The refusal for an operation that found the middleware unreachable: which
+        middleware (the adapter's name) and what failed (``cause``, else the adapter's
+        ``unavailable_reason``), with any credential in it redacted."""
+        adapter = self._adapter
+        which = getattr(type(adapter), "name", "") or type(adapter).__name__
+        why: str | None = str(cause) if cause is not None else None
+        if why is None:
+            try:
+                why = adapter.unavailable_reason()
+            except Exception:  # a reason is a courtesy: never a failure of its own
+                why = None
+        detail = f": {redact_text(why)}" if why else ""
         return errors.ResourceUnavailable(
-            f"the middleware is not reachable{detail}; retry later",
+            f"the middleware ({which}) is not reachable{detail}; retry later",
             retry_after=self.retry_after,
         )
 

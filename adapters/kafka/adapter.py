@@ -400,6 +400,17 @@ class KafkaAdapter(LogAdapter):
         state = self._open
         return state is not None and state.health.available
 
+    def unavailable_reason(self) -> str | None:
+        """Why the cluster is known to be unreachable: the error that said so, or the
+        credentials or rights Kafka refused (no I/O)."""
+        state = self._open
+        if state is None:
+            return "the Kafka adapter is not open"
+        health = state.health
+        if health.fatal is not None:
+            return f"Kafka refused the gateway's credentials or rights: {health.fatal.str()}"
+        return None if health.available else f"the Kafka cluster is unreachable: {health.reason}"
+
     # -- publishing -------------------------------------------------------------------------
     def publish(self, message: OutboundMessage, timeout: float = 10.0) -> PublishReceipt:
         """Publish and wait for the delivery report."""

@@ -80,6 +80,8 @@ class Health:
         self.epoch = 0
         #: the last error no retry cures (authentication, authorisation), if any
         self.fatal: KafkaError | None = None
+        #: why the cluster was last found unreachable (``_set``)
+        self.reason = "the adapter is not open"
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self._stop = threading.Event()
@@ -122,6 +124,7 @@ class Health:
             self.available = available
             if not available:
                 self.epoch += 1
+                self.reason = why
             self._changed.notify_all()
         if available:
             log.info("the Kafka cluster answers again")
@@ -177,6 +180,7 @@ class Health:
             thread.join(timeout=self.timeout + self.interval + 1)
         with self._lock:
             self.available = False
+            self.reason = "the adapter is closed"
 
 
 def client_hooks(health: Health, *, side: bool = False) -> dict[str, Any]:

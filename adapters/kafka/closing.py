@@ -6,9 +6,12 @@ the position store), so a broker that stopped answering -- paused, overloaded, o
 after it dropped a connection, which left later requests unanswered -- held a gateway's
 shutdown for 30 s and more; an orchestrator kills it first, and the hand-over to another
 instance waits for that.  Once ``begin`` is called, every wait of the close ends by one
-deadline (``close_timeout`` after the start of the close), and a wait already under way on
-another thread (the engine's commit thread) ends then too.  What was not saved is delivered
-again after the next start (at least once), as after a crash.
+deadline (``close_timeout`` after the start of the close).  A wait that was already under
+way on another thread when the close began (the engine's commit thread saving positions)
+ends at once: the close saves those positions again itself, and a periodic save stuck on a
+connection the broker no longer answers took the whole deadline, so that the close's own
+save of 131 subscriptions found no time left and gave up at once.  What was not saved is
+delivered again after the next start (at least once), as after a crash.
 """
 
 from __future__ import annotations
@@ -54,9 +57,11 @@ class Closing:
         self, futures: Iterable[concurrent.futures.Future[object]], timeout: float
     ) -> set[concurrent.futures.Future[object]]:
         """Wait until every future is done, ``timeout`` seconds have passed, or the
-        close's deadline has; the futures done by then."""
+        close's deadline has (a wait begun before the close: the close has begun); the
+        futures done by then."""
         futures = list(futures)
         end = time.monotonic() + timeout
+        before_close = not self.begun
         pending = {f for f in futures if not f.done()}
         while pending:
             left = end - time.monotonic()
@@ -71,6 +76,8 @@ class Closing:
                 waiting, timeout=left, return_when=concurrent.futures.FIRST_COMPLETED
             )
             pending.discard(self._begun)
+            if before_close and self.begun:
+                break
         return {f for f in futures if f.done()}
 
     def run(self, work: Callable[[], None], what: str, timeout: float) -> None:

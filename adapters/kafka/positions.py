@@ -120,10 +120,14 @@ class KafkaPositionStore:
         """Write these cursors' offsets (other streams of each group are kept)."""
         self._fresh()
         retry = self._save(changes)
-        # a timed-out request during the close has used up its deadline: not retried.
-        # Each group deleted before drops the connection at its first commit, and the
-        # saves after it with it: tried again while every attempt lands some
-        while retry and self._closing.remaining(self._timeout) > 0:
+        # a timed-out request during the close has used up its deadline, or was cut
+        # short when the close began (the close saves it again itself): not retried, but
+        # the next request (the close's) goes out on a new client.  Each group deleted
+        # before drops the connection at its first commit, and the saves after it with
+        # it: tried again while every attempt lands some
+        if self._cut(retry):
+            self._renew("a request did not end before the close")
+        while retry and self._closing.remaining(self._timeout) > 0 and not self._cut(retry):
             timed_out = "timed out" in retry.values()
             self._renew("a request timed out" if timed_out else "a connection dropped")
             left = self._save({n: changes[n] for n in retry})
@@ -137,6 +141,11 @@ class KafkaPositionStore:
             raise AdapterError(
                 f"saving positions failed for {len(retry)} cursor(s): " + "; ".join(problems[:5])
             )
+
+    def _cut(self, retry: Mapping[str, str]) -> bool:
+        """Whether a save with these failures is not tried again: one that timed out
+        (or was cut short) while the adapter closes."""
+        return self._closing.begun and "timed out" in retry.values()
 
     def _save(self, changes: Mapping[str, Mapping[StreamId, int]]) -> dict[str, str]:
         """Write; the names whose request timed out or lost its connection, with which

@@ -353,6 +353,12 @@ class CursorHandle(SubscriptionHandle):
         """Skip the oldest (or newest) ``count`` waiting records (see the engine)."""
         return self._cursor.engine.discard(self._cursor, count, newest=newest)
 
+    def purge(self) -> int | None:
+        """Skip every waiting record; answers once the position past them is saved (see
+        ``CursorEngine.purge``)."""
+        engine = self._cursor.engine
+        return engine.purge(self._cursor, engine.purge_timeout)
+
     def lost(self) -> int:
         """Records retention deleted before this cursor read them."""
         return self._cursor.lost

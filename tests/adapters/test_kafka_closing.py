@@ -74,3 +74,26 @@ def test_work_within_the_time_is_waited_for() -> None:
     done: list[str] = []
     closing.run(lambda: done.append("closed"), "test-close", LONG)
     assert done == ["closed"]
+
+
+def test_a_wait_begun_before_the_close_ends_when_it_begins_even_with_time_left() -> None:
+    """The commit thread's periodic save, stuck on a connection the broker no longer
+    answers, took the close's whole deadline, and the close's own save of every position
+    then found none left (131 subscriptions "timed out" at once): it ends when the close
+    begins, and a wait begun after that still has the close's time."""
+    closing = Closing()
+    stuck: concurrent.futures.Future[object] = concurrent.futures.Future()
+    result: list[set[concurrent.futures.Future[object]]] = []
+    waiter = threading.Thread(target=lambda: result.append(closing.wait([stuck], LONG)))
+    waiter.start()
+    try:
+        closing.begin(LONG)
+        waiter.join(timeout=30)
+        assert not waiter.is_alive()
+        assert result == [set()]
+        later: concurrent.futures.Future[object] = concurrent.futures.Future()
+        threading.Timer(0.2, later.set_result, ("saved",)).start()
+        assert closing.wait([later], LONG) == {later}
+    finally:
+        stuck.set_result(None)  # releases the waiter of the code before the fix
+        waiter.join(timeout=30)

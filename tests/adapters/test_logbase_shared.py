@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from wsnmom.adapters.logbase.engine import CursorEngine
+from wsnmom.core.adapter import AdapterError
 
 from tests.adapters.test_logbase_engine import _MemoryBackend, _MemoryLog, spec
 from tests.support.waiting import wait_until
@@ -391,7 +392,9 @@ def test_a_purge_is_not_undone_by_a_resume_while_its_position_is_being_saved(
 
     store.save = slow_save
     try:
-        assert handle.purge() == 10
+        # a discard (core's limits) answers before its save, as a purge did until
+        # session 12 (a purge now waits for it: test_a_purge_answers_once_...)
+        assert handle.discard(10) == 10
         assert entered.wait(5), "the commit pass saving the position past the purge"
         handle.start(got)  # resumed while that save is on its way
     finally:
@@ -399,6 +402,60 @@ def test_a_purge_is_not_undone_by_a_resume_while_its_position_is_being_saved(
     log.append(STREAM, b"11")
     assert [m.body for m in got.wait_for_body(b"11", 5)] == [b"0", b"11"]
     wait_until(lambda: shared.get("s") == {STREAM: 12}, 5, what="A saving the position")
+
+
+def test_a_purge_answers_once_its_position_is_saved(
+    engines: tuple[_MemoryLog, _SharedPositions, list[CursorEngine]],
+) -> None:
+    """A purge answered before the position past what it dropped was saved: a kill -9
+    in between (0.2 s, the next commit pass) brought the purged messages back after the
+    restart.  The purge now returns once that save landed (the e2e kill:
+    tests/e2e/test_kafka_saves.py)."""
+    log, shared, (a, _b) = engines
+    store = a.backend.position_store()  # type: ignore[attr-defined]
+    handle = a.subscription(spec("s", "t"))
+    handle.start(got := Collector())
+    log.append(STREAM, b"0")
+    got.wait_for(1, 5)
+    wait_until(lambda: shared.get("s") == {STREAM: 1}, 5, what="A saving the position")
+    handle.stop()  # paused
+    for i in range(1, 11):
+        log.append(STREAM, b"%d" % i)
+    wait_until(lambda: handle.depth() == 10, 5, what="the head reading the ten records")
+    answered: list[int | None] = []
+    at_save: list[list[int | None]] = []  # what the purge had answered when it began
+    save = store.save
+
+    def watched_save(changes: Any) -> None:
+        if dict(changes).get("s") == {STREAM: 11}:  # the position past the purged ones
+            at_save.append(list(answered))
+        save(changes)
+
+    store.save = watched_save
+    purging = threading.Thread(target=lambda: answered.append(handle.purge()))
+    purging.start()
+    purging.join(15)
+    assert answered == [10]
+    # before, the purge returned at once and the save followed at the next commit pass
+    assert at_save == [[]], "the purge answered before its position was saved"
+    assert shared.get("s") == {STREAM: 11}
+
+
+def test_a_purge_whose_save_the_fence_refuses_fails_within_its_bound(
+    engines: tuple[_MemoryLog, _SharedPositions, list[CursorEngine]],
+) -> None:
+    """A purge whose position cannot be saved (here core's fence refuses it) fails after
+    ``purge_timeout`` (core answers a fault) rather than saying the messages are gone."""
+    log, shared, (a, _b) = engines
+    a.may_save = lambda name: False
+    a.purge_timeout = 0.5
+    handle = a.subscription(spec("s", "t"))
+    for i in range(3):
+        log.append(STREAM, b"%d" % i)
+    wait_until(lambda: handle.depth() == 3, 5, what="the head reading the three records")
+    with pytest.raises(AdapterError, match=r"not saved within 0\.5 s"):
+        handle.purge()
+    assert shared.get("s") != {STREAM: 3}
 
 
 @pytest.mark.parametrize("deliverer", ["maker", "follower"])
@@ -445,7 +502,9 @@ def test_a_purge_is_not_undone_by_a_resume_after_the_fence_refused_its_save(
     wait_until(lambda: handle.depth() == 10, 5, what="the head reading the ten records")
     cursor = a._cursors["s"]
     leased.clear()  # the fence refuses until the late heartbeat renews the lease
-    assert handle.purge() == 10
+    # a discard answers before its save (a purge now waits for it, and fails here:
+    # test_a_purge_whose_save_the_fence_refuses_fails_within_its_bound)
+    assert handle.discard(10) == 10
     # the commit pass took the position past the purged records (after the skip: not
     # dirty since) and finished: the fence refused it
     wait_until(

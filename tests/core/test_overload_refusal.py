@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from wsnmom.adapters.embedded.adapter import EmbeddedAdapter
 from wsnmom.core import errors
 from wsnmom.core.adapter import AdapterError, AdapterUnavailable, MiddlewareBusy
@@ -47,3 +48,35 @@ def test_lost_connection_stays_not_reachable_and_other_errors_keep_their_fault(
     assert g.refusal(AdapterError("refused")) is None
     other = errors.UnableToGetMessages("the middleware failed")
     assert g.fault(AdapterError("refused"), other) is other
+
+
+class _Unreachable(EmbeddedAdapter):
+    """An embedded adapter that says its middleware is down, and why, with a password in
+    the reason (as a careless adapter's connection error might carry)."""
+
+    def available(self) -> bool:
+        return False
+
+    def unavailable_reason(self) -> str | None:
+        return "cannot connect to amqp://gateway:s3cret@10.0.0.7:5672/ (connection refused)"
+
+
+def test_the_refusal_names_the_middleware_and_what_failed_without_its_password(
+    tmp_path: Path,
+) -> None:
+    g = MiddlewareGate(_Unreachable(f"embedded://{tmp_path}"), grace=0.0)
+    g.ready = True
+    with pytest.raises(errors.ResourceUnavailable) as refused:
+        g.require_middleware()
+    text = refused.value.description
+    assert text.startswith("the middleware (embedded) is not reachable: cannot connect to ")
+    assert "(connection refused)" in text
+    assert "s3cret" not in text
+    assert refused.value.retry_after == g.retry_after
+    # a cause raised mid-operation is the reason, the same way
+    lost = g.refusal(AdapterUnavailable("connection lost"))
+    assert lost is not None
+    assert (
+        lost.description
+        == "the middleware (embedded) is not reachable: connection lost; retry later"
+    )

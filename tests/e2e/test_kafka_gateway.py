@@ -167,6 +167,10 @@ def outage_faults_fast_then_delivers_everything_acknowledged(
     took = time.monotonic() - started
     assert answer.status == 503 and answer.fault == "ResourceUnavailableFault"
     assert took < 5.0, took
+    # which middleware, and what failed (before: "the middleware is not reachable")
+    assert b"the middleware (kafka) is not reachable: the Kafka cluster is unreachable: " in (
+        answer.data
+    ), answer.data
     node.resume()
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline and len(acked) < 10:

@@ -117,6 +117,8 @@ def test_outage_faults_fast_keeps_serving_and_loses_nothing(
         resp = post(broker, body)
         assert time.monotonic() - started < 5
         assert_unavailable(resp)
+        # which middleware (before: "the middleware is not reachable")
+        assert b"the middleware (rabbitmq) is not reachable" in resp.content, resp.content
 
     # 30 concurrent Notifies leave /healthz answering within a second
     with concurrent.futures.ThreadPoolExecutor(30) as pool:

@@ -7,7 +7,9 @@ leaves an orphan durable subscription (``core.orphans``), as its environment say
   after its durable subscription was made, before its record exists;
 * ``KILLPOINT_AFTER_DELETE=TEXT``: just after the removal (Unsubscribe, DestroyPullPoint,
   expiry) of such a subscription or pull point deleted its record, before the
-  middleware's delete.
+  middleware's delete;
+* ``KILLPOINT_AFTER_PURGE=1``: just after an operator's purge of a pull point returned
+  (what it dropped is answered as gone), before the answer is sent.
 
 Python imports ``sitecustomize`` from ``sys.path`` at start; without the variables this
 does nothing."""
@@ -20,6 +22,7 @@ from typing import Any
 
 BEFORE_STORE = os.environ.get("KILLPOINT_BEFORE_STORE", "")
 AFTER_DELETE = os.environ.get("KILLPOINT_AFTER_DELETE", "")
+AFTER_PURGE = os.environ.get("KILLPOINT_AFTER_PURGE", "")
 
 
 def _marked(record: Any, mark: str) -> bool:
@@ -55,6 +58,22 @@ def _killing_after(cls: type, method: str, getter: str) -> None:
 
     setattr(cls, method, delete)
 
+
+def _killing_after_purge(cls: type) -> None:
+    real = cls.purge
+
+    def purge(self: Any, pull_point_id: str) -> Any:
+        dropped = real(self, pull_point_id)
+        _kill()
+        return dropped
+
+    cls.purge = purge
+
+
+if AFTER_PURGE:
+    from wsnmom.core.pull_points import PullPoints
+
+    _killing_after_purge(PullPoints)
 
 if BEFORE_STORE or AFTER_DELETE:
     from wsnmom.core.store_postgres import PostgresStore

@@ -42,6 +42,7 @@ from collections.abc import Callable, Sequence
 
 from wsnmom.core.adapter import AdapterError, Received, SubscriptionHandle
 from wsnmom.core.pull_buffer import Fed, Feed
+from wsnmom.core.pull_handout import Settlement, nack_all
 
 __all__ = ["PullReader"]
 
@@ -146,13 +147,23 @@ class PullReader:
 
     # -- pull ----------------------------------------------------------------------------------
     def take(self, max_messages: int) -> list[Received]:
-        """Up to ``max_messages`` messages, removed as they are handed out: the inbox's
+        """Up to ``max_messages`` messages, settled as they are handed out: the inbox's
         first, then the active feeds' in turn (see the module docstring)."""
+        out, settlement = self.hand_out(max_messages)
+        settlement.settle()
+        return out
+
+    def hand_out(self, max_messages: int) -> tuple[list[Received], Settlement]:
+        """Up to ``max_messages`` messages, not settled (``SubscriptionHandle.hand_out``):
+        the settlement acknowledges them, or gives them back to their subscriptions."""
         with self._reading:
-            return self._take(max_messages)
+            items = self._take(max_messages)
+        out = [i for i in items if not isinstance(i, Fed) or i.message is not None]
+        return out, Settlement(items, nack_all)
 
     def _take(self, max_messages: int) -> list[Received]:
-        out: list[Received] = list(self.handle.take(max_messages))
+        """Every message taken, a feed's filtered ones too (settled with the others)."""
+        out: list[Received] = list(self.handle.hand_out(max_messages))
         if len(out) >= max_messages:
             return out
         with self._lock:
@@ -161,19 +172,19 @@ class PullReader:
                 turn = self._turn % len(feeds)
                 self._turn = turn + 1
                 feeds = feeds[turn:] + feeds[:turn]
+        handed = len(out)
         for feed in feeds:
-            while len(out) < max_messages and feed.active:
-                want = max_messages - len(out)
+            while handed < max_messages and feed.active:
+                want = max_messages - handed
                 try:
-                    got = feed.handle.take(want)
+                    got = feed.handle.hand_out(want)
                 except AdapterError as exc:
                     # gone through another instance, or the middleware failed: the others
                     # are still read (the inbox was, so the middleware answers)
                     log.debug("pull point %s: feed %s not read: %s", self.name, feed.handle, exc)
                     break
                 except Exception:
-                    # an adapter's unexpected failure: what this answer already took is
-                    # removed from the middleware, so it is handed out, not dropped
+                    # an adapter's unexpected failure: the answer goes with what it took
                     if not out:
                         raise
                     log.warning(
@@ -185,8 +196,9 @@ class PullReader:
                     return out
                 for received in got:
                     message = feed.prepare(received)
+                    out.append(Fed(feed, received, message))
                     if message is not None:
-                        out.append(Fed(feed, received, message))
+                        handed += 1
                 if len(got) < want:
                     break
         return out

@@ -1,0 +1,114 @@
+"""A GetMessages answer cut by a kill -9 of its reading instance, after the head and the
+first byte of its body went out, loses nothing: its messages were not settled (the
+settlement waits for the server's write of the whole body, ``core.pull_handout``), so
+the middleware hands them out again through the survivor (MQTT: the session's unacked
+messages; RabbitMQ ``pull = "get"``: the dead connection's unacked gets; Kafka: the
+unsaved position).  The reader kills itself in that window every time: a WSGI wrapper
+put around the application through ``waitress.create_server`` (a ``sitecustomize`` on
+the gateways' ``PYTHONPATH``, armed by a file) lets the head and the first byte of a
+GetMessages answer holding messages go out, then sends SIGKILL.  Before the fix, MQTT
+lost the cut answer every time (``[1, 2, 3]``), as did RabbitMQ's auto-ack gets.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import requests
+
+from tests.cluster.conftest import BOTH, MQTT, Cluster
+from tests.cluster.test_pull_owner import ONE_SHARD, feed, get_messages, publish
+from tests.support.waiting import wait_until
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+#: the gateways' sitecustomize: with the file named by ``WSNMOM_TEST_CUT_ARM`` present,
+#: the process kills itself (SIGKILL) once the server wrote the head and the first byte
+#: of a GetMessages answer that holds messages; the application's body is iterated as a
+#: server does (never asked for more than the chunk being written)
+INJECT = """
+import os
+import signal
+
+_ARM = os.environ.get("WSNMOM_TEST_CUT_ARM")
+if _ARM:
+    import waitress
+
+    _create = waitress.create_server
+
+    def _armed(app):
+        def wrapped(environ, start_response):
+            result = app(environ, start_response)
+            if not os.path.exists(_ARM):
+                return result
+            return _cut(result)
+
+        return wrapped
+
+    def _cut(result):
+        try:
+            for chunk in result:
+                if b"GetMessagesResponse" in chunk and b"NotificationMessage" in chunk:
+                    # the head and the first byte go out (two send()s, as waitress
+                    # writes a head and a body), then the process dies
+                    yield chunk[:1]
+                    os.kill(os.getpid(), signal.SIGKILL)
+                yield chunk
+        finally:
+            close = getattr(result, "close", None)
+            if close is not None:
+                close()
+
+    def create_server(application, *args, **kwargs):
+        return _create(_armed(application), *args, **kwargs)
+
+    waitress.create_server = create_server
+"""
+
+
+@pytest.mark.parametrize("middleware", [MQTT, *BOTH], indirect=True)
+def test_an_answer_cut_by_a_kill_of_its_reader_comes_again(
+    cluster: Callable[..., Cluster], tmp_path: Path
+) -> None:
+    inject = tmp_path / "inject"
+    inject.mkdir()
+    (inject / "sitecustomize.py").write_text(INJECT)
+    arms = [tmp_path / f"arm-{i}" for i in range(2)]
+    c = cluster(
+        2,
+        instance_env=lambda i: {"WSNMOM_TEST_CUT_ARM": str(arms[i])},
+        PYTHONPATH=str(inject),
+        **ONE_SHARD,
+    )
+    a, b = c.gateways
+    address = c.client(a).create_pull_point().reference.address
+    feed(c, b, address)
+    total = 20
+    publish(c, a, range(10))
+    first = wait_until(
+        lambda: (lambda x: x if x.numbers else None)(get_messages(c, a, address, 1)),
+        20,
+        what="the first message",
+    )
+    got = list(first.numbers)
+    reader, survivor = (a, b) if first.instance == c.instance_of(a) else (b, a)
+    arms[c.gateways.index(reader)].touch()
+    with pytest.raises((requests.ConnectionError, requests.exceptions.ChunkedEncodingError)):
+        get_messages(c, reader, address, 3)  # cut: the reader died
+    assert reader.process is not None
+    reader.process.wait(10)
+    # what comes after the kill is the sentinel: once all of it is drained from the
+    # survivor, what the dead reader cut had its chance to come again
+    publish(c, survivor, range(10, total))
+
+    def drained() -> bool:
+        answer = get_messages(c, survivor, address, 50)
+        if answer.status == 200:
+            got.extend(answer.numbers)
+        return set(range(10, total)) <= set(got)
+
+    wait_until(drained, 90, what="the survivor hands out everything sent after the kill")
+    missing = sorted(set(range(total)) - set(got))
+    assert missing == [], f"lost with the answer the kill cut: {missing}"

@@ -3,9 +3,11 @@
 A log- or session-based middleware may offer no "give me the next N messages" call.  Core
 then starts the pull point's handle in push mode and keeps what arrives in a buffer, still
 unsettled: the middleware keeps every buffered message until GetMessages hands it out, so
-nothing is lost if the gateway dies with a full buffer (the messages come again).  ``take``
-settles what it hands out, in arrival order (offset and in-order-ack middleware need
-that).  The buffer holds at most ``prefetch`` messages per handle: the adapter's own flow
+nothing is lost if the gateway dies with a full buffer (the messages come again).
+``hand_out`` takes messages out of the buffer unsettled; its settlement acknowledges
+them in arrival order (offset and in-order-ack middleware need that) once the answer
+was written, or puts them back at the head of the buffer (``core.pull_handout``);
+``take`` does both steps at once.  The buffer holds at most ``prefetch`` messages per handle: the adapter's own flow
 control stops delivering beyond that.
 
 **Feeds.**  The subscriptions that feed the pull point can be read by the buffer directly

@@ -11,7 +11,7 @@ them when GetMessages asks, and holds nothing in memory:
   comes first rotates, so a full answer does not starve the others), until the answer is
   full.  A feed's messages are prepared for the pull point (its filters applied, rendered
   with its SubscriptionReference: a ``Fed``) as they are taken; those its filters drop are
-  gone with the take.  Each source's messages come in its order.
+  settled with the answer.  Each source's messages come in its order.
 * ``suspend_feed`` (a pause, the end of the subscription) takes what reached the pull
   point: the first ``cap`` messages waiting in the feed, unsettled (as the buffer holds at
   most ``cap`` per feed); the caller publishes them into the inbox and settles them, or
@@ -26,9 +26,11 @@ them when GetMessages asks, and holds nothing in memory:
   reads a feed once its suspension began (else the answer could hand out the
   subscription's later messages, taken after the pause, ahead of the earlier ones the
   pause keeps in the inbox).
-* What an answer took is removed from the middleware: a feed failing unexpectedly after
-  that ends the answer with what it holds (the failure reaches GetMessages only when the
-  answer is empty).
+* What an answer took is handed out unsettled (``SubscriptionHandle.hand_out``) and
+  settled once the answer was written, or given back to its sources, newest first
+  (``core.pull_handout``); a feed's filtered messages are settled with the answer.  A
+  feed failing unexpectedly ends the answer with what it holds (the failure reaches
+  GetMessages only when the answer is empty).
 * A feed the middleware cannot read (its subscription destroyed through another instance a
   moment ago) is skipped for that answer; only when nothing at all could be read does the
   failure reach GetMessages.

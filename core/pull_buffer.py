@@ -7,8 +7,8 @@ nothing is lost if the gateway dies with a full buffer (the messages come again)
 ``hand_out`` takes messages out of the buffer unsettled; its settlement acknowledges
 them in arrival order (offset and in-order-ack middleware need that) once the answer
 was written, or puts them back at the head of the buffer (``core.pull_handout``);
-``take`` does both steps at once.  The buffer holds at most ``prefetch`` messages per handle: the adapter's own flow
-control stops delivering beyond that.
+``take`` does both steps at once.  The buffer holds at most ``prefetch`` messages per
+handle: the adapter's own flow control stops delivering beyond that.
 
 **Feeds.**  The subscriptions that feed the pull point can be read by the buffer directly
 (``core.pull_feeds``): each feed is the subscription's own durable handle, started in push

@@ -7,7 +7,9 @@ unsaved position).  The reader kills itself in that window every time: a WSGI wr
 put around the application through ``waitress.create_server`` (a ``sitecustomize`` on
 the gateways' ``PYTHONPATH``, armed by a file) lets the head and the first byte of a
 GetMessages answer holding messages go out, then sends SIGKILL.  Before the fix, MQTT
-lost the cut answer every time (``[1, 2, 3]``), as did RabbitMQ's auto-ack gets.
+lost the cut answer every time (``[1, 2, 3]``), as did RabbitMQ's auto-ack gets; a
+GetMessages forwarded to the reader by the other instance was answered 503 ("try again")
+while its messages were settled.
 """
 
 from __future__ import annotations
@@ -68,9 +70,18 @@ if _ARM:
 """
 
 
-@pytest.mark.parametrize("middleware", [MQTT, *BOTH], indirect=True)
+@pytest.mark.parametrize(
+    ("middleware", "forwarded"),
+    [
+        pytest.param(*MQTT.values, False, marks=MQTT.marks, id="mqtt"),
+        *[pytest.param(*m.values, False, marks=m.marks, id=str(m.values[0])) for m in BOTH],
+        # asked through the other instance, which relays the reader's cut answer as a 503
+        pytest.param(*MQTT.values, True, marks=MQTT.marks, id="mqtt-forwarded"),
+    ],
+    indirect=["middleware"],
+)
 def test_an_answer_cut_by_a_kill_of_its_reader_comes_again(
-    cluster: Callable[..., Cluster], tmp_path: Path
+    cluster: Callable[..., Cluster], tmp_path: Path, forwarded: bool
 ) -> None:
     inject = tmp_path / "inject"
     inject.mkdir()
@@ -95,8 +106,11 @@ def test_an_answer_cut_by_a_kill_of_its_reader_comes_again(
     got = list(first.numbers)
     reader, survivor = (a, b) if first.instance == c.instance_of(a) else (b, a)
     arms[c.gateways.index(reader)].touch()
-    with pytest.raises((requests.ConnectionError, requests.exceptions.ChunkedEncodingError)):
-        get_messages(c, reader, address, 3)  # cut: the reader died
+    if forwarded:
+        assert get_messages(c, survivor, address, 3).status == 503  # the relay was cut
+    else:
+        with pytest.raises((requests.ConnectionError, requests.exceptions.ChunkedEncodingError)):
+            get_messages(c, reader, address, 3)  # cut: the reader died
     assert reader.process is not None
     reader.process.wait(10)
     # what comes after the kill is the sentinel: once all of it is drained from the

@@ -13,8 +13,8 @@ that read the messages).  While no live instance reads the pull point (a hand-ov
 answer is ResourceUnavailableFault, HTTP 503 with ``Retry-After``, as for every "try
 again" of the gateway; so is a reader that cannot be reached, or whose answer could not be
 read whole: the reader settles a GetMessages answer's messages only once its server wrote
-the whole answer to this instance (``soap_frontend.settled_answers``), so they come again.  An operator's purge or
-peek through the admin API is sent on the same way (:meth:`PullForward.relay`, called by
+the whole answer to this instance (``soap_frontend.settled_answers``), so they come again.
+An operator's purge or peek through the admin API is sent on the same way (:meth:`PullForward.relay`, called by
 ``admin_forward`` once the admin was authorised where the request arrived).
 
 A forwarded request carries :data:`FORWARD_HEADER`: the sending instance, a time, a

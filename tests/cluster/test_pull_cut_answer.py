@@ -3,10 +3,10 @@ first byte of its body went out, loses nothing: its messages were not settled (t
 settlement waits for the server's write of the whole body, ``core.pull_handout``), so
 the middleware hands them out again through the survivor (MQTT: the session's unacked
 messages; RabbitMQ ``pull = "get"``: the dead connection's unacked gets; Kafka: the
-unsaved position).  The reader kills itself in that window every time: a WSGI wrapper
-put around the application through ``waitress.create_server`` (a ``sitecustomize`` on
-the gateways' ``PYTHONPATH``, armed by a file) lets the head and the first byte of a
-GetMessages answer holding messages go out, then sends SIGKILL.  Before the fix, MQTT
+unsaved position).  The reader kills itself in that window every time
+(``tests/support/killpoint``, ``KILLPOINT_CUT_ANSWER``, armed by a file once the reader
+is known): the head and the first byte of a GetMessages answer holding messages go out,
+then the process sends itself SIGKILL.  Before the fix, MQTT
 lost the cut answer every time (``[1, 2, 3]``), as did RabbitMQ's auto-ack gets; a
 GetMessages forwarded to the reader by the other instance was answered 503 ("try again")
 while its messages were settled.
@@ -26,48 +26,8 @@ from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
-#: the gateways' sitecustomize: with the file named by ``WSNMOM_TEST_CUT_ARM`` present,
-#: the process kills itself (SIGKILL) once the server wrote the head and the first byte
-#: of a GetMessages answer that holds messages; the application's body is iterated as a
-#: server does (never asked for more than the chunk being written)
-INJECT = """
-import os
-import signal
-
-_ARM = os.environ.get("WSNMOM_TEST_CUT_ARM")
-if _ARM:
-    import waitress
-
-    _create = waitress.create_server
-
-    def _armed(app):
-        def wrapped(environ, start_response):
-            result = app(environ, start_response)
-            if not os.path.exists(_ARM):
-                return result
-            return _cut(result)
-
-        return wrapped
-
-    def _cut(result):
-        try:
-            for chunk in result:
-                if b"GetMessagesResponse" in chunk and b"NotificationMessage" in chunk:
-                    # the head and the first byte go out (two send()s, as waitress
-                    # writes a head and a body), then the process dies
-                    yield chunk[:1]
-                    os.kill(os.getpid(), signal.SIGKILL)
-                yield chunk
-        finally:
-            close = getattr(result, "close", None)
-            if close is not None:
-                close()
-
-    def create_server(application, *args, **kwargs):
-        return _create(_armed(application), *args, **kwargs)
-
-    waitress.create_server = create_server
-"""
+#: the test-only fault injection the gateways start with (``KILLPOINT_CUT_ANSWER``)
+KILLPOINT = Path(__file__).parent.parent / "support" / "killpoint"
 
 
 @pytest.mark.parametrize(
@@ -84,14 +44,11 @@ if _ARM:
 def test_an_answer_cut_by_a_kill_of_its_reader_comes_again(
     cluster: Callable[..., Cluster], tmp_path: Path, forwarded: bool
 ) -> None:
-    inject = tmp_path / "inject"
-    inject.mkdir()
-    (inject / "sitecustomize.py").write_text(INJECT)
     arms = [tmp_path / f"arm-{i}" for i in range(2)]
     c = cluster(
         2,
-        instance_env=lambda i: {"WSNMOM_TEST_CUT_ARM": str(arms[i])},
-        PYTHONPATH=str(inject),
+        instance_env=lambda i: {"KILLPOINT_CUT_ANSWER": str(arms[i])},
+        PYTHONPATH=str(KILLPOINT),
         **ONE_SHARD,
     )
     a, b = c.gateways

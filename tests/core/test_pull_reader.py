@@ -216,3 +216,28 @@ def test_an_answer_given_back_comes_again_first_in_order() -> None:
     settlement.settle()  # once given back, nothing more
     assert inbox.acked == []
     assert bodies(reader.take(10)) == [b"i0", b"i1", b"i2"]
+
+
+def test_what_an_answer_took_from_a_feed_halted_meanwhile_is_settled_at_once() -> None:
+    """Its subscription ends and dead-letters what it still holds: what reached the
+    answer must be gone from it already (core.pull_feeds)."""
+    reader = PullReader(Queue("pp"), cap=10)
+    feed = Queue("s1", "k0", "over", "k2")
+
+    ended: list[bytes] = []
+
+    def prepare(r: Received) -> object | None:
+        # its filter goes over its budget at "over"; from there on core dead-letters
+        # each message it meets (core.pull_feeds)
+        if r.body == b"over" or ended:
+            ended.append(r.body)
+            reader.halt_feed("s1")
+            return None
+        return r.body
+
+    reader.add_feed("s1", feed, prepare, active=True)
+    got, settlement = reader.hand_out(10)
+    assert bodies(got) == [b"k0"] and ended == [b"over", b"k2"]
+    assert feed.acked == [b"k0", b"over", b"k2"]  # settled before the answer's write
+    settlement.give_back()
+    assert feed.nacked == [] and list(feed.ready) == []

@@ -226,12 +226,25 @@ class SubscriptionHandle(abc.ABC):
         """Pull mode: take up to ``max_messages`` now (waiting up to ``timeout`` seconds
         for the first one), oldest first.  Not to be mixed with ``start`` on one handle."""
 
+    def hand_out(self, max_messages: int) -> list[Received]:
+        """GetMessages' read: up to ``max_messages`` messages that are ready now, oldest
+        first, not settled.  Core acknowledges them once the HTTP server accepted the whole
+        answer that carries them, or gives them back (``nack(requeue=True)``, newest first)
+        when the answer was not written; they must stay out of later reads meanwhile and
+        come again if the gateway dies before either (at-least-once: a crash duplicates at
+        most the answers in flight, it never loses them).
+
+        The default pulls without waiting; override it when the middleware has a cheaper
+        read with later acknowledgement (RabbitMQ: ``basic.get`` on a shared channel).
+        """
+        return self.pull(max_messages, timeout=0.0)
+
     def take(self, max_messages: int) -> list[Received]:
         """Pull mode, consumed on hand-out: up to ``max_messages`` messages that are ready
         now, oldest first, already removed from the subscription.  The caller must not
-        settle them (``ack``/``nack`` do nothing).  For callers that would acknowledge
-        everything they pull straight away (GetMessages): a crash after this returns loses
-        the messages, exactly as after ``pull`` and ``ack``.
+        settle them (``ack``/``nack`` do nothing).  For callers that drop what they read
+        (``discard``): a crash after this returns loses the messages, exactly as after
+        ``pull`` and ``ack``.  GetMessages reads with ``hand_out`` instead.
 
         The default pulls without waiting and acknowledges each message; override it when
         the middleware hands out and removes in one step (one transaction, an auto-ack

@@ -232,7 +232,10 @@ def build_policy(
         delivery_order=_delivery_order(settings, ordering),
         delivery_guarantee=(
             "at-least-once: acknowledged to the middleware only after the consumer answered "
-            "2xx; undelivered notifications survive restarts in the durable subscription"
+            "2xx; undelivered notifications survive restarts in the durable subscription; "
+            "GetMessages settles a message only once the server wrote the whole answer "
+            "carrying it: an answer not written (a gateway killed meanwhile, a failed "
+            "write) is handed out again by the next GetMessages"
         ),
         batching=settings.delivery.batch_size,
         get_messages_order=GET_MESSAGES_ORDER[ordering],

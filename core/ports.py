@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from wsnmom.core.operations import Overview, SubscriptionStatus
     from wsnmom.core.peek import PeekResult
     from wsnmom.core.policy import BrokerPolicy
+    from wsnmom.core.pull_handout import Settlement
     from wsnmom.core.rate_history import RatePoint
 
 __all__ = ["BrokerPort", "BrokerProperties", "DeliveryFailed", "OutboundSoap"]
@@ -215,6 +216,13 @@ class BrokerPort(Protocol):
 
     def get_messages(self, pull_point_id: str, maximum: int | None) -> list[NotificationMessage]:
         """Destructive FIFO read; None/0 = all available up to the cap."""
+        ...
+
+    def hand_out_messages(
+        self, pull_point_id: str, maximum: int | None
+    ) -> tuple[list[NotificationMessage], Settlement]:
+        """``get_messages`` unsettled: the caller settles the messages once its answer was
+        written, or gives them back (``core.pull_handout``)."""
         ...
 
     def notify_pull_point(

@@ -3,10 +3,12 @@
 A log- or session-based middleware may offer no "give me the next N messages" call.  Core
 then starts the pull point's handle in push mode and keeps what arrives in a buffer, still
 unsettled: the middleware keeps every buffered message until GetMessages hands it out, so
-nothing is lost if the gateway dies with a full buffer (the messages come again).  ``take``
-settles what it hands out, in arrival order (offset and in-order-ack middleware need
-that).  The buffer holds at most ``prefetch`` messages per handle: the adapter's own flow
-control stops delivering beyond that.
+nothing is lost if the gateway dies with a full buffer (the messages come again).
+``hand_out`` takes messages out of the buffer unsettled; its settlement acknowledges
+them in arrival order (offset and in-order-ack middleware need that) once the answer
+was written, or puts them back at the head of the buffer (``core.pull_handout``);
+``take`` does both steps at once.  The buffer holds at most ``prefetch`` messages per
+handle: the adapter's own flow control stops delivering beyond that.
 
 **Feeds.**  The subscriptions that feed the pull point can be read by the buffer directly
 (``core.pull_feeds``): each feed is the subscription's own durable handle, started in push
@@ -48,6 +50,7 @@ from collections.abc import Callable, Sequence
 from typing import Generic, TypeVar
 
 from wsnmom.core.adapter import HEADER_MESSAGE_ID, Received, SubscriptionHandle
+from wsnmom.core.pull_handout import Settlement, nack_all
 
 __all__ = ["KEPT_WAIT", "Fed", "Feed", "PullBuffer"]
 
@@ -114,6 +117,7 @@ class PullBuffer:
         "_cv",
         "_deferred",
         "_feeds",
+        "_generation",
         "_kept",
         "_queue",
         "_skips",
@@ -128,6 +132,8 @@ class PullBuffer:
         self._cv = threading.Condition()
         self._queue: deque[Received] = deque()
         self._started = False
+        #: counts the stops: what was handed out before one is not put back after it
+        self._generation = 0
         self._feeds: dict[str, Feed[object]] = {}
         #: feeds' filtered messages in the queue (waiting to be settled in order)
         self._skips = 0
@@ -160,6 +166,7 @@ class PullBuffer:
             if not self._started:
                 return
             self._started = False
+            self._generation += 1
             self._queue.clear()
             self._skips = 0
             # started again with the buffer; the inbox delivers its copies again too
@@ -419,12 +426,47 @@ class PullBuffer:
     def take(self, max_messages: int) -> list[Received]:
         """Up to ``max_messages`` buffered messages, settled (acked) in order as handed out
         (a feed's filtered messages met on the way too, in their place)."""
-        out = []
-        for item in self._pop(max_messages, 0.0):
-            item.ack()
-            if not isinstance(item, Fed) or item.message is not None:
-                out.append(item)
+        out, settlement = self.hand_out(max_messages)
+        settlement.settle()
         return out
+
+    def hand_out(self, max_messages: int) -> tuple[list[Received], Settlement]:
+        """Up to ``max_messages`` buffered messages, taken out of the buffer but not
+        settled: the settlement acknowledges them (a feed's filtered messages met on the
+        way too, in their place) or puts them back at the head of the buffer."""
+        generation = self._generation
+        items = self._pop(max_messages, 0.0)
+        out = [i for i in items if not isinstance(i, Fed) or i.message is not None]
+
+        def put_back(taken: Sequence[Received]) -> None:
+            self._put_back(taken, generation)
+
+        return out, Settlement(items, put_back)
+
+    def _put_back(self, items: Sequence[Received], generation: int) -> None:
+        """An unwritten answer's messages, first again.  Not those the middleware gives
+        again anyway (the buffer was stopped since, or their connection went); a feed's
+        that is no longer read here go back to its subscription."""
+        kept: list[Received] = []
+        back: list[Received] = []
+        with self._cv:
+            if not self._started or generation != self._generation:
+                return
+            feeds = list(self._feeds.values())
+            for item in items:
+                if not item.settleable:
+                    continue
+                if isinstance(item, Fed):
+                    if not item.feed.active or item.feed not in feeds:
+                        back.append(item)
+                        continue
+                    item.feed.waiting += 1
+                    if item.message is None:
+                        self._skips += 1
+                kept.append(item)
+            self._queue.extendleft(reversed(kept))
+            self._cv.notify_all()
+        nack_all(back)
 
     def held(self, limit: int) -> list[Received]:
         """The first ``limit`` buffered messages, oldest first, as GetMessages would hand

@@ -11,8 +11,10 @@ inbox when a notification is published instead (``core.direct_routing``).
 * CreatePullPoint with a known ``name`` re-attaches to that pull point.
 * GetMessages: FIFO; MaximumNumber absent or 0 returns everything available up to
   ``limits.get_messages_cap``, a larger MaximumNumber at most that many; the read is
-  destructive (the messages are removed as they are handed to the response: at-most-once
-  if the response is lost).
+  destructive for the client (an answer written is never handed out again) and
+  at-least-once for an answer lost on its way: its messages are settled in the
+  middleware only once the HTTP server accepted the whole answer, and handed out again,
+  first, when it was not written or the reader died meanwhile (``core.pull_handout``).
 * DestroyPullPoint and pull point expiry destroy the subscriptions feeding it (DPP-04).
 """
 
@@ -23,7 +25,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from wsnmom.core import errors, metrics
-from wsnmom.core.adapter import AdapterError, SubscriptionHandle, SubscriptionSpec
+from wsnmom.core.adapter import AdapterError, Received, SubscriptionHandle, SubscriptionSpec
 from wsnmom.core.codec import decode, pull_point_inbox
 from wsnmom.core.context import BrokerContext
 from wsnmom.core.inbound import Inbound
@@ -37,6 +39,7 @@ from wsnmom.core.model import (
     new_resource_id,
 )
 from wsnmom.core.pull_buffer import Fed, PullBuffer
+from wsnmom.core.pull_handout import Settlement, nack_all
 from wsnmom.core.pull_owners import handed_over
 from wsnmom.core.pull_reader import PullReader
 from wsnmom.core.registry import LivePullPoint, LiveSubscription
@@ -192,7 +195,17 @@ class PullPoints:
         return len(messages)
 
     def get_messages(self, pull_point_id: str, maximum: int | None) -> list[NotificationMessage]:
-        """Destructive FIFO read (BN §5.1.2); None/0 = all available up to the cap."""
+        """Destructive FIFO read (BN §5.1.2); None/0 = all available up to the cap;
+        settled at once (callers that write no answer: ONVIF, in-process)."""
+        messages, settlement = self.hand_out(pull_point_id, maximum)
+        settlement.settle()
+        return messages
+
+    def hand_out(
+        self, pull_point_id: str, maximum: int | None
+    ) -> tuple[list[NotificationMessage], Settlement]:
+        """GetMessages' read, settled by the caller once its answer was written, or given
+        back (handed out again, first) when it was not (``core.pull_handout``)."""
         ctx = self._ctx
         state = ctx.registry.live_pull_point(pull_point_id)
         if maximum is not None and maximum < 0:
@@ -202,14 +215,16 @@ class PullPoints:
         cap = ctx.settings.limits.get_messages_cap
         limit = min(maximum, cap) if maximum else cap
         failed: AdapterError | None = None
+        received: list[Received] = []
+        settlement = Settlement((), nack_all)
         with state.lock:
             # a buffer is read only by the instance holding the pull point's shard
             # (``core.pull_owners``); checked under the lock its hand-over takes
             if isinstance(state.reader, PullBuffer) and not ctx.delivers(pull_point_id):
                 raise handed_over(pull_point_id, ctx.settings.middleware.retry_after)
             try:
-                # removed on hand-out: GetMessages is destructive and settles nothing later
-                received = state.reader.take(limit)
+                # out of later reads until the answer is written (settled) or not (back)
+                received, settlement = state.reader.hand_out(limit)
             except AdapterError as exc:
                 failed = exc
         if failed is not None:
@@ -221,8 +236,19 @@ class PullPoints:
             if refusal is not None:
                 raise refusal from failed
             raise errors.UnableToGetMessages(f"the middleware failed: {failed}") from failed
+        try:
+            out = self._messages(pull_point_id, received)
+        except BaseException:
+            settlement.give_back()
+            raise
+        return out, settlement
+
+    def _messages(self, pull_point_id: str, received: list[Received]) -> list[NotificationMessage]:
+        """The answer's messages of what was taken."""
+        ctx = self._ctx
         out: list[NotificationMessage] = []
         now = ctx.now()
+        # an expired or undecodable message is settled with the answer (dropped)
         for r in received:
             if ctx.limit_keeper.expired(r, now):
                 continue

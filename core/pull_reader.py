@@ -11,7 +11,7 @@ them when GetMessages asks, and holds nothing in memory:
   comes first rotates, so a full answer does not starve the others), until the answer is
   full.  A feed's messages are prepared for the pull point (its filters applied, rendered
   with its SubscriptionReference: a ``Fed``) as they are taken; those its filters drop are
-  gone with the take.  Each source's messages come in its order.
+  settled with the answer.  Each source's messages come in its order.
 * ``suspend_feed`` (a pause, the end of the subscription) takes what reached the pull
   point: the first ``cap`` messages waiting in the feed, unsettled (as the buffer holds at
   most ``cap`` per feed); the caller publishes them into the inbox and settles them, or
@@ -26,8 +26,12 @@ them when GetMessages asks, and holds nothing in memory:
   reads a feed once its suspension began (else the answer could hand out the
   subscription's later messages, taken after the pause, ahead of the earlier ones the
   pause keeps in the inbox).
-* What an answer took is removed from the middleware: a feed failing unexpectedly after
-  that ends the answer with what it holds (the failure reaches GetMessages only when the
+* What an answer took is handed out unsettled (``SubscriptionHandle.hand_out``) and
+  settled once the answer was written, or given back to its sources, newest first
+  (``core.pull_handout``); a feed's filtered messages are settled with the answer.  What
+  an answer took from a feed halted while it read it is settled at once (its
+  subscription ends and dead-letters what it still holds).  A feed failing unexpectedly
+  ends the answer with what it holds (the failure reaches GetMessages only when the
   answer is empty).
 * A feed the middleware cannot read (its subscription destroyed through another instance a
   moment ago) is skipped for that answer; only when nothing at all could be read does the
@@ -42,6 +46,7 @@ from collections.abc import Callable, Sequence
 
 from wsnmom.core.adapter import AdapterError, Received, SubscriptionHandle
 from wsnmom.core.pull_buffer import Fed, Feed
+from wsnmom.core.pull_handout import Settlement, nack_all
 
 __all__ = ["PullReader"]
 
@@ -146,15 +151,28 @@ class PullReader:
 
     # -- pull ----------------------------------------------------------------------------------
     def take(self, max_messages: int) -> list[Received]:
-        """Up to ``max_messages`` messages, removed as they are handed out: the inbox's
+        """Up to ``max_messages`` messages, settled as they are handed out: the inbox's
         first, then the active feeds' in turn (see the module docstring)."""
-        with self._reading:
-            return self._take(max_messages)
+        out, settlement = self.hand_out(max_messages)
+        settlement.settle()
+        return out
 
-    def _take(self, max_messages: int) -> list[Received]:
-        out: list[Received] = list(self.handle.take(max_messages))
+    def hand_out(self, max_messages: int) -> tuple[list[Received], Settlement]:
+        """Up to ``max_messages`` messages, not settled (``SubscriptionHandle.hand_out``):
+        the settlement acknowledges them, or gives them back to their subscriptions."""
+        items: list[Received] = []
+        out: list[Received] = []
+        with self._reading:
+            self._take(max_messages, items, out)
+        return out, Settlement(items, nack_all)
+
+    def _take(self, max_messages: int, items: list[Received], out: list[Received]) -> None:
+        """Fill ``out`` with the messages to hand out and ``items`` with what the answer
+        settles (a feed's filtered messages too)."""
+        items.extend(self.handle.hand_out(max_messages))
+        out.extend(items)
         if len(out) >= max_messages:
-            return out
+            return
         with self._lock:
             feeds = [f for f in self._feeds.values() if f.active]
             if feeds:
@@ -162,34 +180,57 @@ class PullReader:
                 self._turn = turn + 1
                 feeds = feeds[turn:] + feeds[:turn]
         for feed in feeds:
-            while len(out) < max_messages and feed.active:
-                want = max_messages - len(out)
-                try:
-                    got = feed.handle.take(want)
-                except AdapterError as exc:
-                    # gone through another instance, or the middleware failed: the others
-                    # are still read (the inbox was, so the middleware answers)
-                    log.debug("pull point %s: feed %s not read: %s", self.name, feed.handle, exc)
-                    break
-                except Exception:
-                    # an adapter's unexpected failure: what this answer already took is
-                    # removed from the middleware, so it is handed out, not dropped
-                    if not out:
-                        raise
-                    log.warning(
-                        "pull point %s: feed %s failed; answering with what was taken",
-                        self.name,
-                        feed.handle,
-                        exc_info=True,
-                    )
-                    return out
-                for received in got:
-                    message = feed.prepare(received)
-                    if message is not None:
-                        out.append(Fed(feed, received, message))
-                if len(got) < want:
-                    break
-        return out
+            mine: list[Fed[object]] = []
+            try:
+                self._read_feed(feed, max_messages - len(out), mine)
+            except Exception:
+                # an adapter's unexpected failure: the answer goes with what it took
+                if not out and not mine:
+                    raise
+                log.warning(
+                    "pull point %s: feed %s failed; answering with what was taken",
+                    self.name,
+                    feed.handle,
+                    exc_info=True,
+                )
+                self._keep(feed, mine, items, out)
+                return
+            self._keep(feed, mine, items, out)
+
+    def _read_feed(self, feed: Feed[object], wanted: int, mine: list[Fed[object]]) -> None:
+        """Up to ``wanted`` of the feed's messages to hand out into ``mine`` (its filtered
+        ones too), while the feed is read."""
+        handed = 0
+        while handed < wanted and feed.active:
+            want = wanted - handed
+            try:
+                got = feed.handle.hand_out(want)
+            except AdapterError as exc:
+                # gone through another instance, or the middleware failed: the others
+                # are still read (the inbox was, so the middleware answers)
+                log.debug("pull point %s: feed %s not read: %s", self.name, feed.handle, exc)
+                return
+            for received in got:
+                message = feed.prepare(received)
+                mine.append(Fed(feed, received, message))
+                if message is not None:
+                    handed += 1
+            if len(got) < want:
+                return
+
+    @staticmethod
+    def _keep(
+        feed: Feed[object], mine: list[Fed[object]], items: list[Received], out: list[Received]
+    ) -> None:
+        out.extend(m for m in mine if m.message is not None)
+        if feed.active:
+            items.extend(mine)
+            return
+        # halted by its filter while this answer read it: its subscription ends and
+        # dead-letters what it still holds, so what the answer took from it is settled
+        # now (at-most-once for these few, as before)
+        for m in mine:
+            m.ack()
 
     def held(self, limit: int) -> list[Received]:
         """Nothing is held in memory."""

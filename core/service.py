@@ -69,6 +69,7 @@ from wsnmom.core.peek import Peeker
 from wsnmom.core.periodic import PeriodicTask
 from wsnmom.core.policy import BrokerPolicy
 from wsnmom.core.ports import BrokerProperties, OutboundSoap
+from wsnmom.core.pull_handout import Settlement
 from wsnmom.core.pull_points import PullPoints
 from wsnmom.core.rate_history import RateHistory
 from wsnmom.core.readiness import disk_low, unready_reason
@@ -396,6 +397,17 @@ class BrokerService(OperatorCalls):
         if not self.pull_owners.reads_here(pull_point_id):
             raise self.pull_owners.refusal(pull_point_id)
         return self.pull_points.get_messages(pull_point_id, maximum)
+
+    def hand_out_messages(
+        self, pull_point_id: str, maximum: int | None
+    ) -> tuple[list[NotificationMessage], Settlement]:
+        """``get_messages`` for a caller that writes the answer: it settles the messages
+        once the answer was written, or gives them back (``core.pull_handout``)."""
+        self._gate.require_middleware()
+        self._guard.pull_point(pull_point_id)
+        if not self.pull_owners.reads_here(pull_point_id):
+            raise self.pull_owners.refusal(pull_point_id)
+        return self.pull_points.hand_out(pull_point_id, maximum)
 
     def notify_pull_point(
         self, pull_point_id: str, messages: Sequence[InboundNotification]

@@ -73,6 +73,7 @@ from .public_base import public_base
 from .pull_forward import PullForward
 from .ratelimit import RateLimiter
 from .request_ids import RequestIds
+from .settled_answers import SettlingBody
 
 log = logging.getLogger("wsnmom.soap")
 
@@ -320,6 +321,16 @@ def _onvif_view(subscription_id: str | None = None) -> Response:
 
 
 def _reply_response(reply: Reply) -> Response:
+    if reply.settlements is not None:  # settled once the server wrote it
+        response = Response(
+            SettlingBody(reply.body, reply.settlements),
+            status=reply.status,
+            content_type=reply.content_type,
+        )
+        # as the fast path orders them; else a streamed body would go chunked
+        response.headers["Content-Length"] = str(len(reply.body))
+        response.headers.extend(reply.headers)
+        return response
     return Response(
         reply.body, status=reply.status, content_type=reply.content_type, headers=reply.headers
     )

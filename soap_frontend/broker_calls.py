@@ -24,7 +24,7 @@ from wsnmom.core.addresses import ResourceKind, parse_resource_path
 from wsnmom.core.model import WireVersion
 from wsnmom.core.ports import BrokerPort
 
-from . import codec
+from . import codec, settled_answers
 from .codec import Op
 from .envelope import SoapRequest
 from .faults import BaseFaultError
@@ -262,7 +262,9 @@ def _resource_op(
         return codec.empty_response(T("ResumeSubscriptionResponse"))
     if op is Op.GET_MESSAGES:
         maximum = codec.parse_get_messages(body)
-        taken = service.get_messages(rid, maximum)
+        taken, settlement = service.hand_out_messages(rid, maximum)
+        # settled once the answer is written, given back if it is not
+        settled_answers.defer(settlement)
         response = codec.get_messages_response(taken)
         if not taken:
             return response

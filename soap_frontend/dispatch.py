@@ -12,6 +12,7 @@ the broker call of each operation: :mod:`.broker_calls`.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -27,7 +28,7 @@ from wsnmom.core.log_context import bound_request_id
 from wsnmom.core.model import EndpointReference, InboundNotification, SoapVersion
 from wsnmom.core.ports import BrokerPort
 
-from . import codec, legacy_answers, legacy_faults
+from . import codec, legacy_answers, legacy_faults, settled_answers
 from .auth import FORWARDED_ADDRESS_KEY, Authenticator
 from .broker_calls import Role, broker_address, run_operation
 from .codec import Op
@@ -56,6 +57,7 @@ from .legacy_requests import Answered, to_current
 from .long_poll import PARK, Poll, Poller, WaitFor
 from .message_info import apply_app_headers, trace_headers
 from .ratelimit import RateLimiter
+from .settled_answers import Settlements
 from .splice import Spliced
 from .wsse import TokenRejected, find_username_token
 
@@ -105,6 +107,8 @@ class Reply:
     body: bytes
     content_type: str
     headers: tuple[tuple[str, str], ...] = ()
+    #: what the answer carries unsettled (GetMessages): settled once it was written
+    settlements: Settlements | None = None
 
 
 #: Flask's default Content-Type of a Response without one (the body-less 202 of one-ways)
@@ -129,7 +133,38 @@ def soap_post(
     and the Flask view give the same answers.  With ``handler`` its operations are served
     instead of WS-N's; a handler that raises :class:`WaitFor` is answered when its retry
     answers, by the poller, without this thread when the server can park the request
-    (:mod:`.long_poll`)."""
+    (:mod:`.long_poll`).  A GetMessages answer carries its messages unsettled
+    (``Reply.settlements``): the server settles them once it wrote the answer
+    (:mod:`.settled_answers`); a fault gives them back."""
+    with settled_answers.collecting() as taken:
+        try:
+            reply = _soap_post(
+                fe, role, resource_id, method, content_type, data, path, args, environ, handler
+            )
+        except BaseException:
+            taken.give_back()
+            raise
+    if not taken:
+        return reply
+    if reply.status != 200:  # a fault: nothing was handed out
+        taken.give_back()
+        return reply
+    return dataclasses.replace(reply, settlements=taken)
+
+
+def _soap_post(
+    fe: Frontend,
+    role: Role,
+    resource_id: str | None,
+    method: str,
+    content_type: str | None,
+    data: bytes,
+    path: str,
+    args: Mapping[str, str],
+    environ: Mapping[str, Any] | None = None,
+    handler: SoapHandler | None = None,
+) -> Reply:
+    """``soap_post`` without the settlement of what the answer carries."""
     auth = fe.auth
     principal: Principal = ANONYMOUS
     if role is Role.UPSTREAM:

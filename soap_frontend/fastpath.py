@@ -34,6 +34,7 @@ from wsnmom.core.addresses import BROKER_PATH, parse_resource_path, resource_pat
 
 from .broker_calls import Role
 from .dispatch import Frontend, Reply, soap_post
+from .settled_answers import SettlingBody
 
 WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 
@@ -173,7 +174,9 @@ class SoapFastPath:
             return self._flask_error(environ, start_response, exc)
         return self._respond(start_response, reply)
 
-    def _respond(self, start_response: Callable[..., Any], reply: Reply) -> list[bytes]:
+    def _respond(
+        self, start_response: Callable[..., Any], reply: Reply
+    ) -> list[bytes] | SettlingBody:
         status = self._status.get(reply.status)
         if status is None:
             status = self._status[reply.status] = _status_line(reply.status)
@@ -182,6 +185,8 @@ class SoapFastPath:
         if reply.headers:
             headers.extend(reply.headers)
         start_response(status, headers)
+        if reply.settlements is not None:  # settled once the server wrote it
+            return SettlingBody(body, reply.settlements)
         return [body]
 
     def _plain_flask(self) -> bool:

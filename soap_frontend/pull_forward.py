@@ -11,9 +11,12 @@ address (``cluster.address``, from the store's instance table), and its answer r
 it came: status, body, ``Retry-After`` and the reader's ``WSNMOM-Instance`` (the instance
 that read the messages).  While no live instance reads the pull point (a hand-over), the
 answer is ResourceUnavailableFault, HTTP 503 with ``Retry-After``, as for every "try
-again" of the gateway; so is a reader that cannot be reached.  An operator's purge or
-peek through the admin API is sent on the same way (:meth:`PullForward.relay`, called by
-``admin_forward`` once the admin was authorised where the request arrived).
+again" of the gateway; so is a reader that cannot be reached, or whose answer could not be
+read whole: the reader settles a GetMessages answer's messages only once its server wrote
+the whole answer to this instance (``soap_frontend.settled_answers``), so they come again.
+An operator's purge or peek through the admin API is sent on the same way
+(:meth:`PullForward.relay`, called by ``admin_forward`` once the admin was authorised
+where the request arrived).
 
 A forwarded request carries :data:`FORWARD_HEADER`: the sending instance, a time, a
 nonce and an HMAC-SHA256 of those, the method, the path (with its query) and the body

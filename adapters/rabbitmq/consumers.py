@@ -223,15 +223,21 @@ class Consumers:
         return out
 
     def pull_direct(
-        self, sub: RabbitMQSubscription, max_messages: int, *, no_ack: bool = False
+        self,
+        sub: RabbitMQSubscription,
+        max_messages: int,
+        *,
+        no_ack: bool = False,
+        shared: bool = False,
     ) -> list[Received] | None:
         """``pull`` without waiting (GetMessages) and without a coroutine: the gets are
         chained by their replies on the loop thread; the caller waits for the last.  None
         when the channel is not ready (then :meth:`pull` runs, or :meth:`open_takers`).
-        ``no_ack``: the messages are removed on delivery (``take``), through one of the
-        connection's shared take channels."""
+        ``shared``: through one of the connection's shared take channels (else the
+        subscription's own); ``no_ack``: the messages are removed on delivery (``take``),
+        else each is acknowledged (or requeued) on the channel it came from."""
         link = sub.link
-        ch = self.taker(link) if no_ack else sub.puller
+        ch = self.taker(link) if shared else sub.puller
         if not link.is_up or ch is None or not ch.fast_get or not ch.is_open:
             return None
         queue = sub.queue

@@ -121,16 +121,27 @@ class RabbitMQSubscription(SubscriptionHandle):
         """``basic.get`` with auto-ack on one of the connection's shared take channels:
         RabbitMQ removes each message as it delivers it (no ack frame, no unacked state);
         falls back to pull-and-ack when those cannot be opened."""
+        direct = self._shared_get(max_messages, no_ack=True)
+        return super().take(max_messages) if direct is None else direct
+
+    def hand_out(self, max_messages: int) -> list[Received]:
+        """GetMessages: ``basic.get`` with manual acknowledgement on one of the
+        connection's shared take channels; each message stays unacknowledged on that
+        channel (out of later gets) until core acks or requeues it, and RabbitMQ requeues
+        it if the channel or the connection goes first.  Falls back to ``pull``."""
+        direct = self._shared_get(max_messages, no_ack=False)
+        return super().hand_out(max_messages) if direct is None else direct
+
+    def _shared_get(self, max_messages: int, *, no_ack: bool) -> list[Received] | None:
+        """Gets on a shared take channel (opened first if none is); None: none opens."""
         if max_messages <= 0:
             return []
         c = self._consumers
-        direct = c.pull_direct(self, max_messages, no_ack=True)
+        direct = c.pull_direct(self, max_messages, no_ack=no_ack, shared=True)
         if direct is None:
             c.run(c.open_takers(self.link), link=self.link)
-            direct = c.pull_direct(self, max_messages, no_ack=True)
-        if direct is not None:
-            return direct
-        return super().take(max_messages)
+            direct = c.pull_direct(self, max_messages, no_ack=no_ack, shared=True)
+        return direct
 
     def peek(self, max_messages: int) -> list[StoredMessage]:
         """Not possible: see :data:`PEEK_REFUSAL`."""

@@ -29,6 +29,7 @@ from tests.core.conftest import (
     simple,
     sub_req,
 )
+from tests.support.pull_answers import cut, written, wsgi_app
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.rabbitmq
@@ -141,3 +142,40 @@ def test_a_resume_right_after_a_pause_keeps_the_order_with_the_buffer(
     wait_until(seen, 10, what="the sentinel at the pull point")
     fed = [p for p in got if p.startswith((b"<m>", b"<sentinel"))]
     assert fed == [b"<m>0</m>", b"<m>1</m>", b"<m>2</m>", b"<sentinel/>"]
+
+
+def _cut_then_written(service: BrokerService) -> tuple[list[str], list[str]]:
+    """Four messages into a new pull point; an answer cut on its way (its body made, the
+    server's write never returned), then what written answers hand out up to a sentinel."""
+    app = wsgi_app(service)
+    pp = service.create_pull_point(CreatePullPointRequest())
+    service.notify_pull_point(pp.id, [note(f"<m>{i}</m>") for i in range(4)])
+    first: list[str] = []
+
+    def answered() -> bool:
+        first.extend(cut(app, pp.id))
+        return bool(first)
+
+    wait_until(answered, 10, what="an answer holding messages")
+    service.notify_pull_point(pp.id, [note("<m>sentinel</m>")])
+    after: list[str] = []
+
+    def sentinel() -> bool:
+        after.extend(written(app, pp.id))
+        return "sentinel" in after
+
+    wait_until(sentinel, 10, what="the sentinel")
+    return first, after
+
+
+def test_pull_get_an_answer_cut_on_its_way_comes_again(service: BrokerService) -> None:
+    """``pull = "get"``: the gets are acknowledged only after the write (no auto-ack)."""
+    first, after = _cut_then_written(service)
+    assert first  # the cut answer held messages, and none of them is lost
+    assert after == ["0", "1", "2", "3", "sentinel"]
+
+
+def test_buffered_pull_an_answer_cut_on_its_way_comes_again(buffered: BrokerService) -> None:
+    first, after = _cut_then_written(buffered)
+    assert first
+    assert after == ["0", "1", "2", "3", "sentinel"]  # given back at the head of the buffer

@@ -384,3 +384,58 @@ def test_every_filtered_message_waiting_is_left_out_of_the_count() -> None:
     assert buf.buffered() == 1
     assert ns(buf.take(5)) == [1]
     assert buf.buffered() == 0
+
+
+def test_hand_out_settles_nothing_until_its_settlement_in_order_filtered_too() -> None:
+    buf, handle, journal = started()
+    feed = Handle("f")
+    buf.add_feed("s1", feed, keep_odd, active=True)
+    handle.push(Msg(1, journal))
+    feed.push(Msg(3, journal), Msg(4, journal), Msg(5, journal))
+    got, settlement = buf.hand_out(3)
+    assert ns(got) == [1, 3, 5]
+    assert journal == []  # nothing settled before the answer was written
+    assert buf.take(5) == []  # and nothing handed out twice meanwhile
+    settlement.settle()
+    assert journal == [("ack", 1), ("ack", 3), ("ack", 4), ("ack", 5)]
+    settlement.give_back()  # settled once: nothing comes back
+    assert buf.buffered() == 0
+
+
+def test_an_answer_given_back_is_handed_out_first_again() -> None:
+    buf, handle, journal = started()
+    feed = Handle("f")
+    buf.add_feed("s1", feed, keep_odd, active=True)
+    handle.push(Msg(1, journal))
+    feed.push(Msg(3, journal), Msg(4, journal))
+    got, settlement = buf.hand_out(2)
+    assert ns(got) == [1, 3]
+    handle.push(Msg(7, journal))
+    settlement.give_back()
+    settlement.settle()  # given back once: nothing settled
+    assert journal == []
+    assert buf.buffered() == 3
+    assert ns(buf.take(10)) == [1, 3, 7]
+    assert journal == [("ack", 1), ("ack", 3), ("ack", 4), ("ack", 7)]
+
+
+def test_a_given_back_answer_after_a_stop_is_left_to_the_middleware() -> None:
+    buf, handle, journal = started()
+    handle.push(Msg(1, journal))
+    _, settlement = buf.hand_out(1)
+    buf.stop()
+    buf.start()
+    settlement.give_back()
+    assert buf.buffered() == 0 and journal == []  # the stop gave it back already
+
+
+def test_a_given_back_message_of_a_suspended_feed_goes_back_to_its_subscription() -> None:
+    buf, _, journal = started()
+    feed = Handle("f")
+    buf.add_feed("s1", feed, keep_odd, active=True)
+    feed.push(Msg(3, journal))
+    _, settlement = buf.hand_out(1)
+    assert buf.suspend_feed("s1") == []
+    settlement.give_back()
+    assert journal == [("nack", 3, True)]
+    assert buf.buffered() == 0

@@ -251,7 +251,7 @@ def test_a_middleware_failure_on_get_messages_is_its_own_fault(
     def fail(self: Any, limit: int) -> Any:
         raise raised
 
-    monkeypatch.setattr(type(state.handle), "take", fail)  # handles have __slots__
+    monkeypatch.setattr(type(state.handle), "hand_out", fail)  # handles have __slots__
     with pytest.raises(fault) as caught:
         service.get_messages(pp.id, None)
     assert isinstance(caught.value, errors.UnableToGetMessages) == (

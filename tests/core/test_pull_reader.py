@@ -1,6 +1,7 @@
 """core.pull_reader: a pull point read through the middleware's own pull — the inbox first,
 then the feeds in turn; a feed that cannot be read is skipped; what a suspended feed held
-is taken unsettled and can be given back (in-memory handles, no middleware)."""
+is taken unsettled and can be given back; what an answer took is settled only by its
+settlement, or given back first again (in-memory handles, no middleware)."""
 
 from __future__ import annotations
 
@@ -136,14 +137,14 @@ def test_a_change_made_through_another_instance_takes_nothing() -> None:
 
 
 class Racing(Queue):
-    """A feed whose first ``take`` lets ``during`` run on another thread before it takes
+    """A feed whose first read lets ``during`` run on another thread before it takes
     (a PauseSubscription or Unsubscribe arriving while GetMessages reads the feed)."""
 
     def __init__(self, name: str, *bodies: str) -> None:
         super().__init__(name, *bodies)
         self.during: Callable[[], None] | None = None
 
-    def take(self, max_messages: int) -> list[Received]:
+    def hand_out(self, max_messages: int) -> list[Received]:
         during, self.during = self.during, None
         if during is not None:
             other = threading.Thread(target=during, daemon=True)
@@ -151,7 +152,7 @@ class Racing(Queue):
             # the pause gets its chance to read the feed first; with the feed's reads
             # serialised it waits for this take instead (the join times out)
             other.join(timeout=1.0)
-        return super().take(max_messages)
+        return super().hand_out(max_messages)
 
 
 def test_a_feed_suspended_while_getmessages_reads_it_keeps_its_order() -> None:
@@ -171,7 +172,7 @@ def test_a_feed_suspended_while_getmessages_reads_it_keeps_its_order() -> None:
 class Broken(Queue):
     """A feed whose middleware fails with something other than an AdapterError."""
 
-    def take(self, max_messages: int) -> list[Received]:
+    def hand_out(self, max_messages: int) -> list[Received]:
         raise RuntimeError("database disk image is malformed")
 
 
@@ -179,9 +180,9 @@ def test_an_unexpected_feed_failure_keeps_what_the_answer_took() -> None:
     inbox = Queue("pp", "i0")
     reader = PullReader(inbox, cap=10)
     reader.add_feed("s1", Broken("s1"), keep_all, active=True)
-    # the inbox's message is removed as it is taken: it must be in the answer
+    # the inbox's message was taken: it is in the answer (settled with it)
     assert bodies(reader.take(10)) == [b"i0"]
-    assert list(inbox.ready) == []
+    assert list(inbox.ready) == [] and inbox.acked == [b"i0"]
 
 
 def test_an_unexpected_feed_failure_with_nothing_taken_reaches_the_caller() -> None:
@@ -189,3 +190,54 @@ def test_an_unexpected_feed_failure_with_nothing_taken_reaches_the_caller() -> N
     reader.add_feed("s1", Broken("s1"), keep_all, active=True)
     with pytest.raises(RuntimeError):
         reader.take(10)
+
+
+def test_an_answer_is_settled_only_by_its_settlement_filtered_messages_too() -> None:
+    inbox = Queue("pp", "i0")
+    reader = PullReader(inbox, cap=10)
+    feed = Queue("s1", "x0", "k1")
+    reader.add_feed("s1", feed, lambda r: r.body if r.body.startswith(b"k") else None, active=True)
+    got, settlement = reader.hand_out(10)
+    assert bodies(got) == [b"i0", b"k1"]
+    assert inbox.acked == [] and feed.acked == []  # nothing settled before the answer's write
+    assert reader.take(10) == []  # nor handed out twice meanwhile
+    settlement.settle()
+    assert inbox.acked == [b"i0"] and feed.acked == [b"x0", b"k1"]  # in order, the filtered too
+    settlement.give_back()  # once settled, nothing more
+    assert inbox.nacked == [] and feed.nacked == []
+
+
+def test_an_answer_given_back_comes_again_first_in_order() -> None:
+    inbox = Queue("pp", "i0", "i1", "i2")
+    reader = PullReader(inbox, cap=10)
+    got, settlement = reader.hand_out(2)
+    assert bodies(got) == [b"i0", b"i1"]
+    settlement.give_back()
+    settlement.settle()  # once given back, nothing more
+    assert inbox.acked == []
+    assert bodies(reader.take(10)) == [b"i0", b"i1", b"i2"]
+
+
+def test_what_an_answer_took_from_a_feed_halted_meanwhile_is_settled_at_once() -> None:
+    """Its subscription ends and dead-letters what it still holds: what reached the
+    answer must be gone from it already (core.pull_feeds)."""
+    reader = PullReader(Queue("pp"), cap=10)
+    feed = Queue("s1", "k0", "over", "k2")
+
+    ended: list[bytes] = []
+
+    def prepare(r: Received) -> object | None:
+        # its filter goes over its budget at "over"; from there on core dead-letters
+        # each message it meets (core.pull_feeds)
+        if r.body == b"over" or ended:
+            ended.append(r.body)
+            reader.halt_feed("s1")
+            return None
+        return r.body
+
+    reader.add_feed("s1", feed, prepare, active=True)
+    got, settlement = reader.hand_out(10)
+    assert bodies(got) == [b"k0"] and ended == [b"over", b"k2"]
+    assert feed.acked == [b"k0", b"over", b"k2"]  # settled before the answer's write
+    settlement.give_back()
+    assert feed.nacked == [] and list(feed.ready) == []

@@ -39,6 +39,7 @@ from wsnmom.core.operations import (
 from wsnmom.core.peek import Peeked, PeekResult
 from wsnmom.core.policy import BrokerPolicy, build_policy
 from wsnmom.core.ports import BrokerPort, BrokerProperties
+from wsnmom.core.pull_handout import Settlement, nack_all
 from wsnmom.core.rate_history import RatePoint
 from wsnmom.topic_mapping.model import Topic
 
@@ -215,6 +216,11 @@ class FakeService:
         n = maximum if maximum else len(queue)
         out, self.pp_queues[pid] = queue[:n], queue[n:]
         return out
+
+    def hand_out_messages(
+        self, pid: str, maximum: int | None
+    ) -> tuple[list[NotificationMessage], Settlement]:
+        return self.get_messages(pid, maximum), Settlement((), nack_all)
 
     def destroy_pull_point(self, pid: str) -> None:
         self.get_pull_point(pid)

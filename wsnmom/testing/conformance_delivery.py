@@ -14,6 +14,7 @@ import pytest
 from wsnmom.core.adapter import (
     Adapter,
     Received,
+    SubscriptionHandle,
 )
 from wsnmom.testing.conformance_fixtures import (
     SENTINEL,
@@ -221,6 +222,41 @@ class PullSemantics(AdapterFixtures):
         taken.nack(requeue=True)
         taken.ack()
         assert self.barrier(adapter, handle, self.topic(namespace, "t")) == []
+
+    def test_hand_out_leaves_settling_to_the_caller(
+        self, adapter: Adapter, namespace: str, unique_name: Names
+    ) -> None:
+        """GetMessages' read: unsettled, out of later reads until acked or requeued; a
+        requeue newest first gives them out again first."""
+        require(adapter, "native_pull")
+        handle = self.subscribe(adapter, unique_name(), (self.pattern(namespace, "t"),))
+        adapter.publish_many(
+            [self.message(self.topic(namespace, "t"), b"%d" % i) for i in range(3)]
+        )
+        first = self._hand_out_until(handle, 2)
+        rest = self._hand_out_until(handle, 1)  # not the first two again
+        assert sorted(m.body for m in first + rest) == [b"0", b"1", b"2"]
+        for m in reversed(first):
+            m.nack(requeue=True)
+        again = self._hand_out_until(handle, 2)
+        assert sorted(m.body for m in again) == sorted(m.body for m in first)
+        if adapter.capabilities.ordering == "subscription":
+            assert [m.body for m in again] == [m.body for m in first]
+        for m in again + rest:
+            m.ack()
+        assert self.barrier(adapter, handle, self.topic(namespace, "t")) == []
+
+    def _hand_out_until(self, handle: SubscriptionHandle, n: int) -> list[Received]:
+        deadline = time.monotonic() + self.receive_timeout
+        got: list[Received] = []
+        while len(got) < n:
+            assert time.monotonic() < deadline, f"{len(got)} of {n} handed out"
+            batch = handle.hand_out(n - len(got))
+            assert len(batch) <= n - len(got), "hand_out returned more than max_messages"
+            got.extend(batch)
+            if not batch:
+                time.sleep(0.05)
+        return got
 
     def test_take_returns_at_most_max_and_does_not_wait(
         self, adapter: Adapter, namespace: str, unique_name: Names

@@ -10,6 +10,10 @@ leaves an orphan durable subscription (``core.orphans``), as its environment say
   middleware's delete;
 * ``KILLPOINT_AFTER_PURGE=1``: just after an operator's purge of a pull point returned
   (what it dropped is answered as gone), before the answer is sent.
+* ``KILLPOINT_CUT_ANSWER=PATH``: once the file ``PATH`` exists, after the server wrote the
+  head and the first byte of a GetMessages answer that holds messages (a WSGI wrapper
+  put around the application through ``waitress.create_server``; the application's body
+  is iterated as a server does, never asked for more than the chunk being written).
 
 Python imports ``sitecustomize`` from ``sys.path`` at start; without the variables this
 does nothing."""
@@ -18,11 +22,13 @@ from __future__ import annotations
 
 import os
 import signal
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 BEFORE_STORE = os.environ.get("KILLPOINT_BEFORE_STORE", "")
 AFTER_DELETE = os.environ.get("KILLPOINT_AFTER_DELETE", "")
 AFTER_PURGE = os.environ.get("KILLPOINT_AFTER_PURGE", "")
+CUT_ANSWER = os.environ.get("KILLPOINT_CUT_ANSWER", "")
 
 
 def _marked(record: Any, mark: str) -> bool:
@@ -86,3 +92,37 @@ if BEFORE_STORE or AFTER_DELETE:
         if AFTER_DELETE:
             _killing_after(store, "delete_subscription", "get_subscription")
             _killing_after(store, "delete_pull_point", "get_pull_point")
+
+
+def _cut(result: Iterable[bytes]) -> Iterator[bytes]:
+    try:
+        for chunk in result:
+            if b"GetMessagesResponse" in chunk and b"NotificationMessage" in chunk:
+                # the head and the first byte go out (two send()s: waitress writes the head
+                # and then the body), then the process dies
+                yield chunk[:1]
+                _kill()
+            yield chunk
+    finally:
+        close = getattr(result, "close", None)
+        if close is not None:
+            close()
+
+
+def _cutting(app: Callable[..., Any]) -> Callable[..., Any]:
+    def wrapped(environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
+        result = app(environ, start_response)
+        return _cut(result) if os.path.exists(CUT_ANSWER) else result
+
+    return wrapped
+
+
+if CUT_ANSWER:
+    import waitress
+
+    _create = waitress.create_server
+
+    def _create_cutting(application: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        return _create(_cutting(application), *args, **kwargs)
+
+    waitress.create_server = _create_cutting

@@ -1,0 +1,80 @@
+"""What one GetMessages answer took from a pull point, not yet settled (``Settlement``).
+
+GetMessages is at-least-once for an answer lost on its way: the messages an answer carries
+stay unsettled in the middleware (and, for a pull buffer, held by this instance) until the
+HTTP server has accepted the whole answer; then ``settle`` acknowledges them, in the order
+they were taken.  An answer that was not written (the client went away, the server failed,
+building the answer failed) calls ``give_back`` instead, and the next GetMessages hands the
+messages out again, first.  A process killed in between settles nothing: the middleware
+hands the messages out again (to this pull point's next reader).  At most one answer's
+messages come twice.
+
+A ``Settlement`` is settled or given back once; later calls do nothing.  Whoever drops one
+without either leaves its messages unsettled until the handle is stopped (the middleware
+then redelivers them).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Sequence
+
+from wsnmom.core.adapter import Received
+
+__all__ = ["Settlement", "nack_all"]
+
+log = logging.getLogger(__name__)
+
+
+class Settlement:
+    """Settles or gives back, once, what an answer took."""
+
+    __slots__ = ("_back", "_items", "_lock", "_open")
+
+    def __init__(
+        self, items: Sequence[Received], give_back: Callable[[Sequence[Received]], None]
+    ) -> None:
+        #: every message taken, in order (a feed's filtered ones too: settled in their place)
+        self._items = items
+        self._back = give_back
+        self._lock = threading.Lock()
+        self._open = True
+
+    def _close(self) -> bool:
+        with self._lock:
+            was_open, self._open = self._open, False
+            return was_open
+
+    @property
+    def open(self) -> bool:
+        """Neither settled nor given back yet."""
+        return self._open
+
+    def settle(self) -> None:
+        """The answer was written: acknowledge what it took, in the order taken."""
+        if not self._close():
+            return
+        for item in self._items:
+            try:
+                item.ack()
+            except Exception:  # its connection went: the middleware gives it again
+                log.warning("settling a message handed out failed", exc_info=True)
+
+    def give_back(self) -> None:
+        """The answer was not written: its messages are handed out again, first."""
+        if not self._close() or not self._items:
+            return
+        try:
+            self._back(self._items)
+        except Exception:  # the handle may be gone: then so are its unsettled messages
+            log.warning("giving back the messages of an unwritten answer failed", exc_info=True)
+
+
+def nack_all(items: Sequence[Received]) -> None:
+    """Give ``items`` back to the middleware, newest first (so the oldest is first again)."""
+    for item in reversed(items):
+        try:
+            item.nack(True)
+        except Exception:  # the handle may be gone: then so are its unsettled messages
+            log.debug("giving a message back failed", exc_info=True)

@@ -174,10 +174,11 @@ class ServerProcess:
         """Resident set size of the server process in bytes."""
         return rss_bytes(self.proc.pid) if self.proc is not None else None
 
-    def stop(self, timeout: float = 30.0) -> None:
-        """SIGTERM (graceful shutdown), then SIGKILL after ``timeout``."""
+    def stop(self, timeout: float = 30.0) -> int | None:
+        """SIGTERM (graceful shutdown), then SIGKILL after ``timeout``; returns the exit
+        status (None when it had to be killed or was not running)."""
         if self.proc is None:
-            return
+            return None
         if self.proc.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 self.proc.send_signal(signal.SIGTERM)
@@ -185,7 +186,15 @@ class ServerProcess:
                 self.proc.wait(timeout)
             except subprocess.TimeoutExpired:
                 self.kill()
+                return None
+        status = self.proc.returncode
         self.proc = None
+        return status
+
+    def signal(self, sig: signal.Signals) -> None:
+        """Send ``sig`` to the running server (SIGTERM, SIGSTOP, SIGCONT...)."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(sig)
 
     def kill(self) -> None:
         """SIGKILL the server (a crash)."""

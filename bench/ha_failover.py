@@ -159,7 +159,7 @@ def _hit(
     if kind == "stop":
         _resume(event, (victim, servers[other]), recorder, stream, (before, heartbeat), wall)
     else:
-        if kind == "term" and (status := victim.stop()) != 0:
+        if kind == "term" and (status := victim.exited(60)) != 0:
             raise RuntimeError(f"{owner} exited with {status} after SIGTERM")
         victim.start()
         if not wait_until(lambda: _rejoined(owner, servers[other], heartbeat), 30):

@@ -174,11 +174,10 @@ class ServerProcess:
         """Resident set size of the server process in bytes."""
         return rss_bytes(self.proc.pid) if self.proc is not None else None
 
-    def stop(self, timeout: float = 30.0) -> int | None:
-        """SIGTERM (graceful shutdown), then SIGKILL after ``timeout``; returns the exit
-        status (None when it had to be killed or was not running)."""
+    def stop(self, timeout: float = 30.0) -> None:
+        """SIGTERM (graceful shutdown), then SIGKILL after ``timeout``."""
         if self.proc is None:
-            return None
+            return
         if self.proc.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 self.proc.send_signal(signal.SIGTERM)
@@ -186,9 +185,19 @@ class ServerProcess:
                 self.proc.wait(timeout)
             except subprocess.TimeoutExpired:
                 self.kill()
-                return None
-        status = self.proc.returncode
         self.proc = None
+
+    def exited(self, timeout: float) -> int | None:
+        """Wait up to ``timeout`` for the server to exit by itself (after a SIGTERM sent
+        with :meth:`signal`; a second SIGTERM ends a graceful stop at once) and forget it;
+        returns its exit status, None when it is still running (then it is killed)."""
+        if self.proc is None:
+            return None
+        try:
+            status: int | None = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            status = None
+        self.kill()
         return status
 
     def signal(self, sig: signal.Signals) -> None:

@@ -114,7 +114,7 @@ def run(
     finally:
         stream.stop.set()
         kc.close()
-    _count_duplicates(events, recorder)
+    count_duplicates(events, recorder.snapshot())
     return events, stream.sent
 
 
@@ -197,15 +197,25 @@ def _resume(
     retaken = [at for at, _ in takes(victim) if at > wall]
     offset = time.time() - time.monotonic()
     retaken_at = min(retaken) - offset if retaken else float("inf")
-    event.stray = sorted(
-        s
-        for t, who, s in recorder.snapshot()
-        if who == event.victim and event.at < t < retaken_at and s > before
-    )
+    event.stray = strays(recorder.snapshot(), event.victim, (event.at, retaken_at), before)
     if event.stray:
         raise RuntimeError(
             f"{event.victim} delivered {event.stray[:10]} after its stop without the shard"
         )
+
+
+def strays(
+    arrivals: list[tuple[float, str, int]],
+    victim: str,
+    window: tuple[float, float],
+    before: int,
+) -> list[int]:
+    """The numbers above ``before`` (published after the stop) that ``victim`` delivered
+    between its stop and its next take of the shard (``window``, monotonic seconds)."""
+    stopped, retaken = window
+    return sorted(
+        s for t, who, s in arrivals if who == victim and stopped < t < retaken and s > before
+    )
 
 
 def _delivered_since(recorder: Recorder, seq: int) -> int:
@@ -222,10 +232,10 @@ def _rejoined(name: str, asked: ServerProcess, heartbeat: float) -> bool:
     return any(i["id"] == name and i["heartbeat_age"] < 1.5 * heartbeat + 0.75 for i in seen)
 
 
-def _count_duplicates(events: list[Event], recorder: Recorder) -> None:
+def count_duplicates(events: list[Event], arrivals: list[tuple[float, str, int]]) -> None:
     """Each delivery of a number seen before counts for the last event before it."""
     seen: set[int] = set()
-    for t, _, s in sorted(recorder.snapshot()):
+    for t, _, s in sorted(arrivals):
         if s in seen:
             hit = [e for e in events if e.at <= t]
             if hit:

@@ -14,13 +14,15 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from bench import client, soap
 from bench.middleware import Middleware
-from bench.scenarios.base import Context
 from bench.server import ServerProcess
+
+if TYPE_CHECKING:  # bench.scenarios imports this module
+    from bench.scenarios.base import Context
 
 _SEQ = re.compile(rb'seq="(\d+)"')
 _TOOK = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) .*took shards ([\d,]+)", re.M)

@@ -26,9 +26,10 @@ from pathlib import Path
 from typing import Any
 
 from bench import client, soap
+from bench.ha_rig import post as _post
+from bench.ha_rig import postgres as _postgres
 from bench.middleware import MIDDLEWARES, Middleware
 from bench.scenarios.base import Context
-from bench.scenarios.ha import _post, _postgres
 from bench.server import ServerProcess
 from bench.util import process_cpu_seconds, wait_until
 

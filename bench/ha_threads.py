@@ -25,10 +25,11 @@ import time
 from pathlib import Path
 
 from bench import cpus
+from bench.ha_rig import Recorder
+from bench.ha_rig import postgres as _postgres
 from bench.middleware import MIDDLEWARES, Middleware
 from bench.scenarios import ha_cost
 from bench.scenarios.base import Context
-from bench.scenarios.ha import Recorder, _postgres
 from bench.util import process_cpu_seconds
 
 _THREAD = re.compile(r'Thread (\S+) \([a-z]+\): "([^"]*)"')

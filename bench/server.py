@@ -187,6 +187,24 @@ class ServerProcess:
                 self.kill()
         self.proc = None
 
+    def exited(self, timeout: float) -> int | None:
+        """Wait up to ``timeout`` for the server to exit by itself (after a SIGTERM sent
+        with :meth:`signal`; a second SIGTERM ends a graceful stop at once) and forget it;
+        returns its exit status, None when it is still running (then it is killed)."""
+        if self.proc is None:
+            return None
+        try:
+            status: int | None = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            status = None
+        self.kill()
+        return status
+
+    def signal(self, sig: signal.Signals) -> None:
+        """Send ``sig`` to the running server (SIGTERM, SIGSTOP, SIGCONT...)."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+
     def kill(self) -> None:
         """SIGKILL the server (a crash)."""
         if self.proc is None:

@@ -22,10 +22,11 @@ from collections.abc import Callable
 from typing import Any
 
 from bench import client, soap
+from bench.ha_rig import Recorder
+from bench.ha_rig import postgres as _postgres
 from bench.middleware import Middleware
 from bench.model import Metric, ScenarioResult, Target
 from bench.scenarios.base import Context, Scenario
-from bench.scenarios.ha import Recorder, _postgres
 from bench.server import ServerProcess
 from bench.util import percentile
 

@@ -217,9 +217,12 @@ def start(
     """The instance of ``mode``, started: "single" on a SQLite store, "cluster" on
     ``store`` with the default ``[cluster]`` settings (64 shards, 10 s lease, 1 s
     heartbeat)."""
-    adapter = mw.adapter_url(ctx.workdir / f"ha-cost-{mode}")
+    # a directory per middleware: the single instance's SQLite store of one middleware
+    # is refused by the next one's gateway (its records' messages are in the first)
+    workdir = ctx.workdir / f"ha-cost-{mode}-{mw.name}"
+    adapter = mw.adapter_url(workdir)
     extra = '[cluster]\ninstance_id = "c0"\n' if mode == "cluster" else ""
-    server = ServerProcess(adapter, ctx.workdir / f"ha-cost-{mode}", extra)
+    server = ServerProcess(adapter, workdir, extra)
     if mode == "cluster":
         server.store_url = store
     instance = Instance(server, consumer(), adapter)

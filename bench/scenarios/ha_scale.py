@@ -24,15 +24,15 @@ import threading
 import time
 import urllib.request
 from collections import Counter
-from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from bench import client, soap, takeover_stages
+from bench.ha_rig import postgres as _postgres
+from bench.ha_rig import takes
 from bench.middleware import Middleware
 from bench.model import Metric, ScenarioResult, Target
 from bench.scenarios.base import Context, Scenario
-from bench.scenarios.ha import _postgres
 from bench.server import ServerProcess
 from bench.util import percentile, wait_until
 
@@ -51,7 +51,6 @@ RETRY_AFTER = 2.0
 #: consumer ports (each a destination of its own: the gateways' per-destination limit)
 PORTS = 8
 _SEQ = re.compile(rb'seq="(\d+)"')
-_TOOK = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) .*took shards ([\d,]+)", re.M)
 
 
 class PathRecorder:
@@ -108,16 +107,6 @@ def _config(instance: str) -> str:
     return (
         f'[cluster]\ninstance_id = "{instance}"\nshards = 64\nlease = {LEASE:g}\nheartbeat = 0.5\n'
     )
-
-
-def _takes(server: ServerProcess) -> list[tuple[float, set[int]]]:
-    """When (time.time()) the instance took which shards, by its log."""
-    text = server.log_path.read_text(errors="replace") if server.log_path.exists() else ""
-    out = []
-    for stamp, shards in _TOOK.findall(text):
-        at = datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S,%f").timestamp()
-        out.append((at, {int(s) for s in shards.split(",")}))
-    return out
 
 
 def _subscribe(requests: list[client.Request]) -> int:
@@ -185,7 +174,7 @@ class HighAvailabilityAtScale(Scenario):
         for name in ("s0", "s1", "s2"):
             server = ServerProcess(adapter, ctx.workdir / f"ha-scale-{name}", _config(name))
             server.store_url = store
-            # INFO: the survivors' "took shards" lines time the takeover (``_takes``)
+            # INFO: the survivors' "took shards" lines time the takeover (``ha_rig.takes``)
             text = server.config.read_text().replace('log_level = "WARNING"', 'log_level = "INFO"')
             server.config.write_text(text)
             servers[name] = server
@@ -282,7 +271,7 @@ class HighAvailabilityAtScale(Scenario):
             stages = takeover_stages.since(
                 [takeover_stages.scrape(s.base_url) for s in survivors], stages_before
             )
-            taken = [at for s in survivors for at, _ in _takes(s) if at > killed_wall]
+            taken = [at for s in survivors for at, _ in takes(s) if at > killed_wall]
             shards_after = (max(taken) - killed_wall) if taken else float("nan")
             kc.close()
         finally:

@@ -17,7 +17,7 @@ import contextlib
 import logging
 import struct
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import pika
@@ -253,7 +253,13 @@ class Channel:
             self._get_waiter = None
         return result
 
-    async def consume(self, queue: str, consumer_tag: str, prefetch: int | None = None) -> None:
+    async def consume(
+        self,
+        queue: str,
+        consumer_tag: str,
+        prefetch: int | None = None,
+        before: Sequence[tuple[Any, Any]] = (),
+    ) -> None:
         """``basic.consume`` (manual acks) written on the wire and its ``consume-ok``
         awaited, without pika's consumer registry: the deliveries are read by this
         channel's :class:`FrameReader` (:meth:`read` first), and :meth:`close` then sends
@@ -266,8 +272,11 @@ class Channel:
 
         With ``prefetch``, a ``basic.qos`` (per consumer) goes in the same write, ahead of
         the consume: the broker applies a channel's methods in order, so the consume is
-        limited by it, and the opening waits for one round trip instead of two."""
-        methods: list[tuple[Any, Any]] = []
+        limited by it, and the opening waits for one round trip instead of two.
+        ``before``: further (method, reply class) pairs written first in the same write
+        (a declaration of the queue and its bindings): a refusal of any closes the
+        channel, and the broker then ignores what follows it on the channel."""
+        methods: list[tuple[Any, Any]] = list(before)
         if prefetch is not None:
             methods.append((spec.Basic.Qos(prefetch_count=prefetch), spec.Basic.QosOk))
         consume = spec.Basic.Consume(queue=queue, consumer_tag=consumer_tag, no_ack=False)

@@ -396,12 +396,12 @@ class Declarations:
         opening (:meth:`deferred`, a failover's take) then waits for one round trip and
         no declaration channel, where :meth:`declare_subscription` waits for one per
         method, one of ``declare_channels`` held.  The exchanges are ensured first (once
-        per connection, as there).  With what it would declare (:meth:`declaration`), or None when
-        the declaration needs replies before the next step: a primer for a new classic
-        queue (:meth:`primes`), stale bindings to remove.  A queue that exists with other
-        arguments refuses the ``queue.declare`` (PRECONDITION_FAILED, the channel closes,
-        the broker ignores the rest): the caller then declares it by
-        :meth:`declare_subscription`, which keeps or re-creates it."""
+        per connection, as there).  Returns what it declares (:meth:`declaration`) and
+        the methods, or None when the declaration needs replies before its next step: a
+        primer for a new classic queue (:meth:`primes`), stale bindings to remove.  A
+        queue that exists with other arguments refuses the ``queue.declare``
+        (PRECONDITION_FAILED, the channel closes, the broker ignores the rest): the caller
+        then declares it by :meth:`declare_subscription`, which keeps or re-creates it."""
         await self._exchanges(sub)
         declared = self.declaration(sub)
         _generation, args, bindings = declared

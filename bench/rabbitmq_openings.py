@@ -6,8 +6,9 @@ Instance A (cluster mode, quorum queues) makes N subscriptions of one binding ea
 instance B follows them (``origin`` "elsewhere": never declared there) and opens them as
 its opener threads do after a failover: ``subscription`` then ``start``, from ``--threads``
 threads at once.  Reported: the seconds for all of them, per opening, and the broker
-round trips of an opening, counted on B's channels (a channel opened, an RPC answered,
-a consume's write answered: each one wait on the broker).
+round trips of an opening, counted on B's channels (an awaited ``channel.open``, an RPC
+answered, a consume's write answered: each one wait on the broker; a channel begun
+without waiting, ``Link.begin_channel``, is not one).
 
     .venv/bin/python -m bench.rabbitmq_openings [--subscriptions 300] [--threads 8]
 
@@ -37,7 +38,8 @@ from bench.middleware import RabbitMQ
 @contextmanager
 def counted_waits() -> Iterator[Callable[[], int]]:
     """Counts, while open, the broker round trips the adapter's channels wait for: a
-    channel opened, an RPC (``Channel.call``), a consume's write (``Channel.consume``)."""
+    channel opened and waited for, an RPC (``Channel.call``), a consume's write
+    (``Channel.consume``)."""
     from wsnmom.adapters.rabbitmq._channel import Channel
     from wsnmom.adapters.rabbitmq._link import Link
 

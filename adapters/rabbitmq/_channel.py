@@ -98,6 +98,13 @@ class Channel:
         """True while the channel can be used."""
         return self.close_reason is None and self.pika.is_open
 
+    @property
+    def writable(self) -> bool:
+        """True while methods may be written on the channel: open, or its
+        ``channel.open`` sent and not answered yet (the broker reads a channel's methods
+        in order, so those written meanwhile follow the open; :meth:`Link.begin_channel`)."""
+        return self.close_reason is None and (self.pika.is_open or self.pika.is_opening)
+
     def add_close_listener(self, listener: Callable[[Channel, BaseException], None]) -> None:
         """Call ``listener(channel, reason)`` on the loop thread when the channel closes."""
         self._close_listeners.append(listener)
@@ -166,7 +173,7 @@ class Channel:
                 log.exception("channel close listener failed")
 
     def _future(self) -> asyncio.Future[Any]:
-        if not self.is_open:
+        if not self.writable:
             raise ChannelError.from_reason(self.close_reason)
         fut: asyncio.Future[Any] = self.link.loop.create_future()
         self._pending.add(fut)
@@ -297,7 +304,7 @@ class Channel:
 
     def write(self, data: bytes) -> None:
         """Send pre-encoded frames (:class:`PublishFrames`) on this channel's connection."""
-        if not self.is_open:
+        if not self.writable:
             raise ChannelError.from_reason(self.close_reason)
         conn = self.pika.connection
         if not isinstance(conn, FastConnection):
@@ -328,8 +335,8 @@ class Channel:
 
     async def close(self) -> None:
         """Close the channel (unacked deliveries go back to their queues; acks already
-        given are written first)."""
-        if not self.is_open:
+        given are written first); one still opening is closed once open."""
+        if not self.writable:
             return
         self.link.flush_settles()
         fut: asyncio.Future[None] = self.link.loop.create_future()

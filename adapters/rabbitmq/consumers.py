@@ -146,16 +146,17 @@ class Consumers:
         self, sub: RabbitMQSubscription, before: Sequence[tuple[Any, Any]] = ()
     ) -> None:
         """A channel for ``sub``'s consumer and the consume on it (``before``: methods
-        written ahead of it, :meth:`Channel.consume`)."""
+        written ahead of it, :meth:`Channel.consume`), written right behind the channel's
+        ``channel.open`` (:meth:`Link.begin_channel`): one round trip in all."""
         link = sub.link
-        ch = await link.open_channel()
+        ch = link.begin_channel()
         try:
             await self._consume(sub, ch, before)
         except BaseException:
             # abandoned half-way (the caller timed out and cancelled it, or the broker
             # refused): a consumer left on a channel nobody holds would stay the queue's
             # single active consumer, its deliveries going to a stopped channel
-            if ch.is_open and sub.consumer is not ch:
+            if ch.writable and sub.consumer is not ch:
                 link.loop.create_task(ch.close())
             raise
 

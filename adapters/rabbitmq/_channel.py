@@ -17,7 +17,7 @@ import contextlib
 import logging
 import struct
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import pika
@@ -98,6 +98,13 @@ class Channel:
         """True while the channel can be used."""
         return self.close_reason is None and self.pika.is_open
 
+    @property
+    def writable(self) -> bool:
+        """True while methods may be written on the channel: open, or its
+        ``channel.open`` sent and not answered yet (the broker reads a channel's methods
+        in order, so those written meanwhile follow the open; :meth:`Link.begin_channel`)."""
+        return self.close_reason is None and (self.pika.is_open or self.pika.is_opening)
+
     def add_close_listener(self, listener: Callable[[Channel, BaseException], None]) -> None:
         """Call ``listener(channel, reason)`` on the loop thread when the channel closes."""
         self._close_listeners.append(listener)
@@ -166,7 +173,7 @@ class Channel:
                 log.exception("channel close listener failed")
 
     def _future(self) -> asyncio.Future[Any]:
-        if not self.is_open:
+        if not self.writable:
             raise ChannelError.from_reason(self.close_reason)
         fut: asyncio.Future[Any] = self.link.loop.create_future()
         self._pending.add(fut)
@@ -253,7 +260,13 @@ class Channel:
             self._get_waiter = None
         return result
 
-    async def consume(self, queue: str, consumer_tag: str, prefetch: int | None = None) -> None:
+    async def consume(
+        self,
+        queue: str,
+        consumer_tag: str,
+        prefetch: int | None = None,
+        before: Sequence[tuple[Any, Any]] = (),
+    ) -> None:
         """``basic.consume`` (manual acks) written on the wire and its ``consume-ok``
         awaited, without pika's consumer registry: the deliveries are read by this
         channel's :class:`FrameReader` (:meth:`read` first), and :meth:`close` then sends
@@ -266,8 +279,11 @@ class Channel:
 
         With ``prefetch``, a ``basic.qos`` (per consumer) goes in the same write, ahead of
         the consume: the broker applies a channel's methods in order, so the consume is
-        limited by it, and the opening waits for one round trip instead of two."""
-        methods: list[tuple[Any, Any]] = []
+        limited by it, and the opening waits for one round trip instead of two.
+        ``before``: further (method, reply class) pairs written first in the same write
+        (a declaration of the queue and its bindings): a refusal of any closes the
+        channel, and the broker then ignores what follows it on the channel."""
+        methods: list[tuple[Any, Any]] = list(before)
         if prefetch is not None:
             methods.append((spec.Basic.Qos(prefetch_count=prefetch), spec.Basic.QosOk))
         consume = spec.Basic.Consume(queue=queue, consumer_tag=consumer_tag, no_ack=False)
@@ -288,7 +304,7 @@ class Channel:
 
     def write(self, data: bytes) -> None:
         """Send pre-encoded frames (:class:`PublishFrames`) on this channel's connection."""
-        if not self.is_open:
+        if not self.writable:
             raise ChannelError.from_reason(self.close_reason)
         conn = self.pika.connection
         if not isinstance(conn, FastConnection):
@@ -319,8 +335,8 @@ class Channel:
 
     async def close(self) -> None:
         """Close the channel (unacked deliveries go back to their queues; acks already
-        given are written first)."""
-        if not self.is_open:
+        given are written first); one still opening is closed once open."""
+        if not self.writable:
             return
         self.link.flush_settles()
         fut: asyncio.Future[None] = self.link.loop.create_future()

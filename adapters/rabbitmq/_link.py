@@ -353,6 +353,14 @@ class Link:
         conn.channel(on_open_callback=opened).add_on_close_callback(closed)
         return Channel(self, await asyncio.wait_for(fut, self.connect_timeout))
 
+    def begin_channel(self) -> Channel:
+        """A new channel, its ``channel.open`` sent and not waited for: what is written
+        on it next follows the open (``Channel.writable``).  A failed open closes it."""
+        conn = self.connection
+        if conn is None or not conn.is_open:
+            raise LinkDown("not connected to RabbitMQ")
+        return Channel(self, conn.channel(on_open_callback=lambda _ch: None))
+
     @contextlib.asynccontextmanager
     async def declaring(self) -> AsyncIterator[Declarer]:
         """Hold one declaration channel for a sequence of RPCs (at most

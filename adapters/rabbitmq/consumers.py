@@ -27,7 +27,16 @@ from wsnmom.core.adapter import AdapterUnavailable, Received
 
 from . import errors
 from ._completion import Completion
-from ._link import NOT_FOUND, Channel, ChannelError, FrameReader, GetReply, Link, LinkBusy
+from ._link import (
+    NOT_FOUND,
+    PRECONDITION_FAILED,
+    Channel,
+    ChannelError,
+    FrameReader,
+    GetReply,
+    Link,
+    LinkBusy,
+)
 from .declarations import Declarations
 from .deliveries import Deliveries
 
@@ -97,6 +106,8 @@ class Consumers:
         if (sub.consumer is not None and sub.consumer.is_open) or not sub.consuming:
             return
         if not sub.declared:  # followed without declaring it (``Declarations.deferred``)
+            if await self._declare_consuming(sub):
+                return
             await self.declarations.declare_subscription(sub)
         try:
             await self._open_consumer(sub)
@@ -109,21 +120,49 @@ class Consumers:
             await self.declarations.declare_subscription(sub)
             await self._open_consumer(sub)
 
-    async def _open_consumer(self, sub: RabbitMQSubscription) -> None:
-        """A channel for ``sub``'s consumer and the consume on it."""
-        link = sub.link
-        ch = await link.open_channel()
+    async def _declare_consuming(self, sub: RabbitMQSubscription) -> bool:
+        """Declare ``sub`` in the write of its consume (``Declarations.with_consume``).
+        False when it is to be declared on its own first: that way cannot declare it, or
+        its queue exists with other arguments (the consume then was not made)."""
+        plan = await self.declarations.with_consume(sub)
+        if plan is None:
+            return False
+        declared, methods = plan
+        # it may be declared from the write on: forgetting it (another instance destroyed
+        # it) must delete the queue, which this opening may have made again
+        sub.declared = True
         try:
-            await self._consume(sub, ch)
+            await self._open_consumer(sub, methods)
+        except ChannelError as exc:
+            if exc.code != PRECONDITION_FAILED or not sub.consuming:
+                raise
+            log.info("queue %s: declared apart from its consume (%s)", sub.queue, exc)
+            return False
+        if sub.consumer is not None:
+            self.declarations.consumed(sub, declared)
+        return True
+
+    async def _open_consumer(
+        self, sub: RabbitMQSubscription, before: Sequence[tuple[Any, Any]] = ()
+    ) -> None:
+        """A channel for ``sub``'s consumer and the consume on it (``before``: methods
+        written ahead of it, :meth:`Channel.consume`), written right behind the channel's
+        ``channel.open`` (:meth:`Link.begin_channel`): one round trip in all."""
+        link = sub.link
+        ch = link.begin_channel()
+        try:
+            await self._consume(sub, ch, before)
         except BaseException:
             # abandoned half-way (the caller timed out and cancelled it, or the broker
             # refused): a consumer left on a channel nobody holds would stay the queue's
             # single active consumer, its deliveries going to a stopped channel
-            if ch.is_open and sub.consumer is not ch:
+            if ch.writable and sub.consumer is not ch:
                 link.loop.create_task(ch.close())
             raise
 
-    async def _consume(self, sub: RabbitMQSubscription, ch: Channel) -> None:
+    async def _consume(
+        self, sub: RabbitMQSubscription, ch: Channel, before: Sequence[tuple[Any, Any]] = ()
+    ) -> None:
         """:meth:`start` on the channel ``ch`` opened for it."""
         link = sub.link
         generation = link.generation
@@ -151,7 +190,7 @@ class Consumers:
         # channel: stopping closes it without cancelling first (``Channel.consume``)
         ch.read(FrameReader(on_deliver=lambda m, p, b: dispatch(sub, ch, m, p, b)))
         try:
-            await ch.consume(sub.queue, f"wsnmom.{uuid.uuid4().hex}", sub.prefetch)
+            await ch.consume(sub.queue, f"wsnmom.{uuid.uuid4().hex}", sub.prefetch, before)
         except ChannelError as exc:
             if exc.code != 0 or not sub.consuming:
                 raise

@@ -24,6 +24,7 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import pika
+from pika import spec
 from wsnmom.core.adapter import (
     AdapterError,
     Overflow,
@@ -341,26 +342,26 @@ class Declarations:
         """Exchanges of the internal namespaces among ``namespaces``."""
         return {self.names.exchange_for(ns) for ns in namespaces if is_internal_namespace(ns)}
 
-    async def declare_subscription(self, sub: RabbitMQSubscription) -> None:
-        """The subscription's queue (primed when new), its bindings (stale ones removed)
-        and the exchanges they need, on its consuming connection."""
+    async def _exchanges(self, sub: RabbitMQSubscription) -> None:
+        """The exchanges ``sub``'s bindings and dead-letter destination need."""
         link = sub.link
-        bindings = self.names.bindings_for(sub.spec.patterns)
         internal = self.internal_exchanges(p.namespace for p in sub.spec.patterns or ())
-        for exchange in dict.fromkeys(ex for ex, _ in bindings):
+        for exchange in dict.fromkeys(ex for ex, _ in self.names.bindings_for(sub.spec.patterns)):
             await self.ensure_exchange(link, exchange, exchange in internal)
-        dead_letters: Binding | None = None
         if sub.spec.dead_letters is not None:
             dead_letters = self.names.native_name(sub.spec.dead_letters)
             await self.ensure_exchange(link, dead_letters[0], True)
-        args = self.queue_arguments(
-            sub.spec.limits, dead_letters, single_active=self.single_active(sub.spec)
-        )
-        generation = link.generation
+
+    async def declare_subscription(self, sub: RabbitMQSubscription) -> None:
+        """The subscription's queue (primed when new), its bindings (stale ones removed)
+        and the exchanges they need, on its consuming connection."""
+        await self._exchanges(sub)
+        generation, args, declared_bindings = self.declaration(sub)
+        bindings = list(declared_bindings)
         wanted = set(bindings)
         # one declaration channel for the queue, its primer and its bindings, in order;
         # other subscriptions of this connection declare on the other channels meanwhile
-        async with link.declaring() as admin:
+        async with sub.link.declaring() as admin:
             depth = await self.declare_queue(admin, sub.queue, args)
             if depth == 0 and not sub.primed and self.primes(args):
                 await self.prime(admin, sub.queue)
@@ -387,6 +388,42 @@ class Declarations:
         )
         bindings = tuple(self.names.bindings_for(sub.spec.patterns))
         return sub.link.generation, args, bindings
+
+    async def with_consume(self, sub: RabbitMQSubscription) -> tuple[Declared, list[Any]] | None:
+        """The declaration of ``sub`` as methods its first consume writes ahead of
+        ``basic.qos`` and ``basic.consume``, on the consumer's own channel, in one write
+        (``queue.declare``, then a ``queue.bind`` per binding): a followed subscription's
+        opening (:meth:`deferred`, a failover's take) then waits for one round trip and
+        no declaration channel, where :meth:`declare_subscription` waits for one per
+        method, one of ``declare_channels`` held.  The exchanges are ensured first (once
+        per connection, as there).  Returns what it declares (:meth:`declaration`) and
+        the methods, or None when the declaration needs replies before its next step: a
+        primer for a new classic queue (:meth:`primes`), stale bindings to remove.  A
+        queue that exists with other arguments refuses the ``queue.declare``
+        (PRECONDITION_FAILED, the channel closes, the broker ignores the rest): the caller
+        then declares it by :meth:`declare_subscription`, which keeps or re-creates it."""
+        await self._exchanges(sub)
+        declared = self.declaration(sub)
+        _generation, args, bindings = declared
+        if self.primes(args) or not sub.bound <= set(bindings):
+            return None
+        methods: list[Any] = [
+            (
+                spec.Queue.Declare(queue=sub.queue, durable=True, arguments=args),
+                spec.Queue.DeclareOk,
+            )
+        ]
+        for exchange, key in bindings:
+            bind = spec.Queue.Bind(queue=sub.queue, exchange=exchange, routing_key=key)
+            methods.append((bind, spec.Queue.BindOk))
+        return declared, methods
+
+    def consumed(self, sub: RabbitMQSubscription, declared: Declared) -> None:
+        """The declaration :meth:`with_consume` gave was answered: ``sub`` is declared as
+        :meth:`declare_subscription` would have left it."""
+        sub.bound = set(declared[2])
+        sub.declared = True
+        sub.declared_as = declared
 
     def in_place(self, sub: RabbitMQSubscription) -> bool:
         """Whether this process declared ``sub``'s queue and bindings on its connection,

@@ -177,10 +177,11 @@ def test_pika_failure_on_subscribe_is_an_adapter_error(
     )
     assert isinstance(handle, RabbitMQSubscription)
 
-    async def no_channel() -> Any:
+    def no_channel() -> Any:
         raise pika.exceptions.NoFreeChannels()
 
-    monkeypatch.setattr(handle.link, "open_channel", no_channel)
+    # a consumer's channel is begun without waiting for its open (``Link.begin_channel``)
+    monkeypatch.setattr(handle.link, "begin_channel", no_channel)
     try:
         with pytest.raises(AdapterError) as info:
             handle.start(Collector(), prefetch=1)

@@ -6,11 +6,10 @@ psycopg 3 with a connection pool (extra ``postgres``).  Records are JSON documen
 next to the columns queries need, as in SQLite, so ``wsnmom store migrate`` copies them
 one to one.
 
-The schema is versioned by numbered migrations (:data:`MIGRATIONS`, the table
-``wsnmom_schema``).  Every instance runs the missing ones at start inside one transaction
-that holds a transaction-scoped advisory lock, so when several instances start together
-one migrates and the others wait for it, then find nothing left to do.  A store whose
-version is newer than this wsnmom is refused.
+Its parts: the schema's numbered migrations (``core.store_postgres_schema``), the pooled
+connections, their recovery and the migration at start (``core.store_postgres_pool``,
+:class:`~wsnmom.core.store_postgres_pool.PostgresConnections`, the base class of
+:class:`PostgresStore`), and here the records' reads and writes.
 
 Connection trouble surfaces as :class:`~wsnmom.core.store.StoreUnavailable` (a
 :class:`~wsnmom.core.store.StoreError`): the frontend answers it with a Receiver fault
@@ -19,17 +18,14 @@ and HTTP 503, and ``ping`` (``/readyz``) says the store is not answering.
 
 from __future__ import annotations
 
-import threading
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any, TypeVar
-from urllib.parse import urlsplit
 
 from wsnmom.core.coordination import Coordination
 from wsnmom.core.model import NotificationMessage, PublisherRegistration, PullPoint, Subscription
-from wsnmom.core.store import IntentGone, Store, StoreError, StoreUnavailable
+from wsnmom.core.store import IntentGone, Store, StoreError
 from wsnmom.core.store_documents import (
     message_from_json,
     message_to_json,
@@ -40,258 +36,14 @@ from wsnmom.core.store_documents import (
     subscription_from_json,
     subscription_to_json,
 )
+from wsnmom.core.store_postgres_pool import PostgresConnections
 from wsnmom.topic_mapping.model import Topic
-
-#: the advisory-lock key migrations serialise on ("wsnm" as a number)
-MIGRATION_LOCK = 0x77736E6D
-
-#: numbered migrations: version -> statements; never edit one that was released, add one
-MIGRATIONS: dict[int, tuple[str, ...]] = {
-    1: (
-        """CREATE TABLE subscriptions (
-            id TEXT PRIMARY KEY, seq BIGSERIAL, termination_time TIMESTAMPTZ,
-            data JSONB NOT NULL)""",
-        """CREATE TABLE pull_points (
-            id TEXT PRIMARY KEY, seq BIGSERIAL, name TEXT, termination_time TIMESTAMPTZ,
-            data JSONB NOT NULL)""",
-        "CREATE INDEX pull_points_name ON pull_points (name)",
-        """CREATE TABLE registrations (
-            id TEXT PRIMARY KEY, seq BIGSERIAL, termination_time TIMESTAMPTZ,
-            data JSONB NOT NULL)""",
-        """CREATE TABLE current_messages (
-            namespace TEXT NOT NULL, path TEXT NOT NULL, data JSONB NOT NULL,
-            PRIMARY KEY (namespace, path))""",
-    ),
-    2: ("CREATE TABLE wsnmom_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",),
-    # the cluster (core.coordination_postgres): every write of a resource leaves a row in
-    # the change log (origin: the writer's application_name, its instance id) and wakes
-    # the other instances with NOTIFY; instances and shard leases with epochs
-    3: (
-        """CREATE TABLE wsnmom_changes (
-            seq BIGSERIAL PRIMARY KEY, kind TEXT NOT NULL, id TEXT NOT NULL,
-            origin TEXT NOT NULL, at TIMESTAMPTZ NOT NULL DEFAULT clock_timestamp())""",
-        """CREATE FUNCTION wsnmom_note_change() RETURNS trigger LANGUAGE plpgsql AS $$
-        DECLARE rid TEXT;
-        BEGIN
-            IF TG_OP = 'DELETE' THEN rid := OLD.id; ELSE rid := NEW.id; END IF;
-            INSERT INTO wsnmom_changes (kind, id, origin)
-                VALUES (TG_ARGV[0], rid, current_setting('application_name'));
-            PERFORM pg_notify('wsnmom_changes', TG_ARGV[0]);
-            RETURN NULL;
-        END $$""",
-        """CREATE TRIGGER subscriptions_changed AFTER INSERT OR UPDATE OR DELETE
-            ON subscriptions FOR EACH ROW EXECUTE FUNCTION wsnmom_note_change('subscription')""",
-        """CREATE TRIGGER pull_points_changed AFTER INSERT OR UPDATE OR DELETE
-            ON pull_points FOR EACH ROW EXECUTE FUNCTION wsnmom_note_change('pull_point')""",
-        """CREATE TRIGGER registrations_changed AFTER INSERT OR UPDATE OR DELETE
-            ON registrations FOR EACH ROW EXECUTE FUNCTION wsnmom_note_change('registration')""",
-        """CREATE TABLE wsnmom_instances (
-            id TEXT PRIMARY KEY, address TEXT NOT NULL, version TEXT NOT NULL,
-            started_at TIMESTAMPTZ NOT NULL DEFAULT now(), heartbeat TIMESTAMPTZ NOT NULL)""",
-        """CREATE TABLE wsnmom_shards (
-            shard INTEGER PRIMARY KEY, owner TEXT, epoch BIGINT NOT NULL DEFAULT 0,
-            expires_at TIMESTAMPTZ NOT NULL)""",
-    ),
-    # upstreams added at run time (``wsnmom upstream add``)
-    4: ("CREATE TABLE upstreams (id TEXT PRIMARY KEY, seq BIGSERIAL, data JSONB NOT NULL)",),
-    # every write of a subscription bumps its revision; an instance follows a stored
-    # change only when its revision is higher than the one it holds (``core.follow``)
-    5: ("ALTER TABLE subscriptions ADD COLUMN revision BIGINT NOT NULL DEFAULT 0",),
-    # the nonce of every request one instance forwarded to another, kept while its
-    # signature is valid: a replayed request is refused (``core.coordination_postgres``)
-    6: (
-        """CREATE TABLE wsnmom_nonces (
-            nonce TEXT PRIMARY KEY, expires_at TIMESTAMPTZ NOT NULL)""",
-        "CREATE INDEX wsnmom_nonces_expiry ON wsnmom_nonces (expires_at)",
-    ),
-    # the NOTIFY of a change names its writer (its instance id) instead of its kind: an
-    # instance is not woken by its own writes (``PostgresCoordination.wait``)
-    7: (
-        """CREATE OR REPLACE FUNCTION wsnmom_note_change() RETURNS trigger
-        LANGUAGE plpgsql AS $$
-        DECLARE rid TEXT; writer TEXT := current_setting('application_name');
-        BEGIN
-            IF TG_OP = 'DELETE' THEN rid := OLD.id; ELSE rid := NEW.id; END IF;
-            INSERT INTO wsnmom_changes (kind, id, origin) VALUES (TG_ARGV[0], rid, writer);
-            PERFORM pg_notify('wsnmom_changes', writer);
-            RETURN NULL;
-        END $$""",
-    ),
-    # intents: durable subscriptions being made before their record is written; the
-    # record's write removes its intent in the same statement (``core.orphans``)
-    8: (
-        """CREATE TABLE wsnmom_intents (
-            name TEXT PRIMARY KEY, at TIMESTAMPTZ NOT NULL DEFAULT clock_timestamp())""",
-    ),
-}
-SCHEMA_VERSION = max(MIGRATIONS)
-
-#: seconds a connection attempt may take before the store counts as unreachable
-CONNECT_TIMEOUT = 5.0
-#: seconds a request waits for a pooled connection before the store counts as overloaded
-POOL_TIMEOUT = 10.0
-#: while the server is down, seconds between the connection attempts that look for it
-PROBE_INTERVAL = 1.0
 
 T = TypeVar("T")
 
 
-class PostgresStore(Store):
+class PostgresStore(PostgresConnections, Store):
     """PostgreSQL implementation of :class:`~wsnmom.core.store.Store`."""
-
-    def __init__(
-        self, url: str, *, min_size: int = 1, max_size: int = 8, instance_id: str = ""
-    ) -> None:
-        try:
-            import psycopg
-            import psycopg_pool  # noqa: F401
-            from psycopg.types.json import Jsonb
-        except ImportError as exc:
-            raise StoreError(
-                f"a PostgreSQL store needs psycopg 3 ({exc}): pip install 'wsnmom[postgres]'"
-            ) from None
-        parts = urlsplit(url)
-        if not parts.hostname and "host=" not in parts.query:
-            raise StoreError(f"PostgreSQL store URL without a host: {url!r}")
-        self._psycopg = psycopg
-        self._jsonb = Jsonb
-        self._closed = False
-        self._lock = threading.Lock()
-        try:  # one plain attempt first: a refused connection fails at once, with its reason
-            psycopg.connect(url, connect_timeout=int(CONNECT_TIMEOUT)).close()
-        except psycopg.Error as exc:
-            raise StoreUnavailable(f"cannot connect to the PostgreSQL store: {exc}") from None
-        self._url = url
-        self._sizes = (min_size, max_size)
-        #: the connections' application_name: the origin of the changes this instance
-        #: writes, which its own change follower skips
-        self.instance_id = instance_id or "wsnmom"
-        #: monotonic time of the last failed use while the server does not answer (None: up)
-        self._down_since: float | None = None
-        self._last_probe = 0.0
-        self._recovering = threading.Lock()
-        try:
-            self._pool = self._new_pool()
-        except Exception as exc:  # psycopg_pool.PoolTimeout, psycopg.Error
-            raise StoreUnavailable(f"cannot open the PostgreSQL store: {exc}") from None
-        try:
-            self._migrate()
-        except BaseException:
-            self._pool.close()
-            raise
-
-    # ------------------------------------------------------------------ plumbing
-
-    def _new_pool(self) -> Any:
-        from psycopg_pool import ConnectionPool
-
-        min_size, max_size = self._sizes
-        pool = ConnectionPool(
-            self._url,
-            min_size=min_size,
-            max_size=max_size,
-            timeout=POOL_TIMEOUT,
-            kwargs={
-                "connect_timeout": int(CONNECT_TIMEOUT),
-                # transactions are explicit (``_tx``); a lone statement commits by itself
-                "autocommit": True,
-                "application_name": self.instance_id,
-            },
-            open=False,
-            name="wsnmom-store",
-        )
-        pool.open(wait=True, timeout=CONNECT_TIMEOUT * 2)
-        return pool
-
-    def _require_server(self) -> None:
-        """While the server was found down: refuse at once, except for one probe per
-        :data:`PROBE_INTERVAL`; when the probe connects, start a fresh pool (the old one
-        may be waiting out its reconnection backoff) and carry on."""
-        if self._down_since is None:
-            return
-        now = time.monotonic()
-        if now - self._last_probe < PROBE_INTERVAL or not self._recovering.acquire(False):
-            raise StoreUnavailable("the PostgreSQL store is not answering")
-        try:
-            self._last_probe = now
-            try:
-                self._psycopg.connect(self._url, connect_timeout=int(CONNECT_TIMEOUT)).close()
-            except self._psycopg.Error as exc:
-                raise StoreUnavailable(f"the PostgreSQL store is not answering: {exc}") from None
-            old, self._pool = self._pool, self._new_pool()
-            self._down_since = None
-            old.close(timeout=0)
-        finally:
-            self._recovering.release()
-
-    def _down(self, why: str) -> StoreUnavailable:
-        if self._down_since is None:
-            self._down_since = time.monotonic()
-            self._last_probe = self._down_since
-        return StoreUnavailable(why)
-
-    @contextmanager
-    def _tx(self) -> Iterator[Any]:
-        """A pooled connection inside one transaction (see :meth:`_conn`)."""
-        with self._conn() as conn, conn.transaction():
-            yield conn
-
-    @contextmanager
-    def _conn(self) -> Iterator[Any]:
-        """A pooled connection in autocommit: each statement is a transaction of its own,
-        one round trip (a transaction block costs two more, BEGIN and COMMIT), so a
-        single-statement write or read runs here, several that must commit together in
-        :meth:`_tx`.  Connection trouble becomes StoreUnavailable (and later uses fail at
-        once until a probe connects again), other database errors StoreError."""
-        if self._closed:
-            raise StoreError("store is closed")
-        self._require_server()
-        psycopg = self._psycopg
-        try:
-            with self._pool.connection() as conn:
-                yield conn
-        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
-            raise self._down(f"the PostgreSQL store is not answering: {exc}") from None
-        except psycopg.Error as exc:
-            raise StoreError(f"PostgreSQL store error: {exc}") from None
-        except Exception as exc:
-            if type(exc).__name__ == "PoolTimeout":
-                raise self._down(
-                    f"no PostgreSQL connection free within {POOL_TIMEOUT:.0f}s"
-                ) from None
-            raise
-
-    def _rows(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-        with self._conn() as conn:
-            return list(conn.execute(sql, params).fetchall())
-
-    def _count(self, sql: str, params: tuple[Any, ...]) -> int:
-        with self._conn() as conn:
-            return int(conn.execute(sql, params).rowcount)
-
-    def _migrate(self) -> None:
-        with self._tx() as conn:
-            conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
-            conn.execute(
-                "CREATE TABLE IF NOT EXISTS wsnmom_schema ("
-                "version INTEGER PRIMARY KEY, applied_at TIMESTAMPTZ NOT NULL DEFAULT now())"
-            )
-            row = conn.execute("SELECT max(version) FROM wsnmom_schema").fetchone()
-            current = int(row[0]) if row and row[0] is not None else 0
-            if current > SCHEMA_VERSION:
-                raise StoreError(
-                    f"store schema version {current} is newer than this wsnmom "
-                    f"({SCHEMA_VERSION}); upgrade wsnmom"
-                )
-            for version in sorted(v for v in MIGRATIONS if v > current):
-                for statement in MIGRATIONS[version]:
-                    conn.execute(statement)
-                conn.execute("INSERT INTO wsnmom_schema (version) VALUES (%s)", (version,))
-
-    @property
-    def schema_version(self) -> int:
-        """The schema version recorded in the store."""
-        return int(self._rows("SELECT max(version) FROM wsnmom_schema")[0][0])
 
     def _put(self, table: str, key: str, columns: dict[str, Any]) -> None:
         names = ", ".join(columns)

@@ -298,7 +298,7 @@ def test_concurrent_writers_lose_nothing(store: Store) -> None:
 
 
 def test_postgres_instances_starting_together_migrate_once(postgres_store_url: str) -> None:
-    from wsnmom.core.store_postgres import SCHEMA_VERSION
+    from wsnmom.core.store_postgres_schema import SCHEMA_VERSION
 
     with concurrent.futures.ThreadPoolExecutor(4) as pool:
         stores = list(pool.map(lambda _: open_store(postgres_store_url), range(4)))
@@ -528,7 +528,8 @@ def test_postgres_store_of_every_earlier_version_is_upgraded(postgres_store_url:
     import psycopg
     from psycopg.types.json import Jsonb
     from wsnmom.core.store_documents import pull_point_to_json
-    from wsnmom.core.store_postgres import MIGRATIONS, SCHEMA_VERSION, PostgresStore
+    from wsnmom.core.store_postgres import PostgresStore
+    from wsnmom.core.store_postgres_schema import MIGRATIONS, SCHEMA_VERSION
 
     from tests.fixtures.postgres import fresh_database
 

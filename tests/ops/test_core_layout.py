@@ -26,10 +26,13 @@ SPLIT = (
     "channel_signals.py",
     "channel_status.py",
     "backoff.py",
-    # the store (store_postgres.py is not split yet)
+    # the store
     "store.py",
     "store_documents.py",
     "store_sqlite.py",
+    "store_postgres.py",
+    "store_postgres_pool.py",
+    "store_postgres_schema.py",
     # the broker service
     "service.py",
     "service_setup.py",

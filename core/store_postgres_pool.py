@@ -1,0 +1,191 @@
+"""The PostgreSQL store's connections (``core.store_postgres``): the pool, the recovery
+when the server comes back, the transactions, and the schema's migration at start.
+
+Opened for ``postgresql://user:password@host:port/database`` (``postgres://`` too) through
+psycopg 3 with a connection pool (extra ``postgres``).  :class:`PostgresConnections` is the
+base class of :class:`~wsnmom.core.store_postgres.PostgresStore`: it connects, migrates
+(``core.store_postgres_schema``) and hands out pooled connections, in autocommit
+(:meth:`~PostgresConnections._conn`) or in one transaction (:meth:`~PostgresConnections._tx`).
+
+Connection trouble surfaces as :class:`~wsnmom.core.store.StoreUnavailable` (a
+:class:`~wsnmom.core.store.StoreError`): the frontend answers it with a Receiver fault
+and HTTP 503, and ``ping`` (``/readyz``) says the store is not answering.  While the
+server is down, uses fail at once except for one probe per :data:`PROBE_INTERVAL`.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+from urllib.parse import urlsplit
+
+from wsnmom.core.store import StoreError, StoreUnavailable
+from wsnmom.core.store_postgres_schema import MIGRATION_LOCK, MIGRATIONS, SCHEMA_VERSION
+
+#: seconds a connection attempt may take before the store counts as unreachable
+CONNECT_TIMEOUT = 5.0
+#: seconds a request waits for a pooled connection before the store counts as overloaded
+POOL_TIMEOUT = 10.0
+#: while the server is down, seconds between the connection attempts that look for it
+PROBE_INTERVAL = 1.0
+
+
+class PostgresConnections:
+    """The pooled connections of a PostgreSQL store (see the module docstring)."""
+
+    def __init__(
+        self, url: str, *, min_size: int = 1, max_size: int = 8, instance_id: str = ""
+    ) -> None:
+        try:
+            import psycopg
+            import psycopg_pool  # noqa: F401
+            from psycopg.types.json import Jsonb
+        except ImportError as exc:
+            raise StoreError(
+                f"a PostgreSQL store needs psycopg 3 ({exc}): pip install 'wsnmom[postgres]'"
+            ) from None
+        parts = urlsplit(url)
+        if not parts.hostname and "host=" not in parts.query:
+            raise StoreError(f"PostgreSQL store URL without a host: {url!r}")
+        self._psycopg = psycopg
+        self._jsonb = Jsonb
+        self._closed = False
+        self._lock = threading.Lock()
+        try:  # one plain attempt first: a refused connection fails at once, with its reason
+            psycopg.connect(url, connect_timeout=int(CONNECT_TIMEOUT)).close()
+        except psycopg.Error as exc:
+            raise StoreUnavailable(f"cannot connect to the PostgreSQL store: {exc}") from None
+        self._url = url
+        self._sizes = (min_size, max_size)
+        #: the connections' application_name: the origin of the changes this instance
+        #: writes, which its own change follower skips
+        self.instance_id = instance_id or "wsnmom"
+        #: monotonic time of the last failed use while the server does not answer (None: up)
+        self._down_since: float | None = None
+        self._last_probe = 0.0
+        self._recovering = threading.Lock()
+        try:
+            self._pool = self._new_pool()
+        except Exception as exc:  # psycopg_pool.PoolTimeout, psycopg.Error
+            raise StoreUnavailable(f"cannot open the PostgreSQL store: {exc}") from None
+        try:
+            self._migrate()
+        except BaseException:
+            self._pool.close()
+            raise
+
+    # ------------------------------------------------------------------ plumbing
+
+    def _new_pool(self) -> Any:
+        from psycopg_pool import ConnectionPool
+
+        min_size, max_size = self._sizes
+        pool = ConnectionPool(
+            self._url,
+            min_size=min_size,
+            max_size=max_size,
+            timeout=POOL_TIMEOUT,
+            kwargs={
+                "connect_timeout": int(CONNECT_TIMEOUT),
+                # transactions are explicit (``_tx``); a lone statement commits by itself
+                "autocommit": True,
+                "application_name": self.instance_id,
+            },
+            open=False,
+            name="wsnmom-store",
+        )
+        pool.open(wait=True, timeout=CONNECT_TIMEOUT * 2)
+        return pool
+
+    def _require_server(self) -> None:
+        """While the server was found down: refuse at once, except for one probe per
+        :data:`PROBE_INTERVAL`; when the probe connects, start a fresh pool (the old one
+        may be waiting out its reconnection backoff) and carry on."""
+        if self._down_since is None:
+            return
+        now = time.monotonic()
+        if now - self._last_probe < PROBE_INTERVAL or not self._recovering.acquire(False):
+            raise StoreUnavailable("the PostgreSQL store is not answering")
+        try:
+            self._last_probe = now
+            try:
+                self._psycopg.connect(self._url, connect_timeout=int(CONNECT_TIMEOUT)).close()
+            except self._psycopg.Error as exc:
+                raise StoreUnavailable(f"the PostgreSQL store is not answering: {exc}") from None
+            old, self._pool = self._pool, self._new_pool()
+            self._down_since = None
+            old.close(timeout=0)
+        finally:
+            self._recovering.release()
+
+    def _down(self, why: str) -> StoreUnavailable:
+        if self._down_since is None:
+            self._down_since = time.monotonic()
+            self._last_probe = self._down_since
+        return StoreUnavailable(why)
+
+    @contextmanager
+    def _tx(self) -> Iterator[Any]:
+        """A pooled connection inside one transaction (see :meth:`_conn`)."""
+        with self._conn() as conn, conn.transaction():
+            yield conn
+
+    @contextmanager
+    def _conn(self) -> Iterator[Any]:
+        """A pooled connection in autocommit: each statement is a transaction of its own,
+        one round trip (a transaction block costs two more, BEGIN and COMMIT), so a
+        single-statement write or read runs here, several that must commit together in
+        :meth:`_tx`.  Connection trouble becomes StoreUnavailable (and later uses fail at
+        once until a probe connects again), other database errors StoreError."""
+        if self._closed:
+            raise StoreError("store is closed")
+        self._require_server()
+        psycopg = self._psycopg
+        try:
+            with self._pool.connection() as conn:
+                yield conn
+        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+            raise self._down(f"the PostgreSQL store is not answering: {exc}") from None
+        except psycopg.Error as exc:
+            raise StoreError(f"PostgreSQL store error: {exc}") from None
+        except Exception as exc:
+            if type(exc).__name__ == "PoolTimeout":
+                raise self._down(
+                    f"no PostgreSQL connection free within {POOL_TIMEOUT:.0f}s"
+                ) from None
+            raise
+
+    def _rows(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        with self._conn() as conn:
+            return list(conn.execute(sql, params).fetchall())
+
+    def _count(self, sql: str, params: tuple[Any, ...]) -> int:
+        with self._conn() as conn:
+            return int(conn.execute(sql, params).rowcount)
+
+    def _migrate(self) -> None:
+        with self._tx() as conn:
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
+            conn.execute(
+                "CREATE TABLE IF NOT EXISTS wsnmom_schema ("
+                "version INTEGER PRIMARY KEY, applied_at TIMESTAMPTZ NOT NULL DEFAULT now())"
+            )
+            row = conn.execute("SELECT max(version) FROM wsnmom_schema").fetchone()
+            current = int(row[0]) if row and row[0] is not None else 0
+            if current > SCHEMA_VERSION:
+                raise StoreError(
+                    f"store schema version {current} is newer than this wsnmom "
+                    f"({SCHEMA_VERSION}); upgrade wsnmom"
+                )
+            for version in sorted(v for v in MIGRATIONS if v > current):
+                for statement in MIGRATIONS[version]:
+                    conn.execute(statement)
+                conn.execute("INSERT INTO wsnmom_schema (version) VALUES (%s)", (version,))
+
+    @property
+    def schema_version(self) -> int:
+        """The schema version recorded in the store."""
+        return int(self._rows("SELECT max(version) FROM wsnmom_schema")[0][0])

@@ -36,7 +36,9 @@ directory, so one directory holds everything.
 
 Code layout: this module reads the sources into the settings (names, values, warnings,
 validation) and is the one to import from; the dataclasses are in
-:mod:`wsnmom.core.config_model`, the ``[[upstream]]`` entries in
+:mod:`wsnmom.core.config_model` (the root and some sections),
+:mod:`wsnmom.core.config_delivery` and :mod:`wsnmom.core.config_protection`, the
+``[[upstream]]`` entries in
 :mod:`wsnmom.core.config_upstreams`, where data lives in :mod:`wsnmom.core.config_locations`,
 converting and checking one value in :mod:`wsnmom.core.config_values`.
 """
@@ -53,6 +55,15 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from wsnmom.core.config_delivery import (
+    DeadLetterSettings,
+    DeliverySettings,
+    FilterSettings,
+    LimitSettings,
+    OutboundSettings,
+    RetrySettings,
+    TerminationSettings,
+)
 from wsnmom.core.config_locations import (
     EMBEDDED_PREFIX,
     _derive_locations,
@@ -60,24 +71,19 @@ from wsnmom.core.config_locations import (
     embedded_path,
 )
 from wsnmom.core.config_model import (
-    AdminSettings,
-    AuthSettings,
     ClusterSettings,
-    ConnectionSettings,
-    DeadLetterSettings,
-    DeliverySettings,
-    FilterSettings,
-    LimitSettings,
-    LoopSettings,
     MiddlewareSettings,
-    OutboundSettings,
-    QuotaSettings,
-    RetrySettings,
     Settings,
     StorageSettings,
-    TerminationSettings,
-    TlsSettings,
     TracingSettings,
+)
+from wsnmom.core.config_protection import (
+    AdminSettings,
+    AuthSettings,
+    ConnectionSettings,
+    LoopSettings,
+    QuotaSettings,
+    TlsSettings,
 )
 from wsnmom.core.config_upstreams import (
     UPSTREAM_NAME,

@@ -40,6 +40,10 @@ SPLIT = (
     "cluster_parts.py",
     "advertised.py",
     "readiness.py",
+    # the settings model
+    "config_model.py",
+    "config_delivery.py",
+    "config_protection.py",
 )
 
 

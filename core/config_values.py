@@ -22,7 +22,7 @@ from typing import Any, Literal
 from urllib.parse import urlsplit
 
 import isodate
-from wsnmom.core.dead_letters import check_destination
+from wsnmom.core.dead_letter_records import check_destination
 
 __all__ = [
     "LOG_LEVELS",

@@ -19,7 +19,8 @@ from wsnmom.core import errors
 from wsnmom.core.adapter import AdapterError
 from wsnmom.core.codec import decode, encode, pull_point_inbox
 from wsnmom.core.context import BrokerContext
-from wsnmom.core.dead_letters import DeadLetter, DeadLetterBox, check_destination
+from wsnmom.core.dead_letter_box import DeadLetterBox
+from wsnmom.core.dead_letter_records import DeadLetter, check_destination
 from wsnmom.core.model import (
     Delivered,
     EndpointReference,

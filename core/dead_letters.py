@@ -3,17 +3,17 @@
 A message the gateway will not deliver (its retries ran out, its subscription's filter
 exceeded its evaluation budget, it is older than ``limits.max_age``) is published, before
 it is settled, on a *dead-letter destination*: the internal topic
-``urn:wsnmom:internal:dead-letters`` / ``<name>`` (:func:`destination_topic`), through the
+``urn:wsnmom:internal:dead-letters`` / ``<name>`` (``destination_topic``), through the
 adapter's ordinary ``publish_many``.  The body, content type and wsnmom headers are the
 original ones (so ``core.codec.decode`` gives back the original notification, topic
-included); the context travels as more headers (``wsnmom-dl-*``, :data:`CONTEXT_HEADERS`).
+included); the context travels as more headers (``wsnmom-dl-*``, ``CONTEXT_HEADERS``).
 Only once the middleware confirmed the dead letter is the original acknowledged; when the
 publish fails the original stays unsettled and comes back (``DeadLetters.send`` is False).
 
 Each destination is read through one durable subscription of the gateway's own,
 ``wsnmom-dead-letters-<name>`` (a queue on RabbitMQ and embedded, a cursor over the topic
 on Kafka and the file log, a session queue on MQTT), created before the first dead letter
-is published to it.  :class:`DeadLetterBox` consumes it in push mode and *holds* what it
+is published to it.  ``DeadLetterBox`` consumes it in push mode and *holds* what it
 received unsettled (at most ``dead_letters.list_max``): listing and showing read what is
 held, replay and purge settle.  What is held and not settled goes back to the middleware
 when the gateway stops, so nothing is lost; where the adapter needs acknowledgements in
@@ -41,288 +41,63 @@ stops comes back flagged, so the next box does not count it again where the adap
 flag outlives the process: embedded, MQTT and RabbitMQ, not the logs).
 ``wsnmom_dead_letters_held`` is how many a box holds now.
 
-The name of a destination: :func:`check_destination` (one rule, used for the setting and
-the Subscribe policy element ``wsnmom:DeadLetters``).
+The name of a destination: :func:`~wsnmom.core.dead_letter_records.check_destination` (one
+rule, used for the setting and the Subscribe policy element ``wsnmom:DeadLetters``).
+
+Its parts: what a dead letter is, the names, headers and records
+(``core.dead_letter_records``), the box that holds one destination's
+(``core.dead_letter_box``), and here :class:`DeadLetters`, which publishes them and opens
+the boxes; what operators do with them: ``core.dead_letter_admin``.
 """
 
 from __future__ import annotations
 
 import copy
 import logging
-import re
 import threading
 import uuid
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 from wsnmom.core import metrics
 from wsnmom.core.adapter import (
-    HEADER_DROPPED_AT,
-    HEADER_DROPPED_ATTEMPTS,
-    HEADER_DROPPED_FROM,
     HEADER_DROPPED_REASON,
     HEADER_MESSAGE_ID,
     HEADER_TOPIC_NAMESPACE,
     HEADER_TOPIC_PATH,
-    INTERNAL_NAMESPACE_PREFIX,
     Adapter,
     AdapterError,
     OutboundMessage,
     QueueLimits,
     Received,
-    SubscriptionHandle,
     SubscriptionSpec,
+)
+from wsnmom.core.dead_letter_box import DeadLetterBox
+from wsnmom.core.dead_letter_records import (
+    CONTEXT_HEADERS,
+    H_ATTEMPTS,
+    H_CONSUMER,
+    H_COUNTED,
+    H_ERROR,
+    H_ID,
+    H_REASON,
+    H_SUBSCRIPTION,
+    H_TIME,
+    DeadLetterContext,
+    box_name,
+    check_destination,
+    destination_topic,
 )
 from wsnmom.core.model import Subscription
 from wsnmom.core.redaction import redact_url
 from wsnmom.topic_mapping.model import PathPattern, Topic
 
-__all__ = [
-    "DEAD_LETTER_NAMESPACE",
-    "REASONS",
-    "DeadLetter",
-    "DeadLetterBox",
-    "DeadLetterContext",
-    "DeadLetters",
-    "check_destination",
-    "destination_topic",
-]
+__all__ = ["DeadLetters"]
 
 log = logging.getLogger(__name__)
 
-DEAD_LETTER_NAMESPACE = INTERNAL_NAMESPACE_PREFIX + "dead-letters"
-#: why a message became a dead letter
-REASONS = (
-    "retries-exhausted",
-    "final-status",
-    "filter-budget",
-    "max-age",
-    "overflow",
-    "overflow-end",
-)
-
-H_ID = "wsnmom-dl-id"
-H_SUBSCRIPTION = "wsnmom-dl-subscription"
-H_CONSUMER = "wsnmom-dl-consumer"
-H_REASON = "wsnmom-dl-reason"
-H_ATTEMPTS = "wsnmom-dl-attempts"
-H_ERROR = "wsnmom-dl-error"
-H_TIME = "wsnmom-dl-time"
-CONTEXT_HEADERS = (H_ID, H_SUBSCRIPTION, H_CONSUMER, H_REASON, H_ATTEMPTS, H_ERROR, H_TIME)
-#: on an adapter's drop published through :meth:`DeadLetters.sink`: counted when
-#: published, so no box counts it when it reads it
-H_COUNTED = "wsnmom-dl-counted"
-
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
 #: the longest last error kept with a dead letter (headers stay small)
 _ERROR_CHARS = 1000
-
-
-def check_destination(name: str) -> str:
-    """``name`` when it can name a dead-letter destination; ValueError saying why not."""
-    if not _NAME.match(name):
-        raise ValueError(
-            f"dead-letter destination {name!r} must be 1 to 64 letters, digits, '-' or '_', "
-            "starting with a letter or digit"
-        )
-    return name
-
-
-def destination_topic(name: str) -> Topic:
-    """The internal topic dead letters for destination ``name`` are published on."""
-    return Topic(DEAD_LETTER_NAMESPACE, (name,))
-
-
-def box_name(name: str) -> str:
-    """The durable subscription that holds destination ``name``'s dead letters."""
-    return f"wsnmom-dead-letters-{name}"
-
-
-def is_box_name(name: str) -> bool:
-    """Whether the durable subscription ``name`` is a dead-letter box (core's own, also
-    one of a destination this instance does not know)."""
-    return name.startswith(box_name(""))
-
-
-@dataclass(frozen=True, slots=True)
-class DeadLetterContext:
-    """Why the messages handed to ``DeadLetters.send`` were given up on."""
-
-    subscription_id: str
-    consumer: str
-    reason: str
-    #: delivery attempts made (0: none, e.g. refused by a filter budget or max age)
-    attempts: int
-    last_error: str | None
-    destination: str
-
-
-@dataclass(frozen=True, slots=True)
-class DeadLetter:
-    """One dead letter as operators see it."""
-
-    id: str
-    destination: str
-    subscription_id: str
-    consumer: str
-    reason: str
-    attempts: int
-    last_error: str | None
-    #: when it was given up on (ISO 8601, UTC)
-    time: str
-    #: the original topic ("{namespace}path"), None without one
-    topic: str | None
-    message_id: str | None
-    content_type: str
-    body: bytes
-
-    def summary(self) -> dict[str, Any]:
-        """Everything but the body (a listing)."""
-        return {
-            "id": self.id,
-            "destination": self.destination,
-            "subscription": self.subscription_id,
-            "consumer": self.consumer,
-            "reason": self.reason,
-            "attempts": self.attempts,
-            "last_error": self.last_error,
-            "time": self.time,
-            "topic": self.topic,
-            "message_id": self.message_id,
-            "content_type": self.content_type,
-            "size": len(self.body),
-        }
-
-
-def _letter(destination: str, key: str, received: Received, held_since: str) -> DeadLetter:
-    """The dead letter ``key`` of ``received``: the gateway's context headers, or for one
-    the middleware dropped itself, the adapter's ``HEADER_DROPPED_*`` (``held_since``:
-    when the box received it)."""
-    h = received.headers
-    ns, path = h.get(HEADER_TOPIC_NAMESPACE), h.get(HEADER_TOPIC_PATH)
-    native = H_REASON not in h and HEADER_DROPPED_REASON in h
-    try:
-        attempts = int(h.get(HEADER_DROPPED_ATTEMPTS if native else H_ATTEMPTS) or 0)
-    except ValueError:
-        attempts = 0
-    return DeadLetter(
-        id=key,
-        destination=destination,
-        subscription_id=h.get(HEADER_DROPPED_FROM if native else H_SUBSCRIPTION) or "",
-        consumer=h.get(H_CONSUMER) or "",
-        reason=h.get(HEADER_DROPPED_REASON if native else H_REASON) or "",
-        attempts=attempts,
-        last_error=h.get(H_ERROR) or None,
-        time=h.get(HEADER_DROPPED_AT if native else H_TIME) or held_since,
-        topic=f"{{{ns}}}{path}" if path else None,
-        message_id=h.get(HEADER_MESSAGE_ID),
-        content_type=received.content_type or "application/xml",
-        body=bytes(received.body),
-    )
-
-
-class DeadLetterBox:
-    """The dead letters of one destination this gateway holds (see the module
-    docstring)."""
-
-    def __init__(
-        self,
-        name: str,
-        handle: SubscriptionHandle,
-        *,
-        in_order: bool,
-        clock: Callable[[], datetime] | None = None,
-    ) -> None:
-        self.name = name
-        self.handle = handle
-        self._in_order = in_order
-        self._clock = clock
-        self._lock = threading.Lock()
-        #: dead-letter id -> (message, settled but waiting for those before it, when the
-        #: box received it)
-        self._held: OrderedDict[str, list[Any]] = OrderedDict()
-
-    def start(self, prefetch: int) -> None:
-        """Consume, holding up to ``prefetch`` dead letters unsettled."""
-        self.handle.start(self._on_message, prefetch=prefetch)
-
-    def stop(self) -> None:
-        """Stop; what is held goes back to the middleware."""
-        with self._lock:
-            self._held.clear()
-            self._gauge()
-        self.handle.stop()
-
-    def _gauge(self) -> None:
-        """``wsnmom_dead_letters_held`` of this destination (under the lock)."""
-        held = sum(1 for v in self._held.values() if not v[1])
-        metrics.DEAD_LETTERS_HELD.labels(destination=self.name).set(held)
-
-    def _on_message(self, received: Received) -> None:
-        key = received.headers.get(H_ID) or uuid.uuid4().hex
-        since = self._clock().isoformat() if self._clock is not None else ""
-        native = H_REASON not in received.headers
-        with self._lock:
-            self._held[key] = [received, False, since]
-            self._gauge()
-        if native and not received.redelivered and H_COUNTED not in received.headers:
-            # an adapter's drop, counted when first read back (see the module docstring)
-            reason = received.headers.get(HEADER_DROPPED_REASON) or "unknown"
-            metrics.DEAD_LETTERS.labels(reason=reason, source="middleware").inc()
-
-    def letters(self) -> list[DeadLetter]:
-        """The dead letters held, oldest first."""
-        with self._lock:
-            items = [(k, v[0], v[2]) for k, v in self._held.items() if not v[1]]
-        return [_letter(self.name, k, r, since) for k, r, since in items]
-
-    def get(self, letter_id: str) -> DeadLetter | None:
-        """The dead letter ``letter_id`` (None when not held)."""
-        with self._lock:
-            entry = self._held.get(letter_id)
-            if entry is None or entry[1]:
-                return None
-            received, since = entry[0], entry[2]
-        return _letter(self.name, letter_id, received, since)
-
-    def received(self, letter_id: str) -> Received | None:
-        """The middleware message of ``letter_id`` (None when not held)."""
-        with self._lock:
-            entry = self._held.get(letter_id)
-            return None if entry is None or entry[1] else entry[0]
-
-    def settle(self, letter_ids: Sequence[str]) -> int:
-        """Remove these dead letters for good (acknowledged, in order where the adapter
-        needs it); how many were held."""
-        ack: list[Received] = []
-        count = 0
-        with self._lock:
-            for key in letter_ids:
-                entry = self._held.get(key)
-                if entry is None or entry[1]:
-                    continue
-                count += 1
-                entry[1] = True
-                if not self._in_order:
-                    del self._held[key]
-                    ack.append(entry[0])
-            if self._in_order:
-                while self._held:
-                    key, entry = next(iter(self._held.items()))
-                    if not entry[1]:
-                        break
-                    del self._held[key]
-                    ack.append(entry[0])
-            self._gauge()
-        for received in ack:
-            try:
-                received.ack()
-            except AdapterError:
-                log.warning("dead letters %s: acknowledging failed", self.name, exc_info=True)
-        return count
 
 
 class DeadLetters:

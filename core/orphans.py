@@ -39,7 +39,7 @@ from datetime import UTC, datetime
 from wsnmom.core import metrics
 from wsnmom.core.adapter import AdapterError
 from wsnmom.core.context import BrokerContext
-from wsnmom.core.dead_letters import is_box_name
+from wsnmom.core.dead_letter_records import is_box_name
 from wsnmom.core.periodic import PeriodicTask
 from wsnmom.core.store import Store
 

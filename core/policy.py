@@ -13,7 +13,7 @@ from datetime import timedelta
 from typing import Any
 
 from wsnmom.core.config import LimitSettings, RetrySettings, Settings
-from wsnmom.core.dead_letters import REASONS
+from wsnmom.core.dead_letter_records import REASONS
 from wsnmom.core.delivery_policy import BACKOFFS, ORDERINGS
 
 

@@ -39,7 +39,7 @@ from wsnmom.core.model import (
 if TYPE_CHECKING:
     from lxml import etree
     from wsnmom.core.cluster import ClusterStatus
-    from wsnmom.core.dead_letters import DeadLetter
+    from wsnmom.core.dead_letter_records import DeadLetter
     from wsnmom.core.operations import Overview, SubscriptionStatus
     from wsnmom.core.peek import PeekResult
     from wsnmom.core.policy import BrokerPolicy

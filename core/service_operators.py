@@ -14,7 +14,7 @@ from wsnmom.core.adapter import Adapter
 from wsnmom.core.availability import MiddlewareGate
 from wsnmom.core.cluster import ClusterMember, ClusterStatus
 from wsnmom.core.dead_letter_admin import DeadLetterAdmin
-from wsnmom.core.dead_letters import DeadLetter
+from wsnmom.core.dead_letter_records import DeadLetter
 from wsnmom.core.operations import Operations, Overview, SubscriptionStatus
 from wsnmom.core.peek import Peeker, PeekResult
 from wsnmom.core.pull_points import PullPoints

@@ -33,7 +33,7 @@ from wsnmom.core.access import current_principal, may_manage
 from wsnmom.core.adapter import AdapterError, SpecOrigin, TopicUnavailable
 from wsnmom.core.addresses import ResourceKind, parse_resource_path, resource_address
 from wsnmom.core.context import BrokerContext
-from wsnmom.core.dead_letters import check_destination
+from wsnmom.core.dead_letter_records import check_destination
 from wsnmom.core.delivery_policy import DeliveryChoices
 from wsnmom.core.delivery_policy import parse as delivery_choices
 from wsnmom.core.filters import (

@@ -29,7 +29,7 @@ from typing import Any
 
 from flask import Response, request
 from wsnmom.core import errors
-from wsnmom.core.dead_letters import DeadLetter
+from wsnmom.core.dead_letter_records import DeadLetter
 
 from .admin_actions import _act
 from .admin_api import _caller, _error, _json, _refused_reading, _service, admin_api

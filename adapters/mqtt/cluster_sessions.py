@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 
 from wsnmom.core.adapter import AdapterError, AdapterUnavailable, OutboundMessage
-from wsnmom.core.dead_letters import box_name
+from wsnmom.core.dead_letter_records import box_name
 from wsnmom.topic_mapping.model import Topic
 
 from .config import MqttSettings

@@ -36,7 +36,7 @@ from wsnmom.core.adapter import (
     INTERNAL_NAMESPACE_PREFIX,
     is_internal_namespace,
 )
-from wsnmom.core.dead_letters import DEAD_LETTER_NAMESPACE, check_destination
+from wsnmom.core.dead_letter_records import DEAD_LETTER_NAMESPACE, check_destination
 from wsnmom.topic_mapping.errors import NameNotRepresentable
 from wsnmom.topic_mapping.escaping import is_ncname
 from wsnmom.topic_mapping.model import PathPattern, Topic

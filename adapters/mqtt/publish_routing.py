@@ -17,7 +17,7 @@ from wsnmom.core.adapter import (
     TopicUnavailable,
     is_internal_namespace,
 )
-from wsnmom.core.dead_letters import box_name
+from wsnmom.core.dead_letter_records import box_name
 from wsnmom.topic_mapping.errors import NameNotRepresentable
 
 from . import node as nodes

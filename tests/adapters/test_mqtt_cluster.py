@@ -29,7 +29,7 @@ from wsnmom.core.adapter import (
 )
 from wsnmom.core.adapter_options import AdapterOptionError
 from wsnmom.core.codec import pull_point_inbox
-from wsnmom.core.dead_letters import box_name, destination_topic
+from wsnmom.core.dead_letter_records import box_name, destination_topic
 from wsnmom.core.pull_points import inbox_pattern
 from wsnmom.topic_mapping.model import PathPattern, Topic
 

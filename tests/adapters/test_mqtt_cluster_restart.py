@@ -21,7 +21,7 @@ pytest.importorskip("paho.mqtt")
 
 from wsnmom.adapters.mqtt.cluster_handle import ClusterHandle
 from wsnmom.core.adapter import AdapterError, OutboundMessage, QueueLimits, SubscriptionSpec
-from wsnmom.core.dead_letters import box_name, destination_topic
+from wsnmom.core.dead_letter_records import box_name, destination_topic
 from wsnmom.topic_mapping.model import PathPattern, Topic
 
 from tests.adapters.test_mqtt_cluster import NS, Collector, Instance

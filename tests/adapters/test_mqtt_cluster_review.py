@@ -24,7 +24,7 @@ from wsnmom.core.adapter import (
     Received,
     SubscriptionSpec,
 )
-from wsnmom.core.dead_letters import box_name, destination_topic
+from wsnmom.core.dead_letter_records import box_name, destination_topic
 from wsnmom.topic_mapping.model import PathPattern, Topic
 
 from tests.adapters import test_mqtt_cluster as base

@@ -25,7 +25,7 @@ from wsnmom.core.adapter import (
 )
 from wsnmom.core.config import ConfigError, load_settings
 from wsnmom.core.dead_letter_admin import ReplayFailed
-from wsnmom.core.dead_letters import DEAD_LETTER_NAMESPACE, box_name
+from wsnmom.core.dead_letter_records import DEAD_LETTER_NAMESPACE, box_name
 from wsnmom.core.model import CreatePullPointRequest, ExpressionSource
 from wsnmom.core.outbound_policy import OutboundPolicy
 from wsnmom.core.service import BrokerService

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 from wsnmom.core.adapter import HEADER_DROPPED_REASON, OutboundMessage
-from wsnmom.core.dead_letters import DeadLetter
+from wsnmom.core.dead_letter_records import DeadLetter
 from wsnmom.core.model import CreatePullPointRequest, ExpressionSource
 from wsnmom.core.service import BrokerService
 

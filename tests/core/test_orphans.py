@@ -17,7 +17,7 @@ from collections.abc import Callable
 import pytest
 from wsnmom.core import metrics
 from wsnmom.core.adapter import Adapter, QueueLimits, SubscriptionSpec
-from wsnmom.core.dead_letters import box_name
+from wsnmom.core.dead_letter_records import box_name
 from wsnmom.core.model import PullPoint
 from wsnmom.core.service import BrokerService
 from wsnmom.topic_mapping.model import PathPattern

@@ -29,7 +29,7 @@ import requests
 pytest.importorskip("paho.mqtt")
 
 from wsnmom.adapters.mqtt.mapping import MqttMapping
-from wsnmom.core.dead_letters import destination_topic
+from wsnmom.core.dead_letter_records import destination_topic
 from wsnmom.topic_mapping.model import Topic
 
 from tests.e2e.conftest import Wsn

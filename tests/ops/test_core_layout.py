@@ -40,6 +40,10 @@ SPLIT = (
     "cluster_parts.py",
     "advertised.py",
     "readiness.py",
+    # the dead letters
+    "dead_letters.py",
+    "dead_letter_records.py",
+    "dead_letter_box.py",
     # the settings model
     "config_model.py",
     "config_delivery.py",

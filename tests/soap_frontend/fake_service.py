@@ -16,7 +16,7 @@ from lxml import etree
 from wsnmom.core import errors
 from wsnmom.core.cluster import ClusterCounts, ClusterStatus
 from wsnmom.core.config import Settings
-from wsnmom.core.dead_letters import DeadLetter
+from wsnmom.core.dead_letter_records import DeadLetter
 from wsnmom.core.model import (
     CreatePullPointRequest,
     ExpressionSource,

@@ -1,5 +1,5 @@
 """The subscription sessions' MQTT 5 codec and state machine (adapters/mqtt/sub_codec.py,
-sub_client.SessionProtocol): pure, no broker, no thread.
+sub_protocol.SessionProtocol): pure, no broker, no thread.
 
 Arriving packets are built with paho's public ``Properties.pack`` (hypothesis) or written
 by hand from the MQTT 5.0 standard; the packets the session sends are read back with
@@ -17,7 +17,6 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 from paho.mqtt.reasoncodes import ReasonCode
 from wsnmom.adapters.mqtt.reason_codes import reason_name
-from wsnmom.adapters.mqtt.sub_client import SessionProtocol
 from wsnmom.adapters.mqtt.sub_codec import (
     Connack,
     Disconnect,
@@ -33,6 +32,7 @@ from wsnmom.adapters.mqtt.sub_codec import (
     encode_unsubscribe,
     split,
 )
+from wsnmom.adapters.mqtt.sub_protocol import SessionProtocol
 
 
 def _vbi(n: int) -> bytes:

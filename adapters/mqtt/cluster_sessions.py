@@ -232,6 +232,11 @@ class SubscriptionSessions:
             finally:
                 conn.close()
             time.sleep(0.05)
+        # returns once the broker closed the declaring connection: a message published
+        # after the declare is then queued for the session, never sent to this
+        # connection (which drops it unacknowledged, so that the deliverer's first
+        # delivery of it would come marked as a redelivery)
+        self.hub.await_drained(client_id)
         with self._lock:
             self._declared[client_id] = filters
 

@@ -217,6 +217,10 @@ class SessionClient:
             if self._ended is None and self._proto.state == "open":
                 self._proto.queue(encode_disconnect(0, session_expiry))
             if drain:
+                # the DISCONNECT leaves now, not at the hub's next pass: the broker stops
+                # sending to this connection as early as before the drain existed
+                with contextlib.suppress(OSError, ssl.SSLError):
+                    self._write()
                 deadline = time.monotonic() + DRAIN_TIMEOUT
                 self._drain = (deadline, self._hub.draining(self.client_id))
             elif self._ended is None and self._sock is not None:

@@ -123,17 +123,19 @@ class KafkaPositionStore:
         # a timed-out request during the close has used up its deadline, or was cut
         # short when the close began (the close saves it again itself): not retried, but
         # the next request (the close's) goes out on a new client.  Each group deleted
-        # before drops the connection at its first commit, and the saves after it with
-        # it: tried again while every attempt lands some
+        # before drops the connection at its first commit, and the saves in flight with
+        # it, landed or not depending on the order the broker took them: every attempt
+        # either lands some or spends one group's first commit (which lands the next
+        # time), so at most one attempt per group and one more
         if self._cut(retry):
             self._renew("a request did not end before the close")
+        attempts = len(changes) + 1
         while retry and self._closing.remaining(self._timeout) > 0 and not self._cut(retry):
             timed_out = "timed out" in retry.values()
             self._renew("a request timed out" if timed_out else "a connection dropped")
-            left = self._save({n: changes[n] for n in retry})
-            progress = len(left) < len(retry)
-            retry = left
-            if timed_out or not progress:
+            retry = self._save({n: changes[n] for n in retry})
+            attempts -= 1
+            if timed_out or attempts <= 0:
                 break
         self._admin.poll(0)  # its queued log lines and errors
         if retry:

@@ -97,14 +97,8 @@ class Backlog(EngineParts):
         """Wait until the positions saved for ``cursor`` reach ``target`` in every stream
         named (or it is deleted meanwhile)."""
         deadline = time.monotonic() + timeout
-        with self.lock:
-            self._save_soon.add(cursor.name)
         self._wake_commit.set()
-        try:
-            self._wait_stored(cursor, target, timeout, deadline)
-        finally:
-            with self.lock:
-                self._save_soon.discard(cursor.name)
+        self._wait_stored(cursor, target, timeout, deadline)
 
     def _wait_stored(
         self, cursor: Cursor, target: dict[StreamId, int], timeout: float, deadline: float

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Set
 
 from .backend import (
     HeadReader,
@@ -129,16 +128,15 @@ class Commits(EngineParts):
             except Exception:
                 log.warning("saving subscription positions failed; retrying", exc_info=True)
 
-    def _flush_positions(self, *, final: bool = False, skip: Set[str] = frozenset()) -> None:
-        """Save changed positions of detached cursors, drop those of re-attached ones
-        (``final``: of every cursor not in ``skip``)."""
+    def _flush_positions(self, *, final: bool = False) -> None:
+        """Save changed positions of detached cursors, drop those of re-attached ones."""
         store = self._store
         if store is None:
             return
         with self.lock:
             changes: dict[str, dict[StreamId, int]] = {}
             if final:
-                candidates = [c for n, c in self._cursors.items() if n not in skip]
+                candidates = list(self._cursors.values())
             else:  # every dirty cursor is among the pinning ones
                 candidates = [c for n in self._pinning if (c := self._cursors.get(n)) is not None]
             now = time.monotonic()
@@ -156,8 +154,6 @@ class Commits(EngineParts):
                     continue
                 if not cursor.dirty and cursor.name in self._stored:
                     continue
-                if not final and self._held_by_head(cursor):
-                    continue  # looked at again at the next pass (it stays pinning)
                 committed = {
                     stream: cursor.committed(stream, offset)
                     for stream, offset in cursor.positions.items()
@@ -179,24 +175,6 @@ class Commits(EngineParts):
                 for cursor in saving:
                     cursor.saving -= 1
                 self._saved_cv.notify_all()
-
-    def _held_by_head(self, cursor: Cursor) -> bool:
-        """Single instance: whether detached ``cursor``, never saved, need not be saved
-        yet: nothing in flight and at or past the head in every stream it has a position
-        in, so the head's commit (which stays at or below its positions while it is
-        unsaved) holds where it resumes.  It is saved once the head moves past it.  A
-        subscription stopped at the head (every one at a shutdown: core stops them
-        before the adapter closes) thus costs no request, where each made a consumer
-        group of its own.  Only where core restores at start-up (see
-        ``CursorEngine._covered_by_head``; hold the lock)."""
-        if self.shared or not self._restores or cursor.inflight or cursor.dropping:
-            return False
-        if cursor.name in self._stored:
-            return False
-        if cursor.name in self._save_soon or not cursor.positions:
-            return False
-        head = self._head
-        return all(s in head and o >= head[s] for s, o in cursor.positions.items())
 
     def _save(
         self,

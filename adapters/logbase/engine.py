@@ -136,8 +136,6 @@ class CursorEngine(Subscriptions, Head, Commits, CatchUp, Burial, Backlog, Peeki
     #: seconds an operator's purge waits for the positions past what it dropped to be
     #: saved before it fails (``Backlog.purge``)
     purge_timeout = 10.0
-    #: core re-attaches the subscriptions it keeps at start-up (``restoring``; see parts.py)
-    _restores = False
 
     def __init__(
         self,
@@ -207,7 +205,7 @@ class CursorEngine(Subscriptions, Head, Commits, CatchUp, Burial, Backlog, Peeki
         #: records the head dispatched since its last commit
         self._since_head_commit = 0
         #: attached cursors to save positions of their own at the next commit pass
-        self._own_save, self._save_soon = set(), set()  # _save_soon: see parts.py
+        self._own_save = set()
         #: when each cursor's own positions were last saved (monotonic)
         self._own_saved_at = {}
         #: cursors that may hold the head's commit back or have positions to save
@@ -252,7 +250,6 @@ class CursorEngine(Subscriptions, Head, Commits, CatchUp, Burial, Backlog, Peeki
         """Hold the head back until ``restored`` (see the module docstring)."""
         with self.lock:
             self._hold = True
-            self._restores = True
 
     def restored(self) -> None:
         """Every cursor is re-attached: start following the head."""
@@ -269,8 +266,7 @@ class CursorEngine(Subscriptions, Head, Commits, CatchUp, Burial, Backlog, Peeki
         self._head_started.wait(5.0)
 
     def close(self) -> None:
-        """Stop every thread, save every cursor's positions (those the head's commit
-        covers: with that commit), release the readers."""
+        """Stop every thread, save every cursor's positions, release the readers."""
         with self.lock:
             if not self._running:
                 return
@@ -289,7 +285,7 @@ class CursorEngine(Subscriptions, Head, Commits, CatchUp, Burial, Backlog, Peeki
             thread.join(timeout=10)
         self._threads = []
         try:
-            self._flush_positions(final=True, skip=self._covered_by_head())
+            self._flush_positions(final=True)
         except Exception:
             # the head's commit below still stays behind every cursor not saved
             log.warning("saving subscription positions at close failed", exc_info=True)
@@ -302,31 +298,6 @@ class CursorEngine(Subscriptions, Head, Commits, CatchUp, Burial, Backlog, Peeki
             head.close()
         self._head_reader = None
         self._dispatching = False
-
-    def _covered_by_head(self) -> set[str]:
-        """Single instance, at close: the cursors whose positions the head's commit holds
-        exactly (nothing in flight, no stored positions, and the commit lies at their
-        position in every stream they read), so that they need no save of their own:
-        after the next start they are made where the head resumes.  A save per
-        subscription made a shutdown one request per subscription (131 of them did not
-        end within the close's 2 s), although one at the head has no consumer group of
-        its own while the gateway runs.  Only where core restores what it keeps at
-        start-up (``restoring`` was called): the conformance kit and scripts do not, and
-        a cursor without stored positions would then start at the end."""
-        if self.shared or not self._restores:
-            return set()
-        with self.lock:
-            head = self._head_commit_positions()
-            return {
-                name
-                for name, cursor in self._cursors.items()
-                if not cursor.inflight
-                and not cursor.dropping
-                and name not in self._stored
-                and name not in self._own_save
-                and cursor.positions
-                and all(head.get(s, -1) == o for s, o in cursor.positions.items() if o >= 0)
-            }
 
     # -- start / stop ----------------------------------------------------------------------
     def start_cursor(

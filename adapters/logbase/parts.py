@@ -63,14 +63,7 @@ class EngineParts:
     _sync_cv: threading.Condition
     #: notified after every position save (landed or not): ``purge`` waits on it
     _saved_cv: threading.Condition
-    #: cursors whose positions are saved even where the head's commit holds them (a
-    #: purge waits for their save: ``Commits._held_by_head``)
-    _save_soon: set[str]
     purge_timeout: float
-    #: ``restoring`` was called (core re-attaches what it keeps at start-up, each cursor
-    #: without stored positions where the head's commit resumes): a single instance's
-    #: cursor stopped at the head needs no save of its own then
-    _restores: bool
     _wake_commit: threading.Event
     _last_head_commit: float
     _last_head_positions: dict[StreamId, int]

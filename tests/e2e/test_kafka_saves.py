@@ -1,10 +1,11 @@
 """What a single Kafka gateway saves of its subscriptions' positions, and when:
 
 * a clean stop (SIGTERM) of a gateway with many push subscriptions that received and
-  acknowledged messages saves where every one of them is, with the head's commit (no
-  consumer group per subscription): after the restart nothing acknowledged before the
-  stop comes again (a sentinel published after the restart reaches every subscription,
-  and is the only message each gets);
+  acknowledged messages saves where every one of them is, with no save failure (a
+  periodic save stuck on a dropped connection no longer spends the close's deadline):
+  after the restart nothing acknowledged before the stop comes again (a sentinel
+  published after the restart reaches every subscription, and is the only message each
+  gets);
 * a pull point's purge answers once its new position is saved: a gateway killed (SIGKILL)
   right after the purge returned does not hand the purged messages out after its restart.
 
@@ -104,10 +105,6 @@ def test_a_clean_stop_saves_every_subscriptions_position(
         assert server.process is not None and server.process.returncode == 0
         log = server.log_path.read_text(errors="replace")
         assert "saving subscription positions at close failed" not in log, log[-3000:]
-        # every subscription was at the head with everything settled: the head's commit
-        # holds where each resumes, and the stop saved no group of its own for any (it
-        # saved one per subscription, one request each, before)
-        assert groups(admin, prefix) == set()
         server.start()
         wsn.notify(note(SENTINEL))
         wait_until(lambda: got({SENTINEL}), 60, what="the sentinel at every subscription")

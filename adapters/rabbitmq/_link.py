@@ -97,6 +97,10 @@ def describe(exc: BaseException | None) -> str:
 
 #: several, before writing them (see :meth:`Link.settle`)
 SETTLE_LINGER = 0.002
+#: seconds within which the settlements of messages a ``basic.get`` handed out are
+#: expected (GetMessages acks after its answer's write), collected without a loop
+#: wake-up of their own (see :meth:`Link.expect_settles`)
+SETTLE_HOLD = 0.01
 
 
 class LinkDown(Exception):
@@ -456,6 +460,20 @@ class Link:
         except RuntimeError:  # the loop is closed: the connection is gone
             with self._settle_lock:
                 self._settle_armed = False
+
+    def expect_settles(self) -> None:
+        """Loop thread: a get just handed messages out to another thread, which settles
+        them soon (GetMessages: once its answer is written).  Schedule a flush in
+        ``SETTLE_HOLD`` unless one is scheduled: a settlement made before it fires asks
+        for no wake-up (a self-pipe write on the settling thread and a loop turn of its
+        own, per answer) and is written by that flush, or sooner by any flush (the next
+        get writes what is pending first).  One that comes later wakes the loop as
+        usual; meanwhile other threads' acks on this connection may wait as long."""
+        with self._settle_lock:
+            if self._settle_armed or self._closing:
+                return
+            self._settle_armed = True
+        self.loop.call_later(SETTLE_HOLD, self._flush_settles)
 
     def _flush_settles(self) -> None:
         """Loop thread: write what was settled; linger when it was several."""

@@ -20,7 +20,10 @@ Loads: ``notify`` (1-message Notify, no subscription: the ingress path), ``notif
 consumer server: ingress and delivery on the same CPU) and ``latency`` (the delivery
 scenario's latency measurement: one push subscription, 1-message Notifies paced at
 ``--rate`` per second by the paced sender; each round reports the p50 and p99 of intended
-send time to arrival at the consumer, besides the CPU per request).  CPU per request is the
+send time to arrival at the consumer, besides the CPU per request), ``get`` and ``get-10``
+(``--answers`` GetMessages of 1 or 10 messages on a filled pull point, one after the
+other; each round reports their p50 and p99 besides the CPU per GetMessages; on RabbitMQ
+both gateways run ``pull = "get"``, see :mod:`bench.ab_pull`).  CPU per request is the
 steadier figure on a shared machine (requests/s also moves with the load side).  Only ever
 loads 127.0.0.1.
 """
@@ -39,7 +42,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench import client, cpus, load, soap
+from bench import ab_pull, client, cpus, load, soap
 from bench.consumer import ConsumerProcess
 from bench.middleware import MIDDLEWARES, Middleware
 from bench.server import ServerProcess
@@ -47,7 +50,7 @@ from bench.util import percentile, process_cpu_seconds, wait_until
 
 REPO = Path(__file__).resolve().parents[1]
 LAUNCHER = Path(__file__).with_name("ab_launch.py")
-LOADS = ("notify", "notify-100", "push", "latency")
+LOADS = ("notify", "notify-100", "push", "latency", *ab_pull.GET_LOADS)
 #: loads that need a push subscription to a consumer server
 PUSH_LOADS = ("push", "latency")
 TOPIC = "ab"
@@ -87,8 +90,10 @@ class Side:
     server: ServerProcess
     #: (CPU µs per request, requests/s) per round
     rounds: list[tuple[float, float]] = field(default_factory=list)
-    #: (p50, p99) latency in ms per round (the ``latency`` load)
+    #: (p50, p99) latency in ms per round (the ``latency`` and GetMessages loads)
     latencies: list[tuple[float, float]] = field(default_factory=list)
+    #: the pull point the GetMessages loads read
+    pull_point: str = ""
 
     def medians(self) -> tuple[float, float]:
         """Median CPU µs per request and median requests/s."""
@@ -176,10 +181,12 @@ def compare(
     rate: float = 200.0,
     tree_config: str = "",
     warmup: float = 2.0,
+    answers: int = 500,
 ) -> list[Side]:
     """Run the comparison; returns the two sides (base first) with their rounds.
     ``tree_config``: TOML lines for the working tree's gateway only; ``warmup``: seconds
-    of load on each gateway before the first round."""
+    of load on each gateway before the first round; ``answers``: GetMessages per round
+    of the GetMessages loads."""
     mw: Middleware = next(cls() for cls in MIDDLEWARES if cls.name == adapter)
     reason = mw.unavailable()
     if reason:
@@ -195,15 +202,21 @@ def compare(
             consumer = ConsumerProcess().start() if kind in PUSH_LOADS else None
             headers = AUTH_HEADERS[auth]
             extra = f'[auth]\nadmin_token = "{AUTH_TOKEN}"\n' if headers else ""
+            per_answer = ab_pull.GET_LOADS.get(kind, 0)
+
+            def url_for(where: Path) -> str:
+                url = mw.adapter_url(where)
+                return ab_pull.adapter_url(adapter, url) if per_answer else url
+
             sides = [
                 Side(
                     f"base {short}",
-                    TreeServer(work / "base-tree", mw.adapter_url(work / "a"), work / "a", extra),
+                    TreeServer(work / "base-tree", url_for(work / "a"), work / "a", extra),
                 ),
                 Side(
                     "working tree",
                     ServerProcess(
-                        mw.adapter_url(work / "b"), work / "b", extra + tree_config.strip() + "\n"
+                        url_for(work / "b"), work / "b", extra + tree_config.strip() + "\n"
                     ),
                 ),
             ]
@@ -225,7 +238,12 @@ def compare(
                             kc.close()
                         if status != 200:
                             raise RuntimeError(f"{side.label}: Subscribe answered {status}")
-                    if kind == "latency":  # warm-up without a backlog left behind
+                    if per_answer:  # warm-up: one round's worth of reads
+                        side.pull_point = ab_pull.create(side.server, TOPIC, headers)
+                        ab_pull.get_round(
+                            side.server, side.pull_point, TOPIC, per_answer, answers // 4, headers
+                        )
+                    elif kind == "latency":  # warm-up without a backlog left behind
                         load.run_paced(url, soap.notify(url, TOPIC, ts=soap.TS_MARK), rate, warmup)
                     else:
                         load.run_load(url, _body(kind, url), warmup, headers=headers)  # warm-up
@@ -233,7 +251,12 @@ def compare(
                 for i in range(rounds):
                     order = sides if i % 2 == 0 else sides[::-1]
                     for side in order:
-                        if kind == "latency":
+                        if per_answer:
+                            us, rps, p50, p99 = ab_pull.get_round(
+                                side.server, side.pull_point, TOPIC, per_answer, answers, headers
+                            )
+                            side.latencies.append((p50, p99))
+                        elif kind == "latency":
                             assert consumer is not None
                             us, rps = latency_round(side, consumer, rate, seconds)
                         else:
@@ -279,6 +302,9 @@ def main() -> None:
         "--rate", type=float, default=200.0, help="Notifies/s of the latency load (200)"
     )
     parser.add_argument(
+        "--answers", type=int, default=500, help="GetMessages per round of the get loads (500)"
+    )
+    parser.add_argument(
         "--tree-config",
         default="",
         help="TOML lines for the working tree's gateway only, e.g. "
@@ -295,6 +321,7 @@ def main() -> None:
         rate=args.rate,
         tree_config=args.tree_config.replace("\\n", "\n"),
         warmup=args.warmup,
+        answers=args.answers,
     )
     (base_us, base_rps), (new_us, new_rps) = (s.medians() for s in sides)
     print(

@@ -52,6 +52,7 @@ from ._channel import (
     GetReply,
 )
 from ._fast import FastConnection
+from ._settles import SETTLE_HOLD, SETTLE_LINGER, Settles
 from ._wire import (
     Delivered,
     FrameReader,
@@ -65,6 +66,7 @@ __all__ = [
     "NOT_FOUND",
     "PRECONDITION_FAILED",
     "RESOURCE_LOCKED",
+    "SETTLE_HOLD",
     "SETTLE_LINGER",
     "Channel",
     "ChannelError",
@@ -95,10 +97,6 @@ def describe(exc: BaseException | None) -> str:
     return str(exc) or type(exc).__name__
 
 
-#: several, before writing them (see :meth:`Link.settle`)
-SETTLE_LINGER = 0.002
-
-
 class LinkDown(Exception):
     """The link has no open connection (within the time allowed)."""
 
@@ -112,7 +110,7 @@ class LinkBusy(TimeoutError):
         self.waiting = waiting
 
 
-class Link:
+class Link(Settles):
     """An AMQP connection with its own I/O thread and automatic reconnection."""
 
     def __init__(
@@ -157,16 +155,7 @@ class Link:
         self._closing = False
         self._connecting: FastConnection | None = None
         self._first_attempt = threading.Event()
-        #: acks/nacks from other threads, written by the loop in one go (see settle)
-        self._settles: list[tuple[Channel, int, bool, bool]] = []
-        self._settle_lock = threading.Lock()
-        #: a flush of _settles is scheduled (a wake-up asked for, or the linger timer)
-        self._settle_armed = False
-        #: settlements from other threads, loop wake-ups they asked for, and flushes
-        #: that wrote some (counters for tests and the close log line)
-        self.settles_queued = 0
-        self.settle_wakeups = 0
-        self.settle_flushes = 0
+        self._init_settles()
         #: operations other threads wait for on this connection (overload estimates)
         self.backlog = Backlog()
         self._thread = threading.Thread(target=self._run, name=f"wsnmom-amqp-{name}", daemon=True)
@@ -425,71 +414,6 @@ class Link:
             retry_after=self.backlog.retry_after(timeout),
             waiting=waiting,
         )
-
-    def settle(self, channel: Channel, delivery_tag: int, ack: bool, requeue: bool) -> None:
-        """Ack (or nack) a delivery of ``channel``, from any thread.
-
-        Settlements from other threads are collected and written by the loop in one
-        socket write per flush, instead of one loop wake-up (a write to the loop's
-        self-pipe, which also gives the GIL away) and one pika frame object per message.
-        A settlement with no flush scheduled wakes the loop, which writes it at once.
-        When a flush wrote more than one, settlements were coming faster than the loop
-        was woken for them: the loop then keeps a timer of ``SETTLE_LINGER`` instead, and
-        the settlements made meanwhile ask for no wake-up; they are written together when
-        it fires (re-armed while each flush still writes several).  So a lone ack is
-        written at once, and a stream of them costs the loop one wake-up per
-        ``SETTLE_LINGER`` rather than one each.  Pending settlements of a channel are
-        written before it is closed (:meth:`flush_settles`).
-        """
-        if self.on_loop_thread:
-            self._settle_now([(channel, delivery_tag, ack, requeue)])
-            return
-        with self._settle_lock:
-            self._settles.append((channel, delivery_tag, ack, requeue))
-            self.settles_queued += 1
-            if self._settle_armed:
-                return  # a flush is already scheduled
-            self._settle_armed = True
-            self.settle_wakeups += 1
-        try:
-            self.loop.call_soon_threadsafe(self._flush_settles)
-        except RuntimeError:  # the loop is closed: the connection is gone
-            with self._settle_lock:
-                self._settle_armed = False
-
-    def _flush_settles(self) -> None:
-        """Loop thread: write what was settled; linger when it was several."""
-        with self._settle_lock:
-            items, self._settles = self._settles, []
-            linger = len(items) > 1 and not self._closing
-            self._settle_armed = linger
-        if items:
-            self.settle_flushes += 1
-            self._settle_now(items)
-        if linger:
-            self.loop.call_later(SETTLE_LINGER, self._flush_settles)
-
-    def flush_settles(self) -> None:
-        """Loop thread: write the pending settlements now (before a channel closes, so
-        that acks already given are not undone by the close's requeue); a scheduled
-        flush stays scheduled and finds less to do."""
-        with self._settle_lock:
-            items, self._settles = self._settles, []
-        if items:
-            self.settle_flushes += 1
-            self._settle_now(items)
-
-    def _settle_now(self, items: list[tuple[Channel, int, bool, bool]]) -> None:
-        conn = self.connection
-        # A delivery tag is only valid on its channel; once that channel is gone the
-        # broker has already requeued the message (it will be redelivered).
-        frames = [
-            settle_frame(ch.pika.channel_number, tag, ack, requeue)
-            for ch, tag, ack, requeue in items
-            if ch.is_open and ch.pika.connection is conn
-        ]
-        if frames and conn is not None and conn.is_open:
-            conn.write_frames(b"".join(frames))
 
     def call_soon(self, fn: Callable[..., Any], *args: Any) -> None:
         """Run ``fn(*args)`` on the loop thread soon (no result); ignored once closed."""

@@ -299,9 +299,12 @@ class Consumers:
                 if len(out) < max_messages and (method.message_count or not out):
                     ch.request_get(queue, reply, no_ack=no_ack)
                     return
+            if out and not no_ack:
+                link.expect_settles()  # their acks come after the caller's write
             done.set_result(None)
 
         def first() -> None:
+            link.flush_settles()  # the loop is awake: earlier answers' acks go now
             ch.request_get(queue, reply, no_ack=no_ack)
 
         try:

@@ -74,3 +74,54 @@ def test_a_stream_of_acks_costs_few_wake_ups_and_every_ack_reaches_the_broker(
     # every ack reached the broker before the channel closed: nothing came back
     assert handle.depth() == 0
     handle.delete()
+
+
+READS = 60
+
+
+def test_acks_of_handed_out_gets_ride_on_the_next_get_and_all_reach_the_broker(
+    make_adapter: Callable[..., RabbitMQAdapter], private_vhost: str
+) -> None:
+    """GetMessages on ``pull = "get"``: each answer's messages are got with manual acks and
+    acked after the answer's write, one answer at a time; those acks used to wake the
+    connection's thread once each (a lone ack finds no flush scheduled).  Now the get
+    that handed them out schedules one, and the next get writes what is pending first."""
+    adapter = make_adapter(private_vhost)
+    ns = f"urn:test:rabbit-get-acks:{uuid.uuid4().hex}"
+    topic = Topic(ns, ("t",))
+    spec = SubscriptionSpec(name="get-acks", patterns=(PathPattern(ns, ("t",)),))
+    handle = adapter.subscription(spec)
+    assert isinstance(handle, RabbitMQSubscription)
+    adapter.publish_many(
+        [
+            OutboundMessage(topic=topic, body=b"<m>%d</m>" % i, message_id=f"m{i}")
+            for i in range(READS)
+        ]
+    )
+    wait_until(lambda: handle.depth() == READS, 30, what=f"{READS} messages queued")
+    before = adapter.stats()
+    bodies: list[bytes] = []
+    for _ in range(READS):  # one message per answer, acked before the next read
+        got = handle.hand_out(1)
+        assert len(got) == 1
+        bodies.append(bytes(got[0].body))
+        got[0].ack()
+    after = adapter.stats()
+    assert bodies == [b"<m>%d</m>" % i for i in range(READS)]
+    settles = after["settles"] - before["settles"]
+    wakeups = after["settle_wakeups"] - before["settle_wakeups"]
+    assert settles == READS
+    # one wake-up per ack before; an ack later than the hold after its get still wakes
+    assert wakeups * 2 <= settles, (settles, wakeups)
+    # every ack was written: closing the connection requeued nothing (the sentinel,
+    # read through a new connection, is alone)
+    adapter.close()
+    again = make_adapter(private_vhost)
+    handle = again.subscription(spec)
+    assert isinstance(handle, RabbitMQSubscription)
+    again.publish_many([OutboundMessage(topic=topic, body=b"<sentinel/>", message_id="s")])
+    assert handle.depth() == 1  # confirmed; a close's requeue came before it
+    got = handle.hand_out(10)
+    assert [bytes(r.body) for r in got] == [b"<sentinel/>"]
+    got[0].ack()
+    handle.delete()

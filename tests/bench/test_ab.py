@@ -75,3 +75,20 @@ def test_latency_load_reports_percentiles_of_both_sides() -> None:
         assert 0 < p50 <= p99 < 10_000
         assert side.rounds[0][1] > 0
     assert all("p99" in line for line in lines)
+
+
+@pytest.mark.timeout(180)
+def test_get_load_reads_every_message_and_reports_percentiles() -> None:
+    lines: list[str] = []
+    # 10-message GetMessages: each round reads its fill exactly (get_round raises if not)
+    sides = ab.compare(
+        "HEAD", "embedded", "get-10", rounds=1, seconds=0.5, log=lines.append, answers=8
+    )
+    for side in sides:
+        assert side.pull_point.startswith("http://127.0.0.1:")
+        assert len(side.rounds) == len(side.latencies) == 1
+        us, per_s = side.rounds[0]
+        assert us > 0 and per_s > 0
+        p50, p99 = side.latencies[0]
+        assert 0 < p50 <= p99
+    assert all("p99" in line for line in lines)

@@ -17,7 +17,7 @@ from confluent_kafka import (
     TopicPartition,
 )
 from confluent_kafka.admin import AdminClient
-from wsnmom.adapters.logbase.backend import StreamId
+from wsnmom.adapters.logbase.backend import SaveCut, StreamId
 from wsnmom.core.adapter import AdapterError
 
 from .clients import Health
@@ -117,7 +117,9 @@ class KafkaPositionStore:
         return found or None
 
     def save(self, changes: Mapping[str, Mapping[StreamId, int]]) -> None:
-        """Write these cursors' offsets (other streams of each group are kept)."""
+        """Write these cursors' offsets (other streams of each group are kept); raises
+        ``SaveCut`` when the close began during a save begun before it."""
+        before_close = not self._closing.begun
         self._fresh()
         retry = self._save(changes)
         # a timed-out request during the close has used up its deadline, or was cut
@@ -138,6 +140,8 @@ class KafkaPositionStore:
             if timed_out or attempts <= 0:
                 break
         self._admin.poll(0)  # its queued log lines and errors
+        if retry and before_close and self._cut(retry):
+            raise SaveCut(f"the close cut the save of {len(retry)} cursor(s) short")
         if retry:
             problems = sorted(f"{name}: {why}" for name, why in retry.items())
             raise AdapterError(

@@ -30,6 +30,7 @@ __all__ = [
     "LogRecord",
     "PositionStore",
     "RecordsLost",
+    "SaveCut",
     "SelectiveHeadReader",
     "StreamId",
 ]
@@ -221,6 +222,12 @@ class SelectiveHeadReader(HeadReader, Protocol):
         end" test, which the length of a filtered answer cannot give."""
 
 
+class SaveCut(Exception):
+    """A position save that the adapter's close cut short before the middleware answered.
+    Not a failure of the save: the close saves every cursor's position again itself (and
+    says so if that fails)."""
+
+
 class PositionStore(Protocol):
     """Where cursors that left the head keep their positions (Kafka: one consumer group
     per cursor, so the usual tools show each subscription's lag).  Thread-safe."""
@@ -232,7 +239,8 @@ class PositionStore(Protocol):
         """One cursor's stored positions (None: none stored)."""
 
     def save(self, changes: Mapping[str, Mapping[StreamId, int]]) -> None:
-        """Store these cursors' positions (replacing the streams named; others kept)."""
+        """Store these cursors' positions (replacing the streams named; others kept).
+        Raises :class:`SaveCut` when the adapter's close ended the wait for the answer."""
 
     def delete(self, names: Iterable[str]) -> None:
         """Forget these cursors; unknown names are ignored."""

@@ -9,6 +9,7 @@ import time
 
 from .backend import (
     HeadReader,
+    SaveCut,
     StreamId,
 )
 from .cursor import Cursor
@@ -125,6 +126,8 @@ class Commits(EngineParts):
             self._queue_due_buries()
             try:
                 self._flush_positions()
+            except SaveCut:
+                log.debug("a position save was cut short by the close, which saves again")
             except Exception:
                 log.warning("saving subscription positions failed; retrying", exc_info=True)
 

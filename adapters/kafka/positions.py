@@ -266,34 +266,40 @@ class KafkaPositionStore:
                 return done, False
 
     def delete(self, names: Iterable[str]) -> None:
-        """Delete these cursors' groups; unknown ones are ignored."""
+        """Delete these cursors' groups; unknown ones are ignored.  A delete whose request
+        timed out or lost its connection is tried once more on a new client (not once the
+        close began)."""
+        before_close = not self._closing.begun
         groups = [self._group(n) for n in names]
         self._fresh()
-        timed_out = self._delete(groups)
-        if timed_out and self._closing.begun:
-            raise AdapterError(f"deleting {len(timed_out)} cursor group(s) timed out")
-        if timed_out:
-            self._renew("a request timed out")
-            if self._delete(timed_out):
-                raise AdapterError(f"deleting {len(timed_out)} cursor group(s) timed out")
+        deadline = time.monotonic() + self._timeout + 5.0
+        left = self._delete(groups, deadline, before_close)
+        if left and not self._closing.begun and self._answered_after_loss(deadline, before_close):
+            self._renew("a request did not end")
+            left = self._delete(left, deadline, before_close)
+        if left:
+            self._renew("a request did not end")  # for the next request
+            raise AdapterError(f"deleting {len(left)} cursor group(s) did not end in time")
 
-    def _delete(self, groups: list[str]) -> list[str]:
-        """Delete; the groups whose request timed out (other failures raise)."""
-        timed_out: list[str] = []
+    def _delete(self, groups: list[str], deadline: float, before_close: bool) -> list[str]:
+        """Delete; the groups whose request timed out or lost its connection (other
+        failures raise)."""
+        left: list[str] = []
         for start in range(0, len(groups), 500):
             chunk = groups[start : start + 500]
+            epoch = self._health.epoch
             futures = self._admin.delete_consumer_groups(chunk, request_timeout=self._timeout)
-            done = self._closing.wait(futures.values(), self._timeout + 5.0)
+            done, _ = self._wait(list(futures.values()), epoch, deadline, before_close)
             for group, future in futures.items():
                 if future not in done:
-                    timed_out.append(group)
+                    left.append(group)
                     continue
                 try:
                     future.result()
                 except KafkaException as exc:
                     code = exc.args[0].code()
-                    if code == KafkaError._TIMED_OUT:
-                        timed_out.append(group)
+                    if code == KafkaError._TIMED_OUT or code in _DROPPED:
+                        left.append(group)
                     elif code not in (KafkaError.GROUP_ID_NOT_FOUND, KafkaError.NON_EMPTY_GROUP):
                         raise AdapterError(f"deleting group {group} failed: {exc}") from exc
-        return timed_out
+        return left

@@ -154,3 +154,35 @@ def save_through_a_kill(rig: Rig) -> None:
     assert len(outcome) == 1 and isinstance(outcome[0], float), outcome
     assert time.monotonic() - back < STALLED
     assert store.load_one("riding") == {(topic, 0): 7}
+
+
+def test_a_wait_for_a_probe_answer_ends_with_the_answer_or_the_stop() -> None:
+    """``Health.wait_answered``, which a retry after a lost connection waits on: it needs
+    a probe answered after the given moment (not an earlier one), and ends when probing
+    stops (the adapter closes) instead of sitting out its timeout.  No broker: the probe
+    is a function that answers when the test lets it."""
+    health = Health(600.0, 1.0)  # probes only when poked
+    answer = threading.Event()
+
+    def probe(timeout: float) -> None:
+        if not answer.wait(60):
+            raise RuntimeError("no answer")
+
+    health.start(probe)
+    since = time.monotonic()
+    health.poke()
+    assert not health.wait_answered(since, 0.3)  # the probe is held: no answer yet
+    answer.set()
+    assert health.wait_answered(since, 30)
+    answer.clear()
+    later = time.monotonic()
+    waited: list[bool] = []
+    waiter = threading.Thread(target=lambda: waited.append(health.wait_answered(later, 600)))
+    waiter.start()
+    stopper = threading.Thread(target=health.stop)
+    stopper.start()
+    waiter.join(timeout=30)
+    assert not waiter.is_alive() and waited == [True]
+    answer.set()
+    stopper.join(timeout=30)
+    assert health.wait_answered(time.monotonic(), 600)  # nothing probes: no wait

@@ -50,15 +50,18 @@ class KafkaPositionStore:
     after the broker was restarted, requests for a group the client used before may time
     out for good while new groups and new clients work (seen with librdkafka 2.x and a
     restarted broker).  So the store takes a new admin client after every lost connection
-    (``Health.epoch``) before its next request, and a request that still timed out is
-    retried once at once with a new client.  So is a save whose connection the broker
-    dropped under it (``_TRANSPORT``, or ``_DESTROY_BROKER`` on a new client), also
-    while the adapter closes (within its deadline): tansu drops the connection at the
-    first save of a group after its delete, and the other saves waiting on that
-    connection fail with it (the position of a subscription buried into its dead letters
-    was lost that way at a restart, and the next process dead-lettered those messages
-    again).  With several such groups in one save it drops once per group: dropped saves
-    are retried as long as each attempt lands some."""
+    (``Health.epoch``) before its next request.  A save's wait ends as soon as its
+    connection is lost (``_wait``), and what was not answered is sent again on a new client
+    once a probe asked for then was answered (``_answered_after_loss``: no spinning while
+    the broker is down), within the save's 35 s; also while the adapter closes (within its
+    deadline).  tansu drops the connection at the first save of a group after its delete:
+    most other saves waiting on it fail with it (the position of a subscription buried
+    into its dead letters was lost that way at a restart, and the next process
+    dead-lettered those messages again), but now and then one stays unanswered for its
+    whole timeout, which held every position save for 30 s.  With several such groups in
+    one save it drops once per group: at most one attempt per group and one more.  A
+    request that timed out is not retried (the save's time is spent), but the next one
+    goes out on a new client."""
 
     def __init__(
         self,

@@ -8,7 +8,9 @@ before that instance followed the leader's last save of its subscription at the 
   publisher stays in the store, and the leader, following the change, neither forgets it
   nor subscribes again;
 * the leader's save of a change of demand writes its subscription alone: a termination
-  time set through the other instance stays.
+  time set through the other instance stays;
+* a change the leader follows while its Subscribe at the publisher waits for the answer
+  does not make it forget that subscription once it has the answer.
 
 The cluster polls its change log every 30 s, and each test replaces the store's trigger
 function by one that sends no NOTIFY (``SILENT``) while the leader saves: the instance
@@ -31,7 +33,7 @@ import pytest
 import requests
 
 from tests.cluster.conftest import Cluster
-from tests.cluster.test_periodic_once import SILENT, leader_and_follower
+from tests.cluster.test_periodic_once import SILENT, HeldPublisher, leader_and_follower
 from tests.fixtures.server import ConsumerServer
 from tests.support.waiting import wait_until
 from wsnmom.client.model import EndpointReference
@@ -281,3 +283,47 @@ def test_the_leader_s_demand_save_keeps_a_termination_time_set_through_the_other
         EndpointReference(c.via(leader, registration.reference.address))
     )
     wait_until(lambda: live(publisher, "/paused") == 0, 20, what="the Unsubscribe")
+
+
+def test_a_change_followed_while_the_leader_subscribes_at_the_publisher_is_not_forgotten(
+    shared_cluster: Callable[..., Cluster], consumer: ConsumerServer
+) -> None:
+    """The publisher holds its answer to the leader's Subscribe until the leader followed a
+    SetTerminationTime through the other instance; then the leader keeps the subscription
+    it got: one at the publisher, after the sentinel.  Before, following put a new record
+    (without that subscription) in the leader's registry, and the leader subscribed
+    again."""
+    c = shared_cluster(2, **SETTINGS)
+    leader, follower = leader_and_follower(c)
+    wanted = topic("held")
+    publisher = HeldPublisher()
+    try:
+        registration = c.client(leader).register_publisher(
+            publisher.address("/held"), [wanted], demand=True
+        )
+        sub = c.client(leader).subscribe(consumer.address("/held-demand"), wanted)
+        wait_until(lambda: publisher.calls, 20, what="the leader's Subscribe at the publisher")
+        when = later(7)
+        set_termination_time(c, follower, registration.reference.address, when)
+        wait_until(
+            lambda: terminates(leader, registration.id) == when,
+            20,
+            what="the leader following the new termination time",
+        )
+        publisher.answer.set()
+        wait_until(
+            lambda: (stored(c, registration.id) or {}).get("demand_subscription"),
+            20,
+            what="the leader's save of its subscription at the publisher",
+        )
+        other = sentinel(c, follower, publisher, "/held-sentinel", wanted)
+        assert live(publisher, "/held") == 1, publisher.control
+        c.client(leader).subscription(EndpointReference(c.via(leader, sub.address))).unsubscribe()
+        for gone in (registration, other):
+            c.client(leader).destroy_registration(
+                EndpointReference(c.via(leader, gone.reference.address))
+            )
+        wait_until(lambda: live(publisher, "/held") == 0, 20, what="the last Unsubscribe")
+    finally:
+        publisher.answer.set()
+        publisher.close()

@@ -10,7 +10,9 @@ before that instance followed the leader's last save of its subscription at the 
 * the leader's save of a change of demand writes its subscription alone: a termination
   time set through the other instance stays;
 * a change the leader follows while its Subscribe at the publisher waits for the answer
-  does not make it forget that subscription once it has the answer.
+  does not make it forget that subscription once it has the answer;
+* a registration whose termination time was set later through the other instance is
+  not destroyed by the leader's sweep at the time the leader knew.
 
 The cluster polls its change log every 30 s, and each test replaces the store's trigger
 function by one that sends no NOTIFY (``SILENT``) while the leader saves: the instance
@@ -44,7 +46,14 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.rabbitmq]
 NS = "urn:cluster:demand-races"
 #: one shard, and a follow thread that polls the change log only every 30 s: with the
 #: NOTIFY silenced, an instance does not follow a change for that long
-SETTINGS = {"WSNMOM_CLUSTER__SHARDS": "1", "WSNMOM_CLUSTER__POLL": "30"}
+SETTINGS = {
+    "WSNMOM_CLUSTER__SHARDS": "1",
+    "WSNMOM_CLUSTER__POLL": "30",
+    "WSNMOM_TERMINATION__SWEEP_INTERVAL": "0.2",
+}
+#: seconds a registration lives that the leader's sweep is to see expire: the time the
+#: other instance has to set a later one (two requests) before the sweep comes
+LIFETIME = 5
 
 S12 = "http://www.w3.org/2003/05/soap-envelope"
 IBM = "http://www.ibm.com/xmlns/stdwip/web-services/"
@@ -327,3 +336,40 @@ def test_a_change_followed_while_the_leader_subscribes_at_the_publisher_is_not_f
     finally:
         publisher.answer.set()
         publisher.close()
+
+
+def test_a_registration_set_to_live_on_through_an_instance_behind_the_leader_is_not_swept(
+    shared_cluster: Callable[..., Cluster], publisher: ConsumerServer
+) -> None:
+    """The leader's record says the registration ends in a few seconds, the store (a
+    SetTerminationTime through the other instance, which the leader has not followed)
+    hours later: the leader's sweep reads the store and keeps it.  Before, it destroyed
+    it at the time it knew.  The sentinel: a registration made after it with the same
+    lifetime, which the sweep destroys."""
+    c = shared_cluster(2, **SETTINGS)
+    leader, follower = leader_and_follower(c)
+    wanted = topic("lifetime")
+    kept = c.client(leader).register_publisher(publisher.address("/kept"), [wanted])
+    wait_until(
+        lambda: kept.id in admin_registrations(follower),
+        20,
+        what="the other instance following the registration",
+    )
+    with silenced(c):
+        soon = datetime.now(UTC) + timedelta(seconds=LIFETIME)
+        set_termination_time(c, leader, kept.reference.address, soon)
+        ended = c.client(leader).register_publisher(
+            publisher.address("/ended"),
+            [wanted],
+            initial_termination_time=timedelta(seconds=LIFETIME),
+        )
+        when = later(8)
+        set_termination_time(c, follower, kept.reference.address, when)
+        wait_until(
+            lambda: stored(c, ended.id) is None,
+            LIFETIME + 20,
+            what="the leader's sweep of the registration left to end",
+        )
+        assert stored(c, kept.id) is not None
+        assert terminates(leader, kept.id) == when
+    c.client(leader).destroy_registration(EndpointReference(c.via(leader, kept.reference.address)))

@@ -201,6 +201,21 @@ class Registrations:
             reg.id, reg.demand_subscription, reg.demand_paused
         )
 
+    def take_stored_demand(self) -> None:
+        """Take each demand-based registration's publisher subscription from the store
+        (this instance is about to act as the leader: the leader before may have saved
+        one that it has not followed yet; subscribing again would leave that one at the
+        publisher for good)."""
+        ctx = self._ctx
+        for entry in self.demand_entries():
+            record = entry.registration
+            stored = ctx.store.get_registration(record.id)
+            if stored is None:
+                continue  # destroyed meanwhile: following it forgets the registration
+            with ctx.registry.lock:
+                record.demand_subscription = stored.demand_subscription
+                record.demand_paused = stored.demand_paused
+
     def demand_entries(self) -> list[DemandEntry]:
         """The demand-based registrations."""
         ctx = self._ctx

@@ -160,6 +160,7 @@ class BrokerService(OperatorCalls):
             timeout=r.timeout,
             interval=demand_interval,
             leads=lambda: ctx.leads(),
+            refresh=lambda: self.registrations.take_stored_demand(),
         )
         self.registrations = Registrations(ctx, self.demand)
         self.operations = Operations(ctx)

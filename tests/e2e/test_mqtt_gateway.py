@@ -367,7 +367,7 @@ def test_gateway_started_before_its_broker_serves_once_it_is_up(mqtt_url: str) -
     server = RunningServer("mqtt", mqtt_gateway_url(node.url), directory, free_port())
     try:
         server.start(wait_for="/healthz")
-        assert requests.get(server.base_url + "/readyz", timeout=2).status_code == 503
+        assert requests.get(server.base_url + "/readyz", timeout=10).status_code == 503
         node.start()
         wait_until(
             lambda: requests.get(server.base_url + "/readyz", timeout=2).status_code == 200,

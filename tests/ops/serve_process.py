@@ -65,7 +65,7 @@ def running_serve(
                 out = process.stdout.read() if process.stdout else ""
                 raise AssertionError(f"wsnmom serve exited with {process.returncode}:\n{out}")
             try:
-                answered = requests.get(f"http://127.0.0.1:{port}/readyz", timeout=1).ok
+                answered = requests.get(f"http://127.0.0.1:{port}/readyz", timeout=5).ok
             except requests.RequestException:
                 answered = False
             if answered and listens_on(process.pid, port):  # not another gateway on the port

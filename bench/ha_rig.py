@@ -34,6 +34,8 @@ class Recorder:
 
     def __init__(self) -> None:
         self.arrivals: list[tuple[float, str, int]] = []
+        #: POSTs received (a delivery batch is one)
+        self.posts = 0
         self._lock = threading.Lock()
         outer = self
 
@@ -49,6 +51,7 @@ class Recorder:
                 sender = self.headers.get("WSNMOM-Instance", "")
                 with outer._lock:
                     outer.arrivals.extend((now, sender, int(s)) for s in _SEQ.findall(body))
+                    outer.posts += 1
                 self.send_response(202)
                 self.send_header("Content-Length", "0")
                 self.end_headers()

@@ -19,12 +19,13 @@ import collections
 import os
 import re
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
 from pathlib import Path
 
-from bench import cpus
+from bench import cpus, profile
 from bench.ha_rig import Recorder
 from bench.ha_rig import postgres as _postgres
 from bench.middleware import MIDDLEWARES, Middleware
@@ -53,27 +54,81 @@ def thread_cpu(pid: int, names: dict[int, str]) -> collections.Counter[str]:
             ns = int((task / "schedstat").read_text().split()[0])
         except (OSError, ValueError, IndexError):
             continue  # ended meanwhile
-        name = names.get(int(task.name), f"tid {task.name}")
-        out[re.sub(r"-\d+$", "-N", name)] += ns  # the pool's threads as one
+        out[pool_name(names.get(int(task.name), f"tid {task.name}"))] += ns
     return out
 
 
-def measure(instance: ha_cost.Instance, mode: str, notifies: int, pyspy: str | None) -> None:
-    """One batch of Notifies nobody subscribed to; prints CPU per Notify per thread."""
+def pool_name(name: str) -> str:
+    """A thread's name with a pool's threads as one (``wsnmom-delivery-3``: ``-N``)."""
+    return re.sub(r"-\d+$", "-N", name)
+
+
+def measure(
+    instance: ha_cost.Instance,
+    mode: str,
+    notifies: int,
+    pyspy: str | None,
+    *,
+    deliveries: bool = False,
+    record: Path | None = None,
+) -> None:
+    """One batch of Notifies, nobody's (or with ``deliveries`` to the ten subscriptions of
+    the cost topic, waited for until delivered); prints the CPU per Notify (per delivery)
+    of each thread.  With ``record``, py-spy samples the thread holding the GIL meanwhile
+    and the functions with the most samples are printed (its own cost is in the figures:
+    compare only recorded batches with each other)."""
     pid = instance.pid
     names = thread_names(pid, pyspy)
+    recorder = instance.recorder
+    posts0 = getattr(recorder, "posts", 0)
+    sampler = None
+    if record is not None and pyspy is not None:
+        sampler = subprocess.Popen(
+            [
+                pyspy,
+                "record",
+                "--gil",
+                "--format",
+                "raw",
+                "--rate",
+                "250",
+                "--nonblocking",
+                "--pid",
+                str(pid),
+                "--output",
+                str(record),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        time.sleep(1.0)  # py-spy attached
     before, cpu0, t0 = thread_cpu(pid, names), process_cpu_seconds(pid), time.monotonic()
-    ha_cost.notify_all(instance.server, ha_cost.NOBODY_TOPIC, notifies)
+    if deliveries:
+        ha_cost.notify_all(instance.server, ha_cost.COST_TOPIC, notifies, first=instance.sent)
+        instance.sent += notifies
+        instance.delivered(instance.sent * ha_cost.FANOUT)
+        count = notifies * ha_cost.FANOUT
+    else:
+        ha_cost.notify_all(instance.server, ha_cost.NOBODY_TOPIC, notifies)
+        count = notifies
     used, wall = process_cpu_seconds(pid) - cpu0, time.monotonic() - t0
     after = thread_cpu(pid, names)
+    if sampler is not None:
+        sampler.send_signal(signal.SIGINT)  # py-spy writes what it sampled
+        sampler.wait(timeout=60)
+    unit = "delivery" if deliveries else "Notify"
+    posts = getattr(recorder, "posts", 0) - posts0
     print(
-        f"{mode}: {used * 1e6 / notifies:.0f} µs CPU per Notify, {notifies / wall:.0f} "
-        f"Notifies/s, load {os.getloadavg()[0]:.1f}"
+        f"{mode}: {used * 1e6 / count:.1f} µs CPU per {unit}, {notifies / wall:.0f} "
+        f"Notifies/s, {count / posts if posts else 0:.2f} messages per POST, "
+        f"load {os.getloadavg()[0]:.1f}"
     )
     spent = {name: after[name] - before.get(name, 0) for name in after}
     for name, ns in sorted(spent.items(), key=lambda item: -item[1]):
         if ns > 0:
-            print(f"  {ns / 1e3 / notifies:8.1f} µs  {name}")
+            print(f"  {ns / 1e3 / count:8.1f} µs  {name}")
+    if record is not None and record.exists():
+        print(profile.summarize(record, 30))
 
 
 def main() -> None:
@@ -81,6 +136,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description="cluster mode's CPU per Notify, per thread")
     parser.add_argument("--adapter", default="mqtt", choices=("mqtt", "rabbitmq", "kafka"))
     parser.add_argument("--notifies", type=int, default=1000)
+    parser.add_argument(
+        "--deliveries", action="store_true", help="Notifies to ten push subscriptions"
+    )
+    parser.add_argument("--record", type=Path, help="py-spy profiles into this directory")
     args = parser.parse_args()
     found = shutil.which("py-spy") or str(Path(__file__).parents[1] / ".venv/bin/py-spy")
     pyspy = found if Path(found).exists() else None
@@ -106,8 +165,16 @@ def main() -> None:
                         time.sleep(5)
                         idle = process_cpu_seconds(instances[mode].pid) - cpu0
                         print(f"{mode}, idle: {idle * 200:.1f} ms CPU per second")
-                    for mode in ("single", "cluster", "cluster", "single"):
-                        measure(instances[mode], mode, args.notifies, pyspy)
+                    for n, mode in enumerate(("single", "cluster", "cluster", "single")):
+                        raw = args.record / f"{n}-{mode}.txt" if args.record else None
+                        measure(
+                            instances[mode],
+                            mode,
+                            args.notifies,
+                            pyspy,
+                            deliveries=args.deliveries,
+                            record=raw,
+                        )
                 finally:
                     for instance in instances.values():
                         ha_cost.close(mw, instance)

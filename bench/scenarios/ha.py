@@ -235,7 +235,8 @@ class HighAvailability(Scenario):
         for mode, figures in measured.items():
             ctx.log(
                 f"  {mode}: {figures['notify_ms']:.3f} ms CPU per Notify, "
-                f"{figures['delivery_ms']:.4f} ms per delivery, "
+                f"{figures['delivery_ms']:.4f} ms per delivery "
+                f"({figures['messages_per_post']:.2f} messages per POST), "
                 f"{figures['subscribe_per_s']:.0f} Subscribe/s; "
                 f"{figures['retried']:.0f} Notifies sent again after a 503"
             )

@@ -14,10 +14,13 @@ figures are the totals over all rounds; the ratio of each round gives the spread
 
 from __future__ import annotations
 
+import collections
 import os
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Protocol
 
 from bench import client, soap
@@ -33,6 +36,8 @@ FANOUT = 10
 MODES = ("single", "cluster")
 #: times a Notify refused with 503 is sent again
 RETRIES = 10
+#: py-spy, which names the threads of ``WSNMOM_BENCH_HA_THREADS=1`` (ids without it)
+PYSPY = shutil.which("py-spy") or str(Path(__file__).parents[2] / ".venv/bin/py-spy")
 
 
 @dataclass(slots=True)
@@ -45,6 +50,8 @@ class Tally:
     deliveries: int = 0
     subscribe_s: float = 0.0
     subscribes: int = 0
+    #: POSTs the consumer received in the delivery rounds (a delivery batch is one)
+    posts: int = 0
     #: Notifies refused with 503 and sent again
     retried: int = 0
     rounds: list[dict[str, float]] = field(default_factory=list)
@@ -56,6 +63,7 @@ class Tally:
             "notify_ms": self.notify_cpu * 1000 / self.notifies,
             "delivery_ms": self.delivery_cpu * 1000 / self.deliveries,
             "subscribe_per_s": self.subscribes / self.subscribe_s,
+            "messages_per_post": self.deliveries / self.posts if self.posts else 0.0,
         }
 
 
@@ -104,6 +112,11 @@ class Consumer(Protocol):
 
     def count(self) -> int: ...
 
+    @property
+    def posts(self) -> int:
+        """POSTs received so far."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -116,6 +129,11 @@ class Instance:
     adapter: str
     tally: Tally = field(default_factory=Tally)
     sent: int = 0
+    #: with ``WSNMOM_BENCH_HA_THREADS=1``: CPU nanoseconds per thread name of the delivery
+    #: rounds less those of the Notify rounds (the per-delivery figure, thread by thread)
+    threads: collections.Counter[str] | None = None
+    #: thread id -> Python thread name (py-spy), of the threads seen in the rounds
+    names: dict[int, str] = field(default_factory=dict)
 
     @property
     def pid(self) -> int:
@@ -140,16 +158,46 @@ class Instance:
         self.sent += count
         self.delivered(self.sent * FANOUT)
 
+    def _threads(self) -> collections.Counter[str]:
+        """CPU nanoseconds per thread so far, by operating-system thread id (empty unless
+        :attr:`threads` is kept); the ids are named once the rounds are over."""
+        if self.threads is None:
+            return collections.Counter()
+        from bench import ha_threads  # it imports this module
+
+        self.names.update(ha_threads.thread_names(self.pid, PYSPY))
+        return ha_threads.thread_cpu(self.pid, {})
+
+    def thread_figures(self) -> list[tuple[str, float]]:
+        """µs of CPU per delivery by thread name (pool threads as one), most first."""
+        from bench import ha_threads  # it imports this module
+
+        assert self.threads is not None
+        named: collections.Counter[str] = collections.Counter()
+        for tid, ns in self.threads.items():
+            number = int(tid.split()[-1])
+            named[ha_threads.pool_name(self.names.get(number, tid))] += ns
+        deliveries = self.tally.deliveries
+        return [(name, ns / 1e3 / deliveries) for name, ns in named.most_common()]
+
     def round(self, notifies: int, subscribes: int) -> dict[str, float]:
         """One round of the work; returns its figures (ms of CPU, Subscribes/s)."""
+        marks = [self._threads()]
         started = process_cpu_seconds(self.pid)
         retried = notify_all(self.server, NOBODY_TOPIC, notifies)
         notify_cpu = process_cpu_seconds(self.pid) - started
-        started = process_cpu_seconds(self.pid)
+        marks.append(self._threads())
+        started, posts = process_cpu_seconds(self.pid), self.recorder.posts
         retried += notify_all(self.server, COST_TOPIC, notifies, first=self.sent)
         self.sent += notifies
         self.delivered(self.sent * FANOUT)
         used = process_cpu_seconds(self.pid) - started
+        marks.append(self._threads())
+        posts = self.recorder.posts - posts
+        if self.threads is not None:
+            for name in marks[2]:
+                nobody = marks[1].get(name, 0) - marks[0].get(name, 0)
+                self.threads[name] += marks[2][name] - marks[1].get(name, 0) - nobody
         delivery_cpu = max(0.0, used - notify_cpu)
         kc = client.KeepAliveClient()
         t0 = time.perf_counter()
@@ -163,12 +211,14 @@ class Instance:
         tally.notifies += notifies
         tally.delivery_cpu += delivery_cpu
         tally.deliveries += notifies * FANOUT
+        tally.posts += posts
         tally.subscribe_s += subscribe_s
         tally.subscribes += subscribes
         figures = {
             "notify_ms": notify_cpu * 1000 / notifies,
             "delivery_ms": delivery_cpu * 1000 / (notifies * FANOUT),
             "subscribe_per_s": subscribes / subscribe_s,
+            "messages_per_post": notifies * FANOUT / posts if posts else 0.0,
             "load": os.getloadavg()[0],
         }
         tally.rounds.append(figures)
@@ -188,6 +238,9 @@ def compare(
     ratios cluster / single and the load."""
     for instance in instances.values():
         instance.warm_up(ctx.pick(100, 50, 10))
+    if os.environ.get("WSNMOM_BENCH_HA_THREADS") == "1":
+        for instance in instances.values():
+            instance.threads = collections.Counter()
     ratios: list[dict[str, float]] = []
     for number in range(rounds):
         figures = {mode: instances[mode].round(notifies, subscribes) for mode in order(number)}
@@ -200,8 +253,16 @@ def compare(
             f"  round {number + 1}: per Notify {cluster['notify_ms']:.3f} / "
             f"{single['notify_ms']:.3f} ms, per delivery {cluster['delivery_ms']:.4f} / "
             f"{single['delivery_ms']:.4f} ms, Subscribe/s {cluster['subscribe_per_s']:.0f} / "
-            f"{single['subscribe_per_s']:.0f} (cluster / single; load {cluster['load']:.1f})"
+            f"{single['subscribe_per_s']:.0f}, messages per POST "
+            f"{cluster['messages_per_post']:.2f} / {single['messages_per_post']:.2f} "
+            f"(cluster / single; load {cluster['load']:.1f})"
         )
+    for mode, instance in instances.items():
+        if instance.threads is not None:
+            ctx.log(f"  {mode}, µs of CPU per delivery by thread (delivery rounds less Notify):")
+            for name, us in instance.thread_figures():
+                if abs(us) >= 0.05:
+                    ctx.log(f"    {us:8.2f}  {name}")
     return ratios
 
 

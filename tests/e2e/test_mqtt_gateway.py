@@ -336,6 +336,17 @@ def test_broker_down_answers_503_fast_then_serves_again(
             timeout=10,
             what="/readyz 503 while the broker is down",
         )
+        # /readyz names the middleware and why: the connection was lost, then refused
+        refused = f"cannot connect to the MQTT broker 127.0.0.1:{node.port}: connection refused"
+        wait_until(
+            lambda: refused in requests.get(server.base_url + "/readyz", timeout=2).text,
+            timeout=30,
+            what="/readyz to say that the broker refuses connections",
+        )
+        body = requests.get(server.base_url + "/readyz", timeout=2).text
+        assert body.splitlines()[0] == "not ready: the middleware does not answer", body
+        assert body.splitlines()[1].startswith(f"middleware: mqtt: {refused}"), body
+        assert "(before that, the connection was lost)" in body, body
         started = time.monotonic()
         answer = wsn.post(
             wsn.broker,
@@ -346,12 +357,14 @@ def test_broker_down_answers_503_fast_then_serves_again(
         )
         assert (answer.status, answer.fault) == (503, "ResourceUnavailableFault")
         assert time.monotonic() - started < 3.0
+        assert f"the middleware (mqtt) is not reachable: {refused}".encode() in answer.data
         node.start()
         wait_until(
             lambda: requests.get(server.base_url + "/readyz", timeout=2).status_code == 200,
             timeout=15,
             what="/readyz 200 once the broker is back",
         )
+        assert requests.get(server.base_url + "/readyz", timeout=2).text == "ready\n"
         wsn.notify(("tns:t", "<x/>"))
     finally:
         stop_gateway(server)
@@ -364,7 +377,13 @@ def test_gateway_started_before_its_broker_serves_once_it_is_up(mqtt_url: str) -
     server = RunningServer("mqtt", mqtt_gateway_url(node.url), directory, free_port())
     try:
         server.start(wait_for="/healthz")
-        assert requests.get(server.base_url + "/readyz", timeout=2).status_code == 503
+        answer = requests.get(server.base_url + "/readyz", timeout=2)
+        assert answer.status_code == 503
+        # the reason: nothing listens on the broker's port
+        assert answer.text.splitlines()[1:] == [
+            f"middleware: mqtt: cannot connect to the MQTT broker 127.0.0.1:{node.port}: "
+            "connection refused"
+        ], answer.text
         node.start()
         wait_until(
             lambda: requests.get(server.base_url + "/readyz", timeout=2).status_code == 200,

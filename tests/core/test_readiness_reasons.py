@@ -107,6 +107,9 @@ def test_readyz_and_the_refusal_say_why_without_credentials(
     assert (status, fault_name(body)) == (503, "ResourceUnavailableFault")
     assert f"the middleware (embedded) is not reachable: {SHOWN}; retry later".encode() in body
     assert b"s3cret" not in body
+    client.environ_base["REMOTE_ADDR"] = "127.0.0.1"  # the admin API's local operator
+    health = client.get("/wsn/admin/api/overview").get_json()["health"]
+    assert (health["ready"], health["reason"], health["store_reason"]) == (False, SHOWN, "")
     adapter.down = False
     assert readyz(client) == (200, "ready\n")
     assert notify(client)[0] == 202

@@ -59,7 +59,7 @@ class _Silent(_Down):
 def runtime(tmp_path: Path, adapter: EmbeddedAdapter, *, wait: bool = False) -> Runtime:
     settings = load_settings(
         None,
-        environ={},
+        environ={"WSNMOM_MIDDLEWARE__GRACE": "0"},  # refused at once: no wait for a return
         overrides={
             "adapter_url": adapter.url,
             "store_url": f"sqlite:///{tmp_path}/store.db",

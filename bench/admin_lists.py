@@ -19,7 +19,6 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -32,6 +31,7 @@ from wsnmom.core.config import Settings
 from wsnmom.core.model import EndpointReference, ExpressionSource, SubscribeRequest
 from wsnmom.topic_mapping.dialects import SIMPLE
 
+from bench.util import print_figures
 from wsnmom.server import Runtime, build_runtime
 
 NS = "urn:wsnmom:bench:admin"
@@ -121,11 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--json", type=Path, help="also write the result here")
     args = parser.parse_args(argv)
-    result = measure(args.small, args.large, args.repeat)
-    text = json.dumps(result, indent=2)
-    print(text)
-    if args.json:
-        args.json.write_text(text + "\n")
+    print_figures(measure(args.small, args.large, args.repeat), args.json)
     return 0
 
 

@@ -15,17 +15,15 @@ from __future__ import annotations
 import argparse
 import collections
 import os
-import re
 import shutil
 import subprocess
 import tempfile
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
 
 from bench import client, soap
+from bench.ha_rig import Post, Posts
 from bench.ha_rig import post as _post
 from bench.ha_rig import postgres as _postgres
 from bench.middleware import MIDDLEWARES, Middleware
@@ -33,7 +31,6 @@ from bench.scenarios.base import Context
 from bench.server import ServerProcess
 from bench.util import process_cpu_seconds, wait_until
 
-_SEQ = re.compile(rb'seq="(\d+)"')
 TOPIC = "ha-posts"
 FANOUT = 10
 
@@ -59,36 +56,19 @@ class Counting:
         self.messages = 0
         self.posts = 0
         self._lock = threading.Lock()
-        outer = self
+        self._posts = Posts(self._record)
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, format: str, *args: Any) -> None:
-                return None
-
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                with outer._lock:
-                    outer.messages += len(_SEQ.findall(body))
-                    outer.posts += 1
-                self.send_response(202)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        threading.Thread(
-            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-        ).start()
+    def _record(self, post: Post) -> None:
+        with self._lock:
+            self.messages += len(post.seqs)
+            self.posts += 1
 
     @property
     def address(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_port}/consumer"
+        return self._posts.address()
 
     def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        self._posts.close()
 
 
 def stages(raw: Path) -> list[tuple[str, int, float]]:

@@ -1,6 +1,7 @@
 """The rig of the ``ha`` family of bench scenarios (``ha``, ``ha-scale``, ``follow`` and the
-``bench.ha_*`` experiments): a recording push consumer, a private PostgreSQL store, the
-``[cluster]`` table of a failover instance and the adapter URL the instances share."""
+``bench.ha_*`` experiments): recording push consumers (:class:`Posts`, each POST parsed and
+handed to a hook; :class:`Recorder`), a private PostgreSQL store, the ``[cluster]`` table of
+a failover instance and the adapter URL the instances share."""
 
 from __future__ import annotations
 
@@ -10,8 +11,9 @@ import re
 import threading
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
 from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
@@ -28,17 +30,26 @@ _SEQ = re.compile(rb'seq="(\d+)"')
 _TOOK = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) .*took shards ([\d,]+)", re.M)
 
 
-class Recorder:
-    """A consumer on a free loopback port that records each message's sequence number,
-    arrival time and the instance that sent it (``WSNMOM-Instance``)."""
+@dataclass(frozen=True, slots=True)
+class Post:
+    """One POST a recording consumer received."""
 
-    def __init__(self) -> None:
-        self.arrivals: list[tuple[float, str, int]] = []
-        #: POSTs received (a delivery batch is one)
-        self.posts = 0
-        self._lock = threading.Lock()
-        outer = self
+    #: ``time.monotonic()`` when its body was read
+    at: float
+    #: the request path (a subscription of its own where the consumer address says so)
+    path: str
+    #: the instance that sent it (``WSNMOM-Instance``)
+    sender: str
+    #: the sequence numbers of the messages it carried (``seq="N"``)
+    seqs: tuple[int, ...]
 
+
+class Posts:
+    """Push consumers on ``ports`` free loopback ports (each a destination of its own for
+    the gateways' per-destination limit): every POST is parsed into a :class:`Post`,
+    handed to ``record`` (on the server's thread) and answered 202."""
+
+    def __init__(self, record: Callable[[Post], None], ports: int = 1) -> None:
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
 
@@ -48,24 +59,50 @@ class Recorder:
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 now = time.monotonic()
-                sender = self.headers.get("WSNMOM-Instance", "")
-                with outer._lock:
-                    outer.arrivals.extend((now, sender, int(s)) for s in _SEQ.findall(body))
-                    outer.posts += 1
+                seqs = tuple(int(s) for s in _SEQ.findall(body))
+                record(Post(now, self.path, self.headers.get("WSNMOM-Instance", ""), seqs))
                 self.send_response(202)
                 self.send_header("Content-Length", "0")
                 self.end_headers()
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-        )
-        self._thread.start()
+        self._servers: list[ThreadingHTTPServer] = []
+        for _ in range(ports):
+            server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+            server.daemon_threads = True
+            threading.Thread(
+                target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+            ).start()
+            self._servers.append(server)
+
+    def address(self, i: int = 0, path: str = "/consumer") -> str:
+        """``path`` on the ``i``-th port (modulo their number)."""
+        return f"http://127.0.0.1:{self._servers[i % len(self._servers)].server_port}{path}"
+
+    def close(self) -> None:
+        for server in self._servers:
+            server.shutdown()
+            server.server_close()
+
+
+class Recorder:
+    """A consumer on a free loopback port that records each message's sequence number,
+    arrival time and the instance that sent it (``WSNMOM-Instance``)."""
+
+    def __init__(self) -> None:
+        self.arrivals: list[tuple[float, str, int]] = []
+        #: POSTs received (a delivery batch is one)
+        self.posts = 0
+        self._lock = threading.Lock()
+        self._posts = Posts(self._record)
+
+    def _record(self, post: Post) -> None:
+        with self._lock:
+            self.arrivals.extend((post.at, post.sender, s) for s in post.seqs)
+            self.posts += 1
 
     @property
     def address(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_port}/consumer"
+        return self._posts.address()
 
     def snapshot(self) -> list[tuple[float, str, int]]:
         with self._lock:
@@ -76,8 +113,7 @@ class Recorder:
             return len(self.arrivals)
 
     def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        self._posts.close()
 
 
 def post(server: ServerProcess, body: bytes, kc: client.KeepAliveClient) -> None:

@@ -22,9 +22,12 @@ import importlib.util
 import os
 import shutil
 import subprocess
+import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -595,3 +598,22 @@ class Planned:
 MIDDLEWARES: tuple[type[Middleware], ...] = (Embedded, RabbitMQ, Kafka, Mqtt)
 #: the ones it lists as not available, after those
 PLANNED: tuple[Planned, ...] = ()
+
+
+@contextmanager
+def started(name: str, prefix: str) -> Iterator[tuple[Middleware, Path]]:
+    """The middleware ``name`` of :data:`MIDDLEWARES`, started for a one-off measurement
+    (``python -m bench.rabbitmq_openings``, ...) with a temporary directory whose name
+    starts with ``prefix``: its ``WSNMOM_BENCH_*`` broker, else a private node, stopped
+    afterwards.  RuntimeError saying why when it cannot run here."""
+    mw = next(cls() for cls in MIDDLEWARES if cls.name == name)
+    reason = mw.unavailable()
+    if reason:
+        raise RuntimeError(reason)
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+        work = Path(tmp)
+        mw.start(work)
+        try:
+            yield mw, work
+        finally:
+            mw.stop()

@@ -19,10 +19,8 @@ suite's starter).  Informative: no target (the failover's gap is ``ha-scale``'s)
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
-import tempfile
 import threading
 import time
 import uuid
@@ -32,7 +30,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from bench.middleware import RabbitMQ
+from bench.middleware import started
+from bench.util import print_figures
 
 
 @contextmanager
@@ -124,24 +123,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=8, help="opener threads")
     ap.add_argument("--json", type=Path, help="also write the figures here")
     args = ap.parse_args(argv)
-    url = os.environ.get("WSNMOM_BENCH_AMQP_URL")
-    if url:
-        figures = openings(url, args.subscriptions, args.threads)
-    else:
-        mw = RabbitMQ()
-        reason = mw.unavailable()
-        if reason:
-            raise RuntimeError(reason)
-        with tempfile.TemporaryDirectory(prefix="wsnmom-openings-") as tmp:
-            mw.start(Path(tmp))
-            try:
-                figures = openings(mw.adapter_url(Path(tmp)), args.subscriptions, args.threads)
-            finally:
-                mw.stop()
-    text = json.dumps(figures, indent=2)
-    print(text)
-    if args.json:
-        args.json.write_text(text + "\n")
+    with started("rabbitmq", "wsnmom-openings-") as (mw, work):
+        figures = openings(mw.adapter_url(work), args.subscriptions, args.threads)
+    print_figures(figures, args.json)
     return 0
 
 

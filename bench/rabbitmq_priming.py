@@ -19,16 +19,15 @@ primed first <= 3 x primed second + 0.5 s.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-import tempfile
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from bench.middleware import RabbitMQ
+from bench.middleware import started
+from bench.util import print_figures
 
 
 def first_and_second_confirm(url: str, options: dict[str, Any], n: int) -> tuple[float, float]:
@@ -68,17 +67,9 @@ def first_and_second_confirm(url: str, options: dict[str, Any], n: int) -> tuple
 
 def measure(n: int) -> dict[str, Any]:
     """Both runs on a broker of their own vhosts; the figures and the targets' verdicts."""
-    mw = RabbitMQ()
-    reason = mw.unavailable()
-    if reason:
-        raise RuntimeError(reason)
-    with tempfile.TemporaryDirectory(prefix="wsnmom-priming-") as tmp:
-        mw.start(Path(tmp))
-        try:
-            cold = first_and_second_confirm(mw.adapter_url(Path(tmp)), {"prime_queues": "false"}, n)
-            primed = first_and_second_confirm(mw.adapter_url(Path(tmp)), {}, n)
-        finally:
-            mw.stop()
+    with started("rabbitmq", "wsnmom-priming-") as (mw, work):
+        cold = first_and_second_confirm(mw.adapter_url(work), {"prime_queues": "false"}, n)
+        primed = first_and_second_confirm(mw.adapter_url(work), {}, n)
     return {
         "queues": n,
         "unprimed_first_s": cold[0],
@@ -96,11 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--queues", type=int, default=2000, help="new queues per publish")
     ap.add_argument("--json", type=Path, help="also write the figures here")
     args = ap.parse_args(argv)
-    figures = measure(args.queues)
-    text = json.dumps(figures, indent=2)
-    print(text)
-    if args.json:
-        args.json.write_text(text + "\n")
+    print_figures(measure(args.queues), args.json)
     return 0
 
 

@@ -1,17 +1,27 @@
 """Small helpers shared by the benchmark modules: ports, polling, percentiles, RSS, the
-CPU time of a process."""
+CPU time of a process, a one-off measurement's figures printed (and written) as JSON."""
 
 from __future__ import annotations
 
 import ctypes
+import json
 import math
 import os
 import socket
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
+
+
+def print_figures(figures: Mapping[str, Any], path: Path | None) -> None:
+    """Print ``figures`` as indented JSON, and write them to ``path`` too (``--json``)."""
+    text = json.dumps(figures, indent=2)
+    print(text)
+    if path is not None:
+        path.write_text(text + "\n")
 
 
 def free_port() -> int:

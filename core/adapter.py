@@ -411,10 +411,13 @@ class Adapter(abc.ABC):
         return True
 
     def unavailable_reason(self) -> str | None:
-        """While ``available`` is False: what the adapter knows failed ("1/1 brokers are
-        down", "connection refused"), for the text of core's 503 refusal.  Answers at
-        once, without I/O; it may name hosts, never a credential (core redacts it as
-        every fault text).  Default: None (the refusal names only the middleware)."""
+        """While ``available`` is False or ``ping`` fails: what the adapter knows failed
+        ("1/1 brokers are down", "connection refused"), for the text of core's 503
+        refusal and the ``middleware:`` line of ``/readyz``; None while available.
+        Answers at once, without I/O; it may name hosts, never a credential (core shows
+        it through ``availability.shown_reason``: redacted, on one line).  Default: None
+        (the refusal names only the middleware; the conformance kit's
+        ``test_says_why_it_is_unavailable`` skips such an adapter)."""
         return None
 
     @abc.abstractmethod

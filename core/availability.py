@@ -33,14 +33,17 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from wsnmom.core import errors
 from wsnmom.core.adapter import Adapter, AdapterUnavailable, MiddlewareBusy
 from wsnmom.core.disk import DiskWatch, is_storage_full, storage_full_text
 from wsnmom.core.redaction import redact_text
 
-__all__ = ["MiddlewareGate", "data_paths"]
+if TYPE_CHECKING:
+    from wsnmom.core.store import Store
+
+__all__ = ["MiddlewareGate", "data_paths", "middleware_reason", "shown_reason", "store_reason"]
 
 
 def data_paths(settings: Any, adapter: Adapter, store: Any) -> list[str]:
@@ -60,6 +63,30 @@ def data_paths(settings: Any, adapter: Adapter, store: Any) -> list[str]:
     if isinstance(store_path, str) and store_path != ":memory:":
         paths.append(os.path.dirname(os.path.abspath(store_path)))
     return paths
+
+
+def shown_reason(why: object) -> str:
+    """A dependency's reason as the gateway shows it (503 texts, ``/readyz``, the admin
+    API): credentials redacted (``core.redaction``), on one line; "" for none."""
+    return " ".join(redact_text(str(why)).split()) if why else ""
+
+
+def middleware_reason(adapter: Adapter) -> str:
+    """Why the middleware is unavailable, as the adapter says (``unavailable_reason``,
+    no I/O), shown (``shown_reason``); "" when it says nothing."""
+    try:
+        return shown_reason(adapter.unavailable_reason())
+    except Exception:  # a reason is a courtesy: never a failure of its own
+        return ""
+
+
+def store_reason(store: Store) -> str:
+    """Why the store does not answer, as it says (``Store.unavailable_reason``, no I/O),
+    shown (``shown_reason``); "" when it says nothing."""
+    try:
+        return shown_reason(store.unavailable_reason())
+    except Exception:  # likewise
+        return ""
 
 
 class MiddlewareGate:
@@ -85,12 +112,16 @@ class MiddlewareGate:
         self._down_since: float | None = None
         #: the broker's resources are restored and it serves requests
         self.ready = False
+        #: until then: what the last attempt to open the adapter raised, as shown
+        #: (``shown_reason``; "" for none), the cause of the refusals and of ``/readyz``
+        self.open_error = ""
 
     def require_ready(self) -> None:
         """Refuse while the broker has not restored its resources yet."""
         if not self.ready:
+            why = f": {self.open_error}" if self.open_error else ""
             raise errors.ResourceUnavailable(
-                "the broker is starting: its middleware is not reachable yet",
+                f"the broker is starting: its middleware is not reachable yet{why}",
                 retry_after=self.retry_after,
             )
 
@@ -137,13 +168,8 @@ class MiddlewareGate:
         ``unavailable_reason``), with any credential in it redacted."""
         adapter = self._adapter
         which = getattr(type(adapter), "name", "") or type(adapter).__name__
-        why: str | None = str(cause) if cause is not None else None
-        if why is None:
-            try:
-                why = adapter.unavailable_reason()
-            except Exception:  # a reason is a courtesy: never a failure of its own
-                why = None
-        detail = f": {redact_text(why)}" if why else ""
+        why = shown_reason(cause) if cause is not None else middleware_reason(adapter)
+        detail = f": {why}" if why else ""
         return errors.ResourceUnavailable(
             f"the middleware ({which}) is not reachable{detail}; retry later",
             retry_after=self.retry_after,

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from wsnmom.core.adapter import SubscriptionHandle
+from wsnmom.core.availability import middleware_reason, store_reason
 from wsnmom.core.context import BrokerContext
 from wsnmom.core.delivery import ChannelStatus
 from wsnmom.core.delivery_policy import EffectivePolicy, effective
@@ -108,6 +109,11 @@ class AdapterHealth:
     #: why the disk refuses new work ("" when it does not): below storage.min_free, or a
     #: write just found it full
     disk_low: str = ""
+    #: why the middleware does not answer, as the adapter says ("" when it answers or
+    #: says nothing; ``Adapter.unavailable_reason``)
+    reason: str = ""
+    #: why the store does not answer ("" when it answers or says nothing)
+    store_reason: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,6 +165,8 @@ class Operations:
             ready=started and answers and store and not low,
             disk_free=disk.free if disk is not None else None,
             disk_low=low,
+            reason="" if answers else middleware_reason(adapter),
+            store_reason="" if store else store_reason(ctx.store),
         )
 
     def subscriptions(

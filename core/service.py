@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING
 from wsnmom.core import errors, metrics
 from wsnmom.core.adapter import Adapter
 from wsnmom.core.advertised import broker_policy, broker_properties
+from wsnmom.core.availability import shown_reason
 from wsnmom.core.cluster_parts import ClusterParts
 from wsnmom.core.config import Settings
 from wsnmom.core.context import BrokerContext
@@ -245,6 +246,11 @@ class BrokerService(OperatorCalls):
     def disk_low(self) -> str:
         """Why the data directory's disk refuses new work ("" when it does not)."""
         return disk_low(self._gate)
+
+    def opening_failed(self, error: BaseException) -> None:
+        """The last attempt to open the adapter (before the broker started) raised
+        ``error``: the refusals and ``/readyz`` say so until the broker starts."""
+        self._gate.open_error = shown_reason(error)
 
     @property
     def started(self) -> bool:

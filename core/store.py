@@ -214,6 +214,12 @@ class Store(abc.ABC):
     def ping(self) -> bool:
         """True when the store answers."""
 
+    def unavailable_reason(self) -> str | None:
+        """After ``ping`` or a use found the store not answering: what failed (the
+        server's error), for ``/readyz``.  No I/O; never a credential (core redacts it
+        too).  Default: None (``/readyz`` says only that the store does not answer)."""
+        return None
+
     @abc.abstractmethod
     def close(self) -> None:
         """Release the store; idempotent."""

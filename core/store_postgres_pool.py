@@ -65,6 +65,8 @@ class PostgresConnections:
         self.instance_id = instance_id or "wsnmom"
         #: monotonic time of the last failed use while the server does not answer (None: up)
         self._down_since: float | None = None
+        #: what the last failed use or probe met (``unavailable_reason``)
+        self._why = ""
         self._last_probe = 0.0
         self._recovering = threading.Lock()
         try:
@@ -108,13 +110,14 @@ class PostgresConnections:
             return
         now = time.monotonic()
         if now - self._last_probe < PROBE_INTERVAL or not self._recovering.acquire(False):
-            raise StoreUnavailable("the PostgreSQL store is not answering")
+            raise StoreUnavailable(self._why or "the PostgreSQL store is not answering")
         try:
             self._last_probe = now
             try:
                 self._psycopg.connect(self._url, connect_timeout=int(CONNECT_TIMEOUT)).close()
             except self._psycopg.Error as exc:
-                raise StoreUnavailable(f"the PostgreSQL store is not answering: {exc}") from None
+                self._why = f"the PostgreSQL store is not answering: {exc}"
+                raise StoreUnavailable(self._why) from None
             old, self._pool = self._pool, self._new_pool()
             self._down_since = None
             old.close(timeout=0)
@@ -125,7 +128,12 @@ class PostgresConnections:
         if self._down_since is None:
             self._down_since = time.monotonic()
             self._last_probe = self._down_since
+        self._why = why
         return StoreUnavailable(why)
+
+    def unavailable_reason(self) -> str | None:
+        """What the last failed use or probe met while the server does not answer."""
+        return self._why if self._down_since is not None else None
 
     @contextmanager
     def _tx(self) -> Iterator[Any]:

@@ -241,6 +241,8 @@ def health_json(health: AdapterHealth) -> dict[str, Any]:
         "ready": health.ready,
         "disk_free": health.disk_free,
         "disk_low": health.disk_low,
+        "reason": health.reason,
+        "store_reason": health.store_reason,
     }
 
 

@@ -59,7 +59,7 @@ from .admin_forward import EXTENSION as ADMIN_FORWARD
 from .admin_page import admin_page
 from .auth import Authenticator
 from .broker_calls import Role
-from .dispatch import Frontend, Reply, soap_post, transport_reply
+from .dispatch import Frontend, Posted, Reply, SoapHandler, soap_post, transport_reply
 from .envelope import HttpError, version_for_media_type
 from .fastpath import SoapFastPath
 from .faults import invalid_log
@@ -273,9 +273,12 @@ def _endpoint(role: Role, resource_id: str | None) -> Response:
                 request.headers.get("Accept"),
             )
         )
-    fe = _frontend()
-    reply = soap_post(
-        fe,
+    return _reply_response(soap_post(_frontend(), _posted(role, resource_id)))
+
+
+def _posted(role: Role, resource_id: str | None, handler: SoapHandler | None = None) -> Posted:
+    """The SOAP request of Flask's request context."""
+    return Posted(
         role,
         resource_id,
         request.method,
@@ -284,8 +287,8 @@ def _endpoint(role: Role, resource_id: str | None) -> Response:
         request.path,
         request.args,
         request.environ,
+        handler,
     )
-    return _reply_response(reply)
 
 
 def _onvif_view(subscription_id: str | None = None) -> Response:
@@ -305,19 +308,7 @@ def _onvif_view(subscription_id: str | None = None) -> Response:
         )
     cap = fe.settings.limits.get_messages_cap if fe.settings is not None else 1000
     handler = EventService(fe.service, subscription_id, _base_url(), cap)
-    reply = soap_post(
-        fe,
-        Role.BROKER,
-        None,
-        request.method,
-        request.content_type,
-        request.get_data(cache=False),
-        request.path,
-        request.args,
-        request.environ,
-        handler=handler,
-    )
-    return _reply_response(reply)
+    return _reply_response(soap_post(fe, _posted(Role.BROKER, None, handler)))
 
 
 def _reply_response(reply: Reply) -> Response:

@@ -61,7 +61,7 @@ from .settled_answers import Settlements
 from .splice import Spliced
 from .wsse import TokenRejected, find_username_token
 
-__all__ = ["Frontend", "Reply", "SoapHandler", "soap_post", "transport_reply"]
+__all__ = ["Frontend", "Posted", "Reply", "SoapHandler", "soap_post", "transport_reply"]
 
 
 @dataclass(slots=True)
@@ -115,32 +115,36 @@ class Reply:
 _DEFAULT_CONTENT_TYPE = "text/html; charset=utf-8"
 
 
-def soap_post(
-    fe: Frontend,
-    role: Role,
-    resource_id: str | None,
-    method: str,
-    content_type: str | None,
-    data: bytes,
-    path: str,
-    args: Mapping[str, str],
-    environ: Mapping[str, Any] | None = None,
-    handler: SoapHandler | None = None,
-) -> Reply:
-    """Handle one SOAP request posted to ``path`` (the endpoint of ``role``); ``args`` is
-    the query string, ``environ`` the WSGI environ (credentials, client address).
-    Independent of Flask's request context, so that the WSGI fast path (:mod:`.fastpath`)
-    and the Flask view give the same answers.  With ``handler`` its operations are served
-    instead of WS-N's; a handler that raises :class:`WaitFor` is answered when its retry
-    answers, by the poller, without this thread when the server can park the request
+@dataclass(frozen=True, slots=True)
+class Posted:
+    """One SOAP request as whatever received it (the Flask views, the WSGI fast path)
+    hands it to :func:`soap_post`: the endpoint it was posted to (``role``, and the
+    resource's id in the path), the HTTP method, Content-Type, body, path and query
+    string, the WSGI environ (credentials, client address), and ``handler``, whose
+    operations are served instead of WS-N's (the ONVIF event service)."""
+
+    role: Role
+    resource_id: str | None
+    method: str
+    content_type: str | None
+    data: bytes
+    path: str
+    args: Mapping[str, str]
+    environ: Mapping[str, Any] | None = None
+    handler: SoapHandler | None = None
+
+
+def soap_post(fe: Frontend, post: Posted) -> Reply:
+    """Handle one SOAP request.  Independent of Flask's request context, so that the WSGI
+    fast path (:mod:`.fastpath`) and the Flask view give the same answers.  A handler
+    (``post.handler``) that raises :class:`WaitFor` is answered when its retry answers,
+    by the poller, without this thread when the server can park the request
     (:mod:`.long_poll`).  A GetMessages answer carries its messages unsettled
     (``Reply.settlements``): the server settles them once it wrote the answer
     (:mod:`.settled_answers`); a fault gives them back."""
     with settled_answers.collecting() as taken:
         try:
-            reply = _soap_post(
-                fe, role, resource_id, method, content_type, data, path, args, environ, handler
-            )
+            reply = _soap_post(fe, post)
         except BaseException:
             taken.give_back()
             raise
@@ -152,38 +156,35 @@ def soap_post(
     return dataclasses.replace(reply, settlements=taken)
 
 
-def _soap_post(
-    fe: Frontend,
-    role: Role,
-    resource_id: str | None,
-    method: str,
-    content_type: str | None,
-    data: bytes,
-    path: str,
-    args: Mapping[str, str],
-    environ: Mapping[str, Any] | None = None,
-    handler: SoapHandler | None = None,
-) -> Reply:
+def _parsed(fe: Frontend, post: Posted) -> SoapRequest | Reply:
+    """The request's envelope, or the answer that refuses it (not SOAP, not usable)."""
+    try:
+        return parse_request(post.method, post.content_type, post.data)
+    except HttpError as exc:
+        invalid_log.info("rejected request to %s: %s", post.path, exc.message)
+        return transport_reply(fe, exc, post.content_type)
+    except SoapProtocolErrorWithContext as exc:
+        invalid_log.info("unusable SOAP request to %s: %s", post.path, exc)
+        return _fault(fe, BaseFaultError(str(exc)), exc.version, exc.addressing.message_id)
+
+
+def _soap_post(fe: Frontend, post: Posted) -> Reply:
     """``soap_post`` without the settlement of what the answer carries."""
     auth = fe.auth
     principal: Principal = ANONYMOUS
-    if role is Role.UPSTREAM:
+    environ, handler = post.environ, post.handler
+    if post.role is Role.UPSTREAM:
         # the producer cannot authenticate here: the unguessable key in the path is what
         # admits its Notify, which is published as the gateway's own (SYSTEM)
-        return _upstream_post(fe, resource_id, content_type, data, path, environ)
+        return _upstream_post(fe, post)
     if auth.enabled and environ is not None:
-        caller = _http_caller(fe, content_type, environ)
+        caller = _http_caller(fe, post.content_type, environ)
         if isinstance(caller, Reply):
             return caller
         principal = caller
-    try:
-        req = parse_request(method, content_type, data)
-    except HttpError as exc:
-        invalid_log.info("rejected request to %s: %s", path, exc.message)
-        return transport_reply(fe, exc, content_type)
-    except SoapProtocolErrorWithContext as exc:
-        invalid_log.info("unusable SOAP request to %s: %s", path, exc)
-        return _fault(fe, BaseFaultError(str(exc)), exc.version, exc.addressing.message_id)
+    req = _parsed(fe, post)
+    if isinstance(req, Reply):
+        return req
     if auth.enabled and principal.anonymous:
         caller = _wsse_caller(fe, req, principal)
         if isinstance(caller, Reply):
@@ -215,7 +216,9 @@ def _soap_post(
         else:
             if op is None:
                 raise BaseFaultError(f"unsupported operation {req.operation}")
-            result = run_operation(fe.service, role, resource_id, op, req, args, environ)
+            result = run_operation(
+                fe.service, post.role, post.resource_id, op, req, post.args, environ
+            )
             action = codec.response_action(op)
     except WaitFor as wait:
         return _long_poll(fe, req, principal, wait, environ)
@@ -343,23 +346,13 @@ def _long_poll(
     raise AssertionError("the park function returned")  # pragma: no cover
 
 
-def _upstream_post(
-    fe: Frontend,
-    key: str | None,
-    content_type: str | None,
-    data: bytes,
-    path: str,
-    environ: Mapping[str, Any] | None,
-) -> Reply:
-    """A Notify from an upstream producer (the only operation of that endpoint)."""
-    try:
-        req = parse_request("POST", content_type, data)
-    except HttpError as exc:
-        invalid_log.info("rejected request to %s: %s", path, exc.message)
-        return transport_reply(fe, exc, content_type)
-    except SoapProtocolErrorWithContext as exc:
-        invalid_log.info("unusable SOAP request to %s: %s", path, exc)
-        return _fault(fe, BaseFaultError(str(exc)), exc.version, exc.addressing.message_id)
+def _upstream_post(fe: Frontend, post: Posted) -> Reply:
+    """A Notify from an upstream producer (the only operation of that endpoint; the
+    resource id is the upstream's key)."""
+    key, environ = post.resource_id, post.environ
+    req = _parsed(fe, post)
+    if isinstance(req, Reply):
+        return req
     op = codec.OPERATIONS.get(req.operation)
     count_request(op.local if op else "unknown")
     try:

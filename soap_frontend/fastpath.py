@@ -33,7 +33,7 @@ from werkzeug.wsgi import get_input_stream
 from wsnmom.core.addresses import BROKER_PATH, parse_resource_path, resource_path
 
 from .broker_calls import Role
-from .dispatch import Frontend, Reply, soap_post
+from .dispatch import Frontend, Posted, Reply, soap_post
 from .settled_answers import SettlingBody
 
 WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
@@ -159,17 +159,9 @@ class SoapFastPath:
         try:
             data = _request_body(environ, app.config.get("MAX_CONTENT_LENGTH"))
             fe: Frontend = app.extensions["wsnmom.soap"]
-            reply = soap_post(
-                fe,
-                role,
-                resource_id,
-                "POST",
-                environ.get("CONTENT_TYPE"),
-                data,
-                str(path),
-                _NO_ARGS,
-                environ,
-            )
+            ctype = environ.get("CONTENT_TYPE")
+            posted = Posted(role, resource_id, "POST", ctype, data, str(path), _NO_ARGS, environ)
+            reply = soap_post(fe, posted)
         except Exception as exc:
             return self._flask_error(environ, start_response, exc)
         return self._respond(start_response, reply)

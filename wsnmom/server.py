@@ -135,6 +135,7 @@ class MiddlewareConnector:
                 return
             log.debug("middleware still unreachable: %s", error)
             last = error
+            runtime.service.opening_failed(error)
             if self._stop.wait(max(0.0, min(delay, self._left()))):
                 return
             if self._left() <= 0:

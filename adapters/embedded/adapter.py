@@ -390,6 +390,18 @@ class EmbeddedAdapter(Adapter):
         eng = self._engine
         return eng is not None and eng.ping()
 
+    def available(self) -> bool:
+        """True while open (no I/O)."""
+        eng = self._engine
+        return eng is not None and not eng.closed
+
+    def unavailable_reason(self) -> str | None:
+        """Not open, or the last ping's database error (no I/O)."""
+        eng = self._engine
+        if eng is None or eng.closed:
+            return "the embedded adapter is not open"
+        return eng.ping_error or None
+
     def publish(self, message: OutboundMessage, timeout: float = 10.0) -> PublishReceipt:
         """Store and route one message; returns after the commit."""
         return self.publish_many([message], timeout)[0]

@@ -44,6 +44,9 @@ _WAL_BACKSTOP_PAGES = 4096
 class Storage(EngineParts):
     """The database of an :class:`~wsnmom.adapters.embedded.store.Engine`."""
 
+    #: why the last ``ping`` failed ("" when it answered)
+    ping_error = ""
+
     def _open_database(self, synchronous: str) -> None:
         """Open (or create) the database, its schema and the checkpoint thread; a
         directory's database only after taking its process lock."""
@@ -220,8 +223,10 @@ class Storage(EngineParts):
         try:
             with self.lock:
                 self.conn.execute("SELECT 1").fetchone()
-        except sqlite3.Error:
+        except sqlite3.Error as exc:
+            self.ping_error = f"its database does not answer: {exc}"
             return False
+        self.ping_error = ""
         return True
 
 

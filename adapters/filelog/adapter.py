@@ -330,6 +330,9 @@ class FileLogAdapter(LogAdapter):
     def available(self) -> bool:
         return self._shared is not None
 
+    def unavailable_reason(self) -> str | None:
+        return None if self._shared is not None else "the filelog adapter is not open"
+
     def _require(self) -> _Shared:
         shared = self._shared
         if shared is None:

@@ -303,6 +303,13 @@ class MqttAdapter(Adapter):
         node = self._node
         return node is not None and node.connected
 
+    def unavailable_reason(self) -> str | None:
+        """Why a connection to the broker is down (``Link.reason``; no I/O)."""
+        node: nodes.Node | ClusterNode | None = self._cnode if self._cluster else self._node
+        if node is None:
+            return "the MQTT adapter is not open"
+        return node.reason or None
+
     # -- publishing -------------------------------------------------------------------------
     def publish(self, message: OutboundMessage, timeout: float = 10.0) -> PublishReceipt:
         """Publish one message (QoS 1) and wait for the PUBACK."""

@@ -70,6 +70,11 @@ class ClusterNode:
     def connected(self) -> bool:
         return self.publisher.link.connected
 
+    @property
+    def reason(self) -> str:
+        """Why the publisher's connection is down ("" when it is up; no I/O)."""
+        return self.publisher.link.reason
+
     def close(self) -> None:
         try:
             self.publisher.stop()

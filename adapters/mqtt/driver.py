@@ -79,7 +79,7 @@ class Driver:
         label: str,
         min_delay: float,
         max_delay: float,
-        on_connect_fail: Callable[[], None],
+        on_connect_fail: Callable[[OSError], None],
         after_read: Callable[[], None] | None = None,
         *,
         wake_on_queue: bool = False,
@@ -179,7 +179,7 @@ class Driver:
                 self.flush()
         except OSError as exc:
             log.debug("%s: cannot connect: %s", self.label, exc)
-            self.on_connect_fail()
+            self.on_connect_fail(exc)
             return False
         return True
 

@@ -1,5 +1,6 @@
 """One paho-mqtt client and its connection: settings applied, connected in the background with
-reconnects (exponential backoff), state visible without I/O.
+reconnects (exponential backoff), state visible without I/O (:attr:`Link.reason`: why it is
+not connected, in words).
 
 :class:`Link` runs its client on the adapter's :class:`~.driver.Driver` (one thread does
 all the socket I/O; with ``own_loop`` it calls ``after_read`` on every pass and the users
@@ -112,6 +113,10 @@ class Link:
         self.session_present = False
         #: the refusal of the last CONNACK, None after a success
         self._refused: AdapterError | None = None
+        #: what the last connection attempt met, and why the last connection ended
+        #: ("" while connected, or before it happened)
+        self._attempt = ""
+        self._lost = ""
         self._started = False
         client = _new_client(settings, client_id, persistent, manual_ack, reconnect)
         client.on_socket_open = _no_delay
@@ -125,7 +130,7 @@ class Link:
             label.replace(" ", "-").lower(),
             settings.reconnect_min_delay,
             settings.reconnect_max_delay,
-            on_connect_fail=lambda: self._connect_fail_cb(client, None),
+            on_connect_fail=self._connect_failed,
             after_read=after_read,
             wake_on_queue=not own_loop,
             reconnect=reconnect,
@@ -141,6 +146,20 @@ class Link:
     def connected(self) -> bool:
         """Whether the link is connected now (no I/O)."""
         return self._connected
+
+    @property
+    def reason(self) -> str:
+        """Why the link is not connected ("" when it is; no I/O): what its last attempt
+        met (refused, a CONNACK's refusal) and, after a loss, why the connection ended."""
+        if self._connected:
+            return ""
+        where = f"the MQTT broker {self.settings.host}:{self.settings.port}"
+        now, lost = self._attempt, self._lost
+        if not now and not lost:
+            return f"not connected to {where} yet"
+        if now and lost:
+            return f"{now} (before that, {lost})"
+        return now or f"{where}: {lost}"
 
     # -- lifecycle --------------------------------------------------------------------------
     def start(self, timeout: float) -> None:
@@ -213,6 +232,7 @@ class Link:
             refused = refusal(reason.value, str(reason), self.settings)
             with self._cv:
                 self._refused = refused
+                self._attempt = str(refused)
                 self._cv.notify_all()
             if isinstance(refused, AdapterUnavailable):
                 log.warning("%s: the broker refused the connection: %s", self.label, reason)
@@ -237,19 +257,31 @@ class Link:
         with self._cv:
             self._connected = True
             self._refused = None
+            self._attempt = self._lost = ""
             self.connections += 1
             self.session_present = bool(flags.session_present)
             self._cv.notify_all()
         if self._on_connected is not None:
             self._on_connected(bool(flags.session_present), properties)
 
+    def _connect_failed(self, exc: OSError) -> None:
+        why = exc.strerror or str(exc) or type(exc).__name__
+        if isinstance(exc, ConnectionRefusedError):
+            why = "connection refused"
+        elif isinstance(exc, TimeoutError):
+            why = "no answer in time"
+        s = self.settings
+        self._attempt = f"cannot connect to the MQTT broker {s.host}:{s.port}: {why}"
+        self._connect_fail_cb(self.client, None)
+
     def _connect_fail_cb(self, client: Any, userdata: Any) -> None:
         # nothing listens (or no route): the first ``start`` fails at once instead of
         # waiting out its timeout; later, paho keeps retrying with backoff
         if self.connections == 0:
+            s = self.settings
             with self._cv:
                 self._refused = AdapterUnavailable(
-                    f"cannot connect to the MQTT broker {self.settings.host}:{self.settings.port}"
+                    self._attempt or f"cannot connect to the MQTT broker {s.host}:{s.port}"
                 )
                 self._cv.notify_all()
 
@@ -259,11 +291,24 @@ class Link:
         with self._cv:
             was = self._connected
             self._connected = False
+            if was:
+                self._attempt, self._lost = "", _lost(flags, reason)
             self._cv.notify_all()
         if was and self._started:
             log.warning("%s: connection to the MQTT broker lost (%s)", self.label, reason)
         if self._on_disconnected is not None:
             self._on_disconnected()
+
+
+def _lost(flags: Any, reason: Any) -> str:
+    """Why a connection ended, from paho's disconnect callback: the broker's DISCONNECT
+    reason, a keep-alive missed, or the connection lost."""
+    name = str(reason)
+    if getattr(flags, "is_disconnect_packet_from_server", False):
+        return f"the broker closed the connection ({name})"
+    if name == "Keep alive timeout":
+        return "keep-alive missed: the broker did not answer in time"
+    return "the connection was lost"
 
 
 def _no_delay(client: Any, userdata: Any, sock: Any) -> None:

@@ -100,6 +100,11 @@ class Node:
     def connected(self) -> bool:
         return self.session.link.connected and self.publisher.link.connected
 
+    @property
+    def reason(self) -> str:
+        """Why a connection is down ("" when both are up; no I/O)."""
+        return self.session.link.reason or self.publisher.link.reason
+
     def close(self) -> None:
         """Stop the session (what arrived is stored and acknowledged), the publisher and
         the queue store."""

@@ -138,6 +138,8 @@ class Link(Settles):
         self.generation = 0
         #: last connection error, for messages
         self.last_error: BaseException | None = None
+        #: why the last connection ended (None while up, or before a first loss)
+        self.lost_reason: BaseException | None = None
         #: connection attempts are failing (logged once per outage)
         self._failing = False
         #: declaration channels used at once (:meth:`declaring`)
@@ -249,6 +251,7 @@ class Link(Settles):
                     conn.close()
             else:
                 if conn.is_open:
+                    self.lost_reason = None
                     self._up.set()
                     self._up_async.set()
                     delay = self.min_delay
@@ -261,7 +264,7 @@ class Link(Settles):
             self._up_async.clear()
             self.connection = None
             self._declare_idle = []
-            self.last_error = reason
+            self.last_error = self.lost_reason = reason
             try:
                 self._on_disconnected(self, reason)
             except Exception:  # pragma: no cover - defensive

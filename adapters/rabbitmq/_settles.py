@@ -1,11 +1,13 @@
 """Acks and nacks of a :class:`~._link.Link`'s deliveries made on other threads, written
-by its I/O thread in batches (see :meth:`Settles.settle`): the link's half that settles.
+by its I/O thread in batches (see :meth:`Settles.settle`): the link's half that settles,
+and what it needs of the link (:class:`LinkCore`, a Protocol).
 """
 
 from __future__ import annotations
 
 import asyncio
 import threading
+from typing import Protocol
 
 from ._channel import Channel
 from ._fast import FastConnection
@@ -20,9 +22,9 @@ SETTLE_LINGER = 0.002
 SETTLE_HOLD = 0.01
 
 
-class Settles:
-    """The settling half of :class:`~._link.Link` (a mixin: the link provides the loop,
-    the connection and the closing flag)."""
+class LinkCore(Protocol):
+    """What :class:`Settles` needs of the link it is mixed into: the I/O thread's loop,
+    the connection, whether it is closing, and whether the caller is on that thread."""
 
     loop: asyncio.AbstractEventLoop
     connection: FastConnection | None
@@ -31,7 +33,12 @@ class Settles:
     @property
     def on_loop_thread(self) -> bool:
         """True when called from the link's I/O thread."""
-        raise NotImplementedError
+        ...
+
+
+class Settles(LinkCore):
+    """The settling half of :class:`~._link.Link` (a mixin: the link provides what
+    :class:`LinkCore` declares; the type checker refuses to make one that does not)."""
 
     def _init_settles(self) -> None:
         #: acks/nacks from other threads, written by the loop in one go (see settle)

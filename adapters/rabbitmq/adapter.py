@@ -1,5 +1,4 @@
-"""RabbitMQ adapter: WS-Topics namespaces on topic exchanges, WS-N subscriptions on durable
-queues, through pika.
+"""RabbitMQ adapter: WS-Topics namespaces on topic exchanges, WS-N subscriptions on durable queues.
 
 Features
     * Each topic namespace is a durable **topic exchange** (configured name, or derived by
@@ -46,8 +45,7 @@ Connection String
     ``pika.URLParameters`` (so its query arguments such as ``heartbeat``,
     ``connection_attempts`` or ``ssl_options`` work).  The scheme ``rabbitmq://`` is an
     alias of ``amqp://``.  The vhost is the URL path (``%2F`` for ``/``).  These wsnmom
-    options may also be given as query arguments: ``prefetch``, ``queue_type``,
-    ``instance``.
+    options may also be given as query arguments: ``prefetch``, ``queue_type``, ``instance``.
 
 Parts
     ``RabbitMQAdapter`` implements core's ``Adapter`` by delegating to parts of one job
@@ -63,10 +61,8 @@ Parts
 Options
     ``exchanges``
         mapping namespace URI -> exchange name; other namespaces get derived names.
-    ``all_exchange``
-        name of the catch-all exchange (default ``wsnmom.all``).
-    ``queue_prefix``
-        prefix of subscription queue names (default ``wsnmom.sub.``).
+    ``all_exchange``, ``queue_prefix``
+        the catch-all exchange (``wsnmom.all``), subscription queues' prefix (``wsnmom.sub.``).
     ``queue_type``, ``single_active_consumer``
         ``classic`` (default) or ``quorum`` (cluster mode); push subscription queues with
         ``x-single-active-consumer`` (default: in cluster mode; see ``declarations``).
@@ -80,8 +76,7 @@ Options
         mapping with ``ca_file``, ``cert_file``, ``key_file``, ``verify`` (default True),
         ``server_hostname`` for ``amqps`` (default: the system trust store).
     ``instance``
-        stable name of this gateway instance for its current-message tap queue (default:
-        random per process).
+        stable name of this gateway instance for its current-message tap queue (random).
     ``current_message``
         keep the current-message tap (default True).
     ``current_peers``
@@ -96,8 +91,7 @@ Options
         tap queue length (10000), seconds an unused tap queue survives (3600) and number
         of routing keys remembered (100000).
     ``fail_on_nack``
-        raise PublishFailed when the broker nacks a publish (default False: a nack is what
-        a full DROP_NEWEST queue answers; see the docs).
+        raise PublishFailed when the broker nacks a publish (default False: see the docs).
     ``prime_queues``
         send every new (empty) classic subscription queue a primer, a persistent message
         that expires at once, so that the broker creates the queue's files then and not
@@ -149,12 +143,12 @@ from wsnmom.core.adapter_options import AdapterOptionError
 from wsnmom.topic_mapping.model import PathPattern, Topic
 from wsnmom.topic_mapping.syntax import RABBITMQ
 
-from ._link import Channel, Link, PublishFrames, describe
+from ._link import Channel, Link, PublishFrames
 from .consumers import Consumers
 from .current import HEADER_ORIGIN, CurrentMessages
 from .declarations import Declarations, quorum_refusal
 from .deliveries import Deliveries
-from .errors import PublishUnavailable, refusal
+from .errors import PublishUnavailable, outage, reason, refusal
 from .names import Binding, RabbitMQNames
 from .options import CLUSTER_OPTIONS, RabbitMQOptions, connection_parameters, safe_url, split_url
 from .pool import ConsumerPool
@@ -299,8 +293,7 @@ class RabbitMQAdapter(Adapter):
                 raise refused
             if time.monotonic() >= deadline:
                 raise AdapterUnavailable(
-                    f"cannot connect to RabbitMQ at {safe_url(self.parameters)}: "
-                    f"{describe(error)} (still trying)"
+                    f"{reason(error, safe_url(self.parameters))} (still trying)"
                 )
             time.sleep(0.05)
 
@@ -309,6 +302,12 @@ class RabbitMQAdapter(Adapter):
         if not self._opened or self._closed or not self.publisher.link.is_up:
             return False
         return self.pool.all_up()
+
+    def unavailable_reason(self) -> str | None:
+        """Why a connection is down (``errors.outage``; no I/O)."""
+        if not self._opened or self._closed:
+            return "the RabbitMQ adapter is not open"
+        return outage([self.publisher.link, *self.pool.snapshot()], safe_url(self.parameters))
 
     def close(self) -> None:
         if self._closed:

@@ -1,18 +1,26 @@
 """How the RabbitMQ adapter reports failures: the adapter errors core understands.
 
 :func:`refusal` tells a permanent refusal (credentials, vhost, permissions) from an
-unreachable broker, :func:`busy` turns a connection's overload into ``MiddlewareBusy``,
-and :func:`run` runs a coroutine on a connection's I/O thread with every failure turned
-into an adapter error, so that core answers with a WS-N fault, never an internal error.
+unreachable broker, :func:`outage` says why RabbitMQ is unreachable now (core's 503 and
+``/readyz``) in words rather than pika's nested exception reprs, :func:`busy` turns a
+connection's overload into ``MiddlewareBusy``, and :func:`run` runs a coroutine on a
+connection's I/O thread with every failure turned into an adapter error, so that core
+answers with a WS-N fault, never an internal error.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Coroutine
+import socket
+from collections.abc import Coroutine, Sequence
 from typing import Any
 
 import pika
+from pika.adapters.utils.connection_workflow import (
+    AMQPConnectionWorkflowFailed,
+    AMQPConnectorPhaseErrorBase,
+    AMQPConnectorStackTimeout,
+)
 from wsnmom.core.adapter import (
     AccessRefused,
     AdapterError,
@@ -35,23 +43,102 @@ class PublishUnavailable(PublishFailed, AdapterUnavailable):
 def refusal(error: BaseException | None, where: str) -> MiddlewareRefused | None:
     """The permanent error for RabbitMQ refusing us (credentials, vhost, permissions),
     which no retry will change, or None when ``error`` means RabbitMQ is unreachable."""
-    if error is None:
+    kind = _refused(error)
+    if error is None or kind is None:
         return None
     text = f"RabbitMQ at {where} refused the connection: {describe(error)}"
+    return CredentialsRefused(text) if kind == "credentials" else AccessRefused(text)
+
+
+def _refused(error: BaseException | None) -> str | None:
+    """ "credentials" or "access" when ``error`` is RabbitMQ refusing the login or the
+    vhost, else None."""
     if isinstance(
         error, pika.exceptions.ProbableAuthenticationError | pika.exceptions.AuthenticationError
     ):
-        return CredentialsRefused(text)
+        return "credentials"
     if isinstance(error, pika.exceptions.ProbableAccessDeniedError):
-        return AccessRefused(text)
+        return "access"
     code = getattr(error, "reply_code", None)
     if code == 403:  # ACCESS_REFUSED: a login refused, or no permission
-        if "login" in describe(error).lower():
-            return CredentialsRefused(text)
-        return AccessRefused(text)
+        return "credentials" if "login" in describe(error).lower() else "access"
     if code == 530:  # NOT_ALLOWED: the vhost does not exist or the user may not use it
-        return AccessRefused(text)
+        return "access"
     return None
+
+
+def outage(links: Sequence[Link], where: str) -> str | None:
+    """Why RabbitMQ is unreachable, from the first of ``links`` that is down (None when
+    all are up): what its last attempt met and, when that attempt followed a loss, why
+    the connection was lost.  No I/O."""
+    for link in links:
+        if link.is_up:
+            continue
+        now = reason(link.last_error, where)
+        lost = link.lost_reason
+        if lost is not None and lost is not link.last_error:
+            return f"{now} (before that, {reason(lost)})"
+        return now
+    return None
+
+
+def reason(error: BaseException | None, where: str = "") -> str:
+    """``error`` of a connection to RabbitMQ at ``where`` (an address without
+    credentials; "": not named) in words: refused, closed by the broker, heartbeat
+    missed, lost."""
+    error = _root(error)
+    rabbit = f"RabbitMQ at {where}" if where else "RabbitMQ"
+    if error is None:
+        return f"not connected to {rabbit} yet"
+    kind = _refused(error)
+    if kind == "credentials":
+        return f"{rabbit} refused the gateway's credentials: {_reply(error)}"
+    if kind == "access":
+        return f"{rabbit} refused access to the vhost: {_reply(error)}"
+    if isinstance(error, pika.exceptions.AMQPHeartbeatTimeout):
+        return f"heartbeat missed: {rabbit} sent nothing in time ({describe(error)})"
+    if isinstance(error, pika.exceptions.ConnectionClosedByBroker):
+        return f"{rabbit} closed the connection: {_reply(error)}"
+    if isinstance(error, pika.exceptions.StreamLostError):
+        return f"the connection to {rabbit} was lost: {describe(error)}"
+    if isinstance(error, ConnectionRefusedError):
+        return f"cannot connect to {rabbit}: connection refused"
+    if isinstance(error, socket.gaierror):
+        return f"cannot resolve the host of {rabbit}: {error.strerror or error}"
+    if isinstance(error, TimeoutError | AMQPConnectorStackTimeout):
+        return f"cannot connect to {rabbit}: no answer in time"
+    if isinstance(error, OSError) and error.strerror:
+        return f"cannot connect to {rabbit}: {error.strerror}"
+    return f"no connection to {rabbit}: {describe(error)}"
+
+
+def _root(error: BaseException | None) -> BaseException | None:
+    """The error inside pika's connection workflow wrappers (the socket's, the broker's)."""
+    for _ in range(8):
+        if isinstance(error, AMQPConnectionWorkflowFailed) and error.exceptions:
+            error = error.exceptions[-1]
+        elif isinstance(error, AMQPConnectorPhaseErrorBase):
+            error = error.exception
+        elif (
+            error is not None
+            and type(error) is pika.exceptions.AMQPConnectionError
+            and error.args
+            and isinstance(error.args[0], BaseException)
+        ):
+            error = error.args[0]
+        else:
+            break
+    return error
+
+
+def _reply(error: BaseException) -> str:
+    """The broker's reply code and text in ``error`` (pika's "probable" errors carry the
+    closing error's text as their argument)."""
+    if isinstance(error, pika.exceptions.ConnectionClosed):
+        return f"({error.reply_code}) {error.reply_text}"
+    if error.args and isinstance(error.args[0], str):
+        return error.args[0].removeprefix("ConnectionClosedByBroker: ")
+    return describe(error)
 
 
 def busy(error: LinkBusy) -> MiddlewareBusy:

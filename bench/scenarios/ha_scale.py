@@ -19,17 +19,14 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import threading
 import time
 import urllib.request
 from collections import Counter
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
 
 from bench import client, soap, takeover_stages
+from bench.ha_rig import Post, Posts, takes
 from bench.ha_rig import postgres as _postgres
-from bench.ha_rig import takes
 from bench.middleware import Middleware
 from bench.model import Metric, ScenarioResult, Target
 from bench.scenarios.base import Context, Scenario
@@ -50,7 +47,6 @@ RETRIES = 10
 RETRY_AFTER = 2.0
 #: consumer ports (each a destination of its own: the gateways' per-destination limit)
 PORTS = 8
-_SEQ = re.compile(rb'seq="(\d+)"')
 
 
 class PathRecorder:
@@ -61,46 +57,21 @@ class PathRecorder:
     def __init__(self) -> None:
         self.arrivals: list[tuple[float, str, str, tuple[int, ...]]] = []
         self._lock = threading.Lock()
-        outer = self
+        self._posts = Posts(self._record, PORTS)
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, format: str, *args: Any) -> None:
-                return None
-
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                now = time.monotonic()
-                seqs = tuple(int(s) for s in _SEQ.findall(body))
-                sender = self.headers.get("WSNMOM-Instance", "")
-                with outer._lock:
-                    outer.arrivals.append((now, self.path, sender, seqs))
-                self.send_response(202)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-        self._servers = []
-        for _ in range(PORTS):
-            server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-            server.daemon_threads = True
-            threading.Thread(
-                target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-            ).start()
-            self._servers.append(server)
+    def _record(self, post: Post) -> None:
+        with self._lock:
+            self.arrivals.append((post.at, post.path, post.sender, post.seqs))
 
     def address(self, i: int) -> str:
-        port = self._servers[i % PORTS].server_port
-        return f"http://127.0.0.1:{port}/s{i}"
+        return self._posts.address(i, f"/s{i}")
 
     def snapshot(self) -> list[tuple[float, str, str, tuple[int, ...]]]:
         with self._lock:
             return list(self.arrivals)
 
     def close(self) -> None:
-        for server in self._servers:
-            server.shutdown()
-            server.server_close()
+        self._posts.close()
 
 
 def _config(instance: str) -> str:

@@ -309,9 +309,12 @@
     $("health-adapter").textContent = `${h.adapter} (${h.shape})`;
     $("health-url").textContent = h.url;
     yesNo("health-available", h.available);
-    $("health-answers").textContent = h.answers ? "the middleware answers" : "the middleware does not answer";
+    $("health-answers").textContent = h.answers
+      ? "the middleware answers"
+      : `the middleware does not answer${h.reason ? `: ${h.reason}` : ""}`;
     yesNo("health-ready", h.ready);
-    $("health-started").textContent = h.started ? "resources restored" : "starting";
+    $("health-started").textContent = (h.started ? "resources restored" : "starting")
+      + (h.store_reason ? `; the store does not answer: ${h.store_reason}` : "");
     $("health-disk").textContent = h.disk_low
       || (h.disk_free == null ? "not watched" : `${(h.disk_free / 1048576).toFixed(0)} MiB free`);
     const t = data.totals;

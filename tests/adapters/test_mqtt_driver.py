@@ -65,7 +65,7 @@ def test_a_burst_waiting_on_the_socket_is_read_in_full_in_order_in_few_passes(
         return real_ready(readers, writers, timeout)
 
     monkeypatch.setattr(driver_module, "ready", counting)
-    driver = Driver(client, "burst-test", 0.1, 1.0, on_connect_fail=lambda: None)
+    driver = Driver(client, "burst-test", 0.1, 1.0, on_connect_fail=lambda exc: None)
     driver.start()
     publisher = native_client(mqtt_url)
     try:

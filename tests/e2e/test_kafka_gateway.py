@@ -171,6 +171,13 @@ def outage_faults_fast_then_delivers_everything_acknowledged(
     assert b"the middleware (kafka) is not reachable: the Kafka cluster is unreachable: " in (
         answer.data
     ), answer.data
+    # /readyz says the same, on the line of the missing dependency
+    ready = requests.get(f"{server.base_url}/readyz", timeout=10)
+    assert ready.status_code == 503, ready.text
+    assert ready.text.splitlines()[:1] == ["not ready: the middleware does not answer"]
+    assert ready.text.splitlines()[1].startswith(
+        "middleware: kafka: the Kafka cluster is unreachable: "
+    ), ready.text
     node.resume()
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline and len(acked) < 10:

@@ -1,8 +1,9 @@
 """The gateway while its middleware is down (`[middleware]` in docs/configuration.md), against
 a private RabbitMQ node that the tests stop and start: operations that need the middleware
 answer a SOAP Receiver fault (ResourceUnavailableFault) with HTTP 503 and Retry-After within
-seconds, a burst of them leaves the gateway responsive, nothing acknowledged is lost, and a
-gateway started before its node serves once the node is up."""
+seconds, whose text and ``/readyz`` name the cause (the broker closed the connection, then
+refused new ones), a burst of them leaves the gateway responsive, nothing acknowledged is
+lost, and a gateway started before its node serves once the node is up."""
 
 from __future__ import annotations
 
@@ -75,6 +76,11 @@ def wait_status(url: str, status: int, timeout: float) -> None:
     )
 
 
+def readyz_body(url: str) -> str:
+    """The text ``/readyz`` answers (any status)."""
+    return requests.get(f"{url}/readyz", timeout=5).text
+
+
 def assert_unavailable(resp: requests.Response) -> None:
     assert resp.status_code == 503, resp.content
     assert resp.headers.get("Retry-After") == "3"
@@ -107,6 +113,21 @@ def test_outage_faults_fast_keeps_serving_and_loses_nothing(
 
     rabbitmq_node.stop()
     wait_status(f"{gateway.base_url}/readyz", 503, 30)
+    # /readyz names the missing dependency and why: the node closed the connections as it
+    # stopped (CONNECTION_FORCED), then refused the reconnections
+    refused = f"cannot connect to RabbitMQ at amqp://127.0.0.1:{rabbitmq_node.port}/"
+    wait_until(
+        lambda: refused in readyz_body(gateway.base_url),
+        20,
+        what="/readyz to say that RabbitMQ refuses connections",
+        interval=0.1,
+    )
+    body = readyz_body(gateway.base_url)
+    first, *fields = body.splitlines()
+    assert first == "not ready: the middleware does not answer", body
+    assert [f for f in fields if f.startswith("middleware: rabbitmq: ")] == fields[:1], body
+    assert "connection refused" in fields[0] and "CONNECTION_FORCED" in fields[0], body
+    assert "guest" not in body, body  # no credentials (the URL's user and password)
     # each operation that needs the middleware answers a fault within 5 s
     for body in (
         notify_body(("tns:t", "<m>during</m>"), ns=ns),
@@ -117,8 +138,12 @@ def test_outage_faults_fast_keeps_serving_and_loses_nothing(
         resp = post(broker, body)
         assert time.monotonic() - started < 5
         assert_unavailable(resp)
-        # which middleware (before: "the middleware is not reachable")
-        assert b"the middleware (rabbitmq) is not reachable" in resp.content, resp.content
+        # which middleware (before: "the middleware is not reachable") and why
+        assert b"the middleware (rabbitmq) is not reachable: " in resp.content, resp.content
+        assert refused.encode() in resp.content, resp.content
+        assert b"connection refused" in resp.content, resp.content
+        assert b"CONNECTION_FORCED" in resp.content, resp.content
+        assert b"guest" not in resp.content, resp.content
 
     # 30 concurrent Notifies leave /healthz answering within a second
     with concurrent.futures.ThreadPoolExecutor(30) as pool:
@@ -137,6 +162,12 @@ def test_outage_faults_fast_keeps_serving_and_loses_nothing(
     # a gateway started before its node is up: alive, not ready, faults what needs the node
     late_gateway.start(wait_for="/healthz")
     assert requests.get(f"{late_gateway.base_url}/readyz", timeout=5).status_code == 503
+    wait_until(
+        lambda: f"middleware: rabbitmq: {refused}" in readyz_body(late_gateway.base_url),
+        20,
+        what="/readyz of the gateway started first to say that RabbitMQ refuses connections",
+        interval=0.1,
+    )
     late_consumer = consumer_factory()
     late, late_ns = late_gateway.broker_url, f"urn:test:{uuid.uuid4().hex[:12]}"
     assert_unavailable(post(late, notify_body(("tns:t", "<m>early</m>"), ns=late_ns)))
@@ -144,6 +175,7 @@ def test_outage_faults_fast_keeps_serving_and_loses_nothing(
 
     rabbitmq_node.start()
     wait_status(f"{gateway.base_url}/readyz", 200, 60)
+    assert readyz_body(gateway.base_url) == "ready\n"
     deadline = time.monotonic() + 30
     while True:  # the consuming side may need a moment more than the readiness check
         resp = notify("after0")

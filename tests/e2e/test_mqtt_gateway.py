@@ -338,6 +338,21 @@ def test_broker_down_answers_503_fast_then_serves_again(
             timeout=10,
             what="/readyz 503 while the broker is down",
         )
+        # /readyz names the middleware and why: the connection was lost, then refused
+        refused = f"cannot connect to the MQTT broker 127.0.0.1:{node.port}: connection refused"
+        wait_until(
+            lambda: refused in requests.get(server.base_url + "/readyz", timeout=2).text,
+            timeout=30,
+            what="/readyz to say that the broker refuses connections",
+        )
+        body = requests.get(server.base_url + "/readyz", timeout=2).text
+        assert body.splitlines()[0] == "not ready: the middleware does not answer", body
+        assert body.splitlines()[1].startswith(f"middleware: mqtt: {refused}"), body
+        # Mosquitto closes its connections as it stops (with a DISCONNECT where it sends one)
+        assert (
+            "(before that, the connection was lost)" in body
+            or "(before that, the broker closed the connection (" in body
+        ), body
         started = time.monotonic()
         answer = wsn.post(
             wsn.broker,
@@ -349,12 +364,14 @@ def test_broker_down_answers_503_fast_then_serves_again(
         assert (answer.status, answer.fault) == (503, "ResourceUnavailableFault")
         # refused once the 1 s grace is over, not held while the broker stays down
         assert time.monotonic() - started < 6.0
+        assert f"the middleware (mqtt) is not reachable: {refused}".encode() in answer.data
         node.start()
         wait_until(
             lambda: requests.get(server.base_url + "/readyz", timeout=2).status_code == 200,
             timeout=15,
             what="/readyz 200 once the broker is back",
         )
+        assert requests.get(server.base_url + "/readyz", timeout=2).text == "ready\n"
         wsn.notify(("tns:t", "<x/>"))
     finally:
         stop_gateway(server)
@@ -368,6 +385,20 @@ def test_gateway_started_before_its_broker_serves_once_it_is_up(mqtt_url: str) -
     try:
         server.start(wait_for="/healthz")
         assert requests.get(server.base_url + "/readyz", timeout=10).status_code == 503
+        # the reason: nothing listens on the broker's port (what the last attempt to open
+        # the adapter met)
+        refused = [
+            f"middleware: mqtt: cannot connect to the MQTT broker 127.0.0.1:{node.port}: "
+            "connection refused"
+        ]
+        wait_until(
+            lambda: (
+                requests.get(server.base_url + "/readyz", timeout=2).text.splitlines()[1:]
+                == refused
+            ),
+            timeout=10,
+            what=f"/readyz to say {refused}",
+        )
         node.start()
         wait_until(
             lambda: requests.get(server.base_url + "/readyz", timeout=2).status_code == 200,

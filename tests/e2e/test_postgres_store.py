@@ -102,7 +102,17 @@ def test_store_outage_answers_503_and_recovers_without_restart(data_dir: Path) -
                 kept = client.create_pull_point()
                 node.stop()
                 wait_for("/readyz 503 while PostgreSQL is down", lambda: readyz(gateway) == 503)
-                assert readyz_answer(gateway) == (503, "not ready: the store does not answer\n")
+                # the first line names the dependency, the next one says why (a probe of
+                # the stopped server: nothing listens on its port)
+                wait_for(
+                    "/readyz to say that PostgreSQL refuses connections",
+                    lambda: "Connection refused" in readyz_answer(gateway)[1],
+                )
+                status, body = readyz_answer(gateway)
+                first, store, *rest = body.splitlines()
+                assert (status, first, rest) == (503, "not ready: the store does not answer", [])
+                assert store.startswith("store: the PostgreSQL store is not answering: "), body
+                assert f"port {node.port} failed: Connection refused" in store, body
                 started = time.monotonic()
                 with pytest.raises(ResourceUnavailableFault) as caught:
                     client.create_pull_point()

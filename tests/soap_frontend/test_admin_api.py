@@ -183,6 +183,8 @@ def test_overview(open_runtime: Runtime) -> None:
         "answers": True,
         "started": True,
         "ready": True,
+        "reason": "",
+        "store_reason": "",
     }
     totals = data["totals"]
     assert totals["subscriptions"] == 1 and totals["paused"] == 1 and totals["pull_points"] == 1

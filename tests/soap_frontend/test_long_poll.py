@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from lxml import etree
 from wsnmom.soap_frontend.broker_calls import Role
-from wsnmom.soap_frontend.dispatch import Frontend, Result, soap_post
+from wsnmom.soap_frontend.dispatch import Frontend, Posted, Result, soap_post
 from wsnmom.soap_frontend.envelope import SoapRequest
 from wsnmom.soap_frontend.long_poll import PARK, Parked, Poll, Poller, WaitFor
 
@@ -105,9 +105,8 @@ def _frontend() -> Frontend:
 
 def test_a_waiting_request_is_answered_on_its_thread_without_a_parking_server() -> None:
     handler = WaitingHandler()
-    reply = soap_post(
-        _frontend(), Role.BROKER, None, "POST", SOAP12, ENVELOPE, "/x", {}, {}, handler=handler
-    )
+    posted = Posted(Role.BROKER, None, "POST", SOAP12, ENVELOPE, "/x", {}, {}, handler)
+    reply = soap_post(_frontend(), posted)
     assert reply.status == 200 and b"Done" in reply.body
     assert handler.tries == 3
 
@@ -124,15 +123,9 @@ def test_a_waiting_request_is_parked_and_resumed_with_its_reply() -> None:
     with pytest.raises(Parked):
         soap_post(
             _frontend(),
-            Role.BROKER,
-            None,
-            "POST",
-            SOAP12,
-            ENVELOPE,
-            "/x",
-            {},
-            environ,
-            handler=WaitingHandler(),
+            Posted(
+                Role.BROKER, None, "POST", SOAP12, ENVELOPE, "/x", {}, environ, WaitingHandler()
+            ),
         )
     (poll,) = parked
     assert poll.request_id == "r-1" and not poll.done.is_set()

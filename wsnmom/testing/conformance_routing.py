@@ -66,6 +66,22 @@ class AdapterBasics(AdapterFixtures):
         adapter.close()
         assert adapter.ping(timeout=1.0) is False
 
+    def test_says_why_it_is_unavailable(self, make_adapter: MakeAdapter) -> None:
+        """``unavailable_reason`` (core's 503 and ``/readyz`` text, no I/O): None while the
+        adapter is available; a non-empty text once ``available()`` says False (here:
+        closed).  Skipped for an adapter that does not report availability or keeps the
+        default reason (None: the refusal then names the middleware only)."""
+        adapter = make_adapter()
+        assert adapter.available() is True
+        assert adapter.unavailable_reason() is None
+        adapter.close()
+        if adapter.available():
+            pytest.skip("available: the adapter does not report an outage (the default)")
+        why = adapter.unavailable_reason()
+        if why is None and type(adapter).unavailable_reason is Adapter.unavailable_reason:
+            pytest.skip("unavailable_reason: the adapter gives none (the default)")
+        assert isinstance(why, str) and why.strip(), f"unavailable but says {why!r}"
+
     def test_publish_without_subscriber(self, adapter: Adapter, namespace: str) -> None:
         receipt = self.publish(adapter, self.topic(namespace, "nobody/listens"), b"<x/>")
         assert receipt.routed in (False, None)

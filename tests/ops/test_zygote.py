@@ -3,7 +3,8 @@ gateways a process of their own would be: the start's environment, output file a
 statuses (a clean SIGTERM, a SIGKILL, a port in use, a setting refused) reach the test as
 ``Popen`` gives them; a start whose interpreter would start differently (``PYTHONPATH``) is
 a real process; and the gateways of a zygote whose pytest worker is gone get SIGTERM.
-docs/testing.md, "Gateway starts forked from a pre-imported parent"."""
+docs/testing.md, "7 December 2026 (session 13): gateway starts forked from a pre-imported
+parent"."""
 
 from __future__ import annotations
 

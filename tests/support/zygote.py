@@ -15,7 +15,7 @@ stdin (``argv`` after ``-m wsnmom``, ``env``, ``cwd``, ``log``) and answers each
 ``PID SEQ``; when it has reaped a child it writes the child's exit status (``Popen``'s
 ``returncode``: negative for a signal) to ``STATUS_DIR/SEQ``.  At the end of stdin (the
 pytest worker exited, or was killed) it sends SIGTERM to the children still running and
-exits.  It never starts a thread: a fork copies only the forking thread.
+exits (removing STATUS_DIR).  It never starts a thread: a fork copies only the forking thread.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ import json
 import os
 import runpy
 import select
+import shutil
 import signal
 import sys
 import threading
@@ -155,7 +156,9 @@ def main() -> None:
     status_dir = sys.argv[1]
     preload()
     request = serve(status_dir)
-    if request is not None:
+    if request is None:  # the worker is gone: nobody reads the statuses any more
+        shutil.rmtree(status_dir, ignore_errors=True)
+    else:
         become(request)
 
 

@@ -17,6 +17,10 @@ Decisions (advertised in the policy document):
 * When demand comes back it sends ResumeSubscription; if resuming fails it subscribes
   afresh.
 * DestroyRegistration and registration expiry send Unsubscribe.
+* With several instances on one store only the leader calls publishers (Subscribe,
+  Pause, Resume) and writes their subscriptions into the store; its first pass as leader
+  reads them from the store first (``refresh``), since it may not have followed its
+  predecessor's last save.
 * Calls to publishers run on a background thread (``reconcile``) after every change and
   every ``interval`` seconds, so a slow or unreachable publisher never delays a
   Subscribe; failures are retried on the next pass.  Wake-ups are coalesced (at most one
@@ -63,10 +67,15 @@ class DemandManager:
         interval: float = 5.0,
         min_spacing: float = 0.1,
         leads: Callable[[], bool] = lambda: True,
+        refresh: Callable[[], None] = lambda: None,
     ) -> None:
         self.outbound = outbound
         #: whether this instance reconciles (with several on one store, only the leader)
         self._leads = leads
+        #: brings the records' publisher subscriptions in line with the store, at the
+        #: first pass as leader (the leader before may have saved one not followed here)
+        self._refresh = refresh
+        self._led = False
         self._broker_consumer = broker_consumer
         self._entries = entries
         self._active_filters = active_filters
@@ -113,7 +122,11 @@ class DemandManager:
             for ref in retired:
                 self._unsubscribe(ref)
             if not self._leads():
+                self._led = False
                 return
+            if not self._led:
+                self._refresh()
+                self._led = True
             entries = [
                 e
                 for e in self._entries()

@@ -17,7 +17,9 @@ again from the store and the live entry brought in line with it:
   At an equal revision a stored state or termination time that differs from the one held
   is applied too: the store is right when a write of this instance failed after it had
   changed its record, and when an instance of a release without revisions wrote the
-  change.
+  change.  A registration's record is updated in place (the demand manager may be
+  holding it), its publisher subscription taken over except on the leader, which alone
+  writes it (``core.demand``).
 
 Nothing is written back: following is idempotent, so a change applied twice does no harm.
 """
@@ -32,6 +34,7 @@ from wsnmom.core import errors
 from wsnmom.core.context import BrokerContext
 from wsnmom.core.coordination import Change
 from wsnmom.core.lifetimes import is_expired
+from wsnmom.core.model import PublisherRegistration
 from wsnmom.core.pull_points import PullPoints
 from wsnmom.core.registrations import Registrations
 from wsnmom.core.registry import LivePullPoint, LiveRegistration, LiveSubscription
@@ -167,6 +170,10 @@ class Follower:
                 registry.update_gauges()
                 ctx.wake_demand()
             return None
+        live = registry.registrations.get(reg_id)
+        if live is not None:
+            self._take_over(live, stored)
+            return live
         try:
             topics = self._registrations.compile_topics(stored.topics)
         except errors.WsnError as exc:
@@ -178,3 +185,16 @@ class Follower:
         registry.update_gauges()
         ctx.wake_demand()
         return live
+
+    def _take_over(self, live: LiveRegistration, stored: PublisherRegistration) -> None:
+        """Bring a known registration's record in line with the store, in place: the
+        demand manager may hold it in a call to the publisher, and what it learns there
+        (a new publisher subscription) must land in the record the registry holds.  The
+        leader keeps its own publisher subscription: it alone writes it, and it may have
+        one it has not saved yet (its Subscribe's answer in hand)."""
+        ctx = self._ctx
+        with ctx.registry.lock:
+            live.record.termination_time = stored.termination_time
+            if not ctx.leads():
+                live.record.demand_subscription = stored.demand_subscription
+                live.record.demand_paused = stored.demand_paused

@@ -154,9 +154,19 @@ class Registrations:
         if termination is None:
             raise errors.UnacceptableTerminationTime("SetTerminationTime needs a time")
         new_time = ctx.termination(termination, errors.UnacceptableTerminationTime)
+        # the termination time alone: this instance's copy of the publisher subscription
+        # may be older than the leader's last save, and must not be written back
         with ctx.registry.lock:
-            state.record.termination_time = new_time
-            ctx.store.put_registration(state.record)
+            if not ctx.store.renew_registration(registration_id, new_time):
+                # destroyed through another instance this one has not followed yet
+                ctx.registry.registrations.pop(registration_id, None)
+                gone = True
+            else:
+                state.record.termination_time = new_time
+                gone = False
+        if gone:
+            ctx.registry.update_gauges()
+            raise errors.ResourceUnknown(f"no publisher registration {registration_id!r}")
         return replace(state.record)
 
     def destroy(self, registration_id: str) -> None:
@@ -164,29 +174,47 @@ class Registrations:
         self.remove(self._ctx.registry.live_registration(registration_id))
 
     def remove(self, state: LiveRegistration) -> None:
-        """Remove the registration everywhere and release its demand subscription."""
+        """Remove the registration everywhere and release its demand subscription: the
+        one the store held as it deleted the record, since the leader may have saved one
+        that this instance has not followed yet.  Removed already (through another
+        instance), nothing is released here: the instance that deleted it released it."""
         ctx = self._ctx
         with ctx.registry.lock:
             ctx.registry.registrations.pop(state.record.id, None)
         try:
-            ctx.store.delete_registration(state.record.id)
+            stored = ctx.store.delete_registration(state.record.id)
         except Exception as exc:
             raise errors.ResourceNotDestroyed(str(exc)) from exc
-        self._demand.release(state.record)
+        if stored is not None:
+            self._demand.release(stored)
         ctx.registry.update_gauges()
 
     def save(self, reg: PublisherRegistration) -> bool:
-        """Store ``reg`` again (the demand manager changed it) while it lives, here and in
-        the store: one destroyed through another instance that this one has not followed
-        yet is not written back (it would live again).  Whether it was stored."""
+        """Store ``reg``'s subscription at its publisher (the demand manager changed it),
+        and nothing else of it: a termination time written through another instance
+        stays.  A registration gone from the store (destroyed through another instance
+        that this one has not followed yet) is not written back.  Whether it was stored."""
         ctx = self._ctx
-        with ctx.registry.lock:
-            if reg.id not in ctx.registry.registrations:
-                return False
-            if ctx.store.get_registration(reg.id) is None:
-                return False
-            ctx.store.put_registration(reg)
-        return True
+        if reg.id not in ctx.registry.registrations:
+            return False
+        return ctx.store.save_registration_demand(
+            reg.id, reg.demand_subscription, reg.demand_paused
+        )
+
+    def take_stored_demand(self) -> None:
+        """Take each demand-based registration's publisher subscription from the store
+        (this instance is about to act as the leader: the leader before may have saved
+        one that it has not followed yet; subscribing again would leave that one at the
+        publisher for good)."""
+        ctx = self._ctx
+        for entry in self.demand_entries():
+            record = entry.registration
+            stored = ctx.store.get_registration(record.id)
+            if stored is None:
+                continue  # destroyed meanwhile: following it forgets the registration
+            with ctx.registry.lock:
+                record.demand_subscription = stored.demand_subscription
+                record.demand_paused = stored.demand_paused
 
     def demand_entries(self) -> list[DemandEntry]:
         """The demand-based registrations."""

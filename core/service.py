@@ -131,7 +131,6 @@ class BrokerService(OperatorCalls):
         self.store = store
         self.outbound = outbound
         self.topic_set = topic_set if topic_set is not None else TopicSet(fixed=False)
-        r = settings.retry
         self.engine = build_delivery_engine(settings)
         ctx = self._ctx = BrokerContext(
             settings,
@@ -151,16 +150,7 @@ class BrokerService(OperatorCalls):
         self.inbound = Inbound(ctx, self.delivery.direct)
         self.subscriptions = Subscriptions(ctx, self.delivery, self.inbound)
         self.pull_points = PullPoints(ctx, self.inbound, self.subscriptions.destroy)
-        self.demand = DemandManager(
-            outbound,
-            broker_consumer=lambda: EndpointReference(ctx.broker_address),
-            entries=lambda: self.registrations.demand_entries(),
-            active_filters=self.subscriptions.active_topic_filters,
-            save=lambda reg: self.registrations.save(reg),
-            timeout=r.timeout,
-            interval=demand_interval,
-            leads=lambda: ctx.leads(),
-        )
+        self.demand = self._demand_manager(ctx, settings.retry.timeout, demand_interval)
         self.registrations = Registrations(ctx, self.demand)
         self.operations = Operations(ctx)
         self.peeker = Peeker(ctx)
@@ -187,6 +177,21 @@ class BrokerService(OperatorCalls):
         metrics.set_subscription_backlog_source(self._subscription_backlogs)
         if autostart:
             self.start()
+
+    def _demand_manager(self, ctx: BrokerContext, timeout: float, interval: float) -> DemandManager:
+        """The demand manager (``core.demand``), on this service's registrations (made
+        after it: they release through it) and subscriptions."""
+        return DemandManager(
+            ctx.outbound,
+            broker_consumer=lambda: EndpointReference(ctx.broker_address),
+            entries=lambda: self.registrations.demand_entries(),
+            active_filters=self.subscriptions.active_topic_filters,
+            save=lambda reg: self.registrations.save(reg),
+            timeout=timeout,
+            interval=interval,
+            leads=lambda: ctx.leads(),
+            refresh=lambda: self.registrations.take_stored_demand(),
+        )
 
     def _join_cluster(self, ctx: BrokerContext) -> None:
         """This instance among those sharing the store (``core.cluster_parts``)."""

@@ -21,7 +21,13 @@ from typing import Any
 
 from wsnmom.core import errors
 from wsnmom.core.coordination import Coordination, SingleInstance
-from wsnmom.core.model import NotificationMessage, PublisherRegistration, PullPoint, Subscription
+from wsnmom.core.model import (
+    EndpointReference,
+    NotificationMessage,
+    PublisherRegistration,
+    PullPoint,
+    Subscription,
+)
 from wsnmom.topic_mapping.model import Topic
 
 __all__ = ["IntentGone", "Store", "StoreError", "StoreUnavailable"]
@@ -140,8 +146,25 @@ class Store(abc.ABC):
         """The registration, or None."""
 
     @abc.abstractmethod
-    def delete_registration(self, reg_id: str) -> bool:
-        """Remove; False when it was not there."""
+    def renew_registration(self, reg_id: str, termination_time: datetime | None) -> bool:
+        """Write the registration's termination time and nothing else: its publisher
+        subscription (which the leader writes, :meth:`save_registration_demand`) stays as
+        stored, whatever this instance's copy says.  False (nothing written) when it is
+        gone."""
+
+    @abc.abstractmethod
+    def save_registration_demand(
+        self, reg_id: str, subscription: EndpointReference | None, paused: bool
+    ) -> bool:
+        """Write the registration's subscription at its publisher and whether it is
+        paused, and nothing else (a termination time another instance wrote stays).
+        False (nothing written, nothing made again) when it is gone."""
+
+    @abc.abstractmethod
+    def delete_registration(self, reg_id: str) -> PublisherRegistration | None:
+        """Remove; the record as the store held it at its deletion (its subscription at
+        the publisher is the one to end, whichever instance wrote it last), None when it
+        was not there."""
 
     @abc.abstractmethod
     def list_registrations(self) -> list[PublisherRegistration]:

@@ -169,14 +169,26 @@ def registration_to_json(reg: PublisherRegistration) -> dict[str, Any]:
     return {
         "id": reg.id,
         "creation_time": time_to_json(reg.creation_time),
-        "termination_time": time_to_json(reg.termination_time),
+        **registration_termination_to_json(reg.termination_time),
         "publisher_reference": epr_to_json(reg.publisher_reference),
         "topics": [expr_to_json(t) for t in reg.topics],
         "demand": reg.demand,
-        "demand_subscription": epr_to_json(reg.demand_subscription),
-        "demand_paused": reg.demand_paused,
+        **registration_demand_to_json(reg.demand_subscription, reg.demand_paused),
         "owner": reg.owner,
     }
+
+
+def registration_demand_to_json(
+    subscription: EndpointReference | None, paused: bool
+) -> dict[str, Any]:
+    """The part of a registration's document the demand manager writes (its subscription
+    at the publisher), merged into the stored document by itself."""
+    return {"demand_subscription": epr_to_json(subscription), "demand_paused": paused}
+
+
+def registration_termination_to_json(termination_time: datetime | None) -> dict[str, Any]:
+    """The part of a registration's document SetTerminationTime writes."""
+    return {"termination_time": time_to_json(termination_time)}
 
 
 def registration_from_json(d: dict[str, Any]) -> PublisherRegistration:

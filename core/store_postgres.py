@@ -24,14 +24,22 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from wsnmom.core.coordination import Coordination
-from wsnmom.core.model import NotificationMessage, PublisherRegistration, PullPoint, Subscription
+from wsnmom.core.model import (
+    EndpointReference,
+    NotificationMessage,
+    PublisherRegistration,
+    PullPoint,
+    Subscription,
+)
 from wsnmom.core.store import IntentGone, Store, StoreError
 from wsnmom.core.store_documents import (
     message_from_json,
     message_to_json,
     pull_point_from_json,
     pull_point_to_json,
+    registration_demand_to_json,
     registration_from_json,
+    registration_termination_to_json,
     registration_to_json,
     subscription_from_json,
     subscription_to_json,
@@ -225,8 +233,29 @@ class PostgresStore(PostgresConnections, Store):
     def get_registration(self, reg_id: str) -> PublisherRegistration | None:
         return self._get("registrations", "id", reg_id, registration_from_json)
 
-    def delete_registration(self, reg_id: str) -> bool:
-        return self._delete("registrations", reg_id)
+    def renew_registration(self, reg_id: str, termination_time: datetime | None) -> bool:
+        part = self._jsonb(registration_termination_to_json(termination_time))
+        return (
+            self._count(
+                "UPDATE registrations SET termination_time = %s, data = data || %s WHERE id = %s",
+                (termination_time, part, reg_id),
+            )
+            > 0
+        )
+
+    def save_registration_demand(
+        self, reg_id: str, subscription: EndpointReference | None, paused: bool
+    ) -> bool:
+        # jsonb || jsonb replaces the part's keys and keeps the others, in one statement
+        part = self._jsonb(registration_demand_to_json(subscription, paused))
+        return (
+            self._count("UPDATE registrations SET data = data || %s WHERE id = %s", (part, reg_id))
+            > 0
+        )
+
+    def delete_registration(self, reg_id: str) -> PublisherRegistration | None:
+        rows = self._rows("DELETE FROM registrations WHERE id = %s RETURNING data", (reg_id,))
+        return registration_from_json(rows[0][0]) if rows else None
 
     def list_registrations(self) -> list[PublisherRegistration]:
         return self._list("registrations", registration_from_json)

@@ -15,7 +15,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from wsnmom.core.model import NotificationMessage, PublisherRegistration, PullPoint, Subscription
+from wsnmom.core.model import (
+    EndpointReference,
+    NotificationMessage,
+    PublisherRegistration,
+    PullPoint,
+    Subscription,
+)
 from wsnmom.core.sqlite_space import reclaimable, vacuum_step
 from wsnmom.core.store import IntentGone, Store, StoreError
 from wsnmom.core.store_documents import (
@@ -23,7 +29,9 @@ from wsnmom.core.store_documents import (
     message_to_json,
     pull_point_from_json,
     pull_point_to_json,
+    registration_demand_to_json,
     registration_from_json,
+    registration_termination_to_json,
     registration_to_json,
     subscription_from_json,
     subscription_to_json,
@@ -47,7 +55,7 @@ class SqliteTooOld(StoreError):
         )
 
 
-#: the oldest SQLite the embedded store runs on (``INSERT ... RETURNING``: 3.35)
+#: the oldest SQLite the embedded store runs on (``INSERT|UPDATE|DELETE ... RETURNING``: 3.35)
 SQLITE_NEEDED = (3, 35, 0)
 
 
@@ -295,11 +303,40 @@ class SqliteStore(Store):
         rows = self._query("SELECT data FROM registrations WHERE id = ?", (reg_id,))
         return registration_from_json(json.loads(rows[0][0])) if rows else None
 
-    def delete_registration(self, reg_id: str) -> bool:
+    def renew_registration(self, reg_id: str, termination_time: datetime | None) -> bool:
+        return self._patch_registration(
+            reg_id,
+            registration_termination_to_json(termination_time),
+            termination_time=time_to_json(termination_time),
+        )
+
+    def save_registration_demand(
+        self, reg_id: str, subscription: EndpointReference | None, paused: bool
+    ) -> bool:
+        return self._patch_registration(reg_id, registration_demand_to_json(subscription, paused))
+
+    def _patch_registration(self, reg_id: str, part: dict[str, Any], **columns: Any) -> bool:
+        """Merge ``part`` into the stored document and write ``columns`` next to it, in one
+        write transaction: no other write of the file comes between the read and the
+        write."""
         with self._tx() as conn:
-            gone = conn.execute("DELETE FROM registrations WHERE id = ?", (reg_id,)).rowcount
+            row = conn.execute("SELECT data FROM registrations WHERE id = ?", (reg_id,)).fetchone()
+            if row is None:
+                return False
+            sets = ", ".join(f"{name} = ?" for name in ("data", *columns))
+            conn.execute(
+                f"UPDATE registrations SET {sets} WHERE id = ?",
+                (json.dumps({**json.loads(row[0]), **part}), *columns.values(), reg_id),
+            )
+        return True
+
+    def delete_registration(self, reg_id: str) -> PublisherRegistration | None:
+        with self._tx() as conn:
+            rows = conn.execute(
+                "DELETE FROM registrations WHERE id = ? RETURNING data", (reg_id,)
+            ).fetchall()
         self._reclaim()
-        return gone > 0
+        return registration_from_json(json.loads(rows[0][0])) if rows else None
 
     def _reclaim(self) -> None:
         """Give free pages back to the filesystem once enough have gathered."""

@@ -11,14 +11,16 @@ delivery stopped before their backlog goes to the dead letters is the one that r
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from wsnmom.core import errors, metrics
 from wsnmom.core.adapter import AdapterError
 from wsnmom.core.context import BrokerContext
 from wsnmom.core.lifetimes import is_expired
+from wsnmom.core.model import PublisherRegistration, Subscription
 from wsnmom.core.pull_points import PullPoints
 from wsnmom.core.registrations import Registrations
-from wsnmom.core.registry import LivePullPoint, LiveSubscription
+from wsnmom.core.registry import LivePullPoint, LiveRegistration, LiveSubscription
 from wsnmom.core.subscriptions import Subscriptions
 
 __all__ = ["Sweeper"]
@@ -89,22 +91,29 @@ class Sweeper:
         bound = lim.max_messages
         return [s for s, d in zip(subs, depths, strict=True) if d is not None and d >= bound]
 
-    def _renewed_in_store(self, sub: LiveSubscription) -> bool:
-        """Whether the store has a termination time for an expired-looking subscription
-        that is not over (a Renew through another instance this one has not followed
-        yet, or written by an instance that does not bump revisions): then it is taken
-        over here and the subscription kept.  Destroying is for what the store says."""
+    def _renewed_in_store(
+        self,
+        live: LiveSubscription | LiveRegistration,
+        read: Callable[[str], Subscription | PublisherRegistration | None],
+    ) -> bool:
+        """Whether the store has a termination time for an expired-looking subscription or
+        registration that is not over (a Renew or SetTerminationTime through another
+        instance this one has not followed yet, or written by an instance that does not
+        bump revisions): then it is taken over here and the resource kept.  Destroying is
+        for what the store says."""
         ctx = self._ctx
+        record = live.record
+        kind = "subscription" if isinstance(live, LiveSubscription) else "publisher registration"
         try:
-            stored = ctx.store.get_subscription(sub.record.id)
+            stored = read(record.id)
         except Exception:
-            log.warning("reading expired subscription %s failed", sub.record.id, exc_info=True)
+            log.warning("reading expired %s %s failed", kind, record.id, exc_info=True)
             return True  # the next sweep decides
         if stored is None or is_expired(stored.termination_time, ctx.now()):
             return False
         with ctx.registry.lock:
-            sub.record.termination_time = stored.termination_time
-        log.info("subscription %s was renewed in the store: kept", sub.record.id)
+            record.termination_time = stored.termination_time
+        log.info("%s %s was renewed in the store: kept", kind, record.id)
         return True
 
     def sweep(self) -> None:
@@ -151,7 +160,7 @@ class Sweeper:
                     kept + pp_depths,
                 )
         for sub in subs:
-            if self._renewed_in_store(sub):
+            if self._renewed_in_store(sub, ctx.store.get_subscription):
                 continue
             log.info("subscription %s expired", sub.record.id)
             try:
@@ -165,6 +174,8 @@ class Sweeper:
             except AdapterError:
                 log.exception("destroying expired pull point %s failed", pp.record.id)
         for reg in regs:
+            if self._renewed_in_store(reg, ctx.store.get_registration):
+                continue
             log.info("publisher registration %s expired", reg.record.id)
             try:
                 self._registrations.remove(reg)

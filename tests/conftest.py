@@ -22,7 +22,10 @@ _FIXTURE_MODULES = (
     "tests.fixtures.browser",
 )
 
-pytest_plugins = [name for name in _FIXTURE_MODULES if importlib.util.find_spec(name)]
+# first: under CI=true, a test module's missing client library (pytest.importorskip) fails
+# the run (and the fixture modules import it: a plugin imported before is not rewritten)
+pytest_plugins = ["wsnmom.testing.components"]
+pytest_plugins += [name for name in _FIXTURE_MODULES if importlib.util.find_spec(name)]
 pytest_plugins.append("pytester")  # tests/testing runs the wsnmom pytest plugin in a project
 
 

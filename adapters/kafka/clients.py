@@ -139,6 +139,15 @@ class Health:
         """Whether a probe was answered after ``when`` (monotonic)."""
         return self._answered > when
 
+    def wait_answered(self, since: float, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for a probe answered after ``since`` (monotonic;
+        ``poke`` first for one at once); True at once when nothing probes (not started, or
+        stopped: the adapter closes), since no answer would come."""
+        with self._changed:
+            return self._changed.wait_for(
+                lambda: self._thread is None or self._answered > since, max(0.0, timeout)
+            )
+
     def wait_available(self, timeout: float) -> bool:
         """Wait up to ``timeout`` seconds for the cluster to be reachable."""
         with self._changed:
@@ -165,7 +174,9 @@ class Health:
                 except Exception as exc:
                     self._set(False, str(exc))
                 else:
-                    self._answered = time.monotonic()
+                    with self._lock:
+                        self._answered = time.monotonic()
+                        self._changed.notify_all()
                     self._set(True)
 
         self._thread = threading.Thread(target=run, name="wsnmom-kafka-health", daemon=True)
@@ -175,7 +186,9 @@ class Health:
         """Stop probing; ``available`` is False afterwards."""
         self._stop.set()
         self._wake.set()
-        thread, self._thread = self._thread, None
+        with self._lock:
+            thread, self._thread = self._thread, None
+            self._changed.notify_all()  # ends ``wait_answered``
         if thread is not None:
             thread.join(timeout=self.timeout + self.interval + 1)
         with self._lock:

@@ -8,7 +8,10 @@ flight at once), so ``kafka-consumer-groups --describe`` shows each subscription
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import Future
+from typing import Any
 
 from confluent_kafka import (
     ConsumerGroupTopicPartitions,
@@ -28,6 +31,17 @@ __all__ = ["KafkaPositionStore"]
 
 log = logging.getLogger("wsnmom.adapters.kafka")
 
+#: how often a save's wait serves its admin client's callbacks (``_wait``)
+_TICK = 0.2
+#: a request's connection was lost (``_DESTROY_BROKER``: a new client retired the
+#: bootstrap broker handle the request waited on)
+_DROPPED = (KafkaError._TRANSPORT, KafkaError._DESTROY_BROKER)
+
+
+def _dropped(future: Future[Any]) -> bool:
+    exc = future.exception()
+    return isinstance(exc, KafkaException) and exc.args[0].code() in _DROPPED
+
 
 class KafkaPositionStore:
     """``PositionStore``: one consumer group per cursor (see the module docstring).
@@ -36,15 +50,18 @@ class KafkaPositionStore:
     after the broker was restarted, requests for a group the client used before may time
     out for good while new groups and new clients work (seen with librdkafka 2.x and a
     restarted broker).  So the store takes a new admin client after every lost connection
-    (``Health.epoch``) before its next request, and a request that still timed out is
-    retried once at once with a new client.  So is a save whose connection the broker
-    dropped under it (``_TRANSPORT``, or ``_DESTROY_BROKER`` on a new client), also
-    while the adapter closes (within its deadline): tansu drops the connection at the
-    first save of a group after its delete, and the other saves waiting on that
-    connection fail with it (the position of a subscription buried into its dead letters
-    was lost that way at a restart, and the next process dead-lettered those messages
-    again).  With several such groups in one save it drops once per group: dropped saves
-    are retried as long as each attempt lands some."""
+    (``Health.epoch``) before its next request.  A save's wait ends as soon as its
+    connection is lost (``_wait``), and what was not answered is sent again on a new client
+    once a probe asked for then was answered (``_answered_after_loss``: no spinning while
+    the broker is down), within the save's 35 s; also while the adapter closes (within its
+    deadline).  tansu drops the connection at the first save of a group after its delete:
+    most other saves waiting on it fail with it (the position of a subscription buried
+    into its dead letters was lost that way at a restart, and the next process
+    dead-lettered those messages again), but now and then one stays unanswered for its
+    whole timeout, which held every position save for 30 s.  With several such groups in
+    one save it drops once per group: at most one attempt per group and one more.  A
+    request that timed out is not retried (the save's time is spent), but the next one
+    goes out on a new client."""
 
     def __init__(
         self,
@@ -121,26 +138,25 @@ class KafkaPositionStore:
         ``SaveCut`` when the close began during a save begun before it."""
         before_close = not self._closing.begun
         self._fresh()
-        retry = self._save(changes)
-        # a timed-out request during the close has used up its deadline, or was cut
-        # short when the close began (the close saves it again itself): not retried, but
-        # the next request (the close's) goes out on a new client.  Each group deleted
-        # before drops the connection at its first commit, and the saves in flight with
-        # it, landed or not depending on the order the broker took them: every attempt
-        # either lands some or spends one group's first commit (which lands the next
-        # time), so at most one attempt per group and one more
-        if self._cut(retry):
-            self._renew("a request did not end before the close")
-        attempts = len(changes) + 1
-        while retry and self._closing.remaining(self._timeout) > 0 and not self._cut(retry):
-            timed_out = "timed out" in retry.values()
-            self._renew("a request timed out" if timed_out else "a connection dropped")
-            retry = self._save({n: changes[n] for n in retry})
+        deadline = time.monotonic() + self._timeout + 5.0
+        retry = self._save(changes, deadline, before_close)
+        # Each group deleted before drops the connection at its first commit, and the saves
+        # in flight with it, landed or not depending on the order the broker took them:
+        # every attempt either lands some or spends one group's first commit (which lands
+        # the next time), so at most one attempt per group and one more
+        attempts = len(changes)
+        while retry and attempts > 0 and not self._final(retry, before_close):
             attempts -= 1
-            if timed_out or attempts <= 0:
+            if not self._answered_after_loss(deadline, before_close):
                 break
+            self._renew("a connection dropped")
+            retry = self._save({n: changes[n] for n in retry}, deadline, before_close)
+        if "timed out" in retry.values():
+            # not retried (the deadline is spent, or the close cut the wait short and
+            # saves again itself), but the next request goes out on a new client
+            self._renew("a request did not end in time")
         self._admin.poll(0)  # its queued log lines and errors
-        if retry and before_close and self._cut(retry):
+        if retry and before_close and self._closing.begun:
             raise SaveCut(f"the close cut the save of {len(retry)} cursor(s) short")
         if retry:
             problems = sorted(f"{name}: {why}" for name, why in retry.items())
@@ -148,14 +164,35 @@ class KafkaPositionStore:
                 f"saving positions failed for {len(retry)} cursor(s): " + "; ".join(problems[:5])
             )
 
-    def _cut(self, retry: Mapping[str, str]) -> bool:
-        """Whether a save with these failures is not tried again: one that timed out
-        (or was cut short) while the adapter closes."""
-        return self._closing.begun and "timed out" in retry.values()
+    def _final(self, retry: Mapping[str, str], before_close: bool) -> bool:
+        """Whether a save with these failures is not tried again: a request timed out (the
+        save's time is spent), the close began after the save did (it saves again
+        itself), or the close's deadline has passed."""
+        return (
+            "timed out" in retry.values()
+            or (before_close and self._closing.begun)
+            or self._closing.remaining(1.0) <= 0
+        )
 
-    def _save(self, changes: Mapping[str, Mapping[StreamId, int]]) -> dict[str, str]:
+    def _answered_after_loss(self, deadline: float, before_close: bool) -> bool:
+        """After a lost connection: wait until the cluster answered a probe asked for now,
+        so that a retry while the broker is still down neither spins nor spends its
+        attempts; False when the save's time ran out (or the close cut it) first."""
+        lost = time.monotonic()
+        self._health.poke()
+        while True:
+            left = self._closing.remaining(deadline - time.monotonic())
+            if self._health.wait_answered(lost, min(_TICK, left)):
+                return True
+            if left <= 0 or (before_close and self._closing.begun):
+                return False
+
+    def _save(
+        self, changes: Mapping[str, Mapping[StreamId, int]], deadline: float, before_close: bool
+    ) -> dict[str, str]:
         """Write; the names whose request timed out or lost its connection, with which
         (worth a retry with a new client; other failures raise)."""
+        epoch = self._health.epoch
         futures = []
         for name, positions in changes.items():
             tps = [TopicPartition(s[0], s[1], o) for s, o in positions.items() if o >= 0]
@@ -171,15 +208,12 @@ class KafkaPositionStore:
                     )[group],
                 )
             )
+        done, lost = self._wait([f for _, f in futures], epoch, deadline, before_close)
         failed: list[str] = []
         retry: dict[str, str] = {}
-        # librdkafka times the requests out itself; the extra bound is for a client that
-        # never completes a future (seen at close under heavy load: the shutdown hung
-        # here), and once the adapter closes, its deadline ends the wait
-        done = self._closing.wait([f for _, f in futures], self._timeout + 5.0)
         for name, future in futures:
             if future not in done:
-                retry[name] = "timed out"
+                retry[name] = "connection dropped" if lost else "timed out"
                 continue
             try:
                 result = future.result()
@@ -187,9 +221,7 @@ class KafkaPositionStore:
                 code = exc.args[0].code()
                 if code == KafkaError._TIMED_OUT:
                     retry[name] = "timed out"
-                elif code in (KafkaError._TRANSPORT, KafkaError._DESTROY_BROKER):
-                    # _DESTROY_BROKER: a new client retired the bootstrap broker handle
-                    # the request waited on
+                elif code in _DROPPED:
                     retry[name] = "connection dropped"
                 else:
                     failed.append(f"{name}: {exc}")
@@ -207,35 +239,70 @@ class KafkaPositionStore:
             raise AdapterError("saving positions failed: " + "; ".join(failed[:5]))
         return retry
 
+    def _wait(
+        self,
+        futures: list[Future[Any]],
+        epoch: int,
+        deadline: float,
+        before_close: bool,
+    ) -> tuple[set[Future[Any]], bool]:
+        """Wait until every request is answered, the connection they went out on is lost,
+        ``deadline`` passes, or the close ends the wait; the futures done by then, and
+        whether the connection was lost.  A lost connection is one request failing with
+        it, or ``Health.epoch`` moving: tansu leaves the other requests of a connection it
+        dropped unanswered for their whole timeout (30 s of stalled saves), and after a
+        broker restart an old client's requests may stay unanswered too.  The client's
+        error callbacks, which move the epoch, come only through its ``poll``."""
+        while True:
+            left = max(0.0, min(_TICK, deadline - time.monotonic()))
+            done = self._closing.wait(futures, left)
+            self._admin.poll(0)
+            if len(done) == len(futures):
+                return done, False
+            if self._health.epoch != epoch or any(_dropped(f) for f in done):
+                return done, True
+            if (
+                time.monotonic() >= deadline
+                or self._closing.remaining(1.0) <= 0
+                or (before_close and self._closing.begun)
+            ):
+                return done, False
+
     def delete(self, names: Iterable[str]) -> None:
-        """Delete these cursors' groups; unknown ones are ignored."""
+        """Delete these cursors' groups; unknown ones are ignored.  A delete whose request
+        timed out or lost its connection is tried once more on a new client (not once the
+        close began)."""
+        before_close = not self._closing.begun
         groups = [self._group(n) for n in names]
         self._fresh()
-        timed_out = self._delete(groups)
-        if timed_out and self._closing.begun:
-            raise AdapterError(f"deleting {len(timed_out)} cursor group(s) timed out")
-        if timed_out:
-            self._renew("a request timed out")
-            if self._delete(timed_out):
-                raise AdapterError(f"deleting {len(timed_out)} cursor group(s) timed out")
+        deadline = time.monotonic() + self._timeout + 5.0
+        left = self._delete(groups, deadline, before_close)
+        if left and not self._closing.begun and self._answered_after_loss(deadline, before_close):
+            self._renew("a request did not end")
+            left = self._delete(left, deadline, before_close)
+        if left:
+            self._renew("a request did not end")  # for the next request
+            raise AdapterError(f"deleting {len(left)} cursor group(s) did not end in time")
 
-    def _delete(self, groups: list[str]) -> list[str]:
-        """Delete; the groups whose request timed out (other failures raise)."""
-        timed_out: list[str] = []
+    def _delete(self, groups: list[str], deadline: float, before_close: bool) -> list[str]:
+        """Delete; the groups whose request timed out or lost its connection (other
+        failures raise)."""
+        left: list[str] = []
         for start in range(0, len(groups), 500):
             chunk = groups[start : start + 500]
+            epoch = self._health.epoch
             futures = self._admin.delete_consumer_groups(chunk, request_timeout=self._timeout)
-            done = self._closing.wait(futures.values(), self._timeout + 5.0)
+            done, _ = self._wait(list(futures.values()), epoch, deadline, before_close)
             for group, future in futures.items():
                 if future not in done:
-                    timed_out.append(group)
+                    left.append(group)
                     continue
                 try:
                     future.result()
                 except KafkaException as exc:
                     code = exc.args[0].code()
-                    if code == KafkaError._TIMED_OUT:
-                        timed_out.append(group)
+                    if code == KafkaError._TIMED_OUT or code in _DROPPED:
+                        left.append(group)
                     elif code not in (KafkaError.GROUP_ID_NOT_FOUND, KafkaError.NON_EMPTY_GROUP):
                         raise AdapterError(f"deleting group {group} failed: {exc}") from exc
-        return timed_out
+        return left

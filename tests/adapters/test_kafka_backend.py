@@ -160,11 +160,13 @@ def test_head_follows_a_topic_created_later_from_its_beginning(
         assert head.positions() == {(f"b{tag}.first", 0): 0}
         head.commit(head.positions())  # not a first start any more
         later = f"b{tag}.later.topic"
-        created = time.monotonic()
         create_topic(admin, later, 2)
         produce(kafka_bootstrap, later, [b"x0", b"x1"], partition=1)
+        # timed from here, when the topic and its records are there (making a producer
+        # and its flush are the test's time)
+        present = time.monotonic()
         got = poll_until(head, 2, timeout=10.0)
-        took = time.monotonic() - created
+        took = time.monotonic() - present
         unrelated = f"u{tag}"  # not under the prefix: never followed
         create_topic(admin, unrelated)
         produce(kafka_bootstrap, unrelated, [b"no"])
@@ -363,12 +365,12 @@ def test_a_lone_record_is_returned_without_waiting_for_a_full_batch(
     try:
         reader.assign({(name, 0): 0})
         started = time.monotonic()
-        got = reader.poll(500, 3.0)
+        got = reader.poll(500, 30.0)
         took = time.monotonic() - started
     finally:
         reader.close()
     assert [r.body for r in got if isinstance(r, LogRecord)] == [b"only"]
-    assert took < 2.0, took  # not the whole 3 s
+    assert took < 15.0, took  # not the whole 30 s
 
 
 def test_the_head_never_waits_for_topic_discovery(

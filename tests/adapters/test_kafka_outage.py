@@ -222,9 +222,8 @@ def test_broker_killed_and_restarted_with_its_data_loses_nothing(
     try:
         pattern = PathPattern(NS, ("d", ANY))
         riding = subscribe(adapter, pattern)
-        paused = adapter.subscription(
-            SubscriptionSpec(f"paused-{uuid.uuid4().hex[:6]}", (pattern,))
-        )
+        paused_spec = SubscriptionSpec(f"paused-{uuid.uuid4().hex[:6]}", (pattern,))
+        paused = adapter.subscription(paused_spec)
         paused.start(Collector(), prefetch=100)
         paused.stop()  # detached: its position is stored as its consumer group's offsets
         topic = Topic(NS, ("d", "k"))
@@ -257,7 +256,23 @@ def test_broker_killed_and_restarted_with_its_data_loses_nothing(
         # nothing was read twice: the head went on from where it was
         assert len(riding.bodies()) == len(set(riding.bodies()))
         assert "was created again" not in caplog.text
-        adapter.close()  # saves every position (a fresh admin client after the restart)
-        assert "saving subscription positions" not in caplog.text
+        # the close saves every position (a fresh admin client after the restart).  A
+        # periodic save that timed out while the broker was down logged its retry before
+        # (the outage this test makes): only what the close logs is looked at
+        caplog.clear()
+        adapter.close()
+        assert not [r.getMessage() for r in caplog.records if "at close failed" in r.getMessage()]
     finally:
         adapter.close()
+    # and what the close saved holds: the resumed subscription, opened again on a new
+    # adapter, goes on after the ten it acknowledged (the sentinel is the first it gets)
+    again = KafkaAdapter(node.url, options)
+    again.open()
+    try:
+        after = Collector()
+        again.subscription(paused_spec).start(after, prefetch=100)
+        again.publish(message(topic, b"<sentinel/>"))
+        wait(lambda: b"<sentinel/>" in after.bodies(), 20.0)
+        assert after.bodies() == [b"<sentinel/>"]
+    finally:
+        again.close()

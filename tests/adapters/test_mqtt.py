@@ -302,7 +302,8 @@ def test_broker_down_fails_fast_and_everything_resumes_after_a_restart(
         adapter.publish(message("o", b"lost"))
     with pytest.raises(AdapterUnavailable):
         subscribe(adapter, pattern("new"))
-    assert time.monotonic() - started < 1.0
+    # at once: not after the publish's timeout (10 s)
+    assert time.monotonic() - started < 5.0
     node.start()
     deadline = time.monotonic() + 10
     while not adapter.available() and time.monotonic() < deadline:

@@ -3,6 +3,7 @@ ServiceMix testDemandBasedPublisher, DEM-*), GetCurrentMessage."""
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import pytest
@@ -164,3 +165,28 @@ def test_topics_grow_ad_hoc(service: BrokerService) -> None:
     assert "tns:grown" in [e.text for e in props.topic_expressions]
     assert props.topic_set.tag == "{http://docs.oasis-open.org/wsn/t-1}TopicSet"
     assert props.fixed_topic_set is False
+
+
+def test_a_new_leader_takes_the_publisher_subscription_its_predecessor_saved(
+    service: BrokerService, outbound: RecordingOutbound
+) -> None:
+    """An instance taking the leadership may not have followed its predecessor's last save
+    of a publisher subscription (milliseconds, up to ``cluster.poll`` when a NOTIFY is
+    lost): its first pass as leader reads the store, and pauses that subscription when
+    demand goes.  Before, it subscribed again, and the predecessor's subscription stayed
+    at the publisher for good."""
+    leading = threading.Event()
+    service._ctx.leads = leading.is_set  # another instance leads
+    service.demand.reconcile()  # a pass while not leading
+    reg = service.register_publisher(reg_req(topics=(simple("t:handover"),), demand=True))
+    sub = service.subscribe(sub_req(C, topic=simple("t:handover")))
+    service.demand.reconcile()
+    theirs = EndpointReference(P + "/subscriptions/predecessor")
+    assert service.store.save_registration_demand(reg.id, theirs, False)
+    assert service.get_registration(reg.id).demand_subscription is None  # not followed
+    leading.set()
+    service.demand.reconcile()  # the first pass as leader (a background one waits for it)
+    assert service.get_registration(reg.id).demand_subscription == theirs
+    service.unsubscribe(sub.id)
+    assert outbound.wait(lambda: ("pause", theirs.address) in outbound.events)
+    assert outbound.events == [("pause", theirs.address)]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import concurrent.futures
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -226,7 +227,41 @@ def test_registrations(store: Store) -> None:
     store.put_registration(reg)
     assert store.get_registration("r1") == reg
     assert store.list_registrations() == [reg]
-    assert store.delete_registration("r1") and store.list_registrations() == []
+    assert store.delete_registration("r1") == reg and store.list_registrations() == []
+    assert store.delete_registration("r1") is None
+
+
+def test_a_registration_s_termination_and_demand_are_written_apart(store: Store) -> None:
+    """SetTerminationTime writes the termination time alone and the demand manager its
+    publisher subscription alone (two instances each holding a copy of the other part
+    older than the store's never write it back), and the deletion gives the record as
+    stored: what the last writer of each part wrote."""
+    reg = PublisherRegistration(
+        "r2",
+        NOW,
+        NOW + timedelta(minutes=5),
+        EndpointReference("http://127.0.0.1:9/p"),
+        (ExpressionSource("urn:dialect", "t:a", {"t": "urn:t"}),),
+        demand=True,
+    )
+    store.put_registration(reg)
+    at_publisher = EndpointReference("http://127.0.0.1:9/p/subscriptions/1", (b"<k/>",))
+    assert store.save_registration_demand("r2", at_publisher, False)
+    later = NOW + timedelta(hours=2)
+    assert store.renew_registration("r2", later)
+    both = replace(reg, termination_time=later, demand_subscription=at_publisher)
+    assert store.get_registration("r2") == both
+    assert store.save_registration_demand("r2", at_publisher, True)
+    assert store.list_registrations() == [replace(both, demand_paused=True)]
+    assert store.renew_registration("r2", None)
+    assert store.get_registration("r2") == replace(both, demand_paused=True, termination_time=None)
+    assert store.delete_registration("r2") == replace(
+        both, demand_paused=True, termination_time=None
+    )
+    # gone: nothing is written, and nothing made again
+    assert not store.renew_registration("r2", later)
+    assert not store.save_registration_demand("r2", None, False)
+    assert store.get_registration("r2") is None and store.list_registrations() == []
 
 
 def test_current_messages_per_topic(store: Store) -> None:

@@ -198,3 +198,20 @@ def test_renew_registration(broker: Broker, clock: FakeClock) -> None:
     clock.advance(seconds=3600)
     with pytest.raises(errors.ResourceUnknown):
         service.renew_registration(reg.id, timedelta(hours=1))
+
+
+def test_renew_of_a_registration_destroyed_elsewhere_is_unknown_and_writes_nothing(
+    broker: Broker,
+) -> None:
+    """SetTerminationTime of a registration another instance destroyed (its store row
+    gone, this instance not told yet) answers ResourceUnknown and forgets it here; before,
+    the whole record was written back, and the registration lived again."""
+    service = broker.service
+    assert service is not None
+    reg = service.register_publisher(RegisterPublisherRequest(None))
+    assert service.store.delete_registration(reg.id) is not None  # through another instance
+    with pytest.raises(errors.ResourceUnknown):
+        service.renew_registration(reg.id, timedelta(hours=1))
+    assert service.store.get_registration(reg.id) is None
+    with pytest.raises(errors.ResourceUnknown):
+        service.get_registration(reg.id)

@@ -243,9 +243,12 @@ def test_broker_restarted_empty_skips_nothing_published_after(
             else:
                 time.sleep(0.2)
         assert len(after) >= before + 50
+        # waits of 90 s: in 2 of 11 CI runs (run43, run51) this test took 35 s instead of
+        # 4-7 s, a stall of about 30 s somewhere after the restart, as long as these waits
+        # were (the phase is not known; 4 runs at load 10-13 here took 1.0-2.3 s after it)
         pushed = wait_until(
             lambda: set(after) <= set(got := numbers(consumer.messages())) and got,
-            timeout=30,
+            timeout=90,
             what="every Notify acknowledged after the restart at the push consumer",
         )
         pulled: list[int] = []
@@ -256,7 +259,7 @@ def test_broker_restarted_empty_skips_nothing_published_after(
 
         try:
             wait_until(
-                drained, timeout=30, what="every Notify acknowledged after it in the pull point"
+                drained, timeout=90, what="every Notify acknowledged after it in the pull point"
             )
         finally:
             print(

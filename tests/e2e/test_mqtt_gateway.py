@@ -155,12 +155,14 @@ def test_a_topic_mqtt_cannot_name_is_a_sender_fault(
         f'Dialect="{CONCRETE}">{topic}</wsnt:Topic><wsnt:Message><x/></wsnt:Message>'
         "</wsnt:NotificationMessage></wsnt:Notify>"
     )
+    # the module's gateway served other tests before: only what it logged from here on
+    logged_before = len(server.log_path.read_bytes())
     for body in (notify, subscribe_body(consumer.address(), topic, ns=NATIVE)):
         answer = wsn.post(wsn.broker, body)  # validates the fault's detail
         assert (answer.status, answer.fault) == (500, "TopicNotSupportedFault"), answer.data
         code = etree.fromstring(answer.data).findtext(f".//{{{SOAP12}}}Code/{{{SOAP12}}}Value")
         assert code is not None and code.endswith(":Sender"), answer.data
-    assert "Traceback" not in server.log_path.read_text()
+    assert b"Traceback" not in server.log_path.read_bytes()[logged_before:]
 
 
 # -- retained messages ----------------------------------------------------------------------
@@ -345,7 +347,8 @@ def test_broker_down_answers_503_fast_then_serves_again(
             "</wsnt:Notify>",
         )
         assert (answer.status, answer.fault) == (503, "ResourceUnavailableFault")
-        assert time.monotonic() - started < 3.0
+        # refused once the 1 s grace is over, not held while the broker stays down
+        assert time.monotonic() - started < 6.0
         node.start()
         wait_until(
             lambda: requests.get(server.base_url + "/readyz", timeout=2).status_code == 200,
@@ -364,7 +367,7 @@ def test_gateway_started_before_its_broker_serves_once_it_is_up(mqtt_url: str) -
     server = RunningServer("mqtt", mqtt_gateway_url(node.url), directory, free_port())
     try:
         server.start(wait_for="/healthz")
-        assert requests.get(server.base_url + "/readyz", timeout=2).status_code == 503
+        assert requests.get(server.base_url + "/readyz", timeout=10).status_code == 503
         node.start()
         wait_until(
             lambda: requests.get(server.base_url + "/readyz", timeout=2).status_code == 200,

@@ -129,7 +129,8 @@ def test_a_silent_client_does_not_hold_the_handshakes_back(mutual: TlsGateway) -
         started = time.monotonic()
         resp = _post(mutual, mutual.broker_url, "<wsnt:CreatePullPoint/>", "device-1")
         assert resp.status_code == 200
-        assert time.monotonic() - started < 3.0
+        # not held back by the silent ones (that is the server's 10 s timeout)
+        assert time.monotonic() - started < 6.0
     finally:
         for sock in silent:
             sock.close()

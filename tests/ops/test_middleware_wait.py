@@ -67,7 +67,7 @@ def test_healthz_answers_while_the_first_attempt_is_under_way(tmp_path: Path, ki
         while True:
             assert process.poll() is None, process.stdout.read() if process.stdout else ""
             try:
-                health = requests.get(f"http://127.0.0.1:{port}/healthz", timeout=1)
+                health = requests.get(f"http://127.0.0.1:{port}/healthz", timeout=5)
                 break
             except requests.RequestException:
                 time.sleep(0.1)

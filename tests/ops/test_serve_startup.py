@@ -367,7 +367,10 @@ def test_rabbitmq_connection_refused_with_a_bounded_wait(tmp_path: Path, rabbitm
         "check that it runs",
         "waited 3 s",
     )
-    assert 3 <= time.monotonic() - started < 30
+    # it waited (and said how long: "waited 3 s"); an unbounded wait would not have ended
+    # within run_serve's timeout.  No upper bound here: at load 34 the process's start
+    # alone took over 27 s (the 30 s this asserted before)
+    assert time.monotonic() - started >= 3
 
 
 @pytest.mark.rabbitmq

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from tests.support.spark_session import SparkHolder
+from wsnmom.testing.components import missing
 
 
 def _java_ok() -> str | None:
@@ -34,9 +35,7 @@ def spark_holder() -> Iterator[SparkHolder]:
         reason = f"the spark extra is not installed ({exc})"
     reason = reason or _java_ok()
     if reason is not None:
-        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-            pytest.fail(reason, pytrace=False)
-        pytest.skip(reason)
+        missing(reason)
     holder = SparkHolder("wsnmom-tests", cores=2)
     try:
         yield holder

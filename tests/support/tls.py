@@ -68,7 +68,7 @@ class TlsGateway(RunningServer):
                     self.base_url + path,
                     verify=self.certs.path("ca"),
                     cert=self.certs.path("device-1"),
-                    timeout=1,
+                    timeout=5,  # one try; the deadline bounds the wait
                 )
                 if resp.status_code == 200:
                     return

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import os
 import re
 import secrets
 from collections.abc import Iterator
@@ -42,6 +43,18 @@ def current_request_id() -> str | None:
 #: which cost more than the rest of the request-id handling together)
 _PREFIX = secrets.token_hex(8)
 _COUNTER = itertools.count(1)
+
+
+def _new_prefix() -> None:
+    """A process forked from one that imported this module (a pre-forking supervisor, the
+    test suite's zygote) draws its own prefix: the ids stay unique per process."""
+    global _PREFIX, _COUNTER
+    _PREFIX = secrets.token_hex(8)
+    _COUNTER = itertools.count(1)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_new_prefix)
 
 
 def new_request_id() -> str:

@@ -62,6 +62,8 @@ def _adapter_of(nodeid: str) -> str:
 
 #: descriptors open at the end of each pytest-xdist worker, by worker id
 _WORKER_DESCRIPTORS: dict[str, int] = {}
+#: the suite gateways' starts of each worker, forked and as processes of their own
+_WORKER_STARTS: dict[str, dict[str, int]] = {}
 
 
 def _open_descriptors() -> int | None:
@@ -74,10 +76,14 @@ def _open_descriptors() -> int | None:
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
     """A pytest-xdist worker hands its count of open descriptors to the controller."""
+    from tests.support.zygote_client import started
+
     output = getattr(session.config, "workeroutput", None)
     count = _open_descriptors()
     if output is not None and count is not None:
         output["open_descriptors"] = count
+    if output is not None:
+        output["gateway_starts"] = dict(started)
 
 
 @pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist: optional without it
@@ -85,6 +91,9 @@ def pytest_testnodedown(node: Any, error: Any) -> None:
     count = getattr(node, "workeroutput", {}).get("open_descriptors")
     if count is not None:
         _WORKER_DESCRIPTORS[str(node.gateway.id)] = int(count)
+    starts = getattr(node, "workeroutput", {}).get("gateway_starts")
+    if starts is not None:
+        _WORKER_STARTS[str(node.gateway.id)] = dict(starts)
 
 
 def _report_descriptors(terminalreporter: Any) -> None:
@@ -102,11 +111,29 @@ def _report_descriptors(terminalreporter: Any) -> None:
         terminalreporter.write_line(f"open descriptors at the end: {listed}")
 
 
+def _report_gateway_starts(terminalreporter: Any) -> None:
+    """One line: the suite gateways (``PatientGateway``) each test process started, forked
+    from its pre-imported parent or as processes of their own (tests/support/zygote.py)."""
+    from tests.support.zygote_client import started
+
+    starts = dict(_WORKER_STARTS)
+    if not starts and not hasattr(terminalreporter.config, "workerinput"):
+        starts["main"] = dict(started)
+    listed = ", ".join(
+        f"{k} {v.get('forked', 0)} forked + {v.get('process', 0)} processes"
+        for k, v in sorted(starts.items())
+        if sum(v.values())
+    )
+    if listed:
+        terminalreporter.write_line(f"suite gateway starts: {listed}")
+
+
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     """The descriptors left open (:func:`_report_descriptors`); one line per capability
     the run skipped tests for, with the adapters that lack it (a skip whose reason is a
     capability name: ``wsnmom.testing.conformance.require``)."""
     _report_descriptors(terminalreporter)
+    _report_gateway_starts(terminalreporter)
     names = _capability_names()
     lacking: dict[str, dict[str, int]] = {}
     for report in terminalreporter.stats.get("skipped", []):

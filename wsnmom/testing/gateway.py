@@ -33,7 +33,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import requests
 
@@ -49,6 +49,7 @@ __all__ = [
     "PORT_RANGE",
     "Gateway",
     "GatewayFailed",
+    "GatewayProcess",
     "free_port",
     "listens_on",
     "start_gateway",
@@ -62,6 +63,28 @@ PORT_IN_USE = int(ExitStatus.PORT)
 
 class GatewayFailed(RuntimeError):
     """The gateway process exited or did not become ready (the message has its log tail)."""
+
+
+class GatewayProcess(Protocol):
+    """What :class:`Gateway` uses of its process: the part of :class:`subprocess.Popen`
+    that a test suite's own way of starting ``wsnmom serve`` (see :meth:`Gateway.spawn`)
+    must provide too."""
+
+    @property
+    def pid(self) -> int: ...
+
+    @property
+    def returncode(self) -> int | Any: ...
+
+    def poll(self) -> int | None: ...
+
+    def wait(self, timeout: float | None = None) -> int: ...
+
+    def send_signal(self, sig: int) -> None: ...
+
+    def terminate(self) -> None: ...
+
+    def kill(self) -> None: ...
 
 
 #: ports :func:`free_port` picks from: below Linux's ephemeral range (32768-60999), from
@@ -135,7 +158,7 @@ class Gateway:
     port: int = 0
     #: settings for this gateway (``WSNMOM_*`` variables), over the inherited environment
     extra_env: dict[str, str] = field(default_factory=dict)
-    process: subprocess.Popen[bytes] | None = None
+    process: GatewayProcess | None = None
     host: str = "127.0.0.1"
     #: the store's URL (None: ``store.db`` in ``data_dir``); a ``postgresql://`` store lets
     #: several gateways share their resources
@@ -200,10 +223,7 @@ class Gateway:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         may_move = self.port_chosen and self.process is None
         for attempt in range(1, PORT_ATTEMPTS + 1):
-            with self.log_path.open("ab") as log:
-                self.process = subprocess.Popen(
-                    self.command(), env=self.environment(), stdout=log, stderr=subprocess.STDOUT
-                )
+            self.process = self.spawn()
             try:
                 self._wait_ready(timeout, wait_for)
                 return
@@ -215,6 +235,14 @@ class Gateway:
             except BaseException:
                 self.stop()  # never leave a gateway behind that nobody will stop
                 raise
+
+    def spawn(self) -> GatewayProcess:
+        """Start :meth:`command` with :meth:`environment`, its output appended to
+        :attr:`log_path` (a subclass may start it another way that runs the same command)."""
+        with self.log_path.open("ab") as log:
+            return subprocess.Popen(
+                self.command(), env=self.environment(), stdout=log, stderr=subprocess.STDOUT
+            )
 
     def port_taken(self) -> bool:
         """Whether the process exited because its port was in use (exit status 6)."""

@@ -7,9 +7,12 @@ quiet third-party libraries.
   WARNING and above (or less when ``log_level`` is stricter), and pika's connection
   loggers nothing below CRITICAL (the adapter reports connection changes itself), unless
   ``log_levels`` names them or a parent (``pika``);
-* pika's warning for every channel the broker closes with 404 NOT_FOUND is dropped (the
-  RabbitMQ adapter probes for exchanges passively and handles the answer itself), unless
-  pika's logger is set to DEBUG, which shows it at DEBUG;
+* pika's warning for every channel the broker closes with 404 NOT_FOUND, or with 406
+  PRECONDITION_FAILED "inequivalent arg", is dropped (the RabbitMQ adapter probes for
+  exchanges passively, and declares queues that may exist with other arguments -- a
+  cluster's quorum queues met by a single instance, say --, and handles both answers
+  itself), unless pika's logger is set to DEBUG, which shows it at DEBUG; any other 406
+  (a vhost's queue limit) stays a warning;
 * every line is passed through ``core.redaction.redact_text``: URL passwords and values of
   secret-named options (``sasl.password=...``) never reach the log, whoever logs them;
 * ``log_format = "json"`` writes one JSON object per line: ``time``, ``level``, ``logger``,
@@ -99,9 +102,18 @@ class JsonFormatter(logging.Formatter):
         return redact_text(json.dumps(entry, default=str, ensure_ascii=False))
 
 
-class _ChannelNotFound(logging.Filter):
-    """Drops pika's "Received remote Channel.Close (404)" warnings (expected answers to
-    passive declarations), or shows them at DEBUG when pika's logger allows DEBUG."""
+def _expected_close(args: tuple[object, ...]) -> bool:
+    """Whether a Channel.Close's (code, text, ...) is an answer the adapter expects and
+    handles: 404 (a passive declaration's "no such exchange/queue") or a 406 that says the
+    queue exists with other arguments."""
+    code = args[0]
+    text = args[1] if len(args) > 1 else ""
+    return code == 404 or (code == 406 and "inequivalent arg" in str(text))
+
+
+class _ExpectedChannelClose(logging.Filter):
+    """Drops pika's "Received remote Channel.Close" warnings that are expected answers
+    (:func:`_expected_close`), or shows them at DEBUG when pika's logger allows DEBUG."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         if not (
@@ -110,7 +122,7 @@ class _ChannelNotFound(logging.Filter):
             and record.msg.startswith("Received remote Channel.Close")
             and record.args
             and isinstance(record.args, tuple)
-            and record.args[0] == 404
+            and _expected_close(record.args)
         ):
             return True
         if not logging.getLogger(record.name).isEnabledFor(logging.DEBUG):
@@ -119,7 +131,7 @@ class _ChannelNotFound(logging.Filter):
         return True
 
 
-_channel_filter = _ChannelNotFound()
+_channel_filter = _ExpectedChannelClose()
 
 
 def configure_logging(

@@ -30,11 +30,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from waitress.channel import HTTPChannel
 from waitress.server import BaseWSGIServer
 from waitress.task import WSGITask
 
+from wsnmom.sent_answers import SentAnswersChannel
 from wsnmom.soap_frontend.long_poll import PARK, RESUMED, Parked, Poll
+from wsnmom.soap_frontend.settled_answers import ANSWER_SENT
 
 __all__ = ["ParkingChannel", "ParkingTask", "install"]
 
@@ -42,13 +43,15 @@ _REQUEST_ID = "HTTP_X_REQUEST_ID"
 
 
 class ParkingTask(WSGITask):  # type: ignore[misc]
-    """waitress's WSGI task with the park function, or the answered poll, in the environ."""
+    """waitress's WSGI task with the park function, or the answered poll, in the environ,
+    and the channel's settlement of answers once sent (``wsnmom.sent_answers``)."""
 
     def get_environment(self) -> dict[str, Any]:
         if self.environ is not None:
             return self.environ  # type: ignore[no-any-return]
         environ: dict[str, Any] = super().get_environment()
         channel: ParkingChannel = self.channel
+        environ[ANSWER_SENT] = channel.answer_sent
         resumed = channel.resumed
         if resumed is not None:
             channel.resumed = None
@@ -60,8 +63,9 @@ class ParkingTask(WSGITask):  # type: ignore[misc]
         return environ
 
 
-class ParkingChannel(HTTPChannel):  # type: ignore[misc]
-    """waitress's HTTP channel whose requests can wait without their worker thread."""
+class ParkingChannel(SentAnswersChannel):
+    """waitress's HTTP channel whose requests can wait without their worker thread (and
+    whose answers settle once sent, :class:`~wsnmom.sent_answers.SentAnswersChannel`)."""
 
     task_class = ParkingTask
     #: the answered poll whose request runs next

@@ -1,0 +1,93 @@
+"""A client that goes away in the middle of a GetMessages answer loses nothing: the
+messages of the answer it did not take come again in the next GetMessages.
+
+The client is a raw socket with a small receive buffer: it asks for messages large
+enough that the answer cannot fit in the socket buffers, reads the head and a little of
+the body, and closes (its kernel resets the connection, the unread bytes are dropped).
+The gateway's write of the answer returns once the body is in waitress's output buffer,
+long before the client read it, so an answer settled when the write returned was lost
+for every client that went away (before ``wsnmom.sent_answers``: none of the cut
+answer's messages ever came again).  Runs on every adapter of the shared gateways."""
+
+from __future__ import annotations
+
+import re
+import socket
+from urllib.parse import urlsplit
+
+import pytest
+from lxml import etree
+
+from tests.e2e.conftest import Wsn
+from tests.support.soap import content_type, envelope
+from tests.support.waiting import wait_until
+
+pytestmark = pytest.mark.e2e
+
+#: messages in the pull point, and the size of each: one message alone is far more than
+#: the cut client's receive window (it reads ``TAKEN`` bytes of the answer and goes)
+COUNT = 12
+FILLER = 64 * 1024
+TAKEN = 1024
+
+
+def _payload(n: int) -> str:
+    return f'<p:v xmlns:p="urn:p" n="{n}">{"x" * FILLER}</p:v>'
+
+
+def _numbers(messages: list[etree._Element]) -> list[int]:
+    return [int(v.get("n", "-1")) for m in messages for v in m.iter("{urn:p}v")]
+
+
+def _cut_get_messages(address: str) -> int | None:
+    """GetMessages on a raw socket that reads ``TAKEN`` bytes of a large answer and
+    closes; the answer's Content-Length, or None when the answer was small (no message
+    yet: read whole, nothing cut)."""
+    url = urlsplit(address)
+    body = f"<wsnt:MaximumNumber>{COUNT}</wsnt:MaximumNumber>"
+    data = envelope(f"<wsnt:GetMessages>{body}</wsnt:GetMessages>")
+    request = (
+        f"POST {url.path} HTTP/1.1\r\nHost: {url.netloc}\r\n"
+        f"Content-Type: {content_type()}\r\nContent-Length: {len(data)}\r\n\r\n"
+    ).encode() + data
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        # a small window: the gateway cannot send the answer ahead of the reads
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.settimeout(30)
+        sock.connect((url.hostname, url.port))
+        sock.sendall(request)
+        got = b""
+        while b"\r\n\r\n" not in got:
+            chunk = sock.recv(TAKEN)
+            assert chunk, got
+            got += chunk
+        head = got.split(b"\r\n\r\n", 1)[0]
+        assert head.startswith(b"HTTP/1.1 200 "), head
+        found = re.search(rb"(?im)^content-length:\s*(\d+)", head)
+        assert found is not None, head
+        length = int(found.group(1))
+        if length < FILLER:
+            return None
+        return length
+    finally:
+        sock.close()  # unread bytes in the receive buffer: the kernel resets the connection
+
+
+def test_an_answer_the_client_went_away_from_comes_again(wsn: Wsn) -> None:
+    _, pp = wsn.create_pull_point()
+    wsn.subscribe(pp, "tns:big")
+    for n in range(COUNT):
+        wsn.notify(("tns:big", _payload(n)))
+    # an answer with no message yet is small and read whole: ask until one is cut
+    length = wait_until(lambda: _cut_get_messages(pp), 30, what="an answer with messages")
+    assert length > FILLER
+    got: list[int] = []
+
+    def all_again() -> bool:
+        got.extend(_numbers(wsn.get_messages(pp, COUNT)))
+        return set(got) >= set(range(COUNT))
+
+    wait_until(all_again, 30, what=f"messages 0..{COUNT - 1} again, got {got}")
+    assert sorted(set(got)) == list(range(COUNT)), got
+    wsn.post(pp, "<wsnt:DestroyPullPoint/>").ok()

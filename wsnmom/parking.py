@@ -18,7 +18,9 @@ connections a channel class that can *park* a request instead:
 2. When the poll answers, ``Poll.resume`` queues the connection for a worker again
    (``server.add_task``), which runs the request once more with ``environ[RESUMED]`` set
    to the answered poll (and the original ``X-Request-Id``): the view answers its reply
-   at once, and waitress writes it and goes on with the connection as usual.
+   at once, and waitress writes it and goes on with the connection as usual.  A
+   connection closed meanwhile is not run again: what the answer took is given back
+   (``Poll.abandon``).
 
 This relies on waitress's channel and task classes (``waitress.channel.HTTPChannel``,
 ``waitress.task.WSGITask``), which the pinned major version (3.x) keeps stable; the
@@ -81,12 +83,17 @@ class ParkingChannel(SentAnswersChannel):
         self.server.add_task(self)
 
     def service(self) -> None:
+        resumed = self.resumed
         try:
             super().service()
         except Parked as parked:
             begin = parked.poll.begin
             if begin is not None:
                 begin()
+        if resumed is not None and self.resumed is resumed:
+            # not run again: the client went away while its poll waited
+            self.resumed = None
+            resumed.abandon()
 
 
 def install(server: Any) -> int:

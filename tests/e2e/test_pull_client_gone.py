@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import re
 import socket
+import threading
 from urllib.parse import urlsplit
 
 import pytest
 from lxml import etree
 
 from tests.e2e.conftest import Wsn
-from tests.support.soap import content_type, envelope
+from tests.support.soap import WSA, content_type, envelope
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.e2e
@@ -39,13 +40,12 @@ def _numbers(messages: list[etree._Element]) -> list[int]:
     return [int(v.get("n", "-1")) for m in messages for v in m.iter("{urn:p}v")]
 
 
-def _cut_get_messages(address: str) -> int | None:
-    """GetMessages on a raw socket that reads ``TAKEN`` bytes of a large answer and
+def _cut(address: str, body: str) -> int | None:
+    """POST ``body`` on a raw socket that reads ``TAKEN`` bytes of a large answer and
     closes; the answer's Content-Length, or None when the answer was small (no message
-    yet: read whole, nothing cut)."""
+    yet: nothing cut)."""
     url = urlsplit(address)
-    body = f"<wsnt:MaximumNumber>{COUNT}</wsnt:MaximumNumber>"
-    data = envelope(f"<wsnt:GetMessages>{body}</wsnt:GetMessages>")
+    data = envelope(body)
     request = (
         f"POST {url.path} HTTP/1.1\r\nHost: {url.netloc}\r\n"
         f"Content-Type: {content_type()}\r\nContent-Length: {len(data)}\r\n\r\n"
@@ -54,7 +54,7 @@ def _cut_get_messages(address: str) -> int | None:
     try:
         # a small window: the gateway cannot send the answer ahead of the reads
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-        sock.settimeout(30)
+        sock.settimeout(60)
         sock.connect((url.hostname, url.port))
         sock.sendall(request)
         got = b""
@@ -67,21 +67,23 @@ def _cut_get_messages(address: str) -> int | None:
         found = re.search(rb"(?im)^content-length:\s*(\d+)", head)
         assert found is not None, head
         length = int(found.group(1))
-        if length < FILLER:
-            return None
-        return length
+        return length if length > FILLER else None
     finally:
         sock.close()  # unread bytes in the receive buffer: the kernel resets the connection
+
+
+def _publish(wsn: Wsn) -> None:
+    for n in range(COUNT):
+        wsn.notify(("tns:big", _payload(n)))
 
 
 def test_an_answer_the_client_went_away_from_comes_again(wsn: Wsn) -> None:
     _, pp = wsn.create_pull_point()
     wsn.subscribe(pp, "tns:big")
-    for n in range(COUNT):
-        wsn.notify(("tns:big", _payload(n)))
-    # an answer with no message yet is small and read whole: ask until one is cut
-    length = wait_until(lambda: _cut_get_messages(pp), 30, what="an answer with messages")
-    assert length > FILLER
+    _publish(wsn)
+    # an answer with no message yet is small: ask until one with messages is cut
+    body = f"<wsnt:GetMessages><wsnt:MaximumNumber>{COUNT}</wsnt:MaximumNumber></wsnt:GetMessages>"
+    wait_until(lambda: _cut(pp, body), 30, what="an answer with messages")
     got: list[int] = []
 
     def all_again() -> bool:
@@ -91,3 +93,67 @@ def test_an_answer_the_client_went_away_from_comes_again(wsn: Wsn) -> None:
     wait_until(all_again, 30, what=f"messages 0..{COUNT - 1} again, got {got}")
     assert sorted(set(got)) == list(range(COUNT)), got
     wsn.post(pp, "<wsnt:DestroyPullPoint/>").ok()
+
+
+# --- ONVIF PullMessages: the same rule, for an answer at once and for a long poll's ----------
+TEV = "http://www.onvif.org/ver10/events/wsdl"
+CONCRETE_SET = "http://www.onvif.org/ver10/tev/topicExpression/ConcreteSet"
+
+
+def _pull_body(timeout: str) -> str:
+    return (
+        f'<tev:PullMessages xmlns:tev="{TEV}"><tev:Timeout>{timeout}</tev:Timeout>'
+        f"<tev:MessageLimit>{COUNT}</tev:MessageLimit></tev:PullMessages>"
+    )
+
+
+def _onvif_subscription(wsn: Wsn) -> str:
+    expression = (
+        f'<wsnt:TopicExpression Dialect="{CONCRETE_SET}" xmlns:tns="{wsn.ns}">tns:big'
+        "</wsnt:TopicExpression>"
+    )
+    created = wsn.post(
+        f"{wsn.server.base_url}/onvif/event_service",
+        f'<tev:CreatePullPointSubscription xmlns:tev="{TEV}"><tev:Filter>{expression}'
+        "</tev:Filter><tev:InitialTerminationTime>PT120S</tev:InitialTerminationTime>"
+        "</tev:CreatePullPointSubscription>",
+        validate=False,
+    )
+    assert created.status == 200, created.data
+    address = created.body.findtext(f"{{{TEV}}}SubscriptionReference/{{{WSA}}}Address")
+    assert address, created.data
+    return address.strip()
+
+
+def _pulled(wsn: Wsn, address: str) -> list[int]:
+    answer = wsn.post(address, _pull_body("PT0S"), validate=False)
+    assert answer.status == 200, answer.data
+    return [int(v.get("n", "-1")) for v in answer.body.iter("{urn:p}v")]
+
+
+@pytest.mark.parametrize("waiting", [False, True], ids=["at-once", "long-poll"])
+def test_a_pull_messages_answer_the_client_went_away_from_comes_again(
+    wsn: Wsn, waiting: bool
+) -> None:
+    """ONVIF PullMessages settled at once before (at most once): the cut answer's messages
+    were lost.  ``long-poll``: the PullMessages waits (parked) when the messages come, and
+    its answer is made by the poller and written when the request runs again."""
+    address = _onvif_subscription(wsn)
+    if waiting:
+        cut: list[int | None] = []
+        client = threading.Thread(target=lambda: cut.append(_cut(address, _pull_body("PT60S"))))
+        client.start()
+        _publish(wsn)
+        client.join(90)
+        assert cut and cut[0] is not None, cut
+    else:
+        _publish(wsn)
+        wait_until(lambda: _cut(address, _pull_body("PT0S")), 30, what="an answer with messages")
+    got: list[int] = []
+
+    def all_again() -> bool:
+        got.extend(_pulled(wsn, address))
+        return set(got) >= set(range(COUNT))
+
+    wait_until(all_again, 30, what=f"messages 0..{COUNT - 1} again, got {got}")
+    assert sorted(set(got)) == list(range(COUNT)), got

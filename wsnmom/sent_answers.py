@@ -163,7 +163,9 @@ class _Watch:
             _run_outcome(outcome)
         for channel in channels:
             if channel.check_answers():
-                self.forget(channel)
+                with self._lock:  # unless an answer came meanwhile (then watched again)
+                    if channel.settled_all():
+                        self._channels.pop(id(channel), None)
         now = time.monotonic()
         kept = []
         for sock, settlements, until in orphans:
@@ -240,6 +242,11 @@ class SentAnswersChannel(HTTPChannel):  # type: ignore[misc]
         for outcome in decided:
             _run_outcome(outcome)
         return not kept
+
+    def settled_all(self) -> bool:
+        """No answer of this connection is pending."""
+        with self._answers_lock:
+            return self._gone or not self._pending
 
     def _closing(self) -> None:
         """The connection closes: judge its pending answers now (waitress drops its

@@ -72,6 +72,28 @@ def _cut(address: str, body: str) -> int | None:
         sock.close()  # unread bytes in the receive buffer: the kernel resets the connection
 
 
+def _read_whole(address: str, body: str) -> bytes:
+    """POST ``body`` on a raw socket with the same small window, and read the whole
+    answer (the gateway sends it as the client reads: its settlement waits)."""
+    url = urlsplit(address)
+    data = envelope(body)
+    request = (
+        f"POST {url.path} HTTP/1.1\r\nHost: {url.netloc}\r\nConnection: close\r\n"
+        f"Content-Type: {content_type()}\r\nContent-Length: {len(data)}\r\n\r\n"
+    ).encode() + data
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.settimeout(60)
+        sock.connect((url.hostname, url.port))
+        sock.sendall(request)
+        got = bytearray()
+        while chunk := sock.recv(TAKEN):
+            got += chunk
+    head, _, answer = bytes(got).partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200 "), head
+    return answer
+
+
 def _publish(wsn: Wsn) -> None:
     for n in range(COUNT):
         wsn.notify(("tns:big", _payload(n)))
@@ -92,6 +114,34 @@ def test_an_answer_the_client_went_away_from_comes_again(wsn: Wsn) -> None:
 
     wait_until(all_again, 30, what=f"messages 0..{COUNT - 1} again, got {got}")
     assert sorted(set(got)) == list(range(COUNT)), got
+    wsn.post(pp, "<wsnt:DestroyPullPoint/>").ok()
+
+
+def test_an_answer_read_slowly_to_its_end_is_settled(wsn: Wsn) -> None:
+    """The other side: an answer sent while its client reads it (pending first) is
+    settled once sent, so none of its messages comes twice (before the sentinel)."""
+    _, pp = wsn.create_pull_point()
+    wsn.subscribe(pp, "tns:big")
+    _publish(wsn)
+    body = f"<wsnt:GetMessages><wsnt:MaximumNumber>{COUNT}</wsnt:MaximumNumber></wsnt:GetMessages>"
+    got: list[int] = []
+
+    def read_all() -> bool:
+        answer = _read_whole(pp, body)
+        got.extend(int(v.get("n", "-1")) for v in etree.fromstring(answer).iter("{urn:p}v"))
+        return set(got) >= set(range(COUNT))
+
+    wait_until(read_all, 30, what=f"messages 0..{COUNT - 1}, got {got}")
+    wsn.notify(("tns:big", _payload(COUNT)))  # the sentinel
+    after: list[int] = []
+
+    def sentinel() -> bool:
+        after.extend(_numbers(wsn.get_messages(pp, COUNT)))
+        return COUNT in after
+
+    wait_until(sentinel, 30, what=f"the sentinel, got {after}")
+    assert sorted(got) == list(range(COUNT)), got
+    assert after == [COUNT], after
     wsn.post(pp, "<wsnt:DestroyPullPoint/>").ok()
 
 

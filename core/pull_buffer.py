@@ -96,7 +96,7 @@ class Feed(Generic[M]):
     """One feeding subscription of a pull point (of this buffer, or of a
     ``core.pull_reader.PullReader``)."""
 
-    __slots__ = ("active", "handle", "kept", "prepare", "waiting")
+    __slots__ = ("active", "handle", "kept", "late", "prepare", "waiting")
 
     def __init__(self, handle: SubscriptionHandle, prepare: Callable[[Received], M | None]):
         self.handle = handle
@@ -107,6 +107,9 @@ class Feed(Generic[M]):
         self.waiting = 0
         #: its kept copies still on their way through the inbox (``PullBuffer.expect``)
         self.kept = 0
+        #: a ``PullReader``'s suspended feed: keeps in the pull point what an answer
+        #: handed out before the suspension gives back (None: back to the feed)
+        self.late: Callable[[list[Fed[M]]], None] | None = None
 
 
 class PullBuffer:

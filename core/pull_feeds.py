@@ -204,7 +204,7 @@ class PullFeeds:
                 reader.resume_feed(state.record.id)
                 return
             drain = here and self._kept_here(state)
-            self._keep(state, reader, reader.suspend_feed(state.record.id, drain=drain))
+            self._keep(state, reader, self._suspend(state, reader, drain=drain))
             handle.stop()
 
     def stop(self, state: LiveSubscription) -> bool:
@@ -217,7 +217,7 @@ class PullFeeds:
             if reader is None or handle is None:
                 return False
             drain = self._kept_here(state)
-            self._keep(state, reader, reader.suspend_feed(state.record.id, drain=drain))
+            self._keep(state, reader, self._suspend(state, reader, drain=drain))
             handle.stop()
             return True
 
@@ -231,7 +231,7 @@ class PullFeeds:
                 return
             state.feed = None
             drain = here and self._kept_here(state)
-            self._keep(state, reader, reader.remove_feed(state.record.id, drain=drain))
+            self._keep(state, reader, self._suspend(state, reader, drain=drain, remove=True))
             if handle is not None:
                 handle.stop()
 
@@ -249,6 +249,26 @@ class PullFeeds:
             finally:
                 if state.record.state is SubscriptionState.ACTIVE:
                     reader.resume_feed(state.record.id)
+
+    def _suspend(
+        self,
+        state: LiveSubscription,
+        reader: PullBuffer | PullReader,
+        *,
+        drain: bool,
+        remove: bool = False,
+    ) -> list[Fed[object]]:
+        """Stop (``remove``: forget) the feed; what reached the pull point, to keep.  With
+        native pull, what an answer handed out before gives back later is kept too."""
+        name = state.record.id
+        if isinstance(reader, PullBuffer):
+            if remove:
+                return reader.remove_feed(name, drain=drain)
+            return reader.suspend_feed(name, drain=drain)
+        late = partial(self._keep, state, reader) if drain else None
+        if remove:
+            return reader.remove_feed(name, drain=drain, keep_late=late)
+        return reader.suspend_feed(name, drain=drain, keep_late=late)
 
     def _kept_here(self, state: LiveSubscription) -> bool:
         """Whether the subscription's pull point is still there to keep its messages."""

@@ -20,7 +20,7 @@ import pytest
 from lxml import etree
 
 from tests.e2e.conftest import Wsn
-from tests.support.soap import WSA, content_type, envelope
+from tests.support.soap import WSA, XPATH, content_type, envelope
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.e2e
@@ -30,6 +30,8 @@ pytestmark = pytest.mark.e2e
 COUNT = 12
 FILLER = 64 * 1024
 TAKEN = 1024
+#: the shared gateways whose pull points core's pull buffer reads (no native pull)
+BUFFERED = ("rabbitmq", "kafka", "filelog")
 
 
 def _payload(n: int) -> str:
@@ -44,6 +46,14 @@ def _cut(address: str, body: str) -> int | None:
     """POST ``body`` on a raw socket that reads ``TAKEN`` bytes of a large answer and
     closes; the answer's Content-Length, or None when the answer was small (no message
     yet: nothing cut)."""
+    sock, length = _open_answer(address, body)
+    sock.close()  # unread bytes in the receive buffer: the kernel resets the connection
+    return length
+
+
+def _open_answer(address: str, body: str) -> tuple[socket.socket, int | None]:
+    """``_cut`` without the close: the socket, and the Content-Length of a large answer
+    (None: small)."""
     url = urlsplit(address)
     data = envelope(body)
     request = (
@@ -67,9 +77,10 @@ def _cut(address: str, body: str) -> int | None:
         found = re.search(rb"(?im)^content-length:\s*(\d+)", head)
         assert found is not None, head
         length = int(found.group(1))
-        return length if length > FILLER else None
-    finally:
-        sock.close()  # unread bytes in the receive buffer: the kernel resets the connection
+        return sock, (length if length > FILLER else None)
+    except BaseException:
+        sock.close()
+        raise
 
 
 def _read_whole(address: str, body: str) -> bytes:
@@ -142,6 +153,45 @@ def test_an_answer_read_slowly_to_its_end_is_settled(wsn: Wsn) -> None:
     wait_until(sentinel, 30, what=f"the sentinel, got {after}")
     assert sorted(got) == list(range(COUNT)), got
     assert after == [COUNT], after
+    wsn.post(pp, "<wsnt:DestroyPullPoint/>").ok()
+
+
+def test_an_answer_cut_after_its_feed_ended_comes_again_from_the_inbox(
+    wsn: Wsn, request: pytest.FixtureRequest
+) -> None:
+    """The subscription feeding the pull point ends (Unsubscribe) while an answer that
+    took its messages is being sent, and the client then goes away: the messages are
+    kept in the pull point (its inbox), as the end keeps what reached it, rather than
+    given back into the subscription being deleted.  Native pull only (embedded, MQTT):
+    with core's pull buffer (Kafka, RabbitMQ, file log) they are still lost (xfail).  The
+    MessageContent filter makes the subscription a feed on every adapter (the embedded
+    one routes a subscription without one into the inbox at publish time)."""
+    if wsn.server.adapter in BUFFERED:
+        request.applymarker(pytest.mark.xfail(reason="a buffered feed's give-back", strict=True))
+    _, pp = wsn.create_pull_point()
+    every = f'<wsnt:MessageContent Dialect="{XPATH}">true()</wsnt:MessageContent>'
+    sub = wsn.subscribe(pp, "tns:big", extra_filter=every)
+    _publish(wsn)
+    body = f"<wsnt:GetMessages><wsnt:MaximumNumber>{COUNT}</wsnt:MaximumNumber></wsnt:GetMessages>"
+    held: list[socket.socket] = []
+
+    def cut_later() -> int | None:
+        sock, length = _open_answer(pp, body)
+        held.append(sock)
+        if length is None:
+            sock.close()
+        return length
+
+    wait_until(cut_later, 30, what="an answer with messages, held unread")
+    wsn.post(sub.address, "<wsnt:Unsubscribe/>").ok()
+    held[-1].close()  # the answer unsent: given back
+    got: list[int] = []
+
+    def all_again() -> bool:
+        got.extend(_numbers(wsn.get_messages(pp, COUNT)))
+        return set(got) >= set(range(COUNT))
+
+    wait_until(all_again, 30, what=f"messages 0..{COUNT - 1} again, got {got}")
     wsn.post(pp, "<wsnt:DestroyPullPoint/>").ok()
 
 

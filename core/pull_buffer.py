@@ -43,6 +43,7 @@ adapters.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections import deque
@@ -52,7 +53,9 @@ from typing import Generic, TypeVar
 from wsnmom.core.adapter import HEADER_MESSAGE_ID, Received, SubscriptionHandle
 from wsnmom.core.pull_handout import Settlement, nack_all
 
-__all__ = ["KEPT_WAIT", "Fed", "Feed", "PullBuffer"]
+__all__ = ["KEPT_WAIT", "Fed", "Feed", "PullBuffer", "give_back_fed"]
+
+log = logging.getLogger(__name__)
 
 #: seconds a resumed feed waits at most for its kept copies to be back in the buffer
 KEPT_WAIT = 30.0
@@ -245,16 +248,24 @@ class PullBuffer:
         if settle:
             received.ack()
 
-    def suspend_feed(self, name: str, *, drain: bool = True) -> list[Fed[object]]:
+    def suspend_feed(
+        self,
+        name: str,
+        *,
+        drain: bool = True,
+        keep_late: Callable[[list[Fed[object]]], None] | None = None,
+    ) -> list[Fed[object]]:
         """Take the feed's waiting messages out of the buffer, in order (filtered ones
         too), and ignore what it delivers from now on; the caller settles them and stops
         or deletes the feed's handle.  They are taken with or without ``drain``: this
-        instance holds them (unsettled) and no other does."""
+        instance holds them (unsettled) and no other does.  ``keep_late`` keeps what an
+        answer handed out before gives back later (``give_back_fed``)."""
         with self._cv:
             feed = self._feeds.get(name)
             if feed is None:
                 return []
             feed.active = False
+            feed.late = keep_late
             self._deferred.pop(name, None)
             if not feed.waiting:
                 return []
@@ -316,6 +327,7 @@ class PullBuffer:
             if feed is None or feed.active:
                 return
             feed.active = True
+            feed.late = None
             start = self._started
             if start and feed.kept:
                 self._deferred[name] = time.monotonic() + KEPT_WAIT
@@ -346,9 +358,15 @@ class PullBuffer:
         for name, feed in ready:
             self._start_feed(name, feed)
 
-    def remove_feed(self, name: str, *, drain: bool = True) -> list[Fed[object]]:
+    def remove_feed(
+        self,
+        name: str,
+        *,
+        drain: bool = True,
+        keep_late: Callable[[list[Fed[object]]], None] | None = None,
+    ) -> list[Fed[object]]:
         """Forget the feed; returns its waiting messages (see ``suspend_feed``)."""
-        waiting = self.suspend_feed(name, drain=drain)
+        waiting = self.suspend_feed(name, drain=drain, keep_late=keep_late)
         with self._cv:
             feed = self._feeds.pop(name, None)
             if feed is not None:
@@ -469,7 +487,7 @@ class PullBuffer:
                 kept.append(item)
             self._queue.extendleft(reversed(kept))
             self._cv.notify_all()
-        nack_all(back)
+        give_back_fed(back)
 
     def held(self, limit: int) -> list[Received]:
         """The first ``limit`` buffered messages, oldest first, as GetMessages would hand
@@ -493,3 +511,23 @@ class PullBuffer:
         """Buffered messages plus those the middleware still holds back."""
         held = self.handle.depth()
         return None if held is None else held + self.buffered()
+
+
+def give_back_fed(items: Sequence[Received]) -> None:
+    """An answer not sent: its messages back to their sources, newest first; those of a
+    feed suspended since it was handed out are kept in the pull point through the
+    feed's ``late`` (as the suspension kept what reached it), in order."""
+    late: dict[int, tuple[Callable[[list[Fed[object]]], None], list[Fed[object]]]] = {}
+    rest: list[Received] = []
+    for item in items:
+        if isinstance(item, Fed) and not item.feed.active and item.feed.late is not None:
+            late.setdefault(id(item.feed), (item.feed.late, []))[1].append(item)
+        else:
+            rest.append(item)
+    nack_all(rest)
+    for keep, fed in late.values():
+        try:
+            keep(fed)
+        except Exception:
+            log.warning("keeping the messages of an unsent answer failed", exc_info=True)
+            nack_all(fed)

@@ -258,13 +258,9 @@ class PullFeeds:
         drain: bool,
         remove: bool = False,
     ) -> list[Fed[object]]:
-        """Stop (``remove``: forget) the feed; what reached the pull point, to keep.  With
-        native pull, what an answer handed out before gives back later is kept too."""
+        """Stop (``remove``: forget) the feed; what reached the pull point, to keep.  What
+        an answer handed out before gives back later is kept too (when it drains here)."""
         name = state.record.id
-        if isinstance(reader, PullBuffer):
-            if remove:
-                return reader.remove_feed(name, drain=drain)
-            return reader.suspend_feed(name, drain=drain)
         late = partial(self._keep, state, reader) if drain else None
         if remove:
             return reader.remove_feed(name, drain=drain, keep_late=late)

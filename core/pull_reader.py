@@ -49,8 +49,8 @@ import threading
 from collections.abc import Callable, Sequence
 
 from wsnmom.core.adapter import AdapterError, Received, SubscriptionHandle
-from wsnmom.core.pull_buffer import Fed, Feed
-from wsnmom.core.pull_handout import Settlement, nack_all
+from wsnmom.core.pull_buffer import Fed, Feed, give_back_fed
+from wsnmom.core.pull_handout import Settlement
 
 __all__ = ["PullReader"]
 
@@ -183,7 +183,7 @@ class PullReader:
         out: list[Received] = []
         with self._reading:
             self._take(max_messages, items, out)
-        return out, Settlement(items, _give_back)
+        return out, Settlement(items, give_back_fed)
 
     def _take(self, max_messages: int, items: list[Received], out: list[Received]) -> None:
         """Fill ``out`` with the messages to hand out and ``items`` with what the answer
@@ -262,22 +262,3 @@ class PullReader:
     def depth(self) -> int | None:
         """Messages waiting in the inbox."""
         return self.handle.depth()
-
-
-def _give_back(items: Sequence[Received]) -> None:
-    """An answer not sent: its messages back to their sources, newest first; those of a
-    feed suspended since are kept in the pull point (``Feed.late``), in order."""
-    late: dict[int, tuple[Callable[[list[Fed[object]]], None], list[Fed[object]]]] = {}
-    rest: list[Received] = []
-    for item in items:
-        if isinstance(item, Fed) and not item.feed.active and item.feed.late is not None:
-            late.setdefault(id(item.feed), (item.feed.late, []))[1].append(item)
-        else:
-            rest.append(item)
-    nack_all(rest)
-    for keep, fed in late.values():
-        try:
-            keep(fed)
-        except Exception:
-            log.warning("keeping the messages of an unsent answer failed", exc_info=True)
-            nack_all(fed)

@@ -30,8 +30,6 @@ pytestmark = pytest.mark.e2e
 COUNT = 12
 FILLER = 64 * 1024
 TAKEN = 1024
-#: the shared gateways whose pull points core's pull buffer reads (no native pull)
-BUFFERED = ("rabbitmq", "kafka", "filelog")
 
 
 def _payload(n: int) -> str:
@@ -156,18 +154,14 @@ def test_an_answer_read_slowly_to_its_end_is_settled(wsn: Wsn) -> None:
     wsn.post(pp, "<wsnt:DestroyPullPoint/>").ok()
 
 
-def test_an_answer_cut_after_its_feed_ended_comes_again_from_the_inbox(
-    wsn: Wsn, request: pytest.FixtureRequest
-) -> None:
+def test_an_answer_cut_after_its_feed_ended_comes_again_from_the_inbox(wsn: Wsn) -> None:
     """The subscription feeding the pull point ends (Unsubscribe) while an answer that
     took its messages is being sent, and the client then goes away: the messages are
     kept in the pull point (its inbox), as the end keeps what reached it, rather than
-    given back into the subscription being deleted.  Native pull only (embedded, MQTT):
-    with core's pull buffer (Kafka, RabbitMQ, file log) they are still lost (xfail).  The
+    given back into the subscription being deleted (native pull: embedded, MQTT) or
+    nacked to a feed the buffer no longer reads (Kafka, RabbitMQ, file log).  The
     MessageContent filter makes the subscription a feed on every adapter (the embedded
     one routes a subscription without one into the inbox at publish time)."""
-    if wsn.server.adapter in BUFFERED:
-        request.applymarker(pytest.mark.xfail(reason="a buffered feed's give-back", strict=True))
     _, pp = wsn.create_pull_point()
     every = f'<wsnt:MessageContent Dialect="{XPATH}">true()</wsnt:MessageContent>'
     sub = wsn.subscribe(pp, "tns:big", extra_filter=every)

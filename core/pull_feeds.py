@@ -31,7 +31,9 @@ What a pull point fed this way guarantees, as before:
   stops; the subscription accumulates until ResumeSubscription starts it again.
   Unsubscribe, expiry and the broker's own ends do the same before the durable
   subscription is deleted (unless the pull point itself is being destroyed).  Should that
-  publish fail, the messages stay in the subscription and come after the resume.
+  publish fail, the messages stay in the subscription and come after the resume.  An
+  answer being sent that took from the feed before, and is then not sent, gives those
+  messages the same way (``_suspend``'s ``keep_late``), after what the pause kept.
 * Limits: the subscription's QueueLimits apply to its durable subscription as before, the
   pull point's to its inbox; the buffer holds at most ``get_messages_cap`` messages per
   feed.

@@ -111,7 +111,8 @@ class Feed(Generic[M]):
         #: its kept copies still on their way through the inbox (``PullBuffer.expect``)
         self.kept = 0
         #: a ``PullReader``'s suspended feed: keeps in the pull point what an answer
-        #: handed out before the suspension gives back (None: back to the feed)
+        #: handed out before the suspension gives back (None: back to the feed; core's
+        #: buffer does not use it: what it gives back of such a feed is nacked to it)
         self.late: Callable[[list[Fed[M]]], None] | None = None
 
 
@@ -248,24 +249,16 @@ class PullBuffer:
         if settle:
             received.ack()
 
-    def suspend_feed(
-        self,
-        name: str,
-        *,
-        drain: bool = True,
-        keep_late: Callable[[list[Fed[object]]], None] | None = None,
-    ) -> list[Fed[object]]:
+    def suspend_feed(self, name: str, *, drain: bool = True) -> list[Fed[object]]:
         """Take the feed's waiting messages out of the buffer, in order (filtered ones
         too), and ignore what it delivers from now on; the caller settles them and stops
         or deletes the feed's handle.  They are taken with or without ``drain``: this
-        instance holds them (unsettled) and no other does.  ``keep_late`` keeps what an
-        answer handed out before gives back later (``give_back_fed``)."""
+        instance holds them (unsettled) and no other does."""
         with self._cv:
             feed = self._feeds.get(name)
             if feed is None:
                 return []
             feed.active = False
-            feed.late = keep_late
             self._deferred.pop(name, None)
             if not feed.waiting:
                 return []
@@ -327,7 +320,6 @@ class PullBuffer:
             if feed is None or feed.active:
                 return
             feed.active = True
-            feed.late = None
             start = self._started
             if start and feed.kept:
                 self._deferred[name] = time.monotonic() + KEPT_WAIT
@@ -358,15 +350,9 @@ class PullBuffer:
         for name, feed in ready:
             self._start_feed(name, feed)
 
-    def remove_feed(
-        self,
-        name: str,
-        *,
-        drain: bool = True,
-        keep_late: Callable[[list[Fed[object]]], None] | None = None,
-    ) -> list[Fed[object]]:
+    def remove_feed(self, name: str, *, drain: bool = True) -> list[Fed[object]]:
         """Forget the feed; returns its waiting messages (see ``suspend_feed``)."""
-        waiting = self.suspend_feed(name, drain=drain, keep_late=keep_late)
+        waiting = self.suspend_feed(name, drain=drain)
         with self._cv:
             feed = self._feeds.pop(name, None)
             if feed is not None:
@@ -487,7 +473,7 @@ class PullBuffer:
                 kept.append(item)
             self._queue.extendleft(reversed(kept))
             self._cv.notify_all()
-        give_back_fed(back)
+        nack_all(back)
 
     def held(self, limit: int) -> list[Received]:
         """The first ``limit`` buffered messages, oldest first, as GetMessages would hand
@@ -514,9 +500,9 @@ class PullBuffer:
 
 
 def give_back_fed(items: Sequence[Received]) -> None:
-    """An answer not sent: its messages back to their sources, newest first; those of a
-    feed suspended since it was handed out are kept in the pull point through the
-    feed's ``late`` (as the suspension kept what reached it), in order."""
+    """An answer not sent (``PullReader``): its messages back to their sources, newest
+    first; those of a feed suspended since it was handed out are kept in the pull point
+    through the feed's ``late`` (as the suspension kept what reached it), in order."""
     late: dict[int, tuple[Callable[[list[Fed[object]]], None], list[Fed[object]]]] = {}
     rest: list[Received] = []
     for item in items:

@@ -33,7 +33,8 @@ What a pull point fed this way guarantees, as before:
   subscription is deleted (unless the pull point itself is being destroyed).  Should that
   publish fail, the messages stay in the subscription and come after the resume.  An
   answer being sent that took from the feed before, and is then not sent, gives those
-  messages the same way (``_suspend``'s ``keep_late``), after what the pause kept.
+  messages the same way with native pull (``_suspend``'s ``keep_late``), after what the
+  pause kept; the buffer nacks them to the subscription.
 * Limits: the subscription's QueueLimits apply to its durable subscription as before, the
   pull point's to its inbox; the buffer holds at most ``get_messages_cap`` messages per
   feed.
@@ -260,9 +261,13 @@ class PullFeeds:
         drain: bool,
         remove: bool = False,
     ) -> list[Fed[object]]:
-        """Stop (``remove``: forget) the feed; what reached the pull point, to keep.  What
-        an answer handed out before gives back later is kept too (when it drains here)."""
+        """Stop (``remove``: forget) the feed; what reached the pull point, to keep.  With
+        native pull, what an answer handed out before gives back later is kept too."""
         name = state.record.id
+        if isinstance(reader, PullBuffer):
+            if remove:
+                return reader.remove_feed(name, drain=drain)
+            return reader.suspend_feed(name, drain=drain)
         late = partial(self._keep, state, reader) if drain else None
         if remove:
             return reader.remove_feed(name, drain=drain, keep_late=late)

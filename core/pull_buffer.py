@@ -43,6 +43,7 @@ adapters.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections import deque
@@ -52,7 +53,9 @@ from typing import Generic, TypeVar
 from wsnmom.core.adapter import HEADER_MESSAGE_ID, Received, SubscriptionHandle
 from wsnmom.core.pull_handout import Settlement, nack_all
 
-__all__ = ["KEPT_WAIT", "Fed", "Feed", "PullBuffer"]
+__all__ = ["KEPT_WAIT", "Fed", "Feed", "PullBuffer", "give_back_fed"]
+
+log = logging.getLogger(__name__)
 
 #: seconds a resumed feed waits at most for its kept copies to be back in the buffer
 KEPT_WAIT = 30.0
@@ -96,7 +99,7 @@ class Feed(Generic[M]):
     """One feeding subscription of a pull point (of this buffer, or of a
     ``core.pull_reader.PullReader``)."""
 
-    __slots__ = ("active", "handle", "kept", "prepare", "waiting")
+    __slots__ = ("active", "handle", "kept", "late", "prepare", "waiting")
 
     def __init__(self, handle: SubscriptionHandle, prepare: Callable[[Received], M | None]):
         self.handle = handle
@@ -107,6 +110,10 @@ class Feed(Generic[M]):
         self.waiting = 0
         #: its kept copies still on their way through the inbox (``PullBuffer.expect``)
         self.kept = 0
+        #: a ``PullReader``'s suspended feed: keeps in the pull point what an answer
+        #: handed out before the suspension gives back (None: back to the feed; core's
+        #: buffer does not use it: what it gives back of such a feed is nacked to it)
+        self.late: Callable[[list[Fed[M]]], None] | None = None
 
 
 class PullBuffer:
@@ -490,3 +497,23 @@ class PullBuffer:
         """Buffered messages plus those the middleware still holds back."""
         held = self.handle.depth()
         return None if held is None else held + self.buffered()
+
+
+def give_back_fed(items: Sequence[Received]) -> None:
+    """An answer not sent (``PullReader``): its messages back to their sources, newest
+    first; those of a feed suspended since it was handed out are kept in the pull point
+    through the feed's ``late`` (as the suspension kept what reached it), in order."""
+    late: dict[int, tuple[Callable[[list[Fed[object]]], None], list[Fed[object]]]] = {}
+    rest: list[Received] = []
+    for item in items:
+        if isinstance(item, Fed) and not item.feed.active and item.feed.late is not None:
+            late.setdefault(id(item.feed), (item.feed.late, []))[1].append(item)
+        else:
+            rest.append(item)
+    nack_all(rest)
+    for keep, fed in late.values():
+        try:
+            keep(fed)
+        except Exception:
+            log.warning("keeping the messages of an unsent answer failed", exc_info=True)
+            nack_all(fed)

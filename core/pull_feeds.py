@@ -31,7 +31,10 @@ What a pull point fed this way guarantees, as before:
   stops; the subscription accumulates until ResumeSubscription starts it again.
   Unsubscribe, expiry and the broker's own ends do the same before the durable
   subscription is deleted (unless the pull point itself is being destroyed).  Should that
-  publish fail, the messages stay in the subscription and come after the resume.
+  publish fail, the messages stay in the subscription and come after the resume.  An
+  answer being sent that took from the feed before, and is then not sent, gives those
+  messages the same way with native pull (``_suspend``'s ``keep_late``), after what the
+  pause kept; the buffer nacks them to the subscription.
 * Limits: the subscription's QueueLimits apply to its durable subscription as before, the
   pull point's to its inbox; the buffer holds at most ``get_messages_cap`` messages per
   feed.
@@ -204,7 +207,7 @@ class PullFeeds:
                 reader.resume_feed(state.record.id)
                 return
             drain = here and self._kept_here(state)
-            self._keep(state, reader, reader.suspend_feed(state.record.id, drain=drain))
+            self._keep(state, reader, self._suspend(state, reader, drain=drain))
             handle.stop()
 
     def stop(self, state: LiveSubscription) -> bool:
@@ -217,7 +220,7 @@ class PullFeeds:
             if reader is None or handle is None:
                 return False
             drain = self._kept_here(state)
-            self._keep(state, reader, reader.suspend_feed(state.record.id, drain=drain))
+            self._keep(state, reader, self._suspend(state, reader, drain=drain))
             handle.stop()
             return True
 
@@ -231,7 +234,7 @@ class PullFeeds:
                 return
             state.feed = None
             drain = here and self._kept_here(state)
-            self._keep(state, reader, reader.remove_feed(state.record.id, drain=drain))
+            self._keep(state, reader, self._suspend(state, reader, drain=drain, remove=True))
             if handle is not None:
                 handle.stop()
 
@@ -249,6 +252,26 @@ class PullFeeds:
             finally:
                 if state.record.state is SubscriptionState.ACTIVE:
                     reader.resume_feed(state.record.id)
+
+    def _suspend(
+        self,
+        state: LiveSubscription,
+        reader: PullBuffer | PullReader,
+        *,
+        drain: bool,
+        remove: bool = False,
+    ) -> list[Fed[object]]:
+        """Stop (``remove``: forget) the feed; what reached the pull point, to keep.  With
+        native pull, what an answer handed out before gives back later is kept too."""
+        name = state.record.id
+        if isinstance(reader, PullBuffer):
+            if remove:
+                return reader.remove_feed(name, drain=drain)
+            return reader.suspend_feed(name, drain=drain)
+        late = partial(self._keep, state, reader) if drain else None
+        if remove:
+            return reader.remove_feed(name, drain=drain, keep_late=late)
+        return reader.suspend_feed(name, drain=drain, keep_late=late)
 
     def _kept_here(self, state: LiveSubscription) -> bool:
         """Whether the subscription's pull point is still there to keep its messages."""

@@ -29,6 +29,10 @@ them when GetMessages asks, and holds nothing in memory:
 * What an answer took is handed out unsettled (``SubscriptionHandle.hand_out``) and
   settled once the answer was written, or given back to its sources, newest first
   (``core.pull_handout``); a feed's filtered messages are settled with the answer.  What
+  it took from a feed suspended meanwhile (a pause, an Unsubscribe or expiry while the
+  answer was being sent) is kept in the pull point as the suspension kept what reached
+  it (``suspend_feed``'s ``keep_late``: into the inbox, after what the suspension kept),
+  rather than given back into a subscription that may be deleted.  What
   an answer took from a feed halted while it read it is settled at once (its
   subscription ends and dead-letters what it still holds).  A feed failing unexpectedly
   ends the answer with what it holds (the failure reaches GetMessages only when the
@@ -45,8 +49,8 @@ import threading
 from collections.abc import Callable, Sequence
 
 from wsnmom.core.adapter import AdapterError, Received, SubscriptionHandle
-from wsnmom.core.pull_buffer import Fed, Feed
-from wsnmom.core.pull_handout import Settlement, nack_all
+from wsnmom.core.pull_buffer import Fed, Feed, give_back_fed
+from wsnmom.core.pull_handout import Settlement
 
 __all__ = ["PullReader"]
 
@@ -98,15 +102,23 @@ class PullReader:
         with self._lock:
             self._feeds[name] = feed
 
-    def suspend_feed(self, name: str, *, drain: bool = True) -> list[Fed[object]]:
+    def suspend_feed(
+        self,
+        name: str,
+        *,
+        drain: bool = True,
+        keep_late: Callable[[list[Fed[object]]], None] | None = None,
+    ) -> list[Fed[object]]:
         """Stop reading the feed; with ``drain``, the messages that reached the pull point
-        (up to ``cap``, unsettled, filtered ones included) for the caller to keep."""
+        (up to ``cap``, unsettled, filtered ones included) for the caller to keep.
+        ``keep_late`` keeps what an answer handed out before gives back later."""
         with self._reading:
             with self._lock:
                 feed = self._feeds.get(name)
                 if feed is None or not feed.active:
                     return []
                 feed.active = False
+                feed.late = keep_late
             if not drain:
                 return []
             received = feed.handle.pull(self.cap, timeout=0.0)
@@ -127,10 +139,17 @@ class PullReader:
             feed = self._feeds.get(name)
             if feed is not None:
                 feed.active = True
+                feed.late = None
 
-    def remove_feed(self, name: str, *, drain: bool = True) -> list[Fed[object]]:
+    def remove_feed(
+        self,
+        name: str,
+        *,
+        drain: bool = True,
+        keep_late: Callable[[list[Fed[object]]], None] | None = None,
+    ) -> list[Fed[object]]:
         """Forget the feed; returns what reached the pull point (see ``suspend_feed``)."""
-        waiting = self.suspend_feed(name, drain=drain)
+        waiting = self.suspend_feed(name, drain=drain, keep_late=keep_late)
         with self._lock:
             self._feeds.pop(name, None)
         return waiting
@@ -164,7 +183,7 @@ class PullReader:
         out: list[Received] = []
         with self._reading:
             self._take(max_messages, items, out)
-        return out, Settlement(items, nack_all)
+        return out, Settlement(items, give_back_fed)
 
     def _take(self, max_messages: int, items: list[Received], out: list[Received]) -> None:
         """Fill ``out`` with the messages to hand out and ``items`` with what the answer

@@ -314,7 +314,7 @@ def _onvif_view(subscription_id: str | None = None) -> Response:
 def _reply_response(reply: Reply) -> Response:
     if reply.settlements is not None:  # settled once the server wrote it
         response = Response(
-            SettlingBody(reply.body, reply.settlements),
+            SettlingBody(reply.body, reply.settlements, request.environ),
             status=reply.status,
             content_type=reply.content_type,
         )

@@ -148,6 +148,13 @@ def soap_post(fe: Frontend, post: Posted) -> Reply:
         except BaseException:
             taken.give_back()
             raise
+    return _carrying(reply, taken)
+
+
+def _carrying(reply: Reply, taken: Settlements) -> Reply:
+    """``reply`` carrying what its answer took unsettled (``taken``), settled once it is
+    sent; a fault takes nothing: given back.  A reply that already carries settlements
+    (a long poll's, :func:`_long_poll`) keeps them."""
     if not taken:
         return reply
     if reply.status != 200:  # a fault: nothing was handed out
@@ -322,17 +329,24 @@ def _long_poll(
     request_id = environ.get("wsnmom.request_id") if environ is not None else None
 
     def attempt(final: bool) -> Reply | None:
-        # on the poller's thread: as the caller, logging with the request's id
+        # on the poller's thread: as the caller, logging with the request's id; what the
+        # answer takes is settled once it is sent (given back if its client is gone)
         bound = PRINCIPAL.set(principal)
         try:
-            with bound_request_id(request_id):
-                found = wait.attempt(final)
-                if found is None:
+            with bound_request_id(request_id), settled_answers.collecting() as taken:
+                try:
+                    found = wait.attempt(final)
+                    reply = None if found is None else _answer(req, *found)
+                except Exception as exc:
+                    taken.give_back()
+                    return _failed(fe, req, exc)
+                if reply is None:
+                    taken.give_back()
                     return None
-                return _answer(req, *found)
-        except Exception as exc:
-            with bound_request_id(request_id):
-                return _failed(fe, req, exc)
+            reply = _carrying(reply, taken)
+            if reply.settlements is not None:
+                poll.unanswered = reply.settlements.give_back
+            return reply
         finally:
             PRINCIPAL.reset(bound)
 

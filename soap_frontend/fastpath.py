@@ -164,10 +164,10 @@ class SoapFastPath:
             reply = soap_post(fe, posted)
         except Exception as exc:
             return self._flask_error(environ, start_response, exc)
-        return self._respond(start_response, reply)
+        return self._respond(start_response, reply, environ)
 
     def _respond(
-        self, start_response: Callable[..., Any], reply: Reply
+        self, start_response: Callable[..., Any], reply: Reply, environ: dict[str, Any]
     ) -> list[bytes] | SettlingBody:
         status = self._status.get(reply.status)
         if status is None:
@@ -178,7 +178,7 @@ class SoapFastPath:
             headers.extend(reply.headers)
         start_response(status, headers)
         if reply.settlements is not None:  # settled once the server wrote it
-            return SettlingBody(body, reply.settlements)
+            return SettlingBody(body, reply.settlements, environ)
         return [body]
 
     def _plain_flask(self) -> bool:

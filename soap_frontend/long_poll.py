@@ -78,7 +78,16 @@ class Poll(Generic[R]):
     #: set by the view for a parking server: hands the poll to the poller (called by the
     #: server once the request's thread has let go of it)
     begin: Callable[[], None] | None = None
+    #: set by the view: gives back what the reply took unsettled, for a server that will
+    #: not write it (its client went away while it waited, the server stops)
+    unanswered: Callable[[], None] | None = None
     done: threading.Event = field(default_factory=threading.Event)
+
+    def abandon(self) -> None:
+        """The server will not write the reply: give back what it took."""
+        unanswered, self.unanswered = self.unanswered, None
+        if unanswered is not None:
+            unanswered()
 
     def finish(self, reply: R) -> None:
         """Record the answer and wake whoever waits for it."""

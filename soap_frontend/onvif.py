@@ -17,7 +17,9 @@ request's filter (``<id>`` is the subscription's id): CreatePullPointSubscriptio
 both with one termination time, Renew renews both, Unsubscribe destroys the pull point (and
 so the subscription), and they expire together.  PullMessages answers as soon as messages
 wait, else when one arrives or ``Timeout`` passes (an empty answer), without holding a
-request thread meanwhile (:mod:`.long_poll`).
+request thread meanwhile (:mod:`.long_poll`).  Its messages are settled once the answer
+was sent, as GetMessages' are (:mod:`.settled_answers`): an answer its client did not get
+is given back, and they come again in the next PullMessages.
 
 Where the ONVIF Core specification's text leaves a detail open, the choices are noted in
 docs/onvif.md ("guesses").
@@ -44,7 +46,7 @@ from wsnmom.core.model import (
 from wsnmom.core.ports import BrokerPort
 from wsnmom.topic_mapping.dialects import CONCRETE, ONVIF_CONCRETE_SET
 
-from . import codec
+from . import codec, settled_answers
 from .codec import INFINITE, ONVIF_TOPICS, T
 from .dispatch import Result
 from .envelope import SoapRequest
@@ -302,7 +304,9 @@ class EventService:
         reference = EndpointReference(self.address(subscription_id))
 
         def attempt(final: bool) -> Result | None:
-            messages = service.get_messages(pull_point, limit)
+            messages, settlement = service.hand_out_messages(pull_point, limit)
+            # settled once the answer is sent, given back if it is not
+            settled_answers.defer(settlement)
             if not messages and not final:
                 return None
             sub = service.get_subscription(subscription_id)

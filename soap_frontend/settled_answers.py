@@ -1,31 +1,41 @@
-"""Answers that settle what they carry once the server accepted them (GetMessages).
+"""Answers that settle what they carry once the server sent them (GetMessages, ONVIF
+PullMessages).
 
-GetMessages takes its messages unsettled (``core.pull_handout``).  The operation hands
-its settlement to :func:`defer`; :func:`collecting`, around the handling of one SOAP
-request (``dispatch.soap_post``), gathers it, and the answer's body becomes a
-:class:`SettlingBody`: a one-chunk WSGI iterable (with an explicit ``Content-Length``)
-that settles when the server asks it for the chunk after the body, i.e. once the server's
-``write`` of the whole body returned, and gives the messages back when the server closes
-it before that (the client went away: waitress raises ``ClientDisconnected`` from the
-write, cheroot a socket error) or never iterates it.  A fault answer, or a failure while
-the answer is made, gives them back at once.
+The operation takes its messages unsettled (``core.pull_handout``) and hands its
+settlement to :func:`defer`; :func:`collecting`, around the handling of one SOAP request
+(``dispatch.soap_post``) or one retry of a long poll (``dispatch._long_poll``), gathers
+it, and the answer's body becomes a :class:`SettlingBody`: a one-chunk WSGI iterable
+(with an explicit ``Content-Length``) whose ``close`` learns whether the server's
+``write`` of the whole body returned (the server asked for the chunk after it).  If it
+did not (the server closed it before: the client went away and the write raised, or it
+never iterated), the messages are given back.  If it did, a server that can tell when an
+answer's bytes left the host puts a callable under :data:`ANSWER_SENT` in the environ
+(``wsnmom.sent_answers`` for waitress): it settles them once the bytes were sent and gives
+them back when the client went away first.  Without one (in-process callers, the HTTPS
+server) they are settled when the write returned.  A fault answer, or a failure while the
+answer is made, gives them back at once.
 
-What the server accepted may still sit in its output buffer or in the kernel when the
-process dies or the client resets the connection: those messages are settled and lost for
-the client (waitress sends what the socket takes at once from the writing thread, the
-rest from its main loop).  A process killed before the write returned settles nothing:
-the middleware hands the messages out again.
+A process killed before the settlement settles nothing: the middleware hands the messages
+out again.  What is settled and still lost for the client: bytes on the wire when it
+goes, bytes its kernel accepted and it never read (and, over HTTPS, what sat in the
+kernel's send queue when it went).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
+from typing import Any
 
 from wsnmom.core.pull_handout import Settlement
 
-__all__ = ["Settlements", "SettlingBody", "collecting", "defer"]
+__all__ = ["ANSWER_SENT", "Settlements", "SettlingBody", "collecting", "defer"]
+
+#: environ key of a server's ``hook(settlements)``: called once the write of an answer's
+#: body returned; the server settles them once the answer's bytes were sent, or gives
+#: them back (``wsnmom.sent_answers``)
+ANSWER_SENT = "wsnmom.answer_sent"
 
 _PENDING: ContextVar[Settlements | None] = ContextVar("wsnmom_pending_settlements", default=None)
 
@@ -78,15 +88,20 @@ def collecting() -> Iterator[Settlements]:
 
 
 class SettlingBody:
-    """A WSGI response body of one chunk that settles once the server wrote it (see the
-    module docstring)."""
+    """A WSGI response body of one chunk that settles once the server sent it (see the
+    module docstring); ``environ`` is the request's (its :data:`ANSWER_SENT`)."""
 
-    __slots__ = ("_body", "_settlements", "_written")
+    __slots__ = ("_body", "_sent", "_settlements", "_written")
 
-    def __init__(self, body: bytes, settlements: Settlements) -> None:
+    def __init__(
+        self, body: bytes, settlements: Settlements, environ: Mapping[str, Any] | None = None
+    ) -> None:
         self._body = body
         self._settlements = settlements
         self._written = False
+        self._sent: Callable[[Settlements], None] | None = (
+            environ.get(ANSWER_SENT) if environ is not None else None
+        )
 
     def __iter__(self) -> Iterator[bytes]:
         yield self._body
@@ -95,7 +110,9 @@ class SettlingBody:
 
     def close(self) -> None:
         """Called by the server when it is done with the answer (PEP 3333)."""
-        if self._written:
-            self._settlements.settle()
-        else:
+        if not self._written:
             self._settlements.give_back()
+        elif self._sent is not None:
+            self._sent(self._settlements)
+        else:
+            self._settlements.settle()

@@ -18,7 +18,9 @@ connections a channel class that can *park* a request instead:
 2. When the poll answers, ``Poll.resume`` queues the connection for a worker again
    (``server.add_task``), which runs the request once more with ``environ[RESUMED]`` set
    to the answered poll (and the original ``X-Request-Id``): the view answers its reply
-   at once, and waitress writes it and goes on with the connection as usual.
+   at once, and waitress writes it and goes on with the connection as usual.  A
+   connection closed meanwhile is not run again: what the answer took is given back
+   (``Poll.abandon``).
 
 This relies on waitress's channel and task classes (``waitress.channel.HTTPChannel``,
 ``waitress.task.WSGITask``), which the pinned major version (3.x) keeps stable; the
@@ -30,11 +32,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from waitress.channel import HTTPChannel
 from waitress.server import BaseWSGIServer
 from waitress.task import WSGITask
 
+from wsnmom.sent_answers import SentAnswersChannel
 from wsnmom.soap_frontend.long_poll import PARK, RESUMED, Parked, Poll
+from wsnmom.soap_frontend.settled_answers import ANSWER_SENT
 
 __all__ = ["ParkingChannel", "ParkingTask", "install"]
 
@@ -42,13 +45,15 @@ _REQUEST_ID = "HTTP_X_REQUEST_ID"
 
 
 class ParkingTask(WSGITask):  # type: ignore[misc]
-    """waitress's WSGI task with the park function, or the answered poll, in the environ."""
+    """waitress's WSGI task with the park function, or the answered poll, in the environ,
+    and the channel's settlement of answers once sent (``wsnmom.sent_answers``)."""
 
     def get_environment(self) -> dict[str, Any]:
         if self.environ is not None:
             return self.environ  # type: ignore[no-any-return]
         environ: dict[str, Any] = super().get_environment()
         channel: ParkingChannel = self.channel
+        environ[ANSWER_SENT] = channel.answer_sent
         resumed = channel.resumed
         if resumed is not None:
             channel.resumed = None
@@ -60,8 +65,9 @@ class ParkingTask(WSGITask):  # type: ignore[misc]
         return environ
 
 
-class ParkingChannel(HTTPChannel):  # type: ignore[misc]
-    """waitress's HTTP channel whose requests can wait without their worker thread."""
+class ParkingChannel(SentAnswersChannel):
+    """waitress's HTTP channel whose requests can wait without their worker thread (and
+    whose answers settle once sent, :class:`~wsnmom.sent_answers.SentAnswersChannel`)."""
 
     task_class = ParkingTask
     #: the answered poll whose request runs next
@@ -77,12 +83,17 @@ class ParkingChannel(HTTPChannel):  # type: ignore[misc]
         self.server.add_task(self)
 
     def service(self) -> None:
+        resumed = self.resumed
         try:
             super().service()
         except Parked as parked:
             begin = parked.poll.begin
             if begin is not None:
                 begin()
+        if resumed is not None and self.resumed is resumed:
+            # not run again: the client went away while its poll waited
+            self.resumed = None
+            resumed.abandon()
 
 
 def install(server: Any) -> int:

@@ -103,6 +103,7 @@ class ParkingConnection(HTTPConnection):
         if not self.server.ready:  # stopping: no worker will take it
             self.resumed = None
             self.close()
+            poll.abandon()
             return
         self.server.requests.put(self)
 
@@ -119,6 +120,7 @@ class ParkingConnection(HTTPConnection):
 
     def _answer_resumed(self) -> bool:
         req, self.request = self.request, None
+        poll = self.resumed
         try:
             gateway = self.server.gateway(req)  # its environ holds the answered poll
             self.resumed = None
@@ -134,6 +136,8 @@ class ParkingConnection(HTTPConnection):
             log.exception("https: answering a parked request failed")
         finally:
             self.resumed = None
+        if poll is not None:  # what an answer not written took comes again (settled: no-op)
+            poll.abandon()
         return False
 
 

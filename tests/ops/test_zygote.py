@@ -116,7 +116,10 @@ def test_the_switch_turns_forking_off(
     assert isinstance(gateway.process, subprocess.Popen)
 
 
-def test_a_zygote_whose_worker_is_gone_stops_its_gateways(tmp_path: Path) -> None:
+@pytest.mark.parametrize("stopped", [False, True], ids=["running", "sigstopped"])
+def test_a_zygote_whose_worker_is_gone_stops_its_gateways(tmp_path: Path, stopped: bool) -> None:
+    """Also a gateway a test had stopped with SIGSTOP when its worker was killed (one was
+    left behind, stopped, when a CI-like run was cut short in session 13)."""
     zygote = zygote_client.Zygote()
     server = RunningServer("embedded", f"embedded://{tmp_path / 'mw'}", tmp_path / "gw")
     try:
@@ -127,6 +130,8 @@ def test_a_zygote_whose_worker_is_gone_stops_its_gateways(tmp_path: Path) -> Non
         assert forked is not None
         server.process = forked
         server._wait_ready(120)
+        if stopped:
+            os.kill(forked.pid, signal.SIGSTOP)
         zygote.close()  # its stdin ends, as when the worker exits or is killed
         wait_until(lambda: _exited(forked.pid), 60, what="the gateway to exit")
         assert "shutting down" in server.log_tail()

@@ -14,8 +14,9 @@ Run as ``python tests/support/zygote.py STATUS_DIR``; it reads one JSON request 
 stdin (``argv`` after ``-m wsnmom``, ``env``, ``cwd``, ``log``) and answers each with
 ``PID SEQ``; when it has reaped a child it writes the child's exit status (``Popen``'s
 ``returncode``: negative for a signal) to ``STATUS_DIR/SEQ``.  At the end of stdin (the
-pytest worker exited, or was killed) it sends SIGTERM to the children still running and
-exits (removing STATUS_DIR).  It never starts a thread: a fork copies only the forking thread.
+pytest worker exited, or was killed) it sends SIGTERM (and SIGCONT, for one a test stopped)
+to the children still running and exits (removing STATUS_DIR).  It never starts a thread: a
+fork copies only the forking thread.
 """
 
 from __future__ import annotations
@@ -130,6 +131,8 @@ def serve(status_dir: str) -> dict[str, Any] | None:
     for pid in children:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGTERM)
+            # a gateway a test stopped (SIGSTOP) acts on the SIGTERM only once continued
+            os.kill(pid, signal.SIGCONT)
     return None
 
 

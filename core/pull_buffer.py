@@ -48,9 +48,10 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import Generic, TypeVar
+from typing import TypeVar
 
 from wsnmom.core.adapter import HEADER_MESSAGE_ID, Received, SubscriptionHandle
+from wsnmom.core.pull_fed import Fed, Feed, give_back_fed
 from wsnmom.core.pull_handout import Settlement, nack_all
 
 __all__ = ["KEPT_WAIT", "Fed", "Feed", "PullBuffer", "give_back_fed"]
@@ -61,59 +62,6 @@ log = logging.getLogger(__name__)
 KEPT_WAIT = 30.0
 
 M = TypeVar("M")
-
-
-class Fed(Received, Generic[M]):
-    """A feed's message in the buffer: the middleware's message and what the feed made
-    of it (``message``; None: dropped by the feed's filters, only waiting to be settled in
-    order).  Settling settles the middleware's message."""
-
-    __slots__ = ("feed", "message", "received")
-
-    def __init__(self, feed: Feed[M], received: Received, message: M | None) -> None:
-        self.feed = feed
-        self.received = received
-        self.message = message
-        self.topic = received.topic
-        self.body = received.body
-        self.headers = received.headers
-        self.content_type = received.content_type
-        self.redelivered = received.redelivered
-        self.timestamp = received.timestamp
-
-    def ack(self) -> None:
-        """Settle the middleware's message."""
-        self.received.ack()
-
-    def nack(self, requeue: bool = True) -> None:
-        """Give the middleware's message back (or drop it)."""
-        self.received.nack(requeue)
-
-    @property
-    def settleable(self) -> bool:
-        """Whether settling still reaches the middleware's message."""
-        return self.received.settleable
-
-
-class Feed(Generic[M]):
-    """One feeding subscription of a pull point (of this buffer, or of a
-    ``core.pull_reader.PullReader``)."""
-
-    __slots__ = ("active", "handle", "kept", "late", "prepare", "waiting")
-
-    def __init__(self, handle: SubscriptionHandle, prepare: Callable[[Received], M | None]):
-        self.handle = handle
-        self.prepare = prepare
-        #: accepting messages (started, not suspended)
-        self.active = False
-        #: its messages in the buffer, filtered ones included
-        self.waiting = 0
-        #: its kept copies still on their way through the inbox (``PullBuffer.expect``)
-        self.kept = 0
-        #: a ``PullReader``'s suspended feed: keeps in the pull point what an answer
-        #: handed out before the suspension gives back (None: back to the feed; core's
-        #: buffer does not use it: what it gives back of such a feed is nacked to it)
-        self.late: Callable[[list[Fed[M]]], None] | None = None
 
 
 class PullBuffer:
@@ -497,23 +445,3 @@ class PullBuffer:
         """Buffered messages plus those the middleware still holds back."""
         held = self.handle.depth()
         return None if held is None else held + self.buffered()
-
-
-def give_back_fed(items: Sequence[Received]) -> None:
-    """An answer not sent (``PullReader``): its messages back to their sources, newest
-    first; those of a feed suspended since it was handed out are kept in the pull point
-    through the feed's ``late`` (as the suspension kept what reached it), in order."""
-    late: dict[int, tuple[Callable[[list[Fed[object]]], None], list[Fed[object]]]] = {}
-    rest: list[Received] = []
-    for item in items:
-        if isinstance(item, Fed) and not item.feed.active and item.feed.late is not None:
-            late.setdefault(id(item.feed), (item.feed.late, []))[1].append(item)
-        else:
-            rest.append(item)
-    nack_all(rest)
-    for keep, fed in late.values():
-        try:
-            keep(fed)
-        except Exception:
-            log.warning("keeping the messages of an unsent answer failed", exc_info=True)
-            nack_all(fed)

@@ -49,7 +49,7 @@ import threading
 from collections.abc import Callable, Sequence
 
 from wsnmom.core.adapter import AdapterError, Received, SubscriptionHandle
-from wsnmom.core.pull_buffer import Fed, Feed, give_back_fed
+from wsnmom.core.pull_fed import Fed, Feed, give_back_fed
 from wsnmom.core.pull_handout import Settlement
 
 __all__ = ["PullReader"]

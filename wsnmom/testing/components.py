@@ -55,16 +55,21 @@ def _import_skip(longrepr: Any) -> str | None:
     return reason if reason.startswith(IMPORT_SKIP) else None
 
 
+def _fail_import_skip(report: pytest.CollectReport | pytest.TestReport, nodeid: str) -> None:
+    """Under CI, turn a skip by ``importorskip`` into a failure that names ``nodeid``."""
+    reason = _import_skip(report.longrepr) if report.skipped and under_ci() else None
+    if reason is not None:
+        report.outcome = "failed"
+        report.longrepr = f"{nodeid}: {reason} {UNDER_CI}"
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_make_collect_report(
     collector: pytest.Collector,
 ) -> Generator[None, pytest.CollectReport, pytest.CollectReport]:
     """A module skipped by ``importorskip`` at its import is a collection error under CI."""
     report = yield
-    reason = _import_skip(report.longrepr) if report.skipped and under_ci() else None
-    if reason is not None:
-        report.outcome = "failed"
-        report.longrepr = f"{collector.nodeid}: {reason} {UNDER_CI}"
+    _fail_import_skip(report, collector.nodeid)
     return report
 
 
@@ -74,8 +79,5 @@ def pytest_runtest_makereport(
 ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
     """A test (or its fixture) skipped by ``importorskip`` fails under CI."""
     report = yield
-    reason = _import_skip(report.longrepr) if report.skipped and under_ci() else None
-    if reason is not None:
-        report.outcome = "failed"
-        report.longrepr = f"{item.nodeid}: {reason} {UNDER_CI}"
+    _fail_import_skip(report, item.nodeid)
     return report

@@ -43,6 +43,11 @@ def _dropped(future: Future[Any]) -> bool:
     return isinstance(exc, KafkaException) and exc.args[0].code() in _DROPPED
 
 
+def _timed_out(future: Future[Any]) -> bool:
+    exc = future.exception()
+    return isinstance(exc, KafkaException) and exc.args[0].code() == KafkaError._TIMED_OUT
+
+
 class KafkaPositionStore:
     """``PositionStore``: one consumer group per cursor (see the module docstring).
 
@@ -54,7 +59,8 @@ class KafkaPositionStore:
     connection is lost (``_wait``), and what was not answered is sent again on a new client
     once a probe asked for then was answered (``_answered_after_loss``: no spinning while
     the broker is down), within the save's 35 s; also while the adapter closes (within its
-    deadline).  tansu drops the connection at the first save of a group after its delete:
+    deadline).  Reads (``load``, ``load_one``: at take-over and resume) wait and retry
+    the same way.  tansu drops the connection at the first save of a group after its delete:
     most other saves waiting on it fail with it (the position of a subscription buried
     into its dead letters was lost that way at a restart, and the next process
     dead-lettered those messages again), but now and then one stays unanswered for its
@@ -94,24 +100,25 @@ class KafkaPositionStore:
 
     def load(self) -> dict[str, dict[StreamId, int]]:
         """Every cursor group's offsets, by cursor name."""
-        self._fresh()
-        result = self._admin.list_consumer_groups(request_timeout=self._timeout).result()
+        listed = self._ask(
+            lambda admin, _: {"": admin.list_consumer_groups(request_timeout=self._timeout)},
+            [""],
+            "listing the cursor groups",
+        )
+        try:
+            result = listed[""].result()
+        except KafkaException as exc:
+            raise AdapterError(f"listing the cursor groups failed: {exc}") from exc
         names = [
             g.group_id[len(self._prefix) :]
             for g in result.valid
             if g.group_id.startswith(self._prefix)
         ]
-        futures = []
-        for name in names:
-            request = [ConsumerGroupTopicPartitions(self._group(name))]
-            future = self._admin.list_consumer_group_offsets(
-                request, request_timeout=self._timeout
-            )[self._group(name)]
-            futures.append((name, future))
+        answers = self._ask(self._list_offsets, names, "reading positions")
         out: dict[str, dict[StreamId, int]] = {}
-        for name, future in futures:
+        for name in names:
             try:
-                partitions = future.result().topic_partitions or []
+                partitions = answers[name].result().topic_partitions or []
             except KafkaException as exc:
                 raise AdapterError(f"reading the positions of {name} failed: {exc}") from exc
             out[name] = {(tp.topic, tp.partition): tp.offset for tp in partitions if tp.offset >= 0}
@@ -119,11 +126,7 @@ class KafkaPositionStore:
 
     def load_one(self, name: str) -> dict[StreamId, int] | None:
         """One cursor group's offsets (None: the group has none)."""
-        self._fresh()
-        group = self._group(name)
-        future = self._admin.list_consumer_group_offsets(
-            [ConsumerGroupTopicPartitions(group)], request_timeout=self._timeout
-        )[group]
+        future = self._ask(self._list_offsets, [name], f"reading the positions of {name}")[name]
         try:
             partitions = future.result().topic_partitions or []
         except KafkaException as exc:
@@ -132,6 +135,51 @@ class KafkaPositionStore:
             raise AdapterError(f"reading the positions of {name} failed: {exc}") from exc
         found = {(tp.topic, tp.partition): tp.offset for tp in partitions if tp.offset >= 0}
         return found or None
+
+    def _list_offsets(self, admin: AdminClient, names: list[str]) -> dict[str, Future[Any]]:
+        """One offsets request per cursor group, all in flight at once."""
+        return {
+            name: admin.list_consumer_group_offsets(
+                [ConsumerGroupTopicPartitions(self._group(name))], request_timeout=self._timeout
+            )[self._group(name)]
+            for name in names
+        }
+
+    def _ask(
+        self,
+        send: Callable[[AdminClient, list[str]], Mapping[str, Future[Any]]],
+        keys: list[str],
+        what: str,
+    ) -> dict[str, Future[Any]]:
+        """Send the read requests ``send(admin, keys)`` makes and wait for them as a save
+        waits (``_wait``): those whose connection was lost are sent once more on a new
+        client once the cluster answered a probe.  The answered futures by key (a
+        broker's error answer included); AdapterError when some were not answered within
+        the request timeout and 5 s, or the close cut the wait short.  Before, a read at
+        take-over or resume waited on the first client for up to librdkafka's 30 s."""
+        before_close = not self._closing.begun
+        self._fresh()
+        deadline = time.monotonic() + self._timeout + 5.0
+        answered: dict[str, Future[Any]] = {}
+        left = list(keys)
+        for again in (False, True):
+            epoch = self._health.epoch
+            futures = send(self._admin, left)
+            done, lost = self._wait(list(futures.values()), epoch, deadline, before_close)
+            lost = lost or any(_dropped(f) for f in done)
+            answered.update((k, f) for k, f in futures.items() if f in done and not _dropped(f))
+            left = [k for k in left if k not in answered]
+            if not left or again or not lost:
+                break
+            if not self._answered_after_loss(deadline, before_close):
+                break
+            self._renew("a connection dropped")
+        self._admin.poll(0)  # its queued log lines and errors
+        if left or any(_timed_out(f) for f in answered.values()):
+            self._renew("a request did not end in time")  # for the next request
+        if left:
+            raise AdapterError(f"{what}: {len(left)} request(s) got no answer in time")
+        return answered
 
     def save(self, changes: Mapping[str, Mapping[StreamId, int]]) -> None:
         """Write these cursors' offsets (other streams of each group are kept); raises

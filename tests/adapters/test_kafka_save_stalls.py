@@ -11,6 +11,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
 
@@ -32,6 +33,15 @@ pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 STALLED = 10.0
 
 
+class _SeenRequests(_SeenAdmin):
+    """A real admin client that says when a position save or read has been sent."""
+
+    def list_consumer_group_offsets(self, *args: Any, **kwargs: Any) -> Any:
+        futures = super().list_consumer_group_offsets(*args, **kwargs)
+        self._sent.set()
+        return futures
+
+
 @dataclass
 class Rig:
     """A position store as the adapter makes it: probed ``Health``, side admin clients."""
@@ -41,7 +51,7 @@ class Rig:
     health: Health
     store: KafkaPositionStore
     topic: str
-    #: set once the store's client sent a save
+    #: set once the store's client sent a save or a read
     sent: threading.Event
     #: admin clients the store made (its first one included)
     made: list[AdminClient] = field(default_factory=list)
@@ -65,7 +75,7 @@ def store_on(node: TansuNode) -> Iterator[Rig]:
     made: list[AdminClient] = []
 
     def new_admin() -> AdminClient:
-        client = _SeenAdmin({**settings.admin(), **client_hooks(health, side=True)}, sent)
+        client = _SeenRequests({**settings.admin(), **client_hooks(health, side=True)}, sent)
         made.append(client)
         return client
 
@@ -154,6 +164,40 @@ def save_through_a_kill(rig: Rig) -> None:
     assert len(outcome) == 1 and isinstance(outcome[0], float), outcome
     assert time.monotonic() - back < STALLED
     assert store.load_one("riding") == {(topic, 0): 7}
+
+
+def test_a_read_in_flight_when_the_broker_is_killed_answers_soon_after_it_is_back(
+    durable_tansu: TansuNode,
+) -> None:
+    """The read of a subscription's saved position at take-over or resume (``load_one``)
+    waits on a broker that stopped answering (SIGSTOP) when it is killed and started again
+    with its data: the read is sent again on a new client once the broker answers, and
+    returns within a few seconds.  Before, it failed with the lost connection
+    (``AdapterError``, ``_TRANSPORT``: checked), or, when the old connection was not
+    reported lost, waited for librdkafka's request timeout (30 s)."""
+    with store_on(durable_tansu) as rig:
+        store, topic, node = rig.store, rig.topic, rig.node
+        store.save({"read": {(topic, 0): 5}})
+        node.pause()
+        rig.sent.clear()
+        outcome: list[BaseException | dict[tuple[str, int], int] | None] = []
+
+        def read() -> None:
+            try:
+                outcome.append(store.load_one("read"))
+            except BaseException as exc:
+                outcome.append(exc)
+
+        reader = threading.Thread(target=read)
+        reader.start()
+        assert rig.sent.wait(10.0)  # the read's request is out, unanswered
+        node.kill()
+        node.start()
+        back = time.monotonic()
+        reader.join(timeout=60)
+        assert not reader.is_alive()
+        assert outcome == [{(topic, 0): 5}]
+        assert time.monotonic() - back < STALLED
 
 
 def test_a_wait_for_a_probe_answer_ends_with_the_answer_or_the_stop() -> None:

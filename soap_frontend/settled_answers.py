@@ -10,15 +10,14 @@ it, and the answer's body becomes a :class:`SettlingBody`: a one-chunk WSGI iter
 did not (the server closed it before: the client went away and the write raised, or it
 never iterated), the messages are given back.  If it did, a server that can tell when an
 answer's bytes left the host puts a callable under :data:`ANSWER_SENT` in the environ
-(``wsnmom.sent_answers`` for waitress): it settles them once the bytes were sent and gives
-them back when the client went away first.  Without one (in-process callers, the HTTPS
-server) they are settled when the write returned.  A fault answer, or a failure while the
-answer is made, gives them back at once.
+(``wsnmom.sent_answers`` for waitress and for the HTTPS server, cheroot): it settles them
+once the bytes were sent and gives them back when the client went away first.  Without one
+(in-process callers) they are settled when the write returned.  A fault answer, or a
+failure while the answer is made, gives them back at once.
 
 A process killed before the settlement settles nothing: the middleware hands the messages
 out again.  What is settled and still lost for the client: bytes on the wire when it
-goes, bytes its kernel accepted and it never read (and, over HTTPS, what sat in the
-kernel's send queue when it went).
+goes, bytes its kernel accepted and it never read.
 """
 
 from __future__ import annotations

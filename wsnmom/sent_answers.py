@@ -1,5 +1,5 @@
-"""Answers settled once their bytes left this host (waitress): a GetMessages or
-PullMessages answer whose client went away mid-answer comes again.
+"""Answers settled once their bytes left this host (waitress, and cheroot for HTTPS): a
+GetMessages or PullMessages answer whose client went away mid-answer comes again.
 
 waitress's write of a response returns once the body is in the connection's output
 buffer; its main loop sends the rest as the client reads.  A client that goes away (a
@@ -32,6 +32,13 @@ connection waitress closes meanwhile is judged at its close, and a pending one i
 open (a duplicate of the socket) until the kernel tells.  Settling and giving back run on
 that thread, never on waitress's main loop.
 
+The HTTPS server (cheroot, ``wsnmom.tls_parking``) writes with a blocking ``sendall``
+through a buffered file: once it flushed, every byte is in the kernel's send queue, and
+:func:`settle_once_sent` judges the answer the same way on the connection's socket (the
+kernel counts TLS records like any bytes).  On loopback with a client that reads nothing,
+``sendall`` of answers up to 256 KB returned with the bytes still queued: settled there,
+they were lost for a client that went away.
+
 Not caught: bytes still on the wire when the client goes (about one round trip), and bytes
 the client's kernel accepted that the client never read (it closed right after they
 arrived).  A socket that is not TCP, or a platform without these socket calls, settles
@@ -55,7 +62,7 @@ from waitress.channel import HTTPChannel
 
 from wsnmom.soap_frontend.settled_answers import Settlements
 
-__all__ = ["GIVE_UP", "TICK", "SentAnswersChannel", "sent_state"]
+__all__ = ["GIVE_UP", "TICK", "SentAnswersChannel", "sent_state", "settle_once_sent"]
 
 log = logging.getLogger("wsnmom.server")
 
@@ -188,6 +195,22 @@ def _run_outcome(outcome: Callable[[], None]) -> None:
 
 
 WATCH = _Watch()
+
+
+def settle_once_sent(sock: socket.socket, settlements: Settlements) -> None:
+    """For a server whose write returned once every byte was in the kernel's send queue
+    (cheroot, after its flush; ``sock`` may be a TLS socket: the kernel counts the
+    encrypted bytes): settle now if they were sent, give back if the connection is gone,
+    else watch a duplicate of the socket until the kernel tells (as for a closed
+    waitress connection)."""
+    state = sent_state(sock)
+    if state == PENDING:
+        try:
+            WATCH.adopt(socket.socket(fileno=os.dup(sock.fileno())), settlements)
+            return
+        except OSError:
+            state = UNSENT
+    _run_outcome(settlements.settle if state == SENT else settlements.give_back)
 
 
 class SentAnswersChannel(HTTPChannel):  # type: ignore[misc]

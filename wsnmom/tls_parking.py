@@ -33,7 +33,9 @@ from cheroot.errors import MaxSizeExceeded
 from cheroot.server import HTTPConnection
 from cheroot.wsgi import Gateway_10
 
+from wsnmom.sent_answers import settle_once_sent
 from wsnmom.soap_frontend.long_poll import PARK, RESUMED, Parked, Poll
+from wsnmom.soap_frontend.settled_answers import ANSWER_SENT, Settlements
 
 __all__ = ["ParkingConnection", "ParkingGateway", "let_go", "read_rest"]
 
@@ -67,8 +69,21 @@ class ParkingGateway(Gateway_10):
         super().respond()
         read_rest(self.req)
 
+    def _answer_sent(self, settlements: Settlements) -> None:
+        """``environ[ANSWER_SENT]``: the answer's write returned; flush cheroot's buffer
+        (the body's last bytes may still be in it) and settle once the kernel sent them
+        (``wsnmom.sent_answers``)."""
+        conn = self.req.conn
+        try:
+            conn.wfile.flush()
+        except (OSError, ValueError):  # the client went away: nothing more was sent
+            settlements.give_back()
+            return
+        settle_once_sent(conn.socket, settlements)
+
     def get_environ(self) -> dict[str, Any]:  # type: ignore[override]
         environ: dict[str, Any] = super().get_environ()  # type: ignore[no-untyped-call]
+        environ[ANSWER_SENT] = self._answer_sent
         conn = self.req.conn
         if not isinstance(conn, ParkingConnection):
             return environ

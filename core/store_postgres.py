@@ -44,7 +44,7 @@ from wsnmom.core.store_documents import (
     subscription_from_json,
     subscription_to_json,
 )
-from wsnmom.core.store_postgres_pool import PostgresConnections
+from wsnmom.core.store_postgres_pool import PING_TIMEOUT, PostgresConnections
 from wsnmom.topic_mapping.model import Topic
 
 T = TypeVar("T")
@@ -328,7 +328,7 @@ class PostgresStore(PostgresConnections, Store):
 
     def ping(self) -> bool:
         try:
-            self._rows("SELECT 1")
+            self._rows("SELECT 1", timeout=min(PING_TIMEOUT, self._call_timeout))
         except StoreError:
             return False
         return True
@@ -339,6 +339,7 @@ class PostgresStore(PostgresConnections, Store):
                 return
             self._closed = True
         self._pool.close()
+        self._deadlines.close()
 
 
 #: the intent a new record replaces, deleted in the record's statement (its first parameter)

@@ -23,6 +23,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from wsnmom.core.store import StoreError, StoreUnavailable
+from wsnmom.core.store_postgres_deadline import Deadlines
 from wsnmom.core.store_postgres_schema import MIGRATION_LOCK, MIGRATIONS, SCHEMA_VERSION
 
 #: seconds a connection attempt may take before the store counts as unreachable
@@ -31,13 +32,25 @@ CONNECT_TIMEOUT = 5.0
 POOL_TIMEOUT = 10.0
 #: while the server is down, seconds between the connection attempts that look for it
 PROBE_INTERVAL = 1.0
+#: seconds a store call may wait for the server's answers before its connection is cut
+#: and the store counts as unreachable (``core.store_postgres_deadline``; the migration
+#: at start, which may wait for another instance's, is not bounded)
+CALL_TIMEOUT = 15.0
+#: seconds ``ping`` (``/readyz``) waits
+PING_TIMEOUT = 5.0
 
 
 class PostgresConnections:
     """The pooled connections of a PostgreSQL store (see the module docstring)."""
 
     def __init__(
-        self, url: str, *, min_size: int = 1, max_size: int = 8, instance_id: str = ""
+        self,
+        url: str,
+        *,
+        min_size: int = 1,
+        max_size: int = 8,
+        instance_id: str = "",
+        call_timeout: float = CALL_TIMEOUT,
     ) -> None:
         try:
             import psycopg
@@ -69,6 +82,8 @@ class PostgresConnections:
         self._why = ""
         self._last_probe = 0.0
         self._recovering = threading.Lock()
+        self._call_timeout = call_timeout
+        self._deadlines = Deadlines()
         try:
             self._pool = self._new_pool()
         except Exception as exc:  # psycopg_pool.PoolTimeout, psycopg.Error
@@ -77,6 +92,7 @@ class PostgresConnections:
             self._migrate()
         except BaseException:
             self._pool.close()
+            self._deadlines.close()
             raise
 
     # ------------------------------------------------------------------ plumbing
@@ -136,26 +152,37 @@ class PostgresConnections:
         return self._why if self._down_since is not None else None
 
     @contextmanager
-    def _tx(self) -> Iterator[Any]:
+    def _tx(self, timeout: float | None = -1.0) -> Iterator[Any]:
         """A pooled connection inside one transaction (see :meth:`_conn`)."""
-        with self._conn() as conn, conn.transaction():
+        with self._conn(timeout) as conn, conn.transaction():
             yield conn
 
     @contextmanager
-    def _conn(self) -> Iterator[Any]:
+    def _conn(self, timeout: float | None = -1.0) -> Iterator[Any]:
         """A pooled connection in autocommit: each statement is a transaction of its own,
         one round trip (a transaction block costs two more, BEGIN and COMMIT), so a
         single-statement write or read runs here, several that must commit together in
         :meth:`_tx`.  Connection trouble becomes StoreUnavailable (and later uses fail at
-        once until a probe connects again), other database errors StoreError."""
+        once until a probe connects again), other database errors StoreError.  The block
+        must end within ``timeout`` seconds (negative: the store's ``call_timeout``;
+        None: no bound), or its connection is cut (``core.store_postgres_deadline``)."""
         if self._closed:
             raise StoreError("store is closed")
         self._require_server()
         psycopg = self._psycopg
+        seconds = self._call_timeout if timeout is not None and timeout < 0 else timeout
+        cut = [False]
         try:
             with self._pool.connection() as conn:
-                yield conn
+                with self._deadlines.bound(conn, seconds) as cut:
+                    yield conn
+                if cut[0]:  # cut as the block ended: the pool discards a closed one
+                    conn.close()
         except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+            if cut[0]:
+                raise self._down(
+                    f"the PostgreSQL store did not answer within {seconds:g} s"
+                ) from None
             raise self._down(f"the PostgreSQL store is not answering: {exc}") from None
         except psycopg.Error as exc:
             raise StoreError(f"PostgreSQL store error: {exc}") from None
@@ -166,8 +193,10 @@ class PostgresConnections:
                 ) from None
             raise
 
-    def _rows(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-        with self._conn() as conn:
+    def _rows(
+        self, sql: str, params: tuple[Any, ...] = (), timeout: float = -1.0
+    ) -> list[tuple[Any, ...]]:
+        with self._conn(timeout) as conn:
             return list(conn.execute(sql, params).fetchall())
 
     def _count(self, sql: str, params: tuple[Any, ...]) -> int:
@@ -175,7 +204,7 @@ class PostgresConnections:
             return int(conn.execute(sql, params).rowcount)
 
     def _migrate(self) -> None:
-        with self._tx() as conn:
+        with self._tx(None) as conn:
             conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
             conn.execute(
                 "CREATE TABLE IF NOT EXISTS wsnmom_schema ("

@@ -32,6 +32,7 @@ SPLIT = (
     "store_sqlite.py",
     "store_postgres.py",
     "store_postgres_pool.py",
+    "store_postgres_deadline.py",
     "store_postgres_schema.py",
     # the broker service
     "service.py",

@@ -206,6 +206,18 @@ def _http_server(
     return server
 
 
+def _log_serving(settings: Settings) -> None:
+    broker, adapter = f"{settings.base_url}/wsn/broker", redact_url(settings.adapter_url)
+    store = redact_url(settings.store_url)
+    log.info(
+        "wsnmom broker at %s (adapter %s, store %s)",
+        broker,
+        adapter,
+        store,
+        extra={"broker_url": broker, "adapter_url": adapter, "store_url": store},
+    )
+
+
 def _run(settings: Settings, debug: bool) -> None:
     from wsnmom.server import build_runtime, make_adapter
 
@@ -229,18 +241,15 @@ def _run(settings: Settings, debug: bool) -> None:
         raise
     gc_tuning.tune()  # the start-up heap is built: full collections no longer walk it
     guard.start()
-    previous = {s: signal.signal(s, _raise_exit) for s in (signal.SIGTERM, signal.SIGINT)}
-    runtime.serving.set()
-    broker, adapter = f"{settings.base_url}/wsn/broker", redact_url(settings.adapter_url)
-    store = redact_url(settings.store_url)
-    log.info(
-        "wsnmom broker at %s (adapter %s, store %s)",
-        broker,
-        adapter,
-        store,
-        extra={"broker_url": broker, "adapter_url": adapter, "store_url": store},
-    )
+    previous: dict[int, Any] = {}
+    # from the first handler on, inside the ``try``: a stop asked for before the server
+    # runs (the connector giving up right after ``serving``) still closes and says why;
+    # before, one that came during the log line below ended the process silently, status 0
     try:
+        for s in (signal.SIGTERM, signal.SIGINT):
+            previous[s] = signal.signal(s, _raise_exit)
+        runtime.serving.set()
+        _log_serving(settings)
         server.run()
     except (SystemExit, KeyboardInterrupt):
         pass

@@ -100,3 +100,52 @@ def test_mqtt_wrong_password_is_the_credentials_status(
     )
     assert "virtual host" not in line
     assert "certainly-wrong" not in result.stderr
+
+
+#: ``python -c`` that runs ``wsnmom`` with its first attempt at the middleware given no
+#: time (the refusal is then found by the background connector, as on a loaded machine)
+#: and with the "wsnmom broker at" line taking a second (the connector's stop then comes
+#: while it is written, before the HTTP server runs)
+_SLOW_START = """
+import logging, sys, time
+import wsnmom.server, wsnmom.serving
+wsnmom.server.FIRST_ATTEMPT = 0.0
+info = wsnmom.serving.log.info
+def slow(message, *args, **kwargs):
+    if message.startswith("wsnmom broker at"):
+        time.sleep(1.0)
+    info(message, *args, **kwargs)
+wsnmom.serving.log.info = slow
+from wsnmom.cli import main
+sys.argv[0] = "wsnmom"
+main()
+"""
+
+
+@pytest.mark.mqtt
+def test_a_refusal_found_after_the_first_attempt_exits_with_its_status_and_line(
+    tmp_path: Path, mosquitto_factory: Callable[..., MosquittoNode]
+) -> None:
+    """A refusal the background connector finds (the first attempt gave up after 0.5 s,
+    as under load) stops the gateway with the same status and the same one line as at
+    once.  Before, the connector's stop could come while serve wrote its "broker at" line,
+    before the HTTP server ran: the process ended with status 0 and no line (seen in
+    ``test_mqtt_wrong_password_is_the_credentials_status`` at load 20; checked to fail so
+    before the fix)."""
+    import subprocess
+    import sys
+
+    node = mosquitto_factory(users={"gw": "right-password"})
+    url = f"mqtt://gw:certainly-wrong@127.0.0.1:{node.port}"
+    result = subprocess.run(
+        [sys.executable, "-c", _SLOW_START, "serve", "--adapter", url, "--port", str(free_port())],
+        env=serve_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    _expect(
+        result,
+        ExitStatus.MIDDLEWARE_CREDENTIALS,
+        f"the MQTT broker 127.0.0.1:{node.port} refused the gateway's login (Not authorized",
+    )

@@ -246,8 +246,8 @@ def _run(settings: Settings, debug: bool) -> None:
     # runs (the connector giving up right after ``serving``) still closes and says why;
     # before, one that came during the log line below ended the process silently, status 0
     try:
-        for s in (signal.SIGTERM, signal.SIGINT):
-            previous[s] = signal.signal(s, _raise_exit)
+        for stop in (signal.SIGTERM, signal.SIGINT):
+            previous[stop] = signal.signal(stop, _raise_exit)
         runtime.serving.set()
         _log_serving(settings)
         server.run()
@@ -263,8 +263,8 @@ def _run(settings: Settings, debug: bool) -> None:
                 log.debug("closing the HTTP server failed", exc_info=True)
             guard.stop()
             runtime.close()
-        for s, handler in previous.items():
-            signal.signal(s, handler)
+        for number, handler in previous.items():
+            signal.signal(number, handler)
     if runtime.exit_status:
         click.echo(f"wsnmom serve: {redact_text(runtime.exit_message)}", err=True)
         sys.exit(runtime.exit_status)

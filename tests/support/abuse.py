@@ -30,8 +30,9 @@ _TRICKLE = b"X-Padding: " + b"a" * 4000
 #: a 2 s deadline a starved request took 0-2 s, as near to a normal one on a loaded
 #: machine as to bound them apart only at 1 s, which a loaded machine broke.)
 STARVED_HEADER_TIMEOUT = 6
-#: seconds within which every normal request under attack is answered: a few times a
-#: normal one on a machine at load 10, below a starved one's ~5 s
+#: seconds within which every normal request (or health probe) under attack is
+#: answered: a few times a normal one on a machine at load 10, below a starved one's ~5 s
+#: (and below the 5 s a probe waits before it counts as failed)
 PROMPT = 3.0
 
 

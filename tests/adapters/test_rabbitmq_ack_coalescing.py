@@ -11,7 +11,6 @@ timer and the acks made meanwhile wake nothing.
 from __future__ import annotations
 
 import threading
-import time
 import uuid
 from collections.abc import Callable
 
@@ -64,11 +63,17 @@ def test_a_stream_of_acks_costs_few_wake_ups_and_every_ack_reaches_the_broker(
     wait_until(lambda: len(held) == MESSAGES, 30, what=f"{MESSAGES} deliveries held")
     before = adapter.stats()
 
-    # a stream: two acks, then a pause that lets the connection's thread run
+    # a stream paced by the connection's thread, not by the clock: two acks, then wait
+    # until that thread has run a callback queued after them (so it took any wake-up
+    # they asked for first).  Without the linger every pair is then a wake-up and a
+    # write of its own however fast or slow the machine is; with it, one wake-up starts
+    # the stream and the timer's flushes carry the rest.  (A sleep between pairs let a
+    # busy loop coalesce by itself: the test passed on a loaded machine with the linger
+    # removed.)
     for i in range(0, MESSAGES, 2):
         held[i].ack()
         held[i + 1].ack()
-        time.sleep(0.0002)
+        loop_turn(handle)
     # stop() closes the consumer's channel, which requeues whatever is still unacked:
     # the pending acks must be written before the close
     handle.stop()
@@ -78,12 +83,23 @@ def test_a_stream_of_acks_costs_few_wake_ups_and_every_ack_reaches_the_broker(
     writes = after["settle_writes"] - before["settle_writes"]
     wakeups = after["settle_wakeups"] - before["settle_wakeups"]
     assert settles == MESSAGES
-    # one wake-up per pair (before: the least it could cost) would be MESSAGES / 2
+    # without the linger: at least one wake-up and one write per pair (MESSAGES / 2;
+    # two when the loop ran between the pair's acks);
+    # with it, a write per LINGER of the stream and a wake-up only where a timer's flush
+    # found fewer than two acks (the acking thread was away longer than LINGER)
     assert writes * 4 <= settles, (settles, writes, wakeups)
     assert wakeups * 4 <= settles, (settles, writes, wakeups)
     # every ack reached the broker before the channel closed: nothing came back
     assert handle.depth() == 0
     handle.delete()
+
+
+def loop_turn(handle: RabbitMQSubscription) -> None:
+    """Wait until ``handle``'s connection thread has run a callback queued now: every
+    callback queued before it (a settle's wake-up) has run too."""
+    turned = threading.Event()
+    handle.link.call_soon(turned.set)
+    assert turned.wait(30), "the connection's I/O thread did not run for 30 s"
 
 
 READS = 60

@@ -112,7 +112,7 @@ def test_more_started_subscriptions_than_one_connection_has_channels(
         assert adapter.publish(message(topic, b"<sentinel/>")).routed is True
         wait_until(lambda: counter.bodies[b"<sentinel/>"] == n, 30, what=f"{n} sentinels")
         assert counter.bodies[b"<all/>"] == n  # exactly once each
-        assert adapter.ping()
+        assert adapter.ping(timeout=10)  # one round trip; 1 s by default
     finally:
         with ThreadPoolExecutor(8) as pool:
             list(pool.map(lambda h: h.delete(), handles))
@@ -161,7 +161,7 @@ def test_subscriptions_spread_over_consuming_connections(
         assert isinstance(again, RabbitMQSubscription)
         assert again.link is adapter._links[0]
         handles[0] = again
-        assert adapter.ping()
+        assert adapter.ping(timeout=10)  # one round trip; 1 s by default
     finally:
         for handle in handles:
             handle.delete()

@@ -179,7 +179,8 @@ def outage_faults_fast_then_delivers_everything_acknowledged(
         "middleware: kafka: the Kafka cluster is unreachable: "
     ), ready.text
     node.resume()
-    deadline = time.monotonic() + 20
+    # accepted again is the outcome, not how soon (see the restart-empty test below)
+    deadline = time.monotonic() + 90
     while time.monotonic() < deadline and len(acked) < 10:
         try:
             wsn.notify(("tns:outage", f'<n xmlns="urn:n">{len(acked)}</n>'))
@@ -209,7 +210,10 @@ def test_broker_restarted_empty_is_reconnected_without_a_gateway_restart(
         wsn.notify(("tns:restart", '<n xmlns="urn:n">before</n>'))
         consumer.wait_for_messages(1, timeout=10)
         node.restart()
-        deadline = time.monotonic() + 30
+        # as long as test_kafka_crash's restart-empty waits: a Notify was refused for
+        # 30 s once at load 18 (a stall of librdkafka's 30 s size, cause not found;
+        # docs/testing.md), and the outcome is that it is accepted again, not when
+        deadline = time.monotonic() + 90
         sent = False
         while time.monotonic() < deadline and not sent:
             try:

@@ -116,13 +116,13 @@ def test_outage_faults_fast_keeps_serving_and_loses_nothing(
     # /readyz names the missing dependency and why: the node closed the connections as it
     # stopped (CONNECTION_FORCED), then refused the reconnections
     refused = f"cannot connect to RabbitMQ at amqp://127.0.0.1:{rabbitmq_node.port}/"
-    wait_until(
-        lambda: refused in readyz_body(gateway.base_url),
+    # the body checked is the one that said so (the reason may change between reads)
+    body = wait_until(
+        lambda: text if refused in (text := readyz_body(gateway.base_url)) else None,
         20,
         what="/readyz to say that RabbitMQ refuses connections",
         interval=0.1,
     )
-    body = readyz_body(gateway.base_url)
     first, *fields = body.splitlines()
     assert first == "not ready: the middleware does not answer", body
     assert [f for f in fields if f.startswith("middleware: rabbitmq: ")] == fields[:1], body
@@ -175,7 +175,8 @@ def test_outage_faults_fast_keeps_serving_and_loses_nothing(
 
     rabbitmq_node.start()
     wait_status(f"{gateway.base_url}/readyz", 200, 60)
-    assert readyz_body(gateway.base_url) == "ready\n"
+    # each /readyz asks RabbitMQ again: "ready" in one answer after the 200, not the next
+    wait_until(lambda: readyz_body(gateway.base_url) == "ready\n", 10, what="/readyz: ready")
     deadline = time.monotonic() + 30
     while True:  # the consuming side may need a moment more than the readiness check
         resp = notify("after0")

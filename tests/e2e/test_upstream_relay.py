@@ -142,11 +142,19 @@ def test_kafka_gateway_relays_a_remote_topic_tree_and_resubscribes_after_a_resta
         assert set(seen.values()) == {1}  # nothing twice
         assert headers["wsnmom-topic-ns"] == NATIVE
         assert headers["wsnmom-topic-path"] == "plant/line1/temperature"
+        # the relay counts a Notify once Kafka confirmed it, which can be after a reader
+        # saw the records: wait for the count, then for the metric counted after it
+        wait_until(lambda: _upstream(relay, "plant")["relayed"] == 40, 30, what="40 counted")
         state = _upstream(relay, "plant")
         assert (state["relayed"], state["source"], state["error"]) == (40, "config", None)
-        metrics = requests.get(relay.base_url + "/metrics", timeout=10).text
+        relayed = 'wsnmom_upstream_relayed_total{upstream="plant"} 40.0'
+
+        def counted() -> str | None:
+            text = requests.get(relay.base_url + "/metrics", timeout=10).text
+            return text if relayed in text else None
+
+        metrics = wait_until(counted, 30, what="40 in the relayed metric")
         assert 'wsnmom_upstream_up{upstream="plant"} 1.0' in metrics
-        assert 'wsnmom_upstream_relayed_total{upstream="plant"} 40.0' in metrics
     finally:
         consumer.close()
         relay.stop()
@@ -197,7 +205,14 @@ def test_upstreams_added_at_run_time_are_kept_and_removed(
         # kept in the store: a restarted gateway subscribes again
         relay.stop()
         relay.start()
-        wait_until(lambda: _upstream(relay, "alarms")["subscribes"] == 1, timeout=30)
+        # the count goes up a moment before the state says so: wait for both
+        wait_until(
+            lambda: (
+                _upstream(relay, "alarms")["subscribes"] == 1
+                and _upstream(relay, "alarms")["state"] == "subscribed"
+            ),
+            timeout=30,
+        )
         listed = _cli(relay, "upstream", "list", "--json")
         assert listed.returncode == 0, listed.stderr
         # the admin page shows it (filled in by the server, before any script runs)

@@ -21,7 +21,7 @@ import pytest
 import requests
 
 from tests.fixtures.server import RunningServer
-from tests.support.abuse import NormalTraffic, SlowClients
+from tests.support.abuse import PROMPT, STARVED_HEADER_TIMEOUT, NormalTraffic, SlowClients
 from tests.support.soap import notify_body
 from tests.support.waiting import wait_until
 
@@ -44,7 +44,7 @@ def metric(server: RunningServer, name: str, **labels: str) -> float:
 def test_slow_header_clients_do_not_starve_normal_requests(
     gateway_factory: Callable[..., RunningServer],
 ) -> None:
-    gateway = gateway_factory({"WSNMOM_CONNECTIONS__HEADER_TIMEOUT": "2"})
+    gateway = gateway_factory({"WSNMOM_CONNECTIONS__HEADER_TIMEOUT": str(STARVED_HEADER_TIMEOUT)})
     sources = [f"127.0.3.{i}" for i in range(1, 21)]
     with SlowClients("127.0.0.1", gateway.port, 200, sources, interval=0.5) as slow:
         wait_until(lambda: slow.connects >= 200, timeout=10, what="200 slow connections")
@@ -54,11 +54,15 @@ def test_slow_header_clients_do_not_starve_normal_requests(
             NormalTraffic(lambda s: post(gateway.broker_url, NOTIFY, timeout=5)) as notify,
         ):
             time.sleep(6)
+        # every slow client is cut off at the header deadline (and comes back)
+        wait_until(
+            lambda: slow.closed_by_server >= 200,
+            timeout=STARVED_HEADER_TIMEOUT + 10,
+            what="200 slow clients cut at the header deadline",
+        )
     assert health.failures == [] and notify.failures == []
     assert health.answered >= 10 and notify.answered >= 10
-    assert health.worst < 1.0 and notify.worst < 1.0, (health.latencies, notify.latencies)
-    # every slow client was cut off at the header deadline (and came back)
-    assert slow.closed_by_server >= 200
+    assert health.worst < PROMPT and notify.worst < PROMPT, (health.latencies, notify.latencies)
     assert metric(gateway, "wsnmom_connections_closed_total", reason="header_timeout") >= 200
 
 

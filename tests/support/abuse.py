@@ -22,6 +22,19 @@ _HEAD = (
 )
 _TRICKLE = b"X-Padding: " + b"a" * 4000
 
+#: The starvation tests' gateways cut a slow client's head after this many seconds, more
+#: than a normal request's 5 s timeout.  A normal request starved behind the slow clients
+#: (waiting for a connection slot or a worker they hold) waits until their first cut,
+#: about ``STARVED_HEADER_TIMEOUT`` less the 1 s the slow clients connect before the
+#: normal traffic starts: it times out (a failure) or takes more than ``PROMPT``.  (With
+#: a 2 s deadline a starved request took 0-2 s, as near to a normal one on a loaded
+#: machine as to bound them apart only at 1 s, which a loaded machine broke.)
+STARVED_HEADER_TIMEOUT = 6
+#: seconds within which every normal request (or health probe) under attack is
+#: answered: a few times a normal one on a machine at load 10, below a starved one's ~5 s
+#: (and below the 5 s a probe waits before it counts as failed)
+PROMPT = 3.0
+
 
 @dataclass
 class SlowClients:

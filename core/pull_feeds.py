@@ -261,14 +261,13 @@ class PullFeeds:
         drain: bool,
         remove: bool = False,
     ) -> list[Fed[object]]:
-        """Stop (``remove``: forget) the feed; what reached the pull point, to keep.  With
-        native pull, what an answer handed out before gives back later is kept too."""
+        """Stop (``remove``: forget) the feed; what reached the pull point, to keep.  What
+        an answer handed out before gives back later is kept too (when it drains here),
+        except a buffer's paused feed: stopping its handle gave the answer's messages back
+        to the subscription, which hands them out again, in order, after the resume."""
         name = state.record.id
-        if isinstance(reader, PullBuffer):
-            if remove:
-                return reader.remove_feed(name, drain=drain)
-            return reader.suspend_feed(name, drain=drain)
-        late = partial(self._keep, state, reader) if drain else None
+        keep = drain and (remove or not isinstance(reader, PullBuffer))
+        late = partial(self._keep, state, reader) if keep else None
         if remove:
             return reader.remove_feed(name, drain=drain, keep_late=late)
         return reader.suspend_feed(name, drain=drain, keep_late=late)

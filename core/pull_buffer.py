@@ -277,7 +277,6 @@ class PullBuffer:
             if feed is None or feed.active:
                 return
             feed.active = True
-            feed.late = None
             start = self._started
             if start and feed.kept:
                 self._deferred[name] = time.monotonic() + KEPT_WAIT

@@ -21,7 +21,10 @@ settled at once when nothing of that feed waits before it, else it waits in the 
 feed's waiting messages out (a pause or the end of the subscription: the caller keeps
 them in the pull point by other means) and ignores what the feed delivers until its
 handle is stopped or resumed; ``halt_feed`` only ignores what it delivers from now on
-(its subscription's filter ended it: ``core.pull_feeds``).
+(its subscription's filter ended it: ``core.pull_feeds``).  An answer not sent gives
+back what it took from a feed no longer read here to that feed's subscription, or, for a
+feed removed since (its subscription is being deleted), to the caller's keeper
+(``remove_feed``'s ``keep_late``: into the pull point's inbox, ``give_back_fed``).
 
 **A lost connection.**  A message whose connection to the middleware is gone
 (``Received.settleable`` false: an MQTT session taken over or cut off) can no longer be

@@ -21,7 +21,10 @@ settled at once when nothing of that feed waits before it, else it waits in the 
 feed's waiting messages out (a pause or the end of the subscription: the caller keeps
 them in the pull point by other means) and ignores what the feed delivers until its
 handle is stopped or resumed; ``halt_feed`` only ignores what it delivers from now on
-(its subscription's filter ended it: ``core.pull_feeds``).
+(its subscription's filter ended it: ``core.pull_feeds``).  An answer not sent gives
+back what it took from a feed no longer read here to that feed's subscription, or, for a
+feed removed since (its subscription is being deleted), to the caller's keeper
+(``remove_feed``'s ``keep_late``: into the pull point's inbox, ``give_back_fed``).
 
 **A lost connection.**  A message whose connection to the middleware is gone
 (``Received.settleable`` false: an MQTT session taken over or cut off) can no longer be
@@ -52,7 +55,7 @@ from typing import TypeVar
 
 from wsnmom.core.adapter import HEADER_MESSAGE_ID, Received, SubscriptionHandle
 from wsnmom.core.pull_fed import Fed, Feed, give_back_fed
-from wsnmom.core.pull_handout import Settlement, nack_all
+from wsnmom.core.pull_handout import Settlement
 
 __all__ = ["KEPT_WAIT", "Fed", "Feed", "PullBuffer", "give_back_fed"]
 
@@ -197,16 +200,25 @@ class PullBuffer:
         if settle:
             received.ack()
 
-    def suspend_feed(self, name: str, *, drain: bool = True) -> list[Fed[object]]:
+    def suspend_feed(
+        self,
+        name: str,
+        *,
+        drain: bool = True,
+        keep_late: Callable[[list[Fed[object]]], None] | None = None,
+    ) -> list[Fed[object]]:
         """Take the feed's waiting messages out of the buffer, in order (filtered ones
         too), and ignore what it delivers from now on; the caller settles them and stops
         or deletes the feed's handle.  They are taken with or without ``drain``: this
-        instance holds them (unsettled) and no other does."""
+        instance holds them (unsettled) and no other does.  ``keep_late`` keeps what an
+        answer handed out before gives back later (set in the same step as the
+        suspension: a give-back meanwhile cannot miss it)."""
         with self._cv:
             feed = self._feeds.get(name)
             if feed is None:
                 return []
             feed.active = False
+            feed.late = keep_late
             self._deferred.pop(name, None)
             if not feed.waiting:
                 return []
@@ -298,9 +310,15 @@ class PullBuffer:
         for name, feed in ready:
             self._start_feed(name, feed)
 
-    def remove_feed(self, name: str, *, drain: bool = True) -> list[Fed[object]]:
+    def remove_feed(
+        self,
+        name: str,
+        *,
+        drain: bool = True,
+        keep_late: Callable[[list[Fed[object]]], None] | None = None,
+    ) -> list[Fed[object]]:
         """Forget the feed; returns its waiting messages (see ``suspend_feed``)."""
-        waiting = self.suspend_feed(name, drain=drain)
+        waiting = self.suspend_feed(name, drain=drain, keep_late=keep_late)
         with self._cv:
             feed = self._feeds.pop(name, None)
             if feed is not None:
@@ -399,29 +417,31 @@ class PullBuffer:
         return out, Settlement(items, put_back)
 
     def _put_back(self, items: Sequence[Received], generation: int) -> None:
-        """An unwritten answer's messages, first again.  Not those the middleware gives
-        again anyway (the buffer was stopped since, or their connection went); a feed's
-        that is no longer read here go back to its subscription."""
+        """An unwritten answer's messages, first again.  Those of a feed no longer read
+        here go back to its subscription, or into the pull point's inbox when the feed
+        was removed (``give_back_fed``: its subscription is being deleted), whatever
+        happened to the buffer meanwhile.  Not the others the middleware gives again
+        anyway (the buffer was stopped since, or their connection went)."""
         kept: list[Received] = []
         back: list[Received] = []
         with self._cv:
-            if not self._started or generation != self._generation:
-                return
+            current = self._started and generation == self._generation
             feeds = list(self._feeds.values())
             for item in items:
-                if not item.settleable:
+                if isinstance(item, Fed) and (not item.feed.active or item.feed not in feeds):
+                    back.append(item)
+                    continue
+                if not current or not item.settleable:
                     continue
                 if isinstance(item, Fed):
-                    if not item.feed.active or item.feed not in feeds:
-                        back.append(item)
-                        continue
                     item.feed.waiting += 1
                     if item.message is None:
                         self._skips += 1
                 kept.append(item)
-            self._queue.extendleft(reversed(kept))
-            self._cv.notify_all()
-        nack_all(back)
+            if kept:
+                self._queue.extendleft(reversed(kept))
+                self._cv.notify_all()
+        give_back_fed(back)
 
     def held(self, limit: int) -> list[Received]:
         """The first ``limit`` buffered messages, oldest first, as GetMessages would hand

@@ -67,16 +67,18 @@ class Feed(Generic[M]):
         self.waiting = 0
         #: its kept copies still on their way through the inbox (``PullBuffer.expect``)
         self.kept = 0
-        #: a ``PullReader``'s suspended feed: keeps in the pull point what an answer
-        #: handed out before the suspension gives back (None: back to the feed; core's
-        #: buffer does not use it: what it gives back of such a feed is nacked to it)
+        #: a suspended feed: keeps in the pull point what an answer handed out before
+        #: the suspension gives back (None: back to the feed).  A ``PullReader`` sets it
+        #: at every suspension that drains here, a ``PullBuffer`` only when the feed is
+        #: removed (``core.pull_feeds``)
         self.late: Callable[[list[Fed[M]]], None] | None = None
 
 
 def give_back_fed(items: Sequence[Received]) -> None:
-    """An answer not sent (``PullReader``): its messages back to their sources, newest
-    first; those of a feed suspended since it was handed out are kept in the pull point
-    through the feed's ``late`` (as the suspension kept what reached it), in order."""
+    """An answer not sent (``PullReader``; ``PullBuffer`` for the messages of feeds no
+    longer read): its messages back to their sources, newest first; those of a feed
+    suspended since it was handed out are kept in the pull point through the feed's
+    ``late`` (as the suspension kept what reached it), in order."""
     late: dict[int, tuple[Callable[[list[Fed[object]]], None], list[Fed[object]]]] = {}
     rest: list[Received] = []
     for item in items:

@@ -33,8 +33,9 @@ What a pull point fed this way guarantees, as before:
   subscription is deleted (unless the pull point itself is being destroyed).  Should that
   publish fail, the messages stay in the subscription and come after the resume.  An
   answer being sent that took from the feed before, and is then not sent, gives those
-  messages the same way with native pull (``_suspend``'s ``keep_late``), after what the
-  pause kept; the buffer nacks them to the subscription.
+  messages the same way (``_suspend``'s ``keep_late``), after what the pause or end
+  kept; the buffer only at an end: at a pause, stopping the feed's handle gave them back
+  to the subscription, which hands them out again after the resume, in order.
 * Limits: the subscription's QueueLimits apply to its durable subscription as before, the
   pull point's to its inbox; the buffer holds at most ``get_messages_cap`` messages per
   feed.
@@ -261,14 +262,14 @@ class PullFeeds:
         drain: bool,
         remove: bool = False,
     ) -> list[Fed[object]]:
-        """Stop (``remove``: forget) the feed; what reached the pull point, to keep.  With
-        native pull, what an answer handed out before gives back later is kept too."""
+        """Stop (``remove``: forget) the feed; what reached the pull point, to keep.  What
+        an answer handed out before gives back later is kept too: with native pull when
+        it drains here; with the buffer when the feed is removed (the buffer holds what it
+        handed out whoever ended the subscription; at a pause, stopping the feed's handle
+        gave it back to the subscription, which hands it out again after the resume)."""
         name = state.record.id
-        if isinstance(reader, PullBuffer):
-            if remove:
-                return reader.remove_feed(name, drain=drain)
-            return reader.suspend_feed(name, drain=drain)
-        late = partial(self._keep, state, reader) if drain else None
+        keep = remove if isinstance(reader, PullBuffer) else drain
+        late = partial(self._keep, state, reader) if keep else None
         if remove:
             return reader.remove_feed(name, drain=drain, keep_late=late)
         return reader.suspend_feed(name, drain=drain, keep_late=late)

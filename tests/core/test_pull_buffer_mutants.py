@@ -439,3 +439,47 @@ def test_a_given_back_message_of_a_suspended_feed_goes_back_to_its_subscription(
     settlement.give_back()
     assert journal == [("nack", 3, True)]
     assert buf.buffered() == 0
+
+
+def test_a_given_back_message_of_a_removed_feed_is_kept_in_the_pull_point_in_order() -> None:
+    """Its subscription is being deleted: a nack into it would lose the messages."""
+    buf, handle, journal = started()
+    feed = Handle("f")
+    buf.add_feed("s1", feed, keep_odd, active=True)
+    handle.push(Msg(1, journal))
+    feed.push(Msg(3, journal), Msg(4, journal), Msg(5, journal))
+    _, settlement = buf.hand_out(3)
+    kept: list[list[int]] = []
+    assert buf.remove_feed("s1", keep_late=lambda late: kept.append(ns(late))) == []
+    settlement.give_back()
+    assert kept == [[3, 4, 5]]  # the filtered one too: settled in its place by the keeper
+    assert journal == []
+    assert ns(buf.take(5)) == [1]
+
+
+def test_a_removed_feeds_given_back_messages_are_kept_after_a_stop_too() -> None:
+    buf, _, journal = started()
+    feed = Handle("f")
+    buf.add_feed("s1", feed, keep_odd, active=True)
+    feed.push(Msg(3, journal))
+    _, settlement = buf.hand_out(1)
+    kept: list[list[int]] = []
+    buf.remove_feed("s1", keep_late=lambda late: kept.append(ns(late)))
+    buf.stop()
+    buf.start()
+    settlement.give_back()
+    assert kept == [[3]] and journal == []
+
+
+def test_a_feed_resumed_before_the_give_back_takes_its_messages_back_first() -> None:
+    buf, _, journal = started()
+    feed = Handle("f")
+    buf.add_feed("s1", feed, keep_odd, active=True)
+    feed.push(Msg(3, journal))
+    _, settlement = buf.hand_out(1)
+    kept: list[list[int]] = []
+    buf.suspend_feed("s1", keep_late=lambda late: kept.append(ns(late)))
+    buf.resume_feed("s1")
+    settlement.give_back()  # read here again: first in the buffer again
+    assert kept == [] and journal == []
+    assert ns(buf.take(5)) == [3]

@@ -18,6 +18,8 @@ from wsnmom.core.model import CreatePullPointRequest, ExpressionSource
 from wsnmom.core.pull_buffer import PullBuffer
 from wsnmom.core.service import BrokerService
 
+from tests.support.pull_answers import payloads as answer_payloads
+from tests.support.pull_answers import start_get_messages, wsgi_app
 from tests.support.waiting import wait_until
 
 from .conftest import Broker, note, simple, sub_req
@@ -175,6 +177,56 @@ def test_unsubscribe_keeps_what_reached_the_pull_point(log_broker: Broker) -> No
     got = until_sentinel(service, pp.id, witness)
     assert of(got, mine) == [b"<m>0</m>"]
     assert of(got, witness) == [b"<m>1</m>", SENTINEL]
+
+
+def test_an_answer_not_sent_after_unsubscribe_comes_again_from_the_inbox(
+    log_broker: Broker,
+) -> None:
+    """The answer took the feed's messages, the subscription ended while it was being
+    sent, then it was not sent: its messages are kept in the pull point (the inbox, in
+    order, with the subscription's reference), not given back into the deleted
+    subscription."""
+    service = log_broker.service
+    assert service is not None
+    pp = service.create_pull_point(CreatePullPointRequest())
+    sub = service.subscribe(sub_req(service.pull_point_address(pp.id), topic=simple("t:c")))
+    service.notify([note(f"<m>{i}</m>", simple("t:c")) for i in range(3)])
+    wait_buffered(service, pp.id, 3)
+    app = wsgi_app(service)
+    status, body = start_get_messages(app, pp.id)
+    assert status.startswith("200")
+    assert answer_payloads(next(iter(body))) == ["0", "1", "2"]  # made, write pending
+    mine = service.subscription_address(sub.id)
+    service.unsubscribe(sub.id)
+    body.close()  # never written: given back
+    got = drain(service, pp.id, 3, timeout=15)
+    assert of(got, mine) == [b"<m>0</m>", b"<m>1</m>", b"<m>2</m>"]
+    # once: a Notify into the pull point's inbox behind the kept copies is the barrier
+    service.notify_pull_point(pp.id, [note("<sentinel/>")])
+    assert payloads(drain(service, pp.id, 1)) == [SENTINEL]
+
+
+def test_an_answer_not_sent_after_a_pause_comes_again_once_after_the_resume(
+    log_broker: Broker,
+) -> None:
+    """The pause stopped the feed's handle, which gave the answer's messages back to the
+    subscription: after the resume they come once, in order (no copy in the inbox)."""
+    service = log_broker.service
+    assert service is not None
+    pp = service.create_pull_point(CreatePullPointRequest())
+    sub = service.subscribe(sub_req(service.pull_point_address(pp.id), topic=simple("t:q")))
+    service.notify([note(f"<m>{i}</m>", simple("t:q")) for i in range(2)])
+    wait_buffered(service, pp.id, 2)
+    app = wsgi_app(service)
+    _, body = start_get_messages(app, pp.id)
+    assert answer_payloads(next(iter(body))) == ["0", "1"]
+    service.pause(sub.id)
+    body.close()  # never written: given back
+    service.resume(sub.id)
+    service.notify([note("<sentinel/>", simple("t:q"))])
+    mine = service.subscription_address(sub.id)
+    got = until_sentinel(service, pp.id, mine)
+    assert of(got, mine) == [b"<m>0</m>", b"<m>1</m>", SENTINEL]
 
 
 def test_filtered_messages_are_settled_and_never_handed_out(log_broker: Broker) -> None:

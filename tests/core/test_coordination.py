@@ -94,8 +94,10 @@ def test_the_leadership_is_one_sessions_lock(stores: tuple[Store, Store]) -> Non
     ca, cb = a.coordination("a"), b.coordination("b")
     assert ca.lead() is True
     assert cb.lead() is False
+    assert (ca.epoch(), cb.epoch()) == (1, None)  # each taking of the leadership: the next
     ca.leave()  # closes a's session: the lock goes once the server ended that session
     wait_until(cb.lead, 10, what="b taking the leadership a's closed session held")
+    assert (ca.epoch(), cb.epoch()) == (None, 2)
     cb.leave()
 
 
@@ -132,6 +134,7 @@ def test_a_single_instance_adapter_is_refused_next_to_a_live_instance(
 def test_one_instance_on_sqlite_leads_and_holds_every_shard() -> None:
     single = SingleInstance("only")
     assert single.lead() and not single.shared
+    assert single.epoch() == coordination.SINGLE_EPOCH
     assert sorted(single.heartbeat(SHARDS, LEASE).held) == list(range(SHARDS))
     assert single.changes(0) == (0, [])
     assert 0 <= shard_of("some-id", SHARDS) < SHARDS

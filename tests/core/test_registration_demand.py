@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from wsnmom.core import errors
+from wsnmom.core.coordination import SINGLE_EPOCH
 from wsnmom.core.model import EndpointReference, ExpressionSource, RegisterPublisherRequest
 from wsnmom.core.service import BrokerService
 from wsnmom.topic_mapping.namespaces import TopicSet
@@ -182,7 +183,7 @@ def test_a_new_leader_takes_the_publisher_subscription_its_predecessor_saved(
     sub = service.subscribe(sub_req(C, topic=simple("t:handover")))
     service.demand.reconcile()
     theirs = EndpointReference(P + "/subscriptions/predecessor")
-    assert service.store.save_registration_demand(reg.id, theirs, False)
+    assert service.store.save_registration_demand(reg.id, theirs, False, epoch=SINGLE_EPOCH)
     assert service.get_registration(reg.id).demand_subscription is None  # not followed
     leading.set()
     service.demand.reconcile()  # the first pass as leader (a background one waits for it)

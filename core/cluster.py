@@ -180,6 +180,11 @@ class ClusterMember:
         """Whether this instance runs the cluster's periodic work."""
         return self._leader
 
+    def leader_epoch(self) -> int | None:
+        """The epoch of the leadership this instance holds (the fencing token of its
+        writes as the leader), None when it does not lead."""
+        return self.coordination.epoch() if self._leader else None
+
     def held(self) -> dict[int, int]:
         """Shards held now, with their epochs."""
         return dict(self._held)

@@ -72,6 +72,7 @@ class ClusterParts:
             ctx.adapter.shared_by_instances(self.may_save)
             ctx.delivers = self.cluster.delivers
             ctx.leads = self.cluster.leads
+            ctx.leader_epoch = self.cluster.leader_epoch
             ctx.registry.loader = self.follower.load
 
     def may_save(self, name: str) -> bool:

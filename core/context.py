@@ -19,7 +19,7 @@ from wsnmom.core.adapter import Adapter, Overflow, QueueLimits
 from wsnmom.core.addresses import ResourceKind, broker_address, resource_address
 from wsnmom.core.availability import MiddlewareGate, data_paths
 from wsnmom.core.config import FilterSettings, Settings
-from wsnmom.core.coordination import instance_id
+from wsnmom.core.coordination import SINGLE_EPOCH, instance_id
 from wsnmom.core.dead_letters import DeadLetters
 from wsnmom.core.delivery import DeliveryEngine
 from wsnmom.core.disk import DiskWatch
@@ -64,6 +64,10 @@ def _always(_: str) -> bool:
 
 def _yes() -> bool:
     return True
+
+
+def _single_epoch() -> int | None:
+    return SINGLE_EPOCH
 
 
 def _content_evaluator(f: FilterSettings) -> ContentEvaluator:
@@ -157,6 +161,9 @@ class BrokerContext:
         self.delivers: Callable[[str], bool] = _always
         #: whether this instance runs the periodic work (expiry, overflow ends, demand)
         self.leads: Callable[[], bool] = _yes
+        #: the epoch of the leadership this instance holds, None when it does not lead
+        #: (``core.cluster``): the fencing token of the leader's demand saves
+        self.leader_epoch: Callable[[], int | None] = _single_epoch
 
     def topic_dialect(self, chosen: str | None) -> str | None:
         """The Dialect of a Topic handed to a consumer: ``chosen`` (the subscriber's, or the

@@ -3,7 +3,8 @@
 A :class:`Coordination` is the store's side of a cluster: the change log other instances'
 writes leave (so each instance's in-memory resources follow the store), the instance
 table with heartbeats, shard leases with epochs (which instance delivers which push
-subscriptions), and the leadership that runs periodic work once.  The store gives it
+subscriptions), and the leadership that runs periodic work once, with its epoch (the
+fencing token of the leader's writes).  The store gives it
 (``Store.coordination``): :class:`SingleInstance` for a store only one instance opens
 (SQLite), where this instance leads and holds every shard at no cost; the PostgreSQL
 store gives ``core.coordination_postgres.PostgresCoordination``.
@@ -29,6 +30,7 @@ from wsnmom.core import errors
 __all__ = [
     "INSTANCE_HEADER",
     "NONCE_LIMIT",
+    "SINGLE_EPOCH",
     "Change",
     "Coordination",
     "InstanceInfo",
@@ -44,6 +46,8 @@ __all__ = [
 INSTANCE_HEADER = "WSNMOM-Instance"
 #: the most live nonces :class:`SingleInstance` remembers (beyond: "try again")
 NONCE_LIMIT = 65536
+#: the leadership epoch of an instance alone on its store (nobody can take it over)
+SINGLE_EPOCH = 1
 
 _PROCESS_ID: str | None = None
 
@@ -145,6 +149,14 @@ class Coordination(Protocol):
         """Whether this instance holds the leadership (taken when free)."""
         ...
 
+    def epoch(self) -> int | None:
+        """The epoch of the leadership this instance holds, None when it does not lead:
+        the fencing token of the leader's writes (each instance that takes the
+        leadership gets a higher one, and the store refuses a write made under an older
+        one, ``Store.save_registration_demand``).  No I/O: what the last :meth:`lead`
+        found."""
+        ...
+
     def instances(self) -> list[InstanceInfo]:
         """The instances on the store, newest heartbeat first."""
         ...
@@ -205,6 +217,9 @@ class SingleInstance:
 
     def lead(self) -> bool:
         return True
+
+    def epoch(self) -> int | None:
+        return SINGLE_EPOCH
 
     def instances(self) -> list[InstanceInfo]:
         return [InstanceInfo(self.instance_id, self._address, self._version, 0.0)]

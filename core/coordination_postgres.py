@@ -30,6 +30,12 @@
   so does the lock.  One connection each, because psycopg holds a connection's lock for
   the whole of a wait for notifications: on a shared one, taking the leadership waited
   for the poll.
+* ``wsnmom_leadership`` (schema 9): one row, the leadership's epoch.  An instance that
+  takes the lock bumps it on the lock's connection before it acts as the leader; the
+  leader's writes of demand-based registrations carry the epoch they were begun under and
+  are made only while it is still the row's (``PostgresStore.save_registration_demand``),
+  so a leader deposed while a call to a publisher was in flight (its lock's connection
+  ended) cannot overwrite what its successor saved.
 """
 
 from __future__ import annotations
@@ -79,6 +85,8 @@ class PostgresCoordination:
         self._listening: Any = None
         self._leading: Any = None
         self._leader = False
+        #: the leadership's epoch this instance took it with (None: it does not lead)
+        self._epoch: int | None = None
         self._seen: set[int] = set()
         self._seeded = False
         self._address = ""
@@ -109,6 +117,7 @@ class PostgresCoordination:
         if self._leader:
             log.warning("instance %s lost the leadership (store connection lost)", self.instance_id)
         self._leader = False
+        self._epoch = None
         connection, self._leading = self._leading, None
         _close(connection)
 
@@ -137,14 +146,28 @@ class PostgresCoordination:
             if self._leading is None or self._leading.closed:
                 self._leading = self._connect("leader")
             row = self._leading.execute("SELECT pg_try_advisory_lock(%s)", (LEADER_LOCK,))
-            got = bool(row.fetchone()[0])
+            if not row.fetchone()[0]:
+                return False
+            # the next epoch, on the lock's connection: a write of a leader before, made
+            # under the old epoch, either committed before this (the first pass as leader
+            # reads it) or is refused after
+            bumped = self._leading.execute(
+                "UPDATE wsnmom_leadership SET epoch = epoch + 1, holder = %s RETURNING epoch",
+                (self.instance_id,),
+            ).fetchone()
         except psycopg.Error:
             self._drop_leading()
             return False
-        if got:
-            self._leader = True
-            log.info("instance %s took the leadership (periodic work)", self.instance_id)
-        return got
+        self._leader, self._epoch = True, int(bumped[0])
+        log.info(
+            "instance %s took the leadership (periodic work), epoch %d",
+            self.instance_id,
+            self._epoch,
+        )
+        return True
+
+    def epoch(self) -> int | None:
+        return self._epoch if self._leader else None
 
     # -- the change log -------------------------------------------------------------------
     def cursor(self) -> int:

@@ -20,7 +20,11 @@ Decisions (advertised in the policy document):
 * With several instances on one store only the leader calls publishers (Subscribe,
   Pause, Resume) and writes their subscriptions into the store; its first pass as leader
   reads them from the store first (``refresh``), since it may not have followed its
-  predecessor's last save.
+  predecessor's last save.  Each save carries the leadership epoch the pass began under,
+  and the store refuses it once another instance took the leadership (``Deposed``: the
+  leader was deposed while a call was in flight): the pass ends, a subscription it had
+  just made is unsubscribed (nobody else knows it), and this instance does no more
+  passes under that epoch.
 * Calls to publishers run on a background thread (``reconcile``) after every change and
   every ``interval`` seconds, so a slow or unreachable publisher never delays a
   Subscribe; failures are retried on the next pass.  Wake-ups are coalesced (at most one
@@ -35,10 +39,12 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from wsnmom.core.coordination import SINGLE_EPOCH
 from wsnmom.core.filters import expressions_overlap
 from wsnmom.core.model import EndpointReference, PublisherRegistration
 from wsnmom.core.periodic import PeriodicTask
 from wsnmom.core.ports import DeliveryFailed, OutboundSoap
+from wsnmom.core.store import Deposed
 from wsnmom.topic_mapping.model import TopicExpression
 
 log = logging.getLogger(__name__)
@@ -62,20 +68,23 @@ class DemandManager:
         broker_consumer: Callable[[], EndpointReference],
         entries: Callable[[], Sequence[DemandEntry]],
         active_filters: Callable[[], Sequence[TopicExpression | None]],
-        save: Callable[[PublisherRegistration], bool],
+        save: Callable[[PublisherRegistration, int], bool],
         timeout: float = 10.0,
         interval: float = 5.0,
         min_spacing: float = 0.1,
-        leads: Callable[[], bool] = lambda: True,
+        leadership: Callable[[], int | None] = lambda: SINGLE_EPOCH,
         refresh: Callable[[], None] = lambda: None,
     ) -> None:
         self.outbound = outbound
-        #: whether this instance reconciles (with several on one store, only the leader)
-        self._leads = leads
+        #: the epoch of the leadership this instance holds, None when it does not lead
+        #: (with several on one store, only the leader reconciles)
+        self._leadership = leadership
         #: brings the records' publisher subscriptions in line with the store, at the
         #: first pass as leader (the leader before may have saved one not followed here)
         self._refresh = refresh
         self._led = False
+        #: an epoch under which a save was refused: no more passes under it
+        self._deposed: int | None = None
         self._broker_consumer = broker_consumer
         self._entries = entries
         self._active_filters = active_filters
@@ -121,7 +130,8 @@ class DemandManager:
             retired, self._retired = self._retired, []
             for ref in retired:
                 self._unsubscribe(ref)
-            if not self._leads():
+            epoch = self._leadership()
+            if epoch is None or epoch == self._deposed:
                 self._led = False
                 return
             if not self._led:
@@ -135,12 +145,17 @@ class DemandManager:
             if not entries:
                 return
             filters = list(self._active_filters())
-            for entry in entries:
-                reg = entry.registration
-                if self.wanted(entry, filters):
-                    self._ensure_flowing(reg)
-                else:
-                    self._ensure_paused(reg)
+            try:
+                for entry in entries:
+                    reg = entry.registration
+                    if self.wanted(entry, filters):
+                        self._ensure_flowing(reg, epoch)
+                    else:
+                        self._ensure_paused(reg, epoch)
+            except Deposed:
+                # the next leader read the store when it took over: this instance's
+                # records are taken from the store again if it leads once more
+                self._deposed, self._led = epoch, False
 
     def release(self, reg: PublisherRegistration) -> None:
         """The registration is gone: unsubscribe at the publisher (in the background)."""
@@ -150,7 +165,7 @@ class DemandManager:
                 reg.demand_subscription = None
             self.wake()
 
-    def _ensure_flowing(self, reg: PublisherRegistration) -> None:
+    def _ensure_flowing(self, reg: PublisherRegistration, epoch: int) -> None:
         assert reg.publisher_reference is not None
         if reg.demand_subscription is not None and not reg.demand_paused:
             return
@@ -163,7 +178,7 @@ class DemandManager:
                 reg.demand_subscription = None
             else:
                 reg.demand_paused = False
-                self._save(reg)
+                self._save_under(reg, epoch)
                 return
         try:
             ref = self.outbound.subscribe(
@@ -178,18 +193,31 @@ class DemandManager:
                 reg.publisher_reference.address,
                 exc.reason,
             )
-            self._save(reg)
+            self._save_under(reg, epoch)
             return
         reg.demand_subscription = ref
         reg.demand_paused = False
-        if not self._save(reg):
+        try:
+            saved = self._save(reg, epoch)
+        except Deposed:
+            log.warning(
+                "demand: registration %s: save refused, this instance no longer leads "
+                "(epoch %d); unsubscribing the subscription it just made at %s",
+                reg.id,
+                epoch,
+                ref.address,
+            )
+            reg.demand_subscription = None
+            self._unsubscribe(ref)
+            raise
+        if not saved:
             # destroyed meanwhile, through another instance whose DestroyRegistration
             # knew no subscription at the publisher yet: nobody else will end this one
             log.info("registration %s is gone: unsubscribing at its publisher", reg.id)
             reg.demand_subscription = None
             self._unsubscribe(ref)
 
-    def _ensure_paused(self, reg: PublisherRegistration) -> None:
+    def _ensure_paused(self, reg: PublisherRegistration, epoch: int) -> None:
         if reg.demand_subscription is None or reg.demand_paused:
             return
         try:
@@ -201,7 +229,23 @@ class DemandManager:
             reg.demand_paused = False
         else:
             reg.demand_paused = True
-        self._save(reg)
+        self._save_under(reg, epoch)
+
+    def _save_under(self, reg: PublisherRegistration, epoch: int) -> None:
+        """Save a change of ``reg`` at its publisher other than a new subscription; a
+        refused save is logged and ends the pass.  The Pause or Resume it records was
+        made: until the next change of demand the publisher may disagree with what the
+        new leader read from the store (no call can be taken back)."""
+        try:
+            self._save(reg, epoch)
+        except Deposed:
+            log.warning(
+                "demand: registration %s: save refused, this instance no longer leads "
+                "(epoch %d); the publisher's subscription is left to the new leader",
+                reg.id,
+                epoch,
+            )
+            raise
 
     def _unsubscribe(self, ref: EndpointReference) -> None:
         try:

@@ -189,16 +189,20 @@ class Registrations:
             self._demand.release(stored)
         ctx.registry.update_gauges()
 
-    def save(self, reg: PublisherRegistration) -> bool:
-        """Store ``reg``'s subscription at its publisher (the demand manager changed it),
-        and nothing else of it: a termination time written through another instance
-        stays.  A registration gone from the store (destroyed through another instance
-        that this one has not followed yet) is not written back.  Whether it was stored."""
+    def save(self, reg: PublisherRegistration, epoch: int) -> bool:
+        """Store ``reg``'s subscription at its publisher (the demand manager changed it,
+        as the leader of ``epoch``), and nothing else of it: a termination time written
+        through another instance stays.  A registration gone from the store (destroyed
+        through another instance that this one has not followed yet) is not written
+        back.  Whether it was stored.
+
+        :raises core.store.Deposed: ``epoch`` is not the leadership's any more (nothing written)
+        """
         ctx = self._ctx
         if reg.id not in ctx.registry.registrations:
             return False
         return ctx.store.save_registration_demand(
-            reg.id, reg.demand_subscription, reg.demand_paused
+            reg.id, reg.demand_subscription, reg.demand_paused, epoch=epoch
         )
 
     def take_stored_demand(self) -> None:

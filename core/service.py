@@ -187,10 +187,10 @@ class BrokerService(OperatorCalls):
             broker_consumer=lambda: EndpointReference(ctx.broker_address),
             entries=lambda: self.registrations.demand_entries(),
             active_filters=self.subscriptions.active_topic_filters,
-            save=lambda reg: self.registrations.save(reg),
+            save=lambda reg, epoch: self.registrations.save(reg, epoch),
             timeout=timeout,
             interval=interval,
-            leads=lambda: ctx.leads(),
+            leadership=lambda: ctx.leader_epoch() if ctx.leads() else None,
             refresh=lambda: self.registrations.take_stored_demand(),
         )
 

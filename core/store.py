@@ -30,7 +30,7 @@ from wsnmom.core.model import (
 )
 from wsnmom.topic_mapping.model import Topic
 
-__all__ = ["IntentGone", "Store", "StoreError", "StoreUnavailable"]
+__all__ = ["Deposed", "IntentGone", "Store", "StoreError", "StoreUnavailable"]
 
 
 class StoreError(Exception):
@@ -48,6 +48,15 @@ class StoreUnavailable(StoreError, errors.ResourceUnavailable):
         errors.ResourceUnavailable.__init__(
             self, f"the store is not reachable: {description}", retry_after=self.RETRY_AFTER
         )
+
+
+class Deposed(StoreError):
+    """A leader's write refused: the leadership epoch it was begun under is not the
+    store's any more (another instance took the leadership since)."""
+
+    def __init__(self, epoch: int) -> None:
+        super().__init__(f"the leadership epoch {epoch} is not the store's any more")
+        self.epoch = epoch
 
 
 class IntentGone(StoreError):
@@ -154,11 +163,16 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     def save_registration_demand(
-        self, reg_id: str, subscription: EndpointReference | None, paused: bool
+        self, reg_id: str, subscription: EndpointReference | None, paused: bool, *, epoch: int
     ) -> bool:
         """Write the registration's subscription at its publisher and whether it is
         paused, and nothing else (a termination time another instance wrote stays).
-        False (nothing written, nothing made again) when it is gone."""
+        False (nothing written, nothing made again) when it is gone.  The leader writes
+        this, under the leadership ``epoch`` it held when it began
+        (``Coordination.epoch``): a store several instances share writes it only while
+        that epoch is still the leadership's, in the same statement, and raises
+        :class:`Deposed` (nothing written) otherwise; a store one instance opens has one
+        leader, and writes it."""
 
     @abc.abstractmethod
     def delete_registration(self, reg_id: str) -> PublisherRegistration | None:

@@ -31,7 +31,7 @@ from wsnmom.core.model import (
     PullPoint,
     Subscription,
 )
-from wsnmom.core.store import IntentGone, Store, StoreError
+from wsnmom.core.store import Deposed, IntentGone, Store, StoreError
 from wsnmom.core.store_documents import (
     message_from_json,
     message_to_json,
@@ -244,14 +244,23 @@ class PostgresStore(PostgresConnections, Store):
         )
 
     def save_registration_demand(
-        self, reg_id: str, subscription: EndpointReference | None, paused: bool
+        self, reg_id: str, subscription: EndpointReference | None, paused: bool, *, epoch: int
     ) -> bool:
-        # jsonb || jsonb replaces the part's keys and keeps the others, in one statement
+        # jsonb || jsonb replaces the part's keys and keeps the others; the fence is the
+        # leadership row, locked FOR SHARE while the write commits: a new leader's bump of
+        # the epoch waits for it (and then reads it), or came first and refuses it
         part = self._jsonb(registration_demand_to_json(subscription, paused))
-        return (
-            self._count("UPDATE registrations SET data = data || %s WHERE id = %s", (part, reg_id))
-            > 0
+        rows = self._rows(
+            "WITH fence AS (SELECT epoch FROM wsnmom_leadership WHERE epoch = %s FOR SHARE), "
+            "saved AS (UPDATE registrations SET data = data || %s "
+            "WHERE id = %s AND EXISTS (SELECT 1 FROM fence) RETURNING 1) "
+            "SELECT (SELECT count(*) FROM fence), (SELECT count(*) FROM saved)",
+            (epoch, part, reg_id),
         )
+        fenced, saved = rows[0]
+        if not fenced:
+            raise Deposed(epoch)
+        return bool(saved)
 
     def delete_registration(self, reg_id: str) -> PublisherRegistration | None:
         rows = self._rows("DELETE FROM registrations WHERE id = %s RETURNING data", (reg_id,))

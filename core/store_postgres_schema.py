@@ -91,5 +91,14 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         """CREATE TABLE wsnmom_intents (
             name TEXT PRIMARY KEY, at TIMESTAMPTZ NOT NULL DEFAULT clock_timestamp())""",
     ),
+    # the leadership's epoch (its fencing token): bumped by each instance that takes the
+    # leadership; the leader's writes of demand-based registrations are made only while
+    # the epoch they were begun under is still this one (``core.coordination_postgres``)
+    9: (
+        """CREATE TABLE wsnmom_leadership (
+            only_row BOOLEAN PRIMARY KEY DEFAULT true CHECK (only_row),
+            epoch BIGINT NOT NULL, holder TEXT)""",
+        "INSERT INTO wsnmom_leadership (only_row, epoch) VALUES (true, 0)",
+    ),
 }
 SCHEMA_VERSION = max(MIGRATIONS)

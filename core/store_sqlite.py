@@ -311,8 +311,9 @@ class SqliteStore(Store):
         )
 
     def save_registration_demand(
-        self, reg_id: str, subscription: EndpointReference | None, paused: bool
+        self, reg_id: str, subscription: EndpointReference | None, paused: bool, *, epoch: int
     ) -> bool:
+        # one instance opens the file: it leads, under the one epoch there is
         return self._patch_registration(reg_id, registration_demand_to_json(subscription, paused))
 
     def _patch_registration(self, reg_id: str, part: dict[str, Any], **columns: Any) -> bool:

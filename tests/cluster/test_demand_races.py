@@ -12,7 +12,10 @@ before that instance followed the leader's last save of its subscription at the 
 * a change the leader follows while its Subscribe at the publisher waits for the answer
   does not make it forget that subscription once it has the answer;
 * a registration whose termination time was set later through the other instance is
-  not destroyed by the leader's sweep at the time the leader knew.
+  not destroyed by the leader's sweep at the time the leader knew;
+* a leader deposed while its Subscribe at the publisher waits for the answer does not
+  save that subscription (its leadership epoch is not the store's any more): it
+  unsubscribes it, and the store keeps the new leader's.
 
 The cluster polls its change log every 30 s, and each test replaces the store's trigger
 function by one that sends no NOTIFY (``SILENT``) while the leader saves: the instance
@@ -25,17 +28,20 @@ second publisher's Subscribe by the leader once it followed the change.
 from __future__ import annotations
 
 import contextlib
+import os
+import signal
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 import psycopg
 import pytest
 import requests
 
 from tests.cluster.conftest import Cluster
-from tests.cluster.test_periodic_once import SILENT, HeldPublisher, leader_and_follower
+from tests.cluster.test_operate import status
+from tests.cluster.test_periodic_once import HeldPublisher, leader_and_follower, silenced
 from tests.fixtures.server import ConsumerServer
 from tests.support.waiting import wait_until
 from wsnmom.client.model import EndpointReference
@@ -50,6 +56,9 @@ SETTINGS = {
     "WSNMOM_CLUSTER__SHARDS": "1",
     "WSNMOM_CLUSTER__POLL": "30",
     "WSNMOM_TERMINATION__SWEEP_INTERVAL": "0.2",
+    # a Subscribe the publisher holds while its caller is stopped and deposed is still
+    # answered within the call's timeout
+    "WSNMOM_RETRY__TIMEOUT": "30",
 }
 #: seconds a registration lives that the leader's sweep is to see expire: the time the
 #: other instance has to set a later one (two requests) before the sweep comes
@@ -73,22 +82,6 @@ def live(publisher: ConsumerServer, path: str) -> int:
         for n, p in enumerate(made, 1)
         if p == path and f"/publisher-subscriptions/{n}" not in ended
     )
-
-
-@contextlib.contextmanager
-def silenced(c: Cluster) -> Iterator[None]:
-    """The store's writes logged without a NOTIFY while inside (the trigger function put
-    back after)."""
-    with psycopg.connect(c.store_url, autocommit=True) as store:
-        original = store.execute(
-            "SELECT pg_get_functiondef('wsnmom_note_change'::regproc)"
-        ).fetchone()
-        assert original is not None
-        store.execute(SILENT)
-        try:
-            yield
-        finally:
-            store.execute(original[0])
 
 
 def stored(c: Cluster, registration_id: str) -> dict[str, Any] | None:
@@ -167,6 +160,46 @@ def sentinel(c: Cluster, via: Gateway, publisher: ConsumerServer, path: str, wan
     return registration
 
 
+class Demanded(NamedTuple):
+    """A demand-based registration the leader subscribed for at its publisher."""
+
+    leader: Gateway
+    follower: Gateway
+    topic: str
+    registration: Any
+    #: the subscription at the broker that makes the demand
+    demand: Any
+    #: the leader's subscription at the publisher, as the store holds it
+    saved: Any
+
+
+def demanded(
+    c: Cluster, consumer: ConsumerServer, publisher: ConsumerServer, name: str, *, silent: bool
+) -> Demanded:
+    """A demand-based registration of ``publisher`` at ``/name`` made through the leader
+    and followed by the other instance, then demand for it (a subscription to its topic);
+    returns once the leader saved its subscription at the publisher (``silent``: a save
+    the other instance has not followed, its NOTIFY silenced)."""
+    leader, follower = leader_and_follower(c)
+    wanted = topic(name)
+    registration = c.client(leader).register_publisher(
+        publisher.address(f"/{name}"), [wanted], demand=True
+    )
+    wait_until(
+        lambda: registration.id in admin_registrations(follower),
+        20,
+        what="the other instance following the registration",
+    )
+    with silenced(c) if silent else contextlib.nullcontext():
+        sub = c.client(leader).subscribe(consumer.address(f"/{name}-demand"), wanted)
+        saved = wait_until(
+            lambda: (stored(c, registration.id) or {}).get("demand_subscription"),
+            20,
+            what="the leader's save of its subscription at the publisher",
+        )
+    return Demanded(leader, follower, wanted, registration, sub, saved)
+
+
 def test_a_destroy_through_an_instance_behind_the_leader_unsubscribes_at_the_publisher(
     shared_cluster: Callable[..., Cluster], consumer: ConsumerServer, publisher: ConsumerServer
 ) -> None:
@@ -175,23 +208,10 @@ def test_a_destroy_through_an_instance_behind_the_leader_unsubscribes_at_the_pub
     the record.  Before, it knew none and sent nothing, and the leader dropped its copy
     when it followed: the publisher sent to the broker for good."""
     c = shared_cluster(2, **SETTINGS)
-    leader, follower = leader_and_follower(c)
-    wanted = topic("destroyed")
-    registration = c.client(leader).register_publisher(
-        publisher.address("/destroyed"), [wanted], demand=True
-    )
-    wait_until(
-        lambda: registration.id in admin_registrations(follower),
-        20,
-        what="the other instance following the registration",
+    leader, follower, wanted, registration, sub, _ = demanded(
+        c, consumer, publisher, "destroyed", silent=True
     )
     with silenced(c):
-        sub = c.client(leader).subscribe(consumer.address("/destroyed-demand"), wanted)
-        wait_until(
-            lambda: (stored(c, registration.id) or {}).get("demand_subscription"),
-            20,
-            what="the leader's save of its subscription at the publisher",
-        )
         c.client(follower).destroy_registration(
             EndpointReference(c.via(follower, registration.reference.address))
         )
@@ -217,23 +237,9 @@ def test_a_set_termination_time_through_an_instance_behind_the_leader_keeps_its_
     was written back, the leader forgot its reference and subscribed again: one
     subscription was left at the publisher."""
     c = shared_cluster(2, **SETTINGS)
-    leader, follower = leader_and_follower(c)
-    wanted = topic("renewed")
-    registration = c.client(leader).register_publisher(
-        publisher.address("/renewed"), [wanted], demand=True
+    leader, follower, wanted, registration, sub, saved = demanded(
+        c, consumer, publisher, "renewed", silent=True
     )
-    wait_until(
-        lambda: registration.id in admin_registrations(follower),
-        20,
-        what="the other instance following the registration",
-    )
-    with silenced(c):
-        sub = c.client(leader).subscribe(consumer.address("/renewed-demand"), wanted)
-        saved = wait_until(
-            lambda: (stored(c, registration.id) or {}).get("demand_subscription"),
-            20,
-            what="the leader's save of its subscription at the publisher",
-        )
     # the NOTIFY is back: the leader follows the write of the other instance at once
     when = later(5)
     set_termination_time(c, follower, registration.reference.address, when)
@@ -264,16 +270,8 @@ def test_the_leader_s_demand_save_keeps_a_termination_time_set_through_the_other
     and saves that: the new termination time stays in the store.  Before, the leader
     wrote its whole record back, with the old termination time."""
     c = shared_cluster(2, **SETTINGS)
-    leader, follower = leader_and_follower(c)
-    wanted = topic("paused")
-    registration = c.client(leader).register_publisher(
-        publisher.address("/paused"), [wanted], demand=True
-    )
-    sub = c.client(leader).subscribe(consumer.address("/paused-demand"), wanted)
-    wait_until(
-        lambda: (stored(c, registration.id) or {}).get("demand_subscription"),
-        20,
-        what="the leader's save of its subscription at the publisher",
+    leader, follower, _, registration, sub, _ = demanded(
+        c, consumer, publisher, "paused", silent=False
     )
     when = later(6)
     with silenced(c):
@@ -333,6 +331,89 @@ def test_a_change_followed_while_the_leader_subscribes_at_the_publisher_is_not_f
                 EndpointReference(c.via(leader, gone.reference.address))
             )
         wait_until(lambda: live(publisher, "/held") == 0, 20, what="the last Unsubscribe")
+    finally:
+        publisher.answer.set()
+        publisher.close()
+
+
+def test_a_leader_deposed_while_it_subscribes_at_the_publisher_does_not_save_its_subscription(
+    shared_cluster: Callable[..., Cluster], consumer: ConsumerServer
+) -> None:
+    """The publisher holds its answer to the leader's Subscribe; meanwhile the leader is
+    stopped (SIGSTOP) and its leadership's store connection ended, the other instance
+    takes the leadership, subscribes and saves its own subscription at the publisher.
+    Then the deposed leader is continued and gets its answer: its save is refused (its
+    leadership epoch is no longer the store's) and it unsubscribes what it made, so one
+    subscription stays at the publisher and the store names it.  Before, the deposed
+    leader's save overwrote the new leader's reference: two stayed, one of them known
+    to nobody."""
+    c = shared_cluster(2, **SETTINGS)
+    leader, follower = leader_and_follower(c)
+    deposed = c.instance_of(leader)
+    wanted = topic("deposed")
+    publisher = HeldPublisher(caller=deposed)
+    assert leader.process is not None
+    pid = leader.process.pid
+    try:
+        registration = c.client(leader).register_publisher(
+            publisher.address("/deposed"), [wanted], demand=True
+        )
+        wait_until(
+            lambda: registration.id in admin_registrations(follower),
+            20,
+            what="the other instance following the registration",
+        )
+        sub = c.client(follower).subscribe(consumer.address("/deposed-demand"), wanted)
+        wait_until(lambda: publisher.calls, 20, what="the leader's Subscribe at the publisher")
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            with psycopg.connect(c.store_url, autocommit=True) as store:
+                ended = store.execute(
+                    "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) "
+                    "FROM pg_stat_activity WHERE application_name = %s",
+                    (f"{deposed}/leader",),
+                ).fetchone()
+            assert ended == (1,)
+            wait_until(lambda: status(follower)["leader"], 20, what="the other instance leading")
+            ours = wait_until(
+                lambda: (stored(c, registration.id) or {}).get("demand_subscription"),
+                20,
+                what="the new leader's save of its subscription at the publisher",
+            )
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        publisher.answer.set()
+        wait_until(
+            lambda: ("Subscribe", "/deposed") in publisher.control[1:],
+            20,
+            what="the answer to the deposed leader's Subscribe",
+        )
+        wait_until(
+            lambda: ("Unsubscribe", "/publisher-subscriptions/2") in publisher.control,
+            20,
+            what=f"the deposed leader's Unsubscribe; the publisher had {publisher.control}, "
+            f"the store {stored(c, registration.id)}",
+        )
+        wait_until(
+            lambda: not status(leader)["leader"], 20, what="the deposed instance not leading"
+        )
+        other = sentinel(c, leader, publisher, "/deposed-sentinel", wanted)
+        assert live(publisher, "/deposed") == 1, publisher.control
+        made = [p for op, p in publisher.control if op == "Subscribe"]
+        assert made[:2] == ["/deposed", "/deposed"], publisher.control
+        # the first answered is the new leader's; the deposed leader's (the second) ended
+        assert ours["address"] == publisher.address("/publisher-subscriptions/1"), ours
+        after = stored(c, registration.id)
+        assert after is not None and after["demand_subscription"] == ours, after
+        refused = f"demand: registration {registration.id}: save refused"
+        assert leader.log_path.read_text().count(refused) == 1
+        wf = c.client(follower)
+        wf.subscription(EndpointReference(c.via(follower, sub.address))).unsubscribe()
+        for gone in (registration, other):
+            c.client(follower).destroy_registration(
+                EndpointReference(c.via(follower, gone.reference.address))
+            )
+        wait_until(lambda: live(publisher, "/deposed") == 0, 20, what="the last Unsubscribe")
     finally:
         publisher.answer.set()
         publisher.close()

@@ -21,9 +21,10 @@ it back): on each middleware they share one cluster of two instances on one shar
 from __future__ import annotations
 
 import collections
+import contextlib
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 
 import psycopg
@@ -238,15 +239,18 @@ def test_a_demand_based_publisher_is_called_once_per_change_by_the_leader_only(
 
 
 class HeldPublisher(Publisher):
-    """A publisher that holds its answer to each Subscribe until :attr:`answer` is set."""
+    """A publisher that holds its answer to each Subscribe until :attr:`answer` is set
+    (``caller``: only to the Subscribes of that instance)."""
 
-    def __init__(self) -> None:
+    def __init__(self, caller: str | None = None) -> None:
         self.answer = threading.Event()
+        self._caller = caller
         super().__init__()
 
     def _handle(self, handler, data: bytes) -> None:  # type: ignore[no-untyped-def]
-        if b"Subscribe>" in data and b"Unsubscribe" not in data:
-            self.calls.append(("Subscribe (held)", handler.path, ""))
+        caller = handler.headers.get(INSTANCE, "")
+        if b"Subscribe>" in data and b"Unsubscribe" not in data and self._caller in (None, caller):
+            self.calls.append(("Subscribe (held)", handler.path, caller if self._caller else ""))
             self.answer.wait(30)
         super()._handle(handler, data)
 
@@ -315,6 +319,22 @@ BEGIN
 END $$"""
 
 
+@contextlib.contextmanager
+def silenced(c: Cluster) -> Iterator[None]:
+    """The store's writes logged without a NOTIFY while inside (the trigger function put
+    back after)."""
+    with psycopg.connect(c.store_url, autocommit=True) as store:
+        original = store.execute(
+            "SELECT pg_get_functiondef('wsnmom_note_change'::regproc)"
+        ).fetchone()
+        assert original is not None
+        store.execute(SILENT)
+        try:
+            yield
+        finally:
+            store.execute(original[0])
+
+
 @pytest.mark.rabbitmq
 def test_with_every_notify_lost_polling_alone_brings_a_change_within_1_s(
     shared_cluster: Callable[..., Cluster], consumer: ConsumerServer
@@ -336,49 +356,41 @@ def test_with_every_notify_lost_polling_alone_brings_a_change_within_1_s(
     )
     deliverer, other = (a, b) if first[0].headers[INSTANCE] == c.instance_of(a) else (b, a)
     wo = c.client(other)
-    with psycopg.connect(c.store_url, autocommit=True) as store:
-        original = store.execute(
-            "SELECT pg_get_functiondef('wsnmom_note_change'::regproc)"
-        ).fetchone()
-        assert original is not None
-        store.execute(SILENT)
-        try:
-            took: list[float] = []
-            for i in range(3):
-                gone = wa.subscribe(consumer.address(f"/polled-gone{i}"), bound)
-                held = wa.subscribe(consumer.address(f"/polled-held{i}"), bound)
-                for sub in (gone, held):
-                    wait_until(
-                        lambda s=sub: detail_of(deliverer, s.id) is not None,  # type: ignore[misc]
-                        10,
-                        what=f"the deliverer knowing {sub.id}",
-                    )
-                wo.subscription(EndpointReference(c.via(other, gone.address))).unsubscribe()
-                took.append(
-                    obeyed_after(
-                        time.monotonic(),
-                        lambda s=gone: detail_of(deliverer, s.id) is None,  # type: ignore[misc]
-                        f"round {i}: the deliverer forgetting the unsubscribed one",
-                    )
-                )
-                wo.subscription(EndpointReference(c.via(other, held.address))).pause()
-                took.append(
-                    obeyed_after(
-                        time.monotonic(),
-                        lambda s=held: delivering(deliverer, s.id) is False,  # type: ignore[misc]
-                        f"round {i}: the deliverer stopping the paused one",
-                    )
-                )
-                wo.notify(f'<n xmlns="urn:n">{i}</n>', bound)
+    with silenced(c):
+        took: list[float] = []
+        for i in range(3):
+            gone = wa.subscribe(consumer.address(f"/polled-gone{i}"), bound)
+            held = wa.subscribe(consumer.address(f"/polled-held{i}"), bound)
+            for sub in (gone, held):
                 wait_until(
-                    lambda i=i: str(i) in received(consumer, control.address),  # type: ignore[misc]
+                    lambda s=sub: detail_of(deliverer, s.id) is not None,  # type: ignore[misc]
                     10,
-                    what=f"the control subscription's copy of {i} (the sentinel)",
+                    what=f"the deliverer knowing {sub.id}",
                 )
-                assert str(i) not in received(consumer, gone.address)
-                assert str(i) not in received(consumer, held.address)
-                wa.subscription(EndpointReference(c.via(a, held.address))).unsubscribe()
-        finally:
-            store.execute(original[0])
+            wo.subscription(EndpointReference(c.via(other, gone.address))).unsubscribe()
+            took.append(
+                obeyed_after(
+                    time.monotonic(),
+                    lambda s=gone: detail_of(deliverer, s.id) is None,  # type: ignore[misc]
+                    f"round {i}: the deliverer forgetting the unsubscribed one",
+                )
+            )
+            wo.subscription(EndpointReference(c.via(other, held.address))).pause()
+            took.append(
+                obeyed_after(
+                    time.monotonic(),
+                    lambda s=held: delivering(deliverer, s.id) is False,  # type: ignore[misc]
+                    f"round {i}: the deliverer stopping the paused one",
+                )
+            )
+            wo.notify(f'<n xmlns="urn:n">{i}</n>', bound)
+            wait_until(
+                lambda i=i: str(i) in received(consumer, control.address),  # type: ignore[misc]
+                10,
+                what=f"the control subscription's copy of {i} (the sentinel)",
+            )
+            assert str(i) not in received(consumer, gone.address)
+            assert str(i) not in received(consumer, held.address)
+            wa.subscription(EndpointReference(c.via(a, held.address))).unsubscribe()
     assert max(took) <= FOLLOW, took
     wa.subscription(EndpointReference(c.via(a, control.address))).unsubscribe()

@@ -2,8 +2,10 @@
 directly with two instances' coordinations on one fresh database: the change log shows
 each instance what the other wrote (once, never its own writes), shards are shared fairly
 and handed back when an instance joins, a taken-over lease bumps its epoch, the
-leadership is one session's advisory lock, and a single-instance adapter is refused next
-to a live instance.  ``SingleInstance`` (SQLite) leads and holds every shard."""
+leadership is one session's advisory lock whose every taking bumps its epoch (and a
+leader's save in progress under the old epoch is ordered before the bump), and a
+single-instance adapter is refused next to a live instance.  ``SingleInstance`` (SQLite)
+leads and holds every shard."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 
 import pytest
 from wsnmom.core import coordination, errors
@@ -22,7 +25,8 @@ from wsnmom.core.coordination import (
     SingleInstance,
     shard_of,
 )
-from wsnmom.core.store import Store
+from wsnmom.core.model import EndpointReference, ExpressionSource, PublisherRegistration
+from wsnmom.core.store import Deposed, Store
 from wsnmom.core.store_url import open_store
 
 from tests.core.test_store_conformance import subscription
@@ -94,8 +98,10 @@ def test_the_leadership_is_one_sessions_lock(stores: tuple[Store, Store]) -> Non
     ca, cb = a.coordination("a"), b.coordination("b")
     assert ca.lead() is True
     assert cb.lead() is False
+    assert (ca.epoch(), cb.epoch()) == (1, None)  # each taking of the leadership: the next
     ca.leave()  # closes a's session: the lock goes once the server ended that session
     wait_until(cb.lead, 10, what="b taking the leadership a's closed session held")
+    assert (ca.epoch(), cb.epoch()) == (None, 2)
     cb.leave()
 
 
@@ -120,6 +126,78 @@ def test_a_leader_whose_connection_the_store_dropped_knows_it_at_its_next_lead(
     cb.leave()
 
 
+def waiting_for_a_lock(store: Store, application_name: str) -> bool:
+    """Whether the session named ``application_name`` waits for a lock now."""
+    with store.transaction() as conn:  # type: ignore[attr-defined]
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity "
+            "WHERE application_name = %s AND wait_event_type = 'Lock'",
+            (application_name,),
+        ).fetchone()
+    return bool(row[0])
+
+
+def test_a_new_leader_s_epoch_waits_for_a_save_in_progress_under_the_old_one(
+    stores: tuple[Store, Store], postgres_store_url: str
+) -> None:
+    """A's demand save has checked its epoch and waits (the registration's row is locked
+    elsewhere) when A is deposed and B takes the leadership: B's bump of the epoch waits
+    for that save, which is then written under the old epoch, and B, leading after it,
+    would read it (its first pass reads the store).  Without the fence's row lock B's bump
+    came first and the old epoch's save landed after it, unseen by B's first read."""
+    import psycopg
+
+    a, b = stores
+    registration = PublisherRegistration(
+        "r-fence",
+        datetime(2030, 1, 1, tzinfo=UTC),
+        None,
+        EndpointReference("http://127.0.0.1:9/p"),
+        (ExpressionSource("urn:dialect", "t:a", {"t": "urn:t"}),),
+        demand=True,
+    )
+    a.put_registration(registration)
+    ca, cb = a.coordination("a"), b.coordination("b")
+    assert ca.lead() and cb.lead() is False
+    epoch = ca.epoch()
+    assert epoch is not None
+    ours = EndpointReference("http://127.0.0.1:9/p/subscriptions/1")
+    saves: list[bool] = []
+    with psycopg.connect(postgres_store_url, application_name="holder") as holder:
+        holder.execute("SELECT 1 FROM registrations WHERE id = 'r-fence' FOR UPDATE")
+        saving = threading.Thread(
+            target=lambda: saves.append(
+                a.save_registration_demand("r-fence", ours, False, epoch=epoch)
+            )
+        )
+        saving.start()
+        # a's pool connection is named after its instance: a session of "a" waits
+        wait_until(lambda: waiting_for_a_lock(a, "a"), 10, what="a's save waiting for the row")
+        with b.transaction() as conn:  # type: ignore[attr-defined]
+            conn.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE application_name = 'a/leader'"
+            )
+        taking = threading.Thread(target=lambda: wait_until(cb.lead, 10, what="b leading"))
+        taking.start()
+        wait_until(
+            lambda: waiting_for_a_lock(b, "b/leader"),
+            10,
+            what="b's bump of the epoch waiting for a's save in progress",
+        )
+        holder.rollback()  # the row free: a's save goes on, then b's bump
+        saving.join(10)
+        taking.join(20)
+    assert saves == [True]
+    assert cb.epoch() == epoch + 1
+    stored = b.get_registration("r-fence")
+    assert stored is not None and stored.demand_subscription == ours
+    with pytest.raises(Deposed):
+        a.save_registration_demand("r-fence", None, False, epoch=epoch)
+    ca.leave()
+    cb.leave()
+
+
 def test_a_single_instance_adapter_is_refused_next_to_a_live_instance(
     stores: tuple[Store, Store],
 ) -> None:
@@ -132,6 +210,7 @@ def test_a_single_instance_adapter_is_refused_next_to_a_live_instance(
 def test_one_instance_on_sqlite_leads_and_holds_every_shard() -> None:
     single = SingleInstance("only")
     assert single.lead() and not single.shared
+    assert single.epoch() == coordination.SINGLE_EPOCH
     assert sorted(single.heartbeat(SHARDS, LEASE).held) == list(range(SHARDS))
     assert single.changes(0) == (0, [])
     assert 0 <= shard_of("some-id", SHARDS) < SHARDS

@@ -3,16 +3,22 @@ ServiceMix testDemandBasedPublisher, DEM-*), GetCurrentMessage."""
 
 from __future__ import annotations
 
+import logging
 import threading
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pytest
 from wsnmom.core import errors
+from wsnmom.core.coordination import SINGLE_EPOCH
 from wsnmom.core.model import EndpointReference, ExpressionSource, RegisterPublisherRequest
 from wsnmom.core.service import BrokerService
+from wsnmom.core.store_url import open_store
 from wsnmom.topic_mapping.namespaces import TopicSet
 
-from .conftest import NS, RecordingOutbound, full, note, simple, sub_req, wait_idle
+from tests.support.waiting import wait_until
+
+from .conftest import NS, Broker, RecordingOutbound, full, note, simple, sub_req, wait_idle
 
 P = "http://127.0.0.1:9/publisher"
 C = "http://127.0.0.1:9/consumer"
@@ -182,7 +188,7 @@ def test_a_new_leader_takes_the_publisher_subscription_its_predecessor_saved(
     sub = service.subscribe(sub_req(C, topic=simple("t:handover")))
     service.demand.reconcile()
     theirs = EndpointReference(P + "/subscriptions/predecessor")
-    assert service.store.save_registration_demand(reg.id, theirs, False)
+    assert service.store.save_registration_demand(reg.id, theirs, False, epoch=SINGLE_EPOCH)
     assert service.get_registration(reg.id).demand_subscription is None  # not followed
     leading.set()
     service.demand.reconcile()  # the first pass as leader (a background one waits for it)
@@ -190,3 +196,64 @@ def test_a_new_leader_takes_the_publisher_subscription_its_predecessor_saved(
     service.unsubscribe(sub.id)
     assert outbound.wait(lambda: ("pause", theirs.address) in outbound.events)
     assert outbound.events == [("pause", theirs.address)]
+
+
+class DeposingOutbound(RecordingOutbound):
+    """The recording publisher side; the first Subscribe runs :attr:`during_subscribe`
+    before it answers (the leader deposed while the call is in flight)."""
+
+    during_subscribe: Callable[[], None] | None = None
+
+    def subscribe(
+        self,
+        producer: EndpointReference,
+        consumer: EndpointReference,
+        topics: Sequence[ExpressionSource],
+        *,
+        timeout: float,
+    ) -> EndpointReference:
+        hook, self.during_subscribe = self.during_subscribe, None
+        if hook is not None:
+            hook()
+        return super().subscribe(producer, consumer, topics, timeout=timeout)
+
+
+def test_a_leader_deposed_during_its_subscribe_unsubscribes_it_and_saves_nothing(
+    postgres_store_url: str, make_broker: Callable[..., Broker], caplog: pytest.LogCaptureFixture
+) -> None:
+    """On a PostgreSQL store: while the leader's Subscribe at the publisher is in flight,
+    its lock's connection ends and another instance takes the leadership.  The leader's
+    save of the answer is refused (its epoch is not the store's any more): it logs one
+    line, unsubscribes what it made, writes nothing, and a pass after it calls no
+    publisher.  (The database is asked for first: the broker stops before it goes.)"""
+    soap = DeposingOutbound()
+    service = make_broker(store_url=postgres_store_url, soap=soap).service
+    assert service is not None and service.cluster.leads()
+    other = open_store(postgres_store_url, instance_id="successor")
+    successor = other.coordination("successor")
+
+    def depose() -> None:
+        with other.transaction() as conn:  # type: ignore[attr-defined]
+            conn.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE application_name = %s",
+                (f"{service.instance_id}/leader",),
+            )
+        wait_until(successor.lead, 10, what="the other instance taking the leadership")
+
+    soap.during_subscribe = depose
+    with caplog.at_level(logging.WARNING, logger="wsnmom.core.demand"):
+        reg = service.register_publisher(reg_req(topics=(simple("t:deposed"),), demand=True))
+        sub = service.subscribe(sub_req(C, topic=simple("t:deposed")))
+        service.demand.reconcile()
+        made = P + "/subscriptions/1"
+        assert soap.wait(lambda: ("unsubscribe", made) in soap.events)
+        service.demand.reconcile()  # under the refused epoch, or not leading: no call
+    assert soap.events == [("subscribe", made), ("unsubscribe", made)]
+    stored = other.get_registration(reg.id)
+    assert stored is not None and stored.demand_subscription is None
+    refused = [r for r in caplog.records if "save refused" in r.getMessage()]
+    assert len(refused) == 1 and reg.id in refused[0].getMessage(), refused
+    service.unsubscribe(sub.id)
+    successor.leave()
+    other.close()

@@ -24,7 +24,7 @@ from wsnmom.core.model import (
     SubscriptionState,
     WireVersion,
 )
-from wsnmom.core.store import IntentGone, Store, StoreError, StoreUnavailable
+from wsnmom.core.store import Deposed, IntentGone, Store, StoreError, StoreUnavailable
 from wsnmom.core.store_documents import subscription_from_json, subscription_to_json
 from wsnmom.core.store_sqlite import SqliteStore, SqliteTooOld
 from wsnmom.core.store_url import open_store
@@ -231,7 +231,20 @@ def test_registrations(store: Store) -> None:
     assert store.delete_registration("r1") is None
 
 
-def test_a_registration_s_termination_and_demand_are_written_apart(store: Store) -> None:
+@pytest.fixture
+def epoch(store: Store) -> Iterator[int]:
+    """The epoch of the leadership an instance took on ``store`` (it leads throughout)."""
+    leader = store.coordination("leader")
+    assert leader.lead()
+    held = leader.epoch()
+    assert held is not None
+    yield held
+    leader.leave()
+
+
+def test_a_registration_s_termination_and_demand_are_written_apart(
+    store: Store, epoch: int
+) -> None:
     """SetTerminationTime writes the termination time alone and the demand manager its
     publisher subscription alone (two instances each holding a copy of the other part
     older than the store's never write it back), and the deletion gives the record as
@@ -246,12 +259,12 @@ def test_a_registration_s_termination_and_demand_are_written_apart(store: Store)
     )
     store.put_registration(reg)
     at_publisher = EndpointReference("http://127.0.0.1:9/p/subscriptions/1", (b"<k/>",))
-    assert store.save_registration_demand("r2", at_publisher, False)
+    assert store.save_registration_demand("r2", at_publisher, False, epoch=epoch)
     later = NOW + timedelta(hours=2)
     assert store.renew_registration("r2", later)
     both = replace(reg, termination_time=later, demand_subscription=at_publisher)
     assert store.get_registration("r2") == both
-    assert store.save_registration_demand("r2", at_publisher, True)
+    assert store.save_registration_demand("r2", at_publisher, True, epoch=epoch)
     assert store.list_registrations() == [replace(both, demand_paused=True)]
     assert store.renew_registration("r2", None)
     assert store.get_registration("r2") == replace(both, demand_paused=True, termination_time=None)
@@ -260,8 +273,49 @@ def test_a_registration_s_termination_and_demand_are_written_apart(store: Store)
     )
     # gone: nothing is written, and nothing made again
     assert not store.renew_registration("r2", later)
-    assert not store.save_registration_demand("r2", None, False)
+    assert not store.save_registration_demand("r2", None, False, epoch=epoch)
     assert store.get_registration("r2") is None and store.list_registrations() == []
+
+
+def test_a_leader_s_demand_save_is_fenced_by_its_leadership_epoch(store: Store) -> None:
+    """The leader's write of a registration's publisher subscription carries the epoch of
+    the leadership it held when it began: written while that epoch is the leadership's.
+    On a store several instances share, once another instance took the leadership the
+    old epoch's write is refused (Deposed) and writes nothing, the new one's is written.
+    A store one instance opens has one leader, whose writes are made."""
+    reg = PublisherRegistration(
+        "r3",
+        NOW,
+        NOW + timedelta(minutes=5),
+        EndpointReference("http://127.0.0.1:9/p"),
+        (ExpressionSource("urn:dialect", "t:a", {"t": "urn:t"}),),
+        demand=True,
+    )
+    store.put_registration(reg)
+    first = store.coordination("a")
+    assert first.lead()
+    epoch = first.epoch()
+    assert epoch is not None
+    ours = EndpointReference("http://127.0.0.1:9/p/subscriptions/1")
+    assert store.save_registration_demand("r3", ours, False, epoch=epoch)
+    assert store.get_registration("r3") == replace(reg, demand_subscription=ours)
+    if not first.shared:
+        return  # one instance: nobody can take the leadership from it
+    first.leave()  # its lock's connection ends: the leadership is free
+    second = store.coordination("b")
+    wait_until(second.lead, 10, what="b taking the leadership")
+    newer = second.epoch()
+    assert newer is not None and newer > epoch
+    theirs = EndpointReference("http://127.0.0.1:9/p/subscriptions/2")
+    assert store.save_registration_demand("r3", theirs, False, epoch=newer)
+    with pytest.raises(Deposed):
+        store.save_registration_demand("r3", ours, True, epoch=epoch)
+    assert store.get_registration("r3") == replace(reg, demand_subscription=theirs)
+    assert store.delete_registration("r3") is not None
+    with pytest.raises(Deposed):  # the fence first: a deposed leader learns it either way
+        store.save_registration_demand("r3", ours, True, epoch=epoch)
+    assert not store.save_registration_demand("r3", theirs, True, epoch=newer)
+    second.leave()
 
 
 def test_current_messages_per_topic(store: Store) -> None:

@@ -408,13 +408,15 @@ class Adapter(abc.ABC):
         they are.  Default: nothing."""
         return None
 
-    def retire_departed(self, live: Collection[str]) -> list[str]:
-        """Cluster mode, on the instance that runs periodic work once: ``live`` are the
-        ids (``joined_as``) of the instances whose heartbeat is current, this one among
-        them.  Take back what the other instances kept for themselves on the middleware
-        (MQTT: a departed instance's dead-letter boxes, whose letters go to a live box and
-        which take no share of new ones afterwards), losing nothing; an instance that
-        comes back afterwards makes its own again.  Returns what was retired (names for
+    def retire_departed(self, live: Callable[[], Collection[str]]) -> list[str]:
+        """Cluster mode, on the instance that runs periodic work once: take back what
+        departed instances kept for themselves on the middleware (MQTT: their dead-letter
+        boxes, whose letters go to a live box and which take no share of new ones
+        afterwards), losing nothing; an instance that comes back afterwards makes its
+        own again.  ``live()`` answers the ids (``joined_as``) of the instances whose
+        heartbeat is current, this one among them; the adapter asks it *after* it read
+        what the instances kept, so an instance that joined after that read (it joins
+        before it makes anything) counts as live.  Returns what was retired (names for
         the log).  AdapterUnavailable when the middleware cannot be reached.  Default:
         nothing kept per instance, ``[]``."""
         return []

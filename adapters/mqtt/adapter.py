@@ -228,7 +228,7 @@ class MqttAdapter(Adapter):
         if cnode is not None:
             cnode.sessions.owner = instance_id
 
-    def retire_departed(self, live: Collection[str]) -> list[str]:
+    def retire_departed(self, live: Callable[[], Collection[str]]) -> list[str]:
         """Retire the dead-letter boxes of the instances not in ``live``
         (:mod:`.box_retire`): their letters are published again through the group, which
         this instance's own box of the destination reads (a box of a destination this

@@ -68,9 +68,12 @@ Republish = Callable[[list[OutboundMessage]], None]
 
 
 def retire_departed(
-    cnode: ClusterNode, boxes: Collection[ClusterHandle], live: Collection[str], timeout: float
+    cnode: ClusterNode,
+    boxes: Collection[ClusterHandle],
+    live: Callable[[], Collection[str]],
+    timeout: float,
 ) -> list[str]:
-    """``Adapter.retire_departed``: retire the boxes of the instances not in ``live``.
+    """``Adapter.retire_departed``: retire the boxes of the instances not in ``live()``.
     ``boxes``: this instance's subscription sessions; a departed box is retired only
     while this instance's own box of its destination is connected (the group then has a
     live member for the letters published again); otherwise it waits for a later call.
@@ -103,15 +106,17 @@ def retire_departed(
 
 
 def departed_boxes(
-    sessions: SubscriptionSessions, live: Collection[str], timeout: float
+    sessions: SubscriptionSessions, live: Callable[[], Collection[str]], timeout: float
 ) -> list[tuple[str, Record]]:
     """(client id, record) of every dead-letter box whose record names an owner that is
-    neither this instance nor one of ``live``.  A box whose record names no owner
-    (written by a version before owners, or by an instance never told its id) is never
-    taken for departed."""
+    neither this instance nor one of ``live()``, asked after the records were read: an
+    instance joins the cluster before it writes its boxes' records, so one that wrote a
+    record read here is in the answer.  A box whose record names no owner (written by a
+    version before owners, or by an instance never told its id) is never taken for
+    departed."""
     head = sessions.mapping.record_head
     found = retained_under(sessions.settings, sessions.instance_id, head + "+", timeout)
-    out: list[tuple[str, Record]] = []
+    boxes: list[tuple[str, Record]] = []
     for topic, payload in sorted(found.items()):
         client_id = topic[len(head) :]
         if not client_id.startswith(CLIENT_ID_HEAD):
@@ -119,12 +124,15 @@ def departed_boxes(
         record = sessions.parse_record(client_id, payload)
         if record is None or record.name is None or not sessions.own(record.name):
             continue
-        if not record.owner or record.owner == sessions.owner or record.owner in live:
+        if not record.owner or record.owner == sessions.owner:
             continue
         if client_id == sessions.client_id(record.name):
             continue  # this process's own box, whatever its record says
-        out.append((client_id, record))
-    return out
+        boxes.append((client_id, record))
+    if not boxes:
+        return []
+    alive = set(live())
+    return [(c, r) for c, r in boxes if r.owner not in alive]
 
 
 def letter_of(received: Received) -> OutboundMessage:

@@ -126,7 +126,7 @@ def test_a_departed_instances_box_takes_no_share_of_the_dead_letters(
     letters(b, topic, bodies)
     # round robin: some of them wait in A's session until it is retired
     wait_until(lambda: len(got.bodies()) >= 1, 20, what="B's share of the dead letters")
-    assert b.adapter.retire_departed({"inst-b"}) == [ha.client_id]
+    assert b.adapter.retire_departed(lambda: {"inst-b"}) == [ha.client_id]
     wait_until(lambda: len(got.bodies()) == len(bodies), 20, what="every dead letter in B's box")
     later = [b"e%d" % i for i in range(8)]
     letters(b, topic, later)
@@ -134,7 +134,7 @@ def test_a_departed_instances_box_takes_no_share_of_the_dead_letters(
     assert sorted(got.bodies()) == sorted(bodies + later)
     assert not session_present(mqtt_url, ha.client_id)
     assert b.adapter._require_cluster().sessions.recorded(ha.client_id) is None
-    assert b.adapter.retire_departed({"inst-b"}) == []
+    assert b.adapter.retire_departed(lambda: {"inst-b"}) == []
 
 
 def test_retiring_a_departed_box_leaves_the_live_instances_boxes_alone(
@@ -154,7 +154,7 @@ def test_retiring_a_departed_box_leaves_the_live_instances_boxes_alone(
     gone.adapter.close()
     before = hm.connections
     sessions = lead.adapter._require_cluster().sessions
-    assert lead.adapter.retire_departed({"L", "M"}) == [hd.client_id]
+    assert lead.adapter.retire_departed(lambda: {"L", "M"}) == [hd.client_id]
     assert hm.connected and hm.connections == before
     assert sessions.recorded(hm.client_id) == hm.filters
     assert sessions.recorded(hl.client_id) == hl.filters
@@ -191,7 +191,7 @@ def test_a_zombie_whose_box_was_retired_receives_again_and_nothing_is_lost(
     )
     with ha._lock:
         ha._delay = 3600.0  # A's next reconnect: when the test lets it go
-    assert b.adapter.retire_departed({"inst-b"}) == [ha.client_id]
+    assert b.adapter.retire_departed(lambda: {"inst-b"}) == [ha.client_id]
     wait_until(lambda: ha._timer is not None, 20, what="A's reconnect put off")
     assert not ha.connected
     meanwhile = [b"m%d" % i for i in range(6)]

@@ -27,7 +27,13 @@ its record (``ClusterHandle._open_box``).  One that comes back during the retire
 the retiring connection off: the retirement stops there (the record stays, the zombie's
 connection subscribes the filters again), and the letters of the batch being published
 again that were not acknowledged yet come to the zombie as well: that batch (at most
-:data:`RETIRE_WINDOW` letters) is the duplicate bound.
+:data:`RETIRE_WINDOW` letters) is the duplicate bound.  The retirement checks for the
+cut-off after each batch and, once the sentinel came, makes one round trip (it
+unsubscribes the sentinel: the broker answers only while this connection holds the
+session) before it ends the session; a cut-off in the instant between that answer and
+the DISCONNECT leaves the zombie holding its session with
+its record cleared (it is not retired again until its instance opens the box again, at
+its next start, and writes the record).
 """
 
 from __future__ import annotations
@@ -93,7 +99,12 @@ def retire_departed(
         def republish(letters: list[OutboundMessage]) -> None:
             route_and_publish(cnode, letters, timeout, boxes)
 
-        moved = retire_box(cnode.sessions, client_id, record, republish, timeout * 4)
+        try:
+            moved = retire_box(cnode.sessions, client_id, record, republish, timeout * 4)
+        except AdapterUnavailable as exc:
+            # its owner came back, or the broker is away: a later call tries again
+            log.warning("MQTT: the dead-letter box %s was not retired: %s", client_id, exc)
+            continue
         log.warning(
             "MQTT: retired the dead-letter box %s of departed instance %s (%d letters "
             "published again to the live boxes)",
@@ -177,6 +188,8 @@ def retire_box(
             sessions.clear_record(client_id)
             return 0
         moved = _drain(sessions, conn, record, arrived, republish, timeout)
+        if conn.lost:
+            raise AdapterUnavailable(f"retiring {client_id}: cut off (its owner is back)")
         conn.end()
         ended = True
         sessions.clear_record(client_id)
@@ -225,5 +238,12 @@ def _drain(
             moved += len(letters)
         for r in got:
             r.ack()
+        if conn.lost:
+            # cut off while it published them again: their PUBACKs may not have left, and
+            # the owner that is back has the session (and them, once more)
+            raise AdapterUnavailable(f"retiring {conn.client_id}: cut off (its owner is back)")
         if len(letters) < len(got):
+            # a round trip after the last PUBACKs: an UNSUBACK comes only while this
+            # connection still holds the session (a zombie back meanwhile took it)
+            conn.unsubscribe([sentinel_name], max(0.5, deadline - time.monotonic()))
             return moved

@@ -10,8 +10,10 @@ import threading
 import uuid
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
+from wsnmom.adapters.mqtt import box_retire
 from wsnmom.adapters.mqtt.adapter import MqttAdapter
 from wsnmom.adapters.mqtt.cluster_handle import ClusterHandle, SubscriptionSessions
 from wsnmom.adapters.mqtt.config import parse_settings
@@ -212,6 +214,56 @@ def test_a_zombie_whose_box_was_retired_receives_again_and_nothing_is_lost(
     )
     assert any(got_a.has(x) for x in after), "A takes its share again"
     assert sorted(got_a.bodies() + got_b.bodies()) == sorted(everything)
+
+
+def test_a_zombie_back_during_the_retirement_loses_nothing(
+    cluster: Callable[[], Instance], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A's box holds letters queued while A was stalled; B starts retiring it, and A
+    comes back while the first batch is being published again.  The retirement stops
+    (not counted as done, the record stays), A receives again, and every letter arrives,
+    at most the batch being published twice (docs/scale-out.md, "Departed instances'
+    boxes")."""
+    a, b = cluster(), cluster()
+    topic, spec = box_spec()
+    ha, hb = box_of(a, spec, "inst-a"), box_of(b, spec, "inst-b")
+    got_a, got_b = Collector(), Collector()
+    ha.start(got_a)
+    with ha._lock:
+        ha._delay = 3600.0  # A's reconnects: when the test lets them go
+    hb.start(got_b)
+    with ha._lock:  # stalled: off, its session queues
+        stalled, ha._conn = ha._conn, None
+    assert stalled is not None
+    stalled.close()
+    bodies = [b"q%d" % i for i in range(10)]
+    letters(b, topic, bodies)
+    wait_until(lambda: len(got_b.bodies()) >= 1, 20, what="B's share")
+    batches: list[int] = []
+    republish = box_retire.route_and_publish
+
+    def back_first(node: Any, messages: Any, timeout: float, boxes: Any) -> Any:
+        if not batches:
+            with ha._lock:
+                ha._schedule(0.0, first=False)  # A wakes up and cuts the retirement off
+            assert ha.await_connection(30) and ha.connected
+        batches.append(len(messages))
+        return republish(node, messages, timeout, boxes)
+
+    monkeypatch.setattr(box_retire, "route_and_publish", back_first)
+    assert b.adapter.retire_departed(lambda: {"inst-b"}) == []
+    assert batches and batches[0] <= box_retire.RETIRE_WINDOW
+    sessions = b.adapter._require_cluster().sessions
+    assert sessions.recorded(ha.client_id) == ha.filters
+    later = [b"z%d" % i for i in range(6)]
+    letters(b, topic, later)
+    wait_until(
+        lambda: set(got_a.bodies() + got_b.bodies()) >= set(bodies + later),
+        30,
+        what="every letter in a box",
+    )
+    both = got_a.bodies() + got_b.bodies()
+    assert len(both) - len(set(both)) <= batches[0]
 
 
 def test_a_nack_in_the_callback_while_the_start_waits_for_its_suback_stalls_nothing(

@@ -57,7 +57,7 @@ from __future__ import annotations
 
 import abc
 import enum
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, ClassVar, Literal
@@ -398,6 +398,28 @@ class Adapter(abc.ABC):
         that was stopped past its lease (a zombie) then never moves a position back behind
         the one the new deliverer saved.  Default: nothing to do."""
         return None
+
+    def joined_as(self, instance_id: str) -> None:
+        """Cluster mode: this gateway instance's id in the cluster's instance table
+        (``cluster.instance_id``, or the one made per process).  Called after
+        ``shared_by_instances`` and before any subscription is made.  An adapter that keeps
+        sessions of its own per instance on the middleware (MQTT's dead-letter boxes)
+        notes it there, so that ``retire_departed`` on another instance can tell whose
+        they are.  Default: nothing."""
+        return None
+
+    def retire_departed(self, live: Callable[[], Collection[str]]) -> list[str]:
+        """Cluster mode, on the instance that runs periodic work once: take back what
+        departed instances kept for themselves on the middleware (MQTT: their dead-letter
+        boxes, whose letters go to a live box and which take no share of new ones
+        afterwards), losing nothing; an instance that comes back afterwards makes its
+        own again.  ``live()`` answers the ids (``joined_as``) of the instances whose
+        heartbeat is current, this one among them; the adapter asks it *after* it read
+        what the instances kept, so an instance that joined after that read (it joins
+        before it makes anything) counts as live.  Returns what was retired (names for
+        the log).  AdapterUnavailable when the middleware cannot be reached.  Default:
+        nothing kept per instance, ``[]``."""
+        return []
 
     @abc.abstractmethod
     def ping(self, timeout: float = 1.0) -> bool:

@@ -70,6 +70,7 @@ class ClusterParts:
         )
         if self.cluster.shared:
             ctx.adapter.shared_by_instances(self.may_save)
+            ctx.adapter.joined_as(ctx.instance_id)
             ctx.delivers = self.cluster.delivers
             ctx.leads = self.cluster.leads
             ctx.leader_epoch = self.cluster.leader_epoch

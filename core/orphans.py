@@ -67,6 +67,9 @@ class OrphanSweep:
         self.clock = clock
         #: name -> when a sweep first found it without a record (and every one since)
         self._seen: dict[str, float] = {}
+        #: cluster mode: retires what departed instances kept (``core.departed``), run
+        #: after each round of the leader's sweep
+        self.departed: Callable[[], list[str]] | None = None
 
     def start(self) -> None:
         """Sweep every interval from now on (nothing when the sweep is off)."""
@@ -106,13 +109,16 @@ class OrphanSweep:
 
     def sweep(self) -> list[str]:
         """One round: the intents older than the grace, then (``own_names``) the listed
-        orphans found in every sweep for the grace; the names removed."""
+        orphans found in every sweep for the grace, then (cluster mode) what departed
+        instances kept (``core.departed``); the names removed."""
         if not self._ctx.leads():
             self._seen.clear()  # a leader to come starts its own grace
             return []
         removed = self.sweep_intents(self.grace)
         if self._ctx.adapter.capabilities.own_names:
             removed += self._sweep_listed()
+        if self.departed is not None:
+            removed += self.departed()
         return removed
 
     def sweep_intents(self, older_than: float) -> list[str]:

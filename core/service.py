@@ -47,6 +47,7 @@ from wsnmom.core.config import Settings
 from wsnmom.core.context import BrokerContext
 from wsnmom.core.dead_letter_admin import DeadLetterAdmin
 from wsnmom.core.demand import DemandManager
+from wsnmom.core.departed import DepartedSweep
 from wsnmom.core.inbound import Inbound
 from wsnmom.core.lifetimes import utc_now
 from wsnmom.core.model import (
@@ -211,6 +212,10 @@ class BrokerService(OperatorCalls):
         self.cluster = parts.cluster
         #: which instance reads a pull point core buffers (``core.pull_owners``)
         self.pull_owners = parts.pull_owners
+        if self.cluster.shared:
+            grace = self.settings.termination.orphan_grace.total_seconds()
+            departed = DepartedSweep(ctx.adapter, self.cluster.instances, grace)
+            self.orphans.departed = departed.sweep
 
     # -- infrastructure --------------------------------------------------------------------
     def now(self) -> datetime:

@@ -71,7 +71,7 @@ import functools
 import logging
 import threading
 import weakref
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, ClassVar
 
 from wsnmom.adapters.embedded.adapter import EmbeddedHandle
@@ -94,6 +94,7 @@ from wsnmom.topic_mapping.errors import NameNotRepresentable
 from wsnmom.topic_mapping.model import Topic
 
 from . import node as nodes
+from .box_retire import retire_departed
 from .capabilities import CAPABILITIES, capabilities_of
 from .cluster_handle import ClusterHandle, describe
 from .cluster_node import ClusterNode
@@ -167,6 +168,8 @@ class MqttAdapter(Adapter):
         self._cluster = False
         self._may_deliver: Callable[[str], bool] | None = None
         self._cnode: ClusterNode | None = None
+        #: this instance's id in the cluster (``joined_as``)
+        self._instance = ""
         self._chandles: weakref.WeakSet[ClusterHandle] = weakref.WeakSet()
         self.capabilities = self._capabilities()
         self._lock = threading.Lock()
@@ -217,6 +220,26 @@ class MqttAdapter(Adapter):
                 except AdapterError as exc:
                     log.warning("MQTT: cannot end the instance's unused session: %s", exc)
 
+    def joined_as(self, instance_id: str) -> None:
+        """Note ``instance_id`` in the records of this instance's dead-letter boxes (the
+        instance running periodic work retires them once it departed)."""
+        self._instance = instance_id
+        cnode = self._cnode
+        if cnode is not None:
+            cnode.sessions.owner = instance_id
+
+    def retire_departed(self, live: Callable[[], Collection[str]]) -> list[str]:
+        """Retire the dead-letter boxes of the instances not in ``live``
+        (:mod:`.box_retire`): their letters are published again through the group, which
+        this instance's own box of the destination reads (a box of a destination this
+        instance does not read now is left for a later call).  Returns the client ids of
+        the box sessions retired."""
+        if not self._cluster:
+            return []
+        return retire_departed(
+            self._require_cluster(), self._chandles, live, self.settings.subscribe_timeout
+        )
+
     def __repr__(self) -> str:
         return f"<MqttAdapter {redact_url(self.url)} open={self._node is not None}>"
 
@@ -250,6 +273,7 @@ class MqttAdapter(Adapter):
                 cnode = ClusterNode(self.settings, self._may_deliver)
             except OSError as exc:
                 raise AdapterError(f"cannot use {self.settings.queue_dir!r}: {exc}") from exc
+            cnode.sessions.owner = self._instance
             cnode.start()
             self._cnode = cnode
         size = cnode.publisher.max_packet_size

@@ -231,6 +231,8 @@ class ClusterHandle(SubscriptionHandle):
     def _open(self, conn: SessionConnection, *, first: bool, restart: bool) -> str:
         """Connect ``conn`` and subscribe (lock not held): ``"ok"``, or ``"gone"`` /
         ``"unrecorded"`` when the session (and its record) are gone, ``conn`` ended."""
+        if self._sessions.own(self.name):
+            return self._open_box(conn)
         if restart and self._sessions.recorded(self.client_id) is None:
             # its record is gone too: deleted through another instance (a delete ends the
             # session, then clears the record), which core follows and stops this
@@ -269,6 +271,19 @@ class ClusterHandle(SubscriptionHandle):
             conn.end()
             return "gone"
         conn.subscribe(self.filters)
+        return "ok"
+
+    def _open_box(self, conn: SessionConnection) -> str:
+        """``_open`` for this instance's own dead-letter box: made (again) whatever the
+        broker had.  A box session found gone was retired by the instance running
+        periodic work while this one looked departed (:mod:`.box_retire`), or lost by the
+        broker: this instance is alive, so the box joins the group again and its record,
+        naming this instance, is written again."""
+        present = conn.connect()
+        self.connections += 1
+        conn.subscribe(self.filters)
+        if not present:
+            self._sessions.record_box(self.client_id, self.filters, self.name)
         return "ok"
 
     def _still_recorded(self, conn: SessionConnection) -> bool:

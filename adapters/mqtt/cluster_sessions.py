@@ -10,6 +10,11 @@ and the filters the session was given (``SubscriptionSessions.names`` lists them
 they are the ones wanted (a re-attach), the declare connects nothing.  The record also
 tells an instance that re-binds a subscription which filters to unsubscribe; a delete
 clears it after ending the session.
+
+**Dead-letter boxes** are this instance's own sessions (``own``); their records also name
+the gateway instance that reads them (``#owner=``, the id core gave ``joined_as``), so that
+the instance running periodic work can retire the boxes of instances that departed
+(:mod:`.box_retire`).
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from typing import NamedTuple
 
 from wsnmom.core.adapter import AdapterError, AdapterUnavailable, OutboundMessage
 from wsnmom.core.dead_letter_records import box_name
@@ -31,7 +37,7 @@ from .publisher import Publisher
 from .record_scan import retained_under
 from .sub_session import SessionConnection
 
-__all__ = ["CLIENT_ID_HEAD", "MayDeliver", "SubscriptionSessions", "session_client_id"]
+__all__ = ["CLIENT_ID_HEAD", "MayDeliver", "Record", "SubscriptionSessions", "session_client_id"]
 
 log = logging.getLogger("wsnmom.adapters.mqtt")
 
@@ -39,6 +45,8 @@ log = logging.getLogger("wsnmom.adapters.mqtt")
 CLIENT_ID_HEAD = "wsnmom-s-"
 #: the first line of a record, before the subscription's name
 _NAME_LINE = "#name="
+#: the line of a dead-letter box's record naming the gateway instance that reads it
+_OWNER_LINE = "#owner="
 #: the routing topic of a record (never routed: records are read as retained messages)
 _RECORD = Topic("urn:wsnmom:internal:session-record", ("r",))
 
@@ -46,6 +54,16 @@ MayDeliver = Callable[[str], bool]
 
 #: the names of dead-letter boxes (core reads one in every instance)
 _BOX_HEAD = box_name("")
+
+
+class Record(NamedTuple):
+    """What a session's record says: the subscription's name (None in a record written
+    before records named it), its filters, and for a dead-letter box the id of the gateway
+    instance that reads it ("" when not known)."""
+
+    name: str | None
+    filters: frozenset[str]
+    owner: str = ""
 
 
 def session_client_id(topic_prefix: str, name: str) -> str:
@@ -79,6 +97,9 @@ class SubscriptionSessions:
         self.hub = hub if hub is not None else Hub("mqtt-sessions", tls=settings.tls)
         self.instance_id = instance_id
         self.may_deliver: MayDeliver = may_deliver or (lambda name: True)
+        #: the gateway instance's id in the cluster (``Adapter.joined_as``), written in
+        #: the records of its dead-letter boxes; "" while not known
+        self.owner = ""
         self._lock = threading.Lock()
         #: client id -> the filters this process subscribed in its session
         self._declared: dict[str, frozenset[str]] = {}
@@ -100,12 +121,11 @@ class SubscriptionSessions:
 
     def recorded(self, client_id: str) -> frozenset[str] | None:
         """The filters the session's record names, None without a record."""
-        found = self._read_record(client_id)
-        return None if found is None else found[1]
+        found = self.read_record(client_id)
+        return None if found is None else found.filters
 
-    def _read_record(self, client_id: str) -> tuple[str | None, frozenset[str]] | None:
-        """The subscription name and the filters the session's record names (the name
-        None in a record written before records named it), None without a record."""
+    def read_record(self, client_id: str) -> Record | None:
+        """What the session's record says, None without a record."""
         if self.publisher is None:
             return None
         found = self.publisher.retained(
@@ -113,11 +133,10 @@ class SubscriptionSessions:
         )
         if found is None or not found.payload:
             return None
-        return self._parse_record(client_id, found.payload)
+        return self.parse_record(client_id, found.payload)
 
-    def _parse_record(
-        self, client_id: str, payload: bytes
-    ) -> tuple[str | None, frozenset[str]] | None:
+    def parse_record(self, client_id: str, payload: bytes) -> Record | None:
+        """The record ``payload`` of ``client_id``'s session, None when it is unreadable."""
         try:
             lines = payload.decode().split("\n")
         except UnicodeDecodeError:
@@ -126,9 +145,12 @@ class SubscriptionSessions:
             log.warning("the MQTT session record of %s is not readable: ignored", client_id)
             return None
         name: str | None = None
+        owner = ""
         if lines and lines[0].startswith(_NAME_LINE):
             name = lines.pop(0)[len(_NAME_LINE) :]
-        return name, frozenset(line for line in lines if line or name is None)
+            if lines and lines[0].startswith(_OWNER_LINE):
+                owner = lines.pop(0)[len(_OWNER_LINE) :]
+        return Record(name, frozenset(line for line in lines if line or name is None), owner)
 
     def names(self, timeout: float) -> list[str]:
         """The names of the subscriptions whose sessions have a record (read from the
@@ -146,10 +168,10 @@ class SubscriptionSessions:
             client_id = topic[len(head) :]
             if not client_id.startswith(CLIENT_ID_HEAD):
                 continue
-            record = self._parse_record(client_id, payload)
+            record = self.parse_record(client_id, payload)
             if record is None:
                 continue
-            name = record[0]
+            name = record.name
             if name is None:
                 raise AdapterError(
                     f"the MQTT session record of {client_id} names no subscription "
@@ -159,14 +181,30 @@ class SubscriptionSessions:
                 names.append(name)
         return sorted(names)
 
+    def _wanted(self, name: str) -> tuple[str, str]:
+        """The name and owner a record of subscription ``name`` should say."""
+        return name, self.owner if self.own(name) and self.owner else ""
+
+    def record_box(self, client_id: str, filters: frozenset[str], name: str) -> None:
+        """Write the record of this instance's own box ``name`` (made again on the broker
+        after another instance retired it, :mod:`.box_retire`)."""
+        self._record(client_id, filters, name)
+
+    def clear_record(self, client_id: str) -> None:
+        """Clear ``client_id``'s record (its session was ended)."""
+        self._record(client_id, frozenset())
+
     def _record(self, client_id: str, filters: frozenset[str], name: str | None = None) -> None:
         """Write (or with neither ``filters`` nor ``name``, clear) the session's record:
         the subscription's ``name`` on a first line of its own (no MQTT filter starts
-        with ``#`` followed by more), then the filters, one a line."""
+        with ``#`` followed by more), for this instance's own box its ``owner`` on the
+        next, then the filters, one a line."""
         if self.publisher is None:
             return
         lines = sorted(filters)
         if name is not None and "\n" not in name:
+            if self.own(name) and self.owner:
+                lines.insert(0, _OWNER_LINE + self.owner)
             lines.insert(0, _NAME_LINE + name)
         body = "\n".join(lines).encode()
         message = OutboundMessage(topic=_RECORD, body=body, message_id=client_id)
@@ -196,10 +234,14 @@ class SubscriptionSessions:
         ``timeout``.  A ``new`` subscription (a Subscribe made its name a moment ago) has
         no record: none is read (a round trip on the publisher's connection, one read at
         a time for all request threads)."""
-        found = None if new else self._read_record(client_id)
-        recorded = None if found is None else found[1]
+        found = None if new else self.read_record(client_id)
+        recorded = None if found is None else found.filters
         if recorded == filters:
-            if name is not None and found is not None and found[0] != name:
+            if (
+                name is not None
+                and found is not None
+                and (found.name, found.owner) != self._wanted(name)
+            ):
                 self._record(client_id, filters, name)
             with self._lock:
                 self._declared[client_id] = filters

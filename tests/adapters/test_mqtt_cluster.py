@@ -20,6 +20,7 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 from wsnmom.adapters.mqtt.adapter import MqttAdapter
 from wsnmom.adapters.mqtt.cluster_handle import ClusterHandle
+from wsnmom.adapters.mqtt.cluster_sessions import Record
 from wsnmom.core.adapter import (
     OutboundMessage,
     QueueLimits,
@@ -169,13 +170,13 @@ def test_a_new_subscription_is_declared_without_reading_a_record_and_keeps_what_
     a, b = cluster(), cluster()
     sessions = a.adapter._require_cluster().sessions
     reads: list[str] = []
-    read = sessions._read_record
+    read = sessions.read_record
 
-    def counted(client_id: str) -> tuple[str | None, frozenset[str]] | None:
+    def counted(client_id: str) -> Record | None:
         reads.append(client_id)
         return read(client_id)
 
-    sessions._read_record = counted  # type: ignore[method-assign]
+    sessions.read_record = counted  # type: ignore[method-assign]
     a.handle("fresh", origin="new")
     assert reads == []
     bodies = [b"n%d" % i for i in range(5)]

@@ -10,8 +10,10 @@ import threading
 import uuid
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
+from wsnmom.adapters.mqtt import box_retire
 from wsnmom.adapters.mqtt.adapter import MqttAdapter
 from wsnmom.adapters.mqtt.cluster_handle import ClusterHandle, SubscriptionSessions
 from wsnmom.adapters.mqtt.config import parse_settings
@@ -81,36 +83,187 @@ def test_an_unreadable_session_record_counts_as_none(
         native.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a departed instance's dead-letter box session stays in the $share group and "
-    "Mosquitto keeps queueing its share of dead letters to it (review R2, issue 23)",
-)
+def box_spec() -> tuple[Topic, SubscriptionSpec]:
+    """A dead-letter destination of its own and the spec of its box."""
+    topic = destination_topic(f"dl{uuid.uuid4().hex[:6]}")
+    spec = SubscriptionSpec(
+        box_name(topic.path[0]), (PathPattern(topic.namespace, topic.path),), QueueLimits()
+    )
+    return topic, spec
+
+
+def box_of(inst: Instance, spec: SubscriptionSpec, instance_id: str) -> ClusterHandle:
+    """``inst``'s box of ``spec``, its records naming ``instance_id``."""
+    inst.adapter.joined_as(instance_id)
+    handle = inst.adapter.subscription(spec)
+    assert isinstance(handle, ClusterHandle)
+    return handle
+
+
+def letters(inst: Instance, topic: Topic, bodies: list[bytes]) -> None:
+    inst.adapter.publish_many(
+        [OutboundMessage(topic=topic, body=x, message_id=uuid.uuid4().hex) for x in bodies]
+    )
+
+
 def test_a_departed_instances_box_takes_no_share_of_the_dead_letters(
-    cluster: Callable[[], Instance],
+    cluster: Callable[[], Instance], mqtt_url: str
 ) -> None:
     """Each instance reads dead letters through a box session of its own, all in one
     ``$share`` group.  Mosquitto hands a shared subscription's messages round robin to
     every session in the group, connected or not (eclipse-mosquitto/mosquitto#1747), so
     an instance gone for good (scaled down, or back with a new data directory, hence a
-    new client id) keeps taking its share into a session nobody reads."""
+    new client id) kept taking its share into a session nobody reads.  Retiring it
+    (``retire_departed``, which core's leader calls) hands what it had queued to a live
+    box, once each, and ends the session: later letters all reach the live box."""
     a = cluster()
     b = cluster()
-    topic = destination_topic(f"dl{uuid.uuid4().hex[:6]}")
-    spec = SubscriptionSpec(
-        box_name(topic.path[0]), (PathPattern(topic.namespace, topic.path),), QueueLimits()
-    )
-    ha, hb = a.adapter.subscription(spec), b.adapter.subscription(spec)
-    assert isinstance(ha, ClusterHandle) and isinstance(hb, ClusterHandle)
+    topic, spec = box_spec()
+    ha, hb = box_of(a, spec, "inst-a"), box_of(b, spec, "inst-b")
     ha.start(Collector())
     a.adapter.close()  # A leaves the cluster for good
     got = Collector()
     hb.start(got)
     bodies = [b"d%d" % i for i in range(8)]
-    b.adapter.publish_many(
-        [OutboundMessage(topic=topic, body=x, message_id=uuid.uuid4().hex) for x in bodies]
+    letters(b, topic, bodies)
+    # round robin: some of them wait in A's session until it is retired
+    wait_until(lambda: len(got.bodies()) >= 1, 20, what="B's share of the dead letters")
+    assert b.adapter.retire_departed(lambda: {"inst-b"}) == [ha.client_id]
+    wait_until(lambda: len(got.bodies()) == len(bodies), 20, what="every dead letter in B's box")
+    later = [b"e%d" % i for i in range(8)]
+    letters(b, topic, later)
+    wait_until(lambda: len(got.bodies()) == 16, 20, what="every later dead letter in B's box")
+    assert sorted(got.bodies()) == sorted(bodies + later)
+    assert not session_present(mqtt_url, ha.client_id)
+    assert b.adapter._require_cluster().sessions.recorded(ha.client_id) is None
+    assert b.adapter.retire_departed(lambda: {"inst-b"}) == []
+
+
+def test_retiring_a_departed_box_leaves_the_live_instances_boxes_alone(
+    cluster: Callable[[], Instance],
+) -> None:
+    """L (which runs periodic work) retires D's box: M's box, live, keeps its connection
+    and its record, and goes on taking its share; a subscription's session (no box) is
+    not touched either."""
+    lead, mid, gone = cluster(), cluster(), cluster()
+    topic, spec = box_spec()
+    hl, hm, hd = box_of(lead, spec, "L"), box_of(mid, spec, "M"), box_of(gone, spec, "D")
+    plain = gone.handle("plain1")
+    got_l, got_m = Collector(), Collector()
+    hl.start(got_l)
+    hm.start(got_m)
+    hd.start(Collector())
+    gone.adapter.close()
+    before = hm.connections
+    sessions = lead.adapter._require_cluster().sessions
+    assert lead.adapter.retire_departed(lambda: {"L", "M"}) == [hd.client_id]
+    assert hm.connected and hm.connections == before
+    assert sessions.recorded(hm.client_id) == hm.filters
+    assert sessions.recorded(hl.client_id) == hl.filters
+    assert sessions.recorded(plain.client_id) is not None
+    bodies = [b"m%d" % i for i in range(12)]
+    letters(lead, topic, bodies)
+    wait_until(
+        lambda: len(got_l.bodies()) + len(got_m.bodies()) == len(bodies),
+        20,
+        what="every dead letter in a live box",
     )
-    wait_until(lambda: len(got.bodies()) == len(bodies), 10, what="every dead letter in B's box")
+    assert got_m.bodies() and got_l.bodies()  # both still in the group
+    assert sorted(got_l.bodies() + got_m.bodies()) == sorted(bodies)
+
+
+def test_a_zombie_whose_box_was_retired_receives_again_and_nothing_is_lost(
+    cluster: Callable[[], Instance],
+) -> None:
+    """A is stalled (its box's reconnect put off, as a SIGSTOP'd instance's is) and
+    taken for departed: B retires its box, cutting A's connection off.  Letters
+    published meanwhile all reach B.  When A comes back its box finds its session gone
+    and makes it again, with its record: A takes its share again, and every letter
+    arrives once, in one box or the other."""
+    a, b = cluster(), cluster()
+    topic, spec = box_spec()
+    ha, hb = box_of(a, spec, "inst-a"), box_of(b, spec, "inst-b")
+    got_a, got_b = Collector(), Collector()
+    ha.start(got_a)
+    hb.start(got_b)
+    first = [b"f%d" % i for i in range(6)]
+    letters(b, topic, first)
+    wait_until(
+        lambda: len(got_a.bodies()) + len(got_b.bodies()) == len(first), 20, what="the first"
+    )
+    with ha._lock:
+        ha._delay = 3600.0  # A's next reconnect: when the test lets it go
+    assert b.adapter.retire_departed(lambda: {"inst-b"}) == [ha.client_id]
+    wait_until(lambda: ha._timer is not None, 20, what="A's reconnect put off")
+    assert not ha.connected
+    meanwhile = [b"m%d" % i for i in range(6)]
+    letters(b, topic, meanwhile)
+    wait_until(lambda: all(got_b.has(x) for x in meanwhile), 20, what="B took them all")
+    with ha._lock:
+        ha._schedule(0.0, first=False)  # A wakes up
+    assert ha.await_connection(30) and ha.connected
+    sessions = b.adapter._require_cluster().sessions
+    wait_until(lambda: sessions.recorded(ha.client_id) == ha.filters, 20, what="A's record")
+    after = [b"a%d" % i for i in range(10)]
+    letters(b, topic, after)
+    everything = first + meanwhile + after
+    wait_until(
+        lambda: len(got_a.bodies()) + len(got_b.bodies()) >= len(everything),
+        30,
+        what="every letter in a box",
+    )
+    assert any(got_a.has(x) for x in after), "A takes its share again"
+    assert sorted(got_a.bodies() + got_b.bodies()) == sorted(everything)
+
+
+def test_a_zombie_back_during_the_retirement_loses_nothing(
+    cluster: Callable[[], Instance], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A's box holds letters queued while A was stalled; B starts retiring it, and A
+    comes back while the first batch is being published again.  The retirement stops
+    (not counted as done, the record stays), A receives again, and every letter arrives,
+    at most the batch being published twice (docs/scale-out.md, "Departed instances'
+    boxes")."""
+    a, b = cluster(), cluster()
+    topic, spec = box_spec()
+    ha, hb = box_of(a, spec, "inst-a"), box_of(b, spec, "inst-b")
+    got_a, got_b = Collector(), Collector()
+    ha.start(got_a)
+    with ha._lock:
+        ha._delay = 3600.0  # A's reconnects: when the test lets them go
+    hb.start(got_b)
+    with ha._lock:  # stalled: off, its session queues
+        stalled, ha._conn = ha._conn, None
+    assert stalled is not None
+    stalled.close()
+    bodies = [b"q%d" % i for i in range(10)]
+    letters(b, topic, bodies)
+    wait_until(lambda: len(got_b.bodies()) >= 1, 20, what="B's share")
+    batches: list[int] = []
+    republish = box_retire.route_and_publish
+
+    def back_first(node: Any, messages: Any, timeout: float, boxes: Any) -> Any:
+        if not batches:
+            with ha._lock:
+                ha._schedule(0.0, first=False)  # A wakes up and cuts the retirement off
+            assert ha.await_connection(30) and ha.connected
+        batches.append(len(messages))
+        return republish(node, messages, timeout, boxes)
+
+    monkeypatch.setattr(box_retire, "route_and_publish", back_first)
+    assert b.adapter.retire_departed(lambda: {"inst-b"}) == []
+    assert batches and batches[0] <= box_retire.RETIRE_WINDOW
+    sessions = b.adapter._require_cluster().sessions
+    assert sessions.recorded(ha.client_id) == ha.filters
+    later = [b"z%d" % i for i in range(6)]
+    letters(b, topic, later)
+    wait_until(
+        lambda: set(got_a.bodies() + got_b.bodies()) >= set(bodies + later),
+        30,
+        what="every letter in a box",
+    )
+    both = got_a.bodies() + got_b.bodies()
+    assert len(both) - len(set(both)) <= batches[0]
 
 
 def test_a_nack_in_the_callback_while_the_start_waits_for_its_suback_stalls_nothing(

@@ -56,6 +56,23 @@ class Durability(AdapterFixtures):
         second.delete_subscription(name)
         assert sorted(m.body for m in got) == [b"0", b"1", b"2"]
 
+    def test_retiring_departed_instances_takes_nothing_of_a_live_one(
+        self, adapter: Adapter, namespace: str, unique_name: Names
+    ) -> None:
+        """``joined_as`` and ``retire_departed`` (core's cluster hooks, docs/plugins.md):
+        with this instance the only live one, nothing of its own is retired; its
+        subscription keeps what was published to it."""
+        adapter.joined_as("kit-self")
+        name = unique_name()
+        handle = self.subscribe(adapter, name, (self.pattern(namespace, "t"),))
+        self.publish(adapter, self.topic(namespace, "t"), b"kept")
+        self.wait_routed(handle, 1)
+        retired = adapter.retire_departed(lambda: {"kit-self"})
+        assert isinstance(retired, list)
+        got = self.receive(handle, 1)
+        adapter.delete_subscription(name)
+        assert [m.body for m in got] == [b"kept"]
+
     def test_taken_messages_stay_gone_after_reattach(
         self, make_adapter: MakeAdapter, namespace: str, unique_name: Names
     ) -> None:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import ast
 import asyncio
 import threading
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -41,8 +42,10 @@ def _private(name: str) -> bool:
     return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
 
 
-def _pika_private_names() -> frozenset[str]:
-    """Every private identifier pika's sources define or use."""
+@cache
+def pika_private() -> frozenset[str]:
+    """Every private identifier pika's sources define or use (read when a test first needs
+    it, not at collection, which every worker runs)."""
     names: set[str] = set()
     for path in Path(pika.__file__).parent.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
@@ -59,9 +62,6 @@ def _pika_private_names() -> frozenset[str]:
             if _private(name):
                 names.add(name)
     return frozenset(names)
-
-
-PIKA_PRIVATE = _pika_private_names()
 
 
 def _is_self(node: ast.expr) -> bool:
@@ -115,13 +115,15 @@ def _pika_subclass_nodes(tree: ast.Module) -> set[int]:
 
 
 def violations(
-    source: str, own: frozenset[str] = frozenset(), private: frozenset[str] = PIKA_PRIVATE
+    source: str, own: frozenset[str] = frozenset(), private: frozenset[str] | None = None
 ) -> list[str]:
     """What in ``source`` touches a private name of pika (one line each): an import of
     one; in a class derived from pika's, a ``self._name`` or ``def _name`` pika has (an
     access to or an override of its internals); elsewhere ``obj._name`` of a private name
     pika has and the adapter does not define itself (``own``), directly or through
     ``getattr``/``setattr``/``hasattr``/``delattr``."""
+    if private is None:
+        private = pika_private()
     tree = ast.parse(source)
     in_subclass = _pika_subclass_nodes(tree)
     foreign = private - own
@@ -161,8 +163,8 @@ OWN = own_private_names(list(SOURCES.values()))
 
 
 def test_pikas_private_names_were_found() -> None:
-    assert {"_on_data_available", "_frame_buffer", "_process_frame"} <= PIKA_PRIVATE
-    assert {"_output_marshaled_frames", "_adapter_emit_data", "_transport"} <= PIKA_PRIVATE
+    assert {"_on_data_available", "_frame_buffer", "_process_frame"} <= pika_private()
+    assert {"_output_marshaled_frames", "_adapter_emit_data", "_transport"} <= pika_private()
 
 
 def test_the_check_flags_what_the_fast_link_used_before() -> None:

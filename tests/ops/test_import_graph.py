@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import re
 from collections.abc import Iterator
+from functools import cache
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -40,22 +41,39 @@ def _modules() -> dict[str, Path]:
 MODULES = _modules()
 
 
-def _runtime_imports(name: str, path: Path, *, typing: bool = False) -> Iterator[str]:
-    """Every wsnmom module ``name`` imports when it runs (functions included); with
-    ``typing``, those it imports for type checking only too."""
-    tree = ast.parse(path.read_text(encoding="utf-8"))
-    skipped: set[int] = set()
-    for node in ast.walk(tree):
-        if not typing and isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            skipped.update(id(n) for n in ast.walk(node))
-    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    for node in ast.walk(tree):
-        if id(node) in skipped:
+def _import_statements(
+    body: list[ast.stmt], typing_only: bool = False
+) -> Iterator[tuple[ast.Import | ast.ImportFrom, bool]]:
+    """The import statements in ``body`` and the blocks nested in it (functions included),
+    each with whether it sits under ``if TYPE_CHECKING:`` (its test or any branch of it).
+    Imports are statements, so only statement blocks are searched: walking every node of
+    every expression cost seconds of each worker's collection."""
+    for stmt in body:
+        if isinstance(stmt, ast.Import | ast.ImportFrom):
+            yield stmt, typing_only
+            continue
+        inner = typing_only or (
+            isinstance(stmt, ast.If) and "TYPE_CHECKING" in ast.unparse(stmt.test)
+        )
+        for field in ("body", "orelse", "finalbody", "handlers", "cases"):
+            for child in getattr(stmt, field, ()):
+                if isinstance(child, ast.stmt):
+                    yield from _import_statements([child], inner)
+                else:  # an except handler or a match case: a block of its own
+                    yield from _import_statements(child.body, inner)
+
+
+def _runtime_imports(name: str, tree: ast.Module, *, typing: bool = False) -> Iterator[str]:
+    """Every wsnmom module ``name`` (parsed: ``tree``) imports when it runs (functions
+    included); with ``typing``, those it imports for type checking only too."""
+    package = name if MODULES[name].name == "__init__.py" else name.rpartition(".")[0]
+    for node, typing_only in _import_statements(tree.body):
+        if typing_only and not typing:
             continue
         targets: list[str] = []
         if isinstance(node, ast.Import):
             targets = [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom):
+        else:
             if node.level:
                 base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
                 module = ".".join(base + ([node.module] if node.module else []))
@@ -69,11 +87,24 @@ def _runtime_imports(name: str, path: Path, *, typing: bool = False) -> Iterator
                 yield target
 
 
-GRAPH = {name: set(_runtime_imports(name, path)) for name, path in MODULES.items()}
-#: the same with the imports made for type checking only
-TYPED_GRAPH = {
-    name: set(_runtime_imports(name, path, typing=True)) for name, path in MODULES.items()
-}
+@cache
+def _trees() -> dict[str, ast.Module]:
+    """Every module's syntax tree, parsed when a test first needs the graph (not at
+    collection, which every worker runs)."""
+    return {name: ast.parse(path.read_text(encoding="utf-8")) for name, path in MODULES.items()}
+
+
+@cache
+def graph() -> dict[str, set[str]]:
+    """Module -> the wsnmom modules it imports when it runs."""
+    return {name: set(_runtime_imports(name, tree)) for name, tree in _trees().items()}
+
+
+@cache
+def typed_graph() -> dict[str, set[str]]:
+    """:func:`graph` with the imports made for type checking only."""
+    return {name: set(_runtime_imports(name, t, typing=True)) for name, t in _trees().items()}
+
 
 #: what adapters offer code outside the gateway (the Spark bridge): one module each
 PUBLIC_SURFACES = frozenset(
@@ -98,7 +129,7 @@ def _cycles() -> list[list[str]]:
         index[v] = low[v] = len(index)
         stack.append(v)
         on_stack.add(v)
-        for w in sorted(GRAPH[v]):
+        for w in sorted(graph()[v]):
             if w not in index:
                 visit(w)
                 low[v] = min(low[v], low[w])
@@ -115,7 +146,7 @@ def _cycles() -> list[list[str]]:
             if len(component) > 1:
                 found.append(sorted(component))
 
-    for v in sorted(GRAPH):
+    for v in sorted(graph()):
         if v not in index:
             visit(v)
     return found
@@ -123,8 +154,8 @@ def _cycles() -> list[list[str]]:
 
 def test_the_graph_is_read() -> None:
     assert "wsnmom.soap_frontend.fastpath" in MODULES
-    assert "wsnmom.soap_frontend.dispatch" in GRAPH["wsnmom.soap_frontend.fastpath"]
-    assert "wsnmom.core.ports" in GRAPH["wsnmom.soap_frontend.dispatch"]
+    assert "wsnmom.soap_frontend.dispatch" in graph()["wsnmom.soap_frontend.fastpath"]
+    assert "wsnmom.core.ports" in graph()["wsnmom.soap_frontend.dispatch"]
 
 
 def test_no_import_cycles() -> None:
@@ -132,13 +163,13 @@ def test_no_import_cycles() -> None:
 
 
 def test_the_spark_bridge_is_in_the_graph() -> None:
-    assert "wsnmom.adapters.mqtt.public" in GRAPH["wsnmom.spark_bridge.buffer"]
-    assert "wsnmom.adapters.kafka.public" in TYPED_GRAPH["wsnmom.spark_bridge.native_kafka"]
-    assert "wsnmom.adapters.kafka.public" not in GRAPH["wsnmom.spark_bridge.native_kafka"]
+    assert "wsnmom.adapters.mqtt.public" in graph()["wsnmom.spark_bridge.buffer"]
+    assert "wsnmom.adapters.kafka.public" in typed_graph()["wsnmom.spark_bridge.native_kafka"]
+    assert "wsnmom.adapters.kafka.public" not in graph()["wsnmom.spark_bridge.native_kafka"]
 
 
 def _imports_under(prefix: str) -> dict[str, set[str]]:
-    return {n: deps for n, deps in GRAPH.items() if n == prefix or n.startswith(prefix + ".")}
+    return {n: deps for n, deps in graph().items() if n == prefix or n.startswith(prefix + ".")}
 
 
 def test_core_knows_no_soap_and_no_middleware() -> None:
@@ -173,7 +204,7 @@ def test_the_frontend_imports_the_core_modules_architecture_md_names_and_no_othe
     used = {
         d.removeprefix("wsnmom.core.")
         for name, deps in _imports_under("wsnmom.soap_frontend").items()
-        for d in TYPED_GRAPH[name]
+        for d in typed_graph()[name]
         if d.startswith("wsnmom.core.")
     }
     assert used - listed == set(), "imported by the frontend, not named in architecture.md"
@@ -182,7 +213,7 @@ def test_the_frontend_imports_the_core_modules_architecture_md_names_and_no_othe
 
 def test_the_spark_bridge_reaches_adapters_only_through_their_public_surfaces() -> None:
     assert all(surface in MODULES for surface in PUBLIC_SURFACES)
-    for name, deps in TYPED_GRAPH.items():
+    for name, deps in typed_graph().items():
         if not name.startswith("wsnmom.spark_bridge"):
             continue
         inside = {d for d in deps if d.startswith("wsnmom.adapters") and d not in PUBLIC_SURFACES}
@@ -191,5 +222,5 @@ def test_the_spark_bridge_reaches_adapters_only_through_their_public_surfaces() 
 
 def test_no_adapter_imports_the_spark_bridge() -> None:
     for name in _imports_under("wsnmom.adapters"):
-        bridge = {d for d in TYPED_GRAPH[name] if d.startswith("wsnmom.spark_bridge")}
+        bridge = {d for d in typed_graph()[name] if d.startswith("wsnmom.spark_bridge")}
         assert not bridge, f"{name} imports {sorted(bridge)}"

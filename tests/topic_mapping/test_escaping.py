@@ -78,18 +78,19 @@ def _name_chars() -> st.SearchStrategy[str]:
     )
 
 
+# The strategies a draw uses are built once, here: building one (and hypothesis's checks of
+# it) at every draw cost more CPU than the draw.
+_name_parts = st.lists(
+    st.one_of(_name_chars(), st.sampled_from([t for t in TRICKY if dialects_is_ncname("a" + t)])),
+    max_size=8,
+)
+_name_starts = _name_start_chars()
+
+
 @st.composite
 def ncnames(draw: st.DrawFn) -> str:
-    parts = draw(
-        st.lists(
-            st.one_of(
-                _name_chars(),
-                st.sampled_from([t for t in TRICKY if dialects_is_ncname("a" + t)]),
-            ),
-            max_size=8,
-        )
-    )
-    text = draw(_name_start_chars()) + "".join(parts)
+    parts = draw(_name_parts)
+    text = draw(_name_starts) + "".join(parts)
     if draw(st.booleans()) and dialects_is_ncname("".join(parts)):
         text = "".join(parts)
     assert dialects_is_ncname(text), text
@@ -115,6 +116,12 @@ def native_words(syntax: WildcardSyntax) -> st.SearchStrategy[str]:
             lambda w: not any(syntax.must_escape(c) for c in w) and w not in syntax.wildcard_tokens
         )
     )
+
+
+#: per syntax, :func:`native_words` (built once)
+native_words_of = {s.name: native_words(s) for s in SYNTAXES}
+#: one NCName (built once; ``ncnames()`` builds a new strategy at each call)
+an_ncname = ncnames()
 
 
 # --- examples ---------------------------------------------------------------------------
@@ -227,7 +234,7 @@ def test_syntax_must_carry_escape_alphabet() -> None:
 # --- properties -------------------------------------------------------------------------
 
 
-@given(ncnames())
+@given(an_ncname)
 def test_is_ncname_agrees_with_the_dialect_parser(name: str) -> None:
     assert is_ncname(name)
 
@@ -239,7 +246,7 @@ def test_ncname_layer_round_trip_from_raw(raw: str) -> None:
     assert ncname_to_native_word(name) == raw
 
 
-@given(ncnames())
+@given(an_ncname)
 def test_ncname_layer_round_trip_from_ncname(name: str) -> None:
     assert native_word_to_ncname(ncname_to_native_word(name)) == name
 
@@ -247,7 +254,7 @@ def test_ncname_layer_round_trip_from_ncname(name: str) -> None:
 @pytest.mark.parametrize("syntax", SYNTAXES, ids=ids)
 @given(data=st.data())
 def test_segment_round_trip_from_ncname(syntax: WildcardSyntax, data: st.DataObject) -> None:
-    name = data.draw(ncnames())
+    name = data.draw(an_ncname)
     word = encode_segment(name, syntax)
     assert decode_segment(word, syntax) == name
     # the word is a plain native level: no separator, no wildcard, only carried characters
@@ -259,7 +266,7 @@ def test_segment_round_trip_from_ncname(syntax: WildcardSyntax, data: st.DataObj
 @pytest.mark.parametrize("syntax", SYNTAXES, ids=ids)
 @given(data=st.data())
 def test_segment_round_trip_from_native_word(syntax: WildcardSyntax, data: st.DataObject) -> None:
-    word = data.draw(native_words(syntax))
+    word = data.draw(native_words_of[syntax.name])
     name = decode_segment(word, syntax)
     assert dialects_is_ncname(name)
     assert encode_segment(name, syntax) == word
@@ -275,8 +282,8 @@ def test_native_layer_round_trip_from_raw(syntax: WildcardSyntax, data: st.DataO
 @pytest.mark.parametrize("syntax", SYNTAXES, ids=ids)
 @given(data=st.data())
 def test_encoding_is_injective(syntax: WildcardSyntax, data: st.DataObject) -> None:
-    a = data.draw(ncnames())
-    b = data.draw(ncnames())
+    a = data.draw(an_ncname)
+    b = data.draw(an_ncname)
     if a != b:
         assert encode_segment(a, syntax) != encode_segment(b, syntax)
 

@@ -137,18 +137,26 @@ def namespaces_for(syntax: WildcardSyntax) -> list[str]:
 topic_paths = st.lists(st.sampled_from(SEGMENTS), min_size=1, max_size=4).map(tuple)
 
 
+# Strategies are built once, here, not at each draw: building one (and hypothesis's checks
+# of it) cost more CPU than drawing from it.
+branch_segments = st.lists(
+    st.one_of(st.sampled_from(SEGMENTS), st.just(ANY), st.just(DEEP)), min_size=1, max_size=5
+)
+
+
 @st.composite
-def branches(draw: st.DrawFn, syntax: WildcardSyntax) -> PathPattern:
-    ns = draw(st.sampled_from(namespaces_for(syntax)))
-    segs = draw(
-        st.lists(
-            st.one_of(st.sampled_from(SEGMENTS), st.just(ANY), st.just(DEEP)),
-            min_size=1,
-            max_size=5,
-        )
-    )
+def branches(draw: st.DrawFn, namespaces: st.SearchStrategy[str]) -> PathPattern:
+    ns = draw(namespaces)
+    segs = draw(branch_segments)
     assume([s for s in segs if s is not DEEP])
     return PathPattern(ns, tuple(segs))
+
+
+#: per syntax, the WS-Topics expression: one to three branches
+pattern_lists = {
+    s.name: st.lists(branches(st.sampled_from(namespaces_for(s))), min_size=1, max_size=3)
+    for s in (RABBITMQ, MQTT, KAFKA)
+}
 
 
 def native_match(result: Translation, syntax: WildcardSyntax, root: str | None, name: str) -> bool:
@@ -194,6 +202,15 @@ ids = [s.name for s in SYNTAXES]
 settings_ = settings(max_examples=300, suppress_health_check=[HealthCheck.filter_too_much])
 
 
+#: per syntax, a topic tree: up to 25 topics (with their ancestors) in its namespaces
+topic_trees = {
+    s.name: st.lists(
+        st.tuples(st.sampled_from(namespaces_for(s)), topic_paths), min_size=1, max_size=25
+    )
+    for s in SYNTAXES
+}
+
+
 @pytest.mark.parametrize("syntax", SYNTAXES, ids=ids)
 @settings_
 @given(data=st.data())
@@ -201,11 +218,8 @@ def test_patterns_select_the_same_topics_on_topic_trees(
     syntax: WildcardSyntax, data: st.DataObject
 ) -> None:
     """Random topic trees (WS-N side) translated to native names."""
-    pats = data.draw(st.lists(branches(syntax), min_size=1, max_size=3))
-    spaces = namespaces_for(syntax)
-    tree = data.draw(
-        st.lists(st.tuples(st.sampled_from(spaces), topic_paths), min_size=1, max_size=25)
-    )
+    pats = data.draw(pattern_lists[syntax.name])
+    tree = data.draw(topic_trees[syntax.name])
     roots = make_roots(syntax)
     names: list[tuple[str | None, str]] = []
     for ns, path in tree:
@@ -234,6 +248,17 @@ def native_levels(syntax: WildcardSyntax) -> st.SearchStrategy[str]:
     return st.sampled_from(pool)
 
 
+#: per syntax, the levels of one natively published name (one to four)
+native_level_lists = {s.name: st.lists(native_levels(s), min_size=1, max_size=4) for s in SYNTAXES}
+#: per syntax, the roots a native name is published under, known and unknown
+native_roots = {
+    "rabbitmq": st.sampled_from(["ex.p", derived_root(Q), "amq.topic", ""]),
+    "mqtt": st.sampled_from(["org/p", derived_root(Q), "org", ""]),
+    "kafka": st.sampled_from(["org.p", derived_root(Q), "org", ""]),
+}
+name_counts = st.integers(1, 20)
+
+
 @pytest.mark.parametrize("syntax", SYNTAXES, ids=ids)
 @settings_
 @given(data=st.data())
@@ -241,16 +266,11 @@ def test_patterns_select_the_same_topics_on_native_names(
     syntax: WildcardSyntax, data: st.DataObject
 ) -> None:
     """Random natively published names, under known and unknown roots."""
-    pats = data.draw(st.lists(branches(syntax), min_size=1, max_size=3))
-    roots_by_syntax = {
-        "rabbitmq": ["ex.p", derived_root(Q), "amq.topic", ""],
-        "mqtt": ["org/p", derived_root(Q), "org", ""],
-        "kafka": ["org.p", derived_root(Q), "org", ""],
-    }
+    pats = data.draw(pattern_lists[syntax.name])
     names: list[tuple[str | None, str]] = []
-    for _ in range(data.draw(st.integers(1, 20))):
-        prefix = data.draw(st.sampled_from(roots_by_syntax[syntax.name]))
-        levels = data.draw(st.lists(native_levels(syntax), min_size=1, max_size=4))
+    for _ in range(data.draw(name_counts)):
+        prefix = data.draw(native_roots[syntax.name])
+        levels = data.draw(native_level_lists[syntax.name])
         rest = syntax.separator.join(levels)
         if syntax.root_in_name:
             name = syntax.separator.join([prefix, rest]) if prefix else rest

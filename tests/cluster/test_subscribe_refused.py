@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import subprocess
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -61,15 +60,7 @@ def rabbitmq_url(rabbitmq_url: str, vhost: tuple[RabbitNode, str]) -> str:
 
 
 def _queues(node: RabbitNode, name: str) -> int:
-    out = subprocess.run(
-        [node.ctl_script, "-n", node.nodename, "list_queues", "-p", name, "name", "--silent"],
-        capture_output=True,
-        timeout=60,
-        check=True,
-        cwd=str(node.dir),
-        text=True,
-        **node.popen_kwargs(),
-    ).stdout
+    out = node.rabbitmqctl("list_queues", "-p", name, "name", "--silent")
     return len([line for line in out.splitlines() if line.strip()])
 
 

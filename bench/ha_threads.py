@@ -59,18 +59,17 @@ def thread_cpu(pid: int, names: dict[int, str]) -> collections.Counter[str]:
 
 
 def thread_wakeups(pid: int, names: dict[int, str]) -> collections.Counter[str]:
-    """Context switches per thread name of process ``pid`` (``voluntary_ctxt_switches``
-    plus ``nonvoluntary_ctxt_switches`` of /proc/PID/task/TID/status): each voluntary
-    one ends a wait, so an idle thread's count is how often it woke up."""
+    """Wake-ups per thread name of process ``pid``: its ``voluntary_ctxt_switches``
+    (/proc/PID/task/TID/status), the times it gave the processor up to wait (a wait for
+    the GIL included), each ended by a wake-up; the machine's preemptions (the
+    nonvoluntary ones) are left out, they count the load, not the thread."""
     out: collections.Counter[str] = collections.Counter()
     for task in Path(f"/proc/{pid}/task").iterdir():
         try:
             status = (task / "status").read_text()
         except OSError:
             continue  # ended meanwhile
-        switches = sum(
-            int(line.split()[1]) for line in status.splitlines() if "ctxt_switches:" in line
-        )
+        switches = int(status.split("\nvoluntary_ctxt_switches:")[1].split()[0])
         out[pool_name(names.get(int(task.name), f"tid {task.name}"))] += switches
     return out
 

@@ -134,15 +134,15 @@ class PostgresCoordination:
         deadline = time.monotonic() + timeout
         try:
             connection = self._listen()
-            while True:
-                for note in connection.notifies(timeout=0):
-                    if note.payload != self.instance_id:
-                        return  # another instance's write (or an older release's: the kind)
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return
-                with selectors.DefaultSelector() as selector:
-                    selector.register(connection.fileno(), selectors.EVENT_READ)
+            with selectors.DefaultSelector() as selector:
+                selector.register(connection.fileno(), selectors.EVENT_READ)
+                while True:
+                    for note in connection.notifies(timeout=0):
+                        if note.payload != self.instance_id:
+                            return  # another instance's write (or an older release's: the kind)
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        return
                     selector.select(remaining)
         except psycopg.Error:
             self._drop_listening()

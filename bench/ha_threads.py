@@ -7,9 +7,12 @@ one in cluster mode, side by side), then gives each, in the order single, cluste
 cluster, single, ``--notifies`` Notifies nobody subscribed to from 8 threads and prints
 the CPU per Notify of each of its threads (``/proc/PID/task/TID/schedstat``, in
 nanoseconds), named by ``py-spy dump`` (Python does not name the threads of the
-operating system; without py-spy they are shown by id).  Also the CPU per second of each
-instance idle.  A sampling profile cannot part the two instances' costs this finely on a
-loaded machine: the threads' own clocks can.  Loopback only.
+operating system; without py-spy they are shown by id).  Also, per thread, the CPU and the
+wake-ups per second of each instance idle (``--idle SECONDS``, 5; ``--idle-only`` stops
+there): a background thread that wakes up often asks for the GIL each time
+(docs/performance.md, "What wakes an idle cluster instance").  A sampling profile cannot
+part the two instances' costs this finely on a loaded machine: the threads' own clocks
+can.  Loopback only.
 """
 
 from __future__ import annotations

@@ -7,9 +7,12 @@ one in cluster mode, side by side), then gives each, in the order single, cluste
 cluster, single, ``--notifies`` Notifies nobody subscribed to from 8 threads and prints
 the CPU per Notify of each of its threads (``/proc/PID/task/TID/schedstat``, in
 nanoseconds), named by ``py-spy dump`` (Python does not name the threads of the
-operating system; without py-spy they are shown by id).  Also the CPU per second of each
-instance idle.  A sampling profile cannot part the two instances' costs this finely on a
-loaded machine: the threads' own clocks can.  Loopback only.
+operating system; without py-spy they are shown by id).  Also, per thread, the CPU and the
+wake-ups per second of each instance idle (``--idle SECONDS``, 5; ``--idle-only`` stops
+there): a background thread that wakes up often asks for the GIL each time
+(docs/performance.md, "What wakes an idle cluster instance").  A sampling profile cannot
+part the two instances' costs this finely on a loaded machine: the threads' own clocks
+can.  Loopback only.
 """
 
 from __future__ import annotations
@@ -56,6 +59,42 @@ def thread_cpu(pid: int, names: dict[int, str]) -> collections.Counter[str]:
             continue  # ended meanwhile
         out[pool_name(names.get(int(task.name), f"tid {task.name}"))] += ns
     return out
+
+
+def thread_wakeups(pid: int, names: dict[int, str]) -> collections.Counter[str]:
+    """Wake-ups per thread name of process ``pid``: its ``voluntary_ctxt_switches``
+    (/proc/PID/task/TID/status), the times it gave the processor up to wait (a wait for
+    the GIL included), each ended by a wake-up; the machine's preemptions (the
+    nonvoluntary ones) are left out, they count the load, not the thread."""
+    out: collections.Counter[str] = collections.Counter()
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            status = (task / "status").read_text()
+        except OSError:
+            continue  # ended meanwhile
+        switches = int(status.split("\nvoluntary_ctxt_switches:")[1].split()[0])
+        out[pool_name(names.get(int(task.name), f"tid {task.name}"))] += switches
+    return out
+
+
+def idle(instance: ha_cost.Instance, mode: str, seconds: float, pyspy: str | None) -> None:
+    """Print the CPU and wake-ups per second of each thread of ``instance`` left idle
+    for ``seconds`` (a background thread that wakes up often asks for the GIL each time)."""
+    pid = instance.pid
+    names = thread_names(pid, pyspy)
+    cpu0, woke0 = thread_cpu(pid, names), thread_wakeups(pid, names)
+    time.sleep(seconds)
+    cpu, woke = thread_cpu(pid, names), thread_wakeups(pid, names)
+    total_cpu = sum(cpu.values()) - sum(cpu0.values())
+    total_woke = sum(woke.values()) - sum(woke0.values())
+    print(
+        f"{mode}, idle: {total_cpu / 1e6 / seconds:.2f} ms CPU and {total_woke / seconds:.1f} "
+        f"wake-ups per second, load {os.getloadavg()[0]:.1f}"
+    )
+    rows = {name: (woke[name] - woke0.get(name, 0), cpu[name] - cpu0.get(name, 0)) for name in woke}
+    for name, (count, ns) in sorted(rows.items(), key=lambda item: -item[1][0]):
+        if count or ns:
+            print(f"  {count / seconds:8.1f} /s  {ns / 1e6 / seconds:7.3f} ms/s  {name}")
 
 
 def pool_name(name: str) -> str:
@@ -140,6 +179,16 @@ def main() -> None:
         "--deliveries", action="store_true", help="Notifies to ten push subscriptions"
     )
     parser.add_argument("--record", type=Path, help="py-spy profiles into this directory")
+    parser.add_argument(
+        "--idle",
+        type=float,
+        default=5.0,
+        metavar="SECONDS",
+        help="seconds each instance is watched idle (CPU and wake-ups per thread)",
+    )
+    parser.add_argument(
+        "--idle-only", action="store_true", help="only the idle figures, no Notifies"
+    )
     args = parser.parse_args()
     found = shutil.which("py-spy") or str(Path(__file__).parents[1] / ".venv/bin/py-spy")
     pyspy = found if Path(found).exists() else None
@@ -161,10 +210,9 @@ def main() -> None:
                         instances[mode] = ha_cost.start(ctx, mw, store, mode, Recorder)
                         instances[mode].warm_up(50)
                     for mode in ha_cost.MODES:
-                        cpu0 = process_cpu_seconds(instances[mode].pid)
-                        time.sleep(5)
-                        idle = process_cpu_seconds(instances[mode].pid) - cpu0
-                        print(f"{mode}, idle: {idle * 200:.1f} ms CPU per second")
+                        idle(instances[mode], mode, args.idle, pyspy)
+                    if args.idle_only:
+                        return
                     for n, mode in enumerate(("single", "cluster", "cluster", "single")):
                         raw = args.record / f"{n}-{mode}.txt" if args.record else None
                         measure(

@@ -21,9 +21,10 @@
 * ``wsnmom_nonces`` (schema 6): the nonce of every forwarded request served, with its
   expiry; a nonce is inserted once (:meth:`PostgresCoordination.first_use`), so a request
   replayed to any instance is refused.  The leader deletes those expired for longer than
-  :data:`NONCE_MARGIN` at its heartbeat (by the store's clock), and the store refuses a
-  nonce expired that long (an instance whose clock is behind judged it valid; its record
-  may be gone), so a replay is never taken for a first use, whatever the clocks.
+  :data:`NONCE_MARGIN` (by the store's clock) at a heartbeat every :data:`PRUNE_EVERY`
+  seconds, and the store refuses a nonce expired that long (an instance whose clock is
+  behind judged it valid; its record may be gone), so a replay is never taken for a first
+  use, whatever the clocks.
 * Two dedicated connections besides the store's pool: one LISTENs (the follow thread
   waits on it, ``wait``), the other holds the leadership, a session-level advisory lock
   (the heartbeat thread takes it, ``lead``): when the process dies the connection goes and
@@ -43,6 +44,8 @@ from __future__ import annotations
 import logging
 import math
 import secrets
+import selectors
+import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -66,6 +69,9 @@ KEEP_CHANGES = "1 hour"
 NONCE_MARGIN = "60 seconds"
 #: how long the leader's pruning waits for a lock on the change log or the nonces
 PRUNE_LOCK_WAIT = "200ms"
+#: seconds between the leader's prunings (its first heartbeat as leader prunes; five
+#: round trips, which at every heartbeat were half of an idle leader's wake-ups)
+PRUNE_EVERY = 30.0
 CHANNEL = "wsnmom_changes"
 
 
@@ -89,6 +95,8 @@ class PostgresCoordination:
         self._epoch: int | None = None
         self._seen: set[int] = set()
         self._seeded = False
+        #: monotonic time of the last pruning (``_prune``), -inf: none yet
+        self._pruned_at = -math.inf
         self._address = ""
         self._version = ""
 
@@ -122,12 +130,29 @@ class PostgresCoordination:
         _close(connection)
 
     def wait(self, timeout: float) -> None:
+        """Return once another instance's NOTIFY arrived, or after ``timeout`` seconds.
+
+        The thread sleeps on the connection's socket, woken only by what the server sends:
+        psycopg's own wait for notifications (``notifies(timeout=...)``) wakes every 0.1 s
+        to look for a Ctrl-C, ten wake-ups a second of an idle follow thread, each asking
+        for the GIL while request and delivery threads hold it (docs/performance.md, "What
+        wakes an idle cluster instance").  ``notifies(timeout=0)`` takes what arrived
+        without waiting (those received meanwhile on the connection first)."""
         import psycopg
 
+        deadline = time.monotonic() + timeout
         try:
-            for note in self._listen().notifies(timeout=timeout):
-                if note.payload != self.instance_id:
-                    break  # another instance's write (or an older release's: the kind)
+            connection = self._listen()
+            with selectors.DefaultSelector() as selector:
+                selector.register(connection.fileno(), selectors.EVENT_READ)
+                while True:
+                    for note in connection.notifies(timeout=0):
+                        if note.payload != self.instance_id:
+                            return  # another instance's write (or an older release's: the kind)
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        return
+                    selector.select(remaining)
         except psycopg.Error:
             self._drop_listening()
             raise
@@ -247,6 +272,7 @@ class PostgresCoordination:
                     "DELETE FROM wsnmom_nonces "
                     f"WHERE expires_at < now() - interval '{NONCE_MARGIN}'"
                 )
+            self._pruned_at = time.monotonic()
         except psycopg.errors.LockNotAvailable:
             log.debug("pruning the change log postponed: a table is locked")
 
@@ -292,7 +318,7 @@ class PostgresCoordination:
                     held[int(s)] = int(e)
                     if previous is not None and previous != me:
                         taken_over.append(int(s))
-            if self._leader:
+            if self._leader and time.monotonic() >= self._pruned_at + PRUNE_EVERY:
                 self._prune(conn)
         self._seeded = True
         released: tuple[int, ...] = ()

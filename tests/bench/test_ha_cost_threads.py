@@ -73,3 +73,40 @@ def test_messages_per_post_is_deliveries_over_posts() -> None:
     tally = ha_cost.Tally(notify_cpu=1.0, notifies=10, delivery_cpu=1.0, deliveries=100)
     tally.subscribe_s, tally.subscribes, tally.posts = 1.0, 1, 40
     assert tally.figures()["messages_per_post"] == 2.5
+
+
+#: one thread ends 50 short waits (each a wake-up) and stays alive; the process prints its
+#: id when it is done
+WAKER = """
+import sys, threading
+done, end = threading.Event(), threading.Event()
+def wake():
+    tick = threading.Event()
+    for _ in range(50):
+        tick.wait(0.001)
+    done.set()
+    end.wait()
+thread = threading.Thread(target=wake, name="waker-0")
+thread.start()
+done.wait()
+print(thread.native_id, flush=True)
+sys.stdin.readline()
+end.set()
+"""
+
+
+def test_wakeups_count_each_threads_ended_waits_by_name_pools_as_one() -> None:
+    """``bench.ha_threads --idle``'s wake-ups: a thread's voluntary switches (its ended
+    waits), summed by pool name."""
+    child = subprocess.Popen(
+        [sys.executable, "-c", WAKER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert child.stdout is not None
+        tid = int(child.stdout.readline())
+        woke = ha_threads.thread_wakeups(child.pid, {tid: "waker-0"})
+    finally:
+        child.kill()
+        child.wait()
+    assert "waker-N" in woke
+    assert 50 <= woke["waker-N"] < 200, woke  # its 50 waits, and the GIL's few

@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 from wsnmom.core import coordination, errors
@@ -249,6 +250,65 @@ def test_a_forwarded_requests_nonce_is_taken_once_across_instances_and_the_leade
     cb.leave()
 
 
+def _old_nonce(store: Store, nonce: str) -> None:
+    """Record ``nonce`` as expired long ago (beyond the margin: the leader deletes it)."""
+    with store.transaction() as conn:  # type: ignore[attr-defined]
+        conn.execute(
+            "INSERT INTO wsnmom_nonces VALUES (%s, to_timestamp(%s))", (nonce, time.time() - 300)
+        )
+
+
+def test_the_leader_prunes_at_its_first_heartbeat_then_every_prune_every_seconds(
+    stores: tuple[Store, Store], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Pruning is five round trips: at every heartbeat (each second) they were half of an
+    idle leader's wake-ups.  The first heartbeat as leader prunes, the next ones only
+    once :data:`PRUNE_EVERY` seconds passed (made 0 here to see it happen)."""
+    from wsnmom.core import coordination_postgres
+
+    a, _ = stores
+    ca = a.coordination("a")
+    assert ca.lead()
+    _old_nonce(a, "n-first")
+    ca.heartbeat(SHARDS, LEASE)
+    assert _nonce_rows(a) == []
+    _old_nonce(a, "n-next")
+    ca.heartbeat(SHARDS, LEASE)  # within PRUNE_EVERY of the last pruning
+    assert _nonce_rows(a) == ["n-next"]
+    monkeypatch.setattr(coordination_postgres, "PRUNE_EVERY", 0.0)
+    ca.heartbeat(SHARDS, LEASE)
+    assert _nonce_rows(a) == []
+    ca.leave()
+
+
+def test_a_pruning_the_locked_change_log_postpones_renews_the_leases_and_comes_back(
+    stores: tuple[Store, Store], postgres_store_url: str
+) -> None:
+    """The leader's pruning due while another session locks the change log gives up
+    after its lock wait: the heartbeat renews the leases, and the next heartbeat prunes
+    (its time had not been counted as a pruning)."""
+    import psycopg
+
+    a, _ = stores
+    ca = a.coordination("a")
+    assert ca.lead()
+    _old_nonce(a, "n-old")
+    renewed: list[int] = []
+    with psycopg.connect(postgres_store_url) as locker:
+        locker.execute("LOCK TABLE wsnmom_changes IN ACCESS EXCLUSIVE MODE")
+        beat = threading.Thread(
+            target=lambda: renewed.append(len(ca.heartbeat(SHARDS, LEASE).held)), daemon=True
+        )
+        beat.start()
+        beat.join(60)  # without the lock wait's bound: for as long as the lock is held
+        assert renewed == [SHARDS]
+        assert _nonce_rows(a) == ["n-old"]  # postponed with the change log's pruning
+        locker.rollback()
+    ca.heartbeat(SHARDS, LEASE)
+    assert _nonce_rows(a) == []
+    ca.leave()
+
+
 def test_one_instance_remembers_a_nonce_until_it_expires() -> None:
     single = SingleInstance("only")
     now = time.time()
@@ -407,4 +467,35 @@ def test_an_instances_own_writes_do_not_wake_it_and_another_instances_do(
         started = time.monotonic()
         ca.wait(60.0)
         assert time.monotonic() - started < 60.0  # woken by b's write, not timed out
+    ca.leave()
+
+
+def _voluntary_switches() -> int:
+    """How often the calling thread gave up the processor to wait (Linux)."""
+    status = Path(f"/proc/self/task/{threading.get_native_id()}/status").read_text()
+    return int(status.split("voluntary_ctxt_switches:")[1].split()[0])
+
+
+def test_an_idle_wait_sleeps_until_the_store_sends_something(
+    stores: tuple[Store, Store],
+) -> None:
+    """The follow thread's wait for another instance's write does not wake up on its
+    own: psycopg's ``notifies(timeout=...)`` woke every 0.1 s (ten times in a second's
+    wait), each wake-up a request for the GIL the busy threads of a gateway hold.  Only
+    voluntary switches are counted (a wait's wake-ups; a loaded machine's preemptions
+    are the other kind)."""
+    a, _ = stores
+    ca = a.coordination("a")
+    ca.wait(0)  # connected and listening
+    woke: list[int] = []
+
+    def waiting() -> None:
+        before = _voluntary_switches()
+        ca.wait(1.0)
+        woke.append(_voluntary_switches() - before)
+
+    thread = threading.Thread(target=waiting)
+    thread.start()
+    thread.join(30)
+    assert woke and woke[0] <= 4, woke  # the timeout's, and a GIL hand-over or two
     ca.leave()

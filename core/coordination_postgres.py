@@ -288,10 +288,16 @@ class PostgresCoordination:
                     "ON CONFLICT (shard) DO NOTHING",
                     (shards,),
                 )
+            # before the shard rows are locked: a heartbeat stopped inside this
+            # transaction (SIGSTOP, a host frozen) would hold them locked, and the others'
+            # take-over skips locked rows, so the server ends such a session after half
+            # a lease (its shards are then taken over when their lease ends, as a dead
+            # instance's are); seen in the HA suite on Kafka under load
             live_row = conn.execute(
-                "SELECT count(*) FROM wsnmom_instances "
-                "WHERE heartbeat > now() - make_interval(secs => %s)",
-                (lease,),
+                "SELECT (SELECT count(*) FROM wsnmom_instances "
+                "WHERE heartbeat > now() - make_interval(secs => %s)), "
+                "set_config('idle_in_transaction_session_timeout', %s, true)",
+                (lease, str(max(100, int(lease * 500)))),
             ).fetchone()
             live = max(1, int(live_row[0]))
             fair = math.ceil(shards / live)

@@ -28,6 +28,7 @@ from wsnmom.core.coordination import (
 )
 from wsnmom.core.model import EndpointReference, ExpressionSource, PublisherRegistration
 from wsnmom.core.store import Deposed, Store
+from wsnmom.core.store_postgres import PostgresStore
 from wsnmom.core.store_url import open_store
 
 from tests.core.test_store_conformance import subscription
@@ -92,6 +93,65 @@ def test_shards_are_shared_fairly_and_a_takeover_bumps_the_epoch(
     assert sorted(after.held) == list(range(SHARDS))
     assert all(after.held[s] == 3 for s in taken.held)
     assert all(after.held[s] == 2 for s in shared.held)
+
+
+def test_a_heartbeat_stopped_inside_its_transaction_does_not_keep_its_shards(
+    postgres_store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An instance stopped (SIGSTOP, a frozen host) inside its heartbeat's transaction,
+    after renewing its leases, held its shard rows locked, and the others' take-over skips
+    locked rows: nobody took its shards for as long as it stayed stopped (the HA suite on
+    Kafka, at load 20-30: none within lease + 20 s).  The server now ends such a session
+    after half a lease.  The stop is a's leader pruning held inside the transaction, with
+    a's own call deadline out of reach (a stopped process's deadline thread is stopped
+    too); checked to fail before (b took none in 30 s)."""
+    a = PostgresStore(postgres_store_url, instance_id="a", call_timeout=600)
+    b = open_store(postgres_store_url, instance_id="b")
+    try:
+        _stopped_inside_its_heartbeat(a.coordination("a"), b.coordination("b"), monkeypatch)
+    finally:
+        a.close()
+        b.close()
+
+
+def _stopped_inside_its_heartbeat(
+    ca: Coordination, cb: Coordination, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lease = 2.0
+    ca.join("http://a", "1", single_instance=False)
+    assert sorted(ca.heartbeat(SHARDS, lease).held) == list(range(SHARDS))
+    cb.join("http://b", "1", single_instance=False)
+    assert cb.heartbeat(SHARDS, lease).held == {}  # every shard is leased to a
+    assert ca.lead()  # its next heartbeat prunes, inside the transaction
+    stopped, resumed = threading.Event(), threading.Event()
+
+    def held_in_pruning(conn: object) -> None:
+        stopped.set()
+        resumed.wait(60)
+
+    monkeypatch.setattr(ca, "_prune", held_in_pruning)
+    outcome: list[BaseException | object] = []
+
+    def beat() -> None:
+        try:
+            outcome.append(ca.heartbeat(SHARDS, lease))
+        except BaseException as exc:
+            outcome.append(exc)
+
+    beating = threading.Thread(target=beat)
+    beating.start()
+    try:
+        assert stopped.wait(30)  # a renewed its leases and stopped in the transaction
+        taken = wait_until(
+            lambda: cb.heartbeat(SHARDS, lease).held, 30, what="b taking a's lapsed shards"
+        )
+        assert taken
+    finally:
+        resumed.set()
+        beating.join(timeout=60)
+    assert not beating.is_alive()
+    assert len(outcome) == 1 and isinstance(outcome[0], Exception), outcome  # session ended
+    ca.leave()
 
 
 def test_the_leadership_is_one_sessions_lock(stores: tuple[Store, Store]) -> None:

@@ -73,6 +73,8 @@ PRUNE_LOCK_WAIT = "200ms"
 #: round trips, which at every heartbeat were half of an idle leader's wake-ups)
 PRUNE_EVERY = 30.0
 CHANNEL = "wsnmom_changes"
+#: the lease assumed before the first heartbeat (``cluster.lease``'s default)
+DEFAULT_LEASE = 10.0
 
 
 class PostgresCoordination:
@@ -99,6 +101,8 @@ class PostgresCoordination:
         self._pruned_at = -math.inf
         self._address = ""
         self._version = ""
+        #: the lease of the last heartbeat (``lead`` bounds its connection's idleness by it)
+        self._lease = DEFAULT_LEASE
 
     # -- the dedicated connections: LISTEN and the leadership -----------------------------
     def _connect(self, role: str) -> Any:
@@ -170,6 +174,17 @@ class PostgresCoordination:
                 return True
             if self._leading is None or self._leading.closed:
                 self._leading = self._connect("leader")
+                # a leader stopped (SIGSTOP, a frozen host) keeps its session, and so the
+                # lock, alive on the server: nobody did the periodic work while it stayed
+                # stopped.  Its connection asks "SELECT 1" at every heartbeat, so one idle
+                # for a lease belongs to a stopped process: the server ends it
+                try:
+                    self._leading.execute(
+                        "SELECT set_config('idle_session_timeout', %s, false)",
+                        (str(max(1000, int(self._lease * 1000))),),
+                    )
+                except psycopg.errors.UndefinedObject:  # before PostgreSQL 14
+                    log.debug("this PostgreSQL has no idle_session_timeout")
             row = self._leading.execute("SELECT pg_try_advisory_lock(%s)", (LEADER_LOCK,))
             if not row.fetchone()[0]:
                 return False
@@ -278,6 +293,7 @@ class PostgresCoordination:
 
     def heartbeat(self, shards: int, lease: float) -> Leases:
         me = self.instance_id
+        self._lease = lease
         taken_over: list[int] = []
         with self._store.transaction() as conn:
             self._beat(conn)

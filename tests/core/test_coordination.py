@@ -154,6 +154,25 @@ def _stopped_inside_its_heartbeat(
     ca.leave()
 
 
+def test_a_leader_stopped_for_a_lease_loses_the_leadership(stores: tuple[Store, Store]) -> None:
+    """A stopped leader (SIGSTOP, a frozen host) keeps its session, and so the lock, on the
+    server: nobody did the periodic work while it stayed stopped.  Its leadership
+    connection, which a running leader uses at every heartbeat, is ended by the server
+    once idle for a lease, and another instance leads.  The stop: a's heartbeat thread
+    no longer calls ``lead``.  Checked to fail before (b did not lead within 30 s)."""
+    a, b = stores
+    ca, cb = a.coordination("a"), b.coordination("b")
+    ca.join("http://a", "1", single_instance=False)
+    cb.join("http://b", "1", single_instance=False)
+    ca.heartbeat(SHARDS, 2.0)  # the lease a's leadership connection is bounded by
+    assert ca.lead() is True and cb.lead() is False
+    wait_until(cb.lead, 30, what="b leading once a's stopped session was ended")
+    assert cb.epoch() == 2
+    assert ca.lead() is False  # a, back: its connection is gone, and the lock with it
+    cb.leave()
+    ca.leave()
+
+
 def test_the_leadership_is_one_sessions_lock(stores: tuple[Store, Store]) -> None:
     a, b = stores
     ca, cb = a.coordination("a"), b.coordination("b")

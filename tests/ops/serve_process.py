@@ -15,7 +15,7 @@ import requests
 
 from wsnmom.testing.gateway import free_port, listens_on
 
-__all__ = ["free_port", "run_serve", "running_serve", "serve_env"]
+__all__ = ["free_port", "run_serve", "run_slowed_serve", "running_serve", "serve_env"]
 
 
 def serve_env(home: Path, **extra: str) -> dict[str, str]:
@@ -82,3 +82,47 @@ def running_serve(
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait(5)
+
+
+#: ``python -c`` that runs ``wsnmom`` with the seams of :func:`run_slowed_serve`
+_SLOWED = """
+import sys, time
+import wsnmom.server, wsnmom.serving
+if {no_first_attempt}:
+    wsnmom.server.FIRST_ATTEMPT = 0.0
+tune = wsnmom.serving.gc_tuning.tune
+def slow_tune():
+    time.sleep({before_serving})
+    tune()
+wsnmom.serving.gc_tuning.tune = slow_tune
+info = wsnmom.serving.log.info
+def slow(message, *args, **kwargs):
+    if message.startswith("wsnmom broker at"):
+        time.sleep(1.0)
+    info(message, *args, **kwargs)
+wsnmom.serving.log.info = slow
+from wsnmom.cli import main
+sys.argv[0] = "wsnmom"
+main()
+"""
+
+
+def run_slowed_serve(
+    args: list[str],
+    env: dict[str, str],
+    *,
+    no_first_attempt: bool = False,
+    before_serving: float = 0.0,
+) -> subprocess.CompletedProcess[str]:
+    """:func:`run_serve` with the start slowed where a stop can race it, as at load 20-30:
+    ``before_serving`` seconds before serve installs its signal handlers, and a second
+    while it writes its "broker at" line; ``no_first_attempt``: the first attempt at the
+    middleware gets no time (the background connector finds what it finds)."""
+    code = _SLOWED.format(no_first_attempt=no_first_attempt, before_serving=before_serving)
+    return subprocess.run(
+        [sys.executable, "-c", code, "serve", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )

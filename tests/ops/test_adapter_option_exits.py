@@ -15,7 +15,7 @@ import pytest
 from tests.fixtures.mosquitto import MosquittoNode
 from wsnmom.startup import ExitStatus
 
-from .serve_process import free_port, run_serve, serve_env
+from .serve_process import free_port, run_serve, run_slowed_serve, serve_env
 from .test_serve_startup import _expect
 
 #: (adapter URL, extra environment, fragments of the failure line); {tmp} and {port} filled in
@@ -102,26 +102,6 @@ def test_mqtt_wrong_password_is_the_credentials_status(
     assert "certainly-wrong" not in result.stderr
 
 
-#: ``python -c`` that runs ``wsnmom`` with its first attempt at the middleware given no
-#: time (the refusal is then found by the background connector, as on a loaded machine)
-#: and with the "wsnmom broker at" line taking a second (the connector's stop then comes
-#: while it is written, before the HTTP server runs)
-_SLOW_START = """
-import logging, sys, time
-import wsnmom.server, wsnmom.serving
-wsnmom.server.FIRST_ATTEMPT = 0.0
-info = wsnmom.serving.log.info
-def slow(message, *args, **kwargs):
-    if message.startswith("wsnmom broker at"):
-        time.sleep(1.0)
-    info(message, *args, **kwargs)
-wsnmom.serving.log.info = slow
-from wsnmom.cli import main
-sys.argv[0] = "wsnmom"
-main()
-"""
-
-
 @pytest.mark.mqtt
 def test_a_refusal_found_after_the_first_attempt_exits_with_its_status_and_line(
     tmp_path: Path, mosquitto_factory: Callable[..., MosquittoNode]
@@ -132,17 +112,12 @@ def test_a_refusal_found_after_the_first_attempt_exits_with_its_status_and_line(
     before the HTTP server ran: the process ended with status 0 and no line (seen in
     ``test_mqtt_wrong_password_is_the_credentials_status`` at load 20; checked to fail so
     before the fix)."""
-    import subprocess
-    import sys
-
     node = mosquitto_factory(users={"gw": "right-password"})
     url = f"mqtt://gw:certainly-wrong@127.0.0.1:{node.port}"
-    result = subprocess.run(
-        [sys.executable, "-c", _SLOW_START, "serve", "--adapter", url, "--port", str(free_port())],
-        env=serve_env(tmp_path),
-        capture_output=True,
-        text=True,
-        timeout=120,
+    result = run_slowed_serve(
+        ["--adapter", url, "--port", str(free_port())],
+        serve_env(tmp_path),
+        no_first_attempt=True,
     )
     _expect(
         result,

@@ -14,7 +14,7 @@ import requests
 
 from wsnmom.startup import ExitStatus
 
-from .serve_process import free_port, run_serve, serve_env
+from .serve_process import free_port, run_serve, run_slowed_serve, serve_env
 
 #: one connection attempt takes this long: far beyond every bound the tests assert
 SLOW_ATTEMPT = "120"
@@ -88,29 +88,6 @@ def test_healthz_answers_while_the_first_attempt_is_under_way(tmp_path: Path, ki
             process.wait(5)
 
 
-#: ``python -c`` that runs ``wsnmom`` with the start before ``serving`` taking 4 s (longer
-#: than the 2 s wait: the connector gives up before serve handles SIGTERM, as at load 20-30)
-#: and the "wsnmom broker at" line taking a second (the connector's stop comes meanwhile)
-_LATE_SERVING = """
-import sys, time
-import wsnmom.serving
-tune = wsnmom.serving.gc_tuning.tune
-def slow_tune():
-    time.sleep(4.0)
-    tune()
-wsnmom.serving.gc_tuning.tune = slow_tune
-info = wsnmom.serving.log.info
-def slow(message, *args, **kwargs):
-    if message.startswith("wsnmom broker at"):
-        time.sleep(1.0)
-    info(message, *args, **kwargs)
-wsnmom.serving.log.info = slow
-from wsnmom.cli import main
-sys.argv[0] = "wsnmom"
-main()
-"""
-
-
 def test_a_wait_that_ends_before_serving_exits_with_its_status(tmp_path: Path) -> None:
     """The wait ends while serve is still starting: the connector's stop waits for the
     signal handlers, comes while the "broker at" line is written, and the process still
@@ -119,12 +96,8 @@ def test_a_wait_that_ends_before_serving_exits_with_its_status(tmp_path: Path) -
     that fix reverted.)"""
     url, extra = _unreachable("rabbitmq")
     args = ["--adapter", url, "--port", str(free_port()), "--wait-for-middleware", "2"]
-    result = subprocess.run(
-        [sys.executable, "-c", _LATE_SERVING, "serve", *args],
-        env=serve_env(tmp_path, **extra),
-        capture_output=True,
-        text=True,
-        timeout=100,
-    )
+    # 4 s before serving: longer than the 2 s wait, so the connector gives up before
+    # serve handles SIGTERM, as at load 20-30
+    result = run_slowed_serve(args, serve_env(tmp_path, **extra), before_serving=4.0)
     assert result.returncode == ExitStatus.MIDDLEWARE_UNREACHABLE, result.stderr
     assert "waited 2 s" in result.stderr.splitlines()[-1]

@@ -34,6 +34,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from flask import Response, current_app, request
@@ -198,26 +199,35 @@ def cluster() -> Response:
 @admin_api.get("/subscriptions")
 def list_subscriptions() -> Response:
     """The live subscriptions that match the query, one page of them (:mod:`.admin_query`).
-    The backlogs come from the middleware for the page only, unless the list is sorted
-    by backlog: searching and sorting 10,000 subscriptions then asks it nothing."""
+    Searching, sorting and paging look at a few fields of each subscription; the page's
+    subscriptions are then read in full, with their backlogs from the middleware.  Sorted
+    by backlog, the middleware is asked for all of them at once, and the page shows the
+    backlogs and delivery states it was sorted by."""
     if (refused := _refused_reading(_caller())) is not None:
         return refused
     service = _service()
     by_backlog = request.args.get("sort") == "backlog"
-    statuses = service.subscription_statuses(depths=by_backlog)
+    rows = service.subscription_rows(depths=by_backlog)
     try:
-        matched, offset, limit, page = query_subscriptions(statuses, request.args)
+        matched, offset, limit, page = query_subscriptions(rows, request.args)
     except QueryError as exc:
         return _error(str(exc), 400)
-    if not by_backlog and page:
-        page = service.subscription_statuses([s.record.id for s in page])
+    statuses = (
+        service.subscription_statuses([r.id for r in page], depths=not by_backlog) if page else []
+    )
+    if by_backlog:
+        read = {r.id: r for r in page}
+        statuses = [
+            replace(s, waiting=read[s.record.id].waiting, delivery=read[s.record.id].delivery)
+            for s in statuses
+        ]
     return _json(
         {
             "count": matched,
-            "total": len(statuses),
+            "total": len(rows),
             "offset": offset,
             "limit": limit,
-            "subscriptions": [status_json(s) for s in page],
+            "subscriptions": [status_json(s) for s in statuses],
         }
     )
 

@@ -1,7 +1,7 @@
 """The subscriptions list with 10,000 subscriptions on the embedded adapter: the answers of
 ``GET /wsn/admin/api/subscriptions?q=&sort=&order=&offset=&limit=`` (what the admin page
 and ``wsnmom subscriptions list`` show) are the right ones, computed here independently.
-How fast they are is measured by ``bench/admin_lists.py`` (docs/performance.md, F27), not
+How fast they are is measured by ``bench/admin_lists.py`` (docs/performance/findings.md, F28), not
 here.
 
 The 10,000 subscriptions are written into the SQLite store by the test, and the gateway

@@ -89,7 +89,7 @@ class SubscriptionRow:
     paused: bool
     creation_time: datetime
     termination_time: datetime | None
-    #: as in :class:`SubscriptionStatus`
+    #: as in :class:`SubscriptionStatus` (``delivery`` None also when it was not read)
     waiting: int | None
     delivery: ChannelStatus | None
 
@@ -228,12 +228,15 @@ class Operations:
             out.sort(key=lambda s: (s.record.creation_time, s.record.id))
         return out
 
-    def subscription_rows(self, *, depths: bool = False) -> list[SubscriptionRow]:
+    def subscription_rows(
+        self, *, depths: bool = False, delivery: bool = True
+    ) -> list[SubscriptionRow]:
         """Every live subscription as a :class:`SubscriptionRow`, in no order; ``waiting``
         is None (unknown) for those with a queue of their own unless ``depths`` (then one
-        ``depths`` call for all).  A fraction of the cost of :meth:`subscriptions` per
-        subscription: the admin API searches, sorts and pages these, then reads the
-        statuses of the one page it shows."""
+        ``depths`` call for all), ``delivery`` None for all unless ``delivery`` (a
+        channel's status is most of a row's cost).  A fraction of the cost of
+        :meth:`subscriptions` per subscription: the admin API searches, sorts and pages
+        these, then reads the statuses of the one page it shows."""
         ctx = self._ctx
         registry = ctx.registry
         now = ctx.now()
@@ -259,13 +262,14 @@ class Operations:
         channel = ctx.engine.channel
         rows = []
         for handle, sub_id, consumer, topic, is_paused, created, terminates in found:
-            delivery = None
-            if handle is not None and (open_channel := channel(sub_id)) is not None:
-                delivery = open_channel.status()
+            status = None
+            if delivery and handle is not None:
+                open_channel = channel(sub_id)
+                status = open_channel.status() if open_channel is not None else None
             waiting = 0 if handle is None else read.get(id(handle))
             rows.append(
                 SubscriptionRow(
-                    sub_id, consumer, topic, is_paused, created, terminates, waiting, delivery
+                    sub_id, consumer, topic, is_paused, created, terminates, waiting, status
                 )
             )
         return rows

@@ -149,9 +149,12 @@ class BrokerPort(Protocol):
         middleware (``waiting`` None: unknown)."""
         ...
 
-    def subscription_rows(self, *, depths: bool = False) -> list[SubscriptionRow]:
+    def subscription_rows(
+        self, *, depths: bool = False, delivery: bool = True
+    ) -> list[SubscriptionRow]:
         """Every live subscription as the few fields searching and sorting look at, in
-        no order, cheap for tens of thousands; backlogs only with ``depths``."""
+        no order, cheap for tens of thousands; backlogs only with ``depths``, delivery
+        states only with ``delivery``."""
         ...
 
     def rate_history(self) -> list[RatePoint]:

@@ -56,10 +56,13 @@ class OperatorCalls:
         state, oldest first; without ``depths`` the backlogs are unknown (None)."""
         return self.operations.subscriptions(ids, depths=depths)
 
-    def subscription_rows(self, *, depths: bool = False) -> list[SubscriptionRow]:
+    def subscription_rows(
+        self, *, depths: bool = False, delivery: bool = True
+    ) -> list[SubscriptionRow]:
         """Every live subscription as what searching and sorting look at, in no order;
-        backlogs only with ``depths`` (the admin API's list)."""
-        return self.operations.subscription_rows(depths=depths)
+        backlogs only with ``depths``, delivery states only with ``delivery`` (the admin
+        API's list)."""
+        return self.operations.subscription_rows(depths=depths, delivery=delivery)
 
     def rate_history(self) -> list[RatePoint]:
         """The last hour of traffic, oldest first (the admin page's charts)."""

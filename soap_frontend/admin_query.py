@@ -13,7 +13,7 @@ from typing import Any
 
 from wsnmom.core.operations import SubscriptionRow
 
-__all__ = ["SORT_KEYS", "QueryError", "query_subscriptions"]
+__all__ = ["SORT_KEYS", "QueryError", "needs_delivery", "query_subscriptions"]
 
 
 class QueryError(ValueError):
@@ -52,6 +52,16 @@ SORT_KEYS: Mapping[str, Callable[[SubscriptionRow], Any]] = {
         s.id,
     ),
 }
+
+
+#: sorts that look at the delivery state (``SubscriptionRow.delivery``)
+_DELIVERY_SORTS = frozenset({"state", "backlog", "failures", "delivered"})
+
+
+def needs_delivery(args: Mapping[str, str]) -> bool:
+    """Whether the query ``args`` looks at the delivery states: a search (a subscription
+    whose delivery fails is "failing") or a sort by one of them."""
+    return bool((args.get("q") or "").split()) or args.get("sort") in _DELIVERY_SORTS
 
 
 def _int(args: Mapping[str, str], name: str, default: int | None) -> int | None:

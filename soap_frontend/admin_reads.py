@@ -68,7 +68,7 @@ from .admin_json import (
     topic_json,
 )
 from .admin_node import node_json
-from .admin_query import QueryError, query_subscriptions
+from .admin_query import QueryError, needs_delivery, query_subscriptions
 
 __all__ = ["DEFAULT_LIMIT", "DEFAULT_PEEK", "PAGE_PEEK", "page_view", "peek_count"]
 
@@ -199,15 +199,17 @@ def cluster() -> Response:
 @admin_api.get("/subscriptions")
 def list_subscriptions() -> Response:
     """The live subscriptions that match the query, one page of them (:mod:`.admin_query`).
-    Searching, sorting and paging look at a few fields of each subscription; the page's
-    subscriptions are then read in full, with their backlogs from the middleware.  Sorted
-    by backlog, the middleware is asked for all of them at once, and the page shows the
-    backlogs and delivery states it was sorted by."""
+    Searching, sorting and paging look at a few fields of each subscription (delivery
+    states only when the query needs them); the page's subscriptions are then read in
+    full, with their backlogs from the middleware.  Sorted by backlog, the middleware is
+    asked for all of them at once; the page shows the backlogs and delivery states it was
+    searched and sorted by."""
     if (refused := _refused_reading(_caller())) is not None:
         return refused
     service = _service()
     by_backlog = request.args.get("sort") == "backlog"
-    rows = service.subscription_rows(depths=by_backlog)
+    with_delivery = needs_delivery(request.args)
+    rows = service.subscription_rows(depths=by_backlog, delivery=with_delivery)
     try:
         matched, offset, limit, page = query_subscriptions(rows, request.args)
     except QueryError as exc:
@@ -215,10 +217,14 @@ def list_subscriptions() -> Response:
     statuses = (
         service.subscription_statuses([r.id for r in page], depths=not by_backlog) if page else []
     )
-    if by_backlog:
+    if with_delivery:
         read = {r.id: r for r in page}
         statuses = [
-            replace(s, waiting=read[s.record.id].waiting, delivery=read[s.record.id].delivery)
+            replace(
+                s,
+                waiting=read[s.record.id].waiting if by_backlog else s.waiting,
+                delivery=read[s.record.id].delivery,
+            )
             for s in statuses
         ]
     return _json(

@@ -307,7 +307,9 @@ class FakeService:
     ) -> list[SubscriptionStatus]:
         return [self.subscription_status(sid) for sid in (self.subs if ids is None else ids)]
 
-    def subscription_rows(self, *, depths: bool = False) -> list[SubscriptionRow]:
+    def subscription_rows(
+        self, *, depths: bool = False, delivery: bool = True
+    ) -> list[SubscriptionRow]:
         return [
             SubscriptionRow(
                 s.record.id,
@@ -317,7 +319,7 @@ class FakeService:
                 s.record.creation_time,
                 s.record.termination_time,
                 s.waiting,
-                s.delivery,
+                s.delivery if delivery else None,
             )
             for s in self.subscription_statuses()
         ]

@@ -654,6 +654,10 @@ def test_every_sort_and_the_failing_state_over_the_api(open_runtime: Runtime) ->
     assert ids(sort="delivered") == sorted([a1, a2, a3, b])
     assert ids(sort="terminates") == [b, a1, a2, a3]
     assert ids(sort="topic") == [*sorted([a1, a2, a3]), b]
+    # a sort that reads no delivery state still shows the page's
+    by_topic = client.get(API + "/subscriptions", query_string={"sort": "topic"}).json
+    assert by_topic["subscriptions"][-1]["delivery"]["failures"] > 0
+    assert by_topic["subscriptions"][0]["delivery"]["failures"] == 0
     assert ids(q="failing") == [b]
     assert ids(q="FAILING t:b urn:t") == [b]
 

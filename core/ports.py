@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from lxml import etree
     from wsnmom.core.cluster import ClusterStatus
     from wsnmom.core.dead_letter_records import DeadLetter
-    from wsnmom.core.operations import Overview, SubscriptionStatus
+    from wsnmom.core.operations import Overview, SubscriptionRow, SubscriptionStatus
     from wsnmom.core.peek import PeekResult
     from wsnmom.core.policy import BrokerPolicy
     from wsnmom.core.pull_handout import Settlement
@@ -146,7 +146,15 @@ class BrokerPort(Protocol):
     ) -> list[SubscriptionStatus]:
         """Every live subscription with its backlog and delivery state, oldest first, or
         the live ones of ``ids`` in that order; ``depths=False`` does not ask the
-        middleware (``waiting`` None: unknown), for searching many cheaply."""
+        middleware (``waiting`` None: unknown)."""
+        ...
+
+    def subscription_rows(
+        self, *, depths: bool = False, delivery: bool = True
+    ) -> list[SubscriptionRow]:
+        """Every live subscription as the few fields searching and sorting look at, in
+        no order, cheap for tens of thousands; backlogs only with ``depths``, delivery
+        states only with ``delivery``."""
         ...
 
     def rate_history(self) -> list[RatePoint]:

@@ -15,7 +15,7 @@ from wsnmom.core.availability import MiddlewareGate
 from wsnmom.core.cluster import ClusterMember, ClusterStatus
 from wsnmom.core.dead_letter_admin import DeadLetterAdmin
 from wsnmom.core.dead_letter_records import DeadLetter
-from wsnmom.core.operations import Operations, Overview, SubscriptionStatus
+from wsnmom.core.operations import Operations, Overview, SubscriptionRow, SubscriptionStatus
 from wsnmom.core.peek import Peeker, PeekResult
 from wsnmom.core.pull_points import PullPoints
 from wsnmom.core.rate_history import RateHistory, RatePoint
@@ -55,6 +55,14 @@ class OperatorCalls:
         """Every live subscription (or those of ``ids``) with its backlog and delivery
         state, oldest first; without ``depths`` the backlogs are unknown (None)."""
         return self.operations.subscriptions(ids, depths=depths)
+
+    def subscription_rows(
+        self, *, depths: bool = False, delivery: bool = True
+    ) -> list[SubscriptionRow]:
+        """Every live subscription as what searching and sorting look at, in no order;
+        backlogs only with ``depths``, delivery states only with ``delivery`` (the admin
+        API's list)."""
+        return self.operations.subscription_rows(depths=depths, delivery=delivery)
 
     def rate_history(self) -> list[RatePoint]:
         """The last hour of traffic, oldest first (the admin page's charts)."""

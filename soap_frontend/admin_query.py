@@ -1,7 +1,9 @@
 """Search, sort and paging of the subscriptions list on the server
 (``GET /wsn/admin/api/subscriptions?q=&sort=&order=&offset=&limit=``), so that the admin
 page and ``wsnmom subscriptions list`` stay fast with tens of thousands of subscriptions:
-only the page asked for is rendered as JSON."""
+searching, sorting and paging look at :class:`~wsnmom.core.operations.SubscriptionRow`
+(a few fields of each subscription), and only the page asked for is read in full and
+rendered as JSON."""
 
 from __future__ import annotations
 
@@ -9,24 +11,23 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from wsnmom.core.model import SubscriptionState
-from wsnmom.core.operations import SubscriptionStatus
+from wsnmom.core.operations import SubscriptionRow
 
-__all__ = ["SORT_KEYS", "QueryError", "query_subscriptions"]
+__all__ = ["SORT_KEYS", "QueryError", "needs_delivery", "query_subscriptions"]
 
 
 class QueryError(ValueError):
     """A parameter that cannot be used (HTTP 400)."""
 
 
-def _state(s: SubscriptionStatus) -> str:
+def _state(s: SubscriptionRow) -> str:
     if s.delivery is not None and s.delivery.failures:
         return "failing"
-    return "paused" if s.record.state is SubscriptionState.PAUSED else "active"
+    return "paused" if s.paused else "active"
 
 
-def _topic(s: SubscriptionStatus) -> str:
-    topic = s.record.topic
+def _topic(s: SubscriptionRow) -> str:
+    topic = s.topic
     if topic is None:
         return ""
     return " ".join([topic.text, *(f"{p}={u}" for p, u in topic.namespaces.items() if p)])
@@ -36,21 +37,31 @@ _EPOCH = datetime.min
 
 
 #: sortable fields -> key (None sorts first ascending)
-SORT_KEYS: Mapping[str, Callable[[SubscriptionStatus], Any]] = {
-    "created": lambda s: (s.record.creation_time, s.record.id),
-    "id": lambda s: s.record.id,
-    "consumer": lambda s: (s.record.consumer.address, s.record.id),
-    "topic": lambda s: (_topic(s), s.record.id),
-    "state": lambda s: (_state(s), s.record.id),
-    "backlog": lambda s: (-1 if s.backlog is None else s.backlog, s.record.id),
-    "failures": lambda s: (s.delivery.failures if s.delivery else 0, s.record.id),
-    "delivered": lambda s: (s.delivery.delivered if s.delivery else 0, s.record.id),
+SORT_KEYS: Mapping[str, Callable[[SubscriptionRow], Any]] = {
+    "created": lambda s: (s.creation_time, s.id),
+    "id": lambda s: s.id,
+    "consumer": lambda s: (s.consumer, s.id),
+    "topic": lambda s: (_topic(s), s.id),
+    "state": lambda s: (_state(s), s.id),
+    "backlog": lambda s: (-1 if s.backlog is None else s.backlog, s.id),
+    "failures": lambda s: (s.delivery.failures if s.delivery else 0, s.id),
+    "delivered": lambda s: (s.delivery.delivered if s.delivery else 0, s.id),
     "terminates": lambda s: (
-        s.record.termination_time is None,
-        s.record.termination_time.replace(tzinfo=None) if s.record.termination_time else _EPOCH,
-        s.record.id,
+        s.termination_time is None,
+        s.termination_time.replace(tzinfo=None) if s.termination_time else _EPOCH,
+        s.id,
     ),
 }
+
+
+#: sorts that look at the delivery state (``SubscriptionRow.delivery``)
+_DELIVERY_SORTS = frozenset({"state", "backlog", "failures", "delivered"})
+
+
+def needs_delivery(args: Mapping[str, str]) -> bool:
+    """Whether the query ``args`` looks at the delivery states: a search (a subscription
+    whose delivery fails is "failing") or a sort by one of them."""
+    return bool((args.get("q") or "").split()) or args.get("sort") in _DELIVERY_SORTS
 
 
 def _int(args: Mapping[str, str], name: str, default: int | None) -> int | None:
@@ -67,8 +78,8 @@ def _int(args: Mapping[str, str], name: str, default: int | None) -> int | None:
 
 
 def query_subscriptions(
-    statuses: Sequence[SubscriptionStatus], args: Mapping[str, str]
-) -> tuple[int, int, int | None, list[SubscriptionStatus]]:
+    rows: Sequence[SubscriptionRow], args: Mapping[str, str]
+) -> tuple[int, int, int | None, list[SubscriptionRow]]:
     """(matched, offset, limit, the page) for the query ``args``: ``q`` (words that must
     all occur, case-insensitive, in id, consumer, topic expression or its namespaces, or
     state), ``sort`` (:data:`SORT_KEYS`, default ``created``), ``order`` (``asc`` or
@@ -82,15 +93,12 @@ def query_subscriptions(
     offset = _int(args, "offset", 0) or 0
     limit = _int(args, "limit", None)
     words = (args.get("q") or "").lower().split()
-    items = list(statuses)
+    items = list(rows)
     if words:
         items = [
             s
             for s in items
-            if all(
-                w in f"{s.record.id} {s.record.consumer.address} {_topic(s)} {_state(s)}".lower()
-                for w in words
-            )
+            if all(w in f"{s.id} {s.consumer} {_topic(s)} {_state(s)}".lower() for w in words)
         ]
     items.sort(key=SORT_KEYS[sort], reverse=order == "desc")
     end = None if limit is None else offset + limit

@@ -34,6 +34,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from flask import Response, current_app, request
@@ -67,7 +68,7 @@ from .admin_json import (
     topic_json,
 )
 from .admin_node import node_json
-from .admin_query import QueryError, query_subscriptions
+from .admin_query import QueryError, needs_delivery, query_subscriptions
 
 __all__ = ["DEFAULT_LIMIT", "DEFAULT_PEEK", "PAGE_PEEK", "page_view", "peek_count"]
 
@@ -198,26 +199,41 @@ def cluster() -> Response:
 @admin_api.get("/subscriptions")
 def list_subscriptions() -> Response:
     """The live subscriptions that match the query, one page of them (:mod:`.admin_query`).
-    The backlogs come from the middleware for the page only, unless the list is sorted
-    by backlog: searching and sorting 10,000 subscriptions then asks it nothing."""
+    Searching, sorting and paging look at a few fields of each subscription (delivery
+    states only when the query needs them); the page's subscriptions are then read in
+    full, with their backlogs from the middleware.  Sorted by backlog, the middleware is
+    asked for all of them at once; the page shows the backlogs and delivery states it was
+    searched and sorted by."""
     if (refused := _refused_reading(_caller())) is not None:
         return refused
     service = _service()
     by_backlog = request.args.get("sort") == "backlog"
-    statuses = service.subscription_statuses(depths=by_backlog)
+    with_delivery = needs_delivery(request.args)
+    rows = service.subscription_rows(depths=by_backlog, delivery=with_delivery)
     try:
-        matched, offset, limit, page = query_subscriptions(statuses, request.args)
+        matched, offset, limit, page = query_subscriptions(rows, request.args)
     except QueryError as exc:
         return _error(str(exc), 400)
-    if not by_backlog and page:
-        page = service.subscription_statuses([s.record.id for s in page])
+    statuses = (
+        service.subscription_statuses([r.id for r in page], depths=not by_backlog) if page else []
+    )
+    if with_delivery:
+        read = {r.id: r for r in page}
+        statuses = [
+            replace(
+                s,
+                waiting=read[s.record.id].waiting if by_backlog else s.waiting,
+                delivery=read[s.record.id].delivery,
+            )
+            for s in statuses
+        ]
     return _json(
         {
             "count": matched,
-            "total": len(statuses),
+            "total": len(rows),
             "offset": offset,
             "limit": limit,
-            "subscriptions": [status_json(s) for s in page],
+            "subscriptions": [status_json(s) for s in statuses],
         }
     )
 

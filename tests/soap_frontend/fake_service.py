@@ -34,6 +34,7 @@ from wsnmom.core.operations import (
     Overview,
     PullPointStatus,
     RegistrationStatus,
+    SubscriptionRow,
     SubscriptionStatus,
 )
 from wsnmom.core.peek import Peeked, PeekResult
@@ -305,6 +306,23 @@ class FakeService:
         self, ids: Sequence[str] | None = None, *, depths: bool = True
     ) -> list[SubscriptionStatus]:
         return [self.subscription_status(sid) for sid in (self.subs if ids is None else ids)]
+
+    def subscription_rows(
+        self, *, depths: bool = False, delivery: bool = True
+    ) -> list[SubscriptionRow]:
+        return [
+            SubscriptionRow(
+                s.record.id,
+                s.record.consumer.address,
+                s.record.topic,
+                s.record.state is SubscriptionState.PAUSED,
+                s.record.creation_time,
+                s.record.termination_time,
+                s.waiting,
+                s.delivery if delivery else None,
+            )
+            for s in self.subscription_statuses()
+        ]
 
     def rate_history(self) -> list[RatePoint]:
         return []

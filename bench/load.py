@@ -11,8 +11,10 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
+import math
 import multiprocessing
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -93,19 +95,17 @@ def run_wrk(
             "wrk",
             f"-t{threads}",
             f"-c{connections}",
-            f"-d{max(1, round(duration))}s",
+            f"-d{max(1, math.ceil(duration))}s",
             "--timeout",
             "10s",
             "-s",
             str(script),
             url,
         ]
-        out = subprocess.run(
-            cmd, capture_output=True, text=True, timeout=duration + 60, check=False
-        )
-    line = next((ln for ln in out.stdout.splitlines() if ln.startswith("WRKJSON ")), None)
+        stdout, stderr = _wrk(cmd, duration)
+    line = next((ln for ln in stdout.splitlines() if ln.startswith("WRKJSON ")), None)
     if line is None:
-        raise RuntimeError(f"wrk printed no summary: {out.stdout[-500:]} {out.stderr[-500:]}")
+        raise RuntimeError(f"wrk printed no summary: {stdout[-500:]} {stderr[-500:]}")
     data = json.loads(line[len("WRKJSON ") :])
     secs = data["duration_us"] / 1e6
     errors = sum(
@@ -122,6 +122,38 @@ def run_wrk(
         latency_p50_ms=data["latency_p50_us"] / 1000.0,
         latency_p99_ms=data["latency_p99_us"] / 1000.0,
     )
+
+
+def _wrk(cmd: list[str], duration: float) -> tuple[str, str]:
+    """Run wrk for ``duration`` seconds; its stdout and stderr.
+
+    wrk's ``-d`` takes whole seconds.  A shorter or fractional duration runs with the next
+    whole one and is ended by a SIGINT ``duration`` seconds after wrk said it is running
+    (it prints that line once its SIGINT handler is installed; line-buffered through
+    ``stdbuf``): wrk then stops its connections and prints its summary, whose
+    ``duration_us`` is the time it really ran."""
+    whole = max(1, math.ceil(duration))
+    if duration >= whole or shutil.which("stdbuf") is None:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=whole + 60, check=False)
+        return out.stdout, out.stderr
+    with (
+        tempfile.TemporaryFile("w+") as err,
+        subprocess.Popen(
+            ["stdbuf", "-oL", *cmd], stdout=subprocess.PIPE, stderr=err, text=True
+        ) as proc,
+    ):
+        assert proc.stdout is not None
+        head: list[str] = []
+        for line in proc.stdout:  # ends at wrk's exit if it never says it runs
+            head.append(line)
+            if line.startswith("Running "):
+                time.sleep(duration)
+                proc.send_signal(signal.SIGINT)
+                break
+        rest = proc.stdout.read()  # what wrk prints until it exits
+        proc.wait(whole + 60)
+        err.seek(0)
+        return "".join(head) + rest, err.read()
 
 
 def _py_load_proc(

@@ -216,8 +216,13 @@ class Store(abc.ABC):
         """The value recorded under ``key``, or None."""
 
     @abc.abstractmethod
-    def set_meta(self, key: str, value: str) -> None:
-        """Record ``value`` under ``key`` (replacing)."""
+    def set_meta(self, key: str, value: str, *, epoch: int | None = None) -> None:
+        """Record ``value`` under ``key`` (replacing).  With ``epoch``, the cluster
+        leader's write under the leadership epoch it held when it began its work
+        (``Coordination.epoch``): a store several instances share writes it only while
+        that epoch is still the leadership's, in the same statement, and raises
+        :class:`Deposed` (nothing written) otherwise; a store one instance opens has one
+        leader, and ignores it."""
 
     def coordination(self, instance_id: str) -> Coordination:
         """How instances sharing this store coordinate; a store one instance opens

@@ -251,7 +251,7 @@ class PostgresStore(PostgresConnections, Store):
         # the epoch waits for it (and then reads it), or came first and refuses it
         part = self._jsonb(registration_demand_to_json(subscription, paused))
         rows = self._rows(
-            "WITH fence AS (SELECT epoch FROM wsnmom_leadership WHERE epoch = %s FOR SHARE), "
+            f"WITH {_FENCE}, "
             "saved AS (UPDATE registrations SET data = data || %s "
             "WHERE id = %s AND EXISTS (SELECT 1 FROM fence) RETURNING 1) "
             "SELECT (SELECT count(*) FROM fence), (SELECT count(*) FROM saved)",
@@ -308,13 +308,25 @@ class PostgresStore(PostgresConnections, Store):
         rows = self._rows("SELECT value FROM wsnmom_meta WHERE key = %s", (key,))
         return str(rows[0][0]) if rows else None
 
-    def set_meta(self, key: str, value: str) -> None:
-        with self._conn() as conn:
-            conn.execute(
-                "INSERT INTO wsnmom_meta (key, value) VALUES (%s, %s) "
-                "ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
-                (key, value),
-            )
+    def set_meta(self, key: str, value: str, *, epoch: int | None = None) -> None:
+        if epoch is None:
+            with self._conn() as conn:
+                conn.execute(
+                    "INSERT INTO wsnmom_meta (key, value) VALUES (%s, %s) "
+                    "ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
+                    (key, value),
+                )
+            return
+        # fenced as save_registration_demand: the leadership row FOR SHARE while it commits
+        rows = self._rows(
+            f"WITH {_FENCE}, saved AS (INSERT INTO wsnmom_meta (key, value) "
+            "SELECT %s::text, %s::text FROM fence "
+            "ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value RETURNING 1) "
+            "SELECT (SELECT count(*) FROM fence), (SELECT count(*) FROM saved)",
+            (epoch, key, value),
+        )
+        if not rows[0][0]:
+            raise Deposed(epoch)
 
     def coordination(self, instance_id: str) -> Coordination:
         """The cluster's tables in this store (``core.coordination_postgres``)."""
@@ -352,6 +364,10 @@ class PostgresStore(PostgresConnections, Store):
 
 
 #: the intent a new record replaces, deleted in the record's statement (its first parameter)
+#: the leadership fence of a leader's write (``%s``: the epoch it was begun under): the one
+#: row while that epoch is current, locked FOR SHARE until the write commits, so that a new
+#: leader's bump of the epoch waits for it (and then reads it) or came first and refuses it
+_FENCE = "fence AS (SELECT epoch FROM wsnmom_leadership WHERE epoch = %s FOR SHARE)"
 _CLAIM = "DELETE FROM wsnmom_intents WHERE name = %s RETURNING name"
 
 

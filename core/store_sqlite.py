@@ -395,7 +395,8 @@ class SqliteStore(Store):
         rows = self._query("SELECT value FROM meta WHERE key = ?", (key,))
         return str(rows[0][0]) if rows else None
 
-    def set_meta(self, key: str, value: str) -> None:
+    def set_meta(self, key: str, value: str, *, epoch: int | None = None) -> None:
+        # one instance opens the file: it leads, under the one epoch there is
         with self._tx() as conn:
             conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, value))
 

@@ -318,6 +318,34 @@ def test_a_leader_s_demand_save_is_fenced_by_its_leadership_epoch(store: Store) 
     second.leave()
 
 
+def test_a_leader_s_meta_write_is_fenced_by_its_leadership_epoch(store: Store) -> None:
+    """A meta write with an epoch (the upstream relay's consumer key) is made while that
+    epoch is the leadership's; once another instance took the leadership, the old
+    epoch's write is refused (Deposed) and the value stays the new leader's.  A store one
+    instance opens writes it."""
+    first = store.coordination("a")
+    assert first.lead()
+    epoch = first.epoch()
+    assert epoch is not None
+    store.set_meta("upstream.u.key", "u.ours", epoch=epoch)
+    assert store.get_meta("upstream.u.key") == "u.ours"
+    if not first.shared:
+        return  # one instance: nobody can take the leadership from it
+    first.leave()
+    second = store.coordination("b")
+    wait_until(second.lead, 10, what="b taking the leadership")
+    newer = second.epoch()
+    assert newer is not None and newer > epoch
+    store.set_meta("upstream.u.key", "u.theirs", epoch=newer)
+    with pytest.raises(Deposed):
+        store.set_meta("upstream.u.key", "u.late", epoch=epoch)
+    with pytest.raises(Deposed):  # a key not written before: nothing made either
+        store.set_meta("upstream.v.key", "v.late", epoch=epoch)
+    assert store.get_meta("upstream.u.key") == "u.theirs"
+    assert store.get_meta("upstream.v.key") is None
+    second.leave()
+
+
 def test_current_messages_per_topic(store: Store) -> None:
     first = NotificationMessage("m1", b"<x/>", Topic("urn:t", ("a", "b")), published_at=NOW)
     second = NotificationMessage(

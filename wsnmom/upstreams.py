@@ -141,14 +141,14 @@ class UpstreamRelay:
         service: BrokerPort,
         base_url: str,
         *,
-        leadership: Callable[[], int | None] = lambda: SINGLE_EPOCH,
+        epoch: Callable[[], int | None] = lambda: SINGLE_EPOCH,
         interval: float = 1.0,
     ) -> None:
         self._store = store
         self._service = service
         self._base_url = base_url.rstrip("/")
         #: the leadership epoch this instance holds, None when it does not lead
-        self._leadership = leadership
+        self._leadership = epoch
         self._lock = threading.RLock()
         self._held: dict[str, _Held] = {u.name: _Held(u, "config") for u in upstreams}
         self._keys: dict[str, _Held] = {}

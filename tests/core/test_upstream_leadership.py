@@ -69,7 +69,7 @@ def test_a_leader_deposed_during_its_upstream_subscribe_leaves_the_new_leader_s_
         service.store,
         service,
         "http://127.0.0.1:9",
-        leadership=service.cluster.leader_epoch,
+        epoch=service.cluster.leader_epoch,
     )
     producer.during_subscribe = depose
     try:

@@ -95,6 +95,16 @@ class Store(abc.ABC):
         it does; the caller removes the intent once the durable subscription is gone."""
 
     @abc.abstractmethod
+    def expire_subscription(self, sub_id: str, now: datetime, *, epoch: int) -> bool:
+        """The cluster leader's removal of an expired subscription, as
+        ``delete_subscription(intent=True)``, made only while the stored termination time
+        is at or before ``now`` (a Renew through another instance since the leader looked
+        keeps it) and, on a store several instances share, while ``epoch`` is the
+        leadership's, in one write.  False when nothing was removed (renewed, or gone).
+
+        :raises Deposed: ``epoch`` is not the leadership's any more (nothing removed)"""
+
+    @abc.abstractmethod
     def list_subscriptions(self) -> list[Subscription]:
         """Every subscription."""
 
@@ -173,6 +183,16 @@ class Store(abc.ABC):
         that epoch is still the leadership's, in the same statement, and raises
         :class:`Deposed` (nothing written) otherwise; a store one instance opens has one
         leader, and writes it."""
+
+    @abc.abstractmethod
+    def expire_registration(
+        self, reg_id: str, now: datetime, *, epoch: int
+    ) -> PublisherRegistration | None:
+        """The cluster leader's removal of an expired registration, as
+        :meth:`delete_registration`, under the conditions of :meth:`expire_subscription`;
+        None when nothing was removed (renewed, or gone).
+
+        :raises Deposed: ``epoch`` is not the leadership's any more (nothing removed)"""
 
     @abc.abstractmethod
     def delete_registration(self, reg_id: str) -> PublisherRegistration | None:

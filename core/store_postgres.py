@@ -144,6 +144,22 @@ class PostgresStore(PostgresConnections, Store):
             else self._delete("subscriptions", sub_id)
         )
 
+    def expire_subscription(self, sub_id: str, now: datetime, *, epoch: int) -> bool:
+        # as _retire, and only while still expired and the epoch current (fenced as
+        # save_registration_demand)
+        rows = self._rows(
+            f"WITH {_FENCE}, gone AS (DELETE FROM subscriptions WHERE id = %s "
+            "AND termination_time <= %s AND EXISTS (SELECT 1 FROM fence) RETURNING id), "
+            "intended AS (INSERT INTO wsnmom_intents (name) SELECT id FROM gone "
+            "ON CONFLICT (name) DO UPDATE SET at = EXCLUDED.at RETURNING 1) "
+            "SELECT (SELECT count(*) FROM fence), (SELECT count(*) FROM intended)",
+            (epoch, sub_id, now),
+        )
+        fenced, removed = rows[0]
+        if not fenced:
+            raise Deposed(epoch)
+        return bool(removed)
+
     def list_subscriptions(self) -> list[Subscription]:
         return [
             _revised(r) for r in self._rows("SELECT data, revision FROM subscriptions ORDER BY seq")
@@ -265,6 +281,20 @@ class PostgresStore(PostgresConnections, Store):
     def delete_registration(self, reg_id: str) -> PublisherRegistration | None:
         rows = self._rows("DELETE FROM registrations WHERE id = %s RETURNING data", (reg_id,))
         return registration_from_json(rows[0][0]) if rows else None
+
+    def expire_registration(
+        self, reg_id: str, now: datetime, *, epoch: int
+    ) -> PublisherRegistration | None:
+        rows = self._rows(
+            f"WITH {_FENCE}, gone AS (DELETE FROM registrations WHERE id = %s "
+            "AND termination_time <= %s AND EXISTS (SELECT 1 FROM fence) RETURNING data) "
+            "SELECT (SELECT count(*) FROM fence), (SELECT data FROM gone)",
+            (epoch, reg_id, now),
+        )
+        fenced, data = rows[0]
+        if not fenced:
+            raise Deposed(epoch)
+        return registration_from_json(data) if data is not None else None
 
     def list_registrations(self) -> list[PublisherRegistration]:
         return self._list("registrations", registration_from_json)

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from datetime import datetime
 
-from wsnmom.core import errors, metrics
+from wsnmom.core import metrics
 from wsnmom.core.adapter import AdapterError
 from wsnmom.core.context import BrokerContext
 from wsnmom.core.lifetimes import is_expired
@@ -21,6 +22,7 @@ from wsnmom.core.model import PublisherRegistration, Subscription
 from wsnmom.core.pull_points import PullPoints
 from wsnmom.core.registrations import Registrations
 from wsnmom.core.registry import LivePullPoint, LiveRegistration, LiveSubscription
+from wsnmom.core.store import Deposed
 from wsnmom.core.subscriptions import Subscriptions
 
 __all__ = ["Sweeper"]
@@ -122,7 +124,8 @@ class Sweeper:
         ctx = self._ctx
         # on every instance: the ends of what it delivers and gave up on (core.subscriptions)
         self._subscriptions.retry_ends()
-        if not ctx.leads():
+        epoch = ctx.leader_epoch() if ctx.leads() else None
+        if epoch is None:
             if ctx.settings.limits.on_full == "end":
                 own, depths, _, _ = self._depths(pull_points=False)
                 self._end_full(own, depths)
@@ -159,12 +162,36 @@ class Sweeper:
                     [h for h in handles if h is not None] + [p.handle for p in pull_points],
                     kept + pp_depths,
                 )
+        try:
+            self._expire(subs, pps, regs, now, epoch)
+        except Deposed:
+            log.warning(
+                "sweep: this instance no longer leads (epoch %d): the expiries it had not "
+                "made are the new leader's",
+                epoch,
+            )
+
+    def _expire(
+        self,
+        subs: list[LiveSubscription],
+        pps: list[LivePullPoint],
+        regs: list[LiveRegistration],
+        now: datetime,
+        epoch: int,
+    ) -> None:
+        """Destroy the expired ones, as the leader of ``epoch``: a subscription or
+        registration only while the store's record is still expired at ``now`` and the
+        epoch the leadership's (in the delete's statement: a leader deposed while it
+        swept, or a Renew through another instance since it looked, keeps it).
+
+        :raises core.store.Deposed: the epoch is not the leadership's any more"""
+        ctx = self._ctx
         for sub in subs:
             if self._renewed_in_store(sub, ctx.store.get_subscription):
                 continue
-            log.info("subscription %s expired", sub.record.id)
             try:
-                self._subscriptions.destroy(sub)
+                if self._subscriptions.expire(sub, now, epoch):
+                    log.info("subscription %s expired", sub.record.id)
             except AdapterError:
                 log.exception("destroying expired subscription %s failed", sub.record.id)
         for pp in pps:
@@ -176,8 +203,10 @@ class Sweeper:
         for reg in regs:
             if self._renewed_in_store(reg, ctx.store.get_registration):
                 continue
-            log.info("publisher registration %s expired", reg.record.id)
             try:
-                self._registrations.remove(reg)
-            except errors.WsnError:
+                if self._registrations.expire(reg, now, epoch):
+                    log.info("publisher registration %s expired", reg.record.id)
+            except Deposed:
+                raise
+            except Exception:
                 log.exception("destroying expired registration %s failed", reg.record.id)

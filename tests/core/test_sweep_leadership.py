@@ -1,0 +1,112 @@
+"""The leader's expiry fenced by the store (``core.sweep``, ``Store.expire_subscription``):
+a subscription renewed through another instance while the leader's delete was on its
+way stays, and so does every expiry of a leader deposed while it swept.  The leader is
+held at the right point by a row lock another connection takes (PostgreSQL)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import timedelta
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg.types.json import Jsonb
+from wsnmom.core.service import BrokerService
+from wsnmom.core.store_documents import subscription_to_json
+
+from tests.support.waiting import wait_until
+
+from .conftest import Broker, FakeClock, sub_req
+
+C = "http://127.0.0.1:9/consumer"
+
+
+@contextmanager
+def sweeping(service: BrokerService) -> Iterator[threading.Thread]:
+    """One sweep of ``service`` on a thread of its own, joined on leaving."""
+    thread = threading.Thread(target=service.sweep, name="test-sweep", daemon=True)
+    thread.start()
+    try:
+        yield thread
+    finally:
+        thread.join(60)
+        assert not thread.is_alive(), "the sweep did not finish"
+
+
+def waiting_on(conn: psycopg.Connection[Any], statement: str) -> bool:
+    """Whether a backend waits for a lock in a statement that contains ``statement``."""
+    row = conn.execute(
+        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE %s",
+        (f"%{statement}%",),
+    ).fetchone()
+    return row is not None and row[0] > 0
+
+
+def test_the_leader_s_expiry_keeps_what_was_renewed_or_when_it_was_deposed(
+    postgres_store_url: str,
+    make_broker: Callable[..., Broker],
+    clock: FakeClock,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """On a PostgreSQL store, two subscriptions expire for the leader's sweep.
+
+    1. The first is renewed through another instance (its row written in a transaction
+       that holds the row) while the leader's delete waits for the row: it stays, in the
+       store and on this instance.  Before, the delete removed the renewed subscription.
+    2. The leadership passes to another instance (its epoch bumped, in a transaction that
+       holds the leadership row) while the leader's delete of the second waits: the
+       delete is refused and the sweep logs one line; the subscription stays.  Before,
+       the deposed leader's delete went through."""
+    service = make_broker(store_url=postgres_store_url).service
+    assert service is not None and service.cluster.leads()
+    renewed = service.subscribe(sub_req(C)).id
+    expired = service.subscribe(sub_req(C)).id
+    clock.advance(hours=2)  # past both termination times (the default lifetime: 1 h)
+    store = service.store
+    with psycopg.connect(postgres_store_url, autocommit=True) as watch:
+        with psycopg.connect(postgres_store_url) as other:
+            record = store.get_subscription(renewed)
+            assert record is not None
+            record.termination_time = clock() + timedelta(hours=10)
+            other.execute("SELECT 1 FROM subscriptions WHERE id = %s FOR UPDATE", (renewed,))
+            with sweeping(service):
+                wait_until(
+                    lambda: waiting_on(watch, "DELETE FROM subscriptions"),
+                    30,
+                    what="the leader's delete waiting for the renewed subscription's row",
+                )
+                other.execute(
+                    "UPDATE subscriptions SET termination_time = %s, data = %s, "
+                    "revision = revision + 1 WHERE id = %s",
+                    (record.termination_time, Jsonb(subscription_to_json(record)), renewed),
+                )
+                other.commit()
+        stored = store.get_subscription(renewed)
+        assert stored is not None and stored.termination_time == record.termination_time
+        assert renewed in service.registry.subscriptions
+        assert store.get_subscription(expired) is None  # not renewed
+
+    with psycopg.connect(postgres_store_url, autocommit=True) as watch:
+        deposed = service.subscribe(sub_req(C)).id
+        clock.advance(hours=2)
+        with psycopg.connect(postgres_store_url) as other:
+            other.execute("SELECT epoch FROM wsnmom_leadership FOR UPDATE")
+            with (
+                caplog.at_level(logging.WARNING, logger="wsnmom.core.sweep"),
+                sweeping(service),
+            ):
+                wait_until(
+                    lambda: waiting_on(watch, "wsnmom_leadership"),
+                    30,
+                    what="the leader's delete waiting for the leadership row",
+                )
+                other.execute("UPDATE wsnmom_leadership SET epoch = epoch + 1")
+                other.commit()
+    assert store.get_subscription(deposed) is not None
+    assert deposed in service.registry.subscriptions
+    refused = [r for r in caplog.records if "no longer leads" in r.getMessage()]
+    assert len(refused) == 1, refused

@@ -169,10 +169,13 @@ class OrphanSweep:
     def _sweep_listed(self) -> list[str]:
         """The listed orphans found in every sweep for the grace, removed."""
         ctx = self._ctx
+        # the time of the round is its listing's, read before it: a round stopped after
+        # its store read (SIGSTOP, then SIGCONT) counts none of the stop as time without
+        # a record (a Subscribe may have stored its record meanwhile)
+        now = self.clock()
         orphans = self._orphans()
         if orphans is None:
             return []
-        now = self.clock()
         self._seen = {name: self._seen.get(name, now) for name in orphans}
         removed: list[str] = []
         for name, since in sorted(self._seen.items()):

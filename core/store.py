@@ -244,6 +244,14 @@ class Store(abc.ABC):
         :class:`Deposed` (nothing written) otherwise; a store one instance opens has one
         leader, and ignores it."""
 
+    @abc.abstractmethod
+    def fence(self, epoch: int) -> None:
+        """Check, right before a cluster leader's action the store cannot make conditional
+        (a drop of messages on the middleware), that ``epoch`` is still the leadership's.
+        A store one instance opens has one leader: nothing to check.
+
+        :raises Deposed: it is not"""
+
     def coordination(self, instance_id: str) -> Coordination:
         """How instances sharing this store coordinate; a store one instance opens
         (SQLite) gives :class:`~wsnmom.core.coordination.SingleInstance`."""

@@ -358,6 +358,11 @@ class PostgresStore(PostgresConnections, Store):
         if not rows[0][0]:
             raise Deposed(epoch)
 
+    def fence(self, epoch: int) -> None:
+        # FOR SHARE: waits for a new leader's bump in progress, then sees it
+        if not self._rows(f"WITH {_FENCE} SELECT epoch FROM fence", (epoch,)):
+            raise Deposed(epoch)
+
     def coordination(self, instance_id: str) -> Coordination:
         """The cluster's tables in this store (``core.coordination_postgres``)."""
         from wsnmom.core.coordination_postgres import PostgresCoordination

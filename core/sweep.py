@@ -148,27 +148,38 @@ class Sweeper:
                 for r in registry.registrations.values()
                 if is_expired(r.record.termination_time, now)
             ]
-        keeper = ctx.limit_keeper
-        if ctx.settings.limits.on_full == "end" or not keeper.native:
-            with_handles, depths, pull_points, pp_depths = self._depths()
-            ending = self._end_full(with_handles, depths)
-            if not keeper.native:
-                ended = {s.record.id for s in ending}
-                handles = [s.handle for s in with_handles if s.record.id not in ended]
-                kept = [
-                    d for s, d in zip(with_handles, depths, strict=True) if s.record.id not in ended
-                ]
-                keeper.enforce_counts(
-                    [h for h in handles if h is not None] + [p.handle for p in pull_points],
-                    kept + pp_depths,
-                )
         try:
+            self._limit(epoch)
             self._expire(subs, pps, regs, now, epoch)
         except Deposed:
             log.warning(
-                "sweep: this instance no longer leads (epoch %d): the expiries it had not "
-                "made are the new leader's",
+                "sweep: this instance no longer leads (epoch %d): the rest of this sweep is "
+                "the new leader's",
                 epoch,
+            )
+
+    def _limit(self, epoch: int) -> None:
+        """The leader's part of the limits: end the full subscriptions it delivers, and
+        (an adapter without native limits) drop each backlog's excess, each drop only
+        while ``epoch`` is the leadership's (``Store.fence``).
+
+        :raises core.store.Deposed: the epoch is not the leadership's any more"""
+        ctx = self._ctx
+        keeper = ctx.limit_keeper
+        if ctx.settings.limits.on_full != "end" and keeper.native:
+            return
+        with_handles, depths, pull_points, pp_depths = self._depths()
+        ending = self._end_full(with_handles, depths)
+        if not keeper.native:
+            ended = {s.record.id for s in ending}
+            handles = [s.handle for s in with_handles if s.record.id not in ended]
+            kept = [
+                d for s, d in zip(with_handles, depths, strict=True) if s.record.id not in ended
+            ]
+            keeper.enforce_counts(
+                [h for h in handles if h is not None] + [p.handle for p in pull_points],
+                kept + pp_depths,
+                fence=lambda: ctx.store.fence(epoch),
             )
 
     def _expire(

@@ -1,7 +1,8 @@
-"""The leader's expiry fenced by the store (``core.sweep``, ``Store.expire_subscription``):
-a subscription renewed through another instance while the leader's delete was on its
-way stays, and so does every expiry of a leader deposed while it swept.  The leader is
-held at the right point by a row lock another connection takes (PostgreSQL)."""
+"""The leader's sweep fenced by the store (``core.sweep``): a subscription renewed through
+another instance while the leader's delete was on its way stays
+(``Store.expire_subscription``), and so does every expiry of a leader deposed while it
+swept; a deposed leader drops no backlog's excess (``Store.fence``).  The leader is held
+at the right point by a row lock another connection takes (PostgreSQL)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from wsnmom.core.store_documents import subscription_to_json
 
 from tests.support.waiting import wait_until
 
-from .conftest import Broker, FakeClock, sub_req
+from .conftest import Broker, FakeClock, note, simple, sub_req
 
 C = "http://127.0.0.1:9/consumer"
 
@@ -108,5 +109,49 @@ def test_the_leader_s_expiry_keeps_what_was_renewed_or_when_it_was_deposed(
                 other.commit()
     assert store.get_subscription(deposed) is not None
     assert deposed in service.registry.subscriptions
+    refused = [r for r in caplog.records if "no longer leads" in r.getMessage()]
+    assert len(refused) == 1, refused
+
+
+def test_a_leader_deposed_while_it_sweeps_drops_no_backlog_excess(
+    postgres_store_url: str, make_broker: Callable[..., Broker], caplog: pytest.LogCaptureFixture
+) -> None:
+    """The file log (no native limits: core drops the excess of each backlog) on a
+    PostgreSQL store: the leadership passes to another instance (its epoch bumped, in a
+    transaction that holds the leadership row) while the leader's sweep is about to drop
+    the excess of a backlog of 12 over ``max_messages`` 5.  Nothing is dropped: the new
+    leader drops it, from the depth it reads.  Before, the deposed leader dropped the
+    excess it had measured, on top of its successor's drop."""
+    broker = make_broker(
+        adapter_url="filelog://{tmp}/log?partitions=1",
+        store_url=postgres_store_url,
+        limits__max_age=None,
+        limits__max_messages=5,
+    )
+    service = broker.service
+    assert service is not None and service.cluster.leads()
+    sub = service.subscribe(sub_req(C, topic=simple("t:l")))
+    service.pause(sub.id)
+    service.notify([note(f"<n>{i}</n>", simple("t:l")) for i in range(12)])
+    handle = service.registry.subscriptions[sub.id].handle
+    assert handle is not None
+    wait_until(lambda: handle.depth() == 12, 10, what="12 messages held")
+    with (
+        psycopg.connect(postgres_store_url, autocommit=True) as watch,
+        psycopg.connect(postgres_store_url) as other,
+    ):
+        other.execute("SELECT epoch FROM wsnmom_leadership FOR UPDATE")
+        with (
+            caplog.at_level(logging.WARNING, logger="wsnmom.core.sweep"),
+            sweeping(service),
+        ):
+            wait_until(
+                lambda: waiting_on(watch, "wsnmom_leadership"),
+                30,
+                what="the leader's drop waiting for the leadership row",
+            )
+            other.execute("UPDATE wsnmom_leadership SET epoch = epoch + 1")
+            other.commit()
+    assert handle.depth() == 12
     refused = [r for r in caplog.records if "no longer leads" in r.getMessage()]
     assert len(refused) == 1, refused

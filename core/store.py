@@ -152,6 +152,14 @@ class Store(abc.ABC):
         :meth:`delete_subscription`)."""
 
     @abc.abstractmethod
+    def expire_pull_point(self, pp_id: str, now: datetime, *, epoch: int) -> bool:
+        """The cluster leader's removal of an expired pull point, as
+        ``delete_pull_point(intent=True)``, under the conditions of
+        :meth:`expire_subscription` (ONVIF's Renew through another instance keeps it).
+
+        :raises Deposed: ``epoch`` is not the leadership's any more (nothing removed)"""
+
+    @abc.abstractmethod
     def list_pull_points(self) -> list[PullPoint]:
         """Every pull point."""
 

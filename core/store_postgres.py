@@ -145,15 +145,18 @@ class PostgresStore(PostgresConnections, Store):
         )
 
     def expire_subscription(self, sub_id: str, now: datetime, *, epoch: int) -> bool:
+        return self._expire("subscriptions", sub_id, now, epoch)
+
+    def _expire(self, table: str, value: str, now: datetime, epoch: int) -> bool:
         # as _retire, and only while still expired and the epoch current (fenced as
         # save_registration_demand)
         rows = self._rows(
-            f"WITH {_FENCE}, gone AS (DELETE FROM subscriptions WHERE id = %s "
+            f"WITH {_FENCE}, gone AS (DELETE FROM {table} WHERE id = %s "
             "AND termination_time <= %s AND EXISTS (SELECT 1 FROM fence) RETURNING id), "
             "intended AS (INSERT INTO wsnmom_intents (name) SELECT id FROM gone "
             "ON CONFLICT (name) DO UPDATE SET at = EXCLUDED.at RETURNING 1) "
             "SELECT (SELECT count(*) FROM fence), (SELECT count(*) FROM intended)",
-            (epoch, sub_id, now),
+            (epoch, value, now),
         )
         fenced, removed = rows[0]
         if not fenced:
@@ -202,6 +205,9 @@ class PostgresStore(PostgresConnections, Store):
 
     def delete_pull_point(self, pp_id: str, *, intent: bool = False) -> bool:
         return self._retire("pull_points", pp_id) if intent else self._delete("pull_points", pp_id)
+
+    def expire_pull_point(self, pp_id: str, now: datetime, *, epoch: int) -> bool:
+        return self._expire("pull_points", pp_id, now, epoch)
 
     def list_pull_points(self) -> list[PullPoint]:
         return self._list("pull_points", pull_point_from_json)

@@ -300,6 +300,17 @@ class SqliteStore(Store):
         self._reclaim()
         return gone > 0
 
+    def expire_pull_point(self, pp_id: str, now: datetime, *, epoch: int) -> bool:
+        with self._tx() as conn:
+            rows = conn.execute("SELECT data FROM pull_points WHERE id = ?", (pp_id,))
+            found = [pull_point_from_json(json.loads(r[0])) for r in rows.fetchall()]
+            if not found or not is_expired(found[0].termination_time, now):
+                return False
+            conn.execute("DELETE FROM pull_points WHERE id = ?", (pp_id,))
+            self._intend(conn, pp_id)
+        self._reclaim()
+        return True
+
     def list_pull_points(self) -> list[PullPoint]:
         rows = self._query("SELECT data FROM pull_points ORDER BY rowid")
         return [pull_point_from_json(json.loads(r[0])) for r in rows]

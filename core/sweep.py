@@ -18,7 +18,7 @@ from wsnmom.core import metrics
 from wsnmom.core.adapter import AdapterError
 from wsnmom.core.context import BrokerContext
 from wsnmom.core.lifetimes import is_expired
-from wsnmom.core.model import PublisherRegistration, Subscription
+from wsnmom.core.model import PublisherRegistration, PullPoint, Subscription
 from wsnmom.core.pull_points import PullPoints
 from wsnmom.core.registrations import Registrations
 from wsnmom.core.registry import LivePullPoint, LiveRegistration, LiveSubscription
@@ -95,17 +95,23 @@ class Sweeper:
 
     def _renewed_in_store(
         self,
-        live: LiveSubscription | LiveRegistration,
-        read: Callable[[str], Subscription | PublisherRegistration | None],
+        live: LiveSubscription | LivePullPoint | LiveRegistration,
+        read: Callable[[str], Subscription | PullPoint | PublisherRegistration | None],
     ) -> bool:
-        """Whether the store has a termination time for an expired-looking subscription or
-        registration that is not over (a Renew or SetTerminationTime through another
-        instance this one has not followed yet, or written by an instance that does not
-        bump revisions): then it is taken over here and the resource kept.  Destroying is
-        for what the store says."""
+        """Whether the store has a termination time for an expired-looking subscription,
+        pull point or registration that is not over (a Renew or SetTerminationTime
+        through another instance this one has not followed yet, or written by an instance
+        that does not bump revisions): then it is taken over here and the resource kept.
+        Destroying is for what the store says."""
         ctx = self._ctx
         record = live.record
-        kind = "subscription" if isinstance(live, LiveSubscription) else "publisher registration"
+        kind = (
+            "subscription"
+            if isinstance(live, LiveSubscription)
+            else "pull point"
+            if isinstance(live, LivePullPoint)
+            else "publisher registration"
+        )
         try:
             stored = read(record.id)
         except Exception:
@@ -190,10 +196,10 @@ class Sweeper:
         now: datetime,
         epoch: int,
     ) -> None:
-        """Destroy the expired ones, as the leader of ``epoch``: a subscription or
-        registration only while the store's record is still expired at ``now`` and the
-        epoch the leadership's (in the delete's statement: a leader deposed while it
-        swept, or a Renew through another instance since it looked, keeps it).
+        """Destroy the expired ones, as the leader of ``epoch``: each only while the
+        store's record is still expired at ``now`` and the epoch the leadership's (in the
+        delete's statement: a leader deposed while it swept, or a Renew through another
+        instance since it looked, keeps it).
 
         :raises core.store.Deposed: the epoch is not the leadership's any more"""
         ctx = self._ctx
@@ -206,9 +212,11 @@ class Sweeper:
             except AdapterError:
                 log.exception("destroying expired subscription %s failed", sub.record.id)
         for pp in pps:
-            log.info("pull point %s expired", pp.record.id)
+            if self._renewed_in_store(pp, ctx.store.get_pull_point):
+                continue
             try:
-                self._pull_points.remove(pp)
+                if self._pull_points.expire(pp, now, epoch):
+                    log.info("pull point %s expired", pp.record.id)
             except AdapterError:
                 log.exception("destroying expired pull point %s failed", pp.record.id)
         for reg in regs:

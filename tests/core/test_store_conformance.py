@@ -771,6 +771,11 @@ def test_the_leader_s_expiry_removes_what_is_still_expired_under_its_epoch(store
     assert store.get_subscription("s1") is None
     assert [name for name, _ in store.list_intents(0.0)] == ["s1"]
     assert not store.expire_subscription("s1", NOW + timedelta(hours=2), epoch=epoch)
+    store.put_pull_point(PullPoint("p1", NOW, NOW + timedelta(hours=1)))
+    assert not store.expire_pull_point("p1", NOW, epoch=epoch)
+    assert store.expire_pull_point("p1", NOW + timedelta(hours=1), epoch=epoch)
+    assert store.get_pull_point("p1") is None
+    assert sorted(name for name, _ in store.list_intents(0.0)) == ["p1", "s1"]
     reg = PublisherRegistration(
         "r4",
         NOW,
@@ -799,6 +804,10 @@ def test_the_leader_s_expiry_removes_what_is_still_expired_under_its_epoch(store
         store.expire_subscription("s2", later, epoch=epoch)
     with pytest.raises(Deposed):
         store.expire_registration("r4", later, epoch=epoch)
+    store.put_pull_point(PullPoint("p2", NOW, NOW + timedelta(hours=1)))
+    with pytest.raises(Deposed):
+        store.expire_pull_point("p2", later, epoch=epoch)
+    assert store.expire_pull_point("p2", later, epoch=newer)
     assert store.get_subscription("s2") is not None and store.get_registration("r4") == reg
     assert store.expire_subscription("s2", later, epoch=newer)
     assert store.expire_registration("r4", later, epoch=newer) == reg

@@ -16,8 +16,9 @@ from typing import Any
 import psycopg
 import pytest
 from psycopg.types.json import Jsonb
+from wsnmom.core.model import CreatePullPointRequest
 from wsnmom.core.service import BrokerService
-from wsnmom.core.store_documents import subscription_to_json
+from wsnmom.core.store_documents import pull_point_to_json, subscription_to_json
 
 from tests.support.waiting import wait_until
 
@@ -155,3 +156,45 @@ def test_a_leader_deposed_while_it_sweeps_drops_no_backlog_excess(
     assert handle.depth() == 12
     refused = [r for r in caplog.records if "no longer leads" in r.getMessage()]
     assert len(refused) == 1, refused
+
+
+def test_the_leader_s_expiry_keeps_a_pull_point_renewed_meanwhile(
+    postgres_store_url: str, make_broker: Callable[..., Broker], clock: FakeClock
+) -> None:
+    """On a PostgreSQL store, a pull point renewed through another instance (ONVIF's
+    Renew; its row written in a transaction that holds the row) while the leader's
+    delete of it waits for the row stays, with its queue and the subscription feeding it.
+    Before, the sweep did not read the store for pull points, destroyed the feeding
+    subscription, and deleted the renewed pull point."""
+    service = make_broker(store_url=postgres_store_url).service
+    assert service is not None and service.cluster.leads()
+    pp = service.create_pull_point(CreatePullPointRequest())
+    feeding = service.subscribe(
+        sub_req(service.pull_point_address(pp.id), initial_termination_time=timedelta(days=5))
+    ).id
+    store = service.store
+    record = store.get_pull_point(pp.id)
+    assert record is not None and record.termination_time is not None
+    clock.advance(days=2)  # past the pull point's lifetime (the default: a day)
+    record.termination_time = clock() + timedelta(days=1)
+    with (
+        psycopg.connect(postgres_store_url, autocommit=True) as watch,
+        psycopg.connect(postgres_store_url) as other,
+    ):
+        other.execute("SELECT 1 FROM pull_points WHERE id = %s FOR UPDATE", (pp.id,))
+        with sweeping(service):
+            wait_until(
+                lambda: waiting_on(watch, "DELETE FROM pull_points"),
+                30,
+                what="the leader's delete waiting for the renewed pull point's row",
+            )
+            other.execute(
+                "UPDATE pull_points SET termination_time = %s, data = %s WHERE id = %s",
+                (record.termination_time, Jsonb(pull_point_to_json(record)), pp.id),
+            )
+            other.commit()
+    stored = store.get_pull_point(pp.id)
+    assert stored is not None and stored.termination_time == record.termination_time
+    assert pp.id in service.registry.pull_points
+    assert feeding in service.registry.subscriptions
+    assert store.get_subscription(feeding) is not None

@@ -144,7 +144,10 @@ class OrphanSweep:
         """One stale intent (see :meth:`sweep_intents`); True when its durable
         subscription was deleted."""
         if store.get_subscription(name) is not None or store.get_pull_point(name) is not None:
-            store.delete_intent(name)  # its record exists: the durable subscription is live
+            # its record exists: the durable subscription is live.  Only if still that
+            # old: a removal since the read (a round stopped here, then woken) wrote it
+            # anew, and it is that removal's, for a delete on the middleware that failed
+            store.delete_intent(name, older_than)
             return False
         # the intent first: a Subscribe still under way now fails to store its record
         if not store.delete_intent(name, older_than):

@@ -1,8 +1,9 @@
 """The leader's sweep fenced by the store (``core.sweep``): a subscription renewed through
 another instance while the leader's delete was on its way stays
 (``Store.expire_subscription``), and so does every expiry of a leader deposed while it
-swept; a deposed leader drops no backlog's excess (``Store.fence``).  The leader is held
-at the right point by a row lock another connection takes (PostgreSQL)."""
+swept; a deposed leader drops no backlog's excess (``Store.fence``); the orphan sweep
+removes no intent a removal wrote anew while it looked (``core.orphans``).  The leader
+is held at the right point by a row lock another connection takes (PostgreSQL)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import logging
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
@@ -198,3 +199,42 @@ def test_the_leader_s_expiry_keeps_a_pull_point_renewed_meanwhile(
     assert pp.id in service.registry.pull_points
     assert feeding in service.registry.subscriptions
     assert store.get_subscription(feeding) is not None
+
+
+def test_an_intent_written_again_while_the_sweep_waits_for_it_stays(
+    postgres_store_url: str, make_broker: Callable[..., Broker]
+) -> None:
+    """On a PostgreSQL store: the orphan sweep finds a stale intent whose record exists,
+    and its removal of that intent waits for the intent's row while the subscription is
+    unsubscribed through another instance (its record deleted and its intent written
+    anew, in a transaction that holds the row: the removal's, kept until its delete on
+    the middleware succeeds).  That intent stays, for the next round if that delete
+    fails.  Before, the round removed it whatever its age, and a durable subscription
+    whose delete failed stayed for nobody."""
+    service = make_broker(store_url=postgres_store_url).service
+    assert service is not None and service.cluster.leads()
+    sub = service.subscribe(sub_req(C)).id
+    store = service.store
+    store.put_intent(sub, datetime.now(UTC) - timedelta(hours=1))
+    with (
+        psycopg.connect(postgres_store_url, autocommit=True) as watch,
+        psycopg.connect(postgres_store_url) as other,
+    ):
+        other.execute("SELECT 1 FROM wsnmom_intents WHERE name = %s FOR UPDATE", (sub,))
+        thread = threading.Thread(target=service.orphans.sweep_intents, args=(60.0,))
+        thread.start()
+        try:
+            wait_until(
+                lambda: waiting_on(watch, "DELETE FROM wsnmom_intents"),
+                30,
+                what="the sweep's removal waiting for the intent's row",
+            )
+            other.execute("DELETE FROM subscriptions WHERE id = %s", (sub,))
+            other.execute(
+                "UPDATE wsnmom_intents SET at = clock_timestamp() WHERE name = %s", (sub,)
+            )
+            other.commit()
+        finally:
+            thread.join(60)
+    assert not thread.is_alive()
+    assert [name for name, _ in store.list_intents()] == [sub]

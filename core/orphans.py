@@ -17,7 +17,8 @@ ways of finding orphans:
   subscription (idempotent).  Removing the intent first is what makes this safe against a
   Subscribe still under way, however slow: its record's write finds no intent and fails
   (``IntentGone``), and the Subscribe deletes its own durable subscription and is
-  refused.  An intent whose record exists is just removed.  At start a single instance
+  refused.  An intent whose record exists is removed, if still that old (one a removal
+  wrote anew meanwhile is that removal's).  At start a single instance
   sweeps every intent, whatever its age: no Subscribe can be under way.  A removal
   (Unsubscribe, DestroyPullPoint, expiry) writes an intent in the record's delete
   (``Store.delete_subscription(intent=True)``) and removes it once the middleware's
@@ -26,7 +27,7 @@ ways of finding orphans:
   (``Capabilities.own_names``: embedded, MQTT): it also finds orphans no intent names
   (a failed delete, and those made before intents existed).  A listed name is removed
   only after it was found without a record by every sweep for ``termination.orphan_grace``:
-  the list is read before the store in each round.
+  the round's time is read before the list, and the list before the store.
 """
 
 from __future__ import annotations

@@ -56,7 +56,7 @@ def test_a_leader_deposed_during_its_upstream_subscribe_leaves_the_new_leader_s_
                 "WHERE application_name = %s",
                 (f"{service.instance_id}/leader",),
             )
-        wait_until(successor.lead, 10, what="the other instance taking the leadership")
+        wait_until(successor.lead, 30, what="the other instance taking the leadership")
         newer = successor.epoch()
         assert newer is not None
         other.set_meta("upstream.plant.key", "plant.successor", epoch=newer)

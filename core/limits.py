@@ -22,7 +22,7 @@ all subscriptions share the stored records) core applies them:
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 
 from wsnmom.core import metrics
@@ -116,30 +116,38 @@ class LimitKeeper:
         return False
 
     def enforce_counts(
-        self, handles: Sequence[SubscriptionHandle], depths: Sequence[int | None]
+        self,
+        handles: Sequence[SubscriptionHandle],
+        depths: Sequence[int | None],
+        fence: Callable[[], None] = lambda: None,
     ) -> int:
         """Ask every handle whose depth exceeds ``max_messages`` to drop the excess;
-        returns how many messages were dropped."""
+        returns how many messages were dropped.  ``fence`` is called right before each
+        drop, and raises to stop (the cluster leader's epoch, ``core.sweep``): a leader
+        deposed since it read ``depths`` must not drop again what its successor drops."""
         bound = self._limits.max_messages
         if bound is None or self.native:
             return 0
         newest = self._limits.overflow is Overflow.DROP_NEWEST and not self._newest_unsupported
         dropped = 0
-        for handle, depth in zip(handles, depths, strict=True):
-            if depth is None or depth <= bound:
-                continue
-            try:
-                dropped += handle.discard(depth - bound, newest=newest)
-            except NotImplementedError:
-                self._newest_unsupported = True
-                log.error(
-                    "limits.overflow = drop_newest: the %s adapter cannot drop the newest "
-                    "messages; the oldest are dropped instead",
-                    self._adapter.name,
-                )
-                dropped += handle.discard(depth - bound)
-            except Exception:
-                log.warning("enforcing limits on %s failed", handle.name, exc_info=True)
-        if dropped:
-            metrics.NOTIFICATIONS_DROPPED.inc(dropped)
+        try:
+            for handle, depth in zip(handles, depths, strict=True):
+                if depth is None or depth <= bound:
+                    continue
+                fence()
+                try:
+                    dropped += handle.discard(depth - bound, newest=newest)
+                except NotImplementedError:
+                    self._newest_unsupported = True
+                    log.error(
+                        "limits.overflow = drop_newest: the %s adapter cannot drop the newest "
+                        "messages; the oldest are dropped instead",
+                        self._adapter.name,
+                    )
+                    dropped += handle.discard(depth - bound)
+                except Exception:
+                    log.warning("enforcing limits on %s failed", handle.name, exc_info=True)
+        finally:
+            if dropped:
+                metrics.NOTIFICATIONS_DROPPED.inc(dropped)
         return dropped

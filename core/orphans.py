@@ -17,7 +17,8 @@ ways of finding orphans:
   subscription (idempotent).  Removing the intent first is what makes this safe against a
   Subscribe still under way, however slow: its record's write finds no intent and fails
   (``IntentGone``), and the Subscribe deletes its own durable subscription and is
-  refused.  An intent whose record exists is just removed.  At start a single instance
+  refused.  An intent whose record exists is removed, if still that old (one a removal
+  wrote anew meanwhile is that removal's).  At start a single instance
   sweeps every intent, whatever its age: no Subscribe can be under way.  A removal
   (Unsubscribe, DestroyPullPoint, expiry) writes an intent in the record's delete
   (``Store.delete_subscription(intent=True)``) and removes it once the middleware's
@@ -26,7 +27,7 @@ ways of finding orphans:
   (``Capabilities.own_names``: embedded, MQTT): it also finds orphans no intent names
   (a failed delete, and those made before intents existed).  A listed name is removed
   only after it was found without a record by every sweep for ``termination.orphan_grace``:
-  the list is read before the store in each round.
+  the round's time is read before the list, and the list before the store.
 """
 
 from __future__ import annotations
@@ -144,7 +145,10 @@ class OrphanSweep:
         """One stale intent (see :meth:`sweep_intents`); True when its durable
         subscription was deleted."""
         if store.get_subscription(name) is not None or store.get_pull_point(name) is not None:
-            store.delete_intent(name)  # its record exists: the durable subscription is live
+            # its record exists: the durable subscription is live.  Only if still that
+            # old: a removal since the read (a round stopped here, then woken) wrote it
+            # anew, and it is that removal's, for a delete on the middleware that failed
+            store.delete_intent(name, older_than)
             return False
         # the intent first: a Subscribe still under way now fails to store its record
         if not store.delete_intent(name, older_than):
@@ -169,10 +173,13 @@ class OrphanSweep:
     def _sweep_listed(self) -> list[str]:
         """The listed orphans found in every sweep for the grace, removed."""
         ctx = self._ctx
+        # the time of the round is its listing's, read before it: a round stopped after
+        # its store read (SIGSTOP, then SIGCONT) counts none of the stop as time without
+        # a record (a Subscribe may have stored its record meanwhile)
+        now = self.clock()
         orphans = self._orphans()
         if orphans is None:
             return []
-        now = self.clock()
         self._seen = {name: self._seen.get(name, now) for name in orphans}
         removed: list[str] = []
         for name, since in sorted(self._seen.items()):

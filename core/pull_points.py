@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from datetime import datetime
 
 from wsnmom.core import errors, metrics
 from wsnmom.core.adapter import AdapterError, Received, SubscriptionHandle, SubscriptionSpec
@@ -316,16 +317,7 @@ class PullPoints:
         ctx = self._ctx
         registry = ctx.registry
         pp_id = state.record.id
-        with registry.lock:
-            registry.pull_points.pop(pp_id, None)
-            feeding = [
-                s for s in registry.subscriptions.values() if s.record.pull_point_id == pp_id
-            ]
-        for sub in feeding:
-            try:
-                self._destroy_subscription(sub)
-            except AdapterError:
-                log.exception("destroying subscription %s failed", sub.record.id)
+        self._unfeed(pp_id)
         try:
             # the record first: an instance whose GetMessages finds the middleware's side
             # gone then finds the record gone too (``Registry.pull_point_gone``); with an
@@ -339,9 +331,48 @@ class PullPoints:
                 registry.pull_points.setdefault(pp_id, state)
             registry.update_gauges()
             raise
+        self._delete_queue(pp_id, removed)
+
+    def expire(self, state: LivePullPoint, now: datetime, epoch: int) -> bool:
+        """The cluster leader's expiry at ``now``, under the leadership ``epoch``
+        (``Store.expire_pull_point``): the record goes first, only while the store's is
+        still expired and the epoch the leadership's; then the feeding subscriptions and
+        the queue, as :meth:`remove` does (the other instances forget the feeding
+        subscriptions of a pull point whose record is gone, ``core.follow``).  Renewed
+        meanwhile (ONVIF's Renew through another instance): kept, False.
+
+        :raises core.store.Deposed: ``epoch`` is not the leadership's any more (nothing
+            removed)"""
+        ctx = self._ctx
+        pp_id = state.record.id
+        removed = ctx.store.expire_pull_point(pp_id, now, epoch=epoch)
+        if not removed and ctx.store.get_pull_point(pp_id) is not None:
+            return False  # renewed through another instance: kept
+        self._unfeed(pp_id)
+        self._delete_queue(pp_id, removed)
+        return True
+
+    def _unfeed(self, pp_id: str) -> None:
+        """Forget the pull point here and destroy the subscriptions feeding it."""
+        registry = self._ctx.registry
+        with registry.lock:
+            registry.pull_points.pop(pp_id, None)
+            feeding = [
+                s for s in registry.subscriptions.values() if s.record.pull_point_id == pp_id
+            ]
+        for sub in feeding:
+            try:
+                self._destroy_subscription(sub)
+            except AdapterError:
+                log.exception("destroying subscription %s failed", sub.record.id)
+
+    def _delete_queue(self, pp_id: str, removed: bool) -> None:
+        """After the record's delete: the pull point's durable subscription, and the
+        intent its delete wrote (``removed``) once that is gone."""
+        ctx = self._ctx
         try:
             ctx.adapter.delete_subscription(pp_id)
             if removed:
                 ctx.drop_intent(pp_id)
         finally:
-            registry.update_gauges()
+            ctx.registry.update_gauges()

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
+from datetime import datetime
 
 from wsnmom.core import errors
 from wsnmom.core.access import current_principal, may_manage
@@ -185,9 +186,31 @@ class Registrations:
             stored = ctx.store.delete_registration(state.record.id)
         except Exception as exc:
             raise errors.ResourceNotDestroyed(str(exc)) from exc
+        self._removed(stored)
+
+    def expire(self, state: LiveRegistration, now: datetime, epoch: int) -> bool:
+        """The cluster leader's expiry of the registration at ``now``, under the
+        leadership ``epoch`` (``Store.expire_registration``): removed as :meth:`remove`
+        does, unless the store's record was renewed meanwhile (then kept: False).
+
+        :raises core.store.Deposed: ``epoch`` is not the leadership's any more (nothing
+            removed)"""
+        ctx = self._ctx
+        reg_id = state.record.id
+        stored = ctx.store.expire_registration(reg_id, now, epoch=epoch)
+        if stored is None and ctx.store.get_registration(reg_id) is not None:
+            return False  # renewed through another instance: kept
+        with ctx.registry.lock:
+            ctx.registry.registrations.pop(reg_id, None)
+        self._removed(stored)
+        return True
+
+    def _removed(self, stored: PublisherRegistration | None) -> None:
+        """After the record's delete: release the demand subscription it held (None:
+        another instance deleted it, and released it)."""
         if stored is not None:
             self._demand.release(stored)
-        ctx.registry.update_gauges()
+        self._ctx.registry.update_gauges()
 
     def save(self, reg: PublisherRegistration, epoch: int) -> bool:
         """Store ``reg``'s subscription at its publisher (the demand manager changed it,

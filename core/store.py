@@ -95,6 +95,16 @@ class Store(abc.ABC):
         it does; the caller removes the intent once the durable subscription is gone."""
 
     @abc.abstractmethod
+    def expire_subscription(self, sub_id: str, now: datetime, *, epoch: int) -> bool:
+        """The cluster leader's removal of an expired subscription, as
+        ``delete_subscription(intent=True)``, made only while the stored termination time
+        is at or before ``now`` (a Renew through another instance since the leader looked
+        keeps it) and, on a store several instances share, while ``epoch`` is the
+        leadership's, in one write.  False when nothing was removed (renewed, or gone).
+
+        :raises Deposed: ``epoch`` is not the leadership's any more (nothing removed)"""
+
+    @abc.abstractmethod
     def list_subscriptions(self) -> list[Subscription]:
         """Every subscription."""
 
@@ -142,6 +152,14 @@ class Store(abc.ABC):
         :meth:`delete_subscription`)."""
 
     @abc.abstractmethod
+    def expire_pull_point(self, pp_id: str, now: datetime, *, epoch: int) -> bool:
+        """The cluster leader's removal of an expired pull point, as
+        ``delete_pull_point(intent=True)``, under the conditions of
+        :meth:`expire_subscription` (ONVIF's Renew through another instance keeps it).
+
+        :raises Deposed: ``epoch`` is not the leadership's any more (nothing removed)"""
+
+    @abc.abstractmethod
     def list_pull_points(self) -> list[PullPoint]:
         """Every pull point."""
 
@@ -173,6 +191,16 @@ class Store(abc.ABC):
         that epoch is still the leadership's, in the same statement, and raises
         :class:`Deposed` (nothing written) otherwise; a store one instance opens has one
         leader, and writes it."""
+
+    @abc.abstractmethod
+    def expire_registration(
+        self, reg_id: str, now: datetime, *, epoch: int
+    ) -> PublisherRegistration | None:
+        """The cluster leader's removal of an expired registration, as
+        :meth:`delete_registration`, under the conditions of :meth:`expire_subscription`;
+        None when nothing was removed (renewed, or gone).
+
+        :raises Deposed: ``epoch`` is not the leadership's any more (nothing removed)"""
 
     @abc.abstractmethod
     def delete_registration(self, reg_id: str) -> PublisherRegistration | None:
@@ -216,8 +244,21 @@ class Store(abc.ABC):
         """The value recorded under ``key``, or None."""
 
     @abc.abstractmethod
-    def set_meta(self, key: str, value: str) -> None:
-        """Record ``value`` under ``key`` (replacing)."""
+    def set_meta(self, key: str, value: str, *, epoch: int | None = None) -> None:
+        """Record ``value`` under ``key`` (replacing).  With ``epoch``, the cluster
+        leader's write under the leadership epoch it held when it began its work
+        (``Coordination.epoch``): a store several instances share writes it only while
+        that epoch is still the leadership's, in the same statement, and raises
+        :class:`Deposed` (nothing written) otherwise; a store one instance opens has one
+        leader, and ignores it."""
+
+    @abc.abstractmethod
+    def fence(self, epoch: int) -> None:
+        """Check, right before a cluster leader's action the store cannot make conditional
+        (a drop of messages on the middleware), that ``epoch`` is still the leadership's.
+        A store one instance opens has one leader: nothing to check.
+
+        :raises Deposed: it is not"""
 
     def coordination(self, instance_id: str) -> Coordination:
         """How instances sharing this store coordinate; a store one instance opens

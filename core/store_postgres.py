@@ -144,6 +144,25 @@ class PostgresStore(PostgresConnections, Store):
             else self._delete("subscriptions", sub_id)
         )
 
+    def expire_subscription(self, sub_id: str, now: datetime, *, epoch: int) -> bool:
+        return self._expire("subscriptions", sub_id, now, epoch)
+
+    def _expire(self, table: str, value: str, now: datetime, epoch: int) -> bool:
+        # as _retire, and only while still expired and the epoch current (fenced as
+        # save_registration_demand)
+        rows = self._rows(
+            f"WITH {_FENCE}, gone AS (DELETE FROM {table} WHERE id = %s "
+            "AND termination_time <= %s AND EXISTS (SELECT 1 FROM fence) RETURNING id), "
+            "intended AS (INSERT INTO wsnmom_intents (name) SELECT id FROM gone "
+            "ON CONFLICT (name) DO UPDATE SET at = EXCLUDED.at RETURNING 1) "
+            "SELECT (SELECT count(*) FROM fence), (SELECT count(*) FROM intended)",
+            (epoch, value, now),
+        )
+        fenced, removed = rows[0]
+        if not fenced:
+            raise Deposed(epoch)
+        return bool(removed)
+
     def list_subscriptions(self) -> list[Subscription]:
         return [
             _revised(r) for r in self._rows("SELECT data, revision FROM subscriptions ORDER BY seq")
@@ -186,6 +205,9 @@ class PostgresStore(PostgresConnections, Store):
 
     def delete_pull_point(self, pp_id: str, *, intent: bool = False) -> bool:
         return self._retire("pull_points", pp_id) if intent else self._delete("pull_points", pp_id)
+
+    def expire_pull_point(self, pp_id: str, now: datetime, *, epoch: int) -> bool:
+        return self._expire("pull_points", pp_id, now, epoch)
 
     def list_pull_points(self) -> list[PullPoint]:
         return self._list("pull_points", pull_point_from_json)
@@ -251,7 +273,7 @@ class PostgresStore(PostgresConnections, Store):
         # the epoch waits for it (and then reads it), or came first and refuses it
         part = self._jsonb(registration_demand_to_json(subscription, paused))
         rows = self._rows(
-            "WITH fence AS (SELECT epoch FROM wsnmom_leadership WHERE epoch = %s FOR SHARE), "
+            f"WITH {_FENCE}, "
             "saved AS (UPDATE registrations SET data = data || %s "
             "WHERE id = %s AND EXISTS (SELECT 1 FROM fence) RETURNING 1) "
             "SELECT (SELECT count(*) FROM fence), (SELECT count(*) FROM saved)",
@@ -265,6 +287,20 @@ class PostgresStore(PostgresConnections, Store):
     def delete_registration(self, reg_id: str) -> PublisherRegistration | None:
         rows = self._rows("DELETE FROM registrations WHERE id = %s RETURNING data", (reg_id,))
         return registration_from_json(rows[0][0]) if rows else None
+
+    def expire_registration(
+        self, reg_id: str, now: datetime, *, epoch: int
+    ) -> PublisherRegistration | None:
+        rows = self._rows(
+            f"WITH {_FENCE}, gone AS (DELETE FROM registrations WHERE id = %s "
+            "AND termination_time <= %s AND EXISTS (SELECT 1 FROM fence) RETURNING data) "
+            "SELECT (SELECT count(*) FROM fence), (SELECT data FROM gone)",
+            (epoch, reg_id, now),
+        )
+        fenced, data = rows[0]
+        if not fenced:
+            raise Deposed(epoch)
+        return registration_from_json(data) if data is not None else None
 
     def list_registrations(self) -> list[PublisherRegistration]:
         return self._list("registrations", registration_from_json)
@@ -308,13 +344,30 @@ class PostgresStore(PostgresConnections, Store):
         rows = self._rows("SELECT value FROM wsnmom_meta WHERE key = %s", (key,))
         return str(rows[0][0]) if rows else None
 
-    def set_meta(self, key: str, value: str) -> None:
-        with self._conn() as conn:
-            conn.execute(
-                "INSERT INTO wsnmom_meta (key, value) VALUES (%s, %s) "
-                "ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
-                (key, value),
-            )
+    def set_meta(self, key: str, value: str, *, epoch: int | None = None) -> None:
+        if epoch is None:
+            with self._conn() as conn:
+                conn.execute(
+                    "INSERT INTO wsnmom_meta (key, value) VALUES (%s, %s) "
+                    "ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
+                    (key, value),
+                )
+            return
+        # fenced as save_registration_demand: the leadership row FOR SHARE while it commits
+        rows = self._rows(
+            f"WITH {_FENCE}, saved AS (INSERT INTO wsnmom_meta (key, value) "
+            "SELECT %s::text, %s::text FROM fence "
+            "ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value RETURNING 1) "
+            "SELECT (SELECT count(*) FROM fence), (SELECT count(*) FROM saved)",
+            (epoch, key, value),
+        )
+        if not rows[0][0]:
+            raise Deposed(epoch)
+
+    def fence(self, epoch: int) -> None:
+        # FOR SHARE: waits for a new leader's bump in progress, then sees it
+        if not self._rows(f"WITH {_FENCE} SELECT epoch FROM fence", (epoch,)):
+            raise Deposed(epoch)
 
     def coordination(self, instance_id: str) -> Coordination:
         """The cluster's tables in this store (``core.coordination_postgres``)."""
@@ -352,6 +405,10 @@ class PostgresStore(PostgresConnections, Store):
 
 
 #: the intent a new record replaces, deleted in the record's statement (its first parameter)
+#: the leadership fence of a leader's write (``%s``: the epoch it was begun under): the one
+#: row while that epoch is current, locked FOR SHARE until the write commits, so that a new
+#: leader's bump of the epoch waits for it (and then reads it) or came first and refuses it
+_FENCE = "fence AS (SELECT epoch FROM wsnmom_leadership WHERE epoch = %s FOR SHARE)"
 _CLAIM = "DELETE FROM wsnmom_intents WHERE name = %s RETURNING name"
 
 

@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from wsnmom.core.lifetimes import is_expired
 from wsnmom.core.model import (
     EndpointReference,
     NotificationMessage,
@@ -225,6 +226,19 @@ class SqliteStore(Store):
         self._reclaim()
         return gone > 0
 
+    def expire_subscription(self, sub_id: str, now: datetime, *, epoch: int) -> bool:
+        # one instance opens the file: it leads, under the one epoch there is
+        with self._tx() as conn:
+            rows = conn.execute(
+                "SELECT data, revision FROM subscriptions WHERE id = ?", (sub_id,)
+            ).fetchall()
+            if not rows or not is_expired(_sqlite_revised(rows[0]).termination_time, now):
+                return False
+            conn.execute("DELETE FROM subscriptions WHERE id = ?", (sub_id,))
+            self._intend(conn, sub_id)
+        self._reclaim()
+        return True
+
     def list_subscriptions(self) -> list[Subscription]:
         rows = self._query("SELECT data, revision FROM subscriptions ORDER BY rowid")
         return [_sqlite_revised(r) for r in rows]
@@ -286,6 +300,17 @@ class SqliteStore(Store):
         self._reclaim()
         return gone > 0
 
+    def expire_pull_point(self, pp_id: str, now: datetime, *, epoch: int) -> bool:
+        with self._tx() as conn:
+            rows = conn.execute("SELECT data FROM pull_points WHERE id = ?", (pp_id,))
+            found = [pull_point_from_json(json.loads(r[0])) for r in rows.fetchall()]
+            if not found or not is_expired(found[0].termination_time, now):
+                return False
+            conn.execute("DELETE FROM pull_points WHERE id = ?", (pp_id,))
+            self._intend(conn, pp_id)
+        self._reclaim()
+        return True
+
     def list_pull_points(self) -> list[PullPoint]:
         rows = self._query("SELECT data FROM pull_points ORDER BY rowid")
         return [pull_point_from_json(json.loads(r[0])) for r in rows]
@@ -338,6 +363,18 @@ class SqliteStore(Store):
             ).fetchall()
         self._reclaim()
         return registration_from_json(json.loads(rows[0][0])) if rows else None
+
+    def expire_registration(
+        self, reg_id: str, now: datetime, *, epoch: int
+    ) -> PublisherRegistration | None:
+        with self._tx() as conn:
+            rows = conn.execute("SELECT data FROM registrations WHERE id = ?", (reg_id,))
+            found = [registration_from_json(json.loads(r[0])) for r in rows.fetchall()]
+            if not found or not is_expired(found[0].termination_time, now):
+                return None
+            conn.execute("DELETE FROM registrations WHERE id = ?", (reg_id,))
+        self._reclaim()
+        return found[0]
 
     def _reclaim(self) -> None:
         """Give free pages back to the filesystem once enough have gathered."""
@@ -395,9 +432,13 @@ class SqliteStore(Store):
         rows = self._query("SELECT value FROM meta WHERE key = ?", (key,))
         return str(rows[0][0]) if rows else None
 
-    def set_meta(self, key: str, value: str) -> None:
+    def set_meta(self, key: str, value: str, *, epoch: int | None = None) -> None:
+        # one instance opens the file: it leads, under the one epoch there is
         with self._tx() as conn:
             conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, value))
+
+    def fence(self, epoch: int) -> None:
+        pass  # one instance opens the file: it leads, under the one epoch there is
 
     def ping(self) -> bool:
         try:

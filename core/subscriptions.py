@@ -24,6 +24,7 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import replace
+from datetime import datetime
 from functools import partial
 from typing import Any
 from urllib.parse import urlsplit
@@ -356,6 +357,19 @@ class Subscriptions(SubscriptionChanges, SubscriptionEnds):
     # -- removal ---------------------------------------------------------------------------
     def destroy(self, state: LiveSubscription) -> None:
         """Remove the subscription everywhere: delivery, middleware, store."""
+        self._remove(state, None)
+
+    def expire(self, state: LiveSubscription, now: datetime, epoch: int) -> bool:
+        """The cluster leader's expiry at ``now``, under the leadership ``epoch``
+        (``Store.expire_subscription``): removed as :meth:`destroy` does, unless the
+        store's record was renewed meanwhile (then kept: False).
+
+        :raises core.store.Deposed: ``epoch`` is not the leadership's any more (nothing
+            removed)"""
+        return self._remove(state, (now, epoch))
+
+    def _remove(self, state: LiveSubscription, expired: tuple[datetime, int] | None) -> bool:
+        """:meth:`destroy` (``expired`` None) or :meth:`expire`."""
         ctx = self._ctx
         sub_id = state.record.id
         # under the subscription's lock: a Resume or a shard gained that is starting its
@@ -367,7 +381,12 @@ class Subscriptions(SubscriptionChanges, SubscriptionEnds):
         # delete leaves it to the orphan sweep (``core.orphans``)
         try:
             with state.lock:
-                removed = ctx.store.delete_subscription(sub_id, intent=True)
+                if expired is None:
+                    removed = ctx.store.delete_subscription(sub_id, intent=True)
+                else:
+                    removed = ctx.store.expire_subscription(sub_id, expired[0], epoch=expired[1])
+                    if not removed and ctx.store.get_subscription(sub_id) is not None:
+                        return False  # renewed through another instance: kept
                 with ctx.registry.lock:
                     ctx.registry.subscriptions.pop(sub_id, None)
                     direct = state.direct
@@ -381,6 +400,7 @@ class Subscriptions(SubscriptionChanges, SubscriptionEnds):
         finally:
             ctx.registry.update_gauges()
             ctx.wake_demand()
+        return True
 
     # -- demand ----------------------------------------------------------------------------
     def active_topic_filters(self) -> list[TopicExpression | None]:

@@ -12,15 +12,17 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from datetime import datetime
 
-from wsnmom.core import errors, metrics
+from wsnmom.core import metrics
 from wsnmom.core.adapter import AdapterError
 from wsnmom.core.context import BrokerContext
 from wsnmom.core.lifetimes import is_expired
-from wsnmom.core.model import PublisherRegistration, Subscription
+from wsnmom.core.model import PublisherRegistration, PullPoint, Subscription
 from wsnmom.core.pull_points import PullPoints
 from wsnmom.core.registrations import Registrations
 from wsnmom.core.registry import LivePullPoint, LiveRegistration, LiveSubscription
+from wsnmom.core.store import Deposed
 from wsnmom.core.subscriptions import Subscriptions
 
 __all__ = ["Sweeper"]
@@ -93,17 +95,23 @@ class Sweeper:
 
     def _renewed_in_store(
         self,
-        live: LiveSubscription | LiveRegistration,
-        read: Callable[[str], Subscription | PublisherRegistration | None],
+        live: LiveSubscription | LivePullPoint | LiveRegistration,
+        read: Callable[[str], Subscription | PullPoint | PublisherRegistration | None],
     ) -> bool:
-        """Whether the store has a termination time for an expired-looking subscription or
-        registration that is not over (a Renew or SetTerminationTime through another
-        instance this one has not followed yet, or written by an instance that does not
-        bump revisions): then it is taken over here and the resource kept.  Destroying is
-        for what the store says."""
+        """Whether the store has a termination time for an expired-looking subscription,
+        pull point or registration that is not over (a Renew or SetTerminationTime
+        through another instance this one has not followed yet, or written by an instance
+        that does not bump revisions): then it is taken over here and the resource kept.
+        Destroying is for what the store says."""
         ctx = self._ctx
         record = live.record
-        kind = "subscription" if isinstance(live, LiveSubscription) else "publisher registration"
+        kind = (
+            "subscription"
+            if isinstance(live, LiveSubscription)
+            else "pull point"
+            if isinstance(live, LivePullPoint)
+            else "publisher registration"
+        )
         try:
             stored = read(record.id)
         except Exception:
@@ -122,7 +130,8 @@ class Sweeper:
         ctx = self._ctx
         # on every instance: the ends of what it delivers and gave up on (core.subscriptions)
         self._subscriptions.retry_ends()
-        if not ctx.leads():
+        epoch = ctx.leader_epoch() if ctx.leads() else None
+        if epoch is None:
             if ctx.settings.limits.on_full == "end":
                 own, depths, _, _ = self._depths(pull_points=False)
                 self._end_full(own, depths)
@@ -145,39 +154,78 @@ class Sweeper:
                 for r in registry.registrations.values()
                 if is_expired(r.record.termination_time, now)
             ]
+        try:
+            self._limit(epoch)
+            self._expire(subs, pps, regs, now, epoch)
+        except Deposed:
+            log.warning(
+                "sweep: this instance no longer leads (epoch %d): the rest of this sweep is "
+                "the new leader's",
+                epoch,
+            )
+
+    def _limit(self, epoch: int) -> None:
+        """The leader's part of the limits: end the full subscriptions it delivers, and
+        (an adapter without native limits) drop each backlog's excess, each drop only
+        while ``epoch`` is the leadership's (``Store.fence``).
+
+        :raises core.store.Deposed: the epoch is not the leadership's any more"""
+        ctx = self._ctx
         keeper = ctx.limit_keeper
-        if ctx.settings.limits.on_full == "end" or not keeper.native:
-            with_handles, depths, pull_points, pp_depths = self._depths()
-            ending = self._end_full(with_handles, depths)
-            if not keeper.native:
-                ended = {s.record.id for s in ending}
-                handles = [s.handle for s in with_handles if s.record.id not in ended]
-                kept = [
-                    d for s, d in zip(with_handles, depths, strict=True) if s.record.id not in ended
-                ]
-                keeper.enforce_counts(
-                    [h for h in handles if h is not None] + [p.handle for p in pull_points],
-                    kept + pp_depths,
-                )
+        if ctx.settings.limits.on_full != "end" and keeper.native:
+            return
+        with_handles, depths, pull_points, pp_depths = self._depths()
+        ending = self._end_full(with_handles, depths)
+        if not keeper.native:
+            ended = {s.record.id for s in ending}
+            handles = [s.handle for s in with_handles if s.record.id not in ended]
+            kept = [
+                d for s, d in zip(with_handles, depths, strict=True) if s.record.id not in ended
+            ]
+            keeper.enforce_counts(
+                [h for h in handles if h is not None] + [p.handle for p in pull_points],
+                kept + pp_depths,
+                fence=lambda: ctx.store.fence(epoch),
+            )
+
+    def _expire(
+        self,
+        subs: list[LiveSubscription],
+        pps: list[LivePullPoint],
+        regs: list[LiveRegistration],
+        now: datetime,
+        epoch: int,
+    ) -> None:
+        """Destroy the expired ones, as the leader of ``epoch``: each only while the
+        store's record is still expired at ``now`` and the epoch the leadership's (in the
+        delete's statement: a leader deposed while it swept, or a Renew through another
+        instance since it looked, keeps it).
+
+        :raises core.store.Deposed: the epoch is not the leadership's any more"""
+        ctx = self._ctx
         for sub in subs:
             if self._renewed_in_store(sub, ctx.store.get_subscription):
                 continue
-            log.info("subscription %s expired", sub.record.id)
             try:
-                self._subscriptions.destroy(sub)
+                if self._subscriptions.expire(sub, now, epoch):
+                    log.info("subscription %s expired", sub.record.id)
             except AdapterError:
                 log.exception("destroying expired subscription %s failed", sub.record.id)
         for pp in pps:
-            log.info("pull point %s expired", pp.record.id)
+            if self._renewed_in_store(pp, ctx.store.get_pull_point):
+                continue
             try:
-                self._pull_points.remove(pp)
+                if self._pull_points.expire(pp, now, epoch):
+                    log.info("pull point %s expired", pp.record.id)
             except AdapterError:
                 log.exception("destroying expired pull point %s failed", pp.record.id)
         for reg in regs:
             if self._renewed_in_store(reg, ctx.store.get_registration):
                 continue
-            log.info("publisher registration %s expired", reg.record.id)
             try:
-                self._registrations.remove(reg)
-            except errors.WsnError:
+                if self._registrations.expire(reg, now, epoch):
+                    log.info("publisher registration %s expired", reg.record.id)
+            except Deposed:
+                raise
+            except Exception:
                 log.exception("destroying expired registration %s failed", reg.record.id)

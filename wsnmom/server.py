@@ -402,7 +402,7 @@ def build_runtime(
     plugins.configure_app(app, service)
     runtime = Runtime(settings, plugins, adapter, store, topic_set, service, app, store_lock)
     runtime.upstreams = UpstreamRelay(
-        settings.upstream, store, service, settings.base_url, leads=service.cluster.leads
+        settings.upstream, store, service, settings.base_url, epoch=service.cluster.leader_epoch
     )
     app.extensions["wsnmom.soap"].relay = runtime.upstreams.receive
     app.extensions["wsnmom.upstreams"] = runtime.upstreams

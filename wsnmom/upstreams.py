@@ -26,7 +26,13 @@ Lifetime, on a background thread (one pass a second and on every change):
 * a Notify to the key of an earlier subscription is refused (ResourceUnknownFault): an old
   subscription the producer still holds delivers nothing twice;
 * with several instances on one store only the cluster leader holds the subscriptions;
-  the others report ``standby``.
+  the others report ``standby``.  The leader records the consumer key of each
+  subscription it makes in the store (any instance behind the public URL takes its
+  Notify) under the leadership epoch its pass began with (``Coordination.epoch``): a
+  leader deposed while its Subscribe was in flight (stopped, its lock's connection
+  ended, another instance leading) has that write refused, and unsubscribes what it
+  made; else its key would replace the new leader's, and every instance but the new
+  leader would refuse the new subscription's Notify.
 
 What a push producer sent while nobody was subscribed (the producer restarted, or the
 gateway was down) is lost: docs/federation.md.
@@ -57,10 +63,11 @@ from wsnmom.core.config import (
     upstream_from_json,
     upstream_to_json,
 )
+from wsnmom.core.coordination import SINGLE_EPOCH
 from wsnmom.core.model import ExpressionSource, InboundNotification
 from wsnmom.core.periodic import PeriodicTask
 from wsnmom.core.ports import BrokerPort
-from wsnmom.core.store import Store
+from wsnmom.core.store import Deposed, Store
 from wsnmom.topic_mapping.dialects import CONCRETE, FULL, ONVIF_CONCRETE_SET, SIMPLE
 
 if TYPE_CHECKING:
@@ -134,13 +141,14 @@ class UpstreamRelay:
         service: BrokerPort,
         base_url: str,
         *,
-        leads: Callable[[], bool] = lambda: True,
+        epoch: Callable[[], int | None] = lambda: SINGLE_EPOCH,
         interval: float = 1.0,
     ) -> None:
         self._store = store
         self._service = service
         self._base_url = base_url.rstrip("/")
-        self._leads = leads
+        #: the leadership epoch this instance holds, None when it does not lead
+        self._leadership = epoch
         self._lock = threading.RLock()
         self._held: dict[str, _Held] = {u.name: _Held(u, "config") for u in upstreams}
         self._keys: dict[str, _Held] = {}
@@ -309,18 +317,18 @@ class UpstreamRelay:
             self._sync()
         except Exception:
             log.warning("could not read the stored upstreams", exc_info=True)
-        leads = self._leads()
+        epoch = self._leadership()
         with self._lock:
             held = list(self._held.values())
         for h in held:
             with h.lock:
-                if not leads:
+                if epoch is None:
                     self._release(h, "standby")
                 else:
-                    self._keep(h)
+                    self._keep(h, epoch)
                 self._gauge(h)
 
-    def _keep(self, h: _Held) -> None:
+    def _keep(self, h: _Held, epoch: int) -> None:
         now = time.monotonic()
         if now < h.next_try:
             return
@@ -328,13 +336,13 @@ class UpstreamRelay:
         if h.subscription is not None and expired:
             self._forget(h, "the subscription expired")
         if h.subscription is None:
-            self._subscribe(h)
+            self._subscribe(h, epoch)
             return
         lifetime = h.spec.lifetime.total_seconds()
         left = (h.expires - datetime.now(UTC)).total_seconds() if h.expires else lifetime
         check = h.spec.check_interval.total_seconds()
         if left <= lifetime / 3 or now - h.last_renew >= check:
-            self._renew(h)
+            self._renew(h, epoch)
         if h.subscription is not None and h.spec.mode != "push":
             self._pull(h)
 
@@ -385,7 +393,7 @@ class UpstreamRelay:
             wsse=spec.wsse,
         )
 
-    def _subscribe(self, h: _Held) -> None:
+    def _subscribe(self, h: _Held, epoch: int) -> None:
         from wsnmom.client import ClientError, TopicExpression
         from wsnmom.client.onvif import OnvifEvents
 
@@ -434,7 +442,17 @@ class UpstreamRelay:
                 self._keys.pop(h.key, None)
         h.key, h.subscription, h.pull_point = key, sub, pull_point
         try:  # any instance behind the public URL may receive its Notify
-            self._store.set_meta(_key_meta(spec.name), key)
+            self._store.set_meta(_key_meta(spec.name), key, epoch=epoch)
+        except Deposed:
+            log.warning(
+                "upstream %s: this instance no longer leads (epoch %d): the key of the "
+                "subscription it just made is not recorded; unsubscribing %s",
+                spec.name,
+                epoch,
+                sub.address,
+            )
+            self._release(h, "standby")
+            return
         except Exception:
             log.warning("upstream %s: could not record the key in the store", spec.name)
         h.expires = sub.termination_time or _after(spec.lifetime)
@@ -444,7 +462,7 @@ class UpstreamRelay:
         metrics.UPSTREAM_SUBSCRIBES.labels(upstream=spec.name, outcome="ok").inc()
         log.info("upstream %s: subscribed at %s (%s)", spec.name, spec.url, sub.address)
 
-    def _renew(self, h: _Held) -> None:
+    def _renew(self, h: _Held, epoch: int) -> None:
         from wsnmom.client import ClientError, SoapFault
 
         assert h.subscription is not None
@@ -454,7 +472,7 @@ class UpstreamRelay:
             log.warning("upstream %s: Renew refused (%s); subscribing again", h.spec.name, exc)
             h.subscription.client.close()
             self._forget(h, f"Renew refused: {exc}")
-            self._subscribe(h)
+            self._subscribe(h, epoch)
             return
         except (ClientError, OSError) as exc:  # unreachable: keep it, try again later
             self._failed(h, f"Renew failed: {exc}")

@@ -107,6 +107,39 @@ def test_an_orphan_is_removed_after_the_grace_and_nothing_else(
     assert service.orphans.sweep() == ["pp-being-made"]
 
 
+def test_a_round_stopped_after_its_store_read_does_not_count_the_stop(
+    make_broker: Callable[..., Broker],
+) -> None:
+    """Embedded: a round that reads the list and the store, and is then stopped for a
+    grace (SIGSTOP, then SIGCONT) while the pull point being made stores its record,
+    keeps that pull point's durable subscription: the stop is not time without a record.
+    The clock stands for the stop: its read stores the record and moves a grace on.
+    Before, the round read its clock after the store, and removed the live pull point's
+    queue."""
+    broker = make_broker()
+    service = broker.service
+    assert service is not None
+    adapter = broker.adapter
+    clock = _clocked(service)
+    _declare(adapter, "pp-made-while-stopped")
+    assert service.orphans.sweep() == []  # found without a record: its grace begins
+    stopped = False
+
+    def stop() -> float:
+        nonlocal stopped
+        if not stopped:
+            stopped = True
+            record = PullPoint("pp-made-while-stopped", service.now(), None)
+            service.store.put_pull_point(record)
+            clock.value += GRACE
+        return clock.value
+
+    service.orphans.clock = stop
+    assert service.orphans.sweep() == []
+    assert "pp-made-while-stopped" in adapter.subscription_names()
+    service.store.delete_pull_point("pp-made-while-stopped")
+
+
 @pytest.mark.mqtt
 def test_a_single_mqtt_instance_removes_its_orphan_queue(
     make_broker: Callable[..., Broker], mqtt_url: str

@@ -318,6 +318,34 @@ def test_a_leader_s_demand_save_is_fenced_by_its_leadership_epoch(store: Store) 
     second.leave()
 
 
+def test_a_leader_s_meta_write_is_fenced_by_its_leadership_epoch(store: Store) -> None:
+    """A meta write with an epoch (the upstream relay's consumer key) is made while that
+    epoch is the leadership's; once another instance took the leadership, the old
+    epoch's write is refused (Deposed) and the value stays the new leader's.  A store one
+    instance opens writes it."""
+    first = store.coordination("a")
+    assert first.lead()
+    epoch = first.epoch()
+    assert epoch is not None
+    store.set_meta("upstream.u.key", "u.ours", epoch=epoch)
+    assert store.get_meta("upstream.u.key") == "u.ours"
+    if not first.shared:
+        return  # one instance: nobody can take the leadership from it
+    first.leave()
+    second = store.coordination("b")
+    wait_until(second.lead, 10, what="b taking the leadership")
+    newer = second.epoch()
+    assert newer is not None and newer > epoch
+    store.set_meta("upstream.u.key", "u.theirs", epoch=newer)
+    with pytest.raises(Deposed):
+        store.set_meta("upstream.u.key", "u.late", epoch=epoch)
+    with pytest.raises(Deposed):  # a key not written before: nothing made either
+        store.set_meta("upstream.v.key", "v.late", epoch=epoch)
+    assert store.get_meta("upstream.u.key") == "u.theirs"
+    assert store.get_meta("upstream.v.key") is None
+    second.leave()
+
+
 def test_current_messages_per_topic(store: Store) -> None:
     first = NotificationMessage("m1", b"<x/>", Topic("urn:t", ("a", "b")), published_at=NOW)
     second = NotificationMessage(
@@ -725,3 +753,62 @@ def test_intents_by_age(store: Store) -> None:
     assert store.delete_intent("old") is False
     assert store.delete_intent("young") is True
     assert store.list_intents() == []
+
+
+def test_the_leader_s_expiry_removes_what_is_still_expired_under_its_epoch(store: Store) -> None:
+    """The leader's expiry removes a record only while its stored termination time is
+    at or before the sweep's time (a Renew through another instance keeps it), a
+    subscription with its intent; on a store several instances share, only while the
+    epoch is the leadership's (else Deposed, nothing removed)."""
+    first = store.coordination("a")
+    assert first.lead()
+    epoch = first.epoch()
+    assert epoch is not None
+    store.put_subscription(subscription("s1"))  # until NOW + 1 h
+    assert not store.expire_subscription("s1", NOW, epoch=epoch)
+    assert store.get_subscription("s1") is not None
+    assert store.expire_subscription("s1", NOW + timedelta(hours=1), epoch=epoch)
+    assert store.get_subscription("s1") is None
+    assert [name for name, _ in store.list_intents(0.0)] == ["s1"]
+    assert not store.expire_subscription("s1", NOW + timedelta(hours=2), epoch=epoch)
+    store.put_pull_point(PullPoint("p1", NOW, NOW + timedelta(hours=1)))
+    assert not store.expire_pull_point("p1", NOW, epoch=epoch)
+    assert store.expire_pull_point("p1", NOW + timedelta(hours=1), epoch=epoch)
+    assert store.get_pull_point("p1") is None
+    assert sorted(name for name, _ in store.list_intents(0.0)) == ["p1", "s1"]
+    reg = PublisherRegistration(
+        "r4",
+        NOW,
+        NOW + timedelta(minutes=5),
+        EndpointReference("http://127.0.0.1:9/p"),
+        (ExpressionSource("urn:dialect", "t:a", {"t": "urn:t"}),),
+        demand=True,
+    )
+    store.put_registration(reg)
+    assert store.expire_registration("r4", NOW, epoch=epoch) is None
+    assert store.get_registration("r4") == reg
+    assert store.expire_registration("r4", NOW + timedelta(minutes=5), epoch=epoch) == reg
+    assert store.get_registration("r4") is None
+    assert store.expire_registration("r4", NOW + timedelta(hours=1), epoch=epoch) is None
+    if not first.shared:
+        return  # one instance: nobody can take the leadership from it
+    store.put_subscription(subscription("s2"))
+    store.put_registration(reg)
+    first.leave()
+    second = store.coordination("b")
+    wait_until(second.lead, 10, what="b taking the leadership")
+    newer = second.epoch()
+    assert newer is not None and newer > epoch
+    later = NOW + timedelta(hours=2)
+    with pytest.raises(Deposed):
+        store.expire_subscription("s2", later, epoch=epoch)
+    with pytest.raises(Deposed):
+        store.expire_registration("r4", later, epoch=epoch)
+    store.put_pull_point(PullPoint("p2", NOW, NOW + timedelta(hours=1)))
+    with pytest.raises(Deposed):
+        store.expire_pull_point("p2", later, epoch=epoch)
+    assert store.expire_pull_point("p2", later, epoch=newer)
+    assert store.get_subscription("s2") is not None and store.get_registration("r4") == reg
+    assert store.expire_subscription("s2", later, epoch=newer)
+    assert store.expire_registration("r4", later, epoch=newer) == reg
+    second.leave()

@@ -323,16 +323,18 @@ class PostgresStore(PostgresConnections, Store):
         return PostgresCoordination(self, self._url, instance_id)
 
     @contextmanager
-    def transaction(self) -> Iterator[Any]:
-        """A pooled connection in one transaction (for ``core.coordination_postgres``)."""
-        with self._tx() as conn:
+    def transaction(self, timeout: float = -1.0) -> Iterator[Any]:
+        """A pooled connection in one transaction (for ``core.coordination_postgres``),
+        cut after ``timeout`` seconds (negative: the store's call timeout)."""
+        with self._tx(timeout) as conn:
             yield conn
 
     @contextmanager
-    def statement(self) -> Iterator[Any]:
+    def statement(self, timeout: float = -1.0) -> Iterator[Any]:
         """A pooled connection in autocommit, for one statement (for
-        ``core.coordination_postgres``): one round trip instead of three."""
-        with self._conn() as conn:
+        ``core.coordination_postgres``): one round trip instead of three.  Cut after
+        ``timeout`` seconds (negative: the store's call timeout)."""
+        with self._conn(timeout) as conn:
             yield conn
 
     def ping(self) -> bool:

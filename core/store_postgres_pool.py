@@ -18,7 +18,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -146,6 +146,17 @@ class PostgresConnections:
             self._last_probe = self._down_since
         self._why = why
         return StoreUnavailable(why)
+
+    @property
+    def call_timeout(self) -> float:
+        """Seconds a store call may wait for the server's answers (:data:`CALL_TIMEOUT`)."""
+        return self._call_timeout
+
+    def deadline(self, conn: Any, seconds: float) -> AbstractContextManager[list[bool]]:
+        """Cut ``conn`` (a connection of this store's, pooled or dedicated) if the block has
+        not ended within ``seconds``: the one deadline watcher of the store's calls
+        (``core.store_postgres_deadline``), for the coordination's dedicated connections."""
+        return self._deadlines.bound(conn, seconds)
 
     def unavailable_reason(self) -> str | None:
         """What the last failed use or probe met while the server does not answer."""

@@ -7,51 +7,23 @@ stopped with SIGSTOP (the server's other sessions go on), and always continued."
 
 from __future__ import annotations
 
-import os
-import signal
 import time
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager, suppress
 
 import pytest
 
 pytest.importorskip("psycopg")
 
-import psycopg
 from wsnmom.core.store import StoreUnavailable
 from wsnmom.core.store_postgres import PostgresStore
 
+from tests.support.stopped_backends import stopped_backends
 from tests.support.waiting import wait_until
 
 #: the store's call timeout in these tests
 TIMEOUT = 1.0
 #: what a cut call may take beyond it (the watcher's turn, the error's way back, load)
 SLACK = 5.0
-
-
-@contextmanager
-def stopped_backends(url: str, application_name: str) -> Iterator[list[int]]:
-    """SIGSTOP the server processes serving ``application_name``'s connections for the
-    block (skipped when the server is not on this host)."""
-    admin = url.rsplit("/", 1)[0] + "/postgres"
-    with psycopg.connect(admin, autocommit=True) as conn:
-        rows = conn.execute(
-            "SELECT pid FROM pg_stat_activity WHERE application_name = %s", (application_name,)
-        ).fetchall()
-    pids = [int(r[0]) for r in rows]
-    assert pids, "the store has no connection open"
-    try:
-        for pid in pids:
-            os.kill(pid, signal.SIGSTOP)
-    except (ProcessLookupError, PermissionError):
-        pytest.skip("the PostgreSQL server is not a process of this host")
-    try:
-        yield pids
-    finally:
-        for pid in pids:
-            with suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGCONT)
 
 
 def test_a_call_the_server_does_not_answer_is_cut_and_the_store_recovers(

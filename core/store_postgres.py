@@ -69,7 +69,7 @@ class PostgresStore(PostgresConnections, Store):
         return decode(rows[0][0]) if rows else None
 
     def _list(self, table: str, decode: Callable[..., T]) -> list[T]:
-        return [decode(r[0]) for r in self._rows(f"SELECT data FROM {table} ORDER BY seq")]
+        return [decode(r[0]) for r in self._listing(f"SELECT data FROM {table} ORDER BY seq")]
 
     def _delete(self, table: str, value: str) -> bool:
         return self._count(f"DELETE FROM {table} WHERE id = %s", (value,)) > 0
@@ -146,7 +146,8 @@ class PostgresStore(PostgresConnections, Store):
 
     def list_subscriptions(self) -> list[Subscription]:
         return [
-            _revised(r) for r in self._rows("SELECT data, revision FROM subscriptions ORDER BY seq")
+            _revised(r)
+            for r in self._listing("SELECT data, revision FROM subscriptions ORDER BY seq")
         ]
 
     def put_pull_point(self, pp: PullPoint) -> None:
@@ -292,7 +293,7 @@ class PostgresStore(PostgresConnections, Store):
 
     def list_current_messages(self) -> list[NotificationMessage]:
         """Every stored current message (``wsnmom store migrate`` copies them)."""
-        rows = self._rows("SELECT data FROM current_messages ORDER BY namespace, path")
+        rows = self._listing("SELECT data FROM current_messages ORDER BY namespace, path")
         return [message_from_json(r[0]) for r in rows]
 
     def put_upstream(self, name: str, data: dict[str, Any]) -> None:

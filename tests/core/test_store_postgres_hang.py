@@ -17,6 +17,7 @@ pytest.importorskip("psycopg")
 from wsnmom.core.store import StoreUnavailable
 from wsnmom.core.store_postgres import PostgresStore
 
+from tests.core.test_store_conformance import subscription
 from tests.support.stopped_backends import stopped_backends
 from tests.support.waiting import wait_until
 
@@ -61,5 +62,43 @@ def test_ping_says_false_within_the_call_timeout_when_the_server_hangs(
             assert time.monotonic() - started < TIMEOUT + SLACK
             assert "did not answer" in (store.unavailable_reason() or "")
         assert wait_until(store.ping, 30)
+    finally:
+        store.close()
+
+
+def test_a_listing_longer_than_the_call_timeout_is_read_in_pages_each_within_it(
+    postgres_store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A start lists every subscription: its time grows with the store (100,000 took up to
+    11 s in one call at load 5, bench/store_listing.py), and a listing cut by the call
+    timeout failed the start.  Here the server gives each row after 10 ms (the table read
+    through a view that sleeps per row, in output order), so the whole listing takes
+    twice the call timeout, each page of 20 rows a tenth of it.  Checked to fail before
+    (the one call was cut: StoreUnavailable "did not answer within 2 s")."""
+    from wsnmom.core import store_postgres_pool
+
+    timeout, rows, page, per_row = 2.0, 400, 20, 0.01
+    name = f"list-{uuid.uuid4().hex[:8]}"
+    store = PostgresStore(postgres_store_url, instance_id=name, call_timeout=timeout)
+    try:
+        for n in range(rows):
+            store.put_subscription(subscription(f"s{n:04d}"))
+        with store.statement() as conn:
+            conn.execute("ALTER TABLE subscriptions RENAME TO subscription_rows")
+            # stable and costly: the planner evaluates it above the sort, per row given
+            # out (a volatile one is evaluated below it, for every row at the first page)
+            conn.execute(
+                "CREATE FUNCTION slowly(doc jsonb) RETURNS jsonb STABLE COST 100000 "
+                f"LANGUAGE sql AS $$ SELECT pg_sleep({per_row}); SELECT doc $$"
+            )
+            conn.execute(
+                "CREATE VIEW subscriptions AS SELECT id, seq, termination_time, "
+                "slowly(data) AS data, revision FROM subscription_rows"
+            )
+        monkeypatch.setattr(store_postgres_pool, "LIST_PAGE", page)
+        started = time.monotonic()
+        listed = store.list_subscriptions()
+        assert time.monotonic() - started >= rows * per_row > timeout  # it was slow
+        assert [s.id for s in listed] == [f"s{n:04d}" for n in range(rows)]
     finally:
         store.close()

@@ -11,6 +11,8 @@ Connection trouble surfaces as :class:`~wsnmom.core.store.StoreUnavailable` (a
 :class:`~wsnmom.core.store.StoreError`): the frontend answers it with a Receiver fault
 and HTTP 503, and ``ping`` (``/readyz``) says the store is not answering.  While the
 server is down, uses fail at once except for one probe per :data:`PROBE_INTERVAL`.
+Every call has a deadline (:data:`CALL_TIMEOUT`, ``core.store_postgres_deadline``); a
+listing of every record is read in pages, each with that deadline (:data:`LIST_PAGE`).
 """
 
 from __future__ import annotations

@@ -108,7 +108,7 @@ def _timing_bounds(store: PostgresStore, into: list[float]) -> None:
             yield cut
         into.append(time.perf_counter() - started)
 
-    store.deadline = timed  # type: ignore[method-assign]
+    store.deadline = timed
 
 
 def measure(store: PostgresStore, rounds: int) -> dict[str, Any]:

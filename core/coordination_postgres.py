@@ -30,7 +30,15 @@
   (the heartbeat thread takes it, ``lead``): when the process dies the connection goes and
   so does the lock.  One connection each, because psycopg holds a connection's lock for
   the whole of a wait for notifications: on a shared one, taking the leadership waited
-  for the poll.
+  for the poll.  Their statements are cut by the store's deadline watcher
+  (``core.store_postgres_deadline``) like the pool's calls: a backend that stops
+  answering (stopped, or a network that no longer carries its packets) would otherwise
+  hold the heartbeat thread on the leader's ``SELECT 1`` for as long as it stays so (no
+  renewal, no giving up); the leadership's within :data:`BEAT_SHARE` of a lease (then
+  the instance gives the leadership up and connects again at its next heartbeat), the
+  LISTEN within the store's call timeout.  The heartbeat's transaction and a release run
+  on the pool within the same share of a lease, not the store's call timeout (longer
+  than a lease by default).
 * ``wsnmom_leadership`` (schema 9): one row, the leadership's epoch.  An instance that
   takes the lock bumps it on the lock's connection before it acts as the leader; the
   leader's writes of demand-based registrations carry the epoch they were begun under and
@@ -75,6 +83,12 @@ PRUNE_EVERY = 30.0
 CHANNEL = "wsnmom_changes"
 #: the lease assumed before the first heartbeat (``cluster.lease``'s default)
 DEFAULT_LEASE = 10.0
+#: the share of a lease each store call of the heartbeat thread may take: the heartbeat's
+#: transaction, a release, each statement on the leadership's connection (and the
+#: server's bound on the heartbeat transaction's idleness).  A call cut then is retried
+#: at the next beat, on another connection, before the leases' local deadline (lease
+#: minus at most a quarter): one backend that stops answering costs no shard
+BEAT_SHARE = 0.5
 
 
 class PostgresCoordination:
@@ -117,9 +131,27 @@ class PostgresCoordination:
 
     def _listen(self) -> Any:
         if self._listening is None or self._listening.closed:
-            self._listening = self._connect("listen")
-            self._listening.execute(f"LISTEN {CHANNEL}")
+            connection = self._connect("listen")
+            try:
+                self._bounded(connection, self._store.call_timeout, f"LISTEN {CHANNEL}")
+            except BaseException:
+                _close(connection)
+                raise
+            self._listening = connection
         return self._listening
+
+    def _bounded(
+        self, connection: Any, seconds: float, sql: str, params: tuple[Any, ...] = ()
+    ) -> Any:
+        """One statement on a dedicated connection, whose socket is shut down when the
+        answer has not come within ``seconds`` (psycopg's wait then ends with an
+        ``OperationalError``)."""
+        with self._store.deadline(connection, seconds):
+            return connection.execute(sql, params)
+
+    def _beat_bound(self) -> float:
+        """Seconds each store call of the heartbeat thread may take (:data:`BEAT_SHARE`)."""
+        return min(self._store.call_timeout, self._lease * BEAT_SHARE)
 
     def _drop_listening(self) -> None:
         connection, self._listening = self._listening, None
@@ -168,9 +200,10 @@ class PostgresCoordination:
         connection did both)."""
         import psycopg
 
+        bound = self._beat_bound()
         try:
             if self._leader:
-                self._leading.execute("SELECT 1")
+                self._bounded(self._leading, bound, "SELECT 1")
                 return True
             if self._leading is None or self._leading.closed:
                 self._leading = self._connect("leader")
@@ -179,19 +212,26 @@ class PostgresCoordination:
                 # stopped.  Its connection asks "SELECT 1" at every heartbeat, so one idle
                 # for a lease belongs to a stopped process: the server ends it
                 try:
-                    self._leading.execute(
+                    self._bounded(
+                        self._leading,
+                        bound,
                         "SELECT set_config('idle_session_timeout', %s, false)",
                         (str(max(1000, int(self._lease * 1000))),),
                     )
                 except psycopg.errors.UndefinedObject:  # before PostgreSQL 14
                     log.debug("this PostgreSQL has no idle_session_timeout")
-            row = self._leading.execute("SELECT pg_try_advisory_lock(%s)", (LEADER_LOCK,))
+            row = self._bounded(
+                self._leading, bound, "SELECT pg_try_advisory_lock(%s)", (LEADER_LOCK,)
+            )
             if not row.fetchone()[0]:
                 return False
             # the next epoch, on the lock's connection: a write of a leader before, made
             # under the old epoch, either committed before this (the first pass as leader
-            # reads it) or is refused after
-            bumped = self._leading.execute(
+            # reads it) or is refused after.  Cut after its bound (a save in progress
+            # holds the row longer): the session ends, and with it the lock
+            bumped = self._bounded(
+                self._leading,
+                bound,
                 "UPDATE wsnmom_leadership SET epoch = epoch + 1, holder = %s RETURNING epoch",
                 (self.instance_id,),
             ).fetchone()
@@ -295,7 +335,7 @@ class PostgresCoordination:
         me = self.instance_id
         self._lease = lease
         taken_over: list[int] = []
-        with self._store.transaction() as conn:
+        with self._store.transaction(self._beat_bound()) as conn:
             self._beat(conn)
             if not self._seeded:
                 conn.execute(
@@ -313,7 +353,7 @@ class PostgresCoordination:
                 "SELECT (SELECT count(*) FROM wsnmom_instances "
                 "WHERE heartbeat > now() - make_interval(secs => %s)), "
                 "set_config('idle_in_transaction_session_timeout', %s, true)",
-                (lease, str(max(100, int(lease * 500)))),
+                (lease, str(max(100, int(lease * BEAT_SHARE * 1000)))),
             ).fetchone()
             live = max(1, int(live_row[0]))
             fair = math.ceil(shards / live)
@@ -353,7 +393,7 @@ class PostgresCoordination:
     def release(self, shards: Sequence[int]) -> None:
         if not shards:
             return
-        with self._store.statement() as conn:
+        with self._store.statement(self._beat_bound()) as conn:
             conn.execute(
                 "UPDATE wsnmom_shards SET owner = NULL, expires_at = now() "
                 "WHERE owner = %s AND shard = ANY(%s)",

@@ -69,7 +69,7 @@ class PostgresStore(PostgresConnections, Store):
         return decode(rows[0][0]) if rows else None
 
     def _list(self, table: str, decode: Callable[..., T]) -> list[T]:
-        return [decode(r[0]) for r in self._rows(f"SELECT data FROM {table} ORDER BY seq")]
+        return [decode(r[0]) for r in self._listing(f"SELECT data FROM {table} ORDER BY seq")]
 
     def _delete(self, table: str, value: str) -> bool:
         return self._count(f"DELETE FROM {table} WHERE id = %s", (value,)) > 0
@@ -165,7 +165,8 @@ class PostgresStore(PostgresConnections, Store):
 
     def list_subscriptions(self) -> list[Subscription]:
         return [
-            _revised(r) for r in self._rows("SELECT data, revision FROM subscriptions ORDER BY seq")
+            _revised(r)
+            for r in self._listing("SELECT data, revision FROM subscriptions ORDER BY seq")
         ]
 
     def put_pull_point(self, pp: PullPoint) -> None:
@@ -328,7 +329,7 @@ class PostgresStore(PostgresConnections, Store):
 
     def list_current_messages(self) -> list[NotificationMessage]:
         """Every stored current message (``wsnmom store migrate`` copies them)."""
-        rows = self._rows("SELECT data FROM current_messages ORDER BY namespace, path")
+        rows = self._listing("SELECT data FROM current_messages ORDER BY namespace, path")
         return [message_from_json(r[0]) for r in rows]
 
     def put_upstream(self, name: str, data: dict[str, Any]) -> None:
@@ -376,16 +377,18 @@ class PostgresStore(PostgresConnections, Store):
         return PostgresCoordination(self, self._url, instance_id)
 
     @contextmanager
-    def transaction(self) -> Iterator[Any]:
-        """A pooled connection in one transaction (for ``core.coordination_postgres``)."""
-        with self._tx() as conn:
+    def transaction(self, timeout: float = -1.0) -> Iterator[Any]:
+        """A pooled connection in one transaction (for ``core.coordination_postgres``),
+        cut after ``timeout`` seconds (negative: the store's call timeout)."""
+        with self._tx(timeout) as conn:
             yield conn
 
     @contextmanager
-    def statement(self) -> Iterator[Any]:
+    def statement(self, timeout: float = -1.0) -> Iterator[Any]:
         """A pooled connection in autocommit, for one statement (for
-        ``core.coordination_postgres``): one round trip instead of three."""
-        with self._conn() as conn:
+        ``core.coordination_postgres``): one round trip instead of three.  Cut after
+        ``timeout`` seconds (negative: the store's call timeout)."""
+        with self._conn(timeout) as conn:
             yield conn
 
     def ping(self) -> bool:

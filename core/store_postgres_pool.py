@@ -11,6 +11,8 @@ Connection trouble surfaces as :class:`~wsnmom.core.store.StoreUnavailable` (a
 :class:`~wsnmom.core.store.StoreError`): the frontend answers it with a Receiver fault
 and HTTP 503, and ``ping`` (``/readyz``) says the store is not answering.  While the
 server is down, uses fail at once except for one probe per :data:`PROBE_INTERVAL`.
+Every call has a deadline (:data:`CALL_TIMEOUT`, ``core.store_postgres_deadline``); a
+listing of every record is read in pages, each with that deadline (:data:`LIST_PAGE`).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -38,6 +40,11 @@ PROBE_INTERVAL = 1.0
 CALL_TIMEOUT = 15.0
 #: seconds ``ping`` (``/readyz``) waits
 PING_TIMEOUT = 5.0
+#: rows of a listing read per round trip (:meth:`PostgresConnections._listing`): each page
+#: has the call timeout, not the whole listing.  100,000 subscriptions took up to 11 s in
+#: one call at load 5 (most of it psycopg decoding the documents), near the 15 s deadline
+#: (docs/scale-out.md, "A start's listings and the store's deadline")
+LIST_PAGE = 5000
 
 
 class PostgresConnections:
@@ -147,6 +154,17 @@ class PostgresConnections:
         self._why = why
         return StoreUnavailable(why)
 
+    @property
+    def call_timeout(self) -> float:
+        """Seconds a store call may wait for the server's answers (:data:`CALL_TIMEOUT`)."""
+        return self._call_timeout
+
+    def deadline(self, conn: Any, seconds: float) -> AbstractContextManager[list[bool]]:
+        """Cut ``conn`` (a connection of this store's, pooled or dedicated) if the block has
+        not ended within ``seconds``: the one deadline watcher of the store's calls
+        (``core.store_postgres_deadline``), for the coordination's dedicated connections."""
+        return self._deadlines.bound(conn, seconds)
+
     def unavailable_reason(self) -> str | None:
         """What the last failed use or probe met while the server does not answer."""
         return self._why if self._down_since is not None else None
@@ -198,6 +216,36 @@ class PostgresConnections:
     ) -> list[tuple[Any, ...]]:
         with self._conn(timeout) as conn:
             return list(conn.execute(sql, params).fetchall())
+
+    def _listing(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        """Every row of a listing (a start's, the orphan sweep's), read in pages of
+        :data:`LIST_PAGE` rows through a server-side cursor in one transaction (one query,
+        one sort): each page must come within the call timeout, not the whole listing,
+        whose time grows with the store.  A page cut: StoreUnavailable, as any call."""
+        seconds = self._call_timeout
+        rows: list[tuple[Any, ...]] = []
+        cut = [False]
+        try:
+            with (
+                self._conn(None) as conn,
+                conn.transaction(),
+                conn.cursor(name="wsnmom_listing") as cursor,
+            ):
+                with self.deadline(conn, seconds) as cut:
+                    cursor.execute(sql, params)  # DECLARE: the rows come with the fetches
+                while True:
+                    with self.deadline(conn, seconds) as cut:
+                        page = cursor.fetchmany(LIST_PAGE)
+                    rows.extend(page)
+                    if len(page) < LIST_PAGE:
+                        return rows
+        except StoreUnavailable:
+            if cut[0]:
+                raise self._down(
+                    f"the PostgreSQL store did not answer within {seconds:g} s "
+                    f"(a page of {LIST_PAGE} rows of a listing)"
+                ) from None
+            raise
 
     def _count(self, sql: str, params: tuple[Any, ...]) -> int:
         with self._conn() as conn:

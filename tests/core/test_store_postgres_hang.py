@@ -7,51 +7,24 @@ stopped with SIGSTOP (the server's other sessions go on), and always continued."
 
 from __future__ import annotations
 
-import os
-import signal
 import time
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager, suppress
 
 import pytest
 
 pytest.importorskip("psycopg")
 
-import psycopg
 from wsnmom.core.store import StoreUnavailable
 from wsnmom.core.store_postgres import PostgresStore
 
+from tests.core.test_store_conformance import subscription
+from tests.support.stopped_backends import stopped_backends
 from tests.support.waiting import wait_until
 
 #: the store's call timeout in these tests
 TIMEOUT = 1.0
 #: what a cut call may take beyond it (the watcher's turn, the error's way back, load)
 SLACK = 5.0
-
-
-@contextmanager
-def stopped_backends(url: str, application_name: str) -> Iterator[list[int]]:
-    """SIGSTOP the server processes serving ``application_name``'s connections for the
-    block (skipped when the server is not on this host)."""
-    admin = url.rsplit("/", 1)[0] + "/postgres"
-    with psycopg.connect(admin, autocommit=True) as conn:
-        rows = conn.execute(
-            "SELECT pid FROM pg_stat_activity WHERE application_name = %s", (application_name,)
-        ).fetchall()
-    pids = [int(r[0]) for r in rows]
-    assert pids, "the store has no connection open"
-    try:
-        for pid in pids:
-            os.kill(pid, signal.SIGSTOP)
-    except (ProcessLookupError, PermissionError):
-        pytest.skip("the PostgreSQL server is not a process of this host")
-    try:
-        yield pids
-    finally:
-        for pid in pids:
-            with suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGCONT)
 
 
 def test_a_call_the_server_does_not_answer_is_cut_and_the_store_recovers(
@@ -89,5 +62,43 @@ def test_ping_says_false_within_the_call_timeout_when_the_server_hangs(
             assert time.monotonic() - started < TIMEOUT + SLACK
             assert "did not answer" in (store.unavailable_reason() or "")
         assert wait_until(store.ping, 30)
+    finally:
+        store.close()
+
+
+def test_a_listing_longer_than_the_call_timeout_is_read_in_pages_each_within_it(
+    postgres_store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A start lists every subscription: its time grows with the store (100,000 took up to
+    11 s in one call at load 5, bench/store_listing.py), and a listing cut by the call
+    timeout failed the start.  Here the server gives each row after 10 ms (the table read
+    through a view that sleeps per row, in output order), so the whole listing takes
+    1.5 times the call timeout, each page of 10 rows a tenth of it.  Checked to fail
+    before (the one call was cut: StoreUnavailable "did not answer within 1 s")."""
+    from wsnmom.core import store_postgres_pool
+
+    timeout, rows, page, per_row = 1.0, 150, 10, 0.01
+    name = f"list-{uuid.uuid4().hex[:8]}"
+    store = PostgresStore(postgres_store_url, instance_id=name, call_timeout=timeout)
+    try:
+        for n in range(rows):
+            store.put_subscription(subscription(f"s{n:04d}"))
+        with store.statement() as conn:
+            conn.execute("ALTER TABLE subscriptions RENAME TO subscription_rows")
+            # stable and costly: the planner evaluates it above the sort, per row given
+            # out (a volatile one is evaluated below it, for every row at the first page)
+            conn.execute(
+                "CREATE FUNCTION slowly(doc jsonb) RETURNS jsonb STABLE COST 100000 "
+                f"LANGUAGE sql AS $$ SELECT pg_sleep({per_row}); SELECT doc $$"
+            )
+            conn.execute(
+                "CREATE VIEW subscriptions AS SELECT id, seq, termination_time, "
+                "slowly(data) AS data, revision FROM subscription_rows"
+            )
+        monkeypatch.setattr(store_postgres_pool, "LIST_PAGE", page)
+        started = time.monotonic()
+        listed = store.list_subscriptions()
+        assert time.monotonic() - started >= rows * per_row > timeout  # it was slow
+        assert [s.id for s in listed] == [f"s{n:04d}" for n in range(rows)]
     finally:
         store.close()

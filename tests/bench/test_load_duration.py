@@ -29,9 +29,10 @@ def test_a_sub_second_wrk_run_ends_before_a_whole_second(url: str) -> None:
     took = time.monotonic() - started
     assert result.tool == "wrk"
     assert result.requests > 0 and result.errors == 0 and result.rps > 0
-    # wrk's shortest whole-second run reports at least 1 s; this one ran 0.2 s and up to
-    # wrk's 0.1 s stop check more
-    assert 0.2 <= result.duration_s < 0.95, result
+    # wrk's shortest whole-second run reports at least 1 s (the next test): this one was
+    # ended by the SIGINT, 0.2 s after wrk said it runs plus the time this process took
+    # to send it (a loaded machine's scheduling: below 1 s is what tells the two apart)
+    assert 0.2 <= result.duration_s < 1.0, result
     assert result.duration_s <= took
 
 

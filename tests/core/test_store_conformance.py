@@ -303,7 +303,7 @@ def test_a_leader_s_demand_save_is_fenced_by_its_leadership_epoch(store: Store) 
         return  # one instance: nobody can take the leadership from it
     first.leave()  # its lock's connection ends: the leadership is free
     second = store.coordination("b")
-    wait_until(second.lead, 10, what="b taking the leadership")
+    wait_until(second.lead, 30, what="b taking the leadership")
     newer = second.epoch()
     assert newer is not None and newer > epoch
     theirs = EndpointReference("http://127.0.0.1:9/p/subscriptions/2")
@@ -333,7 +333,7 @@ def test_a_leader_s_meta_write_is_fenced_by_its_leadership_epoch(store: Store) -
         return  # one instance: nobody can take the leadership from it
     first.leave()
     second = store.coordination("b")
-    wait_until(second.lead, 10, what="b taking the leadership")
+    wait_until(second.lead, 30, what="b taking the leadership")
     newer = second.epoch()
     assert newer is not None and newer > epoch
     store.set_meta("upstream.u.key", "u.theirs", epoch=newer)
@@ -796,7 +796,7 @@ def test_the_leader_s_expiry_removes_what_is_still_expired_under_its_epoch(store
     store.put_registration(reg)
     first.leave()
     second = store.coordination("b")
-    wait_until(second.lead, 10, what="b taking the leadership")
+    wait_until(second.lead, 30, what="b taking the leadership")
     newer = second.epoch()
     assert newer is not None and newer > epoch
     later = NOW + timedelta(hours=2)

@@ -41,9 +41,12 @@ def sweeping(service: BrokerService) -> Iterator[threading.Thread]:
 
 
 def waiting_on(conn: psycopg.Connection[Any], statement: str) -> bool:
-    """Whether a backend waits for a lock in a statement that contains ``statement``."""
+    """Whether a backend of ``conn``'s database waits for a lock in a statement that
+    contains ``statement`` (the server may serve other tests' databases: a wait of
+    theirs is not this test's)."""
     row = conn.execute(
-        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE %s",
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+        "AND wait_event_type = 'Lock' AND query LIKE %s",
         (f"%{statement}%",),
     ).fetchone()
     return row is not None and row[0] > 0
@@ -137,7 +140,7 @@ def test_a_leader_deposed_while_it_sweeps_drops_no_backlog_excess(
     service.notify([note(f"<n>{i}</n>", simple("t:l")) for i in range(12)])
     handle = service.registry.subscriptions[sub.id].handle
     assert handle is not None
-    wait_until(lambda: handle.depth() == 12, 10, what="12 messages held")
+    wait_until(lambda: handle.depth() == 12, 30, what="12 messages held")
     with (
         psycopg.connect(postgres_store_url, autocommit=True) as watch,
         psycopg.connect(postgres_store_url) as other,

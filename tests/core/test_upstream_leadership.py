@@ -52,8 +52,10 @@ def test_a_leader_deposed_during_its_upstream_subscribe_leaves_the_new_leader_s_
     def depose() -> None:
         with other.transaction() as conn:  # type: ignore[attr-defined]
             conn.execute(
+                # this database's only: the server may serve other tests, whose first
+                # instance is named as this one (``make_broker``: b0)
                 "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                "WHERE application_name = %s",
+                "WHERE datname = current_database() AND application_name = %s",
                 (f"{service.instance_id}/leader",),
             )
         wait_until(successor.lead, 30, what="the other instance taking the leadership")

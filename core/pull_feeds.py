@@ -263,12 +263,14 @@ class PullFeeds:
         remove: bool = False,
     ) -> list[Fed[object]]:
         """Stop (``remove``: forget) the feed; what reached the pull point, to keep.  What
-        an answer handed out before gives back later is kept too: with native pull when
-        it drains here; with the buffer when the feed is removed (the buffer holds what it
-        handed out whoever ended the subscription; at a pause, stopping the feed's handle
-        gave it back to the subscription, which hands it out again after the resume)."""
+        an answer handed out before gives back later is kept too: when the feed is
+        removed, whoever ended the subscription (this instance's answer holds the only
+        copy once the durable subscription is deleted: given back into it, it would be
+        lost); at a pause only with native pull draining here (with the buffer, stopping
+        the feed's handle gave it back to the subscription, which hands it out again
+        after the resume; a pause another instance made leaves it to the subscription)."""
         name = state.record.id
-        keep = remove if isinstance(reader, PullBuffer) else drain
+        keep = remove or (drain and not isinstance(reader, PullBuffer))
         late = partial(self._keep, state, reader) if keep else None
         if remove:
             return reader.remove_feed(name, drain=drain, keep_late=late)

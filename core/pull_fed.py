@@ -68,9 +68,9 @@ class Feed(Generic[M]):
         #: its kept copies still on their way through the inbox (``PullBuffer.expect``)
         self.kept = 0
         #: a suspended feed: keeps in the pull point what an answer handed out before
-        #: the suspension gives back (None: back to the feed).  A ``PullReader`` sets it
-        #: at every suspension that drains here, a ``PullBuffer`` only when the feed is
-        #: removed (``core.pull_feeds``)
+        #: the suspension gives back (None: back to the feed).  Set when the feed is
+        #: removed, whichever instance ended its subscription, and by a ``PullReader``
+        #: also at a pause that drains here (``core.pull_feeds``)
         self.late: Callable[[list[Fed[M]]], None] | None = None
 
 

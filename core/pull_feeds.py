@@ -34,8 +34,10 @@ What a pull point fed this way guarantees, as before:
   publish fail, the messages stay in the subscription and come after the resume.  An
   answer being sent that took from the feed before, and is then not sent, gives those
   messages the same way (``_suspend``'s ``keep_late``), after what the pause or end
-  kept; the buffer only at an end: at a pause, stopping the feed's handle gave them back
-  to the subscription, which hands them out again after the resume, in order.
+  kept, also when another instance ended the subscription (it deleted the durable
+  subscription: this instance's answer holds the only copy); the buffer only at an end:
+  at a pause, stopping the feed's handle gave them back to the subscription, which
+  hands them out again after the resume, in order.
 * Limits: the subscription's QueueLimits apply to its durable subscription as before, the
   pull point's to its inbox; the buffer holds at most ``get_messages_cap`` messages per
   feed.

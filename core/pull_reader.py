@@ -30,8 +30,9 @@ them when GetMessages asks, and holds nothing in memory:
   settled once the answer was written, or given back to its sources, newest first
   (``core.pull_handout``); a feed's filtered messages are settled with the answer.  What
   it took from a feed suspended meanwhile (a pause, an Unsubscribe or expiry while the
-  answer was being sent) is kept in the pull point as the suspension kept what reached
-  it (``suspend_feed``'s ``keep_late``: into the inbox, after what the suspension kept),
+  answer was being sent; an end through another instance too, once this one followed
+  it) is kept in the pull point as the suspension kept what reached it
+  (``suspend_feed``'s ``keep_late``: into the inbox, after what the suspension kept),
   rather than given back into a subscription that may be deleted.  What
   an answer took from a feed halted while it read it is settled at once (its
   subscription ends and dead-letters what it still holds).  A feed failing unexpectedly

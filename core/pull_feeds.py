@@ -120,14 +120,19 @@ class PullFeeds:
         live = self._ctx.registry.pull_points.get(sub.pull_point_id)
         if live is None:
             raise AdapterError(f"pull point {sub.pull_point_id} is gone")
+        reader = live.reader
+        prepared = partial(self._prepared, state, give_up)
+        active = sub.state is SubscriptionState.ACTIVE
         with self._lock:
-            state.feed = live.reader
-            live.reader.add_feed(
-                sub.id,
-                handle,
-                partial(self._prepared, state, give_up),
-                active=sub.state is SubscriptionState.ACTIVE,
-            )
+            state.feed = reader
+            if isinstance(reader, PullReader) and self._ctx.shared:
+                # another instance may delete the subscription's durable subscription
+                # before this one follows the end: what an answer gives back goes into
+                # the pull point's inbox, never into a queue about to be deleted
+                keeper = partial(self._keep, state, reader)
+                reader.add_feed(sub.id, handle, prepared, active=active, keeper=keeper)
+            else:
+                reader.add_feed(sub.id, handle, prepared, active=active)
 
     def _prepared(
         self,

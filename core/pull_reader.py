@@ -95,11 +95,14 @@ class PullReader:
         prepare: Callable[[Received], object | None],
         *,
         active: bool,
+        keeper: Callable[[list[Fed[object]]], None] | None = None,
     ) -> None:
         """Read the subscription ``name`` through ``handle``; ``prepare`` makes the pull
-        point's message of each of its messages (None: drop it)."""
+        point's message of each of its messages (None: drop it); ``keeper`` keeps in the
+        pull point what an answer gives back (``Feed.keeper``)."""
         feed: Feed[object] = Feed(handle, prepare)
         feed.active = active
+        feed.keeper = keeper
         with self._lock:
             self._feeds[name] = feed
 

@@ -37,7 +37,10 @@ What a pull point fed this way guarantees, as before:
   kept, also when another instance ended the subscription (it deleted the durable
   subscription: this instance's answer holds the only copy); the buffer only at an end:
   at a pause, stopping the feed's handle gave them back to the subscription, which
-  hands them out again after the resume, in order.
+  hands them out again after the resume, in order.  In a cluster, native pull gives
+  what an unsent answer took from a feed to the inbox whatever the feed's state
+  (``Feed.keeper``): another instance may drain and delete the subscription's durable
+  subscription before this one follows the end, and a requeue in between was lost.
 * Limits: the subscription's QueueLimits apply to its durable subscription as before, the
   pull point's to its inbox; the buffer holds at most ``get_messages_cap`` messages per
   feed.

@@ -33,7 +33,9 @@ them when GetMessages asks, and holds nothing in memory:
   answer was being sent; an end through another instance too, once this one followed
   it) is kept in the pull point as the suspension kept what reached it
   (``suspend_feed``'s ``keep_late``: into the inbox, after what the suspension kept),
-  rather than given back into a subscription that may be deleted.  What
+  rather than given back into a subscription that may be deleted; in a cluster, where
+  another instance may be deleting it before this one knows, a feed's given-back
+  messages always go into the inbox (``Feed.keeper``, ``core.pull_feeds``).  What
   an answer took from a feed halted while it read it is settled at once (its
   subscription ends and dead-letters what it still holds).  A feed failing unexpectedly
   ends the answer with what it holds (the failure reaches GetMessages only when the

@@ -154,8 +154,17 @@ class PullReader:
         drain: bool = True,
         keep_late: Callable[[list[Fed[object]]], None] | None = None,
     ) -> list[Fed[object]]:
-        """Forget the feed; returns what reached the pull point (see ``suspend_feed``)."""
-        waiting = self.suspend_feed(name, drain=drain, keep_late=keep_late)
+        """Forget the feed; returns what reached the pull point (see ``suspend_feed``),
+        nothing when the middleware cannot give it (the caller deletes the feed's
+        durable subscription next, and fails there when the middleware does)."""
+        try:
+            waiting = self.suspend_feed(name, drain=drain, keep_late=keep_late)
+        except AdapterError as exc:
+            # e.g. another instance that declared the durable subscription deleted it as
+            # it followed this end: the end goes on (it was answered 503 before, with
+            # the subscription's record already deleted)
+            log.warning("pull point %s: feed %s not drained at its end: %s", self.name, name, exc)
+            waiting = []
         with self._lock:
             self._feeds.pop(name, None)
         return waiting

@@ -154,6 +154,9 @@ class BrokerContext:
         self.wake_sweep: Callable[[], None] = _nothing
         #: wake the demand reconciler (set by the service once it exists)
         self.wake_demand: Callable[[], None] = _nothing
+        #: whether other instances share this one's store (a cluster; set at the join,
+        #: before anything is restored)
+        self.shared = False
         #: this instance's id (``cluster.instance_id``; the ``WSNMOM-Instance`` header)
         self.instance_id = instance_id(settings.cluster.instance_id)
         #: whether this instance delivers a push subscription (by id): with several

@@ -56,7 +56,7 @@ class Feed(Generic[M]):
     """One feeding subscription of a pull point (of this buffer, or of a
     ``core.pull_reader.PullReader``)."""
 
-    __slots__ = ("active", "handle", "kept", "late", "prepare", "waiting")
+    __slots__ = ("active", "handle", "keeper", "kept", "late", "prepare", "waiting")
 
     def __init__(self, handle: SubscriptionHandle, prepare: Callable[[Received], M | None]):
         self.handle = handle
@@ -68,22 +68,30 @@ class Feed(Generic[M]):
         #: its kept copies still on their way through the inbox (``PullBuffer.expect``)
         self.kept = 0
         #: a suspended feed: keeps in the pull point what an answer handed out before
-        #: the suspension gives back (None: back to the feed).  A ``PullReader`` sets it
-        #: at every suspension that drains here, a ``PullBuffer`` only when the feed is
-        #: removed (``core.pull_feeds``)
+        #: the suspension gives back (None: back to the feed).  Set when the feed is
+        #: removed, whichever instance ended its subscription, and by a ``PullReader``
+        #: also at a pause that drains here (``core.pull_feeds``)
         self.late: Callable[[list[Fed[M]]], None] | None = None
+        #: keeps in the pull point what an answer gives back whatever the feed's state
+        #: (None: back to the feed unless ``late`` keeps it): a ``PullReader``'s feeds in
+        #: a cluster, whose durable subscription another instance may delete before this
+        #: one followed the end (``core.pull_feeds``)
+        self.keeper: Callable[[list[Fed[M]]], None] | None = None
 
 
 def give_back_fed(items: Sequence[Received]) -> None:
     """An answer not sent (``PullReader``; ``PullBuffer`` for the messages of feeds no
     longer read): its messages back to their sources, newest first; those of a feed
     suspended since it was handed out are kept in the pull point through the feed's
-    ``late`` (as the suspension kept what reached it), in order."""
+    ``late`` (as the suspension kept what reached it), in order, and those of a feed
+    with a ``keeper`` through that, whatever its state."""
     late: dict[int, tuple[Callable[[list[Fed[object]]], None], list[Fed[object]]]] = {}
     rest: list[Received] = []
     for item in items:
-        if isinstance(item, Fed) and not item.feed.active and item.feed.late is not None:
-            late.setdefault(id(item.feed), (item.feed.late, []))[1].append(item)
+        keep = _keeper(item)
+        if keep is not None:
+            assert isinstance(item, Fed)
+            late.setdefault(id(item.feed), (keep, []))[1].append(item)
         else:
             rest.append(item)
     nack_all(rest)
@@ -93,3 +101,13 @@ def give_back_fed(items: Sequence[Received]) -> None:
         except Exception:
             log.warning("keeping the messages of an unsent answer failed", exc_info=True)
             nack_all(fed)
+
+
+def _keeper(item: Received) -> Callable[[list[Fed[object]]], None] | None:
+    """What keeps a given-back message in the pull point (None: back to its source)."""
+    if not isinstance(item, Fed):
+        return None
+    feed = item.feed
+    if not feed.active and feed.late is not None:
+        return feed.late
+    return feed.keeper

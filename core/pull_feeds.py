@@ -34,8 +34,13 @@ What a pull point fed this way guarantees, as before:
   publish fail, the messages stay in the subscription and come after the resume.  An
   answer being sent that took from the feed before, and is then not sent, gives those
   messages the same way (``_suspend``'s ``keep_late``), after what the pause or end
-  kept; the buffer only at an end: at a pause, stopping the feed's handle gave them back
-  to the subscription, which hands them out again after the resume, in order.
+  kept, also when another instance ended the subscription (it deleted the durable
+  subscription: this instance's answer holds the only copy); the buffer only at an end:
+  at a pause, stopping the feed's handle gave them back to the subscription, which
+  hands them out again after the resume, in order.  In a cluster, native pull gives
+  what an unsent answer took from a feed to the inbox whatever the feed's state
+  (``Feed.keeper``): another instance may drain and delete the subscription's durable
+  subscription before this one follows the end, and a requeue in between was lost.
 * Limits: the subscription's QueueLimits apply to its durable subscription as before, the
   pull point's to its inbox; the buffer holds at most ``get_messages_cap`` messages per
   feed.
@@ -118,14 +123,19 @@ class PullFeeds:
         live = self._ctx.registry.pull_points.get(sub.pull_point_id)
         if live is None:
             raise AdapterError(f"pull point {sub.pull_point_id} is gone")
+        reader = live.reader
+        prepared = partial(self._prepared, state, give_up)
+        active = sub.state is SubscriptionState.ACTIVE
         with self._lock:
-            state.feed = live.reader
-            live.reader.add_feed(
-                sub.id,
-                handle,
-                partial(self._prepared, state, give_up),
-                active=sub.state is SubscriptionState.ACTIVE,
-            )
+            state.feed = reader
+            if isinstance(reader, PullReader) and self._ctx.shared:
+                # another instance may delete the subscription's durable subscription
+                # before this one follows the end: what an answer gives back goes into
+                # the pull point's inbox, never into a queue about to be deleted
+                keeper = partial(self._keep, state, reader)
+                reader.add_feed(sub.id, handle, prepared, active=active, keeper=keeper)
+            else:
+                reader.add_feed(sub.id, handle, prepared, active=active)
 
     def _prepared(
         self,
@@ -263,12 +273,14 @@ class PullFeeds:
         remove: bool = False,
     ) -> list[Fed[object]]:
         """Stop (``remove``: forget) the feed; what reached the pull point, to keep.  What
-        an answer handed out before gives back later is kept too: with native pull when
-        it drains here; with the buffer when the feed is removed (the buffer holds what it
-        handed out whoever ended the subscription; at a pause, stopping the feed's handle
-        gave it back to the subscription, which hands it out again after the resume)."""
+        an answer handed out before gives back later is kept too: when the feed is
+        removed, whoever ended the subscription (this instance's answer holds the only
+        copy once the durable subscription is deleted: given back into it, it would be
+        lost); at a pause only with native pull draining here (with the buffer, stopping
+        the feed's handle gave it back to the subscription, which hands it out again
+        after the resume; a pause another instance made leaves it to the subscription)."""
         name = state.record.id
-        keep = remove if isinstance(reader, PullBuffer) else drain
+        keep = remove or (drain and not isinstance(reader, PullBuffer))
         late = partial(self._keep, state, reader) if keep else None
         if remove:
             return reader.remove_feed(name, drain=drain, keep_late=late)

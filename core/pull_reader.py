@@ -30,9 +30,12 @@ them when GetMessages asks, and holds nothing in memory:
   settled once the answer was written, or given back to its sources, newest first
   (``core.pull_handout``); a feed's filtered messages are settled with the answer.  What
   it took from a feed suspended meanwhile (a pause, an Unsubscribe or expiry while the
-  answer was being sent) is kept in the pull point as the suspension kept what reached
-  it (``suspend_feed``'s ``keep_late``: into the inbox, after what the suspension kept),
-  rather than given back into a subscription that may be deleted.  What
+  answer was being sent; an end through another instance too, once this one followed
+  it) is kept in the pull point as the suspension kept what reached it
+  (``suspend_feed``'s ``keep_late``: into the inbox, after what the suspension kept),
+  rather than given back into a subscription that may be deleted; in a cluster, where
+  another instance may be deleting it before this one knows, a feed's given-back
+  messages always go into the inbox (``Feed.keeper``, ``core.pull_feeds``).  What
   an answer took from a feed halted while it read it is settled at once (its
   subscription ends and dead-letters what it still holds).  A feed failing unexpectedly
   ends the answer with what it holds (the failure reaches GetMessages only when the
@@ -94,11 +97,14 @@ class PullReader:
         prepare: Callable[[Received], object | None],
         *,
         active: bool,
+        keeper: Callable[[list[Fed[object]]], None] | None = None,
     ) -> None:
         """Read the subscription ``name`` through ``handle``; ``prepare`` makes the pull
-        point's message of each of its messages (None: drop it)."""
+        point's message of each of its messages (None: drop it); ``keeper`` keeps in the
+        pull point what an answer gives back (``Feed.keeper``)."""
         feed: Feed[object] = Feed(handle, prepare)
         feed.active = active
+        feed.keeper = keeper
         with self._lock:
             self._feeds[name] = feed
 
@@ -148,8 +154,17 @@ class PullReader:
         drain: bool = True,
         keep_late: Callable[[list[Fed[object]]], None] | None = None,
     ) -> list[Fed[object]]:
-        """Forget the feed; returns what reached the pull point (see ``suspend_feed``)."""
-        waiting = self.suspend_feed(name, drain=drain, keep_late=keep_late)
+        """Forget the feed; returns what reached the pull point (see ``suspend_feed``),
+        nothing when the middleware cannot give it (the caller deletes the feed's
+        durable subscription next, and fails there when the middleware does)."""
+        try:
+            waiting = self.suspend_feed(name, drain=drain, keep_late=keep_late)
+        except AdapterError as exc:
+            # e.g. another instance that declared the durable subscription deleted it as
+            # it followed this end: the end goes on (it was answered 503 before, with
+            # the subscription's record already deleted)
+            log.warning("pull point %s: feed %s not drained at its end: %s", self.name, name, exc)
+            waiting = []
         with self._lock:
             self._feeds.pop(name, None)
         return waiting

@@ -301,6 +301,7 @@ class BrokerService(OperatorCalls):
         # shard, and GetMessages sent elsewhere is forwarded there (docs/scale-out.md)
         self.pull_owners.active = self.cluster.shared and not self.adapter.capabilities.native_pull
         self.pull_owners.clustered = self.cluster.shared
+        self._ctx.shared = self.cluster.shared
         restore(self._ctx, self.subscriptions, self.pull_points, self.registrations)
         self.orphans.at_start(shared=self.cluster.shared)
         self.cluster.start()

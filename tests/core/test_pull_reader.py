@@ -241,3 +241,32 @@ def test_what_an_answer_took_from_a_feed_halted_meanwhile_is_settled_at_once() -
     assert feed.acked == [b"k0", b"over", b"k2"]  # settled before the answer's write
     settlement.give_back()
     assert feed.nacked == [] and list(feed.ready) == []
+
+
+def test_a_feed_whose_durable_subscription_is_gone_is_removed_without_its_drain() -> None:
+    """In a cluster the instance that declared the durable subscription deletes it as it
+    follows an end made through another one: the ending instance's drain then fails, and
+    the end goes on with nothing to keep (it was answered 503 before)."""
+    reader = PullReader(Queue("pp"), cap=10)
+    reader.add_feed("s1", Queue("s1", failing=True), keep_all, active=True)
+    assert reader.remove_feed("s1") == []
+    assert reader.feeds(active=True) == [] and reader.feeds(active=False) == []
+
+
+def test_a_keeper_keeps_what_an_answer_gives_back_while_the_feed_is_read() -> None:
+    """A cluster's feed (``Feed.keeper``): an unsent answer's messages of the feed go to
+    its keeper (the pull point's inbox), in order, not back into the feed, whose queue
+    another instance may be deleting; the inbox's own go back to it."""
+    inbox = Queue("pp", "i0")
+    reader = PullReader(inbox, cap=10)
+    feed = Queue("s1", "a0", "a1")
+    kept: list[list[bytes]] = []
+    reader.add_feed(
+        "s1", feed, keep_all, active=True, keeper=lambda fed: kept.append(bodies(list(fed)))
+    )
+    got, settlement = reader.hand_out(10)
+    assert bodies(got) == [b"i0", b"a0", b"a1"]
+    settlement.give_back()
+    assert kept == [[b"a0", b"a1"]]
+    assert feed.nacked == [] and list(feed.ready) == []
+    assert inbox.nacked == [b"i0"]

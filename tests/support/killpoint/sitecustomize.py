@@ -14,6 +14,9 @@ leaves an orphan durable subscription (``core.orphans``), as its environment say
   head and the first byte of a GetMessages answer that holds messages (a WSGI wrapper
   put around the application through ``waitress.create_server``; the application's body
   is iterated as a server does, never asked for more than the chunk being written).
+* ``KILLPOINT_HOLD_FORGET=PATH``: not a kill: while the file ``PATH`` exists, following
+  another instance's end of a subscription (``SubscriptionChanges.forget``) waits, so a
+  test can act between that end and this instance's following it.
 
 Python imports ``sitecustomize`` from ``sys.path`` at start; without the variables this
 does nothing."""
@@ -29,6 +32,7 @@ BEFORE_STORE = os.environ.get("KILLPOINT_BEFORE_STORE", "")
 AFTER_DELETE = os.environ.get("KILLPOINT_AFTER_DELETE", "")
 AFTER_PURGE = os.environ.get("KILLPOINT_AFTER_PURGE", "")
 CUT_ANSWER = os.environ.get("KILLPOINT_CUT_ANSWER", "")
+HOLD_FORGET = os.environ.get("KILLPOINT_HOLD_FORGET", "")
 
 
 def _marked(record: Any, mark: str) -> bool:
@@ -126,3 +130,18 @@ if CUT_ANSWER:
         return _create(_cutting(application), *args, **kwargs)
 
     waitress.create_server = _create_cutting
+
+
+if HOLD_FORGET:
+    import time
+
+    from wsnmom.core.subscription_changes import SubscriptionChanges
+
+    _forget = SubscriptionChanges.forget
+
+    def _held_forget(self: Any, live: Any) -> None:
+        while os.path.exists(HOLD_FORGET):
+            time.sleep(0.01)
+        _forget(self, live)
+
+    SubscriptionChanges.forget = _held_forget  # type: ignore[method-assign]

@@ -7,7 +7,7 @@ While core restores its subscriptions at start-up (``restoring`` .. ``restored``
 handle gets no round of its own: ``restored`` schedules, in one query, only the handles
 whose queues hold ready messages.  A round of an empty queue is a transaction that finds
 nothing, and 10,000 of them competed with the restore for the engine's lock and the GIL
-(docs/performance/findings.md, F29)."""
+(docs/performance/findings.md, F30)."""
 
 from __future__ import annotations
 

@@ -44,6 +44,7 @@ and forgotten when idle and closed (``sweep``).
 from __future__ import annotations
 
 import enum
+import functools
 import threading
 import time
 from collections import deque
@@ -64,11 +65,17 @@ def destination_key(address: str) -> str | None:
     None when it has none (the outbound policy refuses such an address anyway)."""
     try:
         parts = urlsplit(address.strip())
-        port = parts.port
-        host, ip = normalise_host(parts.hostname or "")
+        return _host_key(parts.scheme.lower(), parts.hostname or "", parts.port)
     except ValueError:
         return None
-    scheme = parts.scheme.lower()
+
+
+@functools.lru_cache(maxsize=4096)
+def _host_key(scheme: str, hostname: str, port: int | None) -> str:
+    """The key of one scheme, host and port; cached because many subscriptions share a
+    few consumer hosts (a start restoring 10,000 spent a quarter of its time normalising
+    the same host: docs/performance/findings.md, F30)."""
+    host, ip = normalise_host(hostname)
     port = port or _DEFAULT_PORTS.get(scheme, 0)
     shown = f"[{host}]" if ip is not None and ip.version == 6 else host
     return f"{scheme}://{shown}:{port}"

@@ -175,7 +175,7 @@ class EmbeddedHandle(SubscriptionHandle):
             self._prefetch = max(1, int(prefetch))
             self._started = True
         self._engine.started[self._sid].add(self)
-        self._engine.schedule([self])
+        self._engine.schedule_start(self)
 
     def stop(self) -> None:
         """Stop delivering and return unsettled messages to the queue (redelivered)."""
@@ -422,6 +422,16 @@ class EmbeddedAdapter(Adapter):
         handle = EmbeddedHandle(self, eng, st.id, st.name)
         self._handles.add(handle)
         return handle
+
+    def restoring(self) -> None:
+        """Hold back the rounds of handles started during the restore (:mod:`.dispatch`)."""
+        if self._engine is not None:
+            self._engine.restoring()
+
+    def restored(self) -> None:
+        """Schedule the restored handles whose queues hold messages, in one query."""
+        if self._engine is not None:
+            self._engine.restored()
 
     def delete_subscription(self, name: str) -> None:
         """Destroy ``name``; idempotent."""

@@ -1,7 +1,13 @@
 """Push delivery and pull wake-ups of the embedded engine: one dispatcher thread per engine
 serves started handles round-robin (never holding the database lock while it calls
 ``on_message``) and flushes group-committed acknowledgements; pull waiters wait for
-arrivals (see :mod:`wsnmom.adapters.embedded.store`)."""
+arrivals (see :mod:`wsnmom.adapters.embedded.store`).
+
+While core restores its subscriptions at start-up (``restoring`` .. ``restored``) a started
+handle gets no round of its own: ``restored`` schedules, in one query, only the handles
+whose queues hold ready messages.  A round of an empty queue is a transaction that finds
+nothing, and 10,000 of them competed with the restore for the engine's lock and the GIL
+(docs/performance/findings.md, F30)."""
 
 from __future__ import annotations
 
@@ -58,6 +64,29 @@ class Dispatch(EngineParts):
         handles = [h for sid in sids for h in tuple(self.started.get(sid, ()))]
         if handles:
             self.schedule(handles)
+
+    def restoring(self) -> None:
+        """Hold back the first rounds of handles started from now until ``restored``."""
+        with self._cv:
+            self._holding += 1
+
+    def restored(self) -> None:
+        """End a ``restoring``: schedule the started handles whose queues hold ready
+        messages (the others are scheduled by the next publish that reaches them)."""
+        with self._cv:
+            self._holding = max(0, self._holding - 1)
+            if self._holding:
+                return
+        # a handle that skipped its round joined ``started`` before it looked at
+        # ``_holding``, so this query, made after ``_holding`` fell to 0, sees its queue
+        self.schedule(h for sid in self.waiting() for h in tuple(self.started.get(sid, ())))
+
+    def schedule_start(self, handle: EmbeddedHandle) -> None:
+        """The first round of a handle just started (held back while restoring)."""
+        with self._cv:
+            if self._holding:
+                return
+        self.schedule([handle])
 
     def schedule(self, handles: Iterable[EmbeddedHandle]) -> None:
         """Queue started handles for a dispatcher round."""

@@ -138,6 +138,14 @@ class Queues(EngineParts):
         rows = _rows(sid, selected)
         return [(row, float(r[_PUBLISHED])) for row, r in zip(rows, selected, strict=True)]
 
+    def waiting(self) -> set[int]:
+        """Ids of the subscriptions whose queues hold ready messages (one query)."""
+        with self.lock:
+            if self._closed:
+                return set()
+            rows = self.conn.execute("SELECT DISTINCT sub FROM queue_entries WHERE state = 0")
+            return {int(r[0]) for r in rows}
+
     def depth(self, sid: int) -> int:
         with self.lock:
             st = self.subs.get(sid)

@@ -132,6 +132,7 @@ class Engine(Storage, Subscriptions, Publishing, Queues, Limits, DeadLetters, Ou
         self._ready = collections.deque()
         self._queued = set()
         self._dispatcher = None
+        self._holding = 0
         # pull waiters
         self._arrival = threading.Condition()
         self._arrivals = 0

@@ -39,10 +39,18 @@ class Subscriptions(EngineParts):
                     "JOIN messages m ON m.id = e.mid GROUP BY e.sub"
                 )
             }
+            # subscriptions share a few patterns and limits: each text is decoded once
+            # (the values are immutable)
+            pats: dict[str | None, tuple[PathPattern, ...] | None] = {}
+            lims: dict[str, tuple[QueueLimits, Topic | None]] = {}
             rows = self.conn.execute("SELECT id, name, patterns, limits FROM subscriptions")
             for sid, name, patterns, limits in rows.fetchall():
-                st = SubState(sid, name, decode_patterns(patterns), decode_limits(limits))
-                st.dead_letters = decode_dead_letters(limits)
+                if patterns not in pats:
+                    pats[patterns] = decode_patterns(patterns)
+                if limits not in lims:
+                    lims[limits] = (decode_limits(limits), decode_dead_letters(limits))
+                lim, dead = lims[limits]
+                st = SubState(sid, name, pats[patterns], lim, dead_letters=dead)
                 self._install(st, held=held.get(sid, (0, 0)))
 
     def _install(self, st: SubState, held: tuple[int, int] | None = None) -> None:

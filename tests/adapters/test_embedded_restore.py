@@ -1,0 +1,101 @@
+"""The embedded adapter's restore at start-up (``restoring`` .. ``restored``): handles
+started meanwhile get no dispatch round of their own, and ``restored`` schedules those whose
+queues hold messages (adapters/embedded/dispatch.py).  What must not change: a restored
+backlog is delivered in order, what is published during the restore is delivered, an empty
+queue delivers what arrives later, and a subscription that is not started keeps its queue."""
+
+from __future__ import annotations
+
+import uuid
+from collections import defaultdict
+from collections.abc import Callable
+from pathlib import Path
+
+from wsnmom.adapters.embedded import EmbeddedAdapter
+from wsnmom.core.adapter import OutboundMessage, Received, SubscriptionSpec
+from wsnmom.topic_mapping.model import PathPattern, Topic
+
+from tests.support.waiting import wait_until
+
+NS = "urn:wsnmom:test:embedded-restore"
+EMPTY = 1000
+BACKLOG = 50
+
+
+def _msg(path: str, body: bytes) -> OutboundMessage:
+    return OutboundMessage(Topic(NS, (path,)), body, uuid.uuid4().hex)
+
+
+def _spec(name: str, path: str) -> SubscriptionSpec:
+    return SubscriptionSpec(name, (PathPattern(NS, (path,)),))
+
+
+def test_backlog_among_a_thousand_empty_queues_is_delivered_and_an_unstarted_one_held(
+    store: Path,
+) -> None:
+    url = f"embedded://{store}"
+    first = EmbeddedAdapter(url)
+    first.open()
+    for i in range(EMPTY):
+        first.subscription(_spec(f"e{i:04d}", "quiet"))
+    first.subscription(_spec("backlog", "b"))
+    first.subscription(_spec("paused", "b"))
+    first.subscription(_spec("during", "d"))
+    first.publish_many([_msg("b", b"%d" % i) for i in range(BACKLOG)])
+    first.close()
+
+    seen: dict[str, list[bytes]] = defaultdict(list)
+
+    def collector(name: str) -> Callable[[Received], None]:
+        def on_message(m: Received) -> None:
+            seen[name].append(m.body)
+            m.ack()
+
+        return on_message
+
+    a = EmbeddedAdapter(url)
+    a.open()
+    try:
+        a.restoring()
+        for i in range(EMPTY):
+            a.subscription(_spec(f"e{i:04d}", "quiet")).start(collector(f"e{i:04d}"))
+        a.subscription(_spec("backlog", "b")).start(collector("backlog"))
+        a.subscription(_spec("during", "d")).start(collector("during"))
+        # published while the restore runs, to a queue that was empty when it started
+        a.publish_many([_msg("d", b"during")])
+        paused = a.subscription(_spec("paused", "b"))  # attached, not started
+        a.restored()
+
+        want = [b"%d" % i for i in range(BACKLOG)]
+        wait_until(lambda: len(seen["backlog"]) >= BACKLOG, 30, what="the backlog")
+        assert seen["backlog"] == want
+        wait_until(lambda: seen["during"], 30, what="the message published during it")
+        assert seen["during"] == [b"during"]
+        # the empty queues deliver what is published after the restore
+        a.publish_many([_msg("quiet", b"sentinel")])
+        wait_until(
+            lambda: sum(len(seen[f"e{i:04d}"]) for i in range(EMPTY)) >= EMPTY,
+            30,
+            what="the sentinel on every empty queue",
+        )
+        assert all(seen[f"e{i:04d}"] == [b"sentinel"] for i in range(EMPTY))
+        assert "paused" not in seen
+        assert paused.depth() == BACKLOG
+        assert seen["backlog"] == want
+    finally:
+        a.close()
+
+
+def test_without_restoring_a_started_handle_delivers_its_backlog(store: Path) -> None:
+    """The conformance kit and scripts never call ``restoring``: a start dispatches."""
+    a = EmbeddedAdapter(f"embedded://{store}")
+    a.open()
+    try:
+        h = a.subscription(_spec("s", "t"))
+        a.publish_many([_msg("t", b"%d" % i) for i in range(5)])
+        got: list[bytes] = []
+        h.start(lambda m: (got.append(m.body), m.ack()))
+        wait_until(lambda: len(got) >= 5, 30, what="the backlog")
+        assert got == [b"%d" % i for i in range(5)]
+    finally:
+        a.close()

@@ -50,8 +50,9 @@ from wsnmom.server import build_runtime
 
 NS = "urn:wsnmom:bench:overview"
 ADMIN = "/wsn/admin/api"
-#: the overview's CPU at most this many times the list's first page, at the largest size
-TARGET_TO_FIRST_PAGE = 3.0
+#: the overview's CPU at most this many times the list's first page at the largest size
+#: (with every full status built it was 7.5 at 10,000 and 10.6 at 100,000; F29)
+TARGET_TO_FIRST_PAGE = 4.0
 
 
 def _seed(path: Path, count: int) -> None:

@@ -50,7 +50,7 @@ def runtime(tmp_path: Path) -> Iterator[Runtime]:
         adapter_url=f"embedded://{tmp_path / 'mw'}",
         store_url=f"sqlite:///{tmp_path / 'store.db'}",
     )
-    settings.retry.initial_delay = timedelta(seconds=60)  # a failure stays as it is
+    settings.retry.initial_delay = timedelta(minutes=5)  # a failure stays as it is
     rt = build_runtime(settings)
     try:
         yield rt

@@ -302,7 +302,7 @@ class Operations:
         ``limit``, only the ``limit`` subscriptions that need attention most (failing
         first, then the largest backlogs, then the oldest) are read in full, shown oldest
         first; the totals count every one from a light scan of each (a few fields, its
-        depth, its channel's failures and held messages; F29): what lets the admin page
+        depth, its channel's failures and held messages; F31): what lets the admin page
         poll this every few seconds with 100,000 subscriptions.  The statuses shown are
         read after the scan (their delivery state a moment younger than the totals')."""
         ctx = self._ctx

@@ -1,5 +1,5 @@
 """The admin overview (``GET /wsn/admin/api/overview``) counts its totals and picks the
-subscriptions it shows from a light scan of each subscription (F29), not from every one's
+subscriptions it shows from a light scan of each subscription (F31), not from every one's
 full status.  Every figure must still be what the full statuses give: here they are
 computed from ``subscription_statuses()`` the way the overview computed them before the
 scan, over a gateway on the embedded adapter holding paused, failing, backlogged, idle,
@@ -127,7 +127,7 @@ def _reference(
     statuses: list[SubscriptionStatus], pull_points: list[dict[str, Any]], limit: int
 ) -> tuple[dict[str, int], list[dict[str, Any]]]:
     """The totals and the subscriptions shown, as the overview computed them from every
-    full status before F29."""
+    full status before F31."""
     subs = sorted(statuses, key=lambda s: (s.record.creation_time, s.record.id))
     shown = subs
     if len(subs) > limit:

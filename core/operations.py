@@ -13,14 +13,17 @@ Purge, an operator's action, lives with the resource kinds (``Subscriptions.purg
 
 from __future__ import annotations
 
+import heapq
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
+from typing import Any
 
 from wsnmom.core.adapter import SubscriptionHandle
 from wsnmom.core.availability import middleware_reason, store_reason
+from wsnmom.core.channel import Channel
 from wsnmom.core.context import BrokerContext
 from wsnmom.core.delivery import ChannelStatus
 from wsnmom.core.delivery_policy import EffectivePolicy, effective
@@ -46,6 +49,7 @@ __all__ = [
     "RegistrationStatus",
     "SubscriptionRow",
     "SubscriptionStatus",
+    "SubscriptionTotals",
 ]
 
 log = logging.getLogger(__name__)
@@ -151,12 +155,30 @@ class AdapterHealth:
 
 
 @dataclass(frozen=True, slots=True)
+class SubscriptionTotals:
+    """The overview's counts over every live subscription."""
+
+    count: int
+    paused: int
+    #: push subscriptions whose delivery failed at least once since its last success
+    failing: int
+    #: the known backlogs summed (those of routed subscriptions are 0)
+    backlog: int
+    #: subscriptions with a queue of their own whose backlog the middleware cannot tell
+    backlog_unknown: int
+
+
+@dataclass(frozen=True, slots=True)
 class Overview:
     """Everything the admin page shows, read at ``time`` (POSIX seconds)."""
 
     time: float
     health: AdapterHealth
+    #: every live subscription oldest first, or with a ``limit`` those that need
+    #: attention most (``Operations.overview``), oldest first
     subscriptions: list[SubscriptionStatus]
+    #: counted over every live subscription, whatever ``subscriptions`` holds
+    subscription_totals: SubscriptionTotals
     pull_points: list[PullPointStatus]
     registrations: list[RegistrationStatus]
     topics: list[TopicCount]
@@ -274,17 +296,24 @@ class Operations:
             )
         return rows
 
-    def overview(self) -> Overview:
+    def overview(self, limit: int | None = None) -> Overview:
         """Every live resource with its state, the topics and the health: the depths of
-        all subscriptions and pull points come from one ``Adapter.depths`` call."""
+        all subscriptions and pull points come from one ``Adapter.depths`` call.  With a
+        ``limit``, only the ``limit`` subscriptions that need attention most (failing
+        first, then the largest backlogs, then the oldest) are read in full, shown oldest
+        first; the totals count every one from a light scan of each (a few fields, its
+        depth, its channel's failures and held messages; F31): what lets the admin page
+        poll this every few seconds with 100,000 subscriptions.  The statuses shown are
+        read after the scan (their delivery state a moment younger than the totals')."""
         ctx = self._ctx
         registry = ctx.registry
         now = ctx.now()
+        paused = SubscriptionState.PAUSED
         with registry.lock:
-            subs = [
-                s
+            found = [
+                _Found(s, r.id, r.state is paused, r.creation_time, r.pull_point_id)
                 for s in registry.subscriptions.values()
-                if not is_expired(s.record.termination_time, now)
+                if not is_expired((r := s.record).termination_time, now)
             ]
             pps = [
                 p
@@ -296,16 +325,23 @@ class Operations:
                 for r in registry.registrations.values()
                 if not is_expired(r.record.termination_time, now)
             ]
-            records = {s.record.id: replace(s.record) for s in subs}
-        handles: list[SubscriptionHandle] = [s.handle for s in subs if s.handle is not None]
+        handles: list[SubscriptionHandle] = [
+            f.state.handle for f in found if f.state.handle is not None
+        ]
         handles += [p.handle for p in pps]
         depths = dict(zip((id(h) for h in handles), self._depths(handles), strict=True))
+        seen = _scan(found, depths, ctx.engine.channel)
+        chosen = _needing_attention(seen, limit)
+        with registry.lock:
+            records = [shallow_copy(c.found.state.record) for c in chosen]
+        sub_status = [
+            self._subscription(c.found.state, record, depths)
+            for c, record in zip(chosen, records, strict=True)
+        ]
         feeding: dict[str, list[str]] = {}
-        for s in subs:
-            if s.record.pull_point_id is not None:
-                feeding.setdefault(s.record.pull_point_id, []).append(s.record.id)
-        sub_status = [self._subscription(s, records[s.record.id], depths) for s in subs]
-        sub_status.sort(key=lambda s: (s.record.creation_time, s.record.id))
+        for f in found:
+            if f.pull_point_id is not None:
+                feeding.setdefault(f.pull_point_id, []).append(f.id)
         pp_status = [self._pull_point(p, depths, feeding.get(p.record.id, [])) for p in pps]
         pp_status.sort(key=lambda p: (p.record.creation_time, p.record.id))
         regs.sort(key=lambda r: (r.creation_time, r.id))
@@ -313,6 +349,7 @@ class Operations:
             time=time.time(),
             health=self.health(),
             subscriptions=sub_status,
+            subscription_totals=_totals(seen),
             pull_points=pp_status,
             registrations=[RegistrationStatus(r, ctx.registration_address(r.id)) for r in regs],
             topics=ctx.topic_stats.snapshot(),
@@ -374,3 +411,76 @@ class Operations:
             waiting=waiting,
             feeding=tuple(sorted(feeding)),
         )
+
+
+@dataclass(slots=True)
+class _Found:
+    """What the overview reads of each live subscription under the registry's lock (not
+    frozen: a frozen dataclass's ``__init__`` costs several times more, made 100,000
+    times per poll)."""
+
+    state: LiveSubscription
+    id: str
+    paused: bool
+    creation_time: datetime
+    pull_point_id: str | None
+
+
+@dataclass(slots=True)
+class _Seen:
+    """One subscription as the overview's scan saw it: its channel's failures (0 for a
+    routed one or a channel not open) and its backlog (None: unknown)."""
+
+    found: _Found
+    failures: int
+    backlog: int | None
+
+
+def _scan(
+    found: Sequence[_Found],
+    depths: dict[int, int | None],
+    channel: Callable[[str], Channel[Any] | None],
+) -> list[_Seen]:
+    """Each subscription's failures and backlog, as :class:`SubscriptionStatus` gives them
+    (``delivery.failures``, ``backlog``), from its channel's ``failures`` and ``held()``:
+    a tenth of the cost of its ``status()``, which copies the whole delivery state."""
+    out = []
+    for f in found:
+        handle = f.state.handle
+        if handle is None:
+            out.append(_Seen(f, 0, 0))
+            continue
+        open_channel = channel(f.id)
+        failures, held = 0, 0
+        if open_channel is not None:
+            failures, held = open_channel.failures, open_channel.held()
+        waiting = depths.get(id(handle))
+        out.append(_Seen(f, failures, None if waiting is None else waiting + held))
+    return out
+
+
+def _totals(seen: Sequence[_Seen]) -> SubscriptionTotals:
+    """The overview's counts over ``seen`` (every live subscription)."""
+    queued = [s.backlog for s in seen if s.found.state.handle is not None]
+    return SubscriptionTotals(
+        count=len(seen),
+        paused=sum(1 for s in seen if s.found.paused),
+        failing=sum(1 for s in seen if s.failures),
+        backlog=sum(b for b in queued if b is not None),
+        backlog_unknown=sum(1 for b in queued if b is None),
+    )
+
+
+def _needing_attention(seen: list[_Seen], limit: int | None) -> list[_Seen]:
+    """All of ``seen`` oldest first (no ``limit``, or no more than it), else the
+    ``limit`` that need attention most, failing first, then the largest backlogs, then
+    the oldest, shown oldest first (ties: the more urgent first)."""
+    if limit is None or len(seen) <= limit:
+        return sorted(seen, key=lambda s: (s.found.creation_time, s.found.id))
+    chosen = heapq.nsmallest(limit, seen, key=_urgency)
+    chosen.sort(key=lambda s: (s.found.creation_time, *_urgency(s)))
+    return chosen
+
+
+def _urgency(s: _Seen) -> tuple[int, int, datetime, str]:
+    return (-s.failures, -(s.backlog or 0), s.found.creation_time, s.found.id)

@@ -137,8 +137,10 @@ class BrokerPort(Protocol):
         ...
 
     # -- operators (the admin page and API) -----------------------------------------------
-    def overview(self) -> Overview:
-        """Every live resource with its state, the topics and the health."""
+    def overview(self, limit: int | None = None) -> Overview:
+        """Every live resource with its state, the topics and the health; with a
+        ``limit``, the full state of only that many subscriptions, those that need
+        attention most (the totals count all)."""
         ...
 
     def subscription_statuses(

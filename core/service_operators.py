@@ -45,9 +45,10 @@ class OperatorCalls:
     _started: bool
     _closed: bool
 
-    def overview(self) -> Overview:
-        """Every live resource with its state, the topics and the health (admin page)."""
-        return self.operations.overview()
+    def overview(self, limit: int | None = None) -> Overview:
+        """Every live resource with its state, the topics and the health (admin page);
+        with a ``limit``, the full state of only the subscriptions needing attention."""
+        return self.operations.overview(limit)
 
     def subscription_statuses(
         self, ids: Sequence[str] | None = None, *, depths: bool = True

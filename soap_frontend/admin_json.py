@@ -246,42 +246,30 @@ def health_json(health: AdapterHealth) -> dict[str, Any]:
     }
 
 
-def _attention(status: SubscriptionStatus) -> tuple[int, int]:
-    """Sort key: failing subscriptions first, then the largest backlogs."""
-    failures = status.delivery.failures if status.delivery is not None else 0
-    return (-failures, -(status.backlog or 0))
-
-
 def overview_json(view: Overview, broker: str, limit: int) -> dict[str, Any]:
     """Everything the admin page shows; each list holds at most ``limit`` entries (the
-    subscriptions that need attention first) and ``totals`` counts all of them."""
-    subs = view.subscriptions
-    if len(subs) > limit:
-        subs = sorted(sorted(subs, key=_attention)[:limit], key=lambda s: s.record.creation_time)
-    backlogs = [s.backlog for s in view.subscriptions if s.mode != "routed"]
-    backlogs += [p.waiting for p in view.pull_points]
+    subscriptions that need attention most: ``Operations.overview(limit)`` chose them)
+    and ``totals`` counts all of them."""
+    counted = view.subscription_totals
+    backlogs = [p.waiting for p in view.pull_points]
     return {
         "time": _posix(view.time),
         "broker": broker,
         "health": health_json(view.health),
         "totals": {
-            "subscriptions": len(view.subscriptions),
-            "paused": sum(
-                1 for s in view.subscriptions if s.record.state is SubscriptionState.PAUSED
-            ),
-            "failing": sum(
-                1 for s in view.subscriptions if s.delivery is not None and s.delivery.failures
-            ),
+            "subscriptions": counted.count,
+            "paused": counted.paused,
+            "failing": counted.failing,
             "pull_points": len(view.pull_points),
             "registrations": len(view.registrations),
-            "backlog": sum(b for b in backlogs if b is not None),
-            "backlog_unknown": sum(1 for b in backlogs if b is None),
+            "backlog": counted.backlog + sum(b for b in backlogs if b is not None),
+            "backlog_unknown": counted.backlog_unknown + sum(1 for b in backlogs if b is None),
             "topics": len(view.topics),
             "messages": sum(t.messages for t in view.topics),
             "rate": round(sum(t.rate for t in view.topics), 3),
         },
         "limit": limit,
-        "subscriptions": [status_json(s) for s in subs],
+        "subscriptions": [status_json(s) for s in view.subscriptions[:limit]],
         "pull_points": [pull_point_json(p) for p in view.pull_points[:limit]],
         "registrations": [registration_json(r) for r in view.registrations[:limit]],
         "topics": [topic_json(t) for t in view.topics[:limit]],

@@ -91,7 +91,7 @@ def page_view() -> tuple[dict[str, Any], str] | None:
     if _refused_reading(caller) is not None or not isinstance(caller, AdminCaller):
         return None
     service = _service()
-    data = overview_json(service.overview(), service.broker_address, DEFAULT_LIMIT)
+    data = overview_json(service.overview(DEFAULT_LIMIT), service.broker_address, DEFAULT_LIMIT)
     data["node"] = node_json(_settings())
     data["upstreams"] = _upstream_states()
     detail_id = request.args.get("subscription")
@@ -181,7 +181,7 @@ def overview() -> Response:
     except ValueError:
         return _error("limit must be a number", 400)
     service = _service()
-    data = overview_json(service.overview(), service.broker_address, limit)
+    data = overview_json(service.overview(limit), service.broker_address, limit)
     data["node"] = node_json(_settings())
     data["cluster"] = cluster_json(service.cluster_status())
     data["upstreams"] = _upstream_states()
@@ -324,7 +324,7 @@ def list_pull_points() -> Response:
     """Every live pull point with the messages waiting in it, oldest first."""
     if (refused := _refused_reading(_caller())) is not None:
         return refused
-    items = [pull_point_json(p) for p in _service().overview().pull_points]
+    items = [pull_point_json(p) for p in _service().overview(0).pull_points]
     return _json({"count": len(items), "pull_points": items})
 
 
@@ -333,7 +333,7 @@ def show_pull_point(pull_point_id: str) -> Response:
     """One pull point."""
     if (refused := _refused_reading(_caller())) is not None:
         return refused
-    for status in _service().overview().pull_points:
+    for status in _service().overview(0).pull_points:
         if status.record.id == pull_point_id:
             return _json(pull_point_json(status))
     return _error(f"no pull point {pull_point_id!r}", 404)
@@ -344,7 +344,7 @@ def list_registrations() -> Response:
     """Every live publisher registration, oldest first."""
     if (refused := _refused_reading(_caller())) is not None:
         return refused
-    items = [registration_json(r) for r in _service().overview().registrations]
+    items = [registration_json(r) for r in _service().overview(0).registrations]
     return _json({"count": len(items), "registrations": items})
 
 
@@ -372,6 +372,6 @@ def list_topics() -> Response:
     """Every topic the gateway published on since it started, with counts and rates."""
     if (refused := _refused_reading(_caller())) is not None:
         return refused
-    view = _service().overview()
+    view = _service().overview(0)
     items = [topic_json(t) for t in view.topics]
     return _json({"count": len(items), "topics": items, "forgotten": view.topics_forgotten})

@@ -36,6 +36,7 @@ from wsnmom.core.operations import (
     RegistrationStatus,
     SubscriptionRow,
     SubscriptionStatus,
+    SubscriptionTotals,
 )
 from wsnmom.core.peek import Peeked, PeekResult
 from wsnmom.core.policy import BrokerPolicy, build_policy
@@ -284,12 +285,22 @@ class FakeService:
         del self.regs[rid]
 
     # --- operators
-    def overview(self) -> Overview:
+    def overview(self, limit: int | None = None) -> Overview:
         health = AdapterHealth("fake", "fake://", "queue", True, True, True, self.is_ready)
+        subs = self.subscription_statuses()
+        backlogs = [s.backlog for s in subs if s.mode != "routed"]
+        totals = SubscriptionTotals(
+            count=len(subs),
+            paused=sum(1 for s in subs if s.record.state is SubscriptionState.PAUSED),
+            failing=sum(1 for s in subs if s.delivery is not None and s.delivery.failures),
+            backlog=sum(b for b in backlogs if b is not None),
+            backlog_unknown=sum(1 for b in backlogs if b is None),
+        )
         return Overview(
             time=self.now().timestamp(),
             health=health,
-            subscriptions=self.subscription_statuses(),
+            subscriptions=subs[:limit],
+            subscription_totals=totals,
             pull_points=[
                 PullPointStatus(pp, self.pull_point_address(pp.id), len(self.pp_queues[pp.id]), ())
                 for pp in self.pps.values()

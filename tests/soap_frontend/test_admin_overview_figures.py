@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -44,8 +43,10 @@ def _notify(runtime: Runtime, name: str, count: int) -> None:
     runtime.service.notify([InboundNotification(b"<m/>", _topic(name)) for _ in range(count)])
 
 
-@pytest.fixture
-def runtime(tmp_path: Path) -> Iterator[Runtime]:
+@pytest.fixture(scope="module")
+def runtime(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runtime]:
+    """One gateway for the module: the tests only read its overview, once it settled."""
+    tmp_path = tmp_path_factory.mktemp("overview")
     settings = Settings(
         adapter_url=f"embedded://{tmp_path / 'mw'}",
         store_url=f"sqlite:///{tmp_path / 'store.db'}",
@@ -56,6 +57,14 @@ def runtime(tmp_path: Path) -> Iterator[Runtime]:
         yield rt
     finally:
         rt.close()
+
+
+@pytest.fixture(scope="module")
+def settled(runtime: Runtime) -> tuple[dict[str, int], list[SubscriptionStatus]]:
+    """The mixed subscriptions, made once, and their full statuses once settled (nothing
+    changes after: failures wait 5 min for a retry, the expiring one lives 5 min)."""
+    expected = _mixed(runtime)
+    return expected, _settled(runtime, expected)
 
 
 def _subscribe(runtime: Runtime, consumer: str, topic: str, **kw: Any) -> str:
@@ -157,10 +166,11 @@ def _overview(client: FlaskClient, limit: int | None) -> dict[str, Any]:
 
 @pytest.mark.parametrize("limit", [None, 12, 5, 3, 1])
 def test_every_overview_figure_is_what_the_full_statuses_give(
-    runtime: Runtime, limit: int | None
+    runtime: Runtime,
+    settled: tuple[dict[str, int], list[SubscriptionStatus]],
+    limit: int | None,
 ) -> None:
-    expected = _mixed(runtime)
-    statuses = _settled(runtime, expected)
+    expected, statuses = settled
     client = runtime.app.test_client()
     client.environ_base["REMOTE_ADDR"] = "127.0.0.1"
     data = _overview(client, limit)

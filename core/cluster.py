@@ -19,10 +19,14 @@ subscription made through another instance declares it in the middleware (round 
 a burst of Subscribes keeps this thread busy for as long as it lasts, which on the
 heartbeat's thread outlasted the lease (every shard then moved to another instance and
 back, docs/scale-out.md).  A change whose following failed (the middleware closed the
-connection under its declaration) is followed again every :data:`FOLLOW_RETRY_EVERY`
-seconds, for up to :data:`FOLLOW_RETRY_FOR`.  Only the heartbeat thread writes the leases' state
-(``_held``, ``_valid_until``, ``_released_until``; ``stop`` once the threads ended);
-other threads read it (:meth:`ClusterMember.delivers`, :meth:`ClusterMember.may_save`).
+connection under its declaration) is followed again, first after
+:data:`FOLLOW_RETRY_EVERY` seconds, the wait doubling up to :data:`FOLLOW_RETRY_LONGEST`,
+for as long as it fails (each try re-reads the store: a resource destroyed meanwhile stops
+failing); one failing for :data:`FOLLOW_RETRY_ALARM` seconds is logged as an ERROR, and
+``wsnmom_cluster_follow_failing`` counts those pending.  Only the heartbeat thread writes
+the leases' state (``_held``, ``_valid_until``, ``_released_until``; ``stop`` once the
+threads ended); other threads read it (:meth:`ClusterMember.delivers`,
+:meth:`ClusterMember.may_save`).
 
 On a store only one instance opens (SQLite) there is no thread: the instance leads and
 delivers everything.
@@ -52,11 +56,15 @@ log = logging.getLogger(__name__)
 
 #: seconds ``ClusterMember.stop`` waits for its threads before handing back
 STOP_WAIT = 1.0
-#: seconds a change whose following failed is followed again (every
-#: ``FOLLOW_RETRY_EVERY`` seconds) before it is given up (a middleware that closed the
-#: connection, a store that did not answer)
-FOLLOW_RETRY_FOR = 300.0
+#: seconds until a change whose following failed (a middleware that closed the
+#: connection, a store that did not answer) is followed again; the wait doubles after
+#: each failure, up to ``FOLLOW_RETRY_LONGEST``.  It is never given up: a subscription
+#: made elsewhere and unknown here is delivered by nobody when this instance holds its
+#: shard
 FOLLOW_RETRY_EVERY = 2.0
+FOLLOW_RETRY_LONGEST = 60.0
+#: seconds of failing after which a change's following is logged as an ERROR (once)
+FOLLOW_RETRY_ALARM = 300.0
 
 
 def _shards_text(shards: Iterable[int]) -> str:
@@ -81,6 +89,19 @@ class ClusterCounts:
     store_seconds: float | None = None
     #: seconds the longest round of following the change log took (None: none yet)
     follow_longest: float | None = None
+    #: changes whose following failed and is tried again (now)
+    follow_failing: int = 0
+
+
+@dataclass(slots=True)
+class _Retry:
+    """A change whose following failed: when it first failed, when it is tried next, and
+    the wait after its next failure."""
+
+    first: float
+    at: float
+    wait: float
+    alarmed: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,15 +159,15 @@ class ClusterMember:
         self._released_until: dict[int, float] = {}
         self._leader = not self.shared
         self._cursor = 0
-        #: changes whose following failed -> when they first failed (followed again)
-        self._failed: dict[Change, float] = {}
-        self._retry_at = 0.0
+        #: changes whose following failed, followed again (``_remember_failed``)
+        self._failed: dict[Change, _Retry] = {}
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._counts = ClusterCounts()
         metrics.set_cluster_sources(
             lambda: len(self._held) if self.shared else settings.shards,
             lambda: float(self._leader),
+            lambda: len(self._failed),
         )
 
     # -- what the broker asks --------------------------------------------------------------
@@ -223,6 +244,7 @@ class ClusterMember:
                 c.expired,
                 c.store_seconds,
                 c.follow_longest,
+                len(self._failed),
             ),
             instances=instances,
             error=error,
@@ -327,41 +349,50 @@ class ClusterMember:
         except Exception:
             log.debug("reading the change log failed", exc_info=True)
             return
-        # a change whose following failed earlier first (a subscription declared in the
-        # middleware when it was made elsewhere: unknown here, nobody would deliver it),
-        # every FOLLOW_RETRY_EVERY seconds
-        again: list[Change] = []
-        if self._failed and started >= self._retry_at:
-            again = [c for c in self._failed if c not in changes]
-            self._retry_at = started + FOLLOW_RETRY_EVERY
+        # a change whose following failed earlier first, when its wait is over (a
+        # subscription declared in the middleware when it was made elsewhere: unknown
+        # here, nobody would deliver it)
+        fresh = set(changes)
+        again = [c for c, r in self._failed.items() if started >= r.at and c not in fresh]
         if again or changes:
+            tried = [*again, *changes]
             # a burst is thousands of middleware declarations: a stop does not wait for them
-            failed = self._follower.apply(
-                takewhile(lambda _: not self._stop.is_set(), [*again, *changes])
-            )
-            self._remember_failed(failed)
+            failed = self._follower.apply(takewhile(lambda _: not self._stop.is_set(), tried))
+            self._remember_failed(tried, failed)
         took = time.monotonic() - started
         metrics.CLUSTER_FOLLOW_SECONDS.observe(took)
         longest = self._counts.follow_longest
         if longest is None or took > longest:
             self._counts.follow_longest = took
 
-    def _remember_failed(self, failed: list[Change]) -> None:
-        """Keep the changes that failed for the next round, until :data:`FOLLOW_RETRY_FOR`
-        seconds after their first failure; forget those followed since."""
+    def _remember_failed(self, tried: list[Change], failed: list[Change]) -> None:
+        """Forget the changes of ``tried`` followed now; schedule those of ``failed`` again
+        (the wait doubling from :data:`FOLLOW_RETRY_EVERY` to
+        :data:`FOLLOW_RETRY_LONGEST`), with an ERROR once one fails for
+        :data:`FOLLOW_RETRY_ALARM` seconds."""
         now = time.monotonic()
-        first = {c: self._failed.get(c, now) for c in failed}
-        kept = {c: t for c, t in first.items() if now - t <= FOLLOW_RETRY_FOR}
-        for change in set(first) - set(kept):
-            log.error(
-                "instance %s gives up following %s %s (failing for %.0f s): it is known "
-                "here again when a request names it or the instance restarts",
-                self._instance,
-                change.kind,
-                change.id,
-                now - first[change],
-            )
-        self._failed = kept
+        still = set(failed)
+        for change in tried:
+            if change not in still:
+                self._failed.pop(change, None)
+        for change in failed:
+            r = self._failed.get(change)
+            if r is None:
+                r = self._failed[change] = _Retry(now, 0.0, FOLLOW_RETRY_EVERY)
+            r.at = now + r.wait
+            r.wait = min(r.wait * 2, FOLLOW_RETRY_LONGEST)
+            if not r.alarmed and now - r.first >= FOLLOW_RETRY_ALARM:
+                r.alarmed = True
+                log.error(
+                    "instance %s has failed to follow %s %s for %.0f s: it tries again "
+                    "every %.0f s; until then nobody may deliver it (its shard's owner "
+                    "does not know it)",
+                    self._instance,
+                    change.kind,
+                    change.id,
+                    now - r.first,
+                    FOLLOW_RETRY_LONGEST,
+                )
 
     def _take_lead(self) -> None:
         if self._leader:

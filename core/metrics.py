@@ -184,6 +184,12 @@ CLUSTER_FOLLOW_SECONDS = Histogram(
     buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0),
     registry=REGISTRY,
 )
+CLUSTER_FOLLOW_FAILING = Gauge(
+    "wsnmom_cluster_follow_failing",
+    "Changes other instances made whose following failed here and is tried again (a "
+    "subscription made elsewhere that this instance does not know yet)",
+    registry=REGISTRY,
+)
 STORE_ROUND_TRIP_SECONDS = Histogram(
     "wsnmom_store_round_trip_seconds",
     "Duration of the cluster heartbeat's transaction in the store (one per heartbeat)",
@@ -294,10 +300,14 @@ def set_delivery_sources(breakers: Callable[[str], float], threads: Callable[[],
     DELIVERY_THREADS.set_function(threads)
 
 
-def set_cluster_sources(owned: Callable[[], float], leader: Callable[[], float]) -> None:
-    """Make the cluster gauges read this instance's shards and leadership at scrape time."""
+def set_cluster_sources(
+    owned: Callable[[], float], leader: Callable[[], float], follow_failing: Callable[[], float]
+) -> None:
+    """Make the cluster gauges read this instance's shards, leadership and failing follows
+    at scrape time."""
     CLUSTER_SHARDS_OWNED.set_function(owned)
     CLUSTER_LEADER.set_function(leader)
+    CLUSTER_FOLLOW_FAILING.set_function(follow_failing)
 
 
 def set_backlog_source(fn: Callable[[], float]) -> None:

@@ -49,6 +49,7 @@ def cluster_json(status: ClusterStatus) -> dict[str, Any]:
             "expired": c.expired,
             "store_seconds": _seconds(c.store_seconds),
             "follow_longest": _seconds(c.follow_longest),
+            "follow_failing": c.follow_failing,
         },
         "instances": [_instance_json(i, status.instance) for i in status.instances],
         "error": status.error,

@@ -478,7 +478,9 @@
       : `One instance on a SQLite store (${c.instance}): it delivers every shard`)
       + `${c.leader ? " and runs the periodic work" : ""}; ${number(k.renewals)} lease renewals, `
       + `${number(k.failovers)} failovers, ${number(k.heartbeat_failures)} failed heartbeats, `
-      + `store round trip ${seconds(k.store_seconds)}.${c.error ? " " + c.error : ""}`;
+      + `store round trip ${seconds(k.store_seconds)}`
+      + `${k.follow_failing ? `; ${number(k.follow_failing)} changes of other instances failing to be followed` : ""}.`
+      + `${c.error ? " " + c.error : ""}`;
     fill("instances", c.instances.map((i) => el("tr", { "data-key": i.id, "data-id": i.id },
       el("td", {}, el("code", {}, i.id), i.this ? " (this one)" : ""),
       el("td", { class: "wrap" }, i.address || "-"),

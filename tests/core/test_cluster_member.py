@@ -5,10 +5,13 @@ delivery is closed, and it starts again when a heartbeat renews them."""
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterable, Sequence
 from datetime import timedelta
 
+import pytest
+from wsnmom.core import cluster
 from wsnmom.core.cluster import ClusterMember
 from wsnmom.core.config import ClusterSettings
 from wsnmom.core.coordination import Change, InstanceInfo, Leases
@@ -196,3 +199,60 @@ def test_a_change_whose_following_failed_is_followed_again() -> None:
         member._stop.set()
         for thread in member._threads:
             thread.join(5)
+
+
+class FailingFor:
+    """A follower whose following of every change fails its first ``times`` tries; it
+    notes when each try came."""
+
+    def __init__(self, times: int) -> None:
+        self.times = times
+        self.tries: list[float] = []
+
+    def apply(self, changes: Iterable[Change]) -> list[Change]:
+        got = list(changes)
+        self.tries.extend(time.monotonic() for _ in got)
+        return got if len(self.tries) <= self.times else []
+
+
+def test_a_change_failing_past_the_alarm_is_still_followed_with_a_growing_wait(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Until session 15 a change failing for 5 minutes was given up: a subscription made
+    through another instance stayed unknown here, and nobody delivered it while this
+    instance held its shard.  Now it is followed until it succeeds, the wait doubling up
+    to a ceiling, with one ERROR when it has failed for ``FOLLOW_RETRY_ALARM``, and it is
+    counted as failing in the status meanwhile."""
+    monkeypatch.setattr(cluster, "FOLLOW_RETRY_EVERY", 0.05)
+    monkeypatch.setattr(cluster, "FOLLOW_RETRY_LONGEST", 0.2)
+    monkeypatch.setattr(cluster, "FOLLOW_RETRY_ALARM", 0.5)
+    follower = FailingFor(8)
+    settings = ClusterSettings(lease=timedelta(seconds=LEASE), heartbeat=0.1, poll=0.02)
+    member = ClusterMember(
+        OneChange(),
+        settings,
+        follower=follower,  # type: ignore[arg-type]
+        gained=lambda shards: None,
+        lost=lambda shards: None,
+        became_leader=lambda: None,
+    )
+    member.join("http://x", "1", single_instance=False)
+    caplog.set_level(logging.ERROR, logger=cluster.__name__)
+    member.start()
+    try:
+        wait_until(lambda: len(follower.tries) >= 3, 10, what="a third try")
+        assert member.status().counts.follow_failing == 1
+        wait_until(lambda: len(follower.tries) >= 9, 20, what="the ninth try, which succeeds")
+        wait_until(lambda: not member._failed, 5, what="the change no longer pending")
+        assert member.status().counts.follow_failing == 0
+    finally:
+        member._stop.set()
+        for thread in member._threads:
+            thread.join(5)
+    assert len(follower.tries) == 9  # followed since: not again
+    # each wait at least its schedule: 0.05, 0.1, then 0.2 (the ceiling) from there on
+    gaps = [b - a for a, b in zip(follower.tries, follower.tries[1:], strict=False)]
+    assert all(gap >= min(0.05 * 2**i, 0.2) - 0.01 for i, gap in enumerate(gaps)), gaps
+    # eight failures over 0.05 + 0.1 + 6 * 0.2 s: past the alarm, said once
+    alarms = [r for r in caplog.records if "has failed to follow subscription s1" in r.message]
+    assert len(alarms) == 1, [r.message for r in caplog.records]

@@ -79,5 +79,6 @@ def cluster_status(
         f"heartbeat failures {c['heartbeat_failures']}, shards taken {c['taken']}, "
         f"failovers {c['failovers']}, released {c['released']}, expired {c['expired']}, "
         f"store round trip {_age(c['store_seconds'])}, "
-        f"longest follow {_age(c.get('follow_longest'))}"
+        f"longest follow {_age(c.get('follow_longest'))}, "
+        f"follows failing {c.get('follow_failing', 0)}"
     )

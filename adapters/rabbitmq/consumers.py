@@ -387,9 +387,42 @@ class Consumers:
         link = sub.link if sub is not None else self.primary
         await link.ready(self.timeout)
         if sub is not None:
-            await self.stop(sub)
-            if sub.puller is not None:
-                await sub.puller.close()
-                sub.puller = None
+            await self.stop_and_close(sub)
         async with link.declaring() as admin:
             await admin.call("queue_delete", queue)
+
+    async def stop_and_close(self, sub: RabbitMQSubscription) -> None:
+        """Stop ``sub``'s consumer and close its puller."""
+        await self.stop(sub)
+        if sub.puller is not None:
+            await sub.puller.close()
+            sub.puller = None
+
+    async def delete_unless_waiting(self, sub: RabbitMQSubscription) -> bool:
+        """Stop ``sub``'s consumer and puller and delete its queue unless messages wait
+        in it (another instance ending it drains them into a pull point, then deletes
+        it).  False when it was left.  A classic queue's delete is refused while it holds
+        messages (``if-empty``: atomic); a quorum queue has no such delete (RabbitMQ
+        closes the connection with NOT_IMPLEMENTED), so its depth is read first, and
+        only messages given back to it between that read and the delete could go with
+        it.  Refusals close the declaration channel only (``Declarer`` reopens it)."""
+        await self.stop_and_close(sub)
+        async with sub.link.declaring() as admin:
+            try:
+                frame = await admin.call("queue_declare", sub.queue, passive=True)
+                if int(frame.method.message_count):
+                    return False
+                await admin.call("queue_delete", sub.queue, if_empty=self._classic(sub))
+            except ChannelError as exc:
+                if exc.code == NOT_FOUND:
+                    return True  # deleted already
+                if exc.code == PRECONDITION_FAILED:
+                    return False  # a message arrived after the depth was read
+                raise
+        return True
+
+    def _classic(self, sub: RabbitMQSubscription) -> bool:
+        """Whether ``sub``'s queue is known to be a classic queue: declared here as
+        wanted (one kept with other arguments may be a quorum queue)."""
+        declared = sub.declared_as
+        return declared is not None and declared[1].get("x-queue-type", "classic") == "classic"

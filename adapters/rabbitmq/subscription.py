@@ -178,9 +178,11 @@ class RabbitMQSubscription(SubscriptionHandle):
         in it.  This process may have declared it after the other instance deleted it
         (a first consume here while a Subscribe refused there was undone), and nothing
         else would delete it then (deleting a queue that is gone is no error).  A queue
-        that holds messages is left to the other instance: an end that feeds a pull
-        point drains them into it before it deletes the queue (deleting it here first
-        would delete them; its removal intent fences a crash in between)."""
+        that holds messages is left to the other instance, unbound: an end that feeds
+        a pull point drains them into it before it deletes the queue (deleting it here
+        first would delete them; its removal intent fences a crash in between), and
+        nothing published after the end goes into it (a queue declared here again
+        after the other's delete stays as it is, and no one deletes it)."""
         self.consuming = False
         self.deleted = True
         self._forget(self)
@@ -188,7 +190,9 @@ class RabbitMQSubscription(SubscriptionHandle):
             return
         c = self._consumers
         if not c.run(c.delete_unless_waiting(self), link=self.link):
-            log.info("queue %s holds messages: left to the instance that ended it", self.queue)
+            log.info(
+                "queue %s holds messages: left unbound to the instance that ended it", self.queue
+            )
 
     def delete_into_dead_letters(
         self, reason: str, context: Mapping[str, str], timeout: float = 30.0

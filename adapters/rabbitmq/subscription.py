@@ -172,7 +172,7 @@ class RabbitMQSubscription(SubscriptionHandle):
         self._forget(self)
         c.run(c.delete_queue(self.queue, self), link=self.link)
 
-    def forget(self) -> None:
+    def forget(self) -> bool:
         """Another instance destroyed it (``Adapter.forget_subscription``): out of the
         pool, and the queue deleted when this process declared it and no message waits
         in it.  This process may have declared it after the other instance deleted it
@@ -181,18 +181,23 @@ class RabbitMQSubscription(SubscriptionHandle):
         that holds messages is left to the other instance, unbound: an end that feeds
         a pull point drains them into it before it deletes the queue (deleting it here
         first would delete them; its removal intent fences a crash in between), and
-        nothing published after the end goes into it (a queue declared here again
-        after the other's delete stays as it is, and no one deletes it)."""
+        nothing published after the end goes into it.  True when it was left: core
+        writes an intent for it, and the orphan sweep deletes it after the grace if the
+        other instance has not (a queue declared here again after the other's delete)."""
         self.consuming = False
         self.deleted = True
         self._forget(self)
         if not self.declared:
-            return
+            return False
         c = self._consumers
-        if not c.run(c.delete_unless_waiting(self), link=self.link):
-            log.info(
-                "queue %s holds messages: left unbound to the instance that ended it", self.queue
-            )
+        if c.run(c.delete_unless_waiting(self), link=self.link):
+            return False
+        log.info(
+            "queue %s holds messages: left unbound to the instance that ended it, and to "
+            "the orphan sweep after the grace",
+            self.queue,
+        )
+        return True
 
     def delete_into_dead_letters(
         self, reason: str, context: Mapping[str, str], timeout: float = 30.0

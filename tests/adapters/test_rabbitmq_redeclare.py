@@ -146,7 +146,7 @@ def test_a_queue_declared_here_after_another_instance_deleted_it_goes_when_forgo
     hb.start(_Consumer(), prefetch=10)  # B holds the shard: declared at its first consume
     assert queue_exists(rabbitmq_url, queue)
     hb.stop()
-    b.forget_subscription(spec.name)
+    assert b.forget_subscription(spec.name) is False  # nothing left
     assert not queue_exists(rabbitmq_url, queue)
     assert b.stats()["subscriptions"] == 0
 
@@ -154,7 +154,7 @@ def test_a_queue_declared_here_after_another_instance_deleted_it_goes_when_forgo
     kept = SubscriptionSpec(f"k-{uuid.uuid4().hex[:12]}", (pattern,), origin="new")
     a.subscription(kept)
     b.subscription(SubscriptionSpec(kept.name, (pattern,), origin="elsewhere"))
-    b.forget_subscription(kept.name)
+    assert b.forget_subscription(kept.name) is False  # the other's, not left by this one
     assert queue_exists(rabbitmq_url, b.queue_name(kept.name))
     assert b.stats()["subscriptions"] == 0
     a.delete_subscription(kept.name)
@@ -185,9 +185,9 @@ def test_a_followed_queue_that_holds_messages_is_left_unbound_when_forgotten(
     assert [m.body for m in taken] == [b"waits"]
     for m in taken:
         m.ack()
-    b.forget_subscription(empty.name)
+    assert b.forget_subscription(empty.name) is False
     assert not queue_exists(rabbitmq_url, b.queue_name(empty.name))
-    b.forget_subscription(waiting.name)
+    assert b.forget_subscription(waiting.name) is True  # left: core writes an intent
     assert queue_exists(rabbitmq_url, b.queue_name(waiting.name))
     a.publish(_message(ns, b"after"))  # confirmed: routed before the pull below
     drained = handles[0].pull(10, timeout=10.0)
@@ -207,8 +207,9 @@ def test_a_queue_declared_here_again_that_holds_messages_is_left_unbound_when_fo
     pull again after A deleted it (a Subscribe refused there and undone), and a message
     reached it before B followed the record's delete.  B leaves it, as it would for A's
     drain, unbound: a message published afterwards (confirmed, so routed) does not go
-    into it, and it keeps the one it held (no orphan sweep finds it: an operator deletes
-    it)."""
+    into it, and it keeps the one it held.  The forget says it left the queue: core
+    writes an intent for it, and the orphan sweep deletes it after the grace
+    (tests/core/test_orphans.py)."""
     ns = f"urn:test:redeclare:{uuid.uuid4().hex}"
     a, b = _cluster_adapter(make_adapter), _cluster_adapter(make_adapter)
     pattern = PathPattern(ns, ("t",))
@@ -220,8 +221,8 @@ def test_a_queue_declared_here_again_that_holds_messages_is_left_unbound_when_fo
     b.subscription(SubscriptionSpec(spec.name, (pattern,), origin="elsewhere", pulled=True))
     assert queue_exists(rabbitmq_url, queue)  # read by pull: declared again at once
     a.publish(_message(ns, b"for nobody"))  # confirmed: in B's queue
-    b.forget_subscription(spec.name)
+    assert b.forget_subscription(spec.name) is True  # left: core writes an intent
     assert b.stats()["subscriptions"] == 0
     a.publish(_message(ns, b"after"))  # confirmed: routed, to no queue of this name
     assert native.queue_declare(queue, passive=True).method.message_count == 1
-    native.queue_delete(queue)  # as an operator would
+    native.queue_delete(queue)  # as the orphan sweep would

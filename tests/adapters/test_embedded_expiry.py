@@ -11,7 +11,13 @@ from datetime import timedelta
 
 import pytest
 from wsnmom.adapters.embedded import EmbeddedAdapter
-from wsnmom.core.adapter import OutboundMessage, Overflow, QueueLimits, SubscriptionSpec
+from wsnmom.core.adapter import (
+    OutboundMessage,
+    Overflow,
+    QueueLimits,
+    SubscriptionHandle,
+    SubscriptionSpec,
+)
 from wsnmom.topic_mapping.model import PathPattern, Topic
 
 from tests.support.clock import EMBEDDED_ENGINE, later
@@ -50,6 +56,33 @@ def test_expired_messages_make_room_before_drop_newest_refuses(
     later(monkeypatch, EMBEDDED_ENGINE, 10)
     adapter.publish_many([msg(b"new-1"), msg(b"new-2")])
     assert [m.body for m in h.pull(10)] == [b"new-1", b"new-2"]
+
+
+def test_depths_expire_each_queue_by_its_own_max_age(
+    adapter: EmbeddedAdapter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One ``depths`` call over queues whose ages differ: each drops what its own
+    ``max_age`` expired, a queue without one keeps everything, a queue whose oldest message
+    is young keeps it, and a message taken (removal still pending) is not counted."""
+
+    def sub(name: str, max_age: timedelta | None) -> SubscriptionHandle:
+        limits = QueueLimits(max_age=max_age)
+        return adapter.subscription(SubscriptionSpec(name, PATTERNS, limits))
+
+    short = sub("short", timedelta(seconds=1))
+    long = sub("long", timedelta(hours=1))
+    unaged = sub("unaged", None)
+    taken = sub("taken", None)
+    adapter.publish_many([msg(b"old-%d" % i) for i in range(3)])
+    later(monkeypatch, EMBEDDED_ENGINE, 10)  # the three are 10 s old now
+    fresh = sub("fresh", timedelta(seconds=1))  # its queue starts with the young message
+    adapter.publish(msg(b"new"))
+    assert [m.body for m in taken.take(1)] == [b"old-0"]
+    handles = [short, long, unaged, taken, fresh]
+    assert adapter.depths(handles) == [1, 4, 4, 3, 1]
+    assert adapter.depths(handles) == [1, 4, 4, 3, 1]  # nothing more expires on a re-read
+    assert [h.depth() for h in handles] == [1, 4, 4, 3, 1]
+    assert [m.body for m in short.pull(10)] == [b"new"]
 
 
 def _vm_steps(adapter: EmbeddedAdapter, action: Callable[[], object]) -> int:

@@ -85,6 +85,48 @@ def test_depths_expire_each_queue_by_its_own_max_age(
     assert [m.body for m in short.pull(10)] == [b"new"]
 
 
+def _statements(adapter: EmbeddedAdapter, action: Callable[[], object]) -> list[str]:
+    """The SQL statements that ``action`` runs on the engine's connection."""
+    conn = adapter._require().conn
+    ran: list[str] = []
+    conn.set_trace_callback(ran.append)
+    try:
+        action()
+    finally:
+        conn.set_trace_callback(None)
+    return ran
+
+
+def test_depths_expires_only_the_queues_whose_oldest_message_is_too_old(
+    adapter: EmbeddedAdapter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``depths`` over many queues with a ``max_age`` (the admin overview's poll): the one
+    whose oldest message is past its ``max_age`` is expired and counted again, the young
+    ones are counted from the one grouped read, without an expiry query each; a second
+    call, with nothing left to expire, writes nothing."""
+    young = [
+        adapter.subscription(
+            SubscriptionSpec(f"young-{i}", PATTERNS, QueueLimits(max_age=timedelta(hours=1)))
+        )
+        for i in range(40)
+    ]
+    stale = adapter.subscription(
+        SubscriptionSpec("stale", PATTERNS, QueueLimits(max_age=timedelta(seconds=1)))
+    )
+    adapter.publish_many([msg(b"a"), msg(b"b")])
+    later(monkeypatch, EMBEDDED_ENGINE, 10)  # 10 s old: past ``stale``'s age only
+    handles = [*young, stale]
+    depths: list[int | None] = []
+    ran = _statements(adapter, lambda: depths.extend(adapter.depths(handles)))
+    assert depths == [2] * 40 + [0]
+    expiries = [sql for sql in ran if "ORDER BY e.mid" in sql]  # ``_OLDEST_READY``
+    assert len(expiries) == 1, ran  # integ's code: one per queue with a max_age (41)
+    again = _statements(adapter, lambda: adapter.depths(handles))
+    assert not [sql for sql in again if sql.startswith("BEGIN")], again
+    assert len(again) == 1, again
+    assert adapter.depths(handles) == [2] * 40 + [0]
+
+
 def _vm_steps(adapter: EmbeddedAdapter, action: Callable[[], object]) -> int:
     """SQLite virtual-machine steps (in units of 10) that ``action`` costs."""
     conn = adapter._require().conn

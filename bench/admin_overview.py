@@ -19,7 +19,9 @@ the CPU time of the request's thread (the machine's other load does not count), 
   transaction), swapped in on the same gateway and alternated round by round.  Every
   subscription has the service's default ``max_age`` (7 days); ``--stale`` more of them,
   paused, get a message published before each timed call and aged past it, so each call
-  expires those (and counts them 0: asserted).  It reports both versions' CPU per
+  expires those (and counts them 0: asserted).  With ``--backlog N`` every subscription is
+  paused and its queue holds ``N`` young messages during these rounds (the grouped read
+  then reads them all).  It reports both versions' CPU per
   overview request and per ``depths`` call over every handle, and ``depths_ratio``: the
   ``depths`` call's CPU now over before.  Target: at most :data:`TARGET_DEPTHS_RATIO` at
   the largest size.
@@ -28,7 +30,8 @@ Docs: docs/performance.md, docs/performance/findings.md F31, F32.
 
 Usage::
 
-    python -m bench.admin_overview [--sizes 100,10000] [--repeat 5] [--stale 10] [--json PATH]
+    python -m bench.admin_overview [--sizes 100,10000] [--repeat 5] [--stale 10]
+        [--backlog 0] [--json PATH]
 """
 
 from __future__ import annotations
@@ -78,14 +81,14 @@ STALE = ("stale",)
 AGED_BY = timedelta(days=8).total_seconds()
 
 
-def _seed(path: Path, count: int, stale: int) -> None:
-    """``count`` subscriptions in a new SQLite store at ``path``, a millisecond apart, and
-    ``stale`` paused ones on :data:`STALE`."""
+def _seed(path: Path, count: int, stale: int, backlog: int) -> None:
+    """``count`` subscriptions in a new SQLite store at ``path``, a millisecond apart (all
+    paused with a ``backlog``), and ``stale`` paused ones on :data:`STALE`."""
     start = datetime.now(UTC) - timedelta(hours=1)
     store = SqliteStore(str(path))
     try:
         for n in range(count + stale):
-            paused = n >= count or n % 1000 == 999
+            paused = n >= count or backlog > 0 or n % 1000 == 999
             store.put_subscription(
                 Subscription(
                     id=new_resource_id(),
@@ -138,12 +141,15 @@ def _thread_cpu(action: Callable[[], object]) -> float:
     return time.thread_time() - cpu
 
 
-def _depths_ab(runtime: Runtime, client: Any, repeat: int, stale: int) -> dict[str, Any]:
+def _depths_ab(
+    runtime: Runtime, client: Any, repeat: int, stale: int, backlog: int
+) -> dict[str, Any]:
     """The overview's and ``depths``' CPU with ``depths`` as now and as before F32,
     alternated on one gateway, stale heads aged before each call."""
     assert isinstance(runtime.adapter, EmbeddedAdapter)
     engine = runtime.adapter._require()
     handles = runtime.service.registry.handles()
+    expected = backlog * (len(handles) - stale)  # the stale ones' messages are expired
     cpu: dict[str, dict[str, list[float]]] = {
         v: {"overview": [], "depths": []} for v in ("now", "before")
     }
@@ -151,10 +157,10 @@ def _depths_ab(runtime: Runtime, client: Any, repeat: int, stale: int) -> dict[s
     def overview() -> None:
         resp = client.get(f"{ADMIN}/overview")
         assert resp.status_code == 200, resp.get_data(as_text=True)
-        assert resp.json["totals"]["backlog"] == 0, resp.json["totals"]  # stale: expired
+        assert resp.json["totals"]["backlog"] == expected, resp.json["totals"]
 
     def depths() -> None:
-        assert set(runtime.adapter.depths(handles)) == {0}
+        assert sum(d or 0 for d in runtime.adapter.depths(handles)) == expected
 
     for _ in range(repeat):
         for version in ("before", "now"):
@@ -171,6 +177,7 @@ def _depths_ab(runtime: Runtime, client: Any, repeat: int, stale: int) -> dict[s
     }
     return {
         "stale_queues": stale,
+        "messages_per_queue": backlog,
         "overview_cpu_ms": {v: ms[v]["overview"] for v in ms},
         "depths_cpu_ms": {v: ms[v]["depths"] for v in ms},
         "depths_ratio": round(ms["now"]["depths"] / max(ms["before"]["depths"], 1e-3), 2),
@@ -192,10 +199,18 @@ def _time(client: Any, path: str, repeat: int) -> tuple[float, float, dict[str, 
     return statistics.median(walls), statistics.median(cpus), body
 
 
-def _one_size(count: int, repeat: int, stale: int) -> dict[str, Any]:
+def _publish_backlog(runtime: Runtime, count: int, backlog: int) -> None:
+    """``backlog`` messages into each of the ``count`` subscriptions' queues."""
+    lines = [Topic(NS, (f"line{k}",)) for k in range(min(count, 100))]
+    runtime.adapter.publish_many(
+        [OutboundMessage(t, b"<m/>", uuid.uuid4().hex) for _ in range(backlog) for t in lines]
+    )
+
+
+def _one_size(count: int, repeat: int, stale: int, backlog: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="wsnmom-bench-overview-") as tmp:
         began = time.perf_counter()
-        _seed(Path(tmp) / "store.db", count, stale)
+        _seed(Path(tmp) / "store.db", count, stale, backlog)
         seeded = time.perf_counter() - began
         runtime = build_runtime(
             Settings(
@@ -211,7 +226,8 @@ def _one_size(count: int, repeat: int, stale: int) -> dict[str, Any]:
             assert body["totals"]["subscriptions"] == count + stale, body["totals"]
             page_wall, page_cpu, page = _time(client, f"{ADMIN}/subscriptions?limit=100", repeat)
             assert page["count"] == count + stale, page["count"]
-            depths = _depths_ab(runtime, client, repeat, stale)
+            _publish_backlog(runtime, count, backlog)
+            depths = _depths_ab(runtime, client, repeat, stale, backlog)
         finally:
             runtime.close()
     return {
@@ -228,10 +244,10 @@ def _one_size(count: int, repeat: int, stale: int) -> dict[str, Any]:
     }
 
 
-def measure(sizes: list[int], repeat: int, stale: int) -> dict[str, Any]:
+def measure(sizes: list[int], repeat: int, stale: int = 10, backlog: int = 0) -> dict[str, Any]:
     """The figures at each size (see the module docstring)."""
     out: dict[str, Any] = {"repeat": repeat, "load": os.getloadavg()}
-    results = {str(n): _one_size(n, repeat, stale) for n in sorted(sizes)}
+    results = {str(n): _one_size(n, repeat, stale, backlog) for n in sorted(sizes)}
     smallest = results[str(min(sizes))]["overview_cpu_ms"]
     for entry in results.values():
         entry["growth"] = round(entry["overview_cpu_ms"] / max(smallest, 1e-6), 1)
@@ -249,10 +265,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", default="100,10000", help="comma-separated counts")
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--stale", type=int, default=10, help="paused queues aged each call")
+    parser.add_argument("--backlog", type=int, default=0, help="young messages per queue")
     parser.add_argument("--json", type=Path, help="also write the result here")
     args = parser.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
-    print_figures(measure(sizes, args.repeat, args.stale), args.json)
+    print_figures(measure(sizes, args.repeat, args.stale, args.backlog), args.json)
     return 0
 
 

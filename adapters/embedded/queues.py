@@ -5,7 +5,6 @@
 from __future__ import annotations
 
 import json
-import math
 import time
 from collections.abc import Sequence
 
@@ -193,22 +192,26 @@ class Queues(EngineParts):
             if self._pending_acks:
                 with self.tx():  # a message taken and not yet removed is not counted
                     pass
-            max_ages = {
-                st.id: st.limits.max_age.total_seconds()
-                for s in sids
-                if (st := self.subs.get(s)) is not None and st.limits.max_age is not None
-            }
-            if not max_ages:
+            subs = self.subs
+            if not any(  # stops at the first queue with a max_age (all by default)
+                (st := subs.get(s)) is not None and st.limits.max_age is not None for s in sids
+            ):
                 counts = dict(self.conn.execute(_COUNTS).fetchall())
                 return [int(counts.get(s, 0)) for s in sids]
-            heads = self.conn.execute(_HEADS).fetchall()
-            counts = {sub: n for sub, n, _ in heads}
+            wanted = set(sids)
+            counts = {}
+            stale = []
             now = time.time()
-            stale = [
-                self.subs[sub]
-                for sub, _, published in heads
-                if published < now - max_ages.get(sub, math.inf)
-            ]
+            for sub, n, published in self.conn.execute(_HEADS):  # the queues holding any
+                counts[sub] = n
+                st = subs.get(sub)
+                if (
+                    st is not None
+                    and (max_age := st.limits.max_age) is not None
+                    and published < now - max_age.total_seconds()
+                    and sub in wanted
+                ):
+                    stale.append(st)
             if stale:
                 with self.tx() as c:
                     for st in stale:

@@ -34,7 +34,6 @@ poll thread, and publishes that return only once the broker confirmed every mess
 from __future__ import annotations
 
 import _thread
-import contextlib
 import logging
 import threading
 import time
@@ -364,14 +363,17 @@ class Publisher:
                     ", ".join(sorted(gone)),
                 )
             return
+        try:  # the listing confirms it (and forgets every topic that is gone)
+            if internal in self._topics.refresh(timeout=timeout):
+                return
+        except AdapterError:
+            return
         log.warning(
             "the Kafka cluster lost its topics (%s is gone: a memory-only broker restarted "
             "empty, or the cluster was re-created): creating them again as they are "
             "published to, with a new producer id",
             internal,
         )
-        with contextlib.suppress(AdapterError):
-            self._topics.refresh(timeout=timeout)  # forgets every topic that is gone
         self.renew("the cluster lost its topics and the producer id", only=producer)
         try:
             self._topics.ensure(

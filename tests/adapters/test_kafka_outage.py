@@ -15,7 +15,7 @@ import pytest
 pytest.importorskip("confluent_kafka")
 
 from confluent_kafka import Consumer, TopicPartition
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 from wsnmom.adapters.kafka.adapter import KafkaAdapter
 from wsnmom.adapters.kafka.clients import Health
 from wsnmom.adapters.kafka.closing import Closing
@@ -23,7 +23,7 @@ from wsnmom.adapters.kafka.config import parse_settings
 from wsnmom.adapters.kafka.positions import KafkaPositionStore
 from wsnmom.adapters.kafka.publisher import Publisher
 from wsnmom.adapters.logbase.backend import SaveCut
-from wsnmom.core.adapter import PublishFailed, SubscriptionSpec
+from wsnmom.core.adapter import PublishFailed, SubscriptionSpec, TopicUnavailable
 from wsnmom.core.adapter_errors import AdapterError
 from wsnmom.topic_mapping.model import ANY, PathPattern, Topic
 
@@ -263,6 +263,27 @@ def test_a_publish_that_finds_its_topic_gone_while_waiting_is_accepted(
         raising=False,
     )
     _publish_after_an_empty_restart(node, adapter)
+
+
+def test_existing_policy_refuses_a_topic_the_empty_cluster_lost_at_once(node: TansuNode) -> None:
+    """With ``topic_policy = "existing"`` the topic a cluster lost is not created again:
+    the publish says so (TopicUnavailable: TopicNotSupportedFault) instead of waiting
+    for a record librdkafka holds until ``delivery_timeout`` expires it."""
+    options = {**isolated_options(), "namespaces": {NS: "out"}, "topic_policy": "existing"}
+    a = KafkaAdapter(node.url, options)
+    a.open()
+    try:
+        topic = Topic(NS, ("t", "kept"))
+        name = a.mapping.destination(topic).log
+        admin = AdminClient({"bootstrap.servers": node.url.split("//", 1)[1]})
+        admin.create_topics([NewTopic(name, 1, -1)])[name].result(10)
+        a.publish(message(topic, b"<before/>"))
+        node.restart()
+        wait(a.available, 10.0)
+        with pytest.raises(TopicUnavailable):
+            a.publish(message(topic, b"<after/>"), timeout=a.settings.delivery_timeout / 2)
+    finally:
+        a.close()
 
 
 def test_open_while_the_broker_is_down_is_retryable(node: TansuNode) -> None:

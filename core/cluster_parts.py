@@ -2,9 +2,10 @@
 (:class:`ClusterParts`): the follower that loads what other instances wrote
 (``core.follow``), shard ownership (``core.ownership``), the membership itself
 (``core.cluster``), which instance reads a pull point core buffers (``core.pull_owners``),
-and core's position fence, which the adapter asks before it saves a position
-(``may_save``).  On a store only one instance opens (SQLite) the same parts exist; the
-adapter is given no fence then.
+the topic set the instances share (``core.topic_share``), and core's position fence,
+which the adapter asks before it saves a position (``may_save``).  On a store only one
+instance opens (SQLite) the same parts exist, but no shared topic set; the adapter is
+given no fence then.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from wsnmom.core.pull_owners import PullOwners
 from wsnmom.core.pull_points import PullPoints
 from wsnmom.core.registrations import Registrations
 from wsnmom.core.subscriptions import Subscriptions
+from wsnmom.core.topic_share import SharedTopics
 
 __all__ = ["FEEDS_REMEMBERED", "ClusterParts"]
 
@@ -69,6 +71,9 @@ class ClusterParts:
             fed_by=self.fed_by,
             is_pull_point=self.is_pull_point,
         )
+        #: records the topics admitted here, takes in the others' (``core.topic_share``);
+        #: None on a store only this instance opens
+        self.topics = SharedTopics(ctx.store, ctx.topic_set) if self.cluster.shared else None
         if self.cluster.shared:
             ctx.adapter.shared_by_instances(self.may_save)
             ctx.adapter.joined_as(ctx.instance_id)

@@ -21,6 +21,9 @@ again from the store and the live entry brought in line with it:
   holding it), its publisher subscription taken over except on the leader, which alone
   writes it (``core.demand``).
 
+A topic another instance admitted to its topic set (``core.topic_share``) is taken into
+this one's.
+
 Nothing is written back: following is idempotent, so a change applied twice does no harm.
 """
 
@@ -38,6 +41,7 @@ from wsnmom.core.model import PublisherRegistration
 from wsnmom.core.pull_points import PullPoints
 from wsnmom.core.registrations import Registrations
 from wsnmom.core.registry import LivePullPoint, LiveRegistration, LiveSubscription
+from wsnmom.core.store_documents import topic_from_key
 from wsnmom.core.subscriptions import Subscriptions
 
 __all__ = ["Follower"]
@@ -86,6 +90,8 @@ class Follower:
                 return self.pull_point(resource_id)
             if kind == "registration":
                 return self.registration(resource_id)
+            if kind == "topic":  # another instance admitted it (``core.topic_share``)
+                self._ctx.topic_set.take_in([topic_from_key(resource_id)])
         return None
 
     # -- subscriptions ---------------------------------------------------------------------

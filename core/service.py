@@ -212,6 +212,8 @@ class BrokerService(OperatorCalls):
         self.cluster = parts.cluster
         #: which instance reads a pull point core buffers (``core.pull_owners``)
         self.pull_owners = parts.pull_owners
+        #: the topic set the instances share (``core.topic_share``; None: alone)
+        self.shared_topics = parts.topics
         if self.cluster.shared:
             grace = self.settings.termination.orphan_grace.total_seconds()
             departed = DepartedSweep(ctx.adapter, self.cluster.instances, grace)
@@ -302,6 +304,8 @@ class BrokerService(OperatorCalls):
         self.pull_owners.active = self.cluster.shared and not self.adapter.capabilities.native_pull
         self.pull_owners.clustered = self.cluster.shared
         self._ctx.shared = self.cluster.shared
+        if self.shared_topics is not None:
+            self.shared_topics.start()
         restore(self._ctx, self.subscriptions, self.pull_points, self.registrations)
         self.orphans.at_start(shared=self.cluster.shared)
         self.cluster.start()
@@ -329,6 +333,8 @@ class BrokerService(OperatorCalls):
         self._ctx.dead_letters.close()
         if self._started:
             self.cluster.stop()
+        if self.shared_topics is not None:
+            self.shared_topics.stop()
         with self.registry.lock:
             for pp in self.registry.pull_points.values():
                 try:

@@ -16,6 +16,7 @@ Store URLs (``core.store_url``): ``sqlite:///relative/path.db``,
 from __future__ import annotations
 
 import abc
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -224,6 +225,16 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def list_current_messages(self) -> list[NotificationMessage]:
         """Every stored current message."""
+
+    # the topic set a cluster shares (``core.topic_share``)
+    @abc.abstractmethod
+    def record_topics(self, topics: Sequence[Topic]) -> None:
+        """Record topics an instance admitted to its topic set; one recorded already is
+        left as it is (no write, so no change for the other instances to follow)."""
+
+    @abc.abstractmethod
+    def list_topics(self) -> list[Topic]:
+        """Every recorded topic, in the order they were recorded."""
 
     # upstreams (``[[upstream]]`` added at run time): JSON documents by name
     @abc.abstractmethod

@@ -89,6 +89,20 @@ def topic_from_json(data: dict[str, Any] | None) -> Topic | None:
     return None if data is None else Topic(data["namespace"], tuple(data["path"]))
 
 
+def topic_key(topic: Topic) -> str:
+    """A topic as one text, ``{namespace}a/b`` (a recorded topic's key, and its id in the
+    change log): its path's names are NCNames, so neither ``}`` nor ``/`` is in them."""
+    return "{" + topic.namespace + "}" + "/".join(topic.path)
+
+
+def topic_from_key(key: str) -> Topic:
+    """The topic of a :func:`topic_key` text; ValueError when it is none."""
+    namespace, brace, path = key.rpartition("}")
+    if not brace or not namespace.startswith("{") or not path:
+        raise ValueError(f"not a topic key: {key!r}")
+    return Topic(namespace[1:], tuple(path.split("/")))
+
+
 def subscription_to_json(sub: Subscription) -> dict[str, Any]:
     """JSON document of a subscription."""
     return {

@@ -18,7 +18,7 @@ and HTTP 503, and ``ping`` (``/readyz``) says the store is not answering.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any, TypeVar
@@ -43,6 +43,8 @@ from wsnmom.core.store_documents import (
     registration_to_json,
     subscription_from_json,
     subscription_to_json,
+    topic_from_key,
+    topic_key,
 )
 from wsnmom.core.store_postgres_pool import PING_TIMEOUT, PostgresConnections
 from wsnmom.topic_mapping.model import Topic
@@ -331,6 +333,27 @@ class PostgresStore(PostgresConnections, Store):
         """Every stored current message (``wsnmom store migrate`` copies them)."""
         rows = self._listing("SELECT data FROM current_messages ORDER BY namespace, path")
         return [message_from_json(r[0]) for r in rows]
+
+    def record_topics(self, topics: Sequence[Topic]) -> None:
+        if not topics:
+            return
+        # one round trip for the lot; a topic recorded already inserts no row (and so
+        # leaves no change for the other instances)
+        with self._conn() as conn:
+            conn.execute(
+                "INSERT INTO wsnmom_topics (id, namespace, path) "
+                "SELECT * FROM unnest(%s::text[], %s::text[], %s::text[]) "
+                "ON CONFLICT (id) DO NOTHING",
+                (
+                    [topic_key(t) for t in topics],
+                    [t.namespace for t in topics],
+                    ["/".join(t.path) for t in topics],
+                ),
+            )
+
+    def list_topics(self) -> list[Topic]:
+        rows = self._listing("SELECT id FROM wsnmom_topics ORDER BY seq")
+        return [topic_from_key(str(r[0])) for r in rows]
 
     def put_upstream(self, name: str, data: dict[str, Any]) -> None:
         self._put("upstreams", "id", {"id": name, "data": self._jsonb(data)})

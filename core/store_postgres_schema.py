@@ -100,5 +100,14 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
             epoch BIGINT NOT NULL, holder TEXT)""",
         "INSERT INTO wsnmom_leadership (only_row, epoch) VALUES (true, 0)",
     ),
+    # the topic set a cluster shares: a topic an instance admitted first is recorded, and
+    # its insert leaves a change (kind "topic", id its key) the others follow
+    # (``core.topic_share``); a topic recorded already is not written again
+    10: (
+        """CREATE TABLE wsnmom_topics (
+            id TEXT PRIMARY KEY, seq BIGSERIAL, namespace TEXT NOT NULL, path TEXT NOT NULL)""",
+        """CREATE TRIGGER topics_changed AFTER INSERT ON wsnmom_topics
+            FOR EACH ROW EXECUTE FUNCTION wsnmom_note_change('topic')""",
+    ),
 }
 SCHEMA_VERSION = max(MIGRATIONS)

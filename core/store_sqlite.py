@@ -9,7 +9,7 @@ import json
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from datetime import UTC, datetime
 from pathlib import Path
@@ -41,8 +41,9 @@ from wsnmom.core.store_documents import (
 from wsnmom.topic_mapping.model import Topic
 
 #: 2: subscriptions have a revision every write bumps (``Subscription.revision``);
-#: 3: intents, the durable subscriptions being made (``Store.put_intent``)
-SCHEMA_VERSION = 3
+#: 3: intents, the durable subscriptions being made (``Store.put_intent``);
+#: 4: recorded topics (``Store.record_topics``)
+SCHEMA_VERSION = 4
 
 
 class SqliteTooOld(StoreError):
@@ -81,6 +82,9 @@ _SCHEMA = [
     """CREATE TABLE IF NOT EXISTS upstreams (id TEXT PRIMARY KEY, data TEXT NOT NULL)""",
     # at: seconds since the epoch (one instance opens the file: its clock is the store's)
     """CREATE TABLE IF NOT EXISTS intents (name TEXT PRIMARY KEY, at REAL NOT NULL)""",
+    # recorded topics: what ``wsnmom store migrate`` carries into a cluster's store
+    """CREATE TABLE IF NOT EXISTS topics (
+        namespace TEXT NOT NULL, path TEXT NOT NULL, PRIMARY KEY (namespace, path))""",
 ]
 
 
@@ -411,6 +415,17 @@ class SqliteStore(Store):
     def list_current_messages(self) -> list[NotificationMessage]:
         rows = self._query("SELECT data FROM current_messages ORDER BY namespace, path")
         return [message_from_json(json.loads(r[0])) for r in rows]
+
+    def record_topics(self, topics: Sequence[Topic]) -> None:
+        with self._tx() as conn:
+            conn.executemany(
+                "INSERT OR IGNORE INTO topics (namespace, path) VALUES (?, ?)",
+                [(t.namespace, "/".join(t.path)) for t in topics],
+            )
+
+    def list_topics(self) -> list[Topic]:
+        rows = self._query("SELECT namespace, path FROM topics ORDER BY rowid")
+        return [Topic(str(r[0]), tuple(str(r[1]).split("/"))) for r in rows]
 
     def put_upstream(self, name: str, data: dict[str, Any]) -> None:
         with self._tx() as conn:

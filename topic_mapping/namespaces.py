@@ -376,6 +376,8 @@ class TopicSet:
         self._lock = threading.RLock()
         self._namespaces: dict[str, TopicNamespace] = {}
         self._members: set[Topic] = set()
+        #: told each topic :meth:`admit` adds (``watch``), outside the lock
+        self._listener: Callable[[Topic], None] | None = None
         self.fixed = False
         for ns in namespaces:
             self.add_namespace(ns, include_topics=topics is None)
@@ -438,20 +440,46 @@ class TopicSet:
                 return False
             return not self.fixed or topic in self._members
 
-    def admit(self, topic: Topic) -> None:
-        """Add ``topic`` to the set (ad-hoc growth, §9); no-op for members.
+    def admit(self, topic: Topic) -> bool:
+        """Add ``topic`` to the set (ad-hoc growth, §9); no-op for members.  True when it
+        was added (the listener :meth:`watch` set is told, once the set's lock is
+        released).
 
         Raises TopicNotSupported when the set is fixed or the namespace forbids the topic.
         """
         with self._lock:
             if topic in self._members:
-                return
+                return False
             if self.fixed:
                 raise TopicNotSupported(f"topic {topic} is not in the fixed topic set")
             reason = self._rule1_violation(topic)
             if reason is not None:
                 raise TopicNotSupported(f"topic {topic} is not permitted: {reason}")
             self._members.add(topic)
+            listener = self._listener
+        if listener is not None:
+            listener(topic)
+        return True
+
+    def watch(self, listener: Callable[[Topic], None] | None) -> None:
+        """Tell ``listener`` every topic :meth:`admit` adds from now on (None: nobody);
+        it is called on the admitting thread, so it must be quick and must not raise."""
+        with self._lock:
+            self._listener = listener
+
+    def take_in(self, topics: Iterable[Topic]) -> list[Topic]:
+        """Add topics admitted elsewhere (another instance of a cluster) without telling
+        the listener; a fixed set takes none, and a topic its namespaces forbid is left
+        out.  The topics added."""
+        added: list[Topic] = []
+        with self._lock:
+            if self.fixed:
+                return added
+            for topic in topics:
+                if topic not in self._members and self._rule1_violation(topic) is None:
+                    self._members.add(topic)
+                    added.append(topic)
+        return added
 
     def __contains__(self, topic: object) -> bool:
         with self._lock:

@@ -1,8 +1,9 @@
 """``wsnmom store``: look at a store and move one gateway's store into another.
 
 ``wsnmom store migrate --from sqlite:///... --to postgresql://...`` copies every
-subscription, pull point, publisher registration, current message, upstream and intent (a
-durable subscription whose record was never stored, ``core.orphans``) from one store to
+subscription, pull point, publisher registration, current message, upstream, intent (a
+durable subscription whose record was never stored, ``core.orphans``) and recorded topic
+(the topic set a cluster shares, ``core.topic_share``) from one store to
 another, as it is the way from a single gateway to a cluster that shares a PostgreSQL
 store.  The gateway must be stopped: a SQLite source is locked for the copy exactly as a
 running gateway locks it, so a gateway that still runs makes the command refuse.  The
@@ -47,6 +48,8 @@ class StoreCounts:
     upstreams: int = 0
     #: intents: durable subscriptions whose record was never stored (``core.orphans``)
     intents: int = 0
+    #: topics of the topic set a cluster shares (``core.topic_share``)
+    topics: int = 0
 
     @property
     def total(self) -> int:
@@ -58,6 +61,7 @@ class StoreCounts:
             + self.current_messages
             + self.upstreams
             + self.intents
+            + self.topics
         )
 
 
@@ -70,6 +74,7 @@ def count_records(target: Store) -> StoreCounts:
         len(target.list_current_messages()),
         len(target.list_upstreams()),
         len(target.list_intents()),
+        len(target.list_topics()),
     )
 
 
@@ -87,6 +92,7 @@ def copy_store(source: Store, destination: Store) -> StoreCounts:
     # with their times: the sweep of the destination's gateways removes their durable
     # subscriptions once they are older than the grace (the middleware stays the same)
     intents = source.list_intents()
+    topics = source.list_topics()
     # pull points first: a subscription may feed one, a registration may point at one
     for pp in pull_points:
         destination.put_pull_point(pp)
@@ -100,6 +106,7 @@ def copy_store(source: Store, destination: Store) -> StoreCounts:
         destination.put_upstream(str(data["name"]), data)
     for name, at in intents:
         destination.put_intent(name, at)
+    destination.record_topics(topics)
     for pp in pull_points:
         if destination.get_pull_point(pp.id) != pp:
             raise StoreError(f"pull point {pp.id} did not read back equal")
@@ -123,6 +130,10 @@ def copy_store(source: Store, destination: Store) -> StoreCounts:
         back = copied_intents.get(name)
         if back is None or abs((back - at).total_seconds()) > 0.001:
             raise StoreError(f"the intent of {name} did not read back equal")
+    recorded = set(destination.list_topics())
+    for topic in topics:
+        if topic not in recorded:
+            raise StoreError(f"the topic {topic} did not read back")
     return StoreCounts(
         len(subscriptions),
         len(pull_points),
@@ -130,6 +141,7 @@ def copy_store(source: Store, destination: Store) -> StoreCounts:
         len(current),
         len(upstreams),
         len(intents),
+        len(topics),
     )
 
 
@@ -176,7 +188,8 @@ def migrate(source_url: str, destination_url: str, merge: bool) -> None:
         f"copied {counts.subscriptions} subscriptions, {counts.pull_points} pull points, "
         f"{counts.registrations} registrations and {counts.current_messages} current "
         f"messages{f', plus {counts.upstreams} upstreams' if counts.upstreams else ''}"
-        f"{f', plus {counts.intents} intents' if counts.intents else ''} "
+        f"{f', plus {counts.intents} intents' if counts.intents else ''}"
+        f"{f', plus {counts.topics} topics' if counts.topics else ''} "
         f"from {redact_url(source_url)} to {redact_url(destination_url)}"
     )
 

@@ -135,11 +135,11 @@ def test_a_write_on_a_revision_another_writer_moved_on_from_is_refused(store_url
         second.close()
 
 
-@pytest.mark.parametrize("version", [1, 2])
+@pytest.mark.parametrize("version", [1, 2, 3])
 def test_a_sqlite_store_of_every_earlier_version_is_upgraded(tmp_path: Path, version: int) -> None:
     """A SQLite store of each earlier schema version (1: before subscriptions had a
-    revision; 2: before intents) opens, upgrades and keeps its subscriptions (revision 0
-    until their next write); its intents work."""
+    revision; 2: before intents; 3: before recorded topics) opens, upgrades and keeps its
+    subscriptions (revision 0 until their next write); its intents and topics work."""
     import json
     import sqlite3
 
@@ -163,7 +163,7 @@ def test_a_sqlite_store_of_every_earlier_version_is_upgraded(tmp_path: Path, ver
     conn.close()
     upgraded = open_store(f"sqlite:///{path}")
     try:
-        assert upgraded.schema_version == SCHEMA_VERSION == 3  # type: ignore[attr-defined]
+        assert upgraded.schema_version == SCHEMA_VERSION == 4  # type: ignore[attr-defined]
         kept = upgraded.get_subscription("old")
         assert kept == old and kept is not None and kept.revision == 0
         upgraded.put_subscription(kept)
@@ -171,6 +171,8 @@ def test_a_sqlite_store_of_every_earlier_version_is_upgraded(tmp_path: Path, ver
         upgraded.put_intent("new")
         upgraded.add_subscription(subscription("new"))
         assert upgraded.list_intents() == [] and upgraded.get_subscription("new") is not None
+        upgraded.record_topics([Topic("urn:t", ("up",))])
+        assert upgraded.list_topics() == [Topic("urn:t", ("up",))]
     finally:
         upgraded.close()
 
@@ -563,6 +565,8 @@ def test_store_migrate_sqlite_to_postgres(tmp_path: Path, postgres_store_url: st
     source.put_upstream("plant", upstream)
     made = datetime(2025, 1, 1, tzinfo=UTC)  # intents of the past are listed
     source.put_intent("made-never-stored", made)
+    recorded = [Topic("urn:t", ("a",)), Topic("urn:t", ("a", "b"))]
+    source.record_topics(recorded)
     source.close()
 
     runner = CliRunner()
@@ -571,10 +575,11 @@ def test_store_migrate_sqlite_to_postgres(tmp_path: Path, postgres_store_url: st
     )
     assert done.exit_code == 0, done.output
     assert "copied 25 subscriptions, 1 pull points, 1 registrations and 1 current" in done.output
-    assert "plus 1 upstreams, plus 1 intents" in done.output
+    assert "plus 1 upstreams, plus 1 intents, plus 2 topics" in done.output
     copied = open_store(postgres_store_url)
     try:
         assert copied.list_intents() == [("made-never-stored", made)]
+        assert copied.list_topics() == recorded
         assert copied.list_upstreams() == [upstream]
         assert copied.list_subscriptions() == subs
         assert copied.get_pull_point("pp") == pp and copied.get_registration("r") == reg
@@ -680,6 +685,9 @@ def test_postgres_store_of_every_earlier_version_is_upgraded(postgres_store_url:
                 upgraded.put_intent("pp-new")
                 upgraded.add_pull_point(PullPoint("pp-new", NOW, None, "m"))
                 assert upgraded.list_intents() == []
+                # schema 10: recorded topics
+                upgraded.record_topics([Topic("urn:t", ("up",))])
+                assert upgraded.list_topics() == [Topic("urn:t", ("up",))]
             finally:
                 upgraded.close()
 

@@ -70,6 +70,7 @@ class ClusterParts:
         )
         if self.cluster.shared:
             ctx.adapter.shared_by_instances(self.may_save)
+            ctx.adapter.kept_in_store(self.stored)
             ctx.adapter.joined_as(ctx.instance_id)
             ctx.delivers = self.cluster.delivers
             ctx.leads = self.cluster.leads
@@ -96,6 +97,15 @@ class ClusterParts:
             if pull_point is not None:
                 return self.cluster.may_save(pull_point)
         return self.cluster.may_save(name)
+
+    def stored(self, name: str) -> bool:
+        """Whether the store holds the subscription or pull point ``name``
+        (``Adapter.kept_in_store``): a store query, asked by the adapter only when it
+        found the durable subscription gone from the middleware.  The store is the truth
+        about existence: every removal deletes the store's record before the middleware's
+        durable subscription (``Subscriptions.destroy``, ``PullPoints.destroy``)."""
+        store = self._ctx.store
+        return store.get_subscription(name) is not None or store.get_pull_point(name) is not None
 
     def fed_by(self, subscription_id: str) -> str | None:
         """The pull point a subscription feeds (``core.pull_owners``): read from memory,

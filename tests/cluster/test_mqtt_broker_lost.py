@@ -39,9 +39,6 @@ def mqtt_url(private_mosquitto: MosquittoNode) -> str:
     return private_mosquitto.url
 
 
-@pytest.mark.xfail(
-    strict=True, reason="the deliverer takes a session found gone without its record as deleted"
-)
 @pytest.mark.parametrize("middleware", ["mqtt"], indirect=True)
 def test_delivery_resumes_after_the_broker_lost_every_session_and_record(
     cluster: Callable[..., Cluster],

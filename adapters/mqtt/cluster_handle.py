@@ -464,6 +464,7 @@ def describe(handles: Sequence[Any]) -> dict[str, int]:
         "connected_sessions": sum(1 for h in live if h.connected),
         "fenced_reconnects": sum(h.fenced for h in live),
         "sessions_lost": sum(h.sessions_lost for h in live),
+        "sessions_remade": sum(h.remade for h in live),
     }
 
 

@@ -83,6 +83,7 @@ def test_a_session_lost_by_the_broker_is_made_again_while_the_store_holds_it(
 
         wait_until(delivered_after, 30, what="a delivery of a message published after the loss")
         assert h.remade == 1 and h.unrecorded == 0
+        assert inst.adapter.stats()["sessions_remade"] == 1
         assert sessions_of(inst).recorded(h.client_id) == h.filters
     finally:
         inst.adapter.close()

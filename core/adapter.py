@@ -476,15 +476,22 @@ class Adapter(abc.ABC):
     def delete_subscription(self, name: str) -> None:
         """Destroy the durable subscription ``name`` without a handle; idempotent."""
 
-    def forget_subscription(self, name: str) -> None:
+    def forget_subscription(self, name: str) -> bool:
         """Cluster mode: another instance destroyed the durable subscription ``name``
         (its record is gone from the shared store); this instance stopped its handle.
         Drop what the adapter keeps of it here and write nothing of it to the middleware
         again; an adapter that saved its position itself (a cursor's consumer group)
         makes sure no save of this instance's, also one already under way, is left behind
-        the other instance's delete.  Idempotent, also for unknown names.  Default:
-        nothing (the middleware keeps nothing this instance wrote)."""
-        return None
+        the other instance's delete.  Idempotent, also for unknown names.
+
+        True when something this instance made stays in the middleware under the name
+        because it could not be deleted now (it holds messages the destroying instance
+        may still take, as an end draining a queue into a pull point does): core then
+        writes an intent for the name, so the orphan sweep deletes it once the intent is
+        ``termination.orphan_grace`` old, unless the destroying instance's own delete
+        removed both first.  Default: False (the middleware keeps nothing this instance
+        wrote)."""
+        return False
 
     def depths(self, handles: Sequence[SubscriptionHandle]) -> list[int | None]:
         """``handle.depth()`` of each handle, in order, in as few middleware round trips

@@ -67,6 +67,7 @@ class ClusterParts:
             secret=self.cluster.coordination.secret,
             first_use=self.cluster.coordination.first_use,
             fed_by=self.fed_by,
+            is_pull_point=self.is_pull_point,
         )
         if self.cluster.shared:
             ctx.adapter.shared_by_instances(self.may_save)
@@ -106,6 +107,13 @@ class ClusterParts:
         durable subscription (``Subscriptions.destroy``, ``PullPoints.destroy``)."""
         store = self._ctx.store
         return store.get_subscription(name) is not None or store.get_pull_point(name) is not None
+
+    def is_pull_point(self, resource_id: str) -> bool:
+        """Whether a pull point has the id (``core.pull_owners``): known here, else in the
+        store (made through another instance a moment ago)."""
+        if resource_id in self._ctx.registry.pull_points:
+            return True
+        return self._ctx.store.get_pull_point(resource_id) is not None
 
     def fed_by(self, subscription_id: str) -> str | None:
         """The pull point a subscription feeds (``core.pull_owners``): read from memory,

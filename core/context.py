@@ -230,11 +230,24 @@ class BrokerContext:
 
     def forget_native(self, name: str) -> None:
         """Another instance deleted the durable subscription ``name``: the adapter drops
-        what it keeps of it here (``Adapter.forget_subscription``); failures are logged."""
+        what it keeps of it here (``Adapter.forget_subscription``); what it left in the
+        middleware gets an intent, which the orphan sweep finishes (``core.orphans``).
+        Failures are logged."""
         try:
-            self.adapter.forget_subscription(name)
+            left = self.adapter.forget_subscription(name)
         except Exception:
             _log.warning("forgetting durable subscription %s failed", name, exc_info=True)
+            return
+        if left:
+            try:
+                self.store.put_intent(name)
+            except Exception:
+                _log.warning(
+                    "recording the intent of %s, left in the middleware, failed: it stays "
+                    "there until an operator deletes it",
+                    name,
+                    exc_info=True,
+                )
 
     def delete_native(self, name: str) -> bool:
         """Delete the durable subscription ``name``; failures are logged, not raised

@@ -17,7 +17,9 @@ same for any resource whose shard decides where its backlog is read (a push
 subscription's deliverer holds what its delivery took from the middleware): an
 operator's purge or peek goes there, on every middleware in cluster mode.
 :meth:`PullOwners.pull_point_fed_by` names the pull point a subscription feeds (an ONVIF
-pull-point subscription is read where its pull point is).
+pull-point subscription is read where its pull point is); :meth:`PullOwners.is_pull_point`
+tells a pull point's id from another resource's (a request naming its resource by a
+``ResourceId`` reference parameter alone).
 
 Every forwarded request carries a nonce; :meth:`PullOwners.first_use` records it in the
 store (``Coordination.first_use``), so a request replayed to any instance is refused.
@@ -83,6 +85,7 @@ class PullOwners:
         secret: Callable[[], str],
         first_use: Callable[[str, float], bool] = lambda _n, _t: True,
         fed_by: Callable[[str], str | None] = lambda _id: None,
+        is_pull_point: Callable[[str], bool] = lambda _id: False,
         clustered: bool | None = None,
     ) -> None:
         #: whether a pull point has one reading instance (cluster mode, no native pull)
@@ -100,6 +103,7 @@ class PullOwners:
         self._secret_of = secret
         self._first_use = first_use
         self._fed_by = fed_by
+        self._is_pull_point = is_pull_point
         self._secret: str | None = None
         self._lock = threading.Lock()
         self._table: list[InstanceInfo] = []
@@ -119,6 +123,11 @@ class PullOwners:
     def pull_point_fed_by(self, subscription_id: str) -> str | None:
         """The pull point the subscription feeds (None: none, or no such subscription)."""
         return self._fed_by(subscription_id)
+
+    def is_pull_point(self, resource_id: str) -> bool:
+        """Whether ``resource_id`` names a pull point (a ``ResourceId`` reference
+        parameter names a resource of any kind)."""
+        return self._is_pull_point(resource_id)
 
     def reads_here(self, pull_point_id: str) -> bool:
         """Whether this instance may read the pull point now."""

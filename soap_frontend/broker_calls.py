@@ -30,7 +30,7 @@ from .envelope import SoapRequest
 from .faults import BaseFaultError
 from .message_info import apply_app_headers, messages_header, trace_headers
 from .splice import Spliced
-from .xml import WSNMOM, WSRF_RL, qname, text_of
+from .xml import WSNMOM, WSRF_RL, qname
 
 __all__ = ["BROKER_OPS", "RESOURCE_OPS", "RP_OPS", "Role", "broker_address", "run_operation"]
 
@@ -121,7 +121,7 @@ def _resolve(
             key = parse_qs(parts.query).get("wsn-subscriberkey")
             if key:
                 return key[0]
-    header_id = _resource_id_header(req)
+    header_id = req.addressing.resource_id
     if header_id:
         return header_id
     if kind is Role.SUBSCRIPTION and args.get("wsn-subscriberkey"):
@@ -130,15 +130,6 @@ def _resolve(
         f"no {kind.value[:-1]} is addressed by this request (use the EPR returned when it was "
         "created: its address, or echo its reference parameters)"
     )
-
-
-def _resource_id_header(req: SoapRequest) -> str | None:
-    for block in req.addressing.other_headers:
-        if block.tag == f"{{{WSNMOM}}}ResourceId":
-            value = text_of(block)
-            if value:
-                return value
-    return None
 
 
 def run_operation(
@@ -288,7 +279,7 @@ def _property_table(
         found = parse_resource_path(_to_path(req))
         if found is not None:
             target_role, rid = Role.of(found[0]), found[1]
-        elif (header_id := _resource_id_header(req)) is not None:
+        elif (header_id := req.addressing.resource_id) is not None:
             for candidate in (Role.SUBSCRIPTION, Role.PULL_POINT, Role.REGISTRATION):
                 try:
                     _lookup(service, candidate, header_id)

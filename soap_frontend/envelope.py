@@ -30,6 +30,7 @@ from .xml import (
     SOAP12,
     WSA,
     WSA_ANONYMOUS,
+    WSNMOM,
     XmlRejected,
     children,
     parse_xml,
@@ -37,6 +38,8 @@ from .xml import (
     serialize_standalone,
     text_of,
 )
+
+_RESOURCE_ID = f"{{{WSNMOM}}}ResourceId"
 
 SOAP_NS: dict[SoapVersion, str] = {SoapVersion.SOAP11: SOAP11, SoapVersion.SOAP12: SOAP12}
 
@@ -77,6 +80,17 @@ class Addressing:
     reply_to: EndpointReference | None = None
     #: non-WS-A header blocks: echoed reference parameters (marked or not) and others
     other_headers: list[etree._Element] = field(default_factory=list)
+
+    @property
+    def resource_id(self) -> str | None:
+        """The resource named by an echoed ``wsnmom:ResourceId`` reference parameter (the
+        EPRs the broker issues carry one), None without one."""
+        for block in self.other_headers:
+            if block.tag == _RESOURCE_ID:
+                value = text_of(block)
+                if value:
+                    return value
+        return None
 
 
 @dataclass(slots=True)

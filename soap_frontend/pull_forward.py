@@ -6,10 +6,12 @@ DestroyPullPoint, Notify, properties), or to an ONVIF pull-point subscription
 ``/onvif/subscriptions/<id>`` (PullMessages, SetSynchronizationPoint, Renew, Unsubscribe:
 read where the pull point the subscription feeds is read), or to the broker or the ONVIF
 event service with one of those addresses in ``wsa:To`` (parsed only when the body holds
-such a path), that arrives at another instance is sent on to the reading instance's
-address (``cluster.address``, from the store's instance table), and its answer relayed as
-it came: status, body, ``Retry-After`` and the reader's ``WSNMOM-Instance`` (the instance
-that read the messages).  While no live instance reads the pull point (a hand-over), the
+such a path), or naming a pull point by the ``wsnmom:ResourceId`` reference parameter its
+EPR carries (the store says whether the id is a pull point's), that arrives at another
+instance is sent on to the reading instance's address (``cluster.address``, from the
+store's instance table), and its answer relayed as it came: status, body,
+``Retry-After`` and the reader's ``WSNMOM-Instance`` (the instance that read the
+messages).  While no live instance reads the pull point (a hand-over), the
 answer is ResourceUnavailableFault, HTTP 503 with ``Retry-After``, as for every "try
 again" of the gateway; so is a reader that cannot be reached, or whose answer could not be
 read whole: the reader settles a GetMessages answer's messages only once its server wrote
@@ -39,8 +41,8 @@ forwarding instance authorised there (method ``admin``; taken on admin paths onl
 :data:`FORWARDED_FOR_HEADER`, also signed: the reader's per-address rate limits count it
 (``auth.FORWARDED_ADDRESS_KEY``).
 
-Only a pull point's own path (or an ONVIF subscription's), or one named in ``wsa:To``, is
-forwarded; a chunked body is
+Only a pull point's own path (or an ONVIF subscription's), or one named in ``wsa:To`` or
+by ``ResourceId``, is forwarded; a chunked body is
 read first (over the limit it is left to the application).  Of the reader's answer only
 its own headers are relayed (:data:`_RELAYED`).  Connecting to the reader waits
 :data:`CONNECT_TIMEOUT`, its answer :data:`TIMEOUT` (an ONVIF PullMessages, which may
@@ -127,6 +129,8 @@ _SHARED_ENDPOINTS = frozenset({BROKER_PATH, EVENT_SERVICE_PATH})
 #: what a body naming a pull point or an ONVIF subscription holds
 _PULL_POINT_MARK = resource_path(ResourceKind.PULL_POINT, "").encode()
 _ONVIF_MARK = (SUBSCRIPTIONS_PATH + "/").encode()
+#: the local name of the reference parameter the broker's EPRs carry
+_ID_MARK = b"ResourceId"
 #: the environ key marking a forwarded request whose signature and nonce were checked
 _VERIFIED = "wsnmom.forward.verified"
 #: seconds to wait for a connection to the reading instance (TLS handshake included): a
@@ -311,18 +315,36 @@ class PullForward:
 
     def _addressed(self, readers: PullOwners, environ: dict[str, Any], body: bytes) -> str | None:
         """The pull point a request to a shared endpoint (the broker, the ONVIF event
-        service) names in ``wsa:To``: a pull point's address or an ONVIF subscription's.
-        Only a body that holds such a path is parsed (not a Notify's)."""
-        if _PULL_POINT_MARK not in body and _ONVIF_MARK not in body:
+        service) names: in ``wsa:To`` (a pull point's address or an ONVIF subscription's)
+        or, when ``wsa:To`` names no pull point, by an echoed ``wsnmom:ResourceId``
+        reference parameter that is a pull point's id (the order the broker resolves a
+        request's resource in).  Only a body that holds such a path or that parameter's
+        name is parsed (not a Notify's, unless its payload quotes one).
+
+        :raises errors.ResourceUnavailable: the store cannot say whether the
+            ``ResourceId`` names a pull point (retry later)
+        """
+        if _PULL_POINT_MARK not in body and _ONVIF_MARK not in body and _ID_MARK not in body:
             return None
         try:
-            to = parse_request("POST", environ.get("CONTENT_TYPE"), body).addressing.to
-            target = urlsplit(to).path if to else ""
+            addressing = parse_request("POST", environ.get("CONTENT_TYPE"), body).addressing
+            target = urlsplit(addressing.to).path if addressing.to else ""
         except Exception:  # malformed: the application answers its fault
             return None
-        if target in _SHARED_ENDPOINTS:
+        if target and target not in _SHARED_ENDPOINTS:
+            found = self._pull_point_of(readers, target)
+            if found is not None:
+                return found
+        named = addressing.resource_id
+        if named is None:
             return None
-        return self._pull_point_of(readers, target)
+        try:
+            return named if readers.is_pull_point(named) else None
+        except Exception as exc:  # the store: never answered where it may not be read
+            log.warning("finding whether %s is a pull point failed: %s", named, exc)
+            raise errors.ResourceUnavailable(
+                f"the store does not answer: {exc}; retry later", retry_after=readers.retry_after
+            ) from exc
 
     # -- a request another instance forwarded --------------------------------------------
     def _forwarded(self, environ: dict[str, Any], start_response: StartResponse, value: str) -> Any:

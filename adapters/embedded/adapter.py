@@ -444,17 +444,19 @@ class EmbeddedAdapter(Adapter):
     def depths(self, handles: Sequence[SubscriptionHandle]) -> list[int | None]:
         """Depths of many subscriptions in one transaction (see ``Engine.depths``)."""
         engine = self._require()
-        ours = [
-            (i, h._sid)
-            for i, h in enumerate(handles)
-            if isinstance(h, EmbeddedHandle) and h._engine is engine and not h._detached
-        ]
-        out: list[int | None] = [0 if isinstance(h, EmbeddedHandle) else None for h in handles]
-        for (i, _), depth in zip(ours, engine.depths([sid for _, sid in ours]), strict=True):
-            out[i] = depth
-        for i, h in enumerate(handles):
+        out: list[int | None] = []
+        at: list[int] = []  # where each of ours goes in ``out``
+        sids: list[int] = []
+        for i, h in enumerate(handles):  # one pass: the overview passes every handle
             if not isinstance(h, EmbeddedHandle):
-                out[i] = h.depth()
+                out.append(h.depth())
+                continue
+            out.append(0)
+            if h._engine is engine and not h._detached:
+                at.append(i)
+                sids.append(h._sid)
+        for i, depth in zip(at, engine.depths(sids), strict=True):
+            out[i] = depth
         return out
 
     def subscription_names(self) -> list[str]:

@@ -17,6 +17,7 @@ from wsnmom.topic_mapping.model import Topic
 from .parts import EngineParts
 from .records import (
     _HAND_OUT,
+    _HEADS,
     _PUBLISHED,
     _READY,
     _READY_AFTER,
@@ -25,6 +26,10 @@ from .records import (
     _topic_key,
 )
 
+#: a subscription's ready count
+_COUNT_READY = "SELECT count(*) FROM queue_entries WHERE sub = ? AND state = 0"
+#: every queue's ready count
+_COUNTS = "SELECT sub, count(*) FROM queue_entries WHERE state = 0 GROUP BY sub"
 #: pending acks that force an immediate commit
 _ACK_BATCH = 512
 
@@ -154,9 +159,7 @@ class Queues(EngineParts):
             if st.limits.max_age is not None or self._pending_acks:
                 with self.tx():
                     self._expire(st)
-            row = self.conn.execute(
-                "SELECT count(*) FROM queue_entries WHERE sub = ? AND state = 0", (sid,)
-            ).fetchone()
+            row = self.conn.execute(_COUNT_READY, (sid,)).fetchone()
             return int(row[0])
 
     def purge(self, sid: int) -> int:
@@ -178,19 +181,42 @@ class Queues(EngineParts):
             return int(removed)
 
     def depths(self, sids: Sequence[int]) -> list[int]:
-        """``depth`` of each subscription in one transaction and one grouped count."""
+        """``depth`` of each subscription from one grouped query.  When some of them have
+        a ``max_age``, that query also reads each queue's oldest ready message's publish
+        time, and only the queues whose oldest message is past their ``max_age`` are
+        expired (ids follow publish order: if the oldest is young, none is) and counted
+        again: a poll where nothing expired is one read, not a query per aged queue."""
         with self.lock:
-            bounded = [self.subs[s] for s in sids if s in self.subs]
-            aged = [st for st in bounded if st.limits.max_age is not None]
-            if aged or self._pending_acks:
-                with self.tx():
-                    for st in aged:
+            if self._closed:
+                raise AdapterUnavailable("the embedded adapter is closed")
+            if self._pending_acks:
+                with self.tx():  # a message taken and not yet removed is not counted
+                    pass
+            subs = self.subs
+            if not any(  # stops at the first queue with a max_age (all by default)
+                (st := subs.get(s)) is not None and st.limits.max_age is not None for s in sids
+            ):
+                counts = dict(self.conn.execute(_COUNTS).fetchall())
+                return [int(counts.get(s, 0)) for s in sids]
+            wanted = set(sids)
+            counts = {}
+            stale = []
+            now = time.time()
+            for sub, n, published in self.conn.execute(_HEADS):  # the queues holding any
+                counts[sub] = n
+                st = subs.get(sub)
+                if (
+                    st is not None
+                    and (max_age := st.limits.max_age) is not None
+                    and published < now - max_age.total_seconds()
+                    and sub in wanted
+                ):
+                    stale.append(st)
+            if stale:
+                with self.tx() as c:
+                    for st in stale:
                         self._expire(st)
-            counts = dict(
-                self.conn.execute(
-                    "SELECT sub, count(*) FROM queue_entries WHERE state = 0 GROUP BY sub"
-                ).fetchall()
-            )
+                        counts[st.id] = c.execute(_COUNT_READY, (st.id,)).fetchone()[0]
         return [int(counts.get(s, 0)) for s in sids]
 
     def current_message(self, topic: Topic) -> StoredMessage | None:

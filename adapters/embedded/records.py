@@ -40,6 +40,11 @@ _OLDEST_READY = (
     "SELECT e.mid, m.size, m.published FROM queue_entries e JOIN messages m ON m.id = e.mid "
     "WHERE e.sub = ? AND e.state = 0 AND e.mid > ? ORDER BY e.mid LIMIT ?"
 )
+#: every queue's ready count and the publish time of its oldest ready message (``depths``)
+_HEADS = (
+    "SELECT q.sub, q.n, m.published FROM (SELECT sub, count(*) AS n, min(mid) AS head "
+    "FROM queue_entries WHERE state = 0 GROUP BY sub) q JOIN messages m ON m.id = q.head"
+)
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS messages(

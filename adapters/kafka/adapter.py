@@ -314,9 +314,13 @@ class KafkaAdapter(LogAdapter):
             backend.exact_watermarks = settings.exact_watermarks
             topics.on_created = backend.topic_created
 
-            def reset() -> None:
+            def reset(seen: float) -> None:
                 backend.forget_published()  # the offsets it knew are of the old log
-                publisher.renew("a followed topic was re-created")
+                # a producer made since the old topic was last seen was made (but for a
+                # race of one discovery interval) by the publisher once it found the
+                # cluster without its topics (``Publisher._check``): it has a producer id
+                # of the new cluster, and replacing it would fail what it is sending now
+                publisher.renew("a followed topic was re-created", made_before=seen)
 
             backend.on_reset = reset
             engine = CursorEngine(

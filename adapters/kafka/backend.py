@@ -45,8 +45,9 @@ class KafkaBackend:
         self._head: KafkaHeadReader | None = None
         self._readers = 0
         #: called when a followed topic started again below its old end (re-created,
-        #: or the broker restarted empty): the publisher renews its producer id
-        self.on_reset: Callable[[], None] | None = None
+        #: or the broker restarted empty), with when its old incarnation was last seen
+        #: (monotonic): the publisher renews a producer id older than that
+        self.on_reset: Callable[[float], None] | None = None
         #: when the head reader last polled (monotonic; 0: never)
         self.head_polled = 0.0
         #: the adapter's close, once begun (adapters/kafka/closing.py)

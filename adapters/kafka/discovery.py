@@ -38,10 +38,11 @@ _EPOCH_CHECK = 0.2
 class Look:
     """One look at the cluster: the topics (name -> partitions) and, when they were asked
     for, the topic ids of the followed ones (None: not asked this time, or the request
-    failed)."""
+    failed), and when the listing was asked for (monotonic)."""
 
     listing: Mapping[str, int]
     ids: Mapping[str, str] | None
+    taken: float = 0.0
 
 
 class Discovery:
@@ -128,4 +129,4 @@ class Discovery:
             with self._lock:
                 if ids is None and self._found is not None:
                     ids = self._found.ids  # an earlier look's ids the head has not seen
-                self._found = Look(listing, ids)
+                self._found = Look(listing, ids, now)

@@ -19,6 +19,16 @@ poll thread, and publishes that return only once the broker confirmed every mess
   messages already on the wire may still be written when it comes back.
 * A fatal producer error (the idempotent producer's state is lost, e.g. the broker
   forgot the producer id) fails what is outstanding and a new producer takes over.
+* Topics the cluster lost (``_check``): after a lost connection (before producing) and
+  for a publish not confirmed within a quarter of ``unavailable_grace``, the publisher
+  asks the cluster for the internal topic and the publish's topics (DescribeTopics).
+  Topics it lost are created again at once; without the internal topic the cluster lost
+  its state (a memory-only broker restarted empty, a cluster re-created), the producer
+  id too, and the producer is replaced.  Before, such a publish went to a topic the
+  adapter believed existed: librdkafka holds a record for a topic missing from the
+  metadata ``topic.metadata.propagation.max.ms`` (30 s), so it timed out
+  (``message.timeout.ms``) and the Notify was refused after 30 s.  What a replaced
+  producer purged unsent (``_PURGE_QUEUE``) is produced again on the new one.
 """
 
 from __future__ import annotations
@@ -34,6 +44,7 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from wsnmom.core.adapter import (
     HEADER_MESSAGE_ID,
+    AdapterError,
     AdapterUnavailable,
     OutboundMessage,
     PublishFailed,
@@ -53,6 +64,10 @@ log = logging.getLogger("wsnmom.adapters.kafka")
 #: called with (destination, message, partition, offset, timestamp ms) for each confirmed
 #: message (the current-message cache)
 Confirmed = Callable[[Destination, OutboundMessage, int, int, int], None]
+
+#: times a publish produces what a replaced producer purged unsent (``_PURGE_QUEUE``)
+_ATTEMPTS = 3
+_PURGED = KafkaError._PURGE_QUEUE
 
 
 class PublishUnavailable(PublishFailed, AdapterUnavailable):
@@ -96,6 +111,17 @@ class _Batch:
         if last:
             self._signal.release()
 
+    def rearm(self, indices: Sequence[int]) -> None:
+        """Wait again for the reports of ``indices`` (produced again); only once every
+        report came (``wait`` returned True)."""
+        with self.lock:
+            for index in indices:
+                self.errors[index] = None
+                self.reports[index] = None
+            self.remaining = len(indices)
+        if indices:
+            self._signal.acquire()
+
     def fail_all(self, error: KafkaError) -> None:
         with self.lock:
             for i, report in enumerate(self.reports):
@@ -131,6 +157,10 @@ class Publisher:
         #: ``Health.epoch`` when the producer was made (connections lost since: a publish
         #: timeout may be a broker that forgot the producer id)
         self._epoch = 0
+        #: when the producer was made (monotonic)
+        self._made_at = 0.0
+        #: ``Health.epoch`` when the cluster's topics were last checked (``_check``)
+        self._checked_epoch = 0
 
     # -- lifecycle --------------------------------------------------------------------------
     def _new_producer(self) -> Producer:
@@ -156,7 +186,8 @@ class Publisher:
             if self._running:
                 return
             self._producer = self._new_producer()
-            self._epoch = self._health.epoch
+            self._epoch = self._checked_epoch = self._health.epoch
+            self._made_at = time.monotonic()
             self._running = True
         self._thread = threading.Thread(
             target=self._poll_loop, name="wsnmom-kafka-poll", daemon=True
@@ -206,23 +237,32 @@ class Publisher:
             batches, self._outstanding = self._outstanding, set()
             self._producer = self._new_producer()
             self._epoch = self._health.epoch
+            self._made_at = time.monotonic()
         for batch in batches:
             batch.fail_all(error)
 
-    def renew(self, why: str, only: Producer | None = None) -> None:
+    def renew(
+        self, why: str, only: Producer | None = None, made_before: float | None = None
+    ) -> None:
         """Start a fresh producer (a new producer id) and drop what the old one still
-        holds: its publishes fail, none was confirmed.  For a broker that forgot the
-        producer id (a memory-only broker restarted): librdkafka then retries with a
-        locally bumped epoch the broker does not know either, until the message times
-        out.  With ``only``: unless another publish replaced that producer already."""
+        holds: what it had sent fails, what it had not sent yet is produced again by
+        its publishes (``_ATTEMPTS``).  For a broker that forgot the producer id (a
+        memory-only broker restarted): librdkafka then retries with a locally bumped
+        epoch the broker does not know either, until the message times out.  With
+        ``only``: unless another publish replaced that producer already; with
+        ``made_before`` (monotonic): only if the producer was made before then."""
         with self._lock:
             if not self._running or self._producer is None:
                 return
             if only is not None and self._producer is not only:
                 return
+            if made_before is not None and self._made_at > made_before:
+                log.debug("not replacing the Kafka producer (%s): it is newer", why)
+                return
             old = self._producer
             self._producer = self._new_producer()
             self._epoch = self._health.epoch
+            self._made_at = time.monotonic()
         log.warning("replacing the Kafka producer: %s", why)
         try:
             old.purge(in_queue=True, in_flight=True)
@@ -246,7 +286,52 @@ class Publisher:
             raise PublishUnavailable(
                 f"the Kafka cluster is unreachable (waited {grace:.1f}s for it)"
             )
-        for dest in {d.log: d for d in destinations}.values():
+        logs = {d.log: d for d in destinations}
+        if self._health.epoch != self._checked_epoch:
+            # a connection was lost since the last look: the cluster may have come back
+            # without its topics and the producer id (a memory-only broker restarted)
+            self._check(logs, None, grace)
+        self._ensure(logs, started, deadline, grace)
+        batch = _Batch(len(messages))
+        with self._lock:
+            producer = self._producer
+            if producer is None or not self._running:
+                raise PublishUnavailable("the Kafka adapter is not open")
+            self._outstanding.add(batch)
+        try:
+            pending: Sequence[int] = range(len(messages))
+            check = partial(self._check_waiting, logs, started, deadline, grace)
+            for _ in range(_ATTEMPTS):
+                for index in pending:
+                    self._produce(
+                        producer, batch, index, messages[index], destinations[index], deadline
+                    )
+                if not self._wait(batch, started, deadline, check):
+                    error = self._timeout_error(len(messages), batch, started)
+                    if self._epoch != self._health.epoch or not self._answering(started):
+                        self.renew(
+                            "a publish was not confirmed and the cluster does not answer",
+                            producer,
+                        )
+                    raise error
+                pending = self._purged(batch)
+                with self._lock:
+                    current = self._producer
+                if not pending or current in (None, producer) or time.monotonic() >= deadline:
+                    break
+                # the producer was replaced before it sent them: the new one sends them
+                producer = current
+                batch.rearm(pending)
+        finally:
+            with self._lock:
+                self._outstanding.discard(batch)
+        return self._receipts(messages, destinations, batch)
+
+    def _ensure(
+        self, logs: dict[str, Destination], started: float, deadline: float, grace: float
+    ) -> None:
+        """``Topics.ensure`` for each of ``logs`` (created when missing)."""
+        for dest in logs.values():
             internal = dest.log == self._mapping.internal_topic
             self._topics.ensure(
                 dest.log,
@@ -256,26 +341,64 @@ class Publisher:
                 listing_timeout=grace,
                 answering=partial(self._answering, started),
             )
-        batch = _Batch(len(messages))
+
+    def _check(self, logs: dict[str, Destination], since: float | None, timeout: float) -> None:
+        """Whether the cluster still has the internal topic and ``logs`` (module
+        docstring; ``since``: not those found after then); nothing when it does not
+        answer within ``timeout`` (the publish's own wait decides then)."""
+        epoch = self._health.epoch
         with self._lock:
             producer = self._producer
-            if producer is None or not self._running:
-                raise PublishUnavailable("the Kafka adapter is not open")
-            self._outstanding.add(batch)
+        internal = self._mapping.internal_topic
         try:
-            for index, (message, dest) in enumerate(zip(messages, destinations, strict=True)):
-                self._produce(producer, batch, index, message, dest, deadline)
-            if not self._wait(batch, started, deadline):
-                error = self._timeout_error(len(messages), batch, started)
-                if self._epoch != self._health.epoch or not self._answering(started):
-                    self.renew(
-                        "a publish was not confirmed and the cluster does not answer", producer
-                    )
-                raise error
-        finally:
-            with self._lock:
-                self._outstanding.discard(batch)
-        return self._receipts(messages, destinations, batch)
+            gone = self._topics.missing({internal, *logs}, timeout, since=since)
+        except AdapterUnavailable as exc:
+            log.debug("checking the Kafka topics failed: %s", exc)
+            return
+        self._checked_epoch = epoch
+        if internal not in gone:
+            if gone:
+                log.warning(
+                    "Kafka topic(s) %s are gone from the cluster: creating them again",
+                    ", ".join(sorted(gone)),
+                )
+            return
+        try:  # the listing confirms it (and forgets every topic that is gone)
+            if internal in self._topics.refresh(timeout=timeout):
+                return
+        except AdapterError:
+            return
+        log.warning(
+            "the Kafka cluster lost its topics (%s is gone: a memory-only broker restarted "
+            "empty, or the cluster was re-created): creating them again as they are "
+            "published to, with a new producer id",
+            internal,
+        )
+        self.renew("the cluster lost its topics and the producer id", only=producer)
+        try:
+            self._topics.ensure(
+                internal,
+                partitions=self._settings.internal_partitions,
+                internal=True,
+                timeout=timeout,
+                listing_timeout=timeout,
+            )
+        except AdapterError as exc:
+            log.warning("creating the Kafka topic %s again failed: %s", internal, exc)
+
+    def _check_waiting(
+        self, logs: dict[str, Destination], started: float, deadline: float, grace: float
+    ) -> None:
+        """``_check`` for a publish not yet confirmed, then ``_ensure``: librdkafka sends
+        what waits for a topic created again as soon as it sees it."""
+        left = min(started + grace, deadline) - time.monotonic()
+        self._check(logs, started, max(left, 0.1))
+        self._ensure(logs, started, deadline, grace)
+
+    @staticmethod
+    def _purged(batch: _Batch) -> list[int]:
+        """Indices of ``batch`` purged unsent from a producer that was replaced."""
+        return [i for i, e in enumerate(batch.errors) if e is not None and e.code() == _PURGED]
 
     def _produce(
         self,
@@ -319,16 +442,24 @@ class Publisher:
             return True
         return self._health.available and self._health.answered_since(started)
 
-    def _wait(self, batch: _Batch, started: float, deadline: float) -> bool:
+    def _wait(
+        self, batch: _Batch, started: float, deadline: float, check: Callable[[], None]
+    ) -> bool:
         """Wait for every report of ``batch`` until ``deadline``; False when they did not
-        all come, or when the cluster stopped answering (``_answering``)."""
+        all come, or when the cluster stopped answering (``_answering``).  Calls ``check``
+        once when a quarter of ``unavailable_grace`` passed (``_check_waiting``)."""
         grace = self._settings.unavailable_grace
         if batch.wait(min(started + grace / 4, deadline) - time.monotonic()):
             return True
+        checked = False
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0 or not self._answering(started):
                 return False
+            if not checked:
+                checked = True
+                check()
+                continue
             if batch.wait(min(remaining, 0.05)):
                 return True
 

@@ -161,6 +161,8 @@ class KafkaHeadReader(_Consuming):
         self._committed: dict[StreamId, int] = {}
         #: streams whose topic disappeared, and the position they had
         self._gone: dict[StreamId, int] = {}
+        #: followed topic name -> when a look last found it (monotonic)
+        self._seen: dict[str, float] = {}
         streams = self._followed_streams(self._backend.topics.refresh())
         committed = self._committed_offsets(streams)
         first_start = not committed
@@ -174,6 +176,7 @@ class KafkaHeadReader(_Consuming):
                 self._next[stream] = self._earliest(stream)
         names = {s[0] for s in streams}
         self._topic_ids = self._backend.topics.topic_ids(names)
+        self._seen = dict.fromkeys(names, time.monotonic())
         self._assign_all()
         self._discovery = Discovery(
             backend.topics, backend.health, self._settings, self._mapping.follows, names
@@ -255,11 +258,13 @@ class KafkaHeadReader(_Consuming):
                 self._pending.append(RecordsLost(stream, old, start))
                 reset = self._backend.on_reset
                 if reset is not None:
-                    reset()
+                    # what was made after the old topic was last seen knows the new one
+                    reset(self._seen.get(stream[0], 0.0))
             self._next[stream] = start
             self._committed.pop(stream, None)
             changed = True
         self._topic_ids.update(ids)
+        self._seen.update(dict.fromkeys({s[0] for s in streams}, look.taken))
         if changed:
             self._assign_all()
 

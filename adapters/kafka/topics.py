@@ -40,6 +40,8 @@ class Topics:
         #: topic name -> partition count, from the last listing
         self._partitions: dict[str, int] = {}
         self._listed_at = 0.0
+        #: topic name -> when the cluster last said it has it (``missing``, ``_create``)
+        self._verified: dict[str, float] = {}
         #: serialises creation per topic name
         self._creating: dict[str, threading.Lock] = {}
         #: called after this process created a topic (the head reader looks for it)
@@ -78,6 +80,38 @@ class Topics:
         """``name`` turned out to be missing (the broker said so): check again next time."""
         with self._lock:
             self._partitions.pop(name, None)
+
+    def missing(self, names: Iterable[str], timeout: float, since: float | None = None) -> set[str]:
+        """Which of ``names`` the cluster says it does not have (one DescribeTopics
+        request), forgotten from the listing; AdapterUnavailable when the answer for one
+        of them does not come within ``timeout`` seconds.  With ``since`` (monotonic),
+        names found or created after then are not asked for again."""
+        with self._lock:
+            names = sorted(
+                n for n in set(names) if since is None or self._verified.get(n, 0.0) <= since
+            )
+        if not names:
+            return set()
+        asked = time.monotonic()
+        futures = self._admin.describe_topics(
+            TopicCollection(names), request_timeout=max(timeout, 0.1)
+        )
+        gone: set[str] = set()
+        for name, future in futures.items():
+            try:
+                future.result()
+            except KafkaException as exc:
+                if exc.args[0].code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
+                    raise AdapterUnavailable(f"describing Kafka topic {name!r}: {exc}") from exc
+                gone.add(name)
+        with self._lock:
+            for name in names:
+                if name in gone:
+                    self._partitions.pop(name, None)
+                    self._verified.pop(name, None)
+                else:
+                    self._verified[name] = asked
+        return gone
 
     def topic_ids(self, names: Iterable[str], timeout: float = 5.0) -> dict[str, str]:
         """The topic id of each existing topic of ``names`` (missing ones are left out)."""
@@ -155,5 +189,6 @@ class Topics:
             log.info("created Kafka topic %s (%d partitions)", name, partitions)
         with self._lock:
             self._partitions[name] = max(self._partitions.get(name, 0), partitions)
+            self._verified[name] = time.monotonic()
         if self.on_created is not None:
             self.on_created()

@@ -36,9 +36,11 @@ class LogAdapter(Adapter):
         """Forget the cursor and its stored positions (idempotent)."""
         self.cursor_engine().delete_subscription(name)
 
-    def forget_subscription(self, name: str) -> None:
-        """Drop the cursor another instance deleted; nothing of it is saved again."""
+    def forget_subscription(self, name: str) -> bool:
+        """Drop the cursor another instance deleted; nothing of it is saved again (and
+        nothing is left: False)."""
         self.cursor_engine().forget_subscription(name)
+        return False
 
     def subscription_names(self) -> list[str] | None:
         """Cursors open now or stored."""

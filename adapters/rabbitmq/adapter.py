@@ -397,10 +397,12 @@ class RabbitMQAdapter(Adapter):
         else:
             self._run(self.consumers.delete_queue(self.queue_name(name), None))
 
-    def forget_subscription(self, name: str) -> None:
-        """Destroyed by another instance (``RabbitMQSubscription.forget``)."""
+    def forget_subscription(self, name: str) -> bool:
+        """Destroyed by another instance (``RabbitMQSubscription.forget``): True when its
+        queue was left because messages wait in it."""
         if (sub := self.pool.find(name)) is not None:
-            sub.forget()
+            return sub.forget()
+        return False
 
     def depths(self, handles: Sequence[SubscriptionHandle]) -> list[int | None]:
         """Depths of many subscription queues: per consuming connection one call onto its

@@ -32,6 +32,7 @@ from ._link import (
     PRECONDITION_FAILED,
     Channel,
     ChannelError,
+    Declarer,
     FrameReader,
     GetReply,
     Link,
@@ -375,21 +376,74 @@ class Consumers:
         process made): it receives nothing more."""
         link = sub.link
         await link.ready(self.timeout)
-        bindings = set(self.declarations.names.bindings_for(sub.spec.patterns)) | sub.bound
         async with link.declaring() as admin:
-            for exchange, key in sorted(bindings):
-                await admin.call("queue_unbind", sub.queue, exchange, key)
-        sub.bound = set()
-        sub.declared_as = None
+            await self._unbind(admin, sub, gone_ok=False)
 
     async def delete_queue(self, queue: str, sub: RabbitMQSubscription | None) -> None:
         """Stop ``sub``'s consumer and puller (when given) and delete ``queue``."""
         link = sub.link if sub is not None else self.primary
         await link.ready(self.timeout)
         if sub is not None:
-            await self.stop(sub)
-            if sub.puller is not None:
-                await sub.puller.close()
-                sub.puller = None
+            await self.stop_and_close(sub)
         async with link.declaring() as admin:
             await admin.call("queue_delete", queue)
+
+    async def stop_and_close(self, sub: RabbitMQSubscription) -> None:
+        """Stop ``sub``'s consumer and close its puller."""
+        await self.stop(sub)
+        if sub.puller is not None:
+            await sub.puller.close()
+            sub.puller = None
+
+    async def delete_unless_waiting(self, sub: RabbitMQSubscription) -> bool:
+        """Stop ``sub``'s consumer and puller and delete its queue unless messages wait
+        in it (another instance ending it drains them into a pull point, then deletes
+        it); a queue left is unbound (:meth:`unbind_left`).  False when it was left.  A
+        classic queue's delete is refused while it holds messages (``if-empty``:
+        atomic); a quorum queue has no such delete (RabbitMQ closes the connection with
+        NOT_IMPLEMENTED), so its depth is read first, and only messages given back to it
+        between that read and the delete could go with it.  Refusals close the
+        declaration channel only (``Declarer`` reopens it)."""
+        await self.stop_and_close(sub)
+        async with sub.link.declaring() as admin:
+            try:
+                frame = await admin.call("queue_declare", sub.queue, passive=True)
+                if not int(frame.method.message_count):
+                    await admin.call("queue_delete", sub.queue, if_empty=self._classic(sub))
+                    return True
+            except ChannelError as exc:
+                if exc.code == NOT_FOUND:
+                    return True  # deleted already
+                if exc.code != PRECONDITION_FAILED:  # a message arrived after the read
+                    raise
+            await self.unbind_left(admin, sub)
+        return False
+
+    async def unbind_left(self, admin: Declarer, sub: RabbitMQSubscription) -> None:
+        """Remove every binding of ``sub``'s queue, left because messages wait in it:
+        the subscription ended, and nothing published from now on goes into it (also
+        when this process declared it again after the ending instance deleted it, and
+        nothing deletes it then).  A binding or queue gone meanwhile (the ending
+        instance's drain deleted the queue) is no error."""
+        await self._unbind(admin, sub, gone_ok=True)
+
+    async def _unbind(self, admin: Declarer, sub: RabbitMQSubscription, *, gone_ok: bool) -> None:
+        """``queue.unbind`` of the bindings of ``sub``'s patterns and those this process
+        made; ``gone_ok``: a 404 (no queue, no exchange) is no error."""
+        bindings = set(self.declarations.names.bindings_for(sub.spec.patterns)) | sub.bound
+        for exchange, key in sorted(bindings):
+            try:
+                await admin.call("queue_unbind", sub.queue, exchange, key)
+            except ChannelError as exc:
+                if not gone_ok or exc.code != NOT_FOUND:
+                    raise
+                if "no queue" in exc.text:
+                    break  # the queue went (its bindings with it): the rest would fail alike
+        sub.bound = set()
+        sub.declared_as = None
+
+    def _classic(self, sub: RabbitMQSubscription) -> bool:
+        """Whether ``sub``'s queue is known to be a classic queue: declared here as
+        wanted (one kept with other arguments may be a quorum queue)."""
+        declared = sub.declared_as
+        return declared is not None and declared[1].get("x-queue-type", "classic") == "classic"

@@ -6,6 +6,7 @@ adapter's :class:`~.consumers.Consumers`.  Peeking is refused (:data:`PEEK_REFUS
 from __future__ import annotations
 
 import functools
+import logging
 import queue
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -34,6 +35,8 @@ from ._link import Channel, Link
 from .consumers import Consumers
 from .declarations import Declared
 from .names import Binding
+
+log = logging.getLogger("wsnmom.adapters.rabbitmq")
 
 #: messages dead-lettered per confirmed publish (and the consumer's prefetch meanwhile)
 BURIAL_BATCH = 500
@@ -169,18 +172,32 @@ class RabbitMQSubscription(SubscriptionHandle):
         self._forget(self)
         c.run(c.delete_queue(self.queue, self), link=self.link)
 
-    def forget(self) -> None:
+    def forget(self) -> bool:
         """Another instance destroyed it (``Adapter.forget_subscription``): out of the
-        pool, and the queue deleted when this process declared it: that may have been
-        after the other instance deleted it (a first consume here while a Subscribe
-        refused there was undone), and nothing else would delete it then.  Deleting a
-        queue that is gone already is no error in RabbitMQ."""
-        if self.declared:
-            self.delete()
-            return
+        pool, and the queue deleted when this process declared it and no message waits
+        in it.  This process may have declared it after the other instance deleted it
+        (a first consume here while a Subscribe refused there was undone), and nothing
+        else would delete it then (deleting a queue that is gone is no error).  A queue
+        that holds messages is left to the other instance, unbound: an end that feeds
+        a pull point drains them into it before it deletes the queue (deleting it here
+        first would delete them; its removal intent fences a crash in between), and
+        nothing published after the end goes into it.  True when it was left: core
+        writes an intent for it, and the orphan sweep deletes it after the grace if the
+        other instance has not (a queue declared here again after the other's delete)."""
         self.consuming = False
         self.deleted = True
         self._forget(self)
+        if not self.declared:
+            return False
+        c = self._consumers
+        if c.run(c.delete_unless_waiting(self), link=self.link):
+            return False
+        log.info(
+            "queue %s holds messages: left unbound to the instance that ended it, and to "
+            "the orphan sweep after the grace",
+            self.queue,
+        )
+        return True
 
     def delete_into_dead_letters(
         self, reason: str, context: Mapping[str, str], timeout: float = 30.0

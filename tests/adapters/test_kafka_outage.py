@@ -4,6 +4,7 @@ storage (a restarted tansu has all its data again, ``durable_tansu``)."""
 
 from __future__ import annotations
 
+import inspect
 import threading
 import time
 import uuid
@@ -14,14 +15,16 @@ import pytest
 
 pytest.importorskip("confluent_kafka")
 
-from confluent_kafka.admin import AdminClient
+from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 from wsnmom.adapters.kafka.adapter import KafkaAdapter
 from wsnmom.adapters.kafka.clients import Health
 from wsnmom.adapters.kafka.closing import Closing
 from wsnmom.adapters.kafka.config import parse_settings
 from wsnmom.adapters.kafka.positions import KafkaPositionStore
+from wsnmom.adapters.kafka.publisher import Publisher
 from wsnmom.adapters.logbase.backend import SaveCut
-from wsnmom.core.adapter import PublishFailed, SubscriptionSpec
+from wsnmom.core.adapter import PublishFailed, SubscriptionSpec, TopicUnavailable
 from wsnmom.core.adapter_errors import AdapterError
 from wsnmom.topic_mapping.model import ANY, PathPattern, Topic
 
@@ -181,6 +184,110 @@ def test_broker_killed_and_restarted_empty_is_reconnected_without_reopening(
     pulled = subscribe(adapter, PathPattern(inbox.namespace, inbox.path))
     adapter.publish(message(inbox, b"<copy/>"))
     assert [m.body for m in pulled.wait_for(1, 10)] == [b"<copy/>"]
+
+
+def _publish_after_an_empty_restart(node: TansuNode, adapter: KafkaAdapter) -> None:
+    """Publish before, restart the broker empty, then publish once with half of
+    ``delivery_timeout``: librdkafka holds a record for a topic missing from the metadata
+    ``topic.metadata.propagation.max.ms`` (30 s), longer than that, so a publish to a topic
+    the adapter still believes exists times out; the gateway's Notify waited the whole
+    ``publish_timeout`` (30 s) and was refused.  Every acknowledged record arrives, once."""
+    got = subscribe(adapter, PathPattern(NS, ("t", ANY)))
+    topic = Topic(NS, ("t", "gone"))
+    adapter.publish(message(topic, b"<before/>"))
+    got.wait_for(1, 10)
+    node.restart()
+    wait(adapter.available, 10.0)
+    # one try, no retry: the first publish after the loss is the one that stalled
+    adapter.publish(message(topic, b"<after0/>"), timeout=adapter.settings.delivery_timeout / 2)
+    after = [b"<after0/>"]
+    for i in range(1, 4):  # and the next ones, through the head reader noticing the loss
+        adapter.publish(message(topic, b"<after%d/>" % i), timeout=10)
+        after.append(b"<after%d/>" % i)
+        time.sleep(0.3)
+    wait(lambda: set(after) <= set(bodies(got)), 20.0)
+    assert bodies(got)[0] == b"<before/>"
+    # the new log holds each record once (what a replaced producer had not sent is
+    # produced again, never what it had sent); the subscriber may get some twice (the
+    # head reader reads a re-created topic again from its start, "one reset rule")
+    assert log_values(node, adapter.mapping.destination(topic).log, len(after)) == after
+
+
+def log_values(node: TansuNode, log: str, count: int) -> list[bytes]:
+    """The values of the first ``count`` records of partition 0 of ``log``, and whatever
+    follows them within a moment (a plain consumer)."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": node.url.split("//", 1)[1],
+            "group.id": f"check-{uuid.uuid4().hex[:8]}",
+            "enable.auto.commit": False,
+        }
+    )
+    try:
+        consumer.assign([TopicPartition(log, 0, 0)])
+        values: list[bytes] = []
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            record = consumer.poll(0.5 if len(values) >= count else 1.0)
+            if record is None:
+                if len(values) >= count:
+                    break
+                continue
+            if record.error() is None:
+                values.append(record.value() or b"")
+        return values
+    finally:
+        consumer.close()
+
+
+def test_the_first_publish_after_an_empty_restart_is_accepted_at_once(
+    node: TansuNode, adapter: KafkaAdapter
+) -> None:
+    """The publish after the lost connection asks the cluster for its topics before
+    producing, finds the internal topic gone (the cluster lost its state), takes a new
+    producer id and creates the topics again (``Publisher._check``)."""
+    _publish_after_an_empty_restart(node, adapter)
+
+
+def test_a_publish_that_finds_its_topic_gone_while_waiting_is_accepted(
+    node: TansuNode, adapter: KafkaAdapter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same when the look before producing did not see the loss (the cluster lost its
+    topics just after it, or it did not answer in time): here it is left out, so the
+    record goes to the old producer and waits for the topic; a quarter of
+    ``unavailable_grace`` later the publish looks, finds the topics gone, replaces the
+    producer, produces the purged record again on the new one and creates the topic."""
+    # the attribute the look before producing compares with Health.epoch (an instance
+    # attribute, hence raising=False): fail loudly rather than test the other path twice
+    assert "self._checked_epoch" in inspect.getsource(Publisher.publish_many)
+    monkeypatch.setattr(
+        Publisher,
+        "_checked_epoch",
+        property(lambda self: self._health.epoch, lambda self, value: None),
+        raising=False,
+    )
+    _publish_after_an_empty_restart(node, adapter)
+
+
+def test_existing_policy_refuses_a_topic_the_empty_cluster_lost_at_once(node: TansuNode) -> None:
+    """With ``topic_policy = "existing"`` the topic a cluster lost is not created again:
+    the publish says so (TopicUnavailable: TopicNotSupportedFault) instead of waiting
+    for a record librdkafka holds until ``delivery_timeout`` expires it."""
+    options = {**isolated_options(), "namespaces": {NS: "out"}, "topic_policy": "existing"}
+    a = KafkaAdapter(node.url, options)
+    a.open()
+    try:
+        topic = Topic(NS, ("t", "kept"))
+        name = a.mapping.destination(topic).log
+        admin = AdminClient({"bootstrap.servers": node.url.split("//", 1)[1]})
+        admin.create_topics([NewTopic(name, 1, -1)])[name].result(10)
+        a.publish(message(topic, b"<before/>"))
+        node.restart()
+        wait(a.available, 10.0)
+        with pytest.raises(TopicUnavailable):
+            a.publish(message(topic, b"<after/>"), timeout=a.settings.delivery_timeout / 2)
+    finally:
+        a.close()
 
 
 def test_open_while_the_broker_is_down_is_retryable(node: TansuNode) -> None:

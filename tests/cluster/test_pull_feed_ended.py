@@ -25,6 +25,7 @@ import re
 import socket
 import tempfile
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -52,11 +53,16 @@ FILLER = 64 * 1024
 #: while this file exists, the gateways follow no end of a subscription made through
 #: another instance (``tests/support/killpoint``); one per test process
 HOLD = Path(tempfile.gettempdir()) / f"wsnmom-hold-forget-{os.getpid()}"
+#: while this file exists, an end that drains a feed into its pull point waits before
+#: the drain (``KILLPOINT_HOLD_DRAIN``); the gateway touches ``.reached`` beside it then
+DRAIN = Path(tempfile.gettempdir()) / f"wsnmom-hold-drain-{os.getpid()}"
+REACHED = DRAIN.with_name(DRAIN.name + ".reached")
 #: the leader's sweep ends an expired subscription soon; the hold above
 SETTINGS = {
     "WSNMOM_TERMINATION__SWEEP_INTERVAL": "0.2",
     "PYTHONPATH": str(Path(__file__).parent.parent / "support" / "killpoint"),
     "KILLPOINT_HOLD_FORGET": str(HOLD),
+    "KILLPOINT_HOLD_DRAIN": str(DRAIN),
 }
 #: the answering instance's gauge of the subscriptions it knows
 GAUGE = "wsnmom_subscriptions"
@@ -210,6 +216,45 @@ def test_an_unsent_answer_whose_feed_another_instance_ended_comes_again(
     assert sorted(got) == list(range(COUNT)), got
     requests.post(
         c.via(answerer, address),
+        data=envelope("<wsnt:DestroyPullPoint/>", to=address),
+        headers={"Content-Type": content_type()},
+        timeout=30,
+    ).raise_for_status()
+
+
+def test_waiting_messages_of_a_feed_another_instance_ends_come_from_the_pull_point(
+    shared_cluster: Callable[..., Cluster],
+) -> None:
+    """Native pull: the messages waiting in a subscription's queue when another instance
+    ends it come from the pull point, each once, also when the instance that declared
+    the queue (here: the one it was made through) follows the end between the ending
+    instance's delete of the record and its drain of the queue: it leaves a queue that
+    holds messages to the ending instance, which drains it and then deletes it
+    (``RabbitMQSubscription.forget``; before session 15 it deleted them, about one run
+    in three without the hold)."""
+    c = shared_cluster(2, **SETTINGS)
+    follower, ender, address, subscription, known = _made(c, SETTINGS, "unsubscribe")
+    c.client(follower).notify_many(
+        [(f'<p:v xmlns:p="urn:p" n="{i}"/>', TOPIC) for i in range(COUNT)]
+    )  # confirmed: routed into the subscription's queue
+    through = c.client(ender).subscription(EndpointReference(c.via(ender, subscription)))
+    REACHED.unlink(missing_ok=True)
+    DRAIN.touch()
+    try:
+        with ThreadPoolExecutor(1) as pool:
+            ended = pool.submit(through.unsubscribe)
+            wait_until(REACHED.exists, 60, what="the end held before its drain")
+            # the follower forgot it (its gauge drops once the adapter forgot it)
+            wait_until(lambda: metric(follower, GAUGE) == known, 60, what="the end followed")
+            DRAIN.unlink()
+            ended.result(timeout=120)
+    finally:
+        DRAIN.unlink(missing_ok=True)
+        REACHED.unlink(missing_ok=True)
+    got = _gather(c, follower, address)
+    assert sorted(got) == list(range(COUNT)), got
+    requests.post(
+        c.via(follower, address),
         data=envelope("<wsnt:DestroyPullPoint/>", to=address),
         headers={"Content-Type": content_type()},
         timeout=30,

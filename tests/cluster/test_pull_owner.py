@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import pytest
 import requests
 from lxml import etree
+from wsnmom.soap_frontend.xml import WSNMOM
 
 from tests.cluster.conftest import INSTANCE, MQTT, Cluster
 from tests.cluster.test_operate import status
@@ -166,6 +167,31 @@ def test_get_messages_through_both_instances_hands_out_every_message_once(
         lambda: get_messages(c, other, address, 0).numbers, 20, what="the message kept"
     )
     assert left == [count]
+
+    # a client that posts to the broker's address and names the pull point only by the
+    # ResourceId reference parameter of its EPR is forwarded to the reader too
+    publish(c, b, range(count + 1, count + 2), ONCE)
+    resource_id = address.rstrip("/").rsplit("/", 1)[1]
+    param = (
+        f'<wsnmom:ResourceId xmlns:wsnmom="{WSNMOM}" wsa:IsReferenceParameter="true">'
+        f"{resource_id}</wsnmom:ResourceId>"
+    )
+
+    def by_resource_id() -> list[int]:
+        r = requests.post(
+            other.broker_url,
+            data=envelope("<wsnt:GetMessages/>", action=ACTION, headers=param),
+            headers={"Content-Type": content_type()},
+            timeout=30,
+        )
+        assert r.status_code == 200, r.text
+        assert r.headers[INSTANCE] == reader
+        return [
+            int("".join(m.itertext()).strip())
+            for m in body_child(r.content).iter(f"{{{WSNT}}}Message")
+        ]
+
+    assert wait_until(by_resource_id, 20, what="the message read by ResourceId") == [count + 1]
 
 
 @pytest.mark.parametrize("middleware", [*KAFKA, MQTT], indirect=True)

@@ -140,6 +140,34 @@ def test_a_round_stopped_after_its_store_read_does_not_count_the_stop(
     service.store.delete_pull_point("pp-made-while-stopped")
 
 
+def test_what_a_follower_left_in_the_middleware_gets_an_intent_the_sweep_finishes(
+    make_broker: Callable[..., Broker], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Cluster mode: another instance ended a subscription and this one, following it,
+    left its durable subscription because messages waited in it (RabbitMQ: the other's
+    drain into a pull point; ``Adapter.forget_subscription`` answers True).  Core writes
+    an intent for the name, so the sweep deletes it once the intent is a grace old:
+    before, such a queue (declared here again after the other's delete) stayed for
+    ever.  A forget that left nothing writes no intent."""
+    broker = make_broker()
+    service = broker.service
+    assert service is not None
+    adapter = broker.adapter
+    _declare(adapter, "left-by-forget")
+    _declare(adapter, "forgotten")
+    answers = {"left-by-forget": True, "forgotten": False}
+    monkeypatch.setattr(adapter, "forget_subscription", lambda name: answers[name])
+    ctx = service._ctx
+    ctx.forget_native("left-by-forget")
+    ctx.forget_native("forgotten")
+    assert [name for name, _ in service.store.list_intents()] == ["left-by-forget"]
+    service.orphans.grace = 0.0
+    assert "left-by-forget" in service.orphans.sweep()
+    assert "left-by-forget" not in adapter.subscription_names()
+    assert service.store.list_intents() == []
+    adapter.delete_subscription("forgotten")
+
+
 @pytest.mark.mqtt
 def test_a_single_mqtt_instance_removes_its_orphan_queue(
     make_broker: Callable[..., Broker], mqtt_url: str

@@ -244,8 +244,11 @@ def test_broker_restarted_empty_skips_nothing_published_after(
                 time.sleep(0.2)
         assert len(after) >= before + 50
         # waits of 90 s: in 2 of 11 CI runs (run43, run51) this test took 35 s instead of
-        # 4-7 s, a stall of about 30 s somewhere after the restart, as long as these waits
-        # were (the phase is not known; 4 runs at load 10-13 here took 1.0-2.3 s after it)
+        # 4-7 s, a stall of about 30 s after the restart, as long as these waits were
+        # (4 runs at load 10-13 here took 1.0-2.3 s after it). Most likely the first
+        # Notify after the restart waiting out librdkafka's 30 s for a topic the empty
+        # broker no longer had, fixed in session 16 (docs/adapters/kafka.md, "Topics the
+        # cluster lost"); not shown to be this test's stall, so the waits stay
         pushed = wait_until(
             lambda: set(after) <= set(got := numbers(consumer.messages())) and got,
             timeout=90,

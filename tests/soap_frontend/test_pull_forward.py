@@ -34,6 +34,7 @@ from wsnmom.soap_frontend.pull_forward import (
     sign,
 )
 from wsnmom.soap_frontend.request_ids import RequestIds
+from wsnmom.soap_frontend.xml import WSNMOM
 
 from tests.support.ports import closed_port
 from tests.support.soap import content_type, envelope, fault_name
@@ -66,6 +67,7 @@ def readers(
     nonces: set[str] | None = None,
     fed: dict[str, str] | None = None,
     fed_by: Callable[[str], str | None] | None = None,
+    is_pull_point: Callable[[str], bool] = lambda rid: rid == PP,
 ) -> PullOwners:
     seen = set() if nonces is None else nonces
 
@@ -86,6 +88,7 @@ def readers(
         secret=lambda: secret,
         first_use=first_use,
         fed_by=fed_by or (lambda sid: (fed or {}).get(sid)),
+        is_pull_point=is_pull_point,
     )
 
 
@@ -149,7 +152,9 @@ def reader() -> Iterator[Reader]:
 
 
 def front(
-    table: list[InstanceInfo], fed: dict[str, str] | None = None
+    table: list[InstanceInfo],
+    fed: dict[str, str] | None = None,
+    is_pull_point: Callable[[str], bool] = lambda rid: rid == PP,
 ) -> tuple[str, Callable[[], None]]:
     """The instance a client asks (g0, not the reader), served over HTTP."""
 
@@ -159,7 +164,12 @@ def front(
 
     port = free_port()
     stack = RequestIds(
-        PullForward(local, readers("g0", here=False, table=table, fed=fed), 1 << 20), "g0"
+        PullForward(
+            local,
+            readers("g0", here=False, table=table, fed=fed, is_pull_point=is_pull_point),
+            1 << 20,
+        ),
+        "g0",
     )
     server = make_server("127.0.0.1", port, stack, handler_class=Quiet)
     threading.Thread(target=server.serve_forever, daemon=True).start()
@@ -742,3 +752,59 @@ def test_two_instances_each_taking_the_other_for_the_reader_forward_once() -> No
     finally:
         close_a()
         close_b()
+
+
+def test_a_request_naming_a_pull_point_by_its_resource_id_at_a_shared_endpoint_is_forwarded(
+    reader: Reader,
+) -> None:
+    """The pull point's EPR carries a ``wsnmom:ResourceId`` reference parameter: a client
+    that posts to the broker's address and echoes it (no ``wsa:To`` naming the pull point)
+    reaches the reader, as the broker resolves its resource from that header.  Before,
+    the instance that does not read it answered "try again" every time.  An id that is
+    not a pull point's (a subscription's: any instance answers it) is answered here, and
+    while the store cannot say, the answer is "try again"."""
+
+    def param(rid: str) -> str:
+        return (
+            f'<wsnmom:ResourceId xmlns:wsnmom="{WSNMOM}" wsa:IsReferenceParameter="true">'
+            f"{rid}</wsnmom:ResourceId>"
+        )
+
+    url, close = front([owner_info(reader.url)], fed={"sub-1": PP})
+
+    def send(body: bytes) -> requests.Response:
+        return requests.post(
+            url + "/wsn/broker", data=body, headers={"Content-Type": content_type()}, timeout=10
+        )
+
+    try:
+        named = envelope("<wsnt:GetMessages/>", to=url + "/wsn/broker", headers=param(PP))
+        r = send(named)
+        assert r.status_code == 200 and r.headers["WSNMOM-Instance"] == "g1"
+        assert [(p, b) for p, b, _ in reader.seen] == [("/wsn/broker", named)]
+        no_to = envelope("<wsnt:GetMessages/>", headers=param(PP))
+        assert send(no_to).status_code == 200 and len(reader.seen) == 2
+        # a subscription's id: answered here
+        renew = envelope("<wsnt:Renew/>", to=url + "/wsn/broker", headers=param("sub-2"))
+        assert send(renew).content == b"answered here"
+        assert len(reader.seen) == 2
+    finally:
+        close()
+
+    # the store does not answer: try again, never read where it may not be read
+    def broken(rid: str) -> bool:
+        raise OSError("store down")
+
+    url, close = front([owner_info(reader.url)], is_pull_point=broken)
+    try:
+        r = requests.post(
+            url + "/wsn/broker",
+            data=envelope("<wsnt:GetMessages/>", headers=param(PP)),
+            headers={"Content-Type": content_type()},
+            timeout=10,
+        )
+        assert r.status_code == 503 and r.headers["Retry-After"]
+        assert fault_name(r.content) == "ResourceUnavailableFault"
+    finally:
+        close()
+    assert len(reader.seen) == 2

@@ -382,6 +382,16 @@ class Delete(AdapterFixtures):
         again = self.subscribe(adapter, name, patterns)
         self.assert_quiet(adapter, again, self.topic(namespace, "t"))
 
+    def test_forget_of_a_name_never_known_here_leaves_nothing(
+        self, adapter: Adapter, unique_name: Names
+    ) -> None:
+        """``forget_subscription`` (cluster mode: another instance destroyed it) of a name
+        this instance never declared: idempotent, and it says nothing was left here (a
+        truthy answer makes core write an intent for the orphan sweep)."""
+        name = unique_name()
+        assert not adapter.forget_subscription(name)
+        assert not adapter.forget_subscription(name)
+
     def test_delete_subscription_by_name(
         self, adapter: Adapter, namespace: str, unique_name: Names
     ) -> None:

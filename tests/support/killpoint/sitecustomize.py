@@ -17,6 +17,10 @@ leaves an orphan durable subscription (``core.orphans``), as its environment say
 * ``KILLPOINT_HOLD_FORGET=PATH``: not a kill: while the file ``PATH`` exists, following
   another instance's end of a subscription (``SubscriptionChanges.forget``) waits, so a
   test can act between that end and this instance's following it.
+* ``KILLPOINT_HOLD_DRAIN=PATH``: not a kill: while the file ``PATH`` exists, an end of
+  a subscription that feeds a pull point read here (``PullReader.suspend_feed`` with
+  ``drain``) waits before it drains the feed, after the record's delete; the file
+  ``PATH.reached`` says it waits.
 
 Python imports ``sitecustomize`` from ``sys.path`` at start; without the variables this
 does nothing."""
@@ -33,6 +37,7 @@ AFTER_DELETE = os.environ.get("KILLPOINT_AFTER_DELETE", "")
 AFTER_PURGE = os.environ.get("KILLPOINT_AFTER_PURGE", "")
 CUT_ANSWER = os.environ.get("KILLPOINT_CUT_ANSWER", "")
 HOLD_FORGET = os.environ.get("KILLPOINT_HOLD_FORGET", "")
+HOLD_DRAIN = os.environ.get("KILLPOINT_HOLD_DRAIN", "")
 
 
 def _marked(record: Any, mark: str) -> bool:
@@ -145,3 +150,21 @@ if HOLD_FORGET:
         _forget(self, live)
 
     SubscriptionChanges.forget = _held_forget  # type: ignore[method-assign]
+
+
+if HOLD_DRAIN:
+    import pathlib
+    import time
+
+    from wsnmom.core.pull_reader import PullReader
+
+    _suspend = PullReader.suspend_feed
+
+    def _held_suspend(self: Any, name: str, *, drain: bool = True, **kwargs: Any) -> Any:
+        if drain and os.path.exists(HOLD_DRAIN):
+            pathlib.Path(HOLD_DRAIN + ".reached").touch()
+            while os.path.exists(HOLD_DRAIN):
+                time.sleep(0.01)
+        return _suspend(self, name, drain=drain, **kwargs)
+
+    PullReader.suspend_feed = _held_suspend  # type: ignore[method-assign]

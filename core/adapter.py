@@ -399,6 +399,22 @@ class Adapter(abc.ABC):
         the one the new deliverer saved.  Default: nothing to do."""
         return None
 
+    def kept_in_store(self, stored: Callable[[str], bool]) -> None:
+        """Cluster mode: ``stored(name)`` answers whether the store still holds the durable
+        subscription ``name`` (a subscription's or a pull point's; one store query, so
+        asked only on a rare path, never per message, and never on a thread that must
+        not wait).  Core removes the store's record *before* it deletes the durable
+        subscription on the middleware (``Subscriptions.destroy``, ``PullPoints.destroy``),
+        so an adapter that finds what it kept of ``name`` on the middleware gone (a
+        broker that lost its state) tells a deletion through another instance from a
+        loss by asking ``stored`` *after* it saw the loss: True, and it was not deleted
+        before that moment; to make the durable subscription again race-free, make it
+        first and ask then (a deletion after the answer deletes what was made, as core
+        deletes it after its record).  An exception from ``stored`` means "not known
+        now".  Called after ``shared_by_instances``, before any subscription is made.
+        Default: nothing (such an adapter takes a loss as a deletion)."""
+        return None
+
     def joined_as(self, instance_id: str) -> None:
         """Cluster mode: this gateway instance's id in the cluster's instance table
         (``cluster.instance_id``, or the one made per process).  Called after

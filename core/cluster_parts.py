@@ -76,6 +76,7 @@ class ClusterParts:
         self.topics = SharedTopics(ctx.store, ctx.topic_set) if self.cluster.shared else None
         if self.cluster.shared:
             ctx.adapter.shared_by_instances(self.may_save)
+            ctx.adapter.kept_in_store(self.stored)
             ctx.adapter.joined_as(ctx.instance_id)
             ctx.delivers = self.cluster.delivers
             ctx.leads = self.cluster.leads
@@ -102,6 +103,15 @@ class ClusterParts:
             if pull_point is not None:
                 return self.cluster.may_save(pull_point)
         return self.cluster.may_save(name)
+
+    def stored(self, name: str) -> bool:
+        """Whether the store holds the subscription or pull point ``name``
+        (``Adapter.kept_in_store``): a store query, asked by the adapter only when it
+        found the durable subscription gone from the middleware.  The store is the truth
+        about existence: every removal deletes the store's record before the middleware's
+        durable subscription (``Subscriptions.destroy``, ``PullPoints.destroy``)."""
+        store = self._ctx.store
+        return store.get_subscription(name) is not None or store.get_pull_point(name) is not None
 
     def is_pull_point(self, resource_id: str) -> bool:
         """Whether a pull point has the id (``core.pull_owners``): known here, else in the

@@ -170,6 +170,8 @@ class MqttAdapter(Adapter):
         self._cnode: ClusterNode | None = None
         #: this instance's id in the cluster (``joined_as``)
         self._instance = ""
+        #: whether the store still holds a subscription (``kept_in_store``)
+        self._stored: Callable[[str], bool] | None = None
         self._chandles: weakref.WeakSet[ClusterHandle] = weakref.WeakSet()
         self.capabilities = self._capabilities()
         self._lock = threading.Lock()
@@ -219,6 +221,15 @@ class MqttAdapter(Adapter):
                     self._cnode.sessions.delete(node.client_id)
                 except AdapterError as exc:
                     log.warning("MQTT: cannot end the instance's unused session: %s", exc)
+
+    def kept_in_store(self, stored: Callable[[str], bool]) -> None:
+        """Core's answer whether the store still holds a subscription: a session found
+        gone from the broker with its record is made again while it does (a broker that
+        lost its state, docs/scale-out.md "MQTT in cluster mode")."""
+        self._stored = stored
+        cnode = self._cnode
+        if cnode is not None:
+            cnode.sessions.stored = stored
 
     def joined_as(self, instance_id: str) -> None:
         """Note ``instance_id`` in the records of this instance's dead-letter boxes (the
@@ -274,6 +285,7 @@ class MqttAdapter(Adapter):
             except OSError as exc:
                 raise AdapterError(f"cannot use {self.settings.queue_dir!r}: {exc}") from exc
             cnode.sessions.owner = self._instance
+            cnode.sessions.stored = self._stored
             cnode.start()
             self._cnode = cnode
         size = cnode.publisher.max_packet_size

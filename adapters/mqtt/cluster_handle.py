@@ -19,10 +19,13 @@ in turn.  A reconnect that finds no session on the broker
 connection ends the empty session it made and the handle starts again after
 ``RESTART_DELAY`` (as the RabbitMQ adapter restarts a consumer whose channel the broker
 closed), by when core has usually followed a deletion and stopped the handle.  The
-restart makes the session again only while its record exists: a delete clears it, so a
-deliverer that has not followed the deletion yet checks again later and never brings the
-session back.  The same rule holds for a ``start`` (a shard gained, a Resume) that finds
-no session: made again only while its record exists.
+restart makes the session again while its record exists, or, the record gone too, while
+core's store still holds the subscription (``Adapter.kept_in_store``: the broker lost its
+state), asked after the record was written again (``SubscriptionSessions.made_again``):
+core deletes the store's record before the session, and a delete ends the session and
+then clears its record, so a deliverer that has not followed the deletion yet checks
+again later and never brings the session back.  The same rule holds for a ``start`` (a
+shard gained, a Resume) that finds no session.
 
 Locking: a handle holds its lock only to change its state, never across a wait for the
 broker: ``start`` and reconnects connect and subscribe outside it and install the
@@ -120,6 +123,9 @@ class ClusterHandle(SubscriptionHandle):
         self.sessions_lost = 0
         #: restarts refused because the session's record was gone (deleted elsewhere)
         self.unrecorded = 0
+        #: sessions made again with their record because the store still holds the
+        #: subscription (the broker lost its state)
+        self.remade = 0
 
     def __repr__(self) -> str:
         return f"<ClusterHandle {self.name} {self.client_id} started={self._started}>"
@@ -233,32 +239,40 @@ class ClusterHandle(SubscriptionHandle):
         ``"unrecorded"`` when the session (and its record) are gone, ``conn`` ended."""
         if self._sessions.own(self.name):
             return self._open_box(conn)
-        if restart and self._sessions.recorded(self.client_id) is None:
-            # its record is gone too: deleted through another instance (a delete ends the
-            # session, then clears the record), which core follows and stops this
-            # handle; never made again from here
+        sessions = self._sessions
+        if (
+            restart
+            and sessions.recorded(self.client_id) is None
+            and not sessions.still_stored(self.name)
+        ):
+            # its record is gone too, and so is the store's: deleted through another
+            # instance (core deletes the store's record, then ends the session, then
+            # clears the session's record), which core follows and stops this handle;
+            # never made again from here
             self.unrecorded += 1
             log.warning(
                 "MQTT subscription session of %s and its record are gone from the "
-                "broker: not delivering it (deleted through another instance, or "
-                "the broker lost its state: a re-attach makes it again)",
+                "broker and the store does not hold it (deleted through another "
+                "instance): not delivering it",
                 self.name,
             )
             return "unrecorded"
         present = conn.connect()
         self.connections += 1
         if not present and first and not self._still_recorded(conn):
-            # deleted through another instance (a delete ends the session, then clears
-            # its record) before this one followed: a session made here would outlive
-            # the subscription (core's follower only stops this handle)
-            self.unrecorded += 1
-            log.warning(
-                "MQTT subscription session of %s and its record are gone from the broker: "
-                "not making it again (deleted through another instance)",
-                self.name,
-            )
-            conn.end()
-            return "unrecorded"
+            if not sessions.made_again(conn, self.client_id, self.filters, self.name):
+                # deleted through another instance before this one followed: a session
+                # made here would outlive the subscription (core's follower only stops
+                # this handle)
+                self.unrecorded += 1
+                log.warning(
+                    "MQTT subscription session of %s and its record are gone from the "
+                    "broker and the store does not hold it: not making it again (deleted "
+                    "through another instance)",
+                    self.name,
+                )
+                return "unrecorded"
+            self.remade += 1
         if not present and not first:
             self.sessions_lost += 1
             log.warning(
@@ -283,7 +297,7 @@ class ClusterHandle(SubscriptionHandle):
         self.connections += 1
         conn.subscribe(self.filters)
         if not present:
-            self._sessions.record_box(self.client_id, self.filters, self.name)
+            self._sessions.write_record(self.client_id, self.filters, self.name)
         return "ok"
 
     def _still_recorded(self, conn: SessionConnection) -> bool:
@@ -450,6 +464,7 @@ def describe(handles: Sequence[Any]) -> dict[str, int]:
         "connected_sessions": sum(1 for h in live if h.connected),
         "fenced_reconnects": sum(h.fenced for h in live),
         "sessions_lost": sum(h.sessions_lost for h in live),
+        "sessions_remade": sum(h.remade for h in live),
     }
 
 

@@ -400,9 +400,8 @@ class RabbitMQAdapter(Adapter):
     def forget_subscription(self, name: str) -> bool:
         """Destroyed by another instance (``RabbitMQSubscription.forget``): True when its
         queue was left because messages wait in it."""
-        if (sub := self.pool.find(name)) is not None:
-            return sub.forget()
-        return False
+        sub = self.pool.find(name)
+        return sub.forget() if sub is not None else False
 
     def depths(self, handles: Sequence[SubscriptionHandle]) -> list[int | None]:
         """Depths of many subscription queues: per consuming connection one call onto its

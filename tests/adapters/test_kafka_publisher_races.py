@@ -3,6 +3,7 @@ publishes using the producer it replaces, on the session's broker."""
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -20,6 +21,8 @@ from wsnmom.core.adapter import OutboundMessage
 from wsnmom.topic_mapping.model import PathPattern, Topic
 
 from tests.adapters.test_kafka import NS, make_kafka, message, subscribe
+from tests.adapters.test_kafka_conformance import isolated_options
+from tests.fixtures.brokers import TansuNode
 
 pytestmark = pytest.mark.kafka
 
@@ -88,3 +91,65 @@ def test_a_late_report_of_an_earlier_attempt_counts_for_nothing() -> None:
     assert batch.remaining == 1  # still waiting for the record produced again
     again(None, None)
     assert batch.wait(0)
+
+
+class _Counting:
+    """An AdminClient that counts its DescribeTopics requests."""
+
+    def __init__(self, admin: Any) -> None:
+        self._admin = admin
+        self.describes = 0
+        self._lock = threading.Lock()
+
+    def describe_topics(self, *args: Any, **kwargs: Any) -> Any:
+        with self._lock:
+            self.describes += 1
+        return self._admin.describe_topics(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._admin, name)
+
+
+def test_publishes_the_broker_held_share_one_look_at_the_topics(
+    tansu_factory: Callable[[], TansuNode],
+) -> None:
+    """32 threads publishing while the broker is held 1 s (SIGSTOP): each publish on the
+    wire is not confirmed within a quarter of ``unavailable_grace`` and looks whether the
+    cluster lost its topics (``Publisher._check``), but one look serves those waiting
+    for it: it asks only for the topics the looks before it did not find (8 topics
+    here: 7-8 requests).  Before, each publish sent its own DescribeTopics, at a broker
+    just coming back: 32 of 32, 3 of 3 runs (load 2.6)."""
+    node = tansu_factory()
+    adapter = KafkaAdapter(node.url, {**isolated_options(), "namespaces": {NS: "plant"}})
+    adapter.open()
+    try:
+        topics = [Topic(NS, ("burst", f"n{i}")) for i in range(8)]
+        for topic in topics:
+            adapter.publish(message(topic, b"<warm/>"))
+        looks = adapter._require().publisher._topics
+        counting = _Counting(looks._admin)
+        looks._admin = counting  # type: ignore[assignment]
+        failed: list[BaseException] = []
+
+        def publish(k: int) -> None:
+            for j in range(10):
+                try:
+                    adapter.publish(message(topics[(k + j) % 8], b"<burst/>"), timeout=15)
+                except BaseException as exc:
+                    failed.append(exc)
+
+        threads = [threading.Thread(target=publish, args=(k,)) for k in range(32)]
+        for thread in threads:
+            thread.start()
+        node.pause()  # amid the burst: the publishes on the wire pass a quarter of the grace
+        try:
+            time.sleep(1.0)
+        finally:
+            node.resume()
+        for thread in threads:
+            thread.join(30)
+        assert not failed, failed[:3]
+        assert counting.describes <= 12, f"{counting.describes} DescribeTopics for 32 publishes"
+    finally:
+        node.resume()
+        adapter.close()

@@ -143,7 +143,11 @@ def test_publishes_the_broker_held_share_one_look_at_the_topics(
             thread.start()
         node.pause()  # amid the burst: the publishes on the wire pass a quarter of the grace
         try:
-            time.sleep(1.0)
+            held = time.monotonic()
+            # held 1 s, and until a look came (those waiting are past a quarter of it)
+            while counting.describes == 0 or time.monotonic() < held + 1.0:
+                assert time.monotonic() < held + 30, "no publish looked at the topics"
+                time.sleep(0.02)
         finally:
             node.resume()
         for thread in threads:

@@ -142,17 +142,6 @@ class Burial(EngineParts):
             self.settle(cursor, record.stream, record.offset, gen, rewind=False)
         return True
 
-    def _ends_at_least(self) -> dict[StreamId, int]:
-        """Where each stream ends at least now: the backend's exact ends where it can
-        tell, and after the gateway's own confirmed publishes where it keeps those (a
-        backend's optional ``published_ends``: Kafka without trusted watermarks)."""
-        ends = dict(self.backend.end_positions() or {})
-        published = getattr(self.backend, "published_ends", None)
-        if callable(published):
-            for stream, end in published().items():
-                ends[stream] = max(ends.get(stream, 0), end)
-        return ends
-
     def _await_head_locked(
         self, cursor: Cursor, ends: Mapping[StreamId, int], timeout: float
     ) -> None:
@@ -188,7 +177,7 @@ class Burial(EngineParts):
             raise NotImplementedError(f"subscription {cursor.name} has no dead-letter topic")
         self.stop_cursor(cursor)
         self._start_head()
-        ends = self._ends_at_least()
+        ends = self._ends_at_least(self.backend.end_positions())
         with self.lock:
             if cursor.deleted:
                 return 0

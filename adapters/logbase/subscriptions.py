@@ -115,17 +115,32 @@ class Subscriptions(EngineParts):
 
     def _end_now(self) -> dict[StreamId, int]:
         """Where a new cursor starts: the current end of every stream (from the backend
-        when it can tell, else once the head reader has caught up)."""
-        ends = self.backend.end_positions()
+        when it can tell, else once the head reader has caught up), and in any case
+        after the gateway's own confirmed publishes (``_ends_at_least``): a head reader
+        that did not catch up within the wait (a loaded machine) would otherwise hand
+        the new cursor a record confirmed before it was made."""
+        exact = self.backend.end_positions()
+        ends = self._ends_at_least(exact)
         self._start_head()
         with self.lock:
-            if ends is None:
+            if exact is None:
                 self._sync_head_locked(timeout=max(1.0, 10 * self.poll_timeout))
-                return dict(self._head)
             out = dict(self._head)
             for stream, offset in ends.items():
                 out[stream] = max(out.get(stream, 0), offset)
             return out
+
+    def _ends_at_least(self, exact: dict[StreamId, int] | None) -> dict[StreamId, int]:
+        """Where each stream ends at least now: the backend's ``exact`` ends where it
+        can tell (``end_positions``), and after the gateway's own confirmed publishes
+        where it keeps those (a backend's optional ``published_ends``: Kafka without
+        trusted watermarks)."""
+        ends = dict(exact or {})
+        published = getattr(self.backend, "published_ends", None)
+        if callable(published):
+            for stream, end in published().items():
+                ends[stream] = max(ends.get(stream, 0), end)
+        return ends
 
     def _sync_head_locked(self, timeout: float) -> None:
         """Wait until a head poll that began after this call found the end (hold the

@@ -1,0 +1,159 @@
+"""Races of the Kafka publisher's producer replacement (``Publisher.renew``) with the
+publishes using the producer it replaces, on the session's broker."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+pytest.importorskip("confluent_kafka")
+
+from confluent_kafka import KafkaError, Producer
+from wsnmom.adapters.kafka.adapter import KafkaAdapter
+from wsnmom.adapters.kafka.mapping import Destination
+from wsnmom.adapters.kafka.publisher import Publisher
+from wsnmom.adapters.kafka.reports import Batch
+from wsnmom.core.adapter import OutboundMessage
+from wsnmom.topic_mapping.model import PathPattern, Topic
+
+from tests.adapters.test_kafka import NS, make_kafka, message, subscribe
+from tests.adapters.test_kafka_conformance import isolated_options
+from tests.fixtures.brokers import TansuNode
+
+pytestmark = pytest.mark.kafka
+
+__all__ = ["make_kafka"]  # the fixture, used by name
+
+
+def test_a_record_produced_on_a_producer_replaced_meanwhile_is_confirmed_once(
+    make_kafka: Callable[..., KafkaAdapter], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A publish takes the producer, another publish replaces it (``renew``: purge, one
+    poll) before the first produces on it: the record must still be confirmed (produced
+    again on the new producer, or its report served), promptly, and written once.
+    Before, nobody polled the old producer any more: the old producer wrote the record,
+    its report was never served and the publish failed after its whole timeout."""
+    adapter = make_kafka(namespaces={NS: "plant"})
+    topic = Topic(NS, ("raced",))
+    got = subscribe(adapter, PathPattern(NS, ("raced",)))
+    adapter.publish(message(topic, b"<warm/>"))
+    got.wait_for(1, 30)
+    original = Publisher._produce
+    replaced: list[Producer] = []
+
+    def produce(
+        self: Publisher,
+        producer: Producer,
+        batch: Batch,
+        index: int,
+        msg: OutboundMessage,
+        dest: Destination,
+        deadline: float,
+    ) -> Any:
+        if not replaced:  # the first produce: another publish replaces the producer first
+            replaced.append(producer)
+            self.renew("the test: another publish replaced it", only=producer)
+            # the poll thread's poll of the old producer (up to 0.1 s) is over: it
+            # polls the new one now (a wider window than a live race's, same order)
+            time.sleep(0.3)
+        return original(self, producer, batch, index, msg, dest, deadline)
+
+    monkeypatch.setattr(Publisher, "_produce", produce)
+    timeout = 12.0
+    started = time.monotonic()
+    adapter.publish(message(topic, b"<raced/>"), timeout=timeout)
+    took = time.monotonic() - started
+    assert replaced, "the publish did not produce"
+    assert took < timeout / 2, f"confirmed after {took:.1f}s"
+    adapter.publish(message(topic, b"<sentinel/>"))
+    got.wait_for(3, 30)
+    assert got.bodies() == [b"<warm/>", b"<raced/>", b"<sentinel/>"]
+
+
+def test_a_late_report_of_an_earlier_attempt_counts_for_nothing() -> None:
+    """``Batch.rearm`` after ``fail_all`` (a fatal error replaced the producer while
+    reports of a purge were being served): a report of the earlier attempt arriving
+    after the rearm must not stand for the record produced again, or the publish would
+    return "confirmed" for a record nobody acknowledged.  Before, it counted."""
+    purged = KafkaError(KafkaError._PURGE_QUEUE)
+    batch = Batch(2)
+    first = [batch.reporter(0), batch.reporter(1)]
+    first[0](purged, None)
+    batch.fail_all(KafkaError(KafkaError._FATAL))
+    assert batch.wait(0)
+    batch.rearm([0])
+    again = batch.reporter(0)
+    first[1](None, None)  # index 1's report of the first attempt, late
+    assert batch.remaining == 1  # still waiting for the record produced again
+    again(None, None)
+    assert batch.wait(0)
+
+
+class _Counting:
+    """An AdminClient that counts its DescribeTopics requests."""
+
+    def __init__(self, admin: Any) -> None:
+        self._admin = admin
+        self.describes = 0
+        self._lock = threading.Lock()
+
+    def describe_topics(self, *args: Any, **kwargs: Any) -> Any:
+        with self._lock:
+            self.describes += 1
+        return self._admin.describe_topics(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._admin, name)
+
+
+def test_publishes_the_broker_held_share_one_look_at_the_topics(
+    tansu_factory: Callable[[], TansuNode],
+) -> None:
+    """32 threads publishing while the broker is held 1 s (SIGSTOP): each publish on the
+    wire is not confirmed within a quarter of ``unavailable_grace`` and looks whether the
+    cluster lost its topics (``Publisher._check``), but one look serves those waiting
+    for it: it asks only for the topics the looks before it did not find (8 topics
+    here: 7-8 requests).  Before, each publish sent its own DescribeTopics, at a broker
+    just coming back: 32 of 32, 3 of 3 runs (load 2.6)."""
+    node = tansu_factory()
+    adapter = KafkaAdapter(node.url, {**isolated_options(), "namespaces": {NS: "plant"}})
+    adapter.open()
+    try:
+        topics = [Topic(NS, ("burst", f"n{i}")) for i in range(8)]
+        for topic in topics:
+            adapter.publish(message(topic, b"<warm/>"))
+        looks = adapter._require().publisher._topics
+        counting = _Counting(looks._admin)
+        looks._admin = counting  # type: ignore[assignment]
+        failed: list[BaseException] = []
+
+        def publish(k: int) -> None:
+            for j in range(10):
+                try:
+                    adapter.publish(message(topics[(k + j) % 8], b"<burst/>"), timeout=15)
+                except BaseException as exc:
+                    failed.append(exc)
+
+        threads = [threading.Thread(target=publish, args=(k,)) for k in range(32)]
+        for thread in threads:
+            thread.start()
+        node.pause()  # amid the burst: the publishes on the wire pass a quarter of the grace
+        try:
+            held = time.monotonic()
+            # held 1 s, and until a look came (those waiting are past a quarter of it)
+            while counting.describes == 0 or time.monotonic() < held + 1.0:
+                assert time.monotonic() < held + 30, "no publish looked at the topics"
+                time.sleep(0.02)
+        finally:
+            node.resume()
+        for thread in threads:
+            thread.join(30)
+        assert not failed, failed[:3]
+        assert counting.describes <= 12, f"{counting.describes} DescribeTopics for 32 publishes"
+    finally:
+        node.resume()
+        adapter.close()

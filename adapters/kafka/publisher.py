@@ -180,9 +180,9 @@ class Publisher:
                 producer.poll(0.1)
                 for old in retired:
                     old.poll(0)
-                    if len(old) == 0:  # every report served: nobody waits for it
-                        with self._lock:
-                            self._retired.remove(old)
+                    with self._lock:  # a publish adds it again under the lock (_produce_all)
+                        if len(old) == 0 and old in self._retired:
+                            self._retired.remove(old)  # every report served
             except Exception:
                 log.exception("polling the Kafka producer failed")
                 time.sleep(0.1)
@@ -390,6 +390,9 @@ class Publisher:
             self._produce(producer, batch, index, messages[index], destinations[index], deadline)
         with self._lock:
             replaced = self._producer is not producer
+            if replaced and self._running and producer not in self._retired:
+                # dropped as empty before these records: polled again until they report
+                self._retired.append(producer)
         if replaced:
             try:
                 producer.purge(in_queue=True, in_flight=False)

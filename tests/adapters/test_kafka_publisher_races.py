@@ -74,6 +74,56 @@ def test_a_record_produced_on_a_producer_replaced_meanwhile_is_confirmed_once(
     assert got.bodies() == [b"<warm/>", b"<raced/>", b"<sentinel/>"]
 
 
+def test_a_record_in_flight_on_a_replaced_producer_dropped_as_empty_is_confirmed(
+    tansu_factory: Callable[[], TansuNode], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As above, but the record is on the wire when the publish purges what the replaced
+    producer still queues (the broker held, SIGSTOP), after the poll thread had dropped
+    that producer as empty: its acknowledgement comes once the broker answers again, and
+    only a poll of the old producer serves it.  The publish must have it polled again.
+    Before, it failed after its whole timeout (fresh-clone run69 met this without the
+    broker held)."""
+    node = tansu_factory()
+    adapter = KafkaAdapter(node.url, {**isolated_options(), "namespaces": {NS: "plant"}})
+    adapter.open()
+    try:
+        topic = Topic(NS, ("in-flight",))
+        adapter.publish(message(topic, b"<warm/>"))
+        original = Publisher._produce
+        replaced: list[Producer] = []
+
+        def produce(
+            self: Publisher,
+            producer: Producer,
+            batch: Batch,
+            index: int,
+            msg: OutboundMessage,
+            dest: Destination,
+            deadline: float,
+        ) -> Any:
+            if replaced:
+                return original(self, producer, batch, index, msg, dest, deadline)
+            replaced.append(producer)
+            self.renew("the test: another publish replaced it", only=producer)
+            time.sleep(0.3)  # the poll thread drops the old producer as empty
+            node.pause()
+            produced = original(self, producer, batch, index, msg, dest, deadline)
+            time.sleep(0.3)  # sent into the held broker's socket: in flight, unanswered
+            threading.Timer(0.5, node.resume).start()
+            return produced
+
+        monkeypatch.setattr(Publisher, "_produce", produce)
+        timeout = 12.0
+        started = time.monotonic()
+        adapter.publish(message(topic, b"<in-flight/>"), timeout=timeout)
+        took = time.monotonic() - started
+        assert replaced, "the publish did not produce"
+        assert took < timeout / 2, f"confirmed after {took:.1f}s"
+    finally:
+        node.resume()
+        adapter.close()
+
+
 def test_a_late_report_of_an_earlier_attempt_counts_for_nothing() -> None:
     """``Batch.rearm`` after ``fail_all`` (a fatal error replaced the producer while
     reports of a purge were being served): a report of the earlier attempt arriving

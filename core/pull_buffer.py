@@ -33,6 +33,11 @@ drops its copy instead of handing it out (else both copies would be handed out).
 an answer took just before the loss may still come again: its acknowledgement may not
 have reached the middleware.
 
+**Answers on their way.**  A stopped handle gives its unsettled messages back (RabbitMQ:
+an ack made later is lost).  Before a subscription's backlog goes to its dead letters,
+``wait_settled`` waits for the answers on their way that took its feed's messages, so
+that none of those is both handed out and a dead letter (``core.pull_feeds``).
+
 **Kept copies and a resume.**  The caller keeps what a suspended feed held by publishing
 copies into the pull point's inbox, whose handle delivers them into this buffer again
 behind whatever is there.  It names them first (``expect``, by message id): a resume of
@@ -57,12 +62,14 @@ from wsnmom.core.adapter import HEADER_MESSAGE_ID, Received, SubscriptionHandle
 from wsnmom.core.pull_fed import Fed, Feed, give_back_fed
 from wsnmom.core.pull_handout import Settlement
 
-__all__ = ["KEPT_WAIT", "Fed", "Feed", "PullBuffer", "give_back_fed"]
+__all__ = ["KEPT_WAIT", "SETTLE_WAIT", "Fed", "Feed", "PullBuffer", "give_back_fed"]
 
 log = logging.getLogger(__name__)
 
 #: seconds a resumed feed waits at most for its kept copies to be back in the buffer
 KEPT_WAIT = 30.0
+#: seconds ``wait_settled`` waits at most for a feed's answers on their way
+SETTLE_WAIT = 10.0
 
 M = TypeVar("M")
 
@@ -234,6 +241,19 @@ class PullBuffer:
             feed.waiting = 0
         return mine
 
+    def wait_settled(self, name: str, timeout: float = SETTLE_WAIT) -> bool:
+        """Whether the feed's messages handed out in answers on their way were settled
+        or given back within ``timeout`` seconds (waited for; ``settling`` meanwhile)."""
+        with self._cv:
+            feed = self._feeds.get(name)
+        return feed is None or feed.unsettled.wait(timeout)
+
+    def settling(self, name: str) -> bool:
+        """Whether ``wait_settled`` waits for the feed's answers on their way."""
+        with self._cv:
+            feed = self._feeds.get(name)
+        return feed is not None and feed.unsettled.waiting
+
     def halt_feed(self, name: str) -> None:
         """Ignore what the feed delivers from now on, leaving it unsettled (its handle
         gives it back to the middleware when stopped), and keep its waiting messages in
@@ -337,10 +357,10 @@ class PullBuffer:
             return [f.handle for f in self._feeds.values() if f.active is active]
 
     # -- pull ----------------------------------------------------------------------------------
-    def _pop(self, max_messages: int, timeout: float) -> list[Received]:
+    def _pop(self, max_messages: int, timeout: float, *, answer: bool = False) -> list[Received]:
         """Up to ``max_messages`` messages to hand out, oldest first, with the feeds'
         filtered messages met on the way (``Fed`` without a message), in queue order;
-        waits up to ``timeout`` for the first message."""
+        waits up to ``timeout`` for the first message.  ``answer``: counted unsettled."""
         self.start()
         self._start_deferred()
         deadline = time.monotonic() + timeout
@@ -366,6 +386,9 @@ class PullBuffer:
                     continue
                 out.append(item)
                 handed += 1
+            for item in out if answer else ():
+                if isinstance(item, Fed):
+                    item.feed.unsettled.add()
             return out
 
     def _drop_unsettleable(self) -> None:
@@ -408,13 +431,18 @@ class PullBuffer:
         settled: the settlement acknowledges them (a feed's filtered messages met on the
         way too, in their place) or puts them back at the head of the buffer."""
         generation = self._generation
-        items = self._pop(max_messages, 0.0)
+        items = self._pop(max_messages, 0.0, answer=True)
         out = [i for i in items if not isinstance(i, Fed) or i.message is not None]
+        fed = [i.feed for i in items if isinstance(i, Fed)]
 
         def put_back(taken: Sequence[Received]) -> None:
             self._put_back(taken, generation)
 
-        return out, Settlement(items, put_back)
+        def settled() -> None:
+            for feed in fed:
+                feed.unsettled.done()
+
+        return out, Settlement(items, put_back, settled if fed else None)
 
     def _put_back(self, items: Sequence[Received], generation: int) -> None:
         """An unwritten answer's messages, first again.  Those of a feed no longer read

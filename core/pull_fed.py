@@ -7,13 +7,14 @@ answer's messages to their sources."""
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Sequence
 from typing import Generic, TypeVar
 
 from wsnmom.core.adapter import Received, SubscriptionHandle
 from wsnmom.core.pull_handout import nack_all
 
-__all__ = ["Fed", "Feed", "give_back_fed"]
+__all__ = ["Fed", "Feed", "Unsettled", "give_back_fed"]
 
 log = logging.getLogger(__name__)
 
@@ -52,11 +53,43 @@ class Fed(Received, Generic[M]):
         return self.received.settleable
 
 
+class Unsettled:
+    """A feed's messages a ``PullBuffer`` handed out in answers not settled (nor given
+    back) yet, filtered ones included; ``wait`` waits until there are none."""
+
+    __slots__ = ("_count", "_cv", "waiting")
+
+    def __init__(self) -> None:
+        self._cv = threading.Condition()
+        self._count = 0
+        #: a ``wait`` is under way
+        self.waiting = False
+
+    def add(self) -> None:
+        with self._cv:
+            self._count += 1
+
+    def done(self) -> None:
+        with self._cv:
+            self._count -= 1
+            if not self._count:
+                self._cv.notify_all()
+
+    def wait(self, timeout: float) -> bool:
+        """Whether none is left, within ``timeout`` seconds."""
+        with self._cv:
+            self.waiting = True
+            try:
+                return self._cv.wait_for(lambda: self._count <= 0, timeout)
+            finally:
+                self.waiting = False
+
+
 class Feed(Generic[M]):
     """One feeding subscription of a pull point (of this buffer, or of a
     ``core.pull_reader.PullReader``)."""
 
-    __slots__ = ("active", "handle", "keeper", "kept", "late", "prepare", "waiting")
+    __slots__ = ("active", "handle", "keeper", "kept", "late", "prepare", "unsettled", "waiting")
 
     def __init__(self, handle: SubscriptionHandle, prepare: Callable[[Received], M | None]):
         self.handle = handle
@@ -65,6 +98,8 @@ class Feed(Generic[M]):
         self.active = False
         #: its messages in the buffer, filtered ones included
         self.waiting = 0
+        #: its messages handed out by answers on their way (``PullBuffer.hand_out``)
+        self.unsettled = Unsettled()
         #: its kept copies still on their way through the inbox (``PullBuffer.expect``)
         self.kept = 0
         #: a suspended feed: keeps in the pull point what an answer handed out before

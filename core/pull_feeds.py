@@ -57,7 +57,10 @@ What a pull point fed this way guarantees, as before:
   the subscription's backlog to its dead letters and ends it (``core.subscriptions``;
   when the middleware refuses the backlog, the subscription stays with its feed stopped
   until a sweep ends it).  With the buffer the breaching message and those behind it
-  stay unsettled in the subscription, part of that backlog.  With native pull a
+  stay unsettled in the subscription, part of that backlog, and the feed's handle stops
+  once the answers on their way that took its messages were settled (an ack made after
+  the stop is lost: the message came back into the backlog, handed out and a dead
+  letter too; ``PullBuffer.wait_settled``, at most ``pull_buffer.SETTLE_WAIT``).  With native pull a
   ``take`` has already removed the breaching message, and the rest of its batch, from
   the middleware: each of those goes to the dead letters on its own, as it is met.
 """
@@ -224,14 +227,22 @@ class PullFeeds:
     def stop(self, state: LiveSubscription) -> bool:
         """Before the subscription's backlog goes to its dead letters: what reached the
         pull point stays in it (as a pause keeps it), the feed and its handle stop (what
-        the handle held goes back to the middleware, into that backlog).  False when it
-        has no feed here."""
+        the handle held goes back to the middleware, into that backlog), with the buffer
+        once the answers on their way that took the feed's messages were settled (else
+        those came back into the backlog: handed out and dead letters too).  False when
+        it has no feed here."""
         with self._lock:
             reader, handle = state.feed, state.handle
             if reader is None or handle is None:
                 return False
             drain = self._kept_here(state)
             self._keep(state, reader, self._suspend(state, reader, drain=drain))
+            if isinstance(reader, PullBuffer) and not reader.wait_settled(state.record.id):
+                log.warning(
+                    "subscription %s: an answer holding its messages is still on its way; "
+                    "its backlog goes to its dead letters without waiting longer",
+                    state.record.id,
+                )
             handle.stop()
             return True
 

@@ -30,14 +30,19 @@ log = logging.getLogger(__name__)
 class Settlement:
     """Settles or gives back, once, what an answer took."""
 
-    __slots__ = ("_back", "_items", "_lock", "_open")
+    __slots__ = ("_back", "_done", "_items", "_lock", "_open")
 
     def __init__(
-        self, items: Sequence[Received], give_back: Callable[[Sequence[Received]], None]
+        self,
+        items: Sequence[Received],
+        give_back: Callable[[Sequence[Received]], None],
+        done: Callable[[], None] | None = None,
     ) -> None:
         #: every message taken, in order (a feed's filtered ones too: settled in their place)
         self._items = items
         self._back = give_back
+        #: called once the messages were settled or given back (``core.pull_buffer``)
+        self._done = done
         self._lock = threading.Lock()
         self._open = True
 
@@ -55,20 +60,30 @@ class Settlement:
         """The answer was written: acknowledge what it took, in the order taken."""
         if not self._close():
             return
-        for item in self._items:
-            try:
-                item.ack()
-            except Exception:  # its connection went: the middleware gives it again
-                log.warning("settling a message handed out failed", exc_info=True)
+        try:
+            for item in self._items:
+                try:
+                    item.ack()
+                except Exception:  # its connection went: the middleware gives it again
+                    log.warning("settling a message handed out failed", exc_info=True)
+        finally:
+            self._finish()
 
     def give_back(self) -> None:
         """The answer was not written: its messages are handed out again, first."""
-        if not self._close() or not self._items:
+        if not self._close():
             return
         try:
-            self._back(self._items)
+            if self._items:
+                self._back(self._items)
         except Exception:  # the handle may be gone: then so are its unsettled messages
             log.warning("giving back the messages of an unwritten answer failed", exc_info=True)
+        finally:
+            self._finish()
+
+    def _finish(self) -> None:
+        if self._done is not None:
+            self._done()
 
 
 def nack_all(items: Sequence[Received]) -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from wsnmom.adapters.rabbitmq import RabbitMQAdapter
-from wsnmom.core.model import CreatePullPointRequest
+from wsnmom.core.model import CreatePullPointRequest, ExpressionSource
 from wsnmom.core.outbound_policy import OutboundPolicy
 from wsnmom.core.pull_buffer import PullBuffer
 from wsnmom.core.pull_reader import PullReader
@@ -29,7 +29,7 @@ from tests.core.conftest import (
     simple,
     sub_req,
 )
-from tests.support.pull_answers import cut, written, wsgi_app
+from tests.support.pull_answers import cut, start_get_messages, written, wsgi_app
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.rabbitmq
@@ -45,6 +45,12 @@ def service(private_vhost: str) -> Iterator[BrokerService]:
 def buffered(private_vhost: str) -> Iterator[BrokerService]:
     """The default pull (core's buffer), holding at most 2 messages per handle."""
     yield from _service(private_vhost, limits__get_messages_cap=2)
+
+
+@pytest.fixture
+def budgeted(private_vhost: str) -> Iterator[BrokerService]:
+    """The default pull (core's buffer), a filter budget of 0.2 CPU s at nice 0."""
+    yield from _service(private_vhost, filters__cpu_limit=0.2, filters__costly_nice=0)
 
 
 def _service(url: str, **overrides: object) -> Iterator[BrokerService]:
@@ -179,3 +185,51 @@ def test_buffered_pull_an_answer_cut_on_its_way_comes_again(buffered: BrokerServ
     first, after = _cut_then_written(buffered)
     assert first
     assert after == ["0", "1", "2", "3", "sentinel"]  # given back at the head of the buffer
+
+
+XPATH10 = "http://www.w3.org/TR/1999/REC-xpath-19991116"
+#: nested location paths: minutes of CPU on BIG, far past any filter budget
+CUBIC = "count(//a[count(//a[count(//a) > 0]) > 0]) > 0"
+BIG = "<r>" + "<a/>" * 3000 + "</r>"
+
+
+def test_an_answer_on_its_way_when_the_feed_ends_is_not_dead_lettered(
+    budgeted: BrokerService,
+) -> None:
+    """The buffer handed a feed's message out in an answer not yet settled (the server
+    still sending it) when the feed's filter goes over its budget: the end's stop of the
+    feed's handle waits for that answer's settlement, so the message is handed out and
+    not also sent to the dead letters with the backlog (its acknowledgement made after
+    the handle's channel closed was lost: RabbitMQ had put it back into the queue)."""
+    service = budgeted
+    app = wsgi_app(service)
+    pp = service.create_pull_point(CreatePullPointRequest())
+    buffer = service.registry.pull_points[pp.id].reader
+    assert isinstance(buffer, PullBuffer)
+    content = ExpressionSource(XPATH10, CUBIC, {})
+    address = service.pull_point_address(pp.id)
+    sub = service.subscribe(sub_req(address, topic=simple("t:e"), message_content=content))
+    service.notify([note("<r><a/><e>early</e></r>", simple("t:e"))])
+    wait_until(lambda: buffer.buffered() == 1, 10, what="the early message buffered")
+    status, body = start_get_messages(app, pp.id)  # made, not yet sent: unsettled
+    service.notify([note(BIG, simple("t:e"))])  # over the budget: the subscription ends
+    # the end reached the feed's handle: waiting for the answer, or (the defect) stopped
+    # it and sent the backlog to the dead letters
+    wait_until(
+        lambda: buffer.settling(sub.id) or service.dead_letters(),
+        30,
+        what="the end waiting for the answer",
+    )
+    try:
+        data = b"".join(body)
+    finally:
+        body.close()
+    assert status.startswith("200") and b"early" in data, data
+    # BIG comes behind anything put back into the subscription's queue before it
+    wait_until(
+        lambda: [d for d in service.dead_letters() if b"<a/><a/>" in d.body],
+        30,
+        what="BIG's dead letter",
+    )
+    wait_until(lambda: sub.id not in service.registry.subscriptions, 30, what="the end")
+    assert [d.body[:20] for d in service.dead_letters()] == [BIG.encode()[:20]]

@@ -353,6 +353,33 @@ def test_a_suspended_feed_gives_back_its_waiting_messages_and_ignores_new_ones()
     assert [r.message for r in buffer.take(10)] == [4]  # type: ignore[attr-defined]
 
 
+def test_wait_settled_lasts_until_the_answers_that_took_the_feeds_messages_settle() -> None:
+    """Before a subscription's backlog goes to its dead letters its feed's handle stops
+    once the answers on their way that took its messages were settled or given back
+    (``PullBuffer.wait_settled``): an ack made after the stop would be lost."""
+    settled: list[int] = []
+    buffer = PullBuffer(_Handle("inbox"), prefetch=100)
+    buffer.start()
+    feed = _Handle("feed")
+    buffer.add_feed("feed", feed, lambda r: r.n, active=True)  # type: ignore[attr-defined]
+    assert feed.callback is not None
+    for n in range(2):
+        feed.callback(_Msg(n, settled))
+    _, first = buffer.hand_out(1)
+    _, second = buffer.hand_out(1)
+    assert not buffer.wait_settled("feed", 0)
+    done: list[bool] = []
+    waiter = threading.Thread(target=lambda: done.append(buffer.wait_settled("feed")))
+    waiter.start()
+    wait_until(lambda: buffer.settling("feed"), 5, what="the wait")
+    first.settle()
+    assert buffer.settling("feed")  # the second answer is still on its way
+    second.give_back()  # not sent: back at the head of the buffer
+    waiter.join(5)
+    assert done == [True] and settled == [0] and buffer.buffered() == 1
+    assert buffer.wait_settled("feed", 0) and buffer.wait_settled("gone", 0)
+
+
 def test_feeds_arriving_from_many_threads_are_all_handed_out_once() -> None:
     settled: list[int] = []
     lock = threading.Lock()

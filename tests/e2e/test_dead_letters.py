@@ -660,16 +660,19 @@ def test_a_pull_points_feed_over_its_filter_budget_leaves_the_whole_backlog_in_i
         30,
         what="the early message",
     )
-    assert handed == ["early"]
-    assert len(found) == 3, found
-    assert {d["reason"] for d in found} == {"filter-budget"}
-    assert {d["subscription"] for d in found} == {sub.id}
     bodies = {
         d["id"]: requests.get(
             f"{server.base_url}/wsn/admin/api/dead-letters/{d['id']}", timeout=10
         ).json()["body"]
         for d in found
     }
+    seen = [
+        (d["reason"], d["subscription"], d.get("last_error"), bodies[d["id"]][:80]) for d in found
+    ]
+    assert handed == ["early"], seen
+    assert len(found) == 3, seen
+    assert {d["reason"] for d in found} == {"filter-budget"}
+    assert {d["subscription"] for d in found} == {sub.id}
     letter = {d["id"]: d for d in found}
     [big] = [i for i, b in bodies.items() if "<a/><a/>" in b]
     assert "cpu_limit" in letter[big]["last_error"]

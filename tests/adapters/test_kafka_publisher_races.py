@@ -29,6 +29,41 @@ pytestmark = pytest.mark.kafka
 __all__ = ["make_kafka"]  # the fixture, used by name
 
 
+def replace_before_first_produce(
+    monkeypatch: pytest.MonkeyPatch,
+    before: Callable[[], None] = lambda: None,
+    after: Callable[[], None] = lambda: None,
+) -> list[Producer]:
+    """Make the next publish's first produce meet its producer replaced by another
+    publish (``renew``), once the poll thread's poll of the old producer (up to 0.1 s) is
+    over (a wider window than a live race's, same order); ``before`` and ``after`` run
+    around that produce.  The list gets the replaced producer."""
+    original = Publisher._produce
+    replaced: list[Producer] = []
+
+    def produce(
+        self: Publisher,
+        producer: Producer,
+        batch: Batch,
+        index: int,
+        msg: OutboundMessage,
+        dest: Destination,
+        deadline: float,
+    ) -> Any:
+        if replaced:
+            return original(self, producer, batch, index, msg, dest, deadline)
+        replaced.append(producer)
+        self.renew("the test: another publish replaced it", only=producer)
+        time.sleep(0.3)  # the poll thread drops the old producer as empty
+        before()
+        produced = original(self, producer, batch, index, msg, dest, deadline)
+        after()
+        return produced
+
+    monkeypatch.setattr(Publisher, "_produce", produce)
+    return replaced
+
+
 def test_a_record_produced_on_a_producer_replaced_meanwhile_is_confirmed_once(
     make_kafka: Callable[..., KafkaAdapter], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -42,27 +77,7 @@ def test_a_record_produced_on_a_producer_replaced_meanwhile_is_confirmed_once(
     got = subscribe(adapter, PathPattern(NS, ("raced",)))
     adapter.publish(message(topic, b"<warm/>"))
     got.wait_for(1, 30)
-    original = Publisher._produce
-    replaced: list[Producer] = []
-
-    def produce(
-        self: Publisher,
-        producer: Producer,
-        batch: Batch,
-        index: int,
-        msg: OutboundMessage,
-        dest: Destination,
-        deadline: float,
-    ) -> Any:
-        if not replaced:  # the first produce: another publish replaces the producer first
-            replaced.append(producer)
-            self.renew("the test: another publish replaced it", only=producer)
-            # the poll thread's poll of the old producer (up to 0.1 s) is over: it
-            # polls the new one now (a wider window than a live race's, same order)
-            time.sleep(0.3)
-        return original(self, producer, batch, index, msg, dest, deadline)
-
-    monkeypatch.setattr(Publisher, "_produce", produce)
+    replaced = replace_before_first_produce(monkeypatch)
     timeout = 12.0
     started = time.monotonic()
     adapter.publish(message(topic, b"<raced/>"), timeout=timeout)
@@ -89,30 +104,12 @@ def test_a_record_in_flight_on_a_replaced_producer_dropped_as_empty_is_confirmed
     try:
         topic = Topic(NS, ("in-flight",))
         adapter.publish(message(topic, b"<warm/>"))
-        original = Publisher._produce
-        replaced: list[Producer] = []
 
-        def produce(
-            self: Publisher,
-            producer: Producer,
-            batch: Batch,
-            index: int,
-            msg: OutboundMessage,
-            dest: Destination,
-            deadline: float,
-        ) -> Any:
-            if replaced:
-                return original(self, producer, batch, index, msg, dest, deadline)
-            replaced.append(producer)
-            self.renew("the test: another publish replaced it", only=producer)
-            time.sleep(0.3)  # the poll thread drops the old producer as empty
-            node.pause()
-            produced = original(self, producer, batch, index, msg, dest, deadline)
+        def sent_held() -> None:
             time.sleep(0.3)  # sent into the held broker's socket: in flight, unanswered
             threading.Timer(0.5, node.resume).start()
-            return produced
 
-        monkeypatch.setattr(Publisher, "_produce", produce)
+        replaced = replace_before_first_produce(monkeypatch, node.pause, sent_held)
         timeout = 12.0
         started = time.monotonic()
         adapter.publish(message(topic, b"<in-flight/>"), timeout=timeout)

@@ -242,10 +242,11 @@ def test_the_kept_verdict_holds_little_more_than_the_head() -> None:
     # only what this test's own calls allocated and still hold counts: the process's
     # total also moved with other threads' allocations (a session broker's reader, a
     # gateway's), 10 KB per connection once in a full run.  Deep tracebacks keep this
-    # file's frame in every trace the Framings' calls make
-    tracemalloc.start(64)
+    # file's frame in every trace the Framings' calls make.  Tracing makes each head's read
+    # ~80 ms (50 connections took 32 s of a loaded run): ten show the mean as well
+    tracemalloc.start(32)
     try:
-        for _ in range(50):
+        for _ in range(10):
             framing = Framing(0.0)
             framing.received(head, 1.0)
             framings.append(framing)

@@ -228,9 +228,12 @@ class Store(abc.ABC):
 
     # the topic set a cluster shares (``core.topic_share``)
     @abc.abstractmethod
-    def record_topics(self, topics: Sequence[Topic]) -> None:
+    def record_topics(self, topics: Sequence[Topic], within: int | None = None) -> list[Topic]:
         """Record topics an instance admitted to its topic set; one recorded already is
-        left as it is (no write, so no change for the other instances to follow)."""
+        left as it is (no write, so no change for the other instances to follow).  With
+        ``within``, new topics are recorded (in their order) only while fewer than
+        ``within`` are, checked and written atomically against other instances recording
+        at once; the new topics that did not fit are returned (else nothing)."""
 
     @abc.abstractmethod
     def list_topics(self) -> list[Topic]:

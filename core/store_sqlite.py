@@ -416,12 +416,26 @@ class SqliteStore(Store):
         rows = self._query("SELECT data FROM current_messages ORDER BY namespace, path")
         return [message_from_json(json.loads(r[0])) for r in rows]
 
-    def record_topics(self, topics: Sequence[Topic]) -> None:
+    def record_topics(self, topics: Sequence[Topic], within: int | None = None) -> list[Topic]:
+        refused: list[Topic] = []
         with self._tx() as conn:
-            conn.executemany(
-                "INSERT OR IGNORE INTO topics (namespace, path) VALUES (?, ?)",
-                [(t.namespace, "/".join(t.path)) for t in topics],
-            )
+            room: int | None = None
+            if within is not None:
+                room = within - int(conn.execute("SELECT count(*) FROM topics").fetchone()[0])
+            for t in topics:
+                row = (t.namespace, "/".join(t.path))
+                if room is not None:
+                    known = conn.execute(
+                        "SELECT 1 FROM topics WHERE namespace = ? AND path = ?", row
+                    ).fetchone()
+                    if known is not None:
+                        continue
+                    if room <= 0:
+                        refused.append(t)
+                        continue
+                    room -= 1
+                conn.execute("INSERT OR IGNORE INTO topics (namespace, path) VALUES (?, ?)", row)
+        return refused
 
     def list_topics(self) -> list[Topic]:
         rows = self._query("SELECT namespace, path FROM topics ORDER BY rowid")

@@ -417,24 +417,25 @@ class SqliteStore(Store):
         return [message_from_json(json.loads(r[0])) for r in rows]
 
     def record_topics(self, topics: Sequence[Topic], within: int | None = None) -> list[Topic]:
+        rows = [(t.namespace, "/".join(t.path)) for t in topics]
+        insert = "INSERT OR IGNORE INTO topics (namespace, path) VALUES (?, ?)"
         refused: list[Topic] = []
-        with self._tx() as conn:
-            room: int | None = None
-            if within is not None:
-                room = within - int(conn.execute("SELECT count(*) FROM topics").fetchone()[0])
-            for t in topics:
-                row = (t.namespace, "/".join(t.path))
-                if room is not None:
-                    known = conn.execute(
-                        "SELECT 1 FROM topics WHERE namespace = ? AND path = ?", row
-                    ).fetchone()
-                    if known is not None:
-                        continue
-                    if room <= 0:
-                        refused.append(t)
-                        continue
-                    room -= 1
-                conn.execute("INSERT OR IGNORE INTO topics (namespace, path) VALUES (?, ?)", row)
+        with self._tx() as conn:  # one writer at a time: the count cannot go stale
+            if within is None:
+                conn.executemany(insert, rows)
+                return refused
+            room = within - int(conn.execute("SELECT count(*) FROM topics").fetchone()[0])
+            for topic, row in zip(topics, rows, strict=True):
+                known = conn.execute(
+                    "SELECT 1 FROM topics WHERE namespace = ? AND path = ?", row
+                ).fetchone()
+                if known is not None:
+                    continue
+                if room <= 0:
+                    refused.append(topic)
+                    continue
+                room -= 1
+                conn.execute(insert, row)
         return refused
 
     def list_topics(self) -> list[Topic]:

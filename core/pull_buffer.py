@@ -188,6 +188,8 @@ class PullBuffer:
 
     def _fed(self, name: str, feed: Feed[M], received: Received) -> None:
         """A feed's message (on the adapter's thread, one at a time per feed)."""
+        if not feed.active:  # suspended: its handle's stop gives it back, unprepared
+            return
         message = feed.prepare(received)
         with self._cv:
             if not (self._started and feed.active and self._feeds.get(name) is feed):
@@ -247,6 +249,12 @@ class PullBuffer:
         with self._cv:
             feed = self._feeds.get(name)
         return feed is None or feed.unsettled.wait(timeout)
+
+    def handed_out(self, name: str) -> bool:
+        """Whether answers on their way hold some of the feed's messages."""
+        with self._cv:
+            feed = self._feeds.get(name)
+        return feed is not None and feed.unsettled.pending
 
     def settling(self, name: str) -> bool:
         """Whether ``wait_settled`` waits for the feed's answers on their way."""

@@ -34,9 +34,10 @@ an answer took just before the loss may still come again: its acknowledgement ma
 have reached the middleware.
 
 **Answers on their way.**  A stopped handle gives its unsettled messages back (RabbitMQ:
-an ack made later is lost).  Before a subscription's backlog goes to its dead letters,
-``wait_settled`` waits for the answers on their way that took its feed's messages, so
-that none of those is both handed out and a dead letter (``core.pull_feeds``).
+an ack made later is lost).  Before a feed's handle stops at a pause or before its
+subscription's backlog goes to its dead letters, ``wait_settled`` waits for the answers
+on their way that took its messages, so that none of those comes again after the resume
+or is both handed out and a dead letter (``core.pull_feeds``).
 
 **Kept copies and a resume.**  The caller keeps what a suspended feed held by publishing
 copies into the pull point's inbox, whose handle delivers them into this buffer again

@@ -59,6 +59,8 @@ class SqliteTooOld(StoreError):
 
 #: the oldest SQLite the embedded store runs on (``INSERT|UPDATE|DELETE ... RETURNING``: 3.35)
 SQLITE_NEEDED = (3, 35, 0)
+#: ids asked in one statement by ``held`` (SQLite binds at most 32,766 parameters)
+_HELD_AT_ONCE = 10_000
 
 
 def _version(info: tuple[int, ...]) -> str:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Collection
 from concurrent.futures import ThreadPoolExecutor
 
@@ -105,7 +106,9 @@ class StoreQuestions:
                 if self._closed:
                     return
                 # the rest of a burst (a shard's deliveries opening on several threads)
-                self._cond.wait(GATHER)
+                gathered = time.monotonic() + GATHER
+                while not self._closed and (left := gathered - time.monotonic()) > 0:
+                    self._cond.wait(left)
                 batch, self._asked = self._asked, {}
             answers = self._query(list(batch))
             for name, replies in batch.items():

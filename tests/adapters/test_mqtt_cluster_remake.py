@@ -8,8 +8,8 @@ store (docs/scale-out.md "MQTT in cluster mode"; adapters/mqtt/cluster_remake.py
   and its filters (it queues what is published meanwhile) and the store is asked again.
 
 Sessions are lost as a broker restarted without its state loses them: the session ended
-and its record cleared (``SubscriptionSessions.delete``), the store keeping the
-subscription."""
+and its record cleared (``SubscriptionSessions.delete``), the store (PostgreSQL, asked as
+core asks it) keeping the subscription."""
 
 from __future__ import annotations
 
@@ -20,8 +20,10 @@ from pathlib import Path
 
 import pytest
 from wsnmom.adapters.mqtt.cluster_sessions import SubscriptionSessions
+from wsnmom.core.store_postgres import PostgresStore
 
 from tests.adapters.test_mqtt_cluster import Collector, Instance, session_present
+from tests.core.test_store_conformance import subscription
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.mqtt
@@ -30,32 +32,45 @@ SENTINEL = b"<sentinel/>"
 
 
 class Store:
-    """Core's store as the adapter asks it: ``one(name)`` (``kept_in_store``) and
-    ``many(names)`` (``kept_in_store_many``), each counting its calls; ``answering`` is
-    called before each answer of ``one`` (a failure or a wait played there)."""
+    """Core's store as the adapter asks it, on PostgreSQL: ``one(name)`` as core answers
+    ``kept_in_store`` (``ClusterParts.stored``) and ``many(names)`` as it answers
+    ``kept_in_store_many`` (``Store.held``), each counting its calls; ``answering`` is
+    called before each answer of ``one`` (a failure or a wait played there), and
+    ``many`` waits while ``open`` is clear (a slow store)."""
 
-    def __init__(self, *names: str) -> None:
-        self.names = set(names)
+    def __init__(self, store: PostgresStore) -> None:
+        self.store = store
         self.lock = threading.Lock()
         self.singular: list[str] = []
         self.plural: list[list[str]] = []
         self.answering: Callable[[int], None] = lambda n: None
-        #: set: ``many`` answers; clear: it waits (a slow store)
         self.open = threading.Event()
         self.open.set()
+
+    def hold(self, *names: str) -> None:
+        for name in names:
+            self.store.put_subscription(subscription(name))
 
     def one(self, name: str) -> bool:
         with self.lock:
             self.singular.append(name)
             n = len(self.singular)
         self.answering(n)
-        return name in self.names
+        s = self.store
+        return s.get_subscription(name) is not None or s.get_pull_point(name) is not None
 
     def many(self, names: Collection[str]) -> set[str]:
         with self.lock:
             self.plural.append(sorted(names))
         assert self.open.wait(60)
-        return self.names & set(names)
+        return self.store.held(names)
+
+
+@pytest.fixture
+def store(postgres_store_url: str) -> Iterator[Store]:
+    pg = PostgresStore(postgres_store_url, instance_id="remake")
+    yield Store(pg)
+    pg.close()
 
 
 def sessions_of(inst: Instance) -> SubscriptionSessions:
@@ -75,7 +90,7 @@ def two(mqtt_url: str, tmp_path: Path) -> Iterator[tuple[Instance, Instance]]:
 
 
 def test_a_shard_of_lost_sessions_asks_the_store_once_per_burst_off_the_starting_thread(
-    two: tuple[Instance, Instance],
+    two: tuple[Instance, Instance], store: Store
 ) -> None:
     """B gains a shard of 20 subscriptions whose sessions and records the broker lost:
     every ``start`` returns while the store has not answered (it waits), the store is
@@ -83,7 +98,7 @@ def test_a_shard_of_lost_sessions_asks_the_store_once_per_burst_off_the_starting
     never once per name, and every subscription delivers once it answered."""
     a, b = two
     names = [f"s{i}" for i in range(20)]
-    store = Store(*names)
+    store.hold(*names)
     b.adapter.kept_in_store(store.one)
     b.adapter.kept_in_store_many(store.many)
     handles = [b.handle(name) for name in names]
@@ -107,7 +122,7 @@ def test_a_shard_of_lost_sessions_asks_the_store_once_per_burst_off_the_starting
 
 
 def test_a_store_that_cannot_answer_during_a_hand_over_ends_no_session(
-    two: tuple[Instance, Instance],
+    two: tuple[Instance, Instance], store: Store
 ) -> None:
     """A delivers, hands the subscription over (stops); the broker loses its session and
     record; B starts it and its question to the store fails.  The session B made again
@@ -116,7 +131,7 @@ def test_a_store_that_cannot_answer_during_a_hand_over_ends_no_session(
     record: those messages were lost, and the session made again only after
     ``reconnect_max_delay``)."""
     a, b = two
-    store = Store("s1")
+    store.hold("s1")
     b.adapter.kept_in_store(store.one)
     ha, hb = a.handle("s1"), b.handle("s1")
     ca, cb = Collector(), Collector()
@@ -147,13 +162,13 @@ def test_a_store_that_cannot_answer_during_a_hand_over_ends_no_session(
 
 
 def test_a_kept_session_is_ended_once_the_store_says_it_is_gone(
-    two: tuple[Instance, Instance], mqtt_url: str
+    two: tuple[Instance, Instance], store: Store, mqtt_url: str
 ) -> None:
     """B's question fails; the store then answers that the subscription is gone (deleted
     through another instance before B's CONNECT): the session B kept is ended and its
     record cleared, and B does not deliver it."""
     a, b = two
-    store = Store("s2")
+    store.hold("s2")
     b.adapter.kept_in_store(store.one)
     hb = b.handle("s2")
     sessions_of(a).delete(hb.client_id)
@@ -161,7 +176,7 @@ def test_a_kept_session_is_ended_once_the_store_says_it_is_gone(
 
     def fail_once(n: int) -> None:
         if n == 1:
-            store.names.discard("s2")  # the delete's store record: gone before B asks again
+            store.store.delete_subscription("s2")  # gone before B asks again
             deleted.set()
             raise RuntimeError("the store is down")
 
@@ -176,12 +191,12 @@ def test_a_kept_session_is_ended_once_the_store_says_it_is_gone(
 
 
 def test_without_the_plural_the_store_is_asked_per_name_off_the_starting_thread(
-    two: tuple[Instance, Instance],
+    two: tuple[Instance, Instance], store: Store
 ) -> None:
     """An adapter told only ``kept_in_store`` (a core of before the plural) asks it per
     name, still on the questions' thread: ``start`` returns before the store answers."""
     a, b = two
-    store = Store("s3")
+    store.hold("s3")
     b.adapter.kept_in_store(store.one)
     hb = b.handle("s3")
     sessions_of(a).delete(hb.client_id)

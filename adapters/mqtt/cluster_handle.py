@@ -21,7 +21,8 @@ connection ends the empty session it made and the handle starts again after
 closed), by when core has usually followed a deletion and stopped the handle.  The
 restart makes the session again while its record exists, or, the record gone too, while
 core's store still holds the subscription (``Adapter.kept_in_store``: the broker lost its
-state), asked after the record was written again (``SubscriptionSessions.made_again``):
+state), asked after the record was written again (``SubscriptionSessions.record_again``;
+the answer, asked in batches off this thread, is handled by :mod:`.cluster_remake`):
 core deletes the store's record before the session, and a delete ends the session and
 then clears its record, so a deliverer that has not followed the deletion yet checks
 again later and never brings the session back.  The same rule holds for a ``start`` (a

@@ -213,3 +213,38 @@ def test_without_the_plural_the_store_is_asked_per_name_off_the_starting_thread(
     release.set()
     wait_until(lambda: hb.connected, 20, what="B delivering once the store answered")
     assert store.singular == ["s3"] and hb.remade == 1
+
+
+def test_a_stop_while_the_store_is_asked_installs_nothing_and_the_next_start_delivers(
+    two: tuple[Instance, Instance], store: Store
+) -> None:
+    """Core stops the handle (its shard went) while the store is being asked: the answer
+    "there" installs nothing; the next start finds the session made again (with its
+    record) and delivers."""
+    a, b = two
+    store.hold("s4")
+    b.adapter.kept_in_store(store.one)
+    hb = b.handle("s4")
+    sessions_of(a).delete(hb.client_id)
+    answering = threading.Event()
+    release = threading.Event()
+
+    def wait_first(n: int) -> None:
+        if n == 1:
+            answering.set()
+            assert release.wait(30)
+
+    store.answering = wait_first
+    consumer = Collector()
+    hb.start(consumer, prefetch=4)
+    assert answering.wait(20)
+    hb.stop()
+    release.set()
+    wait_until(lambda: hb.remade == 1, 20, what="the answer handled")
+    assert not hb.connected
+    assert sessions_of(a).recorded(hb.client_id) == hb.filters
+    hb.start(consumer, prefetch=4)
+    wait_until(lambda: hb.connected, 20, what="the next start delivering")
+    a.publish(SENTINEL)
+    wait_until(lambda: consumer.has(SENTINEL), 20, what="a delivery after the next start")
+    assert store.singular == ["s4"]

@@ -81,6 +81,7 @@ class ClusterParts:
         if self.cluster.shared:
             ctx.adapter.shared_by_instances(self.may_save)
             ctx.adapter.kept_in_store(self.stored)
+            ctx.adapter.kept_in_store_many(ctx.store.held)
             ctx.adapter.joined_as(ctx.instance_id)
             ctx.delivers = self.cluster.delivers
             ctx.leads = self.cluster.leads

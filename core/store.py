@@ -16,7 +16,7 @@ Store URLs (``core.store_url``): ``sqlite:///relative/path.db``,
 from __future__ import annotations
 
 import abc
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -163,6 +163,16 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def list_pull_points(self) -> list[PullPoint]:
         """Every pull point."""
+
+    def held(self, ids: Collection[str]) -> set[str]:
+        """Which of ``ids`` the store holds as a subscription or a pull point: one query
+        for them all (``Adapter.kept_in_store_many``: a middleware that lost what it kept
+        of many subscriptions at once).  This default asks each id in turn."""
+        return {
+            i
+            for i in ids
+            if self.get_subscription(i) is not None or self.get_pull_point(i) is not None
+        }
 
     # registrations
     @abc.abstractmethod

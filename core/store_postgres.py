@@ -18,7 +18,7 @@ and HTTP 503, and ``ping`` (``/readyz``) says the store is not answering.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any, TypeVar
@@ -202,6 +202,17 @@ class PostgresStore(PostgresConnections, Store):
 
     def get_pull_point(self, pp_id: str) -> PullPoint | None:
         return self._get("pull_points", "id", pp_id, pull_point_from_json)
+
+    def held(self, ids: Collection[str]) -> set[str]:
+        wanted = sorted(set(ids))
+        if not wanted:
+            return set()
+        rows = self._rows(
+            "SELECT id FROM subscriptions WHERE id = ANY(%s) "
+            "UNION SELECT id FROM pull_points WHERE id = ANY(%s)",
+            (wanted, wanted),
+        )
+        return {str(row[0]) for row in rows}
 
     def find_pull_point(self, name: str) -> PullPoint | None:
         return self._get("pull_points", "name", name, pull_point_from_json)

@@ -9,7 +9,7 @@ import json
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from datetime import UTC, datetime
 from pathlib import Path
@@ -59,6 +59,8 @@ class SqliteTooOld(StoreError):
 
 #: the oldest SQLite the embedded store runs on (``INSERT|UPDATE|DELETE ... RETURNING``: 3.35)
 SQLITE_NEEDED = (3, 35, 0)
+#: ids asked in one statement by ``held`` (SQLite binds at most 32,766 parameters)
+_HELD_AT_ONCE = 10_000
 
 
 def _version(info: tuple[int, ...]) -> str:
@@ -291,6 +293,20 @@ class SqliteStore(Store):
     def get_pull_point(self, pp_id: str) -> PullPoint | None:
         rows = self._query("SELECT data FROM pull_points WHERE id = ?", (pp_id,))
         return pull_point_from_json(json.loads(rows[0][0])) if rows else None
+
+    def held(self, ids: Collection[str]) -> set[str]:
+        wanted = sorted(set(ids))
+        found: set[str] = set()
+        for at in range(0, len(wanted), _HELD_AT_ONCE):  # SQLite's bound on parameters
+            part = wanted[at : at + _HELD_AT_ONCE]
+            marks = ", ".join("?" * len(part))
+            rows = self._query(
+                f"SELECT id FROM subscriptions WHERE id IN ({marks}) "
+                f"UNION SELECT id FROM pull_points WHERE id IN ({marks})",
+                (*part, *part),
+            )
+            found.update(str(row[0]) for row in rows)
+        return found
 
     def find_pull_point(self, name: str) -> PullPoint | None:
         rows = self._query("SELECT data FROM pull_points WHERE name = ?", (name,))

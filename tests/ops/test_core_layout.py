@@ -10,7 +10,10 @@ Read from the sources, so the test needs no middleware.
 from __future__ import annotations
 
 import ast
+import importlib
+import inspect
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -45,6 +48,12 @@ SPLIT = (
     "dead_letters.py",
     "dead_letter_records.py",
     "dead_letter_box.py",
+    # the adapter contract (docs/plugins.md, "The adapter contract")
+    "adapter.py",
+    "adapter_subscription.py",
+    "adapter_capabilities.py",
+    "adapter_messages.py",
+    "adapter_errors.py",
     # the settings model
     "config_model.py",
     "config_delivery.py",
@@ -62,3 +71,39 @@ def test_every_core_module_has_a_docstring(path: Path) -> None:
 def test_split_modules_stay_under_the_limit(name: str) -> None:
     lines = len((CORE / name).read_text(encoding="utf-8").splitlines())
     assert lines <= LIMIT, f"core/{name} has {lines} lines (at most {LIMIT}): split it again"
+
+
+#: the parts of the adapter contract, whose names plugins import from ``wsnmom.core.adapter``
+#: (docs/plugins.md, "The adapter contract"): where a name is written is not public
+CONTRACT_PARTS = ("adapter_subscription", "adapter_capabilities", "adapter_messages")
+CONTRACT_PARTS += ("adapter_errors",)
+
+
+def _defined(module: ModuleType) -> list[str]:
+    """The public names ``module`` defines: its ``__all__``, else its own classes and
+    functions and its upper-case constants."""
+    if hasattr(module, "__all__"):
+        return list(module.__all__)
+    return [
+        n
+        for n, v in vars(module).items()
+        if not n.startswith("_")
+        and n != "TYPE_CHECKING"
+        and (
+            v.__module__ == module.__name__
+            if inspect.isclass(v) or inspect.isfunction(v)
+            else n.isupper()
+        )
+    ]
+
+
+@pytest.mark.parametrize("part", CONTRACT_PARTS)
+def test_the_contract_is_imported_from_core_adapter(part: str) -> None:
+    contract = importlib.import_module("wsnmom.core.adapter")
+    module = importlib.import_module(f"wsnmom.core.{part}")
+    names = _defined(module)
+    assert names, part
+    missing = [n for n in names if getattr(contract, n, None) is not getattr(module, n)]
+    assert not missing, f"wsnmom.core.adapter does not re-export {missing} of core.{part}"
+    unlisted = set(names) - set(contract.__all__)
+    assert not unlisted, f"not in wsnmom.core.adapter.__all__: {sorted(unlisted)}"

@@ -10,21 +10,15 @@ was written, or puts them back at the head of the buffer (``core.pull_handout``)
 ``take`` does both steps at once.  The buffer holds at most ``prefetch`` messages per
 handle: the adapter's own flow control stops delivering beyond that.
 
-**Feeds.**  The subscriptions that feed the pull point can be read by the buffer directly
-(``core.pull_feeds``): each feed is the subscription's own durable handle, started in push
-mode into the same buffer; its messages arrive already prepared for the pull point (the
-subscription's filters applied, rendered with its SubscriptionReference: a ``Fed``) and
-stay unsettled in the subscription until GetMessages hands them out.  A feed's messages
-are settled in their arrival order like the pull point's own: one its filters dropped is
-settled at once when nothing of that feed waits before it, else it waits in the buffer
-(never handed out) and is settled when GetMessages reaches it.  ``suspend_feed`` takes a
-feed's waiting messages out (a pause or the end of the subscription: the caller keeps
-them in the pull point by other means) and ignores what the feed delivers until its
-handle is stopped or resumed; ``halt_feed`` only ignores what it delivers from now on
-(its subscription's filter ended it: ``core.pull_feeds``).  An answer not sent gives
-back what it took from a feed no longer read here to that feed's subscription, or, for a
-feed removed since (its subscription is being deleted), to the caller's keeper
-(``remove_feed``'s ``keep_late``: into the pull point's inbox, ``give_back_fed``).
+**Feeds** (``core.pull_feeds``; docs/architecture.md, "Push delivery", tells a feed's
+pause, resume and end).  Each subscription feeding the pull point is read here from its
+own durable handle, started in push mode into the same buffer: its messages arrive
+prepared for the pull point (a ``Fed``) and are settled in arrival order like the pull
+point's own: one its filters dropped is settled at once when nothing of that feed waits
+before it, else when GetMessages reaches it (never handed out).  The methods say what a
+pause (``suspend_feed``, ``wait_settled``), a resume (``expect``, ``resume_feed``: the
+kept copies come back first), a filter's end (``halt_feed``) and an answer not sent
+(``_put_back``) do.
 
 **A lost connection.**  A message whose connection to the middleware is gone
 (``Received.settleable`` false: an MQTT session taken over or cut off) can no longer be
@@ -32,19 +26,6 @@ settled, and the middleware gives it again to the handle's next connection; the 
 drops its copy instead of handing it out (else both copies would be handed out).  What
 an answer took just before the loss may still come again: its acknowledgement may not
 have reached the middleware.
-
-**Answers on their way.**  A stopped handle gives its unsettled messages back (RabbitMQ:
-an ack made later is lost).  Before a feed's handle stops at a pause or before its
-subscription's backlog goes to its dead letters, ``wait_settled`` waits for the answers
-on their way that took its messages, so that none of those comes again after the resume
-or is both handed out and a dead letter (``core.pull_feeds``).
-
-**Kept copies and a resume.**  The caller keeps what a suspended feed held by publishing
-copies into the pull point's inbox, whose handle delivers them into this buffer again
-behind whatever is there.  It names them first (``expect``, by message id): a resume of
-the feed while copies are still on their way starts the feed only once they are back in
-the buffer (or after ``KEPT_WAIT``: copies the inbox's limits dropped never come), so the
-feed's next messages never overtake them.
 
 The conformance kit uses the same class to run its pull-based checks on push-only
 adapters.
@@ -276,7 +257,8 @@ class PullBuffer:
 
     def expect(self, name: str, message_ids: Sequence[str]) -> None:
         """Copies of the feed's messages (by message id) are being published into the
-        pull point's inbox: a resume waits for them (see the module docstring)."""
+        pull point's inbox: a resume waits for them (``resume_feed``, at most
+        ``KEPT_WAIT``), so the feed's next messages never overtake them."""
         with self._cv:
             feed = self._feeds.get(name)
             if feed is None or not self._started:

@@ -48,6 +48,14 @@ SPLIT = (
     "dead_letters.py",
     "dead_letter_records.py",
     "dead_letter_box.py",
+    # the pull points (docs/architecture.md, "Core, module by module")
+    "pull_points.py",
+    "pull_feeds.py",
+    "pull_fed.py",
+    "pull_buffer.py",
+    "pull_reader.py",
+    "pull_handout.py",
+    "pull_owners.py",
     # the adapter contract (docs/plugins.md, "The adapter contract")
     "adapter.py",
     "adapter_subscription.py",

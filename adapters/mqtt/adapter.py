@@ -60,9 +60,10 @@ Options
     directory as ``data_dir``.
 
 Code layout: this module is the facade (``MqttAdapter``: lifecycle, both modes,
-subscriptions, current message, stats) and the single-instance handle (``MqttHandle``);
-:mod:`.capabilities` says what the adapter can do by protocol and mode, and
-:mod:`.publish_routing` where each published message goes.
+subscriptions, current message); :mod:`.handle` holds the single-instance handle
+(``MqttHandle``, re-exported here), :mod:`.capabilities` says what the adapter can do by
+protocol and mode, :mod:`.publish_routing` where each published message goes, and
+:mod:`.stats` the counts of ``stats``.
 """
 
 from __future__ import annotations
@@ -74,7 +75,6 @@ import weakref
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, ClassVar
 
-from wsnmom.adapters.embedded.adapter import EmbeddedHandle
 from wsnmom.core.adapter import (
     Adapter,
     AdapterError,
@@ -96,47 +96,18 @@ from wsnmom.topic_mapping.model import Topic
 from . import node as nodes
 from .box_retire import retire_departed
 from .capabilities import CAPABILITIES, capabilities_of
-from .cluster_handle import ClusterHandle, describe
+from .cluster_handle import ClusterHandle
 from .cluster_node import ClusterNode
 from .config import MqttSettings, parse_settings
+from .handle import MqttHandle
 from .publish_routing import route_and_publish
+from .stats import cluster_stats, node_stats
 from .taps import tap_provider
 from .wire import metadata
 
 __all__ = ["MqttAdapter", "MqttHandle"]
 
 log = logging.getLogger("wsnmom.adapters.mqtt")
-
-
-class MqttHandle(EmbeddedHandle):
-    """A subscription's queue; deleting it also releases its MQTT filters."""
-
-    __slots__ = ()
-
-    def delete(self) -> None:
-        """Destroy the subscription, its messages and (when unused) its filters."""
-        adapter = self._adapter
-        assert isinstance(adapter, MqttAdapter)
-        adapter.delete_subscription(self.name)
-        self.detach()
-
-    def delete_into_dead_letters(
-        self, reason: str, context: Mapping[str, str], timeout: float = 30.0
-    ) -> int:
-        """Destroy the queue in the transaction that sends its messages to its dead-letter
-        topic (the outbox on MQTT 5), then release its filters.  The transaction runs at a
-        session barrier: what the broker confirmed before the call (a PUBACK comes before
-        the broker delivers to this session) is in the queue by then, and goes too."""
-        adapter = self._adapter
-        assert isinstance(adapter, MqttAdapter)
-        node = adapter._require()
-        sent = node.session.at_barrier(
-            functools.partial(node.engine.delete_into_dead_letters, self.name, reason, context),
-            timeout,
-        )
-        node.session.release(self.name)
-        self.detach()
-        return sent or 0
 
 
 class MqttAdapter(Adapter):
@@ -496,33 +467,10 @@ class MqttAdapter(Adapter):
 
     # -- information ------------------------------------------------------------------------
     def stats(self) -> Mapping[str, Any]:
-        """Counts for tests and metrics: filters, subscriptions, arrivals, messages handed
-        to taps (``spark_logs``), the publisher's window and the most messages it had
-        unacknowledged at once, and the dead-letter outbox's (:meth:`.Outbox.stats`)."""
+        """Counts for tests and metrics (:mod:`.stats`): filters, subscriptions, arrivals,
+        messages handed to taps (``spark_logs``), the publisher's window and the most
+        messages it had unacknowledged at once, and the dead-letter outbox's; in cluster
+        mode the subscription sessions' counts."""
         if self._cluster:
-            cnode = self._require_cluster()
-            return {
-                "client_id": cnode.client_id,
-                "cluster": True,
-                **describe(list(self._chandles)),
-                "publish_window": cnode.publisher.window,
-                "publish_peak_inflight": cnode.publisher.peak_inflight,
-            }
-        node = self._require()
-        s = node.session.stats
-        return {
-            "client_id": node.client_id,
-            "filters": len(node.session.filters),
-            "subscriptions": len(node.engine.subs),
-            "received": s.received,
-            "committed": s.committed,
-            "dropped_retained": s.dropped_retained,
-            "dropped_twins": s.dropped_twins,
-            "dropped_qos0": s.dropped_qos0,
-            "tapped": node.session.taps.delivered,
-            "tap_failures": node.session.taps.failures,
-            "backlog": node.session.backlog(),
-            "publish_window": node.publisher.window,
-            "publish_peak_inflight": node.publisher.peak_inflight,
-            **node.outbox.stats(),
-        }
+            return cluster_stats(self._require_cluster(), list(self._chandles))
+        return node_stats(self._require())

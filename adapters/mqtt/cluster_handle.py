@@ -42,9 +42,7 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
-from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from collections.abc import Callable
 
 from wsnmom.core.adapter import (
     AdapterError,
@@ -62,13 +60,7 @@ from .cluster_sessions import SubscriptionSessions, session_client_id
 from .filters import FilterSet
 from .sub_session import SessionConnection
 
-__all__ = [
-    "RESTART_DELAY",
-    "ClusterHandle",
-    "SubscriptionSessions",
-    "await_boxes",
-    "session_client_id",
-]
+__all__ = ["RESTART_DELAY", "ClusterHandle", "SubscriptionSessions", "session_client_id"]
 
 log = logging.getLogger("wsnmom.adapters.mqtt")
 
@@ -469,35 +461,3 @@ class ClusterHandle(Remaking, SubscriptionHandle):
         with self._lock:
             self._deleted = True
         self._sessions.delete(self.client_id)
-
-
-def describe(handles: Sequence[Any]) -> dict[str, int]:
-    """Counts over cluster handles (the adapter's ``stats``)."""
-    live = [h for h in handles if isinstance(h, ClusterHandle)]
-    return {
-        "subscription_sessions": len(live),
-        "connected_sessions": sum(1 for h in live if h.connected),
-        "fenced_reconnects": sum(h.fenced for h in live),
-        "sessions_lost": sum(h.sessions_lost for h in live),
-        "sessions_remade": sum(h.remade for h in live),
-    }
-
-
-def await_boxes(handles: Iterable[ClusterHandle], boxes: set[str], timeout: float) -> None:
-    """Wait until this instance's started dead-letter boxes named in ``boxes`` have a
-    connection whose SUBSCRIBE the broker acknowledged, up to ``timeout`` seconds in all;
-    AdapterUnavailable when one has none by then (the dead letters then stay with core,
-    which publishes them again later).
-
-    Why: Mosquitto 2.0.11 drops a session's shared subscriptions across its restart (it
-    keeps the plain ones and the queued messages), and a box reads ``$share/…``: a dead
-    letter published after the broker came back and before any box subscribed again is
-    queued for nobody.  The publisher may reconnect before the box does; its dead letters
-    wait for the box (docs/scale-out.md, "Dead-letter boxes")."""
-    deadline = time.monotonic() + timeout
-    for handle in [h for h in handles if h.name in boxes]:
-        if not handle.await_connection(max(0.0, deadline - time.monotonic())):
-            raise AdapterUnavailable(
-                f"the dead-letter box {handle.name} has not subscribed again since its "
-                "connection was lost: its dead letters wait"
-            )

@@ -9,9 +9,10 @@ inboxes.  In cluster mode a dead letter first waits for its box to be subscribed
 from __future__ import annotations
 
 import time
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterable, Sequence
 
 from wsnmom.core.adapter import (
+    AdapterUnavailable,
     OutboundMessage,
     PublishReceipt,
     TopicUnavailable,
@@ -21,10 +22,10 @@ from wsnmom.core.dead_letter_records import box_name
 from wsnmom.topic_mapping.errors import NameNotRepresentable
 
 from . import node as nodes
-from .cluster_handle import ClusterHandle, await_boxes
+from .cluster_handle import ClusterHandle
 from .cluster_node import ClusterNode
 
-__all__ = ["route_and_publish"]
+__all__ = ["await_boxes", "route_and_publish"]
 
 
 def route_and_publish(
@@ -77,3 +78,23 @@ def route_and_publish(
             for (i, _), receipt in zip(batch, done, strict=True):
                 receipts[i] = receipt
     return [r for r in receipts if r is not None]
+
+
+def await_boxes(handles: Iterable[ClusterHandle], boxes: set[str], timeout: float) -> None:
+    """Wait until this instance's started dead-letter boxes named in ``boxes`` have a
+    connection whose SUBSCRIBE the broker acknowledged, up to ``timeout`` seconds in all;
+    AdapterUnavailable when one has none by then (the dead letters then stay with core,
+    which publishes them again later).
+
+    Why: Mosquitto 2.0.11 drops a session's shared subscriptions across its restart (it
+    keeps the plain ones and the queued messages), and a box reads ``$share/…``: a dead
+    letter published after the broker came back and before any box subscribed again is
+    queued for nobody.  The publisher may reconnect before the box does; its dead letters
+    wait for the box (docs/scale-out.md, "Dead-letter boxes")."""
+    deadline = time.monotonic() + timeout
+    for handle in [h for h in handles if h.name in boxes]:
+        if not handle.await_connection(max(0.0, deadline - time.monotonic())):
+            raise AdapterUnavailable(
+                f"the dead-letter box {handle.name} has not subscribed again since its "
+                "connection was lost: its dead letters wait"
+            )

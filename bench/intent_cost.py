@@ -28,7 +28,7 @@ from typing import Any
 
 from wsnmom.core.model import ExpressionSource
 from wsnmom.topic_mapping.dialects import CONCRETE
-from wsnmom.topic_mapping.namespaces import TopicSet
+from wsnmom.topic_mapping.topic_set import TopicSet
 
 from tests.core.conftest import Broker, FakeClock, RecordingOutbound, make_settings, sub_req
 

@@ -89,7 +89,7 @@ from wsnmom.core.subscription_delivery import SubscriptionDelivery
 from wsnmom.core.subscription_end import NATO_NS, WSNMOM_NS, subscription_end_payload
 from wsnmom.core.subscriptions import Subscriptions
 from wsnmom.core.sweep import Sweeper
-from wsnmom.topic_mapping.namespaces import TopicSet
+from wsnmom.topic_mapping.topic_set import TopicSet
 
 if TYPE_CHECKING:
     from wsnmom.core.plugins import PluginManager

@@ -30,7 +30,7 @@ from wsnmom.core.service import BrokerService
 from wsnmom.core.store_sqlite import SqliteStore
 from wsnmom.core.store_url import open_store
 from wsnmom.topic_mapping.dialects import CONCRETE, FULL, SIMPLE
-from wsnmom.topic_mapping.namespaces import TopicSet
+from wsnmom.topic_mapping.topic_set import TopicSet
 
 from tests.support.waiting import wait_until
 

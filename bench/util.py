@@ -1,5 +1,6 @@
 """Small helpers shared by the benchmark modules: ports, polling, percentiles, RSS, the
-CPU time of a process, a one-off measurement's figures printed (and written) as JSON."""
+CPU time of a process, a one-off measurement's figures printed (and written) as JSON, a
+PostgreSQL database to measure on."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ import math
 import os
 import socket
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +24,22 @@ def print_figures(figures: Mapping[str, Any], path: Path | None) -> None:
     print(text)
     if path is not None:
         path.write_text(text + "\n")
+
+
+@contextmanager
+def postgres() -> Iterator[str]:
+    """A fresh database on ``WSNMOM_BENCH_POSTGRES_URL``'s server, else on a private
+    PostgreSQL server (the test suite's fixture code) stopped on leaving; its URL."""
+    from tests.fixtures.postgres import PostgresNode, fresh_database
+
+    with ExitStack() as stack:
+        url = os.environ.get("WSNMOM_BENCH_POSTGRES_URL")
+        if not url:
+            node = PostgresNode()  # its own temporary directory: the postgres user owns it
+            node.start()
+            stack.callback(node.cleanup)
+            url = node.url
+        yield stack.enter_context(fresh_database(url))
 
 
 def free_port() -> int:

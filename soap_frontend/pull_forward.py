@@ -38,8 +38,8 @@ forwarding instance authorised there (method ``admin``; taken on admin paths onl
 (``auth.FORWARDED_ADDRESS_KEY``).
 
 Only a pull point's own path (or an ONVIF subscription's), or one named in ``wsa:To`` or
-by ``ResourceId``, is forwarded; a chunked body is
-read first (over the limit it is left to the application).  Of the reader's answer only
+by ``ResourceId``, is forwarded; its body, chunked too, is read whole first
+(``whole_body``; over the limit it is left to the application).  Of the reader's answer only
 its own headers are relayed (:data:`_RELAYED`).  Connecting to the reader waits
 :data:`CONNECT_TIMEOUT`, its answer :data:`TIMEOUT` (an ONVIF PullMessages, which may
 wait up to ``onvif.MAX_TIMEOUT`` for a message, that much longer).  An ``https://``
@@ -50,7 +50,6 @@ reader's certificate is checked against the CA bundle outbound HTTPS uses
 from __future__ import annotations
 
 import http.client
-import io
 import logging
 import math
 import secrets
@@ -88,6 +87,7 @@ from .forward_signature import (
 from .long_poll import RESUMED
 from .onvif import EVENT_SERVICE_PATH, MAX_TIMEOUT, SUBSCRIPTIONS_PATH, subscription_id_of
 from .outbound_http import OutboundEnvironment, verifying_context
+from .whole_body import read_whole
 
 __all__ = [
     "CONNECT_TIMEOUT",
@@ -199,7 +199,7 @@ class PullForward:
             return self._fault(environ, start_response, exc)
         if pull_point_id is None and path not in _SHARED_ENDPOINTS:
             return self.app(environ, start_response)
-        body = self._body(environ)
+        body = read_whole(environ, self.max_body)
         if body is None:  # no plain Content-Length within the limit: answered here
             return self.app(environ, start_response)
         try:
@@ -273,7 +273,7 @@ class PullForward:
     def _forwarded(self, environ: dict[str, Any], start_response: StartResponse, value: str) -> Any:
         readers = self.readers
         path = str(environ.get("PATH_INFO") or "")
-        body = self._body(environ)
+        body = read_whole(environ, self.max_body)
         named = str(environ.get(_IDENTITY_ENVIRON_KEY) or "")
         address = str(environ.get(_ADDRESS_ENVIRON_KEY) or "")
         method = str(environ.get("REQUEST_METHOD") or "")
@@ -352,46 +352,6 @@ class PullForward:
         return [reply.body]
 
     # -- forwarding ----------------------------------------------------------------------
-    def _body(self, environ: dict[str, Any]) -> bytes | None:
-        """The request body (put back for the application to read), or None when it is
-        over the limit or not framed (left alone: the application answers it).  A body
-        the server hands on chunked (cheroot: ``Transfer-Encoding``, no length) is read
-        to its end.  A request without a body (a GET) has the empty one."""
-        length = environ.get("CONTENT_LENGTH")
-        chunked = "HTTP_TRANSFER_ENCODING" in environ
-        if chunked:
-            if str(environ["HTTP_TRANSFER_ENCODING"]).strip().lower() != "chunked":
-                return None
-            wanted = None
-        elif isinstance(length, str) and length.isascii() and length.isdigit():
-            wanted = int(length)
-            if self.max_body is not None and wanted > self.max_body:
-                return None
-        elif not length and environ.get("REQUEST_METHOD") in ("GET", "HEAD"):
-            return b""
-        else:
-            return None
-        stream = environ["wsgi.input"]
-        parts: list[bytes] = []
-        got = 0
-        while wanted is None or got < wanted:
-            step = 65536 if wanted is None else min(65536, wanted - got)
-            chunk = stream.read(step)
-            if not chunk:
-                break
-            parts.append(chunk)
-            got += len(chunk)
-            if wanted is None and self.max_body is not None and got > self.max_body:
-                # over the limit: the application answers what it reads (the rest)
-                environ["wsgi.input"] = io.BufferedReader(_Joined(parts, stream))
-                return None
-        body = b"".join(parts)
-        environ.pop("HTTP_TRANSFER_ENCODING", None)
-        environ["wsgi.input"] = io.BytesIO(body)
-        environ["CONTENT_LENGTH"] = str(len(body))
-        environ["wsgi.input_terminated"] = True
-        return body
-
     def _forward(
         self,
         environ: dict[str, Any],
@@ -513,24 +473,3 @@ class PullForward:
             ],
         )
         return [data]
-
-
-class _Joined(io.RawIOBase):
-    """What was read of a body, then the rest of its stream."""
-
-    def __init__(self, parts: list[bytes], rest: Any) -> None:
-        self._head = b"".join(parts)
-        self._rest = rest
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: Any) -> int:
-        if self._head:
-            n = min(len(buffer), len(self._head))
-            buffer[:n] = self._head[:n]
-            self._head = self._head[n:]
-            return n
-        data = self._rest.read(len(buffer))
-        buffer[: len(data)] = data
-        return len(data)

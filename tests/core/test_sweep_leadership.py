@@ -18,6 +18,7 @@ import psycopg
 import pytest
 from psycopg.types.json import Jsonb
 from wsnmom.core.model import CreatePullPointRequest
+from wsnmom.core.service import BrokerService
 from wsnmom.core.store_documents import pull_point_to_json, subscription_to_json
 
 from tests.support.waiting import wait_until
@@ -25,9 +26,6 @@ from tests.support.waiting import wait_until
 from .conftest import Broker, FakeClock, note, simple, sub_req
 
 C = "http://127.0.0.1:9/consumer"
-#: the leadership row, held; and the epoch bump another instance's election makes
-LEADERSHIP = "SELECT epoch FROM wsnmom_leadership FOR UPDATE"
-DEPOSE = "UPDATE wsnmom_leadership SET epoch = epoch + 1"
 
 
 @contextmanager
@@ -64,6 +62,26 @@ def held(
             wait_until(lambda: waiting_on(watch, waits_in), 30, what=what)
             yield other
             other.commit()
+
+
+def deposed_while_sweeping(
+    url: str, service: BrokerService, caplog: pytest.LogCaptureFixture, what: str
+) -> None:
+    """``service``'s sweep held at the leadership row while another instance takes the
+    leadership (its epoch bumped, in a transaction that holds the row); the sweep's
+    warnings captured."""
+    with (
+        caplog.at_level(logging.WARNING, logger="wsnmom.core.sweep"),
+        held(
+            url,
+            "SELECT epoch FROM wsnmom_leadership FOR UPDATE",
+            (),
+            on_thread(service.sweep),
+            "wsnmom_leadership",
+            what=what,
+        ) as other,
+    ):
+        other.execute("UPDATE wsnmom_leadership SET epoch = epoch + 1")
 
 
 def waiting_on(conn: psycopg.Connection[Any], statement: str) -> bool:
@@ -122,18 +140,9 @@ def test_the_leader_s_expiry_keeps_what_was_renewed_or_when_it_was_deposed(
 
     deposed = service.subscribe(sub_req(C)).id
     clock.advance(hours=2)
-    with (
-        caplog.at_level(logging.WARNING, logger="wsnmom.core.sweep"),
-        held(
-            postgres_store_url,
-            LEADERSHIP,
-            (),
-            on_thread(service.sweep),
-            "wsnmom_leadership",
-            what="the leader's delete waiting for the leadership row",
-        ) as other,
-    ):
-        other.execute(DEPOSE)
+    deposed_while_sweeping(
+        postgres_store_url, service, caplog, "the leader's delete waiting for the leadership row"
+    )
     assert store.get_subscription(deposed) is not None
     assert deposed in service.registry.subscriptions
     refused = [r for r in caplog.records if "no longer leads" in r.getMessage()]
@@ -163,18 +172,9 @@ def test_a_leader_deposed_while_it_sweeps_drops_no_backlog_excess(
     handle = service.registry.subscriptions[sub.id].handle
     assert handle is not None
     wait_until(lambda: handle.depth() == 12, 30, what="12 messages held")
-    with (
-        caplog.at_level(logging.WARNING, logger="wsnmom.core.sweep"),
-        held(
-            postgres_store_url,
-            LEADERSHIP,
-            (),
-            on_thread(service.sweep),
-            "wsnmom_leadership",
-            what="the leader's drop waiting for the leadership row",
-        ) as other,
-    ):
-        other.execute(DEPOSE)
+    deposed_while_sweeping(
+        postgres_store_url, service, caplog, "the leader's drop waiting for the leadership row"
+    )
     assert handle.depth() == 12
     refused = [r for r in caplog.records if "no longer leads" in r.getMessage()]
     assert len(refused) == 1, refused

@@ -66,14 +66,20 @@ def _camera(data_dir: Path, users: Path, token: str, port: int = 0) -> RunningSe
     )
 
 
+def _relay_user(where: Path) -> Path:
+    """A camera's users file in ``where``: the relay, with its WS-Security password."""
+    users = where / "users.toml"
+    users.write_text('[users.relay]\nwsse_password = "cam-pw"\n')
+    users.chmod(0o600)
+    return users
+
+
 @pytest.fixture(scope="module")
 def camera() -> Iterator[tuple[RunningServer, str]]:
     """A camera of the tests that do not reboot it, and its admin token: each of them
     holds a subscription of its own there."""
     path = Path(tempfile.mkdtemp(prefix="wsnmom-onvif-cam-"))
-    users = path / "users.toml"
-    users.write_text('[users.relay]\nwsse_password = "cam-pw"\n')
-    users.chmod(0o600)
+    users = _relay_user(path)
     token = "admin-" + uuid.uuid4().hex
     server = _camera(path / "cam", users, token)
     server.start()
@@ -177,9 +183,7 @@ def _add_camera(relay: RunningServer, event_service: str, topic: str, *extra: st
 def test_onvif_pull_mode_relays_motion_events_into_mqtt_and_resubscribes_after_a_reboot(
     workdir: Path, mqtt_url: str
 ) -> None:
-    users = workdir / "users.toml"
-    users.write_text('[users.relay]\nwsse_password = "cam-pw"\n')
-    users.chmod(0o600)
+    users = _relay_user(workdir)
     token = "admin-" + uuid.uuid4().hex
     camera = _camera(workdir / "cam-a", users, token)
     camera.start()

@@ -67,6 +67,7 @@ def write_config(path: Path, extra: str = "") -> Path:
                 "total_pull_points",
                 "total_registrations",
                 "notify_fanout_bytes",
+                "ad_hoc_topics",
             )
         )
         + extra

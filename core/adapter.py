@@ -415,6 +415,18 @@ class Adapter(abc.ABC):
         Default: nothing (such an adapter takes a loss as a deletion)."""
         return None
 
+    def kept_in_store_many(self, held: Callable[[Collection[str]], set[str]]) -> None:
+        """Cluster mode: the plural of ``kept_in_store``: ``held(names)`` answers which of
+        ``names`` the store still holds, in **one** store query for them all.  A
+        middleware that lost what it kept of every subscription (a broker restarted
+        without its state) finds the loss for each subscription of a shard this instance
+        gains: ask once per batch, not once per name, and off the thread that opens the
+        deliveries when the delivery can wait for the answer.  The same rules as
+        ``kept_in_store`` (ask after the loss was seen and what is made again was made;
+        an exception means "not known now" for every name asked).  Called right after
+        ``kept_in_store``.  Default: nothing (an adapter asks ``stored`` per name)."""
+        return None
+
     def joined_as(self, instance_id: str) -> None:
         """Cluster mode: this gateway instance's id in the cluster's instance table
         (``cluster.instance_id``, or the one made per process).  Called after

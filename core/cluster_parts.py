@@ -76,10 +76,15 @@ class ClusterParts:
         )
         #: records the topics admitted here, takes in the others' (``core.topic_share``);
         #: None on a store only this instance opens
-        self.topics = SharedTopics(ctx.store, ctx.topic_set) if self.cluster.shared else None
+        self.topics = (
+            SharedTopics(ctx.store, ctx.topic_set, limit=settings.quotas.ad_hoc_topics)
+            if self.cluster.shared
+            else None
+        )
         if self.cluster.shared:
             ctx.adapter.shared_by_instances(self.may_save)
             ctx.adapter.kept_in_store(self.stored)
+            ctx.adapter.kept_in_store_many(ctx.store.held)
             ctx.adapter.joined_as(ctx.instance_id)
             ctx.delivers = self.cluster.delivers
             ctx.leads = self.cluster.leads

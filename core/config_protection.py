@@ -127,6 +127,11 @@ class QuotaSettings:
     #: bytes one Notify may make the gateway copy: its payload bytes times the number of
     #: subscriptions they fan out to
     notify_fanout_bytes: int | None = field(default=1024**3, metadata=limits(1))
+    #: topics the topic set may take in beyond the declared ones (a Notify's, a
+    #: RegisterPublisher's, a SubscriptionEnd topic that is new); a new one beyond it is
+    #: refused (TopicNotSupportedFault, HTTP 403).  In a cluster, the topics all
+    #: instances recorded together (``core.topic_share``)
+    ad_hoc_topics: int | None = field(default=10_000, metadata=limits(0))
 
 
 @dataclass(slots=True)

@@ -9,6 +9,12 @@ model).
   owner by the registry (:class:`~wsnmom.core.registry.OwnedMap`); reaching a bound
   refuses the creation with the operation's own fault naming the bound.  Concurrent
   creations by one identity may pass a bound by the number of requests in flight.
+* Ad-hoc topics: a new topic (a Notify's, a RegisterPublisher's, a SubscriptionEnd
+  topic) is admitted to the topic set only while it holds fewer than
+  ``quotas.ad_hoc_topics`` topics beyond the declared ones; beyond, it is refused with
+  TopicNotSupportedFault (HTTP 403) naming the bound.  Every per-topic state (the topic
+  set, the TopicSet document, current messages, the middleware's per-topic resources, a
+  cluster's recorded topics) grows only through admission.
 * Notify fan-out: a Notify whose payload bytes times the subscriptions they may reach
   exceed ``quotas.notify_fanout_bytes`` is refused (HTTP 413) before anything is
   published; the count is exact only when the cheap upper bound (every live
@@ -27,6 +33,7 @@ from wsnmom.core import errors, metrics
 from wsnmom.core.access import Principal, current_principal, may_manage
 from wsnmom.core.lifetimes import is_expired
 from wsnmom.core.model import NotificationMessage
+from wsnmom.topic_mapping import errors as tm_errors
 from wsnmom.topic_mapping.model import Topic, TopicExpression
 
 if TYPE_CHECKING:
@@ -95,6 +102,8 @@ class Guard:
 
     def __init__(self, ctx: BrokerContext) -> None:
         self._ctx = ctx
+        # the topics admit_topic bounds, at scrape time
+        metrics.set_topics_source(lambda: float(ctx.topic_set.grown))
 
     # -- ownership -------------------------------------------------------------------------
     @staticmethod
@@ -223,6 +232,24 @@ class Guard:
                 500,
                 kind,
             )
+
+    def admit_topic(self, topic: Topic) -> None:
+        """Admit ``topic`` to the topic set (no-op for a member); a new one beyond
+        ``quotas.ad_hoc_topics`` is refused (TopicNotSupportedFault naming the bound),
+        also for the broker's own requests.  Other topic errors are the topic set's
+        (raised as topic_mapping errors, for ``topic_errors`` to translate)."""
+        topic_set = self._ctx.topic_set
+        try:
+            topic_set.admit(topic, limit=self._ctx.settings.quotas.ad_hoc_topics)
+        except tm_errors.TopicSetFull as exc:
+            raise _refuse(
+                errors.TopicNotSupported(
+                    f"topic {topic} is new and the broker's topic set holds its maximum of "
+                    f"{exc.limit} topics beyond the declared ones (quotas.ad_hoc_topics)"
+                ),
+                403,
+                "ad_hoc_topics",
+            ) from None
 
     def check_fanout(self, messages: Sequence[NotificationMessage]) -> None:
         """Refuse a Notify whose payload bytes times their fan-out exceed

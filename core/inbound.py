@@ -104,7 +104,7 @@ class Inbound:
                 else:
                     topic, dialect = concrete_topic(source, topic_set)
                     with topic_errors():
-                        topic_set.admit(topic)
+                        ctx.guard.admit_topic(topic)
                     last_source, last_topic, last_dialect = source, topic, dialect
             if acl and topic not in allowed:
                 ctx.guard.check_notify(topic)

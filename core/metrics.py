@@ -259,6 +259,17 @@ QUOTA_REFUSALS = Counter(
     ["quota"],
     registry=REGISTRY,
 )
+AD_HOC_TOPICS = Gauge(
+    "wsnmom_ad_hoc_topics",
+    "Topics in the topic set beyond the declared ones (bounded by quotas.ad_hoc_topics)",
+    registry=REGISTRY,
+)
+TOPICS_NOT_RECORDED = Counter(
+    "wsnmom_topics_not_recorded",
+    "Topics admitted on this instance that the cluster's recorded topic set had no room "
+    "for (quotas.ad_hoc_topics): usable here, not listed by the other instances",
+    registry=REGISTRY,
+)
 
 
 def count_request(operation: str) -> None:
@@ -308,6 +319,11 @@ def set_cluster_sources(
     CLUSTER_SHARDS_OWNED.set_function(owned)
     CLUSTER_LEADER.set_function(leader)
     CLUSTER_FOLLOW_FAILING.set_function(follow_failing)
+
+
+def set_topics_source(fn: Callable[[], float]) -> None:
+    """Make the ad-hoc topics gauge read ``fn`` at scrape time."""
+    AD_HOC_TOPICS.set_function(fn)
 
 
 def set_backlog_source(fn: Callable[[], float]) -> None:

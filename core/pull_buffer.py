@@ -34,9 +34,10 @@ an answer took just before the loss may still come again: its acknowledgement ma
 have reached the middleware.
 
 **Answers on their way.**  A stopped handle gives its unsettled messages back (RabbitMQ:
-an ack made later is lost).  Before a subscription's backlog goes to its dead letters,
-``wait_settled`` waits for the answers on their way that took its feed's messages, so
-that none of those is both handed out and a dead letter (``core.pull_feeds``).
+an ack made later is lost).  Before a feed's handle stops at a pause or before its
+subscription's backlog goes to its dead letters, ``wait_settled`` waits for the answers
+on their way that took its messages, so that none of those comes again after the resume
+or is both handed out and a dead letter (``core.pull_feeds``).
 
 **Kept copies and a resume.**  The caller keeps what a suspended feed held by publishing
 copies into the pull point's inbox, whose handle delivers them into this buffer again
@@ -188,6 +189,8 @@ class PullBuffer:
 
     def _fed(self, name: str, feed: Feed[M], received: Received) -> None:
         """A feed's message (on the adapter's thread, one at a time per feed)."""
+        if not feed.active:  # suspended: its handle's stop gives it back, unprepared
+            return
         message = feed.prepare(received)
         with self._cv:
             if not (self._started and feed.active and self._feeds.get(name) is feed):
@@ -247,6 +250,12 @@ class PullBuffer:
         with self._cv:
             feed = self._feeds.get(name)
         return feed is None or feed.unsettled.wait(timeout)
+
+    def handed_out(self, name: str) -> bool:
+        """Whether answers on their way hold some of the feed's messages."""
+        with self._cv:
+            feed = self._feeds.get(name)
+        return feed is not None and feed.unsettled.pending
 
     def settling(self, name: str) -> bool:
         """Whether ``wait_settled`` waits for the feed's answers on their way."""

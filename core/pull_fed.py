@@ -75,6 +75,12 @@ class Unsettled:
             if not self._count:
                 self._cv.notify_all()
 
+    @property
+    def pending(self) -> bool:
+        """Whether some are not settled yet."""
+        with self._cv:
+            return self._count > 0
+
     def wait(self, timeout: float) -> bool:
         """Whether none is left, within ``timeout`` seconds."""
         with self._cv:

@@ -36,8 +36,13 @@ What a pull point fed this way guarantees, as before:
   messages the same way (``_suspend``'s ``keep_late``), after what the pause or end
   kept, also when another instance ended the subscription (it deleted the durable
   subscription: this instance's answer holds the only copy); the buffer only at an end:
-  at a pause, stopping the feed's handle gave them back to the subscription, which
-  hands them out again after the resume, in order.  In a cluster, native pull gives
+  at a pause they go back to the subscription, which hands them out again after the
+  resume, in order.  With the buffer a pause stops the feed's handle once the answers
+  on their way that took its messages were settled (an ack made after the stop is lost:
+  the message came again after the resume), on a thread of its own (the Pause is
+  answered at once; at most ``pull_buffer.SETTLE_WAIT``); a resume meanwhile starts the
+  feed once its handle stopped (it gives back what it delivered while paused, which the
+  buffer ignored).  In a cluster, native pull gives
   what an unsent answer took from a feed to the inbox whatever the feed's state
   (``Feed.keeper``): another instance may drain and delete the subscription's durable
   subscription before this one follows the end, and a requeue in between was lost.
@@ -60,9 +65,15 @@ What a pull point fed this way guarantees, as before:
   stay unsettled in the subscription, part of that backlog, and the feed's handle stops
   once the answers on their way that took its messages were settled (an ack made after
   the stop is lost: the message came back into the backlog, handed out and a dead
-  letter too; ``PullBuffer.wait_settled``, at most ``pull_buffer.SETTLE_WAIT``).  With native pull a
-  ``take`` has already removed the breaching message, and the rest of its batch, from
-  the middleware: each of those goes to the dead letters on its own, as it is met.
+  letter too; ``PullBuffer.wait_settled``, at most ``pull_buffer.SETTLE_WAIT``), waited
+  for without the lock that serialises the feeds' changes (the other feeds' go on; a
+  resume of this one meanwhile leaves it stopped, an Unsubscribe or a purge stops its
+  handle at once).  With native pull a ``take`` has already removed the breaching
+  message, and the rest of its batch, from the middleware: each of those goes to the
+  dead letters on its own, as it is met; what an answer took before the breach and
+  gives back goes to the dead letters too (``halt_feed``'s ``keep_late``: given back
+  into the durable subscription, it was lost once the end deleted that), so each such
+  message is handed out or a dead letter, once.
 """
 
 from __future__ import annotations
@@ -106,6 +117,10 @@ class PullFeeds:
         #: ``sync`` and ``detach`` wait for while holding ``_lock``)
         self._ending: dict[str, str] = {}
         self._ending_lock = threading.Lock()
+        #: buffered feeds whose handle stops once the answers on their way that took
+        #: their messages settled (a pause's or an end's) -> the stop's token; until
+        #: then a resume leaves the feed to that stop (under ``_lock``)
+        self._stopping: dict[str, object] = {}
 
     @staticmethod
     def wanted(sub: Subscription) -> bool:
@@ -163,7 +178,10 @@ class PullFeeds:
                 return None
             log.warning("subscription %s: %s", sub_id, end.reason)
             # nothing from here on is handed out or settled (see the module docstring)
-            if reader is not None:
+            if isinstance(reader, PullReader):
+                # what an answer took before gives back later: its queue may be deleted
+                reader.halt_feed(sub_id, partial(self._bury_late, state, end.reason))
+            elif reader is not None:
                 reader.halt_feed(sub_id)
             self._after_breach(state, reader, received, end.reason)
             threading.Thread(target=self._give_up, args=(sub_id, give_up, end), daemon=True).start()
@@ -197,6 +215,21 @@ class PullFeeds:
         if isinstance(reader, PullReader):
             self._ctx.dead_letters.bury(state.record, [received], "filter-budget", 0, error)
 
+    def _bury_late(self, state: LiveSubscription, error: str, fed: list[Fed[object]]) -> None:
+        """Native pull: what an answer took from a feed before its filter ended it and
+        gives back goes to the dead letters, as the backlog it would have been part of
+        (given back into the durable subscription, it was lost once that was deleted);
+        settled once the middleware confirmed them, else given back all the same."""
+        reason = f"subscription ended: {error}"
+        if not self._ctx.dead_letters.bury(state.record, fed, "filter-budget", 0, reason):
+            PullReader.give_back(fed)
+            return
+        for item in fed:
+            try:
+                item.ack()
+            except Exception:  # the handle may be gone: so is the message
+                log.debug("settling a fed message failed", exc_info=True)
+
     def _give_up(
         self, sub_id: str, give_up: Callable[[EndSubscription], None], end: EndSubscription
     ) -> None:
@@ -217,12 +250,53 @@ class PullFeeds:
             reader, handle = state.feed, state.handle
             if reader is None or handle is None:
                 return
+            name = state.record.id
             if state.record.state is SubscriptionState.ACTIVE:
-                reader.resume_feed(state.record.id)
+                if name not in self._stopping:  # else started once stopped
+                    reader.resume_feed(name)
                 return
             drain = here and self._kept_here(state)
             self._keep(state, reader, self._suspend(state, reader, drain=drain))
-            handle.stop()
+            if name in self._stopping:
+                return
+            if not (isinstance(reader, PullBuffer) and reader.handed_out(name)):
+                handle.stop()
+                return
+            # an ack made after the stop would be lost (the message came again after the
+            # resume): stopped once the answers on their way settled, the pause answered
+            # meanwhile
+            token = self._stopping[name] = object()
+        threading.Thread(
+            target=self._stop_settled,
+            args=(state, reader, handle, token),
+            name=f"feed-pause-{name[:8]}",
+            daemon=True,
+        ).start()
+
+    def _stop_settled(
+        self, state: LiveSubscription, reader: PullBuffer, handle: SubscriptionHandle, token: object
+    ) -> None:
+        """A paused feed's handle stops once the answers on their way that took its
+        messages settled (at most ``pull_buffer.SETTLE_WAIT``); read again then if it was
+        resumed meanwhile.  Nothing, when an end, an Unsubscribe or a purge stopped it
+        meanwhile (they take over its ``_stopping`` token)."""
+        name = state.record.id
+        if not reader.wait_settled(name):
+            log.warning(
+                "subscription %s: an answer holding its messages is still on its way; its "
+                "paused feed stops without waiting longer (they come again after a resume)",
+                name,
+            )
+        with self._lock:
+            if self._stopping.get(name) is not token:
+                return
+            del self._stopping[name]
+            try:
+                handle.stop()
+                if state.feed is reader and state.record.state is SubscriptionState.ACTIVE:
+                    reader.resume_feed(name)
+            except Exception:
+                log.warning("subscription %s: stopping its paused feed failed", name, exc_info=True)
 
     def stop(self, state: LiveSubscription) -> bool:
         """Before the subscription's backlog goes to its dead letters: what reached the
@@ -231,20 +305,31 @@ class PullFeeds:
         once the answers on their way that took the feed's messages were settled (else
         those came back into the backlog: handed out and dead letters too).  False when
         it has no feed here."""
+        name = state.record.id
         with self._lock:
             reader, handle = state.feed, state.handle
             if reader is None or handle is None:
                 return False
             drain = self._kept_here(state)
             self._keep(state, reader, self._suspend(state, reader, drain=drain))
-            if isinstance(reader, PullBuffer) and not reader.wait_settled(state.record.id):
-                log.warning(
-                    "subscription %s: an answer holding its messages is still on its way; "
-                    "its backlog goes to its dead letters without waiting longer",
-                    state.record.id,
-                )
-            handle.stop()
-            return True
+            if not isinstance(reader, PullBuffer):
+                handle.stop()
+                return True
+            # a pause's stop waiting for the same answers leaves the stop to this one; a
+            # resume meanwhile leaves the feed stopped
+            token = self._stopping[name] = object()
+        # without the lock: the other feeds' changes go on meanwhile
+        if not reader.wait_settled(name):
+            log.warning(
+                "subscription %s: an answer holding its messages is still on its way; "
+                "its backlog goes to its dead letters without waiting longer",
+                name,
+            )
+        with self._lock:
+            if self._stopping.get(name) is token:  # else detached or purged meanwhile
+                del self._stopping[name]
+                handle.stop()
+        return True
 
     def detach(self, state: LiveSubscription, *, here: bool = True) -> None:
         """The subscription ends: what reached the pull point stays in it (unless the pull
@@ -255,6 +340,7 @@ class PullFeeds:
             if reader is None:
                 return
             state.feed = None
+            self._stopping.pop(state.record.id, None)  # its handle stops here
             drain = here and self._kept_here(state)
             self._keep(state, reader, self._suspend(state, reader, drain=drain, remove=True))
             if handle is not None:
@@ -267,6 +353,7 @@ class PullFeeds:
             reader, handle = state.feed, state.handle
             if reader is None or handle is None:
                 return 0
+            self._stopping.pop(state.record.id, None)  # its handle stops here
             self._keep(state, reader, reader.suspend_feed(state.record.id))
             handle.stop()
             try:

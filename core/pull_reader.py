@@ -130,14 +130,19 @@ class PullReader:
             received = feed.handle.pull(self.cap, timeout=0.0)
             return [Fed(feed, r, feed.prepare(r)) for r in received]
 
-    def halt_feed(self, name: str) -> None:
+    def halt_feed(
+        self, name: str, keep_late: Callable[[list[Fed[object]]], None] | None = None
+    ) -> None:
         """Stop reading the feed at once, taking nothing: callable from the feed's
         ``prepare`` inside a ``take`` (its subscription's filter ended it), whose answer
-        then takes nothing more from the feed; a later ``suspend_feed`` takes nothing."""
+        then takes nothing more from the feed; a later ``suspend_feed`` takes nothing.
+        ``keep_late`` takes what an answer handed out before gives back later (as
+        ``suspend_feed``'s)."""
         with self._lock:
             feed = self._feeds.get(name)
             if feed is not None:
                 feed.active = False
+                feed.late = keep_late
 
     def resume_feed(self, name: str) -> None:
         """Read the feed again."""

@@ -63,7 +63,7 @@ class Registrations:
                 )
                 expr = topic_set.validate(expr)
                 if expr.is_concrete:
-                    topic_set.admit(expr.patterns[0].as_topic())
+                    self._ctx.guard.admit_topic(expr.patterns[0].as_topic())
             out.append(expr)
         return tuple(out)
 

@@ -16,7 +16,7 @@ Store URLs (``core.store_url``): ``sqlite:///relative/path.db``,
 from __future__ import annotations
 
 import abc
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -164,6 +164,16 @@ class Store(abc.ABC):
     def list_pull_points(self) -> list[PullPoint]:
         """Every pull point."""
 
+    def held(self, ids: Collection[str]) -> set[str]:
+        """Which of ``ids`` the store holds as a subscription or a pull point: one query
+        for them all (``Adapter.kept_in_store_many``: a middleware that lost what it kept
+        of many subscriptions at once).  This default asks each id in turn."""
+        return {
+            i
+            for i in ids
+            if self.get_subscription(i) is not None or self.get_pull_point(i) is not None
+        }
+
     # registrations
     @abc.abstractmethod
     def put_registration(self, reg: PublisherRegistration) -> None:
@@ -228,9 +238,12 @@ class Store(abc.ABC):
 
     # the topic set a cluster shares (``core.topic_share``)
     @abc.abstractmethod
-    def record_topics(self, topics: Sequence[Topic]) -> None:
+    def record_topics(self, topics: Sequence[Topic], within: int | None = None) -> list[Topic]:
         """Record topics an instance admitted to its topic set; one recorded already is
-        left as it is (no write, so no change for the other instances to follow)."""
+        left as it is (no write, so no change for the other instances to follow).  With
+        ``within``, new topics are recorded (in their order) only while fewer than
+        ``within`` are, checked and written atomically against other instances recording
+        at once; the new topics that did not fit are returned (else nothing)."""
 
     @abc.abstractmethod
     def list_topics(self) -> list[Topic]:

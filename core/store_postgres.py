@@ -18,7 +18,7 @@ and HTTP 503, and ``ping`` (``/readyz``) says the store is not answering.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any, TypeVar
@@ -203,6 +203,17 @@ class PostgresStore(PostgresConnections, Store):
     def get_pull_point(self, pp_id: str) -> PullPoint | None:
         return self._get("pull_points", "id", pp_id, pull_point_from_json)
 
+    def held(self, ids: Collection[str]) -> set[str]:
+        wanted = sorted(set(ids))
+        if not wanted:
+            return set()
+        rows = self._rows(
+            "SELECT id FROM subscriptions WHERE id = ANY(%s) "
+            "UNION SELECT id FROM pull_points WHERE id = ANY(%s)",
+            (wanted, wanted),
+        )
+        return {str(row[0]) for row in rows}
+
     def find_pull_point(self, name: str) -> PullPoint | None:
         return self._get("pull_points", "name", name, pull_point_from_json)
 
@@ -334,22 +345,33 @@ class PostgresStore(PostgresConnections, Store):
         rows = self._listing("SELECT data FROM current_messages ORDER BY namespace, path")
         return [message_from_json(r[0]) for r in rows]
 
-    def record_topics(self, topics: Sequence[Topic]) -> None:
+    def record_topics(self, topics: Sequence[Topic], within: int | None = None) -> list[Topic]:
         if not topics:
-            return
-        # one round trip for the lot; a topic recorded already inserts no row (and so
-        # leaves no change for the other instances)
-        with self._conn() as conn:
-            conn.execute(
-                "INSERT INTO wsnmom_topics (id, namespace, path) "
-                "SELECT * FROM unnest(%s::text[], %s::text[], %s::text[]) "
-                "ON CONFLICT (id) DO NOTHING",
-                (
-                    [topic_key(t) for t in topics],
-                    [t.namespace for t in topics],
-                    ["/".join(t.path) for t in topics],
-                ),
-            )
+            return []
+        columns = (
+            [topic_key(t) for t in topics],
+            [t.namespace for t in topics],
+            ["/".join(t.path) for t in topics],
+        )
+        if within is None:
+            # one round trip for the lot; a topic recorded already inserts no row (and so
+            # leaves no change for the other instances)
+            with self._conn() as conn:
+                conn.execute(
+                    "INSERT INTO wsnmom_topics (id, namespace, path) "
+                    "SELECT * FROM unnest(%s::text[], %s::text[], %s::text[]) "
+                    "ON CONFLICT (id) DO NOTHING",
+                    columns,
+                )
+            return []
+        # the count and the insert under one lock, so instances recording at once never
+        # take the table past ``within``; the insert's statement sees what the last holder
+        # of the lock committed (READ COMMITTED takes a snapshot per statement)
+        with self._tx() as conn:
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (TOPICS_LOCK,))
+            rows = conn.execute(_RECORD_WITHIN, (*columns, within)).fetchall()
+        refused = {str(r[0]) for r in rows}
+        return [t for t in topics if topic_key(t) in refused]
 
     def list_topics(self) -> list[Topic]:
         rows = self._listing("SELECT id FROM wsnmom_topics ORDER BY seq")
@@ -429,6 +451,27 @@ class PostgresStore(PostgresConnections, Store):
         self._pool.close()
         self._deadlines.close()
 
+
+#: the advisory-lock key recordings of topics within a bound serialise on ("wsnt")
+TOPICS_LOCK = 0x77736E74
+
+#: record the new topics of a batch (in its order) while the table holds fewer than the
+#: bound; the new ones that did not fit are returned
+_RECORD_WITHIN = """
+WITH batch AS (
+    SELECT * FROM unnest(%s::text[], %s::text[], %s::text[]) WITH ORDINALITY
+        AS b(id, namespace, path, i)),
+fresh AS (
+    SELECT * FROM batch WHERE NOT EXISTS (SELECT 1 FROM wsnmom_topics t WHERE t.id = batch.id)),
+kept AS (
+    SELECT * FROM fresh ORDER BY i
+    LIMIT GREATEST(0, %s - (SELECT count(*) FROM wsnmom_topics))),
+recorded AS (
+    INSERT INTO wsnmom_topics (id, namespace, path)
+    SELECT id, namespace, path FROM kept ORDER BY i
+    ON CONFLICT (id) DO NOTHING)
+SELECT id FROM fresh WHERE id NOT IN (SELECT id FROM kept)
+"""
 
 #: the intent a new record replaces, deleted in the record's statement (its first parameter)
 #: the leadership fence of a leader's write (``%s``: the epoch it was begun under): the one

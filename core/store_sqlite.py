@@ -9,7 +9,7 @@ import json
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from datetime import UTC, datetime
 from pathlib import Path
@@ -59,6 +59,8 @@ class SqliteTooOld(StoreError):
 
 #: the oldest SQLite the embedded store runs on (``INSERT|UPDATE|DELETE ... RETURNING``: 3.35)
 SQLITE_NEEDED = (3, 35, 0)
+#: ids asked in one statement by ``held`` (SQLite binds at most 32,766 parameters)
+_HELD_AT_ONCE = 10_000
 
 
 def _version(info: tuple[int, ...]) -> str:
@@ -292,6 +294,20 @@ class SqliteStore(Store):
         rows = self._query("SELECT data FROM pull_points WHERE id = ?", (pp_id,))
         return pull_point_from_json(json.loads(rows[0][0])) if rows else None
 
+    def held(self, ids: Collection[str]) -> set[str]:
+        wanted = sorted(set(ids))
+        found: set[str] = set()
+        for at in range(0, len(wanted), _HELD_AT_ONCE):  # SQLite's bound on parameters
+            part = wanted[at : at + _HELD_AT_ONCE]
+            marks = ", ".join("?" * len(part))
+            rows = self._query(
+                f"SELECT id FROM subscriptions WHERE id IN ({marks}) "
+                f"UNION SELECT id FROM pull_points WHERE id IN ({marks})",
+                (*part, *part),
+            )
+            found.update(str(row[0]) for row in rows)
+        return found
+
     def find_pull_point(self, name: str) -> PullPoint | None:
         rows = self._query("SELECT data FROM pull_points WHERE name = ?", (name,))
         return pull_point_from_json(json.loads(rows[0][0])) if rows else None
@@ -416,12 +432,27 @@ class SqliteStore(Store):
         rows = self._query("SELECT data FROM current_messages ORDER BY namespace, path")
         return [message_from_json(json.loads(r[0])) for r in rows]
 
-    def record_topics(self, topics: Sequence[Topic]) -> None:
-        with self._tx() as conn:
-            conn.executemany(
-                "INSERT OR IGNORE INTO topics (namespace, path) VALUES (?, ?)",
-                [(t.namespace, "/".join(t.path)) for t in topics],
-            )
+    def record_topics(self, topics: Sequence[Topic], within: int | None = None) -> list[Topic]:
+        rows = [(t.namespace, "/".join(t.path)) for t in topics]
+        insert = "INSERT OR IGNORE INTO topics (namespace, path) VALUES (?, ?)"
+        refused: list[Topic] = []
+        with self._tx() as conn:  # one writer at a time: the count cannot go stale
+            if within is None:
+                conn.executemany(insert, rows)
+                return refused
+            room = within - int(conn.execute("SELECT count(*) FROM topics").fetchone()[0])
+            for topic, row in zip(topics, rows, strict=True):
+                known = conn.execute(
+                    "SELECT 1 FROM topics WHERE namespace = ? AND path = ?", row
+                ).fetchone()
+                if known is not None:
+                    continue
+                if room <= 0:
+                    refused.append(topic)
+                    continue
+                room -= 1
+                conn.execute(insert, row)
+        return refused
 
     def list_topics(self) -> list[Topic]:
         rows = self._query("SELECT namespace, path FROM topics ORDER BY rowid")

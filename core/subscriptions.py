@@ -115,7 +115,7 @@ class Subscriptions(SubscriptionChanges, SubscriptionEnds):
             return None
         topic, dialect = concrete_topic(source, self._ctx.topic_set)
         with topic_errors():
-            self._ctx.topic_set.admit(topic)
+            self._ctx.guard.admit_topic(topic)
         return topic, dialect
 
     def pull_point_for(self, address: str) -> str | None:

@@ -16,6 +16,17 @@ other instances' follow threads take in (``core.follow``), and every instance ta
 every recorded topic at start (:meth:`SharedTopics.load`).  The delay is the writer's
 round trip plus the follow thread's wake-up: well under a second on a healthy store.
 
+With ``quotas.ad_hoc_topics`` (``limit``), the recording counts and inserts under one
+lock in the store (``Store.record_topics(within=...)``), so the recorded topics never
+exceed the bound, however many instances record at once.  Each instance's own admission
+checks the bound against its topic set (``Guard.admit_topic``): the topics it recorded
+and took in, plus those it admitted and has not recorded yet.  Instances admitting at once
+can therefore each admit a topic the others' recordings leave no room for: it was
+accepted (its message published), so it stays in that instance's topic set, is not
+recorded (a warning, ``wsnmom_topics_not_recorded_total``), and the instance's topic set
+is bounded by twice the limit at worst (its own admissions up to the limit, plus what it
+takes in).
+
 Only on a store other instances share (PostgreSQL), and only with a topic set that grows:
 a fixed topic set (``fixed_topic_set``) never changes, and a single instance has nothing
 to share.
@@ -26,6 +37,8 @@ from __future__ import annotations
 import logging
 import threading
 
+from wsnmom.core import metrics
+from wsnmom.core.guard import refusals
 from wsnmom.core.store import Store
 from wsnmom.topic_mapping.model import Topic
 from wsnmom.topic_mapping.topic_set import TopicSet
@@ -45,9 +58,11 @@ class SharedTopics:
     """Records the topics admitted here and takes in those admitted elsewhere (see the
     module docstring)."""
 
-    def __init__(self, store: Store, topic_set: TopicSet) -> None:
+    def __init__(self, store: Store, topic_set: TopicSet, *, limit: int | None = None) -> None:
         self._store = store
         self._topic_set = topic_set
+        #: the most topics recorded (``quotas.ad_hoc_topics``; None: no bound)
+        self._limit = limit
         #: admitted here, not recorded yet (in admission order)
         self._pending: dict[Topic, None] = {}
         self._lock = threading.Lock()
@@ -92,7 +107,7 @@ class SharedTopics:
         if not batch:
             return True
         try:
-            self._store.record_topics(batch)
+            refused = self._store.record_topics(batch, within=self._limit)
         except Exception as exc:
             log.warning(
                 "recording %d topic(s) for the other instances failed (retried): %s",
@@ -103,6 +118,17 @@ class SharedTopics:
         with self._lock:
             for topic in batch:
                 self._pending.pop(topic, None)
+        if refused:
+            metrics.TOPICS_NOT_RECORDED.inc(len(refused))
+            refusals.warning(
+                "topics:not-recorded",
+                "%d topic(s) admitted here (%s first) are not recorded for the other "
+                "instances: the cluster's topic set holds its maximum of %d "
+                "(quotas.ad_hoc_topics)",
+                len(refused),
+                refused[0],
+                self._limit,
+            )
         return True
 
     def _run(self) -> None:

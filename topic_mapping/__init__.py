@@ -26,6 +26,7 @@ from .errors import (
     TopicError,
     TopicExpressionDialectUnknown,
     TopicNotSupported,
+    TopicSetFull,
 )
 from .index import TopicIndex
 from .model import (
@@ -76,6 +77,7 @@ __all__ = [
     "TopicNamespace",
     "TopicNotSupported",
     "TopicSet",
+    "TopicSetFull",
     "Wildcard",
     "canonical_dialect",
     "is_ncname",

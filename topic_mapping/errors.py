@@ -24,6 +24,15 @@ class TopicNotSupported(TopicError):
     """The expression refers to topics the topic set does not permit (TopicNotSupportedFault)."""
 
 
+class TopicSetFull(TopicNotSupported):
+    """A new topic would grow the topic set beyond the bound its caller gave
+    (``TopicSet.admit(limit=...)``); ``limit`` is that bound."""
+
+    def __init__(self, message: str, limit: int) -> None:
+        super().__init__(message)
+        self.limit = limit
+
+
 class NameNotRepresentable(TopicError):
     """A topic or pattern cannot be written in a middleware's native syntax (e.g. too long)."""
 

@@ -18,7 +18,9 @@ its namespaces plus topics admitted ad hoc.  It implements WS-Topics §7.3.1 val
   declared alias it selects, that alias' resolution is added too.  So ``tns:t4/*`` on
   TREE-S selects t4/t5 and t1/t3 (the alias t4/t6 itself never carries messages).
 * Namespaces that are not declared are ad hoc: any topic may be used and grows the set,
-  unless the set is fixed.
+  unless the set is fixed.  The growth can be bounded: ``admit(topic, limit=n)`` refuses
+  (TopicSetFull, a TopicNotSupported) a topic that would make more than ``n`` members
+  beyond the initial ones (:attr:`TopicSet.grown`).
 
 The set is shared by request threads: every method takes its lock.  The namespaces it
 declares are read by ``namespaces.load_topic_namespace``.
@@ -32,7 +34,7 @@ from dataclasses import replace
 
 from lxml import etree
 
-from .errors import InvalidTopicNamespace, TopicNotSupported
+from .errors import InvalidTopicNamespace, TopicNotSupported, TopicSetFull
 from .model import PathPattern, Topic, TopicExpression
 from .namespaces import WSTOP_13, TopicDefinition, TopicNamespace
 
@@ -44,7 +46,9 @@ class TopicSet:
 
     ``topics`` (default: every topic declared in ``namespaces``) are the initial members.
     With ``fixed=True`` the membership never changes (FixedTopicSet resource property) and
-    only members may be used.  All methods are safe to call from several threads.
+    only members may be used.  :attr:`grown` counts the members added since construction
+    (by :meth:`admit` and :meth:`take_in`), which ``admit``'s ``limit`` bounds.  All
+    methods are safe to call from several threads.
     """
 
     def __init__(
@@ -57,6 +61,8 @@ class TopicSet:
         self._lock = threading.RLock()
         self._namespaces: dict[str, TopicNamespace] = {}
         self._members: set[Topic] = set()
+        #: members added after construction (``admit``, ``take_in``)
+        self._grown = 0
         #: told each topic :meth:`admit` adds (``watch``), outside the lock
         self._listener: Callable[[Topic], None] | None = None
         self.fixed = False
@@ -65,6 +71,7 @@ class TopicSet:
         for topic in topics or ():
             self.admit(topic)
         self.fixed = fixed
+        self._grown = 0  # the initial members are not growth
 
     # -- configuration ---------------------------------------------------------------------
     def add_namespace(self, namespace: TopicNamespace, *, include_topics: bool = True) -> None:
@@ -121,12 +128,13 @@ class TopicSet:
                 return False
             return not self.fixed or topic in self._members
 
-    def admit(self, topic: Topic) -> bool:
+    def admit(self, topic: Topic, *, limit: int | None = None) -> bool:
         """Add ``topic`` to the set (ad-hoc growth, §9); no-op for members.  True when it
         was added (the listener :meth:`watch` set is told, once the set's lock is
         released).
 
-        Raises TopicNotSupported when the set is fixed or the namespace forbids the topic.
+        Raises TopicNotSupported when the set is fixed or the namespace forbids the topic,
+        and TopicSetFull (a TopicNotSupported) when :attr:`grown` has reached ``limit``.
         """
         with self._lock:
             if topic in self._members:
@@ -136,7 +144,14 @@ class TopicSet:
             reason = self._rule1_violation(topic)
             if reason is not None:
                 raise TopicNotSupported(f"topic {topic} is not permitted: {reason}")
+            if limit is not None and self._grown >= limit:
+                raise TopicSetFull(
+                    f"topic {topic} is new and the topic set holds its maximum of {limit} "
+                    "topics beyond the declared ones",
+                    limit,
+                )
             self._members.add(topic)
+            self._grown += 1
             listener = self._listener
         if listener is not None:
             listener(topic)
@@ -160,7 +175,14 @@ class TopicSet:
                 if topic not in self._members and self._rule1_violation(topic) is None:
                     self._members.add(topic)
                     added.append(topic)
+            self._grown += len(added)
         return added
+
+    @property
+    def grown(self) -> int:
+        """Members added since construction (ad-hoc growth, here and taken in)."""
+        with self._lock:
+            return self._grown
 
     def __contains__(self, topic: object) -> bool:
         with self._lock:

@@ -172,6 +172,7 @@ class MqttAdapter(Adapter):
         self._instance = ""
         #: whether the store still holds a subscription (``kept_in_store``)
         self._stored: Callable[[str], bool] | None = None
+        self._held: Callable[[Collection[str]], set[str]] | None = None
         self._chandles: weakref.WeakSet[ClusterHandle] = weakref.WeakSet()
         self.capabilities = self._capabilities()
         self._lock = threading.Lock()
@@ -229,7 +230,14 @@ class MqttAdapter(Adapter):
         self._stored = stored
         cnode = self._cnode
         if cnode is not None:
-            cnode.sessions.stored = stored
+            cnode.sessions.questions.stored = stored
+
+    def kept_in_store_many(self, held: Callable[[Collection[str]], set[str]]) -> None:
+        """``kept_in_store``'s plural: the store asked once per burst of lost sessions."""
+        self._held = held
+        cnode = self._cnode
+        if cnode is not None:
+            cnode.sessions.questions.held = held
 
     def joined_as(self, instance_id: str) -> None:
         """Note ``instance_id`` in the records of this instance's dead-letter boxes (the
@@ -285,7 +293,8 @@ class MqttAdapter(Adapter):
             except OSError as exc:
                 raise AdapterError(f"cannot use {self.settings.queue_dir!r}: {exc}") from exc
             cnode.sessions.owner = self._instance
-            cnode.sessions.stored = self._stored
+            cnode.sessions.questions.stored = self._stored
+            cnode.sessions.questions.held = self._held
             cnode.start()
             self._cnode = cnode
         size = cnode.publisher.max_packet_size

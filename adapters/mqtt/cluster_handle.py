@@ -21,7 +21,8 @@ connection ends the empty session it made and the handle starts again after
 closed), by when core has usually followed a deletion and stopped the handle.  The
 restart makes the session again while its record exists, or, the record gone too, while
 core's store still holds the subscription (``Adapter.kept_in_store``: the broker lost its
-state), asked after the record was written again (``SubscriptionSessions.made_again``):
+state), asked after the record was written again (``SubscriptionSessions.record_again``;
+the answer, asked in batches off this thread, is handled by :mod:`.cluster_remake`):
 core deletes the store's record before the session, and a delete ends the session and
 then clears its record, so a deliverer that has not followed the deletion yet checks
 again later and never brings the session back.  The same rule holds for a ``start`` (a
@@ -56,6 +57,7 @@ from wsnmom.core.adapter import (
 )
 from wsnmom.topic_mapping.model import PathPattern, Topic
 
+from .cluster_remake import Remaking
 from .cluster_sessions import SubscriptionSessions, session_client_id
 from .filters import FilterSet
 from .sub_session import SessionConnection
@@ -89,7 +91,7 @@ def acceptor(patterns: tuple[PathPattern, ...] | None) -> Callable[[Topic], bool
     return lambda topic: any(p.matches(topic) for p in pats)
 
 
-class ClusterHandle(SubscriptionHandle):
+class ClusterHandle(Remaking, SubscriptionHandle):
     """Core's handle on one subscription session (see the module docstring)."""
 
     def __init__(self, sessions: SubscriptionSessions, spec: SubscriptionSpec) -> None:
@@ -126,6 +128,11 @@ class ClusterHandle(SubscriptionHandle):
         #: sessions made again with their record because the store still holds the
         #: subscription (the broker lost its state)
         self.remade = 0
+        #: a session made again here (record and filters kept on the broker) whose
+        #: question to the store is not answered yet: asked again before delivering
+        self._unconfirmed = False
+        #: a question about a kept session is out (``_ask``)
+        self._asking = False
 
     def __repr__(self) -> str:
         return f"<ClusterHandle {self.name} {self.client_id} started={self._started}>"
@@ -143,8 +150,8 @@ class ClusterHandle(SubscriptionHandle):
             self._started = True
             if self._conn is not None and not self._conn.lost:
                 return
-            if self._pending is not None:
-                return  # a connection of this start's generation is under way
+            if self._pending is not None or self._asking:
+                return  # a connection (or a question) of this start's generation is under way
             self._cancel_timer()
             self._delay = self._sessions.settings.reconnect_min_delay
             generation = self._generation
@@ -161,16 +168,23 @@ class ClusterHandle(SubscriptionHandle):
         session may be new (made here); ``restart``: made again only while its record
         exists; ``starting``: a ``start`` (a refusal is raised to core, not retried)."""
         with self._lock:
-            if not self._live(generation) or self._pending is not None:
+            if not self._live(generation) or self._pending is not None or self._asking:
                 return
             if self._conn is not None:
                 if not self._conn.lost:
                     return
                 self._conn = None
-            consumer = self._consumer
-            assert consumer is not None
-            conn = self._connection(consumer, self._prefetch)
-            self._pending = conn
+            conn: SessionConnection | None = None
+            if self._unconfirmed:  # made again while the store could not say: ask first
+                self._asking = True
+            else:
+                consumer = self._consumer
+                assert consumer is not None
+                conn = self._connection(consumer, self._prefetch)
+                self._pending = conn
+        if conn is None:
+            self._ask(generation, None)
+            return
         try:
             verdict = self._open(conn, first=first, restart=restart)
         except AdapterError as exc:
@@ -196,6 +210,14 @@ class ClusterHandle(SubscriptionHandle):
             # or the broker away: connect again shortly, as after a loss
             log.warning("MQTT subscription session of %s: %s; trying again", self.name, exc)
             return
+        if verdict == "asking":
+            self._ask(generation, conn)  # answered on another thread (cluster_remake)
+            return
+        self._install(generation, conn, verdict)
+
+    def _install(self, generation: int, conn: SessionConnection, verdict: str) -> None:
+        """Install ``conn`` (connected, subscribed) if the handle is still started on
+        ``generation``, else close it; or schedule the restart ``verdict`` calls for."""
         installed = False
         with self._lock:
             if self._pending is conn:
@@ -240,39 +262,32 @@ class ClusterHandle(SubscriptionHandle):
         if self._sessions.own(self.name):
             return self._open_box(conn)
         sessions = self._sessions
-        if (
-            restart
-            and sessions.recorded(self.client_id) is None
-            and not sessions.still_stored(self.name)
-        ):
-            # its record is gone too, and so is the store's: deleted through another
-            # instance (core deletes the store's record, then ends the session, then
-            # clears the session's record), which core follows and stops this handle;
-            # never made again from here
+        if restart and sessions.recorded(self.client_id) is None and not self._held_now():
+            # its record is gone too, and so is the store's (or the store cannot say
+            # now): deleted through another instance (core deletes the store's record,
+            # then ends the session, then clears the session's record), which core
+            # follows and stops this handle; never made again from here
             self.unrecorded += 1
             log.warning(
                 "MQTT subscription session of %s and its record are gone from the "
                 "broker and the store does not hold it (deleted through another "
-                "instance): not delivering it",
+                "instance), or cannot say now: not delivering it",
                 self.name,
             )
             return "unrecorded"
         present = conn.connect()
         self.connections += 1
         if not present and first and not self._still_recorded(conn):
-            if not sessions.made_again(conn, self.client_id, self.filters, self.name):
-                # deleted through another instance before this one followed: a session
-                # made here would outlive the subscription (core's follower only stops
-                # this handle)
+            if not sessions.record_again(conn, self.client_id, self.filters, self.name):
                 self.unrecorded += 1
                 log.warning(
                     "MQTT subscription session of %s and its record are gone from the "
-                    "broker and the store does not hold it: not making it again (deleted "
-                    "through another instance)",
+                    "broker: not making it again (taken as deleted through another "
+                    "instance: core did not tell how to ask its store)",
                     self.name,
                 )
                 return "unrecorded"
-            self.remade += 1
+            return "asking"  # the store is asked off this thread (cluster_remake)
         if not present and not first:
             self.sessions_lost += 1
             log.warning(
@@ -380,7 +395,7 @@ class ClusterHandle(SubscriptionHandle):
     def _reconnect(self, *, first: bool, restart: bool = False) -> None:
         with self._lock:
             self._timer = None
-            busy = self._conn is not None or self._pending is not None
+            busy = self._conn is not None or self._pending is not None or self._asking
             if not self._started or self._deleted or busy:
                 return
             if not self._sessions.own(self.name) and not self._sessions.may_deliver(self.name):

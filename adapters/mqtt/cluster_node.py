@@ -77,6 +77,7 @@ class ClusterNode:
 
     def close(self) -> None:
         try:
+            self.sessions.questions.close()
             self.publisher.stop()
             self.hub.close()
         finally:

@@ -35,6 +35,7 @@ from .hub import Hub
 from .mapping import MqttMapping
 from .publisher import Publisher
 from .record_scan import retained_under
+from .store_questions import StoreQuestions
 from .sub_session import SessionConnection
 
 __all__ = ["CLIENT_ID_HEAD", "MayDeliver", "Record", "SubscriptionSessions", "session_client_id"]
@@ -100,10 +101,10 @@ class SubscriptionSessions:
         #: the gateway instance's id in the cluster (``Adapter.joined_as``), written in
         #: the records of its dead-letter boxes; "" while not known
         self.owner = ""
-        #: core's answer whether the store still holds a subscription
-        #: (``Adapter.kept_in_store``); None: not told (a session gone with its record is
-        #: taken as deleted)
-        self.stored: Callable[[str], bool] | None = None
+        #: core's answers whether the store still holds subscriptions
+        #: (``Adapter.kept_in_store``, ``kept_in_store_many``); not told: a session gone
+        #: with its record is taken as deleted
+        self.questions = StoreQuestions()
         self._lock = threading.Lock()
         #: client id -> the filters this process subscribed in its session
         self._declared: dict[str, frozenset[str]] = {}
@@ -189,26 +190,15 @@ class SubscriptionSessions:
         """The name and owner a record of subscription ``name`` should say."""
         return name, self.owner if self.own(name) and self.owner else ""
 
-    def still_stored(self, name: str) -> bool:
-        """Whether core's store still holds subscription ``name`` (``stored``); False
-        when not told, or when the store cannot answer now (logged: asked again later)."""
-        stored = self.stored
-        if stored is None:
-            return False
-        try:
-            return stored(name)
-        except Exception as exc:  # core's store: any failure means "not known now"
-            log.warning("cannot ask the store whether %s still exists: %s", name, exc)
-            return False
-
-    def made_again(
+    def record_again(
         self, conn: SessionConnection, client_id: str, filters: frozenset[str], name: str
     ) -> bool:
-        """Whether the session of subscription ``name``, found absent with its record
-        (``conn``, connected, made it empty), is made again: when the store still holds
-        the subscription (the broker lost its state), its record is written again and
-        True (the caller subscribes ``filters``); else ``conn`` ends the session, the
-        record is cleared and False.
+        """The first step of making subscription ``name``'s session again, found absent
+        with its record (``conn``, connected, made it empty): write its record again and
+        True; the caller then asks the store (``questions``) and, the answer "there",
+        subscribes ``filters``; "gone", ends the session and clears the record; not known,
+        keeps both and asks again later.  False, ``conn`` ended, when core did not tell
+        how to ask its store (a session gone with its record is taken as deleted).
 
         Race-free against a delete through another instance because the record is
         written *before* the store is asked, and core deletes the store's record before
@@ -216,9 +206,9 @@ class SubscriptionSessions:
         store still holds the subscription after ``conn``'s CONNECT and this record, a
         delete after that answer ends the session and clears the record after them;
         when it does not, the delete came first and this session and record are undone
-        here.  Messages published while the broker had no session are lost (logged),
-        as when a single instance subscribes its filters again."""
-        if self.stored is None:
+        by the caller.  Messages published while the broker had no session are lost
+        (logged), as when a single instance subscribes its filters again."""
+        if not self.questions.told:
             conn.end()
             return False
         try:
@@ -226,18 +216,7 @@ class SubscriptionSessions:
         except AdapterError:
             conn.end()
             raise
-        if self.still_stored(name):
-            log.warning(
-                "MQTT subscription session of %s (%s) and its record were gone from the "
-                "broker, which lost its state: made again; messages published meanwhile "
-                "are lost",
-                name,
-                client_id,
-            )
-            return True
-        conn.end()
-        self.clear_record(client_id)
-        return False
+        return True
 
     def write_record(self, client_id: str, filters: frozenset[str], name: str) -> None:
         """Write the record of ``name``'s session again: this instance's own box made

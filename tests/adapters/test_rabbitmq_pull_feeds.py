@@ -53,6 +53,13 @@ def budgeted(private_vhost: str) -> Iterator[BrokerService]:
     yield from _service(private_vhost, filters__cpu_limit=0.2, filters__costly_nice=0)
 
 
+@pytest.fixture
+def budgeted_get(private_vhost: str) -> Iterator[BrokerService]:
+    """``pull = "get"``, a filter budget of 0.2 CPU s at nice 0."""
+    url = private_vhost + ("&" if "?" in private_vhost else "?") + "pull=get"
+    yield from _service(url, filters__cpu_limit=0.2, filters__costly_nice=0)
+
+
 def _service(url: str, **overrides: object) -> Iterator[BrokerService]:
     adapter = RabbitMQAdapter(url)
     adapter.open()
@@ -233,3 +240,127 @@ def test_an_answer_on_its_way_when_the_feed_ends_is_not_dead_lettered(
     )
     wait_until(lambda: sub.id not in service.registry.subscriptions, 30, what="the end")
     assert [d.body[:20] for d in service.dead_letters()] == [BIG.encode()[:20]]
+
+
+@pytest.mark.parametrize(
+    "events",
+    [
+        "pause write resume",
+        "pause resume write",
+        "pause resume pause write resume",
+        "pause resume pause resume write",
+    ],
+)
+def test_an_answer_on_its_way_at_a_pause_is_handed_out_once(
+    buffered: BrokerService, events: str
+) -> None:
+    """The buffer handed a feed's message out in an answer not yet settled (the server
+    still sending it) when the subscription is paused (and resumed, before or after the
+    answer is written, and paused and resumed again meanwhile): the pause's stop of the
+    feed's handle waits for that answer's settlement, so the message does not come again
+    after the resume (its acknowledgement made after the handle's channel closed was
+    lost: RabbitMQ had put it back into the queue), and a resume meanwhile reads the feed
+    once its handle stopped."""
+    service = buffered
+    app = wsgi_app(service)
+    pp = service.create_pull_point(CreatePullPointRequest())
+    buffer = service.registry.pull_points[pp.id].reader
+    assert isinstance(buffer, PullBuffer)
+    sub = service.subscribe(sub_req(service.pull_point_address(pp.id), topic=simple("t:p")))
+    service.notify([note("<m>0</m>", simple("t:p"))])
+    wait_until(lambda: buffer.buffered() == 1, 10, what="the feed's message buffered")
+    status, body = start_get_messages(app, pp.id)  # made, not yet sent: unsettled
+    data = b""
+    try:
+        for event in events.split():
+            if event == "pause":
+                service.pause(sub.id)
+            elif event == "resume":
+                service.resume(sub.id)
+            else:
+                data = b"".join(body)
+    finally:
+        body.close()
+    assert status.startswith("200") and b"<m>0</m>" in data, data
+    service.notify([note("<m>sentinel</m>", simple("t:p"))])
+    after: list[str] = []
+
+    def sentinel() -> bool:
+        after.extend(written(app, pp.id))
+        return "sentinel" in after
+
+    wait_until(sentinel, 20, what="the sentinel")
+    assert after == ["sentinel"]
+
+
+def test_another_feed_is_served_while_an_end_waits_for_an_answer(
+    budgeted: BrokerService,
+) -> None:
+    """While a feed's end waits for an answer on its way (``PullBuffer.wait_settled``),
+    the other feeds' pauses, resumes and messages go on (the wait held the lock that
+    serialises every feed's changes: up to ``SETTLE_WAIT`` for all of them)."""
+    service = budgeted
+    app = wsgi_app(service)
+    pp = service.create_pull_point(CreatePullPointRequest())
+    buffer = service.registry.pull_points[pp.id].reader
+    assert isinstance(buffer, PullBuffer)
+    content = ExpressionSource(XPATH10, CUBIC, {})
+    address = service.pull_point_address(pp.id)
+    sub = service.subscribe(sub_req(address, topic=simple("t:e"), message_content=content))
+    other_pp = service.create_pull_point(CreatePullPointRequest())
+    other_address = service.pull_point_address(other_pp.id)
+    other = service.subscribe(sub_req(other_address, topic=simple("t:o")))
+    service.notify([note("<r><a/><e>early</e></r>", simple("t:e"))])
+    wait_until(lambda: buffer.buffered() == 1, 10, what="the early message buffered")
+    status, body = start_get_messages(app, pp.id)  # made, not yet sent: unsettled
+    try:
+        service.notify([note(BIG, simple("t:e"))])  # over the budget: the subscription ends
+        wait_until(lambda: buffer.settling(sub.id), 30, what="the end waiting for the answer")
+        service.pause(other.id)
+        service.resume(other.id)
+        service.notify([note("<m>other</m>", simple("t:o"))])
+        assert _drain(service, other_pp.id, 1) == [b"<m>other</m>"]
+        assert buffer.settling(sub.id)  # all that while the end waited
+        data = b"".join(body)
+    finally:
+        body.close()
+    assert status.startswith("200") and b"early" in data, data
+    wait_until(lambda: sub.id not in service.registry.subscriptions, 30, what="the end")
+    assert [d.body[:20] for d in service.dead_letters()] == [BIG.encode()[:20]]
+
+
+@pytest.mark.parametrize("answer", ["written", "cut"])
+def test_pull_get_an_answer_taken_before_the_feeds_end_is_handed_out_or_a_dead_letter(
+    budgeted_get: BrokerService, answer: str
+) -> None:
+    """``pull = "get"``: an answer took a feed's message, then its filter went over its
+    budget and the subscription ended (its backlog buried, its queue deleted) before the
+    answer was sent.  Written, the message is handed out; not written, it is a dead
+    letter (given back into the deleted queue, it was lost); once either way."""
+    service = budgeted_get
+    app = wsgi_app(service)
+    pp = service.create_pull_point(CreatePullPointRequest())
+    content = ExpressionSource(XPATH10, CUBIC, {})
+    address = service.pull_point_address(pp.id)
+    sub = service.subscribe(sub_req(address, topic=simple("t:e"), message_content=content))
+    state = service.registry.subscriptions[sub.id]
+    assert state.handle is not None
+    handle = state.handle
+    service.notify([note("<r><a/><e>early</e></r>", simple("t:e"))])
+    wait_until(lambda: handle.depth() == 1, 10, what="the early message in the queue")
+    status, body = start_get_messages(app, pp.id)  # taken, not yet settled
+    try:
+        service.notify([note(BIG, simple("t:e"))])
+        wait_until(lambda: handle.depth() == 1, 10, what="BIG in the queue")
+        assert service.get_messages(pp.id, None) == []  # meets BIG: over the budget
+        wait_until(lambda: sub.id not in service.registry.subscriptions, 30, what="the end")
+        data = b"".join(body) if answer == "written" else next(iter(body))
+    finally:
+        body.close()
+    assert status.startswith("200") and b"early" in data, data
+    early = b"<r><a/><e>early</e></r>"
+    bodies = [BIG.encode()[:20]] + ([early[:20]] if answer == "cut" else [])
+    wait_until(lambda: len(service.dead_letters()) >= len(bodies), 15, what="the dead letters")
+    service.notify_pull_point(pp.id, [note("<m>sentinel</m>")])
+    assert _drain(service, pp.id, 1) == [b"<m>sentinel</m>"]  # nothing kept in the inbox
+    assert sorted(d.body[:20] for d in service.dead_letters()) == sorted(bodies)

@@ -216,6 +216,19 @@ def test_pull_points_by_id_and_name(store: Store) -> None:
     assert store.delete_pull_point("pp1") and store.get_pull_point("pp1") is None
 
 
+def test_which_ids_it_holds_in_one_question(store: Store) -> None:
+    """``held``: the ids of subscriptions and pull points among those asked, in one query
+    (``Adapter.kept_in_store_many``); unknown and deleted ids are not among them."""
+    store.put_subscription(subscription("s1"))
+    store.put_subscription(subscription("s2"))
+    store.put_pull_point(PullPoint("pp1", NOW, None))
+    store.delete_subscription("s2")
+    assert store.held(["s1", "s2", "pp1", "nobody", "s1"]) == {"s1", "pp1"}
+    assert store.held([]) == set()
+    many = [f"x{i}" for i in range(12_000)] + ["s1"]  # more than one SQLite statement binds
+    assert store.held(many) == {"s1"}
+
+
 def test_registrations(store: Store) -> None:
     reg = PublisherRegistration(
         "r1",

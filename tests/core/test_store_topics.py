@@ -5,6 +5,7 @@ follow."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -65,3 +66,42 @@ def test_a_first_recording_leaves_a_change_for_the_other_instances(
     finally:
         writer.close()
         reader.close()
+
+
+def test_recording_within_a_bound_keeps_the_first_and_returns_the_rest(store: Store) -> None:
+    store.record_topics([A])
+    refused = store.record_topics([A, AB, ODD, Topic("urn:t", ("c",))], within=2)
+    assert refused == [ODD, Topic("urn:t", ("c",))]  # A known already: neither room nor refusal
+    assert store.list_topics() == [A, AB]
+    assert store.record_topics([AB, A], within=2) == []  # recorded ones pass a full table
+    assert store.record_topics([ODD], within=5) == []
+    assert store.list_topics() == [A, AB, ODD]
+
+
+def test_instances_recording_at_once_never_pass_the_bound(postgres_store_url: str) -> None:
+    """Four stores (instances) record 40 new topics each at once, in batches of 5, within
+    a bound of 50: exactly 50 are recorded, and every other one is returned to its
+    recorder."""
+    stores = [open_store(postgres_store_url, instance_id=f"i{n}") for n in range(4)]
+    refused: list[list[Topic]] = [[] for _ in stores]
+    start = threading.Barrier(len(stores))
+
+    def record(n: int) -> None:
+        start.wait()
+        for batch in range(8):
+            topics = [Topic("urn:race", (f"i{n}", f"t{batch}-{k}")) for k in range(5)]
+            refused[n].extend(stores[n].record_topics(topics, within=50))
+
+    try:
+        threads = [threading.Thread(target=record, args=(n,)) for n in range(len(stores))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        recorded = stores[0].list_topics()
+        assert len(recorded) == 50
+        assert sum(len(r) for r in refused) == 4 * 40 - 50
+        assert not set(recorded) & {t for r in refused for t in r}
+    finally:
+        for s in stores:
+            s.close()

@@ -5,11 +5,12 @@ topics are taken in; a fixed topic set never changes."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
-from wsnmom.core import topic_share
+from wsnmom.core import metrics, topic_share
 from wsnmom.core.store import StoreUnavailable
 from wsnmom.core.store_sqlite import SqliteStore
 from wsnmom.core.topic_share import SharedTopics
@@ -31,10 +32,10 @@ class DownStore(SqliteStore):
 
     down = False
 
-    def record_topics(self, topics: Sequence[Topic]) -> None:
+    def record_topics(self, topics: Sequence[Topic], within: int | None = None) -> list[Topic]:
         if self.down:
             raise StoreUnavailable("down for the test")
-        super().record_topics(topics)
+        return super().record_topics(topics, within)
 
 
 @pytest.fixture
@@ -101,3 +102,28 @@ def test_a_recorded_topic_the_namespaces_here_forbid_is_left_out() -> None:
     assert topic_set.take_in([*forbidden, A]) == [A]
     assert topic_set.take_in([A]) == []
     assert set(topic_set.topics()) == {Topic(DECLARED, ("root",)), A}
+
+
+def unrecorded() -> float:
+    return metrics.REGISTRY.get_sample_value("wsnmom_topics_not_recorded_total") or 0.0
+
+
+def test_a_topic_the_recorded_set_has_no_room_for_stays_here_unrecorded(
+    store: DownStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Another instance filled the recorded topics up to the bound meanwhile: a topic
+    admitted here (its message accepted) stays in this topic set, is not recorded, and
+    is counted and logged; the next recordings are not held up by it."""
+    store.record_topics([B])  # the other instance's, recorded after this one's start
+    topic_set = TopicSet()
+    shared = SharedTopics(store, topic_set, limit=1)
+    before = unrecorded()
+    assert topic_set.admit(A, limit=1) is True  # this instance knew of no topic yet
+    shared.admitted(A)  # (what the listener does once started)
+    with caplog.at_level(logging.WARNING, "wsnmom.access"):
+        assert shared.flush() is True
+    assert shared.pending == 0 and A in topic_set
+    assert store.list_topics() == [B]
+    assert unrecorded() == before + 1
+    assert "quotas.ad_hoc_topics" in caplog.text
+    assert topic_set.take_in(store.list_topics()) == [B]  # the recorded set still reaches it

@@ -17,6 +17,7 @@ from wsnmom.topic_mapping import (
     TopicNamespace,
     TopicNotSupported,
     TopicSet,
+    TopicSetFull,
     load_topic_namespace,
     parse_topic_expression,
 )
@@ -303,3 +304,21 @@ def test_xpath_invalid(tree_s: TopicNamespace, text: str) -> None:
     ts = TopicSet([tree_s])
     with pytest.raises(InvalidTopicExpression):
         parse_topic_expression(text, XPATH, WSTOP_NS, topic_set=ts)
+
+
+def test_admit_refuses_growth_beyond_its_limit_but_members_and_taken_in_topics_pass() -> None:
+    declared = TopicNamespace("urn:declared")
+    declared.define(("root",))
+    topic_set = TopicSet([declared])
+    assert topic_set.grown == 0  # declared topics are not growth
+    a, b, c = (Topic("urn:adhoc", (n,)) for n in "abc")
+    assert topic_set.admit(a, limit=2) is True
+    assert topic_set.take_in([b]) == [b]  # another instance's: taken in whatever the bound
+    with pytest.raises(TopicSetFull) as refused:
+        topic_set.admit(c, limit=2)
+    assert refused.value.limit == 2 and isinstance(refused.value, TopicNotSupported)
+    assert topic_set.admit(a, limit=2) is False  # a member is no growth
+    assert topic_set.admit(Topic("urn:declared", ("root",)), limit=0) is False
+    assert topic_set.admit(Topic("urn:declared", ("root", "grown")), limit=3) is True
+    assert topic_set.admit(c) is True  # no limit
+    assert topic_set.grown == 4 and c in topic_set

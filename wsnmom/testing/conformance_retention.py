@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Collection
 from datetime import UTC, datetime, timedelta
 
 from wsnmom.core.adapter import (
@@ -72,6 +73,33 @@ class Durability(AdapterFixtures):
         got = self.receive(handle, 1)
         adapter.delete_subscription(name)
         assert [m.body for m in got] == [b"kept"]
+
+    def test_the_store_is_not_asked_while_the_middleware_keeps_a_subscription(
+        self, adapter: Adapter, namespace: str, unique_name: Names
+    ) -> None:
+        """``kept_in_store`` and ``kept_in_store_many`` (core's questions to its store in
+        cluster mode, docs/plugins.md): asked only after the middleware lost what it kept
+        of a subscription, so never while it keeps one, which delivers what was published
+        to it; both hooks accepted."""
+        asked: list[object] = []
+
+        def stored(name: str) -> bool:
+            asked.append(name)
+            return True
+
+        def held(names: Collection[str]) -> set[str]:
+            asked.append(sorted(names))
+            return set(names)
+
+        adapter.kept_in_store(stored)
+        adapter.kept_in_store_many(held)
+        name = unique_name()
+        handle = self.subscribe(adapter, name, (self.pattern(namespace, "t"),))
+        self.publish(adapter, self.topic(namespace, "t"), b"kept")
+        got = self.receive(handle, 1)
+        adapter.delete_subscription(name)
+        assert [m.body for m in got] == [b"kept"]
+        assert asked == []
 
     def test_taken_messages_stay_gone_after_reattach(
         self, make_adapter: MakeAdapter, namespace: str, unique_name: Names

@@ -6,13 +6,12 @@ a failover instance and the adapter URL the instances share."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import threading
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -22,6 +21,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 from bench import client, soap
 from bench.middleware import Middleware
 from bench.server import ServerProcess
+from bench.util import postgres as fresh_postgres
 
 if TYPE_CHECKING:  # bench.scenarios imports this module
     from bench.scenarios.base import Context
@@ -153,17 +153,9 @@ def cluster_config(instance: str, lease: float | None, heartbeat: float | None) 
 @contextmanager
 def postgres(ctx: Context) -> Iterator[str]:
     """A private PostgreSQL server (the test suite's fixture code) and a fresh database,
-    or ``WSNMOM_BENCH_POSTGRES_URL``."""
-    from tests.fixtures.postgres import PostgresNode, fresh_database
-
-    with ExitStack() as stack:
-        url = os.environ.get("WSNMOM_BENCH_POSTGRES_URL")
-        if not url:
-            node = PostgresNode()  # its own temporary directory: the postgres user owns it
-            node.start()
-            stack.callback(node.cleanup)
-            url = node.url
-        yield stack.enter_context(fresh_database(url))
+    or ``WSNMOM_BENCH_POSTGRES_URL`` (``bench.util.postgres``)."""
+    with fresh_postgres() as url:
+        yield url
 
 
 def takes(server: ServerProcess) -> list[tuple[float, set[int]]]:

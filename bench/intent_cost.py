@@ -16,37 +16,23 @@ code).  Nothing here is a timed test: the ratio is read, not asserted.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import tempfile
 import time
-from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager
+from collections.abc import Callable
+from contextlib import ExitStack
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 from wsnmom.core.model import ExpressionSource
 from wsnmom.topic_mapping.dialects import CONCRETE
-from wsnmom.topic_mapping.namespaces import TopicSet
+from wsnmom.topic_mapping.topic_set import TopicSet
 
+from bench.util import postgres
 from tests.core.conftest import Broker, FakeClock, RecordingOutbound, make_settings, sub_req
 
 TOPIC = ExpressionSource(CONCRETE, "t:bench/intents", {"t": "urn:bench"})
-
-
-@contextmanager
-def _postgres() -> Iterator[str]:
-    from tests.fixtures.postgres import PostgresNode, fresh_database
-
-    with ExitStack() as stack:
-        url = os.environ.get("WSNMOM_BENCH_POSTGRES_URL")
-        if not url:
-            node = PostgresNode()
-            node.start()
-            stack.callback(node.cleanup)
-            url = node.url
-        yield stack.enter_context(fresh_database(url))
 
 
 def _before(store: Any) -> Callable[[], None]:
@@ -148,7 +134,7 @@ def main() -> None:
         middleware = "rabbitmq" if args.rabbitmq else "embedded"
         n, rounds = args.subscribes, args.rounds
         measure(f"{middleware}+sqlite", None, adapter_url, Path(tmp), n, rounds)
-        with _postgres() as url:
+        with postgres() as url:
             measure(f"{middleware}+postgresql", url, adapter_url, Path(tmp), n, rounds)
     print(f"load after: {_load()}")
 

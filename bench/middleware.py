@@ -34,6 +34,7 @@ from typing import Any
 from urllib.parse import quote, unquote
 
 from bench import soap
+from bench.util import timed_threads
 
 RAW_PUBLISHERS = 4
 #: concurrent getters of the raw pull fan-out: the drain's concurrency (bench.client's
@@ -179,14 +180,7 @@ class Embedded(Middleware):
             for i in range(k, count, RAW_PUBLISHERS):
                 adapter.publish(OutboundMessage(topic=topic, body=body, message_id=f"m{i}"))
 
-        started = time.perf_counter()
-        threads = [threading.Thread(target=publisher, args=(k,)) for k in range(RAW_PUBLISHERS)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        finished = done.wait(120)
-        elapsed = time.perf_counter() - started
+        finished, elapsed = timed_threads(publisher, RAW_PUBLISHERS, done)
         handle.stop()
         handle.delete()
         adapter.close()
@@ -367,14 +361,7 @@ class RabbitMQ(LocalNodeMiddleware):
         cthread = threading.Thread(target=consumer)
         cthread.start()
         ready.wait(30)
-        started = time.perf_counter()
-        pubs = [threading.Thread(target=publisher, args=(k,)) for k in range(RAW_PUBLISHERS)]
-        for t in pubs:
-            t.start()
-        for t in pubs:
-            t.join()
-        done.wait(120)
-        elapsed = time.perf_counter() - started
+        _, elapsed = timed_threads(publisher, RAW_PUBLISHERS, done)
         cthread.join(5)
         if errors:
             raise RuntimeError(f"raw pika round trip failed: {errors[0]!r}")

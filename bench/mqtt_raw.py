@@ -27,6 +27,7 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
 from bench import raw_ingress
+from bench.util import timed_threads
 
 
 def _host_port(url: str) -> tuple[str, int]:
@@ -87,14 +88,7 @@ def roundtrip(url: str, count: int, body: bytes, publishers: int) -> dict[str, f
         except BaseException as exc:
             errors.append(exc)
 
-    started = time.perf_counter()
-    threads = [threading.Thread(target=publisher, args=(k,)) for k in range(publishers)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    finished = done.wait(120)
-    elapsed = time.perf_counter() - started
+    finished, elapsed = timed_threads(publisher, publishers, done)
     consumer.disconnect()
     consumer.loop_stop()
     if errors:

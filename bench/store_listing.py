@@ -20,7 +20,7 @@ import os
 import statistics
 import time
 from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -28,6 +28,8 @@ from wsnmom.core.model import EndpointReference, ExpressionSource, Subscription
 from wsnmom.core.store_documents import subscription_to_json
 from wsnmom.core.store_postgres import PostgresStore
 from wsnmom.core.store_postgres_pool import CALL_TIMEOUT, LIST_PAGE
+
+from bench.util import postgres
 
 TOPIC = ExpressionSource(
     "http://docs.oasis-open.org/wsn/t-1/TopicExpression/Concrete",
@@ -39,20 +41,6 @@ CONTENT = ExpressionSource(
     "boolean(//m:reading[@unit='C'][. > 80])",
     {"m": "urn:example:measurements"},
 )
-
-
-@contextmanager
-def _postgres() -> Iterator[str]:
-    from tests.fixtures.postgres import PostgresNode, fresh_database
-
-    with ExitStack() as stack:
-        url = os.environ.get("WSNMOM_BENCH_POSTGRES_URL")
-        if not url:
-            node = PostgresNode()
-            node.start()
-            stack.callback(node.cleanup)
-            url = node.url
-        yield stack.enter_context(fresh_database(url))
 
 
 def _subscription(n: int, now: datetime) -> Subscription:
@@ -150,7 +138,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--subscriptions", type=int, default=100_000)
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args(argv)
-    with _postgres() as url:
+    with postgres() as url:
         store = PostgresStore(url, instance_id="bench-listing")
         try:
             started = time.perf_counter()

@@ -1,5 +1,6 @@
 """Small helpers shared by the benchmark modules: ports, polling, percentiles, RSS, the
-CPU time of a process, a one-off measurement's figures printed (and written) as JSON."""
+CPU time of a process, a one-off measurement's figures printed (and written) as JSON, a
+PostgreSQL database to measure on, publishers on threads timed until a round trip ends."""
 
 from __future__ import annotations
 
@@ -8,8 +9,10 @@ import json
 import math
 import os
 import socket
+import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +25,38 @@ def print_figures(figures: Mapping[str, Any], path: Path | None) -> None:
     print(text)
     if path is not None:
         path.write_text(text + "\n")
+
+
+@contextmanager
+def postgres() -> Iterator[str]:
+    """A fresh database on ``WSNMOM_BENCH_POSTGRES_URL``'s server, else on a private
+    PostgreSQL server (the test suite's fixture code) stopped on leaving; its URL."""
+    from tests.fixtures.postgres import PostgresNode, fresh_database
+
+    with ExitStack() as stack:
+        url = os.environ.get("WSNMOM_BENCH_POSTGRES_URL")
+        if not url:
+            node = PostgresNode()  # its own temporary directory: the postgres user owns it
+            node.start()
+            stack.callback(node.cleanup)
+            url = node.url
+        yield stack.enter_context(fresh_database(url))
+
+
+def timed_threads(
+    target: Callable[[int], object], count: int, done: threading.Event, timeout: float = 120.0
+) -> tuple[bool, float]:
+    """``target(k)`` for k in range(``count``), each on a thread of its own, then a wait of
+    up to ``timeout`` seconds for ``done``: whether it was set, and the seconds from before
+    the threads started until then."""
+    started = time.perf_counter()
+    threads = [threading.Thread(target=target, args=(k,)) for k in range(count)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    finished = done.wait(timeout)
+    return finished, time.perf_counter() - started
 
 
 def free_port() -> int:

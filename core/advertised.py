@@ -12,7 +12,7 @@ from wsnmom.core.model import ExpressionSource
 from wsnmom.core.policy import BrokerPolicy, build_policy
 from wsnmom.core.ports import BrokerProperties
 from wsnmom.topic_mapping.dialects import FULL, SUPPORTED_DIALECTS
-from wsnmom.topic_mapping.namespaces import TopicSet
+from wsnmom.topic_mapping.topic_set import TopicSet
 
 __all__ = ["broker_policy", "broker_properties"]
 

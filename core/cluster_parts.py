@@ -14,7 +14,9 @@ from collections.abc import Callable
 
 from wsnmom.core.cluster import ClusterMember
 from wsnmom.core.context import BrokerContext
+from wsnmom.core.departed import DepartedSweep
 from wsnmom.core.follow import Follower
+from wsnmom.core.orphans import OrphanSweep
 from wsnmom.core.ownership import Ownership
 from wsnmom.core.pull_owners import PullOwners
 from wsnmom.core.pull_points import PullPoints
@@ -37,6 +39,7 @@ class ClusterParts:
         subscriptions: Subscriptions,
         pull_points: PullPoints,
         registrations: Registrations,
+        orphans: OrphanSweep,
         *,
         became_leader: Callable[[], None],
     ) -> None:
@@ -87,6 +90,9 @@ class ClusterParts:
             ctx.leads = self.cluster.leads
             ctx.leader_epoch = self.cluster.leader_epoch
             ctx.registry.loader = self.follower.load
+            # what departed instances left behind, after the grace (``core.departed``)
+            grace = settings.termination.orphan_grace.total_seconds()
+            orphans.departed = DepartedSweep(ctx.adapter, self.cluster.instances, grace).sweep
 
     def may_save(self, name: str) -> bool:
         """Core's position fence (``Adapter.shared_by_instances``): a subscription that

@@ -38,7 +38,7 @@ from wsnmom.core.topic_stats import TopicStats
 from wsnmom.core.tracing import Tracing, load_tracing
 from wsnmom.core.xpath_guard import FilterRules
 from wsnmom.topic_mapping.dialects import CONCRETE
-from wsnmom.topic_mapping.namespaces import TopicSet
+from wsnmom.topic_mapping.topic_set import TopicSet
 
 __all__ = ["BrokerContext"]
 

@@ -51,7 +51,7 @@ from wsnmom.topic_mapping.dialects import (
     require_concrete_topic,
 )
 from wsnmom.topic_mapping.model import DEEP, PathPattern, Segment, Topic, TopicExpression
-from wsnmom.topic_mapping.namespaces import TopicSet
+from wsnmom.topic_mapping.topic_set import TopicSet
 
 log = logging.getLogger(__name__)
 

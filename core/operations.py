@@ -55,6 +55,14 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 
+def _backlog(waiting: int | None, delivery: ChannelStatus | None) -> int | None:
+    """Messages not yet delivered: ``waiting`` (None: unknown) plus those the delivery
+    channel holds in memory."""
+    if waiting is None:
+        return None
+    return waiting + (delivery.held if delivery is not None else 0)
+
+
 @dataclass(frozen=True, slots=True)
 class SubscriptionStatus:
     """One live subscription as operators see it."""
@@ -74,10 +82,8 @@ class SubscriptionStatus:
 
     @property
     def backlog(self) -> int | None:
-        """Messages not yet delivered: waiting plus those held in memory."""
-        if self.waiting is None:
-            return None
-        return self.waiting + (self.delivery.held if self.delivery is not None else 0)
+        """Messages not yet delivered (:func:`_backlog`)."""
+        return _backlog(self.waiting, self.delivery)
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,10 +105,8 @@ class SubscriptionRow:
 
     @property
     def backlog(self) -> int | None:
-        """Messages not yet delivered: waiting plus those held in memory."""
-        if self.waiting is None:
-            return None
-        return self.waiting + (self.delivery.held if self.delivery is not None else 0)
+        """Messages not yet delivered (:func:`_backlog`)."""
+        return _backlog(self.waiting, self.delivery)
 
 
 @dataclass(frozen=True, slots=True)

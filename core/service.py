@@ -24,9 +24,9 @@ broker's parts and delegates to them.
 ========================  ===========================================================
 
 Beside the facade: ``core.service_setup`` (the outbound policy and delivery engine built
-from the settings), ``core.service_operators`` (the operators' calls, a base class),
-``core.advertised`` (resource properties and policy) and ``core.readiness`` (whether the
-broker can serve).
+from the settings, the demand manager), ``core.service_operators`` (the operators'
+calls, a base class), ``core.advertised`` (resource properties and policy) and
+``core.readiness`` (whether the broker can serve).
 
 Resource ids are unguessable (``new_resource_id``); addresses follow ``core.addresses``.
 """
@@ -46,13 +46,10 @@ from wsnmom.core.cluster_parts import ClusterParts
 from wsnmom.core.config import Settings
 from wsnmom.core.context import BrokerContext
 from wsnmom.core.dead_letter_admin import DeadLetterAdmin
-from wsnmom.core.demand import DemandManager
-from wsnmom.core.departed import DepartedSweep
 from wsnmom.core.inbound import Inbound
 from wsnmom.core.lifetimes import utc_now
 from wsnmom.core.model import (
     CreatePullPointRequest,
-    EndpointReference,
     ExpressionSource,
     InboundNotification,
     NotificationMessage,
@@ -81,6 +78,7 @@ from wsnmom.core.registry import Registry
 from wsnmom.core.service_operators import OperatorCalls
 from wsnmom.core.service_setup import (
     build_delivery_engine,
+    build_demand_manager,
     build_outbound_policy,
     gateway_version,
 )
@@ -89,7 +87,7 @@ from wsnmom.core.subscription_delivery import SubscriptionDelivery
 from wsnmom.core.subscription_end import NATO_NS, WSNMOM_NS, subscription_end_payload
 from wsnmom.core.subscriptions import Subscriptions
 from wsnmom.core.sweep import Sweeper
-from wsnmom.topic_mapping.namespaces import TopicSet
+from wsnmom.topic_mapping.topic_set import TopicSet
 
 if TYPE_CHECKING:
     from wsnmom.core.plugins import PluginManager
@@ -152,7 +150,9 @@ class BrokerService(OperatorCalls):
         self.inbound = Inbound(ctx, self.delivery.direct)
         self.subscriptions = Subscriptions(ctx, self.delivery, self.inbound)
         self.pull_points = PullPoints(ctx, self.inbound, self.subscriptions.destroy)
-        self.demand = self._demand_manager(ctx, settings.retry.timeout, demand_interval)
+        self.demand = build_demand_manager(
+            ctx, lambda: self.registrations, self.subscriptions, demand_interval
+        )
         self.registrations = Registrations(ctx, self.demand)
         self.operations = Operations(ctx)
         self.peeker = Peeker(ctx)
@@ -180,21 +180,6 @@ class BrokerService(OperatorCalls):
         if autostart:
             self.start()
 
-    def _demand_manager(self, ctx: BrokerContext, timeout: float, interval: float) -> DemandManager:
-        """The demand manager (``core.demand``), on this service's registrations (made
-        after it: they release through it) and subscriptions."""
-        return DemandManager(
-            ctx.outbound,
-            broker_consumer=lambda: EndpointReference(ctx.broker_address),
-            entries=lambda: self.registrations.demand_entries(),
-            active_filters=self.subscriptions.active_topic_filters,
-            save=lambda reg, epoch: self.registrations.save(reg, epoch),
-            timeout=timeout,
-            interval=interval,
-            leadership=lambda: ctx.leader_epoch() if ctx.leads() else None,
-            refresh=lambda: self.registrations.take_stored_demand(),
-        )
-
     def _join_cluster(self, ctx: BrokerContext) -> None:
         """This instance among those sharing the store (``core.cluster_parts``)."""
         parts = ClusterParts(
@@ -202,6 +187,7 @@ class BrokerService(OperatorCalls):
             self.subscriptions,
             self.pull_points,
             self.registrations,
+            self.orphans,
             became_leader=self._became_leader,
         )
         #: loads what other instances wrote (``core.follow``)
@@ -214,10 +200,6 @@ class BrokerService(OperatorCalls):
         self.pull_owners = parts.pull_owners
         #: the topic set the instances share (``core.topic_share``; None: alone)
         self.shared_topics = parts.topics
-        if self.cluster.shared:
-            grace = self.settings.termination.orphan_grace.total_seconds()
-            departed = DepartedSweep(ctx.adapter, self.cluster.instances, grace)
-            self.orphans.departed = departed.sweep
 
     # -- infrastructure --------------------------------------------------------------------
     def now(self) -> datetime:

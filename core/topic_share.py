@@ -41,7 +41,7 @@ from wsnmom.core import metrics
 from wsnmom.core.guard import refusals
 from wsnmom.core.store import Store
 from wsnmom.topic_mapping.model import Topic
-from wsnmom.topic_mapping.namespaces import TopicSet
+from wsnmom.topic_mapping.topic_set import TopicSet
 
 __all__ = ["RETRY_EVERY", "RETRY_LONGEST", "SharedTopics"]
 

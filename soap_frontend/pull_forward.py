@@ -20,17 +20,13 @@ An operator's purge or peek through the admin API is sent on the same way
 (:meth:`PullForward.relay`, called by ``admin_forward`` once the admin was authorised
 where the request arrived).
 
-A forwarded request carries :data:`FORWARD_HEADER`: the sending instance, a time, a
-nonce and an HMAC-SHA256 of those, the method, the path (with its query) and the body
-under the cluster's secret (made once in the store, ``Coordination.secret``).  An
-instance serves a request with a valid header itself, never forwarding it again; a header
-that does not verify (a client's, one older than :data:`WINDOW`) is refused with HTTP 403,
-and so is one whose nonce was seen before (a replay, to this instance or any other: the
-nonce is recorded in the store, ``PullOwners.first_use``).  The signed path is the
-request line's, percent-encoded (:func:`_target_path`): one signature, one path and
-query.  While the store cannot say which pull point an ONVIF subscription feeds, give the
-cluster's secret or record a nonce, the answer is 503 (never served where the pull point
-may not be read).
+A forwarded request is signed under the cluster's secret (``forward_signature``).  An
+instance serves a request whose :data:`FORWARD_HEADER` verifies itself, never forwarding
+it again; a header that does not verify (a client's, one too old) is refused with HTTP
+403, and so is one whose nonce was seen before (a replay, to this instance or any other:
+the nonce is recorded in the store, ``PullOwners.first_use``).  While the store cannot
+say which pull point an ONVIF subscription feeds, give the cluster's secret or record a
+nonce, the answer is 503 (never served where the pull point may not be read).
 The client's own credentials travel with the request: the reading instance authenticates
 and authorises the client as any instance would.  A client known without an
 ``Authorization`` header (its TLS certificate, a trusted proxy's identity header) is named
@@ -42,8 +38,8 @@ forwarding instance authorised there (method ``admin``; taken on admin paths onl
 (``auth.FORWARDED_ADDRESS_KEY``).
 
 Only a pull point's own path (or an ONVIF subscription's), or one named in ``wsa:To`` or
-by ``ResourceId``, is forwarded; a chunked body is
-read first (over the limit it is left to the application).  Of the reader's answer only
+by ``ResourceId``, is forwarded; its body, chunked too, is read whole first
+(``whole_body``; over the limit it is left to the application).  Of the reader's answer only
 its own headers are relayed (:data:`_RELAYED`).  Connecting to the reader waits
 :data:`CONNECT_TIMEOUT`, its answer :data:`TIMEOUT` (an ONVIF PullMessages, which may
 wait up to ``onvif.MAX_TIMEOUT`` for a message, that much longer).  An ``https://``
@@ -53,13 +49,9 @@ reader's certificate is checked against the CA bundle outbound HTTPS uses
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import http.client
-import io
 import logging
 import math
-import re
 import secrets
 import ssl
 import time
@@ -83,37 +75,34 @@ from .envelope import (
     version_for_media_type,
 )
 from .faults import count_fault, fault_for_error
+from .forward_signature import (
+    FORWARD_HEADER,
+    FORWARDED_FOR_HEADER,
+    FORWARDED_IDENTITY_HEADER,
+    WINDOW,
+    sign,
+    target_path,
+    verify,
+)
 from .long_poll import RESUMED
 from .onvif import EVENT_SERVICE_PATH, MAX_TIMEOUT, SUBSCRIPTIONS_PATH, subscription_id_of
 from .outbound_http import OutboundEnvironment, verifying_context
+from .whole_body import read_whole
 
 __all__ = [
     "CONNECT_TIMEOUT",
-    "FORWARDED_FOR_HEADER",
-    "FORWARDED_IDENTITY_HEADER",
-    "FORWARD_HEADER",
     "TIMEOUT",
     "PullForward",
     "Relayed",
     "identity_value",
-    "sign",
 ]
 
 log = logging.getLogger("wsnmom.soap.pull_forward")
 
-#: the header of a request one instance forwards to another
-FORWARD_HEADER = "WSNMOM-Forwarded"
+#: the WSGI environ keys of the forwarding headers (``forward_signature``)
 _ENVIRON_KEY = "HTTP_WSNMOM_FORWARDED"
-#: the header naming the identity the forwarding instance established for its client
-#: (``<method> <percent-encoded name>``), covered by the signature
-FORWARDED_IDENTITY_HEADER = "WSNMOM-Forwarded-Identity"
 _IDENTITY_ENVIRON_KEY = "HTTP_WSNMOM_FORWARDED_IDENTITY"
-#: the header naming the client's address (per-address rate limits), covered by the
-#: signature
-FORWARDED_FOR_HEADER = "WSNMOM-Forwarded-For"
 _ADDRESS_ENVIRON_KEY = "HTTP_WSNMOM_FORWARDED_FOR"
-#: seconds a forwarded request's signature stays valid (clocks of one cluster agree)
-WINDOW = 60.0
 #: seconds to wait for the reading instance's answer
 TIMEOUT = 30.0
 #: seconds to wait for the answer to a forwarded ONVIF request: a PullMessages may wait
@@ -123,7 +112,6 @@ ONVIF_TIMEOUT = MAX_TIMEOUT.total_seconds() + TIMEOUT
 ADMIN_METHOD = "admin"
 #: the admin API's paths (an admin identity named in a forward is taken there only)
 ADMIN_PREFIX = "/wsn/admin/"
-_NONCE = re.compile(r"[0-9a-f]{32}")
 #: endpoints whose requests name their pull point in ``wsa:To`` (when they name one)
 _SHARED_ENDPOINTS = frozenset({BROKER_PATH, EVENT_SERVICE_PATH})
 #: what a body naming a pull point or an ONVIF subscription holds
@@ -153,71 +141,6 @@ WsgiApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
 #: the identity (name, method) of a request's client known without an Authorization
 #: header, or None (anonymous)
 IdentityOf = Callable[[dict[str, Any]], "tuple[str, str] | None"]
-
-
-def sign(
-    secret: str,
-    instance: str,
-    moment: int,
-    path: str,
-    body: bytes,
-    identity: str = "",
-    address: str = "",
-    *,
-    nonce: str,
-    method: str = "POST",
-) -> str:
-    """The :data:`FORWARD_HEADER` value of a request ``instance`` forwards at ``moment``
-    (Unix seconds) with ``nonce`` (32 hex digits, used once), naming ``identity`` and
-    the client's ``address`` (the :data:`FORWARDED_IDENTITY_HEADER` and
-    :data:`FORWARDED_FOR_HEADER` values, "" for none); ``path`` includes the query:
-    ``<instance> <moment> <nonce> <hex HMAC>``."""
-    mac = hmac.new(secret.encode(), digestmod=hashlib.sha256)
-    mac.update(f"{instance}\n{moment}\n{nonce}\n{method}\n{path}\n{identity}\n{address}\n".encode())
-    mac.update(hashlib.sha256(body).digest())
-    return f"{instance} {moment} {nonce} {mac.hexdigest()}"
-
-
-def _verified(
-    secret: str,
-    value: str,
-    method: str,
-    path: str,
-    body: bytes,
-    identity: str,
-    address: str,
-    now: float,
-) -> tuple[int, str] | None:
-    """The moment and nonce of a header that verifies, else None."""
-    parts = value.split(" ")
-    if len(parts) != 4 or not value.isascii():  # made up (compare_digest takes ASCII)
-        return None
-    if not parts[1].isdigit() or not _NONCE.fullmatch(parts[2]):
-        return None
-    instance, moment, nonce = parts[0], int(parts[1]), parts[2]
-    if abs(now - moment) > WINDOW:
-        return None
-    signed = sign(
-        secret, instance, moment, path, body, identity, address, nonce=nonce, method=method
-    )
-    return (moment, nonce) if hmac.compare_digest(signed, value) else None
-
-
-#: what a forwarded request line's path keeps as it is (RFC 3986 ``pchar`` and ``/``)
-_PATH_SAFE = "/:@!$&'()*+,;="
-
-
-def _target_path(environ: dict[str, Any]) -> str:
-    """The request line's target a forwarded request is sent with, and its signature
-    covers: the request's path, percent-encoded (a ``?``, a space or a ``#`` in it stays
-    in the path: one target names one path and one query), and its query."""
-    path = str(environ.get("PATH_INFO") or "")
-    try:
-        raw = path.encode("latin-1")  # PEP 3333: the path's bytes, as latin-1
-    except UnicodeEncodeError:
-        raw = path.encode()
-    query = environ.get("QUERY_STRING")
-    return quote(raw, safe=_PATH_SAFE) + (f"?{query}" if query else "")
 
 
 def identity_value(identity: tuple[str, str]) -> str:
@@ -276,7 +199,7 @@ class PullForward:
             return self._fault(environ, start_response, exc)
         if pull_point_id is None and path not in _SHARED_ENDPOINTS:
             return self.app(environ, start_response)
-        body = self._body(environ)
+        body = read_whole(environ, self.max_body)
         if body is None:  # no plain Content-Length within the limit: answered here
             return self.app(environ, start_response)
         try:
@@ -350,7 +273,7 @@ class PullForward:
     def _forwarded(self, environ: dict[str, Any], start_response: StartResponse, value: str) -> Any:
         readers = self.readers
         path = str(environ.get("PATH_INFO") or "")
-        body = self._body(environ)
+        body = read_whole(environ, self.max_body)
         named = str(environ.get(_IDENTITY_ENVIRON_KEY) or "")
         address = str(environ.get(_ADDRESS_ENVIRON_KEY) or "")
         method = str(environ.get("REQUEST_METHOD") or "")
@@ -361,11 +284,11 @@ class PullForward:
             except Exception as exc:  # the store: nothing can be checked now
                 log.warning("reading the cluster's secret failed: %s", exc)
                 return self._fault(environ, start_response, self._store_down(readers, exc))
-            verified = _verified(
+            verified = verify(
                 secret,
                 value,
                 method,
-                _target_path(environ),
+                target_path(environ),
                 body,
                 named,
                 address,
@@ -429,46 +352,6 @@ class PullForward:
         return [reply.body]
 
     # -- forwarding ----------------------------------------------------------------------
-    def _body(self, environ: dict[str, Any]) -> bytes | None:
-        """The request body (put back for the application to read), or None when it is
-        over the limit or not framed (left alone: the application answers it).  A body
-        the server hands on chunked (cheroot: ``Transfer-Encoding``, no length) is read
-        to its end.  A request without a body (a GET) has the empty one."""
-        length = environ.get("CONTENT_LENGTH")
-        chunked = "HTTP_TRANSFER_ENCODING" in environ
-        if chunked:
-            if str(environ["HTTP_TRANSFER_ENCODING"]).strip().lower() != "chunked":
-                return None
-            wanted = None
-        elif isinstance(length, str) and length.isascii() and length.isdigit():
-            wanted = int(length)
-            if self.max_body is not None and wanted > self.max_body:
-                return None
-        elif not length and environ.get("REQUEST_METHOD") in ("GET", "HEAD"):
-            return b""
-        else:
-            return None
-        stream = environ["wsgi.input"]
-        parts: list[bytes] = []
-        got = 0
-        while wanted is None or got < wanted:
-            step = 65536 if wanted is None else min(65536, wanted - got)
-            chunk = stream.read(step)
-            if not chunk:
-                break
-            parts.append(chunk)
-            got += len(chunk)
-            if wanted is None and self.max_body is not None and got > self.max_body:
-                # over the limit: the application answers what it reads (the rest)
-                environ["wsgi.input"] = io.BufferedReader(_Joined(parts, stream))
-                return None
-        body = b"".join(parts)
-        environ.pop("HTTP_TRANSFER_ENCODING", None)
-        environ["wsgi.input"] = io.BytesIO(body)
-        environ["CONTENT_LENGTH"] = str(len(body))
-        environ["wsgi.input_terminated"] = True
-        return body
-
     def _forward(
         self,
         environ: dict[str, Any],
@@ -510,7 +393,7 @@ class PullForward:
         assert readers is not None
         target = urlsplit(reader.address)
         method = str(environ.get("REQUEST_METHOD") or "POST")
-        url_path = _target_path(environ)
+        url_path = target_path(environ)
         headers = {name: str(environ[key]) for key, name in _SENT_ON.items() if environ.get(key)}
         request_id = environ.get("wsnmom.request_id")
         if request_id:
@@ -590,24 +473,3 @@ class PullForward:
             ],
         )
         return [data]
-
-
-class _Joined(io.RawIOBase):
-    """What was read of a body, then the rest of its stream."""
-
-    def __init__(self, parts: list[bytes], rest: Any) -> None:
-        self._head = b"".join(parts)
-        self._rest = rest
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: Any) -> int:
-        if self._head:
-            n = min(len(buffer), len(self._head))
-            buffer[:n] = self._head[:n]
-            self._head = self._head[n:]
-            return n
-        data = self._rest.read(len(buffer))
-        buffer[: len(data)] = data
-        return len(data)

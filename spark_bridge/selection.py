@@ -26,7 +26,8 @@ from wsnmom.core.model import ExpressionSource
 from wsnmom.spark_bridge.options import get_bool
 from wsnmom.topic_mapping.dialects import CONCRETE, FULL, SIMPLE, XPATH
 from wsnmom.topic_mapping.model import PathPattern
-from wsnmom.topic_mapping.namespaces import TopicSet, load_topic_namespace
+from wsnmom.topic_mapping.namespaces import load_topic_namespace
+from wsnmom.topic_mapping.topic_set import TopicSet
 
 __all__ = ["DIALECT_NAMES", "Compiled", "Selection", "SelectionError", "parse_mapping"]
 

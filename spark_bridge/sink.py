@@ -194,7 +194,7 @@ class Publisher:
             from wsnmom.core.errors import WsnError
             from wsnmom.core.filters import concrete_topic
             from wsnmom.core.model import ExpressionSource
-            from wsnmom.topic_mapping.namespaces import TopicSet
+            from wsnmom.topic_mapping.topic_set import TopicSet
 
             namespaces: dict[str | None, str] = {p: u for p, u in self.settings.namespaces.items()}
             dialect = self.settings.dialect

@@ -45,9 +45,9 @@ from .namespaces import (
     QueryExpression,
     TopicDefinition,
     TopicNamespace,
-    TopicSet,
     load_topic_namespace,
 )
+from .topic_set import TopicSet
 
 __all__ = [
     "ANY",

@@ -193,7 +193,7 @@ class TopicExpression:
 
 class TopicDocument(Protocol):
     """What the XPath dialect evaluates over: a topic set as a ``wstop:TopicSet`` document
-    (``namespaces.TopicSet`` is one)."""
+    (``topic_set.TopicSet`` is one)."""
 
     def to_element(self) -> etree._Element:
         """The ``wstop:TopicSet`` element, each topic an element nested under its parent."""

@@ -35,7 +35,8 @@ from wsnmom.core.store import Store
 from wsnmom.core.store_binding import bind_store
 from wsnmom.core.store_url import open_store, shared_store
 from wsnmom.data_lock import StoreLock, lock_store
-from wsnmom.topic_mapping.namespaces import TopicSet, load_topic_namespace
+from wsnmom.topic_mapping.namespaces import load_topic_namespace
+from wsnmom.topic_mapping.topic_set import TopicSet
 from wsnmom.upstreams import UpstreamRelay
 
 log = logging.getLogger("wsnmom.server")

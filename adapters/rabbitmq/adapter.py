@@ -117,7 +117,6 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections import OrderedDict
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, ClassVar
@@ -143,7 +142,7 @@ from wsnmom.core.adapter_options import AdapterOptionError
 from wsnmom.topic_mapping.model import PathPattern, Topic
 from wsnmom.topic_mapping.syntax import RABBITMQ
 
-from ._link import Channel, Link, PublishFrames
+from ._link import Link
 from .consumers import Consumers
 from .current import HEADER_ORIGIN, CurrentMessages
 from .declarations import Declarations, quorum_refusal
@@ -446,55 +445,3 @@ class RabbitMQAdapter(Adapter):
         if self._closed or not self._opened:
             raise PublishUnavailable("the RabbitMQ adapter is not open")
         return self.publisher.publish_many(list(messages), timeout)
-
-    # --- the parts' state under the names tests and benchmarks read -------------------
-
-    @property
-    def _consumer(self) -> Link:
-        return self.pool.primary
-
-    @property
-    def _publisher(self) -> Link:
-        return self.publisher.link
-
-    @property
-    def _links(self) -> list[Link]:
-        return self.pool.links
-
-    def _capacity(self) -> int:
-        return self.pool.capacity()
-
-    def _primes(self, args: Mapping[str, Any]) -> bool:
-        return self.declarations.primes(args)
-
-    @property
-    def _pub(self) -> Channel | None:
-        return self.publisher.channel
-
-    @property
-    def _frames(self) -> PublishFrames | None:
-        return self.publisher.frames
-
-    @property
-    def _pending(self) -> OrderedDict[int, Any]:
-        return self.publisher.pending
-
-    @property
-    def _returned(self) -> dict[tuple[str, str, str], int]:
-        return self.publisher.returned
-
-    @property
-    def _current(self) -> OrderedDict[Binding, StoredMessage]:
-        return self.current.current
-
-    @property
-    def _current_lock(self) -> Any:
-        return self.current.lock
-
-    @property
-    def _on_tap(self) -> Callable[[Any, Any, bytes], None]:
-        return self.current.on_tap
-
-    @_on_tap.setter
-    def _on_tap(self, hook: Callable[[Any, Any, bytes], None]) -> None:
-        self.current.on_tap = hook

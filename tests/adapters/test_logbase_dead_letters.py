@@ -76,6 +76,25 @@ def bodies(collector: Collector) -> list[bytes]:
     return [m.body for m in collector.received]
 
 
+class GraveRefusal:
+    """The dead-letter topic refuses every publish while ``on`` (``adapter.publish_many``
+    patched); ``tries``: when each publish to it came (``time.monotonic``)."""
+
+    def __init__(self, adapter: FileLogAdapter) -> None:
+        self.on = True
+        self.tries: list[float] = []
+        real = adapter.publish_many
+
+        def refused(messages: Sequence[OutboundMessage], timeout: float = 10.0) -> Any:
+            if any(m.topic == GRAVE for m in messages):
+                self.tries.append(time.monotonic())
+                if self.on:
+                    raise RuntimeError("dead-letter topic refused")
+            return real(messages, timeout)
+
+        adapter.publish_many = refused  # type: ignore[method-assign]
+
+
 def test_the_oldest_skipped_are_dead_lettered_in_order(adapter: FileLogAdapter) -> None:
     dead = grave(adapter)
     handle = paused(adapter, "old", 10)
@@ -181,26 +200,15 @@ def test_a_lasting_refusal_holds_them_and_backs_off_without_redelivering(
     engine = adapter.cursor_engine()
     engine.bury_retry_first, engine.bury_retry_max = 0.3, 1.2
     dead = grave(adapter)
-    real = adapter.publish_many
-    refusing = True
-    calls: list[float] = []
-
-    def refused(messages: Sequence[OutboundMessage], timeout: float = 10.0) -> Any:
-        if any(m.topic == GRAVE for m in messages):
-            calls.append(time.monotonic())
-            if refusing:
-                raise RuntimeError("dead-letter topic refused")
-        return real(messages, timeout)
-
-    adapter.publish_many = refused  # type: ignore[method-assign]
+    refusal = GraveRefusal(adapter)
     handle = paused(adapter, "stuck", 10)
     assert handle.discard(3) == 3
     got = Collector()
     handle.start(got)
     got.wait_for(7, 5)
-    wait_until(lambda: len(calls) >= 4, 10, what="four refused publishes")
+    wait_until(lambda: len(refusal.tries) >= 4, 10, what="four refused publishes")
     # each delay at least doubles the one before: 0.3, 0.6, 1.2 (the maximum)
-    gaps = [b - a for a, b in itertools.pairwise(calls)]
+    gaps = [b - a for a, b in itertools.pairwise(refusal.tries)]
     assert gaps[0] >= 0.3 and gaps[1] >= 0.6 and gaps[2] >= 1.2, gaps
     adapter.publish(msg(b"sentinel"))
     got.wait_for(8, 5)
@@ -224,7 +232,7 @@ def test_a_lasting_refusal_holds_them_and_backs_off_without_redelivering(
         assert engine.stats()["dead_letters_unpublished"] == 3
     assert resumes_from(stream) <= first
     assert dead.received == []
-    refusing = False
+    refusal.on = False
     dead.wait_for(3, 10)
     assert bodies(dead) == [b"0", b"1", b"2"]
     wait_until(lambda: not cursor.inflight, 5, what="the dead letters settled")
@@ -245,15 +253,7 @@ def test_a_lasting_refusal_does_not_stall_delivery_nor_drop_more(
     engine = adapter.cursor_engine()
     engine.bury_retry_first, engine.bury_retry_max = 0.2, 0.4
     dead = grave(adapter)
-    real = adapter.publish_many
-    refusing = True
-
-    def refused(messages: Sequence[OutboundMessage], timeout: float = 10.0) -> Any:
-        if any(m.topic == GRAVE for m in messages) and refusing:
-            raise RuntimeError("dead-letter topic refused")
-        return real(messages, timeout)
-
-    adapter.publish_many = refused  # type: ignore[method-assign]
+    refusal = GraveRefusal(adapter)
     handle = paused(adapter, "window", 10)
     cursor = engine._cursors["window"]
     assert handle.discard(6) == 6
@@ -268,7 +268,7 @@ def test_a_lasting_refusal_does_not_stall_delivery_nor_drop_more(
     assert bodies(got) == [b"6", b"7", b"8", b"9", b"a", b"b", b"c"]
     with engine.lock:
         assert cursor.held_drops == 6 and cursor.unsettled == 6
-    refusing = False
+    refusal.on = False
     dead.wait_for(6, 10)
     assert bodies(dead) == [b"%d" % i for i in range(6)]
     wait_until(lambda: not cursor.unsettled, 5, what="the held records settled")
@@ -292,20 +292,12 @@ def test_an_end_whose_publish_is_refused_keeps_the_cursor_and_succeeds_later(
     engine = adapter.cursor_engine()
     engine.bury_retry_first, engine.bury_retry_max = 0.2, 0.4
     dead = grave(adapter)
-    real = adapter.publish_many
-    refusing = True
-
-    def refused(messages: Sequence[OutboundMessage], timeout: float = 10.0) -> Any:
-        if any(m.topic == GRAVE for m in messages) and refusing:
-            raise RuntimeError("dead-letter topic refused")
-        return real(messages, timeout)
-
-    adapter.publish_many = refused  # type: ignore[method-assign]
+    refusal = GraveRefusal(adapter)
     handle = paused(adapter, "ending", 4)
     with pytest.raises(AdapterUnavailable, match="not published"):
         handle.delete_into_dead_letters(DROPPED_OVERFLOW_END, {}, timeout=5)
     assert "ending" in engine.names()
-    refusing = False
+    refusal.on = False
     assert handle.delete_into_dead_letters(DROPPED_OVERFLOW_END, {}, timeout=5) >= 1
     assert "ending" not in engine.names()
     dead.wait_for(4, 5)
@@ -324,30 +316,19 @@ def test_a_stop_while_they_are_held_skips_them_again(adapter: FileLogAdapter) ->
     engine = adapter.cursor_engine()
     engine.bury_retry_first, engine.bury_retry_max = 0.2, 0.4
     dead = grave(adapter)
-    real = adapter.publish_many
-    refusing = True
-    calls: list[int] = []
-
-    def refused(messages: Sequence[OutboundMessage], timeout: float = 10.0) -> Any:
-        if any(m.topic == GRAVE for m in messages):
-            calls.append(len(messages))
-            if refusing:
-                raise RuntimeError("dead-letter topic refused")
-        return real(messages, timeout)
-
-    adapter.publish_many = refused  # type: ignore[method-assign]
+    refusal = GraveRefusal(adapter)
     handle = paused(adapter, "stopped", 5)
     assert handle.discard(2) == 2
     first = Collector()
     handle.start(first)
     first.wait_for(3, 5)
-    wait_until(lambda: len(calls) >= 1, 5, what="a refused publish")
+    wait_until(lambda: len(refusal.tries) >= 1, 5, what="a refused publish")
     handle.stop()
     again = Collector()
     handle.start(again)
     again.wait_for(3, 5)
-    wait_until(lambda: len(calls) >= 2, 5, what="the publish tried again")
-    refusing = False
+    wait_until(lambda: len(refusal.tries) >= 2, 5, what="the publish tried again")
+    refusal.on = False
     dead.wait_for(2, 5)
     adapter.publish(msg(b"sentinel"))
     again.wait_for(4, 5)

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from wsnmom.adapters.logbase.engine import CursorEngine
-from wsnmom.core.adapter import AdapterError
+from wsnmom.core.adapter import AdapterError, SubscriptionHandle
 
 from tests.adapters.test_logbase_engine import _MemoryBackend, _MemoryLog, spec
 from tests.support.waiting import wait_until
@@ -364,14 +364,11 @@ def test_a_deliverer_forgetting_a_subscription_another_instance_deleted_leaves_n
     assert a.stats()["cursors"] == 0 and b.stats()["cursors"] == 0
 
 
-def test_a_purge_is_not_undone_by_a_resume_while_its_position_is_being_saved(
-    engines: tuple[_MemoryLog, _SharedPositions, list[CursorEngine]],
-) -> None:
-    # tests/cluster/test_any_instance.py's peek/purge on Kafka got the purged messages
-    # after the resume (session 9): the resume took the position up from the store while
-    # the commit pass was still saving the one past the purged records
-    log, shared, (a, _b) = engines
-    store = a.backend.position_store()  # type: ignore[attr-defined]
+def paused_with_ten_waiting(
+    log: _MemoryLog, shared: _SharedPositions, a: CursorEngine
+) -> tuple[SubscriptionHandle, Collector]:
+    """Subscription "s" delivered by ``a``: its first record delivered and the position
+    past it saved, then paused with ten more records waiting (read by the head)."""
     handle = a.subscription(spec("s", "t"))
     handle.start(got := Collector())
     log.append(STREAM, b"0")
@@ -381,6 +378,18 @@ def test_a_purge_is_not_undone_by_a_resume_while_its_position_is_being_saved(
     for i in range(1, 11):
         log.append(STREAM, b"%d" % i)
     wait_until(lambda: handle.depth() == 10, 5, what="the head reading the ten records")
+    return handle, got
+
+
+def test_a_purge_is_not_undone_by_a_resume_while_its_position_is_being_saved(
+    engines: tuple[_MemoryLog, _SharedPositions, list[CursorEngine]],
+) -> None:
+    # tests/cluster/test_any_instance.py's peek/purge on Kafka got the purged messages
+    # after the resume (session 9): the resume took the position up from the store while
+    # the commit pass was still saving the one past the purged records
+    log, shared, (a, _b) = engines
+    store = a.backend.position_store()  # type: ignore[attr-defined]
+    handle, got = paused_with_ten_waiting(log, shared, a)
     entered, release = threading.Event(), threading.Event()
     save = store.save
 
@@ -413,15 +422,7 @@ def test_a_purge_answers_once_its_position_is_saved(
     tests/e2e/test_kafka_saves.py)."""
     log, shared, (a, _b) = engines
     store = a.backend.position_store()  # type: ignore[attr-defined]
-    handle = a.subscription(spec("s", "t"))
-    handle.start(got := Collector())
-    log.append(STREAM, b"0")
-    got.wait_for(1, 5)
-    wait_until(lambda: shared.get("s") == {STREAM: 1}, 5, what="A saving the position")
-    handle.stop()  # paused
-    for i in range(1, 11):
-        log.append(STREAM, b"%d" % i)
-    wait_until(lambda: handle.depth() == 10, 5, what="the head reading the ten records")
+    handle, _ = paused_with_ten_waiting(log, shared, a)
     answered: list[int | None] = []
     at_save: list[list[int | None]] = []  # what the purge had answered when it began
     save = store.save
@@ -491,15 +492,7 @@ def test_a_purge_is_not_undone_by_a_resume_after_the_fence_refused_its_save(
     leased = threading.Event()
     leased.set()
     a.may_save = lambda name: leased.is_set()
-    handle = a.subscription(spec("s", "t"))
-    handle.start(got := Collector())
-    log.append(STREAM, b"0")
-    got.wait_for(1, 5)
-    wait_until(lambda: shared.get("s") == {STREAM: 1}, 5, what="A saving the position")
-    handle.stop()  # paused
-    for i in range(1, 11):
-        log.append(STREAM, b"%d" % i)
-    wait_until(lambda: handle.depth() == 10, 5, what="the head reading the ten records")
+    handle, got = paused_with_ten_waiting(log, shared, a)
     cursor = a._cursors["s"]
     leased.clear()  # the fence refuses until the late heartbeat renews the lease
     # a discard answers before its save (a purge now waits for it, and fails here:

@@ -48,6 +48,17 @@ def sessions_of(inst: Instance) -> SubscriptionSessions:
     return cnode.sessions
 
 
+def delivering(a: Instance, b: Instance, name: str) -> tuple[Collector, ClusterHandle]:
+    """B's handle of subscription ``name``, started, once a message published through A
+    reached its consumer; and that consumer."""
+    consumer = Collector()
+    hb = b.handle(name)
+    hb.start(consumer, prefetch=4)
+    a.publish(b"one")
+    wait_until(lambda: consumer.has(b"one"), 20, what="a delivery through B")
+    return consumer, hb
+
+
 @pytest.fixture
 def two(mqtt_url: str, tmp_path: Path) -> Iterator[tuple[Instance, Instance, Store]]:
     """Two instances on the session's broker, one store."""
@@ -97,11 +108,7 @@ def test_a_delete_through_another_instance_is_not_undone(
     and the store without it: not made again."""
     a, b, store = two
     store.names.add("s4")
-    consumer = Collector()
-    hb = b.handle("s4")
-    hb.start(consumer, prefetch=4)
-    a.publish(b"one")
-    wait_until(lambda: consumer.has(b"one"), 20, what="a delivery through B")
+    _, hb = delivering(a, b, "s4")
     store.names.discard("s4")
     a.adapter.delete_subscription("s4")
     wait_until(lambda: hb.unrecorded >= 1, 20, what="B's restart finding no record, no store")
@@ -128,11 +135,7 @@ def test_a_delete_right_after_the_store_said_it_exists_leaves_nothing(
     first and the record, naming a deleted subscription, stay)."""
     a, b, store = two
     store.names.add("s5")
-    consumer = Collector()
-    hb = b.handle("s5")
-    hb.start(consumer, prefetch=4)
-    a.publish(b"one")
-    wait_until(lambda: consumer.has(b"one"), 20, what="a delivery through B")
+    _, hb = delivering(a, b, "s5")
     answers: list[bool] = []
     raced = threading.Event()
 
@@ -165,11 +168,7 @@ def test_a_store_that_cannot_answer_makes_nothing_until_it_does(
     left behind) until the store answers that it holds the subscription."""
     a, b, store = two
     store.names.add("s6")
-    consumer = Collector()
-    hb = b.handle("s6")
-    hb.start(consumer, prefetch=4)
-    a.publish(b"one")
-    wait_until(lambda: consumer.has(b"one"), 20, what="a delivery through B")
+    consumer, hb = delivering(a, b, "s6")
     failing = threading.Event()
     failing.set()
 
@@ -196,11 +195,7 @@ def test_without_the_store_a_lost_session_is_taken_as_deleted(
     a = Instance(mqtt_url, tmp_path / "a", prefix)
     b = Instance(mqtt_url, tmp_path / "b", prefix)
     try:
-        consumer = Collector()
-        hb: ClusterHandle = b.handle("s7")
-        hb.start(consumer, prefetch=4)
-        a.publish(b"one")
-        wait_until(lambda: consumer.has(b"one"), 20, what="a delivery through B")
+        _, hb = delivering(a, b, "s7")
         sessions_of(a).delete(hb.client_id)
         wait_until(lambda: hb.unrecorded >= 1, 20, what="B's restart finding no record")
         assert hb.remade == 0 and not session_present(mqtt_url, hb.client_id)

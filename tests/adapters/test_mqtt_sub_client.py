@@ -217,14 +217,20 @@ def test_a_malformed_packet_closes_with_its_reason_and_the_hub_serves_on(
     lines = [r for r in caplog.records if "broke the protocol" in r.getMessage()]
     assert len(lines) == 1 and "Malformed Packet (0x81)" in lines[0].getMessage()
     # the hub's thread lives on: another session connects and receives through it
+    _another_session_receives(hub, tmp_path, "a message on the second session")
+
+
+def _another_session_receives(hub: Hub, tmp_path: Path, what: str) -> None:
+    """The hub's thread lives on: a session with another broker connects and receives
+    through it."""
     other = FakeBroker()
     try:
-        handler2 = Recorder()
-        client2 = _client(other, hub, tmp_path, handler2)
-        _connect(client2, other, CONNACK_PRESENT)
+        handler = Recorder()
+        client = _client(other, hub, tmp_path, handler)
+        _connect(client, other, CONNACK_PRESENT)
         other.send(_publish("t", 1, b"after"))
-        wait_until(lambda: handler2.calls, 20, what="a message on the second session")
-        client2.close()
+        wait_until(lambda: handler.calls, 20, what=what)
+        client.close()
     finally:
         other.close()
 
@@ -293,16 +299,7 @@ def test_a_failing_callback_ends_that_session_only(
     broker.send(_publish("t", 1, b"x"))
     wait_until(handler.ended.is_set, 20, what="the failing session closed")
     assert handler.why is not None and "internal error" in handler.why
-    other = FakeBroker()
-    try:
-        handler2 = Recorder()
-        client2 = _client(other, hub, tmp_path, handler2)
-        _connect(client2, other, CONNACK_PRESENT)
-        other.send(_publish("t", 1, b"after"))
-        wait_until(lambda: handler2.calls, 20, what="a message on another session")
-        client2.close()
-    finally:
-        other.close()
+    _another_session_receives(hub, tmp_path, "a message on another session")
 
 
 def test_a_clean_close_hands_over_what_is_queued_and_reads_on_until_the_broker_closes(

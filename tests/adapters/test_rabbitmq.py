@@ -387,19 +387,19 @@ class TestCurrentMessage:
         through the broker back into this instance's own tap (docs/performance.md, F4)."""
         adapter = make_adapter()
         tapped: list[str] = []
-        on_tap = adapter._on_tap
+        on_tap = adapter.current.on_tap
 
         def counting(method: Any, properties: Any, body: bytes) -> None:
             if "wsnmom-barrier" not in (properties.headers or {}):
                 tapped.append(method.routing_key)
             on_tap(method, properties, body)
 
-        monkeypatch.setattr(adapter, "_on_tap", counting)
+        monkeypatch.setattr(adapter.current, "on_tap", counting)
         topic = Topic(ns, ("own", "writes"))
         adapter.publish_many([message(topic, b"<n>%d</n>" % i) for i in range(20)])
         # in the map before any barrier or tap round trip
-        with adapter._current_lock:
-            stored = adapter._current.get(adapter.native_name(topic))
+        with adapter.current.lock:
+            stored = adapter.current.current.get(adapter.native_name(topic))
         assert stored is not None and stored.body == b"<n>19</n>"
         assert stored.headers[HEADER_ORIGIN] == "gateway"
         assert not any(h.startswith("wsnmom-tap-") for h in stored.headers)
@@ -424,7 +424,7 @@ class TestCurrentMessage:
         assert [m.body for m in pull_all(handle, 1)] == [b"<y/>"]
         cur = adapter.current_message(nobody)
         assert cur is not None and cur.body == b"<x>4</x>"
-        frames = adapter._frames
+        frames = adapter.publisher.frames
         assert frames is not None
         assert {mandatory for _, _, mandatory in frames._methods} == {False}
         handle.delete()

@@ -75,7 +75,7 @@ def test_a_burst_of_subscriptions_is_declared_concurrently_and_none_is_refused(
     with ThreadPoolExecutor(THREADS) as pool:
         list(pool.map(create, range(SUBSCRIPTIONS)))
     assert refused == [], f"{len(refused)} refused; first: {refused[0][1]!r}"
-    links = adapter._links
+    links = adapter.pool.links
     assert len(links) == SUBSCRIPTIONS // PER_CONNECTION
     # every connection took its burst on several declaration channels at once (one
     # channel for all, as before, would show 1), and never on more than the bound

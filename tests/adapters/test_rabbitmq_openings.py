@@ -15,30 +15,14 @@ from collections.abc import Callable
 import pytest
 from wsnmom.adapters.rabbitmq.adapter import RabbitMQAdapter
 from wsnmom.adapters.rabbitmq.subscription import RabbitMQSubscription
-from wsnmom.core.adapter import OutboundMessage, Received, SubscriptionSpec
+from wsnmom.core.adapter import OutboundMessage, SubscriptionSpec
 from wsnmom.topic_mapping.model import PathPattern, Topic
 
 from tests.support.rabbitmq_queues import queue_exists
 from tests.support.waiting import wait_until
+from wsnmom.testing.conformance import Collector
 
 pytestmark = pytest.mark.rabbitmq
-
-
-class _Consumer:
-    """Records the bodies one subscription handle receives, and acks them."""
-
-    def __init__(self) -> None:
-        self.got: list[bytes] = []
-        self._lock = threading.Lock()
-
-    def __call__(self, m: Received) -> None:
-        with self._lock:
-            self.got.append(m.body)
-        m.ack()
-
-    def bodies(self) -> list[bytes]:
-        with self._lock:
-            return list(self.got)
 
 
 def _message(ns: str, body: bytes) -> OutboundMessage:
@@ -88,13 +72,13 @@ def test_a_followed_subscription_opens_without_a_declaration_channel(
         maker.subscription(SubscriptionSpec(name, (pattern,), origin="new"))
     # the first opening puts the namespace's exchange in place (once per connection)
     follower.subscription(SubscriptionSpec(first, (pattern,), origin="elsewhere")).start(
-        _Consumer(), prefetch=10
+        Collector(), prefetch=10
     )
 
     handle = follower.subscription(SubscriptionSpec(second, (pattern,), origin="elsewhere"))
     assert isinstance(handle, RabbitMQSubscription)
     let_go = _hold_declaration_channels(handle, 1)
-    got = _Consumer()
+    got = Collector()
     try:
         handle.start(got, prefetch=10)
     finally:
@@ -125,7 +109,7 @@ def test_a_followed_subscription_whose_queue_has_other_arguments_keeps_it_and_co
 
     handle = follower.subscription(SubscriptionSpec(name, (pattern,), origin="elsewhere"))
     assert isinstance(handle, RabbitMQSubscription)
-    got = _Consumer()
+    got = Collector()
     handle.start(got, prefetch=10)
     wait_until(lambda: got.bodies() == [b"waiting"], 15, what="the waiting message")
     assert handle.declared and handle.declared_as is None  # kept: declared again next time

@@ -117,8 +117,8 @@ def test_no_primer_into_a_dead_letter_exchange(
     wait_until(dead_lettered, 10, what="the sentinel in the dead-letter queue")
     assert letters == [b"<sentinel/>"]
     handle.delete()
-    assert not make_adapter(queue_type="quorum")._primes({"x-queue-type": "quorum"})
-    assert not make_adapter(prime_queues="false")._primes({"x-queue-type": "classic"})
+    assert not make_adapter(queue_type="quorum").declarations.primes({"x-queue-type": "quorum"})
+    assert not make_adapter(prime_queues="false").declarations.primes({"x-queue-type": "classic"})
 
 
 def test_publishes_into_new_queues_are_confirmed_and_hold_only_real_messages(

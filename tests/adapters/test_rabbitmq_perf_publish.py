@@ -328,7 +328,7 @@ class TestOnTheWire:
         receipts = adapter.publish_many(batch)
         assert [r.routed for r in receipts] == [i % 3 == 0 for i in range(60)]
         assert handle.depth() == 20
-        assert adapter._pending == {} and adapter._returned == {}
+        assert adapter.publisher.pending == {} and adapter.publisher.returned == {}
         handle.delete()
 
     def test_nack_of_a_full_queue_inside_a_batch(
@@ -390,7 +390,7 @@ class TestOnTheWire:
         while handle.depth() != 2000 and time.monotonic() < deadline:
             time.sleep(0.05)
         assert handle.depth() == 2000
-        assert not adapter._pending
+        assert not adapter.publisher.pending
         handle.delete()
 
 
@@ -419,11 +419,11 @@ class TestThreadsAndSettling:
             SubscriptionSpec(f"a-{uuid.uuid4().hex[:8]}", (PathPattern(ns, ("again",)),))
         )
         assert adapter.publish(message(topic, b"<1/>")).routed is True
-        old = adapter._pub
+        old = adapter.publisher.channel
         assert old is not None
-        adapter._publisher.submit(old.close(), 5.0)
+        adapter.publisher.link.submit(old.close(), 5.0)
         assert adapter.publish(message(topic, b"<2/>")).routed is True
-        assert adapter._pub is not None and adapter._pub is not old
+        assert adapter.publisher.channel is not None and adapter.publisher.channel is not old
         assert [m.body for m in handle.pull(5, timeout=2.0)] == [b"<1/>", b"<2/>"]
         handle.delete()
 
@@ -612,14 +612,14 @@ def test_writes_go_straight_to_the_socket_and_large_ones_still_arrive_whole(
         SubscriptionSpec(f"d-{uuid.uuid4().hex[:8]}", (PathPattern(ns, ("direct",)),))
     )
     adapter.publish(message(topic, b"<warm/>"))  # publishing channel open
-    assert adapter._pub is not None
-    stream = adapter._pub.pika.connection.frame_io.stream
+    assert adapter.publisher.channel is not None
+    stream = adapter.publisher.channel.pika.connection.frame_io.stream
     assert stream is not None and stream.transport is not None
     transport = stream.transport  # asyncio's: what the socket did not take at once
     buffered: list[int] = []
     write = transport.write
     monkeypatch.setattr(transport, "write", lambda data: (buffered.append(len(data)), write(data)))
-    loop = adapter._publisher.loop
+    loop = adapter.publisher.link.loop
     wakeups: list[object] = []
     wake = loop.call_soon_threadsafe
     monkeypatch.setattr(

@@ -18,7 +18,7 @@ from wsnmom.core.pull_buffer import PullBuffer
 from wsnmom.core.pull_reader import PullReader
 from wsnmom.core.service import BrokerService
 from wsnmom.core.store_sqlite import SqliteStore
-from wsnmom.topic_mapping.namespaces import TopicSet
+from wsnmom.topic_mapping.topic_set import TopicSet
 
 from tests.core.conftest import (
     FakeClock,

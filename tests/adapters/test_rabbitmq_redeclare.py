@@ -13,7 +13,6 @@
 
 from __future__ import annotations
 
-import threading
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -21,34 +20,18 @@ from typing import Any
 import pytest
 from wsnmom.adapters.rabbitmq.adapter import RabbitMQAdapter
 from wsnmom.adapters.rabbitmq.subscription import RabbitMQSubscription
-from wsnmom.core.adapter import OutboundMessage, Received, SubscriptionSpec
+from wsnmom.core.adapter import OutboundMessage, SubscriptionSpec
 from wsnmom.topic_mapping.model import PathPattern, Topic
 
 from tests.support.rabbitmq_queues import queue_exists
 from tests.support.waiting import wait_until
+from wsnmom.testing.conformance import Collector
 
 pytestmark = pytest.mark.rabbitmq
 
 
 def _message(ns: str, body: bytes) -> OutboundMessage:
     return OutboundMessage(Topic(ns, ("t",)), body, uuid.uuid4().hex)
-
-
-class _Consumer:
-    """Records the bodies one subscription handle receives, and acks them."""
-
-    def __init__(self) -> None:
-        self.got: list[bytes] = []
-        self._lock = threading.Lock()
-
-    def __call__(self, m: Received) -> None:
-        with self._lock:
-            self.got.append(m.body)
-        m.ack()
-
-    def bodies(self) -> list[bytes]:
-        with self._lock:
-            return list(self.got)
 
 
 def _cluster_adapter(make_adapter: Callable[..., RabbitMQAdapter]) -> RabbitMQAdapter:
@@ -82,7 +65,7 @@ def test_an_opening_again_declares_nothing_and_a_deleted_queue_is_declared_at_th
     a = _cluster_adapter(make_adapter)
     spec = SubscriptionSpec(f"r-{uuid.uuid4().hex[:12]}", (PathPattern(ns, ("t",)),))
     handle = a.subscription(spec)
-    got = _Consumer()
+    got = Collector()
     handle.start(got, prefetch=10)
     a.publish(_message(ns, b"one"))
     wait_until(lambda: got.bodies() == [b"one"], 15, what="the first delivery")
@@ -118,7 +101,7 @@ def test_another_declaration_is_made_when_the_arguments_changed(
     wider = SubscriptionSpec(name, (PathPattern(ns, ("t",)), PathPattern(ns, ("u",))))
     assert a.subscription(wider) is handle
     assert declared == [name]
-    got = _Consumer()
+    got = Collector()
     handle.start(got, prefetch=10)
     a.publish(OutboundMessage(Topic(ns, ("u",)), b"on u", uuid.uuid4().hex))
     wait_until(lambda: got.bodies() == [b"on u"], 15, what="the delivery on the new binding")
@@ -143,7 +126,7 @@ def test_a_queue_declared_here_after_another_instance_deleted_it_goes_when_forgo
     queue = b.queue_name(spec.name)
     assert not queue_exists(rabbitmq_url, queue)
     hb = b.subscription(SubscriptionSpec(spec.name, (pattern,), origin="elsewhere"))
-    hb.start(_Consumer(), prefetch=10)  # B holds the shard: declared at its first consume
+    hb.start(Collector(), prefetch=10)  # B holds the shard: declared at its first consume
     assert queue_exists(rabbitmq_url, queue)
     hb.stop()
     assert b.forget_subscription(spec.name) is False  # nothing left

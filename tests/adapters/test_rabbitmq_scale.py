@@ -83,13 +83,13 @@ def test_more_started_subscriptions_than_one_connection_has_channels(
     same rule at the broker's default limit (2,047): the default 1,000 subscriptions a
     connection fit one connection's channels."""
     default = make_adapter()
-    negotiated = default._consumer.connection.params.channel_max
-    assert default._capacity() == 1000
-    assert default._capacity() * 2 + 2 + default.opts.declare_channels <= negotiated
+    negotiated = default.pool.primary.connection.params.channel_max
+    assert default.pool.capacity() == 1000
+    assert default.pool.capacity() * 2 + 2 + default.opts.declare_channels <= negotiated
     sep = "&" if "?" in rabbitmq_url else "?"
     adapter = make_adapter(f"{rabbitmq_url}{sep}channel_max=32")
     assert adapter.opts.declare_channels == 4
-    assert adapter._capacity() == 13
+    assert adapter.pool.capacity() == 13
     topic = Topic(ns, ("fan",))
     patterns = (PathPattern(ns, ("fan",)),)
     counter = Counter()
@@ -136,8 +136,8 @@ def test_subscriptions_spread_over_consuming_connections(
         handle.start(collector, prefetch=2)
         handles.append(handle)
     try:
-        assert len(adapter._links) == 3
-        assert [sum(h.link is ln for h in handles) for ln in adapter._links] == [3, 3, 1]
+        assert len(adapter.pool.links) == 3
+        assert [sum(h.link is ln for h in handles) for ln in adapter.pool.links] == [3, 3, 1]
         adapter.publish_many([message(topic, b"%d" % k) for k in range(3)])
         for collector in collectors:
             # prefetch 2 without acks: exactly two deliveries each
@@ -159,7 +159,7 @@ def test_subscriptions_spread_over_consuming_connections(
             SubscriptionSpec(name=f"spread-{ns[-12:]}-x", patterns=patterns)
         )
         assert isinstance(again, RabbitMQSubscription)
-        assert again.link is adapter._links[0]
+        assert again.link is adapter.pool.links[0]
         handles[0] = again
         assert adapter.ping(timeout=10)  # one round trip; 1 s by default
     finally:

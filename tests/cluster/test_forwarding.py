@@ -171,7 +171,7 @@ def publish(c: Cluster, gateway: Gateway, values: range) -> None:
 
 def resign(secret: str, seen: Seen, moment: int) -> str:
     """``seen``'s forwarding header signed anew at ``moment`` with a fresh nonce (as
-    ``pull_forward.sign`` does: a test that knows the store's secret)."""
+    ``forward_signature.sign`` does: a test that knows the store's secret)."""
     nonce = secrets.token_hex(16)
     instance = seen.headers[FORWARDED].split(" ")[0]
     identity = seen.headers.get("WSNMOM-Forwarded-Identity", "")

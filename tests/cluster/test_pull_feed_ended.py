@@ -20,11 +20,12 @@ design.  Two clusters of two instances (native pull, buffer), shared by their ca
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import socket
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from pathlib import Path
@@ -171,6 +172,31 @@ def _gather(c: Cluster, gateway: Gateway, address: str) -> list[int]:
     return got
 
 
+@contextlib.contextmanager
+def _holding(hold: Path, *marks: Path) -> Iterator[None]:
+    """``hold`` present inside (the gateways wait at its kill point), removed on leaving;
+    the ``marks`` the gateways leave beside it removed before and after."""
+    for mark in marks:
+        mark.unlink(missing_ok=True)
+    hold.touch()
+    try:
+        yield
+    finally:
+        hold.unlink(missing_ok=True)
+        for mark in marks:
+            mark.unlink(missing_ok=True)
+
+
+def _destroy(c: Cluster, gateway: Gateway, address: str) -> None:
+    """DestroyPullPoint of ``address`` through ``gateway``."""
+    requests.post(
+        c.via(gateway, address),
+        data=envelope("<wsnt:DestroyPullPoint/>", to=address),
+        headers={"Content-Type": content_type()},
+        timeout=30,
+    ).raise_for_status()
+
+
 @pytest.mark.parametrize(
     ("settings", "end", "followed"),
     [
@@ -195,31 +221,24 @@ def test_an_unsent_answer_whose_feed_another_instance_ended_comes_again(
     held = wait_until(lambda: _hold(c, answerer, address), 60, what="an answer holding all")
     assert held is not None
     try:
-        if not followed:
-            HOLD.touch()
-        through = c.client(ender).subscription(
-            EndpointReference(c.via(ender if end == "unsubscribe" else answerer, subscription))
-        )
-        if end == "unsubscribe":
-            through.unsubscribe()  # answered once the queue is deleted
-        else:
-            through.renew(timedelta(seconds=1))
-        if followed:
-            wait_until(lambda: metric(answerer, GAUGE) == known, 60, what="the end followed")
-        held.close()  # unread bytes: the kernel resets the connection, the answer unsent
-        got = _gather(c, ender, address)
+        with contextlib.nullcontext() if followed else _holding(HOLD):
+            through = c.client(ender).subscription(
+                EndpointReference(c.via(ender if end == "unsubscribe" else answerer, subscription))
+            )
+            if end == "unsubscribe":
+                through.unsubscribe()  # answered once the queue is deleted
+            else:
+                through.renew(timedelta(seconds=1))
+            if followed:
+                wait_until(lambda: metric(answerer, GAUGE) == known, 60, what="the end followed")
+            held.close()  # unread bytes: the kernel resets the connection, the answer unsent
+            got = _gather(c, ender, address)
     finally:
         held.close()
-        HOLD.unlink(missing_ok=True)
     wait_until(lambda: metric(answerer, GAUGE) == known, 60, what="the end followed")
     # kept in the inbox and settled in the deleted subscription: each once
     assert sorted(got) == list(range(COUNT)), got
-    requests.post(
-        c.via(answerer, address),
-        data=envelope("<wsnt:DestroyPullPoint/>", to=address),
-        headers={"Content-Type": content_type()},
-        timeout=30,
-    ).raise_for_status()
+    _destroy(c, answerer, address)
 
 
 def test_waiting_messages_of_a_feed_another_instance_ends_come_from_the_pull_point(
@@ -238,24 +257,13 @@ def test_waiting_messages_of_a_feed_another_instance_ends_come_from_the_pull_poi
         [(f'<p:v xmlns:p="urn:p" n="{i}"/>', TOPIC) for i in range(COUNT)]
     )  # confirmed: routed into the subscription's queue
     through = c.client(ender).subscription(EndpointReference(c.via(ender, subscription)))
-    REACHED.unlink(missing_ok=True)
-    DRAIN.touch()
-    try:
-        with ThreadPoolExecutor(1) as pool:
-            ended = pool.submit(through.unsubscribe)
-            wait_until(REACHED.exists, 60, what="the end held before its drain")
-            # the follower forgot it (its gauge drops once the adapter forgot it)
-            wait_until(lambda: metric(follower, GAUGE) == known, 60, what="the end followed")
-            DRAIN.unlink()
-            ended.result(timeout=120)
-    finally:
-        DRAIN.unlink(missing_ok=True)
-        REACHED.unlink(missing_ok=True)
+    with _holding(DRAIN, REACHED), ThreadPoolExecutor(1) as pool:
+        ended = pool.submit(through.unsubscribe)
+        wait_until(REACHED.exists, 60, what="the end held before its drain")
+        # the follower forgot it (its gauge drops once the adapter forgot it)
+        wait_until(lambda: metric(follower, GAUGE) == known, 60, what="the end followed")
+        DRAIN.unlink()
+        ended.result(timeout=120)
     got = _gather(c, follower, address)
     assert sorted(got) == list(range(COUNT)), got
-    requests.post(
-        c.via(follower, address),
-        data=envelope("<wsnt:DestroyPullPoint/>", to=address),
-        headers={"Content-Type": content_type()},
-        timeout=30,
-    ).raise_for_status()
+    _destroy(c, follower, address)

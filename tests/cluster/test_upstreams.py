@@ -6,7 +6,6 @@ the upstream over."""
 
 from __future__ import annotations
 
-import shutil
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -16,7 +15,7 @@ import pytest
 import requests
 
 from tests.cluster.conftest import Cluster
-from tests.fixtures.server import ConsumerServer, PatientGateway
+from tests.fixtures.server import ConsumerServer, PatientGateway, serving
 from tests.support.waiting import wait_until
 from wsnmom.client import ResourceUnknownFault, WsnClient
 from wsnmom.testing.gateway import Gateway
@@ -43,12 +42,8 @@ def _remote_consumers(remote: Gateway) -> list[str]:
 def remote() -> Iterator[Gateway]:
     data_dir = Path(tempfile.mkdtemp(prefix="wsnmom-cluster-upstream-"))
     gateway = PatientGateway("embedded", f"embedded://{data_dir / 'middleware'}", data_dir)
-    gateway.start()
-    try:
+    with serving(gateway):
         yield gateway
-    finally:
-        gateway.stop()
-        shutil.rmtree(data_dir, ignore_errors=True)
 
 
 def test_one_instance_holds_the_upstream_and_any_instance_takes_its_notify(

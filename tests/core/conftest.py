@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from wsnmom.adapters.embedded.adapter import EmbeddedAdapter
-from wsnmom.core.config import Settings
+from wsnmom.core.config import Settings, load_settings
 from wsnmom.core.model import (
     Delivered,
     EndpointReference,
@@ -30,7 +30,7 @@ from wsnmom.core.service import BrokerService
 from wsnmom.core.store_sqlite import SqliteStore
 from wsnmom.core.store_url import open_store
 from wsnmom.topic_mapping.dialects import CONCRETE, FULL, SIMPLE
-from wsnmom.topic_mapping.namespaces import TopicSet
+from wsnmom.topic_mapping.topic_set import TopicSet
 
 from tests.support.waiting import wait_until
 
@@ -202,6 +202,20 @@ class RecordingOutbound:
             got = len(self.messages_to(address))
             raise AssertionError(f"{got} of {n} message(s) to {address} within {timeout:g} s")
         return self.messages_to(address)
+
+
+def runtime_settings(tmp_path: Path, **overrides: Any) -> Settings:
+    """Settings as ``wsnmom serve`` loads them (no environment), on an embedded middleware
+    and a SQLite store under ``tmp_path`` unless ``overrides`` name others."""
+    return load_settings(
+        None,
+        environ={},
+        overrides={
+            "adapter_url": f"embedded://{tmp_path}/mw",
+            "store_url": f"sqlite:///{tmp_path}/store.db",
+            **overrides,
+        },
+    )
 
 
 def make_settings(**overrides: Any) -> Settings:

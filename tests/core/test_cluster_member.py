@@ -5,10 +5,12 @@ delivery is closed, and it starts again when a heartbeat renews them."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from wsnmom.core import cluster
@@ -63,24 +65,51 @@ class FlakyStore:
         return None
 
 
+def joined_member(
+    store: Any,
+    *,
+    follower: Any = None,
+    gained: Callable[[set[int]], None] = lambda shards: None,
+    lost: Callable[[set[int]], None] = lambda shards: None,
+    poll: float = 0.05,
+) -> ClusterMember:
+    """A member over ``store`` (the lease :data:`LEASE`, a heartbeat every 0.1 s), joined
+    as one of several instances; not started."""
+    settings = ClusterSettings(lease=timedelta(seconds=LEASE), heartbeat=0.1, poll=poll)
+    member = ClusterMember(
+        store,
+        settings,
+        follower=follower,
+        gained=gained,
+        lost=lost,
+        became_leader=lambda: None,
+    )
+    member.join("http://x", "1", single_instance=False)
+    return member
+
+
+@contextlib.contextmanager
+def started(member: ClusterMember) -> Iterator[ClusterMember]:
+    """``member`` started, stopped (its threads joined) on the way out."""
+    member.start()
+    try:
+        yield member
+    finally:
+        member._stop.set()
+        for thread in member._threads:
+            thread.join(5)
+
+
 def test_delivery_stops_before_an_unrenewed_lease_can_expire_and_resumes() -> None:
     store = FlakyStore()
     lost: list[tuple[float, set[int]]] = []
     gained: list[set[int]] = []
-    settings = ClusterSettings(lease=timedelta(seconds=LEASE), heartbeat=0.1, poll=0.05)
-    member = ClusterMember(
-        store,
-        settings,
-        follower=None,  # type: ignore[arg-type]
-        gained=gained.append,
-        lost=lambda shards: lost.append((time.monotonic(), shards)),
-        became_leader=lambda: None,
+    member = joined_member(
+        store, gained=gained.append, lost=lambda shards: lost.append((time.monotonic(), shards))
     )
-    member.join("http://x", "1", single_instance=False)
     sub = next(f"s{i}" for i in range(100) if member.shard(f"s{i}") in (0, 1))
     assert member.delivers(sub)
-    member.start()
-    try:
+    with started(member):
         wait_until(lambda: len(store.renewed) >= 2, 5, what="a renewal by the thread")
         store.up = False
         _, shards = wait_until(lambda: lost and lost[0], 5, what="delivery stopped")
@@ -96,10 +125,6 @@ def test_delivery_stops_before_an_unrenewed_lease_can_expire_and_resumes() -> No
         store.up = True
         wait_until(lambda: gained, 5, what="delivery started again after a renewal")
         assert gained[0] == {0, 1} and member.delivers(sub)
-    finally:
-        member._stop.set()
-        for thread in member._threads:
-            thread.join(5)
 
 
 class ReleasingStore(FlakyStore):
@@ -119,16 +144,7 @@ class ReleasingStore(FlakyStore):
 
 def test_the_final_positions_of_a_shard_handed_back_may_be_saved_until_its_lease_ends() -> None:
     store = ReleasingStore()
-    settings = ClusterSettings(lease=timedelta(seconds=LEASE), heartbeat=0.1, poll=0.05)
-    member = ClusterMember(
-        store,
-        settings,
-        follower=None,  # type: ignore[arg-type]
-        gained=lambda shards: None,
-        lost=lambda shards: None,
-        became_leader=lambda: None,
-    )
-    member.join("http://x", "1", single_instance=False)
+    member = joined_member(store)
     ids = [f"s{i}" for i in range(200)]
     kept = next(i for i in ids if member.shard(i) == 0)
     handed = next(i for i in ids if member.shard(i) == 1)
@@ -177,28 +193,13 @@ class FailingOnce:
 def test_a_change_whose_following_failed_is_followed_again() -> None:
     """Before, it was logged and dropped: the instance did not know a subscription made
     through another one, and when it held its shard nobody delivered it."""
-    store = OneChange()
     follower = FailingOnce()
-    settings = ClusterSettings(lease=timedelta(seconds=LEASE), heartbeat=0.1, poll=0.05)
-    member = ClusterMember(
-        store,
-        settings,
-        follower=follower,  # type: ignore[arg-type]
-        gained=lambda shards: None,
-        lost=lambda shards: None,
-        became_leader=lambda: None,
-    )
-    member.join("http://x", "1", single_instance=False)
-    member.start()
-    try:
+    member = joined_member(OneChange(), follower=follower)
+    with started(member):
         wait_until(lambda: len(follower.seen) >= 2, 10, what="the change followed again")
         assert follower.seen == [Change("subscription", "s1")] * 2
         # followed since: not again
         wait_until(lambda: not member._failed, 5, what="the change no longer pending")
-    finally:
-        member._stop.set()
-        for thread in member._threads:
-            thread.join(5)
 
 
 class FailingFor:
@@ -227,28 +228,14 @@ def test_a_change_failing_past_the_alarm_is_still_followed_with_a_growing_wait(
     monkeypatch.setattr(cluster, "FOLLOW_RETRY_LONGEST", 0.2)
     monkeypatch.setattr(cluster, "FOLLOW_RETRY_ALARM", 0.5)
     follower = FailingFor(8)
-    settings = ClusterSettings(lease=timedelta(seconds=LEASE), heartbeat=0.1, poll=0.02)
-    member = ClusterMember(
-        OneChange(),
-        settings,
-        follower=follower,  # type: ignore[arg-type]
-        gained=lambda shards: None,
-        lost=lambda shards: None,
-        became_leader=lambda: None,
-    )
-    member.join("http://x", "1", single_instance=False)
+    member = joined_member(OneChange(), follower=follower, poll=0.02)
     caplog.set_level(logging.ERROR, logger=cluster.__name__)
-    member.start()
-    try:
+    with started(member):
         wait_until(lambda: len(follower.tries) >= 3, 10, what="a third try")
         assert member.status().counts.follow_failing == 1
         wait_until(lambda: len(follower.tries) >= 9, 20, what="the ninth try, which succeeds")
         wait_until(lambda: not member._failed, 5, what="the change no longer pending")
         assert member.status().counts.follow_failing == 0
-    finally:
-        member._stop.set()
-        for thread in member._threads:
-            thread.join(5)
     assert len(follower.tries) == 9  # followed since: not again
     # each wait at least its schedule: 0.05, 0.1, then 0.2 (the ceiling) from there on
     gaps = [b - a for a, b in zip(follower.tries, follower.tries[1:], strict=False)]

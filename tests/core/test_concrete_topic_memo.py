@@ -12,7 +12,8 @@ from wsnmom.core.filters import concrete_topic
 from wsnmom.core.model import ExpressionSource
 from wsnmom.topic_mapping.dialects import CONCRETE, SIMPLE, XPATH
 from wsnmom.topic_mapping.model import Topic
-from wsnmom.topic_mapping.namespaces import TopicSet, load_topic_namespace
+from wsnmom.topic_mapping.namespaces import load_topic_namespace
+from wsnmom.topic_mapping.topic_set import TopicSet
 
 NS1 = "urn:test:one"
 NS2 = "urn:test:two"

@@ -7,7 +7,7 @@ through a running gateway: tests/e2e/test_dead_letters.py."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -23,14 +23,14 @@ from wsnmom.core.adapter import (
     SubscriptionHandle,
     SubscriptionSpec,
 )
-from wsnmom.core.config import ConfigError, load_settings
+from wsnmom.core.config import ConfigError, Settings, load_settings
 from wsnmom.core.dead_letter_admin import ReplayFailed
 from wsnmom.core.dead_letter_records import DEAD_LETTER_NAMESPACE, box_name
 from wsnmom.core.model import CreatePullPointRequest, ExpressionSource
 from wsnmom.core.outbound_policy import OutboundPolicy
 from wsnmom.core.service import BrokerService
 from wsnmom.core.store_sqlite import SqliteStore
-from wsnmom.topic_mapping.namespaces import TopicSet
+from wsnmom.topic_mapping.topic_set import TopicSet
 
 from tests.support.waiting import wait_until
 
@@ -69,6 +69,47 @@ class RefusingAdapter(EmbeddedAdapter):
         return super().publish_many(messages, timeout)
 
 
+def embedded_service(
+    adapter: EmbeddedAdapter,
+    store_path: Path,
+    settings: Settings,
+    outbound: RecordingOutbound,
+    clock: FakeClock,
+) -> BrokerService:
+    """A broker over ``adapter`` (opened here) and a SQLite store at ``store_path``."""
+    adapter.open()
+    return BrokerService(
+        settings,
+        adapter,
+        SqliteStore(str(store_path)),
+        outbound,
+        topic_set=TopicSet(fixed=False),
+        clock=clock,
+        outbound_policy=OutboundPolicy(settings.outbound, resolver=documentation_address),
+    )
+
+
+def restartable(
+    tmp_path: Path, settings: Settings, outbound: RecordingOutbound, clock: FakeClock
+) -> tuple[
+    Callable[[], tuple[BrokerService, EmbeddedAdapter]],
+    Callable[[BrokerService, EmbeddedAdapter], None],
+]:
+    """How to start a broker on the same middleware directory and store each time, and
+    how to stop it (its store and adapter closed)."""
+
+    def start() -> tuple[BrokerService, EmbeddedAdapter]:
+        adapter = EmbeddedAdapter(f"embedded://{tmp_path / 'mw'}")
+        return embedded_service(adapter, tmp_path / "store.db", settings, outbound, clock), adapter
+
+    def stop(service: BrokerService, adapter: EmbeddedAdapter) -> None:
+        service.close()
+        service.store.close()
+        adapter.close()
+
+    return start, stop
+
+
 @pytest.fixture
 def make_service(tmp_path: Path, outbound: RecordingOutbound, clock: FakeClock) -> Iterator[Any]:
     made: list[tuple[BrokerService, EmbeddedAdapter]] = []
@@ -81,16 +122,8 @@ def make_service(tmp_path: Path, outbound: RecordingOutbound, clock: FakeClock) 
             **overrides,
         )
         adapter = adapter_cls(f"embedded://{tmp_path / f'mw{len(made)}'}")
-        adapter.open()
-        service = BrokerService(
-            settings,
-            adapter,
-            SqliteStore(str(tmp_path / f"store{len(made)}.db")),
-            outbound,
-            topic_set=TopicSet(fixed=False),
-            clock=clock,
-            outbound_policy=OutboundPolicy(settings.outbound, resolver=documentation_address),
-        )
+        store_path = tmp_path / f"store{len(made)}.db"
+        service = embedded_service(adapter, store_path, settings, outbound, clock)
         made.append((service, adapter))
         return service
 
@@ -231,25 +264,7 @@ def test_dead_letters_survive_a_restart(
     tmp_path: Path, outbound: RecordingOutbound, clock: FakeClock
 ) -> None:
     settings = make_settings(retry__max_attempts=1)
-
-    def start() -> tuple[BrokerService, EmbeddedAdapter]:
-        adapter = EmbeddedAdapter(f"embedded://{tmp_path / 'mw'}")
-        adapter.open()
-        service = BrokerService(
-            settings,
-            adapter,
-            SqliteStore(str(tmp_path / "store.db")),
-            outbound,
-            topic_set=TopicSet(fixed=False),
-            clock=clock,
-            outbound_policy=OutboundPolicy(settings.outbound, resolver=documentation_address),
-        )
-        return service, adapter
-
-    def stop(service: BrokerService, adapter: EmbeddedAdapter) -> None:
-        service.close()
-        service.store.close()
-        adapter.close()
+    start, stop = restartable(tmp_path, settings, outbound, clock)
 
     service, adapter = start()
     outbound.down.add(C)
@@ -273,25 +288,7 @@ def test_what_the_limits_drop_keeps_its_context_across_a_restart(
     ``wsnmom-dropped-*`` headers, so they are the same after a restart (the box's own
     clock has moved on)."""
     settings = make_settings(limits__max_messages=1)
-
-    def start() -> tuple[BrokerService, EmbeddedAdapter]:
-        adapter = EmbeddedAdapter(f"embedded://{tmp_path / 'mw'}")
-        adapter.open()
-        service = BrokerService(
-            settings,
-            adapter,
-            SqliteStore(str(tmp_path / "store.db")),
-            outbound,
-            topic_set=TopicSet(fixed=False),
-            clock=clock,
-            outbound_policy=OutboundPolicy(settings.outbound, resolver=documentation_address),
-        )
-        return service, adapter
-
-    def stop(service: BrokerService, adapter: EmbeddedAdapter) -> None:
-        service.close()
-        service.store.close()
-        adapter.close()
+    start, stop = restartable(tmp_path, settings, outbound, clock)
 
     service, adapter = start()
     sub = service.subscribe(sub_req(C, topic=simple("t:a")))

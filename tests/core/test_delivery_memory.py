@@ -25,6 +25,15 @@ SUBSCRIPTIONS = 6
 MESSAGES = 12
 PAYLOAD = 4096
 BUDGET = 8 * (PAYLOAD + 64 + MESSAGE_OVERHEAD)
+#: the broker's settings: the budget for everyone (one owner), consumers retried for ever
+#: with their messages kept
+BUDGETED: dict[str, object] = {
+    "delivery__memory": BUDGET,
+    "delivery__memory_per_owner": BUDGET,
+    "retry__max_attempts": 10_000,
+    "retry__give_up": "keep",
+    "limits__max_age": None,
+}
 
 
 def _adapter_url(kind: str, request: pytest.FixtureRequest) -> str | None:
@@ -46,14 +55,7 @@ def test_held_bytes_stay_within_the_budget_and_everything_arrives_in_order(
     request: pytest.FixtureRequest,
     kind: str,
 ) -> None:
-    b = make_broker(
-        adapter_url=_adapter_url(kind, request),
-        delivery__memory=BUDGET,
-        delivery__memory_per_owner=BUDGET,
-        retry__max_attempts=10_000,
-        retry__give_up="keep",
-        limits__max_age=None,
-    )
+    b = make_broker(adapter_url=_adapter_url(kind, request), **BUDGETED)
     service = b.service
     assert service is not None
     addresses = [f"http://127.0.0.1:9/c{i}" for i in range(SUBSCRIPTIONS)]
@@ -88,13 +90,7 @@ def test_failing_consumers_do_not_keep_the_room_from_an_answering_one(
     each, and hold them while they wait for their retries; a subscription (same owner)
     made afterwards, whose consumer answers, still gets its messages while the six keep
     failing: a channel waiting for a retry parks while others wait for room."""
-    b = make_broker(
-        delivery__memory=BUDGET,
-        delivery__memory_per_owner=BUDGET,
-        retry__max_attempts=10_000,
-        retry__give_up="keep",
-        limits__max_age=None,
-    )
+    b = make_broker(**BUDGETED)
     service = b.service
     assert service is not None
     failing = [f"http://127.0.0.1:9/down{i}" for i in range(SUBSCRIPTIONS)]

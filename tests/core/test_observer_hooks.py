@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 from wsnmom.core.adapter import Adapter, PublishReceipt
-from wsnmom.core.config import load_settings
 from wsnmom.core.hookspecs import hookimpl
 from wsnmom.core.model import CreatePullPointRequest, NotificationMessage
 from wsnmom.core.plugins import PluginManager, get_plugin_manager
@@ -19,7 +18,7 @@ from wsnmom.core.plugins import PluginManager, get_plugin_manager
 from tests.support.waiting import wait_until
 from wsnmom.server import build_runtime
 
-from .conftest import Broker, RecordingOutbound, note, simple, sub_req
+from .conftest import Broker, RecordingOutbound, note, runtime_settings, simple, sub_req
 
 UP = "http://127.0.0.1:9/up"
 DOWN = "http://127.0.0.1:9/down"
@@ -117,14 +116,7 @@ def test_adapter_opened_and_published_through_the_runtime(tmp_path: Path) -> Non
     pm = get_plugin_manager()
     pm.register(observer, name="test-runtime-observer")
     try:
-        settings = load_settings(
-            None,
-            environ={},
-            overrides={
-                "adapter_url": f"embedded://{tmp_path}/mw",
-                "store_url": f"sqlite:///{tmp_path}/store.db",
-            },
-        )
+        settings = runtime_settings(tmp_path)
         runtime = build_runtime(settings, outbound=RecordingOutbound())
         try:
             assert observer.opened == [runtime.adapter]

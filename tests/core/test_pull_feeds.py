@@ -14,7 +14,7 @@ import pytest
 from lxml import etree
 from wsnmom.core import pull_buffer
 from wsnmom.core.adapter import HEADER_MESSAGE_ID, Received, SubscriptionHandle
-from wsnmom.core.model import CreatePullPointRequest, ExpressionSource
+from wsnmom.core.model import CreatePullPointRequest, ExpressionSource, PullPoint, Subscription
 from wsnmom.core.pull_buffer import PullBuffer
 from wsnmom.core.service import BrokerService
 
@@ -97,6 +97,18 @@ def wait_buffered(service: BrokerService, pp_id: str, n: int, timeout: float = 5
     assert buffer.buffered() == n
 
 
+def fed_pull_point(
+    service: BrokerService, topic: str, count: int
+) -> tuple[PullPoint, Subscription]:
+    """A pull point, a subscription on ``topic`` feeding it, and ``count`` notifications
+    ``<m>0</m>``... published in one Notify and buffered in the pull point."""
+    pp = service.create_pull_point(CreatePullPointRequest())
+    sub = service.subscribe(sub_req(service.pull_point_address(pp.id), topic=simple(topic)))
+    service.notify([note(f"<m>{i}</m>", simple(topic)) for i in range(count)])
+    wait_buffered(service, pp.id, count)
+    return pp, sub
+
+
 def test_fed_messages_take_no_trip_through_the_middleware(log_broker: Broker) -> None:
     service = log_broker.service
     assert service is not None
@@ -133,10 +145,7 @@ def test_fed_messages_not_handed_out_come_again_after_a_restart(log_broker: Brok
 def test_pause_keeps_what_reached_the_pull_point(log_broker: Broker) -> None:
     service = log_broker.service
     assert service is not None
-    pp = service.create_pull_point(CreatePullPointRequest())
-    sub = service.subscribe(sub_req(service.pull_point_address(pp.id), topic=simple("t:p")))
-    service.notify([note("<m>0</m>", simple("t:p")), note("<m>1</m>", simple("t:p"))])
-    wait_buffered(service, pp.id, 2)
+    pp, sub = fed_pull_point(service, "t:p", 2)
     service.pause(sub.id)
     mine = service.subscription_address(sub.id)
     # the barrier: a witness on the same topic and pull point gets a sentinel after <m>2</m>
@@ -164,10 +173,7 @@ def test_pause_keeps_what_reached_the_pull_point(log_broker: Broker) -> None:
 def test_unsubscribe_keeps_what_reached_the_pull_point(log_broker: Broker) -> None:
     service = log_broker.service
     assert service is not None
-    pp = service.create_pull_point(CreatePullPointRequest())
-    sub = service.subscribe(sub_req(service.pull_point_address(pp.id), topic=simple("t:u")))
-    service.notify([note("<m>0</m>", simple("t:u"))])
-    wait_buffered(service, pp.id, 1)
+    pp, sub = fed_pull_point(service, "t:u", 1)
     witness = service.subscription_address(
         service.subscribe(sub_req(service.pull_point_address(pp.id), topic=simple("t:u"))).id
     )
@@ -188,10 +194,7 @@ def test_an_answer_not_sent_after_unsubscribe_comes_again_from_the_inbox(
     subscription."""
     service = log_broker.service
     assert service is not None
-    pp = service.create_pull_point(CreatePullPointRequest())
-    sub = service.subscribe(sub_req(service.pull_point_address(pp.id), topic=simple("t:c")))
-    service.notify([note(f"<m>{i}</m>", simple("t:c")) for i in range(3)])
-    wait_buffered(service, pp.id, 3)
+    pp, sub = fed_pull_point(service, "t:c", 3)
     app = wsgi_app(service)
     status, body = start_get_messages(app, pp.id)
     assert status.startswith("200")
@@ -213,10 +216,7 @@ def test_an_answer_not_sent_after_a_pause_comes_again_once_after_the_resume(
     subscription: after the resume they come once, in order (no copy in the inbox)."""
     service = log_broker.service
     assert service is not None
-    pp = service.create_pull_point(CreatePullPointRequest())
-    sub = service.subscribe(sub_req(service.pull_point_address(pp.id), topic=simple("t:q")))
-    service.notify([note(f"<m>{i}</m>", simple("t:q")) for i in range(2)])
-    wait_buffered(service, pp.id, 2)
+    pp, sub = fed_pull_point(service, "t:q", 2)
     app = wsgi_app(service)
     _, body = start_get_messages(app, pp.id)
     assert answer_payloads(next(iter(body))) == ["0", "1"]
@@ -254,10 +254,7 @@ def test_filtered_messages_are_settled_and_never_handed_out(log_broker: Broker) 
 def test_purging_the_pull_point_drops_what_its_feeds_hold(log_broker: Broker) -> None:
     service = log_broker.service
     assert service is not None
-    pp = service.create_pull_point(CreatePullPointRequest())
-    sub = service.subscribe(sub_req(service.pull_point_address(pp.id), topic=simple("t:x")))
-    service.notify([note(f"<m>{i}</m>", simple("t:x")) for i in range(3)])
-    wait_buffered(service, pp.id, 3)
+    pp, sub = fed_pull_point(service, "t:x", 3)
     service.purge_pull_point(pp.id)
     service.notify([note("<m>after</m>", simple("t:x")), note("<sentinel/>", simple("t:x"))])
     mine = service.subscription_address(sub.id)

@@ -14,7 +14,7 @@ from wsnmom.core.coordination import SINGLE_EPOCH
 from wsnmom.core.model import EndpointReference, ExpressionSource, RegisterPublisherRequest
 from wsnmom.core.service import BrokerService
 from wsnmom.core.store_url import open_store
-from wsnmom.topic_mapping.namespaces import TopicSet
+from wsnmom.topic_mapping.topic_set import TopicSet
 
 from tests.support.waiting import wait_until
 

@@ -5,23 +5,13 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from wsnmom.core.config import load_settings
-
 from wsnmom.server import build_runtime
 
-from .conftest import RecordingOutbound
+from .conftest import RecordingOutbound, runtime_settings
 
 
 def test_build_runtime_serves_health_policy_and_metrics(tmp_path: Path) -> None:
-    settings = load_settings(
-        None,
-        environ={},
-        overrides={
-            "adapter_url": f"embedded://{tmp_path}/mw",
-            "store_url": f"sqlite:///{tmp_path}/store.db",
-            "port": 8123,
-        },
-    )
+    settings = runtime_settings(tmp_path, port=8123)
     runtime = build_runtime(settings, outbound=RecordingOutbound())
     try:
         client = runtime.app.test_client()
@@ -38,14 +28,7 @@ def test_build_runtime_serves_health_policy_and_metrics(tmp_path: Path) -> None:
 
 
 def test_build_runtime_default_outbound_client(tmp_path: Path) -> None:
-    settings = load_settings(
-        None,
-        environ={},
-        overrides={
-            "adapter_url": f"embedded://{tmp_path}/mw",
-            "store_url": f"sqlite:///{tmp_path}/store.db",
-        },
-    )
+    settings = runtime_settings(tmp_path)
     runtime = build_runtime(settings)
     try:
         assert type(runtime.service.outbound).__name__ == "SoapClient"
@@ -59,13 +42,10 @@ def test_policy_advertises_the_order_the_adapter_keeps(tmp_path: Path) -> None:
     subscription can receive a 4-partition topic's records interleaved."""
     seen = {}
     for scheme in ("embedded", "filelog"):
-        settings = load_settings(
-            None,
-            environ={},
-            overrides={
-                "adapter_url": f"{scheme}://{tmp_path}/{scheme}",
-                "store_url": f"sqlite:///{tmp_path}/{scheme}.db",
-            },
+        settings = runtime_settings(
+            tmp_path,
+            adapter_url=f"{scheme}://{tmp_path}/{scheme}",
+            store_url=f"sqlite:///{tmp_path}/{scheme}.db",
         )
         runtime = build_runtime(settings, outbound=RecordingOutbound())
         try:
@@ -88,15 +68,7 @@ def test_metrics_carry_each_subscriptions_backlog(tmp_path: Path) -> None:
 
     from tests.support.soap import content_type, envelope, notify_body, subscribe_body
 
-    settings = load_settings(
-        None,
-        environ={},
-        overrides={
-            "adapter_url": f"embedded://{tmp_path}/mw",
-            "store_url": f"sqlite:///{tmp_path}/store.db",
-            "retry": {"initial_delay": 3600, "max_delay": 3600},
-        },
-    )
+    settings = runtime_settings(tmp_path, retry={"initial_delay": 3600, "max_delay": 3600})
     outbound = RecordingOutbound(down={"http://127.0.0.1:9/down", "http://127.0.0.1:9/up"})
     runtime = build_runtime(settings, outbound=outbound)
     try:

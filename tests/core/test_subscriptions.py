@@ -24,7 +24,7 @@ from wsnmom.core.model import (
 )
 from wsnmom.core.service import BrokerService
 from wsnmom.topic_mapping.model import Topic
-from wsnmom.topic_mapping.namespaces import TopicSet
+from wsnmom.topic_mapping.topic_set import TopicSet
 
 from tests.support.waiting import wait_until
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -29,15 +29,59 @@ C = "http://127.0.0.1:9/consumer"
 
 
 @contextmanager
-def sweeping(service: BrokerService) -> Iterator[threading.Thread]:
-    """One sweep of ``service`` on a thread of its own, joined on leaving."""
-    thread = threading.Thread(target=service.sweep, name="test-sweep", daemon=True)
+def on_thread(target: Callable[..., object], *args: object) -> Iterator[threading.Thread]:
+    """``target(*args)`` on a thread of its own, joined on leaving."""
+    thread = threading.Thread(target=target, args=args, name="test-sweep", daemon=True)
     thread.start()
     try:
         yield thread
     finally:
         thread.join(60)
         assert not thread.is_alive(), "the sweep did not finish"
+
+
+@contextmanager
+def held(
+    url: str,
+    lock: str,
+    params: tuple[object, ...],
+    sweep: AbstractContextManager[object],
+    waits_in: str,
+    what: str,
+) -> Iterator[psycopg.Connection[Any]]:
+    """``lock`` executed in a transaction of a connection of its own (holding the rows it
+    locks), then ``sweep`` entered; yields that connection once a backend waits for a
+    lock in a statement containing ``waits_in``, and commits it (releasing the rows)
+    before the sweep is joined."""
+    with (
+        psycopg.connect(url, autocommit=True) as watch,
+        psycopg.connect(url) as other,
+    ):
+        other.execute(lock, params)
+        with sweep:
+            wait_until(lambda: waiting_on(watch, waits_in), 30, what=what)
+            yield other
+            other.commit()
+
+
+def deposed_while_sweeping(
+    url: str, service: BrokerService, caplog: pytest.LogCaptureFixture, what: str
+) -> None:
+    """``service``'s sweep held at the leadership row while another instance takes the
+    leadership (its epoch bumped, in a transaction that holds the row); the sweep's
+    warnings captured."""
+    with (
+        caplog.at_level(logging.WARNING, logger="wsnmom.core.sweep"),
+        held(
+            url,
+            "SELECT epoch FROM wsnmom_leadership FOR UPDATE",
+            (),
+            on_thread(service.sweep),
+            "wsnmom_leadership",
+            what=what,
+        ) as other,
+    ):
+        other.execute("UPDATE wsnmom_leadership SET epoch = epoch + 1")
 
 
 def waiting_on(conn: psycopg.Connection[Any], statement: str) -> bool:
@@ -73,45 +117,32 @@ def test_the_leader_s_expiry_keeps_what_was_renewed_or_when_it_was_deposed(
     expired = service.subscribe(sub_req(C)).id
     clock.advance(hours=2)  # past both termination times (the default lifetime: 1 h)
     store = service.store
-    with psycopg.connect(postgres_store_url, autocommit=True) as watch:
-        with psycopg.connect(postgres_store_url) as other:
-            record = store.get_subscription(renewed)
-            assert record is not None
-            record.termination_time = clock() + timedelta(hours=10)
-            other.execute("SELECT 1 FROM subscriptions WHERE id = %s FOR UPDATE", (renewed,))
-            with sweeping(service):
-                wait_until(
-                    lambda: waiting_on(watch, "DELETE FROM subscriptions"),
-                    30,
-                    what="the leader's delete waiting for the renewed subscription's row",
-                )
-                other.execute(
-                    "UPDATE subscriptions SET termination_time = %s, data = %s, "
-                    "revision = revision + 1 WHERE id = %s",
-                    (record.termination_time, Jsonb(subscription_to_json(record)), renewed),
-                )
-                other.commit()
-        stored = store.get_subscription(renewed)
-        assert stored is not None and stored.termination_time == record.termination_time
-        assert renewed in service.registry.subscriptions
-        assert store.get_subscription(expired) is None  # not renewed
+    record = store.get_subscription(renewed)
+    assert record is not None
+    record.termination_time = clock() + timedelta(hours=10)
+    with held(
+        postgres_store_url,
+        "SELECT 1 FROM subscriptions WHERE id = %s FOR UPDATE",
+        (renewed,),
+        on_thread(service.sweep),
+        "DELETE FROM subscriptions",
+        what="the leader's delete waiting for the renewed subscription's row",
+    ) as other:
+        other.execute(
+            "UPDATE subscriptions SET termination_time = %s, data = %s, "
+            "revision = revision + 1 WHERE id = %s",
+            (record.termination_time, Jsonb(subscription_to_json(record)), renewed),
+        )
+    stored = store.get_subscription(renewed)
+    assert stored is not None and stored.termination_time == record.termination_time
+    assert renewed in service.registry.subscriptions
+    assert store.get_subscription(expired) is None  # not renewed
 
-    with psycopg.connect(postgres_store_url, autocommit=True) as watch:
-        deposed = service.subscribe(sub_req(C)).id
-        clock.advance(hours=2)
-        with psycopg.connect(postgres_store_url) as other:
-            other.execute("SELECT epoch FROM wsnmom_leadership FOR UPDATE")
-            with (
-                caplog.at_level(logging.WARNING, logger="wsnmom.core.sweep"),
-                sweeping(service),
-            ):
-                wait_until(
-                    lambda: waiting_on(watch, "wsnmom_leadership"),
-                    30,
-                    what="the leader's delete waiting for the leadership row",
-                )
-                other.execute("UPDATE wsnmom_leadership SET epoch = epoch + 1")
-                other.commit()
+    deposed = service.subscribe(sub_req(C)).id
+    clock.advance(hours=2)
+    deposed_while_sweeping(
+        postgres_store_url, service, caplog, "the leader's delete waiting for the leadership row"
+    )
     assert store.get_subscription(deposed) is not None
     assert deposed in service.registry.subscriptions
     refused = [r for r in caplog.records if "no longer leads" in r.getMessage()]
@@ -141,22 +172,9 @@ def test_a_leader_deposed_while_it_sweeps_drops_no_backlog_excess(
     handle = service.registry.subscriptions[sub.id].handle
     assert handle is not None
     wait_until(lambda: handle.depth() == 12, 30, what="12 messages held")
-    with (
-        psycopg.connect(postgres_store_url, autocommit=True) as watch,
-        psycopg.connect(postgres_store_url) as other,
-    ):
-        other.execute("SELECT epoch FROM wsnmom_leadership FOR UPDATE")
-        with (
-            caplog.at_level(logging.WARNING, logger="wsnmom.core.sweep"),
-            sweeping(service),
-        ):
-            wait_until(
-                lambda: waiting_on(watch, "wsnmom_leadership"),
-                30,
-                what="the leader's drop waiting for the leadership row",
-            )
-            other.execute("UPDATE wsnmom_leadership SET epoch = epoch + 1")
-            other.commit()
+    deposed_while_sweeping(
+        postgres_store_url, service, caplog, "the leader's drop waiting for the leadership row"
+    )
     assert handle.depth() == 12
     refused = [r for r in caplog.records if "no longer leads" in r.getMessage()]
     assert len(refused) == 1, refused
@@ -181,22 +199,18 @@ def test_the_leader_s_expiry_keeps_a_pull_point_renewed_meanwhile(
     assert record is not None and record.termination_time is not None
     clock.advance(days=2)  # past the pull point's lifetime (the default: a day)
     record.termination_time = clock() + timedelta(days=1)
-    with (
-        psycopg.connect(postgres_store_url, autocommit=True) as watch,
-        psycopg.connect(postgres_store_url) as other,
-    ):
-        other.execute("SELECT 1 FROM pull_points WHERE id = %s FOR UPDATE", (pp.id,))
-        with sweeping(service):
-            wait_until(
-                lambda: waiting_on(watch, "DELETE FROM pull_points"),
-                30,
-                what="the leader's delete waiting for the renewed pull point's row",
-            )
-            other.execute(
-                "UPDATE pull_points SET termination_time = %s, data = %s WHERE id = %s",
-                (record.termination_time, Jsonb(pull_point_to_json(record)), pp.id),
-            )
-            other.commit()
+    with held(
+        postgres_store_url,
+        "SELECT 1 FROM pull_points WHERE id = %s FOR UPDATE",
+        (pp.id,),
+        on_thread(service.sweep),
+        "DELETE FROM pull_points",
+        what="the leader's delete waiting for the renewed pull point's row",
+    ) as other:
+        other.execute(
+            "UPDATE pull_points SET termination_time = %s, data = %s WHERE id = %s",
+            (record.termination_time, Jsonb(pull_point_to_json(record)), pp.id),
+        )
     stored = store.get_pull_point(pp.id)
     assert stored is not None and stored.termination_time == record.termination_time
     assert pp.id in service.registry.pull_points
@@ -219,25 +233,14 @@ def test_an_intent_written_again_while_the_sweep_waits_for_it_stays(
     sub = service.subscribe(sub_req(C)).id
     store = service.store
     store.put_intent(sub, datetime.now(UTC) - timedelta(hours=1))
-    with (
-        psycopg.connect(postgres_store_url, autocommit=True) as watch,
-        psycopg.connect(postgres_store_url) as other,
-    ):
-        other.execute("SELECT 1 FROM wsnmom_intents WHERE name = %s FOR UPDATE", (sub,))
-        thread = threading.Thread(target=service.orphans.sweep_intents, args=(60.0,))
-        thread.start()
-        try:
-            wait_until(
-                lambda: waiting_on(watch, "DELETE FROM wsnmom_intents"),
-                30,
-                what="the sweep's removal waiting for the intent's row",
-            )
-            other.execute("DELETE FROM subscriptions WHERE id = %s", (sub,))
-            other.execute(
-                "UPDATE wsnmom_intents SET at = clock_timestamp() WHERE name = %s", (sub,)
-            )
-            other.commit()
-        finally:
-            thread.join(60)
-    assert not thread.is_alive()
+    with held(
+        postgres_store_url,
+        "SELECT 1 FROM wsnmom_intents WHERE name = %s FOR UPDATE",
+        (sub,),
+        on_thread(service.orphans.sweep_intents, 60.0),
+        "DELETE FROM wsnmom_intents",
+        what="the sweep's removal waiting for the intent's row",
+    ) as other:
+        other.execute("DELETE FROM subscriptions WHERE id = %s", (sub,))
+        other.execute("UPDATE wsnmom_intents SET at = clock_timestamp() WHERE name = %s", (sub,))
     assert [name for name, _ in store.list_intents()] == [sub]

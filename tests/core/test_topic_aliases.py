@@ -12,7 +12,7 @@ import pytest
 from wsnmom.core import errors
 from wsnmom.core.service import BrokerService
 from wsnmom.topic_mapping.model import Topic
-from wsnmom.topic_mapping.namespaces import TopicSet
+from wsnmom.topic_mapping.topic_set import TopicSet
 
 from wsnmom.server import load_topic_set
 

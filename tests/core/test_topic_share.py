@@ -16,7 +16,8 @@ from wsnmom.core.store_sqlite import SqliteStore
 from wsnmom.core.topic_share import SharedTopics
 from wsnmom.topic_mapping.errors import TopicNotSupported
 from wsnmom.topic_mapping.model import Topic
-from wsnmom.topic_mapping.namespaces import TopicNamespace, TopicSet
+from wsnmom.topic_mapping.namespaces import TopicNamespace
+from wsnmom.topic_mapping.topic_set import TopicSet
 
 from tests.support.waiting import wait_until
 

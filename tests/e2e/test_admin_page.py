@@ -14,7 +14,6 @@ Costs two gateway starts and one browser start (about 3 s) and ~6 s of page inte
 
 from __future__ import annotations
 
-import shutil
 import tempfile
 import uuid
 from collections.abc import Iterator
@@ -27,7 +26,7 @@ import pytest
 import requests
 
 from tests.e2e.conftest import Wsn
-from tests.fixtures.server import ConsumerServer, RunningServer
+from tests.fixtures.server import ConsumerServer, RunningServer, serving
 from tests.support.ports import closed_port
 from tests.support.soap import WSNMOM
 from tests.support.waiting import wait_until
@@ -48,12 +47,8 @@ def _gateway(env: dict[str, str]) -> Iterator[RunningServer]:
         data_dir,
         extra_env={"WSNMOM_RETRY__MAX_ATTEMPTS": "1000", **env},
     )
-    server.start()
-    try:
+    with serving(server):
         yield server
-    finally:
-        server.stop()
-        shutil.rmtree(data_dir, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")

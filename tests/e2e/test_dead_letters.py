@@ -29,7 +29,6 @@ waiting behind the machine's other work at nice 19.
 from __future__ import annotations
 
 import json
-import shutil
 import tempfile
 import time
 import uuid
@@ -50,6 +49,7 @@ from tests.fixtures.server import (
     RunningServer,
     kafka_gateway_url,
     mqtt_gateway_url,
+    serving,
 )
 from tests.support.dead_letters import letters, policy, wait_ended, wait_letters
 from tests.support.soap import NS
@@ -221,12 +221,8 @@ def limited_server(
     else:
         url = mqtt_gateway_url(str(request.getfixturevalue("mqtt_url")))
     server = RunningServer(name, url, data_dir, extra_env={**SUITE_FILTERS, **env})
-    server.start()
-    try:
+    with serving(server):
         yield server
-    finally:
-        server.stop()
-        shutil.rmtree(data_dir, ignore_errors=True)
 
 
 @pytest.fixture

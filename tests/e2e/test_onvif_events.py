@@ -34,6 +34,7 @@ from tests.fixtures.server import (
     free_port,
     kafka_gateway_url,
     mqtt_gateway_url,
+    serving,
 )
 from tests.support.tls import Certificates, TlsGateway
 from tests.support.waiting import wait_until
@@ -88,12 +89,8 @@ def gateway(request: pytest.FixtureRequest) -> Iterator[RunningServer]:
     else:
         url = f"embedded://{data_dir / 'middleware'}"
     server = RunningServer(name, url, data_dir, extra_env=env)
-    server.start()
-    try:
+    with serving(server):
         yield server
-    finally:
-        server.stop()
-        shutil.rmtree(data_dir, ignore_errors=True)
 
 
 def notify(gateway: RunningServer, payload: str, topic: str = MOTION) -> None:
@@ -590,12 +587,8 @@ def secured() -> Iterator[RunningServer]:
         "WSNMOM_AUTH__ADMIN_TOKEN": "admin-" + uuid.uuid4().hex,
     }
     server = RunningServer("embedded", f"embedded://{data_dir / 'mw'}", data_dir, extra_env=env)
-    server.start()
-    try:
+    with serving(server):
         yield server
-    finally:
-        server.stop()
-        shutil.rmtree(data_dir, ignore_errors=True)
 
 
 def notify_as_publisher(gateway: RunningServer, payload: str, topic: str = MOTION) -> None:

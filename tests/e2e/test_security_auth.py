@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import base64
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -22,7 +21,7 @@ import requests
 from lxml import etree
 from wsnmom.soap_frontend.passwords import hash_password, hash_token
 
-from tests.fixtures.server import RunningServer, free_port
+from tests.fixtures.server import RunningServer, free_port, serving
 from tests.support.soap import (
     CONCRETE,
     FULL,
@@ -77,12 +76,8 @@ def _start(env: dict[str, str], tag: str) -> Iterator[RunningServer]:
     server = RunningServer(
         "embedded", f"embedded://{data_dir / 'mw'}", data_dir, free_port(), extra_env=env
     )
-    server.start()
-    try:
+    with serving(server):
         yield server
-    finally:
-        server.stop()
-        shutil.rmtree(data_dir, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,7 @@ import pytest
 import requests
 from lxml import etree
 
-from tests.fixtures.server import free_port
+from tests.fixtures.server import free_port, serving
 from tests.support.soap import (
     NS,
     content_type,
@@ -66,12 +66,8 @@ def _gateway(certs: Certificates, client_cert: str, env: dict[str, str]) -> Iter
         certs=certs,
         client_cert=client_cert,
     )
-    server.start()
-    try:
+    with serving(server):
         yield server
-    finally:
-        server.stop()
-        shutil.rmtree(data_dir, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")

@@ -9,6 +9,7 @@ subscribes again, and nothing arrives twice."""
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import subprocess
 import tempfile
@@ -65,14 +66,20 @@ def _camera(data_dir: Path, users: Path, token: str, port: int = 0) -> RunningSe
     )
 
 
+def _relay_user(where: Path) -> Path:
+    """A camera's users file in ``where``: the relay, with its WS-Security password."""
+    users = where / "users.toml"
+    users.write_text('[users.relay]\nwsse_password = "cam-pw"\n')
+    users.chmod(0o600)
+    return users
+
+
 @pytest.fixture(scope="module")
 def camera() -> Iterator[tuple[RunningServer, str]]:
     """A camera of the tests that do not reboot it, and its admin token: each of them
     holds a subscription of its own there."""
     path = Path(tempfile.mkdtemp(prefix="wsnmom-onvif-cam-"))
-    users = path / "users.toml"
-    users.write_text('[users.relay]\nwsse_password = "cam-pw"\n')
-    users.chmod(0o600)
+    users = _relay_user(path)
     token = "admin-" + uuid.uuid4().hex
     server = _camera(path / "cam", users, token)
     server.start()
@@ -116,15 +123,13 @@ def _subscriptions_at(camera: RunningServer, token: str) -> int:
     return int(resp.json()["count"])
 
 
-def test_onvif_pull_mode_relays_motion_events_into_mqtt_and_resubscribes_after_a_reboot(
-    workdir: Path, mqtt_url: str
-) -> None:
-    users = workdir / "users.toml"
-    users.write_text('[users.relay]\nwsse_password = "cam-pw"\n')
-    users.chmod(0o600)
-    token = "admin-" + uuid.uuid4().hex
-    camera = _camera(workdir / "cam-a", users, token)
-    camera.start()
+@contextlib.contextmanager
+def _relay_heard(
+    mqtt_url: str, workdir: Path
+) -> Iterator[tuple[RunningServer, list[mqtt.MQTTMessage]]]:
+    """A relay gateway on MQTT (its own topic prefix) and what a native MQTT client
+    subscribed under that prefix receives; the client closed and the relay stopped on
+    leaving."""
     tag = uuid.uuid4().hex[:10]
     relay = RunningServer("mqtt", mqtt_gateway_url(mqtt_url, tag), workdir / "relay")
     relay.start()
@@ -136,71 +141,91 @@ def test_onvif_pull_mode_relays_motion_events_into_mqtt_and_resubscribes_after_a
     try:
         client.subscribe(f"g{tag}/#", qos=1)
         assert subscribed.wait(10)
-        added = _cli(
-            relay,
-            "upstream",
-            "add",
-            "cam",
-            camera.base_url + "/onvif/event_service",
-            "--mode",
-            "onvif-pull",
-            "--topic",
-            "tns1:RuleEngine//.",
-            "--dialect",
-            "concrete_set",
-            "--topic-ns",
-            f"tns1={ONVIF_TOPICS}",
-            "--remote-user",
-            "relay",
-            "--remote-password",
-            "cam-pw",
-            "--remote-wsse",
-            "digest",
-        )
-        assert added.returncode == 0, added.stderr
-        wait_until(
-            lambda: _state(relay)["state"] == "subscribed",
-            timeout=30,
-            what="the pull-point subscription at the camera",
-        )
-        state = _state(relay)
-        assert (state["mode"], state["auth"], state["subscribes"]) == (
-            "onvif-pull",
-            "wsse-digest",
-            1,
-        )
-        assert "/onvif/subscriptions/" in state["subscription"], state
-        # the camera holds one pull point: the subscription's
-        assert _subscriptions_at(camera, token) == 1
-        listed = _cli(relay, "upstream", "list")
-        assert listed.returncode == 0 and "onvif-pull" in listed.stdout, listed
-        page = requests.get(relay.base_url + "/admin", timeout=10).text
-        assert "subscribed (onvif-pull)" in page
-
-        _motion(camera, token, 1)
-        wait_until(lambda: len(got) == 1, timeout=30, what="the first motion event in MQTT")
-        # a burst larger than the camera's MessageLimit: taken in several PullMessages
-        _motion(camera, token, *BURST)
-        wait_until(lambda: len(got) == 1 + len(BURST), timeout=30, what="the burst in MQTT")
-        assert _state(relay)["subscribes"] == 1  # the limit fault did not cost the subscription
-
-        # the camera reboots without its data: the subscription is gone there
-        camera.stop()
-        camera = _camera(workdir / "cam-b", users, token, port=camera.port)
-        camera.start()
-        wait_until(
-            lambda: _state(relay)["subscribes"] == 2 and _state(relay)["state"] == "subscribed",
-            timeout=90,
-            what="a new pull-point subscription at the rebooted camera",
-        )
-        _motion(camera, token, 2)
-        wait_until(lambda: len(got) >= 2 + len(BURST), timeout=30, what="the event after it")
-        # the sentinel: a third event after both, so a duplicate would be in by now
-        _motion(camera, token, 3)
-        wait_until(lambda: len(got) >= 3 + len(BURST), timeout=30, what="the sentinel")
+        yield relay, got
     finally:
         close_client(client)
         relay.stop()
+
+
+def _add_camera(relay: RunningServer, event_service: str, topic: str, *extra: str) -> None:
+    """``wsnmom upstream add`` of the camera's event service in ONVIF pull mode (the
+    ``relay`` user, a PasswordDigest token), once the relay holds its subscription."""
+    added = _cli(
+        relay,
+        "upstream",
+        "add",
+        "cam",
+        event_service,
+        "--mode",
+        "onvif-pull",
+        "--topic",
+        topic,
+        "--dialect",
+        "concrete_set",
+        "--topic-ns",
+        f"tns1={ONVIF_TOPICS}",
+        "--remote-user",
+        "relay",
+        "--remote-password",
+        "cam-pw",
+        "--remote-wsse",
+        "digest",
+        *extra,
+    )
+    assert added.returncode == 0, added.stderr
+    wait_until(
+        lambda: _state(relay)["state"] == "subscribed",
+        timeout=30,
+        what="the pull-point subscription at the camera",
+    )
+
+
+def test_onvif_pull_mode_relays_motion_events_into_mqtt_and_resubscribes_after_a_reboot(
+    workdir: Path, mqtt_url: str
+) -> None:
+    users = _relay_user(workdir)
+    token = "admin-" + uuid.uuid4().hex
+    camera = _camera(workdir / "cam-a", users, token)
+    camera.start()
+    try:
+        with _relay_heard(mqtt_url, workdir) as (relay, got):
+            _add_camera(relay, camera.base_url + "/onvif/event_service", "tns1:RuleEngine//.")
+            state = _state(relay)
+            assert (state["mode"], state["auth"], state["subscribes"]) == (
+                "onvif-pull",
+                "wsse-digest",
+                1,
+            )
+            assert "/onvif/subscriptions/" in state["subscription"], state
+            # the camera holds one pull point: the subscription's
+            assert _subscriptions_at(camera, token) == 1
+            listed = _cli(relay, "upstream", "list")
+            assert listed.returncode == 0 and "onvif-pull" in listed.stdout, listed
+            page = requests.get(relay.base_url + "/admin", timeout=10).text
+            assert "subscribed (onvif-pull)" in page
+
+            _motion(camera, token, 1)
+            wait_until(lambda: len(got) == 1, timeout=30, what="the first motion event in MQTT")
+            # a burst larger than the camera's MessageLimit: taken in several PullMessages
+            _motion(camera, token, *BURST)
+            wait_until(lambda: len(got) == 1 + len(BURST), timeout=30, what="the burst in MQTT")
+            assert _state(relay)["subscribes"] == 1  # the limit fault did not cost the subscription
+
+            # the camera reboots without its data: the subscription is gone there
+            camera.stop()
+            camera = _camera(workdir / "cam-b", users, token, port=camera.port)
+            camera.start()
+            wait_until(
+                lambda: _state(relay)["subscribes"] == 2 and _state(relay)["state"] == "subscribed",
+                timeout=90,
+                what="a new pull-point subscription at the rebooted camera",
+            )
+            _motion(camera, token, 2)
+            wait_until(lambda: len(got) >= 2 + len(BURST), timeout=30, what="the event after it")
+            # the sentinel: a third event after both, so a duplicate would be in by now
+            _motion(camera, token, 3)
+            wait_until(lambda: len(got) >= 3 + len(BURST), timeout=30, what="the sentinel")
+    finally:
         camera.stop()
     numbers = []
     for message in got:
@@ -261,45 +286,13 @@ def test_onvif_pull_mode_renews_before_expiry_and_events_keep_flowing(
     MQTT, each once."""
     camera_server, token = camera
     held_before = _subscriptions_at(camera_server, token)  # the other tests' subscriptions
-    tag = uuid.uuid4().hex[:10]
-    relay = RunningServer("mqtt", mqtt_gateway_url(mqtt_url, tag), workdir / "relay")
-    relay.start()
-    got: list[mqtt.MQTTMessage] = []
-    subscribed = threading.Event()
-    client = native_client(mqtt_url, "5")
-    client.on_message = lambda c, u, message: got.append(message)
-    client.on_subscribe = lambda *args: subscribed.set()
-    try:
-        client.subscribe(f"g{tag}/#", qos=1)
-        assert subscribed.wait(10)
-        added = _cli(
+    with _relay_heard(mqtt_url, workdir) as (relay, got):
+        _add_camera(
             relay,
-            "upstream",
-            "add",
-            "cam",
             camera_server.base_url + "/onvif/event_service",
-            "--mode",
-            "onvif-pull",
-            "--topic",
             f"tns1:{MOTION}",
-            "--dialect",
-            "concrete_set",
-            "--topic-ns",
-            f"tns1={ONVIF_TOPICS}",
-            "--remote-user",
-            "relay",
-            "--remote-password",
-            "cam-pw",
-            "--remote-wsse",
-            "digest",
             "--lifetime",
             f"PT{SHORT_LIFETIME}S",
-        )
-        assert added.returncode == 0, added.stderr
-        wait_until(
-            lambda: _state(relay)["state"] == "subscribed",
-            timeout=30,
-            what="the pull-point subscription at the camera",
         )
         first = _state(relay)
         first_end = datetime.fromisoformat(first["expires"])
@@ -337,9 +330,6 @@ def test_onvif_pull_mode_renews_before_expiry_and_events_keep_flowing(
         assert (final["state"], final["subscribes"], final["error"]) == ("subscribed", 1, None)
         # renewed, never made again
         assert _subscriptions_at(camera_server, token) == held_before + 1
-    finally:
-        close_client(client)
-        relay.stop()
     numbers = [
         int(etree.fromstring(m.payload).find(".//{*}Source/{*}SimpleItem").get("Value"))
         for m in got

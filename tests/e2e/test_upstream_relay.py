@@ -74,6 +74,26 @@ def relay_dir() -> Iterator[Path]:
 
 
 @pytest.mark.kafka
+def _restarted_empty(
+    remote: RunningServer, remote_dir: Path, relay: RunningServer, name: str, what: str
+) -> RunningServer:
+    """``remote`` started again on its port without its data (it forgot what the relay
+    made there), once the relay's upstream ``name`` subscribed a second time (``what``)."""
+    remote.stop()
+    shutil.rmtree(remote_dir / "a", ignore_errors=True)
+    remote = _embedded(remote_dir / "b", port=remote.port)
+    remote.start()
+    wait_until(
+        lambda: (
+            _upstream(relay, name)["subscribes"] == 2
+            and _upstream(relay, name)["state"] == "subscribed"
+        ),
+        timeout=60,
+        what=what,
+    )
+    return remote
+
+
 def test_kafka_gateway_relays_a_remote_topic_tree_and_resubscribes_after_a_restart(
     remote_dir: Path, relay_dir: Path, kafka_url: str, kafka_bootstrap: str
 ) -> None:
@@ -111,18 +131,7 @@ def test_kafka_gateway_relays_a_remote_topic_tree_and_resubscribes_after_a_resta
         wait_until(lambda: _upstream(relay, "plant")["relayed"] == 20, timeout=30)
 
         # the remote gateway restarts without its data: it forgot the subscription
-        remote.stop()
-        shutil.rmtree(remote_dir / "a", ignore_errors=True)
-        remote = _embedded(remote_dir / "b", port=remote.port)
-        remote.start()
-        wait_until(
-            lambda: (
-                _upstream(relay, "plant")["subscribes"] == 2
-                and _upstream(relay, "plant")["state"] == "subscribed"
-            ),
-            timeout=60,
-            what="the second subscription",
-        )
+        remote = _restarted_empty(remote, remote_dir, relay, "plant", "the second subscription")
         _publish(remote, range(20, 40))
 
         consumer.assign([kafka.TopicPartition(f"g{tag}.plant.line1.temperature", 0, 0)])
@@ -317,17 +326,8 @@ def test_pull_mode_takes_from_a_pull_point_at_the_producer_and_recreates_it(
             _notify_range(remote, range(0, 5))
             first = inbox.wait_for(5, timeout=30)
             # the producer restarts without its data: the pull point is gone
-            remote.stop()
-            shutil.rmtree(remote_dir / "a", ignore_errors=True)
-            remote = _embedded(remote_dir / "b", port=remote.port)
-            remote.start()
-            wait_until(
-                lambda: (
-                    _upstream(relay, "polled")["subscribes"] == 2
-                    and _upstream(relay, "polled")["state"] == "subscribed"
-                ),
-                timeout=60,
-                what="a new pull point and subscription",
+            remote = _restarted_empty(
+                remote, remote_dir, relay, "polled", "a new pull point and subscription"
             )
             _notify_range(remote, range(5, 10))
             second = inbox.wait_for(5, timeout=30)

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.fixtures.server import free_port
+from tests.fixtures.server import free_port, serving
 from tests.support.abuse import PROMPT, STARVED_HEADER_TIMEOUT, NormalTraffic, SlowClients
 from tests.support.soap import content_type, envelope, notify_body
 from tests.support.tls import Certificates, TlsGateway
@@ -54,12 +54,8 @@ def _gateway(certs: Certificates, env: dict[str, str]) -> Iterator[TlsGateway]:
         certs=certs,
         mutual=False,
     )
-    server.start()
-    try:
+    with serving(server):
         yield server
-    finally:
-        server.stop()
-        shutil.rmtree(data_dir, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")

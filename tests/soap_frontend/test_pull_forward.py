@@ -1,9 +1,10 @@
-"""``PullForward`` (soap_frontend/pull_forward.py) over real HTTP: a request to a pull
-point another instance reads is sent there with a signature and its answer relayed with
-the reader's ``WSNMOM-Instance``; a forwarding header that does not verify is refused
-(403); with no live reader, or one that cannot be reached, the answer is
-ResourceUnavailableFault with 503 and ``Retry-After``.  The cluster's two instances are
-two WSGI stacks in this process, the reader served by a real HTTP server."""
+"""``PullForward`` (soap_frontend/pull_forward.py; its signature: forward_signature.py)
+over real HTTP: a request to a pull point another instance reads is sent there with a
+signature and its answer relayed with the reader's ``WSNMOM-Instance``; a forwarding
+header that does not verify is refused (403); with no live reader, or one that cannot be
+reached, the answer is ResourceUnavailableFault with 503 and ``Retry-After``.  The
+cluster's two instances are two WSGI stacks in this process, the reader served by a real
+HTTP server."""
 
 from __future__ import annotations
 
@@ -23,16 +24,14 @@ import requests
 from wsnmom.core.coordination import InstanceInfo, shard_of
 from wsnmom.core.pull_owners import PullOwners
 from wsnmom.soap_frontend.auth import FORWARDED_ADDRESS_KEY, FORWARDED_IDENTITY_KEY
-from wsnmom.soap_frontend.pull_forward import (
-    CONNECT_TIMEOUT,
+from wsnmom.soap_frontend.forward_signature import (
     FORWARD_HEADER,
     FORWARDED_FOR_HEADER,
     FORWARDED_IDENTITY_HEADER,
-    TIMEOUT,
     WINDOW,
-    PullForward,
     sign,
 )
+from wsnmom.soap_frontend.pull_forward import CONNECT_TIMEOUT, TIMEOUT, PullForward
 from wsnmom.soap_frontend.request_ids import RequestIds
 from wsnmom.soap_frontend.xml import WSNMOM
 

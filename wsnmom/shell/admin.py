@@ -23,7 +23,7 @@ from .common import base_url, credentials, tls_options
 if TYPE_CHECKING:
     from wsnmom.client import Credentials
 
-__all__ = ["ADMIN_TOKEN_VARIABLE", "admin_call", "print_table"]
+__all__ = ["ADMIN_TOKEN_VARIABLE", "admin_call", "print_table", "purge_each"]
 
 API = "/wsn/admin/api"
 #: the gateway's admin token setting, read by admin commands for a loopback gateway
@@ -108,3 +108,18 @@ def print_table(header: Sequence[str], rows: Sequence[Sequence[object]], noun: s
     for row in cells:
         click.echo("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip())
     click.echo(f"{len(rows)} {noun}(s)", err=True)
+
+
+def purge_each(
+    broker: str, ids: Sequence[str], collection: str, waiting: str, yes: bool, timeout: float
+) -> None:
+    """Drop every message waiting in each resource of ``ids`` (ids, or addresses whose
+    last step is the id) through ``/<collection>/<id>/purge``, a line each; asked first
+    ("drop every message waiting ``waiting``?") unless ``yes``."""
+    if not yes:
+        click.confirm(f"drop every message waiting {waiting}?", abort=True, err=True)
+    for item in ids:
+        rid = item.rstrip("/").rsplit("/", 1)[-1]
+        data = admin_call("POST", broker, f"/{collection}/{rid}/purge", timeout, "the purge")
+        purged = data.get("purged")
+        click.echo(f"purged {rid}: {'?' if purged is None else purged} message(s) dropped")

@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from .admin import admin_call, print_table
+from .admin import admin_call, print_table, purge_each
 from .common import broker_options
 
 __all__ = ["pull_points", "registrations", "topics_list_command"]
@@ -104,17 +104,8 @@ def pull_points_purge(
     timeout: float,
 ) -> None:
     """Drop every message waiting in these pull points."""
-    if not yes:
-        click.confirm(
-            f"drop every message waiting in {len(pull_point_ids)} pull point(s)?",
-            abort=True,
-            err=True,
-        )
-    for item in pull_point_ids:
-        pid = item.rstrip("/").rsplit("/", 1)[-1]
-        data = admin_call("POST", broker, f"/pullpoints/{pid}/purge", timeout, "the purge")
-        purged = data.get("purged")
-        click.echo(f"purged {pid}: {_count(purged)} message(s) dropped")
+    waiting = f"in {len(pull_point_ids)} pull point(s)"
+    purge_each(broker, pull_point_ids, "pullpoints", waiting, yes, timeout)
 
 
 @click.group("registrations")

@@ -18,7 +18,7 @@ import click
 
 from wsnmom.core.addresses import ResourceKind
 
-from .admin import admin_call, print_table
+from .admin import admin_call, print_table, purge_each
 from .common import (
     broker_options,
     make_client,
@@ -257,14 +257,5 @@ def purge_command(
     timeout: float,
 ) -> None:
     """Drop every message waiting for these subscriptions (a wsnmom gateway's admin API)."""
-    if not yes:
-        click.confirm(
-            f"drop every message waiting for {len(subscription_ids)} subscription(s)?",
-            abort=True,
-            err=True,
-        )
-    for sid in subscription_ids:
-        sid = sid.rstrip("/").rsplit("/", 1)[-1]
-        data = admin_call("POST", broker, f"/subscriptions/{sid}/purge", timeout, "the purge")
-        purged = data.get("purged")
-        click.echo(f"purged {sid}: {'?' if purged is None else purged} message(s) dropped")
+    waiting = f"for {len(subscription_ids)} subscription(s)"
+    purge_each(broker, subscription_ids, "subscriptions", waiting, yes, timeout)

@@ -172,7 +172,11 @@ def test_basic_bearer_and_admin_token(secured: RunningServer) -> None:
     _subscribe(secured, _bearer(BOB_TOKEN))
     _subscribe(secured, _bearer(ADMIN_TOKEN))
     _subscribe(secured, _basic("admin", ADMIN_TOKEN))
-    assert _metric(secured, "wsnmom_auth_failures", reason="basic") >= 1
+    # a wrong password is counted (this test's own refusal: no other test's left-overs)
+    failures = _metric(secured, "wsnmom_auth_failures", reason="basic")
+    wrong = post(secured.broker_url, _sub_body(), _basic("alice", "not-alice-pw"))
+    assert wrong.status_code == 401, wrong.content
+    assert _metric(secured, "wsnmom_auth_failures", reason="basic") == failures + 1
 
 
 def test_finding_4_non_owners_cannot_touch_or_probe_resources(secured: RunningServer) -> None:
@@ -359,6 +363,7 @@ def test_shell_client_credentials(secured: RunningServer) -> None:
 
 def test_admin_api_needs_an_admin(secured: RunningServer) -> None:
     url = secured.base_url + "/wsn/admin/api/subscriptions"
+    _subscribe(secured, _basic("alice", "alice-pw"))  # one to list, whatever ran before
     assert requests.get(url, timeout=5).status_code == 401
     assert requests.get(url, headers=_bearer(BOB_TOKEN), timeout=5).status_code == 403
     resp = requests.get(url, headers=_bearer(ADMIN_TOKEN), timeout=5)

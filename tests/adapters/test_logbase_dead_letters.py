@@ -298,7 +298,9 @@ def test_an_end_whose_publish_is_refused_keeps_the_cursor_and_succeeds_later(
         handle.delete_into_dead_letters(DROPPED_OVERFLOW_END, {}, timeout=5)
     assert "ending" in engine.names()
     refusal.on = False
-    assert handle.delete_into_dead_letters(DROPPED_OVERFLOW_END, {}, timeout=5) >= 1
+    # 0 when the retry of what the first end held (0.2 s later) buried all four before
+    # this call, as under load in a full run; the dead letters below show the outcome
+    assert 0 <= handle.delete_into_dead_letters(DROPPED_OVERFLOW_END, {}, timeout=5) <= 4
     assert "ending" not in engine.names()
     dead.wait_for(4, 5)
     adapter.publish_many([OutboundMessage(topic=GRAVE, body=b"sentinel", message_id="s")])

@@ -72,8 +72,7 @@ def _own_vhost(rabbitmq_url: str, rabbitmq_broker: Any) -> Iterator[str]:
     if not isinstance(node, RabbitNode):
         pytest.skip(f"RabbitMQ comes from {rabbitmq_broker.source}: cannot add a vhost")
     name = f"wsnmom-test-{uuid.uuid4().hex[:10]}"
-    node.rabbitmqctl("add_vhost", name)
-    node.rabbitmqctl("set_permissions", "-p", name, "guest", ".*", ".*", ".*")
+    node.add_vhost(name)
     try:
         yield urlunsplit(urlsplit(rabbitmq_url)._replace(path="/" + quote(name, safe="")))
     finally:

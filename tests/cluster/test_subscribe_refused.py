@@ -43,8 +43,7 @@ def vhost(rabbitmq_broker: Any) -> Iterator[tuple[RabbitNode, str]]:
     if not isinstance(node, RabbitNode):
         pytest.skip(f"RabbitMQ comes from {rabbitmq_broker.source}: cannot add a vhost")
     name = f"wsnmom-refused-{uuid.uuid4().hex[:10]}"
-    node.rabbitmqctl("add_vhost", name)
-    node.rabbitmqctl("set_permissions", "-p", name, "guest", ".*", ".*", ".*")
+    node.add_vhost(name)
     try:
         yield node, name
     finally:

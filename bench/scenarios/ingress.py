@@ -38,9 +38,9 @@ class Ingress(Scenario):
 
     def run(self, ctx: Context, mw: Middleware | None, result: ScenarioResult) -> None:
         assert mw is not None
-        duration = ctx.pickf(5.0, 2.0, smoke=0.5)
+        duration = ctx.pickf(5.0, 2.0, smoke=0.3)
         rounds = ctx.pick(3, 1)
-        warmup = ctx.pickf(2.0, 1.0, smoke=0.2)
+        warmup = ctx.pickf(2.0, 1.0, smoke=0.1)
         result.details.update(
             duration_s=duration,
             rounds=rounds,

@@ -118,7 +118,7 @@ class Isolation(Scenario):
     def run(self, ctx: Context, mw: Middleware | None, result: ScenarioResult) -> None:
         assert mw is not None
         rate = float(ctx.pick(200, 100))
-        seconds = ctx.pickf(8.0, 3.0, smoke=1.0)
+        seconds = ctx.pickf(8.0, 3.0, smoke=0.5)
         lead = ctx.pickf(COSTLY_LEAD, COSTLY_LEAD, smoke=0.5)
         result.details.update(rate=rate, seconds=seconds, tarpits=TARPITS)
         consumer = ConsumerProcess().start()

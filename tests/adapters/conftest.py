@@ -63,7 +63,6 @@ def native(rabbitmq_url: str) -> Iterator[Any]:
 def _own_vhost(rabbitmq_url: str, rabbitmq_broker: Any) -> Iterator[str]:
     """The AMQP URL of a new vhost on the session's RabbitMQ node, deleted afterwards;
     skips when the broker is not a node this session started."""
-    import uuid
     from urllib.parse import quote, urlsplit, urlunsplit
 
     from tests.fixtures.brokers import RabbitNode
@@ -71,9 +70,7 @@ def _own_vhost(rabbitmq_url: str, rabbitmq_broker: Any) -> Iterator[str]:
     node = rabbitmq_broker.node
     if not isinstance(node, RabbitNode):
         pytest.skip(f"RabbitMQ comes from {rabbitmq_broker.source}: cannot add a vhost")
-    name = f"wsnmom-test-{uuid.uuid4().hex[:10]}"
-    node.rabbitmqctl("add_vhost", name)
-    node.rabbitmqctl("set_permissions", "-p", name, "guest", ".*", ".*", ".*")
+    name = node.fresh_vhost()
     try:
         yield urlunsplit(urlsplit(rabbitmq_url)._replace(path="/" + quote(name, safe="")))
     finally:

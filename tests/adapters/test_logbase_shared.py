@@ -20,6 +20,8 @@ from tests.support.waiting import wait_until
 from wsnmom.testing.conformance import Collector
 
 STREAM = ("t", 0)
+#: seconds between two position saves of the engines (the engine's default: 1 s)
+SAVE_INTERVAL = 0.2
 
 
 class _SharedPositions:
@@ -85,6 +87,9 @@ def engines() -> Iterator[tuple[_MemoryLog, _SharedPositions, list[CursorEngine]
         engine = CursorEngine(
             _InstanceBackend(log, _InstanceStore(shared)),  # type: ignore[arg-type]
             catch_up_readers=1,
+            # positions saved every 0.2 s instead of every second: the tests wait for
+            # saves (what is saved, not how soon, is what they check)
+            save_interval=SAVE_INTERVAL,
         )
         engine.shared = True
         engine.start()

@@ -13,6 +13,7 @@ import pytest
 
 from bench import client
 from bench.scenarios import base
+from tests.support.threads import serve
 
 FAULT = (
     b'<s:Envelope xmlns:s="http://www.w3.org/2003/05/soap-envelope"><s:Body><s:Fault>'
@@ -60,7 +61,7 @@ def gateway_of() -> Iterator[Callable[[int], Gateway]]:
 
     def make(refuse: int) -> Gateway:
         server = Gateway(refuse)
-        threading.Thread(target=server.serve_forever, daemon=True).start()
+        serve(server)
         started.append(server)
         return server
 

@@ -3,7 +3,6 @@ answers that are not plain SOAP replies are reported."""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -12,6 +11,7 @@ import pytest
 from lxml import etree
 from wsnmom.core.model import EndpointReference, SoapVersion
 
+from tests.support.threads import serve
 from wsnmom.client import SoapFault, TransportError, WsnClient
 from wsnmom.client.errors import ResourceUnknownFault
 from wsnmom.client.model import tidy_xml
@@ -46,7 +46,7 @@ class Canned:
                 self.wfile.write(outer.body)
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        serve(self.server)
         self.url = f"http://127.0.0.1:{self.server.server_port}/wsn/broker"
 
 

@@ -14,9 +14,9 @@ after the other (:func:`run`):
    without an owner, an Unsubscribe of one of its subscriptions and a Renew of another are
    sent through the other instances;
 2. **restart** of the killed instance: it owns shards again and delivers;
-3. **SIGSTOP** of the now busiest instance for :data:`STOPPED` (20 s; every subscription
-   it delivered must be delivered by another instance meanwhile: its lease was taken
-   over), then **SIGCONT**: it rejoins without a restart (it takes shards again and
+3. **SIGSTOP** of the now busiest instance until every subscription it delivered was
+   delivered by another instance (its lease was taken over) and :data:`MARGIN` (two
+   leases) more, then **SIGCONT**: it rejoins without a restart (it takes shards again and
    delivers);
 4. **SIGTERM** of the now busiest instance: its shards are taken by the others within
    2 s of the signal (by their logs), its subscriptions are delivered by another instance
@@ -73,8 +73,19 @@ SEED = 23
 #: what the old deliverer had posted but not had acknowledged; Kafka, also what it
 #: delivered since its last position save, at most 1.2 s before)
 DUP = 3.0
-#: how long the SIGSTOP lasts (issue 23: "SIGSTOP for 20 s, then SIGCONT")
-STOPPED = 20.0
+#: how long the SIGSTOP lasts after its subscriptions were taken over: two leases, so the
+#: stopped instance comes back well past its own lease, with its shards owned by the
+#: others, and the numbers published meanwhile queued for it where it can still read them
+#: (in its sockets, or on RabbitMQ until the broker closed its connection, after 2 to 3
+#: AMQP heartbeats of 1 s, which the takeover waits for there).  Issue 23 names "SIGSTOP
+#: for 20 s, then SIGCONT" for the *measurement* (bench scenario ``ha``,
+#: docs/scale-out.md), whose 10 s lease a 20 s stop exceeds twice; what the suite asserts
+#: (taken over, no delivery by the fenced instance, rejoined without a restart) needs a
+#: stop past the takeover, not 20 s, and no timeout of the run lies between the two: the
+#: store's (half a lease, one lease) and RabbitMQ's (2 to 3 s) end within the takeover,
+#: MQTT's keep-alive (30 s, the broker waits 1.5 times that) and the orphan grace (10
+#: minutes) after 20 s, and Kafka's readers are no group members (``assign`` only)
+MARGIN = 2 * LEASE
 #: an Unsubscribe through any instance is obeyed within this many seconds
 OBEYED = 1.0
 #: a SIGTERMed instance's subscriptions are delivered by another one within this
@@ -443,6 +454,8 @@ class Outcome:
         lines.append(f"  SIGTERM: shards taken by the others after {self.term_handover:.2f} s")
         lines.append(f"  duplicates outside every window: {len(dups['none'])}")
         lines.append(f"  out of order outside every window: {len(breaks['none'])}")
+        stopped = self.zombie_resumed - self.event("sigstop").start
+        lines.append(f"  SIGSTOP: continued after {stopped:.2f} s")
         rejoined = [at - self.zombie_resumed for at, _ in self.zombie_takes]
         lines.append(
             "  the stopped instance took shards again "
@@ -626,8 +639,8 @@ def run(cluster_factory: Callable[..., Cluster], middleware: str) -> Outcome:
         events.append(stop)
         try:
             taken_over(consumer, stop, theirs - {gone}, LEASE + 20)
-            # the stop lasts STOPPED seconds whatever the takeover took
-            time.sleep(max(0.0, stop.start + STOPPED - time.time()))
+            # the stop lasts MARGIN seconds past the takeover, whatever the takeover took
+            time.sleep(max(0.0, stop.end + MARGIN - time.time()))
         finally:
             os.kill(zombie.process.pid, signal.SIGCONT)
         resumed = time.time()

@@ -18,7 +18,6 @@ import hashlib
 import hmac
 import http.client
 import secrets
-import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -33,6 +32,7 @@ from lxml import etree
 from tests.cluster.conftest import INSTANCE, Cluster
 from tests.cluster.ha import spread
 from tests.cluster.test_any_instance import admin
+from tests.support.threads import serve
 from tests.support.waiting import wait_until
 from wsnmom.testing.gateway import Gateway, free_port
 
@@ -103,7 +103,7 @@ class Tap:
 
         self.server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
         self.server.daemon_threads = True
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        serve(self.server)
 
     @property
     def url(self) -> str:

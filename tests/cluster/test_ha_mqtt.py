@@ -1,6 +1,6 @@
 """The HA suite on Mosquitto (issue 23, "Tests"; the run is described in
 ``tests/cluster/ha.py``): three instances, 60 streams, a consumer failing 10 %, kill -9,
-restart, SIGSTOP for 20 s then SIGCONT, and SIGTERM in one run.  In cluster mode every
+restart, SIGSTOP past the takeover then SIGCONT, and SIGTERM in one run.  In cluster mode every
 push subscription is its own persistent MQTT session on the broker, fenced by the
 client-id take-over (a new owner's CONNECT cuts the old one off; docs/scale-out.md "MQTT
 in cluster mode"): the broker resends the old owner's unacknowledged messages first, in

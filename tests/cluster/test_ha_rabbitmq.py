@@ -1,6 +1,6 @@
 """The HA suite on RabbitMQ (issue 23, "Tests"; the run is described in
 ``tests/cluster/ha.py``): three instances, 60 streams, a consumer failing 10 %, kill -9,
-restart, SIGSTOP for 20 s then SIGCONT, and SIGTERM in one run.  In cluster mode every
+restart, SIGSTOP past the takeover then SIGCONT, and SIGTERM in one run.  In cluster mode every
 push subscription's queue is a quorum queue with single-active-consumer (the broker's own
 fence, docs/scale-out.md "What fences what"): checked on the broker after the run.  Each
 subscription's order holds throughout: across the kill and the SIGSTOP (the broker gives a

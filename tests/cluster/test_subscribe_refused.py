@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 from urllib.parse import quote, urlsplit, urlunsplit
@@ -42,9 +41,7 @@ def vhost(rabbitmq_broker: Any) -> Iterator[tuple[RabbitNode, str]]:
     node = rabbitmq_broker.node
     if not isinstance(node, RabbitNode):
         pytest.skip(f"RabbitMQ comes from {rabbitmq_broker.source}: cannot add a vhost")
-    name = f"wsnmom-refused-{uuid.uuid4().hex[:10]}"
-    node.rabbitmqctl("add_vhost", name)
-    node.rabbitmqctl("set_permissions", "-p", name, "guest", ".*", ".*", ".*")
+    name = node.fresh_vhost()
     try:
         yield node, name
     finally:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import threading
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -29,6 +28,7 @@ from wsnmom.core.filters import XPATH10
 from wsnmom.core.model import CreatePullPointRequest, ExpressionSource, InboundNotification
 from wsnmom.topic_mapping.model import Topic
 
+from tests.support.threads import serve
 from tests.support.waiting import wait_until
 
 from .conftest import NSMAP, Broker, RecordingOutbound, note, simple, sub_req
@@ -245,7 +245,7 @@ def test_without_a_provider_the_gateway_exports_over_otlp_http() -> None:
             pass
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Collector)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    serve(server)
     code = (
         "from opentelemetry import trace\n"
         "from wsnmom.core.otel import OtelTracing\n"

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import socket
 import tempfile
-import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -27,6 +26,7 @@ from wsnmom.core.outbound_policy import OutboundPolicy
 from tests.e2e.conftest import Answer, Wsn
 from tests.fixtures.server import ConsumerServer
 from tests.support.soap import content_type, envelope, notify_body, subscribe_body
+from tests.support.threads import serve
 from tests.support.wsn_schemas import assert_body_valid
 from wsnmom.server import build_runtime
 
@@ -152,8 +152,7 @@ def _gateway(
         policy = OutboundPolicy(settings.outbound, resolver=resolver)
         runtime = build_runtime(settings, outbound_policy=policy)
         server = make_server("127.0.0.1", 0, runtime.app, threaded=True)
-        thread = threading.Thread(target=server.serve_forever, daemon=True)
-        thread.start()
+        serve(server)
         try:
             yield f"http://127.0.0.1:{server.server_port}/wsn/broker", runtime
         finally:

@@ -23,6 +23,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 
 from tests.fixtures.server import ConsumerServer, RunningServer
 from tests.support.soap import content_type, envelope, notify_body
+from tests.support.threads import serve
 from tests.support.waiting import wait_until
 
 from .conftest import Wsn
@@ -63,7 +64,7 @@ class Collector:
                 pass
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        serve(self.server)
 
     @property
     def endpoint(self) -> str:

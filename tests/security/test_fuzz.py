@@ -54,6 +54,7 @@ from wsnmom.soap_frontend.wsse import PASSWORD_DIGEST, PASSWORD_TEXT, token_dige
 from tests.fixtures.server import ConsumerServer, RunningServer
 from tests.support.abuse import PROMPT
 from tests.support.soap import notify_body, subscribe_body
+from tests.support.threads import serve
 from tests.support.waiting import wait_until
 
 from . import corpus
@@ -215,7 +216,7 @@ def check_answer(resp: requests.Response, target: Target) -> None:
 def _make_target(env: dict[str, str], *, secured: bool = False) -> Iterator[Target]:
     recorder = ThreadingHTTPServer(("127.0.0.1", 0), _Recorder)
     recorder.daemon_threads = True
-    threading.Thread(target=recorder.serve_forever, daemon=True).start()
+    serve(recorder)
     hits: list[str] = []
     _Recorder.hits = hits
     sink, canary = ConsumerServer(), ConsumerServer()

@@ -6,6 +6,8 @@ from __future__ import annotations
 import pytest
 from click.testing import CliRunner
 
+from tests.support.threads import serve
+
 
 def test_live_count_of_redirected_output() -> None:
     from wsnmom.shell.common import LiveCount
@@ -36,7 +38,6 @@ def test_subscriptions_list_columns_and_credentials(monkeypatch: object) -> None
     credentials (``--token`` or ``$WSN_TOKEN``) go out as a bearer token; a 403 says what
     the API answers."""
     import json
-    import threading
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
     from wsnmom.cli import cli
@@ -71,7 +72,7 @@ def test_subscriptions_list_columns_and_credentials(monkeypatch: object) -> None
             pass
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Admin)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    serve(server)
     broker = f"http://127.0.0.1:{server.server_address[1]}/wsn/broker"
     try:
         runner = CliRunner()

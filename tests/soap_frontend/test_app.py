@@ -3,7 +3,6 @@ faults, metadata endpoints, and zeep driving our WSDL."""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -28,6 +27,7 @@ from tests.support.soap import (
     resource_id,
     subscribe_body,
 )
+from tests.support.threads import serve
 from tests.support.wsn_schemas import assert_body_valid
 
 
@@ -366,8 +366,7 @@ def live() -> Iterator[tuple[str, FakeService]]:
     svc = FakeService()
     server = make_server("127.0.0.1", 0, create_app(svc), threaded=True)
     svc.base = f"http://127.0.0.1:{server.server_port}"
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
+    serve(server)
     yield svc.base, svc
     server.shutdown()
 

@@ -11,7 +11,6 @@ import select
 import socket
 import socketserver
 import ssl
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,7 @@ from wsnmom.soap_frontend.client import OutboundEnvironment, SoapClient
 
 from tests.fixtures.server import ConsumerServer
 from tests.soap_frontend.test_client import _deliveries
+from tests.support.threads import serve
 
 PROXY_VARS = ("http_proxy", "https_proxy", "all_proxy", "no_proxy")
 
@@ -173,7 +173,7 @@ class TunnelProxy:
         self.server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        serve(self.server)
 
     def close(self) -> None:
         self.server.shutdown()

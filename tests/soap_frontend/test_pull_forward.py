@@ -37,6 +37,7 @@ from wsnmom.soap_frontend.xml import WSNMOM
 
 from tests.support.ports import closed_port
 from tests.support.soap import content_type, envelope, fault_name
+from tests.support.threads import serve
 from wsnmom.testing.gateway import free_port
 
 SECRET = "s" * 64
@@ -116,8 +117,7 @@ class Reader:
             tls.configure_cert(context)
             self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
             self.url = f"https://127.0.0.1:{port}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
+        self.thread = serve(self.server)
 
     def _app(self, environ: dict[str, Any], start: Callable[..., Any]) -> Iterable[bytes]:
         length = int(environ.get("CONTENT_LENGTH") or 0)
@@ -171,7 +171,7 @@ def front(
         "g0",
     )
     server = make_server("127.0.0.1", port, stack, handler_class=Quiet)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    serve(server)
 
     def close() -> None:
         server.shutdown()
@@ -386,7 +386,7 @@ def test_a_client_known_by_its_certificate_or_a_proxy_keeps_its_identity(reader:
         "g0",
     )
     server = make_server("127.0.0.1", port, stack, handler_class=Quiet)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    serve(server)
     url = f"http://127.0.0.1:{port}"
     try:
         assert post(url, **{"X-Test-Cert": "CN=cämera 1,O=Example"}).status_code == 200
@@ -626,7 +626,7 @@ def test_an_onvif_subscription_is_try_again_while_the_store_cannot_say_what_it_f
     owners = readers("g0", here=False, table=[owner_info(reader.url)], fed_by=store_down)
     stack = RequestIds(PullForward(local, owners, 1 << 20), "g0")
     server = make_server("127.0.0.1", port, stack, handler_class=Quiet)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    serve(server)
     try:
         r = post(f"http://127.0.0.1:{port}", "/onvif/subscriptions/sub-1")
     finally:
@@ -702,7 +702,7 @@ def test_a_forwarded_request_is_try_again_while_the_reader_cannot_read_the_secre
     )
     port = free_port()
     server = make_server("127.0.0.1", port, PullForward(app, owners, 1 << 20), handler_class=Quiet)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    serve(server)
     try:
         value = signed(SECRET, "g0", int(time.time()), PATH, BODY)
         r = post(f"http://127.0.0.1:{port}", **{FORWARD_HEADER: value})
@@ -730,7 +730,7 @@ def test_two_instances_each_taking_the_other_for_the_reader_forward_once() -> No
             PullForward(local, readers(instance, here=False, table=table), 1 << 20), instance
         )
         server = make_server("127.0.0.1", port, app, handler_class=Quiet)
-        threading.Thread(target=server.serve_forever, daemon=True).start()
+        serve(server)
 
         def close() -> None:
             server.shutdown()

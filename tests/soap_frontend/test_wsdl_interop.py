@@ -29,6 +29,7 @@ from wsnmom.soap_frontend.schema_variants import VARIANTS
 from wsnmom.soap_frontend.xml import WSAM, WSNT, WSP, XSD
 
 from tests.soap_frontend.fake_service import FakeService
+from tests.support.threads import serve
 from tests.support.wsn_schemas import assert_valid
 
 BASE = "http://127.0.0.1:8080"
@@ -188,14 +189,13 @@ def test_error_code_without_dialect_is_invalid_under_both(served: etree.XMLSchem
 # --- zeep ---------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def live() -> Iterator[str]:
-    import threading
 
     from werkzeug.serving import make_server
 
     service = FakeService()
     server = make_server("127.0.0.1", 0, create_app(service), threaded=True)
     service.base = f"http://127.0.0.1:{server.server_port}"
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    serve(server)
     yield service.base
     server.shutdown()
 

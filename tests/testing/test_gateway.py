@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import re
 import socket
-import threading
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -17,6 +16,7 @@ from typing import Any
 import pytest
 import requests
 
+from tests.support.threads import serve
 from wsnmom.client import NotificationConsumer
 from wsnmom.testing import middleware
 from wsnmom.testing.gateway import (
@@ -302,7 +302,7 @@ def test_another_server_answering_on_the_port_is_not_taken_for_the_gateway(
             pass
 
     other = ThreadingHTTPServer(("127.0.0.1", 0), Ready)
-    threading.Thread(target=other.serve_forever, daemon=True).start()
+    serve(other)
     try:
         port = other.server_address[1]
         assert requests.get(f"http://127.0.0.1:{port}/readyz", timeout=5).status_code == 200

@@ -119,7 +119,10 @@ class StoreQuestions:
             for name, replies in batch.items():
                 for reply, at_once in replies:
                     if at_once:
-                        reply(answers.get(name))
+                        try:  # this thread must outlive any reply: later questions wait on it
+                            reply(answers.get(name))
+                        except Exception:
+                            log.exception("a store question's reply failed")
                         continue
                     try:
                         self._replies.submit(reply, answers.get(name))

@@ -15,6 +15,8 @@ from wsnmom.core.model import EndpointReference, RegisterPublisherRequest, Subsc
 from wsnmom.core.service import BrokerService
 from wsnmom.topic_mapping.model import PathPattern
 
+from tests.support.waiting import wait_until
+
 from .conftest import NS, Broker, concrete, make_settings, note, simple, sub_req
 
 #: may notify (and register) only on t:sensors/room1
@@ -100,3 +102,29 @@ def test_a_restart_under_a_lower_bound_keeps_every_subscription_and_registration
     s.notify([note("<ok/>", simple("t:registered"))])  # restored: a member again
     with pytest.raises(errors.TopicNotSupported, match=r"quotas\.ad_hoc_topics"):
         s.notify([note("<x/>", simple("t:new"))])
+
+
+@pytest.mark.rabbitmq
+def test_an_instance_at_its_bound_follows_what_another_accepted(
+    postgres_store_url: str, make_broker: Callable[..., Broker], rabbitmq_url: str
+) -> None:
+    """Two instances on one PostgreSQL store (B's bound tighter, as in a rolling change of
+    ``quotas.ad_hoc_topics``): a subscription with a new SubscriptionEnd topic and a
+    registration of a new topic, accepted by A, are followed by B, their topics admitted
+    there whatever B's bound.  Before, B's follower admitted them under its bound: "cannot
+    be followed", and B never knew them (a shard of B's would not deliver the
+    subscription)."""
+    a = make_broker(adapter_url=rabbitmq_url, store_url=postgres_store_url)
+    b = make_broker(adapter_url=rabbitmq_url, store_url=postgres_store_url, quotas__ad_hoc_topics=0)
+    sa, sb = a.service, b.service
+    assert sa is not None and sb is not None
+    sub = sa.subscribe(sub_req(topic=simple("t:a"), subscription_end_topic=simple("t:ends")))
+    reg = sa.register_publisher(RegisterPublisherRequest(None, (simple("t:registered"),)))
+    wait_until(
+        lambda: sub.id in sb.registry.subscriptions and reg.id in sb.registry.registrations,
+        30,
+        what="B following A's subscription and registration",
+    )
+    assert sb.registry.subscriptions[sub.id].end_topic is not None
+    with pytest.raises(errors.TopicNotSupported, match=r"quotas\.ad_hoc_topics"):
+        sb.notify([note("<x/>", simple("t:new"))])  # B's bound still refuses new topics

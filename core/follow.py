@@ -118,7 +118,7 @@ class Follower:
                 compiled = subs.compile_filter(
                     stored.topic, stored.message_content, stored.producer_properties
                 )
-                end_topic = subs.end_topic(stored.subscription_end_topic)
+                end_topic = subs.end_topic(stored.subscription_end_topic, accepted=True)
             except errors.WsnError as exc:
                 log.warning("subscription %s cannot be followed: %s", sub_id, exc.description)
                 return None
@@ -181,7 +181,7 @@ class Follower:
             self._take_over(live, stored)
             return live
         try:
-            topics = self._registrations.compile_topics(stored.topics)
+            topics = self._registrations.compile_topics(stored.topics, accepted=True)
         except errors.WsnError as exc:
             log.warning("registration %s cannot be followed: %s", reg_id, exc.description)
             return None

@@ -12,7 +12,10 @@ model).
 * Ad-hoc topics: a new topic (a Notify's, a RegisterPublisher's, a SubscriptionEnd
   topic) is admitted to the topic set only while it holds fewer than
   ``quotas.ad_hoc_topics`` topics beyond the declared ones; beyond, it is refused with
-  TopicNotSupportedFault (HTTP 403) naming the bound.  Every per-topic state (the topic
+  TopicNotSupportedFault (HTTP 403) naming the bound.  A request refused by the Notify
+  ACL or for want of a registration admits nothing (checked before admission); the
+  topics of resources accepted before (a restart's, another instance's) are admitted
+  whatever the bound.  Every per-topic state (the topic
   set, the TopicSet document, current messages, the middleware's per-topic resources, a
   cluster's recorded topics) grows only through admission.
 * Notify fan-out: a Notify whose payload bytes times the subscriptions they may reach
@@ -233,14 +236,20 @@ class Guard:
                 kind,
             )
 
-    def admit_topic(self, topic: Topic) -> None:
+    def admit_topic(self, topic: Topic, *, accepted: bool = False) -> None:
         """Admit ``topic`` to the topic set (no-op for a member); a new one beyond
         ``quotas.ad_hoc_topics`` is refused (TopicNotSupportedFault naming the bound),
-        also for the broker's own requests.  Other topic errors are the topic set's
-        (raised as topic_mapping errors, for ``topic_errors`` to translate)."""
+        also for the broker's own requests.  Callers check the request's other grounds
+        for refusal that do not need the topic admitted (the Notify ACL, a registration)
+        first: a refused request takes no room.  ``accepted``: the topic of a resource
+        accepted before (restored at a restart, made through another instance, ending),
+        admitted whatever the bound: the bound refuses new requests, never undoes what
+        was accepted.  Other topic errors are the topic set's (raised as topic_mapping
+        errors, for ``topic_errors`` to translate)."""
         topic_set = self._ctx.topic_set
+        limit = None if accepted else self._ctx.settings.quotas.ad_hoc_topics
         try:
-            topic_set.admit(topic, limit=self._ctx.settings.quotas.ad_hoc_topics)
+            topic_set.admit(topic, limit=limit)
         except tm_errors.TopicSetFull as exc:
             raise _refuse(
                 errors.TopicNotSupported(

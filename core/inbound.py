@@ -98,23 +98,21 @@ class Inbound:
             source = item.topic
             topic: Topic | None = None
             dialect: str | None = None
+            fresh = False
             if source is not None:
                 if source is last_source or source == last_source:
                     topic, dialect = last_topic, last_dialect
                 else:
                     topic, dialect = concrete_topic(source, topic_set)
-                    with topic_errors():
-                        ctx.guard.admit_topic(topic)
-                    last_source, last_topic, last_dialect = source, topic, dialect
-            if acl and topic not in allowed:
-                ctx.guard.check_notify(topic)
-                allowed.add(topic)
+                    fresh = True
             producer = item.producer_reference
-            if check:
-                key = (producer.address if producer is not None else None, topic)
-                if key not in registered:
-                    self.check_registered(producer, topic)
-                    registered.add(key)
+            self._check_caller(topic, producer, allowed if acl else None, registered, check)
+            if fresh and topic is not None:
+                # after the ACL and the registration: a refused Notify takes no room
+                # under quotas.ad_hoc_topics for a topic it may not publish on
+                with topic_errors():
+                    ctx.guard.admit_topic(topic)
+                last_source, last_topic, last_dialect = source, topic, dialect
             out.append(
                 NotificationMessage(
                     message_id=message_id,
@@ -130,6 +128,26 @@ class Inbound:
                 )
             )
         return out
+
+    def _check_caller(
+        self,
+        topic: Topic | None,
+        producer: EndpointReference | None,
+        allowed: set[Topic | None] | None,
+        registered: set[tuple[str | None, Topic | None]],
+        check: bool,
+    ) -> None:
+        """The caller may publish on ``topic``: its Notify ACL (``allowed``: the topics
+        it passed already; None: no ACL) and, with ``check``, a registration of
+        ``producer`` (``registered``: the pairs that passed already)."""
+        if allowed is not None and topic not in allowed:
+            self._ctx.guard.check_notify(topic)
+            allowed.add(topic)
+        if check:
+            key = (producer.address if producer is not None else None, topic)
+            if key not in registered:
+                self.check_registered(producer, topic)
+                registered.add(key)
 
     def check_registered(self, producer: EndpointReference | None, topic: Topic | None) -> None:
         """Raise PublisherRegistrationRejected unless a live registration of the caller

@@ -67,8 +67,8 @@ What a pull point fed this way guarantees, as before:
   the stop is lost: the message came back into the backlog, handed out and a dead
   letter too; ``PullBuffer.wait_settled``, at most ``pull_buffer.SETTLE_WAIT``), waited
   for without the lock that serialises the feeds' changes (the other feeds' go on; a
-  resume of this one meanwhile leaves it stopped, an Unsubscribe or a purge stops its
-  handle at once).  With native pull a ``take`` has already removed the breaching
+  resume or an operator's purge of this one meanwhile leaves it stopped, an Unsubscribe
+  stops its handle at once).  With native pull a ``take`` has already removed the breaching
   message, and the rest of its batch, from the middleware: each of those goes to the
   dead letters on its own, as it is met; what an answer took before the breach and
   gives back goes to the dead letters too (``halt_feed``'s ``keep_late``: given back
@@ -101,6 +101,11 @@ log = logging.getLogger(__name__)
 Prepare = Callable[[LiveSubscription, Received], NotificationMessage | None]
 #: publishes messages into a pull point's inbox (DeliveryFailed when it cannot)
 Forward = Callable[[LiveSubscription, str, Sequence[NotificationMessage]], None]
+
+
+class _Ending:
+    """The ``_stopping`` token of an end's stop (``PullFeeds.stop``), which a purge leaves
+    in place."""
 
 
 class PullFeeds:
@@ -316,8 +321,8 @@ class PullFeeds:
                 handle.stop()
                 return True
             # a pause's stop waiting for the same answers leaves the stop to this one; a
-            # resume meanwhile leaves the feed stopped
-            token = self._stopping[name] = object()
+            # resume or a purge meanwhile leaves the feed stopped
+            token = self._stopping[name] = _Ending()
         # without the lock: the other feeds' changes go on meanwhile
         if not reader.wait_settled(name):
             log.warning(
@@ -353,13 +358,18 @@ class PullFeeds:
             reader, handle = state.feed, state.handle
             if reader is None or handle is None:
                 return 0
-            self._stopping.pop(state.record.id, None)  # its handle stops here
+            # a pause's stop waiting for answers is taken over (its handle stops here);
+            # an end's is not: the feed of a subscription being ended is not read again
+            # (its prepare drops what it reads, which the buffer would settle: lost)
+            ending = isinstance(self._stopping.get(state.record.id), _Ending)
+            if not ending:
+                self._stopping.pop(state.record.id, None)
             self._keep(state, reader, reader.suspend_feed(state.record.id))
             handle.stop()
             try:
                 return handle.purge()
             finally:
-                if state.record.state is SubscriptionState.ACTIVE:
+                if not ending and state.record.state is SubscriptionState.ACTIVE:
                     reader.resume_feed(state.record.id)
 
     def _suspend(

@@ -56,7 +56,7 @@ def _restore_registrations(ctx: BrokerContext, registrations: Registrations) -> 
             registrations.remove(LiveRegistration(reg, ()))
             continue
         try:
-            topics = registrations.compile_topics(reg.topics)
+            topics = registrations.compile_topics(reg.topics, accepted=True)
         except errors.WsnError as exc:
             log.warning("registration %s dropped: %s", reg.id, exc.description)
             registrations.remove(LiveRegistration(reg, ()))
@@ -116,7 +116,7 @@ def _restore_subscriptions(ctx: BrokerContext, subscriptions: Subscriptions) -> 
             compiled = subscriptions.compile_filter(
                 sub.topic, sub.message_content, sub.producer_properties, memo
             )
-            end_topic = subscriptions.end_topic(sub.subscription_end_topic)
+            end_topic = subscriptions.end_topic(sub.subscription_end_topic, accepted=True)
         except errors.WsnError as exc:
             state = LiveSubscription(sub, CompiledFilter())
             subscriptions.finish(state, f"filter no longer valid: {exc.description}")

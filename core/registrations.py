@@ -51,20 +51,29 @@ class Registrations:
         self._ctx = ctx
         self._demand = demand
 
-    def compile_topics(self, topics: Sequence[ExpressionSource]) -> tuple[TopicExpression, ...]:
-        """Parse and validate a registration's topic expressions (concrete ones are admitted
-        to the topic set)."""
-        topic_set = self._ctx.topic_set
+    def compile_topics(
+        self, topics: Sequence[ExpressionSource], *, accepted: bool = False
+    ) -> tuple[TopicExpression, ...]:
+        """Parse and validate a registration's topic expressions; concrete ones are
+        admitted to the topic set: a new registration's once the Notify ACL allows them
+        all (a refused RegisterPublisher admits nothing), under ``quotas.ad_hoc_topics``;
+        ``accepted``, an existing registration's (a restart's, another instance's),
+        whatever the bound and the caller."""
+        ctx = self._ctx
+        topic_set = ctx.topic_set
         out: list[TopicExpression] = []
         for source in topics:
             with topic_errors(unknown_dialect=errors.InvalidTopicExpression):
                 expr = parse_topic_expression(
                     source.text, source.dialect, source.namespaces, topic_set=topic_set
                 )
-                expr = topic_set.validate(expr)
-                if expr.is_concrete:
-                    self._ctx.guard.admit_topic(expr.patterns[0].as_topic())
-            out.append(expr)
+                out.append(topic_set.validate(expr))
+        if not accepted:
+            ctx.guard.check_register(out)
+        for expr in out:
+            if expr.is_concrete:
+                with topic_errors(unknown_dialect=errors.InvalidTopicExpression):
+                    ctx.guard.admit_topic(expr.patterns[0].as_topic(), accepted=accepted)
         return tuple(out)
 
     def register(self, req: RegisterPublisherRequest) -> PublisherRegistration:
@@ -78,8 +87,7 @@ class Registrations:
             raise errors.InvalidTopicExpression(
                 "Demand=true requires at least one Topic to subscribe to at the publisher"
             )
-        topics = self.compile_topics(req.topics)
-        ctx.guard.check_register(topics)
+        topics = self.compile_topics(req.topics)  # the ACL checked before admission
         termination = ctx.termination(
             req.initial_termination_time,
             errors.UnacceptableInitialTerminationTime,

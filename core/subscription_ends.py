@@ -220,7 +220,7 @@ class SubscriptionEnds(SubscriptionParts):
         end_topic = state.end_topic
         if end_topic is None:
             try:
-                end_topic = self.end_topic(sub.subscription_end_topic)
+                end_topic = self.end_topic(sub.subscription_end_topic, accepted=True)
             except errors.WsnError:
                 log.warning("subscription %s: SubscriptionEndTopic unusable", sub.id)
                 return

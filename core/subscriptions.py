@@ -109,13 +109,21 @@ class Subscriptions(SubscriptionChanges, SubscriptionEnds):
             probe(mc, self._ctx.content_evaluator)
         return CompiledFilter(expr, mc)
 
-    def end_topic(self, source: ExpressionSource | None) -> tuple[Topic, str] | None:
-        """The SubscriptionEnd topic and dialect of ``source`` (admitted to the topic set)."""
+    def end_topic(
+        self, source: ExpressionSource | None, *, accepted: bool = False
+    ) -> tuple[Topic, str] | None:
+        """The SubscriptionEnd topic and dialect of ``source``, admitted to the topic set:
+        a new Subscribe's once its caller may notify on it (a refused Subscribe admits
+        nothing), under ``quotas.ad_hoc_topics``; ``accepted``, an existing
+        subscription's (a restart's, another instance's, an ending one's), whatever the
+        bound and the caller."""
         if source is None:
             return None
         topic, dialect = concrete_topic(source, self._ctx.topic_set)
+        if not accepted:
+            self._ctx.guard.check_notify(topic)
         with topic_errors():
-            self._ctx.guard.admit_topic(topic)
+            self._ctx.guard.admit_topic(topic, accepted=accepted)
         return topic, dialect
 
     def pull_point_for(self, address: str) -> str | None:
@@ -159,8 +167,6 @@ class Subscriptions(SubscriptionChanges, SubscriptionEnds):
         compiled = self.compile_filter(req.topic, req.message_content, req.producer_properties)
         ctx.guard.check_subscribe(compiled.topic)
         end_topic = self.end_topic(req.subscription_end_topic)
-        if end_topic is not None:
-            ctx.guard.check_notify(end_topic[0])
         if req.initial_termination_time_invalid:
             raise errors.UnacceptableInitialTerminationTime(
                 "InitialTerminationTime is empty or not a dateTime/duration"

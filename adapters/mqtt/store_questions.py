@@ -9,7 +9,10 @@ for seconds at a few thousand subscriptions.  :class:`StoreQuestions` gathers th
 questions asked within :data:`GATHER` seconds and asks the store once for them all
 (``Adapter.kept_in_store_many``; with only ``kept_in_store`` told, once per name, still
 off the asker's thread).  The replies run on :data:`REPLY_AT_ONCE` threads of their own:
-each is a few round trips to the broker (subscribe, or end the session).
+each is a few round trips to the broker (subscribe, or end the session).  A thread that
+waits for its answer (:meth:`StoreQuestions.answer`, a restart's check) is told on the
+questions' thread itself: queued behind a burst's replies, each waiting for the broker,
+it could wait past its timeout and take "not known" for an answer the store gave.
 
 An answer is True (the store holds the name), False (it does not: deleted), or None: not
 known now (the store failed; logged).  None never means "gone": the asker keeps what it
@@ -47,8 +50,9 @@ class StoreQuestions:
         self.stored: Callable[[str], bool] | None = None
         self.held: Callable[[Collection[str]], set[str]] | None = None
         self._cond = threading.Condition()
-        #: name -> the replies waiting for its answer
-        self._asked: dict[str, list[Reply]] = {}
+        #: name -> the replies waiting for its answer (and whether each is told on the
+        #: questions' thread: a waiting thread's, which only wakes it)
+        self._asked: dict[str, list[tuple[Reply, bool]]] = {}
         self._thread: threading.Thread | None = None
         self._closed = False
         self._replies = ThreadPoolExecutor(REPLY_AT_ONCE, thread_name_prefix="wsnmom-mqtt-store")
@@ -60,12 +64,13 @@ class StoreQuestions:
         """Whether core told how to ask its store."""
         return self.stored is not None or self.held is not None
 
-    def ask(self, name: str, reply: Reply) -> None:
+    def ask(self, name: str, reply: Reply, *, at_once: bool = False) -> None:
         """Ask whether the store holds ``name``; ``reply(answer)`` is called on a reply
-        thread once the batch is answered (None at once when closed)."""
+        thread once the batch is answered (None at once when closed); ``at_once``: on
+        the questions' thread (a ``reply`` that only wakes a waiting thread)."""
         with self._cond:
             if not self._closed:
-                self._asked.setdefault(name, []).append(reply)
+                self._asked.setdefault(name, []).append((reply, at_once))
                 if self._thread is None:
                     self._thread = threading.Thread(
                         target=self._run, name="wsnmom-mqtt-questions", daemon=True
@@ -85,7 +90,7 @@ class StoreQuestions:
             got.append(answer)
             done.set()
 
-        self.ask(name, reply)
+        self.ask(name, reply, at_once=True)
         return got[0] if done.wait(timeout) else None
 
     def close(self) -> None:
@@ -95,7 +100,7 @@ class StoreQuestions:
             left, self._asked = self._asked, {}
             self._cond.notify_all()
         for replies in left.values():
-            for reply in replies:
+            for reply, _ in replies:
                 reply(None)
         self._replies.shutdown(wait=False)
 
@@ -112,7 +117,13 @@ class StoreQuestions:
                 batch, self._asked = self._asked, {}
             answers = self._query(list(batch))
             for name, replies in batch.items():
-                for reply in replies:
+                for reply, at_once in replies:
+                    if at_once:
+                        try:  # this thread must outlive any reply: later questions wait on it
+                            reply(answers.get(name))
+                        except Exception:
+                            log.exception("a store question's reply failed")
+                        continue
                     try:
                         self._replies.submit(reply, answers.get(name))
                     except RuntimeError:  # closed meanwhile

@@ -364,3 +364,38 @@ def test_pull_get_an_answer_taken_before_the_feeds_end_is_handed_out_or_a_dead_l
     service.notify_pull_point(pp.id, [note("<m>sentinel</m>")])
     assert _drain(service, pp.id, 1) == [b"<m>sentinel</m>"]  # nothing kept in the inbox
     assert sorted(d.body[:20] for d in service.dead_letters()) == sorted(bodies)
+
+
+def test_a_purge_while_an_end_waits_for_an_answer_leaves_the_feed_stopped(
+    budgeted: BrokerService,
+) -> None:
+    """An operator purges a subscription whose filter ended it while the end waits for an
+    answer on its way: what was waiting is dropped and the feed stays stopped, so a
+    message published after the purge waits in the subscription and goes to its dead
+    letters with the backlog.  Before, the purge started the feed again: the ending
+    feed's ``prepare`` dropped each message it then read and the buffer settled it as
+    filtered, so the message was neither handed out nor a dead letter."""
+    service = budgeted
+    app = wsgi_app(service)
+    pp = service.create_pull_point(CreatePullPointRequest())
+    buffer = service.registry.pull_points[pp.id].reader
+    assert isinstance(buffer, PullBuffer)
+    content = ExpressionSource(XPATH10, CUBIC, {})
+    address = service.pull_point_address(pp.id)
+    sub = service.subscribe(sub_req(address, topic=simple("t:e"), message_content=content))
+    service.notify([note("<r><a/><e>early</e></r>", simple("t:e"))])
+    wait_until(lambda: buffer.buffered() == 1, 10, what="the early message buffered")
+    status, body = start_get_messages(app, pp.id)  # made, not yet sent: unsettled
+    after = "<r><a/><e>after-the-purge</e></r>"
+    try:
+        service.notify([note(BIG, simple("t:e"))])  # over the budget: the subscription ends
+        wait_until(lambda: buffer.settling(sub.id), 30, what="the end waiting for the answer")
+        service.purge_subscription(sub.id)
+        service.notify([note(after, simple("t:e"))])
+        assert buffer.settling(sub.id)  # the end still waits
+        data = b"".join(body)
+    finally:
+        body.close()
+    assert status.startswith("200") and b"early" in data, data
+    wait_until(lambda: sub.id not in service.registry.subscriptions, 30, what="the end")
+    assert [d.body for d in service.dead_letters()] == [after.encode()]

@@ -1,0 +1,130 @@
+"""``quotas.ad_hoc_topics`` at service level (docs/security.md, "Topics: a notifier inventing
+them"): the bound refuses *new requests* naming a new topic; it never consumes room for a
+request refused for another reason (an ACL, a missing registration), and it never
+destroys what was accepted before (a restart restores every subscription and
+registration, whatever the bound is now)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+from wsnmom.core import errors
+from wsnmom.core.access import Principal, bound_principal
+from wsnmom.core.model import EndpointReference, RegisterPublisherRequest, SubscriptionState
+from wsnmom.core.service import BrokerService
+from wsnmom.topic_mapping.model import PathPattern
+
+from tests.support.waiting import wait_until
+
+from .conftest import NS, Broker, concrete, make_settings, note, simple, sub_req
+
+#: may notify (and register) only on t:sensors/room1
+SENSOR = Principal("sensor", notify=(PathPattern(NS, ("sensors", "room1")),), method="basic")
+PRODUCER = "http://127.0.0.1:9/producer"
+
+
+def _refused_notify(s: BrokerService) -> None:
+    s.notify([note("<x/>", concrete("t:elsewhere"))])
+
+
+def _refused_register(s: BrokerService) -> None:
+    s.register_publisher(RegisterPublisherRequest(None, (concrete("t:elsewhere"),)))
+
+
+def _refused_end_topic(s: BrokerService) -> None:
+    s.subscribe(sub_req(topic=simple("t:sensors"), subscription_end_topic=simple("t:ends")))
+
+
+@pytest.mark.parametrize(
+    ("refused", "fault"),
+    [
+        (_refused_notify, errors.NotificationRefused),
+        (_refused_register, errors.PublisherRegistrationRejected),
+        (_refused_end_topic, errors.NotificationRefused),
+    ],
+    ids=["notify", "register", "end-topic"],
+)
+def test_a_request_the_acl_refuses_takes_no_room_under_the_bound(
+    make_broker: Callable[..., Broker],
+    refused: Callable[[BrokerService], None],
+    fault: type[errors.WsnError],
+) -> None:
+    """Bound 1: an identity's request on a topic its notify ACL does not cover is refused
+    by the ACL and admits nothing, so its allowed new topic still fits (before, the
+    refused request admitted its topic first: any identity allowed to call Notify at all
+    could fill the bound and lock every other notifier out of new topics)."""
+    s = make_broker(quotas__ad_hoc_topics=1).service
+    assert s is not None
+    with bound_principal(SENSOR):
+        for _ in range(3):
+            with pytest.raises(fault):
+                refused(s)
+        s.notify([note("<ok/>", concrete("t:sensors/room1"))])  # the bound's one new topic
+    with pytest.raises(errors.TopicNotSupported, match=r"quotas\.ad_hoc_topics"):
+        s.notify([note("<x/>", concrete("t:another"))])  # (no ACL here: the bound refuses)
+    assert s.topic_set.grown == 1
+
+
+def test_an_unregistered_notify_takes_no_room_under_the_bound(
+    make_broker: Callable[..., Broker],
+) -> None:
+    """``requires_registration``: a Notify from a producer not registered for its topic is
+    refused (PublisherRegistrationRejected) and admits nothing; the registration of a
+    new topic then still fits under a bound of 1."""
+    s = make_broker(quotas__ad_hoc_topics=1, requires_registration=True).service
+    assert s is not None
+    for _ in range(3):
+        with pytest.raises(errors.PublisherRegistrationRejected):
+            s.notify([note("<x/>", simple("t:unregistered"), PRODUCER)])
+    s.register_publisher(RegisterPublisherRequest(EndpointReference(PRODUCER), (simple("t:r"),)))
+    s.notify([note("<ok/>", simple("t:r"), PRODUCER)])
+    assert s.topic_set.grown == 1
+
+
+def test_a_restart_under_a_lower_bound_keeps_every_subscription_and_registration(
+    make_broker: Callable[..., Broker],
+) -> None:
+    """Resources made under one bound are restored under a lower one (an operator
+    tightening ``quotas.ad_hoc_topics``, down to 0: declared topics only): their topics
+    are admitted again, never refused; only new topics are.  Before, recovery admitted a
+    SubscriptionEnd topic or a registration's topic under the bound: past it the
+    subscription was ended ("filter no longer valid") and the registration deleted."""
+    b = make_broker()
+    s = b.service
+    assert s is not None
+    sub = s.subscribe(sub_req(topic=simple("t:a"), subscription_end_topic=simple("t:ends")))
+    reg = s.register_publisher(RegisterPublisherRequest(None, (simple("t:registered"),)))
+    b.settings = make_settings(quotas__ad_hoc_topics=0)
+    s = b.restart()
+    assert s.get_subscription(sub.id).state is SubscriptionState.ACTIVE
+    assert s.get_registration(reg.id).topics[0].text == "t:registered"
+    s.notify([note("<ok/>", simple("t:registered"))])  # restored: a member again
+    with pytest.raises(errors.TopicNotSupported, match=r"quotas\.ad_hoc_topics"):
+        s.notify([note("<x/>", simple("t:new"))])
+
+
+@pytest.mark.rabbitmq
+def test_an_instance_at_its_bound_follows_what_another_accepted(
+    postgres_store_url: str, make_broker: Callable[..., Broker], rabbitmq_url: str
+) -> None:
+    """Two instances on one PostgreSQL store (B's bound tighter, as in a rolling change of
+    ``quotas.ad_hoc_topics``): a subscription with a new SubscriptionEnd topic and a
+    registration of a new topic, accepted by A, are followed by B, their topics admitted
+    there whatever B's bound.  Before, B's follower admitted them under its bound: "cannot
+    be followed", and B never knew them (a shard of B's would not deliver the
+    subscription)."""
+    a = make_broker(adapter_url=rabbitmq_url, store_url=postgres_store_url)
+    b = make_broker(adapter_url=rabbitmq_url, store_url=postgres_store_url, quotas__ad_hoc_topics=0)
+    sa, sb = a.service, b.service
+    assert sa is not None and sb is not None
+    sub = sa.subscribe(sub_req(topic=simple("t:a"), subscription_end_topic=simple("t:ends")))
+    reg = sa.register_publisher(RegisterPublisherRequest(None, (simple("t:registered"),)))
+    wait_until(
+        lambda: sub.id in sb.registry.subscriptions and reg.id in sb.registry.registrations,
+        30,
+        what="B following A's subscription and registration",
+    )
+    assert sb.registry.subscriptions[sub.id].end_topic is not None
+    with pytest.raises(errors.TopicNotSupported, match=r"quotas\.ad_hoc_topics"):
+        sb.notify([note("<x/>", simple("t:new"))])  # B's bound still refuses new topics

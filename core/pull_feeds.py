@@ -70,10 +70,12 @@ What a pull point fed this way guarantees, as before:
   resume of this one meanwhile leaves it stopped, an Unsubscribe or a purge stops its
   handle at once).  With native pull a ``take`` has already removed the breaching
   message, and the rest of its batch, from the middleware: each of those goes to the
-  dead letters on its own, as it is met; what an answer took before the breach and
-  gives back goes to the dead letters too (``halt_feed``'s ``keep_late``: given back
-  into the durable subscription, it was lost once the end deleted that), so each such
-  message is handed out or a dead letter, once.
+  dead letters on its own, as it is met; what an answer took before the breach (an
+  earlier answer, or the one that meets the breach) and gives back goes to the dead
+  letters too (``halt_feed``'s ``keep_late``: given back into the durable subscription,
+  it was lost once the end deleted that; settled when the breach was met, it was lost
+  when its answer was not sent), so each such message is handed out or a dead letter,
+  once.
 """
 
 from __future__ import annotations

@@ -19,7 +19,8 @@ them when GetMessages asks, and holds nothing in memory:
   change and keeps them) takes nothing.
 * ``halt_feed`` (its subscription's filter went over its budget) stops the feed at once,
   from inside a ``take``: that answer takes nothing more from it, and what waits in it
-  stays there for the subscription's end (``core.pull_feeds``).
+  stays there for the subscription's end (``core.pull_feeds``); what answers took from
+  it before and give back goes to its ``keep_late``.
 * Reads of the feeds are serialised (``_reading``): ``take`` holds it for a whole answer,
   ``suspend_feed`` to stop the feed and take what reached the pull point.  A pause or an
   end arriving while GetMessages reads the feed waits for that answer, and no answer
@@ -35,8 +36,11 @@ them when GetMessages asks, and holds nothing in memory:
   (``suspend_feed``'s ``keep_late``: into the inbox, after what the suspension kept),
   rather than given back into a subscription that may be deleted; in a cluster, where
   another instance may be deleting it before this one knows, a feed's given-back
-  messages always go into the inbox (``Feed.keeper``, ``core.pull_feeds``).  What
-  an answer took from a feed halted while it read it is settled at once (its
+  messages always go into the inbox (``Feed.keeper``, ``core.pull_feeds``).  The
+  answer that meets the breach of a feed's filter (``halt_feed``): what it took from the
+  feed before the breach goes with the answer like the rest, and given back goes to
+  ``halt_feed``'s ``keep_late`` (the subscription's dead letters); the breaching message
+  and those behind it, dead letters already as they were met, are settled at once (the
   subscription ends and dead-letters what it still holds).  A feed failing unexpectedly
   ends the answer with what it holds (the failure reaches GetMessages only when the
   answer is empty).
@@ -220,8 +224,10 @@ class PullReader:
                 feeds = feeds[turn:] + feeds[:turn]
         for feed in feeds:
             mine: list[Fed[object]] = []
+            #: where in ``mine`` its filter halted the feed (the breach), if it did
+            breach: list[int] = []
             try:
-                self._read_feed(feed, max_messages - len(out), mine)
+                self._read_feed(feed, max_messages - len(out), mine, breach)
             except Exception:
                 # an adapter's unexpected failure: the answer goes with what it took
                 if not out and not mine:
@@ -232,13 +238,16 @@ class PullReader:
                     feed.handle,
                     exc_info=True,
                 )
-                self._keep(feed, mine, items, out)
+                self._keep(feed, mine, breach, items, out)
                 return
-            self._keep(feed, mine, items, out)
+            self._keep(feed, mine, breach, items, out)
 
-    def _read_feed(self, feed: Feed[object], wanted: int, mine: list[Fed[object]]) -> None:
+    def _read_feed(
+        self, feed: Feed[object], wanted: int, mine: list[Fed[object]], breach: list[int]
+    ) -> None:
         """Up to ``wanted`` of the feed's messages to hand out into ``mine`` (its filtered
-        ones too), while the feed is read."""
+        ones too), while the feed is read; ``breach`` gets the place in ``mine`` of the
+        message whose filter halted the feed (``halt_feed``), if one did."""
         handed = 0
         while handed < wanted and feed.active:
             want = wanted - handed
@@ -251,6 +260,8 @@ class PullReader:
                 return
             for received in got:
                 message = feed.prepare(received)
+                if not feed.active and not breach:
+                    breach.append(len(mine))
                 mine.append(Fed(feed, received, message))
                 if message is not None:
                     handed += 1
@@ -259,16 +270,24 @@ class PullReader:
 
     @staticmethod
     def _keep(
-        feed: Feed[object], mine: list[Fed[object]], items: list[Received], out: list[Received]
+        feed: Feed[object],
+        mine: list[Fed[object]],
+        breach: list[int],
+        items: list[Received],
+        out: list[Received],
     ) -> None:
         out.extend(m for m in mine if m.message is not None)
         if feed.active:
             items.extend(mine)
             return
-        # halted by its filter while this answer read it: its subscription ends and
-        # dead-letters what it still holds, so what the answer took from it is settled
-        # now (at-most-once for these few, as before)
-        for m in mine:
+        # halted by its filter while this answer read it: what the answer took from it
+        # before the breach is settled with the answer, and given back to the feed's
+        # ``late`` (its subscription's dead letters: given back into its queue, it was
+        # lost once the end deleted that); the breaching message and those behind it
+        # went to the dead letters as they were met, and are settled now
+        cut = breach[0] if breach else len(mine)
+        items.extend(mine[:cut])
+        for m in mine[cut:]:
             m.ack()
 
     def held(self, limit: int) -> list[Received]:

@@ -56,7 +56,7 @@ import threading
 from collections.abc import Callable, Sequence
 
 from wsnmom.core.adapter import AdapterError, Received, SubscriptionHandle
-from wsnmom.core.pull_fed import Fed, Feed, give_back_fed
+from wsnmom.core.pull_fed import SETTLE_WAIT, Fed, Feed, give_back_fed
 from wsnmom.core.pull_handout import Settlement
 
 __all__ = ["PullReader"]
@@ -207,7 +207,29 @@ class PullReader:
         out: list[Received] = []
         with self._reading:
             self._take(max_messages, items, out)
-        return out, Settlement(items, give_back_fed)
+            # counted before an end's ``wait_settled`` can read the feed's count
+            fed = [i.feed for i in items if isinstance(i, Fed)]
+            for feed in fed:
+                feed.unsettled.add()
+
+        def settled() -> None:
+            for feed in fed:
+                feed.unsettled.done()
+
+        return out, Settlement(items, give_back_fed, settled if fed else None)
+
+    def wait_settled(self, name: str, timeout: float = SETTLE_WAIT) -> bool:
+        """Whether the feed's messages handed out in answers on their way were settled
+        or given back within ``timeout`` seconds (waited for; ``settling`` meanwhile)."""
+        with self._lock:
+            feed = self._feeds.get(name)
+        return feed is None or feed.unsettled.wait(timeout)
+
+    def settling(self, name: str) -> bool:
+        """Whether ``wait_settled`` waits for the feed's answers on their way."""
+        with self._lock:
+            feed = self._feeds.get(name)
+        return feed is not None and feed.unsettled.waiting
 
     def _take(self, max_messages: int, items: list[Received], out: list[Received]) -> None:
         """Fill ``out`` with the messages to hand out and ``items`` with what the answer

@@ -280,3 +280,23 @@ def test_a_keeper_keeps_what_an_answer_gives_back_while_the_feed_is_read() -> No
     assert kept == [[b"a0", b"a1"]]
     assert feed.nacked == [] and list(feed.ready) == []
     assert inbox.nacked == [b"i0"]
+
+
+@pytest.mark.parametrize("answer", ["written", "given back"])
+def test_an_end_waits_for_the_answers_holding_a_feeds_messages(answer: str) -> None:
+    """``wait_settled`` (an end before its backlog goes to the dead letters) returns once
+    the answers that took the feed's messages were settled or given back."""
+    reader = PullReader(Queue("pp", "i0"), cap=10)
+    reader.add_feed("s1", Queue("s1", "k0"), keep_all, active=True)
+    got, settlement = reader.hand_out(10)
+    assert bodies(got) == [b"i0", b"k0"]
+    waited: list[bool] = []
+    waiter = threading.Thread(target=lambda: waited.append(reader.wait_settled("s1")))
+    waiter.start()
+    wait_until(lambda: reader.settling("s1"), 5, what="the wait")
+    if answer == "written":
+        settlement.settle()
+    else:
+        settlement.give_back()
+    waiter.join(5)
+    assert waited == [True] and not reader.settling("s1")

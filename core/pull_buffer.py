@@ -41,7 +41,7 @@ from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 from wsnmom.core.adapter import HEADER_MESSAGE_ID, Received, SubscriptionHandle
-from wsnmom.core.pull_fed import Fed, Feed, give_back_fed
+from wsnmom.core.pull_fed import SETTLE_WAIT, Fed, Feed, give_back_fed
 from wsnmom.core.pull_handout import Settlement
 
 __all__ = ["KEPT_WAIT", "SETTLE_WAIT", "Fed", "Feed", "PullBuffer", "give_back_fed"]
@@ -50,8 +50,6 @@ log = logging.getLogger(__name__)
 
 #: seconds a resumed feed waits at most for its kept copies to be back in the buffer
 KEPT_WAIT = 30.0
-#: seconds ``wait_settled`` waits at most for a feed's answers on their way
-SETTLE_WAIT = 10.0
 
 M = TypeVar("M")
 

@@ -14,11 +14,14 @@ from typing import Generic, TypeVar
 from wsnmom.core.adapter import Received, SubscriptionHandle
 from wsnmom.core.pull_handout import nack_all
 
-__all__ = ["Fed", "Feed", "Unsettled", "give_back_fed"]
+__all__ = ["SETTLE_WAIT", "Fed", "Feed", "Unsettled", "give_back_fed"]
 
 log = logging.getLogger(__name__)
 
 M = TypeVar("M")
+
+#: seconds a reader's ``wait_settled`` waits at most for a feed's answers on their way
+SETTLE_WAIT = 10.0
 
 
 class Fed(Received, Generic[M]):

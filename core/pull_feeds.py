@@ -40,7 +40,7 @@ What a pull point fed this way guarantees, as before:
   resume, in order.  With the buffer a pause stops the feed's handle once the answers
   on their way that took its messages were settled (an ack made after the stop is lost:
   the message came again after the resume), on a thread of its own (the Pause is
-  answered at once; at most ``pull_buffer.SETTLE_WAIT``); a resume meanwhile starts the
+  answered at once; at most ``pull_fed.SETTLE_WAIT``); a resume meanwhile starts the
   feed once its handle stopped (it gives back what it delivered while paused, which the
   buffer ignored).  In a cluster, native pull gives
   what an unsent answer took from a feed to the inbox whatever the feed's state
@@ -65,15 +65,20 @@ What a pull point fed this way guarantees, as before:
   stay unsettled in the subscription, part of that backlog, and the feed's handle stops
   once the answers on their way that took its messages were settled (an ack made after
   the stop is lost: the message came back into the backlog, handed out and a dead
-  letter too; ``PullBuffer.wait_settled``, at most ``pull_buffer.SETTLE_WAIT``), waited
+  letter too; ``PullBuffer.wait_settled``, at most ``pull_fed.SETTLE_WAIT``), waited
   for without the lock that serialises the feeds' changes (the other feeds' go on; a
   resume or an operator's purge of this one meanwhile leaves it stopped, an Unsubscribe
   stops its handle at once).  With native pull a ``take`` has already removed the breaching
   message, and the rest of its batch, from the middleware: each of those goes to the
-  dead letters on its own, as it is met; what an answer took before the breach and
-  gives back goes to the dead letters too (``halt_feed``'s ``keep_late``: given back
-  into the durable subscription, it was lost once the end deleted that), so each such
-  message is handed out or a dead letter, once.
+  dead letters on its own, as it is met; what an answer took before the breach (an
+  earlier answer, or the one that meets the breach) and gives back goes to the dead
+  letters too (``halt_feed``'s ``keep_late``: given back into the durable subscription,
+  it was lost once the end deleted that; settled when the breach was met, it was lost
+  when its answer was not sent), and the end waits for those answers before the
+  backlog, as with the buffer (``PullReader.wait_settled``: the embedded and MQTT
+  middleware bury what is handed out and unsettled with the backlog, which made such a
+  message handed out and a dead letter too), so each such message is handed out or a
+  dead letter, once.
 """
 
 from __future__ import annotations
@@ -282,7 +287,7 @@ class PullFeeds:
         self, state: LiveSubscription, reader: PullBuffer, handle: SubscriptionHandle, token: object
     ) -> None:
         """A paused feed's handle stops once the answers on their way that took its
-        messages settled (at most ``pull_buffer.SETTLE_WAIT``); read again then if it was
+        messages settled (at most ``pull_fed.SETTLE_WAIT``); read again then if it was
         resumed meanwhile.  Nothing, when an end, an Unsubscribe or a purge stopped it
         meanwhile (they take over its ``_stopping`` token)."""
         name = state.record.id
@@ -306,10 +311,11 @@ class PullFeeds:
     def stop(self, state: LiveSubscription) -> bool:
         """Before the subscription's backlog goes to its dead letters: what reached the
         pull point stays in it (as a pause keeps it), the feed and its handle stop (what
-        the handle held goes back to the middleware, into that backlog), with the buffer
-        once the answers on their way that took the feed's messages were settled (else
-        those came back into the backlog: handed out and dead letters too).  False when
-        it has no feed here."""
+        the handle held goes back to the middleware, into that backlog), once the answers
+        on their way that took the feed's messages were settled or given back (else those
+        came back into the backlog with the buffer, and with native pull the middleware
+        may bury what is handed out and unsettled: handed out and dead letters too).
+        False when it has no feed here."""
         name = state.record.id
         with self._lock:
             reader, handle = state.feed, state.handle
@@ -317,9 +323,6 @@ class PullFeeds:
                 return False
             drain = self._kept_here(state)
             self._keep(state, reader, self._suspend(state, reader, drain=drain))
-            if not isinstance(reader, PullBuffer):
-                handle.stop()
-                return True
             # a pause's stop waiting for the same answers leaves the stop to this one; a
             # resume or a purge meanwhile leaves the feed stopped
             token = self._stopping[name] = _Ending()

@@ -19,7 +19,8 @@ them when GetMessages asks, and holds nothing in memory:
   change and keeps them) takes nothing.
 * ``halt_feed`` (its subscription's filter went over its budget) stops the feed at once,
   from inside a ``take``: that answer takes nothing more from it, and what waits in it
-  stays there for the subscription's end (``core.pull_feeds``).
+  stays there for the subscription's end (``core.pull_feeds``); what answers took from
+  it before and give back goes to its ``keep_late``.
 * Reads of the feeds are serialised (``_reading``): ``take`` holds it for a whole answer,
   ``suspend_feed`` to stop the feed and take what reached the pull point.  A pause or an
   end arriving while GetMessages reads the feed waits for that answer, and no answer
@@ -35,8 +36,11 @@ them when GetMessages asks, and holds nothing in memory:
   (``suspend_feed``'s ``keep_late``: into the inbox, after what the suspension kept),
   rather than given back into a subscription that may be deleted; in a cluster, where
   another instance may be deleting it before this one knows, a feed's given-back
-  messages always go into the inbox (``Feed.keeper``, ``core.pull_feeds``).  What
-  an answer took from a feed halted while it read it is settled at once (its
+  messages always go into the inbox (``Feed.keeper``, ``core.pull_feeds``).  The
+  answer that meets the breach of a feed's filter (``halt_feed``): what it took from the
+  feed before the breach goes with the answer like the rest, and given back goes to
+  ``halt_feed``'s ``keep_late`` (the subscription's dead letters); the breaching message
+  and those behind it, dead letters already as they were met, are settled at once (the
   subscription ends and dead-letters what it still holds).  A feed failing unexpectedly
   ends the answer with what it holds (the failure reaches GetMessages only when the
   answer is empty).
@@ -52,7 +56,7 @@ import threading
 from collections.abc import Callable, Sequence
 
 from wsnmom.core.adapter import AdapterError, Received, SubscriptionHandle
-from wsnmom.core.pull_fed import Fed, Feed, give_back_fed
+from wsnmom.core.pull_fed import SETTLE_WAIT, Fed, Feed, give_back_fed
 from wsnmom.core.pull_handout import Settlement
 
 __all__ = ["PullReader"]
@@ -203,7 +207,29 @@ class PullReader:
         out: list[Received] = []
         with self._reading:
             self._take(max_messages, items, out)
-        return out, Settlement(items, give_back_fed)
+            # counted before an end's ``wait_settled`` can read the feed's count
+            fed = [i.feed for i in items if isinstance(i, Fed)]
+            for feed in fed:
+                feed.unsettled.add()
+
+        def settled() -> None:
+            for feed in fed:
+                feed.unsettled.done()
+
+        return out, Settlement(items, give_back_fed, settled if fed else None)
+
+    def wait_settled(self, name: str, timeout: float = SETTLE_WAIT) -> bool:
+        """Whether the feed's messages handed out in answers on their way were settled
+        or given back within ``timeout`` seconds (waited for; ``settling`` meanwhile)."""
+        with self._lock:
+            feed = self._feeds.get(name)
+        return feed is None or feed.unsettled.wait(timeout)
+
+    def settling(self, name: str) -> bool:
+        """Whether ``wait_settled`` waits for the feed's answers on their way."""
+        with self._lock:
+            feed = self._feeds.get(name)
+        return feed is not None and feed.unsettled.waiting
 
     def _take(self, max_messages: int, items: list[Received], out: list[Received]) -> None:
         """Fill ``out`` with the messages to hand out and ``items`` with what the answer
@@ -220,8 +246,10 @@ class PullReader:
                 feeds = feeds[turn:] + feeds[:turn]
         for feed in feeds:
             mine: list[Fed[object]] = []
+            #: where in ``mine`` its filter halted the feed (the breach), if it did
+            breach: list[int] = []
             try:
-                self._read_feed(feed, max_messages - len(out), mine)
+                self._read_feed(feed, max_messages - len(out), mine, breach)
             except Exception:
                 # an adapter's unexpected failure: the answer goes with what it took
                 if not out and not mine:
@@ -232,13 +260,16 @@ class PullReader:
                     feed.handle,
                     exc_info=True,
                 )
-                self._keep(feed, mine, items, out)
+                self._keep(feed, mine, breach, items, out)
                 return
-            self._keep(feed, mine, items, out)
+            self._keep(feed, mine, breach, items, out)
 
-    def _read_feed(self, feed: Feed[object], wanted: int, mine: list[Fed[object]]) -> None:
+    def _read_feed(
+        self, feed: Feed[object], wanted: int, mine: list[Fed[object]], breach: list[int]
+    ) -> None:
         """Up to ``wanted`` of the feed's messages to hand out into ``mine`` (its filtered
-        ones too), while the feed is read."""
+        ones too), while the feed is read; ``breach`` gets the place in ``mine`` of the
+        message whose filter halted the feed (``halt_feed``), if one did."""
         handed = 0
         while handed < wanted and feed.active:
             want = wanted - handed
@@ -251,6 +282,8 @@ class PullReader:
                 return
             for received in got:
                 message = feed.prepare(received)
+                if not feed.active and not breach:
+                    breach.append(len(mine))
                 mine.append(Fed(feed, received, message))
                 if message is not None:
                     handed += 1
@@ -259,16 +292,24 @@ class PullReader:
 
     @staticmethod
     def _keep(
-        feed: Feed[object], mine: list[Fed[object]], items: list[Received], out: list[Received]
+        feed: Feed[object],
+        mine: list[Fed[object]],
+        breach: list[int],
+        items: list[Received],
+        out: list[Received],
     ) -> None:
         out.extend(m for m in mine if m.message is not None)
         if feed.active:
             items.extend(mine)
             return
-        # halted by its filter while this answer read it: its subscription ends and
-        # dead-letters what it still holds, so what the answer took from it is settled
-        # now (at-most-once for these few, as before)
-        for m in mine:
+        # halted by its filter while this answer read it: what the answer took from it
+        # before the breach is settled with the answer, and given back to the feed's
+        # ``late`` (its subscription's dead letters: given back into its queue, it was
+        # lost once the end deleted that); the breaching message and those behind it
+        # went to the dead letters as they were met, and are settled now
+        cut = breach[0] if breach else len(mine)
+        items.extend(mine[:cut])
+        for m in mine[cut:]:
             m.ack()
 
     def held(self, limit: int) -> list[Received]:

@@ -334,12 +334,14 @@ def test_pull_get_an_answer_taken_before_the_feeds_end_is_handed_out_or_a_dead_l
     budgeted_get: BrokerService, answer: str
 ) -> None:
     """``pull = "get"``: an answer took a feed's message, then its filter went over its
-    budget and the subscription ended (its backlog buried, its queue deleted) before the
-    answer was sent.  Written, the message is handed out; not written, it is a dead
-    letter (given back into the deleted queue, it was lost); once either way."""
+    budget and the subscription ends (its backlog buried, its queue deleted) while the
+    answer is on its way.  Written, the message is handed out; not written, it is a dead
+    letter (given back into the queue the end deleted, it was lost); once either way."""
     service = budgeted_get
     app = wsgi_app(service)
     pp = service.create_pull_point(CreatePullPointRequest())
+    reader = service.registry.pull_points[pp.id].reader
+    assert isinstance(reader, PullReader)
     content = ExpressionSource(XPATH10, CUBIC, {})
     address = service.pull_point_address(pp.id)
     sub = service.subscribe(sub_req(address, topic=simple("t:e"), message_content=content))
@@ -353,11 +355,17 @@ def test_pull_get_an_answer_taken_before_the_feeds_end_is_handed_out_or_a_dead_l
         service.notify([note(BIG, simple("t:e"))])
         wait_until(lambda: handle.depth() == 1, 10, what="BIG in the queue")
         assert service.get_messages(pp.id, None) == []  # meets BIG: over the budget
-        wait_until(lambda: sub.id not in service.registry.subscriptions, 30, what="the end")
+        # the end waits for the answer (``PullReader.wait_settled``), or is done
+        wait_until(
+            lambda: reader.settling(sub.id) or sub.id not in service.registry.subscriptions,
+            30,
+            what="the end waiting for the answer",
+        )
         data = b"".join(body) if answer == "written" else next(iter(body))
     finally:
         body.close()
     assert status.startswith("200") and b"early" in data, data
+    wait_until(lambda: sub.id not in service.registry.subscriptions, 30, what="the end")
     early = b"<r><a/><e>early</e></r>"
     bodies = [BIG.encode()[:20]] + ([early[:20]] if answer == "cut" else [])
     wait_until(lambda: len(service.dead_letters()) >= len(bodies), 15, what="the dead letters")
@@ -399,3 +407,45 @@ def test_a_purge_while_an_end_waits_for_an_answer_leaves_the_feed_stopped(
     assert status.startswith("200") and b"early" in data, data
     wait_until(lambda: sub.id not in service.registry.subscriptions, 30, what="the end")
     assert [d.body for d in service.dead_letters()] == [after.encode()]
+
+
+@pytest.mark.parametrize("answer", ["written", "cut"])
+def test_pull_get_the_answer_that_meets_the_breach_hands_out_or_dead_letters_what_it_took(
+    budgeted_get: BrokerService, answer: str
+) -> None:
+    """``pull = "get"``: one answer takes a feed's message, then meets the message whose
+    filter goes over its budget (the subscription's end waits for the answer) before the
+    answer is sent.  Written, the earlier message is handed out; not written, it is a dead
+    letter (it was acknowledged when the answer met the breach: lost); once either way."""
+    service = budgeted_get
+    app = wsgi_app(service)
+    pp = service.create_pull_point(CreatePullPointRequest())
+    reader = service.registry.pull_points[pp.id].reader
+    assert isinstance(reader, PullReader)
+    content = ExpressionSource(XPATH10, CUBIC, {})
+    address = service.pull_point_address(pp.id)
+    sub = service.subscribe(sub_req(address, topic=simple("t:e"), message_content=content))
+    state = service.registry.subscriptions[sub.id]
+    assert state.handle is not None
+    handle = state.handle
+    early = b"<r><a/><e>early</e></r>"
+    service.notify([note(early.decode(), simple("t:e")), note(BIG, simple("t:e"))])
+    wait_until(lambda: handle.depth() == 2, 10, what="both messages in the queue")
+    status, body = start_get_messages(app, pp.id)  # takes early, meets BIG: over the budget
+    try:
+        # the end waits for the answer (``PullReader.wait_settled``), or is done
+        wait_until(
+            lambda: reader.settling(sub.id) or sub.id not in service.registry.subscriptions,
+            30,
+            what="the end waiting for the answer",
+        )
+        data = b"".join(body) if answer == "written" else next(iter(body))
+    finally:
+        body.close()
+    assert status.startswith("200") and b"early" in data, data
+    wait_until(lambda: sub.id not in service.registry.subscriptions, 30, what="the end")
+    bodies = [BIG.encode()[:20]] + ([early[:20]] if answer == "cut" else [])
+    wait_until(lambda: len(service.dead_letters()) >= len(bodies), 15, what="the dead letters")
+    service.notify_pull_point(pp.id, [note("<m>sentinel</m>")])
+    assert _drain(service, pp.id, 1) == [b"<m>sentinel</m>"]  # nothing kept in the inbox
+    assert sorted(d.body[:20] for d in service.dead_letters()) == sorted(bodies)

@@ -218,28 +218,38 @@ def test_an_answer_given_back_comes_again_first_in_order() -> None:
     assert bodies(reader.take(10)) == [b"i0", b"i1", b"i2"]
 
 
-def test_what_an_answer_took_from_a_feed_halted_meanwhile_is_settled_at_once() -> None:
-    """Its subscription ends and dead-letters what it still holds: what reached the
-    answer must be gone from it already (core.pull_feeds)."""
+@pytest.mark.parametrize("answer", ["written", "given back"])
+def test_what_an_answer_took_before_its_feed_halted_goes_with_the_answer(answer: str) -> None:
+    """The answer that meets the breach: what it took from the feed before (handed out
+    or filtered) is settled once the answer was written, else given to the feed's
+    ``late`` (core.pull_feeds: the dead letters), never settled before (then lost when
+    the answer was not sent); the breaching message and those behind it, dead letters
+    already, are settled at once (their subscription dead-letters what it still holds)."""
     reader = PullReader(Queue("pp"), cap=10)
-    feed = Queue("s1", "k0", "over", "k2")
+    feed = Queue("s1", "k0", "x1", "over", "k3")
 
     ended: list[bytes] = []
+    late: list[bytes] = []
 
     def prepare(r: Received) -> object | None:
         # its filter goes over its budget at "over"; from there on core dead-letters
         # each message it meets (core.pull_feeds)
         if r.body == b"over" or ended:
             ended.append(r.body)
-            reader.halt_feed("s1")
+            reader.halt_feed("s1", lambda fed: late.extend(f.body for f in fed))
             return None
-        return r.body
+        return None if r.body.startswith(b"x") else r.body
 
     reader.add_feed("s1", feed, prepare, active=True)
     got, settlement = reader.hand_out(10)
-    assert bodies(got) == [b"k0"] and ended == [b"over", b"k2"]
-    assert feed.acked == [b"k0", b"over", b"k2"]  # settled before the answer's write
-    settlement.give_back()
+    assert bodies(got) == [b"k0"] and ended == [b"over", b"k3"]
+    assert feed.acked == [b"over", b"k3"]  # dead letters already: settled before the write
+    if answer == "written":
+        settlement.settle()
+        assert feed.acked == [b"over", b"k3", b"k0", b"x1"] and late == []
+    else:
+        settlement.give_back()
+        assert late == [b"k0", b"x1"] and feed.acked == [b"over", b"k3"]
     assert feed.nacked == [] and list(feed.ready) == []
 
 
@@ -270,3 +280,23 @@ def test_a_keeper_keeps_what_an_answer_gives_back_while_the_feed_is_read() -> No
     assert kept == [[b"a0", b"a1"]]
     assert feed.nacked == [] and list(feed.ready) == []
     assert inbox.nacked == [b"i0"]
+
+
+@pytest.mark.parametrize("answer", ["written", "given back"])
+def test_an_end_waits_for_the_answers_holding_a_feeds_messages(answer: str) -> None:
+    """``wait_settled`` (an end before its backlog goes to the dead letters) returns once
+    the answers that took the feed's messages were settled or given back."""
+    reader = PullReader(Queue("pp", "i0"), cap=10)
+    reader.add_feed("s1", Queue("s1", "k0"), keep_all, active=True)
+    got, settlement = reader.hand_out(10)
+    assert bodies(got) == [b"i0", b"k0"]
+    waited: list[bool] = []
+    waiter = threading.Thread(target=lambda: waited.append(reader.wait_settled("s1")))
+    waiter.start()
+    wait_until(lambda: reader.settling("s1"), 5, what="the wait")
+    if answer == "written":
+        settlement.settle()
+    else:
+        settlement.give_back()
+    waiter.join(5)
+    assert waited == [True] and not reader.settling("s1")

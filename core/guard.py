@@ -256,7 +256,7 @@ class Guard:
                     f"topic {topic} is new and the broker's topic set holds its maximum of "
                     f"{exc.limit} topics beyond the declared ones (quotas.ad_hoc_topics)"
                 ),
-                403,
+                500,  # a WS-N fault at a count bound, as the other count quotas
                 "ad_hoc_topics",
             ) from None
 

@@ -1,7 +1,7 @@
 """A notifier inventing topics cannot grow the broker's per-topic state without bound
 (docs/security.md, "Topics"): past ``quotas.ad_hoc_topics`` new topics, a Notify, a
 RegisterPublisher or a SubscriptionEnd topic naming a new one is refused with a
-schema-valid TopicNotSupportedFault (HTTP 403) naming the bound, counted in /metrics and
+schema-valid TopicNotSupportedFault (HTTP 500) naming the bound, counted in /metrics and
 logged at most once per interval; the topics admitted before, and the messages accepted on
 them, are kept.  One embedded gateway, driven over HTTP."""
 
@@ -29,9 +29,9 @@ LIMIT = 3
 
 
 def _refused(answer: requests.Response, topic: str, operation: str) -> None:
-    """``answer`` is the bound's refusal of ``topic``: 403, a schema-valid
+    """``answer`` is the bound's refusal of ``topic``: 500, a schema-valid
     TopicNotSupportedFault whose reason names the bound."""
-    assert answer.status_code == 403, (operation, answer.status_code, answer.text)
+    assert answer.status_code == 500, (operation, answer.status_code, answer.text)
     fault = soap_fault_of(answer.status_code, answer.headers["Content-Type"], answer.content)
     assert fault.detail == "TopicNotSupportedFault", (operation, fault)
     assert f"{{{NS}}}{topic}" in fault.reason, fault.reason
@@ -73,7 +73,7 @@ def test_new_topics_beyond_the_bound_are_refused_and_the_admitted_ones_kept(
         client.subscribe(
             pull_point, "tns:t0", namespaces={"tns": NS}, subscription_end_topic="tns:ends"
         )
-    assert raised.value.status == 403
+    assert raised.value.status == 500
     for _ in range(20):  # a flood of refusals: counted each, logged at most once per 10 s
         _refused(post(broker, notify_body(("tns:flood", "<m/>"))), "flood", "Notify")
 

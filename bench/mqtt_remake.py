@@ -101,7 +101,7 @@ def openings_part(store: Any, names: list[str]) -> dict[str, float]:
         return wrapped
 
     def stored(name: str) -> bool:  # core.cluster_parts.ClusterParts.stored
-        return store.get_subscription(name) is not None or store.get_pull_point(name) is not None
+        return name in store.held((name,))
 
     def held(many: Collection[str]) -> set[str]:
         return set(store.held(many))

@@ -121,8 +121,7 @@ class ClusterParts:
         found the durable subscription gone from the middleware.  The store is the truth
         about existence: every removal deletes the store's record before the middleware's
         durable subscription (``Subscriptions.destroy``, ``PullPoints.destroy``)."""
-        store = self._ctx.store
-        return store.get_subscription(name) is not None or store.get_pull_point(name) is not None
+        return name in self._ctx.store.held((name,))  # one query (``Store.held``)
 
     def is_pull_point(self, resource_id: str) -> bool:
         """Whether a pull point has the id (``core.pull_owners``): known here, else in the

@@ -144,7 +144,7 @@ class OrphanSweep:
     def _remove_intended(self, store: Store, name: str, at: datetime, older_than: float) -> bool:
         """One stale intent (see :meth:`sweep_intents`); True when its durable
         subscription was deleted."""
-        if store.get_subscription(name) is not None or store.get_pull_point(name) is not None:
+        if name in store.held((name,)):
             # its record exists: the durable subscription is live.  Only if still that
             # old: a removal since the read (a round stopped here, then woken) wrote it
             # anew, and it is that removal's, for a delete on the middleware that failed

@@ -164,15 +164,13 @@ class Store(abc.ABC):
     def list_pull_points(self) -> list[PullPoint]:
         """Every pull point."""
 
+    @abc.abstractmethod
     def held(self, ids: Collection[str]) -> set[str]:
-        """Which of ``ids`` the store holds as a subscription or a pull point: one query
-        for them all (``Adapter.kept_in_store_many``: a middleware that lost what it kept
-        of many subscriptions at once).  This default asks each id in turn."""
-        return {
-            i
-            for i in ids
-            if self.get_subscription(i) is not None or self.get_pull_point(i) is not None
-        }
+        """Which of ``ids`` the store holds as a subscription or a pull point, in one
+        query for them all: the one place that question is answered, for one name
+        (``ClusterParts.stored``, ``Adapter.kept_in_store``; the orphan sweep's intents)
+        as for many (``Adapter.kept_in_store_many``: a middleware that lost what it kept
+        of many subscriptions at once)."""
 
     # registrations
     @abc.abstractmethod

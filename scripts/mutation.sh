@@ -28,7 +28,8 @@ declare -A MODULES=(
     [unordered]="wsnmom.core.unordered|core/unordered.py|tests/core/test_unordered_channel.py|"
     [pull_buffer]="wsnmom.core.pull_buffer|core/pull_buffer.py|tests/core/test_pull_buffer_mutants.py|"
     [cursor]="wsnmom.adapters.logbase.cursor|adapters/logbase/cursor.py|tests/adapters/test_logbase_engine.py tests/adapters/test_logbase_cursor_mutants.py|"
-    [mqtt_session]="wsnmom.adapters.mqtt.session|adapters/mqtt/session.py|tests/adapters/test_mqtt_session_mutants.py|Session._message_cb Session._disconnected_cb Session._send_barrier sentinel_topic"
+    [mqtt_session]="wsnmom.adapters.mqtt.session|adapters/mqtt/session.py|tests/adapters/test_mqtt_session_mutants.py|Session._message_cb Session._disconnected_cb"
+    [mqtt_barriers]="wsnmom.adapters.mqtt.barriers|adapters/mqtt/barriers.py|tests/adapters/test_mqtt_session_mutants.py|Barriers._send_barrier sentinel_topic"
     [mqtt_ingest]="wsnmom.adapters.mqtt.ingest|adapters/mqtt/ingest.py|tests/adapters/test_mqtt_session_mutants.py|_topic_of Ingest._process Ingest._twin Ingest._convert Ingest._commit Ingest._store Ingest._arrived _run_barrier"
     [pull_points]="wsnmom.core.pull_points|core/pull_points.py|tests/core/test_pull_points.py tests/core/test_pull_feeds.py tests/core/test_operations.py|"
     # core/subscriptions.py and its parts (subscription_changes, subscription_ends), against the same tests
@@ -36,7 +37,7 @@ declare -A MODULES=(
     [subscription_changes]="wsnmom.core.subscription_changes|core/subscription_changes.py|tests/core/test_subscriptions.py tests/core/test_termination.py tests/core/test_operations.py tests/core/test_direct_pull_routing.py tests/core/test_access.py tests/core/test_delivery.py|"
     [subscription_ends]="wsnmom.core.subscription_ends|core/subscription_ends.py|tests/core/test_subscriptions.py tests/core/test_termination.py tests/core/test_operations.py tests/core/test_direct_pull_routing.py tests/core/test_access.py tests/core/test_delivery.py|"
 )
-ORDER=(channel channel_state channel_give_up backoff unordered pull_buffer cursor mqtt_session mqtt_ingest pull_points subscriptions subscription_changes subscription_ends)
+ORDER=(channel channel_state channel_give_up backoff unordered pull_buffer cursor mqtt_session mqtt_barriers mqtt_ingest pull_points subscriptions subscription_changes subscription_ends)
 
 selected=("$@")
 [ ${#selected[@]} -eq 0 ] && selected=("${ORDER[@]}")

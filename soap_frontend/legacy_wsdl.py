@@ -33,12 +33,16 @@ from wsnmom.core.model import WireVersion
 
 from .legacy import LEGACY, Legacy
 from .legacy_faults import LegacyFault, declared_faults
+from .metadata import (
+    HTTP_TRANSPORT,
+    SOAP11_PORT,
+    SOAP12_PORT,
+    WSDL,
+    WSDL_SOAP11,
+    WSDL_SOAP12,
+    add_services,
+)
 from .xml import XSD
-
-WSDL = "http://schemas.xmlsoap.org/wsdl/"
-WSDL_SOAP11 = "http://schemas.xmlsoap.org/wsdl/soap/"
-WSDL_SOAP12 = "http://schemas.xmlsoap.org/wsdl/soap12/"
-HTTP_TRANSPORT = "http://schemas.xmlsoap.org/soap/http"
 
 #: (operation, interface namespace key, request local, response local or None, kind of
 #: request: its faults are :func:`.legacy_faults.declared_faults` of it)
@@ -158,7 +162,7 @@ def _build(legacy: Legacy, base: str) -> etree._Element:
     _messages(defs, legacy, ns, prefix, port_types)
     _port_types(defs, legacy, prefix, port_types)
     _bindings(defs, legacy, ns, port_types)
-    _services(defs, port_types, base)
+    add_services(defs, port_types, base, (SOAP12_PORT, SOAP11_PORT))
     return defs
 
 
@@ -252,7 +256,7 @@ def _bindings(
 ) -> None:
     """A SOAP 1.2 and a SOAP 1.1 binding of each port type (document/literal)."""
     for pt_name, (ops, _) in port_types.items():
-        for suffix, soap_ns in (("Soap12", WSDL_SOAP12), ("Soap11", WSDL_SOAP11)):
+        for suffix, soap_ns in (SOAP12_PORT, SOAP11_PORT):
             b = etree.SubElement(
                 defs, _q(WSDL, "binding"), name=f"{pt_name}{suffix}Binding", type=f"tns:{pt_name}"
             )
@@ -273,20 +277,6 @@ def _bindings(
                 for fault in declared_faults(legacy, kind):
                     fault_el = etree.SubElement(op_el, _q(WSDL, "fault"), name=fault.name)
                     etree.SubElement(fault_el, _q(soap_ns, "fault"), name=fault.name, use="literal")
-
-
-def _services(defs: etree._Element, port_types: _PortTypes, base: str) -> None:
-    """A wsdl:service per port type, with a SOAP 1.2 and a SOAP 1.1 port at ``base``."""
-    for pt_name, (_, path) in port_types.items():
-        svc = etree.SubElement(defs, _q(WSDL, "service"), name=f"{pt_name}Service")
-        for suffix, soap_ns in (("Soap12", WSDL_SOAP12), ("Soap11", WSDL_SOAP11)):
-            port = etree.SubElement(
-                svc,
-                _q(WSDL, "port"),
-                name=f"{pt_name}{suffix}Port",
-                binding=f"tns:{pt_name}{suffix}Binding",
-            )
-            etree.SubElement(port, _q(soap_ns, "address"), location=f"{base}{path}")
 
 
 @functools.lru_cache(maxsize=64)

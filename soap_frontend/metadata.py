@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import functools
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import resources
 
@@ -261,7 +262,7 @@ def _build(base: str, policy: etree._Element | None) -> etree._Element:
     _messages(defs)
     _port_types(defs)
     _bindings(defs)
-    _services(defs, base)
+    add_services(defs, PORT_TYPES, base)
     return defs
 
 
@@ -356,10 +357,24 @@ def _bindings(defs: etree._Element) -> None:
                     )
 
 
-def _services(defs: etree._Element, base: str) -> None:
-    for pt_name, (_, path) in PORT_TYPES.items():
+#: a WSDL port per SOAP version: (name suffix, namespace of its ``address``), in the
+#: order :func:`add_services` writes them by default
+SOAP11_PORT = ("Soap11", WSDL_SOAP11)
+SOAP12_PORT = ("Soap12", WSDL_SOAP12)
+
+
+def add_services(
+    defs: etree._Element,
+    port_types: Mapping[str, tuple[object, str]],
+    base: str,
+    ports: tuple[tuple[str, str], ...] = (SOAP11_PORT, SOAP12_PORT),
+) -> None:
+    """A wsdl:service per port type (name -> (its operations, its endpoint path)), with a
+    port per SOAP version of ``ports`` at ``base`` and the path; also for the WSDL of an
+    older wire format (:mod:`.legacy_wsdl`)."""
+    for pt_name, (_, path) in port_types.items():
         svc = etree.SubElement(defs, _q(WSDL, "service"), name=f"{pt_name}Service")
-        for suffix, soap_ns in (("Soap11", WSDL_SOAP11), ("Soap12", WSDL_SOAP12)):
+        for suffix, soap_ns in ports:
             port = etree.SubElement(
                 svc,
                 _q(WSDL, "port"),
@@ -397,10 +412,17 @@ def render_wsdl(base: str, policy: etree._Element | None = None) -> bytes:
 
 
 __all__ = [
+    "HTTP_TRANSPORT",
     "PORT_TYPES",
     "SCHEMA_FILES",
     "SOAP11",
+    "SOAP11_PORT",
     "SOAP12",
+    "SOAP12_PORT",
+    "WSDL",
+    "WSDL_SOAP11",
+    "WSDL_SOAP12",
+    "add_services",
     "official_schema_bytes",
     "render_wsdl",
     "schema_bytes",

@@ -5,9 +5,9 @@ filter, QoS 0 beyond the backlog) and how it retries a refusing store.
 
 The worker's batch (``Session._process``) is called directly with paho-like messages and
 a recording client; these tests kill the mutants of that code in
-``adapters/mqtt/ingest.py`` and ``session.py`` (``make mutation``).  The session against
-a real Mosquitto is covered by tests/adapters/test_mqtt.py, test_mqtt_attach.py and the
-MQTT conformance run.
+``adapters/mqtt/ingest.py``, ``session.py`` and ``barriers.py`` (``make mutation``).  The
+session against a real Mosquitto is covered by tests/adapters/test_mqtt.py,
+test_mqtt_attach.py and the MQTT conformance run.
 """
 
 from __future__ import annotations
@@ -20,11 +20,12 @@ from typing import Any
 
 import pytest
 from wsnmom.adapters.mqtt import ingest
+from wsnmom.adapters.mqtt.barriers import sentinel_topic
 from wsnmom.adapters.mqtt.config import MqttSettings
 from wsnmom.adapters.mqtt.inbox import _Acked, _Barrier, _Connected, _Removed, _SentinelRefused
 from wsnmom.adapters.mqtt.ingest import _topic_of
 from wsnmom.adapters.mqtt.mapping import MqttMapping
-from wsnmom.adapters.mqtt.session import Session, sentinel_topic
+from wsnmom.adapters.mqtt.session import Session
 from wsnmom.adapters.mqtt.state import SessionState
 from wsnmom.adapters.mqtt.taps import Arrival, Tap, Taps
 from wsnmom.core.adapter import AdapterUnavailable, OutboundMessage

@@ -42,7 +42,8 @@ What a pull point fed this way guarantees, as before:
   the message came again after the resume), on a thread of its own (the Pause is
   answered at once; at most ``pull_fed.SETTLE_WAIT``); a resume meanwhile starts the
   feed once its handle stopped (it gives back what it delivered while paused, which the
-  buffer ignored).  In a cluster, native pull gives
+  buffer ignored; a stop that fails starts it all the same, a start that fails is
+  retried: ``_start``).  In a cluster, native pull gives
   what an unsent answer took from a feed to the inbox whatever the feed's state
   (``Feed.keeper``): another instance may drain and delete the subscription's durable
   subscription before this one follows the end, and a requeue in between was lost.
@@ -69,8 +70,10 @@ What a pull point fed this way guarantees, as before:
   for without the lock that serialises the feeds' changes (the other feeds' go on; a
   resume or an operator's purge of this one meanwhile leaves it stopped, an Unsubscribe
   stops its handle at once).  With native pull a ``take`` has already removed the breaching
-  message, and the rest of its batch, from the middleware: each of those goes to the
-  dead letters on its own, as it is met; what an answer took before the breach (an
+  message, and the rest of its batch, from the middleware: those go to the dead
+  letters in the answer that met them (``halt_feed``'s ``keep_late``, ``_bury_late``:
+  settled once the middleware confirmed them, else given back into the subscription,
+  which the end waits for, so they go with the backlog); what an answer took before the breach (an
   earlier answer, or the one that meets the breach) and gives back goes to the dead
   letters too (``halt_feed``'s ``keep_late``: given back into the durable subscription,
   it was lost once the end deleted that; settled when the breach was met, it was lost

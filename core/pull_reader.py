@@ -39,9 +39,10 @@ them when GetMessages asks, and holds nothing in memory:
   messages always go into the inbox (``Feed.keeper``, ``core.pull_feeds``).  The
   answer that meets the breach of a feed's filter (``halt_feed``): what it took from the
   feed before the breach goes with the answer like the rest, and given back goes to
-  ``halt_feed``'s ``keep_late`` (the subscription's dead letters); the breaching message
-  and those behind it, dead letters already as they were met, are settled at once (the
-  subscription ends and dead-letters what it still holds).  A feed failing unexpectedly
+  ``halt_feed``'s ``keep_late`` (the subscription's dead letters); so do the breaching
+  message and those behind it, before the answer is made (``keep_late`` settles them once
+  the dead letters are confirmed, else gives them back into the subscription, which ends
+  and dead-letters what it still holds).  A feed failing unexpectedly
   ends the answer with what it holds (the failure reaches GetMessages only when the
   answer is empty).
 * A feed the middleware cannot read (its subscription destroyed through another instance a

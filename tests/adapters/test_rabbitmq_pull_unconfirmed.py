@@ -88,14 +88,16 @@ def test_pull_get_a_breaching_message_whose_dead_letter_is_not_confirmed_is_not_
     assert _drain(service, pp.id, 1) == [b"<m>sentinel</m>"]  # nothing kept in the inbox
 
 
+@pytest.mark.parametrize("start_fails", [False, True])
 def test_a_resume_while_a_paused_feeds_stop_fails_reads_the_feed(
-    buffered: BrokerService,
+    buffered: BrokerService, start_fails: bool
 ) -> None:
     """A buffered feed is paused while an answer holding its message is on its way (its
     handle stops once that answer settles, on a thread of its own) and resumed meanwhile;
-    that stop fails (the broker connection dropped during it).  The feed is read again
-    once the answer settled.  Before, the failed stop skipped the Resume's start: the
-    feed stayed unread until the next pause and resume."""
+    that stop fails (the broker connection dropped during it), and with ``start_fails``
+    so does the start after it (tried again, ``pull_feeds.START_RETRY`` later).  The
+    feed is read again.  Before, the failed stop skipped the Resume's start: the feed
+    stayed unread until the next pause and resume."""
     service = buffered
     app = wsgi_app(service)
     pp = service.create_pull_point(CreatePullPointRequest())
@@ -116,6 +118,16 @@ def test_a_resume_while_a_paused_feeds_stop_fails_reads_the_feed(
         real_stop()
 
     handle.stop = stop
+    real_start = handle.start
+    refused_start = threading.Event()
+
+    def start(*args: Any, **kwargs: Any) -> None:
+        if start_fails and failed.is_set() and not refused_start.is_set():
+            refused_start.set()
+            raise AdapterError("RabbitMQ unreachable")
+        real_start(*args, **kwargs)
+
+    handle.start = start
     status, body = start_get_messages(app, pp.id)  # made, not yet sent: unsettled
     try:
         service.pause(sub.id)
@@ -134,3 +146,4 @@ def test_a_resume_while_a_paused_feeds_stop_fails_reads_the_feed(
 
     wait_until(sentinel, 20, what="the sentinel")
     assert after == ["sentinel"]
+    assert refused_start.is_set() is start_fails

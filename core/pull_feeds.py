@@ -42,7 +42,8 @@ What a pull point fed this way guarantees, as before:
   the message came again after the resume), on a thread of its own (the Pause is
   answered at once; at most ``pull_fed.SETTLE_WAIT``); a resume meanwhile starts the
   feed once its handle stopped (it gives back what it delivered while paused, which the
-  buffer ignored).  In a cluster, native pull gives
+  buffer ignored; a stop that fails starts it all the same, a start that fails is
+  retried: ``_start``).  In a cluster, native pull gives
   what an unsent answer took from a feed to the inbox whatever the feed's state
   (``Feed.keeper``): another instance may drain and delete the subscription's durable
   subscription before this one follows the end, and a requeue in between was lost.
@@ -69,8 +70,10 @@ What a pull point fed this way guarantees, as before:
   for without the lock that serialises the feeds' changes (the other feeds' go on; a
   resume or an operator's purge of this one meanwhile leaves it stopped, an Unsubscribe
   stops its handle at once).  With native pull a ``take`` has already removed the breaching
-  message, and the rest of its batch, from the middleware: each of those goes to the
-  dead letters on its own, as it is met; what an answer took before the breach (an
+  message, and the rest of its batch, from the middleware: those go to the dead
+  letters in the answer that met them (``halt_feed``'s ``keep_late``, ``_bury_late``:
+  settled once the middleware confirmed them, else given back into the subscription,
+  which the end waits for, so they go with the backlog); what an answer took before the breach (an
   earlier answer, or the one that meets the breach) and gives back goes to the dead
   letters too (``halt_feed``'s ``keep_late``: given back into the durable subscription,
   it was lost once the end deleted that; settled when the breach was met, it was lost
@@ -106,6 +109,11 @@ log = logging.getLogger(__name__)
 Prepare = Callable[[LiveSubscription, Received], NotificationMessage | None]
 #: publishes messages into a pull point's inbox (DeliveryFailed when it cannot)
 Forward = Callable[[LiveSubscription, str, Sequence[NotificationMessage]], None]
+
+#: a resumed feed whose start failed after its pause's stop is started again this many
+#: times at most (``PullFeeds._start``), every ``START_RETRY`` seconds
+START_TRIES = 5
+START_RETRY = 2.0
 
 
 class _Ending:
@@ -175,7 +183,8 @@ class PullFeeds:
         reader = state.feed
         ending = self._ending.get(sub_id)
         if ending is not None:
-            self._after_breach(state, reader, received, f"subscription ended: {ending}")
+            # met after the breach: with native pull the reader buries it (``halt_feed``'s
+            # ``keep_late``); the buffer leaves it unsettled, in the backlog
             return None
         try:
             message = self._prepare(state, received)
@@ -184,7 +193,6 @@ class PullFeeds:
                 first = sub_id not in self._ending
                 self._ending.setdefault(sub_id, end.reason)
             if not first:
-                self._after_breach(state, reader, received, f"subscription ended: {end.reason}")
                 return None
             log.warning("subscription %s: %s", sub_id, end.reason)
             # nothing from here on is handed out or settled (see the module docstring)
@@ -193,7 +201,6 @@ class PullFeeds:
                 reader.halt_feed(sub_id, partial(self._bury_late, state, end.reason))
             elif reader is not None:
                 reader.halt_feed(sub_id)
-            self._after_breach(state, reader, received, end.reason)
             threading.Thread(target=self._give_up, args=(sub_id, give_up, end), daemon=True).start()
             return None
         except Exception:
@@ -210,28 +217,22 @@ class PullFeeds:
                 pass
         return message
 
-    def _after_breach(
-        self,
-        state: LiveSubscription,
-        reader: PullBuffer | PullReader | None,
-        received: Received,
-        error: str,
-    ) -> None:
-        """A message of a subscription its filter ended, met from the breach on.  With
-        native pull a ``take`` removed it from the middleware: it goes to the dead letters
-        here (a dead letter the middleware did not confirm is only logged:
-        ``core.dead_letters``).  With the buffer it stays unsettled in the subscription
-        (the halted feed ignores it) and goes with the backlog."""
-        if isinstance(reader, PullReader):
-            self._ctx.dead_letters.bury(state.record, [received], "filter-budget", 0, error)
-
     def _bury_late(self, state: LiveSubscription, error: str, fed: list[Fed[object]]) -> None:
-        """Native pull: what an answer took from a feed before its filter ended it and
-        gives back goes to the dead letters, as the backlog it would have been part of
-        (given back into the durable subscription, it was lost once that was deleted);
-        settled once the middleware confirmed them, else given back all the same."""
+        """Native pull, a feed its filter ended (``halt_feed``'s ``keep_late``): what the
+        answer that met the breach took from the breach on, and what an answer took
+        before and gives back, goes to the dead letters, as the backlog it would have
+        been part of (given back into the durable subscription, it was lost once that
+        was deleted).  Settled once the middleware confirmed them; else never settled:
+        given back into the subscription, they go to the dead letters with its backlog
+        (its end, tried again at every sweep while the middleware refuses it)."""
         reason = f"subscription ended: {error}"
         if not self._ctx.dead_letters.bury(state.record, fed, "filter-budget", 0, reason):
+            log.warning(
+                "subscription %s: %d message(s) whose dead letters were not confirmed go "
+                "back to it (they go to its dead letters with its backlog)",
+                state.record.id,
+                len(fed),
+            )
             PullReader.give_back(fed)
             return
         for item in fed:
@@ -303,10 +304,59 @@ class PullFeeds:
             del self._stopping[name]
             try:
                 handle.stop()
-                if state.feed is reader and state.record.state is SubscriptionState.ACTIVE:
-                    reader.resume_feed(name)
             except Exception:
+                # e.g. the connection dropped during it, which gave back what the handle
+                # held: a Resume made meanwhile starts the feed all the same
                 log.warning("subscription %s: stopping its paused feed failed", name, exc_info=True)
+            if state.feed is reader and state.record.state is SubscriptionState.ACTIVE:
+                self._start(state, reader)
+
+    def _start(self, state: LiveSubscription, reader: PullBuffer, tries: int = 0) -> None:
+        """Read a resumed feed whose handle the pause's stop stopped; a start that fails
+        (the middleware unreachable) is tried again ``START_TRIES`` times at most, every
+        ``START_RETRY`` seconds, unless the feed changed meanwhile (under ``_lock``)."""
+        name = state.record.id
+        try:
+            reader.resume_feed(name)
+            return
+        except Exception as exc:
+            # not read (what it took given back, its handle stopped): resumed again below
+            reader.give_back(reader.suspend_feed(name, drain=False))
+            handle = state.handle
+            try:
+                if handle is not None:
+                    handle.stop()
+            except Exception:
+                log.debug("stopping a feed not started failed", exc_info=True)
+            if tries + 1 >= START_TRIES:
+                log.error(
+                    "subscription %s: its resumed feed could not be started (%s); it is read "
+                    "after its next pause and resume",
+                    name,
+                    exc,
+                )
+                return
+            log.warning(
+                "subscription %s: starting its resumed feed failed (%s); tried again in %g s",
+                name,
+                exc,
+                START_RETRY,
+            )
+        retry = threading.Timer(START_RETRY, self._start_again, args=(state, reader, tries + 1))
+        retry.daemon = True
+        retry.start()
+
+    def _start_again(self, state: LiveSubscription, reader: PullBuffer, tries: int) -> None:
+        """``_start``'s retry: only while the feed is still this reader's, resumed, and
+        not being stopped by another pause or an end."""
+        with self._lock:
+            name = state.record.id
+            if (
+                state.feed is reader
+                and state.record.state is SubscriptionState.ACTIVE
+                and name not in self._stopping
+            ):
+                self._start(state, reader, tries)
 
     def stop(self, state: LiveSubscription) -> bool:
         """Before the subscription's backlog goes to its dead letters: what reached the

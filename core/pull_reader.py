@@ -39,9 +39,10 @@ them when GetMessages asks, and holds nothing in memory:
   messages always go into the inbox (``Feed.keeper``, ``core.pull_feeds``).  The
   answer that meets the breach of a feed's filter (``halt_feed``): what it took from the
   feed before the breach goes with the answer like the rest, and given back goes to
-  ``halt_feed``'s ``keep_late`` (the subscription's dead letters); the breaching message
-  and those behind it, dead letters already as they were met, are settled at once (the
-  subscription ends and dead-letters what it still holds).  A feed failing unexpectedly
+  ``halt_feed``'s ``keep_late`` (the subscription's dead letters); so do the breaching
+  message and those behind it, before the answer is made (``keep_late`` settles them once
+  the dead letters are confirmed, else gives them back into the subscription, which ends
+  and dead-letters what it still holds).  A feed failing unexpectedly
   ends the answer with what it holds (the failure reaches GetMessages only when the
   answer is empty).
 * A feed the middleware cannot read (its subscription destroyed through another instance a
@@ -57,7 +58,7 @@ from collections.abc import Callable, Sequence
 
 from wsnmom.core.adapter import AdapterError, Received, SubscriptionHandle
 from wsnmom.core.pull_fed import SETTLE_WAIT, Fed, Feed, give_back_fed
-from wsnmom.core.pull_handout import Settlement
+from wsnmom.core.pull_handout import Settlement, nack_all
 
 __all__ = ["PullReader"]
 
@@ -305,12 +306,23 @@ class PullReader:
         # halted by its filter while this answer read it: what the answer took from it
         # before the breach is settled with the answer, and given back to the feed's
         # ``late`` (its subscription's dead letters: given back into its queue, it was
-        # lost once the end deleted that); the breaching message and those behind it
-        # went to the dead letters as they were met, and are settled now
+        # lost once the end deleted that); the breaching message and those behind it go
+        # to the dead letters now, through ``late`` too: settled once the middleware
+        # confirmed them, else given back (still under ``_reading``: the end's stop
+        # waits for it, so they are back in the backlog before that goes)
         cut = breach[0] if breach else len(mine)
         items.extend(mine[:cut])
-        for m in mine[cut:]:
-            m.ack()
+        rest = mine[cut:]
+        if not rest:
+            return
+        if feed.late is None:
+            nack_all(rest)
+            return
+        try:
+            feed.late(rest)
+        except Exception:
+            log.warning("burying the messages met after a feed's end failed", exc_info=True)
+            nack_all(rest)
 
     def held(self, limit: int) -> list[Received]:
         """Nothing is held in memory."""

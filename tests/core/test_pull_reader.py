@@ -223,8 +223,9 @@ def test_what_an_answer_took_before_its_feed_halted_goes_with_the_answer(answer:
     """The answer that meets the breach: what it took from the feed before (handed out
     or filtered) is settled once the answer was written, else given to the feed's
     ``late`` (core.pull_feeds: the dead letters), never settled before (then lost when
-    the answer was not sent); the breaching message and those behind it, dead letters
-    already, are settled at once (their subscription dead-letters what it still holds)."""
+    the answer was not sent); the breaching message and those behind it go to ``late``
+    before the answer is made (which settles them once their dead letters are
+    confirmed), never settled by the reader itself."""
     reader = PullReader(Queue("pp"), cap=10)
     feed = Queue("s1", "k0", "x1", "over", "k3")
 
@@ -232,8 +233,8 @@ def test_what_an_answer_took_before_its_feed_halted_goes_with_the_answer(answer:
     late: list[bytes] = []
 
     def prepare(r: Received) -> object | None:
-        # its filter goes over its budget at "over"; from there on core dead-letters
-        # each message it meets (core.pull_feeds)
+        # its filter goes over its budget at "over"; from there on every message it
+        # meets goes to the dead letters (core.pull_feeds)
         if r.body == b"over" or ended:
             ended.append(r.body)
             reader.halt_feed("s1", lambda fed: late.extend(f.body for f in fed))
@@ -243,14 +244,43 @@ def test_what_an_answer_took_before_its_feed_halted_goes_with_the_answer(answer:
     reader.add_feed("s1", feed, prepare, active=True)
     got, settlement = reader.hand_out(10)
     assert bodies(got) == [b"k0"] and ended == [b"over", b"k3"]
-    assert feed.acked == [b"over", b"k3"]  # dead letters already: settled before the write
+    assert late == [b"over", b"k3"] and feed.acked == []  # to ``late``, not settled here
     if answer == "written":
         settlement.settle()
-        assert feed.acked == [b"over", b"k3", b"k0", b"x1"] and late == []
+        assert feed.acked == [b"k0", b"x1"] and late == [b"over", b"k3"]
     else:
         settlement.give_back()
-        assert late == [b"k0", b"x1"] and feed.acked == [b"over", b"k3"]
+        assert late == [b"over", b"k3", b"k0", b"x1"] and feed.acked == []
     assert feed.nacked == [] and list(feed.ready) == []
+
+
+@pytest.mark.parametrize("late", ["none", "failing"])
+def test_what_a_halted_feeds_answer_met_after_the_breach_goes_back_without_its_late(
+    late: str,
+) -> None:
+    """Without a ``late`` to take them (or one that fails), the breaching message and
+    those behind it go back to the feed, never settled (they go with its backlog)."""
+    reader = PullReader(Queue("pp"), cap=10)
+    feed = Queue("s1", "k0", "over", "k2")
+
+    def failing(fed: list[Fed[object]]) -> None:
+        raise RuntimeError("dead letters refused")
+
+    ended: list[bytes] = []
+
+    def prepare(r: Received) -> object | None:
+        if r.body == b"over" or ended:  # from there on nothing is handed out
+            ended.append(r.body)
+            reader.halt_feed("s1", failing if late == "failing" else None)
+            return None
+        return r.body
+
+    reader.add_feed("s1", feed, prepare, active=True)
+    got, settlement = reader.hand_out(10)
+    assert bodies(got) == [b"k0"]
+    settlement.settle()
+    assert feed.acked == [b"k0"]
+    assert list(feed.ready) == [b"over", b"k2"]  # back, in order
 
 
 def test_a_feed_whose_durable_subscription_is_gone_is_removed_without_its_drain() -> None:

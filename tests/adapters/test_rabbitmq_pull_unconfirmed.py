@@ -1,0 +1,149 @@
+"""A pull point's feeds on RabbitMQ when something under them fails: a dead letter the
+middleware does not confirm leaves its message unsettled (it goes to the dead letters
+later, with the subscription's backlog), and a paused buffered feed whose background stop
+fails is read again after a Resume made meanwhile."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import pytest
+from wsnmom.core.adapter import AdapterError, OutboundMessage
+from wsnmom.core.dead_letter_records import DEAD_LETTER_NAMESPACE
+from wsnmom.core.model import CreatePullPointRequest, ExpressionSource
+from wsnmom.core.pull_buffer import PullBuffer
+from wsnmom.core.pull_reader import PullReader
+from wsnmom.core.service import BrokerService
+
+from tests.adapters.test_rabbitmq_pull_feeds import BIG, CUBIC, XPATH10, _drain, _service
+from tests.core.conftest import note, simple, sub_req
+from tests.support.pull_answers import start_get_messages, written, wsgi_app
+from tests.support.waiting import wait_until
+
+pytestmark = pytest.mark.rabbitmq
+
+
+@pytest.fixture
+def budgeted_get(private_vhost: str) -> Iterator[BrokerService]:
+    """``pull = "get"``, a filter budget of 0.2 CPU s at nice 0."""
+    url = private_vhost + ("&" if "?" in private_vhost else "?") + "pull=get"
+    yield from _service(url, filters__cpu_limit=0.2, filters__costly_nice=0)
+
+
+@pytest.fixture
+def buffered(private_vhost: str) -> Iterator[BrokerService]:
+    """The default pull (core's buffer)."""
+    yield from _service(private_vhost)
+
+
+class GraveRefusal:
+    """RabbitMQ does not confirm the next ``refuse`` publishes to a dead-letter topic
+    (``adapter.publish_many`` patched to raise what an unconfirmed publish raises);
+    ``tries``: how many publishes to one came."""
+
+    def __init__(self, service: BrokerService, refuse: int) -> None:
+        self.refuse = refuse
+        self.tries = 0
+        adapter: Any = service.adapter
+        real = adapter.publish_many
+
+        def refused(messages: Sequence[OutboundMessage], timeout: float = 10.0) -> Any:
+            if any(m.topic.namespace == DEAD_LETTER_NAMESPACE for m in messages):
+                self.tries += 1
+                if self.refuse > 0:
+                    self.refuse -= 1
+                    raise AdapterError("dead letters not confirmed")
+            return real(messages, timeout=timeout)
+
+        adapter.publish_many = refused
+
+
+def test_pull_get_a_breaching_message_whose_dead_letter_is_not_confirmed_is_not_lost(
+    budgeted_get: BrokerService,
+) -> None:
+    """``pull = "get"``: GetMessages takes the message whose filter goes over its budget,
+    and RabbitMQ does not confirm its dead letter.  The message stays unsettled (given back
+    into the subscription's queue) and goes to the dead letters with the backlog as the
+    subscription ends.  Before, it was acknowledged all the same: neither handed out nor a
+    dead letter."""
+    service = budgeted_get
+    pp = service.create_pull_point(CreatePullPointRequest())
+    assert isinstance(service.registry.pull_points[pp.id].reader, PullReader)
+    content = ExpressionSource(XPATH10, CUBIC, {})
+    address = service.pull_point_address(pp.id)
+    sub = service.subscribe(sub_req(address, topic=simple("t:e"), message_content=content))
+    handle = service.registry.subscriptions[sub.id].handle
+    assert handle is not None
+    service.notify([note(BIG, simple("t:e"))])
+    wait_until(lambda: handle.depth() == 1, 10, what="BIG in the queue")
+    refusal = GraveRefusal(service, refuse=1)
+    assert service.get_messages(pp.id, None) == []  # meets BIG: over the budget
+    wait_until(lambda: sub.id not in service.registry.subscriptions, 30, what="the end")
+    wait_until(lambda: len(service.dead_letters()) >= 1, 15, what="BIG's dead letter")
+    assert refusal.tries >= 2  # refused at the breach, taken with the backlog
+    assert [d.body[:20] for d in service.dead_letters()] == [BIG.encode()[:20]]
+    service.notify_pull_point(pp.id, [note("<m>sentinel</m>")])
+    assert _drain(service, pp.id, 1) == [b"<m>sentinel</m>"]  # nothing kept in the inbox
+
+
+@pytest.mark.parametrize("start_fails", [False, True])
+def test_a_resume_while_a_paused_feeds_stop_fails_reads_the_feed(
+    buffered: BrokerService, start_fails: bool
+) -> None:
+    """A buffered feed is paused while an answer holding its message is on its way (its
+    handle stops once that answer settles, on a thread of its own) and resumed meanwhile;
+    that stop fails (the broker connection dropped during it), and with ``start_fails``
+    so does the start after it (tried again, ``pull_feeds.START_RETRY`` later).  The
+    feed is read again.  Before, the failed stop skipped the Resume's start: the feed
+    stayed unread until the next pause and resume."""
+    service = buffered
+    app = wsgi_app(service)
+    pp = service.create_pull_point(CreatePullPointRequest())
+    buffer = service.registry.pull_points[pp.id].reader
+    assert isinstance(buffer, PullBuffer)
+    sub = service.subscribe(sub_req(service.pull_point_address(pp.id), topic=simple("t:p")))
+    handle: Any = service.registry.subscriptions[sub.id].handle
+    service.notify([note("<m>0</m>", simple("t:p"))])
+    wait_until(lambda: buffer.buffered() == 1, 10, what="the feed's message buffered")
+    real_stop = handle.stop
+    failed = threading.Event()
+
+    def stop() -> None:
+        if threading.current_thread().name.startswith("feed-pause-") and not failed.is_set():
+            failed.set()
+            real_stop()  # what it held goes back, as when the connection drops
+            raise AdapterError("connection lost while stopping")
+        real_stop()
+
+    handle.stop = stop
+    real_start = handle.start
+    refused_start = threading.Event()
+
+    def start(*args: Any, **kwargs: Any) -> None:
+        if start_fails and failed.is_set() and not refused_start.is_set():
+            refused_start.set()
+            raise AdapterError("RabbitMQ unreachable")
+        real_start(*args, **kwargs)
+
+    handle.start = start
+    status, body = start_get_messages(app, pp.id)  # made, not yet sent: unsettled
+    try:
+        service.pause(sub.id)
+        service.resume(sub.id)
+        data = b"".join(body)
+    finally:
+        body.close()
+    assert status.startswith("200") and b"<m>0</m>" in data, data
+    wait_until(failed.is_set, 20, what="the paused feed's stop failing")
+    service.notify([note("<m>sentinel</m>", simple("t:p"))])
+    after: list[str] = []
+
+    def sentinel() -> bool:
+        after.extend(written(app, pp.id))
+        return "sentinel" in after
+
+    wait_until(sentinel, 20, what="the sentinel")
+    assert after == ["sentinel"]
+    assert refused_start.is_set() is start_fails

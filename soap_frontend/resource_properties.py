@@ -10,7 +10,7 @@ import copy
 import dataclasses
 import enum
 import threading
-from collections import OrderedDict
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Final
@@ -96,11 +96,10 @@ def _fragment(data: bytes | None) -> list[etree._Element]:
     return [parse_fragment(data)] if data else []
 
 
-_rendered_lock = threading.Lock()
-#: elements rendered of a ``BrokerProperties`` (by ``id``; the entry keeps the object alive)
-_rendered: OrderedDict[int, tuple[BrokerProperties, dict[str, etree._Element]]] = OrderedDict()
-#: properties objects whose renderings are kept (one per topic-set version and visibility)
-_RENDERED_KEPT: Final = 64
+_rendered_lock = threading.RLock()  # (a weakref callback may run while it is held)
+#: elements rendered of a ``BrokerProperties``, by ``id``, as long as the object lives (the
+#: broker keeps one per topic-set version and visibility; the entry goes with the object)
+_rendered: dict[int, tuple[weakref.ref[BrokerProperties], dict[str, etree._Element]]] = {}
 
 
 def rendered_once(
@@ -109,24 +108,33 @@ def rendered_once(
     """Copies of the elements ``build`` renders of ``props``, rendered once per ``props``
     object: the broker hands out one object per topic-set version and visibility
     (``core.advertised.AdvertisedProperties``), so a topic set of many topics is rendered
-    once per change, not once per request; each answer gets a copy (one C-level copy)."""
+    once per change, not once per request; each answer gets a copy (one C-level copy).
+    What is rendered is forgotten with the object."""
+    key = id(props)
     with _rendered_lock:
-        entry = _rendered.get(id(props))
-        holder = entry[1].get(name) if entry is not None and entry[0] is props else None
-        if entry is not None and entry[0] is props:
-            _rendered.move_to_end(id(props))
+        entry = _rendered.get(key)
+        mine = entry is not None and entry[0]() is props
+        holder = entry[1].get(name) if entry is not None and mine else None
     if holder is None:
         holder = new(qname(WSNMOM, "_"))
         for el in build():
             holder.append(el)
         with _rendered_lock:
-            entry = _rendered.get(id(props))
-            if entry is None or entry[0] is not props:
-                entry = _rendered[id(props)] = (props, {})
-                while len(_rendered) > _RENDERED_KEPT:
-                    _rendered.popitem(last=False)
+            entry = _rendered.get(key)
+            if entry is None or entry[0]() is not props:
+                entry = _rendered[key] = (weakref.ref(props, _forget(key)), {})
             entry[1][name] = holder
     return list(copy.deepcopy(holder))
+
+
+def _forget(key: int) -> Callable[[weakref.ref[BrokerProperties]], None]:
+    def forget(ref: weakref.ref[BrokerProperties]) -> None:
+        with _rendered_lock:
+            entry = _rendered.get(key)
+            if entry is not None and entry[0] is ref:
+                del _rendered[key]
+
+    return forget
 
 
 def broker_properties(service: BrokerPort) -> dict[str, PropertyRenderer]:

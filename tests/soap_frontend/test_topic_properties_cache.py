@@ -106,3 +106,29 @@ def test_the_next_answer_has_the_new_topic_and_each_identity_its_own(http: Any) 
     post(http, "dave", notify_body(("tns:sensors/room2", "<c/>"), dialect=CONCRETE))
     assert answers(http, "dave") == [{"sensors/room1", "sensors/room2", "alarms"}] * 4
     assert answers(http, "carol") == [{"sensors/room1", "sensors/room2"}] * 4
+
+
+def test_what_is_rendered_of_a_properties_object_goes_with_it() -> None:
+    """The frontend keeps its renderings of a ``BrokerProperties`` only while the broker
+    (or a request) holds the object: a topic set's old versions are not kept."""
+    import gc
+
+    from wsnmom.core.ports import BrokerProperties
+    from wsnmom.soap_frontend import resource_properties
+
+    props = BrokerProperties([], False, (), etree.Element("x"), False)
+    builds: list[int] = []
+
+    def build() -> list[etree._Element]:
+        builds.append(1)
+        return [etree.Element("rendered")]
+
+    first = resource_properties.rendered_once(props, "n", build)
+    again = resource_properties.rendered_once(props, "n", build)
+    assert [e.tag for e in first + again] == ["rendered", "rendered"] and len(builds) == 1
+    assert first[0] is not again[0]  # each answer its own copy
+    key = id(props)
+    assert key in resource_properties._rendered
+    del props
+    gc.collect()
+    assert key not in resource_properties._rendered

@@ -54,8 +54,10 @@ log = logging.getLogger("wsnmom.access")
 
 
 class ThrottledLog:
-    """Warnings about refusals, at most one per key every ``interval`` seconds, with the
-    number left out since: a client hammering a quota must not flood the log."""
+    """Repeated log lines (refusals, faults), at most one per key every ``interval``
+    seconds, with the number left out since: a client hammering a quota or sending bad
+    requests must not flood the log.  The count left out is told on the next line of the
+    key that is written."""
 
     def __init__(self, logger: logging.Logger, interval: float = 10.0) -> None:
         self._log = logger
@@ -64,6 +66,21 @@ class ThrottledLog:
         self._last: dict[str, tuple[float, int]] = {}
 
     def warning(self, key: str, message: str, *args: object) -> None:
+        """Log ``message % args`` at WARNING unless ``key`` was logged within the interval."""
+        self._emit(logging.WARNING, key, message, args)
+
+    def info(self, key: str, message: str, *args: object) -> None:
+        """Log ``message % args`` at INFO unless ``key`` was logged within the interval."""
+        self._emit(logging.INFO, key, message, args)
+
+    def reset(self) -> None:
+        """Forget what was logged: the next line of every key is written."""
+        with self._lock:
+            self._last.clear()
+
+    def _emit(self, level: int, key: str, message: str, args: tuple[object, ...]) -> None:
+        if not self._log.isEnabledFor(level):
+            return
         now = time.monotonic()
         with self._lock:
             last, skipped = self._last.get(key, (-self._interval, 0))
@@ -75,7 +92,7 @@ class ThrottledLog:
                 self._last.clear()
         if skipped:
             message += f" ({skipped} more like it in the last {self._interval:g} s)"
-        self._log.warning(message, *args)
+        self._log.log(level, message, *args)
 
 
 #: refusal warnings of core and the frontend (keyed by identity and quota or fault)

@@ -49,9 +49,11 @@ if TYPE_CHECKING:
 __all__ = ["BrokerPort", "BrokerProperties", "DeliveryFailed", "OutboundSoap"]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, weakref_slot=True)
 class BrokerProperties:
-    """NotificationBroker resource properties (BRP-01)."""
+    """NotificationBroker resource properties (BRP-01).  The broker keeps one per
+    topic-set version and visibility (``core.advertised``): read-only, and a frontend may
+    keep what it renders of one as long as the object lives (weak references)."""
 
     #: one Full-dialect expression per member topic (with the namespaces it uses)
     topic_expressions: list[ExpressionSource]

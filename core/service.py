@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING
 
 from wsnmom.core import errors, metrics
 from wsnmom.core.adapter import Adapter
-from wsnmom.core.advertised import broker_policy, broker_properties
+from wsnmom.core.advertised import AdvertisedProperties, broker_policy
 from wsnmom.core.availability import shown_reason
 from wsnmom.core.cluster_parts import ClusterParts
 from wsnmom.core.config import Settings
@@ -132,6 +132,7 @@ class BrokerService(OperatorCalls):
         self.outbound = outbound
         self.topic_set = topic_set if topic_set is not None else TopicSet(fixed=False)
         self.engine = build_delivery_engine(settings)
+        self._advertised = AdvertisedProperties(settings, self.topic_set)
         ctx = self._ctx = BrokerContext(
             settings,
             adapter,
@@ -252,8 +253,10 @@ class BrokerService(OperatorCalls):
 
     def broker_properties(self) -> BrokerProperties:
         """NotificationBroker resource properties, as the caller may see them: an identity
-        with topic ACLs sees only the topics they name (``Principal.may_see``)."""
-        return broker_properties(self.settings, self.topic_set)
+        with topic ACLs sees only the topics they name (``Principal.may_see``).  Built once
+        per topic-set version and visibility (``AdvertisedProperties``); the ``topic_set``
+        element is shared and must not be changed."""
+        return self._advertised.get()
 
     # -- the cluster -----------------------------------------------------------------------
     @property

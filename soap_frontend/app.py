@@ -62,7 +62,7 @@ from .broker_calls import Role
 from .dispatch import Frontend, Posted, Reply, SoapHandler, soap_post, transport_reply
 from .envelope import HttpError, version_for_media_type
 from .fastpath import SoapFastPath
-from .faults import invalid_log
+from .faults import invalid_requests
 from .hosts import HostCheck
 from .legacy import version_named
 from .legacy_wsdl import render_legacy_wsdl
@@ -354,7 +354,9 @@ def _http_error(exc: HTTPException) -> Response | HTTPException:
         413: "the request is larger than max_request_bytes",
         500: "the broker could not process the request (internal error)",
     }.get(exc.code, exc.description or exc.name)
-    invalid_log.info("rejected request to %s: %s", request.path, message)
+    invalid_requests.info(
+        f"rejected {exc.code}", "rejected request to %s: %s", request.path, message
+    )
     error = HttpError(exc.code, message, code="Receiver" if exc.code >= 500 else "Sender")
     try:
         fe: Frontend | None = _frontend()

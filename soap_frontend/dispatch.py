@@ -47,7 +47,7 @@ from .faults import (
     count_fault,
     count_request,
     fault_for_error,
-    invalid_log,
+    invalid_requests,
     transport_fault,
 )
 from .hashing import PasswordChecksBusy
@@ -168,10 +168,10 @@ def _parsed(fe: Frontend, post: Posted) -> SoapRequest | Reply:
     try:
         return parse_request(post.method, post.content_type, post.data)
     except HttpError as exc:
-        invalid_log.info("rejected request to %s: %s", post.path, exc.message)
+        invalid_requests.info("rejected", "rejected request to %s: %s", post.path, exc.message)
         return transport_reply(fe, exc, post.content_type)
     except SoapProtocolErrorWithContext as exc:
-        invalid_log.info("unusable SOAP request to %s: %s", post.path, exc)
+        invalid_requests.info("unusable", "unusable SOAP request to %s: %s", post.path, exc)
         return _fault(fe, BaseFaultError(str(exc)), exc.version, exc.addressing.message_id)
 
 
@@ -312,7 +312,7 @@ def _failed(
     fe: Frontend, req: SoapRequest, exc: Exception, legacy: tuple[Legacy, str] | None = None
 ) -> Reply:
     if isinstance(exc, errors.WsnError):
-        invalid_log.info("%s on %s: %s", exc.fault_name, req.operation, exc.description)
+        _fault_line(exc, req)
     return _fault(fe, exc, req.version, req.addressing.message_id, legacy)
 
 
@@ -384,9 +384,16 @@ def _upstream_post(fe: Frontend, post: Posted) -> Reply:
         fe.relay(key, messages)
     except Exception as exc:
         if isinstance(exc, errors.WsnError):
-            invalid_log.info("%s on %s: %s", exc.fault_name, req.operation, exc.description)
+            _fault_line(exc, req)
         return _fault(fe, exc, req.version, req.addressing.message_id)
     return Reply(202, b"", _DEFAULT_CONTENT_TYPE)
+
+
+def _fault_line(exc: errors.WsnError, req: SoapRequest) -> None:
+    """The ``wsnmom.soap.invalid`` line of a WS-N fault (throttled per fault)."""
+    invalid_requests.info(
+        exc.fault_name, "%s on %s: %s", exc.fault_name, req.operation, exc.description
+    )
 
 
 def _unauthorized(fe: Frontend, version: SoapVersion | None, relates_to: str | None) -> Reply:

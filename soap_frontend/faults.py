@@ -34,6 +34,7 @@ from lxml import etree
 from wsnmom.core import errors
 from wsnmom.core.disk import is_storage_full, storage_full_text
 from wsnmom.core.errors import WsnError
+from wsnmom.core.guard import ThrottledLog
 from wsnmom.core.model import EndpointReference, SoapVersion
 from wsnmom.core.redaction import redact_text
 
@@ -64,6 +65,10 @@ _NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 
 log = logging.getLogger("wsnmom.soap")
 invalid_log = logging.getLogger("wsnmom.soap.invalid")
+#: the lines about refused and faulted requests (``wsnmom.soap.invalid``, INFO), at most one
+#: per kind every 10 s with the count left out: a client flooding bad requests writes a
+#: line every 10 s per kind, not one per request
+invalid_requests = ThrottledLog(invalid_log)
 
 
 class BaseFaultError(WsnError):
@@ -383,6 +388,7 @@ __all__ = [
     "fault_detail",
     "fault_for_error",
     "invalid_log",
+    "invalid_requests",
     "soap_fault",
     "transport_fault",
     "xsd_datetime",

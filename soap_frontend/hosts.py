@@ -33,7 +33,7 @@ from typing import Any
 
 from .dispatch import transport_reply
 from .envelope import HttpError, version_for_media_type
-from .faults import invalid_log
+from .faults import invalid_requests
 from .public_base import is_trusted
 
 __all__ = ["HostCheck", "allowed_host_names"]
@@ -131,7 +131,9 @@ class HostCheck:
             f"this gateway does not answer for the host {host[:100]!r}: use its address, "
             "localhost or the host of public_url"
         )
-        invalid_log.info("refused request to %s: %s", environ.get("PATH_INFO"), message)
+        invalid_requests.info(
+            "refused host", "refused request to %s: %s", environ.get("PATH_INFO"), message
+        )
         content_type = environ.get("CONTENT_TYPE")
         path = str(environ.get("PATH_INFO") or "")
         if (

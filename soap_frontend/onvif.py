@@ -52,6 +52,7 @@ from .dispatch import Result
 from .envelope import SoapRequest
 from .faults import BaseFaultError, xsd_datetime
 from .long_poll import WaitFor
+from .resource_properties import rendered_once
 from .splice import Spliced, add_marker
 from .xml import TEV, WSNBW, WSTOP, children, qname, serialize_standalone, text_of
 
@@ -234,7 +235,10 @@ class EventService:
         resp = codec.new(V("GetEventPropertiesResponse"))
         etree.SubElement(resp, V("TopicNamespaceLocation")).text = TOPIC_NAMESPACE_LOCATION
         codec.add(resp, T("FixedTopicSet"), "true" if props.fixed_topic_set else "false")
-        resp.append(onvif_topic_set(props.topic_set))
+        (topic_set,) = rendered_once(
+            props, "onvif:TopicSet", lambda: [onvif_topic_set(props.topic_set)]
+        )
+        resp.append(topic_set)
         dialects = [ONVIF_CONCRETE_SET, CONCRETE]
         dialects += [d for d in props.dialects if d not in dialects]
         for dialect in dialects:

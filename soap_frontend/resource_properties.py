@@ -9,6 +9,8 @@ from __future__ import annotations
 import copy
 import dataclasses
 import enum
+import threading
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Final
@@ -94,16 +96,62 @@ def _fragment(data: bytes | None) -> list[etree._Element]:
     return [parse_fragment(data)] if data else []
 
 
+_rendered_lock = threading.RLock()  # (a weakref callback may run while it is held)
+#: elements rendered of a ``BrokerProperties``, by ``id``, as long as the object lives (the
+#: broker keeps one per topic-set version and visibility; the entry goes with the object)
+_rendered: dict[int, tuple[weakref.ref[BrokerProperties], dict[str, etree._Element]]] = {}
+
+
+def rendered_once(
+    props: BrokerProperties, name: str, build: Callable[[], list[etree._Element]]
+) -> list[etree._Element]:
+    """Copies of the elements ``build`` renders of ``props``, rendered once per ``props``
+    object: the broker hands out one object per topic-set version and visibility
+    (``core.advertised.AdvertisedProperties``), so a topic set of many topics is rendered
+    once per change, not once per request; each answer gets a copy (one C-level copy).
+    What is rendered is forgotten with the object."""
+    key = id(props)
+    with _rendered_lock:
+        entry = _rendered.get(key)
+        mine = entry is not None and entry[0]() is props
+        holder = entry[1].get(name) if entry is not None and mine else None
+    if holder is None:
+        holder = new(qname(WSNMOM, "_"))
+        for el in build():
+            holder.append(el)
+        with _rendered_lock:
+            entry = _rendered.get(key)
+            if entry is None or entry[0]() is not props:
+                entry = _rendered[key] = (weakref.ref(props, _forget(key)), {})
+            entry[1][name] = holder
+    return list(copy.deepcopy(holder))
+
+
+def _forget(key: int) -> Callable[[weakref.ref[BrokerProperties]], None]:
+    def forget(ref: weakref.ref[BrokerProperties]) -> None:
+        with _rendered_lock:
+            entry = _rendered.get(key)
+            if entry is not None and entry[0] is ref:
+                del _rendered[key]
+
+    return forget
+
+
 def broker_properties(service: BrokerPort) -> dict[str, PropertyRenderer]:
-    """Resource properties of the NotificationBroker (NotificationBrokerRP + policy)."""
+    """Resource properties of the NotificationBroker (NotificationBrokerRP + policy); the
+    ones with an element per topic are rendered once per topic-set change
+    (:func:`rendered_once`)."""
 
     def props() -> BrokerProperties:
         return service.broker_properties()
 
+    def expressions() -> list[etree._Element]:
+        p = props()
+        name = T("TopicExpression")
+        return rendered_once(p, name, lambda: [_expr_el(name, e) for e in p.topic_expressions])
+
     return {
-        T("TopicExpression"): lambda: [
-            _expr_el(T("TopicExpression"), e) for e in props().topic_expressions
-        ],
+        T("TopicExpression"): expressions,
         T("FixedTopicSet"): lambda: [_el(T("FixedTopicSet"), _bool(props().fixed_topic_set))],
         T("TopicExpressionDialect"): lambda: [
             _el(T("TopicExpressionDialect"), d) for d in props().dialects

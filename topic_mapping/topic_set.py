@@ -63,6 +63,8 @@ class TopicSet:
         self._members: set[Topic] = set()
         #: members added after construction (``admit``, ``take_in``)
         self._grown = 0
+        #: bumped whenever the members or namespaces change (:attr:`version`)
+        self._version = 0
         #: told each topic :meth:`admit` adds (``watch``), outside the lock
         self._listener: Callable[[Topic], None] | None = None
         self.fixed = False
@@ -84,6 +86,7 @@ class TopicSet:
             self._namespaces[namespace.target_namespace] = namespace
             if include_topics:
                 self._members.update(namespace.topics())
+            self._version += 1
 
     @property
     def namespaces(self) -> Mapping[str, TopicNamespace]:
@@ -152,6 +155,7 @@ class TopicSet:
                 )
             self._members.add(topic)
             self._grown += 1
+            self._version += 1
             listener = self._listener
         if listener is not None:
             listener(topic)
@@ -176,7 +180,17 @@ class TopicSet:
                     self._members.add(topic)
                     added.append(topic)
             self._grown += len(added)
+            if added:
+                self._version += 1
         return added
+
+    @property
+    def version(self) -> int:
+        """A number that changes whenever the members or namespaces do (read it *before*
+        reading the members, so what is read is at least as new as the number): what a
+        cache of anything derived from the set is keyed by."""
+        with self._lock:
+            return self._version
 
     @property
     def grown(self) -> int:

@@ -96,7 +96,7 @@ def test_new_topics_beyond_the_bound_are_refused_and_the_admitted_ones_kept(
     scraped = requests.get(f"{gateway.base_url}/metrics", timeout=10).text
     assert _metric(scraped, 'wsnmom_quota_refusals_total{quota="ad_hoc_topics"}') == 24
     assert _metric(scraped, "wsnmom_ad_hoc_topics") == LIMIT
-    # (wsnmom.soap.invalid logs every fault at INFO, as for any fault)
+    # (wsnmom.soap.invalid logs the faults at INFO, one line per fault every 10 s)
     warnings = [
         line
         for line in gateway.log_tail(200).splitlines()

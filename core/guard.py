@@ -12,10 +12,11 @@ model).
 * Ad-hoc topics: a new topic (a Notify's, a RegisterPublisher's, a SubscriptionEnd
   topic) is admitted to the topic set only while it holds fewer than
   ``quotas.ad_hoc_topics`` topics beyond the declared ones; beyond, it is refused with
-  TopicNotSupportedFault (HTTP 403) naming the bound.  A request refused by the Notify
-  ACL or for want of a registration admits nothing (checked before admission); the
-  topics of resources accepted before (a restart's, another instance's) are admitted
-  whatever the bound.  Every per-topic state (the topic
+  TopicNotSupportedFault naming the bound.  A request's new topics are checked in order
+  and admitted together once every other check passed (the Notify ACL, a registration,
+  the fan-out bound...), or none: a refused request admits nothing; the topics of
+  resources accepted before (a restart's, another instance's) are admitted whatever
+  the bound.  Every per-topic state (the topic
   set, the TopicSet document, current messages, the middleware's per-topic resources, a
   cluster's recorded topics) grows only through admission.
 * Notify fan-out: a Notify whose payload bytes times the subscriptions they may reach
@@ -29,7 +30,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from wsnmom.core import errors, metrics
@@ -122,7 +123,7 @@ class Guard:
 
     def __init__(self, ctx: BrokerContext) -> None:
         self._ctx = ctx
-        # the topics admit_topic bounds, at scrape time
+        # the topics admit_topics bounds, at scrape time
         metrics.set_topics_source(lambda: float(ctx.topic_set.grown))
 
     # -- ownership -------------------------------------------------------------------------
@@ -253,29 +254,49 @@ class Guard:
                 kind,
             )
 
+    def check_topic(self, topic: Topic, *, ahead: int = 0) -> bool:
+        """Whether ``topic`` is new (False: a member), refused as :meth:`admit_topics`
+        would refuse it after ``ahead`` other new topics of the same request, without
+        admitting it: a request checks its topics in order (a refusal names the first
+        topic that does not fit) and admits them once every check passed."""
+        limit = self._ctx.settings.quotas.ad_hoc_topics
+        try:
+            return self._ctx.topic_set.check(topic, limit=limit, ahead=ahead)
+        except tm_errors.TopicSetFull as exc:
+            raise self._full(topic, exc.limit) from None
+
     def admit_topic(self, topic: Topic, *, accepted: bool = False) -> None:
-        """Admit ``topic`` to the topic set (no-op for a member); a new one beyond
-        ``quotas.ad_hoc_topics`` is refused (TopicNotSupportedFault naming the bound),
-        also for the broker's own requests.  Callers check the request's other grounds
-        for refusal that do not need the topic admitted (the Notify ACL, a registration)
-        first: a refused request takes no room.  ``accepted``: the topic of a resource
-        accepted before (restored at a restart, made through another instance, ending),
-        admitted whatever the bound: the bound refuses new requests, never undoes what
-        was accepted.  Other topic errors are the topic set's (raised as topic_mapping
+        """:meth:`admit_topics` of one topic."""
+        self.admit_topics((topic,), accepted=accepted)
+
+    def admit_topics(self, topics: Iterable[Topic], *, accepted: bool = False) -> None:
+        """Admit ``topics`` to the topic set, all of them or none (members are no-ops): new
+        ones beyond ``quotas.ad_hoc_topics`` are refused (TopicNotSupportedFault naming
+        the bound), also for the broker's own requests.  A request admits its topics
+        after every other check passed (its topics checked in order by
+        :meth:`check_topic`, the Notify ACL, a registration, the fan-out bound...): a
+        refused request takes no room and leaves no topic behind, here or in a cluster's
+        recorded topics.  ``accepted``: the topics of a resource accepted before
+        (restored at a restart, made through another instance, ending), admitted
+        whatever the bound: the bound refuses new requests, never undoes what was
+        accepted.  Other topic errors are the topic set's (raised as topic_mapping
         errors, for ``topic_errors`` to translate)."""
-        topic_set = self._ctx.topic_set
         limit = None if accepted else self._ctx.settings.quotas.ad_hoc_topics
         try:
-            topic_set.admit(topic, limit=limit)
+            self._ctx.topic_set.admit_all(topics, limit=limit)
         except tm_errors.TopicSetFull as exc:
-            raise _refuse(
-                errors.TopicNotSupported(
-                    f"topic {topic} is new and the broker's topic set holds its maximum of "
-                    f"{exc.limit} topics beyond the declared ones (quotas.ad_hoc_topics)"
-                ),
-                500,  # a WS-N fault at a count bound, as the other count quotas
-                "ad_hoc_topics",
-            ) from None
+            raise self._full(exc.topic, exc.limit) from None
+
+    @staticmethod
+    def _full(topic: object, limit: int) -> errors.WsnError:
+        return _refuse(
+            errors.TopicNotSupported(
+                f"topic {topic} is new and the broker's topic set holds its maximum of "
+                f"{limit} topics beyond the declared ones (quotas.ad_hoc_topics)"
+            ),
+            500,  # a WS-N fault at a count bound, as the other count quotas
+            "ad_hoc_topics",
+        )
 
     def check_fanout(self, messages: Sequence[NotificationMessage]) -> None:
         """Refuse a Notify whose payload bytes times their fan-out exceed

@@ -2,12 +2,14 @@
 middleware, and the current message per topic (GetCurrentMessage).
 
 A Notify is validated as a whole before anything is published (topics resolved and
-admitted to the topic set, ``requires_registration`` checked) and answered only once the
-middleware confirmed every message.  With ``requires_registration`` a message is accepted
-when its ProducerReference address equals the PublisherReference of a live registration
-whose topics cover the message's topic; otherwise the whole Notify is refused with
-PublisherRegistrationRejectedFault.  A middleware that does not confirm a publish gives
-ResourceUnavailableFault (Receiver).
+checked against the topic set, ``requires_registration`` checked, the fan-out bound) and
+answered only once the middleware confirmed every message.  Its new topics are admitted
+to the topic set together, once every check passed: a refused Notify admits none.
+
+With ``requires_registration`` a message is accepted when its ProducerReference address
+equals the PublisherReference of a live registration whose topics cover the message's
+topic; otherwise the whole Notify is refused with PublisherRegistrationRejectedFault.
+A middleware that does not confirm a publish gives ResourceUnavailableFault (Receiver).
 
 The current message of a topic comes from the middleware when it keeps one
 (``retained_current_message``), otherwise from the store, which core updates after each
@@ -56,6 +58,7 @@ class Inbound:
         *,
         registration_check: bool,
         stamp: bool = False,
+        admit: bool = True,
     ) -> list[NotificationMessage]:
         """Validate a Notify's messages and make them NotificationMessages.
 
@@ -69,6 +72,11 @@ class Inbound:
         shared ``ExpressionSource``), and each producer/topic pair checked against the
         registrations once.  A Notify is still validated in message order and refused as a
         whole at its first invalid message.
+
+        Its new topics are checked in order (``Guard.check_topic``, counting those before
+        them) and admitted together at the end, all or none (``admit``; False: the caller
+        admits them with :meth:`admit` after checks of its own): a refused Notify leaves
+        no topic behind.
         """
         ctx = self._ctx
         now = ctx.now()
@@ -87,6 +95,7 @@ class Inbound:
         via_in: tuple[str, ...] | None = None
         via_out: tuple[str, ...] | None = ()
         out: list[NotificationMessage] = []
+        new: dict[Topic, None] = {}  # this Notify's topics the set does not hold yet
         for item, message_id in zip(items, ids, strict=True):
             via = item.via
             if stamp:
@@ -108,10 +117,12 @@ class Inbound:
             producer = item.producer_reference
             self._check_caller(topic, producer, allowed if acl else None, registered, check)
             if fresh and topic is not None:
-                # after the ACL and the registration: a refused Notify takes no room
-                # under quotas.ad_hoc_topics for a topic it may not publish on
-                with topic_errors():
-                    ctx.guard.admit_topic(topic)
+                # after the ACL and the registration: refused there, the topic's bound
+                # is not the reason given (and nothing is admitted before the end)
+                if topic not in new:
+                    with topic_errors():
+                        if ctx.guard.check_topic(topic, ahead=len(new)):
+                            new[topic] = None
                 last_source, last_topic, last_dialect = source, topic, dialect
             out.append(
                 NotificationMessage(
@@ -127,7 +138,15 @@ class Inbound:
                     headers=item.headers,
                 )
             )
+        if admit and new:
+            self.admit(out)
         return out
+
+    def admit(self, messages: Sequence[NotificationMessage]) -> None:
+        """Admit the topics of ``messages`` (a prepared Notify) to the topic set, all of
+        them or none (``Guard.admit_topics``)."""
+        with topic_errors():
+            self._ctx.guard.admit_topics(m.topic for m in messages if m.topic is not None)
 
     def _check_caller(
         self,
@@ -232,8 +251,9 @@ class Inbound:
             self._notify(items)
 
     def _notify(self, items: Sequence[InboundNotification]) -> None:
-        prepared = self.prepare(items, registration_check=True, stamp=True)
+        prepared = self.prepare(items, registration_check=True, stamp=True, admit=False)
         self._ctx.guard.check_fanout(prepared)
+        self.admit(prepared)  # every check passed: a refused Notify admits nothing
         self.publish(prepared)
 
     def get_current_message(self, topic: ExpressionSource) -> NotificationMessage:

@@ -39,7 +39,7 @@ from wsnmom.core.model import (
 from wsnmom.core.outbound_policy import AddressRefused
 from wsnmom.core.registry import LiveRegistration
 from wsnmom.topic_mapping.dialects import parse_topic_expression
-from wsnmom.topic_mapping.model import TopicExpression
+from wsnmom.topic_mapping.model import Topic, TopicExpression
 
 __all__ = ["Registrations"]
 
@@ -54,11 +54,13 @@ class Registrations:
     def compile_topics(
         self, topics: Sequence[ExpressionSource], *, accepted: bool = False
     ) -> tuple[TopicExpression, ...]:
-        """Parse and validate a registration's topic expressions; concrete ones are
-        admitted to the topic set: a new registration's once the Notify ACL allows them
-        all (a refused RegisterPublisher admits nothing), under ``quotas.ad_hoc_topics``;
-        ``accepted``, an existing registration's (a restart's, another instance's),
-        whatever the bound and the caller."""
+        """Parse and validate a registration's topic expressions.  Concrete ones are
+        admitted to the topic set at once when ``accepted`` (an existing registration's:
+        a restart's, another instance's), whatever the bound and the caller; a new
+        registration's are only checked here (the Notify ACL allows them all, each fits
+        under ``quotas.ad_hoc_topics`` with those before it) and admitted by
+        :meth:`register` once every check passed (a refused RegisterPublisher admits
+        nothing)."""
         ctx = self._ctx
         topic_set = ctx.topic_set
         out: list[TopicExpression] = []
@@ -68,12 +70,16 @@ class Registrations:
                     source.text, source.dialect, source.namespaces, topic_set=topic_set
                 )
                 out.append(topic_set.validate(expr))
-        if not accepted:
+        concrete = [expr.patterns[0].as_topic() for expr in out if expr.is_concrete]
+        with topic_errors(unknown_dialect=errors.InvalidTopicExpression):
+            if accepted:
+                ctx.guard.admit_topics(concrete, accepted=True)
+                return tuple(out)
             ctx.guard.check_register(out)
-        for expr in out:
-            if expr.is_concrete:
-                with topic_errors(unknown_dialect=errors.InvalidTopicExpression):
-                    ctx.guard.admit_topic(expr.patterns[0].as_topic(), accepted=accepted)
+            new: dict[Topic, None] = {}
+            for topic in concrete:
+                if topic not in new and ctx.guard.check_topic(topic, ahead=len(new)):
+                    new[topic] = None
         return tuple(out)
 
     def register(self, req: RegisterPublisherRequest) -> PublisherRegistration:
@@ -115,6 +121,9 @@ class Registrations:
         )
         with ctx.registry.lock:  # the check and the claim at once: no race between two
             self._check_reference_owner(reg)
+            # every check passed: the topics now, all or none (a race lost at the bound)
+            with topic_errors(unknown_dialect=errors.InvalidTopicExpression):
+                ctx.guard.admit_topics(t.patterns[0].as_topic() for t in topics if t.is_concrete)
             ctx.registry.registrations[reg.id] = LiveRegistration(reg, topics)
         try:
             ctx.store.put_registration(reg)

@@ -112,18 +112,21 @@ class Subscriptions(SubscriptionChanges, SubscriptionEnds):
     def end_topic(
         self, source: ExpressionSource | None, *, accepted: bool = False
     ) -> tuple[Topic, str] | None:
-        """The SubscriptionEnd topic and dialect of ``source``, admitted to the topic set:
-        a new Subscribe's once its caller may notify on it (a refused Subscribe admits
-        nothing), under ``quotas.ad_hoc_topics``; ``accepted``, an existing
-        subscription's (a restart's, another instance's, an ending one's), whatever the
-        bound and the caller."""
+        """The SubscriptionEnd topic and dialect of ``source``: an existing subscription's
+        (``accepted``: a restart's, another instance's, an ending one's) admitted to the
+        topic set, whatever the bound and the caller; a new Subscribe's only checked
+        (its caller may notify on it, it fits under ``quotas.ad_hoc_topics``), admitted
+        by :meth:`subscribe` once every check passed (a refused Subscribe admits
+        nothing)."""
         if source is None:
             return None
         topic, dialect = concrete_topic(source, self._ctx.topic_set)
-        if not accepted:
-            self._ctx.guard.check_notify(topic)
         with topic_errors():
-            self._ctx.guard.admit_topic(topic, accepted=accepted)
+            if accepted:
+                self._ctx.guard.admit_topic(topic, accepted=True)
+            else:
+                self._ctx.guard.check_notify(topic)
+                self._ctx.guard.check_topic(topic)
         return topic, dialect
 
     def pull_point_for(self, address: str) -> str | None:
@@ -175,6 +178,9 @@ class Subscriptions(SubscriptionChanges, SubscriptionEnds):
             req.initial_termination_time, errors.UnacceptableInitialTerminationTime
         )
         pull_point_id = self._consumer_checked(address)
+        if end_topic is not None:  # every check passed: admitted now
+            with topic_errors():
+                ctx.guard.admit_topic(end_topic[0])
         sub = Subscription(
             id=new_resource_id(),
             consumer=req.consumer,

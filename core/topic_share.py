@@ -19,7 +19,7 @@ round trip plus the follow thread's wake-up: well under a second on a healthy st
 With ``quotas.ad_hoc_topics`` (``limit``), the recording counts and inserts under one
 lock in the store (``Store.record_topics(within=...)``), so the recorded topics never
 exceed the bound, however many instances record at once.  Each instance's own admission
-checks the bound against its topic set (``Guard.admit_topic``): the topics it recorded
+checks the bound against its topic set (``Guard.admit_topics``): the topics it recorded
 and took in, plus those it admitted and has not recorded yet.  Instances admitting at once
 can therefore each admit a topic the others' recordings leave no room for: it was
 accepted (its message published), so it stays in that instance's topic set, is not

@@ -26,11 +26,13 @@ class TopicNotSupported(TopicError):
 
 class TopicSetFull(TopicNotSupported):
     """A new topic would grow the topic set beyond the bound its caller gave
-    (``TopicSet.admit(limit=...)``); ``limit`` is that bound."""
+    (``TopicSet.admit(limit=...)``); ``limit`` is that bound, ``topic`` the new topic
+    refused (the first of several admitted together)."""
 
-    def __init__(self, message: str, limit: int) -> None:
+    def __init__(self, message: str, limit: int, topic: object = None) -> None:
         super().__init__(message)
         self.limit = limit
+        self.topic = topic
 
 
 class NameNotRepresentable(TopicError):

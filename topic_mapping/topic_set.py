@@ -139,27 +139,57 @@ class TopicSet:
         Raises TopicNotSupported when the set is fixed or the namespace forbids the topic,
         and TopicSetFull (a TopicNotSupported) when :attr:`grown` has reached ``limit``.
         """
+        return bool(self.admit_all((topic,), limit=limit))
+
+    def admit_all(self, topics: Iterable[Topic], *, limit: int | None = None) -> list[Topic]:
+        """Add ``topics`` all together or none of them: the new ones (returned, in order)
+        are added only if each is allowed (:meth:`check`) and :attr:`grown` stays within
+        ``limit`` with all of them (TopicSetFull naming the first new one otherwise)."""
+        with self._lock:
+            new = [t for t in dict.fromkeys(topics) if t not in self._members]
+            for topic in new:
+                self._check_new(topic)
+            if new and limit is not None and self._grown + len(new) > limit:
+                raise TopicSetFull(
+                    f"topic {new[0]} is new and the topic set holds its maximum of {limit} "
+                    "topics beyond the declared ones",
+                    limit,
+                    new[0],
+                )
+            self._members.update(new)
+            self._grown += len(new)
+            if new:
+                self._version += 1
+            listener = self._listener
+        if listener is not None:
+            for topic in new:
+                listener(topic)
+        return new
+
+    def check(self, topic: Topic, *, limit: int | None = None, ahead: int = 0) -> bool:
+        """What :meth:`admit` would do with ``topic`` after ``ahead`` other new topics,
+        without adding it: False for a member, True for a topic it would add; the same
+        errors as ``admit`` for one it would refuse."""
         with self._lock:
             if topic in self._members:
                 return False
-            if self.fixed:
-                raise TopicNotSupported(f"topic {topic} is not in the fixed topic set")
-            reason = self._rule1_violation(topic)
-            if reason is not None:
-                raise TopicNotSupported(f"topic {topic} is not permitted: {reason}")
-            if limit is not None and self._grown >= limit:
+            self._check_new(topic)
+            if limit is not None and self._grown + ahead >= limit:
                 raise TopicSetFull(
                     f"topic {topic} is new and the topic set holds its maximum of {limit} "
                     "topics beyond the declared ones",
                     limit,
+                    topic,
                 )
-            self._members.add(topic)
-            self._grown += 1
-            self._version += 1
-            listener = self._listener
-        if listener is not None:
-            listener(topic)
-        return True
+            return True
+
+    def _check_new(self, topic: Topic) -> None:
+        """Raise TopicNotSupported unless ``topic`` (not a member) may be added."""
+        if self.fixed:
+            raise TopicNotSupported(f"topic {topic} is not in the fixed topic set")
+        reason = self._rule1_violation(topic)
+        if reason is not None:
+            raise TopicNotSupported(f"topic {topic} is not permitted: {reason}")
 
     def watch(self, listener: Callable[[Topic], None] | None) -> None:
         """Tell ``listener`` every topic :meth:`admit` adds from now on (None: nobody);

@@ -128,3 +128,94 @@ def test_an_instance_at_its_bound_follows_what_another_accepted(
     assert sb.registry.subscriptions[sub.id].end_topic is not None
     with pytest.raises(errors.TopicNotSupported, match=r"quotas\.ad_hoc_topics"):
         sb.notify([note("<x/>", simple("t:new"))])  # B's bound still refuses new topics
+
+
+#: may call Notify on any topic (no ACL); not the broker itself (the fan-out bound applies)
+NOTIFIER = Principal("notifier", method="basic")
+
+
+def _over_fanout(s: BrokerService) -> None:
+    s.notify([note("<a-payload-past-the-fan-out-bound/>", concrete("t:refused"))])
+
+
+def _second_topic_over_bound(s: BrokerService) -> None:
+    s.notify([note("<x/>", concrete("t:refused")), note("<y/>", concrete("t:refused2"))])
+
+
+def _register_two_over_bound(s: BrokerService) -> None:
+    s.register_publisher(
+        RegisterPublisherRequest(None, (concrete("t:refused"), concrete("t:refused2")))
+    )
+
+
+def _subscribe_refused_after_end_topic(s: BrokerService) -> None:
+    s.subscribe(
+        sub_req(
+            topic=simple("t:sensors"),
+            subscription_end_topic=simple("t:refused"),
+            initial_termination_time_invalid=True,
+        )
+    )
+
+
+@pytest.mark.parametrize(
+    ("refused", "fault"),
+    [
+        (_over_fanout, errors.NotificationRefused),
+        (_second_topic_over_bound, errors.TopicNotSupported),
+        (_register_two_over_bound, errors.TopicNotSupported),
+        (_subscribe_refused_after_end_topic, errors.UnacceptableInitialTerminationTime),
+    ],
+    ids=["notify-fanout", "notify-second-topic", "register-second-topic", "subscribe-later"],
+)
+def test_a_request_refused_after_its_topics_were_checked_leaves_none_behind(
+    make_broker: Callable[..., Broker],
+    refused: Callable[[BrokerService], None],
+    fault: type[errors.WsnError],
+) -> None:
+    """Bound 1: a request refused after the check of its new topics (the Notify fan-out
+    bound; a later topic of the same Notify or RegisterPublisher past the bound; a
+    Subscribe's InitialTerminationTime, checked after its SubscriptionEnd topic) admits
+    none of them, so another request's new topic still fits.  Before, the topics checked
+    first were admitted on the way and stayed: refused requests used up the bound."""
+    s = make_broker(quotas__ad_hoc_topics=1, quotas__notify_fanout_bytes=16).service
+    assert s is not None
+    with bound_principal(NOTIFIER):
+        for _ in range(2):
+            with pytest.raises(fault):
+                refused(s)
+        assert s.topic_set.grown == 0
+        assert not {t.path for t in s.topic_set.topics()} & {("refused",), ("refused2",)}
+        s.notify([note("<ok/>", concrete("t:fits"))])  # the bound's one new topic
+    assert s.topic_set.grown == 1
+
+
+@pytest.mark.rabbitmq
+def test_a_refused_notify_records_no_topic_for_the_cluster(
+    postgres_store_url: str, make_broker: Callable[..., Broker], rabbitmq_url: str
+) -> None:
+    """On a PostgreSQL store, a Notify refused by the fan-out bound and one whose second
+    new topic is past the bound leave nothing in the cluster's recorded topics: a
+    sentinel topic admitted after them is recorded, theirs are not.  Before, their first
+    topics were admitted, then recorded for every instance."""
+    b = make_broker(
+        adapter_url=rabbitmq_url,
+        store_url=postgres_store_url,
+        quotas__ad_hoc_topics=1,
+        quotas__notify_fanout_bytes=16,
+    )
+    s = b.service
+    assert s is not None
+    with bound_principal(NOTIFIER):
+        with pytest.raises(errors.NotificationRefused):
+            _over_fanout(s)
+        with pytest.raises(errors.TopicNotSupported, match=r"quotas\.ad_hoc_topics"):
+            _second_topic_over_bound(s)
+        s.notify([note("<ok/>", concrete("t:sentinel"))])
+    store = s.store
+    wait_until(
+        lambda: any(t.path == ("sentinel",) for t in store.list_topics()),
+        30,
+        what="the sentinel topic recorded for the cluster",
+    )
+    assert [t.path for t in store.list_topics() if t.namespace == NS] == [("sentinel",)]

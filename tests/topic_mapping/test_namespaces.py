@@ -322,3 +322,28 @@ def test_admit_refuses_growth_beyond_its_limit_but_members_and_taken_in_topics_p
     assert topic_set.admit(Topic("urn:declared", ("root", "grown")), limit=3) is True
     assert topic_set.admit(c) is True  # no limit
     assert topic_set.grown == 4 and c in topic_set
+
+
+def test_admit_all_adds_every_topic_or_none_and_check_adds_nothing() -> None:
+    """``admit_all`` is one request's admission: past the bound with all its new topics,
+    none is added (the refusal names the first new one); ``check`` answers as ``admit``
+    would after ``ahead`` other new topics, without adding."""
+    closed = TopicNamespace("urn:closed")
+    closed.define(("root",))
+    topic_set = TopicSet([closed])
+    a, b, c = (Topic("urn:adhoc", (n,)) for n in "abc")
+    assert topic_set.admit(a) is True
+    version = topic_set.version
+    with pytest.raises(TopicSetFull) as refused:
+        topic_set.admit_all([a, b, c], limit=2)
+    assert refused.value.topic == b and refused.value.limit == 2
+    assert b not in topic_set and c not in topic_set and topic_set.grown == 1
+    with pytest.raises(TopicNotSupported):  # an undeclared root of a declared namespace
+        topic_set.admit_all([b, Topic("urn:closed", ("other",))])
+    assert b not in topic_set and topic_set.version == version
+    assert topic_set.check(a, limit=1) is False  # a member
+    assert topic_set.check(b, limit=2) is True and b not in topic_set
+    with pytest.raises(TopicSetFull):
+        topic_set.check(c, limit=2, ahead=1)
+    assert topic_set.admit_all([a, b, c, b], limit=3) == [b, c]
+    assert topic_set.grown == 3 and topic_set.version > version

@@ -68,15 +68,11 @@ class Inbound:
 
         Work that is the same for every message of one Notify is done once: one timestamp,
         one draw of message ids (``new_message_ids``), each topic expression resolved and
-        admitted once while consecutive messages repeat it (the frontend hands them one
-        shared ``ExpressionSource``), and each producer/topic pair checked against the
-        registrations once.  A Notify is still validated in message order and refused as a
-        whole at its first invalid message.
-
-        Its new topics are checked in order (``Guard.check_topic``, counting those before
-        them) and admitted together at the end, all or none (``admit``; False: the caller
-        admits them with :meth:`admit` after checks of its own): a refused Notify leaves
-        no topic behind.
+        checked once while consecutive messages repeat it (one shared ``ExpressionSource``),
+        each producer/topic pair checked against the registrations once.  A Notify is
+        validated in message order and refused as a whole at its first invalid message;
+        its new topics are admitted together at the end, all or none (``admit``; False:
+        the caller does, :meth:`admit`, after checks of its own).
         """
         ctx = self._ctx
         now = ctx.now()
@@ -117,12 +113,7 @@ class Inbound:
             producer = item.producer_reference
             self._check_caller(topic, producer, allowed if acl else None, registered, check)
             if fresh and topic is not None:
-                # after the ACL and the registration: refused there, the topic's bound
-                # is not the reason given (and nothing is admitted before the end)
-                if topic not in new:
-                    with topic_errors():
-                        if ctx.guard.check_topic(topic, ahead=len(new)):
-                            new[topic] = None
+                self._check_topic(topic, new)
                 last_source, last_topic, last_dialect = source, topic, dialect
             out.append(
                 NotificationMessage(
@@ -141,6 +132,15 @@ class Inbound:
         if admit and new:
             self.admit(out)
         return out
+
+    def _check_topic(self, topic: Topic, new: dict[Topic, None]) -> None:
+        """Check ``topic`` (after the ACL and the registration: refused there, the bound is
+        not the reason given) as a Notify's next topic after ``new``, its new topics
+        before it (to which it is added if new); nothing is admitted yet."""
+        if topic not in new:
+            with topic_errors():
+                if self._ctx.guard.check_topic(topic, ahead=len(new)):
+                    new[topic] = None
 
     def admit(self, messages: Sequence[NotificationMessage]) -> None:
         """Admit the topics of ``messages`` (a prepared Notify) to the topic set, all of

@@ -24,7 +24,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from lxml import etree
+    from elementpath import DocumentNode, ElementNode
+
+    #: a ``wstop:TopicSet`` document as elementpath's node tree (``TopicDocument``)
+    XPathDocument = DocumentNode | ElementNode
 
 
 class Wildcard(enum.Enum):
@@ -195,8 +198,10 @@ class TopicDocument(Protocol):
     """What the XPath dialect evaluates over: a topic set as a ``wstop:TopicSet`` document
     (``topic_set.TopicSet`` is one)."""
 
-    def to_element(self) -> etree._Element:
-        """The ``wstop:TopicSet`` element, each topic an element nested under its parent."""
+    def xpath_document(self) -> XPathDocument:
+        """The ``wstop:TopicSet`` element, each topic an element nested under its parent,
+        as the XPath evaluator's node tree (``xpath_dialect.topic_document``); read only
+        (the holder may share it between calls and threads)."""
         ...
 
 

@@ -31,11 +31,15 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from lxml import etree
 
 from .errors import InvalidTopicNamespace, TopicNotSupported, TopicSetFull
 from .model import PathPattern, Topic, TopicExpression
+
+if TYPE_CHECKING:
+    from .model import XPathDocument
 from .namespaces import WSTOP_13, TopicDefinition, TopicNamespace
 
 __all__ = ["TopicSet"]
@@ -67,6 +71,9 @@ class TopicSet:
         self._version = 0
         #: told each topic :meth:`admit` adds (``watch``), outside the lock
         self._listener: Callable[[Topic], None] | None = None
+        #: (version, document) of :meth:`xpath_document`; one thread builds at a time
+        self._xpath: tuple[int, XPathDocument] | None = None
+        self._xpath_building = threading.Lock()
         self.fixed = False
         for ns in namespaces:
             self.add_namespace(ns, include_topics=topics is None)
@@ -312,6 +319,25 @@ class TopicSet:
         return out
 
     # -- resource property -----------------------------------------------------------------
+    def xpath_document(self) -> XPathDocument:
+        """The :meth:`to_element` document (every member) as the XPath dialect's node
+        tree (``xpath_dialect.topic_document``), built once per :attr:`version` and
+        shared by every caller until a topic is added: an XPath TopicExpression costs a
+        selection, not a document of every topic.  Callers only read it."""
+        version = self.version  # before the members are read: never too new
+        kept = self._xpath
+        if kept is not None and kept[0] == version:
+            return kept[1]
+        from .xpath_dialect import topic_document  # elementpath: only where XPath is used
+
+        with self._xpath_building:  # requests arriving together build it once
+            kept = self._xpath
+            if kept is not None and kept[0] >= version:
+                return kept[1]
+            built = topic_document(self.to_element())
+            self._xpath = (version, built)
+            return built
+
     def to_element(self, visible: Callable[[Topic], bool] | None = None) -> etree._Element:
         """The ``wstop:TopicSet`` document: member topics (and their ancestors) as nested
         elements in the topic's namespace; members carry ``wstop:topic="true"``.  With

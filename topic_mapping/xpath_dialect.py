@@ -1,7 +1,9 @@
 """The XPath 1.0 TopicExpression dialect (``http://www.w3.org/TR/1999/REC-xpath-19991116``).
 
 The expression is evaluated with elementpath's XPath 1.0 parser over the broker's
-``wstop:TopicSet`` document (:meth:`TopicSet.to_element`): the context node is the
+``wstop:TopicSet`` document (:meth:`TopicSet.to_element`, as elementpath's node tree:
+:func:`topic_document`, which ``TopicSet.xpath_document`` builds once per version of the
+set, so a request does not pay for a document of every topic): the context node is the
 ``wstop:TopicSet`` element, every topic is an element in its topic namespace nested under
 its parent topic, and topics of the set carry ``wstop:topic="true"``.  Each selected element
 becomes one concrete pattern; the result is ``static`` (topics added later are not
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import elementpath
 from lxml import etree
@@ -34,10 +37,20 @@ from .errors import InvalidTopicExpression, TopicNotSupported
 from .model import PathPattern, Topic, TopicDocument, TopicExpression
 from .path_dialects import CONCRETE, NCNAME_PATTERN, XPATH, parse_path_dialect
 
-__all__ = ["element_topic", "parse_xpath"]
+if TYPE_CHECKING:
+    from .model import XPathDocument
+
+__all__ = ["element_topic", "parse_xpath", "topic_document"]
 
 _QN = f"(?:{NCNAME_PATTERN}:)?{NCNAME_PATTERN}"
 _PLAIN_PATH_RE = re.compile(f"{_QN}(?:/{_QN})*")
+
+
+def topic_document(element: etree._Element) -> XPathDocument:
+    """``element`` (a ``wstop:TopicSet`` document) as the node tree :func:`parse_xpath`
+    selects in: building it visits every element, so a caller holding a topic set keeps
+    it while the set does not change (it is only read)."""
+    return elementpath.get_node_tree(element)
 
 
 def element_topic(element: etree._Element) -> Topic | None:
@@ -74,7 +87,7 @@ def parse_xpath(
             f"XPath TopicExpression {text!r} can only be evaluated over a topic set, "
             "and none is configured"
         )
-    document = topic_set.to_element()
+    document = topic_set.xpath_document()
     ns = {p: uri for p, uri in bindings if p}
     try:
         result = elementpath.select(document, text, ns, parser=elementpath.XPath1Parser)

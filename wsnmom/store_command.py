@@ -106,6 +106,8 @@ def copy_store(source: Store, destination: Store) -> StoreCounts:
         destination.put_upstream(str(data["name"]), data)
     for name, at in intents:
         destination.put_intent(name, at)
+    # every recorded topic, without quotas.ad_hoc_topics: a migration keeps what was
+    # accepted, as a restart does; the cluster's bound refuses new topics only
     destination.record_topics(topics)
     for pp in pull_points:
         if destination.get_pull_point(pp.id) != pp:

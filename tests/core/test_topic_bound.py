@@ -13,7 +13,7 @@ from wsnmom.core import errors
 from wsnmom.core.access import Principal, bound_principal
 from wsnmom.core.model import EndpointReference, RegisterPublisherRequest, SubscriptionState
 from wsnmom.core.service import BrokerService
-from wsnmom.topic_mapping.model import PathPattern
+from wsnmom.topic_mapping.model import PathPattern, Topic
 
 from tests.support.waiting import wait_until
 
@@ -219,3 +219,53 @@ def test_a_refused_notify_records_no_topic_for_the_cluster(
         what="the sentinel topic recorded for the cluster",
     )
     assert [t.path for t in store.list_topics() if t.namespace == NS] == [("sentinel",)]
+
+
+@pytest.mark.rabbitmq
+def test_a_store_migrated_past_the_bound_keeps_its_topics_and_the_cluster_refuses_new_ones(
+    postgres_store_url: str, make_broker: Callable[..., Broker], rabbitmq_url: str
+) -> None:
+    """``wsnmom store migrate`` (``copy_store``) carries recorded topics whatever the
+    bound, as a restart keeps accepted state: a gateway's store holding three recorded
+    topics, a subscription with a SubscriptionEnd topic and a registration's topic,
+    moved to PostgreSQL and started there under a bound of 2, keeps all five topics
+    (the subscription and the registration restored, a Notify on a migrated topic
+    accepted) and refuses every new topic; the shared table holds only what was
+    migrated."""
+    from wsnmom.core.store_sqlite import SqliteStore
+    from wsnmom.core.store_url import open_store
+
+    from wsnmom.store_command import copy_store
+
+    single = make_broker(adapter_url=rabbitmq_url)
+    s = single.service
+    assert s is not None
+    sub = s.subscribe(sub_req(topic=simple("t:a"), subscription_end_topic=simple("t:ends")))
+    reg = s.register_publisher(RegisterPublisherRequest(None, (simple("t:registered"),)))
+    recorded = [Topic(NS, ("kept", f"k{i}")) for i in range(3)]
+    s.store.record_topics(recorded)  # what a store carried from a cluster holds
+    single.stop()
+    source, destination = SqliteStore(str(single.tmp / "store.db")), open_store(postgres_store_url)
+    try:
+        assert copy_store(source, destination).topics == 3
+    finally:
+        source.close()
+        destination.close()
+
+    cluster = make_broker(
+        adapter_url=rabbitmq_url, store_url=postgres_store_url, quotas__ad_hoc_topics=2
+    )
+    c = cluster.service
+    assert c is not None
+    assert c.get_subscription(sub.id).state is SubscriptionState.ACTIVE
+    assert c.registry.subscriptions[sub.id].end_topic is not None
+    assert c.get_registration(reg.id).topics[0].text == "t:registered"
+    kept = [*recorded, Topic(NS, ("ends",)), Topic(NS, ("registered",))]
+    assert all(topic in c.topic_set for topic in kept)
+    c.notify([note("<ok/>", concrete("t:kept/k1"))])
+    for name in ("t:new", "t:kept/new"):
+        with pytest.raises(errors.TopicNotSupported, match=r"quotas\.ad_hoc_topics"):
+            c.notify([note("<x/>", concrete(name))])
+    assert c.topic_set.grown == len(kept)
+    assert c.store.list_topics()[:3] == recorded
+    assert not {("new",), ("kept", "new")} & {t.path for t in c.store.list_topics()}

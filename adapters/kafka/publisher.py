@@ -28,7 +28,10 @@ poll thread, and publishes that return only once the broker confirmed every mess
   adapter believed existed: librdkafka holds a record for a topic missing from the
   metadata ``topic.metadata.propagation.max.ms`` (30 s), so it timed out
   (``message.timeout.ms``) and the Notify was refused after 30 s.  What a replaced
-  producer purged unsent (``_PURGE_QUEUE``) is produced again on the new one.
+  producer purged unsent (``_PURGE_QUEUE``) is produced again on the new one, unless a
+  connection was lost since it was produced and the cluster kept its state: a record
+  waiting for a retry after a lost connection is purged from the queue too, though the
+  broker may have written it (a new producer id would write it twice); it fails.
 * A replaced producer is polled until it holds nothing (``_retired``), and a publish
   that produced on a producer replaced meanwhile purges what it still queues and
   produces it again (``_produce_all``).  Before, a record produced on the old producer
@@ -112,6 +115,8 @@ class Publisher:
         #: written under ``_checking``, which serialises the checks)
         self._checked_epoch = 0
         self._checking = threading.Lock()
+        #: the last producer replaced because the cluster lost its state (its writes too)
+        self._wiped: Producer | None = None
 
     # -- lifecycle --------------------------------------------------------------------------
     def _new_producer(self) -> Producer:
@@ -262,6 +267,7 @@ class Publisher:
         try:
             pending: Sequence[int] = range(len(messages))
             check = partial(self._check_waiting, logs, started, deadline, grace)
+            epoch = self._health.epoch  # a connection lost after: maybe written (docstring)
             for _ in range(_ATTEMPTS):
                 self._produce_all(producer, batch, pending, messages, destinations, deadline)
                 if not self._wait(batch, started, deadline, check):
@@ -277,8 +283,10 @@ class Publisher:
                     current = self._producer
                 if not pending or current in (None, producer) or time.monotonic() >= deadline:
                     break
+                if self._health.epoch != epoch and self._wiped is not producer:
+                    break  # maybe sent, then back in the queue: they fail (module docstring)
                 # the producer was replaced before it sent them: the new one sends them
-                producer = current
+                producer, epoch = current, self._health.epoch
                 batch.rearm(pending)
         finally:
             with self._lock:
@@ -347,6 +355,7 @@ class Publisher:
             "published to, with a new producer id",
             internal,
         )
+        self._wiped = producer  # what it wrote is gone with the cluster's state
         self.renew("the cluster lost its topics and the producer id", only=producer)
         try:
             self._topics.ensure(

@@ -15,7 +15,7 @@ pytest.importorskip("confluent_kafka")
 from confluent_kafka import KafkaError, Producer
 from wsnmom.adapters.kafka.adapter import KafkaAdapter
 from wsnmom.adapters.kafka.mapping import Destination
-from wsnmom.adapters.kafka.publisher import Publisher
+from wsnmom.adapters.kafka.publisher import Publisher, PublishUnavailable
 from wsnmom.adapters.kafka.reports import Batch
 from wsnmom.core.adapter import OutboundMessage
 from wsnmom.topic_mapping.model import PathPattern, Topic
@@ -138,6 +138,53 @@ def test_a_late_report_of_an_earlier_attempt_counts_for_nothing() -> None:
     assert batch.remaining == 1  # still waiting for the record produced again
     again(None, None)
     assert batch.wait(0)
+
+
+def test_a_record_purged_from_the_queue_after_a_lost_connection_is_not_produced_twice(
+    make_kafka: Callable[..., KafkaAdapter], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The broker wrote a record, the connection was lost before its acknowledgement
+    (librdkafka puts it back in its queue for a retry), and the producer was replaced
+    meanwhile (the cluster did not answer, or a followed topic was re-created): the
+    purge reports it ``_PURGE_QUEUE``, as a record never sent.  The test plays that
+    report (and the lost connection, ``Health.epoch``) for a record tansu did write.
+    The publish must fail (the gateway cannot know whether it was written) and the
+    record be there once.  Before, it was produced again on the new producer (a new
+    producer id, so no idempotence) and written twice, the publish confirmed."""
+    adapter = make_kafka(namespaces={NS: "plant"})
+    topic = Topic(NS, ("requeued",))
+    got = subscribe(adapter, PathPattern(NS, ("requeued",)))
+    adapter.publish(message(topic, b"<warm/>"))
+    got.wait_for(1, 30)
+    publisher = adapter._require().publisher
+    health = publisher._health
+    report = Batch.report
+    played: list[threading.Thread] = []
+
+    def requeued_then_purged(
+        batch: Batch, attempt: int, index: int, error: KafkaError | None, msg: Any
+    ) -> None:
+        if error is not None or msg.value() != b"<requeued/>" or played:
+            report(batch, attempt, index, error, msg)
+            return
+
+        def play() -> None:  # not on the poll thread: renew polls the old producer
+            with health._lock:
+                health.epoch += 1  # the connection lost before the acknowledgement
+            publisher.renew("the test: the cluster did not answer")
+            report(batch, attempt, index, KafkaError(KafkaError._PURGE_QUEUE), msg)
+
+        played.append(threading.Thread(target=play))
+        played[0].start()
+
+    monkeypatch.setattr(Batch, "report", requeued_then_purged)
+    with pytest.raises(PublishUnavailable):
+        adapter.publish(message(topic, b"<requeued/>"), timeout=12)
+    assert played, "the record was not written"
+    played[0].join(10)
+    adapter.publish(message(topic, b"<sentinel/>"))
+    got.wait_for(3, 30)
+    assert got.bodies() == [b"<warm/>", b"<requeued/>", b"<sentinel/>"]
 
 
 class _Counting:

@@ -93,7 +93,7 @@ from functools import partial
 
 from wsnmom.core import metrics
 from wsnmom.core.adapter import AdapterError, Received, SubscriptionHandle
-from wsnmom.core.channel_signals import EndSubscription
+from wsnmom.core.channel_signals import EndSubscription, PrepareLater
 from wsnmom.core.context import BrokerContext
 from wsnmom.core.model import NotificationMessage, Subscription, SubscriptionState
 from wsnmom.core.ports import DeliveryFailed
@@ -203,6 +203,8 @@ class PullFeeds:
                 reader.halt_feed(sub_id)
             threading.Thread(target=self._give_up, args=(sub_id, give_up, end), daemon=True).start()
             return None
+        except PrepareLater:
+            raise  # its dead letter not confirmed: prepared again later (``core.pull_stall``)
         except Exception:
             log.exception("subscription %s: cannot prepare a message; dropped", state.record.id)
             return None

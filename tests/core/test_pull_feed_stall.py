@@ -1,0 +1,121 @@
+"""A buffered feed's message older than ``limits.max_age`` whose dead letter the middleware
+does not confirm (core/pull_buffer.py, core/pull_stall.py): the feed stalls at it, neither
+handing it out nor settling it, and tries its dead letter again later; once confirmed the
+message is settled and the feed goes on.  Before, it was settled as a filtered message:
+neither handed out nor a dead letter.  Run on the file-log reference adapter (core
+enforces ``max_age`` there, core's buffer reads the feeds)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from wsnmom.core.adapter import AdapterError, OutboundMessage
+from wsnmom.core.dead_letter_records import DEAD_LETTER_NAMESPACE
+from wsnmom.core.model import CreatePullPointRequest, Subscription
+from wsnmom.core.pull_buffer import PullBuffer
+from wsnmom.core.service import BrokerService
+
+from tests.support.waiting import wait_until
+
+from .conftest import Broker, note, simple, sub_req
+
+FILELOG = "filelog://{tmp}/log?partitions=1"
+
+
+class GraveRefusal:
+    """The middleware does not confirm the next ``refuse`` publishes of dead letters
+    (``adapter.publish_many`` raising what an unconfirmed publish raises); ``tries``: the
+    publishes of dead letters."""
+
+    def __init__(self, service: BrokerService, refuse: int) -> None:
+        self.refuse = refuse
+        self.tries = 0
+        adapter: Any = service.adapter
+        real = adapter.publish_many
+
+        def refused(messages: Sequence[OutboundMessage], timeout: float = 10.0) -> Any:
+            if any(m.topic.namespace == DEAD_LETTER_NAMESPACE for m in messages):
+                self.tries += 1
+                if self.refuse > 0:
+                    self.refuse -= 1
+                    raise AdapterError("dead letters not confirmed")
+            return real(messages, timeout=timeout)
+
+        adapter.publish_many = refused
+
+
+@pytest.fixture
+def aged(make_broker: Callable[..., Broker]) -> Broker:
+    return make_broker(adapter_url=FILELOG, limits__max_age=timedelta(minutes=1))
+
+
+def _feeding(b: Broker) -> tuple[BrokerService, str, Subscription]:
+    """A pull point and a subscription feeding it (core's buffer reads it)."""
+    service: BrokerService = b.service
+    pp = service.create_pull_point(CreatePullPointRequest())
+    assert isinstance(service.registry.pull_points[pp.id].reader, PullBuffer)
+    sub = service.subscribe(sub_req(service.pull_point_address(pp.id), topic=simple("t:a")))
+    return service, pp.id, sub
+
+
+def _old_message(b: Broker, service: BrokerService, sub: Subscription) -> None:
+    """``old`` waits in the paused subscription past ``max_age``; the feed is resumed."""
+    service.pause(sub.id)
+    service.notify([note("<m>old</m>", simple("t:a"))])
+    b.clock.advance(minutes=2)
+    service.resume(sub.id)
+
+
+def _until_sentinel(service: BrokerService, pp_id: str) -> list[bytes]:
+    """Every payload the pull point hands out until the sentinel (a barrier)."""
+    got: list[bytes] = []
+
+    def seen() -> bool:
+        got.extend(m.payload for m in service.get_messages(pp_id, None))
+        return any(b"sentinel" in p for p in got)
+
+    wait_until(seen, 10, what="the sentinel")
+    return got
+
+
+def test_a_feeds_message_past_max_age_whose_dead_letter_is_not_confirmed_is_not_lost(
+    aged: Broker,
+) -> None:
+    """The dead letter of a fed message past ``max_age`` is refused (twice): the message
+    stays unsettled, its dead letter is tried again, and once the middleware confirms it
+    the message is a dead letter ("max-age"), never handed out; the feed then goes on
+    (the sentinel published after it, which waited behind it, is handed out alone)."""
+    service, pp_id, sub = _feeding(aged)
+    refusal = GraveRefusal(service, refuse=2)
+    _old_message(aged, service, sub)
+    service.notify([note("<m>sentinel</m>", simple("t:a"))])
+    wait_until(service.dead_letters, 10, what="old's dead letter")
+    assert refusal.tries >= 3  # refused twice, then confirmed
+    assert _until_sentinel(service, pp_id) == [b"<m>sentinel</m>"]
+    [letter] = service.dead_letters()
+    assert letter.body == b"<m>old</m>" and letter.reason == "max-age"
+
+
+def test_a_feed_paused_while_its_dead_letter_is_refused_dead_letters_the_message_once(
+    aged: Broker,
+) -> None:
+    """The feed stalled at a refused dead letter is paused, then resumed: the message went
+    back to the subscription with the pause and comes again; once the middleware confirms
+    its dead letter it is one dead letter, never handed out, and what the subscription
+    received meanwhile follows it."""
+    service, pp_id, sub = _feeding(aged)
+    refusal = GraveRefusal(service, refuse=10**6)
+    _old_message(aged, service, sub)
+    wait_until(lambda: refusal.tries >= 1, 10, what="the dead letter refused")
+    service.pause(sub.id)
+    service.notify([note("<m>sentinel</m>", simple("t:a"))])  # waits in the subscription
+    tries = refusal.tries
+    service.resume(sub.id)
+    wait_until(lambda: refusal.tries > tries, 10, what="the dead letter tried after the resume")
+    refusal.refuse = 0
+    assert _until_sentinel(service, pp_id) == [b"<m>sentinel</m>"]
+    [letter] = service.dead_letters()
+    assert letter.body == b"<m>old</m>" and letter.reason == "max-age"

@@ -2,8 +2,8 @@
 does not confirm (core/pull_buffer.py, core/pull_stall.py): the feed stalls at it, neither
 handing it out nor settling it, and tries its dead letter again later; once confirmed the
 message is settled and the feed goes on.  Before, it was settled as a filtered message:
-neither handed out nor a dead letter.  Run on the file-log reference adapter (core
-enforces ``max_age`` there, core's buffer reads the feeds)."""
+neither handed out nor a dead letter.  Run on the file log and Kafka (core enforces
+``max_age`` there, core's buffer reads the feeds)."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from wsnmom.core.model import CreatePullPointRequest, Subscription
 from wsnmom.core.pull_buffer import PullBuffer
 from wsnmom.core.service import BrokerService
 
+from tests.fixtures.server import kafka_gateway_url
 from tests.support.waiting import wait_until
 
 from .conftest import Broker, note, simple, sub_req
@@ -47,9 +48,15 @@ class GraveRefusal:
         adapter.publish_many = refused
 
 
-@pytest.fixture
-def aged(make_broker: Callable[..., Broker]) -> Broker:
-    return make_broker(adapter_url=FILELOG, limits__max_age=timedelta(minutes=1))
+@pytest.fixture(params=["filelog", pytest.param("kafka", marks=pytest.mark.kafka)])
+def aged(make_broker: Callable[..., Broker], request: pytest.FixtureRequest) -> Broker:
+    """A broker on the file log or Kafka (a gateway of its own on the tansu broker) with
+    ``limits.max_age`` = 1 minute."""
+    if request.param == "filelog":
+        url = FILELOG
+    else:
+        url = kafka_gateway_url(str(request.getfixturevalue("kafka_url")))
+    return make_broker(adapter_url=url, limits__max_age=timedelta(minutes=1))
 
 
 def _feeding(b: Broker) -> tuple[BrokerService, str, Subscription]:

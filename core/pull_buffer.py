@@ -15,7 +15,9 @@ pause, resume and end).  Each subscription feeding the pull point is read here f
 own durable handle, started in push mode into the same buffer: its messages arrive
 prepared for the pull point (a ``Fed``) and are settled in arrival order like the pull
 point's own: one its filters dropped is settled at once when nothing of that feed waits
-before it, else when GetMessages reaches it (never handed out).  The methods say what a
+before it, else when GetMessages reaches it (never handed out); one its ``prepare``
+puts off (``PrepareLater``: its ``max_age`` dead letter not confirmed) stalls the feed,
+unsettled, and is prepared again later (``core.pull_stall``).  The methods say what a
 pause (``suspend_feed``, ``wait_settled``), a resume (``expect``, ``resume_feed``: the
 kept copies come back first), a filter's end (``halt_feed``) and an answer not sent
 (``_put_back``) do.

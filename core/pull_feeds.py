@@ -22,7 +22,8 @@ What a pull point fed this way guarantees, as before:
 
 * GetMessages returns each message as its subscription renders it (SubscriptionReference,
   topic dialect, producer reference) and filters it (topic, MessageContent, expiry,
-  ``limits.max_age``).
+  ``limits.max_age``: to the dead letters, settled once confirmed; with the buffer the
+  feed stalls at it meanwhile, ``core.pull_stall``).
 * At least once: a fed message stays in the subscription until GetMessages hands it out
   (buffered: unsettled until then; after a crash it comes again, marked redelivered).
 * PauseSubscription keeps what reached the pull point in it: the feed's waiting messages

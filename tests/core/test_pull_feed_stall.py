@@ -3,20 +3,33 @@ does not confirm (core/pull_buffer.py, core/pull_stall.py): the feed stalls at i
 handing it out nor settling it, and tries its dead letter again later; once confirmed the
 message is settled and the feed goes on.  Before, it was settled as a filtered message:
 neither handed out nor a dead letter.  Run on the file log and Kafka (core enforces
-``max_age`` there, core's buffer reads the feeds)."""
+``max_age`` there, core's buffer reads the feeds); the buffer's stop while stalled on the
+file log adapter itself.  (An operator's purge of a stalled feed is not tested here: on
+the logs a purge dead-letters what it drops, which the refusal keeps from being saved.)"""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Sequence
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
-from wsnmom.core.adapter import AdapterError, OutboundMessage
+from wsnmom.adapters.filelog.adapter import FileLogAdapter
+from wsnmom.core.adapter import (
+    AdapterError,
+    OutboundMessage,
+    QueueLimits,
+    Received,
+    SubscriptionSpec,
+)
+from wsnmom.core.channel_signals import PrepareLater
 from wsnmom.core.dead_letter_records import DEAD_LETTER_NAMESPACE
 from wsnmom.core.model import CreatePullPointRequest, Subscription
 from wsnmom.core.pull_buffer import PullBuffer
 from wsnmom.core.service import BrokerService
+from wsnmom.topic_mapping.model import PathPattern, Topic
 
 from tests.fixtures.server import kafka_gateway_url
 from tests.support.waiting import wait_until
@@ -126,3 +139,57 @@ def test_a_feed_paused_while_its_dead_letter_is_refused_dead_letters_the_message
     assert _until_sentinel(service, pp_id) == [b"<m>sentinel</m>"]
     [letter] = service.dead_letters()
     assert letter.body == b"<m>old</m>" and letter.reason == "max-age"
+
+
+def test_a_buffer_stopped_while_a_feed_is_stalled_gets_the_message_again_once(
+    tmp_path: Path,
+) -> None:
+    """The buffer stops while its feed is stalled at a message put off (a pull point's
+    purge, its shard handed over) and starts again: the feed's handle gave the message
+    and those behind it back, they come again in order, the stalled one is prepared again
+    (then dropped: settled in its place) and each later one is handed out once."""
+    adapter = FileLogAdapter(f"filelog://{tmp_path / 'log'}?partitions=1")
+    adapter.open()
+    try:
+        patterns = (PathPattern(NS, ("t",)),)
+        buffer = PullBuffer(adapter.subscription(SubscriptionSpec("p", (), QueueLimits())), 64)
+        put_off = [True]
+        prepared: list[bytes] = []
+
+        def prepare(received: Received) -> bytes | None:
+            prepared.append(received.body)
+            if received.body != b"old":
+                return received.body
+            if put_off[0]:
+                raise PrepareLater(0.05)
+            return None
+
+        feed = adapter.subscription(SubscriptionSpec("f", patterns, QueueLimits()))
+        buffer.add_feed("f", feed, prepare, active=True)
+        buffer.start()
+        topic = Topic(NS, ("t",))
+        adapter.publish_many(
+            [OutboundMessage(topic=topic, body=b, message_id=uuid.uuid4().hex) for b in BODIES]
+        )
+        wait_until(lambda: prepared.count(b"old") >= 2, 10, what="old put off twice")
+        buffer.stop()
+        seen = prepared.count(b"old")
+        buffer.start()
+        wait_until(lambda: prepared.count(b"old") > seen, 10, what="old again after the start")
+        put_off[0] = False
+        handed: list[bytes] = []
+
+        def sentinel_handed() -> bool:
+            handed.extend(r.body for r in buffer.take(100))
+            return b"sentinel" in handed
+
+        wait_until(sentinel_handed, 10, what="the sentinel handed out")
+        assert handed == [b"m0", b"m1", b"sentinel"]
+        buffer.stop()
+    finally:
+        adapter.close()
+
+
+#: what the stopped buffer's feed receives: "old" is put off until the test says
+BODIES = [b"old", b"m0", b"m1", b"sentinel"]
+NS = "urn:test:pull-feed-stall"

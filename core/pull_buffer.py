@@ -15,7 +15,9 @@ pause, resume and end).  Each subscription feeding the pull point is read here f
 own durable handle, started in push mode into the same buffer: its messages arrive
 prepared for the pull point (a ``Fed``) and are settled in arrival order like the pull
 point's own: one its filters dropped is settled at once when nothing of that feed waits
-before it, else when GetMessages reaches it (never handed out).  The methods say what a
+before it, else when GetMessages reaches it (never handed out); one its ``prepare``
+puts off (``PrepareLater``: its ``max_age`` dead letter not confirmed) stalls the feed,
+unsettled, and is prepared again later (``core.pull_stall``).  The methods say what a
 pause (``suspend_feed``, ``wait_settled``), a resume (``expect``, ``resume_feed``: the
 kept copies come back first), a filter's end (``halt_feed``) and an answer not sent
 (``_put_back``) do.
@@ -41,8 +43,10 @@ from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 from wsnmom.core.adapter import HEADER_MESSAGE_ID, Received, SubscriptionHandle
-from wsnmom.core.pull_fed import SETTLE_WAIT, Fed, Feed, give_back_fed
+from wsnmom.core.channel_signals import PrepareLater
+from wsnmom.core.pull_fed import SETTLE_WAIT, AnswersOnTheirWay, Fed, Feed, give_back_fed
 from wsnmom.core.pull_handout import Settlement
+from wsnmom.core.pull_stall import Stalls
 
 __all__ = ["KEPT_WAIT", "SETTLE_WAIT", "Fed", "Feed", "PullBuffer", "give_back_fed"]
 
@@ -54,7 +58,7 @@ KEPT_WAIT = 30.0
 M = TypeVar("M")
 
 
-class PullBuffer:
+class PullBuffer(AnswersOnTheirWay):
     """A push-mode handle (and its feeds) whose messages wait here for ``pull`` / ``take``.
     Thread-safe."""
 
@@ -66,6 +70,7 @@ class PullBuffer:
         "_kept",
         "_queue",
         "_skips",
+        "_stalls",
         "_started",
         "handle",
         "prefetch",
@@ -86,6 +91,8 @@ class PullBuffer:
         self._kept: dict[str, Feed[object]] = {}
         #: resumed feeds started once their kept copies are back: name -> deadline
         self._deferred: dict[str, float] = {}
+        #: feeds stalled at a message their ``prepare`` put off (``core.pull_stall``)
+        self._stalls = Stalls(handle.name, self._cv, self._reads, self._enqueue)
 
     @property
     def name(self) -> str:
@@ -117,6 +124,7 @@ class PullBuffer:
             # started again with the buffer; the inbox delivers its copies again too
             self._kept.clear()
             self._deferred.clear()
+            self._stalls.clear()
             feeds = [f for f in self._feeds.values() if f.active]
             for feed in self._feeds.values():
                 feed.waiting = 0
@@ -170,24 +178,39 @@ class PullBuffer:
         """A feed's message (on the adapter's thread, one at a time per feed)."""
         if not feed.active:  # suspended: its handle's stop gives it back, unprepared
             return
-        message = feed.prepare(received)
         with self._cv:
-            if not (self._started and feed.active and self._feeds.get(name) is feed):
+            if self._reads(name, feed) and self._stalls.behind(name, received):
+                return  # waits behind the message the feed is stalled at
+        try:
+            message = feed.prepare(received)
+        except PrepareLater as later:  # neither handed out nor settled: tried again
+            self._stalls.stall(name, feed, received, later)
+            return
+        with self._cv:
+            if not self._reads(name, feed):
                 # suspended or stopping: its handle is stopped next, which gives the
                 # message back to the middleware; settling it now would reorder
                 return
-            if message is None and not feed.waiting:
-                settle = True
-            else:
-                settle = False
-                feed.waiting += 1
-                self._queue.append(Fed(feed, received, message))
-                if message is None:
-                    self._skips += 1
-                else:
-                    self._cv.notify_all()
+            settle = self._enqueue(feed, received, message)
         if settle:
             received.ack()
+
+    def _reads(self, name: str, feed: Feed[M]) -> bool:
+        """Whether the feed's messages are taken into the buffer (hold ``_cv``)."""
+        return self._started and feed.active and self._feeds.get(name) is feed
+
+    def _enqueue(self, feed: Feed[M], received: Received, message: M | None) -> bool:
+        """Put the feed's prepared message in the buffer (hold ``_cv``); True: a filtered
+        one with nothing of its feed before it, to settle at once."""
+        if message is None and not feed.waiting:
+            return True
+        feed.waiting += 1
+        self._queue.append(Fed(feed, received, message))
+        if message is None:
+            self._skips += 1
+        else:
+            self._cv.notify_all()
+        return False
 
     def suspend_feed(
         self,
@@ -209,6 +232,7 @@ class PullBuffer:
             feed.active = False
             feed.late = keep_late
             self._deferred.pop(name, None)
+            self._stalls.drop(name)
             if not feed.waiting:
                 return []
             mine: list[Fed[object]] = []
@@ -223,24 +247,9 @@ class PullBuffer:
             feed.waiting = 0
         return mine
 
-    def wait_settled(self, name: str, timeout: float = SETTLE_WAIT) -> bool:
-        """Whether the feed's messages handed out in answers on their way were settled
-        or given back within ``timeout`` seconds (waited for; ``settling`` meanwhile)."""
+    def _feed(self, name: str) -> Feed[object] | None:
         with self._cv:
-            feed = self._feeds.get(name)
-        return feed is None or feed.unsettled.wait(timeout)
-
-    def handed_out(self, name: str) -> bool:
-        """Whether answers on their way hold some of the feed's messages."""
-        with self._cv:
-            feed = self._feeds.get(name)
-        return feed is not None and feed.unsettled.pending
-
-    def settling(self, name: str) -> bool:
-        """Whether ``wait_settled`` waits for the feed's answers on their way."""
-        with self._cv:
-            feed = self._feeds.get(name)
-        return feed is not None and feed.unsettled.waiting
+            return self._feeds.get(name)
 
     def halt_feed(self, name: str) -> None:
         """Ignore what the feed delivers from now on, leaving it unsettled (its handle

@@ -14,7 +14,7 @@ from typing import Generic, TypeVar
 from wsnmom.core.adapter import Received, SubscriptionHandle
 from wsnmom.core.pull_handout import nack_all
 
-__all__ = ["SETTLE_WAIT", "Fed", "Feed", "Unsettled", "give_back_fed"]
+__all__ = ["SETTLE_WAIT", "AnswersOnTheirWay", "Fed", "Feed", "Unsettled", "give_back_fed"]
 
 log = logging.getLogger(__name__)
 
@@ -121,6 +121,32 @@ class Feed(Generic[M]):
         #: a cluster, whose durable subscription another instance may delete before this
         #: one followed the end (``core.pull_feeds``)
         self.keeper: Callable[[list[Fed[M]]], None] | None = None
+
+
+class AnswersOnTheirWay:
+    """What a pull point's reader (``PullBuffer``, ``PullReader``) tells of the answers on
+    their way that took a feed's messages (``Feed.unsettled``); ``_feed`` finds a feed."""
+
+    __slots__ = ()
+
+    def _feed(self, name: str) -> Feed[object] | None:
+        raise NotImplementedError
+
+    def wait_settled(self, name: str, timeout: float = SETTLE_WAIT) -> bool:
+        """Whether the feed's messages handed out in answers on their way were settled
+        or given back within ``timeout`` seconds (waited for; ``settling`` meanwhile)."""
+        feed = self._feed(name)
+        return feed is None or feed.unsettled.wait(timeout)
+
+    def handed_out(self, name: str) -> bool:
+        """Whether answers on their way hold some of the feed's messages."""
+        feed = self._feed(name)
+        return feed is not None and feed.unsettled.pending
+
+    def settling(self, name: str) -> bool:
+        """Whether ``wait_settled`` waits for the feed's answers on their way."""
+        feed = self._feed(name)
+        return feed is not None and feed.unsettled.waiting
 
 
 def give_back_fed(items: Sequence[Received]) -> None:

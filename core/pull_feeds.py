@@ -22,7 +22,8 @@ What a pull point fed this way guarantees, as before:
 
 * GetMessages returns each message as its subscription renders it (SubscriptionReference,
   topic dialect, producer reference) and filters it (topic, MessageContent, expiry,
-  ``limits.max_age``).
+  ``limits.max_age``: to the dead letters, settled once confirmed; with the buffer the
+  feed stalls at it meanwhile, ``core.pull_stall``).
 * At least once: a fed message stays in the subscription until GetMessages hands it out
   (buffered: unsettled until then; after a crash it comes again, marked redelivered).
 * PauseSubscription keeps what reached the pull point in it: the feed's waiting messages
@@ -93,7 +94,7 @@ from functools import partial
 
 from wsnmom.core import metrics
 from wsnmom.core.adapter import AdapterError, Received, SubscriptionHandle
-from wsnmom.core.channel_signals import EndSubscription
+from wsnmom.core.channel_signals import EndSubscription, PrepareLater
 from wsnmom.core.context import BrokerContext
 from wsnmom.core.model import NotificationMessage, Subscription, SubscriptionState
 from wsnmom.core.ports import DeliveryFailed
@@ -203,6 +204,8 @@ class PullFeeds:
                 reader.halt_feed(sub_id)
             threading.Thread(target=self._give_up, args=(sub_id, give_up, end), daemon=True).start()
             return None
+        except PrepareLater:
+            raise  # its dead letter not confirmed: prepared again later (``core.pull_stall``)
         except Exception:
             log.exception("subscription %s: cannot prepare a message; dropped", state.record.id)
             return None

@@ -57,7 +57,8 @@ import threading
 from collections.abc import Callable, Sequence
 
 from wsnmom.core.adapter import AdapterError, Received, SubscriptionHandle
-from wsnmom.core.pull_fed import SETTLE_WAIT, Fed, Feed, give_back_fed
+from wsnmom.core.channel_signals import PrepareLater
+from wsnmom.core.pull_fed import AnswersOnTheirWay, Fed, Feed, give_back_fed
 from wsnmom.core.pull_handout import Settlement, nack_all
 
 __all__ = ["PullReader"]
@@ -65,7 +66,7 @@ __all__ = ["PullReader"]
 log = logging.getLogger(__name__)
 
 
-class PullReader:
+class PullReader(AnswersOnTheirWay):
     """A pull point's inbox handle and its feeds, read with the middleware's pull.
     Thread-safe (GetMessages on one pull point is serialised by its caller)."""
 
@@ -133,7 +134,9 @@ class PullReader:
             if not drain:
                 return []
             received = feed.handle.pull(self.cap, timeout=0.0)
-            return [Fed(feed, r, feed.prepare(r)) for r in received]
+            mine: list[Fed[object]] = []
+            _prepare(feed, received, mine)
+            return mine
 
     def halt_feed(
         self, name: str, keep_late: Callable[[list[Fed[object]]], None] | None = None
@@ -219,18 +222,9 @@ class PullReader:
 
         return out, Settlement(items, give_back_fed, settled if fed else None)
 
-    def wait_settled(self, name: str, timeout: float = SETTLE_WAIT) -> bool:
-        """Whether the feed's messages handed out in answers on their way were settled
-        or given back within ``timeout`` seconds (waited for; ``settling`` meanwhile)."""
+    def _feed(self, name: str) -> Feed[object] | None:
         with self._lock:
-            feed = self._feeds.get(name)
-        return feed is None or feed.unsettled.wait(timeout)
-
-    def settling(self, name: str) -> bool:
-        """Whether ``wait_settled`` waits for the feed's answers on their way."""
-        with self._lock:
-            feed = self._feeds.get(name)
-        return feed is not None and feed.unsettled.waiting
+            return self._feeds.get(name)
 
     def _take(self, max_messages: int, items: list[Received], out: list[Received]) -> None:
         """Fill ``out`` with the messages to hand out and ``items`` with what the answer
@@ -281,14 +275,10 @@ class PullReader:
                 # are still read (the inbox was, so the middleware answers)
                 log.debug("pull point %s: feed %s not read: %s", self.name, feed.handle, exc)
                 return
-            for received in got:
-                message = feed.prepare(received)
-                if not feed.active and not breach:
-                    breach.append(len(mine))
-                mine.append(Fed(feed, received, message))
-                if message is not None:
-                    handed += 1
-            if len(got) < want:
+            before = len(mine)
+            whole = _prepare(feed, got, mine, breach)
+            handed += sum(1 for m in mine[before:] if m.message is not None)
+            if not whole or len(got) < want:
                 return
 
     @staticmethod
@@ -335,3 +325,26 @@ class PullReader:
     def depth(self) -> int | None:
         """Messages waiting in the inbox."""
         return self.handle.depth()
+
+
+def _prepare(
+    feed: Feed[object],
+    received: Sequence[Received],
+    mine: list[Fed[object]],
+    breach: list[int] | None = None,
+) -> bool:
+    """Prepare the feed's ``received`` into ``mine``, in order; ``breach`` gets the place
+    in ``mine`` of the message whose filter halted the feed (``halt_feed``), if one did.
+    False when ``prepare`` put one off (``PrepareLater``: its dead letter not confirmed):
+    it and those after it go back to the feed, prepared again when read again (not met
+    today: the middleware of native pull enforces ``max_age`` itself)."""
+    for i, r in enumerate(received):
+        try:
+            message = feed.prepare(r)
+        except PrepareLater:
+            nack_all(received[i:])
+            return False
+        if breach is not None and not feed.active and not breach:
+            breach.append(len(mine))
+        mine.append(Fed(feed, r, message))
+    return True

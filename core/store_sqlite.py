@@ -1,7 +1,8 @@
 """The SQLite store (:class:`SqliteStore`), the default implementation of
 ``core.store.Store``: plain ``sqlite3``, WAL journal, one connection guarded by a lock,
 parameterised SQL, a ``schema_version`` table; each record a JSON document
-(``core.store_documents``) next to the columns queries need."""
+(``core.store_documents``) next to the columns queries need.  Its schema, migration and
+the SQLite it needs: ``core.store_sqlite_schema`` (whose names are imported from here too)."""
 
 from __future__ import annotations
 
@@ -38,56 +39,13 @@ from wsnmom.core.store_documents import (
     subscription_to_json,
     time_to_json,
 )
+from wsnmom.core.store_sqlite_schema import SCHEMA_VERSION, SQLITE_NEEDED, SqliteTooOld, migrate
 from wsnmom.topic_mapping.model import Topic
 
-#: 2: subscriptions have a revision every write bumps (``Subscription.revision``);
-#: 3: intents, the durable subscriptions being made (``Store.put_intent``);
-#: 4: recorded topics (``Store.record_topics``)
-SCHEMA_VERSION = 4
+__all__ = ["SCHEMA_VERSION", "SqliteStore", "SqliteTooOld", "sqlite_path"]
 
-
-class SqliteTooOld(StoreError):
-    """The Python's SQLite library is older than the embedded store needs."""
-
-    def __init__(self, found: str) -> None:
-        super().__init__(
-            f"the embedded store needs SQLite {_version(SQLITE_NEEDED)} or later, this "
-            f"Python has SQLite {found}; use a Python built with a newer SQLite, or a "
-            "PostgreSQL store (--store postgresql://...)"
-        )
-
-
-#: the oldest SQLite the embedded store runs on (``INSERT|UPDATE|DELETE ... RETURNING``: 3.35)
-SQLITE_NEEDED = (3, 35, 0)
 #: ids asked in one statement by ``held`` (SQLite binds at most 32,766 parameters)
 _HELD_AT_ONCE = 10_000
-
-
-def _version(info: tuple[int, ...]) -> str:
-    return ".".join(str(n) for n in info)
-
-
-_SCHEMA = [
-    """CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)""",
-    """CREATE TABLE IF NOT EXISTS subscriptions (
-        id TEXT PRIMARY KEY, termination_time TEXT, data TEXT NOT NULL,
-        revision INTEGER NOT NULL DEFAULT 0)""",
-    """CREATE TABLE IF NOT EXISTS pull_points (
-        id TEXT PRIMARY KEY, name TEXT, termination_time TEXT, data TEXT NOT NULL)""",
-    """CREATE INDEX IF NOT EXISTS pull_points_name ON pull_points (name)""",
-    """CREATE TABLE IF NOT EXISTS registrations (
-        id TEXT PRIMARY KEY, termination_time TEXT, data TEXT NOT NULL)""",
-    """CREATE TABLE IF NOT EXISTS current_messages (
-        namespace TEXT NOT NULL, path TEXT NOT NULL, data TEXT NOT NULL,
-        PRIMARY KEY (namespace, path))""",
-    """CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)""",
-    """CREATE TABLE IF NOT EXISTS upstreams (id TEXT PRIMARY KEY, data TEXT NOT NULL)""",
-    # at: seconds since the epoch (one instance opens the file: its clock is the store's)
-    """CREATE TABLE IF NOT EXISTS intents (name TEXT PRIMARY KEY, at REAL NOT NULL)""",
-    # recorded topics: what ``wsnmom store migrate`` carries into a cluster's store
-    """CREATE TABLE IF NOT EXISTS topics (
-        namespace TEXT NOT NULL, path TEXT NOT NULL, PRIMARY KEY (namespace, path))""",
-]
 
 
 def _sqlite_revised(row: tuple[Any, ...]) -> Subscription:
@@ -155,22 +113,7 @@ class SqliteStore(Store):
 
     def _migrate(self) -> None:
         with self._tx() as conn:
-            for stmt in _SCHEMA:
-                conn.execute(stmt)
-            row = conn.execute("SELECT version FROM schema_version").fetchone()
-            if row is None:
-                conn.execute("INSERT INTO schema_version (version) VALUES (?)", (SCHEMA_VERSION,))
-            elif row[0] > SCHEMA_VERSION:
-                raise StoreError(
-                    f"store schema version {row[0]} is newer than this wsnmom ({SCHEMA_VERSION})"
-                )
-            elif row[0] < SCHEMA_VERSION:
-                columns = {r[1] for r in conn.execute("PRAGMA table_info(subscriptions)")}
-                if "revision" not in columns:  # version 1
-                    conn.execute(
-                        "ALTER TABLE subscriptions ADD COLUMN revision INTEGER NOT NULL DEFAULT 0"
-                    )
-                conn.execute("UPDATE schema_version SET version = ?", (SCHEMA_VERSION,))
+            migrate(conn)
 
     @property
     def schema_version(self) -> int:

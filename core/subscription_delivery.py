@@ -79,7 +79,10 @@ class SubscriptionDelivery:
         it; None to drop it (acked).
 
         Drops internal traffic, messages the filters refuse, messages older than
-        ``limits.max_age`` where core enforces it, and everything once the subscription has
+        ``limits.max_age`` where core enforces it (to the subscription's dead letters
+        first: ``PrepareLater`` when the middleware did not confirm them, the batch kept
+        unsettled and prepared again later; a feed of a pull point stalls at it,
+        ``core.pull_stall``), and everything once the subscription has
         expired: clients already get ResourceUnknown for it, so it must not
         deliver in the moments before the sweep destroys it (the sweep is woken now).
         The MessageContent filter is evaluated once for the batch by the context's
@@ -115,7 +118,7 @@ class SubscriptionDelivery:
             message = decode(received)
             out.append(message if state.filter.matches_topic(message) else None)
         buried = not too_old or bury(ctx, state, too_old, "max-age", 0, "older than max_age")
-        if not buried and shared:  # kept unsettled: tried again later
+        if not buried:  # kept unsettled: prepared again later
             raise PrepareLater(ctx.settings.retry.initial_delay.total_seconds() or 1.0)
         if content is not None:
             kept = [i for i, m in enumerate(out) if m is not None]

@@ -36,23 +36,23 @@ Lifetime, on a background thread (one pass a second and on every change):
 
 What a push producer sent while nobody was subscribed (the producer restarted, or the
 gateway was down) is lost: docs/federation.md.
+
+What the relay knows of one upstream, and how it is shown: :mod:`wsnmom.upstream_held`;
+what a notification from an upstream becomes before it is published:
+:mod:`wsnmom.upstream_messages`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import logging
 import secrets
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
-
-from lxml import etree
 
 from wsnmom.core import errors, metrics
 from wsnmom.core.addresses import upstream_address
@@ -64,14 +64,15 @@ from wsnmom.core.config import (
     upstream_to_json,
 )
 from wsnmom.core.coordination import SINGLE_EPOCH
-from wsnmom.core.model import ExpressionSource, InboundNotification
+from wsnmom.core.model import InboundNotification
 from wsnmom.core.periodic import PeriodicTask
 from wsnmom.core.ports import BrokerPort
 from wsnmom.core.store import Deposed, Store
-from wsnmom.topic_mapping.dialects import CONCRETE, FULL, ONVIF_CONCRETE_SET, SIMPLE
+from wsnmom.upstream_held import PULL_BATCH, HeldUpstream, dialect_uri
+from wsnmom.upstream_messages import from_pull_point, renamespace
 
 if TYPE_CHECKING:
-    from wsnmom.client import Notification, PullPoint, Subscription, WsnClient
+    from wsnmom.client import PullPoint, Subscription, WsnClient
 
 # The WS-N client (and requests under it) is imported by the methods that talk to a
 # producer: a gateway without upstreams never needs it, and every start would pay for it
@@ -87,48 +88,10 @@ FIRST_BACKOFF = 1.0
 CALL_TIMEOUT = 10.0
 #: listen addresses that are no address a producer can send to
 WILDCARDS = frozenset({"0.0.0.0", "::"})
-#: pull mode: notifications asked for by one GetMessages, and GetMessages per pass
-PULL_BATCH = 100
+#: pull mode: GetMessages (or PullMessages) of ``PULL_BATCH`` per pass
 PULL_ROUNDS = 10
 #: ONVIF pull mode: PullMessages' Timeout (answer at once: the pass must not wait)
 PULL_TIMEOUT = timedelta(0)
-
-_DIALECTS = {
-    "simple": SIMPLE,
-    "concrete": CONCRETE,
-    "full": FULL,
-    "concrete_set": ONVIF_CONCRETE_SET,
-    "concreteset": ONVIF_CONCRETE_SET,
-}
-
-
-@dataclass(slots=True)
-class _Held:
-    """One upstream and what the relay knows of it."""
-
-    spec: UpstreamSettings
-    #: "config" (the configuration file) or "store" (added at run time)
-    source: str
-    state: str = "idle"
-    subscription: Subscription | None = None
-    #: pull mode: the pull point at the producer the subscription feeds
-    pull_point: PullPoint | None = None
-    #: the current consumer key (the last path segment of the consumer address)
-    key: str | None = None
-    expires: datetime | None = None
-    last_renew: float = 0.0
-    #: ONVIF pull mode: the MessageLimit of PullMessages (lowered to the device's maximum)
-    pull_limit: int = PULL_BATCH
-    next_try: float = 0.0
-    backoff: float = 0.0
-    error: str | None = None
-    subscribes: int = 0
-    #: Renews the producer granted (of every subscription made)
-    renews: int = 0
-    relayed: int = 0
-    refused: int = 0
-    last_notify: datetime | None = None
-    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
 
 class UpstreamRelay:
@@ -150,8 +113,8 @@ class UpstreamRelay:
         #: the leadership epoch this instance holds, None when it does not lead
         self._leadership = epoch
         self._lock = threading.RLock()
-        self._held: dict[str, _Held] = {u.name: _Held(u, "config") for u in upstreams}
-        self._keys: dict[str, _Held] = {}
+        self._held: dict[str, HeldUpstream] = {u.name: HeldUpstream(u, "config") for u in upstreams}
+        self._keys: dict[str, HeldUpstream] = {}
         self._warned: set[str] = set()
         self._task = PeriodicTask(
             self.reconcile,
@@ -166,7 +129,7 @@ class UpstreamRelay:
         """Load the upstreams added at run time and start the background thread."""
         self._sync()
         for held in self._held.values():
-            self._gauge(held)
+            held.gauge()
         host = urlsplit(self._base_url).hostname or ""
         if host in WILDCARDS and any(h.spec.mode == "push" for h in self._held.values()):
             log.warning(
@@ -186,11 +149,11 @@ class UpstreamRelay:
                 log.error("stored upstream %r is unusable, ignored: %s", data.get("name"), exc)
                 continue
             stored[spec.name] = spec
-        gone: list[_Held] = []
+        gone: list[HeldUpstream] = []
         with self._lock:
             for name, spec in stored.items():
                 if name not in self._held:
-                    self._held[name] = _Held(spec, "store")
+                    self._held[name] = HeldUpstream(spec, "store")
                 elif self._held[name].source == "config" and name not in self._warned:
                     self._warned.add(name)
                     log.warning("upstream %r is configured and stored: the file wins", name)
@@ -221,8 +184,8 @@ class UpstreamRelay:
             if spec.name in self._held:
                 raise ConfigError(f"there is an upstream {spec.name!r} already")
             self._store.put_upstream(spec.name, upstream_to_json(spec))
-            held = self._held[spec.name] = _Held(spec, "store")
-        self._gauge(held)
+            held = self._held[spec.name] = HeldUpstream(spec, "store")
+        held.gauge()
         log.info("upstream %s added (%s)", spec.name, spec.url)
         self._task.wake()
 
@@ -251,31 +214,7 @@ class UpstreamRelay:
         """What ``/admin``, the admin API and ``wsnmom upstream list`` show, by name."""
         with self._lock:
             held = sorted(self._held.values(), key=lambda h: h.spec.name)
-        return [self._state_json(h) for h in held]
-
-    @staticmethod
-    def _state_json(h: _Held) -> dict[str, Any]:
-        s = h.spec
-        return {
-            "name": s.name,
-            "url": s.url,
-            "topic": s.topic,
-            "dialect": _dialect(s.dialect),
-            "message_content": s.message_content,
-            "mode": s.mode,
-            "namespace": s.namespace,
-            "auth": _auth_kind(s),
-            "source": h.source,
-            "state": h.state,
-            "subscription": h.subscription.address if h.subscription is not None else None,
-            "expires": _iso(h.expires),
-            "error": h.error,
-            "subscribes": h.subscribes,
-            "renews": h.renews,
-            "relayed": h.relayed,
-            "refused": h.refused,
-            "last_notify": _iso(h.last_notify),
-        }
+        return [h.state_json() for h in held]
 
     # -- inbound ---------------------------------------------------------------------------
     def receive(self, key: str, messages: Sequence[InboundNotification]) -> None:
@@ -296,10 +235,10 @@ class UpstreamRelay:
             raise errors.ResourceUnknown("no upstream subscription delivers here (any more)")
         self._publish(held, messages)
 
-    def _publish(self, held: _Held, messages: Sequence[InboundNotification]) -> None:
+    def _publish(self, held: HeldUpstream, messages: Sequence[InboundNotification]) -> None:
         namespace = held.spec.namespace
         if namespace is not None:
-            messages = [_renamespace(m, namespace) for m in messages]
+            messages = [renamespace(m, namespace) for m in messages]
         self._service.notify(messages)
         with self._lock:  # request threads of several producers' Notify at once
             held.relayed += len(messages)
@@ -326,9 +265,9 @@ class UpstreamRelay:
                     self._release(h, "standby")
                 else:
                     self._keep(h, epoch)
-                self._gauge(h)
+                h.gauge()
 
-    def _keep(self, h: _Held, epoch: int) -> None:
+    def _keep(self, h: HeldUpstream, epoch: int) -> None:
         now = time.monotonic()
         if now < h.next_try:
             return
@@ -346,7 +285,7 @@ class UpstreamRelay:
         if h.subscription is not None and h.spec.mode != "push":
             self._pull(h)
 
-    def _pull(self, h: _Held) -> None:
+    def _pull(self, h: HeldUpstream) -> None:
         """Pull modes: take what the pull point holds and publish it (at most
         ``PULL_ROUNDS`` GetMessages or PullMessages of ``PULL_BATCH`` per pass)."""
         from wsnmom.client import ClientError, SoapFault
@@ -376,7 +315,7 @@ class UpstreamRelay:
                 self._failed(h, f"{op} failed: {exc}")
                 return
             if taken:
-                self._publish(h, [_inbound(n) for n in taken])
+                self._publish(h, [from_pull_point(n) for n in taken])
             if len(taken) < (h.pull_limit if pull_point is None else PULL_BATCH):
                 return
 
@@ -393,14 +332,14 @@ class UpstreamRelay:
             wsse=spec.wsse,
         )
 
-    def _subscribe(self, h: _Held, epoch: int) -> None:
+    def _subscribe(self, h: HeldUpstream, epoch: int) -> None:
         from wsnmom.client import ClientError, TopicExpression
         from wsnmom.client.onvif import OnvifEvents
 
         spec = h.spec
         key = f"{spec.name}.{secrets.token_urlsafe(12)}"
         topic = (
-            TopicExpression.parse(spec.topic, spec.namespaces, _dialect(spec.dialect))
+            TopicExpression.parse(spec.topic, spec.namespaces, dialect_uri(spec.dialect))
             if spec.topic
             else None
         )
@@ -462,7 +401,7 @@ class UpstreamRelay:
         metrics.UPSTREAM_SUBSCRIBES.labels(upstream=spec.name, outcome="ok").inc()
         log.info("upstream %s: subscribed at %s (%s)", spec.name, spec.url, sub.address)
 
-    def _renew(self, h: _Held, epoch: int) -> None:
+    def _renew(self, h: HeldUpstream, epoch: int) -> None:
         from wsnmom.client import ClientError, SoapFault
 
         assert h.subscription is not None
@@ -482,13 +421,13 @@ class UpstreamRelay:
         h.renews += 1
         h.state, h.error, h.backoff, h.next_try = "subscribed", None, 0.0, 0.0
 
-    def _failed(self, h: _Held, why: str) -> None:
+    def _failed(self, h: HeldUpstream, why: str) -> None:
         h.backoff = min(max(FIRST_BACKOFF, h.backoff * 2), h.spec.max_backoff.total_seconds())
         h.next_try = time.monotonic() + h.backoff
         h.state, h.error = "retrying", why
         log.warning("upstream %s: %s; next attempt in %.0f s", h.spec.name, why, h.backoff)
 
-    def _forget(self, h: _Held, why: str | None) -> None:
+    def _forget(self, h: HeldUpstream, why: str | None) -> None:
         """Drop the subscription (the producer no longer has it): its key stops working."""
         with self._lock:
             if h.key is not None:
@@ -496,7 +435,7 @@ class UpstreamRelay:
         h.subscription, h.key, h.expires, h.error = None, None, None, why
         h.pull_point = None
 
-    def _release(self, h: _Held, state: str) -> None:
+    def _release(self, h: HeldUpstream, state: str) -> None:
         """Unsubscribe (best effort) and hold nothing."""
         sub, pull_point = h.subscription, h.pull_point
         self._forget(h, None if state != "standby" else h.error)
@@ -506,10 +445,6 @@ class UpstreamRelay:
                 _end(resource, h.spec.name)
         if sub is not None:
             sub.client.close()
-
-    @staticmethod
-    def _gauge(h: _Held) -> None:
-        metrics.UPSTREAM_UP.labels(upstream=h.spec.name).set(1 if h.state == "subscribed" else 0)
 
 
 def _end(resource: Subscription | PullPoint, name: str) -> None:
@@ -525,57 +460,10 @@ def _end(resource: Subscription | PullPoint, name: str) -> None:
         log.info("upstream %s: ending %s failed (%s)", name, resource.address, exc)
 
 
-def _inbound(notification: Notification) -> InboundNotification:
-    """A notification taken from a pull point, as a Notify would have carried it."""
-    topic = notification.topic
-    source = (
-        ExpressionSource(topic.dialect, topic.text, _prefixes(topic.namespaces))
-        if topic is not None
-        else None
-    )
-    return InboundNotification(payload=etree.tostring(notification.payload), topic=source)
-
-
-def _prefixes(namespaces: Mapping[str, str]) -> dict[str | None, str]:
-    return {prefix: uri for prefix, uri in namespaces.items()}
-
-
 def _key_meta(name: str) -> str:
     """The store's meta key holding the current consumer key of upstream ``name``."""
     return f"upstream.{name}.key"
 
 
-def _auth_kind(spec: UpstreamSettings) -> str | None:
-    """How the gateway authenticates at the producer (never the secret itself)."""
-    if spec.token is not None:
-        return "bearer"
-    if spec.user is None:
-        return None
-    return f"wsse-{spec.wsse}" if spec.wsse else "basic"
-
-
-def _dialect(name: str) -> str:
-    return _DIALECTS.get(name.lower(), name)
-
-
 def _after(lifetime: timedelta) -> datetime:
     return datetime.now(UTC) + lifetime
-
-
-def _iso(value: datetime | None) -> str | None:
-    return value.isoformat() if value is not None else None
-
-
-def _renamespace(message: InboundNotification, namespace: str) -> InboundNotification:
-    """The message with its topic's prefix bound to ``namespace`` (prefix and path kept);
-    a topic in no namespace (no prefix) is left alone."""
-    topic = message.topic
-    if topic is None:
-        return message
-    prefix, sep, _ = topic.text.strip().partition(":")
-    if not sep or "/" in prefix or prefix not in topic.namespaces:
-        return message
-    namespaces = {**topic.namespaces, prefix: namespace}
-    return dataclasses.replace(
-        message, topic=ExpressionSource(topic.dialect, topic.text, namespaces)
-    )

@@ -318,7 +318,7 @@ class KafkaAdapter(LogAdapter):
                 backend.forget_published()  # the offsets it knew are of the old log
                 # a producer made since the old topic was last seen was made (but for a
                 # race of one discovery interval) by the publisher once it found the
-                # cluster without its topics (``Publisher._check``): it has a producer id
+                # cluster without its topics (``TopicCheck.check``): it has a producer id
                 # of the new cluster, and replacing it would fail what it is sending now
                 publisher.renew("a followed topic was re-created", made_before=seen)
 

@@ -19,19 +19,20 @@ poll thread, and publishes that return only once the broker confirmed every mess
   messages already on the wire may still be written when it comes back.
 * A fatal producer error (the idempotent producer's state is lost, e.g. the broker
   forgot the producer id) fails what is outstanding and a new producer takes over.
-* Topics the cluster lost (``_check``): after a lost connection (before producing) and
-  for a publish not confirmed within a quarter of ``unavailable_grace``, the publisher
-  asks the cluster for the internal topic and the publish's topics (DescribeTopics).
-  Topics it lost are created again at once; without the internal topic the cluster lost
-  its state (a memory-only broker restarted empty, a cluster re-created), the producer
-  id too, and the producer is replaced.  Before, such a publish went to a topic the
-  adapter believed existed: librdkafka holds a record for a topic missing from the
-  metadata ``topic.metadata.propagation.max.ms`` (30 s), so it timed out
-  (``message.timeout.ms``) and the Notify was refused after 30 s.  What a replaced
-  producer purged unsent (``_PURGE_QUEUE``) is produced again on the new one, unless a
-  connection was lost since it was produced and the cluster kept its state: a record
-  waiting for a retry after a lost connection is purged from the queue too, though the
-  broker may have written it (a new producer id would write it twice); it fails.
+* Topics the cluster lost (``TopicCheck``, :mod:`.topic_check`): after a lost
+  connection (before producing) and for a publish not confirmed within a quarter of
+  ``unavailable_grace``, the publisher asks the cluster for the internal topic and the
+  publish's topics (DescribeTopics).  Topics it lost are created again at once; without
+  the internal topic the cluster lost its state (a memory-only broker restarted empty, a
+  cluster re-created), the producer id too, and the producer is replaced.  Before, such a
+  publish went to a topic the adapter believed existed: librdkafka holds a record for a
+  topic missing from the metadata ``topic.metadata.propagation.max.ms`` (30 s), so it
+  timed out (``message.timeout.ms``) and the Notify was refused after 30 s.  What a
+  replaced producer purged unsent (``_PURGE_QUEUE``) is produced again on the new one,
+  unless a connection was lost since it was produced and the cluster kept its state: a
+  record waiting for a retry after a lost connection is purged from the queue too,
+  though the broker may have written it (a new producer id would write it twice); it
+  fails.
 * A replaced producer is polled until it holds nothing (``_retired``), and a publish
   that produced on a producer replaced meanwhile purges what it still queues and
   produces it again (``_produce_all``).  Before, a record produced on the old producer
@@ -51,7 +52,6 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException, Producer
 from wsnmom.core.adapter import (
     HEADER_MESSAGE_ID,
-    AdapterError,
     AdapterUnavailable,
     OutboundMessage,
     PublishFailed,
@@ -63,6 +63,7 @@ from .clients import HEADER_CONTENT_TYPE, Health, client_hooks
 from .config import KafkaSettings
 from .mapping import Destination, KafkaMapping
 from .reports import Batch
+from .topic_check import TopicCheck
 from .topics import Topics
 
 __all__ = ["PublishUnavailable", "Publisher"]
@@ -111,10 +112,15 @@ class Publisher:
         self._epoch = 0
         #: when the producer was made (monotonic)
         self._made_at = 0.0
-        #: ``Health.epoch`` when the cluster's topics were last checked (``_check``,
-        #: written under ``_checking``, which serialises the checks)
-        self._checked_epoch = 0
-        self._checking = threading.Lock()
+        #: the topics a publish needs, and the look whether the cluster lost them
+        self._topic_check = TopicCheck(
+            settings,
+            mapping,
+            topics,
+            health,
+            self._renew_wiped,
+            self._current,
+        )
         #: the last producer replaced because the cluster lost its state (its writes too)
         self._wiped: Producer | None = None
 
@@ -142,7 +148,7 @@ class Publisher:
             if self._running:
                 return
             self._producer = self._new_producer()
-            self._epoch = self._checked_epoch = self._health.epoch
+            self._epoch = self._topic_check.checked_epoch = self._health.epoch
             self._made_at = time.monotonic()
             self._running = True
         self._thread = threading.Thread(
@@ -170,6 +176,10 @@ class Publisher:
             self._retired.clear()
         for batch in batches:
             batch.fail_all(KafkaError(KafkaError._DESTROY, "the adapter closed"))
+
+    def _current(self) -> Producer | None:
+        with self._lock:
+            return self._producer
 
     def _poll_loop(self) -> None:
         while True:
@@ -236,6 +246,12 @@ class Publisher:
         except Exception:
             log.debug("purging the old Kafka producer failed", exc_info=True)
 
+    def _renew_wiped(self, why: str, producer: Producer | None) -> None:
+        """``renew(only=producer)`` for a cluster that lost its state (``TopicCheck``):
+        what ``producer`` wrote is gone, so its purged records are produced again."""
+        self._wiped = producer
+        self.renew(why, only=producer)
+
     # -- publishing -------------------------------------------------------------------------
     def publish_many(
         self, messages: Sequence[OutboundMessage], timeout: float
@@ -253,11 +269,12 @@ class Publisher:
                 f"the Kafka cluster is unreachable (waited {grace:.1f}s for it)"
             )
         logs = {d.log: d for d in destinations}
-        if self._health.epoch != self._checked_epoch:
+        topic_check, answering = self._topic_check, partial(self._answering, started)
+        if self._health.epoch != topic_check.checked_epoch:
             # a connection was lost since the last look: the cluster may have come back
             # without its topics and the producer id (a memory-only broker restarted)
-            self._check(logs, None, grace)
-        self._ensure(logs, started, deadline, grace)
+            topic_check.check(logs, None, grace)
+        topic_check.ensure(logs, deadline, grace, answering)
         batch = Batch(len(messages))
         with self._lock:
             producer = self._producer
@@ -266,7 +283,7 @@ class Publisher:
             self._outstanding.add(batch)
         try:
             pending: Sequence[int] = range(len(messages))
-            check = partial(self._check_waiting, logs, started, deadline, grace)
+            check = partial(topic_check.while_waiting, logs, started, deadline, grace, answering)
             epoch = self._health.epoch  # a connection lost after: maybe written (docstring)
             for _ in range(_ATTEMPTS):
                 self._produce_all(producer, batch, pending, messages, destinations, deadline)
@@ -292,90 +309,6 @@ class Publisher:
             with self._lock:
                 self._outstanding.discard(batch)
         return self._receipts(messages, destinations, batch)
-
-    def _ensure(
-        self, logs: dict[str, Destination], started: float, deadline: float, grace: float
-    ) -> None:
-        """``Topics.ensure`` for each of ``logs`` (created when missing)."""
-        for dest in logs.values():
-            internal = dest.log == self._mapping.internal_topic
-            self._topics.ensure(
-                dest.log,
-                partitions=self._settings.internal_partitions if internal else None,
-                internal=internal,
-                timeout=max(0.0, deadline - time.monotonic()),
-                listing_timeout=grace,
-                answering=partial(self._answering, started),
-            )
-
-    def _check(self, logs: dict[str, Destination], since: float | None, timeout: float) -> None:
-        """Whether the cluster still has the internal topic and ``logs`` (module
-        docstring; ``since``: not those found after then); nothing when it does not
-        answer within ``timeout`` (the publish's own wait decides then).  One check at a
-        time: a publish that waited for another's asks only for what that one did not
-        find (``since``), and before producing (``since`` None) not at all once a check
-        followed the lost connection.  Concurrent checks each sent their own request:
-        98 DescribeTopics for 128 threads publishing to 8 topics while the broker was
-        held 1 s, 8 now (load 1.5)."""
-        if not self._checking.acquire(timeout=max(timeout, 0.0)):
-            return  # another publish's check outlasts this one's wait
-        try:
-            if since is None and self._health.epoch == self._checked_epoch:
-                return  # checked after the lost connection while this one waited
-            self._check_now(logs, since, timeout)
-        finally:
-            self._checking.release()
-
-    def _check_now(self, logs: dict[str, Destination], since: float | None, timeout: float) -> None:
-        epoch = self._health.epoch
-        with self._lock:
-            producer = self._producer
-        internal = self._mapping.internal_topic
-        try:
-            gone = self._topics.missing({internal, *logs}, timeout, since=since)
-        except AdapterUnavailable as exc:
-            log.debug("checking the Kafka topics failed: %s", exc)
-            return
-        self._checked_epoch = epoch
-        if internal not in gone:
-            if gone:
-                log.warning(
-                    "Kafka topic(s) %s are gone from the cluster: creating them again",
-                    ", ".join(sorted(gone)),
-                )
-            return
-        try:  # the listing confirms it (and forgets every topic that is gone)
-            if internal in self._topics.refresh(timeout=timeout):
-                return
-        except AdapterError:
-            return
-        log.warning(
-            "the Kafka cluster lost its topics (%s is gone: a memory-only broker restarted "
-            "empty, or the cluster was re-created): creating them again as they are "
-            "published to, with a new producer id",
-            internal,
-        )
-        self._wiped = producer  # what it wrote is gone with the cluster's state
-        self.renew("the cluster lost its topics and the producer id", only=producer)
-        try:
-            self._topics.ensure(
-                internal,
-                partitions=self._settings.internal_partitions,
-                internal=True,
-                timeout=timeout,
-                listing_timeout=timeout,
-            )
-        except AdapterError as exc:
-            log.warning("creating the Kafka topic %s again failed: %s", internal, exc)
-
-    def _check_waiting(
-        self, logs: dict[str, Destination], started: float, deadline: float, grace: float
-    ) -> None:
-        """``_check`` for a publish not yet confirmed, then ``_ensure``: librdkafka sends
-        what waits for a topic created again as soon as it sees it."""
-        left = min(started + grace, deadline) - time.monotonic()
-        self._check(logs, started, max(left, 0.1))
-        self._ensure(logs, started, deadline, grace)
 
     @staticmethod
     def _purged(batch: Batch) -> list[int]:
@@ -456,7 +389,7 @@ class Publisher:
     ) -> bool:
         """Wait for every report of ``batch`` until ``deadline``; False when they did not
         all come, or when the cluster stopped answering (``_answering``).  Calls ``check``
-        once when a quarter of ``unavailable_grace`` passed (``_check_waiting``)."""
+        once when a quarter of ``unavailable_grace`` passed (``TopicCheck.while_waiting``)."""
         grace = self._settings.unavailable_grace
         if batch.wait(min(started + grace / 4, deadline) - time.monotonic()):
             return True

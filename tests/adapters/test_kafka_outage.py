@@ -23,6 +23,7 @@ from wsnmom.adapters.kafka.closing import Closing
 from wsnmom.adapters.kafka.config import parse_settings
 from wsnmom.adapters.kafka.positions import KafkaPositionStore
 from wsnmom.adapters.kafka.publisher import Publisher
+from wsnmom.adapters.kafka.topic_check import TopicCheck
 from wsnmom.adapters.logbase.backend import SaveCut
 from wsnmom.core.adapter import PublishFailed, SubscriptionSpec, TopicUnavailable
 from wsnmom.core.adapter_errors import AdapterError
@@ -245,7 +246,7 @@ def test_the_first_publish_after_an_empty_restart_is_accepted_at_once(
 ) -> None:
     """The publish after the lost connection asks the cluster for its topics before
     producing, finds the internal topic gone (the cluster lost its state), takes a new
-    producer id and creates the topics again (``Publisher._check``)."""
+    producer id and creates the topics again (``TopicCheck.check``)."""
     _publish_after_an_empty_restart(node, adapter)
 
 
@@ -259,10 +260,10 @@ def test_a_publish_that_finds_its_topic_gone_while_waiting_is_accepted(
     producer, produces the purged record again on the new one and creates the topic."""
     # the attribute the look before producing compares with Health.epoch (an instance
     # attribute, hence raising=False): fail loudly rather than test the other path twice
-    assert "self._checked_epoch" in inspect.getsource(Publisher.publish_many)
+    assert "topic_check.checked_epoch" in inspect.getsource(Publisher.publish_many)
     monkeypatch.setattr(
-        Publisher,
-        "_checked_epoch",
+        TopicCheck,
+        "checked_epoch",
         property(lambda self: self._health.epoch, lambda self, value: None),
         raising=False,
     )

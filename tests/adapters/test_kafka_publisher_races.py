@@ -209,7 +209,7 @@ def test_publishes_the_broker_held_share_one_look_at_the_topics(
 ) -> None:
     """32 threads publishing while the broker is held 1 s (SIGSTOP): each publish on the
     wire is not confirmed within a quarter of ``unavailable_grace`` and looks whether the
-    cluster lost its topics (``Publisher._check``), but one look serves those waiting
+    cluster lost its topics (``TopicCheck.check``), but one look serves those waiting
     for it: it asks only for the topics the looks before it did not find (8 topics
     here: 7-8 requests).  Before, each publish sent its own DescribeTopics, at a broker
     just coming back: 32 of 32, 3 of 3 runs (load 2.6)."""

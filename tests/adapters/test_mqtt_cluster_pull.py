@@ -18,6 +18,7 @@ import paho.mqtt.client as mqtt
 import pytest
 from paho.mqtt.enums import CallbackAPIVersion
 from wsnmom.core.adapter import Received
+from wsnmom.core.channel_signals import PrepareLater
 from wsnmom.core.pull_buffer import PullBuffer
 
 from tests.adapters.test_mqtt_cluster import (
@@ -107,3 +108,46 @@ def test_a_follower_that_finds_no_record_yet_does_not_cut_the_deliverer_off(
     wait_until(lambda: held.has(SENTINEL), 20, what="the sentinel through A")
     assert held.bodies() == [*bodies, SENTINEL]  # nothing again
     assert handle.connections == 1 and handle.connected
+
+
+def test_a_feed_stalled_at_a_message_put_off_hands_out_what_follows_in_order_once(
+    cluster: Callable[[], Instance],
+) -> None:
+    """A feed's ``prepare`` puts a message off twice (``PrepareLater``: its dead letter for
+    ``max_age`` not confirmed), then drops it (confirmed: settled as a filtered one).  The
+    buffer stalls the feed at it (``core.pull_stall``): it is never handed out, and the
+    messages behind it are handed out after it was settled, in order; the session's
+    in-order PUBACKs settle each once (a new handle of the session gets nothing again).
+    Before, the ``PrepareLater`` escaped into the adapter's delivery thread."""
+    a = cluster()
+    buffer = PullBuffer(a.handle("p", path="p"), prefetch=64)
+    refusals = [PrepareLater(0.05), PrepareLater(0.05)]
+    prepared: list[bytes] = []
+
+    def prepare(received: Received) -> bytes | None:
+        prepared.append(received.body)
+        if received.body == b"old":
+            if refusals:
+                raise refusals.pop()
+            return None  # buried: dropped, settled in its place
+        return received.body
+
+    feed = a.handle("f")
+    buffer.add_feed("f", feed, prepare, active=True)
+    buffer.start()
+    a.publish(b"m0", b"old", b"m1", b"m2", SENTINEL)
+    handed: list[bytes] = []
+
+    def sentinel_handed() -> bool:
+        handed.extend(r.body for r in buffer.take(100))
+        return SENTINEL in handed
+
+    wait_until(sentinel_handed, 20, what="the sentinel handed out")
+    assert handed == [b"m0", b"m1", b"m2", SENTINEL]
+    assert prepared.count(b"old") == 3 and not refusals
+    buffer.stop()
+    again = Collector(hold=True)
+    a.handle("f").start(again, prefetch=64)
+    a.publish(b"<sentinel2/>")
+    wait_until(lambda: again.has(b"<sentinel2/>"), 20, what="the second sentinel")
+    assert again.bodies() == [b"<sentinel2/>"]

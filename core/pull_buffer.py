@@ -41,7 +41,7 @@ from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 from wsnmom.core.adapter import HEADER_MESSAGE_ID, Received, SubscriptionHandle
-from wsnmom.core.pull_fed import SETTLE_WAIT, Fed, Feed, give_back_fed
+from wsnmom.core.pull_fed import SETTLE_WAIT, Fed, Feed, Unsettled, give_back_fed
 from wsnmom.core.pull_handout import Settlement
 
 __all__ = ["KEPT_WAIT", "SETTLE_WAIT", "Fed", "Feed", "PullBuffer", "give_back_fed"]
@@ -235,6 +235,13 @@ class PullBuffer:
         with self._cv:
             feed = self._feeds.get(name)
         return feed is not None and feed.unsettled.pending
+
+    def unsettled(self, name: str) -> Unsettled | None:
+        """The count of the feed's messages that answers on their way hold (None: no
+        such feed), to wait for them once the feed is removed (``Unsettled.wait``)."""
+        with self._cv:
+            feed = self._feeds.get(name)
+        return None if feed is None else feed.unsettled
 
     def settling(self, name: str) -> bool:
         """Whether ``wait_settled`` waits for the feed's answers on their way."""

@@ -95,7 +95,7 @@ def test_a_resume_while_a_paused_feeds_stop_fails_reads_the_feed(
     """A buffered feed is paused while an answer holding its message is on its way (its
     handle stops once that answer settles, on a thread of its own) and resumed meanwhile;
     that stop fails (the broker connection dropped during it), and with ``start_fails``
-    so does the start after it (tried again, ``pull_feeds.START_RETRY`` later).  The
+    so does the start after it (tried again, ``pull_feed_stops.START_RETRY`` later).  The
     feed is read again.  Before, the failed stop skipped the Resume's start: the feed
     stayed unread until the next pause and resume."""
     service = buffered

@@ -82,7 +82,9 @@ What a pull point fed this way guarantees, as before:
   backlog, as with the buffer (``PullReader.wait_settled``: the embedded and MQTT
   middleware bury what is handed out and unsettled with the backlog, which made such a
   message handed out and a dead letter too), so each such message is handed out or a
-  dead letter, once.
+  dead letter, once.  That wait, and the feed's suspension before it (which waits for
+  an answer reading the feed, maybe publishing dead letters up to the publish timeout),
+  hold no lock the other feeds' changes need.
 """
 
 from __future__ import annotations
@@ -290,12 +292,15 @@ class PullFeeds(FeedStops):
             reader, handle = state.feed, state.handle
             if reader is None or handle is None:
                 return False
-            drain = self._kept_here(state)
-            self._keep(state, reader, self._suspend(state, reader, drain=drain))
             # a pause's stop waiting for the same answers leaves the stop to this one; a
             # resume or a purge meanwhile leaves the feed stopped
             token = self._stopping[name] = _Ending()
-        # without the lock: the other feeds' changes go on meanwhile
+        # without the lock, the other feeds' changes going on meanwhile: with native pull
+        # the suspension waits for an answer reading the feed, which may be publishing
+        # its dead letters (up to the publish timeout); a pause or a purge meanwhile
+        # keeps what waits itself, an Unsubscribe removes the feed (nothing left here)
+        drain = self._kept_here(state)
+        self._keep(state, reader, self._suspend(state, reader, drain=drain))
         if not reader.wait_settled(name):
             log.warning(
                 "subscription %s: an answer holding its messages is still on its way; "

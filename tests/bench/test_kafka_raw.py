@@ -25,3 +25,9 @@ def test_latency_reports_what_arrived(kafka_bootstrap: str) -> None:
     result = kafka_raw.latency(kafka_bootstrap, rate=100, seconds=0.5, body=b"<x/>", threads=2)
     assert result["received"] == 50
     assert 0 < result["p50_ms"] <= result["p99_ms"]
+
+
+def test_roundtrip_times_until_every_record_is_consumed(kafka_bootstrap: str) -> None:
+    result = kafka_raw.roundtrip(kafka_bootstrap, count=40, body=b"<x/>", publishers=4)
+    assert result["seconds"] > 0
+    assert result["msgs_per_s"] == pytest.approx(40 / result["seconds"])

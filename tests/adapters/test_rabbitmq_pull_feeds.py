@@ -30,7 +30,7 @@ from tests.core.conftest import (
     sub_req,
 )
 from tests.support.pull_answers import cut, held_answer, pulled, written_up_to, wsgi_app
-from tests.support.pull_breach import BIG, EARLY, BreachingFeed
+from tests.support.pull_breach import BIG, EARLY, buffered_feed, queued_feed
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.rabbitmq
@@ -186,11 +186,7 @@ def test_an_answer_on_its_way_when_the_feed_ends_is_not_dead_lettered(
     not also sent to the dead letters with the backlog (its acknowledgement made after
     the handle's channel closed was lost: RabbitMQ had put it back into the queue)."""
     service = budgeted
-    feed = BreachingFeed(service)
-    buffer = feed.reader
-    assert isinstance(buffer, PullBuffer)
-    feed.notify(EARLY)
-    wait_until(lambda: buffer.buffered() == 1, 10, what="the early message buffered")
+    feed, _ = buffered_feed(service)
     with feed.held_answer() as held:  # made, not yet sent: unsettled
         feed.notify(BIG)  # over the budget: the subscription ends
         # the end reached the feed's handle: waiting for the answer, or (the defect)
@@ -255,14 +251,10 @@ def test_another_feed_is_served_while_an_end_waits_for_an_answer(
     the other feeds' pauses, resumes and messages go on (the wait held the lock that
     serialises every feed's changes: up to ``SETTLE_WAIT`` for all of them)."""
     service = budgeted
-    feed = BreachingFeed(service)
-    buffer = feed.reader
-    assert isinstance(buffer, PullBuffer)
+    feed, buffer = buffered_feed(service)
     other_pp = service.create_pull_point(CreatePullPointRequest())
     other_address = service.pull_point_address(other_pp.id)
     other = service.subscribe(sub_req(other_address, topic=simple("t:o")))
-    feed.notify(EARLY)
-    wait_until(lambda: buffer.buffered() == 1, 10, what="the early message buffered")
     with feed.held_answer() as held:  # made, not yet sent: unsettled
         feed.notify(BIG)  # over the budget: the subscription ends
         feed.wait_until_the_end_waits()
@@ -286,12 +278,7 @@ def test_pull_get_an_answer_taken_before_the_feeds_end_is_handed_out_or_a_dead_l
     answer is on its way.  Written, the message is handed out; not written, it is a dead
     letter (given back into the queue the end deleted, it was lost); once either way."""
     service = budgeted_get
-    feed = BreachingFeed(service)
-    assert isinstance(feed.reader, PullReader)
-    handle = service.registry.subscriptions[feed.sub_id].handle
-    assert handle is not None
-    feed.notify(EARLY)
-    wait_until(lambda: handle.depth() == 1, 10, what="the early message in the queue")
+    feed, handle = queued_feed(service, EARLY)
     with feed.held_answer() as held:  # taken, not yet settled
         feed.notify(BIG)
         wait_until(lambda: handle.depth() == 1, 10, what="BIG in the queue")
@@ -313,11 +300,7 @@ def test_a_purge_while_an_end_waits_for_an_answer_leaves_the_feed_stopped(
     feed's ``prepare`` dropped each message it then read and the buffer settled it as
     filtered, so the message was neither handed out nor a dead letter."""
     service = budgeted
-    feed = BreachingFeed(service)
-    buffer = feed.reader
-    assert isinstance(buffer, PullBuffer)
-    feed.notify(EARLY)
-    wait_until(lambda: buffer.buffered() == 1, 10, what="the early message buffered")
+    feed, buffer = buffered_feed(service)
     after = "<r><a/><e>after-the-purge</e></r>"
     with feed.held_answer() as held:  # made, not yet sent: unsettled
         feed.notify(BIG)  # over the budget: the subscription ends
@@ -340,12 +323,7 @@ def test_pull_get_the_answer_that_meets_the_breach_hands_out_or_dead_letters_wha
     answer is sent.  Written, the earlier message is handed out; not written, it is a dead
     letter (it was acknowledged when the answer met the breach: lost); once either way."""
     service = budgeted_get
-    feed = BreachingFeed(service)
-    assert isinstance(feed.reader, PullReader)
-    handle = service.registry.subscriptions[feed.sub_id].handle
-    assert handle is not None
-    feed.notify(EARLY, BIG)
-    wait_until(lambda: handle.depth() == 2, 10, what="both messages in the queue")
+    feed, _ = queued_feed(service, EARLY, BIG)
     with feed.held_answer() as held:  # takes EARLY, meets BIG: over the budget
         # the end waits for the answer (``PullReader.wait_settled``), or is done
         feed.wait_until_the_end_waits(or_else=feed.ended)

@@ -14,13 +14,12 @@ from wsnmom.core.adapter import AdapterError, OutboundMessage
 from wsnmom.core.dead_letter_records import DEAD_LETTER_NAMESPACE
 from wsnmom.core.model import CreatePullPointRequest
 from wsnmom.core.pull_buffer import PullBuffer
-from wsnmom.core.pull_reader import PullReader
 from wsnmom.core.service import BrokerService
 
 from tests.adapters.test_rabbitmq_pull_feeds import _service, budgeted_get
 from tests.core.conftest import note, simple, sub_req
 from tests.support.pull_answers import held_answer, pulled, written_up_to, wsgi_app
-from tests.support.pull_breach import BIG, BreachingFeed
+from tests.support.pull_breach import BIG, queued_feed
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.rabbitmq
@@ -65,12 +64,7 @@ def test_pull_get_a_breaching_message_whose_dead_letter_is_not_confirmed_is_not_
     subscription ends.  Before, it was acknowledged all the same: neither handed out nor a
     dead letter."""
     service = budgeted_get
-    feed = BreachingFeed(service)
-    assert isinstance(feed.reader, PullReader)
-    handle = service.registry.subscriptions[feed.sub_id].handle
-    assert handle is not None
-    feed.notify(BIG)
-    wait_until(lambda: handle.depth() == 1, 10, what="BIG in the queue")
+    feed, _ = queued_feed(service, BIG)
     refusal = GraveRefusal(service, refuse=1)
     assert service.get_messages(feed.pp_id, None) == []  # meets BIG: over the budget
     feed.wait_for_the_end()

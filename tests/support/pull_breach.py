@@ -9,7 +9,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 
+from wsnmom.core.adapter import SubscriptionHandle
 from wsnmom.core.model import CreatePullPointRequest, ExpressionSource
+from wsnmom.core.pull_buffer import PullBuffer
+from wsnmom.core.pull_reader import PullReader
 from wsnmom.core.service import BrokerService
 
 from tests.core.conftest import note, simple, sub_req
@@ -75,3 +78,27 @@ class BreachingFeed:
         service.notify_pull_point(self.pp_id, [note("<m>sentinel</m>")])
         assert pulled(service, self.pp_id, 1) == [b"<m>sentinel</m>"]  # nothing kept
         assert sorted(d.body[:20] for d in service.dead_letters()) == sorted(bodies)
+
+
+def buffered_feed(service: BrokerService) -> tuple[BreachingFeed, PullBuffer]:
+    """A ``BreachingFeed`` read through core's buffer (the default pull), ``EARLY`` in
+    the buffer; the buffer."""
+    feed = BreachingFeed(service)
+    buffer = feed.reader
+    assert isinstance(buffer, PullBuffer)
+    feed.notify(EARLY)
+    wait_until(lambda: buffer.buffered() == 1, 10, what="the early message buffered")
+    return feed, buffer
+
+
+def queued_feed(service: BrokerService, *payloads: str) -> tuple[BreachingFeed, SubscriptionHandle]:
+    """A ``BreachingFeed`` read from the subscription's own queue (``pull = "get"``),
+    ``payloads`` (one Notify) waiting in it; the subscription's handle."""
+    feed = BreachingFeed(service)
+    assert isinstance(feed.reader, PullReader)
+    handle = service.registry.subscriptions[feed.sub_id].handle
+    assert handle is not None
+    feed.notify(*payloads)
+    n = len(payloads)
+    wait_until(lambda: handle.depth() == n, 10, what=f"{n} message(s) in the queue")
+    return feed, handle

@@ -14,24 +14,19 @@ from typing import Any
 import pytest
 from wsnmom.core.adapter import AdapterError, OutboundMessage
 from wsnmom.core.dead_letter_records import DEAD_LETTER_NAMESPACE
-from wsnmom.core.model import CreatePullPointRequest, ExpressionSource
+from wsnmom.core.model import CreatePullPointRequest
 from wsnmom.core.pull_buffer import PullBuffer
-from wsnmom.core.pull_reader import PullReader
 from wsnmom.core.service import BrokerService
 
-from tests.adapters.test_rabbitmq_pull_feeds import BIG, CUBIC, XPATH10, _drain, _service
+from tests.adapters.test_rabbitmq_pull_feeds import _service, budgeted_get
 from tests.core.conftest import note, simple, sub_req
-from tests.support.pull_answers import start_get_messages, written, wsgi_app
+from tests.support.pull_answers import held_answer, pulled, written_up_to, wsgi_app
+from tests.support.pull_breach import BIG, queued_feed
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.rabbitmq
 
-
-@pytest.fixture
-def budgeted_get(private_vhost: str) -> Iterator[BrokerService]:
-    """``pull = "get"``, a filter budget of 0.2 CPU s at nice 0."""
-    url = private_vhost + ("&" if "?" in private_vhost else "?") + "pull=get"
-    yield from _service(url, filters__cpu_limit=0.2, filters__costly_nice=0)
+__all__ = ["budgeted_get"]  # the fixture, used by name
 
 
 @pytest.fixture
@@ -71,23 +66,15 @@ def test_pull_get_a_breaching_message_whose_dead_letter_is_not_confirmed_is_not_
     subscription ends.  Before, it was acknowledged all the same: neither handed out nor a
     dead letter."""
     service = budgeted_get
-    pp = service.create_pull_point(CreatePullPointRequest())
-    assert isinstance(service.registry.pull_points[pp.id].reader, PullReader)
-    content = ExpressionSource(XPATH10, CUBIC, {})
-    address = service.pull_point_address(pp.id)
-    sub = service.subscribe(sub_req(address, topic=simple("t:e"), message_content=content))
-    handle = service.registry.subscriptions[sub.id].handle
-    assert handle is not None
-    service.notify([note(BIG, simple("t:e"))])
-    wait_until(lambda: handle.depth() == 1, 10, what="BIG in the queue")
+    feed, _ = queued_feed(service, BIG)
     refusal = GraveRefusal(service, refuse=1)
-    assert service.get_messages(pp.id, None) == []  # meets BIG: over the budget
-    wait_until(lambda: sub.id not in service.registry.subscriptions, 30, what="the end")
+    assert service.get_messages(feed.pp_id, None) == []  # meets BIG: over the budget
+    feed.wait_for_the_end()
     wait_until(lambda: len(service.dead_letters()) >= 1, 15, what="BIG's dead letter")
     assert refusal.tries >= 2  # refused at the breach, taken with the backlog
     assert [d.body[:20] for d in service.dead_letters()] == [BIG.encode()[:20]]
-    service.notify_pull_point(pp.id, [note("<m>sentinel</m>")])
-    assert _drain(service, pp.id, 1) == [b"<m>sentinel</m>"]  # nothing kept in the inbox
+    service.notify_pull_point(feed.pp_id, [note("<m>sentinel</m>")])
+    assert pulled(service, feed.pp_id, 1) == [b"<m>sentinel</m>"]  # nothing kept in the inbox
 
 
 class HeldGrave:
@@ -205,22 +192,12 @@ def test_a_resume_while_a_paused_feeds_stop_fails_reads_the_feed(
         real_start(*args, **kwargs)
 
     handle.start = start
-    status, body = start_get_messages(app, pp.id)  # made, not yet sent: unsettled
-    try:
+    with held_answer(app, pp.id) as held:  # made, not yet sent: unsettled
         service.pause(sub.id)
         service.resume(sub.id)
-        data = b"".join(body)
-    finally:
-        body.close()
-    assert status.startswith("200") and b"<m>0</m>" in data, data
+        held.write()
+    assert held.holds(b"<m>0</m>"), held.data
     wait_until(failed.is_set, 20, what="the paused feed's stop failing")
     service.notify([note("<m>sentinel</m>", simple("t:p"))])
-    after: list[str] = []
-
-    def sentinel() -> bool:
-        after.extend(written(app, pp.id))
-        return "sentinel" in after
-
-    wait_until(sentinel, 20, what="the sentinel")
-    assert after == ["sentinel"]
+    assert written_up_to(app, pp.id, "sentinel") == ["sentinel"]
     assert refused_start.is_set() is start_fails

@@ -79,7 +79,9 @@ def _service(url: str, **overrides: object) -> Iterator[BrokerService]:
     try:
         yield svc
     finally:
-        svc.close()
+        svc.close()  # the service leaves its adapter and store to their owner
+        adapter.close()  # left open, it retried its vhost, deleted after the test, for ever
+        store.close()
 
 
 def _drain(service: BrokerService, pp_id: str, n: int) -> list[bytes]:

@@ -3,7 +3,8 @@ backends stopped: a server stuck on its disk, or a host that still acknowledges 
 packets) answers StoreUnavailable within the call timeout, and ``ping`` (``/readyz``) says
 False, instead of holding the request until the server comes back
 (``core.store_postgres_deadline``).  The backends of the test's own connections are
-stopped with SIGSTOP (the server's other sessions go on), and always continued."""
+stopped with SIGSTOP (the server's other sessions go on), and always continued.  The
+connections run without JIT compilation, which would compile inside a call's timeout."""
 
 from __future__ import annotations
 
@@ -128,3 +129,26 @@ def _listing_plan(conn: Any, sql: str) -> str:
     assert top.startswith("Result") and "slowly(" in below[0], plan
     assert any("->  Sort" in line for line in below) and "JIT" not in plan, plan
     return plan
+
+
+def test_the_stores_connections_run_without_jit_unless_its_url_says_otherwise(
+    postgres_store_url: str,
+) -> None:
+    """JIT compilation is off on the store's connections (a first JIT in a server process
+    took 53-121 ms inside a listing page's call timeout, at load 10); options the URL
+    gives are kept, and a ``jit`` it sets wins."""
+    plain = PostgresStore(postgres_store_url, instance_id=f"jit-{uuid.uuid4().hex[:8]}")
+    try:
+        with plain.statement() as conn:
+            assert conn.execute("SHOW jit").fetchone() == ("off",)
+    finally:
+        plain.close()
+    joiner = "&" if "?" in postgres_store_url else "?"
+    url = f"{postgres_store_url}{joiner}options=-c%20jit%3Don%20-c%20work_mem%3D8MB"
+    told = PostgresStore(url, instance_id=f"jit-{uuid.uuid4().hex[:8]}")
+    try:
+        with told.statement() as conn:
+            assert conn.execute("SHOW jit").fetchone() == ("on",)
+            assert conn.execute("SHOW work_mem").fetchone() == ("8MB",)
+    finally:
+        told.close()

@@ -45,6 +45,10 @@ class FeedStops:
         #: their messages settled (a pause's or an end's) -> the stop's token; until
         #: then a resume leaves the feed to that stop (under ``_lock``)
         self._stopping: dict[str, object] = {}
+        #: feeds detached through another instance whose handle stops once the answers
+        #: on their way settled (``_stop_detached``) -> what runs after that stop: the
+        #: ``then`` of every detach of the feed meanwhile (under ``_lock``)
+        self._detaching: dict[str, list[Callable[[], None]]] = {}
 
     def _stop_settled(
         self, state: LiveSubscription, reader: PullBuffer, handle: SubscriptionHandle, token: object
@@ -120,12 +124,10 @@ class FeedStops:
             ):
                 self._start(state, reader, tries)
 
-    @staticmethod
-    def _stop_detached(
-        name: str, handle: SubscriptionHandle, held: Unsettled, then: Callable[[], None] | None
-    ) -> None:
+    def _stop_detached(self, name: str, handle: SubscriptionHandle, held: Unsettled) -> None:
         """``detach`` through another instance: the handle stops once the answers on
-        their way that took the feed's messages settled (at most ``SETTLE_WAIT``)."""
+        their way that took the feed's messages settled (at most ``SETTLE_WAIT``), then
+        the ``then`` of each detach of the feed meanwhile runs."""
         if not held.wait(SETTLE_WAIT):
             log.warning(
                 "subscription %s: an answer holding its messages is still on its way; its "
@@ -137,5 +139,10 @@ class FeedStops:
         except Exception:
             log.warning("subscription %s: stopping its ended feed failed", name, exc_info=True)
         finally:
-            if then is not None:
-                then()
+            with self._lock:
+                thens = self._detaching.pop(name, [])
+            for then in thens:
+                try:
+                    then()
+                except Exception:
+                    log.warning("subscription %s: after its feed stopped", name, exc_info=True)

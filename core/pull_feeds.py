@@ -331,13 +331,21 @@ class PullFeeds(FeedStops):
         messages settled (an ack made after the stop is lost: the message went back into
         the subscription, for the ending instance's drain or dead letters), on a thread
         of its own (the caller, the follow thread or a request's, goes on; at most
-        ``pull_fed.SETTLE_WAIT``)."""
+        ``pull_fed.SETTLE_WAIT``).  A second detach meanwhile (two threads following
+        the same end) runs its ``then`` after that stop too, not at once (the adapter
+        forgetting the subscription stops its consuming before the answers' acks)."""
         name = state.record.id
         later = False
         try:
             with self._lock:
                 reader, handle = state.feed, state.handle
                 if reader is None:
+                    thens = self._detaching.get(name)
+                    if thens is not None and then is not None:
+                        # a detach before (another thread following the same end)
+                        # stops the handle later: ``then`` runs after that stop
+                        thens.append(then)
+                        later = True
                     return
                 state.feed = None
                 self._stopping.pop(name, None)  # its handle stops here
@@ -350,9 +358,10 @@ class PullFeeds(FeedStops):
                 if here or held is None or not held.pending:
                     handle.stop()
                     return
+                self._detaching[name] = [] if then is None else [then]
             threading.Thread(
                 target=self._stop_detached,
-                args=(name, handle, held, then),
+                args=(name, handle, held),
                 name=f"feed-end-{name[:8]}",
                 daemon=True,
             ).start()

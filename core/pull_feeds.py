@@ -275,12 +275,7 @@ class PullFeeds(FeedStops):
             # resume): stopped once the answers on their way settled, the pause answered
             # meanwhile
             token = self._stopping[name] = object()
-        threading.Thread(
-            target=self._stop_settled,
-            args=(state, reader, handle, token),
-            name=f"feed-pause-{name[:8]}",
-            daemon=True,
-        ).start()
+        self._spawn(self._stop_settled, (state, reader, handle, token), f"feed-pause-{name[:8]}")
 
     def stop(self, state: LiveSubscription) -> bool:
         """Before the subscription's backlog goes to its dead letters: what reached the
@@ -359,12 +354,7 @@ class PullFeeds(FeedStops):
                     handle.stop()
                     return
                 self._detaching[name] = [] if then is None else [then]
-            threading.Thread(
-                target=self._stop_detached,
-                args=(name, handle, held),
-                name=f"feed-end-{name[:8]}",
-                daemon=True,
-            ).start()
+            self._spawn(self._stop_detached, (name, handle, held), f"feed-end-{name[:8]}")
             later = True
         finally:
             if not later and then is not None:

@@ -15,6 +15,7 @@ an end) makes it a duplicate, or handed out and a dead letter."""
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 
@@ -156,3 +157,37 @@ def test_a_second_follow_of_the_end_leaves_the_stop_to_the_first(
     wait_until(sentinel, 20, what="the sentinel")
     assert after == ["sentinel"], after
     assert _queued(private_vhost, queue) in (None, 0)
+
+
+def test_the_close_ends_a_followed_end_s_stop_before_it_returns(
+    buffered: BrokerService,
+) -> None:
+    """The broker closes while the stop of a feed whose end another instance made waits
+    for an answer on its way: the close stops the handle now and runs what follows
+    (the adapter forgets the subscription) before it returns, so no thread of the
+    feed's touches the adapter after the close.  Before, the stop's thread went on
+    waiting (up to ``pull_fed.SETTLE_WAIT``) and stopped the handle and made the adapter
+    forget it after the close."""
+    service = buffered
+    app = wsgi_app(service)
+    pp = service.create_pull_point(CreatePullPointRequest())
+    buffer = service.registry.pull_points[pp.id].reader
+    assert isinstance(buffer, PullBuffer)
+    sub = service.subscribe(sub_req(service.pull_point_address(pp.id), topic=simple("t:f")))
+    service.notify([note("<m>0</m>", simple("t:f"))])
+    wait_until(lambda: buffer.buffered() == 1, 10, what="the feed's message buffered")
+    status, body = start_get_messages(app, pp.id)  # made, not yet sent: unsettled
+    try:
+        assert service.store.delete_subscription(sub.id)
+        assert service.follower.load("subscription", sub.id) is None
+        assert service.adapter.pool.find(sub.id) is not None  # type: ignore[attr-defined]
+        began = time.monotonic()
+        service.close()
+        closed = time.monotonic() - began
+        stops = [t.name for t in threading.enumerate() if t.name.startswith("feed-end-")]
+        assert stops == [], stops
+        assert service.adapter.pool.find(sub.id) is None  # type: ignore[attr-defined]
+        assert closed < 5.0, f"the close waited {closed:.1f} s for the answer"
+    finally:
+        body.close()
+    assert status.startswith("200")

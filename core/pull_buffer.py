@@ -129,6 +129,7 @@ class PullBuffer(AnswersOnTheirWay):
             for feed in self._feeds.values():
                 feed.waiting = 0
                 feed.kept = 0
+                feed.epoch += 1
         self.handle.stop()
         for feed in feeds:
             feed.handle.stop()
@@ -176,20 +177,22 @@ class PullBuffer(AnswersOnTheirWay):
 
     def _fed(self, name: str, feed: Feed[M], received: Received) -> None:
         """A feed's message (on the adapter's thread, one at a time per feed)."""
-        if not feed.active:  # suspended: its handle's stop gives it back, unprepared
-            return
         with self._cv:
-            if self._reads(name, feed) and self._stalls.behind(name, received):
+            if not self._reads(name, feed):  # its handle's stop gives it back, unprepared
+                return
+            epoch = feed.epoch
+            if self._stalls.behind(name, received):
                 return  # waits behind the message the feed is stalled at
         try:
             message = feed.prepare(received)
         except PrepareLater as later:  # neither handed out nor settled: tried again
-            self._stalls.stall(name, feed, received, later)
+            self._stalls.stall(name, feed, received, later, epoch)
             return
         with self._cv:
-            if not self._reads(name, feed):
-                # suspended or stopping: its handle is stopped next, which gives the
-                # message back to the middleware; settling it now would reorder
+            if not self._reads(name, feed) or feed.epoch != epoch:
+                # suspended or stopping (its handle is stopped next, which gives the
+                # message back to the middleware; settling it now would reorder), or
+                # suspended and read again meanwhile (given back: it came again)
                 return
             settle = self._enqueue(feed, received, message)
         if settle:
@@ -230,6 +233,7 @@ class PullBuffer(AnswersOnTheirWay):
             if feed is None:
                 return []
             feed.active = False
+            feed.epoch += 1
             feed.late = keep_late
             self._deferred.pop(name, None)
             self._stalls.drop(name)

@@ -98,13 +98,26 @@ class Feed(Generic[M]):
     """One feeding subscription of a pull point (of this buffer, or of a
     ``core.pull_reader.PullReader``)."""
 
-    __slots__ = ("active", "handle", "keeper", "kept", "late", "prepare", "unsettled", "waiting")
+    __slots__ = (
+        "active",
+        "epoch",
+        "handle",
+        "keeper",
+        "kept",
+        "late",
+        "prepare",
+        "unsettled",
+        "waiting",
+    )
 
     def __init__(self, handle: SubscriptionHandle, prepare: Callable[[Received], M | None]):
         self.handle = handle
         self.prepare = prepare
         #: accepting messages (started, not suspended)
         self.active = False
+        #: counts the suspensions and the buffer's stops, which give back what its handle
+        #: delivered: a message prepared across one is not taken (it comes again)
+        self.epoch = 0
         #: its messages in the buffer, filtered ones included
         self.waiting = 0
         #: its messages handed out by answers on their way (``PullBuffer.hand_out``)

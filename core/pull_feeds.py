@@ -275,12 +275,7 @@ class PullFeeds(FeedStops):
             # resume): stopped once the answers on their way settled, the pause answered
             # meanwhile
             token = self._stopping[name] = object()
-        threading.Thread(
-            target=self._stop_settled,
-            args=(state, reader, handle, token),
-            name=f"feed-pause-{name[:8]}",
-            daemon=True,
-        ).start()
+        self._spawn(self._stop_settled, (state, reader, handle, token), f"feed-pause-{name[:8]}")
 
     def stop(self, state: LiveSubscription) -> bool:
         """Before the subscription's backlog goes to its dead letters: what reached the
@@ -331,13 +326,21 @@ class PullFeeds(FeedStops):
         messages settled (an ack made after the stop is lost: the message went back into
         the subscription, for the ending instance's drain or dead letters), on a thread
         of its own (the caller, the follow thread or a request's, goes on; at most
-        ``pull_fed.SETTLE_WAIT``)."""
+        ``pull_fed.SETTLE_WAIT``).  A second detach meanwhile (two threads following
+        the same end) runs its ``then`` after that stop too, not at once (the adapter
+        forgetting the subscription stops its consuming before the answers' acks)."""
         name = state.record.id
         later = False
         try:
             with self._lock:
                 reader, handle = state.feed, state.handle
                 if reader is None:
+                    thens = self._detaching.get(name)
+                    if thens is not None and then is not None:
+                        # a detach before (another thread following the same end)
+                        # stops the handle later: ``then`` runs after that stop
+                        thens.append(then)
+                        later = True
                     return
                 state.feed = None
                 self._stopping.pop(name, None)  # its handle stops here
@@ -350,12 +353,8 @@ class PullFeeds(FeedStops):
                 if here or held is None or not held.pending:
                     handle.stop()
                     return
-            threading.Thread(
-                target=self._stop_detached,
-                args=(name, handle, held, then),
-                name=f"feed-end-{name[:8]}",
-                daemon=True,
-            ).start()
+                self._detaching[name] = [] if then is None else [then]
+            self._spawn(self._stop_detached, (name, handle, held), f"feed-end-{name[:8]}")
             later = True
         finally:
             if not later and then is not None:

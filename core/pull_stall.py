@@ -83,10 +83,14 @@ class Stalls:
         stall.waiting.append(received)
         return True
 
-    def stall(self, name: str, feed: Feed[Any], received: Received, later: PrepareLater) -> None:
-        """The feed's ``prepare`` put ``received`` off: the feed stalls at it."""
+    def stall(
+        self, name: str, feed: Feed[Any], received: Received, later: PrepareLater, epoch: int
+    ) -> None:
+        """The feed's ``prepare`` put ``received`` off: the feed stalls at it, unless the
+        feed was suspended or the buffer stopped since ``epoch`` (``Feed.epoch``, read
+        before the preparation): its handle's stop gave it back."""
         with self._cv:
-            if not self._reads(name, feed):  # its handle's stop gives it back
+            if not self._reads(name, feed) or feed.epoch != epoch:
                 return
             stall = self._stalls[name] = _Stall(feed, received)
         self._later(name, stall, later)

@@ -315,6 +315,8 @@ class BrokerService(OperatorCalls):
         self.orphans.stop()
         self.demand.stop()
         self.engine.close()
+        # the feeds' stops under way stop their handle now (none runs after the close)
+        self.delivery.feeds.close()
         self._ctx.dead_letters.close()
         if self._started:
             self.cluster.stop()

@@ -15,6 +15,7 @@ an end) makes it a duplicate, or handed out and a dead letter."""
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 
@@ -109,3 +110,84 @@ def test_an_answer_on_its_way_when_another_instance_ends_the_feed_is_handed_out_
     wait_until(sentinel, 20, what="what the pull point holds")
     assert after == (["sentinel"] if answer == "written" else ["0"]), after
     assert _queued(private_vhost, queue) in (None, 0)
+
+
+def test_a_second_follow_of_the_end_leaves_the_stop_to_the_first(
+    buffered: BrokerService, private_vhost: str
+) -> None:
+    """Two threads follow the same end (the follow thread, and a request whose
+    conditional write found the record gone: ``SubscriptionChanges._reread``), both
+    having found the live subscription before either removed it.  The first's detach
+    stops the feed's handle once the answer on its way settled, and the adapter forgets
+    the subscription after; the second finds the feed detached and must not make the
+    adapter forget it at once: that stops consuming before the answer's ack (the
+    handed-out message went back into the queue left for the ending instance).  Before,
+    the second detach ran its ``then`` (``forget_native``) at once."""
+    service = buffered
+    app = wsgi_app(service)
+    pp = service.create_pull_point(CreatePullPointRequest())
+    buffer = service.registry.pull_points[pp.id].reader
+    assert isinstance(buffer, PullBuffer)
+    sub = service.subscribe(sub_req(service.pull_point_address(pp.id), topic=simple("t:f")))
+    queue = service.adapter.queue_name(sub.id)  # type: ignore[attr-defined]
+    service.notify([note("<m>0</m>", simple("t:f"))])
+    wait_until(lambda: buffer.buffered() == 1, 10, what="the feed's message buffered")
+    live = service.registry.subscriptions[sub.id]
+    status, body = start_get_messages(app, pp.id)  # made, not yet sent: unsettled
+    try:
+        assert service.store.delete_subscription(sub.id)
+        assert service.follower.load("subscription", sub.id) is None
+        service.subscriptions.forget(live)  # the second thread, which found it too
+        data = b"".join(body)
+    finally:
+        body.close()
+    assert status.startswith("200") and payloads(data) == ["0"], data
+    wait_until(
+        lambda: _queued(private_vhost, queue) in (None, 0),
+        20,
+        what="the subscription's queue without the handed-out message",
+    )
+    service.notify_pull_point(pp.id, [note("<m>sentinel</m>")])
+    after: list[str] = []
+
+    def sentinel() -> bool:
+        after.extend(written(app, pp.id))
+        return "sentinel" in after
+
+    wait_until(sentinel, 20, what="the sentinel")
+    assert after == ["sentinel"], after
+    assert _queued(private_vhost, queue) in (None, 0)
+
+
+def test_the_close_ends_a_followed_end_s_stop_before_it_returns(
+    buffered: BrokerService,
+) -> None:
+    """The broker closes while the stop of a feed whose end another instance made waits
+    for an answer on its way: the close stops the handle now and runs what follows
+    (the adapter forgets the subscription) before it returns, so no thread of the
+    feed's touches the adapter after the close.  Before, the stop's thread went on
+    waiting (up to ``pull_fed.SETTLE_WAIT``) and stopped the handle and made the adapter
+    forget it after the close."""
+    service = buffered
+    app = wsgi_app(service)
+    pp = service.create_pull_point(CreatePullPointRequest())
+    buffer = service.registry.pull_points[pp.id].reader
+    assert isinstance(buffer, PullBuffer)
+    sub = service.subscribe(sub_req(service.pull_point_address(pp.id), topic=simple("t:f")))
+    service.notify([note("<m>0</m>", simple("t:f"))])
+    wait_until(lambda: buffer.buffered() == 1, 10, what="the feed's message buffered")
+    status, body = start_get_messages(app, pp.id)  # made, not yet sent: unsettled
+    try:
+        assert service.store.delete_subscription(sub.id)
+        assert service.follower.load("subscription", sub.id) is None
+        assert service.adapter.pool.find(sub.id) is not None  # type: ignore[attr-defined]
+        began = time.monotonic()
+        service.close()
+        closed = time.monotonic() - began
+        stops = [t.name for t in threading.enumerate() if t.name.startswith("feed-end-")]
+        assert stops == [], stops
+        assert service.adapter.pool.find(sub.id) is None  # type: ignore[attr-defined]
+        assert closed < 5.0, f"the close waited {closed:.1f} s for the answer"
+    finally:
+        body.close()
+    assert status.startswith("200")

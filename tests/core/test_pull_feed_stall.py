@@ -9,6 +9,7 @@ the logs a purge dead-letters what it drops, which the refusal keeps from being 
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections.abc import Callable, Sequence
 from datetime import timedelta
@@ -195,3 +196,54 @@ def test_a_buffer_stopped_while_a_feed_is_stalled_gets_the_message_again_once(
 #: what the stopped buffer's feed receives: "old" is put off until the test says
 BODIES = [b"old", b"m0", b"m1", b"sentinel"]
 NS = "urn:test:pull-feed-stall"
+
+
+def test_a_message_being_prepared_across_a_pause_and_resume_is_handed_out_once(
+    tmp_path: Path,
+) -> None:
+    """The feed's ``prepare`` of a message (its dead letter being published, which may
+    wait up to the publish timeout) outlasts a pause (the feed suspended, its handle
+    stopped: the message given back) and a resume (the handle started again: the
+    message comes again).  The copy prepared across them is neither put in the buffer
+    nor stalled at: the handle's new delivery is, once.  Before, the check after
+    ``prepare`` saw the feed read again and took the old copy too: handed out twice (or,
+    put off, a stall at the old copy: its dead letter twice)."""
+    adapter = FileLogAdapter(f"filelog://{tmp_path / 'log'}?partitions=1")
+    adapter.open()
+    try:
+        patterns = (PathPattern(NS, ("t",)),)
+        buffer = PullBuffer(adapter.subscription(SubscriptionSpec("p", (), QueueLimits())), 64)
+        held, release = threading.Event(), threading.Event()
+        prepared: list[bytes] = []
+
+        def prepare(received: Received) -> bytes | None:
+            prepared.append(received.body)
+            if len(prepared) == 1:  # the first one outlasts the pause and resume
+                held.set()
+                release.wait(10)
+            return received.body
+
+        feed = adapter.subscription(SubscriptionSpec("f", patterns, QueueLimits()))
+        buffer.add_feed("f", feed, prepare, active=True)
+        buffer.start()
+        topic = Topic(NS, ("t",))
+        adapter.publish_many(
+            [OutboundMessage(topic=topic, body=b, message_id=uuid.uuid4().hex) for b in BODIES]
+        )
+        assert held.wait(10)
+        # a pause (``PullFeeds.sync``: nothing buffered, no answer on its way) and a resume
+        assert buffer.suspend_feed("f") == []
+        feed.stop()
+        buffer.resume_feed("f")
+        release.set()
+        handed: list[bytes] = []
+
+        def sentinel_handed() -> bool:
+            handed.extend(r.body for r in buffer.take(100))
+            return b"sentinel" in handed
+
+        wait_until(sentinel_handed, 10, what="the sentinel handed out")
+        assert handed == BODIES, handed
+        buffer.stop()
+    finally:
+        adapter.close()

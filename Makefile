@@ -34,7 +34,7 @@ system-deps:
 # the suite on pytest-xdist workers, each with its own session brokers and gateways, a test
 # module's tests on one worker (its module-scoped gateway or browser starts once):
 # docs/testing.md, "Where the time goes"
-TEST_WORKERS ?= 2
+TEST_WORKERS ?= 3
 PYTEST_ARGS  ?= -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=25
 
 ## test: lint, type-check and run the whole test suite (starts local brokers itself)

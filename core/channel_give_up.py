@@ -21,13 +21,13 @@ is lost.
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Sequence
 from typing import TypeVar
 
 from wsnmom.core.adapter import Received
 from wsnmom.core.channel_signals import EndSubscription
 from wsnmom.core.channel_state import ChannelState, settle
+from wsnmom.core.later import later
 
 __all__ = ["ChannelGiveUp"]
 
@@ -124,9 +124,7 @@ class ChannelGiveUp(ChannelState[T]):
         unless stopped or started meanwhile."""
         with self._lock:
             self._start_due = True
-        retry = threading.Timer(self.schedule.max_delay, self._start_if_due)
-        retry.daemon = True
-        retry.start()
+        later(self.schedule.max_delay, self._start_if_due)
 
     def _start_if_due(self) -> None:
         """The timer of ``_start_later``."""

@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable
 
 from wsnmom.core.adapter import SubscriptionHandle
+from wsnmom.core.later import later
 from wsnmom.core.model import SubscriptionState
 from wsnmom.core.pull_buffer import PullBuffer
 from wsnmom.core.pull_fed import SETTLE_WAIT, Unsettled
@@ -155,9 +156,7 @@ class FeedStops:
                 exc,
                 START_RETRY,
             )
-        retry = threading.Timer(START_RETRY, self._start_again, args=(state, reader, tries + 1))
-        retry.daemon = True
-        retry.start()
+        later(START_RETRY, lambda: self._start_again(state, reader, tries + 1))
 
     def _start_again(self, state: LiveSubscription, reader: PullBuffer, tries: int) -> None:
         """``_start``'s retry: only while the feed is still this reader's, resumed, and

@@ -32,6 +32,7 @@ from typing import Any
 
 from wsnmom.core.adapter import Received
 from wsnmom.core.channel_signals import PrepareLater
+from wsnmom.core.later import later as call_later
 from wsnmom.core.pull_fed import Feed
 
 __all__ = ["STALL_RETRY_MAX", "Stalls"]
@@ -116,9 +117,7 @@ class Stalls:
             len(stall.waiting) - 1,
             delay,
         )
-        timer = threading.Timer(delay, self._again, args=(name, stall))
-        timer.daemon = True
-        timer.start()
+        call_later(delay, lambda: self._again(name, stall))
 
     def _again(self, name: str, stall: _Stall) -> None:
         """Prepare the stalled messages again, in order, until one is put off again or

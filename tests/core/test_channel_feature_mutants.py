@@ -79,25 +79,20 @@ class Sink:
 
 
 class Timers:
-    """Stands in for ``threading.Timer`` in core.channel_give_up: records, never runs."""
+    """Stands in for ``core.later.later`` in core.channel_give_up: records, never calls."""
 
     made: list[Timers] = []
 
     def __init__(self, interval: float, function: Callable[[], None]) -> None:
         self.interval = interval
         self.function = function
-        self.daemon: bool | None = None
-        self.started = False
         Timers.made.append(self)
-
-    def start(self) -> None:
-        self.started = True
 
 
 @pytest.fixture
 def timers(monkeypatch: pytest.MonkeyPatch) -> list[Timers]:
     Timers.made = []
-    monkeypatch.setattr(channel_give_up.threading, "Timer", Timers)
+    monkeypatch.setattr(channel_give_up, "later", Timers)
     return Timers.made
 
 
@@ -372,9 +367,7 @@ def test_a_give_up_whose_dead_letters_are_not_confirmed_settles_nothing_and_retr
     assert rig.journal == []
     assert rig.ended == []
     assert rig.handle.stops == 1
-    assert [(t.interval, t.function, t.daemon, t.started) for t in timers] == [
-        (42.0, rig.channel._start_if_due, True, True)
-    ]
+    assert [(t.interval, t.function) for t in timers] == [(42.0, rig.channel._start_if_due)]
 
 
 def test_a_give_up_of_only_filtered_messages_acks_without_a_dead_letter() -> None:

@@ -15,21 +15,13 @@ from .test_unordered_channel import Rig
 
 
 class Timers:
-    """``threading.Timer`` for the channel module: records, fires on ``fire``."""
+    """``core.later.later`` for the channel module: records, calls on ``fire``."""
 
     def __init__(self) -> None:
         self.due: list[Callable[[], None]] = []
 
-    def __call__(self, delay: float, fn: Callable[[], None]) -> object:
-        due = self.due
-
-        class _Timer:
-            daemon = True
-
-            def start(self) -> None:
-                due.append(fn)
-
-        return _Timer()
+    def __call__(self, delay: float, fn: Callable[[], None]) -> None:
+        self.due.append(fn)
 
     def fire(self) -> None:
         due, self.due = self.due, []
@@ -39,7 +31,7 @@ class Timers:
 
 def _given_up_unconfirmed(monkeypatch: pytest.MonkeyPatch) -> tuple[Rig, Timers]:
     timers = Timers()
-    monkeypatch.setattr("wsnmom.core.channel_give_up.threading.Timer", timers)
+    monkeypatch.setattr("wsnmom.core.channel_give_up.later", timers)
     rig = Rig(in_flight=2, monkeypatch=monkeypatch)
     rig.confirm = False
     rig.fail["m1"] = [DeliveryFailed("down")] * 5

@@ -27,6 +27,7 @@ from wsnmom.core.adapter import (
 )
 from wsnmom.core.channel_signals import PrepareLater
 from wsnmom.core.dead_letter_records import DEAD_LETTER_NAMESPACE
+from wsnmom.core.later import WORKERS
 from wsnmom.core.model import CreatePullPointRequest, Subscription
 from wsnmom.core.pull_buffer import PullBuffer
 from wsnmom.core.service import BrokerService
@@ -188,6 +189,52 @@ def test_a_buffer_stopped_while_a_feed_is_stalled_gets_the_message_again_once(
 
         wait_until(sentinel_handed, 10, what="the sentinel handed out")
         assert handed == [b"m0", b"m1", b"sentinel"]
+        buffer.stop()
+    finally:
+        adapter.close()
+
+
+def test_fifty_stalled_feeds_wait_without_a_thread_each(tmp_path: Path) -> None:
+    """Fifty feeds of one buffer stall at once (a dead-letter outage): their retries wait
+    on the process's few shared threads (``core.later``), not on a thread each (a
+    ``threading.Timer`` per stall: fifty more threads for as long as the outage lasts)."""
+    adapter = FileLogAdapter(f"filelog://{tmp_path / 'log'}?partitions=1")
+    adapter.open()
+    try:
+        patterns = (PathPattern(NS, ("t",)),)
+        buffer = PullBuffer(adapter.subscription(SubscriptionSpec("p", (), QueueLimits())), 64)
+        prepared: list[bytes] = []
+
+        def prepare(received: Received) -> bytes | None:
+            prepared.append(received.body)
+            if received.body == b"old":
+                raise PrepareLater(30.0)  # refused: tried again in 30 s, after the test
+            return received.body
+
+        feeds = 50
+        for n in range(feeds):
+            handle = adapter.subscription(SubscriptionSpec(f"f{n}", patterns, QueueLimits()))
+            buffer.add_feed(f"f{n}", handle, prepare, active=True)
+        buffer.start()
+        topic = Topic(NS, ("t",))
+
+        def publish(body: bytes) -> None:
+            adapter.publish_many(
+                [OutboundMessage(topic=topic, body=body, message_id=uuid.uuid4().hex)]
+            )
+
+        publish(b"m0")
+        handed: list[bytes] = []
+
+        def all_handed() -> bool:
+            handed.extend(r.body for r in buffer.take(100))
+            return len(handed) == feeds
+
+        wait_until(all_handed, 20, what="m0 from every feed")
+        reading = threading.active_count()  # the feeds read, none stalled
+        publish(b"old")
+        wait_until(lambda: prepared.count(b"old") == feeds, 20, what="every feed stalled")
+        assert threading.active_count() - reading <= 1 + WORKERS
         buffer.stop()
     finally:
         adapter.close()

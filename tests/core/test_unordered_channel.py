@@ -273,10 +273,7 @@ def test_an_unconfirmed_dead_letter_settles_nothing(monkeypatch: pytest.MonkeyPa
     rig.fail["m1"] = [DeliveryFailed("down")] * 3
     restarts: list[float] = []
     monkeypatch.setattr(
-        "wsnmom.core.channel_give_up.threading.Timer",
-        lambda delay, fn: type(
-            "T", (), {"daemon": True, "start": lambda self: restarts.append(delay)}
-        )(),
+        "wsnmom.core.channel_give_up.later", lambda delay, fn: restarts.append(delay)
     )
     rig.channel.start()
     rig.deliver(1)

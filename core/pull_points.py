@@ -359,7 +359,9 @@ class PullPoints:
         return dropped
 
     def notify(self, pull_point_id: str, messages: Sequence[InboundNotification]) -> None:
-        """Notify sent to a pull point: accumulate as received (PP-05)."""
+        """Notify sent to a pull point: accumulate as received (PP-05).  Every check is
+        ``prepare``'s (the Notify ACL, the topics in order), which admits the new topics
+        at its end, all or none (``Inbound.prepare``)."""
         self._ctx.registry.live_pull_point(pull_point_id)
         prepared = self._inbound.prepare(messages, registration_check=False)
         self._inbound.publish(prepared, route=pull_point_inbox(pull_point_id))

@@ -7,10 +7,12 @@ GetMessages, which tries its dead letter again."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import timedelta
+from typing import Any
 
 import pytest
+from wsnmom.core.adapter import AdapterError, OutboundMessage
 from wsnmom.core.model import CreatePullPointRequest
 from wsnmom.core.pull_buffer import PullBuffer
 from wsnmom.core.service import BrokerService
@@ -105,3 +107,44 @@ def test_a_refused_dead_letter_at_get_messages_loses_nothing(aged: Broker) -> No
     wait_until(service.dead_letters, 10, what="old's dead letter")
     [letter] = service.dead_letters()
     assert letter.body == b"<m>old</m>" and letter.reason == "max-age"
+
+
+def test_an_answer_cut_at_a_refused_dead_letter_settles_what_it_took_before(
+    aged: Broker,
+) -> None:
+    """Two messages past max_age, the pull point's own ``old1`` then the fed ``old2``: the
+    dead letter of ``old2`` is refused once.  The answer stops there: ``old1`` is a dead
+    letter (the pull point's) and settled, ``old2`` and the sentinel are handed out again,
+    first: ``old2`` is then its subscription's dead letter, each once, and the sentinel is
+    handed out once."""
+    service: BrokerService = aged.service
+    pp = service.create_pull_point(CreatePullPointRequest())
+    sub = service.subscribe(sub_req(service.pull_point_address(pp.id), topic=simple("t:a")))
+    service.notify_pull_point(pp.id, [note("<m>old1</m>")])
+    _buffered(service, pp.id, 1)
+    service.notify([note("<m>old2</m>", simple("t:a"))])
+    _buffered(service, pp.id, 2)
+    aged.clock.advance(minutes=2)
+    service.notify_pull_point(pp.id, [note("<m>sentinel</m>")])
+    _buffered(service, pp.id, 3)
+    adapter: Any = service.adapter
+    confirmed = adapter.publish_many
+
+    def refused_once(messages: Sequence[OutboundMessage], timeout: float = 10.0) -> Any:
+        if any(m.body == b"<m>old2</m>" for m in messages) and not refused:
+            refused.append(True)
+            raise AdapterError("dead letters not confirmed")
+        return confirmed(messages, timeout=timeout)
+
+    refused: list[bool] = []
+    adapter.publish_many = refused_once
+    assert service.get_messages(pp.id, None) == []
+    assert refused  # old2's refused; old1's confirmed (below)
+    _buffered(service, pp.id, 2)  # old2 and the sentinel, first again
+    assert _until_sentinel(service, pp.id) == [b"<m>sentinel</m>"]
+    wait_until(lambda: len(service.dead_letters()) == 2, 10, what="both dead letters")
+    letters = {letter.body: letter for letter in service.dead_letters()}
+    assert sorted(letters) == [b"<m>old1</m>", b"<m>old2</m>"]
+    assert letters[b"<m>old1</m>"].subscription_id == pp.id
+    assert letters[b"<m>old2</m>"].subscription_id == sub.id
+    assert {letter.reason for letter in letters.values()} == {"max-age"}

@@ -244,6 +244,24 @@ class DeadLetters:
             ),
         )
 
+    def bury_pull_point(
+        self, pull_point_id: str, messages: Sequence[Received], reason: str, error: str | None
+    ) -> bool:
+        """``send`` ``messages`` given up on from a pull point's own inbox to the default
+        destination, naming the pull point as their subscription and no consumer (as
+        what an adapter drops from a pull point: replayed, they go back into it)."""
+        return self.send(
+            messages,
+            DeadLetterContext(
+                subscription_id=pull_point_id,
+                consumer="",
+                reason=reason,
+                attempts=0,
+                last_error=error,
+                destination=self.default,
+            ),
+        )
+
     def send(self, messages: Sequence[Received], context: DeadLetterContext) -> bool:
         """Publish ``messages`` as dead letters with ``context``; True once the middleware
         confirmed every one (the caller may then settle them), False when it did not

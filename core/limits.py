@@ -4,10 +4,17 @@ Where the adapter declares ``native_queue_limits`` the middleware applies every 
 messages arrive (RabbitMQ queue arguments, the embedded store).  Otherwise (a log, where
 all subscriptions share the stored records) core applies them:
 
-* ``max_age``: a message older than ``max_age`` when it is handed out (pushed, forwarded
-  into a pull point, or returned by GetMessages) is dropped (settled, never delivered).
-  Its age comes from the gateway's own ``wsnmom-published-at`` header or, for a message
-  published natively, the middleware's timestamp (``Received.timestamp``).
+* ``max_age``: a message older than ``max_age`` when it is handed out (pushed, read by a
+  pull point's feed, or taken by GetMessages) is never delivered: it goes to the dead
+  letters (reason ``max-age``) and is settled once the middleware confirmed its dead
+  letter: a subscription's message to the subscription's destination (a delivery
+  channel's, a feed's as it prepares it or when it aged in the pull buffer), a pull
+  point's own (its inbox) to the default destination, naming the pull point
+  (``core.pull_points``); with dead letters disabled, dropped.  One whose dead letter
+  was not confirmed stays unsettled and is tried again: a delivery channel keeps its
+  batch, a buffered feed stalls at it (``core.pull_stall``), GetMessages' answer stops
+  before it.  Its age comes from the gateway's own ``wsnmom-published-at`` header or,
+  for a message published natively, the middleware's timestamp (``Received.timestamp``).
 * ``max_messages``: every sweep (``termination.sweep_interval``) core reads the depth of
   every subscription and pull point in one ``Adapter.depths`` call and asks those above
   the bound to drop the excess (``SubscriptionHandle.discard``): the oldest messages, or

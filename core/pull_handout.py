@@ -9,6 +9,11 @@ messages out again, first.  A process killed in between settles nothing: the mid
 hands the messages out again (to this pull point's next reader).  At most one answer's
 messages come twice.
 
+An answer may be *cut* (``Settlement.cut``): a message it took and every one taken after
+it are not in the answer (a message past ``limits.max_age`` whose dead letter the
+middleware did not confirm, ``core.pull_points``), and settling gives them back instead
+of acknowledging them, so they are handed out again, first.
+
 A ``Settlement`` is settled or given back once; later calls do nothing.  Whoever drops one
 without either leaves its messages unsettled until the handle is stopped (the middleware
 then redelivers them).
@@ -30,7 +35,7 @@ log = logging.getLogger(__name__)
 class Settlement:
     """Settles or gives back, once, what an answer took."""
 
-    __slots__ = ("_back", "_done", "_items", "_lock", "_open")
+    __slots__ = ("_back", "_cut", "_done", "_items", "_lock", "_open")
 
     def __init__(
         self,
@@ -45,6 +50,8 @@ class Settlement:
         self._done = done
         self._lock = threading.Lock()
         self._open = True
+        #: where the answer was cut: the items from there on go back when settled
+        self._cut = len(items)
 
     def _close(self) -> bool:
         with self._lock:
@@ -56,16 +63,32 @@ class Settlement:
         """Neither settled nor given back yet."""
         return self._open
 
+    def cut(self, first: Received) -> None:
+        """``first`` (one of the items) and every item taken after it are not in the
+        answer: settling gives them back (handed out again, first) instead."""
+        with self._lock:
+            for i, item in enumerate(self._items[: self._cut]):
+                if item is first:
+                    self._cut = i
+                    return
+
     def settle(self) -> None:
-        """The answer was written: acknowledge what it took, in the order taken."""
+        """The answer was written: acknowledge what it took, in the order taken (what
+        follows a cut goes back)."""
         if not self._close():
             return
         try:
-            for item in self._items:
+            for item in self._items[: self._cut]:
                 try:
                     item.ack()
                 except Exception:  # its connection went: the middleware gives it again
                     log.warning("settling a message handed out failed", exc_info=True)
+            rest = self._items[self._cut :]
+            if rest:
+                try:
+                    self._back(rest)
+                except Exception:  # the handle may be gone: then so are its messages
+                    log.warning("giving back the messages after a cut failed", exc_info=True)
         finally:
             self._finish()
 

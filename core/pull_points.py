@@ -15,6 +15,16 @@ inbox when a notification is published instead (``core.direct_routing``).
   at-least-once for an answer lost on its way: its messages are settled in the
   middleware only once the HTTP server accepted the whole answer, and handed out again,
   first, when it was not written or the reader died meanwhile (``core.pull_handout``).
+* A message older than ``limits.max_age`` where core enforces it (``core.limits``) is not
+  handed out but a dead letter ("max-age"): a fed message one of its subscription's (as
+  when the feed prepared it), one of the pull point's inbox one of the pull point's (the
+  gateway's default destination, naming the pull point, as the middleware's drops from
+  a pull point).  Its dead letter is published before the answer is given and settled
+  with it; one the middleware did not confirm cuts the answer there: that message and
+  those taken after it are handed out again, first, by the next GetMessages, which tries
+  the dead letter again (as a stalled feed does, ``core.pull_stall``).  An answer that is
+  not written gives its dead-lettered messages back too: the next answer makes them dead
+  letters again (at most one answer's, as its messages come twice).
 * DestroyPullPoint and pull point expiry destroy the subscriptions feeding it (DPP-04).
 """
 
@@ -238,7 +248,7 @@ class PullPoints:
                 raise refusal from failed
             raise errors.UnableToGetMessages(f"the middleware failed: {failed}") from failed
         try:
-            out = self._messages(pull_point_id, received)
+            out = self._messages(pull_point_id, self._bury_old(pull_point_id, received, settlement))
         except BaseException:
             settlement.give_back()
             raise
@@ -248,11 +258,8 @@ class PullPoints:
         """The answer's messages of what was taken."""
         ctx = self._ctx
         out: list[NotificationMessage] = []
-        now = ctx.now()
-        # an expired or undecodable message is settled with the answer (dropped)
+        # an undecodable message is settled with the answer (dropped)
         for r in received:
-            if ctx.limit_keeper.expired(r, now):
-                continue
             if isinstance(r, Fed) and isinstance(r.message, NotificationMessage):
                 message = r.message  # from a feeding subscription, rendered for it
             else:
@@ -268,6 +275,59 @@ class PullPoints:
         metrics.NOTIFICATIONS_OUT.labels(mode="pull").inc(len(out))
         ctx.observers.delivered(out, pull_point_id)
         return out
+
+    def _bury_old(
+        self, pull_point_id: str, received: list[Received], settlement: Settlement
+    ) -> list[Received]:
+        """What of ``received`` is to be handed out: a message past ``limits.max_age``
+        goes to the dead letters (settled with the answer); at one whose dead letter
+        was not confirmed the answer is cut (see the module docstring)."""
+        ctx = self._ctx
+        now = ctx.now()
+        keep: list[Received] = []
+        run: list[Received] = []  # consecutive dead letters of one owner, published together
+        owner: LiveSubscription | None = None
+        mark = 0  # how many were kept before the run
+        for r in [*received, None]:
+            if r is not None and not ctx.limit_keeper.expired(r, now):
+                keep.append(r)
+                continue
+            whose = self._owner(r) if r is not None else None
+            if run and (r is None or whose is not owner):
+                if not self._bury(pull_point_id, owner, run):
+                    log.warning(
+                        "pull point %s: the answer stops at a message past max_age whose "
+                        "dead letter was not confirmed; it and %d after it are handed out "
+                        "again, first",
+                        pull_point_id,
+                        len(received) - received.index(run[0]) - 1,
+                    )
+                    settlement.cut(run[0])
+                    return keep[:mark]
+                run = []
+            if r is not None:
+                if not run:
+                    owner, mark = whose, len(keep)
+                run.append(r)
+        return keep
+
+    def _owner(self, received: Received) -> LiveSubscription | None:
+        """The subscription whose message ``received`` is (None: the pull point's)."""
+        if isinstance(received, Fed):
+            return self._ctx.registry.subscriptions.get(received.feed.handle.name)
+        return None
+
+    def _bury(
+        self, pull_point_id: str, owner: LiveSubscription | None, messages: list[Received]
+    ) -> bool:
+        """Publish ``messages`` past ``max_age`` to ``owner``'s dead letters (None: the
+        pull point's); True once confirmed."""
+        dead_letters = self._ctx.dead_letters
+        if owner is not None:
+            return dead_letters.bury(owner.record, messages, "max-age", 0, "older than max_age")
+        return dead_letters.bury_pull_point(
+            pull_point_id, messages, "max-age", "older than max_age"
+        )
 
     def purge(self, pull_point_id: str) -> int | None:
         """An operator's purge: drop every message waiting in the pull point (core's pull
@@ -299,7 +359,9 @@ class PullPoints:
         return dropped
 
     def notify(self, pull_point_id: str, messages: Sequence[InboundNotification]) -> None:
-        """Notify sent to a pull point: accumulate as received (PP-05)."""
+        """Notify sent to a pull point: accumulate as received (PP-05).  Every check is
+        ``prepare``'s (the Notify ACL, the topics in order), which admits the new topics
+        at its end, all or none (``Inbound.prepare``)."""
         self._ctx.registry.live_pull_point(pull_point_id)
         prepared = self._inbound.prepare(messages, registration_check=False)
         self._inbound.publish(prepared, route=pull_point_inbox(pull_point_id))

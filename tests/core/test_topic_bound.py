@@ -11,7 +11,12 @@ from collections.abc import Callable
 import pytest
 from wsnmom.core import errors
 from wsnmom.core.access import Principal, bound_principal
-from wsnmom.core.model import EndpointReference, RegisterPublisherRequest, SubscriptionState
+from wsnmom.core.model import (
+    CreatePullPointRequest,
+    EndpointReference,
+    RegisterPublisherRequest,
+    SubscriptionState,
+)
 from wsnmom.core.service import BrokerService
 from wsnmom.topic_mapping.model import PathPattern, Topic
 
@@ -28,6 +33,16 @@ def _refused_notify(s: BrokerService) -> None:
     s.notify([note("<x/>", concrete("t:elsewhere"))])
 
 
+def _refused_pull_point_notify(s: BrokerService) -> None:
+    """A Notify to a pull point: its first message on the allowed new topic, its second on
+    one the ACL refuses (the first is checked, not admitted)."""
+    pp = s.create_pull_point(CreatePullPointRequest())
+    s.notify_pull_point(
+        pp.id,
+        [note("<ok/>", concrete("t:sensors/room1")), note("<x/>", concrete("t:elsewhere"))],
+    )
+
+
 def _refused_register(s: BrokerService) -> None:
     s.register_publisher(RegisterPublisherRequest(None, (concrete("t:elsewhere"),)))
 
@@ -40,10 +55,11 @@ def _refused_end_topic(s: BrokerService) -> None:
     ("refused", "fault"),
     [
         (_refused_notify, errors.NotificationRefused),
+        (_refused_pull_point_notify, errors.NotificationRefused),
         (_refused_register, errors.PublisherRegistrationRejected),
         (_refused_end_topic, errors.NotificationRefused),
     ],
-    ids=["notify", "register", "end-topic"],
+    ids=["notify", "pull-point-notify", "register", "end-topic"],
 )
 def test_a_request_the_acl_refuses_takes_no_room_under_the_bound(
     make_broker: Callable[..., Broker],
@@ -142,6 +158,13 @@ def _second_topic_over_bound(s: BrokerService) -> None:
     s.notify([note("<x/>", concrete("t:refused")), note("<y/>", concrete("t:refused2"))])
 
 
+def _pull_point_second_topic_over_bound(s: BrokerService) -> None:
+    pp = s.create_pull_point(CreatePullPointRequest())
+    s.notify_pull_point(
+        pp.id, [note("<x/>", concrete("t:refused")), note("<y/>", concrete("t:refused2"))]
+    )
+
+
 def _register_two_over_bound(s: BrokerService) -> None:
     s.register_publisher(
         RegisterPublisherRequest(None, (concrete("t:refused"), concrete("t:refused2")))
@@ -163,10 +186,17 @@ def _subscribe_refused_after_end_topic(s: BrokerService) -> None:
     [
         (_over_fanout, errors.NotificationRefused),
         (_second_topic_over_bound, errors.TopicNotSupported),
+        (_pull_point_second_topic_over_bound, errors.TopicNotSupported),
         (_register_two_over_bound, errors.TopicNotSupported),
         (_subscribe_refused_after_end_topic, errors.UnacceptableInitialTerminationTime),
     ],
-    ids=["notify-fanout", "notify-second-topic", "register-second-topic", "subscribe-later"],
+    ids=[
+        "notify-fanout",
+        "notify-second-topic",
+        "pull-point-second-topic",
+        "register-second-topic",
+        "subscribe-later",
+    ],
 )
 def test_a_request_refused_after_its_topics_were_checked_leaves_none_behind(
     make_broker: Callable[..., Broker],

@@ -10,6 +10,24 @@ from collections.abc import Callable
 from typing import Any
 
 from bench import raw_ingress
+from bench.util import timed_threads
+
+
+def _from_the_start(bootstrap: str, topic: str) -> Any:
+    """A consumer of ``topic``'s partition 0 from its first record (a group of its own,
+    no commits, fetches answered within 20 ms)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"bench-{uuid.uuid4().hex[:8]}",
+            "enable.auto.commit": False,
+            "fetch.wait.max.ms": 20,
+        }
+    )
+    c.assign([TopicPartition(topic, 0, 0)])
+    return c
 
 
 def _setter(event: threading.Event) -> Callable[[Any, Any], None]:
@@ -53,7 +71,7 @@ def roundtrip(bootstrap: str, count: int, body: bytes, publishers: int) -> dict[
     (several connections) visible out of offset order, so a consumer at the tail skips
     a record now and then (it is there when read again later); a single producer
     connection is served in order."""
-    from confluent_kafka import Consumer, Producer, TopicPartition
+    from confluent_kafka import Producer
 
     topic = _topic(bootstrap)
     received = [0]
@@ -63,15 +81,7 @@ def roundtrip(bootstrap: str, count: int, body: bytes, publishers: int) -> dict[
 
     def consumer() -> None:
         try:
-            c = Consumer(
-                {
-                    "bootstrap.servers": bootstrap,
-                    "group.id": f"bench-{uuid.uuid4().hex[:8]}",
-                    "enable.auto.commit": False,
-                    "fetch.wait.max.ms": 20,
-                }
-            )
-            c.assign([TopicPartition(topic, 0, 0)])
+            c = _from_the_start(bootstrap, topic)
             ready.set()
             deadline = time.monotonic() + 120
             while received[0] < count and time.monotonic() < deadline:
@@ -106,15 +116,8 @@ def roundtrip(bootstrap: str, count: int, body: bytes, publishers: int) -> dict[
     cthread = threading.Thread(target=consumer)
     cthread.start()
     ready.wait(30)
-    started = time.perf_counter()
-    pubs = [threading.Thread(target=publisher, args=(k,)) for k in range(publishers)]
-    for t in pubs:
-        t.start()
-    for t in pubs:
-        t.join()
-    producer.flush(10)
-    done.wait(120)
-    elapsed = time.perf_counter() - started
+    # each publisher waits for its records' reports: nothing is left to flush once joined
+    _, elapsed = timed_threads(publisher, publishers, done)
     cthread.join(5)
     if errors:
         raise RuntimeError(f"raw confluent-kafka round trip failed: {errors[0]!r}")
@@ -179,7 +182,7 @@ def latency(
     adapter's poll thread does), while one consumer configured like the
     adapter's head reader (``fetch.wait.max.ms`` 20; what is queued, else one poll)
     takes them.  Latency: intended produce time to arrival at the consumer, in ms."""
-    from confluent_kafka import Consumer, Producer, TopicPartition
+    from confluent_kafka import Producer
 
     topic = _topic(bootstrap)
     total = int(rate * seconds)
@@ -191,15 +194,7 @@ def latency(
     ready = threading.Event()
 
     def consume() -> None:
-        c = Consumer(
-            {
-                "bootstrap.servers": bootstrap,
-                "group.id": f"bench-{uuid.uuid4().hex[:8]}",
-                "enable.auto.commit": False,
-                "fetch.wait.max.ms": 20,
-            }
-        )
-        c.assign([TopicPartition(topic, 0, 0)])
+        c = _from_the_start(bootstrap, topic)
         ready.set()
         while not stop.is_set():
             got = c.consume(500, 0)

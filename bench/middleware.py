@@ -251,6 +251,35 @@ class LocalNodeMiddleware(Middleware):
         return self.env_var if self.address else None
 
 
+class RawModuleMiddleware(LocalNodeMiddleware):
+    """A ``LocalNodeMiddleware`` whose raw baselines are the functions of one module
+    (``raw_module``: ``roundtrip``, ``fanout``, ``ingress``), each given the broker's
+    address first; imported when first measured (its client library with it)."""
+
+    raw_module: str
+
+    def _raw(self) -> tuple[Any, str]:
+        """The raw baselines' module and the broker's address."""
+        assert self.address is not None
+        return importlib.import_module(self.raw_module), self.address
+
+    def raw_roundtrip(self, count: int, body: bytes, workdir: Path) -> dict[str, float]:
+        """See ``roundtrip`` in ``raw_module``."""
+        raw, address = self._raw()
+        result: dict[str, float] = raw.roundtrip(address, count, body, RAW_PUBLISHERS)
+        return result
+
+    def raw_fanout(self, size: int, workdir: Path) -> float | None:
+        """See ``fanout`` in ``raw_module``."""
+        raw, address = self._raw()
+        return float(raw.fanout(address, size))
+
+    def raw_ingress(self, bodies: list[bytes], seconds: float, threads: int) -> float | None:
+        """See ``ingress`` in ``raw_module``: its Notifies per second."""
+        raw, address = self._raw()
+        return float(raw.ingress(address, bodies, seconds, threads)["rps"])
+
+
 class RabbitMQ(LocalNodeMiddleware):
     """RabbitMQ: a private node from tests/fixtures/brokers.py; raw baseline with pika."""
 
@@ -446,13 +475,14 @@ class RabbitMQ(LocalNodeMiddleware):
                     g.close()
 
 
-class Kafka(LocalNodeMiddleware):
+class Kafka(RawModuleMiddleware):
     """Kafka: a private tansu node from tests/fixtures/brokers.py (``TansuNode``), or the
     cluster named by ``WSNMOM_BENCH_KAFKA_BOOTSTRAP``; raw baseline with confluent-kafka."""
 
     name = "kafka"
     plugin = "kafka"
     client_modules = ("confluent_kafka",)
+    raw_module = "bench.kafka_raw"
     env_var = "WSNMOM_BENCH_KAFKA_BOOTSTRAP"
     fixture_module = "tests.fixtures.brokers"
     node_class = "TansuNode"
@@ -483,38 +513,16 @@ class Kafka(LocalNodeMiddleware):
             f"&exact_watermarks={exact}"
         )
 
-    def raw_roundtrip(self, count: int, body: bytes, workdir: Path) -> dict[str, float]:
-        """See ``bench.kafka_raw.roundtrip``."""
-        from bench import kafka_raw
-
-        assert self.bootstrap is not None
-        return kafka_raw.roundtrip(self.bootstrap, count, body, RAW_PUBLISHERS)
-
-    def raw_fanout(self, size: int, workdir: Path) -> float | None:
-        """See ``bench.kafka_raw.fanout``."""
-        from bench import kafka_raw
-
-        assert self.bootstrap is not None
-        return kafka_raw.fanout(self.bootstrap, size)
-
     def raw_latency(
         self, rate: float, seconds: float, body: bytes, workdir: Path
     ) -> dict[str, float] | None:
         """See ``bench.kafka_raw.latency``."""
-        from bench import kafka_raw
-
-        assert self.bootstrap is not None
-        return kafka_raw.latency(self.bootstrap, rate, seconds, body)
-
-    def raw_ingress(self, bodies: list[bytes], seconds: float, threads: int) -> float | None:
-        """See ``bench.kafka_raw.ingress``."""
-        from bench import kafka_raw
-
-        assert self.bootstrap is not None
-        return kafka_raw.ingress(self.bootstrap, bodies, seconds, threads)["rps"]
+        raw, address = self._raw()
+        result: dict[str, float] = raw.latency(address, rate, seconds, body)
+        return result
 
 
-class Mqtt(LocalNodeMiddleware):
+class Mqtt(RawModuleMiddleware):
     """MQTT: a private Mosquitto from tests/fixtures/mosquitto.py (``MosquittoNode``, with
     persistence and raised queue limits), or the broker named by ``WSNMOM_BENCH_MQTT_URL``;
     raw baselines with paho-mqtt (``bench.mqtt_raw``)."""
@@ -522,6 +530,7 @@ class Mqtt(LocalNodeMiddleware):
     name = "mqtt"
     plugin = "mqtt"
     client_modules = ("paho",)
+    raw_module = "bench.mqtt_raw"
     env_var = "WSNMOM_BENCH_MQTT_URL"
     fixture_module = "tests.fixtures.mosquitto"
     node_class = "MosquittoNode"
@@ -541,27 +550,6 @@ class Mqtt(LocalNodeMiddleware):
             f"{self.address}?topic_prefix=bench{uuid.uuid4().hex[:8]}"
             f"&data_dir={quote(str(data.resolve()), safe='/')}"
         )
-
-    def raw_roundtrip(self, count: int, body: bytes, workdir: Path) -> dict[str, float]:
-        """See ``bench.mqtt_raw.roundtrip``."""
-        from bench import mqtt_raw
-
-        assert self.address is not None
-        return mqtt_raw.roundtrip(self.address, count, body, RAW_PUBLISHERS)
-
-    def raw_fanout(self, size: int, workdir: Path) -> float | None:
-        """See ``bench.mqtt_raw.fanout``."""
-        from bench import mqtt_raw
-
-        assert self.address is not None
-        return mqtt_raw.fanout(self.address, size)
-
-    def raw_ingress(self, bodies: list[bytes], seconds: float, threads: int) -> float | None:
-        """See ``bench.mqtt_raw.ingress``."""
-        from bench import mqtt_raw
-
-        assert self.address is not None
-        return mqtt_raw.ingress(self.address, bodies, seconds, threads)["rps"]
 
 
 @dataclass(frozen=True)

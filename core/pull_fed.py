@@ -143,6 +143,12 @@ class AnswersOnTheirWay:
         feed = self._feed(name)
         return feed is not None and feed.unsettled.pending
 
+    def unsettled(self, name: str) -> Unsettled | None:
+        """The count of the feed's messages that answers on their way hold (None: no
+        such feed), to wait for them once the feed is removed (``Unsettled.wait``)."""
+        feed = self._feed(name)
+        return None if feed is None else feed.unsettled
+
     def settling(self, name: str) -> bool:
         """Whether ``wait_settled`` waits for the feed's answers on their way."""
         feed = self._feed(name)

@@ -44,7 +44,8 @@ What a pull point fed this way guarantees, as before:
   answered at once; at most ``pull_fed.SETTLE_WAIT``); a resume meanwhile starts the
   feed once its handle stopped (it gives back what it delivered while paused, which the
   buffer ignored; a stop that fails starts it all the same, a start that fails is
-  retried: ``_start``).  In a cluster, native pull gives
+  retried: ``_start``; ``core.pull_feed_stops``).  An end through another instance
+  stops the handle so too, once this one follows it (``detach``).  In a cluster, native pull gives
   what an unsent answer took from a feed to the inbox whatever the feed's state
   (``Feed.keeper``): another instance may drain and delete the subscription's durable
   subscription before this one follows the end, and a requeue in between was lost.
@@ -82,7 +83,9 @@ What a pull point fed this way guarantees, as before:
   backlog, as with the buffer (``PullReader.wait_settled``: the embedded and MQTT
   middleware bury what is handed out and unsettled with the backlog, which made such a
   message handed out and a dead letter too), so each such message is handed out or a
-  dead letter, once.
+  dead letter, once.  That wait, and the feed's suspension before it (which waits for
+  an answer reading the feed, maybe publishing dead letters up to the publish timeout),
+  hold no lock the other feeds' changes need.
 """
 
 from __future__ import annotations
@@ -99,6 +102,7 @@ from wsnmom.core.context import BrokerContext
 from wsnmom.core.model import NotificationMessage, Subscription, SubscriptionState
 from wsnmom.core.ports import DeliveryFailed
 from wsnmom.core.pull_buffer import Fed, PullBuffer
+from wsnmom.core.pull_feed_stops import FeedStops
 from wsnmom.core.pull_reader import PullReader
 from wsnmom.core.registry import LiveSubscription
 
@@ -111,35 +115,26 @@ Prepare = Callable[[LiveSubscription, Received], NotificationMessage | None]
 #: publishes messages into a pull point's inbox (DeliveryFailed when it cannot)
 Forward = Callable[[LiveSubscription, str, Sequence[NotificationMessage]], None]
 
-#: a resumed feed whose start failed after its pause's stop is started again this many
-#: times at most (``PullFeeds._start``), every ``START_RETRY`` seconds
-START_TRIES = 5
-START_RETRY = 2.0
-
 
 class _Ending:
     """The ``_stopping`` token of an end's stop (``PullFeeds.stop``), which a purge leaves
     in place."""
 
 
-class PullFeeds:
+class PullFeeds(FeedStops):
     """Attaches, pauses, resumes and ends feeding subscriptions (see the module
     docstring).  Thread-safe; changes of one broker's feeds are serialised."""
 
     def __init__(self, ctx: BrokerContext, prepare: Prepare, forward: Forward) -> None:
+        super().__init__()
         self._ctx = ctx
         self._prepare = prepare
         self._forward = forward
-        self._lock = threading.Lock()
         #: subscriptions whose filter ended them (-> why), until their give-up ran;
         #: under a lock of its own (``_prepared`` runs inside a reader's ``take``, which
         #: ``sync`` and ``detach`` wait for while holding ``_lock``)
         self._ending: dict[str, str] = {}
         self._ending_lock = threading.Lock()
-        #: buffered feeds whose handle stops once the answers on their way that took
-        #: their messages settled (a pause's or an end's) -> the stop's token; until
-        #: then a resume leaves the feed to that stop (under ``_lock``)
-        self._stopping: dict[str, object] = {}
 
     @staticmethod
     def wanted(sub: Subscription) -> bool:
@@ -287,80 +282,6 @@ class PullFeeds:
             daemon=True,
         ).start()
 
-    def _stop_settled(
-        self, state: LiveSubscription, reader: PullBuffer, handle: SubscriptionHandle, token: object
-    ) -> None:
-        """A paused feed's handle stops once the answers on their way that took its
-        messages settled (at most ``pull_fed.SETTLE_WAIT``); read again then if it was
-        resumed meanwhile.  Nothing, when an end, an Unsubscribe or a purge stopped it
-        meanwhile (they take over its ``_stopping`` token)."""
-        name = state.record.id
-        if not reader.wait_settled(name):
-            log.warning(
-                "subscription %s: an answer holding its messages is still on its way; its "
-                "paused feed stops without waiting longer (they come again after a resume)",
-                name,
-            )
-        with self._lock:
-            if self._stopping.get(name) is not token:
-                return
-            del self._stopping[name]
-            try:
-                handle.stop()
-            except Exception:
-                # e.g. the connection dropped during it, which gave back what the handle
-                # held: a Resume made meanwhile starts the feed all the same
-                log.warning("subscription %s: stopping its paused feed failed", name, exc_info=True)
-            if state.feed is reader and state.record.state is SubscriptionState.ACTIVE:
-                self._start(state, reader)
-
-    def _start(self, state: LiveSubscription, reader: PullBuffer, tries: int = 0) -> None:
-        """Read a resumed feed whose handle the pause's stop stopped; a start that fails
-        (the middleware unreachable) is tried again ``START_TRIES`` times at most, every
-        ``START_RETRY`` seconds, unless the feed changed meanwhile (under ``_lock``)."""
-        name = state.record.id
-        try:
-            reader.resume_feed(name)
-            return
-        except Exception as exc:
-            # not read (what it took given back, its handle stopped): resumed again below
-            reader.give_back(reader.suspend_feed(name, drain=False))
-            handle = state.handle
-            try:
-                if handle is not None:
-                    handle.stop()
-            except Exception:
-                log.debug("stopping a feed not started failed", exc_info=True)
-            if tries + 1 >= START_TRIES:
-                log.error(
-                    "subscription %s: its resumed feed could not be started (%s); it is read "
-                    "after its next pause and resume",
-                    name,
-                    exc,
-                )
-                return
-            log.warning(
-                "subscription %s: starting its resumed feed failed (%s); tried again in %g s",
-                name,
-                exc,
-                START_RETRY,
-            )
-        retry = threading.Timer(START_RETRY, self._start_again, args=(state, reader, tries + 1))
-        retry.daemon = True
-        retry.start()
-
-    def _start_again(self, state: LiveSubscription, reader: PullBuffer, tries: int) -> None:
-        """``_start``'s retry: only while the feed is still this reader's, resumed, and
-        not being stopped by another pause or an end."""
-        with self._lock:
-            name = state.record.id
-            if (
-                state.feed is reader
-                and state.record.state is SubscriptionState.ACTIVE
-                and name not in self._stopping
-            ):
-                self._start(state, reader, tries)
-
     def stop(self, state: LiveSubscription) -> bool:
         """Before the subscription's backlog goes to its dead letters: what reached the
         pull point stays in it (as a pause keeps it), the feed and its handle stop (what
@@ -374,12 +295,15 @@ class PullFeeds:
             reader, handle = state.feed, state.handle
             if reader is None or handle is None:
                 return False
-            drain = self._kept_here(state)
-            self._keep(state, reader, self._suspend(state, reader, drain=drain))
             # a pause's stop waiting for the same answers leaves the stop to this one; a
             # resume or a purge meanwhile leaves the feed stopped
             token = self._stopping[name] = _Ending()
-        # without the lock: the other feeds' changes go on meanwhile
+        # without the lock, the other feeds' changes going on meanwhile: with native pull
+        # the suspension waits for an answer reading the feed, which may be publishing
+        # its dead letters (up to the publish timeout); a pause or a purge meanwhile
+        # keeps what waits itself, an Unsubscribe removes the feed (nothing left here)
+        drain = self._kept_here(state)
+        self._keep(state, reader, self._suspend(state, reader, drain=drain))
         if not reader.wait_settled(name):
             log.warning(
                 "subscription %s: an answer holding its messages is still on its way; "
@@ -392,20 +316,50 @@ class PullFeeds:
                 handle.stop()
         return True
 
-    def detach(self, state: LiveSubscription, *, here: bool = True) -> None:
+    def detach(
+        self,
+        state: LiveSubscription,
+        *,
+        here: bool = True,
+        then: Callable[[], None] | None = None,
+    ) -> None:
         """The subscription ends: what reached the pull point stays in it (unless the pull
-        point is gone), the feed is forgotten; the caller deletes the durable
-        subscription.  ``here`` False: it ended through another instance."""
-        with self._lock:
-            reader, handle = state.feed, state.handle
-            if reader is None:
-                return
-            state.feed = None
-            self._stopping.pop(state.record.id, None)  # its handle stops here
-            drain = here and self._kept_here(state)
-            self._keep(state, reader, self._suspend(state, reader, drain=drain, remove=True))
-            if handle is not None:
-                handle.stop()
+        point is gone), the feed is forgotten, ``then`` runs once its handle stopped; the
+        caller deletes the durable subscription.  ``here`` False: it ended through
+        another instance, which deletes the durable subscription, maybe after this stop:
+        a buffered feed's handle stops once the answers on their way that took its
+        messages settled (an ack made after the stop is lost: the message went back into
+        the subscription, for the ending instance's drain or dead letters), on a thread
+        of its own (the caller, the follow thread or a request's, goes on; at most
+        ``pull_fed.SETTLE_WAIT``)."""
+        name = state.record.id
+        later = False
+        try:
+            with self._lock:
+                reader, handle = state.feed, state.handle
+                if reader is None:
+                    return
+                state.feed = None
+                self._stopping.pop(name, None)  # its handle stops here
+                drain = here and self._kept_here(state)
+                held = reader.unsettled(name) if isinstance(reader, PullBuffer) else None
+                # removed: nothing more of the feed is handed out
+                self._keep(state, reader, self._suspend(state, reader, drain=drain, remove=True))
+                if handle is None:
+                    return
+                if here or held is None or not held.pending:
+                    handle.stop()
+                    return
+            threading.Thread(
+                target=self._stop_detached,
+                args=(name, handle, held, then),
+                name=f"feed-end-{name[:8]}",
+                daemon=True,
+            ).start()
+            later = True
+        finally:
+            if not later and then is not None:
+                then()
 
     def purge(self, state: LiveSubscription) -> int | None:
         """An operator's purge of a feeding subscription: what reached the pull point

@@ -18,6 +18,7 @@ import enum
 import logging
 from collections.abc import Callable
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 from wsnmom.core import errors
@@ -350,9 +351,9 @@ class SubscriptionChanges(SubscriptionParts):
                 self.delivery.direct.drop(live)
             ctx.engine.close_channel(sub_id)
         try:
-            self.delivery.feeds.detach(live, here=False)
+            # the adapter forgets it once the feed's handle stopped (``PullFeeds.detach``)
+            self.delivery.feeds.detach(live, here=False, then=partial(ctx.forget_native, sub_id))
         except AdapterError:
             log.debug("detaching the feed of %s failed", sub_id, exc_info=True)
-        ctx.forget_native(sub_id)
         ctx.registry.update_gauges()
         ctx.wake_demand()

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from typing import Protocol
 
 from wsnmom.core.adapter import AdapterError
 
@@ -33,14 +34,35 @@ from .cluster_sessions import SubscriptionSessions
 from .store_questions import Answer
 from .sub_session import SessionConnection
 
-__all__ = ["Remaking"]
+__all__ = ["Remaking", "RemakingHost"]
 
 log = logging.getLogger("wsnmom.adapters.mqtt")
 
 
-class Remaking:
+class RemakingHost(Protocol):
+    """The steps of its own that :class:`Remaking` needs of the handle it is mixed into
+    (:class:`~.cluster_handle.ClusterHandle`).  Explicitly subclassed, their trivial
+    bodies are abstract to mypy: a handle class that misses one cannot be made."""
+
+    def _live(self, generation: int) -> bool:
+        """Whether an attempt of ``generation`` may still install its connection (lock
+        held)."""
+        ...
+
+    def _schedule(self, delay: float, *, first: bool, restart: bool = False) -> None:
+        """Connect again after ``delay`` seconds, on a timer thread (lock held)."""
+        ...
+
+    def _install(self, generation: int, conn: SessionConnection, verdict: str) -> None:
+        """Install ``conn`` (connected, subscribed) if the handle is still started on
+        ``generation``, else close it; or schedule the restart ``verdict`` calls for."""
+        ...
+
+
+class Remaking(RemakingHost):
     """The store's answers about a session made again (module docstring); mixed into
-    :class:`~.cluster_handle.ClusterHandle`, whose state it shares."""
+    :class:`~.cluster_handle.ClusterHandle`, whose state (declared here, set by the
+    handle) it shares."""
 
     name: str
     client_id: str
@@ -56,15 +78,6 @@ class Remaking:
     _delay: float
     _unconfirmed: bool
     _asking: bool
-
-    def _live(self, generation: int) -> bool:
-        raise NotImplementedError
-
-    def _schedule(self, delay: float, *, first: bool, restart: bool = False) -> None:
-        raise NotImplementedError
-
-    def _install(self, generation: int, conn: SessionConnection, verdict: str) -> None:
-        raise NotImplementedError
 
     def _held_now(self) -> bool:
         """Whether the store holds the subscription, asked now (with the questions of

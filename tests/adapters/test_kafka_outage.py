@@ -42,14 +42,11 @@ pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 NS = "http://example.org/outage"
 
 
-@pytest.fixture
-def node(tansu_factory: Callable[[], TansuNode]) -> TansuNode:
-    return tansu_factory()
-
-
-@pytest.fixture
-def adapter(node: TansuNode) -> Iterator[KafkaAdapter]:
-    options: dict[str, Any] = {
+def watchful_options() -> dict[str, Any]:
+    """The adapter options of the outage tests: isolated, the namespace on ``out``, the
+    broker's health looked at every 0.5 s (1 s timeout) and its topics every 0.5 s, a
+    20 s delivery timeout."""
+    return {
         **isolated_options(),
         "namespaces": {NS: "out"},
         "health_interval": 0.5,
@@ -57,7 +54,16 @@ def adapter(node: TansuNode) -> Iterator[KafkaAdapter]:
         "discovery_interval": 0.5,
         "delivery_timeout": 20,
     }
-    a = KafkaAdapter(node.url, options)
+
+
+@pytest.fixture
+def node(tansu_factory: Callable[[], TansuNode]) -> TansuNode:
+    return tansu_factory()
+
+
+@pytest.fixture
+def adapter(node: TansuNode) -> Iterator[KafkaAdapter]:
+    a = KafkaAdapter(node.url, watchful_options())
     a.open()
     yield a
     node.resume()
@@ -385,15 +391,7 @@ def test_broker_killed_and_restarted_with_its_data_loses_nothing(
     topic), a paused one resumes from its stored position with everything in order, and
     every acknowledged publish is delivered."""
     node = durable_tansu
-    options: dict[str, Any] = {
-        **isolated_options(),
-        "namespaces": {NS: "out"},
-        "health_interval": 0.5,
-        "health_timeout": 1.0,
-        "discovery_interval": 0.5,
-        "delivery_timeout": 20,
-    }
-    adapter = KafkaAdapter(node.url, options)
+    adapter = KafkaAdapter(node.url, watchful_options())
     adapter.open()
     try:
         pattern = PathPattern(NS, ("d", ANY))
@@ -442,7 +440,7 @@ def test_broker_killed_and_restarted_with_its_data_loses_nothing(
         adapter.close()
     # and what the close saved holds: the resumed subscription, opened again on a new
     # adapter, goes on after the ten it acknowledged (the sentinel is the first it gets)
-    again = KafkaAdapter(node.url, options)
+    again = KafkaAdapter(node.url, watchful_options())
     again.open()
     try:
         after = Collector()

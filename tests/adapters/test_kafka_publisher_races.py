@@ -64,6 +64,25 @@ def replace_before_first_produce(
     return replaced
 
 
+def publish_confirmed_promptly_past_a_replacement(
+    adapter: KafkaAdapter,
+    msg: OutboundMessage,
+    monkeypatch: pytest.MonkeyPatch,
+    before: Callable[[], None] = lambda: None,
+    after: Callable[[], None] = lambda: None,
+) -> None:
+    """Publish ``msg``, its first produce meeting its producer replaced
+    (``replace_before_first_produce``, ``before`` and ``after`` around it): it must have
+    produced, and been confirmed within half its timeout."""
+    replaced = replace_before_first_produce(monkeypatch, before, after)
+    timeout = 12.0
+    started = time.monotonic()
+    adapter.publish(msg, timeout=timeout)
+    took = time.monotonic() - started
+    assert replaced, "the publish did not produce"
+    assert took < timeout / 2, f"confirmed after {took:.1f}s"
+
+
 def test_a_record_produced_on_a_producer_replaced_meanwhile_is_confirmed_once(
     make_kafka: Callable[..., KafkaAdapter], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -77,13 +96,7 @@ def test_a_record_produced_on_a_producer_replaced_meanwhile_is_confirmed_once(
     got = subscribe(adapter, PathPattern(NS, ("raced",)))
     adapter.publish(message(topic, b"<warm/>"))
     got.wait_for(1, 30)
-    replaced = replace_before_first_produce(monkeypatch)
-    timeout = 12.0
-    started = time.monotonic()
-    adapter.publish(message(topic, b"<raced/>"), timeout=timeout)
-    took = time.monotonic() - started
-    assert replaced, "the publish did not produce"
-    assert took < timeout / 2, f"confirmed after {took:.1f}s"
+    publish_confirmed_promptly_past_a_replacement(adapter, message(topic, b"<raced/>"), monkeypatch)
     adapter.publish(message(topic, b"<sentinel/>"))
     got.wait_for(3, 30)
     assert got.bodies() == [b"<warm/>", b"<raced/>", b"<sentinel/>"]
@@ -109,13 +122,9 @@ def test_a_record_in_flight_on_a_replaced_producer_dropped_as_empty_is_confirmed
             time.sleep(0.3)  # sent into the held broker's socket: in flight, unanswered
             threading.Timer(0.5, node.resume).start()
 
-        replaced = replace_before_first_produce(monkeypatch, node.pause, sent_held)
-        timeout = 12.0
-        started = time.monotonic()
-        adapter.publish(message(topic, b"<in-flight/>"), timeout=timeout)
-        took = time.monotonic() - started
-        assert replaced, "the publish did not produce"
-        assert took < timeout / 2, f"confirmed after {took:.1f}s"
+        publish_confirmed_promptly_past_a_replacement(
+            adapter, message(topic, b"<in-flight/>"), monkeypatch, node.pause, sent_held
+        )
     finally:
         node.resume()
         adapter.close()

@@ -12,7 +12,6 @@ import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -31,6 +30,7 @@ from wsnmom.core.adapter import (
 from wsnmom.topic_mapping.model import ANY, DEEP, PathPattern, Segment, Topic
 
 from tests.fixtures.mosquitto import MosquittoNode, close_client, native_client
+from tests.support.mqtt_adapters import mqtt_adapters
 from tests.support.waiting import wait_until
 from wsnmom.testing.conformance import Collector
 
@@ -43,21 +43,8 @@ NS = "urn:test:mqtt"
 def make(mqtt_url: str, tmp_path: Path) -> Iterator[Callable[..., MqttAdapter]]:
     """Open MQTT adapters (each on its own data directory unless ``data_dir`` is given;
     the test's namespace has one topic prefix of its own)."""
-    made: list[MqttAdapter] = []
-    prefix = f"t{uuid.uuid4().hex[:8]}"
-
-    def open_adapter(url: str | None = None, **options: Any) -> MqttAdapter:
-        options.setdefault("data_dir", str(tmp_path / uuid.uuid4().hex[:8]))
-        options.setdefault("namespaces", {NS: prefix})
-        options.setdefault("session_expiry", 300)
-        adapter = MqttAdapter(url or mqtt_url, options)
-        adapter.open()
-        made.append(adapter)
-        return adapter
-
-    yield open_adapter
-    for adapter in reversed(made):
-        adapter.close()
+    with mqtt_adapters(tmp_path, NS, mqtt_url, session_expiry=300) as open_adapter:
+        yield open_adapter
 
 
 def topic(path: str) -> Topic:

@@ -27,6 +27,7 @@ from wsnmom.core.adapter import (
 from wsnmom.topic_mapping.model import PathPattern, Topic
 
 from tests.fixtures.mosquitto import MosquittoNode
+from tests.support.mqtt_adapters import mqtt_adapters
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.mqtt
@@ -41,21 +42,8 @@ BACKLOG = 3_000
 
 @pytest.fixture
 def make(tmp_path: Path) -> Iterator[Callable[..., MqttAdapter]]:
-    made: list[MqttAdapter] = []
-    prefix = f"t{uuid.uuid4().hex[:8]}"
-
-    def open_adapter(url: str, **options: Any) -> MqttAdapter:
-        options.setdefault("data_dir", str(tmp_path / uuid.uuid4().hex[:8]))
-        options.setdefault("namespaces", {NS: prefix})
-        options.setdefault("session_expiry", 300)
-        adapter = MqttAdapter(url, options)
-        adapter.open()
-        made.append(adapter)
-        return adapter
-
-    yield open_adapter
-    for adapter in reversed(made):
-        adapter.close()
+    with mqtt_adapters(tmp_path, NS, session_expiry=300) as open_adapter:
+        yield open_adapter
 
 
 def message(path: str, body: bytes) -> OutboundMessage:

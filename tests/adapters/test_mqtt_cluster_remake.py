@@ -19,6 +19,7 @@ from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
 
 import pytest
+from wsnmom.adapters.mqtt.cluster_handle import ClusterHandle
 from wsnmom.adapters.mqtt.cluster_sessions import SubscriptionSessions
 from wsnmom.core.store_postgres import PostgresStore
 
@@ -65,6 +66,19 @@ class Store:
         assert self.open.wait(60)
         return self.store.held(names)
 
+    def hold_answers(self, only: int | None = None) -> tuple[threading.Event, threading.Event]:
+        """Make each answer of ``one`` (only the ``only``-th, if given) wait until the
+        second event is set; the first is set as one waits (the store being asked)."""
+        asked, release = threading.Event(), threading.Event()
+
+        def wait(n: int) -> None:
+            if only is None or n == only:
+                asked.set()
+                assert release.wait(30)
+
+        self.answering = wait
+        return asked, release
+
 
 @pytest.fixture
 def store(postgres_store_url: str) -> Iterator[Store]:
@@ -77,6 +91,17 @@ def sessions_of(inst: Instance) -> SubscriptionSessions:
     cnode = inst.adapter._cnode
     assert cnode is not None
     return cnode.sessions
+
+
+def lost_on_b(two: tuple[Instance, Instance], store: Store, name: str) -> ClusterHandle:
+    """B's handle of the subscription ``name``, held by the store (B asks it per name),
+    whose session and record the broker lost."""
+    a, b = two
+    store.hold(name)
+    b.adapter.kept_in_store(store.one)
+    hb = b.handle(name)
+    sessions_of(a).delete(hb.client_id)
+    return hb
 
 
 @pytest.fixture
@@ -167,11 +192,8 @@ def test_a_kept_session_is_ended_once_the_store_says_it_is_gone(
     """B's question fails; the store then answers that the subscription is gone (deleted
     through another instance before B's CONNECT): the session B kept is ended and its
     record cleared, and B does not deliver it."""
-    a, b = two
-    store.hold("s2")
-    b.adapter.kept_in_store(store.one)
-    hb = b.handle("s2")
-    sessions_of(a).delete(hb.client_id)
+    a, _ = two
+    hb = lost_on_b(two, store, "s2")
     deleted = threading.Event()
 
     def fail_once(n: int) -> None:
@@ -195,19 +217,8 @@ def test_without_the_plural_the_store_is_asked_per_name_off_the_starting_thread(
 ) -> None:
     """An adapter told only ``kept_in_store`` (a core of before the plural) asks it per
     name, still on the questions' thread: ``start`` returns before the store answers."""
-    a, b = two
-    store.hold("s3")
-    b.adapter.kept_in_store(store.one)
-    hb = b.handle("s3")
-    sessions_of(a).delete(hb.client_id)
-    answering = threading.Event()
-    release = threading.Event()
-
-    def wait(n: int) -> None:
-        answering.set()
-        assert release.wait(30)
-
-    store.answering = wait
+    hb = lost_on_b(two, store, "s3")
+    answering, release = store.hold_answers()
     hb.start(Collector(), prefetch=4)  # returns: the store is asked on another thread
     assert answering.wait(20) and not hb.connected
     release.set()
@@ -221,20 +232,9 @@ def test_a_stop_while_the_store_is_asked_installs_nothing_and_the_next_start_del
     """Core stops the handle (its shard went) while the store is being asked: the answer
     "there" installs nothing; the next start finds the session made again (with its
     record) and delivers."""
-    a, b = two
-    store.hold("s4")
-    b.adapter.kept_in_store(store.one)
-    hb = b.handle("s4")
-    sessions_of(a).delete(hb.client_id)
-    answering = threading.Event()
-    release = threading.Event()
-
-    def wait_first(n: int) -> None:
-        if n == 1:
-            answering.set()
-            assert release.wait(30)
-
-    store.answering = wait_first
+    a, _ = two
+    hb = lost_on_b(two, store, "s4")
+    answering, release = store.hold_answers(only=1)
     consumer = Collector()
     hb.start(consumer, prefetch=4)
     assert answering.wait(20)

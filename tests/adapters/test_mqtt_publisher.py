@@ -21,6 +21,7 @@ from wsnmom.core.adapter import AdapterUnavailable, OutboundMessage, PublishFail
 from wsnmom.topic_mapping.model import Topic
 
 from tests.fixtures.mosquitto import MosquittoNode, close_client, native_client
+from tests.support.mqtt_adapters import mqtt_adapters
 
 pytestmark = pytest.mark.mqtt
 
@@ -29,20 +30,8 @@ NS = "urn:test:mqtt-publisher"
 
 @pytest.fixture
 def make(tmp_path: Path) -> Iterator[Callable[..., MqttAdapter]]:
-    made: list[MqttAdapter] = []
-    prefix = f"p{uuid.uuid4().hex[:8]}"
-
-    def open_adapter(url: str, **options: Any) -> MqttAdapter:
-        options.setdefault("data_dir", str(tmp_path / uuid.uuid4().hex[:8]))
-        options.setdefault("namespaces", {NS: prefix})
-        adapter = MqttAdapter(url, options)
-        adapter.open()
-        made.append(adapter)
-        return adapter
-
-    yield open_adapter
-    for adapter in reversed(made):
-        adapter.close()
+    with mqtt_adapters(tmp_path, NS) as open_adapter:
+        yield open_adapter
 
 
 def message(path: str, body: bytes) -> OutboundMessage:

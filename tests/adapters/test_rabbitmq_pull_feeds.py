@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from wsnmom.adapters.rabbitmq import RabbitMQAdapter
-from wsnmom.core.model import CreatePullPointRequest, ExpressionSource
+from wsnmom.core.model import CreatePullPointRequest
 from wsnmom.core.outbound_policy import OutboundPolicy
 from wsnmom.core.pull_buffer import PullBuffer
 from wsnmom.core.pull_reader import PullReader
@@ -29,7 +29,8 @@ from tests.core.conftest import (
     simple,
     sub_req,
 )
-from tests.support.pull_answers import cut, start_get_messages, written, wsgi_app
+from tests.support.pull_answers import cut, held_answer, pulled, written_up_to, wsgi_app
+from tests.support.pull_breach import BIG, EARLY, buffered_feed, queued_feed
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.rabbitmq
@@ -82,17 +83,6 @@ def _service(url: str, **overrides: object) -> Iterator[BrokerService]:
         svc.close()
 
 
-def _drain(service: BrokerService, pp_id: str, n: int) -> list[bytes]:
-    got: list[bytes] = []
-
-    def enough() -> bool:
-        got.extend(m.payload for m in service.get_messages(pp_id, None))
-        return len(got) >= n
-
-    wait_until(enough, 10, what=f"{n} message(s) from the pull point")
-    return got
-
-
 def test_get_messages_reads_the_feeding_subscriptions_queue(service: BrokerService) -> None:
     pp = service.create_pull_point(CreatePullPointRequest())
     sub = service.subscribe(sub_req(service.pull_point_address(pp.id), topic=simple("t:a")))
@@ -120,9 +110,9 @@ def test_a_pause_keeps_what_reached_the_pull_point(service: BrokerService) -> No
     service.pause(sub.id)
     service.notify([note("<m>2</m>", simple("t:a"))])  # waits in the subscription
     service.notify_pull_point(pp.id, [note("<sentinel/>", simple("t:a"))])
-    assert _drain(service, pp.id, 3) == [b"<m>0</m>", b"<m>1</m>", b"<sentinel/>"]
+    assert pulled(service, pp.id, 3) == [b"<m>0</m>", b"<m>1</m>", b"<sentinel/>"]
     service.resume(sub.id)
-    assert _drain(service, pp.id, 1) == [b"<m>2</m>"]
+    assert pulled(service, pp.id, 1) == [b"<m>2</m>"]
 
 
 def test_a_resume_right_after_a_pause_keeps_the_order_with_the_buffer(
@@ -171,14 +161,7 @@ def _cut_then_written(service: BrokerService) -> tuple[list[str], list[str]]:
 
     wait_until(answered, 10, what="an answer holding messages")
     service.notify_pull_point(pp.id, [note("<m>sentinel</m>")])
-    after: list[str] = []
-
-    def sentinel() -> bool:
-        after.extend(written(app, pp.id))
-        return "sentinel" in after
-
-    wait_until(sentinel, 10, what="the sentinel")
-    return first, after
+    return first, written_up_to(app, pp.id, "sentinel", 10)
 
 
 def test_pull_get_an_answer_cut_on_its_way_comes_again(service: BrokerService) -> None:
@@ -194,12 +177,6 @@ def test_buffered_pull_an_answer_cut_on_its_way_comes_again(buffered: BrokerServ
     assert after == ["0", "1", "2", "3", "sentinel"]  # given back at the head of the buffer
 
 
-XPATH10 = "http://www.w3.org/TR/1999/REC-xpath-19991116"
-#: nested location paths: minutes of CPU on BIG, far past any filter budget
-CUBIC = "count(//a[count(//a[count(//a) > 0]) > 0]) > 0"
-BIG = "<r>" + "<a/>" * 3000 + "</r>"
-
-
 def test_an_answer_on_its_way_when_the_feed_ends_is_not_dead_lettered(
     budgeted: BrokerService,
 ) -> None:
@@ -209,36 +186,21 @@ def test_an_answer_on_its_way_when_the_feed_ends_is_not_dead_lettered(
     not also sent to the dead letters with the backlog (its acknowledgement made after
     the handle's channel closed was lost: RabbitMQ had put it back into the queue)."""
     service = budgeted
-    app = wsgi_app(service)
-    pp = service.create_pull_point(CreatePullPointRequest())
-    buffer = service.registry.pull_points[pp.id].reader
-    assert isinstance(buffer, PullBuffer)
-    content = ExpressionSource(XPATH10, CUBIC, {})
-    address = service.pull_point_address(pp.id)
-    sub = service.subscribe(sub_req(address, topic=simple("t:e"), message_content=content))
-    service.notify([note("<r><a/><e>early</e></r>", simple("t:e"))])
-    wait_until(lambda: buffer.buffered() == 1, 10, what="the early message buffered")
-    status, body = start_get_messages(app, pp.id)  # made, not yet sent: unsettled
-    service.notify([note(BIG, simple("t:e"))])  # over the budget: the subscription ends
-    # the end reached the feed's handle: waiting for the answer, or (the defect) stopped
-    # it and sent the backlog to the dead letters
-    wait_until(
-        lambda: buffer.settling(sub.id) or service.dead_letters(),
-        30,
-        what="the end waiting for the answer",
-    )
-    try:
-        data = b"".join(body)
-    finally:
-        body.close()
-    assert status.startswith("200") and b"early" in data, data
+    feed, _ = buffered_feed(service)
+    with feed.held_answer() as held:  # made, not yet sent: unsettled
+        feed.notify(BIG)  # over the budget: the subscription ends
+        # the end reached the feed's handle: waiting for the answer, or (the defect)
+        # stopped it and sent the backlog to the dead letters
+        feed.wait_until_the_end_waits(or_else=service.dead_letters)
+        held.write()
+    assert held.holds(b"early"), held.data
     # BIG comes behind anything put back into the subscription's queue before it
     wait_until(
         lambda: [d for d in service.dead_letters() if b"<a/><a/>" in d.body],
         30,
         what="BIG's dead letter",
     )
-    wait_until(lambda: sub.id not in service.registry.subscriptions, 30, what="the end")
+    feed.wait_for_the_end()
     assert [d.body[:20] for d in service.dead_letters()] == [BIG.encode()[:20]]
 
 
@@ -269,28 +231,17 @@ def test_an_answer_on_its_way_at_a_pause_is_handed_out_once(
     sub = service.subscribe(sub_req(service.pull_point_address(pp.id), topic=simple("t:p")))
     service.notify([note("<m>0</m>", simple("t:p"))])
     wait_until(lambda: buffer.buffered() == 1, 10, what="the feed's message buffered")
-    status, body = start_get_messages(app, pp.id)  # made, not yet sent: unsettled
-    data = b""
-    try:
+    with held_answer(app, pp.id) as held:  # made, not yet sent: unsettled
         for event in events.split():
             if event == "pause":
                 service.pause(sub.id)
             elif event == "resume":
                 service.resume(sub.id)
             else:
-                data = b"".join(body)
-    finally:
-        body.close()
-    assert status.startswith("200") and b"<m>0</m>" in data, data
+                held.write()
+    assert held.holds(b"<m>0</m>"), held.data
     service.notify([note("<m>sentinel</m>", simple("t:p"))])
-    after: list[str] = []
-
-    def sentinel() -> bool:
-        after.extend(written(app, pp.id))
-        return "sentinel" in after
-
-    wait_until(sentinel, 20, what="the sentinel")
-    assert after == ["sentinel"]
+    assert written_up_to(app, pp.id, "sentinel") == ["sentinel"]
 
 
 def test_another_feed_is_served_while_an_end_waits_for_an_answer(
@@ -300,32 +251,21 @@ def test_another_feed_is_served_while_an_end_waits_for_an_answer(
     the other feeds' pauses, resumes and messages go on (the wait held the lock that
     serialises every feed's changes: up to ``SETTLE_WAIT`` for all of them)."""
     service = budgeted
-    app = wsgi_app(service)
-    pp = service.create_pull_point(CreatePullPointRequest())
-    buffer = service.registry.pull_points[pp.id].reader
-    assert isinstance(buffer, PullBuffer)
-    content = ExpressionSource(XPATH10, CUBIC, {})
-    address = service.pull_point_address(pp.id)
-    sub = service.subscribe(sub_req(address, topic=simple("t:e"), message_content=content))
+    feed, buffer = buffered_feed(service)
     other_pp = service.create_pull_point(CreatePullPointRequest())
     other_address = service.pull_point_address(other_pp.id)
     other = service.subscribe(sub_req(other_address, topic=simple("t:o")))
-    service.notify([note("<r><a/><e>early</e></r>", simple("t:e"))])
-    wait_until(lambda: buffer.buffered() == 1, 10, what="the early message buffered")
-    status, body = start_get_messages(app, pp.id)  # made, not yet sent: unsettled
-    try:
-        service.notify([note(BIG, simple("t:e"))])  # over the budget: the subscription ends
-        wait_until(lambda: buffer.settling(sub.id), 30, what="the end waiting for the answer")
+    with feed.held_answer() as held:  # made, not yet sent: unsettled
+        feed.notify(BIG)  # over the budget: the subscription ends
+        feed.wait_until_the_end_waits()
         service.pause(other.id)
         service.resume(other.id)
         service.notify([note("<m>other</m>", simple("t:o"))])
-        assert _drain(service, other_pp.id, 1) == [b"<m>other</m>"]
-        assert buffer.settling(sub.id)  # all that while the end waited
-        data = b"".join(body)
-    finally:
-        body.close()
-    assert status.startswith("200") and b"early" in data, data
-    wait_until(lambda: sub.id not in service.registry.subscriptions, 30, what="the end")
+        assert pulled(service, other_pp.id, 1) == [b"<m>other</m>"]
+        assert buffer.settling(feed.sub_id)  # all that while the end waited
+        held.write()
+    assert held.holds(b"early"), held.data
+    feed.wait_for_the_end()
     assert [d.body[:20] for d in service.dead_letters()] == [BIG.encode()[:20]]
 
 
@@ -338,40 +278,16 @@ def test_pull_get_an_answer_taken_before_the_feeds_end_is_handed_out_or_a_dead_l
     answer is on its way.  Written, the message is handed out; not written, it is a dead
     letter (given back into the queue the end deleted, it was lost); once either way."""
     service = budgeted_get
-    app = wsgi_app(service)
-    pp = service.create_pull_point(CreatePullPointRequest())
-    reader = service.registry.pull_points[pp.id].reader
-    assert isinstance(reader, PullReader)
-    content = ExpressionSource(XPATH10, CUBIC, {})
-    address = service.pull_point_address(pp.id)
-    sub = service.subscribe(sub_req(address, topic=simple("t:e"), message_content=content))
-    state = service.registry.subscriptions[sub.id]
-    assert state.handle is not None
-    handle = state.handle
-    service.notify([note("<r><a/><e>early</e></r>", simple("t:e"))])
-    wait_until(lambda: handle.depth() == 1, 10, what="the early message in the queue")
-    status, body = start_get_messages(app, pp.id)  # taken, not yet settled
-    try:
-        service.notify([note(BIG, simple("t:e"))])
+    feed, handle = queued_feed(service, EARLY)
+    with feed.held_answer() as held:  # taken, not yet settled
+        feed.notify(BIG)
         wait_until(lambda: handle.depth() == 1, 10, what="BIG in the queue")
-        assert service.get_messages(pp.id, None) == []  # meets BIG: over the budget
+        assert service.get_messages(feed.pp_id, None) == []  # meets BIG: over the budget
         # the end waits for the answer (``PullReader.wait_settled``), or is done
-        wait_until(
-            lambda: reader.settling(sub.id) or sub.id not in service.registry.subscriptions,
-            30,
-            what="the end waiting for the answer",
-        )
-        data = b"".join(body) if answer == "written" else next(iter(body))
-    finally:
-        body.close()
-    assert status.startswith("200") and b"early" in data, data
-    wait_until(lambda: sub.id not in service.registry.subscriptions, 30, what="the end")
-    early = b"<r><a/><e>early</e></r>"
-    bodies = [BIG.encode()[:20]] + ([early[:20]] if answer == "cut" else [])
-    wait_until(lambda: len(service.dead_letters()) >= len(bodies), 15, what="the dead letters")
-    service.notify_pull_point(pp.id, [note("<m>sentinel</m>")])
-    assert _drain(service, pp.id, 1) == [b"<m>sentinel</m>"]  # nothing kept in the inbox
-    assert sorted(d.body[:20] for d in service.dead_letters()) == sorted(bodies)
+        feed.wait_until_the_end_waits(or_else=feed.ended)
+        held.settle(answer)
+    assert held.holds(b"early"), held.data
+    feed.check_handed_out_or_a_dead_letter_once(answer)
 
 
 def test_a_purge_while_an_end_waits_for_an_answer_leaves_the_feed_stopped(
@@ -384,28 +300,17 @@ def test_a_purge_while_an_end_waits_for_an_answer_leaves_the_feed_stopped(
     feed's ``prepare`` dropped each message it then read and the buffer settled it as
     filtered, so the message was neither handed out nor a dead letter."""
     service = budgeted
-    app = wsgi_app(service)
-    pp = service.create_pull_point(CreatePullPointRequest())
-    buffer = service.registry.pull_points[pp.id].reader
-    assert isinstance(buffer, PullBuffer)
-    content = ExpressionSource(XPATH10, CUBIC, {})
-    address = service.pull_point_address(pp.id)
-    sub = service.subscribe(sub_req(address, topic=simple("t:e"), message_content=content))
-    service.notify([note("<r><a/><e>early</e></r>", simple("t:e"))])
-    wait_until(lambda: buffer.buffered() == 1, 10, what="the early message buffered")
-    status, body = start_get_messages(app, pp.id)  # made, not yet sent: unsettled
+    feed, buffer = buffered_feed(service)
     after = "<r><a/><e>after-the-purge</e></r>"
-    try:
-        service.notify([note(BIG, simple("t:e"))])  # over the budget: the subscription ends
-        wait_until(lambda: buffer.settling(sub.id), 30, what="the end waiting for the answer")
-        service.purge_subscription(sub.id)
-        service.notify([note(after, simple("t:e"))])
-        assert buffer.settling(sub.id)  # the end still waits
-        data = b"".join(body)
-    finally:
-        body.close()
-    assert status.startswith("200") and b"early" in data, data
-    wait_until(lambda: sub.id not in service.registry.subscriptions, 30, what="the end")
+    with feed.held_answer() as held:  # made, not yet sent: unsettled
+        feed.notify(BIG)  # over the budget: the subscription ends
+        feed.wait_until_the_end_waits()
+        service.purge_subscription(feed.sub_id)
+        feed.notify(after)
+        assert buffer.settling(feed.sub_id)  # the end still waits
+        held.write()
+    assert held.holds(b"early"), held.data
+    feed.wait_for_the_end()
     assert [d.body for d in service.dead_letters()] == [after.encode()]
 
 
@@ -418,34 +323,10 @@ def test_pull_get_the_answer_that_meets_the_breach_hands_out_or_dead_letters_wha
     answer is sent.  Written, the earlier message is handed out; not written, it is a dead
     letter (it was acknowledged when the answer met the breach: lost); once either way."""
     service = budgeted_get
-    app = wsgi_app(service)
-    pp = service.create_pull_point(CreatePullPointRequest())
-    reader = service.registry.pull_points[pp.id].reader
-    assert isinstance(reader, PullReader)
-    content = ExpressionSource(XPATH10, CUBIC, {})
-    address = service.pull_point_address(pp.id)
-    sub = service.subscribe(sub_req(address, topic=simple("t:e"), message_content=content))
-    state = service.registry.subscriptions[sub.id]
-    assert state.handle is not None
-    handle = state.handle
-    early = b"<r><a/><e>early</e></r>"
-    service.notify([note(early.decode(), simple("t:e")), note(BIG, simple("t:e"))])
-    wait_until(lambda: handle.depth() == 2, 10, what="both messages in the queue")
-    status, body = start_get_messages(app, pp.id)  # takes early, meets BIG: over the budget
-    try:
+    feed, _ = queued_feed(service, EARLY, BIG)
+    with feed.held_answer() as held:  # takes EARLY, meets BIG: over the budget
         # the end waits for the answer (``PullReader.wait_settled``), or is done
-        wait_until(
-            lambda: reader.settling(sub.id) or sub.id not in service.registry.subscriptions,
-            30,
-            what="the end waiting for the answer",
-        )
-        data = b"".join(body) if answer == "written" else next(iter(body))
-    finally:
-        body.close()
-    assert status.startswith("200") and b"early" in data, data
-    wait_until(lambda: sub.id not in service.registry.subscriptions, 30, what="the end")
-    bodies = [BIG.encode()[:20]] + ([early[:20]] if answer == "cut" else [])
-    wait_until(lambda: len(service.dead_letters()) >= len(bodies), 15, what="the dead letters")
-    service.notify_pull_point(pp.id, [note("<m>sentinel</m>")])
-    assert _drain(service, pp.id, 1) == [b"<m>sentinel</m>"]  # nothing kept in the inbox
-    assert sorted(d.body[:20] for d in service.dead_letters()) == sorted(bodies)
+        feed.wait_until_the_end_waits(or_else=feed.ended)
+        held.settle(answer)
+    assert held.holds(b"early"), held.data
+    feed.check_handed_out_or_a_dead_letter_once(answer)

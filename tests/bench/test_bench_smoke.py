@@ -7,45 +7,21 @@ It checks the harness, not the figures: targets are never asserted here.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.support.bench_runs import smoke_report
 
 
 @pytest.fixture(scope="module")
 def report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     out = tmp_path_factory.mktemp("bench") / "report.json"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "bench",
-            "--smoke",
-            "--scenarios",
-            "ingress,isolation,matching",
-            "--adapters",
-            "embedded",
-            "--no-plots",
-            "--json",
-            str(out),
-        ],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "targets:" in proc.stdout
-    data: dict[str, Any] = json.loads(out.read_text())
+    data, printed = smoke_report(out, "ingress,isolation,matching", timeout=300)
+    assert "targets:" in printed
     return data
 
 

@@ -9,11 +9,7 @@ target.
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,8 +18,7 @@ from bench import client, soap
 from bench.baseline_app import NOTIFY_PATH, SERIALISING_NOTIFY_PATH, BaselineServer
 from bench.consumer import ConsumerProcess
 from bench.relay import RelayServer, is_loopback_url
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.support.bench_runs import smoke_report
 
 #: a Notify whose only NotificationMessage has an empty wsnt:Message
 _NO_PAYLOAD = (
@@ -121,28 +116,7 @@ def test_relay_forwards_to_loopback_only() -> None:
 @pytest.fixture(scope="module")
 def delivery_report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     out = tmp_path_factory.mktemp("bench") / "report.json"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "bench",
-            "--smoke",  # the harness and the report, not the figures
-            "--scenarios",
-            "delivery",
-            "--adapters",
-            "embedded",
-            "--no-plots",
-            "--json",
-            str(out),
-        ],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=240,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    data: dict[str, Any] = json.loads(out.read_text())
+    data, _ = smoke_report(out, "delivery", timeout=240)
     return data
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import signal
 from collections.abc import Callable
+from dataclasses import dataclass
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
@@ -33,6 +34,7 @@ from tests.cluster.test_pull_owner import get_messages
 from tests.fixtures.server import ConsumerServer
 from tests.support.waiting import wait_until
 from wsnmom.client.model import EndpointReference
+from wsnmom.client.resources import Subscription
 from wsnmom.testing.gateway import Gateway
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.kafka]
@@ -64,47 +66,84 @@ def saved(admin: AdminClient, group: str, kafka_topic_prefix: str, on: str = "")
     )
 
 
-def sentinel(
-    c: Cluster,
-    consumer: ConsumerServer,
-    admin: AdminClient,
-    deliverer: Gateway,
-    other: Gateway,
-    kept_group: str,
-    topic_prefix: str,
-    number: int,
-    on: str,
-) -> None:
+@dataclass
+class Groups:
+    """The module's cluster (``c``) on a topic of the test's own (``on``), its consumer,
+    an admin client of the broker, and the prefixes of the cluster's consumer groups and
+    topics."""
+
+    c: Cluster
+    consumer: ConsumerServer
+    admin: AdminClient
+    on: str
+    group_prefix: str
+    topic_prefix: str
+
+
+def groups_on(
+    shared_cluster: Callable[..., Cluster], consumer: ConsumerServer, bootstrap: str, name: str
+) -> Groups:
+    c = shared_cluster(2, **SETTINGS)
+    query = parse_qs(urlsplit(c.gateways[0].adapter_url).query)
+    (group_prefix,) = query["group_prefix"]
+    (topic_prefix,) = query["topic_prefix"]
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    return Groups(c, consumer, admin, topic(name), group_prefix, topic_prefix)
+
+
+def sentinel(g: Groups, deliverer: Gateway, other: Gateway, kept_group: str, number: int) -> None:
     """Wait until the deliverer saved the kept subscription's position past ``number``,
-    published now on topic ``on``: the commit thread saves in passes, one after the other,
+    published now on the topic: the commit thread saves in passes, one after the other,
     so a save it was asked for before has landed by then.  The kept subscription must still be
     delivered by ``deliverer`` (it kept its lease through the stop)."""
-    c.client(other).notify(n(number), on)
+    g.c.client(other).notify(n(number), g.on)
     mark = f">{number}<".encode()
     got = wait_until(
-        lambda: [r for r in consumer.notifies() if r.path == "/kept" and mark in r.body],
+        lambda: [r for r in g.consumer.notifies() if r.path == "/kept" and mark in r.body],
         20,
         what=f"the kept subscription's copy of {number}",
     )
-    assert got[0].headers[INSTANCE] == c.instance_of(deliverer)
+    assert got[0].headers[INSTANCE] == g.c.instance_of(deliverer)
     wait_until(
-        lambda: saved(admin, kept_group, topic_prefix, on) == number,
+        lambda: saved(g.admin, kept_group, g.topic_prefix, g.on) == number,
         20,
         what=f"the kept subscription's position after {number}, saved by the deliverer",
     )
+
+
+def unsubscribe_while_the_deliverer_is_held(
+    g: Groups, deliverer: Gateway, other: Gateway, gone: Subscription, kept: Subscription
+) -> None:
+    """``gone`` (whose position the deliverer saved) unsubscribed through ``other``
+    while the deliverer is stopped (SIGSTOP, shorter than its lease), so that its follow
+    comes after the delete; then no consumer group of ``gone`` may be left, and ``kept``'s
+    is still there (the listing does show groups)."""
+    group = g.group_prefix + gone.id
+    assert deliverer.process is not None
+    os.kill(deliverer.process.pid, signal.SIGSTOP)
+    try:
+        wo = g.c.client(other)
+        wo.subscription(EndpointReference(g.c.via(other, gone.address))).unsubscribe()
+        wait_until(lambda: group not in groups(g.admin, g.group_prefix), 10, what="the delete")
+    finally:
+        os.kill(deliverer.process.pid, signal.SIGCONT)
+    wait_until(lambda: detail_of(deliverer, gone.id) is None, 10, what="the deliverer following")
+    sentinel(g, deliverer, other, g.group_prefix + kept.id, 2)
+    wait_until(
+        lambda: group not in groups(g.admin, g.group_prefix),
+        10,
+        what=f"no consumer group of the unsubscribed subscription ({group})",
+    )
+    assert g.group_prefix + kept.id in groups(g.admin, g.group_prefix)
 
 
 @pytest.mark.parametrize("middleware", ["kafka"], indirect=True)
 def test_an_unsubscribe_through_the_other_instance_leaves_no_consumer_group(
     shared_cluster: Callable[..., Cluster], consumer: ConsumerServer, kafka_bootstrap: str
 ) -> None:
-    c = shared_cluster(2, **SETTINGS)
-    on = topic("groups-unsubscribe")
+    g = groups_on(shared_cluster, consumer, kafka_bootstrap, "groups-unsubscribe")
+    c, on = g.c, g.on
     a, b = c.gateways
-    query = parse_qs(urlsplit(a.adapter_url).query)
-    (group_prefix,) = query["group_prefix"]
-    (topic_prefix,) = query["topic_prefix"]
-    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
     wa = c.client(a)
     gone = wa.subscribe(consumer.address("/gone"), on)
     kept = wa.subscribe(consumer.address("/kept"), on)
@@ -117,26 +156,12 @@ def test_an_unsubscribe_through_the_other_instance_leaves_no_consumer_group(
         what="the first message at both subscriptions",
     )
     deliverer, other = (a, b) if firsts[0].headers[INSTANCE] == c.instance_of(a) else (b, a)
-    group = group_prefix + gone.id
     # the deliverer saved where the subscription is (its position moved with the ack)
-    wait_until(lambda: saved(admin, group, topic_prefix, on) == 1, 20, what="gone's saved position")
-    assert deliverer.process is not None
-    os.kill(deliverer.process.pid, signal.SIGSTOP)
-    try:
-        wo = c.client(other)
-        wo.subscription(EndpointReference(c.via(other, gone.address))).unsubscribe()
-        wait_until(lambda: group not in groups(admin, group_prefix), 10, what="the delete")
-    finally:
-        os.kill(deliverer.process.pid, signal.SIGCONT)
-    wait_until(lambda: detail_of(deliverer, gone.id) is None, 10, what="the deliverer following")
-    sentinel(c, consumer, admin, deliverer, other, group_prefix + kept.id, topic_prefix, 2, on)
+    group = g.group_prefix + gone.id
     wait_until(
-        lambda: group not in groups(admin, group_prefix),
-        10,
-        what=f"no consumer group of the unsubscribed subscription ({group})",
+        lambda: saved(g.admin, group, g.topic_prefix, on) == 1, 20, what="gone's saved position"
     )
-    # the kept subscription's group is still there (the listing does show groups)
-    assert group_prefix + kept.id in groups(admin, group_prefix)
+    unsubscribe_while_the_deliverer_is_held(g, deliverer, other, gone, kept)
 
 
 @pytest.mark.parametrize("middleware", ["kafka"], indirect=True)
@@ -145,13 +170,9 @@ def test_a_pull_points_feed_unsubscribed_through_the_other_instance_leaves_no_gr
 ) -> None:
     # a subscription feeding a pull point is read by the pull point's reader (one shard:
     # the deliverer), which saves its position; its Unsubscribe is not forwarded
-    c = shared_cluster(2, **SETTINGS)
-    on = topic("groups-feed")
+    g = groups_on(shared_cluster, consumer, kafka_bootstrap, "groups-feed")
+    c, on = g.c, g.on
     a, b = c.gateways
-    query = parse_qs(urlsplit(a.adapter_url).query)
-    (group_prefix,) = query["group_prefix"]
-    (topic_prefix,) = query["topic_prefix"]
-    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
     wa = c.client(a)
     address = wa.create_pull_point().reference.address
     feeding = wa.subscribe(EndpointReference(address), on)
@@ -165,22 +186,9 @@ def test_a_pull_points_feed_unsubscribed_through_the_other_instance_leaves_no_gr
         lambda: get_messages(c, other, address, 10).numbers, 20, what="the pull point's 1"
     )
     assert handed == [1]
-    group = group_prefix + feeding.id
     # the reader saved where the feed is (it handed the record out)
-    wait_until(lambda: saved(admin, group, topic_prefix, on) == 1, 20, what="the feed's position")
-    assert deliverer.process is not None
-    os.kill(deliverer.process.pid, signal.SIGSTOP)
-    try:
-        wo = c.client(other)
-        wo.subscription(EndpointReference(c.via(other, feeding.address))).unsubscribe()
-        wait_until(lambda: group not in groups(admin, group_prefix), 10, what="the delete")
-    finally:
-        os.kill(deliverer.process.pid, signal.SIGCONT)
-    wait_until(lambda: detail_of(deliverer, feeding.id) is None, 10, what="the reader following")
-    sentinel(c, consumer, admin, deliverer, other, group_prefix + kept.id, topic_prefix, 2, on)
+    group = g.group_prefix + feeding.id
     wait_until(
-        lambda: group not in groups(admin, group_prefix),
-        10,
-        what=f"no consumer group of the unsubscribed feed ({group})",
+        lambda: saved(g.admin, group, g.topic_prefix, on) == 1, 20, what="the feed's position"
     )
-    assert group_prefix + kept.id in groups(admin, group_prefix)
+    unsubscribe_while_the_deliverer_is_held(g, deliverer, other, feeding, kept)

@@ -30,6 +30,7 @@ from tests.cluster.test_any_instance import n, received, topic
 from tests.fixtures.server import ConsumerServer
 from tests.support.threads import in_thread
 from tests.support.waiting import wait_until
+from wsnmom.client import WsnClient
 from wsnmom.client.errors import ClientError, SoapFault
 from wsnmom.client.model import EndpointReference
 from wsnmom.client.resources import Subscription
@@ -75,6 +76,19 @@ class Pair:
             return False
         channels = [d["delivery"] for d in seen if d["delivery"] is not None]
         return all(ch["active"] is (state == "active") for ch in channels)
+
+    def holds(
+        self, publisher: WsnClient, consumer: ConsumerServer, control: Subscription, mark: str
+    ) -> None:
+        """A message ``mark`` published now through ``publisher`` reaches the control
+        subscription (the sentinel) and not this one: held."""
+        publisher.notify(n(mark), TOPIC)
+        wait_until(
+            lambda: mark in received(consumer, control.address),
+            10,
+            what=f"the control subscription's copy of {mark} (the sentinel)",
+        )
+        assert mark not in received(consumer, self.sub.address), mark
 
 
 def deliverer_of(c: Cluster, consumer: ConsumerServer, path: str) -> Gateway:
@@ -181,15 +195,9 @@ def test_resume_through_one_instance_then_pause_through_the_other_always_holds(
             what=f"round {i}: both instances paused at one revision (resumed through "
             f"{first.port}, paused through {second.port})",
         )
-        publisher.notify(n(i), TOPIC)
-        wait_until(
-            lambda i=i: str(i) in received(consumer, control.address),  # type: ignore[misc]
-            10,
-            what=f"the control subscription's copy of round {i}'s message (the sentinel)",
-        )
         # held (an earlier round's message may come during the next round's moment of
         # being resumed: that one is not held any more)
-        assert str(i) not in received(consumer, pair.sub.address), f"round {i}"
+        pair.holds(publisher, consumer, control, str(i))
         held.append(str(i))
     # what was held arrives after a last resume
     pair.on(b).resume()
@@ -252,13 +260,7 @@ def test_a_renew_right_after_a_pause_through_the_other_instance_keeps_it_paused(
             what=f"round {i}: both instances paused (paused through {first.port}, renewed "
             f"through {second.port})",
         )
-        publisher.notify(n(i), TOPIC)
-        wait_until(
-            lambda i=i: str(i) in received(consumer, control.address),  # type: ignore[misc]
-            10,
-            what=f"the control subscription's copy of round {i}'s message (the sentinel)",
-        )
-        assert str(i) not in received(consumer, pair.sub.address), f"round {i}"
+        pair.holds(publisher, consumer, control, str(i))
         pair.on(first).resume()
         wait_until(
             lambda i=i: str(i) in received(consumer, pair.sub.address),  # type: ignore[misc]
@@ -324,11 +326,4 @@ def test_a_pause_and_a_renew_through_two_instances_on_one_revision_both_hold(
     wait_until(lambda: pair.settled("paused"), 5, what="both instances paused, one revision")
     # both instances hold the renewed time too
     assert len({detail(g, sub_id)["terminates"] for g in c.gateways}) == 1
-    # held: the control subscription's copy is the sentinel
-    c.client(a).notify(n("held"), TOPIC)
-    wait_until(
-        lambda: "held" in received(consumer, control.address),
-        10,
-        what="the control subscription's copy",
-    )
-    assert "held" not in received(consumer, pair.sub.address)
+    pair.holds(c.client(a), consumer, control, "held")

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from wsnmom.core import errors
@@ -66,6 +67,20 @@ def subscription(sub_id: str, **changes: object) -> Subscription:
     for name, value in changes.items():
         setattr(sub, name, value)
     return sub
+
+
+def registration(reg_id: str, **changes: Any) -> PublisherRegistration:
+    """A demand-based registration ``reg_id`` ending 5 minutes after ``NOW``, with
+    ``changes``."""
+    reg = PublisherRegistration(
+        reg_id,
+        NOW,
+        NOW + timedelta(minutes=5),
+        EndpointReference("http://127.0.0.1:9/p"),
+        (ExpressionSource("urn:dialect", "t:a", {"t": "urn:t"}),),
+        demand=True,
+    )
+    return replace(reg, **changes)
 
 
 def test_subscriptions_round_trip_upsert_and_delete(store: Store) -> None:
@@ -230,15 +245,7 @@ def test_which_ids_it_holds_in_one_question(store: Store) -> None:
 
 
 def test_registrations(store: Store) -> None:
-    reg = PublisherRegistration(
-        "r1",
-        NOW,
-        NOW + timedelta(minutes=5),
-        EndpointReference("http://127.0.0.1:9/p"),
-        (ExpressionSource("urn:dialect", "t:a", {"t": "urn:t"}),),
-        demand=True,
-        owner="carol",
-    )
+    reg = registration("r1", owner="carol")
     store.put_registration(reg)
     assert store.get_registration("r1") == reg
     assert store.list_registrations() == [reg]
@@ -264,14 +271,7 @@ def test_a_registration_s_termination_and_demand_are_written_apart(
     publisher subscription alone (two instances each holding a copy of the other part
     older than the store's never write it back), and the deletion gives the record as
     stored: what the last writer of each part wrote."""
-    reg = PublisherRegistration(
-        "r2",
-        NOW,
-        NOW + timedelta(minutes=5),
-        EndpointReference("http://127.0.0.1:9/p"),
-        (ExpressionSource("urn:dialect", "t:a", {"t": "urn:t"}),),
-        demand=True,
-    )
+    reg = registration("r2")
     store.put_registration(reg)
     at_publisher = EndpointReference("http://127.0.0.1:9/p/subscriptions/1", (b"<k/>",))
     assert store.save_registration_demand("r2", at_publisher, False, epoch=epoch)
@@ -298,14 +298,7 @@ def test_a_leader_s_demand_save_is_fenced_by_its_leadership_epoch(store: Store) 
     On a store several instances share, once another instance took the leadership the
     old epoch's write is refused (Deposed) and writes nothing, the new one's is written.
     A store one instance opens has one leader, whose writes are made."""
-    reg = PublisherRegistration(
-        "r3",
-        NOW,
-        NOW + timedelta(minutes=5),
-        EndpointReference("http://127.0.0.1:9/p"),
-        (ExpressionSource("urn:dialect", "t:a", {"t": "urn:t"}),),
-        demand=True,
-    )
+    reg = registration("r3")
     store.put_registration(reg)
     first = store.coordination("a")
     assert first.lead()
@@ -797,14 +790,7 @@ def test_the_leader_s_expiry_removes_what_is_still_expired_under_its_epoch(store
     assert store.expire_pull_point("p1", NOW + timedelta(hours=1), epoch=epoch)
     assert store.get_pull_point("p1") is None
     assert sorted(name for name, _ in store.list_intents(0.0)) == ["p1", "s1"]
-    reg = PublisherRegistration(
-        "r4",
-        NOW,
-        NOW + timedelta(minutes=5),
-        EndpointReference("http://127.0.0.1:9/p"),
-        (ExpressionSource("urn:dialect", "t:a", {"t": "urn:t"}),),
-        demand=True,
-    )
+    reg = registration("r4")
     store.put_registration(reg)
     assert store.expire_registration("r4", NOW, epoch=epoch) is None
     assert store.get_registration("r4") == reg

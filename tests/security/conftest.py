@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -17,6 +16,7 @@ import requests
 
 from tests.fixtures.server import RunningServer, free_port
 from tests.support.soap import content_type, envelope
+from tests.support.threads import Background
 
 
 def start_server(
@@ -81,7 +81,7 @@ def post(
 
 
 @dataclass
-class HealthProbe:
+class HealthProbe(Background):
     """Calls ``/healthz`` in a loop on its own thread and records each latency; a request
     that fails or takes longer than ``timeout`` counts as ``timeout`` seconds."""
 
@@ -90,18 +90,9 @@ class HealthProbe:
     timeout: float = 5.0
     latencies: list[float] = field(default_factory=list)
     failures: int = 0
-    _stop: threading.Event = field(default_factory=threading.Event)
-    _thread: threading.Thread | None = None
 
-    def __enter__(self) -> HealthProbe:
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(self.timeout + 2)
+    def _join_within(self) -> float:
+        return self.timeout + 2  # a request under way ends within its timeout
 
     def _run(self) -> None:
         session = requests.Session()

@@ -8,12 +8,13 @@ import errno
 import selectors
 import socket
 import ssl
-import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import requests
+
+from tests.support.threads import Background
 
 #: what a slow client sends: a plausible request head that never ends
 _HEAD = (
@@ -37,7 +38,7 @@ PROMPT = 3.0
 
 
 @dataclass
-class SlowClients:
+class SlowClients(Background):
     """``count`` clients, spread over the loopback ``sources``, that each send a request
     head one byte every ``interval`` seconds and open a new connection whenever the server
     closes theirs.  Runs on one thread (a selector) until :meth:`stop`.  With ``tls``
@@ -52,8 +53,6 @@ class SlowClients:
     connects: int = 0
     closed_by_server: int = 0
     refused_503: int = 0
-    _stop: threading.Event = field(default_factory=threading.Event)
-    _thread: threading.Thread | None = None
     #: (when, slot) of clients to connect again (a TLS handshake that failed)
     _retries: list[tuple[float, int]] = field(default_factory=list)
 
@@ -61,22 +60,6 @@ class SlowClients:
         for source in self.sources:
             assert source.startswith("127."), "abuse tests stay on loopback"
         assert self.host.startswith("127.")
-
-    def start(self) -> SlowClients:
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(10)
-
-    def __enter__(self) -> SlowClients:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
     def _open(self, sel: selectors.BaseSelector, slot: int) -> None:
         if self.tls is not None:
@@ -157,7 +140,7 @@ class SlowClients:
 
 
 @dataclass
-class NormalTraffic:
+class NormalTraffic(Background):
     """Sends ``request()`` every ``interval`` seconds on its own thread and records the
     outcome: the latency of each answer with an expected status, failures otherwise."""
 
@@ -166,18 +149,7 @@ class NormalTraffic:
     interval: float = 0.25
     latencies: list[float] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
-    _stop: threading.Event = field(default_factory=threading.Event)
-    _thread: threading.Thread | None = None
-
-    def __enter__(self) -> NormalTraffic:
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(15)
+    JOIN = 15.0
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -203,7 +175,7 @@ class NormalTraffic:
 
 
 @dataclass
-class SlowBodies:
+class SlowBodies(Background):
     """``count`` clients spread over the loopback ``sources``, each announcing a
     ``Content-Length`` of ``length`` bytes and then sending one body byte every
     ``interval`` seconds; a client whose connection the server closes (or refuses) opens a
@@ -219,23 +191,11 @@ class SlowBodies:
     connects: int = 0
     closed_by_server: int = 0
     refused_503: int = 0
-    _stop: threading.Event = field(default_factory=threading.Event)
-    _thread: threading.Thread | None = None
 
     def __post_init__(self) -> None:
         for source in self.sources:
             assert source.startswith("127."), "abuse tests stay on loopback"
         assert self.host.startswith("127.")
-
-    def __enter__(self) -> SlowBodies:
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(10)
 
     def _head(self) -> bytes:
         return (

@@ -47,6 +47,17 @@ PING_TIMEOUT = 5.0
 LIST_PAGE = 5000
 
 
+def session_options(url: str) -> str:
+    """The connections' ``options``: JIT compilation off, then whatever the store's URL
+    sets (which wins).  The store's statements are short, and a first JIT in a server
+    process loads LLVM and compiles inside a call's timeout (50-120 ms measured; a listing
+    page of a large table is costed above ``jit_above_cost``)."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    given = conninfo_to_dict(url).get("options")
+    return f"-c jit=off {given}" if given else "-c jit=off"
+
+
 class PostgresConnections:
     """The pooled connections of a PostgreSQL store (see the module docstring)."""
 
@@ -118,6 +129,7 @@ class PostgresConnections:
                 # transactions are explicit (``_tx``); a lone statement commits by itself
                 "autocommit": True,
                 "application_name": self.instance_id,
+                "options": session_options(self._url),
             },
             open=False,
             name="wsnmom-store",

@@ -21,20 +21,21 @@ import pytest
 from wsnmom.adapters.mqtt.readiness import ready
 
 from tests.adapters.test_mqtt_cluster import SENTINEL, Collector, Instance
-from tests.support.descriptors import ABOVE, descriptors_held
+from tests.support.descriptors import ABOVE, DescriptorHold, descriptors_held
 from tests.support.waiting import wait_until
 
 
 @pytest.fixture
-def high_descriptors() -> Iterator[None]:
-    """Hold descriptors up to :data:`ABOVE` (the soft limit raised if needed)."""
-    with descriptors_held(ABOVE):
-        yield
+def high_descriptors() -> Iterator[DescriptorHold]:
+    """Hold descriptors up to :data:`ABOVE` (the soft limit raised if needed); a test
+    calls ``refill`` right before the code under test opens its descriptors."""
+    with descriptors_held(ABOVE) as hold:
+        yield hold
 
 
-@pytest.mark.usefixtures("high_descriptors")
-def test_ready_waits_on_descriptors_that_select_refuses() -> None:
+def test_ready_waits_on_descriptors_that_select_refuses(high_descriptors: DescriptorHold) -> None:
     """What the publisher's network loop (``driver.py``) waits with."""
+    high_descriptors.refill()
     a, b = socket.socketpair()
     try:
         assert a.fileno() > 1023
@@ -51,10 +52,10 @@ def test_ready_waits_on_descriptors_that_select_refuses() -> None:
 
 
 @pytest.mark.mqtt
-@pytest.mark.usefixtures("high_descriptors")
 def test_a_subscription_session_above_descriptor_1023_is_declared_consumed_and_acked(
-    mqtt_url: str, tmp_path: Path
+    mqtt_url: str, tmp_path: Path, high_descriptors: DescriptorHold
 ) -> None:
+    high_descriptors.refill()
     inst = Instance(mqtt_url, tmp_path / "i0", f"fd{os.getpid()}")
     try:
         handle = inst.handle("s1")
@@ -63,6 +64,9 @@ def test_a_subscription_session_above_descriptor_1023_is_declared_consumed_and_a
         bodies = [b"m%d" % i for i in range(20)]
         inst.publish(*bodies, SENTINEL)
         wait_until(lambda: consumer.has(SENTINEL), 20, what="the sentinel")
+        conn = handle._conn  # the session's connection: the case under test
+        sock = None if conn is None else conn.client.socket()
+        assert sock is not None and sock.fileno() > ABOVE, sock
         assert consumer.bodies() == [*bodies, SENTINEL]
         # acknowledged: a new connection of the session gets nothing of it again
         handle.stop()

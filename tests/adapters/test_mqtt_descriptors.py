@@ -30,6 +30,7 @@ from tests.adapters.test_mqtt import (
 )
 from tests.adapters.test_mqtt_cluster_descriptors import ABOVE, high_descriptors
 from tests.fixtures.mosquitto import MosquittoNode
+from tests.support.descriptors import DescriptorHold
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.mqtt
@@ -45,11 +46,13 @@ def _descriptors(adapter: MqttAdapter) -> list[int]:
     return [s.fileno() for s in socks if s is not None]
 
 
-@pytest.mark.usefixtures("high_descriptors")
 def test_the_session_above_descriptor_1023_delivers_and_reconnects_after_a_broker_restart(
-    make: Callable[..., MqttAdapter], mosquitto_factory: Callable[..., MosquittoNode]
+    make: Callable[..., MqttAdapter],
+    mosquitto_factory: Callable[..., MosquittoNode],
+    high_descriptors: DescriptorHold,
 ) -> None:
     node = mosquitto_factory()
+    high_descriptors.refill()  # what closed since the hold began (see DescriptorHold)
     adapter = make(node.url, reconnect_max_delay=0.5)
     fds = _descriptors(adapter)
     assert len(fds) == 2 and min(fds) > ABOVE, fds
@@ -59,6 +62,7 @@ def test_the_session_above_descriptor_1023_delivers_and_reconnects_after_a_broke
     assert [m.body for m in until_sentinel(handle)] == [b"before %d" % i for i in range(5)]
 
     acknowledged_at_the_broker(adapter)
+    high_descriptors.refill()
     node.restart()
     wait_until(adapter.available, 20, what="the adapter back after the broker's restart")
     fds = _descriptors(adapter)

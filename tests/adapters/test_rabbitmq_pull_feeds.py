@@ -80,7 +80,9 @@ def _service(url: str, **overrides: object) -> Iterator[BrokerService]:
     try:
         yield svc
     finally:
-        svc.close()
+        svc.close()  # the service leaves its adapter and store to their owner
+        adapter.close()  # left open, it retried its vhost, deleted after the test, for ever
+        store.close()
 
 
 def test_get_messages_reads_the_feeding_subscriptions_queue(service: BrokerService) -> None:

@@ -14,14 +14,15 @@ from typing import Any
 import pytest
 from wsnmom.core.adapter import AdapterError, OutboundMessage
 from wsnmom.core.dead_letter_records import DEAD_LETTER_NAMESPACE
-from wsnmom.core.model import CreatePullPointRequest
+from wsnmom.core.model import CreatePullPointRequest, ExpressionSource
 from wsnmom.core.pull_buffer import PullBuffer
+from wsnmom.core.pull_reader import PullReader
 from wsnmom.core.service import BrokerService
 
 from tests.adapters.test_rabbitmq_pull_feeds import _service, budgeted_get
 from tests.core.conftest import note, simple, sub_req
 from tests.support.pull_answers import held_answer, pulled, written_up_to, wsgi_app
-from tests.support.pull_breach import BIG, queued_feed
+from tests.support.pull_breach import BIG, CUBIC, XPATH10, queued_feed
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.rabbitmq
@@ -149,7 +150,7 @@ def test_pull_get_another_feeds_pause_is_answered_while_a_dead_letter_publish_wa
     assert [d.body[:20] for d in service.dead_letters()] == [BIG.encode()[:20]]
     service.resume(other.id)
     service.notify([note("<m>other</m>", simple("t:o"))])
-    assert _drain(service, other_pp.id, 1) == [b"<m>other</m>"]
+    assert pulled(service, other_pp.id, 1) == [b"<m>other</m>"]
 
 
 @pytest.mark.parametrize("start_fails", [False, True])

@@ -359,6 +359,30 @@ class AdapterFixtures:
                 m.ack()
         return [m for m in got if m.body != SENTINEL]
 
+    def young(
+        self, adapter: Adapter, handle: SubscriptionHandle, topic: Topic
+    ) -> list[Received] | None:
+        """For a ``max_age`` test, once the old messages are past it: start taking from
+        ``handle`` (a push-only handle's consumer starts at the first pull), then publish
+        ``b"fresh"`` and a sentinel to ``topic`` and pull until the sentinel arrives;
+        returns the messages pulled before it (acked).  The fresh message is taken as
+        soon as it is stored, so it expires only on a machine slower than the window:
+        then (no sentinel within the receive timeout) returns None, and the test tries a
+        longer ``max_age``.  The consumer started before the publish is what makes the
+        window hold: started after it, the consumer's start counted against the fresh
+        message's age (300 ms missed in a run of the suite on three workers)."""
+        got = self.puller(handle).pull(KIT_BUFFER)  # nothing old: it expired before this
+        self.publish(adapter, topic, b"fresh")
+        self.publish(adapter, topic, SENTINEL)
+        deadline = time.monotonic() + self.receive_timeout
+        while not any(m.body == SENTINEL for m in got) and time.monotonic() < deadline:
+            got += self.puller(handle).pull(KIT_BUFFER, timeout=0.1)
+        for m in got:
+            m.ack()
+        if not any(m.body == SENTINEL for m in got):
+            return None
+        return [m for m in got if m.body != SENTINEL]
+
     def push_barrier(self, adapter: Adapter, collector: Collector, topic: Topic) -> list[bytes]:
         """:meth:`barrier` for a started handle whose ``on_message`` is ``collector``:
         publish a sentinel to ``topic`` and wait until ``collector`` has it; returns the

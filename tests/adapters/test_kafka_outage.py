@@ -8,24 +8,27 @@ import inspect
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import pytest
 
 pytest.importorskip("confluent_kafka")
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 from wsnmom.adapters.kafka.adapter import KafkaAdapter
 from wsnmom.adapters.kafka.clients import Health
 from wsnmom.adapters.kafka.closing import Closing
 from wsnmom.adapters.kafka.config import parse_settings
+from wsnmom.adapters.kafka.mapping import Destination
 from wsnmom.adapters.kafka.positions import KafkaPositionStore
 from wsnmom.adapters.kafka.publisher import Publisher
+from wsnmom.adapters.kafka.reports import Batch
 from wsnmom.adapters.kafka.topic_check import TopicCheck
+from wsnmom.adapters.kafka.topics import Topics
 from wsnmom.adapters.logbase.backend import SaveCut
-from wsnmom.core.adapter import PublishFailed, SubscriptionSpec, TopicUnavailable
+from wsnmom.core.adapter import OutboundMessage, PublishFailed, SubscriptionSpec, TopicUnavailable
 from wsnmom.core.adapter_errors import AdapterError
 from wsnmom.topic_mapping.model import ANY, PathPattern, Topic
 
@@ -193,18 +196,26 @@ def test_broker_killed_and_restarted_empty_is_reconnected_without_reopening(
     assert [m.body for m in pulled.wait_for(1, 10)] == [b"<copy/>"]
 
 
-def _publish_after_an_empty_restart(node: TansuNode, adapter: KafkaAdapter) -> None:
+def _publish_after_an_empty_restart(
+    node: TansuNode, adapter: KafkaAdapter, held: HeldListings
+) -> None:
     """Publish before, restart the broker empty, then publish once with half of
     ``delivery_timeout``: librdkafka holds a record for a topic missing from the metadata
     ``topic.metadata.propagation.max.ms`` (30 s), longer than that, so a publish to a topic
     the adapter still believes exists times out; the gateway's Notify waited the whole
-    ``publish_timeout`` (30 s) and was refused.  Every acknowledged record arrives, once."""
+    ``publish_timeout`` (30 s) and was refused.  Every acknowledged record arrives, once.
+    The adapter's own listings are held from before the restart until that publish
+    produced (``HeldListings``), and it publishes once the adapter saw the connection
+    lost (``Health.epoch``) and the cluster answering again."""
     got = subscribe(adapter, PathPattern(NS, ("t", ANY)))
     topic = Topic(NS, ("t", "gone"))
     adapter.publish(message(topic, b"<before/>"))
     got.wait_for(1, 10)
+    health = adapter._require().health
+    epoch = health.epoch
+    held.hold(adapter._require().publisher)
     node.restart()
-    wait(adapter.available, 10.0)
+    wait(lambda: health.epoch != epoch and adapter.available(), 10.0)
     # one try, no retry: the first publish after the loss is the one that stalled
     adapter.publish(message(topic, b"<after0/>"), timeout=adapter.settings.delivery_timeout / 2)
     after = [b"<after0/>"]
@@ -248,12 +259,21 @@ def log_values(node: TansuNode, log: str, count: int) -> list[bytes]:
 
 
 def test_the_first_publish_after_an_empty_restart_is_accepted_at_once(
-    node: TansuNode, adapter: KafkaAdapter
+    node: TansuNode, adapter: KafkaAdapter, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The publish after the lost connection asks the cluster for its topics before
     producing, finds the internal topic gone (the cluster lost its state), takes a new
-    producer id and creates the topics again (``TopicCheck.check``)."""
-    _publish_after_an_empty_restart(node, adapter)
+    producer id and creates the topics again (``TopicCheck.check``): it produces on the
+    new producer, not on the one from before the restart.  The listings are held
+    (``HeldListings``): the look while the publish waits, or a discovery listing that
+    had it create the topic, let the publish be accepted without the look before
+    producing too (4 of 4 runs passed with it left out)."""
+    held = HeldListings(monkeypatch)
+    try:
+        _publish_after_an_empty_restart(node, adapter, held)
+    finally:
+        held.release()
+    assert held.on_a_new_producer == [True]
 
 
 def test_a_publish_that_finds_its_topic_gone_while_waiting_is_accepted(
@@ -273,7 +293,73 @@ def test_a_publish_that_finds_its_topic_gone_while_waiting_is_accepted(
         property(lambda self: self._health.epoch, lambda self, value: None),
         raising=False,
     )
-    _publish_after_an_empty_restart(node, adapter)
+    held = HeldListings(monkeypatch)
+    try:
+        _publish_after_an_empty_restart(node, adapter, held)
+    finally:
+        held.release()
+    # the publish produced on the producer from before the restart while the adapter
+    # still listed its topic: only the look while it waited could find the loss (the path
+    # under test, not the look before producing)
+    assert held.listed_when_produced == [True]
+    assert held.on_a_new_producer == [False]
+
+
+class HeldListings:
+    """Holds the topic listings of the adapter's other threads (``Topics.refresh``: the
+    discovery thread, the head reader) from ``hold`` until the test's next publish has
+    produced: that publish finds its topic in the listing taken before the broker
+    restarted, as when the cluster lost it just after the publish looked.  Without this a
+    listing the discovery thread took after the restart (every ``discovery_interval``) had
+    the publish create the topic before producing, and the test passed without the look
+    while it waits (3 of 4 runs).  Event-driven: the listings wait for the produce."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self._released = threading.Event()
+        self._released.set()
+        self._test_thread = threading.get_ident()
+        #: the publisher's producer when the hold began
+        self._before: Producer | None = None
+        #: per produce while held: whether it is not the producer from when the hold began
+        self.on_a_new_producer: list[bool] = []
+        #: per produce while held: whether the adapter listed every topic produced to
+        self.listed_when_produced: list[bool] = []
+        refresh, produce_all = Topics.refresh, Publisher._produce_all
+
+        def held_refresh(topics: Topics, timeout: float = 5.0) -> dict[str, int]:
+            if threading.get_ident() != self._test_thread:
+                assert self._released.wait(60), "the held publish never produced"
+            return refresh(topics, timeout)
+
+        def releasing_produce_all(
+            publisher: Publisher,
+            producer: Producer,
+            batch: Batch,
+            pending: Sequence[int],
+            messages: Sequence[OutboundMessage],
+            destinations: list[Destination],
+            deadline: float,
+        ) -> None:
+            if not self._released.is_set():
+                topics: Topics = publisher._topics
+                self.listed_when_produced.append(
+                    all(topics.partitions(d.log) for d in destinations)
+                )
+                self.on_a_new_producer.append(producer is not self._before)
+            try:
+                produce_all(publisher, producer, batch, pending, messages, destinations, deadline)
+            finally:
+                self._released.set()
+
+        monkeypatch.setattr(Topics, "refresh", held_refresh)
+        monkeypatch.setattr(Publisher, "_produce_all", releasing_produce_all)
+
+    def hold(self, publisher: Publisher) -> None:
+        self._before = publisher._current()
+        self._released.clear()
+
+    def release(self) -> None:
+        self._released.set()
 
 
 def test_existing_policy_refuses_a_topic_the_empty_cluster_lost_at_once(node: TansuNode) -> None:

@@ -26,7 +26,7 @@ from tests.support.ports import closed_port
 from wsnmom.cli import cli
 from wsnmom.startup import ExitStatus, StartupError, explain, middleware_failure, open_listeners
 
-from .serve_process import free_port, run_serve, running_serve, serve_env
+from .serve_process import free_port, run_serve, run_serve_on_a_free_port, running_serve, serve_env
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -172,7 +172,7 @@ def test_unknown_adapter_scheme(tmp_path: Path) -> None:
 def test_unusable_adapter_url_or_options(
     tmp_path: Path, args: list[str], env: dict[str, str], fragment: str
 ) -> None:
-    result = run_serve([*args, "--port", str(free_port())], serve_env(tmp_path, **env))
+    result = run_serve_on_a_free_port(args, serve_env(tmp_path, **env))
     _expect(result, ExitStatus.CONFIG, "adapter_url / adapter_options", fragment)
 
 
@@ -252,7 +252,7 @@ def test_data_directory_used_by_another_gateway(tmp_path: Path) -> None:
     data = tmp_path / "shared-data"
     env = serve_env(tmp_path)
     with running_serve(["--data-dir", str(data)], env, free_port()):
-        result = run_serve(["--data-dir", str(data), "--port", str(free_port())], env)
+        result = run_serve_on_a_free_port(["--data-dir", str(data)], env)
         _expect(result, ExitStatus.DATA_DIR, f"data directory {data} is in use by another gateway")
 
 
@@ -263,7 +263,7 @@ def test_embedded_directory_used_by_another_gateway(tmp_path: Path) -> None:
     first = ["--adapter", f"embedded://{middleware}", "--store", f"sqlite:///{tmp_path}/a.db"]
     with running_serve(first, env, free_port()):
         second = ["--adapter", f"embedded://{middleware}", "--store", f"sqlite:///{tmp_path}/b.db"]
-        result = run_serve([*second, "--port", str(free_port())], env)
+        result = run_serve_on_a_free_port(second, env)
         _expect(result, ExitStatus.DATA_DIR, "another gateway uses this data directory")
 
 
@@ -376,7 +376,7 @@ def test_rabbitmq_connection_refused_with_a_bounded_wait(tmp_path: Path, rabbitm
 @pytest.mark.rabbitmq
 def test_rabbitmq_wrong_password(tmp_path: Path, rabbitmq_url: str) -> None:
     url = _with(rabbitmq_url, password="certainly-wrong")
-    result = run_serve(["--adapter", url, "--port", str(free_port())], serve_env(tmp_path))
+    result = run_serve_on_a_free_port(["--adapter", url], serve_env(tmp_path))
     line = _expect(result, ExitStatus.MIDDLEWARE_CREDENTIALS, "user name and password")
     assert "certainly-wrong" not in result.stderr + line
 
@@ -384,7 +384,7 @@ def test_rabbitmq_wrong_password(tmp_path: Path, rabbitmq_url: str) -> None:
 @pytest.mark.rabbitmq
 def test_rabbitmq_wrong_vhost(tmp_path: Path, rabbitmq_url: str) -> None:
     url = _with(rabbitmq_url, vhost="no-such-vhost")
-    result = run_serve(["--adapter", url, "--port", str(free_port())], serve_env(tmp_path))
+    result = run_serve_on_a_free_port(["--adapter", url], serve_env(tmp_path))
     _expect(result, ExitStatus.MIDDLEWARE_ACCESS, "no-such-vhost", "virtual host")
 
 
@@ -426,7 +426,7 @@ def test_banner_hides_the_password() -> None:
 def test_listening_beyond_loopback_needs_an_identity(tmp_path: Path) -> None:
     """Authentication is off by default on loopback only: elsewhere the gateway refuses
     to start without an identity and names the one setting that turns it on."""
-    result = run_serve(["--host", "0.0.0.0", "--port", str(free_port())], serve_env(tmp_path))
+    result = run_serve_on_a_free_port(["--host", "0.0.0.0"], serve_env(tmp_path), "0.0.0.0")
     _expect(result, ExitStatus.CONFIG, "beyond loopback", "WSNMOM_AUTH__ADMIN_TOKEN")
 
 
@@ -441,7 +441,7 @@ def test_listening_beyond_loopback_needs_an_identity(tmp_path: Path) -> None:
 def test_unusable_security_settings_stop_the_start(
     tmp_path: Path, env: dict[str, str], fragments: tuple[str, ...]
 ) -> None:
-    result = run_serve(["--port", str(free_port())], {**serve_env(tmp_path), **env})
+    result = run_serve_on_a_free_port([], {**serve_env(tmp_path), **env})
     _expect(result, ExitStatus.CONFIG, *fragments)
 
 

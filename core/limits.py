@@ -108,7 +108,9 @@ class LimitKeeper:
 
     def expired(self, received: Received, now: datetime) -> bool:
         """Whether core must drop ``received`` for its age (False when the middleware
-        enforces ``max_age`` itself or the age is unknown)."""
+        enforces ``max_age`` itself or the age is unknown).  Counts nothing: a message
+        whose dead letter is refused is seen again at each retry; its caller counts it
+        once gone (``buried``)."""
         max_age: timedelta | None = self._limits.max_age
         if max_age is None or self.native:
             return False
@@ -117,10 +119,15 @@ class LimitKeeper:
             return False
         if stamp.tzinfo is None:
             stamp = stamp.replace(tzinfo=now.tzinfo)
-        if now - stamp > max_age:
-            metrics.NOTIFICATIONS_EXPIRED.inc()
-            return True
-        return False
+        return now - stamp > max_age
+
+    @staticmethod
+    def buried(count: int) -> None:
+        """``count`` messages past ``max_age`` are gone for good: their dead letters
+        ("max-age") confirmed, or dropped (dead letters disabled).  Counted here only,
+        once per message, however often a refused dead letter was tried before."""
+        if count:
+            metrics.NOTIFICATIONS_EXPIRED.inc(count)
 
     def enforce_counts(
         self,

@@ -304,6 +304,7 @@ class PullPoints:
                     )
                     settlement.cut(run[0])
                     return keep[:mark]
+                ctx.limit_keeper.buried(len(run))
                 run = []
             if r is not None:
                 if not run:

@@ -118,8 +118,9 @@ class SubscriptionDelivery:
             message = decode(received)
             out.append(message if state.filter.matches_topic(message) else None)
         buried = not too_old or bury(ctx, state, too_old, "max-age", 0, "older than max_age")
-        if not buried:  # kept unsettled: prepared again later
+        if not buried:  # kept unsettled: prepared again later (counted once buried)
             raise PrepareLater(ctx.settings.retry.initial_delay.total_seconds() or 1.0)
+        ctx.limit_keeper.buried(len(too_old))
         if content is not None:
             kept = [i for i, m in enumerate(out) if m is not None]
             try:

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 from wsnmom.adapters.filelog.adapter import FileLogAdapter
+from wsnmom.core import metrics
 from wsnmom.core.adapter import (
     AdapterError,
     OutboundMessage,
@@ -74,6 +75,11 @@ def aged(make_broker: Callable[..., Broker], request: pytest.FixtureRequest) -> 
     return make_broker(adapter_url=url, limits__max_age=timedelta(minutes=1))
 
 
+def expired_count() -> float:
+    """``wsnmom_notifications_expired_total`` as /metrics shows it."""
+    return metrics.REGISTRY.get_sample_value("wsnmom_notifications_expired_total") or 0.0
+
+
 def _feeding(b: Broker) -> tuple[BrokerService, str, Subscription]:
     """A pull point and a subscription feeding it (core's buffer reads it)."""
     service: BrokerService = b.service
@@ -112,6 +118,7 @@ def test_a_feeds_message_past_max_age_whose_dead_letter_is_not_confirmed_is_not_
     (the sentinel published after it, which waited behind it, is handed out alone)."""
     service, pp_id, sub = _feeding(aged)
     refusal = GraveRefusal(service, refuse=2)
+    expired_before = expired_count()
     _old_message(aged, service, sub)
     service.notify([note("<m>sentinel</m>", simple("t:a"))])
     wait_until(service.dead_letters, 10, what="old's dead letter")
@@ -119,6 +126,8 @@ def test_a_feeds_message_past_max_age_whose_dead_letter_is_not_confirmed_is_not_
     assert _until_sentinel(service, pp_id) == [b"<m>sentinel</m>"]
     [letter] = service.dead_letters()
     assert letter.body == b"<m>old</m>" and letter.reason == "max-age"
+    # one message past max_age, counted once (before: once per try of its dead letter)
+    assert expired_count() - expired_before == 1
 
 
 def test_a_feed_paused_while_its_dead_letter_is_refused_dead_letters_the_message_once(

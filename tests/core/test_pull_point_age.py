@@ -21,7 +21,7 @@ from tests.fixtures.server import kafka_gateway_url
 from tests.support.waiting import wait_until
 
 from .conftest import Broker, note, simple, sub_req
-from .test_pull_feed_stall import FILELOG, GraveRefusal
+from .test_pull_feed_stall import FILELOG, GraveRefusal, expired_count
 
 
 @pytest.fixture(params=["filelog", pytest.param("kafka", marks=pytest.mark.kafka)])
@@ -99,14 +99,17 @@ def test_a_refused_dead_letter_at_get_messages_loses_nothing(aged: Broker) -> No
     once the middleware confirms it, then hands out the sentinel, once."""
     service, pp_id = _old_in_inbox(aged)
     refusal = GraveRefusal(service, refuse=1)
+    expired_before = expired_count()
     assert service.get_messages(pp_id, None) == []
     assert refusal.tries == 1
+    assert expired_count() == expired_before  # not gone yet: not counted
     _buffered(service, pp_id, 2)  # both handed out again, first
     assert _until_sentinel(service, pp_id) == [b"<m>sentinel</m>"]
     assert refusal.tries == 2
     wait_until(service.dead_letters, 10, what="old's dead letter")
     [letter] = service.dead_letters()
     assert letter.body == b"<m>old</m>" and letter.reason == "max-age"
+    assert expired_count() - expired_before == 1  # once, when its dead letter was confirmed
 
 
 def test_an_answer_cut_at_a_refused_dead_letter_settles_what_it_took_before(

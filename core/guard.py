@@ -21,8 +21,9 @@ model).
   cluster's recorded topics) grows only through admission.
 * Notify fan-out: a Notify whose payload bytes times the subscriptions they may reach
   exceed ``quotas.notify_fanout_bytes`` is refused (HTTP 413) before anything is
-  published; the count is exact only when the cheap upper bound (every live
-  subscription) is over the bound.
+  admitted or published; the count is exact only when the cheap upper bound (every live
+  subscription) is over the bound.  A Notify sent to a pull point copies its payload
+  once, into that pull point: it is refused when the payload alone exceeds the bound.
 """
 
 from __future__ import annotations
@@ -298,14 +299,28 @@ class Guard:
             "ad_hoc_topics",
         )
 
-    def check_fanout(self, messages: Sequence[NotificationMessage]) -> None:
+    def check_fanout(
+        self, messages: Sequence[NotificationMessage], *, pull_point: str | None = None
+    ) -> None:
         """Refuse a Notify whose payload bytes times their fan-out exceed
-        ``quotas.notify_fanout_bytes``."""
+        ``quotas.notify_fanout_bytes``; a Notify sent to ``pull_point`` copies each
+        payload once, into that pull point (as a broker's Notify reaching nobody)."""
         bound = self._ctx.settings.quotas.notify_fanout_bytes
         if bound is None or current_principal().method == "system":
             return
         registry = self._ctx.registry
         size = sum(len(m.payload) for m in messages)
+        if pull_point is not None:
+            if size > bound:
+                raise _refuse(
+                    errors.NotificationRefused(
+                        f"this Notify would copy {size} bytes into pull point {pull_point} "
+                        f"(its payload), more than quotas.notify_fanout_bytes ({bound})"
+                    ),
+                    413,
+                    "notify_fanout_bytes",
+                )
+            return
         if size * max(1, len(registry.subscriptions)) <= bound:
             return
         now = self._ctx.now()

@@ -360,11 +360,15 @@ class PullPoints:
         return dropped
 
     def notify(self, pull_point_id: str, messages: Sequence[InboundNotification]) -> None:
-        """Notify sent to a pull point: accumulate as received (PP-05).  Every check is
-        ``prepare``'s (the Notify ACL, the topics in order), which admits the new topics
-        at its end, all or none (``Inbound.prepare``)."""
-        self._ctx.registry.live_pull_point(pull_point_id)
-        prepared = self._inbound.prepare(messages, registration_check=False)
+        """Notify sent to a pull point: accumulate as received (PP-05).  ``prepare``'s
+        checks (the Notify ACL, the topics in order), then the fan-out bound (the payload,
+        copied once into the pull point); the new topics are admitted once all passed,
+        all or none: a refused Notify admits nothing (``Inbound.admit``)."""
+        ctx = self._ctx
+        ctx.registry.live_pull_point(pull_point_id)
+        prepared = self._inbound.prepare(messages, registration_check=False, admit=False)
+        ctx.guard.check_fanout(prepared, pull_point=pull_point_id)
+        self._inbound.admit(prepared)
         self._inbound.publish(prepared, route=pull_point_inbox(pull_point_id))
 
     def destroy(self, pull_point_id: str) -> None:

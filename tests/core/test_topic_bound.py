@@ -165,6 +165,11 @@ def _pull_point_second_topic_over_bound(s: BrokerService) -> None:
     )
 
 
+def _pull_point_over_fanout(s: BrokerService) -> None:
+    pp = s.create_pull_point(CreatePullPointRequest())
+    s.notify_pull_point(pp.id, [note("<a-payload-past-the-fan-out-bound/>", concrete("t:refused"))])
+
+
 def _register_two_over_bound(s: BrokerService) -> None:
     s.register_publisher(
         RegisterPublisherRequest(None, (concrete("t:refused"), concrete("t:refused2")))
@@ -187,6 +192,7 @@ def _subscribe_refused_after_end_topic(s: BrokerService) -> None:
         (_over_fanout, errors.NotificationRefused),
         (_second_topic_over_bound, errors.TopicNotSupported),
         (_pull_point_second_topic_over_bound, errors.TopicNotSupported),
+        (_pull_point_over_fanout, errors.NotificationRefused),
         (_register_two_over_bound, errors.TopicNotSupported),
         (_subscribe_refused_after_end_topic, errors.UnacceptableInitialTerminationTime),
     ],
@@ -194,6 +200,7 @@ def _subscribe_refused_after_end_topic(s: BrokerService) -> None:
         "notify-fanout",
         "notify-second-topic",
         "pull-point-second-topic",
+        "pull-point-fanout",
         "register-second-topic",
         "subscribe-later",
     ],
@@ -204,10 +211,11 @@ def test_a_request_refused_after_its_topics_were_checked_leaves_none_behind(
     fault: type[errors.WsnError],
 ) -> None:
     """Bound 1: a request refused after the check of its new topics (the Notify fan-out
-    bound; a later topic of the same Notify or RegisterPublisher past the bound; a
-    Subscribe's InitialTerminationTime, checked after its SubscriptionEnd topic) admits
-    none of them, so another request's new topic still fits.  Before, the topics checked
-    first were admitted on the way and stayed: refused requests used up the bound."""
+    bound, a pull point's Notify's too; a later topic of the same Notify or
+    RegisterPublisher past the bound; a Subscribe's InitialTerminationTime, checked after
+    its SubscriptionEnd topic) admits none of them, so another request's new topic still
+    fits.  Before, the topics checked first were admitted on the way and stayed: refused
+    requests used up the bound."""
     s = make_broker(quotas__ad_hoc_topics=1, quotas__notify_fanout_bytes=16).service
     assert s is not None
     with bound_principal(NOTIFIER):

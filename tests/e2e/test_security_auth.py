@@ -415,3 +415,27 @@ def test_identity_quota_rate_and_fanout(secured: RunningServer) -> None:
     )
     assert resp.status_code == 413, resp.content
     assert b"quotas.notify_fanout_bytes" in resp.content
+
+
+def test_a_notify_to_a_pull_point_is_bound_by_the_fanout_quota(secured: RunningServer) -> None:
+    """A Notify sent to a pull point copies its payload into the middleware once: past
+    ``quotas.notify_fanout_bytes`` (200 kB here) it is refused as the broker's Notify is,
+    413 and a BaseFault naming the bound, and nothing reaches the pull point (the sentinel
+    sent after it is all GetMessages hands out).  Before, it was accepted whatever its
+    size (up to the request size limit)."""
+    alice = _basic("alice", "alice-pw")
+    resp = post(secured.broker_url, "<wsnt:CreatePullPoint/>", alice)
+    pp_ref = etree.fromstring(resp.content).find(".//wsnt:PullPoint", NS)
+    assert pp_ref is not None, resp.content
+    pull_point = epr_address(pp_ref)
+    big = "<p>" + "x" * 210_000 + "</p>"
+    resp = post(pull_point, notify_body(("tns:pp-fan", big), ns=TOPICS, dialect=CONCRETE), alice)
+    assert resp.status_code == 413, resp.content
+    assert fault_name(resp.content) == "BaseFault"
+    assert b"quotas.notify_fanout_bytes (200000)" in resp.content
+    sentinel = notify_body(("tns:pp-fan", "<sentinel/>"), ns=TOPICS, dialect=CONCRETE)
+    assert post(pull_point, sentinel, alice).status_code == 202  # one-way, accepted
+    got = post(pull_point, "<wsnt:GetMessages/>", alice)
+    assert got.status_code == 200, got.content
+    assert b"sentinel" in got.content and b"xxxx" not in got.content
+    assert _metric(secured, "wsnmom_quota_refusals", quota="notify_fanout_bytes") >= 1

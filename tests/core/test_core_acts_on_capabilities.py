@@ -26,6 +26,7 @@ from wsnmom.core.service import BrokerService
 from tests.support.waiting import wait_until
 
 from .conftest import Broker, FakeClock, RecordingOutbound, note, simple, sub_req
+from .test_pull_feed_stall import GraveRefusal, expired_count
 
 FILELOG = "filelog://{tmp}/log?partitions=1"
 C = "http://127.0.0.1:9/consumer"
@@ -234,6 +235,32 @@ def test_gateway_drops_messages_past_max_age_on_a_log(
     assert payloads == [b"<young/>", b"<sentinel/>"], payloads
     assert metrics.NOTIFICATIONS_EXPIRED._value.get() - expired_before == 1
     assert got
+
+
+def test_a_pushed_message_past_max_age_is_counted_once_however_often_its_dead_letter_is_tried(
+    make_broker: Callable[..., Broker], outbound: RecordingOutbound, clock: FakeClock
+) -> None:
+    """A push subscription's message past max_age whose dead letter is refused twice: its
+    channel prepares it again later (``PrepareLater``) until the dead letter is confirmed;
+    ``wsnmom_notifications_expired_total`` counts it once.  Before, once per try."""
+    clock.value = datetime.now(UTC)
+    broker = make_broker(adapter_url=FILELOG, limits__max_age=timedelta(minutes=1))
+    service = broker.service
+    assert service is not None
+    sub = service.subscribe(sub_req(C, topic=simple("t:age")))
+    service.pause(sub.id)
+    service.notify([note("<old/>", simple("t:age"))])
+    clock.advance(minutes=5)
+    refusal = GraveRefusal(service, refuse=2)
+    expired_before = expired_count()
+    service.resume(sub.id)
+    service.notify([note("<sentinel/>", simple("t:age"))])  # the barrier, behind old
+    outbound.wait_messages(C, 1)
+    assert [d.message.payload for d in outbound.messages_to(C)] == [b"<sentinel/>"]
+    assert refusal.tries >= 3  # refused twice, then confirmed
+    [letter] = service.dead_letters()
+    assert letter.body == b"<old/>" and letter.reason == "max-age"
+    assert expired_count() - expired_before == 1
 
 
 def test_policy_says_who_enforces_limits(

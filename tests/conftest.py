@@ -3,6 +3,7 @@
 import importlib.util
 import json
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +65,8 @@ def _adapter_of(nodeid: str) -> str:
 _WORKER_DESCRIPTORS: dict[str, int] = {}
 #: the suite gateways' starts of each worker, forked and as processes of their own
 _WORKER_STARTS: dict[str, dict[str, int]] = {}
+#: threads alive at the end of each pytest-xdist worker, by worker id
+_WORKER_THREADS: dict[str, int] = {}
 
 
 def _open_descriptors() -> int | None:
@@ -84,6 +87,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         output["open_descriptors"] = count
     if output is not None:
         output["gateway_starts"] = dict(started)
+        output["live_threads"] = threading.active_count()
 
 
 @pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist: optional without it
@@ -94,6 +98,9 @@ def pytest_testnodedown(node: Any, error: Any) -> None:
     starts = getattr(node, "workeroutput", {}).get("gateway_starts")
     if starts is not None:
         _WORKER_STARTS[str(node.gateway.id)] = dict(starts)
+    threads = getattr(node, "workeroutput", {}).get("live_threads")
+    if threads is not None:
+        _WORKER_THREADS[str(node.gateway.id)] = int(threads)
 
 
 def _report_descriptors(terminalreporter: Any) -> None:
@@ -109,6 +116,12 @@ def _report_descriptors(terminalreporter: Any) -> None:
     if counts:
         listed = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
         terminalreporter.write_line(f"open descriptors at the end: {listed}")
+    threads = dict(_WORKER_THREADS)
+    if not threads and not hasattr(terminalreporter.config, "workerinput"):
+        threads["main"] = threading.active_count()
+    if threads:
+        listed = ", ".join(f"{k} {v}" for k, v in sorted(threads.items()))
+        terminalreporter.write_line(f"live threads at the end: {listed}")
 
 
 def _report_gateway_starts(terminalreporter: Any) -> None:

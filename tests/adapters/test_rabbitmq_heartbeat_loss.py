@@ -44,7 +44,8 @@ class Relay:
         self.sockets: list[socket.socket] = []
         self.silenced: set[int] = set()
         self.connections = 0
-        threading.Thread(target=self._accept, daemon=True).start()
+        self._accepting = threading.Thread(target=self._accept, daemon=True)
+        self._accepting.start()
 
     def _accept(self) -> None:
         while True:
@@ -71,10 +72,14 @@ class Relay:
         self.silenced.update(range(1, self.connections + 1))
 
     def close(self) -> None:
-        self.listener.close()
-        for s in self.sockets:
+        """Stop accepting and end the relayed connections, and with them the threads
+        (closing a socket does not wake a thread blocked on it: shutting it down does;
+        the accepting thread was left behind per test)."""
+        for s in [self.listener, *self.sockets]:
             with contextlib.suppress(OSError):
-                s.close()
+                s.shutdown(socket.SHUT_RDWR)
+            s.close()
+        self._accepting.join(10)
 
 
 @pytest.fixture

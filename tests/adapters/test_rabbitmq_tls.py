@@ -79,10 +79,14 @@ class TlsRelay:
         _pump(tls, up)
 
     def close(self) -> None:
-        self.listener.close()
-        for s in self.sockets:
+        """Stop accepting and end the relayed connections, and with them the threads
+        (closing a socket does not wake a thread blocked on it: shutting it down does;
+        the accepting thread was left behind per test)."""
+        for s in [self.listener, *self.sockets]:
             with contextlib.suppress(OSError):
-                s.close()
+                s.shutdown(socket.SHUT_RDWR)
+            s.close()
+        self.thread.join(10)
 
 
 @pytest.fixture

@@ -25,6 +25,7 @@ from wsnmom.core.model import (
     WireVersion,
 )
 from wsnmom.core.outbound_policy import OutboundPolicy
+from wsnmom.core.ownership import Ownership
 from wsnmom.core.ports import DeliveryFailed
 from wsnmom.core.service import BrokerService
 from wsnmom.core.store_sqlite import SqliteStore
@@ -357,6 +358,16 @@ def broker(make_broker: Callable[..., Broker]) -> Broker:
 def service(broker: Broker) -> BrokerService:
     assert broker.service is not None
     return broker.service
+
+
+@pytest.fixture
+def ownership(service: BrokerService) -> Iterator[Ownership]:
+    """An ``Ownership`` on ``service`` that the test drives (``gained``, ``lost``,
+    ``reconcile``); closed at the end, which ends its opener threads (left open, each
+    test left :data:`~wsnmom.core.ownership.OPEN_AT_ONCE` idle threads behind)."""
+    made = Ownership(service._ctx, service.subscriptions)
+    yield made
+    made.close()
 
 
 def _unsettled(handle: Any) -> int:

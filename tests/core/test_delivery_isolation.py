@@ -82,16 +82,30 @@ def tarpits() -> Iterator[Callable[..., Tarpit]]:
         t.close()
 
 
-def _broker(make_broker: Any, **overrides: Any) -> Broker:
-    settings: dict[str, Any] = {
-        "retry__timeout": TIMEOUT,
-        "retry__max_attempts": 100,
-        "retry__give_up": "keep",
-        "delivery__workers": 4,
-        **overrides,
-    }
-    b: Broker = make_broker(soap=SoapClient(), **settings)
-    return b
+@pytest.fixture
+def soap_broker(make_broker: Any) -> Iterator[Callable[..., Broker]]:
+    """Brokers delivering through a real ``SoapClient`` each; at the end each broker is
+    stopped, then its client closed (its keep-alive connections held a request thread
+    of the consumer server each, left behind)."""
+    made: list[tuple[Broker, SoapClient]] = []
+
+    def make(**overrides: Any) -> Broker:
+        settings: dict[str, Any] = {
+            "retry__timeout": TIMEOUT,
+            "retry__max_attempts": 100,
+            "retry__give_up": "keep",
+            "delivery__workers": 4,
+            **overrides,
+        }
+        soap = SoapClient()
+        b: Broker = make_broker(soap=soap, **settings)
+        made.append((b, soap))
+        return b
+
+    yield make
+    for b, soap in made:
+        b.stop()
+        soap.close()
 
 
 def _subscribe(b: Broker, address: str, topic: str) -> str:
@@ -115,11 +129,11 @@ def _healthy_delay(b: Broker, healthy: ConsumerServer, pits: list[Tarpit], stuck
 
 
 def test_subscriptions_to_one_tarpit_do_not_delay_a_healthy_consumer(
-    make_broker: Any, consumer: ConsumerServer, tarpits: Callable[..., Tarpit]
+    soap_broker: Callable[..., Broker], consumer: ConsumerServer, tarpits: Callable[..., Tarpit]
 ) -> None:
     """16 subscriptions to one consumer that never answers (more than the 4 shared
     threads): its lane runs at most ``per_destination`` of them at once."""
-    b = _broker(make_broker)
+    b = soap_broker()
     pit = tarpits()
     for i in range(16):
         _subscribe(b, pit.address(f"/t{i}"), "t:pit")
@@ -131,12 +145,12 @@ def test_subscriptions_to_one_tarpit_do_not_delay_a_healthy_consumer(
 
 
 def test_many_tarpit_destinations_do_not_delay_a_healthy_consumer(
-    make_broker: Any, consumer: ConsumerServer, tarpits: Callable[..., Tarpit]
+    soap_broker: Callable[..., Broker], consumer: ConsumerServer, tarpits: Callable[..., Tarpit]
 ) -> None:
     """40 distinct consumers (on 40 loopback hosts) that never answer hold every one of the
     4 threads; the engine starts more threads once they have all been stuck for
     ``slow_after``."""
-    b = _broker(make_broker)
+    b = soap_broker()
     pits = [tarpits(f"127.0.0.{10 + i}") for i in range(40)]
     for pit in pits:
         _subscribe(b, pit.address(), "t:pit")
@@ -147,15 +161,14 @@ def test_many_tarpit_destinations_do_not_delay_a_healthy_consumer(
 
 
 def test_an_open_circuit_takes_no_threads_and_the_retry_policy_still_ends(
-    make_broker: Any, consumer: ConsumerServer, tarpits: Callable[..., Tarpit]
+    soap_broker: Callable[..., Broker], consumer: ConsumerServer, tarpits: Callable[..., Tarpit]
 ) -> None:
     """After ``breaker_failures`` attempts without an answer in time the destination's
     circuit opens:
     no further connections while it is open (its subscriptions fail at once, holding no
     thread), a healthy consumer is served at once, and give-up still ends the
     subscriptions with SubscriptionEnd once their attempts are used up."""
-    b = _broker(
-        make_broker,
+    b = soap_broker(
         retry__timeout=1.0,
         retry__max_attempts=4,
         retry__give_up="end",
@@ -330,14 +343,14 @@ class _Message:
 
 
 def test_many_ports_of_one_host_hold_at_most_the_hosts_share(
-    make_broker: Any, consumer: ConsumerServer, tarpits: Callable[..., Tarpit]
+    soap_broker: Callable[..., Broker], consumer: ConsumerServer, tarpits: Callable[..., Tarpit]
 ) -> None:
     """Issue 22, item 2: 24 subscriptions, each to its own never-answering port of one
     host (127.0.0.2).  Each port is a destination of its own, so ``per_destination`` alone
     let them take every thread; the host's lane lets ``per_host`` of them run at once.
     The tarpits hold their connections for the whole test (a 60 s timeout), and a healthy
     consumer on another host still gets its notification while they do."""
-    b = _broker(make_broker, retry__timeout=60.0)
+    b = soap_broker(retry__timeout=60.0)
     pits = [tarpits("127.0.0.2") for _ in range(24)]
     for pit in pits:
         _subscribe(b, pit.address(), "t:pit")
@@ -354,7 +367,7 @@ def test_many_ports_of_one_host_hold_at_most_the_hosts_share(
 
 
 def test_many_ports_each_timing_out_once_open_the_host_and_hold_no_thread(
-    make_broker: Any, consumer: ConsumerServer, tarpits: Callable[..., Tarpit]
+    soap_broker: Callable[..., Broker], consumer: ConsumerServer, tarpits: Callable[..., Tarpit]
 ) -> None:
     """Issue 22, item 2: 48 never-answering ports of one host, each a destination of its
     own that times out once.  The host's circuit opens after ``breaker_failures`` timeouts
@@ -362,7 +375,7 @@ def test_many_ports_each_timing_out_once_open_the_host_and_hold_no_thread(
     had to time out three times first: a minute here), so the host then holds no delivery
     thread and no port of it is connected again, while a healthy consumer on another host
     gets its notification."""
-    b = _broker(make_broker, retry__timeout=1.0, delivery__breaker_open=timedelta(minutes=5))
+    b = soap_broker(retry__timeout=1.0, delivery__breaker_open=timedelta(minutes=5))
     pits = [tarpits("127.0.0.2") for _ in range(48)]
     for pit in pits:
         _subscribe(b, pit.address(), "t:pit")

@@ -33,12 +33,11 @@ def _assert_gone(service: BrokerService, outbound: RecordingOutbound, sub_id: st
 
 
 def test_a_shard_gained_while_its_subscription_is_destroyed_does_not_bring_it_back(
-    service: BrokerService, outbound: RecordingOutbound
+    service: BrokerService, outbound: RecordingOutbound, ownership: Ownership
 ) -> None:
     sub_id = service.subscribe(sub_req(VICTIM, topic=simple("t:a"))).id
     service.subscribe(sub_req(CONTROL, topic=simple("t:a")))
     service.engine.close_channel(sub_id)  # its shard was lost a moment ago
-    ownership = Ownership(service._ctx, service.subscriptions)
     looked_up = ownership._of
 
     def of_then_unsubscribe(shards: set[int]) -> list[Any]:

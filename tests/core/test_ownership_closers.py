@@ -121,10 +121,9 @@ def test_a_slow_close_of_a_lost_shard_does_not_hold_up_lease_renewal(
     assert counts().counts.expired == 1
 
 
-def _lost_while(service: BrokerService, held_again: bool) -> Ownership:
+def _lost_while(service: BrokerService, ownership: Ownership, held_again: bool) -> None:
     """``lost`` for every shard, the closings made while this instance holds them
     again (``held_again``) or not."""
-    ownership = Ownership(service._ctx, service.subscriptions)
     delivers: Any = service._ctx.delivers
     service._ctx.delivers = lambda _id: held_again
     try:
@@ -132,15 +131,14 @@ def _lost_while(service: BrokerService, held_again: bool) -> Ownership:
         assert ownership.settled()
     finally:
         service._ctx.delivers = delivers
-    return ownership
 
 
 def test_a_closing_made_once_the_shard_is_held_again_leaves_the_delivery_open(
-    service: BrokerService, outbound: RecordingOutbound
+    service: BrokerService, outbound: RecordingOutbound, ownership: Ownership
 ) -> None:
     sub_id = service.subscribe(sub_req(VICTIM, topic=simple("t:a"))).id
     channel = service.engine.channel(sub_id)
-    ownership = _lost_while(service, held_again=True)
+    _lost_while(service, ownership, held_again=True)
     ownership.gained(set(range(service.settings.cluster.shards)))  # its opening after
     assert ownership.settled()
     assert service.engine.channel(sub_id) is channel  # neither closed nor opened twice
@@ -149,10 +147,10 @@ def test_a_closing_made_once_the_shard_is_held_again_leaves_the_delivery_open(
 
 
 def test_a_closing_made_while_the_shard_is_lost_closes_and_the_opening_reopens(
-    service: BrokerService, outbound: RecordingOutbound
+    service: BrokerService, outbound: RecordingOutbound, ownership: Ownership
 ) -> None:
     sub_id = service.subscribe(sub_req(VICTIM, topic=simple("t:a"))).id
-    ownership = _lost_while(service, held_again=False)
+    _lost_while(service, ownership, held_again=False)
     assert service.engine.channel(sub_id) is None
     ownership.gained(set(range(service.settings.cluster.shards)))  # held again
     assert ownership.settled()

@@ -13,13 +13,12 @@ LEFT = "http://127.0.0.1:9/left"
 
 
 def test_a_held_subscription_without_a_delivery_is_opened_by_the_reconcile(
-    service: BrokerService, outbound: RecordingOutbound
+    service: BrokerService, outbound: RecordingOutbound, ownership: Ownership
 ) -> None:
     sub_id = service.subscribe(sub_req(LEFT, topic=simple("t:a"))).id
     # looked at while the lease looked lapsed: registered, no delivery
     service.engine.close_channel(sub_id)
     service.notify([note("<m>held</m>", simple("t:a"))])
-    ownership = Ownership(service._ctx, service.subscriptions)
     shards = set(range(service.settings.cluster.shards))
     ownership.reconcile(shards)
     assert ownership.settled()
@@ -28,12 +27,11 @@ def test_a_held_subscription_without_a_delivery_is_opened_by_the_reconcile(
 
 
 def test_nothing_is_opened_for_a_shard_this_instance_does_not_deliver(
-    service: BrokerService, outbound: RecordingOutbound
+    service: BrokerService, outbound: RecordingOutbound, ownership: Ownership
 ) -> None:
     sub_id = service.subscribe(sub_req(LEFT, topic=simple("t:a"))).id
     service.engine.close_channel(sub_id)
     service._ctx.delivers = lambda _id: False  # its shard went meanwhile
-    ownership = Ownership(service._ctx, service.subscriptions)
     ownership.reconcile(set(range(service.settings.cluster.shards)))
     ownership.gained(set(range(service.settings.cluster.shards)))
     assert ownership.settled()

@@ -28,13 +28,12 @@ def _observed() -> dict[str, tuple[float, float]]:
 
 
 def test_the_first_delivery_after_a_take_is_timed_stage_by_stage_once(
-    service: BrokerService, outbound: RecordingOutbound
+    service: BrokerService, outbound: RecordingOutbound, ownership: Ownership
 ) -> None:
     sub_id = service.subscribe(sub_req(TAKEN, topic=simple("t:take"))).id
     service.engine.close_channel(sub_id)  # another instance delivered its shard
     service.notify([note("<m>waiting</m>", simple("t:take"))])
     before = _observed()
-    ownership = Ownership(service._ctx, service.subscriptions)
     ownership.gained(set(range(service.settings.cluster.shards)))
     assert ownership.settled()
     outbound.wait_messages(TAKEN, 1)
@@ -55,12 +54,11 @@ def test_the_first_delivery_after_a_take_is_timed_stage_by_stage_once(
 
 
 def test_openings_that_are_no_take_over_are_not_timed(
-    service: BrokerService, outbound: RecordingOutbound
+    service: BrokerService, outbound: RecordingOutbound, ownership: Ownership
 ) -> None:
     before = _observed()
     sub_id = service.subscribe(sub_req(TAKEN, topic=simple("t:plain"))).id
     service.engine.close_channel(sub_id)
-    ownership = Ownership(service._ctx, service.subscriptions)
     ownership.reconcile(set(range(service.settings.cluster.shards)))  # not a take
     assert ownership.settled()
     service.notify([note("<m>plain</m>", simple("t:plain"))])

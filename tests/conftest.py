@@ -261,3 +261,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if hasattr(config, "workerinput") and DURATIONS.is_file():
         known = json.loads(DURATIONS.read_text())
         items[:] = longest_first(items, {str(k): float(v) for k, v in known.items()})
+
+
+@pytest.fixture(autouse=True)
+def _throttled_logs_forgotten() -> None:
+    """Each test starts with the product's throttled log lines forgotten (refusals, auth
+    failures, invalid requests: one line per kind per 10 s for the whole process), so a
+    test that reads a line is not blind to it because an earlier test of its worker wrote
+    one (``test_topic_share`` failed so after ``test_topic_bound``)."""
+    from wsnmom.core.guard import refusals
+    from wsnmom.soap_frontend.auth import _failures
+    from wsnmom.soap_frontend.faults import invalid_requests
+
+    for throttled in (refusals, _failures, invalid_requests):
+        throttled.reset()

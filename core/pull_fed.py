@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from typing import Generic, TypeVar
 
@@ -136,14 +137,15 @@ class Feed(Generic[M]):
         self.keeper: Callable[[list[Fed[M]]], None] | None = None
 
 
-class AnswersOnTheirWay:
+class AnswersOnTheirWay(ABC):
     """What a pull point's reader (``PullBuffer``, ``PullReader``) tells of the answers on
     their way that took a feed's messages (``Feed.unsettled``); ``_feed`` finds a feed."""
 
     __slots__ = ()
 
+    @abstractmethod
     def _feed(self, name: str) -> Feed[object] | None:
-        raise NotImplementedError
+        """The reader's feed called ``name``, or None."""
 
     def wait_settled(self, name: str, timeout: float = SETTLE_WAIT) -> bool:
         """Whether the feed's messages handed out in answers on their way were settled

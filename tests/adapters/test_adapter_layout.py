@@ -1,8 +1,8 @@
 """Every adapter stays split where a reader would lose the thread: no class in ``adapters/``
 grows past 500 lines (issue 24, item 7), every module of the packages split into parts
 of one job each has a docstring (docs/adapters/embedded.md, "Code layout"; the module
-docstrings of ``logbase/engine.py`` and ``mqtt/session.py``), and the modules split for
-their length stay under 500 lines.
+docstrings of ``logbase/engine.py`` and ``mqtt/session.py``).  That no module grows past
+500 lines is tests/ops/test_core_layout.py's, for every package of the product.
 
 Read from the sources (``ast``), so the test needs no middleware.
 """
@@ -72,20 +72,3 @@ def test_split_modules_have_a_docstring(path: Path) -> None:
 )
 def test_the_engines_are_split_by_job(package: str, parts: set[str]) -> None:
     assert parts <= {p.name for p in (ADAPTERS / package).glob("*.py")}
-
-
-#: modules split once for their length, which stay under :data:`LIMIT` lines (a part that
-#: grows is split again): the cluster sessions' own MQTT 5 client; the MQTT facade, its
-#: single-instance handle and its counts; cluster mode's handle and, beside publishing,
-#: the wait for the dead-letter boxes it no longer holds; the persistent session and its
-#: barriers
-SPLIT_MODULES = ("mqtt/sub_client.py", "mqtt/sub_protocol.py")
-SPLIT_MODULES += ("mqtt/adapter.py", "mqtt/handle.py", "mqtt/stats.py")
-SPLIT_MODULES += ("mqtt/cluster_handle.py", "mqtt/publish_routing.py")
-SPLIT_MODULES += ("mqtt/session.py", "mqtt/barriers.py")
-
-
-@pytest.mark.parametrize("name", SPLIT_MODULES)
-def test_split_modules_stay_under_the_limit(name: str) -> None:
-    lines = len((ADAPTERS / name).read_text(encoding="utf-8").splitlines())
-    assert lines <= LIMIT, f"adapters/{name} has {lines} lines (at most {LIMIT}): split it again"

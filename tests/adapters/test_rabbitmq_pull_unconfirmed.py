@@ -22,7 +22,7 @@ from wsnmom.core.service import BrokerService
 from tests.adapters.test_rabbitmq_pull_feeds import _service, budgeted_get
 from tests.core.conftest import note, simple, sub_req
 from tests.support.pull_answers import held_answer, pulled, written_up_to, wsgi_app
-from tests.support.pull_breach import BIG, CUBIC, XPATH10, queued_feed
+from tests.support.pull_breach import BIG, CUBIC, XPATH10, GraveRefusal, queued_feed
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.rabbitmq
@@ -34,28 +34,6 @@ __all__ = ["budgeted_get"]  # the fixture, used by name
 def buffered(private_vhost: str) -> Iterator[BrokerService]:
     """The default pull (core's buffer)."""
     yield from _service(private_vhost)
-
-
-class GraveRefusal:
-    """RabbitMQ does not confirm the next ``refuse`` publishes to a dead-letter topic
-    (``adapter.publish_many`` patched to raise what an unconfirmed publish raises);
-    ``tries``: how many publishes to one came."""
-
-    def __init__(self, service: BrokerService, refuse: int) -> None:
-        self.refuse = refuse
-        self.tries = 0
-        adapter: Any = service.adapter
-        real = adapter.publish_many
-
-        def refused(messages: Sequence[OutboundMessage], timeout: float = 10.0) -> Any:
-            if any(m.topic.namespace == DEAD_LETTER_NAMESPACE for m in messages):
-                self.tries += 1
-                if self.refuse > 0:
-                    self.refuse -= 1
-                    raise AdapterError("dead letters not confirmed")
-            return real(messages, timeout=timeout)
-
-        adapter.publish_many = refused
 
 
 def test_pull_get_a_breaching_message_whose_dead_letter_is_not_confirmed_is_not_lost(

@@ -23,10 +23,11 @@ from wsnmom.core.ports import DeliveryFailed
 from wsnmom.core.pull_buffer import PullBuffer
 from wsnmom.core.service import BrokerService
 
+from tests.support.pull_breach import GraveRefusal
 from tests.support.waiting import wait_until
 
 from .conftest import Broker, FakeClock, RecordingOutbound, note, simple, sub_req
-from .test_pull_feed_stall import GraveRefusal, expired_count
+from .test_pull_feed_stall import expired_count
 
 FILELOG = "filelog://{tmp}/log?partitions=1"
 C = "http://127.0.0.1:9/consumer"

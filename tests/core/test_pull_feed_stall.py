@@ -11,23 +11,20 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
 
 import pytest
 from wsnmom.adapters.filelog.adapter import FileLogAdapter
 from wsnmom.core import metrics
 from wsnmom.core.adapter import (
-    AdapterError,
     OutboundMessage,
     QueueLimits,
     Received,
     SubscriptionSpec,
 )
 from wsnmom.core.channel_signals import PrepareLater
-from wsnmom.core.dead_letter_records import DEAD_LETTER_NAMESPACE
 from wsnmom.core.later import WORKERS
 from wsnmom.core.model import CreatePullPointRequest, Subscription
 from wsnmom.core.pull_buffer import PullBuffer
@@ -35,33 +32,13 @@ from wsnmom.core.service import BrokerService
 from wsnmom.topic_mapping.model import PathPattern, Topic
 
 from tests.fixtures.server import kafka_gateway_url
+from tests.support.pull_answers import pulled_until_sentinel
+from tests.support.pull_breach import GraveRefusal
 from tests.support.waiting import wait_until
 
 from .conftest import Broker, note, simple, sub_req
 
 FILELOG = "filelog://{tmp}/log?partitions=1"
-
-
-class GraveRefusal:
-    """The middleware does not confirm the next ``refuse`` publishes of dead letters
-    (``adapter.publish_many`` raising what an unconfirmed publish raises); ``tries``: the
-    publishes of dead letters."""
-
-    def __init__(self, service: BrokerService, refuse: int) -> None:
-        self.refuse = refuse
-        self.tries = 0
-        adapter: Any = service.adapter
-        real = adapter.publish_many
-
-        def refused(messages: Sequence[OutboundMessage], timeout: float = 10.0) -> Any:
-            if any(m.topic.namespace == DEAD_LETTER_NAMESPACE for m in messages):
-                self.tries += 1
-                if self.refuse > 0:
-                    self.refuse -= 1
-                    raise AdapterError("dead letters not confirmed")
-            return real(messages, timeout=timeout)
-
-        adapter.publish_many = refused
 
 
 @pytest.fixture(params=["filelog", pytest.param("kafka", marks=pytest.mark.kafka)])
@@ -97,18 +74,6 @@ def _old_message(b: Broker, service: BrokerService, sub: Subscription) -> None:
     service.resume(sub.id)
 
 
-def _until_sentinel(service: BrokerService, pp_id: str) -> list[bytes]:
-    """Every payload the pull point hands out until the sentinel (a barrier)."""
-    got: list[bytes] = []
-
-    def seen() -> bool:
-        got.extend(m.payload for m in service.get_messages(pp_id, None))
-        return any(b"sentinel" in p for p in got)
-
-    wait_until(seen, 10, what="the sentinel")
-    return got
-
-
 def test_a_feeds_message_past_max_age_whose_dead_letter_is_not_confirmed_is_not_lost(
     aged: Broker,
 ) -> None:
@@ -123,7 +88,7 @@ def test_a_feeds_message_past_max_age_whose_dead_letter_is_not_confirmed_is_not_
     service.notify([note("<m>sentinel</m>", simple("t:a"))])
     wait_until(service.dead_letters, 10, what="old's dead letter")
     assert refusal.tries >= 3  # refused twice, then confirmed
-    assert _until_sentinel(service, pp_id) == [b"<m>sentinel</m>"]
+    assert pulled_until_sentinel(service, pp_id) == [b"<m>sentinel</m>"]
     [letter] = service.dead_letters()
     assert letter.body == b"<m>old</m>" and letter.reason == "max-age"
     # one message past max_age, counted once (before: once per try of its dead letter)
@@ -147,7 +112,7 @@ def test_a_feed_paused_while_its_dead_letter_is_refused_dead_letters_the_message
     service.resume(sub.id)
     wait_until(lambda: refusal.tries > tries, 10, what="the dead letter tried after the resume")
     refusal.refuse = 0
-    assert _until_sentinel(service, pp_id) == [b"<m>sentinel</m>"]
+    assert pulled_until_sentinel(service, pp_id) == [b"<m>sentinel</m>"]
     # confirmed before the sentinel was prepared; a Kafka reader may see it a moment later
     wait_until(service.dead_letters, 10, what="old's dead letter")
     [letter] = service.dead_letters()

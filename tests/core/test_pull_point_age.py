@@ -18,10 +18,12 @@ from wsnmom.core.pull_buffer import PullBuffer
 from wsnmom.core.service import BrokerService
 
 from tests.fixtures.server import kafka_gateway_url
+from tests.support.pull_answers import pulled_until_sentinel
+from tests.support.pull_breach import GraveRefusal
 from tests.support.waiting import wait_until
 
 from .conftest import Broker, note, simple, sub_req
-from .test_pull_feed_stall import FILELOG, GraveRefusal, expired_count
+from .test_pull_feed_stall import FILELOG, expired_count
 
 
 @pytest.fixture(params=["filelog", pytest.param("kafka", marks=pytest.mark.kafka)])
@@ -42,18 +44,6 @@ def _buffered(service: BrokerService, pp_id: str, count: int) -> None:
     wait_until(lambda: reader.buffered() == count, 10, what=f"{count} buffered")
 
 
-def _until_sentinel(service: BrokerService, pp_id: str) -> list[bytes]:
-    """Every payload the pull point hands out until the sentinel (a barrier)."""
-    got: list[bytes] = []
-
-    def seen() -> bool:
-        got.extend(m.payload for m in service.get_messages(pp_id, None))
-        return any(b"sentinel" in p for p in got)
-
-    wait_until(seen, 10, what="the sentinel")
-    return got
-
-
 def _old_in_inbox(b: Broker) -> tuple[BrokerService, str]:
     """A pull point whose inbox holds ``old``, past max_age, then the sentinel."""
     service: BrokerService = b.service
@@ -67,7 +57,7 @@ def _old_in_inbox(b: Broker) -> tuple[BrokerService, str]:
 
 def test_a_pull_points_own_message_past_max_age_is_its_dead_letter(aged: Broker) -> None:
     service, pp_id = _old_in_inbox(aged)
-    assert _until_sentinel(service, pp_id) == [b"<m>sentinel</m>"]
+    assert pulled_until_sentinel(service, pp_id) == [b"<m>sentinel</m>"]
     wait_until(service.dead_letters, 10, what="old's dead letter")
     [letter] = service.dead_letters()
     assert letter.body == b"<m>old</m>" and letter.reason == "max-age"
@@ -86,7 +76,7 @@ def test_a_fed_message_that_aged_in_the_buffer_is_its_subscriptions_dead_letter(
     _buffered(service, pp.id, 1)
     aged.clock.advance(minutes=2)
     service.notify([note("<m>sentinel</m>", simple("t:a"))])
-    assert _until_sentinel(service, pp.id) == [b"<m>sentinel</m>"]
+    assert pulled_until_sentinel(service, pp.id) == [b"<m>sentinel</m>"]
     wait_until(service.dead_letters, 10, what="old's dead letter")
     [letter] = service.dead_letters()
     assert letter.body == b"<m>old</m>" and letter.reason == "max-age"
@@ -104,7 +94,7 @@ def test_a_refused_dead_letter_at_get_messages_loses_nothing(aged: Broker) -> No
     assert refusal.tries == 1
     assert expired_count() == expired_before  # not gone yet: not counted
     _buffered(service, pp_id, 2)  # both handed out again, first
-    assert _until_sentinel(service, pp_id) == [b"<m>sentinel</m>"]
+    assert pulled_until_sentinel(service, pp_id) == [b"<m>sentinel</m>"]
     assert refusal.tries == 2
     wait_until(service.dead_letters, 10, what="old's dead letter")
     [letter] = service.dead_letters()
@@ -144,7 +134,7 @@ def test_an_answer_cut_at_a_refused_dead_letter_settles_what_it_took_before(
     assert service.get_messages(pp.id, None) == []
     assert refused  # old2's refused; old1's confirmed (below)
     _buffered(service, pp.id, 2)  # old2 and the sentinel, first again
-    assert _until_sentinel(service, pp.id) == [b"<m>sentinel</m>"]
+    assert pulled_until_sentinel(service, pp.id) == [b"<m>sentinel</m>"]
     wait_until(lambda: len(service.dead_letters()) == 2, 10, what="both dead letters")
     letters = {letter.body: letter for letter in service.dead_letters()}
     assert sorted(letters) == [b"<m>old1</m>", b"<m>old2</m>"]

@@ -62,6 +62,19 @@ def pulled(service: BrokerService, pull_point_id: str, n: int) -> list[bytes]:
     return got
 
 
+def pulled_until_sentinel(service: BrokerService, pull_point_id: str) -> list[bytes]:
+    """Every payload GetMessages (through the service) hands out from the pull point until
+    one holding ``sentinel`` (a barrier)."""
+    got: list[bytes] = []
+
+    def seen() -> bool:
+        got.extend(m.payload for m in service.get_messages(pull_point_id, None))
+        return any(b"sentinel" in p for p in got)
+
+    wait_until(seen, 10, what="the sentinel")
+    return got
+
+
 def payloads(data: bytes) -> list[str]:
     """The texts of the ``<m>`` payloads of an answer, in order."""
     return [el.text or "" for el in etree.fromstring(data).iter("m")]

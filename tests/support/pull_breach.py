@@ -6,10 +6,12 @@ the waits and checks of its end."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
+from typing import Any
 
-from wsnmom.core.adapter import SubscriptionHandle
+from wsnmom.core.adapter import AdapterError, OutboundMessage, SubscriptionHandle
+from wsnmom.core.dead_letter_records import DEAD_LETTER_NAMESPACE
 from wsnmom.core.model import CreatePullPointRequest, ExpressionSource
 from wsnmom.core.pull_buffer import PullBuffer
 from wsnmom.core.pull_reader import PullReader
@@ -102,3 +104,25 @@ def queued_feed(service: BrokerService, *payloads: str) -> tuple[BreachingFeed, 
     n = len(payloads)
     wait_until(lambda: handle.depth() == n, 10, what=f"{n} message(s) in the queue")
     return feed, handle
+
+
+class GraveRefusal:
+    """The middleware does not confirm the next ``refuse`` publishes of dead letters
+    (``adapter.publish_many`` raising what an unconfirmed publish raises); ``tries``: the
+    publishes of dead letters."""
+
+    def __init__(self, service: BrokerService, refuse: int) -> None:
+        self.refuse = refuse
+        self.tries = 0
+        adapter: Any = service.adapter
+        real = adapter.publish_many
+
+        def refused(messages: Sequence[OutboundMessage], timeout: float = 10.0) -> Any:
+            if any(m.topic.namespace == DEAD_LETTER_NAMESPACE for m in messages):
+                self.tries += 1
+                if self.refuse > 0:
+                    self.refuse -= 1
+                    raise AdapterError("dead letters not confirmed")
+            return real(messages, timeout=timeout)
+
+        adapter.publish_many = refused

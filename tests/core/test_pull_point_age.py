@@ -7,34 +7,22 @@ GetMessages, which tries its dead letter again."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from datetime import timedelta
+from collections.abc import Sequence
 from typing import Any
 
-import pytest
 from wsnmom.core.adapter import AdapterError, OutboundMessage
 from wsnmom.core.model import CreatePullPointRequest
 from wsnmom.core.pull_buffer import PullBuffer
 from wsnmom.core.service import BrokerService
 
-from tests.fixtures.server import kafka_gateway_url
 from tests.support.pull_answers import pulled_until_sentinel
 from tests.support.pull_breach import GraveRefusal
 from tests.support.waiting import wait_until
 
 from .conftest import Broker, note, simple, sub_req
-from .test_pull_feed_stall import FILELOG, expired_count
+from .test_pull_feed_stall import aged, expired_count
 
-
-@pytest.fixture(params=["filelog", pytest.param("kafka", marks=pytest.mark.kafka)])
-def aged(make_broker: Callable[..., Broker], request: pytest.FixtureRequest) -> Broker:
-    """A broker on the file log or Kafka (a gateway of its own on the tansu broker) with
-    ``limits.max_age`` = 1 minute."""
-    if request.param == "filelog":
-        url = FILELOG
-    else:
-        url = kafka_gateway_url(str(request.getfixturevalue("kafka_url")))
-    return make_broker(adapter_url=url, limits__max_age=timedelta(minutes=1))
+__all__ = ["aged"]  # the fixture, used by name
 
 
 def _buffered(service: BrokerService, pp_id: str, count: int) -> None:

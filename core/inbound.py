@@ -4,7 +4,13 @@ middleware, and the current message per topic (GetCurrentMessage).
 A Notify is validated as a whole before anything is published (topics resolved and
 checked against the topic set, ``requires_registration`` checked, the fan-out bound) and
 answered only once the middleware confirmed every message.  Its new topics are admitted
-to the topic set together, once every check passed: a refused Notify admits none.
+to the topic set together, once every check passed: a refused Notify admits none.  A
+Notify sent to a pull point admits nothing: the topic set is the broker's, the
+NotificationProducer's (BN §4.1: the topics it supports), and a pull point is a
+NotificationConsumer whose messages go only into its inbox (BN §5.1.1: it accumulates
+what it is sent, with no constraint of its own), so its topics are checked only against
+their declared namespaces' rules, never against the set's members, its fixedness or
+``quotas.ad_hoc_topics``.
 
 With ``requires_registration`` a message is accepted when its ProducerReference address
 equals the PublisherReference of a live registration whose topics cover the message's
@@ -59,6 +65,7 @@ class Inbound:
         registration_check: bool,
         stamp: bool = False,
         admit: bool = True,
+        into_pull_point: bool = False,
     ) -> list[NotificationMessage]:
         """Validate a Notify's messages and make them NotificationMessages.
 
@@ -72,7 +79,9 @@ class Inbound:
         each producer/topic pair checked against the registrations once.  A Notify is
         validated in message order and refused as a whole at its first invalid message;
         its new topics are admitted together at the end, all or none (``admit``; False:
-        the caller does, :meth:`admit`, after checks of its own).
+        the caller does, :meth:`admit`, after checks of its own).  ``into_pull_point``: a
+        Notify sent to a pull point, whose topics are checked against their namespaces'
+        rules only (``TopicSet.check_name``) and never admitted (the module docstring).
         """
         ctx = self._ctx
         now = ctx.now()
@@ -113,7 +122,11 @@ class Inbound:
             producer = item.producer_reference
             self._check_caller(topic, producer, allowed if acl else None, registered, check)
             if fresh and topic is not None:
-                self._check_topic(topic, new)
+                if into_pull_point:
+                    with topic_errors():
+                        topic_set.check_name(topic)
+                else:
+                    self._check_topic(topic, new)
                 last_source, last_topic, last_dialect = source, topic, dialect
             out.append(
                 NotificationMessage(

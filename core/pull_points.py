@@ -363,14 +363,14 @@ class PullPoints:
 
     def notify(self, pull_point_id: str, messages: Sequence[InboundNotification]) -> None:
         """Notify sent to a pull point: accumulate as received (PP-05).  ``prepare``'s
-        checks (the Notify ACL, the topics in order), then the fan-out bound (the payload,
-        copied once into the pull point); the new topics are admitted once all passed,
-        all or none: a refused Notify admits nothing (``Inbound.admit``)."""
+        checks (the Notify ACL, the topics against their namespaces' rules), then the
+        fan-out bound (the payload, copied once into the pull point).  Its topics are not
+        admitted to the broker's topic set: a pull point is a NotificationConsumer, its
+        messages go only into its inbox (``Inbound``'s module docstring)."""
         ctx = self._ctx
         ctx.registry.live_pull_point(pull_point_id)
-        prepared = self._inbound.prepare(messages, registration_check=False, admit=False)
+        prepared = self._inbound.prepare(messages, registration_check=False, into_pull_point=True)
         ctx.guard.check_fanout(prepared, pull_point=pull_point_id)
-        self._inbound.admit(prepared)
         self._inbound.publish(prepared, route=pull_point_inbox(pull_point_id))
 
     def destroy(self, pull_point_id: str) -> None:

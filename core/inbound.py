@@ -79,10 +79,7 @@ class Inbound:
         each producer/topic pair checked against the registrations once.  A Notify is
         validated in message order and refused as a whole at its first invalid message;
         its new topics are admitted together at the end, all or none (``admit``; False:
-        the caller does, :meth:`admit`, after checks of its own).  ``into_pull_point``: a
-        Notify sent to a pull point, whose topics are checked against their namespaces'
-        rules only (``TopicSet.check_name``) and never admitted (the module docstring).
-        """
+        the caller does, :meth:`admit`; ``into_pull_point``: never, see the module's)."""
         ctx = self._ctx
         now = ctx.now()
         ids = new_message_ids(len(items))
@@ -100,7 +97,7 @@ class Inbound:
         via_in: tuple[str, ...] | None = None
         via_out: tuple[str, ...] | None = ()
         out: list[NotificationMessage] = []
-        new: dict[Topic, None] = {}  # this Notify's topics the set does not hold yet
+        new: dict[Topic, None] | None = None if into_pull_point else {}  # None: none kept
         for item, message_id in zip(items, ids, strict=True):
             via = item.via
             if stamp:
@@ -122,11 +119,7 @@ class Inbound:
             producer = item.producer_reference
             self._check_caller(topic, producer, allowed if acl else None, registered, check)
             if fresh and topic is not None:
-                if into_pull_point:
-                    with topic_errors():
-                        topic_set.check_name(topic)
-                else:
-                    self._check_topic(topic, new)
+                self._check_topic(topic, new)
                 last_source, last_topic, last_dialect = source, topic, dialect
             out.append(
                 NotificationMessage(
@@ -146,11 +139,15 @@ class Inbound:
             self.admit(out)
         return out
 
-    def _check_topic(self, topic: Topic, new: dict[Topic, None]) -> None:
+    def _check_topic(self, topic: Topic, new: dict[Topic, None] | None) -> None:
         """Check ``topic`` (after the ACL and the registration: refused there, the bound is
         not the reason given) as a Notify's next topic after ``new``, its new topics
-        before it (to which it is added if new); nothing is admitted yet."""
-        if topic not in new:
+        before it (to which it is added if new); nothing is admitted yet.  ``new`` None: a
+        Notify to a pull point, whose topics only their namespaces' rules check."""
+        if new is None:
+            with topic_errors():
+                self._ctx.topic_set.check_name(topic)
+        elif topic not in new:
             with topic_errors():
                 if self._ctx.guard.check_topic(topic, ahead=len(new)):
                     new[topic] = None

@@ -196,3 +196,38 @@ def test_every_metadata_header_is_listed_in_the_adapter_docs(adapter: str) -> No
     assert {"wsnmom-request-id", "wsnmom-via"} <= headers
     text = (ROOT / "docs" / "adapters" / f"{adapter}.md").read_text()
     assert not [h for h in sorted(headers) if f"`{h}`" not in text]
+
+
+_FENCED = re.compile(r"^```.*?^```", re.M | re.S)
+_LINK = re.compile(r"\]\(([^)\s]*)\)")
+
+
+def _slug(heading: str) -> str:
+    """GitHub's anchor of a heading (without the ``-1`` of a repeated one)."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def _anchors(doc: Path) -> set[str]:
+    seen: dict[str, int] = {}
+    for heading in re.findall(r"^#+ (.+)$", _FENCED.sub("", doc.read_text()), re.M):
+        slug = _slug(heading)
+        seen[slug] = seen.get(slug, 0) + 1
+    return {f"{s}-{n}" if n else s for s, count in seen.items() for n in range(count)}
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_relative_link_leads_to_a_file_and_heading(doc: Path) -> None:
+    """A link between documents (``[x](operations.md#logs)``) names a file the repository
+    holds and, with an anchor, a heading of that document."""
+    text = re.sub(r"`[^`\n]*`", "", _FENCED.sub("", doc.read_text()))
+    broken = []
+    for link in _LINK.findall(text):
+        if link.startswith(("http:", "https:", "mailto:")):
+            continue
+        target, _, anchor = link.partition("#")
+        linked = (doc.parent / target) if target else doc
+        if not linked.exists():
+            broken.append(f"{link}: no such file")
+        elif anchor and linked.suffix == ".md" and anchor not in _anchors(linked):
+            broken.append(f"{link}: no such heading")
+    assert broken == []

@@ -1,0 +1,72 @@
+"""Every ``wsnmom`` command line the documentation shows (in a code block or a code span)
+names commands and options the command line has, spelt as it spells them."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import click
+import pytest
+
+from wsnmom.cli import cli
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCS = [*sorted((ROOT / "docs").rglob("*.md")), ROOT / "README.md"]
+_FENCED = re.compile(r"^```.*?^```", re.M | re.S)
+#: ``wsnmom`` (or ``.venv/bin/wsnmom``) and its words, up to a shell operator or comment
+_INVOCATION = re.compile(r"(?:^|[\s`(/$])wsnmom((?: +[^\s`|;&#>)]+)+)")
+_WORD = re.compile(r"[a-z][a-z-]+")
+_OPTION = re.compile(r"(--?[a-zA-Z][\w-]*)(?:=.*)?")
+
+
+def _code(text: str) -> Iterator[str]:
+    """The lines of the code blocks (continuations joined) and the code spans of a text."""
+    for block in _FENCED.findall(text):
+        yield from block.replace("\\\n", " ").splitlines()
+    yield from re.findall(r"`([^`\n]+)`", _FENCED.sub("", text))
+
+
+def _problems(words: list[str]) -> Iterator[str]:
+    command: click.Command = cli
+    path = ["wsnmom"]
+    for word in words:
+        if isinstance(command, click.Group) and not word.startswith("-"):
+            if word in command.commands:
+                command = command.commands[word]
+                path.append(word)
+                continue
+            if _WORD.fullmatch(word):
+                yield f"{' '.join(path)} {word}: no such command"
+            return
+        option = _OPTION.fullmatch(word)
+        if option:
+            known = {o for p in command.params for o in (*p.opts, *p.secondary_opts)}
+            if option.group(1) not in known | {"--help"}:
+                yield f"{' '.join(path)} {option.group(1)}: no such option"
+
+
+def _invocations(doc: Path) -> list[list[str]]:
+    return [
+        match.group(1).split()
+        for line in _code(doc.read_text())
+        for match in _INVOCATION.finditer(line)
+    ]
+
+
+def test_the_documentation_shows_command_lines() -> None:
+    assert sum(len(_invocations(doc)) for doc in DOCS) > 100
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_documented_command_line_exists(doc: Path) -> None:
+    assert [p for words in _invocations(doc) for p in _problems(words)] == []
+
+
+def test_a_misspelt_command_or_option_is_found() -> None:
+    assert list(_problems(["serve", "--wait-for-middlewares"])) == [
+        "wsnmom serve --wait-for-middlewares: no such option"
+    ]
+    assert list(_problems(["subscription", "list"])) == ["wsnmom subscription: no such command"]
+    assert list(_problems(["store", "info", "--json", "sqlite:///x"])) == []

@@ -1,0 +1,148 @@
+"""docs/configuration.md against the settings model, both ways: every setting has its row
+in its section's table and every row is a setting, with the default the code has (in the
+units the table gives), every ``[[upstream]]`` key likewise, and every ``WSNMOM_*``
+variable that is not a setting (the command line's ones included) is listed there."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+
+import click
+from wsnmom.core.config import OTHER_VARIABLES, load_settings, setting_names
+from wsnmom.core.config_upstreams import UpstreamSettings
+
+from wsnmom.cli import cli
+
+ROOT = Path(__file__).resolve().parents[2]
+CONFIGURATION = ROOT / "docs" / "configuration.md"
+DOCS = [*sorted((ROOT / "docs").rglob("*.md")), ROOT / "README.md"]
+HOME = "/nohome"
+
+#: defaults the table describes rather than states: (documented text, the code's value)
+DESCRIBED = {
+    "public_url": ("`http://host:port`", None),
+    "loops.gateway_id": ("random at each start", ""),
+    "quotas.burst": ("2 s of `rate`", None),
+    "upstream.namespace": ("the producer's", None),
+}
+_SECONDS = {"s": 1, "min": 60, "hour": 3600, "hours": 3600, "day": 86400, "days": 86400}
+_BYTES = {"KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
+_ISO = re.compile(r"P(?:(\d+)D)?(?:T(?:(\d+)H)?(?:(\d+)M)?(?:(\d+)S)?)?")
+
+
+def _rows() -> Iterator[tuple[str, str]]:
+    """(dotted name, documented default) of every row of the settings tables: the top
+    level's and each ``[section]``'s; ``upstream.KEY`` for the keys of ``[[upstream]]``."""
+    section: str | None = None
+    for line in CONFIGURATION.read_text().splitlines():
+        if line.startswith("## "):
+            heading = re.match(r"## `\[\[?(\w+)\]\]?`", line)
+            section = "" if line == "## Top level" else heading.group(1) if heading else None
+            continue
+        if section is None or not line.startswith("| `"):
+            continue
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        names = re.findall(r"`([a-z_]+)`", cells[0])
+        defaults = [d.strip() for d in cells[1].split(",")] if "," in cells[1] else []
+        if len(defaults) != len(names):  # one default for several names, or "10,000"
+            defaults = [cells[1]] * len(names)
+        for name, default in zip(names, defaults, strict=True):
+            yield (f"{section}.{name}" if section and name != "upstream" else name), default
+
+
+def _value(text: str, actual: object) -> object:
+    """The value a documented default means, read as the code's value is typed."""
+    text = re.sub(r"\s*\(.*\)$", "", text.strip())  # "268435456 (256 MiB)", "none (every topic)"
+    text = text[1:-1] if text.startswith("`") and text.endswith("`") else text
+    text = text.replace("~", HOME).replace("<data_dir>", f"{HOME}/.local/share/wsnmom")
+    words = {"none": type(actual)() if isinstance(actual, list | dict) else None}
+    words |= {"[]": [], "{}": {}, "true": True, "false": False, '""': ""}
+    if text in words:
+        return words[text]
+    if match := re.fullmatch(r"([\d.]+) (KiB|MiB|GiB)", text):
+        return int(float(match.group(1)) * _BYTES[match.group(2)])
+    if (match := re.fullmatch(r"([\d.]+) ([a-z]+)", text)) and match.group(2) in _SECONDS:
+        return timedelta(seconds=float(match.group(1)) * _SECONDS[match.group(2)])
+    if text != "P" and (match := _ISO.fullmatch(text)):
+        days, hours, minutes, seconds = (int(part or 0) for part in match.groups())
+        return timedelta(days=days, hours=hours, minutes=minutes, seconds=seconds)
+    if re.fullmatch(r"[\d,]+(?:\.\d+)?", text):
+        number = float(text.replace(",", ""))
+        return timedelta(seconds=number) if isinstance(actual, timedelta) else number
+    if text.startswith("["):
+        return re.findall(r'"([^"]*)"', text)
+    return text
+
+
+def _defaults() -> dict[str, object]:
+    settings = load_settings(None, environ={"HOME": HOME})
+    values: dict[str, object] = {}
+    for name in setting_names():
+        value: object = settings
+        for part in name.split("."):
+            value = getattr(value, part)
+        values[name] = value
+    upstream = UpstreamSettings()
+    for spec in dataclasses.fields(UpstreamSettings):
+        values[f"upstream.{spec.name}"] = getattr(upstream, spec.name)
+    return values
+
+
+def test_every_setting_has_its_row_and_every_row_is_a_setting() -> None:
+    documented = [name for name, _ in _rows()]
+    assert len(documented) == len(set(documented)), "a setting with two rows"
+    assert set(documented) == set(_defaults())
+
+
+def test_every_documented_default_is_the_codes() -> None:
+    defaults = _defaults()
+    wrong = []
+    for name, text in _rows():
+        if name in DESCRIBED:
+            assert (text, defaults[name]) == DESCRIBED[name], name
+        elif _value(text, defaults[name]) != defaults[name]:
+            wrong.append(f"{name}: documented {text!r}, the code has {defaults[name]!r}")
+    assert wrong == []
+
+
+def test_a_wrong_default_is_found() -> None:
+    assert _value("5 min", timedelta(minutes=5)) == timedelta(minutes=5)
+    assert _value("`PT8H`", timedelta(hours=8)) == timedelta(hours=8)
+    assert _value("268435456 (256 MiB)", 0) == 256 << 20
+    assert _value("10,000", 0) == 10_000
+    assert _value("10 MiB", 0) != 10_000_000
+    assert _value("1 s", timedelta(0)) != timedelta(seconds=10)
+
+
+def _command_line_variables() -> set[str]:
+    found: set[str] = set()
+
+    def walk(command: click.Command) -> None:
+        for param in command.params:
+            envvar = param.envvar
+            found.update([envvar] if isinstance(envvar, str) else envvar or [])
+        for sub in command.commands.values() if isinstance(command, click.Group) else []:
+            walk(sub)
+
+    walk(cli)
+    return found
+
+
+def test_every_variable_that_is_not_a_setting_is_listed() -> None:
+    text = CONFIGURATION.read_text()
+    table = text[text.index("These `WSNMOM_*` variables are read but are not settings") :]
+    table = table[: table.index("\n\n", table.index("|"))]
+    listed = set(re.findall(r"`(WSNMOM_[A-Z_]*[A-Z])`", table))
+    assert listed - {"WSNMOM_TEST_AMQP_URL", "WSNMOM_BENCH_AMQP_URL"} == set(OTHER_VARIABLES)
+
+
+def test_the_command_lines_variables_are_known_and_documented() -> None:
+    variables = _command_line_variables()
+    assert {"WSNMOM_BROKER", "WSN_TOKEN"} <= variables
+    assert {v for v in variables if v.startswith("WSNMOM_")} <= set(OTHER_VARIABLES)
+    text = "".join(doc.read_text() for doc in DOCS)
+    assert [v for v in sorted(variables) if f"`{v}`" not in text] == []

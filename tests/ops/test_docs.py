@@ -146,13 +146,23 @@ def test_adapters_not_shipped_are_not_claimed() -> None:
 
 
 def _documented_commands(doc: Path, command: str) -> list[tuple[list[str], str]]:
-    """(arguments, first output line) of every ``$ wsnmom COMMAND ...`` example."""
+    """(arguments, output) of every ``$ wsnmom COMMAND ...`` example: its lines joined where
+    they end in ``\\``, its output the lines after it up to a blank line."""
     lines = doc.read_text().splitlines()
     found = []
     for i, line in enumerate(lines):
-        stripped = line.strip()
-        if stripped.startswith(f"$ wsnmom {command}"):
-            found.append((shlex.split(stripped[2:])[1:], lines[i + 1].strip()))
+        if not line.strip().startswith(f"$ wsnmom {command}"):
+            continue
+        words = line.strip()[2:]
+        while words.endswith("\\"):
+            i += 1
+            words = words[:-1] + lines[i].strip()
+        output = []
+        for following in lines[i + 1 :]:
+            if not following.strip():
+                break
+            output.append(following.strip())
+        found.append((shlex.split(words)[1:], "\n".join(output)))
     return found
 
 
@@ -166,6 +176,17 @@ def test_topics_check_example_works_on_the_shipped_sample(monkeypatch: pytest.Mo
         result = CliRunner().invoke(cli, args)
         assert result.exit_code == 0, result.output
         assert result.output.strip() == expected
+
+
+def test_topics_translate_examples_print_what_is_shown() -> None:
+    examples = _documented_commands(ROOT / "docs" / "topic-mapping.md", "topics translate")
+    assert len(examples) >= 2
+    for args, expected in examples:
+        result = CliRunner().invoke(cli, args)
+        assert result.exit_code == 0, result.output
+        assert [line.strip() for line in result.output.strip().splitlines()] == expected.split(
+            "\n"
+        ), args
 
 
 def test_sample_namespace_loads_as_the_gateways_topic_set(tmp_path: Path) -> None:

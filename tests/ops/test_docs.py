@@ -219,7 +219,7 @@ def test_every_metadata_header_is_listed_in_the_adapter_docs(adapter: str) -> No
     assert not [h for h in sorted(headers) if f"`{h}`" not in text]
 
 
-_FENCED = re.compile(r"^```.*?^```", re.M | re.S)
+_FENCED = re.compile(r"^ *```.*?^ *```", re.M | re.S)
 _LINK = re.compile(r"\]\(([^)\s]*)\)")
 
 

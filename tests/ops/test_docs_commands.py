@@ -14,7 +14,7 @@ from wsnmom.cli import cli
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = [*sorted((ROOT / "docs").rglob("*.md")), ROOT / "README.md"]
-_FENCED = re.compile(r"^```.*?^```", re.M | re.S)
+_FENCED = re.compile(r"^ *```.*?^ *```", re.M | re.S)
 #: ``wsnmom`` (or ``.venv/bin/wsnmom``) and its words, up to a shell operator or comment
 _INVOCATION = re.compile(r"(?:^|[\s`(/$])wsnmom((?: +[^\s`|;&#>)]+)+)")
 _WORD = re.compile(r"[a-z][a-z-]+")
@@ -70,3 +70,35 @@ def test_a_misspelt_command_or_option_is_found() -> None:
     ]
     assert list(_problems(["subscription", "list"])) == ["wsnmom subscription: no such command"]
     assert list(_problems(["store", "info", "--json", "sqlite:///x"])) == []
+
+
+#: an example script and what follows it on the command line
+_EXAMPLE = re.compile(r"\bexamples/(\w+)\.py((?: +[^\s`|;&#>)]+)*)")
+
+
+def _example_options(script: str) -> set[str]:
+    source = (ROOT / "examples" / f"{script}.py").read_text()
+    return {"--help", *re.findall(r"add_argument\(\s*\"(--[\w-]+)\"", source)}
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_documented_example_command_line_exists(doc: Path) -> None:
+    """``python examples/X.py --option ...``: the script exists and takes those options."""
+    wrong = [
+        f"examples/{script}.py {option}"
+        for line in _code(doc.read_text())
+        for script, words in _EXAMPLE.findall(line)
+        for option in re.findall(r"(?<!\S)(--[\w-]+)", words)
+        if option not in _example_options(script)
+    ]
+    assert wrong == []
+
+
+def test_the_spark_walkthroughs_variables_are_the_ones_its_script_writes() -> None:
+    """docs/spark.md's steps use ``$WSN_*`` of the ``env.sh`` examples/spark_local_brokers.py
+    writes."""
+    written = set(
+        re.findall(r'"(WSN_[A-Z_]+)":', (ROOT / "examples" / "spark_local_brokers.py").read_text())
+    )
+    used = set(re.findall(r"\$\{?(WSN_[A-Z_]+)", (ROOT / "docs" / "spark.md").read_text()))
+    assert used and used <= written, used - written

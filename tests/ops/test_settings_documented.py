@@ -12,6 +12,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import click
+import pytest
 from wsnmom.core.config import OTHER_VARIABLES, load_settings, setting_names
 from wsnmom.core.config_upstreams import UpstreamSettings
 
@@ -146,3 +147,27 @@ def test_the_command_lines_variables_are_known_and_documented() -> None:
     assert {v for v in variables if v.startswith("WSNMOM_")} <= set(OTHER_VARIABLES)
     text = "".join(doc.read_text() for doc in DOCS)
     assert [v for v in sorted(variables) if f"`{v}`" not in text] == []
+
+
+def _toml_examples() -> list[tuple[str, str]]:
+    """(page, text) of every gateway configuration the documentation shows in a ``toml``
+    block; not a credentials file (``[users.NAME]``) nor a ``pyproject.toml``."""
+    return [
+        (f"{doc.relative_to(ROOT)}#{n}", block)
+        for doc in DOCS
+        for n, block in enumerate(
+            re.findall(r"^ *```toml\n(.*?)^ *```", doc.read_text(), re.M | re.S)
+        )
+        if not re.search(r"^\[(?:users|project)\b", block, re.M)
+    ]
+
+
+@pytest.mark.parametrize(("page", "text"), _toml_examples(), ids=[p for p, _ in _toml_examples()])
+def test_every_documented_configuration_loads_without_a_warning(
+    page: str, text: str, tmp_path: Path
+) -> None:
+    config = tmp_path / "gateway.toml"
+    config.write_text(text)
+    warnings: list[str] = []
+    load_settings(config, environ={"HOME": HOME}, warn=warnings.append)
+    assert warnings == [], page

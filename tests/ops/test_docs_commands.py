@@ -102,3 +102,26 @@ def test_the_spark_walkthroughs_variables_are_the_ones_its_script_writes() -> No
     )
     used = set(re.findall(r"\$\{?(WSN_[A-Z_]+)", (ROOT / "docs" / "spark.md").read_text()))
     assert used and used <= written, used - written
+
+
+#: ``python -m bench.NAME`` and what follows it
+_BENCH = re.compile(r"-m (bench(?:\.\w+)*)((?: +[^\s`|;&#>)]+)*)")
+
+
+def _module_options(module: str) -> set[str] | None:
+    """The ``--options`` a benchmark module spells (None: no such module)."""
+    path = ROOT / f"{module.replace('.', '/')}.py"
+    path = path if path.is_file() else ROOT / module.replace(".", "/") / "__main__.py"
+    return {"--help", *re.findall(r"\"(--[\w-]+)\"", path.read_text())} if path.is_file() else None
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_documented_benchmark_command_line_exists(doc: Path) -> None:
+    """``python -m bench.X --option ...``: the module exists and knows those options."""
+    wrong = []
+    for line in _code(doc.read_text()):
+        for module, words in _BENCH.findall(line):
+            known = _module_options(module)
+            options = re.findall(r"(?<!\S)(--[\w-]+)", words)
+            wrong += [f"{module} {o}" for o in options if known is None or o not in known]
+    assert wrong == []

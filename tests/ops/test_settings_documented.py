@@ -16,13 +16,12 @@ import pytest
 from wsnmom.core.config import OTHER_VARIABLES, load_settings, setting_names
 from wsnmom.core.config_upstreams import UpstreamSettings
 
+from tests.support.documented_values import HOME, documented_value, split_defaults
 from wsnmom.cli import cli
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGURATION = ROOT / "docs" / "configuration.md"
 DOCS = [*sorted((ROOT / "docs").rglob("*.md")), ROOT / "README.md"]
-HOME = "/nohome"
-
 #: defaults the table describes rather than states: (documented text, the code's value)
 DESCRIBED = {
     "public_url": ("`http://host:port`", None),
@@ -30,9 +29,6 @@ DESCRIBED = {
     "quotas.burst": ("2 s of `rate`", None),
     "upstream.namespace": ("the producer's", None),
 }
-_SECONDS = {"s": 1, "min": 60, "hour": 3600, "hours": 3600, "day": 86400, "days": 86400}
-_BYTES = {"KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
-_ISO = re.compile(r"P(?:(\d+)D)?(?:T(?:(\d+)H)?(?:(\d+)M)?(?:(\d+)S)?)?")
 
 
 def _rows() -> Iterator[tuple[str, str]]:
@@ -48,35 +44,8 @@ def _rows() -> Iterator[tuple[str, str]]:
             continue
         cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
         names = re.findall(r"`([a-z_]+)`", cells[0])
-        defaults = [d.strip() for d in cells[1].split(",")] if "," in cells[1] else []
-        if len(defaults) != len(names):  # one default for several names, or "10,000"
-            defaults = [cells[1]] * len(names)
-        for name, default in zip(names, defaults, strict=True):
+        for name, default in zip(names, split_defaults(cells[1], len(names)), strict=True):
             yield (f"{section}.{name}" if section and name != "upstream" else name), default
-
-
-def _value(text: str, actual: object) -> object:
-    """The value a documented default means, read as the code's value is typed."""
-    text = re.sub(r"\s*\(.*\)$", "", text.strip())  # "268435456 (256 MiB)", "none (every topic)"
-    text = text[1:-1] if text.startswith("`") and text.endswith("`") else text
-    text = text.replace("~", HOME).replace("<data_dir>", f"{HOME}/.local/share/wsnmom")
-    words = {"none": type(actual)() if isinstance(actual, list | dict) else None}
-    words |= {"[]": [], "{}": {}, "true": True, "false": False, '""': ""}
-    if text in words:
-        return words[text]
-    if match := re.fullmatch(r"([\d.]+) (KiB|MiB|GiB)", text):
-        return int(float(match.group(1)) * _BYTES[match.group(2)])
-    if (match := re.fullmatch(r"([\d.]+) ([a-z]+)", text)) and match.group(2) in _SECONDS:
-        return timedelta(seconds=float(match.group(1)) * _SECONDS[match.group(2)])
-    if text != "P" and (match := _ISO.fullmatch(text)):
-        days, hours, minutes, seconds = (int(part or 0) for part in match.groups())
-        return timedelta(days=days, hours=hours, minutes=minutes, seconds=seconds)
-    if re.fullmatch(r"[\d,]+(?:\.\d+)?", text):
-        number = float(text.replace(",", ""))
-        return timedelta(seconds=number) if isinstance(actual, timedelta) else number
-    if text.startswith("["):
-        return re.findall(r'"([^"]*)"', text)
-    return text
 
 
 def _defaults() -> dict[str, object]:
@@ -105,18 +74,18 @@ def test_every_documented_default_is_the_codes() -> None:
     for name, text in _rows():
         if name in DESCRIBED:
             assert (text, defaults[name]) == DESCRIBED[name], name
-        elif _value(text, defaults[name]) != defaults[name]:
+        elif documented_value(text, defaults[name]) != defaults[name]:
             wrong.append(f"{name}: documented {text!r}, the code has {defaults[name]!r}")
     assert wrong == []
 
 
 def test_a_wrong_default_is_found() -> None:
-    assert _value("5 min", timedelta(minutes=5)) == timedelta(minutes=5)
-    assert _value("`PT8H`", timedelta(hours=8)) == timedelta(hours=8)
-    assert _value("268435456 (256 MiB)", 0) == 256 << 20
-    assert _value("10,000", 0) == 10_000
-    assert _value("10 MiB", 0) != 10_000_000
-    assert _value("1 s", timedelta(0)) != timedelta(seconds=10)
+    assert documented_value("5 min", timedelta(minutes=5)) == timedelta(minutes=5)
+    assert documented_value("`PT8H`", timedelta(hours=8)) == timedelta(hours=8)
+    assert documented_value("268435456 (256 MiB)", 0) == 256 << 20
+    assert documented_value("10,000", 0) == 10_000
+    assert documented_value("10 MiB", 0) != 10_000_000
+    assert documented_value("1 s", timedelta(0)) != timedelta(seconds=10)
 
 
 def _command_line_variables() -> set[str]:

@@ -252,3 +252,32 @@ def test_every_relative_link_leads_to_a_file_and_heading(doc: Path) -> None:
         elif anchor and linked.suffix == ".md" and anchor not in _anchors(linked):
             broken.append(f"{link}: no such heading")
     assert broken == []
+
+
+#: a test named in a code span: ``test_x``, ``test_x[param]`` or ``path/file.py::test_x``;
+#: not an earlier name the text gives with its new one (```old`, now ``new```)
+_CITED_TEST = re.compile(r"`(?:([\w/.-]+\.py)::)?(test_\w+)(?:\[[^\]`]*\])?`(?!, now )")
+
+
+def _tests_defined() -> dict[str, set[str]]:
+    """Test functions and test modules (without ``.py``) -> the files that hold them."""
+    defined: dict[str, set[str]] = {}
+    for folder in ("tests", "wsnmom/testing"):
+        for path in (ROOT / folder).rglob("*.py"):
+            defined.setdefault(path.stem, set()).add(path.name)
+            for name in re.findall(r"def (test_\w+)", path.read_text()):
+                defined.setdefault(name, set()).add(path.name)
+    return defined
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_cited_test_exists(doc: Path) -> None:
+    """A test the documentation names as proof of something is one the suite has (in the
+    module named with it)."""
+    defined = _tests_defined()
+    missing = [
+        f"{module}::{name}" if module else name
+        for module, name in _CITED_TEST.findall(doc.read_text())
+        if name not in defined or (module and Path(module).name not in defined[name])
+    ]
+    assert missing == []

@@ -125,3 +125,24 @@ def test_every_documented_benchmark_command_line_exists(doc: Path) -> None:
             options = re.findall(r"(?<!\S)(--[\w-]+)", words)
             wrong += [f"{module} {o}" for o in options if known is None or o not in known]
     assert wrong == []
+
+
+def _leaf_commands(command: click.Command = cli, path: tuple[str, ...] = ()) -> Iterator[str]:
+    if isinstance(command, click.Group):
+        for name, sub in command.commands.items():
+            yield from _leaf_commands(sub, (*path, name))
+    else:
+        yield " ".join(path)
+
+
+def test_every_command_is_documented() -> None:
+    """Each command of ``wsnmom`` is shown somewhere (``wsnmom GROUP a|b ID|NAME`` counts)."""
+    text = "".join(doc.read_text() for doc in DOCS)
+    missing = []
+    for leaf in _leaf_commands():
+        *group, name = leaf.split()
+        prefix = "".join(f"{re.escape(word)} " for word in group)
+        alternatives = r"(?:[^`\n|\\]*\\?\|)*"  # "list\|show ID\|" in a table
+        if not re.search(rf"wsnmom {prefix}{alternatives}{re.escape(name)}\b", text):
+            missing.append(leaf)
+    assert missing == []

@@ -281,3 +281,41 @@ def test_every_cited_test_exists(doc: Path) -> None:
         if name not in defined or (module and Path(module).name not in defined[name])
     ]
     assert missing == []
+
+
+def _admin_routes() -> set[str]:
+    """``METHOD /path`` of every admin API route, parameters as ``<>``; the subscription
+    action route once per action."""
+    from flask import Flask
+    from wsnmom.soap_frontend import admin_actions, app  # noqa: F401 - registers the routes
+    from wsnmom.soap_frontend.admin_api import admin_api
+
+    flask_app = Flask(__name__)
+    flask_app.register_blueprint(admin_api)
+    routes = set()
+    for rule in flask_app.url_map.iter_rules():
+        if rule.endpoint == "static":
+            continue
+        for method in sorted(rule.methods - {"HEAD", "OPTIONS"}):
+            path = re.sub(r"<(?:[^:>]+:)?([^>]+)>", r"<\1>", rule.rule)
+            if path.endswith("/<action>"):
+                actions = admin_actions._SUBSCRIPTION_ACTIONS
+                routes |= {f"{method} {path[: -len('<action>')]}{a}" for a in actions}
+            else:
+                routes.add(f"{method} {path}")
+    return {re.sub(r"<[^>]+>", "<>", route) for route in routes}
+
+
+def test_every_admin_api_route_is_documented_and_every_documented_one_exists() -> None:
+    """operations.md names every route of the admin API (``GET /wsn/admin/api/...``, in its
+    tables or its text) and no other."""
+    text = OPERATIONS.read_text()
+    documented = set()
+    for method, path, more in re.findall(
+        r"\b(GET|POST)\s+(/wsn/admin/api/[^`\s\[?]*)[^`]*`(?: \(([^)]*)\))?", text
+    ):
+        path = re.sub(r"<[^>]+>", "<>", path)
+        documented.add(f"{method} {path}")
+        for alternative in re.findall(r"`(\w+)`", more):  # "/pause` (`resume`, ...)"
+            documented.add(f"{method} {path.rsplit('/', 1)[0]}/{alternative}")
+    assert documented == _admin_routes()

@@ -319,3 +319,25 @@ def test_every_admin_api_route_is_documented_and_every_documented_one_exists() -
         for alternative in re.findall(r"`(\w+)`", more):  # "/pause` (`resume`, ...)"
             documented.add(f"{method} {path.rsplit('/', 1)[0]}/{alternative}")
     assert documented == _admin_routes()
+
+
+def test_every_hook_is_documented_with_its_arguments() -> None:
+    """docs/plugins.md has a heading and a call line (``wsnmom_x(a, b)``) for every hook of
+    ``core/hookspecs.py``, with the hook's arguments, and documents no other hook."""
+    import inspect
+
+    from wsnmom.core import hookspecs
+
+    text = (ROOT / "docs" / "plugins.md").read_text()
+    hooks = {
+        name: list(inspect.signature(function).parameters)
+        for name, function in vars(hookspecs).items()
+        if name.startswith("wsnmom_") and inspect.isfunction(function)
+    }
+    documented = {
+        name: [a.strip() for a in arguments.split(",") if a.strip()]
+        for name, arguments in re.findall(r"^(wsnmom_\w+)\(([^)]*)\)$", text, re.M)
+    }
+    headings = set(re.findall(r"^#### (wsnmom_\w+)$", text, re.M))
+    assert documented == hooks
+    assert headings == set(hooks)

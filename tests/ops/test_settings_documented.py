@@ -140,3 +140,18 @@ def test_every_documented_configuration_loads_without_a_warning(
     warnings: list[str] = []
     load_settings(config, environ={"HOME": HOME}, warn=warnings.append)
     assert warnings == [], page
+
+
+def test_every_test_and_benchmark_variable_is_documented_and_read() -> None:
+    """The ``WSNMOM_TEST_*`` and ``WSNMOM_BENCH_*`` variables the suite and the benchmarks
+    read are the ones the documentation names."""
+    pattern = re.compile(r"\bWSNMOM_(?:TEST|BENCH)_[A-Z0-9_]*[A-Z0-9]\b")
+    read = {
+        name
+        for folder in ("tests", "bench", "wsnmom", "scripts")
+        for path in (ROOT / folder).rglob("*")
+        if path.suffix in (".py", ".sh") and path != Path(__file__)
+        for name in pattern.findall(path.read_text())
+    }
+    documented = {name for doc in DOCS for name in pattern.findall(doc.read_text())}
+    assert read == documented

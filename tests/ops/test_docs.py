@@ -24,7 +24,7 @@ OPERATIONS = ROOT / "docs" / "operations.md"
 
 #: paths of the design notes, specifications and checklists kept outside the repository
 _OUTSIDE = re.compile(
-    r"\bshared/(?:design|specs|schemas)\b|\bdesign/[\w.-]+\.md\b|architecture §|"
+    r"\bshared/(?:design|specs|schemas)\b|\.\./shared\b|\bdesign/[\w.-]+\.md\b|architecture §|"
     r"wsn-1\.3-checklist|/work/"
 )
 _RULE_ROW = re.compile(r"^\| ([A-Z]+-B?\d+) \| (.*?) \| (.*?) \|")

@@ -111,6 +111,7 @@ from wsnmom.core.context import BrokerContext
 from wsnmom.core.model import NotificationMessage, Subscription, SubscriptionState
 from wsnmom.core.ports import DeliveryFailed
 from wsnmom.core.pull_buffer import Fed, PullBuffer
+from wsnmom.core.pull_fed import SETTLE_WAIT
 from wsnmom.core.pull_feed_stops import FeedStops
 from wsnmom.core.pull_reader import PullReader
 from wsnmom.core.registry import LiveSubscription
@@ -317,7 +318,7 @@ class PullFeeds(FeedStops):
         # keeps what waits itself, an Unsubscribe removes the feed (nothing left here)
         drain = self._kept_here(state)
         self._keep(state, reader, self._suspend(state, reader, drain=drain))
-        if not self._settled(held):
+        if not (held is None or held.wait(SETTLE_WAIT)):
             log.warning(
                 "subscription %s: an answer holding its messages is still on its way; "
                 "its backlog goes to its dead letters without waiting longer",

@@ -9,9 +9,17 @@ paused feed's handle stops once those answers settled, on a thread of its own
 (``_stop_settled``), and the feed is started then if it was resumed meanwhile
 (``_start``: a start that fails is tried again, ``START_TRIES`` times every
 ``START_RETRY`` seconds); the handle of a feed ended through another instance stops the
-same way (``_stop_detached``).  An end here waits for them in ``PullFeeds.stop``.  The
-broker's close ends the stops under way at once and waits for them (``close``): none
-touches the adapter after it.
+same way (``_stop_detached``).  An end here waits for them in ``PullFeeds.stop``, also
+for the stop of a feed whose end through another instance was followed meanwhile
+(``_detached_stop``: the backlog goes once the handle stopped).  The broker's close ends
+the stops under way at once and waits for them (``close``): none touches the adapter
+after it.
+
+Each feed's changes are serialised by a lock of the feed's own (``_feed_lock``), held
+across their middleware calls (a pause's or an end's publish into the pull point's
+inbox, a handle's stop, start or purge): a publish the middleware is slow to confirm
+holds that feed's changes only, never the other feeds'.  The lock shared by all feeds
+(``_lock``) guards the map of those locks and the stops' threads, for a moment at a time.
 """
 
 from __future__ import annotations
@@ -19,7 +27,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 from wsnmom.core.adapter import SubscriptionHandle
 from wsnmom.core.later import later
@@ -40,21 +49,48 @@ START_RETRY = 2.0
 _CLOSE_POLL = 0.2
 
 
+class _FeedLock:
+    """A feed's lock and how many changes hold it or wait for it (``FeedStops._lock``)."""
+
+    __slots__ = ("lock", "users")
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.users = 0
+
+
+class _Detached:
+    """A feed detached through another instance whose handle stops once the answers on
+    their way that hold ``held`` settled (``FeedStops._stop_detached``); ``thens`` run
+    after that stop: the ``then`` of every detach of the feed meanwhile, and what an end
+    here waiting for that stop set (``FeedStops._detached_stop``)."""
+
+    __slots__ = ("held", "thens")
+
+    def __init__(self, held: Unsettled, then: Callable[[], None] | None) -> None:
+        self.held = held
+        self.thens: list[Callable[[], None]] = [] if then is None else [then]
+
+
 class FeedStops:
-    """The lock that serialises a broker's feed changes, the buffered feeds whose handle
-    stops once answers on their way settled, and those stops (see the module
+    """The locks that serialise a broker's feed changes, one per feed, the buffered feeds
+    whose handle stops once answers on their way settled, and those stops (see the module
     docstring)."""
 
     def __init__(self) -> None:
+        #: held for a moment at a time, never across a middleware call: guards
+        #: ``_feed_locks`` and ``_threads``
         self._lock = threading.Lock()
+        #: the feeds' own locks, by subscription id (``_feed_lock``); an entry lives
+        #: while a change holds or waits for it
+        self._feed_locks: dict[str, _FeedLock] = {}
         #: buffered feeds whose handle stops once the answers on their way that took
         #: their messages settled (a pause's or an end's) -> the stop's token; until
-        #: then a resume leaves the feed to that stop (under ``_lock``)
+        #: then a resume leaves the feed to that stop (each under its feed's lock)
         self._stopping: dict[str, object] = {}
         #: feeds detached through another instance whose handle stops once the answers
-        #: on their way settled (``_stop_detached``) -> what runs after that stop: the
-        #: ``then`` of every detach of the feed meanwhile (under ``_lock``)
-        self._detaching: dict[str, list[Callable[[], None]]] = {}
+        #: on their way settled (``_stop_detached``; each under its feed's lock)
+        self._detaching: dict[str, _Detached] = {}
         #: the stops' threads under way, which ``close`` ends and waits for
         self._threads: set[threading.Thread] = set()
         self._closing = threading.Event()
@@ -70,6 +106,24 @@ class FeedStops:
             threads = list(self._threads)
         for thread in threads:
             thread.join(max(0.0, deadline - time.monotonic()))
+
+    @contextmanager
+    def _feed_lock(self, name: str) -> Iterator[None]:
+        """Hold the lock of the feed ``name`` (its changes, one at a time; never taken
+        while another feed's lock or ``_lock`` is held)."""
+        with self._lock:
+            entry = self._feed_locks.get(name)
+            if entry is None:
+                entry = self._feed_locks[name] = _FeedLock()
+            entry.users += 1
+        try:
+            with entry.lock:
+                yield
+        finally:
+            with self._lock:
+                entry.users -= 1
+                if not entry.users:
+                    del self._feed_locks[name]
 
     def _spawn(self, target: Callable[..., None], args: tuple[object, ...], name: str) -> None:
         """Run a stop on a thread of its own, which ``close`` waits for."""
@@ -112,7 +166,7 @@ class FeedStops:
                 "paused feed stops without waiting longer (they come again after a resume)",
                 name,
             )
-        with self._lock:
+        with self._feed_lock(name):
             if self._stopping.get(name) is not token:
                 return
             del self._stopping[name]
@@ -128,7 +182,8 @@ class FeedStops:
     def _start(self, state: LiveSubscription, reader: PullBuffer, tries: int = 0) -> None:
         """Read a resumed feed whose handle the pause's stop stopped; a start that fails
         (the middleware unreachable) is tried again ``START_TRIES`` times at most, every
-        ``START_RETRY`` seconds, unless the feed changed meanwhile (under ``_lock``)."""
+        ``START_RETRY`` seconds, unless the feed changed meanwhile (under the feed's
+        lock)."""
         name = state.record.id
         try:
             reader.resume_feed(name)
@@ -161,8 +216,8 @@ class FeedStops:
     def _start_again(self, state: LiveSubscription, reader: PullBuffer, tries: int) -> None:
         """``_start``'s retry: only while the feed is still this reader's, resumed, and
         not being stopped by another pause or an end."""
-        with self._lock:
-            name = state.record.id
+        name = state.record.id
+        with self._feed_lock(name):
             if (
                 state.feed is reader
                 and state.record.state is SubscriptionState.ACTIVE
@@ -174,7 +229,8 @@ class FeedStops:
     def _stop_detached(self, name: str, handle: SubscriptionHandle, held: Unsettled) -> None:
         """``detach`` through another instance: the handle stops once the answers on
         their way that took the feed's messages settled (at most ``SETTLE_WAIT``), then
-        the ``then`` of each detach of the feed meanwhile runs."""
+        the ``then`` of each detach of the feed meanwhile runs (and an end here waiting
+        for it goes on)."""
         if not self._settled(held):
             log.warning(
                 "subscription %s: an answer holding its messages is still on its way; its "
@@ -186,10 +242,41 @@ class FeedStops:
         except Exception:
             log.warning("subscription %s: stopping its ended feed failed", name, exc_info=True)
         finally:
-            with self._lock:
-                thens = self._detaching.pop(name, [])
-            for then in thens:
+            with self._feed_lock(name):
+                detached = self._detaching.pop(name, None)
+            for then in [] if detached is None else detached.thens:
                 try:
                     then()
                 except Exception:
                     log.warning("subscription %s: after its feed stopped", name, exc_info=True)
+
+    def _stops_later(self, name: str, held: Unsettled, then: Callable[[], None] | None) -> None:
+        """Under the feed's lock: the handle of the feed ``name``, detached through another
+        instance, stops once ``held`` settled (``_stop_detached``, spawned next); ``then``
+        runs after that stop."""
+        self._detaching[name] = _Detached(held, then)
+
+    def _detached_stop(self, name: str) -> tuple[Unsettled, threading.Event] | None:
+        """Under the feed's lock, for an end here: when the feed was detached through
+        another instance and its handle's stop waits for answers on their way
+        (``_stop_detached``), what to wait for before the backlog goes (else, stopped
+        later, the handle gave back into the backlog what it held, or a message handed
+        out after it was buried: ``_wait_detached``)."""
+        detached = self._detaching.get(name)
+        if detached is None:
+            return None
+        stopped = threading.Event()
+        detached.thens.append(stopped.set)
+        return detached.held, stopped
+
+    def _wait_detached(self, name: str, pending: tuple[Unsettled, threading.Event]) -> None:
+        """Without the feed's lock: until the answers the detached feed's stop waits for
+        settled and its handle stopped (at most ``SETTLE_WAIT`` each; the close ends it)."""
+        held, stopped = pending
+        settled = self._settled(held)
+        if not (stopped.wait(SETTLE_WAIT) and settled):
+            log.warning(
+                "subscription %s: an answer holding its messages is still on its way; its "
+                "backlog goes to its dead letters without waiting longer",
+                name,
+            )

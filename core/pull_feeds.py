@@ -45,7 +45,11 @@ What a pull point fed this way guarantees, as before:
   feed once its handle stopped (it gives back what it delivered while paused, which the
   buffer ignored; a stop that fails starts it all the same, a start that fails is
   retried: ``_start``; ``core.pull_feed_stops``).  An end through another instance
-  stops the handle so too, once this one follows it (``detach``).  In a cluster, native pull gives
+  stops the handle so too, once this one follows it (``detach``; native pull's too: the
+  middleware may bury what is handed out and unsettled), and an end here meeting it,
+  before or during its own stop, waits for that stop before the backlog goes (else a
+  message of an answer written meanwhile was handed out and a dead letter too).  In a
+  cluster, native pull gives
   what an unsent answer took from a feed to the inbox whatever the feed's state
   (``Feed.keeper``): another instance may drain and delete the subscription's durable
   subscription before this one follows the end, and a requeue in between was lost.
@@ -86,6 +90,11 @@ What a pull point fed this way guarantees, as before:
   dead letter, once.  That wait, and the feed's suspension before it (which waits for
   an answer reading the feed, maybe publishing dead letters up to the publish timeout),
   hold no lock the other feeds' changes need.
+* Each feed's changes (attach, pause, resume, end, purge, the stops above) are
+  serialised by a lock of the feed's own (``FeedStops._feed_lock``), held across their
+  middleware calls: a pause's, an end's or a purge's publish into the pull point's
+  inbox that the middleware is slow to confirm (up to the publish timeout), a handle's
+  stop, start or purge, hold that feed's changes only; the other feeds' go on.
 """
 
 from __future__ import annotations
@@ -102,6 +111,7 @@ from wsnmom.core.context import BrokerContext
 from wsnmom.core.model import NotificationMessage, Subscription, SubscriptionState
 from wsnmom.core.ports import DeliveryFailed
 from wsnmom.core.pull_buffer import Fed, PullBuffer
+from wsnmom.core.pull_fed import SETTLE_WAIT
 from wsnmom.core.pull_feed_stops import FeedStops
 from wsnmom.core.pull_reader import PullReader
 from wsnmom.core.registry import LiveSubscription
@@ -132,7 +142,7 @@ class PullFeeds(FeedStops):
         self._forward = forward
         #: subscriptions whose filter ended them (-> why), until their give-up ran;
         #: under a lock of its own (``_prepared`` runs inside a reader's ``take``, which
-        #: ``sync`` and ``detach`` wait for while holding ``_lock``)
+        #: ``sync`` and ``detach`` wait for while holding the feed's lock)
         self._ending: dict[str, str] = {}
         self._ending_lock = threading.Lock()
 
@@ -158,7 +168,7 @@ class PullFeeds(FeedStops):
         reader = live.reader
         prepared = partial(self._prepared, state, give_up)
         active = sub.state is SubscriptionState.ACTIVE
-        with self._lock:
+        with self._feed_lock(sub.id):
             state.feed = reader
             if isinstance(reader, PullReader) and self._ctx.shared:
                 # another instance may delete the subscription's durable subscription
@@ -255,11 +265,11 @@ class PullFeeds(FeedStops):
         read when active; when paused, what reached the pull point kept in it and the
         feed stopped.  ``here`` False: another instance made the change (and kept what
         reached the pull point from the middleware's side)."""
-        with self._lock:
+        name = state.record.id
+        with self._feed_lock(name):
             reader, handle = state.feed, state.handle
             if reader is None or handle is None:
                 return
-            name = state.record.id
             if state.record.state is SubscriptionState.ACTIVE:
                 if name not in self._stopping:  # else started once stopped
                     reader.resume_feed(name)
@@ -284,31 +294,46 @@ class PullFeeds(FeedStops):
         on their way that took the feed's messages were settled or given back (else those
         came back into the backlog with the buffer, and with native pull the middleware
         may bury what is handed out and unsettled: handed out and dead letters too).
-        False when it has no feed here."""
+        False when it has no feed here (when its end through another instance was
+        followed, and that end's stop of its handle waits for answers on their way: once
+        that stop was made)."""
         name = state.record.id
-        with self._lock:
+        with self._feed_lock(name):
             reader, handle = state.feed, state.handle
             if reader is None or handle is None:
-                return False
-            # a pause's stop waiting for the same answers leaves the stop to this one; a
-            # resume or a purge meanwhile leaves the feed stopped
-            token = self._stopping[name] = _Ending()
+                pending = self._detached_stop(name)
+            else:
+                # a pause's stop waiting for the same answers leaves the stop to this
+                # one; a resume or a purge meanwhile leaves the feed stopped
+                token = self._stopping[name] = _Ending()
+                # waited for below even if a detach removes the feed meanwhile
+                held = reader.unsettled(name)
+        if reader is None or handle is None:
+            if pending is not None:
+                self._wait_detached(name, pending)
+            return False
         # without the lock, the other feeds' changes going on meanwhile: with native pull
         # the suspension waits for an answer reading the feed, which may be publishing
         # its dead letters (up to the publish timeout); a pause or a purge meanwhile
         # keeps what waits itself, an Unsubscribe removes the feed (nothing left here)
         drain = self._kept_here(state)
         self._keep(state, reader, self._suspend(state, reader, drain=drain))
-        if not reader.wait_settled(name):
+        if not (held is None or held.wait(SETTLE_WAIT)):
             log.warning(
                 "subscription %s: an answer holding its messages is still on its way; "
                 "its backlog goes to its dead letters without waiting longer",
                 name,
             )
-        with self._lock:
-            if self._stopping.get(name) is token:  # else detached or purged meanwhile
+        with self._feed_lock(name):
+            if self._stopping.get(name) is token:
                 del self._stopping[name]
                 handle.stop()
+                return True
+            # detached or purged meanwhile: a detach through another instance stops the
+            # handle once the answers settled, which the backlog waits for too
+            pending = self._detached_stop(name)
+        if pending is not None:
+            self._wait_detached(name, pending)
         return True
 
     def detach(
@@ -322,7 +347,7 @@ class PullFeeds(FeedStops):
         point is gone), the feed is forgotten, ``then`` runs once its handle stopped; the
         caller deletes the durable subscription.  ``here`` False: it ended through
         another instance, which deletes the durable subscription, maybe after this stop:
-        a buffered feed's handle stops once the answers on their way that took its
+        the feed's handle stops once the answers on their way that took its
         messages settled (an ack made after the stop is lost: the message went back into
         the subscription, for the ending instance's drain or dead letters), on a thread
         of its own (the caller, the follow thread or a request's, goes on; at most
@@ -332,20 +357,20 @@ class PullFeeds(FeedStops):
         name = state.record.id
         later = False
         try:
-            with self._lock:
+            with self._feed_lock(name):
                 reader, handle = state.feed, state.handle
                 if reader is None:
-                    thens = self._detaching.get(name)
-                    if thens is not None and then is not None:
+                    detached = self._detaching.get(name)
+                    if detached is not None and then is not None:
                         # a detach before (another thread following the same end)
                         # stops the handle later: ``then`` runs after that stop
-                        thens.append(then)
+                        detached.thens.append(then)
                         later = True
                     return
                 state.feed = None
                 self._stopping.pop(name, None)  # its handle stops here
                 drain = here and self._kept_here(state)
-                held = reader.unsettled(name) if isinstance(reader, PullBuffer) else None
+                held = reader.unsettled(name)
                 # removed: nothing more of the feed is handed out
                 self._keep(state, reader, self._suspend(state, reader, drain=drain, remove=True))
                 if handle is None:
@@ -353,7 +378,7 @@ class PullFeeds(FeedStops):
                 if here or held is None or not held.pending:
                     handle.stop()
                     return
-                self._detaching[name] = [] if then is None else [then]
+                self._stops_later(name, held, then)
             self._spawn(self._stop_detached, (name, handle, held), f"feed-end-{name[:8]}")
             later = True
         finally:
@@ -363,7 +388,7 @@ class PullFeeds(FeedStops):
     def purge(self, state: LiveSubscription) -> int | None:
         """An operator's purge of a feeding subscription: what reached the pull point
         stays there, what waits in the subscription is dropped."""
-        with self._lock:
+        with self._feed_lock(state.record.id):
             reader, handle = state.feed, state.handle
             if reader is None or handle is None:
                 return 0

@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import sys
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
@@ -162,30 +163,36 @@ def migrate(source_url: str, destination_url: str, merge: bool) -> None:
 
     if source_url == destination_url:
         raise click.UsageError("--from and --to name the same store")
+    _require_source(source_url)
     try:
         lock = lock_store(source_url)
     except DataDirInUse as exc:
         raise click.ClickException(f"{exc}: stop that gateway before migrating its store") from None
+    marked = False
     try:
         source = _open(source_url)
         try:
             destination = _open(destination_url)
             try:
-                held = count_records(destination)
-                if held.total and not merge:
-                    raise click.ClickException(
-                        f"{redact_url(destination_url)} already holds {held.total} records; "
-                        "pass --merge to copy into it anyway"
-                    )
+                resumed = _prepare(source, destination, source_url, destination_url, merge)
+                marked = True
                 counts = copy_store(source, destination)
+                _finish(destination, source_url)
             finally:
                 destination.close()
         finally:
             source.close()
     except StoreError as exc:
-        raise click.ClickException(str(exc)) from None
+        if not marked:
+            raise click.ClickException(str(exc)) from None
+        raise click.ClickException(
+            f"{exc}; the copy into {redact_url(destination_url)} did not finish: run the same "
+            "command again to carry on (gateways refuse to start on that store until it has)"
+        ) from None
     finally:
         lock.release()
+    if resumed:
+        click.echo(f"carried on the copy from {redact_url(source_url)} that had not finished")
     click.echo(
         f"copied {counts.subscriptions} subscriptions, {counts.pull_points} pull points, "
         f"{counts.registrations} registrations and {counts.current_messages} current "
@@ -218,6 +225,91 @@ def info(url: str, as_json: bool) -> None:
     click.echo(f"store: {redact_url(url)}")
     for name, value in asdict(counts).items():
         click.echo(f"{name.replace('_', ' ')}: {value}")
+
+
+def _require_source(url: str) -> None:
+    """A SQLite source must exist: opening a path that names none would make an empty store
+    there, and the copy of nothing would look like a finished migration."""
+    from wsnmom.core.store import StoreError
+    from wsnmom.core.store_sqlite import sqlite_path
+
+    if not url.startswith("sqlite:"):
+        return
+    try:
+        path = sqlite_path(url)
+    except StoreError as exc:
+        raise click.UsageError(str(exc)) from None
+    if path != ":memory:" and not Path(path).is_file():
+        raise click.ClickException(
+            f"no store at {path}: check --from (a gateway's store is store.db in its data "
+            "directory, unless its store_url names another)"
+        )
+
+
+def _prepare(
+    source: Store, destination: Store, source_url: str, destination_url: str, merge: bool
+) -> bool:
+    """Check that ``destination`` may take the copy, carry the source's adapter and mark the
+    copy under way (``core.store_migration``); whether it carries on an unfinished one."""
+    from wsnmom.core.store_binding import ADAPTER_KEY, StoreOfAnotherAdapter, bind_store
+    from wsnmom.core.store_migration import MIGRATION_KEY, Migration, migration
+
+    origin, target = redact_url(source_url), redact_url(destination_url)
+    mark = migration(destination)
+    resumed = mark is not None and not mark.finished
+    if mark is not None and not mark.finished and mark.source != origin:
+        raise click.ClickException(
+            f"{target} holds part of a copy from {mark.source} that did not finish; finish "
+            f"it first: wsnmom store migrate --from {mark.source} --to {target}"
+        )
+    held = count_records(destination)
+    if held.total and not resumed:
+        if not merge:
+            again = mark is not None and mark.source == origin
+            raise click.ClickException(
+                f"{target} already holds a finished copy of {origin}: copying it again would "
+                "bring back what the gateways serving it removed since and undo their "
+                "changes; pass --merge to copy it anyway"
+                if again
+                else f"{target} already holds {held.total} records; pass --merge to copy "
+                "into it anyway"
+            )
+        _refuse_name_clashes(source, destination, target)
+    adapter = source.get_meta(ADAPTER_KEY)
+    if adapter is not None:
+        try:  # the records' messages are in that adapter's middleware
+            bind_store(destination, adapter)
+        except StoreOfAnotherAdapter as exc:
+            raise click.ClickException(
+                f"{target}: {exc}, and those of {origin} are in {adapter!r}'s: migrate into "
+                "a store of their own"
+            ) from None
+    destination.set_meta(MIGRATION_KEY, Migration(origin, False).encode())
+    return resumed
+
+
+def _refuse_name_clashes(source: Store, destination: Store, target: str) -> None:
+    """A pull point's name finds one pull point (re-attaching by name): refuse a merge that
+    would give a name taken in ``destination`` to a second one."""
+    taken = {pp.name: pp.id for pp in destination.list_pull_points() if pp.name}
+    clashes = sorted(
+        str(pp.name)
+        for pp in source.list_pull_points()
+        if pp.name and taken.get(pp.name, pp.id) != pp.id
+    )
+    if clashes:
+        shown = ", ".join(clashes[:5]) + (f" and {len(clashes) - 5} more" if clashes[5:] else "")
+        raise click.ClickException(
+            f"{target} holds other pull points named {shown}: a name finds one pull point; "
+            "destroy one of each pair (DestroyPullPoint) before merging"
+        )
+
+
+def _finish(destination: Store, source_url: str) -> None:
+    """Mark the copy finished: gateways may start on ``destination``."""
+    from wsnmom.core.store_migration import MIGRATION_KEY, Migration
+
+    destination.set_meta(MIGRATION_KEY, Migration(redact_url(source_url), True).encode())
 
 
 def _open(url: str) -> Store:

@@ -11,6 +11,7 @@ import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 from click.testing import CliRunner
@@ -271,3 +272,38 @@ def _mark(store: Store, value: str) -> None:
         store.set_meta(MIGRATION_KEY, value)
     finally:
         store.close()
+
+
+def test_a_password_with_odd_characters_works_encoded_and_is_never_shown(
+    source_url: str, private_postgres: PostgresNode
+) -> None:
+    """A server that asks for passwords (scram for one role): the password ``p@ss/w:rd%?#x``
+    percent-encoded opens the store; a wrong one is named by the server's refusal; written
+    raw, the URL is refused before any connection, naming percent-encoding (before: libpq
+    read part of the password as host and port, and the message showed ``ss/w:rd%#x``)."""
+    import psycopg
+
+    secret = "p@ss/w:rd%?#x"
+    with psycopg.connect(private_postgres.url, autocommit=True) as conn:
+        conn.execute(f"CREATE ROLE oddpw LOGIN PASSWORD '{secret}'")
+        conn.execute("CREATE DATABASE oddpw OWNER oddpw")
+        hba = Path(str(conn.execute("SHOW hba_file").fetchone()[0]))  # type: ignore[index]
+        hba.write_text("host all oddpw 127.0.0.1/32 scram-sha-256\n" + hba.read_text())
+        conn.execute("SELECT pg_reload_conf()")
+    fill(source_url, 2)
+    base = f"127.0.0.1:{private_postgres.port}/oddpw"
+    runner = CliRunner()
+
+    def migrate_to(password: str) -> str:
+        to = f"postgresql://oddpw:{password}@{base}"
+        done = runner.invoke(cli, ["store", "migrate", "--from", source_url, "--to", to])
+        return f"{done.exit_code} {done.output}"
+
+    wrong = migrate_to("nope")
+    assert wrong.startswith("1 ") and 'password authentication failed for user "oddpw"' in wrong
+    raw = migrate_to(secret)
+    assert raw.startswith("1 ") and "percent-encode the special characters" in raw, raw
+    assert f"postgresql://oddpw:***@{base} cannot be read" in raw
+    assert not any(piece in raw for piece in ("p@ss", "ss/w", "rd%", "#x")), raw
+    encoded = migrate_to(quote(secret, safe=""))
+    assert encoded.startswith("0 copied 2 subscriptions"), encoded

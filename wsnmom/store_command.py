@@ -207,24 +207,30 @@ def migrate(source_url: str, destination_url: str, merge: bool) -> None:
 @click.argument("url")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def info(url: str, as_json: bool) -> None:
-    """What a store holds."""
+    """What a store holds, and the last `store migrate` into it (whether it finished)."""
     from wsnmom.core.store import StoreError
+    from wsnmom.core.store_migration import migration
 
     try:
         opened = _open(url)
         try:
             counts = count_records(opened)
+            mark = migration(opened)
         finally:
             opened.close()
     except StoreError as exc:
         raise click.ClickException(str(exc)) from None
     if as_json:
-        json.dump({"store": redact_url(url), **asdict(counts)}, sys.stdout)
+        copied = None if mark is None else {"from": mark.source, "finished": mark.finished}
+        json.dump({"store": redact_url(url), **asdict(counts), "migration": copied}, sys.stdout)
         click.echo()
         return
     click.echo(f"store: {redact_url(url)}")
     for name, value in asdict(counts).items():
         click.echo(f"{name.replace('_', ' ')}: {value}")
+    if mark is not None:
+        state = "finished" if mark.finished else "NOT finished: run it again to finish it"
+        click.echo(f"migrated from: {mark.source} ({state})")
 
 
 def _require_source(url: str) -> None:

@@ -107,6 +107,8 @@ def test_a_copy_killed_half_way_stops_gateways_and_the_same_command_finishes_it(
     )
     assert killed.returncode == -9, killed.stderr
     assert ids(postgres_store_url) == [f"s{i:02d}" for i in range(20)]
+    info = CliRunner().invoke(cli, ["store", "info", postgres_store_url])
+    assert f"migrated from: {source_url} (NOT finished: run it again" in info.output
 
     data = tmp_path / "gateway"
     started = run_serve(

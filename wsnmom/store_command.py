@@ -32,6 +32,7 @@ from wsnmom.core.redaction import redact_url
 from wsnmom.data_lock import DataDirInUse, lock_store
 
 if TYPE_CHECKING:
+    from wsnmom.core.model import NotificationMessage
     from wsnmom.core.store import Store
 
 __all__ = ["StoreCounts", "copy_store", "count_records", "store"]
@@ -101,6 +102,9 @@ def copy_store(source: Store, destination: Store) -> StoreCounts:
         destination.put_registration(reg)
     for sub in subscriptions:
         destination.put_subscription(sub)
+    # a topic's current message is its last one: one the destination holds that was
+    # published later (another gateway's, merged into) stays
+    current = [m for m in current if not _newer_held(destination, m)]
     for message in current:
         destination.put_current_message(message)
     for data in upstreams:
@@ -146,6 +150,16 @@ def copy_store(source: Store, destination: Store) -> StoreCounts:
         len(intents),
         len(topics),
     )
+
+
+def _newer_held(destination: Store, message: NotificationMessage) -> bool:
+    """Whether ``destination`` holds a current message of ``message``'s topic published
+    after it."""
+    assert message.topic is not None
+    held = destination.get_current_message(message.topic)
+    if held is None or held.published_at is None or message.published_at is None:
+        return False
+    return held.published_at > message.published_at
 
 
 @click.group("store")
@@ -296,7 +310,8 @@ def _prepare(
 
 def _refuse_name_clashes(source: Store, destination: Store, target: str) -> None:
     """A pull point's name finds one pull point (re-attaching by name): refuse a merge that
-    would give a name taken in ``destination`` to a second one."""
+    would give a name taken in ``destination`` to a second one, or replace an upstream of
+    ``destination`` by another of the same name."""
     taken = {pp.name: pp.id for pp in destination.list_pull_points() if pp.name}
     clashes = sorted(
         str(pp.name)
@@ -308,6 +323,15 @@ def _refuse_name_clashes(source: Store, destination: Store, target: str) -> None
         raise click.ClickException(
             f"{target} holds other pull points named {shown}: a name finds one pull point; "
             "destroy one of each pair (DestroyPullPoint) before merging"
+        )
+    upstreams = {str(d["name"]): d for d in destination.list_upstreams()}
+    differing = sorted(
+        str(d["name"]) for d in source.list_upstreams() if upstreams.get(str(d["name"]), d) != d
+    )
+    if differing:
+        raise click.ClickException(
+            f"{target} holds other upstreams named {', '.join(differing)}: the copy would "
+            "replace them; remove one of each pair (wsnmom upstream remove) before merging"
         )
 
 

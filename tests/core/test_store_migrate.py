@@ -373,3 +373,47 @@ def test_instances_starting_together_on_an_old_schema_wait_for_the_one_that_migr
     finally:
         for store in stores:
             store.close()
+
+
+def test_a_merge_keeps_the_later_current_message_and_refuses_another_upstream_of_a_name(
+    tmp_path: Path, source_url: str, postgres_store_url: str
+) -> None:
+    """Merging a gateway's store into another's: a topic's current message is the one
+    published last, whichever store held it (before: the source's replaced a later one),
+    and an upstream of the same name but another configuration is refused, naming it
+    (before: replaced)."""
+    from wsnmom.core.model import NotificationMessage
+    from wsnmom.topic_mapping.model import Topic
+
+    fill(source_url, 1)
+    later, older = Topic("urn:t", ("later",)), Topic("urn:t", ("older",))
+    source = open_store(source_url)
+    source.put_current_message(NotificationMessage("src-1", b"<a/>", later, published_at=NOW))
+    source.put_current_message(NotificationMessage("src-2", b"<b/>", older, published_at=NOW))
+    source.close()
+    held = open_store(postgres_store_url)
+    after = NOW + timedelta(minutes=1)
+    kept = NotificationMessage("dst-1", b"<c/>", later, published_at=after)
+    held.put_current_message(kept)
+    held.put_current_message(
+        NotificationMessage("dst-2", b"<d/>", older, published_at=NOW - timedelta(minutes=1))
+    )
+    held.close()
+    runner = CliRunner()
+    args = ["store", "migrate", "--from", source_url, "--to", postgres_store_url, "--merge"]
+    done = runner.invoke(cli, args)
+    assert done.exit_code == 0, done.output
+    store = open_store(postgres_store_url)
+    try:
+        assert store.get_current_message(later) == kept
+        replaced = store.get_current_message(older)
+        assert replaced is not None and replaced.message_id == "src-2"
+        store.put_upstream("plant", {"name": "plant", "url": "http://127.0.0.1:9/a"})
+    finally:
+        store.close()
+    source = open_store(source_url)
+    source.put_upstream("plant", {"name": "plant", "url": "http://127.0.0.1:9/b"})
+    source.close()
+    clash = runner.invoke(cli, args)
+    assert clash.exit_code == 1
+    assert "holds other upstreams named plant" in clash.output

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 import click
 
 from wsnmom.core.redaction import redact_url
-from wsnmom.data_lock import DataDirInUse, lock_store
+from wsnmom.data_lock import DataDirInUse, StoreLock, lock_store
 
 if TYPE_CHECKING:
     from wsnmom.core.model import NotificationMessage
@@ -178,10 +178,7 @@ def migrate(source_url: str, destination_url: str, merge: bool) -> None:
     if source_url == destination_url:
         raise click.UsageError("--from and --to name the same store")
     _require_source(source_url)
-    try:
-        lock = lock_store(source_url)
-    except DataDirInUse as exc:
-        raise click.ClickException(f"{exc}: stop that gateway before migrating its store") from None
+    locks = _lock(source_url, destination_url)
     marked = False
     try:
         source = _open(source_url)
@@ -204,7 +201,8 @@ def migrate(source_url: str, destination_url: str, merge: bool) -> None:
             "command again to carry on (gateways refuse to start on that store until it has)"
         ) from None
     finally:
-        lock.release()
+        for held in locks:
+            held.release()
     if resumed:
         click.echo(f"carried on the copy from {redact_url(source_url)} that had not finished")
     click.echo(
@@ -245,6 +243,26 @@ def info(url: str, as_json: bool) -> None:
     if mark is not None:
         state = "finished" if mark.finished else "NOT finished: run it again to finish it"
         click.echo(f"migrated from: {mark.source} ({state})")
+
+
+def _lock(source_url: str, destination_url: str) -> list[StoreLock]:
+    """Lock both stores as a running gateway locks its own (SQLite): a gateway that still
+    runs on either makes the command refuse, naming it."""
+    locks: list[StoreLock] = []
+    try:
+        for url, doing in (
+            (source_url, "migrating its store"),
+            (destination_url, "migrating into the store it serves"),
+        ):
+            try:
+                locks.append(lock_store(url))
+            except DataDirInUse as exc:
+                raise click.ClickException(f"{exc}: stop that gateway before {doing}") from None
+    except BaseException:
+        for held in locks:
+            held.release()
+        raise
+    return locks
 
 
 def _require_source(url: str) -> None:

@@ -417,3 +417,27 @@ def test_a_merge_keeps_the_later_current_message_and_refuses_another_upstream_of
     clash = runner.invoke(cli, args)
     assert clash.exit_code == 1
     assert "holds other upstreams named plant" in clash.output
+
+
+def test_a_copy_into_the_store_of_a_running_gateway_is_refused(
+    tmp_path: Path, source_url: str
+) -> None:
+    """A SQLite destination a gateway still serves (its lock held): refused, naming it,
+    nothing written (before: copied under the gateway, which restores its records only at
+    start and went on without them)."""
+    from wsnmom.data_lock import lock_store
+
+    fill(source_url, 1)
+    destination = f"sqlite:///{tmp_path}/serving/store.db"
+    open_store(destination).close()
+    held = lock_store(destination)  # what a running gateway holds
+    try:
+        done = CliRunner().invoke(
+            cli, ["store", "migrate", "--from", source_url, "--to", destination]
+        )
+    finally:
+        held.release()
+    assert done.exit_code == 1
+    assert "in use by another gateway" in done.output
+    assert "stop that gateway before migrating into the store it serves" in done.output
+    assert ids(destination) == []

@@ -5,10 +5,14 @@ subscription, pull point, publisher registration, current message, upstream, int
 durable subscription whose record was never stored, ``core.orphans``) and recorded topic
 (the topic set a cluster shares, ``core.topic_share``) from one store to
 another, as it is the way from a single gateway to a cluster that shares a PostgreSQL
-store.  The gateway must be stopped: a SQLite source is locked for the copy exactly as a
-running gateway locks it, so a gateway that still runs makes the command refuse.  The
-destination must be empty unless ``--merge`` is given; the copy is checked afterwards (every
-record read back equal) and the command exits non-zero when anything differs.  The
+store.  The gateway must be stopped: a SQLite source (and a SQLite destination) is locked
+for the copy exactly as a running gateway locks it, so a gateway that still runs on either
+makes the command refuse.  The destination must be empty unless ``--merge`` is given (a
+merge keeps a topic's later current message and refuses a pull point name or an upstream
+name the destination gives another); the copy is checked afterwards (every record read
+back equal) and the command exits non-zero when anything differs.  The copy marks the
+destination until it has finished (``core.store_migration``): gateways refuse to start on
+a half-copied store, and the same command run again carries on.  The
 messages themselves stay where they are, in the middleware: point the new gateways at the
 same middleware.
 

@@ -297,6 +297,7 @@ def _prepare(
     from wsnmom.core.store_migration import MIGRATION_KEY, Migration, migration
 
     origin, target = redact_url(source_url), redact_url(destination_url)
+    _refuse_live_instances(source, source_url)
     mark = migration(destination)
     resumed = mark is not None and not mark.finished
     if mark is not None and not mark.finished and mark.source != origin:
@@ -328,6 +329,32 @@ def _prepare(
             ) from None
     destination.set_meta(MIGRATION_KEY, Migration(origin, False).encode())
     return resumed
+
+
+#: seconds since its last heartbeat within which an instance of a shared source counts as
+#: running (the heartbeat comes every second by default; a killed one's row stays behind)
+LIVE_HEARTBEAT = 60.0
+
+
+def _refuse_live_instances(source: Store, source_url: str) -> None:
+    """A shared (PostgreSQL) source has no lock file: refuse it while instances serve it,
+    as a running gateway's SQLite store is refused (the copy would miss their writes)."""
+    from wsnmom.core.store_url import shared_store
+
+    if not shared_store(source_url):
+        return
+    live = [
+        i
+        for i in source.coordination("wsnmom-store-migrate").instances()
+        if i.heartbeat_age < LIVE_HEARTBEAT
+    ]
+    if live:
+        shown = ", ".join(f"{i.id} at {i.address}" for i in live[:5])
+        raise click.ClickException(
+            f"{redact_url(source_url)} is served by {len(live)} running gateway instances "
+            f"(a heartbeat within {LIVE_HEARTBEAT:g} s: {shown}): stop them before migrating "
+            "their store"
+        )
 
 
 def _refuse_name_clashes(source: Store, destination: Store, target: str) -> None:

@@ -441,3 +441,28 @@ def test_a_copy_into_the_store_of_a_running_gateway_is_refused(
     assert "in use by another gateway" in done.output
     assert "stop that gateway before migrating into the store it serves" in done.output
     assert ids(destination) == []
+
+
+def test_a_postgresql_source_that_instances_still_serve_is_refused(
+    tmp_path: Path, postgres_store_url: str
+) -> None:
+    """A cluster's store has no lock file: while an instance's heartbeat is recent the copy
+    is refused, naming it (before: copied while it wrote); once it left, copied."""
+    fill(postgres_store_url, 2)
+    serving = open_store(postgres_store_url)
+    instance = serving.coordination("inst-a")
+    instance.join("http://127.0.0.1:9/wsn", "test", single_instance=False)
+    destination = f"sqlite:///{tmp_path}/copy/store.db"
+    args = ["store", "migrate", "--from", postgres_store_url, "--to", destination]
+    try:
+        refused = CliRunner().invoke(cli, args)
+        assert refused.exit_code == 1
+        assert "is served by 1 running gateway instances" in refused.output
+        assert "inst-a at http://127.0.0.1:9/wsn): stop them" in refused.output
+        assert ids(destination) == []
+        instance.leave()
+    finally:
+        serving.close()
+    done = CliRunner().invoke(cli, args)
+    assert done.exit_code == 0, done.output
+    assert ids(destination) == ["s00", "s01"]

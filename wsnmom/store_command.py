@@ -197,12 +197,15 @@ def migrate(source_url: str, destination_url: str, merge: bool) -> None:
                 destination.close()
         finally:
             source.close()
-    except StoreError as exc:
-        if not marked:
+    except (StoreError, KeyboardInterrupt) as exc:
+        if not marked and isinstance(exc, StoreError):
             raise click.ClickException(str(exc)) from None
+        if not marked:
+            raise
         raise click.ClickException(
-            f"{exc}; the copy into {redact_url(destination_url)} did not finish: run the same "
-            "command again to carry on (gateways refuse to start on that store until it has)"
+            f"{str(exc) or 'interrupted'}; the copy into {redact_url(destination_url)} did not "
+            "finish: run the same command again to carry on (gateways refuse to start on "
+            "that store until it has)"
         ) from None
     finally:
         for held in locks:

@@ -466,3 +466,29 @@ def test_a_postgresql_source_that_instances_still_serve_is_refused(
     done = CliRunner().invoke(cli, args)
     assert done.exit_code == 0, done.output
     assert ids(destination) == ["s00", "s01"]
+
+
+def test_a_copy_interrupted_by_ctrl_c_says_how_to_finish(
+    source_url: str, postgres_store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C mid-copy: one line saying the copy did not finish and that the same command
+    carries on (before: click's bare 'Aborted!')."""
+    from wsnmom.core.store_postgres import PostgresStore
+
+    fill(source_url, 30)
+    real = PostgresStore.put_subscription
+
+    def put(self: PostgresStore, sub: Subscription) -> None:
+        if sub.id == "s20":
+            raise KeyboardInterrupt
+        real(self, sub)
+
+    monkeypatch.setattr(PostgresStore, "put_subscription", put)
+    args = ["store", "migrate", "--from", source_url, "--to", postgres_store_url]
+    cut = CliRunner().invoke(cli, args)
+    assert cut.exit_code == 1
+    assert "interrupted; the copy into" in cut.output
+    assert "run the same command again to carry on" in cut.output
+    monkeypatch.setattr(PostgresStore, "put_subscription", real)
+    assert CliRunner().invoke(cli, args).exit_code == 0
+    assert len(ids(postgres_store_url)) == 30

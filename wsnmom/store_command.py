@@ -301,6 +301,12 @@ def _prepare(
 
     origin, target = redact_url(source_url), redact_url(destination_url)
     _refuse_live_instances(source, source_url)
+    half = migration(source)
+    if half is not None and not half.finished:  # a copy of part of a third store
+        raise click.ClickException(
+            f"{origin} holds part of a copy from {half.source} that did not finish; finish "
+            f"it first: wsnmom store migrate --from {half.source} --to {origin}"
+        )
     mark = migration(destination)
     resumed = mark is not None and not mark.finished
     if mark is not None and not mark.finished and mark.source != origin:

@@ -267,6 +267,16 @@ def test_an_unfinished_copy_from_one_store_refuses_a_copy_from_another(
     )
     assert "wsnmom store migrate --from sqlite:///elsewhere/store.db --to" in done.output
     assert ids(postgres_store_url) == []
+    # nor is a half-copied store copied on as if it were whole
+    onward = CliRunner().invoke(
+        cli,
+        ["store", "migrate", "--from", postgres_store_url, "--to", f"sqlite:///{tmp_path}/c.db"],
+    )
+    assert onward.exit_code == 1
+    assert "holds part of a copy from sqlite:///elsewhere/store.db that did not finish" in (
+        onward.output
+    )
+    assert not (tmp_path / "c.db").exists() or ids(f"sqlite:///{tmp_path}/c.db") == []
 
 
 def _mark(store: Store, value: str) -> None:

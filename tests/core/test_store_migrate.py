@@ -2,7 +2,7 @@
 half way (refused by a gateway's start, finished by the same command run again), a server
 that stops mid-copy, a source path that names no store, a destination of another adapter or
 with a pull point of the same name, a second copy of a finished one, a password with odd
-characters; and instances that start together on a store a previous version left."""
+characters.  A store's schema across versions is test_store_versions.py."""
 
 from __future__ import annotations
 
@@ -29,7 +29,6 @@ from wsnmom.core.store_url import open_store
 
 from tests.fixtures.postgres import PostgresNode, fresh_database
 from tests.ops.serve_process import free_port, run_serve, serve_env
-from tests.support.waiting import wait_until
 from wsnmom.cli import cli
 from wsnmom.startup import ExitStatus
 
@@ -321,68 +320,6 @@ def test_a_password_with_odd_characters_works_encoded_and_is_never_shown(
     assert not any(piece in raw for piece in ("p@ss", "ss/w", "rd%", "#x")), raw
     encoded = migrate_to(quote(secret, safe=""))
     assert encoded.startswith("0 copied 2 subscriptions"), encoded
-
-
-def test_instances_starting_together_on_an_old_schema_wait_for_the_one_that_migrates(
-    postgres_store_url: str,
-) -> None:
-    """A store a previous version left at schema 5, with a subscription in it; an instance
-    migrating it (here a session holding the migration's advisory lock) while two more
-    start: both wait for the lock (seen waiting in pg_stat_activity), then one applies
-    versions 6 and up once and the other finds nothing left; both serve the old record
-    and each other's writes."""
-    import concurrent.futures
-
-    import psycopg
-    from psycopg.types.json import Jsonb
-    from wsnmom.core.store_documents import subscription_to_json
-    from wsnmom.core.store_postgres_schema import MIGRATION_LOCK, MIGRATIONS, SCHEMA_VERSION
-
-    old = subscription("old")
-    with psycopg.connect(postgres_store_url, autocommit=True) as conn:
-        conn.execute(
-            "CREATE TABLE wsnmom_schema (version INTEGER PRIMARY KEY, "
-            "applied_at TIMESTAMPTZ NOT NULL DEFAULT now())"
-        )
-        for version in range(1, 6):
-            for statement in MIGRATIONS[version]:
-                conn.execute(statement)
-            conn.execute("INSERT INTO wsnmom_schema (version) VALUES (%s)", (version,))
-        conn.execute(
-            "INSERT INTO subscriptions (id, termination_time, data, revision) "
-            "VALUES (%s, %s, %s, 1)",
-            (old.id, old.termination_time, Jsonb(subscription_to_json(old))),
-        )
-    with (
-        psycopg.connect(postgres_store_url) as holder,
-        psycopg.connect(postgres_store_url, autocommit=True) as watcher,
-        concurrent.futures.ThreadPoolExecutor(2) as pool,
-    ):
-        holder.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
-        opening = [pool.submit(open_store, postgres_store_url) for _ in range(2)]
-
-        def waiting() -> int:
-            row = watcher.execute(
-                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-                "AND wait_event_type = 'Lock' AND wait_event = 'advisory'"
-            ).fetchone()
-            return int(row[0]) if row else 0
-
-        wait_until(lambda: waiting() == 2, timeout=30, what="both instances waiting")
-        assert not any(f.done() for f in opening)
-        holder.rollback()
-        stores = [f.result(timeout=60) for f in opening]
-    try:
-        with psycopg.connect(postgres_store_url, autocommit=True) as conn:
-            versions = [r[0] for r in conn.execute("SELECT version FROM wsnmom_schema ORDER BY 1")]
-        assert versions == list(range(1, SCHEMA_VERSION + 1))
-        got = stores[1].get_subscription("old")
-        assert got is not None and got.consumer == old.consumer and got.revision == 1
-        stores[0].put_subscription(subscription("new"))
-        assert stores[1].get_subscription("new") is not None
-    finally:
-        for store in stores:
-            store.close()
 
 
 def test_a_merge_keeps_the_later_current_message_and_refuses_another_upstream_of_a_name(

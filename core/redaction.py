@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from typing import Any
-from urllib.parse import unquote, urlsplit
+from urllib.parse import SplitResult, unquote, urlsplit
 
 __all__ = ["REDACTED", "SECRET_NAME", "redact_config", "redact_text", "redact_url"]
 
@@ -50,6 +50,9 @@ def redact_url(url: str) -> str:
         parts = urlsplit(url)
     except ValueError:
         return redact_text(url)
+    hidden = _unencoded_password(url, parts)
+    if hidden is not None:
+        return redact_url(hidden)
     changed = False
     netloc = parts.netloc
     if parts.password is not None:
@@ -69,6 +72,24 @@ def redact_url(url: str) -> str:
     if not changed:
         return url
     return parts._replace(netloc=netloc, query=query).geturl()
+
+
+def _unencoded_password(url: str, parts: SplitResult) -> str | None:
+    """``url`` with its password hidden when the password holds an ``@``, ``/``, ``?`` or
+    ``#`` that is not percent-encoded, or None.  ``urlsplit`` then ends the authority
+    inside the password (``u:ab/cd@h``: host ``u``, port ``ab``) and what follows would be
+    shown as the path; the user part is taken up to the last ``@`` instead."""
+    scheme, sep, rest = url.partition("://")
+    if not sep or "@" not in rest[len(parts.netloc) :]:
+        return None
+    try:
+        broken = "@" in parts.netloc or (parts.port is None and ":" in parts.netloc)
+    except ValueError:  # a port that is not a number: part of the password
+        broken = True
+    user, colon, tail = rest.partition(":")
+    if not broken or not colon or any(c in user for c in "/?#@"):
+        return None
+    return f"{scheme}://{user}:{REDACTED}@{tail.rpartition('@')[2]}"
 
 
 def redact_config(config: Mapping[str, Any]) -> dict[str, Any]:

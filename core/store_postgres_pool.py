@@ -24,6 +24,7 @@ from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 from urllib.parse import urlsplit
 
+from wsnmom.core.redaction import redact_url
 from wsnmom.core.store import StoreError, StoreUnavailable
 from wsnmom.core.store_postgres_deadline import Deadlines
 from wsnmom.core.store_postgres_schema import MIGRATION_LOCK, MIGRATIONS, SCHEMA_VERSION
@@ -58,6 +59,30 @@ def session_options(url: str) -> str:
     return f"-c jit=off {given}" if given else "-c jit=off"
 
 
+def check_url(url: str) -> None:
+    """StoreError for a store URL libpq would read wrongly or not at all: a user name or
+    password with an ``@``, ``/``, ``%`` or space that is not percent-encoded (``u:p@ss@h``
+    reads as the host ``ss@h``, ``u:ab/cd@h`` as the host ``u`` and the port ``ab``).  The
+    message never quotes the URL's parts: libpq's would quote pieces of the password."""
+    from psycopg import ProgrammingError
+    from psycopg.conninfo import conninfo_to_dict
+
+    try:
+        given = conninfo_to_dict(url)
+    except ProgrammingError:
+        unread = True
+    else:
+        ports = str(given.get("port") or "5432").split(",")
+        unread = "@" in str(given.get("host", "")) or not all(p.isdigit() for p in ports)
+    if unread:
+        raise StoreError(
+            f"the PostgreSQL store URL {redact_url(url)} cannot be read as "
+            "postgresql://USER:PASSWORD@HOST:PORT/DATABASE: percent-encode the special "
+            "characters of the user name and password (@ as %40, / as %2F, % as %25, "
+            ": as %3A, ? as %3F, # as %23, a space as %20)"
+        )
+
+
 class PostgresConnections:
     """The pooled connections of a PostgreSQL store (see the module docstring)."""
 
@@ -78,9 +103,10 @@ class PostgresConnections:
             raise StoreError(
                 f"a PostgreSQL store needs psycopg 3 ({exc}): pip install 'wsnmom[postgres]'"
             ) from None
+        check_url(url)
         parts = urlsplit(url)
         if not parts.hostname and "host=" not in parts.query:
-            raise StoreError(f"PostgreSQL store URL without a host: {url!r}")
+            raise StoreError(f"PostgreSQL store URL without a host: {redact_url(url)}")
         self._psycopg = psycopg
         self._jsonb = Jsonb
         self._closed = False

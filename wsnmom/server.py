@@ -33,6 +33,7 @@ from wsnmom.core.redaction import redact_url
 from wsnmom.core.service import BrokerService
 from wsnmom.core.store import Store
 from wsnmom.core.store_binding import bind_store
+from wsnmom.core.store_migration import refuse_unfinished
 from wsnmom.core.store_url import open_store, shared_store
 from wsnmom.data_lock import StoreLock, lock_store
 from wsnmom.topic_mapping.namespaces import load_topic_namespace
@@ -342,6 +343,20 @@ def make_adapter(settings: Settings) -> Adapter:
         raise ConfigError(f"adapter_url / adapter_options: {exc}") from exc
 
 
+def _checked_store(settings: Settings, adapter: str) -> Store:
+    """The store of ``settings``, opened, refused when a ``wsnmom store migrate`` into it
+    did not finish (``core.store_migration``) or when it holds another adapter's resources
+    (``core.store_binding``), and bound to ``adapter``."""
+    store = open_store(settings.store_url, instance_id=instance_id(settings.cluster.instance_id))
+    try:
+        refuse_unfinished(store)
+        bind_store(store, adapter)
+    except BaseException:
+        store.close()
+        raise
+    return store
+
+
 def build_runtime(
     settings: Settings,
     *,
@@ -381,11 +396,8 @@ def build_runtime(
             adapter.open()
         undo.callback(adapter.close)
         opened = attempt is None or (attempt.done.is_set() and attempt.error is None)
-        store = open_store(
-            settings.store_url, instance_id=instance_id(settings.cluster.instance_id)
-        )
+        store = _checked_store(settings, type(adapter).name)
         undo.callback(store.close)
-        bind_store(store, type(adapter).name)
         policy = outbound_policy or OutboundPolicy(settings.outbound)
         service = BrokerService(
             settings,

@@ -31,6 +31,7 @@ from wsnmom.core.coordination import InstanceRefused
 from wsnmom.core.plugins import UnknownAdapterScheme
 from wsnmom.core.store import StoreError, StoreUnavailable
 from wsnmom.core.store_binding import StoreOfAnotherAdapter
+from wsnmom.core.store_migration import MigrationUnfinished
 from wsnmom.core.store_sqlite import SqliteTooOld
 from wsnmom.data_lock import DataDirInUse
 
@@ -236,6 +237,8 @@ def explain(exc: BaseException) -> StartupError:
             f"old store with --adapter of {exc.recorded!r} until its backlog is delivered); "
             "`wsnmom store migrate` copies the records of a stopped gateway to another store",
         )
+    if isinstance(exc, MigrationUnfinished):  # its message names the way out
+        return StartupError(ExitStatus.DATA_DIR, str(exc))
     if isinstance(exc, SqliteTooOld):
         return StartupError(ExitStatus.CONFIG, f"configuration: {exc}")
     if isinstance(exc, StoreUnavailable):

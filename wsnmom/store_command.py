@@ -5,10 +5,14 @@ subscription, pull point, publisher registration, current message, upstream, int
 durable subscription whose record was never stored, ``core.orphans``) and recorded topic
 (the topic set a cluster shares, ``core.topic_share``) from one store to
 another, as it is the way from a single gateway to a cluster that shares a PostgreSQL
-store.  The gateway must be stopped: a SQLite source is locked for the copy exactly as a
-running gateway locks it, so a gateway that still runs makes the command refuse.  The
-destination must be empty unless ``--merge`` is given; the copy is checked afterwards (every
-record read back equal) and the command exits non-zero when anything differs.  The
+store.  The gateway must be stopped: a SQLite source (and a SQLite destination) is locked
+for the copy exactly as a running gateway locks it, so a gateway that still runs on either
+makes the command refuse.  The destination must be empty unless ``--merge`` is given (a
+merge keeps a topic's later current message and refuses a pull point name or an upstream
+name the destination gives another); the copy is checked afterwards (every record read
+back equal) and the command exits non-zero when anything differs.  The copy marks the
+destination until it has finished (``core.store_migration``): gateways refuse to start on
+a half-copied store, and the same command run again carries on.  The
 messages themselves stay where they are, in the middleware: point the new gateways at the
 same middleware.
 
@@ -23,14 +27,16 @@ from __future__ import annotations
 import json
 import sys
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
 
 from wsnmom.core.redaction import redact_url
-from wsnmom.data_lock import DataDirInUse, lock_store
+from wsnmom.data_lock import DataDirInUse, StoreLock, lock_store
 
 if TYPE_CHECKING:
+    from wsnmom.core.model import NotificationMessage
     from wsnmom.core.store import Store
 
 __all__ = ["StoreCounts", "copy_store", "count_records", "store"]
@@ -100,6 +106,9 @@ def copy_store(source: Store, destination: Store) -> StoreCounts:
         destination.put_registration(reg)
     for sub in subscriptions:
         destination.put_subscription(sub)
+    # a topic's current message is its last one: one the destination holds that was
+    # published later (another gateway's, merged into) stays
+    current = [m for m in current if not _newer_held(destination, m)]
     for message in current:
         destination.put_current_message(message)
     for data in upstreams:
@@ -147,6 +156,16 @@ def copy_store(source: Store, destination: Store) -> StoreCounts:
     )
 
 
+def _newer_held(destination: Store, message: NotificationMessage) -> bool:
+    """Whether ``destination`` holds a current message of ``message``'s topic published
+    after it."""
+    assert message.topic is not None
+    held = destination.get_current_message(message.topic)
+    if held is None or held.published_at is None or message.published_at is None:
+        return False
+    return held.published_at > message.published_at
+
+
 @click.group("store")
 def store() -> None:
     """Look at a store; move a gateway's store into another (SQLite to PostgreSQL)."""
@@ -162,30 +181,37 @@ def migrate(source_url: str, destination_url: str, merge: bool) -> None:
 
     if source_url == destination_url:
         raise click.UsageError("--from and --to name the same store")
-    try:
-        lock = lock_store(source_url)
-    except DataDirInUse as exc:
-        raise click.ClickException(f"{exc}: stop that gateway before migrating its store") from None
+    _require_source(source_url)
+    locks = _lock(source_url, destination_url)
+    marked = False
     try:
         source = _open(source_url)
         try:
             destination = _open(destination_url)
             try:
-                held = count_records(destination)
-                if held.total and not merge:
-                    raise click.ClickException(
-                        f"{redact_url(destination_url)} already holds {held.total} records; "
-                        "pass --merge to copy into it anyway"
-                    )
+                resumed = _prepare(source, destination, source_url, destination_url, merge)
+                marked = True
                 counts = copy_store(source, destination)
+                _finish(destination, source_url)
             finally:
                 destination.close()
         finally:
             source.close()
-    except StoreError as exc:
-        raise click.ClickException(str(exc)) from None
+    except (StoreError, KeyboardInterrupt) as exc:
+        if not marked and isinstance(exc, StoreError):
+            raise click.ClickException(str(exc)) from None
+        if not marked:
+            raise
+        raise click.ClickException(
+            f"{str(exc) or 'interrupted'}; the copy into {redact_url(destination_url)} did not "
+            "finish: run the same command again to carry on (gateways refuse to start on "
+            "that store until it has)"
+        ) from None
     finally:
-        lock.release()
+        for held in locks:
+            held.release()
+    if resumed:
+        click.echo(f"carried on the copy from {redact_url(source_url)} that had not finished")
     click.echo(
         f"copied {counts.subscriptions} subscriptions, {counts.pull_points} pull points, "
         f"{counts.registrations} registrations and {counts.current_messages} current "
@@ -200,24 +226,178 @@ def migrate(source_url: str, destination_url: str, merge: bool) -> None:
 @click.argument("url")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def info(url: str, as_json: bool) -> None:
-    """What a store holds."""
+    """What a store holds, and the last `store migrate` into it (whether it finished)."""
     from wsnmom.core.store import StoreError
+    from wsnmom.core.store_migration import migration
 
     try:
         opened = _open(url)
         try:
             counts = count_records(opened)
+            mark = migration(opened)
         finally:
             opened.close()
     except StoreError as exc:
         raise click.ClickException(str(exc)) from None
     if as_json:
-        json.dump({"store": redact_url(url), **asdict(counts)}, sys.stdout)
+        copied = None if mark is None else {"from": mark.source, "finished": mark.finished}
+        json.dump({"store": redact_url(url), **asdict(counts), "migration": copied}, sys.stdout)
         click.echo()
         return
     click.echo(f"store: {redact_url(url)}")
     for name, value in asdict(counts).items():
         click.echo(f"{name.replace('_', ' ')}: {value}")
+    if mark is not None:
+        state = "finished" if mark.finished else "NOT finished: run it again to finish it"
+        click.echo(f"migrated from: {mark.source} ({state})")
+
+
+def _lock(source_url: str, destination_url: str) -> list[StoreLock]:
+    """Lock both stores as a running gateway locks its own (SQLite): a gateway that still
+    runs on either makes the command refuse, naming it."""
+    locks: list[StoreLock] = []
+    try:
+        for url, doing in (
+            (source_url, "migrating its store"),
+            (destination_url, "migrating into the store it serves"),
+        ):
+            try:
+                locks.append(lock_store(url))
+            except DataDirInUse as exc:
+                raise click.ClickException(f"{exc}: stop that gateway before {doing}") from None
+    except BaseException:
+        for held in locks:
+            held.release()
+        raise
+    return locks
+
+
+def _require_source(url: str) -> None:
+    """A SQLite source must exist: opening a path that names none would make an empty store
+    there, and the copy of nothing would look like a finished migration."""
+    from wsnmom.core.store import StoreError
+    from wsnmom.core.store_sqlite import sqlite_path
+
+    if not url.startswith("sqlite:"):
+        return
+    try:
+        path = sqlite_path(url)
+    except StoreError as exc:
+        raise click.UsageError(str(exc)) from None
+    if path != ":memory:" and not Path(path).is_file():
+        raise click.ClickException(
+            f"no store at {path}: check --from (a gateway's store is store.db in its data "
+            "directory, unless its store_url names another)"
+        )
+
+
+def _prepare(
+    source: Store, destination: Store, source_url: str, destination_url: str, merge: bool
+) -> bool:
+    """Check that ``destination`` may take the copy, carry the source's adapter and mark the
+    copy under way (``core.store_migration``); whether it carries on an unfinished one."""
+    from wsnmom.core.store_binding import ADAPTER_KEY, StoreOfAnotherAdapter, bind_store
+    from wsnmom.core.store_migration import MIGRATION_KEY, Migration, migration
+
+    origin, target = redact_url(source_url), redact_url(destination_url)
+    _refuse_live_instances(source, source_url)
+    half = migration(source)
+    if half is not None and not half.finished:  # a copy of part of a third store
+        raise click.ClickException(
+            f"{origin} holds part of a copy from {half.source} that did not finish; finish "
+            f"it first: wsnmom store migrate --from {half.source} --to {origin}"
+        )
+    mark = migration(destination)
+    resumed = mark is not None and not mark.finished
+    if mark is not None and not mark.finished and mark.source != origin:
+        raise click.ClickException(
+            f"{target} holds part of a copy from {mark.source} that did not finish; finish "
+            f"it first: wsnmom store migrate --from {mark.source} --to {target}"
+        )
+    held = count_records(destination)
+    if held.total and not resumed:
+        if not merge:
+            again = mark is not None and mark.source == origin
+            raise click.ClickException(
+                f"{target} already holds a finished copy of {origin}: copying it again would "
+                "bring back what the gateways serving it removed since and undo their "
+                "changes; pass --merge to copy it anyway"
+                if again
+                else f"{target} already holds {held.total} records; pass --merge to copy "
+                "into it anyway"
+            )
+        _refuse_name_clashes(source, destination, target)
+    adapter = source.get_meta(ADAPTER_KEY)
+    if adapter is not None:
+        try:  # the records' messages are in that adapter's middleware
+            bind_store(destination, adapter)
+        except StoreOfAnotherAdapter as exc:
+            raise click.ClickException(
+                f"{target}: {exc}, and those of {origin} are in {adapter!r}'s: migrate into "
+                "a store of their own"
+            ) from None
+    destination.set_meta(MIGRATION_KEY, Migration(origin, False).encode())
+    return resumed
+
+
+#: seconds since its last heartbeat within which an instance of a shared source counts as
+#: running (the heartbeat comes every second by default; a killed one's row stays behind)
+LIVE_HEARTBEAT = 60.0
+
+
+def _refuse_live_instances(source: Store, source_url: str) -> None:
+    """A shared (PostgreSQL) source has no lock file: refuse it while instances serve it,
+    as a running gateway's SQLite store is refused (the copy would miss their writes)."""
+    from wsnmom.core.store_url import shared_store
+
+    if not shared_store(source_url):
+        return
+    live = [
+        i
+        for i in source.coordination("wsnmom-store-migrate").instances()
+        if i.heartbeat_age < LIVE_HEARTBEAT
+    ]
+    if live:
+        shown = ", ".join(f"{i.id} at {i.address}" for i in live[:5])
+        raise click.ClickException(
+            f"{redact_url(source_url)} is served by {len(live)} running gateway instances "
+            f"(a heartbeat within {LIVE_HEARTBEAT:g} s: {shown}): stop them before migrating "
+            "their store"
+        )
+
+
+def _refuse_name_clashes(source: Store, destination: Store, target: str) -> None:
+    """A pull point's name finds one pull point (re-attaching by name): refuse a merge that
+    would give a name taken in ``destination`` to a second one, or replace an upstream of
+    ``destination`` by another of the same name."""
+    taken = {pp.name: pp.id for pp in destination.list_pull_points() if pp.name}
+    clashes = sorted(
+        str(pp.name)
+        for pp in source.list_pull_points()
+        if pp.name and taken.get(pp.name, pp.id) != pp.id
+    )
+    if clashes:
+        shown = ", ".join(clashes[:5]) + (f" and {len(clashes) - 5} more" if clashes[5:] else "")
+        raise click.ClickException(
+            f"{target} holds other pull points named {shown}: a name finds one pull point; "
+            "destroy one of each pair (DestroyPullPoint) before merging"
+        )
+    upstreams = {str(d["name"]): d for d in destination.list_upstreams()}
+    differing = sorted(
+        str(d["name"]) for d in source.list_upstreams() if upstreams.get(str(d["name"]), d) != d
+    )
+    if differing:
+        raise click.ClickException(
+            f"{target} holds other upstreams named {', '.join(differing)}: the copy would "
+            "replace them; remove one of each pair (wsnmom upstream remove) before merging"
+        )
+
+
+def _finish(destination: Store, source_url: str) -> None:
+    """Mark the copy finished: gateways may start on ``destination``."""
+    from wsnmom.core.store_migration import MIGRATION_KEY, Migration
+
+    destination.set_meta(MIGRATION_KEY, Migration(redact_url(source_url), True).encode())
 
 
 def _open(url: str) -> Store:

@@ -14,6 +14,12 @@ from wsnmom.core.redaction import redact_config, redact_text, redact_url
         ("http://h/c?access_token=s3cret", "http://h/c?access_token=***"),
         ("embedded:///var/lib/wsnmom", "embedded:///var/lib/wsnmom"),
         ("mqtts://u@h:8883", "mqtts://u@h:8883"),
+        # a password whose /, ?, # or @ was not percent-encoded: urlsplit ends the
+        # authority inside it; the user part is taken up to the last @ instead
+        ("postgresql://u:ab/cd@h:5432/db", "postgresql://u:***@h:5432/db"),
+        ("postgresql://u:p@ss/w:rd%?#x@h:5432/db", "postgresql://u:***@h:5432/db"),
+        ("postgresql://u:a?b@h/db?sslpassword=s", "postgresql://u:***@h/db?sslpassword=***"),
+        ("http://h:8080/x?mail=a@b", "http://h:8080/x?mail=a@b"),
     ],
 )
 def test_redact_url(shown: str, hidden: str) -> None:

@@ -1,8 +1,9 @@
 """A store's schema across versions, on SQLite and PostgreSQL: a store of every earlier
 version is upgraded at open, instances starting together on one PostgreSQL database migrate
-it once, a store newer (PostgreSQL) or older (SQLite) than this release reads is refused by
+it once (on an older schema, the others seen waiting for the one migrating), a store newer (PostgreSQL) or older (SQLite) than this release reads is refused by
 name, a missing driver names its extra; and ``wsnmom store migrate``, which copies a store
-into another, refusing one a gateway holds.  The records' contract on both stores is
+into another, refusing one a gateway holds (its failure modes: test_store_migrate.py).  The
+records' contract on both stores is
 test_store_conformance.py.
 """
 
@@ -27,6 +28,7 @@ from wsnmom.core.store_url import open_store
 from wsnmom.topic_mapping.model import Topic
 
 from tests.core.test_store_conformance import NOW, subscription
+from tests.support.waiting import wait_until
 
 
 @pytest.mark.parametrize("version", [1, 2, 3])
@@ -235,3 +237,65 @@ def test_postgres_store_of_every_earlier_version_is_upgraded(postgres_store_url:
                 assert upgraded.list_topics() == [Topic("urn:t", ("up",))]
             finally:
                 upgraded.close()
+
+
+def test_instances_starting_together_on_an_old_schema_wait_for_the_one_that_migrates(
+    postgres_store_url: str,
+) -> None:
+    """A store a previous version left at schema 5, with a subscription in it; an instance
+    migrating it (here a session holding the migration's advisory lock) while two more
+    start: both wait for the lock (seen waiting in pg_stat_activity), then one applies
+    versions 6 and up once and the other finds nothing left; both serve the old record
+    and each other's writes."""
+    import concurrent.futures
+
+    import psycopg
+    from psycopg.types.json import Jsonb
+    from wsnmom.core.store_documents import subscription_to_json
+    from wsnmom.core.store_postgres_schema import MIGRATION_LOCK, MIGRATIONS, SCHEMA_VERSION
+
+    old = subscription("old")
+    with psycopg.connect(postgres_store_url, autocommit=True) as conn:
+        conn.execute(
+            "CREATE TABLE wsnmom_schema (version INTEGER PRIMARY KEY, "
+            "applied_at TIMESTAMPTZ NOT NULL DEFAULT now())"
+        )
+        for version in range(1, 6):
+            for statement in MIGRATIONS[version]:
+                conn.execute(statement)
+            conn.execute("INSERT INTO wsnmom_schema (version) VALUES (%s)", (version,))
+        conn.execute(
+            "INSERT INTO subscriptions (id, termination_time, data, revision) "
+            "VALUES (%s, %s, %s, 1)",
+            (old.id, old.termination_time, Jsonb(subscription_to_json(old))),
+        )
+    with (
+        psycopg.connect(postgres_store_url) as holder,
+        psycopg.connect(postgres_store_url, autocommit=True) as watcher,
+        concurrent.futures.ThreadPoolExecutor(2) as pool,
+    ):
+        holder.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
+        opening = [pool.submit(open_store, postgres_store_url) for _ in range(2)]
+
+        def waiting() -> int:
+            row = watcher.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                "AND wait_event_type = 'Lock' AND wait_event = 'advisory'"
+            ).fetchone()
+            return int(row[0]) if row else 0
+
+        wait_until(lambda: waiting() == 2, timeout=30, what="both instances waiting")
+        assert not any(f.done() for f in opening)
+        holder.rollback()
+        stores = [f.result(timeout=60) for f in opening]
+    try:
+        with psycopg.connect(postgres_store_url, autocommit=True) as conn:
+            versions = [r[0] for r in conn.execute("SELECT version FROM wsnmom_schema ORDER BY 1")]
+        assert versions == list(range(1, SCHEMA_VERSION + 1))
+        got = stores[1].get_subscription("old")
+        assert got is not None and got.consumer == old.consumer and got.revision == 1
+        stores[0].put_subscription(subscription("new"))
+        assert stores[1].get_subscription("new") is not None
+    finally:
+        for store in stores:
+            store.close()

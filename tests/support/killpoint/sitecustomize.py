@@ -14,6 +14,9 @@ leaves an orphan durable subscription (``core.orphans``), as its environment say
   head and the first byte of a GetMessages answer that holds messages (a WSGI wrapper
   put around the application through ``waitress.create_server``; the application's body
   is iterated as a server does, never asked for more than the chunk being written).
+* ``KILLPOINT_PUT_SUBSCRIPTION=TEXT``: about to write (``put_subscription``, what
+  ``wsnmom store migrate`` copies with) a subscription whose id contains ``TEXT``: a copy
+  killed half way;
 * ``KILLPOINT_HOLD_FORGET=PATH``: not a kill: while the file ``PATH`` exists, following
   another instance's end of a subscription (``SubscriptionChanges.forget``) waits, so a
   test can act between that end and this instance's following it.
@@ -36,6 +39,7 @@ BEFORE_STORE = os.environ.get("KILLPOINT_BEFORE_STORE", "")
 AFTER_DELETE = os.environ.get("KILLPOINT_AFTER_DELETE", "")
 AFTER_PURGE = os.environ.get("KILLPOINT_AFTER_PURGE", "")
 CUT_ANSWER = os.environ.get("KILLPOINT_CUT_ANSWER", "")
+PUT_SUBSCRIPTION = os.environ.get("KILLPOINT_PUT_SUBSCRIPTION", "")
 HOLD_FORGET = os.environ.get("KILLPOINT_HOLD_FORGET", "")
 HOLD_DRAIN = os.environ.get("KILLPOINT_HOLD_DRAIN", "")
 
@@ -59,6 +63,17 @@ def _killing_before(cls: type, method: str) -> None:
         real(self, record)
 
     setattr(cls, method, add)
+
+
+def _killing_put(cls: type) -> None:
+    real = cls.put_subscription
+
+    def put(self: Any, record: Any) -> None:
+        if PUT_SUBSCRIPTION in record.id:
+            _kill()
+        real(self, record)
+
+    cls.put_subscription = put
 
 
 def _killing_after(cls: type, method: str, getter: str) -> None:
@@ -90,11 +105,13 @@ if AFTER_PURGE:
 
     _killing_after_purge(PullPoints)
 
-if BEFORE_STORE or AFTER_DELETE:
+if BEFORE_STORE or AFTER_DELETE or PUT_SUBSCRIPTION:
     from wsnmom.core.store_postgres import PostgresStore
     from wsnmom.core.store_sqlite import SqliteStore
 
     for store in (SqliteStore, PostgresStore):
+        if PUT_SUBSCRIPTION:
+            _killing_put(store)
         if BEFORE_STORE:
             _killing_before(store, "add_subscription")
             _killing_before(store, "add_pull_point")

@@ -1,10 +1,10 @@
 """A store's schema across versions, on SQLite and PostgreSQL: a store of every earlier
 version is upgraded at open, instances starting together on one PostgreSQL database migrate
-it once (on an older schema, the others seen waiting for the one migrating), a store newer (PostgreSQL) or older (SQLite) than this release reads is refused by
-name, a missing driver names its extra; and ``wsnmom store migrate``, which copies a store
-into another, refusing one a gateway holds (its failure modes: test_store_migrate.py).  The
-records' contract on both stores is
-test_store_conformance.py.
+it once (on an older schema, the others seen waiting for the one migrating), a store newer
+(PostgreSQL) or older (SQLite) than this release reads is refused by name, a missing driver
+names its extra; and ``wsnmom store migrate``, which copies a store into another, refusing
+one a gateway holds (its failure modes: test_store_migrate.py).  The records' contract on
+both stores is test_store_conformance.py.
 """
 
 from __future__ import annotations

@@ -42,10 +42,11 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from itertools import takewhile
 
 from wsnmom.core import metrics
+from wsnmom.core.cluster_status import ClusterCounts, ClusterStatus
 from wsnmom.core.config import ClusterSettings
 from wsnmom.core.coordination import Change, Coordination, InstanceInfo, shard_of
 from wsnmom.core.follow import Follower
@@ -72,28 +73,6 @@ def _shards_text(shards: Iterable[int]) -> str:
 
 
 @dataclass(slots=True)
-class ClusterCounts:
-    """What this instance's heartbeats did since it started."""
-
-    renewals: int = 0
-    heartbeat_failures: int = 0
-    #: shards taken when free or handed over
-    taken: int = 0
-    #: shards taken from an instance whose lease had expired
-    failovers: int = 0
-    #: shards handed back above the fair share
-    released: int = 0
-    #: shards given up because their leases could not be renewed in time
-    expired: int = 0
-    #: seconds the last heartbeat's transaction took (None: none yet)
-    store_seconds: float | None = None
-    #: seconds the longest round of following the change log took (None: none yet)
-    follow_longest: float | None = None
-    #: changes whose following failed and is tried again (now)
-    follow_failing: int = 0
-
-
-@dataclass(slots=True)
 class _Retry:
     """A change whose following failed: when it first failed, when it is tried next, and
     the wait after its next failure."""
@@ -102,28 +81,6 @@ class _Retry:
     at: float
     wait: float
     alarmed: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class ClusterStatus:
-    """This instance and the cluster, for operators (``wsnmom cluster status``)."""
-
-    instance: str
-    #: whether other instances may share the store (PostgreSQL)
-    shared: bool
-    leader: bool
-    #: shards the push subscriptions are hashed into
-    shards: int
-    lease: float
-    #: shards this instance delivers, with their epochs
-    held: dict[int, int]
-    #: seconds until this instance stops delivering unless a heartbeat renews its leases
-    lease_left: float | None
-    counts: ClusterCounts
-    #: every instance on the store, newest heartbeat first
-    instances: list[InstanceInfo] = field(default_factory=list)
-    #: why ``instances`` is empty ("" when the store answered)
-    error: str = ""
 
 
 class ClusterMember:
@@ -157,6 +114,9 @@ class ClusterMember:
         #: shards handed back cleanly: until when their last lease was valid (the final
         #: positions of their deliveries may still be saved until then, ``may_save``)
         self._released_until: dict[int, float] = {}
+        #: the epochs those shards were held with (their positions' fencing token,
+        #: ``token``): written before ``_released_until``, kept as long as it
+        self._released_epochs: dict[int, int] = {}
         self._leader = not self.shared
         self._cursor = 0
         #: changes whose following failed, followed again (``_remember_failed``)
@@ -196,6 +156,25 @@ class ClusterMember:
             return True
         until = self._released_until.get(self.shard(subscription_id))
         return until is not None and time.monotonic() < until
+
+    def token(self, subscription_id: str) -> tuple[int, int] | None:
+        """The fencing token of the subscription's position writes: (its shard, the
+        epoch this instance holds it with) whenever ``may_save`` says yes (a clean
+        hand-back's epoch during its grace), else None.  The store writes a position only
+        while the shard's epoch is still that one (``core.position_fence``): a takeover
+        bumps it, so a write that passed ``may_save`` before the process was stopped is
+        refused once another instance took the shard."""
+        if not self.shared:
+            return None
+        shard = self.shard(subscription_id)
+        epoch = self._held.get(shard)
+        if epoch is not None and time.monotonic() < self._valid_until:
+            return shard, epoch
+        until = self._released_until.get(shard)
+        epoch = self._released_epochs.get(shard)
+        if until is None or epoch is None or time.monotonic() >= until:
+            return None
+        return shard, epoch
 
     def leads(self) -> bool:
         """Whether this instance runs the cluster's periodic work."""
@@ -303,7 +282,8 @@ class ClusterMember:
         if self.shared:
             held = set(self._held)
             # recorded before they are forgotten: ``may_save``, asked meanwhile from
-            # delivery threads, says yes for them throughout
+            # delivery threads, says yes for them throughout (``token``: with their epochs)
+            self._released_epochs = {**self._released_epochs, **self._held}
             self._released_until.update(dict.fromkeys(held, self._valid_until))
             self._held = {}
             self._valid_until = 0.0
@@ -431,8 +411,11 @@ class ClusterMember:
         # cover for a moment the shards another instance took over)
         now = time.monotonic()
         released_until = {s: t for s, t in self._released_until.items() if t > now}
+        released_epochs = {s: e for s, e in self._released_epochs.items() if s in released_until}
         for shard in lost & set(leases.released):
             released_until[shard] = self._valid_until
+            released_epochs[shard] = self._held[shard]
+        self._released_epochs = released_epochs
         self._released_until = released_until
         if lost:
             self._held = {s: e for s, e in self._held.items() if s in now_held}
